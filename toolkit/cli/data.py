@@ -1,0 +1,9 @@
+"""`toolkit data` commands (being built)."""
+
+from __future__ import annotations
+
+import typer
+
+from toolkit.cli.app_settings import SUBAPP_SETTINGS
+
+app = typer.Typer(help="data commands.", **SUBAPP_SETTINGS)

@@ -1,0 +1,68 @@
+"""The one error boundary: exceptions -> one ``error: ...`` line and an exit code."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+
+from toolkit.core.errors import ExitCode, ToolkitError
+
+
+def _print_error(message: str) -> None:
+    try:
+        sys.stderr.write(f"error: {message}\n")
+        sys.stderr.flush()
+    except Exception:  # pragma: no cover - stderr gone
+        pass
+
+
+def run_with_boundary(func, *args, **kwargs) -> int:
+    """Call ``func`` and translate whatever it raises into an exit code.
+
+    ToolkitError -> its code; Click usage errors -> 2; Ctrl-C -> 130; anything
+    unexpected -> 3 with a one-line message (``TOOLKIT_DEBUG=1`` shows the traceback).
+    """
+    from toolkit.cli.output import debug_enabled
+
+    try:
+        rv = func(*args, **kwargs)
+        return rv if isinstance(rv, int) else 0
+    except ToolkitError as exc:
+        if debug_enabled():
+            traceback.print_exc()
+        _print_error(exc.message)
+        return int(exc.exit_code)
+    except KeyboardInterrupt:
+        _print_error("interrupted")
+        return int(ExitCode.INTERRUPTED)
+    except BrokenPipeError:
+        # the reader of our stdout went away (e.g. `| head`): not an error of ours
+        try:
+            sys.stdout = open("/dev/null", "w")
+        except OSError:
+            pass
+        return 0
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except Exception as exc:  # noqa: BLE001 - this is the boundary
+        # Click's own exceptions, without importing click (Typer bundles its own).
+        if hasattr(exc, "show") and hasattr(exc, "exit_code"):
+            exc.show()
+            return int(exc.exit_code)
+        if type(exc).__name__ == "Abort":
+            _print_error("interrupted")
+            return int(ExitCode.INTERRUPTED)
+        if debug_enabled():
+            traceback.print_exc()
+        if isinstance(exc, MemoryError):
+            _print_error("out of memory")
+        elif isinstance(exc, OSError):
+            name = getattr(exc, "filename", None)
+            _print_error(f"{name + ': ' if name else ''}{exc.strerror or exc}")
+        else:
+            _print_error(
+                f"unexpected {type(exc).__name__}: {exc} "
+                "(this is a bug in toolkit; TOOLKIT_DEBUG=1 shows the traceback)"
+            )
+        return int(ExitCode.BAD_INPUT)

@@ -1,0 +1,414 @@
+"""Inputs and outputs files: Polygraphy-compatible JSON and ``.npz``.
+
+The format is chosen by file extension (``.npz`` -> npz, anything else -> JSON); for
+``-`` (stdin) it is sniffed from the first bytes.
+
+In memory:
+- an *inputs* file is a list of feed dicts, one per iteration: ``[{name: ndarray}, ...]``;
+- an *outputs* file is a :class:`RunResults`: a list of ``(runner_name, [IterationResult])``.
+
+JSON layout (what Polygraphy reads and writes): every array is
+``{"array": base64(np.save bytes), "polygraphy_class": "ndarray"}``; an outputs file is
+``{"lst": [[runner, [iteration, ...]], ...], "polygraphy_class": "RunResults"}``.
+
+``.npz`` layout (ours): one member per array (``t0``, ``t1``, ...) plus a JSON index in
+the member ``__toolkit__`` (a unicode scalar, so nothing is ever pickled). Members load
+lazily: reading one tensor of a big file reads only that tensor. A plain ``.npz`` of
+named arrays (``np.savez(f, x=...)``) loads as one iteration.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import io
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Dict, Iterator, List, Optional, Tuple, Union
+
+from toolkit.core.errors import InputError
+from toolkit.core.model import STDIO, atomic_output, describe, read_bytes, check_readable_file
+
+NPZ_INDEX = "__toolkit__"
+NPZ_FORMAT_VERSION = 1
+
+
+@dataclass
+class IterationResult:
+    """Outputs of one inference iteration of one runner."""
+
+    outputs: Mapping  # name -> ndarray (may load lazily)
+    runtime: float = 0.0
+    runner_name: str = ""
+
+
+@dataclass
+class RunResults:
+    """Per-runner, per-iteration outputs: ``[(runner_name, [IterationResult, ...]), ...]``."""
+
+    runs: List[Tuple[str, List[IterationResult]]] = field(default_factory=list)
+
+    def runner_names(self) -> List[str]:
+        return [name for name, _ in self.runs]
+
+    def __iter__(self):
+        return iter(self.runs)
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+
+Feed = Mapping  # name -> ndarray
+InputsData = List[Feed]
+
+
+class LazyTensors(Mapping):
+    """A read-only name -> ndarray mapping over ``.npz`` members, loaded on first access."""
+
+    def __init__(self, npz, members: Dict[str, str]):
+        self._npz = npz
+        self._members = members
+        self._cache: Dict[str, object] = {}
+
+    def __getitem__(self, name):
+        if name in self._cache:
+            return self._cache[name]
+        member = self._members[name]
+        try:
+            arr = self._npz[member]
+        except ValueError as exc:
+            raise InputError(f"{self._npz_name()}: tensor '{name}': {_pickle_message(exc)}") from None
+        except Exception as exc:
+            raise InputError(f"{self._npz_name()}: tensor '{name}' is unreadable: {exc}") from None
+        self._cache[name] = arr
+        return arr
+
+    def _npz_name(self) -> str:
+        fid = getattr(self._npz, "fid", None)
+        return getattr(fid, "name", "npz file") if fid is not None else "npz file"
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._members)
+
+    def __len__(self) -> int:
+        return len(self._members)
+
+    def __contains__(self, name) -> bool:
+        return name in self._members
+
+    def __repr__(self) -> str:
+        return f"LazyTensors({list(self._members)})"
+
+
+def _pickle_message(exc: Exception) -> str:
+    text = str(exc)
+    if "pickle" in text.lower():
+        return "holds pickled Python objects, which toolkit refuses to load (unsafe); save plain arrays"
+    return text
+
+
+def is_npz_path(path: str) -> bool:
+    return path != STDIO and path.lower().endswith(".npz")
+
+
+# ---------------------------------------------------------------------------- JSON
+
+
+def encode_array(arr) -> dict:
+    import numpy as np
+
+    buf = io.BytesIO()
+    try:
+        np.save(buf, np.asarray(arr), allow_pickle=False)
+    except ValueError as exc:
+        raise InputError(f"cannot save an array of dtype {np.asarray(arr).dtype}: {exc}") from None
+    return {"array": base64.b64encode(buf.getvalue()).decode("ascii"), "polygraphy_class": "ndarray"}
+
+
+def _decode_array(text: str):
+    import numpy as np
+
+    try:
+        raw = binascii.a2b_base64(text)
+    except (binascii.Error, TypeError) as exc:
+        raise InputError(f"corrupt array data (bad base64: {exc})") from None
+    try:
+        return np.load(io.BytesIO(raw), allow_pickle=False)
+    except ValueError as exc:
+        raise InputError(f"corrupt array data: {_pickle_message(exc)}") from None
+    except Exception as exc:
+        raise InputError(f"corrupt array data: {exc}") from None
+
+
+_LEGACY_PREFIX = "__polygraphy_encoded_"
+
+
+def _json_hook(dct):
+    cls = dct.get("polygraphy_class")
+    if cls is None:
+        for key in dct:
+            if isinstance(key, str) and key.startswith(_LEGACY_PREFIX):
+                cls = key[len(_LEGACY_PREFIX) :]
+                break
+    if cls is None:
+        return dct
+    if cls == "ndarray":
+        if not isinstance(dct.get("array"), str):
+            raise InputError("corrupt array entry (no 'array' field)")
+        return _decode_array(dct["array"])
+    if cls in ("LazyArray", "LazyNumpyArray"):
+        return dct.get("values")
+    if cls == "IterationResult":
+        outs = dct.get("outputs")
+        if not isinstance(outs, dict):
+            raise InputError("corrupt IterationResult (no 'outputs' dict)")
+        return IterationResult(outs, float(dct.get("runtime") or 0.0), str(dct.get("runner_name") or ""))
+    if cls == "RunResults":
+        lst = dct.get("lst")
+        if not isinstance(lst, list):
+            raise InputError("corrupt RunResults (no 'lst' list)")
+        runs = []
+        for entry in lst:
+            if not (isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[1], list)):
+                raise InputError("corrupt RunResults entry (expected [runner_name, [iterations]])")
+            iters = []
+            for it in entry[1]:
+                if isinstance(it, dict) and not isinstance(it, IterationResult):
+                    it = IterationResult(it, 0.0, str(entry[0]))
+                if not isinstance(it, IterationResult):
+                    raise InputError("corrupt RunResults entry (iteration is not a result)")
+                iters.append(it)
+            runs.append((str(entry[0]), iters))
+        return RunResults(runs)
+    return dct
+
+
+def _load_json_bytes(data: bytes, path: str):
+    try:
+        return json.loads(data, object_hook=_json_hook)
+    except InputError as exc:
+        raise InputError(f"{describe(path)}: {exc.message}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"{describe(path)}: not a JSON or .npz data file ({exc})") from None
+    except RecursionError:
+        raise InputError(f"{describe(path)}: JSON nested too deeply") from None
+
+
+def _dump_json(obj) -> str:
+    return json.dumps(obj, indent=4)
+
+
+# ---------------------------------------------------------------------------- npz
+
+
+def _open_npz(source, path: str):
+    import numpy as np
+    import zipfile
+
+    try:
+        return np.load(source, allow_pickle=False)
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise InputError(f"{describe(path)}: not a readable .npz file ({exc})") from None
+
+
+def _npz_index(npz, path: str) -> Optional[dict]:
+    if NPZ_INDEX not in npz.files:
+        return None
+    try:
+        idx = json.loads(str(npz[NPZ_INDEX][()]))
+    except Exception as exc:
+        raise InputError(f"{describe(path)}: corrupt index in .npz data file ({exc})") from None
+    if not isinstance(idx, dict) or idx.get("kind") not in ("inputs", "outputs"):
+        raise InputError(f"{describe(path)}: corrupt index in .npz data file")
+    return idx
+
+
+def _load_npz(path: str, data: Optional[bytes] = None):
+    """Open a .npz data file (``data`` holds the bytes for stdin) and read its index."""
+    if data is not None:
+        source = io.BytesIO(data)
+    elif path == STDIO:
+        source = io.BytesIO(read_bytes(path))
+    else:
+        check_readable_file(path)
+        source = path
+    npz = _open_npz(source, path)
+    idx = _npz_index(npz, path)
+    members = set(npz.files)
+
+    def lazy(mapping: dict) -> LazyTensors:
+        for member in mapping.values():
+            if member not in members:
+                raise InputError(f"{describe(path)}: index names missing member '{member}'")
+        return LazyTensors(npz, dict(mapping))
+
+    try:
+        if idx is None:
+            return [lazy({k: k for k in npz.files})]
+        if idx["kind"] == "inputs":
+            return [lazy(it) for it in idx["iterations"]]
+        runs = []
+        for run in idx["runs"]:
+            iters = [
+                IterationResult(lazy(it["outputs"]), float(it.get("runtime", 0.0)), run["runner_name"])
+                for it in run["iterations"]
+            ]
+            runs.append((run["runner_name"], iters))
+        return RunResults(runs)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise InputError(f"{describe(path)}: corrupt index in .npz data file (missing {exc})") from None
+
+
+def _write_npz(path: str, index: dict, arrays: Dict[str, object]) -> None:
+    import numpy as np
+
+    payload = dict(arrays)
+    payload[NPZ_INDEX] = np.array(json.dumps(index))
+    try:
+        with atomic_output(path, "wb") as f:
+            np.savez(f, **payload)
+    except OSError as exc:
+        raise InputError(f"{describe(path)}: cannot write: {exc.strerror or exc}") from None
+
+
+# ---------------------------------------------------------------------------- public API
+
+
+def load_data(path: str):
+    """Load an inputs file (list of feeds) or an outputs file (RunResults), whichever it is."""
+    if is_npz_path(path):
+        return _load_npz(path)
+    data = read_bytes(path)
+    if path == STDIO and data[:4] == b"PK\x03\x04":
+        return _load_npz(path, data)
+    if not data.strip():
+        raise InputError(f"{describe(path)}: empty file, expected a JSON or .npz data file")
+    obj = _load_json_bytes(data, path)
+    del data
+    if isinstance(obj, RunResults):
+        return obj
+    if isinstance(obj, dict) and _is_feed(obj):
+        return [obj]
+    if isinstance(obj, list) and all(isinstance(it, dict) and _is_feed(it) for it in obj):
+        return obj
+    raise InputError(
+        f"{describe(path)}: JSON is not a data file (expected a list of {{name: array}} dicts "
+        "or saved run results)"
+    )
+
+
+def _is_feed(dct) -> bool:
+    import numpy as np
+
+    return all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in dct.items())
+
+
+def load_inputs(path: str) -> InputsData:
+    """Load an inputs file. An outputs file is accepted too (its first runner's iterations)."""
+    data = load_data(path)
+    if isinstance(data, RunResults):
+        if not data.runs:
+            return []
+        return [it.outputs for it in data.runs[0][1]]
+    return data
+
+
+def load_outputs(path: str) -> RunResults:
+    """Load an outputs file. A plain inputs-style file becomes one runner named after the file."""
+    data = load_data(path)
+    if isinstance(data, RunResults):
+        return data
+    name = "loaded" if path == STDIO else os.path.basename(path)
+    return RunResults([(name, [IterationResult(feed, 0.0, name) for feed in data])])
+
+
+def save_inputs(path: str, iterations: InputsData) -> None:
+    """Write an inputs file (JSON list of feeds, or .npz)."""
+    if is_npz_path(path):
+        arrays: Dict[str, object] = {}
+        index_iters = []
+        for feed in iterations:
+            entry = {}
+            for name in feed:
+                key = f"t{len(arrays)}"
+                arrays[key] = feed[name]
+                entry[name] = key
+            index_iters.append(entry)
+        _write_npz(path, {"kind": "inputs", "version": NPZ_FORMAT_VERSION, "iterations": index_iters}, arrays)
+        return
+    obj = [{name: encode_array(feed[name]) for name in feed} for feed in iterations]
+    _write_text(path, _dump_json(obj))
+
+
+def save_outputs(path: str, results: RunResults) -> None:
+    """Write an outputs file (Polygraphy RunResults JSON, or .npz)."""
+    if is_npz_path(path):
+        arrays: Dict[str, object] = {}
+        runs = []
+        for runner, iters in results.runs:
+            it_entries = []
+            for it in iters:
+                outs = {}
+                for name in it.outputs:
+                    key = f"t{len(arrays)}"
+                    arrays[key] = it.outputs[name]
+                    outs[name] = key
+                it_entries.append({"outputs": outs, "runtime": float(it.runtime)})
+            runs.append({"runner_name": runner, "iterations": it_entries})
+        _write_npz(path, {"kind": "outputs", "version": NPZ_FORMAT_VERSION, "runs": runs}, arrays)
+        return
+    lst = []
+    for runner, iters in results.runs:
+        enc_iters = []
+        for it in iters:
+            enc_iters.append(
+                {
+                    "outputs": {
+                        name: {"values": encode_array(it.outputs[name]), "polygraphy_class": "LazyArray"}
+                        for name in it.outputs
+                    },
+                    "runtime": float(it.runtime),
+                    "runner_name": it.runner_name or runner,
+                    "polygraphy_class": "IterationResult",
+                }
+            )
+        lst.append([runner, enc_iters])
+    _write_text(path, _dump_json({"lst": lst, "polygraphy_class": "RunResults"}))
+
+
+def _write_text(path: str, text: str) -> None:
+    try:
+        with atomic_output(path, "w") as f:
+            f.write(text)
+            if path == STDIO:
+                f.write("\n")
+    except OSError as exc:
+        raise InputError(f"{describe(path)}: cannot write: {exc.strerror or exc}") from None
+
+
+def merge_to_inputs(datasets: List[Union[InputsData, RunResults]]) -> InputsData:
+    """Merge inputs files and outputs files into one inputs list.
+
+    Iteration k of every file goes into feed k; later files win on name clashes. Each
+    feed is a fresh dict (never one dict shared by every iteration). An outputs file
+    contributes every runner's iteration k, later runners winning.
+    """
+    merged: List[Dict[str, object]] = []
+
+    def put(k: int, feed: Mapping) -> None:
+        while len(merged) <= k:
+            merged.append({})
+        for name in feed:
+            merged[k][name] = feed[name]
+
+    for data in datasets:
+        if isinstance(data, RunResults):
+            for _runner, iters in data.runs:
+                for k, it in enumerate(iters):
+                    put(k, it.outputs)
+        else:
+            for k, feed in enumerate(data):
+                put(k, feed)
+    return merged

@@ -1,0 +1,51 @@
+"""Exit codes and the exceptions that map onto them.
+
+Library code raises these; the CLI's single error boundary (``toolkit.cli.errors``)
+turns them into one ``error: ...`` line on stderr and the matching exit code.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class ExitCode(enum.IntEnum):
+    OK = 0
+    FAILED = 1  # a check or a comparison failed
+    USAGE = 2  # bad command line
+    BAD_INPUT = 3  # bad input file or model
+    MISSING_DEPENDENCY = 4  # optional dependency or device missing
+    INTERRUPTED = 130  # Ctrl-C
+
+
+class ToolkitError(Exception):
+    """An expected failure with a message meant for the user."""
+
+    exit_code: int = ExitCode.BAD_INPUT
+
+    def __init__(self, message: str, exit_code: int | None = None):
+        super().__init__(message)
+        self.message = message
+        if exit_code is not None:
+            self.exit_code = int(exit_code)
+
+    def __str__(self) -> str:  # pragma: no cover - trivial
+        return self.message
+
+
+class InputError(ToolkitError):
+    """A file, model or data set that cannot be used (exit code 3)."""
+
+    exit_code = ExitCode.BAD_INPUT
+
+
+class UsageError(ToolkitError):
+    """A malformed option value or a bad combination of options (exit code 2)."""
+
+    exit_code = ExitCode.USAGE
+
+
+class DependencyError(ToolkitError):
+    """An optional dependency or a device is missing (exit code 4)."""
+
+    exit_code = ExitCode.MISSING_DEPENDENCY

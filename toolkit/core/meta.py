@@ -1,0 +1,293 @@
+"""Tensor metadata: names, shapes and dtypes, and the ``name:[shape]:dtype`` spelling.
+
+Shapes are tuples whose entries are ``int`` (fixed), ``str`` (a symbolic dim such as
+``"batch"``) or ``None`` (unknown, printed as ``?``). A shape of ``None`` means the
+rank itself is unknown; ``()`` is a scalar.
+
+This module imports nothing heavy at import time.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable, Optional, Sequence, Tuple, Union
+
+from toolkit.core.errors import UsageError
+
+Dim = Union[int, str, None]
+Shape = Optional[Tuple[Dim, ...]]
+
+AUTO = "auto"
+
+# ONNX TensorProto element type -> canonical dtype name used everywhere in toolkit.
+_ONNX_TO_NAME = {
+    1: "float32",
+    2: "uint8",
+    3: "int8",
+    4: "uint16",
+    5: "int16",
+    6: "int32",
+    7: "int64",
+    8: "string",
+    9: "bool",
+    10: "float16",
+    11: "float64",
+    12: "uint32",
+    13: "uint64",
+    14: "complex64",
+    15: "complex128",
+    16: "bfloat16",
+    17: "float8e4m3fn",
+    18: "float8e4m3fnuz",
+    19: "float8e5m2",
+    20: "float8e5m2fnuz",
+    21: "uint4",
+    22: "int4",
+}
+_NAME_TO_ONNX = {v: k for k, v in _ONNX_TO_NAME.items()}
+_ALIASES = {
+    "float": "float32",
+    "fp32": "float32",
+    "half": "float16",
+    "fp16": "float16",
+    "double": "float64",
+    "fp64": "float64",
+    "bf16": "bfloat16",
+    "long": "int64",
+    "int": "int32",
+    "boolean": "bool",
+}
+
+
+def normalize_dtype(name: str) -> str:
+    """Canonical dtype name for a user spelling (``fp16`` -> ``float16``); raises UsageError."""
+    key = name.strip().lower()
+    key = _ALIASES.get(key, key)
+    if key not in _NAME_TO_ONNX:
+        known = ", ".join(sorted(_NAME_TO_ONNX))
+        raise UsageError(f"unknown dtype '{name}'; use one of: {known}")
+    return key
+
+
+def is_dtype_name(name: str) -> bool:
+    key = name.strip().lower()
+    return _ALIASES.get(key, key) in _NAME_TO_ONNX
+
+
+def dtype_from_onnx(elem_type: int) -> Optional[str]:
+    """Dtype name for an ONNX element type; None for UNDEFINED (0)."""
+    if not elem_type:
+        return None
+    return _ONNX_TO_NAME.get(int(elem_type), f"onnx_type_{int(elem_type)}")
+
+
+def dtype_to_onnx(name: str) -> int:
+    return _NAME_TO_ONNX[normalize_dtype(name)]
+
+
+def dtype_from_numpy(dtype) -> str:
+    """Dtype name for a numpy dtype (bfloat16 and float8 via ml_dtypes names)."""
+    import numpy as np
+
+    dt = np.dtype(dtype)
+    if dt == np.bool_:
+        return "bool"
+    name = dt.name
+    if name in _NAME_TO_ONNX:
+        return name
+    if dt.kind in ("U", "S", "O"):
+        return "string"
+    return name
+
+
+def dtype_to_numpy(name: str):
+    """numpy dtype for a dtype name. bfloat16/float8 need ml_dtypes (shipped with onnx)."""
+    import numpy as np
+
+    key = normalize_dtype(name)
+    if key == "string":
+        return np.dtype(object)
+    try:
+        return np.dtype(key)
+    except TypeError:
+        try:
+            import ml_dtypes  # noqa: F401  (registers the extra dtypes)
+
+            return np.dtype(getattr(ml_dtypes, key))
+        except (ImportError, AttributeError):
+            raise UsageError(f"dtype '{key}' has no numpy equivalent here") from None
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """Name, shape and dtype of a tensor; shape/dtype None mean unknown or ``auto``."""
+
+    name: str
+    shape: Shape = None
+    dtype: Optional[str] = None
+
+    def __str__(self) -> str:
+        return format_meta(self.name, self.shape, self.dtype)
+
+
+def format_dim(dim: Dim) -> str:
+    if dim is None:
+        return "?"
+    return str(dim)
+
+
+def format_shape(shape: Shape) -> str:
+    """``(1, 3, 'batch', ?)`` style, ``?`` for unknown rank."""
+    if shape is None:
+        return "?"
+    inner = ", ".join(repr(d) if isinstance(d, str) else format_dim(d) for d in shape)
+    if len(shape) == 1:
+        inner += ","
+    return f"({inner})"
+
+
+def format_meta(name: str, shape: Shape, dtype: Optional[str]) -> str:
+    """``{x [dtype=float32, shape=(1, 3, 224, 224)]}`` (the format people grep)."""
+    dt = dtype if dtype else "?"
+    return f"{{{name} [dtype={dt}, shape={format_shape(shape)}]}}"
+
+
+def format_spec_shape(shape: Shape) -> str:
+    """``[1,3,batch]`` — the spelling accepted by :func:`parse_shape`."""
+    if shape is None:
+        return AUTO
+    return "[" + ",".join(format_dim(d) for d in shape) + "]"
+
+
+_INT_RE = re.compile(r"^-?\d+$")
+_IDENT_RE = re.compile(r"^[A-Za-z_][\w.\-]*$")
+
+
+def _parse_dim(tok: str, spec: str) -> Dim:
+    tok = tok.strip().strip("'\"")
+    if tok in ("?", "-1", ""):
+        if tok == "":
+            raise UsageError(f"empty dimension in shape '{spec}'; write e.g. [1,3,224,224]")
+        return None
+    if _INT_RE.match(tok):
+        val = int(tok)
+        if val < -1:
+            raise UsageError(f"negative dimension {val} in shape '{spec}'")
+        return val
+    if _IDENT_RE.match(tok):
+        return tok
+    raise UsageError(f"bad dimension '{tok}' in shape '{spec}'; dims are integers, names or '?'")
+
+
+def parse_shape(text: str) -> Shape:
+    """Parse ``[1,3,224,224]``, ``(1,3)``, ``1x3x224x224``, ``1,3,224,224``, ``[]`` or ``auto``.
+
+    Returns None for ``auto``. Spellings without brackets need no quoting in any shell.
+    """
+    s = text.strip()
+    if s.lower() == AUTO:
+        return None
+    if (s.startswith("[") and s.endswith("]")) or (s.startswith("(") and s.endswith(")")):
+        inner = s[1:-1].strip()
+        if not inner:
+            return ()
+        return tuple(_parse_dim(t, text) for t in inner.split(","))
+    if "[" in s or "]" in s or "(" in s or ")" in s:
+        raise UsageError(f"unbalanced brackets in shape '{text}'; write e.g. [1,3,224,224]")
+    if "," in s:
+        return tuple(_parse_dim(t, text) for t in s.split(","))
+    if re.fullmatch(r"\d+(x\d+)*", s):
+        return tuple(int(t) for t in s.split("x"))
+    raise UsageError(f"cannot read shape '{text}'; write e.g. [1,3,224,224] or 1x3x224x224")
+
+
+def _looks_like_shape(text: str) -> bool:
+    s = text.strip()
+    if s.lower() == AUTO:
+        return True
+    if s.startswith("[") or s.startswith("("):
+        return True
+    return bool(re.fullmatch(r"\d+(x\d+)*", s)) or bool(re.fullmatch(r"[\w?]+(,[\w?]+)+", s))
+
+
+def _split_last_colon(text: str) -> Tuple[str, Optional[str]]:
+    """Split at the last ':' that is not inside brackets."""
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        c = text[i]
+        if c in "])":
+            depth += 1
+        elif c in "[(":
+            depth -= 1
+        elif c == ":" and depth == 0:
+            return text[:i], text[i + 1 :]
+    return text, None
+
+
+def parse_tensor_spec(
+    spec: str,
+    *,
+    allow_shape: bool = True,
+    allow_dtype: bool = True,
+    known_names: Optional[Iterable[str]] = None,
+) -> TensorMeta:
+    """Parse ``name``, ``name:shape``, ``name:dtype`` or ``name:shape:dtype``.
+
+    Parsing goes from the right, so tensor names may contain ':' (``input:0``). When
+    ``known_names`` is given and the whole spec (or a prefix) is a known name, that wins.
+    ``auto`` leaves the field as None.
+    """
+    if not spec or not spec.strip():
+        raise UsageError("empty tensor spec; write e.g. x:[1,3,224,224]:float32")
+    names = set(known_names or ())
+    if spec in names:
+        return TensorMeta(spec)
+    rest = spec
+    dtype: Optional[str] = None
+    shape: Shape = None
+    head, tail = _split_last_colon(rest)
+    if tail is not None and allow_dtype and (is_dtype_name(tail) or tail.lower() == AUTO):
+        dtype = None if tail.lower() == AUTO else normalize_dtype(tail)
+        rest = head
+        head, tail = _split_last_colon(rest)
+    if tail is not None and allow_shape and rest not in names and _looks_like_shape(tail):
+        shape = parse_shape(tail)
+        rest = head
+    elif tail is not None and not allow_shape and tail.startswith(("[", "(")):
+        raise UsageError(f"'{spec}': a shape is not accepted here; write name or name:dtype")
+    if not rest:
+        raise UsageError(f"'{spec}' has no tensor name; write e.g. x:[1,3,224,224]:float32")
+    return TensorMeta(rest, shape, dtype)
+
+
+def parse_shape_specs(specs: Sequence[str]) -> dict:
+    """``["x:[1,3]", "y:2x2"]`` -> ``{"x": (1, 3), "y": (2, 2)}`` (for --input-shapes)."""
+    out = {}
+    for spec in specs or ():
+        meta = parse_tensor_spec(spec, allow_dtype=False)
+        head, tail = _split_last_colon(spec)
+        if tail is None or meta.shape is None:
+            raise UsageError(f"'{spec}' needs a shape; write e.g. {meta.name}:[1,3,224,224]")
+        out[meta.name] = meta.shape
+    return out
+
+
+def parse_named_values(specs: Sequence[str], convert, what: str) -> Tuple[Optional[object], dict]:
+    """Parse ``["1e-3", "out:1e-2"]`` into (global value, {name: value}).
+
+    A bare value is global; ``name:value`` applies to one tensor (last ':' splits, so names
+    may contain ':'). ``convert`` turns text into the value and raises ValueError if bad.
+    """
+    glob = None
+    per = {}
+    for spec in specs or ():
+        head, tail = _split_last_colon(spec)
+        try:
+            if tail is None:
+                glob = convert(spec)
+            else:
+                per[head] = convert(tail)
+        except (ValueError, TypeError) as exc:
+            raise UsageError(f"bad {what} '{spec}': {exc}") from None
+    return glob, per

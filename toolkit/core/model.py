@@ -1,0 +1,290 @@
+"""Loading and saving ONNX models: paths or ``-``, external data, atomic writes.
+
+Every failure a user can cause (missing file, a directory, bytes that are not a
+model, a truncated model, missing external data) is raised as :class:`InputError`
+naming the file and the problem.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from typing import Iterator, Optional
+
+from toolkit.core.errors import InputError, UsageError
+
+STDIO = "-"
+# Protobuf refuses to serialize messages of 2 GiB or more.
+PROTOBUF_LIMIT = 2**31 - 1
+# Bigger than this and we save weights as external data even if not asked.
+AUTO_EXTERNAL_THRESHOLD = int(1.8 * 2**30)
+
+
+def describe(path: str) -> str:
+    return "<stdin>" if path == STDIO else path
+
+
+def check_readable_file(path: str) -> None:
+    """Raise InputError unless ``path`` is an existing, readable, regular file."""
+    if path == STDIO:
+        return
+    if not os.path.exists(path):
+        raise InputError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory, expected a file")
+    if not os.access(path, os.R_OK):
+        raise InputError(f"{path}: permission denied")
+
+
+def read_bytes(path: str) -> bytes:
+    """Read a whole file (or stdin for ``-``) with friendly errors."""
+    check_readable_file(path)
+    try:
+        if path == STDIO:
+            return sys.stdin.buffer.read()
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        raise InputError(f"{describe(path)}: cannot read: {exc.strerror or exc}") from None
+
+
+def _parse_model(data: bytes, path: str):
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    if not data:
+        raise InputError(f"{describe(path)}: empty file, expected an ONNX model")
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except (DecodeError, RuntimeError, ValueError) as exc:
+        raise InputError(
+            f"{describe(path)}: not a valid ONNX model (protobuf parse failed: {exc}); "
+            "the file may be truncated or not an .onnx file"
+        ) from None
+    if not model.HasField("graph") or (
+        model.ir_version == 0 and not model.opset_import and not model.graph.node
+    ):
+        raise InputError(f"{describe(path)}: not an ONNX model (no graph found)")
+    return model
+
+
+def _has_external_data(model) -> bool:
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    return any(uses_external_data(t) for t in _get_all_tensors(model))
+
+
+def load_model(
+    path: str,
+    *,
+    external_data_dir: Optional[str] = None,
+    load_external_data: bool = True,
+):
+    """Load an ONNX model from ``path`` (``-`` = stdin).
+
+    External data is read from ``external_data_dir`` if given, else from the model's
+    folder (the current folder for stdin). With ``load_external_data=False`` weights
+    stored outside the model stay as references (structure only).
+    """
+    data = read_bytes(path)
+    model = _parse_model(data, path)
+    del data
+    if load_external_data and _has_external_data(model):
+        base = external_data_dir
+        if base is None:
+            base = os.getcwd() if path == STDIO else (os.path.dirname(os.path.abspath(path)) or ".")
+        load_external_data_into(model, base, path)
+    return model
+
+
+def load_external_data_into(model, base_dir: str, path: str = "") -> None:
+    from onnx.external_data_helper import load_external_data_for_model
+
+    if not os.path.isdir(base_dir):
+        raise InputError(f"{base_dir}: external data folder does not exist")
+    try:
+        load_external_data_for_model(model, base_dir)
+    except FileNotFoundError as exc:
+        missing = exc.filename or str(exc)
+        raise InputError(
+            f"{describe(path)}: external data file {missing} not found; "
+            "put it beside the model or pass --external-data-dir"
+        ) from None
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{describe(path)}: cannot load external data: {exc}") from None
+
+
+def check_output_path(path: str) -> None:
+    """Fail early (before any work) if ``path`` cannot be written."""
+    if path == STDIO:
+        return
+    folder = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(folder):
+        raise InputError(f"{path}: output folder {folder} does not exist")
+    if os.path.isdir(path):
+        raise InputError(f"{path}: is a directory, expected a file name")
+    if not os.access(folder, os.W_OK):
+        raise InputError(f"{path}: output folder {folder} is not writable")
+
+
+@contextlib.contextmanager
+def atomic_output(path: str, mode: str = "wb") -> Iterator:
+    """Open a temp file beside ``path``; on success rename it over ``path``.
+
+    On any exception the temp file is removed and ``path`` is untouched. ``-`` writes
+    to stdout (binary for "wb").
+    """
+    if path == STDIO:
+        stream = sys.stdout.buffer if "b" in mode else sys.stdout
+        yield stream
+        stream.flush()
+        return
+    check_output_path(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    try:
+        with os.fdopen(fd, mode) as f:
+            yield f
+        try:
+            # mkstemp creates files 0600; give the result normal permissions.
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+        except OSError:
+            pass
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def write_bytes_atomic(path: str, data: bytes) -> None:
+    try:
+        with atomic_output(path, "wb") as f:
+            f.write(data)
+    except OSError as exc:
+        raise InputError(f"{describe(path)}: cannot write: {exc.strerror or exc}") from None
+
+
+def model_size_estimate(model) -> int:
+    return model.ByteSize()
+
+
+def save_model(
+    model,
+    path: str,
+    *,
+    external_data: Optional[bool] = None,
+    external_data_path: Optional[str] = None,
+    size_threshold: int = 1024,
+) -> None:
+    """Save ``model`` to ``path`` (``-`` = stdout) atomically.
+
+    ``external_data=None`` picks external data automatically for models that protobuf
+    cannot serialize in one piece (>~2 GB). External data goes to ``external_data_path``
+    (relative to the model's folder), default ``<model file name>.data``.
+    """
+    size = model_size_estimate(model)
+    if external_data is None:
+        external_data = size > AUTO_EXTERNAL_THRESHOLD
+    if not external_data:
+        if size > PROTOBUF_LIMIT:
+            raise InputError(f"{describe(path)}: model is {size / 2**30:.1f} GiB; save it with external data")
+        write_bytes_atomic(path, model.SerializeToString())
+        return
+    if path == STDIO:
+        raise UsageError("a model with external data cannot be written to stdout; give a file name with -o")
+    _save_with_external_data(model, path, external_data_path, size_threshold)
+
+
+def _save_with_external_data(model, path: str, location: Optional[str], size_threshold: int) -> None:
+    import onnx
+    from onnx.external_data_helper import convert_model_to_external_data, write_external_data_tensors
+
+    check_output_path(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    location = location or (os.path.basename(path) + ".data")
+    if os.path.isabs(location):
+        raise UsageError(f"external data path '{location}' must be relative to the model's folder")
+    data_file = os.path.join(folder, location)
+    # Write the data file to a temp name first, then both renames at the end.
+    tmp_loc = location + ".tmp"
+    tmp_data = os.path.join(folder, tmp_loc)
+    try:
+        if os.path.exists(tmp_data):
+            os.unlink(tmp_data)
+        convert_model_to_external_data(
+            model, all_tensors_to_one_file=True, location=tmp_loc, size_threshold=size_threshold
+        )
+        write_external_data_tensors(model, folder)
+        # point the model at the final name before serializing it
+        for tensor in onnx.external_data_helper._get_all_tensors(model):
+            for entry in tensor.external_data:
+                if entry.key == "location" and entry.value == tmp_loc:
+                    entry.value = location
+        write_bytes_atomic(path, model.SerializeToString())
+        if os.path.exists(tmp_data):
+            os.replace(tmp_data, data_file)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp_data)
+        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+
+def graph_io_meta(model):
+    """(inputs, outputs) of the top graph as lists of TensorMeta; initializers excluded."""
+    from toolkit.core.meta import TensorMeta
+
+    inits = {t.name for t in model.graph.initializer}
+    ins = [value_info_meta(vi) for vi in model.graph.input if vi.name not in inits]
+    outs = [value_info_meta(vi) for vi in model.graph.output]
+    return ins, outs
+
+
+def value_info_meta(vi):
+    """TensorMeta for an onnx ValueInfoProto (symbolic dims by name, unknown as None)."""
+    from toolkit.core.meta import TensorMeta, dtype_from_onnx
+
+    t = vi.type
+    if not t.HasField("tensor_type"):
+        kind = t.WhichOneof("value")
+        return TensorMeta(vi.name, None, kind or None)
+    tt = t.tensor_type
+    shape = None
+    if tt.HasField("shape"):
+        dims = []
+        for d in tt.shape.dim:
+            if d.HasField("dim_value"):
+                dims.append(int(d.dim_value))
+            elif d.HasField("dim_param") and d.dim_param:
+                dims.append(d.dim_param)
+            else:
+                dims.append(None)
+        shape = tuple(dims)
+    return TensorMeta(vi.name, shape, dtype_from_onnx(tt.elem_type))
+
+
+def infer_shapes(model, *, strict: bool = False, data_prop: bool = True):
+    """ONNX shape inference that never raises for a bad node unless ``strict``.
+
+    Falls back to the path-based API for models over the protobuf limit.
+    """
+    import onnx
+
+    try:
+        if model.ByteSize() > PROTOBUF_LIMIT:
+            with tempfile.TemporaryDirectory() as d:
+                src = os.path.join(d, "in.onnx")
+                dst = os.path.join(d, "out.onnx")
+                onnx.save_model(model, src, save_as_external_data=True, location="w.data")
+                onnx.shape_inference.infer_shapes_path(src, dst, strict_mode=strict, data_prop=data_prop)
+                return onnx.load(dst)
+        return onnx.shape_inference.infer_shapes(model, strict_mode=strict, data_prop=data_prop)
+    except Exception as exc:  # onnx raises several types (InferenceError, RuntimeError...)
+        if strict:
+            raise InputError(f"ONNX shape inference failed: {exc}") from None
+        return model
