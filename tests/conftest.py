@@ -1,0 +1,70 @@
+"""Shared test helpers: invoking the CLI in-process and as a real subprocess."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass
+class Result:
+    code: int
+    out: str
+    err: str
+
+    @property
+    def output(self) -> str:
+        return self.out + self.err
+
+
+@pytest.fixture
+def cli(capfd, monkeypatch):
+    """Run toolkit in-process: ``cli("inspect", "model", path)`` -> Result(code, out, err)."""
+    from toolkit.cli.app import main
+
+    monkeypatch.setenv("COLUMNS", "200")
+
+    def invoke(*args, stdin: bytes = None):
+        capfd.readouterr()
+        if stdin is not None:
+            import io
+
+            fake = io.TextIOWrapper(io.BytesIO(stdin))
+            monkeypatch.setattr(sys, "stdin", fake)
+        code = main([str(a) for a in args])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        captured = capfd.readouterr()
+        return Result(code, captured.out, captured.err)
+
+    return invoke
+
+
+def run_toolkit(*args, stdin: bytes = None, cwd=None, env=None, timeout=120) -> Result:
+    """Run the real `python -m toolkit` entry point in a subprocess."""
+    full_env = dict(os.environ)
+    full_env.setdefault("COLUMNS", "200")
+    if env:
+        full_env.update(env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "toolkit", *[str(a) for a in args]],
+        input=stdin,
+        capture_output=True,
+        cwd=cwd,
+        env=full_env,
+        timeout=timeout,
+    )
+    return Result(proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace"))
+
+
+@pytest.fixture
+def toolkit_proc():
+    return run_toolkit
