@@ -276,8 +276,41 @@ def _write_npz(path: str, index: dict, arrays: Dict[str, object]) -> None:
 # ---------------------------------------------------------------------------- public API
 
 
-def load_data(path: str):
-    """Load an inputs file (list of feeds) or an outputs file (RunResults), whichever it is."""
+# Loaded data files, keyed by (absolute path, size, mtime). A warm parent process that
+# preloads files hands them to its forked children for free (see toolkit.reduce).
+_CACHE: Dict[tuple, object] = {}
+
+
+def _cache_key(path: str):
+    if path == STDIO:
+        return None
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (os.path.abspath(path), st.st_size, st.st_mtime_ns)
+
+
+def load_data(path: str, *, cache: bool = True):
+    """Load an inputs file (list of feeds) or an outputs file (RunResults), whichever it is.
+
+    With ``cache`` (default) a file already loaded by this process, unchanged since
+    (same size and mtime), is returned from memory. Callers must not mutate the result.
+    """
+    key = _cache_key(path) if cache else None
+    if key is not None and key in _CACHE:
+        return _CACHE[key]
+    result = _load_data_uncached(path)
+    if key is not None:
+        _CACHE[key] = result
+    return result
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+
+
+def _load_data_uncached(path: str):
     if is_npz_path(path):
         return _load_npz(path)
     data = read_bytes(path)
