@@ -1,0 +1,471 @@
+"""Shapes and dtypes of every tensor of a model's top graph.
+
+:func:`infer_tensor_meta` asks ONNX shape inference first (with data propagation) and,
+where that leaves tensors unknown, runs the model once on ONNX-Runtime with every tensor
+marked as an output and reads the real shapes and dtypes.
+:func:`override_input_shapes` fixes the dims of (dynamic) graph inputs.
+
+Neither function modifies the model it is given. Weights are never deep-copied for
+shape inference: big initializers are replaced by shape-only stubs in a light copy.
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
+
+from toolkit.core.errors import InputError
+from toolkit.core.meta import TensorMeta, format_spec_shape
+
+# Initializers bigger than this are replaced by shape-only stubs for shape inference.
+_STUB_BYTES = 1 << 16
+_STUB_LOCATION = "__toolkit_shape_stub__"
+
+
+# ---------------------------------------------------------------------- graph helpers
+
+
+def subgraph_outer_reads(node) -> List[str]:
+    """Names of outer-scope tensors that the subgraphs (If/Loop/Scan bodies) of ``node`` read.
+
+    A body may read any tensor visible in an enclosing scope without listing it as a node
+    input; a cut that keeps ``node`` must keep those tensors too. Nested bodies are
+    followed; names defined inside a body (its inputs, initializers, node outputs) are
+    not reported.
+    """
+    import onnx
+
+    reads: List[str] = []
+    seen: Set[str] = set()
+
+    def visit_graph(g, outer_defined: Set[str]) -> None:
+        local = set(outer_defined)
+        local.update(i.name for i in g.input)
+        local.update(t.name for t in g.initializer)
+        local.update(t.values.name for t in g.sparse_initializer)
+        for n in g.node:
+            for name in n.input:
+                if name and name not in local and name not in seen:
+                    seen.add(name)
+                    reads.append(name)
+            for attr in n.attribute:
+                for sub in _attr_graphs(attr, onnx):
+                    visit_graph(sub, local)
+            local.update(o for o in n.output if o)
+
+    for attr in node.attribute:
+        for sub in _attr_graphs(attr, onnx):
+            visit_graph(sub, set())
+    return reads
+
+
+def _attr_graphs(attr, onnx):
+    if attr.type == onnx.AttributeProto.GRAPH:
+        return [attr.g]
+    if attr.type == onnx.AttributeProto.GRAPHS:
+        return list(attr.graphs)
+    return []
+
+
+def node_reads(node) -> List[str]:
+    """Every tensor ``node`` needs: its non-empty inputs, then what its bodies read from outside."""
+    out = [n for n in node.input if n]
+    for name in subgraph_outer_reads(node):
+        if name not in out:
+            out.append(name)
+    return out
+
+
+def top_tensor_names(model) -> List[str]:
+    """Names of every tensor of the top graph: inputs, initializers, node outputs (in order)."""
+    g = model.graph
+    names: List[str] = []
+    seen: Set[str] = set()
+    for name in [i.name for i in g.input] + [t.name for t in g.initializer] + [
+        t.values.name for t in g.sparse_initializer
+    ]:
+        if name not in seen:
+            seen.add(name)
+            names.append(name)
+    for node in g.node:
+        for name in node.output:
+            if name and name not in seen:
+                seen.add(name)
+                names.append(name)
+    return names
+
+
+# ---------------------------------------------------------------------- copies
+
+
+def _stub_tensor(t):
+    """A shape-only stand-in for a big initializer (dims and type, no data)."""
+    import onnx
+
+    stub = onnx.TensorProto()
+    stub.name = t.name
+    stub.dims.extend(t.dims)
+    stub.data_type = t.data_type
+    stub.data_location = onnx.TensorProto.EXTERNAL
+    entry = stub.external_data.add()
+    entry.key = "location"
+    entry.value = _STUB_LOCATION
+    return stub
+
+
+def _tensor_nbytes(t) -> int:
+    if t.HasField("raw_data"):
+        return len(t.raw_data)
+    n = 1
+    for d in t.dims:
+        n *= d
+    return n * 4
+
+
+def _copy_field(dst, name: str, value) -> None:
+    if hasattr(value, "extend"):  # repeated field
+        getattr(dst, name).extend(value)
+    elif hasattr(value, "CopyFrom"):  # message
+        getattr(dst, name).CopyFrom(value)
+    else:
+        setattr(dst, name, value)
+
+
+def light_copy(model, stub_bytes: int = _STUB_BYTES):
+    """A copy of ``model`` whose big top-level initializers are shape-only stubs.
+
+    Good for shape inference and structure edits; not runnable. The original is untouched
+    and its weights are not copied.
+    """
+    import onnx
+
+    new = onnx.ModelProto()
+    for field, value in model.ListFields():
+        if field.name == "graph":
+            continue
+        _copy_field(new, field.name, value)
+    g = new.graph
+    for field, value in model.graph.ListFields():
+        if field.name == "initializer":
+            continue
+        _copy_field(g, field.name, value)
+    for t in model.graph.initializer:
+        if _tensor_nbytes(t) > stub_bytes or t.data_location == onnx.TensorProto.EXTERNAL:
+            g.initializer.append(_stub_tensor(t))
+        else:
+            g.initializer.append(t)
+    return new
+
+
+def _uses_external_refs(model) -> bool:
+    import onnx
+    from onnx.external_data_helper import _get_all_tensors
+
+    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in _get_all_tensors(model))
+
+
+# ---------------------------------------------------------------------- input shapes
+
+
+def override_input_shapes(model, input_shapes: Mapping[str, Sequence], *, inplace: bool = False):
+    """Fix the dims of graph inputs: ``{"x": (1, 3, 224, 224)}``.
+
+    Returns the updated model (a copy unless ``inplace``). A name that is not a graph
+    input, or a shape whose rank differs from the input's known rank, is an InputError.
+    Dims may be ints, names (symbolic) or None (unknown). Stale shapes of intermediate
+    tensors (``value_info``) are dropped so that shape inference recomputes them.
+    """
+    import onnx
+
+    if not input_shapes:
+        return model if inplace else _copy(model)
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    inputs = {vi.name: vi for vi in g.input if vi.name not in inits}
+    for name, shape in input_shapes.items():
+        if name not in inputs:
+            known = ", ".join(inputs) or "(none)"
+            raise InputError(f"'{name}' is not an input of the model; its inputs are: {known}")
+        if shape is None:
+            raise InputError(f"input '{name}': a shape is needed, e.g. {name}:[1,3,224,224]")
+        vi = inputs[name]
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+            rank = len(vi.type.tensor_type.shape.dim)
+            if rank != len(shape):
+                raise InputError(
+                    f"input '{name}' has rank {rank} but the shape given, {format_spec_shape(tuple(shape))}, "
+                    f"has rank {len(shape)}"
+                )
+        if vi.type.WhichOneof("value") not in (None, "tensor_type"):
+            raise InputError(f"input '{name}' is not a tensor; its shape cannot be set")
+    out = model if inplace else _copy(model)
+    g = out.graph
+    for vi in g.input:
+        if vi.name not in input_shapes or vi.name in inits:
+            continue
+        shape = input_shapes[vi.name]
+        tt = vi.type.tensor_type
+        tt.ClearField("shape")
+        tshape = tt.shape
+        tshape.SetInParent()
+        for d in shape:
+            dim = tshape.dim.add()
+            if isinstance(d, int) and d >= 0:
+                dim.dim_value = int(d)
+            elif isinstance(d, str) and d:
+                dim.dim_param = d
+    del g.value_info[:]
+    _ = onnx  # keep the import visible for readers
+    return out
+
+
+def _copy(model):
+    import onnx
+
+    new = onnx.ModelProto()
+    new.CopyFrom(model)
+    return new
+
+
+# ---------------------------------------------------------------------- inference
+
+
+def _meta_of_initializer(t) -> TensorMeta:
+    from toolkit.core.meta import dtype_from_onnx
+
+    return TensorMeta(t.name, tuple(int(d) for d in t.dims), dtype_from_onnx(t.data_type))
+
+
+def _collect_inferred(inferred) -> Dict[str, TensorMeta]:
+    from toolkit.core.model import value_info_meta
+
+    g = inferred.graph
+    metas: Dict[str, TensorMeta] = {}
+    for vi in list(g.value_info) + list(g.output) + list(g.input):
+        meta = value_info_meta(vi)
+        old = metas.get(vi.name)
+        if old is None or _score(meta) > _score(old):
+            metas[vi.name] = meta
+    for t in g.initializer:
+        metas[t.name] = _meta_of_initializer(t)
+    for st in g.sparse_initializer:
+        from toolkit.core.meta import dtype_from_onnx
+
+        metas[st.values.name] = TensorMeta(st.values.name, tuple(int(d) for d in st.dims), dtype_from_onnx(st.values.data_type))
+    return metas
+
+
+def _score(meta: TensorMeta) -> int:
+    s = 0
+    if meta.dtype:
+        s += 1
+    if meta.shape is not None:
+        s += 2 + sum(1 for d in meta.shape if d is not None)
+    return s
+
+
+_NON_TENSOR_KINDS = ("sequence_type", "map_type", "optional_type", "sparse_tensor_type", "opaque_type")
+
+
+def is_complete(meta: Optional[TensorMeta]) -> bool:
+    """True when dtype, rank and every dim are known (symbolic dims count as known).
+
+    Non-tensor values (sequences, maps, optionals) count as complete: they have no shape.
+    """
+    if meta is not None and meta.dtype in _NON_TENSOR_KINDS:
+        return True
+    return bool(meta and meta.dtype and meta.shape is not None and all(d is not None for d in meta.shape))
+
+
+def _is_missing(meta: Optional[TensorMeta]) -> bool:
+    """Rank or dtype unknown (non-tensor values are never missing)."""
+    if meta is not None and meta.dtype in _NON_TENSOR_KINDS:
+        return False
+    return meta is None or not meta.dtype or meta.shape is None
+
+
+def infer_tensor_meta(
+    model,
+    *,
+    input_shapes: Optional[Mapping[str, Sequence]] = None,
+    force_fallback: bool = False,
+    fallback: bool = True,
+    names: Optional[Iterable[str]] = None,
+    external_data_dir: Optional[str] = None,
+) -> Dict[str, TensorMeta]:
+    """Shape and dtype of every tensor of the top graph, keyed by name.
+
+    Graph inputs, initializers and every node output are included. ``input_shapes``
+    (``{name: shape}``) fixes dynamic graph inputs first. ONNX shape inference with data
+    propagation runs first; where it leaves a tensor's rank or dtype unknown (or an
+    unnamed dim unknown), or always with ``force_fallback``, and ``fallback`` is True,
+    the model runs once on ONNX-Runtime on generated inputs with every tensor marked as
+    an output, and the real shapes and dtypes are read back.
+
+    ``names`` limits which tensors must be known to avoid the fallback (default: all).
+    The fallback needs every graph input's shape to be fixed; a dynamic input without a
+    shape in ``input_shapes`` is an InputError naming it when the fallback is forced or a
+    tensor's rank or dtype is still unknown (unknown single dims are then left as None).
+    Tensors nothing could describe stay with shape/dtype None. Never modifies ``model``.
+    ``external_data_dir`` is where weights live for models loaded without their
+    external data (needed only by the fallback).
+    """
+    work = light_copy(model)
+    if input_shapes:
+        override_input_shapes(work, dict(input_shapes), inplace=True)
+
+    metas: Dict[str, TensorMeta] = {}
+    all_names = top_tensor_names(work)
+    if not force_fallback:
+        from toolkit.core.model import infer_shapes
+
+        inferred = infer_shapes(work, data_prop=True)
+        metas = _collect_inferred(inferred)
+        del inferred
+    else:
+        metas = _collect_inferred(work)
+
+    wanted = list(names) if names is not None else all_names
+    need_missing = [n for n in wanted if _is_missing(metas.get(n))]
+    need_partial = [n for n in wanted if not _is_missing(metas.get(n)) and not is_complete(metas.get(n))]
+
+    run_fallback = fallback and (force_fallback or need_missing or need_partial)
+    if run_fallback:
+        dynamic = _unfixed_inputs(work)
+        must = force_fallback or bool(need_missing)
+        if dynamic:
+            if must:
+                name, shape = dynamic[0]
+                why = "to run ONNX-Runtime for shapes" if force_fallback else (
+                    f"to find the shape of '{need_missing[0]}' by running ONNX-Runtime"
+                )
+                raise InputError(
+                    f"input '{name}' has a dynamic shape {format_spec_shape(shape)}; give it {why} with "
+                    f"--model-input-shapes {name}:[...]"
+                )
+        else:
+            try:
+                found = _run_for_shapes(model, work, input_shapes, external_data_dir)
+            except InputError:
+                if must:
+                    raise
+                found = {}
+            for name, meta in found.items():
+                old = metas.get(name)
+                if force_fallback or old is None or not is_complete(old):
+                    metas[name] = meta
+
+    # Every tensor of the top graph appears in the result.
+    result: Dict[str, TensorMeta] = {}
+    for name in all_names:
+        result[name] = metas.get(name) or TensorMeta(name)
+    return result
+
+
+def _unfixed_inputs(model):
+    """Graph inputs (not initializers) whose shape is not fully static: [(name, shape)]."""
+    from toolkit.core.model import graph_io_meta
+
+    ins, _ = graph_io_meta(model)
+    out = []
+    for m in ins:
+        if m.shape is None or any(not isinstance(d, int) for d in m.shape):
+            out.append((m.name, m.shape))
+    return out
+
+
+def _generate_feed(model, seed: int = 1) -> Dict[str, object]:
+    import numpy as np
+
+    from toolkit.core.meta import dtype_to_numpy
+    from toolkit.core.model import graph_io_meta
+
+    rng = np.random.default_rng(seed)
+    feed = {}
+    ins, _ = graph_io_meta(model)
+    for m in ins:
+        if not m.dtype:
+            raise InputError(f"input '{m.name}' has no tensor type; cannot run ONNX-Runtime for shapes")
+        dtype = dtype_to_numpy(m.dtype)
+        shape = tuple(int(d) for d in m.shape)
+        if dtype.kind == "f":
+            feed[m.name] = rng.random(shape, dtype=np.float64).astype(dtype)
+        elif dtype.kind == "b":
+            feed[m.name] = np.ones(shape, dtype=bool)
+        elif dtype.kind in "iu":
+            feed[m.name] = np.ones(shape, dtype=dtype)
+        elif dtype.kind == "O":
+            feed[m.name] = np.full(shape, "a", dtype=object)
+        else:
+            feed[m.name] = np.zeros(shape, dtype=dtype)
+    return feed
+
+
+def _run_for_shapes(original, work, input_shapes, external_data_dir) -> Dict[str, TensorMeta]:
+    """Run ``original`` (with ``work``'s input shapes) on ORT, every tensor an output."""
+    import os
+    import tempfile
+
+    import onnx
+
+    from toolkit.core.meta import dtype_from_numpy
+    from toolkit.core.model import PROTOBUF_LIMIT, load_external_data_into
+
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise InputError(
+            "ONNX-Runtime is needed to find tensor shapes that ONNX shape inference cannot; install onnxruntime"
+        ) from None
+
+    # A runnable copy that shares nothing mutable with the caller's model.
+    runnable = onnx.ModelProto()
+    runnable.CopyFrom(original)
+    if input_shapes:
+        override_input_shapes(runnable, dict(input_shapes), inplace=True)
+    if _uses_external_refs(runnable):
+        if external_data_dir is None:
+            raise InputError(
+                "the model's weights are stored outside it and were not loaded; pass --external-data-dir "
+                "so ONNX-Runtime can run it for shapes"
+            )
+        load_external_data_into(runnable, external_data_dir)
+    g = runnable.graph
+    have = {o.name for o in g.output}
+    skip = {i.name for i in g.input} | {t.name for t in g.initializer}
+    for node in g.node:
+        for name in node.output:
+            if name and name not in have and name not in skip:
+                have.add(name)
+                g.output.add().name = name
+    feed = _generate_feed(runnable)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    try:
+        if runnable.ByteSize() > PROTOBUF_LIMIT:
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "model.onnx")
+                onnx.save_model(runnable, path, save_as_external_data=True, location="weights.data")
+                del runnable
+                sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        else:
+            sess = ort.InferenceSession(runnable.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            del runnable
+        out_names = [o.name for o in sess.get_outputs()]
+        values = sess.run(out_names, feed)
+    except InputError:
+        raise
+    except Exception as exc:  # ORT raises its own exception types
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(f"running the model on ONNX-Runtime to find tensor shapes failed: {msg}") from None
+
+    import numpy as np
+
+    found: Dict[str, TensorMeta] = {}
+    for name, value in zip(out_names, values):
+        if isinstance(value, np.ndarray):
+            found[name] = TensorMeta(name, tuple(int(d) for d in value.shape), dtype_from_numpy(value.dtype))
+    for name, value in feed.items():
+        found[name] = TensorMeta(name, tuple(int(d) for d in value.shape), dtype_from_numpy(value.dtype))
+    return found
