@@ -1,0 +1,429 @@
+"""Describe a model or a data file: as a plain dict (for JSON) and as text lines.
+
+The text format is stable and grep-able (see GUIDE §6): node lines look like
+``Node 0    | conv1 [Op: Conv]``, tensors like ``{x [dtype=float32, shape=(1, 3)]}``.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+from toolkit.core.meta import TensorMeta, dtype_from_onnx, format_shape
+
+INDENT = "    "
+
+
+@dataclass(frozen=True)
+class Show:
+    """What to include: nodes ("layers"), their attributes, and weight values."""
+
+    layers: bool = False
+    attrs: bool = False
+    weights: bool = False
+
+    @classmethod
+    def from_mode(cls, mode: str) -> "Show":
+        mode = (mode or "none").lower()
+        table = {
+            "none": cls(),
+            "basic": cls(layers=True),
+            "attrs": cls(layers=True, attrs=True),
+            "full": cls(layers=True, attrs=True, weights=True),
+        }
+        if mode not in table:
+            from toolkit.core.errors import UsageError
+
+            raise UsageError(f"unknown --mode '{mode}'; use one of: none, basic, attrs, full")
+        return table[mode]
+
+    @classmethod
+    def from_words(cls, words) -> "Show":
+        from toolkit.core.errors import UsageError
+
+        allowed = {"layers", "attrs", "weights"}
+        flags = set()
+        for w in words or ():
+            w = w.lower()
+            if w not in allowed:
+                raise UsageError(f"unknown --show value '{w}'; use any of: layers, attrs, weights")
+            flags.add(w)
+        # attributes and weights are shown under nodes, so they imply layers
+        layers = bool(flags)
+        return cls(layers=layers or "layers" in flags, attrs="attrs" in flags, weights="weights" in flags)
+
+    def union(self, other: "Show") -> "Show":
+        return Show(self.layers or other.layers, self.attrs or other.attrs, self.weights or other.weights)
+
+
+# --------------------------------------------------------------------------- tensors
+
+
+def _tensor_proto_meta(t) -> TensorMeta:
+    return TensorMeta(t.name, tuple(int(d) for d in t.dims), dtype_from_onnx(t.data_type))
+
+
+def _meta_dict(meta: TensorMeta) -> dict:
+    return {"name": meta.name, "dtype": meta.dtype, "shape": None if meta.shape is None else list(meta.shape)}
+
+
+def _meta_text(meta: TensorMeta, prefix: str = "") -> str:
+    dt = meta.dtype or "?"
+    return f"{prefix}{meta.name} [dtype={dt}, shape={format_shape(meta.shape)}]"
+
+
+def _meta_list_text(entries: List[str]) -> str:
+    return "{" + ", ".join(entries) + "}"
+
+
+def summarize_array(arr, show_values: bool = False, max_elems: int = 12) -> dict:
+    """Statistics of an array (mean, std, min, max, ...) and optionally its values."""
+    import numpy as np
+
+    arr = np.asarray(arr)
+    info: dict = {"dtype": str(arr.dtype), "shape": list(arr.shape), "size": int(arr.size)}
+    if arr.size and arr.dtype.kind in "biufV":  # V: bfloat16/float8 from ml_dtypes
+        try:
+            data = arr if arr.dtype.kind == "f" and arr.dtype.itemsize >= 4 else arr.astype(np.float64)
+            finite = np.isfinite(data) if data.dtype.kind == "f" else None
+            n_nan = int(np.isnan(data).sum()) if data.dtype.kind == "f" else 0
+            n_inf = int(np.isinf(data).sum()) if data.dtype.kind == "f" else 0
+            vals = data[finite] if finite is not None and not finite.all() else data
+            if vals.size:
+                info.update(
+                    mean=float(np.mean(vals)),
+                    std=float(np.std(vals)),
+                    min=float(np.min(vals)),
+                    max=float(np.max(vals)),
+                    median=float(np.median(vals)),
+                )
+            if n_nan:
+                info["nan"] = n_nan
+            if n_inf:
+                info["inf"] = n_inf
+        except (TypeError, ValueError):
+            pass
+    if show_values:
+        info["values"] = arr.tolist()
+    elif arr.size and arr.size <= max_elems and arr.dtype.kind in "biuf":
+        info["values"] = arr.tolist()
+    return info
+
+
+def stats_text(info: dict) -> str:
+    if "mean" not in info:
+        return "empty" if not info.get("size") else "no statistics for this dtype"
+    parts = [f"mean={info['mean']:.6g}", f"std={info['std']:.6g}", f"min={info['min']:.6g}", f"max={info['max']:.6g}"]
+    if info.get("nan"):
+        parts.append(f"nan={info['nan']}")
+    if info.get("inf"):
+        parts.append(f"inf={info['inf']}")
+    return ", ".join(parts)
+
+
+def values_text(arr, full: bool) -> str:
+    import numpy as np
+
+    opts = dict(threshold=sys.maxsize if full else 24, edgeitems=3, max_line_width=110, precision=6)
+    return np.array2string(np.asarray(arr), **opts)
+
+
+# --------------------------------------------------------------------------- graphs
+
+
+def _attr_value(attr, show: Show, depth: int):
+    """(json value, text) for an attribute; subgraphs are returned separately."""
+    from onnx import AttributeProto, helper
+
+    t = attr.type
+    if t == AttributeProto.FLOAT:
+        return float(attr.f), repr(float(attr.f))
+    if t == AttributeProto.INT:
+        return int(attr.i), str(int(attr.i))
+    if t == AttributeProto.STRING:
+        s = attr.s.decode("utf-8", errors="replace")
+        return s, repr(s)
+    if t == AttributeProto.FLOATS:
+        v = [float(x) for x in attr.floats]
+        return v, str(v)
+    if t == AttributeProto.INTS:
+        v = [int(x) for x in attr.ints]
+        return v, str(v)
+    if t == AttributeProto.STRINGS:
+        v = [x.decode("utf-8", errors="replace") for x in attr.strings]
+        return v, str(v)
+    if t == AttributeProto.TENSOR:
+        meta = _tensor_proto_meta(attr.t)
+        d = _meta_dict(meta)
+        text = f"Tensor [dtype={meta.dtype}, shape={format_shape(meta.shape)}]"
+        try:
+            from onnx import numpy_helper
+
+            arr = numpy_helper.to_array(attr.t)
+            if show.weights or arr.size <= 8:
+                d["values"] = arr.tolist()
+                text += " " + values_text(arr, show.weights).replace("\n", " ")
+        except Exception:
+            pass
+        return d, text
+    if t in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
+        return None, None
+    try:
+        v = helper.get_attribute_value(attr)
+        return str(v), str(v)
+    except Exception:
+        return None, "<unreadable>"
+
+
+class GraphDescriber:
+    """Builds the description of one (sub)graph, resolving tensor metadata in scope."""
+
+    def __init__(self, show: Show, outer: Optional[Dict[str, TensorMeta]] = None, outer_inits=None):
+        self.show = show
+        self.outer = dict(outer or {})
+        self.outer_inits = set(outer_inits or ())
+
+    def describe(self, graph) -> dict:
+        from toolkit.core.model import value_info_meta
+
+        metas: Dict[str, TensorMeta] = dict(self.outer)
+        for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+            m = value_info_meta(vi)
+            metas[m.name] = m
+        init_metas = [_tensor_proto_meta(t) for t in graph.initializer]
+        inits = {m.name for m in init_metas}
+        for m in init_metas:
+            metas.setdefault(m.name, m)
+        all_inits = inits | self.outer_inits
+
+        desc: dict = {
+            "name": graph.name,
+            "inputs": [_meta_dict(value_info_meta(vi)) for vi in graph.input if vi.name not in inits],
+            "outputs": [_meta_dict(value_info_meta(vi)) for vi in graph.output],
+            "initializers": [],
+            "node_count": len(graph.node),
+        }
+        for t, m in zip(graph.initializer, init_metas):
+            entry = _meta_dict(m)
+            if self.show.weights:
+                entry.update(self._weight_summary(t))
+            desc["initializers"].append(entry)
+        if self.show.layers:
+            desc["nodes"] = [self._node(i, n, metas, all_inits) for i, n in enumerate(graph.node)]
+        return desc
+
+    def _weight_summary(self, t) -> dict:
+        from onnx.external_data_helper import uses_external_data
+
+        if uses_external_data(t) and not t.raw_data:
+            return {"values": None, "note": "external data not loaded"}
+        try:
+            from onnx import numpy_helper
+
+            arr = numpy_helper.to_array(t)
+        except Exception as exc:
+            return {"values": None, "note": f"unreadable: {exc}"}
+        info = summarize_array(arr)
+        info["preview"] = values_text(arr, full=False)
+        info.pop("dtype", None)
+        info.pop("shape", None)
+        return info
+
+    def _node(self, index: int, node, metas: Dict[str, TensorMeta], inits) -> dict:
+        from onnx import AttributeProto
+
+        def tensor(name: str) -> dict:
+            if name == "":
+                return {"name": "", "omitted": True}
+            m = metas.get(name, TensorMeta(name))
+            d = _meta_dict(m)
+            if name in inits:
+                d["initializer"] = True
+            return d
+
+        entry = {
+            "index": index,
+            "name": node.name,
+            "op": node.op_type,
+            "domain": node.domain or "",
+            "inputs": [tensor(n) for n in node.input],
+            "outputs": [tensor(n) for n in node.output],
+        }
+        attrs = {}
+        subgraphs = []
+        for attr in node.attribute:
+            if attr.type == AttributeProto.GRAPH:
+                subgraphs.append((attr.name, attr.g))
+            elif attr.type == AttributeProto.GRAPHS:
+                subgraphs.extend((f"{attr.name}[{k}]", g) for k, g in enumerate(attr.graphs))
+            elif self.show.attrs:
+                value, text = _attr_value(attr, self.show, 0)
+                attrs[attr.name] = {"value": value, "text": text}
+        if self.show.attrs:
+            entry["attributes"] = attrs
+        if subgraphs:
+            inner = GraphDescriber(self.show, metas, inits)
+            entry["subgraphs"] = {name: inner.describe(g) for name, g in subgraphs}
+        return entry
+
+
+def describe_model(model, show: Show, infer: bool = True) -> dict:
+    """Describe ``model``; with ``infer`` (default), ONNX shape inference fills in the dtype
+    and shape of intermediate tensors where it can (the model itself is not modified)."""
+    graph = model.graph
+    if infer and show.layers:
+        from toolkit.core.model import infer_shapes
+
+        inferred = infer_shapes(model)
+        graph = inferred.graph
+        if inferred is not model:
+            # keep the original initializers (inference copies may lack loaded data)
+            graph = _with_value_info(model.graph, inferred.graph)
+    graph_desc = GraphDescriber(show).describe(graph)
+    opsets = {(o.domain or "ai.onnx"): int(o.version) for o in model.opset_import}
+    return {
+        "name": model.graph.name,
+        "ir_version": int(model.ir_version),
+        "opsets": opsets,
+        "producer": (model.producer_name + (" " + model.producer_version if model.producer_version else "")).strip(),
+        "functions": [f"{f.domain}.{f.name}" if f.domain else f.name for f in model.functions],
+        "graph": graph_desc,
+    }
+
+
+def _with_value_info(original, inferred):
+    """A shallow stand-in graph: the original's fields plus the inferred value_info."""
+
+    class _G:
+        pass
+
+    g = _G()
+    for field in ("name", "input", "output", "initializer", "node"):
+        setattr(g, field, getattr(original, field))
+    g.value_info = list(original.value_info) + list(inferred.value_info)
+    return g
+
+
+# --------------------------------------------------------------------------- text
+
+
+def _tensor_text(d: dict) -> str:
+    if d.get("omitted"):
+        return "<omitted>"
+    meta = TensorMeta(d["name"], None if d["shape"] is None else tuple(d["shape"]), d["dtype"])
+    return _meta_text(meta, "Initializer | " if d.get("initializer") else "")
+
+
+def _graph_lines(g: dict, show: Show, ind: str) -> List[str]:
+    lines = []
+    lines.append(f"{ind}---- {len(g['inputs'])} Graph Input(s) ----")
+    lines.append(ind + _meta_list_text([_tensor_text(t) for t in g["inputs"]]))
+    lines.append("")
+    lines.append(f"{ind}---- {len(g['outputs'])} Graph Output(s) ----")
+    lines.append(ind + _meta_list_text([_tensor_text(t) for t in g["outputs"]]))
+    lines.append("")
+    lines.append(f"{ind}---- {len(g['initializers'])} Initializer(s) ----")
+    if show.weights:
+        for t in g["initializers"]:
+            lines.append(f"{ind}Initializer | {_tensor_text(t)}")
+            if t.get("values", 0) is None:
+                lines.append(f"{ind}    ({t.get('note', 'no values')})")
+            else:
+                lines.append(f"{ind}    Stats: {stats_text(t)}")
+                for vl in str(t.get("preview", "")).splitlines():
+                    lines.append(f"{ind}    {vl}")
+    else:
+        lines.append(ind + _meta_list_text([_tensor_text(t) for t in g["initializers"]]))
+    lines.append("")
+    lines.append(f"{ind}---- {g['node_count']} Node(s) ----")
+    for node in g.get("nodes", ()):
+        lines.extend(_node_lines(node, show, ind))
+    return lines
+
+
+def _node_lines(node: dict, show: Show, ind: str) -> List[str]:
+    op = node["op"] if not node["domain"] or node["domain"] == "ai.onnx" else f"{node['op']} ({node['domain']})"
+    head = f"Node {node['index']:<4} | {node['name']} [Op: {op}]"
+    pad = ind + " " * len(f"Node {node['index']:<4} ")
+    lines = [ind + head]
+    lines.append(pad + _meta_list_text([_tensor_text(t) for t in node["inputs"]]))
+    lines.append(pad + "-> " + _meta_list_text([_tensor_text(t) for t in node["outputs"]]))
+    attrs = node.get("attributes")
+    if attrs:
+        lines.append(pad + "---- Attributes ----")
+        for name, a in attrs.items():
+            lines.append(f"{pad}{node['name']}.{name} = {a['text']}")
+    for name, sub in node.get("subgraphs", {}).items():
+        lines.append(f"{pad}---- Subgraph: {name} ({sub['name']}) ----")
+        lines.extend(_graph_lines(sub, show, pad + INDENT))
+    return lines
+
+
+def model_text(desc: dict, show: Show) -> List[str]:
+    opsets = ", ".join(f"{d} {v}" if d != "ai.onnx" else f"{v}" for d, v in desc["opsets"].items())
+    lines = ["==== ONNX Model ===="]
+    lines.append(
+        f"{INDENT}Name: {desc['name']} | ONNX Opset: {opsets or '?'} | IR version: {desc['ir_version']}"
+    )
+    if desc["producer"]:
+        lines.append(f"{INDENT}Producer: {desc['producer']}")
+    if desc["functions"]:
+        lines.append(f"{INDENT}Functions: {', '.join(desc['functions'])}")
+    lines.append("")
+    lines.extend(_graph_lines(desc["graph"], show, INDENT))
+    return lines
+
+
+def describe_data(data, show_values: bool = False) -> dict:
+    """Description of a loaded data file (a list of feeds, or RunResults)."""
+    from toolkit.core.datafiles import RunResults
+
+    def feed_desc(feed) -> list:
+        return [dict(name=name, **summarize_array(feed[name], show_values)) for name in feed]
+
+    if isinstance(data, RunResults):
+        return {
+            "kind": "outputs",
+            "runners": [
+                {
+                    "runner": runner,
+                    "iterations": [
+                        {"runtime": it.runtime, "tensors": feed_desc(it.outputs)} for it in iters
+                    ],
+                }
+                for runner, iters in data.runs
+            ],
+        }
+    return {"kind": "inputs", "iterations": [{"tensors": feed_desc(feed)} for feed in data]}
+
+
+def data_text(desc: dict, show_values: bool = False) -> List[str]:
+    def tensor_lines(t: dict, ind: str) -> List[str]:
+        meta = TensorMeta(t["name"], tuple(t["shape"]), t["dtype"])
+        out = [f"{ind}{_meta_text(meta)} | {stats_text(t)}"]
+        if show_values and "values" in t:
+            import numpy as np
+
+            for vl in values_text(np.asarray(t["values"]), full=True).splitlines():
+                out.append(f"{ind}    {vl}")
+        return out
+
+    lines: List[str] = []
+    if desc["kind"] == "inputs":
+        its = desc["iterations"]
+        lines.append(f"==== Inputs file: {len(its)} iteration(s) ====")
+        for k, it in enumerate(its):
+            lines.append(f"{INDENT}---- Iteration {k}: {len(it['tensors'])} tensor(s) ----")
+            for t in it["tensors"]:
+                lines.extend(tensor_lines(t, INDENT))
+        return lines
+    runners = desc["runners"]
+    lines.append(f"==== Outputs file: {len(runners)} runner(s) ====")
+    for r in runners:
+        lines.append(f"{INDENT}---- {r['runner']}: {len(r['iterations'])} iteration(s) ----")
+        for k, it in enumerate(r["iterations"]):
+            lines.append(f"{INDENT}Iteration {k} ({len(it['tensors'])} tensor(s), runtime {it['runtime'] * 1000:.3f} ms)")
+            for t in it["tensors"]:
+                lines.extend(tensor_lines(t, INDENT * 2))
+    return lines
