@@ -256,6 +256,8 @@ def parse_tensor_spec(
         rest = head
     elif tail is not None and not allow_shape and tail.startswith(("[", "(")):
         raise UsageError(f"'{spec}': a shape is not accepted here; write name or name:dtype")
+    if rest.count("[") != rest.count("]") and rest not in names:
+        raise UsageError(f"unbalanced brackets in '{spec}'; write e.g. x:[1,3,224,224]:float32")
     if not rest:
         raise UsageError(f"'{spec}' has no tensor name; write e.g. x:[1,3,224,224]:float32")
     return TensorMeta(rest, shape, dtype)

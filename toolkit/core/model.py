@@ -100,20 +100,34 @@ def load_model(
     return model
 
 
+def external_data_locations(model) -> list:
+    """Relative file names of every external data file the model references."""
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    locations = []
+    for t in _get_all_tensors(model):
+        if uses_external_data(t):
+            for entry in t.external_data:
+                if entry.key == "location" and entry.value not in locations:
+                    locations.append(entry.value)
+    return locations
+
+
 def load_external_data_into(model, base_dir: str, path: str = "") -> None:
     from onnx.external_data_helper import load_external_data_for_model
 
     if not os.path.isdir(base_dir):
         raise InputError(f"{base_dir}: external data folder does not exist")
+    for loc in external_data_locations(model):
+        full = os.path.join(base_dir, loc)
+        if not os.path.isfile(full):
+            raise InputError(
+                f"{describe(path)}: external data file {loc} not found in {base_dir}; "
+                "put it beside the model or pass --external-data-dir"
+            )
     try:
         load_external_data_for_model(model, base_dir)
-    except FileNotFoundError as exc:
-        missing = exc.filename or str(exc)
-        raise InputError(
-            f"{describe(path)}: external data file {missing} not found; "
-            "put it beside the model or pass --external-data-dir"
-        ) from None
-    except (OSError, ValueError) as exc:
+    except Exception as exc:  # onnx raises ValidationError, OSError, ValueError...
         raise InputError(f"{describe(path)}: cannot load external data: {exc}") from None
 
 
