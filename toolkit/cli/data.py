@@ -1,9 +1,57 @@
-"""`toolkit data` commands (being built)."""
+"""``toolkit data``: work with inputs and outputs files (JSON or .npz)."""
 
 from __future__ import annotations
+
+from typing import List
 
 import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
+from toolkit.cli.options import Annotated, command_kwargs
+from toolkit.cli.output import log
 
-app = typer.Typer(help="data commands.", **SUBAPP_SETTINGS)
+app = typer.Typer(help="Work with inputs and outputs data files (JSON or .npz).", **SUBAPP_SETTINGS)
+
+FilesArg = Annotated[
+    List[str],
+    typer.Argument(help="Inputs files and/or outputs files (JSON or .npz; '-' for stdin).", metavar="FILE..."),
+]
+OutOpt = Annotated[
+    str,
+    typer.Option("-o", "--output", help="Where to write the merged inputs file (.json or .npz; '-' for stdout)."),
+]
+
+
+def _to_input(files: List[str], output: str) -> None:
+    from toolkit.core.datafiles import load_data, merge_to_inputs, save_inputs
+    from toolkit.core.errors import UsageError
+    from toolkit.core.model import check_output_path
+
+    if not files:
+        raise UsageError("give at least one inputs or outputs file")
+    if files.count("-") > 1:
+        raise UsageError("stdin ('-') can be read only once")
+    check_output_path(output)
+    datasets = [load_data(f) for f in files]
+    merged = merge_to_inputs(datasets)
+    save_inputs(output, merged)
+    names = {n for feed in merged for n in feed}
+    where = "<stdout>" if output == "-" else output
+    log(f"Merged {len(files)} file(s) into {len(merged)} iteration(s) of {len(names)} tensor(s): {where}")
+
+
+@app.command("to-input", **command_kwargs())
+def to_input(files: FilesArg, output: OutOpt) -> None:
+    """Merge inputs files and outputs files into one inputs file.
+
+    Iteration k of every file goes into feed k (later files win when a name appears
+    twice); an outputs file contributes each of its runners' iteration k. Use it to turn
+    saved inputs plus layerwise outputs into inputs for any subgraph of the model.
+    """
+    _to_input(files, output)
+
+
+@app.command("merge", **command_kwargs())
+def merge(files: FilesArg, output: OutOpt) -> None:
+    """The same command as `data to-input`."""
+    _to_input(files, output)

@@ -1,14 +1,440 @@
-"""`toolkit run` (being built)."""
+"""``toolkit run``: run a model on ONNX-Runtime (TensorRT later), save and compare results.
+
+Thin layer: options -> :class:`toolkit.core.runplan.RunOptions` -> ``execute`` -> render.
+Logs, tables and the final PASSED/FAILED line go to stderr; stdout only carries data
+(``--save-outputs -`` / ``--save-inputs -``).
+"""
 
 from __future__ import annotations
 
+import shlex
+import sys
+from typing import List, Optional
+
 import typer
 
-from toolkit.cli.options import command_kwargs
+from toolkit.cli.options import (
+    Annotated,
+    ExternalDataDirOpt,
+    InputShapesOpt,
+    ModelArg,
+    SeedOpt,
+    ToolkitCommand,
+    command_kwargs,
+)
+from toolkit.cli.output import err_console, is_terminal, log, warn
+
+_ARGV_KEY = "toolkit.run.argv"
+
+
+class RunCommand(ToolkitCommand):
+    """Remembers the command line (for the final PASSED/FAILED line and runner order)."""
+
+    def parse_args(self, ctx, args):
+        ctx.meta[_ARGV_KEY] = list(args)
+        return super().parse_args(ctx, args)
+
+
+ListOpt = Optional[List[str]]
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("run", **command_kwargs())
-    def run_command(model: str = typer.Argument(..., help="Model to run.")) -> None:
-        """Run inference on ONNX-Runtime or TensorRT and compare results."""
-        raise typer.Exit(3)
+    @app.command("run", **command_kwargs(cls=RunCommand))
+    def run_command(
+        ctx: typer.Context,
+        model: ModelArg,
+        onnxrt: Annotated[bool, typer.Option("--onnxrt", help="Run the model with ONNX-Runtime.")] = False,
+        trt: Annotated[
+            bool, typer.Option("--trt", help="Run the model with TensorRT (needs: pip install 'toolkit[trt]').")
+        ] = False,
+        providers: Annotated[
+            ListOpt,
+            typer.Option(
+                "--providers",
+                help="ONNX-Runtime execution providers in priority order: cpu (default), cuda, trt, ... "
+                "or full names such as CUDAExecutionProvider.",
+            ),
+        ] = None,
+        ort_optimization: Annotated[
+            Optional[str],
+            typer.Option(
+                "--ort-optimization",
+                help="ONNX-Runtime graph optimization level: disable, basic, extended or all (default).",
+            ),
+        ] = None,
+        seed: SeedOpt = None,
+        val_range: Annotated[
+            ListOpt,
+            typer.Option(
+                "--val-range",
+                help="Range of generated values: [lo,hi] for every input, name:[lo,hi] for one "
+                "(also name:lo,hi without brackets). Integers get the integers in [lo,hi]. Default [0,1].",
+            ),
+        ] = None,
+        input_shapes: InputShapesOpt = None,
+        iterations: Annotated[
+            Optional[int], typer.Option("--iterations", help="Number of inference iterations (default 1).")
+        ] = None,
+        load_inputs: Annotated[
+            ListOpt,
+            typer.Option(
+                "--load-inputs",
+                help="Inputs file(s) (JSON or .npz) to feed instead of generated data; their iterations "
+                "are used in order. Files may hold more tensors than the model needs.",
+            ),
+        ] = None,
+        save_inputs: Annotated[
+            Optional[str], typer.Option("--save-inputs", help="Save the inputs fed to the model (.json or .npz).")
+        ] = None,
+        load_outputs: Annotated[
+            ListOpt,
+            typer.Option(
+                "--load-outputs",
+                help="Outputs file(s) (JSON or .npz) to compare against; outputs are matched by name.",
+            ),
+        ] = None,
+        save_outputs: Annotated[
+            Optional[str],
+            typer.Option("--save-outputs", help="Save the outputs (.json or .npz; '-' writes JSON to stdout)."),
+        ] = None,
+        onnx_outputs: Annotated[
+            ListOpt,
+            typer.Option(
+                "--onnx-outputs",
+                help="Tensors to return instead of the model's outputs: 'mark all' or '*' (every "
+                "output of every node of the top graph), names, or glob patterns.",
+            ),
+        ] = None,
+        onnx_exclude_outputs: Annotated[
+            ListOpt,
+            typer.Option("--onnx-exclude-outputs", help="Names or glob patterns to leave out of the outputs."),
+        ] = None,
+        atol: Annotated[
+            ListOpt,
+            typer.Option("--atol", help="Absolute tolerance: a value for every output and/or name:value."),
+        ] = None,
+        rtol: Annotated[
+            ListOpt,
+            typer.Option("--rtol", help="Relative tolerance: a value for every output and/or name:value."),
+        ] = None,
+        check_error_stat: Annotated[
+            ListOpt,
+            typer.Option(
+                "--check-error-stat",
+                help="What to check against the tolerances: elemwise (default), max, mean or median; "
+                "also per output as name:stat.",
+            ),
+        ] = None,
+        validate: Annotated[
+            bool, typer.Option("--validate", help="Fail when an output holds NaN or Inf values.")
+        ] = False,
+        external_data_dir: ExternalDataDirOpt = None,
+        quiet: Annotated[
+            bool,
+            typer.Option("-q", "--quiet", help="Only print warnings, failures and the final PASSED/FAILED line."),
+        ] = False,
+    ) -> None:
+        """Run a model on ONNX-Runtime with generated or loaded inputs, save inputs and
+        outputs, and compare results (several runners and/or loaded outputs files are
+        compared in consecutive pairs).
+
+        Exit codes: 0 passed; 1 a comparison or --validate failed, or inference failed;
+        2 bad options; 3 bad model or data file; 4 missing backend.
+        """
+        from toolkit.core.runplan import RunOptions
+
+        argv = ctx.meta.get(_ARGV_KEY) or []
+        command = "toolkit run " + " ".join(shlex.quote(a) for a in argv)
+        runners = _runner_order(argv, onnxrt=onnxrt, trt=trt)
+        opts = RunOptions(
+            model=model,
+            runners=runners,
+            providers=list(providers or []),
+            onnx_outputs=list(onnx_outputs or []),
+            onnx_exclude_outputs=list(onnx_exclude_outputs or []),
+            external_data_dir=external_data_dir,
+            ort_optimization=ort_optimization,
+            seed=seed,
+            val_range=list(val_range or []),
+            input_shapes=list(input_shapes or []),
+            iterations=iterations,
+            load_inputs=list(load_inputs or []),
+            save_inputs=save_inputs,
+            load_outputs=list(load_outputs or []),
+            save_outputs=save_outputs,
+            atol=list(atol or []),
+            rtol=list(rtol or []),
+            check_error_stat=list(check_error_stat or []),
+            validate=validate,
+        )
+        code = run_and_render(opts, command, quiet=quiet)
+        if code:
+            raise typer.Exit(code)
+
+
+def _runner_order(argv: List[str], *, onnxrt: bool, trt: bool) -> List[str]:
+    """Runners in the order their flags appear on the command line."""
+    flags = {"--onnxrt": "onnxrt", "--trt": "trt"}
+    wanted = {"onnxrt": onnxrt, "trt": trt}
+    order: List[str] = []
+    for tok in argv:
+        if tok == "--":
+            break
+        kind = flags.get(tok)
+        if kind and wanted[kind] and kind not in order:
+            order.append(kind)
+    for kind, on in wanted.items():
+        if on and kind not in order:
+            order.append(kind)
+    return order
+
+
+def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
+    """Execute ``opts``, print logs/tables to stderr, return the exit code (0 or 1)."""
+    from toolkit.backends.onnxrt import InferenceError
+    from toolkit.core.runplan import execute
+
+    reporter = CliReporter(quiet=quiet)
+    try:
+        report = execute(opts, reporter)
+    except InferenceError as exc:
+        reporter.close()
+        log(f"error: {exc.message}", style="red")
+        _final(False, command, [])
+        return 1
+    finally:
+        reporter.close()
+    for pair in report.comparisons:
+        render_comparison(pair, quiet=quiet)
+    for problem in report.problems:
+        log(f"FAILED | validation | {problem.describe()}", style="red")
+    if opts.validate and not report.problems and not quiet:
+        log("PASSED | validation | no NaN or Inf in any output", style="green")
+    _final(report.passed, command, report.mismatched())
+    return 0 if report.passed else 1
+
+
+def _final(passed: bool, command: str, mismatched: List[str]) -> None:
+    if passed:
+        log(f"PASSED | Command: {command}", style="bold green")
+    else:
+        tail = f" | mismatched: {', '.join(mismatched)}" if mismatched else ""
+        log(f"FAILED | Command: {command}{tail}", style="bold red")
+
+
+# --------------------------------------------------------------------------- progress logs
+
+
+def _fmt_ms(seconds: float) -> str:
+    return f"{seconds * 1000:.3f} ms"
+
+
+class CliReporter:
+    """Renders run progress on stderr: Rich on a terminal, plain lines otherwise."""
+
+    def __init__(self, quiet: bool = False):
+        self.quiet = quiet
+        self.rich = is_terminal(sys.stderr)
+        self._progress = None
+        self._task = None
+
+    # Reporter protocol (see toolkit.core.runplan.Reporter)
+    def note(self, message: str) -> None:
+        self._print(f"warning: {message}", style="yellow")
+
+    def info(self, message: str) -> None:
+        if not self.quiet:
+            self._print(message)
+
+    def runner_start(self, runner) -> None:
+        if self.quiet:
+            return
+        self._print(f"{runner.name} | Activating and starting inference")
+
+    def iterations_start(self, runner_name: str, total: int) -> None:
+        if self.rich and total > 1:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TimeElapsedColumn(),
+                console=err_console(),
+                transient=True,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task(f"{runner_name}", total=total)
+
+    def iteration(self, runner_name, index, feed, outputs, seconds) -> None:
+        if not self.quiet:
+            self._print_iteration(runner_name, index, feed, outputs, seconds)
+        if self._progress is not None:
+            self._progress.advance(self._task)
+
+    def runner_done(self, runner_name, times) -> None:
+        self._stop_progress()
+        if self.quiet:
+            return
+        total = sum(times)
+        avg = total / len(times) if times else 0.0
+        self._print(
+            f"{runner_name} | Completed {len(times)} iteration(s) in {_fmt_ms(total)} | "
+            f"Average inference time: {_fmt_ms(avg)}"
+        )
+
+    def saved(self, what: str, path: str) -> None:
+        if not self.quiet:
+            self._print(f"Saved {what} to {'<stdout>' if path == '-' else path}")
+
+    def close(self) -> None:
+        self._stop_progress()
+
+    # helpers
+    def _stop_progress(self) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+            self._progress = None
+            self._task = None
+
+    def _print(self, text: str, style: Optional[str] = None) -> None:
+        if self._progress is not None:
+            self._progress.console.print(text, style=style, markup=False, highlight=False)
+        else:
+            log(text, style=style)
+
+    def _print_iteration(self, runner_name, index, feed, outputs, seconds) -> None:
+        from toolkit.core.meta import dtype_from_numpy, format_meta
+
+        def metas(mapping):
+            return [format_meta(n, tuple(v.shape), dtype_from_numpy(v.dtype)) for n, v in mapping.items()]
+
+        lines = [f"{runner_name} | Iteration {index} | {_fmt_ms(seconds)}", "    ---- Inference Input(s) ----"]
+        lines += [f"    {m}" for m in metas(feed)]
+        lines.append("    ---- Inference Output(s) ----")
+        lines += [f"    {m}" for m in metas(outputs)]
+        if self.rich:
+            from rich.text import Text
+
+            con = self._progress.console if self._progress is not None else err_console()
+            text = Text()
+            text.append(lines[0] + "\n", style="bold cyan")
+            for ln in lines[1:]:
+                text.append(ln + "\n", style="dim" if ln.strip().startswith("----") else None)
+            con.print(text, end="")
+        else:
+            sys.stderr.write("\n".join(lines) + "\n")
+            sys.stderr.flush()
+
+
+# --------------------------------------------------------------------------- comparisons
+
+
+def _g(x: Optional[float]) -> str:
+    if x is None:
+        return "-"
+    return f"{x:.5g}"
+
+
+def render_comparison(pair, *, quiet: bool = False) -> None:
+    """One comparison (A vs B) as a Rich table per iteration on a terminal, else plain lines."""
+    rich = is_terminal(sys.stderr)
+    for note in pair.notes:
+        log(f"warning: {note}", style="yellow")
+    header = f"Comparing {pair.label_a} vs {pair.label_b}"
+    if not quiet:
+        log(header, style="bold")
+    for it in pair.iterations:
+        rows = it.outputs if not quiet else [o for o in it.outputs if not o.passed]
+        if not quiet:
+            extra = []
+            if it.only_a:
+                shown = ", ".join(it.only_a[:5]) + (" ..." if len(it.only_a) > 5 else "")
+                extra.append(f"{len(it.only_a)} only in {pair.label_a}: {shown}")
+            if it.only_b:
+                extra.append(f"{len(it.only_b)} only in {pair.label_b}")
+            tail = f" (not compared: {'; '.join(extra)})" if extra else ""
+            log(f"  Iteration {it.index} | {len(it.outputs)} output(s) compared{tail}")
+        if not rows:
+            continue
+        if quiet and rows:
+            log(header if len(pair.iterations) == 1 else f"{header} | iteration {it.index}", style="bold")
+        if rich:
+            _rich_table(rows)
+        else:
+            for o in rows:
+                log("    " + _plain_row(o))
+    n_it = len(pair.iterations)
+    ok_it = sum(1 for it in pair.iterations if it.passed)
+    if pair.passed:
+        if not quiet:
+            log(f"  PASSED | {pair.label_a} vs {pair.label_b} | {ok_it}/{n_it} iteration(s) matched", style="green")
+    else:
+        log(
+            f"  FAILED | {pair.label_a} vs {pair.label_b} | {ok_it}/{n_it} iteration(s) matched | "
+            f"mismatched: {', '.join(pair.mismatched())}",
+            style="red",
+        )
+
+
+def _verdict(o) -> str:
+    return "PASSED" if o.passed else "FAILED"
+
+
+def _plain_row(o) -> str:
+    head = f"{_verdict(o)} | {o.name}"
+    if o.message:
+        return f"{head} | {o.message}"
+    dt = "" if o.dtype_a == o.dtype_b else f" | dtypes {o.dtype_a} vs {o.dtype_b}"
+    med = ""
+    if o.stat == "median":
+        med = f", median abs {_g(o.median_abs)}, median rel {_g(o.median_rel)}"
+    bad = f" | {o.mismatches} of {o.size} element(s) out of tolerance" if o.mismatches and not o.passed else ""
+    return (
+        f"{head} | max abs {_g(o.max_abs)}, mean abs {_g(o.mean_abs)}, max rel {_g(o.max_rel)}, "
+        f"mean rel {_g(o.mean_rel)}{med} | would pass with atol {_g(o.required_atol)} or rtol "
+        f"{_g(o.required_rtol)} ({o.stat}) | tolerance atol {_g(o.atol)}, rtol {_g(o.rtol)}{dt}{bad}"
+    )
+
+
+def _rich_table(rows) -> None:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
+    for col, just in (
+        ("", "left"),
+        ("Output", "left"),
+        ("Max abs", "right"),
+        ("Mean abs", "right"),
+        ("Max rel", "right"),
+        ("Mean rel", "right"),
+        ("Passes with", "left"),
+        ("Tolerance", "left"),
+        ("Notes", "left"),
+    ):
+        table.add_column(col, justify=just, no_wrap=col == "Output")
+    for o in rows:
+        verdict = Text(_verdict(o), style="green" if o.passed else "bold red")
+        if o.message:
+            table.add_row(verdict, Text(o.name), "-", "-", "-", "-", "-", "-", Text(o.message, style="red"))
+            continue
+        notes = []
+        if o.dtype_a != o.dtype_b:
+            notes.append(f"dtypes {o.dtype_a} vs {o.dtype_b}")
+        if o.mismatches and not o.passed:
+            notes.append(f"{o.mismatches}/{o.size} elements off")
+        if o.stat == "median":
+            notes.append(f"median abs {_g(o.median_abs)}, rel {_g(o.median_rel)}")
+        table.add_row(
+            verdict,
+            Text(o.name),
+            _g(o.max_abs),
+            _g(o.mean_abs),
+            _g(o.max_rel),
+            _g(o.mean_rel),
+            Text(f"atol {_g(o.required_atol)} | rtol {_g(o.required_rtol)} ({o.stat})"),
+            Text(f"atol {_g(o.atol)}, rtol {_g(o.rtol)}"),
+            Text("; ".join(notes)),
+        )
+    err_console().print(table)

@@ -1,0 +1,88 @@
+"""The one interface every inference backend implements.
+
+A runner is used like this::
+
+    with runner:                              # activate() ... deactivate()
+        metas = runner.input_metadata()       # [TensorMeta(name, shape, dtype), ...]
+        outputs = runner.infer(feed)          # {name: ndarray}, feed holds exactly the inputs
+        seconds = runner.last_inference_time
+
+``activate`` does the expensive set-up (an ONNX-Runtime session, a TensorRT engine and
+context); ``infer`` must not cast or reshape what it is given: the caller
+(:mod:`toolkit.core.runplan`) checks names, dtypes and shapes against
+``input_metadata`` first. Backends import their heavy modules inside methods, never at
+module level, and raise :class:`toolkit.core.errors.ToolkitError` subclasses with one
+clear sentence for anything a user can cause.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional
+
+from toolkit.core.errors import ToolkitError
+from toolkit.core.meta import TensorMeta
+
+
+class Runner:
+    """Base class of the inference backends (ONNX-Runtime now, TensorRT later)."""
+
+    #: Short, stable name; used as the runner name in saved outputs files.
+    name: str = "runner"
+
+    def __init__(self, name: Optional[str] = None):
+        if name:
+            self.name = name
+        self.is_active = False
+        self.last_inference_time = 0.0
+
+    # -------------------------------------------------------------- lifecycle
+    def activate(self) -> None:
+        """Do the one-off set-up; idempotent."""
+        if not self.is_active:
+            self._activate()
+            self.is_active = True
+
+    def deactivate(self) -> None:
+        """Release what ``activate`` acquired; safe to call twice."""
+        if self.is_active:
+            try:
+                self._deactivate()
+            finally:
+                self.is_active = False
+
+    def __enter__(self) -> "Runner":
+        self.activate()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.deactivate()
+
+    # -------------------------------------------------------------- queries
+    def input_metadata(self) -> List[TensorMeta]:
+        """The inputs ``infer`` needs, in the model's order (shape/dtype may be partly unknown)."""
+        raise NotImplementedError
+
+    def summary(self) -> str:
+        """One line describing the active backend (e.g. its providers), or ''."""
+        return ""
+
+    def output_names(self) -> List[str]:
+        """The names ``infer`` returns, in order."""
+        raise NotImplementedError
+
+    # -------------------------------------------------------------- inference
+    def infer(self, feed: Mapping) -> Dict[str, object]:
+        """Run one inference; sets ``last_inference_time`` (seconds of the backend call only)."""
+        if not self.is_active:
+            raise ToolkitError(f"{self.name}: infer() called before activate()")
+        return self._infer(feed)
+
+    # -------------------------------------------------------------- for subclasses
+    def _activate(self) -> None:
+        raise NotImplementedError
+
+    def _deactivate(self) -> None:
+        pass
+
+    def _infer(self, feed: Mapping) -> Dict[str, object]:
+        raise NotImplementedError

@@ -1,0 +1,296 @@
+"""The ONNX-Runtime runner.
+
+When the model's outputs are kept as they are, the session is created straight from
+the model's path (no protobuf parse in Python, ONNX-Runtime reads external data beside
+the model). When outputs are marked (``--onnx-outputs``), the model is parsed without its
+external weights, its outputs are replaced, and the session is created from the bytes,
+with ONNX-Runtime pointed at the folder holding the external data.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from toolkit.backends.base import Runner
+from toolkit.core.errors import DependencyError, InputError, ToolkitError, ExitCode
+from toolkit.core.meta import TensorMeta
+from toolkit.core.model import STDIO, check_readable_file, describe
+
+# Short spellings accepted by --providers (case-insensitive) -> ONNX-Runtime names.
+PROVIDER_ALIASES = {
+    "cpu": "CPUExecutionProvider",
+    "cuda": "CUDAExecutionProvider",
+    "trt": "TensorrtExecutionProvider",
+    "tensorrt": "TensorrtExecutionProvider",
+    "rocm": "ROCMExecutionProvider",
+    "migraphx": "MIGraphXExecutionProvider",
+    "dml": "DmlExecutionProvider",
+    "directml": "DmlExecutionProvider",
+    "openvino": "OpenVINOExecutionProvider",
+    "coreml": "CoreMLExecutionProvider",
+    "azure": "AzureExecutionProvider",
+    "qnn": "QNNExecutionProvider",
+    "xnnpack": "XnnpackExecutionProvider",
+}
+
+# ONNX-Runtime type strings -> toolkit dtype names.
+_ORT_TYPES = {
+    "float": "float32",
+    "double": "float64",
+    "float16": "float16",
+    "bfloat16": "bfloat16",
+    "int8": "int8",
+    "int16": "int16",
+    "int32": "int32",
+    "int64": "int64",
+    "uint8": "uint8",
+    "uint16": "uint16",
+    "uint32": "uint32",
+    "uint64": "uint64",
+    "bool": "bool",
+    "string": "string",
+    "float8e4m3fn": "float8e4m3fn",
+    "float8e4m3fnuz": "float8e4m3fnuz",
+    "float8e5m2": "float8e5m2",
+    "float8e5m2fnuz": "float8e5m2fnuz",
+    "int4": "int4",
+    "uint4": "uint4",
+}
+
+EXTERNAL_DIR_KEY = "session.model_external_initializers_file_folder_path"
+
+
+class InferenceError(ToolkitError):
+    """The backend failed while running the model (exit code 1: the run failed)."""
+
+    exit_code = ExitCode.FAILED
+
+
+def _import_ort():
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        raise DependencyError("onnxruntime is not installed; install it with: pip install onnxruntime") from None
+    return onnxruntime
+
+
+def resolve_providers(names: Optional[Sequence[str]]) -> List[str]:
+    """``["cpu", "cuda"]`` -> ONNX-Runtime provider names; DependencyError if one is not available."""
+    ort = _import_ort()
+    available = list(ort.get_available_providers())
+    if not names:
+        return ["CPUExecutionProvider"]
+    by_lower = {p.lower(): p for p in available}
+    out: List[str] = []
+    for raw in names:
+        for name in (n for n in raw.split(",") if n.strip()):
+            key = name.strip().lower()
+            full = PROVIDER_ALIASES.get(key, None)
+            if full is None:
+                full = by_lower.get(key) or by_lower.get(key + "executionprovider") or name.strip()
+            if full not in available:
+                raise DependencyError(
+                    f"ONNX-Runtime execution provider '{name.strip()}' is not available in this installation; "
+                    f"available: {', '.join(available)}"
+                )
+            if full not in out:
+                out.append(full)
+    return out
+
+
+def ort_type_to_dtype(type_str: str) -> Optional[str]:
+    """``tensor(float)`` -> ``float32``; None for non-tensor types (sequences, maps)."""
+    if not type_str.startswith("tensor(") or not type_str.endswith(")"):
+        return None
+    inner = type_str[len("tensor(") : -1]
+    return _ORT_TYPES.get(inner, inner)
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip()
+    return text if text else type(exc).__name__
+
+
+class OnnxrtRunner(Runner):
+    """Runs an ONNX model with ONNX-Runtime.
+
+    Args:
+        model_path: path of the model, or ``-`` for stdin.
+        providers: execution providers (short names accepted); CPU by default.
+        outputs: ``--onnx-outputs`` words (``["mark", "all"]``, ``["*"]``, names, globs);
+            None keeps the model's outputs.
+        exclude_outputs: names or globs removed from the outputs.
+        external_data_dir: where the model's external weights are (default: its folder).
+        model: an already loaded ``onnx.ModelProto`` to use instead of reading ``model_path``
+            (it is modified in place when outputs are marked).
+        graph_optimization: ONNX-Runtime graph optimization level name
+            (``disable``, ``basic``, ``extended``, ``all``); default ``all``.
+    """
+
+    name = "onnxrt-runner"
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        providers: Optional[Sequence[str]] = None,
+        outputs: Optional[Sequence[str]] = None,
+        exclude_outputs: Optional[Sequence[str]] = None,
+        external_data_dir: Optional[str] = None,
+        model=None,
+        graph_optimization: Optional[str] = None,
+        name: Optional[str] = None,
+    ):
+        super().__init__(name)
+        self.model_path = model_path
+        self.providers_requested = list(providers or [])
+        self.outputs_requested = list(outputs or [])
+        self.exclude_outputs = list(exclude_outputs or [])
+        self.external_data_dir = external_data_dir
+        self.model = model
+        self.graph_optimization = graph_optimization
+        self.providers: List[str] = []
+        self.notes: List[str] = []  # warnings worth showing the user
+        self._session = None
+        self._inputs: List[TensorMeta] = []
+        self._output_names: List[str] = []
+
+    # ------------------------------------------------------------------ set-up
+    def _needs_onnx(self) -> bool:
+        return bool(
+            self.model is not None
+            or self.outputs_requested
+            or self.exclude_outputs
+            or self.model_path == STDIO
+        )
+
+    def _session_options(self, ort):
+        so = ort.SessionOptions()
+        so.log_severity_level = 3  # errors only; warnings about unused initializers are noise here
+        if self.graph_optimization:
+            levels = {
+                "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+                "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+                "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+                "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+            }
+            key = self.graph_optimization.lower()
+            if key not in levels:
+                raise InputError(
+                    f"unknown ONNX-Runtime optimization level '{self.graph_optimization}'; "
+                    f"use one of: {', '.join(levels)}"
+                )
+            so.graph_optimization_level = levels[key]
+        return so
+
+    def _model_source(self, so):
+        """Path or bytes for InferenceSession; marks outputs when asked."""
+        if not self._needs_onnx():
+            check_readable_file(self.model_path)
+            if self.external_data_dir is None:
+                return self.model_path
+        from toolkit.core.layerwise import select_outputs, set_outputs
+        from toolkit.core.model import PROTOBUF_LIMIT, load_model
+
+        model = self.model
+        if model is None:
+            model = load_model(self.model_path, load_external_data=False)
+        if self.outputs_requested or self.exclude_outputs:
+            names = select_outputs(model, self.outputs_requested, self.exclude_outputs)
+            set_outputs(model, names)
+        if _uses_external_data(model):
+            base = self.external_data_dir
+            if base is None:
+                base = os.getcwd() if self.model_path == STDIO else os.path.dirname(os.path.abspath(self.model_path))
+            if not os.path.isdir(base):
+                raise InputError(f"{base}: external data folder does not exist")
+            so.add_session_config_entry(EXTERNAL_DIR_KEY, base)
+        if model.ByteSize() > PROTOBUF_LIMIT:
+            raise InputError(
+                f"{describe(self.model_path)}: model is over 2 GB with its weights inside; "
+                "save it with external data first"
+            )
+        return model.SerializeToString()
+
+    def _activate(self) -> None:
+        ort = _import_ort()
+        self.providers = resolve_providers(self.providers_requested)
+        so = self._session_options(ort)
+        source = self._model_source(so)
+        try:
+            sess = ort.InferenceSession(source, sess_options=so, providers=self.providers)
+        except Exception as exc:  # ORT raises its own exception types (Fail, InvalidGraph, ...)
+            raise InputError(
+                f"{describe(self.model_path)}: ONNX-Runtime cannot load the model: {_first_line(exc)}"
+            ) from None
+        finally:
+            del source
+        self._session = sess
+        self._inputs = [
+            TensorMeta(arg.name, _shape_of(arg.shape), ort_type_to_dtype(arg.type)) for arg in sess.get_inputs()
+        ]
+        names: List[str] = []
+        skipped: List[str] = []
+        explicit = [w for w in self.outputs_requested if w not in ("mark", "all") and not any(c in w for c in "*?[")]
+        for arg in sess.get_outputs():
+            if ort_type_to_dtype(arg.type) is None:
+                if arg.name in explicit or not self.outputs_requested:
+                    self._session = None
+                    raise InputError(
+                        f"output '{arg.name}' has type {arg.type}, which is not a tensor; "
+                        "toolkit can only return and compare tensors (use --onnx-exclude-outputs)"
+                    )
+                skipped.append(arg.name)
+                continue
+            names.append(arg.name)
+        if skipped:
+            self.notes.append(f"not returning {len(skipped)} non-tensor output(s): {', '.join(skipped)}")
+        self._output_names = names
+
+    def _deactivate(self) -> None:
+        self._session = None
+
+    # ------------------------------------------------------------------ queries
+    def input_metadata(self) -> List[TensorMeta]:
+        return list(self._inputs)
+
+    def summary(self) -> str:
+        return f"ONNX-Runtime session with providers: {', '.join(self.providers)}"
+
+    def output_names(self) -> List[str]:
+        return list(self._output_names)
+
+    # ------------------------------------------------------------------ inference
+    def _infer(self, feed: Mapping) -> Dict[str, object]:
+        sess = self._session
+        start = time.perf_counter()
+        try:
+            values = sess.run(self._output_names, feed if isinstance(feed, dict) else dict(feed))
+        except Exception as exc:
+            if isinstance(exc, (KeyboardInterrupt, MemoryError)):
+                raise
+            raise InferenceError(f"{self.name}: inference failed: {_first_line(exc)}") from None
+        self.last_inference_time = time.perf_counter() - start
+        return dict(zip(self._output_names, values))
+
+
+def _shape_of(shape) -> Optional[tuple]:
+    if shape is None:
+        return None
+    out = []
+    for d in shape:
+        if isinstance(d, int):
+            out.append(d if d >= 0 else None)
+        elif isinstance(d, str) and d:
+            out.append(d)
+        else:
+            out.append(None)
+    return tuple(out)
+
+
+def _uses_external_data(model) -> bool:
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    return any(uses_external_data(t) for t in _get_all_tensors(model))

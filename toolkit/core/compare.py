@@ -1,0 +1,303 @@
+"""Comparing result sets: tolerances, error statistics, pass/fail per output.
+
+Rules
+- Result sets are compared in consecutive pairs (A vs B, B vs C, ...). Within a pair,
+  iteration k is compared with iteration k, and an output is compared only when both
+  sides have a tensor of that exact name.
+- Errors: ``abs = |a - b|`` and ``rel = abs / |b|`` (B, the later set, is the reference,
+  e.g. a loaded golden file). Where ``b == 0``: ``rel = 0`` if ``a == 0`` too, else ``inf``.
+- Checks (``--check-error-stat``): ``elemwise`` (default) passes when every element has
+  ``abs <= atol`` or ``rel <= rtol``; ``max``/``mean``/``median`` pass when that statistic
+  of ``abs`` is ``<= atol`` or that statistic of ``rel`` is ``<= rtol``.
+- The tolerance that would have passed is that statistic's ``abs`` (as an atol alone)
+  or its ``rel`` (as an rtol alone); for ``elemwise`` it is the maximum.
+- Defaults: atol 1e-5 and rtol 1e-5 for floating-point outputs. Integer and bool
+  outputs compare exactly unless a tolerance is given (globally or for that output).
+- NaN: a NaN on both sides at the same element counts as equal; a NaN on one side only
+  is an error of ``inf`` (fails any tolerance). Infinities of the same sign are equal.
+- Different shapes fail that output (nothing is broadcast or reshaped). Different dtypes
+  are compared by value (both sides promoted), and the dtypes are shown.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from toolkit.core.errors import UsageError
+from toolkit.core.meta import parse_named_values
+
+DEFAULT_ATOL = 1e-5
+DEFAULT_RTOL = 1e-5
+ERROR_STATS = ("elemwise", "max", "mean", "median")
+
+
+def _parse_stat(text: str) -> str:
+    key = text.strip().lower()
+    if key not in ERROR_STATS:
+        raise ValueError(f"use one of: {', '.join(ERROR_STATS)}")
+    return key
+
+
+def _parse_tol(text: str) -> float:
+    val = float(text)
+    if math.isnan(val) or val < 0:
+        raise ValueError("tolerances are numbers >= 0")
+    return val
+
+
+@dataclass
+class Tolerances:
+    """Global and per-output tolerances and error statistic."""
+
+    atol: Optional[float] = None  # None: default (DEFAULT_ATOL for floats, exact for ints)
+    rtol: Optional[float] = None
+    check_error_stat: str = "elemwise"
+    per_atol: Dict[str, float] = field(default_factory=dict)
+    per_rtol: Dict[str, float] = field(default_factory=dict)
+    per_stat: Dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, atol=None, rtol=None, check_error_stat=None) -> "Tolerances":
+        """From option lists such as ``["1e-3", "out:1e-2"]`` (UsageError when malformed)."""
+        ga, pa = parse_named_values(atol or [], _parse_tol, "--atol value")
+        gr, pr = parse_named_values(rtol or [], _parse_tol, "--rtol value")
+        gs, ps = parse_named_values(check_error_stat or [], _parse_stat, "--check-error-stat value")
+        return cls(ga, gr, gs or "elemwise", pa, pr, ps)
+
+    def for_output(self, name: str, exact_kind: bool) -> Tuple[float, float, str]:
+        """(atol, rtol, stat) for output ``name``; ``exact_kind`` for integer/bool outputs."""
+        stat = self.per_stat.get(name, self.check_error_stat)
+        atol = self.per_atol.get(name, self.atol)
+        rtol = self.per_rtol.get(name, self.rtol)
+        if exact_kind and atol is None and rtol is None:
+            return 0.0, 0.0, stat
+        return (DEFAULT_ATOL if atol is None else atol), (DEFAULT_RTOL if rtol is None else rtol), stat
+
+    def names(self) -> List[str]:
+        return sorted(set(self.per_atol) | set(self.per_rtol) | set(self.per_stat))
+
+
+@dataclass
+class OutputComparison:
+    """The comparison of one output of one iteration."""
+
+    name: str
+    passed: bool
+    shape_a: tuple
+    shape_b: tuple
+    dtype_a: str
+    dtype_b: str
+    atol: float
+    rtol: float
+    stat: str
+    max_abs: float = float("nan")
+    mean_abs: float = float("nan")
+    max_rel: float = float("nan")
+    mean_rel: float = float("nan")
+    median_abs: Optional[float] = None
+    median_rel: Optional[float] = None
+    mismatches: int = 0  # elements failing the elementwise check
+    size: int = 0
+    message: str = ""  # why it failed when no numbers apply (shape mismatch)
+
+    @property
+    def required_atol(self) -> float:
+        """The atol that would have passed on its own (for the chosen statistic)."""
+        return {"mean": self.mean_abs, "median": self.median_abs}.get(self.stat, self.max_abs)
+
+    @property
+    def required_rtol(self) -> float:
+        return {"mean": self.mean_rel, "median": self.median_rel}.get(self.stat, self.max_rel)
+
+
+@dataclass
+class IterationComparison:
+    index: int
+    outputs: List[OutputComparison]
+    only_a: List[str]
+    only_b: List[str]
+
+    @property
+    def passed(self) -> bool:
+        return all(o.passed for o in self.outputs)
+
+
+@dataclass
+class PairComparison:
+    """Result set A against result set B (B is the reference)."""
+
+    label_a: str
+    label_b: str
+    iterations: List[IterationComparison]
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(it.passed for it in self.iterations)
+
+    @property
+    def compared(self) -> int:
+        return sum(len(it.outputs) for it in self.iterations)
+
+    def mismatched(self) -> List[str]:
+        seen: Dict[str, None] = {}
+        for it in self.iterations:
+            for o in it.outputs:
+                if not o.passed:
+                    seen.setdefault(o.name, None)
+        return list(seen)
+
+
+def _dtype_name(arr) -> str:
+    from toolkit.core.meta import dtype_from_numpy
+
+    return dtype_from_numpy(arr.dtype)
+
+
+def _work_dtype(a, b):
+    """The float dtype both sides are compared in."""
+    import numpy as np
+
+    if a.dtype == np.float64 or b.dtype == np.float64:
+        return np.float64
+    kinds = {a.dtype.kind, b.dtype.kind}
+    if kinds <= {"f", "b"} or (a.dtype.kind == "f" and b.dtype.kind == "f"):
+        return np.float32
+    # integers (and ints vs floats): float64 keeps every int32 exact and int64 up to 2**53
+    return np.float64
+
+
+def compare_arrays(name: str, a, b, atol: float, rtol: float, stat: str = "elemwise") -> OutputComparison:
+    """Compare one output (``a`` against the reference ``b``)."""
+    import numpy as np
+
+    a = np.asarray(a)
+    b = np.asarray(b)
+    res = OutputComparison(
+        name, True, tuple(a.shape), tuple(b.shape), _dtype_name(a), _dtype_name(b), atol, rtol, stat, size=int(b.size)
+    )
+    if a.shape != b.shape:
+        res.passed = False
+        res.message = f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}"
+        return res
+    if a.dtype.kind in "OUS" or b.dtype.kind in "OUS":
+        eq = a == b
+        res.mismatches = int(a.size - np.count_nonzero(eq))
+        res.passed = res.mismatches == 0
+        err = 0.0 if res.passed else math.inf
+        res.max_abs = res.mean_abs = res.max_rel = res.mean_rel = err
+        res.median_abs = res.median_rel = err
+        if not res.passed:
+            res.message = f"{res.mismatches} of {a.size} strings differ"
+        return res
+    if a.size == 0:
+        res.max_abs = res.mean_abs = res.max_rel = res.mean_rel = 0.0
+        res.median_abs = res.median_rel = 0.0
+        return res
+
+    wdt = _work_dtype(a, b)
+    fa = a.astype(wdt, copy=False)
+    fb = b.astype(wdt, copy=False)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        absd = np.abs(fa - fb)  # new array
+        # inf - inf (same sign) gives NaN: equal infinities are equal
+        special = ~np.isfinite(absd)
+        if special.any():
+            same = (fa == fb) | (np.isnan(fa) & np.isnan(fb))
+            absd[special & same] = 0
+            absd[special & ~same] = np.inf
+        absb = np.abs(fb)
+        rel = np.divide(absd, absb, out=np.zeros_like(absd), where=absb != 0)
+        rel[(absb == 0) & (absd != 0)] = np.inf
+        elem_bad = (absd > atol) & (rel > rtol)
+    res.mismatches = int(np.count_nonzero(elem_bad))
+    res.max_abs = float(absd.max())
+    res.max_rel = float(rel.max())
+    with np.errstate(over="ignore", invalid="ignore"):
+        res.mean_abs = float(absd.mean(dtype=np.float64))
+        res.mean_rel = float(rel.mean(dtype=np.float64))
+    if stat == "median":
+        res.median_abs = float(np.median(absd))
+        res.median_rel = float(np.median(rel))
+    if stat == "elemwise":
+        res.passed = res.mismatches == 0
+    else:
+        sa, sr = res.required_atol, res.required_rtol
+        res.passed = bool(sa <= atol or sr <= rtol)
+    return res
+
+
+def _exact_kind(a, b) -> bool:
+    return a.dtype.kind in "biu" and b.dtype.kind in "biu"
+
+
+def compare_iteration(index: int, outs_a: Mapping, outs_b: Mapping, tol: Tolerances) -> IterationComparison:
+    """Compare the outputs two iterations have in common (by exact name, in A's order)."""
+    import numpy as np
+
+    common = [n for n in outs_a if n in outs_b]
+    only_a = [n for n in outs_a if n not in outs_b]
+    only_b = [n for n in outs_b if n not in outs_a]
+    results = []
+    for name in common:
+        a = np.asarray(outs_a[name])
+        b = np.asarray(outs_b[name])
+        atol, rtol, stat = tol.for_output(name, _exact_kind(a, b))
+        results.append(compare_arrays(name, a, b, atol, rtol, stat))
+    return IterationComparison(index, results, only_a, only_b)
+
+
+def compare_pair(label_a: str, iters_a: Sequence[Mapping], label_b: str, iters_b: Sequence[Mapping], tol: Tolerances) -> PairComparison:
+    """Compare two result sets iteration by iteration (only the iterations both have)."""
+    notes = []
+    if len(iters_a) != len(iters_b):
+        notes.append(
+            f"{label_a} has {len(iters_a)} iteration(s) and {label_b} has {len(iters_b)}; "
+            f"comparing the first {min(len(iters_a), len(iters_b))}"
+        )
+    its = [compare_iteration(k, a, b, tol) for k, (a, b) in enumerate(zip(iters_a, iters_b))]
+    return PairComparison(label_a, label_b, its, notes)
+
+
+def check_tolerance_names(tol: Tolerances, known: Sequence[str]) -> List[str]:
+    """Notes for per-output tolerances that name no compared output."""
+    names = set(known)
+    return [f"a tolerance is given for '{n}', which no compared result has" for n in tol.names() if n not in names]
+
+
+@dataclass
+class ValidationProblem:
+    label: str
+    iteration: int
+    name: str
+    nans: int
+    infs: int
+
+    def describe(self) -> str:
+        parts = []
+        if self.nans:
+            parts.append(f"{self.nans} NaN")
+        if self.infs:
+            parts.append(f"{self.infs} Inf")
+        return f"{self.label} | iteration {self.iteration} | '{self.name}' has {' and '.join(parts)} value(s)"
+
+
+def validate_outputs(label: str, iterations: Sequence[Mapping]) -> List[ValidationProblem]:
+    """NaN/Inf check of every floating-point output (``--validate``)."""
+    import numpy as np
+
+    problems = []
+    for k, outs in enumerate(iterations):
+        for name in outs:
+            arr = np.asarray(outs[name])
+            if arr.dtype.kind in "biuOUSM":
+                continue  # integers, bools and strings hold no NaN/Inf
+            with np.errstate(invalid="ignore"):
+                a = arr if arr.dtype.kind in "fc" else arr.astype(np.float32)  # bfloat16/float8
+                nans = int(np.count_nonzero(np.isnan(a)))
+                infs = int(np.count_nonzero(np.isinf(a)))
+            if nans or infs:
+                problems.append(ValidationProblem(label, k, name, nans, infs))
+    return problems

@@ -1,0 +1,225 @@
+"""Input data for a run: generated (seeded, ranged, shaped) or taken from loaded files.
+
+Generated data
+    Floats are uniform in ``[lo, hi)`` (default ``[0, 1)``). Integers are uniform over the
+    integers in ``[lo, hi]`` (both ends included; the range is clipped to the dtype, and
+    an empty range such as ``[0.2, 0.8]`` falls back to ``lo`` rounded down). Bools are
+    random ``False``/``True``. The same seed, ranges and shapes give the same data.
+    Dynamic dims (symbolic or unknown) take their value from ``--input-shapes``, else 1.
+
+Loaded data
+    A feed may hold more tensors than the model needs (a layerwise inputs file); the model
+    gets exactly its own inputs. A missing input, a different dtype or a different shape
+    is an :class:`InputError`: nothing is cast or reshaped behind the user's back.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+from toolkit.core.errors import InputError, UsageError
+from toolkit.core.meta import TensorMeta, format_shape, parse_named_values
+
+DEFAULT_SEED = 1
+DEFAULT_RANGE = (0.0, 1.0)
+DEFAULT_DIM = 1
+
+_NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf"
+
+
+def _parse_range(text: str) -> Tuple[float, float]:
+    s = text.strip()
+    if (s.startswith("[") and s.endswith("]")) or (s.startswith("(") and s.endswith(")")):
+        s = s[1:-1]
+    parts = [p.strip() for p in s.split(",")]
+    if len(parts) != 2 or not all(re.fullmatch(_NUM, p, flags=re.IGNORECASE) for p in parts):
+        raise ValueError("write a range as [lo,hi], e.g. [0,1] or x:[-1,1] (or x:-1,1 without brackets)")
+    lo, hi = float(parts[0]), float(parts[1])
+    if math.isnan(lo) or math.isnan(hi):
+        raise ValueError("range ends must be numbers")
+    if lo > hi:
+        raise ValueError(f"low end {parts[0]} is above high end {parts[1]}")
+    return lo, hi
+
+
+@dataclass
+class ValueRanges:
+    """Value ranges for generated data: one default and per input name."""
+
+    default: Tuple[float, float] = DEFAULT_RANGE
+    per_input: Dict[str, Tuple[float, float]] = field(default_factory=dict)
+
+    def for_input(self, name: str) -> Tuple[float, float]:
+        return self.per_input.get(name, self.default)
+
+
+def parse_val_ranges(specs: Optional[Sequence[str]]) -> ValueRanges:
+    """``["[0,1]", "x:[-1,1]", "mask:0,1"]`` -> ValueRanges (UsageError if malformed)."""
+    glob, per = parse_named_values(specs or [], _parse_range, "--val-range value")
+    return ValueRanges(glob if glob is not None else DEFAULT_RANGE, per)
+
+
+def check_names(what: str, names: Sequence[str], metas: Sequence[TensorMeta]) -> None:
+    """UsageError when an option names a tensor that is not an input of the model."""
+    known = [m.name for m in metas]
+    for name in names:
+        if name not in known:
+            raise UsageError(f"{what} names '{name}', which is not an input of the model; inputs: {', '.join(known)}")
+
+
+def resolve_shape(meta: TensorMeta, overrides: Mapping[str, tuple]) -> Tuple[Tuple[int, ...], List[str]]:
+    """The concrete shape to generate for an input, and notes about dims that were guessed."""
+    notes: List[str] = []
+    if meta.name in overrides:
+        shape = overrides[meta.name]
+        if shape is None or any(not isinstance(d, int) or d < 0 for d in shape):
+            raise UsageError(
+                f"--input-shapes for '{meta.name}' must be concrete, e.g. {meta.name}:[1,3,224,224], "
+                f"got {format_shape(shape)}"
+            )
+        if meta.shape is not None:
+            if len(meta.shape) != len(shape):
+                raise UsageError(
+                    f"--input-shapes gives '{meta.name}' rank {len(shape)} {format_shape(shape)}, "
+                    f"but the model's input has rank {len(meta.shape)} {format_shape(meta.shape)}"
+                )
+            for got, want in zip(shape, meta.shape):
+                if isinstance(want, int) and got != want:
+                    raise UsageError(
+                        f"--input-shapes gives '{meta.name}' shape {format_shape(shape)}, "
+                        f"but the model fixes it to {format_shape(meta.shape)}"
+                    )
+        return tuple(int(d) for d in shape), notes
+    if meta.shape is None:
+        raise InputError(
+            f"input '{meta.name}' has an unknown rank; give its shape with --input-shapes {meta.name}:[...]"
+        )
+    dims = []
+    guessed = False
+    for d in meta.shape:
+        if isinstance(d, int):
+            dims.append(d)
+        else:
+            dims.append(DEFAULT_DIM)
+            guessed = True
+    if guessed:
+        notes.append(
+            f"input '{meta.name}' has dynamic shape {format_shape(meta.shape)}; using {format_shape(tuple(dims))} "
+            f"(set it with --input-shapes {meta.name}:[...])"
+        )
+    return tuple(dims), notes
+
+
+def _generate_one(rng, shape, dtype_name: str, lo: float, hi: float, name: str):
+    import numpy as np
+
+    from toolkit.core.meta import dtype_to_numpy
+
+    if dtype_name is None:
+        dtype_name = "float32"
+    if dtype_name == "string":
+        raise InputError(f"input '{name}' is a string tensor; toolkit cannot generate strings, load them with --load-inputs")
+    dt = dtype_to_numpy(dtype_name)
+    if dt == np.bool_:
+        return rng.integers(0, 2, size=shape, dtype=np.uint8).astype(np.bool_)
+    if np.issubdtype(dt, np.integer):
+        info = np.iinfo(dt)
+        ilo = math.ceil(lo) if math.isfinite(lo) else info.min
+        ihi = math.floor(hi) if math.isfinite(hi) else info.max
+        ilo = max(ilo, int(info.min))
+        ihi = min(ihi, int(info.max))
+        if ihi < ilo:
+            ihi = ilo = max(min(math.floor(lo) if math.isfinite(lo) else 0, int(info.max)), int(info.min))
+        return rng.integers(ilo, ihi, size=shape, dtype=dt, endpoint=True)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise UsageError(f"--val-range for float input '{name}' must be finite, got [{lo}, {hi}]")
+    if dt in (np.float32, np.float64):
+        vals = rng.random(size=shape, dtype=dt)
+    else:
+        vals = rng.random(size=shape, dtype=np.float32)
+    if lo != 0.0 or hi != 1.0:
+        vals *= hi - lo
+        vals += lo
+    return vals.astype(dt, copy=False)
+
+
+def generate_inputs(
+    metas: Sequence[TensorMeta],
+    *,
+    iterations: int = 1,
+    seed: Optional[int] = None,
+    ranges: Optional[ValueRanges] = None,
+    shapes: Optional[Mapping[str, tuple]] = None,
+) -> Tuple[List[Dict[str, object]], List[str]]:
+    """Generate ``iterations`` feeds for ``metas``; returns (feeds, notes)."""
+    import numpy as np
+
+    ranges = ranges or ValueRanges()
+    shapes = dict(shapes or {})
+    check_names("--input-shapes", list(shapes), metas)
+    check_names("--val-range", list(ranges.per_input), metas)
+    if iterations < 1:
+        raise UsageError("--iterations must be at least 1")
+    notes: List[str] = []
+    resolved = []
+    for meta in metas:
+        shape, n = resolve_shape(meta, shapes)
+        notes.extend(n)
+        resolved.append((meta, shape))
+    rng = np.random.default_rng(DEFAULT_SEED if seed is None else seed)
+    feeds: List[Dict[str, object]] = []
+    for _ in range(iterations):
+        feed = {}
+        for meta, shape in resolved:
+            lo, hi = ranges.for_input(meta.name)
+            feed[meta.name] = _generate_one(rng, shape, meta.dtype, lo, hi, meta.name)
+        feeds.append(feed)
+    return feeds, notes
+
+
+def _shape_matches(actual: tuple, expected) -> bool:
+    if expected is None:
+        return True
+    if len(actual) != len(expected):
+        return False
+    return all(not isinstance(e, int) or a == e for a, e in zip(actual, expected))
+
+
+def select_feed(feed: Mapping, metas: Sequence[TensorMeta], *, source: str, iteration: int) -> Dict[str, object]:
+    """Exactly the model's inputs from a loaded feed, checked (InputError on any mismatch).
+
+    Only the tensors the model needs are read (lazy ``.npz`` members stay on disk).
+    """
+    import numpy as np
+
+    from toolkit.core.meta import dtype_from_numpy, format_meta
+
+    out: Dict[str, object] = {}
+    missing = [m.name for m in metas if m.name not in feed]
+    if missing:
+        have = list(feed)
+        shown = ", ".join(have[:8]) + (f", ... ({len(have)} in all)" if len(have) > 8 else "")
+        raise InputError(
+            f"{source}: iteration {iteration} has no tensor for model input(s) {', '.join(missing)}"
+            f" (it has: {shown or 'nothing'})"
+        )
+    for meta in metas:
+        arr = feed[meta.name]
+        if not isinstance(arr, np.ndarray):
+            arr = np.asarray(arr)
+        got_dtype = dtype_from_numpy(arr.dtype)
+        if meta.dtype is not None and got_dtype != meta.dtype:
+            raise InputError(
+                f"{source}: iteration {iteration}: input '{meta.name}' is {got_dtype}, but the model expects "
+                f"{meta.dtype}; convert the data (toolkit never casts silently)"
+            )
+        if not _shape_matches(tuple(arr.shape), meta.shape):
+            raise InputError(
+                f"{source}: iteration {iteration}: input '{meta.name}' has shape {format_shape(tuple(arr.shape))}, "
+                f"but the model expects {format_meta(meta.name, meta.shape, meta.dtype)}"
+            )
+        out[meta.name] = arr
+    return out

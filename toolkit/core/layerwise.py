@@ -1,0 +1,149 @@
+"""Choosing which tensors a run returns (``--onnx-outputs`` / ``--onnx-exclude-outputs``).
+
+``mark all`` (or ``*``) means every output of every non-``Constant`` node of the top
+graph plus the graph's own outputs, in node order. Other words are exact tensor names
+or glob patterns (``*``, ``?``, ``[...]``) matched against that same set. The chosen
+tensors replace the model's outputs. Exclusions (names or globs) are removed last.
+
+Tensors are added as graph outputs without shape information: only the element type
+is copied when the model already records it (ONNX-Runtime infers the rest itself,
+which is cheaper than running ONNX shape inference over a large model).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from typing import List, Optional, Sequence
+
+from toolkit.core.errors import UsageError
+
+MARK_ALL = ("*",)
+_GLOB_CHARS = set("*?[")
+
+
+def is_mark_all(words: Sequence[str]) -> bool:
+    """True for ``mark all`` (two words, as the seeds spell it) or ``*``."""
+    ws = [w.strip() for w in words]
+    return ws == ["mark", "all"] or ws == ["*"] or ws == ["mark", "all", "*"]
+
+
+def _is_glob(word: str) -> bool:
+    return any(c in _GLOB_CHARS for c in word)
+
+
+def candidate_outputs(graph) -> List[str]:
+    """Outputs of the non-Constant nodes of ``graph`` plus its outputs, unique, in order."""
+    seen = set()
+    names: List[str] = []
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            continue
+        for out in node.output:
+            if out and out not in seen:
+                seen.add(out)
+                names.append(out)
+    for vi in graph.output:
+        if vi.name not in seen:
+            seen.add(vi.name)
+            names.append(vi.name)
+    return names
+
+
+def _normalize_words(words: Sequence[str]) -> List[str]:
+    """Drop the ``mark`` prefix of ``mark all`` wherever it appears with other words."""
+    out: List[str] = []
+    i = 0
+    words = list(words)
+    while i < len(words):
+        w = words[i]
+        if w == "mark" and i + 1 < len(words) and words[i + 1] == "all":
+            out.append("*")
+            i += 2
+            continue
+        out.append(w)
+        i += 1
+    return out
+
+
+def select_outputs(model, patterns: Sequence[str], exclude: Optional[Sequence[str]] = None) -> List[str]:
+    """The tensor names the run should return, given ``--onnx-outputs`` and exclusions.
+
+    ``patterns`` empty/None keeps the model's outputs. Raises UsageError for a name that is
+    no tensor of the top graph, or a glob that matches nothing.
+    """
+    graph = model.graph
+    candidates = candidate_outputs(graph)
+    if patterns:
+        words = _normalize_words(patterns)
+        known = set(candidates)
+        known.update(vi.name for vi in graph.input)
+        for node in graph.node:
+            known.update(o for o in node.output if o)
+        chosen: List[str] = []
+        seen = set()
+
+        def add(name: str) -> None:
+            if name not in seen:
+                seen.add(name)
+                chosen.append(name)
+
+        for word in words:
+            if word == "*":
+                for name in candidates:
+                    add(name)
+            elif _is_glob(word):
+                hits = [n for n in candidates if fnmatch.fnmatchcase(n, word)]
+                if not hits:
+                    raise UsageError(f"--onnx-outputs pattern '{word}' matches no tensor of the model")
+                for name in hits:
+                    add(name)
+            else:
+                if word not in known:
+                    raise UsageError(
+                        f"--onnx-outputs names '{word}', which is no tensor of the model's top graph; "
+                        "`toolkit inspect model` lists the tensor names"
+                    )
+                add(word)
+    else:
+        chosen = [vi.name for vi in graph.output]
+    for word in exclude or ():
+        if _is_glob(word):
+            chosen = [n for n in chosen if not fnmatch.fnmatchcase(n, word)]
+        else:
+            chosen = [n for n in chosen if n != word]
+    if not chosen:
+        raise UsageError("no outputs left to return; check --onnx-outputs and --onnx-exclude-outputs")
+    return chosen
+
+
+def set_outputs(model, names: Sequence[str]) -> None:
+    """Make ``names`` the outputs of ``model`` (in place), keeping known element types."""
+    import onnx
+
+    graph = model.graph
+    known = {}
+    for coll in (graph.output, graph.value_info, graph.input):
+        for vi in coll:
+            known.setdefault(vi.name, vi)
+    original = {o.name for o in graph.output}
+    new = []
+    for name in names:
+        old = known.get(name)
+        if old is not None and name in original:
+            new.append(old)  # an original output keeps its full info
+            continue
+        vi = onnx.ValueInfoProto(name=name)
+        if old is not None and old.type.HasField("tensor_type") and old.type.tensor_type.elem_type:
+            vi.type.tensor_type.elem_type = old.type.tensor_type.elem_type
+        new.append(vi)
+    copies = [_copy_vi(vi) for vi in new]
+    del graph.output[:]
+    graph.output.extend(copies)
+
+
+def _copy_vi(vi):
+    import onnx
+
+    c = onnx.ValueInfoProto()
+    c.CopyFrom(vi)
+    return c
