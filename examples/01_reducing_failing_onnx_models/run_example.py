@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Reducing a failing ONNX model, end to end, with toolkit.
+
+Builds the example model  Y = x0 + (a * x1 + b)  (two 1x3x224x224 inputs, initializers
+a and b), then runs every step of the workflow:
+
+  A. the real-check form: golden values for every tensor, `data to-input`, `debug reduce`
+     in bisect mode with `toolkit run ... --load-inputs ... --load-outputs ...` as the
+     check, `inspect model`, then linear mode on the bisect result, and `inspect model`;
+  B. the simulated-failure form: the same two reductions with
+     `--fail-regex "Op: Mul" --check toolkit inspect model polygraphy_debug.onnx --mode=basic`;
+  C. toolkit's default strategy: one `debug reduce` invocation, 1-minimal result.
+
+Each form must end at the single Mul node; the script exits non-zero otherwise.
+
+Where TensorRT is not available, ONNX-Runtime stands in for the failing backend: the golden
+values come from a reference model whose Mul constant differs slightly (what the Mul
+"should" compute), so every subgraph that contains the Mul disagrees with the golden
+values, exactly as a backend with a wrong Mul kernel would. Pass --trt to use TensorRT
+on the real model instead (needs an NVIDIA GPU and `pip install 'toolkit[trt]'`).
+
+Usage: python run_example.py [--workdir DIR] [--trt] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+
+# The interpreter's own scripts folder first, so `toolkit` in --check resolves to this install.
+os.environ["PATH"] = os.path.dirname(os.path.abspath(sys.executable)) + os.pathsep + os.environ.get("PATH", "")
+
+
+def toolkit_cmd():
+    exe = shutil.which("toolkit")
+    return [exe] if exe else [sys.executable, "-m", "toolkit"]
+
+
+def show_and_run(args, cwd, expect=(0,)):
+    printable = ["toolkit"] + [a for a in args]
+    print("\n$ " + " ".join(shlex.quote(a) for a in printable), flush=True)
+    proc = subprocess.run(toolkit_cmd() + args, cwd=cwd)
+    if proc.returncode not in expect:
+        sys.exit(f"example failed: the command above exited {proc.returncode}")
+    return proc.returncode
+
+
+def build_models(workdir):
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    shape = [1, 3, 224, 224]
+
+    def make(a_value):
+        a = numpy_helper.from_array(np.full(shape, a_value, np.float32), "a")
+        b = numpy_helper.from_array(np.full(shape, 0.5, np.float32), "b")
+        nodes = [
+            helper.make_node("Mul", ["x1", "a"], ["mul_out"], name="onnx_graphsurgeon_node_1"),
+            helper.make_node("Add", ["mul_out", "b"], ["add_out"], name="onnx_graphsurgeon_node_3"),
+            helper.make_node("Add", ["x0", "add_out"], ["Y"], name="onnx_graphsurgeon_node_5"),
+        ]
+        vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)
+        graph = helper.make_graph(nodes, "onnx_graphsurgeon_graph", [vi("x0"), vi("x1")], [vi("Y")], [a, b])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+        model.ir_version = 8  # readable by every onnxruntime release of the last years
+        onnx.checker.check_model(model)
+        return model
+
+    onnx.save_model(make(2.0), os.path.join(workdir, "model.onnx"))
+    onnx.save_model(make(2.01), os.path.join(workdir, "reference.onnx"))
+
+
+def node_ops(workdir, model):
+    out = subprocess.run(
+        toolkit_cmd() + ["inspect", "model", model, "--mode=basic", "--json"], cwd=workdir, capture_output=True, text=True
+    )
+    if out.returncode != 0:
+        sys.exit(f"example failed: cannot inspect {model}: {out.stderr.strip()}")
+    return [n["op"] for n in json.loads(out.stdout)["graph"]["nodes"]]
+
+
+def expect_single_mul(workdir, model, label):
+    ops = node_ops(workdir, model)
+    print(f"\n==> {label}: {model} has nodes {ops}", flush=True)
+    if ops != ["Mul"]:
+        sys.exit(f"example failed: expected {model} to hold just the Mul node, found {ops}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description="Reduce a failing ONNX model with toolkit, end to end.")
+    parser.add_argument("--workdir", default="toolkit-example-reduce", help="folder for the files (created fresh)")
+    parser.add_argument("--trt", action="store_true", help="use TensorRT as the failing backend")
+    args = parser.parse_args()
+
+    workdir = os.path.abspath(args.workdir)
+    if os.path.isdir(workdir):
+        shutil.rmtree(workdir)
+    os.makedirs(workdir)
+    print(f"Working in {workdir}")
+    build_models(workdir)
+
+    # ---------------------------------------------------------------- A. real check
+    print("\n######## A. Reducing with a real accuracy check ########")
+    golden_model = "model.onnx" if args.trt else "reference.onnx"
+    show_and_run(
+        ["run", golden_model, "--onnxrt", "--save-inputs", "inputs.json",
+         "--onnx-outputs", "mark", "all", "--save-outputs", "layerwise_golden.json"],
+        workdir,
+    )
+    show_and_run(["data", "to-input", "inputs.json", "layerwise_golden.json", "-o", "layerwise_inputs.json"], workdir)
+    backend = "--trt" if args.trt else "--onnxrt"
+    check = ["--check", "toolkit", "run", "polygraphy_debug.onnx", backend,
+             "--load-inputs", "layerwise_inputs.json", "--load-outputs", "layerwise_golden.json"]
+    show_and_run(["debug", "reduce", "model.onnx", "-o", "initial_reduced.onnx", "--mode=bisect"] + check, workdir)
+    show_and_run(["inspect", "model", "initial_reduced.onnx", "--mode=basic"], workdir)
+    show_and_run(["debug", "reduce", "initial_reduced.onnx", "-o", "final_reduced.onnx", "--mode=linear"] + check, workdir)
+    show_and_run(["inspect", "model", "final_reduced.onnx", "--mode=basic"], workdir)
+    expect_single_mul(workdir, "final_reduced.onnx", "real check")
+
+    # ---------------------------------------------------------------- B. simulated failure
+    print("\n######## B. Reducing with a simulated failure (any model with a Mul fails) ########")
+    sim = ["--fail-regex", "Op: Mul", "--check", "toolkit", "inspect", "model", "polygraphy_debug.onnx", "--mode=basic"]
+    show_and_run(["debug", "reduce", "model.onnx", "-o", "sim_initial_reduced.onnx", "--mode=bisect"] + sim, workdir)
+    show_and_run(["inspect", "model", "sim_initial_reduced.onnx", "--mode=basic"], workdir)
+    show_and_run(["debug", "reduce", "sim_initial_reduced.onnx", "-o", "sim_final_reduced.onnx", "--mode=linear"] + sim, workdir)
+    show_and_run(["inspect", "model", "sim_final_reduced.onnx", "--mode=basic"], workdir)
+    expect_single_mul(workdir, "sim_final_reduced.onnx", "simulated failure")
+
+    # ---------------------------------------------------------------- C. one invocation
+    print("\n######## C. toolkit's default strategy: one invocation, 1-minimal result ########")
+    show_and_run(["debug", "reduce", "model.onnx", "-o", "reduced.onnx", "--min-good", "min_good.onnx"] + check, workdir)
+    expect_single_mul(workdir, "reduced.onnx", "default strategy")
+
+    print("\nAll steps passed: every reduction ended at the single Mul node.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
