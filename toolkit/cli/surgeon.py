@@ -1,9 +1,212 @@
-"""`toolkit surgeon` commands (being built)."""
+"""`toolkit surgeon`: cut subgraphs out of models (extract) and simplify them (sanitize).
+
+Thin layer: parse options, call toolkit.core.surgery, save. Nothing heavy is imported at
+module level (numpy/onnx/graphsurgeon load inside the command bodies).
+"""
 
 from __future__ import annotations
+
+from typing import List, Optional
 
 import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
+from toolkit.cli.options import (
+    Annotated,
+    ExternalDataDirOpt,
+    ForceFallbackOpt,
+    ModelArg,
+    ModelInputShapesOpt,
+    command_kwargs,
+)
 
-app = typer.Typer(help="surgeon commands.", **SUBAPP_SETTINGS)
+app = typer.Typer(help="Cut subgraphs out of ONNX models and simplify them (fold constants, freeze shapes).", **SUBAPP_SETTINGS)
+
+OutputOpt = Annotated[
+    str,
+    typer.Option("-o", "--output", help="Where to write the new model ('-' for stdout). May be the input file."),
+]
+SaveExternalDataOpt = Annotated[
+    bool,
+    typer.Option(
+        "--save-external-data",
+        help="Save weights in a separate file beside the output model (automatic for models over ~1.8 GB).",
+    ),
+]
+ExternalDataPathOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--external-data-path",
+        help="File name for saved external weights, relative to the output's folder (default: OUTPUT.data). "
+        "Implies --save-external-data.",
+    ),
+]
+ExternalDataThresholdOpt = Annotated[
+    str,
+    typer.Option(
+        "--external-data-size-threshold",
+        help="With external data, tensors smaller than this stay inside the model (bytes, or 4K, 1M...).",
+    ),
+]
+
+
+def _save(model, output: str, save_external: bool, external_path: Optional[str], threshold: str) -> None:
+    from toolkit.core.model import save_model
+    from toolkit.core.surgery import parse_size
+
+    external = True if (save_external or external_path) else None
+    save_model(model, output, external_data=external, external_data_path=external_path, size_threshold=parse_size(threshold))
+
+
+def _load(model_path: str, external_data_dir: Optional[str]):
+    from toolkit.core.model import load_model
+
+    return load_model(model_path, external_data_dir=external_data_dir)
+
+
+def _log(msg: str) -> None:
+    from toolkit.cli.output import log
+
+    log(msg)
+
+
+def _describe_out(output: str) -> str:
+    return "stdout" if output == "-" else output
+
+
+@app.command("extract", **command_kwargs())
+def extract_command(
+    model: ModelArg,
+    output: OutputOpt,
+    inputs: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            "--inputs",
+            help="Inputs of the subgraph as name:shape:dtype; shape and dtype may be 'auto' "
+            "(e.g. x:auto:auto, x:[1,3,224,224]:float32). Several after one flag. Default: the model's inputs.",
+        ),
+    ] = None,
+    outputs: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            "--outputs",
+            help="Outputs of the subgraph as name:dtype (dtype may be 'auto', or left out). "
+            "Several after one flag. Default: the model's outputs.",
+        ),
+    ] = None,
+    model_input_shapes: ModelInputShapesOpt = None,
+    force_fallback: ForceFallbackOpt = False,
+    external_data_dir: ExternalDataDirOpt = None,
+    save_external_data: SaveExternalDataOpt = False,
+    external_data_path: ExternalDataPathOpt = None,
+    external_data_threshold: ExternalDataThresholdOpt = "1024",
+) -> None:
+    """Cut the subgraph between --inputs and --outputs out of MODEL.
+
+    'auto' shapes and dtypes come from ONNX shape inference, or from running
+    ONNX-Runtime where that is not enough (always with --force-fallback-shape-inference).
+    An unknown tensor name, or a cut that leaves a needed tensor without producer, is an
+    error (exit 3); nothing is written then.
+    """
+    from toolkit.core.meta import parse_shape_specs, parse_tensor_spec
+    from toolkit.core.model import check_output_path
+    from toolkit.core.shapes import top_tensor_names
+    from toolkit.core.surgery import check_model, count_model_nodes, extract
+
+    check_output_path(output)
+    shapes = parse_shape_specs(model_input_shapes) if model_input_shapes else None
+    m = _load(model, external_data_dir)
+    names = top_tensor_names(m)
+    in_specs = [parse_tensor_spec(s, known_names=names) for s in inputs] if inputs else None
+    out_specs = [parse_tensor_spec(s, allow_shape=False, known_names=names) for s in outputs] if outputs else None
+    result = extract(
+        m,
+        inputs=in_specs,
+        outputs=out_specs,
+        input_shapes=shapes,
+        force_fallback=force_fallback,
+        external_data_dir=external_data_dir,
+        log=_log,
+    )
+    check_model(result, m)
+    n_before = count_model_nodes(m)
+    del m
+    _save(result, output, save_external_data, external_data_path, external_data_threshold)
+    _log(f"Extracted subgraph: nodes {n_before} -> {count_model_nodes(result)}; saved to {_describe_out(output)}")
+
+
+@app.command("sanitize", **command_kwargs())
+def sanitize_command(
+    model: ModelArg,
+    output: OutputOpt,
+    fold_constants: Annotated[
+        bool, typer.Option("--fold-constants", help="Fold constant subgraphs, repeating until nothing changes.")
+    ] = False,
+    num_passes: Annotated[
+        Optional[int],
+        typer.Option("--num-passes", "--num-const-fold-passes", help="At most this many folding passes."),
+    ] = None,
+    fold_size_threshold: Annotated[
+        Optional[str],
+        typer.Option(
+            "--fold-size-threshold",
+            help="Do not fold tensors bigger than this (bytes, or 16K, 4M, 1G): keep them computed at run time.",
+        ),
+    ] = None,
+    partitioning: Annotated[
+        str,
+        typer.Option(
+            "--partitioning",
+            help="How to fold when some node cannot be: auto (all at once, then part by part if that fails), "
+            "none, basic, recursive.",
+        ),
+    ] = "auto",
+    no_fold_shapes: Annotated[
+        bool, typer.Option("--no-fold-shapes", help="Do not fold Shape nodes (and Shape->Gather/Slice) on known dims.")
+    ] = False,
+    override_input_shapes: Annotated[
+        Optional[List[str]],
+        typer.Option(
+            "--override-input-shapes",
+            "--override-inputs",
+            help="Freeze input shapes, then re-infer every shape: name:[1,3,224,224] (several after one flag).",
+        ),
+    ] = None,
+    cleanup: Annotated[bool, typer.Option("--cleanup", help="Remove nodes and tensors that no output needs.")] = False,
+    toposort: Annotated[bool, typer.Option("--toposort", help="Sort nodes topologically.")] = False,
+    external_data_dir: ExternalDataDirOpt = None,
+    save_external_data: SaveExternalDataOpt = False,
+    external_data_path: ExternalDataPathOpt = None,
+    external_data_threshold: ExternalDataThresholdOpt = "1024",
+) -> None:
+    """Simplify MODEL: fold constants, freeze input shapes, clean up, sort."""
+    from toolkit.core.meta import parse_shape_specs
+    from toolkit.core.model import check_output_path
+    from toolkit.core.surgery import parse_size, sanitize
+
+    check_output_path(output)
+    threshold = parse_size(fold_size_threshold) if fold_size_threshold is not None else None
+    shapes = parse_shape_specs(override_input_shapes) if override_input_shapes else None
+    if not (fold_constants or shapes or cleanup or toposort):
+        _log("nothing to do: no --fold-constants, --override-input-shapes, --cleanup or --toposort; "
+             "the model is written unchanged")
+    m = _load(model, external_data_dir)
+    result, report = sanitize(
+        m,
+        fold_constants=fold_constants,
+        num_passes=num_passes,
+        fold_size_threshold=threshold,
+        partitioning=partitioning,
+        fold_shapes=not no_fold_shapes,
+        input_shapes=shapes,
+        cleanup=cleanup,
+        toposort=toposort,
+        log=_log,
+    )
+    del m
+    _save(result, output, save_external_data, external_data_path, external_data_threshold)
+    passes = f" in {len(report.passes)} folding passes" if report.passes else ""
+    _log(
+        f"Sanitized: nodes {report.nodes_before} -> {report.nodes_after}{passes} ({report.seconds:.2f} s); "
+        f"saved to {_describe_out(output)}"
+    )

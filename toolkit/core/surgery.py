@@ -1,0 +1,561 @@
+"""Graph surgery on onnx-graphsurgeon: cut subgraphs out (extract) and simplify (sanitize).
+
+- :func:`extract` cuts the subgraph between given tensors, giving its new inputs and
+  outputs shapes and dtypes by shape inference (with an ONNX-Runtime fallback), and
+  refuses cuts that would leave a needed tensor without producer.
+- :func:`sanitize` folds constants (repeating until nothing changes, one failing node
+  not stopping the rest), freezes input shapes, cleans up and sorts the graph.
+
+Models are changed in place where that saves copies; callers pass a model they own.
+The input model's IR version, opset imports and metadata are kept on export. No Typer
+or Rich here: progress goes through the ``log`` callback.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+
+from toolkit.core.errors import InputError, UsageError
+from toolkit.core.meta import TensorMeta, format_meta
+from toolkit.core.shapes import (
+    infer_tensor_meta,
+    is_complete,
+    light_copy,
+    node_reads,
+    override_input_shapes,
+    top_tensor_names,
+)
+
+LogFn = Callable[[str], None]
+
+PARTITIONING_MODES = ("auto", "none", "basic", "recursive")
+
+
+def _nolog(_msg: str) -> None:
+    pass
+
+
+@contextlib.contextmanager
+def _quiet_gs():
+    """onnx-graphsurgeon prints its log with print(); keep it off our stdout (``-o -``)."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        yield buf
+
+
+@contextlib.contextmanager
+def _quiet_ort():
+    """ONNX-Runtime sessions made by graphsurgeon's folding log optimizer warnings; hide them."""
+    try:
+        import onnxruntime as ort
+    except ImportError:  # folding then fails and says so
+        yield
+        return
+    ort.set_default_logger_severity(3)
+    try:
+        yield
+    finally:
+        ort.set_default_logger_severity(2)  # ONNX-Runtime's default (warnings)
+
+
+def _import_gs():
+    try:
+        import onnx_graphsurgeon as gs
+    except ImportError:  # pragma: no cover - a declared dependency
+        from toolkit.core.errors import DependencyError
+
+        raise DependencyError("onnx-graphsurgeon is needed for surgery; pip install onnx-graphsurgeon") from None
+    gs.logger.G_LOGGER.severity = gs.logger.G_LOGGER.WARNING
+    return gs
+
+
+def _restore_model_fields(new, original) -> None:
+    """Keep what export would lose or change: IR version, opsets, producer, metadata."""
+    new.ir_version = original.ir_version
+    del new.opset_import[:]
+    new.opset_import.extend(original.opset_import)
+    new.producer_name = original.producer_name
+    new.producer_version = original.producer_version
+    new.domain = original.domain
+    new.model_version = original.model_version
+    new.doc_string = original.doc_string
+    del new.metadata_props[:]
+    new.metadata_props.extend(original.metadata_props)
+
+
+def _export(gs, graph, original):
+    with _quiet_gs():
+        model = gs.export_onnx(graph, do_type_check=False)
+    _restore_model_fields(model, original)
+    return model
+
+
+def count_nodes(graph) -> int:
+    """Nodes of a gs graph including those inside subgraphs (If/Loop/Scan bodies)."""
+    n = len(graph.nodes)
+    for node in graph.nodes:
+        for sub in node.subgraphs():
+            n += count_nodes(sub)
+    return n
+
+
+def count_model_nodes(model) -> int:
+    """Nodes of an ONNX model including those inside subgraphs."""
+    import onnx
+
+    def count(g) -> int:
+        n = len(g.node)
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    n += count(attr.g)
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    n += sum(count(s) for s in attr.graphs)
+        return n
+
+    return count(model.graph)
+
+
+def check_model(model, original=None) -> None:
+    """Run onnx.checker on ``model``; raise InputError if it fails where ``original`` passes."""
+    import onnx
+
+    from toolkit.core.model import PROTOBUF_LIMIT
+
+    if model.ByteSize() > PROTOBUF_LIMIT:
+        return  # the checker needs a path for such models; skip rather than copy gigabytes
+
+    def fails(m) -> Optional[str]:
+        try:
+            onnx.checker.check_model(m)
+        except Exception as exc:  # onnx raises ValidationError and friends
+            return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return None
+
+    err = fails(model)
+    if err is None:
+        return
+    if original is not None and original.ByteSize() <= PROTOBUF_LIMIT and fails(original) is not None:
+        return  # the input model already fails the checker the same way; not our doing
+    raise InputError(f"the resulting model fails onnx.checker ({err}); nothing was written")
+
+
+# ---------------------------------------------------------------------- extract
+
+
+def _unknown_name_error(name: str, known: Sequence[str], what: str) -> InputError:
+    import difflib
+
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else "; `toolkit inspect model` lists tensor names"
+    return InputError(f"{what} '{name}' is not a tensor of the model's top graph{hint}")
+
+
+def dangling_tensors(model) -> List[tuple]:
+    """[(tensor, node name, op)] for tensors that nodes read but nothing defines.
+
+    Defined are graph inputs, initializers and node outputs (topological order is not
+    required). Reads include what If/Loop/Scan bodies read from the outer graph.
+    """
+    g = model.graph
+    defined = {i.name for i in g.input} | {t.name for t in g.initializer}
+    defined |= {t.values.name for t in g.sparse_initializer}
+    for node in g.node:
+        defined.update(o for o in node.output if o)
+    out = []
+    seen = set()
+    for node in g.node:
+        for name in node_reads(node):
+            if name not in defined and name not in seen:
+                seen.add(name)
+                out.append((name, node.name, node.op_type))
+    for o in g.output:
+        if o.name not in defined and o.name not in seen:
+            seen.add(o.name)
+            out.append((o.name, "", "graph output"))
+    return out
+
+
+def extract(
+    model,
+    *,
+    inputs: Optional[Sequence[TensorMeta]] = None,
+    outputs: Optional[Sequence[TensorMeta]] = None,
+    input_shapes: Optional[Mapping[str, Sequence]] = None,
+    force_fallback: bool = False,
+    external_data_dir: Optional[str] = None,
+    log: LogFn = _nolog,
+):
+    """Cut the subgraph from ``inputs`` to ``outputs`` out of ``model`` and return it.
+
+    ``None`` for inputs/outputs keeps the model's own. A TensorMeta with shape/dtype None
+    means ``auto``: found by ONNX shape inference, falling back to ONNX-Runtime (always
+    with ``force_fallback``; ``input_shapes`` fixes dynamic model inputs for that).
+    Unknown tensor names, constants given as inputs, and cuts that leave a needed tensor
+    without producer and without being an input raise InputError naming the tensor.
+    ``model`` is modified (its graph is rebuilt); pass a copy to keep it.
+    """
+    gs = _import_gs()
+    known = top_tensor_names(model)
+    known_set = set(known)
+    inits = {t.name for t in model.graph.initializer}
+    for spec in list(inputs or []) + list(outputs or []):
+        if spec.name not in known_set:
+            what = "input" if inputs and spec in inputs else "output"
+            raise _unknown_name_error(spec.name, known, what)
+    for spec in inputs or []:
+        if spec.name in inits:
+            raise InputError(
+                f"'{spec.name}' is a constant (initializer) of the model and cannot be a subgraph input; "
+                "cut at a tensor that a node computes"
+            )
+
+    in_specs = _dedupe(inputs) if inputs is not None else None
+    out_specs = _dedupe(outputs) if outputs is not None else None
+    metas = _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log)
+
+    original_fields = _model_shell(model)
+    with _quiet_gs():
+        graph = gs.import_onnx(model)
+    tensors = graph.tensors()
+    if in_specs is not None:
+        new_inputs = []
+        for spec in in_specs:
+            t = tensors[spec.name]
+            meta = metas[spec.name]
+            if isinstance(t, gs.Constant):
+                raise InputError(
+                    f"'{spec.name}' is a constant of the model and cannot be a subgraph input; "
+                    "cut at a tensor that a node computes"
+                )
+            t.inputs.clear()
+            t.shape = list(meta.shape) if meta.shape is not None else None
+            t.dtype = _np_dtype(meta.dtype)
+            new_inputs.append(t)
+        graph.inputs = new_inputs
+    if out_specs is not None:
+        new_outputs = []
+        for spec in out_specs:
+            t = tensors[spec.name]
+            meta = metas[spec.name]
+            if not isinstance(t, gs.Constant):
+                t.dtype = _np_dtype(meta.dtype)
+                t.shape = list(meta.shape) if meta.shape is not None else None
+            new_outputs.append(t)
+        graph.outputs = new_outputs
+    with _quiet_gs():
+        graph.cleanup(remove_unused_graph_inputs=False)
+        graph.toposort()
+    result = _export(gs, graph, original_fields)
+    del graph
+
+    dangling = dangling_tensors(result)
+    if dangling:
+        name, node, op = dangling[0]
+        more = ""
+        if len(dangling) > 1:
+            others = ", ".join(repr(d[0]) for d in dangling[1:5])
+            more = f" (also: {others}{', ...' if len(dangling) > 5 else ''})"
+        by = f"node '{node}' ({op})" if node else "the outputs"
+        raise InputError(
+            f"the cut leaves tensor '{name}', needed by {by}, without a producer and it is not an input"
+            f"{more}; add it (or a tensor between it and the outputs) to --inputs"
+        )
+    return result
+
+
+def _model_shell(model):
+    """A ModelProto with the model-level fields only (no graph), to restore after export."""
+    import onnx
+
+    shell = onnx.ModelProto()
+    shell.ir_version = model.ir_version
+    shell.opset_import.extend(model.opset_import)
+    shell.producer_name = model.producer_name
+    shell.producer_version = model.producer_version
+    shell.domain = model.domain
+    shell.model_version = model.model_version
+    shell.doc_string = model.doc_string
+    shell.metadata_props.extend(model.metadata_props)
+    return shell
+
+
+def _dedupe(specs: Sequence[TensorMeta]) -> List[TensorMeta]:
+    out: Dict[str, TensorMeta] = {}
+    for s in specs:
+        if s.name in out and out[s.name] != s:
+            raise UsageError(f"tensor '{s.name}' is given twice with different shapes or dtypes")
+        out[s.name] = s
+    return list(out.values())
+
+
+def _np_dtype(name: Optional[str]):
+    if name is None:
+        return None
+    from toolkit.core.meta import dtype_to_numpy
+
+    try:
+        return dtype_to_numpy(name)
+    except UsageError:
+        return None
+
+
+def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log):
+    """Fill ``auto`` shapes/dtypes: {name: TensorMeta} for every given input and output."""
+    need_in = [s for s in in_specs or [] if s.shape is None or s.dtype is None]
+    result: Dict[str, TensorMeta] = {}
+    metas: Dict[str, TensorMeta] = {}
+    if force_fallback:
+        metas = infer_tensor_meta(
+            model, input_shapes=input_shapes, force_fallback=True, external_data_dir=external_data_dir
+        )
+    elif in_specs or out_specs:
+        metas = infer_tensor_meta(model, input_shapes=input_shapes, fallback=False)
+        # What ONNX inference left unknown: input dtype/rank/dims; output dtype and rank
+        # (onnx.checker wants a shape on every graph output).
+        missing = [s.name for s in need_in if s.dtype is None and not metas[s.name].dtype]
+        missing += [s.name for s in need_in if s.shape is None and metas[s.name].shape is None]
+        missing += [s.name for s in out_specs or [] if not (s.dtype or metas[s.name].dtype)]
+        missing += [s.name for s in out_specs or [] if metas[s.name].shape is None]
+        partial = [s.name for s in need_in if s.shape is None and not is_complete(metas[s.name])]
+        if missing or partial:
+            if missing:
+                log(f"ONNX shape inference left {', '.join(repr(m) for m in missing[:3])} unknown; "
+                    "running ONNX-Runtime to find them")
+            metas = infer_tensor_meta(
+                model, input_shapes=input_shapes, fallback=True,
+                names=list(dict.fromkeys(missing + partial)), external_data_dir=external_data_dir,
+            )
+    for s in in_specs or []:
+        m = metas.get(s.name, TensorMeta(s.name))
+        shape = s.shape if s.shape is not None else m.shape
+        dtype = s.dtype or m.dtype
+        if not dtype:
+            raise InputError(
+                f"cannot find the dtype of input '{s.name}'; give it, e.g. --inputs {s.name}:auto:float32"
+            )
+        result[s.name] = TensorMeta(s.name, shape, dtype)
+    for s in out_specs or []:
+        m = metas.get(s.name, TensorMeta(s.name))
+        dtype = s.dtype or m.dtype
+        if not dtype:
+            raise InputError(f"cannot find the dtype of output '{s.name}'; give it, e.g. --outputs {s.name}:float32")
+        result[s.name] = TensorMeta(s.name, m.shape, dtype)
+    for name, meta in result.items():
+        log(f"  {format_meta(meta.name, meta.shape, meta.dtype)}")
+    return result
+
+
+# ---------------------------------------------------------------------- sanitize
+
+
+@dataclass
+class FoldPass:
+    index: int
+    nodes_before: int
+    nodes_after: int
+    seconds: float
+    partitioning: str
+
+
+@dataclass
+class SanitizeReport:
+    nodes_before: int = 0
+    nodes_after: int = 0
+    passes: List[FoldPass] = field(default_factory=list)
+    converged: bool = True
+    seconds: float = 0.0
+
+
+def parse_size(text: str) -> int:
+    """``1024``, ``16K``, ``1.5M``, ``2G`` (powers of 1024) -> bytes; UsageError if bad."""
+    s = str(text).strip().upper().rstrip("B").rstrip("I")
+    mult = 1
+    for suffix, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
+        if s.endswith(suffix):
+            mult = m
+            s = s[:-1]
+            break
+    try:
+        value = float(s)
+    except ValueError:
+        raise UsageError(f"bad size '{text}'; write bytes, or e.g. 16K, 4M, 1G") from None
+    if value < 0:
+        raise UsageError(f"bad size '{text}': must not be negative")
+    return int(value * mult)
+
+
+def _apply_inferred(model, inferred, *, outputs: bool) -> None:
+    """Copy value_info (and optionally graph output types) from a shape-inferred light copy."""
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(inferred.graph.value_info)
+    if outputs:
+        by_name = {o.name: o for o in inferred.graph.output}
+        for o in model.graph.output:
+            new = by_name.get(o.name)
+            if new is not None and new.type.HasField("tensor_type") and new.type.tensor_type.HasField("shape"):
+                o.type.CopyFrom(new.type)
+
+
+def _infer_in_place(model, *, reset_outputs: bool = False) -> None:
+    """Re-infer every intermediate shape of ``model`` (weights are not copied)."""
+    from toolkit.core.model import infer_shapes
+
+    light = light_copy(model)
+    del light.graph.value_info[:]
+    if reset_outputs:
+        for o in light.graph.output:
+            if o.type.HasField("tensor_type"):
+                o.type.tensor_type.ClearField("shape")
+    inferred = infer_shapes(light, data_prop=True)
+    _apply_inferred(model, inferred, outputs=reset_outputs)
+
+
+def _refresh_gs_shapes(gs, graph, original) -> int:
+    """Re-run ONNX shape inference on the current gs graph and write shapes back to its tensors.
+
+    Folding a shape computation turns e.g. a Reshape's target into a constant; only a new
+    inference then tells the next Shape node its input's shape. Returns how many tensors
+    learned something.
+    """
+    from toolkit.core.model import infer_shapes, value_info_meta
+
+    with _quiet_gs():
+        model = gs.export_onnx(graph, do_type_check=False)
+    _restore_model_fields(model, original)
+    light = light_copy(model)
+    del model
+    inferred = infer_shapes(light, data_prop=True)
+    metas = {vi.name: value_info_meta(vi) for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    input_names = {t.name for t in graph.inputs}
+    changed = 0
+    for name, tensor in graph.tensors().items():
+        if isinstance(tensor, gs.Constant) or name in input_names:
+            continue
+        meta = metas.get(name)
+        if meta is None or meta.shape is None:
+            continue
+        old = tuple(tensor.shape) if tensor.shape is not None else None
+        new_shape = tuple(meta.shape)
+        if old == new_shape:
+            continue
+        known_old = sum(1 for d in old if isinstance(d, int)) if old is not None else -1
+        known_new = sum(1 for d in new_shape if isinstance(d, int))
+        if old is not None and (len(old) != len(new_shape) or known_new < known_old):
+            continue
+        tensor.shape = list(new_shape)
+        if tensor.dtype is None and meta.dtype:
+            tensor.dtype = _np_dtype(meta.dtype)
+        changed += 1
+    return changed
+
+
+def _fold_once(graph, *, partitioning: str, size_threshold: Optional[int], fold_shapes: bool, log: LogFn) -> str:
+    """One graphsurgeon folding run. ``auto``: all at once, and if that fails, piece by piece."""
+    kwargs = dict(fold_shapes=fold_shapes, size_threshold=size_threshold, recurse_subgraphs=True)
+    if partitioning == "auto":
+        try:
+            with _quiet_gs(), _quiet_ort():
+                graph.fold_constants(partitioning=None, error_ok=False, **kwargs)
+            return "none"
+        except Exception as exc:  # ORT or graphsurgeon failed on some node
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            log(f"Folding constants | folding everything at once failed ({first[:200]}); "
+                "folding part by part so one bad node does not stop the rest")
+            partitioning = "recursive"
+    mode = None if partitioning == "none" else partitioning
+    with _quiet_gs() as buf, _quiet_ort():
+        graph.fold_constants(partitioning=mode, error_ok=True, **kwargs)
+    if "failed" in buf.getvalue().lower():
+        log(f"Folding constants | some nodes could not be folded (partitioning={partitioning}); kept them as they are")
+    return partitioning
+
+
+def sanitize(
+    model,
+    *,
+    fold_constants: bool = False,
+    num_passes: Optional[int] = None,
+    fold_size_threshold: Optional[int] = None,
+    partitioning: str = "auto",
+    fold_shapes: bool = True,
+    input_shapes: Optional[Mapping[str, Sequence]] = None,
+    cleanup: bool = False,
+    toposort: bool = False,
+    log: LogFn = _nolog,
+):
+    """Simplify ``model``; returns (new model, SanitizeReport). ``model`` may be modified.
+
+    ``input_shapes`` freezes graph input shapes and re-infers every shape. With
+    ``fold_constants``, folding repeats until a pass changes nothing (at most
+    ``num_passes``); each pass re-infers shapes (with data propagation) so shape
+    computations unlocked by the previous fold fold in the next one; graph inputs keep
+    their dynamic dims. ``partitioning``: ``auto`` (whole graph at once, then part by
+    part if that fails), ``none``, ``basic``, ``recursive``. ``fold_size_threshold``
+    (bytes) keeps bigger tensors computed at run time.
+    """
+    if partitioning not in PARTITIONING_MODES:
+        raise UsageError(f"--partitioning must be one of {', '.join(PARTITIONING_MODES)}, not '{partitioning}'")
+    if num_passes is not None and num_passes < 1:
+        raise UsageError("--num-passes must be at least 1")
+    t_start = time.perf_counter()
+    report = SanitizeReport(nodes_before=count_model_nodes(model))
+    shell = _model_shell(model)
+
+    if input_shapes:
+        override_input_shapes(model, dict(input_shapes), inplace=True)
+        _infer_in_place(model, reset_outputs=True)
+        log(f"Input shapes overridden: {', '.join(f'{k}:{list(v)}' for k, v in input_shapes.items())}; "
+            "shapes re-inferred")
+    elif fold_constants:
+        _infer_in_place(model)
+
+    if not (fold_constants or cleanup or toposort):
+        report.nodes_after = count_model_nodes(model)
+        report.seconds = time.perf_counter() - t_start
+        return model, report
+
+    gs = _import_gs()
+    with _quiet_gs():
+        graph = gs.import_onnx(model)
+    del model
+
+    if fold_constants:
+        index = 0
+        report.converged = False
+        while num_passes is None or index < num_passes:
+            index += 1
+            t0 = time.perf_counter()
+            before = count_nodes(graph)
+            used = _fold_once(
+                graph, partitioning=partitioning, size_threshold=fold_size_threshold, fold_shapes=fold_shapes, log=log
+            )
+            with _quiet_gs():
+                graph.cleanup()
+            after = count_nodes(graph)
+            changed = after != before
+            if changed:
+                # Shapes unlocked by this pass, for the next one.
+                _refresh_gs_shapes(gs, graph, shell)
+            secs = time.perf_counter() - t0
+            report.passes.append(FoldPass(index, before, after, secs, used))
+            log(f"Folding constants | pass {index} | nodes {before} -> {after} ({before - after} folded) | {secs:.2f} s")
+            if not changed:
+                report.converged = True
+                break
+        if not report.converged:
+            log(f"Folding constants | stopped after {index} passes (--num-passes); more folding may be possible")
+    if cleanup or fold_constants:
+        with _quiet_gs():
+            graph.cleanup()
+    if toposort:
+        with _quiet_gs():
+            graph.toposort()
+    result = _export(gs, graph, shell)
+    report.nodes_after = count_model_nodes(result)
+    report.seconds = time.perf_counter() - t_start
+    return result, report
