@@ -1,0 +1,161 @@
+"""Unit tests of toolkit.core.compare: tolerances, statistics, NaN/Inf, shapes, dtypes."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
+
+from toolkit.core.compare import (
+    DEFAULT_ATOL,
+    Tolerances,
+    compare_arrays,
+    compare_iteration,
+    compare_pair,
+    validate_outputs,
+)
+from toolkit.core.errors import UsageError
+
+
+def test_identical_arrays_pass_with_zero_error():
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    r = compare_arrays("y", a, a.copy(), 0.0, 0.0)
+    assert r.passed and r.max_abs == 0 and r.max_rel == 0 and r.mismatches == 0
+
+
+def test_error_stats_and_required_tolerance():
+    ref = np.array([1.0, 2.0, 4.0, 8.0], np.float32)
+    new = np.array([1.0, 2.5, 4.0, 6.0], np.float32)
+    r = compare_arrays("y", new, ref, 1e-5, 1e-5)
+    assert not r.passed
+    assert r.max_abs == pytest.approx(2.0)
+    assert r.mean_abs == pytest.approx(2.5 / 4)
+    assert r.max_rel == pytest.approx(0.25)  # relative to the reference (second) array
+    assert r.mean_rel == pytest.approx((0.25 + 0.25) / 4)
+    assert r.mismatches == 2
+    # the reported tolerance passes on its own, and anything smaller fails
+    assert r.required_atol == pytest.approx(2.0) and r.required_rtol == pytest.approx(0.25)
+    assert compare_arrays("y", new, ref, r.required_atol, 0.0).passed
+    assert compare_arrays("y", new, ref, 0.0, r.required_rtol).passed
+    assert not compare_arrays("y", new, ref, 1.9, 0.2).passed
+
+
+def test_elemwise_passes_when_abs_or_rel_within_tolerance_per_element():
+    ref = np.array([100.0, 0.001], np.float32)
+    new = np.array([100.5, 0.002], np.float32)
+    # element 0: abs 0.5 > atol but rel 0.005 <= rtol; element 1: abs 0.001 <= atol
+    assert compare_arrays("y", new, ref, 0.01, 0.01).passed
+    assert not compare_arrays("y", new, ref, 0.0001, 0.01).passed
+
+
+@pytest.mark.parametrize(
+    "stat,atol,ok",
+    [("max", 2.0, True), ("max", 1.9, False), ("mean", 0.7, True), ("mean", 0.6, False), ("median", 0.5, True)],
+)
+def test_statistic_checks(stat, atol, ok):
+    ref = np.array([1.0, 2.0, 4.0, 8.0], np.float32)
+    new = np.array([1.0, 2.5, 4.0, 6.0], np.float32)
+    r = compare_arrays("y", new, ref, atol, 0.0, stat)
+    assert r.passed is ok
+    if stat == "median":
+        assert r.median_abs == pytest.approx(0.25)
+        assert r.required_atol == pytest.approx(0.25)
+
+
+def test_zero_reference_gives_infinite_relative_error_only_when_values_differ():
+    r = compare_arrays("y", np.array([0.0, 1e-6], np.float32), np.zeros(2, np.float32), 1e-5, 0.0)
+    assert r.passed and math.isinf(r.max_rel)
+    r = compare_arrays("y", np.zeros(2, np.float32), np.zeros(2, np.float32), 0.0, 0.0)
+    assert r.passed and r.max_rel == 0
+
+
+def test_nan_and_inf_handling():
+    nan, inf = np.nan, np.inf
+    same = np.array([nan, inf, -inf, 1.0], np.float32)
+    assert compare_arrays("y", same, same.copy(), 0.0, 0.0).passed  # NaN==NaN, same-sign inf equal
+    r = compare_arrays("y", np.array([nan, 1.0], np.float32), np.array([1.0, 1.0], np.float32), 1e9, 1e9)
+    assert not r.passed and math.isinf(r.max_abs) and r.mismatches == 1
+    r = compare_arrays("y", np.array([inf], np.float32), np.array([-inf], np.float32), 1e9, 1e9)
+    assert not r.passed
+
+
+def test_shape_mismatch_fails_with_message():
+    r = compare_arrays("y", np.zeros((1, 4), np.float32), np.zeros((4,), np.float32), 1.0, 1.0)
+    assert not r.passed and "shapes differ" in r.message
+
+
+def test_integer_outputs_exact_by_default_but_tolerances_apply_when_given():
+    a = np.array([1, 2, 3], np.int64)
+    b = np.array([1, 2, 4], np.int64)
+    it = compare_iteration(0, {"i": a}, {"i": b}, Tolerances())
+    assert not it.passed
+    it = compare_iteration(0, {"i": a}, {"i": b}, Tolerances.parse(atol=["1"]))
+    assert it.passed
+    it = compare_iteration(0, {"i": a}, {"i": b}, Tolerances.parse(atol=["i:1"]))
+    assert it.passed
+    # uint8 subtraction must not wrap around
+    r = compare_arrays("u", np.array([0], np.uint8), np.array([255], np.uint8), 0, 0)
+    assert r.max_abs == 255
+
+
+def test_bool_outputs_compare_exactly():
+    it = compare_iteration(0, {"b": np.array([True, False])}, {"b": np.array([True, True])}, Tolerances())
+    assert not it.passed and it.outputs[0].mismatches == 1
+
+
+def test_float16_against_float32_compares_values():
+    ref = np.linspace(0, 1, 10, dtype=np.float32)
+    r = compare_arrays("y", ref.astype(np.float16), ref, 1e-3, 0)
+    assert r.passed and r.dtype_a == "float16" and r.dtype_b == "float32"
+
+
+def test_only_common_names_are_compared():
+    a = {"y": np.ones(2, np.float32), "only_a": np.ones(1, np.float32)}
+    b = {"y": np.ones(2, np.float32), "t1": np.zeros(3, np.float32), "t2": np.zeros(3, np.float32)}
+    it = compare_iteration(0, a, b, Tolerances())
+    assert [o.name for o in it.outputs] == ["y"]
+    assert it.only_a == ["only_a"] and it.only_b == ["t1", "t2"]
+
+
+def test_pair_compares_common_iterations_and_notes_difference():
+    one = [{"y": np.ones(2, np.float32)}]
+    two = [{"y": np.ones(2, np.float32)}, {"y": np.zeros(2, np.float32)}]
+    pair = compare_pair("A", two, "B", one, Tolerances())
+    assert pair.passed and len(pair.iterations) == 1 and pair.notes
+
+
+def test_tolerance_parsing():
+    tol = Tolerances.parse(atol=["1e-3", "out:0.5"], rtol=["out:0"], check_error_stat=["max", "x:1:mean"])
+    assert tol.for_output("other", False) == (1e-3, 1e-5, "max")
+    assert tol.for_output("out", False) == (0.5, 0.0, "max")
+    assert tol.for_output("x:1", False)[2] == "mean"
+    assert Tolerances().for_output("f", False) == (DEFAULT_ATOL, DEFAULT_ATOL, "elemwise")
+    for bad in (dict(atol=["abc"]), dict(rtol=["-1"]), dict(check_error_stat=["p90"])):
+        with pytest.raises(UsageError):
+            Tolerances.parse(**bad)
+
+
+def test_validate_finds_nan_and_inf():
+    outs = [{"ok": np.ones(3, np.float32), "bad": np.array([np.nan, np.inf, 1], np.float32), "i": np.ones(2, np.int32)}]
+    probs = validate_outputs("r", outs)
+    assert [(p.name, p.nans, p.infs) for p in probs] == [("bad", 1, 1)]
+
+
+finite = st.floats(-1e6, 1e6, allow_nan=False, width=32)
+
+
+@settings(max_examples=60, deadline=None)
+@given(hnp.arrays(np.float32, hnp.array_shapes(max_dims=3, max_side=5), elements=finite),
+       st.floats(0, 10), st.floats(0, 1))
+def test_elemwise_matches_numpy_definition(arr, atol, rtol):
+    rng = np.random.default_rng(0)
+    other = (arr + rng.normal(0, 1, arr.shape)).astype(np.float32)
+    r = compare_arrays("y", other, arr, atol, rtol)
+    absd = np.abs(other.astype(np.float32) - arr)
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        rel = np.where(arr != 0, absd / np.abs(arr), np.where(absd == 0, 0, np.inf))
+    expected = bool(np.all((absd <= atol) | (rel <= rtol)))
+    assert r.passed == expected
+    assert compare_arrays("y", arr, arr, 0, 0).passed

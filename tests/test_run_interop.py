@@ -1,0 +1,72 @@
+"""Interchange with Polygraphy both ways (polygraphy is a test-only dependency)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+import modelzoo as mz
+from conftest import run_toolkit
+
+pytest.importorskip("polygraphy")
+
+_SCRIPT = os.path.join(os.path.dirname(sys.executable), "polygraphy")
+POLYGRAPHY = [sys.executable, _SCRIPT]
+
+
+def polygraphy(*args, cwd):
+    proc = subprocess.run(
+        [*POLYGRAPHY, *map(str, args)], capture_output=True, text=True, cwd=cwd, timeout=120,
+        env={**os.environ, "POLYGRAPHY_AUTOINSTALL_DEPS": "0"},
+    )
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def _have_polygraphy_module():
+    return os.path.exists(_SCRIPT) and subprocess.run([*POLYGRAPHY, "-h"], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _polygraphy_cli():
+    if not _have_polygraphy_module():
+        pytest.skip("polygraphy CLI not runnable")
+
+
+def test_polygraphy_loads_our_files_and_compares(tmp_path):
+    model = mz.save(mz.seed_example((1, 3, 4, 4)), tmp_path / "model.onnx")
+    res = run_toolkit("run", model, "--onnxrt", "--save-inputs", "inputs.json", "--onnx-outputs", "mark", "all",
+                      "--save-outputs", "golden.json", cwd=tmp_path)
+    assert res.code == 0, res.err
+    res = run_toolkit("data", "to-input", "inputs.json", "golden.json", "-o", "layerwise_inputs.json", cwd=tmp_path)
+    assert res.code == 0, res.err
+    onnx_utils = __import__("onnx.utils", fromlist=["extract_model"])
+    onnx_utils.extract_model(model, str(tmp_path / "sub.onnx"), ["mul_out"], ["add_out"])
+    # polygraphy reads our inputs, our layerwise inputs and our outputs, and they match its own run
+    code, out = polygraphy("run", "model.onnx", "--onnxrt", "--load-inputs", "inputs.json",
+                           "--load-outputs", "golden.json", "--onnx-outputs", "mark", "all", cwd=tmp_path)
+    assert code == 0 and "PASSED" in out, out
+    code, out = polygraphy("run", "sub.onnx", "--onnxrt", "--load-inputs", "layerwise_inputs.json",
+                           "--load-outputs", "golden.json", "--atol", "0", "--rtol", "0", cwd=tmp_path)
+    assert code == 0 and "PASSED" in out, out
+
+
+def test_we_load_polygraphy_files_and_compare(tmp_path):
+    model = mz.save(mz.seed_example((1, 3, 4, 4)), tmp_path / "model.onnx")
+    code, out = polygraphy("run", "model.onnx", "--onnxrt", "--save-inputs", "inputs.json", "--onnx-outputs",
+                           "mark", "all", "--save-outputs", "golden.json", cwd=tmp_path)
+    assert code == 0, out
+    code, out = polygraphy("data", "merge", "inputs.json", "golden.json", "-o", "pg_layerwise.json", cwd=tmp_path)
+    assert code == 0, out
+    res = run_toolkit("data", "to-input", "inputs.json", "golden.json", "-o", "our_layerwise.npz", cwd=tmp_path)
+    assert res.code == 0, res.err
+    onnx_utils = __import__("onnx.utils", fromlist=["extract_model"])
+    onnx_utils.extract_model(model, str(tmp_path / "sub.onnx"), ["mul_out"], ["add_out"])
+    for layerwise in ("pg_layerwise.json", "our_layerwise.npz"):
+        res = run_toolkit("run", "sub.onnx", "--onnxrt", "--load-inputs", layerwise, "--load-outputs", "golden.json",
+                          "--atol", "0", "--rtol", "0", cwd=tmp_path)
+        assert res.code == 0, res.err
+        assert "PASSED | add_out" in res.err
+    res = run_toolkit("run", "model.onnx", "--onnxrt", "--load-inputs", "inputs.json", "--load-outputs", "golden.json",
+                      "--seed", "1", cwd=tmp_path)
+    assert res.code == 0, res.err
