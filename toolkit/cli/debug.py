@@ -1,9 +1,385 @@
-"""`toolkit debug` commands (being built)."""
+"""``toolkit debug`` commands: ``reduce`` (shrink a failing model to a minimal failing subgraph).
+
+Thin layer: options -> :class:`toolkit.reduce.session.ReduceConfig` -> ``Reducer.run`` ->
+render. Everything it prints is a log, so it goes to stderr: one line per iteration
+(``Iteration 3 | 37 nodes | FAIL | 0.05 s | ...``), a progress bar on a terminal, the
+check's captured output when asked for, and a summary.
+"""
 
 from __future__ import annotations
+
+import sys
+from typing import List, Optional
 
 import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
+from toolkit.cli.options import (
+    Annotated,
+    ExternalDataDirOpt,
+    ForceFallbackOpt,
+    ModelArg,
+    ModelInputShapesOpt,
+    command_kwargs,
+)
+from toolkit.cli.output import err_console, is_terminal, log, warn
 
-app = typer.Typer(help="debug commands.", **SUBAPP_SETTINGS)
+app = typer.Typer(help="Debug failing models: reduce them to minimal failing subgraphs.", **SUBAPP_SETTINGS)
+
+ListOpt = Optional[List[str]]
+IntListOpt = Optional[List[int]]
+
+_REDUCE_HELP = """Reduce a failing model to a minimal subgraph that still fails.
+
+Each iteration writes a subgraph to the iteration artifact (polygraphy_debug.onnx) and runs
+the --check command on it (or asks you, without --check). The full model is checked first;
+-o gets the smallest subgraph the check failed on, --min-good the closest one it passed on.
+
+Without --mode, one run bisects and then verifies that dropping any end node makes the
+subgraph pass (1-minimal). --mode=bisect only bisects; --mode=linear drops one node at a time.
+
+Exit codes: 0 reduced; 1 the full model passes the check (nothing written); 2 usage error;
+3 bad input; 130 interrupted (Ctrl-C or end of input; the smallest failing model so far is
+written to -o and the verdicts to the replay file).
+
+Example (the seeds' simulated failure):
+
+  toolkit debug reduce model.onnx -o reduced.onnx --fail-regex "Op: Mul"
+  --check toolkit inspect model polygraphy_debug.onnx --mode=basic
+"""
+
+
+class _Reporter:
+    """Renders the reducer's progress on stderr (Rich bar on a terminal, plain lines otherwise)."""
+
+    def __init__(self, show_output: bool, hide_fail_output: bool):
+        self.show_output = show_output
+        self.hide_fail_output = hide_fail_output
+        self.live = is_terminal(sys.stderr)
+        self.progress = None
+        self.task = None
+        self.reducer = None
+
+    # -- helpers
+    def _print(self, text: str, style: Optional[str] = None) -> None:
+        if self.progress is not None:
+            self.progress.console.print(text, markup=False, highlight=False, style=style, soft_wrap=True)
+            self._refresh()
+        else:
+            log(text, style=style)
+
+    def _refresh(self) -> None:
+        if self.progress is None:
+            return
+        r = self.reducer
+        left = r.remaining_estimate()
+        avg = r.average_check_seconds()
+        eta = f"~{left * avg:.1f} s left" if (avg and left) else ("" if left else "finishing")
+        self.progress.update(
+            self.task,
+            completed=r.checks,
+            total=r.checks + max(left, 0) or 1,
+            eta=eta,
+            description=f"reduce [{r.plan.phase or 'full model'}]" if r.plan else "reduce",
+        )
+        self.progress.refresh()
+
+    # -- Reporter protocol
+    def start(self, reducer) -> None:
+        self.reducer = reducer
+        idx = reducer.index
+        cfg = reducer.cfg
+        consts = len(idx.const_nodes)
+        extra = f" (+{consts} Constant node{'s' if consts != 1 else ''} kept with their readers)" if consts else ""
+        if cfg.check is None:
+            how = "asking you"
+        else:
+            how = "warm worker" if reducer.runner.kind == "warm" else "subprocess"
+            how = f"check: {' '.join(cfg.check)} [{how}]"
+        mode = cfg.mode or "default (bisect + 1-minimal)"
+        log(f"Reducing {cfg.model}: {idx.size} node{'s' if idx.size != 1 else ''}{extra}; mode {mode}; {how}")
+        if self.live and reducer.runner is not None:
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                TextColumn("{task.completed}/{task.total} checks"),
+                TimeElapsedColumn(),
+                TextColumn("{task.fields[eta]}"),
+                console=err_console(),
+                auto_refresh=False,  # no refresh thread: the check runs in a fork
+                transient=True,
+                redirect_stdout=False,
+                redirect_stderr=False,
+            )
+            self.task = self.progress.add_task("reduce", total=None, eta="")
+            self.progress.start()
+
+    def iteration_start(self, number, cand) -> None:
+        self._refresh()
+
+    def iteration_end(self, it) -> None:
+        verdict = "FAIL" if it.failed else "pass"
+        secs = "replay" if it.source == "replay" else f"{it.seconds:.2f} s"
+        line = f"Iteration {it.number} | {it.nodes} node{'s' if it.nodes != 1 else ''} | {verdict} | {secs}"
+        if it.reason and it.source == "check":
+            line += f" | {it.reason}"
+        self._print(line, style=("red" if it.failed else "green") if self.live else None)
+
+    def check_output(self, it) -> None:
+        res = it.result
+        if not (self.show_output or (it.failed and not self.hide_fail_output)):
+            return
+        for name, text in (("stdout", res.stdout_text), ("stderr", res.stderr_text)):
+            if text.strip():
+                self._print(f"---- check {name} (iteration {it.number}) ----")
+                self._print(text.rstrip("\n"))
+
+    def tick(self) -> None:
+        self._refresh()
+
+    def warn(self, message: str) -> None:
+        if self.progress is not None:
+            self._print(f"warning: {message}", style="yellow")
+        else:
+            warn(message)
+
+    def info(self, message: str) -> None:
+        self._print(message)
+
+    def pause(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+def _summary(outcome, cfg) -> int:
+    from toolkit.core.errors import ExitCode
+
+    plural = lambda n, w: f"{n} {w}{'s' if n != 1 else ''}"  # noqa: E731
+    stats = (
+        f"{plural(outcome.checks, 'check')} run, {outcome.remembered} answered from memory, "
+        f"{outcome.seconds:.2f} s"
+    )
+    if outcome.status == "passed":
+        log(
+            f"The full model passes the check ({stats}), so there is nothing to reduce; "
+            f"{cfg.output} was not written."
+        )
+        return int(ExitCode.FAILED)
+    if outcome.status == "interrupted":
+        why = "End of input" if outcome.stopped_by == "eof" else "Interrupted"
+        if outcome.output_written:
+            log(
+                f"{why}: the smallest failing model so far ({plural(outcome.nodes_after, 'node')}) "
+                f"was written to {cfg.output} ({stats})."
+            )
+        else:
+            log(f"{why} before any failing model was found; {cfg.output} was not written ({stats}).")
+        if outcome.replay_path:
+            log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
+        return int(ExitCode.INTERRUPTED)
+    log(f"Reduced {outcome.nodes_before} -> {plural(outcome.nodes_after, 'node')}: {stats}.")
+    shown = outcome.final_nodes[:20]
+    for desc in shown:
+        log(f"  {desc}")
+    if len(outcome.final_nodes) > len(shown):
+        log(f"  ... and {len(outcome.final_nodes) - len(shown)} more")
+    if outcome.one_minimal and outcome.nodes_after > 1:
+        log("1-minimal: dropping any node at either end makes it pass (each drop checked).")
+    log(f"Wrote the reduced model to {cfg.output}")
+    if cfg.min_good and outcome.min_good_written:
+        log(f"Wrote the closest passing model ({plural(outcome.min_good_nodes, 'node')}) to {cfg.min_good}")
+    if cfg.save_replay:
+        log(f"Verdicts saved to {cfg.save_replay}")
+    return int(ExitCode.OK)
+
+
+@app.command("reduce", **command_kwargs(_REDUCE_HELP))
+def reduce_command(
+    model: ModelArg,
+    output: Annotated[
+        str, typer.Option("-o", "--output", help="Where to write the smallest subgraph the check fails on.")
+    ],
+    check: Annotated[
+        ListOpt,
+        typer.Option(
+            "--check",
+            help="The check command; everything after --check belongs to it (its own -o, --mode, --help too). "
+            "Without it you are asked about each subgraph.",
+        ),
+    ] = None,
+    mode: Annotated[
+        Optional[str],
+        typer.Option(
+            "--mode",
+            help="bisect (binary search only) or linear (one node at a time). Default: bisect, then verify "
+            "1-minimality, in one run with fewer checks than bisect followed by linear.",
+        ),
+    ] = None,
+    min_good: Annotated[
+        Optional[str],
+        typer.Option(
+            "--min-good", "--minimal-good", help="Also write the checked passing subgraph closest to the result."
+        ),
+    ] = None,
+    fail_regex: Annotated[
+        ListOpt,
+        typer.Option(
+            "--fail-regex",
+            help="Count a check as failed only when one of these regular expressions matches its stdout or stderr.",
+        ),
+    ] = None,
+    fail_code: Annotated[
+        IntListOpt,
+        typer.Option("--fail-code", "--fail-returncode", help="Exit codes of the check that count as failures."),
+    ] = None,
+    ignore_fail_code: Annotated[
+        IntListOpt,
+        typer.Option(
+            "--ignore-fail-code", "--ignore-fail-returncode", help="Exit codes of the check that count as passes."
+        ),
+    ] = None,
+    check_timeout: Annotated[
+        Optional[float],
+        typer.Option(
+            "--check-timeout",
+            help="Seconds a check may run; then it is killed (with its children) and counts as a failure.",
+        ),
+    ] = None,
+    show_output: Annotated[
+        bool, typer.Option("--show-output", help="Show the check's output for passing iterations too.")
+    ] = False,
+    hide_fail_output: Annotated[
+        bool, typer.Option("--hide-fail-output", help="Do not show the check's output for failing iterations.")
+    ] = False,
+    iter_artifact: Annotated[
+        str,
+        typer.Option(
+            "--iter-artifact",
+            "--intermediate-artifact",
+            help="Where each iteration's subgraph is written for the check.",
+        ),
+    ] = "polygraphy_debug.onnx",
+    no_remove_intermediate: Annotated[
+        bool,
+        typer.Option(
+            "--no-remove-intermediate", help="Keep the iteration artifact and --iter-info file at the end."
+        ),
+    ] = False,
+    artifacts: Annotated[
+        ListOpt,
+        typer.Option(
+            "--artifacts",
+            help="Files the check writes (or the iteration artifact) to move into ART_DIR/good or ART_DIR/bad "
+            "after each check, named <iteration>_<file name>.",
+        ),
+    ] = None,
+    art_dir: Annotated[
+        str,
+        typer.Option("--art-dir", "--artifacts-dir", help="Folder for --artifacts.", metavar="ART_DIR"),
+    ] = "polygraphy_artifacts",
+    iter_info: Annotated[
+        Optional[str],
+        typer.Option(
+            "--iter-info",
+            "--iteration-info",
+            help="Write a JSON file before each check: iteration number, nodes, inputs and outputs.",
+        ),
+    ] = None,
+    save_debug_replay: Annotated[
+        Optional[str],
+        typer.Option("--save-debug-replay", help="Keep every verdict in this JSON file (updated after each check)."),
+    ] = None,
+    load_debug_replay: Annotated[
+        Optional[str],
+        typer.Option(
+            "--load-debug-replay", help="Answer subgraphs already judged in an earlier run without checking them."
+        ),
+    ] = None,
+    model_input_shapes: ModelInputShapesOpt = None,
+    force_fallback_shape_inference: ForceFallbackOpt = False,
+    no_reduce_inputs: Annotated[
+        bool,
+        typer.Option("--no-reduce-inputs", help="Keep the model's inputs: only remove nodes from the end."),
+    ] = False,
+    no_reduce_outputs: Annotated[
+        bool,
+        typer.Option("--no-reduce-outputs", help="Keep the model's outputs: only remove nodes from the start."),
+    ] = False,
+    external_data_dir: ExternalDataDirOpt = None,
+    load_inputs: Annotated[
+        ListOpt,
+        typer.Option(
+            "--load-inputs",
+            "--load-input-data",
+            help="Input data files; their shapes fix the model's dynamic inputs for shape inference.",
+        ),
+    ] = None,
+) -> None:
+    from toolkit.core.errors import UsageError
+    from toolkit.core.meta import parse_shape_specs
+    from toolkit.reduce.check import FailureRule
+    from toolkit.reduce.session import ReduceConfig, Reducer
+
+    if show_output and hide_fail_output:
+        raise UsageError("--show-output and --hide-fail-output cannot be used together")
+    if mode is not None and mode not in ("bisect", "linear"):
+        raise UsageError(f"unknown --mode '{mode}'; use bisect or linear (or leave it out for the default)")
+    if check is not None and not check:
+        raise UsageError("--check needs a command after it, e.g. --check toolkit inspect model polygraphy_debug.onnx")
+    if check is None and fail_regex:
+        warn("--fail-regex has no effect without --check")
+    rule = FailureRule(fail_regex, fail_code, ignore_fail_code)
+    cfg = ReduceConfig(
+        model=model,
+        output=output,
+        check=list(check) if check is not None else None,
+        min_good=min_good,
+        mode=mode,
+        rule=rule,
+        check_timeout=check_timeout,
+        iter_artifact=iter_artifact,
+        remove_intermediate=not no_remove_intermediate,
+        artifacts=list(artifacts or ()),
+        art_dir=art_dir,
+        iter_info=iter_info,
+        save_replay=save_debug_replay,
+        load_replay=load_debug_replay,
+        input_shapes=parse_shape_specs(model_input_shapes or ()),
+        data_shapes=_data_shapes(load_inputs),
+        force_fallback=force_fallback_shape_inference,
+        reduce_inputs=not no_reduce_inputs,
+        reduce_outputs=not no_reduce_outputs,
+        external_data_dir=external_data_dir,
+    )
+    reporter = _Reporter(show_output, hide_fail_output)
+    try:
+        outcome = Reducer(cfg, reporter).run()
+    finally:
+        reporter.stop()
+    raise typer.Exit(_summary(outcome, cfg))
+
+
+def _data_shapes(paths) -> dict:
+    """Shapes of the first feed in --load-inputs files (later files win)."""
+    if not paths:
+        return {}
+    from toolkit.core.datafiles import load_inputs
+
+    shapes = {}
+    for path in paths:
+        feeds = load_inputs(path)
+        if feeds:
+            for name, value in feeds[0].items():
+                shape = getattr(value, "shape", None)
+                if shape is not None:
+                    shapes[name] = tuple(int(d) for d in shape)
+    return shapes

@@ -1,0 +1,499 @@
+"""Running the ``--check`` command and deciding pass or fail.
+
+Two ways to run a check, with the same output and exit status:
+
+- :class:`SubprocessRunner`: any command, as a child process in its own session (so a
+  timeout can kill it and everything it started).
+- :class:`WarmRunner`: a check that is ``toolkit ...`` (or ``python -m toolkit ...``) runs
+  in a forked copy of this process, which has already imported the CLI, numpy, onnx and
+  onnxruntime and loaded the data files the check names. The child points fd 1/2 at
+  pipes, calls :func:`toolkit.cli.app.main` and exits with its code, exactly as a fresh
+  ``toolkit`` process would, minus the interpreter start-up and imports.
+
+:class:`FailureRule` turns a :class:`CheckResult` into a verdict, and
+:func:`ask_user` is the interactive ``[p]ass or [f]ail?`` prompt.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from typing import Callable, List, Optional, Sequence
+
+from toolkit.core.errors import UsageError
+
+WARM_ENV = "TOOLKIT_NO_WARM_WORKER"
+
+# Options of a toolkit check whose values are data files worth loading once in the parent.
+_DATA_OPTIONS = ("--load-inputs", "--load-input-data", "--load-outputs", "--load-output-data")
+
+
+@dataclass
+class CheckResult:
+    """What one run of the check command did."""
+
+    code: Optional[int]  # exit status; None when killed by a signal or timed out
+    stdout: bytes = b""
+    stderr: bytes = b""
+    signal: Optional[int] = None
+    timed_out: bool = False
+    seconds: float = 0.0
+
+    @property
+    def stdout_text(self) -> str:
+        return self.stdout.decode("utf-8", errors="replace")
+
+    @property
+    def stderr_text(self) -> str:
+        return self.stderr.decode("utf-8", errors="replace")
+
+    def describe(self) -> str:
+        if self.timed_out:
+            return "timed out"
+        if self.signal is not None:
+            try:
+                name = signal.Signals(self.signal).name
+            except ValueError:
+                name = f"signal {self.signal}"
+            return f"killed by {name}"
+        return f"exit code {self.code}"
+
+
+class FailureRule:
+    """Pass or fail, the way the seeds describe it.
+
+    - ``ignore_codes``: those exit codes always pass.
+    - ``fail_codes``: only those exit codes fail (and, with ``fail_regex``, only when a
+      pattern also matches).
+    - ``fail_regex`` alone: fails exactly when a pattern matches stdout or stderr,
+      whatever the exit code (``inspect model`` exits 0 and the pattern decides).
+    - otherwise a non-zero exit code fails.
+
+    A check killed by a signal or by ``--check-timeout`` always fails.
+    """
+
+    def __init__(
+        self,
+        fail_regex: Optional[Sequence[str]] = None,
+        fail_codes: Optional[Sequence[int]] = None,
+        ignore_codes: Optional[Sequence[int]] = None,
+    ):
+        if fail_codes and ignore_codes:
+            raise UsageError("--fail-code and --ignore-fail-code cannot be used together; choose one")
+        self.patterns = []
+        for pattern in fail_regex or ():
+            try:
+                self.patterns.append(re.compile(pattern))
+            except re.error as exc:
+                raise UsageError(f"--fail-regex '{pattern}' is not a valid regular expression: {exc}") from None
+        self.fail_codes = set(fail_codes) if fail_codes else None
+        self.ignore_codes = set(ignore_codes) if ignore_codes else set()
+
+    def matched(self, res: CheckResult) -> Optional[str]:
+        """The first pattern found in the output, or None."""
+        if not self.patterns:
+            return None
+        texts = (res.stdout_text, res.stderr_text)
+        for p in self.patterns:
+            if any(p.search(t) for t in texts):
+                return p.pattern
+        return None
+
+    def failed(self, res: CheckResult) -> bool:
+        if res.timed_out or res.signal is not None or res.code is None:
+            return True
+        if res.code in self.ignore_codes:
+            return False
+        match = None
+        if self.patterns:
+            match = self.matched(res) is not None
+        if self.fail_codes is not None:
+            failed = res.code in self.fail_codes
+            return failed and (match if match is not None else True)
+        if match is not None:
+            return match
+        return res.code != 0
+
+    def reason(self, res: CheckResult) -> str:
+        """A few words on why the verdict is what it is."""
+        text = res.describe()
+        if self.patterns and not res.timed_out and res.signal is None:
+            pat = self.matched(res)
+            text += f", matched '{pat}'" if pat else ", no pattern matched"
+        return text
+
+
+# ---------------------------------------------------------------------- collecting output
+
+
+def _collect(fds: List[int], deadline: Optional[float], tick: Optional[Callable[[], None]], exited: Callable[[], bool]):
+    """Read ``fds`` (stdout, stderr) to EOF. Returns (chunks per fd, timed_out).
+
+    Stops at ``deadline``. If the process has exited but something it started still
+    holds the pipes, stops reading one second later.
+    """
+    bufs = {fd: [] for fd in fds}
+    sel = selectors.DefaultSelector()
+    for fd in fds:
+        sel.register(fd, selectors.EVENT_READ)
+    exit_seen_at = None
+    timed_out = False
+    try:
+        while sel.get_map():
+            now = time.monotonic()
+            wait = 0.1
+            if deadline is not None:
+                if now >= deadline:
+                    timed_out = True
+                    break
+                wait = min(wait, deadline - now)
+            for key, _ in sel.select(wait):
+                try:
+                    data = os.read(key.fd, 1 << 16)
+                except OSError:
+                    data = b""
+                if data:
+                    bufs[key.fd].append(data)
+                else:
+                    sel.unregister(key.fd)
+            if tick is not None:
+                tick()
+            if sel.get_map():
+                if exit_seen_at is None:
+                    if exited():
+                        exit_seen_at = time.monotonic()
+                elif time.monotonic() - exit_seen_at > 1.0:
+                    break
+    finally:
+        sel.close()
+    return [b"".join(bufs[fd]) for fd in fds], timed_out
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def _decode_status(status: int):
+    """(code, signal) from a waitpid status."""
+    if os.WIFSIGNALED(status):
+        return None, os.WTERMSIG(status)
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status), None
+    return None, None
+
+
+# ---------------------------------------------------------------------- runners
+
+
+class SubprocessRunner:
+    """Runs the check as a child process in a new session (its own process group)."""
+
+    kind = "subprocess"
+
+    def __init__(self, argv: Sequence[str], timeout: Optional[float] = None):
+        self.argv = list(argv)
+        self.timeout = timeout
+        exe = self.argv[0]
+        if shutil.which(exe) is None:
+            raise UsageError(f"check command '{exe}' not found; give a program on PATH or a path to it after --check")
+
+    def run(self, tick: Optional[Callable[[], None]] = None) -> CheckResult:
+        start = time.monotonic()
+        try:
+            proc = subprocess.Popen(
+                self.argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise UsageError(f"cannot run check command '{self.argv[0]}': {exc.strerror or exc}") from None
+        deadline = start + self.timeout if self.timeout else None
+        fds = [proc.stdout.fileno(), proc.stderr.fileno()]
+        try:
+            (out, err), timed_out = _collect(fds, deadline, tick, lambda: proc.poll() is not None)
+            if timed_out:
+                _kill_group(proc.pid)
+            proc.stdout.close()
+            proc.stderr.close()
+            rc = proc.wait()
+        except BaseException:
+            _kill_group(proc.pid)
+            proc.wait()
+            raise
+        seconds = time.monotonic() - start
+        if timed_out:
+            return CheckResult(None, out, err, timed_out=True, seconds=seconds)
+        if rc < 0:
+            return CheckResult(None, out, err, signal=-rc, seconds=seconds)
+        return CheckResult(rc, out, err, seconds=seconds)
+
+    def close(self) -> None:
+        pass
+
+
+def toolkit_args(argv: Sequence[str]) -> Optional[List[str]]:
+    """The toolkit arguments if ``argv`` runs this toolkit (``toolkit ...``, ``python -m toolkit ...``)."""
+    if not argv:
+        return None
+    exe = os.path.basename(argv[0])
+    if exe == "toolkit":
+        found = shutil.which(argv[0])
+        if found is None:
+            return list(argv[1:])  # not on PATH: run it in-process anyway, it is us
+        here = os.path.dirname(os.path.abspath(sys.executable))
+        # Another installation's `toolkit` on PATH is not ours: run it for real.
+        if os.path.dirname(os.path.abspath(found)) != here and not _is_our_script(found):
+            return None
+        return list(argv[1:])
+    if re.fullmatch(r"python(\d+(\.\d+)?)?", exe) and len(argv) >= 3 and argv[1] == "-m" and argv[2] == "toolkit":
+        return list(argv[3:])
+    return None
+
+
+def _is_our_script(path: str) -> bool:
+    """True if the script at ``path`` starts with our interpreter's shebang."""
+    try:
+        with open(path, "rb") as fh:
+            first = fh.readline(512)
+    except OSError:
+        return False
+    if not first.startswith(b"#!"):
+        return False
+    ours = {sys.executable.encode(), os.path.realpath(sys.executable).encode()}
+    return any(p in first for p in ours)
+
+
+def data_files_in(args: Sequence[str]) -> List[str]:
+    """Paths given to --load-inputs / --load-outputs in a toolkit command line."""
+    out: List[str] = []
+    i = 0
+    while i < len(args):
+        tok = args[i]
+        name, eq, value = tok.partition("=")
+        if name in _DATA_OPTIONS:
+            if eq:
+                out.append(value)
+            j = i + 1
+            while j < len(args) and (not args[j].startswith("-") or args[j] == "-"):
+                if args[j] != "-":
+                    out.append(args[j])
+                j += 1
+            i = j
+            continue
+        i += 1
+    return out
+
+
+class WarmRunner:
+    """Runs ``toolkit ARGS`` in a forked copy of this (already warm) process."""
+
+    kind = "warm"
+
+    def __init__(self, args: Sequence[str], timeout: Optional[float] = None, argv0: str = "toolkit"):
+        self.args = list(args)
+        self.timeout = timeout
+        self.argv0 = argv0
+        self._prepared = False
+
+    def prepare(self) -> None:
+        """Import what the check will need and load its data files (once, in the parent)."""
+        if self._prepared:
+            return
+        self._prepared = True
+        import importlib
+        import pkgutil
+
+        import toolkit
+        import toolkit.cli.app  # noqa: F401
+
+        for mod in ("numpy", "onnx"):
+            importlib.import_module(mod)
+        if self.args and self.args[0] in ("run", "debug"):
+            try:
+                importlib.import_module("onnxruntime")  # import only: no session, no device context
+            except ImportError:
+                pass
+        # toolkit's own modules (commands import them lazily; import them once here)
+        for sub in ("core", "backends"):
+            try:
+                pkg = importlib.import_module(f"toolkit.{sub}")
+            except ImportError:
+                continue
+            for info in pkgutil.iter_modules(pkg.__path__, prefix=f"toolkit.{sub}."):
+                if info.name.endswith((".trt", ".tensorrt")):
+                    continue
+                try:
+                    importlib.import_module(info.name)
+                except Exception:  # noqa: BLE001 - optional extras may be missing
+                    pass
+        _ = toolkit
+        from toolkit.core.datafiles import load_data
+
+        for path in data_files_in(self.args):
+            try:
+                load_data(path)  # cached by path/size/mtime; children inherit it
+            except Exception:  # noqa: BLE001 - the check itself reports bad files
+                pass
+
+    def run(self, tick: Optional[Callable[[], None]] = None) -> CheckResult:
+        self.prepare()
+        start = time.monotonic()
+        r_out, w_out = os.pipe()
+        r_err, w_err = os.pipe()
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - runs in the child
+            code = 1
+            try:
+                os.close(r_out)
+                os.close(r_err)
+                code = _child(self.argv0, self.args, w_out, w_err)
+            finally:
+                os._exit(code)
+        os.close(w_out)
+        os.close(w_err)
+        deadline = start + self.timeout if self.timeout else None
+        status_box = []
+
+        def exited() -> bool:
+            if status_box:
+                return True
+            try:
+                wpid, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return True
+            if wpid:
+                status_box.append(status)
+                return True
+            return False
+
+        try:
+            (out, err), timed_out = _collect([r_out, r_err], deadline, tick, exited)
+            if timed_out:
+                _kill_group(pid)
+            if not status_box:
+                _, status = os.waitpid(pid, 0)
+                status_box.append(status)
+        except BaseException:
+            _kill_group(pid)
+            try:
+                os.waitpid(pid, 0)
+            except ChildProcessError:
+                pass
+            raise
+        finally:
+            os.close(r_out)
+            os.close(r_err)
+        seconds = time.monotonic() - start
+        if timed_out:
+            return CheckResult(None, out, err, timed_out=True, seconds=seconds)
+        code, sig = _decode_status(status_box[0])
+        return CheckResult(code, out, err, signal=sig, seconds=seconds)
+
+    def close(self) -> None:
+        pass
+
+
+def _child(argv0: str, args: List[str], w_out: int, w_err: int) -> int:  # pragma: no cover - child only
+    """Become a fresh ``toolkit`` process: own session, stdio on the pipes, run main()."""
+    os.setsid()
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    os.dup2(w_out, 1)
+    os.dup2(w_err, 2)
+    os.close(w_out)
+    os.close(w_err)
+    enc = getattr(sys.stdout, "encoding", None) or "utf-8"
+    sys.stdin = sys.__stdin__ = open(0, "r", closefd=False)
+    sys.stdout = sys.__stdout__ = open(1, "w", encoding=enc, errors="strict", closefd=False)
+    sys.stderr = sys.__stderr__ = open(2, "w", encoding=enc, errors="backslashreplace", closefd=False, buffering=1)
+    sys.argv = [argv0] + list(args)
+    try:
+        from toolkit.cli import output
+
+        output._consoles.clear()
+    except Exception:  # noqa: BLE001
+        pass
+    code = 1
+    try:
+        from toolkit.cli.app import main
+
+        code = main(list(args))
+        code = int(code) if isinstance(code, int) else 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:  # noqa: BLE001 - a crash of the check is its failure
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, OSError, ValueError):
+            pass
+    return code & 0xFF
+
+
+def make_runner(argv: Sequence[str], timeout: Optional[float] = None, *, warm: Optional[bool] = None):
+    """The runner for ``argv``: warm fork for toolkit checks (unless disabled), else a subprocess."""
+    if not argv:
+        raise UsageError("--check needs a command after it, e.g. --check toolkit run polygraphy_debug.onnx --onnxrt")
+    if timeout is not None and timeout <= 0:
+        raise UsageError(f"--check-timeout must be positive, got {timeout}")
+    if warm is None:
+        warm = os.environ.get(WARM_ENV, "") in ("", "0") and hasattr(os, "fork")
+    args = toolkit_args(argv) if warm else None
+    if args is not None:
+        return WarmRunner(args, timeout, argv0=argv[0])
+    return SubprocessRunner(argv, timeout)
+
+
+# ---------------------------------------------------------------------- interactive
+
+
+class AnswersExhausted(Exception):
+    """End of input while asking the user for a verdict."""
+
+
+def ask_user(artifact: str, stdin=None, stderr=None) -> bool:
+    """Ask whether ``artifact`` passed; True means it failed. EOF raises AnswersExhausted."""
+    stdin = stdin or sys.stdin
+    stderr = stderr or sys.stderr
+    prompt = f"Did '{artifact}' [p]ass or [f]ail? "
+    while True:
+        stderr.write(prompt)
+        stderr.flush()
+        line = stdin.readline()
+        if not line:
+            stderr.write("\n")
+            raise AnswersExhausted()
+        answer = line.strip().lower()
+        if answer in ("p", "pass", "passed", "good", "g"):
+            return False
+        if answer in ("f", "fail", "failed", "bad", "b"):
+            return True
+        prompt = "Please answer 'p' (pass) or 'f' (fail): "

@@ -1,0 +1,519 @@
+"""The graph index and fast candidate subgraphs for ``debug reduce``.
+
+The top graph is indexed once: its nodes in topological order (Constant nodes apart:
+they are *attached*, included whenever a kept node reads them, never turned into
+inputs), what each node reads (its non-empty inputs plus the outer tensors that its
+If/Loop/Scan bodies read) and writes, who produces and who consumes each tensor.
+
+A *candidate* is a set of node positions, held as a Python int bit mask. Its model is
+built without copying any ONNX message: every node, initializer and value info is
+serialized once, and a candidate's bytes are the concatenation of those pieces with the
+protobuf field headers in front (a repeated field is just tag + length + bytes, again and
+again), so one candidate costs one ``bytes.join``.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import heapq
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from toolkit.core.errors import InputError
+from toolkit.core.meta import TensorMeta
+
+# Above this many bytes a candidate is written with its weights as external data.
+BIG_MODEL_BYTES = int(1.8 * 2**30)
+
+_CONSTANT_DOMAINS = ("", "ai.onnx")
+
+
+# ---------------------------------------------------------------------- protobuf wire format
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append((value & 0x7F) | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
+def encode_field(number: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field: tag, length, payload."""
+    return _varint((number << 3) | 2) + _varint(len(payload)) + payload
+
+
+def _field_numbers():
+    import onnx
+
+    g = onnx.GraphProto.DESCRIPTOR.fields_by_name
+    m = onnx.ModelProto.DESCRIPTOR.fields_by_name
+    return {
+        "node": g["node"].number,
+        "name": g["name"].number,
+        "initializer": g["initializer"].number,
+        "sparse_initializer": g["sparse_initializer"].number,
+        "input": g["input"].number,
+        "output": g["output"].number,
+        "value_info": g["value_info"].number,
+        "quantization_annotation": g["quantization_annotation"].number,
+        "metadata_props": g["metadata_props"].number,
+        "graph": m["graph"].number,
+    }
+
+
+# ---------------------------------------------------------------------- masks
+
+
+def mask_indices(mask: int) -> List[int]:
+    """Positions of the set bits of ``mask``, ascending."""
+    out = []
+    base = 0
+    while mask:
+        low = mask & 0xFFFFFFFFFFFFFFFF
+        while low:
+            bit = low & -low
+            out.append(base + bit.bit_length() - 1)
+            low ^= bit
+        mask >>= 64
+        base += 64
+    return out
+
+
+def mask_of(indices) -> int:
+    m = 0
+    for i in indices:
+        m |= 1 << i
+    return m
+
+
+def range_mask(start: int, stop: int) -> int:
+    """Nodes ``start .. stop-1``."""
+    if stop <= start:
+        return 0
+    return ((1 << stop) - 1) ^ ((1 << start) - 1)
+
+
+def popcount(mask: int) -> int:
+    return bin(mask).count("1")
+
+
+# ---------------------------------------------------------------------- the index
+
+
+@dataclass
+class Candidate:
+    """A subgraph of the indexed model: node set, boundary tensors and (lazily) its bytes."""
+
+    mask: int
+    nodes: List[int]
+    inputs: List[str]
+    outputs: List[str]
+    consts: List[int] = field(repr=False, default_factory=list)
+    inits: List[str] = field(repr=False, default_factory=list)
+    produced: set = field(repr=False, default_factory=set)
+    keep_inputs: bool = False
+    size_hint: int = 0
+    index: Optional["GraphIndex"] = field(repr=False, default=None)
+    _data: Optional[bytes] = field(repr=False, default=None)
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.nodes)
+
+    def serialize(self) -> bytes:
+        """The candidate's ModelProto bytes (built once)."""
+        if self._data is None:
+            self._data = self.index._serialize(self)
+        return self._data
+
+
+class GraphIndex:
+    """The top graph of ``model``, indexed once for building candidate subgraphs.
+
+    ``metas`` is a callable ``names -> {name: TensorMeta}`` giving shape and dtype of
+    tensors that become new inputs or outputs of a candidate (see
+    :class:`toolkit.reduce.session.MetaProvider`). ``fixed_input_shapes`` names the graph
+    inputs whose shapes the user fixed: their original value info is not reused.
+    """
+
+    def __init__(self, model, metas: Optional[Callable] = None, *, fixed_input_shapes: Sequence[str] = ()):
+        import onnx
+
+        from toolkit.core.shapes import node_reads
+
+        self.model = model
+        self._metas = metas
+        self._fixed_inputs = set(fixed_input_shapes)
+        self._fields = _field_numbers()
+        g = model.graph
+
+        all_nodes = list(g.node)
+        order = _topological_order(all_nodes, node_reads)
+        consts: List[int] = []  # positions in all_nodes
+        regular: List[int] = []
+        for pos in order:
+            n = all_nodes[pos]
+            if n.op_type == "Constant" and n.domain in _CONSTANT_DOMAINS:
+                consts.append(pos)
+            else:
+                regular.append(pos)
+
+        self.nodes = [all_nodes[p] for p in regular]
+        self.const_nodes = [all_nodes[p] for p in consts]
+        self.size = len(self.nodes)
+        self.full_mask = (1 << self.size) - 1
+
+        self.reads: List[Tuple[str, ...]] = [tuple(node_reads(n)) for n in self.nodes]
+        self.writes: List[Tuple[str, ...]] = [tuple(o for o in n.output if o) for n in self.nodes]
+
+        self.initializers = {t.name: t for t in g.initializer}
+        self.sparse_initializers = {t.values.name: t for t in g.sparse_initializer}
+        self.const_producer: Dict[str, int] = {}
+        for j, n in enumerate(self.const_nodes):
+            for o in n.output:
+                if o:
+                    self.const_producer[o] = j
+        self.producer: Dict[str, int] = {}
+        for i, outs in enumerate(self.writes):
+            for t in outs:
+                self.producer[t] = i
+        self.consumer_mask: Dict[str, int] = {}
+        for i, ins in enumerate(self.reads):
+            bit = 1 << i
+            for t in ins:
+                self.consumer_mask[t] = self.consumer_mask.get(t, 0) | bit
+        self.pred_mask = [0] * self.size
+        self.succ_mask = [0] * self.size
+        for i, ins in enumerate(self.reads):
+            for t in ins:
+                p = self.producer.get(t)
+                if p is not None and p != i:
+                    self.pred_mask[i] |= 1 << p
+                    self.succ_mask[p] |= 1 << i
+
+        self.graph_inputs = [vi.name for vi in g.input if vi.name not in self.initializers]
+        self.graph_input_set = set(self.graph_inputs)
+        self.graph_outputs = [vi.name for vi in g.output]
+        self.graph_output_set = set(self.graph_outputs)
+        self._input_vi = {vi.name: vi for vi in g.input}
+        self._output_vi = {vi.name: vi for vi in g.output}
+        self._value_info = {vi.name: vi for vi in g.value_info}
+        # Old IR versions (< 4) list initializers among the graph inputs too.
+        self._init_inputs = model.ir_version < 4
+
+        self.names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(self.nodes)]
+        self.ops = [n.op_type for n in self.nodes]
+
+        # Serialized pieces, made once.
+        f = self._fields
+        self._node_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.nodes]
+        self._const_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.const_nodes]
+        self._init_frag: Dict[str, bytes] = {}
+        self._vi_frag: Dict[Tuple[str, str], bytes] = {}
+        header = onnx.ModelProto()
+        for fd, value in model.ListFields():
+            if fd.name in ("graph", "training_info"):
+                continue
+            if hasattr(value, "extend"):  # repeated field
+                getattr(header, fd.name).extend(value)
+            elif hasattr(value, "CopyFrom"):  # message
+                getattr(header, fd.name).CopyFrom(value)
+            else:
+                setattr(header, fd.name, value)
+        self._header = header.SerializeToString()
+        graph_head = onnx.GraphProto()
+        graph_head.name = g.name
+        if g.doc_string:
+            graph_head.doc_string = g.doc_string
+        graph_head.metadata_props.extend(g.metadata_props)
+        self._graph_head = graph_head.SerializeToString()
+        self._qa = {}
+        for qa in g.quantization_annotation:
+            self._qa[qa.tensor_name] = encode_field(f["quantization_annotation"], qa.SerializeToString())
+        self._init_bytes = {t.name: t.ByteSize() for t in g.initializer}
+        self.warnings: List[str] = []
+        self._warned = set()
+
+    # ------------------------------------------------------------------ identity
+
+    def identity(self) -> str:
+        """A digest of the graph's structure (nodes and graph I/O), for replay files."""
+        h = hashlib.sha256()
+        for frag in self._const_frag + self._node_frag:
+            h.update(frag)
+        h.update("\0".join(self.graph_inputs).encode())
+        h.update(b"\1")
+        h.update("\0".join(self.graph_outputs).encode())
+        return h.hexdigest()[:32]
+
+    # ------------------------------------------------------------------ structure
+
+    def sinks(self, mask: int) -> List[int]:
+        """Nodes of ``mask`` none of whose outputs is read inside ``mask``."""
+        return [i for i in mask_indices(mask) if not (self.succ_mask[i] & mask)]
+
+    def sources(self, mask: int) -> List[int]:
+        """Nodes of ``mask`` that read nothing produced inside ``mask``."""
+        return [i for i in mask_indices(mask) if not (self.pred_mask[i] & mask)]
+
+    def describe(self, i: int) -> str:
+        return f"{self.names[i]} [Op: {self.ops[i]}]"
+
+    # ------------------------------------------------------------------ candidates
+
+    def candidate(self, mask: int, *, keep_inputs: bool = False, keep_outputs: bool = False) -> Candidate:
+        """The subgraph made of the nodes in ``mask``.
+
+        Inputs: tensors read but not produced by the nodes, except initializers and
+        Constant outputs (those come along). Outputs: tensors produced by the nodes that
+        are graph outputs of the model or read by nodes left out. ``keep_inputs`` declares
+        all of the model's inputs; ``keep_outputs`` makes only model outputs outputs.
+        """
+        nodes = mask_indices(mask)
+        produced = set()
+        for i in nodes:
+            produced.update(self.writes[i])
+        inputs: List[str] = list(self.graph_inputs) if keep_inputs else []
+        seen = set(inputs)
+        inits: List[str] = []
+        consts: List[int] = []
+        const_seen = set()
+        for i in nodes:
+            for t in self.reads[i]:
+                if t in seen or t in produced:
+                    continue
+                seen.add(t)
+                if t in self.initializers or t in self.sparse_initializers:
+                    inits.append(t)
+                elif t in self.const_producer:
+                    j = self.const_producer[t]
+                    if j not in const_seen:
+                        const_seen.add(j)
+                        consts.append(j)
+                else:
+                    inputs.append(t)
+        full = mask == self.full_mask
+        if full:
+            # The whole model: keep Constant nodes that feed graph outputs directly.
+            for t in self.graph_outputs:
+                j = self.const_producer.get(t)
+                if j is not None and j not in const_seen:
+                    const_seen.add(j)
+                    consts.append(j)
+            consts.sort()
+        outs_graph = []
+        outs_other = []
+        not_mask = ~mask
+        for i in nodes:
+            for t in self.writes[i]:
+                if t in self.graph_output_set:
+                    outs_graph.append(t)
+                elif not keep_outputs and (self.consumer_mask.get(t, 0) & not_mask):
+                    outs_other.append(t)
+        order = {t: k for k, t in enumerate(self.graph_outputs)}
+        outs_graph.sort(key=order.__getitem__)
+        if full:
+            for t in self.graph_outputs:
+                if t in self.const_producer and t not in outs_graph:
+                    outs_graph.append(t)
+            outs_graph.sort(key=order.__getitem__)
+        outputs = outs_graph + outs_other
+        if not outputs and nodes:
+            # A subgraph must show something: a node whose outputs nobody reads.
+            last = nodes[-1]
+            outputs = list(self.writes[last][:1])
+        size_hint = sum(self._init_bytes.get(t, 0) for t in inits)
+        return Candidate(
+            mask, nodes, inputs, outputs, consts, inits, produced, keep_inputs, size_hint=size_hint, index=self
+        )
+
+    def _serialize(self, cand: Candidate, weights: bool = True) -> bytes:
+        f = self._fields
+        consts, inits, produced = cand.consts, cand.inits, cand.produced
+        parts: List[bytes] = [self._graph_head]
+        parts.extend(self._const_frag[j] for j in consts)
+        parts.extend(self._node_frag[i] for i in cand.nodes)
+        if weights:
+            for t in inits:
+                parts.append(self._initializer_frag(t))
+        metas = self._need_metas(cand)
+        for t in cand.inputs:
+            parts.append(self._value_info_frag("input", t, metas))
+        if self._init_inputs:
+            for t in inits:
+                vi = self._input_vi.get(t)
+                if vi is not None:
+                    parts.append(encode_field(f["input"], vi.SerializeToString()))
+        for t in cand.outputs:
+            parts.append(self._value_info_frag("output", t, metas))
+        outs = set(cand.outputs)
+        for t in sorted(produced):
+            if t in self._value_info and t not in outs:
+                parts.append(self._value_info_frag("value_info", t, metas))
+        if self._qa:
+            for t in list(cand.inputs) + sorted(produced) + inits:
+                frag = self._qa.get(t)
+                if frag is not None:
+                    parts.append(frag)
+        graph = b"".join(parts)
+        return self._header + encode_field(f["graph"], graph)
+
+    def _initializer_frag(self, name: str) -> bytes:
+        frag = self._init_frag.get(name)
+        if frag is None:
+            f = self._fields
+            if name in self.initializers:
+                frag = encode_field(f["initializer"], self.initializers[name].SerializeToString())
+            else:
+                frag = encode_field(f["sparse_initializer"], self.sparse_initializers[name].SerializeToString())
+            self._init_frag[name] = frag
+        return frag
+
+    def _need_metas(self, cand: Candidate) -> Dict[str, TensorMeta]:
+        """Metas of the boundary tensors whose original value info cannot be reused."""
+        need = []
+        for t in cand.inputs:
+            if not (t in self._input_vi and t not in self._fixed_inputs):
+                need.append(t)
+        for t in cand.outputs:
+            if not (t in self._output_vi and not self._fixed_inputs):
+                need.append(t)
+        if not need or self._metas is None:
+            return {}
+        return self._metas(need)
+
+    def _value_info_frag(self, kind: str, name: str, metas: Dict[str, TensorMeta]) -> bytes:
+        key = (kind, name)
+        frag = self._vi_frag.get(key)
+        if frag is not None:
+            return frag
+        f = self._fields
+        vi = None
+        if kind == "input" and name in self._input_vi and name not in self._fixed_inputs:
+            vi = self._input_vi[name]
+        elif kind == "output" and name in self._output_vi and not self._fixed_inputs:
+            vi = self._output_vi[name]
+        elif kind == "value_info":
+            vi = self._value_info[name]
+        if vi is None:
+            vi = self._make_value_info(name, metas.get(name))
+        frag = encode_field(f[kind], vi.SerializeToString())
+        self._vi_frag[key] = frag
+        return frag
+
+    def _make_value_info(self, name: str, meta: Optional[TensorMeta]):
+        import onnx
+
+        from toolkit.core.meta import is_dtype_name, dtype_to_onnx
+
+        vi = onnx.ValueInfoProto()
+        vi.name = name
+        if meta is not None and meta.dtype and is_dtype_name(meta.dtype):
+            tt = vi.type.tensor_type
+            tt.elem_type = dtype_to_onnx(meta.dtype)
+            if meta.shape is not None:
+                shape = tt.shape
+                shape.SetInParent()
+                for d in meta.shape:
+                    dim = shape.dim.add()
+                    if isinstance(d, int) and d >= 0:
+                        dim.dim_value = d
+                    elif isinstance(d, str) and d:
+                        dim.dim_param = d
+            return vi
+        # Not a plain tensor, or unknown: reuse whatever the model says about it.
+        for table in (self._value_info, self._input_vi, self._output_vi):
+            if name in table:
+                return table[name]
+        if name not in self._warned:
+            self._warned.add(name)
+            self.warnings.append(
+                f"the dtype of tensor '{name}' is unknown, so the subgraph declares it without a type; "
+                "give --model-input-shapes or --force-fallback-shape-inference"
+            )
+        return vi
+
+    # ------------------------------------------------------------------ saving
+
+    def write(self, cand: Candidate, path: str, *, atomic: bool = True) -> None:
+        """Write the candidate's model to ``path`` (weights external when huge)."""
+        from toolkit.core.model import save_model, write_bytes_atomic
+
+        if cand.size_hint > BIG_MODEL_BYTES:
+            save_model(self.to_model(cand), path, external_data=True)
+            return
+        data = cand.serialize()
+        if atomic:
+            write_bytes_atomic(path, data)
+        else:
+            try:
+                with open(path, "wb") as fh:
+                    fh.write(data)
+            except OSError as exc:
+                raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+
+    def to_model(self, cand: Candidate):
+        """The candidate as an ``onnx.ModelProto`` (for huge ones, weights added as protos)."""
+        import onnx
+
+        m = onnx.ModelProto()
+        if cand.size_hint > BIG_MODEL_BYTES:
+            m.ParseFromString(self._serialize(cand, weights=False))
+            for t in cand.inits:
+                if t in self.initializers:
+                    m.graph.initializer.append(self.initializers[t])
+                else:
+                    m.graph.sparse_initializer.append(self.sparse_initializers[t])
+            return m
+        m.ParseFromString(cand.serialize())
+        return m
+
+
+def _topological_order(nodes, node_reads) -> List[int]:
+    """Positions of ``nodes`` in a topological order, stable (original order where possible)."""
+    producer: Dict[str, int] = {}
+    for pos, n in enumerate(nodes):
+        for o in n.output:
+            if o:
+                producer[o] = pos
+    deps: List[List[int]] = []
+    sorted_already = True
+    for pos, n in enumerate(nodes):
+        d = []
+        for t in node_reads(n):
+            p = producer.get(t)
+            if p is not None and p != pos:
+                d.append(p)
+                if p > pos:
+                    sorted_already = False
+        deps.append(d)
+    if sorted_already:
+        return list(range(len(nodes)))
+    indeg = [0] * len(nodes)
+    users: List[List[int]] = [[] for _ in nodes]
+    for pos, d in enumerate(deps):
+        for p in set(d):
+            indeg[pos] += 1
+            users[p].append(pos)
+    heap = [pos for pos in range(len(nodes)) if indeg[pos] == 0]
+    heapq.heapify(heap)
+    order = []
+    while heap:
+        pos = heapq.heappop(heap)
+        order.append(pos)
+        for u in users[pos]:
+            indeg[u] -= 1
+            if indeg[u] == 0:
+                heapq.heappush(heap, u)
+    if len(order) != len(nodes):
+        stuck = next(nodes[p] for p in range(len(nodes)) if indeg[p] > 0)
+        raise InputError(
+            f"the graph has a cycle (node '{stuck.name or stuck.op_type}' depends on its own output); "
+            "it cannot be reduced"
+        )
+    return order

@@ -1,0 +1,87 @@
+"""Debug replay files: verdicts already answered, so a later run need not re-check them.
+
+JSON, written atomically::
+
+    {"tool": "toolkit debug reduce", "version": 1, "model": "<structure digest>",
+     "nodes": 312, "check": ["toolkit", "run", ...],
+     "entries": [{"iteration": 1, "nodes": "<hex bit mask>", "count": 312, "failed": true}, ...]}
+
+An entry's key is its node set (bit positions in the model's topological order); the
+``model`` digest says which model those positions belong to.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Dict, List, Optional, Sequence
+
+from toolkit.core.errors import InputError
+
+TOOL = "toolkit debug reduce"
+VERSION = 1
+
+
+class Replay:
+    def __init__(self, model_id: str, num_nodes: int, check: Optional[Sequence[str]] = None):
+        self.model_id = model_id
+        self.num_nodes = num_nodes
+        self.check = list(check) if check else None
+        self.entries: List[dict] = []
+        self.verdicts: Dict[int, bool] = {}
+
+    def add(self, iteration: int, mask: int, count: int, failed: bool) -> None:
+        if mask in self.verdicts:
+            return
+        self.verdicts[mask] = failed
+        self.entries.append({"iteration": iteration, "nodes": format(mask, "x"), "count": count, "failed": failed})
+
+    def get(self, mask: int) -> Optional[bool]:
+        return self.verdicts.get(mask)
+
+    def to_json(self) -> str:
+        doc = {
+            "tool": TOOL,
+            "version": VERSION,
+            "model": self.model_id,
+            "nodes": self.num_nodes,
+            "check": self.check,
+            "entries": self.entries,
+        }
+        return json.dumps(doc, indent=1)
+
+    def save(self, path: str) -> None:
+        from toolkit.core.model import write_bytes_atomic
+
+        write_bytes_atomic(path, (self.to_json() + "\n").encode())
+
+    @classmethod
+    def load(cls, path: str, model_id: str, num_nodes: int) -> "Replay":
+        """Read a replay file made for this model; anything else is an InputError."""
+        from toolkit.core.model import read_bytes
+
+        raw = read_bytes(path)
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise InputError(f"{path}: not a debug replay file (invalid JSON: {exc})") from None
+        if not isinstance(doc, dict) or doc.get("tool") != TOOL or not isinstance(doc.get("entries"), list):
+            raise InputError(f"{path}: not a debug replay file written by `toolkit debug reduce`")
+        if doc.get("version") != VERSION:
+            raise InputError(f"{path}: replay format version {doc.get('version')} is not supported (expected {VERSION})")
+        if doc.get("model") != model_id or doc.get("nodes") != num_nodes:
+            raise InputError(
+                f"{path}: this replay was recorded for a different model (or a changed one); "
+                "run without --load-debug-replay"
+            )
+        rep = cls(model_id, num_nodes, doc.get("check"))
+        for k, entry in enumerate(doc["entries"]):
+            try:
+                mask = int(entry["nodes"], 16)
+                failed = entry["failed"]
+                iteration = int(entry.get("iteration", k + 1))
+            except (KeyError, TypeError, ValueError):
+                raise InputError(f"{path}: entry {k + 1} is malformed (needs 'nodes' and 'failed')") from None
+            if not isinstance(failed, bool) or mask <= 0 or mask >> num_nodes:
+                raise InputError(f"{path}: entry {k + 1} is malformed")
+            rep.add(iteration, mask, bin(mask).count("1"), failed)
+        return rep

@@ -1,0 +1,465 @@
+"""One ``debug reduce`` run: load and index the model, drive a strategy, check candidates.
+
+:class:`Reducer` owns everything around the search: the iteration artifact, the check
+(command or interactive), verdicts remembered in memory and in the replay file,
+``--artifacts`` sorting, ``--iter-info``, and writing ``-o`` / ``--min-good``. Progress goes
+to a :class:`Reporter` that the CLI implements (this module knows nothing of Typer or Rich).
+
+Guarantees: the full model is checked first and nothing is written if it passes; ``-o``
+is always a node set the check failed on, ``--min-good`` one it passed on; on Ctrl-C (or
+end of input when asking) the smallest failing model so far goes to ``-o`` and the
+verdicts to the replay file.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from toolkit.core.errors import InputError, UsageError
+from toolkit.reduce.check import AnswersExhausted, CheckResult, FailureRule, ask_user, make_runner
+from toolkit.reduce.graph import Candidate, GraphIndex, mask_indices, popcount
+from toolkit.reduce.replay import Replay
+from toolkit.reduce.strategy import STRATEGIES, Plan
+
+DEFAULT_ITER_ARTIFACT = "polygraphy_debug.onnx"
+DEFAULT_ART_DIR = "polygraphy_artifacts"
+DEFAULT_REPLAY = "polygraphy_debug_replay.json"
+
+
+@dataclass
+class ReduceConfig:
+    model: str
+    output: str
+    check: Optional[List[str]] = None  # None: ask the user
+    min_good: Optional[str] = None
+    mode: Optional[str] = None  # None (default strategy), "bisect", "linear"
+    rule: FailureRule = field(default_factory=FailureRule)
+    check_timeout: Optional[float] = None
+    iter_artifact: str = DEFAULT_ITER_ARTIFACT
+    remove_intermediate: bool = True
+    artifacts: Sequence[str] = ()
+    art_dir: str = DEFAULT_ART_DIR
+    iter_info: Optional[str] = None
+    save_replay: Optional[str] = None
+    load_replay: Optional[str] = None
+    input_shapes: Mapping[str, tuple] = field(default_factory=dict)
+    data_shapes: Mapping[str, tuple] = field(default_factory=dict)  # from --load-inputs
+    force_fallback: bool = False
+    reduce_inputs: bool = True
+    reduce_outputs: bool = True
+    external_data_dir: Optional[str] = None
+    warm: Optional[bool] = None  # None: automatic
+
+
+@dataclass
+class Iteration:
+    number: int
+    nodes: int
+    failed: bool
+    seconds: float
+    source: str  # "check", "user" or "replay"
+    reason: str = ""
+    result: Optional[CheckResult] = None
+
+
+@dataclass
+class Outcome:
+    status: str  # "reduced", "passed" (full model passed: nothing to reduce), "interrupted"
+    nodes_before: int
+    nodes_after: Optional[int] = None
+    final_nodes: List[str] = field(default_factory=list)
+    checks: int = 0
+    remembered: int = 0
+    seconds: float = 0.0
+    output_written: bool = False
+    min_good_written: bool = False
+    min_good_nodes: Optional[int] = None
+    replay_path: Optional[str] = None
+    one_minimal: bool = False
+    runner: str = ""
+    stopped_by: Optional[str] = None  # "interrupt" (Ctrl-C) or "eof" (no more answers)
+
+
+class Reporter:
+    """Receives progress; the CLI renders it. Every method may be left as is."""
+
+    def start(self, reducer: "Reducer") -> None:
+        pass
+
+    def iteration_start(self, number: int, cand: Candidate) -> None:
+        pass
+
+    def iteration_end(self, it: Iteration) -> None:
+        pass
+
+    def check_output(self, it: Iteration) -> None:
+        pass
+
+    def tick(self) -> None:
+        pass
+
+    def warn(self, message: str) -> None:
+        pass
+
+    def info(self, message: str) -> None:
+        pass
+
+    def pause(self) -> None:
+        """Before asking the user something on the terminal."""
+
+    def resume(self) -> None:
+        pass
+
+
+class MetaProvider:
+    """Shapes/dtypes for new subgraph inputs and outputs, inferred once, lazily.
+
+    ONNX shape inference first; if a tensor a candidate needs still has no dtype or rank,
+    one run of ONNX-Runtime on the full model fills the gaps (unless it cannot run).
+    """
+
+    def __init__(self, model, *, input_shapes, force_fallback: bool, external_data_dir, warn):
+        self.model = model
+        self.input_shapes = dict(input_shapes) or None
+        self.force = force_fallback
+        self.external_data_dir = external_data_dir
+        self.warn = warn
+        self.metas: Optional[Dict] = None
+        self.tried_fallback = force_fallback
+
+    def _infer(self, **kw):
+        from toolkit.core.shapes import infer_tensor_meta
+
+        return infer_tensor_meta(
+            self.model, input_shapes=self.input_shapes, external_data_dir=self.external_data_dir, **kw
+        )
+
+    def ensure(self) -> None:
+        if self.metas is None:
+            if self.force:
+                self.metas = self._infer(force_fallback=True)
+            else:
+                self.metas = self._infer(fallback=False)
+
+    def __call__(self, names: Sequence[str]):
+        self.ensure()
+        missing = [n for n in names if _incomplete(self.metas.get(n))]
+        if missing and not self.tried_fallback:
+            self.tried_fallback = True
+            try:
+                better = self._infer(fallback=True, names=missing)
+                for k, v in better.items():
+                    if not _incomplete(v) or k not in self.metas:
+                        self.metas[k] = v
+            except InputError as exc:
+                self.warn(f"ONNX shape inference left some tensors without a type or shape ({exc.message})")
+        return {n: self.metas.get(n) for n in names}
+
+
+def _incomplete(meta) -> bool:
+    return meta is None or not meta.dtype or meta.shape is None
+
+
+class Reducer:
+    def __init__(self, config: ReduceConfig, reporter: Optional[Reporter] = None, *, stdin=None):
+        self.cfg = config
+        self.reporter = reporter or Reporter()
+        self.stdin = stdin
+        self.memo: Dict[int, bool] = {}
+        self.iteration = 0
+        self.checks = 0
+        self.remembered = 0
+        self.best: Optional[int] = None  # smallest failing node set checked so far
+        self.best_bytes: Optional[bytes] = None
+        self.plan: Optional[Plan] = None
+        self.index: Optional[GraphIndex] = None
+        self.replay: Optional[Replay] = None
+        self.loaded: Optional[Replay] = None
+        self.runner = None
+        self.check_seconds = 0.0
+        self._missing_artifacts = set()
+
+    # ------------------------------------------------------------------ set-up
+
+    def _validate(self) -> None:
+        from toolkit.core.model import check_output_path
+
+        cfg = self.cfg
+        if cfg.mode not in STRATEGIES:
+            raise UsageError(f"unknown --mode '{cfg.mode}'; use bisect or linear")
+        if not cfg.reduce_inputs and not cfg.reduce_outputs:
+            raise UsageError("--no-reduce-inputs and --no-reduce-outputs together leave nothing to reduce; give one")
+        for path, what in ((cfg.output, "-o"), (cfg.min_good, "--min-good"), (cfg.iter_artifact, "--iter-artifact")):
+            if path is None:
+                continue
+            if path == "-":
+                raise UsageError(f"{what} needs a file name ('-' is not supported here)")
+            check_output_path(path)
+        same = {os.path.abspath(p) for p in (cfg.output, cfg.min_good) if p}
+        if os.path.abspath(cfg.iter_artifact) in same:
+            raise UsageError("--iter-artifact must differ from -o and --min-good (it is rewritten every iteration)")
+        if cfg.min_good and os.path.abspath(cfg.min_good) == os.path.abspath(cfg.output):
+            raise UsageError("-o and --min-good must be different files")
+        for path in (cfg.iter_info, cfg.save_replay):
+            if path:
+                check_output_path(path)
+
+    def _load(self) -> None:
+        from toolkit.core.model import load_model
+
+        cfg = self.cfg
+        model = load_model(cfg.model, external_data_dir=cfg.external_data_dir)
+        shapes = dict(cfg.input_shapes)
+        for name, shape in (cfg.data_shapes or {}).items():
+            shapes.setdefault(name, shape)
+        shapes = self._only_dynamic(model, shapes, explicit=set(cfg.input_shapes))
+        self.metas = MetaProvider(
+            model,
+            input_shapes=shapes,
+            force_fallback=cfg.force_fallback,
+            external_data_dir=cfg.external_data_dir
+            or (os.path.dirname(os.path.abspath(cfg.model)) if cfg.model != "-" else None),
+            warn=self.reporter.warn,
+        )
+        self.index = GraphIndex(model, self.metas, fixed_input_shapes=list(shapes))
+        if self.index.size == 0:
+            raise InputError(f"{cfg.model}: the graph has no nodes (other than Constants) to reduce")
+        if shapes or cfg.force_fallback:
+            self.metas.ensure()  # bad --model-input-shapes are reported before any check
+        self.plan = Plan(self.index, reduce_inputs=cfg.reduce_inputs, reduce_outputs=cfg.reduce_outputs)
+        ident = self.index.identity()
+        self.replay = Replay(ident, self.index.size, cfg.check)
+        if cfg.load_replay:
+            self.loaded = Replay.load(cfg.load_replay, ident, self.index.size)
+            for entry in self.loaded.entries:
+                self.replay.add(entry["iteration"], int(entry["nodes"], 16), entry["count"], entry["failed"])
+
+    @staticmethod
+    def _only_dynamic(model, shapes, explicit):
+        """Shapes from data files apply to inputs that are not fully static."""
+        if not shapes:
+            return shapes
+        from toolkit.core.model import graph_io_meta
+
+        ins, _ = graph_io_meta(model)
+        static = {
+            m.name
+            for m in ins
+            if m.shape is not None and all(isinstance(d, int) and d >= 0 for d in m.shape)
+        }
+        return {k: v for k, v in shapes.items() if k in explicit or k not in static}
+
+    # ------------------------------------------------------------------ one verdict
+
+    def candidate(self, mask: int) -> Candidate:
+        keep_inputs = (not self.cfg.reduce_inputs) or mask == self.index.full_mask
+        keep_outputs = not self.cfg.reduce_outputs
+        return self.index.candidate(mask, keep_inputs=keep_inputs, keep_outputs=keep_outputs)
+
+    def verdict(self, mask: int) -> bool:
+        """True if the check fails on the node set ``mask`` (from memory when known)."""
+        known = self.memo.get(mask)
+        if known is not None:
+            self.remembered += 1
+            return known
+        count = popcount(mask)
+        if self.loaded is not None:
+            answer = self.loaded.get(mask)
+            if answer is not None:
+                self.iteration += 1
+                self.remembered += 1
+                self.memo[mask] = answer
+                it = Iteration(self.iteration, count, answer, 0.0, "replay", "from the replay file")
+                self._note_failing(mask, answer, None)
+                self.reporter.iteration_end(it)
+                return answer
+        self.iteration += 1
+        cand = self.candidate(mask)
+        self.reporter.iteration_start(self.iteration, cand)
+        self.index.write(cand, self.cfg.iter_artifact, atomic=False)
+        self._flush_warnings()
+        if self.cfg.iter_info:
+            self._write_iter_info(cand)
+        start = time.monotonic()
+        if self.runner is None:
+            self.reporter.pause()
+            try:
+                failed = ask_user(self.cfg.iter_artifact, stdin=self.stdin)
+            finally:
+                self.reporter.resume()
+            it = Iteration(self.iteration, count, failed, time.monotonic() - start, "user", "your answer")
+        else:
+            res = self.runner.run(tick=self.reporter.tick)
+            failed = self.cfg.rule.failed(res)
+            it = Iteration(self.iteration, count, failed, res.seconds, "check", self.cfg.rule.reason(res), res)
+        self.checks += 1
+        self.check_seconds += it.seconds
+        self.memo[mask] = failed
+        self.replay.add(self.iteration, mask, count, failed)
+        self._note_failing(mask, failed, cand)
+        if self.cfg.artifacts:
+            self._sort_artifacts(failed)
+        if self.cfg.save_replay:
+            self.replay.save(self.cfg.save_replay)
+        if it.result is not None:
+            self.reporter.check_output(it)
+        self.reporter.iteration_end(it)
+        return failed
+
+    def _note_failing(self, mask: int, failed: bool, cand: Optional[Candidate]) -> None:
+        if not failed:
+            return
+        if self.best is None or popcount(mask) <= popcount(self.best):
+            self.best = mask
+            self.best_bytes = None
+            if cand is not None and cand.size_hint <= 256 * 2**20:
+                self.best_bytes = cand.serialize()
+
+    def _flush_warnings(self) -> None:
+        while self.index.warnings:
+            self.reporter.warn(self.index.warnings.pop(0))
+
+    def _write_iter_info(self, cand: Candidate) -> None:
+        from toolkit.core.model import write_bytes_atomic
+
+        info = {
+            "iteration": self.iteration,
+            "artifact": self.cfg.iter_artifact,
+            "num_nodes": cand.num_nodes,
+            "nodes": [self.index.names[i] for i in cand.nodes],
+            "inputs": cand.inputs,
+            "outputs": cand.outputs,
+        }
+        write_bytes_atomic(self.cfg.iter_info, (json.dumps(info, indent=1) + "\n").encode())
+
+    def _sort_artifacts(self, failed: bool) -> None:
+        folder = os.path.join(self.cfg.art_dir, "bad" if failed else "good")
+        for path in self.cfg.artifacts:
+            if not os.path.exists(path):
+                if path not in self._missing_artifacts:
+                    self._missing_artifacts.add(path)
+                    self.reporter.warn(f"artifact {path} does not exist after iteration {self.iteration}; not sorted")
+                continue
+            os.makedirs(folder, exist_ok=True)
+            dest = os.path.join(folder, f"{self.iteration:03d}_{os.path.basename(path.rstrip(os.sep))}")
+            try:
+                shutil.move(path, dest)
+            except OSError as exc:
+                self.reporter.warn(f"cannot move artifact {path} to {dest}: {exc.strerror or exc}")
+
+    # ------------------------------------------------------------------ the run
+
+    def run(self) -> Outcome:
+        cfg = self.cfg
+        t0 = time.monotonic()
+        self._validate()
+        self.runner = make_runner(cfg.check, cfg.check_timeout, warm=cfg.warm) if cfg.check is not None else None
+        self._load()
+        n = self.index.size
+        outcome = Outcome("reduced", n, runner=getattr(self.runner, "kind", "interactive"))
+        self.reporter.start(self)
+        mask = None
+        try:
+            try:
+                if not self.verdict(self.index.full_mask):
+                    outcome.status = "passed"
+                    return self._finish(outcome, t0)
+                mask = self._search()
+            except (KeyboardInterrupt, AnswersExhausted) as exc:
+                outcome.status = "interrupted"
+                outcome.stopped_by = "eof" if isinstance(exc, AnswersExhausted) else "interrupt"
+                mask = self.best
+                outcome.replay_path = cfg.save_replay or DEFAULT_REPLAY
+                self.replay.save(outcome.replay_path)
+            if mask is not None:
+                self._write_output(mask)
+                outcome.output_written = True
+                outcome.nodes_after = popcount(mask)
+                outcome.final_nodes = [self.index.describe(i) for i in mask_indices(mask)]
+                outcome.one_minimal = outcome.status == "reduced" and self._is_one_minimal(mask)
+            if cfg.min_good:
+                good = self._pick_min_good(mask)
+                if good is not None:
+                    self.index.write(self.candidate(good), cfg.min_good)
+                    outcome.min_good_written = True
+                    outcome.min_good_nodes = popcount(good)
+            if cfg.save_replay:
+                self.replay.save(cfg.save_replay)
+                outcome.replay_path = outcome.replay_path or cfg.save_replay
+            return self._finish(outcome, t0)
+        finally:
+            self._cleanup()
+
+    def _search(self) -> int:
+        gen = STRATEGIES[self.cfg.mode](self.plan)
+        try:
+            mask = next(gen)
+            while True:
+                mask = gen.send(self.verdict(mask))
+        except StopIteration as stop:
+            result = stop.value
+        if not self.memo.get(result):
+            # Only ever hand back what the check failed on.
+            if not self.verdict(result):
+                result = self.best
+        return result
+
+    def _is_one_minimal(self, mask: int) -> bool:
+        """Every allowed end-node drop of ``mask`` is known (checked) to pass."""
+        if popcount(mask) == 1:
+            return True
+        idx = self.index
+        ends = set()
+        if self.cfg.reduce_outputs:
+            ends.update(idx.sinks(mask))
+        if self.cfg.reduce_inputs:
+            ends.update(idx.sources(mask))
+        return all(self.memo.get(mask & ~(1 << i)) is False for i in ends)
+
+    def _pick_min_good(self, result: Optional[int]) -> Optional[int]:
+        """The passing node set checked that is closest to ``result`` (fewest differing nodes)."""
+        passing = [m for m, failed in self.memo.items() if not failed]
+        if not passing:
+            self.reporter.warn("no passing subgraph was checked, so --min-good was not written")
+            return None
+        if result is None:
+            return min(passing, key=popcount)
+        return min(passing, key=lambda m: (popcount(m ^ result), -popcount(m & result), popcount(m)))
+
+    def _write_output(self, mask: int) -> None:
+        from toolkit.core.model import write_bytes_atomic
+
+        if mask == self.best and self.best_bytes is not None:
+            write_bytes_atomic(self.cfg.output, self.best_bytes)
+        else:
+            self.index.write(self.candidate(mask), self.cfg.output)
+
+    def _finish(self, outcome: Outcome, t0: float) -> Outcome:
+        outcome.checks = self.checks
+        outcome.remembered = self.remembered
+        outcome.seconds = time.monotonic() - t0
+        return outcome
+
+    def _cleanup(self) -> None:
+        if self.runner is not None:
+            self.runner.close()
+        if self.cfg.remove_intermediate:
+            for path in (self.cfg.iter_artifact, self.cfg.iter_info):
+                if path and os.path.isfile(path):
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
+
+    # ------------------------------------------------------------------ progress
+
+    def remaining_estimate(self) -> int:
+        return self.plan.remaining if self.plan else 0
+
+    def average_check_seconds(self) -> float:
+        return self.check_seconds / self.checks if self.checks else 0.0

@@ -1,0 +1,217 @@
+"""Search strategies: which node sets to check, in which order.
+
+A strategy is a generator: it yields a node set (an int bit mask over the index's
+topological order) and is sent back ``True`` if the check *failed* on it. Its return value
+is the smallest failing set it found. The session answers repeated sets from memory, so a
+strategy may yield a set twice at no cost.
+
+All of them rest on one observation: in topological order, the *prefix* of the first
+``k`` nodes contains a failing node exactly when ``k`` is past it, and the range
+``j .. k-1`` contains it exactly when ``j`` is at or before it -- also in branching
+graphs (cutting at "the outputs of node k" is not monotone there; prefixes are).
+
+- :func:`bisect`: binary search for the shortest failing prefix (that ends on the last
+  node the failure needs), then an exponential search from the top for the latest
+  failing start (the first node it needs). A single failing node costs
+  ``log2(N) + 1`` checks, the first and the last node included.
+- :func:`linear`: drop one node at a time, last first, keeping each drop that still
+  fails, until no single drop fails (1-minimal; O(N) checks).
+- :func:`default`: :func:`bisect`, then, when the range left has nodes between its two
+  ends, a divide-and-conquer search (QuickXplain) for the few of them the failure needs,
+  then a check that dropping any end node makes it pass (1-minimal).
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Generator, List, Optional
+
+from toolkit.reduce.graph import GraphIndex, mask_indices, mask_of, popcount, range_mask
+
+Search = Generator[int, bool, int]
+
+
+class Plan:
+    """What a search may do, and its running estimate of the checks still to come."""
+
+    def __init__(self, index: GraphIndex, *, reduce_inputs: bool = True, reduce_outputs: bool = True):
+        self.index = index
+        self.reduce_inputs = reduce_inputs
+        self.reduce_outputs = reduce_outputs
+        self.remaining = 0  # estimate, for progress bars
+        self.phase = ""
+
+    @property
+    def free(self) -> bool:
+        """Any subset is allowed (inputs and outputs may both change)."""
+        return self.reduce_inputs and self.reduce_outputs
+
+
+def _log2(n: int) -> int:
+    return int(math.ceil(math.log2(n))) if n > 1 else 0
+
+
+# ---------------------------------------------------------------------- bisect
+
+
+def shortest_failing_prefix(plan: Plan, hi: int) -> Search:
+    """Smallest ``k`` whose prefix fails, knowing prefix ``hi`` fails (prefix 0 = nothing passes)."""
+    lo = 0
+    plan.phase = "outputs"
+    while hi - lo > 1:
+        plan.remaining = _log2(hi - lo) + 1
+        mid = (lo + hi) // 2
+        if (yield range_mask(0, mid)):
+            hi = mid
+        else:
+            lo = mid
+    return hi
+
+
+def latest_failing_start(plan: Plan, lo: int, stop: int) -> Search:
+    """Largest ``j`` with range ``j .. stop-1`` failing, knowing ``lo .. stop-1`` fails.
+
+    Exponential search down from ``stop - 1`` (failures usually need few nodes), then
+    binary search between the last failing and first passing start.
+    """
+    plan.phase = "inputs"
+    hi = stop  # the empty range passes
+    step = 1
+    while True:
+        j = stop - step
+        if j <= lo:
+            break
+        plan.remaining = 1 + _log2(j - lo)
+        if (yield range_mask(j, stop)):
+            lo = j
+            break
+        hi = j
+        step *= 2
+    while hi - lo > 1:
+        plan.remaining = _log2(hi - lo)
+        mid = (lo + hi) // 2
+        if (yield range_mask(mid, stop)):
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+def bisect(plan: Plan, mask: Optional[int] = None) -> Search:
+    """Prefix then suffix search over the failing ``mask`` (default: the whole model)."""
+    n = plan.index.size
+    if mask is None:
+        mask = plan.index.full_mask
+    stop = n
+    start = 0
+    if plan.reduce_outputs and n > 1:
+        stop = yield from shortest_failing_prefix(plan, n)
+    if plan.reduce_inputs and stop - start > 1:
+        start = yield from latest_failing_start(plan, 0, stop)
+    plan.remaining = 0
+    return range_mask(start, stop)
+
+
+# ---------------------------------------------------------------------- linear / 1-minimal
+
+
+def _drop_order(plan: Plan, mask: int, interior: bool) -> List[int]:
+    """Nodes to try dropping: last sinks first, then first sources, then (if allowed) the rest."""
+    index = plan.index
+    sinks = index.sinks(mask) if plan.reduce_outputs else []
+    sources = index.sources(mask) if plan.reduce_inputs else []
+    order: List[int] = []
+    seen = set()
+    for i in sorted(sinks, reverse=True) + sorted(sources):
+        if i not in seen:
+            seen.add(i)
+            order.append(i)
+    if interior and plan.free:
+        for i in reversed(mask_indices(mask)):
+            if i not in seen:
+                seen.add(i)
+                order.append(i)
+    return order
+
+
+def drop_loop(plan: Plan, mask: int, *, interior: bool) -> Search:
+    """Drop single nodes while the rest still fails; ends 1-minimal (every drop verified).
+
+    ``interior``: besides end nodes (sinks and sources), also try inner nodes. Nodes whose
+    drop passed are not retried until nothing else is left; then they are re-checked
+    against the final set, so the result is verified, not assumed.
+    """
+    plan.phase = "minimize"
+    rejected = {}  # node -> mask at which dropping it passed
+    while True:
+        changed = False
+        order = _drop_order(plan, mask, interior)
+        fresh = [i for i in order if i not in rejected]
+        stale = [i for i in order if i in rejected and rejected[i] != mask]
+        todo = fresh if fresh else stale
+        plan.remaining = len(fresh) + len(stale)
+        for i in todo:
+            smaller = mask & ~(1 << i)
+            if not smaller:
+                rejected[i] = mask
+                continue
+            if (yield smaller):
+                mask = smaller
+                rejected.pop(i, None)
+                changed = True
+                break
+            rejected[i] = mask
+        if not changed and not fresh:
+            # every candidate end was tried against this very mask
+            if all(rejected.get(i) == mask for i in _drop_order(plan, mask, interior)):
+                plan.remaining = 0
+                return mask
+
+
+def linear(plan: Plan, mask: Optional[int] = None) -> Search:
+    """One node at a time (inner nodes too when allowed), until no single drop fails."""
+    if mask is None:
+        mask = plan.index.full_mask
+    return (yield from drop_loop(plan, mask, interior=True))
+
+
+def quickxplain(plan: Plan, background: int, check_background: bool, candidates: List[int]) -> Search:
+    """The part of ``candidates`` the failure needs beside ``background`` (Junker's QuickXplain).
+
+    Knowing ``background + candidates`` fails, finds a minimal subset X with
+    ``background + X`` failing in about ``2 k log(n/k)`` checks for ``k`` needed nodes.
+    Returns X as a list of node positions.
+    """
+    if check_background and background and (yield background):
+        return []
+    if len(candidates) <= 1:
+        return list(candidates)
+    half = len(candidates) // 2
+    first, second = candidates[:half], candidates[half:]
+    plan.remaining = max(plan.remaining, 2 * _log2(len(candidates)))
+    x2 = yield from quickxplain(plan, background | mask_of(first), True, second)
+    x1 = yield from quickxplain(plan, background | mask_of(x2), bool(x2), first)
+    return x1 + x2
+
+
+def default(plan: Plan) -> Search:
+    """Bisect, keep only the inner nodes the failure needs, then verify 1-minimality."""
+    mask = yield from bisect(plan)
+    nodes = mask_indices(mask)
+    if plan.free and len(nodes) > 2:
+        plan.phase = "inner"
+        ends = mask_of([nodes[0], nodes[-1]])
+        inner = nodes[1:-1]
+        keep = yield from quickxplain(plan, ends, True, inner)
+        smaller = ends | mask_of(keep)
+        if smaller != mask and (yield smaller):  # verified, not assumed
+            mask = smaller
+    if popcount(mask) > 1:
+        mask = yield from drop_loop(plan, mask, interior=False)
+    plan.remaining = 0
+    return mask
+
+
+STRATEGIES = {"bisect": bisect, "linear": linear, None: default, "default": default}
