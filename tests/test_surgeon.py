@@ -108,8 +108,23 @@ def test_dangling_input_is_an_error_naming_the_tensor(tmp_path, cli):
     res = cli("surgeon", "extract", path, "-o", out, "--inputs", "s:auto:auto", "--outputs", "a")
     assert res.code == 3
     assert "'x'" in res.err and "--inputs" in res.err
+    assert "add 'm' to --inputs" in res.err  # where the cut should be widened
     assert "Traceback" not in res.err
     assert not out.exists()
+    res = cli("surgeon", "extract", path, "-o", out, "--inputs", "s:auto:auto", "m:auto:auto", "--outputs", "a")
+    assert res.code == 0, res.err
+
+
+def test_extract_from_ir3_model_lists_initializers_as_inputs():
+    model = modelzoo.branch()
+    model.ir_version = 3
+    model.opset_import[0].version = 9
+    w = model.graph.initializer[0]
+    model.graph.input.append(helper.make_tensor_value_info(w.name, w.data_type, list(w.dims)))
+    sub = extract(model, inputs=[TensorMeta("r")], outputs=[TensorMeta("a")])
+    assert sub.ir_version == 3
+    onnx.checker.check_model(sub)
+    assert run(sub, {"r": np.ones((1, 4), np.float32)})["a"].shape == (1, 4)
 
 
 def test_unknown_tensor_name_is_an_error(tmp_path, cli):

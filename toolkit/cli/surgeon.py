@@ -205,7 +205,8 @@ def sanitize_command(
     )
     del m
     _save(result, output, save_external_data, external_data_path, external_data_threshold)
-    passes = f" in {len(report.passes)} folding passes" if report.passes else ""
+    n = len(report.passes)
+    passes = f" in {n} folding pass{'es' if n != 1 else ''}" if n else ""
     _log(
         f"Sanitized: nodes {report.nodes_before} -> {report.nodes_after}{passes} ({report.seconds:.2f} s); "
         f"saved to {_describe_out(output)}"

@@ -85,6 +85,14 @@ def _restore_model_fields(new, original) -> None:
     new.doc_string = original.doc_string
     del new.metadata_props[:]
     new.metadata_props.extend(original.metadata_props)
+    if new.ir_version < 4:
+        # Before IR 4 every initializer must also be listed as a graph input.
+        from onnx import helper
+
+        have = {i.name for i in new.graph.input}
+        for t in new.graph.initializer:
+            if t.name not in have:
+                new.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
 
 
 def _export(gs, graph, original):
@@ -255,17 +263,55 @@ def extract(
 
     dangling = dangling_tensors(result)
     if dangling:
-        name, node, op = dangling[0]
-        more = ""
-        if len(dangling) > 1:
-            others = ", ".join(repr(d[0]) for d in dangling[1:5])
-            more = f" (also: {others}{', ...' if len(dangling) > 5 else ''})"
-        by = f"node '{node}' ({op})" if node else "the outputs"
-        raise InputError(
-            f"the cut leaves tensor '{name}', needed by {by}, without a producer and it is not an input"
-            f"{more}; add it (or a tensor between it and the outputs) to --inputs"
-        )
+        raise InputError(_dangling_message(result, dangling))
     return result
+
+
+def _dangling_message(model, dangling) -> str:
+    """Name the tensor left without producer, and where the cut should be widened."""
+    name, node, op = dangling[0]
+    by = f"node '{node}' ({op})" if node else "the outputs"
+    more = ""
+    if len(dangling) > 1:
+        others = ", ".join(repr(d[0]) for d in dangling[1:5])
+        more = f" (also: {others}{', ...' if len(dangling) > 5 else ''})"
+    msg = f"the cut leaves tensor '{name}', needed by {by}, without a producer and it is not an input{more}"
+    border = _cut_border(model, {d[0] for d in dangling})
+    if border and border[0][0] != name:
+        t, n, o = border[0]
+        msg += f"; node '{n}' ({o}) reads '{t}', which depends on it: add '{t}' to --inputs"
+        if len(border) > 1:
+            msg += f" (and {', '.join(repr(b[0]) for b in border[1:4])}{', ...' if len(border) > 4 else ''})"
+    else:
+        msg += f"; add '{name}' (or a tensor between it and the outputs) to --inputs"
+    return msg
+
+
+def _cut_border(model, dangling: set) -> List[tuple]:
+    """[(tensor, node, op)]: tensors that depend on a dangling tensor and are read by nodes fed by the inputs.
+
+    Those are where the user most likely meant to cut.
+    """
+    g = model.graph
+    tainted = set(dangling)
+    fed = {i.name for i in g.input} - {t.name for t in g.initializer}
+    fed_nodes = []
+    for node in g.node:  # topologically sorted by extract
+        reads = node_reads(node)
+        outs = [o for o in node.output if o]
+        if any(r in tainted for r in reads):
+            tainted.update(outs)
+        if any(r in fed for r in reads):
+            fed.update(outs)
+            fed_nodes.append((node, reads))
+    border = []
+    seen = set()
+    for node, reads in fed_nodes:
+        for r in reads:
+            if r in tainted and r not in fed and r not in seen:
+                seen.add(r)
+                border.append((r, node.name, node.op_type))
+    return border
 
 
 def _model_shell(model):
@@ -345,8 +391,12 @@ def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, exte
         if not dtype:
             raise InputError(f"cannot find the dtype of output '{s.name}'; give it, e.g. --outputs {s.name}:float32")
         result[s.name] = TensorMeta(s.name, m.shape, dtype)
-    for name, meta in result.items():
-        log(f"  {format_meta(meta.name, meta.shape, meta.dtype)}")
+    for s in in_specs or []:
+        meta = result[s.name]
+        log(f"Subgraph input  {format_meta(meta.name, meta.shape, meta.dtype)}")
+    for s in out_specs or []:
+        meta = result[s.name]
+        log(f"Subgraph output {format_meta(meta.name, meta.shape, meta.dtype)}")
     return result
 
 
