@@ -132,12 +132,61 @@ class Candidate:
         return self._data
 
 
+class MetaProvider:
+    """Shapes/dtypes for new subgraph inputs and outputs, inferred once, lazily.
+
+    ONNX shape inference first; if a tensor a candidate needs still has no dtype or rank,
+    one run of ONNX-Runtime on the full model fills the gaps (unless it cannot run).
+    """
+
+    def __init__(self, model, *, input_shapes=None, force_fallback: bool = False, external_data_dir=None, warn=None):
+        self.model = model
+        self.input_shapes = dict(input_shapes or {}) or None
+        self.force = force_fallback
+        self.external_data_dir = external_data_dir
+        self.warn = warn or (lambda message: None)
+        self.metas: Optional[Dict] = None
+        self.tried_fallback = force_fallback
+
+    def _infer(self, **kw):
+        from toolkit.core.shapes import infer_tensor_meta
+
+        return infer_tensor_meta(
+            self.model, input_shapes=self.input_shapes, external_data_dir=self.external_data_dir, **kw
+        )
+
+    def ensure(self) -> None:
+        if self.metas is None:
+            if self.force:
+                self.metas = self._infer(force_fallback=True)
+            else:
+                self.metas = self._infer(fallback=False)
+
+    def __call__(self, names: Sequence[str]):
+        self.ensure()
+        missing = [n for n in names if _incomplete(self.metas.get(n))]
+        if missing and not self.tried_fallback:
+            self.tried_fallback = True
+            try:
+                better = self._infer(fallback=True, names=missing)
+                for k, v in better.items():
+                    if not _incomplete(v) or k not in self.metas:
+                        self.metas[k] = v
+            except InputError as exc:
+                self.warn(f"ONNX shape inference left some tensors without a type or shape ({exc.message})")
+        return {n: self.metas.get(n) for n in names}
+
+
+def _incomplete(meta) -> bool:
+    return meta is None or not meta.dtype or meta.shape is None
+
+
 class GraphIndex:
     """The top graph of ``model``, indexed once for building candidate subgraphs.
 
     ``metas`` is a callable ``names -> {name: TensorMeta}`` giving shape and dtype of
-    tensors that become new inputs or outputs of a candidate (see
-    :class:`toolkit.reduce.session.MetaProvider`). ``fixed_input_shapes`` names the graph
+    tensors that become new inputs or outputs of a candidate (default: a
+    :class:`MetaProvider` with no options). ``fixed_input_shapes`` names the graph
     inputs whose shapes the user fixed: their original value info is not reused.
     """
 
@@ -147,7 +196,8 @@ class GraphIndex:
         from toolkit.core.shapes import node_reads
 
         self.model = model
-        self._metas = metas
+        self.warnings: List[str] = []
+        self._metas = metas if metas is not None else MetaProvider(model, warn=self.warnings.append)
         self._fixed_inputs = set(fixed_input_shapes)
         self._fields = _field_numbers()
         g = model.graph
@@ -236,7 +286,6 @@ class GraphIndex:
         for qa in g.quantization_annotation:
             self._qa[qa.tensor_name] = encode_field(f["quantization_annotation"], qa.SerializeToString())
         self._init_bytes = {t.name: t.ByteSize() for t in g.initializer}
-        self.warnings: List[str] = []
         self._warned = set()
 
     # ------------------------------------------------------------------ identity

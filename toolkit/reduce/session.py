@@ -22,7 +22,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError
 from toolkit.reduce.check import AnswersExhausted, CheckResult, FailureRule, ask_user, make_runner
-from toolkit.reduce.graph import Candidate, GraphIndex, mask_indices, popcount
+from toolkit.reduce.graph import Candidate, GraphIndex, MetaProvider, mask_indices, popcount
 from toolkit.reduce.replay import Replay
 from toolkit.reduce.strategy import STRATEGIES, Plan
 
@@ -116,58 +116,11 @@ class Reporter:
         pass
 
 
-class MetaProvider:
-    """Shapes/dtypes for new subgraph inputs and outputs, inferred once, lazily.
-
-    ONNX shape inference first; if a tensor a candidate needs still has no dtype or rank,
-    one run of ONNX-Runtime on the full model fills the gaps (unless it cannot run).
-    """
-
-    def __init__(self, model, *, input_shapes, force_fallback: bool, external_data_dir, warn):
-        self.model = model
-        self.input_shapes = dict(input_shapes) or None
-        self.force = force_fallback
-        self.external_data_dir = external_data_dir
-        self.warn = warn
-        self.metas: Optional[Dict] = None
-        self.tried_fallback = force_fallback
-
-    def _infer(self, **kw):
-        from toolkit.core.shapes import infer_tensor_meta
-
-        return infer_tensor_meta(
-            self.model, input_shapes=self.input_shapes, external_data_dir=self.external_data_dir, **kw
-        )
-
-    def ensure(self) -> None:
-        if self.metas is None:
-            if self.force:
-                self.metas = self._infer(force_fallback=True)
-            else:
-                self.metas = self._infer(fallback=False)
-
-    def __call__(self, names: Sequence[str]):
-        self.ensure()
-        missing = [n for n in names if _incomplete(self.metas.get(n))]
-        if missing and not self.tried_fallback:
-            self.tried_fallback = True
-            try:
-                better = self._infer(fallback=True, names=missing)
-                for k, v in better.items():
-                    if not _incomplete(v) or k not in self.metas:
-                        self.metas[k] = v
-            except InputError as exc:
-                self.warn(f"ONNX shape inference left some tensors without a type or shape ({exc.message})")
-        return {n: self.metas.get(n) for n in names}
-
-
-def _incomplete(meta) -> bool:
-    return meta is None or not meta.dtype or meta.shape is None
-
-
 class Reducer:
-    def __init__(self, config: ReduceConfig, reporter: Optional[Reporter] = None, *, stdin=None):
+    def __init__(self, config: ReduceConfig, reporter: Optional[Reporter] = None, *, stdin=None, runner=None):
+        """``runner``: anything with ``run(tick) -> CheckResult`` (default: made from ``config.check``)."""
         self.cfg = config
+        self._given_runner = runner
         self.reporter = reporter or Reporter()
         self.stdin = stdin
         self.memo: Dict[int, bool] = {}
@@ -358,7 +311,10 @@ class Reducer:
         cfg = self.cfg
         t0 = time.monotonic()
         self._validate()
-        self.runner = make_runner(cfg.check, cfg.check_timeout, warm=cfg.warm) if cfg.check is not None else None
+        if self._given_runner is not None:
+            self.runner = self._given_runner
+        elif cfg.check is not None:
+            self.runner = make_runner(cfg.check, cfg.check_timeout, warm=cfg.warm)
         self._load()
         n = self.index.size
         outcome = Outcome("reduced", n, runner=getattr(self.runner, "kind", "interactive"))
