@@ -163,10 +163,11 @@ def test_failed_write_leaves_no_partial_file(tmp_path, monkeypatch):
     path = tmp_path / "out.json"
     path.write_text("original")
 
-    def boom(obj):
+    def boom(obj, level=0):  # fails half-way through the (streamed) write
+        yield b"[" + b" " * (1 << 17)
         raise RuntimeError("disk on fire")
 
-    monkeypatch.setattr(d, "_dump_json", boom)
+    monkeypatch.setattr(d, "_json_chunks", boom)
     with pytest.raises(RuntimeError):
         d.save_inputs(str(path), feeds())
     assert path.read_text() == "original"

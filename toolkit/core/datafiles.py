@@ -116,7 +116,8 @@ def is_npz_path(path: str) -> bool:
 # ---------------------------------------------------------------------------- JSON
 
 
-def encode_array(arr) -> dict:
+def _array_b64(arr) -> bytes:
+    """base64 of the ``np.save`` bytes of ``arr`` (ASCII; never needs JSON escaping)."""
     import numpy as np
 
     buf = io.BytesIO()
@@ -124,7 +125,81 @@ def encode_array(arr) -> dict:
         np.save(buf, np.asarray(arr), allow_pickle=False)
     except ValueError as exc:
         raise InputError(f"cannot save an array of dtype {np.asarray(arr).dtype}: {exc}") from None
-    return {"array": base64.b64encode(buf.getvalue()).decode("ascii"), "polygraphy_class": "ndarray"}
+    return base64.b64encode(buf.getbuffer())
+
+
+def encode_array(arr) -> dict:
+    return {"array": _array_b64(arr).decode("ascii"), "polygraphy_class": "ndarray"}
+
+
+class _JsonArray:
+    """An array to be written as ``{"array": <base64>, "polygraphy_class": "ndarray"}``."""
+
+    __slots__ = ("arr",)
+
+    def __init__(self, arr):
+        self.arr = arr
+
+
+def _json_chunks(obj, level: int = 0):
+    """Byte chunks of ``json.dumps(obj, indent=4)``, with _JsonArray encoded on the fly.
+
+    Streaming keeps memory to one array at a time and skips escaping, joining and
+    re-encoding the (large) base64 strings.
+    """
+    pad = b"\n" + b" " * (4 * (level + 1))
+    end = b"\n" + b" " * (4 * level)
+    if isinstance(obj, _JsonArray):
+        yield b"{" + pad + b'"array": "'
+        yield _array_b64(obj.arr)
+        yield b'",' + pad + b'"polygraphy_class": "ndarray"' + end + b"}"
+    elif isinstance(obj, dict):
+        if not obj:
+            yield b"{}"
+            return
+        yield b"{"
+        first = True
+        for key, value in obj.items():
+            yield (pad if first else b"," + pad) + json.dumps(key).encode("ascii") + b": "
+            first = False
+            yield from _json_chunks(value, level + 1)
+        yield end + b"}"
+    elif isinstance(obj, (list, tuple)):
+        if not obj:
+            yield b"[]"
+            return
+        yield b"["
+        first = True
+        for value in obj:
+            yield pad if first else b"," + pad
+            first = False
+            yield from _json_chunks(value, level + 1)
+        yield end + b"]"
+    else:
+        yield json.dumps(obj).encode("ascii")
+
+
+def _write_json_stream(path: str, obj) -> None:
+    try:
+        with atomic_output(path, "wb") as f:
+            pending = []
+            size = 0
+            for chunk in _json_chunks(obj):
+                if len(chunk) >= 1 << 16:
+                    if pending:
+                        f.write(b"".join(pending))
+                        pending, size = [], 0
+                    f.write(chunk)
+                else:
+                    pending.append(chunk)
+                    size += len(chunk)
+                    if size >= 1 << 16:
+                        f.write(b"".join(pending))
+                        pending, size = [], 0
+            pending.append(b"\n")
+            f.write(b"".join(pending))
+    except OSError as exc:
+        raise InputError(f"{describe(path)}: cannot write: {exc.strerror or exc}") from None
 
 
 def _decode_array(text: str):
@@ -371,8 +446,8 @@ def save_inputs(path: str, iterations: InputsData) -> None:
             index_iters.append(entry)
         _write_npz(path, {"kind": "inputs", "version": NPZ_FORMAT_VERSION, "iterations": index_iters}, arrays)
         return
-    obj = [{name: encode_array(feed[name]) for name in feed} for feed in iterations]
-    _write_text(path, _dump_json(obj))
+    obj = [{name: _JsonArray(feed[name]) for name in feed} for feed in iterations]
+    _write_json_stream(path, obj)
 
 
 def save_outputs(path: str, results: RunResults) -> None:
@@ -399,7 +474,7 @@ def save_outputs(path: str, results: RunResults) -> None:
             enc_iters.append(
                 {
                     "outputs": {
-                        name: {"values": encode_array(it.outputs[name]), "polygraphy_class": "LazyArray"}
+                        name: {"values": _JsonArray(it.outputs[name]), "polygraphy_class": "LazyArray"}
                         for name in it.outputs
                     },
                     "runtime": float(it.runtime),
@@ -408,7 +483,7 @@ def save_outputs(path: str, results: RunResults) -> None:
                 }
             )
         lst.append([runner, enc_iters])
-    _write_text(path, _dump_json({"lst": lst, "polygraphy_class": "RunResults"}))
+    _write_json_stream(path, {"lst": lst, "polygraphy_class": "RunResults"})
 
 
 def _write_text(path: str, text: str) -> None:
