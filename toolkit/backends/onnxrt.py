@@ -16,7 +16,8 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from toolkit.backends.base import Runner
 from toolkit.core.errors import DependencyError, InputError, ToolkitError, ExitCode
 from toolkit.core.meta import TensorMeta
-from toolkit.core.model import STDIO, check_readable_file, describe
+
+STDIO = "-"
 
 # Short spellings accepted by --providers (case-insensitive) -> ONNX-Runtime names.
 PROVIDER_ALIASES = {
@@ -186,20 +187,35 @@ class OnnxrtRunner(Runner):
         return so
 
     def _model_source(self, so):
-        """Path or bytes for InferenceSession; marks outputs when asked."""
+        """Path or bytes for InferenceSession; adds the requested outputs.
+
+        Outputs are added without re-serializing the model: the serialized model is
+        followed by a tiny ModelProto holding only the extra graph outputs, which protobuf
+        parsing merges into the graph (repeated fields append). The model's own outputs
+        stay; ``run`` asks only for the selected names.
+        """
+        self._selected = None
         if not self._needs_onnx():
-            check_readable_file(self.model_path)
+            if not (os.path.isfile(self.model_path) and os.access(self.model_path, os.R_OK)):
+                from toolkit.core.model import check_readable_file
+
+                check_readable_file(self.model_path)
             if self.external_data_dir is None:
                 return self.model_path
-        from toolkit.core.layerwise import select_outputs, set_outputs
-        from toolkit.core.model import PROTOBUF_LIMIT, load_model
+        from toolkit.core.layerwise import outputs_patch, select_outputs
+        from toolkit.core.model import _parse_model, read_bytes
 
-        model = self.model
-        if model is None:
-            model = load_model(self.model_path, load_external_data=False)
+        if self.model is not None:
+            model = self.model
+            raw = None
+        else:
+            raw = read_bytes(self.model_path)
+            model = _parse_model(raw, self.model_path)
+        patch = b""
         if self.outputs_requested or self.exclude_outputs:
             names = select_outputs(model, self.outputs_requested, self.exclude_outputs)
-            set_outputs(model, names)
+            patch = outputs_patch(model, names)
+            self._selected = names
         if _uses_external_data(model):
             base = self.external_data_dir
             if base is None:
@@ -207,12 +223,17 @@ class OnnxrtRunner(Runner):
             if not os.path.isdir(base):
                 raise InputError(f"{base}: external data folder does not exist")
             so.add_session_config_entry(EXTERNAL_DIR_KEY, base)
-        if model.ByteSize() > PROTOBUF_LIMIT:
-            raise InputError(
-                f"{describe(self.model_path)}: model is over 2 GB with its weights inside; "
-                "save it with external data first"
-            )
-        return model.SerializeToString()
+        if raw is None:
+            try:
+                raw = model.SerializeToString()
+            except Exception as exc:  # over protobuf's 2 GB limit
+                from toolkit.core.model import describe
+
+                raise InputError(
+                    f"{describe(self.model_path)}: cannot serialize the model ({exc}); "
+                    "save it with external data first"
+                ) from None
+        return raw + patch if patch else raw
 
     def _activate(self) -> None:
         ort = _import_ort()
@@ -222,6 +243,8 @@ class OnnxrtRunner(Runner):
         try:
             sess = ort.InferenceSession(source, sess_options=so, providers=self.providers)
         except Exception as exc:  # ORT raises its own exception types (Fail, InvalidGraph, ...)
+            from toolkit.core.model import describe
+
             raise InputError(
                 f"{describe(self.model_path)}: ONNX-Runtime cannot load the model: {_first_line(exc)}"
             ) from None
@@ -231,20 +254,26 @@ class OnnxrtRunner(Runner):
         self._inputs = [
             TensorMeta(arg.name, _shape_of(arg.shape), ort_type_to_dtype(arg.type)) for arg in sess.get_inputs()
         ]
+        types = {arg.name: arg.type for arg in sess.get_outputs()}
+        wanted = self._selected if self._selected is not None else list(types)
+        explicit = {w for w in self.outputs_requested if w not in ("mark", "all") and not any(c in w for c in "*?[")}
         names: List[str] = []
         skipped: List[str] = []
-        explicit = [w for w in self.outputs_requested if w not in ("mark", "all") and not any(c in w for c in "*?[")]
-        for arg in sess.get_outputs():
-            if ort_type_to_dtype(arg.type) is None:
-                if arg.name in explicit or not self.outputs_requested:
+        for name in wanted:
+            typ = types.get(name)
+            if typ is None:
+                self._session = None
+                raise InputError(f"ONNX-Runtime does not offer '{name}' as an output of the model")
+            if ort_type_to_dtype(typ) is None:
+                if name in explicit or not self.outputs_requested:
                     self._session = None
                     raise InputError(
-                        f"output '{arg.name}' has type {arg.type}, which is not a tensor; "
+                        f"output '{name}' has type {typ}, which is not a tensor; "
                         "toolkit can only return and compare tensors (use --onnx-exclude-outputs)"
                     )
-                skipped.append(arg.name)
+                skipped.append(name)
                 continue
-            names.append(arg.name)
+            names.append(name)
         if skipped:
             self.notes.append(f"not returning {len(skipped)} non-tensor output(s): {', '.join(skipped)}")
         self._output_names = names

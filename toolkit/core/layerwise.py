@@ -141,6 +141,36 @@ def set_outputs(model, names: Sequence[str]) -> None:
     graph.output.extend(copies)
 
 
+def outputs_patch(model, names: Sequence[str]) -> bytes:
+    """Serialized ModelProto that, appended to ``model``'s bytes, adds ``names`` as outputs.
+
+    Protobuf merges a message that appears twice, and appends repeated fields, so
+    ``model_bytes + outputs_patch(model, names)`` parses as the model with the extra
+    outputs (those not already outputs), without re-serializing its weights.
+    """
+    import onnx
+
+    graph = model.graph
+    existing = {o.name for o in graph.output}
+    known = {}
+    for coll in (graph.value_info, graph.input):
+        for vi in coll:
+            known.setdefault(vi.name, vi)
+    patch = onnx.ModelProto()
+    for name in names:
+        if name in existing:
+            continue
+        existing.add(name)
+        vi = patch.graph.output.add()
+        vi.name = name
+        old = known.get(name)
+        if old is not None and old.type.HasField("tensor_type") and old.type.tensor_type.elem_type:
+            vi.type.tensor_type.elem_type = old.type.tensor_type.elem_type
+    if not len(patch.graph.output):
+        return b""
+    return patch.SerializeToString()
+
+
 def _copy_vi(vi):
     import onnx
 

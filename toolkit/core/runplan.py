@@ -22,14 +22,6 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.core.compare import (
-    PairComparison,
-    Tolerances,
-    ValidationProblem,
-    check_tolerance_names,
-    compare_pair,
-    validate_outputs,
-)
 from toolkit.core.errors import DependencyError, InputError, UsageError
 from toolkit.core.meta import TensorMeta
 
@@ -101,8 +93,8 @@ class ResultSet:
 @dataclass
 class RunReport:
     results: List[ResultSet]  # live runs first, then loaded ones
-    comparisons: List[PairComparison]
-    problems: List[ValidationProblem]
+    comparisons: List["PairComparison"]  # toolkit.core.compare
+    problems: List["ValidationProblem"]
     inputs: List[Dict[str, object]]
 
     @property
@@ -201,7 +193,11 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
     for kind in opts.runners:
         if kind not in RUNNER_KINDS:
             raise UsageError(f"unknown runner '{kind}'; use one of: {', '.join(RUNNER_KINDS)}")
-    tol = Tolerances.parse(opts.atol, opts.rtol, opts.check_error_stat)
+    tol = None
+    if opts.atol or opts.rtol or opts.check_error_stat or len(opts.runners) + len(opts.load_outputs) > 1:
+        from toolkit.core.compare import Tolerances  # only when something may be compared
+
+        tol = Tolerances.parse(opts.atol, opts.rtol, opts.check_error_stat)
     ranges = parse_val_ranges(opts.val_range)
     shapes = parse_shape_specs(opts.input_shapes)
     if opts.iterations is not None and opts.iterations < 1:
@@ -225,7 +221,7 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
             )
         if opts.val_range or opts.seed is not None or opts.input_shapes:
             rep.note("--seed, --val-range and --input-shapes are ignored when inputs are loaded")
-    loaded_sets = _load_result_sets(opts.load_outputs)
+    loaded_sets = _load_result_sets(opts.load_outputs) if opts.load_outputs else []
 
     # -- 3. runners
     live: List[ResultSet] = []
@@ -295,11 +291,17 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
 
     # -- 5. validate and compare
     all_sets = live + loaded_sets
-    problems: List[ValidationProblem] = []
+    problems: list = []
     if opts.validate:
+        from toolkit.core.compare import validate_outputs
+
         for rs in live:
             problems.extend(validate_outputs(rs.label, rs.iterations))
-    comparisons: List[PairComparison] = []
+    comparisons: list = []
+    if len(all_sets) > 1:
+        from toolkit.core.compare import Tolerances, check_tolerance_names, compare_pair
+
+        tol = tol or Tolerances()
     for a, b in zip(all_sets, all_sets[1:]):
         pair = compare_pair(a.label, a.iterations, b.label, b.iterations, tol)
         if pair.iterations and pair.compared == 0:
