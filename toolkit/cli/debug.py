@@ -20,6 +20,7 @@ from toolkit.cli.options import (
     ForceFallbackOpt,
     ModelArg,
     ModelInputShapesOpt,
+    ToolkitCommand,
     command_kwargs,
 )
 from toolkit.cli.output import err_console, is_terminal, log, warn
@@ -47,6 +48,22 @@ Example (the seeds' simulated failure):
   toolkit debug reduce model.onnx -o reduced.onnx --fail-regex "Op: Mul"
   --check toolkit inspect model polygraphy_debug.onnx --mode=basic
 """
+
+
+_CHECK_GIVEN = "toolkit.reduce.check_given"
+
+
+class ReduceCommand(ToolkitCommand):
+    """Notes whether --check was given at all (an empty --check is a usage error, not interactive)."""
+
+    def parse_args(self, ctx, args):
+        for tok in args:
+            if tok == "--":
+                break
+            if tok == "--check" or tok.startswith("--check="):
+                ctx.meta[_CHECK_GIVEN] = True
+                break
+        return super().parse_args(ctx, args)
 
 
 class _Reporter:
@@ -202,8 +219,9 @@ def _summary(outcome, cfg) -> int:
     return int(ExitCode.OK)
 
 
-@app.command("reduce", **command_kwargs(_REDUCE_HELP))
+@app.command("reduce", **command_kwargs(_REDUCE_HELP, cls=ReduceCommand))
 def reduce_command(
+    ctx: typer.Context,
     model: ModelArg,
     output: Annotated[
         str, typer.Option("-o", "--output", help="Where to write the smallest subgraph the check fails on.")
@@ -333,7 +351,7 @@ def reduce_command(
         raise UsageError("--show-output and --hide-fail-output cannot be used together")
     if mode is not None and mode not in ("bisect", "linear"):
         raise UsageError(f"unknown --mode '{mode}'; use bisect or linear (or leave it out for the default)")
-    if check is not None and not check:
+    if ctx.meta.get(_CHECK_GIVEN) and not check:
         raise UsageError("--check needs a command after it, e.g. --check toolkit inspect model polygraphy_debug.onnx")
     if check is None and fail_regex:
         warn("--fail-regex has no effect without --check")

@@ -466,9 +466,12 @@ def make_runner(argv: Sequence[str], timeout: Optional[float] = None, *, warm: O
         raise UsageError(f"--check-timeout must be positive, got {timeout}")
     if warm is None:
         warm = os.environ.get(WARM_ENV, "") in ("", "0") and hasattr(os, "fork")
-    args = toolkit_args(argv) if warm else None
-    if args is not None:
+    args = toolkit_args(argv)
+    if args is not None and warm:
         return WarmRunner(args, timeout, argv0=argv[0])
+    if args is not None and shutil.which(argv[0]) is None:
+        # `toolkit` is not on PATH (venv not activated): it is this toolkit, run it by module
+        return SubprocessRunner([sys.executable, "-m", "toolkit", *args], timeout)
     return SubprocessRunner(argv, timeout)
 
 

@@ -1,0 +1,431 @@
+"""`toolkit debug reduce` from the command line: options, exit codes, check runners."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import onnx
+import pytest
+
+import modelzoo
+from conftest import REPO, run_toolkit
+from reduce_helpers import CHECKER, node_names, wide
+
+MUL = "onnx_graphsurgeon_node_1"
+INSPECT = ["toolkit", "inspect", "model", "polygraphy_debug.onnx", "--mode=basic"]
+
+
+@pytest.fixture
+def seed(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.seed_example(), tmp_path / "model.onnx")
+    return tmp_path
+
+
+def _load(path):
+    return onnx.load(str(path))
+
+
+# ---------------------------------------------------------------------- the seeds' workflow
+
+
+def test_seed_simulated_failure_with_toolkit_inspect(cli, seed):
+    res = cli("debug", "reduce", "model.onnx", "-o", "reduced.onnx", "--fail-regex", "Op: Mul", "--check", *INSPECT)
+    assert res.code == 0, res.err
+    assert node_names(_load(seed / "reduced.onnx")) == [MUL]
+    assert "Iteration 1 | 3 nodes | FAIL" in res.err
+    assert "Reduced 3 -> 1 node" in res.err
+    assert "warm worker" in res.err
+    assert not (seed / "polygraphy_debug.onnx").exists()
+
+
+def test_seed_recipe_bisect_then_linear(cli, seed):
+    res = cli(
+        "debug", "reduce", "model.onnx", "-o", "initial_reduced.onnx", "--mode=bisect",
+        "--fail-regex", "Op: Mul", "--check", *INSPECT,
+    )
+    assert res.code == 0, res.err
+    res = cli(
+        "debug", "reduce", "initial_reduced.onnx", "-o", "final_reduced.onnx", "--mode=linear",
+        "--fail-regex", "Op: Mul", "--check", *INSPECT,
+    )
+    assert res.code == 0, res.err
+    assert node_names(_load(seed / "final_reduced.onnx")) == [MUL]
+
+
+def test_check_takes_the_rest_of_the_line_verbatim(cli, seed):
+    res = cli(
+        "debug", "reduce", "model.onnx", "-o", "out.onnx", "--fail-regex", "-o x --mode linear --help",
+        "--check", "echo", "-o", "x", "--mode", "linear", "--help",
+    )
+    assert res.code == 0, res.err
+    assert (seed / "out.onnx").exists() and not (seed / "x").exists()
+
+
+def test_full_model_passing_exits_1_and_writes_nothing(cli, seed):
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--min-good", "good.onnx", "--check", "true")
+    assert res.code == 1
+    assert "full model passes" in res.err
+    assert not (seed / "out.onnx").exists() and not (seed / "good.onnx").exists()
+
+
+def test_external_python_check_script(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(wide(), tmp_path / "model.onnx")
+    res = cli(
+        "debug", "reduce", "model.onnx", "-o", "out.onnx", "--min-good", "good.onnx",
+        "--check", sys.executable, CHECKER, "polygraphy_debug.onnx", "b2_1",
+    )
+    assert res.code == 0, res.err
+    assert node_names(_load(tmp_path / "out.onnx")) == ["b2_1"]
+    assert "[subprocess]" in res.err
+    # --min-good passed the check
+    good = subprocess.run([sys.executable, CHECKER, "good.onnx", "b2_1"], capture_output=True)
+    assert good.returncode == 0
+
+
+# ---------------------------------------------------------------------- failure rules
+
+
+@pytest.mark.parametrize(
+    "opts, expect",
+    [
+        ([], 0),  # non-zero exit fails
+        (["--ignore-fail-code", "3"], 1),  # exit 3 passes: the full model passes
+        (["--fail-code", "4"], 1),
+        (["--fail-code", "3", "4"], 0),
+        (["--fail-code", "3", "--fail-regex", "nomatch"], 1),
+        (["--fail-regex", "boom"], 0),
+    ],
+)
+def test_fail_codes_and_regex(cli, seed, opts, expect):
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", *opts, "--check", "sh", "-c", "echo boom; exit 3")
+    assert res.code == expect, res.err
+
+
+def test_fail_code_and_ignore_fail_code_are_exclusive(cli, seed):
+    res = cli("debug", "reduce", "model.onnx", "-o", "o.onnx", "--fail-code", "1", "--ignore-fail-code", "2", "--check", "true")
+    assert res.code == 2
+
+
+def test_signal_killed_check_fails(cli, seed):
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--ignore-fail-code", "0", "--check", "sh", "-c", "kill -9 $$")
+    assert res.code == 0
+    assert "killed by SIGKILL" in res.err
+
+
+def test_check_timeout_kills_the_check_and_its_children(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.chain(1), tmp_path / "model.onnx")
+    start = time.monotonic()
+    res = cli(
+        "debug", "reduce", "model.onnx", "-o", "out.onnx", "--check-timeout", "0.5",
+        "--check", "sh", "-c", "sleep 30 & echo $! > child.pid; sleep 30",
+    )
+    assert time.monotonic() - start < 15
+    assert res.code == 0 and "timed out" in res.err
+    pid = int((tmp_path / "child.pid").read_text())
+    time.sleep(0.2)
+    assert not _alive(pid)
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie is dead
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split()[2] != "Z"
+    except OSError:
+        return False
+
+
+def test_output_display_options(cli, seed):
+    base = ["debug", "reduce", "model.onnx", "-o", "out.onnx", "--fail-regex", "Op: Mul"]
+    res = cli(*base, "--check", *INSPECT)
+    assert "---- check stdout (iteration 1) ----" in res.err and "[Op: Mul]" in res.err
+    res = cli(*base, "--hide-fail-output", "--check", *INSPECT)
+    assert "---- check stdout" not in res.err
+    res = cli(*base, "--show-output", "--hide-fail-output", "--check", *INSPECT)
+    assert res.code == 2
+
+
+def test_show_output_shows_passing_checks(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.chain(6), tmp_path / "model.onnx")
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--show-output", "--fail-regex", "n3_",
+              "--check", *INSPECT)
+    assert res.code == 0
+    passing = [line for line in res.err.splitlines() if "| pass |" in line]
+    assert passing
+    assert res.err.count("---- check stdout") == res.err.count("Iteration ")
+
+
+# ---------------------------------------------------------------------- files
+
+
+def test_artifacts_sorted_into_good_and_bad(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.chain(8), tmp_path / "model.onnx")
+    res = cli(
+        "debug", "reduce", "model.onnx", "-o", "out.onnx", "--artifacts", "polygraphy_debug.onnx",
+        "--art-dir", "arts", "--fail-regex", "n5_", "--check", *INSPECT,
+    )
+    assert res.code == 0, res.err
+    bad = sorted(os.listdir(tmp_path / "arts" / "bad"))
+    good = sorted(os.listdir(tmp_path / "arts" / "good"))
+    assert bad[0] == "001_polygraphy_debug.onnx"
+    assert good and all(name.endswith("_polygraphy_debug.onnx") for name in good + bad)
+    iterations = [line for line in res.err.splitlines() if line.startswith("Iteration ")]
+    assert len(good) + len(bad) == len(iterations)
+    for name in good:
+        assert "n5_" not in str([n.name for n in _load(tmp_path / "arts" / "good" / name).graph.node])
+
+
+def test_iter_info_written_before_each_check(cli, seed):
+    res = cli(
+        "debug", "reduce", "model.onnx", "-o", "out.onnx", "--iter-info", "info.json",
+        "--fail-regex", MUL, "--check", "cat", "info.json",
+    )
+    assert res.code == 0, res.err
+    assert node_names(_load(seed / "out.onnx")) == [MUL]
+    assert not (seed / "info.json").exists()
+    res = cli(
+        "debug", "reduce", "model.onnx", "-o", "out.onnx", "--iter-info", "info.json", "--no-remove-intermediate",
+        "--fail-regex", MUL, "--check", "cat", "info.json",
+    )
+    info = json.loads((seed / "info.json").read_text())
+    assert info["iteration"] == 2 and info["nodes"] == [MUL] and info["outputs"] == ["mul_out"]
+    assert (seed / "polygraphy_debug.onnx").exists()
+
+
+def test_custom_iter_artifact(cli, seed):
+    (seed / "work").mkdir()
+    res = cli(
+        "debug", "reduce", "model.onnx", "-o", "out.onnx", "--iter-artifact", "work/cand.onnx",
+        "--fail-regex", "Op: Mul", "--check", "toolkit", "inspect", "model", "work/cand.onnx", "--mode=basic",
+    )
+    assert res.code == 0, res.err
+    assert node_names(_load(seed / "out.onnx")) == [MUL]
+
+
+def test_min_good_via_cli(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.chain(10), tmp_path / "model.onnx")
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--min-good", "good.onnx",
+              "--fail-regex", "n6_", "--check", *INSPECT)
+    assert res.code == 0, res.err
+    names = node_names(_load(tmp_path / "good.onnx"))
+    assert names and not any(n.startswith("n6_") for n in names)
+    assert "closest passing model" in res.err
+
+
+# ---------------------------------------------------------------------- replay
+
+
+def test_replay_answers_without_running_the_check(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.chain(20), tmp_path / "model.onnx")
+    first = cli("debug", "reduce", "model.onnx", "-o", "a.onnx", "--save-debug-replay", "replay.json",
+                "--fail-regex", "n13_", "--check", *INSPECT)
+    assert first.code == 0
+    doc = json.loads((tmp_path / "replay.json").read_text())
+    assert doc["entries"] and all("failed" in e for e in doc["entries"])
+    # `false` would fail every check: the replay must answer everything
+    second = cli("debug", "reduce", "model.onnx", "-o", "b.onnx", "--load-debug-replay", "replay.json",
+                 "--check", "false")
+    assert second.code == 0, second.err
+    assert "0 checks run" in second.err and "| replay" in second.err
+    assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
+
+
+def test_replay_for_another_model_is_rejected(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.chain(5), tmp_path / "a.onnx")
+    modelzoo.save(modelzoo.chain(6), tmp_path / "b.onnx")
+    assert cli("debug", "reduce", "a.onnx", "-o", "o.onnx", "--save-debug-replay", "r.json", "--check", "false").code == 0
+    res = cli("debug", "reduce", "b.onnx", "-o", "o.onnx", "--load-debug-replay", "r.json", "--check", "false")
+    assert res.code == 3 and "different model" in res.err
+
+
+# ---------------------------------------------------------------------- interactive
+
+
+def test_interactive_answers_from_stdin(seed):
+    res = run_toolkit("debug", "reduce", "model.onnx", "-o", "out.onnx", stdin=b"f\nmaybe\nf\n", cwd=seed)
+    assert res.code == 0, res.err
+    assert "Did 'polygraphy_debug.onnx' [p]ass or [f]ail?" in res.err
+    assert "Please answer" in res.err
+    assert node_names(_load(seed / "out.onnx")) == [MUL]
+
+
+def test_interactive_end_of_input_stops_cleanly(seed):
+    res = run_toolkit("debug", "reduce", "model.onnx", "-o", "out.onnx", stdin=b"f\n", cwd=seed)
+    assert res.code == 130
+    assert "Traceback" not in res.err and "End of input" in res.err
+    assert len(node_names(_load(seed / "out.onnx"))) == 3  # the full model: the smallest failing so far
+    assert (seed / "polygraphy_debug_replay.json").exists()
+    # resume: the replay answers the first question
+    res = run_toolkit("debug", "reduce", "model.onnx", "-o", "out.onnx", "--load-debug-replay",
+                      "polygraphy_debug_replay.json", stdin=b"f\n", cwd=seed)
+    assert res.code == 0, res.err
+    assert node_names(_load(seed / "out.onnx")) == [MUL]
+
+
+def test_interactive_no_answer_at_all(seed):
+    res = run_toolkit("debug", "reduce", "model.onnx", "-o", "out.onnx", stdin=b"", cwd=seed)
+    assert res.code == 130
+    assert not (seed / "out.onnx").exists()
+
+
+# ---------------------------------------------------------------------- Ctrl-C
+
+
+def test_ctrl_c_saves_smallest_failing_model_and_replay(tmp_path):
+    modelzoo.save(modelzoo.chain(32), tmp_path / "model.onnx")
+    env = dict(os.environ, COLUMNS="200")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolkit", "debug", "reduce", "model.onnx", "-o", "out.onnx",
+         "--check", "sh", "-c", "sleep 0.3; exit 1"],
+        cwd=tmp_path, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, env=env,
+    )
+    lines = []
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stderr.readline().decode()
+        lines.append(line)
+        if line.startswith("Iteration 3 "):
+            break
+    proc.send_signal(signal.SIGINT)
+    rest = proc.stderr.read().decode()
+    assert proc.wait(timeout=30) == 130
+    assert "Interrupted" in rest
+    out = _load(tmp_path / "out.onnx")
+    assert len(out.graph.node) <= 8  # iterations 1-3 failed: 32 -> 16 -> 8 nodes
+    doc = json.loads((tmp_path / "polygraphy_debug_replay.json").read_text())
+    assert len(doc["entries"]) >= 3
+
+
+# ---------------------------------------------------------------------- warm worker
+
+
+def _pair(args):
+    from toolkit.reduce.check import SubprocessRunner, WarmRunner
+
+    warm = WarmRunner(args).run()
+    sub = SubprocessRunner([sys.executable, "-m", "toolkit", *args]).run()
+    return warm, sub
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["inspect", "model", "model.onnx", "--mode=basic"],
+        ["inspect", "model", "missing.onnx"],
+        ["inspect", "model", "model.onnx", "--no-such-option"],
+        ["debug", "reduce", "model.onnx", "-o", "o.onnx", "--fail-regex", "Op: Mul", "--check", *INSPECT],
+    ],
+)
+def test_warm_worker_output_and_code_match_a_subprocess(seed, monkeypatch, args):
+    monkeypatch.setenv("COLUMNS", "120")
+    warm, sub = _pair(args)
+    assert warm.code == sub.code
+    assert warm.stdout == sub.stdout
+    norm = lambda b: "\n".join(l for l in b.decode().splitlines() if "s |" not in l and " s." not in l)  # noqa: E731
+    assert norm(warm.stderr) == norm(sub.stderr)
+
+
+def test_warm_worker_can_be_disabled(monkeypatch):
+    from toolkit.reduce.check import make_runner
+
+    assert make_runner(["toolkit", "inspect", "model", "x"]).kind == "warm"
+    assert make_runner([sys.executable, "-m", "toolkit", "inspect"]).kind == "warm"
+    assert make_runner(["echo", "x"]).kind == "subprocess"
+    monkeypatch.setenv("TOOLKIT_NO_WARM_WORKER", "1")
+    assert make_runner(["toolkit", "inspect", "model", "x"]).kind == "subprocess"
+
+
+def test_warm_worker_preloads_data_files():
+    from toolkit.reduce.check import data_files_in
+
+    args = ["run", "m.onnx", "--load-inputs", "a.json", "b.npz", "--onnxrt", "--load-outputs=g.json"]
+    assert data_files_in(args) == ["a.json", "b.npz", "g.json"]
+
+
+# ---------------------------------------------------------------------- shapes and errors
+
+
+def test_model_input_shapes_fix_dynamic_inputs(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.dynamic_batch(), tmp_path / "model.onnx")
+    for extra in ([], ["--force-fallback-shape-inference"]):
+        res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--model-input-shapes", "x:[3,4]", *extra,
+                  "--fail-regex", "Op: Reshape", "--check", *INSPECT)
+        assert res.code == 0, res.err
+        out = _load(tmp_path / "out.onnx")
+        assert node_names(out) == ["reshape"]
+        r = next(i for i in out.graph.input if i.name == "r")
+        assert [d.dim_value for d in r.type.tensor_type.shape.dim] == [3, 4]
+
+
+def test_load_inputs_shapes_fix_dynamic_inputs(cli, tmp_path, monkeypatch):
+    import numpy as np
+
+    from toolkit.core.datafiles import save_inputs
+
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.dynamic_batch(), tmp_path / "model.onnx")
+    save_inputs(str(tmp_path / "inputs.json"), [{"x": np.ones((5, 4), np.float32)}])
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--load-inputs", "inputs.json",
+              "--fail-regex", "Op: Reshape", "--check", *INSPECT)
+    assert res.code == 0, res.err
+    r = next(i for i in _load(tmp_path / "out.onnx").graph.input if i.name == "r")
+    assert [d.dim_value for d in r.type.tensor_type.shape.dim] == [5, 4]
+
+
+def test_no_reduce_inputs_via_cli(cli, seed):
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--no-reduce-inputs", "--fail-regex", "Op: Mul",
+              "--check", *INSPECT)
+    assert res.code == 0
+    out = _load(seed / "out.onnx")
+    assert node_names(out) == [MUL] and [i.name for i in out.graph.input] == ["x0", "x1"]
+
+
+@pytest.mark.parametrize(
+    "args, code",
+    [
+        (["--no-reduce-inputs", "--no-reduce-outputs", "--check", "false"], 2),
+        (["--mode", "quick", "--check", "false"], 2),
+        (["--check"], 2),
+        (["--check", "no-such-command-xyz"], 2),
+        (["--check-timeout", "0", "--check", "false"], 2),
+        (["--fail-regex", "(", "--check", "false"], 2),
+        (["--model-input-shapes", "nope:[1]", "--check", "false"], 3),
+        (["--load-debug-replay", "missing.json", "--check", "false"], 3),
+    ],
+)
+def test_usage_and_input_errors(cli, seed, args, code):
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", *args)
+    assert res.code == code, res.err
+    assert "Traceback" not in res.err and "error:" in res.err
+    assert not (seed / "out.onnx").exists()
+
+
+def test_bad_model_and_bad_output_folder(cli, seed):
+    (seed / "bad.onnx").write_bytes(b"not a model")
+    res = cli("debug", "reduce", "bad.onnx", "-o", "out.onnx", "--check", "false")
+    assert res.code == 3 and "bad.onnx" in res.err
+    res = cli("debug", "reduce", "model.onnx", "-o", "nowhere/out.onnx", "--check", "false")
+    assert res.code == 3 and "Iteration" not in res.err
+
+
+def test_help_mentions_exit_codes():
+    res = run_toolkit("debug", "reduce", "--help")
+    assert res.code == 0
+    assert "--check" in res.out and "130" in res.out
