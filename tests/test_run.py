@@ -414,3 +414,44 @@ def test_rich_table_on_terminal(cli, seed_model, tmp_path, monkeypatch):
     res = cli("run", seed_model, "--onnxrt", "--load-outputs", outs, "--seed", "3")
     assert res.code == 1
     assert "Max abs" in res.err and "Passes with" in res.err and "FAILED" in res.err
+
+
+def test_non_tensor_outputs_skipped_under_mark_all_but_error_when_named(cli, tmp_path):
+    split = numpy_helper.from_array(np.array([1, 1], np.int64), "split")
+    graph = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"], name="relu"),
+            helper.make_node("SplitToSequence", ["r", "split"], ["seq"], name="to_seq", axis=1),
+            helper.make_node("ConcatFromSequence", ["seq"], ["y"], name="from_seq", axis=1),
+        ],
+        "seq",
+        [mz.vi("x", [1, 2])],
+        [mz.vi("y", [1, 2])],
+        [split],
+    )
+    model = mz.save(mz.make_model(graph), tmp_path / "seq.onnx")
+    res = cli("run", model, "--onnxrt", "--onnx-outputs", "mark", "all")
+    assert res.code == 0, res.err
+    assert "not returning 1 non-tensor output(s): seq" in res.err and _output_names(res) == ["r", "y"]
+    res = cli("run", model, "--onnxrt", "--onnx-outputs", "seq")
+    assert res.code == 3 and "not a tensor" in res.err
+
+
+def test_graph_input_can_be_returned(cli, tmp_path):
+    model = mz.save(mz.branch(), tmp_path / "b.onnx")
+    res = cli("run", model, "--onnxrt", "--onnx-outputs", "x", "y")
+    assert res.code == 0 and _output_names(res) == ["x", "y"]
+
+
+def test_runner_library_interface(tmp_path):
+    from toolkit.backends.onnxrt import OnnxrtRunner
+
+    model = mz.save(mz.seed_example(SHAPE), tmp_path / "m.onnx")
+    with OnnxrtRunner(model, outputs=["mark", "all"]) as runner:
+        metas = runner.input_metadata()
+        assert [(m.name, m.shape, m.dtype) for m in metas] == [("x0", SHAPE, "float32"), ("x1", SHAPE, "float32")]
+        feed = {m.name: np.ones(SHAPE, np.float32) for m in metas}
+        outs = runner.infer(feed)
+        assert list(outs) == runner.output_names() == ["mul_out", "add_out", "Y"]
+        assert float(outs["Y"].flat[0]) == 3.5 and runner.last_inference_time > 0
+    assert not runner.is_active
