@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
@@ -55,7 +56,7 @@ def _quiet_ort():
     except ImportError:  # folding then fails and says so
         yield
         return
-    ort.set_default_logger_severity(3)
+    ort.set_default_logger_severity(4)
     try:
         yield
     finally:
@@ -504,25 +505,112 @@ def _refresh_gs_shapes(gs, graph, original) -> int:
     return changed
 
 
-def _fold_once(graph, *, partitioning: str, size_threshold: Optional[int], fold_shapes: bool, log: LogFn) -> str:
-    """One graphsurgeon folding run. ``auto``: all at once, and if that fails, piece by piece."""
+_NODE_NAME_PATTERNS = (
+    re.compile(r"Name:'([^']+)'"),
+    re.compile(r'In Node, \("([^"]+)"'),
+    re.compile(r"Node \(([^)]+)\) Op \("),
+    re.compile(r"node '([^']+)'"),
+)
+_OP_PATTERNS = (
+    re.compile(r"([\w.]*):(\w+)\(-?\d+\) is not a registered function/op"),
+    re.compile(r"No Op registered for (\w+) with domain_version"),
+)
+_MAX_EXCLUSIONS = 32
+
+
+def _failing_part(message: str, names: set):
+    """(kind, key) naming what ONNX-Runtime failed on: ("node", name) or ("op", op_type)."""
+    for pat in _NODE_NAME_PATTERNS:
+        for m in pat.finditer(message):
+            if m.group(1) in names:
+                return "node", m.group(1)
+    for pat in _OP_PATTERNS:
+        m = pat.search(message)
+        if m:
+            return "op", m.groups()[-1]
+    return None
+
+
+def _all_nodes(graph):
+    for node in graph.nodes:
+        yield node
+        for sub in node.subgraphs():
+            yield from _all_nodes(sub)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+def _fold_once(
+    graph,
+    *,
+    partitioning: str,
+    size_threshold: Optional[int],
+    fold_shapes: bool,
+    log: LogFn,
+    bad_nodes: Optional[set] = None,
+    bad_ops: Optional[set] = None,
+) -> str:
+    """One graphsurgeon folding run; returns how it folded.
+
+    ``auto`` folds everything in one ONNX-Runtime run. When that fails, the node (or op
+    type) that failed is read from the error, excluded, and the rest folded again, so one
+    bad node does not stop the rest. Only when the error names nothing does it fall back
+    to graphsurgeon's recursive partitioning (correct, but slow on big graphs).
+    """
     kwargs = dict(fold_shapes=fold_shapes, size_threshold=size_threshold, recurse_subgraphs=True)
-    if partitioning == "auto":
-        try:
-            with _quiet_gs(), _quiet_ort():
-                graph.fold_constants(partitioning=None, error_ok=False, **kwargs)
-            return "none"
-        except Exception as exc:  # ORT or graphsurgeon failed on some node
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            log(f"Folding constants | folding everything at once failed ({first[:200]}); "
-                "folding part by part so one bad node does not stop the rest")
-            partitioning = "recursive"
-    mode = None if partitioning == "none" else partitioning
-    with _quiet_gs() as buf, _quiet_ort():
-        graph.fold_constants(partitioning=mode, error_ok=True, **kwargs)
-    if "failed" in buf.getvalue().lower():
-        log(f"Folding constants | some nodes could not be folded (partitioning={partitioning}); kept them as they are")
-    return partitioning
+    if partitioning != "auto":
+        mode = None if partitioning == "none" else partitioning
+        with _quiet_gs() as buf, _quiet_ort():
+            graph.fold_constants(partitioning=mode, error_ok=True, **kwargs)
+        if "failed" in buf.getvalue().lower():
+            log(f"Folding constants | some nodes could not be folded (partitioning={partitioning}); kept as they are")
+        return partitioning
+
+    # Unnamed nodes get a temporary name so that errors can point at them.
+    renamed = []
+    for i, node in enumerate(_all_nodes(graph)):
+        if not node.name:
+            node.name = f"__toolkit_unnamed_{i}"
+            renamed.append(node)
+    # What failed in earlier passes stays excluded (the sets are updated in place).
+    bad_nodes = set() if bad_nodes is None else bad_nodes
+    bad_ops = set() if bad_ops is None else bad_ops
+
+    def exclude(node) -> bool:
+        return node.name in bad_nodes or node.op in bad_ops
+
+    try:
+        for _ in range(_MAX_EXCLUSIONS + 1):
+            try:
+                with _quiet_gs() as buf, _quiet_ort():
+                    graph.fold_constants(partitioning=None, error_ok=False, should_exclude_node=exclude, **kwargs)
+                if "large outputs" in buf.getvalue():
+                    log("Folding constants | some folded tensors are over 1 MiB; --fold-size-threshold keeps "
+                        "such tensors computed at run time instead")
+                return "none" if not (bad_nodes or bad_ops) else "none, excluding failing nodes"
+            except Exception as exc:  # ONNX-Runtime or graphsurgeon failed on some node
+                names = {n.name for n in _all_nodes(graph)}
+                part = _failing_part(str(exc), names - bad_nodes)
+                if part is None or (part[0] == "op" and part[1] in bad_ops):
+                    log(f"Folding constants | folding failed ({_first_line(exc)}); "
+                        "falling back to folding part by part (slow on big graphs)")
+                    break
+                kind, key = part
+                (bad_nodes if kind == "node" else bad_ops).add(key)
+                shown = key if not key.startswith("__toolkit_unnamed_") else "(unnamed)"
+                log(f"Folding constants | {'node' if kind == 'node' else 'op type'} {shown} cannot be folded "
+                    f"({_first_line(exc)}); folding the rest without it")
+        else:
+            log("Folding constants | too many nodes fail to fold; falling back to folding part by part")
+        with _quiet_gs() as buf, _quiet_ort():
+            graph.fold_constants(partitioning="recursive", error_ok=True, should_exclude_node=exclude, **kwargs)
+        return "recursive"
+    finally:
+        for node in renamed:
+            node.name = ""
 
 
 def sanitize(
@@ -577,12 +665,20 @@ def sanitize(
     if fold_constants:
         index = 0
         report.converged = False
+        bad_nodes: set = set()
+        bad_ops: set = set()
         while num_passes is None or index < num_passes:
             index += 1
             t0 = time.perf_counter()
             before = count_nodes(graph)
             used = _fold_once(
-                graph, partitioning=partitioning, size_threshold=fold_size_threshold, fold_shapes=fold_shapes, log=log
+                graph,
+                partitioning=partitioning,
+                size_threshold=fold_size_threshold,
+                fold_shapes=fold_shapes,
+                log=log,
+                bad_nodes=bad_nodes,
+                bad_ops=bad_ops,
             )
             with _quiet_gs():
                 graph.cleanup()
