@@ -1,6 +1,6 @@
 """``toolkit data``: work with inputs and outputs files (JSON or .npz)."""
 
-from __future__ import annotations
+# (no `from __future__ import annotations`: Typer would have to eval every annotation string)
 
 from typing import List
 

@@ -5,7 +5,7 @@ Logs, tables and the final PASSED/FAILED line go to stderr; stdout only carries 
 (``--save-outputs -`` / ``--save-inputs -``).
 """
 
-from __future__ import annotations
+# (no `from __future__ import annotations`: Typer would have to eval every annotation string)
 
 import shlex
 import sys
