@@ -376,3 +376,11 @@ def test_parse_size():
     assert parse_size("4K") == 4096
     assert parse_size("1.5M") == 3 * 2**19
     assert parse_size("1GiB") == 2**30
+
+
+def test_sanitize_reads_stdin(tmp_path, cli):
+    data = shape_chain(blocks=2).SerializeToString()
+    out = tmp_path / "o.onnx"
+    res = cli("surgeon", "sanitize", "-", "--fold-constants", "-o", out, stdin=data)
+    assert res.code == 0, res.err
+    assert len(onnx.load(str(out)).graph.node) == 8

@@ -175,8 +175,6 @@ def override_input_shapes(model, input_shapes: Mapping[str, Sequence], *, inplac
     Dims may be ints, names (symbolic) or None (unknown). Stale shapes of intermediate
     tensors (``value_info``) are dropped so that shape inference recomputes them.
     """
-    import onnx
-
     if not input_shapes:
         return model if inplace else _copy(model)
     g = model.graph
@@ -215,7 +213,6 @@ def override_input_shapes(model, input_shapes: Mapping[str, Sequence], *, inplac
             elif isinstance(d, str) and d:
                 dim.dim_param = d
     del g.value_info[:]
-    _ = onnx  # keep the import visible for readers
     return out
 
 

@@ -18,7 +18,7 @@ import io
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.meta import TensorMeta, format_meta
