@@ -99,7 +99,11 @@ def generated_model(path: str) -> str:
     return path
 
 
-def run_quiet(cmd, cwd) -> float:
+def run_quiet(cmd, cwd, remove=()) -> float:
+    for name in remove:  # every run writes a fresh file (not timed)
+        path = os.path.join(cwd, name)
+        if os.path.exists(path):
+            os.unlink(path)
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     dt = time.perf_counter() - t0
@@ -109,12 +113,13 @@ def run_quiet(cmd, cwd) -> float:
 
 
 def interleaved(cmds: dict, runs: int, cwd: str) -> dict:
-    for cmd in cmds.values():  # warm-up: OS file cache, first-run effects
-        run_quiet(cmd, cwd)
+    outputs = {k: [c for c in cmd if c.endswith((".npz", ".json"))] for k, cmd in cmds.items()}
+    for k, cmd in cmds.items():  # warm-up: OS file cache, first-run effects
+        run_quiet(cmd, cwd, outputs[k])
     samples = {k: [] for k in cmds}
     for _ in range(runs):
         for k, cmd in cmds.items():
-            samples[k].append(run_quiet(cmd, cwd))
+            samples[k].append(run_quiet(cmd, cwd, outputs[k]))
     return samples
 
 
@@ -151,7 +156,7 @@ def in_process(model: str, runs: int) -> dict:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=9, help="runs of the plain run comparison (a)")
-    parser.add_argument("--big-runs", type=int, default=3, help="runs of the layerwise comparisons (b, c)")
+    parser.add_argument("--big-runs", type=int, default=5, help="runs of the layerwise comparisons (b, c)")
     parser.add_argument("--model", help="use this model instead of the folded light_resnet50")
     parser.add_argument("--write-doc", action="store_true", help="write the results to docs/performance.md")
     args = parser.parse_args()
