@@ -457,7 +457,8 @@ def _infer_in_place(model, *, reset_outputs: bool = False) -> None:
     from toolkit.core.model import infer_shapes
 
     light = light_copy(model)
-    del light.graph.value_info[:]
+    # Existing value_info is kept as a hint (exporters annotate what inference cannot derive);
+    # override_input_shapes has already dropped it where input shapes changed.
     if reset_outputs:
         for o in light.graph.output:
             if o.type.HasField("tensor_type"):
