@@ -19,7 +19,7 @@ values come from a reference model whose Mul constant differs slightly (what the
 values, exactly as a backend with a wrong Mul kernel would. Pass --trt to use TensorRT
 on the real model instead (needs an NVIDIA GPU and `pip install 'toolkit[trt]'`).
 
-Usage: python run_example.py [--workdir DIR] [--trt] [--keep]
+Usage: python run_example.py [--workdir DIR] [--trt]
 """
 
 from __future__ import annotations
@@ -27,28 +27,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shlex
-import shutil
 import subprocess
 import sys
 
-
-# The interpreter's own scripts folder first, so `toolkit` in --check resolves to this install.
-os.environ["PATH"] = os.path.dirname(os.path.abspath(sys.executable)) + os.pathsep + os.environ.get("PATH", "")
-
-
-def toolkit_cmd():
-    exe = shutil.which("toolkit")
-    return [exe] if exe else [sys.executable, "-m", "toolkit"]
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from _common import fresh_workdir, toolkit, toolkit_cmd  # noqa: E402
 
 
-def show_and_run(args, cwd, expect=(0,)):
-    printable = ["toolkit"] + [a for a in args]
-    print("\n$ " + " ".join(shlex.quote(a) for a in printable), flush=True)
-    proc = subprocess.run(toolkit_cmd() + args, cwd=cwd)
-    if proc.returncode not in expect:
-        sys.exit(f"example failed: the command above exited {proc.returncode}")
-    return proc.returncode
+def show_and_run(args, cwd):
+    toolkit(args, cwd)
 
 
 def build_models(workdir):
@@ -99,11 +86,7 @@ def main() -> int:
     parser.add_argument("--trt", action="store_true", help="use TensorRT as the failing backend")
     args = parser.parse_args()
 
-    workdir = os.path.abspath(args.workdir)
-    if os.path.isdir(workdir):
-        shutil.rmtree(workdir)
-    os.makedirs(workdir)
-    print(f"Working in {workdir}")
+    workdir = fresh_workdir(args.workdir)
     build_models(workdir)
 
     # ---------------------------------------------------------------- A. real check

@@ -1,0 +1,55 @@
+"""Small helpers shared by the example scripts: print each toolkit command, then run it."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+
+# The interpreter's own scripts folder first, so `toolkit` (also inside --check) is this install.
+os.environ["PATH"] = os.path.dirname(os.path.abspath(sys.executable)) + os.pathsep + os.environ.get("PATH", "")
+
+
+def toolkit_cmd():
+    exe = shutil.which("toolkit")
+    return [exe] if exe else [sys.executable, "-m", "toolkit"]
+
+
+def fresh_workdir(path: str) -> str:
+    path = os.path.abspath(path)
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    os.makedirs(path)
+    print(f"Working in {path}", flush=True)
+    return path
+
+
+def toolkit(args, cwd, expect=(0,), capture=False, stdin=None):
+    """Print `$ toolkit ARGS`, run it, and stop the example if the exit code is unexpected."""
+    print("\n$ " + " ".join(shlex.quote(a) for a in ["toolkit", *args]), flush=True)
+    proc = subprocess.run(toolkit_cmd() + list(args), cwd=cwd, capture_output=capture, input=stdin)
+    if capture:
+        sys.stdout.write(proc.stdout.decode(errors="replace"))
+        sys.stderr.write(proc.stderr.decode(errors="replace"))
+    if proc.returncode not in expect:
+        sys.exit(f"example failed: the command above exited {proc.returncode}, expected {expect}")
+    return proc
+
+
+def shell(pipeline: str, cwd):
+    """Print and run a shell pipeline of toolkit commands (needs a POSIX shell)."""
+    print(f"\n$ {pipeline}", flush=True)
+    proc = subprocess.run(pipeline, shell=True, cwd=cwd, capture_output=True, executable="/bin/bash")
+    sys.stdout.write(proc.stdout.decode(errors="replace"))
+    sys.stderr.write(proc.stderr.decode(errors="replace"))
+    if proc.returncode != 0:
+        sys.exit(f"example failed: the pipeline above exited {proc.returncode}")
+    return proc
+
+
+def check(condition: bool, message: str) -> None:
+    if not condition:
+        sys.exit(f"example failed: {message}")
+    print(f"==> ok: {message}", flush=True)
