@@ -22,7 +22,7 @@ from toolkit.cli.options import (
     ToolkitCommand,
     command_kwargs,
 )
-from toolkit.cli.output import err_console, is_terminal, log, warn
+from toolkit.cli.output import err_console, is_terminal, log
 
 _ARGV_KEY = "toolkit.run.argv"
 

@@ -25,7 +25,6 @@ import math
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.core.errors import UsageError
 from toolkit.core.meta import parse_named_values
 
 DEFAULT_ATOL = 1e-5
