@@ -16,6 +16,20 @@ def _print_error(message: str) -> None:
         pass
 
 
+def _click_message(exc) -> str:
+    """One line for a Click usage error (bad value, unknown or missing option), like ours."""
+    try:
+        text = exc.format_message()
+    except Exception:  # pragma: no cover - defensive
+        text = str(exc)
+    text = " ".join(str(text).split()) or type(exc).__name__
+    ctx = getattr(exc, "ctx", None)
+    path = getattr(ctx, "command_path", None) if ctx is not None else None
+    if path:
+        text += f" (see '{path} --help')"
+    return text
+
+
 def run_with_boundary(func, *args, **kwargs) -> int:
     """Call ``func`` and translate whatever it raises into an exit code.
 
@@ -48,7 +62,10 @@ def run_with_boundary(func, *args, **kwargs) -> int:
     except Exception as exc:  # noqa: BLE001 - this is the boundary
         # Click's own exceptions, without importing click (Typer bundles its own).
         if hasattr(exc, "show") and hasattr(exc, "exit_code"):
-            exc.show()
+            if type(exc).__name__ == "NoArgsIsHelpError":
+                exc.show()  # a bare group (`toolkit`, `toolkit inspect`): its help, as Click prints it
+            else:
+                _print_error(_click_message(exc))
             return int(exc.exit_code)
         if type(exc).__name__ == "Abort":
             _print_error("interrupted")

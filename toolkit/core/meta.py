@@ -260,15 +260,39 @@ def parse_tensor_spec(
         raise UsageError(f"unbalanced brackets in '{spec}'; write e.g. x:[1,3,224,224]:float32")
     if not rest:
         raise UsageError(f"'{spec}' has no tensor name; write e.g. x:[1,3,224,224]:float32")
+    if names and rest not in names:
+        _raise_if_malformed_suffix(spec, names, allow_shape, allow_dtype)
     return TensorMeta(rest, shape, dtype)
+
+
+def _raise_if_malformed_suffix(spec: str, names, allow_shape: bool, allow_dtype: bool) -> None:
+    """``x:[1,4]:float99`` where ``x`` is a known name: a malformed dtype/shape (usage
+    error), not an unknown tensor named ``x:[1,4]:float99``."""
+    known = [i for i, c in enumerate(spec) if c == ":" and spec[:i] in names]
+    if not known:
+        return
+    name, suffix = spec[: known[-1]], spec[known[-1] + 1 :]
+    _, last = _split_last_colon(suffix)
+    last = suffix if last is None else last
+    if allow_dtype and not _looks_like_shape(last) and not is_dtype_name(last):
+        normalize_dtype(last)  # raises: unknown dtype, with the list of known ones
+    if allow_shape and allow_dtype:
+        form = f"{name}:[1,3,224,224]:float32, {name}:auto:auto or {name}:float32"
+    elif allow_shape:
+        form = f"{name}:[1,3,224,224]"
+    else:
+        form = f"{name}:float32"
+    raise UsageError(f"cannot read '{suffix}' in '{spec}' as a shape or dtype of '{name}'; write e.g. {form}")
 
 
 def parse_shape_specs(specs: Sequence[str]) -> dict:
     """``["x:[1,3]", "y:2x2"]`` -> ``{"x": (1, 3), "y": (2, 2)}`` (for --input-shapes)."""
     out = {}
     for spec in specs or ():
-        meta = parse_tensor_spec(spec, allow_dtype=False)
         head, tail = _split_last_colon(spec)
+        if tail is not None and is_dtype_name(tail) and _split_last_colon(head)[1] is not None:
+            raise UsageError(f"'{spec}': a dtype is not accepted here; write name:shape, e.g. {head}")
+        meta = parse_tensor_spec(spec, allow_dtype=False)
         if tail is None or meta.shape is None:
             raise UsageError(f"'{spec}' needs a shape; write e.g. {meta.name}:[1,3,224,224]")
         out[meta.name] = meta.shape
