@@ -42,12 +42,153 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
+def _read_varint(buf, pos: int):
+    result = 0
+    shift = 0
+    while True:
+        b = buf[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+
+
+def scan_fields(buf, start: int = 0, end: Optional[int] = None):
+    """Top-level fields of a serialized message: (number, field start, payload start, end)."""
+    end = len(buf) if end is None else end
+    pos = start
+    out = []
+    while pos < end:
+        field_start = pos
+        key, pos = _read_varint(buf, pos)
+        number, wire = key >> 3, key & 7
+        if wire == 2:
+            length, pos = _read_varint(buf, pos)
+            payload = pos
+            pos += length
+        elif wire == 0:
+            payload = pos
+            _, pos = _read_varint(buf, pos)
+        elif wire == 1:
+            payload = pos
+            pos += 8
+        elif wire == 5:
+            payload = pos
+            pos += 4
+        else:
+            raise ValueError(f"unsupported protobuf wire type {wire}")
+        out.append((number, field_start, payload, pos))
+    if pos != end:
+        raise ValueError("truncated protobuf message")
+    return out
+
+
+class RawPieces:
+    """The serialized pieces of a model file, sliced out of its bytes (nothing re-serialized).
+
+    :meth:`scan` cuts the file into its fields; :meth:`light_bytes` is the same model with
+    big weights reduced to stubs (name, dims, type: no data), cheap to parse and to keep
+    in memory while candidates are written from the real pieces.
+    """
+
+    # TensorProto fields that hold data (the rest: dims, data_type, name, ... are kept)
+    _DATA_FIELDS = frozenset({4, 5, 6, 7, 9, 10, 11})
+    _DATA_LOCATION = 14
+    STUB_BYTES = 1 << 16
+
+    def __init__(self, data, header, graph_other, nodes, initializers, sparse):
+        self.data = data  # keeps the buffer (bytes or mmap) alive
+        self.header = header  # ModelProto fields except graph and training_info
+        self.graph_other = graph_other  # [(field number, slice)] in file order
+        self.nodes = nodes
+        self.initializers = initializers
+        self.sparse = sparse
+        self.external = False  # some initializer's data lives in another file
+
+    @classmethod
+    def scan(cls, data) -> Optional["RawPieces"]:
+        """Cut ``data`` (a serialized ModelProto) into pieces; None if it is not one graph."""
+        f = _field_numbers()
+        try:
+            buf = memoryview(data)
+            top = scan_fields(buf)
+            graphs = [t for t in top if t[0] == f["graph"]]
+            if len(graphs) != 1:
+                return None
+            header = b"".join(bytes(buf[s:e]) for num, s, _, e in top if num not in (f["graph"], _TRAINING_INFO))
+            _, _, gstart, gend = graphs[0]
+            nodes, inits, sparse, other = [], [], [], []
+            for num, s, _, e in scan_fields(buf, gstart, gend):
+                piece = buf[s:e]
+                if num == f["node"]:
+                    nodes.append(piece)
+                elif num == f["initializer"]:
+                    inits.append(piece)
+                elif num == f["sparse_initializer"]:
+                    sparse.append(piece)
+                else:
+                    other.append((num, piece))
+        except (ValueError, IndexError):
+            return None
+        return cls(data, header, other, nodes, inits, sparse)
+
+    def light_bytes(self) -> Optional[bytes]:
+        """The model with every initializer over STUB_BYTES cut down to a data-less stub.
+
+        Sets :attr:`external` when an initializer says its data is in an external file.
+        """
+        f = _field_numbers()
+        parts = [piece for _, piece in self.graph_other] + list(self.nodes)
+        try:
+            for piece in self.initializers:
+                hdr = _header_len(piece)
+                fields = scan_fields(piece, hdr, len(piece))
+                for num, s, p, e in fields:
+                    if num == self._DATA_LOCATION and piece[p] == 1:
+                        self.external = True
+                if len(piece) <= self.STUB_BYTES:
+                    parts.append(piece)
+                    continue
+                kept = b"".join(bytes(piece[s:e]) for num, s, _, e in fields if num not in self._DATA_FIELDS)
+                parts.append(encode_field(f["initializer"], kept))
+        except (ValueError, IndexError):
+            return None
+        parts.extend(self.sparse)
+        length = sum(len(p) for p in parts)
+        return b"".join([self.header, _varint((f["graph"] << 3) | 2), _varint(length)] + [bytes(p) for p in parts])
+
+    @staticmethod
+    def payload(piece):
+        """The message bytes of one field piece (without its tag and length)."""
+        return piece[_header_len(piece):]
+
+
+def _header_len(piece) -> int:
+    """Length of a length-delimited field's tag + length prefix."""
+    _, pos = _read_varint(piece, 0)
+    _, pos = _read_varint(piece, pos)
+    return pos
+
+
+_TRAINING_INFO = 20
+
+
 def encode_field(number: int, payload: bytes) -> bytes:
     """One length-delimited protobuf field: tag, length, payload."""
     return _varint((number << 3) | 2) + _varint(len(payload)) + payload
 
 
+_FIELDS: Dict[str, int] = {}
+
+
 def _field_numbers():
+    if not _FIELDS:
+        _FIELDS.update(_lookup_field_numbers())
+    return _FIELDS
+
+
+def _lookup_field_numbers():
     import onnx
 
     g = onnx.GraphProto.DESCRIPTOR.fields_by_name
@@ -119,17 +260,25 @@ class Candidate:
     keep_inputs: bool = False
     size_hint: int = 0
     index: Optional["GraphIndex"] = field(repr=False, default=None)
-    _data: Optional[bytes] = field(repr=False, default=None)
+    _data: Optional[list] = field(repr=False, default=None)
 
     @property
     def num_nodes(self) -> int:
         return len(self.nodes)
 
-    def serialize(self) -> bytes:
-        """The candidate's ModelProto bytes (built once)."""
+    def chunks(self) -> list:
+        """The candidate's ModelProto bytes as a list of buffers (slices shared with the index)."""
         if self._data is None:
-            self._data = self.index._serialize(self)
+            self._data = self.index._chunks(self)
         return self._data
+
+    def serialize(self) -> bytes:
+        """The candidate's ModelProto bytes, joined."""
+        return b"".join(self.chunks())
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(c) for c in self.chunks())
 
 
 class MetaProvider:
@@ -139,8 +288,20 @@ class MetaProvider:
     one run of ONNX-Runtime on the full model fills the gaps (unless it cannot run).
     """
 
-    def __init__(self, model, *, input_shapes=None, force_fallback: bool = False, external_data_dir=None, warn=None):
+    def __init__(
+        self,
+        model,
+        *,
+        input_shapes=None,
+        force_fallback: bool = False,
+        external_data_dir=None,
+        warn=None,
+        full_model: Optional[Callable] = None,
+    ):
+        """``full_model``: returns the model with its weights, when ``model`` is a light one
+        (only needed to run ONNX-Runtime)."""
         self.model = model
+        self.full_model = full_model
         self.input_shapes = dict(input_shapes or {}) or None
         self.force = force_fallback
         self.external_data_dir = external_data_dir
@@ -151,8 +312,10 @@ class MetaProvider:
     def _infer(self, **kw):
         from toolkit.core.shapes import infer_tensor_meta
 
+        runs_ort = kw.get("force_fallback") or kw.get("fallback", True)
+        model = self.full_model() if (runs_ort and self.full_model is not None) else self.model
         return infer_tensor_meta(
-            self.model, input_shapes=self.input_shapes, external_data_dir=self.external_data_dir, **kw
+            model, input_shapes=self.input_shapes, external_data_dir=self.external_data_dir, **kw
         )
 
     def ensure(self) -> None:
@@ -162,9 +325,15 @@ class MetaProvider:
             else:
                 self.metas = self._infer(fallback=False)
 
-    def __call__(self, names: Sequence[str]):
+    def __call__(self, names: Sequence[str], dtype_only: Sequence[str] = ()):
+        """Metas of ``names``; for those in ``dtype_only`` (new outputs) a dtype is enough."""
         self.ensure()
-        missing = [n for n in names if _incomplete(self.metas.get(n))]
+        relaxed = set(dtype_only)
+        missing = [
+            n
+            for n in names
+            if _incomplete(self.metas.get(n)) and not (n in relaxed and (self.metas.get(n) or TensorMeta(n)).dtype)
+        ]
         if missing and not self.tried_fallback:
             self.tried_fallback = True
             try:
@@ -190,7 +359,14 @@ class GraphIndex:
     inputs whose shapes the user fixed: their original value info is not reused.
     """
 
-    def __init__(self, model, metas: Optional[Callable] = None, *, fixed_input_shapes: Sequence[str] = ()):
+    def __init__(
+        self,
+        model,
+        metas: Optional[Callable] = None,
+        *,
+        fixed_input_shapes: Sequence[str] = (),
+        raw: Optional[RawPieces] = None,
+    ):
         import onnx
 
         from toolkit.core.shapes import node_reads
@@ -261,21 +437,33 @@ class GraphIndex:
 
         # Serialized pieces, made once.
         f = self._fields
-        self._node_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.nodes]
-        self._const_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.const_nodes]
         self._init_frag: Dict[str, bytes] = {}
+        if raw is not None:
+            # slices of the model file: no message is serialized again
+            self._node_frag = [raw.nodes[p] for p in regular]
+            self._const_frag = [raw.nodes[p] for p in consts]
+            for t, piece in zip(g.initializer, raw.initializers):
+                self._init_frag[t.name] = piece
+            for t, piece in zip(g.sparse_initializer, raw.sparse):
+                self._init_frag[t.values.name] = piece
+        else:
+            self._node_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.nodes]
+            self._const_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.const_nodes]
         self._vi_frag: Dict[Tuple[str, str], bytes] = {}
-        header = onnx.ModelProto()
-        for fd, value in model.ListFields():
-            if fd.name in ("graph", "training_info"):
-                continue
-            if hasattr(value, "extend"):  # repeated field
-                getattr(header, fd.name).extend(value)
-            elif hasattr(value, "CopyFrom"):  # message
-                getattr(header, fd.name).CopyFrom(value)
-            else:
-                setattr(header, fd.name, value)
-        self._header = header.SerializeToString()
+        if raw is not None:
+            self._header = raw.header
+        else:
+            header = onnx.ModelProto()
+            for fd, value in model.ListFields():
+                if fd.name in ("graph", "training_info"):
+                    continue
+                if hasattr(value, "extend"):  # repeated field
+                    getattr(header, fd.name).extend(value)
+                elif hasattr(value, "CopyFrom"):  # message
+                    getattr(header, fd.name).CopyFrom(value)
+                else:
+                    setattr(header, fd.name, value)
+            self._header = header.SerializeToString()
         graph_head = onnx.GraphProto()
         graph_head.name = g.name
         if g.doc_string:
@@ -285,7 +473,11 @@ class GraphIndex:
         self._qa = {}
         for qa in g.quantization_annotation:
             self._qa[qa.tensor_name] = encode_field(f["quantization_annotation"], qa.SerializeToString())
-        self._init_bytes = {t.name: t.ByteSize() for t in g.initializer}
+        if raw is not None:
+            self._init_bytes = {t.name: len(piece) for t, piece in zip(g.initializer, raw.initializers)}
+        else:
+            self._init_bytes = {t.name: t.ByteSize() for t in g.initializer}
+        self._raw = raw
         self._warned = set()
 
     # ------------------------------------------------------------------ identity
@@ -381,7 +573,7 @@ class GraphIndex:
             mask, nodes, inputs, outputs, consts, inits, produced, keep_inputs, size_hint=size_hint, index=self
         )
 
-    def _serialize(self, cand: Candidate, weights: bool = True) -> bytes:
+    def _chunks(self, cand: Candidate, weights: bool = True) -> list:
         f = self._fields
         consts, inits, produced = cand.consts, cand.inits, cand.produced
         parts: List[bytes] = [self._graph_head]
@@ -409,8 +601,19 @@ class GraphIndex:
                 frag = self._qa.get(t)
                 if frag is not None:
                     parts.append(frag)
-        graph = b"".join(parts)
-        return self._header + encode_field(f["graph"], graph)
+        length = sum(len(p) for p in parts)
+        return [self._header, _varint((f["graph"] << 3) | 2) + _varint(length)] + parts
+
+    def _initializer_proto(self, name: str):
+        """The full initializer (from the file's bytes when the index holds only a stub)."""
+        import onnx
+
+        if self._raw is None:
+            return self.initializers.get(name) or self.sparse_initializers[name]
+        frag = self._initializer_frag(name)
+        msg = onnx.TensorProto() if name in self.initializers else onnx.SparseTensorProto()
+        msg.ParseFromString(bytes(RawPieces.payload(frag)))
+        return msg
 
     def _initializer_frag(self, name: str) -> bytes:
         frag = self._init_frag.get(name)
@@ -429,12 +632,14 @@ class GraphIndex:
         for t in cand.inputs:
             if not (t in self._input_vi and t not in self._fixed_inputs):
                 need.append(t)
+        outs = []
         for t in cand.outputs:
             if not (t in self._output_vi and not self._fixed_inputs):
-                need.append(t)
-        if not need or self._metas is None:
+                outs.append(t)
+        if not (need or outs) or self._metas is None:
             return {}
-        return self._metas(need)
+        # dtype and rank of every new input and output (onnx.checker wants both)
+        return self._metas(need + outs)
 
     def _value_info_frag(self, kind: str, name: str, metas: Dict[str, TensorMeta]) -> bytes:
         key = (kind, name)
@@ -491,20 +696,12 @@ class GraphIndex:
 
     def write(self, cand: Candidate, path: str, *, atomic: bool = True) -> None:
         """Write the candidate's model to ``path`` (weights external when huge)."""
-        from toolkit.core.model import save_model, write_bytes_atomic
+        from toolkit.core.model import save_model
 
         if cand.size_hint > BIG_MODEL_BYTES:
             save_model(self.to_model(cand), path, external_data=True)
             return
-        data = cand.serialize()
-        if atomic:
-            write_bytes_atomic(path, data)
-        else:
-            try:
-                with open(path, "wb") as fh:
-                    fh.write(data)
-            except OSError as exc:
-                raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        write_chunks(path, cand.chunks(), atomic=atomic)
 
     def to_model(self, cand: Candidate):
         """The candidate as an ``onnx.ModelProto`` (for huge ones, weights added as protos)."""
@@ -512,15 +709,32 @@ class GraphIndex:
 
         m = onnx.ModelProto()
         if cand.size_hint > BIG_MODEL_BYTES:
-            m.ParseFromString(self._serialize(cand, weights=False))
+            m.ParseFromString(b"".join(self._chunks(cand, weights=False)))
             for t in cand.inits:
                 if t in self.initializers:
-                    m.graph.initializer.append(self.initializers[t])
+                    m.graph.initializer.append(self._initializer_proto(t))
                 else:
-                    m.graph.sparse_initializer.append(self.sparse_initializers[t])
+                    m.graph.sparse_initializer.append(self._initializer_proto(t))
             return m
         m.ParseFromString(cand.serialize())
         return m
+
+
+def write_chunks(path: str, chunks, *, atomic: bool = True) -> None:
+    """Write buffers one after the other (no joined copy); atomically unless told not to."""
+    from toolkit.core.model import atomic_output
+
+    try:
+        if atomic:
+            with atomic_output(path, "wb") as fh:
+                for c in chunks:
+                    fh.write(c)
+        else:
+            with open(path, "wb", buffering=1 << 20) as fh:
+                for c in chunks:
+                    fh.write(c)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
 
 
 def _topological_order(nodes, node_reads) -> List[int]:

@@ -4,7 +4,10 @@ JSON, written atomically::
 
     {"tool": "toolkit debug reduce", "version": 1, "model": "<structure digest>",
      "nodes": 312, "check": ["toolkit", "run", ...],
-     "entries": [{"iteration": 1, "nodes": "<hex bit mask>", "count": 312, "failed": true}, ...]}
+     "entries": [{"iteration": 1, "nodes": "<hex bit mask>", "count": 312, "failed": true,
+                  "seconds": 0.41}, ...]}
+
+``seconds`` (how long the check took) lets a resumed run make the same cost-based choices.
 
 An entry's key is its node set (bit positions in the model's topological order); the
 ``model`` digest says which model those positions belong to.
@@ -28,12 +31,17 @@ class Replay:
         self.check = list(check) if check else None
         self.entries: List[dict] = []
         self.verdicts: Dict[int, bool] = {}
+        self.seconds: Dict[int, float] = {}
 
-    def add(self, iteration: int, mask: int, count: int, failed: bool) -> None:
+    def add(self, iteration: int, mask: int, count: int, failed: bool, seconds: Optional[float] = None) -> None:
         if mask in self.verdicts:
             return
         self.verdicts[mask] = failed
-        self.entries.append({"iteration": iteration, "nodes": format(mask, "x"), "count": count, "failed": failed})
+        entry = {"iteration": iteration, "nodes": format(mask, "x"), "count": count, "failed": failed}
+        if seconds is not None:
+            entry["seconds"] = round(float(seconds), 6)
+            self.seconds[mask] = entry["seconds"]
+        self.entries.append(entry)
 
     def get(self, mask: int) -> Optional[bool]:
         return self.verdicts.get(mask)
@@ -81,7 +89,10 @@ class Replay:
                 iteration = int(entry.get("iteration", k + 1))
             except (KeyError, TypeError, ValueError):
                 raise InputError(f"{path}: entry {k + 1} is malformed (needs 'nodes' and 'failed')") from None
+            seconds = entry.get("seconds")
             if not isinstance(failed, bool) or mask <= 0 or mask >> num_nodes:
                 raise InputError(f"{path}: entry {k + 1} is malformed")
-            rep.add(iteration, mask, bin(mask).count("1"), failed)
+            if seconds is not None and not isinstance(seconds, (int, float)):
+                raise InputError(f"{path}: entry {k + 1} has a bad 'seconds' value")
+            rep.add(iteration, mask, bin(mask).count("1"), failed, seconds)
         return rep

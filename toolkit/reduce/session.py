@@ -22,7 +22,16 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError
 from toolkit.reduce.check import AnswersExhausted, CheckResult, FailureRule, ask_user, make_runner
-from toolkit.reduce.graph import Candidate, GraphIndex, MetaProvider, mask_indices, popcount
+from toolkit.reduce.graph import (
+    BIG_MODEL_BYTES,
+    Candidate,
+    GraphIndex,
+    MetaProvider,
+    RawPieces,
+    mask_indices,
+    popcount,
+    write_chunks,
+)
 from toolkit.reduce.replay import Replay
 from toolkit.reduce.strategy import STRATEGIES, Plan
 
@@ -116,6 +125,52 @@ class Reporter:
         pass
 
 
+def load_model_and_pieces(path: str, external_data_dir: Optional[str] = None):
+    """(model, pieces): the model to index, and the file cut into pieces to build candidates.
+
+    For a model whose weights are inside its file, the file is memory-mapped, cut into
+    its fields, and the model returned is a *light* one: big initializers are stubs
+    (names, dims, types), so this process stays small (cheap forks for the warm worker)
+    and candidates are written from slices of the file. Otherwise (external data, stdin,
+    anything unusual) the model is fully loaded and ``pieces`` is None. Errors are those
+    of :func:`toolkit.core.model.load_model`.
+    """
+    from toolkit.core.model import _has_external_data, _parse_model, check_readable_file, load_model
+
+    def full():
+        return load_model(path, external_data_dir=external_data_dir), None
+
+    if path == "-":
+        return full()
+    check_readable_file(path)
+    data = _map_file(path)
+    if data is None:
+        return full()
+    pieces = RawPieces.scan(data)
+    light = pieces.light_bytes() if pieces is not None else None
+    if light is None or pieces.external:
+        return full()
+    try:
+        model = _parse_model(light, path)
+    except InputError:
+        return full()  # let the normal loader word the error
+    if _has_external_data(model):
+        return full()
+    return model, pieces
+
+
+def _map_file(path: str):
+    import mmap
+
+    try:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                return None
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
+
+
 class Reducer:
     def __init__(self, config: ReduceConfig, reporter: Optional[Reporter] = None, *, stdin=None, runner=None):
         """``runner``: anything with ``run(tick) -> CheckResult`` (default: made from ``config.check``)."""
@@ -128,7 +183,7 @@ class Reducer:
         self.checks = 0
         self.remembered = 0
         self.best: Optional[int] = None  # smallest failing node set checked so far
-        self.best_bytes: Optional[bytes] = None
+        self.best_chunks: Optional[list] = None
         self.plan: Optional[Plan] = None
         self.index: Optional[GraphIndex] = None
         self.replay: Optional[Replay] = None
@@ -153,6 +208,8 @@ class Reducer:
             if path == "-":
                 raise UsageError(f"{what} needs a file name ('-' is not supported here)")
             check_output_path(path)
+        if cfg.model != "-" and os.path.abspath(cfg.iter_artifact) == os.path.abspath(cfg.model):
+            raise UsageError("--iter-artifact must differ from the model file (it is rewritten every iteration)")
         same = {os.path.abspath(p) for p in (cfg.output, cfg.min_good) if p}
         if os.path.abspath(cfg.iter_artifact) in same:
             raise UsageError("--iter-artifact must differ from -o and --min-good (it is rewritten every iteration)")
@@ -166,7 +223,7 @@ class Reducer:
         from toolkit.core.model import load_model
 
         cfg = self.cfg
-        model = load_model(cfg.model, external_data_dir=cfg.external_data_dir)
+        model, raw = load_model_and_pieces(cfg.model, cfg.external_data_dir)
         shapes = dict(cfg.input_shapes)
         for name, shape in (cfg.data_shapes or {}).items():
             shapes.setdefault(name, shape)
@@ -178,8 +235,9 @@ class Reducer:
             external_data_dir=cfg.external_data_dir
             or (os.path.dirname(os.path.abspath(cfg.model)) if cfg.model != "-" else None),
             warn=self.reporter.warn,
+            full_model=(lambda: load_model(cfg.model, external_data_dir=cfg.external_data_dir)) if raw else None,
         )
-        self.index = GraphIndex(model, self.metas, fixed_input_shapes=list(shapes))
+        self.index = GraphIndex(model, self.metas, fixed_input_shapes=list(shapes), raw=raw)
         if self.index.size == 0:
             raise InputError(f"{cfg.model}: the graph has no nodes (other than Constants) to reduce")
         if shapes or cfg.force_fallback:
@@ -190,7 +248,9 @@ class Reducer:
         if cfg.load_replay:
             self.loaded = Replay.load(cfg.load_replay, ident, self.index.size)
             for entry in self.loaded.entries:
-                self.replay.add(entry["iteration"], int(entry["nodes"], 16), entry["count"], entry["failed"])
+                self.replay.add(
+                    entry["iteration"], int(entry["nodes"], 16), entry["count"], entry["failed"], entry.get("seconds")
+                )
 
     @staticmethod
     def _only_dynamic(model, shapes, explicit):
@@ -224,6 +284,9 @@ class Reducer:
         if self.loaded is not None:
             answer = self.loaded.get(mask)
             if answer is not None:
+                seconds = self.loaded.seconds.get(mask)
+                if seconds is not None:
+                    self.plan.observe(count, seconds)  # same decisions as the recorded run
                 self.iteration += 1
                 self.remembered += 1
                 self.memo[mask] = answer
@@ -252,8 +315,10 @@ class Reducer:
             it = Iteration(self.iteration, count, failed, res.seconds, "check", self.cfg.rule.reason(res), res)
         self.checks += 1
         self.check_seconds += it.seconds
+        if it.source == "check":
+            self.plan.observe(count, it.seconds)
         self.memo[mask] = failed
-        self.replay.add(self.iteration, mask, count, failed)
+        self.replay.add(self.iteration, mask, count, failed, it.seconds if it.source == "check" else None)
         self._note_failing(mask, failed, cand)
         if self.cfg.artifacts:
             self._sort_artifacts(failed)
@@ -269,9 +334,9 @@ class Reducer:
             return
         if self.best is None or popcount(mask) <= popcount(self.best):
             self.best = mask
-            self.best_bytes = None
-            if cand is not None and cand.size_hint <= 256 * 2**20:
-                self.best_bytes = cand.serialize()
+            self.best_chunks = None
+            if cand is not None and cand.size_hint <= BIG_MODEL_BYTES:
+                self.best_chunks = cand.chunks()  # slices of the index: no copy
 
     def _flush_warnings(self) -> None:
         while self.index.warnings:
@@ -388,10 +453,8 @@ class Reducer:
         return min(passing, key=lambda m: (popcount(m ^ result), -popcount(m & result), popcount(m)))
 
     def _write_output(self, mask: int) -> None:
-        from toolkit.core.model import write_bytes_atomic
-
-        if mask == self.best and self.best_bytes is not None:
-            write_bytes_atomic(self.cfg.output, self.best_bytes)
+        if mask == self.best and self.best_chunks is not None:
+            write_chunks(self.cfg.output, self.best_chunks)  # the very bytes the check failed on
         else:
             self.index.write(self.candidate(mask), self.cfg.output)
 

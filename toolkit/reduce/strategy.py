@@ -11,9 +11,10 @@ All of them rest on one observation: in topological order, the *prefix* of the f
 graphs (cutting at "the outputs of node k" is not monotone there; prefixes are).
 
 - :func:`bisect`: binary search for the shortest failing prefix (that ends on the last
-  node the failure needs), then an exponential search from the top for the latest
-  failing start (the first node it needs). A single failing node costs
-  ``log2(N) + 1`` checks, the first and the last node included.
+  node the failure needs) -- with checks narrowed to windows once the failure is shown
+  to lie after some node, so they stay small -- then an exponential search from the top
+  for the latest failing start (the first node it needs). A single failing node costs
+  about ``log2(N) + 2`` checks, the first and the last node included.
 - :func:`linear`: drop one node at a time, last first, keeping each drop that still
   fails, until no single drop fails (1-minimal; O(N) checks).
 - :func:`default`: :func:`bisect`, then, when the range left has nodes between its two
@@ -42,6 +43,29 @@ class Plan:
         self.reduce_outputs = reduce_outputs
         self.remaining = 0  # estimate, for progress bars
         self.phase = ""
+        self.observations: List[tuple] = []  # (nodes, seconds) of checks run
+
+    def observe(self, nodes: int, seconds: float) -> None:
+        """Record how long a check of ``nodes`` nodes took (feeds :meth:`cost_model`)."""
+        if seconds is not None and seconds >= 0:
+            self.observations.append((nodes, float(seconds)))
+
+    def cost_model(self):
+        """(seconds per check, seconds per node) fitted to the checks so far, or None.
+
+        Least squares over (nodes, seconds); None until two different sizes were seen.
+        """
+        obs = self.observations
+        if len({n for n, _ in obs}) < 2:
+            return None
+        k = len(obs)
+        mx = sum(n for n, _ in obs) / k
+        my = sum(t for _, t in obs) / k
+        sxx = sum((n - mx) ** 2 for n, _ in obs)
+        sxy = sum((n - mx) * (t - my) for n, t in obs)
+        per_node = max(sxy / sxx, 0.0) if sxx else 0.0
+        per_check = max(my - per_node * mx, 0.0)
+        return per_check, per_node
 
     @property
     def free(self) -> bool:
@@ -56,18 +80,58 @@ def _log2(n: int) -> int:
 # ---------------------------------------------------------------------- bisect
 
 
-def shortest_failing_prefix(plan: Plan, hi: int) -> Search:
-    """Smallest ``k`` whose prefix fails, knowing prefix ``hi`` fails (prefix 0 = nothing passes)."""
-    lo = 0
+MAX_RAISES = 3
+
+
+def last_needed_node(plan: Plan) -> Search:
+    """Binary search for ``m``, the last node the failure needs; returns (f_lb, m).
+
+    Each check is the range ``f_lb .. k-1``: it fails exactly when ``m < k`` as long as
+    the first needed node ``f`` is at or after ``f_lb`` (proven). ``f_lb`` starts at 0 (plain
+    prefixes) and is raised when it pays: after a passing check at ``k`` (so ``m >= k``),
+    one check of ``k .. m_ub`` tells whether *all* needed nodes are at or after ``k``; if so
+    every later check is a window starting at ``k``, much smaller than a prefix (fewer bytes
+    to write and for the check to load). Only when the measured check costs say it saves
+    time (:func:`_raise_pays`), at most MAX_RAISES times, and never after one showed that
+    the needed nodes straddle ``k``.
+    """
+    n = plan.index.size
+    f_lb, m_lb, m_ub = 0, 0, n - 1
+    raises, straddle = 0, False  # window checks tried; needed nodes known to straddle one
     plan.phase = "outputs"
-    while hi - lo > 1:
-        plan.remaining = _log2(hi - lo) + 1
-        mid = (lo + hi) // 2
-        if (yield range_mask(0, mid)):
-            hi = mid
-        else:
-            lo = mid
-    return hi
+    while m_lb < m_ub:
+        plan.remaining = _log2(m_ub - m_lb + 1) + 1
+        k = (m_lb + m_ub + 1) // 2
+        if (yield range_mask(f_lb, k)):
+            m_ub = k - 1
+            continue
+        m_lb = k
+        if plan.reduce_inputs and not straddle and raises < MAX_RAISES and m_lb < m_ub and _raise_pays(
+            plan, f_lb, k, m_ub
+        ):
+            raises += 1
+            if (yield range_mask(k, m_ub + 1)):
+                f_lb = k
+            else:
+                straddle = True
+    return f_lb, m_ub
+
+
+def _raise_pays(plan: Plan, f_lb: int, k: int, m_ub: int) -> bool:
+    """Is one check of ``k .. m_ub`` likely to save more time than it costs?
+
+    It would take ``k - f_lb`` nodes off each of the ~log2(m_ub - k) checks still to come.
+    Decided on the costs measured so far (so a slow fixed-cost check, like an interpreter
+    start-up or a person answering, never pays for it).
+    """
+    model = plan.cost_model()
+    if model is None:
+        return False
+    per_check, per_node = model
+    steps = _log2(m_ub - k + 1) + 1
+    saving = per_node * (k - f_lb) * steps
+    cost = per_check + per_node * (m_ub + 1 - k)
+    return saving > 2.0 * cost
 
 
 def latest_failing_start(plan: Plan, lo: int, stop: int) -> Search:
@@ -99,17 +163,16 @@ def latest_failing_start(plan: Plan, lo: int, stop: int) -> Search:
     return lo
 
 
-def bisect(plan: Plan, mask: Optional[int] = None) -> Search:
-    """Prefix then suffix search over the failing ``mask`` (default: the whole model)."""
+def bisect(plan: Plan) -> Search:
+    """The last needed node (prefix/window search), then the first (search down from it)."""
     n = plan.index.size
-    if mask is None:
-        mask = plan.index.full_mask
     stop = n
     start = 0
     if plan.reduce_outputs and n > 1:
-        stop = yield from shortest_failing_prefix(plan, n)
+        start, last = yield from last_needed_node(plan)
+        stop = last + 1
     if plan.reduce_inputs and stop - start > 1:
-        start = yield from latest_failing_start(plan, 0, stop)
+        start = yield from latest_failing_start(plan, start, stop)
     plan.remaining = 0
     return range_mask(start, stop)
 
