@@ -274,8 +274,10 @@ def describe_model(model, show: Show, infer: bool = True) -> dict:
     graph = model.graph
     if infer and show.layers:
         from toolkit.core.model import infer_shapes
+        from toolkit.core.shapes import light_copy
 
-        inferred = infer_shapes(model)
+        # weights replaced by shape-only stubs: inference does not copy them twice
+        inferred = infer_shapes(light_copy(model))
         graph = inferred.graph
         if inferred is not model:
             # keep the original initializers (inference copies may lack loaded data)
