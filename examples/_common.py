@@ -53,3 +53,26 @@ def check(condition: bool, message: str) -> None:
     if not condition:
         sys.exit(f"example failed: {message}")
     print(f"==> ok: {message}", flush=True)
+
+
+def workdir_from_args(default: str, description: str = "") -> str:
+    """Parse --workdir (the only option every example takes) and return a fresh folder."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--workdir", default=default, help="folder for the example's files (created fresh)")
+    return fresh_workdir(parser.parse_args().workdir)
+
+
+def save_graph(path: str, nodes, name: str, inputs, outputs, initializers=()) -> None:
+    """Wrap a graph in an opset-17 model with IR version 8 (readable by any recent
+    onnxruntime), check it and save it. inputs/outputs: [(name, elem_type, shape)]."""
+    import onnx
+    from onnx import helper
+
+    vis = lambda specs: [helper.make_tensor_value_info(n, t, s) for n, t, s in specs]
+    graph = helper.make_graph(nodes, name, vis(inputs), vis(outputs), list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save_model(model, path)

@@ -31,21 +31,16 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import fresh_workdir, toolkit, toolkit_cmd  # noqa: E402
-
-
-def show_and_run(args, cwd):
-    toolkit(args, cwd)
+from _common import fresh_workdir, save_graph, toolkit, toolkit_cmd  # noqa: E402
 
 
 def build_models(workdir):
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     shape = [1, 3, 224, 224]
 
-    def make(a_value):
+    def make(path, a_value):
         a = numpy_helper.from_array(np.full(shape, a_value, np.float32), "a")
         b = numpy_helper.from_array(np.full(shape, 0.5, np.float32), "b")
         nodes = [
@@ -53,15 +48,11 @@ def build_models(workdir):
             helper.make_node("Add", ["mul_out", "b"], ["add_out"], name="onnx_graphsurgeon_node_3"),
             helper.make_node("Add", ["x0", "add_out"], ["Y"], name="onnx_graphsurgeon_node_5"),
         ]
-        vi = lambda n: helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)
-        graph = helper.make_graph(nodes, "onnx_graphsurgeon_graph", [vi("x0"), vi("x1")], [vi("Y")], [a, b])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-        model.ir_version = 8  # readable by every onnxruntime release of the last years
-        onnx.checker.check_model(model)
-        return model
+        io = lambda *names: [(n, TensorProto.FLOAT, shape) for n in names]
+        save_graph(os.path.join(workdir, path), nodes, "onnx_graphsurgeon_graph", io("x0", "x1"), io("Y"), [a, b])
 
-    onnx.save_model(make(2.0), os.path.join(workdir, "model.onnx"))
-    onnx.save_model(make(2.01), os.path.join(workdir, "reference.onnx"))
+    make("model.onnx", 2.0)
+    make("reference.onnx", 2.01)
 
 
 def node_ops(workdir, model):
@@ -71,6 +62,16 @@ def node_ops(workdir, model):
     if out.returncode != 0:
         sys.exit(f"example failed: cannot inspect {model}: {out.stderr.strip()}")
     return [n["op"] for n in json.loads(out.stdout)["graph"]["nodes"]]
+
+
+def bisect_then_linear(workdir, prefix, check, label):
+    """The seeds' recipe: bisect the model, inspect, linear on the result, inspect."""
+    first, final = f"{prefix}initial_reduced.onnx", f"{prefix}final_reduced.onnx"
+    toolkit(["debug", "reduce", "model.onnx", "-o", first, "--mode=bisect"] + check, workdir)
+    toolkit(["inspect", "model", first, "--mode=basic"], workdir)
+    toolkit(["debug", "reduce", first, "-o", final, "--mode=linear"] + check, workdir)
+    toolkit(["inspect", "model", final, "--mode=basic"], workdir)
+    expect_single_mul(workdir, final, label)
 
 
 def expect_single_mul(workdir, model, label):
@@ -92,33 +93,25 @@ def main() -> int:
     # ---------------------------------------------------------------- A. real check
     print("\n######## A. Reducing with a real accuracy check ########")
     golden_model = "model.onnx" if args.trt else "reference.onnx"
-    show_and_run(
+    toolkit(
         ["run", golden_model, "--onnxrt", "--save-inputs", "inputs.json",
          "--onnx-outputs", "mark", "all", "--save-outputs", "layerwise_golden.json"],
         workdir,
     )
-    show_and_run(["data", "to-input", "inputs.json", "layerwise_golden.json", "-o", "layerwise_inputs.json"], workdir)
+    toolkit(["data", "to-input", "inputs.json", "layerwise_golden.json", "-o", "layerwise_inputs.json"], workdir)
     backend = "--trt" if args.trt else "--onnxrt"
     check = ["--check", "toolkit", "run", "polygraphy_debug.onnx", backend,
              "--load-inputs", "layerwise_inputs.json", "--load-outputs", "layerwise_golden.json"]
-    show_and_run(["debug", "reduce", "model.onnx", "-o", "initial_reduced.onnx", "--mode=bisect"] + check, workdir)
-    show_and_run(["inspect", "model", "initial_reduced.onnx", "--mode=basic"], workdir)
-    show_and_run(["debug", "reduce", "initial_reduced.onnx", "-o", "final_reduced.onnx", "--mode=linear"] + check, workdir)
-    show_and_run(["inspect", "model", "final_reduced.onnx", "--mode=basic"], workdir)
-    expect_single_mul(workdir, "final_reduced.onnx", "real check")
+    bisect_then_linear(workdir, "", check, "real check")
 
     # ---------------------------------------------------------------- B. simulated failure
     print("\n######## B. Reducing with a simulated failure (any model with a Mul fails) ########")
     sim = ["--fail-regex", "Op: Mul", "--check", "toolkit", "inspect", "model", "polygraphy_debug.onnx", "--mode=basic"]
-    show_and_run(["debug", "reduce", "model.onnx", "-o", "sim_initial_reduced.onnx", "--mode=bisect"] + sim, workdir)
-    show_and_run(["inspect", "model", "sim_initial_reduced.onnx", "--mode=basic"], workdir)
-    show_and_run(["debug", "reduce", "sim_initial_reduced.onnx", "-o", "sim_final_reduced.onnx", "--mode=linear"] + sim, workdir)
-    show_and_run(["inspect", "model", "sim_final_reduced.onnx", "--mode=basic"], workdir)
-    expect_single_mul(workdir, "sim_final_reduced.onnx", "simulated failure")
+    bisect_then_linear(workdir, "sim_", sim, "simulated failure")
 
     # ---------------------------------------------------------------- C. one invocation
     print("\n######## C. toolkit's default strategy: one invocation, 1-minimal result ########")
-    show_and_run(["debug", "reduce", "model.onnx", "-o", "reduced.onnx", "--min-good", "min_good.onnx"] + check, workdir)
+    toolkit(["debug", "reduce", "model.onnx", "-o", "reduced.onnx", "--min-good", "min_good.onnx"] + check, workdir)
     expect_single_mul(workdir, "reduced.onnx", "default strategy")
 
     print("\nAll steps passed: every reduction ended at the single Mul node.")

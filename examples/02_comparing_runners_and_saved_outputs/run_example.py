@@ -12,17 +12,15 @@
 Usage: python run_example.py [--workdir DIR]
 """
 
-import argparse
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import check, fresh_workdir, toolkit  # noqa: E402
+from _common import check, save_graph, workdir_from_args, toolkit  # noqa: E402
 
 
 def build(path, scale):
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     w = numpy_helper.from_array(np.full((8, 8), scale, np.float32), "w")
@@ -30,20 +28,12 @@ def build(path, scale):
         helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
         helper.make_node("Relu", ["h"], ["y"], name="relu"),
     ]
-    graph = helper.make_graph(
-        nodes, "small_mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 8])], [w],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save_model(model, path)
+    save_graph(path, nodes, "small_mlp", [("x", TensorProto.FLOAT, [4, 8])],
+                  [("y", TensorProto.FLOAT, [4, 8])], [w])
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--workdir", default="toolkit-example-compare")
-    args = parser.parse_args()
-    wd = fresh_workdir(args.workdir)
+    wd = workdir_from_args("toolkit-example-compare", __doc__.splitlines()[0])
     build(os.path.join(wd, "model.onnx"), 0.1)
     build(os.path.join(wd, "model_v2.onnx"), 0.1001)
 

@@ -4,18 +4,16 @@
 Usage: python run_example.py [--workdir DIR]
 """
 
-import argparse
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import check, fresh_workdir, shell, toolkit  # noqa: E402
+from _common import check, save_graph, workdir_from_args, shell, toolkit  # noqa: E402
 
 
 def build(path):
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     shape = [1, 4]
@@ -31,23 +29,14 @@ def build(path):
         helper.make_node("LeakyRelu", ["x"], ["r"], name="leaky", alpha=0.1),
         helper.make_node("If", ["cond"], ["y"], name="choose", then_branch=then_g, else_branch=else_g),
     ]
-    graph = helper.make_graph(
-        nodes, "inspect_demo",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4]),
-         helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
-        [numpy_helper.from_array(np.full(shape, 2.0, np.float32), "two")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save_model(model, path)
+    save_graph(path, nodes, "inspect_demo", [("x", TensorProto.FLOAT, ["batch", 4]),
+         ("cond", TensorProto.BOOL, [])],
+                  [("y", TensorProto.FLOAT, ["batch", 4])],
+        [numpy_helper.from_array(np.full(shape, 2.0, np.float32), "two")])
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--workdir", default="toolkit-example-inspect")
-    args = parser.parse_args()
-    wd = fresh_workdir(args.workdir)
+    wd = workdir_from_args("toolkit-example-inspect", __doc__.splitlines()[0])
     build(os.path.join(wd, "model.onnx"))
 
     toolkit(["inspect", "model", "model.onnx"], wd)

@@ -4,18 +4,16 @@
 Usage: python run_example.py [--workdir DIR]
 """
 
-import argparse
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import check, fresh_workdir, shell, toolkit  # noqa: E402
+from _common import check, save_graph, workdir_from_args, shell, toolkit  # noqa: E402
 
 
 def build(path):
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     nodes = [
@@ -25,22 +23,13 @@ def build(path):
         helper.make_node("Sigmoid", ["identity_out_0"], ["sig_out"], name="sigmoid"),
         helper.make_node("Add", ["mul_out", "sig_out"], ["output"], name="add"),
     ]
-    graph = helper.make_graph(
-        nodes, "extract_demo",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 28, 28])],
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, [1, 3, 28, 28])],
-        [numpy_helper.from_array(np.full([1, 3, 28, 28], 3.0, np.float32), "scale")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save_model(model, path)
+    save_graph(path, nodes, "extract_demo", [("input", TensorProto.FLOAT, [1, 3, 28, 28])],
+                  [("output", TensorProto.FLOAT, [1, 3, 28, 28])],
+        [numpy_helper.from_array(np.full([1, 3, 28, 28], 3.0, np.float32), "scale")])
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--workdir", default="toolkit-example-extract")
-    args = parser.parse_args()
-    wd = fresh_workdir(args.workdir)
+    wd = workdir_from_args("toolkit-example-extract", __doc__.splitlines()[0])
     build(os.path.join(wd, "model.onnx"))
 
     toolkit(["inspect", "model", "model.onnx", "--mode=basic"], wd)

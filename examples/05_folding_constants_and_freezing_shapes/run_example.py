@@ -9,18 +9,16 @@ freezing the input shape then lets the whole shape computation fold away.
 Usage: python run_example.py [--workdir DIR]
 """
 
-import argparse
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import check, fresh_workdir, shell, toolkit  # noqa: E402
+from _common import check, save_graph, workdir_from_args, shell, toolkit  # noqa: E402
 
 
 def build(path):
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     inits = [
@@ -40,14 +38,8 @@ def build(path):
         helper.make_node("Mul", ["c1", "c2"], ["c12"], name="const_mul"),
         helper.make_node("Add", ["flat", "c12"], ["y"], name="add"),
     ]
-    graph = helper.make_graph(
-        nodes, "fold_demo",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 12])], inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save_model(model, path)
+    save_graph(path, nodes, "fold_demo", [("x", TensorProto.FLOAT, ["batch", 3, 4])],
+                  [("y", TensorProto.FLOAT, ["batch", 12])], inits)
 
 
 def ops_of(wd, model):
@@ -57,10 +49,7 @@ def ops_of(wd, model):
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--workdir", default="toolkit-example-fold")
-    args = parser.parse_args()
-    wd = fresh_workdir(args.workdir)
+    wd = workdir_from_args("toolkit-example-fold", __doc__.splitlines()[0])
     build(os.path.join(wd, "model.onnx"))
 
     toolkit(["surgeon", "sanitize", "model.onnx", "-o", "folded.onnx", "--fold-constants"], wd)

@@ -9,18 +9,16 @@ disagrees; `debug reduce` then confirms the culprit as a one-node model.
 Usage: python run_example.py [--workdir DIR]
 """
 
-import argparse
 import json
 import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from _common import check, fresh_workdir, toolkit  # noqa: E402
+from _common import check, save_graph, workdir_from_args, toolkit  # noqa: E402
 
 
 def build(path, wrong_bias):
     import numpy as np
-    import onnx
     from onnx import TensorProto, helper, numpy_helper
 
     rng = np.random.default_rng(0)
@@ -37,20 +35,12 @@ def build(path, wrong_bias):
             helper.make_node("Tanh", [f"lin{i}"], [f"act{i}"], name=f"layer{i}_tanh"),
         ]
         prev = f"act{i}"
-    graph = helper.make_graph(
-        nodes, "mlp6", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 16])],
-        [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [2, 16])], inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save_model(model, path)
+    save_graph(path, nodes, "mlp6", [("x", TensorProto.FLOAT, [2, 16])],
+               [(prev, TensorProto.FLOAT, [2, 16])], inits)
 
 
 def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--workdir", default="toolkit-example-accuracy")
-    args = parser.parse_args()
-    wd = fresh_workdir(args.workdir)
+    wd = workdir_from_args("toolkit-example-accuracy", __doc__.splitlines()[0])
     build(os.path.join(wd, "reference.onnx"), wrong_bias=False)
     build(os.path.join(wd, "deployed.onnx"), wrong_bias=True)
 
