@@ -156,6 +156,8 @@ def main():
     ap.add_argument("--runs", type=int, default=3, help="timed runs per tool in scenario 1 (median reported)")
     ap.add_argument("--out", default=os.path.join(REPO, "bench-out", "reduce"))
     ap.add_argument("--culprit", type=int, default=None, help="node position of the planted failure (default: middle)")
+    ap.add_argument("--positions", default=None,
+                    help="comma-separated node positions for scenario 2 (default: first, 1/4, middle, 3/4, last)")
     ap.add_argument("--write-doc", action="store_true", help="update the '## debug reduce' section of docs/performance.md")
     args = ap.parse_args()
 
@@ -177,7 +179,6 @@ def main():
     with open(check_py, "w") as fh:
         fh.write(CHECK_SCRIPT)
 
-    rows = []
     # ------------------------------------------------------------ scenario 1
     results = {}
     for name, exe in (("polygraphy", poly), ("toolkit", tk)):
@@ -205,30 +206,33 @@ def main():
     if "polygraphy" in results and "toolkit" in results:
         ratio = results["polygraphy"][0] / results["toolkit"][0]
         print(f"[inspect check] wall-time ratio polygraphy/toolkit: {ratio:.1f}x")
-    rows.append(("inspect", results))
 
     # ------------------------------------------------------------ scenario 2
-    results2 = {}
-    check = [sys.executable, check_py, "polygraphy_debug.onnx", culprit]
-    for name, exe in (("polygraphy", poly), ("toolkit", tk)):
-        if exe is None:
-            continue
-        d = fresh(args.out, f"s2_{name}")
-        if name == "polygraphy":
-            cmd = [exe, "debug", "reduce", model_path, "-o", "out.onnx", "--mode=bisect", "--hide-fail-output",
-                   "--check", *check]
-            code, wall, text = run(cmd, d, os.path.join(d, "log.txt"))
-            checks = checks_polygraphy(text)
-        else:
-            cmd = [exe, "debug", "reduce", model_path, "-o", "out.onnx", "--hide-fail-output", "--check", *check]
-            code, wall, text = run(cmd, d, os.path.join(d, "log.txt"))
-            checks = checks_toolkit(text)
-        final = nodes_of(os.path.join(d, "out.onnx"))
-        minimal = one_minimal(final, culprit, model)
-        results2[name] = (wall, checks, final, code, minimal)
-        print(f"[script check] {name}: {checks} checks, {wall:.2f} s, "
-              f"{len(final) if final else 'no'} node(s) at the end, 1-minimal: {minimal}, exit {code}")
-    rows.append(("script", results2))
+    results2 = []  # (position, name, op, {tool: (wall, checks, final, code, minimal)})
+    positions = [int(p) for p in args.positions.split(",")] if args.positions else [0, n // 4, pos, 3 * n // 4, n - 1]
+    for p in positions:
+        node = model.graph.node[p]
+        per_tool = {}
+        check = [sys.executable, check_py, "polygraphy_debug.onnx", node.name]
+        for name, exe in (("polygraphy", poly), ("toolkit", tk)):
+            if exe is None:
+                continue
+            d = fresh(args.out, f"s2_{name}_{p}")
+            if name == "polygraphy":
+                cmd = [exe, "debug", "reduce", model_path, "-o", "out.onnx", "--mode=bisect", "--hide-fail-output",
+                       "--check", *check]
+                code, wall, text = run(cmd, d, os.path.join(d, "log.txt"))
+                checks = checks_polygraphy(text)
+            else:
+                cmd = [exe, "debug", "reduce", model_path, "-o", "out.onnx", "--hide-fail-output", "--check", *check]
+                code, wall, text = run(cmd, d, os.path.join(d, "log.txt"))
+                checks = checks_toolkit(text)
+            final = nodes_of(os.path.join(d, "out.onnx"))
+            minimal = one_minimal(final, node.name, model)
+            per_tool[name] = (wall, checks, final, code, minimal)
+            print(f"[script check, node {p} {node.name} ({node.op_type})] {name}: {checks} checks, {wall:.2f} s, "
+                  f"{len(final) if final else 'no'} node(s) at the end, 1-minimal: {minimal}, exit {code}")
+        results2.append((p, node.name, node.op_type, per_tool))
 
     if args.write_doc:
         write_doc(n, pos, culprit, op, args.runs, results, results2)
@@ -253,12 +257,21 @@ def write_doc(n, pos, culprit, op, runs, s1, s2):
         lines.append("")
         lines.append(f"Ratio: toolkit is **{s1['polygraphy'][0] / s1['toolkit'][0]:.1f}x** faster, in one invocation.")
     lines.append("")
-    lines.append("Check = an external Python script (fails iff the node is present):")
+    lines.append("Check = an external Python script (`python check_node.py polygraphy_debug.onnx NAME`, fails iff "
+                 "the node is present); polygraphy `--mode=bisect`, toolkit default mode:")
     lines.append("")
-    lines.append("| tool | checks | nodes at the end | 1-minimal |")
-    lines.append("|---|---|---|---|")
-    for name, (wall, checks, final, code, minimal) in s2.items():
-        lines.append(f"| {name} | {checks} | {len(final) if final else '-'} | {'yes' if minimal else 'no'} |")
+    lines.append("| failing node | polygraphy checks | polygraphy nodes at the end (1-minimal?) "
+                 "| toolkit checks | toolkit nodes at the end (1-minimal?) |")
+    lines.append("|---|---|---|---|---|")
+    for p, name, op, per_tool in s2:
+        cells = []
+        for tool_name in ("polygraphy", "toolkit"):
+            if tool_name in per_tool:
+                wall, checks, final, code, minimal = per_tool[tool_name]
+                cells += [str(checks), f"{len(final) if final else '-'} ({'yes' if minimal else 'no'})"]
+            else:
+                cells += ["-", "-"]
+        lines.append(f"| {p} `{name}` ({op}) | " + " | ".join(cells) + " |")
     lines.append("")
     section = "\n".join(lines) + "\n"
     text = open(path).read() if os.path.exists(path) else "# Performance\n\n"

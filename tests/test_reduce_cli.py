@@ -429,3 +429,28 @@ def test_help_mentions_exit_codes():
     res = run_toolkit("debug", "reduce", "--help")
     assert res.code == 0
     assert "--check" in res.out and "130" in res.out
+
+
+def test_iter_artifact_must_not_be_the_model(cli, seed):
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--iter-artifact", "model.onnx", "--check", "false")
+    assert res.code == 2
+    assert onnx.load(str(seed / "model.onnx")).graph.node  # untouched
+
+
+def test_progress_bar_path(cli, seed, monkeypatch):
+    import toolkit.cli.debug as debug_cli
+
+    monkeypatch.setattr(debug_cli, "is_terminal", lambda stream=None: True)
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--fail-regex", "Op: Mul", "--check", *INSPECT)
+    assert res.code == 0, res.err
+    assert "Iteration 2 | 1 node | FAIL" in res.err
+    assert node_names(_load(seed / "out.onnx")) == [MUL]
+
+
+def test_replay_keeps_check_times_for_identical_choices(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.chain(24), tmp_path / "model.onnx")
+    cli("debug", "reduce", "model.onnx", "-o", "a.onnx", "--save-debug-replay", "r.json",
+        "--fail-regex", "n17_", "--check", *INSPECT)
+    entries = json.loads((tmp_path / "r.json").read_text())["entries"]
+    assert all(isinstance(e["seconds"], float) for e in entries)

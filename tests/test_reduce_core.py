@@ -346,3 +346,90 @@ def test_linear_stops_early_and_is_one_minimal():
     nodes, checks = _drive(linear, Plan(idx), [10])
     assert nodes == [10]
     assert checks <= 31
+
+
+# ---------------------------------------------------------------------- bytes and windows
+
+
+def test_output_is_the_very_model_the_check_failed_on(tmp_path):
+    import hashlib
+
+    model = modelzoo.chain(12)
+    outcome, reduced, check = reduce_model(tmp_path, model, [model.graph.node[7].name])
+    digest = hashlib.sha256((tmp_path / "reduced.onnx").read_bytes()).hexdigest()
+    failing = {r["sha256"] for r in check.records() if r["verdict"] == "fail"}
+    assert digest in failing
+
+
+def test_candidates_from_file_slices_equal_serialized_ones(tmp_path):
+    from toolkit.reduce.session import load_model_and_pieces
+
+    model = modelzoo.seed_example()  # 600 KB initializers: stubs in the light model
+    path = modelzoo.save(model, tmp_path / "m.onnx")
+    light, pieces = load_model_and_pieces(path)
+    assert pieces is not None
+    assert all(not t.raw_data for t in light.graph.initializer)  # weights stay in the file
+    sliced = GraphIndex(light, raw=pieces)
+    plain = GraphIndex(model)
+    for mask in range(1, 8):
+        a, b = onnx.ModelProto(), onnx.ModelProto()
+        a.ParseFromString(sliced.candidate(mask).serialize())
+        b.ParseFromString(plain.candidate(mask).serialize())
+        assert a.SerializeToString(deterministic=True) == b.SerializeToString(deterministic=True)
+
+
+def test_shapes_of_new_inputs_with_stubbed_weights(tmp_path):
+    _, reduced, _ = reduce_model(tmp_path, modelzoo.seed_example(), ["onnx_graphsurgeon_node_3"])
+    (inp,) = reduced.graph.input
+    assert inp.name == "mul_out"
+    assert [d.dim_value for d in inp.type.tensor_type.shape.dim] == [1, 3, 224, 224]
+    assert len(reduced.graph.initializer[0].raw_data) == 4 * 3 * 224 * 224
+
+
+def _drive_costed(plan, culprits, per_check, per_node, strategy=None):
+    """Like _drive, feeding the plan a linear cost model so that window checks kick in."""
+    strategy = strategy or default
+    need = 0
+    for c in culprits:
+        need |= 1 << c
+    full = plan.index.full_mask
+    seen = {full: True}
+    sizes = []
+    plan.observe(plan.index.size, per_check + per_node * plan.index.size)
+    gen = strategy(plan)
+    try:
+        mask = next(gen)
+        while True:
+            if mask not in seen:
+                seen[mask] = (mask & need) == need
+                n = bin(mask).count("1")
+                sizes.append(n)
+                plan.observe(n, per_check + per_node * n)
+            mask = gen.send(seen[mask])
+    except StopIteration as stop:
+        return mask_indices(stop.value), len(seen), sizes
+
+
+def test_window_checks_when_they_pay_and_results_stay_exact():
+    n = 64
+    idx = GraphIndex(modelzoo.chain(n))
+    total_plain = total_windows = 0
+    for c in range(n):
+        nodes, checks, sizes = _drive_costed(Plan(idx), [c], 0.01, 0.001)
+        assert nodes == [c]
+        assert checks <= 1 + 6 + 1 + 3  # log2(64) + full + suffix + at most MAX_RAISES windows
+        total_windows += sum(sizes)
+        _, _, plain_sizes = _drive_costed(Plan(idx), [c], 1.0, 0.0)  # fixed cost: no windows
+        total_plain += sum(plain_sizes)
+    assert total_windows < 0.7 * total_plain
+    for pair in ([3, 40], [20, 21], [0, 63]):
+        nodes, _, _ = _drive_costed(Plan(idx), pair, 0.01, 0.001)
+        assert nodes == pair
+
+
+def test_adjacent_pair_default_beats_bisect_then_linear():
+    for n in (40, 300):
+        for pair in ([n // 2, n // 2 + 1], [n - 2, n - 1], [0, 1]):
+            nodes, checks = _drive(default, Plan(GraphIndex(modelzoo.chain(n))), pair)
+            assert nodes == pair
+            assert checks < _bisect_then_linear(n, pair)

@@ -76,6 +76,7 @@ class _Reporter:
         self.progress = None
         self.task = None
         self.reducer = None
+        self._last_tick = 0.0
 
     # -- helpers
     def _print(self, text: str, style: Optional[str] = None) -> None:
@@ -130,7 +131,7 @@ class _Reporter:
                 redirect_stdout=False,
                 redirect_stderr=False,
             )
-            self.task = self.progress.add_task("reduce", total=None, eta="")
+            self.task = self.progress.add_task("reduce", total=1, eta="")
             self.progress.start()
 
     def iteration_start(self, number, cand) -> None:
@@ -154,7 +155,12 @@ class _Reporter:
                 self._print(text.rstrip("\n"))
 
     def tick(self) -> None:
-        self._refresh()
+        import time
+
+        now = time.monotonic()
+        if now - self._last_tick >= 0.1:  # called while the check runs: redraw ~10 times a second
+            self._last_tick = now
+            self._refresh()
 
     def warn(self, message: str) -> None:
         if self.progress is not None:
@@ -372,7 +378,7 @@ def reduce_command(
         save_replay=save_debug_replay,
         load_replay=load_debug_replay,
         input_shapes=parse_shape_specs(model_input_shapes or ()),
-        data_shapes=_data_shapes(load_inputs),
+        load_inputs=list(load_inputs or ()),
         force_fallback=force_fallback_shape_inference,
         reduce_inputs=not no_reduce_inputs,
         reduce_outputs=not no_reduce_outputs,
@@ -384,20 +390,3 @@ def reduce_command(
     finally:
         reporter.stop()
     raise typer.Exit(_summary(outcome, cfg))
-
-
-def _data_shapes(paths) -> dict:
-    """Shapes of the first feed in --load-inputs files (later files win)."""
-    if not paths:
-        return {}
-    from toolkit.core.datafiles import load_inputs
-
-    shapes = {}
-    for path in paths:
-        feeds = load_inputs(path)
-        if feeds:
-            for name, value in feeds[0].items():
-                shape = getattr(value, "shape", None)
-                if shape is not None:
-                    shapes[name] = tuple(int(d) for d in shape)
-    return shapes

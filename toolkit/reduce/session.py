@@ -57,7 +57,7 @@ class ReduceConfig:
     save_replay: Optional[str] = None
     load_replay: Optional[str] = None
     input_shapes: Mapping[str, tuple] = field(default_factory=dict)
-    data_shapes: Mapping[str, tuple] = field(default_factory=dict)  # from --load-inputs
+    load_inputs: Sequence[str] = ()  # data files: their shapes fix dynamic inputs
     force_fallback: bool = False
     reduce_inputs: bool = True
     reduce_outputs: bool = True
@@ -159,6 +159,53 @@ def load_model_and_pieces(path: str, external_data_dir: Optional[str] = None):
     return model, pieces
 
 
+def data_input_shapes(model, paths: Sequence[str]) -> Dict[str, tuple]:
+    """Shapes for the model's dynamic inputs, from the first feed of ``--load-inputs`` files.
+
+    Every array must be an input of the model, of its dtype, and agree with its fixed
+    dims; anything else is an InputError naming the file and the tensor (the check would
+    otherwise fail on every subgraph for a reason that has nothing to do with the model).
+    Later files win for names given twice.
+    """
+    if not paths:
+        return {}
+    from toolkit.core.datafiles import load_inputs
+    from toolkit.core.meta import dtype_from_numpy, format_shape
+    from toolkit.core.model import graph_io_meta
+
+    ins, _ = graph_io_meta(model)
+    metas = {m.name: m for m in ins}
+    shapes: Dict[str, tuple] = {}
+    for path in paths:
+        feeds = load_inputs(path)
+        if not feeds:
+            continue
+        for name, value in feeds[0].items():
+            meta = metas.get(name)
+            if meta is None:
+                known = ", ".join(f"'{n}'" for n in metas) or "(none)"
+                raise InputError(f"{path}: '{name}' is not an input of the model; its inputs are {known}")
+            shape = tuple(int(d) for d in getattr(value, "shape", ()))
+            dtype = getattr(value, "dtype", None)
+            if meta.dtype and dtype is not None and dtype_from_numpy(dtype) != meta.dtype:
+                raise InputError(
+                    f"{path}: input '{name}' is {dtype_from_numpy(dtype)} but the model wants {meta.dtype}"
+                )
+            if meta.shape is not None:
+                fixed_ok = len(meta.shape) == len(shape) and all(
+                    not isinstance(d, int) or d < 0 or d == v for d, v in zip(meta.shape, shape)
+                )
+                if not fixed_ok:
+                    raise InputError(
+                        f"{path}: input '{name}' has shape {format_shape(shape)} but the model's input is "
+                        f"{format_shape(meta.shape)}"
+                    )
+                if all(isinstance(d, int) and d >= 0 for d in meta.shape):
+                    continue  # static already
+            shapes[name] = shape
+    return shapes
+
+
 def _map_file(path: str):
     import mmap
 
@@ -225,9 +272,8 @@ class Reducer:
         cfg = self.cfg
         model, raw = load_model_and_pieces(cfg.model, cfg.external_data_dir)
         shapes = dict(cfg.input_shapes)
-        for name, shape in (cfg.data_shapes or {}).items():
+        for name, shape in data_input_shapes(model, cfg.load_inputs).items():
             shapes.setdefault(name, shape)
-        shapes = self._only_dynamic(model, shapes, explicit=set(cfg.input_shapes))
         self.metas = MetaProvider(
             model,
             input_shapes=shapes,
@@ -251,21 +297,6 @@ class Reducer:
                 self.replay.add(
                     entry["iteration"], int(entry["nodes"], 16), entry["count"], entry["failed"], entry.get("seconds")
                 )
-
-    @staticmethod
-    def _only_dynamic(model, shapes, explicit):
-        """Shapes from data files apply to inputs that are not fully static."""
-        if not shapes:
-            return shapes
-        from toolkit.core.model import graph_io_meta
-
-        ins, _ = graph_io_meta(model)
-        static = {
-            m.name
-            for m in ins
-            if m.shape is not None and all(isinstance(d, int) and d >= 0 for d in m.shape)
-        }
-        return {k: v for k, v in shapes.items() if k in explicit or k not in static}
 
     # ------------------------------------------------------------------ one verdict
 
