@@ -314,18 +314,12 @@ ROWS += [
         f"{REDUCE} m.onnx -o o.onnx --load-inputs wrong_shape.json --check false",
         3,
         "wrong_shape.json",
-        xfail="toolkit/reduce/session.py (_load/_only_dynamic): --load-inputs data of shape (2, 5) for inputs "
-        "fixed at (1, 4) is dropped silently and the reduce runs (exit 0); a `toolkit run --load-inputs` check then "
-        "exits 3 on every candidate, which counts as a failure. Expected exit 3 naming the file and tensor",
     ),
     R(
         "reduce-load-inputs-wrong-dtype",
         f"{REDUCE} m.onnx -o o.onnx --load-inputs wrong_dtype.json --check false",
         3,
         "wrong_dtype.json",
-        xfail="toolkit/reduce/session.py (_load): --load-inputs int32 data for float32 inputs is never compared "
-        "with the model's dtypes (exit 0); a `toolkit run --load-inputs` check then exits 3 on every candidate. "
-        "Expected exit 3 naming the file and tensor, as `toolkit run` does",
     ),
     R("reduce-load-replay-not-replay", f"{REDUCE} m.onnx -o o.onnx --load-debug-replay notdata.json --check false", 3, "notdata.json"),
     R("reduce-load-replay-onnx-bytes", f"{REDUCE} m.onnx -o o.onnx --load-debug-replay m.onnx --check false", 3, "m.onnx"),
