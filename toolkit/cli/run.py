@@ -1,4 +1,4 @@
-"""``toolkit run``: run a model on ONNX-Runtime (TensorRT later), save and compare results.
+"""``toolkit run``: run a model on ONNX-Runtime and/or TensorRT, save and compare results.
 
 Thin layer: options -> :class:`toolkit.core.runplan.RunOptions` -> ``execute`` -> render.
 Logs, tables and the final PASSED/FAILED line go to stderr; stdout only carries data
@@ -21,10 +21,12 @@ from toolkit.cli.options import (
     SeedOpt,
     ToolkitCommand,
     command_kwargs,
+    split_group,
 )
 from toolkit.cli.output import err_console, is_terminal, log
 
 _ARGV_KEY = "toolkit.run.argv"
+TRT_PANEL = "TensorRT"
 
 
 class RunCommand(ToolkitCommand):
@@ -129,17 +131,102 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--validate", help="Fail when an output holds NaN or Inf values.")
         ] = False,
         external_data_dir: ExternalDataDirOpt = None,
+        trt_outputs: Annotated[
+            ListOpt,
+            typer.Option(
+                "--trt-outputs",
+                help="Tensors TensorRT returns instead of the model's outputs: 'mark all' or '*' (every "
+                "layer output), names, or glob patterns.",
+                rich_help_panel=TRT_PANEL,
+            ),
+        ] = None,
+        trt_exclude_outputs: Annotated[
+            ListOpt,
+            typer.Option(
+                "--trt-exclude-outputs",
+                help="Names or glob patterns to leave out of the TensorRT outputs.",
+                rich_help_panel=TRT_PANEL,
+            ),
+        ] = None,
+        fp16: Annotated[
+            bool, typer.Option("--fp16", help="Let TensorRT use float16 kernels (TensorRT 10).", rich_help_panel=TRT_PANEL)
+        ] = False,
+        bf16: Annotated[
+            bool,
+            typer.Option("--bf16", help="Let TensorRT use bfloat16 kernels (TensorRT 10).", rich_help_panel=TRT_PANEL),
+        ] = False,
+        int8: Annotated[
+            bool,
+            typer.Option(
+                "--int8",
+                help="Let TensorRT use int8 kernels, calibrated on this run's inputs (TensorRT 10).",
+                rich_help_panel=TRT_PANEL,
+            ),
+        ] = False,
+        tf32: Annotated[
+            bool,
+            typer.Option(
+                "--tf32", help="Let TensorRT use TF32 for float32 math (off by default).", rich_help_panel=TRT_PANEL
+            ),
+        ] = False,
+        calibration_cache: Annotated[
+            Optional[str],
+            typer.Option(
+                "--calibration-cache",
+                help="INT8 calibration cache: read if it exists (no calibration), else written.",
+                rich_help_panel=TRT_PANEL,
+            ),
+        ] = None,
+        pool_limit: Annotated[
+            ListOpt,
+            typer.Option(
+                "--pool-limit",
+                help="TensorRT memory pool limits as pool:size, e.g. workspace:1G tactic_dram:512M.",
+                rich_help_panel=TRT_PANEL,
+            ),
+        ] = None,
+        trt_min_shapes: Annotated[
+            ListOpt,
+            typer.Option(
+                "--trt-min-shapes",
+                help="Minimum shapes of a TensorRT profile: name:[1,3,224,224] ...; repeat the flag for "
+                "more profiles.",
+                rich_help_panel=TRT_PANEL,
+            ),
+        ] = None,
+        trt_opt_shapes: Annotated[
+            ListOpt,
+            typer.Option(
+                "--trt-opt-shapes",
+                help="Shapes TensorRT optimizes for (and generated inputs use); repeat for more profiles.",
+                rich_help_panel=TRT_PANEL,
+            ),
+        ] = None,
+        trt_max_shapes: Annotated[
+            ListOpt,
+            typer.Option(
+                "--trt-max-shapes",
+                help="Maximum shapes of a TensorRT profile; repeat the flag for more profiles.",
+                rich_help_panel=TRT_PANEL,
+            ),
+        ] = None,
+        save_engine: Annotated[
+            Optional[str],
+            typer.Option("--save-engine", help="Save the TensorRT engine built.", rich_help_panel=TRT_PANEL),
+        ] = None,
         quiet: Annotated[
             bool,
             typer.Option("-q", "--quiet", help="Only print warnings, failures and the final PASSED/FAILED line."),
         ] = False,
     ) -> None:
-        """Run a model on ONNX-Runtime with generated or loaded inputs, save inputs and
-        outputs, and compare results (several runners and/or loaded outputs files are
-        compared in consecutive pairs).
+        """Run a model on ONNX-Runtime and/or TensorRT with generated or loaded inputs, save
+        inputs and outputs, and compare results (several runners and/or loaded outputs files
+        are compared in consecutive pairs). MODEL may also be a TensorRT engine
+        (.engine/.plan/.trt) for --trt.
 
-        Exit codes: 0 passed; 1 a comparison or --validate failed, or inference failed;
-        2 bad options; 3 bad model or data file; 4 missing backend.
+        Exit codes: 0 passed; 1 a comparison or --validate failed, or inference (or the
+        TensorRT build) failed; 2 bad options; 3 bad model or data file; 4 missing backend,
+        TensorRT, cuda-python or GPU.
         """
         from toolkit.core.runplan import RunOptions
 
@@ -166,6 +253,18 @@ def register(app: typer.Typer) -> None:
             rtol=list(rtol or []),
             check_error_stat=list(check_error_stat or []),
             validate=validate,
+            trt_outputs=list(trt_outputs or []),
+            trt_exclude_outputs=list(trt_exclude_outputs or []),
+            fp16=fp16,
+            bf16=bf16,
+            int8=int8,
+            tf32=tf32,
+            pool_limit=list(pool_limit or []),
+            trt_min_shapes=[split_group(g) for g in trt_min_shapes or []],
+            trt_opt_shapes=[split_group(g) for g in trt_opt_shapes or []],
+            trt_max_shapes=[split_group(g) for g in trt_max_shapes or []],
+            save_engine=save_engine,
+            calibration_cache=calibration_cache,
         )
         code = run_and_render(opts, command, quiet=quiet)
         if code:

@@ -22,11 +22,10 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.core.errors import DependencyError, InputError, UsageError
+from toolkit.core.errors import InputError, UsageError
 from toolkit.core.meta import TensorMeta
 
 RUNNER_KINDS = ("onnxrt", "trt")
-TRT_MISSING = "TensorRT is not installed; install it with: pip install 'toolkit[trt]'"
 
 
 @dataclass
@@ -52,6 +51,38 @@ class RunOptions:
     rtol: List[str] = field(default_factory=list)
     check_error_stat: List[str] = field(default_factory=list)
     validate: bool = False
+    # TensorRT (used when "trt" is among the runners)
+    trt_outputs: List[str] = field(default_factory=list)
+    trt_exclude_outputs: List[str] = field(default_factory=list)
+    fp16: bool = False
+    bf16: bool = False
+    int8: bool = False
+    tf32: bool = False
+    pool_limit: List[str] = field(default_factory=list)
+    # one list of "name:shape" per occurrence of the flag; occurrence k is profile k
+    trt_min_shapes: List[List[str]] = field(default_factory=list)
+    trt_opt_shapes: List[List[str]] = field(default_factory=list)
+    trt_max_shapes: List[List[str]] = field(default_factory=list)
+    save_engine: Optional[str] = None
+    calibration_cache: Optional[str] = None
+
+    def trt_options_given(self) -> List[str]:
+        """The TensorRT-only options that were set (to warn when --trt is not)."""
+        named = {
+            "--trt-outputs": self.trt_outputs,
+            "--trt-exclude-outputs": self.trt_exclude_outputs,
+            "--fp16": self.fp16,
+            "--bf16": self.bf16,
+            "--int8": self.int8,
+            "--tf32": self.tf32,
+            "--pool-limit": self.pool_limit,
+            "--trt-min-shapes": self.trt_min_shapes,
+            "--trt-opt-shapes": self.trt_opt_shapes,
+            "--trt-max-shapes": self.trt_max_shapes,
+            "--save-engine": self.save_engine,
+            "--calibration-cache": self.calibration_cache,
+        }
+        return [k for k, v in named.items() if v]
 
 
 class Reporter:
@@ -111,8 +142,68 @@ class RunReport:
         return list(names)
 
 
-def make_runner(kind: str, opts: RunOptions):
-    """A runner for ``kind`` (``onnxrt``; ``trt`` once TensorRT support lands)."""
+def trt_config(opts: RunOptions):
+    """The :class:`toolkit.backends.trt.TrtConfig` for ``opts`` (UsageError for malformed values)."""
+    from toolkit.backends.trt import TrtConfig, parse_pool_limits, parse_profile_groups
+    from toolkit.core.meta import parse_shape_specs
+
+    return TrtConfig(
+        fp16=opts.fp16,
+        bf16=opts.bf16,
+        int8=opts.int8,
+        tf32=opts.tf32,
+        pool_limits=parse_pool_limits(opts.pool_limit),
+        profiles=parse_profile_groups(opts.trt_min_shapes, opts.trt_opt_shapes, opts.trt_max_shapes),
+        fallback_shapes=parse_shape_specs(opts.input_shapes),
+        save_engine=opts.save_engine,
+        calibration_cache=opts.calibration_cache,
+        mark_outputs=list(opts.trt_outputs) or None,
+        exclude_outputs=list(opts.trt_exclude_outputs),
+        external_data_dir=opts.external_data_dir,
+    )
+
+
+def check_trt(opts: RunOptions):
+    """Fail early (before any data is loaded) when the TensorRT run cannot happen.
+
+    Usage errors first (exit 2), then a missing TensorRT / cuda-python / GPU (exit 4).
+    Returns the parsed TrtConfig.
+    """
+    from toolkit.backends.trt import check_available, check_config, is_engine_path
+    from toolkit.core.model import check_output_path
+
+    engine = is_engine_path(opts.model)
+    if engine and "onnxrt" in opts.runners:
+        raise UsageError(
+            f"{opts.model} is a TensorRT engine, which ONNX-Runtime cannot run; "
+            "give the ONNX model to compare --onnxrt with --trt"
+        )
+    if opts.model == "-" and len(opts.runners) > 1:
+        raise UsageError("a model read from stdin ('-') can feed only one runner; save it to a file to compare runners")
+    if opts.model == "-" and opts.save_engine == "-":
+        raise UsageError("--save-engine cannot write to stdout")
+    config = trt_config(opts)
+    if opts.save_engine:
+        if opts.save_engine == "-":
+            raise UsageError("--save-engine needs a file name, not stdout ('-')")
+        if opts.save_engine in (opts.save_inputs, opts.save_outputs):
+            raise UsageError("--save-engine names the same file as --save-inputs/--save-outputs")
+        if os.path.abspath(opts.save_engine) == os.path.abspath(opts.model):
+            raise UsageError("--save-engine would overwrite MODEL")
+        check_output_path(opts.save_engine)
+    if opts.calibration_cache:
+        if not opts.int8:
+            raise UsageError("--calibration-cache is only used with --int8")
+        if not os.path.isfile(opts.calibration_cache):
+            check_output_path(opts.calibration_cache)
+    trt, _cudart = check_available()
+    if not engine:
+        check_config(trt, config)
+    return config
+
+
+def make_runner(kind: str, opts: RunOptions, *, config=None, reporter: Optional["Reporter"] = None):
+    """A runner for ``kind`` (``onnxrt`` or ``trt``)."""
     if kind == "onnxrt":
         from toolkit.backends.onnxrt import OnnxrtRunner
 
@@ -125,11 +216,15 @@ def make_runner(kind: str, opts: RunOptions):
             graph_optimization=opts.ort_optimization,
         )
     if kind == "trt":
-        import importlib.util
+        from toolkit.backends.trt import TrtRunner
 
-        if importlib.util.find_spec("tensorrt") is None:
-            raise DependencyError(TRT_MISSING)
-        raise DependencyError("the TensorRT runner is not available in this version of toolkit yet")
+        on_message = None
+        if reporter is not None:
+
+            def on_message(severity: str, text: str) -> None:
+                reporter.info(f"[TensorRT] {severity}: {' '.join(text.split())}")
+
+        return TrtRunner(opts.model, config if config is not None else trt_config(opts), on_message=on_message)
     raise UsageError(f"unknown runner '{kind}'; use one of: {', '.join(RUNNER_KINDS)}")
 
 
@@ -203,8 +298,11 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
     if opts.iterations is not None and opts.iterations < 1:
         raise UsageError("--iterations must be at least 1")
     _check_outputs_paths(opts)
+    trt_cfg = None
     if "trt" in opts.runners:
-        make_runner("trt", opts)  # fails now (before loading data) when TensorRT is missing
+        trt_cfg = check_trt(opts)  # fails now (before loading data) when TensorRT or a GPU is missing
+    elif opts.trt_options_given():
+        rep.note(f"{', '.join(opts.trt_options_given())} ignored without --trt")
     if not opts.runners and not opts.load_outputs:
         raise UsageError("nothing to run or compare; pass --onnxrt, or --load-outputs files to compare")
     if opts.save_inputs and not opts.runners:
@@ -224,10 +322,46 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
     loaded_sets = _load_result_sets(opts.load_outputs) if opts.load_outputs else []
 
     # -- 3. runners
+    # The first runner's inputs (generated, or selected from the loaded files) are fed to
+    # every runner; TensorRT may ask for them early, to calibrate --int8 while it builds.
+    state: Dict[str, Optional[List[Dict[str, object]]]] = {"used": None}
+    trt_opt: Dict[str, tuple] = {}
+    if trt_cfg is not None and trt_cfg.profiles:
+        trt_opt = {name: mid for name, (_lo, mid, _hi) in trt_cfg.profiles[0].items()}
+
+    def feeds_for(metas: Sequence[TensorMeta], preferred: Optional[Mapping[str, tuple]] = None):
+        if loaded_feeds is not None:
+            feeds = [
+                select_feed(f, metas, source=w[0] if w[0] != "-" else "<stdin>", iteration=w[1])
+                for f, w in zip(loaded_feeds, where)
+            ]
+        elif state["used"] is None:
+            gen_shapes = dict(shapes)
+            names = {m.name for m in metas}
+            for extra in (preferred or {}, trt_opt):  # a TensorRT profile's opt shapes, for dynamic inputs
+                for name, shp in extra.items():
+                    if name in names and name not in gen_shapes:
+                        gen_shapes[name] = shp
+            feeds, notes = generate_inputs(
+                metas, iterations=opts.iterations or 1, seed=opts.seed, ranges=ranges, shapes=gen_shapes
+            )
+            for n in notes:
+                rep.note(n)
+        else:
+            feeds = [
+                select_feed(f, metas, source="generated inputs", iteration=k) for k, f in enumerate(state["used"])
+            ]
+        if state["used"] is None:
+            state["used"] = feeds
+        return feeds
+
+    if trt_cfg is not None:
+        trt_cfg.sample_feeds = loaded_feeds
+        trt_cfg.calibration_data = feeds_for
+
     live: List[ResultSet] = []
-    used_feeds: Optional[List[Dict[str, object]]] = None
     for kind in opts.runners:
-        runner = make_runner(kind, opts)
+        runner = make_runner(kind, opts, config=trt_cfg, reporter=rep)
         rep.runner_start(runner)
         runner.activate()
         try:
@@ -237,23 +371,8 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
             for note in getattr(runner, "notes", ()):
                 rep.note(f"{runner.name}: {note}")
             metas: List[TensorMeta] = runner.input_metadata()
-            if loaded_feeds is not None:
-                feeds = [
-                    select_feed(f, metas, source=w[0] if w[0] != "-" else "<stdin>", iteration=w[1])
-                    for f, w in zip(loaded_feeds, where)
-                ]
-            elif used_feeds is None:
-                feeds, notes = generate_inputs(
-                    metas, iterations=opts.iterations or 1, seed=opts.seed, ranges=ranges, shapes=shapes
-                )
-                for n in notes:
-                    rep.note(n)
-            else:
-                feeds = [
-                    select_feed(f, metas, source="generated inputs", iteration=k) for k, f in enumerate(used_feeds)
-                ]
-            if used_feeds is None:
-                used_feeds = feeds
+            preferred = runner.preferred_shapes() if hasattr(runner, "preferred_shapes") else None
+            feeds = feeds_for(metas, preferred)
             rep.iterations_start(runner.name, len(feeds))
             outs_list: List[Mapping] = []
             times: List[float] = []
@@ -267,6 +386,7 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
             live.append(ResultSet(runner.name, outs_list, times, runner.name))
         finally:
             runner.deactivate()
+    used_feeds = state["used"]
 
     # -- 4. save
     if opts.save_inputs and used_feeds is not None:
