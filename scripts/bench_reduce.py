@@ -48,6 +48,10 @@ print("clean")
 '''
 
 
+def _regex(name, op):
+    return rf"\b{re.escape(name)} \[Op: {op}\]"
+
+
 def tool(name):
     path = os.path.join(BIN, name)
     return path if os.path.exists(path) else shutil.which(name)
@@ -157,7 +161,7 @@ def main():
     ap.add_argument("--out", default=os.path.join(REPO, "bench-out", "reduce"))
     ap.add_argument("--culprit", type=int, default=None, help="node position of the planted failure (default: middle)")
     ap.add_argument("--positions", default=None,
-                    help="comma-separated node positions for scenario 2 (default: first, 1/4, middle, 3/4, last)")
+                    help="comma-separated node positions for scenario 2 (default: first, 1/4, middle-3, middle, 3/4, last)")
     ap.add_argument("--write-doc", action="store_true", help="update the '## debug reduce' section of docs/performance.md")
     args = ap.parse_args()
 
@@ -168,7 +172,7 @@ def main():
     pos = args.culprit if args.culprit is not None else n // 2
     node = model.graph.node[pos]
     culprit, op = node.name, node.op_type
-    regex = rf"\b{re.escape(culprit)} \[Op: {op}\]"
+    regex = _regex(culprit, op)
     print(f"model: folded light_inception_v2, {n} nodes, {os.path.getsize(model_path) / 1e6:.0f} MB; "
           f"failure planted on node {pos} '{culprit}' ({op})")
     poly = tool("polygraphy")
@@ -209,7 +213,7 @@ def main():
 
     # ------------------------------------------------------------ scenario 2
     results2 = []  # (position, name, op, {tool: (wall, checks, final, code, minimal)})
-    positions = [int(p) for p in args.positions.split(",")] if args.positions else [0, n // 4, pos, 3 * n // 4, n - 1]
+    positions = [int(p) for p in args.positions.split(",")] if args.positions else [0, n // 4, pos - 3, pos, 3 * n // 4, n - 1]
     for p in positions:
         node = model.graph.node[p]
         per_tool = {}
@@ -249,6 +253,16 @@ def write_doc(n, pos, culprit, op, runs, s1, s2):
     lines.append("")
     lines.append("Check = each tool's own `inspect model` + `--fail-regex` (polygraphy `--mode=bisect`, toolkit default mode):")
     lines.append("")
+    lines.append("```")
+    lines.append(f"polygraphy debug reduce model.onnx -o out.onnx --mode=bisect --hide-fail-output --fail-regex '{_regex(culprit, op)}' \\")
+    lines.append("    --check polygraphy inspect model polygraphy_debug.onnx --show layers")
+    lines.append(f"toolkit debug reduce model.onnx -o out.onnx --hide-fail-output --fail-regex '{_regex(culprit, op)}' \\")
+    lines.append("    --check toolkit inspect model polygraphy_debug.onnx --mode=basic")
+    lines.append("```")
+    lines.append("")
+    lines.append("(polygraphy 0.53 lists nodes with `--show layers`; its `--mode=basic` is read as an abbreviation of "
+                 "`--model-type` and fails.)")
+    lines.append("")
     lines.append("| tool | wall time (median) | checks | nodes at the end |")
     lines.append("|---|---|---|---|")
     for name, (wall, checks, final, code, walls) in s1.items():
@@ -260,15 +274,15 @@ def write_doc(n, pos, culprit, op, runs, s1, s2):
     lines.append("Check = an external Python script (`python check_node.py polygraphy_debug.onnx NAME`, fails iff "
                  "the node is present); polygraphy `--mode=bisect`, toolkit default mode:")
     lines.append("")
-    lines.append("| failing node | polygraphy checks | polygraphy nodes at the end (1-minimal?) "
-                 "| toolkit checks | toolkit nodes at the end (1-minimal?) |")
+    lines.append("| failing node | polygraphy: checks, time | nodes at the end (1-minimal?) "
+                 "| toolkit: checks, time | nodes at the end (1-minimal?) |")
     lines.append("|---|---|---|---|---|")
     for p, name, op, per_tool in s2:
         cells = []
         for tool_name in ("polygraphy", "toolkit"):
             if tool_name in per_tool:
                 wall, checks, final, code, minimal = per_tool[tool_name]
-                cells += [str(checks), f"{len(final) if final else '-'} ({'yes' if minimal else 'no'})"]
+                cells += [f"{checks}, {wall:.1f} s", f"{len(final) if final else '-'} ({'yes' if minimal else 'no'})"]
             else:
                 cells += ["-", "-"]
         lines.append(f"| {p} `{name}` ({op}) | " + " | ".join(cells) + " |")

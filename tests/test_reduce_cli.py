@@ -454,3 +454,40 @@ def test_replay_keeps_check_times_for_identical_choices(cli, tmp_path, monkeypat
         "--fail-regex", "n17_", "--check", *INSPECT)
     entries = json.loads((tmp_path / "r.json").read_text())["entries"]
     assert all(isinstance(e["seconds"], float) for e in entries)
+
+
+def _reshape_by_input():
+    from onnx import TensorProto, helper
+
+    nodes = [
+        helper.make_node("Reshape", ["x", "s"], ["r"], name="reshape"),
+        helper.make_node("Relu", ["r"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "reshape_by_input",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6]),
+         helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    return modelzoo.make_model(graph)
+
+
+def test_data_options_feed_the_shape_fallback(cli, tmp_path, monkeypatch):
+    import numpy as np
+
+    from toolkit.core.datafiles import save_inputs
+
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(_reshape_by_input(), tmp_path / "model.onnx")
+    save_inputs(str(tmp_path / "in.json"), [{"x": np.ones((2, 6), np.float32), "s": np.array([3, 4], np.int64)}])
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--force-fallback-shape-inference",
+              "--load-inputs", "in.json", "--fail-regex", "Op: Relu", "--check", *INSPECT)
+    assert res.code == 0, res.err
+    out = _load(tmp_path / "out.onnx")
+    assert node_names(out) == ["relu"]
+    (r,) = out.graph.input
+    assert [d.dim_value for d in r.type.tensor_type.shape.dim] == [3, 4]
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--seed", "3", "--val-range", "nope",
+              "--check", "false")
+    assert res.code == 2

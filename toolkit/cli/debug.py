@@ -20,6 +20,7 @@ from toolkit.cli.options import (
     ForceFallbackOpt,
     ModelArg,
     ModelInputShapesOpt,
+    SeedOpt,
     ToolkitCommand,
     command_kwargs,
 )
@@ -344,7 +345,17 @@ def reduce_command(
         typer.Option(
             "--load-inputs",
             "--load-input-data",
-            help="Input data files; their shapes fix the model's dynamic inputs for shape inference.",
+            help="Input data files: their shapes fix the model's dynamic inputs for shape inference, and the "
+            "model runs on them if ONNX-Runtime must be used to find tensor shapes.",
+        ),
+    ] = None,
+    seed: SeedOpt = None,
+    val_range: Annotated[
+        ListOpt,
+        typer.Option(
+            "--val-range",
+            help="Value range of generated inputs ([lo,hi], or name:[lo,hi]) when the model runs on "
+            "ONNX-Runtime to find tensor shapes.",
         ),
     ] = None,
 ) -> None:
@@ -379,6 +390,8 @@ def reduce_command(
         load_replay=load_debug_replay,
         input_shapes=parse_shape_specs(model_input_shapes or ()),
         load_inputs=list(load_inputs or ()),
+        seed=seed,
+        val_range=list(val_range or ()),
         force_fallback=force_fallback_shape_inference,
         reduce_inputs=not no_reduce_inputs,
         reduce_outputs=not no_reduce_outputs,

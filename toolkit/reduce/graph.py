@@ -297,11 +297,14 @@ class MetaProvider:
         external_data_dir=None,
         warn=None,
         full_model: Optional[Callable] = None,
+        feed: Optional[Callable] = None,
     ):
-        """``full_model``: returns the model with its weights, when ``model`` is a light one
-        (only needed to run ONNX-Runtime)."""
+        """``full_model``: returns the model with its weights, when ``model`` is a light one;
+        ``feed``: returns the inputs to run it on (None: generated). Both only needed to
+        run ONNX-Runtime."""
         self.model = model
         self.full_model = full_model
+        self.feed = feed
         self.input_shapes = dict(input_shapes or {}) or None
         self.force = force_fallback
         self.external_data_dir = external_data_dir
@@ -314,6 +317,8 @@ class MetaProvider:
 
         runs_ort = kw.get("force_fallback") or kw.get("fallback", True)
         model = self.full_model() if (runs_ort and self.full_model is not None) else self.model
+        if runs_ort and self.feed is not None:
+            kw["feed"] = self.feed()
         return infer_tensor_meta(
             model, input_shapes=self.input_shapes, external_data_dir=self.external_data_dir, **kw
         )

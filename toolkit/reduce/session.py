@@ -58,6 +58,8 @@ class ReduceConfig:
     load_replay: Optional[str] = None
     input_shapes: Mapping[str, tuple] = field(default_factory=dict)
     load_inputs: Sequence[str] = ()  # data files: their shapes fix dynamic inputs
+    seed: Optional[int] = None  # for inputs generated to run the model (shape fallback)
+    val_range: Sequence[str] = ()
     force_fallback: bool = False
     reduce_inputs: bool = True
     reduce_outputs: bool = True
@@ -282,6 +284,7 @@ class Reducer:
             or (os.path.dirname(os.path.abspath(cfg.model)) if cfg.model != "-" else None),
             warn=self.reporter.warn,
             full_model=(lambda: load_model(cfg.model, external_data_dir=cfg.external_data_dir)) if raw else None,
+            feed=self._feed_maker(model, shapes),
         )
         self.index = GraphIndex(model, self.metas, fixed_input_shapes=list(shapes), raw=raw)
         if self.index.size == 0:
@@ -297,6 +300,35 @@ class Reducer:
                 self.replay.add(
                     entry["iteration"], int(entry["nodes"], 16), entry["count"], entry["failed"], entry.get("seconds")
                 )
+
+    def _feed_maker(self, model, shapes):
+        """What to feed the model when it must be run for shapes: --load-inputs data, or
+        inputs generated with --seed / --val-range; None leaves it to the default."""
+        cfg = self.cfg
+        if not (cfg.load_inputs or cfg.seed is not None or cfg.val_range):
+            return None
+        from toolkit.core.inputs import parse_val_ranges
+
+        ranges = parse_val_ranges(list(cfg.val_range)) if cfg.val_range else None  # bad specs: now
+
+        def make():
+            from toolkit.core.datafiles import load_inputs
+            from toolkit.core.inputs import generate_inputs
+            from toolkit.core.model import graph_io_meta
+
+            ins, _ = graph_io_meta(model)
+            feed = {}
+            for path in cfg.load_inputs:
+                feeds = load_inputs(path)
+                if feeds:
+                    feed.update(feeds[0])
+            missing = [m for m in ins if m.name not in feed]
+            if missing:
+                generated, _ = generate_inputs(missing, seed=cfg.seed, ranges=ranges, shapes=shapes)
+                feed.update(generated[0])
+            return {m.name: feed[m.name] for m in ins}
+
+        return make
 
     # ------------------------------------------------------------------ one verdict
 
