@@ -289,6 +289,7 @@ def infer_tensor_meta(
     fallback: bool = True,
     names: Optional[Iterable[str]] = None,
     external_data_dir: Optional[str] = None,
+    feed: Optional[Mapping[str, object]] = None,
 ) -> Dict[str, TensorMeta]:
     """Shape and dtype of every tensor of the top graph, keyed by name.
 
@@ -305,7 +306,8 @@ def infer_tensor_meta(
     tensor's rank or dtype is still unknown (unknown single dims are then left as None).
     Tensors nothing could describe stay with shape/dtype None. Never modifies ``model``.
     ``external_data_dir`` is where weights live for models loaded without their
-    external data (needed only by the fallback).
+    external data (needed only by the fallback). ``feed`` (input name -> array) is what
+    the fallback runs on instead of generated inputs.
     """
     work = light_copy(model)
     if input_shapes:
@@ -342,7 +344,7 @@ def infer_tensor_meta(
                 )
         else:
             try:
-                found = _run_for_shapes(model, work, input_shapes, external_data_dir)
+                found = _run_for_shapes(model, work, input_shapes, external_data_dir, feed)
             except InputError:
                 if must:
                     raise
@@ -398,8 +400,10 @@ def _generate_feed(model, seed: int = 1) -> Dict[str, object]:
     return feed
 
 
-def _run_for_shapes(original, work, input_shapes, external_data_dir) -> Dict[str, TensorMeta]:
-    """Run ``original`` (with ``work``'s input shapes) on ORT, every tensor an output."""
+def _run_for_shapes(original, work, input_shapes, external_data_dir, feed=None) -> Dict[str, TensorMeta]:
+    """Run ``original`` (with ``work``'s input shapes) on ORT, every tensor an output.
+
+    ``feed`` (input name -> array) replaces the generated inputs when given."""
     import os
     import tempfile
 
@@ -435,7 +439,7 @@ def _run_for_shapes(original, work, input_shapes, external_data_dir) -> Dict[str
             if name and name not in have and name not in skip:
                 have.add(name)
                 g.output.add().name = name
-    feed = _generate_feed(runnable)
+    feed = dict(feed) if feed is not None else _generate_feed(runnable)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
