@@ -433,3 +433,17 @@ def test_adjacent_pair_default_beats_bisect_then_linear():
             nodes, checks = _drive(default, Plan(GraphIndex(modelzoo.chain(n))), pair)
             assert nodes == pair
             assert checks < _bisect_then_linear(n, pair)
+
+
+def test_huge_candidates_are_written_with_external_data(tmp_path, monkeypatch):
+    import toolkit.reduce.graph as graph_mod
+    import toolkit.reduce.session as session_mod
+
+    monkeypatch.setattr(graph_mod, "BIG_MODEL_BYTES", 1000)
+    monkeypatch.setattr(session_mod, "BIG_MODEL_BYTES", 1000)
+    outcome, reduced, check = reduce_model(tmp_path, modelzoo.seed_example(), ["onnx_graphsurgeon_node_1"], ort=True)
+    assert node_names(reduced) == ["onnx_graphsurgeon_node_1"]
+    assert (tmp_path / "reduced.onnx.data").exists()
+    assert reduced.graph.initializer[0].raw_data  # onnx.load read it back from the .data file
+    assert not (tmp_path / "polygraphy_debug.onnx.data").exists()  # removed with the artifact
+    _assert_all_valid(check)

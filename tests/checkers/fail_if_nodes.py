@@ -38,7 +38,7 @@ def main(argv):
         time.sleep(float(values["--sleep"]))
     with open(path, "rb") as fh:
         data = fh.read()
-    model = onnx.load_from_string(data)
+    model = onnx.load(path)  # with its external data, if any
     present = [n.name for n in model.graph.node]
     record = {
         "sha256": __import__("hashlib").sha256(data).hexdigest(),

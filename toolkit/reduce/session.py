@@ -240,6 +240,7 @@ class Reducer:
         self.runner = None
         self.check_seconds = 0.0
         self._missing_artifacts = set()
+        self._external_artifact = False
 
     # ------------------------------------------------------------------ set-up
 
@@ -361,6 +362,8 @@ class Reducer:
         cand = self.candidate(mask)
         self.reporter.iteration_start(self.iteration, cand)
         self.index.write(cand, self.cfg.iter_artifact, atomic=False)
+        if cand.size_hint > BIG_MODEL_BYTES:
+            self._external_artifact = True  # its weights went to <artifact>.data
         self._flush_warnings()
         if self.cfg.iter_info:
             self._write_iter_info(cand)
@@ -531,7 +534,8 @@ class Reducer:
         if self.runner is not None:
             self.runner.close()
         if self.cfg.remove_intermediate:
-            for path in (self.cfg.iter_artifact, self.cfg.iter_info):
+            data = self.cfg.iter_artifact + ".data" if self._external_artifact else None
+            for path in (self.cfg.iter_artifact, self.cfg.iter_info, data):
                 if path and os.path.isfile(path):
                     try:
                         os.unlink(path)
