@@ -1,0 +1,643 @@
+"""`toolkit run --trt` without a GPU: option parsing, missing TensorRT / cuda-python / GPU,
+engine files, parser errors, output selection.
+
+TensorRT and cuda-python are replaced by small fake modules put in ``sys.modules``. They
+have just enough API to drive toolkit's own plumbing (imports, error messages, engine
+loading, host<->"device" copies through real memory); they do not pretend to test
+TensorRT. The real thing is tested in test_trt_gpu.py (skipped without a GPU).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import enum
+import subprocess
+import sys
+import types
+
+import numpy as np
+import pytest
+
+import modelzoo as mz
+from toolkit.backends import trt as trtmod
+from toolkit.core.datafiles import IterationResult, RunResults, load_inputs, load_outputs, save_inputs, save_outputs
+from toolkit.core.errors import DependencyError, UsageError
+
+INSTALL = "error: TensorRT is not installed; install it with: pip install 'toolkit[trt]'"
+
+
+@pytest.fixture
+def seed_model(tmp_path):
+    return mz.save(mz.seed_example((1, 3, 4, 4)), tmp_path / "model.onnx")
+
+
+# ----------------------------------------------------------------------------- fakes
+
+
+class CudaError(enum.IntEnum):
+    cudaSuccess = 0
+    cudaErrorInsufficientDriver = 35
+    cudaErrorNoDevice = 100
+
+
+class FakeMemory:
+    """'Device' memory: real host buffers, so pointers can be copied with memmove."""
+
+    def __init__(self):
+        self.blocks = {}
+
+    def malloc(self, size):
+        buf = ctypes.create_string_buffer(size)
+        ptr = ctypes.addressof(buf)
+        self.blocks[ptr] = buf
+        return ptr
+
+    def free(self, ptr):
+        self.blocks.pop(ptr, None)
+
+    def array(self, ptr, shape, dtype=np.float32):
+        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        raw = (ctypes.c_char * n).from_address(ptr)
+        return np.frombuffer(raw, dtype=dtype).reshape(shape)
+
+
+def fake_cudart(devices=1, error=CudaError.cudaSuccess):
+    mem = FakeMemory()
+    rt = types.ModuleType("cuda.bindings.runtime")
+    rt.memory = mem
+    rt.cudaMemcpyKind = types.SimpleNamespace(cudaMemcpyHostToDevice=1, cudaMemcpyDeviceToHost=2)
+    rt.cudaGetDeviceCount = lambda: (error, devices if error == 0 else None)
+    rt.cudaMalloc = lambda n: (CudaError.cudaSuccess, mem.malloc(n))
+    rt.cudaFree = lambda p: (mem.free(p), (CudaError.cudaSuccess,))[1]
+
+    def memcpy(dst, src, n, kind, stream=None):
+        ctypes.memmove(dst, src, n)
+        return (CudaError.cudaSuccess,)
+
+    rt.cudaMemcpy = memcpy
+    rt.cudaMemcpyAsync = memcpy
+    rt.cudaStreamCreate = lambda: (CudaError.cudaSuccess, 7)
+    rt.cudaStreamSynchronize = lambda s: (CudaError.cudaSuccess,)
+    rt.cudaStreamDestroy = lambda s: (CudaError.cudaSuccess,)
+    return rt
+
+
+class DoublingEngine:
+    """An 'engine' computing y = 2 * x for x: float32 [-1, 3], profile min 1, opt 2, max 4."""
+
+    num_io_tensors = 2
+    num_optimization_profiles = 1
+
+    def __init__(self, memory):
+        self.memory = memory
+
+    def get_tensor_name(self, i):
+        return ["x", "y"][i]
+
+    def get_tensor_mode(self, name):
+        return "INPUT" if name == "x" else "OUTPUT"
+
+    def get_tensor_shape(self, name):
+        return (-1, 3)
+
+    def get_tensor_dtype(self, name):
+        return types.SimpleNamespace(name="FLOAT")
+
+    def is_shape_inference_io(self, name):
+        return False
+
+    def get_tensor_profile_shape(self, name, index):
+        return [(1, 3), (2, 3), (4, 3)]
+
+    def create_execution_context(self):
+        engine = self
+
+        class Context:
+            shape = (-1, 3)
+            addresses = {}
+
+            def set_input_shape(self, name, shape):
+                if len(shape) != 2 or not 1 <= shape[0] <= 4 or shape[1] != 3:
+                    return False
+                self.shape = tuple(shape)
+                return True
+
+            def get_tensor_shape(self, name):
+                return self.shape
+
+            def set_tensor_address(self, name, ptr):
+                self.addresses[name] = ptr
+                return True
+
+            def execute_async_v3(self, stream):
+                x = engine.memory.array(self.addresses["x"], self.shape)
+                y = engine.memory.array(self.addresses["y"], self.shape)
+                y[...] = 2 * x
+                return True
+
+        return Context()
+
+
+class ParserError:
+    def __init__(self, node, name, op, desc):
+        self._v = (node, name, op, desc)
+
+    def node(self):
+        return self._v[0]
+
+    def node_name(self):
+        return self._v[1]
+
+    def node_operator(self):
+        return self._v[2]
+
+    def desc(self):
+        return self._v[3]
+
+
+def fake_tensorrt(version="10.13.0.35", *, memory=None, parser_errors=(), flags=("FP16", "BF16", "INT8", "TF32")):
+    trt = types.ModuleType("tensorrt")
+    trt.__version__ = version
+    trt.calls = []
+
+    class ILogger:
+        def __init__(self):
+            pass
+
+    trt.ILogger = ILogger
+    trt.BuilderFlag = types.SimpleNamespace(**{f: f for f in flags})
+    trt.TensorIOMode = types.SimpleNamespace(INPUT="INPUT", OUTPUT="OUTPUT")
+    if "INT8" in flags:
+        trt.IInt8EntropyCalibrator2 = type("IInt8EntropyCalibrator2", (), {"__init__": lambda self: None})
+
+    class Runtime:
+        def __init__(self, logger):
+            self.logger = logger
+
+        def deserialize_cuda_engine(self, data):
+            if memory is None or not bytes(data).startswith(b"FAKE-ENGINE"):
+                self.logger.log(1, "IRuntime::deserializeCudaEngine: Error Code 1: Serialization (magic tag does not match)")
+                return None
+            return DoublingEngine(memory)
+
+    class Network:
+        num_inputs = num_outputs = num_layers = 0
+
+    class Builder:
+        def __init__(self, logger):
+            self.logger = logger
+
+        def create_network(self, flags=0):
+            trt.calls.append(("create_network", flags))
+            return Network()
+
+    class OnnxParser:
+        def __init__(self, network, logger):
+            self.errors = [ParserError(*e) for e in parser_errors]
+
+        def parse_from_file(self, path):
+            trt.calls.append(("parse_from_file", path))
+            return not self.errors
+
+        def parse(self, data, path=None):
+            trt.calls.append(("parse", path))
+            return not self.errors
+
+        @property
+        def num_errors(self):
+            return len(self.errors)
+
+        def get_error(self, i):
+            return self.errors[i]
+
+    trt.Runtime, trt.Builder, trt.OnnxParser = Runtime, Builder, OnnxParser
+    return trt
+
+
+def install(monkeypatch, trt=None, cudart=None):
+    """Put fakes (or None = 'not installed') in sys.modules for tensorrt and cuda-python."""
+    monkeypatch.setitem(sys.modules, "tensorrt", trt)
+    if cudart is None:
+        for name in ("cuda", "cuda.bindings", "cuda.bindings.runtime", "cuda.cudart"):
+            monkeypatch.setitem(sys.modules, name, None)
+        return
+    cuda = types.ModuleType("cuda")
+    bindings = types.ModuleType("cuda.bindings")
+    bindings.runtime = cudart
+    cuda.bindings = bindings
+    monkeypatch.setitem(sys.modules, "cuda", cuda)
+    monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
+    monkeypatch.setitem(sys.modules, "cuda.bindings.runtime", cudart)
+
+
+@pytest.fixture
+def engine_env(monkeypatch, tmp_path):
+    """Fake TensorRT + cuda-python with one 'GPU', and a doubling engine file."""
+    cudart = fake_cudart()
+    install(monkeypatch, fake_tensorrt(memory=cudart.memory), cudart)
+    path = tmp_path / "double.engine"
+    path.write_bytes(b"FAKE-ENGINE v1")
+    return str(path)
+
+
+# ----------------------------------------------------------------------------- option parsing
+
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [("1G", 2**30), ("512M", 512 * 2**20), ("64KiB", 64 * 1024), ("1048576", 1048576), ("2.5g", int(2.5 * 2**30)),
+     ("1 GB", 2**30), ("1e3", 1000)],
+)
+def test_parse_size(text, expected):
+    assert trtmod.parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "G", "1Q", "-1G", "0", "1.5.5M", "one"])
+def test_parse_size_rejects(text):
+    with pytest.raises(UsageError):
+        trtmod.parse_size(text)
+
+
+def test_parse_pool_limits():
+    assert trtmod.parse_pool_limits(["workspace:1G", "TACTIC_DRAM:512M"]) == {
+        "workspace": 2**30,
+        "tactic_dram": 512 * 2**20,
+    }
+    with pytest.raises(UsageError, match="unknown memory pool 'heap'"):
+        trtmod.parse_pool_limits(["heap:1G"])
+    with pytest.raises(UsageError, match="write pool:size"):
+        trtmod.parse_pool_limits(["1G"])
+
+
+def test_profiles_from_groups():
+    profiles = trtmod.parse_profile_groups(
+        [["x:[1,3]", "m:1x2"], ["x:[4,3]"]],
+        [["x:[2,3]", "m:1x2"]],
+        [["x:8x3", "m:[1,2]"], ["x:[16,3]"]],
+    )
+    assert profiles == [
+        {"x": ((1, 3), (2, 3), (8, 3)), "m": ((1, 2), (1, 2), (1, 2))},
+        # no opt shape in profile 1: opt is the max shape
+        {"x": ((4, 3), (16, 3), (16, 3))},
+    ]
+    # one flag is enough for a fixed profile; a scalar is a valid shape
+    assert trtmod.parse_profile_groups([], [["x:[1,3]", "s:[]"]], []) == [
+        {"x": ((1, 3), (1, 3), (1, 3)), "s": ((), (), ())}
+    ]
+
+
+@pytest.mark.parametrize(
+    "mins,opts,maxs,message",
+    [
+        ([["x:[2,3]"]], [["x:[1,3]"]], [], "min <= opt <= max"),
+        ([], [["x:[1,3]"]], [["x:[1,3,1]"]], "different ranks"),
+        ([], [["x:[batch,3]"]], [], "fixed non-negative integers"),
+        ([], [["x"]], [], "needs a shape"),
+    ],
+)
+def test_bad_profiles(mins, opts, maxs, message):
+    with pytest.raises(UsageError, match=message):
+        trtmod.parse_profile_groups(mins, opts, maxs)
+
+
+def test_select_outputs():
+    cand = ["conv", "relu", "(Unnamed Layer* 3) [Shuffle]_output", "y"]
+    sel = trtmod.select_outputs
+    assert sel(cand, ["y"], None) == ["y"]
+    assert sel(cand, ["y"], ["mark", "all"]) == cand
+    assert sel(cand, ["y"], ["*"], ["(Unnamed*"]) == ["conv", "relu", "y"]
+    assert sel(cand, ["y"], ["relu", "conv"]) == ["relu", "conv"]
+    assert sel(cand, ["y"], ["c*", "mark", "all"]) == cand
+    assert sel([], ["y", "z"], None, ["z"]) == ["y"]
+    with pytest.raises(UsageError, match="names 'nope'"):
+        sel(cand, ["y"], ["nope"])
+    with pytest.raises(UsageError, match="pattern 'q\\*' matches no tensor"):
+        sel(cand, ["y"], ["q*"])
+    with pytest.raises(UsageError, match="no outputs left"):
+        sel(cand, ["y"], None, ["*"])
+
+
+def test_engine_paths():
+    assert trtmod.is_engine_path("m.engine") and trtmod.is_engine_path("dir/M.PLAN") and trtmod.is_engine_path("a.trt")
+    assert not trtmod.is_engine_path("m.onnx") and not trtmod.is_engine_path("-")
+
+
+def capture_options(monkeypatch):
+    """Replace execute() to capture the RunOptions the CLI builds."""
+    import toolkit.core.runplan as runplan
+
+    seen = {}
+
+    def fake_execute(opts, reporter=None):
+        seen["opts"] = opts
+        raise UsageError("captured")
+
+    monkeypatch.setattr(runplan, "execute", fake_execute)
+    return seen
+
+
+def test_cli_groups_profile_flags(cli, seed_model, monkeypatch):
+    from toolkit.core.runplan import trt_config
+
+    seen = capture_options(monkeypatch)
+    res = cli(
+        "run", seed_model, "--trt", "--fp16", "--tf32",
+        "--trt-min-shapes", "x0:[1,3,4,4]", "x1:1x3x4x4",
+        "--trt-opt-shapes", "x0:[1,3,4,4]", "x1:[1,3,4,4]",
+        "--trt-max-shapes", "x0:[2,3,4,4]", "x1:[2,3,4,4]",
+        "--trt-opt-shapes", "x0:[4,3,4,4]", "x1:[4,3,4,4]",
+        "--pool-limit", "workspace:1G", "tactic_dram:256M",
+        "--trt-outputs", "mark", "all", "--trt-exclude-outputs", "Y",
+        "--save-engine", "m.engine",
+    )  # fmt: skip
+    assert res.code == 2 and "captured" in res.err
+    opts = seen["opts"]
+    assert opts.runners == ["trt"] and opts.fp16 and opts.tf32 and not opts.int8
+    assert opts.trt_min_shapes == [["x0:[1,3,4,4]", "x1:1x3x4x4"]]
+    assert len(opts.trt_opt_shapes) == 2
+    cfg = trt_config(opts)
+    assert cfg.profiles[0]["x0"] == ((1, 3, 4, 4), (1, 3, 4, 4), (2, 3, 4, 4))
+    assert cfg.profiles[1]["x1"] == ((4, 3, 4, 4),) * 3
+    assert cfg.pool_limits == {"workspace": 2**30, "tactic_dram": 256 * 2**20}
+    assert cfg.mark_outputs == ["mark", "all"] and cfg.exclude_outputs == ["Y"]
+    assert cfg.save_engine == "m.engine"
+
+
+def test_runner_order_follows_flags(cli, seed_model, monkeypatch):
+    seen = capture_options(monkeypatch)
+    cli("run", seed_model, "--trt", "--onnxrt")
+    assert seen["opts"].runners == ["trt", "onnxrt"]
+    cli("run", seed_model, "--onnxrt", "--trt")
+    assert seen["opts"].runners == ["onnxrt", "trt"]
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--pool-limit", "workspace:lots"], "bad size 'lots'"),
+        (["--trt-opt-shapes", "x0:[2,3]", "--trt-max-shapes", "x0:[1,3]"], "min <= opt <= max"),
+        (["--calibration-cache", "c.cache"], "only used with --int8"),
+        (["--save-engine", "-"], "needs a file name"),
+        (["--save-engine", "{model}"], "would overwrite MODEL"),
+    ],
+)
+def test_usage_errors_come_before_dependency_checks(cli, seed_model, monkeypatch, args, message):
+    install(monkeypatch, None)  # no TensorRT: a usage error must still win
+    args = [a.replace("{model}", seed_model) for a in args]
+    res = cli("run", seed_model, "--trt", *args)
+    assert res.code == 2, res.err
+    assert message in res.err and "Traceback" not in res.err
+
+
+def test_engine_with_onnxrt_is_usage_error(cli, tmp_path):
+    path = tmp_path / "m.plan"
+    path.write_bytes(b"x")
+    res = cli("run", path, "--onnxrt", "--trt")
+    assert res.code == 2
+    assert "is a TensorRT engine, which ONNX-Runtime cannot run" in res.err
+
+
+def test_stdin_model_feeds_one_runner_only(cli, seed_model):
+    with open(seed_model, "rb") as f:
+        res = cli("run", "-", "--onnxrt", "--trt", stdin=f.read())
+    assert res.code == 2 and "stdin" in res.err
+
+
+def test_trt_options_without_trt_are_ignored_with_a_warning(cli, seed_model):
+    res = cli("run", seed_model, "--onnxrt", "--fp16", "--trt-outputs", "mark", "all", "-q")
+    assert res.code == 0
+    assert "warning: --trt-outputs, --fp16 ignored without --trt" in res.err
+
+
+# ----------------------------------------------------------------------------- missing pieces
+
+
+def test_missing_tensorrt(cli, seed_model, monkeypatch):
+    install(monkeypatch, None)
+    res = cli("run", seed_model, "--trt")
+    assert res.code == 4
+    assert res.err.strip() == INSTALL
+
+
+def test_missing_tensorrt_is_reported_before_loading_data(cli, seed_model, monkeypatch, tmp_path):
+    install(monkeypatch, None)
+    res = cli("run", seed_model, "--trt", "--load-inputs", tmp_path / "missing.json")
+    assert res.code == 4 and res.err.strip() == INSTALL
+
+
+def test_broken_tensorrt_install(cli, seed_model, monkeypatch, tmp_path):
+    (tmp_path / "pkgs").mkdir()
+    (tmp_path / "pkgs" / "tensorrt.py").write_text(
+        "raise OSError('libnvinfer.so.10: cannot open shared object file: No such file or directory')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path / "pkgs"))
+    monkeypatch.delitem(sys.modules, "tensorrt", raising=False)
+    res = cli("run", seed_model, "--trt")
+    assert res.code == 4
+    assert "TensorRT is installed but cannot be loaded (libnvinfer.so.10: cannot open" in res.err
+    assert len(res.err.strip().splitlines()) == 1
+
+
+def test_old_tensorrt(cli, seed_model, monkeypatch):
+    install(monkeypatch, fake_tensorrt("8.6.1"), fake_cudart())
+    res = cli("run", seed_model, "--trt")
+    assert res.code == 4
+    assert "TensorRT 8.6.1 is too old (toolkit needs 10 or newer)" in res.err
+
+
+def test_missing_cuda_python(cli, seed_model, monkeypatch):
+    install(monkeypatch, fake_tensorrt(), None)
+    res = cli("run", seed_model, "--trt")
+    assert res.code == 4
+    assert res.err.strip() == (
+        "error: cuda-python (GPU memory for the TensorRT runner) is not installed; "
+        "install it with: pip install 'toolkit[trt]'"
+    )
+
+
+def test_no_gpu(cli, seed_model, monkeypatch):
+    install(monkeypatch, fake_tensorrt(), fake_cudart(devices=0))
+    res = cli("run", seed_model, "--trt")
+    assert res.code == 4
+    assert res.err.strip() == "error: no NVIDIA GPU found; --trt needs an NVIDIA GPU with its driver"
+
+
+def test_no_driver(cli, seed_model, monkeypatch):
+    install(monkeypatch, fake_tensorrt(), fake_cudart(error=CudaError.cudaErrorInsufficientDriver))
+    res = cli("run", seed_model, "--trt")
+    assert res.code == 4
+    assert "no NVIDIA driver was found, or it is too old" in res.err and "cudaErrorInsufficientDriver" in res.err
+
+
+def test_no_device_error(cli, seed_model, monkeypatch):
+    install(monkeypatch, fake_tensorrt(), fake_cudart(error=CudaError.cudaErrorNoDevice))
+    res = cli("run", seed_model, "--trt")
+    assert res.code == 4 and "(cudaErrorNoDevice)" in res.err
+
+
+def test_real_cuda_python_without_gpu_if_installed(monkeypatch):
+    """With the real cuda-python on a machine without a GPU, the message is exit-4 material."""
+    try:
+        from cuda.bindings import runtime as cudart  # noqa: F401
+    except ImportError:
+        pytest.skip("cuda-python is not installed")
+    err, count = cudart.cudaGetDeviceCount()
+    if int(err) == 0 and count:
+        pytest.skip("a GPU is present")
+    with pytest.raises(DependencyError):
+        trtmod.require_gpu(cudart)
+
+
+@pytest.mark.parametrize("flag,message", [("--fp16", "--fp16 needs TensorRT 10"), ("--int8", "--int8 needs TensorRT 10")])
+def test_weak_typing_flags_on_tensorrt_11(cli, seed_model, monkeypatch, flag, message):
+    install(monkeypatch, fake_tensorrt("11.4.0.106", flags=("TF32",)), fake_cudart())
+    res = cli("run", seed_model, "--trt", flag)
+    assert res.code == 4
+    assert message in res.err and "pip install 'tensorrt<11'" in res.err
+
+
+# ----------------------------------------------------------------------------- parser errors
+
+
+def test_parser_error_names_the_node_exit_3(cli, seed_model, monkeypatch):
+    errors = [(0, "onnx_graphsurgeon_node_1", "Mul", "In node 0 (importMul): UNSUPPORTED_NODE:\n  Assertion failed: x")]
+    install(monkeypatch, fake_tensorrt(parser_errors=errors), fake_cudart())
+    res = cli("run", seed_model, "--trt")
+    assert res.code == 3
+    assert res.err.strip().splitlines()[-1:] == [
+        f"error: {seed_model}: TensorRT cannot parse the model: node 0 'onnx_graphsurgeon_node_1' (Mul): "
+        "In node 0 (importMul): UNSUPPORTED_NODE: Assertion failed: x"
+    ]
+
+
+def test_parser_error_without_node(cli, seed_model, monkeypatch):
+    install(monkeypatch, fake_tensorrt(parser_errors=[(-1, "", "", "Failed to parse ONNX model")]), fake_cudart())
+    res = cli("run", seed_model, "--trt")
+    assert res.code == 3 and res.err.strip().endswith("TensorRT cannot parse the model: Failed to parse ONNX model")
+
+
+def test_parse_reads_files_and_stdin(cli, seed_model, monkeypatch, tmp_path):
+    trt = fake_tensorrt(parser_errors=[(-1, "", "", "stop here")])
+    install(monkeypatch, trt, fake_cudart())
+    cli("run", seed_model, "--trt")
+    assert trt.calls[-1] == ("parse_from_file", seed_model)
+    assert ("create_network", 0) in trt.calls
+    with open(seed_model, "rb") as f:
+        res = cli("run", "-", "--trt", stdin=f.read())
+    assert res.code == 3 and "<stdin>: TensorRT cannot parse" in res.err
+    assert trt.calls[-1][0] == "parse"
+    (tmp_path / "ext").mkdir()
+    cli("run", seed_model, "--trt", "--external-data-dir", tmp_path / "ext")
+    assert trt.calls[-1] == ("parse", str(tmp_path / "ext" / "model.onnx"))
+
+
+def test_missing_model_file(cli, monkeypatch, tmp_path):
+    install(monkeypatch, fake_tensorrt(), fake_cudart())
+    res = cli("run", tmp_path / "nope.onnx", "--trt")
+    assert res.code == 3 and "no such file" in res.err
+
+
+# ----------------------------------------------------------------------------- engine files
+
+
+def test_not_an_engine_is_exit_3(cli, monkeypatch, tmp_path):
+    install(monkeypatch, fake_tensorrt(memory=None), fake_cudart())
+    path = tmp_path / "model.engine"
+    path.write_bytes(b"\x08\x07 this is an onnx model, really")
+    res = cli("run", path, "--trt")
+    assert res.code == 3
+    msg = res.err.strip().splitlines()[-1]
+    assert msg.startswith(f"error: {path}: not a TensorRT engine for this TensorRT version and GPU")
+    assert "magic tag does not match" in msg
+
+
+def test_empty_and_missing_engine_files(cli, monkeypatch, tmp_path):
+    install(monkeypatch, fake_tensorrt(), fake_cudart())
+    (tmp_path / "empty.plan").write_bytes(b"")
+    res = cli("run", tmp_path / "empty.plan", "--trt")
+    assert res.code == 3 and "empty file, expected a TensorRT engine" in res.err
+    res = cli("run", tmp_path / "missing.engine", "--trt")
+    assert res.code == 3 and "no such file" in res.err
+
+
+def test_engine_runs_with_generated_inputs_at_the_profile_opt_shape(cli, engine_env, tmp_path):
+    res = cli("run", engine_env, "--trt", "--save-inputs", tmp_path / "in.json", "--save-outputs", tmp_path / "out.json")
+    assert res.code == 0, res.err
+    assert f"trt-runner | TensorRT 10.13.0.35 engine loaded from {engine_env}" in res.err
+    assert "{x [dtype=float32, shape=(2, 3)]}" in res.err  # opt shape of profile 0
+    x = load_inputs(str(tmp_path / "in.json"))[0]["x"]
+    runs = load_outputs(str(tmp_path / "out.json")).runs
+    assert runs[0][0] == "trt-runner"
+    np.testing.assert_array_equal(runs[0][1][0].outputs["y"], 2 * x)
+
+
+def test_engine_with_loaded_inputs_and_golden_outputs(cli, engine_env, tmp_path):
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    save_inputs(str(tmp_path / "in.json"), [{"x": x, "unused": np.zeros(2)}, {"x": x[:1]}])
+    golden = RunResults([("ref", [IterationResult({"y": 2 * x}), IterationResult({"y": 2 * x[:1] + 1})])])
+    save_outputs(str(tmp_path / "golden.json"), golden)
+    res = cli("run", engine_env, "--trt", "--load-inputs", tmp_path / "in.json", "--load-outputs", tmp_path / "golden.json")
+    assert res.code == 1  # iteration 1 is off by one
+    assert "FAILED | Command:" in res.err and "mismatched: y" in res.err
+    assert "{x [dtype=float32, shape=(1, 3)]}" in res.err
+
+
+def test_engine_input_outside_profile_is_exit_3(cli, engine_env, tmp_path):
+    save_inputs(str(tmp_path / "in.json"), [{"x": np.zeros((5, 3), np.float32)}])
+    res = cli("run", engine_env, "--trt", "--load-inputs", tmp_path / "in.json")
+    assert res.code == 3
+    assert "input 'x' has shape (5, 3), outside the engine's profile (min (1, 3), opt (2, 3), max (4, 3))" in res.err
+
+
+def test_engine_input_with_wrong_dtype_is_exit_3(cli, engine_env, tmp_path):
+    save_inputs(str(tmp_path / "in.json"), [{"x": np.zeros((2, 3), np.float64)}])
+    res = cli("run", engine_env, "--trt", "--load-inputs", tmp_path / "in.json")
+    assert res.code == 3 and "is float64, but the model expects float32" in res.err
+
+
+def test_builder_options_with_engine_warn(cli, engine_env):
+    res = cli("run", engine_env, "--trt", "--fp16", "--pool-limit", "workspace:1G")
+    assert res.code == 0, res.err
+    assert f"warning: trt-runner: --fp16, --pool-limit ignored: {engine_env} is a built engine" in res.err
+
+
+def test_trt_outputs_with_engine_is_usage_error(cli, engine_env):
+    res = cli("run", engine_env, "--trt", "--trt-outputs", "mark", "all")
+    assert res.code == 2 and "--trt-outputs needs the ONNX model" in res.err
+
+
+def test_engine_frees_device_memory(engine_env):
+    from toolkit.backends.trt import TrtRunner
+
+    cudart = sys.modules["cuda.bindings.runtime"]
+    with TrtRunner(engine_env) as runner:
+        assert [m.name for m in runner.input_metadata()] == ["x"]
+        assert runner.input_metadata()[0].shape == (None, 3)
+        assert runner.preferred_shapes() == {"x": (2, 3)}
+        out = runner.infer({"x": np.ones((3, 3), np.float32)})
+        np.testing.assert_array_equal(out["y"], np.full((3, 3), 2, np.float32))
+        assert cudart.memory.blocks
+    assert not cudart.memory.blocks
+
+
+# ----------------------------------------------------------------------------- imports
+
+
+def test_importing_the_runner_touches_no_gpu_library():
+    """The warm worker of `debug reduce` forks after imports: nothing may load TensorRT/CUDA before."""
+    code = (
+        "import sys\n"
+        "import toolkit.backends.trt, toolkit.core.runplan, toolkit.cli.run\n"
+        "from toolkit.cli.app import main\n"
+        "main(['run', '--help'])\n"
+        "print('LOADED', sorted(m for m in sys.modules if m.split('.')[0] in ('tensorrt', 'cuda', 'pycuda')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "LOADED []" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_help_lists_tensorrt_options(cli):
+    res = cli("run", "--help")
+    for opt in ("--trt-outputs", "--fp16", "--bf16", "--int8", "--tf32", "--calibration-cache", "--pool-limit",
+                "--trt-min-shapes", "--trt-opt-shapes", "--trt-max-shapes", "--save-engine"):  # fmt: skip
+        assert opt in res.out
