@@ -183,6 +183,13 @@ def fake_tensorrt(version="10.13.0.35", *, memory=None, parser_errors=(), flags=
     class Network:
         num_inputs = num_outputs = num_layers = 0
 
+    class BuilderConfig:
+        def set_flag(self, flag):
+            trt.calls.append(("set_flag", flag))
+
+        def clear_flag(self, flag):
+            trt.calls.append(("clear_flag", flag))
+
     class Builder:
         def __init__(self, logger):
             self.logger = logger
@@ -191,12 +198,25 @@ def fake_tensorrt(version="10.13.0.35", *, memory=None, parser_errors=(), flags=
             trt.calls.append(("create_network", flags))
             return Network()
 
+        def create_builder_config(self):
+            return BuilderConfig()
+
+        def build_serialized_network(self, network, config):
+            self.logger.log(1, "fake TensorRT builds nothing")
+            return None
+
     class OnnxParser:
         def __init__(self, network, logger):
-            self.errors = [ParserError(*e) for e in parser_errors]
+            self.errors = [ParserError(*e) for e in parser_errors if isinstance(e, tuple)]
 
         def parse_from_file(self, path):
             trt.calls.append(("parse_from_file", path))
+            if parser_errors == "fail on Mul":  # what a real parser says for an unsupported node
+                import onnx
+
+                for i, node in enumerate(onnx.load(path).graph.node):
+                    if node.op_type == "Mul":
+                        self.errors = [ParserError(i, node.name, "Mul", f"In node {i}: UNSUPPORTED_NODE: Mul")]
             return not self.errors
 
         def parse(self, data, path=None):
@@ -641,3 +661,33 @@ def test_help_lists_tensorrt_options(cli):
     for opt in ("--trt-outputs", "--fp16", "--bf16", "--int8", "--tf32", "--calibration-cache", "--pool-limit",
                 "--trt-min-shapes", "--trt-opt-shapes", "--trt-max-shapes", "--save-engine"):  # fmt: skip
         assert opt in res.out
+
+
+# ----------------------------------------------------------------------------- debug reduce
+
+
+def test_build_failure_is_exit_1_with_failed_line(cli, seed_model, monkeypatch):
+    trt = fake_tensorrt()
+    install(monkeypatch, trt, fake_cudart())
+    res = cli("run", seed_model, "--trt")
+    assert res.code == 1
+    assert "error: TensorRT could not build an engine: fake TensorRT builds nothing" in res.err
+    assert res.err.strip().splitlines()[-1].startswith("FAILED | Command: toolkit run")
+    assert ("clear_flag", "TF32") in trt.calls  # TF32 is opt-in
+
+
+def test_reduce_with_a_trt_check_in_the_warm_worker(cli, tmp_path, monkeypatch):
+    """`debug reduce --check toolkit run polygraphy_debug.onnx --trt` runs the TensorRT runner in
+    forked children; the fake parser rejects Mul nodes, so the reduced model is the Mul."""
+    install(monkeypatch, fake_tensorrt(parser_errors="fail on Mul"), fake_cudart())
+    monkeypatch.chdir(tmp_path)
+    mz.save(mz.seed_example((1, 3, 4, 4)), tmp_path / "model.onnx")
+    res = cli(
+        "debug", "reduce", "model.onnx", "-o", "reduced.onnx",
+        "--fail-regex", "TensorRT cannot parse the model: node [0-9]+ '[^']*' [(]Mul[)]",
+        "--check", "toolkit", "run", "polygraphy_debug.onnx", "--trt",
+    )  # fmt: skip
+    assert res.code == 0, res.err
+    import onnx
+
+    assert [n.op_type for n in onnx.load(str(tmp_path / "reduced.onnx")).graph.node] == ["Mul"]
