@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.backends.base import Runner
-from toolkit.core.errors import DependencyError, ExitCode, InputError, ToolkitError, UsageError
+from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError
 from toolkit.core.meta import TensorMeta
 
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
@@ -151,11 +151,6 @@ def parse_profile_groups(
         return [parse_shape_specs(list(g)) for g in groups or ()]
 
     return build_profiles(parse(mins), parse(opts), parse(maxs))
-
-
-def is_mark_all(words: Sequence[str]) -> bool:
-    ws = [w.strip() for w in words]
-    return ws in (["mark", "all"], ["*"], ["mark", "all", "*"])
 
 
 def select_outputs(
