@@ -291,7 +291,7 @@ def write_doc(n, pos, culprit, op, runs, s1, s2):
     text = open(path).read() if os.path.exists(path) else "# Performance\n\n"
     pattern = re.compile(r"^## debug reduce\n.*?(?=^## |\Z)", re.S | re.M)
     if pattern.search(text):
-        text = pattern.sub(section, text)
+        text = pattern.sub(lambda _m: section, text)  # a function: no escape processing
     else:
         text = text.rstrip("\n") + "\n\n" + section
     with open(path, "w") as fh:
