@@ -180,8 +180,6 @@ def check_trt(opts: RunOptions):
         )
     if opts.model == "-" and len(opts.runners) > 1:
         raise UsageError("a model read from stdin ('-') can feed only one runner; save it to a file to compare runners")
-    if opts.model == "-" and opts.save_engine == "-":
-        raise UsageError("--save-engine cannot write to stdout")
     config = trt_config(opts)
     if opts.save_engine:
         if opts.save_engine == "-":
