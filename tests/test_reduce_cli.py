@@ -491,3 +491,42 @@ def test_data_options_feed_the_shape_fallback(cli, tmp_path, monkeypatch):
     res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--seed", "3", "--val-range", "nope",
               "--check", "false")
     assert res.code == 2
+
+
+def test_warm_worker_timeout_kills_the_child(monkeypatch):
+    import toolkit.cli.app as cli_app
+    from toolkit.reduce.check import WarmRunner
+
+    def hang(argv=None):
+        time.sleep(30)
+        return 0
+
+    monkeypatch.setattr(cli_app, "main", hang)  # the forked child calls this
+    start = time.monotonic()
+    res = WarmRunner(["inspect", "model", "x.onnx"], timeout=0.5).run()
+    assert res.timed_out and time.monotonic() - start < 10
+
+
+def test_warm_worker_crash_is_a_failure(monkeypatch):
+    import toolkit.cli.app as cli_app
+    from toolkit.reduce.check import FailureRule, WarmRunner
+
+    monkeypatch.setattr(cli_app, "main", lambda argv=None: os.kill(os.getpid(), signal.SIGKILL))
+    res = WarmRunner(["inspect", "model", "x.onnx"]).run()
+    assert res.signal == signal.SIGKILL and FailureRule().failed(res)
+
+
+def test_external_data_dir_and_no_reduce_outputs(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "weights").mkdir()
+    modelzoo.save_with_external_data(modelzoo.seed_example(), tmp_path / "model.onnx", location="w.bin")
+    os.replace(tmp_path / "w.bin", tmp_path / "weights" / "w.bin")
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--external-data-dir", "weights",
+              "--no-reduce-outputs", "--fail-regex", "onnx_graphsurgeon_node_3", "--check", *INSPECT)
+    assert res.code == 0, res.err
+    out = _load(tmp_path / "out.onnx")
+    assert node_names(out) == ["onnx_graphsurgeon_node_3", "onnx_graphsurgeon_node_5"]
+    assert [o.name for o in out.graph.output] == ["Y"]
+    assert all(t.data_location == onnx.TensorProto.DEFAULT and t.raw_data for t in out.graph.initializer)
+    res = cli("debug", "reduce", "model.onnx", "-o", "out2.onnx", "--check", "false")
+    assert res.code == 3 and "external data" in res.err

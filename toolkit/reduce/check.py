@@ -337,8 +337,7 @@ class WarmRunner:
             except ImportError:
                 continue
             for info in pkgutil.iter_modules(pkg.__path__, prefix=f"toolkit.{sub}."):
-                if info.name.endswith((".trt", ".tensorrt")):
-                    continue
+                # (they import tensorrt/onnxruntime lazily, inside functions: no device context here)
                 try:
                     importlib.import_module(info.name)
                 except Exception:  # noqa: BLE001 - optional extras may be missing
