@@ -356,6 +356,12 @@ def _one_line(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+def _as_toolkit_error(exc: BaseException, what: str) -> ToolkitError:
+    if isinstance(exc, ToolkitError):
+        return exc
+    return _inference_error(f"{what}: {_one_line(exc)}")
+
+
 def _inference_error(message: str) -> ToolkitError:
     from toolkit.backends.onnxrt import InferenceError  # the run failed: exit code 1, FAILED line
 
@@ -374,12 +380,15 @@ def _make_logger(trt, sink: Callable[[str, str], None], verbose: bool = False):
             self.errors: List[str] = []
 
         def log(self, severity, msg):
-            level = int(severity)
-            if level <= 1:  # INTERNAL_ERROR, ERROR
-                self.errors.append(" ".join(str(msg).split()))
-                sink("ERROR", str(msg))
-            elif level == 2 or verbose:
-                sink("WARNING" if level == 2 else "INFO", str(msg))
+            try:
+                level = int(severity)
+                if level <= 1:  # INTERNAL_ERROR, ERROR
+                    self.errors.append(" ".join(str(msg).split()))
+                    sink("ERROR", str(msg))
+                elif level == 2 or (verbose and level == 3):
+                    sink("WARNING" if level == 2 else "INFO", str(msg))
+            except Exception:  # noqa: BLE001 - nothing may raise into TensorRT
+                pass
 
     return Logger()
 
@@ -456,6 +465,11 @@ def _layer_candidates(trt, network) -> List[str]:
     return names
 
 
+def _has_qdq(trt, network) -> bool:
+    kinds = {getattr(trt.LayerType, n) for n in ("QUANTIZE", "DEQUANTIZE") if hasattr(trt.LayerType, n)}
+    return any(network.get_layer(i).type in kinds for i in range(network.num_layers))
+
+
 def _all_layer_outputs(network) -> Dict[str, object]:
     tensors = {}
     for li in range(network.num_layers):
@@ -504,6 +518,7 @@ class TrtRunner(Runner):
         self._stream = None
         self._allocator = None
         self._calibrator = None
+        self._callback_error: Optional[ToolkitError] = None
         self._inputs: List[str] = []
         self._outputs: List[str] = []
         self._buffers: Dict[str, Tuple[int, int]] = {}  # name -> (device pointer, bytes)
@@ -679,6 +694,9 @@ class TrtRunner(Runner):
             trt_profiles.append(p)
         if c.int8:
             cfg.set_flag(trt.BuilderFlag.INT8)
+            if _has_qdq(trt, network):
+                self.notes.append("the model holds Q/DQ nodes: --int8 uses their scales, nothing is calibrated")
+                return cfg
             self._calibrator = _Calibrator.create(trt, self._cudart, metas, c, self.notes)
             if self._calibrator.profile_shapes and any(any(not isinstance(d, int) for d in m.shape) for m in metas):
                 p = builder.create_optimization_profile()
@@ -701,6 +719,8 @@ class TrtRunner(Runner):
         finally:
             if self._calibrator is not None:
                 self._calibrator.free()
+        if self._calibrator is not None and self._calibrator.error is not None:
+            raise self._calibrator.error
         if blob is None:
             raise _inference_error(f"TensorRT could not build an engine: {self._errors('see the messages above')}")
         data = bytes(blob)
@@ -879,8 +899,12 @@ class TrtRunner(Runner):
                 ctx.set_tensor_address(name, self._buffer(name, nbytes))
                 shapes[name] = shape
         self._logger.errors.clear()
+        self._callback_error = None
         start = time.perf_counter()
-        if not ctx.execute_async_v3(int(stream)):
+        ok = ctx.execute_async_v3(int(stream))
+        if self._callback_error is not None:
+            raise self._callback_error
+        if not ok:
             raise _inference_error(f"{self.name}: inference failed: {self._errors('execute_async_v3 returned false')}")
         self._cuda(cudart.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
         self.last_inference_time = time.perf_counter() - start
@@ -910,10 +934,14 @@ def _make_output_allocator(trt, runner: TrtRunner):
             self.shapes: Dict[str, tuple] = {}
 
         def reallocate_output(self, tensor_name, memory, size, alignment):
-            return runner._buffer(tensor_name, size)
+            try:
+                return runner._buffer(tensor_name, size)
+            except ToolkitError as exc:  # must not cross into TensorRT; None tells it allocation failed
+                runner._callback_error = runner._callback_error or exc
+                return None
 
         def reallocate_output_async(self, tensor_name, memory, size, alignment, stream):
-            return runner._buffer(tensor_name, size)
+            return self.reallocate_output(tensor_name, memory, size, alignment)
 
         def notify_shape(self, tensor_name, shape):
             self.shapes[tensor_name] = _dims(shape)
@@ -926,6 +954,7 @@ class _Calibrator:
 
     def __init__(self):
         self.impl = None
+        self.error: Optional[ToolkitError] = None
         self.profile_shapes: Dict[str, Shape] = {}
         self._cudart = None
         self._ptrs: Dict[str, Tuple[int, int]] = {}
@@ -963,34 +992,47 @@ class _Calibrator:
             def get_batch_size(inner):
                 return 1
 
+            # Exceptions must not cross into TensorRT: keep the first one, raise it after the build.
             def get_batch(inner, batch_names, *_args):
                 try:
                     feed = next(inner._it)
                 except StopIteration:
                     return None
-                ptrs = []
-                for name in batch_names or names:
-                    arr = np.ascontiguousarray(feed[name])
-                    ptr = outer._device(name, arr.nbytes)
-                    err = cudart.cudaMemcpy(
-                        ptr, arr.ctypes.data, arr.nbytes, cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
-                    )[0]
-                    if int(err) != 0:
-                        return None
-                    ptrs.append(ptr)
-                return ptrs
+                try:
+                    ptrs = []
+                    for name in batch_names or names:
+                        arr = np.ascontiguousarray(feed[name])
+                        ptr = outer._device(name, arr.nbytes)
+                        err = cudart.cudaMemcpy(
+                            ptr, arr.ctypes.data, arr.nbytes, cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
+                        )[0]
+                        if int(err) != 0:
+                            raise _inference_error(f"CUDA call cudaMemcpy failed ({_err_name(err)}) during INT8 calibration")
+                        ptrs.append(ptr)
+                    return ptrs
+                except Exception as exc:  # noqa: BLE001
+                    outer.error = outer.error or _as_toolkit_error(exc, "INT8 calibration failed")
+                    return None
 
             def read_calibration_cache(inner):
-                if have_cache:
+                if not have_cache:
+                    return None
+                try:
                     with open(cache_path, "rb") as f:
                         return f.read()
-                return None
+                except OSError as exc:
+                    outer.error = outer.error or InputError(f"{cache_path}: cannot read: {exc.strerror or exc}")
+                    return None
 
             def write_calibration_cache(inner, cache):
-                if cache_path:
+                if not cache_path:
+                    return
+                try:
                     from toolkit.core.model import write_bytes_atomic
 
                     write_bytes_atomic(cache_path, bytes(cache))
+                except Exception as exc:  # noqa: BLE001
+                    outer.error = outer.error or _as_toolkit_error(exc, f"{cache_path}: cannot write the calibration cache")
 
         self.impl = Calibrator()
         return self
