@@ -155,10 +155,17 @@ class ParserError:
         return self._v[3]
 
 
-def fake_tensorrt(version="10.13.0.35", *, memory=None, parser_errors=(), flags=("FP16", "BF16", "INT8", "TF32")):
+def fake_tensorrt(
+    version="10.13.0.35", *, memory=None, parser_errors=(), flags=("FP16", "BF16", "INT8", "TF32"), builds=False
+):
+    """``builds``: the parsed network has input x: float32 [-1, 3], and building gives the
+    doubling engine (calling an INT8 calibrator first, as TensorRT would)."""
     trt = types.ModuleType("tensorrt")
     trt.__version__ = version
     trt.calls = []
+    trt.calibrated = []
+    trt.LayerType = types.SimpleNamespace(QUANTIZE="QUANTIZE", DEQUANTIZE="DEQUANTIZE")
+    trt.MemoryPoolType = types.SimpleNamespace(WORKSPACE="WORKSPACE")
 
     class ILogger:
         def __init__(self):
@@ -181,14 +188,33 @@ def fake_tensorrt(version="10.13.0.35", *, memory=None, parser_errors=(), flags=
             return DoublingEngine(memory)
 
     class Network:
-        num_inputs = num_outputs = num_layers = 0
+        num_inputs = num_outputs = 1 if builds else 0
+        num_layers = 0
+
+        def get_input(self, i):
+            return types.SimpleNamespace(name="x", shape=(-1, 3), dtype=types.SimpleNamespace(name="FLOAT"))
+
+    class Profile:
+        def set_shape(self, name, lo, opt, hi):
+            trt.calls.append(("set_shape", name, tuple(lo), tuple(opt), tuple(hi)))
 
     class BuilderConfig:
+        int8_calibrator = None
+
         def set_flag(self, flag):
             trt.calls.append(("set_flag", flag))
 
         def clear_flag(self, flag):
             trt.calls.append(("clear_flag", flag))
+
+        def set_memory_pool_limit(self, pool, size):
+            trt.calls.append(("pool", pool, size))
+
+        def add_optimization_profile(self, profile):
+            trt.calls.append(("add_optimization_profile",))
+
+        def set_calibration_profile(self, profile):
+            trt.calls.append(("set_calibration_profile",))
 
     class Builder:
         def __init__(self, logger):
@@ -201,9 +227,22 @@ def fake_tensorrt(version="10.13.0.35", *, memory=None, parser_errors=(), flags=
         def create_builder_config(self):
             return BuilderConfig()
 
+        def create_optimization_profile(self):
+            return Profile()
+
         def build_serialized_network(self, network, config):
-            self.logger.log(1, "fake TensorRT builds nothing")
-            return None
+            if not builds:
+                self.logger.log(1, "fake TensorRT builds nothing")
+                return None
+            calib = config.int8_calibrator
+            if calib is not None and calib.read_calibration_cache() is None:
+                while True:
+                    ptrs = calib.get_batch(["x"])
+                    if not ptrs:
+                        break
+                    trt.calibrated.append(memory.array(ptrs[0], trt.calibration_shape).copy())
+                calib.write_calibration_cache(memoryview(b"fake calibration table"))
+            return memoryview(b"FAKE-ENGINE built")
 
     class OnnxParser:
         def __init__(self, network, logger):
@@ -691,3 +730,71 @@ def test_reduce_with_a_trt_check_in_the_warm_worker(cli, tmp_path, monkeypatch):
     import onnx
 
     assert [n.op_type for n in onnx.load(str(tmp_path / "reduced.onnx")).graph.node] == ["Mul"]
+
+
+# ----------------------------------------------------------------------------- building (fake builder)
+
+
+@pytest.fixture
+def build_env(monkeypatch):
+    cudart = fake_cudart()
+    trt = fake_tensorrt(memory=cudart.memory, builds=True)
+    install(monkeypatch, trt, cudart)
+    return trt
+
+
+def test_build_uses_a_profile_from_the_opt_shape_and_generates_data_for_it(cli, build_env, seed_model, tmp_path):
+    res = cli("run", seed_model, "--trt", "--trt-opt-shapes", "x:[2,3]", "--pool-limit", "workspace:1M",
+              "--save-engine", tmp_path / "m.engine", "--save-inputs", tmp_path / "in.json")  # fmt: skip
+    assert res.code == 0, res.err
+    assert ("set_shape", "x", (2, 3), (2, 3), (2, 3)) in build_env.calls
+    assert ("pool", "WORKSPACE", 2**20) in build_env.calls
+    assert "engine built from the ONNX model" in res.err
+    assert (tmp_path / "m.engine").read_bytes() == b"FAKE-ENGINE built"
+    assert load_inputs(str(tmp_path / "in.json"))[0]["x"].shape == (2, 3)
+
+
+def test_build_without_profile_uses_loaded_shapes(cli, build_env, seed_model, tmp_path):
+    save_inputs(str(tmp_path / "in.json"), [{"x": np.zeros((n, 3), np.float32)} for n in (3, 1, 4)])
+    res = cli("run", seed_model, "--trt", "--load-inputs", tmp_path / "in.json")
+    assert res.code == 0, res.err
+    assert ("set_shape", "x", (1, 3), (3, 3), (4, 3)) in build_env.calls
+
+
+def test_build_without_profile_or_data_warns_and_uses_1(cli, build_env, seed_model):
+    res = cli("run", seed_model, "--trt")
+    assert res.code == 0, res.err
+    assert ("set_shape", "x", (1, 3), (1, 3), (1, 3)) in build_env.calls
+    assert "input 'x' has dynamic shape (?, 3) and no profile; building for (1, 3)" in res.err
+
+
+def test_profile_naming_an_unknown_input_is_usage_error(cli, build_env, seed_model):
+    res = cli("run", seed_model, "--trt", "--trt-opt-shapes", "nope:[2,3]")
+    assert res.code == 2 and "profile 0 names 'nope', which is not an input of the network" in res.err
+
+
+def test_int8_calibrates_on_the_runs_inputs_and_writes_the_cache(cli, build_env, seed_model, tmp_path):
+    build_env.calibration_shape = (2, 3)
+    cache = tmp_path / "calib.cache"
+    res = cli("run", seed_model, "--trt", "--int8", "--trt-opt-shapes", "x:[2,3]", "--iterations", "3",
+              "--calibration-cache", cache, "--save-inputs", tmp_path / "in.json")  # fmt: skip
+    assert res.code == 0, res.err
+    fed = [f["x"] for f in load_inputs(str(tmp_path / "in.json"))]
+    assert len(fed) == 3 and len(build_env.calibrated) == 3
+    for a, b in zip(fed, build_env.calibrated):
+        np.testing.assert_array_equal(a, b)
+    assert ("set_flag", "INT8") in build_env.calls and ("set_calibration_profile",) in build_env.calls
+    assert cache.read_bytes() == b"fake calibration table"
+    # with the cache there is nothing to calibrate
+    build_env.calibrated.clear()
+    assert cli("run", seed_model, "--trt", "--int8", "--trt-opt-shapes", "x:[2,3]", "--calibration-cache", cache).code == 0
+    assert build_env.calibrated == []
+
+
+def test_int8_calibrates_on_the_loaded_inputs(cli, build_env, seed_model, tmp_path):
+    build_env.calibration_shape = (4, 3)
+    x = np.arange(12, dtype=np.float32).reshape(4, 3)
+    save_inputs(str(tmp_path / "in.json"), [{"x": x, "other": np.ones(1)}])
+    res = cli("run", seed_model, "--trt", "--int8", "--load-inputs", tmp_path / "in.json")
+    assert res.code == 0, res.err
+    np.testing.assert_array_equal(build_env.calibrated[0], x)
