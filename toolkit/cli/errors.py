@@ -9,6 +9,8 @@ from toolkit.core.errors import ExitCode, ToolkitError
 
 
 def _print_error(message: str) -> None:
+    # one line, whatever the message holds (backend errors can span several)
+    message = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
     try:
         sys.stderr.write(f"error: {message}\n")
         sys.stderr.flush()

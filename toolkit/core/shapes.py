@@ -373,6 +373,10 @@ def _unfixed_inputs(model):
     return out
 
 
+# Generated inputs for a shape-finding run bigger than this are refused (bytes).
+_MAX_FEED_BYTES = 4 * 2**30
+
+
 def _generate_feed(model, seed: int = 1) -> Dict[str, object]:
     import numpy as np
 
@@ -387,6 +391,14 @@ def _generate_feed(model, seed: int = 1) -> Dict[str, object]:
             raise InputError(f"input '{m.name}' has no tensor type; cannot run ONNX-Runtime for shapes")
         dtype = dtype_to_numpy(m.dtype)
         shape = tuple(int(d) for d in m.shape)
+        if any(d < 0 for d in shape):
+            raise InputError(f"input '{m.name}' has a negative dimension {list(shape)}; the model is corrupt")
+        nbytes = int(np.prod(shape, dtype=object)) * max(dtype.itemsize, 1)
+        if nbytes > _MAX_FEED_BYTES:
+            raise InputError(
+                f"input '{m.name}' of shape {list(shape)} would need {nbytes / 2**30:.1f} GiB to run ONNX-Runtime "
+                "for shapes; give smaller shapes with --model-input-shapes"
+            )
         if dtype.kind == "f":
             feed[m.name] = rng.random(shape, dtype=np.float64).astype(dtype)
         elif dtype.kind == "b":

@@ -153,6 +153,100 @@ def check_model(model, original=None) -> None:
     raise InputError(f"the resulting model fails onnx.checker ({err}); nothing was written")
 
 
+# ---------------------------------------------------------------------- malformed models
+
+
+def _walk_graphs(graph):
+    """``graph`` and every If/Loop/Scan body inside it (ONNX protos)."""
+    yield graph
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.g.ByteSize():
+                yield from _walk_graphs(attr.g)
+            for sub in attr.graphs:
+                yield from _walk_graphs(sub)
+
+
+def check_structure(model) -> None:
+    """Raise InputError for what graphsurgeon cannot import or sort: unknown element types,
+    a tensor defined twice, a cycle. Cheap (no weights read); the message names the tensor."""
+    import onnx
+
+    valid = set(onnx.TensorProto.DataType.values())
+    for g in _walk_graphs(model.graph):
+        for t in g.initializer:
+            if t.data_type not in valid or t.data_type == onnx.TensorProto.UNDEFINED:
+                raise InputError(f"initializer '{t.name}' has an invalid data type ({t.data_type}); the model is corrupt")
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type not in valid:
+                raise InputError(
+                    f"tensor '{vi.name}' has an invalid element type ({vi.type.tensor_type.elem_type}); the model is corrupt"
+                )
+        inits = {t.name for t in g.initializer}
+        producer: Dict[str, str] = {}
+        for name in [i.name for i in g.input if i.name not in inits] + list(inits):
+            producer.setdefault(name, "a graph input or initializer")
+        for node in g.node:
+            for name in node.output:
+                if not name:
+                    continue
+                if name in producer:
+                    raise InputError(
+                        f"tensor '{name}' is defined twice (by {producer[name]} and by node '{node.name}' "
+                        f"({node.op_type})); tensor names in a graph must be unique"
+                    )
+                producer[name] = f"node '{node.name}' ({node.op_type})"
+    _check_acyclic(model.graph)
+
+
+def _check_acyclic(g) -> None:
+    """Kahn's algorithm on the top graph: every node must be reachable in some order."""
+    produced_by: Dict[str, int] = {}
+    for i, node in enumerate(g.node):
+        for name in node.output:
+            if name:
+                produced_by[name] = i
+    waiting = []
+    readers: Dict[int, List[int]] = {}
+    for i, node in enumerate(g.node):
+        deps = {produced_by[n] for n in node_reads(node) if n in produced_by}
+        waiting.append(len(deps))
+        for dep in deps:
+            readers.setdefault(dep, []).append(i)
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    done = 0
+    while ready:
+        i = ready.pop()
+        done += 1
+        for r in readers.get(i, ()):
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                ready.append(r)
+    if done < len(g.node):
+        stuck = next(g.node[i] for i, w in enumerate(waiting) if w > 0)
+        raise InputError(
+            f"the graph has a cycle: node '{stuck.name}' ({stuck.op_type}) depends, directly or not, on its own output; "
+            "the model is corrupt"
+        )
+
+
+@contextlib.contextmanager
+def _gs_step(what: str):
+    """onnx-graphsurgeon fails on some malformed models in ways the checks above do not
+    foresee; say so in one line (exit 3) instead of as an unexpected exception."""
+    from toolkit.core.errors import ToolkitError
+
+    try:
+        yield
+    except (ToolkitError, MemoryError):
+        raise
+    except Exception as exc:  # graphsurgeon raises its own exception, KeyError, ValueError...
+        raise InputError(
+            f"onnx-graphsurgeon cannot {what} this model ({_first_line(exc)}); the model may be malformed "
+            "(onnx.checker.check_model tells what is wrong)"
+        ) from None
+
+
 # ---------------------------------------------------------------------- extract
 
 
@@ -223,14 +317,15 @@ def extract(
                 "cut at a tensor that a node computes"
             )
 
+    check_structure(model)
     in_specs = _dedupe(inputs) if inputs is not None else None
     out_specs = _dedupe(outputs) if outputs is not None else None
     metas = _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log)
 
     original_fields = _model_shell(model)
-    with _quiet_gs():
+    with _quiet_gs(), _gs_step("import"):
         graph = gs.import_onnx(model)
-    tensors = graph.tensors()
+    tensors = _all_tensors(graph)
     if in_specs is not None:
         new_inputs = []
         for spec in in_specs:
@@ -256,16 +351,27 @@ def extract(
                 t.shape = list(meta.shape) if meta.shape is not None else None
             new_outputs.append(t)
         graph.outputs = new_outputs
-    with _quiet_gs():
+    with _quiet_gs(), _gs_step("clean up and sort"):
         graph.cleanup(remove_unused_graph_inputs=False)
         graph.toposort()
-    result = _export(gs, graph, original_fields)
+    with _gs_step("export"):
+        result = _export(gs, graph, original_fields)
     del graph
 
     dangling = dangling_tensors(result)
     if dangling:
         raise InputError(_dangling_message(result, dangling))
     return result
+
+
+def _all_tensors(graph) -> dict:
+    """{name: tensor} of a gs graph, including outer tensors only If/Loop/Scan bodies use."""
+    tensors = {}
+    for node in _all_nodes(graph):
+        for t in list(node.inputs) + list(node.outputs):
+            tensors.setdefault(t.name, t)
+    tensors.update(graph.tensors())
+    return tensors
 
 
 def _dangling_message(model, dangling) -> str:
@@ -659,7 +765,8 @@ def sanitize(
         return model, report
 
     gs = _import_gs()
-    with _quiet_gs():
+    check_structure(model)
+    with _quiet_gs(), _gs_step("import"):
         graph = gs.import_onnx(model)
     del model
 
@@ -681,13 +788,14 @@ def sanitize(
                 bad_nodes=bad_nodes,
                 bad_ops=bad_ops,
             )
-            with _quiet_gs():
+            with _quiet_gs(), _gs_step("clean up"):
                 graph.cleanup()
             after = count_nodes(graph)
             changed = after != before
             if changed:
                 # Shapes unlocked by this pass, for the next one.
-                _refresh_gs_shapes(gs, graph, shell)
+                with _gs_step("export"):
+                    _refresh_gs_shapes(gs, graph, shell)
             secs = time.perf_counter() - t0
             report.passes.append(FoldPass(index, before, after, secs, used))
             log(f"Folding constants | pass {index} | nodes {before} -> {after} ({before - after} folded) | {secs:.2f} s")
@@ -697,12 +805,13 @@ def sanitize(
         if not report.converged:
             log(f"Folding constants | stopped after {index} passes (--num-passes); more folding may be possible")
     if cleanup or fold_constants:
-        with _quiet_gs():
+        with _quiet_gs(), _gs_step("clean up"):
             graph.cleanup()
     if toposort:
-        with _quiet_gs():
+        with _quiet_gs(), _gs_step("sort"):
             graph.toposort()
-    result = _export(gs, graph, shell)
+    with _gs_step("export"):
+        result = _export(gs, graph, shell)
     report.nodes_after = count_model_nodes(result)
     report.seconds = time.perf_counter() - t_start
     return result, report
