@@ -530,3 +530,14 @@ def test_external_data_dir_and_no_reduce_outputs(cli, tmp_path, monkeypatch):
     assert all(t.data_location == onnx.TensorProto.DEFAULT and t.raw_data for t in out.graph.initializer)
     res = cli("debug", "reduce", "model.onnx", "-o", "out2.onnx", "--check", "false")
     assert res.code == 3 and "external data" in res.err
+
+
+def test_check_that_leaves_a_background_process_does_not_hang(tmp_path):
+    from toolkit.reduce.check import SubprocessRunner
+
+    start = time.monotonic()
+    res = SubprocessRunner(["sh", "-c", f"sleep 30 & echo $! > {tmp_path}/bg.pid; echo done"]).run()
+    assert res.code == 0 and b"done" in res.stdout and not res.timed_out
+    assert time.monotonic() - start < 10
+    time.sleep(0.2)
+    assert not _alive(int((tmp_path / "bg.pid").read_text()))

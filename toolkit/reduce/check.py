@@ -139,7 +139,7 @@ def _collect(fds: List[int], deadline: Optional[float], tick: Optional[Callable[
     """Read ``fds`` (stdout, stderr) to EOF. Returns (chunks per fd, timed_out).
 
     Stops at ``deadline``. If the process has exited but something it started still
-    holds the pipes, stops reading one second later.
+    holds the pipes, stops reading one second later (the caller then kills its group).
     """
     bufs = {fd: [] for fd in fds}
     sel = selectors.DefaultSelector()
@@ -172,6 +172,7 @@ def _collect(fds: List[int], deadline: Optional[float], tick: Optional[Callable[
                     if exited():
                         exit_seen_at = time.monotonic()
                 elif time.monotonic() - exit_seen_at > 1.0:
+                    timed_out = None  # exited, but left something running that holds our pipes
                     break
     finally:
         sel.close()
@@ -228,8 +229,9 @@ class SubprocessRunner:
         fds = [proc.stdout.fileno(), proc.stderr.fileno()]
         try:
             (out, err), timed_out = _collect(fds, deadline, tick, lambda: proc.poll() is not None)
-            if timed_out:
+            if timed_out is not False:  # timed out, or stragglers of an exited check
                 _kill_group(proc.pid)
+                timed_out = bool(timed_out)
             proc.stdout.close()
             proc.stderr.close()
             rc = proc.wait()
@@ -397,8 +399,9 @@ class WarmRunner:
 
         try:
             (out, err), timed_out = _collect([r_out, r_err], deadline, tick, exited)
-            if timed_out:
+            if timed_out is not False:  # timed out, or stragglers of an exited check
                 _kill_group(pid)
+                timed_out = bool(timed_out)
             if not status_box:
                 _, status = os.waitpid(pid, 0)
                 status_box.append(status)
