@@ -46,8 +46,8 @@ written to -o and the verdicts to the replay file).
 
 Example (the seeds' simulated failure):
 
-  toolkit debug reduce model.onnx -o reduced.onnx --fail-regex "Op: Mul"
-  --check toolkit inspect model polygraphy_debug.onnx --mode=basic
+  toolkit debug reduce model.onnx -o reduced.onnx --fail-regex "Op: Mul" \\
+      --check toolkit inspect model polygraphy_debug.onnx --mode=basic
 """
 
 
@@ -231,53 +231,47 @@ def reduce_command(
     ctx: typer.Context,
     model: ModelArg,
     output: Annotated[
-        str, typer.Option("-o", "--output", help="Where to write the smallest subgraph the check fails on.")
+        str, typer.Option("-o", "--output", help="Where to write the smallest subgraph the check fails on.", metavar="PATH")
     ],
     check: Annotated[
         ListOpt,
         typer.Option(
             "--check",
             help="The check command; everything after --check belongs to it (its own -o, --mode, --help too). "
-            "Without it you are asked about each subgraph.",
-        ),
+            "Without it you are asked about each subgraph.", metavar="COMMAND ARGS..."),
     ] = None,
     mode: Annotated[
         Optional[str],
         typer.Option(
             "--mode",
             help="bisect (binary search only) or linear (one node at a time). Default: bisect, then verify "
-            "1-minimality, in one run with fewer checks than bisect followed by linear.",
-        ),
+            "1-minimality, in one run with fewer checks than bisect followed by linear.", metavar="bisect|linear"),
     ] = None,
     min_good: Annotated[
         Optional[str],
         typer.Option(
-            "--min-good", "--minimal-good", help="Also write the checked passing subgraph closest to the result."
-        ),
+            "--min-good", "--minimal-good", help="Also write the checked passing subgraph closest to the result.", metavar="PATH"),
     ] = None,
     fail_regex: Annotated[
         ListOpt,
         typer.Option(
             "--fail-regex",
-            help="Count a check as failed only when one of these regular expressions matches its stdout or stderr.",
-        ),
+            help="Count a check as failed only when one of these regular expressions matches its stdout or stderr.", metavar="REGEX"),
     ] = None,
     fail_code: Annotated[
         IntListOpt,
-        typer.Option("--fail-code", "--fail-returncode", help="Exit codes of the check that count as failures."),
+        typer.Option("--fail-code", "--fail-returncode", help="Exit codes of the check that count as failures.", metavar="CODE"),
     ] = None,
     ignore_fail_code: Annotated[
         IntListOpt,
         typer.Option(
-            "--ignore-fail-code", "--ignore-fail-returncode", help="Exit codes of the check that count as passes."
-        ),
+            "--ignore-fail-code", "--ignore-fail-returncode", help="Exit codes of the check that count as passes.", metavar="CODE"),
     ] = None,
     check_timeout: Annotated[
         Optional[float],
         typer.Option(
             "--check-timeout",
-            help="Seconds a check may run; then it is killed (with its children) and counts as a failure.",
-        ),
+            help="Seconds a check may run; then it is killed (with its children) and counts as a failure.", metavar="SECONDS"),
     ] = None,
     show_output: Annotated[
         bool, typer.Option("--show-output", help="Show the check's output for passing iterations too.")
@@ -290,8 +284,7 @@ def reduce_command(
         typer.Option(
             "--iter-artifact",
             "--intermediate-artifact",
-            help="Where each iteration's subgraph is written for the check.",
-        ),
+            help="Where each iteration's subgraph is written for the check.", metavar="PATH"),
     ] = "polygraphy_debug.onnx",
     no_remove_intermediate: Annotated[
         bool,
@@ -304,8 +297,7 @@ def reduce_command(
         typer.Option(
             "--artifacts",
             help="Files the check writes (or the iteration artifact) to move into ART_DIR/good or ART_DIR/bad "
-            "after each check, named <iteration>_<file name>.",
-        ),
+            "after each check, named <iteration>_<file name>.", metavar="PATH"),
     ] = None,
     art_dir: Annotated[
         str,
@@ -316,18 +308,16 @@ def reduce_command(
         typer.Option(
             "--iter-info",
             "--iteration-info",
-            help="Write a JSON file before each check: iteration number, nodes, inputs and outputs.",
-        ),
+            help="Write a JSON file before each check: iteration number, nodes, inputs and outputs.", metavar="PATH"),
     ] = None,
     save_debug_replay: Annotated[
         Optional[str],
-        typer.Option("--save-debug-replay", help="Keep every verdict in this JSON file (updated after each check)."),
+        typer.Option("--save-debug-replay", help="Keep every verdict in this JSON file (updated after each check).", metavar="PATH"),
     ] = None,
     load_debug_replay: Annotated[
         Optional[str],
         typer.Option(
-            "--load-debug-replay", help="Answer subgraphs already judged in an earlier run without checking them."
-        ),
+            "--load-debug-replay", help="Answer subgraphs already judged in an earlier run without checking them.", metavar="PATH"),
     ] = None,
     model_input_shapes: ModelInputShapesOpt = None,
     force_fallback_shape_inference: ForceFallbackOpt = False,
@@ -346,8 +336,7 @@ def reduce_command(
             "--load-inputs",
             "--load-input-data",
             help="Input data files: their shapes fix the model's dynamic inputs for shape inference, and the "
-            "model runs on them if ONNX-Runtime must be used to find tensor shapes.",
-        ),
+            "model runs on them if ONNX-Runtime must be used to find tensor shapes.", metavar="PATH"),
     ] = None,
     seed: SeedOpt = None,
     val_range: Annotated[
@@ -355,8 +344,7 @@ def reduce_command(
         typer.Option(
             "--val-range",
             help="Value range of generated inputs ([lo,hi], or name:[lo,hi]) when the model runs on "
-            "ONNX-Runtime to find tensor shapes.",
-        ),
+            "ONNX-Runtime to find tensor shapes.", metavar="RANGE"),
     ] = None,
 ) -> None:
     from toolkit.core.errors import UsageError
