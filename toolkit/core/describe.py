@@ -13,6 +13,8 @@ from typing import Dict, List, Optional
 from toolkit.core.meta import TensorMeta, dtype_from_onnx, format_shape
 
 INDENT = "    "
+# Without --mode=full, list at most this many initializers (big models have hundreds).
+INIT_LIST_LIMIT = 16
 
 
 @dataclass(frozen=True)
@@ -336,7 +338,11 @@ def _graph_lines(g: dict, show: Show, ind: str) -> List[str]:
                 for vl in str(t.get("preview", "")).splitlines():
                     lines.append(f"{ind}    {vl}")
     else:
-        lines.append(ind + _meta_list_text([_tensor_text(t) for t in g["initializers"]]))
+        inits = g["initializers"]
+        shown = [_tensor_text(t) for t in inits[:INIT_LIST_LIMIT]]
+        if len(inits) > INIT_LIST_LIMIT:
+            shown.append(f"... {len(inits) - INIT_LIST_LIMIT} more (--mode=full or --json lists all)")
+        lines.append(ind + _meta_list_text(shown))
     lines.append("")
     lines.append(f"{ind}---- {g['node_count']} Node(s) ----")
     for node in g.get("nodes", ()):
