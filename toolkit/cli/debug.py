@@ -231,47 +231,65 @@ def reduce_command(
     ctx: typer.Context,
     model: ModelArg,
     output: Annotated[
-        str, typer.Option("-o", "--output", help="Where to write the smallest subgraph the check fails on.", metavar="PATH")
+        str,
+        typer.Option("-o", "--output", help="Where to write the smallest subgraph the check fails on.", metavar="PATH"),
     ],
     check: Annotated[
         ListOpt,
         typer.Option(
             "--check",
             help="The check command; everything after --check belongs to it (its own -o, --mode, --help too). "
-            "Without it you are asked about each subgraph.", metavar="COMMAND ARGS..."),
+            "Without it you are asked about each subgraph.",
+            metavar="COMMAND ARGS...",
+        ),
     ] = None,
     mode: Annotated[
         Optional[str],
         typer.Option(
             "--mode",
             help="bisect (binary search only) or linear (one node at a time). Default: bisect, then verify "
-            "1-minimality, in one run with fewer checks than bisect followed by linear.", metavar="bisect|linear"),
+            "1-minimality, in one run with fewer checks than bisect followed by linear.",
+            metavar="bisect|linear",
+        ),
     ] = None,
     min_good: Annotated[
         Optional[str],
         typer.Option(
-            "--min-good", "--minimal-good", help="Also write the checked passing subgraph closest to the result.", metavar="PATH"),
+            "--min-good", "--minimal-good", help="Also write the checked passing subgraph closest to the result.",
+            metavar="PATH",
+        ),
     ] = None,
     fail_regex: Annotated[
         ListOpt,
         typer.Option(
             "--fail-regex",
-            help="Count a check as failed only when one of these regular expressions matches its stdout or stderr.", metavar="REGEX"),
+            help="Count a check as failed only when one of these regular expressions matches its stdout or stderr.",
+            metavar="REGEX",
+        ),
     ] = None,
     fail_code: Annotated[
         IntListOpt,
-        typer.Option("--fail-code", "--fail-returncode", help="Exit codes of the check that count as failures.", metavar="CODE"),
+        typer.Option(
+            "--fail-code",
+            "--fail-returncode",
+            help="Exit codes of the check that count as failures.",
+            metavar="CODE",
+        ),
     ] = None,
     ignore_fail_code: Annotated[
         IntListOpt,
         typer.Option(
-            "--ignore-fail-code", "--ignore-fail-returncode", help="Exit codes of the check that count as passes.", metavar="CODE"),
+            "--ignore-fail-code", "--ignore-fail-returncode", help="Exit codes of the check that count as passes.",
+            metavar="CODE",
+        ),
     ] = None,
     check_timeout: Annotated[
         Optional[float],
         typer.Option(
             "--check-timeout",
-            help="Seconds a check may run; then it is killed (with its children) and counts as a failure.", metavar="SECONDS"),
+            help="Seconds a check may run; then it is killed (with its children) and counts as a failure.",
+            metavar="SECONDS",
+        ),
     ] = None,
     show_output: Annotated[
         bool, typer.Option("--show-output", help="Show the check's output for passing iterations too.")
@@ -284,7 +302,9 @@ def reduce_command(
         typer.Option(
             "--iter-artifact",
             "--intermediate-artifact",
-            help="Where each iteration's subgraph is written for the check.", metavar="PATH"),
+            help="Where each iteration's subgraph is written for the check.",
+            metavar="PATH",
+        ),
     ] = "polygraphy_debug.onnx",
     no_remove_intermediate: Annotated[
         bool,
@@ -297,7 +317,9 @@ def reduce_command(
         typer.Option(
             "--artifacts",
             help="Files the check writes (or the iteration artifact) to move into ART_DIR/good or ART_DIR/bad "
-            "after each check, named <iteration>_<file name>.", metavar="PATH"),
+            "after each check, named <iteration>_<file name>.",
+            metavar="PATH",
+        ),
     ] = None,
     art_dir: Annotated[
         str,
@@ -308,16 +330,24 @@ def reduce_command(
         typer.Option(
             "--iter-info",
             "--iteration-info",
-            help="Write a JSON file before each check: iteration number, nodes, inputs and outputs.", metavar="PATH"),
+            help="Write a JSON file before each check: iteration number, nodes, inputs and outputs.",
+            metavar="PATH",
+        ),
     ] = None,
     save_debug_replay: Annotated[
         Optional[str],
-        typer.Option("--save-debug-replay", help="Keep every verdict in this JSON file (updated after each check).", metavar="PATH"),
+        typer.Option(
+            "--save-debug-replay",
+            help="Keep every verdict in this JSON file (updated after each check).",
+            metavar="PATH",
+        ),
     ] = None,
     load_debug_replay: Annotated[
         Optional[str],
         typer.Option(
-            "--load-debug-replay", help="Answer subgraphs already judged in an earlier run without checking them.", metavar="PATH"),
+            "--load-debug-replay", help="Answer subgraphs already judged in an earlier run without checking them.",
+            metavar="PATH",
+        ),
     ] = None,
     model_input_shapes: ModelInputShapesOpt = None,
     force_fallback_shape_inference: ForceFallbackOpt = False,
@@ -336,7 +366,9 @@ def reduce_command(
             "--load-inputs",
             "--load-input-data",
             help="Input data files: their shapes fix the model's dynamic inputs for shape inference, and the "
-            "model runs on them if ONNX-Runtime must be used to find tensor shapes.", metavar="PATH"),
+            "model runs on them if ONNX-Runtime must be used to find tensor shapes.",
+            metavar="PATH",
+        ),
     ] = None,
     seed: SeedOpt = None,
     val_range: Annotated[
@@ -344,7 +376,9 @@ def reduce_command(
         typer.Option(
             "--val-range",
             help="Value range of generated inputs ([lo,hi], or name:[lo,hi]) when the model runs on "
-            "ONNX-Runtime to find tensor shapes.", metavar="RANGE"),
+            "ONNX-Runtime to find tensor shapes.",
+            metavar="RANGE",
+        ),
     ] = None,
 ) -> None:
     from toolkit.core.errors import UsageError
