@@ -76,6 +76,12 @@ def run_with_boundary(func, *args, **kwargs) -> int:
             traceback.print_exc()
         if isinstance(exc, MemoryError):
             _print_error("out of memory")
+        elif isinstance(exc, UnicodeDecodeError):
+            # protobuf decodes a model's text fields (names, op types) only when they are read
+            _print_error(
+                f"the input model holds text that is not valid UTF-8 ({exc.reason} at byte {exc.start} of "
+                "a name or other text field); the file is corrupt"
+            )
         elif isinstance(exc, OSError):
             name = getattr(exc, "filename", None)
             _print_error(f"{name + ': ' if name else ''}{exc.strerror or exc}")

@@ -670,7 +670,7 @@ def _fold_once(
     kwargs = dict(fold_shapes=fold_shapes, size_threshold=size_threshold, recurse_subgraphs=True)
     if partitioning != "auto":
         mode = None if partitioning == "none" else partitioning
-        with _quiet_gs() as buf, _quiet_ort():
+        with _quiet_gs() as buf, _quiet_ort(), _gs_step("fold constants in"):
             graph.fold_constants(partitioning=mode, error_ok=True, **kwargs)
         if "failed" in buf.getvalue().lower():
             log(f"Folding constants | some nodes could not be folded (partitioning={partitioning}); kept as they are")
@@ -712,7 +712,7 @@ def _fold_once(
                     f"({_first_line(exc)}); folding the rest without it")
         else:
             log("Folding constants | too many nodes fail to fold; falling back to folding part by part")
-        with _quiet_gs() as buf, _quiet_ort():
+        with _quiet_gs() as buf, _quiet_ort(), _gs_step("fold constants in"):
             graph.fold_constants(partitioning="recursive", error_ok=True, should_exclude_node=exclude, **kwargs)
         return "recursive"
     finally:
