@@ -19,7 +19,6 @@ are plain functions, tested on CPU.
 
 from __future__ import annotations
 
-import fnmatch
 import os
 import re
 import sys
@@ -167,55 +166,20 @@ def select_outputs(
     explicitly (default: candidates + current). No patterns keeps ``current``. Raises
     UsageError for an unknown name, a glob that matches nothing, or an empty result.
     """
+    from toolkit.core.layerwise import choose_names
+
     allowed = list(dict.fromkeys(list(candidates) + list(current)))
-    known_set = set(known) if known is not None else set(allowed)
-    chosen: List[str] = []
-    seen = set()
-
-    def add(name: str) -> None:
-        if name not in seen:
-            seen.add(name)
-            chosen.append(name)
-
-    if patterns:
-        words: List[str] = []
-        i = 0
-        pats = list(patterns)
-        while i < len(pats):  # "mark all" anywhere among other words means "*"
-            if pats[i] == "mark" and i + 1 < len(pats) and pats[i + 1] == "all":
-                words.append("*")
-                i += 2
-                continue
-            words.append(pats[i])
-            i += 1
-        for word in words:
-            if word == "*":
-                for name in allowed:
-                    add(name)
-            elif any(c in word for c in "*?["):
-                hits = [n for n in allowed if fnmatch.fnmatchcase(n, word)]
-                if not hits:
-                    raise UsageError(f"--trt-outputs pattern '{word}' matches no tensor of the TensorRT network")
-                for name in hits:
-                    add(name)
-            else:
-                if word not in known_set:
-                    raise UsageError(
-                        f"--trt-outputs names '{word}', which is no layer output of the TensorRT network "
-                        "(TensorRT keeps the ONNX names of node outputs)"
-                    )
-                add(word)
-    else:
-        for name in current:
-            add(name)
-    for word in exclude or ():
-        if any(c in word for c in "*?["):
-            chosen = [n for n in chosen if not fnmatch.fnmatchcase(n, word)]
-        else:
-            chosen = [n for n in chosen if n != word]
-    if not chosen:
-        raise UsageError("no outputs left to return; check --trt-outputs and --trt-exclude-outputs")
-    return chosen
+    return choose_names(
+        allowed,
+        current,
+        patterns,
+        exclude,
+        known=known if known is not None else allowed,
+        option="--trt-outputs",
+        exclude_option="--trt-exclude-outputs",
+        where="the TensorRT network",
+        unknown_hint=" (TensorRT keeps the ONNX names of node outputs)",
+    )
 
 
 @dataclass

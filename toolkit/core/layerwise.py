@@ -65,6 +65,62 @@ def _normalize_words(words: Sequence[str]) -> List[str]:
     return out
 
 
+def choose_names(
+    candidates: Sequence[str],
+    default: Sequence[str],
+    patterns: Optional[Sequence[str]],
+    exclude: Optional[Sequence[str]] = None,
+    *,
+    known: Optional[Sequence[str]] = None,
+    option: str = "--onnx-outputs",
+    exclude_option: str = "--onnx-exclude-outputs",
+    where: str = "the model",
+    unknown_hint: str = "",
+) -> List[str]:
+    """Resolve output patterns (``mark all``/``*``, globs, names) against tensor names.
+
+    ``candidates`` are what ``*`` and globs choose from (in order); ``default`` is kept when
+    there are no patterns; ``known`` are the names that may be given exactly (default:
+    candidates + default). Exclusions (names or globs) are removed last. Raises UsageError
+    for an unknown name, a glob that matches nothing, or an empty result.
+    """
+    known_set = set(known) if known is not None else set(candidates) | set(default)
+    chosen: List[str] = []
+    seen = set()
+
+    def add(name: str) -> None:
+        if name not in seen:
+            seen.add(name)
+            chosen.append(name)
+
+    if patterns:
+        for word in _normalize_words(patterns):
+            if word == "*":
+                for name in candidates:
+                    add(name)
+            elif _is_glob(word):
+                hits = [n for n in candidates if fnmatch.fnmatchcase(n, word)]
+                if not hits:
+                    raise UsageError(f"{option} pattern '{word}' matches no tensor of {where}")
+                for name in hits:
+                    add(name)
+            else:
+                if word not in known_set:
+                    raise UsageError(f"{option} names '{word}', which is no tensor of {where}{unknown_hint}")
+                add(word)
+    else:
+        for name in default:
+            add(name)
+    for word in exclude or ():
+        if _is_glob(word):
+            chosen = [n for n in chosen if not fnmatch.fnmatchcase(n, word)]
+        else:
+            chosen = [n for n in chosen if n != word]
+    if not chosen:
+        raise UsageError(f"no outputs left to return; check {option} and {exclude_option}")
+    return chosen
+
+
 def select_outputs(model, patterns: Sequence[str], exclude: Optional[Sequence[str]] = None) -> List[str]:
     """The tensor names the run should return, given ``--onnx-outputs`` and exclusions.
 
@@ -73,47 +129,19 @@ def select_outputs(model, patterns: Sequence[str], exclude: Optional[Sequence[st
     """
     graph = model.graph
     candidates = candidate_outputs(graph)
-    if patterns:
-        words = _normalize_words(patterns)
-        known = set(candidates)
-        known.update(vi.name for vi in graph.input)
-        for node in graph.node:
-            known.update(o for o in node.output if o)
-        chosen: List[str] = []
-        seen = set()
-
-        def add(name: str) -> None:
-            if name not in seen:
-                seen.add(name)
-                chosen.append(name)
-
-        for word in words:
-            if word == "*":
-                for name in candidates:
-                    add(name)
-            elif _is_glob(word):
-                hits = [n for n in candidates if fnmatch.fnmatchcase(n, word)]
-                if not hits:
-                    raise UsageError(f"--onnx-outputs pattern '{word}' matches no tensor of the model")
-                for name in hits:
-                    add(name)
-            else:
-                if word not in known:
-                    raise UsageError(
-                        f"--onnx-outputs names '{word}', which is no tensor of the model's top graph; "
-                        "`toolkit inspect model` lists the tensor names"
-                    )
-                add(word)
-    else:
-        chosen = [vi.name for vi in graph.output]
-    for word in exclude or ():
-        if _is_glob(word):
-            chosen = [n for n in chosen if not fnmatch.fnmatchcase(n, word)]
-        else:
-            chosen = [n for n in chosen if n != word]
-    if not chosen:
-        raise UsageError("no outputs left to return; check --onnx-outputs and --onnx-exclude-outputs")
-    return chosen
+    known = set(candidates)
+    known.update(vi.name for vi in graph.input)
+    for node in graph.node:
+        known.update(o for o in node.output if o)
+    return choose_names(
+        candidates,
+        [vi.name for vi in graph.output],
+        patterns,
+        exclude,
+        known=known,
+        where="the model's top graph",
+        unknown_hint="; `toolkit inspect model` lists the tensor names",
+    )
 
 
 def set_outputs(model, names: Sequence[str]) -> None:
