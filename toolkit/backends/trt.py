@@ -20,7 +20,6 @@ are plain functions, tested on CPU.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from toolkit.backends.base import Runner
 from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError
 from toolkit.core.meta import TensorMeta
+from toolkit.core.meta import parse_size as _parse_size
 
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 INSTALL_HINT = "install it with: pip install 'toolkit[trt]'"
@@ -42,8 +42,6 @@ POOL_NAMES = (
     "tactic_dram",
     "tactic_shared_memory",
 )
-_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-_SIZE_RE = re.compile(r"^\s*((?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
 
 # TensorRT DataType names -> toolkit dtype names (those numpy can hold, with ml_dtypes).
 _TRT_DTYPES = {
@@ -71,14 +69,8 @@ def is_engine_path(path: str) -> bool:
 
 
 def parse_size(text: str) -> int:
-    """``1G`` / ``512M`` / ``64KiB`` / ``1048576`` / ``2.5g`` -> bytes (powers of 1024)."""
-    m = _SIZE_RE.match(text or "")
-    if not m:
-        raise UsageError(f"bad size '{text}'; write e.g. 1G, 512M or 1048576")
-    value = float(m.group(1)) * _UNITS[m.group(2).lower()]
-    if value < 1:
-        raise UsageError(f"size '{text}' must be at least one byte")
-    return int(value)
+    """``1G`` / ``512M`` / ``64KiB`` / ``1048576`` / ``2.5g`` -> bytes (powers of 1024), at least 1."""
+    return _parse_size(text, minimum=1)
 
 
 def parse_pool_limits(specs: Optional[Sequence[str]]) -> Dict[str, int]:

@@ -317,3 +317,21 @@ def parse_named_values(specs: Sequence[str], convert, what: str) -> Tuple[Option
         except (ValueError, TypeError) as exc:
             raise UsageError(f"bad {what} '{spec}': {exc}") from None
     return glob, per
+
+
+_SIZE_UNITS = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+_SIZE_RE = re.compile(r"^\s*((?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?)\s*([kmgt]?)(?:i?b)?\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str, *, minimum: int = 0) -> int:
+    """``1024``, ``16K``, ``1.5M``, ``2GiB``, ``1 GB`` (powers of 1024) -> bytes.
+
+    Raises UsageError for anything else or a size below ``minimum``.
+    """
+    m = _SIZE_RE.match(str(text or ""))
+    if not m:
+        raise UsageError(f"bad size '{text}'; write bytes, or e.g. 16K, 512M, 1G")
+    value = int(float(m.group(1)) * _SIZE_UNITS[m.group(2).lower()])
+    if value < minimum:
+        raise UsageError(f"size '{text}' must be at least {minimum} byte(s)")
+    return value

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError
-from toolkit.core.meta import TensorMeta, format_meta
+from toolkit.core.meta import TensorMeta, format_meta, parse_size  # noqa: F401  (parse_size: re-exported)
 from toolkit.core.shapes import (
     infer_tensor_meta,
     is_complete,
@@ -151,6 +151,54 @@ def check_model(model, original=None) -> None:
     if original is not None and original.ByteSize() <= PROTOBUF_LIMIT and fails(original) is not None:
         return  # the input model already fails the checker the same way; not our doing
     raise InputError(f"the resulting model fails onnx.checker ({err}); nothing was written")
+
+
+# ---------------------------------------------------------------------- loading weights lazily
+
+# External tensors up to this size are loaded at once (shape tensors and the like, which
+# shape inference and folding may read); bigger ones only when something needs them.
+EAGER_EXTERNAL_BYTES = 1 << 20
+_SHAPE_OPS = {"Shape", "Size"}
+
+
+def load_for_surgery(path: str, external_data_dir: Optional[str] = None, *, fold_constants: bool = False):
+    """Load a model for extract/sanitize without reading weights that may not be needed.
+
+    Returns ``(model, base_dir)``. Big external weights stay references into their files
+    in ``base_dir`` (None when the model has none): those that constant folding reads are
+    loaded now, the rest are copied when the result is saved, and only if the result
+    keeps them (:func:`toolkit.core.model.save_model` with ``external_base_dir``). A
+    missing external file is an InputError at once, before any work.
+    """
+    from toolkit.core.weights import load_lazily
+
+    needed = _initializers_read_by_constant_nodes if fold_constants else None
+    return load_lazily(path, external_data_dir, needed=needed, eager_bytes=EAGER_EXTERNAL_BYTES)
+
+
+def _initializers_read_by_constant_nodes(graph) -> set:
+    """Initializers that folding may compute with: inputs of nodes whose every input is
+    constant (initializers, constant outputs, and Shape/Size results, which folding
+    turns into constants when shapes are known). An over-estimate is harmless."""
+    inits = {t.name for t in graph.initializer}
+    const = set(inits)
+    folded = [False] * len(graph.node)
+    changed = True
+    while changed:
+        changed = False
+        for i, node in enumerate(graph.node):
+            if folded[i]:
+                continue
+            reads = node_reads(node)
+            if node.op_type in _SHAPE_OPS or all(r in const for r in reads):
+                folded[i] = True
+                changed = True
+                const.update(o for o in node.output if o)
+    needed = set()
+    for i, node in enumerate(graph.node):
+        if folded[i] and node.op_type not in _SHAPE_OPS:
+            needed.update(r for r in node_reads(node) if r in inits)
+    return needed
 
 
 # ---------------------------------------------------------------------- malformed models
@@ -526,24 +574,6 @@ class SanitizeReport:
     passes: List[FoldPass] = field(default_factory=list)
     converged: bool = True
     seconds: float = 0.0
-
-
-def parse_size(text: str) -> int:
-    """``1024``, ``16K``, ``1.5M``, ``2G`` (powers of 1024) -> bytes; UsageError if bad."""
-    s = str(text).strip().upper().rstrip("B").rstrip("I")
-    mult = 1
-    for suffix, m in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
-        if s.endswith(suffix):
-            mult = m
-            s = s[:-1]
-            break
-    try:
-        value = float(s)
-    except ValueError:
-        raise UsageError(f"bad size '{text}'; write bytes, or e.g. 16K, 4M, 1G") from None
-    if value < 0:
-        raise UsageError(f"bad size '{text}': must not be negative")
-    return int(value * mult)
 
 
 def _apply_inferred(model, inferred, *, outputs: bool) -> None:
