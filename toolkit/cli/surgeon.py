@@ -50,18 +50,28 @@ ExternalDataThresholdOpt = Annotated[
 ]
 
 
-def _save(model, output: str, save_external: bool, external_path: Optional[str], threshold: str) -> None:
+def _save(
+    model, output: str, save_external: bool, external_path: Optional[str], threshold: str, base_dir: Optional[str]
+) -> None:
     from toolkit.core.model import save_model
     from toolkit.core.surgery import parse_size
 
     external = True if (save_external or external_path) else None
-    save_model(model, output, external_data=external, external_data_path=external_path, size_threshold=parse_size(threshold))
+    save_model(
+        model,
+        output,
+        external_data=external,
+        external_data_path=external_path,
+        size_threshold=parse_size(threshold),
+        external_base_dir=base_dir,
+    )
 
 
-def _load(model_path: str, external_data_dir: Optional[str]):
-    from toolkit.core.model import load_model
+def _load(model_path: str, external_data_dir: Optional[str], fold_constants: bool = False):
+    """(model, base_dir): big external weights are read later, only if the result keeps them."""
+    from toolkit.core.surgery import load_for_surgery
 
-    return load_model(model_path, external_data_dir=external_data_dir)
+    return load_for_surgery(model_path, external_data_dir, fold_constants=fold_constants)
 
 
 def _log(msg: str) -> None:
@@ -111,11 +121,12 @@ def extract_command(
     from toolkit.core.meta import parse_shape_specs, parse_tensor_spec
     from toolkit.core.model import check_output_path
     from toolkit.core.shapes import top_tensor_names
-    from toolkit.core.surgery import check_model, count_model_nodes, extract
+    from toolkit.core.surgery import check_model, count_model_nodes, extract, parse_size
 
     check_output_path(output)
+    parse_size(external_data_threshold)  # a bad value is a usage error before any work
     shapes = parse_shape_specs(model_input_shapes) if model_input_shapes else None
-    m = _load(model, external_data_dir)
+    m, base_dir = _load(model, external_data_dir)
     names = top_tensor_names(m)
     in_specs = [parse_tensor_spec(s, known_names=names) for s in inputs] if inputs else None
     out_specs = [parse_tensor_spec(s, allow_shape=False, known_names=names) for s in outputs] if outputs else None
@@ -125,13 +136,13 @@ def extract_command(
         outputs=out_specs,
         input_shapes=shapes,
         force_fallback=force_fallback,
-        external_data_dir=external_data_dir,
+        external_data_dir=base_dir or external_data_dir,
         log=_log,
     )
     check_model(result, m)
     n_before = count_model_nodes(m)
     del m
-    _save(result, output, save_external_data, external_data_path, external_data_threshold)
+    _save(result, output, save_external_data, external_data_path, external_data_threshold, base_dir)
     _log(f"Extracted subgraph: nodes {n_before} -> {count_model_nodes(result)}; saved to {_describe_out(output)}")
 
 
@@ -192,7 +203,8 @@ def sanitize_command(
     check_output_path(output)
     threshold = parse_size(fold_size_threshold) if fold_size_threshold is not None else None
     shapes = parse_shape_specs(override_input_shapes) if override_input_shapes else None
-    m = _load(model, external_data_dir)
+    parse_size(external_data_threshold)
+    m, base_dir = _load(model, external_data_dir, fold_constants=fold_constants)
     if not (fold_constants or shapes or cleanup or toposort):
         _log("nothing to do: no --fold-constants, --override-input-shapes, --cleanup or --toposort; "
              "the model is written unchanged")
@@ -209,7 +221,7 @@ def sanitize_command(
         log=_log,
     )
     del m
-    _save(result, output, save_external_data, external_data_path, external_data_threshold)
+    _save(result, output, save_external_data, external_data_path, external_data_threshold, base_dir)
     n = len(report.passes)
     passes = f" in {n} folding pass{'es' if n != 1 else ''}" if n else ""
     _log(

@@ -195,29 +195,49 @@ def save_model(
     external_data: Optional[bool] = None,
     external_data_path: Optional[str] = None,
     size_threshold: int = 1024,
+    external_base_dir: Optional[str] = None,
 ) -> None:
     """Save ``model`` to ``path`` (``-`` = stdout) atomically.
 
     ``external_data=None`` picks external data automatically for models that protobuf
     cannot serialize in one piece (>~2 GB). External data goes to ``external_data_path``
     (relative to the model's folder), default ``<model file name>.data``.
+
+    Tensors whose data was never loaded (still references into external files in
+    ``external_base_dir``) are read then: one at a time, straight into the new data file,
+    when saving with external data; all of them when saving one file.
     """
     size = model_size_estimate(model)
+    refs = []
+    if external_base_dir is not None:
+        from toolkit.core import weights
+
+        refs = weights.top_ref_indices(model)
+        size += sum(weights.ref_nbytes(model.graph.initializer[i]) for i in refs)
     if external_data is None:
         external_data = size > AUTO_EXTERNAL_THRESHOLD
     if not external_data:
         if size > PROTOBUF_LIMIT:
             raise InputError(f"{describe(path)}: model is {size / 2**30:.1f} GiB; save it with external data")
+        if external_base_dir is not None:
+            try:
+                with atomic_output(path, "wb") as f:
+                    weights.write_single_file(model, f, external_base_dir)
+            except OSError as exc:
+                raise InputError(f"{describe(path)}: cannot write: {exc.strerror or exc}") from None
+            return
         write_bytes_atomic(path, model.SerializeToString())
         return
     if path == STDIO:
         raise UsageError("a model with external data cannot be written to stdout; give a file name with -o")
-    _save_with_external_data(model, path, external_data_path, size_threshold)
+    _save_with_external_data(model, path, external_data_path, size_threshold, external_base_dir)
 
 
-def _save_with_external_data(model, path: str, location: Optional[str], size_threshold: int) -> None:
+def _save_with_external_data(
+    model, path: str, location: Optional[str], size_threshold: int, base_dir: Optional[str] = None
+) -> None:
     import onnx
-    from onnx.external_data_helper import convert_model_to_external_data, write_external_data_tensors
+    from onnx.external_data_helper import write_external_data_tensors
 
     check_output_path(path)
     folder = os.path.dirname(os.path.abspath(path))
@@ -231,9 +251,18 @@ def _save_with_external_data(model, path: str, location: Optional[str], size_thr
     try:
         if os.path.exists(tmp_data):
             os.unlink(tmp_data)
-        convert_model_to_external_data(
-            model, all_tensors_to_one_file=True, location=tmp_loc, size_threshold=size_threshold
-        )
+        from onnx.external_data_helper import set_external_data
+
+        if base_dir is not None:
+            # weights still in the source's files: copied in chunks, never all in memory
+            from toolkit.core.weights import append_refs_to_data_file
+
+            append_refs_to_data_file(model, base_dir, folder, tmp_loc, size_threshold)
+        # (what convert_model_to_external_data does, without its check for an existing
+        # file relative to the current folder, which the loop above may have created)
+        for t in model.graph.initializer:
+            if t.HasField("raw_data") and sys.getsizeof(t.raw_data) >= size_threshold:
+                set_external_data(t, tmp_loc)
         write_external_data_tensors(model, folder)
         # point the model at the final name before serializing it
         for tensor in onnx.external_data_helper._get_all_tensors(model):
@@ -242,11 +271,17 @@ def _save_with_external_data(model, path: str, location: Optional[str], size_thr
                     entry.value = location
         write_bytes_atomic(path, model.SerializeToString())
         if os.path.exists(tmp_data):
+            with contextlib.suppress(OSError):  # onnx creates it 0600; give it the model's permissions
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp_data, 0o666 & ~umask)
             os.replace(tmp_data, data_file)
-    except OSError as exc:
+    except BaseException as exc:  # incl. Ctrl-C: no half-written data file is left behind
         with contextlib.suppress(OSError):
             os.unlink(tmp_data)
-        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        if isinstance(exc, OSError):
+            raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+        raise
 
 
 def graph_io_meta(model):

@@ -392,7 +392,9 @@ def extract(
     if out_specs is not None:
         new_outputs = []
         for spec in out_specs:
-            t = tensors[spec.name]
+            t = tensors.get(spec.name)
+            if t is None:  # an initializer that nothing reads: not in graphsurgeon's graph
+                t = _import_unused_initializer(model, spec.name)
             meta = metas[spec.name]
             if not isinstance(t, gs.Constant):
                 t.dtype = _np_dtype(meta.dtype)
@@ -410,6 +412,18 @@ def extract(
     if dangling:
         raise InputError(_dangling_message(result, dangling))
     return result
+
+
+def _import_unused_initializer(model, name: str):
+    init = next((t for t in model.graph.initializer if t.name == name), None)
+    try:
+        from onnx_graphsurgeon.importers.onnx_importer import OnnxImporter
+
+        if init is not None:
+            return OnnxImporter.import_tensor(init)
+    except Exception:  # noqa: BLE001 - graphsurgeon internals; fall through to the message
+        pass
+    raise InputError(f"'{name}' is not connected to any node of the model and cannot be a subgraph output")
 
 
 def _all_tensors(graph) -> dict:

@@ -1,0 +1,255 @@
+"""External weights that stay on disk until they are written out.
+
+A model loaded with ``load_external_data=False`` keeps its big initializers as references
+(``data_location = EXTERNAL`` with a location, offset and length) into files in a base
+folder. Surgery works on the structure alone; when the result is saved, the weights it
+still references are copied from their source files in chunks — straight into the new
+data file, or spliced into a single-file model — so memory never holds them all, and
+never twice.
+
+Splicing uses protobuf's merge rule: serialized messages concatenate, and a repeated
+field's elements add up. The model is serialized without the referenced initializers,
+then each one is appended as a tiny ``ModelProto{graph{initializer: [tensor]}}`` whose
+``raw_data`` bytes are copied from the source file.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterator, List, Optional, Tuple
+
+from toolkit.core.errors import InputError
+
+_CHUNK = 16 << 20
+
+
+def _describe(path: str) -> str:
+    return "<stdin>" if path == "-" else path
+
+
+def is_ref(tensor) -> bool:
+    """A tensor whose data is still in an external file."""
+    import onnx
+
+    return tensor.data_location == onnx.TensorProto.EXTERNAL and not tensor.HasField("raw_data")
+
+
+def _walk_graphs(graph, top: bool = True) -> Iterator[Tuple[object, bool]]:
+    yield graph, top
+    for node in graph.node:
+        for attr in node.attribute:
+            if attr.g.ByteSize():
+                yield from _walk_graphs(attr.g, False)
+            for sub in attr.graphs:
+                yield from _walk_graphs(sub, False)
+
+
+def nested_tensors(model) -> Iterator[object]:
+    """Every tensor except the top graph's initializers: subgraph initializers and
+    tensors in node attributes (Constant values), at any depth."""
+    for graph, top in _walk_graphs(model.graph):
+        if not top:
+            yield from graph.initializer
+        for node in graph.node:
+            for attr in node.attribute:
+                if attr.HasField("t"):
+                    yield attr.t
+                yield from attr.tensors
+
+
+def ref_nbytes(tensor) -> int:
+    """Size of a referenced tensor's data: its ``length`` entry, else its dims."""
+    for entry in tensor.external_data:
+        if entry.key == "length":
+            try:
+                return max(int(entry.value), 0)
+            except ValueError:
+                break
+    n = 1
+    for d in tensor.dims:
+        n *= max(int(d), 0)
+    return n * 4
+
+
+def check_external_files(model, base_dir: str, path: str = "") -> None:
+    """InputError unless every external file the model names exists in ``base_dir``."""
+    from toolkit.core.model import external_data_locations
+
+    if not os.path.isdir(base_dir):
+        raise InputError(f"{base_dir}: external data folder does not exist")
+    for loc in external_data_locations(model):
+        if not os.path.isfile(os.path.join(base_dir, loc)):
+            raise InputError(
+                f"{_describe(path)}: external data file {loc} not found in {base_dir}; "
+                "put it beside the model or pass --external-data-dir"
+            )
+
+
+def load_tensor(tensor, base_dir: str, path: str = "") -> None:
+    """Read one referenced tensor's data into it (it becomes an in-memory tensor)."""
+    from onnx.external_data_helper import load_external_data_for_tensor
+
+    try:
+        load_external_data_for_tensor(tensor, base_dir)
+    except Exception as exc:  # onnx raises ValidationError, OSError, ValueError...
+        raise InputError(f"{_describe(path)}: cannot load external data of '{tensor.name}': {exc}") from None
+
+
+def ref_source(tensor, base_dir: str) -> Tuple[str, int, int]:
+    """(file, offset, length) of a referenced tensor's bytes, checked: the file is inside
+    ``base_dir`` and holds the whole range."""
+    from onnx.external_data_helper import ExternalDataInfo
+
+    try:
+        info = ExternalDataInfo(tensor)
+    except ValueError as exc:
+        raise InputError(f"tensor '{tensor.name}': bad external data entry: {exc}") from None
+    loc = info.location or ""
+    base = os.path.realpath(base_dir)
+    full = os.path.realpath(os.path.join(base, loc))
+    if not loc or os.path.isabs(loc) or os.path.commonpath([full, base]) != base:
+        raise InputError(f"tensor '{tensor.name}': external data location '{loc}' is not a file inside {base_dir}")
+    if not os.path.isfile(full):
+        raise InputError(f"tensor '{tensor.name}': external data file {loc} not found in {base_dir}")
+    size = os.path.getsize(full)
+    offset = info.offset or 0
+    length = info.length if info.length is not None else size - offset
+    if offset + length > size:
+        raise InputError(
+            f"tensor '{tensor.name}': external data {loc} ends at byte {size}, before the tensor's "
+            f"{length} bytes at offset {offset}; the file is truncated"
+        )
+    return full, offset, length
+
+
+def copy_range(src: str, offset: int, length: int, out) -> None:
+    """Copy ``length`` bytes at ``offset`` of ``src`` to the open binary file ``out``."""
+    with open(src, "rb") as f:
+        f.seek(offset)
+        left = length
+        while left:
+            buf = f.read(min(_CHUNK, left))
+            if not buf:
+                raise InputError(f"{src}: ended early while copying external data")
+            out.write(buf)
+            left -= len(buf)
+
+
+def top_ref_indices(model) -> List[int]:
+    return [i for i, t in enumerate(model.graph.initializer) if is_ref(t)]
+
+
+def append_refs_to_data_file(model, base_dir: str, folder: str, location: str, size_threshold: int) -> None:
+    """Copy every referenced top-level initializer into ``folder/location`` (appending),
+    in chunks, and point the tensor there. Small ones are loaded into the model instead;
+    nested references (attribute tensors, subgraph initializers) are loaded."""
+    import onnx
+
+    for t in nested_tensors(model):
+        if is_ref(t):
+            load_tensor(t, base_dir)
+    refs = [model.graph.initializer[i] for i in top_ref_indices(model)]
+    if not refs:
+        return
+    with open(os.path.join(folder, location), "ab") as out:
+        for t in refs:
+            src, offset, length = ref_source(t, base_dir)
+            if length < size_threshold:
+                load_tensor(t, base_dir)
+                continue
+            start = out.tell()
+            copy_range(src, offset, length, out)
+            del t.external_data[:]
+            t.data_location = onnx.TensorProto.EXTERNAL
+            for key, value in (("location", location), ("offset", str(start)), ("length", str(length))):
+                entry = t.external_data.add()
+                entry.key, entry.value = key, value
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte = n & 0x7F
+        n >>= 7
+        if n:
+            out.append(byte | 0x80)
+        else:
+            out.append(byte)
+            return bytes(out)
+
+
+def _key(message_cls, field: str) -> bytes:
+    number = message_cls.DESCRIPTOR.fields_by_name[field].number
+    return _varint((number << 3) | 2)  # wire type 2: length-delimited
+
+
+def write_single_file(model, out, base_dir: str) -> None:
+    """Write ``model`` as one protobuf file to the open binary file ``out``, its referenced
+    top-level initializers spliced in from their files in chunks (they end up last).
+
+    Nested references are loaded first. ``model`` loses those initializers from its list
+    while writing and gets them back at the end (as in-file references, unchanged).
+    """
+    import onnx
+
+    for t in nested_tensors(model):
+        if is_ref(t):
+            load_tensor(t, base_dir)
+    indices = top_ref_indices(model)
+    inits = model.graph.initializer
+    pieces = []
+    for i in indices:
+        t = inits[i]
+        meta = onnx.TensorProto()
+        meta.CopyFrom(t)  # no data: the tensor is a reference
+        pieces.append((t, meta, ref_source(t, base_dir)))
+    kept = [inits[i] for i in indices]
+    saved = []
+    for t in kept:
+        ref = onnx.TensorProto()
+        ref.CopyFrom(t)
+        saved.append(ref)
+    for i in reversed(indices):
+        del inits[i]
+    try:
+        out.write(model.SerializeToString())
+        k_raw = _key(onnx.TensorProto, "raw_data")
+        k_init = _key(onnx.GraphProto, "initializer")
+        k_graph = _key(onnx.ModelProto, "graph")
+        for _t, meta, (src, offset, length) in pieces:
+            meta.ClearField("external_data")
+            meta.ClearField("data_location")
+            head = meta.SerializeToString() + k_raw + _varint(length)
+            tensor_len = len(head) + length
+            graph_head = k_init + _varint(tensor_len)
+            graph_len = len(graph_head) + tensor_len
+            out.write(k_graph + _varint(graph_len) + graph_head + head)
+            copy_range(src, offset, length, out)
+    finally:
+        inits.extend(saved)
+
+
+def load_lazily(path: str, external_data_dir: Optional[str], needed=None, eager_bytes: int = 1 << 20):
+    """Load a model keeping big top-level external initializers as references.
+
+    Returns ``(model, base_dir)`` (base_dir None when nothing is external). Loaded at once:
+    nested tensors, those up to ``eager_bytes``, and the initializers named by
+    ``needed(graph)`` (a function of the loaded graph, e.g. what constant folding reads).
+    """
+    from toolkit.core.model import STDIO, _has_external_data, load_model
+
+    model = load_model(path, external_data_dir=external_data_dir, load_external_data=False)
+    if not _has_external_data(model):
+        return model, None
+    base = external_data_dir
+    if base is None:
+        base = os.getcwd() if path == STDIO else (os.path.dirname(os.path.abspath(path)) or ".")
+    check_external_files(model, base, path)
+    needed = set(needed(model.graph)) if needed is not None else set()
+    for t in nested_tensors(model):
+        if is_ref(t):
+            load_tensor(t, base, path)
+    for t in model.graph.initializer:
+        if is_ref(t) and (t.name in needed or ref_nbytes(t) <= eager_bytes):
+            load_tensor(t, base, path)
+    return model, base
