@@ -37,3 +37,33 @@ def test_unknown_command_is_usage_error():
     res = run_toolkit("no-such-command")
     assert res.code == 2
     assert "Traceback" not in res.err
+
+
+def test_root_help_lists_groups_without_loading_them():
+    code = (
+        "import sys\n"
+        "from toolkit.cli.app import main\n"
+        "main(['--help'])\n"
+        "print('LOADED', sorted(m for m in sys.modules if m.startswith('toolkit.cli.') and m.split('.')[-1] in "
+        "('run', 'inspect', 'surgeon', 'data', 'debug')))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "LOADED []" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_registry_short_help_matches_each_group():
+    import re
+
+    from toolkit.cli.app import GROUPS, get_command
+
+    full = get_command()
+    for name, (_mod, _attr, short) in GROUPS.items():
+        words = lambda text: re.findall(r"[\w'/()-]+", text or "")
+        assert words(full.commands[name].help)[: len(words(short))] == words(short), name
+
+
+def test_lazy_root_runs_every_group():
+    for group in ("run", "inspect", "surgeon", "data", "debug"):
+        res = run_toolkit(group, "--help")
+        assert res.code == 0, (group, res.err)
+        assert f"Usage: toolkit {group}" in res.out

@@ -1,9 +1,10 @@
 """The root ``toolkit`` command: one Typer app, every command group registered here.
 
-Start-up matters (``debug reduce`` may start the CLI hundreds of times), so a command line
-that names one group (``toolkit run ...``, ``toolkit inspect model ...``) builds and imports
-only that group; ``toolkit --help`` builds them all. Built command trees are cached, so a
-warm process (the reducer's forked worker) builds each one once.
+Start-up matters (``debug reduce`` may start the CLI hundreds of times), so the root group
+loads its command groups lazily (Click's "lazily loading subcommands" pattern): the root
+``--help`` lists the groups from the registry below without importing or building them,
+and ``toolkit run ...`` imports and builds only ``run``. Built command trees are cached, so
+a warm process (the reducer's forked worker) builds each one once.
 """
 
 import importlib
@@ -12,6 +13,7 @@ import sys
 from typing import Callable, Dict, List, Optional, Tuple
 
 import typer
+from typer.core import TyperGroup
 
 from toolkit import __version__
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
@@ -21,15 +23,34 @@ HELP = (
     "and reduce failing models to minimal subgraphs."
 )
 
-# The one list of command groups, in help order: name -> (module, attribute). The attribute
-# is a Typer group (`app`) or a function that registers a top-level command (`register`).
-GROUPS: Dict[str, Tuple[str, str]] = {
-    "run": ("toolkit.cli.run", "register"),
-    "inspect": ("toolkit.cli.inspect", "app"),
-    "surgeon": ("toolkit.cli.surgeon", "app"),
-    "data": ("toolkit.cli.data", "app"),
-    "debug": ("toolkit.cli.debug", "app"),
+# The one list of command groups, in help order: name -> (module, attribute, short help).
+# The attribute is a Typer group (`app`) or a function that registers a top-level command
+# (`register`). The short help is what the root --help lists (a test keeps it equal to the
+# first sentence of the group's own help).
+GROUPS: Dict[str, Tuple[str, str, str]] = {
+    "run": ("toolkit.cli.run", "register", "Run a model on ONNX-Runtime and/or TensorRT with generated or loaded inputs."),
+    "inspect": ("toolkit.cli.inspect", "app", "Inspect models and data files."),
+    "surgeon": ("toolkit.cli.surgeon", "app", "Cut subgraphs out of ONNX models and simplify them."),
+    "data": ("toolkit.cli.data", "app", "Work with inputs and outputs data files (JSON or .npz)."),
+    "debug": ("toolkit.cli.debug", "app", "Debug failing models: reduce them to minimal failing subgraphs."),
 }
+
+
+class LazyRootGroup(TyperGroup):
+    """The root group: lists GROUPS without loading them; loads one when it is invoked."""
+
+    def list_commands(self, ctx) -> List[str]:
+        return list(GROUPS)
+
+    def get_command(self, ctx, name: str):
+        if name not in GROUPS:
+            return None
+        return get_command(name).commands[name]
+
+    def format_commands(self, ctx, formatter) -> None:
+        rows = [(name, GROUPS[name][2]) for name in GROUPS]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
 
 def _version(value: bool) -> None:
@@ -47,12 +68,15 @@ def _root(
     failing models to minimal subgraphs."""
 
 
-def build_app(names: Optional[List[str]] = None) -> typer.Typer:
-    """The root Typer app with the named groups (default: all of them)."""
-    root = typer.Typer(name="toolkit", help=HELP, **SUBAPP_SETTINGS)
+def build_app(names: Optional[List[str]] = None, lazy: bool = False) -> typer.Typer:
+    """The root Typer app with the named groups (default: all of them); with ``lazy``, an
+    app with none registered whose root group loads them on demand."""
+    root = typer.Typer(name="toolkit", help=HELP, cls=LazyRootGroup if lazy else None, **SUBAPP_SETTINGS)
     root.callback()(_root)
+    if lazy:
+        return root
     for name in names or list(GROUPS):
-        module, attr = GROUPS[name]
+        module, attr, _short = GROUPS[name]
         obj = getattr(importlib.import_module(module), attr)
         if attr == "register":
             obj(root)
@@ -64,11 +88,13 @@ def build_app(names: Optional[List[str]] = None) -> typer.Typer:
 _COMMANDS: Dict[Optional[str], object] = {}
 
 
-def get_command(group: Optional[str] = None):
-    """The Click command tree for one group (or all, for None), built once per process."""
-    if group not in _COMMANDS:
-        _COMMANDS[group] = typer.main.get_command(build_app([group] if group else None))
-    return _COMMANDS[group]
+def get_command(group: Optional[str] = None, lazy: bool = False):
+    """The Click command tree: the lazy root (``lazy``), one group's tree (``group``) or the
+    whole tree (neither); built once per process."""
+    key = "<lazy>" if lazy else group
+    if key not in _COMMANDS:
+        _COMMANDS[key] = typer.main.get_command(build_app([group] if group else None, lazy=lazy))
+    return _COMMANDS[key]
 
 
 def __getattr__(name: str):
@@ -76,14 +102,6 @@ def __getattr__(name: str):
     if name == "app":
         return build_app()
     raise AttributeError(name)
-
-
-def _group_of(argv: List[str]) -> Optional[str]:
-    for tok in argv:
-        if tok.startswith("-"):
-            return None  # root options (--help, --version) need the whole tree
-        return tok if tok in GROUPS else None
-    return None
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -94,7 +112,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         argv = sys.argv[1:]
     argv = list(argv)
     # a process that already built the whole tree (a warm worker) reuses it for any command
-    cmd = _COMMANDS.get(None) or get_command(_group_of(argv))
+    cmd = _COMMANDS.get(None) or get_command(lazy=True)
     return run_with_boundary(cmd.main, args=argv, prog_name="toolkit", standalone_mode=False)
 
 
