@@ -44,12 +44,15 @@ def inspect_model(
     from toolkit.core.model import load_model
 
     shown = Show.from_mode(mode).union(Show.from_words(show))
-    proto = load_model(
-        model,
-        external_data_dir=external_data_dir,
-        load_external_data=not ignore_external_data and shown.weights,
-    )
-    desc = describe_model(proto, shown)
+    base_dir = None
+    if shown.weights and not ignore_external_data:
+        from toolkit.core.weights import load_lazily
+
+        # weights stay on disk and are read one at a time for their statistics
+        proto, base_dir = load_lazily(model, external_data_dir, eager_bytes=0)
+    else:
+        proto = load_model(model, external_data_dir=external_data_dir, load_external_data=False)
+    desc = describe_model(proto, shown, external_base_dir=base_dir)
     if as_json:
         _emit([json.dumps(desc, indent=2)])
     else:

@@ -181,10 +181,13 @@ def _attr_value(attr, show: Show, depth: int):
 class GraphDescriber:
     """Builds the description of one (sub)graph, resolving tensor metadata in scope."""
 
-    def __init__(self, show: Show, outer: Optional[Dict[str, TensorMeta]] = None, outer_inits=None):
+    def __init__(
+        self, show: Show, outer: Optional[Dict[str, TensorMeta]] = None, outer_inits=None, external_base_dir=None
+    ):
         self.show = show
         self.outer = dict(outer or {})
         self.outer_inits = set(outer_inits or ())
+        self.external_base_dir = external_base_dir  # where weights left on disk are read from
 
     def describe(self, graph) -> dict:
         from toolkit.core.model import value_info_meta
@@ -219,7 +222,18 @@ class GraphDescriber:
         from onnx.external_data_helper import uses_external_data
 
         if uses_external_data(t) and not t.raw_data:
-            return {"values": None, "note": "external data not loaded"}
+            if self.external_base_dir is None:
+                return {"values": None, "note": "external data not loaded"}
+            try:
+                arr = _read_external(t, self.external_base_dir)
+            except Exception as exc:  # noqa: BLE001 - a summary line, not a failure
+                return {"values": None, "note": f"unreadable: {exc}"}
+            info = summarize_array(arr)
+            info["preview"] = values_text(arr, full=False)
+            info.pop("dtype", None)
+            info.pop("shape", None)
+            del arr  # one weight in memory at a time
+            return info
         try:
             from onnx import numpy_helper
 
@@ -265,14 +279,40 @@ class GraphDescriber:
         if self.show.attrs:
             entry["attributes"] = attrs
         if subgraphs:
-            inner = GraphDescriber(self.show, metas, inits)
+            inner = GraphDescriber(self.show, metas, inits, self.external_base_dir)
             entry["subgraphs"] = {name: inner.describe(g) for name, g in subgraphs}
         return entry
 
 
-def describe_model(model, show: Show, infer: bool = True) -> dict:
+def _read_external(t, base_dir: str):
+    """A weight still on disk, as an array: memory-mapped when numpy has its dtype."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from toolkit.core.weights import load_tensor, ref_source
+
+    src, offset, length = ref_source(t, base_dir)
+    try:
+        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
+    except Exception:  # noqa: BLE001 - unknown or exotic element type
+        dtype = None
+    shape = tuple(int(d) for d in t.dims)
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if dtype is not None and dtype.kind in "biuf" and dtype.itemsize * count == length:
+        if count == 0:
+            return np.zeros(shape, dtype)
+        return np.memmap(src, dtype=dtype.newbyteorder("<"), mode="r", offset=offset, shape=shape)
+    copy = type(t)()
+    copy.CopyFrom(t)
+    load_tensor(copy, base_dir)
+    return numpy_helper.to_array(copy)
+
+
+def describe_model(model, show: Show, infer: bool = True, external_base_dir: Optional[str] = None) -> dict:
     """Describe ``model``; with ``infer`` (default), ONNX shape inference fills in the dtype
-    and shape of intermediate tensors where it can (the model itself is not modified)."""
+    and shape of intermediate tensors where it can (the model itself is not modified).
+    Weights left on disk (a model loaded with ``load_external_data=False``) are read from
+    ``external_base_dir`` one at a time, when shown."""
     graph = model.graph
     if infer and show.layers:
         from toolkit.core.model import infer_shapes
@@ -284,7 +324,7 @@ def describe_model(model, show: Show, infer: bool = True) -> dict:
         if inferred is not model:
             # keep the original initializers (inference copies may lack loaded data)
             graph = _with_value_info(model.graph, inferred.graph)
-    graph_desc = GraphDescriber(show).describe(graph)
+    graph_desc = GraphDescriber(show, external_base_dir=external_base_dir).describe(graph)
     opsets = {(o.domain or "ai.onnx"): int(o.version) for o in model.opset_import}
     return {
         "name": model.graph.name,

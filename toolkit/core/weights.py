@@ -16,6 +16,7 @@ then each one is appended as a tiny ``ModelProto{graph{initializer: [tensor]}}``
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Iterator, List, Optional, Tuple
 
 from toolkit.core.errors import InputError
@@ -90,7 +91,9 @@ def load_tensor(tensor, base_dir: str, path: str = "") -> None:
     from onnx.external_data_helper import load_external_data_for_tensor
 
     try:
-        load_external_data_for_tensor(tensor, base_dir)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            load_external_data_for_tensor(tensor, base_dir)
     except Exception as exc:  # onnx raises ValidationError, OSError, ValueError...
         raise InputError(f"{_describe(path)}: cannot load external data of '{tensor.name}': {exc}") from None
 
@@ -101,7 +104,9 @@ def ref_source(tensor, base_dir: str) -> Tuple[str, int, int]:
     from onnx.external_data_helper import ExternalDataInfo
 
     try:
-        info = ExternalDataInfo(tensor)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # unknown keys: ignored, as onnx itself does
+            info = ExternalDataInfo(tensor)
     except ValueError as exc:
         raise InputError(f"tensor '{tensor.name}': bad external data entry: {exc}") from None
     loc = info.location or ""
