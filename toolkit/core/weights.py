@@ -113,7 +113,10 @@ def ref_source(tensor, base_dir: str) -> Tuple[str, int, int]:
     base = os.path.realpath(base_dir)
     full = os.path.realpath(os.path.join(base, loc))
     if not loc or os.path.isabs(loc) or os.path.commonpath([full, base]) != base:
-        raise InputError(f"tensor '{tensor.name}': external data location '{loc}' is not a file inside {base_dir}")
+        raise InputError(
+            f"tensor '{tensor.name}': external data location '{loc}' is not a file inside {base_dir} "
+            "(absolute, outside the folder, or a symbolic link out of it; onnx and ONNX-Runtime refuse those too)"
+        )
     if not os.path.isfile(full):
         raise InputError(f"tensor '{tensor.name}': external data file {loc} not found in {base_dir}")
     size = os.path.getsize(full)
