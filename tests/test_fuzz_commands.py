@@ -253,7 +253,10 @@ def apply_structural(model, edits, dims=DIMS):
             _pick(g.initializer, a).data_type = _pick(ELEM_TYPES, b)
         elif kind == "init_data" and g.initializer:
             t = _pick(g.initializer, a)
-            raw = t.raw_data or onnx.numpy_helper.to_array(t).tobytes()
+            try:
+                raw = t.raw_data or onnx.numpy_helper.to_array(t).tobytes()
+            except Exception:  # noqa: BLE001 - an earlier edit already broke it
+                raw = b""
             t.ClearField("float_data")
             t.raw_data = raw[: b % (len(raw) + 1)]
         elif kind == "init_external":
