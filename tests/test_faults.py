@@ -200,7 +200,7 @@ def test_ctrl_c_during_run(tmp_path):
 
 @pytest.mark.parametrize("in_place", [False, True], ids=["new-output", "output-is-input"])
 def test_ctrl_c_during_sanitize(tmp_path, in_place):
-    z.save(const_chain(10000), tmp_path / "model.onnx")
+    z.save(const_chain(15000), tmp_path / "model.onnx")
     before = files(tmp_path)
     out = "model.onnx" if in_place else "out.onnx"
     proc = toolkit_popen(["surgeon", "sanitize", "model.onnx", "-o", out, "--fold-constants"], tmp_path)

@@ -29,10 +29,11 @@ def _describe(path: str) -> str:
 
 
 def is_ref(tensor) -> bool:
-    """A tensor whose data is still in an external file."""
+    """A tensor whose data is in an external file (any ``raw_data`` it also holds is
+    ignored, as onnx's loader does)."""
     import onnx
 
-    return tensor.data_location == onnx.TensorProto.EXTERNAL and not tensor.HasField("raw_data")
+    return tensor.data_location == onnx.TensorProto.EXTERNAL
 
 
 def _walk_graphs(graph, top: bool = True) -> Iterator[Tuple[object, bool]]:
@@ -227,6 +228,7 @@ def write_single_file(model, out, base_dir: str) -> None:
         for _t, meta, (src, offset, length) in pieces:
             meta.ClearField("external_data")
             meta.ClearField("data_location")
+            meta.ClearField("raw_data")
             head = meta.SerializeToString() + k_raw + _varint(length)
             tensor_len = len(head) + length
             graph_head = k_init + _varint(tensor_len)
@@ -258,6 +260,10 @@ def load_lazily(path: str, external_data_dir: Optional[str], needed=None, eager_
         if is_ref(t):
             load_tensor(t, base, path)
     for t in model.graph.initializer:
-        if is_ref(t) and (t.name in needed or ref_nbytes(t) <= eager_bytes):
+        if not is_ref(t):
+            continue
+        if t.name in needed or ref_nbytes(t) <= eager_bytes:
             load_tensor(t, base, path)
+        else:
+            ref_source(t, base)  # a bad location or a short file fails now, before any work
     return model, base
