@@ -433,6 +433,51 @@ def test_sanitize_survives_mutated_models(tmp_path, model, opts, override, in_pl
     no_temp_files(folder)
 
 
+@SETTINGS
+@given(
+    which=st.sampled_from(sorted(MODELS)),
+    edits=struct_edits,
+    data_edits=st.one_of(st.just([]), byte_ops),
+    cmd=st.sampled_from(["extract", "sanitize"]),
+    save_external=st.booleans(),
+    k=st.integers(0, 1000),
+)
+def test_surgeon_survives_mutated_external_data_models(tmp_path, monkeypatch, which, edits, data_edits, cmd, save_external, k):
+    """Models whose every weight is in an external file (and the file itself mutated now
+    and then); with lazy loading forced for all of them, so that weights are copied from
+    the file when the result is saved."""
+    import toolkit.core.surgery as surgery
+
+    monkeypatch.setattr(surgery, "EAGER_EXTERNAL_BYTES", 0)
+    folder = _workdir(tmp_path)
+    m = onnx.ModelProto()
+    m.ParseFromString(apply_structural(MODELS[which], edits))
+    try:
+        onnx.save_model(m, os.path.join(folder, "m.onnx"), save_as_external_data=True,
+                        all_tensors_to_one_file=True, location="w.bin", size_threshold=0)
+    except Exception:  # noqa: BLE001 - an edit onnx itself cannot save that way
+        return
+    wpath = os.path.join(folder, "w.bin")
+    if os.path.exists(wpath) and data_edits:
+        with open(wpath, "rb") as f:
+            data = f.read()
+        _write(folder, "w.bin", mutate(data, data_edits))
+    before = {n: open(os.path.join(folder, n), "rb").read() for n in os.listdir(folder)}
+    extra = ["--save-external-data"] if save_external else []
+    if cmd == "extract":
+        args = ["surgeon", "extract", "m.onnx", "-o", "o.onnx", *_cut_options(which, b"", k), *extra]
+    else:
+        args = ["surgeon", "sanitize", "m.onnx", "-o", "o.onnx", *SANITIZE_OPTIONS[k % len(SANITIZE_OPTIONS)], *extra]
+    res = run_forked(args, folder)
+    assert_clean(res, {0, 2, 3}, f"{cmd} on mutated {which} model with external data")
+    for name, data in before.items():
+        _unchanged(os.path.join(folder, name), data)
+    assert_output(res, os.path.join(folder, "o.onnx"))
+    if res.code != 0:
+        assert not os.path.exists(os.path.join(folder, "o.onnx.data"))
+    no_temp_files(folder)
+
+
 # ---------------------------------------------------------------------- data to-input
 
 
