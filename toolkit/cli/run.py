@@ -500,6 +500,12 @@ def _rich_table(rows) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    console = err_console()
+    if console.width < 110:
+        # too narrow for nine columns: the plain lines stay readable at any width
+        for o in rows:
+            console.print("    " + _plain_row(o), style=None if o.passed else "red", markup=False, highlight=False)
+        return
     table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
     for col, just in (
         ("", "left"),
@@ -512,7 +518,8 @@ def _rich_table(rows) -> None:
         ("Tolerance", "left"),
         ("Notes", "left"),
     ):
-        table.add_column(col, justify=just, no_wrap=col == "Output")
+        # names may be long: they fold onto several lines; numbers and verdicts never wrap
+        table.add_column(col, justify=just, no_wrap=col not in ("Output", "Notes"), overflow="fold", ratio=2 if col == "Output" else None)
     for o in rows:
         verdict = Text(_verdict(o), style="green" if o.passed else "bold red")
         if o.message:
@@ -536,4 +543,4 @@ def _rich_table(rows) -> None:
             Text(f"atol {_g(o.atol)}, rtol {_g(o.rtol)}"),
             Text("; ".join(notes)),
         )
-    err_console().print(table)
+    console.print(table)
