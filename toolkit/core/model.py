@@ -119,6 +119,8 @@ def load_external_data_into(model, base_dir: str, path: str = "") -> None:
     if not os.path.isdir(base_dir):
         raise InputError(f"{base_dir}: external data folder does not exist")
     for loc in external_data_locations(model):
+        if not isinstance(loc, str):  # protobuf hands back bytes for text that is not UTF-8
+            raise InputError(f"{describe(path)}: an external data location is not valid text; the file is corrupt")
         full = os.path.join(base_dir, loc)
         if not os.path.isfile(full):
             raise InputError(

@@ -80,6 +80,8 @@ def check_external_files(model, base_dir: str, path: str = "") -> None:
     if not os.path.isdir(base_dir):
         raise InputError(f"{base_dir}: external data folder does not exist")
     for loc in external_data_locations(model):
+        if not isinstance(loc, str):  # protobuf hands back bytes for text that is not UTF-8
+            raise InputError(f"{_describe(path)}: an external data location is not valid text; the file is corrupt")
         if not os.path.isfile(os.path.join(base_dir, loc)):
             raise InputError(
                 f"{_describe(path)}: external data file {loc} not found in {base_dir}; "
