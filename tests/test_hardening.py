@@ -314,6 +314,18 @@ ROWS += [
         0,
         changed=("ext/ext.onnx", "ext/ext.bin"),
     ),
+    R(
+        "sanitize-external-data-over-the-inputs-weights",
+        f"{SANITIZE} ext/ext.onnx -o ext/other.onnx --external-data-path ext.bin",
+        2,
+        "ext.bin",
+    ),
+    R(
+        "extract-external-data-over-the-inputs-weights",
+        f"{EXTRACT} ext/ext.onnx -o ext/other.onnx --save-external-data --external-data-path ext.bin",
+        2,
+        "ext.bin",
+    ),
     # ------------------------------------------------------------------ data to-input / merge
     R("to-input-missing", f"{TOIN} in.json nope.json -o o.json", 3, "nope.json: no such file"),
     R("to-input-directory", f"{TOIN} adir -o o.json", 3, "adir: is a directory"),

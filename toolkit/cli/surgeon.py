@@ -67,11 +67,38 @@ def _save(
     )
 
 
-def _load(model_path: str, external_data_dir: Optional[str], fold_constants: bool = False):
+def _check_data_file_clash(model_path: str, output: str, external_path: Optional[str], files) -> None:
+    """Refuse to write the output's weights over the input's external data file, unless the
+    output replaces the input model itself (then both are rewritten together)."""
+    import os
+
+    from toolkit.core.errors import UsageError
+    from toolkit.core.model import STDIO
+
+    if not files or output == STDIO:
+        return
+    same_model = model_path != STDIO and os.path.realpath(model_path) == os.path.realpath(output)
+    if same_model:
+        return
+    location = external_path or (os.path.basename(output) + ".data")
+    target = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(output)), location))
+    for path in files:
+        if os.path.realpath(path) == target:
+            raise UsageError(
+                f"the output's external data file {location} is the input model's weights file; writing it "
+                f"would break {model_path}: choose another --external-data-path"
+            )
+
+
+def _load(model_path: str, external_data_dir: Optional[str], output: str, external_path: Optional[str],
+          fold_constants: bool = False):
     """(model, base_dir): big external weights are read later, only if the result keeps them."""
     from toolkit.core.surgery import load_for_surgery
 
-    return load_for_surgery(model_path, external_data_dir, fold_constants=fold_constants)
+    files: list = []
+    loaded = load_for_surgery(model_path, external_data_dir, fold_constants=fold_constants, files=files)
+    _check_data_file_clash(model_path, output, external_path, files)
+    return loaded
 
 
 def _log(msg: str) -> None:
@@ -126,7 +153,7 @@ def extract_command(
     check_output_path(output)
     parse_size(external_data_threshold)  # a bad value is a usage error before any work
     shapes = parse_shape_specs(model_input_shapes) if model_input_shapes else None
-    m, base_dir = _load(model, external_data_dir)
+    m, base_dir = _load(model, external_data_dir, output, external_data_path)
     names = top_tensor_names(m)
     in_specs = [parse_tensor_spec(s, known_names=names) for s in inputs] if inputs else None
     out_specs = [parse_tensor_spec(s, allow_shape=False, known_names=names) for s in outputs] if outputs else None
@@ -204,7 +231,7 @@ def sanitize_command(
     threshold = parse_size(fold_size_threshold) if fold_size_threshold is not None else None
     shapes = parse_shape_specs(override_input_shapes) if override_input_shapes else None
     parse_size(external_data_threshold)
-    m, base_dir = _load(model, external_data_dir, fold_constants=fold_constants)
+    m, base_dir = _load(model, external_data_dir, output, external_data_path, fold_constants=fold_constants)
     if not (fold_constants or shapes or cleanup or toposort):
         _log("nothing to do: no --fold-constants, --override-input-shapes, --cleanup or --toposort; "
              "the model is written unchanged")

@@ -161,19 +161,22 @@ EAGER_EXTERNAL_BYTES = 1 << 20
 _SHAPE_OPS = {"Shape", "Size"}
 
 
-def load_for_surgery(path: str, external_data_dir: Optional[str] = None, *, fold_constants: bool = False):
+def load_for_surgery(
+    path: str, external_data_dir: Optional[str] = None, *, fold_constants: bool = False, files: Optional[list] = None
+):
     """Load a model for extract/sanitize without reading weights that may not be needed.
 
     Returns ``(model, base_dir)``. Big external weights stay references into their files
     in ``base_dir`` (None when the model has none): those that constant folding reads are
     loaded now, the rest are copied when the result is saved, and only if the result
     keeps them (:func:`toolkit.core.model.save_model` with ``external_base_dir``). A
-    missing external file is an InputError at once, before any work.
+    missing external file is an InputError at once, before any work. ``files``, if given,
+    receives the paths of the model's external data files.
     """
     from toolkit.core.weights import load_lazily
 
     needed = _initializers_read_by_constant_nodes if fold_constants else None
-    return load_lazily(path, external_data_dir, needed=needed, eager_bytes=EAGER_EXTERNAL_BYTES)
+    return load_lazily(path, external_data_dir, needed=needed, eager_bytes=EAGER_EXTERNAL_BYTES, files=files)
 
 
 def _initializers_read_by_constant_nodes(graph) -> set:

@@ -241,12 +241,15 @@ def write_single_file(model, out, base_dir: str) -> None:
         inits.extend(saved)
 
 
-def load_lazily(path: str, external_data_dir: Optional[str], needed=None, eager_bytes: int = 1 << 20):
+def load_lazily(
+    path: str, external_data_dir: Optional[str], needed=None, eager_bytes: int = 1 << 20, files: Optional[list] = None
+):
     """Load a model keeping big top-level external initializers as references.
 
     Returns ``(model, base_dir)`` (base_dir None when nothing is external). Loaded at once:
     nested tensors, those up to ``eager_bytes``, and the initializers named by
     ``needed(graph)`` (a function of the loaded graph, e.g. what constant folding reads).
+    ``files``, if given, receives the absolute paths of the model's external data files.
     """
     from toolkit.core.model import STDIO, _has_external_data, load_model
 
@@ -257,6 +260,10 @@ def load_lazily(path: str, external_data_dir: Optional[str], needed=None, eager_
     if base is None:
         base = os.getcwd() if path == STDIO else (os.path.dirname(os.path.abspath(path)) or ".")
     check_external_files(model, base, path)
+    if files is not None:
+        from toolkit.core.model import external_data_locations
+
+        files.extend(os.path.abspath(os.path.join(base, loc)) for loc in external_data_locations(model))
     needed = set(needed(model.graph)) if needed is not None else set()
     for t in nested_tensors(model):
         if is_ref(t):
