@@ -203,9 +203,6 @@ ROWS += [
         f"{RUN} huge.onnx --onnxrt",
         3,
         "'x'",
-        xfail="toolkit/core/inputs.py (generate_inputs/_generate_one): an input declared [1, 2**62] makes numpy "
-        "raise 'array is too big' (reported as an unexpected ValueError, 'this is a bug'); a few GiB less and it "
-        "tries to allocate them. Expected: exit 3 naming the input and the size, suggesting --input-shapes",
     ),
     R("run-input-shapes-malformed", f"{RUN} m.onnx --onnxrt --input-shapes x0:[1,4", 2, "x0:[1,4"),
     R("run-input-shapes-with-dtype", f"{RUN} m.onnx --onnxrt --input-shapes x0:[1,4]:float32", 2, "x0:[1,4]:float32"),
@@ -227,9 +224,6 @@ ROWS += [
         f"{RUN} m.onnx --onnxrt --ort-optimization fastest",
         2,
         "fastest",
-        xfail="toolkit/backends/onnxrt.py (_session_options): an unknown --ort-optimization level raises "
-        "InputError (exit 3) when the session is built; a malformed option value is a usage error (2), "
-        "best checked with the other options before any work",
     ),
     R("run-provider-missing", f"{RUN} m.onnx --onnxrt --providers nosuchprovider", 4, "nosuchprovider"),
     R("run-nothing-to-run", f"{RUN} m.onnx", 2, "nothing to run"),
@@ -258,16 +252,12 @@ ROWS += [
         f"{RUN} m.onnx --onnxrt --save-outputs m.onnx",
         2,
         "m.onnx",
-        xfail="toolkit/core/runplan.py: --save-outputs naming the model file replaces the model with a JSON "
-        "outputs file (exit 0); expected a usage error (2) before any work, the model untouched",
     ),
     R(
         "run-save-inputs-equal-to-load-inputs",
         f"{RUN} m.onnx --onnxrt --load-inputs in.npz --save-inputs in.npz",
         2,
         "in.npz",
-        xfail="toolkit/core/runplan.py: --save-inputs naming a --load-inputs file rewrites that input file "
-        "(keeping only the tensors fed; a layerwise file loses everything else); expected a usage error (2)",
     ),
     # ------------------------------------------------------------------ surgeon extract
     R("extract-checker-fails-dangling", f"{EXTRACT} checker.onnx -o o.onnx", 3, "nonexistent"),

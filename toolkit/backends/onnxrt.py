@@ -36,6 +36,25 @@ PROVIDER_ALIASES = {
     "xnnpack": "XnnpackExecutionProvider",
 }
 
+# --ort-optimization level names -> ONNX-Runtime GraphOptimizationLevel member names.
+OPTIMIZATION_LEVELS = {
+    "disable": "ORT_DISABLE_ALL",
+    "basic": "ORT_ENABLE_BASIC",
+    "extended": "ORT_ENABLE_EXTENDED",
+    "all": "ORT_ENABLE_ALL",
+}
+
+
+def check_optimization_level(level: Optional[str]) -> None:
+    """UsageError for an unknown ``--ort-optimization`` level (checked before any work)."""
+    from toolkit.core.errors import UsageError
+
+    if level and level.lower() not in OPTIMIZATION_LEVELS:
+        raise UsageError(
+            f"unknown --ort-optimization level '{level}'; use one of: {', '.join(OPTIMIZATION_LEVELS)}"
+        )
+
+
 # ONNX-Runtime type strings -> toolkit dtype names.
 _ORT_TYPES = {
     "float": "float32",
@@ -171,19 +190,9 @@ class OnnxrtRunner(Runner):
         so = ort.SessionOptions()
         so.log_severity_level = 3  # errors only; warnings about unused initializers are noise here
         if self.graph_optimization:
-            levels = {
-                "disable": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-                "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-                "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-                "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-            }
-            key = self.graph_optimization.lower()
-            if key not in levels:
-                raise InputError(
-                    f"unknown ONNX-Runtime optimization level '{self.graph_optimization}'; "
-                    f"use one of: {', '.join(levels)}"
-                )
-            so.graph_optimization_level = levels[key]
+            check_optimization_level(self.graph_optimization)
+            level = OPTIMIZATION_LEVELS[self.graph_optimization.lower()]
+            so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
         return so
 
     def _model_source(self, so):

@@ -26,6 +26,9 @@ from toolkit.core.meta import TensorMeta, format_shape, parse_named_values
 DEFAULT_SEED = 1
 DEFAULT_RANGE = (0.0, 1.0)
 DEFAULT_DIM = 1
+# One generated input bigger than this is refused (bytes): a dim like 2**62 in a model, or a
+# typo in --input-shapes, must be a clear error, not an allocation that takes the machine down.
+MAX_GENERATED_BYTES = 4 * 2**30
 
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf"
 
@@ -113,6 +116,34 @@ def resolve_shape(meta: TensorMeta, overrides: Mapping[str, tuple]) -> Tuple[Tup
     return tuple(dims), notes
 
 
+def _format_bytes(n: int) -> str:
+    for unit, size in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            value = n / size
+            return f"{value:.1f} {unit}" if value < 1e6 else f"{value:.2e} {unit}"
+    return f"{n} bytes"
+
+
+def check_generated_size(name: str, shape: Tuple[int, ...], dtype_name: Optional[str], limit: int = MAX_GENERATED_BYTES) -> None:
+    """InputError when generating input ``name`` of ``shape`` would take more than ``limit`` bytes."""
+    from toolkit.core.meta import dtype_to_numpy
+
+    try:
+        itemsize = max(dtype_to_numpy(dtype_name or "float32").itemsize, 1)
+    except Exception:  # string and other types without a fixed size: count one byte each
+        itemsize = 1
+    count = 1
+    for d in shape:
+        count *= int(d)
+    nbytes = count * itemsize
+    if nbytes > limit:
+        raise InputError(
+            f"input '{name}' of shape {format_shape(tuple(shape))} ({dtype_name or 'float32'}) would need "
+            f"{_format_bytes(nbytes)} of generated data, more than the {_format_bytes(limit)} toolkit generates "
+            f"for one input; give a smaller shape with --input-shapes {name}:[...] or load data with --load-inputs"
+        )
+
+
 def _generate_one(rng, shape, dtype_name: str, lo: float, hi: float, name: str):
     import numpy as np
 
@@ -167,6 +198,7 @@ def generate_inputs(
     resolved = []
     for meta in metas:
         shape, n = resolve_shape(meta, shapes)
+        check_generated_size(meta.name, shape, meta.dtype)
         notes.extend(n)
         resolved.append((meta, shape))
     rng = np.random.default_rng(DEFAULT_SEED if seed is None else seed)

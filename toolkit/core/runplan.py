@@ -271,9 +271,30 @@ def _check_outputs_paths(opts: RunOptions) -> None:
         raise UsageError("--save-inputs and --save-outputs name the same file")
     if opts.save_inputs == "-" and opts.save_outputs == "-":
         raise UsageError("only one of --save-inputs and --save-outputs can write to stdout ('-')")
+    readers = [("MODEL", opts.model)]
+    readers += [("--load-inputs", p) for p in opts.load_inputs]
+    readers += [("--load-outputs", p) for p in opts.load_outputs]
+    for flag, path in (("--save-inputs", opts.save_inputs), ("--save-outputs", opts.save_outputs)):
+        if not path or path == "-":
+            continue
+        for what, src in readers:
+            if src and src != "-" and _same_file(path, src):
+                raise UsageError(
+                    f"{flag} {path} would overwrite {what} {src}, which this run reads; choose another file name"
+                )
     for path in (opts.save_inputs, opts.save_outputs):
         if path:
             check_output_path(path)
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (same real path, or hard links to one inode)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
 
 
 def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
@@ -295,6 +316,10 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
     shapes = parse_shape_specs(opts.input_shapes)
     if opts.iterations is not None and opts.iterations < 1:
         raise UsageError("--iterations must be at least 1")
+    if opts.ort_optimization:
+        from toolkit.backends.onnxrt import check_optimization_level
+
+        check_optimization_level(opts.ort_optimization)
     _check_outputs_paths(opts)
     trt_cfg = None
     if "trt" in opts.runners:

@@ -1,0 +1,61 @@
+"""run: output files never replace what the run reads; huge generated inputs are refused."""
+
+import os
+
+import pytest
+
+import modelzoo as z
+from toolkit.core.errors import InputError
+from toolkit.core.inputs import check_generated_size
+
+
+@pytest.fixture
+def work(tmp_path, monkeypatch, cli):
+    monkeypatch.chdir(tmp_path)
+    z.save(z.chain(2), "m.onnx")
+    assert cli("run", "m.onnx", "--onnxrt", "--save-inputs", "in.json", "--save-outputs", "out.json").code == 0
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "args, named",
+    [
+        (["--save-inputs", "m.onnx"], "m.onnx"),
+        (["--save-outputs", "sub/../m.onnx"], "m.onnx"),
+        (["--load-outputs", "out.json", "--save-outputs", "out.json"], "out.json"),
+        (["--load-inputs", "in.json", "--save-outputs", "./in.json"], "in.json"),
+        (["--load-inputs", "in.json", "--save-inputs", "link.json"], "in.json"),  # a hard link to it
+        (["--load-outputs", "out.json", "--save-inputs", "ln.json"], "out.json"),  # a symbolic link to it
+    ],
+)
+def test_output_file_is_an_input(work, cli, args, named):
+    os.mkdir("sub")
+    os.link("in.json", "link.json")
+    os.symlink("out.json", "ln.json")
+    before = {p: open(p, "rb").read() for p in ("m.onnx", "in.json", "out.json")}
+    res = cli("run", "m.onnx", "--onnxrt", *args)
+    assert res.code == 2, res.err
+    assert named in res.err and "overwrite" in res.err
+    assert {p: open(p, "rb").read() for p in before} == before
+
+
+def test_ort_optimization_checked_before_loading_data(work, cli):
+    res = cli("run", "m.onnx", "--onnxrt", "--ort-optimization", "fastest", "--load-inputs", "nope.json")
+    assert res.code == 2 and "fastest" in res.err and "disable, basic, extended, all" in res.err
+    assert cli("run", "m.onnx", "--onnxrt", "--ort-optimization", "Extended").code == 0
+
+
+def test_generated_size_cap():
+    check_generated_size("x", (1024, 1024), "float32", limit=4 * 2**20)
+    with pytest.raises(InputError, match=r"'x' of shape \(1024, 1025\) \(float32\).*4\.0 MiB.*--input-shapes x:"):
+        check_generated_size("x", (1024, 1025), "float32", limit=4 * 2**20)
+    with pytest.raises(InputError, match="int64"):
+        check_generated_size("ids", (1, 2**62), "int64")
+
+
+def test_input_shapes_over_the_cap_is_refused(work, cli):
+    d = z.dynamic_batch()
+    z.save(d, "dyn.onnx")
+    name = d.graph.input[0].name
+    res = cli("run", "dyn.onnx", "--onnxrt", "--input-shapes", f"{name}:[4000000000,4]")
+    assert res.code == 3 and f"'{name}'" in res.err and "GiB" in res.err
