@@ -202,11 +202,6 @@ def test_protobuf_limit_logic_with_lowered_limits(work):
     assert code == 2 and "external data cannot be written to stdout" in out, out
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="toolkit/reduce/session.py (load_model_and_pieces -> load_model) loads every external weight, and "
-    "each candidate is serialized whole for the iteration artifact: peak 744 MB for 300 MB of weights",
-)
 def test_reduce_does_not_hold_weights_twice(work):
     check = ["sh", "-c", "grep -q gather1 polygraphy_debug.onnx && exit 1; exit 0"]
     code, out, peak, _ = measure(["debug", "reduce", "big.onnx", "-o", "red.onnx", "--check", *check], work)

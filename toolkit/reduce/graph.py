@@ -259,6 +259,7 @@ class Candidate:
     produced: set = field(repr=False, default_factory=set)
     keep_inputs: bool = False
     size_hint: int = 0
+    refs: List[str] = field(repr=False, default_factory=list)  # initializers whose data is still on disk
     index: Optional["GraphIndex"] = field(repr=False, default=None)
     _data: Optional[list] = field(repr=False, default=None)
 
@@ -267,7 +268,11 @@ class Candidate:
         return len(self.nodes)
 
     def chunks(self) -> list:
-        """The candidate's ModelProto bytes as a list of buffers (slices shared with the index)."""
+        """The candidate's ModelProto bytes as a list of buffers (slices shared with the index).
+
+        Initializers named in :attr:`refs` are in it as references into the source model's
+        external data files (relative to its folder): only :meth:`GraphIndex.write` makes a
+        runnable file of such a candidate."""
         if self._data is None:
             self._data = self.index._chunks(self)
         return self._data
@@ -362,6 +367,11 @@ class GraphIndex:
     tensors that become new inputs or outputs of a candidate (default: a
     :class:`MetaProvider` with no options). ``fixed_input_shapes`` names the graph
     inputs whose shapes the user fixed: their original value info is not reused.
+
+    ``external_base_dir``: the folder of the external data files of a ``model`` loaded
+    with its big weights left as references (:func:`toolkit.core.weights.load_lazily`).
+    Candidates keep those references, and :meth:`write` copies the bytes each one needs
+    from the source files in chunks, so no weight is ever held in memory.
     """
 
     def __init__(
@@ -371,10 +381,12 @@ class GraphIndex:
         *,
         fixed_input_shapes: Sequence[str] = (),
         raw: Optional[RawPieces] = None,
+        external_base_dir: Optional[str] = None,
     ):
         import onnx
 
         from toolkit.core.shapes import node_reads
+        from toolkit.core.weights import is_ref, ref_nbytes
 
         self.model = model
         self.warnings: List[str] = []
@@ -481,8 +493,11 @@ class GraphIndex:
         if raw is not None:
             self._init_bytes = {t.name: len(piece) for t, piece in zip(g.initializer, raw.initializers)}
         else:
-            self._init_bytes = {t.name: t.ByteSize() for t in g.initializer}
+            self._init_bytes = {t.name: ref_nbytes(t) if is_ref(t) else t.ByteSize() for t in g.initializer}
         self._raw = raw
+        self._ext_base = external_base_dir
+        self._ext_files: Optional[List[str]] = None
+        self._ref_names = {t.name for t in g.initializer if is_ref(t)} if external_base_dir is not None else set()
         self._warned = set()
 
     # ------------------------------------------------------------------ identity
@@ -574,8 +589,19 @@ class GraphIndex:
             last = nodes[-1]
             outputs = list(self.writes[last][:1])
         size_hint = sum(self._init_bytes.get(t, 0) for t in inits)
+        refs = [t for t in inits if t in self._ref_names] if self._ref_names else []
         return Candidate(
-            mask, nodes, inputs, outputs, consts, inits, produced, keep_inputs, size_hint=size_hint, index=self
+            mask,
+            nodes,
+            inputs,
+            outputs,
+            consts,
+            inits,
+            produced,
+            keep_inputs,
+            size_hint=size_hint,
+            refs=refs,
+            index=self,
         )
 
     def _chunks(self, cand: Candidate, weights: bool = True) -> list:
@@ -700,13 +726,46 @@ class GraphIndex:
     # ------------------------------------------------------------------ saving
 
     def write(self, cand: Candidate, path: str, *, atomic: bool = True) -> None:
-        """Write the candidate's model to ``path`` (weights external when huge)."""
+        """Write the candidate's model to ``path`` (weights external when huge).
+
+        A candidate with weights still on disk (:attr:`Candidate.refs`) is written with
+        those weights copied in chunks from the source files: into the one file, or into
+        ``<path>.data`` when huge. Either way the file runs from any folder.
+        """
         from toolkit.core.model import save_model
 
+        if cand.refs:
+            big = cand.size_hint > BIG_MODEL_BYTES
+            if big:
+                self._check_not_a_source(path + ".data", path)
+            save_model(self.to_model(cand), path, external_data=big, external_base_dir=self._ext_base)
+            return
         if cand.size_hint > BIG_MODEL_BYTES:
             save_model(self.to_model(cand), path, external_data=True)
             return
         write_chunks(path, cand.chunks(), atomic=atomic)
+
+    def external_files(self) -> List[str]:
+        """Real paths of the external data files the candidates' references point into."""
+        if self._ext_base is None:
+            return []
+        if self._ext_files is None:
+            import os
+
+            from toolkit.core.weights import ref_source
+
+            files = {ref_source(self.initializers[n], self._ext_base)[0] for n in self._ref_names}
+            self._ext_files = sorted(os.path.realpath(f) for f in files)
+        return self._ext_files
+
+    def _check_not_a_source(self, target: str, path: str) -> None:
+        import os
+
+        if os.path.realpath(target) in self.external_files():
+            raise InputError(
+                f"{path}: its weights would be written to {target}, which holds the model's own weights "
+                "that it is copied from; choose another output name"
+            )
 
     def to_model(self, cand: Candidate):
         """The candidate as an ``onnx.ModelProto`` (for huge ones, weights added as protos)."""

@@ -38,6 +38,9 @@ from toolkit.reduce.strategy import STRATEGIES, Plan
 DEFAULT_ITER_ARTIFACT = "polygraphy_debug.onnx"
 DEFAULT_ART_DIR = "polygraphy_artifacts"
 DEFAULT_REPLAY = "polygraphy_debug_replay.json"
+# External weights up to this size are read when the model is loaded; bigger ones stay on
+# disk and are copied into each file written (see GraphIndex.write).
+EAGER_WEIGHT_BYTES = 1 << 20
 
 
 @dataclass
@@ -128,19 +131,34 @@ class Reporter:
 
 
 def load_model_and_pieces(path: str, external_data_dir: Optional[str] = None):
-    """(model, pieces): the model to index, and the file cut into pieces to build candidates.
+    """(model, pieces): :func:`load_for_index` with every external weight loaded into the model."""
+    from toolkit.core.model import load_external_data_into
+
+    model, pieces, base = load_for_index(path, external_data_dir)
+    if base is not None:
+        load_external_data_into(model, base, path)
+    return model, pieces
+
+
+def load_for_index(path: str, external_data_dir: Optional[str] = None):
+    """(model, pieces, base): the model to index, the file cut into pieces to build
+    candidates, and the folder of its external data.
 
     For a model whose weights are inside its file, the file is memory-mapped, cut into
     its fields, and the model returned is a *light* one: big initializers are stubs
     (names, dims, types), so this process stays small (cheap forks for the warm worker)
-    and candidates are written from slices of the file. Otherwise (external data, stdin,
-    anything unusual) the model is fully loaded and ``pieces`` is None. Errors are those
+    and candidates are written from slices of the file. A model with external data is
+    loaded with its big weights left on disk as references (``base`` is their folder;
+    :class:`GraphIndex` copies what each candidate needs when writing it). Otherwise
+    (stdin, anything unusual) the model is loaded and ``pieces`` is None. Errors are those
     of :func:`toolkit.core.model.load_model`.
     """
-    from toolkit.core.model import _has_external_data, _parse_model, check_readable_file, load_model
+    from toolkit.core.model import _has_external_data, _parse_model, check_readable_file
+    from toolkit.core.weights import load_lazily
 
     def full():
-        return load_model(path, external_data_dir=external_data_dir), None
+        model, base = load_lazily(path, external_data_dir, eager_bytes=EAGER_WEIGHT_BYTES)
+        return model, None, base
 
     if path == "-":
         return full()
@@ -158,7 +176,7 @@ def load_model_and_pieces(path: str, external_data_dir: Optional[str] = None):
         return full()  # let the normal loader word the error
     if _has_external_data(model):
         return full()
-    return model, pieces
+    return model, pieces, None
 
 
 def data_input_shapes(model, paths: Sequence[str]) -> Dict[str, tuple]:
@@ -273,7 +291,7 @@ class Reducer:
         from toolkit.core.model import load_model
 
         cfg = self.cfg
-        model, raw = load_model_and_pieces(cfg.model, cfg.external_data_dir)
+        model, raw, base = load_for_index(cfg.model, cfg.external_data_dir)
         shapes = dict(cfg.input_shapes)
         for name, shape in data_input_shapes(model, cfg.load_inputs).items():
             shapes.setdefault(name, shape)
@@ -281,13 +299,18 @@ class Reducer:
             model,
             input_shapes=shapes,
             force_fallback=cfg.force_fallback,
-            external_data_dir=cfg.external_data_dir
+            external_data_dir=base
+            or cfg.external_data_dir
             or (os.path.dirname(os.path.abspath(cfg.model)) if cfg.model != "-" else None),
             warn=self.reporter.warn,
             full_model=(lambda: load_model(cfg.model, external_data_dir=cfg.external_data_dir)) if raw else None,
             feed=self._feed_maker(model, shapes),
         )
-        self.index = GraphIndex(model, self.metas, fixed_input_shapes=list(shapes), raw=raw)
+        self.index = GraphIndex(model, self.metas, fixed_input_shapes=list(shapes), raw=raw, external_base_dir=base)
+        sources = self.index.external_files()
+        for path, what in ((cfg.output, "-o"), (cfg.min_good, "--min-good"), (cfg.iter_artifact, "--iter-artifact")):
+            if path and os.path.realpath(path) in sources:
+                raise UsageError(f"{what} {path} is an external data file of the model; choose another file name")
         if self.index.size == 0:
             raise InputError(f"{cfg.model}: the graph has no nodes (other than Constants) to reduce")
         if shapes or cfg.force_fallback:
@@ -401,7 +424,7 @@ class Reducer:
         if self.best is None or popcount(mask) <= popcount(self.best):
             self.best = mask
             self.best_chunks = None
-            if cand is not None and cand.size_hint <= BIG_MODEL_BYTES:
+            if cand is not None and cand.size_hint <= BIG_MODEL_BYTES and not cand.refs:
                 self.best_chunks = cand.chunks()  # slices of the index: no copy
 
     def _flush_warnings(self) -> None:
