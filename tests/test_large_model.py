@@ -9,13 +9,14 @@ weights are not loaded when they are not needed, and never twice:
   one at a time;
 - ``run`` leaves them to ONNX-Runtime;
 - ``surgeon extract`` reads only the weight the subgraph keeps; ``surgeon sanitize``
-  copies them in chunks into its output (one file, or external data);
+  copies them in chunks into its output (one file, or external data); ``debug reduce``
+  writes each candidate the same way;
 - one run with the protobuf size limits patched far below 300 MB checks that the
   ">2 GB" logic (automatic external data, no single-message serialization) works.
 
 Measured on the development machine (peak RSS, 300 MB of weights): inspect 47 MB,
-inspect --mode=full 300 MB, run 70 MB, extract 79 MB, sanitize 98 MB (both output
-kinds), debug reduce 744 MB (xfail below).
+inspect --mode=full 300 MB, run 70 MB, extract 80 MB, sanitize 98 MB (both output
+kinds), debug reduce 83 MB (744 MB before it loaded weights lazily too).
 """
 
 from __future__ import annotations
@@ -202,20 +203,12 @@ def test_protobuf_limit_logic_with_lowered_limits(work):
     assert code == 2 and "external data cannot be written to stdout" in out, out
 
 
-def test_reduce_does_not_hold_weights_twice(work):
+def test_reduce_copies_weights_in_chunks(work):
     check = ["sh", "-c", "grep -q gather1 polygraphy_debug.onnx && exit 1; exit 0"]
     code, out, peak, _ = measure(["debug", "reduce", "big.onnx", "-o", "red.onnx", "--check", *check], work)
     assert code == 0, out
     red = onnx.load(str(work / "red.onnx"), load_external_data=False)
     assert [n.name for n in red.graph.node] == ["gather1"]
-    assert peak < TOTAL + 100 * MB, f"peak {peak / MB:.0f} MB"
-
-
-def test_reduce_works_on_it(work):
-    """Until the memory bound above holds: the reduce itself is right."""
-    check = ["sh", "-c", "grep -q gather1 polygraphy_debug.onnx && exit 1; exit 0"]
-    code, out, peak, _ = measure(["debug", "reduce", "big.onnx", "-o", "red.onnx", "--check", *check], work)
-    assert code == 0, out
-    red = onnx.load(str(work / "red.onnx"), load_external_data=False)
-    assert [n.name for n in red.graph.node] == ["gather1"]
-    assert peak < 3 * TOTAL
+    assert peak < WEIGHT + 150 * MB, f"peak {peak / MB:.0f} MB: weights held in memory"
+    row = np.arange(COLS, dtype=np.float32) + 1
+    np.testing.assert_array_equal(ort_y(work / "red.onnx"), np.tile(row, (4, 1)))
