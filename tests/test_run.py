@@ -88,10 +88,13 @@ def test_val_range_global_and_per_input_spellings(cli, seed_model, tmp_path):
 
 
 def test_bad_val_range_is_usage_error(cli, seed_model):
-    for bad in ("[1]", "[3,1]", "nope:[0,1]", "x0:[a,b]"):
+    for bad in ("[1]", "[3,1]", "x0:[a,b]"):
         res = cli("run", seed_model, "--onnxrt", "--val-range", bad)
         assert res.code == 2, (bad, res.err)
         assert "error:" in res.err and "Traceback" not in res.err
+    # a name that is no input of the model: exit 3, like every unknown tensor name
+    res = cli("run", seed_model, "--onnxrt", "--val-range", "nope:[0,1]")
+    assert res.code == 3 and "'nope'" in res.err
 
 
 def test_integer_and_bool_inputs_get_sensible_values(cli, tmp_path):
@@ -118,7 +121,7 @@ def test_dynamic_dims_from_input_shapes_or_default_one(cli, tmp_path):
     res = cli("run", model, "--onnxrt", "--input-shapes", "x:5x4")
     assert res.code == 0 and "shape=(5, 4)" in res.err
     assert cli("run", model, "--onnxrt", "--input-shapes", "x:[3,5]").code == 2  # fixed dim differs
-    assert cli("run", model, "--onnxrt", "--input-shapes", "nope:[3,4]").code == 2
+    assert cli("run", model, "--onnxrt", "--input-shapes", "nope:[3,4]").code == 3  # unknown tensor name
 
 
 def test_iterations_save_every_iteration(cli, seed_model, tmp_path):
@@ -252,11 +255,11 @@ def test_mark_all_top_graph_only_with_if(cli, tmp_path):
     assert _output_names(res) == ["r", "if_out", "y"]
 
 
-def test_unknown_output_names_are_usage_errors(cli, seed_model):
+def test_unknown_output_names_are_input_errors(cli, seed_model):
     res = cli("run", seed_model, "--onnxrt", "--onnx-outputs", "nope")
-    assert res.code == 2 and "'nope'" in res.err
+    assert res.code == 3 and "'nope'" in res.err
     res = cli("run", seed_model, "--onnxrt", "--onnx-outputs", "zz*")
-    assert res.code == 2 and "matches no tensor" in res.err
+    assert res.code == 3 and "matches no tensor" in res.err
     res = cli("run", seed_model, "--onnxrt", "--onnx-exclude-outputs", "Y")
     assert res.code == 2 and "no outputs left" in res.err
 

@@ -21,7 +21,7 @@ import pytest
 import modelzoo as mz
 from toolkit.backends import trt as trtmod
 from toolkit.core.datafiles import IterationResult, RunResults, load_inputs, load_outputs, save_inputs, save_outputs
-from toolkit.core.errors import DependencyError, UsageError
+from toolkit.core.errors import DependencyError, InputError, UsageError
 
 INSTALL = "error: TensorRT is not installed; install it with: pip install 'toolkit[trt]'"
 
@@ -368,9 +368,9 @@ def test_select_outputs():
     assert sel(cand, ["y"], ["relu", "conv"]) == ["relu", "conv"]
     assert sel(cand, ["y"], ["c*", "mark", "all"]) == cand
     assert sel([], ["y", "z"], None, ["z"]) == ["y"]
-    with pytest.raises(UsageError, match="names 'nope'"):
+    with pytest.raises(InputError, match="names 'nope'"):
         sel(cand, ["y"], ["nope"])
-    with pytest.raises(UsageError, match="pattern 'q\\*' matches no tensor"):
+    with pytest.raises(InputError, match="pattern 'q\\*' matches no tensor"):
         sel(cand, ["y"], ["q*"])
     with pytest.raises(UsageError, match="no outputs left"):
         sel(cand, ["y"], None, ["*"])

@@ -66,11 +66,12 @@ def parse_val_ranges(specs: Optional[Sequence[str]]) -> ValueRanges:
 
 
 def check_names(what: str, names: Sequence[str], metas: Sequence[TensorMeta]) -> None:
-    """UsageError when an option names a tensor that is not an input of the model."""
+    """InputError (exit 3, like every unknown tensor name) when an option names a tensor
+    that is not an input of the model."""
     known = [m.name for m in metas]
     for name in names:
         if name not in known:
-            raise UsageError(f"{what} names '{name}', which is not an input of the model; inputs: {', '.join(known)}")
+            raise InputError(f"{what} names '{name}', which is not an input of the model; inputs: {', '.join(known)}")
 
 
 def resolve_shape(meta: TensorMeta, overrides: Mapping[str, tuple]) -> Tuple[Tuple[int, ...], List[str]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import fnmatch
 from typing import List, Optional, Sequence
 
-from toolkit.core.errors import UsageError
+from toolkit.core.errors import InputError, UsageError
 
 MARK_ALL = ("*",)
 _GLOB_CHARS = set("*?[")
@@ -82,7 +82,8 @@ def choose_names(
     ``candidates`` are what ``*`` and globs choose from (in order); ``default`` is kept when
     there are no patterns; ``known`` are the names that may be given exactly (default:
     candidates + default). Exclusions (names or globs) are removed last. Raises UsageError
-    for an unknown name, a glob that matches nothing, or an empty result.
+    for an empty result and InputError (exit 3, like every unknown tensor name) for an
+    unknown name or a glob that matches nothing.
     """
     known_set = set(known) if known is not None else set(candidates) | set(default)
     chosen: List[str] = []
@@ -101,12 +102,12 @@ def choose_names(
             elif _is_glob(word):
                 hits = [n for n in candidates if fnmatch.fnmatchcase(n, word)]
                 if not hits:
-                    raise UsageError(f"{option} pattern '{word}' matches no tensor of {where}")
+                    raise InputError(f"{option} pattern '{word}' matches no tensor of {where}")
                 for name in hits:
                     add(name)
             else:
                 if word not in known_set:
-                    raise UsageError(f"{option} names '{word}', which is no tensor of {where}{unknown_hint}")
+                    raise InputError(f"{option} names '{word}', which is no tensor of {where}{unknown_hint}")
                 add(word)
     else:
         for name in default:
