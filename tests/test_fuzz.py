@@ -51,6 +51,7 @@ ops = st.lists(
 def assert_clean(res):
     assert res.code in ALLOWED, (res.code, res.err)
     assert "Traceback" not in res.err
+    assert "this is a bug in toolkit" not in res.err, res.err
     if res.code not in (0, 1):
         assert res.err.startswith("error: ") or "Error:" in res.err, res.err
 
