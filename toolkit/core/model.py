@@ -113,20 +113,24 @@ def external_data_locations(model) -> list:
     return locations
 
 
-def load_external_data_into(model, base_dir: str, path: str = "") -> None:
-    from onnx.external_data_helper import load_external_data_for_model
-
+def check_external_files(model, base_dir: str, path: str = "") -> None:
+    """InputError unless every external file the model names exists in ``base_dir``."""
     if not os.path.isdir(base_dir):
         raise InputError(f"{base_dir}: external data folder does not exist")
     for loc in external_data_locations(model):
         if not isinstance(loc, str):  # protobuf hands back bytes for text that is not UTF-8
             raise InputError(f"{describe(path)}: an external data location is not valid text; the file is corrupt")
-        full = os.path.join(base_dir, loc)
-        if not os.path.isfile(full):
+        if not os.path.isfile(os.path.join(base_dir, loc)):
             raise InputError(
                 f"{describe(path)}: external data file {loc} not found in {base_dir}; "
                 "put it beside the model or pass --external-data-dir"
             )
+
+
+def load_external_data_into(model, base_dir: str, path: str = "") -> None:
+    from onnx.external_data_helper import load_external_data_for_model
+
+    check_external_files(model, base_dir, path)
     try:
         load_external_data_for_model(model, base_dir)
     except Exception as exc:  # onnx raises ValidationError, OSError, ValueError...

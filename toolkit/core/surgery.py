@@ -491,14 +491,7 @@ def _model_shell(model):
     import onnx
 
     shell = onnx.ModelProto()
-    shell.ir_version = model.ir_version
-    shell.opset_import.extend(model.opset_import)
-    shell.producer_name = model.producer_name
-    shell.producer_version = model.producer_version
-    shell.domain = model.domain
-    shell.model_version = model.model_version
-    shell.doc_string = model.doc_string
-    shell.metadata_props.extend(model.metadata_props)
+    _restore_model_fields(shell, model)
     return shell
 
 

@@ -20,12 +20,9 @@ import warnings
 from typing import Iterator, List, Optional, Tuple
 
 from toolkit.core.errors import InputError
+from toolkit.core.model import describe
 
 _CHUNK = 16 << 20
-
-
-def _describe(path: str) -> str:
-    return "<stdin>" if path == "-" else path
 
 
 def is_ref(tensor) -> bool:
@@ -73,22 +70,6 @@ def ref_nbytes(tensor) -> int:
     return n * 4
 
 
-def check_external_files(model, base_dir: str, path: str = "") -> None:
-    """InputError unless every external file the model names exists in ``base_dir``."""
-    from toolkit.core.model import external_data_locations
-
-    if not os.path.isdir(base_dir):
-        raise InputError(f"{base_dir}: external data folder does not exist")
-    for loc in external_data_locations(model):
-        if not isinstance(loc, str):  # protobuf hands back bytes for text that is not UTF-8
-            raise InputError(f"{_describe(path)}: an external data location is not valid text; the file is corrupt")
-        if not os.path.isfile(os.path.join(base_dir, loc)):
-            raise InputError(
-                f"{_describe(path)}: external data file {loc} not found in {base_dir}; "
-                "put it beside the model or pass --external-data-dir"
-            )
-
-
 def load_tensor(tensor, base_dir: str, path: str = "") -> None:
     """Read one referenced tensor's data into it (it becomes an in-memory tensor)."""
     from onnx.external_data_helper import load_external_data_for_tensor
@@ -98,7 +79,7 @@ def load_tensor(tensor, base_dir: str, path: str = "") -> None:
             warnings.simplefilter("ignore")
             load_external_data_for_tensor(tensor, base_dir)
     except Exception as exc:  # onnx raises ValidationError, OSError, ValueError...
-        raise InputError(f"{_describe(path)}: cannot load external data of '{tensor.name}': {exc}") from None
+        raise InputError(f"{describe(path)}: cannot load external data of '{tensor.name}': {exc}") from None
 
 
 def ref_source(tensor, base_dir: str) -> Tuple[str, int, int]:
@@ -251,7 +232,7 @@ def load_lazily(
     ``needed(graph)`` (a function of the loaded graph, e.g. what constant folding reads).
     ``files``, if given, receives the absolute paths of the model's external data files.
     """
-    from toolkit.core.model import STDIO, _has_external_data, load_model
+    from toolkit.core.model import STDIO, _has_external_data, check_external_files, load_model
 
     model = load_model(path, external_data_dir=external_data_dir, load_external_data=False)
     if not _has_external_data(model):
