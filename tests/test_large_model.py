@@ -212,3 +212,14 @@ def test_reduce_copies_weights_in_chunks(work):
     assert peak < WEIGHT + 150 * MB, f"peak {peak / MB:.0f} MB: weights held in memory"
     row = np.arange(COLS, dtype=np.float32) + 1
     np.testing.assert_array_equal(ort_y(work / "red.onnx"), np.tile(row, (4, 1)))
+
+
+def test_shape_fallback_leaves_weights_to_onnxruntime(work):
+    """--force-fallback-shape-inference runs the model on ONNX-Runtime, which reads the
+    external weights itself: toolkit holds no second copy of them."""
+    args = ["surgeon", "extract", "big.onnx", "-o", "sub.onnx", "--outputs", "g1", "--force-fallback-shape-inference"]
+    code, out, peak, _ = measure(args, work)
+    assert code == 0, out
+    assert peak < TOTAL + 150 * MB, f"peak {peak / MB:.0f} MB: the weights were loaded besides ONNX-Runtime's copy"
+    sub = onnx.load(str(work / "sub.onnx"), load_external_data=False)
+    assert [t.name for t in sub.graph.initializer] == ["w1"]

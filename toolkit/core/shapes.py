@@ -422,7 +422,7 @@ def _run_for_shapes(original, work, input_shapes, external_data_dir, feed=None) 
     import onnx
 
     from toolkit.core.meta import dtype_from_numpy
-    from toolkit.core.model import PROTOBUF_LIMIT, load_external_data_into
+    from toolkit.core.model import PROTOBUF_LIMIT
 
     try:
         import onnxruntime as ort
@@ -436,13 +436,12 @@ def _run_for_shapes(original, work, input_shapes, external_data_dir, feed=None) 
     runnable.CopyFrom(original)
     if input_shapes:
         override_input_shapes(runnable, dict(input_shapes), inplace=True)
-    if _uses_external_refs(runnable):
-        if external_data_dir is None:
-            raise InputError(
-                "the model's weights are stored outside it and were not loaded; pass --external-data-dir "
-                "so ONNX-Runtime can run it for shapes"
-            )
-        load_external_data_into(runnable, external_data_dir)
+    external_refs = _uses_external_refs(runnable)
+    if external_refs and external_data_dir is None:
+        raise InputError(
+            "the model's weights are stored outside it and were not loaded; pass --external-data-dir "
+            "so ONNX-Runtime can run it for shapes"
+        )
     g = runnable.graph
     have = {o.name for o in g.output}
     skip = {i.name for i in g.input} | {t.name for t in g.initializer}
@@ -455,8 +454,11 @@ def _run_for_shapes(original, work, input_shapes, external_data_dir, feed=None) 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 3
+    if external_refs:
+        # weights stay on disk: ONNX-Runtime reads them from their folder itself
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_data_dir)
     try:
-        if runnable.ByteSize() > PROTOBUF_LIMIT:
+        if not external_refs and runnable.ByteSize() > PROTOBUF_LIMIT:
             with tempfile.TemporaryDirectory() as d:
                 path = os.path.join(d, "model.onnx")
                 onnx.save_model(runnable, path, save_as_external_data=True, location="weights.data")
