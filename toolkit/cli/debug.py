@@ -16,6 +16,7 @@ import typer
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import (
     Annotated,
+    ListOpt,
     ExternalDataDirOpt,
     ForceFallbackOpt,
     ModelArg,
@@ -28,7 +29,6 @@ from toolkit.cli.output import err_console, is_terminal, log, warn
 
 app = typer.Typer(help="Debug failing models: reduce them to minimal failing subgraphs.", **SUBAPP_SETTINGS)
 
-ListOpt = Optional[List[str]]
 IntListOpt = Optional[List[int]]
 
 _REDUCE_HELP = """Reduce a failing model to a minimal subgraph that still fails.

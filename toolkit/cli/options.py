@@ -119,6 +119,9 @@ def command_kwargs(help_text: Optional[str] = None, **extra):
 
 # ---------------------------------------------------------------------- shared options
 
+# The type of a list option (greedy: several values after one flag).
+ListOpt = Optional[List[str]]
+
 ModelArg = Annotated[str, typer.Argument(help="Path to the ONNX model, or '-' to read it from stdin.", metavar="MODEL")]
 
 ExternalDataDirOpt = Annotated[

@@ -15,6 +15,7 @@ import typer
 
 from toolkit.cli.options import (
     Annotated,
+    ListOpt,
     ExternalDataDirOpt,
     InputShapesOpt,
     ModelArg,
@@ -37,7 +38,6 @@ class RunCommand(ToolkitCommand):
         return super().parse_args(ctx, args)
 
 
-ListOpt = Optional[List[str]]
 
 
 def register(app: typer.Typer) -> None:
