@@ -41,7 +41,18 @@ def split_group(value: str) -> List[str]:
 
 
 class ToolkitCommand(TyperCommand):
-    """A Typer command whose list options are greedy, and whose ``--check`` takes the rest."""
+    """A Typer command whose list options are greedy, and whose ``--check`` takes the rest.
+
+    Options without a metavar show their own name in help (``--atol ATOL...``), not a type.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if param.param_type_name != "option" or param.metavar is not None or getattr(param, "is_flag", False):
+                continue
+            name = next((o for o in param.opts if o.startswith("--")), param.opts[0]).lstrip("-")
+            param.metavar = name.upper().replace("-", "_") + ("..." if param.multiple else "")
 
     def _multi_opts(self):
         multi = set()
