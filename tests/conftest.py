@@ -68,3 +68,21 @@ def run_toolkit(*args, stdin: bytes = None, cwd=None, env=None, timeout=120) -> 
 @pytest.fixture
 def toolkit_proc():
     return run_toolkit
+
+
+def modules_loaded_by(setup: str, argv, roots) -> list:
+    """Module names under ``roots`` that a fresh interpreter has imported after running
+    ``setup`` (Python statements) and then ``toolkit.cli.app.main(argv)``."""
+    code = (
+        f"import sys\n{setup}\n"
+        "from toolkit.cli.app import main\n"
+        f"main({list(argv)!r})\n"
+        "print('LOADED', repr(sorted(sys.modules)))\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    line = next((l for l in proc.stdout.splitlines() if l.startswith("LOADED ")), None)
+    assert line is not None, proc.stdout + proc.stderr
+    import ast
+
+    loaded = ast.literal_eval(line[len("LOADED "):])
+    return [m for m in loaded if m in roots or any(m.startswith(r + ".") for r in roots)]

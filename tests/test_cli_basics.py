@@ -1,7 +1,4 @@
-import subprocess
-import sys
-
-from conftest import run_toolkit
+from conftest import modules_loaded_by, run_toolkit
 
 HEAVY = ("numpy", "onnx", "onnxruntime", "tensorrt", "onnx_graphsurgeon")
 
@@ -22,15 +19,7 @@ def test_version():
 
 
 def test_help_imports_nothing_heavy():
-    code = (
-        "import sys\n"
-        "from toolkit.cli.app import main\n"
-        "rc = main(['--help'])\n"
-        f"heavy = [m for m in {HEAVY!r} if m in sys.modules]\n"
-        "print('HEAVY', heavy)\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert "HEAVY []" in proc.stdout, proc.stdout + proc.stderr
+    assert modules_loaded_by("", ["--help"], HEAVY) == []
 
 
 def test_unknown_command_is_usage_error():
@@ -40,15 +29,8 @@ def test_unknown_command_is_usage_error():
 
 
 def test_root_help_lists_groups_without_loading_them():
-    code = (
-        "import sys\n"
-        "from toolkit.cli.app import main\n"
-        "main(['--help'])\n"
-        "print('LOADED', sorted(m for m in sys.modules if m.startswith('toolkit.cli.') and m.split('.')[-1] in "
-        "('run', 'inspect', 'surgeon', 'data', 'debug')))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert "LOADED []" in proc.stdout, proc.stdout + proc.stderr
+    groups = tuple(f"toolkit.cli.{g}" for g in ("run", "inspect", "surgeon", "data", "debug"))
+    assert modules_loaded_by("", ["--help"], groups) == []
 
 
 def test_registry_short_help_matches_each_group():

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ctypes
 import enum
-import subprocess
 import sys
 import types
 
@@ -19,6 +18,7 @@ import numpy as np
 import pytest
 
 import modelzoo as mz
+from conftest import modules_loaded_by
 from toolkit.backends import trt as trtmod
 from toolkit.core.datafiles import IterationResult, RunResults, load_inputs, load_outputs, save_inputs, save_outputs
 from toolkit.core.errors import DependencyError, InputError, UsageError
@@ -684,15 +684,8 @@ def test_engine_frees_device_memory(engine_env):
 
 def test_importing_the_runner_touches_no_gpu_library():
     """The warm worker of `debug reduce` forks after imports: nothing may load TensorRT/CUDA before."""
-    code = (
-        "import sys\n"
-        "import toolkit.backends.trt, toolkit.core.runplan, toolkit.cli.run\n"
-        "from toolkit.cli.app import main\n"
-        "main(['run', '--help'])\n"
-        "print('LOADED', sorted(m for m in sys.modules if m.split('.')[0] in ('tensorrt', 'cuda', 'pycuda')))\n"
-    )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert "LOADED []" in proc.stdout, proc.stdout + proc.stderr
+    setup = "import toolkit.backends.trt, toolkit.core.runplan, toolkit.cli.run"
+    assert modules_loaded_by(setup, ["run", "--help"], ("tensorrt", "cuda", "pycuda")) == []
 
 
 def test_help_lists_tensorrt_options(cli):
