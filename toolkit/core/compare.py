@@ -168,6 +168,33 @@ def _work_dtype(a, b):
     return np.float64
 
 
+def error_arrays(a, b):
+    """(abs, rel): elementwise ``|a - b|`` and ``|a - b| / |b|`` of same-shape numeric arrays.
+
+    Equal infinities and NaN against NaN are no error; a NaN on one side only is ``inf``;
+    ``rel`` is 0 where both are 0 and ``inf`` where only ``b`` is 0.
+    """
+    import numpy as np
+
+    wdt = _work_dtype(a, b)
+    fa = a.astype(wdt, copy=False)
+    fb = b.astype(wdt, copy=False)
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        absd = np.abs(fa - fb)  # new array
+        # inf - inf (same sign) gives NaN: equal infinities are equal
+        special = ~np.isfinite(absd)
+        if special.any():
+            same = (fa == fb) | (np.isnan(fa) & np.isnan(fb))
+            absd[special & same] = 0
+            absd[special & ~same] = np.inf
+        absb = np.abs(fb)
+        rel = np.divide(absd, absb, out=np.zeros_like(absd), where=absb != 0)
+        rel[(absb == 0) & (absd != 0)] = np.inf
+        if special.any():
+            rel[np.isnan(rel)] = np.inf  # inf / inf: an infinite error against an infinite reference
+    return absd, rel
+
+
 def compare_arrays(name: str, a, b, atol: float, rtol: float, stat: str = "elemwise") -> OutputComparison:
     """Compare one output (``a`` against the reference ``b``)."""
     import numpy as np
@@ -196,22 +223,8 @@ def compare_arrays(name: str, a, b, atol: float, rtol: float, stat: str = "elemw
         res.median_abs = res.median_rel = 0.0
         return res
 
-    wdt = _work_dtype(a, b)
-    fa = a.astype(wdt, copy=False)
-    fb = b.astype(wdt, copy=False)
-    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
-        absd = np.abs(fa - fb)  # new array
-        # inf - inf (same sign) gives NaN: equal infinities are equal
-        special = ~np.isfinite(absd)
-        if special.any():
-            same = (fa == fb) | (np.isnan(fa) & np.isnan(fb))
-            absd[special & same] = 0
-            absd[special & ~same] = np.inf
-        absb = np.abs(fb)
-        rel = np.divide(absd, absb, out=np.zeros_like(absd), where=absb != 0)
-        rel[(absb == 0) & (absd != 0)] = np.inf
-        if special.any():
-            rel[np.isnan(rel)] = np.inf  # inf / inf: an infinite error against an infinite reference
+    absd, rel = error_arrays(a, b)
+    with np.errstate(invalid="ignore"):
         elem_bad = (absd > atol) & (rel > rtol)
     res.mismatches = int(np.count_nonzero(elem_bad))
     res.max_abs = float(absd.max())

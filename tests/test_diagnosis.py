@@ -1,0 +1,222 @@
+"""Layerwise diagnosis (core) and the JSON/HTML reports, on models with planted faults."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+from accuracy_models import all_tensors, conv_net, feed, save_pair
+from modelzoo import make_model
+from toolkit.core.compare import Tolerances, compare_pair
+from toolkit.core.diagnosis import (
+    amplification,
+    depth_line,
+    depth_table,
+    diagnose,
+    diagnose_pair,
+    pair_errors,
+    sparkline,
+    tensor_error,
+    text_lines,
+    topology_of,
+    wants_diagnosis,
+)
+from toolkit.core.report import check_report_path, render_html, save_report
+
+
+def _diagnosis(tmp_path, perturb=(3,), layers=8, **kw):
+    paths = save_pair(tmp_path, layers=layers, perturb=perturb, **kw)
+    x = feed()
+    test = all_tensors(paths["faulty"], x)
+    ref = all_tensors(paths["clean"], x)
+    pair = compare_pair("faulty", [test], "clean", [ref], Tolerances())
+    return diagnose_pair(pair, [test], [ref], onnx.load(paths["faulty"])), pair
+
+
+def test_perturbed_conv_is_ranked_first_and_is_the_first_failure(tmp_path):
+    diag, pair = _diagnosis(tmp_path, perturb=(3,))
+    assert not pair.passed and wants_diagnosis(pair)
+    assert diag.first_failure.name == "c3"
+    assert diag.first_failure.node == "conv3" and diag.first_failure.op == "Conv"
+    top = diag.ranked[0]
+    assert top.node == "conv3" and not top.passed
+    assert top.input_error == 0.0  # its input is exact
+    # error that is only carried on downstream is not amplified much
+    assert top.amplification > 1e4
+    assert all(s.amplification < top.amplification / 100 for s in diag.ranked[1:])
+    assert diag.culprit.node == "conv3"
+    # tensors before the fault are exact, the ones after are not
+    by_name = {t.name: t for t in diag.tensors}
+    assert by_name["r2"].tol_ratio == 0.0 and by_name["r2"].passed
+    assert not by_name["r7"].passed
+
+
+def test_tensors_in_topological_order_with_depth(tmp_path):
+    diag, _ = _diagnosis(tmp_path)
+    names = [t.name for t in diag.tensors]
+    assert names == [f"{p}{i}" for i in range(8) for p in ("c", "r")]
+    assert [t.depth for t in diag.tensors][:4] == [1, 2, 3, 4]
+    rows = diag.depth
+    assert [r.depth for r in rows] == list(range(1, 17))
+    first_bad = next(r.depth for r in rows if r.failed)
+    assert first_bad == 7  # conv3 is the 7th node in the chain
+
+
+def test_unsorted_graph_gets_a_topological_order():
+    # nodes listed backwards in the file
+    nodes = [
+        helper.make_node("Relu", ["b"], ["c"], name="last"),
+        helper.make_node("Neg", ["a"], ["b"], name="middle"),
+        helper.make_node("Abs", ["x"], ["a"], name="first"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2])],
+    )
+    topo = topology_of(make_model(graph))
+    assert [n.name for n in topo.nodes] == ["first", "middle", "last"]
+    assert topo.tensor_order() == ["a", "b", "c"]
+
+
+def test_small_fault_is_still_ranked_first(tmp_path):
+    diag, _ = _diagnosis(tmp_path, perturb=(5,), scale=1e-3)
+    assert diag.ranked[0].node == "conv5" and diag.first_failure.node == "conv5"
+    assert diag.ranked[0].amplification > 100 * max(s.amplification for s in diag.ranked[1:])
+
+
+def test_uncompared_tensors_pass_error_through(tmp_path):
+    # only the Relu outputs are compared: the error reaching relu4 comes through c4, unseen
+    paths = save_pair(tmp_path, perturb=(3,))
+    x = feed()
+    test = {k: v for k, v in all_tensors(paths["faulty"], x).items() if k.startswith("r")}
+    ref = {k: v for k, v in all_tensors(paths["clean"], x).items() if k.startswith("r")}
+    pair = compare_pair("a", [test], "b", [ref], Tolerances())
+    diag = diagnose_pair(pair, [test], [ref], onnx.load(paths["faulty"]))
+    assert diag.ranked[0].node == "relu3"  # the first compared tensor after the fault
+    relu4 = next(s for s in diag.ranked if s.node == "relu4")
+    assert relu4.input_error > 0
+
+
+def test_tolerance_ratio_matches_the_verdict():
+    tol = Tolerances.parse(["1e-3"], ["1e-3"])
+    a = np.array([1.0, 2.0, 3.0], np.float32)
+    for delta, passed in ((5e-4, True), (5e-2, False)):
+        b = a + np.float32(delta)
+        pair = compare_pair("a", [{"t": a}], "b", [{"t": b}], tol)
+        e = pair_errors(pair, [{"t": a}], [{"t": b}])["t"]
+        assert e.passed is passed
+        assert (e.tol_ratio <= 1.0) is passed
+    # a statistic check uses that statistic
+    tol = Tolerances.parse(["1e-3"], ["0"], ["mean"])
+    b = a.copy()
+    b[0] += 2.4e-3  # mean abs error 8e-4: passes by mean, fails elementwise
+    pair = compare_pair("a", [{"t": a}], "b", [{"t": b}], tol)
+    e = pair_errors(pair, [{"t": a}], [{"t": b}])["t"]
+    assert e.passed and 0.7 < e.tol_ratio < 0.9
+
+
+def test_nan_and_shape_mismatch_are_infinite_errors():
+    from toolkit.core.compare import compare_arrays
+
+    a = np.array([1.0, np.nan], np.float32)
+    b = np.array([1.0, 2.0], np.float32)
+    e = tensor_error("t", a, b, compare_arrays("t", a, b, 1e-5, 1e-5))
+    assert math.isinf(e.rel_l2) and math.isinf(e.tol_ratio) and not e.passed
+    c = np.zeros(3, np.float32)
+    e = tensor_error("t", c, b, compare_arrays("t", c, b, 1e-5, 1e-5))
+    assert math.isinf(e.tol_ratio) and e.message
+
+
+def test_amplification_floor_and_infinities():
+    assert amplification(0.0, 0.0) == 1.0
+    assert amplification(1e-2, 0.0) > 1e4
+    assert amplification(1e-2, 1e-2) == 1.0
+    assert amplification(math.inf, math.inf) == 1.0
+    assert math.isinf(amplification(math.inf, 1e-3))
+
+
+def test_without_topology_the_order_is_the_comparison_order():
+    a = {"p": np.ones(2, np.float32), "q": np.zeros(2, np.float32)}
+    b = {"p": np.ones(2, np.float32), "q": np.ones(2, np.float32)}
+    pair = compare_pair("a", [a], "b", [b], Tolerances())
+    diag = diagnose(pair_errors(pair, [a], [b]), None, "a", "b")
+    assert diag.first_failure.name == "q" and not diag.ranked and not diag.topology_known
+
+
+def test_text_and_sparkline(tmp_path):
+    diag, _ = _diagnosis(tmp_path)
+    lines = text_lines(diag)
+    text = "\n".join(lines)
+    assert "First out of tolerance: 'c3'" in text and "conv3 [Op: Conv]" in text
+    assert lines[3].strip().startswith("1. conv3 [Op: Conv]")
+    line = depth_line(diag)
+    assert "out of tolerance from depth 7" in line
+    spark = sparkline([0.0, 1e-3, 1.0, 1e3, math.inf])
+    assert len(spark) == 5 and spark[0] == "▁" and spark[-1] == "█" and spark[1] < spark[3]
+    assert sparkline([1e-3, 1.0], ascii_only=True).isascii()
+    rows = depth_table(diag, max_rows=5)
+    assert len(rows) <= 5 and sum(r.tensors for r in rows) == len(diag.tensors)
+    assert rows[0].last_depth is not None
+
+
+def test_json_report(tmp_path):
+    diag, _ = _diagnosis(tmp_path)
+    path = tmp_path / "report.json"
+    save_report(str(path), [diag], model="faulty.onnx", command="toolkit run ...")
+    data = json.loads(path.read_text())
+    assert data["format"] == "toolkit-accuracy-report" and data["version"] == 1
+    comp = data["comparisons"][0]
+    assert comp["first_failure"]["node"] == "conv3"
+    assert comp["ranked_nodes"][0]["node"] == "conv3"
+    assert [t["name"] for t in comp["tensors"]][:3] == ["c0", "r0", "c1"]
+    assert comp["passed"] is False
+
+
+def test_json_report_writes_infinities_as_strings(tmp_path):
+    a = {"t": np.array([np.nan], np.float32), "u": np.ones(1, np.float32), "v": np.ones(1, np.float32)}
+    b = {"t": np.array([1.0], np.float32), "u": np.ones(1, np.float32), "v": np.ones(1, np.float32)}
+    pair = compare_pair("a", [a], "b", [b], Tolerances())
+    diag = diagnose(pair_errors(pair, [a], [b]), None, "a", "b")
+    path = tmp_path / "r.json"
+    save_report(str(path), [diag])
+    text = path.read_text()
+    assert "Infinity" not in text and "NaN" not in text
+    assert json.loads(text)["comparisons"][0]["first_failure"]["rel_l2"] == "inf"
+
+
+def test_html_report_is_self_contained(tmp_path):
+    diag, _ = _diagnosis(tmp_path)
+    page = render_html([diag], model="faulty.onnx", command="toolkit run <x>")
+    assert page.startswith("<!DOCTYPE html>") and page.rstrip().endswith("</html>")
+    for remote in ("http://", "https://", "<script", "src=", "@import", "url("):
+        if remote == "http://":
+            # the SVG namespace is a name, not a fetch
+            assert page.count("http://") == page.count('xmlns="http://www.w3.org/2000/svg"')
+            continue
+        assert remote not in page
+    assert "culprit: conv3 [Conv]" in page
+    assert "tolerance</text>" in page
+    assert page.count("<circle") == len(diag.tensors)
+    assert "toolkit run &lt;x&gt;" in page  # escaped
+    # the ranked table starts with the culprit
+    table = page[page.index("Nodes ranked by error amplification"):]
+    assert table.index("conv3") < table.index("conv0")
+
+
+def test_report_path_must_be_json_or_html(tmp_path):
+    from toolkit.core.errors import InputError, UsageError
+
+    with pytest.raises(UsageError):
+        check_report_path(str(tmp_path / "r.txt"))
+    with pytest.raises(InputError):
+        check_report_path(str(tmp_path / "missing" / "r.json"))
+    check_report_path(str(tmp_path / "r.HTML"))
+
+
+def test_conv_net_is_valid():
+    onnx.checker.check_model(conv_net(3, (1,)))

@@ -1,0 +1,466 @@
+"""Layerwise diagnosis: where in the graph a comparison goes wrong.
+
+Given the errors of many tensors of one model (``--onnx-outputs mark all`` against golden
+values, or two runners that both return every tensor), this finds
+
+- the **first tensor out of tolerance** in topological order, and the node that produced it;
+- each node's **error amplification**: the error of its outputs divided by the error of its
+  inputs. A faulty node has exact inputs and a wrong output (a large ratio); a node that
+  only passes on error from upstream has a ratio near 1;
+- the **error against depth** (depth: the longest path, in nodes, from the graph inputs).
+
+Errors
+- ``rel_l2 = ||a - b|| / ||b||`` (B the reference), the scale-free error used for
+  amplification. Tensors not compared get the largest error of their producer's inputs
+  (error flows through them unseen); graph inputs, initializers and constants have none.
+- ``amplification = max(out, FLOOR) / max(in, FLOOR)`` with ``FLOOR`` the float32 epsilon,
+  so exact-in, exact-out is 1 and rounding noise on exact inputs stays small.
+- ``tol_ratio``: the error relative to the tolerance that judged the tensor (1 is the
+  tolerance; above 1 is out of tolerance). For the ``elemwise`` check it is the largest,
+  over elements, of ``min(abs / atol, rel / rtol)``; for ``max``/``mean``/``median`` it
+  is ``min(stat(abs) / atol, stat(rel) / rtol)``.
+
+Pure numpy and ONNX graph topology; nothing here prints.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence
+
+FLOOR = 2.0**-23  # float32 epsilon: errors below it count as rounding
+TOP_NODES = 5  # ranked nodes shown in a terminal diagnosis
+
+
+# ---------------------------------------------------------------------- topology
+
+
+@dataclass
+class NodeInfo:
+    name: str
+    op: str
+    inputs: List[str]  # tensors it reads (subgraph bodies' outer reads included)
+    outputs: List[str]
+    depth: int = 0
+    position: int = 0  # in topological order
+
+
+@dataclass
+class Topology:
+    """The top graph's nodes in topological order (by depth, then file order)."""
+
+    nodes: List[NodeInfo]
+    producer: Dict[str, int]  # tensor -> index into nodes
+    sources: set  # graph inputs, initializers, constant outputs
+
+    def tensor_order(self) -> List[str]:
+        return [t for n in self.nodes for t in n.outputs]
+
+
+def topology_of(model) -> Topology:
+    """The :class:`Topology` of ``model``'s top graph (weights are never read)."""
+    from toolkit.core.shapes import node_reads
+
+    g = model.graph
+    raw = list(g.node)
+    sources = {vi.name for vi in g.input} | {t.name for t in g.initializer}
+    sources |= {t.values.name for t in g.sparse_initializer}
+    infos: List[NodeInfo] = []
+    for i, n in enumerate(raw):
+        outs = [o for o in n.output if o]
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            sources.update(outs)
+            continue
+        infos.append(NodeInfo(n.name or f"{n.op_type}_{i}", n.op_type, node_reads(n), outs))
+    producer = {t: k for k, info in enumerate(infos) for t in info.outputs}
+    _set_depths(infos, producer)
+    order = sorted(range(len(infos)), key=lambda k: (infos[k].depth, k))
+    nodes = [infos[k] for k in order]
+    for pos, info in enumerate(nodes):
+        info.position = pos
+    return Topology(nodes, {t: k for k, info in enumerate(nodes) for t in info.outputs}, sources)
+
+
+def _set_depths(infos: List[NodeInfo], producer: Dict[str, int]) -> None:
+    """Depth of every node: 1 + the deepest node it reads from (iterative, any file order)."""
+    depth: List[Optional[int]] = [None] * len(infos)
+    for root in range(len(infos)):
+        stack = [root]
+        on_stack = {root}
+        while stack:
+            k = stack[-1]
+            if depth[k] is not None:
+                stack.pop()
+                on_stack.discard(k)
+                continue
+            preds = [producer[t] for t in infos[k].inputs if t in producer and producer[t] != k]
+            todo = [p for p in preds if depth[p] is None and p not in on_stack]
+            if todo:
+                stack.extend(todo)
+                on_stack.update(todo)
+                continue
+            # (a cycle leaves a predecessor without depth: it counts as a source)
+            depth[k] = 1 + max((depth[p] or 0 for p in preds), default=0)
+            stack.pop()
+            on_stack.discard(k)
+    for k, info in enumerate(infos):
+        info.depth = depth[k] or 1
+
+
+# ---------------------------------------------------------------------- errors per tensor
+
+
+@dataclass
+class TensorError:
+    """The worst error of one tensor over the iterations compared."""
+
+    name: str
+    passed: bool
+    max_abs: float
+    max_rel: float
+    rel_l2: float
+    tol_ratio: float
+    atol: float
+    rtol: float
+    stat: str
+    message: str = ""
+    position: Optional[int] = None  # index in topological tensor order
+    depth: Optional[int] = None
+    node: Optional[str] = None
+    op: Optional[str] = None
+
+
+def _div(x: float, tol: float) -> float:
+    if x == 0:
+        return 0.0
+    return x / tol if tol > 0 else math.inf
+
+
+def tensor_error(name: str, a, b, comparison) -> TensorError:
+    """Error measures of ``a`` against the reference ``b``, judged as ``comparison`` was."""
+    import numpy as np
+
+    from toolkit.core.compare import error_arrays
+
+    c = comparison
+    err = TensorError(name, c.passed, c.max_abs, c.max_rel, 0.0, 0.0, c.atol, c.rtol, c.stat, c.message)
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if c.message or a.dtype.kind in "OUS" or b.dtype.kind in "OUS":
+        bad = not c.passed
+        err.rel_l2 = err.tol_ratio = math.inf if bad else 0.0
+        err.max_abs = err.max_rel = math.inf if bad else 0.0
+        return err
+    if a.size == 0:
+        return err
+    absd, rel = error_arrays(a, b)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        num = float(np.sqrt(np.sum(np.square(absd, dtype=np.float64))))
+        den = float(np.sqrt(np.sum(np.square(np.abs(b.astype(np.float64, copy=False))))))
+        if c.stat == "elemwise":
+            ra = absd / c.atol if c.atol > 0 else np.where(absd > 0, np.inf, 0.0)
+            rr = rel / c.rtol if c.rtol > 0 else np.where(rel > 0, np.inf, 0.0)
+            err.tol_ratio = float(np.max(np.minimum(ra, rr)))
+        else:
+            err.tol_ratio = min(_div(c.required_atol, c.atol), _div(c.required_rtol, c.rtol))
+    if math.isnan(num) or math.isnan(den):
+        err.rel_l2 = math.inf
+    elif num == 0:
+        err.rel_l2 = 0.0
+    else:
+        err.rel_l2 = num / den if den > 0 else math.inf
+    if math.isnan(err.tol_ratio):
+        err.tol_ratio = math.inf
+    return err
+
+
+def _worse(old: TensorError, new: TensorError) -> TensorError:
+    old.passed = old.passed and new.passed
+    for f in ("max_abs", "max_rel", "rel_l2", "tol_ratio"):
+        setattr(old, f, max(getattr(old, f), getattr(new, f)))
+    old.message = old.message or new.message
+    return old
+
+
+def pair_errors(pair, iters_a: Sequence[Mapping], iters_b: Sequence[Mapping]) -> Dict[str, TensorError]:
+    """The worst :class:`TensorError` of every tensor a :class:`PairComparison` compared."""
+    errors: Dict[str, TensorError] = {}
+    for it, outs_a, outs_b in zip(pair.iterations, iters_a, iters_b):
+        for c in it.outputs:
+            e = tensor_error(c.name, outs_a[c.name], outs_b[c.name], c)
+            errors[c.name] = _worse(errors[c.name], e) if c.name in errors else e
+    return errors
+
+
+# ---------------------------------------------------------------------- the diagnosis
+
+
+@dataclass
+class NodeScore:
+    node: str
+    op: str
+    position: int
+    depth: int
+    outputs: List[str]
+    input_error: float  # rel_l2, largest over its inputs (estimated where not compared)
+    output_error: float  # rel_l2, largest over its compared outputs
+    amplification: float
+    passed: bool  # every compared output within tolerance
+    worst_output: str = ""
+
+
+@dataclass
+class DepthRow:
+    depth: int
+    tensors: int
+    failed: int
+    max_tol_ratio: float
+    max_rel_l2: float
+    last_depth: Optional[int] = None  # set when depths are merged into one row
+
+
+@dataclass
+class Diagnosis:
+    label_a: str
+    label_b: str
+    tensors: List[TensorError]  # topological order (when the topology is known)
+    first_failure: Optional[TensorError]
+    ranked: List[NodeScore]  # by amplification, largest first
+    depth: List[DepthRow]
+    topology_known: bool = True
+    notes: List[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return all(t.passed for t in self.tensors)
+
+    @property
+    def culprit(self) -> Optional[NodeScore]:
+        return self.ranked[0] if self.ranked and self.ranked[0].amplification > 1 else None
+
+    def to_dict(self) -> dict:
+        return _jsonable(
+            {
+                "reference": self.label_b,
+                "compared": self.label_a,
+                "passed": self.passed,
+                "topology_known": self.topology_known,
+                "tensors_compared": len(self.tensors),
+                "first_failure": asdict(self.first_failure) if self.first_failure else None,
+                "ranked_nodes": [asdict(n) for n in self.ranked],
+                "depth": [asdict(r) for r in self.depth],
+                "tensors": [asdict(t) for t in self.tensors],
+                "notes": list(self.notes),
+            }
+        )
+
+
+def _jsonable(obj):
+    """Non-finite floats as the strings "inf", "-inf", "nan" (JSON has no such numbers)."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    return obj
+
+
+def amplification(output_error: float, input_error: float) -> float:
+    out = max(output_error, FLOOR)
+    inp = max(input_error, FLOOR)
+    if math.isinf(out) and math.isinf(inp):
+        return 1.0
+    return out / inp
+
+
+def diagnose(
+    errors: Mapping[str, TensorError], topology: Optional[Topology], label_a: str = "A", label_b: str = "B"
+) -> Diagnosis:
+    """Place ``errors`` in the graph: first failure, ranked nodes, error against depth."""
+    if topology is None:
+        tensors = list(errors.values())
+        for k, t in enumerate(tensors):
+            t.position = k
+        first = next((t for t in tensors if not t.passed), None)
+        note = "no graph topology (the model is not ONNX): tensors are in the order compared"
+        return Diagnosis(label_a, label_b, tensors, first, [], [], topology_known=False, notes=[note])
+    tensors: List[TensorError] = []
+    for k, name in enumerate(topology.tensor_order()):
+        e = errors.get(name)
+        if e is None:
+            continue
+        node = topology.nodes[topology.producer[name]]
+        e.position, e.depth, e.node, e.op = k, node.depth, node.name, node.op
+        tensors.append(e)
+    known = {t.name for t in tensors}
+    extra = [e for n, e in errors.items() if n not in known]  # graph inputs and the like
+    first = next((t for t in tensors if not t.passed), None) or next((t for t in extra if not t.passed), None)
+    ranked = _rank(errors, topology)
+    notes = []
+    if extra:
+        notes.append(f"{len(extra)} compared tensor(s) are produced by no node of the top graph")
+    return Diagnosis(label_a, label_b, tensors + extra, first, ranked, _depth_rows(tensors), notes=notes)
+
+
+def _rank(errors: Mapping[str, TensorError], topology: Topology) -> List[NodeScore]:
+    est: Dict[str, float] = {}  # error estimate of every tensor seen so far
+    for name in topology.sources:
+        e = errors.get(name)
+        est[name] = e.rel_l2 if e is not None else 0.0
+    scores: List[NodeScore] = []
+    for node in topology.nodes:
+        in_err = max((est.get(t, 0.0) for t in node.inputs), default=0.0)
+        compared = [errors[t] for t in node.outputs if t in errors]
+        if not compared:
+            for t in node.outputs:
+                est[t] = in_err
+            continue
+        worst = max(compared, key=lambda e: e.rel_l2)
+        for t in node.outputs:
+            est[t] = errors[t].rel_l2 if t in errors else worst.rel_l2
+        scores.append(
+            NodeScore(
+                node.name,
+                node.op,
+                node.position,
+                node.depth,
+                list(node.outputs),
+                in_err,
+                worst.rel_l2,
+                amplification(worst.rel_l2, in_err),
+                all(e.passed for e in compared),
+                worst.name,
+            )
+        )
+    scores.sort(key=lambda s: (-s.amplification, s.passed, s.position))
+    return scores
+
+
+def _depth_rows(tensors: Sequence[TensorError]) -> List[DepthRow]:
+    rows: Dict[int, DepthRow] = {}
+    for t in tensors:
+        r = rows.setdefault(t.depth, DepthRow(t.depth, 0, 0, 0.0, 0.0))
+        r.tensors += 1
+        r.failed += 0 if t.passed else 1
+        r.max_tol_ratio = max(r.max_tol_ratio, t.tol_ratio)
+        r.max_rel_l2 = max(r.max_rel_l2, t.rel_l2)
+    return [rows[d] for d in sorted(rows)]
+
+
+def diagnose_pair(pair, iters_a: Sequence[Mapping], iters_b: Sequence[Mapping], model=None) -> Diagnosis:
+    """:func:`diagnose` for a :class:`PairComparison` (``model``: the ONNX model, or None)."""
+    topology = topology_of(model) if model is not None else None
+    return diagnose(pair_errors(pair, iters_a, iters_b), topology, pair.label_a, pair.label_b)
+
+
+def wants_diagnosis(pair, minimum: int = 3) -> bool:
+    """A comparison covers enough tensors for a layerwise diagnosis (``mark all`` and the like)."""
+    return any(len(it.outputs) >= minimum for it in pair.iterations)
+
+
+# ---------------------------------------------------------------------- text
+
+
+SPARK = "▁▂▃▄▅▆▇█"
+
+
+def g(x: Optional[float]) -> str:
+    """A number in 3 significant digits ("inf", "-" for None)."""
+    if x is None:
+        return "-"
+    if isinstance(x, float) and math.isinf(x):
+        return "inf"
+    return f"{x:.3g}"
+
+
+def sparkline(values: Sequence[float], *, ascii_only: bool = False) -> str:
+    """One character per value, on a log scale between the smallest and largest positive value."""
+    chars = "_.-=+*#@" if ascii_only else SPARK
+    finite = [v for v in values if v > 0 and math.isfinite(v)]
+    if not finite:
+        return "".join(chars[-1] if math.isinf(v) else chars[0] for v in values)
+    lo, hi = math.log10(min(finite)), math.log10(max(finite))
+    span = hi - lo or 1.0
+    out = []
+    for v in values:
+        if math.isinf(v):
+            out.append(chars[-1])
+        elif v <= 0:
+            out.append(chars[0])
+        else:
+            level = int(round((math.log10(v) - lo) / span * (len(chars) - 1)))
+            out.append(chars[max(0, min(len(chars) - 1, level))])
+    return "".join(out)
+
+
+def describe_tensor(t: TensorError) -> str:
+    where = f"'{t.name}'"
+    if t.node is not None:
+        where += f" (tensor {t.position + 1}, depth {t.depth}), produced by node {t.node} [Op: {t.op}]"
+    if t.message:
+        return f"{where}: {t.message}"
+    return (
+        f"{where}: max abs {g(t.max_abs)}, max rel {g(t.max_rel)}, {g(t.tol_ratio)}x the tolerance "
+        f"(atol {g(t.atol)}, rtol {g(t.rtol)}, {t.stat})"
+    )
+
+
+def describe_node(rank: int, s: NodeScore) -> str:
+    verdict = "ok" if s.passed else "FAILED"
+    return (
+        f"{rank}. {s.node} [Op: {s.op}] | amplification {g(s.amplification)}x | input error {g(s.input_error)} -> "
+        f"output error {g(s.output_error)} (relative L2) | {verdict}"
+    )
+
+
+def depth_line(diag: Diagnosis, *, ascii_only: bool = False) -> Optional[str]:
+    """``error/tolerance by depth 1..N: ▁▁▂█▇ (max 3.1e+02x)`` or None without depths."""
+    if not diag.depth:
+        return None
+    vals = [r.max_tol_ratio for r in diag.depth]
+    crossed = next((r.depth for r in diag.depth if r.failed), None)
+    tail = f"; out of tolerance from depth {crossed}" if crossed is not None else "; within tolerance"
+    return (
+        f"error/tolerance by depth {diag.depth[0].depth}..{diag.depth[-1].depth}: "
+        f"{sparkline(vals, ascii_only=ascii_only)} (largest {g(max(vals))}x){tail}"
+    )
+
+
+def text_lines(diag: Diagnosis, *, top: int = TOP_NODES, ascii_only: bool = False) -> List[str]:
+    """The diagnosis as plain lines (no colour, no markup)."""
+    lines = [f"Diagnosis | {diag.label_a} vs {diag.label_b} | {len(diag.tensors)} tensors compared"]
+    if diag.first_failure is not None:
+        lines.append("  First out of tolerance: " + describe_tensor(diag.first_failure))
+    else:
+        lines.append("  Every tensor is within tolerance.")
+    if diag.ranked:
+        lines.append("  Nodes by error amplification (output error / input error):")
+        lines += ["    " + describe_node(k, s) for k, s in enumerate(diag.ranked[:top], 1)]
+    line = depth_line(diag, ascii_only=ascii_only)
+    if line:
+        lines.append("  " + line)
+    lines += [f"  note: {n}" for n in diag.notes]
+    return lines
+
+
+def depth_table(diag: Diagnosis, max_rows: int = 12) -> List[DepthRow]:
+    """At most ``max_rows`` rows: depths merged into equal buckets (worst of each)."""
+    rows = diag.depth
+    if len(rows) <= max_rows:
+        return list(rows)
+    size = math.ceil(len(rows) / max_rows)
+    out = []
+    for k in range(0, len(rows), size):
+        chunk = rows[k : k + size]
+        merged = DepthRow(
+            chunk[0].depth,
+            sum(r.tensors for r in chunk),
+            sum(r.failed for r in chunk),
+            max(r.max_tol_ratio for r in chunk),
+            max(r.max_rel_l2 for r in chunk),
+            chunk[-1].depth,
+        )
+        out.append(merged)
+    return out
