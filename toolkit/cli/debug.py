@@ -360,6 +360,15 @@ def reduce_command(
         typer.Option("--no-reduce-outputs", help="Keep the model's outputs: only remove nodes from the start."),
     ] = False,
     external_data_dir: ExternalDataDirOpt = None,
+    link_external_data: Annotated[
+        bool,
+        typer.Option(
+            "--link-external-data",
+            help="Let -o, --min-good and --artifacts refer to the model's external data files through hard links "
+            "in their folder (no copy of the weights; they then run only where those links are). Default: they "
+            "carry the weights they use, so they can be moved.",
+        ),
+    ] = False,
     load_inputs: Annotated[
         ListOpt,
         typer.Option(
@@ -418,6 +427,7 @@ def reduce_command(
         reduce_inputs=not no_reduce_inputs,
         reduce_outputs=not no_reduce_outputs,
         external_data_dir=external_data_dir,
+        link_external_data=link_external_data,
     )
     reporter = _Reporter(show_output, hide_fail_output)
     try:

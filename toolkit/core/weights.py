@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import os
 import warnings
-from typing import Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from toolkit.core.errors import InputError
 from toolkit.core.model import describe
@@ -257,3 +257,78 @@ def load_lazily(
         else:
             ref_source(t, base)  # a bad location or a short file fails now, before any work
     return model, base
+
+
+# ---------------------------------------------------------------------- zero-copy references
+
+
+def _inside(path: str, folder: str) -> bool:
+    return os.path.commonpath([path, folder]) == folder
+
+
+def link_data_files(
+    sources, folder: str, stem: str, *, copy_ok: bool = True, note=None
+) -> Tuple[Dict[str, str], List[str]]:
+    """Make each external data file in ``sources`` (real paths) reachable from ``folder``
+    without copying it, so a model written there can keep the same offsets into it.
+
+    Returns ``({source: location relative to folder}, [paths created])``. Per source:
+
+    - a file already inside ``folder`` is used as it is (its path relative to the folder);
+    - else a hard link ``<stem>.weights`` (``<stem>.weights.<k>`` for the k-th of several
+      files) is made in ``folder``: ONNX-Runtime and TensorRT read it like the original,
+      and it never points out of the folder. (Symbolic links are refused by ONNX-Runtime,
+      onnx and this toolkit's own loader, since they lead out of the model's folder.)
+    - where no hard link can be made (another filesystem, or one without them), the file
+      is copied there once (``copy_ok``), and ``note(message)`` says so; else OSError.
+
+    Nothing that is one of ``sources`` is ever replaced.
+    """
+    import shutil
+
+    real_folder = os.path.realpath(folder)
+    real_sources = [os.path.realpath(s) for s in sources]
+    mapping: Dict[str, str] = {}
+    created: List[str] = []
+    outside = [s for s in real_sources if not _inside(s, real_folder)]
+    for src in real_sources:
+        if _inside(src, real_folder):
+            mapping[src] = os.path.relpath(src, real_folder)
+    for k, src in enumerate(outside):
+        name = f"{stem}.weights" if len(outside) == 1 else f"{stem}.weights.{k}"
+        target = os.path.join(real_folder, name)
+        if os.path.lexists(target):
+            if os.path.realpath(target) in real_sources and not os.path.samefile(target, src):
+                raise InputError(f"{target} is an external data file of the model; choose another file name")
+            if os.path.exists(target) and os.path.samefile(target, src) and not os.path.islink(target):
+                mapping[src] = name
+                created.append(target)
+                continue
+            os.unlink(target)
+        try:
+            os.link(src, target)
+        except OSError as exc:
+            if not copy_ok:
+                raise
+            shutil.copyfile(src, target)
+            if note is not None:
+                note(
+                    f"copied {os.path.basename(src)} ({os.path.getsize(src) / 2**30:.1f} GiB) once to {target}: "
+                    f"a hard link was not possible ({exc.strerror or exc}); put the iteration artifact on the "
+                    "model's filesystem to avoid the copy"
+                )
+        mapping[src] = name
+        created.append(target)
+    return mapping, created
+
+
+def relinked(tensor, location: str):
+    """A copy of the reference ``tensor`` (no data) pointing at ``location``, same offset and length."""
+    import onnx
+
+    out = onnx.TensorProto()
+    out.CopyFrom(tensor)
+    for entry in out.external_data:
+        if entry.key == "location":
+            entry.value = location
+    return out

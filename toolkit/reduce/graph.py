@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import heapq
+import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core.errors import InputError
 from toolkit.core.meta import TensorMeta
@@ -498,6 +499,8 @@ class GraphIndex:
         self._ext_base = external_base_dir
         self._ext_files: Optional[List[str]] = None
         self._ref_names = {t.name for t in g.initializer if is_ref(t)} if external_base_dir is not None else set()
+        self._ref_src: Dict[str, str] = {}  # reference -> real path of its data file
+        self._link_frag: Dict[Tuple[str, str], bytes] = {}
         self._warned = set()
 
     # ------------------------------------------------------------------ identity
@@ -604,7 +607,7 @@ class GraphIndex:
             index=self,
         )
 
-    def _chunks(self, cand: Candidate, weights: bool = True) -> list:
+    def _chunks(self, cand: Candidate, weights: bool = True, links: Optional[Mapping[str, str]] = None) -> list:
         f = self._fields
         consts, inits, produced = cand.consts, cand.inits, cand.produced
         parts: List[bytes] = [self._graph_head]
@@ -612,7 +615,10 @@ class GraphIndex:
         parts.extend(self._node_frag[i] for i in cand.nodes)
         if weights:
             for t in inits:
-                parts.append(self._initializer_frag(t))
+                if links is not None and t in self._ref_names:
+                    parts.append(self._linked_frag(t, links))
+                else:
+                    parts.append(self._initializer_frag(t))
         metas = self._need_metas(cand)
         for t in cand.inputs:
             parts.append(self._value_info_frag("input", t, metas))
@@ -655,6 +661,21 @@ class GraphIndex:
             else:
                 frag = encode_field(f["sparse_initializer"], self.sparse_initializers[name].SerializeToString())
             self._init_frag[name] = frag
+        return frag
+
+    def _linked_frag(self, name: str, links: Mapping[str, str]) -> bytes:
+        """The reference ``name`` pointing at its source file's location in ``links``."""
+        from toolkit.core.weights import relinked, ref_source
+
+        src = self._ref_src.get(name)
+        if src is None:
+            src = self._ref_src[name] = os.path.realpath(ref_source(self.initializers[name], self._ext_base)[0])
+        location = links[src]
+        key = (name, location)
+        frag = self._link_frag.get(key)
+        if frag is None:
+            tensor = relinked(self.initializers[name], location)
+            frag = self._link_frag[key] = encode_field(self._fields["initializer"], tensor.SerializeToString())
         return frag
 
     def _need_metas(self, cand: Candidate) -> Dict[str, TensorMeta]:
@@ -725,15 +746,25 @@ class GraphIndex:
 
     # ------------------------------------------------------------------ saving
 
-    def write(self, cand: Candidate, path: str, *, atomic: bool = True) -> None:
+    def write(
+        self, cand: Candidate, path: str, *, atomic: bool = True, links: Optional[Mapping[str, str]] = None
+    ) -> None:
         """Write the candidate's model to ``path`` (weights external when huge).
 
         A candidate with weights still on disk (:attr:`Candidate.refs`) is written with
         those weights copied in chunks from the source files: into the one file, or into
         ``<path>.data`` when huge. Either way the file runs from any folder.
+
+        ``links`` (from :func:`toolkit.core.weights.link_data_files` for ``path``'s folder)
+        writes it zero-copy instead: its references keep their offsets into the source
+        files, reached through the locations given there (nothing is copied; the file
+        runs where those locations are).
         """
         from toolkit.core.model import save_model
 
+        if cand.refs and links is not None and cand.size_hint - self.ref_bytes(cand) <= BIG_MODEL_BYTES:
+            write_chunks(path, self._chunks(cand, links=links), atomic=atomic)
+            return
         if cand.refs:
             big = cand.size_hint > BIG_MODEL_BYTES
             if big:
@@ -744,6 +775,10 @@ class GraphIndex:
             save_model(self.to_model(cand), path, external_data=True)
             return
         write_chunks(path, cand.chunks(), atomic=atomic)
+
+    def ref_bytes(self, cand: Candidate) -> int:
+        """Bytes of the candidate's weights that are still on disk."""
+        return sum(self._init_bytes.get(t, 0) for t in cand.refs)
 
     def external_files(self) -> List[str]:
         """Real paths of the external data files the candidates' references point into."""

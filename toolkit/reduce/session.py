@@ -68,6 +68,9 @@ class ReduceConfig:
     reduce_outputs: bool = True
     external_data_dir: Optional[str] = None
     warm: Optional[bool] = None  # None: automatic
+    # -o, --min-good and --artifacts refer to the model's external data through hard links
+    # (or its own folder) instead of carrying a copy of the weights they use.
+    link_external_data: bool = False
 
 
 @dataclass
@@ -259,6 +262,8 @@ class Reducer:
         self.check_seconds = 0.0
         self._missing_artifacts = set()
         self._external_artifact = False
+        self._links: Optional[Dict[str, str]] = None  # source data file -> location by the iteration artifact
+        self._made_links: List[str] = []  # links made for the iteration artifact (removed at the end)
 
     # ------------------------------------------------------------------ set-up
 
@@ -384,7 +389,7 @@ class Reducer:
         self.iteration += 1
         cand = self.candidate(mask)
         self.reporter.iteration_start(self.iteration, cand)
-        self.index.write(cand, self.cfg.iter_artifact, atomic=False)
+        self.index.write(cand, self.cfg.iter_artifact, atomic=False, links=self._artifact_links(cand))
         if cand.size_hint > BIG_MODEL_BYTES:
             self._external_artifact = True  # its weights went to <artifact>.data
         self._flush_warnings()
@@ -410,13 +415,53 @@ class Reducer:
         self.replay.add(self.iteration, mask, count, failed, it.seconds if it.source == "check" else None)
         self._note_failing(mask, failed, cand)
         if self.cfg.artifacts:
-            self._sort_artifacts(failed)
+            self._sort_artifacts(failed, cand)
         if self.cfg.save_replay:
             self.replay.save(self.cfg.save_replay)
         if it.result is not None:
             self.reporter.check_output(it)
         self.reporter.iteration_end(it)
         return failed
+
+    def _artifact_links(self, cand: Candidate) -> Optional[Dict[str, str]]:
+        """Where the iteration artifact finds the model's external data files (made once):
+        candidates refer to the weights there instead of copying them."""
+        if not cand.refs:
+            return None
+        if self._links is None:
+            from toolkit.core.weights import link_data_files
+
+            path = self.cfg.iter_artifact
+            try:
+                self._links, made = link_data_files(
+                    self.index.external_files(),
+                    os.path.dirname(os.path.abspath(path)),
+                    os.path.basename(path),
+                    note=self.reporter.info,
+                )
+            except OSError as exc:
+                raise InputError(f"{path}: cannot make the model's weights reachable there: {exc}") from None
+            self._made_links.extend(made)
+        return self._links
+
+    def _write_model(self, cand: Candidate, path: str) -> None:
+        """Write an output (-o, --min-good, a sorted artifact): with copies of the weights it
+        uses, or, with ``link_external_data``, referring to the model's data files by links
+        in its folder (kept: the output needs them)."""
+        links = None
+        if cand.refs and self.cfg.link_external_data:
+            from toolkit.core.weights import link_data_files
+
+            try:
+                links, _ = link_data_files(
+                    self.index.external_files(),
+                    os.path.dirname(os.path.abspath(path)),
+                    os.path.basename(path),
+                    note=self.reporter.info,
+                )
+            except OSError as exc:
+                raise InputError(f"{path}: cannot link the model's weights there: {exc}") from None
+        self.index.write(cand, path, links=links)
 
     def _note_failing(self, mask: int, failed: bool, cand: Optional[Candidate]) -> None:
         if not failed:
@@ -444,7 +489,7 @@ class Reducer:
         }
         write_bytes_atomic(self.cfg.iter_info, (json.dumps(info, indent=1) + "\n").encode())
 
-    def _sort_artifacts(self, failed: bool) -> None:
+    def _sort_artifacts(self, failed: bool, cand: Optional[Candidate] = None) -> None:
         folder = os.path.join(self.cfg.art_dir, "bad" if failed else "good")
         for path in self.cfg.artifacts:
             if not os.path.exists(path):
@@ -454,6 +499,11 @@ class Reducer:
                 continue
             os.makedirs(folder, exist_ok=True)
             dest = os.path.join(folder, f"{self.iteration:03d}_{os.path.basename(path.rstrip(os.sep))}")
+            if cand is not None and self._links is not None and cand.refs and self._is_iter_artifact(path):
+                # its weights are reached through links beside it: moved, it would lose them
+                self._write_model(cand, dest)
+                os.unlink(path)
+                continue
             try:
                 shutil.move(path, dest)
             except OSError as exc:
@@ -495,7 +545,7 @@ class Reducer:
             if cfg.min_good:
                 good = self._pick_min_good(mask)
                 if good is not None:
-                    self.index.write(self.candidate(good), cfg.min_good)
+                    self._write_model(self.candidate(good), cfg.min_good)
                     outcome.min_good_written = True
                     outcome.min_good_nodes = popcount(good)
             if cfg.save_replay:
@@ -541,11 +591,14 @@ class Reducer:
             return min(passing, key=popcount)
         return min(passing, key=lambda m: (popcount(m ^ result), -popcount(m & result), popcount(m)))
 
+    def _is_iter_artifact(self, path: str) -> bool:
+        return os.path.abspath(path) == os.path.abspath(self.cfg.iter_artifact)
+
     def _write_output(self, mask: int) -> None:
         if mask == self.best and self.best_chunks is not None:
             write_chunks(self.cfg.output, self.best_chunks)  # the very bytes the check failed on
         else:
-            self.index.write(self.candidate(mask), self.cfg.output)
+            self._write_model(self.candidate(mask), self.cfg.output)
 
     def _finish(self, outcome: Outcome, t0: float) -> Outcome:
         outcome.checks = self.checks
@@ -558,7 +611,7 @@ class Reducer:
             self.runner.close()
         if self.cfg.remove_intermediate:
             data = self.cfg.iter_artifact + ".data" if self._external_artifact else None
-            for path in (self.cfg.iter_artifact, self.cfg.iter_info, data):
+            for path in (self.cfg.iter_artifact, self.cfg.iter_info, data, *self._made_links):
                 if path and os.path.isfile(path):
                     try:
                         os.unlink(path)
