@@ -106,14 +106,29 @@ def __getattr__(name: str):
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the CLI with ``argv`` (default: sys.argv[1:]) and return the exit code."""
+    from toolkit.cli import output
     from toolkit.cli.errors import run_with_boundary
 
     if argv is None:
         argv = sys.argv[1:]
     argv = list(argv)
+    output.reset()
+    output.state.argv = list(argv)
+    try:
+        return run_with_boundary(_main, argv)
+    finally:
+        output.reset()
+
+
+def _main(argv: List[str]) -> int:
+    from toolkit.cli.options import take_common_options
+
+    # -v/-q/--log-file/... anywhere before --check, in either place (`surgeon -v sanitize` too)
+    rest, common = take_common_options(argv)
+    common.apply(next((a for a in rest if not a.startswith("-")), None))
     # a process that already built the whole tree (a warm worker) reuses it for any command
     cmd = _COMMANDS.get(None) or get_command(lazy=True)
-    return run_with_boundary(cmd.main, args=argv, prog_name="toolkit", standalone_mode=False)
+    return cmd.main(args=rest, prog_name="toolkit", standalone_mode=False)
 
 
 def run(exit: Callable[[int], None] = os._exit) -> None:

@@ -16,6 +16,9 @@ def _print_error(message: str) -> None:
         sys.stderr.flush()
     except Exception:  # pragma: no cover - stderr gone
         pass
+    from toolkit.cli.output import to_log_file
+
+    to_log_file(f"error: {message}")
 
 
 def _click_message(exc) -> str:

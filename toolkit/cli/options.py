@@ -30,6 +30,217 @@ GROUPED_OPTIONS = frozenset({"--trt-min-shapes", "--trt-opt-shapes", "--trt-max-
 
 _NEG_NUMBER = re.compile(r"^-(\d|\.\d)")
 
+# ------------------------------------------------------------ options common to every command
+#
+# Accepted anywhere on the command line before ``--check``/``--``, in the places Polygraphy
+# accepts them (``toolkit surgeon -v sanitize m.onnx`` and ``toolkit surgeon sanitize m.onnx -v``):
+# :func:`take_common_options` takes them out of argv before Click parses it. Every command also
+# declares them (LOGGING_PANEL in its help), so a command invoked directly gets them too.
+
+LOGGING_PANEL = "Logging"
+
+# Examples at the end of each command's help (command path without "toolkit").
+EXAMPLES = {
+    "run": [
+        "toolkit run model.onnx --onnxrt --save-inputs inputs.json --save-outputs golden.json",
+        "toolkit run model.onnx --onnxrt --load-inputs inputs.json --load-outputs golden.json --atol 1e-4",
+        "toolkit run model.onnx --trt --onnxrt --input-shapes x:[1,3,224,224]",
+    ],
+    "inspect model": [
+        "toolkit inspect model model.onnx --mode=basic",
+        "toolkit inspect model model.onnx --show layers attrs --json > model.json",
+    ],
+    "inspect data": [
+        "toolkit inspect data golden.json",
+        "toolkit inspect data inputs.json --show-values --num-items 5",
+    ],
+    "surgeon extract": [
+        "toolkit surgeon extract model.onnx --inputs x:auto:auto --outputs y:auto -o sub.onnx",
+    ],
+    "surgeon sanitize": [
+        "toolkit surgeon sanitize model.onnx --fold-constants -o folded.onnx",
+        "toolkit surgeon sanitize model.onnx --override-input-shapes x:[1,3,224,224] -o fixed.onnx",
+    ],
+    "data to-input": [
+        "toolkit data to-input inputs.json layerwise.json -o layerwise_inputs.json",
+    ],
+    "data merge": [
+        "toolkit data merge inputs.json layerwise.json -o layerwise_inputs.json",
+    ],
+    "debug reduce": [
+        "toolkit debug reduce model.onnx -o reduced.onnx --check toolkit run polygraphy_debug.onnx --onnxrt",
+        "toolkit debug reduce model.onnx -o reduced.onnx --mode=bisect --load-inputs layerwise_inputs.json "
+        "--check toolkit run polygraphy_debug.onnx --onnxrt --load-inputs layerwise_inputs.json "
+        "--load-outputs layerwise_golden.json",
+    ],
+}
+_VERBOSE_RE = re.compile(r"^-(v+)$")
+_QUIET_RE = re.compile(r"^-(q+)$")
+# model types this product reads; anything else Polygraphy knows gets a clear refusal
+MODEL_TYPES = {"onnx": None, "engine": ("run", "inspect")}
+POLYGRAPHY_MODEL_TYPES = ("frozen", "keras", "ckpt", "onnx", "engine", "uff", "trt-network-script", "caffe")
+
+
+class CommonOptions:
+    """What the common options asked for (see :func:`take_common_options`)."""
+
+    def __init__(self) -> None:
+        self.verbose = 0
+        self.quiet = 0
+        self.verbosity: List[str] = []
+        self.silent = False
+        self.log_file: Optional[str] = None
+        self.log_format: List[str] = []
+        self.model_type: Optional[str] = None
+
+    def level(self) -> int:
+        from toolkit.cli import output
+
+        if self.silent:
+            return output.SILENT
+        plain = [v for v in self.verbosity if ":" not in v]
+        if plain:
+            return output.LEVEL_NAMES[plain[-1].lower()]
+        return output.level_from_counts(self.verbose, self.quiet)
+
+    def apply(self, command: Optional[str] = None, set_level: bool = True) -> None:
+        """Check the values (UsageError, exit 2) and configure logging."""
+        from toolkit.cli import output
+        from toolkit.core.errors import UsageError
+
+        for v in self.verbosity:
+            lvl = v.rsplit(":", 1)[-1].lower()
+            if lvl not in output.LEVEL_NAMES:
+                raise UsageError(
+                    f"--verbosity {v}: unknown level '{lvl}'; use one of: {', '.join(output.LEVEL_NAMES)} "
+                    "(or PATH:LEVEL)"
+                )
+        for f in self.log_format:
+            if f not in output.LOG_FORMATS:
+                raise UsageError(f"--log-format {f}: use one or more of: {', '.join(output.LOG_FORMATS)}")
+        if self.model_type is not None:
+            check_model_type(self.model_type, command)
+        output.configure(level=self.level() if set_level else None, log_file=self.log_file, formats=self.log_format)
+        if self.model_type is not None:
+            output.state.model_type = self.model_type
+
+
+def check_model_type(value: str, command: Optional[str]) -> None:
+    from toolkit.core.errors import UsageError
+
+    kind = value.lower()
+    if kind in MODEL_TYPES:
+        where = MODEL_TYPES[kind]
+        if where is None or command is None or command in where:
+            return
+        raise UsageError(f"--model-type {value} is not supported by '{command}': it reads ONNX models only")
+    known = "a Polygraphy model type" if kind in POLYGRAPHY_MODEL_TYPES else "not a model type"
+    raise UsageError(
+        f"--model-type {value} is not supported ({known}): toolkit reads ONNX models (and TensorRT engines "
+        "for run --trt and inspect model); export the model to ONNX first, e.g. with tf2onnx or torch.onnx.export"
+    )
+
+
+def _is_level(token: str) -> bool:
+    from toolkit.cli.output import LEVEL_NAMES
+
+    return token.rsplit(":", 1)[-1].lower() in LEVEL_NAMES
+
+
+def take_common_options(argv: List[str]):
+    """Split ``argv`` into (the rest, :class:`CommonOptions`).
+
+    Stops at ``--check`` (the rest belongs to the check command) and at ``--``.
+    ``--verbosity`` and ``--log-format`` take one or more values, as in Polygraphy.
+    """
+    from toolkit.core.errors import UsageError
+
+    opts = CommonOptions()
+    rest: List[str] = []
+    i, n = 0, len(argv)
+
+    def value(flag: str, tok: str, j: int):
+        if "=" in tok:
+            return tok.split("=", 1)[1], j + 1
+        if j + 1 >= n or (argv[j + 1].startswith("-") and argv[j + 1] != "-"):
+            raise UsageError(f"{flag} needs a value")
+        return argv[j + 1], j + 2
+
+    while i < n:
+        tok = argv[i]
+        flag = tok.split("=", 1)[0] if tok.startswith("--") else tok
+        if tok == "--" or flag in REST_OPTIONS:
+            rest.extend(argv[i:])
+            break
+        m = _VERBOSE_RE.match(tok)
+        if m or tok == "--verbose":
+            opts.verbose += len(m.group(1)) if m else 1
+            i += 1
+        elif _QUIET_RE.match(tok) or tok == "--quiet":
+            opts.quiet += len(tok) - 1 if tok != "--quiet" else 1
+            i += 1
+        elif tok == "--silent":
+            opts.silent = True
+            i += 1
+        elif flag in ("--verbosity", "--log-format"):
+            first, i = value(flag, tok, i)
+            values = [first]
+            more = _is_level if flag == "--verbosity" else (lambda t: t in ("timestamp", "line-info", "no-colors"))
+            if "=" not in tok:
+                while i < n and more(argv[i]):
+                    values.append(argv[i])
+                    i += 1
+            (opts.verbosity if flag == "--verbosity" else opts.log_format).extend(values)
+        elif flag == "--log-file":
+            opts.log_file, i = value(flag, tok, i)
+        elif flag == "--model-type":
+            opts.model_type, i = value(flag, tok, i)
+        else:
+            rest.append(tok)
+            i += 1
+    return rest, opts
+
+
+def _common_params():
+    """The common options as Click parameters (help, and commands invoked without ``main``)."""
+    from typer.core import TyperOption
+
+    def make(decls, help_text, **kw):
+        name = decls[0].lstrip("-").replace("-", "_")
+        kw.setdefault("metavar", None)
+        return TyperOption(
+            param_decls=[f"common_{name}"] + decls,
+            help=help_text,
+            expose_value=False,
+            rich_help_panel=LOGGING_PANEL,
+            callback=_common_callback,
+            **kw,
+        )
+
+    return [
+        make(["-v", "--verbose"], "More detail; repeat for more (-vv, -vvv).", count=True, default=0),
+        make(["-q", "--quiet"], "Less: -q shows only warnings, errors and verdicts; -qq only errors.", count=True, default=0),
+        make(["--verbosity"], "Log level: ultra_verbose ... verbose, info (default), warning, error, critical.",
+             metavar="LEVEL", multiple=True),
+        make(["--silent"], "Print nothing but an error line when something fails.", is_flag=True, default=False),
+        make(["--log-file"], "Also write the log to this file (created with its folders).", metavar="PATH"),
+        make(["--log-format"], "Log line format: timestamp, line-info, no-colors (one or more).",
+             metavar="FORMAT", multiple=True),
+        make(["--model-type"], "Type of MODEL: onnx (default); engine for TensorRT engines.", metavar="TYPE"),
+    ]
+
+
+def _common_callback(ctx, param, value):
+    # Only reached with a value when the option is still on the command line, i.e. the
+    # command was invoked without `main` (which takes the common options out first).
+    if value in (None, 0, False, (), []):
+        return
+    opts = CommonOptions()
+    name = param.name[len("common_"):]
+    attr = {"verbosity": list, "log_format": list}.get(name, lambda v: v)(value)
+    setattr(opts, name, attr)
+    opts.apply(ctx.command.name, set_level=name in ("verbose", "quiet", "verbosity", "silent"))
+
 
 def _is_value(token: str) -> bool:
     """True for tokens that are values, not options: ``-`` (stdio) and negative numbers count."""
@@ -48,11 +259,50 @@ class ToolkitCommand(TyperCommand):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        taken = {o for p in self.params for o in getattr(p, "opts", ())}
+        self.params.extend(p for p in _common_params() if not taken.intersection(p.opts))
         for param in self.params:
             if param.param_type_name != "option" or param.metavar is not None or getattr(param, "is_flag", False):
                 continue
             name = next((o for o in param.opts if o.startswith("--")), param.opts[0]).lstrip("-")
             param.metavar = name.upper().replace("-", "_") + ("..." if param.multiple else "")
+
+    def collect_usage_pieces(self, ctx):
+        # `Usage: toolkit run [OPTIONS] MODEL`, not `{MODEL}`
+        pieces = super().collect_usage_pieces(ctx)
+        return [p[1:-1] if p.startswith("{") and p.endswith("}") else p for p in pieces]
+
+    def format_options(self, ctx, formatter) -> None:
+        """Arguments, then options in sections (help panels): the command's own options first,
+        then each panel in the order it first appears, the common options (Logging) last."""
+        args, panels = [], {}
+        for param in self.get_params(ctx):
+            rec = param.get_help_record(ctx)
+            if rec is None:
+                continue
+            if param.param_type_name == "argument":
+                args.append(rec)
+                continue
+            rec = (rec[0], rec[1].replace("  [x>=0]", ""))
+            panel = getattr(param, "rich_help_panel", None) or "Options"
+            if "--help" in getattr(param, "opts", ()):
+                panel = LOGGING_PANEL if LOGGING_PANEL in panels else "Options"
+            panels.setdefault(panel, []).append(rec)
+        if args:
+            with formatter.section("Arguments"):
+                formatter.write_dl(args)
+        order = sorted(panels, key=lambda p: (p != "Options", p == LOGGING_PANEL))
+        for panel in order:
+            with formatter.section(panel):
+                formatter.write_dl(panels[panel])
+
+    def format_epilog(self, ctx, formatter) -> None:
+        super().format_epilog(ctx, formatter)
+        examples = EXAMPLES.get(" ".join(ctx.command_path.split()[1:]))
+        if examples:
+            with formatter.section("Examples"):
+                for line in examples:  # never wrapped: they are meant to be copied
+                    formatter.write(f"{'':>{formatter.current_indent}}{line}\n")
 
     def _multi_opts(self):
         multi = set()

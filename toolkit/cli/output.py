@@ -1,16 +1,110 @@
-"""Consoles and printing helpers: data goes to stdout, logs to stderr.
+"""Consoles, logging and printing helpers: data goes to stdout, logs to stderr.
 
 Rich is imported only when something is printed through it. When a stream is not a
 terminal, Rich prints plain text (no colour, no progress bars).
+
+Logging has one level per process (set by ``-v``/``-q``/``--verbosity``/``--silent``, see
+:func:`configure`): :func:`log` prints at INFO, :func:`verbose` at VERBOSE (``-v``),
+:func:`warn` at WARNING. ``--log-file`` copies every printed log line (plain text) to a
+file, and ``--log-format`` adds timestamps / source locations or turns colour off.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from typing import Optional
+import time
+from typing import List, Optional
 
+# Levels: lower numbers are more verbose.
+ULTRA_VERBOSE, SUPER_VERBOSE, EXTRA_VERBOSE, VERBOSE = 1, 2, 5, 10
+INFO, WARNING, ERROR, CRITICAL = 20, 30, 40, 50
+SILENT = 100
+LEVEL_NAMES = {
+    "ultra_verbose": ULTRA_VERBOSE,
+    "super_verbose": SUPER_VERBOSE,
+    "extra_verbose": EXTRA_VERBOSE,
+    "verbose": VERBOSE,
+    "info": INFO,
+    "warning": WARNING,
+    "error": ERROR,
+    "critical": CRITICAL,
+}
+_MORE = [INFO, VERBOSE, EXTRA_VERBOSE, SUPER_VERBOSE, ULTRA_VERBOSE]
+_LESS = [INFO, WARNING, ERROR, CRITICAL]
+LOG_FORMATS = ("timestamp", "line-info", "no-colors")
+
+
+class _State:
+    def __init__(self) -> None:
+        self.level = INFO
+        self.log_file = None  # an open text file, or None
+        self.log_file_path: Optional[str] = None
+        self.formats: List[str] = []
+        self.argv: Optional[List[str]] = None  # the command line as typed (before common options were taken out)
+        self.model_type: Optional[str] = None  # --model-type, when given
+
+
+state = _State()
 _consoles = {}
+
+
+def level_from_counts(verbose: int = 0, quiet: int = 0) -> int:
+    """The level that ``-v`` repeated ``verbose`` times and ``-q`` repeated ``quiet`` times give."""
+    if verbose and verbose >= quiet:
+        return _MORE[min(verbose - quiet, len(_MORE) - 1)]
+    if quiet > verbose:
+        return _LESS[min(quiet - verbose, len(_LESS) - 1)]
+    return INFO
+
+
+def reset() -> None:
+    """Back to the defaults (a new command in the same process, e.g. a warm worker)."""
+    if state.log_file is not None:
+        try:
+            state.log_file.close()
+        except OSError:
+            pass
+    state.__init__()
+
+
+def configure(level: Optional[int] = None, log_file: Optional[str] = None, formats=None) -> None:
+    """Set the logging level, the log file (created with its folders) and the line formats."""
+    if level is not None:
+        state.level = level
+    if formats:
+        state.formats = list(dict.fromkeys(list(state.formats) + list(formats)))
+    if log_file and log_file != state.log_file_path:
+        from toolkit.core.errors import UsageError
+
+        if state.log_file is not None:
+            state.log_file.close()
+        try:
+            folder = os.path.dirname(log_file)
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+            state.log_file = open(log_file, "a", encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"--log-file {log_file}: cannot write it ({exc.strerror or exc})") from None
+        state.log_file_path = log_file
+
+
+def enabled(level: int) -> bool:
+    """Whether a message of ``level`` is printed."""
+    return level >= state.level
+
+
+def is_quiet() -> bool:
+    """``-q`` or quieter: only warnings, errors and final verdicts."""
+    return state.level > INFO
+
+
+def is_verbose(level: int = VERBOSE) -> bool:
+    return state.level <= level
+
+
+def colour_allowed(stream=None) -> bool:
+    return is_terminal(stream) and "no-colors" not in state.formats and not os.environ.get("NO_COLOR")
 
 
 def _console(stderr: bool):
@@ -44,17 +138,64 @@ def is_terminal(stream=None) -> bool:
         return False
 
 
-def log(message: str, style: Optional[str] = None) -> None:
-    """A log line on stderr; user text is never parsed as markup."""
-    if style and is_terminal(sys.stderr):
+def _prefix(depth: int) -> str:
+    parts = []
+    if "timestamp" in state.formats:
+        parts.append(time.strftime("[%Y-%m-%d %H:%M:%S]"))
+    if "line-info" in state.formats:
+        try:
+            frame = sys._getframe(depth + 1)
+            here = os.path.abspath(__file__)
+            while frame is not None and os.path.abspath(frame.f_code.co_filename) == here:
+                frame = frame.f_back
+            if frame is not None:
+                parts.append(f"[{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}]")
+        except ValueError:  # pragma: no cover - shallow stack
+            pass
+    return " ".join(parts) + " " if parts else ""
+
+
+def to_log_file(text: str) -> None:
+    """Copy ``text`` (one or more lines, no trailing newline needed) to the ``--log-file``."""
+    if state.log_file is None:
+        return
+    try:
+        state.log_file.write(text if text.endswith("\n") else text + "\n")
+        state.log_file.flush()
+    except (OSError, ValueError):
+        pass
+
+
+def emit(message: str, level: int = INFO, style: Optional[str] = None) -> None:
+    """Print a log line at ``level`` on stderr (and to the log file); never parsed as markup."""
+    if not enabled(level):
+        return
+    message = _prefix(1) + message
+    if style and colour_allowed(sys.stderr):
         err_console().print(message, style=style, markup=False)
     else:
         sys.stderr.write(message + "\n")
         sys.stderr.flush()
+    to_log_file(message)
+
+
+def log(message: str, style: Optional[str] = None) -> None:
+    """An informational log line on stderr; user text is never parsed as markup."""
+    emit(message, INFO, style)
+
+
+def verbose(message: str, level: int = VERBOSE) -> None:
+    """Per-step detail, shown with ``-v`` (or ``--verbosity verbose``) and more."""
+    emit(message, level, None)
 
 
 def warn(message: str) -> None:
-    log(f"warning: {message}", style="yellow")
+    emit(f"warning: {message}", WARNING, "yellow")
+
+
+def result(message: str, style: Optional[str] = None) -> None:
+    """A final verdict (PASSED/FAILED): shown even with ``-q``; hidden only by ``--silent``."""
+    emit(message, ERROR, style)
 
 
 def echo(text: str = "") -> None:

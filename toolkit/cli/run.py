@@ -24,7 +24,7 @@ from toolkit.cli.options import (
     command_kwargs,
     split_group,
 )
-from toolkit.cli.output import err_console, is_terminal, log
+from toolkit.cli.output import INFO, VERBOSE, WARNING, emit, enabled, err_console, is_terminal, log, result, to_log_file, warn
 
 _ARGV_KEY = "toolkit.run.argv"
 TRT_PANEL = "TensorRT"
@@ -44,7 +44,10 @@ def register(app: typer.Typer) -> None:
     @app.command("run", **command_kwargs(cls=RunCommand))
     def run_command(
         ctx: typer.Context,
-        model: ModelArg,
+        model: Annotated[
+            Optional[str],
+            typer.Argument(help="Path to the ONNX model (or TensorRT engine), or '-' to read it from stdin.", metavar="MODEL"),
+        ] = None,
         onnxrt: Annotated[bool, typer.Option("--onnxrt", help="Run the model with ONNX-Runtime.")] = False,
         trt: Annotated[
             bool, typer.Option("--trt", help="Run the model with TensorRT (needs: pip install 'toolkit[trt]').")
@@ -214,10 +217,6 @@ def register(app: typer.Typer) -> None:
             Optional[str],
             typer.Option("--save-engine", help="Save the TensorRT engine built.", rich_help_panel=TRT_PANEL),
         ] = None,
-        quiet: Annotated[
-            bool,
-            typer.Option("-q", "--quiet", help="Only print warnings, failures and the final PASSED/FAILED line."),
-        ] = False,
     ) -> None:
         """Run a model on ONNX-Runtime and/or TensorRT with generated or loaded inputs, save
         inputs and outputs, and compare results (several runners and/or loaded outputs files
@@ -230,9 +229,24 @@ def register(app: typer.Typer) -> None:
         """
         from toolkit.core.runplan import RunOptions
 
+        from toolkit.cli.output import is_quiet
+
+        quiet = is_quiet()
         argv = ctx.meta.get(_ARGV_KEY) or []
-        command = "toolkit run " + " ".join(shlex.quote(a) for a in argv)
+        command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
         runners = _runner_order(argv, onnxrt=onnxrt, trt=trt)
+        if model is None:
+            from toolkit.core.errors import UsageError
+
+            if runners or load_inputs or save_inputs or save_outputs:
+                raise UsageError("give MODEL, the ONNX model to run (e.g. toolkit run model.onnx --onnxrt)")
+            if not load_outputs:
+                # nothing asked for (e.g. only logging options): like Polygraphy, nothing to do is not an error
+                from toolkit.cli.output import warn
+
+                warn("nothing to run: give MODEL and a runner (e.g. toolkit run model.onnx --onnxrt)")
+                return
+            model = ""
         opts = RunOptions(
             model=model,
             runners=runners,
@@ -266,9 +280,41 @@ def register(app: typer.Typer) -> None:
             save_engine=save_engine,
             calibration_cache=calibration_cache,
         )
+        _describe_plan(opts)
         code = run_and_render(opts, command, quiet=quiet)
         if code:
             raise typer.Exit(code)
+
+
+def _describe_plan(opts) -> None:
+    """What the run will do, for -v."""
+    from toolkit.cli.output import verbose
+
+    verbose(f"run | model: {opts.model or '(none)'} | runners: {', '.join(opts.runners) or 'none'}")
+    if opts.load_inputs:
+        verbose(f"run | inputs from: {', '.join(opts.load_inputs)}")
+    else:
+        seed = "random" if opts.seed is None else opts.seed
+        verbose(
+            f"run | generated inputs: {opts.iterations or 1} iteration(s), seed {seed}, "
+            f"value range {' '.join(opts.val_range) or '[0,1]'}"
+            + (f", shapes {' '.join(opts.input_shapes)}" if opts.input_shapes else "")
+        )
+    if opts.load_outputs:
+        verbose(f"run | outputs to compare against: {', '.join(opts.load_outputs)}")
+    tol = [f"atol {' '.join(opts.atol)}" if opts.atol else "", f"rtol {' '.join(opts.rtol)}" if opts.rtol else ""]
+    if any(tol) or opts.check_error_stat:
+        verbose(f"run | tolerances: {' '.join(t for t in tol if t)} {' '.join(opts.check_error_stat)}".rstrip())
+
+
+def _typed_argv(parsed: List[str]) -> List[str]:
+    """The run's arguments as typed (common options such as -q included), when known."""
+    from toolkit.cli.output import state
+
+    typed = state.argv
+    if typed and "run" in typed:
+        return typed[typed.index("run") + 1 :]
+    return parsed
 
 
 def _runner_order(argv: List[str], *, onnxrt: bool, trt: bool) -> List[str]:
@@ -298,7 +344,7 @@ def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
         report = execute(opts, reporter)
     except InferenceError as exc:
         reporter.close()
-        log(f"error: {exc.message}", style="red")
+        result(f"error: {exc.message}", style="red")
         _final(False, command, [])
         return 1
     finally:
@@ -306,7 +352,7 @@ def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
     for pair in report.comparisons:
         render_comparison(pair, quiet=quiet)
     for problem in report.problems:
-        log(f"FAILED | validation | {problem.describe()}", style="red")
+        result(f"FAILED | validation | {problem.describe()}", style="red")
     if opts.validate and not report.problems and not quiet:
         log("PASSED | validation | no NaN or Inf in any output", style="green")
     _final(report.passed, command, report.mismatched())
@@ -315,10 +361,10 @@ def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
 
 def _final(passed: bool, command: str, mismatched: List[str]) -> None:
     if passed:
-        log(f"PASSED | Command: {command}", style="bold green")
+        result(f"PASSED | Command: {command}", style="bold green")
     else:
         tail = f" | mismatched: {', '.join(mismatched)}" if mismatched else ""
-        log(f"FAILED | Command: {command}{tail}", style="bold red")
+        result(f"FAILED | Command: {command}{tail}", style="bold red")
 
 
 # --------------------------------------------------------------------------- progress logs
@@ -339,7 +385,7 @@ class CliReporter:
 
     # Reporter protocol (see toolkit.core.runplan.Reporter)
     def note(self, message: str) -> None:
-        self._print(f"warning: {message}", style="yellow")
+        self._print(f"warning: {message}", style="yellow", level=WARNING)
 
     def info(self, message: str) -> None:
         if not self.quiet:
@@ -349,6 +395,10 @@ class CliReporter:
         if self.quiet:
             return
         self._print(f"{runner.name} | Activating and starting inference")
+        for attr in ("providers", "graph_optimization", "outputs", "exclude_outputs"):
+            value = getattr(runner, attr, None)
+            if value:
+                self._print(f"{runner.name} | {attr.replace('_', ' ')}: {value}", level=VERBOSE)
 
     def iterations_start(self, runner_name: str, total: int) -> None:
         if self.rich and total > 1:
@@ -396,11 +446,13 @@ class CliReporter:
             self._progress = None
             self._task = None
 
-    def _print(self, text: str, style: Optional[str] = None) -> None:
+    def _print(self, text: str, style: Optional[str] = None, level: int = INFO) -> None:
         if self._progress is not None:
-            self._progress.console.print(text, style=style, markup=False, highlight=False)
+            if enabled(level):
+                self._progress.console.print(text, style=style, markup=False, highlight=False)
+                to_log_file(text)
         else:
-            log(text, style=style)
+            emit(text, level, style)
 
     def _print_iteration(self, runner_name, index, feed, outputs, seconds) -> None:
         from toolkit.core.meta import dtype_from_numpy, format_meta
@@ -439,7 +491,7 @@ def render_comparison(pair, *, quiet: bool = False) -> None:
     """One comparison (A vs B) as a Rich table per iteration on a terminal, else plain lines."""
     rich = is_terminal(sys.stderr)
     for note in pair.notes:
-        log(f"warning: {note}", style="yellow")
+        warn(note)
     header = f"Comparing {pair.label_a} vs {pair.label_b}"
     if not quiet:
         log(header, style="bold")
@@ -457,19 +509,19 @@ def render_comparison(pair, *, quiet: bool = False) -> None:
         if not rows:
             continue
         if quiet and rows:
-            log(header if len(pair.iterations) == 1 else f"{header} | iteration {it.index}", style="bold")
+            result(header if len(pair.iterations) == 1 else f"{header} | iteration {it.index}", style="bold")
         if rich:
             _rich_table(rows)
         else:
             for o in rows:
-                log("    " + _plain_row(o))
+                (log if o.passed else result)("    " + _plain_row(o))
     n_it = len(pair.iterations)
     ok_it = sum(1 for it in pair.iterations if it.passed)
     if pair.passed:
         if not quiet:
             log(f"  PASSED | {pair.label_a} vs {pair.label_b} | {ok_it}/{n_it} iteration(s) matched", style="green")
     else:
-        log(
+        result(
             f"  FAILED | {pair.label_a} vs {pair.label_b} | {ok_it}/{n_it} iteration(s) matched | "
             f"mismatched: {', '.join(pair.mismatched())}",
             style="red",
