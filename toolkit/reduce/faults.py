@@ -1,0 +1,108 @@
+"""``--all-faults``: every faulty subgraph, not only the first.
+
+After a minimal failing subgraph is found, its nodes leave the model: the tensors they
+produced become inputs of what is left, fed with reference values by the built-in
+comparison (``--compare``), so the fault no longer shows downstream. The search then runs
+again on the remaining nodes, until they pass. Each round is an ordinary search
+(:mod:`toolkit.reduce.strategy`) restricted to the nodes still in play by :func:`within`:
+in topological order, the allowed nodes of a prefix still fail exactly when the prefix
+holds a fault, so every strategy works unchanged.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, List, Optional
+
+from toolkit.reduce.graph import mask_indices, popcount
+from toolkit.reduce.session import Reducer
+from toolkit.reduce.strategy import Search
+
+MAX_FAULTS = 64
+
+
+def within(search: Search, allowed: int) -> Search:
+    """``search`` run on the nodes of ``allowed`` only (an empty set passes unchecked)."""
+    try:
+        mask = next(search)
+        while True:
+            sub = mask & allowed
+            failed = (yield sub) if sub else False
+            mask = search.send(failed)
+    except StopIteration as stop:
+        return (stop.value or 0) & allowed
+
+
+def numbered(path: str, k: int) -> str:
+    """``reduced.onnx`` -> ``reduced_1.onnx`` (the k-th fault's model)."""
+    stem, ext = os.path.splitext(path)
+    return f"{stem}_{k}{ext or '.onnx'}"
+
+
+@dataclass
+class Fault:
+    """One minimal failing subgraph."""
+
+    number: int
+    mask: int
+    nodes: List[str]
+    path: str
+    evidence: dict = field(default_factory=dict)  # filled in by the comparison (error, amplification)
+
+
+class AllFaultsReducer(Reducer):
+    """A :class:`Reducer` that, once a fault is found, takes it out and searches the rest.
+
+    ``describe_faults(reducer, faults)``, when given, is called once the search is over
+    (the check runner still open) to fill in each fault's evidence.
+    """
+
+    def __init__(self, *args, describe_faults: Optional[Callable] = None, **kw):
+        super().__init__(*args, **kw)
+        self.faults: List[Fault] = []
+        self._describe = describe_faults
+
+    def _search(self) -> int:
+        allowed = self.index.full_mask
+        first = None
+        while allowed and len(self.faults) < MAX_FAULTS:
+            mask = self._search_within(allowed)
+            if not mask or not self.memo.get(mask):
+                break
+            first = mask if first is None else first
+            k = len(self.faults) + 1
+            nodes = [self.index.describe(i) for i in mask_indices(mask)]
+            self.faults.append(Fault(k, mask, nodes, numbered(self.cfg.output, k)))
+            self.reporter.info(f"Fault {k}: {', '.join(nodes)}; searching the rest of the model")
+            allowed &= ~mask
+            if not allowed or not self.verdict(allowed):
+                break
+        if self.faults and self._describe is not None:
+            self._describe(self, self.faults)
+        return first if first is not None else super()._search()
+
+    def _search_within(self, allowed: int) -> int:
+        from toolkit.reduce.strategy import STRATEGIES
+
+        gen = within(STRATEGIES[self.cfg.mode](self.plan), allowed)
+        try:
+            mask = next(gen)
+            while True:
+                mask = gen.send(self.verdict(mask))
+        except StopIteration as stop:
+            result = stop.value
+        if result and self.memo.get(result) is None:
+            self.verdict(result)  # only ever report what the check failed on
+        return result
+
+    def _write_output(self, mask: int) -> None:
+        for fault in self.faults:
+            self.index.write(self.candidate(fault.mask), fault.path)
+        if not self.faults:
+            super()._write_output(mask)
+
+    def fault_sizes(self) -> List[int]:
+        return [popcount(f.mask) for f in self.faults]
