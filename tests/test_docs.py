@@ -21,6 +21,7 @@ PAGES = {
     ("data", "to-input"): "data.md",
     ("data", "merge"): "data.md",
     ("debug", "reduce"): "debug-reduce.md",
+    ("convert",): "convert.md",
 }
 
 

@@ -30,6 +30,7 @@ HELP = (
 GROUPS: Dict[str, Tuple[str, str, str]] = {
     "run": ("toolkit.cli.run", "register", "Run a model on ONNX-Runtime and/or TensorRT with generated or loaded inputs."),
     "inspect": ("toolkit.cli.inspect", "app", "Inspect models and data files."),
+    "convert": ("toolkit.cli.convert", "register", "Convert a model: mixed fp16 with --fp-to-fp16."),
     "surgeon": ("toolkit.cli.surgeon", "app", "Cut subgraphs out of ONNX models and simplify them."),
     "data": ("toolkit.cli.data", "app", "Work with inputs and outputs data files (JSON or .npz)."),
     "debug": ("toolkit.cli.debug", "app", "Debug failing models: reduce them to minimal failing subgraphs."),

@@ -1,0 +1,1024 @@
+"""Mixed precision: convert a model to fp16, and emulate fp16 storage in fp32.
+
+:func:`convert_to_fp16` writes a mixed fp16/fp32 model. The conversion itself is
+onnxconverter-common's ``convert_float_to_float16`` (weights, value types, the casts
+around nodes kept in fp32, If/Loop bodies); around it, this module:
+
+- decides which nodes stay fp32: the user's ``keep_fp32`` (node names, glob patterns
+  over node names, op types), ops onnxconverter-common lists as lacking fp16 kernels
+  (Resize, Range, TopK, ...), ops whose ONNX schema has no fp16 type, operators outside
+  the standard domain, and shape computations (float math on values derived from
+  ``Shape``/``Size``: fp16 holds integers exactly only up to 2048);
+- runs shape inference itself on a copy without the large weights (works past 2 GB;
+  the library would serialize the whole model);
+- converts weights within fp16's range: values past 65504 become +-65504, tiny nonzero
+  values +-2**-24 (the library's own default clips at 1e4, which changes weights that
+  fp16 holds fine);
+- repairs what the library leaves inconsistent: ``Cast(to=FLOAT)`` and ``dtype``
+  attributes in the fp16 part, ``Constant`` nodes with ``value_float(s)``, nodes that
+  receive a mix of fp16 and fp32 inputs (weights shared between a kept and a converted
+  node, graph outputs also read inside the graph, blocked nodes without inferred
+  types), fixed-type inputs such as ``Resize``'s scales, round trips through fp16
+  between two fp32 nodes (the library removes them only for single consumers), and a
+  crash when a node kept in fp32 produces a graph output;
+- checks the result with ONNX type inference, so a broken model is never written.
+
+:func:`emulate_fp16` rewrites a float32 model so that, running in fp32 on any backend,
+every tensor that would be stored in fp16 is rounded to fp16 (``Cast`` to float16 and
+back after the node that produces it): overflow past 65504 gives inf, tiny values
+underflow to subnormals or zero, and every tensor boundary rounds. Tensors keep their
+names, so comparisons and ``mark all`` line up with the fp32 model. What it does not
+emulate: arithmetic inside a kernel (accumulation in fp16 within a reduction, MatMul
+or Conv, fused kernels); those run in fp32, and only their results are rounded.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import warnings
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+
+from toolkit.core.errors import DependencyError, InputError
+
+FLOAT = 1
+FLOAT16 = 10
+DOUBLE = 11
+FP16_MAX = 65504.0
+FP16_TINY = 2.0**-24  # smallest positive (subnormal) fp16
+_FLOATS = (FLOAT, FLOAT16)
+_TENSOR_STR = {FLOAT: "tensor(float)", FLOAT16: "tensor(float16)"}
+_STD_DOMAINS = ("", "ai.onnx")
+_SUBGRAPH_ATTR = 5  # AttributeProto.GRAPH
+_SUBGRAPHS_ATTR = 10  # AttributeProto.GRAPHS
+# ops whose output type comes from a ``dtype`` attribute
+_DTYPE_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "EyeLike", "Bernoulli"}
+_STRIP_BYTES = 4096  # weights larger than this are left out of the copy given to shape inference
+
+REASON_USER = "kept by --keep-fp32"
+REASON_NO_KERNEL = "no fp16 kernel in ONNX-Runtime (onnxconverter-common's block list)"
+REASON_SCHEMA = "its ONNX schema has no fp16 type"
+REASON_DOMAIN = "operator outside the standard ONNX domain"
+REASON_SHAPE = "shape computation (fp16 holds integers exactly only up to 2048)"
+
+
+def _float16_module():
+    try:
+        from onnxconverter_common import float16
+    except ImportError:  # pragma: no cover - a dependency of the package
+        raise DependencyError(
+            "fp16 conversion needs onnxconverter-common; install it with `pip install onnxconverter-common`"
+        ) from None
+    return float16
+
+
+def default_block_list() -> List[str]:
+    """Op types onnxconverter-common keeps in fp32 (no fp16 kernel in ONNX-Runtime)."""
+    return list(_float16_module().DEFAULT_OP_BLOCK_LIST)
+
+
+# ---------------------------------------------------------------------- graph walking
+
+
+def iter_graphs(graph) -> Iterator:
+    """``graph`` and every subgraph below it (If/Loop/Scan bodies), depth first."""
+    yield graph
+    for node in graph.node:
+        for sub in node_subgraphs(node):
+            yield from iter_graphs(sub)
+
+
+def node_subgraphs(node) -> list:
+    subs = []
+    for attr in node.attribute:
+        if attr.type == _SUBGRAPH_ATTR or attr.HasField("g"):
+            subs.append(attr.g)
+        subs.extend(attr.graphs)
+    return subs
+
+
+def iter_nodes(model) -> Iterator:
+    for graph in iter_graphs(model.graph):
+        yield from graph.node
+
+
+def name_nodes(model) -> int:
+    """Give every unnamed or duplicate-named node a unique name (in place); returns how many."""
+    taken: Set[str] = set()
+    todo = []
+    for node in iter_nodes(model):
+        if node.name and node.name not in taken:
+            taken.add(node.name)
+        else:
+            todo.append(node)
+    counters: Dict[str, int] = {}
+    for node in todo:
+        base = node.name or node.op_type or "node"
+        k = counters.get(base, 0)
+        while True:
+            candidate = f"{base}_{k}"
+            k += 1
+            if candidate not in taken:
+                break
+        counters[base] = k
+        node.name = candidate
+        taken.add(candidate)
+    return len(todo)
+
+
+def _is_glob(word: str) -> bool:
+    return any(c in word for c in "*?[")
+
+
+def split_specs(specs: Iterable[str]) -> List[str]:
+    """``["a,b", "c"]`` -> ``["a", "b", "c"]`` (commas and repeated options both work)."""
+    out: List[str] = []
+    for spec in specs or ():
+        for word in str(spec).split(","):
+            word = word.strip()
+            if word and word not in out:
+                out.append(word)
+    return out
+
+
+def resolve_keep(model, specs: Iterable[str]) -> List[str]:
+    """Names of the nodes that ``specs`` (names, globs over names, op types) select.
+
+    Every spec must select at least one node (InputError naming it otherwise).
+    """
+    nodes = list(iter_nodes(model))
+    chosen: List[str] = []
+    seen: Set[str] = set()
+    for spec in split_specs(specs):
+        hits = [
+            n.name
+            for n in nodes
+            if n.name == spec or n.op_type == spec or (_is_glob(spec) and fnmatch.fnmatchcase(n.name, spec))
+        ]
+        if not hits:
+            raise InputError(
+                f"--keep-fp32 {spec}: no node has this name or op type, and no node name matches it; "
+                "`toolkit inspect model` lists the nodes"
+            )
+        for name in hits:
+            if name not in seen:
+                seen.add(name)
+                chosen.append(name)
+    return chosen
+
+
+# ---------------------------------------------------------------------- types
+
+
+def _stripped_copy(model):
+    """A copy of ``model`` without the data of its large weights (for shape inference)."""
+    import onnx
+
+    light = onnx.ModelProto()
+    light.CopyFrom(_without_big_data(model))
+    return light
+
+
+def _without_big_data(model):
+    """``model`` itself when small; else a shallow rebuild whose big initializers are empty."""
+    import onnx
+
+    big = [i for i, t in enumerate(model.graph.initializer) if len(t.raw_data) > _STRIP_BYTES]
+    if not big:
+        return model
+    light = onnx.ModelProto()
+    _copy_fields(model, light, skip=("graph",))
+    _copy_fields(model.graph, light.graph, skip=("initializer",))
+    g = light.graph
+    big_set = set(big)
+    for i, t in enumerate(model.graph.initializer):
+        if i in big_set:
+            c = g.initializer.add()
+            c.name = t.name
+            c.data_type = t.data_type
+            c.dims.extend(t.dims)
+            # external reference: shape inference reads only dims and type
+            c.data_location = onnx.TensorProto.EXTERNAL
+            e = c.external_data.add()
+            e.key, e.value = "location", "stripped"
+        else:
+            g.initializer.add().CopyFrom(t)
+    return light
+
+
+def _copy_fields(src, dst, skip=()) -> None:
+    """Copy the set fields of protobuf message ``src`` into ``dst``, except ``skip``."""
+    for fd, value in src.ListFields():
+        if fd.name in skip:
+            continue
+        repeated = getattr(fd, "is_repeated", None)
+        if repeated is None:
+            repeated = fd.label == fd.LABEL_REPEATED
+        if repeated:
+            getattr(dst, fd.name).extend(value)
+        elif fd.message_type is not None:
+            getattr(dst, fd.name).CopyFrom(value)
+        else:
+            setattr(dst, fd.name, value)
+
+
+def infer_types(model, *, strict: bool = False):
+    """Shape-inferred copy of ``model`` without its large weights' data (value_info filled)."""
+    import onnx
+
+    light = _stripped_copy(model)
+    try:
+        return onnx.shape_inference.infer_shapes(light, strict_mode=strict, data_prop=False)
+    except Exception as exc:  # onnx raises InferenceError, ValidationError, RuntimeError...
+        if strict:
+            raise
+        warnings.warn(f"shape inference failed: {exc}")
+        return light
+
+
+def tensor_types(model) -> Dict[str, int]:
+    """Element type of every tensor the model declares (inputs, initializers, value_info, outputs),
+    across all its graphs (names are unique in valid models)."""
+    types: Dict[str, int] = {}
+    for graph in iter_graphs(model.graph):
+        for coll in (graph.input, graph.value_info, graph.output):
+            for vi in coll:
+                if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                    types.setdefault(vi.name, vi.type.tensor_type.elem_type)
+        for t in graph.initializer:
+            types.setdefault(t.name, t.data_type)
+        for node in graph.node:
+            if node.op_type == "Constant" and node.domain in _STD_DOMAINS and node.output:
+                for attr in node.attribute:
+                    if attr.name == "value":
+                        types.setdefault(node.output[0], attr.t.data_type)
+                    elif attr.name in ("value_float", "value_floats"):
+                        types.setdefault(node.output[0], FLOAT)
+    return types
+
+
+def _opset(model, domain: str = "") -> int:
+    for o in model.opset_import:
+        if o.domain in ((domain,) if domain else _STD_DOMAINS):
+            return o.version
+    return 0
+
+
+class _Schemas:
+    def __init__(self, model):
+        self.opset = _opset(model)
+        self._cache: Dict[str, object] = {}
+
+    def get(self, node):
+        if node.domain not in _STD_DOMAINS:
+            return None
+        key = node.op_type
+        if key not in self._cache:
+            import onnx
+
+            try:
+                self._cache[key] = onnx.defs.get_schema(node.op_type, self.opset, "")
+            except Exception:
+                self._cache[key] = None
+        return self._cache[key]
+
+
+def _allowed(schema, type_str: str) -> Set[str]:
+    for c in schema.type_constraints:
+        if c.type_param_str == type_str:
+            return set(c.allowed_type_strs)
+    return {type_str}
+
+
+def _formal(params, i: int):
+    if not params:
+        return None
+    if i < len(params):
+        return params[i]
+    last = params[-1]
+    variadic = getattr(last.option, "name", "") == "Variadic" or str(last.option).endswith("Variadic")
+    return last if variadic else None
+
+
+def _schema_lacks_fp16(schema) -> bool:
+    for c in schema.type_constraints:
+        allowed = set(c.allowed_type_strs)
+        if "tensor(float)" in allowed and "tensor(float16)" not in allowed:
+            return True
+    return False
+
+
+# ---------------------------------------------------------------------- which nodes stay fp32
+
+
+def automatic_keep(model, types: Optional[Dict[str, int]] = None) -> Dict[str, str]:
+    """Nodes that must stay fp32 whatever the user asks: name -> reason."""
+    if types is None:
+        types = tensor_types(infer_types(model))
+    block = set(default_block_list())
+    schemas = _Schemas(model)
+    keep: Dict[str, str] = {}
+    shape_derived: Set[str] = set()
+    constants: Set[str] = set()
+    for graph in iter_graphs(model.graph):
+        constants.update(t.name for t in graph.initializer)
+    for graph in iter_graphs(model.graph):
+        for node in graph.node:
+            ins = [i for i in node.input if i]
+            floats = any(types.get(t) == FLOAT for t in list(ins) + list(node.output))
+            if node.op_type in ("Shape", "Size") and node.domain in _STD_DOMAINS:
+                shape_derived.update(node.output)
+                continue
+            if node.op_type == "Constant" and node.domain in _STD_DOMAINS:
+                constants.update(node.output)
+                continue
+            derived = bool(ins) and any(i in shape_derived for i in ins) and all(
+                i in shape_derived or i in constants for i in ins
+            )
+            if derived:
+                shape_derived.update(node.output)
+            if not floats:
+                continue
+            if node.domain not in _STD_DOMAINS:
+                keep[node.name] = REASON_DOMAIN
+            elif node.op_type in block:
+                keep[node.name] = REASON_NO_KERNEL
+            elif derived:
+                keep[node.name] = REASON_SHAPE
+            else:
+                schema = schemas.get(node)
+                if schema is not None and _schema_lacks_fp16(schema):
+                    keep[node.name] = REASON_SCHEMA
+    return keep
+
+
+def _inside_kept(model, kept: Set[str]) -> Set[str]:
+    """Names of nodes inside the subgraphs of kept nodes (they stay fp32 with them)."""
+    out: Set[str] = set()
+
+    def walk(graph, inherited: bool) -> None:
+        for node in graph.node:
+            if inherited:
+                out.add(node.name)
+            for sub in node_subgraphs(node):
+                walk(sub, inherited or node.name in kept)
+
+    walk(model.graph, False)
+    return out
+
+
+@dataclass
+class Decision:
+    """Which nodes stay fp32, and why (name -> reason), in model order."""
+
+    kept: Dict[str, str] = field(default_factory=dict)
+
+    @property
+    def names(self) -> List[str]:
+        return list(self.kept)
+
+
+def decide(model, keep_fp32: Iterable[str] = (), *, auto: bool = True, types=None) -> Decision:
+    """Name the nodes (in place) and decide which stay fp32."""
+    name_nodes(model)
+    user = resolve_keep(model, keep_fp32)
+    autos = automatic_keep(model, types) if auto else {}
+    order = [n.name for n in iter_nodes(model)]
+    chosen = {n: REASON_USER for n in user}
+    for n, r in autos.items():
+        chosen.setdefault(n, r)
+    for n in _inside_kept(model, set(chosen)):
+        chosen.setdefault(n, "inside a node kept in fp32")
+    return Decision({n: chosen[n] for n in order if n in chosen})
+
+
+# ---------------------------------------------------------------------- conversion
+
+
+@dataclass
+class Conversion:
+    model: object
+    kept: Dict[str, str]  # node name -> why it stays fp32
+    clamped: List[str]  # weights with values outside fp16's range (clamped)
+    casts_added: int
+
+
+def _clamp_round(arr):
+    import numpy as np
+
+    a = np.asarray(arr, dtype=np.float32)
+    out = np.where((a > 0) & (a < FP16_TINY), FP16_TINY, a)
+    out = np.where((out < 0) & (out > -FP16_TINY), -FP16_TINY, out)
+    out = np.clip(out, -FP16_MAX, FP16_MAX) if np.isfinite(a).all() else np.where(
+        np.isfinite(out), np.clip(out, -FP16_MAX, FP16_MAX), out
+    )
+    return out.astype(np.float16)
+
+
+def _out_of_range(arr) -> bool:
+    import numpy as np
+
+    a = np.abs(np.asarray(arr, dtype=np.float32))
+    finite = a[np.isfinite(a)]
+    return bool(((finite > FP16_MAX) | ((finite > 0) & (finite < FP16_TINY))).any())
+
+
+def _normalize_float_data(model) -> None:
+    """float_data -> raw_data (the library converts float_data element by element in Python)."""
+    from onnx import numpy_helper
+
+    for graph in iter_graphs(model.graph):
+        for t in graph.initializer:
+            if t.data_type == FLOAT and len(t.float_data) > 64:
+                arr = numpy_helper.to_array(t)
+                t.raw_data = arr.astype("<f4").tobytes()
+                del t.float_data[:]
+
+
+def _normalize_constants(model) -> None:
+    """Constant nodes with value_float(s) -> a ``value`` tensor (so they convert too)."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    for node in iter_nodes(model):
+        if node.op_type != "Constant" or node.domain not in _STD_DOMAINS:
+            continue
+        for attr in list(node.attribute):
+            if attr.name in ("value_float", "value_floats"):
+                arr = np.float32(attr.f) if attr.name == "value_float" else np.asarray(attr.floats, np.float32)
+                node.attribute.remove(attr)
+                node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(np.asarray(arr))))
+
+
+def _count_out_of_range(model, kept: Set[str]) -> List[str]:
+    from onnx import numpy_helper
+
+    users: Dict[str, bool] = {}
+    for node in iter_nodes(model):
+        for i in node.input:
+            if node.name not in kept:
+                users[i] = True
+    out = []
+    for graph in iter_graphs(model.graph):
+        for t in graph.initializer:
+            if t.data_type == FLOAT and users.get(t.name) and _out_of_range(numpy_helper.to_array(t)):
+                out.append(t.name)
+    return out
+
+
+def convert(
+    model,
+    keep_fp32: Iterable[str] = (),
+    *,
+    keep_io_types: bool = True,
+    auto_keep: bool = True,
+    validate: bool = True,
+    inplace: bool = False,
+) -> Conversion:
+    """Convert a float32 model to mixed fp16 (see the module docstring); returns the details."""
+    import onnx
+
+    f16 = _float16_module()
+    if not inplace:
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        model = m
+    _normalize_constants(model)
+    _normalize_float_data(model)
+    inferred = infer_types(model)
+    types = tensor_types(inferred)
+    decision = decide(model, keep_fp32, auto=auto_keep, types=types)
+    # the library needs value types in value_info: take them from the light copy
+    _copy_value_info(inferred, model)
+    del inferred
+    kept = set(decision.kept)
+    clamped = _count_out_of_range(model, kept)
+    originals = {n.name for n in iter_nodes(model)}
+    # graph outputs produced by kept nodes: hidden from the library (it would wrap them
+    # in a Cast16/Cast32 pair and then fail on it); the repair below keeps them fp32
+    producers = {o: n.name for n in model.graph.node for o in n.output}
+    hidden = []
+    for vi in model.graph.output:
+        if (
+            keep_io_types
+            and producers.get(vi.name) in kept
+            and vi.type.tensor_type.elem_type == FLOAT
+        ):
+            vi.type.tensor_type.elem_type = DOUBLE
+            hidden.append(vi.name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            f16.convert_float_to_float16(
+                model,
+                min_positive_val=FP16_TINY,
+                max_finite_val=FP16_MAX,
+                keep_io_types=keep_io_types,
+                disable_shape_infer=True,
+                op_block_list=[],
+                node_block_list=sorted(kept),
+                check_fp16_ready=False,
+            )
+        except Exception as exc:  # the library asserts and raises ValueError on odd graphs
+            raise InputError(f"fp16 conversion failed in onnxconverter-common: {type(exc).__name__}: {exc}") from None
+    hidden_set = set(hidden)
+    for vi in model.graph.output:
+        if vi.name in hidden_set:
+            vi.type.tensor_type.elem_type = FLOAT
+    repair = _Repair(model, types, kept, originals, keep_io_types)
+    repair.run()
+    _drop_round_trips(model, originals, repair.types)
+    repair.write_value_info()
+    if validate:
+        check_types(model)
+    return Conversion(model, dict(decision.kept), clamped, repair.casts_added)
+
+
+def convert_to_fp16(model, keep_fp32: Iterable[str] = (), keep_io_types: bool = True, **kw):
+    """Mixed-precision copy of ``model`` (an onnx ModelProto): fp16 where safe, fp32 kept for
+    ``keep_fp32`` (node names, glob patterns over node names, op types) and for nodes that
+    need it (see :func:`automatic_keep`). Graph inputs/outputs keep their types unless
+    ``keep_io_types=False``. Raises InputError when a ``keep_fp32`` word selects no node.
+    """
+    return convert(model, keep_fp32, keep_io_types=keep_io_types, **kw).model
+
+
+def _copy_value_info(src, dst) -> None:
+    """value_info of every graph of ``src`` into the matching graph of ``dst`` (same structure)."""
+    for gs, gd in zip(iter_graphs(src.graph), iter_graphs(dst.graph)):
+        del gd.value_info[:]
+        gd.value_info.extend(gs.value_info)
+
+
+def check_types(model) -> None:
+    """InputError unless ONNX type inference accepts ``model`` (checked without big weights)."""
+    import onnx
+
+    try:
+        onnx.shape_inference.infer_shapes(_without_big_data(model), strict_mode=True, check_type=True, data_prop=False)
+    except Exception as exc:
+        msg = str(exc).strip().splitlines()
+        raise InputError(
+            "the fp16 model does not type-check (" + (msg[0] if msg else type(exc).__name__) + "); "
+            "keep the node it names in fp32 with --keep-fp32"
+        ) from None
+
+
+class _Repair:
+    """Make every node's input types what its precision asks for, inserting Casts."""
+
+    def __init__(self, model, orig_types: Dict[str, int], kept: Set[str], originals: Set[str], keep_io: bool):
+        self.model = model
+        self.orig = orig_types
+        self.kept = kept
+        self.originals = originals
+        self.keep_io = keep_io
+        self.schemas = _Schemas(model)
+        self.types: Dict[str, int] = {}
+        self.casts_added = 0
+        self._names: Set[str] = set()
+        for graph in iter_graphs(model.graph):
+            for n in graph.node:
+                self._names.update(n.output)
+            self._names.update(t.name for t in graph.initializer)
+            self._names.update(v.name for v in graph.input)
+
+    def fresh(self, base: str) -> str:
+        name = base
+        k = 0
+        while name in self._names:
+            k += 1
+            name = f"{base}_{k}"
+        self._names.add(name)
+        return name
+
+    def run(self) -> None:
+        self.graph(self.model.graph, {}, top=True)
+
+    def _cast(self, src: str, to: int, hint: str):
+        from onnx import helper
+
+        out = self.fresh(f"{src}_to_{'fp16' if to == FLOAT16 else 'fp32'}")
+        node = helper.make_node("Cast", [src], [out], name=self.fresh(f"{hint}_cast_{out}"), to=to)
+        self.types[out] = to
+        self.casts_added += 1
+        return node, out
+
+    def graph(self, graph, outer: Dict[str, int], top: bool) -> None:
+        types = dict(outer)
+        for vi in graph.input:
+            if vi.type.tensor_type.elem_type:
+                types[vi.name] = vi.type.tensor_type.elem_type
+        for t in graph.initializer:
+            types[t.name] = t.data_type
+        declared = {
+            vi.name: vi.type.tensor_type.elem_type for vi in graph.value_info if vi.type.tensor_type.elem_type
+        }
+        new_nodes = []
+        for node in graph.node:
+            kept = node.name in self.kept
+            for sub in node_subgraphs(node):
+                self.graph(sub, types, top=False)
+            schema = self.schemas.get(node)
+            if node.name in self.originals and not kept:
+                self._retarget(node)
+            for i, name in enumerate(node.input):
+                if not name:
+                    continue
+                have = types.get(name)
+                if have not in _FLOATS:
+                    continue
+                want = self._wanted_input(node, schema, i, name, kept, have)
+                if want is not None and want != have:
+                    cast, out = self._cast(name, want, node.name)
+                    new_nodes.append(cast)
+                    node.input[i] = out
+            new_nodes.append(node)
+            outs = self._output_types(node, schema, types, declared)
+            for j, name in enumerate(node.output):
+                if not name or outs.get(name) is None:
+                    continue
+                have = outs[name]
+                types[name] = have
+                # a converted node whose output ended fp32 where it was fp32: make it fp16
+                if (
+                    not kept
+                    and node.name in self.originals
+                    and have == FLOAT
+                    and self.orig.get(name) == FLOAT
+                    and node.op_type not in ("Shape", "Size")
+                ):
+                    raw = self.fresh(f"{name}_fp32")
+                    node.output[j] = raw
+                    self.types[raw] = FLOAT
+                    from onnx import helper
+
+                    new_nodes.append(
+                        helper.make_node("Cast", [raw], [name], name=self.fresh(f"{node.name}_cast_out{j}"), to=FLOAT16)
+                    )
+                    self.casts_added += 1
+                    types[name] = FLOAT16
+        # graph outputs: the declared type wins (I/O types kept at the top; the library's
+        # fp16 bodies below)
+        for vi in graph.output:
+            want = vi.type.tensor_type.elem_type
+            have = types.get(vi.name)
+            if top and self.keep_io and self.orig.get(vi.name) in _FLOATS:
+                want = self.orig[vi.name]
+                vi.type.tensor_type.elem_type = want
+            if have in _FLOATS and want in _FLOATS and have != want:
+                raw = self.fresh(f"{vi.name}_{'fp16' if have == FLOAT16 else 'fp32'}")
+                for n in new_nodes:
+                    for k, o in enumerate(n.output):
+                        if o == vi.name:
+                            n.output[k] = raw
+                    for k, i in enumerate(n.input):
+                        if i == vi.name:
+                            n.input[k] = raw
+                _rename_in_subgraphs(new_nodes, vi.name, raw)
+                from onnx import helper
+
+                new_nodes.append(helper.make_node("Cast", [raw], [vi.name], name=self.fresh(f"{vi.name}_cast_io"), to=want))
+                self.casts_added += 1
+                types[raw] = have
+                types[vi.name] = want
+        del graph.node[:]
+        graph.node.extend(new_nodes)
+        self.types.update(types)
+
+    def _retarget(self, node) -> None:
+        """Attribute-typed outputs of converted nodes: FLOAT -> FLOAT16."""
+        if node.domain not in _STD_DOMAINS:
+            return
+        if node.op_type == "Cast":
+            for a in node.attribute:
+                if a.name == "to" and a.i == FLOAT:
+                    a.i = FLOAT16
+        elif node.op_type in _DTYPE_OPS:
+            for a in node.attribute:
+                if a.name == "dtype" and a.i == FLOAT:
+                    a.i = FLOAT16
+
+    def _wanted_input(self, node, schema, i: int, name: str, kept: bool, have: int) -> Optional[int]:
+        orig = self.orig.get(name, have)
+        if kept:
+            return orig if orig in _FLOATS else None
+        if orig != FLOAT:
+            return None
+        if schema is None or node.op_type == "Cast":  # Cast takes any type
+            return None
+            return None
+        formal = _formal(schema.inputs, i)
+        if formal is None:
+            return None
+        allowed = _allowed(schema, formal.type_str)
+        if _TENSOR_STR[FLOAT16] in allowed:
+            return FLOAT16
+        if _TENSOR_STR[FLOAT] in allowed:
+            return FLOAT
+        return None
+
+    def _output_types(self, node, schema, types: Dict[str, int], declared: Dict[str, int]) -> Dict[str, int]:
+        import onnx
+
+        out: Dict[str, int] = {}
+        if schema is not None and not node_subgraphs(node):
+            if all((not i) or i in types for i in node.input):
+                tps = {}
+                for i in node.input:
+                    if i:
+                        tp = onnx.TypeProto()
+                        tp.tensor_type.elem_type = types[i]
+                        tps[i] = tp
+                try:
+                    res = onnx.shape_inference.infer_node_outputs(
+                        schema, node, tps, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version
+                    )
+                    for k, tp in res.items():
+                        if tp.HasField("tensor_type") and tp.tensor_type.elem_type:
+                            out[k] = tp.tensor_type.elem_type
+                except Exception:
+                    pass
+        if node.op_type == "If" and node.domain in _STD_DOMAINS:
+            for a in node.attribute:
+                if a.name == "then_branch":
+                    for k, vi in enumerate(a.g.output):
+                        if k < len(node.output):
+                            out.setdefault(node.output[k], vi.type.tensor_type.elem_type)
+        elif node.op_type in ("Loop", "Scan") and node.domain in _STD_DOMAINS:
+            skip = 1 if node.op_type == "Loop" else 0
+            for a in node.attribute:
+                if a.name == "body":
+                    for k, vi in enumerate(a.g.output[skip:]):
+                        if k < len(node.output):
+                            out.setdefault(node.output[k], vi.type.tensor_type.elem_type)
+        for o in node.output:
+            if o and o not in out:
+                if o in declared:
+                    out[o] = declared[o]
+        return out
+
+    def write_value_info(self) -> None:
+        for graph in iter_graphs(self.model.graph):
+            keep = []
+            for vi in graph.value_info:
+                t = self.types.get(vi.name)
+                if t is None:
+                    continue
+                if vi.type.HasField("tensor_type"):
+                    vi.type.tensor_type.elem_type = t
+                keep.append(vi)
+            copies = []
+            for vi in keep:
+                import onnx
+
+                c = onnx.ValueInfoProto()
+                c.CopyFrom(vi)
+                copies.append(c)
+            del graph.value_info[:]
+            graph.value_info.extend(copies)
+
+
+def _rename_in_subgraphs(nodes, old: str, new: str) -> None:
+    for n in nodes:
+        for sub in node_subgraphs(n):
+            for g in iter_graphs(sub):
+                for m in g.node:
+                    for k, i in enumerate(m.input):
+                        if i == old:
+                            m.input[k] = new
+
+
+def _drop_round_trips(model, originals: Set[str], types: Dict[str, int]) -> None:
+    """Remove converter-made Cast pairs that go fp32 -> fp16 -> fp32 (or back), and no-op casts.
+
+    Consumers of the second Cast read the source directly, so two fp32 nodes exchange
+    fp32 values, as keeping them fp32 promises.
+    """
+    for graph in iter_graphs(model.graph):
+        outputs = {vi.name for vi in graph.output}
+        produced = {}
+        for n in graph.node:
+            for o in n.output:
+                produced[o] = n
+        rename: Dict[str, str] = {}
+        for n in graph.node:
+            if n.op_type != "Cast" or n.name in originals or not n.input:
+                continue
+            to = next((a.i for a in n.attribute if a.name == "to"), None)
+            src = n.input[0]
+            src = rename.get(src, src)
+            src_t = types.get(src)
+            target = None
+            if src_t == to:
+                target = src  # no-op cast
+            else:
+                first = produced.get(src)
+                if (
+                    first is not None
+                    and first.op_type == "Cast"
+                    and first.name not in originals
+                    and types.get(first.input[0]) == to
+                ):
+                    target = first.input[0]
+            if target is not None and n.output[0] not in outputs:
+                rename[n.output[0]] = rename.get(target, target)
+        if not rename:
+            continue
+        for n in graph.node:
+            for k, i in enumerate(n.input):
+                if i in rename:
+                    n.input[k] = rename[i]
+        for n in graph.node:
+            for sub in node_subgraphs(n):
+                for g in iter_graphs(sub):
+                    for m in g.node:
+                        for k, i in enumerate(m.input):
+                            if i in rename:
+                                m.input[k] = rename[i]
+        _drop_dead_casts(graph, originals)
+
+
+def _used_names(graph) -> Set[str]:
+    used = {vi.name for vi in graph.output}
+    for g in iter_graphs(graph):
+        for n in g.node:
+            used.update(i for i in n.input if i)
+        if g is not graph:
+            used.update(vi.name for vi in g.output)
+    return used
+
+
+def _drop_dead_casts(graph, originals: Set[str]) -> None:
+    while True:
+        used = _used_names(graph)
+        dead = [
+            k
+            for k, n in enumerate(graph.node)
+            if n.op_type == "Cast" and n.name not in originals and all(o not in used for o in n.output)
+        ]
+        if not dead:
+            return
+        for k in reversed(dead):
+            del graph.node[k]
+
+
+# ---------------------------------------------------------------------- emulation
+
+
+@dataclass
+class Emulation:
+    model: object
+    kept: Dict[str, str]
+    rounded: int  # tensors rounded to fp16
+
+
+def emulate(
+    model,
+    keep_fp32: Iterable[str] = (),
+    *,
+    auto_keep: bool = True,
+    inplace: bool = False,
+    types: Optional[Dict[str, int]] = None,
+) -> Emulation:
+    """Rewrite a float32 model so that it stores every tensor the fp16 conversion would
+    store in fp16 rounded to fp16, computing in fp32 (see the module docstring).
+
+    Graph inputs and outputs stay float32 (the outputs hold fp16-rounded values); nodes
+    kept in fp32 (``keep_fp32``, and the automatic ones unless ``auto_keep=False``) read
+    and write unrounded values, as in the converted model. Weights are rounded as the
+    conversion writes them (clamped to +-65504, tiny values to +-2**-24).
+    """
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    if not inplace:
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        model = m
+    _normalize_constants(model)
+    if types is None:
+        types = tensor_types(infer_types(model))
+    decision = decide(model, keep_fp32, auto=auto_keep, types=types)
+    kept = set(decision.kept)
+    taken: Set[str] = set()
+    for g in iter_graphs(model.graph):
+        for n in g.node:
+            taken.update(n.output)
+        taken.update(t.name for t in g.initializer)
+        taken.update(v.name for v in g.input)
+
+    def fresh(base: str) -> str:
+        name, k = base, 0
+        while name in taken:
+            k += 1
+            name = f"{base}_{k}"
+        taken.add(name)
+        return name
+
+    rounded = 0
+
+    def round_chain(src: str, dst: str, hint: str) -> list:
+        mid = fresh(f"{dst}::fp16")
+        return [
+            helper.make_node("Cast", [src], [mid], name=fresh(f"{hint}::to_fp16"), to=FLOAT16),
+            helper.make_node("Cast", [mid], [dst], name=fresh(f"{hint}::to_fp32"), to=FLOAT),
+        ]
+
+    def repoint(nodes, old: str, new: str, only_converted: bool) -> None:
+        for n in nodes:
+            if not (only_converted and n.name in kept):
+                for k, i in enumerate(n.input):
+                    if i == old:
+                        n.input[k] = new
+            for sub in node_subgraphs(n):
+                repoint(sub.node, old, new, only_converted)
+
+    def users(nodes, name: str) -> Tuple[bool, bool]:
+        """(read by a converted node, read by a kept node), subgraphs included."""
+        conv = keep = False
+        for n in nodes:
+            if name in n.input:
+                if n.name in kept:
+                    keep = True
+                else:
+                    conv = True
+            for sub in node_subgraphs(n):
+                c, k = users(sub.node, name)
+                conv, keep = conv or c, keep or k
+        return conv, keep
+
+    def graph(g, top: bool) -> None:
+        nonlocal rounded
+        sources: List[str] = []  # fp32 tensors read by converted nodes through a rounded copy
+        if top:
+            sources += [vi.name for vi in g.input if types.get(vi.name) == FLOAT]
+        new_inits = []
+        for t in g.initializer:
+            if t.data_type != FLOAT:
+                continue
+            conv, keep = users(g.node, t.name)
+            if not conv:
+                continue
+            arr = _clamp_round(numpy_helper.to_array(t)).astype(np.float32)
+            if keep:
+                c = numpy_helper.from_array(arr, fresh(f"{t.name}::fp16"))
+                new_inits.append(c)
+                repoint(g.node, t.name, c.name, only_converted=True)
+            else:
+                t.CopyFrom(numpy_helper.from_array(arr, t.name))
+            rounded += 1
+        g.initializer.extend(new_inits)
+        new_nodes: list = []
+        for src in sources:
+            conv, _ = users(g.node, src)
+            if conv:
+                dst = fresh(f"{src}::rounded")
+                repoint(g.node, src, dst, only_converted=True)
+                new_nodes += round_chain(src, dst, src)
+                rounded += 1
+        for node in list(g.node):
+            is_kept = node.name in kept
+            if not is_kept:
+                for sub in node_subgraphs(node):
+                    graph(sub, top=False)
+            if node.op_type == "Constant" and node.domain in _STD_DOMAINS and not is_kept:
+                for a in node.attribute:
+                    if a.name == "value" and a.t.data_type == FLOAT:
+                        arr = _clamp_round(numpy_helper.to_array(a.t)).astype(np.float32)
+                        a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
+                        rounded += 1
+                new_nodes.append(node)
+                continue
+            outs = [(j, o) for j, o in enumerate(node.output) if o and types.get(o) == FLOAT]
+            if is_kept:
+                new_nodes.append(node)
+                for _, o in outs:
+                    conv, _ = users(g.node, o)
+                    if conv:
+                        dst = fresh(f"{o}::rounded")
+                        repoint(g.node, o, dst, only_converted=True)
+                        new_nodes += round_chain(o, dst, o)
+                        rounded += 1
+                continue
+            tail = []
+            for j, o in outs:
+                raw = fresh(f"{o}::fp32")
+                node.output[j] = raw
+                tail += round_chain(raw, o, o)
+                rounded += 1
+            new_nodes.append(node)
+            new_nodes += tail
+        del g.node[:]
+        g.node.extend(new_nodes)
+
+    graph(model.graph, top=True)
+    return Emulation(model, dict(decision.kept), rounded)
+
+
+def emulate_fp16(model, keep_fp32: Iterable[str] = (), **kw):
+    """:func:`emulate` returning only the model."""
+    return emulate(model, keep_fp32, **kw).model
