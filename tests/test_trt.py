@@ -1,18 +1,14 @@
 """`toolkit run --trt` without a GPU: option parsing, missing TensorRT / cuda-python / GPU,
 engine files, parser errors, output selection.
 
-TensorRT and cuda-python are replaced by small fake modules put in ``sys.modules``. They
-have just enough API to drive toolkit's own plumbing (imports, error messages, engine
-loading, host<->"device" copies through real memory); they do not pretend to test
-TensorRT. The real thing is tested in test_trt_gpu.py (skipped without a GPU).
+TensorRT and cuda-python are replaced by the fakes of tests/trt_fakes.py, which are checked
+against the real API of TensorRT 10 and 11 (tests/test_trt_surface.py). The real thing is
+tested in test_trt_gpu.py (skipped without a GPU).
 """
 
 from __future__ import annotations
 
-import ctypes
-import enum
 import sys
-import types
 
 import numpy as np
 import pytest
@@ -22,6 +18,7 @@ from conftest import modules_loaded_by
 from toolkit.backends import trt as trtmod
 from toolkit.core.datafiles import IterationResult, RunResults, load_inputs, load_outputs, save_inputs, save_outputs
 from toolkit.core.errors import DependencyError, InputError, UsageError
+from trt_fakes import CudaError, doubling_model, fake_cudart, fake_tensorrt, install
 
 INSTALL = "error: TensorRT is not installed; install it with: pip install 'toolkit[trt]'"
 
@@ -31,269 +28,23 @@ def seed_model(tmp_path):
     return mz.save(mz.seed_example((1, 3, 4, 4)), tmp_path / "model.onnx")
 
 
-# ----------------------------------------------------------------------------- fakes
+# ----------------------------------------------------------------------------- fakes (tests/trt_fakes.py)
 
+TRT10, TRT11 = "10.13.3.9", "11.4.0.106"
 
-class CudaError(enum.IntEnum):
-    cudaSuccess = 0
-    cudaErrorInsufficientDriver = 35
-    cudaErrorNoDevice = 100
 
-
-class FakeMemory:
-    """'Device' memory: real host buffers, so pointers can be copied with memmove."""
-
-    def __init__(self):
-        self.blocks = {}
-
-    def malloc(self, size):
-        buf = ctypes.create_string_buffer(size)
-        ptr = ctypes.addressof(buf)
-        self.blocks[ptr] = buf
-        return ptr
-
-    def free(self, ptr):
-        self.blocks.pop(ptr, None)
-
-    def array(self, ptr, shape, dtype=np.float32):
-        n = int(np.prod(shape)) * np.dtype(dtype).itemsize
-        raw = (ctypes.c_char * n).from_address(ptr)
-        return np.frombuffer(raw, dtype=dtype).reshape(shape)
-
-
-def fake_cudart(devices=1, error=CudaError.cudaSuccess):
-    mem = FakeMemory()
-    rt = types.ModuleType("cuda.bindings.runtime")
-    rt.memory = mem
-    rt.cudaMemcpyKind = types.SimpleNamespace(cudaMemcpyHostToDevice=1, cudaMemcpyDeviceToHost=2)
-    rt.cudaGetDeviceCount = lambda: (error, devices if error == 0 else None)
-    rt.cudaMalloc = lambda n: (CudaError.cudaSuccess, mem.malloc(n))
-    rt.cudaFree = lambda p: (mem.free(p), (CudaError.cudaSuccess,))[1]
-
-    def memcpy(dst, src, n, kind, stream=None):
-        ctypes.memmove(dst, src, n)
-        return (CudaError.cudaSuccess,)
-
-    rt.cudaMemcpy = memcpy
-    rt.cudaMemcpyAsync = memcpy
-    rt.cudaStreamCreate = lambda: (CudaError.cudaSuccess, 7)
-    rt.cudaStreamSynchronize = lambda s: (CudaError.cudaSuccess,)
-    rt.cudaStreamDestroy = lambda s: (CudaError.cudaSuccess,)
-    return rt
-
-
-class DoublingEngine:
-    """An 'engine' computing y = 2 * x for x: float32 [-1, 3], profile min 1, opt 2, max 4."""
-
-    num_io_tensors = 2
-    num_optimization_profiles = 1
-
-    def __init__(self, memory):
-        self.memory = memory
-
-    def get_tensor_name(self, i):
-        return ["x", "y"][i]
-
-    def get_tensor_mode(self, name):
-        return "INPUT" if name == "x" else "OUTPUT"
-
-    def get_tensor_shape(self, name):
-        return (-1, 3)
-
-    def get_tensor_dtype(self, name):
-        return types.SimpleNamespace(name="FLOAT")
-
-    def is_shape_inference_io(self, name):
-        return False
-
-    def get_tensor_profile_shape(self, name, index):
-        return [(1, 3), (2, 3), (4, 3)]
-
-    def create_execution_context(self):
-        engine = self
-
-        class Context:
-            shape = (-1, 3)
-            addresses = {}
-
-            def set_input_shape(self, name, shape):
-                if len(shape) != 2 or not 1 <= shape[0] <= 4 or shape[1] != 3:
-                    return False
-                self.shape = tuple(shape)
-                return True
-
-            def get_tensor_shape(self, name):
-                return self.shape
-
-            def set_tensor_address(self, name, ptr):
-                self.addresses[name] = ptr
-                return True
-
-            def execute_async_v3(self, stream):
-                x = engine.memory.array(self.addresses["x"], self.shape)
-                y = engine.memory.array(self.addresses["y"], self.shape)
-                y[...] = 2 * x
-                return True
-
-        return Context()
-
-
-class ParserError:
-    def __init__(self, node, name, op, desc):
-        self._v = (node, name, op, desc)
-
-    def node(self):
-        return self._v[0]
-
-    def node_name(self):
-        return self._v[1]
-
-    def node_operator(self):
-        return self._v[2]
-
-    def desc(self):
-        return self._v[3]
-
-
-def fake_tensorrt(
-    version="10.13.0.35", *, memory=None, parser_errors=(), flags=("FP16", "BF16", "INT8", "TF32"), builds=False
-):
-    """``builds``: the parsed network has input x: float32 [-1, 3], and building gives the
-    doubling engine (calling an INT8 calibrator first, as TensorRT would)."""
-    trt = types.ModuleType("tensorrt")
-    trt.__version__ = version
-    trt.calls = []
-    trt.calibrated = []
-    trt.LayerType = types.SimpleNamespace(QUANTIZE="QUANTIZE", DEQUANTIZE="DEQUANTIZE")
-    trt.MemoryPoolType = types.SimpleNamespace(WORKSPACE="WORKSPACE")
-
-    class ILogger:
-        def __init__(self):
-            pass
-
-    trt.ILogger = ILogger
-    trt.BuilderFlag = types.SimpleNamespace(**{f: f for f in flags})
-    trt.TensorIOMode = types.SimpleNamespace(INPUT="INPUT", OUTPUT="OUTPUT")
-    if "INT8" in flags:
-        trt.IInt8EntropyCalibrator2 = type("IInt8EntropyCalibrator2", (), {"__init__": lambda self: None})
-
-    class Runtime:
-        def __init__(self, logger):
-            self.logger = logger
-
-        def deserialize_cuda_engine(self, data):
-            if memory is None or not bytes(data).startswith(b"FAKE-ENGINE"):
-                self.logger.log(1, "IRuntime::deserializeCudaEngine: Error Code 1: Serialization (magic tag does not match)")
-                return None
-            return DoublingEngine(memory)
-
-    class Network:
-        num_inputs = num_outputs = 1 if builds else 0
-        num_layers = 0
-
-        def get_input(self, i):
-            return types.SimpleNamespace(name="x", shape=(-1, 3), dtype=types.SimpleNamespace(name="FLOAT"))
-
-    class Profile:
-        def set_shape(self, name, lo, opt, hi):
-            trt.calls.append(("set_shape", name, tuple(lo), tuple(opt), tuple(hi)))
-
-    class BuilderConfig:
-        int8_calibrator = None
-
-        def set_flag(self, flag):
-            trt.calls.append(("set_flag", flag))
-
-        def clear_flag(self, flag):
-            trt.calls.append(("clear_flag", flag))
-
-        def set_memory_pool_limit(self, pool, size):
-            trt.calls.append(("pool", pool, size))
-
-        def add_optimization_profile(self, profile):
-            trt.calls.append(("add_optimization_profile",))
-
-        def set_calibration_profile(self, profile):
-            trt.calls.append(("set_calibration_profile",))
-
-    class Builder:
-        def __init__(self, logger):
-            self.logger = logger
-
-        def create_network(self, flags=0):
-            trt.calls.append(("create_network", flags))
-            return Network()
-
-        def create_builder_config(self):
-            return BuilderConfig()
-
-        def create_optimization_profile(self):
-            return Profile()
-
-        def build_serialized_network(self, network, config):
-            if not builds:
-                self.logger.log(1, "fake TensorRT builds nothing")
-                return None
-            calib = config.int8_calibrator
-            if calib is not None and calib.read_calibration_cache() is None:
-                while True:
-                    ptrs = calib.get_batch(["x"])
-                    if not ptrs:
-                        break
-                    trt.calibrated.append(memory.array(ptrs[0], trt.calibration_shape).copy())
-                calib.write_calibration_cache(memoryview(b"fake calibration table"))
-            return memoryview(b"FAKE-ENGINE built")
-
-    class OnnxParser:
-        def __init__(self, network, logger):
-            self.errors = [ParserError(*e) for e in parser_errors if isinstance(e, tuple)]
-
-        def parse_from_file(self, path):
-            trt.calls.append(("parse_from_file", path))
-            if parser_errors == "fail on Mul":  # what a real parser says for an unsupported node
-                import onnx
-
-                for i, node in enumerate(onnx.load(path).graph.node):
-                    if node.op_type == "Mul":
-                        self.errors = [ParserError(i, node.name, "Mul", f"In node {i}: UNSUPPORTED_NODE: Mul")]
-            return not self.errors
-
-        def parse(self, data, path=None):
-            trt.calls.append(("parse", path))
-            return not self.errors
-
-        @property
-        def num_errors(self):
-            return len(self.errors)
-
-        def get_error(self, i):
-            return self.errors[i]
-
-    trt.Runtime, trt.Builder, trt.OnnxParser = Runtime, Builder, OnnxParser
-    return trt
-
-
-def install(monkeypatch, trt=None, cudart=None):
-    """Put fakes (or None = 'not installed') in sys.modules for tensorrt and cuda-python."""
-    monkeypatch.setitem(sys.modules, "tensorrt", trt)
-    if cudart is None:
-        for name in ("cuda", "cuda.bindings", "cuda.bindings.runtime", "cuda.cudart"):
-            monkeypatch.setitem(sys.modules, name, None)
-        return
-    cuda = types.ModuleType("cuda")
-    bindings = types.ModuleType("cuda.bindings")
-    bindings.runtime = cudart
-    cuda.bindings = bindings
-    monkeypatch.setitem(sys.modules, "cuda", cuda)
-    monkeypatch.setitem(sys.modules, "cuda.bindings", bindings)
-    monkeypatch.setitem(sys.modules, "cuda.bindings.runtime", cudart)
+def doubling_engine(memory=None):
+    """The engine file of y = 2 * x for x: float32 [-1, 3], profile min 1, opt 2, max 4."""
+    m = doubling_model()
+    m.profiles = [{"x": ((1, 3), (2, 3), (4, 3))}]
+    return {b"FAKE-ENGINE v1": m}
 
 
 @pytest.fixture
 def engine_env(monkeypatch, tmp_path):
     """Fake TensorRT + cuda-python with one 'GPU', and a doubling engine file."""
     cudart = fake_cudart()
-    install(monkeypatch, fake_tensorrt(memory=cudart.memory), cudart)
+    install(monkeypatch, fake_tensorrt(memory=cudart.memory, engines=doubling_engine()), cudart)
     path = tmp_path / "double.engine"
     path.write_bytes(b"FAKE-ENGINE v1")
     return str(path)
@@ -549,7 +300,7 @@ def test_real_cuda_python_without_gpu_if_installed(monkeypatch):
 
 @pytest.mark.parametrize("flag,message", [("--fp16", "--fp16 needs TensorRT 10"), ("--int8", "--int8 needs TensorRT 10")])
 def test_weak_typing_flags_on_tensorrt_11(cli, seed_model, monkeypatch, flag, message):
-    install(monkeypatch, fake_tensorrt("11.4.0.106", flags=("TF32",)), fake_cudart())
+    install(monkeypatch, fake_tensorrt(TRT11), fake_cudart())
     res = cli("run", seed_model, "--trt", flag)
     assert res.code == 4
     assert message in res.err and "pip install 'tensorrt<11'" in res.err
@@ -579,15 +330,15 @@ def test_parse_reads_files_and_stdin(cli, seed_model, monkeypatch, tmp_path):
     trt = fake_tensorrt(parser_errors=[(-1, "", "", "stop here")])
     install(monkeypatch, trt, fake_cudart())
     cli("run", seed_model, "--trt")
-    assert trt.calls[-1] == ("parse_from_file", seed_model)
-    assert ("create_network", 0) in trt.calls
+    assert trt._calls[-1] == ("parse_from_file", seed_model)
+    assert ("create_network", 0) in trt._calls
     with open(seed_model, "rb") as f:
         res = cli("run", "-", "--trt", stdin=f.read())
     assert res.code == 3 and "<stdin>: TensorRT cannot parse" in res.err
-    assert trt.calls[-1][0] == "parse"
+    assert trt._calls[-1][0] == "parse"
     (tmp_path / "ext").mkdir()
     cli("run", seed_model, "--trt", "--external-data-dir", tmp_path / "ext")
-    assert trt.calls[-1] == ("parse", str(tmp_path / "ext" / "model.onnx"))
+    assert trt._calls[-1] == ("parse", str(tmp_path / "ext" / "model.onnx"))
 
 
 def test_missing_model_file(cli, monkeypatch, tmp_path):
@@ -622,7 +373,7 @@ def test_empty_and_missing_engine_files(cli, monkeypatch, tmp_path):
 def test_engine_runs_with_generated_inputs_at_the_profile_opt_shape(cli, engine_env, tmp_path):
     res = cli("run", engine_env, "--trt", "--save-inputs", tmp_path / "in.json", "--save-outputs", tmp_path / "out.json")
     assert res.code == 0, res.err
-    assert f"trt-runner | TensorRT 10.13.0.35 engine loaded from {engine_env}" in res.err
+    assert f"trt-runner | TensorRT 10.13.3.9 engine loaded from {engine_env}" in res.err
     assert "{x [dtype=float32, shape=(2, 3)]}" in res.err  # opt shape of profile 0
     x = load_inputs(str(tmp_path / "in.json"))[0]["x"]
     runs = load_outputs(str(tmp_path / "out.json")).runs
@@ -645,7 +396,10 @@ def test_engine_input_outside_profile_is_exit_3(cli, engine_env, tmp_path):
     save_inputs(str(tmp_path / "in.json"), [{"x": np.zeros((5, 3), np.float32)}])
     res = cli("run", engine_env, "--trt", "--load-inputs", tmp_path / "in.json")
     assert res.code == 3
-    assert "input 'x' has shape (5, 3), outside the engine's profile (min (1, 3), opt (2, 3), max (4, 3))" in res.err
+    assert (
+        "inputs 'x' shape (5, 3) fit no profile of the engine (profile 0: 'x' min (1, 3), opt (2, 3), max (4, 3))"
+        in res.err
+    )
 
 
 def test_engine_input_with_wrong_dtype_is_exit_3(cli, engine_env, tmp_path):
@@ -705,7 +459,7 @@ def test_build_failure_is_exit_1_with_failed_line(cli, seed_model, monkeypatch):
     assert res.code == 1
     assert "error: TensorRT could not build an engine: fake TensorRT builds nothing" in res.err
     assert res.err.strip().splitlines()[-1].startswith("FAILED | Command: toolkit run")
-    assert ("clear_flag", "TF32") in trt.calls  # TF32 is opt-in
+    assert ("clear_flag", "TF32") in trt._calls  # TF32 is opt-in
 
 
 def test_reduce_with_a_trt_check_in_the_warm_worker(cli, tmp_path, monkeypatch):
@@ -731,7 +485,7 @@ def test_reduce_with_a_trt_check_in_the_warm_worker(cli, tmp_path, monkeypatch):
 @pytest.fixture
 def build_env(monkeypatch):
     cudart = fake_cudart()
-    trt = fake_tensorrt(memory=cudart.memory, builds=True)
+    trt = fake_tensorrt(memory=cudart.memory, model=doubling_model())
     install(monkeypatch, trt, cudart)
     return trt
 
@@ -740,10 +494,10 @@ def test_build_uses_a_profile_from_the_opt_shape_and_generates_data_for_it(cli, 
     res = cli("run", seed_model, "--trt", "--trt-opt-shapes", "x:[2,3]", "--pool-limit", "workspace:1M",
               "--save-engine", tmp_path / "m.engine", "--save-inputs", tmp_path / "in.json")  # fmt: skip
     assert res.code == 0, res.err
-    assert ("set_shape", "x", (2, 3), (2, 3), (2, 3)) in build_env.calls
-    assert ("pool", "WORKSPACE", 2**20) in build_env.calls
+    assert ("set_shape", "x", (2, 3), (2, 3), (2, 3)) in build_env._calls
+    assert ("pool", "WORKSPACE", 2**20) in build_env._calls
     assert "engine built from the ONNX model" in res.err
-    assert (tmp_path / "m.engine").read_bytes() == b"FAKE-ENGINE built"
+    assert (tmp_path / "m.engine").read_bytes().startswith(b"FAKE-ENGINE built")
     assert load_inputs(str(tmp_path / "in.json"))[0]["x"].shape == (2, 3)
 
 
@@ -751,13 +505,13 @@ def test_build_without_profile_uses_loaded_shapes(cli, build_env, seed_model, tm
     save_inputs(str(tmp_path / "in.json"), [{"x": np.zeros((n, 3), np.float32)} for n in (3, 1, 4)])
     res = cli("run", seed_model, "--trt", "--load-inputs", tmp_path / "in.json")
     assert res.code == 0, res.err
-    assert ("set_shape", "x", (1, 3), (3, 3), (4, 3)) in build_env.calls
+    assert ("set_shape", "x", (1, 3), (3, 3), (4, 3)) in build_env._calls
 
 
 def test_build_without_profile_or_data_warns_and_uses_1(cli, build_env, seed_model):
     res = cli("run", seed_model, "--trt")
     assert res.code == 0, res.err
-    assert ("set_shape", "x", (1, 3), (1, 3), (1, 3)) in build_env.calls
+    assert ("set_shape", "x", (1, 3), (1, 3), (1, 3)) in build_env._calls
     assert "input 'x' has dynamic shape (?, 3) and no profile; building for (1, 3)" in res.err
 
 
@@ -767,27 +521,27 @@ def test_profile_naming_an_unknown_input_is_usage_error(cli, build_env, seed_mod
 
 
 def test_int8_calibrates_on_the_runs_inputs_and_writes_the_cache(cli, build_env, seed_model, tmp_path):
-    build_env.calibration_shape = (2, 3)
+    build_env._calibration_shape = (2, 3)
     cache = tmp_path / "calib.cache"
     res = cli("run", seed_model, "--trt", "--int8", "--trt-opt-shapes", "x:[2,3]", "--iterations", "3",
               "--calibration-cache", cache, "--save-inputs", tmp_path / "in.json")  # fmt: skip
     assert res.code == 0, res.err
     fed = [f["x"] for f in load_inputs(str(tmp_path / "in.json"))]
-    assert len(fed) == 3 and len(build_env.calibrated) == 3
-    for a, b in zip(fed, build_env.calibrated):
+    assert len(fed) == 3 and len(build_env._calibrated) == 3
+    for a, b in zip(fed, build_env._calibrated):
         np.testing.assert_array_equal(a, b)
-    assert ("set_flag", "INT8") in build_env.calls and ("set_calibration_profile",) in build_env.calls
+    assert ("set_flag", "INT8") in build_env._calls and ("set_calibration_profile",) in build_env._calls
     assert cache.read_bytes() == b"fake calibration table"
     # with the cache there is nothing to calibrate
-    build_env.calibrated.clear()
+    build_env._calibrated.clear()
     assert cli("run", seed_model, "--trt", "--int8", "--trt-opt-shapes", "x:[2,3]", "--calibration-cache", cache).code == 0
-    assert build_env.calibrated == []
+    assert build_env._calibrated == []
 
 
 def test_int8_calibrates_on_the_loaded_inputs(cli, build_env, seed_model, tmp_path):
-    build_env.calibration_shape = (4, 3)
+    build_env._calibration_shape = (4, 3)
     x = np.arange(12, dtype=np.float32).reshape(4, 3)
     save_inputs(str(tmp_path / "in.json"), [{"x": x, "other": np.ones(1)}])
     res = cli("run", seed_model, "--trt", "--int8", "--load-inputs", tmp_path / "in.json")
     assert res.code == 0, res.err
-    np.testing.assert_array_equal(build_env.calibrated[0], x)
+    np.testing.assert_array_equal(build_env._calibrated[0], x)

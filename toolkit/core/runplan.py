@@ -352,7 +352,11 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
     if trt_cfg is not None and trt_cfg.profiles:
         trt_opt = {name: mid for name, (_lo, mid, _hi) in trt_cfg.profiles[0].items()}
 
-    def feeds_for(metas: Sequence[TensorMeta], preferred: Optional[Mapping[str, tuple]] = None):
+    def feeds_for(
+        metas: Sequence[TensorMeta],
+        preferred: Optional[Mapping[str, tuple]] = None,
+        values: Optional[Mapping[str, object]] = None,
+    ):
         if loaded_feeds is not None:
             feeds = [
                 select_feed(f, metas, source=w[0] if w[0] != "-" else "<stdin>", iteration=w[1])
@@ -370,6 +374,10 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
             )
             for n in notes:
                 rep.note(n)
+            for feed in feeds:  # shape-tensor inputs get valid shapes (a TensorRT profile's opt values)
+                for name, value in (values or {}).items():
+                    if name in feed and name not in ranges.per_input:
+                        feed[name] = value.copy()
         else:
             feeds = [
                 select_feed(f, metas, source="generated inputs", iteration=k) for k, f in enumerate(state["used"])
@@ -395,7 +403,8 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
                 rep.note(f"{runner.name}: {note}")
             metas: List[TensorMeta] = runner.input_metadata()
             preferred = runner.preferred_shapes() if hasattr(runner, "preferred_shapes") else None
-            feeds = feeds_for(metas, preferred)
+            values = runner.preferred_values() if hasattr(runner, "preferred_values") else None
+            feeds = feeds_for(metas, preferred, values)
             rep.iterations_start(runner.name, len(feeds))
             outs_list: List[Mapping] = []
             times: List[float] = []

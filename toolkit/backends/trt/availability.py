@@ -1,0 +1,143 @@
+"""Is TensorRT usable here, and which version: imports, GPU check, version-specific options.
+
+Nothing here imports ``tensorrt`` or cuda-python at module level; the functions do.
+"""
+
+from __future__ import annotations
+
+from toolkit.core.errors import DependencyError, ToolkitError
+
+INSTALL_HINT = "install it with: pip install 'toolkit[trt]'"
+MIN_TRT_MAJOR = 10
+
+# TensorRT names the backend uses that exist in TensorRT 10 only (11 removed weak typing and
+# INT8 calibration). Every use is behind a version check; tests/test_trt_surface.py keeps this
+# set equal to the backend's names that TensorRT 11's surface lacks.
+TRT10_ONLY = frozenset(
+    {
+        "BuilderFlag.FP16",
+        "BuilderFlag.BF16",
+        "BuilderFlag.INT8",
+        "IInt8EntropyCalibrator2",
+        "IBuilderConfig.int8_calibrator",
+        "IBuilderConfig.set_calibration_profile",
+    }
+)
+
+
+def one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def inference_error(message: str) -> ToolkitError:
+    """The run failed (exit code 1, FAILED line)."""
+    try:
+        from toolkit.core.errors import InferenceError  # type: ignore[attr-defined]
+    except ImportError:  # before InferenceError moved to core
+        from toolkit.backends.onnxrt import InferenceError
+    return InferenceError(message)
+
+
+def as_toolkit_error(exc: BaseException, what: str) -> ToolkitError:
+    if isinstance(exc, ToolkitError):
+        return exc
+    return inference_error(f"{what}: {one_line(exc)}")
+
+
+def err_name(err) -> str:
+    """The name of a cuda-python error code (``cudaErrorNoDevice``)."""
+    return getattr(err, "name", None) or str(err)
+
+
+def trt_major(trt) -> int:
+    try:
+        return int(str(getattr(trt, "__version__", "0")).split(".")[0])
+    except ValueError:
+        return 0
+
+
+def import_tensorrt():
+    """``tensorrt``, or DependencyError (missing, broken or too old)."""
+    try:
+        import tensorrt as trt
+    except ImportError:
+        raise DependencyError(f"TensorRT is not installed; {INSTALL_HINT}") from None
+    except Exception as exc:  # a broken install (missing libnvinfer, ...)
+        raise DependencyError(
+            f"TensorRT is installed but cannot be loaded ({one_line(exc)}); "
+            "reinstall it with: pip install --force-reinstall 'toolkit[trt]'"
+        ) from None
+    if trt_major(trt) < MIN_TRT_MAJOR:
+        raise DependencyError(
+            f"TensorRT {getattr(trt, '__version__', '?')} is too old (toolkit needs {MIN_TRT_MAJOR} or newer); "
+            "upgrade it with: pip install -U 'toolkit[trt]'"
+        )
+    return trt
+
+
+def import_cudart():
+    """cuda-python's runtime module (``cuda.bindings.runtime``, or ``cuda.cudart`` before 12.6)."""
+    try:
+        from cuda.bindings import runtime as cudart  # cuda-python >= 12.6
+    except ImportError:
+        try:
+            from cuda import cudart  # older cuda-python
+        except ImportError:
+            raise DependencyError(
+                f"cuda-python (GPU memory for the TensorRT runner) is not installed; {INSTALL_HINT}"
+            ) from None
+    return cudart
+
+
+def require_gpu(cudart) -> None:
+    """DependencyError unless CUDA reports at least one device."""
+    try:
+        err, count = cudart.cudaGetDeviceCount()
+    except Exception as exc:  # the driver library cannot be loaded
+        raise DependencyError(
+            f"no NVIDIA GPU is usable here ({one_line(exc)}); --trt needs an NVIDIA GPU with its driver"
+        ) from None
+    if int(err) != 0:
+        name = err_name(err)
+        if "InsufficientDriver" in name:
+            raise DependencyError(
+                f"no NVIDIA driver was found, or it is too old for this cuda-python ({name}); "
+                "--trt needs an NVIDIA GPU with a driver as new as the CUDA version of cuda-python and TensorRT"
+            )
+        raise DependencyError(f"no NVIDIA GPU is usable here ({name}); --trt needs an NVIDIA GPU with its driver")
+    if not count:
+        raise DependencyError("no NVIDIA GPU found; --trt needs an NVIDIA GPU with its driver")
+
+
+def check_available():
+    """Import TensorRT and cuda-python and make sure a GPU is there; returns ``(trt, cudart)``.
+
+    Touches the CUDA driver (``cudaGetDeviceCount``), so never call it in a process that
+    will fork workers afterwards.
+    """
+    trt = import_tensorrt()
+    cudart = import_cudart()
+    require_gpu(cudart)
+    return trt, cudart
+
+
+def has_weak_typing(trt) -> bool:
+    """TensorRT 10 (weak typing: FP16/BF16/INT8 builder flags, INT8 calibration); not 11."""
+    return trt_major(trt) < 11 and hasattr(trt.BuilderFlag, "FP16")
+
+
+def check_config(trt, config) -> None:
+    """Refuse, before any work, what this TensorRT version cannot do with ``config``.
+
+    TensorRT 10 keeps its weak-typing flags. TensorRT 11 builds strongly typed networks:
+    ``--fp16``/``--bf16`` convert the ONNX model first (see :mod:`.builder`), and ``--int8``
+    needs Q/DQ nodes in the model (checked after parsing), so a calibration cache has no use.
+    """
+    if has_weak_typing(trt):
+        return
+    if config.calibration_cache:
+        raise DependencyError(
+            f"--calibration-cache needs TensorRT 10 (TensorRT {getattr(trt, '__version__', '?')} has no INT8 "
+            "calibration); quantize the model with Q/DQ nodes instead, or install: pip install 'tensorrt<11'"
+        )

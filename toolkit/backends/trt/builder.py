@@ -1,0 +1,566 @@
+"""Building a TensorRT engine from an ONNX model: logger, parser, outputs, profiles, flags.
+
+TensorRT 10 builds as it always has (weak typing: ``--fp16``/``--bf16``/``--int8`` are builder
+flags, INT8 calibrates on the run's inputs). TensorRT 11 builds strongly typed networks only:
+``--fp16``/``--bf16`` convert the ONNX model first (``toolkit convert --fp-to-fp16``) and
+``--int8`` needs Q/DQ nodes already in the model.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+from toolkit.core.errors import DependencyError, InputError, UsageError
+from toolkit.core.meta import TensorMeta
+
+from .availability import has_weak_typing, inference_error, trt_major
+from .options import Profile, Shape, TrtConfig, _concrete, select_outputs
+
+# TensorRT DataType member -> toolkit dtype name (what numpy holds, with ml_dtypes for bf16/fp8).
+# INT4, FP4 and E8M0 have no numpy equivalent: such tensors cannot be fed or returned.
+TRT_DTYPES = {
+    "FLOAT": "float32",
+    "HALF": "float16",
+    "BF16": "bfloat16",
+    "INT8": "int8",
+    "INT32": "int32",
+    "INT64": "int64",
+    "BOOL": "bool",
+    "UINT8": "uint8",
+    "FP8": "float8e4m3fn",
+}
+
+
+def dtype_name(trt_dtype, tensor: str) -> str:
+    name = getattr(trt_dtype, "name", str(trt_dtype)).split(".")[-1]
+    dt = TRT_DTYPES.get(name)
+    if dt is None:
+        raise InputError(f"tensor '{tensor}' has TensorRT type {name}, which toolkit cannot hold in a numpy array")
+    return dt
+
+
+def np_dtype(trt_dtype, tensor: str):
+    from toolkit.core.meta import dtype_to_numpy
+
+    return dtype_to_numpy(dtype_name(trt_dtype, tensor))
+
+
+def dims(shape) -> tuple:
+    return tuple(int(d) for d in shape)
+
+
+# ---------------------------------------------------------------------------- logger, interrupts
+
+
+class Interrupt:
+    """Ctrl-C that arrived while TensorRT was running our Python callbacks.
+
+    pybind11's trampolines swallow exceptions raised in a callback, KeyboardInterrupt included,
+    so the callbacks catch it here; the progress monitor then asks TensorRT to stop the build,
+    and the builder raises KeyboardInterrupt once TensorRT returns.
+    """
+
+    def __init__(self):
+        self.pending = False
+
+
+def make_logger(trt, sink: Callable[[str, str], None], verbose: bool = False, interrupt: Optional[Interrupt] = None):
+    """A TensorRT logger that keeps errors (for our messages) and passes warnings to ``sink``."""
+    interrupt = interrupt or Interrupt()
+
+    class Logger(trt.ILogger):
+        def __init__(self):
+            trt.ILogger.__init__(self)
+            self.errors: List[str] = []
+            self.interrupt = interrupt
+
+        def log(self, severity, msg):
+            try:
+                level = int(severity)
+                if level <= 1:  # INTERNAL_ERROR, ERROR
+                    self.errors.append(" ".join(str(msg).split()))
+                    sink("ERROR", str(msg))
+                elif level == 2 or (verbose and level == 3):
+                    sink("WARNING" if level == 2 else "INFO", str(msg))
+            except KeyboardInterrupt:
+                self.interrupt.pending = True
+            except Exception:  # noqa: BLE001 - nothing may raise into TensorRT
+                pass
+
+    return Logger()
+
+
+def make_progress_monitor(trt, interrupt: Interrupt):
+    """Stops the build (``step_complete`` returns False) once Ctrl-C was pressed."""
+
+    class Monitor(trt.IProgressMonitor):
+        def __init__(self):
+            trt.IProgressMonitor.__init__(self)
+
+        def phase_start(self, phase_name, parent_phase, num_steps):
+            self._poll()
+
+        def step_complete(self, phase_name, step):
+            return not self._poll()
+
+        def phase_finish(self, phase_name):
+            self._poll()
+
+        def _poll(self) -> bool:
+            try:
+                return interrupt.pending
+            except KeyboardInterrupt:
+                interrupt.pending = True
+                return True
+
+    return Monitor()
+
+
+def init_plugins(trt, logger) -> None:
+    """Register TensorRT's own plugins (EfficientNMS_TRT, ROIAlign_TRT, ...) once per process."""
+    if getattr(init_plugins, "_done", None) is trt:
+        return
+    try:
+        trt.init_libnvinfer_plugins(logger, "")
+    except Exception:  # noqa: BLE001 - without the plugin library, plugin-free models still work
+        return
+    init_plugins._done = trt  # type: ignore[attr-defined]
+
+
+# ---------------------------------------------------------------------------- network
+
+
+def format_parser_errors(parser) -> str:
+    msgs = []
+    for i in range(parser.num_errors):
+        perr = parser.get_error(i)
+        where = ""
+        try:
+            index = int(perr.node())
+        except Exception:  # noqa: BLE001
+            index = -1
+        if index >= 0:
+            name = op = ""
+            try:
+                name, op = perr.node_name(), perr.node_operator()
+            except Exception:  # noqa: BLE001
+                pass
+            where = f"node {index}"
+            if name:
+                where += f" '{name}'"
+            if op:
+                where += f" ({op})"
+            where += ": "
+        msgs.append(where + " ".join(str(perr.desc()).split()))
+    return "; ".join(dict.fromkeys(msgs))
+
+
+def layer_candidates(trt, network) -> Tuple[List[str], Dict[str, int]]:
+    """Outputs of every layer that can be a network output (for ``mark all`` and globs).
+
+    Leaves out Constant and Shape layers, shape tensors and network inputs, and counts
+    (second value) what it skips for a reason the user may not expect: tensors inside a loop
+    or an If (TensorRT cannot return them), and tensors whose type numpy cannot hold
+    (INT4, FP4, E8M0).
+    """
+    kind = trt.LayerType
+    loop_start = {kind.TRIP_LIMIT, kind.ITERATOR, kind.RECURRENCE}
+    if_start = {kind.CONDITION, kind.CONDITIONAL_INPUT}
+    skip = {kind.CONSTANT, kind.SHAPE}
+    inputs = {network.get_input(i).name for i in range(network.num_inputs)}
+    names: List[str] = []
+    skipped = {"inside a loop or an If": 0, "of a type numpy cannot hold (INT4, FP4, E8M0)": 0}
+    in_loop = in_if = False
+    for li in range(network.num_layers):
+        layer = network.get_layer(li)
+        ltype = layer.type
+        if ltype in loop_start:
+            in_loop = True
+        elif ltype == kind.LOOP_OUTPUT:
+            in_loop = False  # a loop's outputs are outside it
+        elif ltype in if_start:
+            in_if = True
+        elif ltype == kind.CONDITIONAL_OUTPUT:
+            in_if = False  # so are an If's
+        if ltype in skip:
+            continue
+        for oi in range(layer.num_outputs):
+            tensor = layer.get_output(oi)
+            if tensor is None or tensor.name in inputs or tensor.is_shape_tensor:
+                continue
+            if in_loop or in_if:
+                skipped["inside a loop or an If"] += 1
+                continue
+            if getattr(tensor.dtype, "name", "") not in TRT_DTYPES:
+                skipped["of a type numpy cannot hold (INT4, FP4, E8M0)"] += 1
+                continue
+            names.append(tensor.name)
+    return names, {k: v for k, v in skipped.items() if v}
+
+
+def has_qdq(trt, network) -> bool:
+    kinds = {trt.LayerType.QUANTIZE, trt.LayerType.DEQUANTIZE}
+    return any(network.get_layer(i).type in kinds for i in range(network.num_layers))
+
+
+def all_layer_outputs(network) -> Dict[str, object]:
+    tensors = {}
+    for li in range(network.num_layers):
+        layer = network.get_layer(li)
+        for oi in range(layer.num_outputs):
+            tensor = layer.get_output(oi)
+            if tensor is not None:
+                tensors.setdefault(tensor.name, tensor)
+    return tensors
+
+
+def converter_for_strong_typing() -> Callable[[str, str, str], None]:
+    """``convert(src, dtype, dst)``: the ONNX model ``src`` in mixed ``dtype`` precision at ``dst``.
+
+    This is ``toolkit convert --fp-to-fp16`` (inputs and outputs keep their types; ops without
+    reduced-precision support stay float32).
+    """
+    try:
+        from toolkit.core.convert import convert_file  # type: ignore[import-not-found]
+    except ImportError:
+        convert_file = None
+    if convert_file is None:
+        raise DependencyError(
+            "--fp16 on TensorRT 11 converts the model first, and this toolkit has no model converter; "
+            "convert the model to fp16 yourself, or install TensorRT 10 with: pip install 'tensorrt<11'"
+        )
+
+    def convert(src: str, dtype: str, dst: str) -> None:
+        convert_file(src, dst, dtype=dtype)
+
+    return convert
+
+
+# ---------------------------------------------------------------------------- engine builder
+
+
+class EngineBuilder:
+    """Parses the ONNX model, chooses outputs and profiles, sets flags and builds the engine.
+
+    ``notes`` collects one-line remarks for the user; ``calibrator`` is set for ``--int8`` on
+    TensorRT 10 (the caller frees it).
+    """
+
+    def __init__(self, trt, cudart, logger, model_path: str, config: TrtConfig, notes: List[str]):
+        self.trt = trt
+        self.cudart = cudart
+        self.logger = logger
+        self.model_path = model_path
+        self.config = config
+        self.notes = notes
+        self.calibrator = None
+        self.profile_list: List[Profile] = []
+        self._tmp: Optional[tempfile.TemporaryDirectory] = None
+
+    def errors(self, default: str) -> str:
+        errs = list(dict.fromkeys(self.logger.errors))
+        return "; ".join(errs[-3:]) or default
+
+    # -------------------------------------------------------------- steps
+    def strongly_typed_precision(self) -> Optional[str]:
+        """TensorRT 11 with --fp16/--bf16: the dtype the model is converted to first."""
+        c = self.config
+        if has_weak_typing(self.trt) or not (c.fp16 or c.bf16):
+            return None
+        if c.fp16 and c.bf16:
+            raise UsageError("--fp16 and --bf16 together need TensorRT 10; TensorRT 11 converts the model to one of them")
+        return "float16" if c.fp16 else "bfloat16"
+
+    def model_for_parser(self) -> str:
+        dtype = self.strongly_typed_precision()
+        if dtype is None:
+            return self.model_path
+        convert = self.config.converter or converter_for_strong_typing()
+        src = self.model_path
+        self._tmp = tempfile.TemporaryDirectory(prefix="toolkit-trt-")
+        if src == "-":
+            from toolkit.core.model import read_bytes
+
+            src = os.path.join(self._tmp.name, "stdin.onnx")
+            with open(src, "wb") as f:
+                f.write(read_bytes("-"))
+        dst = os.path.join(self._tmp.name, "converted.onnx")
+        convert(src, dtype, dst)
+        self.notes.append(
+            f"TensorRT {self.trt.__version__} builds strongly typed: the model was converted to {dtype} first "
+            "(toolkit convert --fp-to-fp16), inputs and outputs keep their types"
+        )
+        return dst
+
+    def parse(self, builder):
+        from toolkit.core.model import check_readable_file, describe, read_bytes
+
+        trt = self.trt
+        if trt_major(trt) >= 11:  # every network is strongly typed
+            network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
+        else:
+            network = builder.create_network(0)  # explicit batch is the only mode since TensorRT 10
+        try:
+            parser = trt.OnnxParser(network, self.logger)
+        except TypeError:  # pybind11: "factory function returned nullptr"
+            raise inference_error(f"TensorRT cannot create an ONNX parser: {self.errors('no details')}") from None
+        path = self.model_for_parser()
+        ext_dir = self.config.external_data_dir
+        if path == "-" or ext_dir:
+            data = read_bytes(path)
+            base = ext_dir or os.getcwd()
+            if ext_dir and not os.path.isdir(ext_dir):
+                raise InputError(f"{ext_dir}: external data folder does not exist")
+            shown = os.path.basename(path) if path != "-" else "model.onnx"
+            ok = parser.parse(data, os.path.join(os.path.abspath(base), shown))
+            del data
+        else:
+            check_readable_file(path)
+            ok = parser.parse_from_file(os.path.abspath(path))
+        if not ok:
+            detail = format_parser_errors(parser) or self.errors("unknown parser error")
+            raise InputError(f"{describe(self.model_path)}: TensorRT cannot parse the model: {detail}")
+        return network, parser
+
+    def select_network_outputs(self, network) -> None:
+        c = self.config
+        if not c.mark_outputs and not c.exclude_outputs:
+            return
+        current = [network.get_output(i).name for i in range(network.num_outputs)]
+        tensors = all_layer_outputs(network)
+        candidates, skipped = layer_candidates(self.trt, network) if c.mark_outputs else ([], {})
+        if skipped:
+            self.notes.append(
+                "--trt-outputs: "
+                + ", ".join(f"{n} tensor(s) {why}" for why, n in skipped.items())
+                + " not marked (TensorRT cannot return them)"
+            )
+        chosen = select_outputs(candidates, current, c.mark_outputs, c.exclude_outputs, known=list(tensors) + current)
+        keep = set(chosen)
+        for i in reversed(range(network.num_outputs)):
+            tensor = network.get_output(i)
+            if tensor.name not in keep:
+                network.unmark_output(tensor)
+        marked = {network.get_output(i).name for i in range(network.num_outputs)}
+        for name in chosen:
+            if name not in marked:
+                network.mark_output(tensors[name])
+                marked.add(name)
+
+    def network_metas(self, network) -> Tuple[List[TensorMeta], List[str]]:
+        """Input metadata, and the names of shape-tensor inputs (their values shape the network)."""
+        metas, shape_inputs = [], []
+        for i in range(network.num_inputs):
+            tensor = network.get_input(i)
+            shape = tuple(None if d < 0 else int(d) for d in tensor.shape)
+            metas.append(TensorMeta(tensor.name, shape, dtype_name(tensor.dtype, tensor.name)))
+            if tensor.is_shape_tensor:
+                shape_inputs.append(tensor.name)
+        return metas, shape_inputs
+
+    def fallback_shape(self, meta: TensorMeta) -> Shape:
+        """The fixed shape of a dynamic input that no profile covers."""
+        from toolkit.core.meta import format_shape
+
+        feeds = self.config.sample_feeds
+        if feeds:
+            shapes = [tuple(f[meta.name].shape) for f in feeds if meta.name in f]
+            if shapes and all(len(s) == len(meta.shape) for s in shapes):
+                return shapes[0]
+        given = self.config.fallback_shapes.get(meta.name)
+        if given is not None:
+            if len(given) != len(meta.shape) or any(g != d for g, d in zip(given, meta.shape) if isinstance(d, int)):
+                raise UsageError(
+                    f"--input-shapes gives '{meta.name}' shape {format_shape(given)}, "
+                    f"which does not fit the network's {format_shape(meta.shape)}"
+                )
+            return _concrete(given, f"--input-shapes for '{meta.name}'")
+        shape = tuple(d if isinstance(d, int) else 1 for d in meta.shape)
+        self.notes.append(
+            f"input '{meta.name}' has dynamic shape {format_shape(meta.shape)} and no profile; building for "
+            f"{format_shape(shape)} (set it with --trt-opt-shapes or --input-shapes)"
+        )
+        return shape
+
+    def feed_ranges(self, metas: List[TensorMeta], values: bool = False) -> Dict[str, Tuple[Shape, Shape, Shape]]:
+        """min/opt/max over the loaded feeds: of each input's shape, or (``values``) of its values."""
+        import numpy as np
+
+        out = {}
+        feeds = self.config.sample_feeds or ()
+        for meta in metas:
+            got = [f[meta.name] for f in feeds if meta.name in f]
+            if values:
+                seen = [tuple(int(v) for v in np.asarray(a).reshape(-1)) for a in got]
+            else:
+                seen = [tuple(np.shape(a)) for a in got]
+            if not seen or len({len(s) for s in seen}) != 1 or (not values and len(seen[0]) != len(meta.shape)):
+                continue
+            lo = tuple(min(s[i] for s in seen) for i in range(len(seen[0])))
+            hi = tuple(max(s[i] for s in seen) for i in range(len(seen[0])))
+            out[meta.name] = (lo, seen[0], hi)
+        return out
+
+    def profiles(self, metas: List[TensorMeta], shape_inputs: Sequence[str]) -> List[Profile]:
+        """The optimization profiles to build: the user's, else one from the data / --input-shapes.
+
+        For a shape-tensor input, a profile holds its values (min/opt/max), not its shape.
+        A profile is needed whenever an input is dynamic or is a shape tensor.
+        """
+        from toolkit.core.meta import format_shape
+
+        dynamic = [m for m in metas if any(not isinstance(d, int) for d in m.shape) and m.name not in shape_inputs]
+        shape_metas = [m for m in metas if m.name in shape_inputs]
+        by_name = {m.name: m for m in metas}
+        profiles = [dict(p) for p in self.config.profiles]
+        for k, prof in enumerate(profiles):
+            for name, (lo, _mid, hi) in prof.items():
+                meta = by_name.get(name)
+                if meta is None:
+                    raise UsageError(
+                        f"profile {k} names '{name}', which is not an input of the network; inputs: {', '.join(by_name)}"
+                    )
+                if name in shape_inputs:
+                    continue  # values, checked by TensorRT
+                if len(lo) != len(meta.shape) or any(
+                    isinstance(d, int) and not (a == d == b) for a, b, d in zip(lo, hi, meta.shape)
+                ):
+                    raise UsageError(
+                        f"profile {k}: shapes of '{name}' ({lo} .. {hi}) do not fit the network's "
+                        f"{format_shape(meta.shape)}"
+                    )
+        if not dynamic and not shape_metas:
+            if profiles:
+                self.notes.append("--trt-*-shapes ignored: the network has no dynamic inputs")
+            return []
+        if not profiles:
+            profiles = [{}]
+        ranges = self.feed_ranges(dynamic) if self.config.sample_feeds else {}
+        value_ranges = self.feed_ranges(shape_metas, values=True) if self.config.sample_feeds else {}
+        for k, prof in enumerate(profiles):
+            for meta in dynamic:
+                if meta.name not in prof:
+                    if meta.name in ranges:
+                        prof[meta.name] = ranges[meta.name]
+                    else:
+                        shape = self.fallback_shape(meta)
+                        prof[meta.name] = (shape, shape, shape)
+            for meta in shape_metas:
+                if meta.name not in prof:
+                    if meta.name not in value_ranges:
+                        raise UsageError(
+                            f"input '{meta.name}' is a shape tensor: give its values for profile {k}, e.g. "
+                            f"--trt-opt-shapes {meta.name}:[1,224] (or load inputs that hold it with --load-inputs)"
+                        )
+                    prof[meta.name] = value_ranges[meta.name]
+        return profiles
+
+    def add_profiles(self, builder, cfg, metas, shape_inputs) -> None:
+        self.profile_list = self.profiles(metas, shape_inputs)
+        for k, prof in enumerate(self.profile_list):
+            profile = builder.create_optimization_profile()
+            for name, (lo, mid, hi) in prof.items():
+                try:
+                    if name in shape_inputs:
+                        profile.set_shape_input(name, list(lo), list(mid), list(hi))
+                    else:
+                        profile.set_shape(name, lo, mid, hi)
+                except (RuntimeError, ValueError, TypeError) as exc:
+                    what = "values" if name in shape_inputs else "shapes"
+                    raise UsageError(
+                        f"profile {k}: TensorRT refuses the {what} of '{name}' (min {lo}, opt {mid}, max {hi}): "
+                        f"{' '.join(str(exc).split())}"
+                    ) from None
+            index = cfg.add_optimization_profile(profile)
+            if index < 0:
+                raise UsageError(f"profile {k} is invalid for this network: {self.errors('TensorRT gives no reason')}")
+
+    def builder_config(self, builder, network):
+        trt, c = self.trt, self.config
+        weak = has_weak_typing(trt)
+        cfg = builder.create_builder_config()
+        if weak:
+            if c.fp16:
+                cfg.set_flag(trt.BuilderFlag.FP16)
+            if c.bf16:
+                cfg.set_flag(trt.BuilderFlag.BF16)
+        if c.tf32:
+            cfg.set_flag(trt.BuilderFlag.TF32)
+        else:  # TensorRT enables TF32 by default; toolkit compares accuracy, so it is opt-in
+            cfg.clear_flag(trt.BuilderFlag.TF32)
+        for pool, size in c.pool_limits.items():
+            cfg.set_memory_pool_limit(getattr(trt.MemoryPoolType, pool.upper()), size)
+        cfg.progress_monitor = make_progress_monitor(trt, self.logger.interrupt)
+        metas, shape_inputs = self.network_metas(network)
+        self.add_profiles(builder, cfg, metas, shape_inputs)
+        if c.int8:
+            qdq = has_qdq(trt, network)
+            if not weak:
+                if not qdq:
+                    raise DependencyError(
+                        f"--int8 on TensorRT {trt.__version__} needs explicit quantization (QuantizeLinear/"
+                        "DequantizeLinear nodes in the model); quantize the model first, or install TensorRT 10 "
+                        "for calibration: pip install 'tensorrt<11'"
+                    )
+                self.notes.append("the model holds Q/DQ nodes: they set the INT8 precision (strongly typed)")
+                return cfg
+            cfg.set_flag(trt.BuilderFlag.INT8)
+            if qdq:
+                self.notes.append("the model holds Q/DQ nodes: --int8 uses their scales, nothing is calibrated")
+                return cfg
+            from .calibrator import Calibrator
+
+            self.calibrator = Calibrator.create(trt, self.cudart, metas, c, self.notes)
+            if self.calibrator.profile_shapes and any(any(not isinstance(d, int) for d in m.shape) for m in metas):
+                profile = builder.create_optimization_profile()
+                for name, shape in self.calibrator.profile_shapes.items():
+                    profile.set_shape(name, shape, shape, shape)
+                if not cfg.set_calibration_profile(profile):
+                    raise UsageError(
+                        f"TensorRT refuses the INT8 calibration profile {self.calibrator.profile_shapes}: "
+                        f"{self.errors('give inputs of one shape')}"
+                    )
+            cfg.int8_calibrator = self.calibrator.impl
+        return cfg
+
+    def build(self) -> bytes:
+        """The serialized engine; KeyboardInterrupt if Ctrl-C came while TensorRT was building."""
+        trt = self.trt
+        self.logger.errors.clear()
+        try:
+            builder = trt.Builder(self.logger)
+        except TypeError:  # pybind11: "factory function returned nullptr"
+            raise inference_error(f"TensorRT cannot create a builder: {self.errors('no details')}") from None
+        try:
+            network, _parser = self.parse(builder)
+            self.select_network_outputs(network)
+            cfg = self.builder_config(builder, network)
+            try:
+                blob = builder.build_serialized_network(network, cfg)
+            finally:
+                if self.calibrator is not None:
+                    self.calibrator.free()
+        finally:
+            if self._tmp is not None:
+                self._tmp.cleanup()
+                self._tmp = None
+        if self.logger.interrupt.pending:
+            raise KeyboardInterrupt
+        if self.calibrator is not None and self.calibrator.error is not None:
+            raise self.calibrator.error
+        if blob is None:
+            raise inference_error(f"TensorRT could not build an engine: {self.errors('see the messages above')}")
+        data = bytes(blob)
+        del blob
+        if self.config.save_engine:
+            from toolkit.core.model import write_bytes_atomic
+
+            write_bytes_atomic(self.config.save_engine, data)
+        return data
+
+
+def stderr_sink(severity: str, text: str) -> None:
+    sys.stderr.write(f"[TensorRT] {severity}: {text}\n")

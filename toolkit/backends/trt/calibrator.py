@@ -1,0 +1,106 @@
+"""INT8 entropy calibration for TensorRT 10, fed from the run's inputs (``--int8``).
+
+TensorRT 11 has no calibration API; the builder never gets here on 11.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Mapping, Optional
+
+from toolkit.core.errors import InputError, ToolkitError, UsageError
+from toolkit.core.meta import TensorMeta
+
+from .availability import as_toolkit_error
+from .device import DeviceBuffers
+from .options import Shape, TrtConfig
+
+
+class Calibrator:
+    """Holds the TensorRT calibrator object (``impl``) and its device memory.
+
+    Exceptions must not cross into TensorRT: the first one is kept in ``error`` and raised
+    by the builder after the build.
+    """
+
+    def __init__(self, cudart):
+        self.impl = None
+        self.error: Optional[ToolkitError] = None
+        self.profile_shapes: Dict[str, Shape] = {}
+        self.buffers = DeviceBuffers(cudart, "during INT8 calibration")
+
+    @classmethod
+    def create(cls, trt, cudart, metas: List[TensorMeta], config: TrtConfig, notes: List[str]) -> "Calibrator":
+        import numpy as np
+
+        self = cls(cudart)
+        cache_path = config.calibration_cache
+        have_cache = bool(cache_path and os.path.isfile(cache_path))
+        feeds: List[Mapping] = []
+        if config.calibration_data is not None:
+            feeds = list(config.calibration_data(metas) or [])
+        if not feeds and not have_cache:
+            raise UsageError("--int8 needs calibration data: the run's inputs, or an existing --calibration-cache")
+        if feeds:
+            first = {m.name: tuple(np.shape(feeds[0][m.name])) for m in metas}
+            usable = [f for f in feeds if all(tuple(np.shape(f[m.name])) == first[m.name] for m in metas)]
+            if len(usable) < len(feeds):
+                notes.append(
+                    f"--int8 calibrates on {len(usable)} of {len(feeds)} iteration(s): those with the first one's shapes"
+                )
+            feeds = usable
+            self.profile_shapes = first
+        input_names = [m.name for m in metas]
+        outer = self
+        h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
+
+        class EntropyCalibrator(trt.IInt8EntropyCalibrator2):
+            def __init__(inner):
+                trt.IInt8EntropyCalibrator2.__init__(inner)
+                inner._it = iter(feeds)
+
+            def get_batch_size(inner):
+                return 1
+
+            def get_batch(inner, names):
+                try:
+                    feed = next(inner._it)
+                except StopIteration:
+                    return None
+                try:
+                    ptrs = []
+                    for name in names or input_names:
+                        arr = np.ascontiguousarray(feed[name])
+                        ptr = outer.buffers.get(name, arr.nbytes)
+                        outer.buffers._check(cudart.cudaMemcpy(ptr, arr.ctypes.data, arr.nbytes, h2d), "cudaMemcpy")
+                        ptrs.append(ptr)
+                    return ptrs
+                except Exception as exc:  # noqa: BLE001
+                    outer.error = outer.error or as_toolkit_error(exc, "INT8 calibration failed")
+                    return None
+
+            def read_calibration_cache(inner):
+                if not have_cache:
+                    return None
+                try:
+                    with open(cache_path, "rb") as f:
+                        return f.read()
+                except OSError as exc:
+                    outer.error = outer.error or InputError(f"{cache_path}: cannot read: {exc.strerror or exc}")
+                    return None
+
+            def write_calibration_cache(inner, cache):
+                if not cache_path:
+                    return
+                try:
+                    from toolkit.core.model import write_bytes_atomic
+
+                    write_bytes_atomic(cache_path, bytes(cache))
+                except Exception as exc:  # noqa: BLE001
+                    outer.error = outer.error or as_toolkit_error(exc, f"{cache_path}: cannot write the calibration cache")
+
+        self.impl = EntropyCalibrator()
+        return self
+
+    def free(self) -> None:
+        self.buffers.free()

@@ -1,0 +1,353 @@
+"""The TensorRT runner: build (or load) an engine, then copy inputs in, run, copy outputs out."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Callable, Dict, List, Mapping, Optional
+
+from toolkit.backends.base import Runner
+from toolkit.core.errors import InputError, ToolkitError, UsageError
+from toolkit.core.meta import TensorMeta
+
+from .availability import check_available, check_config, inference_error
+from .builder import EngineBuilder, Interrupt, dims, dtype_name, init_plugins, make_logger, np_dtype, stderr_sink
+from .device import DeviceBuffers, cuda_check
+from .options import TrtConfig, is_engine_path
+
+
+class TrtRunner(Runner):
+    """Builds a TensorRT engine from an ONNX model (or loads a serialized engine) and runs it.
+
+    Args:
+        model_path: an ONNX model (``-`` = stdin), or a ``.engine``/``.plan``/``.trt`` file.
+        config: builder and runner options.
+        on_message: receives TensorRT's messages as ``(severity, text)``; default: stderr.
+    """
+
+    name = "trt-runner"
+
+    def __init__(
+        self,
+        model_path: str,
+        config: Optional[TrtConfig] = None,
+        *,
+        name: Optional[str] = None,
+        on_message: Optional[Callable[[str, str], None]] = None,
+        engine_file: Optional[bool] = None,
+    ):
+        super().__init__(name)
+        self.model_path = model_path
+        self.config = config or TrtConfig()
+        self.on_message = on_message
+        self.engine_file = is_engine_path(model_path) if engine_file is None else engine_file
+        self.notes: List[str] = []
+        self.built = False
+        self._trt = None
+        self._cudart = None
+        self._logger = None
+        self._runtime = None
+        self._engine = None
+        self._context = None
+        self._stream = None
+        self._allocator = None
+        self._profile = 0
+        self._callback_error: Optional[BaseException] = None
+        self._inputs: List[str] = []
+        self._outputs: List[str] = []
+        self._buffers: Optional[DeviceBuffers] = None
+
+    # ------------------------------------------------------------------ messages
+    def _sink(self, severity: str, text: str) -> None:
+        (self.on_message or stderr_sink)(severity, text)
+
+    def _errors(self, default: str) -> str:
+        errs = list(dict.fromkeys(self._logger.errors)) if self._logger is not None else []
+        return "; ".join(errs[-3:]) or default
+
+    # ------------------------------------------------------------------ lifecycle
+    def _activate(self) -> None:
+        trt, cudart = check_available()
+        self._trt, self._cudart = trt, cudart
+        self._buffers = DeviceBuffers(cudart)
+        self._logger = make_logger(trt, self._sink, bool(os.environ.get("TOOLKIT_TRT_VERBOSE")), Interrupt())
+        init_plugins(trt, self._logger)
+        try:
+            if self.engine_file:
+                data = self._read_engine()
+            else:
+                check_config(trt, self.config)
+                data = EngineBuilder(trt, cudart, self._logger, self.model_path, self.config, self.notes).build()
+                self.built = True
+            self._load(data)
+        except BaseException:
+            self._release()
+            raise
+
+    def _read_engine(self) -> bytes:
+        from toolkit.core.model import read_bytes
+
+        if self.config.mark_outputs or self.config.exclude_outputs:
+            raise UsageError(f"{self.model_path} is a built engine, whose outputs are fixed; --trt-outputs needs the ONNX model")
+        ignored = self.config.builder_options()
+        if ignored:
+            self.notes.append(f"{', '.join(ignored)} ignored: {self.model_path} is a built engine")
+        data = read_bytes(self.model_path)
+        if not data:
+            raise InputError(f"{self.model_path}: empty file, expected a TensorRT engine")
+        return data
+
+    def _load(self, data: bytes) -> None:
+        trt, cudart = self._trt, self._cudart
+        try:
+            self._runtime = trt.Runtime(self._logger)
+        except TypeError:  # pybind11: "factory function returned nullptr"
+            raise inference_error(f"TensorRT cannot create a runtime: {self._errors('no details')}") from None
+        # Engines built elsewhere with --version-compatible carry host code (the lean runtime).
+        self._runtime.engine_host_code_allowed = True
+        self._engine = self._runtime.deserialize_cuda_engine(data)
+        del data
+        if self._engine is None:
+            if self.built:
+                raise inference_error(f"TensorRT cannot load the engine it built: {self._errors('no details')}")
+            raise InputError(
+                f"{self.model_path}: not a TensorRT engine for this TensorRT version and GPU "
+                f"({self._errors('deserialization failed')}); engines only load with the TensorRT "
+                "version that built them"
+            )
+        eng = self._engine
+        names = [eng.get_tensor_name(i) for i in range(eng.num_io_tensors)]
+        for name in names:
+            fmt = eng.get_tensor_format(name)
+            if fmt != trt.TensorFormat.LINEAR:
+                raise InputError(
+                    f"{self.model_path}: I/O tensor '{name}' has TensorRT format {getattr(fmt, 'name', fmt)}, "
+                    "not LINEAR; toolkit copies linear buffers only: build the engine without "
+                    "--input/--output formats, e.g. toolkit run MODEL.onnx --trt --save-engine FILE"
+                )
+        self._context = eng.create_execution_context()
+        if self._context is None:
+            raise inference_error(f"TensorRT cannot create an execution context: {self._errors('out of memory?')}")
+        self._inputs = [n for n in names if eng.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
+        self._outputs = [n for n in names if eng.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
+        self._stream = cuda_check(cudart.cudaStreamCreate(), "cudaStreamCreate")
+        self._profile = 0
+
+    def _deactivate(self) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        cudart = self._cudart
+        if cudart is not None and self._stream is not None:
+            cudart.cudaStreamSynchronize(self._stream)
+        self._context = None
+        self._engine = None
+        self._runtime = None
+        self._allocator = None
+        if self._buffers is not None:
+            self._buffers.free()
+        if cudart is not None and self._stream is not None:
+            cudart.cudaStreamDestroy(self._stream)
+        self._stream = None
+
+    # ------------------------------------------------------------------ queries
+    def _dynamic(self, name: str) -> bool:
+        return any(d < 0 for d in self._engine.get_tensor_shape(name))
+
+    def input_metadata(self) -> List[TensorMeta]:
+        eng = self._engine
+        metas = []
+        for name in self._inputs:
+            shape = tuple(None if d < 0 else int(d) for d in eng.get_tensor_shape(name))
+            metas.append(TensorMeta(name, shape, dtype_name(eng.get_tensor_dtype(name), name)))
+        return metas
+
+    def preferred_shapes(self) -> Dict[str, tuple]:
+        """The opt shapes of profile 0 for the dynamic inputs (what generated data should use)."""
+        eng = self._engine
+        out = {}
+        for name in self._inputs:
+            if self._dynamic(name) and not eng.is_shape_inference_io(name):
+                _lo, opt, _hi = eng.get_tensor_profile_shape(name, 0)
+                out[name] = dims(opt)
+        return out
+
+    def preferred_values(self) -> Dict[str, object]:
+        """Values for shape-tensor inputs: the opt values of profile 0 (generated data must be valid shapes)."""
+        import numpy as np
+
+        eng = self._engine
+        out = {}
+        for name in self._inputs:
+            if eng.is_shape_inference_io(name):
+                # The binding names its parameters (name: int, profile_index: str): pass them by position.
+                _lo, opt, _hi = eng.get_tensor_profile_values(0, name)
+                dtype = np_dtype(eng.get_tensor_dtype(name), name)
+                out[name] = np.asarray(list(opt), dtype=dtype).reshape(dims(eng.get_tensor_shape(name)))
+        return out
+
+    def output_names(self) -> List[str]:
+        return list(self._outputs)
+
+    def summary(self) -> str:
+        flags = [f for f in ("fp16", "bf16", "int8", "tf32") if getattr(self.config, f)] if self.built else []
+        how = "engine built from the ONNX model" if self.built else f"engine loaded from {self.model_path}"
+        extra = f" ({', '.join(flags)})" if flags else ""
+        n = getattr(self._engine, "num_optimization_profiles", 0) or 0
+        prof = f", {n} profile(s)" if n > 1 else ""
+        return f"TensorRT {getattr(self._trt, '__version__', '?')} {how}{extra}{prof}"
+
+    # ------------------------------------------------------------------ profiles
+    def _fits(self, k: int, feed: Mapping) -> bool:
+        import numpy as np
+
+        eng = self._engine
+        for name in self._inputs:
+            if eng.is_shape_inference_io(name):
+                lo, _opt, hi = eng.get_tensor_profile_values(k, name)
+                vals = [int(v) for v in np.asarray(feed[name]).reshape(-1)]
+                if len(vals) != len(lo) or any(not a <= v <= b for a, v, b in zip(lo, vals, hi)):
+                    return False
+            elif self._dynamic(name):
+                lo, _opt, hi = (dims(s) for s in eng.get_tensor_profile_shape(name, k))
+                shape = tuple(np.shape(feed[name]))
+                if len(shape) != len(lo) or any(not a <= d <= b for a, d, b in zip(lo, shape, hi)):
+                    return False
+        return True
+
+    def _profiles_text(self) -> str:
+        eng = self._engine
+        parts = []
+        for k in range(max(int(eng.num_optimization_profiles), 1)):
+            items = []
+            for name in self._inputs:
+                if eng.is_shape_inference_io(name):
+                    lo, opt, hi = eng.get_tensor_profile_values(k, name)
+                    items.append(f"'{name}' values min {list(lo)}, opt {list(opt)}, max {list(hi)}")
+                elif self._dynamic(name):
+                    lo, opt, hi = (dims(s) for s in eng.get_tensor_profile_shape(name, k))
+                    items.append(f"'{name}' min {lo}, opt {opt}, max {hi}")
+            parts.append(f"profile {k}: " + ", ".join(items))
+        return "; ".join(parts)
+
+    def _select_profile(self, feed: Mapping) -> None:
+        """Switch to the first profile that covers ``feed`` (the current one if it does)."""
+        eng = self._engine
+        if not any(self._dynamic(n) or eng.is_shape_inference_io(n) for n in self._inputs):
+            return
+        if self._fits(self._profile, feed):
+            return
+        for k in range(int(eng.num_optimization_profiles)):
+            if k != self._profile and self._fits(k, feed):
+                if not self._context.set_optimization_profile_async(k, int(self._stream)):
+                    raise inference_error(f"TensorRT cannot switch to profile {k}: {self._errors('no details')}")
+                cuda_check(self._cudart.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
+                self._profile = k
+                return
+        import numpy as np
+
+        given = ", ".join(
+            f"'{n}' values {[int(v) for v in np.asarray(feed[n]).reshape(-1)]}"
+            if eng.is_shape_inference_io(n)
+            else f"'{n}' shape {tuple(np.shape(feed[n]))}"
+            for n in self._inputs
+            if self._dynamic(n) or eng.is_shape_inference_io(n)
+        )
+        raise InputError(
+            f"inputs {given} fit no profile of the engine ({self._profiles_text()}); "
+            "build with --trt-min-shapes/--trt-max-shapes that cover them"
+        )
+
+    # ------------------------------------------------------------------ inference
+    def _infer(self, feed: Mapping) -> Dict[str, object]:
+        import numpy as np
+
+        trt, cudart, ctx, eng = self._trt, self._cudart, self._context, self._engine
+        h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
+        d2h = cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
+        stream = self._stream
+        buffers = self._buffers
+        self._select_profile(feed)
+        hosts = []  # keep the host arrays alive until the copies are done
+        for name in self._inputs:
+            arr = np.ascontiguousarray(feed[name])
+            hosts.append(arr)
+            if self._dynamic(name) and not ctx.set_input_shape(name, tuple(arr.shape)):
+                raise InputError(
+                    f"input '{name}' has shape {tuple(arr.shape)}, outside the engine's profile "
+                    f"({self._profiles_text()}); build with --trt-min-shapes/--trt-max-shapes that cover it"
+                )
+            if eng.is_shape_inference_io(name):  # shape tensors are read from host memory
+                ctx.set_tensor_address(name, arr.ctypes.data)
+                continue
+            ptr = buffers.get(name, arr.nbytes)
+            if arr.nbytes:
+                cuda_check(cudart.cudaMemcpyAsync(ptr, arr.ctypes.data, arr.nbytes, h2d, stream), "cudaMemcpyAsync")
+            ctx.set_tensor_address(name, ptr)
+        shapes: Dict[str, tuple] = {}
+        for name in self._outputs:
+            shape = dims(ctx.get_tensor_shape(name))
+            if any(d < 0 for d in shape):  # data-dependent: TensorRT asks for memory while it runs
+                if self._allocator is None:
+                    self._allocator = make_output_allocator(trt, self)
+                ctx.set_output_allocator(name, self._allocator)
+            else:
+                dtype = np_dtype(eng.get_tensor_dtype(name), name)
+                nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                ctx.set_tensor_address(name, buffers.get(name, nbytes))
+                shapes[name] = shape
+        self._logger.errors.clear()
+        self._callback_error = None
+        start = time.perf_counter()
+        ok = ctx.execute_async_v3(int(stream))
+        if self._callback_error is not None:
+            raise self._callback_error
+        if not ok:
+            raise inference_error(f"{self.name}: inference failed: {self._errors('execute_async_v3 returned false')}")
+        cuda_check(cudart.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
+        self.last_inference_time = time.perf_counter() - start
+        if self._callback_error is not None:
+            raise self._callback_error
+        outputs: Dict[str, object] = {}
+        for name in self._outputs:
+            shape = shapes.get(name)
+            if shape is None:
+                shape = self._allocator.shapes.get(name) if self._allocator is not None else None
+                if shape is None:
+                    raise inference_error(f"{self.name}: TensorRT reported no shape for output '{name}'")
+            arr = np.empty(shape, dtype=np_dtype(eng.get_tensor_dtype(name), name))
+            if arr.nbytes:
+                ptr = buffers.pointer(name)
+                cuda_check(cudart.cudaMemcpyAsync(arr.ctypes.data, ptr, arr.nbytes, d2h, stream), "cudaMemcpyAsync")
+            outputs[name] = arr
+        cuda_check(cudart.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
+        del hosts
+        return outputs
+
+
+def make_output_allocator(trt, runner: TrtRunner):
+    """Device memory for outputs whose shape is known only while the engine runs (NonZero, ...)."""
+
+    class OutputAllocator(trt.IOutputAllocator):
+        def __init__(self):
+            trt.IOutputAllocator.__init__(self)
+            self.shapes: Dict[str, tuple] = {}
+
+        def reallocate_output(self, tensor_name, memory, size, alignment):
+            try:
+                return runner._buffers.get(tensor_name, size)
+            except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - must not cross into TensorRT
+                if runner._callback_error is None:
+                    keep = isinstance(exc, (ToolkitError, KeyboardInterrupt))
+                    runner._callback_error = exc if keep else inference_error(
+                        f"cannot allocate output '{tensor_name}': {exc}"
+                    )
+                return 0  # TensorRT reads an int: 0 (nullptr) tells it allocation failed
+
+        def reallocate_output_async(self, tensor_name, memory, size, alignment, stream):
+            return self.reallocate_output(tensor_name, memory, size, alignment)
+
+        def notify_shape(self, tensor_name, shape):
+            self.shapes[tensor_name] = dims(shape)
+
+    return OutputAllocator()
