@@ -298,12 +298,81 @@ def test_real_cuda_python_without_gpu_if_installed(monkeypatch):
         trtmod.require_gpu(cudart)
 
 
-@pytest.mark.parametrize("flag,message", [("--fp16", "--fp16 needs TensorRT 10"), ("--int8", "--int8 needs TensorRT 10")])
-def test_weak_typing_flags_on_tensorrt_11(cli, seed_model, monkeypatch, flag, message):
-    install(monkeypatch, fake_tensorrt(TRT11), fake_cudart())
-    res = cli("run", seed_model, "--trt", flag)
+@pytest.fixture
+def trt11_env(monkeypatch):
+    cudart = fake_cudart()
+    trt = fake_tensorrt(TRT11, memory=cudart.memory, model=doubling_model())
+    install(monkeypatch, trt, cudart)
+    return trt
+
+
+@pytest.mark.parametrize("flag,dtype", [("--fp16", "float16"), ("--bf16", "bfloat16")])
+def test_reduced_precision_on_tensorrt_11_converts_the_model_and_builds_strongly_typed(
+    cli, seed_model, monkeypatch, trt11_env, flag, dtype
+):
+    import shutil
+
+    from toolkit.backends.trt import builder
+
+    converted = []
+
+    def convert(src, to, dst):
+        converted.append((src, to))
+        shutil.copyfile(src, dst)
+
+    monkeypatch.setattr(builder, "converter_for_strong_typing", lambda: convert)
+    res = cli("run", seed_model, "--trt", flag, "--trt-opt-shapes", "x:[2,3]")
+    assert res.code == 0, res.err
+    assert converted == [(seed_model, dtype)]
+    parsed = [c[1] for c in trt11_env._calls if c[0] == "parse_from_file"]
+    assert parsed and parsed[0].endswith("converted.onnx") and parsed[0] != seed_model
+    assert ("create_network", 1) in trt11_env._calls  # 1 << STRONGLY_TYPED (0 in TensorRT 11)
+    assert not [c for c in trt11_env._calls if c[0] == "set_flag"]
+    assert f"builds strongly typed: the model was converted to {dtype} first" in res.err
+
+
+def test_fp16_on_tensorrt_11_without_a_converter_is_one_line(cli, seed_model, monkeypatch, trt11_env):
+    import toolkit.backends.trt.builder as builder
+
+    def missing():
+        raise builder.DependencyError("no converter here")
+
+    monkeypatch.setattr(builder, "converter_for_strong_typing", missing)
+    res = cli("run", seed_model, "--trt", "--fp16")
+    assert res.code == 4 and res.err.strip().splitlines()[-1] == "error: no converter here"
+
+
+def test_int8_on_tensorrt_11_needs_explicit_quantization(cli, seed_model, trt11_env):
+    res = cli("run", seed_model, "--trt", "--int8")
     assert res.code == 4
-    assert message in res.err and "pip install 'tensorrt<11'" in res.err
+    last = res.err.strip().splitlines()[-1]
+    assert last.startswith("error: --int8 on TensorRT 11.4.0.106 needs explicit quantization (QuantizeLinear/")
+    assert "pip install 'tensorrt<11'" in last
+
+
+def test_int8_on_tensorrt_11_with_qdq_builds_strongly_typed(cli, seed_model, monkeypatch):
+    cudart = fake_cudart()
+    m = doubling_model()
+    m.layers.insert(0, ("q", "QUANTIZE", [("xq", "INT8")]))
+    trt = fake_tensorrt(TRT11, memory=cudart.memory, model=m)
+    install(monkeypatch, trt, cudart)
+    res = cli("run", seed_model, "--trt", "--int8", "--trt-opt-shapes", "x:[2,3]")
+    assert res.code == 0, res.err
+    assert "Q/DQ nodes: they set the INT8 precision" in res.err
+    assert not [c for c in trt._calls if c[0] in ("set_flag", "set_calibration_profile")]
+
+
+def test_calibration_cache_on_tensorrt_11_is_refused_before_any_work(cli, seed_model, trt11_env, tmp_path):
+    res = cli("run", seed_model, "--trt", "--int8", "--calibration-cache", tmp_path / "c.cache")
+    assert res.code == 4 and "--calibration-cache needs TensorRT 10" in res.err
+    assert not trt11_env._calls
+
+
+def test_tensorrt_10_keeps_weak_typing_flags(cli, seed_model, build_env):
+    res = cli("run", seed_model, "--trt", "--fp16", "--bf16", "--trt-opt-shapes", "x:[2,3]")
+    assert res.code == 0, res.err
+    assert ("set_flag", "FP16") in build_env._calls and ("set_flag", "BF16") in build_env._calls
+    assert ("create_network", 0) in build_env._calls
 
 
 # ----------------------------------------------------------------------------- parser errors

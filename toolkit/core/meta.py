@@ -101,6 +101,16 @@ def dtype_from_numpy(dtype) -> str:
     return name
 
 
+# toolkit (ONNX) dtype names -> ml_dtypes attribute names, where they differ.
+_ML_DTYPES = {
+    "float8e4m3fn": "float8_e4m3fn",
+    "float8e4m3fnuz": "float8_e4m3fnuz",
+    "float8e5m2": "float8_e5m2",
+    "float8e5m2fnuz": "float8_e5m2fnuz",
+    "float4e2m1": "float4_e2m1fn",
+}
+
+
 def dtype_to_numpy(name: str):
     """numpy dtype for a dtype name. bfloat16/float8 need ml_dtypes (shipped with onnx)."""
     import numpy as np
@@ -114,7 +124,7 @@ def dtype_to_numpy(name: str):
         try:
             import ml_dtypes  # noqa: F401  (registers the extra dtypes)
 
-            return np.dtype(getattr(ml_dtypes, key))
+            return np.dtype(getattr(ml_dtypes, _ML_DTYPES.get(key, key)))
         except (ImportError, AttributeError):
             raise UsageError(f"dtype '{key}' has no numpy equivalent here") from None
 
