@@ -159,3 +159,26 @@ def test_elemwise_matches_numpy_definition(arr, atol, rtol):
     expected = bool(np.all((absd <= atol) | (rel <= rtol)))
     assert r.passed == expected
     assert compare_arrays("y", arr, arr, 0, 0).passed
+
+
+def test_quantile_statistic_ignores_the_worst_elements():
+    from toolkit.core.compare import compare_arrays
+
+    ref = np.zeros(100, dtype=np.float32)
+    out = ref.copy()
+    out[:3] = 1.0  # 3% of the elements are far off
+    strict = compare_arrays("y", out, ref, 1e-3, 0.0, "quantile", 0.99)
+    loose = compare_arrays("y", out, ref, 1e-3, 0.0, "quantile", 0.95)
+    assert not strict.passed and strict.quantile_abs == pytest.approx(1.0)
+    assert loose.passed and loose.quantile_abs == 0.0 and loose.required_atol == 0.0
+    edge = compare_arrays("y", out, ref, 1e-3, 0.0, "quantile", 0.975)
+    assert 0.0 < edge.quantile_abs < 1.0  # interpolated between the last good and first bad element
+
+
+def test_error_quantile_parses_globally_and_per_output():
+    from toolkit.core.compare import Tolerances
+
+    tol = Tolerances.parse(check_error_stat=["quantile"], error_quantile=["0.9", "y:0.5"])
+    assert tol.quantile_for("y") == 0.5 and tol.quantile_for("z") == 0.9
+    with pytest.raises(Exception):
+        Tolerances.parse(error_quantile=["1.5"])

@@ -48,6 +48,18 @@ class LazyRootGroup(TyperGroup):
             return None
         return get_command(name).commands[name]
 
+    def resolve_command(self, ctx, args):
+        try:
+            return super().resolve_command(ctx, args)
+        except Exception as exc:  # Click's UsageError (Typer bundles its own Click)
+            if args and getattr(exc, "message", None) and args[0] not in GROUPS:
+                from difflib import get_close_matches
+
+                close = get_close_matches(args[0], list(GROUPS))
+                if close and "Did you mean" not in exc.message:
+                    exc.message = exc.message.rstrip(".") + f". Did you mean '{close[0]}'?"
+            raise
+
     def format_commands(self, ctx, formatter) -> None:
         rows = [(name, GROUPS[name][2]) for name in GROUPS]
         with formatter.section("Commands"):
@@ -72,7 +84,8 @@ def _root(
 def build_app(names: Optional[List[str]] = None, lazy: bool = False) -> typer.Typer:
     """The root Typer app with the named groups (default: all of them); with ``lazy``, an
     app with none registered whose root group loads them on demand."""
-    root = typer.Typer(name="toolkit", help=HELP, cls=LazyRootGroup if lazy else None, **SUBAPP_SETTINGS)
+    settings = dict(SUBAPP_SETTINGS, add_completion=True)  # --install-completion / --show-completion
+    root = typer.Typer(name="toolkit", help=HELP, cls=LazyRootGroup if lazy else None, **settings)
     root.callback()(_root)
     if lazy:
         return root

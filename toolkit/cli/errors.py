@@ -28,6 +28,13 @@ def _click_message(exc) -> str:
     except Exception:  # pragma: no cover - defensive
         text = str(exc)
     text = " ".join(str(text).split()) or type(exc).__name__
+    option = getattr(exc, "option_name", None)
+    if type(exc).__name__ == "NoSuchOption" and option:
+        from toolkit.cli.options import unsupported_advice
+
+        advice = unsupported_advice(option)
+        if advice:
+            return f"{option} (a Polygraphy option) is not supported by toolkit: {advice}"
     ctx = getattr(exc, "ctx", None)
     path = getattr(ctx, "command_path", None) if ctx is not None else None
     if path:

@@ -63,14 +63,36 @@ def inspect_model(
 def inspect_data(
     path: Annotated[str, typer.Argument(help="Inputs or outputs file (JSON or .npz), or '-' for stdin.", metavar="FILE")],
     show_values: Annotated[bool, typer.Option("--show-values", help="Print every value of every tensor.")] = False,
+    num_items: Annotated[
+        Optional[int],
+        typer.Option(
+            "--num-items",
+            metavar="N",
+            help="With --show-values: print N values at each end of every dimension, '...' between (-1: all; "
+            "default all).",
+        ),
+    ] = None,
+    line_width: Annotated[
+        Optional[int],
+        typer.Option(
+            "--line-width",
+            metavar="CHARS",
+            help="With --show-values: wrap printed arrays at CHARS characters (-1: one line per row; default 110).",
+        ),
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the description as JSON on stdout.")] = False,
 ) -> None:
-    """Show an inputs or outputs file: iterations, and per tensor dtype, shape and statistics."""
+    """Show an inputs or outputs file: iterations, and per tensor dtype, shape and statistics
+    (mean, std, min, max, median, 90th/95th/99th percentiles, NaN/Inf counts)."""
     from toolkit.core.datafiles import load_data
     from toolkit.core.describe import data_text, describe_data
 
+    if (num_items is not None or line_width is not None) and not show_values:
+        from toolkit.cli.output import warn
+
+        warn("--num-items and --line-width only change how --show-values prints arrays")
     desc = describe_data(load_data(path), show_values)
     if as_json:
         _emit([json.dumps(desc, indent=2)])
     else:
-        _emit(data_text(desc, show_values))
+        _emit(data_text(desc, show_values, num_items=num_items, line_width=line_width))

@@ -421,3 +421,79 @@ ForceFallbackOpt = Annotated[
         help="Infer tensor shapes and dtypes by running ONNX-Runtime instead of ONNX shape inference.",
     ),
 ]
+
+
+# ------------------------------------------------ Polygraphy options that toolkit does not support
+#
+# An option Polygraphy knows never gets the generic "No such option": the error boundary
+# (toolkit.cli.errors) looks the option up here and prints its advice instead (exit 2).
+# Add an entry when a Polygraphy option is refused on purpose; remove it when it is supported.
+# Keys are option names; values are one sentence saying what to do instead.
+
+_TF = "toolkit runs ONNX models only: convert the TensorFlow model to ONNX first (e.g. with tf2onnx)"
+_SCRIPT = "toolkit writes no Python scripts: the command line is the interface, and toolkit's library API is described in docs/api.md"
+_TRT_BUILDER = (
+    "this TensorRT builder setting is not exposed by toolkit; build the engine with trtexec or Polygraphy "
+    "and run it with toolkit run ENGINE --trt"
+)
+_VISUAL = "toolkit draws no plots: save the outputs (--save-outputs) and inspect them with toolkit inspect data"
+_TF32_CKPT = "toolkit reads ONNX models only; TensorFlow checkpoints are not supported"
+
+UNSUPPORTED_OPTIONS = {
+    # models other than ONNX
+    **{o: _TF for o in ("--tf", "--tftrt", "--use-tftrt", "--minimum-segment-size", "--dynamic-op", "--tf-outputs",
+                        "--save-pb", "--save-tensorboard", "--freeze-graph", "--gpu-memory-fraction", "--allow-growth",
+                        "--xla", "--save-timeline", "--opset")},
+    "--ckpt": _TF32_CKPT,
+    "--gen": _SCRIPT,
+    "--gen-script": _SCRIPT,
+    "--pluginref": "the plugin reference runner is not supported: compare --trt against --onnxrt instead",
+    "--trt-network-postprocess-script": _SCRIPT,
+    "--trt-npps": _SCRIPT,
+    "--trt-config-script": _SCRIPT,
+    "--trt-config-postprocess-script": _SCRIPT,
+    "--trt-cpps": _SCRIPT,
+    "--data-loader-backend-module": "generated data always comes from numpy; use --data-loader-script for your own data",
+    "--compare-func-script": "custom comparison scripts are not supported: use --atol/--rtol/--check-error-stat, or compare saved outputs in Python",
+    "--postprocess-func-script": "custom post-processing scripts are not supported: use --postprocess top-K, or post-process saved outputs in Python",
+    # plots and heatmaps
+    **{o: _VISUAL for o in ("--save-heatmaps", "--show-heatmaps", "--save-error-metrics-plot",
+                            "--show-error-metrics-plot", "--visual", "--visual-port", "--save-visual", "--histogram")},
+    # comparison metrics toolkit does not compute
+    **{o: "this comparison metric is not supported: use --atol/--rtol with --check-error-stat elemwise, max, mean, median or quantile"
+       for o in ("--l2-threshold", "--l2-tolerance", "--cosine-similarity-threshold", "--psnr-threshold",
+                 "--psnr-tolerance", "--snr-threshold", "--snr-tolerance", "--lpips-threshold", "--lpips-tolerance")},
+    "--save-accuracy-results": "save the outputs (--save-outputs) instead; the comparison is printed and its verdict is the exit code",
+    "--check-average": "each iteration is checked on its own; use --check-error-stat mean for an average over elements",
+    "--fail-fast": "every output is compared and reported; the exit code is 1 as soon as one fails",
+    "--use-subprocess": "runners always run in this process; run toolkit once per runner and compare the saved outputs to isolate them",
+    "--save-input-blob": "save inputs with --save-inputs (JSON or .npz) instead",
+    "--onnx-outputs-by-type": "mark outputs by name or glob pattern with --onnx-outputs instead",
+    "--trt-outputs-by-type": "mark outputs by name or glob pattern with --trt-outputs instead",
+    "--outputs-by-type": "name the outputs (or 'mark all') with --outputs instead",
+    "--ext": "toolkit loads no ONNX extension libraries (onnxruntime-extensions); register custom ops in the model's runtime instead",
+    "--onnx-flags": "TensorRT's ONNX parser flags are not exposed by toolkit",
+    "--plugin-instancenorm": "TensorRT's ONNX parser flags are not exposed by toolkit",
+    "--convert-to": "inspect model prints text or --json; use onnx.helper / netron for other views",
+    "--combine-tensor-info": "use inspect model --json, which includes every tensor's dtype and shape",
+    # TensorRT builder knobs not exposed
+    **{o: _TRT_BUILDER for o in (
+        "--fp8", "--sparse-weights", "--version-compatible", "--exclude-lean-runtime", "--calib-base-cls",
+        "--calibration-base-class", "--quantile", "--regression-cutoff", "--load-timing-cache",
+        "--error-on-timing-cache-miss", "--disable-compilation-cache", "--tactic-sources", "--trt-safety-restricted",
+        "--refittable", "--strip-plan", "--use-dla", "--allow-gpu-fallback", "--preview-features",
+        "--builder-optimization-level", "--hardware-compatibility-level", "--max-aux-streams", "--quantization-flags",
+        "--profiling-verbosity", "--weight-streaming", "--runtime-platform", "--direct-io",
+        "--tiling-optimization-level", "--plugins", "--enable-uint8-asymmetric-quantization-dla",
+        "--decomposable-attentions", "--tensor-dtypes", "--tensor-datatypes", "--all-tensor-dtypes",
+        "--all-tensor-datatypes", "--tensor-formats", "--all-tensor-formats", "--strongly-typed", "--mark-debug",
+        "--mark-unfused-tensors-as-debug-tensors", "--save-timing-cache", "--load-runtime",
+        "--dla-workspace-allocation-strategy", "--optimization-profile", "--allocation-strategy",
+        "--weight-streaming-budget", "--save-tactics", "--save-tactic-replay", "--load-tactics", "--load-tactic-replay",
+        "--layer-precisions", "--precision-constraints", "--display-as")},
+}
+
+
+def unsupported_advice(option: str) -> Optional[str]:
+    """The advice for a Polygraphy option toolkit refuses on purpose, or None."""
+    return UNSUPPORTED_OPTIONS.get(option.split("=", 1)[0])

@@ -528,6 +528,10 @@ def render_comparison(pair, *, quiet: bool = False) -> None:
         )
 
 
+def _quantile_name(o) -> str:
+    return f"q{o.quantile:g}" if o.quantile is not None else "quantile"
+
+
 def _verdict(o) -> str:
     return "PASSED" if o.passed else "FAILED"
 
@@ -540,6 +544,8 @@ def _plain_row(o) -> str:
     med = ""
     if o.stat == "median":
         med = f", median abs {_g(o.median_abs)}, median rel {_g(o.median_rel)}"
+    elif o.stat == "quantile":
+        med = f", {_quantile_name(o)} abs {_g(o.quantile_abs)}, {_quantile_name(o)} rel {_g(o.quantile_rel)}"
     bad = f" | {o.mismatches} of {o.size} element(s) out of tolerance" if o.mismatches and not o.passed else ""
     return (
         f"{head} | max abs {_g(o.max_abs)}, mean abs {_g(o.mean_abs)}, max rel {_g(o.max_rel)}, "
@@ -553,8 +559,10 @@ def _rich_table(rows) -> None:
     from rich.text import Text
 
     console = err_console()
-    if console.width < 110:
-        # too narrow for nine columns: the plain lines stay readable at any width
+    longest = max((len(o.name) for o in rows), default=0)
+    if console.width < 110 + longest:
+        # too narrow for nine columns and whole names (names are never wrapped: they are
+        # copied and grepped): plain lines, which the terminal may wrap but Rich never breaks
         for o in rows:
             console.print("    " + _plain_row(o), style=None if o.passed else "red", markup=False, highlight=False)
         return
@@ -570,8 +578,14 @@ def _rich_table(rows) -> None:
         ("Tolerance", "left"),
         ("Notes", "left"),
     ):
-        # names may be long: they fold onto several lines; numbers and verdicts never wrap
-        table.add_column(col, justify=just, no_wrap=col not in ("Output", "Notes"), overflow="fold", ratio=2 if col == "Output" else None)
+        # names, numbers and verdicts never wrap; only the notes may
+        table.add_column(
+            col,
+            justify=just,
+            no_wrap=col != "Notes",
+            overflow="fold" if col == "Notes" else "ignore",
+            min_width=longest if col == "Output" else None,
+        )
     for o in rows:
         verdict = Text(_verdict(o), style="green" if o.passed else "bold red")
         if o.message:
@@ -584,6 +598,8 @@ def _rich_table(rows) -> None:
             notes.append(f"{o.mismatches}/{o.size} elements off")
         if o.stat == "median":
             notes.append(f"median abs {_g(o.median_abs)}, rel {_g(o.median_rel)}")
+        elif o.stat == "quantile":
+            notes.append(f"{_quantile_name(o)} abs {_g(o.quantile_abs)}, rel {_g(o.quantile_rel)}")
         table.add_row(
             verdict,
             Text(o.name),

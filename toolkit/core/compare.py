@@ -9,6 +9,8 @@ Rules
 - Checks (``--check-error-stat``): ``elemwise`` (default) passes when every element has
   ``abs <= atol`` or ``rel <= rtol``; ``max``/``mean``/``median`` pass when that statistic
   of ``abs`` is ``<= atol`` or that statistic of ``rel`` is ``<= rtol``.
+  ``quantile`` does the same with the ``--error-quantile`` quantile (default 0.99) of the
+  errors: e.g. 0.99 passes when 99% of the elements are within tolerance.
 - The tolerance that would have passed is that statistic's ``abs`` (as an atol alone)
   or its ``rel`` (as an rtol alone); for ``elemwise`` it is the maximum.
 - Defaults: atol 1e-5 and rtol 1e-5 for floating-point outputs. Integer and bool
@@ -29,7 +31,8 @@ from toolkit.core.meta import parse_named_values
 
 DEFAULT_ATOL = 1e-5
 DEFAULT_RTOL = 1e-5
-ERROR_STATS = ("elemwise", "max", "mean", "median")
+ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
+DEFAULT_QUANTILE = 0.99
 
 
 def _parse_stat(text: str) -> str:
@@ -37,6 +40,13 @@ def _parse_stat(text: str) -> str:
     if key not in ERROR_STATS:
         raise ValueError(f"use one of: {', '.join(ERROR_STATS)}")
     return key
+
+
+def _parse_quantile(text: str) -> float:
+    val = float(text)
+    if not 0 <= val <= 1:
+        raise ValueError("quantiles are numbers in [0, 1]")
+    return val
 
 
 def _parse_tol(text: str) -> float:
@@ -56,14 +66,20 @@ class Tolerances:
     per_atol: Dict[str, float] = field(default_factory=dict)
     per_rtol: Dict[str, float] = field(default_factory=dict)
     per_stat: Dict[str, str] = field(default_factory=dict)
+    error_quantile: float = DEFAULT_QUANTILE
+    per_quantile: Dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, atol=None, rtol=None, check_error_stat=None) -> "Tolerances":
+    def parse(cls, atol=None, rtol=None, check_error_stat=None, error_quantile=None) -> "Tolerances":
         """From option lists such as ``["1e-3", "out:1e-2"]`` (UsageError when malformed)."""
         ga, pa = parse_named_values(atol or [], _parse_tol, "--atol value")
         gr, pr = parse_named_values(rtol or [], _parse_tol, "--rtol value")
         gs, ps = parse_named_values(check_error_stat or [], _parse_stat, "--check-error-stat value")
-        return cls(ga, gr, gs or "elemwise", pa, pr, ps)
+        gq, pq = parse_named_values(error_quantile or [], _parse_quantile, "--error-quantile value")
+        return cls(ga, gr, gs or "elemwise", pa, pr, ps, DEFAULT_QUANTILE if gq is None else gq, pq)
+
+    def quantile_for(self, name: str) -> float:
+        return self.per_quantile.get(name, self.error_quantile)
 
     def for_output(self, name: str, exact_kind: bool) -> Tuple[float, float, str]:
         """(atol, rtol, stat) for output ``name``; ``exact_kind`` for integer/bool outputs."""
@@ -75,7 +91,7 @@ class Tolerances:
         return (DEFAULT_ATOL if atol is None else atol), (DEFAULT_RTOL if rtol is None else rtol), stat
 
     def names(self) -> List[str]:
-        return sorted(set(self.per_atol) | set(self.per_rtol) | set(self.per_stat))
+        return sorted(set(self.per_atol) | set(self.per_rtol) | set(self.per_stat) | set(self.per_quantile))
 
 
 @dataclass
@@ -97,6 +113,9 @@ class OutputComparison:
     mean_rel: float = float("nan")
     median_abs: Optional[float] = None
     median_rel: Optional[float] = None
+    quantile: Optional[float] = None  # the quantile used by the "quantile" statistic
+    quantile_abs: Optional[float] = None
+    quantile_rel: Optional[float] = None
     mismatches: int = 0  # elements failing the elementwise check
     size: int = 0
     message: str = ""  # why it failed when no numbers apply (shape mismatch)
@@ -104,11 +123,15 @@ class OutputComparison:
     @property
     def required_atol(self) -> float:
         """The atol that would have passed on its own (for the chosen statistic)."""
-        return {"mean": self.mean_abs, "median": self.median_abs}.get(self.stat, self.max_abs)
+        return {"mean": self.mean_abs, "median": self.median_abs, "quantile": self.quantile_abs}.get(
+            self.stat, self.max_abs
+        )
 
     @property
     def required_rtol(self) -> float:
-        return {"mean": self.mean_rel, "median": self.median_rel}.get(self.stat, self.max_rel)
+        return {"mean": self.mean_rel, "median": self.median_rel, "quantile": self.quantile_rel}.get(
+            self.stat, self.max_rel
+        )
 
 
 @dataclass
@@ -195,7 +218,9 @@ def error_arrays(a, b):
     return absd, rel
 
 
-def compare_arrays(name: str, a, b, atol: float, rtol: float, stat: str = "elemwise") -> OutputComparison:
+def compare_arrays(
+    name: str, a, b, atol: float, rtol: float, stat: str = "elemwise", quantile: float = DEFAULT_QUANTILE
+) -> OutputComparison:
     """Compare one output (``a`` against the reference ``b``)."""
     import numpy as np
 
@@ -215,12 +240,14 @@ def compare_arrays(name: str, a, b, atol: float, rtol: float, stat: str = "elemw
         err = 0.0 if res.passed else math.inf
         res.max_abs = res.mean_abs = res.max_rel = res.mean_rel = err
         res.median_abs = res.median_rel = err
+        res.quantile_abs = res.quantile_rel = err
         if not res.passed:
             res.message = f"{res.mismatches} of {a.size} strings differ"
         return res
     if a.size == 0:
         res.max_abs = res.mean_abs = res.max_rel = res.mean_rel = 0.0
         res.median_abs = res.median_rel = 0.0
+        res.quantile_abs = res.quantile_rel = 0.0
         return res
 
     absd, rel = error_arrays(a, b)
@@ -235,6 +262,11 @@ def compare_arrays(name: str, a, b, atol: float, rtol: float, stat: str = "elemw
     if stat == "median":
         res.median_abs = float(np.median(absd))
         res.median_rel = float(np.median(rel))
+    if stat == "quantile":
+        res.quantile = quantile
+        with np.errstate(invalid="ignore"):
+            res.quantile_abs = float(np.quantile(absd, quantile))
+            res.quantile_rel = float(np.quantile(rel, quantile))
     if stat == "elemwise":
         res.passed = res.mismatches == 0
     else:
@@ -259,7 +291,7 @@ def compare_iteration(index: int, outs_a: Mapping, outs_b: Mapping, tol: Toleran
         a = np.asarray(outs_a[name])
         b = np.asarray(outs_b[name])
         atol, rtol, stat = tol.for_output(name, _exact_kind(a, b))
-        results.append(compare_arrays(name, a, b, atol, rtol, stat))
+        results.append(compare_arrays(name, a, b, atol, rtol, stat, tol.quantile_for(name)))
     return IterationComparison(index, results, only_a, only_b)
 
 

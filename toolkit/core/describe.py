@@ -100,6 +100,8 @@ def summarize_array(arr, show_values: bool = False, max_elems: int = 12) -> dict
                     max=float(np.max(vals)),
                     median=float(np.median(vals)),
                 )
+                p90, p95, p99 = np.percentile(vals, [90, 95, 99])
+                info.update(p90=float(p90), p95=float(p95), p99=float(p99))
             if n_nan:
                 info["nan"] = n_nan
             if n_inf:
@@ -113,10 +115,13 @@ def summarize_array(arr, show_values: bool = False, max_elems: int = 12) -> dict
     return info
 
 
-def stats_text(info: dict) -> str:
+def stats_text(info: dict, percentiles: bool = False) -> str:
     if "mean" not in info:
         return "empty" if not info.get("size") else "no statistics for this dtype"
     parts = [f"mean={info['mean']:.6g}", f"std={info['std']:.6g}", f"min={info['min']:.6g}", f"max={info['max']:.6g}"]
+    if "median" in info and percentiles:
+        parts.append(f"median={info['median']:.6g}")
+        parts += [f"{p}={info[p]:.6g}" for p in ("p90", "p95", "p99") if p in info]
     if info.get("nan"):
         parts.append(f"nan={info['nan']}")
     if info.get("inf"):
@@ -124,10 +129,19 @@ def stats_text(info: dict) -> str:
     return ", ".join(parts)
 
 
-def values_text(arr, full: bool) -> str:
+def values_text(arr, full: bool, num_items: Optional[int] = None, line_width: Optional[int] = None) -> str:
+    """``arr`` as text: every value (``full``) or a summary; ``num_items`` values at each end of
+    every dimension (-1: all), lines of at most ``line_width`` characters (-1: a line per row)."""
     import numpy as np
 
     opts = dict(threshold=sys.maxsize if full else 24, edgeitems=3, max_line_width=110, precision=6)
+    if num_items is not None:
+        if num_items < 0:
+            opts.update(threshold=sys.maxsize)
+        else:
+            opts.update(threshold=0, edgeitems=max(num_items, 1) if num_items else 0)
+    if line_width is not None:
+        opts["max_line_width"] = sys.maxsize if line_width < 0 else max(line_width, 1)
     return np.array2string(np.asarray(arr), **opts)
 
 
@@ -163,9 +177,19 @@ def _attr_value(attr, show: Show, depth: int):
             from onnx import numpy_helper
 
             arr = numpy_helper.to_array(attr.t)
-            if show.weights or arr.size <= 8:
+            if arr.size <= 8:
                 d["values"] = arr.tolist()
-                text += " " + values_text(arr, show.weights).replace("\n", " ")
+                text += " " + values_text(arr, True).replace("\n", " ")
+            elif show.weights:
+                # summarised like initializers (statistics and a preview), never printed in full:
+                # a Constant node can hold megabytes of values
+                info = summarize_array(arr)
+                info.pop("dtype", None)
+                info.pop("shape", None)
+                info.pop("values", None)
+                info["preview"] = values_text(arr, full=False)
+                d.update(info)
+                text += f" | {stats_text(info)} | " + " ".join(info["preview"].split())
         except Exception:
             pass
         return d, text
@@ -446,14 +470,17 @@ def describe_data(data, show_values: bool = False) -> dict:
     return {"kind": "inputs", "iterations": [{"tensors": feed_desc(feed)} for feed in data]}
 
 
-def data_text(desc: dict, show_values: bool = False) -> List[str]:
+def data_text(
+    desc: dict, show_values: bool = False, num_items: Optional[int] = None, line_width: Optional[int] = None
+) -> List[str]:
     def tensor_lines(t: dict, ind: str) -> List[str]:
         meta = TensorMeta(t["name"], tuple(t["shape"]), t["dtype"])
-        out = [f"{ind}{_meta_text(meta)} | {stats_text(t)}"]
+        out = [f"{ind}{_meta_text(meta)} | {stats_text(t, percentiles=True)}"]
         if show_values and "values" in t:
             import numpy as np
 
-            for vl in values_text(np.asarray(t["values"]), full=True).splitlines():
+            arr = np.asarray(t["values"], dtype=t["dtype"] if t["dtype"] in np.sctypeDict else None)
+            for vl in values_text(arr, True, num_items, line_width).splitlines():
                 out.append(f"{ind}    {vl}")
         return out
 

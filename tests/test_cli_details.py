@@ -1,0 +1,134 @@
+"""Details a user meets first: help sections and examples, completion, 'did you mean',
+advice for Polygraphy options toolkit refuses, inspect data's printing options."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import modelzoo as mz
+from conftest import run_toolkit
+from toolkit.core.datafiles import save_inputs
+
+
+COMMANDS = [("run",), ("inspect", "model"), ("inspect", "data"), ("surgeon", "extract"), ("surgeon", "sanitize"),
+            ("data", "to-input"), ("debug", "reduce")]
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
+def test_every_command_help_ends_with_examples(cli, path):
+    res = cli(*path, "--help")
+    assert res.code == 0
+    head, examples = res.out.split("\nExamples:\n")
+    lines = [ln.strip() for ln in examples.strip().splitlines()]
+    assert 1 <= len(lines) <= 3
+    assert all(ln.startswith("toolkit " + " ".join(path)) for ln in lines), lines
+    assert "Logging:" in head
+    usage = res.out.splitlines()[0]
+    assert "{" not in usage and "}" not in usage
+
+
+def test_root_suggests_a_close_command(cli):
+    res = cli("inspekt")
+    assert res.code == 2
+    assert "Did you mean 'inspect'?" in res.err
+
+
+@pytest.mark.parametrize("option", ["--save-tactics", "--layer-precisions", "--tf", "--gen-script", "--save-heatmaps"])
+def test_known_polygraphy_option_gets_advice_not_no_such_option(cli, option):
+    res = cli("run", "m.onnx", "--onnxrt", option, "x")
+    assert res.code == 2
+    assert "No such option" not in res.err
+    assert option in res.err and "not supported" in res.err
+    assert len(res.err.strip().splitlines()) == 1
+
+
+def test_truly_unknown_option_still_gets_no_such_option(cli):
+    res = cli("run", "m.onnx", "--no-such-thing")
+    assert res.code == 2 and "No such option" in res.err
+
+
+def test_completion_is_offered():
+    res = run_toolkit("--show-completion", env={"SHELL": "/bin/bash"})
+    assert res.code == 0 and "_toolkit_completion" in res.out
+    res = run_toolkit(env={"_TOOLKIT_COMPLETE": "complete_bash", "COMP_WORDS": "toolkit sur", "COMP_CWORD": "1"})
+    assert res.out.split() == ["surgeon"]
+
+
+@pytest.fixture
+def data_file(tmp_path):
+    path = str(tmp_path / "in.json")
+    rng = np.random.RandomState(1)
+    save_inputs(path, [{"x": rng.rand(2, 3, 24).astype(np.float32), "big": np.arange(1000, dtype=np.float32)}])
+    return path
+
+
+def _array_rows(out):
+    return [ln.strip() for ln in out.splitlines() if ln.startswith(" " * 8) and ln.strip() and ln.strip() != "..."]
+
+
+@pytest.mark.parametrize("n", [1, 2, 5])
+def test_inspect_data_num_items_and_line_width(cli, data_file, n):
+    res = cli("inspect", "data", data_file, "--show-values", "--line-width=-1", f"--num-items={n}")
+    assert res.code == 0
+    rows = _array_rows(res.out)
+    x_rows = [r for r in rows if "..." in r]
+    assert x_rows
+    for row in x_rows:
+        values = [v for v in row.strip("[]").split() if "..." not in v]
+        assert len(values) == 2 * n, row
+
+
+def test_inspect_data_all_items_one_line_per_row(cli, data_file):
+    res = cli("inspect", "data", data_file, "--show-values", "--line-width=-1", "--num-items=-1")
+    rows = _array_rows(res.out)
+    assert not any("..." in r for r in rows)
+    assert max(len(r.strip("[]").split()) for r in rows) == 1000  # the whole 1-D tensor on one line
+    assert sum(1 for r in rows if len(r.strip("[]").split()) == 24) == 6  # x: 2x3 rows of 24
+
+
+def test_inspect_data_shows_median_and_percentiles(cli, tmp_path):
+    path = str(tmp_path / "d.json")
+    save_inputs(path, [{"v": np.arange(101, dtype=np.float32)}])
+    res = cli("inspect", "data", path)
+    line = next(ln for ln in res.out.splitlines() if ln.strip().startswith("v "))
+    assert "median=50" in line and "p90=90" in line and "p95=95" in line and "p99=99" in line
+
+
+def test_full_mode_summarises_constant_node_values(cli, tmp_path):
+    value = numpy_helper.from_array(np.arange(50000, dtype=np.float32).reshape(50, 1000), "v")
+    node = helper.make_node("Constant", [], ["c"], value=value, name="const")
+    graph = helper.make_graph([node], "g", [], [helper.make_tensor_value_info("c", TensorProto.FLOAT, [50, 1000])])
+    path = mz.save(mz.make_model(graph), tmp_path / "c.onnx")
+    res = cli("inspect", "model", path, "--mode=full")
+    assert res.code == 0
+    assert len(res.out) < 5000 and max(len(ln) for ln in res.out.splitlines()) < 1000
+    assert "mean=24999.5" in res.out and "..." in res.out
+    js = cli("inspect", "model", path, "--mode=full", "--json")
+    assert len(js.out) < 5000
+    json.loads(js.out)
+
+
+@pytest.mark.parametrize("width", [80, 120, 160, 240])
+def test_comparison_table_never_wraps_names(monkeypatch, width):
+    import io
+    import sys
+
+    from rich.console import Console
+
+    from toolkit.cli import output, run
+    from toolkit.core.compare import compare_arrays
+
+    buf = io.StringIO()
+    monkeypatch.setattr(sys, "stderr", buf)
+    monkeypatch.setitem(
+        output._consoles, "err", Console(file=buf, width=width, force_terminal=True, soft_wrap=True, color_system=None)
+    )
+    names = ["depthwise_conv2d_13.tmp_0", "a_really_long_tensor_name/with/slashes:0_and_more_stuff_x"]
+    rows = [compare_arrays(n, np.ones(4), np.ones(4) * 1.5, 1e-5, 1e-5) for n in names]
+    run._rich_table(rows)
+    text = buf.getvalue()
+    for name in names:
+        assert name in text, (width, text)
