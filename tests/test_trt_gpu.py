@@ -1,4 +1,9 @@
-"""`toolkit run --trt` on a real GPU with real TensorRT (marked ``gpu``; skipped without them).
+"""`toolkit run --trt` on a real GPU with real TensorRT 10 or 11 (marked ``gpu``).
+
+These tests run only where an NVIDIA GPU, its driver, TensorRT and cuda-python are usable; everywhere
+else (CI, laptops) the whole module is skipped, with the reason. Without a GPU the backend is tested
+on CPU through fakes checked against the real API: test_trt.py, test_trt_findings.py and
+test_trt_surface.py.
 
 Every test runs toolkit in a subprocess: the pytest process itself must never touch CUDA,
 because other tests fork it (the warm worker of ``debug reduce``), and a CUDA driver
@@ -48,6 +53,7 @@ pytestmark = [
     pytest.mark.skipif(SKIP_REASON is not None, reason=f"TensorRT on a GPU is not usable here: {SKIP_REASON}"),
 ]
 weak_typing = pytest.mark.skipif(TRT_MAJOR >= 11, reason="--fp16/--int8 builder flags exist in TensorRT 10 only")
+strong_typing = pytest.mark.skipif(TRT_MAJOR < 11, reason="TensorRT 11 builds strongly typed networks only")
 
 
 def small_cnn(batch="N"):
@@ -103,6 +109,34 @@ def test_fp16_with_looser_tolerances(cnn):
     assert "(fp16)" in res.err
 
 
+@strong_typing
+def test_fp16_on_tensorrt_11_converts_the_model_first(cnn):
+    res = run_toolkit("run", cnn, "--onnxrt", "--trt", "--fp16", "--atol", "2e-2", "--rtol", "2e-2")
+    if res.code == 4 and "no model converter" in res.err:
+        pytest.skip("toolkit convert is not available in this build")
+    ok(res)
+    assert "builds strongly typed: the model was converted to float16 first" in res.err
+
+
+@strong_typing
+def test_int8_on_tensorrt_11_without_qdq_is_one_line(cnn):
+    res = run_toolkit("run", cnn, "--trt", "--int8")
+    assert res.code == 4 and "needs explicit quantization" in res.err.strip().splitlines()[-1]
+
+
+def test_two_profiles_each_feed_runs_in_the_one_that_covers_it(tmp_path):
+    model = mz.save(small_cnn("N"), tmp_path / "dyn.onnx")
+    profiles = ["--trt-min-shapes", "x:[1,3,16,16]", "--trt-opt-shapes", "x:[1,3,16,16]",
+                "--trt-max-shapes", "x:[2,3,16,16]",
+                "--trt-min-shapes", "x:[3,3,16,16]", "--trt-opt-shapes", "x:[4,3,16,16]",
+                "--trt-max-shapes", "x:[4,3,16,16]"]  # fmt: skip
+    feeds = [{"x": np.random.default_rng(k).random((n, 3, 16, 16), dtype=np.float32)} for k, n in enumerate((4, 1, 3))]
+    save_inputs(str(tmp_path / "in.npz"), feeds)
+    res = ok(run_toolkit("run", model, "--trt", "--onnxrt", *profiles, "--load-inputs", tmp_path / "in.npz",
+                         "--atol", "1e-4", "--rtol", "1e-3"))  # fmt: skip
+    assert "2 profile(s)" in res.err
+
+
 def test_tf32_and_pool_limit(cnn):
     ok(run_toolkit("run", cnn, "--onnxrt", "--trt", "--tf32", "--pool-limit", "workspace:256M",
                    "--atol", "1e-2", "--rtol", "1e-2"))  # fmt: skip
@@ -120,7 +154,7 @@ def test_dynamic_shape_profile(tmp_path):
                    "--atol", "1e-4", "--rtol", "1e-3"))  # fmt: skip
     save_inputs(str(tmp_path / "big.npz"), [{"x": np.zeros((5, 3, 16, 16), np.float32)}])
     res = run_toolkit("run", model, "--trt", *profile, "--load-inputs", tmp_path / "big.npz")
-    assert res.code == 3 and "outside the engine's profile" in res.err
+    assert res.code == 3 and "fit no profile of the engine (profile 0: 'x' min (1, 3, 16, 16)" in res.err
 
 
 def test_dynamic_model_without_profile_uses_loaded_shapes(tmp_path):
@@ -157,7 +191,7 @@ def test_trt_outputs_names_and_exclusions(cnn, tmp_path):
     names = set(load_outputs(str(out)).runs[0][1][0].outputs)
     assert "relu1" in names and not any(n.startswith("conv") for n in names)
     res = run_toolkit("run", cnn, "--trt", "--trt-outputs", "no_such_tensor")
-    assert res.code == 2 and "no_such_tensor" in res.err
+    assert res.code == 3 and "no_such_tensor" in res.err  # an unknown tensor name is bad input, as everywhere
 
 
 def test_save_engine_then_load_it(cnn, tmp_path):

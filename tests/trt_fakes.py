@@ -36,20 +36,15 @@ def _enum(surface, name):
 
 def _trampoline(fn, *args):
     """How pybind11 calls a Python override from C++: an exception does not propagate, it is
-    printed and C++ gets a default value. ``_Interrupts.at`` lets a test deliver Ctrl-C while the
-    callback runs (as the signal handler would)."""
-    hit = _Interrupts.take()
+    printed and C++ gets a default value. ``_Interrupts.at = n`` delivers SIGINT (Ctrl-C) while
+    TensorRT is about to make its n-th callback, as a user pressing Ctrl-C during a build would:
+    Python runs the signal handler when the callback's bytecode starts."""
     try:
-        if hit:
-            def tracer(frame, event, arg):
-                sys.settrace(None)
-                raise KeyboardInterrupt
+        if _Interrupts.take():
+            import signal
 
-            sys.settrace(tracer)
-        try:
-            return fn(*args)
-        finally:
-            sys.settrace(None)
+            signal.raise_signal(signal.SIGINT)
+        return fn(*args)
     except BaseException as exc:  # noqa: BLE001 - what the C++ side does
         sys.stderr.write(f"[fake trampoline] swallowed {type(exc).__name__}\n")
         return None
@@ -157,7 +152,8 @@ class FakeModel:
     TensorFormat name of an engine built elsewhere.
     """
 
-    def __init__(self, inputs, layers, outputs, compute, shape_inputs=(), data_dependent=(), formats=None):
+    def __init__(self, inputs, layers, outputs, compute, shape_inputs=(), data_dependent=(), formats=None,
+                 version_compatible=False, reject_profiles=False):  # fmt: skip
         self.inputs = dict(inputs)
         self.layers = list(layers)
         self.outputs = list(outputs)
@@ -166,6 +162,8 @@ class FakeModel:
         self.data_dependent = set(data_dependent)
         self.formats = dict(formats or {})
         self.profiles: List[Dict[str, tuple]] = []
+        self.version_compatible = version_compatible  # holds host code: loads only if the runtime allows it
+        self.reject_profiles = reject_profiles  # add_optimization_profile finds every profile invalid
 
     def dtype_of(self, name):
         if name in self.inputs:
@@ -393,6 +391,7 @@ def fake_tensorrt(
     class IBuilderConfig:
         def __init__(self):
             self._profiles = []
+            self._reject = False
             self.progress_monitor = None
             if major < 11:
                 self.int8_calibrator = None
@@ -408,7 +407,7 @@ def fake_tensorrt(
 
         def add_optimization_profile(self, profile):
             trt._calls.append(("add_optimization_profile",))
-            if not profile._shapes:
+            if not profile._shapes or self._reject:
                 return -1
             self._profiles.append(profile)
             return len(self._profiles) - 1
@@ -436,7 +435,9 @@ def fake_tensorrt(
             return INetworkDefinition(flags)
 
         def create_builder_config(self):
-            return IBuilderConfig()
+            cfg = IBuilderConfig()
+            cfg._reject = model is not None and model.reject_profiles
+            return cfg
 
         def create_optimization_profile(self):
             return IOptimizationProfile()
@@ -526,7 +527,10 @@ def fake_tensorrt(
             for name in m.inputs:
                 if name not in self._addresses:
                     return False
-            # Data-dependent outputs: TensorRT asks the allocator for memory while it enqueues.
+            # Data-dependent outputs: TensorRT waits for the stream, then asks the allocator for
+            # memory and reports the shape, all before execute_async_v3 returns.
+            if m.data_dependent:
+                trt._cudart.cudaStreamSynchronize(stream_handle)
             values = m.compute(self._feed())
             for name in m.outputs:
                 if name in m.data_dependent:
@@ -635,6 +639,10 @@ def fake_tensorrt(
             if m is None or memory is None:
                 log(self._logger, "ERROR",
                     "IRuntime::deserializeCudaEngine: Error Code 1: Serialization (magic tag does not match)")  # fmt: skip
+                return None
+            if m.version_compatible and not self.engine_host_code_allowed:
+                log(self._logger, "ERROR", "IRuntime::deserializeCudaEngine: Error Code 1: Serialization "
+                    "(the engine has host code; set engine_host_code_allowed to load it)")  # fmt: skip
                 return None
             return ICudaEngine(m)
 

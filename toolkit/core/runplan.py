@@ -367,7 +367,7 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
             names = {m.name for m in metas}
             for extra in (preferred or {}, trt_opt):  # a TensorRT profile's opt shapes, for dynamic inputs
                 for name, shp in extra.items():
-                    if name in names and name not in gen_shapes:
+                    if name in names and name not in gen_shapes and name not in (values or {}):
                         gen_shapes[name] = shp
             feeds, notes = generate_inputs(
                 metas, iterations=opts.iterations or 1, seed=opts.seed, ranges=ranges, shapes=gen_shapes

@@ -56,15 +56,35 @@ def dims(shape) -> tuple:
 
 
 class Interrupt:
-    """Ctrl-C that arrived while TensorRT was running our Python callbacks.
+    """Ctrl-C that arrived while TensorRT was building.
 
-    pybind11's trampolines swallow exceptions raised in a callback, KeyboardInterrupt included,
-    so the callbacks catch it here; the progress monitor then asks TensorRT to stop the build,
-    and the builder raises KeyboardInterrupt once TensorRT returns.
+    Python runs signal handlers only between bytecodes, which during a build means inside our
+    callbacks (logger, progress monitor), and pybind11's trampolines swallow whatever a callback
+    raises, KeyboardInterrupt included: the build would go on. So while TensorRT builds, SIGINT
+    only sets ``pending``; the progress monitor then asks TensorRT to stop, and the builder
+    raises KeyboardInterrupt once TensorRT returns.
     """
 
     def __init__(self):
         self.pending = False
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self._old = None
+        if threading.current_thread() is threading.main_thread():
+            self._old = signal.signal(signal.SIGINT, self._handler)
+        return self
+
+    def _handler(self, signum, frame):
+        self.pending = True
+
+    def __exit__(self, *exc):
+        if self._old is not None:
+            import signal
+
+            signal.signal(signal.SIGINT, self._old)
 
 
 def make_logger(trt, sink: Callable[[str, str], None], verbose: bool = False, interrupt: Optional[Interrupt] = None):
@@ -539,7 +559,8 @@ class EngineBuilder:
             self.select_network_outputs(network)
             cfg = self.builder_config(builder, network)
             try:
-                blob = builder.build_serialized_network(network, cfg)
+                with self.logger.interrupt:
+                    blob = builder.build_serialized_network(network, cfg)
             finally:
                 if self.calibrator is not None:
                     self.calibrator.free()
