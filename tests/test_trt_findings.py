@@ -342,3 +342,63 @@ def test_outputs_are_read_after_the_stream_is_synchronized(monkeypatch, seed_mod
         monkeypatch.setattr(cudart, "cudaStreamSynchronize", lambda s: (syncs.append(s), (real(s)[0],))[1])
         runner.infer({"x": x})
         assert len(syncs) >= 2  # after the kernel, and after the copies back
+
+
+# ----------------------------------------------------------------------------- inspect model ENGINE
+
+
+def test_inspect_engine_shows_io_profiles_and_layers(cli, monkeypatch, tmp_path):
+    trt, _ = env(monkeypatch)
+    m = doubling_model()
+    m.profiles = [{"x": ((1, 3), (2, 3), (4, 3))}, {"x": ((5, 3), (6, 3), (8, 3))}]
+    path = engine_file(tmp_path, trt, m)
+    res = cli("inspect", "model", path, "--show", "layers")
+    assert res.code == 0, res.err
+    lines = res.out.splitlines()
+    assert lines[0] == f"[I] ==== TensorRT Engine ==== ({path}, TensorRT 10.13.3.9)", res.out
+    text = res.out
+    assert "---- 1 Engine Input(s) ----\n    {x [dtype=float32, shape=(?, 3)]}" in text
+    assert "---- 1 Engine Output(s) ----\n    {y [dtype=float32, shape=(?,)]}" in text
+    assert "- Profile: 1\n        Tensor: x | Shapes: min=(5, 3), opt=(6, 3), max=(8, 3)" in text
+    assert "---- 2 Layer(s) ----\n    - Layer 0    | mul [Op: ELEMENTWISE]\n        {}\n         -> {x2}" in text
+    assert trt._plugins == [""]
+    # without --show layers: the count only; --json has the same content
+    res = cli("inspect", "model", path)
+    assert "- Layer 0" not in res.out and "(show them with --show layers)" in res.out
+    import json
+
+    desc = json.loads(cli("inspect", "model", path, "--json", "--mode", "basic").out)
+    assert [p["tensors"][0]["max"] for p in desc["profiles"]] == [[4, 3], [8, 3]]
+    assert [layer["name"] for layer in desc["layers"]] == ["mul", "out"]
+
+
+def test_inspect_engine_by_model_type_and_with_shape_tensor_inputs(cli, monkeypatch, tmp_path):
+    trt, _ = env(monkeypatch)
+    m = reshape_model()
+    m.profiles = [{"s": ((1, 1), (2, 2), (4, 4))}]
+    trt._engines[b"FAKE-ENGINE s"] = m
+    path = tmp_path / "model.bin"
+    path.write_bytes(b"FAKE-ENGINE s")
+    res = cli("inspect", "model", path, "--model-type", "engine")
+    assert res.code == 0, res.err
+    assert "Tensor: s (shape tensor) | Values: min=[1, 1], opt=[2, 2], max=[4, 4]" in res.out
+
+
+def test_inspect_engine_without_tensorrt_is_exit_4_in_one_line(cli, monkeypatch, tmp_path):
+    install(monkeypatch, None)
+    path = tmp_path / "m.engine"
+    path.write_bytes(b"whatever")
+    res = cli("inspect", "model", path)
+    assert res.code == 4
+    assert res.err.strip().splitlines() == [
+        f"error: {path} is a TensorRT engine; inspecting it needs TensorRT on a GPU: TensorRT is not installed; "
+        "install it with: pip install 'toolkit[trt]'"
+    ]
+
+
+def test_inspect_a_file_that_is_not_an_engine(cli, monkeypatch, tmp_path):
+    env(monkeypatch)
+    path = tmp_path / "m.plan"
+    path.write_bytes(b"\x08\x07 an onnx model")
+    res = cli("inspect", "model", path)
+    assert res.code == 3 and "not a TensorRT engine for this TensorRT version and GPU" in res.err

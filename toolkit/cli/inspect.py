@@ -19,6 +19,14 @@ def _emit(lines: List[str]) -> None:
     sys.stdout.write("\n".join(lines) + "\n")
 
 
+def _is_engine(model: str) -> bool:
+    """A TensorRT engine: by its suffix (.engine/.plan/.trt) or --model-type engine."""
+    from toolkit.backends.trt.options import is_engine_path
+    from toolkit.cli import output
+
+    return is_engine_path(model) or (output.state.model_type or "").lower() == "engine"
+
+
 @app.command("model", **command_kwargs())
 def inspect_model(
     model: ModelArg,
@@ -44,6 +52,12 @@ def inspect_model(
     from toolkit.core.model import load_model
 
     shown = Show.from_mode(mode).union(Show.from_words(show))
+    if _is_engine(model):
+        from toolkit.backends.trt.inspect import describe_engine, engine_text
+
+        desc = describe_engine(model, layers=shown.layers)
+        _emit([json.dumps(desc, indent=2)] if as_json else engine_text(desc))
+        return
     base_dir = None
     if shown.weights and not ignore_external_data:
         from toolkit.core.weights import load_lazily
