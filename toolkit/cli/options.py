@@ -403,6 +403,8 @@ InputShapesOpt = Annotated[
     Optional[List[str]],
     typer.Option(
         "--input-shapes",
+        "--inputs",
+        metavar="NAME:SHAPE...",
         help="Shapes for dynamic inputs: name:[1,3,640,640] (or name:1x3x640x640, no quoting needed). "
         "Several after one flag.",
     ),
@@ -466,7 +468,6 @@ UNSUPPORTED_OPTIONS = {
     "--save-accuracy-results": "save the outputs (--save-outputs) instead; the comparison is printed and its verdict is the exit code",
     "--check-average": "each iteration is checked on its own; use --check-error-stat mean for an average over elements",
     "--fail-fast": "every output is compared and reported; the exit code is 1 as soon as one fails",
-    "--use-subprocess": "runners always run in this process; run toolkit once per runner and compare the saved outputs to isolate them",
     "--save-input-blob": "save inputs with --save-inputs (JSON or .npz) instead",
     "--onnx-outputs-by-type": "mark outputs by name or glob pattern with --onnx-outputs instead",
     "--trt-outputs-by-type": "mark outputs by name or glob pattern with --trt-outputs instead",

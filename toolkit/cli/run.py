@@ -56,6 +56,7 @@ def register(app: typer.Typer) -> None:
             ListOpt,
             typer.Option(
                 "--providers",
+                "--execution-providers",
                 help="ONNX-Runtime execution providers in priority order: cpu (default), cuda, trt, ... "
                 "or full names such as CUDAExecutionProvider.",
             ),
@@ -64,7 +65,10 @@ def register(app: typer.Typer) -> None:
             Optional[str],
             typer.Option(
                 "--ort-optimization",
-                help="ONNX-Runtime graph optimization level: disable, basic, extended or all (default).",
+                "--graph-optimization-level",
+                metavar="LEVEL",
+                help="ONNX-Runtime graph optimization level: disable, basic, extended or all (default); "
+                "ORT_DISABLE_ALL, ORT_ENABLE_BASIC, ... are accepted too.",
             ),
         ] = None,
         seed: SeedOpt = None,
@@ -78,29 +82,33 @@ def register(app: typer.Typer) -> None:
         ] = None,
         input_shapes: InputShapesOpt = None,
         iterations: Annotated[
-            Optional[int], typer.Option("--iterations", help="Number of inference iterations (default 1).")
+            Optional[int],
+            typer.Option("--iterations", "--iters", metavar="N", help="Number of inference iterations (default 1; 0 runs nothing)."),
         ] = None,
         load_inputs: Annotated[
             ListOpt,
             typer.Option(
                 "--load-inputs",
+                "--load-input-data",
                 help="Inputs file(s) (JSON or .npz) to feed instead of generated data; their iterations "
                 "are used in order. Files may hold more tensors than the model needs.",
             ),
         ] = None,
         save_inputs: Annotated[
-            Optional[str], typer.Option("--save-inputs", help="Save the inputs fed to the model (.json or .npz).")
+            Optional[str],
+            typer.Option("--save-inputs", "--save-input-data", metavar="PATH", help="Save the inputs fed to the model (.json or .npz)."),
         ] = None,
         load_outputs: Annotated[
             ListOpt,
             typer.Option(
                 "--load-outputs",
+                "--load-results",
                 help="Outputs file(s) (JSON or .npz) to compare against; outputs are matched by name.",
             ),
         ] = None,
         save_outputs: Annotated[
             Optional[str],
-            typer.Option("--save-outputs", help="Save the outputs (.json or .npz; '-' writes JSON to stdout)."),
+            typer.Option("--save-outputs", "--save-results", metavar="PATH", help="Save the outputs (.json or .npz; '-' writes JSON to stdout)."),
         ] = None,
         onnx_outputs: Annotated[
             ListOpt,
@@ -116,11 +124,11 @@ def register(app: typer.Typer) -> None:
         ] = None,
         atol: Annotated[
             ListOpt,
-            typer.Option("--atol", help="Absolute tolerance: a value for every output and/or name:value."),
+            typer.Option("--atol", "--abs-tol", help="Absolute tolerance: a value for every output and/or name:value."),
         ] = None,
         rtol: Annotated[
             ListOpt,
-            typer.Option("--rtol", help="Relative tolerance: a value for every output and/or name:value."),
+            typer.Option("--rtol", "--rel-tol", help="Relative tolerance: a value for every output and/or name:value."),
         ] = None,
         check_error_stat: Annotated[
             ListOpt,
@@ -130,6 +138,14 @@ def register(app: typer.Typer) -> None:
                 "also per output as name:stat.",
             ),
         ] = None,
+        use_subprocess: Annotated[
+            bool,
+            typer.Option(
+                "--use-subprocess",
+                help="Accepted for Polygraphy command lines; has no effect (runners run one after another in "
+                "this process, each released before the next starts).",
+            ),
+        ] = False,
         validate: Annotated[
             bool, typer.Option("--validate", help="Fail when an output holds NaN or Inf values.")
         ] = False,
@@ -231,6 +247,12 @@ def register(app: typer.Typer) -> None:
 
         from toolkit.cli.output import is_quiet
 
+        ort_optimization = _ort_level(ort_optimization)
+        if use_subprocess:
+            from toolkit.cli.output import verbose
+
+            verbose("run | --use-subprocess has no effect: runners run in this process, one after another")
+
         quiet = is_quiet()
         argv = ctx.meta.get(_ARGV_KEY) or []
         command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
@@ -284,6 +306,21 @@ def register(app: typer.Typer) -> None:
         code = run_and_render(opts, command, quiet=quiet)
         if code:
             raise typer.Exit(code)
+
+
+_ORT_LEVELS = {
+    "ORT_DISABLE_ALL": "disable",
+    "ORT_ENABLE_BASIC": "basic",
+    "ORT_ENABLE_EXTENDED": "extended",
+    "ORT_ENABLE_ALL": "all",
+}
+
+
+def _ort_level(value: Optional[str]) -> Optional[str]:
+    """ONNX-Runtime's own level names (as Polygraphy's --graph-optimization-level takes them) -> ours."""
+    if value is None:
+        return None
+    return _ORT_LEVELS.get(value.strip().upper(), value)
 
 
 def _describe_plan(opts) -> None:
@@ -519,7 +556,7 @@ def render_comparison(pair, *, quiet: bool = False) -> None:
     ok_it = sum(1 for it in pair.iterations if it.passed)
     if pair.passed:
         if not quiet:
-            log(f"  PASSED | {pair.label_a} vs {pair.label_b} | {ok_it}/{n_it} iteration(s) matched", style="green")
+            log(f"  PASSED | {pair.label_a} vs {pair.label_b} | {ok_it}/{n_it} iteration(s) matched | Difference is within tolerance", style="green")
     else:
         result(
             f"  FAILED | {pair.label_a} vs {pair.label_b} | {ok_it}/{n_it} iteration(s) matched | "
