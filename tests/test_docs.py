@@ -22,6 +22,7 @@ PAGES = {
     ("data", "merge"): "data.md",
     ("debug", "reduce"): "debug-reduce.md",
     ("convert",): "convert.md",
+    ("debug", "precision"): "precision.md",
 }
 
 

@@ -435,3 +435,9 @@ def reduce_command(
     finally:
         reporter.stop()
     raise typer.Exit(_summary(outcome, cfg))
+
+
+# `debug precision` lives in its own module
+from toolkit.cli.precision import register as _register_precision  # noqa: E402
+
+_register_precision(app)

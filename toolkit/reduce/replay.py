@@ -25,6 +25,8 @@ VERSION = 1
 
 
 class Replay:
+    tool = TOOL  # what wrote the file (another debug command may reuse the format)
+
     def __init__(self, model_id: str, num_nodes: int, check: Optional[Sequence[str]] = None):
         self.model_id = model_id
         self.num_nodes = num_nodes
@@ -48,7 +50,7 @@ class Replay:
 
     def to_json(self) -> str:
         doc = {
-            "tool": TOOL,
+            "tool": self.tool,
             "version": VERSION,
             "model": self.model_id,
             "nodes": self.num_nodes,
@@ -72,8 +74,8 @@ class Replay:
             doc = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise InputError(f"{path}: not a debug replay file (invalid JSON: {exc})") from None
-        if not isinstance(doc, dict) or doc.get("tool") != TOOL or not isinstance(doc.get("entries"), list):
-            raise InputError(f"{path}: not a debug replay file written by `toolkit debug reduce`")
+        if not isinstance(doc, dict) or doc.get("tool") != cls.tool or not isinstance(doc.get("entries"), list):
+            raise InputError(f"{path}: not a debug replay file written by `{cls.tool}`")
         if doc.get("version") != VERSION:
             raise InputError(f"{path}: replay format version {doc.get('version')} is not supported (expected {VERSION})")
         if doc.get("model") != model_id or doc.get("nodes") != num_nodes:

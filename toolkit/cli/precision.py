@@ -1,0 +1,244 @@
+"""``toolkit debug precision``: the fewest nodes to keep in fp32 so the fp16 model passes.
+
+Thin layer: options -> :class:`toolkit.precision.search.PrecisionConfig` -> search -> render.
+Logs (one line per check, a summary) go to stderr; the node names found go to stdout, one
+per line (or a JSON object with ``--json``), ready for ``convert --keep-fp32``.
+"""
+
+# (no `from __future__ import annotations`: Typer would have to eval every annotation string)
+
+from typing import List, Optional
+
+import typer
+
+from toolkit.cli.options import Annotated, ExternalDataDirOpt, ListOpt, ModelArg, SeedOpt, command_kwargs
+from toolkit.cli.output import is_terminal, log
+
+_HELP = """Find a minimal set of nodes to keep in fp32 so that the fp16 model passes the comparison.
+
+The reference runner runs the float32 model once; each check runs the model with a set of
+nodes kept in fp32 (the rest fp16) and compares. The search is debug reduce's (bisect over
+nodes in topological order, then the inner nodes, then a check that dropping any node found
+makes it fail), over the nodes kept in fp32. -o gets the mixed-precision model (fp16 with
+the nodes found in fp32), ready for a strongly typed TensorRT build. The node names go to
+stdout, one per line.
+
+With --compare onnxrt onnxrt:fp16 (the default) each check emulates fp16 storage on the
+CPU: every tensor an fp16 model stores is rounded to fp16 (see docs/precision.md).
+
+Exit codes: 0 found (or nothing needs fp32); 1 the comparison fails even with every node
+in fp32; 2 usage error; 3 bad input; 130 interrupted (the smallest passing set found so far
+is printed and written to -o).
+
+Example:
+
+  toolkit debug precision model.onnx -o mixed.onnx --atol 1e-2 --rtol 1e-2
+"""
+
+
+class _Reporter:
+    def __init__(self):
+        self.live = is_terminal()
+        self.total = 0
+
+    def start(self, search) -> None:
+        c = search.config
+        fixed = len(search.user_kept) + len(search.auto_kept)
+        log(
+            f"Searching {c.model}: {len(search.universe)} node(s) that could stay fp32"
+            + (f" ({fixed} kept in fp32 regardless)" if fixed else "")
+            + f"; --compare {c.reference} {c.candidate}; mode {c.mode or 'default (bisect + 1-minimal)'}"
+        )
+        self.total = len(search.universe)
+
+    def check(self, check) -> None:
+        verdict = "pass" if check.passed else "FAIL"
+        line = (
+            f"Check {check.number} | {check.kept} of {self.total} node(s) in fp32 | {verdict} | "
+            f"{check.seconds:.2f} s" + (f" | {check.worst}" if check.worst else "")
+        )
+        log(line, style=("green" if check.passed else "red") if self.live else None)
+
+    def info(self, message: str) -> None:
+        log(message)
+
+
+def _summary(outcome, cfg, json_out: bool) -> int:
+    from toolkit.cli.output import echo
+    from toolkit.core.errors import ExitCode
+    from toolkit.precision import search as S
+
+    stats = f"{outcome.checks} check(s), {outcome.remembered} answered from memory, {outcome.seconds:.2f} s"
+    code = int(ExitCode.OK)
+    if outcome.status == S.STATUS_NONE_NEEDED:
+        log(f"The fp16 model passes as it is ({outcome.error_fp16}); no node needs fp32 ({stats}).")
+    elif outcome.status == S.STATUS_FAILS_FP32:
+        log(
+            f"The comparison fails even with every node in fp32 ({outcome.error_result}): the difference is not "
+            f"fp16's. Loosen the tolerances or compare other runners ({stats})."
+        )
+        code = int(ExitCode.FAILED)
+    elif outcome.status == S.STATUS_INTERRUPTED:
+        if outcome.kept or outcome.output_written:
+            log(f"Interrupted: the smallest passing set so far has {len(outcome.kept)} node(s) ({stats}).")
+        else:
+            log(f"Interrupted before any passing set was found ({stats}).")
+        code = int(ExitCode.INTERRUPTED)
+    else:
+        log(
+            f"Keep {len(outcome.kept)} of {outcome.candidates} node(s) in fp32: {outcome.error_fp16} -> "
+            f"{outcome.error_result} ({stats})."
+        )
+        for name in outcome.kept[:20]:
+            log(f"  {name}")
+        if len(outcome.kept) > 20:
+            log(f"  ... and {len(outcome.kept) - 20} more")
+        if outcome.one_minimal and len(outcome.kept) > 0:
+            log("1-minimal: moving any one of them back to fp16 makes the comparison fail (each checked).")
+    if outcome.output_written:
+        log(f"Wrote the mixed-precision model to {cfg.output}")
+    if outcome.replay_path and outcome.checks:
+        log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
+    if json_out:
+        import json
+
+        echo(
+            json.dumps(
+                {
+                    "status": outcome.status,
+                    "keep_fp32": outcome.kept,
+                    "also_fp32": {**{n: "--keep-fp32" for n in outcome.user_kept}, **outcome.auto_kept},
+                    "searched_nodes": outcome.candidates,
+                    "checks": outcome.checks,
+                    "remembered": outcome.remembered,
+                    "seconds": round(outcome.seconds, 3),
+                    "error_all_fp16": outcome.error_fp16,
+                    "error_result": outcome.error_result,
+                    "one_minimal": outcome.one_minimal,
+                    "output": cfg.output if outcome.output_written else None,
+                    "exit_code": code,
+                },
+                indent=2,
+            )
+        )
+    elif outcome.status in ("found", "interrupted"):
+        for name in outcome.kept:
+            echo(name)
+    return code
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("precision", **command_kwargs(_HELP))
+    def precision_command(
+        model: ModelArg,
+        output: Annotated[
+            Optional[str],
+            typer.Option("-o", "--output", help="Where to write the mixed-precision model (fp16, the nodes found in fp32)."),
+        ] = None,
+        compare: Annotated[
+            ListOpt,
+            typer.Option(
+                "--compare",
+                help="Two runner specs: the fp32 reference and the reduced-precision candidate "
+                "(default: onnxrt onnxrt:fp16, fp16 emulated on the CPU; or onnxrt trt:fp16).",
+            ),
+        ] = None,
+        keep_fp32: Annotated[
+            ListOpt,
+            typer.Option("--keep-fp32", help="Nodes kept in fp32 in every check (names, globs, op types)."),
+        ] = None,
+        atol: Annotated[ListOpt, typer.Option("--atol", help="Absolute tolerance (default 1e-2); [name:]value.")] = None,
+        rtol: Annotated[ListOpt, typer.Option("--rtol", help="Relative tolerance (default 1e-2); [name:]value.")] = None,
+        check_error_stat: Annotated[
+            ListOpt,
+            typer.Option("--check-error-stat", help="Error statistic: elemwise (default), max, mean, median."),
+        ] = None,
+        mode: Annotated[
+            Optional[str],
+            typer.Option("--mode", help="bisect (fewest checks, not 1-minimal) or linear; default: bisect + 1-minimal."),
+        ] = None,
+        load_inputs: Annotated[
+            ListOpt, typer.Option("--load-inputs", help="Inputs files (JSON or .npz) to run on; default: generated.")
+        ] = None,
+        load_outputs: Annotated[
+            Optional[str],
+            typer.Option(
+                "--load-outputs",
+                help="Reference outputs from this file (its first runner) instead of running the reference.",
+            ),
+        ] = None,
+        seed: SeedOpt = None,
+        val_range: Annotated[
+            ListOpt, typer.Option("--val-range", help="Value range of generated inputs: [name:][lo,hi].")
+        ] = None,
+        input_shapes: Annotated[
+            ListOpt, typer.Option("--input-shapes", help="Shapes for dynamic inputs: name:[1,3,224,224].")
+        ] = None,
+        iterations: Annotated[int, typer.Option("--iterations", help="Generated input sets to compare on.")] = 1,
+        save_debug_replay: Annotated[
+            Optional[str], typer.Option("--save-debug-replay", help="Keep every verdict in this JSON file.")
+        ] = None,
+        load_debug_replay: Annotated[
+            Optional[str],
+            typer.Option("--load-debug-replay", help="Reuse the verdicts of an earlier run (same model and runners)."),
+        ] = None,
+        external_data_dir: ExternalDataDirOpt = None,
+        json_out: Annotated[
+            bool, typer.Option("--json", help="Print the result as JSON on stdout (instead of node names).")
+        ] = False,
+    ) -> None:
+        _run(
+            model, output, compare or [], keep_fp32 or [], atol or [], rtol or [], check_error_stat or [], mode,
+            load_inputs or [], load_outputs, seed, val_range or [], input_shapes or [], iterations, save_debug_replay,
+            load_debug_replay, external_data_dir, json_out,
+        )
+
+
+def _run(
+    model: str,
+    output: Optional[str],
+    compare: List[str],
+    keep_fp32: List[str],
+    atol: List[str],
+    rtol: List[str],
+    check_error_stat: List[str],
+    mode: Optional[str],
+    load_inputs: List[str],
+    load_outputs: Optional[str],
+    seed: Optional[int],
+    val_range: List[str],
+    input_shapes: List[str],
+    iterations: int,
+    save_replay: Optional[str],
+    load_replay: Optional[str],
+    external_data_dir: Optional[str],
+    json_out: bool,
+) -> None:
+    from toolkit.core.errors import UsageError
+    from toolkit.precision.search import PrecisionConfig, PrecisionSearch
+
+    if compare and len(compare) != 2:
+        raise UsageError("--compare takes two runner specs: the fp32 reference and the candidate, e.g. onnxrt onnxrt:fp16")
+    ref, cand = compare if compare else ("onnxrt", "onnxrt:fp16")
+    cfg = PrecisionConfig(
+        model=model,
+        output=output,
+        reference=ref,
+        candidate=cand,
+        atol=atol,
+        rtol=rtol,
+        check_error_stat=check_error_stat,
+        load_inputs=load_inputs,
+        load_outputs=load_outputs,
+        seed=seed,
+        val_range=val_range,
+        input_shapes=input_shapes,
+        iterations=iterations,
+        keep_fp32=keep_fp32,
+        external_data_dir=external_data_dir,
+        mode=mode,
+        save_replay=save_replay,
+        load_replay=load_replay,
+    )
+    outcome = PrecisionSearch(cfg, _Reporter()).run()
+    raise typer.Exit(_summary(outcome, cfg, json_out))

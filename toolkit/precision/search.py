@@ -1,0 +1,458 @@
+"""``debug precision``: the fewest nodes to keep in fp32 so the fp16 model passes a comparison.
+
+The search is debug reduce's delta-debugging engine (:mod:`toolkit.reduce.strategy`) over
+a different set: the nodes *kept in fp32* instead of the nodes kept in a subgraph. Keeping
+more nodes in fp32 only brings the model closer to fp32, so "the mixed model passes" is
+monotone in that set, and the strategies' reasoning (prefixes in topological order contain
+a needed node exactly when they reach past it, QuickXplain for the inner ones, a final
+1-minimality check) carries over unchanged: the strategy's "check failed" is our
+"comparison passed".
+
+One check = build the candidate (fp16 emulation on CPU for ``onnxrt:fp16``, the converted
+model otherwise), run it on the same inputs, compare with the reference outputs computed
+once. Verdicts are remembered (and written to the replay file), so no set is checked twice.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from toolkit.core.errors import InputError, UsageError
+from toolkit.reduce.replay import Replay
+
+TOOL = "toolkit debug precision"
+
+STATUS_FOUND = "found"  # a minimal set of nodes to keep in fp32 was found
+STATUS_NONE_NEEDED = "none-needed"  # the fp16 model passes as it is
+STATUS_FAILS_FP32 = "fails-in-fp32"  # even keeping every node in fp32 the comparison fails
+STATUS_INTERRUPTED = "interrupted"
+
+DEFAULT_ATOL = "1e-2"
+DEFAULT_RTOL = "1e-2"
+
+
+@dataclass
+class PrecisionConfig:
+    model: str
+    output: Optional[str] = None
+    reference: str = "onnxrt"
+    candidate: str = "onnxrt:fp16"
+    atol: List[str] = field(default_factory=list)
+    rtol: List[str] = field(default_factory=list)
+    check_error_stat: List[str] = field(default_factory=list)
+    load_inputs: List[str] = field(default_factory=list)
+    load_outputs: Optional[str] = None  # reference outputs from a file instead of the reference runner
+    seed: Optional[int] = None
+    val_range: List[str] = field(default_factory=list)
+    input_shapes: List[str] = field(default_factory=list)
+    iterations: int = 1
+    keep_fp32: List[str] = field(default_factory=list)
+    external_data_dir: Optional[str] = None
+    mode: Optional[str] = None  # None/"default", "bisect", "linear"
+    save_replay: Optional[str] = None
+    load_replay: Optional[str] = None
+
+
+@dataclass
+class Check:
+    number: int
+    kept: int  # searched nodes kept in fp32
+    passed: bool
+    seconds: float
+    worst: str = ""  # "max error 0.96 at y"
+    remembered: bool = False
+
+
+@dataclass
+class PrecisionOutcome:
+    status: str
+    kept: List[str] = field(default_factory=list)  # the nodes found (searched ones only)
+    user_kept: List[str] = field(default_factory=list)
+    auto_kept: Dict[str, str] = field(default_factory=dict)
+    candidates: int = 0
+    checks: int = 0
+    remembered: int = 0
+    seconds: float = 0.0
+    error_fp16: str = ""  # the comparison of the all-fp16 model
+    error_result: str = ""
+    output_written: bool = False
+    one_minimal: bool = False
+    replay_path: Optional[str] = None
+
+    @property
+    def bisect_checks(self) -> int:
+        """Checks a plain bisect over the searched nodes takes (for the docs' bound)."""
+        return int(math.ceil(math.log2(self.candidates))) if self.candidates > 1 else 1
+
+
+class Reporter:
+    """Receives progress; the CLI renders it. Every method may be left as is."""
+
+    def start(self, search: "PrecisionSearch") -> None:
+        pass
+
+    def check(self, check: Check) -> None:
+        pass
+
+    def info(self, message: str) -> None:
+        pass
+
+
+class SetIndex:
+    """What the strategies need of an index, for a plain set of nodes (no graph structure):
+    every member may be dropped."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.full_mask = (1 << size) - 1
+
+    def sinks(self, mask: int) -> List[int]:
+        from toolkit.reduce.graph import mask_indices
+
+        return mask_indices(mask)
+
+    def sources(self, mask: int) -> List[int]:
+        return []
+
+
+def _describe(comps) -> str:
+    """'max error 0.96 at y' for the worst failing (or, when all pass, worst) output."""
+    worst = None
+    for it in comps:
+        for o in it.outputs:
+            err = o.required_atol
+            if err != err:  # nan
+                err = float("inf")
+            if worst is None or (not o.passed and worst[2]) or (o.passed == worst[2] and err > worst[0]):
+                worst = (err, o.name, o.passed)
+    if worst is None:
+        return ""
+    err, name, _ = worst
+    return f"max error {err:.3g} at {name}"
+
+
+class PrecisionSearch:
+    def __init__(self, config: PrecisionConfig, reporter: Optional[Reporter] = None):
+        self.config = config
+        self.reporter = reporter or Reporter()
+        self.checks: List[Check] = []
+        self.verdicts: Dict[int, bool] = {}  # mask -> passed
+        self.details: Dict[int, str] = {}
+        self.replay = None
+
+    # ------------------------------------------------------------------ set-up
+    def _validate(self) -> None:
+        from toolkit.core.compare import Tolerances
+        from toolkit.core.model import check_output_path
+
+        c = self.config
+        if c.mode not in (None, "default", "bisect", "linear"):
+            raise UsageError(f"--mode {c.mode}: use bisect or linear (or leave it out)")
+        self.tolerances = Tolerances.parse(c.atol or [DEFAULT_ATOL], c.rtol or [DEFAULT_RTOL], c.check_error_stat)
+        self.ref_spec = self._spec(c.reference)
+        self.cand_spec = self._spec(c.candidate)
+        if self.cand_spec[0] != "onnxrt" or not self.cand_spec[1].get("fp16"):
+            if not (self.cand_spec[1].get("fp16") or self.cand_spec[1].get("bf16")):
+                raise UsageError(
+                    f"--compare {c.reference} {c.candidate}: the second runner must run reduced precision "
+                    "(onnxrt:fp16 to emulate fp16 on the CPU, or trt:fp16)"
+                )
+        if c.iterations < 1:
+            raise UsageError("--iterations must be at least 1")
+        for path in (c.output, c.save_replay):
+            if path:
+                if path == "-":
+                    raise UsageError("debug precision writes files; give a file name, not '-'")
+                check_output_path(path)
+        if c.output and os.path.abspath(c.output) == os.path.abspath(c.model):
+            raise UsageError(f"{c.output}: the output would overwrite the input model; choose another -o")
+
+    @staticmethod
+    def _spec(text: str):
+        """(kind, options) of a runner spec."""
+        try:
+            from toolkit.run.specs import parse_runner_spec
+        except ImportError:  # the runner registry is not there yet: the two kinds we know
+            kind, _, rest = text.strip().partition(":")
+            kind = kind.lower()
+            if kind not in ("onnxrt", "trt"):
+                raise UsageError(f"unknown runner '{kind}'; use one of: onnxrt, trt") from None
+            opts = {}
+            for part in (p.strip().lower() for p in rest.split(",") if p.strip()):
+                key, eq, value = part.partition("=")
+                allowed = ("fp16", "opt") if kind == "onnxrt" else ("fp16", "bf16", "int8", "tf32")
+                if key not in allowed:
+                    raise UsageError(f"runner spec '{text}': {kind} has no option '{key}'; its options: {', '.join(allowed)}")
+                opts[key] = value if eq else True
+            return kind, opts
+        spec = parse_runner_spec(text)
+        return spec.kind, dict(spec.options)
+
+    def _load(self) -> None:
+        from toolkit.core import fp16
+        from toolkit.core.model import load_model
+
+        c = self.config
+        self.model = load_model(c.model, external_data_dir=c.external_data_dir)
+        self.types = fp16.tensor_types(fp16.infer_types(self.model))
+        decision = fp16.decide(self.model, c.keep_fp32, types=self.types)  # names the nodes
+        self.user_kept = fp16.resolve_keep(self.model, c.keep_fp32)
+        self.auto_kept = {n: r for n, r in decision.kept.items() if n not in set(self.user_kept)}
+        fixed = set(decision.kept)
+        universe = []
+        for node in fp16.iter_nodes(self.model):
+            if node.name in fixed or (node.op_type == "Constant" and node.domain in ("", "ai.onnx")):
+                continue
+            if any(self.types.get(o) == fp16.FLOAT for o in node.output if o):
+                universe.append(node.name)
+        self.universe = universe
+        if not universe:
+            raise InputError(f"{c.model}: no node with float32 outputs to search over")
+        self.index = SetIndex(len(universe))
+        self._model_id = self._structure_id()
+
+    def _structure_id(self) -> str:
+        import hashlib
+
+        h = hashlib.sha256()
+        for name in self.universe:
+            h.update(name.encode() + b"\0")
+        h.update(self.config.reference.encode() + b"\0" + self.config.candidate.encode())
+        return h.hexdigest()[:16]
+
+    def _feeds(self) -> List[Mapping]:
+        from toolkit.core.inputs import generate_inputs, parse_val_ranges, select_feed
+        from toolkit.core.meta import parse_shape_specs
+        from toolkit.core.model import graph_io_meta
+
+        c = self.config
+        metas, _ = graph_io_meta(self.model)
+        if c.load_inputs:
+            from toolkit.core.datafiles import load_inputs
+
+            feeds = []
+            for path in c.load_inputs:
+                for k, feed in enumerate(load_inputs(path)):
+                    feeds.append(select_feed(feed, metas, source=path, iteration=k))
+            if not feeds:
+                raise InputError(f"{', '.join(c.load_inputs)}: no iterations")
+            return feeds
+        feeds, notes = generate_inputs(
+            metas,
+            iterations=c.iterations,
+            seed=c.seed,
+            ranges=parse_val_ranges(c.val_range),
+            shapes=parse_shape_specs(c.input_shapes),
+        )
+        for n in notes:
+            self.reporter.info(n)
+        return feeds
+
+    # ------------------------------------------------------------------ running models
+    def _run_onnx(self, model, spec_opts: Mapping, feeds: Sequence[Mapping]) -> List[Dict]:
+        from toolkit.backends.onnxrt import OnnxrtRunner
+
+        level = spec_opts.get("opt") if isinstance(spec_opts.get("opt"), str) else None
+        if spec_opts.get("fp16") and level is None:
+            # ONNX-Runtime fusions (LayerNorm, even at the basic level in 1.32) see through Casts and
+            # would compute whole blocks without the rounding being emulated
+            level = "disable"
+        runner = OnnxrtRunner(
+            self.config.model,
+            model=model,
+            external_data_dir=self.config.external_data_dir,
+            graph_optimization=level,
+        )
+        with runner:
+            return [runner.infer(dict(f)) for f in feeds]
+
+    def _run_file(self, model, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping]) -> List[Dict]:
+        """Run ``model`` (a ModelProto) with a runner of another kind, through a temporary file."""
+        from toolkit.core.model import save_model
+
+        try:
+            from toolkit.run.specs import make_runner
+        except ImportError:  # pragma: no cover - before the runner registry
+            raise UsageError(f"--compare with {kind} needs the runner registry") from None
+        opts = {k: v for k, v in spec_opts.items() if k not in ("fp16", "bf16")}
+        spec = kind + (":" + ",".join(k if v is True else f"{k}={v}" for k, v in opts.items()) if opts else "")
+        with tempfile.TemporaryDirectory(prefix="toolkit-precision-") as d:
+            path = os.path.join(d, "candidate.onnx")
+            save_model(model, path)
+            runner = make_runner(spec, path)
+            with runner:
+                return [runner.infer(dict(f)) for f in feeds]
+
+    def _reference(self, feeds) -> List[Dict]:
+        if self.config.load_outputs:
+            return self._loaded_reference(feeds)
+        kind, opts = self.ref_spec
+        if opts.get("fp16") or opts.get("bf16"):
+            raise UsageError(f"--compare {self.config.reference}: the reference runner must run fp32")
+        if kind == "onnxrt":
+            return self._run_onnx(self.model, opts, feeds)
+        return self._run_file(self.model, kind, opts, feeds)
+
+    def _loaded_reference(self, feeds) -> List[Dict]:
+        from toolkit.core.datafiles import load_outputs
+        from toolkit.core.model import graph_io_meta
+
+        path = self.config.load_outputs
+        results = load_outputs(path)
+        if not len(results):
+            raise InputError(f"{path}: holds no runner's outputs")
+        name, iters = results.runs[0]
+        if len(iters) < len(feeds):
+            raise InputError(
+                f"{path}: {name} has {len(iters)} iteration(s) but {len(feeds)} input set(s) are compared; "
+                "load the inputs that produced it with --load-inputs"
+            )
+        _, outs = graph_io_meta(self.model)
+        wanted = [o.name for o in outs]
+        ref = []
+        for k in range(len(feeds)):
+            got = iters[k].outputs
+            missing = [n for n in wanted if n not in got]
+            if missing:
+                raise InputError(f"{path}: iteration {k} of {name} has no output {', '.join(missing)}")
+            ref.append({n: got[n] for n in wanted})
+        return ref
+
+    def candidate_model(self, keep: Sequence[str]):
+        """The model a check runs for ``keep`` (node names kept in fp32 beside the fixed ones)."""
+        from toolkit.core import fp16
+
+        kind, _opts = self.cand_spec
+        names = list(self.user_kept) + list(keep)
+        if kind == "onnxrt":
+            return fp16.emulate(self.model, names, types=self.types).model
+        return fp16.convert(self.model, names).model
+
+    def _compare(self, outs: List[Dict]):
+        from toolkit.core.compare import compare_iteration
+
+        return [compare_iteration(k, ref, got, self.tolerances) for k, (ref, got) in enumerate(zip(self.ref_outs, outs))]
+
+    def passes(self, mask: int) -> bool:
+        """Does the model with ``mask``'s nodes kept in fp32 pass the comparison? (remembered)"""
+        from toolkit.reduce.graph import mask_indices, popcount
+
+        if mask in self.verdicts:
+            self.checks_remembered += 1
+            return self.verdicts[mask]
+        t0 = time.perf_counter()
+        keep = [self.universe[i] for i in mask_indices(mask)]
+        model = self.candidate_model(keep)
+        kind, opts = self.cand_spec
+        if kind == "onnxrt":
+            outs = self._run_onnx(model, opts, self.feeds)
+        else:
+            outs = self._run_file(model, kind, opts, self.feeds)
+        comps = self._compare(outs)
+        passed = all(c.passed and not c.only_a for c in comps)
+        seconds = time.perf_counter() - t0
+        self.verdicts[mask] = passed
+        self.details[mask] = _describe(comps)
+        check = Check(len(self.checks) + 1, popcount(mask), passed, seconds, self.details[mask])
+        self.checks.append(check)
+        if self.replay is not None:
+            # the replay stores "failed" as debug reduce does: here, the mixed model failed
+            self.replay.add(check.number, (mask << 1) | 1, check.kept, not passed, seconds)
+            if self.config.save_replay:
+                self.replay.save(self.config.save_replay)
+        self.reporter.check(check)
+        return passed
+
+    # ------------------------------------------------------------------ the search
+    def run(self) -> PrecisionOutcome:
+        from toolkit.reduce import strategy
+        from toolkit.reduce.graph import mask_indices
+
+        t0 = time.perf_counter()
+        self._validate()
+        self._load()
+        self.checks_remembered = 0
+        self.feeds = self._feeds()
+        self._open_replay()
+        self.reporter.start(self)
+        self.ref_outs = self._reference(self.feeds)
+        out = PrecisionOutcome(
+            STATUS_FOUND,
+            user_kept=list(self.user_kept),
+            auto_kept=dict(self.auto_kept),
+            candidates=len(self.universe),
+            replay_path=self.config.save_replay,
+        )
+        best: Optional[int] = None
+        try:
+            if self.passes(0):
+                out.status = STATUS_NONE_NEEDED
+                out.error_fp16 = out.error_result = self.details[0]
+                best = 0
+            else:
+                out.error_fp16 = self.details[0]
+                plan = strategy.Plan(self.index)
+                search = strategy.STRATEGIES[self.config.mode](plan)
+                mask = next(search)
+                try:
+                    while True:
+                        ok = self.passes(mask)
+                        if ok and (best is None or bin(mask).count("1") < bin(best).count("1")):
+                            best = mask
+                        mask = search.send(ok)
+                except StopIteration as stop:
+                    result = stop.value
+                if not self.passes(result):  # only the full set can be unverified: it fails in fp32
+                    out.status = STATUS_FAILS_FP32
+                    out.error_result = self.details[result]
+                    best = None
+                else:
+                    best = result
+                    out.error_result = self.details[result]
+                    out.one_minimal = self._one_minimal(result)
+        except KeyboardInterrupt:
+            out.status = STATUS_INTERRUPTED
+        if best is not None:
+            out.kept = [self.universe[i] for i in mask_indices(best)]
+            if out.status == STATUS_INTERRUPTED:
+                out.error_result = self.details.get(best, "")
+            if self.config.output:
+                from toolkit.core import fp16
+                from toolkit.core.model import save_model
+
+                mixed = fp16.convert(self.model, list(self.user_kept) + out.kept).model
+                save_model(mixed, self.config.output)
+                out.output_written = True
+        out.checks = len(self.checks)
+        out.remembered = self.checks_remembered
+        out.seconds = time.perf_counter() - t0
+        return out
+
+    def _one_minimal(self, mask: int) -> bool:
+        """Known (from verdicts already in hand) that dropping any one node makes it fail."""
+        from toolkit.reduce.graph import mask_indices
+
+        return all(self.verdicts.get(mask & ~(1 << i)) is False for i in mask_indices(mask))
+
+    def _open_replay(self) -> None:
+        """Replay entries key a set as (mask << 1) | 1, so "nothing kept" is a valid entry."""
+        c = self.config
+        n = len(self.universe) + 1
+        if c.load_replay:
+            self.replay = PrecisionReplay.load(c.load_replay, self._model_id, n)
+            for m, failed in self.replay.verdicts.items():
+                self.verdicts[m >> 1] = not failed
+                self.details.setdefault(m >> 1, "(from the replay file)")
+        elif c.save_replay:
+            self.replay = PrecisionReplay(self._model_id, n, [c.reference, c.candidate])
+
+
+class PrecisionReplay(Replay):
+    tool = TOOL
