@@ -158,3 +158,39 @@ def test_emulation_of_subgraph_and_shape_models_runs():
     x = np.random.default_rng(0).standard_normal((1, 3, 6, 10)).astype(np.float32)
     ref = ort_run(shp, {"x": x})["y"]
     np.testing.assert_allclose(ort_run(fp16.emulate_fp16(shp), {"x": x})["y"], ref, atol=5e-3)
+
+
+def _cases():
+    x_img = np.random.default_rng(0).random((1, 3, 64, 64)).astype(np.float32)
+    return [
+        ("ln", fm.layernorm_overflow, fm.ln_input(), [[], ["square"], fm.LN_MUST_KEEP]),
+        (
+            "shape_resize",
+            fm.shape_resize,
+            {"x": np.random.default_rng(0).standard_normal((1, 3, 6, 10)).astype(np.float32)},
+            [[]],
+        ),
+        (
+            "if_loop",
+            fm.if_loop,
+            {"x": np.array([[0.5, 1.0001, -3.0, 300.0]], np.float32), "cond": np.array(True)},
+            [[], ["body_add"], ["loop"]],
+        ),
+        ("shared", fm.shared_and_kept_output, {"x": np.linspace(-2, 2, 8, dtype=np.float32).reshape(1, 8)}, [[], ["mul"]]),
+        ("ocr", lambda: fm.ocr_detector(size=64), {"x": x_img}, [[]]),
+    ]
+
+
+@pytest.mark.parametrize("case", _cases(), ids=lambda c: c[0])
+def test_emulating_the_fp32_model_equals_emulating_its_conversion(case):
+    """emulate(model, keep) rounds exactly the tensors convert_to_fp16(model, keep) stores in
+    fp16: emulating the converted (mixed) model gives the same bits."""
+    _name, build, feed, keeps = case
+    model = build()
+    for keep in keeps:
+        a = ort_run(fp16.emulate_fp16(model, keep), feed)
+        mixed = fp16.convert_to_fp16(model, keep)
+        assert fp16.has_fp16(mixed) and not fp16.has_fp16(model)
+        b = ort_run(fp16.emulate_any(mixed).model, feed)
+        for k in a:
+            np.testing.assert_array_equal(a[k], b[k], err_msg=f"{keep} {k}")

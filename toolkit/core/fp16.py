@@ -523,6 +523,8 @@ def convert(
             )
         except Exception as exc:  # the library asserts and raises ValueError on odd graphs
             raise InputError(f"fp16 conversion failed in onnxconverter-common: {type(exc).__name__}: {exc}") from None
+    for graph in iter_graphs(model.graph):
+        toposort(graph)
     hidden_set = set(hidden)
     for vi in model.graph.output:
         if vi.name in hidden_set:
@@ -543,6 +545,63 @@ def convert_to_fp16(model, keep_fp32: Iterable[str] = (), keep_io_types: bool = 
     ``keep_io_types=False``. Raises InputError when a ``keep_fp32`` word selects no node.
     """
     return convert(model, keep_fp32, keep_io_types=keep_io_types, **kw).model
+
+
+def _subgraph_reads(node) -> Set[str]:
+    """Names a node's subgraphs read (they may come from the outer graph)."""
+    names: Set[str] = set()
+    for sub in node_subgraphs(node):
+        for g in iter_graphs(sub):
+            for n in g.node:
+                names.update(i for i in n.input if i)
+    return names
+
+
+def toposort(graph) -> None:
+    """Order ``graph``'s nodes topologically (stable), counting what If/Loop bodies read
+    from the outer graph (onnxconverter-common's sort ignores it and can put an If before
+    the node producing a tensor its branches read)."""
+    import heapq
+
+    nodes = list(graph.node)
+    producer = {}
+    for k, n in enumerate(nodes):
+        for o in n.output:
+            if o:
+                producer[o] = k
+    deps = [set() for _ in nodes]
+    users: List[List[int]] = [[] for _ in nodes]
+    for k, n in enumerate(nodes):
+        for name in set(i for i in n.input if i) | _subgraph_reads(n):
+            p = producer.get(name)
+            if p is not None and p != k and p not in deps[k]:
+                deps[k].add(p)
+                users[p].append(k)
+    ready = [k for k in range(len(nodes)) if not deps[k]]
+    heapq.heapify(ready)
+    order = []
+    left = [len(d) for d in deps]
+    while ready:
+        k = heapq.heappop(ready)
+        order.append(k)
+        for u in users[k]:
+            left[u] -= 1
+            if left[u] == 0:
+                heapq.heappush(ready, u)
+    if len(order) != len(nodes):  # a cycle: leave the order alone (type checking reports it)
+        return
+    if order == list(range(len(nodes))):
+        return
+    sorted_nodes = [nodes[k] for k in order]
+    copies = []
+    import onnx
+
+    for n in sorted_nodes:
+        c = onnx.NodeProto()
+        c.CopyFrom(n)
+        copies.append(c)
+    del graph.node[:]
+    graph.node.extend(copies)
 
 
 def _copy_value_info(src, dst) -> None:
@@ -1022,3 +1081,132 @@ def emulate(
 def emulate_fp16(model, keep_fp32: Iterable[str] = (), **kw):
     """:func:`emulate` returning only the model."""
     return emulate(model, keep_fp32, **kw).model
+
+
+def has_fp16(model) -> bool:
+    """Does the model already hold float16 weights, inputs, outputs or Casts (a mixed model)?"""
+    for graph in iter_graphs(model.graph):
+        if any(t.data_type == FLOAT16 for t in graph.initializer):
+            return True
+        for coll in (graph.input, graph.output, graph.value_info):
+            if any(vi.type.tensor_type.elem_type == FLOAT16 for vi in coll):
+                return True
+        for node in graph.node:
+            if node.op_type == "Cast" and any(a.name == "to" and a.i == FLOAT16 for a in node.attribute):
+                return True
+    return False
+
+
+def emulate_mixed(model, *, inplace: bool = False) -> Emulation:
+    """Emulate a model that already holds float16 tensors (a converted, mixed model).
+
+    Every float16 tensor becomes a float32 tensor rounded to fp16 after the node that
+    produces it (weights and Constants: their fp16 values, exactly), so the fp16 parts run
+    in fp32 with fp16 storage; float32 tensors stay as they are. float16 graph inputs are
+    read as given; float16 graph outputs stay float16.
+    """
+    import numpy as np
+    import onnx
+    from onnx import helper, numpy_helper
+
+    if not inplace:
+        m = onnx.ModelProto()
+        m.CopyFrom(model)
+        model = m
+    name_nodes(model)
+    types = tensor_types(infer_types(model))
+    taken: Set[str] = set()
+    for g in iter_graphs(model.graph):
+        for n in g.node:
+            taken.update(n.output)
+        taken.update(t.name for t in g.initializer)
+        taken.update(v.name for v in g.input)
+
+    def fresh(base: str) -> str:
+        name, k = base, 0
+        while name in taken:
+            k += 1
+            name = f"{base}_{k}"
+        taken.add(name)
+        return name
+
+    def repoint(nodes, old: str, new: str) -> None:
+        for n in nodes:
+            for k, i in enumerate(n.input):
+                if i == old:
+                    n.input[k] = new
+            for sub in node_subgraphs(n):
+                repoint(sub.node, old, new)
+
+    rounded = 0
+
+    def retype_attrs(node) -> None:
+        """Attributes that make float16 values: make float32 ones (rounded afterwards)."""
+        for a in node.attribute:
+            if a.name in ("to", "dtype") and a.i == FLOAT16 and (node.op_type == "Cast" or node.op_type in _DTYPE_OPS):
+                a.i = FLOAT
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == FLOAT16:
+                arr = numpy_helper.to_array(a.t).astype(np.float32)
+                a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
+
+    def graph(g, top: bool) -> None:
+        nonlocal rounded
+        for t in g.initializer:
+            if t.data_type == FLOAT16:
+                t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+        new_nodes: list = []
+        for vi in g.input:
+            if vi.type.tensor_type.elem_type == FLOAT16:
+                if top:
+                    up = fresh(f"{vi.name}::fp32")
+                    repoint(g.node, vi.name, up)
+                    new_nodes.append(helper.make_node("Cast", [vi.name], [up], name=fresh(f"{vi.name}::to_fp32"), to=FLOAT))
+                else:  # a body's input: its values come from fp32 (rounded) tensors now
+                    vi.type.tensor_type.elem_type = FLOAT
+        out_types = {vi.name: vi.type.tensor_type.elem_type for vi in g.output}
+        for node in list(g.node):
+            for sub in node_subgraphs(node):
+                graph(sub, top=False)
+            retype_attrs(node)
+            tail = []
+            for j, o in enumerate(node.output):
+                if not o or types.get(o) != FLOAT16:
+                    continue
+                raw = fresh(f"{o}::fp32")
+                node.output[j] = raw
+                mid = fresh(f"{o}::fp16")
+                if top and out_types.get(o) == FLOAT16:
+                    tail.append(helper.make_node("Cast", [raw], [o], name=fresh(f"{o}::to_fp16"), to=FLOAT16))
+                else:
+                    tail += [
+                        helper.make_node("Cast", [raw], [mid], name=fresh(f"{o}::to_fp16"), to=FLOAT16),
+                        helper.make_node("Cast", [mid], [o], name=fresh(f"{o}::to_fp32"), to=FLOAT),
+                    ]
+                rounded += 1
+            new_nodes.append(node)
+            new_nodes += tail
+        del g.node[:]
+        g.node.extend(new_nodes)
+        if not top:
+            for vi in g.output:
+                if vi.type.tensor_type.elem_type == FLOAT16:
+                    vi.type.tensor_type.elem_type = FLOAT
+        for vi in g.value_info:
+            if vi.type.tensor_type.elem_type == FLOAT16:
+                vi.type.tensor_type.elem_type = FLOAT
+        # value_info of renamed tensors would now be wrong: drop what is not an input/output
+        del g.value_info[:]
+
+    graph(model.graph, top=True)
+    return Emulation(model, {}, rounded)
+
+
+def emulate_any(model, keep_fp32: Iterable[str] = (), **kw) -> Emulation:
+    """:func:`emulate_mixed` for a model that already holds float16, else :func:`emulate`."""
+    if has_fp16(model):
+        if keep_fp32:
+            from toolkit.core.errors import UsageError
+
+            raise UsageError("the model is already mixed precision: its float32 nodes stay float32; drop --keep-fp32")
+        return emulate_mixed(model, inplace=kw.get("inplace", False))
+    return emulate(model, keep_fp32, **kw)
