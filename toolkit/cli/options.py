@@ -465,6 +465,12 @@ UNSUPPORTED_OPTIONS = {
     **{o: "this comparison metric is not supported: use --atol/--rtol with --check-error-stat elemwise, max, mean, median or quantile"
        for o in ("--l2-threshold", "--l2-tolerance", "--cosine-similarity-threshold", "--psnr-threshold",
                  "--psnr-tolerance", "--snr-threshold", "--snr-tolerance", "--lpips-threshold", "--lpips-tolerance")},
+    "--no-shape-check": "outputs of different shapes always fail, with both shapes shown; reshape the outputs in Python to compare them anyway",
+    "--warm-up": "time with --iterations N and read the average inference time",
+    "--ignore-external-data": "this command needs the model's weights; --ignore-external-data applies to inspect model, surgeon and debug reduce",
+    "--fp-to-fp16": "convert the model first with toolkit convert --fp-to-fp16 (toolkit run accepts --fp-to-fp16 itself)",
+    "--no-save-all-tensors-to-one-file": "external weights always go to one file (--external-data-path)",
+    "--check-inference": "give the check command instead: --check toolkit run polygraphy_debug.onnx --onnxrt",
     "--save-accuracy-results": "save the outputs (--save-outputs) instead; the comparison is printed and its verdict is the exit code",
     "--check-average": "each iteration is checked on its own; use --check-error-stat mean for an average over elements",
     "--fail-fast": "every output is compared and reported; the exit code is 1 as soon as one fails",

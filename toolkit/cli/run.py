@@ -142,8 +142,26 @@ def register(app: typer.Typer) -> None:
             bool,
             typer.Option(
                 "--use-subprocess",
+                "--sequential-runners",
                 help="Accepted for Polygraphy command lines; has no effect (runners run one after another in "
                 "this process, each released before the next starts).",
+            ),
+        ] = False,
+        infinities_equal: Annotated[
+            bool,
+            typer.Option(
+                "--infinities-compare-equal",
+                help="Accepted for Polygraphy command lines: equal infinities always compare equal here.",
+            ),
+        ] = False,
+        shape_inference: Annotated[
+            bool,
+            typer.Option(
+                "--shape-inference",
+                "--do-shape-inference",
+                "--no-onnxruntime-shape-inference",
+                help="Accepted for Polygraphy command lines; has no effect (ONNX-Runtime needs no shape "
+                "inference to run the model).",
             ),
         ] = False,
         validate: Annotated[
@@ -200,6 +218,7 @@ def register(app: typer.Typer) -> None:
             ListOpt,
             typer.Option(
                 "--pool-limit",
+                "--memory-pool-limit",
                 help="TensorRT memory pool limits as pool:size, e.g. workspace:1G tactic_dram:512M.",
                 rich_help_panel=TRT_PANEL,
             ),
@@ -252,6 +271,10 @@ def register(app: typer.Typer) -> None:
             from toolkit.cli.output import verbose
 
             verbose("run | --use-subprocess has no effect: runners run in this process, one after another")
+        if shape_inference:
+            from toolkit.cli.output import verbose
+
+            verbose("run | shape inference options have no effect on a run")
 
         quiet = is_quiet()
         argv = ctx.meta.get(_ARGV_KEY) or []
