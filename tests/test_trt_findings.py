@@ -402,3 +402,35 @@ def test_inspect_a_file_that_is_not_an_engine(cli, monkeypatch, tmp_path):
     path.write_bytes(b"\x08\x07 an onnx model")
     res = cli("inspect", "model", path)
     assert res.code == 3 and "not a TensorRT engine for this TensorRT version and GPU" in res.err
+
+
+# ----------------------------------------------------------------------------- TensorRT recipe options
+
+
+def test_run_model_type_engine_loads_any_file_name_as_an_engine(cli, monkeypatch, tmp_path):
+    trt, _ = env(monkeypatch)
+    m = doubling_model()
+    m.profiles = [{"x": ((1, 3), (2, 3), (4, 3))}]
+    trt._engines[b"FAKE-ENGINE b"] = m
+    path = tmp_path / "model.bin"
+    path.write_bytes(b"FAKE-ENGINE b")
+    res = cli("run", path, "--trt", "--model-type", "engine")
+    assert res.code == 0, res.err
+    assert f"engine loaded from {path}" in res.err
+    res = cli("run", path, "--trt", "--onnxrt", "--model-type=engine")
+    assert res.code == 2 and "is a TensorRT engine, which ONNX-Runtime cannot run" in res.err
+
+
+@pytest.mark.parametrize("option,advice", [
+    ("--layer-precisions", "toolkit convert MODEL --fp-to-fp16 --keep-fp32 NAMES"),
+    ("--precision-constraints", "TensorRT 11 builds strongly typed networks and has no precision constraints"),
+    ("--save-tactics", "save the engine once with --save-engine"),
+    ("--load-tactics", "save the engine once with --save-engine"),
+    ("--display-as", "toolkit inspect model model.engine --show layers"),
+])  # fmt: skip
+def test_tensorrt_recipe_options_are_refused_with_what_to_do(cli, seed_model, option, advice):
+    cmd = ["inspect", "model", seed_model] if option == "--display-as" else ["run", seed_model, "--trt"]
+    res = cli(*cmd, option, "x")
+    assert res.code == 2
+    (line,) = res.err.strip().splitlines()
+    assert line.startswith(f"error: {option} (a Polygraphy option) is not supported by toolkit: ") and advice in line

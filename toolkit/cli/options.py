@@ -438,6 +438,15 @@ _TRT_BUILDER = (
     "this TensorRT builder setting is not exposed by toolkit; build the engine with trtexec or Polygraphy "
     "and run it with toolkit run ENGINE --trt"
 )
+_TRT_PRECISION = (
+    "per-layer precision lives in the model (TensorRT 11 builds strongly typed networks and has no precision "
+    "constraints): keep layers in fp32 with toolkit convert MODEL --fp-to-fp16 --keep-fp32 NAMES (toolkit debug "
+    "precision finds them), then run the converted model with --trt; this works the same on TensorRT 10"
+)
+_TRT_TACTICS = (
+    "tactic replay needs TensorRT's algorithm selector, which TensorRT 11 removed: for identical tactics, save the "
+    "engine once with --save-engine and run it again with toolkit run ENGINE --trt"
+)
 _VISUAL = "toolkit draws no plots: save the outputs (--save-outputs) and inspect them with toolkit inspect data"
 _TF32_CKPT = "toolkit reads ONNX models only; TensorFlow checkpoints are not supported"
 
@@ -496,8 +505,12 @@ UNSUPPORTED_OPTIONS = {
         "--all-tensor-datatypes", "--tensor-formats", "--all-tensor-formats", "--strongly-typed", "--mark-debug",
         "--mark-unfused-tensors-as-debug-tensors", "--save-timing-cache", "--load-runtime",
         "--dla-workspace-allocation-strategy", "--optimization-profile", "--allocation-strategy",
-        "--weight-streaming-budget", "--save-tactics", "--save-tactic-replay", "--load-tactics", "--load-tactic-replay",
-        "--layer-precisions", "--precision-constraints", "--display-as")},
+        "--weight-streaming-budget")},
+    # TensorRT recipe options, decided one by one (docs/compatibility.md): TensorRT 11 is strongly typed
+    **{o: _TRT_PRECISION for o in ("--layer-precisions", "--precision-constraints")},
+    **{o: _TRT_TACTICS for o in ("--save-tactics", "--save-tactic-replay", "--load-tactics", "--load-tactic-replay")},
+    "--display-as": "toolkit shows the TensorRT view of a model from its engine: build it with toolkit run MODEL "
+    "--trt --save-engine model.engine, then run toolkit inspect model model.engine --show layers",
 }
 
 

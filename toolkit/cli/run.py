@@ -324,6 +324,7 @@ def register(app: typer.Typer) -> None:
             trt_max_shapes=[split_group(g) for g in trt_max_shapes or []],
             save_engine=save_engine,
             calibration_cache=calibration_cache,
+            model_type=_model_type(),
         )
         _describe_plan(opts)
         code = run_and_render(opts, command, quiet=quiet)
@@ -672,3 +673,10 @@ def _rich_table(rows) -> None:
             Text("; ".join(notes)),
         )
     console.print(table)
+
+
+def _model_type():
+    """--model-type as given (None: by the file's suffix)."""
+    from toolkit.cli.output import state
+
+    return state.model_type

@@ -65,6 +65,7 @@ class RunOptions:
     trt_max_shapes: List[List[str]] = field(default_factory=list)
     save_engine: Optional[str] = None
     calibration_cache: Optional[str] = None
+    model_type: Optional[str] = None  # --model-type: "engine" loads MODEL as a TensorRT engine whatever its suffix
 
     def trt_options_given(self) -> List[str]:
         """The TensorRT-only options that were set (to warn when --trt is not)."""
@@ -163,16 +164,24 @@ def trt_config(opts: RunOptions):
     )
 
 
+def model_is_engine(opts: RunOptions) -> bool:
+    """MODEL is a TensorRT engine: by --model-type, else by its suffix (.engine/.plan/.trt)."""
+    from toolkit.backends.trt import is_engine_path
+
+    kind = (opts.model_type or "").lower()
+    return kind == "engine" if kind in ("engine", "onnx") else is_engine_path(opts.model)
+
+
 def check_trt(opts: RunOptions):
     """Fail early (before any data is loaded) when the TensorRT run cannot happen.
 
     Usage errors first (exit 2), then a missing TensorRT / cuda-python / GPU (exit 4).
     Returns the parsed TrtConfig.
     """
-    from toolkit.backends.trt import check_available, check_config, is_engine_path
+    from toolkit.backends.trt import check_available, check_config
     from toolkit.core.model import check_output_path
 
-    engine = is_engine_path(opts.model)
+    engine = model_is_engine(opts)
     if engine and "onnxrt" in opts.runners:
         raise UsageError(
             f"{opts.model} is a TensorRT engine, which ONNX-Runtime cannot run; "
@@ -222,7 +231,12 @@ def make_runner(kind: str, opts: RunOptions, *, config=None, reporter: Optional[
             def on_message(severity: str, text: str) -> None:
                 reporter.info(f"[TensorRT] {severity}: {' '.join(text.split())}")
 
-        return TrtRunner(opts.model, config if config is not None else trt_config(opts), on_message=on_message)
+        return TrtRunner(
+            opts.model,
+            config if config is not None else trt_config(opts),
+            on_message=on_message,
+            engine_file=model_is_engine(opts),
+        )
     raise UsageError(f"unknown runner '{kind}'; use one of: {', '.join(RUNNER_KINDS)}")
 
 
