@@ -320,7 +320,7 @@ def test_reduced_precision_on_tensorrt_11_converts_the_model_and_builds_strongly
         converted.append((src, to))
         shutil.copyfile(src, dst)
 
-    monkeypatch.setattr(builder, "converter_for_strong_typing", lambda: convert)
+    monkeypatch.setattr(builder, "converter_for_strong_typing", lambda *a: convert)
     res = cli("run", seed_model, "--trt", flag, "--trt-opt-shapes", "x:[2,3]")
     assert res.code == 0, res.err
     assert converted == [(seed_model, dtype)]
@@ -331,15 +331,31 @@ def test_reduced_precision_on_tensorrt_11_converts_the_model_and_builds_strongly
     assert f"builds strongly typed: the model was converted to {dtype} first" in res.err
 
 
-def test_fp16_on_tensorrt_11_without_a_converter_is_one_line(cli, seed_model, monkeypatch, trt11_env):
-    import toolkit.backends.trt.builder as builder
+def test_fp16_on_tensorrt_11_parses_the_model_toolkit_convert_wrote(cli, seed_model, monkeypatch, trt11_env):
+    import onnx
 
-    def missing():
-        raise builder.DependencyError("no converter here")
+    seen = []
+    parse = trt11_env.OnnxParser.parse_from_file
 
-    monkeypatch.setattr(builder, "converter_for_strong_typing", missing)
-    res = cli("run", seed_model, "--trt", "--fp16")
-    assert res.code == 4 and res.err.strip().splitlines()[-1] == "error: no converter here"
+    def capture(self, model):
+        m = onnx.load(model)
+        seen.append(([i.type.tensor_type.elem_type for i in m.graph.input],
+                     [a.i for n in m.graph.node if n.op_type == "Cast" for a in n.attribute if a.name == "to"]))  # fmt: skip
+        return parse(self, model)
+
+    monkeypatch.setattr(trt11_env.OnnxParser, "parse_from_file", capture)
+    res = cli("run", seed_model, "--trt", "--fp16", "--trt-opt-shapes", "x:[2,3]")
+    assert res.code == 0, res.err
+    (input_types, casts_to), = seen
+    assert set(input_types) == {onnx.TensorProto.FLOAT}  # inputs keep their types
+    assert onnx.TensorProto.FLOAT16 in casts_to  # the inside is fp16
+
+
+def test_bf16_on_tensorrt_11_is_one_line(cli, seed_model, trt11_env):
+    res = cli("run", seed_model, "--trt", "--bf16")
+    assert res.code == 4
+    (line,) = [ln for ln in res.err.strip().splitlines() if ln.startswith("error:")]
+    assert line.startswith("error: --bf16 on TensorRT 11 needs a model already in bfloat16 (toolkit convert writes fp16 only)")
 
 
 def test_int8_on_tensorrt_11_needs_explicit_quantization(cli, seed_model, trt11_env):

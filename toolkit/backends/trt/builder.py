@@ -237,24 +237,28 @@ def all_layer_outputs(network) -> Dict[str, object]:
     return tensors
 
 
-def converter_for_strong_typing() -> Callable[[str, str, str], None]:
+def converter_for_strong_typing(external_data_dir: Optional[str] = None) -> Callable[[str, str, str], None]:
     """``convert(src, dtype, dst)``: the ONNX model ``src`` in mixed ``dtype`` precision at ``dst``.
 
-    This is ``toolkit convert --fp-to-fp16`` (inputs and outputs keep their types; ops without
-    reduced-precision support stay float32).
+    This is ``toolkit convert --fp-to-fp16`` (:func:`toolkit.core.fp16.convert`): inputs and
+    outputs keep their types, ops without fp16 support and shape computations stay float32.
+    It writes float16 only.
     """
-    try:
-        from toolkit.core.convert import convert_file  # type: ignore[import-not-found]
-    except ImportError:
-        convert_file = None
-    if convert_file is None:
-        raise DependencyError(
-            "--fp16 on TensorRT 11 converts the model first, and this toolkit has no model converter; "
-            "convert the model to fp16 yourself, or install TensorRT 10 with: pip install 'tensorrt<11'"
-        )
 
     def convert(src: str, dtype: str, dst: str) -> None:
-        convert_file(src, dst, dtype=dtype)
+        if dtype != "float16":
+            raise DependencyError(
+                f"--bf16 on TensorRT 11 needs a model already in {dtype} (toolkit convert writes fp16 only): "
+                "convert the model yourself and run it without --bf16, use --fp16, or install TensorRT 10 "
+                "with: pip install 'tensorrt<11'"
+            )
+        from toolkit.core import fp16
+        from toolkit.core.model import load_model, save_model
+
+        model = load_model(src, external_data_dir=external_data_dir)
+        result = fp16.convert(model, keep_io_types=True, inplace=True)
+        del model
+        save_model(result.model, dst)
 
     return convert
 
@@ -294,11 +298,12 @@ class EngineBuilder:
             raise UsageError("--fp16 and --bf16 together need TensorRT 10; TensorRT 11 converts the model to one of them")
         return "float16" if c.fp16 else "bfloat16"
 
-    def model_for_parser(self) -> str:
+    def model_for_parser(self) -> Tuple[str, Optional[str]]:
+        """The model file TensorRT parses, and the folder of its external weights."""
         dtype = self.strongly_typed_precision()
         if dtype is None:
-            return self.model_path
-        convert = self.config.converter or converter_for_strong_typing()
+            return self.model_path, self.config.external_data_dir
+        convert = self.config.converter or converter_for_strong_typing(self.config.external_data_dir)
         src = self.model_path
         self._tmp = tempfile.TemporaryDirectory(prefix="toolkit-trt-")
         if src == "-":
@@ -313,7 +318,7 @@ class EngineBuilder:
             f"TensorRT {self.trt.__version__} builds strongly typed: the model was converted to {dtype} first "
             "(toolkit convert --fp-to-fp16), inputs and outputs keep their types"
         )
-        return dst
+        return dst, None  # the converted model sits beside its own weights
 
     def parse(self, builder):
         from toolkit.core.model import check_readable_file, describe, read_bytes
@@ -327,8 +332,7 @@ class EngineBuilder:
             parser = trt.OnnxParser(network, self.logger)
         except TypeError:  # pybind11: "factory function returned nullptr"
             raise inference_error(f"TensorRT cannot create an ONNX parser: {self.errors('no details')}") from None
-        path = self.model_for_parser()
-        ext_dir = self.config.external_data_dir
+        path, ext_dir = self.model_for_parser()
         if path == "-" or ext_dir:
             data = read_bytes(path)
             base = ext_dir or os.getcwd()
