@@ -84,6 +84,28 @@ def interrupt_after_cpu(proc, seconds: float, sig=signal.SIGINT, limit: float = 
     return proc.returncode, b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace"), sent
 
 
+def interrupt_after_output(proc, marker: bytes, sig=signal.SIGINT, limit: float = 300.0):
+    """Send ``sig`` once the child has written ``marker`` to stderr (it is then surely at work,
+    however loaded the machine); return (code, out, err, sent). The limits are generous: a slow
+    machine makes the test slower, never wrong."""
+    out, err = [], []
+    pumps = [_drain(proc.stdout, out), _drain(proc.stderr, err)]
+    deadline = time.monotonic() + limit
+    while proc.poll() is None and marker not in b"".join(err) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sent = proc.poll() is None and marker in b"".join(err)
+    if sent:
+        proc.send_signal(sig)
+    try:
+        proc.wait(timeout=limit)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for t in pumps:
+        t.join(timeout=limit)
+    return proc.returncode, b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace"), sent
+
+
 def files(folder) -> dict:
     return {n: (folder / n).read_bytes() for n in sorted(os.listdir(folder)) if (folder / n).is_file()}
 
@@ -189,8 +211,10 @@ def test_ctrl_c_during_run(tmp_path):
         ["run", "model.onnx", "--onnxrt", "--iterations", "200000", "--save-inputs", "in.npz", "--save-outputs", "out.json"],
         tmp_path,
     )
-    code, out, err, sent = interrupt_after_cpu(proc, 2.0)
-    assert sent, f"the run ended before it could be interrupted:\n{err[-2000:]}"
+    # interrupt once iterations are under way (not after a fixed time, which a loaded machine
+    # may spend before the first iteration)
+    code, out, err, sent = interrupt_after_output(proc, b"Iteration 1 ")
+    assert sent, f"the run ended (or never started iterating) before it could be interrupted:\n{err[-2000:]}"
     assert code == 130, err[-2000:]
     assert "Traceback" not in err
     assert "Iteration" in err  # it was running
