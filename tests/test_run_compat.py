@@ -45,3 +45,27 @@ def test_inputs_is_the_old_name_of_input_shapes(cli, tmp_path):
     ins = str(tmp_path / "in.json")
     assert cli("run", model, "--onnxrt", "--inputs", "x:[3,4]", "--save-inputs", ins, "-q").code == 0
     assert load_inputs(ins)[0]["x"].shape == (3, 4)
+
+
+@pytest.mark.parametrize("flag", ["--save-outputs", "--save-inputs"])
+def test_data_file_with_a_foreign_extension_is_refused(cli, model, tmp_path, flag):
+    target = tmp_path / "out.npy"
+    res = cli("run", model, "--onnxrt", flag, str(target))
+    assert res.code == 2
+    assert ".json" in res.err and ".npz" in res.err and ".npy" in res.err
+    assert not target.exists()
+
+
+def test_data_file_without_extension_is_json(cli, model, tmp_path):
+    import json
+
+    target = tmp_path / "outputs"
+    assert cli("run", model, "--onnxrt", "--save-outputs", str(target), "-q").code == 0
+    assert json.loads(target.read_text())["polygraphy_class"] == "RunResults"
+
+
+def test_data_to_input_refuses_a_foreign_extension(cli, model, tmp_path):
+    ins = str(tmp_path / "in.json")
+    assert cli("run", model, "--onnxrt", "--save-inputs", ins, "-q").code == 0
+    res = cli("data", "to-input", ins, "-o", str(tmp_path / "merged.pkl"))
+    assert res.code == 2 and ".pkl" in res.err

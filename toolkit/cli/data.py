@@ -7,7 +7,7 @@ from typing import List
 import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
-from toolkit.cli.options import Annotated, command_kwargs
+from toolkit.cli.options import Annotated, check_data_output, command_kwargs
 from toolkit.cli.output import log
 
 app = typer.Typer(help="Work with inputs and outputs data files (JSON or .npz).", **SUBAPP_SETTINGS)
@@ -31,6 +31,7 @@ def _to_input(files: List[str], output: str) -> None:
         raise UsageError("give at least one inputs or outputs file")
     if files.count("-") > 1:
         raise UsageError("stdin ('-') can be read only once")
+    check_data_output("-o", output)
     check_output_path(output)
     datasets = [load_data(f) for f in files]
     merged = merge_to_inputs(datasets)

@@ -517,3 +517,23 @@ UNSUPPORTED_OPTIONS = {
 def unsupported_advice(option: str) -> Optional[str]:
     """The advice for a Polygraphy option toolkit refuses on purpose, or None."""
     return UNSUPPORTED_OPTIONS.get(option.split("=", 1)[0])
+
+
+DATA_EXTENSIONS = (".json", ".npz")
+
+
+def check_data_output(flag: str, path: Optional[str]) -> None:
+    """Refuse a data file name whose extension is neither .json nor .npz (exit 2): writing
+    JSON to ``out.npy`` would mislead. No extension means JSON, as in Polygraphy."""
+    import os
+
+    if not path or path == "-":
+        return
+    ext = os.path.splitext(os.path.basename(path))[1].lower()
+    if ext and ext not in DATA_EXTENSIONS:
+        from toolkit.core.errors import UsageError
+
+        raise UsageError(
+            f"{flag} {path}: toolkit writes data files as .json (Polygraphy's format) or .npz, not {ext}; "
+            f"name the file {os.path.splitext(path)[0]}.json or .npz"
+        )

@@ -21,6 +21,7 @@ from toolkit.cli.options import (
     ModelArg,
     SeedOpt,
     ToolkitCommand,
+    check_data_output,
     command_kwargs,
     split_group,
 )
@@ -267,6 +268,8 @@ def register(app: typer.Typer) -> None:
         from toolkit.cli.output import is_quiet
 
         ort_optimization = _ort_level(ort_optimization)
+        check_data_output("--save-inputs", save_inputs)
+        check_data_output("--save-outputs", save_outputs)
         if use_subprocess:
             from toolkit.cli.output import verbose
 
