@@ -268,8 +268,9 @@ def register(app: typer.Typer) -> None:
         from toolkit.cli.output import is_quiet
 
         ort_optimization = _ort_level(ort_optimization)
-        check_data_output("--save-inputs", save_inputs)
-        check_data_output("--save-outputs", save_outputs)
+        for flag, path in (("--save-inputs", save_inputs), ("--save-outputs", save_outputs)):
+            if not _reads(path, [model or ""] + list(load_inputs or []) + list(load_outputs or [])):
+                check_data_output(flag, path)  # (overwriting a file this run reads is reported first)
         if use_subprocess:
             from toolkit.cli.output import verbose
 
@@ -341,6 +342,21 @@ _ORT_LEVELS = {
     "ORT_ENABLE_EXTENDED": "extended",
     "ORT_ENABLE_ALL": "all",
 }
+
+
+def _reads(path: Optional[str], sources: List[str]) -> bool:
+    """Whether ``path`` names one of the files this run reads."""
+    import os
+
+    if not path or path == "-":
+        return False
+    for src in sources:
+        if src and src != "-" and os.path.exists(path) and os.path.exists(src):
+            if os.path.samefile(path, src):
+                return True
+        elif src and os.path.abspath(src) == os.path.abspath(path):
+            return True
+    return False
 
 
 def _ort_level(value: Optional[str]) -> Optional[str]:

@@ -332,6 +332,11 @@ def _read_external(t, base_dir: str):
     return numpy_helper.to_array(copy)
 
 
+def _text(value) -> str:
+    """A text field of the model (protobuf hands back bytes when it is not valid UTF-8)."""
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
 def describe_model(model, show: Show, infer: bool = True, external_base_dir: Optional[str] = None) -> dict:
     """Describe ``model``; with ``infer`` (default), ONNX shape inference fills in the dtype
     and shape of intermediate tensors where it can (the model itself is not modified).
@@ -354,7 +359,7 @@ def describe_model(model, show: Show, infer: bool = True, external_base_dir: Opt
         "name": model.graph.name,
         "ir_version": int(model.ir_version),
         "opsets": opsets,
-        "producer": (model.producer_name + (" " + model.producer_version if model.producer_version else "")).strip(),
+        "producer": (_text(model.producer_name) + (" " + _text(model.producer_version) if model.producer_version else "")).strip(),
         "functions": [f"{f.domain}.{f.name}" if f.domain else f.name for f in model.functions],
         "graph": graph_desc,
     }

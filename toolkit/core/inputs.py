@@ -145,7 +145,19 @@ def check_generated_size(name: str, shape: Tuple[int, ...], dtype_name: Optional
         )
 
 
+def iteration_rng(seed: Optional[int], iteration: int):
+    """The generator for one iteration: numpy's legacy ``RandomState(seed + iteration)``, as
+    Polygraphy's data loader draws (default seed 1), so the same seed gives the same data in
+    both tools. Inputs are drawn from it one after another, in the model's input order."""
+    import numpy as np
+
+    return np.random.RandomState((DEFAULT_SEED if seed is None else seed) + iteration)
+
+
 def _generate_one(rng, shape, dtype_name: str, lo: float, hi: float, name: str):
+    """Values for one input, drawn from ``rng`` (a legacy ``RandomState``) as the reference does:
+    integers and bools with ``randint(int(lo), int(hi) + 1)`` (bools: ``bool(lo)``..``bool(hi)``),
+    floats with ``random_sample() * (hi - lo) + lo`` in float64, then cast to the input's dtype."""
     import numpy as np
 
     from toolkit.core.meta import dtype_to_numpy
@@ -155,27 +167,28 @@ def _generate_one(rng, shape, dtype_name: str, lo: float, hi: float, name: str):
     if dtype_name == "string":
         raise InputError(f"input '{name}' is a string tensor; toolkit cannot generate strings, load them with --load-inputs")
     dt = dtype_to_numpy(dtype_name)
-    if dt == np.bool_:
-        return rng.integers(0, 2, size=shape, dtype=np.uint8).astype(np.bool_)
-    if np.issubdtype(dt, np.integer):
-        info = np.iinfo(dt)
-        ilo = math.ceil(lo) if math.isfinite(lo) else info.min
-        ihi = math.floor(hi) if math.isfinite(hi) else info.max
-        ilo = max(ilo, int(info.min))
-        ihi = min(ihi, int(info.max))
+    if dt == np.bool_ or np.issubdtype(dt, np.integer):
+        if dt == np.bool_:
+            ilo, ihi = int(bool(lo)), int(bool(hi))
+        else:
+            info = np.iinfo(dt)
+            ilo = int(lo) if math.isfinite(lo) else (int(info.min) if lo < 0 else int(info.max))
+            ihi = int(hi) if math.isfinite(hi) else (int(info.max) if hi > 0 else int(info.min))
+            ilo = min(max(ilo, int(info.min)), int(info.max))  # the reference fails outside the dtype's range
+            ihi = min(max(ihi, int(info.min)), int(info.max))
         if ihi < ilo:
-            ihi = ilo = max(min(math.floor(lo) if math.isfinite(lo) else 0, int(info.max)), int(info.min))
-        return rng.integers(ilo, ihi, size=shape, dtype=dt, endpoint=True)
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        raise UsageError(f"--val-range for float input '{name}' must be finite, got [{lo}, {hi}]")
-    if dt in (np.float32, np.float64):
-        vals = rng.random(size=shape, dtype=dt)
-    else:
-        vals = rng.random(size=shape, dtype=np.float32)
-    if lo != 0.0 or hi != 1.0:
-        vals *= hi - lo
-        vals += lo
-    return vals.astype(dt, copy=False)
+            raise UsageError(f"--val-range for input '{name}' is empty for its dtype {dtype_name}: [{lo}, {hi}]")
+        # numpy takes an exclusive high bound up to the dtype's maximum + 1
+        return np.asarray(rng.randint(ilo, ihi + 1, size=shape, dtype=dt))
+    if math.isnan(lo) or math.isnan(hi):
+        raise UsageError(f"--val-range for input '{name}' holds NaN")
+    scale, shift = hi - lo, lo
+    if math.isinf(lo):  # two infinities would collapse into NaN: keep the infinity
+        scale, shift = lo, 0.0
+    if math.isinf(hi):
+        scale = hi
+    with np.errstate(over="ignore", invalid="ignore"):
+        return np.asarray((rng.random_sample(size=shape) * scale + shift).astype(dt))
 
 
 def generate_inputs(
@@ -202,9 +215,9 @@ def generate_inputs(
         check_generated_size(meta.name, shape, meta.dtype)
         notes.extend(n)
         resolved.append((meta, shape))
-    rng = np.random.default_rng(DEFAULT_SEED if seed is None else seed)
     feeds: List[Dict[str, object]] = []
-    for _ in range(iterations):
+    for k in range(iterations):
+        rng = iteration_rng(seed, k)
         feed = {}
         for meta, shape in resolved:
             lo, hi = ranges.for_input(meta.name)
