@@ -12,7 +12,7 @@ would see it; runs of the contenders are interleaved; min and median reported):
 
 a) a bare onnxruntime script (session from the path, one seeded random feed, one run)
    vs ``toolkit run MODEL --onnxrt``. Also in-process with warm imports: the same
-   session+run vs ``toolkit.core.runplan.execute`` (our run path without start-up).
+   session+run vs ``toolkit.run.execute`` (our run path without start-up).
 b) ``toolkit run --onnx-outputs mark all --save-outputs out.npz`` vs
    ``polygraphy run --onnxrt --onnx-outputs mark all --save-outputs out.json``: time, bytes.
 c) the same with ``--save-outputs out.json`` for both: time, bytes.
@@ -132,7 +132,7 @@ def in_process(model: str, runs: int) -> dict:
     import numpy as np
     import onnxruntime as ort
 
-    from toolkit.core.runplan import RunOptions, execute
+    from toolkit.run import RunOptions, execute
 
     def bare():
         sess = ort.InferenceSession(model, providers=["CPUExecutionProvider"])

@@ -134,7 +134,7 @@ def test_engine_paths():
 
 def capture_options(monkeypatch):
     """Replace execute() to capture the RunOptions the CLI builds."""
-    import toolkit.core.runplan as runplan
+    import toolkit.run as runplan
 
     seen = {}
 
@@ -147,7 +147,7 @@ def capture_options(monkeypatch):
 
 
 def test_cli_groups_profile_flags(cli, seed_model, monkeypatch):
-    from toolkit.core.runplan import trt_config
+    from toolkit.run.registry import trt_config
 
     seen = capture_options(monkeypatch)
     res = cli(
@@ -523,7 +523,7 @@ def test_engine_frees_device_memory(engine_env):
 
 def test_importing_the_runner_touches_no_gpu_library():
     """The warm worker of `debug reduce` forks after imports: nothing may load TensorRT/CUDA before."""
-    setup = "import toolkit.backends.trt, toolkit.core.runplan, toolkit.cli.run"
+    setup = "import toolkit.backends.trt, toolkit.run, toolkit.cli.run"
     assert modules_loaded_by(setup, ["run", "--help"], ("tensorrt", "cuda", "pycuda")) == []
 
 

@@ -9,7 +9,7 @@ A runner is used like this::
 
 ``activate`` does the expensive set-up (an ONNX-Runtime session, a TensorRT engine and
 context); ``infer`` must not cast or reshape what it is given: the caller
-(:mod:`toolkit.core.runplan`) checks names, dtypes and shapes against
+(:mod:`toolkit.run.feeds`) checks names, dtypes and shapes against
 ``input_metadata`` first. Backends import their heavy modules inside methods, never at
 module level, and raise :class:`toolkit.core.errors.ToolkitError` subclasses with one
 clear sentence for anything a user can cause.
@@ -24,7 +24,7 @@ from toolkit.core.meta import TensorMeta
 
 
 class Runner:
-    """Base class of the inference backends (ONNX-Runtime now, TensorRT later)."""
+    """Base class of the inference backends (ONNX-Runtime, TensorRT)."""
 
     #: Short, stable name; used as the runner name in saved outputs files.
     name: str = "runner"
@@ -34,6 +34,8 @@ class Runner:
             self.name = name
         self.is_active = False
         self.last_inference_time = 0.0
+        #: Warnings worth showing the user once the runner is active (options ignored, ...).
+        self.notes: List[str] = []
 
     # -------------------------------------------------------------- lifecycle
     def activate(self) -> None:
@@ -69,6 +71,14 @@ class Runner:
     def output_names(self) -> List[str]:
         """The names ``infer`` returns, in order."""
         raise NotImplementedError
+
+    def preferred_shapes(self) -> Dict[str, tuple]:
+        """Shapes this backend prefers for dynamic inputs (e.g. a TensorRT profile's); {} for none."""
+        return {}
+
+    def preferred_values(self) -> Dict[str, object]:
+        """Values generated data must take for some inputs (TensorRT shape tensors); {} for none."""
+        return {}
 
     # -------------------------------------------------------------- inference
     def infer(self, feed: Mapping) -> Dict[str, object]:

@@ -14,7 +14,7 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from toolkit.backends.base import Runner
-from toolkit.core.errors import DependencyError, InputError, ToolkitError, ExitCode
+from toolkit.core.errors import DependencyError, InferenceError, InputError, one_line  # noqa: F401  (InferenceError: re-exported)
 from toolkit.core.meta import TensorMeta
 
 STDIO = "-"
@@ -82,12 +82,6 @@ _ORT_TYPES = {
 EXTERNAL_DIR_KEY = "session.model_external_initializers_file_folder_path"
 
 
-class InferenceError(ToolkitError):
-    """The backend failed while running the model (exit code 1: the run failed)."""
-
-    exit_code = ExitCode.FAILED
-
-
 def _import_ort():
     try:
         import onnxruntime  # noqa: F401
@@ -126,11 +120,6 @@ def ort_type_to_dtype(type_str: str) -> Optional[str]:
         return None
     inner = type_str[len("tensor(") : -1]
     return _ORT_TYPES.get(inner, inner)
-
-
-def _first_line(exc: Exception) -> str:
-    text = str(exc).strip()
-    return text if text else type(exc).__name__
 
 
 class OnnxrtRunner(Runner):
@@ -255,7 +244,7 @@ class OnnxrtRunner(Runner):
             from toolkit.core.model import describe
 
             raise InputError(
-                f"{describe(self.model_path)}: ONNX-Runtime cannot load the model: {_first_line(exc)}"
+                f"{describe(self.model_path)}: ONNX-Runtime cannot load the model: {one_line(exc)}"
             ) from None
         finally:
             del source
@@ -309,7 +298,7 @@ class OnnxrtRunner(Runner):
         except Exception as exc:
             if isinstance(exc, (KeyboardInterrupt, MemoryError)):
                 raise
-            raise InferenceError(f"{self.name}: inference failed: {_first_line(exc)}") from None
+            raise InferenceError(f"{self.name}: inference failed: {one_line(exc)}") from None
         self.last_inference_time = time.perf_counter() - start
         return dict(zip(self._output_names, values))
 

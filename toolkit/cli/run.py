@@ -1,6 +1,6 @@
 """``toolkit run``: run a model on ONNX-Runtime and/or TensorRT, save and compare results.
 
-Thin layer: options -> :class:`toolkit.core.runplan.RunOptions` -> ``execute`` -> render.
+Thin layer: options -> :class:`toolkit.run.RunOptions` -> :func:`toolkit.run.execute` -> render.
 Logs, tables and the final PASSED/FAILED line go to stderr; stdout only carries data
 (``--save-outputs -`` / ``--save-inputs -``).
 """
@@ -263,7 +263,8 @@ def register(app: typer.Typer) -> None:
         TensorRT build) failed; 2 bad options; 3 bad model or data file; 4 missing backend,
         TensorRT, cuda-python or GPU.
         """
-        from toolkit.core.runplan import RunOptions
+        from toolkit.run.options import RunOptions
+        from toolkit.run.registry import runner_order
 
         from toolkit.cli.output import is_quiet
 
@@ -283,7 +284,7 @@ def register(app: typer.Typer) -> None:
         quiet = is_quiet()
         argv = ctx.meta.get(_ARGV_KEY) or []
         command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
-        runners = _runner_order(argv, onnxrt=onnxrt, trt=trt)
+        runners = runner_order(argv, {"onnxrt": onnxrt, "trt": trt})
         if model is None:
             from toolkit.core.errors import UsageError
 
@@ -397,27 +398,10 @@ def _typed_argv(parsed: List[str]) -> List[str]:
     return parsed
 
 
-def _runner_order(argv: List[str], *, onnxrt: bool, trt: bool) -> List[str]:
-    """Runners in the order their flags appear on the command line."""
-    flags = {"--onnxrt": "onnxrt", "--trt": "trt"}
-    wanted = {"onnxrt": onnxrt, "trt": trt}
-    order: List[str] = []
-    for tok in argv:
-        if tok == "--":
-            break
-        kind = flags.get(tok)
-        if kind and wanted[kind] and kind not in order:
-            order.append(kind)
-    for kind, on in wanted.items():
-        if on and kind not in order:
-            order.append(kind)
-    return order
-
-
 def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
     """Execute ``opts``, print logs/tables to stderr, return the exit code (0 or 1)."""
-    from toolkit.backends.onnxrt import InferenceError
-    from toolkit.core.runplan import execute
+    from toolkit.core.errors import InferenceError
+    from toolkit.run import execute
 
     reporter = CliReporter(quiet=quiet)
     try:
@@ -463,7 +447,7 @@ class CliReporter:
         self._progress = None
         self._task = None
 
-    # Reporter protocol (see toolkit.core.runplan.Reporter)
+    # Reporter protocol (see toolkit.run.options.Reporter)
     def note(self, message: str) -> None:
         self._print(f"warning: {message}", style="yellow", level=WARNING)
 

@@ -21,12 +21,15 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import io
 import json
 import os
+import shutil
+import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Optional, Tuple, Union
+from typing import ContextManager, Dict, Iterator, List, Optional, Tuple, Union
 
 from toolkit.core.errors import InputError
 from toolkit.core.model import STDIO, atomic_output, describe, read_bytes, check_readable_file
@@ -179,29 +182,6 @@ def _json_chunks(obj, level: int = 0):
         yield json.dumps(obj).encode("ascii")
 
 
-def _write_json_stream(path: str, obj) -> None:
-    try:
-        with atomic_output(path, "wb") as f:
-            pending = []
-            size = 0
-            for chunk in _json_chunks(obj):
-                if len(chunk) >= 1 << 16:
-                    if pending:
-                        f.write(b"".join(pending))
-                        pending, size = [], 0
-                    f.write(chunk)
-                else:
-                    pending.append(chunk)
-                    size += len(chunk)
-                    if size >= 1 << 16:
-                        f.write(b"".join(pending))
-                        pending, size = [], 0
-            pending.append(b"\n")
-            f.write(b"".join(pending))
-    except OSError as exc:
-        raise InputError(f"{describe(path)}: cannot write: {exc.strerror or exc}") from None
-
-
 def _decode_array(text: str):
     import numpy as np
 
@@ -271,10 +251,6 @@ def _load_json_bytes(data: bytes, path: str):
         raise InputError(f"{describe(path)}: JSON nested too deeply") from None
 
 
-def _dump_json(obj) -> str:
-    return json.dumps(obj, indent=4)
-
-
 # ---------------------------------------------------------------------------- npz
 
 
@@ -334,18 +310,6 @@ def _load_npz(path: str, data: Optional[bytes] = None):
         return RunResults(runs)
     except (KeyError, TypeError, AttributeError) as exc:
         raise InputError(f"{describe(path)}: corrupt index in .npz data file (missing {exc})") from None
-
-
-def _write_npz(path: str, index: dict, arrays: Dict[str, object]) -> None:
-    import numpy as np
-
-    payload = dict(arrays)
-    payload[NPZ_INDEX] = np.array(json.dumps(index))
-    try:
-        with atomic_output(path, "wb") as f:
-            np.savez(f, **payload)
-    except OSError as exc:
-        raise InputError(f"{describe(path)}: cannot write: {exc.strerror or exc}") from None
 
 
 # ---------------------------------------------------------------------------- public API
@@ -434,66 +398,201 @@ def load_outputs(path: str) -> RunResults:
 
 def save_inputs(path: str, iterations: InputsData) -> None:
     """Write an inputs file (JSON list of feeds, or .npz)."""
-    if is_npz_path(path):
-        arrays: Dict[str, object] = {}
-        index_iters = []
+    with inputs_writer(path) as writer:
         for feed in iterations:
-            entry = {}
-            for name in feed:
-                key = f"t{len(arrays)}"
-                arrays[key] = feed[name]
-                entry[name] = key
-            index_iters.append(entry)
-        _write_npz(path, {"kind": "inputs", "version": NPZ_FORMAT_VERSION, "iterations": index_iters}, arrays)
-        return
-    obj = [{name: _JsonArray(feed[name]) for name in feed} for feed in iterations]
-    _write_json_stream(path, obj)
+            writer.add(feed)
 
 
 def save_outputs(path: str, results: RunResults) -> None:
     """Write an outputs file (Polygraphy RunResults JSON, or .npz)."""
-    if is_npz_path(path):
-        arrays: Dict[str, object] = {}
-        runs = []
+    with outputs_writer(path) as writer:
         for runner, iters in results.runs:
-            it_entries = []
+            writer.begin_runner(runner)
             for it in iters:
-                outs = {}
-                for name in it.outputs:
-                    key = f"t{len(arrays)}"
-                    arrays[key] = it.outputs[name]
-                    outs[name] = key
-                it_entries.append({"outputs": outs, "runtime": float(it.runtime)})
-            runs.append({"runner_name": runner, "iterations": it_entries})
-        _write_npz(path, {"kind": "outputs", "version": NPZ_FORMAT_VERSION, "runs": runs}, arrays)
+                writer.add(it.outputs, it.runtime, it.runner_name or runner)
+
+
+# ---------------------------------------------------------------------------- streaming writers
+#
+# A run writes its inputs and outputs one iteration at a time, so that memory stays flat in
+# the number of iterations: each writer holds one iteration's arrays at most. The file is
+# complete (renamed into place, or copied to stdout) only when the ``with`` block ends
+# without an exception; otherwise nothing is written.
+
+
+@contextlib.contextmanager
+def _output_stream(path: str) -> Iterator:
+    """A binary stream for ``path``: a temp file renamed into place, or for ``-`` a spool
+    copied to stdout once complete (a failed run writes nothing, not half a file)."""
+    if path != STDIO:
+        with atomic_output(path, "wb") as f:
+            yield f
         return
-    lst = []
-    for runner, iters in results.runs:
-        enc_iters = []
-        for it in iters:
-            enc_iters.append(
-                {
-                    "outputs": {
-                        name: {"values": _JsonArray(it.outputs[name]), "polygraphy_class": "LazyArray"}
-                        for name in it.outputs
-                    },
-                    "runtime": float(it.runtime),
-                    "runner_name": it.runner_name or runner,
-                    "polygraphy_class": "IterationResult",
-                }
-            )
-        lst.append([runner, enc_iters])
-    _write_json_stream(path, {"lst": lst, "polygraphy_class": "RunResults"})
+    with tempfile.TemporaryFile() as spool:
+        yield spool
+        spool.seek(0)
+        with atomic_output(STDIO, "wb") as out:
+            shutil.copyfileobj(spool, out, 1 << 20)
 
 
-def _write_text(path: str, text: str) -> None:
-    try:
-        with atomic_output(path, "w") as f:
-            f.write(text)
-            if path == STDIO:
-                f.write("\n")
-    except OSError as exc:
-        raise InputError(f"{describe(path)}: cannot write: {exc.strerror or exc}") from None
+def _pad(level: int) -> bytes:
+    return b"\n" + b" " * (4 * level)
+
+
+class _JsonList:
+    """Writes the items of a JSON list at nesting ``level`` as they come (``json.dumps(indent=4)`` layout)."""
+
+    def __init__(self, f, level: int):
+        self.f = f
+        self.level = level
+        self.count = 0
+
+    def item(self, chunks) -> None:
+        self.f.write((b"[" if not self.count else b",") + _pad(self.level + 1))
+        self.count += 1
+        for chunk in chunks:
+            self.f.write(chunk)
+
+    def close(self) -> None:
+        self.f.write(_pad(self.level) + b"]" if self.count else b"[]")
+
+
+class _NpzMembers:
+    """Writes ``.npz`` members one array at a time, then the JSON index (``__toolkit__``)."""
+
+    def __init__(self, f):
+        import zipfile
+
+        self.zip = zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True)
+        self.count = 0
+
+    def _member(self, name: str, arr) -> None:
+        import numpy as np
+
+        with self.zip.open(name + ".npy", "w", force_zip64=True) as member:
+            try:
+                np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
+            except ValueError as exc:
+                raise InputError(f"cannot save an array of dtype {np.asarray(arr).dtype}: {exc}") from None
+
+    def add(self, feed: Mapping) -> Dict[str, str]:
+        """Write each array of ``feed``; returns name -> member key."""
+        keys = {}
+        for name in feed:
+            key = f"t{self.count}"
+            self.count += 1
+            self._member(key, feed[name])
+            keys[name] = key
+        return keys
+
+    def close(self, index: dict) -> None:
+        import numpy as np
+
+        self._member(NPZ_INDEX, np.array(json.dumps(index)))
+        self.zip.close()
+
+    def abort(self) -> None:
+        """Close the archive of a failed run (its temp file is removed next)."""
+        with contextlib.suppress(Exception):
+            self.zip.close()
+
+
+class InputsWriter:
+    """``add(feed)`` once per iteration; see :func:`inputs_writer`."""
+
+    def __init__(self, f, npz: bool):
+        self._npz = _NpzMembers(f) if npz else None
+        self._json = None if npz else _JsonList(f, 0)
+        self._index: List[Dict[str, str]] = []
+
+    def add(self, feed: Mapping) -> None:
+        if self._npz is not None:
+            self._index.append(self._npz.add(feed))
+        else:
+            self._json.item(_json_chunks({name: _JsonArray(feed[name]) for name in feed}, 1))
+
+    def _close(self, f) -> None:
+        if self._npz is not None:
+            self._npz.close({"kind": "inputs", "version": NPZ_FORMAT_VERSION, "iterations": self._index})
+        else:
+            self._json.close()
+            f.write(b"\n")
+
+
+class OutputsWriter:
+    """``begin_runner(name)``, then ``add(outputs, runtime)`` per iteration; see :func:`outputs_writer`."""
+
+    def __init__(self, f, npz: bool):
+        self._f = f
+        self._npz = _NpzMembers(f) if npz else None
+        self._runs: List[dict] = []
+        self._lst: Optional[_JsonList] = None
+        self._iters: Optional[_JsonList] = None
+        self._name = ""
+        if self._npz is None:
+            f.write(b"{" + _pad(1) + b'"lst": ')
+            self._lst = _JsonList(f, 1)
+
+    def _end_runner(self) -> None:
+        if self._iters is not None:
+            self._iters.close()
+            self._f.write(_pad(2) + b"]")
+            self._iters = None
+
+    def begin_runner(self, runner_name: str) -> None:
+        self._name = runner_name
+        if self._npz is not None:
+            self._runs.append({"runner_name": runner_name, "iterations": []})
+            return
+        self._end_runner()
+        self._lst.item([b"[" + _pad(3) + json.dumps(runner_name).encode("ascii") + b"," + _pad(3)])
+        self._iters = _JsonList(self._f, 3)
+
+    def add(self, outputs: Mapping, runtime: float = 0.0, runner_name: str = "") -> None:
+        if self._npz is not None:
+            entry = {"outputs": self._npz.add(outputs), "runtime": float(runtime)}
+            self._runs[-1]["iterations"].append(entry)
+            return
+        obj = {
+            "outputs": {
+                name: {"values": _JsonArray(outputs[name]), "polygraphy_class": "LazyArray"} for name in outputs
+            },
+            "runtime": float(runtime),
+            "runner_name": runner_name or self._name,
+            "polygraphy_class": "IterationResult",
+        }
+        self._iters.item(_json_chunks(obj, 4))
+
+    def _close(self, f) -> None:
+        if self._npz is not None:
+            self._npz.close({"kind": "outputs", "version": NPZ_FORMAT_VERSION, "runs": self._runs})
+            return
+        self._end_runner()
+        self._lst.close()
+        f.write(b"," + _pad(1) + b'"polygraphy_class": "RunResults"' + _pad(0) + b"}\n")
+
+
+@contextlib.contextmanager
+def _writing(path: str, cls):
+    with _output_stream(path) as f:
+        writer = cls(f, is_npz_path(path))
+        try:
+            yield writer
+        except BaseException:
+            if writer._npz is not None:
+                writer._npz.abort()
+            raise
+        writer._close(f)
+
+
+def inputs_writer(path: str) -> ContextManager[InputsWriter]:
+    """An inputs file written one feed at a time (JSON, or .npz by extension)."""
+    return _writing(path, InputsWriter)
+
+
+def outputs_writer(path: str) -> ContextManager[OutputsWriter]:
+    """An outputs file written one runner, then one iteration, at a time (JSON, or .npz)."""
+    return _writing(path, OutputsWriter)
 
 
 def merge_to_inputs(datasets: List[Union[InputsData, RunResults]]) -> InputsData:

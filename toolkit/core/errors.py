@@ -49,3 +49,24 @@ class DependencyError(ToolkitError):
     """An optional dependency or a device is missing (exit code 4)."""
 
     exit_code = ExitCode.MISSING_DEPENDENCY
+
+
+class InferenceError(ToolkitError):
+    """A backend failed while running (or building) the model (exit code 1: the run failed)."""
+
+    exit_code = ExitCode.FAILED
+
+
+def one_line(exc: BaseException, *, first_line: bool = False, limit: int = 0) -> str:
+    """``exc`` as one line of text for an ``error: ...`` message (its type name when it says nothing).
+
+    Whitespace runs (newlines included) collapse to one space; ``first_line`` keeps only the
+    first non-empty line (for libraries that append long details); ``limit`` > 0 cuts the text.
+    """
+    text = str(exc).strip()
+    if first_line and text:
+        text = text.splitlines()[0]
+    text = " ".join(text.split())
+    if limit and len(text) > limit:
+        text = text[: limit - 3] + "..."
+    return text or type(exc).__name__

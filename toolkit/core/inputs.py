@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.meta import TensorMeta, format_shape, parse_named_values
@@ -191,6 +191,49 @@ def _generate_one(rng, shape, dtype_name: str, lo: float, hi: float, name: str):
         return np.asarray((rng.random_sample(size=shape) * scale + shift).astype(dt))
 
 
+@dataclass
+class GenerationPlan:
+    """What to generate for each input: resolved shapes and value ranges (see :func:`plan_generation`)."""
+
+    inputs: List[Tuple[TensorMeta, Tuple[int, ...]]]
+    ranges: ValueRanges
+    notes: List[str] = field(default_factory=list)
+
+    def feed(self, iteration: int, seed: Optional[int] = None) -> Dict[str, object]:
+        """The feed of one iteration (each iteration has its own generator: see :func:`iteration_rng`)."""
+        rng = iteration_rng(seed, iteration)
+        feed = {}
+        for meta, shape in self.inputs:
+            lo, hi = self.ranges.for_input(meta.name)
+            feed[meta.name] = _generate_one(rng, shape, meta.dtype, lo, hi, meta.name)
+        return feed
+
+    def feeds(self, iterations: int, seed: Optional[int] = None) -> Iterator[Dict[str, object]]:
+        """``iterations`` feeds, generated one at a time (the same seed gives the same feeds)."""
+        for k in range(iterations):
+            yield self.feed(k, seed)
+
+
+def plan_generation(
+    metas: Sequence[TensorMeta],
+    *,
+    ranges: Optional[ValueRanges] = None,
+    shapes: Optional[Mapping[str, tuple]] = None,
+) -> GenerationPlan:
+    """Check names, resolve shapes and sizes for generated inputs (errors before any data is made)."""
+    ranges = ranges or ValueRanges()
+    shapes = dict(shapes or {})
+    check_names("--input-shapes", list(shapes), metas)
+    check_names("--val-range", list(ranges.per_input), metas)
+    plan = GenerationPlan([], ranges)
+    for meta in metas:
+        shape, n = resolve_shape(meta, shapes)
+        check_generated_size(meta.name, shape, meta.dtype)
+        plan.notes.extend(n)
+        plan.inputs.append((meta, shape))
+    return plan
+
+
 def generate_inputs(
     metas: Sequence[TensorMeta],
     *,
@@ -200,30 +243,10 @@ def generate_inputs(
     shapes: Optional[Mapping[str, tuple]] = None,
 ) -> Tuple[List[Dict[str, object]], List[str]]:
     """Generate ``iterations`` feeds for ``metas``; returns (feeds, notes)."""
-    import numpy as np
-
-    ranges = ranges or ValueRanges()
-    shapes = dict(shapes or {})
-    check_names("--input-shapes", list(shapes), metas)
-    check_names("--val-range", list(ranges.per_input), metas)
+    plan = plan_generation(metas, ranges=ranges, shapes=shapes)
     if iterations < 1:
         raise UsageError("--iterations must be at least 1")
-    notes: List[str] = []
-    resolved = []
-    for meta in metas:
-        shape, n = resolve_shape(meta, shapes)
-        check_generated_size(meta.name, shape, meta.dtype)
-        notes.extend(n)
-        resolved.append((meta, shape))
-    feeds: List[Dict[str, object]] = []
-    for k in range(iterations):
-        rng = iteration_rng(seed, k)
-        feed = {}
-        for meta, shape in resolved:
-            lo, hi = ranges.for_input(meta.name)
-            feed[meta.name] = _generate_one(rng, shape, meta.dtype, lo, hi, meta.name)
-        feeds.append(feed)
-    return feeds, notes
+    return list(plan.feeds(iterations, seed)), plan.notes
 
 
 def _shape_matches(actual: tuple, expected) -> bool:

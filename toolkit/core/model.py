@@ -155,39 +155,38 @@ def atomic_output(path: str, mode: str = "wb") -> Iterator:
     """Open a temp file beside ``path``; on success rename it over ``path``.
 
     On any exception the temp file is removed and ``path`` is untouched. ``-`` writes
-    to stdout (binary for "wb").
+    to stdout (binary for "wb"). An OSError while writing (disk full, no permission)
+    becomes an :class:`InputError` naming ``path``.
     """
-    if path == STDIO:
-        stream = sys.stdout.buffer if "b" in mode else sys.stdout
-        yield stream
-        stream.flush()
-        return
-    check_output_path(path)
-    folder = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
     try:
-        with os.fdopen(fd, mode) as f:
-            yield f
+        if path == STDIO:
+            stream = sys.stdout.buffer if "b" in mode else sys.stdout
+            yield stream
+            stream.flush()
+            return
+        check_output_path(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
         try:
-            # mkstemp creates files 0600; give the result normal permissions.
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-        except OSError:
-            pass
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+            with os.fdopen(fd, mode) as f:
+                yield f
+            with contextlib.suppress(OSError):
+                # mkstemp creates files 0600; give the result normal permissions.
+                umask = os.umask(0)
+                os.umask(umask)
+                os.chmod(tmp, 0o666 & ~umask)
+            os.replace(tmp, path)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+    except OSError as exc:
+        raise InputError(f"{describe(path)}: cannot write: {exc.strerror or exc}") from None
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
-    try:
-        with atomic_output(path, "wb") as f:
-            f.write(data)
-    except OSError as exc:
-        raise InputError(f"{describe(path)}: cannot write: {exc.strerror or exc}") from None
+    with atomic_output(path, "wb") as f:
+        f.write(data)
 
 
 def model_size_estimate(model) -> int:
@@ -226,11 +225,8 @@ def save_model(
         if size > PROTOBUF_LIMIT:
             raise InputError(f"{describe(path)}: model is {size / 2**30:.1f} GiB; save it with external data")
         if external_base_dir is not None:
-            try:
-                with atomic_output(path, "wb") as f:
-                    weights.write_single_file(model, f, external_base_dir)
-            except OSError as exc:
-                raise InputError(f"{describe(path)}: cannot write: {exc.strerror or exc}") from None
+            with atomic_output(path, "wb") as f:
+                weights.write_single_file(model, f, external_base_dir)
             return
         write_bytes_atomic(path, model.SerializeToString())
         return

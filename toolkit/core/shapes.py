@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
-from toolkit.core.errors import InputError
+from toolkit.core.errors import InputError, one_line
 from toolkit.core.meta import TensorMeta, format_spec_shape
 
 # Initializers bigger than this are replaced by shape-only stubs for shape inference.
@@ -472,7 +472,7 @@ def _run_for_shapes(original, work, input_shapes, external_data_dir, feed=None) 
     except InputError:
         raise
     except Exception as exc:  # ORT raises its own exception types
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        msg = one_line(exc, first_line=True)
         raise InputError(f"running the model on ONNX-Runtime to find tensor shapes failed: {msg}") from None
 
     import numpy as np

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
-from toolkit.core.errors import InputError, UsageError
+from toolkit.core.errors import InputError, UsageError, one_line
 from toolkit.core.meta import TensorMeta, format_meta, parse_size  # noqa: F401  (parse_size: re-exported)
 from toolkit.core.shapes import (
     infer_tensor_meta,
@@ -142,7 +142,7 @@ def check_model(model, original=None) -> None:
         try:
             onnx.checker.check_model(m)
         except Exception as exc:  # onnx raises ValidationError and friends
-            return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return one_line(exc, first_line=True)
         return None
 
     err = fails(model)
@@ -293,7 +293,7 @@ def _gs_step(what: str):
         raise
     except Exception as exc:  # graphsurgeon raises its own exception, KeyError, ValueError...
         raise InputError(
-            f"onnx-graphsurgeon cannot {what} this model ({_first_line(exc)}); the model may be malformed "
+            f"onnx-graphsurgeon cannot {what} this model ({one_line(exc, first_line=True, limit=300)}); the model may be malformed "
             "(onnx.checker.check_model tells what is wrong)"
         ) from None
 
@@ -685,11 +685,6 @@ def _all_nodes(graph):
             yield from _all_nodes(sub)
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
-
-
 def _fold_once(
     graph,
     *,
@@ -742,14 +737,14 @@ def _fold_once(
                 names = {n.name for n in _all_nodes(graph)}
                 part = _failing_part(str(exc), names - bad_nodes)
                 if part is None or (part[0] == "op" and part[1] in bad_ops):
-                    log(f"Folding constants | folding failed ({_first_line(exc)}); "
+                    log(f"Folding constants | folding failed ({one_line(exc, first_line=True, limit=300)}); "
                         "falling back to folding part by part (slow on big graphs)")
                     break
                 kind, key = part
                 (bad_nodes if kind == "node" else bad_ops).add(key)
                 shown = key if not key.startswith("__toolkit_unnamed_") else "(unnamed)"
                 log(f"Folding constants | {'node' if kind == 'node' else 'op type'} {shown} cannot be folded "
-                    f"({_first_line(exc)}); folding the rest without it")
+                    f"({one_line(exc, first_line=True, limit=300)}); folding the rest without it")
         else:
             log("Folding constants | too many nodes fail to fold; falling back to folding part by part")
         with _quiet_gs() as buf, _quiet_ort(), _gs_step("fold constants in"):

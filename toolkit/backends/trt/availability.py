@@ -5,7 +5,7 @@ Nothing here imports ``tensorrt`` or cuda-python at module level; the functions 
 
 from __future__ import annotations
 
-from toolkit.core.errors import DependencyError, ToolkitError
+from toolkit.core.errors import DependencyError, InferenceError, ToolkitError, one_line
 
 INSTALL_HINT = "install it with: pip install 'toolkit[trt]'"
 MIN_TRT_MAJOR = 10
@@ -25,17 +25,8 @@ TRT10_ONLY = frozenset(
 )
 
 
-def one_line(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
-    return text or type(exc).__name__
-
-
 def inference_error(message: str) -> ToolkitError:
     """The run failed (exit code 1, FAILED line)."""
-    try:
-        from toolkit.core.errors import InferenceError  # type: ignore[attr-defined]
-    except ImportError:  # before InferenceError moved to core
-        from toolkit.backends.onnxrt import InferenceError
     return InferenceError(message)
 
 

@@ -1,0 +1,115 @@
+"""The run's inputs, one feed at a time: taken from loaded files, or generated.
+
+Every runner gets the same inputs. Generated inputs are planned once, for the first runner
+that asks (its input metadata, ``--input-shapes``, shapes a backend prefers for dynamic
+dims); later runners get the same feeds again, regenerated from the seed, rather than
+kept in memory, and checked against their own inputs like loaded data.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from toolkit.core.errors import InputError
+from toolkit.core.meta import TensorMeta
+
+
+def load_feeds(paths: Sequence[str]) -> Tuple[List[Mapping], List[Tuple[str, int]]]:
+    """Concatenate the iterations of every inputs file; remember each one's (file, index)."""
+    from toolkit.core.datafiles import load_inputs
+
+    feeds: List[Mapping] = []
+    where: List[Tuple[str, int]] = []
+    for path in paths:
+        data = load_inputs(path)
+        if not data:
+            raise InputError(f"{path}: holds no iterations")
+        for k, feed in enumerate(data):
+            feeds.append(feed)
+            where.append((path, k))
+    return feeds, where
+
+
+class FeedSource:
+    """Feeds for every runner of a run.
+
+    ``loaded``: the feeds of ``--load-inputs`` (None when inputs are generated);
+    ``preferred``: shapes for dynamic dims of generated inputs that a backend asked for
+    (TensorRT's profile opt shapes); ``notes`` receives generation notes (dims guessed).
+    """
+
+    def __init__(
+        self,
+        loaded: Optional[List[Mapping]] = None,
+        where: Sequence[Tuple[str, int]] = (),
+        *,
+        iterations: Optional[int] = None,
+        seed: Optional[int] = None,
+        ranges=None,
+        shapes: Optional[Mapping[str, tuple]] = None,
+        notes=None,
+    ):
+        self.loaded = loaded
+        self.where = list(where)
+        self.iterations = iterations or 1
+        self.seed = seed
+        self.ranges = ranges
+        self.shapes = dict(shapes or {})
+        self.preferred: Dict[str, tuple] = {}
+        self._notes = notes
+        self._generation = None  # toolkit.core.inputs.GenerationPlan, fixed by the first runner
+
+    def count(self) -> int:
+        return len(self.loaded) if self.loaded is not None else self.iterations
+
+    def _plan(self, metas: Sequence[TensorMeta], preferred: Optional[Mapping[str, tuple]], values: Mapping):
+        from toolkit.core.inputs import plan_generation
+
+        gen_shapes = dict(self.shapes)
+        names = {m.name for m in metas}
+        for extra in (preferred or {}, self.preferred):
+            for name, shape in extra.items():
+                if name in names and name not in gen_shapes and name not in values:
+                    gen_shapes[name] = shape
+        plan = plan_generation(metas, ranges=self.ranges, shapes=gen_shapes)
+        for note in plan.notes:
+            if self._notes is not None:
+                self._notes(note)
+        return plan
+
+    def _generate(self) -> Iterator[Dict]:
+        plan, values = self._generation
+        for feed in plan.feeds(self.iterations, self.seed):
+            for name, value in values.items():  # shape-tensor inputs get valid shapes (a TensorRT profile's opt values)
+                if name in feed and name not in plan.ranges.per_input:
+                    feed[name] = value.copy()
+            yield feed
+
+    def feeds(
+        self,
+        metas: Sequence[TensorMeta],
+        preferred: Optional[Mapping[str, tuple]] = None,
+        values: Optional[Mapping[str, object]] = None,
+    ) -> Iterator[Dict]:
+        """The feeds for a runner with inputs ``metas``, one at a time (exactly its inputs, checked).
+
+        ``preferred``: shapes for dynamic dims, ``values``: fixed values for some inputs, both
+        used only by the runner that generates the inputs first. Names, shapes and sizes are
+        checked when this is called; the data is made or read as the iterator advances.
+        """
+        from toolkit.core.inputs import select_feed
+
+        if self.loaded is not None:
+            pairs = zip(self.loaded, self.where)
+            return (
+                select_feed(f, metas, source=w[0] if w[0] != "-" else "<stdin>", iteration=w[1]) for f, w in pairs
+            )
+        if self._generation is None:
+            self._generation = (self._plan(metas, preferred, values or {}), dict(values or {}))
+            return self._generate()
+        generated = self._generate()
+        return (select_feed(f, metas, source="generated inputs", iteration=k) for k, f in enumerate(generated))
+
+    def all_for(self, metas: Sequence[TensorMeta]) -> List[Dict]:
+        """Every feed at once (TensorRT calibrates ``--int8`` on them while it builds)."""
+        return list(self.feeds(metas))

@@ -1,0 +1,88 @@
+"""What ``toolkit run`` can be asked to do, as typed by the user, and the progress interface.
+
+Nothing here imports numpy, onnx or a backend: the CLI builds a :class:`RunOptions` and
+hands it to :func:`toolkit.run.pipeline.execute`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Mapping, Optional, Sequence
+
+
+@dataclass
+class RunOptions:
+    """Everything ``toolkit run`` can be asked to do (option lists as typed by the user).
+
+    ``runners`` holds runner specs (``onnxrt``, ``trt``, ``onnxrt:opt=disable``, see
+    :mod:`toolkit.run.specs`); a spec's options override the flags below for that runner.
+    Which flags belong to which runner kind is declared in :mod:`toolkit.run.registry`.
+    """
+
+    model: str
+    runners: List[str] = field(default_factory=lambda: ["onnxrt"])
+    providers: List[str] = field(default_factory=list)
+    onnx_outputs: List[str] = field(default_factory=list)
+    onnx_exclude_outputs: List[str] = field(default_factory=list)
+    external_data_dir: Optional[str] = None
+    ort_optimization: Optional[str] = None
+    seed: Optional[int] = None
+    val_range: List[str] = field(default_factory=list)
+    input_shapes: List[str] = field(default_factory=list)
+    iterations: Optional[int] = None
+    load_inputs: List[str] = field(default_factory=list)
+    save_inputs: Optional[str] = None
+    load_outputs: List[str] = field(default_factory=list)
+    save_outputs: Optional[str] = None
+    atol: List[str] = field(default_factory=list)
+    rtol: List[str] = field(default_factory=list)
+    check_error_stat: List[str] = field(default_factory=list)
+    validate: bool = False
+    # library use: keep every live runner's outputs in the report (memory then grows with iterations)
+    keep_outputs: bool = False
+    # TensorRT (used when a "trt" runner is among the runners)
+    trt_outputs: List[str] = field(default_factory=list)
+    trt_exclude_outputs: List[str] = field(default_factory=list)
+    fp16: bool = False
+    bf16: bool = False
+    int8: bool = False
+    tf32: bool = False
+    pool_limit: List[str] = field(default_factory=list)
+    # one list of "name:shape" per occurrence of the flag; occurrence k is profile k
+    trt_min_shapes: List[List[str]] = field(default_factory=list)
+    trt_opt_shapes: List[List[str]] = field(default_factory=list)
+    trt_max_shapes: List[List[str]] = field(default_factory=list)
+    save_engine: Optional[str] = None
+    calibration_cache: Optional[str] = None
+    model_type: Optional[str] = None  # --model-type: "engine" loads MODEL as a TensorRT engine whatever its suffix
+
+    def trt_options_given(self) -> List[str]:
+        """The TensorRT-only options that were set (to warn when --trt is not)."""
+        from toolkit.run.registry import options_given
+
+        return options_given(self, "trt")
+
+
+class Reporter:
+    """Receives progress while a run goes on. Every method may be overridden; all are no-ops."""
+
+    def note(self, message: str) -> None:
+        """A warning worth showing."""
+
+    def info(self, message: str) -> None:
+        """An informational line."""
+
+    def runner_start(self, runner) -> None:
+        pass
+
+    def iterations_start(self, runner_name: str, total: int) -> None:
+        pass
+
+    def iteration(self, runner_name: str, index: int, feed: Mapping, outputs: Mapping, seconds: float) -> None:
+        pass
+
+    def runner_done(self, runner_name: str, times: Sequence[float]) -> None:
+        pass
+
+    def saved(self, what: str, path: str) -> None:
+        pass

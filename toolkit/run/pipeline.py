@@ -1,0 +1,241 @@
+"""``toolkit run`` as a library call: a short pipeline of named steps.
+
+::
+
+    from toolkit.run import RunOptions, execute
+    report = execute(RunOptions("model.onnx", runners=["onnxrt"], load_outputs=["golden.json"]))
+    report.passed, report.mismatched()
+
+1. :func:`~toolkit.run.plan.make_plan`: parse every option, preflight every runner (usage
+   errors and missing backends before any work);
+2. :func:`load_data_files`: the inputs to feed and the outputs files to compare against;
+3. :func:`run_runner` for each runner in order: activate, then one iteration at a time
+   (make or read the feed, infer, save, validate, compare with what came before), deactivate;
+4. :func:`finish`: compare loaded files with each other, check tolerance names, report.
+
+Memory stays flat in the number of iterations: a feed and its outputs live for one
+iteration. Only what a later comparison needs is kept: a runner's outputs until the next
+runner has been compared with them (with one live runner, nothing). Progress and logs go
+through a :class:`~toolkit.run.options.Reporter`. Nothing here keeps global state, so it is
+safe in forked workers; data files go through :func:`toolkit.core.datafiles.load_data`
+(cached per process).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass, field
+from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
+
+from toolkit.core.errors import InputError
+from toolkit.run.feeds import FeedSource, load_feeds
+from toolkit.run.options import Reporter, RunOptions
+from toolkit.run.plan import PlannedRunner, RunPlan, make_plan
+from toolkit.run.results import ResultSet, RunReport
+
+
+def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
+    """Run ``opts`` and return the report (raises ToolkitError subclasses for bad input)."""
+    rep = reporter or Reporter()
+    plan = make_plan(opts, rep)
+    feeds, loaded_sets = load_data_files(plan, rep)
+    stream = Streams(plan, loaded_sets)
+    with open_writers(plan, rep) as writers:
+        for index, planned in enumerate(plan.runners):
+            stream.live.append(run_runner(planned, index, feeds, writers, stream, rep))
+    report_saved(plan, stream.live, rep)
+    return finish(plan, stream, rep)
+
+
+# ---------------------------------------------------------------------------- 2. data files
+
+
+def _load_result_sets(paths: Sequence[str]) -> List[ResultSet]:
+    from toolkit.core.datafiles import load_outputs
+
+    sets = []
+    for path in paths:
+        data = load_outputs(path)
+        if not data.runs:
+            raise InputError(f"{path}: holds no results")
+        base = "<stdin>" if path == "-" else os.path.basename(path)
+        for runner_name, iters in data.runs:
+            label = f"{runner_name} (from {base})"
+            sets.append(ResultSet(label, [it.outputs for it in iters], [it.runtime for it in iters], runner_name, path))
+    return sets
+
+
+def load_data_files(plan: RunPlan, rep: Reporter) -> Tuple[FeedSource, List[ResultSet]]:
+    """The feeds every runner gets (loaded or to generate) and the loaded result sets."""
+    opts = plan.opts
+    loaded, where = None, []
+    if opts.load_inputs and opts.runners:
+        loaded, where = load_feeds(opts.load_inputs)
+        if opts.iterations is not None and opts.iterations != len(loaded):
+            rep.note(f"--iterations {opts.iterations} ignored: the loaded inputs hold {len(loaded)} iteration(s)")
+        if opts.val_range or opts.seed is not None or opts.input_shapes:
+            rep.note("--seed, --val-range and --input-shapes are ignored when inputs are loaded")
+    feeds = FeedSource(
+        loaded, where, iterations=opts.iterations, seed=opts.seed, ranges=plan.ranges, shapes=plan.shapes, notes=rep.note
+    )
+    for planned in plan.runners:  # backends that take the inputs early (TensorRT --int8 calibration)
+        if planned.kind.connect is not None:
+            for name, shape in planned.kind.connect(planned.config, feeds).items():
+                feeds.preferred.setdefault(name, shape)
+    sets = _load_result_sets(opts.load_outputs) if opts.load_outputs else []
+    return feeds, sets
+
+
+# ---------------------------------------------------------------------------- 3. streaming
+
+
+@dataclass
+class Writers:
+    inputs: Any = None  # toolkit.core.datafiles.InputsWriter
+    outputs: Any = None  # toolkit.core.datafiles.OutputsWriter
+
+
+@contextlib.contextmanager
+def open_writers(plan: RunPlan, rep: Reporter) -> Iterator[Writers]:
+    """The --save-inputs/--save-outputs files, written as the run goes (complete only on success)."""
+    from toolkit.core.datafiles import inputs_writer, outputs_writer
+
+    opts = plan.opts
+    with contextlib.ExitStack() as stack:
+        writers = Writers()
+        if opts.save_inputs and plan.runners:
+            writers.inputs = stack.enter_context(inputs_writer(opts.save_inputs))
+        if opts.save_outputs:
+            if plan.runners:
+                writers.outputs = stack.enter_context(outputs_writer(opts.save_outputs))
+            else:
+                rep.note("--save-outputs ignored: no runner ran")
+        yield writers
+
+
+@dataclass
+class Streams:
+    """Result sets in comparison order (live runners, then loaded files) and what is compared so far."""
+
+    plan: RunPlan
+    loaded: List[ResultSet]
+    live: List[ResultSet] = field(default_factory=list)
+    pairs: dict = field(default_factory=dict)  # index of the first set of a pair -> [IterationComparison]
+    problems: list = field(default_factory=list)
+    kept: List[Mapping] = field(default_factory=list)  # the previous live runner's outputs
+
+    def on_iteration(self, index: int, label: str, k: int, outs: Mapping, keep: List[Mapping]) -> None:
+        """Validate and compare iteration ``k`` of live runner ``index``; keep it if a later runner needs it."""
+        from toolkit.core.compare import Tolerances, compare_iteration, validate_outputs
+
+        if self.plan.opts.validate:
+            for problem in validate_outputs(label, [outs]):
+                problem.iteration = k
+                self.problems.append(problem)
+        tol = self.plan.tolerances or Tolerances()
+        if index > 0 and k < len(self.kept):
+            self.pairs.setdefault(index - 1, []).append(compare_iteration(k, self.kept[k], outs, tol))
+        if index == len(self.plan.runners) - 1:
+            if self.loaded and k < self.loaded[0].count:
+                self.pairs.setdefault(index, []).append(compare_iteration(k, outs, self.loaded[0].iterations[k], tol))
+        else:
+            keep.append(outs)
+
+
+def _start(runner, rep: Reporter) -> None:
+    summary = runner.summary()
+    if summary:
+        rep.info(f"{runner.name} | {summary}")
+    for note in runner.notes:
+        rep.note(f"{runner.name}: {note}")
+
+
+def run_runner(
+    planned: PlannedRunner, index: int, feeds: FeedSource, writers: Writers, stream: Streams, rep: Reporter
+) -> ResultSet:
+    """Activate one runner and stream every iteration through it (see :class:`Streams`)."""
+    runner = planned.make(rep)
+    rep.runner_start(runner)
+    runner.activate()
+    try:
+        _start(runner, rep)
+        result = ResultSet(runner.name, [], [], runner.name)
+        if writers.outputs is not None:
+            writers.outputs.begin_runner(runner.name)
+        rep.iterations_start(runner.name, feeds.count())
+        keep: List[Mapping] = []
+        metas = runner.input_metadata()
+        for k, feed in enumerate(feeds.feeds(metas, runner.preferred_shapes(), runner.preferred_values())):
+            outs = runner.infer(feed)
+            secs = runner.last_inference_time
+            result.runtimes.append(secs)
+            rep.iteration(runner.name, k, feed, outs, secs)
+            if index == 0 and writers.inputs is not None:
+                writers.inputs.add(feed)
+            if writers.outputs is not None:
+                writers.outputs.add(outs, secs, runner.name)
+            if k == 0:
+                result.names = list(outs)
+            if planned.opts.keep_outputs:
+                result.iterations.append(outs)
+            stream.on_iteration(index, runner.name, k, outs, keep)
+        result.count = len(result.runtimes)
+        stream.kept = keep
+        rep.runner_done(runner.name, result.runtimes)
+        return result
+    finally:
+        runner.deactivate()
+
+
+def report_saved(plan: RunPlan, live: List[ResultSet], rep: Reporter) -> None:
+    if plan.opts.save_inputs and live:
+        rep.saved("inputs", plan.opts.save_inputs)
+    if plan.opts.save_outputs and live:
+        rep.saved("outputs", plan.opts.save_outputs)
+
+
+# ---------------------------------------------------------------------------- 4. comparisons
+
+
+def _short(names: Sequence[str], n: int = 6) -> str:
+    if not names:
+        return "none"
+    shown = ", ".join(names[:n])
+    return shown + (f", ... ({len(names)} in all)" if len(names) > n else "")
+
+
+def _pair(a: ResultSet, b: ResultSet, its: list):
+    from toolkit.core.compare import PairComparison
+
+    notes = []
+    if a.count != b.count:
+        notes.append(
+            f"{a.label} has {a.count} iteration(s) and {b.label} has {b.count}; comparing the first {min(a.count, b.count)}"
+        )
+    pair = PairComparison(a.label, b.label, its, notes)
+    if pair.iterations and pair.compared == 0:
+        raise InputError(
+            f"nothing to compare between {a.label} and {b.label}: no output name in common "
+            f"({_short(a.names)} vs {_short(b.names)})"
+        )
+    return pair
+
+
+def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
+    """The comparisons of consecutive result sets, in order (loaded files compared here)."""
+    from toolkit.core.compare import Tolerances, check_tolerance_names, compare_iteration
+
+    sets = stream.live + stream.loaded
+    tol = plan.tolerances or Tolerances()
+    comparisons = []
+    for i, (a, b) in enumerate(zip(sets, sets[1:])):
+        its = stream.pairs.get(i)
+        if its is None:  # not streamed: two loaded files
+            its = [compare_iteration(k, x, y, tol) for k, (x, y) in enumerate(zip(a.iterations, b.iterations))]
+        comparisons.append(_pair(a, b, its))
+    if comparisons:
+        compared_names = {o.name for c in comparisons for it in c.iterations for o in it.outputs}
+        for note in check_tolerance_names(tol, compared_names):
+            rep.note(note)
+    return RunReport(sets, comparisons, stream.problems)

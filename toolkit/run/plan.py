@@ -1,0 +1,108 @@
+"""Options -> a typed plan: every option parsed and every runner preflighted before any work.
+
+Usage errors (exit 2) come first, then unwritable outputs (exit 3), then missing backends or
+devices (exit 4): a bad command line costs nothing, and no data file is loaded in vain.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from toolkit.core.errors import UsageError
+from toolkit.run.options import Reporter, RunOptions
+from toolkit.run.registry import RunnerKind, get_kind, unused_options
+from toolkit.run.specs import RunnerSpec, parse_runner_spec
+
+
+@dataclass
+class PlannedRunner:
+    """One runner of the plan: its spec, kind, options (spec applied) and preflight result."""
+
+    spec: RunnerSpec
+    kind: RunnerKind
+    opts: RunOptions
+    config: Any = None
+
+    @property
+    def name(self) -> Optional[str]:
+        """The runner's name: the spec's text when it has options, else the backend's default."""
+        return self.spec.text if self.spec.options else None
+
+    def make(self, reporter: Reporter):
+        return self.kind.factory(self.opts, self.config, reporter, self.name)
+
+
+@dataclass
+class RunPlan:
+    opts: RunOptions
+    runners: List[PlannedRunner]
+    tolerances: Any = None  # toolkit.core.compare.Tolerances when something may be compared
+    ranges: Any = None  # toolkit.core.inputs.ValueRanges
+    shapes: Dict[str, tuple] = field(default_factory=dict)
+
+
+def _same_file(a: str, b: str) -> bool:
+    """Whether paths ``a`` and ``b`` name one file (same real path, or hard links to one inode)."""
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def check_output_paths(opts: RunOptions) -> None:
+    """--save-inputs/--save-outputs: distinct, writable, and not a file this run reads."""
+    from toolkit.core.model import check_output_path
+
+    if opts.save_inputs and opts.save_outputs and opts.save_inputs == opts.save_outputs and opts.save_inputs != "-":
+        raise UsageError("--save-inputs and --save-outputs name the same file")
+    if opts.save_inputs == "-" and opts.save_outputs == "-":
+        raise UsageError("only one of --save-inputs and --save-outputs can write to stdout ('-')")
+    readers = [("MODEL", opts.model)]
+    readers += [("--load-inputs", p) for p in opts.load_inputs]
+    readers += [("--load-outputs", p) for p in opts.load_outputs]
+    for flag, path in (("--save-inputs", opts.save_inputs), ("--save-outputs", opts.save_outputs)):
+        if not path or path == "-":
+            continue
+        for what, src in readers:
+            if src and src != "-" and _same_file(path, src):
+                raise UsageError(
+                    f"{flag} {path} would overwrite {what} {src}, which this run reads; choose another file name"
+                )
+    for path in (opts.save_inputs, opts.save_outputs):
+        if path:
+            check_output_path(path)
+
+
+def _tolerances(opts: RunOptions):
+    if opts.atol or opts.rtol or opts.check_error_stat or len(opts.runners) + len(opts.load_outputs) > 1:
+        from toolkit.core.compare import Tolerances  # only when something may be compared
+
+        return Tolerances.parse(opts.atol, opts.rtol, opts.check_error_stat)
+    return None
+
+
+def make_plan(opts: RunOptions, reporter: Reporter) -> RunPlan:
+    """Parse and check every option, preflight every runner (raises ToolkitError subclasses)."""
+    from toolkit.core.inputs import parse_val_ranges
+    from toolkit.core.meta import parse_shape_specs
+
+    specs = [parse_runner_spec(text) for text in opts.runners]
+    plan = RunPlan(opts, [], _tolerances(opts), parse_val_ranges(opts.val_range), parse_shape_specs(opts.input_shapes))
+    if opts.iterations is not None and opts.iterations < 1:
+        raise UsageError("--iterations must be at least 1")
+    check_output_paths(opts)
+    for spec in specs:  # preflight: fails now (before loading data) when a backend or device is missing
+        runner_opts = spec.apply(opts)
+        kind = get_kind(spec.kind)
+        plan.runners.append(PlannedRunner(spec, kind, runner_opts, kind.preflight(runner_opts, reporter)))
+    for note in unused_options(opts, [s.kind for s in specs]):
+        reporter.note(note)
+    if not opts.runners and not opts.load_outputs:
+        raise UsageError("nothing to run or compare; pass --onnxrt, or --load-outputs files to compare")
+    if opts.save_inputs and not opts.runners:
+        raise UsageError("--save-inputs needs a runner (e.g. --onnxrt)")
+    return plan

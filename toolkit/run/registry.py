@@ -1,0 +1,290 @@
+"""The runner registry: every backend kind, its options, its preflight and its factory.
+
+A :class:`RunnerKind` is all ``toolkit run`` (and anything that takes a runner spec) knows
+about a backend. The command line flags that select runners (``--onnxrt``, ``--trt``), the
+order of the runners, the "TensorRT-only option given without --trt" warnings and the
+options a runner spec accepts (``trt:fp16``, ``onnxrt:opt=basic``) all come from here.
+
+Adding a backend: write its :class:`toolkit.backends.base.Runner` in ``toolkit/backends/``,
+then :func:`register` one :class:`RunnerKind` (see ``docs/architecture.md``).
+
+This module imports no backend and nothing heavy; factories import theirs when called.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from toolkit.backends.onnxrt import OPTIMIZATION_LEVELS
+from toolkit.core.errors import UsageError
+
+if TYPE_CHECKING:  # pragma: no cover
+    from toolkit.backends.base import Runner
+    from toolkit.run.feeds import FeedSource
+    from toolkit.run.options import Reporter, RunOptions
+
+
+@dataclass(frozen=True)
+class RunnerOption:
+    """One option of a runner kind.
+
+    ``field``: the :class:`~toolkit.run.options.RunOptions` attribute it sets; ``flag``: its
+    command-line flag (None when it exists only in specs); ``spec``: its name in a runner spec
+    (``trt:fp16`` -> ``fp16``, ``onnxrt:opt=basic`` -> ``opt``), None when specs cannot set it;
+    ``choices``: the values of a ``KEY=VALUE`` spec option (empty for a switch such as ``fp16``).
+    """
+
+    field: str
+    flag: Optional[str] = None
+    spec: Optional[str] = None
+    choices: Tuple[str, ...] = ()
+
+
+Preflight = Callable[["RunOptions", "Reporter"], Any]
+Factory = Callable[["RunOptions", Any, "Reporter", Optional[str]], "Runner"]
+Connect = Callable[[Any, "FeedSource"], Mapping[str, tuple]]
+
+
+def _no_preflight(opts: "RunOptions", reporter: "Reporter") -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class RunnerKind:
+    """A backend as ``toolkit run`` sees it.
+
+    ``preflight(opts, reporter)`` runs before any data is loaded: usage errors (exit 2), then a
+    missing dependency or device (exit 4); what it returns is handed to ``factory``.
+    ``factory(opts, config, reporter, name)`` returns an inactive runner. ``connect(config,
+    feeds)``, when given, lets the backend take the run's inputs early (TensorRT calibrates
+    ``--int8`` on them) and returns shapes that generated inputs should use for dynamic dims.
+    ``warn_unused``: warn when the kind's flags are given but none of its runners runs.
+    """
+
+    name: str
+    flag: str
+    help: str
+    factory: Factory
+    options: Tuple[RunnerOption, ...] = ()
+    preflight: Preflight = _no_preflight
+    connect: Optional[Connect] = None
+    warn_unused: bool = False
+
+    def spec_options(self) -> Dict[str, RunnerOption]:
+        return {o.spec: o for o in self.options if o.spec}
+
+
+KINDS: Dict[str, RunnerKind] = {}
+
+
+def register(kind: RunnerKind) -> RunnerKind:
+    """Add (or replace) a runner kind; returns it."""
+    KINDS[kind.name] = kind
+    return kind
+
+
+def get_kind(name: str) -> RunnerKind:
+    """The kind called ``name``; UsageError (exit 2) naming the valid ones otherwise."""
+    kind = KINDS.get(name)
+    if kind is None:
+        raise UsageError(f"unknown runner '{name}'; use one of: {', '.join(KINDS)}")
+    return kind
+
+
+def options_given(opts: "RunOptions", kind_name: str) -> List[str]:
+    """The flags of ``kind_name``'s options that are set in ``opts``."""
+    return [o.flag for o in get_kind(kind_name).options if o.flag and getattr(opts, o.field)]
+
+
+def unused_options(opts: "RunOptions", kinds_running: Sequence[str]) -> List[str]:
+    """Warnings for kinds whose flags are given while none of their runners runs."""
+    notes = []
+    for kind in KINDS.values():
+        if kind.warn_unused and kind.name not in kinds_running:
+            given = options_given(opts, kind.name)
+            if given:
+                notes.append(f"{', '.join(given)} ignored without {kind.flag}")
+    return notes
+
+
+def runner_order(argv: Sequence[str], selected: Mapping[str, bool]) -> List[str]:
+    """The selected kinds in the order their flags (``--onnxrt``, ``--trt``) appear in ``argv``."""
+    by_flag = {KINDS[name].flag: name for name in selected if name in KINDS}
+    order: List[str] = []
+    for tok in argv:
+        if tok == "--":
+            break
+        name = by_flag.get(tok)
+        if name and selected[name] and name not in order:
+            order.append(name)
+    order += [name for name, on in selected.items() if on and name not in order]
+    return order
+
+
+# ---------------------------------------------------------------------------- ONNX-Runtime
+
+
+def _onnxrt_preflight(opts: "RunOptions", reporter: "Reporter") -> None:
+    if opts.ort_optimization:
+        from toolkit.backends.onnxrt import check_optimization_level
+
+        check_optimization_level(opts.ort_optimization)
+
+
+def _onnxrt_factory(opts: "RunOptions", config: Any, reporter: "Reporter", name: Optional[str]) -> "Runner":
+    from toolkit.backends.onnxrt import OnnxrtRunner
+
+    return OnnxrtRunner(
+        opts.model,
+        providers=opts.providers,
+        outputs=opts.onnx_outputs,
+        exclude_outputs=opts.onnx_exclude_outputs,
+        external_data_dir=opts.external_data_dir,
+        graph_optimization=opts.ort_optimization,
+        name=name,
+    )
+
+
+register(
+    RunnerKind(
+        name="onnxrt",
+        flag="--onnxrt",
+        help="ONNX-Runtime (CPU by default; --providers picks execution providers)",
+        factory=_onnxrt_factory,
+        preflight=_onnxrt_preflight,
+        options=(
+            RunnerOption("providers", "--providers"),
+            RunnerOption("onnx_outputs", "--onnx-outputs"),
+            RunnerOption("onnx_exclude_outputs", "--onnx-exclude-outputs"),
+            RunnerOption("ort_optimization", "--ort-optimization", spec="opt", choices=tuple(OPTIMIZATION_LEVELS)),
+        ),
+    )
+)
+
+
+# ---------------------------------------------------------------------------- TensorRT
+
+
+def trt_config(opts: "RunOptions"):
+    """The :class:`toolkit.backends.trt.TrtConfig` for ``opts`` (UsageError for malformed values)."""
+    from toolkit.backends.trt import TrtConfig, parse_pool_limits, parse_profile_groups
+    from toolkit.core.meta import parse_shape_specs
+
+    return TrtConfig(
+        fp16=opts.fp16,
+        bf16=opts.bf16,
+        int8=opts.int8,
+        tf32=opts.tf32,
+        pool_limits=parse_pool_limits(opts.pool_limit),
+        profiles=parse_profile_groups(opts.trt_min_shapes, opts.trt_opt_shapes, opts.trt_max_shapes),
+        fallback_shapes=parse_shape_specs(opts.input_shapes),
+        save_engine=opts.save_engine,
+        calibration_cache=opts.calibration_cache,
+        mark_outputs=list(opts.trt_outputs) or None,
+        exclude_outputs=list(opts.trt_exclude_outputs),
+        external_data_dir=opts.external_data_dir,
+    )
+
+
+def model_is_engine(opts: "RunOptions") -> bool:
+    """MODEL is a TensorRT engine: by --model-type, else by its suffix (.engine/.plan/.trt)."""
+    from toolkit.backends.trt import is_engine_path
+
+    kind = (opts.model_type or "").lower()
+    return kind == "engine" if kind in ("engine", "onnx") else is_engine_path(opts.model)
+
+
+def _check_trt_files(opts: "RunOptions") -> None:
+    from toolkit.core.model import check_output_path
+
+    if opts.save_engine:
+        if opts.save_engine == "-":
+            raise UsageError("--save-engine needs a file name, not stdout ('-')")
+        if opts.save_engine in (opts.save_inputs, opts.save_outputs):
+            raise UsageError("--save-engine names the same file as --save-inputs/--save-outputs")
+        if os.path.abspath(opts.save_engine) == os.path.abspath(opts.model):
+            raise UsageError("--save-engine would overwrite MODEL")
+        check_output_path(opts.save_engine)
+    if opts.calibration_cache:
+        if not opts.int8:
+            raise UsageError("--calibration-cache is only used with --int8")
+        if not os.path.isfile(opts.calibration_cache):
+            check_output_path(opts.calibration_cache)
+
+
+def check_trt(opts: "RunOptions", reporter: Optional["Reporter"] = None):
+    """Fail early (before any data is loaded) when the TensorRT run cannot happen.
+
+    Usage errors first (exit 2), then a missing TensorRT / cuda-python / GPU (exit 4).
+    Returns the parsed TrtConfig.
+    """
+    from toolkit.backends.trt import check_available, check_config
+
+    engine = model_is_engine(opts)
+    if engine and any(r.split(":")[0] == "onnxrt" for r in opts.runners):
+        raise UsageError(
+            f"{opts.model} is a TensorRT engine, which ONNX-Runtime cannot run; "
+            "give the ONNX model to compare --onnxrt with --trt"
+        )
+    if opts.model == "-" and len(opts.runners) > 1:
+        raise UsageError("a model read from stdin ('-') can feed only one runner; save it to a file to compare runners")
+    config = trt_config(opts)
+    _check_trt_files(opts)
+    trt, _cudart = check_available()
+    if not engine:
+        check_config(trt, config)
+    return config
+
+
+def _trt_factory(opts: "RunOptions", config: Any, reporter: "Reporter", name: Optional[str]) -> "Runner":
+    from toolkit.backends.trt import TrtRunner
+
+    def on_message(severity: str, text: str) -> None:
+        reporter.info(f"[TensorRT] {severity}: {' '.join(text.split())}")
+
+    return TrtRunner(
+        opts.model,
+        config if config is not None else trt_config(opts),
+        on_message=on_message,
+        name=name,
+        engine_file=model_is_engine(opts),
+    )
+
+
+def _trt_connect(config: Any, feeds: "FeedSource") -> Mapping[str, tuple]:
+    """Loaded feeds shape the profile; ``--int8`` calibrates on the run's inputs; generated
+    inputs take the first profile's opt shapes for dynamic dims."""
+    config.sample_feeds = feeds.loaded
+    config.calibration_data = feeds.all_for
+    if not config.profiles:
+        return {}
+    return {name: mid for name, (_lo, mid, _hi) in config.profiles[0].items()}
+
+
+register(
+    RunnerKind(
+        name="trt",
+        flag="--trt",
+        help="TensorRT (needs an NVIDIA GPU and the trt extra)",
+        factory=_trt_factory,
+        preflight=check_trt,
+        connect=_trt_connect,
+        warn_unused=True,
+        options=(
+            RunnerOption("trt_outputs", "--trt-outputs"),
+            RunnerOption("trt_exclude_outputs", "--trt-exclude-outputs"),
+            RunnerOption("fp16", "--fp16", spec="fp16"),
+            RunnerOption("bf16", "--bf16", spec="bf16"),
+            RunnerOption("int8", "--int8", spec="int8"),
+            RunnerOption("tf32", "--tf32", spec="tf32"),
+            RunnerOption("pool_limit", "--pool-limit"),
+            RunnerOption("trt_min_shapes", "--trt-min-shapes"),
+            RunnerOption("trt_opt_shapes", "--trt-opt-shapes"),
+            RunnerOption("trt_max_shapes", "--trt-max-shapes"),
+            RunnerOption("save_engine", "--save-engine"),
+            RunnerOption("calibration_cache", "--calibration-cache"),
+        ),
+    )
+)
