@@ -329,7 +329,7 @@ def test_loaded_inputs_may_hold_extra_tensors(cli, seed_model, tmp_path):
     "feed,needle",
     [
         ({"x0": np.zeros(SHAPE, np.float32)}, "no tensor for model input(s) x1"),
-        ({"x0": np.zeros(SHAPE, np.float64), "x1": np.zeros(SHAPE, np.float32)}, "'x0' is float64, but the model expects float32"),
+        ({"x0": np.full(SHAPE, 1e300), "x1": np.zeros(SHAPE, np.float32)}, "'x0' is float64, but the model expects float32"),
         ({"x0": np.zeros((1, 3, 4, 5), np.float32), "x1": np.zeros(SHAPE, np.float32)}, "'x0' has shape (1, 3, 4, 5)"),
         ({"x0": np.zeros((3, 4, 4), np.float32), "x1": np.zeros(SHAPE, np.float32)}, "'x0' has shape (3, 4, 4)"),
     ],

@@ -257,17 +257,42 @@ def _shape_matches(actual: tuple, expected) -> bool:
     return all(not isinstance(e, int) or a == e for a, e in zip(actual, expected))
 
 
-def select_feed(feed: Mapping, metas: Sequence[TensorMeta], *, source: str, iteration: int) -> Dict[str, object]:
+def select_feed(
+    feed: Mapping,
+    metas: Sequence[TensorMeta],
+    *,
+    source: str,
+    iteration: int,
+    notes: Optional[List[str]] = None,
+) -> Dict[str, object]:
     """Exactly the model's inputs from a loaded feed, checked (InputError on any mismatch).
 
-    Only the tensors the model needs are read (lazy ``.npz`` members stay on disk).
+    Only the tensors the model needs are read (lazy ``.npz`` members stay on disk). Two
+    mismatches are mended, as the reference does, each with a one-line note (appended to
+    ``notes``): a tensor whose name differs from the input's only in case is used for it,
+    and a dtype that differs in a value-preserving way is cast (e.g. float64 saved by numpy
+    for a float32 input). A cast that would change values (integers that do not fit,
+    fractions into integers, overflow to infinity) stays an InputError.
     """
     import numpy as np
 
     from toolkit.core.meta import dtype_from_numpy, format_meta
 
     out: Dict[str, object] = {}
-    missing = [m.name for m in metas if m.name not in feed]
+    keys = {m.name: m.name for m in metas if m.name in feed}
+    missing = []
+    for m in metas:
+        if m.name in keys:
+            continue
+        folded = [k for k in feed if isinstance(k, str) and k.lower() == m.name.lower()]
+        if len(folded) == 1 and folded[0] not in {mm.name for mm in metas}:
+            keys[m.name] = folded[0]
+            if notes is not None:
+                notes.append(
+                    f"{source}: tensor '{folded[0]}' is used for model input '{m.name}' (the names differ only in case)"
+                )
+        else:
+            missing.append(m.name)
     if missing:
         have = list(feed)
         shown = ", ".join(have[:8]) + (f", ... ({len(have)} in all)" if len(have) > 8 else "")
@@ -276,15 +301,12 @@ def select_feed(feed: Mapping, metas: Sequence[TensorMeta], *, source: str, iter
             f" (it has: {shown or 'nothing'})"
         )
     for meta in metas:
-        arr = feed[meta.name]
+        arr = feed[keys[meta.name]]
         if not isinstance(arr, np.ndarray):
             arr = np.asarray(arr)
         got_dtype = dtype_from_numpy(arr.dtype)
         if meta.dtype is not None and got_dtype != meta.dtype:
-            raise InputError(
-                f"{source}: iteration {iteration}: input '{meta.name}' is {got_dtype}, but the model expects "
-                f"{meta.dtype}; convert the data (toolkit never casts silently)"
-            )
+            arr = _cast_preserving(arr, meta, got_dtype, source, iteration, notes)
         if not _shape_matches(tuple(arr.shape), meta.shape):
             raise InputError(
                 f"{source}: iteration {iteration}: input '{meta.name}' has shape {format_shape(tuple(arr.shape))}, "
@@ -292,3 +314,42 @@ def select_feed(feed: Mapping, metas: Sequence[TensorMeta], *, source: str, iter
             )
         out[meta.name] = arr
     return out
+
+
+def _cast_preserving(arr, meta: TensorMeta, got_dtype: str, source: str, iteration: int, notes):
+    """``arr`` cast to the input's dtype when that keeps its values; InputError otherwise."""
+    import numpy as np
+
+    from toolkit.core.meta import dtype_to_numpy
+
+    def refuse(why: str):
+        raise InputError(
+            f"{source}: iteration {iteration}: input '{meta.name}' is {got_dtype}, but the model expects "
+            f"{meta.dtype}, and casting it would {why}; convert the data yourself"
+        )
+
+    try:
+        target = np.dtype(dtype_to_numpy(meta.dtype))
+    except Exception:  # noqa: BLE001 - a dtype numpy cannot hold
+        refuse("not be possible")
+    src = arr.dtype
+    numeric = "biuf"
+    if src.kind not in numeric or target.kind not in numeric:
+        refuse("not be possible")
+    with np.errstate(all="ignore"):
+        cast = arr.astype(target)
+        if target.kind == "f":
+            finite = np.isfinite(arr) if src.kind == "f" else np.ones(arr.shape, bool)
+            if np.any(finite & ~np.isfinite(cast)):
+                refuse("overflow to infinity")
+            if src.kind in "iu" and not np.array_equal(cast.astype(src), arr):
+                refuse("round integers that do not fit")
+        else:  # integer or bool target: every value must come back exactly
+            if src.kind == "f" and not np.all(np.isfinite(arr)):
+                refuse("turn NaN or infinity into an integer")
+            back = cast.astype(src)
+            if not np.array_equal(back, arr):
+                refuse("change values (fractions, or integers out of its range)")
+    if notes is not None:
+        notes.append(f"{source}: input '{meta.name}' is {got_dtype}; cast to {meta.dtype}, as the model expects")
+    return cast

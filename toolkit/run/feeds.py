@@ -100,15 +100,28 @@ class FeedSource:
         from toolkit.core.inputs import select_feed
 
         if self.loaded is not None:
-            pairs = zip(self.loaded, self.where)
-            return (
-                select_feed(f, metas, source=w[0] if w[0] != "-" else "<stdin>", iteration=w[1]) for f, w in pairs
-            )
+            return self._select_loaded(metas)
         if self._generation is None:
             self._generation = (self._plan(metas, preferred, values or {}), dict(values or {}))
             return self._generate()
         generated = self._generate()
         return (select_feed(f, metas, source="generated inputs", iteration=k) for k, f in enumerate(generated))
+
+    def _select_loaded(self, metas: Sequence[TensorMeta]) -> Iterator[Dict]:
+        """The loaded feeds for ``metas``; what select_feed mends (a name differing only in case,
+        a value-preserving cast) is said once per file and tensor, not once per iteration."""
+        from toolkit.core.inputs import select_feed
+
+        seen = set()
+        for f, w in zip(self.loaded, self.where):
+            notes: List[str] = []
+            feed = select_feed(f, metas, source=w[0] if w[0] != "-" else "<stdin>", iteration=w[1], notes=notes)
+            for note in notes:
+                if note not in seen:
+                    seen.add(note)
+                    if self._notes is not None:
+                        self._notes(note)
+            yield feed
 
     def all_for(self, metas: Sequence[TensorMeta]) -> List[Dict]:
         """Every feed at once (TensorRT calibrates ``--int8`` on them while it builds)."""
