@@ -16,6 +16,8 @@ import modelzoo
 from conftest import REPO, run_toolkit
 from reduce_helpers import CHECKER, node_names, wide
 
+from toolkit.cli.app import worker_entry
+
 MUL = "onnx_graphsurgeon_node_1"
 INSPECT = ["toolkit", "inspect", "model", "polygraphy_debug.onnx", "--mode=basic"]
 
@@ -318,7 +320,7 @@ def test_ctrl_c_saves_smallest_failing_model_and_replay(tmp_path):
 def _pair(args):
     from toolkit.reduce.check import SubprocessRunner, WarmRunner
 
-    warm = WarmRunner(args).run()
+    warm = WarmRunner(args, entry=worker_entry()).run()
     sub = SubprocessRunner([sys.executable, "-m", "toolkit", *args]).run()
     return warm, sub
 
@@ -344,11 +346,13 @@ def test_warm_worker_output_and_code_match_a_subprocess(seed, monkeypatch, args)
 def test_warm_worker_can_be_disabled(monkeypatch):
     from toolkit.reduce.check import make_runner
 
-    assert make_runner(["toolkit", "inspect", "model", "x"]).kind == "warm"
-    assert make_runner([sys.executable, "-m", "toolkit", "inspect"]).kind == "warm"
+    entry = worker_entry()
+    assert make_runner(["toolkit", "inspect", "model", "x"], entry=entry).kind == "warm"
+    assert make_runner([sys.executable, "-m", "toolkit", "inspect"], entry=entry).kind == "warm"
+    assert make_runner(["toolkit", "inspect", "model", "x"]).kind == "subprocess"  # no entry to run it warm
     assert make_runner(["echo", "x"]).kind == "subprocess"
     monkeypatch.setenv("TOOLKIT_NO_WARM_WORKER", "1")
-    assert make_runner(["toolkit", "inspect", "model", "x"]).kind == "subprocess"
+    assert make_runner(["toolkit", "inspect", "model", "x"], entry=entry).kind == "subprocess"
 
 
 def test_warm_worker_preloads_data_files():
@@ -503,7 +507,7 @@ def test_warm_worker_timeout_kills_the_child(monkeypatch):
 
     monkeypatch.setattr(cli_app, "main", hang)  # the forked child calls this
     start = time.monotonic()
-    res = WarmRunner(["inspect", "model", "x.onnx"], timeout=0.5).run()
+    res = WarmRunner(["inspect", "model", "x.onnx"], timeout=0.5, entry=worker_entry()).run()
     assert res.timed_out and time.monotonic() - start < 10
 
 
@@ -512,7 +516,7 @@ def test_warm_worker_crash_is_a_failure(monkeypatch):
     from toolkit.reduce.check import FailureRule, WarmRunner
 
     monkeypatch.setattr(cli_app, "main", lambda argv=None: os.kill(os.getpid(), signal.SIGKILL))
-    res = WarmRunner(["inspect", "model", "x.onnx"]).run()
+    res = WarmRunner(["inspect", "model", "x.onnx"], entry=worker_entry()).run()
     assert res.signal == signal.SIGKILL and FailureRule().failed(res)
 
 

@@ -145,6 +145,25 @@ def _main(argv: List[str]) -> int:
     return cmd.main(args=rest, prog_name="toolkit", standalone_mode=False)
 
 
+def _worker_main(argv: List[str]) -> int:
+    from toolkit.cli import output
+
+    output._consoles.clear()  # the forked child has new stdio objects
+    return main(argv)
+
+
+def _warm_up(argv: List[str]) -> None:
+    get_command()  # the whole tree, built once in the parent; every forked check reuses it
+
+
+def worker_entry():
+    """How ``debug reduce``'s forked warm worker runs a toolkit check: this CLI's :func:`main`
+    (the reduce package takes it as a :class:`toolkit.reduce.check.WorkerEntry`, never imports the CLI)."""
+    from toolkit.reduce.check import WorkerEntry
+
+    return WorkerEntry(main=_worker_main, prepare=_warm_up)
+
+
 def run(exit: Callable[[int], None] = os._exit) -> None:
     """Console-script entry point.
 

@@ -404,10 +404,13 @@ def reduce_command(
     if check is None and fail_regex:
         warn("--fail-regex has no effect without --check")
     rule = FailureRule(fail_regex, fail_code, ignore_fail_code)
+    from toolkit.cli.app import worker_entry
+
     cfg = ReduceConfig(
         model=model,
         output=output,
         check=list(check) if check is not None else None,
+        worker=worker_entry(),
         min_good=min_good,
         mode=mode,
         rule=rule,

@@ -7,8 +7,9 @@ Two ways to run a check, with the same output and exit status:
 - :class:`WarmRunner`: a check that is ``toolkit ...`` (or ``python -m toolkit ...``) runs
   in a forked copy of this process, which has already imported the CLI, numpy, onnx and
   onnxruntime and loaded the data files the check names. The child points fd 1/2 at
-  pipes, calls :func:`toolkit.cli.app.main` and exits with its code, exactly as a fresh
-  ``toolkit`` process would, minus the interpreter start-up and imports.
+  pipes, calls the CLI's entry point and exits with its code, exactly as a fresh
+  ``toolkit`` process would, minus the interpreter start-up and imports. The CLI hands
+  that entry point in (a :class:`WorkerEntry`): this package never imports the CLI.
 
 :class:`FailureRule` turns a :class:`CheckResult` into a verdict, and
 :func:`ask_user` is the interactive ``[p]ass or [f]ail?`` prompt.
@@ -35,6 +36,22 @@ WARM_ENV = "TOOLKIT_NO_WARM_WORKER"
 
 # Options of a toolkit check whose values are data files worth loading once in the parent.
 _DATA_OPTIONS = ("--load-inputs", "--load-input-data", "--load-outputs", "--load-output-data")
+
+
+def _nothing(args: List[str]) -> None:
+    return None
+
+
+@dataclass(frozen=True)
+class WorkerEntry:
+    """How a forked warm worker runs ``toolkit ARGS``, given by the CLI.
+
+    ``main(args) -> exit code`` runs one command in the child (fresh stdio already in place);
+    ``prepare(args)`` warms the parent up once (e.g. builds the command tree the check uses).
+    """
+
+    main: Callable[[List[str]], int]
+    prepare: Callable[[List[str]], None] = _nothing
 
 
 @dataclass
@@ -308,10 +325,13 @@ class WarmRunner:
 
     kind = "warm"
 
-    def __init__(self, args: Sequence[str], timeout: Optional[float] = None, argv0: str = "toolkit"):
+    def __init__(
+        self, args: Sequence[str], timeout: Optional[float] = None, argv0: str = "toolkit", *, entry: WorkerEntry
+    ):
         self.args = list(args)
         self.timeout = timeout
         self.argv0 = argv0
+        self.entry = entry
         self._prepared = False
 
     def prepare(self) -> None:
@@ -323,7 +343,6 @@ class WarmRunner:
         import pkgutil
 
         import toolkit
-        import toolkit.cli.app  # noqa: F401
 
         for mod in ("numpy", "onnx"):
             importlib.import_module(mod)
@@ -333,7 +352,7 @@ class WarmRunner:
             except ImportError:
                 pass
         # toolkit's own modules (commands import them lazily; import them once here)
-        for sub in ("core", "backends"):
+        for sub in ("core", "backends", "run"):
             try:
                 pkg = importlib.import_module(f"toolkit.{sub}")
             except ImportError:
@@ -345,7 +364,10 @@ class WarmRunner:
                 except Exception:  # noqa: BLE001 - optional extras may be missing
                     pass
         _ = toolkit
-        _build_command_tree(self.args)
+        try:
+            self.entry.prepare(list(self.args))
+        except Exception:  # noqa: BLE001 - only a warm-up
+            pass
         from toolkit.core.datafiles import load_data
 
         for path in data_files_in(self.args):
@@ -377,7 +399,7 @@ class WarmRunner:
             try:
                 os.close(r_out)
                 os.close(r_err)
-                code = _child(self.argv0, self.args, w_out, w_err)
+                code = _child(self.entry, self.argv0, self.args, w_out, w_err)
             finally:
                 os._exit(code)
         os.close(w_out)
@@ -425,22 +447,6 @@ class WarmRunner:
         pass
 
 
-def _build_command_tree(args: Sequence[str]) -> None:
-    """Have the CLI build (and cache) the command tree the check will use, in the parent."""
-    import inspect
-
-    import toolkit.cli.app as cli_app
-
-    try:
-        get = cli_app.get_command
-        if inspect.signature(get).parameters and hasattr(cli_app, "_group_of"):
-            get(cli_app._group_of(list(args)))
-        else:
-            get()
-    except Exception:  # noqa: BLE001 - only a warm-up
-        pass
-
-
 def _warm_onnx() -> None:
     """Initialise onnx's operator schema registry once (its first shape inference is slow)."""
     try:
@@ -458,7 +464,7 @@ def _warm_onnx() -> None:
         pass
 
 
-def _child(argv0: str, args: List[str], w_out: int, w_err: int) -> int:  # pragma: no cover - child only
+def _child(entry: WorkerEntry, argv0: str, args: List[str], w_out: int, w_err: int) -> int:  # pragma: no cover - child only
     """Become a fresh ``toolkit`` process: own session, stdio on the pipes, run main()."""
     os.setsid()
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -474,17 +480,9 @@ def _child(argv0: str, args: List[str], w_out: int, w_err: int) -> int:  # pragm
     sys.stdout = sys.__stdout__ = open(1, "w", encoding=enc, errors="strict", closefd=False)
     sys.stderr = sys.__stderr__ = open(2, "w", encoding=enc, errors="backslashreplace", closefd=False, buffering=1)
     sys.argv = [argv0] + list(args)
-    try:
-        from toolkit.cli import output
-
-        output._consoles.clear()
-    except Exception:  # noqa: BLE001
-        pass
     code = 1
     try:
-        import toolkit.cli.app as cli_app
-
-        code = cli_app.main(list(args))
+        code = entry.main(list(args))
         code = int(code) if isinstance(code, int) else 0
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
@@ -501,8 +499,15 @@ def _child(argv0: str, args: List[str], w_out: int, w_err: int) -> int:  # pragm
     return code & 0xFF
 
 
-def make_runner(argv: Sequence[str], timeout: Optional[float] = None, *, warm: Optional[bool] = None):
-    """The runner for ``argv``: warm fork for toolkit checks (unless disabled), else a subprocess."""
+def make_runner(
+    argv: Sequence[str],
+    timeout: Optional[float] = None,
+    *,
+    warm: Optional[bool] = None,
+    entry: Optional[WorkerEntry] = None,
+):
+    """The runner for ``argv``: warm fork for toolkit checks (unless disabled, or no ``entry``
+    was given to run them with), else a subprocess."""
     if not argv:
         raise UsageError("--check needs a command after it, e.g. --check toolkit run polygraphy_debug.onnx --onnxrt")
     if timeout is not None and timeout <= 0:
@@ -510,8 +515,8 @@ def make_runner(argv: Sequence[str], timeout: Optional[float] = None, *, warm: O
     if warm is None:
         warm = os.environ.get(WARM_ENV, "") in ("", "0") and hasattr(os, "fork")
     args = toolkit_args(argv)
-    if args is not None and warm:
-        return WarmRunner(args, timeout, argv0=argv[0])
+    if args is not None and warm and entry is not None:
+        return WarmRunner(args, timeout, argv0=argv[0], entry=entry)
     if args is not None and shutil.which(argv[0]) is None:
         # `toolkit` is not on PATH (venv not activated): it is this toolkit, run it by module
         return SubprocessRunner([sys.executable, "-m", "toolkit", *args], timeout)

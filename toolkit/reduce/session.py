@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError
-from toolkit.reduce.check import AnswersExhausted, CheckResult, FailureRule, ask_user, make_runner
+from toolkit.reduce.check import AnswersExhausted, CheckResult, FailureRule, WorkerEntry, ask_user, make_runner
 from toolkit.reduce.graph import (
     BIG_MODEL_BYTES,
     Candidate,
@@ -68,6 +68,8 @@ class ReduceConfig:
     reduce_outputs: bool = True
     external_data_dir: Optional[str] = None
     warm: Optional[bool] = None  # None: automatic
+    # how a forked warm worker runs a toolkit check (the CLI gives it); None: checks run as subprocesses
+    worker: Optional[WorkerEntry] = None
     # -o, --min-good and --artifacts refer to the model's external data through hard links
     # (or its own folder) instead of carrying a copy of the weights they use.
     link_external_data: bool = False
@@ -518,7 +520,7 @@ class Reducer:
         if self._given_runner is not None:
             self.runner = self._given_runner
         elif cfg.check is not None:
-            self.runner = make_runner(cfg.check, cfg.check_timeout, warm=cfg.warm)
+            self.runner = make_runner(cfg.check, cfg.check_timeout, warm=cfg.warm, entry=cfg.worker)
         self._load()
         n = self.index.size
         outcome = Outcome("reduced", n, runner=getattr(self.runner, "kind", "interactive"))

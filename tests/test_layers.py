@@ -1,0 +1,66 @@
+"""The layers point one way: cli -> {run, reduce, precision} -> backends -> core.
+
+Every import in every module counts, also those inside functions (where the heavy ones live).
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+PKG = pathlib.Path(__file__).resolve().parent.parent / "toolkit"
+
+# layer -> the toolkit packages it must never import
+FORBIDDEN = {
+    "core": {"backends", "reduce", "run", "cli", "precision"},
+    "backends": {"reduce", "run", "cli", "precision"},
+    "run": {"reduce", "cli"},
+    "reduce": {"cli"},
+    "precision": {"cli"},
+}
+
+
+def imported_toolkit_packages(path: pathlib.Path) -> dict:
+    """``{"backends": [line, ...], ...}``: the toolkit subpackages a module imports, with line numbers."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    parts = path.relative_to(PKG.parent).with_suffix("").parts
+    package = parts[:-1]
+    found: dict = {}
+    for node in ast.walk(tree):
+        names = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:  # relative: resolve against this module's package
+                base = list(package[: len(package) - node.level + 1])
+                names = [".".join(base + ([node.module] if node.module else []))]
+            else:
+                names = [node.module or ""]
+        for name in names:
+            bits = name.split(".")
+            if bits[0] == "toolkit" and len(bits) > 1:
+                found.setdefault(bits[1], []).append(node.lineno)
+    return found
+
+
+def modules(layer: str):
+    return sorted((PKG / layer).rglob("*.py"))
+
+
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_layer_imports_point_one_way(layer):
+    assert modules(layer), f"toolkit/{layer} has no modules"
+    bad = []
+    for path in modules(layer):
+        for pkg, lines in imported_toolkit_packages(path).items():
+            if pkg in FORBIDDEN[layer]:
+                bad.append(f"{path.relative_to(PKG.parent)}:{lines[0]} imports toolkit.{pkg}")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_checker_sees_imports_inside_functions(tmp_path):
+    """The rule would be empty if the walk missed lazy imports: check it finds one."""
+    found = imported_toolkit_packages(PKG / "run" / "registry.py")
+    assert "backends" in found and "core" in found
