@@ -68,16 +68,16 @@ InputsData = List[Feed]
 
 
 class LazyTensors(Mapping):
-    """A read-only name -> ndarray mapping over ``.npz`` members, loaded on first access."""
+    """A read-only name -> ndarray mapping over ``.npz`` members, read on each access.
+
+    Nothing is kept: a run that streams through the iterations of a large file holds one
+    iteration's tensors at a time (callers keep what they need)."""
 
     def __init__(self, npz, members: Dict[str, str]):
         self._npz = npz
         self._members = members
-        self._cache: Dict[str, object] = {}
 
     def __getitem__(self, name):
-        if name in self._cache:
-            return self._cache[name]
         member = self._members[name]
         try:
             arr = self._npz[member]
@@ -85,7 +85,6 @@ class LazyTensors(Mapping):
             raise InputError(f"{self._npz_name()}: tensor '{name}': {_pickle_message(exc)}") from None
         except Exception as exc:
             raise InputError(f"{self._npz_name()}: tensor '{name}' is unreadable: {exc}") from None
-        self._cache[name] = arr
         return arr
 
     def _npz_name(self) -> str:
