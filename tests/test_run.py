@@ -206,7 +206,7 @@ def test_validate_flags_nan(cli, seed_model, tmp_path):
     save_inputs(nan_in, [{"x0": np.full(SHAPE, np.nan, np.float32), "x1": np.zeros(SHAPE, np.float32)}])
     assert cli("run", seed_model, "--onnxrt", "--load-inputs", nan_in, "-q").code == 0
     res = cli("run", seed_model, "--onnxrt", "--load-inputs", nan_in, "--validate", "-q")
-    assert res.code == 1 and "'Y' has 48 NaN value(s)" in res.err and res.err.strip().endswith("mismatched: Y")
+    assert res.code == 1 and "'Y': NaN Detected (48 NaN value(s))" in res.err and res.err.strip().endswith("mismatched: Y")
     assert cli("run", seed_model, "--onnxrt", "--validate", "-q").code == 0
 
 

@@ -478,6 +478,9 @@ UNSUPPORTED_OPTIONS = {
     "--warm-up": "time with --iterations N and read the average inference time",
     "--ignore-external-data": "this command needs the model's weights; --ignore-external-data applies to inspect model, surgeon and debug reduce",
     "--fp-to-fp16": "convert the model first with toolkit convert --fp-to-fp16 (toolkit run accepts --fp-to-fp16 itself)",
+    **{o: "run --save-onnx writes the model as one file (with external data only over 2 GB); re-save it with "
+          "toolkit surgeon sanitize MODEL -o OUT --save-external-data" for o in (
+        "--save-external-data", "--external-data-path", "--external-data-size-threshold")},
     "--no-save-all-tensors-to-one-file": "external weights always go to one file (--external-data-path)",
     "--check-inference": "give the check command instead: --check toolkit run polygraphy_debug.onnx --onnxrt",
     "--save-accuracy-results": "save the outputs (--save-outputs) instead; the comparison is printed and its verdict is the exit code",

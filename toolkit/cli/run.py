@@ -135,8 +135,65 @@ def register(app: typer.Typer) -> None:
             ListOpt,
             typer.Option(
                 "--check-error-stat",
-                help="What to check against the tolerances: elemwise (default), max, mean or median; "
+                help="What to check against the tolerances: elemwise (default), max, mean, median or quantile; "
                 "also per output as name:stat.",
+            ),
+        ] = None,
+        error_quantile: Annotated[
+            ListOpt,
+            typer.Option(
+                "--error-quantile",
+                metavar="Q...",
+                help="The quantile --check-error-stat quantile checks (0..1, default 0.99); also name:Q.",
+            ),
+        ] = None,
+        postprocess: Annotated[
+            ListOpt,
+            typer.Option(
+                "--postprocess",
+                "--postprocess-func",
+                metavar="[NAME:]top-K[,axis=N]...",
+                help="Compare the indices of the K largest values instead of the values (along the last axis, "
+                "or axis N), for every output or one (name:top-5).",
+            ),
+        ] = None,
+        compare_func: Annotated[
+            ListOpt,
+            typer.Option(
+                "--compare-func",
+                "--compare",
+                metavar="FUNC",
+                help="simple (tolerances, the default) or indices (index arrays such as top-K results must hold "
+                "the same indices, each at most --index-tolerance positions away).",
+            ),
+        ] = None,
+        index_tolerance: Annotated[
+            ListOpt,
+            typer.Option(
+                "--index-tolerance",
+                metavar="N...",
+                help="With --compare-func indices: how far an index may move (default 0); also name:N.",
+            ),
+        ] = None,
+        save_onnx: Annotated[
+            Optional[str],
+            typer.Option("--save-onnx", metavar="PATH", help="Save the ONNX model as it runs (--onnx-outputs marked)."),
+        ] = None,
+        data_loader_script: Annotated[
+            Optional[str],
+            typer.Option(
+                "--data-loader-script",
+                metavar="SCRIPT[:FUNC]",
+                help="Feed the inputs a Python function returns or yields ({name: array} per iteration; "
+                "FUNC defaults to load_data), instead of generated data.",
+            ),
+        ] = None,
+        data_loader_func_name: Annotated[
+            Optional[str],
+            typer.Option(
+                "--data-loader-func-name",
+                metavar="FUNC",
+                help="The function of --data-loader-script to call (the older spelling of SCRIPT:FUNC).",
             ),
         ] = None,
         use_subprocess: Annotated[
@@ -288,7 +345,7 @@ def register(app: typer.Typer) -> None:
         if model is None:
             from toolkit.core.errors import UsageError
 
-            if runners or load_inputs or save_inputs or save_outputs:
+            if runners or load_inputs or save_inputs or save_outputs or save_onnx or data_loader_script:
                 raise UsageError("give MODEL, the ONNX model to run (e.g. toolkit run model.onnx --onnxrt)")
             if not load_outputs:
                 # nothing asked for (e.g. only logging options): like Polygraphy, nothing to do is not an error
@@ -316,6 +373,13 @@ def register(app: typer.Typer) -> None:
             atol=list(atol or []),
             rtol=list(rtol or []),
             check_error_stat=list(check_error_stat or []),
+            error_quantile=list(error_quantile or []),
+            postprocess=list(postprocess or []),
+            compare_func=list(compare_func or []),
+            index_tolerance=list(index_tolerance or []),
+            save_onnx=save_onnx,
+            data_loader_script=data_loader_script,
+            data_loader_func_name=data_loader_func_name,
             validate=validate,
             trt_outputs=list(trt_outputs or []),
             trt_exclude_outputs=list(trt_exclude_outputs or []),

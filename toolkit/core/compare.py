@@ -49,6 +49,123 @@ def _parse_quantile(text: str) -> float:
     return val
 
 
+COMPARE_FUNCS = ("simple", "indices")
+
+
+def _parse_compare_func(values) -> str:
+    from toolkit.core.errors import UsageError
+
+    if isinstance(values, str):
+        values = [values]
+    funcs = [v.strip().lower() for v in values or []]
+    for f in funcs:
+        if f not in COMPARE_FUNCS:
+            raise UsageError(
+                f"--compare-func {f}: toolkit compares with 'simple' (tolerances, the default) or 'indices' "
+                "(index arrays, e.g. after --postprocess top-K)"
+            )
+    if len(set(funcs)) > 1:
+        raise UsageError("--compare-func: give one comparison function")
+    return funcs[0] if funcs else "simple"
+
+
+def _parse_index_tol(text: str) -> int:
+    val = int(text)
+    if val < 0:
+        raise ValueError("index tolerances are integers >= 0")
+    return val
+
+
+def _parse_topk(text: str) -> Tuple[int, int]:
+    """``top-5`` or ``top-5,axis=1`` -> (5, axis)."""
+    import re
+
+    m = re.fullmatch(r"\s*top-(\d+)\s*(?:,\s*axis\s*=\s*(-?\d+)\s*)?", text)
+    if not m or int(m.group(1)) < 1:
+        raise ValueError("use top-K or top-K,axis=N (K >= 1)")
+    return int(m.group(1)), int(m.group(2)) if m.group(2) is not None else -1
+
+
+def parse_postprocess(specs: Sequence[str]):
+    """``--postprocess`` values: ``top-K[,axis=N]`` for every output, ``name:top-K[,axis=N]`` for one."""
+    from toolkit.core.errors import UsageError
+
+    glob: Optional[Tuple[int, int]] = None
+    per: Dict[str, Tuple[int, int]] = {}
+    for spec in specs:
+        name, sep, func = spec.rpartition(":")
+        if not func.strip().startswith("top-") and sep:
+            name, func = "", spec
+        try:
+            value = _parse_topk(func)
+        except ValueError as exc:
+            raise UsageError(f"--postprocess {spec}: {exc}; toolkit supports the top-K post-processing only") from None
+        if name:
+            per[name] = value
+        else:
+            glob = value
+    return glob, per
+
+
+def topk_indices(arr, k: int, axis: int = -1):
+    """The indices of the ``k`` largest values along ``axis`` (largest first; ties keep their
+    order; ``k`` is clamped to the axis length)."""
+    import numpy as np
+
+    arr = np.asarray(arr)
+    if arr.ndim == 0:
+        return arr
+    order = np.argsort(-arr, axis=axis, kind="stable")
+    return np.take(order, np.arange(min(k, order.shape[axis])), axis=axis)
+
+
+def compare_indices(name: str, a, b, index_tolerance: int = 0) -> "OutputComparison":
+    """Compare two index arrays (e.g. top-K results) along their last axis: every index of ``a``
+    must appear in ``b`` at most ``index_tolerance`` positions away (the last ``index_tolerance``
+    entries of ``a`` are not checked, since they may have been pushed out of ``b``)."""
+    import numpy as np
+
+    a = np.asarray(a)
+    b = np.asarray(b)
+    res = OutputComparison(
+        name, True, tuple(a.shape), tuple(b.shape), _dtype_name(a), _dtype_name(b), 0.0, 0.0, "indices",
+        size=int(b.size),
+    )
+    res.max_abs = res.mean_abs = res.max_rel = res.mean_rel = 0.0
+    if a.shape != b.shape:
+        res.passed = False
+        res.message = f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}"
+        return res
+    if a.ndim == 0:
+        a, b = a.reshape(1), b.reshape(1)
+    bad = 0
+    worst = 0
+    for batch in np.ndindex(a.shape[:-1]):
+        row_a, row_b = a[batch], b[batch]
+        checked = row_a[: len(row_a) - index_tolerance] if index_tolerance > 0 else row_a
+        for pos, val in enumerate(checked):
+            if val == row_b[pos]:
+                continue
+            where = np.flatnonzero(row_b == val)
+            if where.size == 0:
+                bad += 1
+                worst = max(worst, len(row_b))
+                continue
+            shift = abs(int(where[0]) - pos)
+            worst = max(worst, shift)
+            if shift > index_tolerance:
+                bad += 1
+    res.mismatches = bad
+    res.passed = bad == 0
+    res.max_abs = float(worst)
+    if not res.passed:
+        res.message = (
+            f"{bad} index(es) missing or moved more than the index tolerance ({index_tolerance}); "
+            f"largest move {worst}"
+        )
+    return res
+
+
 def _parse_tol(text: str) -> float:
     val = float(text)
     if math.isnan(val) or val < 0:
@@ -68,15 +185,40 @@ class Tolerances:
     per_stat: Dict[str, str] = field(default_factory=dict)
     error_quantile: float = DEFAULT_QUANTILE
     per_quantile: Dict[str, float] = field(default_factory=dict)
+    # post-processing before comparison: (k, axis) of a top-K, globally and per output
+    topk: Optional[Tuple[int, int]] = None
+    per_topk: Dict[str, Tuple[int, int]] = field(default_factory=dict)
+    compare_func: str = "simple"  # or "indices" (index arrays, e.g. top-K results)
+    index_tolerance: int = 0
+    per_index_tolerance: Dict[str, int] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, atol=None, rtol=None, check_error_stat=None, error_quantile=None) -> "Tolerances":
+    def parse(
+        cls,
+        atol=None,
+        rtol=None,
+        check_error_stat=None,
+        error_quantile=None,
+        postprocess=None,
+        compare_func=None,
+        index_tolerance=None,
+    ) -> "Tolerances":
         """From option lists such as ``["1e-3", "out:1e-2"]`` (UsageError when malformed)."""
         ga, pa = parse_named_values(atol or [], _parse_tol, "--atol value")
         gr, pr = parse_named_values(rtol or [], _parse_tol, "--rtol value")
         gs, ps = parse_named_values(check_error_stat or [], _parse_stat, "--check-error-stat value")
         gq, pq = parse_named_values(error_quantile or [], _parse_quantile, "--error-quantile value")
-        return cls(ga, gr, gs or "elemwise", pa, pr, ps, DEFAULT_QUANTILE if gq is None else gq, pq)
+        gk, pk = parse_postprocess(postprocess or [])
+        gi, pi = parse_named_values(index_tolerance or [], _parse_index_tol, "--index-tolerance value")
+        func = _parse_compare_func(compare_func)
+        return cls(ga, gr, gs or "elemwise", pa, pr, ps, DEFAULT_QUANTILE if gq is None else gq, pq, gk, pk, func,
+                   gi or 0, pi)
+
+    def topk_for(self, name: str) -> Optional[Tuple[int, int]]:
+        return self.per_topk.get(name, self.topk)
+
+    def index_tolerance_for(self, name: str) -> int:
+        return self.per_index_tolerance.get(name, self.index_tolerance)
 
     def quantile_for(self, name: str) -> float:
         return self.per_quantile.get(name, self.error_quantile)
@@ -91,7 +233,10 @@ class Tolerances:
         return (DEFAULT_ATOL if atol is None else atol), (DEFAULT_RTOL if rtol is None else rtol), stat
 
     def names(self) -> List[str]:
-        return sorted(set(self.per_atol) | set(self.per_rtol) | set(self.per_stat) | set(self.per_quantile))
+        return sorted(
+            set(self.per_atol) | set(self.per_rtol) | set(self.per_stat) | set(self.per_quantile)
+            | set(self.per_topk) | set(self.per_index_tolerance)
+        )
 
 
 @dataclass
@@ -290,6 +435,12 @@ def compare_iteration(index: int, outs_a: Mapping, outs_b: Mapping, tol: Toleran
     for name in common:
         a = np.asarray(outs_a[name])
         b = np.asarray(outs_b[name])
+        topk = tol.topk_for(name)
+        if topk is not None:  # --postprocess: compare the indices of the K largest values
+            a, b = topk_indices(a, *topk), topk_indices(b, *topk)
+        if tol.compare_func == "indices":
+            results.append(compare_indices(name, a, b, tol.index_tolerance_for(name)))
+            continue
         atol, rtol, stat = tol.for_output(name, _exact_kind(a, b))
         results.append(compare_arrays(name, a, b, atol, rtol, stat, tol.quantile_for(name)))
     return IterationComparison(index, results, only_a, only_b)
@@ -322,12 +473,17 @@ class ValidationProblem:
     infs: int
 
     def describe(self) -> str:
-        parts = []
+        parts, detected = [], []
         if self.nans:
             parts.append(f"{self.nans} NaN")
+            detected.append("NaN Detected")
         if self.infs:
             parts.append(f"{self.infs} Inf")
-        return f"{self.label} | iteration {self.iteration} | '{self.name}' has {' and '.join(parts)} value(s)"
+            detected.append("Inf Detected")
+        return (
+            f"{self.label} | iteration {self.iteration} | '{self.name}': {', '.join(detected)} "
+            f"({' and '.join(parts)} value(s))"
+        )
 
 
 def validate_outputs(label: str, iterations: Sequence[Mapping]) -> List[ValidationProblem]:

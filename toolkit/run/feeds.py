@@ -51,7 +51,7 @@ class FeedSource:
     ):
         self.loaded = loaded
         self.where = list(where)
-        self.iterations = iterations or 1
+        self.iterations = 1 if iterations is None else iterations
         self.seed = seed
         self.ranges = ranges
         self.shapes = dict(shapes or {})

@@ -37,7 +37,17 @@ class RunOptions:
     atol: List[str] = field(default_factory=list)
     rtol: List[str] = field(default_factory=list)
     check_error_stat: List[str] = field(default_factory=list)
+    error_quantile: List[str] = field(default_factory=list)
+    # comparison: --postprocess top-K (global or name:top-K), --compare-func simple|indices
+    postprocess: List[str] = field(default_factory=list)
+    compare_func: List[str] = field(default_factory=list)
+    index_tolerance: List[str] = field(default_factory=list)
     validate: bool = False
+    # --save-onnx: the ONNX model as it ran (outputs marked)
+    save_onnx: Optional[str] = None
+    # --data-loader-script SCRIPT[:FUNC]: feeds from a Python function (instead of --load-inputs)
+    data_loader_script: Optional[str] = None
+    data_loader_func_name: Optional[str] = None
     # library use: keep every live runner's outputs in the report (memory then grows with iterations)
     keep_outputs: bool = False
     # TensorRT (used when a "trt" runner is among the runners)

@@ -39,6 +39,8 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
     """Run ``opts`` and return the report (raises ToolkitError subclasses for bad input)."""
     rep = reporter or Reporter()
     plan = make_plan(opts, rep)
+    if opts.save_onnx:
+        save_onnx(opts, rep)
     feeds, loaded_sets = load_data_files(plan, rep)
     stream = Streams(plan, loaded_sets)
     with open_writers(plan, rep) as writers:
@@ -46,6 +48,22 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
             stream.live.append(run_runner(planned, index, feeds, writers, stream, rep))
     report_saved(plan, stream.live, rep)
     return finish(plan, stream, rep)
+
+
+def save_onnx(opts: RunOptions, rep: Reporter) -> None:
+    """--save-onnx: the ONNX model as ONNX-Runtime runs it (the outputs --onnx-outputs marks)."""
+    from toolkit.core.model import _has_external_data, load_model, save_model
+
+    model = load_model(opts.model, external_data_dir=opts.external_data_dir, load_external_data=False)
+    if opts.onnx_outputs or opts.onnx_exclude_outputs:
+        from toolkit.core.layerwise import select_outputs, set_outputs
+
+        set_outputs(model, select_outputs(model, opts.onnx_outputs, opts.onnx_exclude_outputs))
+    base = None
+    if _has_external_data(model):
+        base = opts.external_data_dir or os.path.dirname(os.path.abspath(opts.model)) or "."
+    save_model(model, opts.save_onnx, external_base_dir=base)
+    rep.saved("the ONNX model that runs", opts.save_onnx)
 
 
 # ---------------------------------------------------------------------------- 2. data files
@@ -70,8 +88,15 @@ def load_data_files(plan: RunPlan, rep: Reporter) -> Tuple[FeedSource, List[Resu
     """The feeds every runner gets (loaded or to generate) and the loaded result sets."""
     opts = plan.opts
     loaded, where = None, []
+    if opts.data_loader_script and opts.runners:
+        from toolkit.core.dataloader import load_script_feeds, split_script_spec
+
+        loaded = load_script_feeds(opts.data_loader_script, opts.data_loader_func_name)
+        script = split_script_spec(opts.data_loader_script, opts.data_loader_func_name)[0]
+        where = [(script, k) for k in range(len(loaded))]
     if opts.load_inputs and opts.runners:
         loaded, where = load_feeds(opts.load_inputs)
+    if loaded is not None:
         if opts.iterations is not None and opts.iterations != len(loaded):
             rep.note(f"--iterations {opts.iterations} ignored: the loaded inputs hold {len(loaded)} iteration(s)")
         if opts.val_range or opts.seed is not None or opts.input_shapes:

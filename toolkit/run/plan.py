@@ -24,10 +24,14 @@ class PlannedRunner:
     kind: RunnerKind
     opts: RunOptions
     config: Any = None
+    label: Optional[str] = None  # set when the same spec runs more than once
 
     @property
     def name(self) -> Optional[str]:
-        """The runner's name: the spec's text when it has options, else the backend's default."""
+        """The runner's name: the spec's text when it has options, else the backend's default;
+        the second and later runs of one spec get a number (``onnxrt-runner-2``)."""
+        if self.label:
+            return self.label
         return self.spec.text if self.spec.options else None
 
     def make(self, reporter: Reporter):
@@ -72,16 +76,33 @@ def check_output_paths(opts: RunOptions) -> None:
                 raise UsageError(
                     f"{flag} {path} would overwrite {what} {src}, which this run reads; choose another file name"
                 )
-    for path in (opts.save_inputs, opts.save_outputs):
+    if opts.save_onnx:
+        if opts.save_onnx in (opts.save_inputs, opts.save_outputs):
+            raise UsageError("--save-onnx names the same file as --save-inputs/--save-outputs")
+        if opts.model and opts.model != "-" and _same_file(opts.save_onnx, opts.model):
+            raise UsageError(f"--save-onnx {opts.save_onnx} would overwrite MODEL; choose another file name")
+    for path in (opts.save_inputs, opts.save_outputs, opts.save_onnx):
         if path:
             check_output_path(path)
 
 
 def _tolerances(opts: RunOptions):
-    if opts.atol or opts.rtol or opts.check_error_stat or len(opts.runners) + len(opts.load_outputs) > 1:
+    given = (
+        opts.atol or opts.rtol or opts.check_error_stat or opts.error_quantile or opts.postprocess
+        or opts.compare_func or opts.index_tolerance
+    )
+    if given or len(opts.runners) + len(opts.load_outputs) > 1:
         from toolkit.core.compare import Tolerances  # only when something may be compared
 
-        return Tolerances.parse(opts.atol, opts.rtol, opts.check_error_stat)
+        return Tolerances.parse(
+            opts.atol,
+            opts.rtol,
+            opts.check_error_stat,
+            opts.error_quantile,
+            opts.postprocess,
+            opts.compare_func,
+            opts.index_tolerance,
+        )
     return None
 
 
@@ -92,13 +113,19 @@ def make_plan(opts: RunOptions, reporter: Reporter) -> RunPlan:
 
     specs = [parse_runner_spec(text) for text in opts.runners]
     plan = RunPlan(opts, [], _tolerances(opts), parse_val_ranges(opts.val_range), parse_shape_specs(opts.input_shapes))
-    if opts.iterations is not None and opts.iterations < 1:
-        raise UsageError("--iterations must be at least 1")
+    if opts.iterations is not None and opts.iterations < 0:
+        raise UsageError("--iterations must be 0 or more (0 runs nothing)")
+    if opts.data_loader_script and opts.load_inputs:
+        raise UsageError("give --load-inputs or --data-loader-script, not both")
     check_output_paths(opts)
     for spec in specs:  # preflight: fails now (before loading data) when a backend or device is missing
         runner_opts = spec.apply(opts)
         kind = get_kind(spec.kind)
-        plan.runners.append(PlannedRunner(spec, kind, runner_opts, kind.preflight(runner_opts, reporter)))
+        planned = PlannedRunner(spec, kind, runner_opts, kind.preflight(runner_opts, reporter))
+        seen = sum(1 for p in plan.runners if p.spec.text == spec.text)
+        if seen:
+            planned.label = f"{spec.text}-{seen + 1}" if spec.options else f"{spec.text}-runner-{seen + 1}"
+        plan.runners.append(planned)
     for note in unused_options(opts, [s.kind for s in specs]):
         reporter.note(note)
     if not opts.runners and not opts.load_outputs:

@@ -110,15 +110,16 @@ def unused_options(opts: "RunOptions", kinds_running: Sequence[str]) -> List[str
 
 
 def runner_order(argv: Sequence[str], selected: Mapping[str, bool]) -> List[str]:
-    """The selected kinds in the order their flags (``--onnxrt``, ``--trt``) appear in ``argv``."""
+    """The selected kinds in the order their flags (``--onnxrt``, ``--trt``) appear in ``argv``
+    (once per occurrence: ``--onnxrt --onnxrt`` runs ONNX-Runtime twice, as Polygraphy does)."""
     by_flag = {KINDS[name].flag: name for name in selected if name in KINDS}
     order: List[str] = []
     for tok in argv:
         if tok == "--":
             break
         name = by_flag.get(tok)
-        if name and selected[name] and name not in order:
-            order.append(name)
+        if name and selected[name]:
+            order.append(name)  # a flag given twice runs that runner twice (compared with itself)
     order += [name for name, on in selected.items() if on and name not in order]
     return order
 

@@ -1,0 +1,106 @@
+"""Feeds from user code: ``--data-loader-script SCRIPT[:FUNC]``.
+
+The script is a Python file with a function (``load_data`` unless named) that returns or
+yields feed dicts (``{input name: array}``), one per iteration, as Polygraphy's data loader
+scripts do::
+
+    import numpy as np
+
+    def load_data():
+        for _ in range(5):
+            yield {"x": np.ones((1, 3, 224, 224), dtype=np.float32)}
+
+The script runs in the process that needs the data, when the data is needed (never for
+``--help``). Its exceptions become one :class:`~toolkit.core.errors.InputError` naming the
+script and the line.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import Dict, List, Optional, Tuple
+
+from toolkit.core.errors import InputError, UsageError
+
+DEFAULT_FUNC = "load_data"
+
+
+def split_script_spec(spec: str, func_name: Optional[str] = None) -> Tuple[str, str]:
+    """``SCRIPT[:FUNC]`` (and ``--data-loader-func-name``) -> (script path, function name)."""
+    path, func = spec, None
+    head, sep, tail = spec.rpartition(":")
+    if sep and head and tail and "/" not in tail and "\\" not in tail and not os.path.exists(spec):
+        path, func = head, tail
+    if func and func_name and func != func_name:
+        raise UsageError(f"--data-loader-script names function '{func}' and --data-loader-func-name '{func_name}'; give one")
+    return path, func or func_name or DEFAULT_FUNC
+
+
+def _where(exc: BaseException, path: str) -> str:
+    """``SCRIPT, line N`` for the deepest frame of ``exc`` inside the script."""
+    target = os.path.realpath(path)
+    line = None
+    for frame in traceback.extract_tb(exc.__traceback__):
+        if os.path.realpath(frame.filename) == target:
+            line = frame.lineno
+    if line is None and isinstance(exc, SyntaxError) and exc.lineno:
+        line = exc.lineno
+    return f"{path}, line {line}" if line else path
+
+
+def _fail(exc: BaseException, path: str, doing: str) -> InputError:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return InputError(f"data loader script {_where(exc, path)}: {type(exc).__name__} while {doing}: {text}")
+
+
+def load_script_feeds(spec: str, func_name: Optional[str] = None) -> List[Dict[str, object]]:
+    """Run the data loader script and return its feeds (numpy arrays), one per iteration."""
+    import runpy
+
+    import numpy as np
+
+    path, func = split_script_spec(spec, func_name)
+    if not os.path.isfile(path):
+        raise InputError(f"{path}: no such data loader script (give SCRIPT[:FUNC], e.g. data_loader.py:load_data)")
+    folder = os.path.dirname(os.path.abspath(path))
+    sys.path.insert(0, folder)  # the script may import modules beside it
+    try:
+        try:
+            namespace = runpy.run_path(path, run_name="__toolkit_data_loader__")
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - user code: any error is the script's
+            raise _fail(exc, path, "loading the script") from None
+        if func not in namespace:
+            found = sorted(n for n, v in namespace.items() if callable(v) and not n.startswith("_"))
+            raise InputError(
+                f"data loader script {path} defines no '{func}'"
+                + (f" (it defines: {', '.join(found)}); name one with {path}:NAME" if found else "")
+            )
+        source = namespace[func]
+        feeds: List[Dict[str, object]] = []
+        try:
+            items = source() if callable(source) else source
+            for k, item in enumerate(items):
+                if not hasattr(item, "items"):
+                    raise InputError(
+                        f"data loader script {path}: '{func}' gave a {type(item).__name__} for iteration {k}; "
+                        "each iteration must be a dict of input name -> array"
+                    )
+                feeds.append({str(name): np.asarray(value) for name, value in item.items()})
+        except InputError:
+            raise
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as exc:  # noqa: BLE001
+            raise _fail(exc, path, f"running '{func}'") from None
+    finally:
+        try:
+            sys.path.remove(folder)
+        except ValueError:
+            pass
+    if not feeds:
+        raise InputError(f"data loader script {path}: '{func}' gave no feeds")
+    return feeds
