@@ -397,8 +397,6 @@ def reduce_command(
 
     if show_output and hide_fail_output:
         raise UsageError("--show-output and --hide-fail-output cannot be used together")
-    if mode is not None and mode not in ("bisect", "linear"):
-        raise UsageError(f"unknown --mode '{mode}'; use bisect or linear (or leave it out for the default)")
     if ctx.meta.get(_CHECK_GIVEN) and not check:
         raise UsageError("--check needs a command after it, e.g. --check toolkit inspect model polygraphy_debug.onnx")
     if check is None and fail_regex:

@@ -220,13 +220,9 @@ def sanitize_command(
     """Simplify MODEL: fold constants, freeze input shapes, clean up, sort."""
     from toolkit.core.meta import parse_shape_specs
     from toolkit.core.model import check_output_path
-    from toolkit.core.errors import UsageError
-    from toolkit.core.surgery import PARTITIONING_MODES, parse_size, sanitize
+    from toolkit.core.surgery import check_sanitize_options, parse_size, sanitize
 
-    if partitioning not in PARTITIONING_MODES:
-        raise UsageError(f"--partitioning must be one of {', '.join(PARTITIONING_MODES)}, not '{partitioning}'")
-    if num_passes is not None and num_passes < 1:
-        raise UsageError("--num-passes must be at least 1")
+    check_sanitize_options(partitioning, num_passes)
     check_output_path(output)
     threshold = parse_size(fold_size_threshold) if fold_size_threshold is not None else None
     shapes = parse_shape_specs(override_input_shapes) if override_input_shapes else None

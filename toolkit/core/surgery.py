@@ -36,6 +36,14 @@ LogFn = Callable[[str], None]
 PARTITIONING_MODES = ("auto", "none", "basic", "recursive")
 
 
+def check_sanitize_options(partitioning: str = "auto", num_passes: Optional[int] = None) -> None:
+    """UsageError for a ``sanitize`` option value that cannot work (checked before any work)."""
+    if partitioning not in PARTITIONING_MODES:
+        raise UsageError(f"--partitioning must be one of {', '.join(PARTITIONING_MODES)}, not '{partitioning}'")
+    if num_passes is not None and num_passes < 1:
+        raise UsageError("--num-passes must be at least 1")
+
+
 def _nolog(_msg: str) -> None:
     pass
 
@@ -778,10 +786,7 @@ def sanitize(
     part if that fails), ``none``, ``basic``, ``recursive``. ``fold_size_threshold``
     (bytes) keeps bigger tensors computed at run time.
     """
-    if partitioning not in PARTITIONING_MODES:
-        raise UsageError(f"--partitioning must be one of {', '.join(PARTITIONING_MODES)}, not '{partitioning}'")
-    if num_passes is not None and num_passes < 1:
-        raise UsageError("--num-passes must be at least 1")
+    check_sanitize_options(partitioning, num_passes)
     t_start = time.perf_counter()
     report = SanitizeReport(nodes_before=count_model_nodes(model))
     shell = _model_shell(model)

@@ -274,7 +274,7 @@ class Reducer:
 
         cfg = self.cfg
         if cfg.mode not in STRATEGIES:
-            raise UsageError(f"unknown --mode '{cfg.mode}'; use bisect or linear")
+            raise UsageError(f"unknown --mode '{cfg.mode}'; use bisect or linear (or leave it out for the default)")
         if not cfg.reduce_inputs and not cfg.reduce_outputs:
             raise UsageError("--no-reduce-inputs and --no-reduce-outputs together leave nothing to reduce; give one")
         for path, what in ((cfg.output, "-o"), (cfg.min_good, "--min-good"), (cfg.iter_artifact, "--iter-artifact")):
