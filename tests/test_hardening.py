@@ -78,7 +78,9 @@ def build_workspace(root: str) -> None:
     d.save_inputs(j("in.npz"), [{"x0": x, "x1": x}])
     d.save_outputs(j("out.json"), d.RunResults([("golden", [d.IterationResult({"Y": x * 2.5}, 0.0, "golden")])]))
     d.save_inputs(j("wrong_names.json"), [{"a": x, "b": x}])
-    d.save_inputs(j("wrong_dtype.json"), [{"x0": x.astype(np.int32), "x1": x.astype(np.int32)}])
+    # int64 values float32 cannot hold exactly (a cast that keeps values would be made, with a warning)
+    big = np.full(x.shape, 2**31 + 1, np.int64)
+    d.save_inputs(j("wrong_dtype.json"), [{"x0": big, "x1": big}])
     d.save_inputs(j("wrong_shape.json"), [{"x0": np.ones((2, 5), np.float32), "x1": np.ones((2, 5), np.float32)}])
     with open(j("notdata.json"), "w") as f:
         f.write('{"hello": [1, 2, 3], "polygraphy_class": "nothing"}\n')
@@ -216,7 +218,7 @@ ROWS += [
     R("run-atol-nan", f"{RUN} m.onnx --onnxrt --atol nan", 2, "--atol"),
     R("run-error-stat-unknown", f"{RUN} m.onnx --onnxrt --check-error-stat p99", 2, "--check-error-stat"),
     R("run-seed-not-int", f"{RUN} m.onnx --onnxrt --seed x", 2, "--seed", sub=True),
-    R("run-iterations-zero", f"{RUN} m.onnx --onnxrt --iterations 0", 2, "--iterations"),
+    R("run-iterations-negative", f"{RUN} m.onnx --onnxrt --iterations -1", 2, "--iterations"),
     R("run-onnx-outputs-unknown-name", f"{RUN} m.onnx --onnxrt --onnx-outputs nope", 3, "'nope'"),
     R("run-onnx-outputs-bad-glob", f"{RUN} m.onnx --onnxrt --onnx-outputs [", 3, "'['"),
     R(
@@ -228,7 +230,7 @@ ROWS += [
     R("run-provider-missing", f"{RUN} m.onnx --onnxrt --providers nosuchprovider", 4, "nosuchprovider"),
     R("run-nothing-to-run", f"{RUN} m.onnx", 2, "nothing to run"),
     R("run-load-inputs-wrong-names", f"{RUN} m.onnx --onnxrt --load-inputs wrong_names.json --save-outputs o.json", 3, "wrong_names.json"),
-    R("run-load-inputs-wrong-dtype", f"{RUN} m.onnx --onnxrt --load-inputs wrong_dtype.json --save-outputs o.json", 3, "int32"),
+    R("run-load-inputs-wrong-dtype", f"{RUN} m.onnx --onnxrt --load-inputs wrong_dtype.json --save-outputs o.json", 3, "int64"),
     R("run-load-inputs-wrong-shape", f"{RUN} m.onnx --onnxrt --load-inputs wrong_shape.json --save-outputs o.json", 3, "(2, 5)"),
     R("run-load-inputs-json-not-data", f"{RUN} m.onnx --onnxrt --load-inputs notdata.json", 3, "notdata.json"),
     R("run-load-inputs-pickled-npz-refused", f"{RUN} m.onnx --onnxrt --load-inputs pickled.npz", 3, "pickled Python objects"),
