@@ -491,7 +491,7 @@ def test_engine_input_with_wrong_dtype_is_exit_3(cli, engine_env, tmp_path):
     # (float64 values that fit float32 are cast with a warning; these overflow it)
     save_inputs(str(tmp_path / "in.json"), [{"x": np.full((2, 3), 1e300)}])
     res = cli("run", engine_env, "--trt", "--load-inputs", tmp_path / "in.json")
-    assert res.code == 3 and "is float64, but the model expects float32" in res.err
+    assert res.code == 3 and "is float64, but the model expects float32, and casting it would overflow" in res.err
 
 
 def test_builder_options_with_engine_warn(cli, engine_env):

@@ -13,7 +13,6 @@ This module imports no backend and nothing heavy; factories import theirs when c
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -168,100 +167,33 @@ register(
 # ---------------------------------------------------------------------------- TensorRT
 
 
+# The TensorRT-specific steps live in the backend (toolkit/backends/trt/preflight.py); they read
+# RunOptions by attribute and import nothing heavy.
+
+
 def trt_config(opts: "RunOptions"):
     """The :class:`toolkit.backends.trt.TrtConfig` for ``opts`` (UsageError for malformed values)."""
-    from toolkit.backends.trt import TrtConfig, parse_pool_limits, parse_profile_groups
-    from toolkit.core.meta import parse_shape_specs
+    from toolkit.backends.trt.preflight import config_from
 
-    return TrtConfig(
-        fp16=opts.fp16,
-        bf16=opts.bf16,
-        int8=opts.int8,
-        tf32=opts.tf32,
-        pool_limits=parse_pool_limits(opts.pool_limit),
-        profiles=parse_profile_groups(opts.trt_min_shapes, opts.trt_opt_shapes, opts.trt_max_shapes),
-        fallback_shapes=parse_shape_specs(opts.input_shapes),
-        save_engine=opts.save_engine,
-        calibration_cache=opts.calibration_cache,
-        mark_outputs=list(opts.trt_outputs) or None,
-        exclude_outputs=list(opts.trt_exclude_outputs),
-        external_data_dir=opts.external_data_dir,
-    )
-
-
-def model_is_engine(opts: "RunOptions") -> bool:
-    """MODEL is a TensorRT engine: by --model-type, else by its suffix (.engine/.plan/.trt)."""
-    from toolkit.backends.trt import is_engine_path
-
-    kind = (opts.model_type or "").lower()
-    return kind == "engine" if kind in ("engine", "onnx") else is_engine_path(opts.model)
-
-
-def _check_trt_files(opts: "RunOptions") -> None:
-    from toolkit.core.model import check_output_path
-
-    if opts.save_engine:
-        if opts.save_engine == "-":
-            raise UsageError("--save-engine needs a file name, not stdout ('-')")
-        if opts.save_engine in (opts.save_inputs, opts.save_outputs):
-            raise UsageError("--save-engine names the same file as --save-inputs/--save-outputs")
-        if os.path.abspath(opts.save_engine) == os.path.abspath(opts.model):
-            raise UsageError("--save-engine would overwrite MODEL")
-        check_output_path(opts.save_engine)
-    if opts.calibration_cache:
-        if not opts.int8:
-            raise UsageError("--calibration-cache is only used with --int8")
-        if not os.path.isfile(opts.calibration_cache):
-            check_output_path(opts.calibration_cache)
+    return config_from(opts)
 
 
 def check_trt(opts: "RunOptions", reporter: Optional["Reporter"] = None):
-    """Fail early (before any data is loaded) when the TensorRT run cannot happen.
+    from toolkit.backends.trt.preflight import check
 
-    Usage errors first (exit 2), then a missing TensorRT / cuda-python / GPU (exit 4).
-    Returns the parsed TrtConfig.
-    """
-    from toolkit.backends.trt import check_available, check_config
-
-    engine = model_is_engine(opts)
-    if engine and any(r.split(":")[0] == "onnxrt" for r in opts.runners):
-        raise UsageError(
-            f"{opts.model} is a TensorRT engine, which ONNX-Runtime cannot run; "
-            "give the ONNX model to compare --onnxrt with --trt"
-        )
-    if opts.model == "-" and len(opts.runners) > 1:
-        raise UsageError("a model read from stdin ('-') can feed only one runner; save it to a file to compare runners")
-    config = trt_config(opts)
-    _check_trt_files(opts)
-    trt, _cudart = check_available()
-    if not engine:
-        check_config(trt, config)
-    return config
+    return check(opts)
 
 
 def _trt_factory(opts: "RunOptions", config: Any, reporter: "Reporter", name: Optional[str]) -> "Runner":
-    from toolkit.backends.trt import TrtRunner
+    from toolkit.backends.trt.preflight import make_runner
 
-    def on_message(severity: str, text: str) -> None:
-        reporter.info(f"[TensorRT] {severity}: {' '.join(text.split())}")
-
-    return TrtRunner(
-        opts.model,
-        config if config is not None else trt_config(opts),
-        on_message=on_message,
-        name=name,
-        engine_file=model_is_engine(opts),
-    )
+    return make_runner(opts, config, lambda severity, text: reporter.info(f"[TensorRT] {severity}: {text}"), name)
 
 
 def _trt_connect(config: Any, feeds: "FeedSource") -> Mapping[str, tuple]:
-    """Loaded feeds shape the profile; ``--int8`` calibrates on the run's inputs; generated
-    inputs take the first profile's opt shapes for dynamic dims."""
-    config.sample_feeds = feeds.loaded
-    config.calibration_data = feeds.all_for
-    if not config.profiles:
-        return {}
-    return {name: mid for name, (_lo, mid, _hi) in config.profiles[0].items()}
+    from toolkit.backends.trt.preflight import connect
+
+    return connect(config, feeds.loaded, feeds.all_for)
 
 
 register(
