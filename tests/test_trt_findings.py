@@ -198,6 +198,34 @@ def test_mark_all_skips_tensors_inside_an_if_and_types_numpy_cannot_hold(cli, se
     assert set(load_outputs(str(tmp_path / "o.json")).runs[0][1][0].outputs) == {"r", "y"}
 
 
+def test_mark_all_with_nested_ifs_marks_only_what_is_outside_them(monkeypatch):
+    from toolkit.backends.trt.builder import layer_candidates
+
+    trt = fake_tensorrt(TRT10)
+    m = FakeModel(
+        {"x": ((2,), "FLOAT")},
+        [
+            ("a", "ACTIVATION", [("a", "FLOAT")]),
+            ("c1", "CONDITION", [("c1", "BOOL")]),
+            ("in1", "CONDITIONAL_INPUT", [("in1", "FLOAT")]),
+            ("c2", "CONDITION", [("c2", "BOOL")]),
+            ("inner", "ELEMENTWISE", [("inner", "FLOAT")]),
+            ("o2a", "CONDITIONAL_OUTPUT", [("o2a", "FLOAT")]),
+            ("o2b", "CONDITIONAL_OUTPUT", [("o2b", "FLOAT")]),
+            ("after_inner", "ELEMENTWISE", [("after_inner", "FLOAT")]),  # still inside the outer If
+            ("o1", "CONDITIONAL_OUTPUT", [("o1", "FLOAT")]),
+            ("tail", "ELEMENTWISE", [("tail", "FLOAT")]),
+        ],
+        ["tail"],
+        lambda f: {},
+    )
+    network = trt.INetworkDefinition(0)
+    network._load(m)
+    names, skipped = layer_candidates(trt, network)
+    assert names == ["a", "o1", "tail"]
+    assert skipped == {"inside a loop or an If": 7}
+
+
 def test_trt_outputs_names_and_excludes_on_cpu(cli, seed_model, monkeypatch, tmp_path):
     trt, _ = env(monkeypatch, model=doubling_model())
     res = cli("run", seed_model, "--trt", "--trt-outputs", "x2", "--trt-opt-shapes", "x:[2,3]",

@@ -193,7 +193,9 @@ def layer_candidates(trt, network) -> Tuple[List[str], Dict[str, int]]:
     inputs = {network.get_input(i).name for i in range(network.num_inputs)}
     names: List[str] = []
     skipped = {"inside a loop or an If": 0, "of a type numpy cannot hold (INT4, FP4, E8M0)": 0}
-    in_loop = in_if = False
+    in_loop = False
+    if_depth = 0  # Ifs nest: the parser adds CONDITION, its inputs, both branches, then its outputs
+    previous = None
     for li in range(network.num_layers):
         layer = network.get_layer(li)
         ltype = layer.type
@@ -201,17 +203,19 @@ def layer_candidates(trt, network) -> Tuple[List[str], Dict[str, int]]:
             in_loop = True
         elif ltype == kind.LOOP_OUTPUT:
             in_loop = False  # a loop's outputs are outside it
-        elif ltype in if_start:
-            in_if = True
-        elif ltype == kind.CONDITIONAL_OUTPUT:
-            in_if = False  # so are an If's
+        elif ltype == kind.CONDITION:
+            if_depth += 1
+        elif ltype == kind.CONDITIONAL_OUTPUT and previous != kind.CONDITIONAL_OUTPUT:
+            if_depth = max(if_depth - 1, 0)  # an If's outputs (consecutive layers) are outside it
+        previous = ltype
         if ltype in skip:
             continue
+        inside = in_loop or if_depth > 0 or ltype in if_start
         for oi in range(layer.num_outputs):
             tensor = layer.get_output(oi)
             if tensor is None or tensor.name in inputs or tensor.is_shape_tensor:
                 continue
-            if in_loop or in_if:
+            if inside:
                 skipped["inside a loop or an If"] += 1
                 continue
             if getattr(tensor.dtype, "name", "") not in TRT_DTYPES:
