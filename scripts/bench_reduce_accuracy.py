@@ -19,7 +19,21 @@ with its own `run` as the check, comparing each subgraph against the golden valu
 toolkit uses its own files in .npz (what a user of it would); polygraphy reads JSON (the only
 format it loads). Each tool runs in a fresh folder. Reported: wall time, checks, nodes left.
 
-Usage: python scripts/bench_reduce_accuracy.py [--layers 100] [--width 256] [--batch 64]
+Built-in compare row (data preparation included on both sides): toolkit's one command
+
+    toolkit debug reduce deployed.onnx -o out.onnx --compare onnxrt onnxrt \
+        --reference-model reference.onnx --seed 1
+
+against polygraphy's golden-values recipe, every step timed:
+
+    polygraphy run reference.onnx --onnxrt --seed 1 --save-inputs inputs.json \
+        --onnx-outputs mark all --save-outputs golden.json
+    polygraphy data merge inputs.json golden.json -o layerwise.json    (`data to-input` before 0.53)
+    polygraphy debug reduce deployed.onnx -o out.onnx --mode=bisect \
+        --check polygraphy run polygraphy_debug.onnx --onnxrt \
+                --load-inputs layerwise.json --load-outputs golden.json
+
+Usage: python scripts/bench_reduce_accuracy.py [--layers 100] [--width 256] [--batch 64] [--builtin-only]
 """
 
 from __future__ import annotations
@@ -89,10 +103,14 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=100)
     parser.add_argument("--width", type=int, default=256)
     parser.add_argument("--batch", type=int, default=64)
+    parser.add_argument("--builtin-only", action="store_true", help="only the built-in compare row")
     args = parser.parse_args()
     wrong = args.layers // 2 + 3
     tk = tool("toolkit")
     pg = tool("polygraphy")
+    if args.builtin_only:
+        builtin_row(args, tk, pg)
+        return 0
     root = tempfile.mkdtemp(prefix="bench-reduce-acc-")
     data = os.path.join(root, "data")
     os.makedirs(data)
@@ -143,7 +161,59 @@ def main() -> int:
     if len(rows) == 2:
         print(f"ratio polygraphy/toolkit wall time: {rows[1][1] / rows[0][1]:.1f}x")
     shutil.rmtree(root, ignore_errors=True)
+    builtin_row(args, tk, pg)
     return 0
+
+
+def builtin_row(args, tk: str, pg) -> None:
+    """toolkit --compare (one command) vs polygraphy's golden recipe, data preparation included."""
+    root = tempfile.mkdtemp(prefix="bench-reduce-builtin-")
+    wrong = args.layers // 2 + 3
+    ref, dep = os.path.join(root, "reference.onnx"), os.path.join(root, "deployed.onnx")
+    build(ref, args.layers, args.width, args.batch)
+    build(dep, args.layers, args.width, args.batch, wrong_layer=wrong)
+    print(f"\nbuilt-in compare, data preparation included (planted fault: l{wrong}_bias)")
+    cwd = os.path.join(root, "toolkit")
+    os.makedirs(cwd)
+    proc, tk_secs = sh([tk, "debug", "reduce", dep, "-o", "out.onnx", "--compare", "onnxrt", "onnxrt",
+                        "--reference-model", ref, "--seed", "1"], cwd)
+    m = re.search(r"(\d+) checks? run", proc.stderr)
+    tk_nodes = final_nodes(os.path.join(cwd, "out.onnx"))
+    print(f"toolkit --compare        {tk_secs:7.2f} s  {m.group(1) if m else '?'} checks  exit {proc.returncode}  "
+          f"nodes at the end: {tk_nodes}")
+    if proc.returncode != 0:
+        print(proc.stderr[-2000:])
+    if not pg:
+        shutil.rmtree(root, ignore_errors=True)
+        return
+    cwd = os.path.join(root, "polygraphy")
+    os.makedirs(cwd)
+    merge = "merge" if _has_data_merge(pg) else "to-input"
+    steps = [
+        [pg, "run", ref, "--onnxrt", "--seed", "1", "--save-inputs", "inputs.json", "--onnx-outputs", "mark", "all",
+         "--save-outputs", "golden.json"],
+        [pg, "data", merge, "inputs.json", "golden.json", "-o", "layerwise.json"],
+        [pg, "debug", "reduce", dep, "-o", "out.onnx", "--mode=bisect", "--check", pg, "run", "polygraphy_debug.onnx",
+         "--onnxrt", "--load-inputs", "layerwise.json", "--load-outputs", "golden.json"],
+    ]
+    pg_secs, checks = 0.0, None
+    for cmd in steps:
+        proc, secs = sh(cmd, cwd)
+        pg_secs += secs
+        if proc.returncode != 0:
+            print(f"polygraphy step failed: {' '.join(cmd[:3])}\n{(proc.stdout + proc.stderr)[-2000:]}")
+            break
+        checks = len(re.findall(r"Running check command", proc.stdout + proc.stderr))
+    pg_nodes = final_nodes(os.path.join(cwd, "out.onnx"))
+    print(f"polygraphy golden recipe {pg_secs:7.2f} s  {checks} checks  nodes at the end: {pg_nodes}")
+    print(f"ratio polygraphy recipe / toolkit --compare wall time: {pg_secs / tk_secs:.1f}x "
+          f"(toolkit takes 1/{pg_secs / tk_secs:.0f} of the time; bar: 1/20)")
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _has_data_merge(pg: str) -> bool:
+    proc = subprocess.run([pg, "data", "-h"], capture_output=True, text=True)
+    return "merge" in proc.stdout
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ check's captured output when asked for, and a summary.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import List, Optional
 
@@ -218,7 +219,8 @@ def _summary(outcome, cfg) -> int:
         log(f"  ... and {len(outcome.final_nodes) - len(shown)} more")
     if outcome.one_minimal and outcome.nodes_after > 1:
         log("1-minimal: dropping any node at either end makes it pass (each drop checked).")
-    log(f"Wrote the reduced model to {cfg.output}")
+    if outcome.output_written and os.path.exists(cfg.output):
+        log(f"Wrote the reduced model to {cfg.output}")
     if cfg.min_good and outcome.min_good_written:
         log(f"Wrote the closest passing model ({plural(outcome.min_good_nodes, 'node')}) to {cfg.min_good}")
     if cfg.save_replay:
@@ -379,6 +381,50 @@ def reduce_command(
             metavar="PATH",
         ),
     ] = None,
+    compare: Annotated[
+        ListOpt,
+        typer.Option(
+            "--compare",
+            help="The built-in accuracy check instead of --check: the reference runner (default onnxrt) and the "
+            "runner under test, as runner specs (onnxrt, trt, trt:fp16, onnxrt:opt=disable, ...). The reference "
+            "computes every tensor once; each subgraph runs on the runner under test, fed the reference's values, "
+            "and its outputs are compared with them.",
+            metavar="[REF] TEST",
+        ),
+    ] = None,
+    reference_model: Annotated[
+        Optional[str],
+        typer.Option(
+            "--reference-model",
+            help="With --compare: the model the reference runs (default MODEL), e.g. the original of an optimized, "
+            "quantized or converted MODEL; tensors are matched by name.",
+            metavar="PATH",
+        ),
+    ] = None,
+    atol: Annotated[
+        ListOpt,
+        typer.Option("--atol", help="With --compare: absolute tolerance, for every output and/or name:value."),
+    ] = None,
+    rtol: Annotated[
+        ListOpt,
+        typer.Option("--rtol", help="With --compare: relative tolerance, for every output and/or name:value."),
+    ] = None,
+    check_error_stat: Annotated[
+        ListOpt,
+        typer.Option(
+            "--check-error-stat",
+            help="With --compare: what is checked against the tolerances: elemwise (default), max, mean, median.",
+        ),
+    ] = None,
+    all_faults: Annotated[
+        bool,
+        typer.Option(
+            "--all-faults",
+            help="With --compare: after a minimal failing subgraph is found, replace its outputs by reference "
+            "values and go on with the rest of the model until it passes; each fault is written to OUT with a "
+            "numbered suffix (reduced_1.onnx, ...).",
+        ),
+    ] = False,
     seed: SeedOpt = None,
     val_range: Annotated[
         ListOpt,
@@ -401,6 +447,15 @@ def reduce_command(
         raise UsageError("--check needs a command after it, e.g. --check toolkit inspect model polygraphy_debug.onnx")
     if check is None and fail_regex:
         warn("--fail-regex has no effect without --check")
+    from toolkit.cli.reduce_compare import check_options
+
+    check_options(
+        compare,
+        check,
+        all_faults=all_faults,
+        reference_model=reference_model,
+        tolerances_given=bool(atol or rtol or check_error_stat),
+    )
     rule = FailureRule(fail_regex, fail_code, ignore_fail_code)
     from toolkit.cli.app import worker_entry
 
@@ -430,12 +485,36 @@ def reduce_command(
         external_data_dir=external_data_dir,
         link_external_data=link_external_data,
     )
+    runner, reducer_kw = None, {}
+    if compare is not None:
+        from toolkit.cli.reduce_compare import make_compare_runner
+
+        runner = make_compare_runner(
+            model, iter_artifact, compare, reference_model=reference_model, atol=list(atol or []),
+            rtol=list(rtol or []), check_error_stat=list(check_error_stat or []), load_inputs=list(load_inputs or []),
+            seed=seed, val_range=list(val_range or []), input_shapes=list(model_input_shapes or []),
+            external_data_dir=external_data_dir,
+        )
+        cfg.check = runner.check_argv
+    reducer_cls = Reducer
+    if all_faults:
+        from toolkit.reduce.accuracy import describe_faults
+        from toolkit.reduce.faults import AllFaultsReducer
+
+        reducer_cls = AllFaultsReducer
+        reducer_kw["describe_faults"] = lambda red, faults: describe_faults(runner, red, faults)
     reporter = _Reporter(show_output, hide_fail_output)
     try:
-        outcome = Reducer(cfg, reporter).run()
+        reducer = reducer_cls(cfg, reporter, runner=runner, **reducer_kw)
+        outcome = reducer.run()
     finally:
         reporter.stop()
-    raise typer.Exit(_summary(outcome, cfg))
+    code = _summary(outcome, cfg)
+    if all_faults and getattr(reducer, "faults", None):
+        from toolkit.cli.reduce_compare import summarize_faults
+
+        summarize_faults(reducer.faults)
+    raise typer.Exit(code)
 
 
 # `debug precision` lives in its own module

@@ -225,6 +225,15 @@ def register(app: typer.Typer) -> None:
         validate: Annotated[
             bool, typer.Option("--validate", help="Fail when an output holds NaN or Inf values.")
         ] = False,
+        save_report: Annotated[
+            Optional[str],
+            typer.Option(
+                "--save-report",
+                help="Write the layerwise diagnosis of the comparisons (first tensor out of tolerance, nodes "
+                "ranked by error amplification, error by depth): .json for scripts, .html to read.",
+                metavar="FILE",
+            ),
+        ] = None,
         external_data_dir: ExternalDataDirOpt = None,
         trt_outputs: Annotated[
             ListOpt,
@@ -381,6 +390,9 @@ def register(app: typer.Typer) -> None:
             data_loader_script=data_loader_script,
             data_loader_func_name=data_loader_func_name,
             validate=validate,
+            save_report=save_report,
+            diagnose=not quiet,
+            command=command,
             trt_outputs=list(trt_outputs or []),
             trt_exclude_outputs=list(trt_exclude_outputs or []),
             fp16=fp16,
@@ -477,8 +489,13 @@ def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
         return 1
     finally:
         reporter.close()
-    for pair in report.comparisons:
+    for k, pair in enumerate(report.comparisons):
         render_comparison(pair, quiet=quiet)
+        diag = report.diagnoses[k] if k < len(report.diagnoses) else None
+        if diag is not None and not diag.passed and not quiet:
+            from toolkit.cli.diagnosis import render_diagnosis
+
+            render_diagnosis(diag, rich=is_terminal(sys.stderr))
     for problem in report.problems:
         result(f"FAILED | validation | {problem.describe()}", style="red")
     if opts.validate and not report.problems and not quiet:

@@ -319,7 +319,20 @@ def _load_npz(path: str, data: Optional[bytes] = None):
 _CACHE: Dict[tuple, object] = {}
 
 
+def hold_in_memory(path: str, data) -> None:
+    """Make :func:`load_data` return ``data`` (a list of feeds, or :class:`RunResults`) for
+    ``path``, in this process and its forks, without any file: values computed in memory are
+    then read like a data file (``debug reduce --compare``). :func:`release` forgets them."""
+    _CACHE[("memory", path)] = data
+
+
+def release(path: str) -> None:
+    _CACHE.pop(("memory", path), None)
+
+
 def _cache_key(path: str):
+    if ("memory", path) in _CACHE:
+        return ("memory", path)
     if path == STDIO:
         return None
     try:

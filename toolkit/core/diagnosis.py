@@ -10,8 +10,8 @@ values, or two runners that both return every tensor), this finds
 - the **error against depth** (depth: the longest path, in nodes, from the graph inputs).
 
 Errors
-- ``rel_l2 = ||a - b|| / ||b||`` (B the reference), the scale-free error used for
-  amplification. Tensors not compared get the largest error of their producer's inputs
+- ``rel_l2 = ||a - b|| / max(||a||, ||b||)`` (0 when equal, at most 2, defined when one side
+  is all zeros), the scale-free error used for amplification. Tensors not compared get the largest error of their producer's inputs
   (error flows through them unseen); graph inputs, initializers and constants have none.
 - ``amplification = max(out, FLOOR) / max(in, FLOOR)`` with ``FLOOR`` the float32 epsilon,
   so exact-in, exact-out is 1 and rounding noise on exact inputs stays small.
@@ -157,7 +157,7 @@ def tensor_error(name: str, a, b, comparison) -> TensorError:
     absd, rel = error_arrays(a, b)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         num = float(np.sqrt(np.sum(np.square(absd, dtype=np.float64))))
-        den = float(np.sqrt(np.sum(np.square(np.abs(b.astype(np.float64, copy=False))))))
+        den = max(_norm(a), _norm(b))
         if c.stat == "elemwise":
             ra = absd / c.atol if c.atol > 0 else np.where(absd > 0, np.inf, 0.0)
             rr = rel / c.rtol if c.rtol > 0 else np.where(rel > 0, np.inf, 0.0)
@@ -175,6 +175,13 @@ def tensor_error(name: str, a, b, comparison) -> TensorError:
     return err
 
 
+def _norm(x) -> float:
+    import numpy as np
+
+    x = x.astype(np.float64, copy=False)
+    return float(np.sqrt(np.sum(np.square(x[np.isfinite(x)]))))
+
+
 def _worse(old: TensorError, new: TensorError) -> TensorError:
     old.passed = old.passed and new.passed
     for f in ("max_abs", "max_rel", "rel_l2", "tol_ratio"):
@@ -183,13 +190,18 @@ def _worse(old: TensorError, new: TensorError) -> TensorError:
     return old
 
 
+def add_iteration(errors: Dict[str, TensorError], it, outs_a: Mapping, outs_b: Mapping) -> None:
+    """Fold one :class:`IterationComparison` (and its arrays) into ``errors`` (worst so far)."""
+    for c in it.outputs:
+        e = tensor_error(c.name, outs_a[c.name], outs_b[c.name], c)
+        errors[c.name] = _worse(errors[c.name], e) if c.name in errors else e
+
+
 def pair_errors(pair, iters_a: Sequence[Mapping], iters_b: Sequence[Mapping]) -> Dict[str, TensorError]:
     """The worst :class:`TensorError` of every tensor a :class:`PairComparison` compared."""
     errors: Dict[str, TensorError] = {}
     for it, outs_a, outs_b in zip(pair.iterations, iters_a, iters_b):
-        for c in it.outputs:
-            e = tensor_error(c.name, outs_a[c.name], outs_b[c.name], c)
-            errors[c.name] = _worse(errors[c.name], e) if c.name in errors else e
+        add_iteration(errors, it, outs_a, outs_b)
     return errors
 
 

@@ -157,7 +157,7 @@ def _ranked_table(diag: Diagnosis, limit: int = 30) -> str:
     if len(diag.ranked) > limit:
         rows.append(f'<p class="muted">{len(diag.ranked) - limit} more nodes in the JSON report.</p>')
     rows.append(
-        '<p class="muted">Errors are relative L2 (||a - b|| / ||b||); amplification is output error over '
+        '<p class="muted">Errors are relative L2 (||a - b|| / max(||a||, ||b||)); amplification is output error over '
         "input error. A faulty node has exact inputs and a wrong output.</p>"
     )
     return "\n".join(rows)
@@ -250,7 +250,7 @@ def _axes(lo: int, hi: int, n: int, y) -> List[str]:
         yy = y(10.0**p)
         out.append(
             f'<line x1="{ML}" x2="{W - MR}" y1="{yy:.1f}" y2="{yy:.1f}" stroke="#eef0f2"/>'
-            f'<text x="{ML - 6}" y="{yy + 4:.1f}" text-anchor="end">1e{p}</text>'
+            f'<text x="{ML - 6}" y="{yy + 4:.1f}" text-anchor="end">{_tick(p)}</text>'
         )
     out.append(
         f'<text x="{ML + (W - ML - MR) / 2:.0f}" y="{H - 10}" text-anchor="middle">tensor, in topological '
@@ -259,6 +259,10 @@ def _axes(lo: int, hi: int, n: int, y) -> List[str]:
         "error / tolerance (log)</text>"
     )
     return out
+
+
+def _tick(p: int) -> str:
+    return f"{10.0**p:g}" if -2 <= p <= 3 else f"1e{p}"
 
 
 def _markers(diag: Diagnosis, x, top: float, bottom: float) -> List[str]:

@@ -50,6 +50,7 @@ class Fault:
     mask: int
     nodes: List[str]
     path: str
+    context: int = 0  # the nodes still in play when it was found (earlier faults taken out)
     evidence: dict = field(default_factory=dict)  # filled in by the comparison (error, amplification)
 
 
@@ -75,7 +76,7 @@ class AllFaultsReducer(Reducer):
             first = mask if first is None else first
             k = len(self.faults) + 1
             nodes = [self.index.describe(i) for i in mask_indices(mask)]
-            self.faults.append(Fault(k, mask, nodes, numbered(self.cfg.output, k)))
+            self.faults.append(Fault(k, mask, nodes, numbered(self.cfg.output, k), allowed))
             self.reporter.info(f"Fault {k}: {', '.join(nodes)}; searching the rest of the model")
             allowed &= ~mask
             if not allowed or not self.verdict(allowed):

@@ -48,6 +48,9 @@ class RunOptions:
     # --data-loader-script SCRIPT[:FUNC]: feeds from a Python function (instead of --load-inputs)
     data_loader_script: Optional[str] = None
     data_loader_func_name: Optional[str] = None
+    save_report: Optional[str] = None  # --save-report: the layerwise diagnosis as .json or .html
+    diagnose: bool = True  # gather tensor errors for the diagnosis of a failing many-tensor comparison
+    command: str = ""  # the command line, recorded in reports
     # library use: keep every live runner's outputs in the report (memory then grows with iterations)
     keep_outputs: bool = False
     # TensorRT (used when a "trt" runner is among the runners)

@@ -149,10 +149,21 @@ class Streams:
     pairs: dict = field(default_factory=dict)  # index of the first set of a pair -> [IterationComparison]
     problems: list = field(default_factory=list)
     kept: List[Mapping] = field(default_factory=list)  # the previous live runner's outputs
+    errors: dict = field(default_factory=dict)  # pair index -> tensor errors, for the diagnosis (toolkit.run.diagnose)
+
+    def compare(self, pair: int, k: int, outs_a: Mapping, outs_b: Mapping, tol) -> None:
+        """Compare iteration ``k`` of pair ``pair``; gather its tensor errors when a diagnosis may need them."""
+        from toolkit.core.compare import compare_iteration
+        from toolkit.run import diagnose
+
+        it = compare_iteration(k, outs_a, outs_b, tol)
+        self.pairs.setdefault(pair, []).append(it)
+        if diagnose.wanted(self.plan.opts, it):
+            diagnose.collect(self.errors, pair, it, outs_a, outs_b)
 
     def on_iteration(self, index: int, label: str, k: int, outs: Mapping, keep: List[Mapping]) -> None:
         """Validate and compare iteration ``k`` of live runner ``index``; keep it if a later runner needs it."""
-        from toolkit.core.compare import Tolerances, compare_iteration, validate_outputs
+        from toolkit.core.compare import Tolerances, validate_outputs
 
         if self.plan.opts.validate:
             for problem in validate_outputs(label, [outs]):
@@ -160,10 +171,10 @@ class Streams:
                 self.problems.append(problem)
         tol = self.plan.tolerances or Tolerances()
         if index > 0 and k < len(self.kept):
-            self.pairs.setdefault(index - 1, []).append(compare_iteration(k, self.kept[k], outs, tol))
+            self.compare(index - 1, k, self.kept[k], outs, tol)
         if index == len(self.plan.runners) - 1:
             if self.loaded and k < self.loaded[0].count:
-                self.pairs.setdefault(index, []).append(compare_iteration(k, outs, self.loaded[0].iterations[k], tol))
+                self.compare(index, k, outs, self.loaded[0].iterations[k], tol)
         else:
             keep.append(outs)
 
@@ -249,18 +260,23 @@ def _pair(a: ResultSet, b: ResultSet, its: list):
 
 def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
     """The comparisons of consecutive result sets, in order (loaded files compared here)."""
-    from toolkit.core.compare import Tolerances, check_tolerance_names, compare_iteration
+    from toolkit.core.compare import Tolerances, check_tolerance_names
+    from toolkit.run import diagnose
 
     sets = stream.live + stream.loaded
     tol = plan.tolerances or Tolerances()
     comparisons = []
     for i, (a, b) in enumerate(zip(sets, sets[1:])):
-        its = stream.pairs.get(i)
-        if its is None:  # not streamed: two loaded files
-            its = [compare_iteration(k, x, y, tol) for k, (x, y) in enumerate(zip(a.iterations, b.iterations))]
-        comparisons.append(_pair(a, b, its))
+        if i not in stream.pairs:  # not streamed: two loaded files
+            for k, (x, y) in enumerate(zip(a.iterations, b.iterations)):
+                stream.compare(i, k, x, y, tol)
+        comparisons.append(_pair(a, b, stream.pairs.get(i, [])))
     if comparisons:
         compared_names = {o.name for c in comparisons for it in c.iterations for o in it.outputs}
         for note in check_tolerance_names(tol, compared_names):
             rep.note(note)
-    return RunReport(sets, comparisons, stream.problems)
+    report = RunReport(sets, comparisons, stream.problems)
+    report.diagnoses = diagnose.diagnoses(plan.opts, comparisons, stream.errors)
+    if plan.opts.save_report:
+        rep.saved("report", plan.opts.save_report)
+    return report

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from toolkit.core.errors import UsageError
+from toolkit.run.diagnose import check_report_option
 from toolkit.run.options import Reporter, RunOptions
 from toolkit.run.registry import RunnerKind, get_kind, unused_options
 from toolkit.run.specs import RunnerSpec, parse_runner_spec
@@ -118,6 +119,7 @@ def make_plan(opts: RunOptions, reporter: Reporter) -> RunPlan:
     if opts.data_loader_script and opts.load_inputs:
         raise UsageError("give --load-inputs or --data-loader-script, not both")
     check_output_paths(opts)
+    check_report_option(opts)
     for spec in specs:  # preflight: fails now (before loading data) when a backend or device is missing
         runner_opts = spec.apply(opts)
         kind = get_kind(spec.kind)

@@ -1,0 +1,147 @@
+"""The accuracy workflow end to end: `run` diagnosis and --save-report, `debug reduce --compare`,
+`--all-faults`. Faults are planted in models built here."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import onnx
+import pytest
+
+from accuracy_models import save_pair
+from conftest import modules_loaded_by
+
+REPORT_MODULES = ("toolkit.core.diagnosis", "toolkit.core.report", "toolkit.cli.diagnosis")
+
+
+def _nodes(path):
+    return [n.name for n in onnx.load(str(path)).graph.node]
+
+
+@pytest.fixture
+def golden(tmp_path, cli):
+    """clean.onnx, faulty.onnx (conv3 perturbed) and golden.npz: every tensor of the clean model."""
+    paths = save_pair(tmp_path, layers=8, perturb=(3,))
+    res = cli("run", paths["clean"], "--onnxrt", "--seed", "1", "--onnx-outputs", "mark", "all",
+              "--save-inputs", tmp_path / "inputs.npz", "--save-outputs", tmp_path / "golden.npz")
+    assert res.code == 0, res.err
+    paths.update(inputs=str(tmp_path / "inputs.npz"), golden=str(tmp_path / "golden.npz"))
+    return paths
+
+
+# ---------------------------------------------------------------------- run: diagnosis and reports
+
+
+def test_run_diagnosis_ranks_the_perturbed_conv_first(golden, cli):
+    res = cli("run", golden["faulty"], "--onnxrt", "--onnx-outputs", "mark", "all",
+              "--load-inputs", golden["inputs"], "--load-outputs", golden["golden"])
+    assert res.code == 1
+    err = res.err
+    assert "Diagnosis |" in err
+    assert "First out of tolerance: 'c3'" in err and "produced by node conv3 [Op: Conv]" in err
+    ranked = [ln.strip() for ln in err.splitlines() if ln.strip().startswith("1. ")]
+    assert ranked and ranked[0].startswith("1. conv3 [Op: Conv]")
+    # not a terminal: error by depth as a compact table
+    assert "Error by depth" in err
+    first_bad = next(ln for ln in err.splitlines() if "out of tolerance" in ln and ln.strip().startswith("depth"))
+    assert first_bad.strip().startswith("depth 7")
+    # the diagnosis comes before the final line
+    assert err.index("Diagnosis |") < err.index("FAILED | Command:")
+
+
+def test_run_without_failure_or_many_tensors_shows_no_diagnosis(golden, cli):
+    res = cli("run", golden["clean"], "--onnxrt", "--onnx-outputs", "mark", "all",
+              "--load-inputs", golden["inputs"], "--load-outputs", golden["golden"])
+    assert res.code == 0 and "Diagnosis" not in res.err
+    res = cli("run", golden["faulty"], "--onnxrt", "--load-inputs", golden["inputs"], "--load-outputs", golden["golden"])
+    assert res.code == 1 and "Diagnosis" not in res.err  # one output compared
+
+
+def test_save_report_json_and_html(golden, cli, tmp_path):
+    for name in ("report.json", "report.html"):
+        res = cli("run", golden["faulty"], "--onnxrt", "--onnx-outputs", "mark", "all",
+                  "--load-inputs", golden["inputs"], "--load-outputs", golden["golden"],
+                  "--save-report", tmp_path / name)
+        assert res.code == 1, res.err
+        assert f"Saved report to {tmp_path / name}" in res.err
+    data = json.loads((tmp_path / "report.json").read_text())
+    comp = data["comparisons"][0]
+    assert data["model"] == golden["faulty"] and "--save-report" in data["command"]
+    assert comp["ranked_nodes"][0]["node"] == "conv3" and comp["first_failure"]["name"] == "c3"
+    assert len(comp["tensors"]) == 16
+    page = (tmp_path / "report.html").read_text()
+    assert "culprit: conv3 [Conv]" in page and "<script" not in page
+
+
+def test_save_report_written_when_the_comparison_passes(golden, cli, tmp_path):
+    res = cli("run", golden["clean"], "--onnxrt", "--onnx-outputs", "mark", "all",
+              "--load-inputs", golden["inputs"], "--load-outputs", golden["golden"],
+              "--save-report", tmp_path / "ok.json")
+    assert res.code == 0
+    comp = json.loads((tmp_path / "ok.json").read_text())["comparisons"][0]
+    assert comp["passed"] is True and comp["first_failure"] is None
+
+
+def test_save_report_usage_errors(golden, cli, tmp_path):
+    res = cli("run", golden["clean"], "--onnxrt", "--save-report", tmp_path / "r.txt")
+    assert res.code == 2 and ".json" in res.err and not (tmp_path / "r.txt").exists()
+    res = cli("run", golden["clean"], "--onnxrt", "--save-report", tmp_path / "r.json")
+    assert res.code == 2 and "compar" in res.err and not (tmp_path / "r.json").exists()
+
+
+def test_report_code_is_not_imported_by_a_plain_run(golden):
+    args = ["run", golden["clean"], "--onnxrt", "--load-inputs", golden["inputs"], "--load-outputs", golden["golden"]]
+    assert modules_loaded_by("", args, REPORT_MODULES) == []
+
+
+# ---------------------------------------------------------------------- debug reduce --compare
+
+
+def test_compare_reduce_ends_at_the_perturbed_conv(golden, cli, tmp_path):
+    out = tmp_path / "reduced.onnx"
+    res = cli("debug", "reduce", golden["faulty"], "-o", out, "--compare", "onnxrt", "onnxrt",
+              "--reference-model", golden["clean"], "--iter-artifact", tmp_path / "artifact.onnx")
+    assert res.code == 0, res.err
+    assert _nodes(out) == ["conv3"]
+    assert "Reduced 16 -> 1 node" in res.err
+
+
+def test_compare_reduce_without_a_difference_has_nothing_to_reduce(golden, cli, tmp_path):
+    res = cli("debug", "reduce", golden["clean"], "-o", tmp_path / "r.onnx", "--compare", "onnxrt",
+              "--iter-artifact", tmp_path / "artifact.onnx")
+    assert res.code == 1 and not (tmp_path / "r.onnx").exists()
+    assert "passes" in res.err
+
+
+def test_all_faults_finds_both_faults_each_minimal(tmp_path, cli):
+    paths = save_pair(tmp_path, layers=10, perturb=(1, 8))
+    out = tmp_path / "reduced.onnx"
+    res = cli("debug", "reduce", paths["faulty"], "-o", out, "--compare", "onnxrt", "onnxrt",
+              "--reference-model", paths["clean"], "--all-faults", "--iter-artifact", tmp_path / "a.onnx")
+    assert res.code == 0, res.err
+    assert _nodes(tmp_path / "reduced_1.onnx") == ["conv1"]
+    assert _nodes(tmp_path / "reduced_2.onnx") == ["conv8"]
+    assert not (tmp_path / "reduced_3.onnx").exists() and not out.exists()
+    assert "Found 2 faulty subgraphs" in res.err
+    lines = [ln.strip() for ln in res.err.splitlines() if ln.strip()[:3] in ("1. ", "2. ")]
+    assert lines[0].startswith("1. conv1 [Op: Conv] | max abs") and lines[0].endswith("reduced_1.onnx")
+    assert lines[1].startswith("2. conv8 [Op: Conv] | max abs") and lines[1].endswith("reduced_2.onnx")
+    for line in lines:
+        amp = float(line.split("amplification ")[1].split("x")[0])
+        assert amp > 100  # exact inputs, wrong outputs
+
+
+def test_compare_usage_errors(golden, cli, tmp_path):
+    base = ["debug", "reduce", golden["faulty"], "-o", tmp_path / "r.onnx"]
+    res = cli(*base, "--compare", "onnxrt", "nosuch")
+    assert res.code == 2 and "onnxrt" in res.err and "trt" in res.err
+    res = cli(*base, "--compare", "onnxrt", "--check", "toolkit", "inspect", "model", "x.onnx")
+    assert res.code == 2 and "--check" in res.err
+    res = cli(*base, "--all-faults", "--check", "toolkit", "inspect", "model", "x.onnx")
+    assert res.code == 2 and "--compare" in res.err
+    res = cli(*base, "--compare", "a", "b", "c")
+    assert res.code == 2
+    res = cli(*base, "--compare", "onnxrt", "--reference-model", tmp_path / "missing.onnx")
+    assert res.code == 3
+    assert not (tmp_path / "r.onnx").exists()

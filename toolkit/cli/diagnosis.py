@@ -1,0 +1,62 @@
+"""Rendering a layerwise diagnosis on stderr (imported only when there is one to show).
+
+On a terminal: coloured lines and the error against depth as a sparkline. Otherwise plain
+lines, and the error against depth as a compact table (one line per depth or group of
+depths), so that logs stay greppable.
+"""
+
+from __future__ import annotations
+
+from toolkit.cli.output import err_console, log
+from toolkit.core.diagnosis import Diagnosis, depth_line, depth_table, g, text_lines
+
+
+def render_diagnosis(diag: Diagnosis, *, rich: bool) -> None:
+    lines = text_lines(diag)
+    if not rich:
+        for line in lines:
+            if "error/tolerance by depth" in line:
+                _plain_depth_table(diag)
+            else:
+                log(line)
+        return
+    from rich.text import Text
+
+    con = err_console()
+    for line in lines:
+        style = None
+        if line.startswith("Diagnosis"):
+            style = "bold"
+        elif "First out of tolerance" in line or line.strip().startswith("1. "):
+            style = "bold red" if not diag.passed else None
+        elif "error/tolerance by depth" in line:
+            _rich_depth(diag)
+            continue
+        con.print(Text(line, style=style or ""), highlight=False)
+
+
+def _rich_depth(diag: Diagnosis) -> None:
+    from rich.text import Text
+
+    line = depth_line(diag)
+    if line is None:
+        return
+    head, _, rest = line.partition(": ")
+    spark, _, tail = rest.partition(" ")
+    crossed = next((k for k, r in enumerate(diag.depth) if r.failed), None)
+    text = Text("  " + head + ": ")
+    for k, ch in enumerate(spark):
+        text.append(ch, style="red" if crossed is not None and k >= crossed and diag.depth[k].failed else "cyan")
+    text.append(" " + tail)
+    err_console().print(text, highlight=False)
+
+
+def _plain_depth_table(diag: Diagnosis) -> None:
+    rows = depth_table(diag)
+    if not rows:
+        return
+    log("  Error by depth (error / tolerance, largest of each depth):")
+    for r in rows:
+        depth = f"{r.depth}-{r.last_depth}" if r.last_depth not in (None, r.depth) else f"{r.depth}"
+        state = f"{r.failed} out of tolerance" if r.failed else "ok"
+        log(f"    depth {depth:<7} | {r.tensors:>4} tensor(s) | {g(r.max_tol_ratio):>8}x | {state}")

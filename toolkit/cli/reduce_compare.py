@@ -1,0 +1,85 @@
+"""``debug reduce --compare``: the built-in accuracy check, and ``--all-faults``.
+
+The CLI side: options into :class:`toolkit.reduce.accuracy.CompareOptions`, the check runner
+with the CLI's own ``run`` injected as its entry point, and the summary of every fault.
+"""
+
+from __future__ import annotations
+
+from typing import List, Optional, Sequence
+
+from toolkit.cli.output import log
+
+
+def check_options(
+    compare: Optional[Sequence[str]],
+    check: Optional[Sequence[str]],
+    *,
+    all_faults: bool,
+    reference_model: Optional[str],
+    tolerances_given: bool,
+) -> None:
+    """Usage errors for option combinations, before any work."""
+    from toolkit.core.errors import UsageError
+
+    if compare is None:
+        for given, flag in ((all_faults, "--all-faults"), (reference_model, "--reference-model"),
+                            (tolerances_given, "--atol/--rtol/--check-error-stat")):
+            if given:
+                raise UsageError(
+                    f"{flag} belongs to the built-in comparison: add --compare REF TEST "
+                    "(e.g. --compare onnxrt onnxrt:opt=disable), or give tolerances to your --check command"
+                )
+        return
+    if check is not None:
+        raise UsageError("--compare is the check: give --compare or --check, not both")
+
+
+def make_compare_runner(model: str, artifact: str, words: Sequence[str], **kw):
+    """The warm-worker check for ``--compare`` (the reference is computed on its first run)."""
+    from toolkit.reduce.accuracy import CompareOptions, CompareRunner
+
+    opts = CompareOptions.from_words(words, **kw)
+    opts.validate()
+    if opts.reference_model:
+        from toolkit.core.model import check_readable_file
+
+        check_readable_file(opts.reference_model)
+    from toolkit.cli.app import worker_entry
+
+    return CompareRunner(model, artifact, opts, run_entry, worker_entry(), notes=log)
+
+
+def run_entry(options) -> int:
+    """Run ``options`` as ``toolkit run`` would, quietly (the check's output; in the forked worker)."""
+    from toolkit.cli import output
+    from toolkit.cli.run import run_and_render
+
+    output._consoles.clear()  # the forked child has new stdio objects
+    return run_and_render(options, "toolkit run " + options.model + " (built-in comparison)", quiet=True)
+
+
+def summarize_faults(faults: List, log_fn=log) -> None:
+    from toolkit.core.diagnosis import g
+
+    n = len(faults)
+    log_fn(
+        f"Found {n} faulty subgraph{'s' if n != 1 else ''}, each minimal; with their outputs replaced by "
+        "reference values the rest of the model passes:"
+    )
+    for f in faults:
+        ev = f.evidence
+        err = (
+            f"max abs {g(ev.get('max_abs'))} ({g(ev.get('tol_ratio'))}x the tolerance)" if "max_abs" in ev else "error ?"
+        )
+        amp = f"amplification {g(ev.get('amplification'))}x" if "amplification" in ev else "amplification ?"
+        log_fn(f"  {f.number}. {', '.join(f.nodes)} | {err} | {amp} | {f.path}")
+
+
+def faults_json(faults: List) -> List[dict]:
+    from toolkit.core.diagnosis import _jsonable
+
+    return [
+        _jsonable({"number": f.number, "nodes": [d.split(" [")[0] for d in f.nodes], "path": f.path, **f.evidence})
+        for f in faults
+    ]

@@ -1,0 +1,419 @@
+"""``debug reduce --compare REF TEST``: the built-in accuracy check.
+
+No ``--check``, no golden file to prepare:
+
+1. the reference model (``--reference-model``, default the model itself) runs once on the
+   reference runner (a runner spec, default ``onnxrt``) with every tensor marked as an
+   output; its values go to a temp ``.npz`` (members load lazily, one tensor at a time);
+2. each candidate subgraph runs in the warm worker (a fork of this process, which has
+   the data file open already) on the runner under test, fed with the reference's values
+   for its inputs; only the candidate's outputs are compared, with ``--atol``/``--rtol``/
+   ``--check-error-stat``, exactly as ``toolkit run --load-outputs`` compares them (same
+   output, same exit codes, so the same verdict classes and evidence as any toolkit check).
+
+With a separate reference model, tensor names shared by both are compared. A tensor the
+reference lacks that a candidate needs as an input gets the value the model itself
+computes on the reference runner (its dtype follows the model's), so every candidate can
+run; outputs the reference lacks are not compared.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Mapping, Optional, Sequence
+
+from toolkit.core.errors import InputError, UsageError
+from toolkit.reduce.check import WarmRunner, WorkerEntry
+
+DEFAULT_REFERENCE = "onnxrt"
+
+
+@dataclass
+class CompareOptions:
+    """What ``--compare`` and its companions ask for (option lists as typed)."""
+
+    reference: str = DEFAULT_REFERENCE  # runner spec
+    test: str = DEFAULT_REFERENCE
+    reference_model: Optional[str] = None
+    atol: List[str] = field(default_factory=list)
+    rtol: List[str] = field(default_factory=list)
+    check_error_stat: List[str] = field(default_factory=list)
+    load_inputs: List[str] = field(default_factory=list)
+    seed: Optional[int] = None
+    val_range: List[str] = field(default_factory=list)
+    input_shapes: List[str] = field(default_factory=list)
+    external_data_dir: Optional[str] = None
+
+    @classmethod
+    def from_words(cls, words: Sequence[str], **kw) -> "CompareOptions":
+        """``--compare TEST`` (reference ``onnxrt``) or ``--compare REF TEST``."""
+        words = [w for w in words if w.strip()]
+        if len(words) == 1:
+            return cls(DEFAULT_REFERENCE, words[0], **kw)
+        if len(words) == 2:
+            return cls(words[0], words[1], **kw)
+        raise UsageError(
+            "--compare takes the runner under test, or the reference runner and then the runner under test, "
+            "e.g. --compare onnxrt onnxrt:fp16"
+        )
+
+    def validate(self) -> None:
+        """Usage errors before any work: runner specs, tolerances, value ranges."""
+        from toolkit.core.compare import Tolerances
+        from toolkit.core.inputs import parse_val_ranges
+        from toolkit.core.meta import parse_shape_specs
+        from toolkit.run.specs import parse_runner_spec
+
+        parse_runner_spec(self.reference)
+        parse_runner_spec(self.test)
+        Tolerances.parse(self.atol, self.rtol, self.check_error_stat)
+        parse_val_ranges(self.val_range)
+        parse_shape_specs(self.input_shapes)
+
+
+@dataclass
+class Reference:
+    """The reference values, on disk in ``folder`` (removed by :meth:`close`)."""
+
+    folder: str
+    inputs_path: str  # what candidates are fed: every tensor, in the model's dtypes
+    outputs_path: str  # what candidate outputs are compared against
+    label: str
+    iterations: int = 0
+    tensors: int = 0
+    missing: List[str] = field(default_factory=list)  # model tensors the reference model lacks
+    seconds: float = 0.0
+    held: List[str] = field(default_factory=list)  # names of values held in memory
+    nbytes: int = 0
+
+    def close(self) -> None:
+        from toolkit.core.datafiles import release
+
+        for path in self.held:
+            release(path)
+        self.held = []
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------- the reference
+
+
+def _feed_source(opts: CompareOptions, notes: Callable[[str], None], loaded=None):
+    from toolkit.core.inputs import parse_val_ranges
+    from toolkit.core.meta import parse_shape_specs
+    from toolkit.run.feeds import FeedSource, load_feeds
+
+    where: list = []
+    if loaded is None and opts.load_inputs:
+        loaded, where = load_feeds(opts.load_inputs)
+    elif loaded is not None:
+        where = [("reference inputs", k) for k in range(len(loaded))]
+    return FeedSource(
+        loaded,
+        where,
+        seed=opts.seed if opts.seed is not None else 1,
+        ranges=parse_val_ranges(opts.val_range),
+        shapes=parse_shape_specs(opts.input_shapes),
+        notes=notes,
+    )
+
+
+def every_tensor(spec: str, model: str, feeds, opts: CompareOptions, name: Optional[str] = None):
+    """Yield ``(feed, outputs)`` per iteration: ``model`` on runner ``spec``, every tensor marked."""
+    from toolkit.run.options import RunOptions
+    from toolkit.run.specs import make_runner
+
+    base = RunOptions(
+        model,
+        onnx_outputs=["mark", "all"],
+        trt_outputs=["mark", "all"],
+        external_data_dir=opts.external_data_dir,
+    )
+    runner = make_runner(spec, model, base=base, name=name)
+    with runner:
+        metas = runner.input_metadata()
+        for feed in feeds.feeds(metas, runner.preferred_shapes()):
+            yield feed, runner.infer(feed)
+
+
+def _cast_like(value, like):
+    import numpy as np
+
+    if like is None or getattr(value, "dtype", None) == like.dtype:
+        return value
+    if value.dtype.kind in "fc" and like.dtype.kind in "fc":
+        return np.asarray(value).astype(like.dtype)
+    return value
+
+
+MEMORY_LIMIT = 2 << 30  # reference values up to this size stay in memory; more go to a temp .npz
+
+
+def compute_reference(
+    model: str, opts: CompareOptions, notes: Callable[[str], None] = lambda _m: None
+) -> Reference:
+    """Run the reference once and keep its values where every check can read them."""
+    from toolkit.core.datafiles import IterationResult, RunResults
+
+    t0 = time.monotonic()
+    ref_model = opts.reference_model or model
+    label = f"reference {opts.reference}"
+    ref = Reference(tempfile.mkdtemp(prefix="toolkit-compare-"), "", "", label)
+    try:
+        golden = [{**feed, **outs} for feed, outs in every_tensor(opts.reference, ref_model, _feed_source(opts, notes), opts, name=label)]
+        inputs = None
+        if ref_model != model and _needs_own_run(model, ref_model):
+            inputs = _own_values(model, opts, golden, ref, notes)
+        ref.iterations = len(golden)
+        ref.tensors = len(inputs[0] if inputs else golden[0]) if golden else 0
+        outputs = RunResults([(label, [IterationResult(values, 0.0, label) for values in golden])])
+        ref.nbytes = _nbytes(outputs) + (_nbytes(inputs) if inputs is not None else 0)
+        ref.outputs_path = _hold(ref, "reference", outputs)
+        ref.inputs_path = _hold(ref, "reference_inputs", inputs) if inputs is not None else ref.outputs_path
+    except BaseException:
+        ref.close()
+        raise
+    ref.seconds = time.monotonic() - t0
+    return ref
+
+
+def _nbytes(data) -> int:
+    from toolkit.core.datafiles import RunResults
+
+    feeds = [it.outputs for _n, its in data.runs for it in its] if isinstance(data, RunResults) else data
+    return sum(getattr(v, "nbytes", 0) for feed in feeds for v in feed.values())
+
+
+def _hold(ref: Reference, name: str, data) -> str:
+    """Keep ``data`` in memory under a name ``load_data`` knows, or in a temp .npz when it is huge."""
+    from toolkit.core.datafiles import RunResults, hold_in_memory, save_inputs, save_outputs
+
+    if _nbytes(data) <= MEMORY_LIMIT:
+        path = f"<memory>/{name}"
+        hold_in_memory(path, data)
+        ref.held.append(path)
+        return path
+    path = os.path.join(ref.folder, name + ".npz")
+    (save_outputs if isinstance(data, RunResults) else save_inputs)(path, data)
+    return path
+
+
+def _light(path: str):
+    from toolkit.reduce.session import load_for_index
+
+    return load_for_index(path)[0]
+
+
+def _needs_own_run(model: str, ref_model: str) -> bool:
+    """Whether the model's own values are needed to feed its subgraphs: some tensor of it has no
+    value in the reference model, or the two differ in tensor types (a converted model)."""
+    m, r = _light(model).graph, _light(ref_model).graph
+    r_names = {o for n in r.node for o in n.output} | {i.name for i in r.input}
+    if any(o and o not in r_names for n in m.node for o in n.output):
+        return True
+    r_init = {t.name: t.data_type for t in r.initializer}
+    if {t.data_type for t in m.initializer} != set(r_init.values()):
+        return True
+    if any(r_init.get(t.name, t.data_type) != t.data_type for t in m.initializer):
+        return True
+    r_io = {v.name: v.type.tensor_type.elem_type for v in list(r.input) + list(r.output)}
+    return any(r_io.get(v.name, v.type.tensor_type.elem_type) != v.type.tensor_type.elem_type for v in list(m.input) + list(m.output))
+
+
+def _own_values(model: str, opts: CompareOptions, golden: List[Mapping], ref: Reference, notes) -> List[Dict]:
+    """What candidates are fed: the reference's values (in the model's dtypes) where it has
+    them, else the model's own values on the reference runner."""
+    feeds = [{k: v for k, v in values.items()} for values in golden]
+    own = every_tensor(opts.reference, model, _feed_source(opts, notes, loaded=feeds), opts, name="model")
+    inputs: List[Dict] = []
+    missing: Dict[str, None] = {}
+    shared = 0
+    for ref_values, (own_feed, own_outs) in zip(golden, own):
+        values = dict(own_feed)
+        for name, value in own_outs.items():
+            if name in ref_values:
+                values[name] = _cast_like(ref_values[name], value)
+                shared += 1
+            else:
+                values[name] = value
+                missing.setdefault(name, None)
+        inputs.append(values)
+    if not shared:
+        raise InputError(
+            f"{opts.reference_model}: shares no tensor name with the model beyond its inputs, so nothing "
+            "can be compared; --reference-model needs a model whose tensors keep their names"
+        )
+    ref.missing = list(missing)
+    return inputs
+
+
+# ---------------------------------------------------------------------- the check
+
+
+def run_options(model: str, opts: CompareOptions, ref: Reference, **extra):
+    """The ``toolkit run`` of ``model`` on the runner under test, fed and judged by the reference."""
+    from toolkit.run.options import RunOptions
+
+    return RunOptions(
+        model,
+        runners=[opts.test],
+        load_inputs=[ref.inputs_path],
+        load_outputs=[ref.outputs_path],
+        atol=list(opts.atol),
+        rtol=list(opts.rtol),
+        check_error_stat=list(opts.check_error_stat),
+        diagnose=False,
+        **extra,
+    )
+
+
+def spec_flags(spec_text: str) -> List[str]:
+    """``onnxrt:opt=disable`` -> ``["--onnxrt", "--ort-optimization", "disable"]`` (its ``toolkit run`` flags)."""
+    from toolkit.run.registry import get_kind
+    from toolkit.run.specs import parse_runner_spec
+
+    spec = parse_runner_spec(spec_text)
+    kind = get_kind(spec.kind)
+    flags = [kind.flag]
+    known = kind.spec_options()
+    for key, value in spec.options.items():
+        flag = known[key].flag
+        if flag is None:
+            return ["--runner", spec.text]  # an option only specs can set
+        flags += [flag] if value is True else [flag, str(value)]
+    return flags
+
+
+def describe_check(artifact: str, opts: CompareOptions) -> List[str]:
+    """The check as the ``toolkit run`` it amounts to (for logs, replay files and --json)."""
+    argv = ["toolkit", "run", artifact, *spec_flags(opts.test), "--load-inputs", "<reference>"]
+    argv += ["--load-outputs", "<reference>"]
+    for flag, values in (("--atol", opts.atol), ("--rtol", opts.rtol), ("--check-error-stat", opts.check_error_stat)):
+        if values:
+            argv += [flag, *values]
+    return argv
+
+
+class CompareRunner(WarmRunner):
+    """The warm worker for ``--compare``: each check runs ``entry(RunOptions)`` in a fork.
+
+    The reference is computed on the first check (after the model is indexed and every
+    option checked), in this process, before any fork. ``entry`` is the CLI's own ``run``
+    (it prints the comparison and returns the exit code) and ``worker`` the CLI's
+    :class:`~toolkit.reduce.check.WorkerEntry` (for its warm-up), both injected so that this
+    package never imports the CLI.
+    """
+
+    kind = "warm"
+
+    def __init__(
+        self, model: str, artifact: str, opts: CompareOptions, entry: Callable, worker, *, notes=None, timeout=None
+    ):
+        super().__init__(["run", artifact], timeout, entry=WorkerEntry(main=self._child_main, prepare=worker.prepare))
+        self.model = model
+        self.artifact = artifact
+        self.opts = opts
+        self.run_entry = entry
+        self.notes = notes or (lambda _m: None)
+        self.ref: Optional[Reference] = None
+        self.options = None  # RunOptions to run instead of the candidate's check (see run_with)
+
+    @property
+    def check_argv(self) -> List[str]:
+        return describe_check(self.artifact, self.opts)
+
+    def prepare(self) -> None:
+        if self._prepared:
+            return
+        from toolkit.core.datafiles import load_data
+
+        ref_model = self.opts.reference_model or self.model
+        self.notes(f"Computing every tensor of {ref_model} on the reference runner {self.opts.reference} ...")
+        self.ref = compute_reference(self.model, self.opts, self.notes)
+        where = "in memory" if self.ref.held else "in a temp .npz"
+        self.notes(
+            f"Reference: {self.ref.tensors} tensors x {self.ref.iterations} iteration(s), "
+            f"{self.ref.nbytes / 2**20:.1f} MB {where}, {self.ref.seconds:.2f} s; checking each subgraph on "
+            f"{self.opts.test}"
+        )
+        if self.ref.missing:
+            self.notes(
+                f"{len(self.ref.missing)} tensor(s) of the model are not in the reference model; subgraph outputs "
+                "among them are not compared"
+            )
+        super().prepare()
+        for path in {self.ref.inputs_path, self.ref.outputs_path}:
+            load_data(path)
+
+    def _child_main(self, args) -> int:  # pragma: no cover - runs in the forked child
+        options = self.options if self.options is not None else run_options(self.artifact, self.opts, self.ref)
+        return self.run_entry(options)
+
+    def run_with(self, options, tick=None):
+        """One run of ``options`` (a :class:`~toolkit.run.options.RunOptions`) in the warm worker."""
+        self.options = options
+        try:
+            return self.run(tick)
+        finally:
+            self.options = None
+
+    def close(self) -> None:
+        if self.ref is not None:
+            self.ref.close()
+            self.ref = None
+
+
+# ---------------------------------------------------------------------- evidence for --all-faults
+
+
+def _report_of(runner: CompareRunner, options) -> Optional[dict]:
+    import json
+
+    runner.run_with(options)
+    try:
+        with open(options.save_report, encoding="utf-8") as fh:
+            comps = json.load(fh).get("comparisons") or []
+    except (OSError, ValueError):
+        return None
+    return comps[0] if comps else None
+
+
+def _num(value) -> float:
+    return float(value) if value is not None else 0.0
+
+
+def describe_faults(runner: CompareRunner, reducer, faults) -> None:
+    """Fill each fault's evidence: its own error (fed exact inputs) and its error amplification.
+
+    Amplification is measured in the model as the search saw it when the fault was found
+    (earlier faults' outputs replaced by reference values), every tensor compared: the
+    relative L2 error of the fault's outputs over that of its inputs.
+    """
+    from toolkit.core.diagnosis import amplification
+
+    folder = runner.ref.folder
+    for f in faults:
+        cand = reducer.candidate(f.mask)
+        art = os.path.join(folder, f"fault_{f.number}.onnx")
+        reducer.index.write(cand, art)
+        own = _report_of(runner, run_options(art, runner.opts, runner.ref, save_report=art + ".json"))
+        if own and own.get("tensors"):
+            worst = max(own["tensors"], key=lambda t: _num(t["tol_ratio"]))
+            f.evidence.update(max_abs=_num(worst["max_abs"]), tol_ratio=_num(worst["tol_ratio"]), tensor=worst["name"])
+        ctx_art = os.path.join(folder, f"context_{f.number}.onnx")
+        reducer.index.write(reducer.candidate(f.context), ctx_art)
+        marked = dict(onnx_outputs=["mark", "all"], trt_outputs=["mark", "all"], save_report=ctx_art + ".json")
+        ctx = _report_of(runner, run_options(ctx_art, runner.opts, runner.ref, **marked))
+        if ctx:
+            errs = {t["name"]: _num(t["rel_l2"]) for t in ctx.get("tensors", [])}
+            out_err = max((errs.get(t, 0.0) for t in cand.outputs), default=0.0)
+            in_err = max((errs.get(t, 0.0) for t in cand.inputs), default=0.0)
+            f.evidence.update(
+                output_error=out_err, input_error=in_err, amplification=amplification(out_err, in_err)
+            )

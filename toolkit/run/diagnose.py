@@ -1,0 +1,75 @@
+"""The layerwise diagnosis of a run's comparisons, and ``--save-report``.
+
+Tensor errors are gathered while the run streams (each iteration's arrays live only for
+that iteration), but only for an iteration whose comparison covers many tensors and fails,
+or when a report is asked for; :mod:`toolkit.core.diagnosis` is imported only then, so a
+plain run never pays for it.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Dict, List, Mapping, Optional
+
+MIN_TENSORS = 3  # a comparison of fewer tensors gets no diagnosis on the terminal
+
+
+def wanted(opts, it) -> bool:
+    """Gather this iteration's tensor errors?"""
+    if opts.save_report:
+        return True
+    return opts.diagnose and not it.passed and len(it.outputs) >= MIN_TENSORS
+
+
+def collect(errors: Dict[int, dict], pair_index: int, it, outs_a: Mapping, outs_b: Mapping) -> None:
+    """Add the tensor errors of iteration ``it`` (A's outputs against B's) to pair ``pair_index``."""
+    from toolkit.core.diagnosis import add_iteration
+
+    add_iteration(errors.setdefault(pair_index, {}), it, outs_a, outs_b)
+
+
+def check_report_option(opts) -> None:
+    """Usage errors for ``--save-report`` before any work."""
+    if not opts.save_report:
+        return
+    from toolkit.core.errors import UsageError
+    from toolkit.core.report import check_report_path
+
+    check_report_path(opts.save_report)
+    if len(opts.runners) + len(opts.load_outputs) < 2:
+        raise UsageError(
+            "--save-report needs a comparison: two runners, or a runner and --load-outputs golden values"
+        )
+
+
+def _topology(model: str):
+    """The ONNX model's topology (weights not read), or None for an engine or a model from stdin."""
+    if not model or model == "-" or not os.path.isfile(model):
+        return None
+    import onnx
+
+    from toolkit.core.diagnosis import topology_of
+
+    try:
+        return topology_of(onnx.load(model, load_external_data=False))
+    except Exception:  # noqa: BLE001 - a TensorRT engine or anything not ONNX: no topology
+        return None
+
+
+def diagnoses(opts, comparisons: List, errors: Dict[int, dict]) -> List[Optional[object]]:
+    """One :class:`~toolkit.core.diagnosis.Diagnosis` per comparison (None where no errors were gathered);
+    writes ``--save-report``."""
+    if not errors:
+        return [None] * len(comparisons)
+    from toolkit.core.diagnosis import diagnose
+
+    topology = _topology(opts.model)
+    out: List[Optional[object]] = []
+    for i, pair in enumerate(comparisons):
+        errs = errors.get(i)
+        out.append(diagnose(errs, topology, pair.label_a, pair.label_b) if errs else None)
+    if opts.save_report:
+        from toolkit.core.report import save_report
+
+        save_report(opts.save_report, [d for d in out if d is not None], model=opts.model, command=opts.command)
+    return out
