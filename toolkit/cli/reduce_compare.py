@@ -69,9 +69,9 @@ def summarize_faults(faults: List, log_fn=log) -> None:
     )
     for f in faults:
         ev = f.evidence
-        err = (
-            f"max abs {g(ev.get('max_abs'))} ({g(ev.get('tol_ratio'))}x the tolerance)" if "max_abs" in ev else "error ?"
-        )
+        err = "error ?"
+        if "max_abs" in ev:
+            err = f"max abs {g(ev.get('max_abs'))} ({g(ev.get('tol_ratio'))}x the tolerance)"
         amp = f"amplification {g(ev.get('amplification'))}x" if "amplification" in ev else "amplification ?"
         log_fn(f"  {f.number}. {', '.join(f.nodes)} | {err} | {amp} | {f.path}")
 

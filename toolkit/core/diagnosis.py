@@ -10,9 +10,10 @@ values, or two runners that both return every tensor), this finds
 - the **error against depth** (depth: the longest path, in nodes, from the graph inputs).
 
 Errors
-- ``rel_l2 = ||a - b|| / max(||a||, ||b||)`` (0 when equal, at most 2, defined when one side
-  is all zeros), the scale-free error used for amplification. Tensors not compared get the largest error of their producer's inputs
-  (error flows through them unseen); graph inputs, initializers and constants have none.
+- ``rel_l2 = ||a - b|| / max(||a||, ||b||)`` (0 when equal, at most 2, defined when one
+  side is all zeros), the scale-free error used for amplification. Tensors not compared
+  get the largest error of their producer's inputs (error flows through them unseen);
+  graph inputs, initializers and constants have none.
 - ``amplification = max(out, FLOOR) / max(in, FLOOR)`` with ``FLOOR`` the float32 epsilon,
   so exact-in, exact-out is 1 and rounding noise on exact inputs stays small.
 - ``tol_ratio``: the error relative to the tolerance that judged the tensor (1 is the

@@ -166,7 +166,8 @@ def compute_reference(
     label = f"reference {opts.reference}"
     ref = Reference(tempfile.mkdtemp(prefix="toolkit-compare-"), "", "", label)
     try:
-        golden = [{**feed, **outs} for feed, outs in every_tensor(opts.reference, ref_model, _feed_source(opts, notes), opts, name=label)]
+        ref_runs = every_tensor(opts.reference, ref_model, _feed_source(opts, notes), opts, name=label)
+        golden = [{**feed, **outs} for feed, outs in ref_runs]
         inputs = None
         if ref_model != model and _needs_own_run(model, ref_model):
             inputs = _own_values(model, opts, golden, ref, notes)
@@ -223,7 +224,8 @@ def _needs_own_run(model: str, ref_model: str) -> bool:
     if any(r_init.get(t.name, t.data_type) != t.data_type for t in m.initializer):
         return True
     r_io = {v.name: v.type.tensor_type.elem_type for v in list(r.input) + list(r.output)}
-    return any(r_io.get(v.name, v.type.tensor_type.elem_type) != v.type.tensor_type.elem_type for v in list(m.input) + list(m.output))
+    m_io = {v.name: v.type.tensor_type.elem_type for v in list(m.input) + list(m.output)}
+    return any(r_io.get(name, elem) != elem for name, elem in m_io.items())
 
 
 def _own_values(model: str, opts: CompareOptions, golden: List[Mapping], ref: Reference, notes) -> List[Dict]:
