@@ -71,5 +71,37 @@ def _refused():
 @pytest.mark.parametrize("section,option", list(_refused()), ids=lambda v: v if isinstance(v, str) else None)
 def test_refused_options_get_advice(cli, section, option):
     res = cli(*SECTIONS[section], "model.onnx", option, "x")
-    assert res.code == 2, (option, res.err)
-    assert "No such option" not in res.err and option in res.err and "not supported" in res.err, res.err
+    ok = res.code == 2 and "No such option" not in res.err and option in res.err and "not supported" in res.err
+    assert ok, (
+        f"docs/compatibility.md marks {option} 'not supported' for {section}, but toolkit now answers "
+        f"{res.err.strip()!r} (exit {res.code}): if the option is supported now, move it to a supported row; "
+        "else give it advice in toolkit/cli/options.py UNSUPPORTED_OPTIONS"
+    )
+
+
+def _accepted():
+    sections, _ = _sections()
+    for section, body in sections.items():
+        if section not in SECTIONS:
+            continue
+        for opts, status in _rows(body):
+            if status in ("supported", "differently"):
+                for opt in opts:
+                    yield section, opt
+
+
+@pytest.mark.parametrize("section,option", list(_accepted()), ids=lambda v: v if isinstance(v, str) else None)
+def test_supported_options_exist(section, option):
+    from toolkit.cli.app import get_command
+    from toolkit.cli.options import take_common_options
+
+    if take_common_options([option, "info"])[0] != [option, "info"]:
+        return  # a common option, taken before the command parses
+    cmd = get_command()
+    for part in SECTIONS[section]:
+        cmd = cmd.commands[part]
+    known = {o for p in cmd.params for o in getattr(p, "opts", ())} | {"-h", "--help"}
+    assert option in known, (
+        f"docs/compatibility.md says {section} supports {option}, but it has no such option: mark its row "
+        "'not supported' (with advice in toolkit/cli/options.py UNSUPPORTED_OPTIONS) or add the option"
+    )

@@ -191,3 +191,15 @@ def test_inf_is_reported_as_detected(cli, tmp_path):
     res = cli("run", model, "--onnxrt", "--val-range", "[0,0]", "--validate")
     assert res.code == 1
     assert "Inf Detected (4 Inf value(s))" in res.err
+
+
+def test_fp_to_fp16_runs_the_converted_model(cli, tmp_path):
+    model = _logits_model(tmp_path)
+    saved = tmp_path / "ran.onnx"
+    res = cli("run", model, "--onnxrt", "--fp-to-fp16", "--save-onnx", str(saved), "--onnxrt")
+    assert res.code == 0, res.err  # the two fp16 runs agree with each other
+    ran = onnx.load(str(saved))
+    assert TensorProto.FLOAT16 in {vi.type.tensor_type.elem_type for vi in ran.graph.value_info} | {
+        n.attribute[0].i for n in ran.graph.node if n.op_type == "Cast"
+    }
+    assert ran.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT  # graph I/O keep their types

@@ -76,10 +76,15 @@ def inspect_model(
 @app.command("data", **command_kwargs())
 def inspect_data(
     path: Annotated[str, typer.Argument(help="Inputs or outputs file (JSON or .npz), or '-' for stdin.", metavar="FILE")],
-    show_values: Annotated[bool, typer.Option("--show-values", help="Print every value of every tensor.")] = False,
+    show_values: Annotated[bool, typer.Option("-s", "--show-values", help="Print every value of every tensor.")] = False,
+    show_all: Annotated[
+        bool,
+        typer.Option("-a", "--all", help="Accepted for Polygraphy command lines: every iteration is always shown."),
+    ] = False,
     num_items: Annotated[
         Optional[int],
         typer.Option(
+            "-n",
             "--num-items",
             metavar="N",
             help="With --show-values: print N values at each end of every dimension, '...' between (-1: all; "

@@ -175,6 +175,14 @@ def register(app: typer.Typer) -> None:
                 help="With --compare-func indices: how far an index may move (default 0); also name:N.",
             ),
         ] = None,
+        fp_to_fp16: Annotated[
+            bool,
+            typer.Option(
+                "--fp-to-fp16",
+                help="Convert the ONNX model to mixed fp16 before running it (as toolkit convert --fp-to-fp16; "
+                "graph inputs and outputs keep their types).",
+            ),
+        ] = False,
         save_onnx: Annotated[
             Optional[str],
             typer.Option("--save-onnx", metavar="PATH", help="Save the ONNX model as it runs (--onnx-outputs marked)."),
@@ -387,6 +395,7 @@ def register(app: typer.Typer) -> None:
             compare_func=list(compare_func or []),
             index_tolerance=list(index_tolerance or []),
             save_onnx=save_onnx,
+            fp_to_fp16=fp_to_fp16,
             data_loader_script=data_loader_script,
             data_loader_func_name=data_loader_func_name,
             validate=validate,

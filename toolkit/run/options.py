@@ -45,6 +45,8 @@ class RunOptions:
     validate: bool = False
     # --save-onnx: the ONNX model as it ran (outputs marked)
     save_onnx: Optional[str] = None
+    # --fp-to-fp16: convert the ONNX model to mixed fp16 before running it
+    fp_to_fp16: bool = False
     # --data-loader-script SCRIPT[:FUNC]: feeds from a Python function (instead of --load-inputs)
     data_loader_script: Optional[str] = None
     data_loader_func_name: Optional[str] = None

@@ -24,6 +24,7 @@ safe in forked workers; data files go through :func:`toolkit.core.datafiles.load
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -39,15 +40,46 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
     """Run ``opts`` and return the report (raises ToolkitError subclasses for bad input)."""
     rep = reporter or Reporter()
     plan = make_plan(opts, rep)
-    if opts.save_onnx:
-        save_onnx(opts, rep)
-    feeds, loaded_sets = load_data_files(plan, rep)
-    stream = Streams(plan, loaded_sets)
-    with open_writers(plan, rep) as writers:
-        for index, planned in enumerate(plan.runners):
-            stream.live.append(run_runner(planned, index, feeds, writers, stream, rep))
+    with contextlib.ExitStack() as cleanup:
+        if opts.fp_to_fp16 and plan.runners:
+            converted = cleanup.enter_context(fp16_model(opts, rep))
+            for planned in plan.runners:
+                planned.opts = dataclasses.replace(planned.opts, model=converted, external_data_dir=None)
+            opts = dataclasses.replace(opts, model=converted, external_data_dir=None)
+        if opts.save_onnx:
+            save_onnx(opts, rep)
+        feeds, loaded_sets = load_data_files(plan, rep)
+        stream = Streams(plan, loaded_sets)
+        with open_writers(plan, rep) as writers:
+            for index, planned in enumerate(plan.runners):
+                stream.live.append(run_runner(planned, index, feeds, writers, stream, rep))
     report_saved(plan, stream.live, rep)
     return finish(plan, stream, rep)
+
+
+@contextlib.contextmanager
+def fp16_model(opts: RunOptions, rep: Reporter) -> Iterator[str]:
+    """--fp-to-fp16: the model converted to mixed fp16 (graph inputs and outputs keep their
+    types), in a temporary file that lives as long as the run."""
+    import shutil
+    import tempfile
+
+    from toolkit.core import fp16
+    from toolkit.core.model import load_model, save_model
+
+    model = load_model(opts.model, external_data_dir=opts.external_data_dir)
+    result = fp16.convert(model, [], keep_io_types=True, inplace=True)
+    del model
+    folder = tempfile.mkdtemp(prefix="toolkit-fp16-")
+    try:
+        path = os.path.join(folder, "model_fp16.onnx")
+        save_model(result.model, path)
+        kept = len(result.kept)
+        rep.info(f"Converted the model to fp16 for this run (--fp-to-fp16){f'; {kept} node(s) kept in fp32' if kept else ''}")
+        del result
+        yield path
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def save_onnx(opts: RunOptions, rep: Reporter) -> None:
