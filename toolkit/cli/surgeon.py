@@ -241,6 +241,7 @@ def sanitize_command(
         input_shapes=shapes,
         cleanup=cleanup,
         toposort=toposort,
+        external_data_dir=base_dir or external_data_dir,
         log=_log,
     )
     del m

@@ -693,6 +693,329 @@ def _all_nodes(graph):
             yield from _all_nodes(sub)
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+# ---------------------------------------------------------------------- onnx-graphsurgeon workarounds
+
+_HIDDEN_PREFIX = "__toolkit_hidden__"
+
+
+def _shape_attr_slice(node, rank: int):
+    """(start, end) of a Shape node's ``start``/``end`` attributes, clamped like ONNX does."""
+    start = int(node.attrs.get("start", 0))
+    end = node.attrs.get("end", None)
+    end = rank if end is None else int(end)
+    if start < 0:
+        start += rank
+    if end < 0:
+        end += rank
+    return max(0, min(start, rank)), max(0, min(end, rank))
+
+
+def _prepare_shape_slices(gs, graph) -> List:
+    """Shape nodes with ``start``/``end``: folded here, correctly, where the dims they take are
+    known; hidden from onnx-graphsurgeon otherwise (it folds them to the whole shape).
+
+    Returns the hidden nodes, for :func:`_unhide`.
+    """
+    import numpy as np
+
+    hidden = []
+    for node in list(_all_nodes(graph)):
+        if node.op != "Shape" or not ("start" in node.attrs or "end" in node.attrs):
+            continue
+        inp = node.inputs[0] if node.inputs else None
+        shape = None
+        if isinstance(inp, gs.Constant):
+            shape = list(inp.shape)
+        elif inp is not None and inp.shape is not None:
+            shape = list(inp.shape)
+        if shape is not None:
+            start, end = _shape_attr_slice(node, len(shape))
+            dims = shape[start:end]
+            if all(isinstance(d, int) and d >= 0 for d in dims):
+                out = node.outputs[0]
+                out.to_constant(np.array(dims, dtype=np.int64))
+                out.inputs.clear()
+                continue
+        node.op = _HIDDEN_PREFIX + node.op
+        hidden.append(node)
+    return hidden
+
+
+def _is_hidden(node) -> bool:
+    return node.op.startswith(_HIDDEN_PREFIX)
+
+
+def _hide(nodes) -> List:
+    for node in nodes:
+        node.op = _HIDDEN_PREFIX + node.op
+    return list(nodes)
+
+
+def _unhide(nodes) -> None:
+    for node in nodes:
+        if node.op.startswith(_HIDDEN_PREFIX):
+            node.op = node.op[len(_HIDDEN_PREFIX):]
+
+
+def _flatten_constant_ifs(gs, graph) -> int:
+    """Inline the taken branch of every If whose condition is a constant (bodies included).
+
+    onnx-graphsurgeon's own flattening loses If outputs after the first (it edits the
+    output list it iterates) and leaves outputs that a branch passes through from outside
+    without producer; this version keeps every output. Returns how many were inlined.
+    """
+    count = 0
+    used_names = {t.name for t in _all_tensors(graph).values()}
+
+    def unique(name: str) -> str:
+        base, i = name, 0
+        while name in used_names:
+            i += 1
+            name = f"{base}_inlined{i if i > 1 else ''}"
+        used_names.add(name)
+        return name
+
+    def visit(g) -> None:
+        nonlocal count
+        index = 0
+        while index < len(g.nodes):
+            node = g.nodes[index]
+            for sub in node.subgraphs():
+                visit(sub)
+            cond = node.inputs[0] if node.op == "If" and node.inputs else None
+            if not isinstance(cond, gs.Constant) or cond.values.size != 1:
+                index += 1
+                continue
+            branch = node.attrs["then_branch" if bool(cond.values.reshape(-1)[0]) else "else_branch"]
+            outer_outs = list(node.outputs)
+            branch_outs = list(branch.outputs)
+            if len(outer_outs) != len(branch_outs):
+                index += 1
+                continue
+            body_nodes = list(branch.nodes)
+            produced = {id(t) for n in body_nodes for t in n.outputs}
+            outer_tensors = g.tensors()
+            for n in body_nodes:
+                for t in n.outputs:
+                    if not t.is_empty():
+                        t.name = unique(t.name)
+                for t in n.inputs:
+                    if isinstance(t, gs.Constant) and outer_tensors.get(t.name, t) is not t:
+                        t.name = unique(t.name)  # a branch constant whose name the outer graph uses
+            node.inputs.clear()
+            node.outputs.clear()
+            extra = []
+            rebound = {}
+            for outer, inner in zip(outer_outs, branch_outs):
+                if id(inner) in rebound:
+                    src = rebound[id(inner)]
+                elif id(inner) in produced and inner.inputs:
+                    producer = inner.inputs[0]
+                    producer.outputs[producer.outputs.index(inner)] = outer
+                    rebound[id(inner)] = outer
+                    continue
+                else:
+                    src = inner  # passed through from outside, or a constant
+                # An Identity keeps the If's output defined.
+                extra.append(gs.Node("Identity", name=unique(f"{outer.name}_identity"), inputs=[src], outputs=[outer]))
+            g.nodes[index:index + 1] = body_nodes + extra
+            index += len(body_nodes) + len(extra)
+            count += 1
+
+    visit(graph)
+    return count
+
+
+# ---------------------------------------------------------------------- validating a folded model
+
+# Models bigger than this are not validated by running them (the cost would be the run itself).
+_VALIDATE_MAX_BYTES = 1 << 30
+
+
+class _Validation:
+    """Runs the original model once on generated inputs; checks candidate results against it."""
+
+    def __init__(self, original, external_data_dir: Optional[str]):
+        self.original = original
+        self.external_data_dir = external_data_dir
+        self.feed = None
+        self.expected = None
+        self.skip_reason: Optional[str] = None
+        self.compare_reason: Optional[str] = None  # why outputs are not compared (load check only)
+        self._prepared = False
+
+    # -- sessions
+    def _session(self, model, extra_outputs: Sequence[str] = ()):
+        import onnx
+        import onnxruntime as ort
+
+        if extra_outputs:
+            m = onnx.ModelProto()
+            m.CopyFrom(model)
+            have = {o.name for o in m.graph.output}
+            for name in extra_outputs:
+                if name not in have:
+                    m.graph.output.add().name = name
+            model = m
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        so.log_severity_level = 4
+        if self.external_data_dir:
+            so.add_session_config_entry("session.model_external_initializers_file_folder_path", self.external_data_dir)
+        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+
+    def prepare(self) -> None:
+        if self._prepared:
+            return
+        self._prepared = True
+        from toolkit.core.shapes import _uses_external_refs
+
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            self.skip_reason = "onnxruntime is not installed"
+            return
+        if self.original.ByteSize() > _VALIDATE_MAX_BYTES:
+            self.skip_reason = "the model is over 1 GiB"
+            return
+        if _uses_external_refs(self.original) and not self.external_data_dir:
+            self.skip_reason = "its weights are outside the model"
+            return
+        try:
+            sess = self._session(self.original)
+        except Exception as exc:  # noqa: BLE001 - ORT's own exception types
+            self.skip_reason = f"ONNX-Runtime cannot load the input model ({_first_line(exc)})"
+            return
+        self.feed = self._make_feed(sess)
+        if self.feed is None:
+            return
+        try:
+            self.expected = self._run(sess, self.feed)
+        except Exception as exc:  # noqa: BLE001
+            self.compare_reason = f"the input model does not run on generated inputs ({_first_line(exc)})"
+            self.feed = None
+
+    def _make_feed(self, sess):
+        import numpy as np
+
+        from toolkit.core.meta import dtype_to_numpy
+        from toolkit.core.model import graph_io_meta
+
+        rng = np.random.default_rng(0)
+        ins, _ = graph_io_meta(self.original)
+        metas = {m.name: m for m in ins}
+        feed = {}
+        total = 0
+        for i in sess.get_inputs():
+            m = metas.get(i.name)
+            if m is None or not m.dtype or m.shape is None or not str(i.type).startswith("tensor("):
+                self.compare_reason = f"input '{i.name}' is not a tensor with known rank"
+                return None
+            try:
+                dtype = dtype_to_numpy(m.dtype)
+            except Exception:  # noqa: BLE001
+                self.compare_reason = f"input '{i.name}' has dtype {m.dtype}"
+                return None
+            shape = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in m.shape)
+            total += int(np.prod(shape, dtype=np.int64)) * max(dtype.itemsize, 1)
+            if total > (64 << 20):
+                self.compare_reason = "generated inputs would be over 64 MiB"
+                return None
+            if dtype.kind == "f":
+                feed[i.name] = rng.random(shape).astype(dtype)
+            elif dtype.kind == "b":
+                feed[i.name] = rng.random(shape) < 0.5
+            elif dtype.kind in "iu":
+                feed[i.name] = np.ones(shape, dtype=dtype)
+            elif dtype.kind == "O" or dtype.kind == "U":
+                feed[i.name] = np.full(shape, "a", dtype=object)
+            else:
+                feed[i.name] = np.zeros(shape, dtype=dtype)
+        return feed
+
+    @staticmethod
+    def _run(sess, feed, names=None):
+        names = names or [o.name for o in sess.get_outputs()]
+        return dict(zip(names, sess.run(names, feed)))
+
+    # -- checks
+    def check(self, result) -> Optional[str]:
+        """None if ``result`` loads and (where inputs could be generated) gives the original's outputs."""
+        self.prepare()
+        if self.skip_reason:
+            return None
+        try:
+            sess = self._session(result)
+        except Exception as exc:  # noqa: BLE001
+            return f"ONNX-Runtime cannot load it: {_first_line(exc)}"
+        if self.feed is None:
+            return None
+        try:
+            got = self._run(sess, self.feed, list(self.expected))
+        except Exception as exc:  # noqa: BLE001
+            return f"it fails to run on ONNX-Runtime: {_first_line(exc)}"
+        bad = [n for n in self.expected if not _same_value(self.expected[n], got.get(n))]
+        if not bad:
+            return None
+        if self._nondeterministic():
+            self.compare_reason = "the input model's outputs change from run to run"
+            return None
+        return f"output '{bad[0]}' differs from the input model's"
+
+    def _nondeterministic(self) -> bool:
+        try:
+            again = self._run(self._session(self.original), self.feed)
+        except Exception:  # noqa: BLE001
+            return True
+        return any(not _same_value(self.expected[n], again.get(n)) for n in self.expected)
+
+    def wrong_constants(self, result) -> Optional[set]:
+        """Names of tensors that folding made constant with values the input model does not compute.
+
+        None when that cannot be told (no generated inputs)."""
+        self.prepare()
+        if self.feed is None:
+            return None
+        from onnx import numpy_helper
+
+        computed = {o for n in self.original.graph.node for o in n.output if o}
+        folded = [t for t in result.graph.initializer if t.name in computed]
+        if not folded:
+            return set()
+        try:
+            sess = self._session(self.original, [t.name for t in folded])
+            values = self._run(sess, self.feed, [t.name for t in folded])
+        except Exception:  # noqa: BLE001
+            return None
+        return {t.name for t in folded if not _same_value(values.get(t.name), numpy_helper.to_array(t))}
+
+
+def _same_value(a, b) -> bool:
+    import numpy as np
+
+    if a is None or b is None:
+        return a is b
+    if isinstance(a, list) or isinstance(b, list):
+        if not (isinstance(a, list) and isinstance(b, list)) or len(a) != len(b):
+            return False
+        return all(_same_value(x, y) for x, y in zip(a, b))
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.shape != b.shape:
+        return False
+    if a.dtype.kind in "fc" and b.dtype.kind in "fc":
+        return bool(np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=1e-4, atol=1e-4, equal_nan=True))
+    try:
+        return bool(np.array_equal(a, b))
+    except Exception:  # noqa: BLE001
+        return False
+
+
 def _fold_once(
     graph,
     *,
@@ -702,6 +1025,7 @@ def _fold_once(
     log: LogFn,
     bad_nodes: Optional[set] = None,
     bad_ops: Optional[set] = None,
+    recurse_subgraphs: bool = True,
 ) -> str:
     """One graphsurgeon folding run; returns how it folded.
 
@@ -710,11 +1034,15 @@ def _fold_once(
     bad node does not stop the rest. Only when the error names nothing does it fall back
     to graphsurgeon's recursive partitioning (correct, but slow on big graphs).
     """
-    kwargs = dict(fold_shapes=fold_shapes, size_threshold=size_threshold, recurse_subgraphs=True)
+    # Constant-condition If nodes are inlined by _flatten_constant_ifs, not by graphsurgeon.
+    kwargs = dict(
+        fold_shapes=fold_shapes, size_threshold=size_threshold, recurse_subgraphs=recurse_subgraphs,
+        flatten_subgraphs=False,
+    )
     if partitioning != "auto":
         mode = None if partitioning == "none" else partitioning
         with _quiet_gs() as buf, _quiet_ort(), _gs_step("fold constants in"):
-            graph.fold_constants(partitioning=mode, error_ok=True, **kwargs)
+            graph.fold_constants(partitioning=mode, error_ok=True, should_exclude_node=_is_hidden, **kwargs)
         if "failed" in buf.getvalue().lower():
             log(f"Folding constants | some nodes could not be folded (partitioning={partitioning}); kept as they are")
         return partitioning
@@ -730,7 +1058,7 @@ def _fold_once(
     bad_ops = set() if bad_ops is None else bad_ops
 
     def exclude(node) -> bool:
-        return node.name in bad_nodes or node.op in bad_ops
+        return node.name in bad_nodes or node.op in bad_ops or _is_hidden(node)
 
     try:
         for _ in range(_MAX_EXCLUSIONS + 1):
@@ -763,6 +1091,72 @@ def _fold_once(
             node.name = ""
 
 
+# Fallbacks when a folded model fails validation, in order (see sanitize()).
+_FOLD_LEVELS = (
+    ("full", ""),
+    ("no-inline", "without inlining constant-condition If branches"),
+    ("top-only", "folding only outside If/Loop/Scan bodies"),
+    ("skip-wrong", "skipping the nodes whose folded values are wrong"),
+)
+
+
+def _has_non_tensor_types(model) -> bool:
+    for g in _walk_graphs(model.graph):
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if vi.type.WhichOneof("value") not in (None, "tensor_type"):
+                return True
+    return False
+
+
+def _fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, size_threshold, fold_shapes,
+                 excluded: set, log: LogFn) -> None:
+    """Fold ``graph`` in place, pass after pass, until nothing changes (or ``num_passes``)."""
+    index = 0
+    report.passes = []
+    report.converged = False
+    bad_nodes: set = set()
+    bad_ops: set = set()
+    inline = level == "full"
+    while num_passes is None or index < num_passes:
+        index += 1
+        t0 = time.perf_counter()
+        before = count_nodes(graph)
+        hidden = _prepare_shape_slices(gs, graph)
+        if excluded:
+            hidden += _hide([n for n in _all_nodes(graph) if not _is_hidden(n)
+                             and any(o.name in excluded for o in n.outputs)])
+        try:
+            used = _fold_once(
+                graph,
+                partitioning=partitioning,
+                size_threshold=size_threshold,
+                fold_shapes=fold_shapes,
+                log=log,
+                bad_nodes=bad_nodes,
+                bad_ops=bad_ops,
+                recurse_subgraphs=level in ("full", "no-inline"),
+            )
+        finally:
+            _unhide(hidden)
+        inlined = _flatten_constant_ifs(gs, graph) if inline else 0
+        with _quiet_gs(), _gs_step("clean up"):
+            graph.cleanup()
+        after = count_nodes(graph)
+        changed = after != before or inlined > 0
+        if changed:
+            # Shapes unlocked by this pass, for the next one.
+            with _gs_step("export"):
+                _refresh_gs_shapes(gs, graph, shell)
+        secs = time.perf_counter() - t0
+        report.passes.append(FoldPass(index, before, after, secs, used))
+        log(f"Folding constants | pass {index} | nodes {before} -> {after} ({before - after} folded) | {secs:.2f} s")
+        if not changed:
+            report.converged = True
+            break
+    if not report.converged:
+        log(f"Folding constants | stopped after {index} passes (--num-passes); more folding may be possible")
+
+
 def sanitize(
     model,
     *,
@@ -774,6 +1168,8 @@ def sanitize(
     input_shapes: Optional[Mapping[str, Sequence]] = None,
     cleanup: bool = False,
     toposort: bool = False,
+    validate: bool = True,
+    external_data_dir: Optional[str] = None,
     log: LogFn = _nolog,
 ):
     """Simplify ``model``; returns (new model, SanitizeReport). ``model`` may be modified.
@@ -785,6 +1181,12 @@ def sanitize(
     their dynamic dims. ``partitioning``: ``auto`` (whole graph at once, then part by
     part if that fails), ``none``, ``basic``, ``recursive``. ``fold_size_threshold``
     (bytes) keeps bigger tensors computed at run time.
+
+    With ``validate`` (the default), the folded model must load in ONNX-Runtime and give
+    the input model's outputs on generated inputs; when it does not, folding is redone
+    with less (no If inlining; then only outside subgraphs; then without the nodes whose
+    folded values are wrong; at last not at all), and one log line says what was left
+    unfolded and why. ``external_data_dir`` is where weights not loaded live.
     """
     check_sanitize_options(partitioning, num_passes)
     t_start = time.perf_counter()
@@ -806,52 +1208,77 @@ def sanitize(
 
     gs = _import_gs()
     check_structure(model)
-    with _quiet_gs(), _gs_step("import"):
-        graph = gs.import_onnx(model)
-    del model
 
-    if fold_constants:
-        index = 0
-        report.converged = False
-        bad_nodes: set = set()
-        bad_ops: set = set()
-        while num_passes is None or index < num_passes:
-            index += 1
-            t0 = time.perf_counter()
-            before = count_nodes(graph)
-            used = _fold_once(
-                graph,
-                partitioning=partitioning,
-                size_threshold=fold_size_threshold,
-                fold_shapes=fold_shapes,
-                log=log,
-                bad_nodes=bad_nodes,
-                bad_ops=bad_ops,
-            )
+    def finish(graph):
+        if cleanup or fold_constants:
             with _quiet_gs(), _gs_step("clean up"):
                 graph.cleanup()
-            after = count_nodes(graph)
-            changed = after != before
-            if changed:
-                # Shapes unlocked by this pass, for the next one.
-                with _gs_step("export"):
-                    _refresh_gs_shapes(gs, graph, shell)
-            secs = time.perf_counter() - t0
-            report.passes.append(FoldPass(index, before, after, secs, used))
-            log(f"Folding constants | pass {index} | nodes {before} -> {after} ({before - after} folded) | {secs:.2f} s")
-            if not changed:
-                report.converged = True
-                break
-        if not report.converged:
-            log(f"Folding constants | stopped after {index} passes (--num-passes); more folding may be possible")
-    if cleanup or fold_constants:
-        with _quiet_gs(), _gs_step("clean up"):
-            graph.cleanup()
-    if toposort:
-        with _quiet_gs(), _gs_step("sort"):
-            graph.toposort()
-    with _gs_step("export"):
-        result = _export(gs, graph, shell)
+        if toposort:
+            with _quiet_gs(), _gs_step("sort"):
+                graph.toposort()
+        with _gs_step("export"):
+            return _export(gs, graph, shell)
+
+    def build(level: Optional[str], excluded: set):
+        with _quiet_gs(), _gs_step("import"):
+            graph = gs.import_onnx(model)
+        if level is not None:
+            _fold_passes(gs, graph, shell, report, level=level, num_passes=num_passes, partitioning=partitioning,
+                         size_threshold=fold_size_threshold, fold_shapes=fold_shapes, excluded=excluded, log=log)
+        return finish(graph)
+
+    try:
+        if not fold_constants:
+            result = build(None, set())
+        else:
+            result = _fold_validated(model, build, validate, external_data_dir, log)
+    except InputError:
+        if not _has_non_tensor_types(model):
+            raise
+        # onnx-graphsurgeon cannot export optional/sequence values in some models.
+        log("Folding constants | onnx-graphsurgeon cannot handle this model's optional/sequence values; "
+            "the model is written unfolded")
+        result = model
     report.nodes_after = count_model_nodes(result)
     report.seconds = time.perf_counter() - t_start
     return result, report
+
+
+def _fold_validated(model, build, validate: bool, external_data_dir: Optional[str], log: LogFn):
+    """Fold with ``build(level, excluded)``; validate and fall back level by level."""
+    if not validate:
+        return build("full", set())
+    check = _Validation(model, external_data_dir)
+    failures = []
+    result = None
+    for level, how in _FOLD_LEVELS:
+        if level == "skip-wrong":
+            excluded: set = set()
+            for _ in range(4):
+                wrong = check.wrong_constants(result)
+                if not wrong or wrong <= excluded:
+                    break
+                excluded |= wrong
+                result = build("top-only", excluded)
+                err = check.check(result)
+                if err is None:
+                    shown = ", ".join(sorted(excluded)[:3]) + (", ..." if len(excluded) > 3 else "")
+                    log(f"Folding constants | left unfolded: {len(excluded)} tensor(s) whose folded values were "
+                        f"wrong ({shown}), and everything inside If/Loop/Scan bodies; first try: {failures[0]}")
+                    return result
+            continue
+        if failures:
+            log(f"Folding constants | the folded model failed validation ({failures[-1]}); folding again {how}")
+        result = build(level, set())
+        err = check.check(result)
+        if err is None:
+            if check.skip_reason:
+                log(f"Folding constants | the folded model was not validated: {check.skip_reason}")
+            elif failures:
+                what = "constant-condition If branches" if level == "no-inline" else "everything inside If/Loop/Scan bodies"
+                log(f"Folding constants | left unfolded: {what}; folding them broke the model ({failures[0]})")
+            return result
+        failures.append(err)
+    log(f"Folding constants | left unfolded: everything; every folded model failed validation ({failures[0]}); "
+        "the model is written without folding")
+    return build(None, set())

@@ -1,0 +1,178 @@
+"""`surgeon sanitize --fold-constants` never writes a broken model: onnx-graphsurgeon's folding
+bugs are worked around, and what is written is validated (with fallbacks) before saving."""
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import modelzoo
+from toolkit.core import surgery
+from toolkit.core.surgery import count_model_nodes, sanitize
+
+
+def run(model, feed):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feed)))
+
+
+def shape_slices(dynamic_batch: bool):
+    """x -> Shape(start=1) -> y; x -> Shape(start=-2, end=-1) -> Gather(0) -> z; x -> Shape(start=1) -> Gather(1) -> w."""
+    batch = "n" if dynamic_batch else 3
+    nodes = [
+        helper.make_node("Shape", ["x"], ["y"], name="shape_start", start=1),
+        helper.make_node("Shape", ["x"], ["s2"], name="shape_mid", start=-2, end=-1),
+        helper.make_node("Gather", ["s2", "zero"], ["z"], name="gather_mid", axis=0),
+        helper.make_node("Shape", ["x"], ["s3"], name="shape_start2", start=1),
+        helper.make_node("Gather", ["s3", "one"], ["w"], name="gather_last", axis=0),
+    ]
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "zero"), numpy_helper.from_array(np.array(1, np.int64), "one")]
+    graph = helper.make_graph(
+        nodes,
+        "shape_slices",
+        [modelzoo.vi("x", [batch, 4, 5])],
+        [modelzoo.vi("y", [2], TensorProto.INT64), modelzoo.vi("z", [], TensorProto.INT64),
+         modelzoo.vi("w", [], TensorProto.INT64)],
+        inits,
+    )
+    return modelzoo.make_model(graph, opset=17)
+
+
+@pytest.mark.parametrize("dynamic_batch", [False, True])
+def test_shape_with_start_end_folds_to_the_right_dims(dynamic_batch):
+    model = shape_slices(dynamic_batch)
+    folded, _ = sanitize(model, fold_constants=True)
+    consts = {t.name: numpy_helper.to_array(t).tolist() for t in folded.graph.initializer}
+    # The dims the attributes select are static even when the batch is not: all three fold.
+    assert consts.get("y") == [4, 5]
+    assert consts.get("z") == 4
+    assert consts.get("w") == 5
+    assert count_model_nodes(folded) == 0
+
+
+def test_shape_with_start_over_dynamic_dims_is_kept():
+    nodes = [helper.make_node("Shape", ["x"], ["y"], name="shape_head", end=2)]
+    graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", ["n", 4, 5])], [modelzoo.vi("y", [2], TensorProto.INT64)])
+    folded, _ = sanitize(modelzoo.make_model(graph, opset=17), fold_constants=True)
+    assert [n.op_type for n in folded.graph.node] == ["Shape"]
+    assert run(folded, {"x": np.zeros((7, 4, 5), np.float32)})["y"].tolist() == [7, 4]
+
+
+def if_feeding_split(cond: bool):
+    """A constant-condition If whose taken branch ends in a two-output Split; both If outputs are used."""
+    split_then = helper.make_node("Split", ["c"], ["t0", "t1"], name="then_split", axis=0, num_outputs=2)
+    then_g = helper.make_graph(
+        [split_then], "then", [], [modelzoo.vi("t0", [2]), modelzoo.vi("t1", [2])],
+        [numpy_helper.from_array(np.array([1, 2, 3, 4], np.float32), "c")],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e0"], name="else_neg"), helper.make_node("Identity", ["x"], ["e1"], name="else_id")],
+        "else", [], [modelzoo.vi("e0", [2]), modelzoo.vi("e1", [2])],
+    )
+    nodes = [
+        helper.make_node("If", ["cond"], ["a", "b"], name="if", then_branch=then_g, else_branch=else_g),
+        helper.make_node("Add", ["a", "x"], ["ax"], name="add_a"),
+        helper.make_node("Mul", ["b", "x"], ["bx"], name="mul_b"),
+    ]
+    inits = [numpy_helper.from_array(np.array(cond), "cond")]
+    graph = helper.make_graph(
+        nodes, "if_split", [modelzoo.vi("x", [2])], [modelzoo.vi("ax", [2]), modelzoo.vi("bx", [2])], inits
+    )
+    return modelzoo.make_model(graph, opset=18)
+
+
+@pytest.mark.parametrize("cond", [True, False])
+def test_constant_if_feeding_multi_output_node_folds_and_loads(cond):
+    model = if_feeding_split(cond)
+    x = np.array([10, 20], np.float32)
+    expected = run(model, {"x": x})
+    folded, _ = sanitize(model, fold_constants=True, validate=False)  # the folding itself is right
+    onnx.checker.check_model(folded)
+    assert not any(n.op_type == "If" for n in folded.graph.node)
+    got = run(folded, {"x": x})
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name])
+
+
+def test_onnx_graphsurgeon_flattening_bug_is_still_what_we_work_around():
+    """If this starts failing, onnx-graphsurgeon fixed its If flattening (docs/known-issues.md)."""
+    import onnx_graphsurgeon as gs
+
+    graph = gs.import_onnx(if_feeding_split(True))
+    graph.fold_constants(flatten_subgraphs=True).cleanup()
+    exported = gs.export_onnx(graph)
+    exported.ir_version = 8
+    with pytest.raises(Exception):
+        ort.InferenceSession(exported.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+def test_validation_falls_back_and_says_what_was_left(monkeypatch):
+    """With the Shape(start) workaround switched off, graphsurgeon folds wrong values; validation
+    notices, the wrong tensors are left unfolded, the rest is folded, and one line says so."""
+    monkeypatch.setattr(surgery, "_prepare_shape_slices", lambda gs, graph: [])
+    model = shape_slices(False)
+    x = np.zeros((3, 4, 5), np.float32)
+    expected = run(model, {"x": x})
+    logs = []
+    folded, _ = sanitize(model, fold_constants=True, log=logs.append)
+    got = run(folded, {"x": x})
+    for name in expected:
+        np.testing.assert_array_equal(got[name], expected[name])
+    left = [m for m in logs if "left unfolded" in m]
+    assert len(left) == 1, logs
+    assert "wrong" in left[0]
+
+
+def test_no_validation_writes_what_graphsurgeon_folds(monkeypatch):
+    monkeypatch.setattr(surgery, "_prepare_shape_slices", lambda gs, graph: [])
+    folded, _ = sanitize(shape_slices(False), fold_constants=True, validate=False)
+    consts = {t.name: numpy_helper.to_array(t).tolist() for t in folded.graph.initializer}
+    assert consts["y"] == [3, 4, 5]  # graphsurgeon's answer, which validation exists to catch
+
+
+def test_every_level_failing_writes_the_model_unfolded(monkeypatch):
+    class AlwaysBroken(surgery._Validation):
+        def check(self, result):
+            return "test: always broken"
+
+        def wrong_constants(self, result):
+            return None
+
+    monkeypatch.setattr(surgery, "_Validation", AlwaysBroken)
+    model = shape_slices(False)
+    logs = []
+    folded, report = sanitize(model, fold_constants=True, log=logs.append)
+    assert [n.op_type for n in folded.graph.node] == ["Shape", "Shape", "Gather", "Shape", "Gather"]
+    assert any("left unfolded: everything" in m and "test: always broken" in m for m in logs)
+
+
+def optional_model():
+    """Optional(x) -> OptionalGetElement: a valid model with an optional value inside."""
+    nodes = [
+        helper.make_node("Optional", ["x"], ["opt"], name="wrap"),
+        helper.make_node("OptionalGetElement", ["opt"], ["y"], name="unwrap"),
+    ]
+    graph = helper.make_graph(nodes, "opt", [modelzoo.vi("x", [2])], [modelzoo.vi("y", [2])])
+    return modelzoo.make_model(graph, opset=18)
+
+
+def test_optional_values_pass_through(tmp_path, cli):
+    path = modelzoo.save(optional_model(), tmp_path / "opt.onnx")
+    out = tmp_path / "f.onnx"
+    res = cli("surgeon", "sanitize", path, "--fold-constants", "-o", out)
+    assert res.code == 0, res.err
+    x = np.array([1, 2], np.float32)
+    np.testing.assert_array_equal(run(onnx.load(str(out)), {"x": x})["y"], x)
+
+
+def test_sanitize_cli_log_names_validation_fallback(tmp_path, cli, monkeypatch):
+    monkeypatch.setattr(surgery, "_prepare_shape_slices", lambda gs, graph: [])
+    path = modelzoo.save(shape_slices(False), tmp_path / "m.onnx")
+    out = tmp_path / "f.onnx"
+    res = cli("surgeon", "sanitize", path, "--fold-constants", "-o", out)
+    assert res.code == 0, res.err
+    assert "left unfolded" in res.err
+    x = np.zeros((3, 4, 5), np.float32)
+    assert run(onnx.load(str(out)), {"x": x})["y"].tolist() == [4, 5]
