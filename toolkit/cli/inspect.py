@@ -45,11 +45,29 @@ def inspect_model(
     as_json: Annotated[bool, typer.Option("--json", help="Print the description as JSON on stdout.")] = False,
     external_data_dir: ExternalDataDirOpt = None,
     ignore_external_data: IgnoreExternalDataOpt = False,
+    list_unbounded_dds: Annotated[
+        bool,
+        typer.Option(
+            "--list-unbounded-dds",
+            help="List the tensors that set a data-dependent output size without an upper bound "
+            "(bound them with `surgeon sanitize --set-unbounded-dds-upper-bound`).",
+        ),
+    ] = False,
+    shape_inference: Annotated[
+        bool, typer.Option("--shape-inference", help="Run ONNX shape inference first, so tensors show shapes.")
+    ] = False,
 ) -> None:
     """Show a model: name, opsets, graph inputs and outputs, initializers, and optionally nodes,
     attributes and weights (subgraphs of If/Loop/Scan nested under their node)."""
     from toolkit.core.describe import Show, describe_model, model_text
     from toolkit.core.model import load_model
+
+    if list_unbounded_dds:
+        from toolkit.core.surgery import unbounded_dds_tensors
+
+        names = unbounded_dds_tensors(load_model(model, external_data_dir=external_data_dir, load_external_data=False))
+        _emit([f"Tensors with unbounded data-dependent shapes: {len(names)}"] + [f"  {n}" for n in names])
+        return
 
     shown = Show.from_mode(mode).union(Show.from_words(show))
     if _is_engine(model):
@@ -66,6 +84,10 @@ def inspect_model(
         proto, base_dir = load_lazily(model, external_data_dir, eager_bytes=0)
     else:
         proto = load_model(model, external_data_dir=external_data_dir, load_external_data=False)
+    if shape_inference:
+        from toolkit.core.surgery import infer_shapes_in_place
+
+        infer_shapes_in_place(proto)
     desc = describe_model(proto, shown, external_base_dir=base_dir)
     if as_json:
         _emit([json.dumps(desc, indent=2)])

@@ -13,6 +13,8 @@ import typer
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import (
     Annotated,
+    ListOpt,
+    ToolkitCommand,
     ExternalDataDirOpt,
     ForceFallbackOpt,
     ModelArg,
@@ -30,9 +32,38 @@ SaveExternalDataOpt = Annotated[
     bool,
     typer.Option(
         "--save-external-data",
-        help="Save weights in a separate file beside the output model (automatic for models over ~1.8 GB).",
+        help="Save weights in a separate file beside the output model (automatic for models over ~1.8 GB). "
+        "May be followed by the file name (as --external-data-path).",
     ),
 ]
+
+
+class SurgeonCommand(ToolkitCommand):
+    """``--save-external-data [PATH]``: the file name may follow the flag, as in Polygraphy."""
+
+    def parse_args(self, ctx, args):
+        out = []
+        args = list(args)
+        i = 0
+        while i < len(args):
+            tok = args[i]
+            if tok == "--":
+                out.extend(args[i:])
+                break
+            if tok.startswith("--save-external-data="):
+                out += ["--save-external-data", "--external-data-path", tok.split("=", 1)[1]]
+            elif tok == "--save-external-data" and i + 1 < len(args) and not args[i + 1].startswith("-"):
+                out += [tok, "--external-data-path", args[i + 1]]
+                i += 1
+            else:
+                out.append(tok)
+            i += 1
+        return super().parse_args(ctx, out)
+
+
+def _kwargs():
+    return command_kwargs(cls=SurgeonCommand)
+
 ExternalDataPathOpt = Annotated[
     Optional[str],
     typer.Option(
@@ -102,16 +133,19 @@ def _load(model_path: str, external_data_dir: Optional[str], output: str, extern
 
 
 def _log(msg: str) -> None:
-    from toolkit.cli.output import log
+    from toolkit.cli.output import log, warn
 
-    log(msg)
+    if msg.startswith("warning: "):
+        warn(msg[len("warning: "):])
+    else:
+        log(msg)
 
 
 def _describe_out(output: str) -> str:
     return "stdout" if output == "-" else output
 
 
-@app.command("extract", **command_kwargs())
+@app.command("extract", **_kwargs())
 def extract_command(
     model: ModelArg,
     output: OutputOpt,
@@ -173,7 +207,7 @@ def extract_command(
     _log(f"Extracted subgraph: nodes {n_before} -> {count_model_nodes(result)}; saved to {_describe_out(output)}")
 
 
-@app.command("sanitize", **command_kwargs())
+@app.command("sanitize", **_kwargs())
 def sanitize_command(
     model: ModelArg,
     output: OutputOpt,
@@ -212,23 +246,79 @@ def sanitize_command(
     ] = None,
     cleanup: Annotated[bool, typer.Option("--cleanup", help="Remove nodes and tensors that no output needs.")] = False,
     toposort: Annotated[bool, typer.Option("--toposort", help="Sort nodes topologically.")] = False,
+    outputs: Annotated[
+        ListOpt,
+        typer.Option(
+            "--outputs",
+            help="Make these tensors the model's outputs (several after one flag); 'mark all' marks every "
+            "tensor a node computes.",
+        ),
+    ] = None,
+    no_per_pass_shape_inference: Annotated[
+        bool,
+        typer.Option("--no-per-pass-shape-inference", help="Infer shapes once, not again after each folding pass."),
+    ] = False,
+    no_onnxruntime_shape_inference: Annotated[
+        bool,
+        typer.Option(
+            "--no-onnxruntime-shape-inference",
+            help="Accepted for compatibility: shapes come from ONNX shape inference already (ONNX-Runtime runs "
+            "only with --force-fallback-shape-inference).",
+        ),
+    ] = False,
+    force_fallback: ForceFallbackOpt = False,
+    upper_bounds: Annotated[
+        ListOpt,
+        typer.Option(
+            "--set-unbounded-dds-upper-bound",
+            help="Bound tensors that set a data-dependent output size (Range limits, Tile repeats...) with a Min: "
+            "BOUND for all, TENSOR:BOUND for one (several after one flag). "
+            "`toolkit inspect model --list-unbounded-dds` lists them.",
+        ),
+    ] = None,
+    no_validate: Annotated[
+        bool,
+        typer.Option(
+            "--no-validate",
+            help="Do not check the folded model on ONNX-Runtime (by default it must load and give the input "
+            "model's outputs on generated inputs, or folding is redone with less).",
+        ),
+    ] = False,
     external_data_dir: ExternalDataDirOpt = None,
     save_external_data: SaveExternalDataOpt = False,
     external_data_path: ExternalDataPathOpt = None,
     external_data_threshold: ExternalDataThresholdOpt = "1024",
 ) -> None:
-    """Simplify MODEL: fold constants, freeze input shapes, clean up, sort."""
+    """Simplify MODEL: fold constants, freeze input shapes, clean up, sort.
+
+    Folded models are checked before they are written: they must load in ONNX-Runtime and
+    give the input model's outputs on generated inputs. When a check fails, folding is
+    redone with less (no If inlining, then nothing inside subgraphs, then without the
+    nodes whose folded values are wrong), and one line says what was left unfolded.
+    """
     from toolkit.core.meta import parse_shape_specs
     from toolkit.core.model import check_output_path
-    from toolkit.core.surgery import check_sanitize_options, parse_size, sanitize
+    from toolkit.core.surgery import (
+        check_sanitize_options,
+        apply_fallback_shapes,
+        count_model_nodes,
+        mark_outputs,
+        parse_size,
+        parse_upper_bounds,
+        sanitize,
+        set_unbounded_dds_upper_bounds,
+    )
 
     check_sanitize_options(partitioning, num_passes)
     check_output_path(output)
     threshold = parse_size(fold_size_threshold) if fold_size_threshold is not None else None
     shapes = parse_shape_specs(override_input_shapes) if override_input_shapes else None
     parse_size(external_data_threshold)
+    bounds = parse_upper_bounds(upper_bounds) if upper_bounds else None
     m, base_dir = _load(model, external_data_dir, output, external_data_path, fold_constants=fold_constants)
-    if not (fold_constants or shapes or cleanup or toposort):
+    if outputs:
+        mark_outputs(m, outputs)
+    if not (fold_constants or shapes or cleanup or toposort or outputs or bounds or force_fallback):
         _log("nothing to do: no --fold-constants, --override-input-shapes, --cleanup or --toposort; "
              "the model is written unchanged")
     result, report = sanitize(
@@ -241,10 +331,17 @@ def sanitize_command(
         input_shapes=shapes,
         cleanup=cleanup,
         toposort=toposort,
+        validate=not no_validate,
+        per_pass_shape_inference=not no_per_pass_shape_inference,
         external_data_dir=base_dir or external_data_dir,
         log=_log,
     )
     del m
+    if bounds:
+        set_unbounded_dds_upper_bounds(result, bounds, log=_log)
+    if force_fallback:
+        apply_fallback_shapes(result, input_shapes=shapes, external_data_dir=base_dir or external_data_dir, log=_log)
+    report.nodes_after = count_model_nodes(result)
     _save(result, output, save_external_data, external_data_path, external_data_threshold, base_dir)
     n = len(report.passes)
     passes = f" in {n} folding pass{'es' if n != 1 else ''}" if n else ""

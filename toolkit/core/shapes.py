@@ -252,6 +252,11 @@ def _collect_inferred(inferred) -> Dict[str, TensorMeta]:
     return metas
 
 
+def declared_tensor_meta(model) -> Dict[str, TensorMeta]:
+    """Shapes and dtypes the model itself states (inputs, outputs, value_info, initializers)."""
+    return _collect_inferred(model)
+
+
 def _score(meta: TensorMeta) -> int:
     s = 0
     if meta.dtype:

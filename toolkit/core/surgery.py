@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError, one_line
-from toolkit.core.meta import TensorMeta, format_meta, parse_size  # noqa: F401  (parse_size: re-exported)
+from toolkit.core.meta import TensorMeta, format_meta, format_spec_shape, parse_size  # noqa: F401  (parse_size: re-exported)
 from toolkit.core.shapes import (
     infer_tensor_meta,
     is_complete,
@@ -377,6 +377,12 @@ def extract(
             )
 
     check_structure(model)
+    if force_fallback:
+        # ONNX-Runtime needs every input dim: unknown ones are taken as 1 (said in one line),
+        # and the result's inputs get the shapes it ran with.
+        input_shapes = assume_dynamic_dims(model, input_shapes, log)
+        if input_shapes:
+            override_input_shapes(model, input_shapes, inplace=True)
     in_specs = _dedupe(inputs) if inputs is not None else None
     out_specs = _dedupe(outputs) if outputs is not None else None
     metas = _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log)
@@ -533,7 +539,15 @@ def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, exte
             model, input_shapes=input_shapes, force_fallback=True, external_data_dir=external_data_dir
         )
     elif in_specs or out_specs:
-        metas = infer_tensor_meta(model, input_shapes=input_shapes, fallback=False)
+        from toolkit.core.shapes import declared_tensor_meta
+
+        declared = {} if input_shapes else declared_tensor_meta(model)
+        if all(is_complete(declared.get(s.name)) for s in list(need_in) + list(out_specs or [])):
+            metas = declared  # the model already describes every cut tensor: no inference needed
+        else:
+            metas = infer_tensor_meta(model, input_shapes=input_shapes, fallback=False)
+            known = sum(1 for m in metas.values() if is_complete(m))
+            log(f"Shape inference completed successfully: {known} of {len(metas)} tensors fully known")
         # What ONNX inference left unknown: input dtype/rank/dims; output dtype and rank
         # (onnx.checker wants a shape on every graph output).
         missing = [s.name for s in need_in if s.dtype is None and not metas[s.name].dtype]
@@ -606,7 +620,7 @@ def _apply_inferred(model, inferred, *, outputs: bool) -> None:
                 o.type.CopyFrom(new.type)
 
 
-def _infer_in_place(model, *, reset_outputs: bool = False) -> None:
+def infer_shapes_in_place(model, *, reset_outputs: bool = False) -> None:
     """Re-infer every intermediate shape of ``model`` (weights are not copied)."""
     from toolkit.core.model import infer_shapes
 
@@ -691,11 +705,6 @@ def _all_nodes(graph):
         yield node
         for sub in node.subgraphs():
             yield from _all_nodes(sub)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 # ---------------------------------------------------------------------- onnx-graphsurgeon workarounds
@@ -889,7 +898,7 @@ class _Validation:
         try:
             sess = self._session(self.original)
         except Exception as exc:  # noqa: BLE001 - ORT's own exception types
-            self.skip_reason = f"ONNX-Runtime cannot load the input model ({_first_line(exc)})"
+            self.skip_reason = f"ONNX-Runtime cannot load the input model ({one_line(exc, first_line=True, limit=300)})"
             return
         self.feed = self._make_feed(sess)
         if self.feed is None:
@@ -897,7 +906,7 @@ class _Validation:
         try:
             self.expected = self._run(sess, self.feed)
         except Exception as exc:  # noqa: BLE001
-            self.compare_reason = f"the input model does not run on generated inputs ({_first_line(exc)})"
+            self.compare_reason = f"the input model does not run on generated inputs ({one_line(exc, first_line=True, limit=300)})"
             self.feed = None
 
     def _make_feed(self, sess):
@@ -952,13 +961,13 @@ class _Validation:
         try:
             sess = self._session(result)
         except Exception as exc:  # noqa: BLE001
-            return f"ONNX-Runtime cannot load it: {_first_line(exc)}"
+            return f"ONNX-Runtime cannot load it: {one_line(exc, first_line=True, limit=300)}"
         if self.feed is None:
             return None
         try:
             got = self._run(sess, self.feed, list(self.expected))
         except Exception as exc:  # noqa: BLE001
-            return f"it fails to run on ONNX-Runtime: {_first_line(exc)}"
+            return f"it fails to run on ONNX-Runtime: {one_line(exc, first_line=True, limit=300)}"
         bad = [n for n in self.expected if not _same_value(self.expected[n], got.get(n))]
         if not bad:
             return None
@@ -1109,7 +1118,7 @@ def _has_non_tensor_types(model) -> bool:
 
 
 def _fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, size_threshold, fold_shapes,
-                 excluded: set, log: LogFn) -> None:
+                 excluded: set, log: LogFn, per_pass_shapes: bool = True) -> None:
     """Fold ``graph`` in place, pass after pass, until nothing changes (or ``num_passes``)."""
     index = 0
     report.passes = []
@@ -1143,7 +1152,7 @@ def _fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, s
             graph.cleanup()
         after = count_nodes(graph)
         changed = after != before or inlined > 0
-        if changed:
+        if changed and per_pass_shapes:
             # Shapes unlocked by this pass, for the next one.
             with _gs_step("export"):
                 _refresh_gs_shapes(gs, graph, shell)
@@ -1169,6 +1178,7 @@ def sanitize(
     cleanup: bool = False,
     toposort: bool = False,
     validate: bool = True,
+    per_pass_shape_inference: bool = True,
     external_data_dir: Optional[str] = None,
     log: LogFn = _nolog,
 ):
@@ -1180,7 +1190,9 @@ def sanitize(
     computations unlocked by the previous fold fold in the next one; graph inputs keep
     their dynamic dims. ``partitioning``: ``auto`` (whole graph at once, then part by
     part if that fails), ``none``, ``basic``, ``recursive``. ``fold_size_threshold``
-    (bytes) keeps bigger tensors computed at run time.
+    (bytes) keeps bigger tensors computed at run time. Without ``per_pass_shape_inference``
+    shapes are inferred once, before the first pass. ``input_shapes`` naming a tensor that
+    is not a graph input is ignored, with a warning.
 
     With ``validate`` (the default), the folded model must load in ONNX-Runtime and give
     the input model's outputs on generated inputs; when it does not, folding is redone
@@ -1194,12 +1206,14 @@ def sanitize(
     shell = _model_shell(model)
 
     if input_shapes:
+        input_shapes = _only_graph_inputs(model, input_shapes, log)
+    if input_shapes:
         override_input_shapes(model, dict(input_shapes), inplace=True)
-        _infer_in_place(model, reset_outputs=True)
+        infer_shapes_in_place(model, reset_outputs=True)
         log(f"Input shapes overridden: {', '.join(f'{k}:{list(v)}' for k, v in input_shapes.items())}; "
             "shapes re-inferred")
     elif fold_constants:
-        _infer_in_place(model)
+        infer_shapes_in_place(model)
 
     if not (fold_constants or cleanup or toposort):
         report.nodes_after = count_model_nodes(model)
@@ -1224,7 +1238,8 @@ def sanitize(
             graph = gs.import_onnx(model)
         if level is not None:
             _fold_passes(gs, graph, shell, report, level=level, num_passes=num_passes, partitioning=partitioning,
-                         size_threshold=fold_size_threshold, fold_shapes=fold_shapes, excluded=excluded, log=log)
+                         size_threshold=fold_size_threshold, fold_shapes=fold_shapes, excluded=excluded, log=log,
+                         per_pass_shapes=per_pass_shape_inference)
         return finish(graph)
 
     try:
@@ -1242,6 +1257,17 @@ def sanitize(
     report.nodes_after = count_model_nodes(result)
     report.seconds = time.perf_counter() - t_start
     return result, report
+
+
+def _only_graph_inputs(model, input_shapes: Mapping[str, Sequence], log: LogFn) -> Dict[str, Sequence]:
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [i.name for i in model.graph.input if i.name not in inits]
+    kept = {k: v for k, v in input_shapes.items() if k in inputs}
+    for name in input_shapes:
+        if name not in kept:
+            log(f"warning: '{name}' is not an input of the model (its inputs: {', '.join(inputs) or 'none'}); "
+                "its shape override is ignored")
+    return kept
 
 
 def _fold_validated(model, build, validate: bool, external_data_dir: Optional[str], log: LogFn):
@@ -1282,3 +1308,207 @@ def _fold_validated(model, build, validate: bool, external_data_dir: Optional[st
     log(f"Folding constants | left unfolded: everything; every folded model failed validation ({failures[0]}); "
         "the model is written without folding")
     return build(None, set())
+
+
+# ---------------------------------------------------------------------- graph outputs, DDS bounds, fallback shapes
+
+
+def mark_outputs(model, names: Sequence[str]) -> None:
+    """Make ``names`` the graph outputs of ``model`` (in place); ``["mark", "all"]`` marks every
+    tensor a node of the top graph computes. Types come from shape inference where known."""
+    known = top_tensor_names(model)
+    g = model.graph
+    if list(names) == ["mark", "all"]:
+        names = [o for n in g.node for o in n.output if o]
+    else:
+        for name in names:
+            if name not in set(known):
+                raise _unknown_name_error(name, known, "output")
+    names = list(dict.fromkeys(names))
+    metas = infer_tensor_meta(model, fallback=False, names=names)
+    old = {o.name: o for o in g.output}
+    new = []
+    for name in names:
+        if name in old:
+            new.append(old[name])
+            continue
+        new.append(_value_info(name, metas.get(name)))
+    del g.output[:]
+    g.output.extend(new)
+
+
+def _value_info(name: str, meta: Optional[TensorMeta]):
+    from onnx import ValueInfoProto, helper
+
+    from toolkit.core.meta import dtype_to_onnx
+
+    if meta is None or not meta.dtype or meta.dtype.endswith("_type"):
+        vi = ValueInfoProto()
+        vi.name = name
+        return vi
+    shape = None if meta.shape is None else [d if d is not None else "" for d in meta.shape]
+    vi = helper.make_tensor_value_info(name, dtype_to_onnx(meta.dtype), shape)
+    return vi
+
+
+# Ops whose output size a runtime value decides: op -> indices of those inputs.
+_DDS_INPUTS = {"Range": (1,), "Pad": (1,), "Resize": (3,), "Tile": (1,), "Expand": (1,)}
+
+
+def unbounded_dds_tensors(model) -> List[str]:
+    """Tensors that decide a data-dependent output size with no upper bound.
+
+    A node of ``_DDS_INPUTS`` whose output has a dim that shape inference cannot tie to the
+    inputs' dims (unknown, or a new symbol) gets its size from a runtime input; that input
+    is unbounded unless it is a constant or already goes through a ``Min``.
+    """
+    from toolkit.core.model import infer_shapes, value_info_meta
+
+    inferred = infer_shapes(light_copy(model), data_prop=True)
+    g = inferred.graph
+    metas = {vi.name: value_info_meta(vi) for vi in list(g.value_info) + list(g.output)}
+    symbols = set()
+    for vi in g.input:
+        m = value_info_meta(vi)
+        symbols.update(d for d in (m.shape or ()) if isinstance(d, str))
+    const = {t.name for t in g.initializer}
+    producer = {}
+    for node in g.node:
+        for o in node.output:
+            producer[o] = node
+        if node.op_type == "Constant":
+            const.update(node.output)
+    found: List[str] = []
+    for node in g.node:
+        new_dims = False
+        for o in node.output:
+            m = metas.get(o)
+            if m is None or m.shape is None:
+                new_dims = True
+                continue
+            for d in m.shape:
+                if d is None or (isinstance(d, str) and d not in symbols):
+                    new_dims = True
+                if isinstance(d, str):
+                    symbols.add(d)
+        if not new_dims or node.op_type not in _DDS_INPUTS:
+            continue
+        for idx in _DDS_INPUTS[node.op_type]:
+            if idx >= len(node.input) or not node.input[idx]:
+                continue
+            name = node.input[idx]
+            prod = producer.get(name)
+            if name in const or prod is None or prod.op_type == "Min" or name in found:
+                continue
+            found.append(name)
+    return found
+
+
+def parse_upper_bounds(specs: Sequence[str]) -> Dict[str, int]:
+    """``["1000", "t:4000"]`` -> ``{"": 1000, "t": 4000}`` ("" is every other tensor)."""
+    bounds: Dict[str, int] = {}
+    for spec in specs:
+        name, _, value = spec.rpartition(":")
+        try:
+            bound = int(value)
+        except ValueError:
+            raise UsageError(
+                f"--set-unbounded-dds-upper-bound: '{spec}' is not BOUND or TENSOR:BOUND (an integer)"
+            ) from None
+        bounds[name] = bound
+    return bounds
+
+
+def set_unbounded_dds_upper_bounds(model, bounds: Mapping[str, int], log: LogFn = _nolog) -> Dict[str, int]:
+    """Bound each unbounded data-dependent-shape tensor with a ``Min`` (in place); returns what was set."""
+    import numpy as np
+    from onnx import helper, numpy_helper
+
+    from toolkit.core.meta import dtype_to_numpy
+
+    targets = unbounded_dds_tensors(model)
+    named = [n for n in bounds if n]
+    for name in named:
+        if name not in targets:
+            shown = ", ".join(targets) or "none"
+            raise InputError(
+                f"'{name}' is not a tensor with an unbounded data-dependent shape; those are: {shown} "
+                "(`toolkit inspect model --list-unbounded-dds` lists them)"
+            )
+    metas = infer_tensor_meta(model, fallback=False, names=targets)
+    g = model.graph
+    taken = set(top_tensor_names(model))
+    applied: Dict[str, int] = {}
+    for name in targets:
+        bound = bounds.get(name, bounds.get(""))
+        if bound is None:
+            continue
+        meta = metas.get(name)
+        dtype = dtype_to_numpy(meta.dtype) if meta is not None and meta.dtype else np.int64
+        values = np.array(bound, dtype=dtype)
+        if meta is not None and meta.shape:
+            values = np.full(len(meta.shape), bound, dtype=dtype)
+        copy = _fresh_name(name + "_unbounded", taken)
+        const = _fresh_name(name + "_upper_bound", taken)
+        pos = next(i for i, n in enumerate(g.node) if name in n.output)
+        producer = g.node[pos]
+        producer.output[list(producer.output).index(name)] = copy
+        g.initializer.append(numpy_helper.from_array(values, const))
+        g.node.insert(pos + 1, helper.make_node("Min", [copy, const], [name], name=_fresh_name(name + "_min", taken)))
+        applied[name] = bound
+    log(f"Upper bounds set: {', '.join(f'{k}<={v}' for k, v in applied.items()) or 'none needed'}")
+    return applied
+
+
+def _fresh_name(base: str, taken: set) -> str:
+    name, i = base, 1
+    while name in taken:
+        i += 1
+        name = f"{base}_{i}"
+    taken.add(name)
+    return name
+
+
+def assume_dynamic_dims(model, input_shapes: Optional[Mapping[str, Sequence]], log: LogFn) -> Dict[str, list]:
+    """Input shapes for running the model: ``input_shapes``, and 1 for every other dynamic dim
+    (said in one line)."""
+    from toolkit.core.model import graph_io_meta
+
+    shapes = {k: list(v) for k, v in (input_shapes or {}).items()}
+    assumed = []
+    ins, _ = graph_io_meta(model)
+    for m in ins:
+        if m.name in shapes or m.shape is None or not m.dtype or m.dtype.endswith("_type"):
+            continue
+        if any(not isinstance(d, int) for d in m.shape):
+            shapes[m.name] = [d if isinstance(d, int) else 1 for d in m.shape]
+            assumed.append(f"{m.name}:{format_spec_shape(tuple(shapes[m.name]))}")
+    if assumed:
+        log(f"warning: dynamic input dims assumed to be 1 for shape inference: {', '.join(assumed)} "
+            "(--model-input-shapes / --override-input-shapes set them)")
+    return shapes
+
+
+def apply_fallback_shapes(model, *, input_shapes=None, external_data_dir=None, log: LogFn = _nolog) -> None:
+    """Run the model on ONNX-Runtime and write every tensor's real shape into it (in place):
+    graph inputs (dynamic dims assumed 1 unless given), intermediate value_info, outputs."""
+    shapes = assume_dynamic_dims(model, input_shapes, log)
+    if shapes:
+        override_input_shapes(model, shapes, inplace=True)
+    metas = infer_tensor_meta(model, force_fallback=True, external_data_dir=external_data_dir)
+    g = model.graph
+    outputs = {o.name for o in g.output}
+    inputs = {i.name for i in g.input}
+    inits = {t.name for t in g.initializer}
+    del g.value_info[:]
+    for name, meta in metas.items():
+        if name in inits or name in inputs or not is_complete(meta) or not meta.dtype or meta.dtype.endswith("_type"):
+            continue
+        vi = _value_info(name, meta)
+        if name in outputs:
+            for o in g.output:
+                if o.name == name:
+                    o.type.CopyFrom(vi.type)
+        else:
+            g.value_info.append(vi)
+    log(f"Shapes of {len(metas)} tensors found by running ONNX-Runtime")

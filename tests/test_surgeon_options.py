@@ -1,0 +1,130 @@
+"""Polygraphy's `surgeon sanitize/extract` options and `inspect model --list-unbounded-dds`."""
+
+import os
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+import modelzoo
+
+
+def run(path, feed):
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    names = [o.name for o in sess.get_outputs()]
+    return dict(zip(names, sess.run(names, feed)))
+
+
+def dds_model():
+    """x -> ReduceMax -> Cast(int64) -> Range(0, limit, 1) -> Cast(float) -> y: the Range's size depends on x."""
+    inits = [numpy_helper.from_array(np.array(0, np.int64), "start"), numpy_helper.from_array(np.array(1, np.int64), "step")]
+    nodes = [
+        helper.make_node("ReduceMax", ["x"], ["mx"], name="rmax", keepdims=0),
+        helper.make_node("Cast", ["mx"], ["limit"], name="to_int", to=TensorProto.INT64),
+        helper.make_node("Range", ["start", "limit", "step"], ["r"], name="range"),
+        helper.make_node("Cast", ["r"], ["y"], name="to_float", to=TensorProto.FLOAT),
+    ]
+    graph = helper.make_graph(nodes, "dds", [modelzoo.vi("x", [4])], [modelzoo.vi("y", ["n"])], inits)
+    return modelzoo.make_model(graph, opset=17)
+
+
+def two_identities():
+    nodes = [helper.make_node("Identity", ["x"], ["a"], name="id1"), helper.make_node("Identity", ["a"], ["b"], name="id2")]
+    graph = helper.make_graph(nodes, "ids", [modelzoo.vi("x", ["n", 3])], [modelzoo.vi("b", ["n", 3])])
+    return modelzoo.make_model(graph)
+
+
+def test_list_unbounded_dds(tmp_path, cli):
+    path = modelzoo.save(dds_model(), tmp_path / "dds.onnx")
+    res = cli("inspect", "model", path, "--list-unbounded-dds")
+    assert res.code == 0, res.err
+    assert res.out.splitlines() == ["Tensors with unbounded data-dependent shapes: 1", "  limit"]
+    res = cli("inspect", "model", modelzoo.save(two_identities(), tmp_path / "ids.onnx"), "--list-unbounded-dds")
+    assert res.out.splitlines() == ["Tensors with unbounded data-dependent shapes: 0"]
+
+
+def test_set_unbounded_dds_upper_bound(tmp_path, cli):
+    path = modelzoo.save(dds_model(), tmp_path / "dds.onnx")
+    out = tmp_path / "b.onnx"
+    res = cli("surgeon", "sanitize", path, "-o", out, "--set-unbounded-dds-upper-bound", "2", "limit:3")
+    assert res.code == 0, res.err
+    m = onnx.load(str(out))
+    mins = [n for n in m.graph.node if n.op_type == "Min"]
+    assert len(mins) == 1 and mins[0].output[0] == "limit"
+    bound = {t.name: numpy_helper.to_array(t) for t in m.graph.initializer}[mins[0].input[1]]
+    assert bound.tolist() == 3 and bound.dtype == np.int64  # the named bound wins over the global one
+    y = run(out, {"x": np.array([1, 9, 2, 5], np.float32)})["y"]
+    assert y.tolist() == [0, 1, 2]
+    # Once bounded, nothing is left to list.
+    assert cli("inspect", "model", out, "--list-unbounded-dds").out.splitlines()[0].endswith(": 0")
+    res = cli("surgeon", "sanitize", path, "-o", out, "--set-unbounded-dds-upper-bound", "x:3")
+    assert res.code == 3 and "'x'" in res.err and "limit" in res.err
+    res = cli("surgeon", "sanitize", path, "-o", out, "--set-unbounded-dds-upper-bound", "lots")
+    assert res.code == 2
+
+
+def test_outputs_mark_all_and_names(tmp_path, cli):
+    path = modelzoo.save(two_identities(), tmp_path / "ids.onnx")
+    out = tmp_path / "o.onnx"
+    res = cli("surgeon", "sanitize", path, "-o", out, "--outputs", "mark", "all")
+    assert res.code == 0, res.err
+    m = onnx.load(str(out))
+    assert [o.name for o in m.graph.output] == ["a", "b"]
+    assert m.graph.output[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    res = cli("surgeon", "sanitize", path, "-o", out, "--outputs", "a", "--cleanup")
+    assert res.code == 0, res.err
+    m = onnx.load(str(out))
+    assert [o.name for o in m.graph.output] == ["a"] and [n.name for n in m.graph.node] == ["id1"]
+    res = cli("surgeon", "sanitize", path, "-o", out, "--outputs", "nope")
+    assert res.code == 3 and "'nope'" in res.err
+
+
+def test_force_fallback_shape_inference_assumes_dynamic_dims(tmp_path, cli):
+    path = modelzoo.save(two_identities(), tmp_path / "ids.onnx")
+    out = tmp_path / "o.onnx"
+    res = cli("surgeon", "sanitize", path, "-o", out, "--force-fallback-shape-inference")
+    assert res.code == 0, res.err
+    assert len([line for line in res.err.splitlines() if "assumed" in line]) == 1
+    m = onnx.load(str(out))
+    dims = lambda vi: [d.dim_value for d in vi.type.tensor_type.shape.dim]  # noqa: E731
+    assert dims(m.graph.input[0]) == [1, 3] and dims(m.graph.output[0]) == [1, 3]
+    assert [(v.name, dims(v)) for v in m.graph.value_info] == [("a", [1, 3])]
+    # extract does the same, and the extracted model runs at the assumed shape
+    res = cli("surgeon", "extract", path, "-o", out, "--outputs", "a:auto", "--force-fallback-shape-inference")
+    assert res.code == 0, res.err
+    assert "assumed" in res.err
+    m = onnx.load(str(out))
+    assert dims(m.graph.input[0]) == [1, 3] and dims(m.graph.output[0]) == [1, 3]
+
+
+def test_save_external_data_takes_an_optional_path(tmp_path, cli):
+    w = numpy_helper.from_array(np.arange(4096, dtype=np.float32).reshape(64, 64), "w")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                              [modelzoo.vi("x", [1, 64])], [modelzoo.vi("y", [1, 64])], [w])
+    path = modelzoo.save(modelzoo.make_model(graph), tmp_path / "m.onnx")
+    out = tmp_path / "out" / "o.onnx"
+    os.makedirs(out.parent)
+    res = cli("surgeon", "sanitize", path, "-o", out, "--save-external-data", "weights.bin", "--fold-constants")
+    assert res.code == 0, res.err
+    assert (out.parent / "weights.bin").stat().st_size == 4096 * 4
+    res = cli("surgeon", "sanitize", path, "--save-external-data", "-o", tmp_path / "out" / "p.onnx")
+    assert res.code == 0, res.err
+    assert (out.parent / "p.onnx.data").exists()
+    x = np.ones((1, 64), np.float32)
+    np.testing.assert_allclose(run(out, {"x": x})["y"], x @ np.arange(4096, dtype=np.float32).reshape(64, 64))
+
+
+def test_no_per_pass_shape_inference_folds_less_on_shape_chains(tmp_path, cli):
+    from test_surgeon import shape_chain
+
+    path = modelzoo.save(shape_chain(blocks=3), tmp_path / "chain.onnx")
+    out = tmp_path / "o.onnx"
+    counts = {}
+    for flag in ([], ["--no-per-pass-shape-inference"]):
+        res = cli("surgeon", "sanitize", path, "-o", out, "--fold-constants", *flag)
+        assert res.code == 0, res.err
+        counts[bool(flag)] = len(onnx.load(str(out)).graph.node)
+    assert counts[False] <= counts[True]
+    res = cli("surgeon", "sanitize", path, "-o", out, "--fold-constants", "--no-onnxruntime-shape-inference")
+    assert res.code == 0, res.err
