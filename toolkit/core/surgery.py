@@ -856,29 +856,73 @@ class _Validation:
         self.expected = None
         self.skip_reason: Optional[str] = None
         self.compare_reason: Optional[str] = None  # why outputs are not compared (load check only)
+        self.all_values = None  # values of the tensors folding may replace, on the generated inputs
         self._prepared = False
 
     # -- sessions
     def _session(self, model, extra_outputs: Sequence[str] = ()):
+        """An ONNX-Runtime session on a light copy of ``model``: its big top-level weights
+        become graph inputs fed with the model's own arrays (no copy), so creating the
+        session costs the graph, not the weights."""
         import onnx
         import onnxruntime as ort
 
+        from toolkit.core.shapes import _STUB_LOCATION
+
+        light = light_copy(model)
         if extra_outputs:
-            m = onnx.ModelProto()
-            m.CopyFrom(model)
-            have = {o.name for o in m.graph.output}
+            have = {o.name for o in light.graph.output}
             for name in extra_outputs:
                 if name not in have:
-                    m.graph.output.add().name = name
-            model = m
+                    light.graph.output.add().name = name
+        g = light.graph
+        stubbed = {t.name: t for t in g.initializer if t.external_data and t.external_data[0].value == _STUB_LOCATION}
+        weights = {}
+        if stubbed:
+            kept = [t for t in g.initializer if t.name not in stubbed]
+            del g.initializer[:]
+            g.initializer.extend(kept)
+            listed = {i.name for i in g.input}
+            for t in model.graph.initializer:
+                if t.name in stubbed:
+                    weights[t.name] = _raw_array(t, onnx)
+                    if t.name not in listed:
+                        g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         so.log_severity_level = 4
+        # One thread that does not spin: validation runs beside folding and must not slow it.
+        so.intra_op_num_threads = 1
+        so.inter_op_num_threads = 1
+        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
         if self.external_data_dir:
             so.add_session_config_entry("session.model_external_initializers_file_folder_path", self.external_data_dir)
-        return ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(light.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return _Session(sess, weights)
+
+    def start(self) -> None:
+        """Run the input model for the expected outputs in the background (ONNX-Runtime releases
+        the GIL), while folding goes on."""
+        import threading
+
+        self._thread = threading.Thread(target=self._prepare_safely, daemon=True)
+        self._thread.start()
+
+    def _prepare_safely(self) -> None:
+        try:
+            self._prepare()
+        except Exception as exc:  # noqa: BLE001 - never let the helper thread die silently
+            self.skip_reason = f"validation could not run ({_first_line(exc)})"
 
     def prepare(self) -> None:
+        thread = getattr(self, "_thread", None)
+        if thread is not None:
+            thread.join()
+            self._thread = None
+        if not self._prepared:
+            self._prepare()
+
+    def _prepare(self) -> None:
         if self._prepared:
             return
         self._prepared = True
@@ -895,8 +939,24 @@ class _Validation:
         if _uses_external_refs(self.original) and not self.external_data_dir:
             self.skip_reason = "its weights are outside the model"
             return
+        g = self.original.graph
+        self.output_names = [o.name for o in g.output]
+        # Every intermediate tensor's value too, when the model has no subgraphs and they fit:
+        # then a folded model is checked by comparing its new constants with them, without
+        # running it (folding only replaces tensors by constants and removes dead nodes).
+        self.has_subgraphs = any(attr.type in (5, 10) for n in g.node for attr in n.attribute)  # GRAPH, GRAPHS
+        extra = []
+        if not self.has_subgraphs:
+            outs = set(self.output_names)
+            extra = [o for o in _foldable_tensors(g) if o not in outs]
         try:
-            sess = self._session(self.original)
+            try:
+                sess = self._session(self.original, extra)
+            except Exception:  # noqa: BLE001 - some tensors cannot be outputs (non-tensor types)
+                if not extra:
+                    raise
+                extra = []
+                sess = self._session(self.original)
         except Exception as exc:  # noqa: BLE001 - ORT's own exception types
             self.skip_reason = f"ONNX-Runtime cannot load the input model ({one_line(exc, first_line=True, limit=300)})"
             return
@@ -904,10 +964,13 @@ class _Validation:
         if self.feed is None:
             return
         try:
-            self.expected = self._run(sess, self.feed)
+            values = self._run(sess, self.feed, self.output_names + extra)
         except Exception as exc:  # noqa: BLE001
             self.compare_reason = f"the input model does not run on generated inputs ({one_line(exc, first_line=True, limit=300)})"
             self.feed = None
+            return
+        self.expected = {n: values[n] for n in self.output_names}
+        self.all_values = values if extra else None
 
     def _make_feed(self, sess):
         import numpy as np
@@ -920,7 +983,10 @@ class _Validation:
         metas = {m.name: m for m in ins}
         feed = {}
         total = 0
+        inits = {t.name for t in self.original.graph.initializer}
         for i in sess.get_inputs():
+            if i.name in inits:
+                continue  # a weight listed as an input (IR < 4): its initializer is the value
             m = metas.get(i.name)
             if m is None or not m.dtype or m.shape is None or not str(i.type).startswith("tensor("):
                 self.compare_reason = f"input '{i.name}' is not a tensor with known rank"
@@ -952,6 +1018,7 @@ class _Validation:
         names = names or [o.name for o in sess.get_outputs()]
         return dict(zip(names, sess.run(names, feed)))
 
+
     # -- checks
     def check(self, result) -> Optional[str]:
         """None if ``result`` loads and (where inputs could be generated) gives the original's outputs."""
@@ -964,6 +1031,14 @@ class _Validation:
             return f"ONNX-Runtime cannot load it: {one_line(exc, first_line=True, limit=300)}"
         if self.feed is None:
             return None
+        if self.all_values is not None and _same_outputs(result, self.original) and self._predicted(result):
+            wrong = self.wrong_constants(result)
+            if not wrong:
+                return None
+            if self._nondeterministic():
+                self.compare_reason = "the input model's outputs change from run to run"
+                return None
+            return f"folded tensor '{sorted(wrong)[0]}' differs from what the input model computes"
         try:
             got = self._run(sess, self.feed, list(self.expected))
         except Exception as exc:  # noqa: BLE001
@@ -975,6 +1050,11 @@ class _Validation:
             self.compare_reason = "the input model's outputs change from run to run"
             return None
         return f"output '{bad[0]}' differs from the input model's"
+
+    def _predicted(self, result) -> bool:
+        """Every tensor folding made constant had its value computed in the input model's run."""
+        computed = {o for n in self.original.graph.node for o in n.output if o}
+        return all(t.name in self.all_values for t in result.graph.initializer if t.name in computed)
 
     def _nondeterministic(self) -> bool:
         try:
@@ -996,12 +1076,63 @@ class _Validation:
         folded = [t for t in result.graph.initializer if t.name in computed]
         if not folded:
             return set()
+        if self.all_values is not None and all(t.name in self.all_values for t in folded):
+            return {t.name for t in folded if not _same_value(self.all_values.get(t.name), numpy_helper.to_array(t))}
         try:
             sess = self._session(self.original, [t.name for t in folded])
             values = self._run(sess, self.feed, [t.name for t in folded])
         except Exception:  # noqa: BLE001
             return None
         return {t.name for t in folded if not _same_value(values.get(t.name), numpy_helper.to_array(t))}
+
+
+def _foldable_tensors(graph) -> List[str]:
+    """Outputs of the top-graph nodes that folding could turn into constants: those computed
+    from initializers, constants and Shape/Size results only (an over-estimate)."""
+    const = {t.name for t in graph.initializer}
+    out: List[str] = []
+    for node in graph.node:  # in the model's order; nodes out of order are simply not predicted
+        if node.op_type in _SHAPE_OPS or all(r in const for r in node_reads(node)):
+            names = [o for o in node.output if o]
+            const.update(names)
+            out.extend(names)
+    return out
+
+
+def _same_outputs(a, b) -> bool:
+    return [o.name for o in a.graph.output] == [o.name for o in b.graph.output]
+
+
+class _Session:
+    """An ONNX-Runtime session whose weight inputs are fed automatically."""
+
+    def __init__(self, sess, weights):
+        self.sess = sess
+        self.weights = weights
+
+    def get_inputs(self):
+        return [i for i in self.sess.get_inputs() if i.name not in self.weights]
+
+    def get_outputs(self):
+        return self.sess.get_outputs()
+
+    def run(self, names, feed):
+        return self.sess.run(names, {**feed, **self.weights})
+
+
+def _raw_array(t, onnx):
+    """The array of an in-memory initializer, without a copy where it is stored as raw bytes."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    if t.HasField("raw_data") and t.data_type not in (onnx.TensorProto.STRING,):
+        try:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
+            if dtype.itemsize and dtype.kind in "biufc":
+                return np.frombuffer(t.raw_data, dtype=dtype).reshape(tuple(t.dims))
+        except Exception:  # noqa: BLE001 - unusual types: the slow path below
+            pass
+    return numpy_helper.to_array(t)
 
 
 def _same_value(a, b) -> bool:
@@ -1275,6 +1406,7 @@ def _fold_validated(model, build, validate: bool, external_data_dir: Optional[st
     if not validate:
         return build("full", set())
     check = _Validation(model, external_data_dir)
+    check.start()
     failures = []
     result = None
     for level, how in _FOLD_LEVELS:
