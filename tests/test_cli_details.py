@@ -132,3 +132,52 @@ def test_comparison_table_never_wraps_names(monkeypatch, width):
     text = buf.getvalue()
     for name in names:
         assert name in text, (width, text)
+
+
+def _reshape_fails_at_run_time(tmp_path):
+    shape = numpy_helper.from_array(np.array([3], np.int64), "shape")
+    node = helper.make_node("Reshape", ["x", "shape"], ["y"], name="bad_reshape")
+    graph = helper.make_graph(
+        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n"])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [shape],
+    )
+    return mz.save(mz.make_model(graph), tmp_path / "bad.onnx")
+
+
+def test_onnxruntime_failure_is_one_error_line_without_colour(tmp_path):
+    model = _reshape_fails_at_run_time(tmp_path)
+    res = run_toolkit("run", model, "--onnxrt", "--input-shapes", "x:[4]")
+    assert res.code == 1
+    assert "\x1b[" not in res.err
+    errors = [ln for ln in res.err.splitlines() if "bad_reshape" in ln]
+    assert len(errors) == 1 and errors[0].startswith("error: "), res.err
+    assert "[E:onnxruntime" not in res.err
+
+
+def test_onnxruntime_logs_follow_verbosity(tmp_path):
+    model = _reshape_fails_at_run_time(tmp_path)
+    res = run_toolkit("run", model, "--onnxrt", "--input-shapes", "x:[4]", "-v")
+    assert res.code == 1
+    assert "[E:onnxruntime" in res.err  # -v lets ONNX-Runtime's own warnings and errors through
+
+
+def test_model_to_a_terminal_is_refused(tmp_path):
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    model = mz.save(mz.seed_example((1, 3, 2, 2)), tmp_path / "m.onnx")
+    master, slave = pty.openpty()
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "toolkit", "surgeon", "sanitize", model, "-o", "-"],
+            stdout=slave, stderr=subprocess.PIPE, timeout=120,
+        )
+    finally:
+        os.close(slave)
+        os.close(master)
+    assert proc.returncode == 2
+    assert b"refusing to write a binary model to the terminal" in proc.stderr
+    piped = run_toolkit("surgeon", "sanitize", model, "-o", "-")
+    assert piped.code == 0 and piped.out  # into a pipe it is written

@@ -10,6 +10,7 @@ with ONNX-Runtime pointed at the folder holding the external data.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
@@ -82,11 +83,28 @@ _ORT_TYPES = {
 EXTERNAL_DIR_KEY = "session.model_external_initializers_file_folder_path"
 
 
+# ONNX-Runtime's own log severity (0 verbose, 1 info, 2 warning, 3 error, 4 fatal). By default
+# it prints nothing: its errors reach the user once, as the exception toolkit reports in its
+# own `error:` line (ORT's logger would repeat them, in colour, even into pipes). The CLI
+# raises it with -v/-vv/-vvv (see set_log_severity).
+_LOG_SEVERITY = 4
+
+
+def set_log_severity(severity: int) -> None:
+    """Let ONNX-Runtime print its own log lines from ``severity`` up (0 = everything, 4 = fatal only)."""
+    global _LOG_SEVERITY
+    _LOG_SEVERITY = max(0, min(4, int(severity)))
+    ort = sys.modules.get("onnxruntime")
+    if ort is not None:
+        ort.set_default_logger_severity(_LOG_SEVERITY)
+
+
 def _import_ort():
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
         raise DependencyError("onnxruntime is not installed; install it with: pip install onnxruntime") from None
+    onnxruntime.set_default_logger_severity(_LOG_SEVERITY)
     return onnxruntime
 
 
@@ -177,7 +195,7 @@ class OnnxrtRunner(Runner):
 
     def _session_options(self, ort):
         so = ort.SessionOptions()
-        so.log_severity_level = 3  # errors only; warnings about unused initializers are noise here
+        so.log_severity_level = _LOG_SEVERITY  # see set_log_severity
         if self.graph_optimization:
             check_optimization_level(self.graph_optimization)
             level = OPTIMIZATION_LEVELS[self.graph_optimization.lower()]

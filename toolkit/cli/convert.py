@@ -81,7 +81,7 @@ def _convert(
         raise UsageError("--keep-fp32 needs --fp-to-fp16")
     if json_out and output == "-":
         raise UsageError("--json prints to stdout; write the model to a file with -o")
-    check_output_path(output)
+    check_output_path(output, binary=True)
     if output != "-" and model_path != "-" and os.path.exists(output) and os.path.samefile(output, model_path):
         raise UsageError(f"{output}: the output would overwrite the input model; choose another -o")
     from toolkit.core import fp16

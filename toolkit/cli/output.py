@@ -103,6 +103,18 @@ def is_verbose(level: int = VERBOSE) -> bool:
     return state.level <= level
 
 
+def ort_severity() -> int:
+    """ONNX-Runtime's log severity for our level: silent by default (its errors come back as
+    exceptions, reported once), warnings with -v, info with -vv, everything with -vvv."""
+    if state.level <= SUPER_VERBOSE:
+        return 0
+    if state.level <= EXTRA_VERBOSE:
+        return 1
+    if state.level <= VERBOSE:
+        return 2
+    return 4
+
+
 def colour_allowed(stream=None) -> bool:
     return is_terminal(stream) and "no-colors" not in state.formats and not os.environ.get("NO_COLOR")
 

@@ -488,6 +488,10 @@ def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
     from toolkit.core.errors import InferenceError
     from toolkit.run import execute
 
+    from toolkit.backends.onnxrt import set_log_severity
+    from toolkit.cli.output import ort_severity
+
+    set_log_severity(ort_severity())
     reporter = CliReporter(quiet=quiet)
     try:
         report = execute(opts, reporter)

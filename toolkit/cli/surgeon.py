@@ -184,7 +184,7 @@ def extract_command(
     from toolkit.core.shapes import top_tensor_names
     from toolkit.core.surgery import check_model, count_model_nodes, extract, parse_size
 
-    check_output_path(output)
+    check_output_path(output, binary=True)
     parse_size(external_data_threshold)  # a bad value is a usage error before any work
     shapes = parse_shape_specs(model_input_shapes) if model_input_shapes else None
     m, base_dir = _load(model, external_data_dir, output, external_data_path)
@@ -310,7 +310,7 @@ def sanitize_command(
     )
 
     check_sanitize_options(partitioning, num_passes)
-    check_output_path(output)
+    check_output_path(output, binary=True)
     threshold = parse_size(fold_size_threshold) if fold_size_threshold is not None else None
     shapes = parse_shape_specs(override_input_shapes) if override_input_shapes else None
     parse_size(external_data_threshold)

@@ -137,9 +137,28 @@ def load_external_data_into(model, base_dir: str, path: str = "") -> None:
         raise InputError(f"{describe(path)}: cannot load external data: {exc}") from None
 
 
-def check_output_path(path: str) -> None:
-    """Fail early (before any work) if ``path`` cannot be written."""
+def refuse_binary_to_terminal(path: str) -> None:
+    """A binary file (a model) written to stdout when stdout is a terminal garbles it, as gzip
+    knows: refuse (UsageError, exit 2) and say how to redirect."""
+    if path != STDIO:
+        return
+    try:
+        tty = sys.stdout.isatty()
+    except (AttributeError, ValueError):
+        tty = False
+    if tty:
+        raise UsageError(
+            "refusing to write a binary model to the terminal; redirect stdout (... -o - > out.onnx, or | toolkit "
+            "inspect model -) or give a file name with -o"
+        )
+
+
+def check_output_path(path: str, binary: bool = False) -> None:
+    """Fail early (before any work) if ``path`` cannot be written (``binary``: a model, which
+    is never written to a terminal)."""
     if path == STDIO:
+        if binary:
+            refuse_binary_to_terminal(path)
         return
     folder = os.path.dirname(os.path.abspath(path))
     if not os.path.isdir(folder):
@@ -160,6 +179,8 @@ def atomic_output(path: str, mode: str = "wb") -> Iterator:
     """
     try:
         if path == STDIO:
+            if "b" in mode:
+                refuse_binary_to_terminal(path)
             stream = sys.stdout.buffer if "b" in mode else sys.stdout
             yield stream
             stream.flush()
