@@ -17,6 +17,9 @@ import typer
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import (
     Annotated,
+    AtolOpt,
+    CheckErrorStatOpt,
+    RtolOpt,
     ListOpt,
     ExternalDataDirOpt,
     ForceFallbackOpt,
@@ -401,21 +404,9 @@ def reduce_command(
             metavar="PATH",
         ),
     ] = None,
-    atol: Annotated[
-        ListOpt,
-        typer.Option("--atol", help="With --compare: absolute tolerance, for every output and/or name:value."),
-    ] = None,
-    rtol: Annotated[
-        ListOpt,
-        typer.Option("--rtol", help="With --compare: relative tolerance, for every output and/or name:value."),
-    ] = None,
-    check_error_stat: Annotated[
-        ListOpt,
-        typer.Option(
-            "--check-error-stat",
-            help="With --compare: what is checked against the tolerances: elemwise (default), max, mean, median.",
-        ),
-    ] = None,
+    atol: AtolOpt = None,
+    rtol: RtolOpt = None,
+    check_error_stat: CheckErrorStatOpt = None,
     all_faults: Annotated[
         bool,
         typer.Option(

@@ -398,6 +398,24 @@ IgnoreExternalDataOpt = Annotated[
     typer.Option("--ignore-external-data", help="Do not load external weights; work on the structure only."),
 ]
 OutputModelOpt = Annotated[str, typer.Option("-o", "--output", help="Where to write the model ('-' for stdout).")]
+
+# Comparison tolerances (run, and debug reduce --compare)
+AtolOpt = Annotated[
+    ListOpt,
+    typer.Option("--atol", "--abs-tol", help="Absolute tolerance: a value for every output and/or name:value."),
+]
+RtolOpt = Annotated[
+    ListOpt,
+    typer.Option("--rtol", "--rel-tol", help="Relative tolerance: a value for every output and/or name:value."),
+]
+CheckErrorStatOpt = Annotated[
+    ListOpt,
+    typer.Option(
+        "--check-error-stat",
+        help="What to check against the tolerances: elemwise (default), max, mean, median or quantile; "
+        "also per output as name:stat.",
+    ),
+]
 SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Seed for generated input data (reproducible).")]
 InputShapesOpt = Annotated[
     Optional[List[str]],

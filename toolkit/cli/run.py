@@ -15,6 +15,9 @@ import typer
 
 from toolkit.cli.options import (
     Annotated,
+    AtolOpt,
+    CheckErrorStatOpt,
+    RtolOpt,
     ListOpt,
     ExternalDataDirOpt,
     InputShapesOpt,
@@ -123,22 +126,9 @@ def register(app: typer.Typer) -> None:
             ListOpt,
             typer.Option("--onnx-exclude-outputs", help="Names or glob patterns to leave out of the outputs."),
         ] = None,
-        atol: Annotated[
-            ListOpt,
-            typer.Option("--atol", "--abs-tol", help="Absolute tolerance: a value for every output and/or name:value."),
-        ] = None,
-        rtol: Annotated[
-            ListOpt,
-            typer.Option("--rtol", "--rel-tol", help="Relative tolerance: a value for every output and/or name:value."),
-        ] = None,
-        check_error_stat: Annotated[
-            ListOpt,
-            typer.Option(
-                "--check-error-stat",
-                help="What to check against the tolerances: elemwise (default), max, mean, median or quantile; "
-                "also per output as name:stat.",
-            ),
-        ] = None,
+        atol: AtolOpt = None,
+        rtol: RtolOpt = None,
+        check_error_stat: CheckErrorStatOpt = None,
         error_quantile: Annotated[
             ListOpt,
             typer.Option(

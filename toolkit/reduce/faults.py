@@ -66,13 +66,13 @@ class AllFaultsReducer(Reducer):
         self.faults: List[Fault] = []
         self._describe = describe_faults
 
-    def _search(self) -> int:
+    def _search(self, gen=None) -> int:
         allowed = self.index.full_mask
         first = None
         while allowed and len(self.faults) < MAX_FAULTS:
             mask = self._search_within(allowed)
-            if not mask or not self.memo.get(mask):
-                break
+            if not mask or mask & ~allowed or not self.memo.get(mask):
+                break  # (a search that ended on no failing set of its own)
             first = mask if first is None else first
             k = len(self.faults) + 1
             nodes = [self.index.describe(i) for i in mask_indices(mask)]
@@ -88,16 +88,7 @@ class AllFaultsReducer(Reducer):
     def _search_within(self, allowed: int) -> int:
         from toolkit.reduce.strategy import STRATEGIES
 
-        gen = within(STRATEGIES[self.cfg.mode](self.plan), allowed)
-        try:
-            mask = next(gen)
-            while True:
-                mask = gen.send(self.verdict(mask))
-        except StopIteration as stop:
-            result = stop.value
-        if result and self.memo.get(result) is None:
-            self.verdict(result)  # only ever report what the check failed on
-        return result
+        return super()._search(within(STRATEGIES[self.cfg.mode](self.plan), allowed))
 
     def _write_output(self, mask: int) -> None:
         for fault in self.faults:

@@ -557,8 +557,9 @@ class Reducer:
         finally:
             self._cleanup()
 
-    def _search(self) -> int:
-        gen = STRATEGIES[self.cfg.mode](self.plan)
+    def _search(self, gen=None) -> int:
+        """Drive ``gen`` (default: the configured strategy) to its result."""
+        gen = gen if gen is not None else STRATEGIES[self.cfg.mode](self.plan)
         try:
             mask = next(gen)
             while True:
