@@ -218,3 +218,192 @@ def test_a_stale_link_from_an_earlier_run_is_replaced(dirs):
     check = ZeroCopyCheck(work / "polygraphy_debug.onnx", "mul", expect_same=data)
     assert reduce(model, work, check).status == "reduced"
     assert not os.path.exists(work / "polygraphy_debug.onnx.weights")
+
+
+# ---------------------------------------------------------------------- --jobs
+
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+
+import reduce_helpers as rh  # noqa: E402
+
+CHECKER = rh.CHECKER
+
+
+class NodesCheck:
+    """Thread-safe in-process check: fails when all ``culprits`` are in a valid artifact.
+    Notes every artifact it read and the environment it was given."""
+
+    kind = "test"
+
+    def __init__(self, artifact, culprits, env=None, seen=None, lock=None):
+        self.artifact = str(artifact)
+        self.culprits = list(culprits)
+        self.env = dict(env or {})
+        self.seen = seen if seen is not None else []
+        self.lock = lock or threading.Lock()
+
+    def run(self, tick=None):
+        m = onnx.load(self.artifact, load_external_data=False)
+        onnx.checker.check_model(m)
+        present = {n.name for n in m.graph.node}
+        with self.lock:
+            self.seen.append((self.artifact, self.env.get("TOOLKIT_WORKER"), self.env.get("CUDA_VISIBLE_DEVICES")))
+        code = 1 if all(c in present for c in self.culprits) else 0
+        return CheckResult(code, b"", b"", seconds=0.001)
+
+    def close(self):
+        pass
+
+
+def _long_chain():
+    return modelzoo.chain(40)
+
+
+MODELS = {
+    "chain": (lambda: modelzoo.chain(12), ["n8_abs"]),
+    "long_chain": (_long_chain, ["n23_exp"]),
+    "long_chain_two": (_long_chain, ["n5_exp", "n31_sigmoid"]),
+    "seed": (lambda: modelzoo.seed_example((1, 4)), ["onnx_graphsurgeon_node_3"]),
+    "branch": (modelzoo.branch, None),
+    "wide": (lambda: rh.wide(4, 3), ["b1_1", "b3_2"]),
+    "multi_output": (rh.multi_output, ["neg"]),
+    "optional_input": (rh.optional_input, ["clip"]),
+    "with_loop": (rh.with_loop, ["loop"]),
+}
+
+
+def _reduce_jobs(tmp_path, model, culprits, jobs, mode=None, devices=()):
+    folder = tmp_path / f"jobs{jobs}_{mode}"
+    folder.mkdir()
+    path = modelzoo.save(model, folder / "model.onnx")
+    seen, lock = [], threading.Lock()
+    artifact = folder / "polygraphy_debug.onnx"
+    config = ReduceConfig(
+        model=path, output=str(folder / "reduced.onnx"), check=["nodes-check"], mode=mode,
+        rule=FailureRule(fail_codes=[1]), iter_artifact=str(artifact), jobs=jobs, devices=list(devices),
+    )
+    first = NodesCheck(artifact, culprits, {"TOOLKIT_WORKER": "0"}, seen, lock)
+    outcome = Reducer(
+        config, runner=first, runner_factory=lambda k, art, env: NodesCheck(art, culprits, env, seen, lock)
+    ).run()
+    return outcome, seen, folder
+
+
+@pytest.mark.parametrize("mode", [None, "bisect", "linear"])
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_jobs_give_the_same_result_as_one_job(tmp_path, name, mode):
+    build, culprits = MODELS[name]
+    model = build()
+    if culprits is None:
+        culprits = [model.graph.node[len(model.graph.node) // 2].name]
+    one, _, _ = _reduce_jobs(tmp_path, model, culprits, 1, mode)
+    assert one.status == "reduced" and one.final_nodes
+    for jobs in (2, 4):
+        many, seen, folder = _reduce_jobs(tmp_path, model, culprits, jobs, mode)
+        assert (many.status, many.final_nodes) == (one.status, one.final_nodes), (jobs, mode)
+        assert many.one_minimal == one.one_minimal
+        artifacts = {a for a, _, _ in seen}
+        assert len(artifacts) <= jobs
+        # every worker cleaned up after itself: only the model and the result are left
+        assert sorted(os.listdir(folder)) == ["model.onnx", "reduced.onnx"]
+
+
+def test_jobs_take_fewer_rounds_on_a_long_chain(tmp_path):
+    model = modelzoo.chain(200)
+    culprit = [model.graph.node[123].name]
+    one, _, _ = _reduce_jobs(tmp_path, model, culprit, 1)
+    many, seen, _ = _reduce_jobs(tmp_path, model, culprit, 4, devices=["3", "5"])
+    assert many.final_nodes == one.final_nodes == [f"{culprit[0]} [Op: {model.graph.node[123].op_type}]"]
+    assert many.checks > one.checks  # speculative: more checks...
+    workers = {w for _, w, _ in seen}
+    assert workers == {"0", "1", "2", "3"}
+    assert {(w, d) for _, w, d in seen if w != "0"} == {("1", "5"), ("2", "3"), ("3", "5")}
+
+
+def _chain_file(folder, n=30, culprit=17):
+    model = modelzoo.chain(n)
+    path = modelzoo.save(model, folder / "model.onnx")
+    return path, model.graph.node[culprit].name
+
+
+def test_jobs_on_the_command_line_rewrite_the_artifact_path_and_set_the_environment(tmp_path):
+    from conftest import run_toolkit
+
+    path, culprit = _chain_file(tmp_path)
+    env_log = tmp_path / "env.log"
+    script = (
+        f'echo "$TOOLKIT_WORKER $CUDA_VISIBLE_DEVICES polygraphy_debug.onnx" >> {env_log}; '
+        f"grep -q {culprit} polygraphy_debug.onnx && exit 1; exit 0"
+    )
+    results = {}
+    for jobs in (1, 3):
+        out = tmp_path / f"out{jobs}.onnx"
+        r = run_toolkit(
+            "debug", "reduce", path, "-o", str(out), "--jobs", str(jobs), "--devices", "0,1",
+            "--check", "sh", "-c", script, cwd=str(tmp_path),
+        )
+        assert r.code == 0, r.output
+        results[jobs] = [n.name for n in onnx.load(str(out)).graph.node]
+    assert results[1] == results[3] == [culprit]
+    lines = env_log.read_text().split("\n")
+    seen = {tuple(line.split()) for line in lines if line}
+    assert ("0", "0", "polygraphy_debug.onnx") in seen
+    assert ("1", "1", "polygraphy_debug.onnx.worker1/polygraphy_debug.onnx") in seen
+    assert ("2", "0", "polygraphy_debug.onnx.worker2/polygraphy_debug.onnx") in seen
+    assert not any(p.name.startswith("polygraphy_debug.onnx") for p in tmp_path.iterdir())
+
+
+def test_jobs_usage_errors(tmp_path):
+    from conftest import run_toolkit
+
+    path, _ = _chain_file(tmp_path)
+    r = run_toolkit("debug", "reduce", path, "-o", "o.onnx", "--jobs", "0", "--check", "true", cwd=str(tmp_path))
+    assert r.code == 2 and "--jobs" in r.output
+    r = run_toolkit("debug", "reduce", path, "-o", "o.onnx", "--jobs", "2", cwd=str(tmp_path))
+    assert r.code == 2 and "--jobs needs --check" in r.output
+    r = run_toolkit(
+        "debug", "reduce", path, "-o", "o.onnx", "--jobs", "2", "--artifacts", "x.txt", "--check", "true",
+        cwd=str(tmp_path),
+    )
+    assert r.code == 2 and "x.txt" in r.output
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
+def test_ctrl_c_with_four_jobs_leaves_no_stray_process(tmp_path):
+    path, _ = _chain_file(tmp_path)
+    pids = tmp_path / "pids"
+    # each check: a shell that starts a grandchild, records both, and waits
+    script = f"sleep 60 & echo $! >> {pids}; echo $$ >> {pids}; wait"
+    env = dict(os.environ, COLUMNS="200")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolkit", "debug", "reduce", path, "-o", "o.onnx", "--jobs", "4",
+         "--check", "sh", "-c", script],
+        cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if pids.exists() and len(pids.read_text().split()) >= 8:
+            break
+        time.sleep(0.05)
+    started = [int(p) for p in pids.read_text().split()]
+    assert len(started) == 8 and all(_alive(p) for p in started)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 130, out.decode()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and any(_alive(p) for p in started):
+        time.sleep(0.05)
+    assert not [p for p in started if _alive(p)], "checks left running after Ctrl-C"
+    assert not any(p.name.startswith("polygraphy_debug.onnx") for p in tmp_path.iterdir())

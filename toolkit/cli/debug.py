@@ -374,6 +374,26 @@ def reduce_command(
             "carry the weights they use, so they can be moved.",
         ),
     ] = False,
+    jobs: Annotated[
+        int,
+        typer.Option(
+            "--jobs",
+            "-j",
+            help="Checks run at once. Each round checks JOBS split points (k-ary search); each worker has its own "
+            "iteration artifact (worker k: <artifact>.worker<k>/, its path replaced in the check command) and "
+            "TOOLKIT_WORKER=k in its environment. Same result as --jobs 1 for a check that always answers the same.",
+            metavar="N",
+        ),
+    ] = 1,
+    devices: Annotated[
+        Optional[str],
+        typer.Option(
+            "--devices",
+            help="GPUs for the workers, e.g. 0,1,2,3: worker k gets CUDA_VISIBLE_DEVICES=<k-th device> "
+            "(round robin when fewer than --jobs).",
+            metavar="LIST",
+        ),
+    ] = None,
     load_inputs: Annotated[
         ListOpt,
         typer.Option(
@@ -430,6 +450,7 @@ def reduce_command(
     from toolkit.core.errors import UsageError
     from toolkit.core.meta import parse_shape_specs
     from toolkit.reduce.check import FailureRule
+    from toolkit.reduce.parallel import parse_devices
     from toolkit.reduce.session import ReduceConfig, Reducer
 
     if show_output and hide_fail_output:
@@ -475,6 +496,8 @@ def reduce_command(
         reduce_outputs=not no_reduce_outputs,
         external_data_dir=external_data_dir,
         link_external_data=link_external_data,
+        jobs=jobs,
+        devices=parse_devices(devices),
     )
     runner, reducer_kw = None, {}
     if compare is not None:

@@ -26,6 +26,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
@@ -223,9 +224,11 @@ class SubprocessRunner:
 
     kind = "subprocess"
 
-    def __init__(self, argv: Sequence[str], timeout: Optional[float] = None):
+    def __init__(self, argv: Sequence[str], timeout: Optional[float] = None, env: Optional[dict] = None):
         self.argv = list(argv)
         self.timeout = timeout
+        self.env = dict(env) if env else None  # added to the environment of the check
+        self.active_pid: Optional[int] = None  # the check running now (its process group)
         exe = self.argv[0]
         if shutil.which(exe) is None:
             raise UsageError(f"check command '{exe}' not found; give a program on PATH or a path to it after --check")
@@ -239,9 +242,11 @@ class SubprocessRunner:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
+                env=dict(os.environ, **self.env) if self.env else None,
             )
         except OSError as exc:
             raise UsageError(f"cannot run check command '{self.argv[0]}': {exc.strerror or exc}") from None
+        self.active_pid = proc.pid
         deadline = start + self.timeout if self.timeout else None
         fds = [proc.stdout.fileno(), proc.stderr.fileno()]
         try:
@@ -256,6 +261,8 @@ class SubprocessRunner:
             _kill_group(proc.pid)
             proc.wait()
             raise
+        finally:
+            self.active_pid = None
         seconds = time.monotonic() - start
         if timed_out:
             return CheckResult(None, out, err, timed_out=True, seconds=seconds)
@@ -263,8 +270,29 @@ class SubprocessRunner:
             return CheckResult(None, out, err, signal=-rc, seconds=seconds)
         return CheckResult(rc, out, err, seconds=seconds)
 
+    def cancel(self) -> None:
+        """Kill the running check and what it started (from another thread)."""
+        _cancel(self)
+
     def close(self) -> None:
         pass
+
+
+def _cancel(runner) -> None:
+    pid = runner.active_pid
+    if pid is not None:
+        _kill_group(pid)
+
+
+# A warm check is forked between making its pipes and closing their write ends in the
+# parent; a fork by another thread (parallel checks) in between would hand those write
+# ends to a second child and delay the first one's end of output.
+_FORK_LOCK = threading.Lock()
+
+
+def _fresh_fork_lock() -> None:  # pragma: no cover - child only
+    global _FORK_LOCK
+    _FORK_LOCK = threading.Lock()
 
 
 def toolkit_args(argv: Sequence[str]) -> Optional[List[str]]:
@@ -326,12 +354,20 @@ class WarmRunner:
     kind = "warm"
 
     def __init__(
-        self, args: Sequence[str], timeout: Optional[float] = None, argv0: str = "toolkit", *, entry: WorkerEntry
+        self,
+        args: Sequence[str],
+        timeout: Optional[float] = None,
+        argv0: str = "toolkit",
+        *,
+        entry: WorkerEntry,
+        env: Optional[dict] = None,
     ):
         self.args = list(args)
         self.timeout = timeout
         self.argv0 = argv0
         self.entry = entry
+        self.env = dict(env) if env else None  # set in the check's environment
+        self.active_pid: Optional[int] = None
         self._prepared = False
 
     def prepare(self) -> None:
@@ -386,24 +422,29 @@ class WarmRunner:
     def run(self, tick: Optional[Callable[[], None]] = None) -> CheckResult:
         self.prepare()
         start = time.monotonic()
-        r_out, w_out = os.pipe()
-        r_err, w_err = os.pipe()
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
             except (OSError, ValueError):
                 pass
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - runs in the child
-            code = 1
-            try:
-                os.close(r_out)
-                os.close(r_err)
-                code = _child(self.entry, self.argv0, self.args, w_out, w_err)
-            finally:
-                os._exit(code)
-        os.close(w_out)
-        os.close(w_err)
+        with _FORK_LOCK:
+            r_out, w_out = os.pipe()
+            r_err, w_err = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child
+                code = 1
+                _fresh_fork_lock()  # ours is held (copied locked): a check that forks needs its own
+                try:
+                    os.close(r_out)
+                    os.close(r_err)
+                    if self.env:
+                        os.environ.update(self.env)
+                    code = _child(self.entry, self.argv0, self.args, w_out, w_err)
+                finally:
+                    os._exit(code)
+            os.close(w_out)
+            os.close(w_err)
+        self.active_pid = pid
         deadline = start + self.timeout if self.timeout else None
         status_box = []
 
@@ -435,6 +476,7 @@ class WarmRunner:
                 pass
             raise
         finally:
+            self.active_pid = None
             os.close(r_out)
             os.close(r_err)
         seconds = time.monotonic() - start
@@ -442,6 +484,10 @@ class WarmRunner:
             return CheckResult(None, out, err, timed_out=True, seconds=seconds)
         code, sig = _decode_status(status_box[0])
         return CheckResult(code, out, err, signal=sig, seconds=seconds)
+
+    def cancel(self) -> None:
+        """Kill the running check and what it started (from another thread)."""
+        _cancel(self)
 
     def close(self) -> None:
         pass
@@ -505,9 +551,11 @@ def make_runner(
     *,
     warm: Optional[bool] = None,
     entry: Optional[WorkerEntry] = None,
+    env: Optional[dict] = None,
 ):
     """The runner for ``argv``: warm fork for toolkit checks (unless disabled, or no ``entry``
-    was given to run them with), else a subprocess."""
+    was given to run them with), else a subprocess. ``env``: variables added to the check's
+    environment."""
     if not argv:
         raise UsageError("--check needs a command after it, e.g. --check toolkit run polygraphy_debug.onnx --onnxrt")
     if timeout is not None and timeout <= 0:
@@ -516,11 +564,11 @@ def make_runner(
         warm = os.environ.get(WARM_ENV, "") in ("", "0") and hasattr(os, "fork")
     args = toolkit_args(argv)
     if args is not None and warm and entry is not None:
-        return WarmRunner(args, timeout, argv0=argv[0], entry=entry)
+        return WarmRunner(args, timeout, argv0=argv[0], entry=entry, env=env)
     if args is not None and shutil.which(argv[0]) is None:
         # `toolkit` is not on PATH (venv not activated): it is this toolkit, run it by module
-        return SubprocessRunner([sys.executable, "-m", "toolkit", *args], timeout)
-    return SubprocessRunner(argv, timeout)
+        return SubprocessRunner([sys.executable, "-m", "toolkit", *args], timeout, env=env)
+    return SubprocessRunner(argv, timeout, env=env)
 
 
 # ---------------------------------------------------------------------- interactive

@@ -29,6 +29,12 @@ def within(search: Search, allowed: int) -> Search:
     try:
         mask = next(search)
         while True:
+            if isinstance(mask, list):  # several checks at once (--jobs)
+                subs = [m & allowed for m in mask]
+                ask = [m for m in subs if m]
+                got = iter((yield ask) if ask else [])
+                mask = search.send([next(got) if m else False for m in subs])
+                continue
             sub = mask & allowed
             failed = (yield sub) if sub else False
             mask = search.send(failed)

@@ -32,6 +32,7 @@ from toolkit.reduce.graph import (
     popcount,
     write_chunks,
 )
+from toolkit.reduce.parallel import worker_env
 from toolkit.reduce.replay import Replay
 from toolkit.reduce.strategy import STRATEGIES, Plan
 
@@ -73,6 +74,8 @@ class ReduceConfig:
     # -o, --min-good and --artifacts refer to the model's external data through hard links
     # (or its own folder) instead of carrying a copy of the weights they use.
     link_external_data: bool = False
+    jobs: int = 1  # checks run at once (each worker has its own artifact and environment)
+    devices: Sequence[str] = ()  # CUDA_VISIBLE_DEVICES of worker k: devices[k % len(devices)]
 
 
 @dataclass
@@ -244,10 +247,15 @@ def _map_file(path: str):
 
 
 class Reducer:
-    def __init__(self, config: ReduceConfig, reporter: Optional[Reporter] = None, *, stdin=None, runner=None):
-        """``runner``: anything with ``run(tick) -> CheckResult`` (default: made from ``config.check``)."""
+    def __init__(
+        self, config: ReduceConfig, reporter: Optional[Reporter] = None, *, stdin=None, runner=None, runner_factory=None
+    ):
+        """``runner``: anything with ``run(tick) -> CheckResult`` (default: made from ``config.check``).
+        ``runner_factory(number, artifact, env)``: the runner of each worker with ``jobs > 1``
+        (default: made from ``config.check`` with that worker's artifact and environment)."""
         self.cfg = config
         self._given_runner = runner
+        self._runner_factory = runner_factory
         self.reporter = reporter or Reporter()
         self.stdin = stdin
         self.memo: Dict[int, bool] = {}
@@ -265,6 +273,8 @@ class Reducer:
         self._missing_artifacts = set()
         self._external_artifact = False
         self._links: Optional[Dict[str, str]] = None  # source data file -> location by the iteration artifact
+        self.workers: list = []  # with --jobs: one per parallel check (toolkit.reduce.parallel.Worker)
+        self._full_first = False  # check the full model along with the search's first round
         self._made_links: List[str] = []  # links made for the iteration artifact (removed at the end)
 
     # ------------------------------------------------------------------ set-up
@@ -275,6 +285,21 @@ class Reducer:
         cfg = self.cfg
         if cfg.mode not in STRATEGIES:
             raise UsageError(f"unknown --mode '{cfg.mode}'; use bisect or linear (or leave it out for the default)")
+        if not isinstance(cfg.jobs, int) or cfg.jobs < 1:
+            raise UsageError(f"--jobs must be a positive number, got {cfg.jobs}")
+        if cfg.jobs > 1:
+            if cfg.check is None:
+                raise UsageError("--jobs needs --check (questions are asked one at a time)")
+            if self._given_runner is not None and self._runner_factory is None:
+                raise UsageError("jobs > 1 needs a runner for each worker (runner_factory)")
+            if cfg.iter_info:
+                raise UsageError("--iter-info describes one iteration artifact; it needs --jobs 1")
+            others = [p for p in cfg.artifacts if os.path.abspath(p) != os.path.abspath(cfg.iter_artifact)]
+            if others:
+                raise UsageError(
+                    f"--artifacts {others[0]}: checks running at once would all write it; with --jobs, only the "
+                    "iteration artifact can be sorted"
+                )
         if not cfg.reduce_inputs and not cfg.reduce_outputs:
             raise UsageError("--no-reduce-inputs and --no-reduce-outputs together leave nothing to reduce; give one")
         for path, what in ((cfg.output, "-o"), (cfg.min_good, "--min-good"), (cfg.iter_artifact, "--iter-artifact")):
@@ -370,14 +395,37 @@ class Reducer:
 
     def verdict(self, mask: int) -> bool:
         """True if the check fails on the node set ``mask`` (from memory when known)."""
+        return self.verdicts([mask])[0]
+
+    def verdicts(self, masks: Sequence[int]) -> List[bool]:
+        """Verdicts for several node sets; those not known are checked, up to one per
+        worker at once (``--jobs``), numbered in the order given."""
+        answers: Dict[int, bool] = {}
+        todo: List[int] = []
+        for mask in masks:
+            if mask in answers or mask in todo:
+                self.remembered += 1
+                continue
+            known = self._known(mask)
+            if known is None:
+                todo.append(mask)
+            else:
+                answers[mask] = known
+        width = len(self.workers) or 1
+        for start in range(0, len(todo), width):
+            batch = todo[start : start + width]
+            answers.update(zip(batch, self._check_batch(batch)))
+        return [answers[m] for m in masks]
+
+    def _known(self, mask: int) -> Optional[bool]:
         known = self.memo.get(mask)
         if known is not None:
             self.remembered += 1
             return known
-        count = popcount(mask)
         if self.loaded is not None:
             answer = self.loaded.get(mask)
             if answer is not None:
+                count = popcount(mask)
                 seconds = self.loaded.seconds.get(mask)
                 if seconds is not None:
                     self.plan.observe(count, seconds)  # same decisions as the recorded run
@@ -388,15 +436,25 @@ class Reducer:
                 self._note_failing(mask, answer, None)
                 self.reporter.iteration_end(it)
                 return answer
-        self.iteration += 1
-        cand = self.candidate(mask)
-        self.reporter.iteration_start(self.iteration, cand)
-        self.index.write(cand, self.cfg.iter_artifact, atomic=False, links=self._artifact_links(cand))
-        if cand.size_hint > BIG_MODEL_BYTES:
-            self._external_artifact = True  # its weights went to <artifact>.data
-        self._flush_warnings()
-        if self.cfg.iter_info:
-            self._write_iter_info(cand)
+        return None
+
+    def _check_batch(self, masks: Sequence[int]) -> List[bool]:
+        """Write each node set to its worker's artifact, run the checks (at once when
+        several), and record the verdicts in order."""
+        workers = self.workers[: len(masks)] if self.workers else [None]
+        started = []
+        for mask, worker in zip(masks, workers):
+            self.iteration += 1
+            cand = self.candidate(mask)
+            self.reporter.iteration_start(self.iteration, cand)
+            artifact = worker.artifact if worker is not None else self.cfg.iter_artifact
+            self.index.write(cand, artifact, atomic=False, links=self._artifact_links(cand, worker))
+            if cand.size_hint > BIG_MODEL_BYTES:
+                self._external_artifact = True  # its weights went to <artifact>.data
+            self._flush_warnings()
+            if self.cfg.iter_info:
+                self._write_iter_info(cand)
+            started.append((self.iteration, mask, cand, worker))
         start = time.monotonic()
         if self.runner is None:
             self.reporter.pause()
@@ -404,38 +462,56 @@ class Reducer:
                 failed = ask_user(self.cfg.iter_artifact, stdin=self.stdin)
             finally:
                 self.reporter.resume()
-            it = Iteration(self.iteration, count, failed, time.monotonic() - start, "user", "your answer")
+            number, mask, cand, worker = started[0]
+            its = [Iteration(number, popcount(mask), failed, time.monotonic() - start, "user", "your answer")]
         else:
-            res = self.runner.run(tick=self.reporter.tick)
-            failed = self.cfg.rule.failed(res)
-            it = Iteration(self.iteration, count, failed, res.seconds, "check", self.cfg.rule.reason(res), res)
+            if len(started) == 1:
+                runner = started[0][3].runner if started[0][3] is not None else self.runner
+                results = [runner.run(tick=self.reporter.tick)]
+            else:
+                from toolkit.reduce.parallel import run_all
+
+                results = run_all([w for *_, w in started], tick=self.reporter.tick)
+            its = []
+            for (number, mask, cand, worker), res in zip(started, results):
+                failed = self.cfg.rule.failed(res)
+                reason = self.cfg.rule.reason(res)
+                its.append(Iteration(number, popcount(mask), failed, res.seconds, "check", reason, res))
+        out = []
+        for it, (number, mask, cand, worker) in zip(its, started):
+            self._record(it, mask, cand, worker)
+            out.append(it.failed)
+        return out
+
+    def _record(self, it: Iteration, mask: int, cand: Candidate, worker) -> None:
+        failed = it.failed
         self.checks += 1
         self.check_seconds += it.seconds
         if it.source == "check":
-            self.plan.observe(count, it.seconds)
+            self.plan.observe(it.nodes, it.seconds)
         self.memo[mask] = failed
-        self.replay.add(self.iteration, mask, count, failed, it.seconds if it.source == "check" else None)
+        self.replay.add(it.number, mask, it.nodes, failed, it.seconds if it.source == "check" else None)
         self._note_failing(mask, failed, cand)
         if self.cfg.artifacts:
-            self._sort_artifacts(failed, cand)
+            self._sort_artifacts(failed, cand, worker, it.number)
         if self.cfg.save_replay:
             self.replay.save(self.cfg.save_replay)
         if it.result is not None:
             self.reporter.check_output(it)
         self.reporter.iteration_end(it)
-        return failed
 
-    def _artifact_links(self, cand: Candidate) -> Optional[Dict[str, str]]:
-        """Where the iteration artifact finds the model's external data files (made once):
-        candidates refer to the weights there instead of copying them."""
+    def _artifact_links(self, cand: Candidate, worker=None) -> Optional[Dict[str, str]]:
+        """Where an iteration artifact finds the model's external data files (made once per
+        artifact folder): candidates refer to the weights there instead of copying them."""
         if not cand.refs:
             return None
-        if self._links is None:
+        links = worker.links if worker is not None else self._links
+        if links is None:
             from toolkit.core.weights import link_data_files
 
-            path = self.cfg.iter_artifact
+            path = worker.artifact if worker is not None else self.cfg.iter_artifact
             try:
-                self._links, made = link_data_files(
+                links, made = link_data_files(
                     self.index.external_files(),
                     os.path.dirname(os.path.abspath(path)),
                     os.path.basename(path),
@@ -444,7 +520,11 @@ class Reducer:
             except OSError as exc:
                 raise InputError(f"{path}: cannot make the model's weights reachable there: {exc}") from None
             self._made_links.extend(made)
-        return self._links
+            if worker is not None:
+                worker.links = links
+            else:
+                self._links = links
+        return links
 
     def _write_model(self, cand: Candidate, path: str) -> None:
         """Write an output (-o, --min-good, a sorted artifact): with copies of the weights it
@@ -491,17 +571,23 @@ class Reducer:
         }
         write_bytes_atomic(self.cfg.iter_info, (json.dumps(info, indent=1) + "\n").encode())
 
-    def _sort_artifacts(self, failed: bool, cand: Optional[Candidate] = None) -> None:
+    def _sort_artifacts(self, failed: bool, cand: Optional[Candidate] = None, worker=None, number=None) -> None:
         folder = os.path.join(self.cfg.art_dir, "bad" if failed else "good")
+        number = self.iteration if number is None else number
         for path in self.cfg.artifacts:
+            linked = self._links is not None
+            if worker is not None and self._is_iter_artifact(path):
+                path, linked = worker.artifact, worker.links is not None
             if not os.path.exists(path):
                 if path not in self._missing_artifacts:
                     self._missing_artifacts.add(path)
-                    self.reporter.warn(f"artifact {path} does not exist after iteration {self.iteration}; not sorted")
+                    self.reporter.warn(f"artifact {path} does not exist after iteration {number}; not sorted")
                 continue
             os.makedirs(folder, exist_ok=True)
-            dest = os.path.join(folder, f"{self.iteration:03d}_{os.path.basename(path.rstrip(os.sep))}")
-            if cand is not None and self._links is not None and cand.refs and self._is_iter_artifact(path):
+            dest = os.path.join(folder, f"{number:03d}_{os.path.basename(path.rstrip(os.sep))}")
+            if cand is not None and linked and cand.refs and (
+                self._is_iter_artifact(path) or (worker is not None and path == worker.artifact)
+            ):
                 # its weights are reached through links beside it: moved, it would lose them
                 self._write_model(cand, dest)
                 os.unlink(path)
@@ -520,18 +606,28 @@ class Reducer:
         if self._given_runner is not None:
             self.runner = self._given_runner
         elif cfg.check is not None:
-            self.runner = make_runner(cfg.check, cfg.check_timeout, warm=cfg.warm, entry=cfg.worker)
+            env = worker_env(0, cfg.devices) if (cfg.jobs > 1 or cfg.devices) else None
+            self.runner = make_runner(cfg.check, cfg.check_timeout, warm=cfg.warm, entry=cfg.worker, env=env)
         self._load()
+        if cfg.jobs > 1:
+            self._make_workers()
         n = self.index.size
         outcome = Outcome("reduced", n, runner=getattr(self.runner, "kind", "interactive"))
         self.reporter.start(self)
         mask = None
         try:
             try:
-                if not self.verdict(self.index.full_mask):
-                    outcome.status = "passed"
-                    return self._finish(outcome, t0)
-                mask = self._search()
+                if self.workers:
+                    self._full_first = True
+                    mask = self._search()
+                    if self.memo.get(self.index.full_mask) is False:
+                        outcome.status = "passed"
+                        return self._finish(outcome, t0)
+                else:
+                    if not self.verdict(self.index.full_mask):
+                        outcome.status = "passed"
+                        return self._finish(outcome, t0)
+                    mask = self._search()
             except (KeyboardInterrupt, AnswersExhausted) as exc:
                 outcome.status = "interrupted"
                 outcome.stopped_by = "eof" if isinstance(exc, AnswersExhausted) else "interrupt"
@@ -557,15 +653,60 @@ class Reducer:
         finally:
             self._cleanup()
 
-    def _search(self, gen=None) -> int:
-        """Drive ``gen`` (default: the configured strategy) to its result."""
-        gen = gen if gen is not None else STRATEGIES[self.cfg.mode](self.plan)
+    def _make_workers(self) -> None:
+        from toolkit.reduce.parallel import Worker, worker_argv, worker_artifact
+
+        cfg = self.cfg
+        for k in range(cfg.jobs):
+            artifact = worker_artifact(cfg.iter_artifact, k)
+            worker = Worker(k, artifact, env=worker_env(k, cfg.devices))
+            if k == 0:
+                worker.runner = self.runner
+            else:
+                worker.folder = os.path.dirname(artifact)
+                os.makedirs(worker.folder, exist_ok=True)
+                if self._runner_factory is not None:
+                    worker.runner = self._runner_factory(k, artifact, worker.env)
+                else:
+                    argv = worker_argv(cfg.check, cfg.iter_artifact, artifact)
+                    worker.runner = make_runner(
+                        argv, cfg.check_timeout, warm=cfg.warm, entry=cfg.worker, env=worker.env
+                    )
+            self.workers.append(worker)
+
+    def _search(self, gen=None) -> Optional[int]:
+        """Drive ``gen`` (default: the configured strategy) to its smallest failing node set.
+
+        With parallel checks, the first call checks the full model along with the
+        strategy's first checks, and returns None if it passed (as does any call once the
+        full model is known to pass)."""
+        plan = self.plan
+        full = self.index.full_mask
+        if self.memo.get(full) is False:
+            return None
+        full_first, self._full_first = self._full_first, False
+        jobs = max(len(self.workers), 1)
+        plan.width = max(jobs - 1, 1) if full_first else jobs
+        gen = gen if gen is not None else STRATEGIES[self.cfg.mode](plan)
         try:
-            mask = next(gen)
+            query = next(gen)
             while True:
-                mask = gen.send(self.verdict(mask))
+                batch = query if isinstance(query, list) else [query]
+                if full_first:
+                    answers = self.verdicts([full] + batch)
+                    full_first = False
+                    plan.width = jobs
+                    if not answers[0]:
+                        gen.close()
+                        return None
+                    answers = answers[1:]
+                else:
+                    answers = self.verdicts(batch)
+                query = gen.send(answers if isinstance(query, list) else answers[0])
         except StopIteration as stop:
             result = stop.value
+        if full_first and not self.verdict(full):
+            return None
         if not self.memo.get(result):
             # Only ever hand back what the check failed on.
             if not self.verdict(result):
@@ -612,14 +753,22 @@ class Reducer:
     def _cleanup(self) -> None:
         if self.runner is not None:
             self.runner.close()
+        for w in self.workers[1:]:
+            w.runner.close()
         if self.cfg.remove_intermediate:
-            data = self.cfg.iter_artifact + ".data" if self._external_artifact else None
-            for path in (self.cfg.iter_artifact, self.cfg.iter_info, data, *self._made_links):
+            artifacts = [self.cfg.iter_artifact] + [w.artifact for w in self.workers[1:]]
+            data = [a + ".data" for a in artifacts] if self._external_artifact else []
+            for path in (*artifacts, self.cfg.iter_info, *data, *self._made_links):
                 if path and os.path.isfile(path):
                     try:
                         os.unlink(path)
                     except OSError:
                         pass
+            for w in self.workers[1:]:
+                try:
+                    os.rmdir(w.folder)  # only when empty: whatever else the check left there stays
+                except OSError:
+                    pass
 
     # ------------------------------------------------------------------ progress
 

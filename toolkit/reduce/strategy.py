@@ -44,6 +44,9 @@ class Plan:
         self.remaining = 0  # estimate, for progress bars
         self.phase = ""
         self.observations: List[tuple] = []  # (nodes, seconds) of checks run
+        # Checks that may run at once (--jobs). Above 1 the searches yield *lists* of node
+        # sets, to be checked in parallel, and are sent back the list of verdicts.
+        self.width = 1
 
     def observe(self, nodes: int, seconds: float) -> None:
         """Record how long a check of ``nodes`` nodes took (feeds :meth:`cost_model`)."""
@@ -100,6 +103,17 @@ def last_needed_node(plan: Plan) -> Search:
     raises, straddle = 0, False  # window checks tried; needed nodes known to straddle one
     plan.phase = "outputs"
     while m_lb < m_ub:
+        if plan.width > 1:
+            # k-ary: split points checked at once; the smallest failing one bounds m from above
+            plan.remaining = _log_base(m_ub - m_lb + 1, plan.width + 1) + 1
+            ks = split_points(m_lb, m_ub, plan.width)
+            verdicts = yield [range_mask(f_lb, k) for k in ks]
+            for k, failed in zip(ks, verdicts):
+                if failed:
+                    m_ub = k - 1
+                    break
+                m_lb = k
+            continue
         plan.remaining = _log2(m_ub - m_lb + 1) + 1
         k = (m_lb + m_ub + 1) // 2
         if (yield range_mask(f_lb, k)):
@@ -115,6 +129,27 @@ def last_needed_node(plan: Plan) -> Search:
             else:
                 straddle = True
     return f_lb, m_ub
+
+
+def split_points(lo: int, hi: int, width: int) -> List[int]:
+    """Up to ``width`` points ``k`` in ``lo+1 .. hi``, evenly spaced: checking "is the
+    boundary below k" at all of them leaves an interval ``width + 1`` times smaller."""
+    span = hi - lo + 1
+    ks = []
+    for i in range(1, width + 1):
+        k = lo + (i * span + width) // (width + 1)
+        k = min(max(k, lo + 1), hi)
+        if not ks or k > ks[-1]:
+            ks.append(k)
+    return ks
+
+
+def _log_base(n: int, base: int) -> int:
+    steps = 0
+    while n > 1:
+        n = -(-n // base)
+        steps += 1
+    return steps
 
 
 def _raise_pays(plan: Plan, f_lb: int, k: int, m_ub: int) -> bool:
@@ -138,12 +173,29 @@ def latest_failing_start(plan: Plan, lo: int, stop: int) -> Search:
     """Largest ``j`` with range ``j .. stop-1`` failing, knowing ``lo .. stop-1`` fails.
 
     Exponential search down from ``stop - 1`` (failures usually need few nodes), then
-    binary search between the last failing and first passing start.
+    binary search between the last failing and first passing start (with
+    ``plan.width > 1``: several steps of each at once).
     """
     plan.phase = "inputs"
     hi = stop  # the empty range passes
     step = 1
     while True:
+        if plan.width > 1:
+            js = []
+            while len(js) < plan.width and stop - step > lo:
+                js.append(stop - step)
+                step *= 2
+            if not js:
+                break
+            plan.remaining = 1 + _log_base(js[-1] - lo + 1, plan.width + 1)
+            verdicts = yield [range_mask(j, stop) for j in js]
+            failing = [j for j, failed in zip(js, verdicts) if failed]
+            if failing:
+                hi = min([hi] + [j for j, failed in zip(js, verdicts) if not failed and j > failing[0]])
+                lo = failing[0]
+                break
+            hi = js[-1]
+            continue
         j = stop - step
         if j <= lo:
             break
@@ -154,6 +206,16 @@ def latest_failing_start(plan: Plan, lo: int, stop: int) -> Search:
         hi = j
         step *= 2
     while hi - lo > 1:
+        if plan.width > 1:
+            plan.remaining = _log_base(hi - lo, plan.width + 1)
+            mids = split_points(lo, hi - 1, plan.width)
+            verdicts = yield [range_mask(mid, stop) for mid in mids]
+            for mid, failed in zip(mids, verdicts):
+                if not failed:
+                    hi = mid
+                    break
+                lo = mid
+            continue
         plan.remaining = _log2(hi - lo)
         mid = (lo + hi) // 2
         if (yield range_mask(mid, stop)):
@@ -215,6 +277,25 @@ def drop_loop(plan: Plan, mask: int, *, interior: bool) -> Search:
         stale = [i for i in order if i in rejected and rejected[i] != mask]
         todo = fresh if fresh else stale
         plan.remaining = len(fresh) + len(stale)
+        if plan.width > 1:
+            # the next drops at once; the first that still fails is taken, as one at a time would
+            tries = [i for i in todo if mask & ~(1 << i)]
+            for i in todo:
+                if not mask & ~(1 << i):
+                    rejected[i] = mask
+            for start in range(0, len(tries), plan.width):
+                batch = tries[start : start + plan.width]
+                verdicts = yield [mask & ~(1 << i) for i in batch]
+                for i, failed in zip(batch, verdicts):
+                    if failed:
+                        mask = mask & ~(1 << i)
+                        rejected.pop(i, None)
+                        changed = True
+                        break
+                    rejected[i] = mask
+                if changed:
+                    break
+            todo = []
         for i in todo:
             smaller = mask & ~(1 << i)
             if not smaller:

@@ -1,0 +1,116 @@
+"""Checks in parallel for ``debug reduce --jobs N``.
+
+Each worker has its own iteration artifact (worker 0 the one the user named, worker k a
+copy of its name in the folder ``<artifact>.worker<k>``), its own runner and its own
+environment: ``TOOLKIT_WORKER=k`` and, with ``--devices``, ``CUDA_VISIBLE_DEVICES`` set to
+its device. The check command is the user's, with the iteration artifact's path replaced
+by the worker's wherever it appears in an argument.
+
+:func:`run_all` runs one check per worker at once, one thread each (each thread only
+waits on its check's process); Ctrl-C in the main thread kills every running check with
+the processes it started before the interrupt goes on.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence
+
+WORKER_ENV = "TOOLKIT_WORKER"
+DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
+
+
+@dataclass
+class Worker:
+    number: int
+    artifact: str
+    runner: object = None
+    env: Dict[str, str] = field(default_factory=dict)
+    folder: Optional[str] = None  # its own folder (made by us, removed at the end)
+    links: Optional[Dict[str, str]] = None  # model data file -> location beside the artifact
+    made: List[str] = field(default_factory=list)  # links made for it
+
+
+def worker_artifact(artifact: str, number: int) -> str:
+    """Worker ``number``'s iteration artifact: the same file name in ``<artifact>.worker<k>/``."""
+    if number == 0:
+        return artifact
+    return os.path.join(f"{artifact}.worker{number}", os.path.basename(artifact))
+
+
+def worker_env(number: int, devices: Sequence[str]) -> Dict[str, str]:
+    env = {WORKER_ENV: str(number)}
+    if devices:
+        env[DEVICES_ENV] = str(devices[number % len(devices)])
+    return env
+
+
+def worker_argv(argv: Sequence[str], artifact: str, replacement: str) -> List[str]:
+    """``argv`` with the iteration artifact's path replaced by ``replacement`` wherever it
+    appears as a whole path in an argument (``model.onnx``, ``--onnx=model.onnx``, or
+    inside a shell command string), never as part of a longer name."""
+    if artifact == replacement:
+        return list(argv)
+    pattern = re.compile(r"(?<![\w./-])" + re.escape(artifact) + r"(?![\w.-])")
+    return [pattern.sub(lambda _m: replacement, a) for a in argv]
+
+
+def parse_devices(text: Optional[str]) -> List[str]:
+    """``0,1,2`` -> ["0", "1", "2"] (empty entries dropped)."""
+    if not text:
+        return []
+    return [d.strip() for d in text.split(",") if d.strip()]
+
+
+def run_all(workers: Sequence[Worker], tick: Optional[Callable[[], None]] = None) -> list:
+    """Run each worker's check at once; their results, in order.
+
+    An exception in the main thread (Ctrl-C) kills every running check (process group)
+    and waits for the threads to end before it goes on.
+    """
+    import threading
+
+    results: list = [None] * len(workers)
+    errors: list = [None] * len(workers)
+
+    def one(k: int) -> None:
+        try:
+            results[k] = workers[k].runner.run(tick=None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            errors[k] = exc
+
+    threads = [threading.Thread(target=one, args=(k,), daemon=True) for k in range(len(workers))]
+    for w in workers:
+        prepare = getattr(w.runner, "prepare", None)
+        if prepare is not None:
+            prepare()  # imports and data files in this thread, before any fork
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            while t.is_alive():
+                t.join(0.05)
+                if tick is not None:
+                    tick()
+    except BaseException:
+        _stop(workers, threads)
+        raise
+    for exc in errors:
+        if exc is not None:
+            raise exc
+    return results
+
+
+def _stop(workers: Sequence[Worker], threads) -> None:
+    """Kill the running checks until every thread has noticed."""
+    while any(t.is_alive() for t in threads):
+        for w in workers:
+            cancel = getattr(w.runner, "cancel", None)
+            if cancel is not None:
+                cancel()
+        for t in threads:
+            t.join(0.05)
