@@ -987,27 +987,31 @@ def emulate(
             helper.make_node("Cast", [mid], [dst], name=fresh(f"{hint}::to_fp32"), to=FLOAT),
         ]
 
-    def repoint(nodes, old: str, new: str, only_converted: bool) -> None:
-        for n in nodes:
+    def readers(g) -> Dict[str, list]:
+        """name -> the nodes that read it, in ``g`` and in the subgraphs below it."""
+        out: Dict[str, list] = {}
+        for sub in iter_graphs(g):
+            for n in sub.node:
+                for i in n.input:
+                    if i:
+                        out.setdefault(i, []).append(n)
+        return out
+
+    def repoint(rmap, old: str, new: str, only_converted: bool) -> None:
+        for n in rmap.get(old, ()):
             if not (only_converted and n.name in kept):
                 for k, i in enumerate(n.input):
                     if i == old:
                         n.input[k] = new
-            for sub in node_subgraphs(n):
-                repoint(sub.node, old, new, only_converted)
 
-    def users(nodes, name: str) -> Tuple[bool, bool]:
+    def users(rmap, name: str) -> Tuple[bool, bool]:
         """(read by a converted node, read by a kept node), subgraphs included."""
         conv = keep = False
-        for n in nodes:
-            if name in n.input:
-                if n.name in kept:
-                    keep = True
-                else:
-                    conv = True
-            for sub in node_subgraphs(n):
-                c, k = users(sub.node, name)
-                conv, keep = conv or c, keep or k
+        for n in rmap.get(name, ()):
+            if n.name in kept:
+                keep = True
+            else:
+                conv = True
         return conv, keep
 
     def graph(g, top: bool) -> None:
@@ -1015,28 +1019,29 @@ def emulate(
         sources: List[str] = []  # fp32 tensors read by converted nodes through a rounded copy
         if top:
             sources += [vi.name for vi in g.input if types.get(vi.name) == FLOAT]
+        rmap = readers(g)
         new_inits = []
         for t in g.initializer:
             if t.data_type != FLOAT:
                 continue
-            conv, keep = users(g.node, t.name)
+            conv, keep = users(rmap, t.name)
             if not conv:
                 continue
             arr = _clamp_round(numpy_helper.to_array(t)).astype(np.float32)
             if keep:
                 c = numpy_helper.from_array(arr, fresh(f"{t.name}::fp16"))
                 new_inits.append(c)
-                repoint(g.node, t.name, c.name, only_converted=True)
+                repoint(rmap, t.name, c.name, only_converted=True)
             else:
                 t.CopyFrom(numpy_helper.from_array(arr, t.name))
             rounded += 1
         g.initializer.extend(new_inits)
         new_nodes: list = []
         for src in sources:
-            conv, _ = users(g.node, src)
+            conv, _ = users(rmap, src)
             if conv:
                 dst = fresh(f"{src}::rounded")
-                repoint(g.node, src, dst, only_converted=True)
+                repoint(rmap, src, dst, only_converted=True)
                 new_nodes += round_chain(src, dst, src)
                 rounded += 1
         for node in list(g.node):
@@ -1056,10 +1061,10 @@ def emulate(
             if is_kept:
                 new_nodes.append(node)
                 for _, o in outs:
-                    conv, _ = users(g.node, o)
+                    conv, _ = users(rmap, o)
                     if conv:
                         dst = fresh(f"{o}::rounded")
-                        repoint(g.node, o, dst, only_converted=True)
+                        repoint(rmap, o, dst, only_converted=True)
                         new_nodes += round_chain(o, dst, o)
                         rounded += 1
                 continue

@@ -213,6 +213,21 @@ class PrecisionSearch:
             if any(self.types.get(o) == fp16.FLOAT for o in node.output if o):
                 universe.append(node.name)
         self.universe = universe
+        self.position = {name: k for k, name in enumerate(universe)}
+        # tensors watched for the first overflow (guided search): float outputs of top-level nodes
+        self.graph_outputs = [o.name for o in self.model.graph.output]
+        self.producer: Dict[str, str] = {}
+        self.watch: List[str] = []
+        for node in self.model.graph.node:
+            if node.op_type == "Constant":
+                continue
+            for o in node.output:
+                if o and self.types.get(o) == fp16.FLOAT:
+                    self.producer[o] = node.name
+                    if o not in self.graph_outputs:
+                        self.watch.append(o)
+        self.guide = self.cand_spec[0] == "onnxrt" and self.config.mode in (None, "default")
+        self.overflow: Dict[int, Optional[str]] = {}
         if not universe:
             raise InputError(f"{c.model}: no node with float32 outputs to search over")
         self.index = SetIndex(len(universe))
@@ -292,13 +307,54 @@ class PrecisionSearch:
 
     def _reference(self, feeds) -> List[Dict]:
         if self.config.load_outputs:
+            self.guide = False  # no reference tensors to find the first overflow with
             return self._loaded_reference(feeds)
         kind, opts = self.ref_spec
         if opts.get("fp16") or opts.get("bf16"):
             raise UsageError(f"--compare {self.config.reference}: the reference runner must run fp32")
         if kind == "onnxrt":
-            return self._run_onnx(self.model, opts, feeds)
+            outs = self._run_onnx(self._marked(self.model), opts, feeds)
+            return self._split(outs)
+        self.guide = False
         return self._run_file(self.model, kind, opts, feeds)
+
+    def _marked(self, model, copy: bool = True):
+        """``model`` (a copy) returning the watched tensors too, when the search is guided."""
+        import onnx
+
+        from toolkit.core.layerwise import set_outputs
+
+        if not self.guide:
+            return model
+        if copy:
+            m = onnx.ModelProto()
+            m.CopyFrom(model)
+            model = m
+        set_outputs(model, self.graph_outputs + self.watch)
+        return model
+
+    def _split(self, outs: List[Dict]) -> List[Dict]:
+        """Keep the graph outputs; remember where the reference's watched tensors are finite."""
+        import numpy as np
+
+        if self.guide:
+            self.ref_finite = [{n: np.isfinite(o[n]) for n in self.watch if n in o} for o in outs]
+        return [{n: o[n] for n in self.graph_outputs if n in o} for o in outs]
+
+    def _first_overflow(self, outs: List[Dict]) -> Optional[str]:
+        """The node whose output is the first watched tensor (in node order) holding inf/nan
+        where the reference is finite."""
+        import numpy as np
+
+        for name in self.watch:
+            for k, o in enumerate(outs):
+                got = o.get(name)
+                fin = self.ref_finite[k].get(name) if k < len(self.ref_finite) else None
+                if got is None or fin is None or got.shape != fin.shape:
+                    continue
+                if (fin & ~np.isfinite(got)).any():
+                    return self.producer.get(name)
+        return None
 
     def _loaded_reference(self, feeds) -> List[Dict]:
         from toolkit.core.datafiles import load_outputs
@@ -332,6 +388,8 @@ class PrecisionSearch:
         kind, _opts = self.cand_spec
         names = list(self.user_kept) + list(keep)
         if kind == "onnxrt":
+            if self.guide:
+                return fp16.emulate(self._marked(self.model), names, types=self.types, inplace=True).model
             return fp16.emulate(self.model, names, types=self.types).model
         return fp16.convert(self.model, names).model
 
@@ -355,16 +413,25 @@ class PrecisionSearch:
             outs = self._run_onnx(model, opts, self.feeds)
         else:
             outs = self._run_file(model, kind, opts, self.feeds)
+        del model
+        if self.guide:
+            self.overflow[mask] = self._first_overflow(outs)
+            outs = [{n: o[n] for n in self.graph_outputs if n in o} for o in outs]
         comps = self._compare(outs)
         passed = all(c.passed and not c.only_a for c in comps)
         seconds = time.perf_counter() - t0
         self.verdicts[mask] = passed
+        if passed and (self._best is None or bin(mask).count("1") < bin(self._best).count("1")):
+            self._best = mask  # the smallest passing set so far (what Ctrl-C leaves)
         self.details[mask] = _describe(comps)
         check = Check(len(self.checks) + 1, popcount(mask), passed, seconds, self.details[mask])
         self.checks.append(check)
         if self.replay is not None:
             # the replay stores "failed" as debug reduce does: here, the mixed model failed
             self.replay.add(check.number, (mask << 1) | 1, check.kept, not passed, seconds)
+            if self.guide and self.replay.entries:
+                # where the first overflow was: lets a replayed run take the same guided path
+                self.replay.entries[-1]["overflow"] = self.overflow.get(mask)
             if self.config.save_replay:
                 self.replay.save(self.config.save_replay)
         self.reporter.check(check)
@@ -376,6 +443,7 @@ class PrecisionSearch:
         from toolkit.reduce.graph import mask_indices
 
         t0 = time.perf_counter()
+        self._best: Optional[int] = None
         self._validate()
         self._load()
         self.checks_remembered = 0
@@ -398,20 +466,10 @@ class PrecisionSearch:
                 best = 0
             else:
                 out.error_fp16 = self.details[0]
-                plan = strategy.Plan(self.index)
-                search = strategy.STRATEGIES[self.config.mode](plan)
-                mask = next(search)
-                try:
-                    while True:
-                        ok = self.passes(mask)
-                        if ok and (best is None or bin(mask).count("1") < bin(best).count("1")):
-                            best = mask
-                        mask = search.send(ok)
-                except StopIteration as stop:
-                    result = stop.value
-                if not self.passes(result):  # only the full set can be unverified: it fails in fp32
+                result = self._search()
+                if result is None or not self.passes(result):  # the full set fails: not fp16's doing
                     out.status = STATUS_FAILS_FP32
-                    out.error_result = self.details[result]
+                    out.error_result = self.details.get(result if result is not None else self.index.full_mask, "")
                     best = None
                 else:
                     best = result
@@ -419,6 +477,7 @@ class PrecisionSearch:
                     out.one_minimal = self._one_minimal(result)
         except KeyboardInterrupt:
             out.status = STATUS_INTERRUPTED
+            best = getattr(self, "_best", None) if best is None else best
         if best is not None:
             out.kept = [self.universe[i] for i in mask_indices(best)]
             if out.status == STATUS_INTERRUPTED:
@@ -435,6 +494,58 @@ class PrecisionSearch:
         out.seconds = time.perf_counter() - t0
         return out
 
+    # the search proper
+    def _drive(self, gen, to_full=None) -> int:
+        """Answer a strategy's questions; ``to_full`` maps its masks onto ours."""
+        to_full = to_full or (lambda m: m)
+        try:
+            mask = next(gen)
+            while True:
+                mask = gen.send(self.passes(to_full(mask)))
+        except StopIteration as stop:
+            return to_full(stop.value)
+
+    def _search(self) -> Optional[int]:
+        """The set of nodes to keep in fp32.
+
+        Default (guided) mode: while the check shows an overflow (a tensor infinite or NaN where
+        the reference is finite), keep the node producing the first such tensor in fp32 and check
+        again -- one check per node needed; then the reduce engine's 1-minimality loop
+        (:func:`toolkit.reduce.strategy.drop_loop`) removes what was not needed. When no
+        overflow explains the failure (precision lost without overflow), the engine's default
+        search (bisect, QuickXplain) runs over the other nodes, then the same 1-minimality loop.
+        ``--mode bisect|linear``: the engine's strategy alone, over all nodes.
+        """
+        from toolkit.reduce import strategy
+        from toolkit.reduce.graph import mask_indices
+
+        if not self.guide:
+            plan = strategy.Plan(self.index)
+            return self._drive(strategy.STRATEGIES[self.config.mode](plan))
+        kept = 0
+        while not self.passes(kept):
+            node = self.overflow.get(kept)
+            pos = self.position.get(node) if node else None
+            if pos is None or (kept >> pos) & 1:
+                break
+            kept |= 1 << pos
+        if not self.passes(kept):
+            rest = [i for i in range(self.index.size) if not (kept >> i) & 1]
+            if not rest:
+                return kept
+
+            def to_full(m: int, rest=rest, kept=kept) -> int:
+                return kept | sum(1 << rest[i] for i in mask_indices(m))
+
+            plan = strategy.Plan(SetIndex(len(rest)))
+            kept = self._drive(strategy.default(plan), to_full)
+            if not self.passes(kept):
+                return kept
+        if bin(kept).count("1") > 1:
+            plan = strategy.Plan(self.index)
+            kept = self._drive(strategy.drop_loop(plan, kept, interior=False))
+        return kept
+
     def _one_minimal(self, mask: int) -> bool:
         """Known (from verdicts already in hand) that dropping any one node makes it fail."""
         from toolkit.reduce.graph import mask_indices
@@ -450,6 +561,15 @@ class PrecisionSearch:
             for m, failed in self.replay.verdicts.items():
                 self.verdicts[m >> 1] = not failed
                 self.details.setdefault(m >> 1, "(from the replay file)")
+            import json
+
+            with open(c.load_replay, encoding="utf-8") as f:
+                raw = json.load(f)["entries"]
+            for entry, kept in zip(raw, self.replay.entries):
+                if "overflow" in entry:
+                    kept["overflow"] = entry["overflow"]
+                    name = entry["overflow"]
+                    self.overflow[int(entry["nodes"], 16) >> 1] = name if name in self.position else None
         elif c.save_replay:
             self.replay = PrecisionReplay(self._model_id, n, [c.reference, c.candidate])
 
