@@ -153,7 +153,10 @@ class OnnxrtRunner(Runner):
         model: an already loaded ``onnx.ModelProto`` to use instead of reading ``model_path``
             (it is modified in place when outputs are marked).
         graph_optimization: ONNX-Runtime graph optimization level name
-            (``disable``, ``basic``, ``extended``, ``all``); default ``all``.
+            (``disable``, ``basic``, ``extended``, ``all``); default ``all`` (``disable``
+            with ``fp16``).
+        fp16: emulate fp16 storage (:func:`toolkit.core.fp16.emulate_any`): every tensor
+            an fp16 model stores is rounded to fp16 while computing in fp32.
     """
 
     name = "onnxrt-runner"
@@ -169,8 +172,11 @@ class OnnxrtRunner(Runner):
         model=None,
         graph_optimization: Optional[str] = None,
         name: Optional[str] = None,
+        fp16: bool = False,
     ):
         super().__init__(name)
+        self.fp16 = fp16
+        self.fp16_rounded = 0
         self.model_path = model_path
         self.providers_requested = list(providers or [])
         self.outputs_requested = list(outputs or [])
@@ -188,6 +194,7 @@ class OnnxrtRunner(Runner):
     def _needs_onnx(self) -> bool:
         return bool(
             self.model is not None
+            or self.fp16
             or self.outputs_requested
             or self.exclude_outputs
             or self.model_path == STDIO
@@ -196,11 +203,40 @@ class OnnxrtRunner(Runner):
     def _session_options(self, ort):
         so = ort.SessionOptions()
         so.log_severity_level = _LOG_SEVERITY  # see set_log_severity
-        if self.graph_optimization:
-            check_optimization_level(self.graph_optimization)
-            level = OPTIMIZATION_LEVELS[self.graph_optimization.lower()]
+        chosen = self.graph_optimization
+        if self.fp16 and not chosen:
+            # ONNX-Runtime's fusions (LayerNorm, even at the basic level) see through the
+            # emulation's Casts and would compute whole blocks without its rounding
+            chosen = "disable"
+        if chosen:
+            check_optimization_level(chosen)
+            level = OPTIMIZATION_LEVELS[chosen.lower()]
             so.graph_optimization_level = getattr(ort.GraphOptimizationLevel, level)
         return so
+
+    def _emulated(self, model):
+        """The fp16-storage emulation of ``model`` (a copy), with the selected outputs."""
+        import onnx
+
+        from toolkit.core import fp16
+        from toolkit.core.layerwise import set_outputs
+
+        if model is self.model:
+            copy = onnx.ModelProto()
+            copy.CopyFrom(model)
+            model = copy
+        if _uses_external_data(model):
+            from toolkit.core.model import load_external_data_into
+
+            base = self.external_data_dir
+            if base is None:
+                base = os.getcwd() if self.model_path == STDIO else os.path.dirname(os.path.abspath(self.model_path))
+            load_external_data_into(model, base, self.model_path)
+        if self._selected is not None:
+            set_outputs(model, self._selected)
+        emu = fp16.emulate_any(model, inplace=True)
+        self.fp16_rounded = emu.rounded
+        return emu.model
 
     def _model_source(self, so):
         """Path or bytes for InferenceSession; adds the requested outputs.
@@ -232,6 +268,9 @@ class OnnxrtRunner(Runner):
             names = select_outputs(model, self.outputs_requested, self.exclude_outputs)
             patch = outputs_patch(model, names)
             self._selected = names
+        if self.fp16:
+            model = self._emulated(model)
+            raw, patch = None, b""
         if _uses_external_data(model):
             base = self.external_data_dir
             if base is None:
@@ -302,7 +341,10 @@ class OnnxrtRunner(Runner):
         return list(self._inputs)
 
     def summary(self) -> str:
-        return f"ONNX-Runtime session with providers: {', '.join(self.providers)}"
+        text = f"ONNX-Runtime session with providers: {', '.join(self.providers)}"
+        if self.fp16:
+            text += f" | fp16 storage emulated ({self.fp16_rounded} tensors rounded to fp16)"
+        return text
 
     def output_names(self) -> List[str]:
         return list(self._output_names)

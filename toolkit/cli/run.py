@@ -251,7 +251,12 @@ def register(app: typer.Typer) -> None:
             ),
         ] = None,
         fp16: Annotated[
-            bool, typer.Option("--fp16", help="Let TensorRT use float16 kernels (TensorRT 10).", rich_help_panel=TRT_PANEL)
+            bool, typer.Option(
+                "--fp16",
+                help="Let TensorRT use float16 kernels (TensorRT 10). With --onnxrt and no --trt: run fp32 and fp16 "
+                "storage emulated on the CPU (runner onnxrt:fp16), and compare.",
+                rich_help_panel=TRT_PANEL,
+            )
         ] = False,
         bf16: Annotated[
             bool,
@@ -349,6 +354,10 @@ def register(app: typer.Typer) -> None:
         argv = ctx.meta.get(_ARGV_KEY) or []
         command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
         runners = runner_order(argv, {"onnxrt": onnxrt, "trt": trt})
+        if fp16 and "onnxrt" in runners and "trt" not in runners:
+            # --onnxrt --fp16 (no TensorRT): fp32 and fp16 storage emulated on the CPU, compared
+            runners = ["onnxrt", "onnxrt:fp16"]
+            fp16 = False
         if model is None:
             from toolkit.core.errors import UsageError
 

@@ -144,6 +144,7 @@ def _onnxrt_factory(opts: "RunOptions", config: Any, reporter: "Reporter", name:
         external_data_dir=opts.external_data_dir,
         graph_optimization=opts.ort_optimization,
         name=name,
+        fp16=opts.onnxrt_fp16,
     )
 
 
@@ -159,6 +160,8 @@ register(
             RunnerOption("onnx_outputs", "--onnx-outputs"),
             RunnerOption("onnx_exclude_outputs", "--onnx-exclude-outputs"),
             RunnerOption("ort_optimization", "--ort-optimization", spec="opt", choices=tuple(OPTIMIZATION_LEVELS)),
+            # fp16 storage emulated on the CPU (`run --onnxrt --fp16` without --trt sets it)
+            RunnerOption("onnxrt_fp16", None, spec="fp16"),
         ),
     )
 )
