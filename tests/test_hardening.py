@@ -166,6 +166,8 @@ MODEL_CMDS = {
     "extract": "surgeon extract {} -o o.onnx",
     "sanitize": "surgeon sanitize {} -o o.onnx --fold-constants",
     "reduce": "debug reduce {} -o o.onnx --check false",
+    "convert": "convert {} --fp-to-fp16 -o o.onnx",
+    "precision": "debug precision {} -o o.onnx",
 }
 # run reads models through ONNX-Runtime, whose messages differ; the file name is always there
 RUN_MSG = {"empty": "empty.onnx", "directory": "adir", "missing": "nope.onnx"}
@@ -178,6 +180,23 @@ for cmd, tmpl in MODEL_CMDS.items():
         ROWS.append(R(f"{cmd}-model-{suffix}", tmpl.format(path), code, msg, sub=(cmd, suffix) == ("run", "not-onnx")))
 
 ROWS += [
+    # ------------------------------------------------------------------ convert, debug precision
+    R("convert-no-conversion-asked", "convert m.onnx -o o.onnx", 2, "--fp-to-fp16"),
+    R("convert-keep-fp32-unknown", "convert m.onnx --fp-to-fp16 --keep-fp32 nope -o o.onnx", 3, "nope"),
+    R("convert-output-equal-to-input", "convert m.onnx --fp-to-fp16 -o m.onnx", 2, "m.onnx"),
+    R("convert-output-missing-folder", "convert m.onnx --fp-to-fp16 -o nodir/o.onnx", 3, "does not exist"),
+    R("convert-json-to-stdout-model", "convert m.onnx --fp-to-fp16 -o - --json", 2, "--json"),
+    R("convert-ok", "convert m.onnx --fp-to-fp16 --keep-fp32 Mul -o o.onnx", 0, new=("o.onnx",)),
+    R("precision-compare-one-spec", "debug precision m.onnx --compare onnxrt", 2, "two runner specs"),
+    R("precision-compare-unknown-runner", "debug precision m.onnx --compare onnxrt gpu:fp16", 2, "gpu"),
+    R("precision-compare-unknown-option", "debug precision m.onnx --compare onnxrt onnxrt:fp8", 2, "fp8"),
+    R("precision-candidate-not-reduced", "debug precision m.onnx --compare onnxrt onnxrt", 2, "reduced precision"),
+    R("precision-keep-fp32-unknown", "debug precision m.onnx --keep-fp32 nope", 3, "nope"),
+    R("precision-bad-mode", "debug precision m.onnx --mode fast", 2, "--mode"),
+    R("precision-output-equal-to-input", "debug precision m.onnx -o m.onnx", 2, "m.onnx"),
+    R("precision-load-inputs-wrong-names", "debug precision m.onnx --load-inputs wrong_names.json", 3, "wrong_names.json"),
+    R("precision-replay-not-a-replay", "debug precision m.onnx --load-debug-replay notdata.json", 3, "notdata.json"),
+    R("precision-ok-nothing-needed", "debug precision m.onnx -o o.onnx", 0, new=("o.onnx",)),
     # ------------------------------------------------------------------ inspect model
     R("inspect-model-missing-subprocess", f"{INSPECT} nope.onnx", 3, "nope.onnx: no such file", sub=True),
     R("inspect-model-empty-stdin", f"{INSPECT} -", 3, "<stdin>: empty file", stdin=b""),
@@ -549,6 +568,6 @@ def test_every_subcommand_is_in_the_matrix():
     for name, cmd in root.commands.items():
         sub = getattr(cmd, "commands", None)
         commands += [f"{name} {s}" for s in sub] if sub else [name]
-    covered = {" ".join(r.args[:2]) if r.args[0] != "run" else "run" for r in ROWS}
+    covered = {" ".join(r.args[:2]) if r.args[0] not in ("run", "convert") else r.args[0] for r in ROWS}
     missing = [c for c in commands if c not in covered]
     assert not missing, f"subcommands without hardening rows: {missing}"
