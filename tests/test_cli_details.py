@@ -181,3 +181,46 @@ def test_model_to_a_terminal_is_refused(tmp_path):
     assert b"refusing to write a binary model to the terminal" in proc.stderr
     piped = run_toolkit("surgeon", "sanitize", model, "-o", "-")
     assert piped.code == 0 and piped.out  # into a pipe it is written
+
+
+def test_trt_install_hint_names_the_extras_requirements():
+    from toolkit.core.install import extra_install_command
+
+    cmd = extra_install_command("trt")
+    assert cmd.startswith("pip install ") and "toolkit[" not in cmd
+    assert "tensorrt" in cmd and "cuda-python" in cmd
+
+
+@pytest.mark.parametrize(
+    "args,needle",
+    [
+        (["--input-shapes", "x=1x3x4x4"], "the separator between name and shape is ':', not '='; write x:1x3x4x4"),
+        (["--onnx-outputs", "mark"], "write '--onnx-outputs mark all'"),
+    ],
+)
+def test_messages_that_say_what_to_type(cli, tmp_path, args, needle):
+    model = mz.save(mz.seed_example((1, 3, 4, 4)), tmp_path / "m.onnx")
+    res = cli("run", model, "--onnxrt", *args)
+    assert res.code == 2 and needle in res.err, res.err
+
+
+def test_output_option_after_check_is_explained(cli, tmp_path):
+    model = mz.save(mz.seed_example((1, 3, 4, 4)), tmp_path / "m.onnx")
+    res = cli("debug", "reduce", model, "--check", "toolkit", "run", "polygraphy_debug.onnx", "--onnxrt", "-o", "r.onnx")
+    assert res.code == 2
+    assert "-o is given after --check" in res.err and "put -o before --check" in res.err
+
+
+def test_missing_model_is_reported_before_any_work(cli, tmp_path):
+    res = cli("run", str(tmp_path / "nope.onnx"), "--onnxrt")
+    assert res.code == 3 and "nope.onnx" in res.err
+    assert "Activating" not in res.err
+
+
+def test_inputs_file_given_as_outputs_is_refused_up_front(cli, tmp_path):
+    model = mz.save(mz.seed_example((1, 3, 4, 4)), tmp_path / "m.onnx")
+    ins = str(tmp_path / "inputs.json")
+    assert cli("run", model, "--onnxrt", "--save-inputs", ins, "-q").code == 0
+    res = cli("run", model, "--onnxrt", "--load-outputs", ins)
+    assert res.code == 3 and "is an inputs file" in res.err and "--load-inputs" in res.err
+    assert "Activating" not in res.err

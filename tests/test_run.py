@@ -10,6 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 import modelzoo as mz
 from conftest import run_toolkit
 from toolkit.core.datafiles import load_inputs, load_outputs, save_inputs, save_outputs, RunResults, IterationResult
+from toolkit.core.install import extra_install_command
 
 SHAPE = (1, 3, 4, 4)
 
@@ -386,7 +387,7 @@ def test_trt_flag_without_tensorrt_is_exit_4(cli, seed_model):
         pytest.skip("tensorrt is installed")
     res = cli("run", seed_model, "--trt")
     assert res.code == 4
-    assert res.err.strip() == "error: TensorRT is not installed; install it with: pip install 'toolkit[trt]'"
+    assert res.err.strip() == "error: TensorRT is not installed; install it with: " + extra_install_command("trt")
 
 
 def test_providers(cli, seed_model):

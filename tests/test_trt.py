@@ -19,8 +19,9 @@ from toolkit.backends import trt as trtmod
 from toolkit.core.datafiles import IterationResult, RunResults, load_inputs, load_outputs, save_inputs, save_outputs
 from toolkit.core.errors import DependencyError, InputError, UsageError
 from trt_fakes import CudaError, doubling_model, fake_cudart, fake_tensorrt, install
+from toolkit.core.install import extra_install_command
 
-INSTALL = "error: TensorRT is not installed; install it with: pip install 'toolkit[trt]'"
+INSTALL = "error: TensorRT is not installed; install it with: " + extra_install_command("trt")
 
 
 @pytest.fixture
@@ -262,7 +263,7 @@ def test_missing_cuda_python(cli, seed_model, monkeypatch):
     assert res.code == 4
     assert res.err.strip() == (
         "error: cuda-python (GPU memory for the TensorRT runner) is not installed; "
-        "install it with: pip install 'toolkit[trt]'"
+        "install it with: " + extra_install_command("trt")
     )
 
 

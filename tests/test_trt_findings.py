@@ -16,6 +16,7 @@ import modelzoo as mz
 from toolkit.core.datafiles import load_inputs, load_outputs, save_inputs
 from toolkit.core.errors import UsageError
 from trt_fakes import FakeModel, doubling_model, fake_cudart, fake_tensorrt, install
+from toolkit.core.install import extra_install_command
 
 TRT10, TRT11 = "10.13.3.9", "11.4.0.106"
 
@@ -420,7 +421,7 @@ def test_inspect_engine_without_tensorrt_is_exit_4_in_one_line(cli, monkeypatch,
     assert res.code == 4
     assert res.err.strip().splitlines() == [
         f"error: {path} is a TensorRT engine; inspecting it needs TensorRT on a GPU: TensorRT is not installed; "
-        "install it with: pip install 'toolkit[trt]'"
+        "install it with: " + extra_install_command("trt")
     ]
 
 

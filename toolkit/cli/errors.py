@@ -35,11 +35,34 @@ def _click_message(exc) -> str:
         advice = unsupported_advice(option)
         if advice:
             return f"{option} (a Polygraphy option) is not supported by toolkit: {advice}"
+    if type(exc).__name__ == "MissingParameter":
+        hint = _after_check_hint(getattr(exc, "param", None))
+        if hint:
+            text = text.rstrip(".") + hint
     ctx = getattr(exc, "ctx", None)
     path = getattr(ctx, "command_path", None) if ctx is not None else None
     if path:
         text += f" (see '{path} --help')"
     return text
+
+
+def _after_check_hint(param) -> str:
+    """When the missing option was typed after --check, it went to the check command."""
+    from toolkit.cli.options import REST_OPTIONS
+    from toolkit.cli.output import state
+
+    argv = state.argv or []
+    opts = set(getattr(param, "opts", ()) or ())
+    for rest in REST_OPTIONS:
+        if rest in argv:
+            after = argv[argv.index(rest) + 1 :]
+            typed = [a for a in after if a.split("=", 1)[0] in opts]
+            if typed:
+                return (
+                    f"; {typed[0]} is given after {rest}, and everything after {rest} belongs to the check "
+                    f"command: put {typed[0]} before {rest}"
+                )
+    return ""
 
 
 def run_with_boundary(func, *args, **kwargs) -> int:

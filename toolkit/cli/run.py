@@ -54,7 +54,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         onnxrt: Annotated[bool, typer.Option("--onnxrt", help="Run the model with ONNX-Runtime.")] = False,
         trt: Annotated[
-            bool, typer.Option("--trt", help="Run the model with TensorRT (needs: pip install 'toolkit[trt]').")
+            bool, typer.Option("--trt", help="Run the model with TensorRT (needs TensorRT and cuda-python: the [trt] extra).")
         ] = False,
         providers: Annotated[
             ListOpt,

@@ -107,6 +107,10 @@ def choose_names(
                     add(name)
             else:
                 if word not in known_set:
+                    if word.lower() in ("mark", "all"):
+                        raise UsageError(
+                            f"{option} {word}: to return every tensor write '{option} mark all' (or '*')"
+                        )
                     raise InputError(f"{option} names '{word}', which is no tensor of {where}{unknown_hint}")
                 add(word)
     else:

@@ -300,6 +300,13 @@ def parse_shape_specs(specs: Sequence[str]) -> dict:
     out = {}
     for spec in specs or ():
         head, tail = _split_last_colon(spec)
+        if tail is None:
+            m = re.fullmatch(r"(.+?)\s*=\s*\[?([\dx,\s?-]+)\]?", spec)
+            if m and re.search(r"\d", m.group(2)):
+                raise UsageError(
+                    f"'{spec}': the separator between name and shape is ':', not '='; write "
+                    f"{m.group(1)}:{m.group(2).strip()}"
+                )
         if tail is not None and is_dtype_name(tail) and _split_last_colon(head)[1] is not None:
             raise UsageError(f"'{spec}': a dtype is not accepted here; write name:shape, e.g. {head}")
         meta = parse_tensor_spec(spec, allow_dtype=False)

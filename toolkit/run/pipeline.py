@@ -101,9 +101,45 @@ def save_onnx(opts: RunOptions, rep: Reporter) -> None:
 # ---------------------------------------------------------------------------- 2. data files
 
 
-def _load_result_sets(paths: Sequence[str]) -> List[ResultSet]:
+def _model_input_names(model: str) -> List[str]:
+    """The graph input names of an ONNX model file (weights not loaded); [] if it cannot say."""
+    if not model or model == "-":
+        return []
+    try:
+        from toolkit.core.model import load_model
+
+        graph = load_model(model, load_external_data=False).graph
+        inits = {t.name for t in graph.initializer}
+        return [i.name for i in graph.input if i.name not in inits]
+    except Exception:  # noqa: BLE001 - an engine, or a model the runner will report on
+        return []
+
+
+def _refuse_inputs_files(paths: Sequence[str], model: str) -> None:
+    """An inputs file given to --load-outputs holds this model's inputs, which no output can match:
+    say so before anything runs."""
+    from toolkit.core.datafiles import RunResults, load_data
+
+    names: Optional[List[str]] = None
+    for path in paths:
+        data = load_data(path)
+        if isinstance(data, RunResults) or not data:
+            continue
+        held = set(data[0])
+        if names is None:
+            names = _model_input_names(model)
+        if held and names and held <= set(names):
+            next(iter(data[0].values()))  # a file that cannot be read at all says so first
+            raise InputError(
+                f"{path} is an inputs file (it holds the model's inputs {', '.join(sorted(held))}), not outputs; "
+                "give it to --load-inputs, and compare against an outputs file saved with --save-outputs"
+            )
+
+
+def _load_result_sets(paths: Sequence[str], model: str = "") -> List[ResultSet]:
     from toolkit.core.datafiles import load_outputs
 
+    _refuse_inputs_files(paths, model)
     sets = []
     for path in paths:
         data = load_outputs(path)
@@ -140,7 +176,7 @@ def load_data_files(plan: RunPlan, rep: Reporter) -> Tuple[FeedSource, List[Resu
         if planned.kind.connect is not None:
             for name, shape in planned.kind.connect(planned.config, feeds).items():
                 feeds.preferred.setdefault(name, shape)
-    sets = _load_result_sets(opts.load_outputs) if opts.load_outputs else []
+    sets = _load_result_sets(opts.load_outputs, opts.model) if opts.load_outputs else []
     return feeds, sets
 
 

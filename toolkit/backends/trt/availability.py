@@ -7,7 +7,14 @@ from __future__ import annotations
 
 from toolkit.core.errors import DependencyError, InferenceError, ToolkitError, one_line
 
-INSTALL_HINT = "install it with: pip install 'toolkit[trt]'"
+def _install_hint(flags: str = "") -> str:
+    from toolkit.core.install import extra_install_command
+
+    cmd = extra_install_command("trt")
+    return cmd.replace("pip install ", f"pip install {flags} ", 1) if flags and cmd.startswith("pip install ") else cmd
+
+
+INSTALL_HINT = "install it with: " + _install_hint()
 MIN_TRT_MAJOR = 10
 
 # TensorRT names the backend uses that exist in TensorRT 10 only (11 removed weak typing and
@@ -57,12 +64,12 @@ def import_tensorrt():
     except Exception as exc:  # a broken install (missing libnvinfer, ...)
         raise DependencyError(
             f"TensorRT is installed but cannot be loaded ({one_line(exc)}); "
-            "reinstall it with: pip install --force-reinstall 'toolkit[trt]'"
+            f"reinstall it with: {_install_hint('--force-reinstall')}"
         ) from None
     if trt_major(trt) < MIN_TRT_MAJOR:
         raise DependencyError(
             f"TensorRT {getattr(trt, '__version__', '?')} is too old (toolkit needs {MIN_TRT_MAJOR} or newer); "
-            "upgrade it with: pip install -U 'toolkit[trt]'"
+            f"upgrade it with: {_install_hint('-U')}"
         )
     return trt
 
