@@ -508,9 +508,14 @@ def convert(
         ):
             vi.type.tensor_type.elem_type = DOUBLE
             hidden.append(vi.name)
+    # the library's topological sort is quadratic (10k nodes: seconds) and ignores what
+    # If/Loop bodies read; ours (below) runs instead, for the duration of the call
+    library_sort = getattr(f16, "sort_topology", None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
+            if library_sort is not None:
+                f16.sort_topology = _sort_all
             f16.convert_float_to_float16(
                 model,
                 min_positive_val=FP16_TINY,
@@ -523,6 +528,9 @@ def convert(
             )
         except Exception as exc:  # the library asserts and raises ValueError on odd graphs
             raise InputError(f"fp16 conversion failed in onnxconverter-common: {type(exc).__name__}: {exc}") from None
+        finally:
+            if library_sort is not None:
+                f16.sort_topology = library_sort
     for graph in iter_graphs(model.graph):
         toposort(graph)
     hidden_set = set(hidden)
@@ -604,6 +612,11 @@ def toposort(graph) -> None:
     graph.node.extend(copies)
 
 
+def _sort_all(graph) -> None:
+    for g in iter_graphs(graph):
+        toposort(g)
+
+
 def _copy_value_info(src, dst) -> None:
     """value_info of every graph of ``src`` into the matching graph of ``dst`` (same structure)."""
     for gs, gd in zip(iter_graphs(src.graph), iter_graphs(dst.graph)):
@@ -638,6 +651,7 @@ class _Repair:
         self.types: Dict[str, int] = {}
         self.casts_added = 0
         self._names: Set[str] = set()
+        self._counters: Dict[str, int] = {}
         for graph in iter_graphs(model.graph):
             for n in graph.node:
                 self._names.update(n.output)
@@ -646,10 +660,11 @@ class _Repair:
 
     def fresh(self, base: str) -> str:
         name = base
-        k = 0
+        k = self._counters.get(base, 0)
         while name in self._names:
             k += 1
             name = f"{base}_{k}"
+        self._counters[base] = k
         self._names.add(name)
         return name
 
@@ -676,6 +691,7 @@ class _Repair:
             vi.name: vi.type.tensor_type.elem_type for vi in graph.value_info if vi.type.tensor_type.elem_type
         }
         new_nodes = []
+        made: Dict[Tuple[str, int], str] = {}
         for node in graph.node:
             kept = node.name in self.kept
             for sub in node_subgraphs(node):
@@ -691,8 +707,11 @@ class _Repair:
                     continue
                 want = self._wanted_input(node, schema, i, name, kept, have)
                 if want is not None and want != have:
-                    cast, out = self._cast(name, want, node.name)
-                    new_nodes.append(cast)
+                    out = made.get((name, want))  # one Cast per tensor and type, shared by its readers
+                    if out is None:
+                        cast, out = self._cast(name, want, node.name)
+                        new_nodes.append(cast)
+                        made[(name, want)] = out
                     node.input[i] = out
             new_nodes.append(node)
             outs = self._output_types(node, schema, types, declared)

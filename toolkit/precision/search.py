@@ -176,22 +176,9 @@ class PrecisionSearch:
 
     @staticmethod
     def _spec(text: str):
-        """(kind, options) of a runner spec."""
-        try:
-            from toolkit.run.specs import parse_runner_spec
-        except ImportError:  # the runner registry is not there yet: the two kinds we know
-            kind, _, rest = text.strip().partition(":")
-            kind = kind.lower()
-            if kind not in ("onnxrt", "trt"):
-                raise UsageError(f"unknown runner '{kind}'; use one of: onnxrt, trt") from None
-            opts = {}
-            for part in (p.strip().lower() for p in rest.split(",") if p.strip()):
-                key, eq, value = part.partition("=")
-                allowed = ("fp16", "opt") if kind == "onnxrt" else ("fp16", "bf16", "int8", "tf32")
-                if key not in allowed:
-                    raise UsageError(f"runner spec '{text}': {kind} has no option '{key}'; its options: {', '.join(allowed)}")
-                opts[key] = value if eq else True
-            return kind, opts
+        """(kind, options) of a runner spec (UsageError naming the valid ones)."""
+        from toolkit.run.specs import parse_runner_spec
+
         spec = parse_runner_spec(text)
         return spec.kind, dict(spec.options)
 
@@ -292,10 +279,8 @@ class PrecisionSearch:
         """Run ``model`` (a ModelProto) with a runner of another kind, through a temporary file."""
         from toolkit.core.model import save_model
 
-        try:
-            from toolkit.run.specs import make_runner
-        except ImportError:  # pragma: no cover - before the runner registry
-            raise UsageError(f"--compare with {kind} needs the runner registry") from None
+        from toolkit.run.specs import make_runner
+
         opts = {k: v for k, v in spec_opts.items() if k not in ("fp16", "bf16")}
         spec = kind + (":" + ",".join(k if v is True else f"{k}={v}" for k, v in opts.items()) if opts else "")
         with tempfile.TemporaryDirectory(prefix="toolkit-precision-") as d:
