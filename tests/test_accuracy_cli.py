@@ -145,3 +145,20 @@ def test_compare_usage_errors(golden, cli, tmp_path):
     res = cli(*base, "--compare", "onnxrt", "--reference-model", tmp_path / "missing.onnx")
     assert res.code == 3
     assert not (tmp_path / "r.onnx").exists()
+
+
+def test_compare_against_fp16_emulation_finds_the_overflowing_pow(tmp_path, cli):
+    import numpy as np
+
+    from fp16_models import layernorm_overflow, ln_input
+    from modelzoo import save
+
+    model = save(layernorm_overflow(), tmp_path / "ln.onnx")
+    np.savez(tmp_path / "in.npz", **ln_input())
+    res = cli("debug", "reduce", model, "-o", tmp_path / "out.onnx", "--compare", "onnxrt", "onnxrt:fp16",
+              "--load-inputs", tmp_path / "in.npz", "--atol", "1e-2", "--rtol", "1e-2", "--all-faults",
+              "--iter-artifact", tmp_path / "a.onnx")
+    assert res.code == 0, res.err
+    found = [_nodes(tmp_path / f"out_{k}.onnx") for k in range(1, 4) if (tmp_path / f"out_{k}.onnx").exists()]
+    assert ["square"] in found  # x**2 overflows float16 (inf), fed exact inputs
+    assert "Wrote the reduced model" not in res.err

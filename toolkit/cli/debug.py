@@ -8,7 +8,6 @@ check's captured output when asked for, and a summary.
 
 from __future__ import annotations
 
-import os
 import sys
 from typing import List, Optional
 
@@ -222,7 +221,7 @@ def _summary(outcome, cfg) -> int:
         log(f"  ... and {len(outcome.final_nodes) - len(shown)} more")
     if outcome.one_minimal and outcome.nodes_after > 1:
         log("1-minimal: dropping any node at either end makes it pass (each drop checked).")
-    if outcome.output_written and os.path.exists(cfg.output):
+    if outcome.output_written:
         log(f"Wrote the reduced model to {cfg.output}")
     if cfg.min_good and outcome.min_good_written:
         log(f"Wrote the closest passing model ({plural(outcome.min_good_nodes, 'node')}) to {cfg.min_good}")

@@ -96,6 +96,12 @@ class AllFaultsReducer(Reducer):
 
         return super()._search(within(STRATEGIES[self.cfg.mode](self.plan), allowed))
 
+    def run(self):
+        outcome = super().run()
+        if self.faults:
+            outcome.output_written = False  # -o itself is not written: OUT_1, OUT_2, ... are
+        return outcome
+
     def _write_output(self, mask: int) -> None:
         for fault in self.faults:
             self.index.write(self.candidate(fault.mask), fault.path)
