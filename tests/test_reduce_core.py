@@ -89,14 +89,19 @@ def test_unsorted_graph_is_indexed_in_topological_order():
     assert idx.names == ["first", "middle", "last"]
 
 
-def test_constant_nodes_are_attached_not_inputs():
+def test_constant_nodes_are_lowered_to_constant_tensors():
     idx = GraphIndex(modelzoo.with_constant())
     assert idx.names == ["add", "mul"]
     mul = idx.candidate(0b10)
-    assert mul.inputs == ["t"]  # k comes from its Constant node, which is kept
+    assert mul.inputs == ["t"]  # k comes from its Constant node, written as a constant tensor
     m = onnx.ModelProto()
     m.ParseFromString(mul.serialize())
-    assert [n.op_type for n in m.graph.node] == ["Constant", "Mul"]
+    assert [n.op_type for n in m.graph.node] == ["Mul"]
+    (k,) = [t for t in m.graph.initializer]
+    onnx.checker.check_model(m)
+    const = next(n for n in modelzoo.with_constant().graph.node if n.name == "const_k")
+    assert k.name == const.output[0]
+    assert onnx.numpy_helper.to_array(k).tolist() == onnx.numpy_helper.to_array(const.attribute[0].t).tolist()
 
 
 def test_optional_empty_input_is_not_a_tensor():
@@ -195,7 +200,8 @@ def test_optional_input_model(tmp_path):
 
 def test_constant_model_keeps_constant_as_constant(tmp_path):
     outcome, reduced, check = reduce_model(tmp_path, modelzoo.with_constant(), ["mul"], ort=True)
-    assert [n.op_type for n in reduced.graph.node] == ["Constant", "Mul"]
+    assert [n.op_type for n in reduced.graph.node] == ["Mul"]
+    assert [t.name for t in reduced.graph.initializer] == ["k"]
     assert [i.name for i in reduced.graph.input] == ["t"]
     assert outcome.nodes_after == 1
     _assert_all_valid(check)

@@ -43,9 +43,20 @@ the --check command on it (or asks you, without --check). The full model is chec
 Without --mode, one run bisects and then verifies that dropping any end node makes the
 subgraph pass (1-minimal). --mode=bisect only bisects; --mode=linear drops one node at a time.
 
-Exit codes: 0 reduced; 1 the full model passes the check (nothing written); 2 usage error;
-3 bad input; 130 interrupted (Ctrl-C or end of input; the smallest failing model so far is
-written to -o and the verdicts to the replay file).
+Without --check, the full model is taken to fail (you know it does) and you are asked about
+each smaller subgraph.
+
+Each check is classified: pass, fail, timeout (counted as a failure) or broken (the check
+failed on its own: a toolkit check exiting 2, 3 or 4, a command that cannot start, a
+traceback or usage error from its argument parsing). A check broken on the full model stops
+the run; later, a broken check counts as a pass and is reported.
+
+Exit codes: 0 reduced, or the full model passes the check (nothing written, with a warning);
+2 usage error; 3 bad input, or the check command itself fails on the full model (4 when it
+lacks a dependency or program); 130 interrupted (Ctrl-C or end of input; the smallest
+failing model so far is written to -o and the verdicts to the replay file).
+
+--json prints a summary object on stdout (see docs/debug-reduce.md).
 
 Example (the seeds' simulated failure):
 
@@ -81,6 +92,7 @@ class _Reporter:
         self.task = None
         self.reducer = None
         self._last_tick = 0.0
+        self._output_hint = False
 
     # -- helpers
     def _print(self, text: str, style: Optional[str] = None) -> None:
@@ -96,13 +108,19 @@ class _Reporter:
         r = self.reducer
         left = r.remaining_estimate()
         avg = r.average_check_seconds()
-        eta = f"~{left * avg:.1f} s left" if (avg and left) else ("" if left else "finishing")
+        if not r.checks:
+            eta = "checking the full model"
+        elif left:
+            eta = f"~{left} check{'s' if left != 1 else ''} left" + (f", ~{left * avg:.1f} s" if avg else "")
+        else:
+            eta = "last checks"
+        phase = (r.plan.phase if r.plan and r.checks else "") or "full model"
         self.progress.update(
             self.task,
             completed=r.checks,
             total=r.checks + max(left, 0) or 1,
             eta=eta,
-            description=f"reduce [{r.plan.phase or 'full model'}]" if r.plan else "reduce",
+            description=f"reduce [{phase}]",
         )
         self.progress.refresh()
 
@@ -112,9 +130,9 @@ class _Reporter:
         idx = reducer.index
         cfg = reducer.cfg
         consts = len(idx.const_nodes)
-        extra = f" (+{consts} Constant node{'s' if consts != 1 else ''} kept with their readers)" if consts else ""
+        extra = f" (+{consts} Constant node{'s' if consts != 1 else ''}, lowered to constant tensors)" if consts else ""
         if cfg.check is None:
-            how = "asking you"
+            how = "asking you (the full model is taken to fail)"
         else:
             how = "warm worker" if reducer.runner.kind == "warm" else "subprocess"
             how = f"check: {' '.join(cfg.check)} [{how}]"
@@ -138,25 +156,47 @@ class _Reporter:
             self.task = self.progress.add_task("reduce", total=1, eta="")
             self.progress.start()
 
+    def loading(self, path: str, nbytes: int) -> None:
+        self._print(f"Loading {path} ({_size(nbytes)}) once for all checks...")
+
     def iteration_start(self, number, cand) -> None:
         self._refresh()
 
     def iteration_end(self, it) -> None:
-        verdict = "FAIL" if it.failed else "pass"
+        verdict = {"fail": "FAIL", "pass": "pass", "broken": "BROKEN", "timeout": "TIMEOUT"}.get(
+            it.verdict, "FAIL" if it.failed else "pass"
+        )
         secs = "replay" if it.source == "replay" else f"{it.seconds:.2f} s"
-        line = f"Iteration {it.number} | {it.nodes} node{'s' if it.nodes != 1 else ''} | {verdict} | {secs}"
+        parts = [f"Iteration {it.number}", f"{it.nodes} node{'s' if it.nodes != 1 else ''}", verdict]
+        if it.phase:
+            parts.append(it.phase)
+        if it.span and it.span != "full model":
+            parts.append(it.span)
+        parts.append(secs)
         if it.reason and it.source == "check":
-            line += f" | {it.reason}"
-        self._print(line, style=("red" if it.failed else "green") if self.live else None)
+            parts.append(it.reason)
+        if it.evidence is not None and it.evidence.worst is not None:
+            w = it.evidence.worst
+            parts.append(f"max error {w.max_abs:.3g} on {w.name}")
+        parts.append(f"~{it.remaining} check{'s' if it.remaining != 1 else ''} left" if it.remaining else "")
+        line = " | ".join(p for p in parts if p)
+        style = None
+        if self.live:
+            style = {"FAIL": "red", "pass": "green"}.get(verdict, "yellow")
+        self._print(line, style=style)
 
     def check_output(self, it) -> None:
         res = it.result
-        if not (self.show_output or (it.failed and not self.hide_fail_output)):
+        show = self.show_output or (it.failed and it.first_failure and not self.hide_fail_output)
+        if not show:
             return
         for name, text in (("stdout", res.stdout_text), ("stderr", res.stderr_text)):
             if text.strip():
                 self._print(f"---- check {name} (iteration {it.number}) ----")
                 self._print(text.rstrip("\n"))
+        if not self.show_output and not self._output_hint:
+            self._output_hint = True
+            self._print("(output of later checks is hidden; --show-output shows it for every check)")
 
     def tick(self) -> None:
         import time
@@ -187,6 +227,45 @@ class _Reporter:
             self.progress = None
 
 
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.0f} {unit}" if nbytes >= 10 * scale else f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"
+
+
+def summary_json(outcome, cfg) -> dict:
+    """The --json summary (schema in docs/debug-reduce.md)."""
+    return {
+        "status": outcome.status,
+        "model": cfg.model,
+        "nodes_before": outcome.nodes_before,
+        "nodes_after": outcome.nodes_after,
+        "result_nodes": outcome.final_nodes,
+        "one_minimal": outcome.one_minimal,
+        "checks": outcome.checks,
+        "remembered": outcome.remembered,
+        "broken": outcome.broken,
+        "timeouts": outcome.timeouts,
+        "seconds": round(outcome.seconds, 3),
+        "phases": outcome.phases,
+        "runner": outcome.runner,
+        "evidence": {
+            "full_model": outcome.full_evidence.to_json() if outcome.full_evidence is not None else None,
+            "reduced": outcome.reduced_evidence.to_json() if outcome.reduced_evidence is not None else None,
+            "noise_warning": outcome.noise,
+        },
+        "artifacts": {
+            "output": cfg.output if outcome.output_written else None,
+            "min_good": cfg.min_good if outcome.min_good_written else None,
+            "min_good_nodes": outcome.min_good_nodes,
+            "replay": outcome.replay_path or cfg.save_replay,
+            "iter_artifact": cfg.iter_artifact if not cfg.remove_intermediate else None,
+        },
+        "stopped_by": outcome.stopped_by,
+    }
+
+
 def _summary(outcome, cfg) -> int:
     from toolkit.core.errors import ExitCode
 
@@ -195,12 +274,21 @@ def _summary(outcome, cfg) -> int:
         f"{plural(outcome.checks, 'check')} run, {outcome.remembered} answered from memory, "
         f"{outcome.seconds:.2f} s"
     )
-    if outcome.status == "passed":
-        log(
-            f"The full model passes the check ({stats}), so there is nothing to reduce; "
-            f"{cfg.output} was not written."
+    if outcome.broken:
+        warn(
+            f"{plural(outcome.broken, 'check')} failed on {'its' if outcome.broken == 1 else 'their'} own (broken: "
+            "usage error, bad input or missing program) and counted as passes, so the result may keep nodes it "
+            "does not need; see the warnings above, and make the check work on every subgraph (e.g. give it "
+            "layerwise --load-inputs and --onnx-outputs mark all golden values)"
         )
-        return int(ExitCode.FAILED)
+    if outcome.timeouts:
+        log(f"{plural(outcome.timeouts, 'check')} timed out (--check-timeout) and counted as a failure")
+    if outcome.status == "passed":
+        warn(
+            f"the full model passes the check ({stats}), so there is nothing to reduce; "
+            f"{cfg.output} was not written"
+        )
+        return int(ExitCode.OK)
     if outcome.status == "interrupted":
         why = "End of input" if outcome.stopped_by == "eof" else "Interrupted"
         if outcome.output_written:
@@ -223,10 +311,16 @@ def _summary(outcome, cfg) -> int:
         log("1-minimal: dropping any node at either end makes it pass (each drop checked).")
     if outcome.output_written:
         log(f"Wrote the reduced model to {cfg.output}")
+    if outcome.full_evidence is not None and outcome.full_evidence.worst is not None:
+        log(f"Full model: {outcome.full_evidence.describe()}")
+    if outcome.reduced_evidence is not None and outcome.reduced_evidence.worst is not None:
+        log(f"Reduced model: {outcome.reduced_evidence.describe()}")
+    if outcome.noise:
+        warn(outcome.noise)
     if cfg.min_good and outcome.min_good_written:
         log(f"Wrote the closest passing model ({plural(outcome.min_good_nodes, 'node')}) to {cfg.min_good}")
     if cfg.save_replay:
-        log(f"Verdicts saved to {cfg.save_replay}")
+        log(f"Verdicts saved to {cfg.save_replay} (reuse them with --load-debug-replay {cfg.save_replay})")
     return int(ExitCode.OK)
 
 
@@ -339,13 +433,14 @@ def reduce_command(
         ),
     ] = None,
     save_debug_replay: Annotated[
-        Optional[str],
+        str,
         typer.Option(
             "--save-debug-replay",
-            help="Keep every verdict in this JSON file (updated after each check).",
+            help="Keep every verdict in this JSON file (updated after each check; not written when the check "
+            "is broken on the full model).",
             metavar="PATH",
         ),
-    ] = None,
+    ] = "polygraphy_debug_replay.json",
     load_debug_replay: Annotated[
         Optional[str],
         typer.Option(
@@ -355,6 +450,18 @@ def reduce_command(
     ] = None,
     model_input_shapes: ModelInputShapesOpt = None,
     force_fallback_shape_inference: ForceFallbackOpt = False,
+    no_shape_inference: Annotated[
+        bool,
+        typer.Option(
+            "--no-shape-inference",
+            help="Do not infer shapes: new subgraph inputs and outputs get only the types the model records "
+            "(or --load-inputs data gives); no ONNX shape inference, no ONNX-Runtime run.",
+        ),
+    ] = False,
+    json_summary: Annotated[
+        bool,
+        typer.Option("--json", help="Print a summary as JSON on stdout (result, checks, phases, evidence, files)."),
+    ] = False,
     no_reduce_inputs: Annotated[
         bool,
         typer.Option("--no-reduce-inputs", help="Keep the model's inputs: only remove nodes from the end."),
@@ -452,6 +559,8 @@ def reduce_command(
     from toolkit.reduce.parallel import parse_devices
     from toolkit.reduce.session import ReduceConfig, Reducer
 
+    if no_shape_inference and force_fallback_shape_inference:
+        raise UsageError("--no-shape-inference and --force-fallback-shape-inference cannot be used together")
     if show_output and hide_fail_output:
         raise UsageError("--show-output and --hide-fail-output cannot be used together")
     if ctx.meta.get(_CHECK_GIVEN) and not check:
@@ -497,6 +606,7 @@ def reduce_command(
         link_external_data=link_external_data,
         jobs=jobs,
         devices=parse_devices(devices),
+        shape_inference=not no_shape_inference,
     )
     runner, reducer_kw = None, {}
     if compare is not None:
@@ -517,8 +627,10 @@ def reduce_command(
         reducer_cls = AllFaultsReducer
         reducer_kw["describe_faults"] = lambda red, faults: describe_faults(runner, red, faults)
     reporter = _Reporter(show_output, hide_fail_output)
+    # The question of interactive mode goes to stdout (as a prompt does), unless stdout carries --json.
+    prompt_stream = sys.stderr if json_summary else sys.stdout
     try:
-        reducer = reducer_cls(cfg, reporter, runner=runner, **reducer_kw)
+        reducer = reducer_cls(cfg, reporter, runner=runner, prompt_stream=prompt_stream, **reducer_kw)
         outcome = reducer.run()
     finally:
         reporter.stop()
@@ -527,6 +639,11 @@ def reduce_command(
         from toolkit.cli.reduce_compare import summarize_faults
 
         summarize_faults(reducer.faults)
+    if json_summary:
+        import json
+
+        sys.stdout.write(json.dumps(summary_json(outcome, cfg), indent=1) + "\n")
+        sys.stdout.flush()
     raise typer.Exit(code)
 
 

@@ -11,8 +11,9 @@ Two ways to run a check, with the same output and exit status:
   ``toolkit`` process would, minus the interpreter start-up and imports. The CLI hands
   that entry point in (a :class:`WorkerEntry`): this package never imports the CLI.
 
-:class:`FailureRule` turns a :class:`CheckResult` into a verdict, and
-:func:`ask_user` is the interactive ``[p]ass or [f]ail?`` prompt.
+:class:`FailureRule` turns a :class:`CheckResult` into a verdict class (pass, fail,
+broken, timeout; see :func:`FailureRule.classify`), and :func:`ask_user` is the
+interactive ``[p]ass or [f]ail?`` prompt.
 
 No Typer or Rich here.
 """
@@ -34,6 +35,21 @@ from typing import Callable, List, Optional, Sequence
 from toolkit.core.errors import UsageError
 
 WARM_ENV = "TOOLKIT_NO_WARM_WORKER"
+
+# Verdict classes of one check.
+PASS = "pass"
+FAIL = "fail"
+BROKEN = "broken"  # the check could not judge the model: it failed on its own (usage, input, missing program)
+TIMEOUT = "timeout"  # killed by --check-timeout: counted, and taken as a failure
+
+# Exit codes of a toolkit check that mean the check itself is broken (usage, bad input, missing dependency).
+TOOLKIT_BROKEN_CODES = (2, 3, 4)
+# Shell exit codes for a program that cannot be executed (126) or is not found (127).
+CANNOT_RUN_CODES = (126, 127)
+
+_TRACEBACK = "Traceback (most recent call last):"
+_ARGPARSE_FRAME = re.compile(r'File "[^"]*(argparse|click[/\\]\w+|typer[/\\]\w+|optparse)\.py"')
+_ARGPARSE_USAGE = re.compile(r"(?m)^usage: .*(\n.*)*?\n\S+: error: .+")
 
 # Options of a toolkit check whose values are data files worth loading once in the parent.
 _DATA_OPTIONS = ("--load-inputs", "--load-input-data", "--load-outputs", "--load-output-data")
@@ -141,6 +157,44 @@ class FailureRule:
             return match
         return res.code != 0
 
+    def named(self, code: Optional[int]) -> bool:
+        """The user said what this exit code means (--fail-code / --ignore-fail-code)."""
+        return code is not None and (code in self.ignore_codes or (self.fail_codes is not None and code in self.fail_codes))
+
+    def classify(self, res: CheckResult, toolkit_check: bool = False, artifact: Optional[str] = None) -> str:
+        """The verdict class of one check: PASS, FAIL, BROKEN or TIMEOUT.
+
+        BROKEN (the check failed on its own, so it says nothing about the model) when,
+        unless --fail-code/--ignore-fail-code names the exit code or a --fail-regex
+        pattern matches (the user recognises that output as the failure):
+
+        - a toolkit check exits 2, 3 or 4 (usage error, bad input, missing dependency) --
+          except an exit 3 whose error line is about ``artifact`` itself (the model under
+          check: a parser or runtime rejecting it is the model failing);
+        - the command cannot start (exit 126 or 127);
+        - it dies with a Python traceback from its own argument parsing, or an argparse
+          usage error (exit 2 after ``usage: ...`` and ``PROG: error: ...``).
+
+        Otherwise the rule decides pass or fail; a timeout is TIMEOUT (and fails).
+        """
+        if res.timed_out:
+            return TIMEOUT
+        if (
+            res.signal is None
+            and res.code is not None
+            and not self.named(res.code)
+            and self.matched(res) is None
+        ):
+            if toolkit_check and res.code in TOOLKIT_BROKEN_CODES:
+                if res.code == 3 and artifact and _about(error_line(res), artifact):
+                    return FAIL if self.failed(res) else PASS
+                return BROKEN
+            if res.code in CANNOT_RUN_CODES:
+                return BROKEN
+            if res.code != 0 and _parse_failure(res.stderr_text):
+                return BROKEN
+        return FAIL if self.failed(res) else PASS
+
     def reason(self, res: CheckResult) -> str:
         """A few words on why the verdict is what it is."""
         text = res.describe()
@@ -148,6 +202,39 @@ class FailureRule:
             pat = self.matched(res)
             text += f", matched '{pat}'" if pat else ", no pattern matched"
         return text
+
+
+def _about(line: str, artifact: str) -> bool:
+    """Whether an error line is about the file ``artifact`` (it starts with its name)."""
+    head = line.split(":", 1)[0].strip().strip("'\"")
+    names = {artifact, os.path.basename(artifact), os.path.abspath(artifact)}
+    return head in names or (os.path.isabs(head) and os.path.abspath(head) == os.path.abspath(artifact))
+
+
+def _parse_failure(err: str) -> bool:
+    """A Python traceback through an argument parser, or an argparse usage error."""
+    if _TRACEBACK in err:
+        tb = err[err.rindex(_TRACEBACK):]
+        return bool(_ARGPARSE_FRAME.search(tb))
+    return bool(_ARGPARSE_USAGE.search(err))
+
+
+def error_line(res: CheckResult) -> str:
+    """The one line that says why a check failed on its own: its ``error:`` line, the last
+    line of a traceback, or its last line of output."""
+    err = res.stderr_text
+    lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
+    for ln in lines:
+        if ln.startswith("error:"):
+            return ln[len("error:"):].strip()
+        if re.match(r"^\S+: error: ", ln):
+            return ln
+    if lines:
+        return lines[-1]
+    out = [ln.strip() for ln in res.stdout_text.splitlines() if ln.strip()]
+    if out:
+        return out[-1]
+    return f"no output, {res.describe()}"
 
 
 # ---------------------------------------------------------------------- collecting output
@@ -229,12 +316,14 @@ class SubprocessRunner:
         self.timeout = timeout
         self.env = dict(env) if env else None  # added to the environment of the check
         self.active_pid: Optional[int] = None  # the check running now (its process group)
-        exe = self.argv[0]
-        if shutil.which(exe) is None:
-            raise UsageError(f"check command '{exe}' not found; give a program on PATH or a path to it after --check")
 
     def run(self, tick: Optional[Callable[[], None]] = None) -> CheckResult:
         start = time.monotonic()
+        exe = self.argv[0]
+        if shutil.which(exe) is None:
+            # as a shell would: 127, one line; the check is then classified as broken
+            msg = f"error: check command '{exe}' not found; give a program on PATH or a path to it after --check\n"
+            return CheckResult(127, b"", msg.encode(), seconds=time.monotonic() - start)
         try:
             proc = subprocess.Popen(
                 self.argv,
@@ -245,7 +334,8 @@ class SubprocessRunner:
                 env=dict(os.environ, **self.env) if self.env else None,
             )
         except OSError as exc:
-            raise UsageError(f"cannot run check command '{self.argv[0]}': {exc.strerror or exc}") from None
+            msg = f"error: cannot run check command '{exe}': {exc.strerror or exc}\n"
+            return CheckResult(126, b"", msg.encode(), seconds=time.monotonic() - start)
         self.active_pid = proc.pid
         deadline = start + self.timeout if self.timeout else None
         fds = [proc.stdout.fileno(), proc.stderr.fileno()]
@@ -370,8 +460,10 @@ class WarmRunner:
         self.active_pid: Optional[int] = None
         self._prepared = False
 
-    def prepare(self) -> None:
-        """Import what the check will need and load its data files (once, in the parent)."""
+    def prepare(self, loading: Optional[Callable[[str, int], None]] = None) -> None:
+        """Import what the check will need and load its data files (once, in the parent).
+
+        ``loading(path, nbytes)`` is told about each data file before it is read."""
         if self._prepared:
             return
         self._prepared = True
@@ -407,6 +499,11 @@ class WarmRunner:
         from toolkit.core.datafiles import load_data
 
         for path in data_files_in(self.args):
+            if loading is not None:
+                try:
+                    loading(path, os.path.getsize(path))
+                except OSError:
+                    pass
             try:
                 load_data(path)  # cached by path/size/mtime; children inherit it
             except Exception:  # noqa: BLE001 - the check itself reports bad files
@@ -578,10 +675,12 @@ class AnswersExhausted(Exception):
     """End of input while asking the user for a verdict."""
 
 
-def ask_user(artifact: str, stdin=None, stderr=None) -> bool:
-    """Ask whether ``artifact`` passed; True means it failed. EOF raises AnswersExhausted."""
+def ask_user(artifact: str, stdin=None, stderr=None, stream=None) -> bool:
+    """Ask whether ``artifact`` passed; True means it failed. EOF raises AnswersExhausted.
+
+    The question goes to ``stream`` (default stderr)."""
     stdin = stdin or sys.stdin
-    stderr = stderr or sys.stderr
+    stderr = stream or stderr or sys.stderr
     prompt = f"Did '{artifact}' [p]ass or [f]ail? "
     while True:
         stderr.write(prompt)

@@ -261,6 +261,7 @@ class Candidate:
     keep_inputs: bool = False
     size_hint: int = 0
     refs: List[str] = field(repr=False, default_factory=list)  # initializers whose data is still on disk
+    folded: List[str] = field(default_factory=list)  # cut tensors written as constants (values of the full model)
     index: Optional["GraphIndex"] = field(repr=False, default=None)
     _data: Optional[list] = field(repr=False, default=None)
 
@@ -292,6 +293,9 @@ class MetaProvider:
 
     ONNX shape inference first; if a tensor a candidate needs still has no dtype or rank,
     one run of ONNX-Runtime on the full model fills the gaps (unless it cannot run).
+    ``known`` (name -> TensorMeta, e.g. from a layerwise inputs file) fills what inference
+    leaves incomplete before that run is needed. ``inference=False`` (--no-shape-inference)
+    uses only what the model records and ``known``: no ONNX inference, no ONNX-Runtime run.
     """
 
     def __init__(
@@ -304,6 +308,8 @@ class MetaProvider:
         warn=None,
         full_model: Optional[Callable] = None,
         feed: Optional[Callable] = None,
+        known: Optional[Dict] = None,
+        inference: bool = True,
     ):
         """``full_model``: returns the model with its weights, when ``model`` is a light one;
         ``feed``: returns the inputs to run it on (None: generated). Both only needed to
@@ -316,7 +322,9 @@ class MetaProvider:
         self.external_data_dir = external_data_dir
         self.warn = warn or (lambda message: None)
         self.metas: Optional[Dict] = None
-        self.tried_fallback = force_fallback
+        self.tried_fallback = force_fallback or not inference
+        self.known = dict(known or {})
+        self.inference = inference
 
     def _infer(self, **kw):
         from toolkit.core.shapes import infer_tensor_meta
@@ -331,10 +339,17 @@ class MetaProvider:
 
     def ensure(self) -> None:
         if self.metas is None:
-            if self.force:
+            if not self.inference:
+                from toolkit.core.shapes import _collect_inferred
+
+                self.metas = _collect_inferred(self.model)
+            elif self.force:
                 self.metas = self._infer(force_fallback=True)
             else:
                 self.metas = self._infer(fallback=False)
+            for name, meta in self.known.items():
+                if _incomplete(self.metas.get(name)):
+                    self.metas[name] = meta
 
     def __call__(self, names: Sequence[str], dtype_only: Sequence[str] = ()):
         """Metas of ``names``; for those in ``dtype_only`` (new outputs) a dtype is enough."""
@@ -468,6 +483,10 @@ class GraphIndex:
             self._node_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.nodes]
             self._const_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.const_nodes]
         self._vi_frag: Dict[Tuple[str, str], bytes] = {}
+        self._const_init_frag: Dict[int, bytes] = {}
+        self._folded_frag: Dict[str, bytes] = {}
+        # names -> {name: numpy array}: values of the full model's tensors (for folded inputs)
+        self.fold_values: Optional[Callable] = None
         if raw is not None:
             self._header = raw.header
         else:
@@ -536,7 +555,11 @@ class GraphIndex:
         Inputs: tensors read but not produced by the nodes, except initializers and
         Constant outputs (those come along). Outputs: tensors produced by the nodes that
         are graph outputs of the model or read by nodes left out. ``keep_inputs`` declares
-        all of the model's inputs; ``keep_outputs`` makes only model outputs outputs.
+        all of the model's inputs, and its outputs are then only the model outputs kept and
+        the tensors no kept node reads (no extra outputs where a removed branch read from).
+        ``keep_outputs`` makes only model outputs outputs; its new inputs that join a path
+        the subgraph computes itself (a side branch removed) are folded into constants with
+        the full model's values (:attr:`fold_values`), so only the inputs on the cut remain.
         """
         nodes = mask_indices(mask)
         produced = set()
@@ -577,7 +600,12 @@ class GraphIndex:
             for t in self.writes[i]:
                 if t in self.graph_output_set:
                     outs_graph.append(t)
-                elif not keep_outputs and (self.consumer_mask.get(t, 0) & not_mask):
+                elif keep_outputs:
+                    continue
+                elif keep_inputs and not full:
+                    if not (self.consumer_mask.get(t, 0) & mask):
+                        outs_other.append(t)  # nothing kept reads it: the subgraph's own result
+                elif self.consumer_mask.get(t, 0) & not_mask:
                     outs_other.append(t)
         order = {t: k for k, t in enumerate(self.graph_outputs)}
         outs_graph.sort(key=order.__getitem__)
@@ -591,6 +619,15 @@ class GraphIndex:
             # A subgraph must show something: a node whose outputs nobody reads.
             last = nodes[-1]
             outputs = list(self.writes[last][:1])
+        folded: List[str] = []
+        if keep_outputs and not full and self.fold_values is not None:
+            kept = []
+            for t in inputs:
+                if t not in self.graph_input_set and self._joins_own_path(t, mask, produced):
+                    folded.append(t)
+                else:
+                    kept.append(t)
+            inputs = kept
         size_hint = sum(self._init_bytes.get(t, 0) for t in inits)
         refs = [t for t in inits if t in self._ref_names] if self._ref_names else []
         return Candidate(
@@ -605,14 +642,27 @@ class GraphIndex:
             size_hint=size_hint,
             refs=refs,
             index=self,
+            folded=folded,
         )
+
+    def _joins_own_path(self, t: str, mask: int, produced) -> bool:
+        """Every kept reader of ``t`` also reads a tensor the subgraph computes itself."""
+        readers = self.consumer_mask.get(t, 0) & mask
+        if not readers:
+            return False
+        for i in mask_indices(readers):
+            if not any(r in produced for r in self.reads[i] if r != t):
+                return False
+        return True
 
     def _chunks(self, cand: Candidate, weights: bool = True, links: Optional[Mapping[str, str]] = None) -> list:
         f = self._fields
         consts, inits, produced = cand.consts, cand.inits, cand.produced
         parts: List[bytes] = [self._graph_head]
-        parts.extend(self._const_frag[j] for j in consts)
         parts.extend(self._node_frag[i] for i in cand.nodes)
+        parts.extend(self._const_tensor_frag(j) for j in consts)  # Constant nodes lowered to tensors
+        if cand.folded:
+            parts.extend(self._folded_frags(cand.folded))
         if weights:
             for t in inits:
                 if links is not None and t in self._ref_names:
@@ -640,6 +690,33 @@ class GraphIndex:
                     parts.append(frag)
         length = sum(len(p) for p in parts)
         return [self._header, _varint((f["graph"] << 3) | 2) + _varint(length)] + parts
+
+    def _const_tensor_frag(self, j: int) -> bytes:
+        """Constant node ``j`` as an initializer fragment (a sparse one stays a node)."""
+        frag = self._const_init_frag.get(j)
+        if frag is None:
+            import onnx
+
+            node = onnx.NodeProto()
+            node.ParseFromString(bytes(RawPieces.payload(self._const_frag[j])))
+            tensor = constant_node_tensor(node)
+            if tensor is None or len(node.output) != 1:
+                frag = self._const_frag[j]
+            else:
+                frag = encode_field(self._fields["initializer"], tensor.SerializeToString())
+            self._const_init_frag[j] = frag
+        return frag
+
+    def _folded_frags(self, names: Sequence[str]) -> List[bytes]:
+        from onnx import numpy_helper
+
+        missing = [t for t in names if t not in self._folded_frag]
+        if missing:
+            values = self.fold_values(missing)
+            for t in missing:
+                tensor = numpy_helper.from_array(values[t], name=t)
+                self._folded_frag[t] = encode_field(self._fields["initializer"], tensor.SerializeToString())
+        return [self._folded_frag[t] for t in names]
 
     def _initializer_proto(self, name: str):
         """The full initializer (from the file's bytes when the index holds only a stub)."""
@@ -817,6 +894,35 @@ class GraphIndex:
             return m
         m.ParseFromString(cand.serialize())
         return m
+
+
+def constant_node_tensor(node):
+    """The TensorProto a ``Constant`` node produces (named as its output), or None (sparse)."""
+    from onnx import helper
+
+    if not node.attribute:
+        return None
+    a = node.attribute[0]
+    name = node.output[0] if node.output else ""
+    if a.name == "value":
+        t = type(a.t)()
+        t.CopyFrom(a.t)
+        t.name = name
+        return t
+    from onnx import TensorProto
+
+    simple = {
+        "value_float": (TensorProto.FLOAT, [], [a.f]),
+        "value_floats": (TensorProto.FLOAT, [len(a.floats)], list(a.floats)),
+        "value_int": (TensorProto.INT64, [], [a.i]),
+        "value_ints": (TensorProto.INT64, [len(a.ints)], list(a.ints)),
+        "value_string": (TensorProto.STRING, [], [a.s]),
+        "value_strings": (TensorProto.STRING, [len(a.strings)], list(a.strings)),
+    }
+    if a.name not in simple:
+        return None
+    dtype, dims, vals = simple[a.name]
+    return helper.make_tensor(name, dtype, dims, vals)
 
 
 def write_chunks(path: str, chunks, *, atomic: bool = True) -> None:

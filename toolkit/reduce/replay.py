@@ -5,9 +5,16 @@ JSON, written atomically::
     {"tool": "toolkit debug reduce", "version": 1, "model": "<structure digest>",
      "nodes": 312, "check": ["toolkit", "run", ...],
      "entries": [{"iteration": 1, "nodes": "<hex bit mask>", "count": 312, "failed": true,
-                  "seconds": 0.41}, ...]}
+                  "verdict": "fail", "code": 1, "seconds": 0.41}, ...]}
 
 ``seconds`` (how long the check took) lets a resumed run make the same cost-based choices.
+``verdict`` is the verdict class (pass, fail, broken, timeout) and ``code`` the check's exit
+code (null when killed, timed out or answered by the user); ``failed`` is what the search
+used (a broken check counts as a pass, a timeout as a failure).
+
+Polygraphy's replay files (keys ``_N0_...``, one per iteration of its own search) are
+recognised and refused with a clear message: their entries are numbered steps of another
+search, not node sets, so they cannot answer this one's questions.
 
 An entry's key is its node set (bit positions in the model's topological order); the
 ``model`` digest says which model those positions belong to.
@@ -34,19 +41,37 @@ class Replay:
         self.entries: List[dict] = []
         self.verdicts: Dict[int, bool] = {}
         self.seconds: Dict[int, float] = {}
+        self._by_mask: Dict[int, dict] = {}
 
-    def add(self, iteration: int, mask: int, count: int, failed: bool, seconds: Optional[float] = None) -> None:
+    def add(
+        self,
+        iteration: int,
+        mask: int,
+        count: int,
+        failed: bool,
+        seconds: Optional[float] = None,
+        *,
+        verdict: Optional[str] = None,
+        code: Optional[int] = None,
+    ) -> None:
         if mask in self.verdicts:
             return
         self.verdicts[mask] = failed
         entry = {"iteration": iteration, "nodes": format(mask, "x"), "count": count, "failed": failed}
+        if verdict:
+            entry["verdict"] = verdict
+            entry["code"] = code
         if seconds is not None:
             entry["seconds"] = round(float(seconds), 6)
             self.seconds[mask] = entry["seconds"]
         self.entries.append(entry)
+        self._by_mask[mask] = entry
 
     def get(self, mask: int) -> Optional[bool]:
         return self.verdicts.get(mask)
+
+    def entry(self, mask: int) -> Optional[dict]:
+        return self._by_mask.get(mask)
 
     def to_json(self) -> str:
         doc = {
@@ -74,6 +99,12 @@ class Replay:
             doc = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise InputError(f"{path}: not a debug replay file (invalid JSON: {exc})") from None
+        if isinstance(doc, dict) and doc and all(isinstance(k, str) and k.startswith("_N") for k in doc):
+            raise InputError(
+                f"{path}: this is a Polygraphy debug replay; its entries are numbered iterations of Polygraphy's "
+                "own search, not subgraphs, so toolkit cannot reuse them. Run without --load-debug-replay once; "
+                "toolkit saves its own replay (polygraphy_debug_replay.json by default) that later runs can load"
+            )
         if not isinstance(doc, dict) or doc.get("tool") != cls.tool or not isinstance(doc.get("entries"), list):
             raise InputError(f"{path}: not a debug replay file written by `{cls.tool}`")
         if doc.get("version") != VERSION:
@@ -96,5 +127,9 @@ class Replay:
                 raise InputError(f"{path}: entry {k + 1} is malformed")
             if seconds is not None and not isinstance(seconds, (int, float)):
                 raise InputError(f"{path}: entry {k + 1} has a bad 'seconds' value")
-            rep.add(iteration, mask, bin(mask).count("1"), failed, seconds)
+            verdict = entry.get("verdict")
+            code = entry.get("code")
+            if verdict is not None and verdict not in ("pass", "fail", "broken", "timeout"):
+                raise InputError(f"{path}: entry {k + 1} has an unknown verdict {verdict!r}")
+            rep.add(iteration, mask, bin(mask).count("1"), failed, seconds, verdict=verdict, code=code)
         return rep

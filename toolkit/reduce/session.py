@@ -5,7 +5,12 @@
 ``--artifacts`` sorting, ``--iter-info``, and writing ``-o`` / ``--min-good``. Progress goes
 to a :class:`Reporter` that the CLI implements (this module knows nothing of Typer or Rich).
 
-Guarantees: the full model is checked first and nothing is written if it passes; ``-o``
+Guarantees: with a check command, the full model is checked first and nothing is written
+if it passes, or if the check is *broken* on it (it fails on its own: usage error, bad
+input, missing program; :meth:`FailureRule.classify`), which stops the run with one
+``the check command itself fails: ...`` error. A broken verdict later on one subgraph is
+not taken as a failure: it is reported and counts as a pass (that subgraph is not shown
+to fail). Asking the user, the full model is known to fail and not asked about. ``-o``
 is always a node set the check failed on, ``--min-good`` one it passed on; on Ctrl-C (or
 end of input when asking) the smallest failing model so far goes to ``-o`` and the
 verdicts to the replay file.
@@ -20,8 +25,22 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from toolkit.core.errors import InputError, UsageError
-from toolkit.reduce.check import AnswersExhausted, CheckResult, FailureRule, WorkerEntry, ask_user, make_runner
+from toolkit.core.errors import DependencyError, InputError, UsageError
+from toolkit.reduce.check import (
+    BROKEN,
+    FAIL,
+    PASS,
+    TIMEOUT,
+    AnswersExhausted,
+    CheckResult,
+    FailureRule,
+    WorkerEntry,
+    ask_user,
+    error_line,
+    make_runner,
+    toolkit_args,
+)
+from toolkit.reduce.evidence import Evidence, from_check_output, noise_warning
 from toolkit.reduce.graph import (
     BIG_MODEL_BYTES,
     Candidate,
@@ -76,6 +95,7 @@ class ReduceConfig:
     link_external_data: bool = False
     jobs: int = 1  # checks run at once (each worker has its own artifact and environment)
     devices: Sequence[str] = ()  # CUDA_VISIBLE_DEVICES of worker k: devices[k % len(devices)]
+    shape_inference: bool = True  # False: only the types the model records (--no-shape-inference)
 
 
 @dataclass
@@ -87,6 +107,12 @@ class Iteration:
     source: str  # "check", "user" or "replay"
     reason: str = ""
     result: Optional[CheckResult] = None
+    verdict: str = ""  # pass, fail, broken, timeout
+    phase: str = ""  # full model, bisect (last node), bisect (first node), QuickXplain, drop loop, linear
+    span: str = ""  # the nodes tried, e.g. "nodes 4..9" or "full model"
+    remaining: int = 0  # checks still to come (estimate)
+    evidence: Optional[Evidence] = None
+    first_failure: bool = False  # the first failing check of the run
 
 
 @dataclass
@@ -105,6 +131,15 @@ class Outcome:
     one_minimal: bool = False
     runner: str = ""
     stopped_by: Optional[str] = None  # "interrupt" (Ctrl-C) or "eof" (no more answers)
+    broken: int = 0  # mid-run checks that were broken (counted as passes)
+    timeouts: int = 0  # checks killed by --check-timeout (counted as failures)
+    phases: Dict[str, int] = field(default_factory=dict)  # checks run per search phase
+    full_evidence: Optional[Evidence] = None  # how badly the full model failed (comparison checks)
+    reduced_evidence: Optional[Evidence] = None  # how badly the result fails
+    noise: Optional[str] = None  # warning: the result may be rounding noise
+    output: Optional[str] = None
+    min_good: Optional[str] = None
+    iter_artifact: Optional[str] = None
 
 
 class Reporter:
@@ -130,6 +165,9 @@ class Reporter:
 
     def info(self, message: str) -> None:
         pass
+
+    def loading(self, path: str, nbytes: int) -> None:
+        """A data file the check names is being loaded once, before the first check."""
 
     def pause(self) -> None:
         """Before asking the user something on the terminal."""
@@ -187,13 +225,16 @@ def load_for_index(path: str, external_data_dir: Optional[str] = None):
     return model, pieces, None
 
 
-def data_input_shapes(model, paths: Sequence[str]) -> Dict[str, tuple]:
+def data_input_shapes(model, paths: Sequence[str], warn=None) -> Dict[str, tuple]:
     """Shapes for the model's dynamic inputs, from the first feed of ``--load-inputs`` files.
 
-    Every array must be an input of the model, of its dtype, and agree with its fixed
-    dims; anything else is an InputError naming the file and the tensor (the check would
-    otherwise fail on every subgraph for a reason that has nothing to do with the model).
-    Later files win for names given twice.
+    A layerwise file (the inputs of every tensor of a model) is welcome: arrays that are
+    not inputs of the model are left out here (:func:`data_tensor_metas` describes them
+    for subgraphs that read them). An array of another dtype than its input is used for
+    its shape, with a warning (the check decides what it does with it). An array that
+    disagrees with an input's fixed dims is an InputError naming the file and the tensor
+    (the check would otherwise fail on every subgraph for a reason that has nothing to do
+    with the model). Later files win for names given twice.
     """
     if not paths:
         return {}
@@ -204,20 +245,30 @@ def data_input_shapes(model, paths: Sequence[str]) -> Dict[str, tuple]:
     ins, _ = graph_io_meta(model)
     metas = {m.name: m for m in ins}
     shapes: Dict[str, tuple] = {}
+    tensors = None
     for path in paths:
         feeds = load_inputs(path)
         if not feeds:
             continue
+        if not any(name in metas for name in feeds[0]):
+            if tensors is None:  # what a layerwise file may hold: inputs and node outputs
+                tensors = {o for n in model.graph.node for o in n.output if o} | set(metas)
+            if not any(name in tensors for name in feeds[0]):
+                known = ", ".join(f"'{n}'" for n in metas) or "(none)"
+                first = next(iter(feeds[0]), "")
+                raise InputError(
+                    f"{path}: no array in it is a tensor of the model ('{first}' is not); its inputs are {known}"
+                )
         for name, value in feeds[0].items():
             meta = metas.get(name)
             if meta is None:
-                known = ", ".join(f"'{n}'" for n in metas) or "(none)"
-                raise InputError(f"{path}: '{name}' is not an input of the model; its inputs are {known}")
+                continue  # a layerwise file: not an input of the whole model
             shape = tuple(int(d) for d in getattr(value, "shape", ()))
             dtype = getattr(value, "dtype", None)
-            if meta.dtype and dtype is not None and dtype_from_numpy(dtype) != meta.dtype:
-                raise InputError(
-                    f"{path}: input '{name}' is {dtype_from_numpy(dtype)} but the model wants {meta.dtype}"
+            if meta.dtype and dtype is not None and dtype_from_numpy(dtype) != meta.dtype and warn is not None:
+                warn(
+                    f"{path}: input '{name}' is {dtype_from_numpy(dtype)} but the model wants {meta.dtype}; "
+                    f"debug reduce casts it to {meta.dtype} where it runs the model"
                 )
             if meta.shape is not None:
                 fixed_ok = len(meta.shape) == len(shape) and all(
@@ -234,6 +285,67 @@ def data_input_shapes(model, paths: Sequence[str]) -> Dict[str, tuple]:
     return shapes
 
 
+def data_tensor_metas(paths: Sequence[str]) -> Dict[str, "object"]:
+    """Shape and dtype of every array of the first feed of ``paths`` (later files win):
+    what a layerwise inputs file says about the tensors a subgraph may read."""
+    from toolkit.core.datafiles import load_inputs
+    from toolkit.core.meta import TensorMeta, dtype_from_numpy
+
+    found: Dict[str, object] = {}
+    for path in paths:
+        feeds = load_inputs(path)
+        if not feeds:
+            continue
+        for name, value in feeds[0].items():
+            dtype = getattr(value, "dtype", None)
+            shape = getattr(value, "shape", None)
+            if dtype is None or shape is None:
+                continue
+            try:
+                found[name] = TensorMeta(name, tuple(int(d) for d in shape), dtype_from_numpy(dtype))
+            except Exception:  # noqa: BLE001 - a dtype toolkit cannot name: nothing to say about it
+                continue
+    return found
+
+
+def run_for_values(model, names: Sequence[str], feed, shapes, external_data_dir=None) -> Dict[str, object]:
+    """The values of tensors ``names`` of ``model`` run once on ONNX-Runtime (CPU, no graph
+    optimization) on ``feed`` (None: generated inputs of the model's input shapes)."""
+    from toolkit.core.shapes import _generate_feed, override_input_shapes
+
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise DependencyError(
+            "ONNX-Runtime is needed to fold the tensors of removed side branches (--no-reduce-outputs); "
+            "install onnxruntime"
+        ) from None
+    import onnx
+
+    runnable = onnx.ModelProto()
+    runnable.CopyFrom(model)
+    if shapes:
+        override_input_shapes(runnable, dict(shapes), inplace=True)
+    have = {o.name for o in runnable.graph.output}
+    for n in names:
+        if n not in have:
+            runnable.graph.output.add().name = n
+    if feed is None:
+        feed = _generate_feed(runnable)
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    try:
+        sess = ort.InferenceSession(runnable.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        values = sess.run(list(names), dict(feed))
+    except Exception as exc:  # ORT raises its own exception types
+        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InputError(
+            f"running the model on ONNX-Runtime to fold the tensors of removed side branches failed: {msg}"
+        ) from None
+    return dict(zip(names, values))
+
+
 def _map_file(path: str):
     import mmap
 
@@ -248,12 +360,28 @@ def _map_file(path: str):
 
 class Reducer:
     def __init__(
-        self, config: ReduceConfig, reporter: Optional[Reporter] = None, *, stdin=None, runner=None, runner_factory=None
+        self,
+        config: ReduceConfig,
+        reporter: Optional[Reporter] = None,
+        *,
+        stdin=None,
+        runner=None,
+        runner_factory=None,
+        prompt_stream=None,
     ):
         """``runner``: anything with ``run(tick) -> CheckResult`` (default: made from ``config.check``).
         ``runner_factory(number, artifact, env)``: the runner of each worker with ``jobs > 1``
-        (default: made from ``config.check`` with that worker's artifact and environment)."""
+        (default: made from ``config.check`` with that worker's artifact and environment).
+        ``prompt_stream``: where the interactive question is written (default stderr)."""
         self.cfg = config
+        self.prompt_stream = prompt_stream
+        self.evidence: Dict[int, Evidence] = {}  # failing (and full-model) checks' comparison evidence
+        self.phase_checks: Dict[str, int] = {}
+        self.broken = 0
+        self.broken_masks = set()  # node sets whose check was broken (counted as passes)
+        self.timeouts = 0
+        self.failures_seen = 0
+        self.toolkit_check = bool(config.check) and toolkit_args(config.check) is not None
         self._given_runner = runner
         self._runner_factory = runner_factory
         self.reporter = reporter or Reporter()
@@ -271,6 +399,7 @@ class Reducer:
         self.runner = None
         self.check_seconds = 0.0
         self._missing_artifacts = set()
+        self._final_mask: Optional[int] = None
         self._external_artifact = False
         self._links: Optional[Dict[str, str]] = None  # source data file -> location by the iteration artifact
         self.workers: list = []  # with --jobs: one per parallel check (toolkit.reduce.parallel.Worker)
@@ -325,7 +454,7 @@ class Reducer:
         cfg = self.cfg
         model, raw, base = load_for_index(cfg.model, cfg.external_data_dir)
         shapes = dict(cfg.input_shapes)
-        for name, shape in data_input_shapes(model, cfg.load_inputs).items():
+        for name, shape in data_input_shapes(model, cfg.load_inputs, warn=self.reporter.warn).items():
             shapes.setdefault(name, shape)
         self.metas = MetaProvider(
             model,
@@ -337,15 +466,19 @@ class Reducer:
             warn=self.reporter.warn,
             full_model=(lambda: load_model(cfg.model, external_data_dir=cfg.external_data_dir)) if raw else None,
             feed=self._feed_maker(model, shapes),
+            known=data_tensor_metas(cfg.load_inputs) if cfg.load_inputs else None,
+            inference=cfg.shape_inference,
         )
         self.index = GraphIndex(model, self.metas, fixed_input_shapes=list(shapes), raw=raw, external_base_dir=base)
+        if not cfg.reduce_outputs:
+            self.index.fold_values = self._fold_values_maker(model, shapes)
         sources = self.index.external_files()
         for path, what in ((cfg.output, "-o"), (cfg.min_good, "--min-good"), (cfg.iter_artifact, "--iter-artifact")):
             if path and os.path.realpath(path) in sources:
                 raise UsageError(f"{what} {path} is an external data file of the model; choose another file name")
         if self.index.size == 0:
             raise InputError(f"{cfg.model}: the graph has no nodes (other than Constants) to reduce")
-        if shapes or cfg.force_fallback:
+        if (shapes or cfg.force_fallback) and cfg.shape_inference:
             self.metas.ensure()  # bad --model-input-shapes are reported before any check
         self.plan = Plan(self.index, reduce_inputs=cfg.reduce_inputs, reduce_outputs=cfg.reduce_outputs)
         ident = self.index.identity()
@@ -356,6 +489,32 @@ class Reducer:
                 self.replay.add(
                     entry["iteration"], int(entry["nodes"], 16), entry["count"], entry["failed"], entry.get("seconds")
                 )
+
+    def _fold_values_maker(self, model, shapes):
+        """names -> {name: array}: the full model's values of those tensors, computed once on
+        ONNX-Runtime with the --load-inputs data (or generated inputs, with a warning)."""
+        cfg = self.cfg
+        cache: Dict[str, object] = {}
+        feed_of = self._feed_maker(model, shapes)
+
+        def values(names):
+            missing = [n for n in names if n not in cache]
+            if missing:
+                if not cfg.load_inputs:
+                    self.reporter.warn(
+                        "tensors of removed side branches are folded into constants computed on generated inputs "
+                        f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); a check that runs on "
+                        "other data will see different values. Please ensure that you have provided a data loader "
+                        "argument directly to debug reduce: give it the check's data with --load-inputs"
+                    )
+                from toolkit.core.model import load_model
+
+                full = load_model(cfg.model, external_data_dir=cfg.external_data_dir)
+                feed = feed_of() if feed_of is not None else None
+                cache.update(run_for_values(full, missing, feed, shapes, cfg.external_data_dir))
+            return {n: cache[n] for n in names}
+
+        return values
 
     def _feed_maker(self, model, shapes):
         """What to feed the model when it must be run for shapes: --load-inputs data, or
@@ -382,7 +541,18 @@ class Reducer:
             if missing:
                 generated, _ = generate_inputs(missing, seed=cfg.seed, ranges=ranges, shapes=shapes)
                 feed.update(generated[0])
-            return {m.name: feed[m.name] for m in ins}
+            out = {m.name: feed[m.name] for m in ins}
+            from toolkit.core.meta import dtype_to_numpy
+
+            for m in ins:  # data of another dtype: cast (data_input_shapes warned)
+                if m.dtype:
+                    try:
+                        want = dtype_to_numpy(m.dtype)
+                    except Exception:  # noqa: BLE001 - not a plain tensor type
+                        continue
+                    if getattr(out[m.name], "dtype", want) != want:
+                        out[m.name] = out[m.name].astype(want)
+            return out
 
         return make
 
@@ -432,7 +602,15 @@ class Reducer:
                 self.iteration += 1
                 self.remembered += 1
                 self.memo[mask] = answer
-                it = Iteration(self.iteration, count, answer, 0.0, "replay", "from the replay file")
+                entry = self.loaded.entry(mask) or {}
+                it = Iteration(
+                    self.iteration, count, answer, 0.0, "replay", "from the replay file",
+                    verdict=entry.get("verdict") or (FAIL if answer else PASS), phase=self._phase(mask),
+                    span=self._span(mask), remaining=self.remaining_estimate(),
+                )
+                self.replay.add(
+                    self.iteration, mask, count, answer, seconds, verdict=entry.get("verdict"), code=entry.get("code")
+                )
                 self._note_failing(mask, answer, None)
                 self.reporter.iteration_end(it)
                 return answer
@@ -455,15 +633,21 @@ class Reducer:
             if self.cfg.iter_info:
                 self._write_iter_info(cand)
             started.append((self.iteration, mask, cand, worker))
+        phases = [self._phase(m) for m in masks]
         start = time.monotonic()
         if self.runner is None:
             self.reporter.pause()
             try:
-                failed = ask_user(self.cfg.iter_artifact, stdin=self.stdin)
+                failed = ask_user(self.cfg.iter_artifact, stdin=self.stdin, stream=self.prompt_stream)
             finally:
                 self.reporter.resume()
             number, mask, cand, worker = started[0]
-            its = [Iteration(number, popcount(mask), failed, time.monotonic() - start, "user", "your answer")]
+            its = [
+                Iteration(
+                    number, popcount(mask), failed, time.monotonic() - start, "user", "your answer",
+                    verdict=FAIL if failed else PASS,
+                )
+            ]
         else:
             if len(started) == 1:
                 runner = started[0][3].runner if started[0][3] is not None else self.runner
@@ -472,30 +656,66 @@ class Reducer:
                 from toolkit.reduce.parallel import run_all
 
                 results = run_all([w for *_, w in started], tick=self.reporter.tick)
-            its = []
-            for (number, mask, cand, worker), res in zip(started, results):
-                failed = self.cfg.rule.failed(res)
-                reason = self.cfg.rule.reason(res)
-                its.append(Iteration(number, popcount(mask), failed, res.seconds, "check", reason, res))
+            its = [self._judge(number, mask, res) for (number, mask, cand, worker), res in zip(started, results)]
         out = []
-        for it, (number, mask, cand, worker) in zip(its, started):
+        for it, phase, (number, mask, cand, worker) in zip(its, phases, started):
+            it.phase = phase
+            it.span = self._span(mask)
             self._record(it, mask, cand, worker)
             out.append(it.failed)
         return out
 
+    def _judge(self, number: int, mask: int, res: CheckResult) -> Iteration:
+        """The iteration of one check's result: its verdict class, reason and evidence. A check
+        broken on the full model stops the run here (nothing has been written yet)."""
+        full = mask == self.index.full_mask
+        kind = self.cfg.rule.classify(res, self.toolkit_check, self.cfg.iter_artifact)
+        reason = self.cfg.rule.reason(res)
+        if kind == BROKEN:
+            line = error_line(res)
+            if full:
+                self._broken_full_model(res, line)
+            self.broken += 1
+            self.broken_masks.add(mask)
+            reason = f"{res.describe()}: {line}"
+            self.reporter.warn(
+                f"iteration {number}: the check itself failed ({reason}), so it says nothing about this "
+                "subgraph; counted as a pass"
+            )
+        elif kind == TIMEOUT:
+            self.timeouts += 1
+        failed = kind in (FAIL, TIMEOUT)
+        it = Iteration(number, popcount(mask), failed, res.seconds, "check", reason, res, verdict=kind)
+        if failed or full:
+            it.evidence = from_check_output(res.stdout_text + "\n" + res.stderr_text)
+            if it.evidence is not None:
+                self.evidence[mask] = it.evidence
+        return it
+
     def _record(self, it: Iteration, mask: int, cand: Candidate, worker) -> None:
         failed = it.failed
         self.checks += 1
+        self.phase_checks[it.phase] = self.phase_checks.get(it.phase, 0) + 1
         self.check_seconds += it.seconds
         if it.source == "check":
             self.plan.observe(it.nodes, it.seconds)
         self.memo[mask] = failed
-        self.replay.add(it.number, mask, it.nodes, failed, it.seconds if it.source == "check" else None)
+        self.replay.add(
+            it.number, mask, it.nodes, failed, it.seconds if it.source == "check" else None,
+            verdict=it.verdict, code=it.result.code if it.result is not None else None,
+        )
         self._note_failing(mask, failed, cand)
         if self.cfg.artifacts:
             self._sort_artifacts(failed, cand, worker, it.number)
         if self.cfg.save_replay:
             self.replay.save(self.cfg.save_replay)
+        if self.cfg.iter_info:
+            self._write_iter_info(cand, it)
+        if failed and not self.failures_seen:
+            it.first_failure = True
+        if failed:
+            self.failures_seen += 1
+        it.remaining = self.remaining_estimate()
         if it.result is not None:
             self.reporter.check_output(it)
         self.reporter.iteration_end(it)
@@ -545,6 +765,31 @@ class Reducer:
                 raise InputError(f"{path}: cannot link the model's weights there: {exc}") from None
         self.index.write(cand, path, links=links)
 
+    def _broken_full_model(self, res: CheckResult, line: str):
+        """The check cannot judge even the full model: stop, one error line, nothing written."""
+        if res.code == 4 or res.code == 127:
+            raise DependencyError(f"the check command itself fails: {line}")
+        raise InputError(f"the check command itself fails: {line}")
+
+    def _phase(self, mask: int) -> str:
+        if mask == self.index.full_mask:
+            return "full model"
+        return (self.plan.phase if self.plan else "") or "search"
+
+    def _span(self, mask: int) -> str:
+        """The nodes of ``mask`` in words: 'full model', 'node 4', 'nodes 4..9', or
+        'nodes 2..40 (3 runs)' for a set with gaps (positions in topological order)."""
+        if mask == self.index.full_mask:
+            return "full model"
+        idx = mask_indices(mask)
+        if not idx:
+            return "no nodes"
+        runs = 1 + sum(1 for a, b in zip(idx, idx[1:]) if b != a + 1)
+        if len(idx) == 1:
+            return f"node {idx[0]}"
+        text = f"nodes {idx[0]}..{idx[-1]}"
+        return text if runs == 1 else f"{text} ({runs} runs)"
+
     def _note_failing(self, mask: int, failed: bool, cand: Optional[Candidate]) -> None:
         if not failed:
             return
@@ -558,7 +803,9 @@ class Reducer:
         while self.index.warnings:
             self.reporter.warn(self.index.warnings.pop(0))
 
-    def _write_iter_info(self, cand: Candidate) -> None:
+    def _write_iter_info(self, cand: Candidate, it: Optional[Iteration] = None) -> None:
+        """Before the check: what is checked. After it (``it``): the same plus its verdict
+        class and exit code (the file stays until the next iteration or the end)."""
         from toolkit.core.model import write_bytes_atomic
 
         info = {
@@ -569,6 +816,10 @@ class Reducer:
             "inputs": cand.inputs,
             "outputs": cand.outputs,
         }
+        if it is not None:
+            info["verdict"] = it.verdict
+            info["exit_code"] = it.result.code if it.result is not None else None
+            info["seconds"] = round(it.seconds, 6)
         write_bytes_atomic(self.cfg.iter_info, (json.dumps(info, indent=1) + "\n").encode())
 
     def _sort_artifacts(self, failed: bool, cand: Optional[Candidate] = None, worker=None, number=None) -> None:
@@ -612,12 +863,25 @@ class Reducer:
         if cfg.jobs > 1:
             self._make_workers()
         n = self.index.size
-        outcome = Outcome("reduced", n, runner=getattr(self.runner, "kind", "interactive"))
+        outcome = Outcome(
+            "reduced", n, runner=getattr(self.runner, "kind", "interactive"), output=cfg.output,
+            min_good=cfg.min_good, iter_artifact=cfg.iter_artifact,
+        )
         self.reporter.start(self)
+        prepare = getattr(self.runner, "prepare", None)
+        if prepare is not None:
+            try:
+                prepare(loading=self.reporter.loading)
+            except TypeError:
+                prepare()
         mask = None
         try:
             try:
-                if self.workers:
+                if self.runner is None and not self.workers:
+                    # Asking: the user already knows that the full model fails.
+                    self.memo[self.index.full_mask] = True
+                    mask = self._search()
+                elif self.workers:
                     self._full_first = True
                     mask = self._search()
                     if self.memo.get(self.index.full_mask) is False:
@@ -723,11 +987,13 @@ class Reducer:
             ends.update(idx.sinks(mask))
         if self.cfg.reduce_inputs:
             ends.update(idx.sources(mask))
-        return all(self.memo.get(mask & ~(1 << i)) is False for i in ends)
+        return all(
+            self.memo.get(mask & ~(1 << i)) is False and (mask & ~(1 << i)) not in self.broken_masks for i in ends
+        )
 
     def _pick_min_good(self, result: Optional[int]) -> Optional[int]:
         """The passing node set checked that is closest to ``result`` (fewest differing nodes)."""
-        passing = [m for m, failed in self.memo.items() if not failed]
+        passing = [m for m, failed in self.memo.items() if not failed and m not in self.broken_masks]
         if not passing:
             self.reporter.warn("no passing subgraph was checked, so --min-good was not written")
             return None
@@ -739,6 +1005,7 @@ class Reducer:
         return os.path.abspath(path) == os.path.abspath(self.cfg.iter_artifact)
 
     def _write_output(self, mask: int) -> None:
+        self._final_mask = mask
         if mask == self.best and self.best_chunks is not None:
             write_chunks(self.cfg.output, self.best_chunks)  # the very bytes the check failed on
         else:
@@ -748,6 +1015,14 @@ class Reducer:
         outcome.checks = self.checks
         outcome.remembered = self.remembered
         outcome.seconds = time.monotonic() - t0
+        outcome.broken = self.broken
+        outcome.timeouts = self.timeouts
+        outcome.phases = dict(self.phase_checks)
+        outcome.full_evidence = self.evidence.get(self.index.full_mask) if self.index else None
+        if outcome.output_written and self.best is not None and outcome.nodes_after is not None:
+            final = self._final_mask
+            outcome.reduced_evidence = self.evidence.get(final) if final is not None else None
+            outcome.noise = noise_warning(outcome.full_evidence, outcome.reduced_evidence)
         return outcome
 
     def _cleanup(self) -> None:

@@ -101,7 +101,7 @@ def last_needed_node(plan: Plan) -> Search:
     n = plan.index.size
     f_lb, m_lb, m_ub = 0, 0, n - 1
     raises, straddle = 0, False  # window checks tried; needed nodes known to straddle one
-    plan.phase = "outputs"
+    plan.phase = "bisect (last node)"
     while m_lb < m_ub:
         if plan.width > 1:
             # k-ary: split points checked at once; the smallest failing one bounds m from above
@@ -176,7 +176,7 @@ def latest_failing_start(plan: Plan, lo: int, stop: int) -> Search:
     binary search between the last failing and first passing start (with
     ``plan.width > 1``: several steps of each at once).
     """
-    plan.phase = "inputs"
+    plan.phase = "bisect (first node)"
     hi = stop  # the empty range passes
     step = 1
     while True:
@@ -261,14 +261,14 @@ def _drop_order(plan: Plan, mask: int, interior: bool) -> List[int]:
     return order
 
 
-def drop_loop(plan: Plan, mask: int, *, interior: bool) -> Search:
+def drop_loop(plan: Plan, mask: int, *, interior: bool, phase: str = "drop loop") -> Search:
     """Drop single nodes while the rest still fails; ends 1-minimal (every drop verified).
 
     ``interior``: besides end nodes (sinks and sources), also try inner nodes. Nodes whose
     drop passed are not retried until nothing else is left; then they are re-checked
     against the final set, so the result is verified, not assumed.
     """
-    plan.phase = "minimize"
+    plan.phase = phase
     rejected = {}  # node -> mask at which dropping it passed
     while True:
         changed = False
@@ -318,7 +318,7 @@ def linear(plan: Plan, mask: Optional[int] = None) -> Search:
     """One node at a time (inner nodes too when allowed), until no single drop fails."""
     if mask is None:
         mask = plan.index.full_mask
-    return (yield from drop_loop(plan, mask, interior=True))
+    return (yield from drop_loop(plan, mask, interior=True, phase="linear"))
 
 
 def quickxplain(plan: Plan, background: int, check_background: bool, candidates: List[int]) -> Search:
@@ -345,7 +345,7 @@ def default(plan: Plan) -> Search:
     mask = yield from bisect(plan)
     nodes = mask_indices(mask)
     if plan.free and len(nodes) > 2:
-        plan.phase = "inner"
+        plan.phase = "QuickXplain"
         ends = mask_of([nodes[0], nodes[-1]])
         inner = nodes[1:-1]
         keep = yield from quickxplain(plan, ends, True, inner)

@@ -1,0 +1,175 @@
+"""How badly a model failed a comparison: the evidence shown with a reduce result.
+
+An :class:`Evidence` is a list of per-tensor errors (:class:`TensorError`): the largest
+absolute and relative error, the tolerance each would need to pass, and the tolerance it
+was held to. It comes from
+
+- the output of a ``toolkit run`` check that compared outputs (:func:`from_check_output`
+  reads its per-tensor ``PASSED``/``FAILED | name | max abs ... | would pass with atol A
+  or rtol R (stat) | tolerance atol a, rtol r`` lines), or
+- any comparison object with the same attribute names (:meth:`TensorError.of`), so a
+  built-in comparison produces the same evidence without printing it.
+
+:func:`noise_warning` says when a reduced model's failure looks like float rounding
+(ONNX-Runtime's different fusions on a small subgraph) rather than the fault.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass, field
+from typing import List, Optional
+
+_NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
+_ROW = re.compile(
+    r"(?m)^\s*(PASSED|FAILED) \| (.+?) \| max abs " + _NUM + r", mean abs [^,]+, max rel " + _NUM
+    + r".*? \| would pass with atol " + _NUM + r" or rtol " + _NUM + r" \((\w+)\) \| tolerance atol "
+    + _NUM + r", rtol " + _NUM
+)
+
+# A failure whose largest relative error is at most this is the size of float32 rounding
+# differences (about 800 ulps): what reordered or fused arithmetic produces, not a fault.
+ROUNDING_RTOL = 1e-4
+# A reduced failure this many times smaller than the full model's is suspicious.
+FAR_SMALLER = 100.0
+
+
+@dataclass
+class TensorError:
+    name: str
+    passed: bool
+    max_abs: float
+    max_rel: float
+    needed_atol: float  # passes with this atol (at the rtol given) ...
+    needed_rtol: float  # ... or with this rtol (at the atol given)
+    atol: float
+    rtol: float
+    stat: str = "elemwise"
+
+    @classmethod
+    def of(cls, comparison) -> "TensorError":
+        """From a comparison result with ``name, passed, max_abs, max_rel, required_atol,
+        required_rtol, atol, rtol`` (and optionally ``stat``) attributes."""
+        c = comparison
+        return cls(
+            str(c.name),
+            bool(c.passed),
+            float(c.max_abs),
+            float(c.max_rel),
+            float(c.required_atol),
+            float(c.required_rtol),
+            float(c.atol),
+            float(c.rtol),
+            str(getattr(c, "stat", "elemwise")),
+        )
+
+
+@dataclass
+class Evidence:
+    tensors: List[TensorError] = field(default_factory=list)
+    source: str = "check output"  # or the name of a built-in comparison
+
+    @property
+    def failing(self) -> List[TensorError]:
+        return [t for t in self.tensors if not t.passed]
+
+    @property
+    def worst(self) -> Optional[TensorError]:
+        """The failing tensor with the largest error (relative to its tolerance)."""
+        bad = self.failing
+        if not bad:
+            return None
+
+        def excess(t: TensorError) -> float:
+            return t.max_abs / t.atol if t.atol > 0 else t.max_abs
+
+        return max(bad, key=lambda t: (excess(t), t.max_abs))
+
+    def describe(self) -> str:
+        w = self.worst
+        if w is None:
+            return f"{len(self.tensors)} tensor(s) compared, all within tolerance"
+        more = len(self.failing) - 1
+        tail = f" (+{more} more tensor{'s' if more != 1 else ''} out of tolerance)" if more else ""
+        return (
+            f"largest error {_g(w.max_abs)} (max rel {_g(w.max_rel)}) on '{w.name}': would need atol "
+            f"{_g(w.needed_atol)} or rtol {_g(w.needed_rtol)}; tolerance is atol {_g(w.atol)}, rtol {_g(w.rtol)}{tail}"
+        )
+
+    def to_json(self) -> dict:
+        w = self.worst
+        return {
+            "source": self.source,
+            "compared": len(self.tensors),
+            "failing": len(self.failing),
+            "worst": asdict(w) if w is not None else None,
+        }
+
+
+def from_check_output(text: str) -> Optional[Evidence]:
+    """The per-tensor comparison rows a ``toolkit run`` check printed, or None."""
+    rows = []
+    seen = set()
+    for m in _ROW.finditer(text):
+        verdict, name, max_abs, max_rel, n_atol, n_rtol, stat, atol, rtol = m.groups()
+        key = (name, verdict, max_abs)
+        if key in seen:
+            continue
+        seen.add(key)
+        rows.append(
+            TensorError(
+                name.strip(),
+                verdict == "PASSED",
+                float(max_abs),
+                float(max_rel),
+                float(n_atol),
+                float(n_rtol),
+                float(atol),
+                float(rtol),
+                stat,
+            )
+        )
+    return Evidence(rows) if rows else None
+
+
+def noise_warning(full: Optional[Evidence], reduced: Optional[Evidence]) -> Optional[str]:
+    """A warning when the reduced model's failure may be rounding noise, else None."""
+    r = reduced.worst if reduced is not None else None
+    if r is None:
+        return None
+    f = full.worst if full is not None else None
+    why = None
+    if r.max_rel <= ROUNDING_RTOL:
+        why = (
+            f"the reduced model fails by {_g(r.max_abs)} (max rel {_g(r.max_rel)}), the size of float "
+            "rounding differences: ONNX-Runtime fuses a small subgraph differently from the full model"
+        )
+    elif f is not None and f.max_abs > 0 and r.max_abs * FAR_SMALLER <= f.max_abs:
+        why = (
+            f"the reduced model fails by {_g(r.max_abs)}, far less than the full model ({_g(f.max_abs)} on "
+            f"'{f.name}')"
+        )
+    if why is None:
+        return None
+    return (
+        f"{why}, so this result may be noise rather than the fault. To look past it: raise the check's "
+        f"tolerances above it (--atol {_g(_round_up(r.needed_atol))} or --rtol {_g(_round_up(r.needed_rtol))}), "
+        "compare every tensor (--onnx-outputs mark all in the golden run), or disable ONNX-Runtime graph "
+        "optimizations in both the golden run and the check (--ort-optimization disable)"
+    )
+
+
+def _round_up(x: float) -> float:
+    """``x`` rounded up to one significant digit (a tolerance to suggest)."""
+    import math
+
+    if not x or not math.isfinite(x) or x <= 0:
+        return x
+    e = math.floor(math.log10(x))
+    return float(f"{math.ceil(round(x / 10**e, 9)) * 10.0**e:.1g}")
+
+
+def _g(x: float) -> str:
+    return f"{x:.3g}"
