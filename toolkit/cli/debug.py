@@ -433,14 +433,14 @@ def reduce_command(
         ),
     ] = None,
     save_debug_replay: Annotated[
-        str,
+        Optional[str],
         typer.Option(
             "--save-debug-replay",
             help="Keep every verdict in this JSON file (updated after each check; not written when the check "
-            "is broken on the full model).",
+            "is broken on the full model). Default: polygraphy_debug_replay.json beside the iteration artifact.",
             metavar="PATH",
         ),
-    ] = "polygraphy_debug_replay.json",
+    ] = None,
     load_debug_replay: Annotated[
         Optional[str],
         typer.Option(
@@ -593,7 +593,8 @@ def reduce_command(
         artifacts=list(artifacts or ()),
         art_dir=art_dir,
         iter_info=iter_info,
-        save_replay=save_debug_replay,
+        save_replay=save_debug_replay
+        or os.path.join(os.path.dirname(iter_artifact), "polygraphy_debug_replay.json"),
         load_replay=load_debug_replay,
         input_shapes=parse_shape_specs(model_input_shapes or ()),
         load_inputs=list(load_inputs or ()),
