@@ -73,13 +73,14 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--tol", default="3e-2", help="--atol and --rtol of the search (default 3e-2)")
+    ap.add_argument("--mode", default=None, help="bisect or linear: the reduce engine alone (default: guided)")
     args = ap.parse_args()
     from toolkit.precision.search import PrecisionConfig, PrecisionSearch
 
     cases = [(4, [2]), (16, [5]), (16, [3, 11]), (64, [40]), (64, [10, 50]), (64, [5, 20, 35, 60])]
     if args.quick:
         cases = cases[:3]
-    print(f"tolerances: --atol {args.tol} --rtol {args.tol}; default mode")
+    print(f"tolerances: --atol {args.tol} --rtol {args.tol}; mode {args.mode or 'default (guided)'}")
     print("| blocks | nodes searched | overflowing blocks | nodes found | checks | bound ceil(log2 N) + 2 x found | seconds |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as d:
@@ -88,13 +89,13 @@ def main() -> int:
             path = os.path.join(d, f"stack{blocks}.onnx")
             onnx.save(model, path)
             t0 = time.perf_counter()
-            out = PrecisionSearch(PrecisionConfig(path, atol=[args.tol], rtol=[args.tol])).run()
+            out = PrecisionSearch(PrecisionConfig(path, atol=[args.tol], rtol=[args.tol], mode=args.mode)).run()
             secs = time.perf_counter() - t0
             bound = math.ceil(math.log2(out.candidates)) + 2 * len(out.kept)
             if sorted(out.kept) == sorted(must):
                 ok = f"exactly the {len(must)} overflowing"
             elif set(must) <= set(out.kept):
-                ok = f"the {len(must)} overflowing + {len(out.kept) - len(must)} for rounding"
+                ok = f"the {len(must)} overflowing + {len(out.kept) - len(must)} more"
             else:
                 ok = f"{len(out.kept)}, missing {sorted(set(must) - set(out.kept))}"
             print(

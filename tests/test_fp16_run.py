@@ -89,3 +89,13 @@ def test_runner_spec_and_external_data(cli, tmp_path):
     np.testing.assert_array_equal(got, ref)
     # the model file and its weights are untouched
     assert onnx.load(path).graph.initializer[0].data_type == onnx.TensorProto.FLOAT
+
+
+def test_debug_reduce_compare_with_the_fp16_runner_spec(cli, ln_path, tmp_path):
+    """debug reduce --compare onnxrt onnxrt:fp16: each subgraph, fed fp32 reference values, runs
+    with fp16 storage emulated; the overflow reduces to the Pow alone."""
+    out = tmp_path / "reduced.onnx"
+    r = cli("debug", "reduce", ln_path, "-o", out, "--compare", "onnxrt", "onnxrt:fp16", *TOL)
+    assert r.code == 0, r.err
+    reduced = onnx.load(str(out))
+    assert [n.name for n in reduced.graph.node] == ["square"]

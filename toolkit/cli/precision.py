@@ -17,11 +17,12 @@ from toolkit.cli.output import is_terminal, log
 _HELP = """Find a minimal set of nodes to keep in fp32 so that the fp16 model passes the comparison.
 
 The reference runner runs the float32 model once; each check runs the model with a set of
-nodes kept in fp32 (the rest fp16) and compares. The search is debug reduce's (bisect over
-nodes in topological order, then the inner nodes, then a check that dropping any node found
-makes it fail), over the nodes kept in fp32. -o gets the mixed-precision model (fp16 with
-the nodes found in fp32), ready for a strongly typed TensorRT build. The node names go to
-stdout, one per line.
+nodes kept in fp32 (the rest fp16) and compares. While a check shows an overflow (a tensor
+infinite where the reference is finite), the node producing the first one is kept in fp32;
+then debug reduce's engine checks that moving any node found back to fp16 fails (1-minimal).
+When no overflow explains the failure, its default search (bisect, QuickXplain) runs over the
+nodes. -o gets the mixed-precision model (fp16 with the nodes found in fp32), ready for a
+strongly typed TensorRT build. The node names go to stdout, one per line.
 
 With --compare onnxrt onnxrt:fp16 (the default) each check emulates fp16 storage on the
 CPU: every tensor an fp16 model stores is rounded to fp16 (see docs/precision.md).
@@ -47,7 +48,8 @@ class _Reporter:
         log(
             f"Searching {c.model}: {len(search.universe)} node(s) that could stay fp32"
             + (f" ({fixed} kept in fp32 regardless)" if fixed else "")
-            + f"; --compare {c.reference} {c.candidate}; mode {c.mode or 'default (bisect + 1-minimal)'}"
+            + f"; --compare {c.reference} {c.candidate}; mode "
+            + (c.mode if c.mode not in (None, "default") else "default (follow the overflow, then 1-minimal)")
         )
         self.total = len(search.universe)
 

@@ -409,7 +409,10 @@ class PrecisionSearch:
         if passed and (self._best is None or bin(mask).count("1") < bin(self._best).count("1")):
             self._best = mask  # the smallest passing set so far (what Ctrl-C leaves)
         self.details[mask] = _describe(comps)
-        check = Check(len(self.checks) + 1, popcount(mask), passed, seconds, self.details[mask])
+        detail = self.details[mask]
+        if self.guide and not passed and self.overflow.get(mask):
+            detail += f" | first overflow: output of {self.overflow[mask]}"
+        check = Check(len(self.checks) + 1, popcount(mask), passed, seconds, detail)
         self.checks.append(check)
         if self.replay is not None:
             # the replay stores "failed" as debug reduce does: here, the mixed model failed
