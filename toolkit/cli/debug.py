@@ -8,6 +8,7 @@ check's captured output when asked for, and a summary.
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import List, Optional
 
