@@ -622,6 +622,10 @@ def reduce_command(
         )
         cfg.check = runner.check_argv
     reducer_cls = Reducer
+    if compare is not None:
+        from toolkit.reduce.faults import CompareReducer
+
+        reducer_cls = CompareReducer
     if all_faults:
         from toolkit.reduce.accuracy import describe_faults
         from toolkit.reduce.faults import AllFaultsReducer

@@ -17,9 +17,9 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
-from toolkit.reduce.graph import mask_indices, popcount
+from toolkit.reduce.graph import mask_indices, popcount, range_mask
 from toolkit.reduce.session import Reducer
-from toolkit.reduce.strategy import Search
+from toolkit.reduce.strategy import Plan, Search, default
 
 MAX_FAULTS = 64
 
@@ -42,6 +42,34 @@ def within(search: Search, allowed: int) -> Search:
         return (stop.value or 0) & allowed
 
 
+def localized(plan: Plan) -> Search:
+    """The default search for the built-in comparison, where every subgraph is fed exact
+    (reference) inputs, so a window of nodes fails exactly when it holds a faulty node.
+
+    Binary search for the first faulty node over windows that halve each time (the half
+    after a passing window is known to fail without a check), then the node alone is
+    checked. If it passes (a failure that needs several nodes together, such as error that
+    only adds up over many of them), the general search takes over; the checks made so far
+    are remembered.
+    """
+    if not plan.free or plan.index.size < 2:
+        return (yield from default(plan))
+    lo, hi = 0, plan.index.size
+    plan.phase = "windows"
+    while hi - lo > 1:
+        plan.remaining = max(1, (hi - lo - 1).bit_length())
+        mid = (lo + hi) // 2
+        if (yield range_mask(lo, mid)):
+            hi = mid
+        else:
+            lo = mid
+    plan.remaining = 1
+    if (yield range_mask(lo, hi)):
+        plan.remaining = 0
+        return range_mask(lo, hi)
+    return (yield from default(plan))
+
+
 def numbered(path: str, k: int) -> str:
     """``reduced.onnx`` -> ``reduced_1.onnx`` (the k-th fault's model)."""
     stem, ext = os.path.splitext(path)
@@ -60,7 +88,19 @@ class Fault:
     evidence: dict = field(default_factory=dict)  # filled in by the comparison (error, amplification)
 
 
-class AllFaultsReducer(Reducer):
+class CompareReducer(Reducer):
+    """A :class:`Reducer` for the built-in comparison: :func:`localized` is its default search."""
+
+    def strategy(self) -> Search:
+        from toolkit.reduce.strategy import STRATEGIES
+
+        return localized(self.plan) if self.cfg.mode is None else STRATEGIES[self.cfg.mode](self.plan)
+
+    def _search(self, gen=None) -> int:
+        return super()._search(gen if gen is not None else self.strategy())
+
+
+class AllFaultsReducer(CompareReducer):
     """A :class:`Reducer` that, once a fault is found, takes it out and searches the rest.
 
     ``describe_faults(reducer, faults)``, when given, is called once the search is over
@@ -89,12 +129,10 @@ class AllFaultsReducer(Reducer):
                 break
         if self.faults and self._describe is not None:
             self._describe(self, self.faults)
-        return first if first is not None else super()._search()
+        return first if first is not None else CompareReducer._search(self)
 
     def _search_within(self, allowed: int) -> int:
-        from toolkit.reduce.strategy import STRATEGIES
-
-        return super()._search(within(STRATEGIES[self.cfg.mode](self.plan), allowed))
+        return CompareReducer._search(self, within(self.strategy(), allowed))
 
     def run(self):
         outcome = super().run()
