@@ -114,6 +114,21 @@ def test_compare_reduce_without_a_difference_has_nothing_to_reduce(golden, cli, 
     assert "passes" in res.err
 
 
+def test_compare_reduce_json_summary(golden, cli, tmp_path):
+    out = tmp_path / "reduced.onnx"
+    res = cli("debug", "reduce", golden["faulty"], "-o", out, "--compare", "onnxrt", "onnxrt",
+              "--reference-model", golden["clean"], "--iter-artifact", tmp_path / "artifact.onnx", "--json")
+    assert res.code == 0, res.err
+    summary = json.loads(res.out)
+    assert summary["nodes_after"] == 1 and summary["artifacts"]["output"] == str(out)
+    comp = summary["compare"]
+    assert comp["reference"] == "onnxrt" and comp["test"] == "onnxrt" and comp["reference_model"] == golden["clean"]
+    assert comp["tensors"] == 17 and comp["iterations"] == 1  # the input and 16 node outputs
+    # the same evidence as any comparing reduce
+    assert summary["evidence"]["reduced"] is not None
+    assert "faults" not in summary
+
+
 def test_all_faults_finds_both_faults_each_minimal(tmp_path, cli):
     paths = save_pair(tmp_path, layers=10, perturb=(1, 8))
     out = tmp_path / "reduced.onnx"
@@ -130,6 +145,13 @@ def test_all_faults_finds_both_faults_each_minimal(tmp_path, cli):
     for line in lines:
         amp = float(line.split("amplification ")[1].split("x")[0])
         assert amp > 100  # exact inputs, wrong outputs
+    res = cli("debug", "reduce", paths["faulty"], "-o", out, "--compare", "onnxrt", "onnxrt",
+              "--reference-model", paths["clean"], "--all-faults", "--iter-artifact", tmp_path / "a.onnx", "--json")
+    faults = json.loads(res.out)["faults"]
+    assert [f["nodes"] for f in faults] == [["conv1"], ["conv8"]]
+    for f in faults:
+        assert f["max_abs"] > 1e-3 and f["tol_ratio"] > 1 and f["amplification"] > 100
+        assert os.path.exists(f["path"])
 
 
 def test_compare_usage_errors(golden, cli, tmp_path):

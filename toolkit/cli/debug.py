@@ -641,14 +641,15 @@ def reduce_command(
     finally:
         reporter.stop()
     code = _summary(outcome, cfg)
-    if all_faults and getattr(reducer, "faults", None):
-        from toolkit.cli.reduce_compare import summarize_faults
+    summary = summary_json(outcome, cfg) if json_summary else {}
+    if runner is not None:
+        from toolkit.cli.reduce_compare import report_compare
 
-        summarize_faults(reducer.faults)
+        report_compare(runner, reducer, summary)
     if json_summary:
         import json
 
-        sys.stdout.write(json.dumps(summary_json(outcome, cfg), indent=1) + "\n")
+        sys.stdout.write(json.dumps(summary, indent=1) + "\n")
         sys.stdout.flush()
     raise typer.Exit(code)
 

@@ -83,3 +83,13 @@ def faults_json(faults: List) -> List[dict]:
         _jsonable({"number": f.number, "nodes": [d.split(" [")[0] for d in f.nodes], "path": f.path, **f.evidence})
         for f in faults
     ]
+
+
+def report_compare(runner, reducer, summary: dict) -> None:
+    """The faults found (``--all-faults``) on stderr; ``compare`` and ``faults`` in the --json summary."""
+    faults = getattr(reducer, "faults", None)
+    if faults:
+        summarize_faults(faults)
+    summary["compare"] = runner.info
+    if faults is not None:
+        summary["faults"] = faults_json(faults)

@@ -325,6 +325,7 @@ class CompareRunner(WarmRunner):
         self.notes = notes or (lambda _m: None)
         self.ref: Optional[Reference] = None
         self.options = None  # RunOptions to run instead of the candidate's check (see run_with)
+        self.info = {"reference": opts.reference, "test": opts.test, "reference_model": opts.reference_model}
 
     @property
     def check_argv(self) -> List[str]:
@@ -343,6 +344,10 @@ class CompareRunner(WarmRunner):
             f"Reference: {self.ref.tensors} tensors x {self.ref.iterations} iteration(s), "
             f"{self.ref.nbytes / 2**20:.1f} MB {where}, {self.ref.seconds:.2f} s; checking each subgraph on "
             f"{self.opts.test}"
+        )
+        self.info.update(
+            tensors=self.ref.tensors, iterations=self.ref.iterations, reference_seconds=round(self.ref.seconds, 3),
+            in_memory=bool(self.ref.held), missing_in_reference=len(self.ref.missing),
         )
         if self.ref.missing:
             self.notes(
