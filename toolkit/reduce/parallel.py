@@ -76,12 +76,20 @@ def run_all(workers: Sequence[Worker], tick: Optional[Callable[[], None]] = None
 
     results: list = [None] * len(workers)
     errors: list = [None] * len(workers)
+    left = [len(workers)]
+    lock = threading.Lock()
+    done = threading.Event()
 
     def one(k: int) -> None:
         try:
             results[k] = workers[k].runner.run(tick=None)
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             errors[k] = exc
+        finally:
+            with lock:
+                left[0] -= 1
+                if not left[0]:
+                    done.set()  # wakes the main thread at once
 
     threads = [threading.Thread(target=one, args=(k,), daemon=True) for k in range(len(workers))]
     for w in workers:
@@ -91,11 +99,11 @@ def run_all(workers: Sequence[Worker], tick: Optional[Callable[[], None]] = None
     try:
         for t in threads:
             t.start()
+        while not done.wait(0.1):
+            if tick is not None:
+                tick()
         for t in threads:
-            while t.is_alive():
-                t.join(0.05)
-                if tick is not None:
-                    tick()
+            t.join()
     except BaseException:
         _stop(workers, threads)
         raise

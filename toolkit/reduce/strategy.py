@@ -102,7 +102,21 @@ def last_needed_node(plan: Plan) -> Search:
     f_lb, m_lb, m_ub = 0, 0, n - 1
     raises, straddle = 0, False  # window checks tried; needed nodes known to straddle one
     plan.phase = "bisect (last node)"
+    gambled = False
     while m_lb < m_ub:
+        if plan.width > 1 and plan.reduce_inputs and not gambled and m_ub - m_lb <= plan.width:
+            # Last round: rather than pin m down and then search for the first needed node,
+            # bet on the common case of one node failing alone: check single nodes of the
+            # interval at once. One that fails is the whole answer (under the monotone
+            # failure every search here assumes, it is what one job would find); if none
+            # does, the k-ary rounds go on as if nothing happened.
+            gambled = True
+            singles = list(range(m_ub, m_lb - 1, -1))[: plan.width]
+            verdicts = yield [range_mask(k, k + 1) for k in singles]
+            for k, failed in zip(singles, verdicts):
+                if failed:
+                    return k, k
+            continue
         if plan.width > 1:
             # k-ary: split points checked at once; the smallest failing one bounds m from above
             plan.remaining = _log_base(m_ub - m_lb + 1, plan.width + 1) + 1
