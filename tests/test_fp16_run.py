@@ -34,6 +34,8 @@ def test_run_fp16_against_fp32_fails_at_the_overflowing_node(cli, ln_path):
     assert "max abs inf" in failed[0]
     assert _tensor_lines(r.err)[:3] == ["a", "mu", "d"]  # a, mu, d: within tolerance, before it
     assert all(line.startswith("    PASSED") for line in r.err.splitlines() if re.match(r"\s+\w+ \| (a|mu|d) \|", line))
+    # the layerwise diagnosis names the node
+    assert "First out of tolerance: 'sq'" in r.err and "produced by node square [Op: Pow]" in r.err
 
 
 def test_diagnosis_points_at_the_overflowing_node(ln_path):

@@ -33,7 +33,11 @@ GROUPS: Dict[str, Tuple[str, str, str]] = {
     "convert": ("toolkit.cli.convert", "register", "Convert a model: mixed fp16 with --fp-to-fp16."),
     "surgeon": ("toolkit.cli.surgeon", "app", "Cut subgraphs out of ONNX models and simplify them."),
     "data": ("toolkit.cli.data", "app", "Work with inputs and outputs data files (JSON or .npz)."),
-    "debug": ("toolkit.cli.debug", "app", "Debug failing models: reduce them to minimal failing subgraphs."),
+    "debug": (
+        "toolkit.cli.debug",
+        "app",
+        "Debug failing models: reduce them to minimal failing subgraphs; find the nodes that must stay fp32.",
+    ),
 }
 
 

@@ -31,7 +31,10 @@ from toolkit.cli.options import (
 )
 from toolkit.cli.output import err_console, is_terminal, log, warn
 
-app = typer.Typer(help="Debug failing models: reduce them to minimal failing subgraphs.", **SUBAPP_SETTINGS)
+app = typer.Typer(
+    help="Debug failing models: reduce them to minimal failing subgraphs; find the nodes that must stay fp32.",
+    **SUBAPP_SETTINGS,
+)
 
 IntListOpt = Optional[List[int]]
 

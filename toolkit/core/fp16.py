@@ -39,7 +39,7 @@ from __future__ import annotations
 import fnmatch
 import warnings
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, Iterator, List, Optional, Sequence, Set, Tuple
+from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from toolkit.core.errors import DependencyError, InputError
 

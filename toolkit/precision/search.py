@@ -427,7 +427,6 @@ class PrecisionSearch:
 
     # ------------------------------------------------------------------ the search
     def run(self) -> PrecisionOutcome:
-        from toolkit.reduce import strategy
         from toolkit.reduce.graph import mask_indices
 
         t0 = time.perf_counter()
