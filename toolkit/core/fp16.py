@@ -128,6 +128,40 @@ def name_nodes(model) -> int:
     return len(todo)
 
 
+class _Names:
+    """Fresh tensor/node names for a model: never one it already uses."""
+
+    def __init__(self, model):
+        self.taken: Set[str] = set()
+        self.counters: Dict[str, int] = {}
+        for g in iter_graphs(model.graph):
+            for n in g.node:
+                self.taken.update(n.output)
+            self.taken.update(t.name for t in g.initializer)
+            self.taken.update(v.name for v in g.input)
+
+    def fresh(self, base: str) -> str:
+        name = base
+        k = self.counters.get(base, 0)
+        while name in self.taken:
+            k += 1
+            name = f"{base}_{k}"
+        self.counters[base] = k
+        self.taken.add(name)
+        return name
+
+
+def _copy_model(model, inplace: bool):
+    """``model`` itself when ``inplace``, else a deep copy."""
+    if inplace:
+        return model
+    import onnx
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    return m
+
+
 def _is_glob(word: str) -> bool:
     return any(c in word for c in "*?[")
 
@@ -478,13 +512,9 @@ def convert(
     inplace: bool = False,
 ) -> Conversion:
     """Convert a float32 model to mixed fp16 (see the module docstring); returns the details."""
-    import onnx
 
     f16 = _float16_module()
-    if not inplace:
-        m = onnx.ModelProto()
-        m.CopyFrom(model)
-        model = m
+    model = _copy_model(model, inplace)
     _normalize_constants(model)
     _normalize_float_data(model)
     inferred = infer_types(model)
@@ -600,16 +630,18 @@ def toposort(graph) -> None:
         return
     if order == list(range(len(nodes))):
         return
-    sorted_nodes = [nodes[k] for k in order]
-    copies = []
-    import onnx
+    _replace_repeated(graph.node, [nodes[k] for k in order])
 
-    for n in sorted_nodes:
-        c = onnx.NodeProto()
-        c.CopyFrom(n)
+
+def _replace_repeated(field, items) -> None:
+    """Make the repeated message ``field`` hold copies of ``items`` (some of which it holds now)."""
+    copies = []
+    for item in items:
+        c = type(item)()
+        c.CopyFrom(item)
         copies.append(c)
-    del graph.node[:]
-    graph.node.extend(copies)
+    del field[:]
+    field.extend(copies)
 
 
 def _sort_all(graph) -> None:
@@ -650,23 +682,7 @@ class _Repair:
         self.schemas = _Schemas(model)
         self.types: Dict[str, int] = {}
         self.casts_added = 0
-        self._names: Set[str] = set()
-        self._counters: Dict[str, int] = {}
-        for graph in iter_graphs(model.graph):
-            for n in graph.node:
-                self._names.update(n.output)
-            self._names.update(t.name for t in graph.initializer)
-            self._names.update(v.name for v in graph.input)
-
-    def fresh(self, base: str) -> str:
-        name = base
-        k = self._counters.get(base, 0)
-        while name in self._names:
-            k += 1
-            name = f"{base}_{k}"
-        self._counters[base] = k
-        self._names.add(name)
-        return name
+        self.fresh = _Names(model).fresh
 
     def run(self) -> None:
         self.graph(self.model.graph, {}, top=True)
@@ -848,15 +864,7 @@ class _Repair:
                 if vi.type.HasField("tensor_type"):
                     vi.type.tensor_type.elem_type = t
                 keep.append(vi)
-            copies = []
-            for vi in keep:
-                import onnx
-
-                c = onnx.ValueInfoProto()
-                c.CopyFrom(vi)
-                copies.append(c)
-            del graph.value_info[:]
-            graph.value_info.extend(copies)
+            _replace_repeated(graph.value_info, keep)
 
 
 def _rename_in_subgraphs(nodes, old: str, new: str) -> None:
@@ -970,32 +978,15 @@ def emulate(
     conversion writes them (clamped to +-65504, tiny values to +-2**-24).
     """
     import numpy as np
-    import onnx
     from onnx import helper, numpy_helper
 
-    if not inplace:
-        m = onnx.ModelProto()
-        m.CopyFrom(model)
-        model = m
+    model = _copy_model(model, inplace)
     _normalize_constants(model)
     if types is None:
         types = tensor_types(infer_types(model))
     decision = decide(model, keep_fp32, auto=auto_keep, types=types)
     kept = set(decision.kept)
-    taken: Set[str] = set()
-    for g in iter_graphs(model.graph):
-        for n in g.node:
-            taken.update(n.output)
-        taken.update(t.name for t in g.initializer)
-        taken.update(v.name for v in g.input)
-
-    def fresh(base: str) -> str:
-        name, k = base, 0
-        while name in taken:
-            k += 1
-            name = f"{base}_{k}"
-        taken.add(name)
-        return name
+    fresh = _Names(model).fresh
 
     rounded = 0
 
@@ -1133,26 +1124,10 @@ def emulate_mixed(model, *, inplace: bool = False) -> Emulation:
     import onnx
     from onnx import helper, numpy_helper
 
-    if not inplace:
-        m = onnx.ModelProto()
-        m.CopyFrom(model)
-        model = m
+    model = _copy_model(model, inplace)
     name_nodes(model)
     types = tensor_types(infer_types(model))
-    taken: Set[str] = set()
-    for g in iter_graphs(model.graph):
-        for n in g.node:
-            taken.update(n.output)
-        taken.update(t.name for t in g.initializer)
-        taken.update(v.name for v in g.input)
-
-    def fresh(base: str) -> str:
-        name, k = base, 0
-        while name in taken:
-            k += 1
-            name = f"{base}_{k}"
-        taken.add(name)
-        return name
+    fresh = _Names(model).fresh
 
     def repoint(nodes, old: str, new: str) -> None:
         for n in nodes:
