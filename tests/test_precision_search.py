@@ -135,3 +135,31 @@ def test_interrupt_writes_best_so_far(ln_path, tmp_path):
     assert outcome.status == "interrupted"
     assert rep.seen[2].passed and outcome.kept == fm.LN_MUST_KEEP
     assert out.exists()
+
+
+def test_broken_checks_count_as_failing_and_are_reported(ln_path, monkeypatch):
+    from toolkit.core.errors import InputError
+
+    search = PrecisionSearch(PrecisionConfig(ln_path))
+    real = search.candidate_model
+
+    def flaky(keep):
+        if len(keep) == 1:  # say these mixed models do not load
+            raise InputError("ONNX-Runtime cannot load the model: simulated")
+        return real(keep)
+
+    monkeypatch.setattr(search, "candidate_model", flaky)
+    outcome = search.run()
+    assert outcome.kept == fm.LN_MUST_KEEP and outcome.broken >= 1
+    assert any(c.worst.startswith("broken: ") for c in search.checks)
+
+
+def test_broken_first_check_stops_with_the_error(cli, ln_path, monkeypatch):
+    from toolkit.core.errors import InputError
+
+    def always(self, keep):
+        raise InputError("ONNX-Runtime cannot load the model: simulated")
+
+    monkeypatch.setattr(PrecisionSearch, "candidate_model", always)
+    r = cli("debug", "precision", ln_path)
+    assert r.code == 3 and "simulated" in r.err and "Traceback" not in r.err

@@ -54,7 +54,7 @@ class _Reporter:
         self.total = len(search.universe)
 
     def check(self, check) -> None:
-        verdict = "pass" if check.passed else "FAIL"
+        verdict = "pass" if check.passed else ("BROKEN" if check.worst.startswith("broken:") else "FAIL")
         line = (
             f"Check {check.number} | {check.kept} of {self.total} node(s) in fp32 | {verdict} | "
             f"{check.seconds:.2f} s" + (f" | {check.worst}" if check.worst else "")
@@ -97,6 +97,10 @@ def _summary(outcome, cfg, json_out: bool) -> int:
             log(f"  ... and {len(outcome.kept) - 20} more")
         if outcome.one_minimal and len(outcome.kept) > 0:
             log("1-minimal: moving any one of them back to fp16 makes the comparison fail (each checked).")
+    if outcome.broken:
+        from toolkit.cli.output import warn
+
+        warn(f"{outcome.broken} check(s) could not build, load or run their mixed model; they counted as failing")
     if outcome.output_written:
         log(f"Wrote the mixed-precision model to {cfg.output}")
     if outcome.replay_path and outcome.checks:
@@ -112,6 +116,7 @@ def _summary(outcome, cfg, json_out: bool) -> int:
                     "also_fp32": {**{n: "--keep-fp32" for n in outcome.user_kept}, **outcome.auto_kept},
                     "searched_nodes": outcome.candidates,
                     "checks": outcome.checks,
+                    "broken_checks": outcome.broken,
                     "remembered": outcome.remembered,
                     "seconds": round(outcome.seconds, 3),
                     "error_all_fp16": outcome.error_fp16,

@@ -85,6 +85,7 @@ class PrecisionOutcome:
     output_written: bool = False
     one_minimal: bool = False
     replay_path: Optional[str] = None
+    broken: int = 0  # checks whose mixed model did not build, load or run (counted as failing)
 
     @property
     def bisect_checks(self) -> int:
@@ -390,25 +391,40 @@ class PrecisionSearch:
         if mask in self.verdicts:
             self.checks_remembered += 1
             return self.verdicts[mask]
+        from toolkit.core.errors import DependencyError, ToolkitError
+
         t0 = time.perf_counter()
         keep = [self.universe[i] for i in mask_indices(mask)]
-        model = self.candidate_model(keep)
-        kind, opts = self.cand_spec
-        if kind == "onnxrt":
-            outs = self._run_onnx(model, opts, self.feeds)
+        broken = ""
+        try:
+            model = self.candidate_model(keep)
+            kind, opts = self.cand_spec
+            if kind == "onnxrt":
+                outs = self._run_onnx(model, opts, self.feeds)
+            else:
+                outs = self._run_file(model, kind, opts, self.feeds)
+            del model
+        except DependencyError:
+            raise
+        except ToolkitError as exc:  # the mixed model does not build, load or run
+            if not self.checks:  # on the first check: nothing can be searched
+                raise
+            broken = exc.message
+        if broken:
+            passed = False
+            self.broken += 1
+            self.details[mask] = f"broken: {broken}"
         else:
-            outs = self._run_file(model, kind, opts, self.feeds)
-        del model
-        if self.guide:
-            self.overflow[mask] = self._first_overflow(outs)
-            outs = [{n: o[n] for n in self.graph_outputs if n in o} for o in outs]
-        comps = self._compare(outs)
-        passed = all(c.passed and not c.only_a for c in comps)
+            if self.guide:
+                self.overflow[mask] = self._first_overflow(outs)
+                outs = [{n: o[n] for n in self.graph_outputs if n in o} for o in outs]
+            comps = self._compare(outs)
+            passed = all(c.passed and not c.only_a for c in comps)
+            self.details[mask] = _describe(comps)
         seconds = time.perf_counter() - t0
         self.verdicts[mask] = passed
         if passed and (self._best is None or bin(mask).count("1") < bin(self._best).count("1")):
             self._best = mask  # the smallest passing set so far (what Ctrl-C leaves)
-        self.details[mask] = _describe(comps)
         detail = self.details[mask]
         if self.guide and not passed and self.overflow.get(mask):
             detail += f" | first overflow: output of {self.overflow[mask]}"
@@ -431,6 +447,7 @@ class PrecisionSearch:
 
         t0 = time.perf_counter()
         self._best: Optional[int] = None
+        self.broken = 0
         self._validate()
         self._load()
         self.checks_remembered = 0
@@ -476,6 +493,7 @@ class PrecisionSearch:
                 mixed = fp16.convert(self.model, list(self.user_kept) + out.kept).model
                 save_model(mixed, self.config.output)
                 out.output_written = True
+        out.broken = self.broken
         out.checks = len(self.checks)
         out.remembered = self.checks_remembered
         out.seconds = time.perf_counter() - t0
