@@ -140,7 +140,7 @@ class _Reporter:
         else:
             how = "warm worker" if reducer.runner.kind == "warm" else "subprocess"
             how = f"check: {' '.join(cfg.check)} [{how}]"
-        mode = cfg.mode or "default (bisect + 1-minimal)"
+        mode = cfg.mode or getattr(reducer, "default_mode", "default (bisect + 1-minimal)")
         log(f"Reducing {cfg.model}: {idx.size} node{'s' if idx.size != 1 else ''}{extra}; mode {mode}; {how}")
         if self.live and reducer.runner is not None:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn

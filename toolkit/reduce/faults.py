@@ -91,6 +91,8 @@ class Fault:
 class CompareReducer(Reducer):
     """A :class:`Reducer` for the built-in comparison: :func:`localized` is its default search."""
 
+    default_mode = "localized (halving ranges, then the node alone)"
+
     def strategy(self) -> Search:
         from toolkit.reduce.strategy import STRATEGIES
 
