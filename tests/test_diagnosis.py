@@ -220,3 +220,24 @@ def test_report_path_must_be_json_or_html(tmp_path):
 
 def test_conv_net_is_valid():
     onnx.checker.check_model(conv_net(3, (1,)))
+
+
+def _browser():
+    import shutil
+
+    return next((shutil.which(b) for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+
+
+@pytest.mark.skipif(_browser() is None, reason="no headless browser (chromium) installed")
+def test_html_report_renders_in_a_headless_browser(tmp_path):
+    import subprocess
+
+    diag, _ = _diagnosis(tmp_path)
+    page = tmp_path / "report.html"
+    save_report(str(page), [diag], model="faulty.onnx")
+    shot = tmp_path / "shot.png"
+    base = [_browser(), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1000,800"]
+    subprocess.run(base + [f"--screenshot={shot}", page.as_uri()], capture_output=True, timeout=120)
+    assert shot.exists() and shot.stat().st_size > 10_000  # a drawn page, not a blank one
+    dom = subprocess.run(base + ["--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    assert "<svg" in dom and "culprit: conv3 [Conv]" in dom and dom.count("<circle") == len(diag.tensors)
