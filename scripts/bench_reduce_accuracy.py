@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`debug reduce` on the seeds' accuracy workflow, toolkit vs polygraphy (when installed).
+"""`debug reduce` on Polygraphy's accuracy workflow, toolkit vs polygraphy (when installed).
 
 A deep MLP (LAYERS x [MatMul, Add, Tanh], 300 nodes by default, 256 wide) is built twice:
 the reference, and a "deployed" copy whose bias in one middle layer is slightly off. Golden

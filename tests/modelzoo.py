@@ -32,7 +32,7 @@ def vi(name, shape, dtype=TensorProto.FLOAT):
 
 
 def seed_example(shape=(1, 3, 224, 224)):
-    """The seeds' example: Y = x0 + (a * x1 + b); nodes Mul -> Add -> Add."""
+    """Polygraphy's example model: Y = x0 + (a * x1 + b); nodes Mul -> Add -> Add."""
     a = numpy_helper.from_array(np.full(shape, 2.0, dtype=np.float32), "a")
     b = numpy_helper.from_array(np.full(shape, 0.5, dtype=np.float32), "b")
     nodes = [

@@ -224,3 +224,28 @@ def test_inputs_file_given_as_outputs_is_refused_up_front(cli, tmp_path):
     res = cli("run", model, "--onnxrt", "--load-outputs", ins)
     assert res.code == 3 and "is an inputs file" in res.err and "--load-inputs" in res.err
     assert "Activating" not in res.err
+
+
+def test_placeholders_follow_one_style():
+    from toolkit.cli.app import get_command
+
+    def walk(cmd):
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            for sub in subs.values():
+                yield from walk(sub)
+        else:
+            yield cmd
+
+    for cmd in walk(get_command()):
+        for p in cmd.params:
+            if p.param_type_name != "option" or getattr(p, "is_flag", False) or getattr(p, "count", False):
+                continue
+            long = next((o for o in p.opts if o.startswith("--")), "")
+            if long.startswith(("--save-", "--load-")) and "input-shapes" not in long:
+                assert p.metavar.rstrip(".") in ("PATH", "PATH..."), (cmd.name, long, p.metavar)
+            if long.endswith("-shapes"):
+                assert p.metavar.startswith("NAME:SHAPE"), (cmd.name, long, p.metavar)
+            assert "_" not in (p.metavar or "") or long.lstrip("-").upper().replace("-", "_") != p.metavar.rstrip("."), (
+                cmd.name, long, p.metavar
+            )

@@ -33,7 +33,7 @@ def _load(path):
     return onnx.load(str(path))
 
 
-# ---------------------------------------------------------------------- the seeds' workflow
+# ---------------------------------------------------------------------- Polygraphy's workflow
 
 
 def test_seed_simulated_failure_with_toolkit_inspect(cli, seed):

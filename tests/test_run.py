@@ -271,7 +271,7 @@ def _extract_sub(full, path, inputs, outputs):
 
 
 def test_seed_workflow_subgraph_against_layerwise_golden(cli, seed_model, tmp_path, monkeypatch):
-    """The seeds' accuracy workflow, with toolkit in place of polygraphy."""
+    """Polygraphy's accuracy workflow, with toolkit in place of polygraphy."""
     monkeypatch.chdir(tmp_path)
     assert cli("run", seed_model, "--onnxrt", "--save-inputs", "inputs.json", "--onnx-outputs", "mark", "all",
                "--save-outputs", "layerwise_golden.json").code == 0

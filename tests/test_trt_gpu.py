@@ -252,7 +252,7 @@ def test_int8_calibrates_on_the_run_inputs_and_uses_the_cache(cnn, tmp_path):
 
 
 def test_reduce_with_a_trt_check_finds_the_mismatching_node(tmp_path):
-    """The seeds' accuracy workflow with TensorRT as the check, in the forked warm worker.
+    """Polygraphy's accuracy workflow with TensorRT as the check, in the forked warm worker.
 
     The golden value of the Mul's output is made wrong (and the values after it are made
     consistent with it), so only a subgraph holding the Mul mismatches."""

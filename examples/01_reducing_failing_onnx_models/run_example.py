@@ -65,7 +65,7 @@ def node_ops(workdir, model):
 
 
 def bisect_then_linear(workdir, prefix, check, label):
-    """The seeds' recipe: bisect the model, inspect, linear on the result, inspect."""
+    """Polygraphy's recipe: bisect the model, inspect, linear on the result, inspect."""
     first, final = f"{prefix}initial_reduced.onnx", f"{prefix}final_reduced.onnx"
     toolkit(["debug", "reduce", "model.onnx", "-o", first, "--mode=bisect"] + check, workdir)
     toolkit(["inspect", "model", first, "--mode=basic"], workdir)

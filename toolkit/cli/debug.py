@@ -62,7 +62,7 @@ failing model so far is written to -o and the verdicts to the replay file).
 
 --json prints a summary object on stdout (see docs/debug-reduce.md).
 
-Example (the seeds' simulated failure):
+Example (a simulated failure):
 
   toolkit debug reduce model.onnx -o reduced.onnx --fail-regex "Op: Mul" \\
       --check toolkit inspect model polygraphy_debug.onnx --mode=basic
@@ -425,7 +425,7 @@ def reduce_command(
     ] = None,
     art_dir: Annotated[
         str,
-        typer.Option("--art-dir", "--artifacts-dir", help="Folder for --artifacts.", metavar="ART_DIR"),
+        typer.Option("--art-dir", "--artifacts-dir", help="Folder for --artifacts.", metavar="PATH"),
     ] = "polygraphy_artifacts",
     iter_info: Annotated[
         Optional[str],

@@ -2,7 +2,7 @@
 
 - :class:`ToolkitCommand`: the ``cls=`` for every command. It lets list options take
   several values after one flag (``--onnx-outputs mark all``, ``--fail-regex A B``),
-  as the seeds spell them, and takes everything after ``--check`` verbatim.
+  as Polygraphy spells them, and takes everything after ``--check`` verbatim.
 - Option aliases used by more than one command, as ``Annotated`` types.
 
 Nothing heavy is imported here: the CLI must start fast.
@@ -251,6 +251,41 @@ def split_group(value: str) -> List[str]:
     return [v for v in value.split(GROUP_SEP) if v != ""]
 
 
+_PATH_WORDS = ("save", "load", "path", "file", "dir", "cache", "engine", "output", "artifact", "replay", "script",
+               "report", "iter-info", "min-good")
+
+
+def placeholder(option: str, type_name: str, multiple: bool) -> str:
+    """One placeholder style for every option without its own metavar: PATH for files, N for
+    counts, NAME:SHAPE for shapes, [NAME:]VALUE for per-tensor values, else the option's name."""
+    more = "..." if multiple else ""
+    if option.endswith("shapes"):
+        return "NAME:SHAPE" + more
+    if option.endswith(("-outputs", "-inputs")) and not option.startswith(("save", "load")):
+        return "NAMES..." if multiple else "NAME"
+    if "threshold" in option:
+        return "SIZE" + more
+    if option.endswith("upper-bound"):
+        return "[NAME:]N" + more
+    if option == "keep-fp32":
+        return "NAMES..." if multiple else "NAME"
+    if option == "val-range":
+        return "[NAME:]RANGE" + more
+    if option in ("pool-limit", "memory-pool-limit"):
+        return "POOL:SIZE" + more
+    if any(w in option for w in _PATH_WORDS):
+        return "PATH" + more
+    if type_name in ("integer", "int", "integer range"):
+        return "N" + more
+    if type_name == "float":
+        return "NUMBER" + more
+    if multiple and option in ("atol", "rtol", "abs-tol", "rel-tol"):
+        return "[NAME:]VALUE..."
+    if multiple and option == "check-error-stat":
+        return "[NAME:]STAT..."
+    return option.upper().replace("-", "_") + more
+
+
 class ToolkitCommand(TyperCommand):
     """A Typer command whose list options are greedy, and whose ``--check`` takes the rest.
 
@@ -265,7 +300,7 @@ class ToolkitCommand(TyperCommand):
             if param.param_type_name != "option" or param.metavar is not None or getattr(param, "is_flag", False):
                 continue
             name = next((o for o in param.opts if o.startswith("--")), param.opts[0]).lstrip("-")
-            param.metavar = name.upper().replace("-", "_") + ("..." if param.multiple else "")
+            param.metavar = placeholder(name, getattr(param.type, "name", ""), param.multiple)
 
     def collect_usage_pieces(self, ctx):
         # `Usage: toolkit run [OPTIONS] MODEL`, not `{MODEL}`

@@ -229,7 +229,7 @@ def register(app: typer.Typer) -> None:
                 "--save-report",
                 help="Write the layerwise diagnosis of the comparisons (first tensor out of tolerance, nodes "
                 "ranked by error amplification, error by depth): .json for scripts, .html to read.",
-                metavar="FILE",
+                metavar="PATH",
             ),
         ] = None,
         external_data_dir: ExternalDataDirOpt = None,

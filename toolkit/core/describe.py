@@ -1,6 +1,6 @@
 """Describe a model or a data file: as a plain dict (for JSON) and as text lines.
 
-The text format is stable and grep-able (see GUIDE §6): node lines look like
+The text format is stable and grep-able: node lines look like
 ``Node 0    | conv1 [Op: Conv]``, tensors like ``{x [dtype=float32, shape=(1, 3)]}``.
 """
 

@@ -22,7 +22,7 @@ _GLOB_CHARS = set("*?[")
 
 
 def is_mark_all(words: Sequence[str]) -> bool:
-    """True for ``mark all`` (two words, as the seeds spell it) or ``*``."""
+    """True for ``mark all`` (two words, as Polygraphy spells it) or ``*``."""
     ws = [w.strip() for w in words]
     return ws == ["mark", "all"] or ws == ["*"] or ws == ["mark", "all", "*"]
 

@@ -103,7 +103,7 @@ class CheckResult:
 
 
 class FailureRule:
-    """Pass or fail, the way the seeds describe it.
+    """Pass or fail, the way Polygraphy's debug reduce decides it.
 
     - ``ignore_codes``: those exit codes always pass.
     - ``fail_codes``: only those exit codes fail (and, with ``fail_regex``, only when a
