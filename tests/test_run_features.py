@@ -203,3 +203,21 @@ def test_fp_to_fp16_runs_the_converted_model(cli, tmp_path):
         n.attribute[0].i for n in ran.graph.node if n.op_type == "Cast"
     }
     assert ran.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT  # graph I/O keep their types
+
+
+def test_debug_reduce_takes_a_data_loader_script(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model = mz.save(mz.seed_example((1, 3, 4, 4)), tmp_path / "m.onnx")
+    script = _script(tmp_path, (
+        "import numpy as np\n"
+        "def feeds():\n"
+        "    return [{'x0': np.ones((1, 3, 4, 4), np.float32), 'x1': np.ones((1, 3, 4, 4), np.float32)}]\n"
+    ))
+    res = cli("debug", "reduce", model, "-o", "r.onnx", "--data-loader-script", f"{script}:feeds",
+              "--fail-regex", "Op: Mul", "--check", "toolkit", "inspect", "model", "polygraphy_debug.onnx",
+              "--mode=basic")
+    assert res.code == 0, res.err
+    assert [n.op_type for n in onnx.load("r.onnx").graph.node] == ["Mul"]
+    bad = cli("debug", "reduce", model, "-o", "r2.onnx", "--data-loader-script", f"{script}:nope",
+              "--check", "true")
+    assert bad.code == 3 and "defines no 'nope'" in bad.err

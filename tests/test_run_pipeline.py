@@ -103,7 +103,7 @@ def test_tensorrt_only_options_come_from_the_registry():
 
 
 def test_the_plan_refuses_bad_options_before_reading_any_file(tmp_path):
-    opts = RunOptions(str(tmp_path / "missing.onnx"), iterations=0, load_inputs=[str(tmp_path / "nope.json")])
+    opts = RunOptions(str(tmp_path / "missing.onnx"), iterations=-1, load_inputs=[str(tmp_path / "nope.json")])
     with pytest.raises(UsageError, match="--iterations"):
         make_plan(opts, Reporter())
     with pytest.raises(UsageError, match="unknown runner"):

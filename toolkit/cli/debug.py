@@ -328,6 +328,23 @@ def _summary(outcome, cfg) -> int:
     return int(ExitCode.OK)
 
 
+def _script_inputs(spec: str, func_name: Optional[str]) -> str:
+    """Run a --data-loader-script and save its feeds to a temporary .npz removed at exit."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from toolkit.core.dataloader import load_script_feeds
+    from toolkit.core.datafiles import save_inputs
+
+    feeds = load_script_feeds(spec, func_name)
+    folder = tempfile.mkdtemp(prefix="toolkit-loader-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = os.path.join(folder, "data_loader_inputs.npz")
+    save_inputs(path, feeds)
+    return path
+
+
 @app.command("reduce", **command_kwargs(_REDUCE_HELP, cls=ReduceCommand))
 def reduce_command(
     ctx: typer.Context,
@@ -514,6 +531,18 @@ def reduce_command(
             metavar="PATH",
         ),
     ] = None,
+    data_loader_script: Annotated[
+        Optional[str],
+        typer.Option(
+            "--data-loader-script",
+            metavar="SCRIPT[:FUNC]",
+            help="Input data from a Python function (as run --data-loader-script), used like --load-inputs.",
+        ),
+    ] = None,
+    data_loader_func_name: Annotated[
+        Optional[str],
+        typer.Option("--data-loader-func-name", metavar="FUNC", help="The function of --data-loader-script to call."),
+    ] = None,
     compare: Annotated[
         ListOpt,
         typer.Option(
@@ -582,6 +611,10 @@ def reduce_command(
     )
     rule = FailureRule(fail_regex, fail_code, ignore_fail_code)
     from toolkit.cli.app import worker_entry
+
+    if data_loader_script:
+        # the script's feeds, saved once as an inputs file that the reduction uses like --load-inputs
+        load_inputs = list(load_inputs or ()) + [_script_inputs(data_loader_script, data_loader_func_name)]
 
     cfg = ReduceConfig(
         model=model,

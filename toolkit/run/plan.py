@@ -118,11 +118,11 @@ def make_plan(opts: RunOptions, reporter: Reporter) -> RunPlan:
         raise UsageError("--iterations must be 0 or more (0 runs nothing)")
     if opts.data_loader_script and opts.load_inputs:
         raise UsageError("give --load-inputs or --data-loader-script, not both")
+    check_output_paths(opts)
     if opts.model and opts.model != "-" and opts.runners:
         from toolkit.core.model import check_readable_file
 
         check_readable_file(opts.model)  # a missing model is said before any work starts
-    check_output_paths(opts)
     check_report_option(opts)
     for spec in specs:  # preflight: fails now (before loading data) when a backend or device is missing
         runner_opts = spec.apply(opts)
