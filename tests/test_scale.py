@@ -407,3 +407,61 @@ def test_ctrl_c_with_four_jobs_leaves_no_stray_process(tmp_path):
         time.sleep(0.05)
     assert not [p for p in started if _alive(p)], "checks left running after Ctrl-C"
     assert not any(p.name.startswith("polygraphy_debug.onnx") for p in tmp_path.iterdir())
+
+
+# ---------------------------------------------------------------------- inline weights: one spill
+
+
+@pytest.fixture
+def inline(tmp_path, monkeypatch):
+    """The weighted chain with its weights inside the model file, and any weight worth a spill."""
+    import toolkit.reduce.session as session
+
+    src = tmp_path / "src"
+    work = tmp_path / "work"
+    src.mkdir()
+    work.mkdir()
+    path = modelzoo.save(weighted_chain(), src / "model.onnx")
+    monkeypatch.setattr(session, "SPILL_BYTES", 1)
+    monkeypatch.setattr(session, "SPILL_MIN_TENSOR", 1)
+    return path, work
+
+
+@pytest.mark.parametrize("jobs", [1, 3])
+def test_inline_weights_are_spilled_once_and_referenced(inline, jobs):
+    model, work = inline
+    before = open(model, "rb").read()
+    spill = work / "polygraphy_debug.onnx.weights"
+    seen = []
+
+    class SpillCheck(ZeroCopyCheck):
+        def run(self, tick=None):
+            entries = external_entries(self.artifact)
+            assert entries, "a candidate carries its weights inline"
+            seen.append(os.stat(os.path.join(os.path.dirname(self.artifact), entries[0][1])).st_ino)
+            return super().run(tick)
+
+    notes = Notes()
+    config = ReduceConfig(
+        model=model, output=str(work / "reduced.onnx"), check=["c"], rule=FailureRule(fail_codes=[1]),
+        iter_artifact=str(work / "polygraphy_debug.onnx"), min_good=str(work / "good.onnx"), jobs=jobs,
+    )
+    first = SpillCheck(work / "polygraphy_debug.onnx", "mul")
+    outcome = Reducer(
+        config, notes, runner=first, runner_factory=lambda k, art, env: SpillCheck(art, "mul")
+    ).run()
+    assert outcome.status == "reduced" and outcome.final_nodes == ["mul [Op: Mul]"]
+    assert len(set(seen)) == 1  # one data file, written once, for every check and worker
+    assert sum("once to" in m for m in notes.messages) == 1
+    assert not spill.exists() and sorted(os.listdir(work)) == ["good.onnx", "reduced.onnx"]
+    for name in ("reduced.onnx", "good.onnx"):
+        assert external_entries(work / name) == []  # self-contained
+    np.testing.assert_array_equal(run_ort(work / "reduced.onnx")[0], W["w1"])
+    assert open(model, "rb").read() == before
+
+
+def test_small_inline_weights_are_not_spilled(tmp_path):
+    path = modelzoo.save(weighted_chain(), tmp_path / "model.onnx")
+    check = ZeroCopyCheck(tmp_path / "polygraphy_debug.onnx", "mul")
+    outcome = reduce(path, tmp_path, check)
+    assert outcome.status == "reduced" and check.inodes == set()  # nothing external: nothing spilled

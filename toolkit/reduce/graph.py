@@ -107,6 +107,18 @@ class RawPieces:
         self.sparse = sparse
         self.external = False  # some initializer's data lives in another file
 
+    def release_pages(self) -> None:
+        """Let the kernel drop the file's pages this process has read (they are read again
+        if needed): keeps a pass over a big memory-mapped model from growing our memory."""
+        import mmap
+
+        advise = getattr(self.data, "madvise", None)
+        if advise is not None and hasattr(mmap, "MADV_DONTNEED"):
+            try:
+                advise(mmap.MADV_DONTNEED)
+            except (OSError, ValueError):
+                pass
+
     @classmethod
     def scan(cls, data) -> Optional["RawPieces"]:
         """Cut ``data`` (a serialized ModelProto) into pieces; None if it is not one graph."""
@@ -519,6 +531,7 @@ class GraphIndex:
         self._ext_files: Optional[List[str]] = None
         self._ref_names = {t.name for t in g.initializer if is_ref(t)} if external_base_dir is not None else set()
         self._ref_src: Dict[str, str] = {}  # reference -> real path of its data file
+        self._spilled: Dict[str, object] = {}  # inline weight -> its reference into the spill file
         self._link_frag: Dict[Tuple[str, str], bytes] = {}
         self._warned = set()
 
@@ -665,7 +678,7 @@ class GraphIndex:
             parts.extend(self._folded_frags(cand.folded))
         if weights:
             for t in inits:
-                if links is not None and t in self._ref_names:
+                if links is not None and self._linkable(t, links):
                     parts.append(self._linked_frag(t, links))
                 else:
                     parts.append(self._initializer_frag(t))
@@ -740,18 +753,29 @@ class GraphIndex:
             self._init_frag[name] = frag
         return frag
 
-    def _linked_frag(self, name: str, links: Mapping[str, str]) -> bytes:
-        """The reference ``name`` pointing at its source file's location in ``links``."""
-        from toolkit.core.weights import relinked, ref_source
-
+    def _ref_file(self, name: str) -> str:
         src = self._ref_src.get(name)
         if src is None:
+            from toolkit.core.weights import ref_source
+
             src = self._ref_src[name] = os.path.realpath(ref_source(self.initializers[name], self._ext_base)[0])
-        location = links[src]
+        return src
+
+    def _linkable(self, name: str, links: Mapping[str, str]) -> bool:
+        """Is ``name`` a weight on disk whose file ``links`` reaches?"""
+        if name in self._spilled:
+            return self._ref_src[name] in links
+        return name in self._ref_names and self._ref_file(name) in links
+
+    def _linked_frag(self, name: str, links: Mapping[str, str]) -> bytes:
+        """The reference ``name`` pointing at its source file's location in ``links``."""
+        from toolkit.core.weights import relinked
+
+        location = links[self._ref_file(name)]
         key = (name, location)
         frag = self._link_frag.get(key)
         if frag is None:
-            tensor = relinked(self.initializers[name], location)
+            tensor = relinked(self._spilled.get(name) or self.initializers[name], location)
             frag = self._link_frag[key] = encode_field(self._fields["initializer"], tensor.SerializeToString())
         return frag
 
@@ -839,9 +863,11 @@ class GraphIndex:
         """
         from toolkit.core.model import save_model
 
-        if cand.refs and links is not None and cand.size_hint - self.ref_bytes(cand) <= BIG_MODEL_BYTES:
-            write_chunks(path, self._chunks(cand, links=links), atomic=atomic)
-            return
+        if links is not None and self.on_disk(cand):
+            inline = sum(self._init_bytes.get(t, 0) for t in cand.inits if not self._linkable(t, links))
+            if inline <= BIG_MODEL_BYTES:
+                write_chunks(path, self._chunks(cand, links=links), atomic=atomic)
+                return
         if cand.refs:
             big = cand.size_hint > BIG_MODEL_BYTES
             if big:
@@ -856,6 +882,59 @@ class GraphIndex:
     def ref_bytes(self, cand: Candidate) -> int:
         """Bytes of the candidate's weights that are still on disk."""
         return sum(self._init_bytes.get(t, 0) for t in cand.refs)
+
+    def on_disk(self, cand: Candidate) -> bool:
+        """Does the candidate use weights that a link can reach (external or spilled)?"""
+        return bool(cand.refs) or any(t in self._spilled for t in cand.inits)
+
+    def data_files(self) -> List[str]:
+        """Real paths of every file the candidates' weights may be read from by reference."""
+        return self.external_files() + sorted(set(self._ref_src[n] for n in self._spilled))
+
+    def spillable_bytes(self, min_bytes: int = 1 << 20) -> int:
+        """Bytes of the inline weights a spill would move (those of ``min_bytes`` or more)."""
+        if self._raw is None:
+            return 0
+        return sum(n for t, n in self._init_bytes.items() if n >= min_bytes and t in self.initializers)
+
+    def spill(self, path: str, min_bytes: int = 1 << 20) -> int:
+        """Write the raw data of the big inline weights once to ``path``; from then on,
+        writes with links refer to it instead of copying the weights again. Returns the
+        bytes written (weights stored in typed fields rather than raw_data stay inline)."""
+        import onnx
+
+        if self._raw is None:
+            return 0
+        location = os.path.basename(path)
+        written = 0
+        real = None
+        with open(path, "wb") as out:
+            real = os.path.realpath(path)
+            for t in self.initializers:
+                frag = self._init_frag.get(t)
+                if frag is None or self._init_bytes.get(t, 0) < min_bytes:
+                    continue
+                body = RawPieces.payload(frag)
+                fields = scan_fields(body)
+                raw = [(s, p, e) for num, s, p, e in fields if num == 9]
+                if len(raw) != 1 or any(num in (4, 5, 6, 7, 10, 11, 13, 14) for num, *_ in fields):
+                    continue
+                _, p0, p1 = raw[0]
+                offset = out.tell()
+                for c in range(p0, p1, 16 << 20):
+                    out.write(body[c : min(c + (16 << 20), p1)])
+                    self._raw.release_pages()  # read once: no need to keep the file's pages
+                keep = b"".join(bytes(body[s:e]) for num, s, _, e in fields if num != 9)
+                stub = onnx.TensorProto()
+                stub.ParseFromString(keep)
+                stub.data_location = onnx.TensorProto.EXTERNAL
+                for key, value in (("location", location), ("offset", str(offset)), ("length", str(p1 - p0))):
+                    entry = stub.external_data.add()
+                    entry.key, entry.value = key, value
+                self._spilled[t] = stub
+                self._ref_src[t] = real
+                written += p1 - p0
+        return written
 
     def external_files(self) -> List[str]:
         """Real paths of the external data files the candidates' references point into."""

@@ -61,6 +61,11 @@ DEFAULT_REPLAY = "polygraphy_debug_replay.json"
 # External weights up to this size are read when the model is loaded; bigger ones stay on
 # disk and are copied into each file written (see GraphIndex.write).
 EAGER_WEIGHT_BYTES = 1 << 20
+# A model whose weights are inside its file has those of them (1 MiB or more each) written
+# once to a data file beside the iteration artifact when they add up to this much; every
+# candidate then refers to them there instead of carrying a copy.
+SPILL_BYTES = 64 << 20
+SPILL_MIN_TENSOR = 1 << 20
 
 
 @dataclass
@@ -404,6 +409,7 @@ class Reducer:
         self._links: Optional[Dict[str, str]] = None  # source data file -> location by the iteration artifact
         self.workers: list = []  # with --jobs: one per parallel check (toolkit.reduce.parallel.Worker)
         self._full_first = False  # check the full model along with the search's first round
+        self._spill_done = False
         self._made_links: List[str] = []  # links made for the iteration artifact (removed at the end)
 
     # ------------------------------------------------------------------ set-up
@@ -723,7 +729,8 @@ class Reducer:
     def _artifact_links(self, cand: Candidate, worker=None) -> Optional[Dict[str, str]]:
         """Where an iteration artifact finds the model's external data files (made once per
         artifact folder): candidates refer to the weights there instead of copying them."""
-        if not cand.refs:
+        self._maybe_spill()
+        if not self.index.on_disk(cand):
             return None
         links = worker.links if worker is not None else self._links
         if links is None:
@@ -732,7 +739,7 @@ class Reducer:
             path = worker.artifact if worker is not None else self.cfg.iter_artifact
             try:
                 links, made = link_data_files(
-                    self.index.external_files(),
+                    self.index.data_files(),
                     os.path.dirname(os.path.abspath(path)),
                     os.path.basename(path),
                     note=self.reporter.info,
@@ -745,6 +752,27 @@ class Reducer:
             else:
                 self._links = links
         return links
+
+    def _maybe_spill(self) -> None:
+        """Once: the big inline weights to ``<iteration artifact>.weights``, if they are worth it."""
+        if self._spill_done:
+            return
+        self._spill_done = True
+        if self.index.spillable_bytes(SPILL_MIN_TENSOR) < SPILL_BYTES:
+            return
+        path = self.cfg.iter_artifact + ".weights"
+        if self.cfg.model != "-" and os.path.realpath(path) == os.path.realpath(self.cfg.model):
+            return
+        start = time.monotonic()
+        try:
+            written = self.index.spill(path, SPILL_MIN_TENSOR)
+        except OSError as exc:
+            raise InputError(f"{path}: cannot write the model's weights there: {exc.strerror or exc}") from None
+        self._made_links.append(path)
+        self.reporter.info(
+            f"Wrote the model's weights once to {path} ({written / 2**20:.0f} MiB, "
+            f"{time.monotonic() - start:.1f} s); every subgraph refers to them there"
+        )
 
     def _write_model(self, cand: Candidate, path: str) -> None:
         """Write an output (-o, --min-good, a sorted artifact): with copies of the weights it
@@ -836,7 +864,7 @@ class Reducer:
                 continue
             os.makedirs(folder, exist_ok=True)
             dest = os.path.join(folder, f"{number:03d}_{os.path.basename(path.rstrip(os.sep))}")
-            if cand is not None and linked and cand.refs and (
+            if cand is not None and linked and self.index.on_disk(cand) and (
                 self._is_iter_artifact(path) or (worker is not None and path == worker.artifact)
             ):
                 # its weights are reached through links beside it: moved, it would lose them
