@@ -107,6 +107,15 @@ def test_compare_reduce_ends_at_the_perturbed_conv(golden, cli, tmp_path):
     assert "Reduced 16 -> 1 node" in res.err
 
 
+def test_compare_reduce_with_parallel_checks(golden, cli, tmp_path):
+    out = tmp_path / "reduced.onnx"
+    res = cli("debug", "reduce", golden["faulty"], "-o", out, "--compare", "onnxrt", "onnxrt",
+              "--reference-model", golden["clean"], "--iter-artifact", tmp_path / "artifact.onnx", "--jobs", "2")
+    assert res.code == 0, res.err
+    assert _nodes(out) == ["conv3"]
+    assert res.err.count("Computing every tensor") == 1  # one reference for every worker
+
+
 def test_compare_reduce_without_a_difference_has_nothing_to_reduce(golden, cli, tmp_path):
     res = cli("debug", "reduce", golden["clean"], "-o", tmp_path / "r.onnx", "--compare", "onnxrt",
               "--iter-artifact", tmp_path / "artifact.onnx")

@@ -672,6 +672,8 @@ def reduce_command(
     # The question of interactive mode goes to stdout (as a prompt does), unless stdout carries --json.
     prompt_stream = sys.stderr if json_summary else sys.stdout
     try:
+        if runner is not None:
+            reducer_kw["runner_factory"] = lambda _k, artifact, env: runner.sibling(artifact, env)
         reducer = reducer_cls(cfg, reporter, runner=runner, prompt_stream=prompt_stream, **reducer_kw)
         outcome = reducer.run()
     finally:

@@ -315,9 +315,23 @@ class CompareRunner(WarmRunner):
     kind = "warm"
 
     def __init__(
-        self, model: str, artifact: str, opts: CompareOptions, entry: Callable, worker, *, notes=None, timeout=None
+        self,
+        model: str,
+        artifact: str,
+        opts: CompareOptions,
+        entry: Callable,
+        worker,
+        *,
+        notes=None,
+        timeout=None,
+        env=None,
+        primary: Optional["CompareRunner"] = None,
     ):
-        super().__init__(["run", artifact], timeout, entry=WorkerEntry(main=self._child_main, prepare=worker.prepare))
+        super().__init__(
+            ["run", artifact], timeout, entry=WorkerEntry(main=self._child_main, prepare=worker.prepare), env=env
+        )
+        self.worker = worker
+        self.primary = primary  # a sibling for --jobs shares the primary's reference
         self.model = model
         self.artifact = artifact
         self.opts = opts
@@ -331,8 +345,20 @@ class CompareRunner(WarmRunner):
     def check_argv(self) -> List[str]:
         return describe_check(self.artifact, self.opts)
 
-    def prepare(self) -> None:
+    def sibling(self, artifact: str, env=None) -> "CompareRunner":
+        """The runner of another parallel worker (``--jobs``): its own artifact, this reference."""
+        return CompareRunner(
+            self.model, artifact, self.opts, self.run_entry, self.worker, notes=self.notes, timeout=self.timeout,
+            env=env, primary=self,
+        )
+
+    def prepare(self, loading=None) -> None:
         if self._prepared:
+            return
+        if self.primary is not None:
+            self.primary.prepare()
+            self.ref = self.primary.ref
+            self._prepared = True  # imports and warm-up were done once, by the primary, in this process
             return
         from toolkit.core.datafiles import load_data
 
@@ -371,9 +397,9 @@ class CompareRunner(WarmRunner):
             self.options = None
 
     def close(self) -> None:
-        if self.ref is not None:
+        if self.ref is not None and self.primary is None:
             self.ref.close()
-            self.ref = None
+        self.ref = None
 
 
 # ---------------------------------------------------------------------- evidence for --all-faults
