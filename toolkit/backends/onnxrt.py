@@ -203,6 +203,10 @@ class OnnxrtRunner(Runner):
     def _session_options(self, ort):
         so = ort.SessionOptions()
         so.log_severity_level = _LOG_SEVERITY  # see set_log_severity
+        if self.providers == ["CPUExecutionProvider"]:
+            # The memory pattern (one block planned from the first run, allocated from the second
+            # on) adds ~15% to the peak of a many-iteration run with no measurable speed-up on CPU.
+            so.enable_mem_pattern = False
         chosen = self.graph_optimization
         if self.fp16 and not chosen:
             # ONNX-Runtime's fusions (LayerNorm, even at the basic level) see through the

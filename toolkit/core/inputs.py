@@ -187,8 +187,24 @@ def _generate_one(rng, shape, dtype_name: str, lo: float, hi: float, name: str):
         scale, shift = lo, 0.0
     if math.isinf(hi):
         scale = hi
+    return _uniform(rng, shape, dt, scale, shift)
+
+
+_CHUNK = 1 << 18  # values drawn per step: float64 scratch of 2 MiB, not 8 bytes per value of the input
+
+
+def _uniform(rng, shape, dt, scale: float, shift: float):
+    """``(rng.random_sample(shape) * scale + shift).astype(dt)``, drawn in chunks: the same values
+    (the generator's stream does not depend on how it is split) without a float64 copy of the input."""
+    import numpy as np
+
+    out = np.empty(shape, dtype=dt)
+    flat = out.reshape(-1)
     with np.errstate(over="ignore", invalid="ignore"):
-        return np.asarray((rng.random_sample(size=shape) * scale + shift).astype(dt))
+        for start in range(0, flat.size, _CHUNK):
+            count = min(_CHUNK, flat.size - start)
+            flat[start : start + count] = (rng.random_sample(count) * scale + shift).astype(dt)
+    return out
 
 
 @dataclass

@@ -8,7 +8,7 @@ kept in memory, and checked against their own inputs like loaded data.
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core.errors import InputError
 from toolkit.core.meta import TensorMeta
@@ -77,13 +77,13 @@ class FeedSource:
                 self._notes(note)
         return plan
 
-    def _generate(self) -> Iterator[Dict]:
+    def _generated(self, k: int) -> Dict:
         plan, values = self._generation
-        for feed in plan.feeds(self.iterations, self.seed):
-            for name, value in values.items():  # shape-tensor inputs get valid shapes (a TensorRT profile's opt values)
-                if name in feed and name not in plan.ranges.per_input:
-                    feed[name] = value.copy()
-            yield feed
+        feed = plan.feed(k, self.seed)
+        for name, value in values.items():  # shape-tensor inputs get valid shapes (a TensorRT profile's opt values)
+            if name in feed and name not in plan.ranges.per_input:
+                feed[name] = value.copy()
+        return feed
 
     def feeds(
         self,
@@ -100,29 +100,40 @@ class FeedSource:
         from toolkit.core.inputs import select_feed
 
         if self.loaded is not None:
-            return self._select_loaded(metas)
+            loaded, where = self.loaded, self.where
+
+            def make(k: int) -> Dict:
+                source = where[k][0] if where[k][0] != "-" else "<stdin>"
+                return select_feed(loaded[k], metas, source=source, iteration=where[k][1])
+
+            return _Feeds(len(loaded), make)
         if self._generation is None:
             self._generation = (self._plan(metas, preferred, values or {}), dict(values or {}))
-            return self._generate()
-        generated = self._generate()
-        return (select_feed(f, metas, source="generated inputs", iteration=k) for k, f in enumerate(generated))
-
-    def _select_loaded(self, metas: Sequence[TensorMeta]) -> Iterator[Dict]:
-        """The loaded feeds for ``metas``; what select_feed mends (a name differing only in case,
-        a value-preserving cast) is said once per file and tensor, not once per iteration."""
-        from toolkit.core.inputs import select_feed
-
-        seen = set()
-        for f, w in zip(self.loaded, self.where):
-            notes: List[str] = []
-            feed = select_feed(f, metas, source=w[0] if w[0] != "-" else "<stdin>", iteration=w[1], notes=notes)
-            for note in notes:
-                if note not in seen:
-                    seen.add(note)
-                    if self._notes is not None:
-                        self._notes(note)
-            yield feed
+            return _Feeds(self.iterations, self._generated)
+        return _Feeds(
+            self.iterations,
+            lambda k: select_feed(self._generated(k), metas, source="generated inputs", iteration=k),
+        )
 
     def all_for(self, metas: Sequence[TensorMeta]) -> List[Dict]:
         """Every feed at once (TensorRT calibrates ``--int8`` on them while it builds)."""
         return list(self.feeds(metas))
+
+
+class _Feeds:
+    """Feed ``k`` made by ``make(k)`` when asked for, and referenced nowhere here once returned
+    (a generator would hold the previous feed while it makes the next one)."""
+
+    def __init__(self, count: int, make: Callable[[int], Dict]):
+        self.count = count
+        self.make = make
+        self.next = 0
+
+    def __iter__(self) -> "_Feeds":
+        return self
+
+    def __next__(self) -> Dict:
+        if self.next >= self.count:
+            raise StopIteration
+        self.next += 1
+        return self.make(self.next - 1)

@@ -284,6 +284,7 @@ def run_runner(
             if planned.opts.keep_outputs:
                 result.iterations.append(outs)
             stream.on_iteration(index, runner.name, k, outs, keep)
+            del feed, outs  # before the next feed is made: one iteration in memory at a time
         result.count = len(result.runtimes)
         stream.kept = keep
         rep.runner_done(runner.name, result.runtimes)
