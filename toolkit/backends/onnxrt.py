@@ -16,6 +16,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from toolkit.backends.base import Runner
 from toolkit.core.errors import DependencyError, InferenceError, InputError, one_line  # noqa: F401  (InferenceError: re-exported)
+from toolkit.core.graphs import external_data_folder, has_external_data
 from toolkit.core.meta import TensorMeta
 
 STDIO = "-"
@@ -275,10 +276,8 @@ class OnnxrtRunner(Runner):
         if self.fp16:
             model = self._emulated(model)
             raw, patch = None, b""
-        if _uses_external_data(model):
-            base = self.external_data_dir
-            if base is None:
-                base = os.getcwd() if self.model_path == STDIO else os.path.dirname(os.path.abspath(self.model_path))
+        if has_external_data(model):
+            base = external_data_folder(self.model_path, self.external_data_dir)
             if not os.path.isdir(base):
                 raise InputError(f"{base}: external data folder does not exist")
             so.add_session_config_entry(EXTERNAL_DIR_KEY, base)
@@ -379,9 +378,3 @@ def _shape_of(shape) -> Optional[tuple]:
         else:
             out.append(None)
     return tuple(out)
-
-
-def _uses_external_data(model) -> bool:
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data
-
-    return any(uses_external_data(t) for t in _get_all_tensors(model))

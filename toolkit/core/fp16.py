@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from toolkit.core.errors import DependencyError, InputError
+from toolkit.core.graphs import node_subgraphs, walk_graphs
 
 FLOAT = 1
 FLOAT16 = 10
@@ -51,7 +52,6 @@ FP16_TINY = 2.0**-24  # smallest positive (subnormal) fp16
 _FLOATS = (FLOAT, FLOAT16)
 _TENSOR_STR = {FLOAT: "tensor(float)", FLOAT16: "tensor(float16)"}
 _STD_DOMAINS = ("", "ai.onnx")
-_SUBGRAPH_ATTR = 5  # AttributeProto.GRAPH
 _SUBGRAPHS_ATTR = 10  # AttributeProto.GRAPHS
 # ops whose output type comes from a ``dtype`` attribute
 _DTYPE_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "EyeLike", "Bernoulli"}
@@ -82,21 +82,7 @@ def default_block_list() -> List[str]:
 # ---------------------------------------------------------------------- graph walking
 
 
-def iter_graphs(graph) -> Iterator:
-    """``graph`` and every subgraph below it (If/Loop/Scan bodies), depth first."""
-    yield graph
-    for node in graph.node:
-        for sub in node_subgraphs(node):
-            yield from iter_graphs(sub)
-
-
-def node_subgraphs(node) -> list:
-    subs = []
-    for attr in node.attribute:
-        if attr.type == _SUBGRAPH_ATTR or attr.HasField("g"):
-            subs.append(attr.g)
-        subs.extend(attr.graphs)
-    return subs
+iter_graphs = walk_graphs  # ``graph`` and every subgraph below it (If/Loop/Scan bodies), depth first
 
 
 def iter_nodes(model) -> Iterator:

@@ -14,6 +14,7 @@ import tempfile
 from typing import Iterator, Optional
 
 from toolkit.core.errors import InputError, UsageError
+from toolkit.core.graphs import all_tensors, external_data_folder, external_data_locations, has_external_data  # noqa: F401  (re-exported)
 
 STDIO = "-"
 # Protobuf refuses to serialize messages of 2 GiB or more.
@@ -71,12 +72,6 @@ def _parse_model(data: bytes, path: str):
     return model
 
 
-def _has_external_data(model) -> bool:
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data
-
-    return any(uses_external_data(t) for t in _get_all_tensors(model))
-
-
 def load_model(
     path: str,
     *,
@@ -92,25 +87,9 @@ def load_model(
     data = read_bytes(path)
     model = _parse_model(data, path)
     del data
-    if load_external_data and _has_external_data(model):
-        base = external_data_dir
-        if base is None:
-            base = os.getcwd() if path == STDIO else (os.path.dirname(os.path.abspath(path)) or ".")
-        load_external_data_into(model, base, path)
+    if load_external_data and has_external_data(model):
+        load_external_data_into(model, external_data_folder(path, external_data_dir), path)
     return model
-
-
-def external_data_locations(model) -> list:
-    """Relative file names of every external data file the model references."""
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data
-
-    locations = []
-    for t in _get_all_tensors(model):
-        if uses_external_data(t):
-            for entry in t.external_data:
-                if entry.key == "location" and entry.value not in locations:
-                    locations.append(entry.value)
-    return locations
 
 
 def check_external_files(model, base_dir: str, path: str = "") -> None:
@@ -259,7 +238,6 @@ def save_model(
 def _save_with_external_data(
     model, path: str, location: Optional[str], size_threshold: int, base_dir: Optional[str] = None
 ) -> None:
-    import onnx
     from onnx.external_data_helper import write_external_data_tensors
 
     check_output_path(path)
@@ -288,7 +266,7 @@ def _save_with_external_data(
                 set_external_data(t, tmp_loc)
         write_external_data_tensors(model, folder)
         # point the model at the final name before serializing it
-        for tensor in onnx.external_data_helper._get_all_tensors(model):
+        for tensor in all_tensors(model):
             for entry in tensor.external_data:
                 if entry.key == "location" and entry.value == tmp_loc:
                     entry.value = location

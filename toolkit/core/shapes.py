@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
 from toolkit.core.errors import InputError, one_line
+from toolkit.core.graphs import attribute_graphs, has_external_data
 from toolkit.core.meta import TensorMeta, format_spec_shape
 
 # Initializers bigger than this are replaced by shape-only stubs for shape inference.
@@ -33,8 +34,6 @@ def subgraph_outer_reads(node) -> List[str]:
     followed; names defined inside a body (its inputs, initializers, node outputs) are
     not reported.
     """
-    import onnx
-
     reads: List[str] = []
     seen: Set[str] = set()
 
@@ -49,22 +48,14 @@ def subgraph_outer_reads(node) -> List[str]:
                     seen.add(name)
                     reads.append(name)
             for attr in n.attribute:
-                for sub in _attr_graphs(attr, onnx):
+                for sub in attribute_graphs(attr):
                     visit_graph(sub, local)
             local.update(o for o in n.output if o)
 
     for attr in node.attribute:
-        for sub in _attr_graphs(attr, onnx):
+        for sub in attribute_graphs(attr):
             visit_graph(sub, set())
     return reads
-
-
-def _attr_graphs(attr, onnx):
-    if attr.type == onnx.AttributeProto.GRAPH:
-        return [attr.g]
-    if attr.type == onnx.AttributeProto.GRAPHS:
-        return list(attr.graphs)
-    return []
 
 
 def node_reads(node) -> List[str]:
@@ -157,11 +148,6 @@ def light_copy(model, stub_bytes: int = _STUB_BYTES):
     return new
 
 
-def _uses_external_refs(model) -> bool:
-    import onnx
-    from onnx.external_data_helper import _get_all_tensors
-
-    return any(t.data_location == onnx.TensorProto.EXTERNAL for t in _get_all_tensors(model))
 
 
 # ---------------------------------------------------------------------- input shapes
@@ -441,7 +427,7 @@ def _run_for_shapes(original, work, input_shapes, external_data_dir, feed=None) 
     runnable.CopyFrom(original)
     if input_shapes:
         override_input_shapes(runnable, dict(input_shapes), inplace=True)
-    external_refs = _uses_external_refs(runnable)
+    external_refs = has_external_data(runnable)
     if external_refs and external_data_dir is None:
         raise InputError(
             "the model's weights are stored outside it and were not loaded; pass --external-data-dir "

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError, one_line
+from toolkit.core.graphs import walk_graphs
 from toolkit.core.meta import TensorMeta, format_meta, format_spec_shape, parse_size  # noqa: F401  (parse_size: re-exported)
 from toolkit.core.shapes import (
     infer_tensor_meta,
@@ -215,24 +216,13 @@ def _initializers_read_by_constant_nodes(graph) -> set:
 # ---------------------------------------------------------------------- malformed models
 
 
-def _walk_graphs(graph):
-    """``graph`` and every If/Loop/Scan body inside it (ONNX protos)."""
-    yield graph
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.g.ByteSize():
-                yield from _walk_graphs(attr.g)
-            for sub in attr.graphs:
-                yield from _walk_graphs(sub)
-
-
 def check_structure(model) -> None:
     """Raise InputError for what graphsurgeon cannot import or sort: unknown element types,
     a tensor defined twice, a cycle. Cheap (no weights read); the message names the tensor."""
     import onnx
 
     valid = set(onnx.TensorProto.DataType.values())
-    for g in _walk_graphs(model.graph):
+    for g in walk_graphs(model.graph):
         for t in g.initializer:
             if t.data_type not in valid or t.data_type == onnx.TensorProto.UNDEFINED:
                 raise InputError(f"initializer '{t.name}' has an invalid data type ({t.data_type}); the model is corrupt")

@@ -20,6 +20,7 @@ import warnings
 from typing import Dict, Iterator, List, Optional, Tuple
 
 from toolkit.core.errors import InputError
+from toolkit.core.graphs import walk_graphs
 from toolkit.core.model import describe
 
 _CHUNK = 16 << 20
@@ -33,21 +34,11 @@ def is_ref(tensor) -> bool:
     return tensor.data_location == onnx.TensorProto.EXTERNAL
 
 
-def _walk_graphs(graph, top: bool = True) -> Iterator[Tuple[object, bool]]:
-    yield graph, top
-    for node in graph.node:
-        for attr in node.attribute:
-            if attr.g.ByteSize():
-                yield from _walk_graphs(attr.g, False)
-            for sub in attr.graphs:
-                yield from _walk_graphs(sub, False)
-
-
 def nested_tensors(model) -> Iterator[object]:
     """Every tensor except the top graph's initializers: subgraph initializers and
     tensors in node attributes (Constant values), at any depth."""
-    for graph, top in _walk_graphs(model.graph):
-        if not top:
+    for graph in walk_graphs(model.graph):
+        if graph is not model.graph:
             yield from graph.initializer
         for node in graph.node:
             for attr in node.attribute:
@@ -232,18 +223,15 @@ def load_lazily(
     ``needed(graph)`` (a function of the loaded graph, e.g. what constant folding reads).
     ``files``, if given, receives the absolute paths of the model's external data files.
     """
-    from toolkit.core.model import STDIO, _has_external_data, check_external_files, load_model
+    from toolkit.core.graphs import external_data_folder, external_data_locations, has_external_data
+    from toolkit.core.model import check_external_files, load_model
 
     model = load_model(path, external_data_dir=external_data_dir, load_external_data=False)
-    if not _has_external_data(model):
+    if not has_external_data(model):
         return model, None
-    base = external_data_dir
-    if base is None:
-        base = os.getcwd() if path == STDIO else (os.path.dirname(os.path.abspath(path)) or ".")
+    base = external_data_folder(path, external_data_dir)
     check_external_files(model, base, path)
     if files is not None:
-        from toolkit.core.model import external_data_locations
-
         files.extend(os.path.abspath(os.path.join(base, loc)) for loc in external_data_locations(model))
     needed = set(needed(model.graph)) if needed is not None else set()
     for t in nested_tensors(model):

@@ -204,7 +204,8 @@ def load_for_index(path: str, external_data_dir: Optional[str] = None):
     (stdin, anything unusual) the model is loaded and ``pieces`` is None. Errors are those
     of :func:`toolkit.core.model.load_model`.
     """
-    from toolkit.core.model import _has_external_data, _parse_model, check_readable_file
+    from toolkit.core.graphs import has_external_data
+    from toolkit.core.model import _parse_model, check_readable_file
     from toolkit.core.weights import load_lazily
 
     def full():
@@ -225,7 +226,7 @@ def load_for_index(path: str, external_data_dir: Optional[str] = None):
         model = _parse_model(light, path)
     except InputError:
         return full()  # let the normal loader word the error
-    if _has_external_data(model):
+    if has_external_data(model):
         return full()
     return model, pieces, None
 

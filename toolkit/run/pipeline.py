@@ -84,7 +84,8 @@ def fp16_model(opts: RunOptions, rep: Reporter) -> Iterator[str]:
 
 def save_onnx(opts: RunOptions, rep: Reporter) -> None:
     """--save-onnx: the ONNX model as ONNX-Runtime runs it (the outputs --onnx-outputs marks)."""
-    from toolkit.core.model import _has_external_data, load_model, save_model
+    from toolkit.core.graphs import external_data_folder, has_external_data
+    from toolkit.core.model import load_model, save_model
 
     model = load_model(opts.model, external_data_dir=opts.external_data_dir, load_external_data=False)
     if opts.onnx_outputs or opts.onnx_exclude_outputs:
@@ -92,8 +93,8 @@ def save_onnx(opts: RunOptions, rep: Reporter) -> None:
 
         set_outputs(model, select_outputs(model, opts.onnx_outputs, opts.onnx_exclude_outputs))
     base = None
-    if _has_external_data(model):
-        base = opts.external_data_dir or os.path.dirname(os.path.abspath(opts.model)) or "."
+    if has_external_data(model):
+        base = external_data_folder(opts.model, opts.external_data_dir)
     save_model(model, opts.save_onnx, external_base_dir=base)
     rep.saved("the ONNX model that runs", opts.save_onnx)
 

@@ -1,0 +1,91 @@
+"""ONNX plumbing: walk graphs and their subgraphs, reach every tensor, find external data.
+
+One place for what onnx keeps private (``onnx.external_data_helper._get_all_tensors``) and
+for the graph walks every module needs. Works on protobufs (``onnx.ModelProto`` /
+``GraphProto`` / ``NodeProto``); nothing here imports onnx at module level or reads weights.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Iterable, Iterator, List, Optional
+
+STDIO = "-"
+_EXTERNAL = 1  # onnx.TensorProto.EXTERNAL
+
+
+def attribute_graphs(attr) -> list:
+    """The graphs an attribute holds (an If branch, a Loop/Scan body; ``[]`` for other attributes)."""
+    subs = [attr.g] if attr.HasField("g") else []
+    subs.extend(attr.graphs)
+    return subs
+
+
+def node_subgraphs(node) -> list:
+    """Every graph held by ``node``'s attributes, in attribute order."""
+    subs: list = []
+    for attr in node.attribute:
+        subs.extend(attribute_graphs(attr))
+    return subs
+
+
+def walk_graphs(graph) -> Iterator:
+    """``graph``, then every subgraph below it at any depth (depth first)."""
+    yield graph
+    for node in graph.node:
+        for sub in node_subgraphs(node):
+            yield from walk_graphs(sub)
+
+
+def _attribute_tensors(nodes: Iterable) -> Iterator:
+    for node in nodes:
+        for attr in node.attribute:
+            if attr.HasField("t"):
+                yield attr.t
+            yield from attr.tensors
+
+
+def all_tensors(model) -> Iterator:
+    """Every tensor of ``model``: initializers of every graph and tensors held in node
+    attributes (``Constant`` values), in subgraphs and in model-local functions too."""
+    for graph in walk_graphs(model.graph):
+        yield from graph.initializer
+        yield from _attribute_tensors(graph.node)
+    for function in model.functions:
+        yield from _attribute_tensors(function.node)
+        for node in function.node:
+            for sub in node_subgraphs(node):
+                for graph in walk_graphs(sub):
+                    yield from graph.initializer
+                    yield from _attribute_tensors(graph.node)
+
+
+def is_external(tensor) -> bool:
+    """Whether ``tensor``'s data lives in an external file (its ``raw_data``, if any, is ignored)."""
+    return tensor.data_location == _EXTERNAL
+
+
+def has_external_data(model) -> bool:
+    """Whether any tensor of ``model`` refers to an external data file."""
+    return any(is_external(t) for t in all_tensors(model))
+
+
+def external_data_locations(model) -> List[str]:
+    """Relative file names of every external data file ``model`` references, in first-use order."""
+    locations: List[str] = []
+    for t in all_tensors(model):
+        if is_external(t):
+            for entry in t.external_data:
+                if entry.key == "location" and entry.value not in locations:
+                    locations.append(entry.value)
+    return locations
+
+
+def external_data_folder(model_path: str, external_data_dir: Optional[str] = None) -> str:
+    """Where a model's external data files are: ``external_data_dir`` when given, else the
+    model's folder (the current folder for a model read from stdin)."""
+    if external_data_dir is not None:
+        return external_data_dir
+    if model_path == STDIO:
+        return os.getcwd()
+    return os.path.dirname(os.path.abspath(model_path)) or "."
