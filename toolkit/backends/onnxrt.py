@@ -230,13 +230,10 @@ class OnnxrtRunner(Runner):
             copy = onnx.ModelProto()
             copy.CopyFrom(model)
             model = copy
-        if _uses_external_data(model):
+        if has_external_data(model):
             from toolkit.core.model import load_external_data_into
 
-            base = self.external_data_dir
-            if base is None:
-                base = os.getcwd() if self.model_path == STDIO else os.path.dirname(os.path.abspath(self.model_path))
-            load_external_data_into(model, base, self.model_path)
+            load_external_data_into(model, external_data_folder(self.model_path, self.external_data_dir), self.model_path)
         if self._selected is not None:
             set_outputs(model, self._selected)
         emu = fp16.emulate_any(model, inplace=True)

@@ -1249,7 +1249,7 @@ _FOLD_LEVELS = (
 
 
 def _has_non_tensor_types(model) -> bool:
-    for g in _walk_graphs(model.graph):
+    for g in walk_graphs(model.graph):
         for vi in list(g.input) + list(g.output) + list(g.value_info):
             if vi.type.WhichOneof("value") not in (None, "tensor_type"):
                 return True
