@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError, one_line
-from toolkit.core.graphs import walk_graphs
+from toolkit.core.graphs import has_external_data, walk_graphs
 from toolkit.core.meta import TensorMeta, format_meta, format_spec_shape, parse_size  # noqa: F401  (parse_size: re-exported)
 from toolkit.core.shapes import (
     infer_tensor_meta,
@@ -917,8 +917,6 @@ class _Validation:
         if self._prepared:
             return
         self._prepared = True
-        from toolkit.core.shapes import _uses_external_refs
-
         try:
             import onnxruntime  # noqa: F401
         except ImportError:
@@ -927,7 +925,7 @@ class _Validation:
         if self.original.ByteSize() > _VALIDATE_MAX_BYTES:
             self.skip_reason = "the model is over 1 GiB"
             return
-        if _uses_external_refs(self.original):
+        if has_external_data(self.original):
             # Running would read every weight from disk: check the structure only (ONNX's
             # checker with strict shape inference, which is where loading fails).
             self.structural_only = True
