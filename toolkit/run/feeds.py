@@ -100,13 +100,7 @@ class FeedSource:
         from toolkit.core.inputs import select_feed
 
         if self.loaded is not None:
-            loaded, where = self.loaded, self.where
-
-            def make(k: int) -> Dict:
-                source = where[k][0] if where[k][0] != "-" else "<stdin>"
-                return select_feed(loaded[k], metas, source=source, iteration=where[k][1])
-
-            return _Feeds(len(loaded), make)
+            return self._select_loaded(metas)
         if self._generation is None:
             self._generation = (self._plan(metas, preferred, values or {}), dict(values or {}))
             return _Feeds(self.iterations, self._generated)
@@ -114,6 +108,27 @@ class FeedSource:
             self.iterations,
             lambda k: select_feed(self._generated(k), metas, source="generated inputs", iteration=k),
         )
+
+    def _select_loaded(self, metas: Sequence[TensorMeta]) -> "_Feeds":
+        """The loaded feeds for ``metas``; what select_feed mends (a name differing only in case,
+        a value-preserving cast) is said once per file and tensor, not once per iteration."""
+        from toolkit.core.inputs import select_feed
+
+        loaded, where = self.loaded or [], self.where
+        seen: set = set()
+
+        def make(k: int) -> Dict:
+            notes: List[str] = []
+            source = where[k][0] if where[k][0] != "-" else "<stdin>"
+            feed = select_feed(loaded[k], metas, source=source, iteration=where[k][1], notes=notes)
+            for note in notes:
+                if note not in seen:
+                    seen.add(note)
+                    if self._notes is not None:
+                        self._notes(note)
+            return feed
+
+        return _Feeds(len(loaded), make)
 
     def all_for(self, metas: Sequence[TensorMeta]) -> List[Dict]:
         """Every feed at once (TensorRT calibrates ``--int8`` on them while it builds)."""
