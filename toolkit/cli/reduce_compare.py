@@ -45,6 +45,7 @@ def make_compare_runner(model: str, artifact: str, words: Sequence[str], **kw):
         from toolkit.core.model import check_readable_file
 
         check_readable_file(opts.reference_model)
+    from toolkit.cli import run as _run  # noqa: F401 - imported once here, inherited by every forked check
     from toolkit.cli.app import worker_entry
 
     return CompareRunner(model, artifact, opts, run_entry, worker_entry(), notes=log)

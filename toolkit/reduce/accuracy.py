@@ -327,9 +327,8 @@ class CompareRunner(WarmRunner):
         env=None,
         primary: Optional["CompareRunner"] = None,
     ):
-        super().__init__(
-            ["run", artifact], timeout, entry=WorkerEntry(main=self._child_main, prepare=worker.prepare), env=env
-        )
+        # (no command tree to build: the child calls ``entry`` directly, not the CLI's parser)
+        super().__init__(["run", artifact], timeout, entry=WorkerEntry(main=self._child_main), env=env)
         self.worker = worker
         self.primary = primary  # a sibling for --jobs shares the primary's reference
         self.model = model
