@@ -128,3 +128,82 @@ def test_no_per_pass_shape_inference_folds_less_on_shape_chains(tmp_path, cli):
     assert counts[False] <= counts[True]
     res = cli("surgeon", "sanitize", path, "-o", out, "--fold-constants", "--no-onnxruntime-shape-inference")
     assert res.code == 0, res.err
+
+
+# ---------------------------------------------------------------------- extract on dynamic models
+
+
+def dynamic_unknown_rank():
+    """x:[N,8] -> Relu -> t; y = Reshape(t, Concat([-1], Range(0, k) + 8)) where k comes from data:
+    ONNX shape inference cannot tell y's rank, and N is dynamic."""
+    inits = [
+        numpy_helper.from_array(np.array(0, np.int64), "zero"),
+        numpy_helper.from_array(np.array(1, np.int64), "one"),
+        numpy_helper.from_array(np.array([-1], np.int64), "minus1"),
+        numpy_helper.from_array(np.array(8, np.int64), "eight"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "fzero"),
+    ]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["t"], name="relu"),
+        helper.make_node("Sigmoid", ["t"], ["s"], name="sigmoid"),
+        helper.make_node("ReduceMin", ["s"], ["mn"], name="rmin", keepdims=0),
+        helper.make_node("Mul", ["mn", "fzero"], ["z"], name="zero_out"),
+        helper.make_node("Cast", ["z"], ["zi"], name="cast", to=TensorProto.INT64),
+        helper.make_node("Add", ["zi", "one"], ["k"], name="k"),
+        helper.make_node("Range", ["zero", "k", "one"], ["rg"], name="range"),
+        helper.make_node("Add", ["rg", "eight"], ["tail"], name="plus8"),
+        helper.make_node("Concat", ["minus1", "tail"], ["newshape"], name="concat", axis=0),
+        helper.make_node("Reshape", ["s", "newshape"], ["y"], name="reshape"),
+    ]
+    graph = helper.make_graph(nodes, "dyn", [modelzoo.vi("x", ["N", 8])], [modelzoo.vi("y", None)], inits)
+    return modelzoo.make_model(graph, opset=17)
+
+
+def test_extract_dynamic_model_with_given_cut_shapes(tmp_path, cli):
+    path = modelzoo.save(dynamic_unknown_rank(), tmp_path / "dyn.onnx")
+    out = tmp_path / "cut.onnx"
+    res = cli("surgeon", "extract", path, "-o", out, "--inputs", "t:[2,8]:float32", "--outputs", "y:float32")
+    assert res.code == 0, res.err
+    m = onnx.load(str(out))
+    onnx.checker.check_model(m)
+    assert [d.dim_value for d in m.graph.output[0].type.tensor_type.shape.dim] == [2, 8]
+    t = np.linspace(-1, 1, 16, dtype=np.float32).reshape(2, 8)
+    np.testing.assert_allclose(run(out, {"t": t})["y"], 1 / (1 + np.exp(-t)), rtol=1e-6)
+    # Without the cut's shapes, the model's dynamic input is still needed, and the error says so.
+    res = cli("surgeon", "extract", path, "-o", out, "--inputs", "t:auto:auto", "--outputs", "y:float32")
+    assert res.code == 3 and "--model-input-shapes" in res.err
+
+
+def test_extract_keeps_symbolic_dims(tmp_path, cli):
+    """The model names its dims (sequence_length); ONNX inference would invent unk__N names for the
+    ones it cannot derive: the model's own names and values are kept."""
+    model = dynamic_unknown_rank()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "sequence_length"
+    model.graph.value_info.append(helper.make_tensor_value_info("y2", TensorProto.FLOAT, ["sequence_length", 8]))
+    model.graph.node.append(helper.make_node("Neg", ["y"], ["y2"], name="neg"))
+    del model.graph.output[:]
+    model.graph.output.append(helper.make_tensor_value_info("y2", TensorProto.FLOAT, ["sequence_length", 8]))
+    path = modelzoo.save(model, tmp_path / "sym.onnx")
+    out = tmp_path / "cut.onnx"
+    res = cli("surgeon", "extract", path, "-o", out, "--inputs", "s:auto:auto", "--outputs", "y2:auto")
+    assert res.code == 0, res.err
+    m = onnx.load(str(out))
+    dims = lambda vi: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]  # noqa: E731
+    assert dims(m.graph.input[0]) == ["sequence_length", 8]
+    assert dims(m.graph.output[0]) == ["sequence_length", 8]
+    assert not any(str(d).startswith("unk__") for vi in m.graph.value_info for d in dims(vi))
+
+
+def test_extract_refuses_cut_shapes_that_contradict_inference(tmp_path, cli):
+    path = modelzoo.save(dynamic_unknown_rank(), tmp_path / "dyn.onnx")
+    out = tmp_path / "cut.onnx"
+    res = cli("surgeon", "extract", path, "-o", out, "--inputs", "t:[2,8,1]:float32", "--outputs", "y:float32")
+    assert res.code == 3, res.err
+    assert "'t'" in res.err and "[2,8,1]" in res.err and "model computes t:[N,8]:float32" in res.err
+    assert not out.exists()
+    res = cli("surgeon", "extract", path, "-o", out, "--inputs", "t:[2,9]:float32", "--outputs", "y:float32")
+    assert res.code == 3 and "t:[N,8]:float32" in res.err
+    res = cli("surgeon", "extract", path, "-o", out, "--inputs", "t:[2,8]:int64", "--outputs", "y:float32")
+    assert res.code == 3 and "given as int64" in res.err and "t:[N,8]:float32" in res.err
+    res = cli("surgeon", "extract", path, "-o", out, "--inputs", "t:[2,8]:float32", "--outputs", "y:int32")
+    assert res.code == 3 and "'y'" in res.err

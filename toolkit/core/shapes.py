@@ -225,7 +225,7 @@ def _collect_inferred(inferred) -> Dict[str, TensorMeta]:
     g = inferred.graph
     metas: Dict[str, TensorMeta] = {}
     for vi in list(g.value_info) + list(g.output) + list(g.input):
-        meta = value_info_meta(vi)
+        meta = _forget_generated_dims(value_info_meta(vi))
         old = metas.get(vi.name)
         if old is None or _score(meta) > _score(old):
             metas[vi.name] = meta
@@ -236,6 +236,15 @@ def _collect_inferred(inferred) -> Dict[str, TensorMeta]:
 
         metas[st.values.name] = TensorMeta(st.values.name, tuple(int(d) for d in st.dims), dtype_from_onnx(st.values.data_type))
     return metas
+
+
+def _forget_generated_dims(meta: TensorMeta) -> TensorMeta:
+    """Dims named ``unk__N`` are placeholders ONNX shape inference invents for unknown dims:
+    they are unknown (None), so that a model's own names (``sequence_length``) and values win."""
+    if meta.shape is None or not any(isinstance(d, str) and d.startswith("unk__") for d in meta.shape):
+        return meta
+    shape = tuple(None if isinstance(d, str) and d.startswith("unk__") else d for d in meta.shape)
+    return TensorMeta(meta.name, shape, meta.dtype)
 
 
 def declared_tensor_meta(model) -> Dict[str, TensorMeta]:

@@ -418,7 +418,39 @@ def extract(
     dangling = dangling_tensors(result)
     if dangling:
         raise InputError(_dangling_message(result, dangling))
+    _complete_output_shapes(result, external_data_dir, log)
     return result
+
+
+def _complete_output_shapes(result, external_data_dir, log: LogFn) -> None:
+    """Outputs whose shape inference on the whole model left unknown: infer them on the
+    subgraph, whose inputs are now the cut's; run it on ONNX-Runtime if needed."""
+    from toolkit.core.model import value_info_meta
+
+    todo = [o.name for o in result.graph.output
+            if o.type.HasField("tensor_type") and not is_complete(value_info_meta(o))]
+    if not todo:
+        return
+    metas = infer_tensor_meta(result, fallback=True, names=todo, external_data_dir=external_data_dir)
+    for o in result.graph.output:
+        m = metas.get(o.name)
+        if o.name not in todo or m is None or m.shape is None:
+            continue
+        old = value_info_meta(o)
+        if old.shape is not None and len(old.shape) == len(m.shape):
+            # keep the model's names for dims the subgraph cannot fix
+            shape = [d if d is not None else od for d, od in zip(m.shape, old.shape)]
+        else:
+            shape = list(m.shape)
+        o.type.CopyFrom(_value_info(o.name, TensorMeta(o.name, tuple(shape), m.dtype or old.dtype)).type)
+        log(f"Subgraph output {format_meta(o.name, tuple(shape), m.dtype or old.dtype)} (found on the subgraph)")
+    missing = [o.name for o in result.graph.output
+               if o.type.HasField("tensor_type") and value_info_meta(o).shape is None]
+    if missing:
+        raise InputError(
+            f"cannot find the shape of output '{missing[0]}', even by running the subgraph; "
+            "give the model's input shapes with --model-input-shapes"
+        )
 
 
 def _import_unused_initializer(model, name: str):
@@ -519,6 +551,37 @@ def _np_dtype(name: Optional[str]):
         return None
 
 
+def _cut_fully_given(in_specs) -> bool:
+    """Every subgraph input is given with a static shape and a dtype."""
+    return bool(in_specs) and all(
+        s.dtype and s.shape is not None and all(isinstance(d, int) and d >= 0 for d in s.shape) for s in in_specs
+    )
+
+
+def _check_explicit(in_specs, out_specs, metas, *, dims: bool = True) -> None:
+    """InputError when a shape or dtype given for a cut contradicts what inference knows."""
+    for s, kind in [(s, "input") for s in in_specs] + [(s, "output") for s in out_specs]:
+        m = metas.get(s.name)
+        if m is None:
+            continue
+        shape_txt = format_spec_shape(tuple(m.shape)) if m.shape is not None else "auto"
+        known = f"{s.name}:{shape_txt}:{m.dtype or 'auto'}"
+        flag = "--inputs" if kind == "input" else "--outputs"
+        if s.dtype and m.dtype and not m.dtype.endswith("_type") and s.dtype != m.dtype:
+            raise InputError(
+                f"{kind} '{s.name}' is given as {s.dtype}, but the model computes {known}; "
+                f"fix the dtype in {flag} (or write auto)"
+            )
+        if kind == "input" and s.shape is not None and m.shape is not None:
+            bad = len(s.shape) != len(m.shape) or (dims and any(
+                isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(s.shape, m.shape)))
+            if bad:
+                raise InputError(
+                    f"input '{s.name}' is given the shape {format_spec_shape(tuple(s.shape))}, but the model computes "
+                    f"{known}; fix the shape in --inputs (or write auto)"
+                )
+
+
 def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log):
     """Fill ``auto`` shapes/dtypes: {name: TensorMeta} for every given input and output."""
     need_in = [s for s in in_specs or [] if s.shape is None or s.dtype is None]
@@ -528,22 +591,30 @@ def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, exte
         metas = infer_tensor_meta(
             model, input_shapes=input_shapes, force_fallback=True, external_data_dir=external_data_dir
         )
+        # Dims come from a run at assumed input shapes: only ranks and dtypes can be checked.
+        _check_explicit(in_specs or [], out_specs or [], metas, dims=False)
     elif in_specs or out_specs:
         from toolkit.core.shapes import declared_tensor_meta
 
         declared = {} if input_shapes else declared_tensor_meta(model)
-        if all(is_complete(declared.get(s.name)) for s in list(need_in) + list(out_specs or [])):
+        explicit = [s for s in in_specs or [] if s.shape is not None or s.dtype is not None]
+        explicit += [s for s in out_specs or [] if s.dtype is not None]
+        if all(is_complete(declared.get(s.name)) for s in list(need_in) + list(out_specs or []) + explicit):
             metas = declared  # the model already describes every cut tensor: no inference needed
         else:
             metas = infer_tensor_meta(model, input_shapes=input_shapes, fallback=False)
             known = sum(1 for m in metas.values() if is_complete(m))
             log(f"Shape inference completed successfully: {known} of {len(metas)} tensors fully known")
+        _check_explicit(in_specs or [], out_specs or [], metas)
         # What ONNX inference left unknown: input dtype/rank/dims; output dtype and rank
         # (onnx.checker wants a shape on every graph output).
         missing = [s.name for s in need_in if s.dtype is None and not metas[s.name].dtype]
         missing += [s.name for s in need_in if s.shape is None and metas[s.name].shape is None]
         missing += [s.name for s in out_specs or [] if not (s.dtype or metas[s.name].dtype)]
-        missing += [s.name for s in out_specs or [] if metas[s.name].shape is None]
+        if not _cut_fully_given(in_specs):
+            missing += [s.name for s in out_specs or [] if metas[s.name].shape is None]
+        # else: output shapes unknown here are found on the subgraph itself, whose inputs are
+        # the cut's (static) inputs (see extract); no model input shapes are needed.
         partial = [s.name for s in need_in if s.shape is None and not is_complete(metas[s.name])]
         if missing or partial:
             if missing:
