@@ -2,6 +2,14 @@
 """`toolkit surgeon sanitize --fold-constants` next to `polygraphy surgeon sanitize --fold-constants`.
 
 Usage: python scripts/bench_sanitize.py [--runs N] [--blocks 30] [--channels 1024] [--no-polygraphy]
+       python scripts/bench_sanitize.py --table [--runs N]
+
+--table prints a Markdown table of node counts (subgraph nodes included) after folding, for
+polygraphy, toolkit, toolkit --optimize and, when installed, onnxslim (folding only:
+constant folding and dead-node elimination; and full), on onnx's light models and on models
+built here (If on a constant condition feeding a Split, identity chains, Shape/Size of
+constants, shapes inside a Loop body, a shape chain), each with whether the result loads
+in ONNX-Runtime and matches the original's outputs, and toolkit's and polygraphy's times.
 
 Two models:
 
@@ -152,13 +160,216 @@ def bench(label, model_path, feeds, runs, use_poly):
     return rows, eq
 
 
+# ---------------------------------------------------------------------- node-count table (--table)
+
+
+def _vi(name, shape, dtype=TensorProto.FLOAT):
+    return helper.make_tensor_value_info(name, dtype, shape)
+
+
+def _model(nodes, inputs, outputs, inits=(), opset=17):
+    m = helper.make_model(helper.make_graph(nodes, "m", inputs, outputs, list(inits)),
+                          opset_imports=[helper.make_opsetid("", opset)], producer_name="bench_sanitize")
+    m.ir_version = 8
+    return m
+
+
+def build_if_split():
+    """silero-like: an If on a constant condition whose taken branch ends in a two-output Split,
+    both outputs used; the branch's input comes from a shape computation of the outer graph."""
+    c = numpy_helper.from_array(np.arange(8, dtype=np.float32), "c")
+    then_g = helper.make_graph(
+        [helper.make_node("Mul", ["c", "two"], ["c2"]), helper.make_node("Split", ["c2"], ["t0", "t1"], axis=0, num_outputs=2)],
+        "then", [], [_vi("t0", [4]), _vi("t1", [4])],
+        [c, numpy_helper.from_array(np.array(2.0, np.float32), "two")])
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e0"]), helper.make_node("Identity", ["x"], ["e1"])], "else", [],
+        [_vi("e0", [4]), _vi("e1", [4])])
+    nodes = [
+        helper.make_node("Shape", ["x"], ["sx"]),
+        helper.make_node("ReduceProd", ["sx"], ["n"], keepdims=0),
+        helper.make_node("Equal", ["n", "four"], ["cond"]),
+        helper.make_node("If", ["cond"], ["a", "b"], then_branch=then_g, else_branch=else_g),
+        helper.make_node("Add", ["a", "x"], ["ax"]),
+        helper.make_node("Mul", ["b", "ax"], ["y"]),
+    ]
+    return _model(nodes, [_vi("x", [4])], [_vi("y", [4])], [numpy_helper.from_array(np.array(4, np.int64), "four")],
+                  opset=18)
+
+
+def build_identity_chain(n=20):
+    """Identity chains, on constants and on the input: everything but the input's path folds away."""
+    nodes, x, c = [], "x", "c"
+    for k in range(n):
+        nodes.append(helper.make_node("Identity", [x], [f"i{k}"]))
+        nodes.append(helper.make_node("Identity", [c], [f"c{k}"]))
+        x, c = f"i{k}", f"c{k}"
+    nodes.append(helper.make_node("Add", [x, c], ["y"]))
+    return _model(nodes, [_vi("x", [2, 3])], [_vi("y", [2, 3])],
+                  [numpy_helper.from_array(np.ones((2, 3), np.float32), "c")])
+
+
+def build_shape_of_constant():
+    """Shape, Size and Shape(start) of constants and of statically shaped activations feeding a Reshape."""
+    w = numpy_helper.from_array(np.ones((4, 6), np.float32), "w")
+    nodes = [
+        helper.make_node("Shape", ["w"], ["sw"]),
+        helper.make_node("Shape", ["x"], ["sx"], start=1),
+        helper.make_node("Size", ["w"], ["nw"]),
+        helper.make_node("Concat", ["sx", "sw"], ["cat"], axis=0),
+        helper.make_node("ReduceSum", ["cat"], ["tot"], keepdims=1),
+        helper.make_node("Cast", ["nw"], ["nwf"], to=TensorProto.FLOAT),
+        helper.make_node("MatMul", ["x", "w"], ["xw"]),
+        helper.make_node("Mul", ["xw", "nwf"], ["m"]),
+        helper.make_node("Concat", ["minus1", "tot"], ["target"], axis=0),
+        helper.make_node("Reshape", ["m", "target"], ["y"]),
+    ]
+    return _model(nodes, [_vi("x", [2, 4])], [_vi("y", None)],
+                  [w, numpy_helper.from_array(np.array([-1], np.int64), "minus1")])
+
+
+def build_loop_body_shapes():
+    """A Loop whose body computes a Reshape target from the shape of an outer tensor: foldable
+    once shapes inside the body are known."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Shape", ["outer"], ["s"]),
+            helper.make_node("Gather", ["s", "one_b"], ["d"], axis=0),
+            helper.make_node("Unsqueeze", ["d", "ax0_b"], ["du"]),
+            helper.make_node("Concat", ["m1_b", "du"], ["tgt"], axis=0),
+            helper.make_node("Reshape", ["acc_in", "tgt"], ["r"]),
+            helper.make_node("Add", ["r", "outer"], ["acc_out"]),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+        ],
+        "body",
+        [_vi("i", [], TensorProto.INT64), _vi("cond_in", [], TensorProto.BOOL), _vi("acc_in", [2, 3])],
+        [_vi("cond_out", [], TensorProto.BOOL), _vi("acc_out", [2, 3])],
+        [numpy_helper.from_array(np.array(1, np.int64), "one_b"), numpy_helper.from_array(np.array([0], np.int64), "ax0_b"),
+         numpy_helper.from_array(np.array([-1], np.int64), "m1_b")],
+    )
+    nodes = [
+        helper.make_node("Relu", ["x"], ["outer"]),
+        helper.make_node("Loop", ["trips", "true", "x"], ["y"], body=body),
+    ]
+    return _model(nodes, [_vi("x", [2, 3])], [_vi("y", [2, 3])],
+                  [numpy_helper.from_array(np.array(3, np.int64), "trips"), numpy_helper.from_array(np.array(True), "true")])
+
+
+def count_all_nodes(path: str) -> int:
+    m = onnx.load(path, load_external_data=False)
+
+    def count(g):
+        n = len(g.node)
+        for node in g.node:
+            for a in node.attribute:
+                if a.type == onnx.AttributeProto.GRAPH:
+                    n += count(a.g)
+                n += sum(count(sg) for sg in a.graphs)
+        return n
+
+    return count(m.graph)
+
+
+def generated_feed(path: str, seed: int = 0):
+    m = onnx.load(path, load_external_data=False)
+    inits = {t.name for t in m.graph.initializer}
+    rng = np.random.default_rng(seed)
+    feed = {}
+    for vi in m.graph.input:
+        if vi.name in inits:
+            continue
+        tt = vi.type.tensor_type
+        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tt.shape.dim]
+        dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
+        feed[vi.name] = (rng.random(shape) * 2 - 1).astype(dtype) if dtype.kind == "f" else np.ones(shape, dtype)
+    return feed
+
+
+def loads_and_matches(reference: str, candidate: str) -> str:
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    try:
+        got_sess = ort.InferenceSession(candidate, so, providers=["CPUExecutionProvider"])
+    except Exception:  # noqa: BLE001
+        return "no load"
+    ref_sess = ort.InferenceSession(reference, so, providers=["CPUExecutionProvider"])
+    feed = generated_feed(reference)
+    names = [o.name for o in ref_sess.get_outputs()]
+    want = ref_sess.run(names, feed)
+    try:
+        got = got_sess.run(names, feed)
+    except Exception:  # noqa: BLE001
+        return "no run"
+    for w, g in zip(want, got):
+        if np.shape(w) != np.shape(g) or not np.allclose(g, w, rtol=1e-3, atol=1e-4):
+            return "differs"
+    return "yes"
+
+
+def table(runs: int) -> bool:
+    """Node counts after folding for every tool, with whether each result loads and matches."""
+    light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    work = tempfile.mkdtemp(prefix="bench_sanitize_table_")
+    models = []
+    for name in sorted(os.listdir(light)) if os.path.isdir(light) else []:
+        if name.endswith(".onnx"):
+            models.append((name[len("light_"):-len(".onnx")], os.path.join(light, name)))
+    for label, build in (("built: If split (silero-like)", build_if_split), ("built: identity chains", build_identity_chain),
+                         ("built: Shape/Size of constants", build_shape_of_constant),
+                         ("built: Loop body shapes", build_loop_body_shapes),
+                         ("built: shape chain 10x64", lambda: build_shape_chain(10, 64))):
+        path = os.path.join(work, re.sub(r"[^A-Za-z0-9]+", "_", label.split(": ")[1]) + ".onnx")
+        onnx.save_model(build(), path)
+        models.append((label, path))
+    toolkit, poly, slim = find_tool("toolkit"), find_tool("polygraphy"), find_tool("onnxslim")
+    tools = [("polygraphy", lambda m, o: [poly, "surgeon", "sanitize", m, "--fold-constants", "-o", o])] if poly else []
+    tools += [("toolkit", lambda m, o: [toolkit, "surgeon", "sanitize", m, "--fold-constants", "-o", o]),
+              ("toolkit --optimize", lambda m, o: [toolkit, "surgeon", "sanitize", m, "--fold-constants", "--optimize",
+                                                   "-o", o])]
+    if slim:
+        tools += [("onnxslim fold", lambda m, o: [slim, m, o, "--skip-optimizations", "graph_fusion",
+                                                  "subexpression_elimination", "weight_tying"]),
+                  ("onnxslim", lambda m, o: [slim, m, o])]
+    header = ["model", "nodes"] + [t for t, _ in tools] + ["toolkit s", "polygraphy s"]
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    ok = True
+    for label, path in models:
+        row = [label, str(count_all_nodes(path))]
+        secs = {}
+        for tool, cmd in tools:
+            try:
+                t, _, out, _ = run_tool(lambda o, cmd=cmd: cmd(path, o), runs)
+            except SystemExit as exc:
+                row.append("fails")
+                print(f"  ({tool} failed on {label}: {str(exc).splitlines()[0]})", file=sys.stderr)
+                continue
+            verdict = loads_and_matches(path, out)
+            row.append(f"{count_all_nodes(out)} ({verdict})")
+            secs[tool] = t
+            if tool.startswith("toolkit") and verdict != "yes":
+                ok = False
+            shutil.rmtree(os.path.dirname(out), ignore_errors=True)
+        row += [f"{secs.get('toolkit', float('nan')):.2f}", f"{secs.get('polygraphy', float('nan')):.2f}"]
+        print("| " + " | ".join(row) + " |", flush=True)
+    shutil.rmtree(work, ignore_errors=True)
+    return ok
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per tool and model (median reported)")
     parser.add_argument("--blocks", type=int, default=30)
     parser.add_argument("--channels", type=int, default=1024)
     parser.add_argument("--no-polygraphy", action="store_true")
+    parser.add_argument("--table", action="store_true",
+                        help="node counts of every tool (polygraphy, toolkit, toolkit --optimize, onnxslim if "
+                        "installed) on onnx's light models and models built here, with loads-and-matches")
     args = parser.parse_args()
+    if args.table:
+        return 0 if table(args.runs) else 1
 
     work = tempfile.mkdtemp(prefix="bench_sanitize_models_")
     try:

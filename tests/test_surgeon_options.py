@@ -207,3 +207,37 @@ def test_extract_refuses_cut_shapes_that_contradict_inference(tmp_path, cli):
     assert res.code == 3 and "given as int64" in res.err and "t:[N,8]:float32" in res.err
     res = cli("surgeon", "extract", path, "-o", out, "--inputs", "t:[2,8]:float32", "--outputs", "y:int32")
     assert res.code == 3 and "'y'" in res.err
+
+
+def conv_bn():
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.random(4).astype(np.float32) + 0.5, "scale"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "bias"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "mean"),
+        numpy_helper.from_array(rng.random(4).astype(np.float32) + 0.5, "var"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "scale", "bias", "mean", "var"], ["bn"], name="bn"),
+        helper.make_node("Identity", ["bn"], ["i"], name="identity"),
+        helper.make_node("Relu", ["i"], ["y"], name="relu"),
+    ]
+    graph = helper.make_graph(nodes, "convbn", [modelzoo.vi("x", [1, 3, 8, 8])], [modelzoo.vi("y", [1, 4, 8, 8])], inits)
+    return modelzoo.make_model(graph, opset=17)
+
+
+def test_optimize_fuses_and_keeps_standard_onnx(tmp_path, cli):
+    path = modelzoo.save(conv_bn(), tmp_path / "m.onnx")
+    out = tmp_path / "o.onnx"
+    res = cli("surgeon", "sanitize", path, "-o", out, "--fold-constants", "--optimize")
+    assert res.code == 0, res.err
+    assert "Optimizing | ONNX-Runtime basic level" in res.err
+    m = onnx.load(str(out))
+    ops = [n.op_type for n in m.graph.node]
+    assert "BatchNormalization" not in ops and "Identity" not in ops and len(ops) < 4
+    assert all(n.domain in ("", "ai.onnx") for n in m.graph.node)
+    assert [(o.domain, o.version) for o in m.opset_import] == [("", 17)] and m.ir_version == 8
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(run(out, {"x": x})["y"], run(path, {"x": x})["y"], rtol=1e-4, atol=1e-5)

@@ -276,6 +276,14 @@ def sanitize_command(
             "`toolkit inspect model --list-unbounded-dds` lists them.",
         ),
     ] = None,
+    optimize_graph: Annotated[
+        bool,
+        typer.Option(
+            "--optimize",
+            help="After folding, apply ONNX-Runtime's basic-level graph optimizations (Conv+BatchNorm fusion, "
+            "redundant node elimination...), which keep the model standard ONNX.",
+        ),
+    ] = False,
     no_validate: Annotated[
         bool,
         typer.Option(
@@ -318,7 +326,7 @@ def sanitize_command(
     m, base_dir = _load(model, external_data_dir, output, external_data_path, fold_constants=fold_constants)
     if outputs:
         mark_outputs(m, outputs)
-    if not (fold_constants or shapes or cleanup or toposort or outputs or bounds or force_fallback):
+    if not (fold_constants or shapes or cleanup or toposort or outputs or bounds or force_fallback or optimize_graph):
         _log("nothing to do: no --fold-constants, --override-input-shapes, --cleanup or --toposort; "
              "the model is written unchanged")
     result, report = sanitize(
@@ -337,6 +345,10 @@ def sanitize_command(
         log=_log,
     )
     del m
+    if optimize_graph:
+        from toolkit.core.surgery import optimize
+
+        result = optimize(result, validate=not no_validate, external_data_dir=base_dir or external_data_dir, log=_log)
     if bounds:
         set_unbounded_dds_upper_bounds(result, bounds, log=_log)
     if force_fallback:

@@ -901,6 +901,44 @@ def _flatten_constant_ifs(gs, graph) -> int:
     return count
 
 
+def _eliminate_identities(gs, graph) -> int:
+    """Remove Identity nodes of the top graph: their readers read the input instead. An
+    Identity that gives a graph output is kept where its input is a graph input, another
+    graph output or a constant (the output needs a node of its own there)."""
+    removed = 0
+    outputs = {id(t) for t in graph.outputs}
+    inputs = {id(t) for t in graph.inputs}
+    for node in list(graph.nodes):
+        if node.op != "Identity" or len(node.inputs) != 1 or len(node.outputs) != 1:
+            continue
+        src, dst = node.inputs[0], node.outputs[0]
+        if id(dst) in outputs:
+            producer = src.inputs[0] if len(src.inputs) == 1 else None
+            if (producer is None or id(src) in outputs or id(src) in inputs or isinstance(src, gs.Constant)
+                    or producer.subgraphs() or producer.op == "Identity"):
+                continue
+            # src's producer now writes dst; src's other readers read dst.
+            for reader in list(src.outputs):
+                if reader is not node:
+                    _replace_input(reader, src, dst)
+            node.inputs.clear()
+            node.outputs.clear()
+            producer.outputs[producer.outputs.index(src)] = dst
+        else:
+            for reader in list(dst.outputs):
+                _replace_input(reader, dst, src)
+            node.inputs.clear()
+            node.outputs.clear()
+        removed += 1
+    return removed
+
+
+def _replace_input(node, old, new) -> None:
+    for i, t in enumerate(list(node.inputs)):
+        if t is old:
+            node.inputs[i] = new
+
+
 # ---------------------------------------------------------------------- validating a folded model
 
 # Models bigger than this are not validated by running them (the cost would be the run itself).
@@ -1356,6 +1394,7 @@ def _fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, s
         finally:
             _unhide(hidden)
         inlined = _flatten_constant_ifs(gs, graph) if inline else 0
+        inlined += _eliminate_identities(gs, graph)
         with _quiet_gs(), _gs_step("clean up"):
             graph.cleanup()
         after = count_nodes(graph)
@@ -1721,3 +1760,62 @@ def apply_fallback_shapes(model, *, input_shapes=None, external_data_dir=None, l
         else:
             g.value_info.append(vi)
     log(f"Shapes of {len(metas)} tensors found by running ONNX-Runtime")
+
+
+# ---------------------------------------------------------------------- --optimize
+
+
+def optimize(model, *, validate: bool = True, external_data_dir: Optional[str] = None, log: LogFn = _nolog):
+    """ONNX-Runtime's basic-level graph optimizations (constant folding, redundant node
+    elimination, Conv+BatchNorm/Add/Mul fusions into standard ops), saved back as ONNX.
+
+    Basic level is the one ONNX-Runtime documents as hardware-independent: its result uses
+    only standard ops. A result with ops of a domain the input model does not import, or one
+    that fails validation, is not used (the input is returned, and a line says why).
+    """
+    import os
+    import tempfile
+
+    import onnx
+
+    from toolkit.core.model import PROTOBUF_LIMIT
+
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        from toolkit.core.errors import DependencyError
+
+        raise DependencyError("--optimize needs onnxruntime; pip install onnxruntime") from None
+    if model.ByteSize() > PROTOBUF_LIMIT:
+        log("Optimizing | skipped: the model is over 2 GB")
+        return model
+    before = count_model_nodes(model)
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="toolkit_optimize_") as tmp:
+        out = os.path.join(tmp, "optimized.onnx")
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        so.optimized_model_filepath = out
+        so.log_severity_level = 4
+        if external_data_dir:
+            so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_data_dir)
+        try:
+            ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            result = onnx.load(out)
+        except Exception as exc:  # noqa: BLE001 - ORT's own exception types
+            log(f"Optimizing | skipped: ONNX-Runtime cannot optimize this model ({one_line(exc, first_line=True)})")
+            return model
+    allowed = {o.domain for o in model.opset_import} | {"", "ai.onnx"}
+    foreign = sorted({n.domain for g in _walk_graphs(result.graph) for n in g.node} - allowed)
+    if foreign:
+        log(f"Optimizing | skipped: the optimized model uses ops of {', '.join(foreign)}, which the model does not import")
+        return model
+    _restore_model_fields(result, model)
+    if validate:
+        err = _Validation(model, external_data_dir).check(result)
+        if err is not None:
+            log(f"Optimizing | skipped: the optimized model failed validation ({err})")
+            return model
+    log(f"Optimizing | ONNX-Runtime basic level | nodes {before} -> {count_model_nodes(result)} | "
+        f"{time.perf_counter() - t0:.2f} s")
+    return result
