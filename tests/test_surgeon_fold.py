@@ -180,3 +180,59 @@ def test_known_issues_repros_still_reproduce(capsys):
         exec(preamble + if_outputs, {})
     with pytest.raises(UnboundLocalError):
         exec(preamble + optional, {})
+
+
+def test_identity_chains_fold_away():
+    """Identities on constants fold; identities on the input are removed (readers read the input)."""
+    nodes, x, c = [], "x", "c"
+    for k in range(5):
+        nodes += [helper.make_node("Identity", [x], [f"i{k}"], name=f"ix{k}"),
+                  helper.make_node("Identity", [c], [f"c{k}"], name=f"ic{k}")]
+        x, c = f"i{k}", f"c{k}"
+    nodes += [helper.make_node("Add", [x, c], ["s"], name="add"), helper.make_node("Identity", ["s"], ["y"], name="out")]
+    graph = helper.make_graph(nodes, "ids", [modelzoo.vi("x", [2])], [modelzoo.vi("y", [2])],
+                              [numpy_helper.from_array(np.ones(2, np.float32), "c")])
+    model = modelzoo.make_model(graph)
+    folded, _ = sanitize(model, fold_constants=True)
+    assert [n.op_type for n in folded.graph.node] == ["Add"]
+    assert [o.name for o in folded.graph.output] == ["y"] and folded.graph.node[0].output[0] == "y"
+    x = np.array([1, 2], np.float32)
+    np.testing.assert_array_equal(run(folded, {"x": x})["y"], x + 1)
+
+
+def test_identity_from_input_to_output_is_kept():
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"], name="id")], "g",
+                              [modelzoo.vi("x", [2])], [modelzoo.vi("y", [2])])
+    folded, _ = sanitize(modelzoo.make_model(graph), fold_constants=True)
+    assert [n.op_type for n in folded.graph.node] == ["Identity"]
+
+
+def test_shapes_inside_loop_bodies_fold():
+    """A Loop body computes a Reshape target from the shape of a tensor computed in the body."""
+    body = helper.make_graph(
+        [
+            helper.make_node("Relu", ["acc_in"], ["r0"], name="body_relu"),
+            helper.make_node("Shape", ["r0"], ["s"], name="body_shape"),
+            helper.make_node("Gather", ["s", "one_b"], ["d"], name="body_gather", axis=0),
+            helper.make_node("Unsqueeze", ["d", "ax0_b"], ["du"], name="body_unsq"),
+            helper.make_node("Concat", ["m1_b", "du"], ["tgt"], name="body_concat", axis=0),
+            helper.make_node("Reshape", ["r0", "tgt"], ["r"], name="body_reshape"),
+            helper.make_node("Add", ["r", "x"], ["acc_out"], name="body_add"),
+            helper.make_node("Identity", ["cond_in"], ["cond_out"], name="body_cond"),
+        ],
+        "body",
+        [modelzoo.vi("i", [], TensorProto.INT64), modelzoo.vi("cond_in", [], TensorProto.BOOL), modelzoo.vi("acc_in", [2, 3])],
+        [modelzoo.vi("cond_out", [], TensorProto.BOOL), modelzoo.vi("acc_out", [2, 3])],
+        [numpy_helper.from_array(np.array(1, np.int64), "one_b"), numpy_helper.from_array(np.array([0], np.int64), "ax0_b"),
+         numpy_helper.from_array(np.array([-1], np.int64), "m1_b")],
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Loop", ["trips", "", "x"], ["y"], name="loop", body=body)], "g",
+        [modelzoo.vi("x", [2, 3])], [modelzoo.vi("y", [2, 3])], [numpy_helper.from_array(np.array(3, np.int64), "trips")])
+    model = modelzoo.make_model(graph)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    expected = run(model, {"x": x})["y"]
+    folded, _ = sanitize(model, fold_constants=True)
+    body_ops = [n.op_type for n in folded.graph.node[0].attribute[0].g.node]
+    assert "Shape" not in body_ops and "Concat" not in body_ops, body_ops
+    np.testing.assert_allclose(run(folded, {"x": x})["y"], expected)

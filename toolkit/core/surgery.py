@@ -673,6 +673,14 @@ def _apply_inferred(model, inferred, *, outputs: bool) -> None:
     """Copy value_info (and optionally graph output types) from a shape-inferred light copy."""
     del model.graph.value_info[:]
     model.graph.value_info.extend(inferred.graph.value_info)
+    # If/Loop/Scan bodies too (the light copy has the same graphs, in the same order).
+    bodies = list(_walk_graphs(model.graph))[1:]
+    inferred_bodies = list(_walk_graphs(inferred.graph))[1:]
+    if len(bodies) == len(inferred_bodies):
+        for g, ig in zip(bodies, inferred_bodies):
+            if ig.value_info:
+                del g.value_info[:]
+                g.value_info.extend(ig.value_info)
     if outputs:
         by_name = {o.name: o for o in inferred.graph.output}
         for o in model.graph.output:
@@ -711,10 +719,15 @@ def _refresh_gs_shapes(gs, graph, original) -> int:
     light = light_copy(model)
     del model
     inferred = infer_shapes(light, data_prop=True)
-    metas = {vi.name: value_info_meta(vi) for vi in list(inferred.graph.value_info) + list(inferred.graph.output)}
+    # Inside If/Loop/Scan bodies too: folding there needs the body's shapes (names are unique
+    # across scopes in ONNX).
+    metas = {}
+    for g in _walk_graphs(inferred.graph):
+        for vi in list(g.value_info) + (list(g.output) if g is inferred.graph else []):
+            metas.setdefault(vi.name, value_info_meta(vi))
     input_names = {t.name for t in graph.inputs}
     changed = 0
-    for name, tensor in graph.tensors().items():
+    for name, tensor in _all_tensors(graph).items():
         if isinstance(tensor, gs.Constant) or name in input_names:
             continue
         meta = metas.get(name)
@@ -915,7 +928,7 @@ def _eliminate_identities(gs, graph) -> int:
         if id(dst) in outputs:
             producer = src.inputs[0] if len(src.inputs) == 1 else None
             if (producer is None or id(src) in outputs or id(src) in inputs or isinstance(src, gs.Constant)
-                    or producer.subgraphs() or producer.op == "Identity"):
+                    or any(True for _ in producer.subgraphs()) or producer.op == "Identity"):
                 continue
             # src's producer now writes dst; src's other readers read dst.
             for reader in list(src.outputs):
