@@ -101,7 +101,7 @@ def run_tool(cmd_for_output, runs: int):
         out_path = os.path.join(folder, "out.onnx")
         cmd = cmd_for_output(out_path)
         t0 = time.perf_counter()
-        proc = subprocess.run(cmd, capture_output=True, text=True)
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=folder)  # tools may leave temp files in cwd
         times.append(time.perf_counter() - t0)
         log = proc.stdout + proc.stderr
         if proc.returncode != 0:
