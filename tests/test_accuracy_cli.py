@@ -173,6 +173,8 @@ def test_compare_usage_errors(golden, cli, tmp_path):
     assert res.code == 2 and "--compare" in res.err
     res = cli(*base, "--compare", "a", "b", "c")
     assert res.code == 2
+    res = cli(*base, "--compare", "onnxrt", "--check-timeout", "0")
+    assert res.code == 2 and "--check-timeout" in res.err
     res = cli(*base, "--compare", "onnxrt", "--reference-model", tmp_path / "missing.onnx")
     assert res.code == 3
     assert not (tmp_path / "r.onnx").exists()

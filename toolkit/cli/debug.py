@@ -654,7 +654,7 @@ def reduce_command(
             model, iter_artifact, compare, reference_model=reference_model, atol=list(atol or []),
             rtol=list(rtol or []), check_error_stat=list(check_error_stat or []), load_inputs=list(load_inputs or []),
             seed=seed, val_range=list(val_range or []), input_shapes=list(model_input_shapes or []),
-            external_data_dir=external_data_dir,
+            external_data_dir=external_data_dir, timeout=check_timeout,
         )
         cfg.check = runner.check_argv
     reducer_cls = Reducer

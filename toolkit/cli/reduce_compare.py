@@ -35,10 +35,14 @@ def check_options(
         raise UsageError("--compare is the check: give --compare or --check, not both")
 
 
-def make_compare_runner(model: str, artifact: str, words: Sequence[str], **kw):
+def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, timeout=None, **kw):
     """The warm-worker check for ``--compare`` (the reference is computed on its first run)."""
     from toolkit.reduce.accuracy import CompareOptions, CompareRunner
 
+    from toolkit.core.errors import UsageError
+
+    if timeout is not None and timeout <= 0:
+        raise UsageError(f"--check-timeout must be positive, got {timeout}")
     opts = CompareOptions.from_words(words, **kw)
     opts.validate()
     if opts.reference_model:
@@ -48,7 +52,7 @@ def make_compare_runner(model: str, artifact: str, words: Sequence[str], **kw):
     from toolkit.cli import run as _run  # noqa: F401 - imported once here, inherited by every forked check
     from toolkit.cli.app import worker_entry
 
-    return CompareRunner(model, artifact, opts, run_entry, worker_entry(), notes=log)
+    return CompareRunner(model, artifact, opts, run_entry, worker_entry(), notes=log, timeout=timeout)
 
 
 def run_entry(options) -> int:
