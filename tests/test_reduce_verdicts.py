@@ -220,6 +220,8 @@ def test_noise_warning_rules():
 
     assert "float rounding" in noise_warning(ev(3e-5, 3e-5), ev(4.2e-5, 3.1e-5))
     assert "far less than the full model" in noise_warning(ev(2.0, 0.5), ev(0.01, 0.002))
+    assert "within 10x of the tolerance" in noise_warning(ev(0.08, 1.6), ev(1.9e-5, 0.04))
+    assert "--atol 3e-05" in noise_warning(None, ev(1.9e-5, 0.04))
     assert noise_warning(ev(2.0, 0.5), ev(1.5, 0.4)) is None
     assert noise_warning(None, None) is None
     text = noise_warning(None, ev(4.2e-5, 3.1e-5))
