@@ -31,8 +31,10 @@ def test_example_runs(script, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     if "01_reducing" in script:
-        for name in ("final_reduced.onnx", "sim_final_reduced.onnx", "reduced.onnx"):
+        for name in ("final_reduced.onnx", "sim_final_reduced.onnx", "reduced.onnx", "folded_final_reduced.onnx"):
             model = onnx.load(str(workdir / name))
             assert [n.op_type for n in model.graph.node] == ["Mul"], name
         bisect_only = onnx.load(str(workdir / "sim_initial_reduced.onnx"))
         assert len(bisect_only.graph.node) <= 2
+        # the sanitize-first recipe gave the layerwise inputs file to debug reduce itself
+        assert "--load-inputs folded_layerwise.json --check" in proc.stdout + proc.stderr

@@ -9,7 +9,11 @@ a and b), then runs every step of the workflow:
      check, `inspect model`, then linear mode on the bisect result, and `inspect model`;
   B. the simulated-failure form: the same two reductions with
      `--fail-regex "Op: Mul" --check toolkit inspect model polygraphy_debug.onnx --mode=basic`;
-  C. toolkit's default strategy: one `debug reduce` invocation, 1-minimal result.
+  C. toolkit's default strategy: one `debug reduce` invocation, 1-minimal result;
+  D. the sanitize-first form of the recipe: `surgeon sanitize --fold-constants`, golden
+     values of the folded model, and `debug reduce folded.onnx --load-inputs
+     layerwise_inputs.json` (the layerwise file given to the reduce itself, for the shapes
+     of every subgraph's inputs) with the same check, bisect then linear.
 
 Each form must end at the single Mul node; the script exits non-zero otherwise.
 
@@ -64,12 +68,12 @@ def node_ops(workdir, model):
     return [n["op"] for n in json.loads(out.stdout)["graph"]["nodes"]]
 
 
-def bisect_then_linear(workdir, prefix, check, label):
+def bisect_then_linear(workdir, prefix, check, label, model="model.onnx", reduce_opts=()):
     """Polygraphy's recipe: bisect the model, inspect, linear on the result, inspect."""
     first, final = f"{prefix}initial_reduced.onnx", f"{prefix}final_reduced.onnx"
-    toolkit(["debug", "reduce", "model.onnx", "-o", first, "--mode=bisect"] + check, workdir)
+    toolkit(["debug", "reduce", model, "-o", first, "--mode=bisect", *reduce_opts] + check, workdir)
     toolkit(["inspect", "model", first, "--mode=basic"], workdir)
-    toolkit(["debug", "reduce", first, "-o", final, "--mode=linear"] + check, workdir)
+    toolkit(["debug", "reduce", first, "-o", final, "--mode=linear", *reduce_opts] + check, workdir)
     toolkit(["inspect", "model", final, "--mode=basic"], workdir)
     expect_single_mul(workdir, final, label)
 
@@ -113,6 +117,24 @@ def main() -> int:
     print("\n######## C. toolkit's default strategy: one invocation, 1-minimal result ########")
     toolkit(["debug", "reduce", "model.onnx", "-o", "reduced.onnx", "--min-good", "min_good.onnx"] + check, workdir)
     expect_single_mul(workdir, "reduced.onnx", "default strategy")
+
+    # ---------------------------------------------------------------- D. sanitize first
+    print("\n######## D. The sanitize-first recipe: fold constants, then reduce with --load-inputs ########")
+    toolkit(["surgeon", "sanitize", "model.onnx", "-o", "folded.onnx", "--fold-constants"], workdir)
+    golden_folded = "folded.onnx"
+    if not args.trt:
+        toolkit(["surgeon", "sanitize", "reference.onnx", "-o", "folded_reference.onnx", "--fold-constants"], workdir)
+        golden_folded = "folded_reference.onnx"
+    toolkit(
+        ["run", golden_folded, "--onnxrt", "--save-inputs", "folded_inputs.json",
+         "--onnx-outputs", "mark", "all", "--save-outputs", "folded_golden.json"],
+        workdir,
+    )
+    toolkit(["data", "to-input", "folded_inputs.json", "folded_golden.json", "-o", "folded_layerwise.json"], workdir)
+    folded_check = ["--check", "toolkit", "run", "polygraphy_debug.onnx", backend,
+                    "--load-inputs", "folded_layerwise.json", "--load-outputs", "folded_golden.json"]
+    bisect_then_linear(workdir, "folded_", folded_check, "sanitize first", model="folded.onnx",
+                       reduce_opts=("--load-inputs", "folded_layerwise.json"))
 
     print("\nAll steps passed: every reduction ended at the single Mul node.")
     return 0
