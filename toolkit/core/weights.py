@@ -21,6 +21,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from toolkit.core.errors import InputError
 from toolkit.core.graphs import walk_graphs
+from toolkit.core.protowire import field_header
 from toolkit.core.model import describe
 
 _CHUNK = 16 << 20
@@ -149,21 +150,8 @@ def append_refs_to_data_file(model, base_dir: str, folder: str, location: str, s
                 entry.key, entry.value = key, value
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        byte = n & 0x7F
-        n >>= 7
-        if n:
-            out.append(byte | 0x80)
-        else:
-            out.append(byte)
-            return bytes(out)
-
-
-def _key(message_cls, field: str) -> bytes:
-    number = message_cls.DESCRIPTOR.fields_by_name[field].number
-    return _varint((number << 3) | 2)  # wire type 2: length-delimited
+def _number(message_cls, field: str) -> int:
+    return message_cls.DESCRIPTOR.fields_by_name[field].number
 
 
 def write_single_file(model, out, base_dir: str) -> None:
@@ -196,18 +184,17 @@ def write_single_file(model, out, base_dir: str) -> None:
         del inits[i]
     try:
         out.write(model.SerializeToString())
-        k_raw = _key(onnx.TensorProto, "raw_data")
-        k_init = _key(onnx.GraphProto, "initializer")
-        k_graph = _key(onnx.ModelProto, "graph")
+        n_raw = _number(onnx.TensorProto, "raw_data")
+        n_init = _number(onnx.GraphProto, "initializer")
+        n_graph = _number(onnx.ModelProto, "graph")
         for _t, meta, (src, offset, length) in pieces:
             meta.ClearField("external_data")
             meta.ClearField("data_location")
             meta.ClearField("raw_data")
-            head = meta.SerializeToString() + k_raw + _varint(length)
+            head = meta.SerializeToString() + field_header(n_raw, length)
             tensor_len = len(head) + length
-            graph_head = k_init + _varint(tensor_len)
-            graph_len = len(graph_head) + tensor_len
-            out.write(k_graph + _varint(graph_len) + graph_head + head)
+            graph_head = field_header(n_init, tensor_len)
+            out.write(field_header(n_graph, len(graph_head) + tensor_len) + graph_head + head)
             copy_range(src, offset, length, out)
     finally:
         inits.extend(saved)

@@ -24,65 +24,12 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core.errors import InputError
 from toolkit.core.meta import TensorMeta
+from toolkit.core.protowire import encode_field, field_header, header_len, scan_fields
 
 # Above this many bytes a candidate is written with its weights as external data.
 BIG_MODEL_BYTES = int(1.8 * 2**30)
 
 _CONSTANT_DOMAINS = ("", "ai.onnx")
-
-
-# ---------------------------------------------------------------------- protobuf wire format
-
-
-def _varint(value: int) -> bytes:
-    out = bytearray()
-    while value > 0x7F:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
-def _read_varint(buf, pos: int):
-    result = 0
-    shift = 0
-    while True:
-        b = buf[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if b < 0x80:
-            return result, pos
-        shift += 7
-
-
-def scan_fields(buf, start: int = 0, end: Optional[int] = None):
-    """Top-level fields of a serialized message: (number, field start, payload start, end)."""
-    end = len(buf) if end is None else end
-    pos = start
-    out = []
-    while pos < end:
-        field_start = pos
-        key, pos = _read_varint(buf, pos)
-        number, wire = key >> 3, key & 7
-        if wire == 2:
-            length, pos = _read_varint(buf, pos)
-            payload = pos
-            pos += length
-        elif wire == 0:
-            payload = pos
-            _, pos = _read_varint(buf, pos)
-        elif wire == 1:
-            payload = pos
-            pos += 8
-        elif wire == 5:
-            payload = pos
-            pos += 4
-        else:
-            raise ValueError(f"unsupported protobuf wire type {wire}")
-        out.append((number, field_start, payload, pos))
-    if pos != end:
-        raise ValueError("truncated protobuf message")
-    return out
 
 
 class RawPieces:
@@ -155,7 +102,7 @@ class RawPieces:
         parts = [piece for _, piece in self.graph_other] + list(self.nodes)
         try:
             for piece in self.initializers:
-                hdr = _header_len(piece)
+                hdr = header_len(piece)
                 fields = scan_fields(piece, hdr, len(piece))
                 for num, s, p, e in fields:
                     if num == self._DATA_LOCATION and piece[p] == 1:
@@ -169,27 +116,15 @@ class RawPieces:
             return None
         parts.extend(self.sparse)
         length = sum(len(p) for p in parts)
-        return b"".join([self.header, _varint((f["graph"] << 3) | 2), _varint(length)] + [bytes(p) for p in parts])
+        return b"".join([self.header, field_header(f["graph"], length)] + [bytes(p) for p in parts])
 
     @staticmethod
     def payload(piece):
         """The message bytes of one field piece (without its tag and length)."""
-        return piece[_header_len(piece):]
-
-
-def _header_len(piece) -> int:
-    """Length of a length-delimited field's tag + length prefix."""
-    _, pos = _read_varint(piece, 0)
-    _, pos = _read_varint(piece, pos)
-    return pos
+        return piece[header_len(piece):]
 
 
 _TRAINING_INFO = 20
-
-
-def encode_field(number: int, payload: bytes) -> bytes:
-    """One length-delimited protobuf field: tag, length, payload."""
-    return _varint((number << 3) | 2) + _varint(len(payload)) + payload
 
 
 _FIELDS: Dict[str, int] = {}
@@ -702,7 +637,7 @@ class GraphIndex:
                 if frag is not None:
                     parts.append(frag)
         length = sum(len(p) for p in parts)
-        return [self._header, _varint((f["graph"] << 3) | 2) + _varint(length)] + parts
+        return [self._header, field_header(f["graph"], length)] + parts
 
     def _const_tensor_frag(self, j: int) -> bytes:
         """Constant node ``j`` as an initializer fragment (a sparse one stays a node)."""
