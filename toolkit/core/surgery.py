@@ -674,8 +674,8 @@ def _apply_inferred(model, inferred, *, outputs: bool) -> None:
     del model.graph.value_info[:]
     model.graph.value_info.extend(inferred.graph.value_info)
     # If/Loop/Scan bodies too (the light copy has the same graphs, in the same order).
-    bodies = list(_walk_graphs(model.graph))[1:]
-    inferred_bodies = list(_walk_graphs(inferred.graph))[1:]
+    bodies = list(walk_graphs(model.graph))[1:]
+    inferred_bodies = list(walk_graphs(inferred.graph))[1:]
     if len(bodies) == len(inferred_bodies):
         for g, ig in zip(bodies, inferred_bodies):
             if ig.value_info:
@@ -722,7 +722,7 @@ def _refresh_gs_shapes(gs, graph, original) -> int:
     # Inside If/Loop/Scan bodies too: folding there needs the body's shapes (names are unique
     # across scopes in ONNX).
     metas = {}
-    for g in _walk_graphs(inferred.graph):
+    for g in walk_graphs(inferred.graph):
         for vi in list(g.value_info) + (list(g.output) if g is inferred.graph else []):
             metas.setdefault(vi.name, value_info_meta(vi))
     input_names = {t.name for t in graph.inputs}
@@ -1819,7 +1819,7 @@ def optimize(model, *, validate: bool = True, external_data_dir: Optional[str] =
             log(f"Optimizing | skipped: ONNX-Runtime cannot optimize this model ({one_line(exc, first_line=True)})")
             return model
     allowed = {o.domain for o in model.opset_import} | {"", "ai.onnx"}
-    foreign = sorted({n.domain for g in _walk_graphs(result.graph) for n in g.node} - allowed)
+    foreign = sorted({n.domain for g in walk_graphs(result.graph) for n in g.node} - allowed)
     if foreign:
         log(f"Optimizing | skipped: the optimized model uses ops of {', '.join(foreign)}, which the model does not import")
         return model
