@@ -195,3 +195,27 @@ def test_compare_against_fp16_emulation_finds_the_overflowing_pow(tmp_path, cli)
     found = [_nodes(tmp_path / f"out_{k}.onnx") for k in range(1, 4) if (tmp_path / f"out_{k}.onnx").exists()]
     assert ["square"] in found  # x**2 overflows float16 (inf), fed exact inputs
     assert "Wrote the reduced model" not in res.err
+
+
+def test_reference_computed_in_a_child_process(golden, tmp_path):
+    """Device runners compute the reference in a child (no device context in the forking parent);
+    shown here with ONNX-Runtime forced down that path: the values come back through .npz files."""
+    from toolkit.core.datafiles import load_inputs, load_outputs
+    from toolkit.reduce.accuracy import CompareOptions, compute_reference, isolated_reference
+
+    assert isolated_reference("trt:fp16") and not isolated_reference("onnxrt:opt=disable")
+    opts = CompareOptions("onnxrt", "onnxrt", reference_model=golden["clean"], seed=1)
+    ref = compute_reference(golden["faulty"], opts, isolate=True)
+    try:
+        assert not ref.held and ref.outputs_path.endswith(".npz") and os.path.exists(ref.outputs_path)
+        assert ref.iterations == 1 and ref.tensors == 17
+        values = load_outputs(ref.outputs_path).runs[0][1][0].outputs
+        feed = load_inputs(ref.inputs_path)[0]
+        assert set(values) >= {"x", "c0", "r7"} and "x" in feed
+    finally:
+        ref.close()
+    assert not os.path.exists(ref.folder)
+    bad = CompareOptions("onnxrt", "onnxrt", reference_model=str(tmp_path / "nope.onnx"))
+    with pytest.raises(Exception) as err:
+        compute_reference(golden["faulty"], bad, isolate=True)
+    assert getattr(err.value, "exit_code", None) == 3

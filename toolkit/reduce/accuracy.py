@@ -91,6 +91,7 @@ class Reference:
     seconds: float = 0.0
     held: List[str] = field(default_factory=list)  # names of values held in memory
     nbytes: int = 0
+    in_memory: bool = True  # hold values in memory (else temp .npz files)
 
     def close(self) -> None:
         from toolkit.core.datafiles import release
@@ -155,16 +156,76 @@ def _cast_like(value, like):
 MEMORY_LIMIT = 2 << 30  # reference values up to this size stay in memory; more go to a temp .npz
 
 
+def isolated_reference(spec: str) -> bool:
+    """Whether the reference must run in a child process: a runner that may open a device
+    context (TensorRT, a GPU provider), which forked checks must never inherit."""
+    from toolkit.run.specs import parse_runner_spec
+
+    return parse_runner_spec(spec).kind != "onnxrt"
+
+
 def compute_reference(
-    model: str, opts: CompareOptions, notes: Callable[[str], None] = lambda _m: None
+    model: str, opts: CompareOptions, notes: Callable[[str], None] = lambda _m: None, *, isolate=None
 ) -> Reference:
-    """Run the reference once and keep its values where every check can read them."""
+    """Run the reference once and keep its values where every check can read them: in this
+    process's memory, or (``isolate``, default for device runners) computed in a child process
+    and read lazily from temp ``.npz`` files, so this process never opens a device context."""
+    isolate = isolated_reference(opts.reference) if isolate is None else isolate
+    if isolate:
+        return _reference_in_child(model, opts, notes)
+    return _compute(model, opts, notes)
+
+
+def _reference_in_child(model: str, opts: CompareOptions, notes) -> Reference:
+    import json
+    import sys
+
+    from toolkit.core.errors import ToolkitError
+
+    folder = tempfile.mkdtemp(prefix="toolkit-compare-")
+    result = os.path.join(folder, "reference.json")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            data = os.path.join(folder, "data")
+            os.makedirs(data)
+            ref = _compute(model, opts, notes, folder=data, in_memory=False)
+            info = {k: getattr(ref, k) for k in ("inputs_path", "outputs_path", "label", "iterations", "tensors",
+                                                  "missing", "seconds", "nbytes")}
+            code = 0
+        except ToolkitError as exc:
+            info, code = {"error": exc.message, "exit_code": int(exc.exit_code)}, 3
+        except BaseException as exc:  # noqa: BLE001 - reported by the parent
+            info = {"error": f"the reference run failed: {type(exc).__name__}: {exc}", "exit_code": 1}
+        with open(result, "w", encoding="utf-8") as fh:
+            json.dump(info, fh)
+        os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    try:
+        with open(result, encoding="utf-8") as fh:
+            info = json.load(fh)
+    except (OSError, ValueError):
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ToolkitError(f"the reference run died (wait status {status})", 1) from None
+    if "error" in info:
+        shutil.rmtree(folder, ignore_errors=True)
+        raise ToolkitError(info["error"], info["exit_code"])
+    return Reference(folder, **info)
+
+
+def _compute(
+    model: str, opts: CompareOptions, notes, *, folder: Optional[str] = None, in_memory: bool = True
+) -> Reference:
     from toolkit.core.datafiles import IterationResult, RunResults
 
     t0 = time.monotonic()
     ref_model = opts.reference_model or model
     label = f"reference {opts.reference}"
-    ref = Reference(tempfile.mkdtemp(prefix="toolkit-compare-"), "", "", label)
+    ref = Reference(folder or tempfile.mkdtemp(prefix="toolkit-compare-"), "", "", label)
+    ref.in_memory = in_memory
     try:
         ref_runs = every_tensor(opts.reference, ref_model, _feed_source(opts, notes), opts, name=label)
         golden = [{**feed, **outs} for feed, outs in ref_runs]
@@ -195,7 +256,7 @@ def _hold(ref: Reference, name: str, data) -> str:
     """Keep ``data`` in memory under a name ``load_data`` knows, or in a temp .npz when it is huge."""
     from toolkit.core.datafiles import RunResults, hold_in_memory, save_inputs, save_outputs
 
-    if _nbytes(data) <= MEMORY_LIMIT:
+    if ref.in_memory and _nbytes(data) <= MEMORY_LIMIT:
         path = f"<memory>/{name}"
         hold_in_memory(path, data)
         ref.held.append(path)
