@@ -202,3 +202,26 @@ def test_cli_convert_external_data(cli, tmp_path):
     feed = {"x": np.random.default_rng(0).random((1, 3, 64, 64)).astype(np.float32)}
     ref = ort_run(onnx.load(src), feed)["prob"]
     np.testing.assert_allclose(ort_run(conv, feed)["prob"], ref, atol=2e-3)
+
+
+def test_weight_conversion_matches_onnxconverter_common_bit_for_bit():
+    """toolkit converts weights itself (faster); the result is the library's, with fp16's limits."""
+    import warnings
+
+    from onnxconverter_common.float16 import convert_np_to_float16
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate(
+        [
+            rng.standard_normal(10000).astype(np.float32) * 0.01,
+            np.array([0, 1e-9, -1e-9, 2.98e-8, 3e-8, 70000, -1e6, np.inf, -np.inf, 65519, 65520, 1.0001], np.float32),
+        ]
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = convert_np_to_float16(x, fp16.FP16_TINY, fp16.FP16_MAX)
+    got, over = fp16.to_fp16(x)
+    assert over
+    np.testing.assert_array_equal(got.view(np.uint16), ref.view(np.uint16))
+    nan = np.array([np.nan], np.float32)
+    assert np.isnan(fp16.to_fp16(nan)[0]).all()

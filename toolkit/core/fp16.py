@@ -205,7 +205,7 @@ def _without_big_data(model):
     """``model`` itself when small; else a shallow rebuild whose big initializers are empty."""
     import onnx
 
-    big = [i for i, t in enumerate(model.graph.initializer) if len(t.raw_data) > _STRIP_BYTES]
+    big = [i for i, t in enumerate(model.graph.initializer) if t.ByteSize() > _STRIP_BYTES]
     if not big:
         return model
     light = onnx.ModelProto()
@@ -421,28 +421,62 @@ def decide(model, keep_fp32: Iterable[str] = (), *, auto: bool = True, types=Non
 class Conversion:
     model: object
     kept: Dict[str, str]  # node name -> why it stays fp32
-    clamped: List[str]  # weights with values outside fp16's range (clamped)
+    clamped: List[str]  # weights with values past +-65504 (clamped to it)
     casts_added: int
 
 
-def _clamp_round(arr):
+def to_fp16(arr):
+    """float32 values as fp16 the way the conversion stores weights: rounded to nearest, finite
+    values past fp16's range clamped to +-65504, tiny nonzero values kept as +-2**-24 (never 0);
+    inf and NaN unchanged. Returns (float16 array, whether any value was clamped at 65504)."""
     import numpy as np
 
     a = np.asarray(arr, dtype=np.float32)
-    out = np.where((a > 0) & (a < FP16_TINY), FP16_TINY, a)
-    out = np.where((out < 0) & (out > -FP16_TINY), -FP16_TINY, out)
-    out = np.clip(out, -FP16_MAX, FP16_MAX) if np.isfinite(a).all() else np.where(
-        np.isfinite(out), np.clip(out, -FP16_MAX, FP16_MAX), out
-    )
-    return out.astype(np.float16)
+    with np.errstate(over="ignore"):
+        h = a.astype(np.float16)
+    over = False
+    if not np.isfinite(h).all():
+        big = np.isinf(h) & np.isfinite(a)
+        if big.any():
+            h[big] = np.where(a[big] > 0, np.float16(FP16_MAX), np.float16(-FP16_MAX))
+            over = True
+    tiny = (h == 0) & (a != 0)
+    if tiny.any():
+        h[tiny] = np.where(a[tiny] > 0, np.float16(FP16_TINY), np.float16(-FP16_TINY))
+    return h, over
 
 
-def _out_of_range(arr) -> bool:
+def _weight_array(t):
     import numpy as np
+    from onnx import numpy_helper
 
-    a = np.abs(np.asarray(arr, dtype=np.float32))
-    finite = a[np.isfinite(a)]
-    return bool(((finite > FP16_MAX) | ((finite > 0) & (finite < FP16_TINY))).any())
+    if t.HasField("raw_data"):
+        return np.frombuffer(t.raw_data, dtype="<f4").reshape(tuple(t.dims))
+    return numpy_helper.to_array(t)
+
+
+def _convert_weights(model, kept: Set[str]) -> List[str]:
+    """Convert the float32 weights no kept node reads to fp16 (:func:`to_fp16`), before the
+    library runs (its own conversion makes several masked copies of every weight: 6x slower).
+    Returns the names of the weights that had values past 65504."""
+    readers_kept: Dict[str, bool] = {}
+    for node in iter_nodes(model):
+        k = node.name in kept
+        for i in node.input:
+            if i:
+                readers_kept[i] = readers_kept.get(i, False) or k
+    clamped = []
+    for graph in iter_graphs(model.graph):
+        for t in graph.initializer:
+            if t.data_type != FLOAT or readers_kept.get(t.name, True):
+                continue  # read by a kept node (the library keeps it fp32), or by nothing
+            h, over = to_fp16(_weight_array(t))
+            del t.float_data[:]
+            t.raw_data = h.tobytes()
+            t.data_type = FLOAT16
+            if over:
+                clamped.append(t.name)
+    return clamped
 
 
 def _normalize_float_data(model) -> None:
@@ -472,22 +506,6 @@ def _normalize_constants(model) -> None:
                 node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(np.asarray(arr))))
 
 
-def _count_out_of_range(model, kept: Set[str]) -> List[str]:
-    from onnx import numpy_helper
-
-    users: Dict[str, bool] = {}
-    for node in iter_nodes(model):
-        for i in node.input:
-            if node.name not in kept:
-                users[i] = True
-    out = []
-    for graph in iter_graphs(model.graph):
-        for t in graph.initializer:
-            if t.data_type == FLOAT and users.get(t.name) and _out_of_range(numpy_helper.to_array(t)):
-                out.append(t.name)
-    return out
-
-
 def convert(
     model,
     keep_fp32: Iterable[str] = (),
@@ -510,7 +528,7 @@ def convert(
     _copy_value_info(inferred, model)
     del inferred
     kept = set(decision.kept)
-    clamped = _count_out_of_range(model, kept)
+    clamped = _convert_weights(model, kept)
     originals = {n.name for n in iter_nodes(model)}
     # graph outputs produced by kept nodes: hidden from the library (it would wrap them
     # in a Cast16/Cast32 pair and then fail on it); the repair below keeps them fp32
@@ -1023,7 +1041,7 @@ def emulate(
             conv, keep = users(rmap, t.name)
             if not conv:
                 continue
-            arr = _clamp_round(numpy_helper.to_array(t)).astype(np.float32)
+            arr = to_fp16(_weight_array(t))[0].astype(np.float32)
             if keep:
                 c = numpy_helper.from_array(arr, fresh(f"{t.name}::fp16"))
                 new_inits.append(c)
@@ -1048,7 +1066,7 @@ def emulate(
             if node.op_type == "Constant" and node.domain in _STD_DOMAINS and not is_kept:
                 for a in node.attribute:
                     if a.name == "value" and a.t.data_type == FLOAT:
-                        arr = _clamp_round(numpy_helper.to_array(a.t)).astype(np.float32)
+                        arr = to_fp16(numpy_helper.to_array(a.t))[0].astype(np.float32)
                         a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
                         rounded += 1
                 new_nodes.append(node)
