@@ -52,7 +52,6 @@ FP16_TINY = 2.0**-24  # smallest positive (subnormal) fp16
 _FLOATS = (FLOAT, FLOAT16)
 _TENSOR_STR = {FLOAT: "tensor(float)", FLOAT16: "tensor(float16)"}
 _STD_DOMAINS = ("", "ai.onnx")
-_SUBGRAPHS_ATTR = 10  # AttributeProto.GRAPHS
 # ops whose output type comes from a ``dtype`` attribute
 _DTYPE_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "EyeLike", "Bernoulli"}
 _STRIP_BYTES = 4096  # weights larger than this are left out of the copy given to shape inference
