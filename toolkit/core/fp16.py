@@ -204,7 +204,8 @@ def _without_big_data(model):
     """``model`` itself when small; else a shallow rebuild whose big initializers are empty."""
     import onnx
 
-    big = [i for i, t in enumerate(model.graph.initializer) if t.ByteSize() > _STRIP_BYTES]
+    # (sized from the dims: reading raw_data or ByteSize() copies or walks the bytes)
+    big = [i for i, t in enumerate(model.graph.initializer) if _numel(t) * 4 > _STRIP_BYTES]
     if not big:
         return model
     light = onnx.ModelProto()
@@ -225,6 +226,13 @@ def _without_big_data(model):
         else:
             g.initializer.add().CopyFrom(t)
     return light
+
+
+def _numel(t) -> int:
+    n = 1
+    for d in t.dims:
+        n *= int(d)
+    return n
 
 
 def _copy_fields(src, dst, skip=()) -> None:
