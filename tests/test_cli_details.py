@@ -14,7 +14,7 @@ from toolkit.core.datafiles import save_inputs
 
 
 COMMANDS = [("run",), ("inspect", "model"), ("inspect", "data"), ("surgeon", "extract"), ("surgeon", "sanitize"),
-            ("data", "to-input"), ("debug", "reduce")]
+            ("data", "to-input"), ("debug", "reduce"), ("convert",), ("debug", "precision")]
 
 
 @pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
@@ -249,3 +249,17 @@ def test_placeholders_follow_one_style():
             assert "_" not in (p.metavar or "") or long.lstrip("-").upper().replace("-", "_") != p.metavar.rstrip("."), (
                 cmd.name, long, p.metavar
             )
+
+
+@pytest.mark.parametrize(
+    "shape,code",
+    [
+        ("x0:[1,3,4]", 3),  # wrong rank: does not fit the model
+        ("nope:[1,3,4,4]", 3),  # unknown name: does not fit the model
+        ("x0:[1,3,a,4]", 2),  # not a concrete shape: bad option text
+        ("x0", 2),  # no shape at all
+    ],
+)
+def test_input_shapes_one_rule(cli, tmp_path, shape, code):
+    model = mz.save(mz.seed_example((1, 3, 4, 4)), tmp_path / "m.onnx")
+    assert cli("run", model, "--onnxrt", "--input-shapes", shape).code == code

@@ -121,7 +121,7 @@ def test_dynamic_dims_from_input_shapes_or_default_one(cli, tmp_path):
     assert res.code == 0 and "{y [dtype=float32, shape=(3, 4)]}" in res.err
     res = cli("run", model, "--onnxrt", "--input-shapes", "x:5x4")
     assert res.code == 0 and "shape=(5, 4)" in res.err
-    assert cli("run", model, "--onnxrt", "--input-shapes", "x:[3,5]").code == 2  # fixed dim differs
+    assert cli("run", model, "--onnxrt", "--input-shapes", "x:[3,5]").code == 3  # fixed dim differs: the model does not fit
     assert cli("run", model, "--onnxrt", "--input-shapes", "nope:[3,4]").code == 3  # unknown tensor name
 
 

@@ -67,6 +67,14 @@ EXAMPLES = {
     "data merge": [
         "toolkit data merge inputs.json layerwise.json -o layerwise_inputs.json",
     ],
+    "convert": [
+        "toolkit convert model.onnx --fp-to-fp16 -o model_fp16.onnx",
+        "toolkit convert model.onnx --fp-to-fp16 --keep-fp32 'Softmax*' LayerNormalization -o mixed.onnx",
+    ],
+    "debug precision": [
+        "toolkit debug precision model.onnx -o mixed.onnx",
+        "toolkit debug precision model.onnx -o mixed.onnx --load-inputs inputs.json --atol 1e-2 --rtol 1e-2",
+    ],
     "debug reduce": [
         "toolkit debug reduce model.onnx -o reduced.onnx --check toolkit run polygraphy_debug.onnx --onnxrt",
         "toolkit debug reduce model.onnx -o reduced.onnx --mode=bisect --load-inputs layerwise_inputs.json "

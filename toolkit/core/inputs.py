@@ -84,15 +84,17 @@ def resolve_shape(meta: TensorMeta, overrides: Mapping[str, tuple]) -> Tuple[Tup
                 f"--input-shapes for '{meta.name}' must be concrete, e.g. {meta.name}:[1,3,224,224], "
                 f"got {format_shape(shape)}"
             )
+        # one rule: text that is no shape is a usage error (exit 2); a shape that does not fit
+        # the model (unknown name, wrong rank, a fixed dim contradicted) is a model mismatch (exit 3)
         if meta.shape is not None:
             if len(meta.shape) != len(shape):
-                raise UsageError(
+                raise InputError(
                     f"--input-shapes gives '{meta.name}' rank {len(shape)} {format_shape(shape)}, "
                     f"but the model's input has rank {len(meta.shape)} {format_shape(meta.shape)}"
                 )
             for got, want in zip(shape, meta.shape):
                 if isinstance(want, int) and got != want:
-                    raise UsageError(
+                    raise InputError(
                         f"--input-shapes gives '{meta.name}' shape {format_shape(shape)}, "
                         f"but the model fixes it to {format_shape(meta.shape)}"
                     )
