@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.backends.base import Runner
 from toolkit.core.errors import DependencyError, InferenceError, InputError, one_line  # noqa: F401  (InferenceError: re-exported)
@@ -187,7 +187,7 @@ class OnnxrtRunner(Runner):
         self.graph_optimization = graph_optimization
         self.providers: List[str] = []
         self.notes: List[str] = []  # warnings worth showing the user
-        self._session = None
+        self._session: Any = None  # onnxruntime.InferenceSession once active
         self._inputs: List[TensorMeta] = []
         self._output_names: List[str] = []
 
@@ -366,7 +366,7 @@ class OnnxrtRunner(Runner):
 def _shape_of(shape) -> Optional[tuple]:
     if shape is None:
         return None
-    out = []
+    out: List[object] = []
     for d in shape:
         if isinstance(d, int):
             out.append(d if d >= 0 else None)

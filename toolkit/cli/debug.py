@@ -270,7 +270,7 @@ def summary_json(outcome, cfg) -> dict:
     }
 
 
-def _summary(outcome, cfg) -> int:
+def _summary(outcome, cfg) -> int:  # noqa: C901 - complexity 16, to split
     from toolkit.core.errors import ExitCode
 
     plural = lambda n, w: f"{n} {w}{'s' if n != 1 else ''}"  # noqa: E731

@@ -21,7 +21,6 @@ from toolkit.cli.options import (
     ListOpt,
     ExternalDataDirOpt,
     InputShapesOpt,
-    ModelArg,
     SeedOpt,
     ToolkitCommand,
     check_data_output,

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core.meta import parse_named_values
 
@@ -266,14 +266,14 @@ class OutputComparison:
     message: str = ""  # why it failed when no numbers apply (shape mismatch)
 
     @property
-    def required_atol(self) -> float:
+    def required_atol(self) -> Optional[float]:
         """The atol that would have passed on its own (for the chosen statistic)."""
         return {"mean": self.mean_abs, "median": self.median_abs, "quantile": self.quantile_abs}.get(
             self.stat, self.max_abs
         )
 
     @property
-    def required_rtol(self) -> float:
+    def required_rtol(self) -> Optional[float]:
         return {"mean": self.mean_rel, "median": self.median_rel, "quantile": self.quantile_rel}.get(
             self.stat, self.max_rel
         )
@@ -416,7 +416,7 @@ def compare_arrays(
         res.passed = res.mismatches == 0
     else:
         sa, sr = res.required_atol, res.required_rtol
-        res.passed = bool(sa <= atol or sr <= rtol)
+        res.passed = bool((sa is not None and sa <= atol) or (sr is not None and sr <= rtol))
     return res
 
 
@@ -458,7 +458,7 @@ def compare_pair(label_a: str, iters_a: Sequence[Mapping], label_b: str, iters_b
     return PairComparison(label_a, label_b, its, notes)
 
 
-def check_tolerance_names(tol: Tolerances, known: Sequence[str]) -> List[str]:
+def check_tolerance_names(tol: Tolerances, known: Iterable[str]) -> List[str]:
     """Notes for per-output tolerances that name no compared output."""
     names = set(known)
     return [f"a tolerance is given for '{n}', which no compared result has" for n in tol.names() if n not in names]

@@ -199,7 +199,7 @@ def _decode_array(text: str):
 _LEGACY_PREFIX = "__polygraphy_encoded_"
 
 
-def _json_hook(dct):
+def _json_hook(dct):  # noqa: C901 - complexity 17, to split
     cls = dct.get("polygraphy_class")
     if cls is None:
         for key in dct:
@@ -283,7 +283,7 @@ def _load_npz(path: str, data: Optional[bytes] = None):
         source = io.BytesIO(read_bytes(path))
     else:
         check_readable_file(path)
-        source = path
+        source = path  # type: ignore[assignment]  # np.load takes a path or a file
     npz = _open_npz(source, path)
     idx = _npz_index(npz, path)
     members = set(npz.files)
@@ -514,7 +514,7 @@ class InputsWriter:
 
     def __init__(self, f, npz: bool):
         self._npz = _NpzMembers(f) if npz else None
-        self._json = None if npz else _JsonList(f, 0)
+        self._json = _JsonList(f, 0)  # unused for .npz
         self._index: List[Dict[str, str]] = []
 
     def add(self, feed: Mapping) -> None:
@@ -538,12 +538,11 @@ class OutputsWriter:
         self._f = f
         self._npz = _NpzMembers(f) if npz else None
         self._runs: List[dict] = []
-        self._lst: Optional[_JsonList] = None
+        self._lst = _JsonList(f, 1)  # unused for .npz
         self._iters: Optional[_JsonList] = None
         self._name = ""
         if self._npz is None:
             f.write(b"{" + _pad(1) + b'"lst": ')
-            self._lst = _JsonList(f, 1)
 
     def _end_runner(self) -> None:
         if self._iters is not None:
@@ -573,6 +572,7 @@ class OutputsWriter:
             "runner_name": runner_name or self._name,
             "polygraphy_class": "IterationResult",
         }
+        assert self._iters is not None, "begin_runner() first"
         self._iters.item(_json_chunks(obj, 4))
 
     def _close(self, f) -> None:
@@ -607,7 +607,7 @@ def outputs_writer(path: str) -> ContextManager[OutputsWriter]:
     return _writing(path, OutputsWriter)
 
 
-def merge_to_inputs(datasets: List[Union[InputsData, RunResults]]) -> InputsData:
+def merge_to_inputs(datasets: List[Union[InputsData, RunResults]]) -> List[Dict[str, object]]:
     """Merge inputs files and outputs files into one inputs list.
 
     Iteration k of every file goes into feed k; later files win on name clashes. Each

@@ -156,7 +156,7 @@ def iteration_rng(seed: Optional[int], iteration: int):
     return np.random.RandomState((DEFAULT_SEED if seed is None else seed) + iteration)
 
 
-def _generate_one(rng, shape, dtype_name: str, lo: float, hi: float, name: str):
+def _generate_one(rng, shape, dtype_name: Optional[str], lo: float, hi: float, name: str):
     """Values for one input, drawn from ``rng`` (a legacy ``RandomState``) as the reference does:
     integers and bools with ``randint(int(lo), int(hi) + 1)`` (bools: ``bool(lo)``..``bool(hi)``),
     floats with ``random_sample() * (hi - lo) + lo`` in float64, then cast to the input's dtype."""
@@ -347,7 +347,7 @@ def _cast_preserving(arr, meta: TensorMeta, got_dtype: str, source: str, iterati
         )
 
     try:
-        target = np.dtype(dtype_to_numpy(meta.dtype))
+        target = np.dtype(dtype_to_numpy(meta.dtype or ""))
     except Exception:  # noqa: BLE001 - a dtype numpy cannot hold
         refuse("not be possible")
     src = arr.dtype

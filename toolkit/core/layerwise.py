@@ -13,7 +13,7 @@ which is cheaper than running ONNX shape inference over a large model).
 from __future__ import annotations
 
 import fnmatch
-from typing import List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError
 
@@ -65,13 +65,13 @@ def _normalize_words(words: Sequence[str]) -> List[str]:
     return out
 
 
-def choose_names(
+def choose_names(  # noqa: C901 - complexity 16, to split
     candidates: Sequence[str],
     default: Sequence[str],
     patterns: Optional[Sequence[str]],
     exclude: Optional[Sequence[str]] = None,
     *,
-    known: Optional[Sequence[str]] = None,
+    known: Optional[Iterable[str]] = None,
     option: str = "--onnx-outputs",
     exclude_option: str = "--onnx-exclude-outputs",
     where: str = "the model",
@@ -154,7 +154,7 @@ def set_outputs(model, names: Sequence[str]) -> None:
     import onnx
 
     graph = model.graph
-    known = {}
+    known: Dict[str, Any] = {}
     for coll in (graph.output, graph.value_info, graph.input):
         for vi in coll:
             known.setdefault(vi.name, vi)
@@ -185,7 +185,7 @@ def outputs_patch(model, names: Sequence[str]) -> bytes:
 
     graph = model.graph
     existing = {o.name for o in graph.output}
-    known = {}
+    known: Dict[str, Any] = {}
     for coll in (graph.value_info, graph.input):
         for vi in coll:
             known.setdefault(vi.name, vi)

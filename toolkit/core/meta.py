@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Iterable, Optional, Sequence, Tuple, Union
+from typing import Callable, Dict, Iterable, Optional, Sequence, Tuple, TypeVar, Union
 
 from toolkit.core.errors import UsageError
+
+_V = TypeVar("_V")
 
 Dim = Union[int, str, None]
 Shape = Optional[Tuple[Dim, ...]]
@@ -316,14 +318,16 @@ def parse_shape_specs(specs: Sequence[str]) -> dict:
     return out
 
 
-def parse_named_values(specs: Sequence[str], convert, what: str) -> Tuple[Optional[object], dict]:
+def parse_named_values(
+    specs: Sequence[str], convert: Callable[[str], _V], what: str
+) -> Tuple[Optional[_V], Dict[str, _V]]:
     """Parse ``["1e-3", "out:1e-2"]`` into (global value, {name: value}).
 
     A bare value is global; ``name:value`` applies to one tensor (last ':' splits, so names
     may contain ':'). ``convert`` turns text into the value and raises ValueError if bad.
     """
-    glob = None
-    per = {}
+    glob: Optional[_V] = None
+    per: Dict[str, _V] = {}
     for spec in specs or ():
         head, tail = _split_last_colon(spec)
         try:

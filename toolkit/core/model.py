@@ -287,7 +287,6 @@ def _save_with_external_data(
 
 def graph_io_meta(model):
     """(inputs, outputs) of the top graph as lists of TensorMeta; initializers excluded."""
-    from toolkit.core.meta import TensorMeta
 
     inits = {t.name for t in model.graph.initializer}
     ins = [value_info_meta(vi) for vi in model.graph.input if vi.name not in inits]

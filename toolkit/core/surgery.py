@@ -845,7 +845,7 @@ def _unhide(nodes) -> None:
             node.op = node.op[len(_HIDDEN_PREFIX):]
 
 
-def _flatten_constant_ifs(gs, graph) -> int:
+def _flatten_constant_ifs(gs, graph) -> int:  # noqa: C901 - complexity 16, to split
     """Inline the taken branch of every If whose condition is a constant (bodies included).
 
     onnx-graphsurgeon's own flattening loses If outputs after the first (it edits the

@@ -415,7 +415,7 @@ class Reducer:
 
     # ------------------------------------------------------------------ set-up
 
-    def _validate(self) -> None:
+    def _validate(self) -> None:  # noqa: C901 - complexity 17, to split
         from toolkit.core.model import check_output_path
 
         cfg = self.cfg

@@ -9,7 +9,10 @@ plain run never pays for it.
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Mapping, Optional
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional
+
+if TYPE_CHECKING:  # pragma: no cover
+    from toolkit.core.diagnosis import Diagnosis
 
 MIN_TENSORS = 3  # a comparison of fewer tensors gets no diagnosis on the terminal
 
@@ -56,7 +59,7 @@ def _topology(model: str):
         return None
 
 
-def diagnoses(opts, comparisons: List, errors: Dict[int, dict]) -> List[Optional[object]]:
+def diagnoses(opts, comparisons: List, errors: Dict[int, dict]) -> List[Optional["Diagnosis"]]:
     """One :class:`~toolkit.core.diagnosis.Diagnosis` per comparison (None where no errors were gathered);
     writes ``--save-report``."""
     if not errors:
@@ -64,7 +67,7 @@ def diagnoses(opts, comparisons: List, errors: Dict[int, dict]) -> List[Optional
     from toolkit.core.diagnosis import diagnose
 
     topology = _topology(opts.model)
-    out: List[Optional[object]] = []
+    out: List[Optional["Diagnosis"]] = []
     for i, pair in enumerate(comparisons):
         errs = errors.get(i)
         out.append(diagnose(errs, topology, pair.label_a, pair.label_b) if errs else None)

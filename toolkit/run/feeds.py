@@ -8,7 +8,7 @@ kept in memory, and checked against their own inputs like loaded data.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core.errors import InputError
 from toolkit.core.meta import TensorMeta
@@ -40,7 +40,7 @@ class FeedSource:
 
     def __init__(
         self,
-        loaded: Optional[List[Mapping]] = None,
+        loaded: Optional[Sequence[Mapping]] = None,
         where: Sequence[Tuple[str, int]] = (),
         *,
         iterations: Optional[int] = None,
@@ -57,7 +57,8 @@ class FeedSource:
         self.shapes = dict(shapes or {})
         self.preferred: Dict[str, tuple] = {}
         self._notes = notes
-        self._generation = None  # toolkit.core.inputs.GenerationPlan, fixed by the first runner
+        # (toolkit.core.inputs.GenerationPlan, fixed values), set by the first runner that asks
+        self._generation: Optional[Tuple[Any, Dict[str, Any]]] = None
 
     def count(self) -> int:
         return len(self.loaded) if self.loaded is not None else self.iterations
@@ -78,6 +79,7 @@ class FeedSource:
         return plan
 
     def _generated(self, k: int) -> Dict:
+        assert self._generation is not None
         plan, values = self._generation
         feed = plan.feed(k, self.seed)
         for name, value in values.items():  # shape-tensor inputs get valid shapes (a TensorRT profile's opt values)

@@ -95,6 +95,7 @@ def save_onnx(opts: RunOptions, rep: Reporter) -> None:
     base = None
     if has_external_data(model):
         base = external_data_folder(opts.model, opts.external_data_dir)
+    assert opts.save_onnx
     save_model(model, opts.save_onnx, external_base_dir=base)
     rep.saved("the ONNX model that runs", opts.save_onnx)
 
@@ -156,7 +157,8 @@ def _load_result_sets(paths: Sequence[str], model: str = "") -> List[ResultSet]:
 def load_data_files(plan: RunPlan, rep: Reporter) -> Tuple[FeedSource, List[ResultSet]]:
     """The feeds every runner gets (loaded or to generate) and the loaded result sets."""
     opts = plan.opts
-    loaded, where = None, []
+    loaded: Optional[Sequence[Mapping]] = None
+    where: List[Tuple[str, int]] = []
     if opts.data_loader_script and opts.runners:
         from toolkit.core.dataloader import load_script_feeds, split_script_spec
 

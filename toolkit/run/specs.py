@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Dict, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
 from toolkit.core.errors import UsageError
 from toolkit.run.registry import RunnerKind, get_kind
@@ -44,7 +44,8 @@ class RunnerSpec:
         if not self.options:
             return opts
         known = get_kind(self.kind).spec_options()
-        return dataclasses.replace(opts, **{known[k].field: v for k, v in self.options.items()})
+        changes: Dict[str, Any] = {known[k].field: v for k, v in self.options.items()}
+        return dataclasses.replace(opts, **changes)
 
 
 def _parse_option(kind: RunnerKind, text: str, spec: str) -> tuple:

@@ -432,7 +432,7 @@ class EngineBuilder:
             out[meta.name] = (lo, seen[0], hi)
         return out
 
-    def profiles(self, metas: List[TensorMeta], shape_inputs: Sequence[str]) -> List[Profile]:
+    def profiles(self, metas: List[TensorMeta], shape_inputs: Sequence[str]) -> List[Profile]:  # noqa: C901 - complexity 16, to split
         """The optimization profiles to build: the user's, else one from the data / --input-shapes.
 
         For a shape-tensor input, a profile holds its values (min/opt/max), not its shape.

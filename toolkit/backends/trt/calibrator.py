@@ -30,7 +30,7 @@ class Calibrator:
         self.buffers = DeviceBuffers(cudart, "during INT8 calibration")
 
     @classmethod
-    def create(cls, trt, cudart, metas: List[TensorMeta], config: TrtConfig, notes: List[str]) -> "Calibrator":
+    def create(cls, trt, cudart, metas: List[TensorMeta], config: TrtConfig, notes: List[str]) -> "Calibrator":  # noqa: C901 - complexity 17, to split
         import numpy as np
 
         self = cls(cudart)

@@ -15,7 +15,7 @@ from toolkit.core.meta import format_meta
 from .availability import check_available, inference_error
 
 
-def describe_engine(path: str, layers: bool = True) -> Dict[str, object]:
+def describe_engine(path: str, layers: bool = True) -> Dict[str, object]:  # noqa: C901 - complexity 16, to split
     """A JSON-able description of the engine file ``path`` (DependencyError without TensorRT/GPU)."""
     from toolkit.core.model import read_bytes
 
