@@ -973,7 +973,7 @@ class _Validation:
         self._prepared = False
 
     # -- sessions
-    def _session(self, model, extra_outputs: Sequence[str] = ()):
+    def _session(self, model, extra_outputs: Sequence[str] = (), only_outputs: Optional[Sequence[str]] = None):
         """An ONNX-Runtime session on a light copy of ``model``: its big top-level weights
         become graph inputs fed with the model's own arrays (no copy), so creating the
         session costs the graph, not the weights."""
@@ -983,6 +983,8 @@ class _Validation:
         from toolkit.core.shapes import _STUB_LOCATION
 
         light = light_copy(model)
+        if only_outputs is not None:
+            _prune_to(light.graph, only_outputs)
         if extra_outputs:
             have = {o.name for o in light.graph.output}
             for name in extra_outputs:
@@ -1059,34 +1061,43 @@ class _Validation:
         # then a folded model is checked by comparing its new constants with them, without
         # running it (folding only replaces tensors by constants and removes dead nodes).
         self.has_subgraphs = any(attr.type in (5, 10) for n in g.node for attr in n.attribute)  # GRAPH, GRAPHS
-        extra = []
-        if not self.has_subgraphs:
-            outs = set(self.output_names)
-            extra = [o for o in _foldable_tensors(g) if o not in outs]
-        try:
-            try:
-                sess = self._session(self.original, extra)
-            except Exception:  # noqa: BLE001 - some tensors cannot be outputs (non-tensor types)
-                if not extra:
-                    raise
-                extra = []
-                sess = self._session(self.original)
-        except Exception as exc:  # noqa: BLE001 - ORT's own exception types
-            self.skip_reason = f"ONNX-Runtime cannot load the input model ({one_line(exc, first_line=True, limit=300)})"
-            return
-        self.feed = self._make_feed(sess)
+        self.feed = self._make_feed()
         if self.feed is None:
             return
-        try:
-            values = self._run(sess, self.feed, self.output_names + extra)
-        except Exception as exc:  # noqa: BLE001
-            self.compare_reason = f"the input model does not run on generated inputs ({one_line(exc, first_line=True, limit=300)})"
-            self.feed = None
-            return
-        self.expected = {n: values[n] for n in self.output_names}
-        self.all_values = values if extra else None
+        if not self.has_subgraphs:
+            # Only the part of the model that folding may replace runs here (shape computations
+            # and constant subgraphs, with what they read): not the whole model.
+            extra = _foldable_tensors(g)
+            try:
+                cone = self._session(self.original, only_outputs=extra)
+                self.all_values = self._run(cone, self.feed, extra)
+                return
+            except Exception:  # noqa: BLE001 - e.g. a tensor that cannot be an output; run it all
+                self.all_values = None
+        self._ensure_expected()
 
-    def _make_feed(self, sess):
+    def _ensure_expected(self) -> bool:
+        """The input model's outputs on the generated inputs (a full run, done once)."""
+        if self.expected is not None:
+            return True
+        if self.feed is None:
+            return False
+        try:
+            sess = self._session(self.original)
+        except Exception as exc:  # noqa: BLE001 - ORT's own exception types
+            self.skip_reason = f"ONNX-Runtime cannot load the input model ({one_line(exc, first_line=True, limit=300)})"
+            return False
+        try:
+            self.expected = self._run(sess, self.feed, self.output_names)
+        except Exception as exc:  # noqa: BLE001
+            self.compare_reason = (
+                f"the input model does not run on generated inputs ({one_line(exc, first_line=True, limit=300)})"
+            )
+            self.feed = None
+            return False
+        return True
+
+    def _make_feed(self):
         import numpy as np
 
         from toolkit.core.meta import dtype_to_numpy
@@ -1097,12 +1108,9 @@ class _Validation:
         metas = {m.name: m for m in ins}
         feed = {}
         total = 0
-        inits = {t.name for t in self.original.graph.initializer}
-        for i in sess.get_inputs():
-            if i.name in inits:
-                continue  # a weight listed as an input (IR < 4): its initializer is the value
+        for i in ins:  # graph inputs that are not initializers
             m = metas.get(i.name)
-            if m is None or not m.dtype or m.shape is None or not str(i.type).startswith("tensor("):
+            if m is None or not m.dtype or m.shape is None or m.dtype.endswith("_type"):
                 self.compare_reason = f"input '{i.name}' is not a tensor with known rank"
                 return None
             try:
@@ -1145,6 +1153,13 @@ class _Validation:
         try:
             sess = self._session(result)
         except Exception as exc:  # noqa: BLE001
+            try:
+                self._session(self.original)
+            except Exception as orig_exc:  # noqa: BLE001 - the input model does not load either
+                self.skip_reason = (
+                    f"ONNX-Runtime cannot load the input model ({one_line(orig_exc, first_line=True, limit=300)})"
+                )
+                return None
             return f"ONNX-Runtime cannot load it: {one_line(exc, first_line=True, limit=300)}"
         if self.feed is None:
             return None
@@ -1156,6 +1171,8 @@ class _Validation:
                 self.compare_reason = "the input model's outputs change from run to run"
                 return None
             return f"folded tensor '{sorted(wrong)[0]}' differs from what the input model computes"
+        if not self._ensure_expected():
+            return None
         try:
             got = self._run(sess, self.feed, list(self.expected))
         except Exception as exc:  # noqa: BLE001
@@ -1174,8 +1191,16 @@ class _Validation:
         return all(t.name in self.all_values for t in result.graph.initializer if t.name in computed)
 
     def _nondeterministic(self) -> bool:
+        """The input model gives different values from run to run (random ops)."""
+        if self.all_values is not None:
+            names = list(self.all_values)
+            try:
+                again = self._run(self._session(self.original, only_outputs=names), self.feed, names)
+            except Exception:  # noqa: BLE001
+                return True
+            return any(not _same_value(self.all_values[n], again.get(n)) for n in names)
         try:
-            again = self._run(self._session(self.original), self.feed)
+            again = self._run(self._session(self.original), self.feed, self.output_names)
         except Exception:  # noqa: BLE001
             return True
         return any(not _same_value(self.expected[n], again.get(n)) for n in self.expected)
@@ -1214,6 +1239,31 @@ def _foldable_tensors(graph) -> List[str]:
             const.update(names)
             out.extend(names)
     return out
+
+
+def _prune_to(graph, outputs: Sequence[str]) -> None:
+    """Make ``outputs`` the graph's outputs and drop the nodes they do not need (in place)."""
+    needed = set(outputs)
+    keep = set()
+    changed = True
+    while changed:  # nodes need not be sorted
+        changed = False
+        for i, node in enumerate(graph.node):
+            if i not in keep and any(o in needed for o in node.output):
+                keep.add(i)
+                needed.update(node_reads(node))
+                changed = True
+    kept = [n for i, n in enumerate(graph.node) if i in keep]
+    copies = []
+    for n in kept:
+        c = type(n)()
+        c.CopyFrom(n)
+        copies.append(c)
+    del graph.node[:]
+    graph.node.extend(copies)
+    del graph.output[:]
+    for name in outputs:
+        graph.output.add().name = name
 
 
 def _strict_check(model) -> Optional[str]:
