@@ -236,3 +236,17 @@ def test_shapes_inside_loop_bodies_fold():
     body_ops = [n.op_type for n in folded.graph.node[0].attribute[0].g.node]
     assert "Shape" not in body_ops and "Concat" not in body_ops, body_ops
     np.testing.assert_allclose(run(folded, {"x": x})["y"], expected)
+
+
+def test_inference_dropout_is_removed_training_dropout_kept():
+    nodes = [
+        helper.make_node("Dropout", ["x", "ratio"], ["d"], name="drop"),
+        helper.make_node("Relu", ["d"], ["y"], name="relu"),
+        helper.make_node("Dropout", ["x", "ratio", "train"], ["t", "mask"], name="train_drop"),
+    ]
+    inits = [numpy_helper.from_array(np.array(0.5, np.float32), "ratio"), numpy_helper.from_array(np.array(True), "train")]
+    graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", [4])],
+                              [modelzoo.vi("y", [4]), modelzoo.vi("t", [4]), modelzoo.vi("mask", [4], TensorProto.BOOL)], inits)
+    folded, _ = sanitize(modelzoo.make_model(graph), fold_constants=True)
+    assert sorted(n.op_type for n in folded.graph.node) == ["Dropout", "Relu"]
+    assert next(n for n in folded.graph.node if n.op_type == "Relu").input[0] == "x"

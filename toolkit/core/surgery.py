@@ -922,7 +922,9 @@ def _eliminate_identities(gs, graph) -> int:
     outputs = {id(t) for t in graph.outputs}
     inputs = {id(t) for t in graph.inputs}
     for node in list(graph.nodes):
-        if node.op != "Identity" or len(node.inputs) != 1 or len(node.outputs) != 1:
+        if not (node.op == "Identity" and len(node.inputs) == 1 and len(node.outputs) == 1) and not _is_inference_dropout(
+            gs, node, outputs
+        ):
             continue
         src, dst = node.inputs[0], node.outputs[0]
         if id(dst) in outputs:
@@ -944,6 +946,23 @@ def _eliminate_identities(gs, graph) -> int:
             node.outputs.clear()
         removed += 1
     return removed
+
+
+def _is_inference_dropout(gs, node, graph_outputs) -> bool:
+    """A Dropout that is an identity at inference: no training_mode (or a constant false),
+    not the old test-mode attribute set to training, and its mask output unused."""
+    if node.op != "Dropout" or not node.inputs or not node.outputs:
+        return False
+    if "is_test" in node.attrs and not node.attrs["is_test"]:
+        return False
+    if len(node.inputs) >= 3 and not node.inputs[2].is_empty():
+        mode = node.inputs[2]
+        if not isinstance(mode, gs.Constant) or bool(mode.values.reshape(-1)[0]):
+            return False
+    for mask in node.outputs[1:]:
+        if mask.outputs or id(mask) in graph_outputs:
+            return False
+    return True
 
 
 def _replace_input(node, old, new) -> None:
