@@ -16,7 +16,7 @@ from conftest import run_toolkit
 from reduce_helpers import node_names
 
 from toolkit.reduce.check import BROKEN, FAIL, PASS, TIMEOUT, CheckResult, FailureRule, error_line
-from toolkit.reduce.evidence import Evidence, TensorError, from_check_output, noise_warning
+from toolkit.reduce.evidence import Evidence, TensorEvidence, from_check_output, noise_warning
 
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None
 
@@ -210,13 +210,13 @@ def test_evidence_from_comparison_objects():
         name, passed, max_abs, max_rel = "t", False, 0.5, 0.25
         required_atol, required_rtol, atol, rtol = 0.5, 0.25, 1e-3, 1e-3
 
-    ev = Evidence([TensorError.of(Cmp())], source="compare")
+    ev = Evidence([TensorEvidence.of(Cmp())], source="compare")
     assert ev.to_json()["worst"]["needed_atol"] == 0.5 and ev.to_json()["source"] == "compare"
 
 
 def test_noise_warning_rules():
     def ev(max_abs, max_rel):
-        return Evidence([TensorError("t", False, max_abs, max_rel, max_abs, max_rel, 1e-5, 1e-5)])
+        return Evidence([TensorEvidence("t", False, max_abs, max_rel, max_abs, max_rel, 1e-5, 1e-5)])
 
     assert "float rounding" in noise_warning(ev(3e-5, 3e-5), ev(4.2e-5, 3.1e-5))
     assert "far less than the full model" in noise_warning(ev(2.0, 0.5), ev(0.01, 0.002))

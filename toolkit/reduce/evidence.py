@@ -1,13 +1,13 @@
 """How badly a model failed a comparison: the evidence shown with a reduce result.
 
-An :class:`Evidence` is a list of per-tensor errors (:class:`TensorError`): the largest
+An :class:`Evidence` is a list of per-tensor errors (:class:`TensorEvidence`): the largest
 absolute and relative error, the tolerance each would need to pass, and the tolerance it
 was held to. It comes from
 
 - the output of a ``toolkit run`` check that compared outputs (:func:`from_check_output`
   reads its per-tensor ``PASSED``/``FAILED | name | max abs ... | would pass with atol A
   or rtol R (stat) | tolerance atol a, rtol r`` lines), or
-- any comparison object with the same attribute names (:meth:`TensorError.of`), so a
+- any comparison object with the same attribute names (:meth:`TensorEvidence.of`), so a
   built-in comparison produces the same evidence without printing it.
 
 :func:`noise_warning` says when a reduced model's failure looks like float rounding
@@ -40,7 +40,7 @@ NEAR_TOLERANCE = 10.0
 
 
 @dataclass
-class TensorError:
+class TensorEvidence:
     name: str
     passed: bool
     max_abs: float
@@ -52,7 +52,7 @@ class TensorError:
     stat: str = "elemwise"
 
     @classmethod
-    def of(cls, comparison) -> "TensorError":
+    def of(cls, comparison) -> "TensorEvidence":
         """From a comparison result with ``name, passed, max_abs, max_rel, required_atol,
         required_rtol, atol, rtol`` (and optionally ``stat``) attributes."""
         c = comparison
@@ -71,21 +71,21 @@ class TensorError:
 
 @dataclass
 class Evidence:
-    tensors: List[TensorError] = field(default_factory=list)
+    tensors: List[TensorEvidence] = field(default_factory=list)
     source: str = "check output"  # or the name of a built-in comparison
 
     @property
-    def failing(self) -> List[TensorError]:
+    def failing(self) -> List[TensorEvidence]:
         return [t for t in self.tensors if not t.passed]
 
     @property
-    def worst(self) -> Optional[TensorError]:
+    def worst(self) -> Optional[TensorEvidence]:
         """The failing tensor with the largest error (relative to its tolerance)."""
         bad = self.failing
         if not bad:
             return None
 
-        def excess(t: TensorError) -> float:
+        def excess(t: TensorEvidence) -> float:
             return t.max_abs / t.atol if t.atol > 0 else t.max_abs
 
         return max(bad, key=lambda t: (excess(t), t.max_abs))
@@ -122,7 +122,7 @@ def from_check_output(text: str) -> Optional[Evidence]:
             continue
         seen.add(key)
         rows.append(
-            TensorError(
+            TensorEvidence(
                 name.strip(),
                 verdict == "PASSED",
                 float(max_abs),
