@@ -212,6 +212,9 @@ def test_evidence_from_comparison_objects():
 
     ev = Evidence([TensorEvidence.of(Cmp())], source="compare")
     assert ev.to_json()["worst"]["needed_atol"] == 0.5 and ev.to_json()["source"] == "compare"
+    inf = Evidence([TensorEvidence("t", False, 1.0, float("inf"), 1.0, float("inf"), 1e-5, 1e-5)])
+    assert inf.to_json()["worst"]["max_rel"] is None
+    json.dumps(inf.to_json(), allow_nan=False)
 
 
 def test_noise_warning_rules():

@@ -107,8 +107,15 @@ class Evidence:
             "source": self.source,
             "compared": len(self.tensors),
             "failing": len(self.failing),
-            "worst": asdict(w) if w is not None else None,
+            "worst": _finite(asdict(w)) if w is not None else None,
         }
+
+
+def _finite(d: dict) -> dict:
+    """Infinite or NaN numbers (a relative error against a reference 0) as null: strict JSON."""
+    import math
+
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
 
 
 def from_check_output(text: str) -> Optional[Evidence]:
