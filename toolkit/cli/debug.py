@@ -16,6 +16,8 @@ import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import (
+    DataLoaderFuncOpt,
+    DataLoaderScriptOpt,
     Annotated,
     AtolOpt,
     CheckErrorStatOpt,
@@ -531,18 +533,8 @@ def reduce_command(
             metavar="PATH",
         ),
     ] = None,
-    data_loader_script: Annotated[
-        Optional[str],
-        typer.Option(
-            "--data-loader-script",
-            metavar="SCRIPT[:FUNC]",
-            help="Input data from a Python function (as run --data-loader-script), used like --load-inputs.",
-        ),
-    ] = None,
-    data_loader_func_name: Annotated[
-        Optional[str],
-        typer.Option("--data-loader-func-name", metavar="FUNC", help="The function of --data-loader-script to call."),
-    ] = None,
+    data_loader_script: DataLoaderScriptOpt = None,
+    data_loader_func_name: DataLoaderFuncOpt = None,
     compare: Annotated[
         ListOpt,
         typer.Option(

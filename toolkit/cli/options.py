@@ -470,6 +470,23 @@ InputShapesOpt = Annotated[
         "Several after one flag.",
     ),
 ]
+DataLoaderScriptOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--data-loader-script",
+        metavar="SCRIPT[:FUNC]",
+        help="Input data from a Python function that returns or yields {name: array} per iteration "
+        "(FUNC defaults to load_data), instead of generated data.",
+    ),
+]
+DataLoaderFuncOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--data-loader-func-name",
+        metavar="FUNC",
+        help="The function of --data-loader-script to call (the older spelling of SCRIPT:FUNC).",
+    ),
+]
 ModelInputShapesOpt = Annotated[
     Optional[List[str]],
     typer.Option(

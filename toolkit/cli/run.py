@@ -14,6 +14,8 @@ from typing import List, Optional
 import typer
 
 from toolkit.cli.options import (
+    DataLoaderFuncOpt,
+    DataLoaderScriptOpt,
     Annotated,
     AtolOpt,
     CheckErrorStatOpt,
@@ -176,23 +178,8 @@ def register(app: typer.Typer) -> None:
             Optional[str],
             typer.Option("--save-onnx", metavar="PATH", help="Save the ONNX model as it runs (--onnx-outputs marked)."),
         ] = None,
-        data_loader_script: Annotated[
-            Optional[str],
-            typer.Option(
-                "--data-loader-script",
-                metavar="SCRIPT[:FUNC]",
-                help="Feed the inputs a Python function returns or yields ({name: array} per iteration; "
-                "FUNC defaults to load_data), instead of generated data.",
-            ),
-        ] = None,
-        data_loader_func_name: Annotated[
-            Optional[str],
-            typer.Option(
-                "--data-loader-func-name",
-                metavar="FUNC",
-                help="The function of --data-loader-script to call (the older spelling of SCRIPT:FUNC).",
-            ),
-        ] = None,
+        data_loader_script: DataLoaderScriptOpt = None,
+        data_loader_func_name: DataLoaderFuncOpt = None,
         use_subprocess: Annotated[
             bool,
             typer.Option(
