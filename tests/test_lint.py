@@ -31,7 +31,6 @@ LONG_FUNCTIONS = {
     ("toolkit/reduce/graph.py", "GraphIndex.candidate"): 83,
     ("toolkit/core/fp16.py", "emulate_mixed"): 75,
     ("toolkit/core/surgery.py", "extract"): 69,
-    ("toolkit/core/shapes.py", "_run_for_shapes"): 68,
     ("toolkit/cli/precision.py", "_summary"): 66,
     ("toolkit/reduce/session.py", "Reducer.run"): 65,
     ("toolkit/backends/trt/calibrator.py", "Calibrator.create"): 65,

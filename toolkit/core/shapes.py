@@ -412,73 +412,99 @@ def _generate_feed(model, seed: int = 1) -> Dict[str, object]:
     return feed
 
 
-def _run_for_shapes(original, work, input_shapes, external_data_dir, feed=None) -> Dict[str, TensorMeta]:
-    """Run ``original`` (with ``work``'s input shapes) on ORT, every tensor an output.
-
-    ``feed`` (input name -> array) replaces the generated inputs when given."""
+def _ort_session(runnable, external_data_dir: Optional[str]):
+    """An ONNX-Runtime CPU session without graph optimizations for ``runnable`` (consumed):
+    weights left external are read from ``external_data_dir``; a model over protobuf's limit
+    goes through a temporary external-data file."""
     import os
     import tempfile
 
     import onnx
+    import onnxruntime as ort
 
-    from toolkit.core.meta import dtype_from_numpy
     from toolkit.core.model import PROTOBUF_LIMIT
 
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise InputError(
-            "ONNX-Runtime is needed to find tensor shapes that ONNX shape inference cannot; install onnxruntime"
-        ) from None
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 3
+    if external_data_dir is not None:
+        # weights stay on disk: ONNX-Runtime reads them from their folder itself
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_data_dir)
+    elif runnable.ByteSize() > PROTOBUF_LIMIT:
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "model.onnx")
+            onnx.save_model(runnable, path, save_as_external_data=True, location="weights.data")
+            return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(runnable.SerializeToString(), so, providers=["CPUExecutionProvider"])
 
-    # A runnable copy that shares nothing mutable with the caller's model.
-    runnable = onnx.ModelProto()
-    runnable.CopyFrom(original)
+
+def run_on_ort(
+    model,
+    names: Optional[Sequence[str]] = None,
+    *,
+    purpose: str,
+    feed: Optional[Mapping[str, object]] = None,
+    input_shapes: Optional[Mapping[str, tuple]] = None,
+    external_data_dir: Optional[str] = None,
+):
+    """Run a copy of ``model`` once on ONNX-Runtime (CPU, no graph optimization): returns
+    ``(feed, {name: value})`` for tensors ``names`` (None: every output of every node).
+
+    ``feed`` defaults to generated inputs of the (``input_shapes``-overridden) input shapes.
+    ``purpose`` ends the error messages ("... to {purpose} failed: ...")."""
+    import onnx
+
+    from toolkit.core.errors import DependencyError
+
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        raise DependencyError(f"ONNX-Runtime is needed to {purpose}; install onnxruntime") from None
+    runnable = onnx.ModelProto()  # a runnable copy that shares nothing mutable with the caller's model
+    runnable.CopyFrom(model)
     if input_shapes:
         override_input_shapes(runnable, dict(input_shapes), inplace=True)
     external_refs = has_external_data(runnable)
     if external_refs and external_data_dir is None:
         raise InputError(
-            "the model's weights are stored outside it and were not loaded; pass --external-data-dir "
-            "so ONNX-Runtime can run it for shapes"
+            f"the model's weights are stored outside it and were not loaded; pass --external-data-dir "
+            f"so ONNX-Runtime can run it to {purpose}"
         )
     g = runnable.graph
     have = {o.name for o in g.output}
     skip = {i.name for i in g.input} | {t.name for t in g.initializer}
-    for node in g.node:
-        for name in node.output:
-            if name and name not in have and name not in skip:
-                have.add(name)
-                g.output.add().name = name
+    wanted = [o for n in g.node for o in n.output] if names is None else list(names)
+    for name in wanted:
+        if name and name not in have and name not in skip:
+            have.add(name)
+            g.output.add().name = name
     feed = dict(feed) if feed is not None else _generate_feed(runnable)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
-    if external_refs:
-        # weights stay on disk: ONNX-Runtime reads them from their folder itself
-        so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_data_dir)
     try:
-        if not external_refs and runnable.ByteSize() > PROTOBUF_LIMIT:
-            with tempfile.TemporaryDirectory() as d:
-                path = os.path.join(d, "model.onnx")
-                onnx.save_model(runnable, path, save_as_external_data=True, location="weights.data")
-                del runnable
-                sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        else:
-            sess = ort.InferenceSession(runnable.SerializeToString(), so, providers=["CPUExecutionProvider"])
-            del runnable
-        out_names = [o.name for o in sess.get_outputs()]
+        sess = _ort_session(runnable, external_data_dir if external_refs else None)
+        del runnable
+        out_names = [o.name for o in sess.get_outputs()] if names is None else list(names)
         values = sess.run(out_names, feed)
     except InputError:
         raise
     except Exception as exc:  # ORT raises its own exception types
         msg = one_line(exc, first_line=True)
-        raise InputError(f"running the model on ONNX-Runtime to find tensor shapes failed: {msg}") from None
+        raise InputError(f"running the model on ONNX-Runtime to {purpose} failed: {msg}") from None
+    return feed, dict(zip(out_names, values))
 
+
+def _run_for_shapes(original, work, input_shapes, external_data_dir, feed=None) -> Dict[str, TensorMeta]:
+    """Run ``original`` (with ``work``'s input shapes) on ORT, every tensor an output.
+
+    ``feed`` (input name -> array) replaces the generated inputs when given."""
     import numpy as np
 
+    from toolkit.core.meta import dtype_from_numpy
+
+    feed, values = run_on_ort(
+        original, purpose="find tensor shapes", feed=feed, input_shapes=input_shapes, external_data_dir=external_data_dir
+    )
     found: Dict[str, TensorMeta] = {}
-    for name, value in zip(out_names, values):
+    for name, value in values.items():
         if isinstance(value, np.ndarray):
             found[name] = TensorMeta(name, tuple(int(d) for d in value.shape), dtype_from_numpy(value.dtype))
     for name, value in feed.items():

@@ -317,39 +317,10 @@ def data_tensor_metas(paths: Sequence[str]) -> Dict[str, "object"]:
 def run_for_values(model, names: Sequence[str], feed, shapes, external_data_dir=None) -> Dict[str, object]:
     """The values of tensors ``names`` of ``model`` run once on ONNX-Runtime (CPU, no graph
     optimization) on ``feed`` (None: generated inputs of the model's input shapes)."""
-    from toolkit.core.shapes import _generate_feed, override_input_shapes
+    from toolkit.core.shapes import run_on_ort
 
-    try:
-        import onnxruntime as ort
-    except ImportError:
-        raise DependencyError(
-            "ONNX-Runtime is needed to fold the tensors of removed side branches (--no-reduce-outputs); "
-            "install onnxruntime"
-        ) from None
-    import onnx
-
-    runnable = onnx.ModelProto()
-    runnable.CopyFrom(model)
-    if shapes:
-        override_input_shapes(runnable, dict(shapes), inplace=True)
-    have = {o.name for o in runnable.graph.output}
-    for n in names:
-        if n not in have:
-            runnable.graph.output.add().name = n
-    if feed is None:
-        feed = _generate_feed(runnable)
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
-    try:
-        sess = ort.InferenceSession(runnable.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        values = sess.run(list(names), dict(feed))
-    except Exception as exc:  # ORT raises its own exception types
-        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise InputError(
-            f"running the model on ONNX-Runtime to fold the tensors of removed side branches failed: {msg}"
-        ) from None
-    return dict(zip(names, values))
+    purpose = "fold the tensors of removed side branches (--no-reduce-outputs)"
+    return run_on_ort(model, names, purpose=purpose, feed=feed, input_shapes=shapes, external_data_dir=external_data_dir)[1]
 
 
 def _map_file(path: str):
