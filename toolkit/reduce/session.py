@@ -706,18 +706,8 @@ class Reducer:
             return None
         links = worker.links if worker is not None else self._links
         if links is None:
-            from toolkit.core.weights import link_data_files
-
             path = worker.artifact if worker is not None else self.cfg.iter_artifact
-            try:
-                links, made = link_data_files(
-                    self.index.data_files(),
-                    os.path.dirname(os.path.abspath(path)),
-                    os.path.basename(path),
-                    note=self.reporter.info,
-                )
-            except OSError as exc:
-                raise InputError(f"{path}: cannot make the model's weights reachable there: {exc}") from None
+            links, made = self._link_beside(path, self.index.data_files())
             self._made_links.extend(made)
             if worker is not None:
                 worker.links = links
@@ -752,18 +742,19 @@ class Reducer:
         in its folder (kept: the output needs them)."""
         links = None
         if cand.refs and self.cfg.link_external_data:
-            from toolkit.core.weights import link_data_files
-
-            try:
-                links, _ = link_data_files(
-                    self.index.external_files(),
-                    os.path.dirname(os.path.abspath(path)),
-                    os.path.basename(path),
-                    note=self.reporter.info,
-                )
-            except OSError as exc:
-                raise InputError(f"{path}: cannot link the model's weights there: {exc}") from None
+            links, _ = self._link_beside(path, self.index.external_files())
         self.index.write(cand, path, links=links)
+
+    def _link_beside(self, path: str, files: List[str]):
+        """:func:`toolkit.core.weights.link_data_files` for ``files`` in ``path``'s folder."""
+        from toolkit.core.weights import link_data_files
+
+        try:
+            return link_data_files(
+                files, os.path.dirname(os.path.abspath(path)), os.path.basename(path), note=self.reporter.info
+            )
+        except OSError as exc:
+            raise InputError(f"{path}: cannot make the model's weights reachable there: {exc}") from None
 
     def _broken_full_model(self, res: CheckResult, line: str):
         """The check cannot judge even the full model: stop, one error line, nothing written."""
