@@ -132,3 +132,15 @@ def test_help_lists_the_common_options_in_their_own_section(cli):
     for opt in ("--verbosity", "--silent", "--log-file", "--log-format", "--model-type"):
         assert opt in logging and opt not in own
     assert "--show-values" in own
+
+
+def test_verbose_frames_every_command_on_stderr_only(cli, model):
+    plain = cli("inspect", "model", model)
+    loud = cli("inspect", "-v", "model", model)
+    assert loud.out == plain.out  # data is the same, whatever the level
+    assert plain.err == ""
+    lines = loud.err.splitlines()
+    assert lines[0].startswith("toolkit ") and "inspect -v model" in lines[0]
+    assert re.match(r"toolkit \| done in [\d.]+ s \(exit 0\)", lines[-1])
+    quiet = cli("inspect", "model", str(model) + ".missing", "-v")
+    assert "stopped after" in quiet.err and quiet.err.strip().splitlines()[-1].startswith("error: ")

@@ -144,6 +144,25 @@ def _main(argv: List[str]) -> int:
     # -v/-q/--log-file/... anywhere before --check, in either place (`surgeon -v sanitize` too)
     rest, common = take_common_options(argv)
     common.apply(next((a for a in rest if not a.startswith("-")), None))
+    from toolkit.cli import output
+
+    if output.is_verbose() and rest and not {"-h", "--help"} & set(rest):
+        import shlex
+        import time
+
+        output.verbose(f"toolkit {__version__} | {' '.join(shlex.quote(a) for a in argv)}")
+        start = time.perf_counter()
+        try:
+            code = _dispatch(rest)
+        except BaseException as exc:
+            output.verbose(f"toolkit | stopped after {time.perf_counter() - start:.2f} s ({type(exc).__name__})")
+            raise
+        output.verbose(f"toolkit | done in {time.perf_counter() - start:.2f} s (exit {code if isinstance(code, int) else 0})")
+        return code
+    return _dispatch(rest)
+
+
+def _dispatch(rest: List[str]):
     # a process that already built the whole tree (a warm worker) reuses it for any command
     cmd = _COMMANDS.get(None) or get_command(lazy=True)
     return cmd.main(args=rest, prog_name="toolkit", standalone_mode=False)
