@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from toolkit.core.errors import DependencyError, InputError
-from toolkit.core.graphs import node_subgraphs, walk_graphs
+from toolkit.core.graphs import node_subgraphs, stable_topological_order, walk_graphs
 
 FLOAT = 1
 FLOAT16 = 10
@@ -610,33 +610,8 @@ def toposort(graph) -> None:
     """Order ``graph``'s nodes topologically (stable), counting what If/Loop bodies read
     from the outer graph (onnxconverter-common's sort ignores it and can put an If before
     the node producing a tensor its branches read)."""
-    import heapq
-
     nodes = list(graph.node)
-    producer = {}
-    for k, n in enumerate(nodes):
-        for o in n.output:
-            if o:
-                producer[o] = k
-    deps = [set() for _ in nodes]
-    users: List[List[int]] = [[] for _ in nodes]
-    for k, n in enumerate(nodes):
-        for name in set(i for i in n.input if i) | _subgraph_reads(n):
-            p = producer.get(name)
-            if p is not None and p != k and p not in deps[k]:
-                deps[k].add(p)
-                users[p].append(k)
-    ready = [k for k in range(len(nodes)) if not deps[k]]
-    heapq.heapify(ready)
-    order = []
-    left = [len(d) for d in deps]
-    while ready:
-        k = heapq.heappop(ready)
-        order.append(k)
-        for u in users[k]:
-            left[u] -= 1
-            if left[u] == 0:
-                heapq.heappush(ready, u)
+    order = stable_topological_order(nodes, lambda n: set(i for i in n.input if i) | _subgraph_reads(n))
     if len(order) != len(nodes):  # a cycle: leave the order alone (type checking reports it)
         return
     if order == list(range(len(nodes))):

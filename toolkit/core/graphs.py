@@ -7,8 +7,9 @@ for the graph walks every module needs. Works on protobufs (``onnx.ModelProto`` 
 
 from __future__ import annotations
 
+import heapq
 import os
-from typing import Iterable, Iterator, List, Optional
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Set
 
 STDIO = "-"
 _EXTERNAL = 1  # onnx.TensorProto.EXTERNAL
@@ -89,3 +90,36 @@ def external_data_folder(model_path: str, external_data_dir: Optional[str] = Non
     if model_path == STDIO:
         return os.getcwd()
     return os.path.dirname(os.path.abspath(model_path)) or "."
+
+
+def stable_topological_order(nodes: Sequence, reads: Callable[[Any], Iterable[str]]) -> List[int]:
+    """Positions of ``nodes`` in a topological order that keeps the given order where it can
+    (``reads(node)``: the tensors a node needs, what its subgraphs read included).
+
+    With a cycle the order is shorter than ``nodes``: the positions missing from it are stuck."""
+    producer = {}
+    for pos, node in enumerate(nodes):
+        for name in node.output:
+            if name:
+                producer[name] = pos
+    deps: List[Set[int]] = []
+    for pos, node in enumerate(nodes):
+        deps.append({producer[t] for t in reads(node) if t in producer and producer[t] != pos})
+    if all(p < pos for pos, d in enumerate(deps) for p in d):
+        return list(range(len(nodes)))
+    users: List[List[int]] = [[] for _ in nodes]
+    for pos, d in enumerate(deps):
+        for p in d:
+            users[p].append(pos)
+    left = [len(d) for d in deps]
+    ready = [pos for pos, n in enumerate(left) if n == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        pos = heapq.heappop(ready)
+        order.append(pos)
+        for user in users[pos]:
+            left[user] -= 1
+            if left[user] == 0:
+                heapq.heappush(ready, user)
+    return order

@@ -17,13 +17,13 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import hashlib
-import heapq
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core.errors import InputError
 from toolkit.core.meta import TensorMeta
+from toolkit.core.graphs import stable_topological_order
 from toolkit.core.protowire import encode_field, field_header, header_len, scan_fields
 
 # Above this many bytes a candidate is written with its weights as external data.
@@ -958,42 +958,10 @@ def write_chunks(path: str, chunks, *, atomic: bool = True) -> None:
 
 def _topological_order(nodes, node_reads) -> List[int]:
     """Positions of ``nodes`` in a topological order, stable (original order where possible)."""
-    producer: Dict[str, int] = {}
-    for pos, n in enumerate(nodes):
-        for o in n.output:
-            if o:
-                producer[o] = pos
-    deps: List[List[int]] = []
-    sorted_already = True
-    for pos, n in enumerate(nodes):
-        d = []
-        for t in node_reads(n):
-            p = producer.get(t)
-            if p is not None and p != pos:
-                d.append(p)
-                if p > pos:
-                    sorted_already = False
-        deps.append(d)
-    if sorted_already:
-        return list(range(len(nodes)))
-    indeg = [0] * len(nodes)
-    users: List[List[int]] = [[] for _ in nodes]
-    for pos, d in enumerate(deps):
-        for p in set(d):
-            indeg[pos] += 1
-            users[p].append(pos)
-    heap = [pos for pos in range(len(nodes)) if indeg[pos] == 0]
-    heapq.heapify(heap)
-    order = []
-    while heap:
-        pos = heapq.heappop(heap)
-        order.append(pos)
-        for u in users[pos]:
-            indeg[u] -= 1
-            if indeg[u] == 0:
-                heapq.heappush(heap, u)
+    order = stable_topological_order(nodes, node_reads)
     if len(order) != len(nodes):
-        stuck = next(nodes[p] for p in range(len(nodes)) if indeg[p] > 0)
+        done = set(order)
+        stuck = next(nodes[p] for p in range(len(nodes)) if p not in done)
         raise InputError(
             f"the graph has a cycle (node '{stuck.name or stuck.op_type}' depends on its own output); "
             "it cannot be reduced"
