@@ -88,6 +88,11 @@ def test_save_report_usage_errors(golden, cli, tmp_path):
     assert res.code == 2 and ".json" in res.err and not (tmp_path / "r.txt").exists()
     res = cli("run", golden["clean"], "--onnxrt", "--save-report", tmp_path / "r.json")
     assert res.code == 2 and "compar" in res.err and not (tmp_path / "r.json").exists()
+    # a report never overwrites a file the run reads or writes
+    golden_json = tmp_path / "golden.json"
+    golden_json.write_text("[]")
+    res = cli("run", golden["clean"], "--onnxrt", "--load-outputs", golden_json, "--save-report", golden_json)
+    assert res.code == 2 and "overwrite" in res.err and golden_json.read_text() == "[]"
 
 
 def test_report_code_is_not_imported_by_a_plain_run(golden):
@@ -219,3 +224,26 @@ def test_reference_computed_in_a_child_process(golden, tmp_path):
     with pytest.raises(Exception) as err:
         compute_reference(golden["faulty"], bad, isolate=True)
     assert getattr(err.value, "exit_code", None) == 3
+
+
+def test_diagnosis_on_a_terminal_draws_a_sparkline(tmp_path, monkeypatch):
+    import io
+
+    from rich.console import Console
+
+    from accuracy_models import all_tensors, feed
+    from toolkit.cli import diagnosis as render
+    from toolkit.core.compare import Tolerances, compare_pair
+    from toolkit.core.diagnosis import diagnose_pair
+
+    paths = save_pair(tmp_path, layers=6, perturb=(2,))
+    x = feed()
+    a, b = all_tensors(paths["faulty"], x), all_tensors(paths["clean"], x)
+    diag = diagnose_pair(compare_pair("a", [a], "b", [b], Tolerances()), [a], [b], onnx.load(paths["faulty"]))
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, width=160)
+    monkeypatch.setattr(render, "err_console", lambda: console)
+    render.render_diagnosis(diag, rich=True)
+    text = buf.getvalue()
+    assert "conv2 [Op: Conv]" in text and "\x1b[" in text  # coloured
+    assert "error/tolerance by depth" in text and any(ch in text for ch in "▁▂▃▄▅▆▇█")

@@ -39,6 +39,13 @@ def check_report_option(opts) -> None:
     from toolkit.core.report import check_report_path
 
     check_report_path(opts.save_report)
+    others = [("MODEL", opts.model), ("--save-inputs", opts.save_inputs), ("--save-outputs", opts.save_outputs)]
+    others += [("--load-inputs", p) for p in opts.load_inputs] + [("--load-outputs", p) for p in opts.load_outputs]
+    for what, path in others:
+        if path and path != "-" and os.path.abspath(path) == os.path.abspath(opts.save_report):
+            raise UsageError(
+                f"--save-report {opts.save_report} would overwrite {what} {path}; choose another file name"
+            )
     if len(opts.runners) + len(opts.load_outputs) < 2:
         raise UsageError(
             "--save-report needs a comparison: two runners, or a runner and --load-outputs golden values"
