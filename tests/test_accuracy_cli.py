@@ -9,7 +9,8 @@ import os
 import onnx
 import pytest
 
-from accuracy_models import save_pair
+from accuracy_models import conv_net, save_pair
+from modelzoo import save
 from conftest import modules_loaded_by
 
 REPORT_MODULES = ("toolkit.core.diagnosis", "toolkit.core.report", "toolkit.cli.diagnosis")
@@ -182,6 +183,13 @@ def test_compare_usage_errors(golden, cli, tmp_path):
     assert res.code == 2 and "--check-timeout" in res.err
     res = cli(*base, "--compare", "onnxrt", "--reference-model", tmp_path / "missing.onnx")
     assert res.code == 3
+    other = conv_net(4, ())
+    other.graph.input[0].name = "image"
+    for node in other.graph.node:
+        node.input[:] = ["image" if i == "x" else i for i in node.input]
+    res = cli(*base, "--compare", "onnxrt", "--reference-model", save(other, tmp_path / "renamed.onnx"),
+              "--iter-artifact", tmp_path / "a.onnx")
+    assert res.code == 3 and "no input named x" in res.err
     assert not (tmp_path / "r.onnx").exists()
 
 

@@ -114,7 +114,7 @@ def _feed_source(opts: CompareOptions, notes: Callable[[str], None], loaded=None
     if loaded is None and opts.load_inputs:
         loaded, where = load_feeds(opts.load_inputs)
     elif loaded is not None:
-        where = [("reference inputs", k) for k in range(len(loaded))]
+        where = [("the values of the reference model", k) for k in range(len(loaded))]
     return FeedSource(
         loaded,
         where,
@@ -227,11 +227,10 @@ def _compute(
     ref = Reference(folder or tempfile.mkdtemp(prefix="toolkit-compare-"), "", "", label)
     ref.in_memory = in_memory
     try:
+        own_run = ref_model != model and _needs_own_run(model, ref_model)  # (and the inputs match)
         ref_runs = every_tensor(opts.reference, ref_model, _feed_source(opts, notes), opts, name=label)
         golden = [{**feed, **outs} for feed, outs in ref_runs]
-        inputs = None
-        if ref_model != model and _needs_own_run(model, ref_model):
-            inputs = _own_values(model, opts, golden, ref, notes)
+        inputs = _own_values(model, opts, golden, ref, notes) if own_run else None
         ref.iterations = len(golden)
         ref.tensors = len(inputs[0] if inputs else golden[0]) if golden else 0
         outputs = RunResults([(label, [IterationResult(values, 0.0, label) for values in golden])])
@@ -276,7 +275,15 @@ def _needs_own_run(model: str, ref_model: str) -> bool:
     """Whether the model's own values are needed to feed its subgraphs: some tensor of it has no
     value in the reference model, or the two differ in tensor types (a converted model)."""
     m, r = _light(model).graph, _light(ref_model).graph
-    r_names = {o for n in r.node for o in n.output} | {i.name for i in r.input}
+    m_inputs = [i.name for i in m.input if i.name not in {t.name for t in m.initializer}]
+    r_inputs = {i.name for i in r.input}
+    missing = [n for n in m_inputs if n not in r_inputs]
+    if missing:
+        raise InputError(
+            f"{ref_model}: the reference model has no input named {', '.join(missing)} (its inputs: "
+            f"{', '.join(sorted(r_inputs)) or 'none'}); --reference-model needs the model's inputs, by name"
+        )
+    r_names = {o for n in r.node for o in n.output} | r_inputs
     if any(o and o not in r_names for n in m.node for o in n.output):
         return True
     r_init = {t.name: t.data_type for t in r.initializer}
