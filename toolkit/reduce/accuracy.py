@@ -4,9 +4,11 @@ No ``--check``, no golden file to prepare:
 
 1. the reference model (``--reference-model``, default the model itself) runs once on the
    reference runner (a runner spec, default ``onnxrt``) with every tensor marked as an
-   output; its values go to a temp ``.npz`` (members load lazily, one tensor at a time);
-2. each candidate subgraph runs in the warm worker (a fork of this process, which has
-   the data file open already) on the runner under test, fed with the reference's values
+   output; its values stay in this process's memory, registered with
+   :func:`toolkit.core.datafiles.hold_in_memory` (temp ``.npz`` files beyond
+   :data:`MEMORY_LIMIT`, or when a device runner computes them in a child process);
+2. each candidate subgraph runs in the warm worker (a fork of this process, which holds
+   the values already) on the runner under test, fed with the reference's values
    for its inputs; only the candidate's outputs are compared, with ``--atol``/``--rtol``/
    ``--check-error-stat``, exactly as ``toolkit run --load-outputs`` compares them (same
    output, same exit codes, so the same verdict classes and evidence as any toolkit check).
@@ -355,7 +357,7 @@ def spec_flags(spec_text: str) -> List[str]:
     for key, value in spec.options.items():
         flag = known[key].flag
         if flag is None:
-            return ["--runner", spec.text]  # an option only specs can set
+            return [f"<runner {spec.text}>"]  # an option only specs can set
         flags += [flag] if value is True else [flag, str(value)]
     return flags
 
