@@ -8,6 +8,7 @@ import pytest
 
 import modelzoo as mz
 from conftest import run_toolkit
+from toolkit.core.datafiles import load_inputs, load_outputs
 
 pytest.importorskip("polygraphy")
 
@@ -70,3 +71,33 @@ def test_we_load_polygraphy_files_and_compare(tmp_path):
     res = run_toolkit("run", "model.onnx", "--onnxrt", "--load-inputs", "inputs.json", "--load-outputs", "golden.json",
                       "--seed", "1", cwd=tmp_path)
     assert res.code == 0, res.err
+
+
+def test_polygraphy_per_iteration_folders_load(cli, tmp_path):
+    """Polygraphy 0.53 writes an extensionless --save-inputs/--save-outputs path as a folder of
+    0000000000.json, 0000000001.json, ... (one iteration each); toolkit reads them as one file."""
+    import shutil
+    import subprocess
+
+    exe = shutil.which("polygraphy")
+    if exe is None:
+        pytest.skip("polygraphy (a test dependency) is not installed")
+    model = mz.save(mz.seed_example((1, 3, 2, 2)), tmp_path / "m.onnx")
+    ins, outs = tmp_path / "pg_inputs", tmp_path / "pg_outputs"
+    proc = subprocess.run([exe, "run", model, "--onnxrt", "--iterations", "3", "--save-inputs", str(ins),
+                           "--save-outputs", str(outs)], capture_output=True, timeout=300)
+    if proc.returncode != 0 or not ins.is_dir():
+        pytest.skip("this polygraphy writes no per-iteration folders")
+    assert len(load_inputs(str(ins))) == 3
+    assert len(load_outputs(str(outs)).runs[0][1]) == 3
+    # the same seed gives the same inputs, so the outputs match exactly, also without --load-inputs
+    res = cli("run", model, "--onnxrt", "--iterations", "3", "--load-outputs", str(outs), "--atol", "0", "--rtol", "0")
+    assert res.code == 0 and "3/3 iteration(s) matched" in res.err, res.err
+    res = cli("run", model, "--onnxrt", "--load-inputs", str(ins), "--load-outputs", str(outs))
+    assert res.code == 0, res.err
+
+
+def test_folder_without_iteration_files_is_refused(cli, tmp_path):
+    (tmp_path / "empty").mkdir()
+    res = cli("inspect", "data", str(tmp_path / "empty"))
+    assert res.code == 3 and "per-iteration" in res.err

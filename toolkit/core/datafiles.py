@@ -339,6 +339,8 @@ def _cache_key(path: str):
         st = os.stat(path)
     except OSError:
         return None
+    if os.path.isdir(path):
+        return None  # a per-iteration folder: its files may change without the folder's mtime
     return (os.path.abspath(path), st.st_size, st.st_mtime_ns)
 
 
@@ -361,7 +363,36 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
+def _load_iteration_folder(path: str):
+    """Polygraphy 0.53's per-iteration folder (an extensionless ``--save-inputs``/``--save-outputs``
+    path): zero-padded ``0000000000.json``, ``0000000001.json``, ... holding one iteration each
+    (a feed, or run results with one iteration per runner). Iterations are joined in order."""
+    names = sorted(n for n in os.listdir(path) if n.endswith(".json") and n[: -len(".json")].isdigit())
+    if not names:
+        raise InputError(
+            f"{path}: is a directory without per-iteration files (0000000000.json, ...); give a data file"
+        )
+    feeds: list = []
+    runs: Dict[str, list] = {}
+    for name in names:
+        part = _load_data_uncached(os.path.join(path, name))
+        if isinstance(part, RunResults):
+            if feeds:
+                raise InputError(f"{path}: mixes inputs and outputs iteration files ({name})")
+            for runner, iters in part.runs:
+                runs.setdefault(runner, []).extend(iters)
+        else:
+            if runs:
+                raise InputError(f"{path}: mixes inputs and outputs iteration files ({name})")
+            feeds.extend(part)
+    if runs:
+        return RunResults([(runner, iters) for runner, iters in runs.items()])
+    return feeds
+
+
 def _load_data_uncached(path: str):
+    if path != STDIO and os.path.isdir(path):
+        return _load_iteration_folder(path)
     if is_npz_path(path):
         return _load_npz(path)
     data = read_bytes(path)
