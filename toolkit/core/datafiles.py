@@ -199,15 +199,37 @@ def _decode_array(text: str):
 _LEGACY_PREFIX = "__polygraphy_encoded_"
 
 
-def _json_hook(dct):  # noqa: C901 - complexity 17, to split
+def _class_of(dct) -> Optional[str]:
     cls = dct.get("polygraphy_class")
     if cls is None:
         for key in dct:
             if isinstance(key, str) and key.startswith(_LEGACY_PREFIX):
-                cls = key[len(_LEGACY_PREFIX) :]
-                break
-    if cls is None:
-        return dct
+                return key[len(_LEGACY_PREFIX) :]
+    return cls
+
+
+def _run_results(dct) -> "RunResults":
+    lst = dct.get("lst")
+    if not isinstance(lst, list):
+        raise InputError("corrupt RunResults (no 'lst' list)")
+    runs = []
+    for entry in lst:
+        if not (isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[1], list)):
+            raise InputError("corrupt RunResults entry (expected [runner_name, [iterations]])")
+        iters = []
+        for it in entry[1]:
+            if isinstance(it, dict) and not isinstance(it, IterationResult):
+                it = IterationResult(it, 0.0, str(entry[0]))
+            if not isinstance(it, IterationResult):
+                raise InputError("corrupt RunResults entry (iteration is not a result)")
+            iters.append(it)
+        runs.append((str(entry[0]), iters))
+    return RunResults(runs)
+
+
+def _json_hook(dct):
+    """Decode the objects Polygraphy's JSON marks with ``polygraphy_class`` (or the older key)."""
+    cls = _class_of(dct)
     if cls == "ndarray":
         if not isinstance(dct.get("array"), str):
             raise InputError("corrupt array entry (no 'array' field)")
@@ -220,22 +242,7 @@ def _json_hook(dct):  # noqa: C901 - complexity 17, to split
             raise InputError("corrupt IterationResult (no 'outputs' dict)")
         return IterationResult(outs, float(dct.get("runtime") or 0.0), str(dct.get("runner_name") or ""))
     if cls == "RunResults":
-        lst = dct.get("lst")
-        if not isinstance(lst, list):
-            raise InputError("corrupt RunResults (no 'lst' list)")
-        runs = []
-        for entry in lst:
-            if not (isinstance(entry, (list, tuple)) and len(entry) == 2 and isinstance(entry[1], list)):
-                raise InputError("corrupt RunResults entry (expected [runner_name, [iterations]])")
-            iters = []
-            for it in entry[1]:
-                if isinstance(it, dict) and not isinstance(it, IterationResult):
-                    it = IterationResult(it, 0.0, str(entry[0]))
-                if not isinstance(it, IterationResult):
-                    raise InputError("corrupt RunResults entry (iteration is not a result)")
-                iters.append(it)
-            runs.append((str(entry[0]), iters))
-        return RunResults(runs)
+        return _run_results(dct)
     return dct
 
 

@@ -13,7 +13,7 @@ which is cheaper than running ONNX shape inference over a large model).
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, Dict, Iterable, List, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Optional, Sequence, Set
 
 from toolkit.core.errors import InputError, UsageError
 
@@ -65,7 +65,23 @@ def _normalize_words(words: Sequence[str]) -> List[str]:
     return out
 
 
-def choose_names(  # noqa: C901 - complexity 16, to split
+def _matches(word: str, candidates: Sequence[str], known: Set[str], option: str, where: str, hint: str) -> List[str]:
+    """The tensors one ``--onnx-outputs`` word names: ``*`` (all candidates), a glob, or a name."""
+    if word == "*":
+        return list(candidates)
+    if _is_glob(word):
+        hits = [n for n in candidates if fnmatch.fnmatchcase(n, word)]
+        if not hits:
+            raise InputError(f"{option} pattern '{word}' matches no tensor of {where}")
+        return hits
+    if word not in known:
+        if word.lower() in ("mark", "all"):
+            raise UsageError(f"{option} {word}: to return every tensor write '{option} mark all' (or '*')")
+        raise InputError(f"{option} names '{word}', which is no tensor of {where}{hint}")
+    return [word]
+
+
+def choose_names(
     candidates: Sequence[str],
     default: Sequence[str],
     patterns: Optional[Sequence[str]],
@@ -87,35 +103,9 @@ def choose_names(  # noqa: C901 - complexity 16, to split
     """
     known_set = set(known) if known is not None else set(candidates) | set(default)
     chosen: List[str] = []
-    seen = set()
-
-    def add(name: str) -> None:
-        if name not in seen:
-            seen.add(name)
-            chosen.append(name)
-
-    if patterns:
-        for word in _normalize_words(patterns):
-            if word == "*":
-                for name in candidates:
-                    add(name)
-            elif _is_glob(word):
-                hits = [n for n in candidates if fnmatch.fnmatchcase(n, word)]
-                if not hits:
-                    raise InputError(f"{option} pattern '{word}' matches no tensor of {where}")
-                for name in hits:
-                    add(name)
-            else:
-                if word not in known_set:
-                    if word.lower() in ("mark", "all"):
-                        raise UsageError(
-                            f"{option} {word}: to return every tensor write '{option} mark all' (or '*')"
-                        )
-                    raise InputError(f"{option} names '{word}', which is no tensor of {where}{unknown_hint}")
-                add(word)
-    else:
-        for name in default:
-            add(name)
+    for word in _normalize_words(patterns) if patterns else []:
+        chosen += _matches(word, candidates, known_set, option, where, unknown_hint)
+    chosen = list(dict.fromkeys(chosen if patterns else default))  # first occurrence of each name
     for word in exclude or ():
         if _is_glob(word):
             chosen = [n for n in chosen if not fnmatch.fnmatchcase(n, word)]
