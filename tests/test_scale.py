@@ -465,3 +465,32 @@ def test_small_inline_weights_are_not_spilled(tmp_path):
     check = ZeroCopyCheck(tmp_path / "polygraphy_debug.onnx", "mul")
     outcome = reduce(path, tmp_path, check)
     assert outcome.status == "reduced" and check.inodes == set()  # nothing external: nothing spilled
+
+
+def test_jobs_with_timeouts_and_replay(tmp_path):
+    """A check that hangs on the culprit is killed by --check-timeout in every worker (and
+    counts as failing); a replay saved with --jobs answers a second run without checks."""
+    from conftest import run_toolkit
+
+    path, culprit = _chain_file(tmp_path, n=24, culprit=9)
+    script = f"grep -q {culprit} polygraphy_debug.onnx && sleep 30; exit 0"
+    finals = {}
+    for jobs in (1, 3):
+        out = tmp_path / f"out{jobs}.onnx"
+        start = time.monotonic()
+        r = run_toolkit(
+            "debug", "reduce", path, "-o", str(out), "--jobs", str(jobs), "--check-timeout", "1",
+            "--save-debug-replay", str(tmp_path / f"replay{jobs}.json"), "--check", "sh", "-c", script,
+            cwd=str(tmp_path),
+        )
+        assert r.code == 0, r.output
+        assert time.monotonic() - start < 25  # no check ran to its end
+        finals[jobs] = [n.name for n in onnx.load(str(out)).graph.node]
+    assert finals[1] == finals[3] == [culprit]
+    r = run_toolkit(
+        "debug", "reduce", path, "-o", str(tmp_path / "again.onnx"), "--jobs", "3", "--check-timeout", "1",
+        "--load-debug-replay", str(tmp_path / "replay3.json"), "--check", "sh", "-c", script, cwd=str(tmp_path),
+    )
+    assert r.code == 0, r.output
+    assert "0 checks run" in r.output, r.output
+    assert [n.name for n in onnx.load(str(tmp_path / "again.onnx")).graph.node] == [culprit]
