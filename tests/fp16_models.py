@@ -137,7 +137,7 @@ def shared_and_kept_output():
 def ocr_detector(size: int = 320, seed: int = 0):
     """A PP-OCR-sized text detector (DB-style): a MobileNet-like backbone (conv/BN/relu blocks,
     depthwise convs, stride 2 stages), an FPN (Resize x2 + Add), and a sigmoid probability map.
-    About 0.9 M parameters and 110 nodes at 1x3x320x320."""
+    About 0.9 M parameters and 103 nodes at 1x3x320x320 (PP-OCR's mobile detector is of that size)."""
     rng = np.random.default_rng(seed)
     inits = []
     nodes = []
@@ -180,10 +180,10 @@ def ocr_detector(size: int = 320, seed: int = 0):
         nodes.append(helper.make_node("Relu", [bn], [r], name=r))
         return r
 
-    x = conv_bn_relu("x", 3, 16, stride=2)
-    cin = 16
+    x = conv_bn_relu("x", 3, 32, stride=2)
+    cin = 32
     feats = []
-    for cout, blocks in ((24, 2), (48, 3), (96, 3), (192, 2)):
+    for cout, blocks in ((48, 2), (96, 3), (192, 4), (384, 3)):
         for b in range(blocks):
             stride = 2 if b == 0 else 1
             dw = conv_bn_relu(x, cin, cin, k=3, stride=stride, group=cin)
@@ -191,7 +191,7 @@ def ocr_detector(size: int = 320, seed: int = 0):
             cin = cout
         feats.append((x, cout))
     # FPN: lateral 1x1 convs to 64 channels, top-down Resize x2 + Add
-    lat = [conv_bn_relu(f, c, 64, k=1, relu=False) for f, c in feats]
+    lat = [conv_bn_relu(f, c, 96, k=1, relu=False) for f, c in feats]
     scales = numpy_helper.from_array(np.array([1, 1, 2, 2], np.float32), "up2")
     inits.append(scales)
     top = lat[-1]
@@ -200,8 +200,8 @@ def ocr_detector(size: int = 320, seed: int = 0):
         nodes.append(helper.make_node("Resize", [top, "", "up2"], [up], name=up, mode="nearest"))
         s = name("fpn_add")
         nodes.append(helper.make_node("Add", [up, lower], [s], name=s))
-        top = conv_bn_relu(s, 64, 64)
-    head = conv_bn_relu(top, 64, 32)
+        top = conv_bn_relu(s, 96, 96)
+    head = conv_bn_relu(top, 96, 32)
     n = name("head")
     w = (rng.standard_normal((1, 32, 1, 1)) * 0.1).astype(np.float32)
     inits.append(numpy_helper.from_array(w, n + ".w"))
