@@ -263,3 +263,9 @@ def test_placeholders_follow_one_style():
 def test_input_shapes_one_rule(cli, tmp_path, shape, code):
     model = mz.save(mz.seed_example((1, 3, 4, 4)), tmp_path / "m.onnx")
     assert cli("run", model, "--onnxrt", "--input-shapes", shape).code == code
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=" ".join)
+def test_defaults_are_shown_one_way(cli, path):
+    out = cli(*path, "--help").out
+    assert "[default" not in out and "(default:" not in out

@@ -259,6 +259,21 @@ def split_group(value: str) -> List[str]:
     return [v for v in value.split(GROUP_SEP) if v != ""]
 
 
+def _default_in_help(param) -> None:
+    """Defaults are shown one way: "(default X)" in the help text, never Click's "[default: X]"."""
+    if param.param_type_name != "option":
+        return
+    text = (param.help or "").replace("(default: ", "(default ")
+    param.help = text
+    if getattr(param, "is_flag", False) or getattr(param, "count", False):
+        return
+    default = param.default
+    if default not in (None, "", (), []) and not callable(default) and "default" not in text.lower():
+        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+        param.help = f"{text.rstrip()} (default {shown})".strip()
+    param.show_default = False
+
+
 _PATH_WORDS = ("save", "load", "path", "file", "dir", "cache", "engine", "output", "artifact", "replay", "script",
                "report", "iter-info", "min-good")
 
@@ -309,6 +324,8 @@ class ToolkitCommand(TyperCommand):
                 continue
             name = next((o for o in param.opts if o.startswith("--")), param.opts[0]).lstrip("-")
             param.metavar = placeholder(name, getattr(param.type, "name", ""), param.multiple)
+        for param in self.params:
+            _default_in_help(param)
 
     def collect_usage_pieces(self, ctx):
         # `Usage: toolkit run [OPTIONS] MODEL`, not `{MODEL}`

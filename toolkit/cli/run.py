@@ -82,7 +82,7 @@ def register(app: typer.Typer) -> None:
             typer.Option(
                 "--val-range",
                 help="Range of generated values: [lo,hi] for every input, name:[lo,hi] for one "
-                "(also name:lo,hi without brackets). Integers get the integers in [lo,hi]. Default [0,1].",
+                "(also name:lo,hi without brackets). Integers get the integers in [lo,hi] (default [0,1]).",
             ),
         ] = None,
         input_shapes: InputShapesOpt = None,
