@@ -34,7 +34,6 @@ LONG_FUNCTIONS = {
     ("toolkit/cli/precision.py", "_summary"): 66,
     ("toolkit/reduce/session.py", "Reducer.run"): 65,
     ("toolkit/backends/trt/calibrator.py", "Calibrator.create"): 65,
-    ("toolkit/reduce/check.py", "WarmRunner.run"): 63,
     ("toolkit/core/fp16.py", "emulate.graph"): 63,
     ("toolkit/backends/trt/runner.py", "TrtRunner._infer"): 63,
     ("toolkit/core/surgery.py", "_resolve_auto"): 62,

@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from toolkit.core.errors import UsageError
 
@@ -516,9 +516,8 @@ class WarmRunner:
         gc.collect()
         gc.freeze()
 
-    def run(self, tick: Optional[Callable[[], None]] = None) -> CheckResult:
-        self.prepare()
-        start = time.monotonic()
+    def _fork(self) -> Tuple[int, int, int]:
+        """Start the check in a forked child: (pid, read end of its stdout, of its stderr)."""
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -541,6 +540,12 @@ class WarmRunner:
                     os._exit(code)
             os.close(w_out)
             os.close(w_err)
+        return pid, r_out, r_err
+
+    def run(self, tick: Optional[Callable[[], None]] = None) -> CheckResult:
+        self.prepare()
+        start = time.monotonic()
+        pid, r_out, r_err = self._fork()
         self.active_pid = pid
         deadline = start + self.timeout if self.timeout else None
         status_box = []
