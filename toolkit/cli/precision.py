@@ -11,7 +11,18 @@ from typing import List, Optional
 
 import typer
 
-from toolkit.cli.options import Annotated, ExternalDataDirOpt, ListOpt, ModelArg, SeedOpt, command_kwargs
+from toolkit.cli.options import (
+    Annotated,
+    AtolOpt,
+    CheckErrorStatOpt,
+    ExternalDataDirOpt,
+    InputShapesOpt,
+    ListOpt,
+    ModelArg,
+    RtolOpt,
+    SeedOpt,
+    command_kwargs,
+)
 from toolkit.cli.output import is_terminal, log
 
 _HELP = """Find a minimal set of nodes to keep in fp32 so that the fp16 model passes the comparison.
@@ -26,6 +37,7 @@ strongly typed TensorRT build. The node names go to stdout, one per line.
 
 With --compare onnxrt onnxrt:fp16 (the default) each check emulates fp16 storage on the
 CPU: every tensor an fp16 model stores is rounded to fp16 (see docs/precision.md).
+Tolerances default to --atol 1e-2 --rtol 1e-2 here (fp16 keeps 11 significant bits).
 
 Exit codes: 0 found (or nothing needs fp32); 1 the comparison fails even with every node
 in fp32; 2 usage error; 3 bad input; 130 interrupted (the smallest passing set found so far
@@ -154,12 +166,9 @@ def register(app: typer.Typer) -> None:
             ListOpt,
             typer.Option("--keep-fp32", help="Nodes kept in fp32 in every check (names, globs, op types)."),
         ] = None,
-        atol: Annotated[ListOpt, typer.Option("--atol", help="Absolute tolerance (default 1e-2); [name:]value.")] = None,
-        rtol: Annotated[ListOpt, typer.Option("--rtol", help="Relative tolerance (default 1e-2); [name:]value.")] = None,
-        check_error_stat: Annotated[
-            ListOpt,
-            typer.Option("--check-error-stat", help="Error statistic: elemwise (default), max, mean, median."),
-        ] = None,
+        atol: AtolOpt = None,
+        rtol: RtolOpt = None,
+        check_error_stat: CheckErrorStatOpt = None,
         mode: Annotated[
             Optional[str],
             typer.Option("--mode", help="bisect (fewest checks, not 1-minimal) or linear; default: bisect + 1-minimal."),
@@ -178,9 +187,7 @@ def register(app: typer.Typer) -> None:
         val_range: Annotated[
             ListOpt, typer.Option("--val-range", help="Value range of generated inputs: [name:][lo,hi].")
         ] = None,
-        input_shapes: Annotated[
-            ListOpt, typer.Option("--input-shapes", help="Shapes for dynamic inputs: name:[1,3,224,224].")
-        ] = None,
+        input_shapes: InputShapesOpt = None,
         iterations: Annotated[int, typer.Option("--iterations", help="Generated input sets to compare on.")] = 1,
         save_debug_replay: Annotated[
             Optional[str], typer.Option("--save-debug-replay", help="Keep every verdict in this JSON file.")
