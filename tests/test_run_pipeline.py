@@ -26,7 +26,7 @@ class Recorder(Reporter):
     def __init__(self):
         self.events = []
 
-    def note(self, message):
+    def warn(self, message):
         self.events.append(("note", message))
 
     def iteration(self, runner_name, index, feed, outputs, seconds):

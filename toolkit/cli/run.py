@@ -527,7 +527,7 @@ class CliReporter:
         self._task = None
 
     # Reporter protocol (see toolkit.run.options.Reporter)
-    def note(self, message: str) -> None:
+    def warn(self, message: str) -> None:
         self._print(f"warning: {message}", style="yellow", level=WARNING)
 
     def info(self, message: str) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError
+from toolkit.core.progress import Messages
 from toolkit.reduce.replay import Replay
 
 TOOL = "toolkit debug precision"
@@ -93,16 +94,13 @@ class PrecisionOutcome:
         return int(math.ceil(math.log2(self.candidates))) if self.candidates > 1 else 1
 
 
-class Reporter:
-    """Receives progress; the CLI renders it. Every method may be left as is."""
+class Reporter(Messages):
+    """Receives progress (and ``info``/``warn``); the CLI renders it. Every method may be left as is."""
 
     def start(self, search: "PrecisionSearch") -> None:
         pass
 
     def check(self, check: Check) -> None:
-        pass
-
-    def info(self, message: str) -> None:
         pass
 
 

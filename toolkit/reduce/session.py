@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import DependencyError, InputError, UsageError
+from toolkit.core.progress import Messages
 from toolkit.reduce.check import (
     BROKEN,
     FAIL,
@@ -147,8 +148,8 @@ class Outcome:
     iter_artifact: Optional[str] = None
 
 
-class Reporter:
-    """Receives progress; the CLI renders it. Every method may be left as is."""
+class Reporter(Messages):
+    """Receives progress (and ``info``/``warn``); the CLI renders it. Every method may be left as is."""
 
     def start(self, reducer: "Reducer") -> None:
         pass
@@ -163,12 +164,6 @@ class Reporter:
         pass
 
     def tick(self) -> None:
-        pass
-
-    def warn(self, message: str) -> None:
-        pass
-
-    def info(self, message: str) -> None:
         pass
 
     def loading(self, path: str, nbytes: int) -> None:

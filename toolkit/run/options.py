@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import List, Mapping, Optional, Sequence
 
+from toolkit.core.progress import Messages
+
 
 @dataclass
 class RunOptions:
@@ -80,14 +82,9 @@ class RunOptions:
         return options_given(self, "trt")
 
 
-class Reporter:
-    """Receives progress while a run goes on. Every method may be overridden; all are no-ops."""
-
-    def note(self, message: str) -> None:
-        """A warning worth showing."""
-
-    def info(self, message: str) -> None:
-        """An informational line."""
+class Reporter(Messages):
+    """Receives progress while a run goes on (and ``info``/``warn``). Every method may be
+    overridden; all are no-ops."""
 
     def runner_start(self, runner) -> None:
         pass

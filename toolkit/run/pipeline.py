@@ -169,11 +169,11 @@ def load_data_files(plan: RunPlan, rep: Reporter) -> Tuple[FeedSource, List[Resu
         loaded, where = load_feeds(opts.load_inputs)
     if loaded is not None:
         if opts.iterations is not None and opts.iterations != len(loaded):
-            rep.note(f"--iterations {opts.iterations} ignored: the loaded inputs hold {len(loaded)} iteration(s)")
+            rep.warn(f"--iterations {opts.iterations} ignored: the loaded inputs hold {len(loaded)} iteration(s)")
         if opts.val_range or opts.seed is not None or opts.input_shapes:
-            rep.note("--seed, --val-range and --input-shapes are ignored when inputs are loaded")
+            rep.warn("--seed, --val-range and --input-shapes are ignored when inputs are loaded")
     feeds = FeedSource(
-        loaded, where, iterations=opts.iterations, seed=opts.seed, ranges=plan.ranges, shapes=plan.shapes, notes=rep.note
+        loaded, where, iterations=opts.iterations, seed=opts.seed, ranges=plan.ranges, shapes=plan.shapes, notes=rep.warn
     )
     for planned in plan.runners:  # backends that take the inputs early (TensorRT --int8 calibration)
         if planned.kind.connect is not None:
@@ -206,7 +206,7 @@ def open_writers(plan: RunPlan, rep: Reporter) -> Iterator[Writers]:
             if plan.runners:
                 writers.outputs = stack.enter_context(outputs_writer(opts.save_outputs))
             else:
-                rep.note("--save-outputs ignored: no runner ran")
+                rep.warn("--save-outputs ignored: no runner ran")
         yield writers
 
 
@@ -255,7 +255,7 @@ def _start(runner, rep: Reporter) -> None:
     if summary:
         rep.info(f"{runner.name} | {summary}")
     for note in runner.notes:
-        rep.note(f"{runner.name}: {note}")
+        rep.warn(f"{runner.name}: {note}")
 
 
 def run_runner(
@@ -346,7 +346,7 @@ def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
     if comparisons:
         compared_names = {o.name for c in comparisons for it in c.iterations for o in it.outputs}
         for note in check_tolerance_names(tol, compared_names):
-            rep.note(note)
+            rep.warn(note)
     report = RunReport(sets, comparisons, stream.problems)
     report.diagnoses = diagnose.diagnoses(plan.opts, comparisons, stream.errors)
     if plan.opts.save_report:

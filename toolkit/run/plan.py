@@ -133,7 +133,7 @@ def make_plan(opts: RunOptions, reporter: Reporter) -> RunPlan:
             planned.label = f"{spec.text}-{seen + 1}" if spec.options else f"{spec.text}-runner-{seen + 1}"
         plan.runners.append(planned)
     for note in unused_options(opts, [s.kind for s in specs]):
-        reporter.note(note)
+        reporter.warn(note)
     if not opts.runners and not opts.load_outputs:
         raise UsageError("nothing to run or compare; pass --onnxrt, or --load-outputs files to compare")
     if opts.save_inputs and not opts.runners:
