@@ -225,3 +225,16 @@ def test_weight_conversion_matches_onnxconverter_common_bit_for_bit():
     np.testing.assert_array_equal(got.view(np.uint16), ref.view(np.uint16))
     nan = np.array([np.nan], np.float32)
     assert np.isnan(fp16.to_fp16(nan)[0]).all()
+
+
+def test_a_mixed_model_is_not_converted_again(cli, tmp_path):
+    """Converting twice would turn the deliberate fp32 nodes to fp16: the library call returns
+    the mixed model unchanged (TensorRT 11's --fp16 path relies on that), the CLI refuses."""
+    mixed = fp16.convert_to_fp16(fm.layernorm_overflow(), fm.LN_MUST_KEEP)
+    again = fp16.convert(mixed)
+    assert again.already_mixed and again.model.SerializeToString() == mixed.SerializeToString()
+    with pytest.raises(InputError, match="already holds float16"):
+        fp16.convert(mixed, if_mixed="error")
+    path = mz.save(mixed, tmp_path / "mixed.onnx")
+    r = cli("convert", path, "--fp-to-fp16", "-o", tmp_path / "again.onnx")
+    assert r.code == 3 and "already holds float16" in r.err

@@ -88,7 +88,7 @@ def _convert(
 
     t0 = time.perf_counter()
     model = load_model(model_path, external_data_dir=external_data_dir)
-    result = fp16.convert(model, keep_fp32, keep_io_types=not fp16_io, inplace=True)
+    result = fp16.convert(model, keep_fp32, keep_io_types=not fp16_io, inplace=True, if_mixed="error")
     del model
     save_model(result.model, output, external_data=external_data)
     seconds = time.perf_counter() - t0

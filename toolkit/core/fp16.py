@@ -430,6 +430,7 @@ class Conversion:
     kept: Dict[str, str]  # node name -> why it stays fp32
     clamped: List[str]  # weights with values past +-65504 (clamped to it)
     casts_added: int
+    already_mixed: bool = False  # the model held float16 already: returned as it was
 
 
 def to_fp16(arr):
@@ -521,9 +522,22 @@ def convert(
     auto_keep: bool = True,
     validate: bool = True,
     inplace: bool = False,
+    if_mixed: str = "keep",
 ) -> Conversion:
-    """Convert a float32 model to mixed fp16 (see the module docstring); returns the details."""
+    """Convert a float32 model to mixed fp16 (see the module docstring); returns the details.
 
+    A model that already holds float16 (mixed precision, e.g. written by this function) is
+    not converted again: that would turn its deliberate float32 nodes into fp16. With
+    ``if_mixed="keep"`` it is returned as it is (``already_mixed``); with ``"error"`` that is
+    an InputError.
+    """
+    if has_fp16(model):
+        if if_mixed == "error" or keep_fp32:
+            raise InputError(
+                "the model already holds float16 tensors (mixed precision); converting it again would turn its "
+                "float32 nodes to fp16: convert the float32 original (with --keep-fp32 for the nodes to keep)"
+            )
+        return Conversion(_copy_model(model, inplace), {}, [], 0, already_mixed=True)
     f16 = _float16_module()
     model = _copy_model(model, inplace)
     _normalize_constants(model)
@@ -592,6 +606,7 @@ def convert_to_fp16(model, keep_fp32: Iterable[str] = (), keep_io_types: bool = 
     ``keep_fp32`` (node names, glob patterns over node names, op types) and for nodes that
     need it (see :func:`automatic_keep`). Graph inputs/outputs keep their types unless
     ``keep_io_types=False``. Raises InputError when a ``keep_fp32`` word selects no node.
+    A model that already holds float16 comes back unchanged (see :func:`convert`).
     """
     return convert(model, keep_fp32, keep_io_types=keep_io_types, **kw).model
 
