@@ -17,14 +17,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Set
 
 from toolkit.core.errors import InputError, UsageError
 
-MARK_ALL = ("*",)
 _GLOB_CHARS = set("*?[")
-
-
-def is_mark_all(words: Sequence[str]) -> bool:
-    """True for ``mark all`` (two words, as Polygraphy spells it) or ``*``."""
-    ws = [w.strip() for w in words]
-    return ws == ["mark", "all"] or ws == ["*"] or ws == ["mark", "all", "*"]
 
 
 def _is_glob(word: str) -> bool:
