@@ -37,26 +37,22 @@ LONG_FUNCTIONS = {
     ("toolkit/core/fp16.py", "emulate.graph"): 63,
     ("toolkit/backends/trt/runner.py", "TrtRunner._infer"): 63,
     ("toolkit/core/surgery.py", "_resolve_auto"): 62,
-    ("toolkit/core/fp16.py", "convert"): 61,
-}
 
+}
 
 def _tool(name: str):
     if importlib.util.find_spec(name) is None:
         pytest.skip(f"{name} is not installed (pip install -e '.[test]')")
     return [sys.executable, "-m", name]
 
-
 def test_ruff_is_clean():
     proc = subprocess.run(_tool("ruff") + ["check", "toolkit"], cwd=REPO, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-
 
 def test_mypy_is_clean():
     env = dict(os.environ, MYPY_CACHE_DIR=str(REPO / ".mypy_cache"))
     proc = subprocess.run(_tool("mypy"), cwd=REPO, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr
-
 
 def body_lines(func) -> int:
     """Lines of a function's body, without its docstring and without the signatures of the
@@ -70,7 +66,6 @@ def body_lines(func) -> int:
             n -= sub.body[0].lineno - sub.lineno
     return n
 
-
 def functions(tree, prefix: str = ""):
     """(qualified name, node) of every function, nested ones as ``outer.inner``."""
     for node in ast.iter_child_nodes(tree):
@@ -81,7 +76,6 @@ def functions(tree, prefix: str = ""):
             yield from functions(node, name + ".")
         else:
             yield from functions(node, prefix)
-
 
 def test_functions_are_short():
     over = []

@@ -514,6 +514,33 @@ def _normalize_constants(model) -> None:
                 node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(np.asarray(arr))))
 
 
+def _library_convert(f16, model, kept: Set[str], keep_io_types: bool) -> None:
+    """onnxconverter-common's conversion of ``model`` in place, nodes ``kept`` left in fp32."""
+    # the library's topological sort is quadratic (10k nodes: seconds) and ignores what
+    # If/Loop bodies read; ours (below) runs instead, for the duration of the call
+    library_sort = getattr(f16, "sort_topology", None)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            if library_sort is not None:
+                f16.sort_topology = _sort_all
+            f16.convert_float_to_float16(
+                model,
+                min_positive_val=FP16_TINY,
+                max_finite_val=FP16_MAX,
+                keep_io_types=keep_io_types,
+                disable_shape_infer=True,
+                op_block_list=[],
+                node_block_list=sorted(kept),
+                check_fp16_ready=False,
+            )
+        except Exception as exc:  # the library asserts and raises ValueError on odd graphs
+            raise InputError(f"fp16 conversion failed in onnxconverter-common: {type(exc).__name__}: {exc}") from None
+        finally:
+            if library_sort is not None:
+                f16.sort_topology = library_sort
+
+
 def convert(
     model,
     keep_fp32: Iterable[str] = (),
@@ -563,29 +590,7 @@ def convert(
         ):
             vi.type.tensor_type.elem_type = DOUBLE
             hidden.append(vi.name)
-    # the library's topological sort is quadratic (10k nodes: seconds) and ignores what
-    # If/Loop bodies read; ours (below) runs instead, for the duration of the call
-    library_sort = getattr(f16, "sort_topology", None)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        try:
-            if library_sort is not None:
-                f16.sort_topology = _sort_all
-            f16.convert_float_to_float16(
-                model,
-                min_positive_val=FP16_TINY,
-                max_finite_val=FP16_MAX,
-                keep_io_types=keep_io_types,
-                disable_shape_infer=True,
-                op_block_list=[],
-                node_block_list=sorted(kept),
-                check_fp16_ready=False,
-            )
-        except Exception as exc:  # the library asserts and raises ValueError on odd graphs
-            raise InputError(f"fp16 conversion failed in onnxconverter-common: {type(exc).__name__}: {exc}") from None
-        finally:
-            if library_sort is not None:
-                f16.sort_topology = library_sort
+    _library_convert(f16, model, kept, keep_io_types)
     for graph in iter_graphs(model.graph):
         toposort(graph)
     hidden_set = set(hidden)
