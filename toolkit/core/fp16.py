@@ -974,9 +974,13 @@ def emulate(  # noqa: C901 - complexity 34, to split
     auto_keep: bool = True,
     inplace: bool = False,
     types: Optional[Dict[str, int]] = None,
+    cache: Optional[Dict[str, bytes]] = None,
 ) -> Emulation:
     """Rewrite a float32 model so that it stores every tensor the fp16 conversion would
     store in fp16 rounded to fp16, computing in fp32 (see the module docstring).
+
+    ``cache``: a dict kept between calls on the same model (``debug precision`` emulates it
+    once per check): the rounded weights, by name, so each is rounded once.
 
     Graph inputs and outputs stay float32 (the outputs hold fp16-rounded values); nodes
     kept in fp32 (``keep_fp32``, and the automatic ones unless ``auto_keep=False``) read
@@ -984,6 +988,7 @@ def emulate(  # noqa: C901 - complexity 34, to split
     conversion writes them (clamped to +-65504, tiny values to +-2**-24).
     """
     import numpy as np
+    import onnx
     from onnx import helper, numpy_helper
 
     model = _copy_model(model, inplace)
@@ -1043,13 +1048,24 @@ def emulate(  # noqa: C901 - complexity 34, to split
             conv, keep = users(rmap, t.name)
             if not conv:
                 continue
-            arr = to_fp16(_weight_array(t))[0].astype(np.float32)
+            data = cache.get(t.name) if cache is not None else None
+            if data is None:
+                data = to_fp16(_weight_array(t))[0].astype("<f4").tobytes()
+                if cache is not None:
+                    cache[t.name] = data
+            target = t
             if keep:
-                c = numpy_helper.from_array(arr, fresh(f"{t.name}::fp16"))
-                new_inits.append(c)
-                repoint(rmap, t.name, c.name, only_converted=True)
+                target = onnx.TensorProto()
+                target.name = fresh(f"{t.name}::fp16")
+                target.data_type = FLOAT
+                target.dims.extend(t.dims)
+                new_inits.append(target)
+                repoint(rmap, t.name, target.name, only_converted=True)
             else:
-                t.CopyFrom(numpy_helper.from_array(arr, t.name))
+                del t.float_data[:]
+                t.ClearField("data_location")
+                del t.external_data[:]
+            target.raw_data = data
             rounded += 1
         g.initializer.extend(new_inits)
         new_nodes: list = []

@@ -372,9 +372,10 @@ class PrecisionSearch:
         kind, _opts = self.cand_spec
         names = list(self.user_kept) + list(keep)
         if kind == "onnxrt":
+            cache = self._rounded  # each weight rounded once for the whole search
             if self.guide:
-                return fp16.emulate(self._marked(self.model), names, types=self.types, inplace=True).model
-            return fp16.emulate(self.model, names, types=self.types).model
+                return fp16.emulate(self._marked(self.model), names, types=self.types, inplace=True, cache=cache).model
+            return fp16.emulate(self.model, names, types=self.types, cache=cache).model
         return fp16.convert(self.model, names).model
 
     def _compare(self, outs: List[Dict]):
@@ -446,6 +447,7 @@ class PrecisionSearch:
         t0 = time.perf_counter()
         self._best: Optional[int] = None
         self.broken = 0
+        self._rounded: Dict[str, bytes] = {}
         self._validate()
         self._load()
         self.checks_remembered = 0
