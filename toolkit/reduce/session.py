@@ -651,10 +651,11 @@ class Reducer:
             self.broken += 1
             self.broken_masks.add(mask)
             reason = f"{res.describe()}: {line}"
-            self.reporter.warn(
-                f"iteration {number}: the check itself failed ({reason}), so it says nothing about this "
-                "subgraph; counted as a pass"
-            )
+            if self.broken == 1:  # later ones: their iteration lines say BROKEN and why
+                self.reporter.warn(
+                    f"iteration {number}: the check itself failed ({reason}), so it says nothing about this "
+                    "subgraph; counted as a pass (so is every later BROKEN check)"
+                )
         elif kind == TIMEOUT:
             self.timeouts += 1
         failed = kind in (FAIL, TIMEOUT)
