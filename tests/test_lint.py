@@ -37,7 +37,6 @@ LONG_FUNCTIONS = {
     ("toolkit/core/fp16.py", "emulate.graph"): 63,
     ("toolkit/backends/trt/runner.py", "TrtRunner._infer"): 63,
     ("toolkit/core/surgery.py", "_resolve_auto"): 62,
-
 }
 
 def _tool(name: str):

@@ -98,7 +98,7 @@ def _convert(
             f"{len(result.clamped)} weight(s) had values outside fp16's range, clamped to +-65504 "
             f"or +-2**-24: {shown}"
         )
-    counts = {}
+    counts: dict = {}
     for reason in result.kept.values():
         counts[reason] = counts.get(reason, 0) + 1
     where = "<stdout>" if output == "-" else output

@@ -335,7 +335,8 @@ class ToolkitCommand(TyperCommand):
     def format_options(self, ctx, formatter) -> None:
         """Arguments, then options in sections (help panels): the command's own options first,
         then each panel in the order it first appears, the common options (Logging) last."""
-        args, panels = [], {}
+        args: list = []
+        panels: dict = {}
         for param in self.get_params(ctx):
             rec = param.get_help_record(ctx)
             if rec is None:

@@ -46,7 +46,7 @@ class _State:
 
 
 state = _State()
-_consoles = {}
+_consoles: dict = {}
 
 
 def level_from_counts(verbose: int = 0, quiet: int = 0) -> int:

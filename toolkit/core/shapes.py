@@ -384,7 +384,7 @@ def _generate_feed(model, seed: int = 1) -> Dict[str, object]:
     from toolkit.core.model import graph_io_meta
 
     rng = np.random.default_rng(seed)
-    feed = {}
+    feed: Dict[str, object] = {}
     ins, _ = graph_io_meta(model)
     for m in ins:
         if not m.dtype:

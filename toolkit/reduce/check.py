@@ -30,7 +30,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from toolkit.core.errors import UsageError
 
@@ -246,12 +246,12 @@ def _collect(fds: List[int], deadline: Optional[float], tick: Optional[Callable[
     Stops at ``deadline``. If the process has exited but something it started still
     holds the pipes, stops reading one second later (the caller then kills its group).
     """
-    bufs = {fd: [] for fd in fds}
+    bufs: Dict[int, List[bytes]] = {fd: [] for fd in fds}
     sel = selectors.DefaultSelector()
     for fd in fds:
         sel.register(fd, selectors.EVENT_READ)
     exit_seen_at = None
-    timed_out = False
+    timed_out: Optional[bool] = False
     try:
         while sel.get_map():
             now = time.monotonic()
@@ -548,7 +548,7 @@ class WarmRunner:
         pid, r_out, r_err = self._fork()
         self.active_pid = pid
         deadline = start + self.timeout if self.timeout else None
-        status_box = []
+        status_box: List[int] = []
 
         def exited() -> bool:
             if status_box:

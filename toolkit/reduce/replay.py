@@ -23,7 +23,7 @@ An entry's key is its node set (bit positions in the model's topological order);
 from __future__ import annotations
 
 import json
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from toolkit.core.errors import InputError
 
@@ -57,7 +57,7 @@ class Replay:
         if mask in self.verdicts:
             return
         self.verdicts[mask] = failed
-        entry = {"iteration": iteration, "nodes": format(mask, "x"), "count": count, "failed": failed}
+        entry: Dict[str, Any] = {"iteration": iteration, "nodes": format(mask, "x"), "count": count, "failed": failed}
         if verdict:
             entry["verdict"] = verdict
             entry["code"] = code
