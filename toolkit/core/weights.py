@@ -251,7 +251,7 @@ def link_data_files(
 
     - a file already inside ``folder`` is used as it is (its path relative to the folder);
     - else a hard link ``<stem>.weights`` (``<stem>.weights.<k>`` for the k-th of several
-      files) is made in ``folder``: ONNX-Runtime and TensorRT read it like the original,
+      files) is made in ``folder``: ONNX-Runtime reads it like the original,
       and it never points out of the folder. (Symbolic links are refused by ONNX-Runtime,
       onnx and this toolkit's own loader, since they lead out of the model's folder.)
     - where no hard link can be made (another filesystem, or one without them), the file
