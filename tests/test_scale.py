@@ -494,3 +494,29 @@ def test_jobs_with_timeouts_and_replay(tmp_path):
     assert r.code == 0, r.output
     assert "0 checks run" in r.output, r.output
     assert [n.name for n in onnx.load(str(tmp_path / "again.onnx")).graph.node] == [culprit]
+
+
+@pytest.mark.gpu
+def test_tensorrt_reads_weights_through_the_hard_link(dirs):
+    """A candidate's weights reached through the hard link run on TensorRT as on ONNX-Runtime."""
+    from conftest import run_toolkit
+    from toolkit.core.errors import ToolkitError
+
+    try:
+        from toolkit.backends.trt import check_available
+
+        check_available()
+    except (ToolkitError, ImportError) as exc:
+        pytest.skip(f"TensorRT on a GPU is not usable here: {exc}")
+    model, data, work = dirs
+    seen = []
+
+    class TrtCheck(ZeroCopyCheck):
+        def run(self, tick=None):
+            r = run_toolkit("run", self.artifact, "--trt", "--onnxrt", cwd=str(work))
+            seen.append(r.code)
+            assert r.code == 0, r.output
+            return super().run(tick)
+
+    outcome = reduce(model, work, TrtCheck(work / "polygraphy_debug.onnx", "mul", expect_same=data))
+    assert outcome.status == "reduced" and seen
