@@ -432,18 +432,11 @@ class EngineBuilder:
             out[meta.name] = (lo, seen[0], hi)
         return out
 
-    def profiles(self, metas: List[TensorMeta], shape_inputs: Sequence[str]) -> List[Profile]:  # noqa: C901 - complexity 16, to split
-        """The optimization profiles to build: the user's, else one from the data / --input-shapes.
-
-        For a shape-tensor input, a profile holds its values (min/opt/max), not its shape.
-        A profile is needed whenever an input is dynamic or is a shape tensor.
-        """
+    def _check_user_profiles(self, profiles: List[Profile], metas: List[TensorMeta], shape_inputs: Sequence[str]) -> None:
+        """UsageError for a --trt-*-shapes profile naming no input, or shapes that do not fit it."""
         from toolkit.core.meta import format_shape
 
-        dynamic = [m for m in metas if any(not isinstance(d, int) for d in m.shape) and m.name not in shape_inputs]
-        shape_metas = [m for m in metas if m.name in shape_inputs]
         by_name = {m.name: m for m in metas}
-        profiles = [dict(p) for p in self.config.profiles]
         for k, prof in enumerate(profiles):
             for name, (lo, _mid, hi) in prof.items():
                 meta = by_name.get(name)
@@ -460,6 +453,17 @@ class EngineBuilder:
                         f"profile {k}: shapes of '{name}' ({lo} .. {hi}) do not fit the network's "
                         f"{format_shape(meta.shape)}"
                     )
+
+    def profiles(self, metas: List[TensorMeta], shape_inputs: Sequence[str]) -> List[Profile]:
+        """The optimization profiles to build: the user's, else one from the data / --input-shapes.
+
+        For a shape-tensor input, a profile holds its values (min/opt/max), not its shape.
+        A profile is needed whenever an input is dynamic or is a shape tensor.
+        """
+        dynamic = [m for m in metas if any(not isinstance(d, int) for d in m.shape) and m.name not in shape_inputs]
+        shape_metas = [m for m in metas if m.name in shape_inputs]
+        profiles = [dict(p) for p in self.config.profiles]
+        self._check_user_profiles(profiles, metas, shape_inputs)
         if not dynamic and not shape_metas:
             if profiles:
                 self.notes.append("--trt-*-shapes ignored: the network has no dynamic inputs")

@@ -6,7 +6,7 @@ TensorRT 11 has no calibration API; the builder never gets here on 11.
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Mapping, Optional
+from typing import Dict, List, Mapping, Optional, Tuple
 
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.meta import TensorMeta
@@ -30,9 +30,7 @@ class Calibrator:
         self.buffers = DeviceBuffers(cudart, "during INT8 calibration")
 
     @classmethod
-    def create(cls, trt, cudart, metas: List[TensorMeta], config: TrtConfig, notes: List[str]) -> "Calibrator":  # noqa: C901 - complexity 17, to split
-        import numpy as np
-
+    def create(cls, trt, cudart, metas: List[TensorMeta], config: TrtConfig, notes: List[str]) -> "Calibrator":
         self = cls(cudart)
         cache_path = config.calibration_cache
         have_cache = bool(cache_path and os.path.isfile(cache_path))
@@ -42,15 +40,17 @@ class Calibrator:
         if not feeds and not have_cache:
             raise UsageError("--int8 needs calibration data: the run's inputs, or an existing --calibration-cache")
         if feeds:
-            first = {m.name: tuple(np.shape(feeds[0][m.name])) for m in metas}
-            usable = [f for f in feeds if all(tuple(np.shape(f[m.name])) == first[m.name] for m in metas)]
-            if len(usable) < len(feeds):
-                notes.append(
-                    f"--int8 calibrates on {len(usable)} of {len(feeds)} iteration(s): those with the first one's shapes"
-                )
-            feeds = usable
-            self.profile_shapes = first
-        input_names = [m.name for m in metas]
+            feeds, self.profile_shapes = _same_shaped(feeds, metas, notes)
+        read_from = cache_path if have_cache else None
+        self.impl = self._entropy_calibrator(trt, cudart, feeds, [m.name for m in metas], read_from, cache_path)
+        return self
+
+    def _entropy_calibrator(
+        self, trt, cudart, feeds: List[Mapping], input_names: List[str], read_from: Optional[str], write_to: Optional[str]
+    ):
+        """TensorRT's calibrator over ``feeds``; its errors are kept in ``self.error`` (TensorRT swallows them)."""
+        import numpy as np
+
         outer = self
         h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
 
@@ -80,27 +80,37 @@ class Calibrator:
                     return None
 
             def read_calibration_cache(inner):
-                if not have_cache:
+                if not read_from:
                     return None
                 try:
-                    with open(cache_path, "rb") as f:
+                    with open(read_from, "rb") as f:
                         return f.read()
                 except OSError as exc:
-                    outer.error = outer.error or InputError(f"{cache_path}: cannot read: {exc.strerror or exc}")
+                    outer.error = outer.error or InputError(f"{read_from}: cannot read: {exc.strerror or exc}")
                     return None
 
             def write_calibration_cache(inner, cache):
-                if not cache_path:
+                if not write_to:
                     return
                 try:
                     from toolkit.core.model import write_bytes_atomic
 
-                    write_bytes_atomic(cache_path, bytes(cache))
+                    write_bytes_atomic(write_to, bytes(cache))
                 except Exception as exc:  # noqa: BLE001
-                    outer.error = outer.error or as_toolkit_error(exc, f"{cache_path}: cannot write the calibration cache")
+                    outer.error = outer.error or as_toolkit_error(exc, f"{write_to}: cannot write the calibration cache")
 
-        self.impl = EntropyCalibrator()
-        return self
+        return EntropyCalibrator()
 
     def free(self) -> None:
         self.buffers.free()
+
+
+def _same_shaped(feeds: List[Mapping], metas: List[TensorMeta], notes: List[str]) -> Tuple[List[Mapping], Dict[str, Shape]]:
+    """The feeds whose shapes equal the first one's (one profile calibrates), and those shapes."""
+    import numpy as np
+
+    first = {m.name: tuple(np.shape(feeds[0][m.name])) for m in metas}
+    usable = [f for f in feeds if all(tuple(np.shape(f[m.name])) == first[m.name] for m in metas)]
+    if len(usable) < len(feeds):
+        notes.append(f"--int8 calibrates on {len(usable)} of {len(feeds)} iteration(s): those with the first one's shapes")
+    return usable, first

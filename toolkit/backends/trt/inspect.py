@@ -15,11 +15,28 @@ from toolkit.core.meta import format_meta
 from .availability import check_available, inference_error
 
 
-def describe_engine(path: str, layers: bool = True) -> Dict[str, object]:  # noqa: C901 - complexity 16, to split
+def describe_engine(path: str, layers: bool = True) -> Dict[str, object]:
     """A JSON-able description of the engine file ``path`` (DependencyError without TensorRT/GPU)."""
+    trt, engine = _load_engine(path)
+    io = _io_tensors(trt, engine)
+    desc: Dict[str, object] = {
+        "engine": path,
+        "tensorrt": str(trt.__version__),
+        "inputs": [t for t in io if t["mode"] == "input"],
+        "outputs": [t for t in io if t["mode"] == "output"],
+        "profiles": _profiles(engine, io),
+        "num_layers": int(engine.num_layers),
+    }
+    if layers:
+        desc["layers"] = _layers(trt, engine)
+    return desc
+
+
+def _load_engine(path: str):
+    """(tensorrt, the deserialized engine of ``path``)."""
     from toolkit.core.model import read_bytes
 
-    from .builder import Interrupt, dims, init_plugins, make_logger
+    from .builder import Interrupt, init_plugins, make_logger
 
     try:
         trt, _cudart = check_available()
@@ -43,65 +60,64 @@ def describe_engine(path: str, layers: bool = True) -> Dict[str, object]:  # noq
             f"({'; '.join(logger.errors[-3:]) or 'deserialization failed'}); engines only load with the TensorRT "
             "version that built them"
         )
+    return trt, engine
+
+
+def _io_tensors(trt, engine) -> List[Dict[str, object]]:
     from .builder import TRT_DTYPES
 
-    def dtype(name: str) -> str:
-        dt = getattr(engine.get_tensor_dtype(name), "name", "?")
-        return TRT_DTYPES.get(dt, dt.lower())
-
-    names = [engine.get_tensor_name(i) for i in range(engine.num_io_tensors)]
     io = []
-    for name in names:
+    for name in (engine.get_tensor_name(i) for i in range(engine.num_io_tensors)):
         mode = "input" if engine.get_tensor_mode(name) == trt.TensorIOMode.INPUT else "output"
         shape = [None if d < 0 else int(d) for d in engine.get_tensor_shape(name)]
         fmt = getattr(engine.get_tensor_format(name), "name", "?")
-        io.append({"name": name, "mode": mode, "dtype": dtype(name), "shape": shape, "format": fmt})
+        dt = getattr(engine.get_tensor_dtype(name), "name", "?")
+        io.append({"name": name, "mode": mode, "dtype": TRT_DTYPES.get(dt, dt.lower()), "shape": shape, "format": fmt})
+    return io
+
+
+def _profiles(engine, io: List[Dict[str, object]]) -> List[Dict[str, object]]:
+    from .builder import dims
+
     profiles = []
-    n_profiles = int(engine.num_optimization_profiles)
-    for k in range(n_profiles):
-        tensors = []
+    for k in range(int(engine.num_optimization_profiles)):
+        tensors: List[Dict[str, object]] = []
         for t in io:
+            name = t["name"]
             if t["mode"] != "input":
                 continue
-            name = t["name"]
             if engine.is_shape_inference_io(name):
                 lo, opt, hi = engine.get_tensor_profile_values(k, name)  # positional: see runner.preferred_values
                 tensors.append({"name": name, "values": {"min": list(lo), "opt": list(opt), "max": list(hi)}})
-            elif any(d is None for d in t["shape"]):
+            elif any(d is None for d in t["shape"]):  # type: ignore[attr-defined]
                 lo, opt, hi = (list(dims(s)) for s in engine.get_tensor_profile_shape(name, k))
                 tensors.append({"name": name, "min": lo, "opt": opt, "max": hi})
         profiles.append({"index": k, "tensors": tensors})
-    desc: Dict[str, object] = {
-        "engine": path,
-        "tensorrt": str(trt.__version__),
-        "inputs": [t for t in io if t["mode"] == "input"],
-        "outputs": [t for t in io if t["mode"] == "output"],
-        "profiles": profiles,
-        "num_layers": int(engine.num_layers),
-    }
-    if layers:
-        inspector = engine.create_engine_inspector()
-        fmt = trt.LayerInformationFormat.JSON
-        out = []
-        for i in range(int(engine.num_layers)):
-            text = inspector.get_layer_information(i, fmt)
-            try:
-                info = json.loads(text)
-            except ValueError:
-                info = text
-            if not isinstance(info, dict):  # built with LAYER_NAMES_ONLY: just the name
-                info = {"Name": str(info)}
-            out.append(
-                {
-                    "index": i,
-                    "name": info.get("Name", ""),
-                    "type": info.get("LayerType", ""),
-                    "inputs": [_tensor_name(t) for t in info.get("Inputs", [])],
-                    "outputs": [_tensor_name(t) for t in info.get("Outputs", [])],
-                }
-            )
-        desc["layers"] = out
-    return desc
+    return profiles
+
+
+def _layers(trt, engine) -> List[Dict[str, object]]:
+    inspector = engine.create_engine_inspector()
+    fmt = trt.LayerInformationFormat.JSON
+    out = []
+    for i in range(int(engine.num_layers)):
+        text = inspector.get_layer_information(i, fmt)
+        try:
+            info = json.loads(text)
+        except ValueError:
+            info = text
+        if not isinstance(info, dict):  # built with LAYER_NAMES_ONLY: just the name
+            info = {"Name": str(info)}
+        out.append(
+            {
+                "index": i,
+                "name": info.get("Name", ""),
+                "type": info.get("LayerType", ""),
+                "inputs": [_tensor_name(t) for t in info.get("Inputs", [])],
+                "outputs": [_tensor_name(t) for t in info.get("Outputs", [])],
+            }
+        )
+    return out
 
 
 def _tensor_name(t) -> str:
