@@ -33,7 +33,6 @@ LONG_FUNCTIONS = {
     ("toolkit/cli/precision.py", "_summary"): 66,
     ("toolkit/reduce/session.py", "Reducer.run"): 65,
     ("toolkit/core/fp16.py", "emulate.graph"): 74,
-    ("toolkit/backends/trt/runner.py", "TrtRunner._infer"): 63,
     ("toolkit/core/surgery.py", "_resolve_auto"): 62,
 }
 

@@ -260,15 +260,21 @@ class TrtRunner(Runner):
 
     # ------------------------------------------------------------------ inference
     def _infer(self, feed: Mapping) -> Dict[str, object]:
+        self._select_profile(feed)
+        hosts = self._bind_inputs(feed)  # keep the host arrays alive until the copies are done
+        shapes = self._bind_outputs()
+        self._execute()
+        outputs = self._fetch_outputs(shapes)
+        del hosts
+        return outputs
+
+    def _bind_inputs(self, feed: Mapping) -> list:
+        """Set input shapes and copy the inputs to the device; returns the host arrays."""
         import numpy as np
 
-        trt, cudart, ctx, eng = self._trt, self._cudart, self._context, self._engine
+        cudart, ctx, eng = self._cudart, self._context, self._engine
         h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
-        d2h = cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
-        stream = self._stream
-        buffers = self._buffers
-        self._select_profile(feed)
-        hosts = []  # keep the host arrays alive until the copies are done
+        hosts = []
         for name in self._inputs:
             arr = np.ascontiguousarray(feed[name])
             hosts.append(arr)
@@ -280,34 +286,50 @@ class TrtRunner(Runner):
             if eng.is_shape_inference_io(name):  # shape tensors are read from host memory
                 ctx.set_tensor_address(name, arr.ctypes.data)
                 continue
-            ptr = buffers.get(name, arr.nbytes)
+            ptr = self._buffers.get(name, arr.nbytes)
             if arr.nbytes:
-                cuda_check(cudart.cudaMemcpyAsync(ptr, arr.ctypes.data, arr.nbytes, h2d, stream), "cudaMemcpyAsync")
+                cuda_check(cudart.cudaMemcpyAsync(ptr, arr.ctypes.data, arr.nbytes, h2d, self._stream), "cudaMemcpyAsync")
             ctx.set_tensor_address(name, ptr)
+        return hosts
+
+    def _bind_outputs(self) -> Dict[str, tuple]:
+        """Device memory for every output: the shapes known now (the others come from the allocator)."""
+        import numpy as np
+
+        ctx, eng = self._context, self._engine
         shapes: Dict[str, tuple] = {}
         for name in self._outputs:
             shape = dims(ctx.get_tensor_shape(name))
             if any(d < 0 for d in shape):  # data-dependent: TensorRT asks for memory while it runs
                 if self._allocator is None:
-                    self._allocator = make_output_allocator(trt, self)
+                    self._allocator = make_output_allocator(self._trt, self)
                 ctx.set_output_allocator(name, self._allocator)
             else:
                 dtype = np_dtype(eng.get_tensor_dtype(name), name)
                 nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                ctx.set_tensor_address(name, buffers.get(name, nbytes))
+                ctx.set_tensor_address(name, self._buffers.get(name, nbytes))
                 shapes[name] = shape
+        return shapes
+
+    def _execute(self) -> None:
         self._logger.errors.clear()
         self._callback_error = None
         start = time.perf_counter()
-        ok = ctx.execute_async_v3(int(stream))
+        ok = self._context.execute_async_v3(int(self._stream))
         if self._callback_error is not None:
             raise self._callback_error
         if not ok:
             raise inference_error(f"{self.name}: inference failed: {self._errors('execute_async_v3 returned false')}")
-        cuda_check(cudart.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
+        cuda_check(self._cudart.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
         self.last_inference_time = time.perf_counter() - start
         if self._callback_error is not None:
             raise self._callback_error
+
+    def _fetch_outputs(self, shapes: Dict[str, tuple]) -> Dict[str, object]:
+        import numpy as np
+
+        cudart, eng = self._cudart, self._engine
+        d2h = cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
         outputs: Dict[str, object] = {}
         for name in self._outputs:
             shape = shapes.get(name)
@@ -317,11 +339,10 @@ class TrtRunner(Runner):
                     raise inference_error(f"{self.name}: TensorRT reported no shape for output '{name}'")
             arr = np.empty(shape, dtype=np_dtype(eng.get_tensor_dtype(name), name))
             if arr.nbytes:
-                ptr = buffers.pointer(name)
-                cuda_check(cudart.cudaMemcpyAsync(arr.ctypes.data, ptr, arr.nbytes, d2h, stream), "cudaMemcpyAsync")
+                ptr = self._buffers.pointer(name)
+                cuda_check(cudart.cudaMemcpyAsync(arr.ctypes.data, ptr, arr.nbytes, d2h, self._stream), "cudaMemcpyAsync")
             outputs[name] = arr
-        cuda_check(cudart.cudaStreamSynchronize(stream), "cudaStreamSynchronize")
-        del hosts
+        cuda_check(cudart.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
         return outputs
 
 
