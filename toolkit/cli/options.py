@@ -570,7 +570,6 @@ UNSUPPORTED_OPTIONS = {
     **{o: "this comparison metric is not supported: use --atol/--rtol with --check-error-stat elemwise, max, mean, median or quantile"
        for o in ("--l2-threshold", "--l2-tolerance", "--cosine-similarity-threshold", "--psnr-threshold",
                  "--psnr-tolerance", "--snr-threshold", "--snr-tolerance", "--lpips-threshold", "--lpips-tolerance")},
-    "--no-shape-check": "outputs of different shapes always fail, with both shapes shown; reshape the outputs in Python to compare them anyway",
     "--warm-up": "time with --iterations N and read the average inference time",
     "--ignore-external-data": "this command needs the model's weights; --ignore-external-data applies to inspect model, surgeon and debug reduce",
     "--fp-to-fp16": "convert the model first with toolkit convert --fp-to-fp16 (toolkit run accepts --fp-to-fp16 itself)",

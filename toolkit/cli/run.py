@@ -166,6 +166,14 @@ def register(app: typer.Typer) -> None:
                 help="With --compare-func indices: how far an index may move (default 0); also name:N.",
             ),
         ] = None,
+        no_shape_check: Annotated[
+            bool,
+            typer.Option(
+                "--no-shape-check",
+                help="Compare outputs whose shapes differ but hold the same number of elements, element by "
+                "element (the reference reshaped).",
+            ),
+        ] = False,
         fp_to_fp16: Annotated[
             bool,
             typer.Option(
@@ -379,6 +387,7 @@ def register(app: typer.Typer) -> None:
             postprocess=list(postprocess or []),
             compare_func=list(compare_func or []),
             index_tolerance=list(index_tolerance or []),
+            no_shape_check=no_shape_check,
             save_onnx=save_onnx,
             fp_to_fp16=fp_to_fp16,
             data_loader_script=data_loader_script,

@@ -191,6 +191,9 @@ class Tolerances:
     compare_func: str = "simple"  # or "indices" (index arrays, e.g. top-K results)
     index_tolerance: int = 0
     per_index_tolerance: Dict[str, int] = field(default_factory=dict)
+    # --no-shape-check: outputs of different shapes but the same number of elements are compared
+    # element by element (B reshaped to A's shape)
+    shape_check: bool = True
 
     @classmethod
     def parse(
@@ -438,6 +441,8 @@ def compare_iteration(index: int, outs_a: Mapping, outs_b: Mapping, tol: Toleran
         topk = tol.topk_for(name)
         if topk is not None:  # --postprocess: compare the indices of the K largest values
             a, b = topk_indices(a, *topk), topk_indices(b, *topk)
+        if not tol.shape_check and a.shape != b.shape and a.size == b.size:
+            b = b.reshape(a.shape)
         if tol.compare_func == "indices":
             results.append(compare_indices(name, a, b, tol.index_tolerance_for(name)))
             continue

@@ -44,6 +44,7 @@ class RunOptions:
     postprocess: List[str] = field(default_factory=list)
     compare_func: List[str] = field(default_factory=list)
     index_tolerance: List[str] = field(default_factory=list)
+    no_shape_check: bool = False
     validate: bool = False
     # --save-onnx: the ONNX model as it ran (outputs marked)
     save_onnx: Optional[str] = None

@@ -90,12 +90,12 @@ def check_output_paths(opts: RunOptions) -> None:
 def _tolerances(opts: RunOptions):
     given = (
         opts.atol or opts.rtol or opts.check_error_stat or opts.error_quantile or opts.postprocess
-        or opts.compare_func or opts.index_tolerance
+        or opts.compare_func or opts.index_tolerance or opts.no_shape_check
     )
     if given or len(opts.runners) + len(opts.load_outputs) > 1:
         from toolkit.core.compare import Tolerances  # only when something may be compared
 
-        return Tolerances.parse(
+        tol = Tolerances.parse(
             opts.atol,
             opts.rtol,
             opts.check_error_stat,
@@ -104,6 +104,8 @@ def _tolerances(opts: RunOptions):
             opts.compare_func,
             opts.index_tolerance,
         )
+        tol.shape_check = not opts.no_shape_check
+        return tol
     return None
 
 
