@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional
 
 from toolkit.backends.base import Runner
 from toolkit.core.errors import InputError, ToolkitError, UsageError
@@ -43,19 +43,20 @@ class TrtRunner(Runner):
         self.engine_file = is_engine_path(model_path) if engine_file is None else engine_file
         self.notes: List[str] = []
         self.built = False
-        self._trt = None
-        self._cudart = None
-        self._logger = None
-        self._runtime = None
-        self._engine = None
-        self._context = None
-        self._stream = None
-        self._allocator = None
+        # TensorRT and CUDA objects (from modules imported on activation): set by _activate
+        self._trt: Any = None
+        self._cudart: Any = None
+        self._logger: Any = None
+        self._runtime: Any = None
+        self._engine: Any = None
+        self._context: Any = None
+        self._stream: Any = None
+        self._allocator: Any = None
         self._profile = 0
         self._callback_error: Optional[BaseException] = None
         self._inputs: List[str] = []
         self._outputs: List[str] = []
-        self._buffers: Optional[DeviceBuffers] = None
+        self._buffers: Any = None  # DeviceBuffers while active
 
     # ------------------------------------------------------------------ messages
     def _sink(self, severity: str, text: str) -> None:
@@ -177,7 +178,7 @@ class TrtRunner(Runner):
         import numpy as np
 
         eng = self._engine
-        out = {}
+        out: Dict[str, object] = {}
         for name in self._inputs:
             if eng.is_shape_inference_io(name):
                 # The binding names its parameters (name: int, profile_index: str): pass them by position.
