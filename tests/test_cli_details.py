@@ -269,3 +269,12 @@ def test_input_shapes_one_rule(cli, tmp_path, shape, code):
 def test_defaults_are_shown_one_way(cli, path):
     out = cli(*path, "--help").out
     assert "[default" not in out and "(default:" not in out
+
+
+def test_run_help_is_grouped_in_sections(cli):
+    out = cli("run", "--help").out
+    heads = [ln[:-1] for ln in out.splitlines() if ln and not ln.startswith(" ") and ln.endswith(":")]
+    assert heads == ["Arguments", "Options", "Inputs", "Outputs and comparison", "ONNX-Runtime", "TensorRT",
+                     "Logging", "Examples"]
+    section = out.split("\nInputs:\n")[1].split("\n\n")[0]
+    assert "--load-inputs" in section and "--seed" in section and "--atol" not in section

@@ -352,7 +352,8 @@ class ToolkitCommand(TyperCommand):
         if args:
             with formatter.section("Arguments"):
                 formatter.write_dl(args)
-        order = sorted(panels, key=lambda p: (p != "Options", p == LOGGING_PANEL))
+        known = ["Options", "Inputs", "Outputs and comparison", "ONNX-Runtime", "TensorRT"]
+        order = sorted(panels, key=lambda p: (p == LOGGING_PANEL, known.index(p) if p in known else len(known)))
         for panel in order:
             with formatter.section(panel):
                 formatter.write_dl(panels[panel])

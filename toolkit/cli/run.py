@@ -35,8 +35,28 @@ _ARGV_KEY = "toolkit.run.argv"
 TRT_PANEL = "TensorRT"
 
 
+# Help sections of `run` (options not listed stay under "Options": what to run).
+_PANELS = {
+    "Inputs": ("--seed", "--val-range", "--input-shapes", "--iterations", "--load-inputs", "--data-loader-script",
+               "--data-loader-func-name", "--save-inputs"),
+    "Outputs and comparison": ("--load-outputs", "--save-outputs", "--atol", "--rtol", "--check-error-stat",
+                               "--error-quantile", "--postprocess", "--compare-func", "--index-tolerance",
+                               "--no-shape-check", "--infinities-compare-equal", "--validate", "--save-report"),
+    "ONNX-Runtime": ("--providers", "--ort-optimization", "--onnx-outputs", "--onnx-exclude-outputs",
+                     "--external-data-dir", "--shape-inference"),
+}
+
+
 class RunCommand(ToolkitCommand):
     """Remembers the command line (for the final PASSED/FAILED line and runner order)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        panel_of = {opt: panel for panel, opts in _PANELS.items() for opt in opts}
+        for param in self.params:
+            for opt in getattr(param, "opts", ()):
+                if opt in panel_of and not getattr(param, "rich_help_panel", None):
+                    param.rich_help_panel = panel_of[opt]
 
     def parse_args(self, ctx, args):
         ctx.meta[_ARGV_KEY] = list(args)
