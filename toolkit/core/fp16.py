@@ -967,7 +967,7 @@ class Emulation:
     rounded: int  # tensors rounded to fp16
 
 
-def emulate(  # noqa: C901 - complexity 34, to split
+def emulate(
     model,
     keep_fp32: Iterable[str] = (),
     *,
@@ -979,140 +979,142 @@ def emulate(  # noqa: C901 - complexity 34, to split
     """Rewrite a float32 model so that it stores every tensor the fp16 conversion would
     store in fp16 rounded to fp16, computing in fp32 (see the module docstring).
 
-    ``cache``: a dict kept between calls on the same model (``debug precision`` emulates it
-    once per check): the rounded weights, by name, so each is rounded once.
-
     Graph inputs and outputs stay float32 (the outputs hold fp16-rounded values); nodes
     kept in fp32 (``keep_fp32``, and the automatic ones unless ``auto_keep=False``) read
     and write unrounded values, as in the converted model. Weights are rounded as the
     conversion writes them (clamped to +-65504, tiny values to +-2**-24).
-    """
-    import numpy as np
-    import onnx
-    from onnx import helper, numpy_helper
 
+    ``cache``: a dict kept between calls on the same model (``debug precision`` emulates it
+    once per check): the rounded weights, by name, so each is rounded once.
+    """
     model = _copy_model(model, inplace)
     _normalize_constants(model)
     if types is None:
         types = tensor_types(infer_types(model))
     decision = decide(model, keep_fp32, auto=auto_keep, types=types)
-    kept = set(decision.kept)
-    fresh = _Names(model).fresh
+    em = _Emulator(model, set(decision.kept), types, cache)
+    em.graph(model.graph, top=True)
+    return Emulation(model, dict(decision.kept), em.rounded)
 
-    rounded = 0
 
-    def round_chain(src: str, dst: str, hint: str) -> list:
-        mid = fresh(f"{dst}::fp16")
+def _readers(g) -> Dict[str, list]:
+    """name -> the nodes that read it, in ``g`` and in the subgraphs below it."""
+    out: Dict[str, list] = {}
+    for sub in iter_graphs(g):
+        for n in sub.node:
+            for i in n.input:
+                if i:
+                    out.setdefault(i, []).append(n)
+    return out
+
+
+class _Emulator:
+    """The rewrite behind :func:`emulate`, one graph at a time."""
+
+    def __init__(self, model, kept: Set[str], types: Dict[str, int], cache: Optional[Dict[str, bytes]]):
+        self.kept = kept
+        self.types = types
+        self.cache = cache
+        self.fresh = _Names(model).fresh
+        self.rounded = 0
+
+    def round_chain(self, src: str, dst: str, hint: str) -> list:
+        from onnx import helper
+
+        mid = self.fresh(f"{dst}::fp16")
+        self.rounded += 1
         return [
-            helper.make_node("Cast", [src], [mid], name=fresh(f"{hint}::to_fp16"), to=FLOAT16),
-            helper.make_node("Cast", [mid], [dst], name=fresh(f"{hint}::to_fp32"), to=FLOAT),
+            helper.make_node("Cast", [src], [mid], name=self.fresh(f"{hint}::to_fp16"), to=FLOAT16),
+            helper.make_node("Cast", [mid], [dst], name=self.fresh(f"{hint}::to_fp32"), to=FLOAT),
         ]
 
-    def readers(g) -> Dict[str, list]:
-        """name -> the nodes that read it, in ``g`` and in the subgraphs below it."""
-        out: Dict[str, list] = {}
-        for sub in iter_graphs(g):
-            for n in sub.node:
-                for i in n.input:
-                    if i:
-                        out.setdefault(i, []).append(n)
-        return out
-
-    def repoint(rmap, old: str, new: str, only_converted: bool) -> None:
+    def repoint(self, rmap, old: str, new: str) -> None:
+        """The converted readers of ``old`` read ``new`` instead."""
         for n in rmap.get(old, ()):
-            if not (only_converted and n.name in kept):
+            if n.name not in self.kept:
                 for k, i in enumerate(n.input):
                     if i == old:
                         n.input[k] = new
 
-    def users(rmap, name: str) -> Tuple[bool, bool]:
+    def users(self, rmap, name: str) -> Tuple[bool, bool]:
         """(read by a converted node, read by a kept node), subgraphs included."""
-        conv = keep = False
-        for n in rmap.get(name, ()):
-            if n.name in kept:
-                keep = True
-            else:
-                conv = True
-        return conv, keep
+        readers = rmap.get(name, ())
+        return any(n.name not in self.kept for n in readers), any(n.name in self.kept for n in readers)
 
-    def graph(g, top: bool) -> None:  # noqa: C901 - complexity 18, to split
-        nonlocal rounded
-        sources: List[str] = []  # fp32 tensors read by converted nodes through a rounded copy
-        if top:
-            sources += [vi.name for vi in g.input if types.get(vi.name) == FLOAT]
-        rmap = readers(g)
+    def rounded_copy(self, rmap, src: str) -> list:
+        """Converted readers of fp32 tensor ``src`` read it rounded (the Casts that do it)."""
+        if not self.users(rmap, src)[0]:
+            return []
+        dst = self.fresh(f"{src}::rounded")
+        self.repoint(rmap, src, dst)
+        return self.round_chain(src, dst, src)
+
+    def weights(self, g, rmap) -> None:
+        """Weights read by converted nodes: rounded (a rounded twin when kept nodes read them too)."""
+        import onnx
+
         new_inits = []
         for t in g.initializer:
-            if t.data_type != FLOAT:
-                continue
-            conv, keep = users(rmap, t.name)
+            conv, keep = self.users(rmap, t.name) if t.data_type == FLOAT else (False, False)
             if not conv:
                 continue
-            data = cache.get(t.name) if cache is not None else None
+            data = self.cache.get(t.name) if self.cache is not None else None
             if data is None:
                 data = to_fp16(_weight_array(t))[0].astype("<f4").tobytes()
-                if cache is not None:
-                    cache[t.name] = data
+                if self.cache is not None:
+                    self.cache[t.name] = data
             target = t
             if keep:
-                target = onnx.TensorProto()
-                target.name = fresh(f"{t.name}::fp16")
-                target.data_type = FLOAT
-                target.dims.extend(t.dims)
+                target = onnx.TensorProto(name=self.fresh(f"{t.name}::fp16"), data_type=FLOAT, dims=t.dims)
                 new_inits.append(target)
-                repoint(rmap, t.name, target.name, only_converted=True)
+                self.repoint(rmap, t.name, target.name)
             else:
                 del t.float_data[:]
                 t.ClearField("data_location")
                 del t.external_data[:]
             target.raw_data = data
-            rounded += 1
+            self.rounded += 1
         g.initializer.extend(new_inits)
+
+    def constant(self, node) -> None:
+        import numpy as np
+        from onnx import numpy_helper
+
+        for a in node.attribute:
+            if a.name == "value" and a.t.data_type == FLOAT:
+                arr = to_fp16(numpy_helper.to_array(a.t))[0].astype(np.float32)
+                a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
+                self.rounded += 1
+
+    def node(self, node, rmap) -> list:
+        """``node`` and the Casts after it."""
+        outs = [(j, o) for j, o in enumerate(node.output) if o and self.types.get(o) == FLOAT]
+        if node.name in self.kept:  # its outputs stay fp32; converted readers get them rounded
+            return [node] + [c for _, o in outs for c in self.rounded_copy(rmap, o)]
+        for sub in node_subgraphs(node):
+            self.graph(sub, top=False)
+        if node.op_type == "Constant" and node.domain in _STD_DOMAINS:
+            self.constant(node)
+            return [node]
+        tail = []
+        for j, o in outs:
+            raw = self.fresh(f"{o}::fp32")
+            node.output[j] = raw
+            tail += self.round_chain(raw, o, o)
+        return [node] + tail
+
+    def graph(self, g, top: bool) -> None:
+        rmap = _readers(g)
+        self.weights(g, rmap)
         new_nodes: list = []
-        for src in sources:
-            conv, _ = users(rmap, src)
-            if conv:
-                dst = fresh(f"{src}::rounded")
-                repoint(rmap, src, dst, only_converted=True)
-                new_nodes += round_chain(src, dst, src)
-                rounded += 1
+        if top:  # float32 graph inputs: rounded for converted readers
+            for vi in g.input:
+                if self.types.get(vi.name) == FLOAT:
+                    new_nodes += self.rounded_copy(rmap, vi.name)
         for node in list(g.node):
-            is_kept = node.name in kept
-            if not is_kept:
-                for sub in node_subgraphs(node):
-                    graph(sub, top=False)
-            if node.op_type == "Constant" and node.domain in _STD_DOMAINS and not is_kept:
-                for a in node.attribute:
-                    if a.name == "value" and a.t.data_type == FLOAT:
-                        arr = to_fp16(numpy_helper.to_array(a.t))[0].astype(np.float32)
-                        a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
-                        rounded += 1
-                new_nodes.append(node)
-                continue
-            outs = [(j, o) for j, o in enumerate(node.output) if o and types.get(o) == FLOAT]
-            if is_kept:
-                new_nodes.append(node)
-                for _, o in outs:
-                    conv, _ = users(rmap, o)
-                    if conv:
-                        dst = fresh(f"{o}::rounded")
-                        repoint(rmap, o, dst, only_converted=True)
-                        new_nodes += round_chain(o, dst, o)
-                        rounded += 1
-                continue
-            tail = []
-            for j, o in outs:
-                raw = fresh(f"{o}::fp32")
-                node.output[j] = raw
-                tail += round_chain(raw, o, o)
-                rounded += 1
-            new_nodes.append(node)
-            new_nodes += tail
+            new_nodes += self.node(node, rmap)
         del g.node[:]
         g.node.extend(new_nodes)
-
-    graph(model.graph, top=True)
-    return Emulation(model, dict(decision.kept), rounded)
 
 
 def emulate_fp16(model, keep_fp32: Iterable[str] = (), **kw):
