@@ -57,15 +57,20 @@ def test_every_polygraphy_option_is_in_the_table(section):
     assert not missing, f"{section}: Polygraphy options not in docs/compatibility.md: {missing}"
 
 
-def _refused():
+def _options_with(statuses):
+    """(section, option) for every option of the five commands' tables with one of ``statuses``."""
     sections, _ = _sections()
     for section, body in sections.items():
         if section not in SECTIONS:
             continue
         for opts, status in _rows(body):
-            if status == "not supported":
+            if status in statuses:
                 for opt in opts:
                     yield section, opt
+
+
+def _refused():
+    return _options_with(("not supported",))
 
 
 @pytest.mark.parametrize("section,option", list(_refused()), ids=lambda v: v if isinstance(v, str) else None)
@@ -80,14 +85,7 @@ def test_refused_options_get_advice(cli, section, option):
 
 
 def _accepted():
-    sections, _ = _sections()
-    for section, body in sections.items():
-        if section not in SECTIONS:
-            continue
-        for opts, status in _rows(body):
-            if status in ("supported", "differently"):
-                for opt in opts:
-                    yield section, opt
+    return _options_with(("supported", "differently"))
 
 
 @pytest.mark.parametrize("section,option", list(_accepted()), ids=lambda v: v if isinstance(v, str) else None)

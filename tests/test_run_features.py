@@ -66,11 +66,16 @@ def _golden(path, values):
     save_outputs(path, RunResults([("golden", [IterationResult({"y": values}, 0.0, "golden")])]))
 
 
-def test_postprocess_topk_compares_rankings_not_values(cli, tmp_path):
+def _logits_run(cli, tmp_path):
+    """The logits model, its saved inputs file and the input values."""
     model = _logits_model(tmp_path)
     ins = str(tmp_path / "in.json")
     assert cli("run", model, "--onnxrt", "--save-inputs", ins, "-q").code == 0
-    x = load_inputs(ins)[0]["x"]
+    return model, ins, load_inputs(ins)[0]["x"]
+
+
+def test_postprocess_topk_compares_rankings_not_values(cli, tmp_path):
+    model, ins, x = _logits_run(cli, tmp_path)
     golden = str(tmp_path / "golden.json")
     _golden(golden, x * 10 + 5)  # same ranking, very different values
     base = ("run", model, "--onnxrt", "--load-inputs", ins, "--load-outputs", golden)
@@ -93,10 +98,7 @@ def test_bad_comparison_options_are_usage_errors(cli, model, bad):
 
 
 def test_error_quantile_lets_a_few_outliers_pass(cli, tmp_path):
-    model = _logits_model(tmp_path)
-    ins = str(tmp_path / "in.json")
-    assert cli("run", model, "--onnxrt", "--save-inputs", ins, "-q").code == 0
-    x = load_inputs(ins)[0]["x"]
+    model, ins, x = _logits_run(cli, tmp_path)
     off = x.copy()
     off[0, 0] += 1.0  # one element of twelve is far off
     golden = str(tmp_path / "golden.json")
@@ -224,10 +226,7 @@ def test_debug_reduce_takes_a_data_loader_script(cli, tmp_path, monkeypatch):
 
 
 def test_no_shape_check_compares_same_size_outputs(cli, tmp_path):
-    model = _logits_model(tmp_path)
-    ins = str(tmp_path / "in.json")
-    assert cli("run", model, "--onnxrt", "--save-inputs", ins, "-q").code == 0
-    x = load_inputs(ins)[0]["x"]
+    model, ins, x = _logits_run(cli, tmp_path)
     golden = str(tmp_path / "flat.json")
     _golden(golden, x.reshape(12))
     base = ("run", model, "--onnxrt", "--load-inputs", ins, "--load-outputs", golden)
