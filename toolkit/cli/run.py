@@ -346,7 +346,6 @@ def register(app: typer.Typer) -> None:
         TensorRT build) failed; 2 bad options; 3 bad model or data file; 4 missing backend,
         TensorRT, cuda-python or GPU.
         """
-        from toolkit.run.options import RunOptions
         from toolkit.run.registry import runner_order
 
         from toolkit.cli.output import is_quiet
@@ -384,56 +383,42 @@ def register(app: typer.Typer) -> None:
                 warn("nothing to run: give MODEL and a runner (e.g. toolkit run model.onnx --onnxrt)")
                 return
             model = ""
-        opts = RunOptions(
+        opts = _run_options(
+            locals(),
             model=model,
             runners=runners,
-            providers=list(providers or []),
-            onnx_outputs=list(onnx_outputs or []),
-            onnx_exclude_outputs=list(onnx_exclude_outputs or []),
-            external_data_dir=external_data_dir,
             ort_optimization=ort_optimization,
-            seed=seed,
-            val_range=list(val_range or []),
-            input_shapes=list(input_shapes or []),
-            iterations=iterations,
-            load_inputs=list(load_inputs or []),
-            save_inputs=save_inputs,
-            load_outputs=list(load_outputs or []),
-            save_outputs=save_outputs,
-            atol=list(atol or []),
-            rtol=list(rtol or []),
-            check_error_stat=list(check_error_stat or []),
-            error_quantile=list(error_quantile or []),
-            postprocess=list(postprocess or []),
-            compare_func=list(compare_func or []),
-            index_tolerance=list(index_tolerance or []),
-            no_shape_check=no_shape_check,
-            save_onnx=save_onnx,
-            fp_to_fp16=fp_to_fp16,
-            data_loader_script=data_loader_script,
-            data_loader_func_name=data_loader_func_name,
-            validate=validate,
-            save_report=save_report,
+            fp16=fp16,
             diagnose=not quiet,
             command=command,
-            trt_outputs=list(trt_outputs or []),
-            trt_exclude_outputs=list(trt_exclude_outputs or []),
-            fp16=fp16,
-            bf16=bf16,
-            int8=int8,
-            tf32=tf32,
-            pool_limit=list(pool_limit or []),
-            trt_min_shapes=[split_group(g) for g in trt_min_shapes or []],
-            trt_opt_shapes=[split_group(g) for g in trt_opt_shapes or []],
-            trt_max_shapes=[split_group(g) for g in trt_max_shapes or []],
-            save_engine=save_engine,
-            calibration_cache=calibration_cache,
             model_type=_model_type(),
         )
         _describe_plan(opts)
         code = run_and_render(opts, command, quiet=quiet)
         if code:
             raise typer.Exit(code)
+
+
+_SHAPE_GROUPS = ("trt_min_shapes", "trt_opt_shapes", "trt_max_shapes")
+
+
+def _run_options(params: dict, **overrides):
+    """The :class:`~toolkit.run.options.RunOptions` of the command's parameters (named as its
+    fields; option lists given as None become []) with ``overrides`` set."""
+    import dataclasses
+
+    from toolkit.run.options import RunOptions
+
+    kwargs = {}
+    for f in dataclasses.fields(RunOptions):
+        if f.name in overrides:
+            kwargs[f.name] = overrides[f.name]
+        elif f.name in _SHAPE_GROUPS:
+            kwargs[f.name] = [split_group(g) for g in params.get(f.name) or []]
+        elif f.name in params:
+            value = params[f.name]
+            kwargs[f.name] = list(value or []) if f.default_factory is list else value
+    return RunOptions(**kwargs)
 
 
 _ORT_LEVELS = {
