@@ -856,12 +856,7 @@ def _flatten_constant_ifs(gs, graph) -> int:  # noqa: C901 - complexity 16, to s
     used_names = {t.name for t in _all_tensors(graph).values()}
 
     def unique(name: str) -> str:
-        base, i = name, 0
-        while name in used_names:
-            i += 1
-            name = f"{base}_inlined{i if i > 1 else ''}"
-        used_names.add(name)
-        return name
+        return _fresh_name(name, used_names)
 
     def visit(g) -> None:
         nonlocal count
