@@ -3,6 +3,7 @@
 
 Usage: python scripts/bench_sanitize.py [--runs N] [--blocks 30] [--channels 1024] [--no-polygraphy]
        python scripts/bench_sanitize.py --table [--runs N]
+       python scripts/bench_sanitize.py --validation-cost [--runs N]
 
 --table prints a Markdown table of node counts (subgraph nodes included) after folding, for
 polygraphy, toolkit, toolkit --optimize and, when installed, onnxslim (folding only:
@@ -216,15 +217,16 @@ def build_shape_of_constant():
         helper.make_node("Shape", ["w"], ["sw"]),
         helper.make_node("Shape", ["x"], ["sx"], start=1),
         helper.make_node("Size", ["w"], ["nw"]),
-        helper.make_node("Concat", ["sx", "sw"], ["cat"], axis=0),
-        helper.make_node("ReduceSum", ["cat"], ["tot"], keepdims=1),
+        helper.make_node("ReduceSum", ["sw"], ["tot"], keepdims=0),
+        helper.make_node("Cast", ["tot"], ["totf"], to=TensorProto.FLOAT),
         helper.make_node("Cast", ["nw"], ["nwf"], to=TensorProto.FLOAT),
         helper.make_node("MatMul", ["x", "w"], ["xw"]),
-        helper.make_node("Mul", ["xw", "nwf"], ["m"]),
-        helper.make_node("Concat", ["minus1", "tot"], ["target"], axis=0),
+        helper.make_node("Mul", ["xw", "nwf"], ["m0"]),
+        helper.make_node("Add", ["m0", "totf"], ["m"]),
+        helper.make_node("Concat", ["minus1", "sx"], ["target"], axis=0),
         helper.make_node("Reshape", ["m", "target"], ["y"]),
     ]
-    return _model(nodes, [_vi("x", [2, 4])], [_vi("y", None)],
+    return _model(nodes, [_vi("x", [2, 4])], [_vi("y", [3, 4])],
                   [w, numpy_helper.from_array(np.array([-1], np.int64), "minus1")])
 
 
@@ -358,6 +360,29 @@ def table(runs: int) -> bool:
     return ok
 
 
+def validation_cost(runs: int, blocks: int, channels: int) -> None:
+    """In-process: sanitize(fold_constants=True) with and without validation, minimum of N
+    interleaved runs (the machine is shared; minima are the least disturbed)."""
+    from toolkit.core.surgery import sanitize
+
+    work = tempfile.mkdtemp(prefix="bench_sanitize_validation_")
+    chain = os.path.join(work, "chain.onnx")
+    onnx.save_model(build_shape_chain(blocks, channels), chain)
+    light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    paths = [("shape chain", chain)] + [(n, os.path.join(light, f"light_{n}.onnx")) for n in ("densenet121", "resnet50")]
+    print(f"  {'model':<14} {'validated s':>12} {'not validated s':>16} {'cost':>7}")
+    for label, path in paths:
+        best = {True: float("inf"), False: float("inf")}
+        for _ in range(runs):
+            for validate in (False, True):
+                m = onnx.load(path)
+                t0 = time.perf_counter()
+                sanitize(m, fold_constants=True, validate=validate)
+                best[validate] = min(best[validate], time.perf_counter() - t0)
+        print(f"  {label:<14} {best[True]:12.2f} {best[False]:16.2f} {best[True] / best[False] - 1:+7.0%}")
+    shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per tool and model (median reported)")
@@ -367,7 +392,12 @@ def main() -> int:
     parser.add_argument("--table", action="store_true",
                         help="node counts of every tool (polygraphy, toolkit, toolkit --optimize, onnxslim if "
                         "installed) on onnx's light models and models built here, with loads-and-matches")
+    parser.add_argument("--validation-cost", action="store_true",
+                        help="in-process time of sanitize with and without validating the folded model")
     args = parser.parse_args()
+    if args.validation_cost:
+        validation_cost(args.runs, args.blocks, args.channels)
+        return 0
     if args.table:
         return 0 if table(args.runs) else 1
 

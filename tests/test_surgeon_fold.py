@@ -250,3 +250,19 @@ def test_inference_dropout_is_removed_training_dropout_kept():
     folded, _ = sanitize(modelzoo.make_model(graph), fold_constants=True)
     assert sorted(n.op_type for n in folded.graph.node) == ["Dropout", "Relu"]
     assert next(n for n in folded.graph.node if n.op_type == "Relu").input[0] == "x"
+
+
+def test_reshape_to_its_own_shape_is_removed():
+    """x:[N,8] -> Relu -> Reshape([-1, 8]) is a no-op even with N unknown; Reshape([-1, 4]) is not."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Reshape", ["r", "same"], ["s"], name="noop"),
+        helper.make_node("Reshape", ["s", "other"], ["y"], name="real"),
+    ]
+    inits = [numpy_helper.from_array(np.array([-1, 8], np.int64), "same"),
+             numpy_helper.from_array(np.array([-1, 4], np.int64), "other")]
+    graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", ["N", 8])], [modelzoo.vi("y", ["M", 4])], inits)
+    folded, _ = sanitize(modelzoo.make_model(graph), fold_constants=True)
+    assert [n.name for n in folded.graph.node] == ["relu", "real"]
+    x = np.arange(-8, 8, dtype=np.float32).reshape(2, 8)
+    np.testing.assert_array_equal(run(folded, {"x": x})["y"], np.maximum(x, 0).reshape(-1, 4))

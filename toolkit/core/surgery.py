@@ -919,7 +919,7 @@ def _eliminate_identities(gs, graph) -> int:
     for node in list(graph.nodes):
         if not (node.op == "Identity" and len(node.inputs) == 1 and len(node.outputs) == 1) and not _is_inference_dropout(
             gs, node, outputs
-        ):
+        ) and not _is_noop_reshape(gs, node):
             continue
         src, dst = node.inputs[0], node.outputs[0]
         if id(dst) in outputs:
@@ -941,6 +941,34 @@ def _eliminate_identities(gs, graph) -> int:
             node.outputs.clear()
         removed += 1
     return removed
+
+
+def _is_noop_reshape(gs, node) -> bool:
+    """A Reshape to the shape its input already has: a constant target of the same rank whose
+    entries equal the input's static dims (or 0, "keep"), with at most one -1 standing for the
+    input's only dim that is not static."""
+    if node.op != "Reshape" or len(node.inputs) < 2 or len(node.outputs) != 1:
+        return False
+    data, target = node.inputs[0], node.inputs[1]
+    if not isinstance(target, gs.Constant) or data.shape is None or target.values.ndim != 1:
+        return False
+    dims = [int(v) for v in target.values.tolist()]
+    shape = list(data.shape)
+    if len(dims) != len(shape) or (node.attrs.get("allowzero", 0) and 0 in dims):
+        return False
+    unknown = [i for i, d in enumerate(shape) if not (isinstance(d, int) and d >= 0)]
+    if len(unknown) > 1:
+        return False
+    for i, (want, have) in enumerate(zip(dims, shape)):
+        if want == 0:
+            continue
+        if want == -1:
+            if unknown and unknown != [i]:
+                return False
+            continue
+        if want != have:
+            return False
+    return dims.count(-1) <= 1 and (not unknown or dims[unknown[0]] in (-1, 0))
 
 
 def _is_inference_dropout(gs, node, graph_outputs) -> bool:
