@@ -23,7 +23,6 @@ MAX_LINES = 60
 LONG_FUNCTIONS = {
     ("toolkit/reduce/graph.py", "GraphIndex.__init__"): 123,
     ("toolkit/core/fp16.py", "emulate"): 121,
-    ("toolkit/cli/debug.py", "reduce_command"): 104,
     ("toolkit/core/fp16.py", "_Repair.graph"): 84,
     ("toolkit/reduce/graph.py", "GraphIndex.candidate"): 83,
     ("toolkit/core/fp16.py", "emulate_mixed"): 75,

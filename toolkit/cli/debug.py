@@ -347,6 +347,89 @@ def _script_inputs(spec: str, func_name: Optional[str]) -> str:
     return path
 
 
+
+
+def _reduce(cfg, p: dict, load_inputs):
+    """Run the reduction of ``cfg`` (with ``--compare``/``--all-faults`` when ``p`` asks):
+    (outcome, reducer, compare runner or None)."""
+    from toolkit.reduce.session import Reducer
+
+    compare, check_timeout = p["compare"], p["check_timeout"]
+    runner, reducer_kw = None, {}
+    if compare is not None:
+        from toolkit.cli.reduce_compare import make_compare_runner
+
+        runner = make_compare_runner(
+            p["model"], p["iter_artifact"], compare, reference_model=p["reference_model"], atol=list(p["atol"] or []),
+            rtol=list(p["rtol"] or []), check_error_stat=list(p["check_error_stat"] or []),
+            load_inputs=list(load_inputs or []), seed=p["seed"], val_range=list(p["val_range"] or []),
+            input_shapes=list(p["model_input_shapes"] or []), external_data_dir=p["external_data_dir"],
+            timeout=check_timeout,
+        )
+        cfg.check = runner.check_argv
+    reducer_cls = Reducer
+    if compare is not None:
+        from toolkit.reduce.faults import CompareReducer
+
+        reducer_cls = CompareReducer
+    if p["all_faults"]:
+        from toolkit.reduce.accuracy import describe_faults
+        from toolkit.reduce.faults import AllFaultsReducer
+
+        reducer_cls = AllFaultsReducer
+        reducer_kw["describe_faults"] = lambda red, faults: describe_faults(runner, red, faults)
+    reporter = _Reporter(p["show_output"], p["hide_fail_output"])
+    # The question of interactive mode goes to stdout (as a prompt does), unless stdout carries --json.
+    prompt_stream = sys.stderr if p["json_summary"] else sys.stdout
+    try:
+        if runner is not None:
+            reducer_kw["runner_factory"] = lambda _k, artifact, env: runner.sibling(artifact, env)
+        reducer = reducer_cls(cfg, reporter, runner=runner, prompt_stream=prompt_stream, **reducer_kw)
+        outcome = reducer.run()
+    finally:
+        reporter.stop()
+    return outcome, reducer, runner
+
+
+def _reduce_config(p: dict, rule, load_inputs):
+    """The ReduceConfig of ``debug reduce``'s parameters ``p``."""
+    from toolkit.cli.app import worker_entry
+    from toolkit.core.meta import parse_shape_specs
+    from toolkit.reduce.parallel import parse_devices
+    from toolkit.reduce.session import ReduceConfig
+
+    check = p["check"]
+    return ReduceConfig(
+        model=p["model"],
+        output=p["output"],
+        check=list(check) if check is not None else None,
+        worker=worker_entry(),
+        min_good=p["min_good"],
+        mode=p["mode"],
+        rule=rule,
+        check_timeout=p["check_timeout"],
+        iter_artifact=p["iter_artifact"],
+        remove_intermediate=not p["no_remove_intermediate"],
+        artifacts=list(p["artifacts"] or ()),
+        art_dir=p["art_dir"],
+        iter_info=p["iter_info"],
+        save_replay=p["save_debug_replay"]
+        or os.path.join(os.path.dirname(p["iter_artifact"]), "polygraphy_debug_replay.json"),
+        load_replay=p["load_debug_replay"],
+        input_shapes=parse_shape_specs(p["model_input_shapes"] or ()),
+        load_inputs=list(load_inputs or ()),
+        seed=p["seed"],
+        val_range=list(p["val_range"] or ()),
+        force_fallback=p["force_fallback_shape_inference"],
+        reduce_inputs=not p["no_reduce_inputs"],
+        reduce_outputs=not p["no_reduce_outputs"],
+        external_data_dir=p["external_data_dir"],
+        link_external_data=p["link_external_data"],
+        jobs=p["jobs"],
+        devices=parse_devices(p["devices"]),
+        shape_inference=not p["no_shape_inference"],
+    )
+
 @app.command("reduce", **command_kwargs(_REDUCE_HELP, cls=ReduceCommand))
 def reduce_command(
     ctx: typer.Context,
@@ -579,10 +662,7 @@ def reduce_command(
     ] = None,
 ) -> None:
     from toolkit.core.errors import UsageError
-    from toolkit.core.meta import parse_shape_specs
     from toolkit.reduce.check import FailureRule
-    from toolkit.reduce.parallel import parse_devices
-    from toolkit.reduce.session import ReduceConfig, Reducer
 
     if no_shape_inference and force_fallback_shape_inference:
         raise UsageError("--no-shape-inference and --force-fallback-shape-inference cannot be used together")
@@ -602,74 +682,12 @@ def reduce_command(
         tolerances_given=bool(atol or rtol or check_error_stat),
     )
     rule = FailureRule(fail_regex, fail_code, ignore_fail_code)
-    from toolkit.cli.app import worker_entry
-
     if data_loader_script:
         # the script's feeds, saved once as an inputs file that the reduction uses like --load-inputs
         load_inputs = list(load_inputs or ()) + [_script_inputs(data_loader_script, data_loader_func_name)]
 
-    cfg = ReduceConfig(
-        model=model,
-        output=output,
-        check=list(check) if check is not None else None,
-        worker=worker_entry(),
-        min_good=min_good,
-        mode=mode,
-        rule=rule,
-        check_timeout=check_timeout,
-        iter_artifact=iter_artifact,
-        remove_intermediate=not no_remove_intermediate,
-        artifacts=list(artifacts or ()),
-        art_dir=art_dir,
-        iter_info=iter_info,
-        save_replay=save_debug_replay
-        or os.path.join(os.path.dirname(iter_artifact), "polygraphy_debug_replay.json"),
-        load_replay=load_debug_replay,
-        input_shapes=parse_shape_specs(model_input_shapes or ()),
-        load_inputs=list(load_inputs or ()),
-        seed=seed,
-        val_range=list(val_range or ()),
-        force_fallback=force_fallback_shape_inference,
-        reduce_inputs=not no_reduce_inputs,
-        reduce_outputs=not no_reduce_outputs,
-        external_data_dir=external_data_dir,
-        link_external_data=link_external_data,
-        jobs=jobs,
-        devices=parse_devices(devices),
-        shape_inference=not no_shape_inference,
-    )
-    runner, reducer_kw = None, {}
-    if compare is not None:
-        from toolkit.cli.reduce_compare import make_compare_runner
-
-        runner = make_compare_runner(
-            model, iter_artifact, compare, reference_model=reference_model, atol=list(atol or []),
-            rtol=list(rtol or []), check_error_stat=list(check_error_stat or []), load_inputs=list(load_inputs or []),
-            seed=seed, val_range=list(val_range or []), input_shapes=list(model_input_shapes or []),
-            external_data_dir=external_data_dir, timeout=check_timeout,
-        )
-        cfg.check = runner.check_argv
-    reducer_cls = Reducer
-    if compare is not None:
-        from toolkit.reduce.faults import CompareReducer
-
-        reducer_cls = CompareReducer
-    if all_faults:
-        from toolkit.reduce.accuracy import describe_faults
-        from toolkit.reduce.faults import AllFaultsReducer
-
-        reducer_cls = AllFaultsReducer
-        reducer_kw["describe_faults"] = lambda red, faults: describe_faults(runner, red, faults)
-    reporter = _Reporter(show_output, hide_fail_output)
-    # The question of interactive mode goes to stdout (as a prompt does), unless stdout carries --json.
-    prompt_stream = sys.stderr if json_summary else sys.stdout
-    try:
-        if runner is not None:
-            reducer_kw["runner_factory"] = lambda _k, artifact, env: runner.sibling(artifact, env)
-        reducer = reducer_cls(cfg, reporter, runner=runner, prompt_stream=prompt_stream, **reducer_kw)
-        outcome = reducer.run()
-    finally:
-        reporter.stop()
+    cfg = _reduce_config(locals(), rule, load_inputs)
+    outcome, reducer, runner = _reduce(cfg, locals(), load_inputs)
     code = _summary(outcome, cfg)
     summary = summary_json(outcome, cfg) if json_summary else {}
     if runner is not None:
