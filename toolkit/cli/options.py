@@ -274,6 +274,20 @@ def _default_in_help(param) -> None:
     param.show_default = False
 
 
+# Help sections of options several commands share (a command may place its own elsewhere).
+SHARED_PANELS = {
+    **{o: "Inputs" for o in ("--seed", "--val-range", "--iterations", "--load-inputs", "--data-loader-script",
+                             "--data-loader-func-name", "--save-inputs", "--input-shapes", "--model-input-shapes")},
+    **{o: "Shape inference" for o in ("--force-fallback-shape-inference", "--no-shape-inference",
+                                      "--no-onnxruntime-shape-inference", "--no-per-pass-shape-inference",
+                                      "--shape-inference")},
+    **{o: "External data" for o in ("--external-data-dir", "--ignore-external-data", "--save-external-data",
+                                    "--external-data-path", "--external-data-size-threshold",
+                                    "--link-external-data")},
+}
+PANEL_ORDER = ["Options", "Inputs", "Outputs and comparison", "Shape inference", "External data", "ONNX-Runtime",
+               "TensorRT"]
+
 _PATH_WORDS = ("save", "load", "path", "file", "dir", "cache", "engine", "output", "artifact", "replay", "script",
                "report", "iter-info", "min-good")
 
@@ -326,6 +340,9 @@ class ToolkitCommand(TyperCommand):
             param.metavar = placeholder(name, getattr(param.type, "name", ""), param.multiple)
         for param in self.params:
             _default_in_help(param)
+            panel = next((SHARED_PANELS[o] for o in getattr(param, "opts", ()) if o in SHARED_PANELS), None)
+            if panel and not getattr(param, "rich_help_panel", None):
+                param.rich_help_panel = panel
 
     def collect_usage_pieces(self, ctx):
         # `Usage: toolkit run [OPTIONS] MODEL`, not `{MODEL}`
@@ -352,7 +369,7 @@ class ToolkitCommand(TyperCommand):
         if args:
             with formatter.section("Arguments"):
                 formatter.write_dl(args)
-        known = ["Options", "Inputs", "Outputs and comparison", "ONNX-Runtime", "TensorRT"]
+        known = PANEL_ORDER
         order = sorted(panels, key=lambda p: (p == LOGGING_PANEL, known.index(p) if p in known else len(known)))
         for panel in order:
             with formatter.section(panel):

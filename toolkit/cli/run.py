@@ -55,7 +55,7 @@ class RunCommand(ToolkitCommand):
         panel_of = {opt: panel for panel, opts in _PANELS.items() for opt in opts}
         for param in self.params:
             for opt in getattr(param, "opts", ()):
-                if opt in panel_of and not getattr(param, "rich_help_panel", None):
+                if opt in panel_of:
                     param.rich_help_panel = panel_of[opt]
 
     def parse_args(self, ctx, args):
