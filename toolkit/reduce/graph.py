@@ -323,6 +323,23 @@ def _incomplete(meta) -> bool:
     return meta is None or not meta.dtype or meta.shape is None
 
 
+def _model_header(model) -> bytes:
+    """``model`` serialized without its graph (and training info): what every candidate starts with."""
+    import onnx
+
+    header = onnx.ModelProto()
+    for fd, value in model.ListFields():
+        if fd.name in ("graph", "training_info"):
+            continue
+        if hasattr(value, "extend"):  # repeated field
+            getattr(header, fd.name).extend(value)
+        elif hasattr(value, "CopyFrom"):  # message
+            getattr(header, fd.name).CopyFrom(value)
+        else:
+            setattr(header, fd.name, value)
+    return header.SerializeToString()
+
+
 class GraphIndex:
     """The top graph of ``model``, indexed once for building candidate subgraphs.
 
@@ -337,7 +354,7 @@ class GraphIndex:
     from the source files in chunks, so no weight is ever held in memory.
     """
 
-    def __init__(  # noqa: C901 - complexity 24, to split
+    def __init__(
         self,
         model,
         metas: Optional[Callable] = None,
@@ -346,10 +363,7 @@ class GraphIndex:
         raw: Optional[RawPieces] = None,
         external_base_dir: Optional[str] = None,
     ):
-        import onnx
-
-        from toolkit.core.shapes import node_reads
-        from toolkit.core.weights import is_ref, ref_nbytes
+        from toolkit.core.weights import is_ref
 
         self.model = model
         self.warnings: List[str] = []
@@ -357,28 +371,35 @@ class GraphIndex:
         self._fixed_inputs = set(fixed_input_shapes)
         self._fields = _field_numbers()
         g = model.graph
+        regular, consts = self._index_nodes(g)
+        self._index_io(model, g)
+        self._index_pieces(model, g, raw, regular, consts)
+        self._raw = raw
+        self._ext_base = external_base_dir
+        self._ext_files: Optional[List[str]] = None
+        self._ref_names = {t.name for t in g.initializer if is_ref(t)} if external_base_dir is not None else set()
+        self._ref_src: Dict[str, str] = {}  # reference -> real path of its data file
+        self._spilled: Dict[str, object] = {}  # inline weight -> its reference into the spill file
+        self._link_frag: Dict[Tuple[str, str], bytes] = {}
+        self._warned: set = set()
+
+    def _index_nodes(self, g) -> Tuple[List[int], List[int]]:
+        """Nodes in topological order (Constant nodes apart), what each reads and writes, and
+        the producer/consumer masks; returns the positions (in ``g.node``) of regular and constant nodes."""
+        from toolkit.core.shapes import node_reads
 
         all_nodes = list(g.node)
-        order = _topological_order(all_nodes, node_reads)
         consts: List[int] = []  # positions in all_nodes
         regular: List[int] = []
-        for pos in order:
+        for pos in _topological_order(all_nodes, node_reads):
             n = all_nodes[pos]
-            if n.op_type == "Constant" and n.domain in _CONSTANT_DOMAINS:
-                consts.append(pos)
-            else:
-                regular.append(pos)
-
+            (consts if n.op_type == "Constant" and n.domain in _CONSTANT_DOMAINS else regular).append(pos)
         self.nodes = [all_nodes[p] for p in regular]
         self.const_nodes = [all_nodes[p] for p in consts]
         self.size = len(self.nodes)
         self.full_mask = (1 << self.size) - 1
-
         self.reads: List[Tuple[str, ...]] = [tuple(node_reads(n)) for n in self.nodes]
         self.writes: List[Tuple[str, ...]] = [tuple(o for o in n.output if o) for n in self.nodes]
-
-        self.initializers = {t.name: t for t in g.initializer}
-        self.sparse_initializers = {t.values.name: t for t in g.sparse_initializer}
         self.const_producer: Dict[str, int] = {}
         for j, n in enumerate(self.const_nodes):
             for o in n.output:
@@ -389,19 +410,22 @@ class GraphIndex:
             for t in outs:
                 self.producer[t] = i
         self.consumer_mask: Dict[str, int] = {}
-        for i, ins in enumerate(self.reads):
-            bit = 1 << i
-            for t in ins:
-                self.consumer_mask[t] = self.consumer_mask.get(t, 0) | bit
         self.pred_mask = [0] * self.size
         self.succ_mask = [0] * self.size
         for i, ins in enumerate(self.reads):
             for t in ins:
+                self.consumer_mask[t] = self.consumer_mask.get(t, 0) | (1 << i)
                 p = self.producer.get(t)
                 if p is not None and p != i:
                     self.pred_mask[i] |= 1 << p
                     self.succ_mask[p] |= 1 << i
+        self.names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(self.nodes)]
+        self.ops = [n.op_type for n in self.nodes]
+        return regular, consts
 
+    def _index_io(self, model, g) -> None:
+        self.initializers = {t.name: t for t in g.initializer}
+        self.sparse_initializers = {t.values.name: t for t in g.sparse_initializer}
         self.graph_inputs = [vi.name for vi in g.input if vi.name not in self.initializers]
         self.graph_input_set = set(self.graph_inputs)
         self.graph_outputs = [vi.name for vi in g.output]
@@ -412,10 +436,12 @@ class GraphIndex:
         # Old IR versions (< 4) list initializers among the graph inputs too.
         self._init_inputs = model.ir_version < 4
 
-        self.names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(self.nodes)]
-        self.ops = [n.op_type for n in self.nodes]
+    def _index_pieces(self, model, g, raw: Optional[RawPieces], regular: List[int], consts: List[int]) -> None:
+        """The serialized pieces candidates are written from, made once (sliced from ``raw`` when given)."""
+        import onnx
 
-        # Serialized pieces, made once.
+        from toolkit.core.weights import is_ref, ref_nbytes
+
         f = self._fields
         self._init_frag: Dict[str, bytes] = {}
         if raw is not None:
@@ -426,49 +452,28 @@ class GraphIndex:
                 self._init_frag[t.name] = piece
             for t, piece in zip(g.sparse_initializer, raw.sparse):
                 self._init_frag[t.values.name] = piece
+            self._header = raw.header
+            self._init_bytes = {t.name: len(piece) for t, piece in zip(g.initializer, raw.initializers)}
         else:
             self._node_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.nodes]
             self._const_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.const_nodes]
+            self._header = _model_header(model)
+            self._init_bytes = {t.name: ref_nbytes(t) if is_ref(t) else t.ByteSize() for t in g.initializer}
         self._vi_frag: Dict[Tuple[str, str], bytes] = {}
         self._const_init_frag: Dict[int, bytes] = {}
         self._folded_frag: Dict[str, bytes] = {}
         # names -> {name: numpy array}: values of the full model's tensors (for folded inputs)
         self.fold_values: Optional[Callable] = None
-        if raw is not None:
-            self._header = raw.header
-        else:
-            header = onnx.ModelProto()
-            for fd, value in model.ListFields():
-                if fd.name in ("graph", "training_info"):
-                    continue
-                if hasattr(value, "extend"):  # repeated field
-                    getattr(header, fd.name).extend(value)
-                elif hasattr(value, "CopyFrom"):  # message
-                    getattr(header, fd.name).CopyFrom(value)
-                else:
-                    setattr(header, fd.name, value)
-            self._header = header.SerializeToString()
         graph_head = onnx.GraphProto()
         graph_head.name = g.name
         if g.doc_string:
             graph_head.doc_string = g.doc_string
         graph_head.metadata_props.extend(g.metadata_props)
         self._graph_head = graph_head.SerializeToString()
-        self._qa = {}
-        for qa in g.quantization_annotation:
-            self._qa[qa.tensor_name] = encode_field(f["quantization_annotation"], qa.SerializeToString())
-        if raw is not None:
-            self._init_bytes = {t.name: len(piece) for t, piece in zip(g.initializer, raw.initializers)}
-        else:
-            self._init_bytes = {t.name: ref_nbytes(t) if is_ref(t) else t.ByteSize() for t in g.initializer}
-        self._raw = raw
-        self._ext_base = external_base_dir
-        self._ext_files: Optional[List[str]] = None
-        self._ref_names = {t.name for t in g.initializer if is_ref(t)} if external_base_dir is not None else set()
-        self._ref_src: Dict[str, str] = {}  # reference -> real path of its data file
-        self._spilled: Dict[str, object] = {}  # inline weight -> its reference into the spill file
-        self._link_frag: Dict[Tuple[str, str], bytes] = {}
-        self._warned = set()
+        self._qa = {
+            qa.tensor_name: encode_field(f["quantization_annotation"], qa.SerializeToString())
+            for qa in g.quantization_annotation
+        }
 
     # ------------------------------------------------------------------ identity
 
