@@ -502,7 +502,64 @@ class GraphIndex:
 
     # ------------------------------------------------------------------ candidates
 
-    def candidate(self, mask: int, *, keep_inputs: bool = False, keep_outputs: bool = False) -> Candidate:  # noqa: C901 - complexity 25, to split
+    def _candidate_inputs(self, nodes: List[int], produced: set, keep_inputs: bool, full: bool):
+        """(inputs, initializers, Constant nodes) a node set reads from outside itself."""
+        inputs: List[str] = list(self.graph_inputs) if keep_inputs else []
+        seen = set(inputs)
+        inits: List[str] = []
+        consts: List[int] = []
+        const_seen: set = set()
+        for i in nodes:
+            for t in self.reads[i]:
+                if t in seen or t in produced:
+                    continue
+                seen.add(t)
+                if t in self.initializers or t in self.sparse_initializers:
+                    inits.append(t)
+                elif t in self.const_producer:
+                    j = self.const_producer[t]
+                    if j not in const_seen:
+                        const_seen.add(j)
+                        consts.append(j)
+                else:
+                    inputs.append(t)
+        if full:
+            # The whole model: keep Constant nodes that feed graph outputs directly.
+            for t in self.graph_outputs:
+                j = self.const_producer.get(t)
+                if j is not None and j not in const_seen:
+                    const_seen.add(j)
+                    consts.append(j)
+            consts.sort()
+        return inputs, inits, consts
+
+    def _candidate_outputs(self, mask: int, nodes: List[int], keep_inputs: bool, keep_outputs: bool, full: bool):
+        """Model outputs the nodes produce (model order), then what nodes left out read."""
+        outs_graph = []
+        outs_other = []
+        not_mask = ~mask
+        for i in nodes:
+            for t in self.writes[i]:
+                if t in self.graph_output_set:
+                    outs_graph.append(t)
+                elif keep_outputs:
+                    continue
+                elif keep_inputs and not full:
+                    if not (self.consumer_mask.get(t, 0) & mask):
+                        outs_other.append(t)  # nothing kept reads it: the subgraph's own result
+                elif self.consumer_mask.get(t, 0) & not_mask:
+                    outs_other.append(t)
+        if full:
+            outs_graph += [t for t in self.graph_outputs if t in self.const_producer and t not in outs_graph]
+        order = {t: k for k, t in enumerate(self.graph_outputs)}
+        outs_graph.sort(key=order.__getitem__)
+        outputs = outs_graph + outs_other
+        if not outputs and nodes:
+            # A subgraph must show something: a node whose outputs nobody reads.
+            outputs = list(self.writes[nodes[-1]][:1])
+        return outputs
+
+    def candidate(self, mask: int, *, keep_inputs: bool = False, keep_outputs: bool = False) -> Candidate:
         """The subgraph made of the nodes in ``mask``.
 
         Inputs: tensors read but not produced by the nodes, except initializers and
@@ -518,60 +575,9 @@ class GraphIndex:
         produced = set()
         for i in nodes:
             produced.update(self.writes[i])
-        inputs: List[str] = list(self.graph_inputs) if keep_inputs else []
-        seen = set(inputs)
-        inits: List[str] = []
-        consts: List[int] = []
-        const_seen = set()
-        for i in nodes:
-            for t in self.reads[i]:
-                if t in seen or t in produced:
-                    continue
-                seen.add(t)
-                if t in self.initializers or t in self.sparse_initializers:
-                    inits.append(t)
-                elif t in self.const_producer:
-                    j = self.const_producer[t]
-                    if j not in const_seen:
-                        const_seen.add(j)
-                        consts.append(j)
-                else:
-                    inputs.append(t)
         full = mask == self.full_mask
-        if full:
-            # The whole model: keep Constant nodes that feed graph outputs directly.
-            for t in self.graph_outputs:
-                j = self.const_producer.get(t)
-                if j is not None and j not in const_seen:
-                    const_seen.add(j)
-                    consts.append(j)
-            consts.sort()
-        outs_graph = []
-        outs_other = []
-        not_mask = ~mask
-        for i in nodes:
-            for t in self.writes[i]:
-                if t in self.graph_output_set:
-                    outs_graph.append(t)
-                elif keep_outputs:
-                    continue
-                elif keep_inputs and not full:
-                    if not (self.consumer_mask.get(t, 0) & mask):
-                        outs_other.append(t)  # nothing kept reads it: the subgraph's own result
-                elif self.consumer_mask.get(t, 0) & not_mask:
-                    outs_other.append(t)
-        order = {t: k for k, t in enumerate(self.graph_outputs)}
-        outs_graph.sort(key=order.__getitem__)
-        if full:
-            for t in self.graph_outputs:
-                if t in self.const_producer and t not in outs_graph:
-                    outs_graph.append(t)
-            outs_graph.sort(key=order.__getitem__)
-        outputs = outs_graph + outs_other
-        if not outputs and nodes:
-            # A subgraph must show something: a node whose outputs nobody reads.
-            last = nodes[-1]
-            outputs = list(self.writes[last][:1])
+        inputs, inits, consts = self._candidate_inputs(nodes, produced, keep_inputs, full)
+        outputs = self._candidate_outputs(mask, nodes, keep_inputs, keep_outputs, full)
         folded: List[str] = []
         if keep_outputs and not full and self.fold_values is not None:
             kept = []
