@@ -367,10 +367,7 @@ def register(app: typer.Typer) -> None:
         argv = ctx.meta.get(_ARGV_KEY) or []
         command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
         runners = runner_order(argv, {"onnxrt": onnxrt, "trt": trt})
-        if fp16 and "onnxrt" in runners and "trt" not in runners:
-            # --onnxrt --fp16 (no TensorRT): fp32 and fp16 storage emulated on the CPU, compared
-            runners = ["onnxrt", "onnxrt:fp16"]
-            fp16 = False
+        runners, fp16 = _fp16_emulation(runners, fp16)
         if model is None:
             from toolkit.core.errors import UsageError
 
@@ -419,6 +416,13 @@ def _run_options(params: dict, **overrides):
             value = params[f.name]
             kwargs[f.name] = list(value or []) if f.default_factory is list else value
     return RunOptions(**kwargs)
+
+
+def _fp16_emulation(runners: List[str], fp16: bool):
+    """--onnxrt --fp16 without --trt: fp32 and fp16 storage emulated on the CPU (onnxrt:fp16), compared."""
+    if fp16 and "onnxrt" in runners and "trt" not in runners:
+        return ["onnxrt", "onnxrt:fp16"], False
+    return runners, fp16
 
 
 _ORT_LEVELS = {
