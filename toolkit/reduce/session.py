@@ -381,7 +381,7 @@ class Reducer:
 
     # ------------------------------------------------------------------ set-up
 
-    def _validate(self) -> None:  # noqa: C901 - complexity 17, to split
+    def _validate(self) -> None:
         from toolkit.core.model import check_output_path
 
         cfg = self.cfg
@@ -390,18 +390,7 @@ class Reducer:
         if not isinstance(cfg.jobs, int) or cfg.jobs < 1:
             raise UsageError(f"--jobs must be a positive number, got {cfg.jobs}")
         if cfg.jobs > 1:
-            if cfg.check is None:
-                raise UsageError("--jobs needs --check (questions are asked one at a time)")
-            if self._given_runner is not None and self._runner_factory is None:
-                raise UsageError("jobs > 1 needs a runner for each worker (runner_factory)")
-            if cfg.iter_info:
-                raise UsageError("--iter-info describes one iteration artifact; it needs --jobs 1")
-            others = [p for p in cfg.artifacts if os.path.abspath(p) != os.path.abspath(cfg.iter_artifact)]
-            if others:
-                raise UsageError(
-                    f"--artifacts {others[0]}: checks running at once would all write it; with --jobs, only the "
-                    "iteration artifact can be sorted"
-                )
+            self._validate_jobs()
         if not cfg.reduce_inputs and not cfg.reduce_outputs:
             raise UsageError("--no-reduce-inputs and --no-reduce-outputs together leave nothing to reduce; give one")
         for path, what in ((cfg.output, "-o"), (cfg.min_good, "--min-good"), (cfg.iter_artifact, "--iter-artifact")):
@@ -410,6 +399,28 @@ class Reducer:
             if path == "-":
                 raise UsageError(f"{what} needs a file name ('-' is not supported here)")
             check_output_path(path)
+        self._validate_distinct_outputs()
+        for path in (cfg.iter_info, cfg.save_replay):
+            if path:
+                check_output_path(path)
+
+    def _validate_jobs(self) -> None:
+        cfg = self.cfg
+        if cfg.check is None:
+            raise UsageError("--jobs needs --check (questions are asked one at a time)")
+        if self._given_runner is not None and self._runner_factory is None:
+            raise UsageError("jobs > 1 needs a runner for each worker (runner_factory)")
+        if cfg.iter_info:
+            raise UsageError("--iter-info describes one iteration artifact; it needs --jobs 1")
+        others = [p for p in cfg.artifacts if os.path.abspath(p) != os.path.abspath(cfg.iter_artifact)]
+        if others:
+            raise UsageError(
+                f"--artifacts {others[0]}: checks running at once would all write it; with --jobs, only the "
+                "iteration artifact can be sorted"
+            )
+
+    def _validate_distinct_outputs(self) -> None:
+        cfg = self.cfg
         if cfg.model != "-" and os.path.abspath(cfg.iter_artifact) == os.path.abspath(cfg.model):
             raise UsageError("--iter-artifact must differ from the model file (it is rewritten every iteration)")
         same = {os.path.abspath(p) for p in (cfg.output, cfg.min_good) if p}
@@ -417,9 +428,6 @@ class Reducer:
             raise UsageError("--iter-artifact must differ from -o and --min-good (it is rewritten every iteration)")
         if cfg.min_good and os.path.abspath(cfg.min_good) == os.path.abspath(cfg.output):
             raise UsageError("-o and --min-good must be different files")
-        for path in (cfg.iter_info, cfg.save_replay):
-            if path:
-                check_output_path(path)
 
     def _load(self) -> None:
         from toolkit.core.model import load_model
@@ -838,8 +846,27 @@ class Reducer:
     # ------------------------------------------------------------------ the run
 
     def run(self) -> Outcome:
-        cfg = self.cfg
         t0 = time.monotonic()
+        outcome = self._start()
+        try:
+            try:
+                mask = self._search_from_full(outcome)
+                if outcome.status == "passed":
+                    return self._finish(outcome, t0)
+            except (KeyboardInterrupt, AnswersExhausted) as exc:
+                outcome.status = "interrupted"
+                outcome.stopped_by = "eof" if isinstance(exc, AnswersExhausted) else "interrupt"
+                mask = self.best
+                outcome.replay_path = self.cfg.save_replay or DEFAULT_REPLAY
+                self.replay.save(outcome.replay_path)
+            self._write_results(outcome, mask)
+            return self._finish(outcome, t0)
+        finally:
+            self._cleanup()
+
+    def _start(self) -> Outcome:
+        """Check the options, make the check runner(s), load and index the model."""
+        cfg = self.cfg
         self._validate()
         if self._given_runner is not None:
             self.runner = self._given_runner
@@ -849,9 +876,8 @@ class Reducer:
         self._load()
         if cfg.jobs > 1:
             self._make_workers()
-        n = self.index.size
         outcome = Outcome(
-            "reduced", n, runner=getattr(self.runner, "kind", "interactive"), output=cfg.output,
+            "reduced", self.index.size, runner=getattr(self.runner, "kind", "interactive"), output=cfg.output,
             min_good=cfg.min_good, iter_artifact=cfg.iter_artifact,
         )
         self.reporter.start(self)
@@ -861,48 +887,43 @@ class Reducer:
                 prepare(loading=self.reporter.loading)
             except TypeError:
                 prepare()
-        mask = None
-        try:
-            try:
-                if self.runner is None and not self.workers:
-                    # Asking: the user already knows that the full model fails.
-                    self.memo[self.index.full_mask] = True
-                    mask = self._search()
-                elif self.workers:
-                    self._full_first = True
-                    mask = self._search()
-                    if self.memo.get(self.index.full_mask) is False:
-                        outcome.status = "passed"
-                        return self._finish(outcome, t0)
-                else:
-                    if not self.verdict(self.index.full_mask):
-                        outcome.status = "passed"
-                        return self._finish(outcome, t0)
-                    mask = self._search()
-            except (KeyboardInterrupt, AnswersExhausted) as exc:
-                outcome.status = "interrupted"
-                outcome.stopped_by = "eof" if isinstance(exc, AnswersExhausted) else "interrupt"
-                mask = self.best
-                outcome.replay_path = cfg.save_replay or DEFAULT_REPLAY
-                self.replay.save(outcome.replay_path)
-            if mask is not None:
-                self._write_output(mask)
-                outcome.output_written = True
-                outcome.nodes_after = popcount(mask)
-                outcome.final_nodes = [self.index.describe(i) for i in mask_indices(mask)]
-                outcome.one_minimal = outcome.status == "reduced" and self._is_one_minimal(mask)
-            if cfg.min_good:
-                good = self._pick_min_good(mask)
-                if good is not None:
-                    self._write_model(self.candidate(good), cfg.min_good)
-                    outcome.min_good_written = True
-                    outcome.min_good_nodes = popcount(good)
-            if cfg.save_replay:
-                self.replay.save(cfg.save_replay)
-                outcome.replay_path = outcome.replay_path or cfg.save_replay
-            return self._finish(outcome, t0)
-        finally:
-            self._cleanup()
+        return outcome
+
+    def _search_from_full(self, outcome: Outcome) -> Optional[int]:
+        """The smallest failing mask; ``outcome.status`` becomes "passed" when the full model passes."""
+        if self.runner is None and not self.workers:
+            # Asking: the user already knows that the full model fails.
+            self.memo[self.index.full_mask] = True
+            return self._search()
+        if self.workers:
+            self._full_first = True
+            mask = self._search()
+            if self.memo.get(self.index.full_mask) is False:
+                outcome.status = "passed"
+            return mask
+        if not self.verdict(self.index.full_mask):
+            outcome.status = "passed"
+            return None
+        return self._search()
+
+    def _write_results(self, outcome: Outcome, mask: Optional[int]) -> None:
+        """-o, --min-good and the replay file."""
+        cfg = self.cfg
+        if mask is not None:
+            self._write_output(mask)
+            outcome.output_written = True
+            outcome.nodes_after = popcount(mask)
+            outcome.final_nodes = [self.index.describe(i) for i in mask_indices(mask)]
+            outcome.one_minimal = outcome.status == "reduced" and self._is_one_minimal(mask)
+        if cfg.min_good:
+            good = self._pick_min_good(mask)
+            if good is not None:
+                self._write_model(self.candidate(good), cfg.min_good)
+                outcome.min_good_written = True
+                outcome.min_good_nodes = popcount(good)
+        if cfg.save_replay:
+            self.replay.save(cfg.save_replay)
+            outcome.replay_path = outcome.replay_path or cfg.save_replay
 
     def _make_workers(self) -> None:
         from toolkit.reduce.parallel import Worker, worker_argv, worker_artifact
