@@ -1012,6 +1012,7 @@ class _Validation:
         self.compare_reason: Optional[str] = None  # why outputs are not compared (load check only)
         self.all_values = None  # values of the tensors folding may replace, on the generated inputs
         self.structural_only = False
+        self.unchecked: set = set()  # big folded tensors whose values are not compared
         self._prepared = False
 
     # -- sessions
@@ -1109,7 +1110,12 @@ class _Validation:
         if not self.has_subgraphs:
             # Only the part of the model that folding may replace runs here (shape computations
             # and constant subgraphs, with what they read): not the whole model.
-            extra = _foldable_tensors(g)
+            # Big folded tensors (weights made by ConstantOfShape, Transpose of a weight...) are
+            # not checked: holding them twice costs more than the risk, which is in shape values.
+            foldable = _foldable_tensors(g)
+            big = _big_tensors(g, _CHECK_MAX_BYTES)
+            extra = [t for t in foldable if t not in big]
+            self.unchecked = set(foldable) - set(extra)
             try:
                 cone = self._session(self.original, only_outputs=extra)
                 self.all_values = self._run(cone, self.feed, extra)
@@ -1228,9 +1234,11 @@ class _Validation:
         return f"output '{bad[0]}' differs from the input model's"
 
     def _predicted(self, result) -> bool:
-        """Every tensor folding made constant had its value computed in the input model's run."""
+        """Every tensor folding made constant had its value computed in the input model's run
+        (or is one of the big ones left unchecked)."""
         computed = {o for n in self.original.graph.node for o in n.output if o}
-        return all(t.name in self.all_values for t in result.graph.initializer if t.name in computed)
+        return all(t.name in self.all_values or t.name in self.unchecked
+                   for t in result.graph.initializer if t.name in computed)
 
     def _nondeterministic(self) -> bool:
         """The input model gives different values from run to run (random ops)."""
@@ -1260,8 +1268,9 @@ class _Validation:
         folded = [t for t in result.graph.initializer if t.name in computed]
         if not folded:
             return set()
-        if self.all_values is not None and all(t.name in self.all_values for t in folded):
-            return {t.name for t in folded if not _same_value(self.all_values.get(t.name), numpy_helper.to_array(t))}
+        if self.all_values is not None and all(t.name in self.all_values or t.name in self.unchecked for t in folded):
+            return {t.name for t in folded if t.name in self.all_values
+                    and not _same_value(self.all_values.get(t.name), numpy_helper.to_array(t))}
         try:
             sess = self._session(self.original, [t.name for t in folded])
             values = self._run(sess, self.feed, [t.name for t in folded])
@@ -1281,6 +1290,32 @@ def _foldable_tensors(graph) -> List[str]:
             const.update(names)
             out.extend(names)
     return out
+
+
+# Folded tensors bigger than this are not compared with the input model's values (bytes).
+_CHECK_MAX_BYTES = 4 << 20
+
+
+def _big_tensors(graph, limit: int) -> set:
+    """Top-graph tensors whose inferred size is over ``limit`` bytes (dynamic dims as 1)."""
+    from toolkit.core.meta import dtype_to_numpy
+    from toolkit.core.model import value_info_meta
+
+    big = set()
+    for vi in list(graph.value_info) + list(graph.output):
+        m = value_info_meta(vi)
+        if m.shape is None or not m.dtype or m.dtype.endswith("_type"):
+            continue
+        n = 1
+        for d in m.shape:
+            n *= d if isinstance(d, int) and d > 0 else 1
+        try:
+            itemsize = dtype_to_numpy(m.dtype).itemsize
+        except Exception:  # noqa: BLE001
+            itemsize = 4
+        if n * itemsize > limit:
+            big.add(vi.name)
+    return big
 
 
 def _prune_to(graph, outputs: Sequence[str]) -> None:
@@ -1368,6 +1403,8 @@ def _same_value(a, b) -> bool:
     b = np.asarray(b)
     if a.shape != b.shape:
         return False
+    if a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
+        return True
     if a.dtype.kind in "fc" and b.dtype.kind in "fc":
         return bool(np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=1e-4, atol=1e-4, equal_nan=True))
     try:
