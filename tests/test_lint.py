@@ -24,7 +24,6 @@ LONG_FUNCTIONS = {
     ("toolkit/core/fp16.py", "_Repair.graph"): 84,
     ("toolkit/core/fp16.py", "emulate_mixed"): 75,
     ("toolkit/core/surgery.py", "extract"): 69,
-    ("toolkit/cli/precision.py", "_summary"): 66,
     ("toolkit/core/surgery.py", "_resolve_auto"): 62,
 }
 

@@ -272,23 +272,26 @@ def summary_json(outcome, cfg) -> dict:
     }
 
 
-def _summary(outcome, cfg) -> int:  # noqa: C901 - complexity 16, to split
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def _summary(outcome, cfg) -> int:
     from toolkit.core.errors import ExitCode
 
-    plural = lambda n, w: f"{n} {w}{'s' if n != 1 else ''}"  # noqa: E731
     stats = (
-        f"{plural(outcome.checks, 'check')} run, {outcome.remembered} answered from memory, "
+        f"{_plural(outcome.checks, 'check')} run, {outcome.remembered} answered from memory, "
         f"{outcome.seconds:.2f} s"
     )
     if outcome.broken:
         warn(
-            f"{plural(outcome.broken, 'check')} failed on {'its' if outcome.broken == 1 else 'their'} own (broken: "
+            f"{_plural(outcome.broken, 'check')} failed on {'its' if outcome.broken == 1 else 'their'} own (broken: "
             "usage error, bad input or missing program) and counted as passes, so the result may keep nodes it "
             "does not need; see the warnings above, and make the check work on every subgraph (e.g. give it "
             "layerwise --load-inputs and --onnx-outputs mark all golden values)"
         )
     if outcome.timeouts:
-        log(f"{plural(outcome.timeouts, 'check')} timed out (--check-timeout) and counted as a failure")
+        log(f"{_plural(outcome.timeouts, 'check')} timed out (--check-timeout) and counted as a failure")
     if outcome.status == "passed":
         warn(
             f"the full model passes the check ({stats}), so there is nothing to reduce; "
@@ -299,7 +302,7 @@ def _summary(outcome, cfg) -> int:  # noqa: C901 - complexity 16, to split
         why = "End of input" if outcome.stopped_by == "eof" else "Interrupted"
         if outcome.output_written:
             log(
-                f"{why}: the smallest failing model so far ({plural(outcome.nodes_after, 'node')}) "
+                f"{why}: the smallest failing model so far ({_plural(outcome.nodes_after, 'node')}) "
                 f"was written to {cfg.output} ({stats})."
             )
         else:
@@ -307,7 +310,12 @@ def _summary(outcome, cfg) -> int:  # noqa: C901 - complexity 16, to split
         if outcome.replay_path:
             log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
         return int(ExitCode.INTERRUPTED)
-    log(f"Reduced {outcome.nodes_before} -> {plural(outcome.nodes_after, 'node')}: {stats}.")
+    _summary_reduced(outcome, cfg, stats)
+    return int(ExitCode.OK)
+
+
+def _summary_reduced(outcome, cfg, stats: str) -> None:
+    log(f"Reduced {outcome.nodes_before} -> {_plural(outcome.nodes_after, 'node')}: {stats}.")
     shown = outcome.final_nodes[:20]
     for desc in shown:
         log(f"  {desc}")
@@ -324,10 +332,9 @@ def _summary(outcome, cfg) -> int:  # noqa: C901 - complexity 16, to split
     if outcome.noise:
         warn(outcome.noise)
     if cfg.min_good and outcome.min_good_written:
-        log(f"Wrote the closest passing model ({plural(outcome.min_good_nodes, 'node')}) to {cfg.min_good}")
+        log(f"Wrote the closest passing model ({_plural(outcome.min_good_nodes, 'node')}) to {cfg.min_good}")
     if cfg.save_replay:
         log(f"Verdicts saved to {cfg.save_replay} (reuse them with --load-debug-replay {cfg.save_replay})")
-    return int(ExitCode.OK)
 
 
 def _script_inputs(spec: str, func_name: Optional[str]) -> str:

@@ -77,6 +77,25 @@ class _Reporter:
         log(message)
 
 
+def _summary_json(outcome, cfg, code: int) -> dict:
+    """``--json``: the outcome for scripts."""
+    return {
+        "status": outcome.status,
+        "keep_fp32": outcome.kept,
+        "also_fp32": {**{n: "--keep-fp32" for n in outcome.user_kept}, **outcome.auto_kept},
+        "searched_nodes": outcome.candidates,
+        "checks": outcome.checks,
+        "broken_checks": outcome.broken,
+        "remembered": outcome.remembered,
+        "seconds": round(outcome.seconds, 3),
+        "error_all_fp16": outcome.error_fp16,
+        "error_result": outcome.error_result,
+        "one_minimal": outcome.one_minimal,
+        "output": cfg.output if outcome.output_written else None,
+        "exit_code": code,
+    }
+
+
 def _summary(outcome, cfg, json_out: bool) -> int:
     from toolkit.cli.output import echo
     from toolkit.core.errors import ExitCode
@@ -120,26 +139,7 @@ def _summary(outcome, cfg, json_out: bool) -> int:
     if json_out:
         import json
 
-        echo(
-            json.dumps(
-                {
-                    "status": outcome.status,
-                    "keep_fp32": outcome.kept,
-                    "also_fp32": {**{n: "--keep-fp32" for n in outcome.user_kept}, **outcome.auto_kept},
-                    "searched_nodes": outcome.candidates,
-                    "checks": outcome.checks,
-                    "broken_checks": outcome.broken,
-                    "remembered": outcome.remembered,
-                    "seconds": round(outcome.seconds, 3),
-                    "error_all_fp16": outcome.error_fp16,
-                    "error_result": outcome.error_result,
-                    "one_minimal": outcome.one_minimal,
-                    "output": cfg.output if outcome.output_written else None,
-                    "exit_code": code,
-                },
-                indent=2,
-            )
-        )
+        echo(json.dumps(_summary_json(outcome, cfg, code), indent=2))
     elif outcome.status in ("found", "interrupted"):
         for name in outcome.kept:
             echo(name)
