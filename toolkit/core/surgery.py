@@ -845,7 +845,7 @@ def _unhide(nodes) -> None:
             node.op = node.op[len(_HIDDEN_PREFIX):]
 
 
-def _flatten_constant_ifs(gs, graph) -> int:  # noqa: C901 - complexity 16, to split
+def _flatten_constant_ifs(gs, graph) -> int:
     """Inline the taken branch of every If whose condition is a constant (bodies included).
 
     onnx-graphsurgeon's own flattening loses If outputs after the first (it edits the
@@ -870,43 +870,50 @@ def _flatten_constant_ifs(gs, graph) -> int:  # noqa: C901 - complexity 16, to s
                 index += 1
                 continue
             branch = node.attrs["then_branch" if bool(cond.values.reshape(-1)[0]) else "else_branch"]
-            outer_outs = list(node.outputs)
-            branch_outs = list(branch.outputs)
-            if len(outer_outs) != len(branch_outs):
+            if len(node.outputs) != len(branch.outputs):
                 index += 1
                 continue
-            body_nodes = list(branch.nodes)
-            produced = {id(t) for n in body_nodes for t in n.outputs}
-            outer_tensors = g.tensors()
-            for n in body_nodes:
-                for t in n.outputs:
-                    if not t.is_empty():
-                        t.name = unique(t.name)
-                for t in n.inputs:
-                    if isinstance(t, gs.Constant) and outer_tensors.get(t.name, t) is not t:
-                        t.name = unique(t.name)  # a branch constant whose name the outer graph uses
-            node.inputs.clear()
-            node.outputs.clear()
-            extra = []
-            rebound = {}
-            for outer, inner in zip(outer_outs, branch_outs):
-                if id(inner) in rebound:
-                    src = rebound[id(inner)]
-                elif id(inner) in produced and inner.inputs:
-                    producer = inner.inputs[0]
-                    producer.outputs[producer.outputs.index(inner)] = outer
-                    rebound[id(inner)] = outer
-                    continue
-                else:
-                    src = inner  # passed through from outside, or a constant
-                # An Identity keeps the If's output defined.
-                extra.append(gs.Node("Identity", name=unique(f"{outer.name}_identity"), inputs=[src], outputs=[outer]))
-            g.nodes[index:index + 1] = body_nodes + extra
-            index += len(body_nodes) + len(extra)
+            new_nodes = _inline_branch(gs, g, node, branch, unique)
+            g.nodes[index:index + 1] = new_nodes
+            index += len(new_nodes)
             count += 1
 
     visit(graph)
     return count
+
+
+def _inline_branch(gs, g, node, branch, unique) -> list:
+    """The nodes that replace If ``node`` of graph ``g`` by its ``branch`` (names made unique);
+    an Identity keeps each If output defined where no branch node produces it."""
+    outer_outs = list(node.outputs)
+    branch_outs = list(branch.outputs)
+    body_nodes = list(branch.nodes)
+    produced = {id(t) for n in body_nodes for t in n.outputs}
+    outer_tensors = g.tensors()
+    for n in body_nodes:
+        for t in n.outputs:
+            if not t.is_empty():
+                t.name = unique(t.name)
+        for t in n.inputs:
+            if isinstance(t, gs.Constant) and outer_tensors.get(t.name, t) is not t:
+                t.name = unique(t.name)  # a branch constant whose name the outer graph uses
+    node.inputs.clear()
+    node.outputs.clear()
+    extra = []
+    rebound: dict = {}
+    for outer, inner in zip(outer_outs, branch_outs):
+        if id(inner) in rebound:
+            src = rebound[id(inner)]
+        elif id(inner) in produced and inner.inputs:
+            producer = inner.inputs[0]
+            producer.outputs[producer.outputs.index(inner)] = outer
+            rebound[id(inner)] = outer
+            continue
+        else:
+            src = inner  # passed through from outside, or a constant
+        # An Identity keeps the If's output defined.
+        extra.append(gs.Node("Identity", name=unique(f"{outer.name}_identity"), inputs=[src], outputs=[outer]))
+    return body_nodes + extra
 
 
 def _eliminate_identities(gs, graph) -> int:
