@@ -1042,17 +1042,19 @@ class _Validation:
                     light.graph.output.add().name = name
         g = light.graph
         stubbed = {t.name: t for t in g.initializer if t.external_data and t.external_data[0].value == _STUB_LOCATION}
-        weights = {}
+        weights = []
         if stubbed:
+            read = {r for n in g.node for r in node_reads(n)} if only_outputs is not None else None
             kept = [t for t in g.initializer if t.name not in stubbed]
             del g.initializer[:]
             g.initializer.extend(kept)
             listed = {i.name for i in g.input}
-            for t in model.graph.initializer:
-                if t.name in stubbed:
-                    weights[t.name] = _raw_array(t, onnx)
-                    if t.name not in listed:
-                        g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+            for name, t in stubbed.items():
+                if read is not None and name not in read:
+                    continue  # the pruned graph does not need it
+                weights.append(name)
+                if name not in listed:
+                    g.input.append(onnx.helper.make_tensor_value_info(name, t.data_type, list(t.dims)))
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         so.log_severity_level = 4
@@ -1063,7 +1065,7 @@ class _Validation:
         if self.external_data_dir:
             so.add_session_config_entry("session.model_external_initializers_file_folder_path", self.external_data_dir)
         sess = ort.InferenceSession(light.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        return _Session(sess, weights)
+        return _Session(sess, model, weights)
 
     def start(self) -> None:
         """Run the input model for the expected outputs in the background (ONNX-Runtime releases
@@ -1096,7 +1098,10 @@ class _Validation:
         except ImportError:
             self.skip_reason = "onnxruntime is not installed"
             return
-        if self.original.ByteSize() > _VALIDATE_MAX_BYTES:
+        from toolkit.core.shapes import _tensor_nbytes
+
+        # (ByteSize() would walk every weight's bytes: slow on big models)
+        if sum(_tensor_nbytes(t) for t in self.original.graph.initializer) > _VALIDATE_MAX_BYTES:
             self.skip_reason = "the model is over 1 GiB"
             return
         if has_external_data(self.original):
@@ -1366,20 +1371,25 @@ def _same_outputs(a, b) -> bool:
 
 
 class _Session:
-    """An ONNX-Runtime session whose weight inputs are fed automatically."""
+    """An ONNX-Runtime session whose weight inputs are fed automatically (read from the
+    model only when it runs: a load check costs no weight bytes)."""
 
-    def __init__(self, sess, weights):
+    def __init__(self, sess, model, weight_names):
         self.sess = sess
-        self.weights = weights
+        self.model = model
+        self.weight_names = set(weight_names)
 
     def get_inputs(self):
-        return [i for i in self.sess.get_inputs() if i.name not in self.weights]
+        return [i for i in self.sess.get_inputs() if i.name not in self.weight_names]
 
     def get_outputs(self):
         return self.sess.get_outputs()
 
     def run(self, names, feed):
-        return self.sess.run(names, {**feed, **self.weights})
+        import onnx
+
+        weights = {t.name: _raw_array(t, onnx) for t in self.model.graph.initializer if t.name in self.weight_names}
+        return self.sess.run(names, {**feed, **weights})
 
 
 def _raw_array(t, onnx):
