@@ -23,8 +23,6 @@ MAX_LINES = 60
 LONG_FUNCTIONS = {
     ("toolkit/core/fp16.py", "_Repair.graph"): 84,
     ("toolkit/core/fp16.py", "emulate_mixed"): 75,
-    ("toolkit/core/surgery.py", "extract"): 69,
-    ("toolkit/core/surgery.py", "_resolve_auto"): 62,
 }
 
 def _tool(name: str):

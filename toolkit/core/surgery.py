@@ -332,26 +332,8 @@ def dangling_tensors(model) -> List[tuple]:
     return out
 
 
-def extract(
-    model,
-    *,
-    inputs: Optional[Sequence[TensorMeta]] = None,
-    outputs: Optional[Sequence[TensorMeta]] = None,
-    input_shapes: Optional[Mapping[str, Sequence]] = None,
-    force_fallback: bool = False,
-    external_data_dir: Optional[str] = None,
-    log: LogFn = _nolog,
-):
-    """Cut the subgraph from ``inputs`` to ``outputs`` out of ``model`` and return it.
-
-    ``None`` for inputs/outputs keeps the model's own. A TensorMeta with shape/dtype None
-    means ``auto``: found by ONNX shape inference, falling back to ONNX-Runtime (always
-    with ``force_fallback``; ``input_shapes`` fixes dynamic model inputs for that).
-    Unknown tensor names, constants given as inputs, and cuts that leave a needed tensor
-    without producer and without being an input raise InputError naming the tensor.
-    ``model`` is modified (its graph is rebuilt); pass a copy to keep it.
-    """
-    gs = _import_gs()
+def _check_cut_names(model, inputs, outputs) -> None:
+    """InputError for a cut naming no tensor of the model, or an initializer as an input."""
     known = top_tensor_names(model)
     known_set = set(known)
     inits = {t.name for t in model.graph.initializer}
@@ -366,20 +348,9 @@ def extract(
                 "cut at a tensor that a node computes"
             )
 
-    check_structure(model)
-    if force_fallback:
-        # ONNX-Runtime needs every input dim: unknown ones are taken as 1 (said in one line),
-        # and the result's inputs get the shapes it ran with.
-        input_shapes = assume_dynamic_dims(model, input_shapes, log)
-        if input_shapes:
-            override_input_shapes(model, input_shapes, inplace=True)
-    in_specs = _dedupe(inputs) if inputs is not None else None
-    out_specs = _dedupe(outputs) if outputs is not None else None
-    metas = _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log)
 
-    original_fields = _model_shell(model)
-    with _quiet_gs(), _gs_step("import"):
-        graph = gs.import_onnx(model)
+def _set_cut(gs, graph, model, in_specs, out_specs, metas: Dict[str, TensorMeta]) -> None:
+    """Make the cut's tensors the graphsurgeon ``graph``'s inputs and outputs, with their metadata."""
     tensors = _all_tensors(graph)
     if in_specs is not None:
         new_inputs = []
@@ -408,6 +379,44 @@ def extract(
                 t.shape = list(meta.shape) if meta.shape is not None else None
             new_outputs.append(t)
         graph.outputs = new_outputs
+
+
+def extract(
+    model,
+    *,
+    inputs: Optional[Sequence[TensorMeta]] = None,
+    outputs: Optional[Sequence[TensorMeta]] = None,
+    input_shapes: Optional[Mapping[str, Sequence]] = None,
+    force_fallback: bool = False,
+    external_data_dir: Optional[str] = None,
+    log: LogFn = _nolog,
+):
+    """Cut the subgraph from ``inputs`` to ``outputs`` out of ``model`` and return it.
+
+    ``None`` for inputs/outputs keeps the model's own. A TensorMeta with shape/dtype None
+    means ``auto``: found by ONNX shape inference, falling back to ONNX-Runtime (always
+    with ``force_fallback``; ``input_shapes`` fixes dynamic model inputs for that).
+    Unknown tensor names, constants given as inputs, and cuts that leave a needed tensor
+    without producer and without being an input raise InputError naming the tensor.
+    ``model`` is modified (its graph is rebuilt); pass a copy to keep it.
+    """
+    gs = _import_gs()
+    _check_cut_names(model, inputs, outputs)
+    check_structure(model)
+    if force_fallback:
+        # ONNX-Runtime needs every input dim: unknown ones are taken as 1 (said in one line),
+        # and the result's inputs get the shapes it ran with.
+        input_shapes = assume_dynamic_dims(model, input_shapes, log)
+        if input_shapes:
+            override_input_shapes(model, input_shapes, inplace=True)
+    in_specs = _dedupe(inputs) if inputs is not None else None
+    out_specs = _dedupe(outputs) if outputs is not None else None
+    metas = _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log)
+
+    original_fields = _model_shell(model)
+    with _quiet_gs(), _gs_step("import"):
+        graph = gs.import_onnx(model)
+    _set_cut(gs, graph, model, in_specs, out_specs, metas)
     with _quiet_gs(), _gs_step("clean up and sort"):
         graph.cleanup(remove_unused_graph_inputs=False)
         graph.toposort()
@@ -582,10 +591,30 @@ def _check_explicit(in_specs, out_specs, metas, *, dims: bool = True) -> None:
                 )
 
 
+def _filled_specs(in_specs, out_specs, metas: Dict[str, TensorMeta]) -> Dict[str, TensorMeta]:
+    """The cut's inputs and outputs with what was ``auto`` taken from ``metas`` (InputError when no dtype is known)."""
+    result: Dict[str, TensorMeta] = {}
+    for s in in_specs or []:
+        m = metas.get(s.name, TensorMeta(s.name))
+        shape = s.shape if s.shape is not None else m.shape
+        dtype = s.dtype or m.dtype
+        if not dtype:
+            raise InputError(
+                f"cannot find the dtype of input '{s.name}'; give it, e.g. --inputs {s.name}:auto:float32"
+            )
+        result[s.name] = TensorMeta(s.name, shape, dtype)
+    for s in out_specs or []:
+        m = metas.get(s.name, TensorMeta(s.name))
+        dtype = s.dtype or m.dtype
+        if not dtype:
+            raise InputError(f"cannot find the dtype of output '{s.name}'; give it, e.g. --outputs {s.name}:float32")
+        result[s.name] = TensorMeta(s.name, m.shape, dtype)
+    return result
+
+
 def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log):
     """Fill ``auto`` shapes/dtypes: {name: TensorMeta} for every given input and output."""
     need_in = [s for s in in_specs or [] if s.shape is None or s.dtype is None]
-    result: Dict[str, TensorMeta] = {}
     metas: Dict[str, TensorMeta] = {}
     if force_fallback:
         metas = infer_tensor_meta(
@@ -624,21 +653,7 @@ def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, exte
                 model, input_shapes=input_shapes, fallback=True,
                 names=list(dict.fromkeys(missing + partial)), external_data_dir=external_data_dir,
             )
-    for s in in_specs or []:
-        m = metas.get(s.name, TensorMeta(s.name))
-        shape = s.shape if s.shape is not None else m.shape
-        dtype = s.dtype or m.dtype
-        if not dtype:
-            raise InputError(
-                f"cannot find the dtype of input '{s.name}'; give it, e.g. --inputs {s.name}:auto:float32"
-            )
-        result[s.name] = TensorMeta(s.name, shape, dtype)
-    for s in out_specs or []:
-        m = metas.get(s.name, TensorMeta(s.name))
-        dtype = s.dtype or m.dtype
-        if not dtype:
-            raise InputError(f"cannot find the dtype of output '{s.name}'; give it, e.g. --outputs {s.name}:float32")
-        result[s.name] = TensorMeta(s.name, m.shape, dtype)
+    result = _filled_specs(in_specs, out_specs, metas)
     for s in in_specs or []:
         meta = result[s.name]
         log(f"Subgraph input  {format_meta(meta.name, meta.shape, meta.dtype)}")
