@@ -31,7 +31,7 @@ from toolkit.cli.options import (
     ToolkitCommand,
     command_kwargs,
 )
-from toolkit.cli.output import err_console, is_terminal, log, warn
+from toolkit.cli.output import is_terminal, log, warn
 
 app = typer.Typer(
     help="Debug failing models: reduce them to minimal failing subgraphs; find the nodes that must stay fp32.",
@@ -145,17 +145,12 @@ class _Reporter:
         mode = cfg.mode or getattr(reducer, "default_mode", "default (bisect + 1-minimal)")
         log(f"Reducing {cfg.model}: {idx.size} node{'s' if idx.size != 1 else ''}{extra}; mode {mode}; {how}")
         if self.live and reducer.runner is not None:
-            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+            from toolkit.cli.output import progress
 
-            self.progress = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                TextColumn("{task.completed}/{task.total} checks"),
-                TimeElapsedColumn(),
-                TextColumn("{task.fields[eta]}"),
-                console=err_console(),
+            self.progress = progress(
+                "{task.completed}/{task.total} checks",
+                "{task.fields[eta]}",
                 auto_refresh=False,  # no refresh thread: the check runs in a fork
-                transient=True,
                 redirect_stdout=False,
                 redirect_stderr=False,
             )

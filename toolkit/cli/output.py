@@ -132,6 +132,17 @@ def _console(stderr: bool):
     return con
 
 
+def progress(counter: str, tail: str = "", **options):
+    """A transient Rich progress bar on stderr: description, bar, ``counter`` (a column
+    template such as ``"{task.completed}/{task.total} checks"``), time elapsed, ``tail``."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = [TextColumn("{task.description}"), BarColumn(), TextColumn(counter), TimeElapsedColumn()]
+    if tail:
+        columns.append(TextColumn(tail))
+    return Progress(*columns, console=err_console(), transient=True, **options)
+
+
 def err_console():
     """Console for logs, progress and tables that are not data (stderr)."""
     return _console(True)

@@ -563,16 +563,9 @@ class CliReporter:
 
     def iterations_start(self, runner_name: str, total: int) -> None:
         if self.rich and total > 1:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            from toolkit.cli.output import progress
 
-            self._progress = Progress(
-                TextColumn("{task.description}"),
-                BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(),
-                console=err_console(),
-                transient=True,
-            )
+            self._progress = progress("{task.completed}/{task.total}")
             self._progress.start()
             self._task = self._progress.add_task(f"{runner_name}", total=total)
 
