@@ -676,6 +676,21 @@ def check_types(model) -> None:
         ) from None
 
 
+def _body_output_types(node) -> Dict[str, int]:
+    """Element types of an If's or Loop/Scan's outputs, from its (then-)body's outputs."""
+    out: Dict[str, int] = {}
+    if node.domain not in _STD_DOMAINS or node.op_type not in ("If", "Loop", "Scan"):
+        return out
+    body = "then_branch" if node.op_type == "If" else "body"
+    skip = 1 if node.op_type == "Loop" else 0
+    for a in node.attribute:
+        if a.name == body:
+            for k, vi in enumerate(a.g.output[skip:]):
+                if k < len(node.output):
+                    out.setdefault(node.output[k], vi.type.tensor_type.elem_type)
+    return out
+
+
 class _Repair:
     """Make every node's input types what its precision asks for, inserting Casts."""
 
@@ -820,45 +835,35 @@ class _Repair:
             return FLOAT
         return None
 
-    def _output_types(self, node, schema, types: Dict[str, int], declared: Dict[str, int]) -> Dict[str, int]:  # noqa: C901 - complexity 21, to split
-        import onnx
-
+    def _output_types(self, node, schema, types: Dict[str, int], declared: Dict[str, int]) -> Dict[str, int]:
         out: Dict[str, int] = {}
         if schema is not None and not node_subgraphs(node):
-            if all((not i) or i in types for i in node.input):
-                tps = {}
-                for i in node.input:
-                    if i:
-                        tp = onnx.TypeProto()
-                        tp.tensor_type.elem_type = types[i]
-                        tps[i] = tp
-                try:
-                    res = onnx.shape_inference.infer_node_outputs(
-                        schema, node, tps, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version
-                    )
-                    for k, tp in res.items():
-                        if tp.HasField("tensor_type") and tp.tensor_type.elem_type:
-                            out[k] = tp.tensor_type.elem_type
-                except Exception:
-                    pass
-        if node.op_type == "If" and node.domain in _STD_DOMAINS:
-            for a in node.attribute:
-                if a.name == "then_branch":
-                    for k, vi in enumerate(a.g.output):
-                        if k < len(node.output):
-                            out.setdefault(node.output[k], vi.type.tensor_type.elem_type)
-        elif node.op_type in ("Loop", "Scan") and node.domain in _STD_DOMAINS:
-            skip = 1 if node.op_type == "Loop" else 0
-            for a in node.attribute:
-                if a.name == "body":
-                    for k, vi in enumerate(a.g.output[skip:]):
-                        if k < len(node.output):
-                            out.setdefault(node.output[k], vi.type.tensor_type.elem_type)
+            out.update(self._schema_types(node, schema, types))
+        out.update({k: v for k, v in _body_output_types(node).items() if k not in out})
         for o in node.output:
-            if o and o not in out:
-                if o in declared:
-                    out[o] = declared[o]
+            if o and o not in out and o in declared:
+                out[o] = declared[o]
         return out
+
+    def _schema_types(self, node, schema, types: Dict[str, int]) -> Dict[str, int]:
+        """Output element types from the operator's schema, when every input's type is known."""
+        import onnx
+
+        if not all((not i) or i in types for i in node.input):
+            return {}
+        tps = {}
+        for i in node.input:
+            if i:
+                tp = onnx.TypeProto()
+                tp.tensor_type.elem_type = types[i]
+                tps[i] = tp
+        try:
+            res = onnx.shape_inference.infer_node_outputs(
+                schema, node, tps, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version
+            )
+        except Exception:
+            return {}
+        return {k: tp.tensor_type.elem_type for k, tp in res.items() if tp.HasField("tensor_type") and tp.tensor_type.elem_type}
 
     def write_value_info(self) -> None:
         for graph in iter_graphs(self.model.graph):
