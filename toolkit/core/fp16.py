@@ -888,54 +888,45 @@ def _rename_in_subgraphs(nodes, old: str, new: str) -> None:
                             m.input[k] = new
 
 
-def _drop_round_trips(model, originals: Set[str], types: Dict[str, int]) -> None:  # noqa: C901 - complexity 19, to split
+def _drop_round_trips(model, originals: Set[str], types: Dict[str, int]) -> None:
     """Remove converter-made Cast pairs that go fp32 -> fp16 -> fp32 (or back), and no-op casts.
 
     Consumers of the second Cast read the source directly, so two fp32 nodes exchange
     fp32 values, as keeping them fp32 promises.
     """
     for graph in iter_graphs(model.graph):
-        outputs = {vi.name for vi in graph.output}
-        produced = {}
-        for n in graph.node:
-            for o in n.output:
-                produced[o] = n
-        rename: Dict[str, str] = {}
-        for n in graph.node:
-            if n.op_type != "Cast" or n.name in originals or not n.input:
-                continue
-            to = next((a.i for a in n.attribute if a.name == "to"), None)
-            src = n.input[0]
-            src = rename.get(src, src)
-            src_t = types.get(src)
-            target = None
-            if src_t == to:
-                target = src  # no-op cast
-            else:
-                first = produced.get(src)
-                if (
-                    first is not None
-                    and first.op_type == "Cast"
-                    and first.name not in originals
-                    and types.get(first.input[0]) == to
-                ):
-                    target = first.input[0]
-            if target is not None and n.output[0] not in outputs:
-                rename[n.output[0]] = rename.get(target, target)
+        rename = _round_trip_renames(graph, originals, types)
         if not rename:
             continue
-        for n in graph.node:
-            for k, i in enumerate(n.input):
-                if i in rename:
-                    n.input[k] = rename[i]
-        for n in graph.node:
-            for sub in node_subgraphs(n):
-                for g in iter_graphs(sub):
-                    for m in g.node:
-                        for k, i in enumerate(m.input):
-                            if i in rename:
-                                m.input[k] = rename[i]
+        for g in iter_graphs(graph):  # readers in the graph and in its bodies
+            for n in g.node:
+                for k, i in enumerate(n.input):
+                    if i in rename:
+                        n.input[k] = rename[i]
         _drop_dead_casts(graph, originals)
+
+
+def _round_trip_renames(graph, originals: Set[str], types: Dict[str, int]) -> Dict[str, str]:
+    """Output of a removable Cast -> the tensor its readers should read instead."""
+    outputs = {vi.name for vi in graph.output}
+    produced = {o: n for n in graph.node for o in n.output}
+    rename: Dict[str, str] = {}
+    for n in graph.node:
+        if n.op_type != "Cast" or n.name in originals or not n.input:
+            continue
+        to = next((a.i for a in n.attribute if a.name == "to"), None)
+        src = rename.get(n.input[0], n.input[0])
+        target = None
+        if types.get(src) == to:
+            target = src  # no-op cast
+        else:
+            first = produced.get(src)
+            if first is not None and first.op_type == "Cast" and first.name not in originals:
+                if types.get(first.input[0]) == to:
+                    target = first.input[0]
+        if target is not None and n.output[0] not in outputs:
+            rename[n.output[0]] = rename.get(target, target)
+    return rename
 
 
 def _used_names(graph) -> Set[str]:
