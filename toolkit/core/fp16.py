@@ -1132,7 +1132,7 @@ def has_fp16(model) -> bool:
     return False
 
 
-def emulate_mixed(model, *, inplace: bool = False) -> Emulation:  # noqa: C901 - complexity 26, to split
+def emulate_mixed(model, *, inplace: bool = False) -> Emulation:
     """Emulate a model that already holds float16 tensors (a converted, mixed model).
 
     Every float16 tensor becomes a float32 tensor rounded to fp16 after the node that
@@ -1140,84 +1140,104 @@ def emulate_mixed(model, *, inplace: bool = False) -> Emulation:  # noqa: C901 -
     in fp32 with fp16 storage; float32 tensors stay as they are. float16 graph inputs are
     read as given; float16 graph outputs stay float16.
     """
-    import numpy as np
-    import onnx
-    from onnx import helper, numpy_helper
-
     model = _copy_model(model, inplace)
     name_nodes(model)
-    types = tensor_types(infer_types(model))
-    fresh = _Names(model).fresh
+    emulator = _MixedEmulator(model, tensor_types(infer_types(model)))
+    emulator.graph(model.graph, top=True)
+    return Emulation(model, {}, emulator.rounded)
 
-    def repoint(nodes, old: str, new: str) -> None:
-        for n in nodes:
-            for k, i in enumerate(n.input):
-                if i == old:
-                    n.input[k] = new
-            for sub in node_subgraphs(n):
-                repoint(sub.node, old, new)
 
-    rounded = 0
+def _repoint(nodes, old: str, new: str) -> None:
+    """Nodes (and their bodies) that read ``old`` read ``new``."""
+    for n in nodes:
+        for k, i in enumerate(n.input):
+            if i == old:
+                n.input[k] = new
+        for sub in node_subgraphs(n):
+            _repoint(sub.node, old, new)
 
-    def retype_attrs(node) -> None:
-        """Attributes that make float16 values: make float32 ones (rounded afterwards)."""
-        for a in node.attribute:
-            if a.name in ("to", "dtype") and a.i == FLOAT16 and (node.op_type == "Cast" or node.op_type in _DTYPE_OPS):
-                a.i = FLOAT
-            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == FLOAT16:
-                arr = numpy_helper.to_array(a.t).astype(np.float32)
-                a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
 
-    def graph(g, top: bool) -> None:  # noqa: C901 - complexity 16, to split
-        nonlocal rounded
+def _retype_attrs(node) -> None:
+    """Attributes that make float16 values: make float32 ones (rounded afterwards)."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    for a in node.attribute:
+        if a.name in ("to", "dtype") and a.i == FLOAT16 and (node.op_type == "Cast" or node.op_type in _DTYPE_OPS):
+            a.i = FLOAT
+        if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == FLOAT16:
+            arr = numpy_helper.to_array(a.t).astype(np.float32)
+            a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
+
+
+class _MixedEmulator:
+    """:func:`emulate_mixed`'s rewrite, one graph (and its bodies) at a time."""
+
+    def __init__(self, model, types: Dict[str, int]):
+        self.types = types
+        self.fresh = _Names(model).fresh
+        self.rounded = 0
+
+    def graph(self, g, top: bool) -> None:
+        import numpy as np
+        from onnx import numpy_helper
+
         for t in g.initializer:
             if t.data_type == FLOAT16:
                 t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
-        new_nodes: list = []
-        for vi in g.input:
-            if vi.type.tensor_type.elem_type == FLOAT16:
-                if top:
-                    up = fresh(f"{vi.name}::fp32")
-                    repoint(g.node, vi.name, up)
-                    new_nodes.append(helper.make_node("Cast", [vi.name], [up], name=fresh(f"{vi.name}::to_fp32"), to=FLOAT))
-                else:  # a body's input: its values come from fp32 (rounded) tensors now
-                    vi.type.tensor_type.elem_type = FLOAT
+        new_nodes = self._inputs(g, top)
         out_types = {vi.name: vi.type.tensor_type.elem_type for vi in g.output}
         for node in list(g.node):
             for sub in node_subgraphs(node):
-                graph(sub, top=False)
-            retype_attrs(node)
-            tail = []
-            for j, o in enumerate(node.output):
-                if not o or types.get(o) != FLOAT16:
-                    continue
-                raw = fresh(f"{o}::fp32")
-                node.output[j] = raw
-                mid = fresh(f"{o}::fp16")
-                if top and out_types.get(o) == FLOAT16:
-                    tail.append(helper.make_node("Cast", [raw], [o], name=fresh(f"{o}::to_fp16"), to=FLOAT16))
-                else:
-                    tail += [
-                        helper.make_node("Cast", [raw], [mid], name=fresh(f"{o}::to_fp16"), to=FLOAT16),
-                        helper.make_node("Cast", [mid], [o], name=fresh(f"{o}::to_fp32"), to=FLOAT),
-                    ]
-                rounded += 1
+                self.graph(sub, top=False)
+            _retype_attrs(node)
             new_nodes.append(node)
-            new_nodes += tail
+            new_nodes += self._round_outputs(node, top, out_types)
         del g.node[:]
         g.node.extend(new_nodes)
-        if not top:
-            for vi in g.output:
-                if vi.type.tensor_type.elem_type == FLOAT16:
-                    vi.type.tensor_type.elem_type = FLOAT
-        for vi in g.value_info:
+        for vi in list(g.output if not top else []) + list(g.value_info):
             if vi.type.tensor_type.elem_type == FLOAT16:
                 vi.type.tensor_type.elem_type = FLOAT
         # value_info of renamed tensors would now be wrong: drop what is not an input/output
         del g.value_info[:]
 
-    graph(model.graph, top=True)
-    return Emulation(model, {}, rounded)
+    def _inputs(self, g, top: bool) -> list:
+        """Casts that read the top graph's float16 inputs as fp32; bodies' inputs retyped."""
+        from onnx import helper
+
+        nodes = []
+        for vi in g.input:
+            if vi.type.tensor_type.elem_type == FLOAT16:
+                if top:
+                    up = self.fresh(f"{vi.name}::fp32")
+                    _repoint(g.node, vi.name, up)
+                    nodes.append(helper.make_node("Cast", [vi.name], [up], name=self.fresh(f"{vi.name}::to_fp32"), to=FLOAT))
+                else:  # a body's input: its values come from fp32 (rounded) tensors now
+                    vi.type.tensor_type.elem_type = FLOAT
+        return nodes
+
+    def _round_outputs(self, node, top: bool, out_types: Dict[str, int]) -> list:
+        """The node's float16 outputs computed in fp32 and rounded (Cast to fp16 and back)."""
+        from onnx import helper
+
+        fresh = self.fresh
+        tail = []
+        for j, o in enumerate(node.output):
+            if not o or self.types.get(o) != FLOAT16:
+                continue
+            raw = fresh(f"{o}::fp32")
+            node.output[j] = raw
+            if top and out_types.get(o) == FLOAT16:
+                tail.append(helper.make_node("Cast", [raw], [o], name=fresh(f"{o}::to_fp16"), to=FLOAT16))
+            else:
+                mid = fresh(f"{o}::fp16")
+                tail += [
+                    helper.make_node("Cast", [raw], [mid], name=fresh(f"{o}::to_fp16"), to=FLOAT16),
+                    helper.make_node("Cast", [mid], [o], name=fresh(f"{o}::to_fp32"), to=FLOAT),
+                ]
+            self.rounded += 1
+        return tail
 
 
 def emulate_any(model, keep_fp32: Iterable[str] = (), **kw) -> Emulation:
