@@ -21,7 +21,6 @@ MAX_LINES = 60
 # Functions over MAX_LINES when the bar was set (body lines): work left, not a licence. The test
 # fails when one of them grows, or when a function not listed here goes over the bar.
 LONG_FUNCTIONS = {
-    ("toolkit/core/fp16.py", "_Repair.graph"): 84,
 }
 
 def _tool(name: str):

@@ -717,7 +717,7 @@ class _Repair:
         self.casts_added += 1
         return node, out
 
-    def graph(self, graph, outer: Dict[str, int], top: bool) -> None:  # noqa: C901 - complexity 23, to split
+    def graph(self, graph, outer: Dict[str, int], top: bool) -> None:
         types = dict(outer)
         for vi in graph.input:
             if vi.type.tensor_type.elem_type:
@@ -727,7 +727,7 @@ class _Repair:
         declared = {
             vi.name: vi.type.tensor_type.elem_type for vi in graph.value_info if vi.type.tensor_type.elem_type
         }
-        new_nodes = []
+        new_nodes: list = []
         made: Dict[Tuple[str, int], str] = {}
         for node in graph.node:
             kept = node.name in self.kept
@@ -736,47 +736,60 @@ class _Repair:
             schema = self.schemas.get(node)
             if node.name in self.originals and not kept:
                 self._retarget(node)
-            for i, name in enumerate(node.input):
-                if not name:
-                    continue
-                have = types.get(name)
-                if have not in _FLOATS:
-                    continue
-                want = self._wanted_input(node, schema, i, name, kept, have)
-                if want is not None and want != have:
-                    out = made.get((name, want))  # one Cast per tensor and type, shared by its readers
-                    if out is None:
-                        cast, out = self._cast(name, want, node.name)
-                        new_nodes.append(cast)
-                        made[(name, want)] = out
-                    node.input[i] = out
+            self._cast_inputs(node, schema, kept, types, made, new_nodes)
             new_nodes.append(node)
-            outs = self._output_types(node, schema, types, declared)
-            for j, name in enumerate(node.output):
-                if not name or outs.get(name) is None:
-                    continue
-                have = outs[name]
-                types[name] = have
-                # a converted node whose output ended fp32 where it was fp32: make it fp16
-                if (
-                    not kept
-                    and node.name in self.originals
-                    and have == FLOAT
-                    and self.orig.get(name) == FLOAT
-                    and node.op_type not in ("Shape", "Size")
-                ):
-                    raw = self.fresh(f"{name}_fp32")
-                    node.output[j] = raw
-                    self.types[raw] = FLOAT
-                    from onnx import helper
+            self._type_outputs(node, schema, kept, types, declared, new_nodes)
+        self._fix_graph_outputs(graph, top, types, new_nodes)
+        del graph.node[:]
+        graph.node.extend(new_nodes)
+        self.types.update(types)
 
-                    new_nodes.append(
-                        helper.make_node("Cast", [raw], [name], name=self.fresh(f"{node.name}_cast_out{j}"), to=FLOAT16)
-                    )
-                    self.casts_added += 1
-                    types[name] = FLOAT16
-        # graph outputs: the declared type wins (I/O types kept at the top; the library's
-        # fp16 bodies below)
+    def _cast_inputs(self, node, schema, kept: bool, types: Dict[str, int], made: dict, new_nodes: list) -> None:
+        """Casts in front of ``node`` for the float inputs it wants in the other precision."""
+        for i, name in enumerate(node.input):
+            have = types.get(name) if name else None
+            if have not in _FLOATS:
+                continue
+            want = self._wanted_input(node, schema, i, name, kept, have)
+            if want is not None and want != have:
+                out = made.get((name, want))  # one Cast per tensor and type, shared by its readers
+                if out is None:
+                    cast, out = self._cast(name, want, node.name)
+                    new_nodes.append(cast)
+                    made[(name, want)] = out
+                node.input[i] = out
+
+    def _type_outputs(self, node, schema, kept: bool, types: Dict[str, int], declared, new_nodes: list) -> None:
+        """Record ``node``'s output types; a converted node's output that ended fp32 where it was
+        fp32 gets a Cast to fp16."""
+        from onnx import helper
+
+        outs = self._output_types(node, schema, types, declared)
+        for j, name in enumerate(node.output):
+            if not name or outs.get(name) is None:
+                continue
+            have = outs[name]
+            types[name] = have
+            if (
+                not kept
+                and node.name in self.originals
+                and have == FLOAT
+                and self.orig.get(name) == FLOAT
+                and node.op_type not in ("Shape", "Size")
+            ):
+                raw = self.fresh(f"{name}_fp32")
+                node.output[j] = raw
+                self.types[raw] = FLOAT
+                new_nodes.append(
+                    helper.make_node("Cast", [raw], [name], name=self.fresh(f"{node.name}_cast_out{j}"), to=FLOAT16)
+                )
+                self.casts_added += 1
+                types[name] = FLOAT16
+
+    def _fix_graph_outputs(self, graph, top: bool, types: Dict[str, int], new_nodes: list) -> None:
+        """Graph outputs: the declared type wins (I/O types kept at the top; the library's fp16 bodies below)."""
+        from onnx import helper
+
         for vi in graph.output:
             want = vi.type.tensor_type.elem_type
             have = types.get(vi.name)
@@ -793,15 +806,10 @@ class _Repair:
                         if i == vi.name:
                             n.input[k] = raw
                 _rename_in_subgraphs(new_nodes, vi.name, raw)
-                from onnx import helper
-
                 new_nodes.append(helper.make_node("Cast", [raw], [vi.name], name=self.fresh(f"{vi.name}_cast_io"), to=want))
                 self.casts_added += 1
                 types[raw] = have
                 types[vi.name] = want
-        del graph.node[:]
-        graph.node.extend(new_nodes)
-        self.types.update(types)
 
     def _retarget(self, node) -> None:
         """Attribute-typed outputs of converted nodes: FLOAT -> FLOAT16."""
