@@ -27,16 +27,22 @@ def describe(path: str) -> str:
     return "<stdin>" if path == STDIO else path
 
 
+def _refuse_first(path: str, problems) -> None:
+    """InputError ``path: <message>`` for the first ``(condition, message)`` that holds."""
+    for failed, message in problems:
+        if failed:
+            raise InputError(f"{path}: {message}")
+
+
 def check_readable_file(path: str) -> None:
     """Raise InputError unless ``path`` is an existing, readable, regular file."""
     if path == STDIO:
         return
-    if not os.path.exists(path):
-        raise InputError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, expected a file")
-    if not os.access(path, os.R_OK):
-        raise InputError(f"{path}: permission denied")
+    _refuse_first(path, [
+        (not os.path.exists(path), "no such file"),
+        (os.path.isdir(path), "is a directory, expected a file"),
+        (not os.access(path, os.R_OK), "permission denied"),
+    ])
 
 
 def read_bytes(path: str) -> bytes:
@@ -140,12 +146,11 @@ def check_output_path(path: str, binary: bool = False) -> None:
             refuse_binary_to_terminal(path)
         return
     folder = os.path.dirname(os.path.abspath(path))
-    if not os.path.isdir(folder):
-        raise InputError(f"{path}: output folder {folder} does not exist")
-    if os.path.isdir(path):
-        raise InputError(f"{path}: is a directory, expected a file name")
-    if not os.access(folder, os.W_OK):
-        raise InputError(f"{path}: output folder {folder} is not writable")
+    _refuse_first(path, [
+        (not os.path.isdir(folder), f"output folder {folder} does not exist"),
+        (os.path.isdir(path), "is a directory, expected a file name"),
+        (not os.access(folder, os.W_OK), f"output folder {folder} is not writable"),
+    ])
 
 
 @contextlib.contextmanager
