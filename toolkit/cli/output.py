@@ -14,7 +14,8 @@ from __future__ import annotations
 import os
 import sys
 import time
-from typing import List, Optional
+from types import FrameType
+from typing import List, Optional, TextIO
 
 # Levels: lower numbers are more verbose.
 ULTRA_VERBOSE, SUPER_VERBOSE, EXTRA_VERBOSE, VERBOSE = 1, 2, 5, 10
@@ -38,7 +39,7 @@ LOG_FORMATS = ("timestamp", "line-info", "no-colors")
 class _State:
     def __init__(self) -> None:
         self.level = INFO
-        self.log_file = None  # an open text file, or None
+        self.log_file: Optional[TextIO] = None  # an open text file, or None
         self.log_file_path: Optional[str] = None
         self.formats: List[str] = []
         self.argv: Optional[List[str]] = None  # the command line as typed (before common options were taken out)
@@ -65,7 +66,7 @@ def reset() -> None:
             state.log_file.close()
         except OSError:
             pass
-    state.__init__()
+    vars(state).update(vars(_State()))
 
 
 def configure(level: Optional[int] = None, log_file: Optional[str] = None, formats=None) -> None:
@@ -167,7 +168,7 @@ def _prefix(depth: int) -> str:
         parts.append(time.strftime("[%Y-%m-%d %H:%M:%S]"))
     if "line-info" in state.formats:
         try:
-            frame = sys._getframe(depth + 1)
+            frame: Optional[FrameType] = sys._getframe(depth + 1)
             here = os.path.abspath(__file__)
             while frame is not None and os.path.abspath(frame.f_code.co_filename) == here:
                 frame = frame.f_back

@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 WORKER_ENV = "TOOLKIT_WORKER"
 DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
@@ -28,7 +28,7 @@ DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
 class Worker:
     number: int
     artifact: str
-    runner: object = None
+    runner: Any = None  # anything with run(tick) -> CheckResult
     env: Dict[str, str] = field(default_factory=dict)
     folder: Optional[str] = None  # its own folder (made by us, removed at the end)
     links: Optional[Dict[str, str]] = None  # model data file -> location beside the artifact
