@@ -266,7 +266,7 @@ def _open_npz(source, path: str):
 
     try:
         return np.load(source, allow_pickle=False)
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:  # (unsupported zip features)
         raise InputError(f"{describe(path)}: not a readable .npz file ({exc})") from None
 
 

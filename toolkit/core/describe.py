@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from toolkit.core.meta import TensorMeta, dtype_from_onnx, format_shape
 
@@ -134,7 +134,7 @@ def values_text(arr, full: bool, num_items: Optional[int] = None, line_width: Op
     every dimension (-1: all), lines of at most ``line_width`` characters (-1: a line per row)."""
     import numpy as np
 
-    opts = dict(threshold=sys.maxsize if full else 24, edgeitems=3, max_line_width=110, precision=6)
+    opts: Dict[str, Any] = dict(threshold=sys.maxsize if full else 24, edgeitems=3, max_line_width=110, precision=6)
     if num_items is not None:
         if num_items < 0:
             opts.update(threshold=sys.maxsize)

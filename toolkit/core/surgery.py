@@ -18,7 +18,7 @@ import io
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError, one_line
 from toolkit.core.graphs import has_external_data, walk_graphs
@@ -206,7 +206,7 @@ def _initializers_read_by_constant_nodes(graph) -> set:
                 folded[i] = True
                 changed = True
                 const.update(o for o in node.output if o)
-    needed = set()
+    needed: set = set()
     for i, node in enumerate(graph.node):
         if folded[i] and node.op_type not in _SHAPE_OPS:
             needed.update(r for r in node_reads(node) if r in inits)
@@ -476,7 +476,7 @@ def _import_unused_initializer(model, name: str):
 
 def _all_tensors(graph) -> dict:
     """{name: tensor} of a gs graph, including outer tensors only If/Loop/Scan bodies use."""
-    tensors = {}
+    tensors: dict = {}
     for node in _all_nodes(graph):
         for t in list(node.inputs) + list(node.outputs):
             tensors.setdefault(t.name, t)
@@ -736,7 +736,7 @@ def _refresh_gs_shapes(gs, graph, original) -> int:
     inferred = infer_shapes(light, data_prop=True)
     # Inside If/Loop/Scan bodies too: folding there needs the body's shapes (names are unique
     # across scopes in ONNX).
-    metas = {}
+    metas: dict = {}
     for g in walk_graphs(inferred.graph):
         for vi in list(g.value_info) + (list(g.output) if g is inferred.graph else []):
             metas.setdefault(vi.name, value_info_meta(vi))
@@ -783,9 +783,9 @@ def _failing_part(message: str, names: set):
             if m.group(1) in names:
                 return "node", m.group(1)
     for pat in _OP_PATTERNS:
-        m = pat.search(message)
-        if m:
-            return "op", m.groups()[-1]
+        found = pat.search(message)
+        if found:
+            return "op", found.groups()[-1]
     return None
 
 
@@ -1028,11 +1028,11 @@ class _Validation:
     def __init__(self, original, external_data_dir: Optional[str]):
         self.original = original
         self.external_data_dir = external_data_dir
-        self.feed = None
-        self.expected = None
+        self.feed: Any = None
+        self.expected: Any = None
         self.skip_reason: Optional[str] = None
         self.compare_reason: Optional[str] = None  # why outputs are not compared (load check only)
-        self.all_values = None  # values of the tensors folding may replace, on the generated inputs
+        self.all_values: Any = None  # values of the tensors folding may replace, on the generated inputs
         self.structural_only = False
         self.unchecked: set = set()  # big folded tensors whose values are not compared
         self._prepared = False
@@ -1087,7 +1087,7 @@ class _Validation:
         the GIL), while folding goes on."""
         import threading
 
-        self._thread = threading.Thread(target=self._prepare_safely, daemon=True)
+        self._thread: Optional[threading.Thread] = threading.Thread(target=self._prepare_safely, daemon=True)
         self._thread.start()
 
     def _prepare_safely(self) -> None:
@@ -1697,7 +1697,7 @@ def _fold_validated(model, build, validate: bool, external_data_dir: Optional[st
         return build("full", set())
     check = _Validation(model, external_data_dir)
     check.start()
-    failures = []
+    failures: list = []
     result = None
     for level, how in _FOLD_LEVELS:
         if level == "skip-wrong":
@@ -1789,7 +1789,7 @@ def unbounded_dds_tensors(model) -> List[str]:
     inferred = infer_shapes(light_copy(model), data_prop=True)
     g = inferred.graph
     metas = {vi.name: value_info_meta(vi) for vi in list(g.value_info) + list(g.output)}
-    symbols = set()
+    symbols: set = set()
     for vi in g.input:
         m = value_info_meta(vi)
         symbols.update(d for d in (m.shape or ()) if isinstance(d, str))
