@@ -293,12 +293,12 @@ def diagnose(
 ) -> Diagnosis:
     """Place ``errors`` in the graph: first failure, ranked nodes, error against depth."""
     if topology is None:
-        tensors = list(errors.values())
-        for k, t in enumerate(tensors):
+        compared = list(errors.values())
+        for k, t in enumerate(compared):
             t.position = k
-        first = next((t for t in tensors if not t.passed), None)
+        first = next((t for t in compared if not t.passed), None)
         note = "no graph topology (the model is not ONNX): tensors are in the order compared"
-        return Diagnosis(label_a, label_b, tensors, first, [], [], topology_known=False, notes=[note])
+        return Diagnosis(label_a, label_b, compared, first, [], [], topology_known=False, notes=[note])
     tensors: List[TensorError] = []
     for k, name in enumerate(topology.tensor_order()):
         e = errors.get(name)
@@ -354,6 +354,8 @@ def _rank(errors: Mapping[str, TensorError], topology: Topology) -> List[NodeSco
 def _depth_rows(tensors: Sequence[TensorError]) -> List[DepthRow]:
     rows: Dict[int, DepthRow] = {}
     for t in tensors:
+        if t.depth is None:  # not placed in the graph
+            continue
         r = rows.setdefault(t.depth, DepthRow(t.depth, 0, 0, 0.0, 0.0))
         r.tensors += 1
         r.failed += 0 if t.passed else 1
@@ -411,7 +413,7 @@ def sparkline(values: Sequence[float], *, ascii_only: bool = False) -> str:
 def describe_tensor(t: TensorError) -> str:
     where = f"'{t.name}'"
     if t.node is not None:
-        where += f" (tensor {t.position + 1}, depth {t.depth}), produced by node {t.node} [Op: {t.op}]"
+        where += f" (tensor {(t.position or 0) + 1}, depth {t.depth}), produced by node {t.node} [Op: {t.op}]"
     if t.message:
         return f"{where}: {t.message}"
     return (
