@@ -7,7 +7,7 @@ verbosity the engine was built with (names only, or types and tensors with ``DET
 from __future__ import annotations
 
 import json
-from typing import Dict, List
+from typing import Any, Dict, List
 
 from toolkit.core.errors import DependencyError, InputError
 from toolkit.core.meta import format_meta
@@ -15,11 +15,11 @@ from toolkit.core.meta import format_meta
 from .availability import check_available, inference_error
 
 
-def describe_engine(path: str, layers: bool = True) -> Dict[str, object]:
+def describe_engine(path: str, layers: bool = True) -> Dict[str, Any]:
     """A JSON-able description of the engine file ``path`` (DependencyError without TensorRT/GPU)."""
     trt, engine = _load_engine(path)
     io = _io_tensors(trt, engine)
-    desc: Dict[str, object] = {
+    desc: Dict[str, Any] = {
         "engine": path,
         "tensorrt": str(trt.__version__),
         "inputs": [t for t in io if t["mode"] == "input"],
@@ -63,7 +63,7 @@ def _load_engine(path: str):
     return trt, engine
 
 
-def _io_tensors(trt, engine) -> List[Dict[str, object]]:
+def _io_tensors(trt, engine) -> List[Dict[str, Any]]:
     from .builder import TRT_DTYPES
 
     io = []
@@ -76,12 +76,12 @@ def _io_tensors(trt, engine) -> List[Dict[str, object]]:
     return io
 
 
-def _profiles(engine, io: List[Dict[str, object]]) -> List[Dict[str, object]]:
+def _profiles(engine, io: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     from .builder import dims
 
     profiles = []
     for k in range(int(engine.num_optimization_profiles)):
-        tensors: List[Dict[str, object]] = []
+        tensors: List[Dict[str, Any]] = []
         for t in io:
             name = t["name"]
             if t["mode"] != "input":
@@ -89,14 +89,14 @@ def _profiles(engine, io: List[Dict[str, object]]) -> List[Dict[str, object]]:
             if engine.is_shape_inference_io(name):
                 lo, opt, hi = engine.get_tensor_profile_values(k, name)  # positional: see runner.preferred_values
                 tensors.append({"name": name, "values": {"min": list(lo), "opt": list(opt), "max": list(hi)}})
-            elif any(d is None for d in t["shape"]):  # type: ignore[attr-defined]
+            elif any(d is None for d in t["shape"]):
                 lo, opt, hi = (list(dims(s)) for s in engine.get_tensor_profile_shape(name, k))
                 tensors.append({"name": name, "min": lo, "opt": opt, "max": hi})
         profiles.append({"index": k, "tensors": tensors})
     return profiles
 
 
-def _layers(trt, engine) -> List[Dict[str, object]]:
+def _layers(trt, engine) -> List[Dict[str, Any]]:
     inspector = engine.create_engine_inspector()
     fmt = trt.LayerInformationFormat.JSON
     out = []
@@ -124,7 +124,7 @@ def _tensor_name(t) -> str:
     return t.get("Name", "?") if isinstance(t, dict) else str(t)
 
 
-def engine_text(desc: Dict[str, object]) -> List[str]:
+def engine_text(desc: Dict[str, Any]) -> List[str]:
     """Plain text, in the layout of ``inspect model`` for ONNX models."""
     lines = [f"[I] ==== TensorRT Engine ==== ({desc['engine']}, TensorRT {desc['tensorrt']})"]
 
