@@ -230,8 +230,13 @@ def has_qdq(trt, network) -> bool:
     return any(network.get_layer(i).type in kinds for i in range(network.num_layers))
 
 
+def _known(meta: TensorMeta) -> tuple:
+    """A network input's dims (TensorRT always knows the rank; -1/names for dynamic dims)."""
+    return tuple(meta.shape or ())
+
+
 def all_layer_outputs(network) -> Dict[str, object]:
-    tensors = {}
+    tensors: Dict[str, object] = {}
     for li in range(network.num_layers):
         layer = network.get_layer(li)
         for oi in range(layer.num_outputs):
@@ -396,19 +401,19 @@ class EngineBuilder:
         feeds = self.config.sample_feeds
         if feeds:
             shapes = [tuple(f[meta.name].shape) for f in feeds if meta.name in f]
-            if shapes and all(len(s) == len(meta.shape) for s in shapes):
+            if shapes and all(len(s) == len(_known(meta)) for s in shapes):
                 return shapes[0]
         given = self.config.fallback_shapes.get(meta.name)
         if given is not None:
-            if len(given) != len(meta.shape) or any(g != d for g, d in zip(given, meta.shape) if isinstance(d, int)):
+            if len(given) != len(_known(meta)) or any(g != d for g, d in zip(given, _known(meta)) if isinstance(d, int)):
                 raise UsageError(
                     f"--input-shapes gives '{meta.name}' shape {format_shape(given)}, "
-                    f"which does not fit the network's {format_shape(meta.shape)}"
+                    f"which does not fit the network's {format_shape(_known(meta))}"
                 )
             return _concrete(given, f"--input-shapes for '{meta.name}'")
-        shape = tuple(d if isinstance(d, int) else 1 for d in meta.shape)
+        shape = tuple(d if isinstance(d, int) else 1 for d in _known(meta))
         self.notes.append(
-            f"input '{meta.name}' has dynamic shape {format_shape(meta.shape)} and no profile; building for "
+            f"input '{meta.name}' has dynamic shape {format_shape(_known(meta))} and no profile; building for "
             f"{format_shape(shape)} (set it with --trt-opt-shapes or --input-shapes)"
         )
         return shape
@@ -425,7 +430,7 @@ class EngineBuilder:
                 seen = [tuple(int(v) for v in np.asarray(a).reshape(-1)) for a in got]
             else:
                 seen = [tuple(np.shape(a)) for a in got]
-            if not seen or len({len(s) for s in seen}) != 1 or (not values and len(seen[0]) != len(meta.shape)):
+            if not seen or len({len(s) for s in seen}) != 1 or (not values and len(seen[0]) != len(_known(meta))):
                 continue
             lo = tuple(min(s[i] for s in seen) for i in range(len(seen[0])))
             hi = tuple(max(s[i] for s in seen) for i in range(len(seen[0])))
@@ -446,12 +451,12 @@ class EngineBuilder:
                     )
                 if name in shape_inputs:
                     continue  # values, checked by TensorRT
-                if len(lo) != len(meta.shape) or any(
-                    isinstance(d, int) and not (a == d == b) for a, b, d in zip(lo, hi, meta.shape)
+                if len(lo) != len(_known(meta)) or any(
+                    isinstance(d, int) and not (a == d == b) for a, b, d in zip(lo, hi, _known(meta))
                 ):
                     raise UsageError(
                         f"profile {k}: shapes of '{name}' ({lo} .. {hi}) do not fit the network's "
-                        f"{format_shape(meta.shape)}"
+                        f"{format_shape(_known(meta))}"
                     )
 
     def profiles(self, metas: List[TensorMeta], shape_inputs: Sequence[str]) -> List[Profile]:
@@ -460,7 +465,7 @@ class EngineBuilder:
         For a shape-tensor input, a profile holds its values (min/opt/max), not its shape.
         A profile is needed whenever an input is dynamic or is a shape tensor.
         """
-        dynamic = [m for m in metas if any(not isinstance(d, int) for d in m.shape) and m.name not in shape_inputs]
+        dynamic = [m for m in metas if any(not isinstance(d, int) for d in _known(m)) and m.name not in shape_inputs]
         shape_metas = [m for m in metas if m.name in shape_inputs]
         profiles = [dict(p) for p in self.config.profiles]
         self._check_user_profiles(profiles, metas, shape_inputs)
