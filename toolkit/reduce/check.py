@@ -338,6 +338,7 @@ class SubprocessRunner:
             return CheckResult(126, b"", msg.encode(), seconds=time.monotonic() - start)
         self.active_pid = proc.pid
         deadline = start + self.timeout if self.timeout else None
+        assert proc.stdout is not None and proc.stderr is not None  # both piped
         fds = [proc.stdout.fileno(), proc.stderr.fileno()]
         try:
             (out, err), timed_out = _collect(fds, deadline, tick, lambda: proc.poll() is not None)
@@ -624,9 +625,14 @@ def _child(entry: WorkerEntry, argv0: str, args: List[str], w_out: int, w_err: i
     os.close(w_out)
     os.close(w_err)
     enc = getattr(sys.stdout, "encoding", None) or "utf-8"
-    sys.stdin = sys.__stdin__ = open(0, "r", closefd=False)
-    sys.stdout = sys.__stdout__ = open(1, "w", encoding=enc, errors="strict", closefd=False)
-    sys.stderr = sys.__stderr__ = open(2, "w", encoding=enc, errors="backslashreplace", closefd=False, buffering=1)
+    streams = {
+        "stdin": open(0, "r", closefd=False),
+        "stdout": open(1, "w", encoding=enc, errors="strict", closefd=False),
+        "stderr": open(2, "w", encoding=enc, errors="backslashreplace", closefd=False, buffering=1),
+    }
+    for name, opened in streams.items():  # sys.X and sys.__X__: a fresh process has both on fd 0/1/2
+        setattr(sys, name, opened)
+        setattr(sys, f"__{name}__", opened)
     sys.argv = [argv0] + list(args)
     code = 1
     try:
