@@ -98,7 +98,7 @@ class CompareReducer(Reducer):
 
         return localized(self.plan) if self.cfg.mode is None else STRATEGIES[self.cfg.mode](self.plan)
 
-    def _search(self, gen=None) -> int:
+    def _search(self, gen=None) -> Optional[int]:
         return super()._search(gen if gen is not None else self.strategy())
 
 
@@ -114,7 +114,7 @@ class AllFaultsReducer(CompareReducer):
         self.faults: List[Fault] = []
         self._describe = describe_faults
 
-    def _search(self, gen=None) -> int:
+    def _search(self, gen=None) -> Optional[int]:
         allowed = self.index.full_mask
         first = None
         while allowed and len(self.faults) < MAX_FAULTS:
@@ -133,7 +133,7 @@ class AllFaultsReducer(CompareReducer):
             self._describe(self, self.faults)
         return first if first is not None else CompareReducer._search(self)
 
-    def _search_within(self, allowed: int) -> int:
+    def _search_within(self, allowed: int) -> Optional[int]:
         return CompareReducer._search(self, within(self.strategy(), allowed))
 
     def run(self):

@@ -215,7 +215,7 @@ def load_for_index(path: str, external_data_dir: Optional[str] = None):
         return full()
     pieces = RawPieces.scan(data)
     light = pieces.light_bytes() if pieces is not None else None
-    if light is None or pieces.external:
+    if pieces is None or light is None or pieces.external:
         return full()
     try:
         model = _parse_model(light, path)
@@ -350,10 +350,10 @@ class Reducer:
         self.evidence: Dict[int, Evidence] = {}  # failing (and full-model) checks' comparison evidence
         self.phase_checks: Dict[str, int] = {}
         self.broken = 0
-        self.broken_masks = set()  # node sets whose check was broken (counted as passes)
+        self.broken_masks: set = set()  # node sets whose check was broken (counted as passes)
         self.timeouts = 0
         self.failures_seen = 0
-        self.toolkit_check = bool(config.check) and toolkit_args(config.check) is not None
+        self.toolkit_check = bool(config.check) and toolkit_args(config.check or []) is not None
         self._given_runner = runner
         self._runner_factory = runner_factory
         self.reporter = reporter or Reporter()
@@ -364,13 +364,14 @@ class Reducer:
         self.remembered = 0
         self.best: Optional[int] = None  # smallest failing node set checked so far
         self.best_chunks: Optional[list] = None
-        self.plan: Optional[Plan] = None
-        self.index: Optional[GraphIndex] = None
-        self.replay: Optional[Replay] = None
+        # set by _load (every search runs after it)
+        self.plan: Plan = None  # type: ignore[assignment]
+        self.index: GraphIndex = None  # type: ignore[assignment]
+        self.replay: Replay = None  # type: ignore[assignment]  # set by _load
         self.loaded: Optional[Replay] = None
         self.runner = None
         self.check_seconds = 0.0
-        self._missing_artifacts = set()
+        self._missing_artifacts: set = set()
         self._final_mask: Optional[int] = None
         self._external_artifact = False
         self._links: Optional[Dict[str, str]] = None  # source data file -> location by the iteration artifact
@@ -815,7 +816,8 @@ class Reducer:
             info["verdict"] = it.verdict
             info["exit_code"] = it.result.code if it.result is not None else None
             info["seconds"] = round(it.seconds, 6)
-        write_bytes_atomic(self.cfg.iter_info, (json.dumps(info, indent=1) + "\n").encode())
+        if self.cfg.iter_info:
+            write_bytes_atomic(self.cfg.iter_info, (json.dumps(info, indent=1) + "\n").encode())
 
     def _sort_artifacts(self, failed: bool, cand: Optional[Candidate] = None, worker=None, number=None) -> None:
         folder = os.path.join(self.cfg.art_dir, "bad" if failed else "good")
@@ -940,7 +942,7 @@ class Reducer:
                 if self._runner_factory is not None:
                     worker.runner = self._runner_factory(k, artifact, worker.env)
                 else:
-                    argv = worker_argv(cfg.check, cfg.iter_artifact, artifact)
+                    argv = worker_argv(cfg.check or [], cfg.iter_artifact, artifact)
                     worker.runner = make_runner(
                         argv, cfg.check_timeout, warm=cfg.warm, entry=cfg.worker, env=worker.env
                     )
