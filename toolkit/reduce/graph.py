@@ -223,6 +223,7 @@ class Candidate:
         external data files (relative to its folder): only :meth:`GraphIndex.write` makes a
         runnable file of such a candidate."""
         if self._data is None:
+            assert self.index is not None, "a candidate made by GraphIndex.candidate"
             self._data = self.index._chunks(self)
         return self._data
 
@@ -301,6 +302,7 @@ class MetaProvider:
     def __call__(self, names: Sequence[str], dtype_only: Sequence[str] = ()):
         """Metas of ``names``; for those in ``dtype_only`` (new outputs) a dtype is enough."""
         self.ensure()
+        assert self.metas is not None
         relaxed = set(dtype_only)
         missing = [
             n
@@ -526,10 +528,10 @@ class GraphIndex:
         if full:
             # The whole model: keep Constant nodes that feed graph outputs directly.
             for t in self.graph_outputs:
-                j = self.const_producer.get(t)
-                if j is not None and j not in const_seen:
-                    const_seen.add(j)
-                    consts.append(j)
+                c = self.const_producer.get(t)
+                if c is not None and c not in const_seen:
+                    const_seen.add(c)
+                    consts.append(c)
             consts.sort()
         return inputs, inits, consts
 
@@ -572,7 +574,7 @@ class GraphIndex:
         the full model's values (:attr:`fold_values`), so only the inputs on the cut remain.
         """
         nodes = mask_indices(mask)
-        produced = set()
+        produced: set = set()
         for i in nodes:
             produced.update(self.writes[i])
         full = mask == self.full_mask
@@ -671,6 +673,7 @@ class GraphIndex:
 
         missing = [t for t in names if t not in self._folded_frag]
         if missing:
+            assert self.fold_values is not None, "folded inputs need fold_values"
             values = self.fold_values(missing)
             for t in missing:
                 tensor = numpy_helper.from_array(values[t], name=t)
@@ -704,6 +707,7 @@ class GraphIndex:
         if src is None:
             from toolkit.core.weights import ref_source
 
+            assert self._ext_base is not None, "references exist only with an external-data folder"
             src = self._ref_src[name] = os.path.realpath(ref_source(self.initializers[name], self._ext_base)[0])
         return src
 
