@@ -27,11 +27,13 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import math
-from typing import Generator, List, Optional
+from typing import Any, Generator, List, Optional
 
 from toolkit.reduce.graph import GraphIndex, mask_indices, mask_of, popcount, range_mask
 
-Search = Generator[int, bool, int]
+# A search yields a node set (an int mask), or a batch of them (a list) to check at once, is sent
+# the verdict(s) back (True: the check failed) and returns its result (a mask, or a tuple for helpers).
+Search = Generator[Any, Any, Any]
 
 
 class Plan:
@@ -149,7 +151,7 @@ def split_points(lo: int, hi: int, width: int) -> List[int]:
     """Up to ``width`` points ``k`` in ``lo+1 .. hi``, evenly spaced: checking "is the
     boundary below k" at all of them leaves an interval ``width + 1`` times smaller."""
     span = hi - lo + 1
-    ks = []
+    ks: List[int] = []
     for i in range(1, width + 1):
         k = lo + (i * span + width) // (width + 1)
         k = min(max(k, lo + 1), hi)
@@ -195,7 +197,7 @@ def latest_failing_start(plan: Plan, lo: int, stop: int) -> Search:
     step = 1
     while True:
         if plan.width > 1:
-            js = []
+            js: List[int] = []
             while len(js) < plan.width and stop - step > lo:
                 js.append(stop - step)
                 step *= 2
@@ -283,7 +285,7 @@ def drop_loop(plan: Plan, mask: int, *, interior: bool, phase: str = "drop loop"
     against the final set, so the result is verified, not assumed.
     """
     plan.phase = phase
-    rejected = {}  # node -> mask at which dropping it passed
+    rejected: dict = {}  # node -> mask at which dropping it passed
     while True:
         changed = False
         order = _drop_order(plan, mask, interior)
