@@ -161,6 +161,15 @@ def test_onnxruntime_logs_follow_verbosity(tmp_path):
     res = run_toolkit("run", model, "--onnxrt", "--input-shapes", "x:[4]", "-v")
     assert res.code == 1
     assert "[E:onnxruntime" in res.err  # -v lets ONNX-Runtime's own warnings and errors through
+    # ... through toolkit's log: one prefix, no colour codes in a pipe, and into --log-file too
+    assert "\x1b[" not in res.err
+    ort_lines = [ln for ln in res.err.splitlines() if "[E:onnxruntime" in ln]
+    assert ort_lines and all(ln.startswith("onnxruntime | ") for ln in ort_lines), res.err
+    log = tmp_path / "run.log"
+    res = run_toolkit("run", model, "--onnxrt", "--input-shapes", "x:[4]", "-vv", "--log-file", str(log))
+    assert res.code == 1
+    assert "[I:onnxruntime" in res.err and "\x1b[" not in res.err  # -vv: its info lines as well
+    assert "onnxruntime | " in log.read_text()
 
 
 def test_model_to_a_terminal_is_refused(tmp_path):

@@ -9,10 +9,13 @@ with ONNX-Runtime pointed at the folder holding the external data.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import re
 import sys
+import tempfile
 import time
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from toolkit.backends.base import Runner
 from toolkit.core.errors import DependencyError, InferenceError, InputError, one_line  # noqa: F401  (InferenceError: re-exported)
@@ -89,15 +92,49 @@ EXTERNAL_DIR_KEY = "session.model_external_initializers_file_folder_path"
 # own `error:` line (ORT's logger would repeat them, in colour, even into pipes). The CLI
 # raises it with -v/-vv/-vvv (see set_log_severity).
 _LOG_SEVERITY = 4
+# Where ONNX-Runtime's log lines go when they must not reach stderr as ORT writes them (ORT's
+# console sink colours warnings and errors unconditionally): None lets them through untouched.
+_LOG_SINK: Optional[Callable[[str], None]] = None
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 
 
-def set_log_severity(severity: int) -> None:
-    """Let ONNX-Runtime print its own log lines from ``severity`` up (0 = everything, 4 = fatal only)."""
-    global _LOG_SEVERITY
+def set_log_severity(severity: int, sink: Optional[Callable[[str], None]] = None) -> None:
+    """Let ONNX-Runtime print its own log lines from ``severity`` up (0 = everything, 4 = fatal only).
+
+    With ``sink``, those lines are caught around session creation and inference and handed to
+    ``sink`` one by one, without ANSI colour codes, instead of reaching stderr directly.
+    """
+    global _LOG_SEVERITY, _LOG_SINK
     _LOG_SEVERITY = max(0, min(4, int(severity)))
+    _LOG_SINK = sink
     ort = sys.modules.get("onnxruntime")
     if ort is not None:
         ort.set_default_logger_severity(_LOG_SEVERITY)
+
+
+@contextlib.contextmanager
+def routed_logs() -> Iterator[None]:
+    """While ONNX-Runtime may log, catch what it writes to the process's stderr (file
+    descriptor 2: its C++ logger bypasses Python) and pass each line, uncoloured, to the sink."""
+    sink = _LOG_SINK
+    if sink is None or _LOG_SEVERITY >= 4:
+        yield
+        return
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as caught:
+        os.dup2(caught.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            caught.seek(0)
+            text = caught.read().decode("utf-8", errors="replace")
+            for line in _ANSI.sub("", text).splitlines():
+                if line.strip():
+                    sink(line.rstrip())
 
 
 def _import_ort():
@@ -296,7 +333,8 @@ class OnnxrtRunner(Runner):
         so = self._session_options(ort)
         source = self._model_source(so)
         try:
-            sess = ort.InferenceSession(source, sess_options=so, providers=self.providers)
+            with routed_logs():
+                sess = ort.InferenceSession(source, sess_options=so, providers=self.providers)
         except Exception as exc:  # ORT raises its own exception types (Fail, InvalidGraph, ...)
             from toolkit.core.model import describe
 
@@ -354,7 +392,8 @@ class OnnxrtRunner(Runner):
         sess = self._session
         start = time.perf_counter()
         try:
-            values = sess.run(self._output_names, feed if isinstance(feed, dict) else dict(feed))
+            with routed_logs():
+                values = sess.run(self._output_names, feed if isinstance(feed, dict) else dict(feed))
         except Exception as exc:
             if isinstance(exc, (KeyboardInterrupt, MemoryError)):
                 raise

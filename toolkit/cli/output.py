@@ -116,6 +116,14 @@ def ort_severity() -> int:
     return 4
 
 
+def ort_log_sink():
+    """Where ONNX-Runtime's own log lines go: straight to a terminal (its colours are fine
+    there), through our log (plain, and into ``--log-file``) everywhere else."""
+    if colour_allowed(sys.stderr):
+        return None
+    return lambda line: emit(f"onnxruntime | {line}", WARNING)
+
+
 def colour_allowed(stream=None) -> bool:
     return is_terminal(stream) and "no-colors" not in state.formats and not os.environ.get("NO_COLOR")
 

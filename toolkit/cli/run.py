@@ -492,9 +492,9 @@ def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
     from toolkit.run import execute
 
     from toolkit.backends.onnxrt import set_log_severity
-    from toolkit.cli.output import ort_severity
+    from toolkit.cli.output import ort_log_sink, ort_severity
 
-    set_log_severity(ort_severity())
+    set_log_severity(ort_severity(), ort_log_sink())
     reporter = CliReporter(quiet=quiet)
     try:
         report = execute(opts, reporter)

@@ -426,7 +426,7 @@ def _ort_session(runnable, external_data_dir: Optional[str]):
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # its errors come back as exceptions, reported once
     if external_data_dir is not None:
         # weights stay on disk: ONNX-Runtime reads them from their folder itself
         so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_data_dir)
