@@ -147,6 +147,21 @@ def test_ocr_sized_cnn_within_fp16_tolerance():
     np.testing.assert_allclose(got, ref, atol=2e-3)
 
 
+def test_weights_listed_as_graph_inputs_ir3_convert_and_run():
+    # IR version 3 models (many older exported models) list every initializer as a graph input too
+    model = fm.ocr_detector()
+    model.graph.input.extend(
+        onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in model.graph.initializer
+    )
+    model.ir_version = 3
+    feed = {"x": np.random.default_rng(1).random((1, 3, 320, 320)).astype(np.float32)}
+    ref = ort_run(model, feed)["prob"]
+    for keep in ([], [model.graph.node[0].name]):
+        out = fp16.convert_to_fp16(model, keep)
+        assert [vi.name for vi in out.graph.input] == ["x"] and out.ir_version >= 4
+        np.testing.assert_allclose(ort_run(out, feed)["prob"], ref, atol=2e-3)
+
+
 def test_unnamed_nodes_get_names():
     model = mz.chain(4)
     for n in model.graph.node:

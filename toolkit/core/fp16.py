@@ -514,6 +514,21 @@ def _normalize_constants(model) -> None:
                 node.attribute.append(helper.make_attribute("value", numpy_helper.from_array(np.asarray(arr))))
 
 
+def _initializers_as_weights(model) -> None:
+    """Initializers also listed as graph inputs (IR version 3 and older models) -> plain weights.
+
+    Such an input is a default a caller may override; its declared type would stay float32
+    while its weight becomes fp16, a model no runtime loads. The fp16 model reads them as
+    weights (IR version 4 at least, where an initializer need not be an input)."""
+    for graph in iter_graphs(model.graph):
+        weights = {t.name for t in graph.initializer}
+        if not any(vi.name in weights for vi in graph.input):
+            continue
+        inputs = [vi for vi in graph.input if vi.name not in weights]
+        _replace_repeated(graph.input, inputs)
+        model.ir_version = max(model.ir_version, 4)
+
+
 def _library_convert(f16, model, kept: Set[str], keep_io_types: bool) -> None:
     """onnxconverter-common's conversion of ``model`` in place, nodes ``kept`` left in fp32."""
     # the library's topological sort is quadratic (10k nodes: seconds) and ignores what
@@ -569,6 +584,7 @@ def convert(
     model = _copy_model(model, inplace)
     _normalize_constants(model)
     _normalize_float_data(model)
+    _initializers_as_weights(model)
     inferred = infer_types(model)
     types = tensor_types(inferred)
     decision = decide(model, keep_fp32, auto=auto_keep, types=types)
