@@ -47,10 +47,14 @@ from toolkit.core.graphs import node_subgraphs, stable_topological_order, walk_g
 FLOAT = 1
 FLOAT16 = 10
 DOUBLE = 11
+BFLOAT16 = 16
 FP16_MAX = 65504.0
 FP16_TINY = 2.0**-24  # smallest positive (subnormal) fp16
+BF16_MAX = 3.3895313892515355e38  # largest finite bfloat16 (0x7F7F)
 _FLOATS = (FLOAT, FLOAT16)
-_TENSOR_STR = {FLOAT: "tensor(float)", FLOAT16: "tensor(float16)"}
+_TENSOR_STR = {FLOAT: "tensor(float)", FLOAT16: "tensor(float16)", BFLOAT16: "tensor(bfloat16)"}
+# the reduced precisions a model can be converted to / emulated in: dtype name -> (ONNX type, short name)
+PRECISIONS = {"float16": (FLOAT16, "fp16"), "bfloat16": (BFLOAT16, "bf16")}
 _STD_DOMAINS = ("", "ai.onnx")
 # ops whose output type comes from a ``dtype`` attribute
 _DTYPE_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "EyeLike", "Bernoulli"}
@@ -59,6 +63,7 @@ _STRIP_BYTES = 4096  # weights larger than this are left out of the copy given t
 REASON_USER = "kept by --keep-fp32"
 REASON_NO_KERNEL = "no fp16 kernel in ONNX-Runtime (onnxconverter-common's block list)"
 REASON_SCHEMA = "its ONNX schema has no fp16 type"
+REASON_SCHEMA_BF16 = "its ONNX schema has no bf16 type at the model's opset"
 REASON_DOMAIN = "operator outside the standard ONNX domain"
 REASON_SHAPE = "shape computation (fp16 holds integers exactly only up to 2048)"
 
@@ -329,10 +334,20 @@ def _formal(params, i: int):
     return last if variadic else None
 
 
-def _schema_lacks_fp16(schema) -> bool:
+def _low_type(dtype: str) -> int:
+    """ONNX element type of a reduced precision named ``float16``/``bfloat16`` (fp16/bf16 accepted)."""
+    for name, (onnx_type, short) in PRECISIONS.items():
+        if dtype in (name, short):
+            return onnx_type
+    raise ValueError(f"unknown reduced precision {dtype!r}: use float16 or bfloat16")
+
+
+def _schema_lacks(schema, low: int = FLOAT16) -> bool:
+    """Does a type constraint of ``schema`` allow float32 but not the ``low`` precision?"""
+    want = _TENSOR_STR[low]
     for c in schema.type_constraints:
         allowed = set(c.allowed_type_strs)
-        if "tensor(float)" in allowed and "tensor(float16)" not in allowed:
+        if "tensor(float)" in allowed and want not in allowed:
             return True
     return False
 
@@ -340,8 +355,11 @@ def _schema_lacks_fp16(schema) -> bool:
 # ---------------------------------------------------------------------- which nodes stay fp32
 
 
-def automatic_keep(model, types: Optional[Dict[str, int]] = None) -> Dict[str, str]:
-    """Nodes that must stay fp32 whatever the user asks: name -> reason."""
+def automatic_keep(model, types: Optional[Dict[str, int]] = None, dtype: str = "float16") -> Dict[str, str]:
+    """Nodes that must stay fp32 whatever the user asks: name -> reason. ``dtype``: the precision
+    the rest is converted to (``float16`` or ``bfloat16``: the schema check follows it)."""
+    low = _low_type(dtype)
+    reason_schema = REASON_SCHEMA if low == FLOAT16 else REASON_SCHEMA_BF16
     if types is None:
         types = tensor_types(infer_types(model))
     block = set(default_block_list())
@@ -376,8 +394,8 @@ def automatic_keep(model, types: Optional[Dict[str, int]] = None) -> Dict[str, s
                 keep[node.name] = REASON_SHAPE
             else:
                 schema = schemas.get(node)
-                if schema is not None and _schema_lacks_fp16(schema):
-                    keep[node.name] = REASON_SCHEMA
+                if schema is not None and _schema_lacks(schema, low):
+                    keep[node.name] = reason_schema
     return keep
 
 
@@ -407,11 +425,11 @@ class Decision:
         return list(self.kept)
 
 
-def decide(model, keep_fp32: Iterable[str] = (), *, auto: bool = True, types=None) -> Decision:
-    """Name the nodes (in place) and decide which stay fp32."""
+def decide(model, keep_fp32: Iterable[str] = (), *, auto: bool = True, types=None, dtype: str = "float16") -> Decision:
+    """Name the nodes (in place) and decide which stay fp32 when the rest becomes ``dtype``."""
     name_nodes(model)
     user = resolve_keep(model, keep_fp32)
-    autos = automatic_keep(model, types) if auto else {}
+    autos = automatic_keep(model, types, dtype) if auto else {}
     order = [n.name for n in iter_nodes(model)]
     chosen = {n: REASON_USER for n in user}
     for n, r in autos.items():
@@ -454,6 +472,45 @@ def to_fp16(arr):
     return h, over
 
 
+def to_bf16(arr):
+    """float32 values as bfloat16 the way the conversion stores weights: rounded once to nearest
+    (ties to even) from the float32 value; finite values past bfloat16's range (3.39e38) become
+    +-BF16_MAX instead of inf; inf and NaN unchanged; no clamping of small values (bfloat16 has
+    float32's exponent range). Returns (the bfloat16 bit patterns as uint16, whether any value
+    was clamped). numpy has no bfloat16: :func:`bf16_values` gives the values as float32."""
+    import numpy as np
+
+    a = np.ascontiguousarray(arr, dtype=np.float32)
+    u = a.view(np.uint32)
+    with np.errstate(over="ignore"):
+        bits = ((u + np.uint32(0x7FFF) + ((u >> 16) & np.uint32(1))) >> 16).astype(np.uint16)
+    nan = np.isnan(a)
+    if nan.any():
+        bits[nan] = ((u[nan] >> 16) | 0x0040).astype(np.uint16)  # quiet NaN, sign and payload kept
+    over = False
+    big = ((bits & 0x7FFF) == 0x7F80) & np.isfinite(a)
+    if big.any():
+        bits[big] = (bits[big] & 0x8000) | 0x7F7F
+        over = True
+    return bits, over
+
+
+def bf16_values(bits):
+    """bfloat16 bit patterns (uint16) -> their values as float32 (exact)."""
+    import numpy as np
+
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def round_values(arr, dtype: str = "float16"):
+    """float32 values rounded as the conversion to ``dtype`` stores weights, back in float32."""
+    import numpy as np
+
+    if _low_type(dtype) == BFLOAT16:
+        return bf16_values(to_bf16(arr)[0])
+    return to_fp16(arr)[0].astype(np.float32)
+
+
 def _weight_array(t):
     import numpy as np
     from onnx import numpy_helper
@@ -463,10 +520,13 @@ def _weight_array(t):
     return numpy_helper.to_array(t)
 
 
-def _convert_weights(model, kept: Set[str]) -> List[str]:
+def _convert_weights(model, kept: Set[str], low: int = FLOAT16) -> List[str]:
     """Convert the float32 weights no kept node reads to fp16 (:func:`to_fp16`), before the
     library runs (its own conversion makes several masked copies of every weight: 6x slower).
-    Returns the names of the weights that had values past 65504."""
+    Returns the names of the weights that had values past 65504.
+
+    ``low=BFLOAT16``: the weights get :func:`to_bf16`'s bit patterns (rounded once from their
+    float32 values) but stay typed FLOAT16 while the library runs (see :func:`_retype_bf16`)."""
     readers_kept: Dict[str, bool] = {}
     for node in iter_nodes(model):
         k = node.name in kept
@@ -478,7 +538,7 @@ def _convert_weights(model, kept: Set[str]) -> List[str]:
         for t in graph.initializer:
             if t.data_type != FLOAT or readers_kept.get(t.name, True):
                 continue  # read by a kept node (the library keeps it fp32), or by nothing
-            h, over = to_fp16(_weight_array(t))
+            h, over = to_bf16(_weight_array(t)) if low == BFLOAT16 else to_fp16(_weight_array(t))
             del t.float_data[:]
             t.raw_data = h.tobytes()
             t.data_type = FLOAT16
@@ -529,14 +589,33 @@ def _initializers_as_weights(model) -> None:
         model.ir_version = max(model.ir_version, 4)
 
 
-def _library_convert(f16, model, kept: Set[str], keep_io_types: bool) -> None:
-    """onnxconverter-common's conversion of ``model`` in place, nodes ``kept`` left in fp32."""
+def _bf16_placeholder(tensor, *_limits, clamped: Optional[List[str]] = None):
+    """In place: a float32 tensor -> :func:`to_bf16`'s bits, typed FLOAT16 while the library runs."""
+    if tensor.data_type == FLOAT:
+        bits, over = to_bf16(_weight_array(tensor))
+        del tensor.float_data[:]
+        tensor.raw_data = bits.tobytes()
+        tensor.data_type = FLOAT16
+        if over and clamped is not None:
+            clamped.append(tensor.name or "(a node attribute)")
+    return tensor
+
+
+def _library_convert(f16, model, kept: Set[str], keep_io_types: bool, bf16_clamped: Optional[List[str]] = None) -> None:
+    """onnxconverter-common's conversion of ``model`` in place, nodes ``kept`` left in fp32.
+
+    ``bf16_clamped`` (a list, for a bfloat16 conversion): the tensors the library converts get
+    bfloat16 bits rounded from their float32 values (typed FLOAT16 until :func:`_retype_bf16`);
+    the names of those clamped to +-BF16_MAX are appended to it."""
     # the library's topological sort is quadratic (10k nodes: seconds) and ignores what
     # If/Loop bodies read; ours (below) runs instead, for the duration of the call
     library_sort = getattr(f16, "sort_topology", None)
+    library_tensor = f16.convert_tensor_float_to_float16
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
+            if bf16_clamped is not None:
+                f16.convert_tensor_float_to_float16 = lambda t, *a: _bf16_placeholder(t, clamped=bf16_clamped)
             if library_sort is not None:
                 f16.sort_topology = _sort_all
             f16.convert_float_to_float16(
@@ -552,8 +631,54 @@ def _library_convert(f16, model, kept: Set[str], keep_io_types: bool) -> None:
         except Exception as exc:  # the library asserts and raises ValueError on odd graphs
             raise InputError(f"fp16 conversion failed in onnxconverter-common: {type(exc).__name__}: {exc}") from None
         finally:
+            f16.convert_tensor_float_to_float16 = library_tensor
             if library_sort is not None:
                 f16.sort_topology = library_sort
+
+
+def _attr_tensors(node):
+    """(attribute name, index, tensor) of every tensor a node's attributes hold (index -1: ``t``)."""
+    for a in node.attribute:
+        if a.HasField("t"):
+            yield a.name, -1, a.t
+        for k, t in enumerate(a.tensors):
+            yield a.name, k, t
+
+
+def _fp16_attr_tensors(model) -> Set[Tuple[str, str, int]]:
+    """Attribute tensors already float16 in the original model (they stay float16)."""
+    return {
+        (n.name, name, k)
+        for n in iter_nodes(model)
+        for name, k, t in _attr_tensors(n)
+        if t.data_type == FLOAT16
+    }
+
+
+def _retype_bf16(model, original_fp16: Set[Tuple[str, str, int]]) -> None:
+    """The library's fp16 model -> bfloat16: every FLOAT16 type becomes BFLOAT16.
+
+    The tensors already hold bfloat16 bits (:func:`_convert_weights`, :func:`_bf16_placeholder`),
+    so only their type changes; Casts to FLOAT16 cast to BFLOAT16; value types follow. The
+    original model held no float16 (it would be mixed already), except perhaps attribute
+    tensors (``original_fp16``), which stay as they were.
+    """
+    for graph in iter_graphs(model.graph):
+        for t in graph.initializer:
+            if t.data_type == FLOAT16:
+                t.data_type = BFLOAT16
+        for coll in (graph.input, graph.output, graph.value_info):
+            for vi in coll:
+                if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == FLOAT16:
+                    vi.type.tensor_type.elem_type = BFLOAT16
+        for node in graph.node:
+            if node.op_type == "Cast" and node.domain in _STD_DOMAINS:
+                for a in node.attribute:
+                    if a.name == "to" and a.i == FLOAT16:
+                        a.i = BFLOAT16
+            for name, k, t in _attr_tensors(node):
+                if t.data_type == FLOAT16 and (node.name, name, k) not in original_fp16:
+                    t.data_type = BFLOAT16
 
 
 def convert(
@@ -565,19 +690,29 @@ def convert(
     validate: bool = True,
     inplace: bool = False,
     if_mixed: str = "keep",
+    dtype: str = "float16",
 ) -> Conversion:
     """Convert a float32 model to mixed fp16 (see the module docstring); returns the details.
 
-    A model that already holds float16 (mixed precision, e.g. written by this function) is
-    not converted again: that would turn its deliberate float32 nodes into fp16. With
-    ``if_mixed="keep"`` it is returned as it is (``already_mixed``); with ``"error"`` that is
-    an InputError.
+    ``dtype="bfloat16"``: mixed bfloat16 instead, by the same conversion (same placement of
+    the nodes kept in fp32 and of the Casts, decided with bfloat16's ONNX schemas), with
+    every weight rounded once from its float32 value to bfloat16 (no fp16 clamping);
+    ``clamped`` then lists weights past bfloat16's range (3.39e38).
+
+    A model that already holds float16 or bfloat16 (mixed precision, e.g. written by this
+    function) is not converted again: that would turn its deliberate float32 nodes into
+    reduced precision. With ``if_mixed="keep"`` it is returned as it is (``already_mixed``);
+    with ``"error"`` that is an InputError.
     """
-    if has_fp16(model):
+    low = _low_type(dtype)
+    short = PRECISIONS["bfloat16" if low == BFLOAT16 else "float16"][1]
+    held = reduced_types(model)
+    if held:
         if if_mixed == "error" or keep_fp32:
+            names = " and ".join(sorted(held))
             raise InputError(
-                "the model already holds float16 tensors (mixed precision); converting it again would turn its "
-                "float32 nodes to fp16: convert the float32 original (with --keep-fp32 for the nodes to keep)"
+                f"the model already holds {names} tensors (mixed precision); converting it again would turn its "
+                f"float32 nodes to {short}: convert the float32 original (with --keep-fp32 for the nodes to keep)"
             )
         return Conversion(_copy_model(model, inplace), {}, [], 0, already_mixed=True)
     f16 = _float16_module()
@@ -587,12 +722,13 @@ def convert(
     _initializers_as_weights(model)
     inferred = infer_types(model)
     types = tensor_types(inferred)
-    decision = decide(model, keep_fp32, auto=auto_keep, types=types)
+    decision = decide(model, keep_fp32, auto=auto_keep, types=types, dtype=dtype)
     # the library needs value types in value_info: take them from the light copy
     _copy_value_info(inferred, model)
     del inferred
     kept = set(decision.kept)
-    clamped = _convert_weights(model, kept)
+    clamped = _convert_weights(model, kept, low)
+    original_fp16 = _fp16_attr_tensors(model) if low == BFLOAT16 else set()
     originals = {n.name for n in iter_nodes(model)}
     # graph outputs produced by kept nodes: hidden from the library (it would wrap them
     # in a Cast16/Cast32 pair and then fail on it); the repair below keeps them fp32
@@ -606,19 +742,21 @@ def convert(
         ):
             vi.type.tensor_type.elem_type = DOUBLE
             hidden.append(vi.name)
-    _library_convert(f16, model, kept, keep_io_types)
+    _library_convert(f16, model, kept, keep_io_types, clamped if low == BFLOAT16 else None)
     for graph in iter_graphs(model.graph):
         toposort(graph)
+    if low == BFLOAT16:
+        _retype_bf16(model, original_fp16)
     hidden_set = set(hidden)
     for vi in model.graph.output:
         if vi.name in hidden_set:
             vi.type.tensor_type.elem_type = FLOAT
-    repair = _Repair(model, types, kept, originals, keep_io_types)
+    repair = _Repair(model, types, kept, originals, keep_io_types, low)
     repair.run()
     _drop_round_trips(model, originals, repair.types)
     repair.write_value_info()
     if validate:
-        check_types(model)
+        check_types(model, short)
     return Conversion(model, dict(decision.kept), clamped, repair.casts_added)
 
 
@@ -678,7 +816,7 @@ def _copy_value_info(src, dst) -> None:
         gd.value_info.extend(gs.value_info)
 
 
-def check_types(model) -> None:
+def check_types(model, what: str = "fp16") -> None:
     """InputError unless ONNX type inference accepts ``model`` (checked without big weights)."""
     import onnx
 
@@ -687,7 +825,7 @@ def check_types(model) -> None:
     except Exception as exc:
         msg = str(exc).strip().splitlines()
         raise InputError(
-            "the fp16 model does not type-check (" + (msg[0] if msg else type(exc).__name__) + "); "
+            f"the {what} model does not type-check (" + (msg[0] if msg else type(exc).__name__) + "); "
             "keep the node it names in fp32 with --keep-fp32"
         ) from None
 
@@ -710,8 +848,12 @@ def _body_output_types(node) -> Dict[str, int]:
 class _Repair:
     """Make every node's input types what its precision asks for, inserting Casts."""
 
-    def __init__(self, model, orig_types: Dict[str, int], kept: Set[str], originals: Set[str], keep_io: bool):
+    def __init__(
+        self, model, orig_types: Dict[str, int], kept: Set[str], originals: Set[str], keep_io: bool, low: int = FLOAT16
+    ):
         self.model = model
+        self.low = low  # the reduced precision converted nodes compute in (FLOAT16 or BFLOAT16)
+        self.floats = (FLOAT, low)
         self.orig = orig_types
         self.kept = kept
         self.originals = originals
@@ -727,7 +869,7 @@ class _Repair:
     def _cast(self, src: str, to: int, hint: str):
         from onnx import helper
 
-        out = self.fresh(f"{src}_to_{'fp16' if to == FLOAT16 else 'fp32'}")
+        out = self.fresh(f"{src}_to_{_short(to)}")
         node = helper.make_node("Cast", [src], [out], name=self.fresh(f"{hint}_cast_{out}"), to=to)
         self.types[out] = to
         self.casts_added += 1
@@ -764,7 +906,7 @@ class _Repair:
         """Casts in front of ``node`` for the float inputs it wants in the other precision."""
         for i, name in enumerate(node.input):
             have = types.get(name) if name else None
-            if have not in _FLOATS:
+            if have not in self.floats:
                 continue
             want = self._wanted_input(node, schema, i, name, kept, have)
             if want is not None and want != have:
@@ -797,10 +939,10 @@ class _Repair:
                 node.output[j] = raw
                 self.types[raw] = FLOAT
                 new_nodes.append(
-                    helper.make_node("Cast", [raw], [name], name=self.fresh(f"{node.name}_cast_out{j}"), to=FLOAT16)
+                    helper.make_node("Cast", [raw], [name], name=self.fresh(f"{node.name}_cast_out{j}"), to=self.low)
                 )
                 self.casts_added += 1
-                types[name] = FLOAT16
+                types[name] = self.low
 
     def _fix_graph_outputs(self, graph, top: bool, types: Dict[str, int], new_nodes: list) -> None:
         """Graph outputs: the declared type wins (I/O types kept at the top; the library's fp16 bodies below)."""
@@ -809,11 +951,11 @@ class _Repair:
         for vi in graph.output:
             want = vi.type.tensor_type.elem_type
             have = types.get(vi.name)
-            if top and self.keep_io and self.orig.get(vi.name) in _FLOATS:
+            if top and self.keep_io and self.orig.get(vi.name) in self.floats:
                 want = self.orig[vi.name]
                 vi.type.tensor_type.elem_type = want
-            if have in _FLOATS and want in _FLOATS and have != want:
-                raw = self.fresh(f"{vi.name}_{'fp16' if have == FLOAT16 else 'fp32'}")
+            if have in self.floats and want in self.floats and have != want:
+                raw = self.fresh(f"{vi.name}_{_short(have)}")
                 for n in new_nodes:
                     for k, o in enumerate(n.output):
                         if o == vi.name:
@@ -828,22 +970,22 @@ class _Repair:
                 types[vi.name] = want
 
     def _retarget(self, node) -> None:
-        """Attribute-typed outputs of converted nodes: FLOAT -> FLOAT16."""
+        """Attribute-typed outputs of converted nodes: FLOAT -> the reduced precision."""
         if node.domain not in _STD_DOMAINS:
             return
         if node.op_type == "Cast":
             for a in node.attribute:
                 if a.name == "to" and a.i == FLOAT:
-                    a.i = FLOAT16
+                    a.i = self.low
         elif node.op_type in _DTYPE_OPS:
             for a in node.attribute:
                 if a.name == "dtype" and a.i == FLOAT:
-                    a.i = FLOAT16
+                    a.i = self.low
 
     def _wanted_input(self, node, schema, i: int, name: str, kept: bool, have: int) -> Optional[int]:
         orig = self.orig.get(name, have)
         if kept:
-            return orig if orig in _FLOATS else None
+            return orig if orig in self.floats else None
         if orig != FLOAT:
             return None
         if schema is None or node.op_type == "Cast":  # Cast takes any type
@@ -853,8 +995,8 @@ class _Repair:
         if formal is None:
             return None
         allowed = _allowed(schema, formal.type_str)
-        if _TENSOR_STR[FLOAT16] in allowed:
-            return FLOAT16
+        if _TENSOR_STR[self.low] in allowed:
+            return self.low
         if _TENSOR_STR[FLOAT] in allowed:
             return FLOAT
         return None
@@ -900,6 +1042,10 @@ class _Repair:
                     vi.type.tensor_type.elem_type = t
                 keep.append(vi)
             _replace_repeated(graph.value_info, keep)
+
+
+def _short(onnx_type: int) -> str:
+    return {FLOAT16: "fp16", BFLOAT16: "bf16"}.get(onnx_type, "fp32")
 
 
 def _rename_in_subgraphs(nodes, old: str, new: str) -> None:
@@ -995,9 +1141,13 @@ def emulate(
     inplace: bool = False,
     types: Optional[Dict[str, int]] = None,
     cache: Optional[Dict[str, bytes]] = None,
+    dtype: str = "float16",
 ) -> Emulation:
     """Rewrite a float32 model so that it stores every tensor the fp16 conversion would
     store in fp16 rounded to fp16, computing in fp32 (see the module docstring).
+
+    ``dtype="bfloat16"``: the same for the bfloat16 conversion (tensors rounded to bfloat16
+    by ``Cast`` to bfloat16 and back, weights as :func:`to_bf16` stores them).
 
     Graph inputs and outputs stay float32 (the outputs hold fp16-rounded values); nodes
     kept in fp32 (``keep_fp32``, and the automatic ones unless ``auto_keep=False``) read
@@ -1011,10 +1161,22 @@ def emulate(
     _normalize_constants(model)
     if types is None:
         types = tensor_types(infer_types(model))
-    decision = decide(model, keep_fp32, auto=auto_keep, types=types)
-    em = _Emulator(model, set(decision.kept), types, cache)
+    decision = decide(model, keep_fp32, auto=auto_keep, types=types, dtype=dtype)
+    em = _Emulator(model, set(decision.kept), types, cache, dtype)
     em.graph(model.graph, top=True)
     return Emulation(model, dict(decision.kept), em.rounded)
+
+
+def _round_chain(fresh, src: str, dst: str, hint: str, low: int) -> list:
+    """``dst`` = ``src`` rounded to ``low`` (FLOAT16 or BFLOAT16): a Cast to it and back to float32."""
+    from onnx import helper
+
+    short = _short(low)
+    mid = fresh(f"{dst}::{short}")
+    return [
+        helper.make_node("Cast", [src], [mid], name=fresh(f"{hint}::to_{short}"), to=low),
+        helper.make_node("Cast", [mid], [dst], name=fresh(f"{hint}::to_fp32"), to=FLOAT),
+    ]
 
 
 def _readers(g) -> Dict[str, list]:
@@ -1031,22 +1193,20 @@ def _readers(g) -> Dict[str, list]:
 class _Emulator:
     """The rewrite behind :func:`emulate`, one graph at a time."""
 
-    def __init__(self, model, kept: Set[str], types: Dict[str, int], cache: Optional[Dict[str, bytes]]):
+    def __init__(
+        self, model, kept: Set[str], types: Dict[str, int], cache: Optional[Dict[str, bytes]], dtype: str = "float16"
+    ):
         self.kept = kept
         self.types = types
         self.cache = cache
+        self.dtype = dtype
+        self.low = _low_type(dtype)
         self.fresh = _Names(model).fresh
         self.rounded = 0
 
     def round_chain(self, src: str, dst: str, hint: str) -> list:
-        from onnx import helper
-
-        mid = self.fresh(f"{dst}::fp16")
         self.rounded += 1
-        return [
-            helper.make_node("Cast", [src], [mid], name=self.fresh(f"{hint}::to_fp16"), to=FLOAT16),
-            helper.make_node("Cast", [mid], [dst], name=self.fresh(f"{hint}::to_fp32"), to=FLOAT),
-        ]
+        return _round_chain(self.fresh, src, dst, hint, self.low)
 
     def repoint(self, rmap, old: str, new: str) -> None:
         """The converted readers of ``old`` read ``new`` instead."""
@@ -1080,7 +1240,7 @@ class _Emulator:
                 continue
             data = self.cache.get(t.name) if self.cache is not None else None
             if data is None:
-                data = to_fp16(_weight_array(t))[0].astype("<f4").tobytes()
+                data = round_values(_weight_array(t), self.dtype).astype("<f4").tobytes()
                 if self.cache is not None:
                     self.cache[t.name] = data
             target = t
@@ -1102,7 +1262,7 @@ class _Emulator:
 
         for a in node.attribute:
             if a.name == "value" and a.t.data_type == FLOAT:
-                arr = to_fp16(numpy_helper.to_array(a.t))[0].astype(np.float32)
+                arr = round_values(numpy_helper.to_array(a.t), self.dtype).astype(np.float32)
                 a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
                 self.rounded += 1
 
@@ -1142,6 +1302,23 @@ def emulate_fp16(model, keep_fp32: Iterable[str] = (), **kw):
     return emulate(model, keep_fp32, **kw).model
 
 
+def reduced_types(model) -> Set[str]:
+    """The reduced precisions (``float16``, ``bfloat16``) the model's weights, inputs, outputs,
+    value types or Casts hold (empty for a float32 model)."""
+    by_type = {t: name for name, (t, _short) in PRECISIONS.items()}
+    found: Set[str] = set()
+    for graph in iter_graphs(model.graph):
+        found.update(by_type[t.data_type] for t in graph.initializer if t.data_type in by_type)
+        for coll in (graph.input, graph.output, graph.value_info):
+            found.update(
+                by_type[vi.type.tensor_type.elem_type] for vi in coll if vi.type.tensor_type.elem_type in by_type
+            )
+        for node in graph.node:
+            if node.op_type == "Cast":
+                found.update(by_type[a.i] for a in node.attribute if a.name == "to" and a.i in by_type)
+    return found
+
+
 def has_fp16(model) -> bool:
     """Does the model already hold float16 weights, inputs, outputs or Casts (a mixed model)?"""
     for graph in iter_graphs(model.graph):
@@ -1156,13 +1333,16 @@ def has_fp16(model) -> bool:
     return False
 
 
-def emulate_mixed(model, *, inplace: bool = False) -> Emulation:
-    """Emulate a model that already holds float16 tensors (a converted, mixed model).
+_LOWS = (FLOAT16, BFLOAT16)
 
-    Every float16 tensor becomes a float32 tensor rounded to fp16 after the node that
-    produces it (weights and Constants: their fp16 values, exactly), so the fp16 parts run
-    in fp32 with fp16 storage; float32 tensors stay as they are. float16 graph inputs are
-    read as given; float16 graph outputs stay float16.
+
+def emulate_mixed(model, *, inplace: bool = False) -> Emulation:
+    """Emulate a model that already holds float16 or bfloat16 tensors (a converted, mixed model).
+
+    Every float16 (bfloat16) tensor becomes a float32 tensor rounded to fp16 (bf16) after the
+    node that produces it (weights and Constants: their values, exactly), so the reduced parts
+    run in fp32 with reduced storage; float32 tensors stay as they are. Reduced graph inputs
+    are read as given; reduced graph outputs keep their type.
     """
     model = _copy_model(model, inplace)
     name_nodes(model)
@@ -1182,15 +1362,15 @@ def _repoint(nodes, old: str, new: str) -> None:
 
 
 def _retype_attrs(node) -> None:
-    """Attributes that make float16 values: make float32 ones (rounded afterwards)."""
+    """Attributes that make float16/bfloat16 values: make float32 ones (rounded afterwards)."""
     import numpy as np
     import onnx
     from onnx import numpy_helper
 
     for a in node.attribute:
-        if a.name in ("to", "dtype") and a.i == FLOAT16 and (node.op_type == "Cast" or node.op_type in _DTYPE_OPS):
+        if a.name in ("to", "dtype") and a.i in _LOWS and (node.op_type == "Cast" or node.op_type in _DTYPE_OPS):
             a.i = FLOAT
-        if a.type == onnx.AttributeProto.TENSOR and a.t.data_type == FLOAT16:
+        if a.type == onnx.AttributeProto.TENSOR and a.t.data_type in _LOWS:
             arr = numpy_helper.to_array(a.t).astype(np.float32)
             a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
 
@@ -1208,7 +1388,7 @@ class _MixedEmulator:
         from onnx import numpy_helper
 
         for t in g.initializer:
-            if t.data_type == FLOAT16:
+            if t.data_type in _LOWS:
                 t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
         new_nodes = self._inputs(g, top)
         out_types = {vi.name: vi.type.tensor_type.elem_type for vi in g.output}
@@ -1221,18 +1401,18 @@ class _MixedEmulator:
         del g.node[:]
         g.node.extend(new_nodes)
         for vi in list(g.output if not top else []) + list(g.value_info):
-            if vi.type.tensor_type.elem_type == FLOAT16:
+            if vi.type.tensor_type.elem_type in _LOWS:
                 vi.type.tensor_type.elem_type = FLOAT
         # value_info of renamed tensors would now be wrong: drop what is not an input/output
         del g.value_info[:]
 
     def _inputs(self, g, top: bool) -> list:
-        """Casts that read the top graph's float16 inputs as fp32; bodies' inputs retyped."""
+        """Casts that read the top graph's reduced inputs as fp32; bodies' inputs retyped."""
         from onnx import helper
 
         nodes = []
         for vi in g.input:
-            if vi.type.tensor_type.elem_type == FLOAT16:
+            if vi.type.tensor_type.elem_type in _LOWS:
                 if top:
                     up = self.fresh(f"{vi.name}::fp32")
                     _repoint(g.node, vi.name, up)
@@ -1242,31 +1422,29 @@ class _MixedEmulator:
         return nodes
 
     def _round_outputs(self, node, top: bool, out_types: Dict[str, int]) -> list:
-        """The node's float16 outputs computed in fp32 and rounded (Cast to fp16 and back)."""
+        """The node's reduced outputs computed in fp32 and rounded (Cast to fp16/bf16 and back)."""
         from onnx import helper
 
         fresh = self.fresh
         tail = []
         for j, o in enumerate(node.output):
-            if not o or self.types.get(o) != FLOAT16:
+            low = self.types.get(o) if o else None
+            if low not in _LOWS:
                 continue
             raw = fresh(f"{o}::fp32")
             node.output[j] = raw
-            if top and out_types.get(o) == FLOAT16:
-                tail.append(helper.make_node("Cast", [raw], [o], name=fresh(f"{o}::to_fp16"), to=FLOAT16))
+            if top and out_types.get(o) == low:
+                tail.append(helper.make_node("Cast", [raw], [o], name=fresh(f"{o}::to_{_short(low)}"), to=low))
             else:
-                mid = fresh(f"{o}::fp16")
-                tail += [
-                    helper.make_node("Cast", [raw], [mid], name=fresh(f"{o}::to_fp16"), to=FLOAT16),
-                    helper.make_node("Cast", [mid], [o], name=fresh(f"{o}::to_fp32"), to=FLOAT),
-                ]
+                tail += _round_chain(fresh, raw, o, o, low)
             self.rounded += 1
         return tail
 
 
 def emulate_any(model, keep_fp32: Iterable[str] = (), **kw) -> Emulation:
-    """:func:`emulate_mixed` for a model that already holds float16, else :func:`emulate`."""
-    if has_fp16(model):
+    """:func:`emulate_mixed` for a model that already holds float16 or bfloat16, else :func:`emulate`
+    (``dtype=`` in ``kw``: the precision a float32 model is emulated in)."""
+    if reduced_types(model):
         if keep_fp32:
             from toolkit.core.errors import UsageError
 
