@@ -212,3 +212,44 @@ def ocr_detector(size: int = 320, seed: int = 0):
         nodes, "ocr_detector", [mz.vi("x", [1, 3, size, size])], [mz.vi("prob", [1, 1, out_hw, out_hw])], inits
     )
     return mz.make_model(graph)
+
+
+# The nodes of offset_cancellation() that must stay fp32 for bf16: 300 + h holds h only to
+# multiples of 2 in bf16 (8 significant bits), and subtracting 300 again exposes it.
+BF16_MUST_KEEP = ["offset", "unoffset"]
+
+
+def offset_cancellation(seed: int = 0):
+    """x[2,16] -> MatMul -> Add(300) -> Sub(300) -> Mul(2) -> y[2,16]: a precision loss without
+    overflow (the kind bf16 has): errors up to 2 in bf16 (0.23 in fp16) unless both stay fp32."""
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((16, 16)) * 0.25).astype(np.float32)
+    inits = [
+        numpy_helper.from_array(w, "W"),
+        numpy_helper.from_array(np.array(300, np.float32), "k"),
+        numpy_helper.from_array(np.array(2, np.float32), "two"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W"], ["h"], name="proj"),
+        helper.make_node("Add", ["h", "k"], ["h2"], name="offset"),
+        helper.make_node("Sub", ["h2", "k"], ["h3"], name="unoffset"),
+        helper.make_node("Mul", ["h3", "two"], ["y"], name="double"),
+    ]
+    graph = helper.make_graph(nodes, "offset_cancellation", [mz.vi("x", [2, 16])], [mz.vi("y", [2, 16])], inits)
+    return mz.make_model(graph)
+
+
+def conv_block(opset: int):
+    """x[1,3,8,8] -> Conv -> Relu -> MaxPool -> y: Conv and MaxPool accept bfloat16 from opset 22."""
+    rng = np.random.default_rng(5)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((4, 3, 3, 3)) * 0.3).astype(np.float32), "wc"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "bc"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "wc", "bc"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("MaxPool", ["r"], ["y"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
+    ]
+    graph = helper.make_graph(nodes, "conv_block", [mz.vi("x", [1, 3, 8, 8])], [mz.vi("y", [1, 4, 4, 4])], inits)
+    return mz.make_model(graph, opset=opset)

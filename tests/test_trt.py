@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+from onnx import TensorProto as onnx_types
 
 import modelzoo as mz
 from conftest import modules_loaded_by
@@ -333,31 +334,57 @@ def test_reduced_precision_on_tensorrt_11_converts_the_model_and_builds_strongly
     assert f"builds strongly typed: the model was converted to {dtype} first" in res.err
 
 
-def test_fp16_on_tensorrt_11_parses_the_model_toolkit_convert_wrote(cli, seed_model, monkeypatch, trt11_env):
+def _parsed_types(trt, monkeypatch):
+    """What the fake parser is handed, per parse: (graph input types, output types, Cast targets,
+    initializer types) of the ONNX file."""
     import onnx
 
     seen = []
-    parse = trt11_env.OnnxParser.parse_from_file
+    parse = trt.OnnxParser.parse_from_file
 
     def capture(self, model):
         m = onnx.load(model)
-        seen.append(([i.type.tensor_type.elem_type for i in m.graph.input],
-                     [a.i for n in m.graph.node if n.op_type == "Cast" for a in n.attribute if a.name == "to"]))  # fmt: skip
+        seen.append((
+            [i.type.tensor_type.elem_type for i in m.graph.input],
+            [o.type.tensor_type.elem_type for o in m.graph.output],
+            [a.i for n in m.graph.node if n.op_type == "Cast" for a in n.attribute if a.name == "to"],
+            {t.data_type for t in m.graph.initializer},
+        ))
         return parse(self, model)
 
-    monkeypatch.setattr(trt11_env.OnnxParser, "parse_from_file", capture)
-    res = cli("run", seed_model, "--trt", "--fp16", "--trt-opt-shapes", "x:[2,3]")
+    monkeypatch.setattr(trt.OnnxParser, "parse_from_file", capture)
+    return seen
+
+
+@pytest.mark.parametrize(
+    "flag,low,other,convert_flag",
+    [("--fp16", onnx_types.FLOAT16, onnx_types.BFLOAT16, "--fp-to-fp16"),
+     ("--bf16", onnx_types.BFLOAT16, onnx_types.FLOAT16, "--fp-to-bf16")],
+)  # fmt: skip
+def test_reduced_precision_on_tensorrt_11_parses_the_model_toolkit_convert_wrote(
+    cli, seed_model, monkeypatch, trt11_env, flag, low, other, convert_flag
+):
+    seen = _parsed_types(trt11_env, monkeypatch)
+    res = cli("run", seed_model, "--trt", flag, "--trt-opt-shapes", "x:[2,3]")
     assert res.code == 0, res.err
-    (input_types, casts_to), = seen
-    assert set(input_types) == {onnx.TensorProto.FLOAT}  # inputs keep their types
-    assert onnx.TensorProto.FLOAT16 in casts_to  # the inside is fp16
+    (input_types, output_types, casts_to, weight_types), = seen
+    assert set(input_types) == set(output_types) == {onnx_types.FLOAT}  # I/O keep their types
+    assert low in casts_to and other not in casts_to  # the inside is in the precision asked for
+    assert low in weight_types and other not in weight_types
+    assert ("create_network", 1) in trt11_env._calls and not [c for c in trt11_env._calls if c[0] == "set_flag"]
+    assert f"(toolkit convert {convert_flag}), inputs and outputs keep their types" in res.err
 
 
-def test_bf16_on_tensorrt_11_is_one_line(cli, seed_model, trt11_env):
-    res = cli("run", seed_model, "--trt", "--bf16")
-    assert res.code == 4
-    (line,) = [ln for ln in res.err.strip().splitlines() if ln.startswith("error:")]
-    assert line.startswith("error: --bf16 on TensorRT 11 needs a model already in bfloat16 (toolkit convert writes fp16 only)")
+def test_bf16_on_tensorrt_11_builds_a_model_already_in_bf16_as_it_is(cli, seed_model, monkeypatch, trt11_env, tmp_path):
+    """A mixed model (here bf16, from toolkit convert) is not converted again: its types decide."""
+    assert cli("convert", seed_model, "--fp-to-bf16", "-o", tmp_path / "bf16.onnx").code == 0
+    seen = _parsed_types(trt11_env, monkeypatch)
+    for flag in ("--bf16", "--fp16"):
+        res = cli("run", tmp_path / "bf16.onnx", "--trt", flag, "--trt-opt-shapes", "x:[2,3]")
+        assert res.code == 0, res.err
+        assert "builds strongly typed: the model holds bfloat16 already: it is built strongly typed as it is" in res.err
+    assert [onnx_types.FLOAT16 in s[2] for s in seen] == [False, False]  # no fp16 Cast: bf16 model as it was
+    assert all(onnx_types.BFLOAT16 in s[2] for s in seen)
 
 
 def test_int8_on_tensorrt_11_needs_explicit_quantization(cli, seed_model, trt11_env):

@@ -195,6 +195,7 @@ class OnnxrtRunner(Runner):
             with ``fp16``).
         fp16: emulate fp16 storage (:func:`toolkit.core.fp16.emulate_any`): every tensor
             an fp16 model stores is rounded to fp16 while computing in fp32.
+        bf16: the same for bfloat16 (every tensor a bf16 model stores rounded to bfloat16).
     """
 
     name = "onnxrt-runner"
@@ -211,9 +212,15 @@ class OnnxrtRunner(Runner):
         graph_optimization: Optional[str] = None,
         name: Optional[str] = None,
         fp16: bool = False,
+        bf16: bool = False,
     ):
         super().__init__(name)
-        self.fp16 = fp16
+        if fp16 and bf16:
+            from toolkit.core.errors import UsageError
+
+            raise UsageError("emulate fp16 or bf16, not both")
+        self.fp16 = fp16 or bf16  # reduced precision storage emulated
+        self.emulated_dtype = "bfloat16" if bf16 else "float16"
         self.fp16_rounded = 0
         self.model_path = model_path
         self.providers_requested = list(providers or [])
@@ -273,7 +280,7 @@ class OnnxrtRunner(Runner):
             load_external_data_into(model, external_data_folder(self.model_path, self.external_data_dir), self.model_path)
         if self._selected is not None:
             set_outputs(model, self._selected)
-        emu = fp16.emulate_any(model, inplace=True)
+        emu = fp16.emulate_any(model, inplace=True, dtype=self.emulated_dtype)
         self.fp16_rounded = emu.rounded
         return emu.model
 
@@ -338,8 +345,15 @@ class OnnxrtRunner(Runner):
         except Exception as exc:  # ORT raises its own exception types (Fail, InvalidGraph, ...)
             from toolkit.core.model import describe
 
+            hint = ""
+            if "NOT_IMPLEMENTED" in str(exc) and not self.fp16:
+                hint = (
+                    "; if it is a bf16 or fp16 model, ONNX-Runtime's CPU provider lacks such kernels: emulate that "
+                    "storage on the CPU instead (runner onnxrt:bf16 or onnxrt:fp16, or run its float32 original "
+                    "with --onnxrt --bf16 / --fp16)"
+                )
             raise InputError(
-                f"{describe(self.model_path)}: ONNX-Runtime cannot load the model: {one_line(exc)}"
+                f"{describe(self.model_path)}: ONNX-Runtime cannot load the model: {one_line(exc)}{hint}"
             ) from None
         finally:
             del source
@@ -381,7 +395,8 @@ class OnnxrtRunner(Runner):
     def summary(self) -> str:
         text = f"ONNX-Runtime session with providers: {', '.join(self.providers)}"
         if self.fp16:
-            text += f" | fp16 storage emulated ({self.fp16_rounded} tensors rounded to fp16)"
+            short = "bf16" if self.emulated_dtype == "bfloat16" else "fp16"
+            text += f" | {short} storage emulated ({self.fp16_rounded} tensors rounded to {short})"
         return text
 
     def output_names(self) -> List[str]:

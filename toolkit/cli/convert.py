@@ -1,4 +1,4 @@
-"""``toolkit convert``: write a converted copy of a model (mixed fp16 with --fp-to-fp16)."""
+"""``toolkit convert``: write a converted copy of a model (mixed fp16 with --fp-to-fp16, mixed bf16 with --fp-to-bf16)."""
 
 # (no `from __future__ import annotations`: Typer would have to eval every annotation string)
 
@@ -9,7 +9,7 @@ import typer
 from toolkit.cli.options import Annotated, ExternalDataDirOpt, ListOpt, ModelArg, command_kwargs
 from toolkit.cli.output import log, warn
 
-HELP = "Convert a model: mixed fp16 with --fp-to-fp16."
+HELP = "Convert a model: mixed fp16 with --fp-to-fp16, mixed bf16 with --fp-to-bf16."
 
 
 def register(app: typer.Typer) -> None:
@@ -24,6 +24,14 @@ def register(app: typer.Typer) -> None:
                 help="Convert float32 to float16 where it is safe (mixed precision; I/O types kept).",
             ),
         ] = False,
+        fp_to_bf16: Annotated[
+            bool,
+            typer.Option(
+                "--fp-to-bf16",
+                help="Convert float32 to bfloat16 where it is safe (mixed precision; I/O types kept), "
+                "by the same rules as --fp-to-fp16.",
+            ),
+        ] = False,
         keep_fp32: Annotated[
             ListOpt,
             typer.Option(
@@ -35,6 +43,12 @@ def register(app: typer.Typer) -> None:
         fp16_io: Annotated[
             bool,
             typer.Option("--fp16-io", help="Make float32 graph inputs and outputs float16 too (default: keep them)."),
+        ] = False,
+        bf16_io: Annotated[
+            bool,
+            typer.Option(
+                "--bf16-io", help="With --fp-to-bf16: make float32 graph inputs and outputs bfloat16 too (default: keep them)."
+            ),
         ] = False,
         external_data_dir: ExternalDataDirOpt = None,
         external_data: Annotated[
@@ -48,23 +62,40 @@ def register(app: typer.Typer) -> None:
             bool, typer.Option("--json", help="Print what was kept in fp32 and why as JSON on stdout.")
         ] = False,
     ) -> None:
-        """Convert a model: mixed fp16 with --fp-to-fp16.
+        """Convert a model: mixed fp16 with --fp-to-fp16, mixed bf16 with --fp-to-bf16.
 
-        Float32 weights and tensors become float16, except nodes that must stay fp32: the
-        ones named with --keep-fp32, ops without fp16 kernels (Resize, Range, TopK, ...),
-        ops whose ONNX schema has no fp16 type, custom-domain ops and shape computations.
-        Graph inputs and outputs keep their types. The result is checked with ONNX type
-        inference before it is written. Built on onnxconverter-common's float16 conversion.
+        Float32 weights and tensors become float16 (bfloat16), except nodes that must stay
+        fp32: the ones named with --keep-fp32, ops without fp16 kernels in ONNX-Runtime
+        (Resize, Range, TopK, ...), ops whose ONNX schema at the model's opset has no fp16
+        (bf16) type, custom-domain ops and shape computations. Graph inputs and outputs keep
+        their types. The result is checked with ONNX type inference before it is written.
+        Built on onnxconverter-common's float16 conversion; for bfloat16 the same conversion
+        places the casts and every weight is rounded once from its float32 value.
         """
-        _convert(model, output, fp_to_fp16, keep_fp32 or [], fp16_io, external_data_dir, external_data, json_out)
+        if fp_to_fp16 and fp_to_bf16:
+            from toolkit.core.errors import UsageError
+
+            raise UsageError("--fp-to-fp16 and --fp-to-bf16 exclude each other: give one")
+        if bf16_io and not fp_to_bf16:
+            from toolkit.core.errors import UsageError
+
+            raise UsageError("--bf16-io needs --fp-to-bf16")
+        if fp16_io and fp_to_bf16:
+            from toolkit.core.errors import UsageError
+
+            raise UsageError("--fp16-io goes with --fp-to-fp16; with --fp-to-bf16 use --bf16-io")
+        dtype = "bfloat16" if fp_to_bf16 else ("float16" if fp_to_fp16 else None)
+        _convert(
+            model, output, dtype, keep_fp32 or [], fp16_io or bf16_io, external_data_dir, external_data, json_out
+        )
 
 
 def _convert(
     model_path: str,
     output: str,
-    fp_to_fp16: bool,
+    dtype: Optional[str],
     keep_fp32: List[str],
-    fp16_io: bool,
+    reduced_io: bool,
     external_data_dir: Optional[str],
     external_data: Optional[bool],
     json_out: bool,
@@ -75,10 +106,10 @@ def _convert(
     from toolkit.core.errors import UsageError
     from toolkit.core.model import check_output_path, load_model, save_model
 
-    if not fp_to_fp16:
-        raise UsageError("nothing to convert: give --fp-to-fp16")
-    if keep_fp32 and not fp_to_fp16:
-        raise UsageError("--keep-fp32 needs --fp-to-fp16")
+    if dtype is None:
+        if keep_fp32:
+            raise UsageError("--keep-fp32 needs --fp-to-fp16 or --fp-to-bf16")
+        raise UsageError("nothing to convert: give --fp-to-fp16 or --fp-to-bf16")
     if json_out and output == "-":
         raise UsageError("--json prints to stdout; write the model to a file with -o")
     check_output_path(output, binary=True)
@@ -88,25 +119,27 @@ def _convert(
 
     t0 = time.perf_counter()
     model = load_model(model_path, external_data_dir=external_data_dir)
-    result = fp16.convert(model, keep_fp32, keep_io_types=not fp16_io, inplace=True, if_mixed="error")
+    short = fp16.PRECISIONS[dtype][1]
+    result = fp16.convert(model, keep_fp32, keep_io_types=not reduced_io, inplace=True, if_mixed="error", dtype=dtype)
+    hint = _opset_hint(result.model, result.kept) if dtype == "bfloat16" else ""
     del model
     save_model(result.model, output, external_data=external_data)
     seconds = time.perf_counter() - t0
     if result.clamped:
         shown = ", ".join(result.clamped[:5]) + (" ..." if len(result.clamped) > 5 else "")
-        warn(
-            f"{len(result.clamped)} weight(s) had values outside fp16's range, clamped to +-65504 "
-            f"or +-2**-24: {shown}"
-        )
+        limits = "+-65504 or +-2**-24" if dtype == "float16" else "+-3.39e38 (the largest bfloat16)"
+        warn(f"{len(result.clamped)} weight(s) had values outside {short}'s range, clamped to {limits}: {shown}")
     counts: dict = {}
     for reason in result.kept.values():
         counts[reason] = counts.get(reason, 0) + 1
     where = "<stdout>" if output == "-" else output
-    log(f"Converted to mixed fp16 in {seconds:.2f} s: {where}")
+    log(f"Converted to mixed {short} in {seconds:.2f} s: {where}")
     if result.kept:
         log(f"Kept in fp32: {len(result.kept)} node(s)")
         for reason, n in counts.items():
             log(f"  {n:>5} {reason}")
+    if hint:
+        log(hint)
     if json_out:
         import json
 
@@ -114,7 +147,33 @@ def _convert(
 
         echo(
             json.dumps(
-                {"output": output, "kept_fp32": result.kept, "clamped_weights": result.clamped, "seconds": seconds},
+                {
+                    "output": output,
+                    "precision": dtype,
+                    "kept_fp32": result.kept,
+                    "clamped_weights": result.clamped,
+                    "seconds": seconds,
+                },
                 indent=2,
             )
         )
+
+
+def _opset_hint(model, kept: dict) -> str:
+    """For nodes kept fp32 because their schema at the model's opset has no bfloat16: the op
+    types and the opset that gives them bfloat16 ('' when there are none)."""
+    from toolkit.core import fp16
+
+    by_name = {n.name: n.op_type for n in fp16.iter_nodes(model)}
+    ops = sorted({by_name[n] for n, why in kept.items() if why == fp16.REASON_SCHEMA_BF16 and n in by_name})
+    if not ops:
+        return ""
+    opset = fp16._opset(model)
+    later = {op: fp16.bf16_opset(op, opset) for op in ops}
+    upgradable = [f"{op} (opset {v})" for op, v in later.items() if v]
+    if not upgradable:
+        return ""
+    return (
+        f"At opset {opset}, {', '.join(upgradable)} accept no bfloat16: convert the model to a newer opset "
+        "first (onnx.version_converter) to have them in bf16"
+    )

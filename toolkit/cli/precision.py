@@ -37,7 +37,9 @@ strongly typed TensorRT build. The node names go to stdout, one per line.
 
 With --compare onnxrt onnxrt:fp16 (the default) each check emulates fp16 storage on the
 CPU: every tensor an fp16 model stores is rounded to fp16 (see docs/precision.md).
-Tolerances default to --atol 1e-2 --rtol 1e-2 here (fp16 keeps 11 significant bits).
+--compare onnxrt onnxrt:bf16 (or trt:bf16) searches a mixed bf16 model the same way.
+Tolerances default to --atol 1e-2 --rtol 1e-2 here (fp16 keeps 11 significant bits, bf16 8:
+loosen them for bf16).
 
 Exit codes: 0 found (or nothing needs fp32); 1 the comparison fails even with every node
 in fp32; 2 usage error; 3 bad input; 130 interrupted (the smallest passing set found so far
@@ -88,6 +90,7 @@ def _summary_json(outcome, cfg, code: int) -> dict:
         "broken_checks": outcome.broken,
         "remembered": outcome.remembered,
         "seconds": round(outcome.seconds, 3),
+        "precision": outcome.precision,
         "error_all_fp16": outcome.error_fp16,
         "error_result": outcome.error_result,
         "one_minimal": outcome.one_minimal,
@@ -104,11 +107,11 @@ def _summary(outcome, cfg, json_out: bool) -> int:
     stats = f"{outcome.checks} check(s), {outcome.remembered} answered from memory, {outcome.seconds:.2f} s"
     code = int(ExitCode.OK)
     if outcome.status == S.STATUS_NONE_NEEDED:
-        log(f"The fp16 model passes as it is ({outcome.error_fp16}); no node needs fp32 ({stats}).")
+        log(f"The {outcome.precision} model passes as it is ({outcome.error_fp16}); no node needs fp32 ({stats}).")
     elif outcome.status == S.STATUS_FAILS_FP32:
         log(
             f"The comparison fails even with every node in fp32 ({outcome.error_result}): the difference is not "
-            f"fp16's. Loosen the tolerances or compare other runners ({stats})."
+            f"{outcome.precision}'s. Loosen the tolerances or compare other runners ({stats})."
         )
         code = int(ExitCode.FAILED)
     elif outcome.status == S.STATUS_INTERRUPTED:
@@ -127,7 +130,9 @@ def _summary(outcome, cfg, json_out: bool) -> int:
         if len(outcome.kept) > 20:
             log(f"  ... and {len(outcome.kept) - 20} more")
         if outcome.one_minimal and len(outcome.kept) > 0:
-            log("1-minimal: moving any one of them back to fp16 makes the comparison fail (each checked).")
+            log(
+                f"1-minimal: moving any one of them back to {outcome.precision} makes the comparison fail (each checked)."
+            )
     if outcome.broken:
         from toolkit.cli.output import warn
 
@@ -152,14 +157,14 @@ def register(app: typer.Typer) -> None:
         model: ModelArg,
         output: Annotated[
             Optional[str],
-            typer.Option("-o", "--output", help="Where to write the mixed-precision model (fp16, the nodes found in fp32)."),
+            typer.Option("-o", "--output", help="Where to write the mixed-precision model (fp16 or bf16, the nodes found in fp32)."),
         ] = None,
         compare: Annotated[
             ListOpt,
             typer.Option(
                 "--compare",
                 help="Two runner specs: the fp32 reference and the reduced-precision candidate "
-                "(default: onnxrt onnxrt:fp16, fp16 emulated on the CPU; or onnxrt trt:fp16).",
+                "(default: onnxrt onnxrt:fp16, fp16 emulated on the CPU; or onnxrt:bf16, trt:fp16, trt:bf16).",
             ),
         ] = None,
         keep_fp32: Annotated[

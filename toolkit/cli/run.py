@@ -274,7 +274,13 @@ def register(app: typer.Typer) -> None:
         ] = False,
         bf16: Annotated[
             bool,
-            typer.Option("--bf16", help="Let TensorRT use bfloat16 kernels (TensorRT 10).", rich_help_panel=TRT_PANEL),
+            typer.Option(
+                "--bf16",
+                help="Let TensorRT use bfloat16 kernels (TensorRT 10; TensorRT 11: the model is converted to mixed "
+                "bf16 first). With --onnxrt and no --trt: run fp32 and bf16 storage emulated on the CPU "
+                "(runner onnxrt:bf16), and compare.",
+                rich_help_panel=TRT_PANEL,
+            ),
         ] = False,
         int8: Annotated[
             bool,
@@ -367,7 +373,7 @@ def register(app: typer.Typer) -> None:
         argv = ctx.meta.get(_ARGV_KEY) or []
         command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
         runners = runner_order(argv, {"onnxrt": onnxrt, "trt": trt})
-        runners, fp16 = _fp16_emulation(runners, fp16)
+        runners, fp16, bf16 = _fp16_emulation(runners, fp16, bf16)
         if model is None:
             from toolkit.core.errors import UsageError
 
@@ -386,6 +392,7 @@ def register(app: typer.Typer) -> None:
             runners=runners,
             ort_optimization=ort_optimization,
             fp16=fp16,
+            bf16=bf16,
             diagnose=not quiet,
             command=command,
             model_type=_model_type(),
@@ -418,11 +425,12 @@ def _run_options(params: dict, **overrides):
     return RunOptions(**kwargs)
 
 
-def _fp16_emulation(runners: List[str], fp16: bool):
-    """--onnxrt --fp16 without --trt: fp32 and fp16 storage emulated on the CPU (onnxrt:fp16), compared."""
-    if fp16 and "onnxrt" in runners and "trt" not in runners:
-        return ["onnxrt", "onnxrt:fp16"], False
-    return runners, fp16
+def _fp16_emulation(runners: List[str], fp16: bool, bf16: bool = False):
+    """--onnxrt --fp16 (--bf16) without --trt: fp32 and fp16 (bf16) storage emulated on the CPU
+    (onnxrt:fp16, onnxrt:bf16), compared."""
+    if (fp16 or bf16) and "onnxrt" in runners and "trt" not in runners:
+        return ["onnxrt"] + (["onnxrt:fp16"] if fp16 else []) + (["onnxrt:bf16"] if bf16 else []), False, False
+    return runners, fp16, bf16
 
 
 _ORT_LEVELS = {

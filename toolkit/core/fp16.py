@@ -352,6 +352,21 @@ def _schema_lacks(schema, low: int = FLOAT16) -> bool:
     return False
 
 
+def bf16_opset(op_type: str, after: int) -> Optional[int]:
+    """The first opset past ``after`` whose schema of ``op_type`` (standard domain) accepts
+    bfloat16 wherever it accepts float32; None when no opset this onnx knows does."""
+    import onnx
+
+    for version in range(after + 1, onnx.defs.onnx_opset_version() + 1):
+        try:
+            schema = onnx.defs.get_schema(op_type, version, "")
+        except Exception:
+            continue
+        if schema.since_version > after and not _schema_lacks(schema, BFLOAT16):
+            return schema.since_version
+    return None
+
+
 # ---------------------------------------------------------------------- which nodes stay fp32
 
 

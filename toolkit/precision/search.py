@@ -1,4 +1,7 @@
-"""``debug precision``: the fewest nodes to keep in fp32 so the fp16 model passes a comparison.
+"""``debug precision``: the fewest nodes to keep in fp32 so the fp16 (or bf16) model passes a comparison.
+
+The reduced precision is the candidate runner's: ``onnxrt:fp16``/``trt:fp16`` search a mixed
+fp16 model, ``onnxrt:bf16``/``trt:bf16`` a mixed bf16 one (same search, same conversion).
 
 The search is debug reduce's delta-debugging engine (:mod:`toolkit.reduce.strategy`) over
 a different set: the nodes *kept in fp32* instead of the nodes kept in a subgraph. Keeping
@@ -8,8 +11,8 @@ a needed node exactly when they reach past it, QuickXplain for the inner ones, a
 1-minimality check) carries over unchanged: the strategy's "check failed" is our
 "comparison passed".
 
-One check = build the candidate (fp16 emulation on CPU for ``onnxrt:fp16``, the converted
-model otherwise), run it on the same inputs, compare with the reference outputs computed
+One check = build the candidate (fp16/bf16 storage emulated on the CPU for ``onnxrt:fp16``
+and ``onnxrt:bf16``, the converted model otherwise), run it on the same inputs, compare with the reference outputs computed
 once. Verdicts are remembered (and written to the replay file), so no set is checked twice.
 
 No Typer or Rich here.
@@ -74,6 +77,7 @@ class Check:
 @dataclass
 class PrecisionOutcome:
     status: str
+    precision: str = "fp16"  # what the rest of the model is in: fp16 or bf16
     kept: List[str] = field(default_factory=list)  # the nodes found (searched ones only)
     user_kept: List[str] = field(default_factory=list)
     auto_kept: Dict[str, str] = field(default_factory=dict)
@@ -157,12 +161,15 @@ class PrecisionSearch:
         self.tolerances = Tolerances.parse(c.atol or [DEFAULT_ATOL], c.rtol or [DEFAULT_RTOL], c.check_error_stat)
         self.ref_spec = self._spec(c.reference)
         self.cand_spec = self._spec(c.candidate)
-        if self.cand_spec[0] != "onnxrt" or not self.cand_spec[1].get("fp16"):
-            if not (self.cand_spec[1].get("fp16") or self.cand_spec[1].get("bf16")):
-                raise UsageError(
-                    f"--compare {c.reference} {c.candidate}: the second runner must run reduced precision "
-                    "(onnxrt:fp16 to emulate fp16 on the CPU, or trt:fp16)"
-                )
+        low = [k for k in ("fp16", "bf16") if self.cand_spec[1].get(k)]
+        if not low:
+            raise UsageError(
+                f"--compare {c.reference} {c.candidate}: the second runner must run reduced precision "
+                "(onnxrt:fp16 or onnxrt:bf16 to emulate it on the CPU, or trt:fp16, trt:bf16)"
+            )
+        if len(low) > 1:
+            raise UsageError(f"--compare {c.reference} {c.candidate}: search one precision at a time (fp16 or bf16)")
+        self.dtype = "bfloat16" if low == ["bf16"] else "float16"
         if c.iterations < 1:
             raise UsageError("--iterations must be at least 1")
         for path in (c.output, c.save_replay):
@@ -188,7 +195,7 @@ class PrecisionSearch:
         c = self.config
         self.model = load_model(c.model, external_data_dir=c.external_data_dir)
         self.types = fp16.tensor_types(fp16.infer_types(self.model))
-        decision = fp16.decide(self.model, c.keep_fp32, types=self.types)  # names the nodes
+        decision = fp16.decide(self.model, c.keep_fp32, types=self.types, dtype=self.dtype)  # names the nodes
         self.user_kept = fp16.resolve_keep(self.model, c.keep_fp32)
         self.auto_kept = {n: r for n, r in decision.kept.items() if n not in set(self.user_kept)}
         fixed = set(decision.kept)
@@ -261,7 +268,7 @@ class PrecisionSearch:
         from toolkit.backends.onnxrt import OnnxrtRunner
 
         level = spec_opts.get("opt") if isinstance(spec_opts.get("opt"), str) else None
-        if spec_opts.get("fp16") and level is None:
+        if (spec_opts.get("fp16") or spec_opts.get("bf16")) and level is None:
             # ONNX-Runtime fusions (LayerNorm, even at the basic level in 1.32) see through Casts and
             # would compute whole blocks without the rounding being emulated
             level = "disable"
@@ -373,10 +380,11 @@ class PrecisionSearch:
         names = list(self.user_kept) + list(keep)
         if kind == "onnxrt":
             cache = self._rounded  # each weight rounded once for the whole search
+            kw = dict(types=self.types, cache=cache, dtype=self.dtype)
             if self.guide:
-                return fp16.emulate(self._marked(self.model), names, types=self.types, inplace=True, cache=cache).model
-            return fp16.emulate(self.model, names, types=self.types, cache=cache).model
-        return fp16.convert(self.model, names).model
+                return fp16.emulate(self._marked(self.model), names, inplace=True, **kw).model
+            return fp16.emulate(self.model, names, **kw).model
+        return fp16.convert(self.model, names, dtype=self.dtype).model
 
     def _compare(self, outs: List[Dict]):
         from toolkit.core.compare import compare_iteration
@@ -457,6 +465,7 @@ class PrecisionSearch:
         self.ref_outs = self._reference(self.feeds)
         out = PrecisionOutcome(
             STATUS_FOUND,
+            precision="bf16" if self.dtype == "bfloat16" else "fp16",
             user_kept=list(self.user_kept),
             auto_kept=dict(self.auto_kept),
             candidates=len(self.universe),
@@ -490,7 +499,7 @@ class PrecisionSearch:
                 from toolkit.core import fp16
                 from toolkit.core.model import save_model
 
-                mixed = fp16.convert(self.model, list(self.user_kept) + out.kept).model
+                mixed = fp16.convert(self.model, list(self.user_kept) + out.kept, dtype=self.dtype).model
                 save_model(mixed, self.config.output)
                 out.output_written = True
         out.broken = self.broken

@@ -62,8 +62,9 @@ class RunOptions:
     trt_outputs: List[str] = field(default_factory=list)
     trt_exclude_outputs: List[str] = field(default_factory=list)
     fp16: bool = False
-    # ONNX-Runtime: emulate fp16 storage on the CPU (runner spec onnxrt:fp16)
+    # ONNX-Runtime: emulate fp16 / bf16 storage on the CPU (runner specs onnxrt:fp16, onnxrt:bf16)
     onnxrt_fp16: bool = False
+    onnxrt_bf16: bool = False
     bf16: bool = False
     int8: bool = False
     tf32: bool = False

@@ -127,6 +127,10 @@ def runner_order(argv: Sequence[str], selected: Mapping[str, bool]) -> List[str]
 
 
 def _onnxrt_preflight(opts: "RunOptions", reporter: "Reporter") -> None:
+    if opts.onnxrt_fp16 and opts.onnxrt_bf16:
+        from toolkit.core.errors import UsageError
+
+        raise UsageError("onnxrt:fp16,bf16: emulate one precision per runner (onnxrt:fp16 or onnxrt:bf16)")
     if opts.ort_optimization:
         from toolkit.backends.onnxrt import check_optimization_level
 
@@ -145,6 +149,7 @@ def _onnxrt_factory(opts: "RunOptions", config: Any, reporter: "Reporter", name:
         graph_optimization=opts.ort_optimization,
         name=name,
         fp16=opts.onnxrt_fp16,
+        bf16=opts.onnxrt_bf16,
     )
 
 
@@ -160,8 +165,9 @@ register(
             RunnerOption("onnx_outputs", "--onnx-outputs"),
             RunnerOption("onnx_exclude_outputs", "--onnx-exclude-outputs"),
             RunnerOption("ort_optimization", "--ort-optimization", spec="opt", choices=tuple(OPTIMIZATION_LEVELS)),
-            # fp16 storage emulated on the CPU (`run --onnxrt --fp16` without --trt sets it)
+            # fp16 / bf16 storage emulated on the CPU (`run --onnxrt --fp16` or `--bf16` without --trt)
             RunnerOption("onnxrt_fp16", None, spec="fp16"),
+            RunnerOption("onnxrt_bf16", None, spec="bf16"),
         ),
     )
 )

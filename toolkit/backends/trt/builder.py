@@ -2,7 +2,7 @@
 
 TensorRT 10 builds as it always has (weak typing: ``--fp16``/``--bf16``/``--int8`` are builder
 flags, INT8 calibrates on the run's inputs). TensorRT 11 builds strongly typed networks only:
-``--fp16``/``--bf16`` convert the ONNX model first (``toolkit convert --fp-to-fp16``) and
+``--fp16``/``--bf16`` convert the ONNX model first (``toolkit convert --fp-to-fp16``/``--fp-to-bf16``) and
 ``--int8`` needs Q/DQ nodes already in the model.
 """
 
@@ -246,28 +246,27 @@ def all_layer_outputs(network) -> Dict[str, object]:
     return tensors
 
 
-def converter_for_strong_typing(external_data_dir: Optional[str] = None) -> Callable[[str, str, str], None]:
+def converter_for_strong_typing(external_data_dir: Optional[str] = None) -> Callable[[str, str, str], Optional[str]]:
     """``convert(src, dtype, dst)``: the ONNX model ``src`` in mixed ``dtype`` precision at ``dst``.
 
-    This is ``toolkit convert --fp-to-fp16`` (:func:`toolkit.core.fp16.convert`): inputs and
-    outputs keep their types, ops without fp16 support and shape computations stay float32.
-    It writes float16 only.
+    This is ``toolkit convert --fp-to-fp16`` / ``--fp-to-bf16`` (:func:`toolkit.core.fp16.convert`,
+    ``dtype`` ``float16`` or ``bfloat16``): inputs and outputs keep their types, ops without
+    fp16/bf16 support and shape computations stay float32. A model that already holds float16
+    or bfloat16 is written unchanged (its types decide); convert then returns a note saying so.
     """
 
-    def convert(src: str, dtype: str, dst: str) -> None:
-        if dtype != "float16":
-            raise DependencyError(
-                f"--bf16 on TensorRT 11 needs a model already in {dtype} (toolkit convert writes fp16 only): "
-                "convert the model yourself and run it without --bf16, use --fp16, or install TensorRT 10 "
-                "with: pip install 'tensorrt<11'"
-            )
+    def convert(src: str, dtype: str, dst: str) -> Optional[str]:
         from toolkit.core import fp16
         from toolkit.core.model import load_model, save_model
 
         model = load_model(src, external_data_dir=external_data_dir)
-        result = fp16.convert(model, keep_io_types=True, inplace=True)
+        result = fp16.convert(model, keep_io_types=True, inplace=True, dtype=dtype)
         del model
         save_model(result.model, dst)
+        if result.already_mixed:
+            held = " and ".join(sorted(fp16.reduced_types(result.model)))
+            return f"the model holds {held} already: it is built strongly typed as it is, its types decide"
+        return None
 
     return convert
 
@@ -322,10 +321,16 @@ class EngineBuilder:
             with open(src, "wb") as f:
                 f.write(read_bytes("-"))
         dst = os.path.join(self._tmp.name, "converted.onnx")
-        convert(src, dtype, dst)
+        said = convert(src, dtype, dst)
+        flag = "--fp-to-bf16" if dtype == "bfloat16" else "--fp-to-fp16"
         self.notes.append(
-            f"TensorRT {self.trt.__version__} builds strongly typed: the model was converted to {dtype} first "
-            "(toolkit convert --fp-to-fp16), inputs and outputs keep their types"
+            f"TensorRT {self.trt.__version__} builds strongly typed: "
+            + (
+                said
+                if isinstance(said, str)
+                else f"the model was converted to {dtype} first (toolkit convert {flag}), inputs and outputs keep "
+                "their types"
+            )
         )
         return dst, None  # the converted model sits beside its own weights
 

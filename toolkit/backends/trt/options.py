@@ -162,8 +162,8 @@ class TrtConfig:
     exclude_outputs: Sequence[str] = ()
     external_data_dir: Optional[str] = None
     # TensorRT 11 with --fp16/--bf16: convert(src, dtype, dst) writes the model in that precision
-    # (default: toolkit convert); tests give their own.
-    converter: Optional[Callable[[str, str, str], None]] = None
+    # (default: toolkit convert); it may return a note replacing the default one. Tests give their own.
+    converter: Optional[Callable[[str, str, str], Optional[str]]] = None
 
     def builder_options(self) -> List[str]:
         """The options given that only matter when an engine is built (for warnings)."""
