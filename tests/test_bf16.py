@@ -319,3 +319,13 @@ def test_debug_precision_bf16_cli_json(cli, tmp_path):
     res = cli("debug", "precision", mz.save(fm.layernorm_overflow(), tmp_path / "ln.onnx"),
               "--compare", "onnxrt", "onnxrt:bf16", "--atol", "0.02")  # fmt: skip
     assert res.code == 0 and "The bf16 model passes as it is" in res.err  # no overflow in bf16
+
+
+def test_debug_reduce_compare_with_the_bf16_runner_spec(cli, tmp_path):
+    """Fed the fp32 value of 300 + h, the Sub alone loses h's low bits in bf16: it is the culprit."""
+    path = mz.save(fm.offset_cancellation(), tmp_path / "off.onnx")
+    out = tmp_path / "reduced.onnx"
+    r = cli("debug", "reduce", path, "-o", out, "--compare", "onnxrt", "onnxrt:bf16", "--atol", "1e-2", "--rtol",
+            "1e-2", "--save-debug-replay", tmp_path / "replay.json")  # fmt: skip
+    assert r.code == 0, r.err
+    assert [n.name for n in onnx.load(str(out)).graph.node] == ["unoffset"]

@@ -387,6 +387,13 @@ def test_bf16_on_tensorrt_11_builds_a_model_already_in_bf16_as_it_is(cli, seed_m
     assert all(onnx_types.BFLOAT16 in s[2] for s in seen)
 
 
+def test_fp16_and_bf16_together_on_tensorrt_11_is_a_usage_error(cli, seed_model, trt11_env):
+    res = cli("run", seed_model, "--trt", "--fp16", "--bf16", "--trt-opt-shapes", "x:[2,3]")
+    assert res.code == 2
+    assert "--fp16 and --bf16 together need TensorRT 10; TensorRT 11 converts the model to one of them" in res.err
+    assert not [c for c in trt11_env._calls if c[0] == "parse_from_file"]
+
+
 def test_int8_on_tensorrt_11_needs_explicit_quantization(cli, seed_model, trt11_env):
     res = cli("run", seed_model, "--trt", "--int8")
     assert res.code == 4

@@ -31,6 +31,13 @@ names, so comparisons and ``mark all`` line up with the fp32 model. What it does
 emulate: arithmetic inside a kernel (accumulation in fp16 within a reduction, MatMul
 or Conv, fused kernels); those run in fp32, and only their results are rounded.
 
+bfloat16: ``convert(..., dtype="bfloat16")`` and ``emulate(..., dtype="bfloat16")`` do the same
+with bfloat16. The library only writes fp16, so it runs as for fp16 (same placement of the
+fp32 nodes and Casts) on tensors that already hold bfloat16 bits rounded once from their
+float32 values (:func:`to_bf16`), and every float16 type is then made bfloat16
+(:func:`_retype_bf16`) before the repair; the automatic fp32 set asks the ONNX schemas for
+bfloat16 instead of float16 (``Conv`` has it only from opset 22).
+
 No Typer or Rich here.
 """
 
@@ -51,7 +58,6 @@ BFLOAT16 = 16
 FP16_MAX = 65504.0
 FP16_TINY = 2.0**-24  # smallest positive (subnormal) fp16
 BF16_MAX = 3.3895313892515355e38  # largest finite bfloat16 (0x7F7F)
-_FLOATS = (FLOAT, FLOAT16)
 _TENSOR_STR = {FLOAT: "tensor(float)", FLOAT16: "tensor(float16)", BFLOAT16: "tensor(bfloat16)"}
 # the reduced precisions a model can be converted to / emulated in: dtype name -> (ONNX type, short name)
 PRECISIONS = {"float16": (FLOAT16, "fp16"), "bfloat16": (BFLOAT16, "bf16")}

@@ -1,0 +1,84 @@
+"""Benchmark `toolkit convert --fp-to-fp16` against `--fp-to-bf16` (in process, no file I/O).
+
+    python scripts/bench_convert.py            # the figures recorded in docs/performance.md
+    python scripts/bench_convert.py --quick    # smaller
+
+Cases, each built in memory:
+- a chain of N elementwise nodes (Add/Mul/Sigmoid/Tanh, one Max in 50: kept fp32, one weight
+  shared by every Add): the cost of the placement, the repair and the sort;
+- one MatMul with a large float32 weight: the cost of converting weights.
+Each conversion is timed once (best of --repeat), after one warm-up on a small model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from toolkit.core import fp16  # noqa: E402
+
+
+def chain(n: int):
+    ops = ["Add", "Mul", "Sigmoid", "Tanh"]
+    nodes, prev = [], "x"
+    inits = [numpy_helper.from_array(np.full((1, 64), 0.5, np.float32), "shared")]
+    for i in range(n):
+        out = "y" if i == n - 1 else f"t{i}"
+        op = "Max" if i % 50 == 49 else ops[i % len(ops)]
+        ins = [prev, "shared"] if op in ("Add", "Mul", "Max") else [prev]
+        nodes.append(helper.make_node(op, ins, [out], name=f"n{i}"))
+        prev = out
+    g = helper.make_graph(
+        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 64])], inits,
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def big_weight(rows: int, cols: int):
+    w = np.random.default_rng(0).standard_normal((rows, cols), dtype=np.float32)
+    g = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "big",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, rows])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, cols])], [numpy_helper.from_array(w, "w")],
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    return m
+
+
+def timed(model, dtype: str, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fp16.convert(model, dtype=dtype)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--repeat", type=int, default=1)
+    args = ap.parse_args()
+    n = 2000 if args.quick else 10000
+    rows, cols = (1024, 4096) if args.quick else (4096, 16384)
+    timed(chain(20), "float16", 1), timed(chain(20), "bfloat16", 1)  # warm-up (imports, schemas)
+    cases = [(f"chain of {n} nodes", chain(n)), (f"one {rows}x{cols} weight ({rows * cols * 4 >> 20} MB)",
+                                                 big_weight(rows, cols))]  # fmt: skip
+    print(f"{'case':<36} {'fp16 s':>8} {'bf16 s':>8}")
+    for name, model in cases:
+        print(f"{name:<36} {timed(model, 'float16', args.repeat):>8.2f} {timed(model, 'bfloat16', args.repeat):>8.2f}")
+
+
+if __name__ == "__main__":
+    main()
