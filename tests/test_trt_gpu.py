@@ -116,6 +116,23 @@ def test_fp16_on_tensorrt_11_converts_the_model_first(cnn):
 
 
 @strong_typing
+def test_bf16_on_tensorrt_11_converts_the_model_first(cnn):
+    res = ok(run_toolkit("run", cnn, "--onnxrt", "--trt", "--bf16", "--atol", "5e-2", "--rtol", "5e-2"))
+    assert "builds strongly typed: the model was converted to bfloat16 first" in res.err
+
+
+def test_debug_precision_with_a_tensorrt_fp16_candidate(tmp_path):
+    """On a GPU the search runs real builds; TensorRT may keep a fused block's intermediates in
+    fp32, so it may need fewer nodes than the CPU emulation (never others)."""
+    import fp16_models as fm
+
+    path = mz.save(fm.layernorm_overflow(), tmp_path / "ln.onnx")
+    res = run_toolkit("debug", "precision", path, "--compare", "onnxrt", "trt:fp16", "-o", tmp_path / "mixed.onnx")
+    assert res.code == 0, res.err[-3000:]
+    assert set(res.out.split()) <= set(fm.LN_MUST_KEEP)
+
+
+@strong_typing
 def test_int8_on_tensorrt_11_without_qdq_is_one_line(cnn):
     res = run_toolkit("run", cnn, "--trt", "--int8")
     assert res.code == 4 and "needs explicit quantization" in res.err.strip().splitlines()[-1]
