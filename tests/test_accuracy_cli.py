@@ -113,6 +113,24 @@ def test_compare_reduce_ends_at_the_perturbed_conv(golden, cli, tmp_path):
     assert "Reduced 16 -> 1 node" in res.err
 
 
+@pytest.mark.parametrize("fork", ["", "1"])
+def test_compare_checks_in_process_or_forked_give_the_same_result(golden, cli, tmp_path, monkeypatch, fork):
+    """ONNX-Runtime checks run in the reducing process itself, unless TOOLKIT_FORK_CHECKS=1 (or a
+    --check-timeout) asks for the forked worker; verdicts, evidence and result are the same."""
+    monkeypatch.setenv("TOOLKIT_FORK_CHECKS", fork)
+    out = tmp_path / "reduced.onnx"
+    extra = ["--check-timeout", "60"] if fork else []
+    res = cli("debug", "reduce", golden["faulty"], "-o", out, "--compare", "onnxrt", "onnxrt", "--mode", "bisect",
+              "--reference-model", golden["clean"], "--iter-artifact", tmp_path / "artifact.onnx", "--json", *extra)
+    assert res.code == 0, res.err
+    summary = json.loads(res.out)
+    assert summary["runner"] == ("warm" if fork else "in-process")
+    assert ("[warm worker]" if fork else "[in this process]") in res.err
+    assert _nodes(out) == ["conv3"]
+    assert summary["evidence"]["reduced"]["worst"]["name"] == "c3"
+    assert "FAILED" in res.err and "c3" in res.err  # the first failing check's own output is shown
+
+
 def test_compare_reduce_with_parallel_checks(golden, cli, tmp_path):
     out = tmp_path / "reduced.onnx"
     res = cli("debug", "reduce", golden["faulty"], "-o", out, "--compare", "onnxrt", "onnxrt",

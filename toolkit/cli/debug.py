@@ -140,7 +140,7 @@ class _Reporter:
         if cfg.check is None:
             how = "asking you (the full model is taken to fail)"
         else:
-            how = "warm worker" if reducer.runner.kind == "warm" else "subprocess"
+            how = {"warm": "warm worker", "in-process": "in this process"}.get(reducer.runner.kind, "subprocess")
             how = f"check: {' '.join(cfg.check)} [{how}]"
         mode = cfg.mode or getattr(reducer, "default_mode", "default (bisect + 1-minimal)")
         log(f"Reducing {cfg.model}: {idx.size} node{'s' if idx.size != 1 else ''}{extra}; mode {mode}; {how}")

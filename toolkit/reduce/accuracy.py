@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError
-from toolkit.reduce.check import WarmRunner, WorkerEntry
+from toolkit.reduce.check import CheckResult, WarmRunner, WorkerEntry, run_in_process
 
 DEFAULT_REFERENCE = "onnxrt"
+FORK_ENV = "TOOLKIT_FORK_CHECKS"  # set to 1: every --compare check runs in a forked worker
 
 
 @dataclass
@@ -372,8 +373,21 @@ def describe_check(artifact: str, opts: CompareOptions) -> List[str]:
     return argv
 
 
+def in_process_possible(spec_text: str) -> bool:
+    """Whether checks on runner ``spec_text`` may run in this process: ONNX-Runtime on the CPU
+    (no device context that a later fork could inherit, nothing a timeout must kill)."""
+    from toolkit.run.specs import parse_runner_spec
+
+    return parse_runner_spec(spec_text).kind == "onnxrt"
+
+
 class CompareRunner(WarmRunner):
-    """The warm worker for ``--compare``: each check runs ``entry(RunOptions)`` in a fork.
+    """The check runner for ``--compare``: each check runs ``entry(RunOptions)``.
+
+    On ONNX-Runtime (the CPU runner), with no ``--check-timeout`` and one check at a time,
+    a check runs in this very process (:func:`~toolkit.reduce.check.run_in_process`: same
+    output and exit code, no fork, no worker set-up; ``TOOLKIT_FORK_CHECKS=1`` turns that
+    off). Otherwise it runs in the warm worker, a fork of this process.
 
     The reference is computed on the first check (after the model is indexed and every
     option checked), in this process, before any fork. ``entry`` is the CLI's own ``run``
@@ -409,6 +423,14 @@ class CompareRunner(WarmRunner):
         self.ref: Optional[Reference] = None
         self.options = None  # RunOptions to run instead of the candidate's check (see run_with)
         self.info = {"reference": opts.reference, "test": opts.test, "reference_model": opts.reference_model}
+        self.in_process = (
+            primary is None
+            and timeout is None
+            and not env
+            and os.environ.get(FORK_ENV, "") in ("", "0")
+            and in_process_possible(opts.test)
+        )
+        self.kind = "in-process" if self.in_process else "warm"
 
     @property
     def check_argv(self) -> List[str]:
@@ -416,6 +438,8 @@ class CompareRunner(WarmRunner):
 
     def sibling(self, artifact: str, env=None) -> "CompareRunner":
         """The runner of another parallel worker (``--jobs``): its own artifact, this reference."""
+        self.in_process = False  # checks run at once, from threads: each in its own fork
+        self.kind = "warm"
         return CompareRunner(
             self.model, artifact, self.opts, self.run_entry, self.worker, notes=self.notes, timeout=self.timeout,
             env=env, primary=self,
@@ -449,9 +473,18 @@ class CompareRunner(WarmRunner):
                 f"{len(self.ref.missing)} tensor(s) of the model are not in the reference model; subgraph outputs "
                 "among them are not compared"
             )
-        super().prepare()
+        if self.in_process:
+            self._prepared = True  # no fork to warm up for: what a check needs is imported by the first one
+        else:
+            super().prepare()
         for path in {self.ref.inputs_path, self.ref.outputs_path}:
             load_data(path)
+
+    def run(self, tick=None) -> CheckResult:
+        if not self.in_process:
+            return super().run(tick)
+        self.prepare()
+        return run_in_process(self.entry, self.argv0, self.args)
 
     def _child_main(self, args) -> int:  # pragma: no cover - runs in the forked child
         options = self.options if self.options is not None else run_options(self.artifact, self.opts, self.ref)

@@ -653,6 +653,44 @@ def _child(entry: WorkerEntry, argv0: str, args: List[str], w_out: int, w_err: i
     return code & 0xFF
 
 
+def run_in_process(entry: WorkerEntry, argv0: str, args: List[str]) -> CheckResult:
+    """Run ``toolkit ARGS`` by ``entry.main`` in this very process, its stdout and stderr
+    captured: the same exit code and output as :class:`WarmRunner`'s forked child gives,
+    without the fork (for checks that open no device context and need no timeout).
+
+    Ctrl-C is not the check's failure: it propagates."""
+    import io
+
+    start = time.monotonic()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    out, err = io.StringIO(), io.StringIO()
+    saved = (sys.stdout, sys.stderr, sys.argv)
+    sys.stdout, sys.stderr, sys.argv = out, err, [argv0] + list(args)
+    code = 1
+    try:
+        code = entry.main(list(args))
+        code = int(code) if isinstance(code, int) else 0
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except KeyboardInterrupt:
+        raise
+    except Exception:  # noqa: BLE001 - a crash of the check is its failure, as in a forked check
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    finally:
+        sys.stdout, sys.stderr, sys.argv = saved
+    return CheckResult(
+        code & 0xFF, out.getvalue().encode("utf-8"), err.getvalue().encode("utf-8", "backslashreplace"),
+        seconds=time.monotonic() - start,
+    )
+
+
 def make_runner(
     argv: Sequence[str],
     timeout: Optional[float] = None,
