@@ -273,3 +273,83 @@ def test_diagnosis_on_a_terminal_draws_a_sparkline(tmp_path, monkeypatch):
     text = buf.getvalue()
     assert "conv2 [Op: Conv]" in text and "\x1b[" in text  # coloured
     assert "error/tolerance by depth" in text and any(ch in text for ch in "▁▂▃▄▅▆▇█")
+
+
+# ---------------------------------------------------------------------- the guided search
+
+
+def test_guided_search_ends_at_the_planted_fault_in_two_checks(golden, cli, tmp_path):
+    """The hint (every tensor of the model under test against the reference) ranks conv3 first;
+    checked alone it fails, so the search ends there: the full model, then conv3."""
+    out = tmp_path / "reduced.onnx"
+    res = cli("debug", "reduce", golden["faulty"], "-o", out, "--compare", "onnxrt", "onnxrt",
+              "--reference-model", golden["clean"], "--iter-artifact", tmp_path / "artifact.onnx", "--json")
+    assert res.code == 0, res.err
+    assert _nodes(out) == ["conv3"]
+    summary = json.loads(res.out)
+    assert summary["checks"] == 2 and summary["phases"] == {"full model": 1, "guided": 1}
+    search = summary["compare"]["search"]
+    assert search["found_by"] == "guided" and search["hinted_checks"] == 1
+    assert search["ranked"][0]["node"] == "conv3" and search["ranked"][0]["amplification"] > 100
+    assert "Found by the guided search" in res.err and "Hint (" in res.err
+    # an explicit --mode searches without the hint, and ends at the same node
+    res = cli("debug", "reduce", golden["faulty"], "-o", tmp_path / "plain.onnx", "--compare", "onnxrt", "onnxrt",
+              "--reference-model", golden["clean"], "--iter-artifact", tmp_path / "artifact.onnx", "--mode", "default",
+              "--json")
+    assert res.code == 0, res.err
+    assert _nodes(tmp_path / "plain.onnx") == ["conv3"]
+    plain = json.loads(res.out)
+    assert plain["checks"] > 2 and plain["compare"]["search"]["found_by"] == "default"
+    assert "Hint (" not in res.err
+
+
+@pytest.mark.parametrize("all_faults", [False, True])
+def test_misleading_hint_still_gives_a_correct_minimal_result(tmp_path, cli, monkeypatch, all_faults):
+    """Two real faults (conv1, conv6); the hint is made to rank nodes that are fine (relu4, conv0)
+    first. Each passes alone, so the normal search takes over and ends where it would anyway."""
+    from toolkit.reduce.accuracy import CompareRunner
+
+    paths = save_pair(tmp_path, layers=8, perturb=(1, 6))
+    misleading = {"c0": 1e-3, "r4": 0.9}  # amplifications: ~8e3 for conv0, 900 for relu4 (both are fine)
+    monkeypatch.setattr(CompareRunner, "hint_errors", lambda self: dict(misleading))
+    out = tmp_path / "reduced.onnx"
+    extra = ["--all-faults"] if all_faults else []
+    res = cli("debug", "reduce", paths["faulty"], "-o", out, "--compare", "onnxrt", "onnxrt",
+              "--reference-model", paths["clean"], "--iter-artifact", tmp_path / "a.onnx", "--json", *extra)
+    assert res.code == 0, res.err
+    summary = json.loads(res.out)
+    search = summary["compare"]["search"]
+    assert [r["node"] for r in search["ranked"][:2]] == ["conv0", "relu4"]
+    assert search["found_by"] == "search" and search["hinted_checks"] >= 2
+    if all_faults:
+        assert [f["nodes"] for f in summary["faults"]] == [["conv1"], ["conv6"]]
+    else:
+        assert _nodes(out) == ["conv1"] and summary["one_minimal"]
+        assert "The hinted nodes passed alone" in res.err
+
+
+def test_guided_search_finds_every_fault_with_few_checks(tmp_path, cli):
+    paths = save_pair(tmp_path, layers=10, perturb=(1, 8))
+    res = cli("debug", "reduce", paths["faulty"], "-o", tmp_path / "r.onnx", "--compare", "onnxrt", "onnxrt",
+              "--reference-model", paths["clean"], "--all-faults", "--iter-artifact", tmp_path / "a.onnx", "--json")
+    assert res.code == 0, res.err
+    summary = json.loads(res.out)
+    assert [f["nodes"] for f in summary["faults"]] == [["conv1"], ["conv8"]]
+    # the full model; each fault alone (hinted), then the rest with it taken out: 5 checks
+    assert summary["compare"]["search"]["hinted_checks"] == 2
+    assert summary["checks"] == 5
+
+
+def test_hint_ranking_follows_error_amplification():
+    """rank(): a node with exact inputs and a wrong output first; propagated error ranks near 1."""
+    from toolkit.reduce.guide import rank
+    from toolkit.reduce.session import load_for_index
+    from toolkit.reduce.graph import GraphIndex
+
+    model = conv_net(4, ())
+    index = GraphIndex(model, None)
+    errors = {"c0": 0.0, "r0": 0.0, "c1": 0.3, "r1": 0.31, "c2": 0.33, "r2": 0.33, "c3": 0.34, "r3": 0.34}
+    ranked = rank(index, errors)
+    assert index.names[ranked[0][0]] == "conv1" and ranked[0][1] > 1e5
+    assert all(amp < 1.2 for _i, amp, _e in ranked[1:])
+    _ = load_for_index

@@ -95,6 +95,34 @@ def report_compare(runner, reducer, summary: dict) -> None:
     faults = getattr(reducer, "faults", None)
     if faults:
         summarize_faults(faults)
-    summary["compare"] = runner.info
+    summary["compare"] = dict(runner.info)
+    guide = getattr(reducer, "guide", None)
+    if guide is not None:
+        summary["compare"]["search"] = guide_json(guide, reducer)
+        tried = guide.get("tried", 0)
+        if guide.get("found_by") == "guided" and not faults:
+            log(
+                f"Found by the guided search: the node ranked by error amplification fails alone, fed the "
+                f"reference's inputs (a single node: minimal); {_plural_checks(tried)} of hinted nodes"
+            )
+        elif tried and guide.get("found_by") == "search":
+            log(f"The hinted nodes passed alone ({_plural_checks(tried)}); found by the localized search")
     if faults is not None:
         summary["faults"] = faults_json(faults)
+
+
+def guide_json(guide: dict, reducer) -> dict:
+    """How the search went: ``found_by`` "guided" (a hinted node failed alone) or "search" (the
+    normal search, after the hinted nodes passed alone or without a hint), the hint and the
+    number of hinted nodes checked."""
+    from toolkit.core.diagnosis import _jsonable
+
+    mode = reducer.cfg.mode
+    out = {"found_by": guide.get("found_by", "search" if mode is None else mode), "hinted_checks": guide.get("tried", 0)}
+    if "ranked" in guide:
+        out.update(hint_seconds=guide["hint_seconds"], ranked=guide["ranked"])
+    return _jsonable(out)
+
+
+def _plural_checks(n: int) -> str:
+    return f"{n} check{'s' if n != 1 else ''}"

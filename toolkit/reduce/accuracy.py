@@ -503,6 +503,54 @@ class CompareRunner(WarmRunner):
             self.ref.close()
         self.ref = None
 
+    def hint_errors(self) -> Optional[Dict[str, float]]:
+        """Every tensor's error on the runner under test: the model run once with every tensor
+        marked, fed the reference's inputs; ``{tensor: rel_l2}`` against the reference (the
+        largest over iterations), computed in this process. Only on ONNX-Runtime; None
+        elsewhere, or when that run fails (the search then goes on without a hint)."""
+        if self.ref is None or not os.path.isfile(self.model) or not in_process_possible(self.opts.test):
+            return None  # (a device runner under test: its checks are forked, and this process opens no device)
+        from toolkit.core.datafiles import load_inputs, load_outputs
+        from toolkit.core.errors import ToolkitError
+
+        try:
+            feeds = load_inputs(self.ref.inputs_path)
+            golden = [it.outputs for it in load_outputs(self.ref.outputs_path).runs[0][1]]
+            source = _feed_source(self.opts, lambda _m: None, loaded=feeds)
+            errors: Dict[str, float] = {}
+            for (_feed, outs), ref_values in zip(every_tensor(self.opts.test, self.model, source, self.opts), golden):
+                for name, value in outs.items():
+                    err = rel_l2(value, ref_values.get(name))
+                    if err is not None:
+                        errors[name] = max(errors.get(name, 0.0), err)
+            return errors
+        except (ToolkitError, MemoryError, ValueError, RuntimeError) as exc:
+            self.notes(f"No hint for the search ({exc}); searching without one")
+            return None
+
+
+def rel_l2(a, b) -> Optional[float]:
+    """``||a - b|| / max(||a||, ||b||)`` of two float arrays (inf when either is not finite);
+    None when they cannot be compared (missing, other shapes, not floating point)."""
+    import numpy as np
+
+    if b is None or getattr(a, "shape", None) != getattr(b, "shape", None):
+        return None
+    a, b = np.asarray(a), np.asarray(b)
+    if a.dtype.kind != "f" or b.dtype.kind != "f":
+        return None
+    if a.size == 0:
+        return 0.0
+    with np.errstate(all="ignore"):
+        num, den = _norms(a, b, np.float32 if a.dtype == b.dtype == np.float32 else np.float64)
+        if not (np.isfinite(num) and np.isfinite(den)) and a.dtype == b.dtype == np.float32:
+            num, den = _norms(a, b, np.float64)  # (squares past float32's range)
+    if not np.isfinite(num) or not np.isfinite(den):
+        return float("inf")
+    if num == 0:
+        return 0.0
+    return num / den if den > 0 else float("inf")
+
 
 # ---------------------------------------------------------------------- evidence for --all-faults
 
@@ -552,3 +600,15 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
             f.evidence.update(
                 output_error=out_err, input_error=in_err, amplification=amplification(out_err, in_err)
             )
+
+
+def _norms(a, b, dtype):
+    """(||a - b||, max(||a||, ||b||)) computed in ``dtype`` (dot products: fast)."""
+    import math
+
+    import numpy as np
+
+    a = np.ascontiguousarray(a, dtype=dtype).ravel()
+    b = np.ascontiguousarray(b, dtype=dtype).ravel()
+    d = a - b
+    return math.sqrt(float(np.dot(d, d))), math.sqrt(max(float(np.dot(a, a)), float(np.dot(b, b))))

@@ -89,14 +89,62 @@ class Fault:
 
 
 class CompareReducer(Reducer):
-    """A :class:`Reducer` for the built-in comparison: :func:`localized` is its default search."""
+    """A :class:`Reducer` for the built-in comparison. Its default search is :func:`guided`
+    (the nodes that amplify the error most, each checked alone, when the check runner can
+    give that hint), then :func:`localized`."""
 
-    default_mode = "localized (halving ranges, then the node alone)"
+    default_mode = "guided (the nodes amplifying the error most, each alone), then localized"
 
-    def strategy(self) -> Search:
+    def __init__(self, *args, **kw):
+        super().__init__(*args, **kw)
+        self.guide: dict = {}  # how the search went: hint, nodes tried, found by (see guide.guided)
+        self._ranked: Optional[list] = None
+
+    def strategy(self, allowed: Optional[int] = None) -> Search:
+        from toolkit.reduce.guide import guided
         from toolkit.reduce.strategy import STRATEGIES
 
-        return localized(self.plan) if self.cfg.mode is None else STRATEGIES[self.cfg.mode](self.plan)
+        if self.cfg.mode is not None:
+            return STRATEGIES[self.cfg.mode](self.plan)
+        if not self.plan.free:
+            return localized(self.plan)
+        return guided(self.plan, lambda: self._tries(allowed), lambda: localized(self.plan), self.guide)
+
+    def _hint(self) -> list:
+        """The nodes ranked by error amplification on the runner under test (once; [] without a hint)."""
+        if self._ranked is None:
+            import time
+
+            from toolkit.reduce.guide import rank
+
+            self._ranked = []
+            errors_of = getattr(self.runner, "hint_errors", None)
+            if errors_of is None or self.workers:
+                return self._ranked
+            start = time.monotonic()
+            errors = errors_of()
+            if not errors:
+                return self._ranked
+            self._ranked = rank(self.index, errors)
+            top = self._ranked[:3]
+            self.guide.update(
+                hint_seconds=round(time.monotonic() - start, 3),
+                ranked=[{"node": self.index.names[i], "amplification": amp, "output_error": err} for i, amp, err in top],
+            )
+            self.reporter.info(
+                f"Hint ({time.monotonic() - start:.2f} s, the model under test with every tensor compared): "
+                + ", ".join(f"{self.index.names[i]} amplifies the error {amp:.3g}x" for i, amp, _e in top)
+            )
+        return self._ranked
+
+    def _tries(self, allowed: Optional[int]) -> List[int]:
+        from toolkit.reduce.guide import MIN_AMPLIFICATION, TRIES
+
+        ranked = [
+            i for i, amp, _err in self._hint()
+            if amp >= MIN_AMPLIFICATION and (allowed is None or (allowed >> i) & 1)
+        ]
+        return ranked[:TRIES]
 
     def _search(self, gen=None) -> Optional[int]:
         return super()._search(gen if gen is not None else self.strategy())
@@ -134,7 +182,7 @@ class AllFaultsReducer(CompareReducer):
         return first if first is not None else CompareReducer._search(self)
 
     def _search_within(self, allowed: int) -> Optional[int]:
-        return CompareReducer._search(self, within(self.strategy(), allowed))
+        return CompareReducer._search(self, within(self.strategy(allowed), allowed))
 
     def run(self):
         outcome = super().run()
