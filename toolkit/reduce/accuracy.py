@@ -524,8 +524,9 @@ class CompareRunner(WarmRunner):
                     if err is not None:
                         errors[name] = max(errors.get(name, 0.0), err)
             return errors
-        except (ToolkitError, MemoryError, ValueError, RuntimeError) as exc:
-            self.notes(f"No hint for the search ({exc}); searching without one")
+        except Exception as exc:  # noqa: BLE001 - only a hint: the search goes on without it
+            text = exc.message if isinstance(exc, ToolkitError) else f"{type(exc).__name__}: {exc}"
+            self.notes(f"No hint for the search ({text}); searching without one")
             return None
 
 
