@@ -353,3 +353,34 @@ def test_hint_ranking_follows_error_amplification():
     assert index.names[ranked[0][0]] == "conv1" and ranked[0][1] > 1e5
     assert all(amp < 1.2 for _i, amp, _e in ranked[1:])
     _ = load_for_index
+
+
+def test_run_in_process_captures_output_and_exit_codes():
+    import sys
+
+    from toolkit.reduce.check import WorkerEntry, run_in_process
+
+    def speaks(args):
+        print("out line")
+        print("err line", file=sys.stderr)
+        return 1
+
+    def crashes(args):
+        raise ValueError("boom")
+
+    def exits(args):
+        raise SystemExit(3)
+
+    before = (sys.stdout, sys.stderr, list(sys.argv))
+    res = run_in_process(WorkerEntry(main=speaks), "toolkit", ["run", "m.onnx"])
+    assert (res.code, res.stdout_text, res.stderr_text) == (1, "out line\n", "err line\n")
+    res = run_in_process(WorkerEntry(main=crashes), "toolkit", ["run"])
+    assert res.code == 1 and "ValueError: boom" in res.stderr_text and "Traceback" in res.stderr_text
+    assert run_in_process(WorkerEntry(main=exits), "toolkit", ["run"]).code == 3
+
+    def interrupted(args):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_in_process(WorkerEntry(main=interrupted), "toolkit", ["run"])
+    assert (sys.stdout, sys.stderr, list(sys.argv)) == before

@@ -613,6 +613,21 @@ def _warm_onnx() -> None:
         pass
 
 
+def _exit_code(entry: WorkerEntry, args: List[str], crashes) -> int:
+    """``entry.main(args)`` ended as a process would end: its exit code; an exception of the
+    types ``crashes`` is a crash of the check (its traceback on stderr, exit code 1)."""
+    try:
+        code = entry.main(list(args))
+        return int(code) if isinstance(code, int) else 0
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except crashes:  # noqa: BLE001 - a crash of the check is its failure
+        import traceback
+
+        traceback.print_exc()
+        return 1
+
+
 def _child(entry: WorkerEntry, argv0: str, args: List[str], w_out: int, w_err: int) -> int:  # pragma: no cover - child only
     """Become a fresh ``toolkit`` process: own session, stdio on the pipes, run main()."""
     os.setsid()
@@ -634,17 +649,7 @@ def _child(entry: WorkerEntry, argv0: str, args: List[str], w_out: int, w_err: i
         setattr(sys, name, opened)
         setattr(sys, f"__{name}__", opened)
     sys.argv = [argv0] + list(args)
-    code = 1
-    try:
-        code = entry.main(list(args))
-        code = int(code) if isinstance(code, int) else 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except BaseException:  # noqa: BLE001 - a crash of the check is its failure
-        import traceback
-
-        traceback.print_exc()
-        code = 1
+    code = _exit_code(entry, args, BaseException)
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
@@ -670,19 +675,8 @@ def run_in_process(entry: WorkerEntry, argv0: str, args: List[str]) -> CheckResu
     out, err = io.StringIO(), io.StringIO()
     saved = (sys.stdout, sys.stderr, sys.argv)
     sys.stdout, sys.stderr, sys.argv = out, err, [argv0] + list(args)
-    code = 1
     try:
-        code = entry.main(list(args))
-        code = int(code) if isinstance(code, int) else 0
-    except SystemExit as exc:
-        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-    except KeyboardInterrupt:
-        raise
-    except Exception:  # noqa: BLE001 - a crash of the check is its failure, as in a forked check
-        import traceback
-
-        traceback.print_exc()
-        code = 1
+        code = _exit_code(entry, args, Exception)  # (Ctrl-C propagates)
     finally:
         sys.stdout, sys.stderr, sys.argv = saved
     return CheckResult(
