@@ -323,6 +323,7 @@ def test_misleading_hint_still_gives_a_correct_minimal_result(tmp_path, cli, mon
     assert search["found_by"] == "search" and search["hinted_checks"] >= 2
     if all_faults:
         assert [f["nodes"] for f in summary["faults"]] == [["conv1"], ["conv6"]]
+        assert summary["faults"][0]["found_by"] == "search"  # conv0 and relu4 tried first, both pass
     else:
         assert _nodes(out) == ["conv1"] and summary["one_minimal"]
         assert "The hinted nodes passed alone" in res.err
@@ -335,6 +336,7 @@ def test_guided_search_finds_every_fault_with_few_checks(tmp_path, cli):
     assert res.code == 0, res.err
     summary = json.loads(res.out)
     assert [f["nodes"] for f in summary["faults"]] == [["conv1"], ["conv8"]]
+    assert [f["found_by"] for f in summary["faults"]] == ["guided", "guided"]
     # the full model; each fault alone (hinted), then the rest with it taken out: 5 checks
     assert summary["compare"]["search"]["hinted_checks"] == 2
     assert summary["checks"] == 5

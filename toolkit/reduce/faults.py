@@ -166,6 +166,7 @@ class AllFaultsReducer(CompareReducer):
         allowed = self.index.full_mask
         first = None
         while allowed and len(self.faults) < MAX_FAULTS:
+            self.guide.pop("found_by", None)
             mask = self._search_within(allowed)
             if not mask or mask & ~allowed or not self.memo.get(mask):
                 break  # (a search that ended on no failing set of its own)
@@ -173,6 +174,8 @@ class AllFaultsReducer(CompareReducer):
             k = len(self.faults) + 1
             nodes = [self.index.describe(i) for i in mask_indices(mask)]
             self.faults.append(Fault(k, mask, nodes, numbered(self.cfg.output, k), allowed))
+            if "found_by" in self.guide:
+                self.faults[-1].evidence["found_by"] = self.guide["found_by"]
             self.reporter.info(f"Fault {k}: {', '.join(nodes)}; searching the rest of the model")
             allowed &= ~mask
             if not allowed or not self.verdict(allowed):
