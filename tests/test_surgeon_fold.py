@@ -266,3 +266,67 @@ def test_reshape_to_its_own_shape_is_removed():
     assert [n.name for n in folded.graph.node] == ["relu", "real"]
     x = np.arange(-8, 8, dtype=np.float32).reshape(2, 8)
     np.testing.assert_array_equal(run(folded, {"x": x})["y"], np.maximum(x, 0).reshape(-1, 4))
+
+
+def big_constants_model():
+    """Weights made by ConstantOfShape (folded into big arrays), a big fp16 initializer read
+    through a Cast, a big initializer used as is, and a small shape computation."""
+    rng = np.random.default_rng(3)
+    w16 = rng.standard_normal((600, 600)).astype(np.float16)
+    w32 = rng.standard_normal((600, 64)).astype(np.float32)
+    nodes = [
+        helper.make_node("ConstantOfShape", ["wshape"], ["w"], name="make_w",
+                         value=numpy_helper.from_array(np.array([0.5], np.float32))),
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="mm1"),
+        helper.make_node("Cast", ["w16"], ["w16f"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("MatMul", ["h", "w16f"], ["h2"], name="mm2"),
+        helper.make_node("MatMul", ["h2", "w32"], ["h3"], name="mm3"),
+        helper.make_node("Shape", ["h3"], ["s"], name="shape"),
+        helper.make_node("Reshape", ["h3", "s"], ["y"], name="reshape"),
+    ]
+    inits = [numpy_helper.from_array(np.array([256, 600], np.int64), "wshape"),
+             numpy_helper.from_array(w16, "w16"), numpy_helper.from_array(w32, "w32")]
+    graph = helper.make_graph(nodes, "big_constants", [modelzoo.vi("x", [2, 256])], [modelzoo.vi("y", [2, 64])], inits)
+    return modelzoo.make_model(graph, opset=17)
+
+
+def test_big_folded_constants_are_exported_as_graphsurgeon_would():
+    """Big constants skip graphsurgeon's copies on export (stubs filled once): same bytes."""
+    import onnx_graphsurgeon as gs
+
+    model = big_constants_model()
+    feed = {"x": np.random.default_rng(0).random((2, 256), dtype=np.float32)}
+    want = run(model, feed)
+    graph = gs.import_onnx(model)
+    graph.fold_constants().cleanup()
+    direct = gs.export_onnx(graph)
+    fast = surgery._export(gs, graph, model)
+    got = {t.name: numpy_helper.to_array(t) for t in fast.graph.initializer}
+    assert sorted(got) == sorted(t.name for t in direct.graph.initializer)
+    assert {"w", "w16f", "w32"} <= set(got)
+    for t in direct.graph.initializer:
+        assert got[t.name].dtype == numpy_helper.to_array(t).dtype
+        np.testing.assert_array_equal(got[t.name], numpy_helper.to_array(t))
+    assert all(not t.external_data for t in fast.graph.initializer)
+    np.testing.assert_allclose(run(fast, feed)["y"], want["y"], rtol=1e-3)
+    # and export is unpatched afterwards
+    again = gs.export_onnx(graph)
+    assert all(not t.external_data for t in again.graph.initializer)
+
+
+def test_sanitize_with_big_folded_constants_matches():
+    model = big_constants_model()
+    feed = {"x": np.random.default_rng(1).random((2, 256), dtype=np.float32)}
+    want = run(model, feed)
+    result, report = sanitize(model, fold_constants=True)
+    assert count_model_nodes(result) < 7
+    np.testing.assert_allclose(run(result, feed)["y"], want["y"], rtol=1e-3)
+
+
+def test_model_size_estimate_is_close_and_not_below():
+    from toolkit.core.model import model_size_estimate
+
+    model = big_constants_model()
+    exact = model.ByteSize()
+    estimate = model_size_estimate(model)
+    assert exact <= estimate <= exact * 1.05 + 512

@@ -195,7 +195,31 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
 
 
 def model_size_estimate(model) -> int:
-    return model.ByteSize()
+    """The serialized size, within some bytes per tensor. Tensors stored as raw bytes are
+    sized from their dims and type: ByteSize() walks every byte of them, which costs as
+    much as serializing."""
+    from toolkit.core.shapes import _tensor_nbytes
+
+    def size(value) -> int:
+        if isinstance(value, (str, bytes)):
+            return len(value) + 6
+        if hasattr(value, "ByteSize"):
+            return value.ByteSize() + 6
+        if hasattr(value, "__len__"):  # repeated field
+            return sum(size(v) for v in value)
+        return 11
+
+    total = sum(size(v) for f, v in model.ListFields() if f.name != "graph") + 6
+    for f, value in model.graph.ListFields():
+        if f.name != "initializer":
+            total += size(value)
+            continue
+        for t in value:
+            if t.HasField("raw_data"):
+                total += _tensor_nbytes(t) + len(t.name) + 11 * len(t.dims) + 32
+            else:
+                total += t.ByteSize() + 6
+    return total
 
 
 def save_model(

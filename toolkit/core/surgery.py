@@ -105,9 +105,89 @@ def _restore_model_fields(new, original) -> None:
                 new.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
 
 
+def _constant_nbytes(tensor) -> int:
+    nbytes = getattr(tensor._values, "nbytes", None)  # numpy arrays and graphsurgeon's LazyValues
+    return int(nbytes) if nbytes is not None else 0
+
+
+@contextlib.contextmanager
+def _stubbed_constants(graph, limit: int):
+    """While active, onnx-graphsurgeon exports the top graph's Constants over ``limit``
+    bytes as shape-only stubs (dims and type, no data). Yields {name: Constant} of those.
+
+    Exporting a big constant copies its bytes four times (tobytes, make_tensor, the
+    graph's initializer list, the model's graph); shape inference needs none of them."""
+    import onnx
+    from onnx_graphsurgeon.exporters import onnx_exporter
+    from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
+
+    from toolkit.core.shapes import _STUB_LOCATION
+
+    stubbed = {}
+    for tensor in graph.tensors().values():
+        if (isinstance(tensor, Constant) and not isinstance(tensor._values, SparseValues)
+                and _constant_nbytes(tensor) > limit):
+            stubbed[id(tensor)] = tensor
+    exporter = onnx_exporter.OnnxExporter
+    original = exporter.__dict__["export_tensor_proto"]
+
+    def export_tensor_proto(tensor):
+        if id(tensor) not in stubbed:
+            return original.__func__(tensor)
+        stub = onnx.TensorProto()
+        stub.name = tensor.name
+        lazy = getattr(tensor._values, "tensor", None)
+        if lazy is not None:
+            stub.data_type = lazy.data_type
+            stub.dims.extend(lazy.dims)
+        else:
+            stub.data_type = onnx_exporter.dtype_to_onnx(tensor.export_dtype)
+            stub.dims.extend(int(d) for d in tensor.shape)
+        stub.data_location = onnx.TensorProto.EXTERNAL
+        entry = stub.external_data.add()
+        entry.key = "location"
+        entry.value = _STUB_LOCATION
+        return stub
+
+    exporter.export_tensor_proto = staticmethod(export_tensor_proto)
+    try:
+        yield {t.name: t for t in stubbed.values()}
+    finally:
+        exporter.export_tensor_proto = original
+
+
+def _fill_stubs(model, constants) -> None:
+    """Give the stubs that :func:`_stubbed_constants` exported their data (one copy each)."""
+    import onnx
+    from onnx_graphsurgeon.exporters import onnx_exporter
+
+    from toolkit.core.shapes import _STUB_LOCATION
+
+    for t in model.graph.initializer:
+        if not (t.external_data and t.external_data[0].value == _STUB_LOCATION):
+            continue
+        tensor = constants[t.name]
+        lazy = getattr(tensor._values, "tensor", None)
+        if lazy is not None:
+            t.CopyFrom(lazy)
+            t.name = tensor.name
+            continue
+        if tensor.dtype != tensor.export_dtype:
+            t.CopyFrom(onnx_exporter.constant_to_onnx_tensor(tensor))
+        else:
+            del t.external_data[:]
+            t.ClearField("data_location")
+            t.raw_data = tensor.values.tobytes()
+        if tensor.data_location is not None:
+            t.data_location = tensor.data_location
+
+
 def _export(gs, graph, original):
-    with _quiet_gs():
+    from toolkit.core.shapes import _STUB_BYTES
+
+    with _quiet_gs(), _stubbed_constants(graph, _STUB_BYTES) as big:
         model = gs.export_onnx(graph, do_type_check=False)
+    _fill_stubs(model, big)
     _restore_model_fields(model, original)
     return model
 
@@ -728,7 +808,9 @@ def _refresh_gs_shapes(gs, graph, original) -> int:
     """
     from toolkit.core.model import infer_shapes, value_info_meta
 
-    with _quiet_gs():
+    from toolkit.core.shapes import _STUB_BYTES
+
+    with _quiet_gs(), _stubbed_constants(graph, _STUB_BYTES):
         model = gs.export_onnx(graph, do_type_check=False)
     _restore_model_fields(model, original)
     light = light_copy(model)
