@@ -241,3 +241,93 @@ def test_optimize_fuses_and_keeps_standard_onnx(tmp_path, cli):
     assert [(o.domain, o.version) for o in m.opset_import] == [("", 17)] and m.ir_version == 8
     x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
     np.testing.assert_allclose(run(out, {"x": x})["y"], run(path, {"x": x})["y"], rtol=1e-4, atol=1e-5)
+
+
+def test_optimize_ir3_models(tmp_path, cli):
+    """Before IR 4 initializers are graph inputs too; they are constants for the optimizer
+    (as for folding), and the result keeps IR 3 with its initializers listed as inputs (and
+    only those: no input left without its initializer)."""
+    model = conv_bn()
+    model.ir_version = 3
+    model.opset_import[0].version = 9
+    # Two Reshapes reading equal shapes stored twice: ONNX-Runtime keeps one of them and, at IR 3,
+    # left the other listed as a graph input without its initializer (a model that does not run).
+    g = model.graph
+    g.output[0].name = "y0"
+    g.node[-1].output[0] = "y0"
+    g.node.extend([helper.make_node("Reshape", ["y0", "flat"], ["f"], name="flatten"),
+                   helper.make_node("Relu", ["f"], ["f2"], name="relu2"),
+                   helper.make_node("Reshape", ["f2", "back"], ["y"], name="unflatten"),
+                   helper.make_node("Reshape", ["y0", "flat_again"], ["yf"], name="flatten_again")])
+    g.output.append(modelzoo.vi("y", [1, 4, 8, 8]))
+    g.output.append(modelzoo.vi("yf", [1, 256]))
+    g.output[0].CopyFrom(modelzoo.vi("y0", [1, 4, 8, 8]))
+    g.initializer.extend([numpy_helper.from_array(np.array([1, 256], np.int64), "flat"),
+                          numpy_helper.from_array(np.array([1, 4, 8, 8], np.int64), "back"),
+                          numpy_helper.from_array(np.array([1, 256], np.int64), "flat_again")])
+    for t in model.graph.initializer:
+        model.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    path = modelzoo.save(model, tmp_path / "m.onnx")
+    out = tmp_path / "o.onnx"
+    res = cli("surgeon", "sanitize", path, "-o", out, "--fold-constants", "--optimize")
+    assert res.code == 0, res.err
+    m = onnx.load(str(out))
+    assert "BatchNormalization" not in [n.op_type for n in m.graph.node]
+    assert m.ir_version == 3
+    assert {t.name for t in m.graph.initializer} <= {i.name for i in m.graph.input}
+    assert "Optimizing | ONNX-Runtime basic level" in res.err
+    x = np.random.default_rng(2).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(run(out, {"x": x})["y"], run(path, {"x": x})["y"], rtol=1e-4, atol=1e-5)
+
+
+def parallel_branches():
+    """Inception-like: three Conv+Relu branches on x; two read equal (separately stored)
+    weights, the third different ones; a RandomNormalLike pair that must stay two; the
+    branches are concatenated."""
+    rng = np.random.default_rng(0)
+    w = rng.standard_normal((4, 3, 1, 1)).astype(np.float32)
+    inits = [numpy_helper.from_array(w, "w_a"), numpy_helper.from_array(w.copy(), "w_b"),
+             numpy_helper.from_array(w + 1, "w_c")]
+    nodes = []
+    for k in "abc":
+        nodes += [helper.make_node("Conv", ["x", f"w_{k}"], [f"c_{k}"], name=f"conv_{k}"),
+                  helper.make_node("Relu", [f"c_{k}"], [f"r_{k}"], name=f"relu_{k}")]
+    nodes += [helper.make_node("RandomNormalLike", ["r_a"], [f"n_{k}"], name=f"noise_{k}", seed=float(i))
+              for i, k in enumerate("ab")]
+    nodes += [helper.make_node("Concat", ["r_a", "r_b", "r_c"], ["y"], name="concat", axis=1),
+              helper.make_node("Concat", ["n_a", "n_b"], ["noise"], name="concat_noise", axis=1)]
+    graph = helper.make_graph(nodes, "branches", [modelzoo.vi("x", [1, 3, 8, 8])],
+                              [modelzoo.vi("y", [1, 12, 8, 8]), modelzoo.vi("noise", [1, 8, 8, 8])], inits)
+    return modelzoo.make_model(graph, opset=17)
+
+
+def test_optimize_merges_duplicate_nodes(tmp_path, cli):
+    path = modelzoo.save(parallel_branches(), tmp_path / "m.onnx")
+    out = tmp_path / "o.onnx"
+    res = cli("surgeon", "sanitize", path, "-o", out, "--fold-constants", "--optimize", "--no-validate")
+    assert res.code == 0, res.err
+    assert "2 duplicate node(s) merged" in res.err
+    m = onnx.load(str(out))
+    ops = [n.op_type for n in m.graph.node]
+    assert ops.count("Conv") == 2 and ops.count("Relu") == 2 and ops.count("RandomNormalLike") == 2
+    assert all(n.domain in ("", "ai.onnx") for n in m.graph.node)
+    x = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(run(out, {"x": x})["y"], run(path, {"x": x})["y"], rtol=1e-5, atol=1e-6)
+
+
+def test_merging_keeps_nodes_that_differ_or_are_graph_outputs():
+    import onnx_graphsurgeon as gs
+
+    from toolkit.core.surgery import _eliminate_common_subexpressions
+
+    model = parallel_branches()
+    # r_b becomes a graph output: conv_b/relu_b must stay (relu_b is not merged, conv_b is)
+    model.graph.output.append(modelzoo.vi("r_b", [1, 4, 8, 8]))
+    for n in model.graph.node:
+        if n.name == "relu_b":
+            n.attribute.append(helper.make_attribute("unused", 1))  # attributes differ too
+    graph = gs.import_onnx(model)
+    assert _eliminate_common_subexpressions(gs, graph) == 1
+    graph.cleanup()
+    names = sorted(n.name for n in graph.nodes)
+    assert "relu_b" in names and "conv_b" not in names and "conv_c" in names

@@ -2056,7 +2056,8 @@ def optimize(model, *, validate: bool = True, external_data_dir: Optional[str] =
         if external_data_dir:
             so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_data_dir)
         try:
-            ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+            ort.InferenceSession(_constant_initializers(model).SerializeToString(), so,
+                                 providers=["CPUExecutionProvider"])
             result = onnx.load(out)
         except Exception as exc:  # noqa: BLE001 - ORT's own exception types
             log(f"Optimizing | skipped: ONNX-Runtime cannot optimize this model ({one_line(exc, first_line=True)})")
@@ -2067,11 +2068,124 @@ def optimize(model, *, validate: bool = True, external_data_dir: Optional[str] =
         log(f"Optimizing | skipped: the optimized model uses ops of {', '.join(foreign)}, which the model does not import")
         return model
     _restore_model_fields(result, model)
+    merged = 0
+    if not any(attr.type in (5, 10) for n in result.graph.node for attr in n.attribute):  # no subgraphs
+        gs = _import_gs()
+        with _quiet_gs(), _gs_step("import"):
+            graph = gs.import_onnx(result)
+        merged = _eliminate_common_subexpressions(gs, graph)
+        if merged:
+            with _quiet_gs(), _gs_step("clean up"):
+                graph.cleanup()
+            with _gs_step("export"):
+                result = _export(gs, graph, model)
     if validate:
         err = _Validation(model, external_data_dir).check(result)
         if err is not None:
             log(f"Optimizing | skipped: the optimized model failed validation ({err})")
             return model
-    log(f"Optimizing | ONNX-Runtime basic level | nodes {before} -> {count_model_nodes(result)} | "
+    also = f", {merged} duplicate node(s) merged" if merged else ""
+    log(f"Optimizing | ONNX-Runtime basic level{also} | nodes {before} -> {count_model_nodes(result)} | "
         f"{time.perf_counter() - t0:.2f} s")
     return result
+
+
+def _constant_initializers(model):
+    """``model`` with its initializers constant for ONNX-Runtime's optimizer.
+
+    Before IR version 4 every initializer is also listed as a graph input, which makes it an
+    input with a default value: ONNX-Runtime then fuses nothing that reads one (Conv +
+    BatchNormalization...). Folding already treated them as constants; the copy given to the
+    optimizer says so (IR 4, initializers not listed as inputs). The IR version and the
+    input list are restored on the result."""
+    if model.ir_version >= 4:
+        return model
+    from toolkit.core.shapes import light_copy
+
+    light = light_copy(model, stub_bytes=1 << 62)  # every weight shared, none copied
+    inits = {t.name for t in light.graph.initializer}
+    kept = [i for i in light.graph.input if i.name not in inits]
+    del light.graph.input[:]
+    light.graph.input.extend(kept)
+    light.ir_version = 4
+    return light
+
+
+# Ops whose two calls on the same inputs may differ, or that have effects.
+_NOT_MERGED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli",
+               "Dropout"}
+
+
+def _eliminate_common_subexpressions(gs, graph) -> int:
+    """Merge nodes that compute the same thing: same op, attributes and inputs, constant
+    inputs compared by value (two Convs reading equal weights from the same tensor).
+    Top graph only, standard ops only, never a node whose output is a graph output.
+    Returns how many nodes were merged away (graph.cleanup() removes them)."""
+    import hashlib
+
+    import numpy as np
+
+    def array_key(values):
+        arr = np.ascontiguousarray(values)
+        digest = hashlib.blake2b(memoryview(arr).cast("B"), digest_size=16).hexdigest() if arr.size else ""
+        return ("a", str(arr.dtype), arr.shape, digest)
+
+    by_shape: Dict[Any, int] = {}
+    for t in graph.tensors().values():
+        if isinstance(t, gs.Constant):
+            k = (str(t.dtype), tuple(t.shape or ()))
+            by_shape[k] = by_shape.get(k, 0) + 1
+    const_keys: Dict[int, Any] = {}
+
+    def tensor_key(t):
+        if not isinstance(t, gs.Constant):
+            return ("v", t.name)
+        key = const_keys.get(id(t))
+        if key is None:
+            lazy = getattr(t._values, "tensor", None)
+            external = lazy is not None and lazy.data_location == 1  # EXTERNAL: not read here
+            if external or by_shape.get((str(t.dtype), tuple(t.shape or ())), 0) < 2:
+                key = ("c", t.name)  # nothing else can equal it (or it is not read)
+            else:
+                key = array_key(t.values)
+            const_keys[id(t)] = key
+        return key
+
+    def attr_key(value):
+        if isinstance(value, gs.Constant):
+            return array_key(value.values)
+        if isinstance(value, np.ndarray):
+            return array_key(value)
+        if isinstance(value, (list, tuple)):
+            return tuple(attr_key(v) for v in value)
+        if isinstance(value, (int, float, str, bytes, type(None), np.generic)):
+            return (type(value).__name__, repr(value))
+        raise TypeError(type(value).__name__)  # graphs, refs...: not merged
+
+    with _quiet_gs(), _gs_step("sort"):
+        graph.toposort()
+    graph_outputs = {id(t) for t in graph.outputs}
+    seen: Dict[Any, Any] = {}
+    merged = 0
+    for node in graph.nodes:
+        if node.domain not in ("", "ai.onnx", None) or node.op in _NOT_MERGED or not node.outputs:
+            continue
+        if any(id(o) in graph_outputs for o in node.outputs):
+            continue
+        try:
+            key = (node.op, tuple(tensor_key(t) for t in node.inputs),
+                   tuple(sorted((k, attr_key(v)) for k, v in node.attrs.items())), len(node.outputs))
+        except TypeError:
+            continue
+        kept = seen.get(key)
+        if kept is None:
+            seen[key] = node
+            continue
+        for dup, same in zip(node.outputs, kept.outputs):
+            for consumer in list(dup.outputs):
+                for i, t in enumerate(consumer.inputs):
+                    if t is dup:
+                        consumer.inputs[i] = same
+        node.outputs.clear()
+        merged += 1
+    return merged
