@@ -301,6 +301,13 @@ def test_guided_search_ends_at_the_planted_fault_in_two_checks(golden, cli, tmp_
     plain = json.loads(res.out)
     assert plain["checks"] > 2 and plain["compare"]["search"]["found_by"] == "default"
     assert "Hint (" not in res.err
+    # --min-good wants passing subgraphs next to the result: the localized search checks them
+    res = cli("debug", "reduce", golden["faulty"], "-o", tmp_path / "r2.onnx", "--compare", "onnxrt", "onnxrt",
+              "--reference-model", golden["clean"], "--iter-artifact", tmp_path / "artifact.onnx",
+              "--min-good", tmp_path / "good.onnx")
+    assert res.code == 0, res.err
+    assert _nodes(tmp_path / "r2.onnx") == ["conv3"] and (tmp_path / "good.onnx").exists()
+    assert "Hint (" not in res.err
 
 
 @pytest.mark.parametrize("all_faults", [False, True])

@@ -106,8 +106,8 @@ class CompareReducer(Reducer):
 
         if self.cfg.mode is not None:
             return STRATEGIES[self.cfg.mode](self.plan)
-        if not self.plan.free:
-            return localized(self.plan)
+        if not self.plan.free or self.cfg.min_good:
+            return localized(self.plan)  # (--min-good wants the passing subgraphs a search checks)
         return guided(self.plan, lambda: self._tries(allowed), lambda: localized(self.plan), self.guide)
 
     def _hint(self) -> list:
