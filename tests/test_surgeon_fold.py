@@ -330,3 +330,13 @@ def test_model_size_estimate_is_close_and_not_below():
     exact = model.ByteSize()
     estimate = model_size_estimate(model)
     assert exact <= estimate <= exact * 1.05 + 512
+
+
+def test_no_second_pass_when_nothing_was_unlocked():
+    """Folding ConstantOfShape weights teaches shape inference nothing new: one pass, same
+    result as folding until nothing changes."""
+    logs = []
+    result, report = sanitize(big_constants_model(), fold_constants=True, log=logs.append)
+    assert len(report.passes) == 1 and report.converged
+    again, _ = sanitize(result, fold_constants=True)
+    assert count_model_nodes(again) == count_model_nodes(result)

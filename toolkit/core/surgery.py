@@ -1649,20 +1649,25 @@ def _fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, s
             )
         finally:
             _unhide(hidden)
-        inlined = _flatten_constant_ifs(gs, graph) if inline else 0
-        inlined += _eliminate_identities(gs, graph)
+        ifs = _flatten_constant_ifs(gs, graph) if inline else 0
+        inlined = ifs + _eliminate_identities(gs, graph)
         with _quiet_gs(), _gs_step("clean up"):
             graph.cleanup()
         after = count_nodes(graph)
         changed = after != before or inlined > 0
+        unlocked = True
         if changed and per_pass_shapes:
             # Shapes unlocked by this pass, for the next one.
             with _gs_step("export"):
-                _refresh_gs_shapes(gs, graph, shell)
+                learned = _refresh_gs_shapes(gs, graph, shell)
+            # One folding run folds everything computable from the constants and the shapes
+            # it is given: with no shape learned and no If branch inlined, another pass would
+            # see the same graph facts and fold nothing (it is not run).
+            unlocked = learned > 0 or ifs > 0
         secs = time.perf_counter() - t0
         report.passes.append(FoldPass(index, before, after, secs, used))
         log(f"Folding constants | pass {index} | nodes {before} -> {after} ({before - after} folded) | {secs:.2f} s")
-        if not changed:
+        if not changed or not unlocked:
             report.converged = True
             break
     if not report.converged:
