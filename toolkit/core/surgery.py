@@ -158,7 +158,6 @@ def _stubbed_constants(graph, limit: int):
 
 def _fill_stubs(model, constants) -> None:
     """Give the stubs that :func:`_stubbed_constants` exported their data (one copy each)."""
-    import onnx
     from onnx_graphsurgeon.exporters import onnx_exporter
 
     from toolkit.core.shapes import _STUB_LOCATION
@@ -2121,70 +2120,86 @@ _NOT_MERGED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifo
                "Dropout"}
 
 
+def _array_key(values):
+    import hashlib
+
+    import numpy as np
+
+    arr = np.ascontiguousarray(values)
+    digest = hashlib.blake2b(memoryview(arr).cast("B"), digest_size=16).hexdigest() if arr.size else ""
+    return ("a", str(arr.dtype), arr.shape, digest)
+
+
+class _NodeKeys:
+    """Keys that are equal for nodes computing the same thing: op, attributes, inputs (constants
+    by value; hashed only when another constant has the same dtype and shape)."""
+
+    def __init__(self, gs, graph):
+        self.gs = gs
+        self.by_shape: Dict[Any, int] = {}
+        for t in graph.tensors().values():
+            if isinstance(t, gs.Constant):
+                k = (str(t.dtype), tuple(t.shape or ()))
+                self.by_shape[k] = self.by_shape.get(k, 0) + 1
+        self.const_keys: Dict[int, Any] = {}
+
+    def tensor(self, t):
+        if not isinstance(t, self.gs.Constant):
+            return ("v", t.name)
+        key = self.const_keys.get(id(t))
+        if key is None:
+            lazy = getattr(t._values, "tensor", None)
+            external = lazy is not None and lazy.data_location == 1  # EXTERNAL: not read here
+            if external or self.by_shape.get((str(t.dtype), tuple(t.shape or ())), 0) < 2:
+                key = ("c", t.name)  # nothing else can equal it (or it is not read)
+            else:
+                key = _array_key(t.values)
+            self.const_keys[id(t)] = key
+        return key
+
+    def attr(self, value):
+        import numpy as np
+
+        if isinstance(value, self.gs.Constant):
+            return _array_key(value.values)
+        if isinstance(value, np.ndarray):
+            return _array_key(value)
+        if isinstance(value, (list, tuple)):
+            return tuple(self.attr(v) for v in value)
+        if isinstance(value, (int, float, str, bytes, type(None), np.generic)):
+            return (type(value).__name__, repr(value))
+        raise TypeError(type(value).__name__)  # graphs, refs...: not merged
+
+    def node(self, node):
+        """The node's key, or None for a node never merged."""
+        if node.domain not in ("", "ai.onnx", None) or node.op in _NOT_MERGED or not node.outputs:
+            return None
+        try:
+            return (node.op, tuple(self.tensor(t) for t in node.inputs),
+                    tuple(sorted((k, self.attr(v)) for k, v in node.attrs.items())), len(node.outputs))
+        except TypeError:
+            return None
+
+
 def _eliminate_common_subexpressions(gs, graph) -> int:
     """Merge nodes that compute the same thing: same op, attributes and inputs, constant
     inputs compared by value (two Convs reading equal weights from the same tensor).
     Top graph only, standard ops only, never a node whose output is a graph output.
     Returns how many nodes were merged away (graph.cleanup() removes them)."""
-    import hashlib
-
-    import numpy as np
-
-    def array_key(values):
-        arr = np.ascontiguousarray(values)
-        digest = hashlib.blake2b(memoryview(arr).cast("B"), digest_size=16).hexdigest() if arr.size else ""
-        return ("a", str(arr.dtype), arr.shape, digest)
-
-    by_shape: Dict[Any, int] = {}
-    for t in graph.tensors().values():
-        if isinstance(t, gs.Constant):
-            k = (str(t.dtype), tuple(t.shape or ()))
-            by_shape[k] = by_shape.get(k, 0) + 1
-    const_keys: Dict[int, Any] = {}
-
-    def tensor_key(t):
-        if not isinstance(t, gs.Constant):
-            return ("v", t.name)
-        key = const_keys.get(id(t))
-        if key is None:
-            lazy = getattr(t._values, "tensor", None)
-            external = lazy is not None and lazy.data_location == 1  # EXTERNAL: not read here
-            if external or by_shape.get((str(t.dtype), tuple(t.shape or ())), 0) < 2:
-                key = ("c", t.name)  # nothing else can equal it (or it is not read)
-            else:
-                key = array_key(t.values)
-            const_keys[id(t)] = key
-        return key
-
-    def attr_key(value):
-        if isinstance(value, gs.Constant):
-            return array_key(value.values)
-        if isinstance(value, np.ndarray):
-            return array_key(value)
-        if isinstance(value, (list, tuple)):
-            return tuple(attr_key(v) for v in value)
-        if isinstance(value, (int, float, str, bytes, type(None), np.generic)):
-            return (type(value).__name__, repr(value))
-        raise TypeError(type(value).__name__)  # graphs, refs...: not merged
-
+    keys = _NodeKeys(gs, graph)
     with _quiet_gs(), _gs_step("sort"):
         graph.toposort()
     graph_outputs = {id(t) for t in graph.outputs}
     seen: Dict[Any, Any] = {}
     merged = 0
     for node in graph.nodes:
-        if node.domain not in ("", "ai.onnx", None) or node.op in _NOT_MERGED or not node.outputs:
-            continue
         if any(id(o) in graph_outputs for o in node.outputs):
             continue
-        try:
-            key = (node.op, tuple(tensor_key(t) for t in node.inputs),
-                   tuple(sorted((k, attr_key(v)) for k, v in node.attrs.items())), len(node.outputs))
-        except TypeError:
+        key = keys.node(node)
+        if key is None:
             continue
-        kept = seen.get(key)
-        if kept is None:
-            seen[key] = node
+        kept = seen.setdefault(key, node)
+        if kept is node:
             continue
         for dup, same in zip(node.outputs, kept.outputs):
             for consumer in list(dup.outputs):
