@@ -798,6 +798,18 @@ def infer_shapes_in_place(model, *, reset_outputs: bool = False) -> None:
     _apply_inferred(model, inferred, outputs=reset_outputs)
 
 
+def _all_shapes_static(gs, graph) -> bool:
+    """Every tensor of ``graph`` (and its subgraphs) has a shape of fixed dims: shape
+    inference cannot teach it anything more."""
+    for tensor in _all_tensors(graph).values():
+        if isinstance(tensor, gs.Constant) or not tensor.name:  # constants, omitted optional inputs
+            continue
+        shape = tensor.shape
+        if shape is None or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            return False
+    return True
+
+
 def _refresh_gs_shapes(gs, graph, original) -> int:
     """Re-run ONNX shape inference on the current gs graph and write shapes back to its tensors.
 
@@ -1657,8 +1669,10 @@ def _fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, s
         unlocked = True
         if changed and per_pass_shapes:
             # Shapes unlocked by this pass, for the next one.
-            with _gs_step("export"):
-                learned = _refresh_gs_shapes(gs, graph, shell)
+            learned = 0
+            if not _all_shapes_static(gs, graph):
+                with _gs_step("export"):
+                    learned = _refresh_gs_shapes(gs, graph, shell)
             # One folding run folds everything computable from the constants and the shapes
             # it is given: with no shape learned and no If branch inlined, another pass would
             # see the same graph facts and fold nothing (it is not run).
