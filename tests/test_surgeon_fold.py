@@ -340,3 +340,26 @@ def test_no_second_pass_when_nothing_was_unlocked():
     assert len(report.passes) == 1 and report.converged
     again, _ = sanitize(result, fold_constants=True)
     assert count_model_nodes(again) == count_model_nodes(result)
+
+
+def test_saved_model_with_big_weights_loads_the_same(tmp_path):
+    """Big weights are written after the rest of the model, as further pieces of the graph
+    field: onnx and ONNX-Runtime read the same model (big initializers last)."""
+    from toolkit.core.model import save_model
+
+    model = big_constants_model()
+    big = numpy_helper.from_array(np.arange(300_000, dtype=np.float32).reshape(600, 500), "unused_big")
+    model.graph.initializer.insert(0, big)
+    model.metadata_props.add(key="k", value="v")
+    path = tmp_path / "m.onnx"
+    save_model(model, str(path))
+    back = onnx.load(str(path))
+    assert [t.name for t in back.graph.initializer] == ["wshape", "w16", "w32", "unused_big"]
+    want = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    for t in back.graph.initializer:
+        np.testing.assert_array_equal(numpy_helper.to_array(t), want[t.name])
+    assert [n.name for n in back.graph.node] == [n.name for n in model.graph.node]
+    assert back.metadata_props[0].value == "v" and back.ir_version == model.ir_version
+    onnx.checker.check_model(str(path))
+    feed = {"x": np.random.default_rng(4).random((2, 256), dtype=np.float32)}
+    np.testing.assert_allclose(run(back, feed)["y"], run(model, feed)["y"], rtol=1e-6)

@@ -194,6 +194,54 @@ def write_bytes_atomic(path: str, data: bytes) -> None:
         f.write(data)
 
 
+_SPLIT_BYTES = 1 << 20
+
+
+def write_model(model, out) -> None:
+    """Serialize ``model`` into the open binary file ``out``.
+
+    Its big top-level initializers (raw data of 1 MiB or more) are written one at a time
+    after the rest, each as a further piece of the graph field, which protobuf parsers
+    merge (so they end up last in the initializer list). Their bytes are copied once, not
+    serialized into one more whole-model copy in memory."""
+    import onnx
+
+    from toolkit.core.protowire import field_header
+    from toolkit.core.shapes import _copy_field, _tensor_nbytes
+
+    inits = model.graph.initializer
+    big = {i for i, t in enumerate(inits) if _tensor_nbytes(t) >= _SPLIT_BYTES and t.HasField("raw_data")}
+    if not big:
+        out.write(model.SerializeToString())
+        return
+    shell = onnx.ModelProto()
+    for f, value in model.ListFields():
+        if f.name != "graph":
+            _copy_field(shell, f.name, value)
+    for f, value in model.graph.ListFields():
+        if f.name != "initializer":
+            _copy_field(shell.graph, f.name, value)
+    shell.graph.initializer.extend(t for i, t in enumerate(inits) if i not in big)
+    out.write(shell.SerializeToString())
+    del shell
+    n_graph = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
+    n_init = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
+    n_raw = onnx.TensorProto.DESCRIPTOR.fields_by_name["raw_data"].number
+    for i in sorted(big):
+        t = inits[i]
+        meta = onnx.TensorProto()
+        for f, value in t.ListFields():
+            if f.name != "raw_data":
+                _copy_field(meta, f.name, value)
+        raw = t.raw_data  # the one copy
+        head = meta.SerializeToString() + field_header(n_raw, len(raw))
+        tensor_len = len(head) + len(raw)
+        graph_head = field_header(n_init, tensor_len)
+        out.write(field_header(n_graph, len(graph_head) + tensor_len) + graph_head + head)
+        out.write(raw)
+        del raw
+
+
 def model_size_estimate(model) -> int:
     """The serialized size, within some bytes per tensor. Tensors stored as raw bytes are
     sized from their dims and type: ByteSize() walks every byte of them, which costs as
@@ -257,7 +305,8 @@ def save_model(
             with atomic_output(path, "wb") as f:
                 weights.write_single_file(model, f, external_base_dir)
             return
-        write_bytes_atomic(path, model.SerializeToString())
+        with atomic_output(path, "wb") as f:
+            write_model(model, f)
         return
     if path == STDIO:
         raise UsageError("a model with external data cannot be written to stdout; give a file name with -o")
