@@ -456,9 +456,9 @@ def test_iter_artifact_must_not_be_the_model(cli, seed):
 
 
 def test_progress_bar_path(cli, seed, monkeypatch):
-    import toolkit.cli.debug as debug_cli
+    import toolkit.cli.reporters as reporters
 
-    monkeypatch.setattr(debug_cli, "is_terminal", lambda stream=None: True)
+    monkeypatch.setattr(reporters, "is_terminal", lambda stream=None: True)
     res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--fail-regex", "Op: Mul", "--check", *INSPECT)
     assert res.code == 0, res.err
     assert "Iteration 2 | 1 node | FAIL" in res.err

@@ -16,7 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from toolkit import __version__
-from toolkit.cli.app_settings import SUBAPP_SETTINGS
+from toolkit.cli.app_settings import root_settings
 
 HELP = (
     "Debug ONNX models: run and compare backends, inspect, cut and fold graphs, "
@@ -88,8 +88,7 @@ def _root(
 def build_app(names: Optional[List[str]] = None, lazy: bool = False) -> typer.Typer:
     """The root Typer app with the named groups (default: all of them); with ``lazy``, an
     app with none registered whose root group loads them on demand."""
-    settings = dict(SUBAPP_SETTINGS, add_completion=True)  # --install-completion / --show-completion
-    root = typer.Typer(name="toolkit", help=HELP, cls=LazyRootGroup if lazy else None, **settings)
+    root = typer.Typer(name="toolkit", help=HELP, cls=LazyRootGroup if lazy else None, **root_settings())
     root.callback()(_root)
     if lazy:
         return root
@@ -103,15 +102,17 @@ def build_app(names: Optional[List[str]] = None, lazy: bool = False) -> typer.Ty
     return root
 
 
-_COMMANDS: Dict[Optional[str], object] = {}
+_COMMANDS: Dict[Optional[str], TyperGroup] = {}
 
 
-def get_command(group: Optional[str] = None, lazy: bool = False):
+def get_command(group: Optional[str] = None, lazy: bool = False) -> TyperGroup:
     """The Click command tree: the lazy root (``lazy``), one group's tree (``group``) or the
     whole tree (neither); built once per process."""
     key = "<lazy>" if lazy else group
     if key not in _COMMANDS:
-        _COMMANDS[key] = typer.main.get_command(build_app([group] if group else None, lazy=lazy))
+        command = typer.main.get_command(build_app([group] if group else None, lazy=lazy))
+        assert isinstance(command, TyperGroup)  # the root always has a callback and groups
+        _COMMANDS[key] = command
     return _COMMANDS[key]
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 import typer
 
@@ -31,7 +31,7 @@ from toolkit.cli.options import (
     ToolkitCommand,
     command_kwargs,
 )
-from toolkit.cli.output import is_terminal, log, warn
+from toolkit.cli.output import log, warn
 
 app = typer.Typer(
     help="Debug failing models: reduce them to minimal failing subgraphs; find the nodes that must stay fp32.",
@@ -85,154 +85,6 @@ class ReduceCommand(ToolkitCommand):
                 ctx.meta[_CHECK_GIVEN] = True
                 break
         return super().parse_args(ctx, args)
-
-
-class _Reporter:
-    """Renders the reducer's progress on stderr (Rich bar on a terminal, plain lines otherwise)."""
-
-    def __init__(self, show_output: bool, hide_fail_output: bool):
-        self.show_output = show_output
-        self.hide_fail_output = hide_fail_output
-        self.live = is_terminal(sys.stderr)
-        self.progress = None
-        self.task = None
-        self.reducer = None
-        self._last_tick = 0.0
-        self._output_hint = False
-
-    # -- helpers
-    def _print(self, text: str, style: Optional[str] = None) -> None:
-        if self.progress is not None:
-            self.progress.console.print(text, markup=False, highlight=False, style=style, soft_wrap=True)
-            self._refresh()
-        else:
-            log(text, style=style)
-
-    def _refresh(self) -> None:
-        if self.progress is None:
-            return
-        r = self.reducer
-        left = r.remaining_estimate()
-        avg = r.average_check_seconds()
-        if not r.checks:
-            eta = "checking the full model"
-        elif left:
-            eta = f"~{left} check{'s' if left != 1 else ''} left" + (f", ~{left * avg:.1f} s" if avg else "")
-        else:
-            eta = "last checks"
-        phase = (r.plan.phase if r.plan and r.checks else "") or "full model"
-        self.progress.update(
-            self.task,
-            completed=r.checks,
-            total=r.checks + max(left, 0) or 1,
-            eta=eta,
-            description=f"reduce [{phase}]",
-        )
-        self.progress.refresh()
-
-    # -- Reporter protocol
-    def start(self, reducer) -> None:
-        self.reducer = reducer
-        idx = reducer.index
-        cfg = reducer.cfg
-        consts = len(idx.const_nodes)
-        extra = f" (+{consts} Constant node{'s' if consts != 1 else ''}, lowered to constant tensors)" if consts else ""
-        if cfg.check is None:
-            how = "asking you (the full model is taken to fail)"
-        else:
-            how = {"warm": "warm worker", "in-process": "in this process"}.get(reducer.runner.kind, "subprocess")
-            how = f"check: {' '.join(cfg.check)} [{how}]"
-        mode = cfg.mode or getattr(reducer, "default_mode", "default (bisect + 1-minimal)")
-        log(f"Reducing {cfg.model}: {idx.size} node{'s' if idx.size != 1 else ''}{extra}; mode {mode}; {how}")
-        if self.live and reducer.runner is not None:
-            from toolkit.cli.output import progress
-
-            self.progress = progress(
-                "{task.completed}/{task.total} checks",
-                "{task.fields[eta]}",
-                auto_refresh=False,  # no refresh thread: the check runs in a fork
-                redirect_stdout=False,
-                redirect_stderr=False,
-            )
-            self.task = self.progress.add_task("reduce", total=1, eta="")
-            self.progress.start()
-
-    def loading(self, path: str, nbytes: int) -> None:
-        self._print(f"Loading {path} ({_size(nbytes)}) once for all checks...")
-
-    def iteration_start(self, number, cand) -> None:
-        self._refresh()
-
-    def iteration_end(self, it) -> None:
-        verdict = {"fail": "FAIL", "pass": "pass", "broken": "BROKEN", "timeout": "TIMEOUT"}.get(
-            it.verdict, "FAIL" if it.failed else "pass"
-        )
-        secs = "replay" if it.source == "replay" else f"{it.seconds:.2f} s"
-        parts = [f"Iteration {it.number}", f"{it.nodes} node{'s' if it.nodes != 1 else ''}", verdict]
-        if it.phase:
-            parts.append(it.phase)
-        if it.span and it.span != "full model":
-            parts.append(it.span)
-        parts.append(secs)
-        if it.reason and it.source == "check":
-            parts.append(it.reason)
-        if it.evidence is not None and it.evidence.worst is not None:
-            w = it.evidence.worst
-            parts.append(f"max error {w.max_abs:.3g} on {w.name}")
-        parts.append(f"~{it.remaining} check{'s' if it.remaining != 1 else ''} left" if it.remaining else "")
-        line = " | ".join(p for p in parts if p)
-        style = None
-        if self.live:
-            style = {"FAIL": "red", "pass": "green"}.get(verdict, "yellow")
-        self._print(line, style=style)
-
-    def check_output(self, it) -> None:
-        res = it.result
-        show = self.show_output or (it.failed and it.first_failure and not self.hide_fail_output)
-        if not show:
-            return
-        for name, text in (("stdout", res.stdout_text), ("stderr", res.stderr_text)):
-            if text.strip():
-                self._print(f"---- check {name} (iteration {it.number}) ----")
-                self._print(text.rstrip("\n"))
-        if not self.show_output and not self._output_hint:
-            self._output_hint = True
-            self._print("(output of later checks is hidden; --show-output shows it for every check)")
-
-    def tick(self) -> None:
-        import time
-
-        now = time.monotonic()
-        if now - self._last_tick >= 0.1:  # called while the check runs: redraw ~10 times a second
-            self._last_tick = now
-            self._refresh()
-
-    def warn(self, message: str) -> None:
-        if self.progress is not None:
-            self._print(f"warning: {message}", style="yellow")
-        else:
-            warn(message)
-
-    def info(self, message: str) -> None:
-        self._print(message)
-
-    def pause(self) -> None:
-        pass
-
-    def resume(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-            self.progress = None
-
-
-def _size(nbytes: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.0f} {unit}" if nbytes >= 10 * scale else f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes} bytes"
 
 
 def summary_json(outcome, cfg) -> dict:
@@ -357,11 +209,14 @@ def _reduce(cfg, p: dict, load_inputs):
     from toolkit.reduce.session import Reducer
 
     compare, check_timeout = p["compare"], p["check_timeout"]
-    runner, reducer_kw = None, {}
+    runner = None
+    reducer_cls: type = Reducer
+    reducer_kw: Dict[str, Any] = {}
     if compare is not None:
         from toolkit.cli.reduce_compare import make_compare_runner
+        from toolkit.reduce.faults import CompareReducer
 
-        runner = make_compare_runner(
+        runner = compare_runner = make_compare_runner(
             p["model"], p["iter_artifact"], compare, reference_model=p["reference_model"], atol=list(p["atol"] or []),
             rtol=list(p["rtol"] or []), check_error_stat=list(p["check_error_stat"] or []),
             load_inputs=list(load_inputs or []), seed=p["seed"], val_range=list(p["val_range"] or []),
@@ -369,18 +224,16 @@ def _reduce(cfg, p: dict, load_inputs):
             timeout=check_timeout,
         )
         cfg.check = runner.check_argv
-    reducer_cls = Reducer
-    if compare is not None:
-        from toolkit.reduce.faults import CompareReducer
-
         reducer_cls = CompareReducer
-    if p["all_faults"]:
-        from toolkit.reduce.accuracy import describe_faults
-        from toolkit.reduce.faults import AllFaultsReducer
+        if p["all_faults"]:  # (--all-faults without --compare is a usage error, checked before)
+            from toolkit.reduce.accuracy import describe_faults
+            from toolkit.reduce.faults import AllFaultsReducer
 
-        reducer_cls = AllFaultsReducer
-        reducer_kw["describe_faults"] = lambda red, faults: describe_faults(runner, red, faults)
-    reporter = _Reporter(p["show_output"], p["hide_fail_output"])
+            reducer_cls = AllFaultsReducer
+            reducer_kw["describe_faults"] = lambda red, faults: describe_faults(compare_runner, red, faults)
+    from toolkit.cli.reporters import ReduceReporter
+
+    reporter = ReduceReporter(p["show_output"], p["hide_fail_output"])
     # The question of interactive mode goes to stdout (as a prompt does), unless stdout carries --json.
     prompt_stream = sys.stderr if p["json_summary"] else sys.stdout
     try:

@@ -15,7 +15,7 @@ import os
 import sys
 import time
 from types import FrameType
-from typing import List, Optional, TextIO
+from typing import TYPE_CHECKING, List, Optional, TextIO
 
 # Levels: lower numbers are more verbose.
 ULTRA_VERBOSE, SUPER_VERBOSE, EXTRA_VERBOSE, VERBOSE = 1, 2, 5, 10
@@ -141,7 +141,11 @@ def _console(stderr: bool):
     return con
 
 
-def progress(counter: str, tail: str = "", **options):
+if TYPE_CHECKING:
+    from rich.progress import Progress
+
+
+def progress(counter: str, tail: str = "", **options) -> "Progress":
     """A transient Rich progress bar on stderr: description, bar, ``counter`` (a column
     template such as ``"{task.completed}/{task.total} checks"``), time elapsed, ``tail``."""
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn

@@ -23,7 +23,7 @@ from toolkit.cli.options import (
     SeedOpt,
     command_kwargs,
 )
-from toolkit.cli.output import is_terminal, log
+from toolkit.cli.output import log
 
 _HELP = """Find a minimal set of nodes to keep in fp32 so that the fp16 model passes the comparison.
 
@@ -49,34 +49,6 @@ Example:
 
   toolkit debug precision model.onnx -o mixed.onnx --atol 1e-2 --rtol 1e-2
 """
-
-
-class _Reporter:
-    def __init__(self):
-        self.live = is_terminal()
-        self.total = 0
-
-    def start(self, search) -> None:
-        c = search.config
-        fixed = len(search.user_kept) + len(search.auto_kept)
-        log(
-            f"Searching {c.model}: {len(search.universe)} node(s) that could stay fp32"
-            + (f" ({fixed} kept in fp32 regardless)" if fixed else "")
-            + f"; --compare {c.reference} {c.candidate}; mode "
-            + (c.mode if c.mode not in (None, "default") else "default (follow the overflow, then 1-minimal)")
-        )
-        self.total = len(search.universe)
-
-    def check(self, check) -> None:
-        verdict = "pass" if check.passed else ("BROKEN" if check.worst.startswith("broken:") else "FAIL")
-        line = (
-            f"Check {check.number} | {check.kept} of {self.total} node(s) in fp32 | {verdict} | "
-            f"{check.seconds:.2f} s" + (f" | {check.worst}" if check.worst else "")
-        )
-        log(line, style=("green" if check.passed else "red") if self.live else None)
-
-    def info(self, message: str) -> None:
-        log(message)
 
 
 def _summary_json(outcome, cfg, code: int) -> dict:
@@ -259,5 +231,7 @@ def _run(
         save_replay=save_replay,
         load_replay=load_replay,
     )
-    outcome = PrecisionSearch(cfg, _Reporter()).run()
+    from toolkit.cli.reporters import PrecisionReporter
+
+    outcome = PrecisionSearch(cfg, PrecisionReporter()).run()
     raise typer.Exit(_summary(outcome, cfg, json_out))

@@ -9,7 +9,7 @@ Logs, tables and the final PASSED/FAILED line go to stderr; stdout only carries 
 
 import shlex
 import sys
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import typer
 
@@ -29,7 +29,10 @@ from toolkit.cli.options import (
     command_kwargs,
     split_group,
 )
-from toolkit.cli.output import INFO, VERBOSE, WARNING, emit, enabled, err_console, is_terminal, log, result, to_log_file, warn
+from toolkit.cli.output import err_console, is_terminal, log, result, warn
+
+if TYPE_CHECKING:
+    from rich.console import JustifyMethod
 
 _ARGV_KEY = "toolkit.run.argv"
 TRT_PANEL = "TensorRT"
@@ -503,6 +506,8 @@ def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
     from toolkit.cli.output import ort_log_sink, ort_severity
 
     set_log_severity(ort_severity(), ort_log_sink())
+    from toolkit.cli.reporters import CliReporter
+
     reporter = CliReporter(quiet=quiet)
     try:
         report = execute(opts, reporter)
@@ -534,110 +539,6 @@ def _final(passed: bool, command: str, mismatched: List[str]) -> None:
     else:
         tail = f" | mismatched: {', '.join(mismatched)}" if mismatched else ""
         result(f"FAILED | Command: {command}{tail}", style="bold red")
-
-
-# --------------------------------------------------------------------------- progress logs
-
-
-def _fmt_ms(seconds: float) -> str:
-    return f"{seconds * 1000:.3f} ms"
-
-
-class CliReporter:
-    """Renders run progress on stderr: Rich on a terminal, plain lines otherwise."""
-
-    def __init__(self, quiet: bool = False):
-        self.quiet = quiet
-        self.rich = is_terminal(sys.stderr)
-        self._progress = None
-        self._task = None
-
-    # Reporter protocol (see toolkit.run.options.Reporter)
-    def warn(self, message: str) -> None:
-        self._print(f"warning: {message}", style="yellow", level=WARNING)
-
-    def info(self, message: str) -> None:
-        if not self.quiet:
-            self._print(message)
-
-    def runner_start(self, runner) -> None:
-        if self.quiet:
-            return
-        self._print(f"{runner.name} | Activating and starting inference")
-        for attr in ("providers", "graph_optimization", "outputs", "exclude_outputs"):
-            value = getattr(runner, attr, None)
-            if value:
-                self._print(f"{runner.name} | {attr.replace('_', ' ')}: {value}", level=VERBOSE)
-
-    def iterations_start(self, runner_name: str, total: int) -> None:
-        if self.rich and total > 1:
-            from toolkit.cli.output import progress
-
-            self._progress = progress("{task.completed}/{task.total}")
-            self._progress.start()
-            self._task = self._progress.add_task(f"{runner_name}", total=total)
-
-    def iteration(self, runner_name, index, feed, outputs, seconds) -> None:
-        if not self.quiet:
-            self._print_iteration(runner_name, index, feed, outputs, seconds)
-        if self._progress is not None:
-            self._progress.advance(self._task)
-
-    def runner_done(self, runner_name, times) -> None:
-        self._stop_progress()
-        if self.quiet:
-            return
-        total = sum(times)
-        avg = total / len(times) if times else 0.0
-        self._print(
-            f"{runner_name} | Completed {len(times)} iteration(s) in {_fmt_ms(total)} | "
-            f"Average inference time: {_fmt_ms(avg)}"
-        )
-
-    def saved(self, what: str, path: str) -> None:
-        if not self.quiet:
-            self._print(f"Saved {what} to {'<stdout>' if path == '-' else path}")
-
-    def close(self) -> None:
-        self._stop_progress()
-
-    # helpers
-    def _stop_progress(self) -> None:
-        if self._progress is not None:
-            self._progress.stop()
-            self._progress = None
-            self._task = None
-
-    def _print(self, text: str, style: Optional[str] = None, level: int = INFO) -> None:
-        if self._progress is not None:
-            if enabled(level):
-                self._progress.console.print(text, style=style, markup=False, highlight=False)
-                to_log_file(text)
-        else:
-            emit(text, level, style)
-
-    def _print_iteration(self, runner_name, index, feed, outputs, seconds) -> None:
-        from toolkit.core.meta import dtype_from_numpy, format_meta
-
-        def metas(mapping):
-            return [format_meta(n, tuple(v.shape), dtype_from_numpy(v.dtype)) for n, v in mapping.items()]
-
-        lines = [f"{runner_name} | Iteration {index} | {_fmt_ms(seconds)}", "    ---- Inference Input(s) ----"]
-        lines += [f"    {m}" for m in metas(feed)]
-        lines.append("    ---- Inference Output(s) ----")
-        lines += [f"    {m}" for m in metas(outputs)]
-        if self.rich:
-            from rich.text import Text
-
-            con = self._progress.console if self._progress is not None else err_console()
-            text = Text()
-            text.append(lines[0] + "\n", style="bold cyan")
-            for ln in lines[1:]:
-                text.append(ln + "\n", style="dim" if ln.strip().startswith("----") else None)
-            con.print(text, end="")
-        else:
-            sys.stderr.write("\n".join(lines) + "\n")
-            sys.stderr.flush()
 
 
 # --------------------------------------------------------------------------- comparisons
@@ -729,7 +630,7 @@ def _rich_table(rows) -> None:
             console.print("    " + _plain_row(o), style=None if o.passed else "red", markup=False, highlight=False)
         return
     table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
-    for col, just in (
+    columns: Tuple[Tuple[str, JustifyMethod], ...] = (
         ("", "left"),
         ("Output", "left"),
         ("Max abs", "right"),
@@ -739,7 +640,8 @@ def _rich_table(rows) -> None:
         ("Passes with", "left"),
         ("Tolerance", "left"),
         ("Notes", "left"),
-    ):
+    )
+    for col, just in columns:
         # names, numbers and verdicts never wrap; only the notes may
         table.add_column(
             col,

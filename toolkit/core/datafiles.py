@@ -29,7 +29,7 @@ import shutil
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ContextManager, Dict, Iterator, List, Optional, Tuple, Union
+from typing import ContextManager, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
 from toolkit.core.errors import InputError
 from toolkit.core.model import STDIO, atomic_output, describe, read_bytes, check_readable_file
@@ -446,7 +446,7 @@ def load_outputs(path: str) -> RunResults:
     return RunResults([(name, [IterationResult(feed, 0.0, name) for feed in data])])
 
 
-def save_inputs(path: str, iterations: InputsData) -> None:
+def save_inputs(path: str, iterations: Iterable[Feed]) -> None:
     """Write an inputs file (JSON list of feeds, or .npz)."""
     with inputs_writer(path) as writer:
         for feed in iterations:

@@ -148,7 +148,11 @@ class PrecisionSearch:
         self.checks: List[Check] = []
         self.verdicts: Dict[int, bool] = {}  # mask -> passed
         self.details: Dict[int, str] = {}
-        self.replay = None
+        self.replay: Optional[Replay] = None
+        self.feeds: Sequence[Mapping] = []
+        self.checks_remembered = 0
+        self.broken = 0
+        self._best: Optional[int] = None  # the smallest passing set so far (what Ctrl-C leaves)
 
     # ------------------------------------------------------------------ set-up
     def _validate(self) -> None:
@@ -235,7 +239,7 @@ class PrecisionSearch:
         h.update(self.config.reference.encode() + b"\0" + self.config.candidate.encode())
         return h.hexdigest()[:16]
 
-    def _feeds(self) -> List[Mapping]:
+    def _feeds(self) -> Sequence[Mapping]:
         from toolkit.core.inputs import generate_inputs, parse_val_ranges, select_feed
         from toolkit.core.meta import parse_shape_specs
         from toolkit.core.model import graph_io_meta
@@ -245,14 +249,14 @@ class PrecisionSearch:
         if c.load_inputs:
             from toolkit.core.datafiles import load_inputs
 
-            feeds = []
+            feeds: List[Mapping] = []
             for path in c.load_inputs:
                 for k, feed in enumerate(load_inputs(path)):
                     feeds.append(select_feed(feed, metas, source=path, iteration=k))
             if not feeds:
                 raise InputError(f"{', '.join(c.load_inputs)}: no iterations")
             return feeds
-        feeds, notes = generate_inputs(
+        generated, notes = generate_inputs(
             metas,
             iterations=c.iterations,
             seed=c.seed,
@@ -261,7 +265,7 @@ class PrecisionSearch:
         )
         for n in notes:
             self.reporter.info(n)
-        return feeds
+        return generated
 
     # ------------------------------------------------------------------ running models
     def _run_onnx(self, model, spec_opts: Mapping, feeds: Sequence[Mapping]) -> List[Dict]:
@@ -299,7 +303,7 @@ class PrecisionSearch:
     def _reference(self, feeds) -> List[Dict]:
         if self.config.load_outputs:
             self.guide = False  # no reference tensors to find the first overflow with
-            return self._loaded_reference(feeds)
+            return self._loaded_reference(self.config.load_outputs, feeds)
         kind, opts = self.ref_spec
         if opts.get("fp16") or opts.get("bf16"):
             raise UsageError(f"--compare {self.config.reference}: the reference runner must run fp32")
@@ -347,11 +351,10 @@ class PrecisionSearch:
                     return self.producer.get(name)
         return None
 
-    def _loaded_reference(self, feeds) -> List[Dict]:
+    def _loaded_reference(self, path: str, feeds) -> List[Dict]:
         from toolkit.core.datafiles import load_outputs
         from toolkit.core.model import graph_io_meta
 
-        path = self.config.load_outputs
         results = load_outputs(path)
         if not len(results):
             raise InputError(f"{path}: holds no runner's outputs")
@@ -380,10 +383,10 @@ class PrecisionSearch:
         names = list(self.user_kept) + list(keep)
         if kind == "onnxrt":
             cache = self._rounded  # each weight rounded once for the whole search
-            kw = dict(types=self.types, cache=cache, dtype=self.dtype)
             if self.guide:
-                return fp16.emulate(self._marked(self.model), names, inplace=True, **kw).model
-            return fp16.emulate(self.model, names, **kw).model
+                marked = self._marked(self.model)
+                return fp16.emulate(marked, names, inplace=True, types=self.types, cache=cache, dtype=self.dtype).model
+            return fp16.emulate(self.model, names, types=self.types, cache=cache, dtype=self.dtype).model
         return fp16.convert(self.model, names, dtype=self.dtype).model
 
     def _compare(self, outs: List[Dict]):
@@ -453,7 +456,7 @@ class PrecisionSearch:
         from toolkit.reduce.graph import mask_indices
 
         t0 = time.perf_counter()
-        self._best: Optional[int] = None
+        self._best = None
         self.broken = 0
         self._rounded: Dict[str, bytes] = {}
         self._validate()
@@ -490,7 +493,7 @@ class PrecisionSearch:
                     out.one_minimal = self._one_minimal(result)
         except KeyboardInterrupt:
             out.status = STATUS_INTERRUPTED
-            best = getattr(self, "_best", None) if best is None else best
+            best = self._best if best is None else best
         if best is not None:
             out.kept = [self.universe[i] for i in mask_indices(best)]
             if out.status == STATUS_INTERRUPTED:

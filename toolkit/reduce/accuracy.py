@@ -28,7 +28,7 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError
 from toolkit.reduce.check import CheckResult, WarmRunner, WorkerEntry, run_in_process
@@ -299,7 +299,7 @@ def _needs_own_run(model: str, ref_model: str) -> bool:
     return any(r_io.get(name, elem) != elem for name, elem in m_io.items())
 
 
-def _own_values(model: str, opts: CompareOptions, golden: List[Mapping], ref: Reference, notes) -> List[Dict]:
+def _own_values(model: str, opts: CompareOptions, golden: Sequence[Mapping], ref: Reference, notes) -> List[Dict]:
     """What candidates are fed: the reference's values (in the model's dtypes) where it has
     them, else the model's own values on the reference runner."""
     feeds = [{k: v for k, v in values.items()} for values in golden]
@@ -422,7 +422,9 @@ class CompareRunner(WarmRunner):
         self.notes = notes or (lambda _m: None)
         self.ref: Optional[Reference] = None
         self.options = None  # RunOptions to run instead of the candidate's check (see run_with)
-        self.info = {"reference": opts.reference, "test": opts.test, "reference_model": opts.reference_model}
+        self.info: Dict[str, Any] = {
+            "reference": opts.reference, "test": opts.test, "reference_model": opts.reference_model
+        }
         self.in_process = (
             primary is None
             and timeout is None
@@ -480,6 +482,13 @@ class CompareRunner(WarmRunner):
         for path in {self.ref.inputs_path, self.ref.outputs_path}:
             load_data(path)
 
+    @property
+    def prepared_ref(self) -> Reference:
+        """The reference values (:meth:`prepare` computes them before the first check)."""
+        if self.ref is None:
+            raise RuntimeError("the reference is computed by prepare(), before any check")
+        return self.ref
+
     def run(self, tick=None) -> CheckResult:
         if not self.in_process:
             return super().run(tick)
@@ -487,7 +496,7 @@ class CompareRunner(WarmRunner):
         return run_in_process(self.entry, self.argv0, self.args)
 
     def _child_main(self, args) -> int:  # pragma: no cover - runs in the forked child
-        options = self.options if self.options is not None else run_options(self.artifact, self.opts, self.ref)
+        options = self.options if self.options is not None else run_options(self.artifact, self.opts, self.prepared_ref)
         return self.run_entry(options)
 
     def run_with(self, options, tick=None):
@@ -581,19 +590,19 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
     """
     from toolkit.core.diagnosis import amplification
 
-    folder = runner.ref.folder
+    folder = runner.prepared_ref.folder
     for f in faults:
         cand = reducer.candidate(f.mask)
         art = os.path.join(folder, f"fault_{f.number}.onnx")
         reducer.index.write(cand, art)
-        own = _report_of(runner, run_options(art, runner.opts, runner.ref, save_report=art + ".json"))
+        own = _report_of(runner, run_options(art, runner.opts, runner.prepared_ref, save_report=art + ".json"))
         if own and own.get("tensors"):
             worst = max(own["tensors"], key=lambda t: _num(t["tol_ratio"]))
             f.evidence.update(max_abs=_num(worst["max_abs"]), tol_ratio=_num(worst["tol_ratio"]), tensor=worst["name"])
         ctx_art = os.path.join(folder, f"context_{f.number}.onnx")
         reducer.index.write(reducer.candidate(f.context), ctx_art)
         marked = dict(onnx_outputs=["mark", "all"], trt_outputs=["mark", "all"], save_report=ctx_art + ".json")
-        ctx = _report_of(runner, run_options(ctx_art, runner.opts, runner.ref, **marked))
+        ctx = _report_of(runner, run_options(ctx_art, runner.opts, runner.prepared_ref, **marked))
         if ctx:
             errs = {t["name"]: _num(t["rel_l2"]) for t in ctx.get("tensors", [])}
             out_err = max((errs.get(t, 0.0) for t in cand.outputs), default=0.0)

@@ -27,19 +27,31 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import math
-from typing import Any, Generator, List, Optional
+from typing import Any, Generator, List, Optional, Protocol
 
-from toolkit.reduce.graph import GraphIndex, mask_indices, mask_of, popcount, range_mask
+from toolkit.reduce.graph import mask_indices, mask_of, popcount, range_mask
 
 # A search yields a node set (an int mask), or a batch of them (a list) to check at once, is sent
 # the verdict(s) back (True: the check failed) and returns its result (a mask, or a tuple for helpers).
 Search = Generator[Any, Any, Any]
 
 
+class SearchIndex(Protocol):
+    """What the strategies need of an index: its size, and which members may be dropped
+    (a :class:`~toolkit.reduce.graph.GraphIndex`, or a plain set such as debug precision's)."""
+
+    size: int
+    full_mask: int
+
+    def sinks(self, mask: int) -> List[int]: ...
+
+    def sources(self, mask: int) -> List[int]: ...
+
+
 class Plan:
     """What a search may do, and its running estimate of the checks still to come."""
 
-    def __init__(self, index: GraphIndex, *, reduce_inputs: bool = True, reduce_outputs: bool = True):
+    def __init__(self, index: SearchIndex, *, reduce_inputs: bool = True, reduce_outputs: bool = True):
         self.index = index
         self.reduce_inputs = reduce_inputs
         self.reduce_outputs = reduce_outputs
