@@ -1138,9 +1138,7 @@ class _Validation:
         import onnx
         import onnxruntime as ort
 
-        from toolkit.core.shapes import _STUB_LOCATION
-
-        light = light_copy(model)
+        light, stubbed = _without_big_weights(model)
         if only_outputs is not None:
             _prune_to(light.graph, only_outputs)
         if extra_outputs:
@@ -1149,20 +1147,16 @@ class _Validation:
                 if name not in have:
                     light.graph.output.add().name = name
         g = light.graph
-        stubbed = {t.name: t for t in g.initializer if t.external_data and t.external_data[0].value == _STUB_LOCATION}
         weights = []
         if stubbed:
             read = {r for n in g.node for r in node_reads(n)} if only_outputs is not None else None
-            kept = [t for t in g.initializer if t.name not in stubbed]
-            del g.initializer[:]
-            g.initializer.extend(kept)
             listed = {i.name for i in g.input}
-            for name, t in stubbed.items():
-                if read is not None and name not in read:
+            for t in stubbed:
+                if read is not None and t.name not in read:
                     continue  # the pruned graph does not need it
-                weights.append(name)
-                if name not in listed:
-                    g.input.append(onnx.helper.make_tensor_value_info(name, t.data_type, list(t.dims)))
+                weights.append(t.name)
+                if t.name not in listed:
+                    g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
         so.log_severity_level = 4
@@ -1389,8 +1383,10 @@ class _Validation:
         if not folded:
             return set()
         if self.all_values is not None and all(t.name in self.all_values or t.name in self.unchecked for t in folded):
+            import onnx
+
             return {t.name for t in folded if t.name in self.all_values
-                    and not _same_value(self.all_values.get(t.name), numpy_helper.to_array(t))}
+                    and not _same_value(self.all_values.get(t.name), _raw_array(t, onnx))}
         try:
             sess = self._session(self.original, [t.name for t in folded])
             values = self._run(sess, self.feed, [t.name for t in folded])
@@ -1436,6 +1432,30 @@ def _big_tensors(graph, limit: int) -> set:
         if n * itemsize > limit:
             big.add(vi.name)
     return big
+
+
+def _without_big_weights(model):
+    """(copy of ``model`` without its big top-level initializers, those initializers): the
+    copy shares nothing with the model, and the big weights are not copied."""
+    import onnx
+
+    from toolkit.core.shapes import _STUB_BYTES, _copy_field, _tensor_nbytes
+
+    light = onnx.ModelProto()
+    for f, value in model.ListFields():
+        if f.name != "graph":
+            _copy_field(light, f.name, value)
+    g = light.graph
+    for f, value in model.graph.ListFields():
+        if f.name != "initializer":
+            _copy_field(g, f.name, value)
+    big = []
+    for t in model.graph.initializer:
+        if _tensor_nbytes(t) > _STUB_BYTES or t.data_location == onnx.TensorProto.EXTERNAL:
+            big.append(t)
+        else:
+            g.initializer.append(t)
+    return light, big
 
 
 def _prune_to(graph, outputs: Sequence[str]) -> None:
@@ -1528,6 +1548,8 @@ def _same_value(a, b) -> bool:
     b = np.asarray(b)
     if a.shape != b.shape:
         return False
+    if a.dtype == b.dtype and a.dtype.kind in "biufc" and a.tobytes() == b.tobytes():
+        return True  # the same bytes (the usual case; cheaper than array_equal on small arrays)
     if a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
         return True
     if a.dtype.kind in "fc" and b.dtype.kind in "fc":
