@@ -12,12 +12,12 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 from toolkit.core.errors import InputError
 from toolkit.core.meta import TensorMeta
+from toolkit.core.datafiles import load_inputs
+from toolkit.core.inputs import plan_generation, select_feed
 
 
 def load_feeds(paths: Sequence[str]) -> Tuple[List[Mapping], List[Tuple[str, int]]]:
     """Concatenate the iterations of every inputs file; remember each one's (file, index)."""
-    from toolkit.core.datafiles import load_inputs
-
     feeds: List[Mapping] = []
     where: List[Tuple[str, int]] = []
     for path in paths:
@@ -64,8 +64,6 @@ class FeedSource:
         return len(self.loaded) if self.loaded is not None else self.iterations
 
     def _plan(self, metas: Sequence[TensorMeta], preferred: Optional[Mapping[str, tuple]], values: Mapping):
-        from toolkit.core.inputs import plan_generation
-
         gen_shapes = dict(self.shapes)
         names = {m.name for m in metas}
         for extra in (preferred or {}, self.preferred):
@@ -99,8 +97,6 @@ class FeedSource:
         used only by the runner that generates the inputs first. Names, shapes and sizes are
         checked when this is called; the data is made or read as the iterator advances.
         """
-        from toolkit.core.inputs import select_feed
-
         if self.loaded is not None:
             return self._select_loaded(metas)
         if self._generation is None:
@@ -114,8 +110,6 @@ class FeedSource:
     def _select_loaded(self, metas: Sequence[TensorMeta]) -> "_Feeds":
         """The loaded feeds for ``metas``; what select_feed mends (a name differing only in case,
         a value-preserving cast) is said once per file and tensor, not once per iteration."""
-        from toolkit.core.inputs import select_feed
-
         loaded, where = self.loaded or [], self.where
         seen: set = set()
 

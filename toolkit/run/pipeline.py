@@ -34,6 +34,13 @@ from toolkit.run.feeds import FeedSource, load_feeds
 from toolkit.run.options import Reporter, RunOptions
 from toolkit.run.plan import PlannedRunner, RunPlan, make_plan
 from toolkit.run.results import ResultSet, RunReport
+from toolkit.core import fp16
+from toolkit.core.compare import PairComparison, Tolerances, check_tolerance_names, compare_iteration, validate_outputs
+from toolkit.core.datafiles import RunResults, inputs_writer, load_data, load_outputs, outputs_writer
+from toolkit.core.dataloader import load_script_feeds, split_script_spec
+from toolkit.core.graphs import external_data_folder, has_external_data
+from toolkit.core.layerwise import select_outputs, set_outputs
+from toolkit.core.model import load_model, save_model
 
 
 def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
@@ -64,9 +71,6 @@ def fp16_model(opts: RunOptions, rep: Reporter) -> Iterator[str]:
     import shutil
     import tempfile
 
-    from toolkit.core import fp16
-    from toolkit.core.model import load_model, save_model
-
     model = load_model(opts.model, external_data_dir=opts.external_data_dir)
     result = fp16.convert(model, [], keep_io_types=True, inplace=True)
     del model
@@ -84,13 +88,8 @@ def fp16_model(opts: RunOptions, rep: Reporter) -> Iterator[str]:
 
 def save_onnx(opts: RunOptions, rep: Reporter) -> None:
     """--save-onnx: the ONNX model as ONNX-Runtime runs it (the outputs --onnx-outputs marks)."""
-    from toolkit.core.graphs import external_data_folder, has_external_data
-    from toolkit.core.model import load_model, save_model
-
     model = load_model(opts.model, external_data_dir=opts.external_data_dir, load_external_data=False)
     if opts.onnx_outputs or opts.onnx_exclude_outputs:
-        from toolkit.core.layerwise import select_outputs, set_outputs
-
         set_outputs(model, select_outputs(model, opts.onnx_outputs, opts.onnx_exclude_outputs))
     base = None
     if has_external_data(model):
@@ -108,8 +107,6 @@ def _model_input_names(model: str) -> List[str]:
     if not model or model == "-":
         return []
     try:
-        from toolkit.core.model import load_model
-
         graph = load_model(model, load_external_data=False).graph
         inits = {t.name for t in graph.initializer}
         return [i.name for i in graph.input if i.name not in inits]
@@ -120,8 +117,6 @@ def _model_input_names(model: str) -> List[str]:
 def _refuse_inputs_files(paths: Sequence[str], model: str) -> None:
     """An inputs file given to --load-outputs holds this model's inputs, which no output can match:
     say so before anything runs."""
-    from toolkit.core.datafiles import RunResults, load_data
-
     names: Optional[List[str]] = None
     for path in paths:
         data = load_data(path)
@@ -139,8 +134,6 @@ def _refuse_inputs_files(paths: Sequence[str], model: str) -> None:
 
 
 def _load_result_sets(paths: Sequence[str], model: str = "") -> List[ResultSet]:
-    from toolkit.core.datafiles import load_outputs
-
     _refuse_inputs_files(paths, model)
     sets = []
     for path in paths:
@@ -160,8 +153,6 @@ def load_data_files(plan: RunPlan, rep: Reporter) -> Tuple[FeedSource, List[Resu
     loaded: Optional[Sequence[Mapping]] = None
     where: List[Tuple[str, int]] = []
     if opts.data_loader_script and opts.runners:
-        from toolkit.core.dataloader import load_script_feeds, split_script_spec
-
         loaded = load_script_feeds(opts.data_loader_script, opts.data_loader_func_name)
         script = split_script_spec(opts.data_loader_script, opts.data_loader_func_name)[0]
         where = [(script, k) for k in range(len(loaded))]
@@ -195,8 +186,6 @@ class Writers:
 @contextlib.contextmanager
 def open_writers(plan: RunPlan, rep: Reporter) -> Iterator[Writers]:
     """The --save-inputs/--save-outputs files, written as the run goes (complete only on success)."""
-    from toolkit.core.datafiles import inputs_writer, outputs_writer
-
     opts = plan.opts
     with contextlib.ExitStack() as stack:
         writers = Writers()
@@ -224,7 +213,6 @@ class Streams:
 
     def compare(self, pair: int, k: int, outs_a: Mapping, outs_b: Mapping, tol) -> None:
         """Compare iteration ``k`` of pair ``pair``; gather its tensor errors when a diagnosis may need them."""
-        from toolkit.core.compare import compare_iteration
         from toolkit.run import diagnose
 
         it = compare_iteration(k, outs_a, outs_b, tol)
@@ -234,8 +222,6 @@ class Streams:
 
     def on_iteration(self, index: int, label: str, k: int, outs: Mapping, keep: List[Mapping]) -> None:
         """Validate and compare iteration ``k`` of live runner ``index``; keep it if a later runner needs it."""
-        from toolkit.core.compare import Tolerances, validate_outputs
-
         if self.plan.opts.validate:
             for problem in validate_outputs(label, [outs]):
                 problem.iteration = k
@@ -314,8 +300,6 @@ def _short(names: Sequence[str], n: int = 6) -> str:
 
 
 def _pair(a: ResultSet, b: ResultSet, its: list):
-    from toolkit.core.compare import PairComparison
-
     notes = []
     if a.count != b.count:
         notes.append(
@@ -332,7 +316,6 @@ def _pair(a: ResultSet, b: ResultSet, its: list):
 
 def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
     """The comparisons of consecutive result sets, in order (loaded files compared here)."""
-    from toolkit.core.compare import Tolerances, check_tolerance_names
     from toolkit.run import diagnose
 
     sets = stream.live + stream.loaded

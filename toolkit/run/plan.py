@@ -15,6 +15,10 @@ from toolkit.run.diagnose import check_report_option
 from toolkit.run.options import Reporter, RunOptions
 from toolkit.run.registry import RunnerKind, get_kind, unused_options
 from toolkit.run.specs import RunnerSpec, parse_runner_spec
+from toolkit.core.compare import Tolerances
+from toolkit.core.inputs import parse_val_ranges
+from toolkit.core.meta import parse_shape_specs
+from toolkit.core.model import check_output_path, check_readable_file
 
 
 @dataclass
@@ -60,8 +64,6 @@ def _same_file(a: str, b: str) -> bool:
 
 def check_output_paths(opts: RunOptions) -> None:
     """--save-inputs/--save-outputs: distinct, writable, and not a file this run reads."""
-    from toolkit.core.model import check_output_path
-
     if opts.save_inputs and opts.save_outputs and opts.save_inputs == opts.save_outputs and opts.save_inputs != "-":
         raise UsageError("--save-inputs and --save-outputs name the same file")
     if opts.save_inputs == "-" and opts.save_outputs == "-":
@@ -93,8 +95,6 @@ def _tolerances(opts: RunOptions):
         or opts.compare_func or opts.index_tolerance or opts.no_shape_check
     )
     if given or len(opts.runners) + len(opts.load_outputs) > 1:
-        from toolkit.core.compare import Tolerances  # only when something may be compared
-
         tol = Tolerances.parse(
             opts.atol,
             opts.rtol,
@@ -111,9 +111,6 @@ def _tolerances(opts: RunOptions):
 
 def make_plan(opts: RunOptions, reporter: Reporter) -> RunPlan:
     """Parse and check every option, preflight every runner (raises ToolkitError subclasses)."""
-    from toolkit.core.inputs import parse_val_ranges
-    from toolkit.core.meta import parse_shape_specs
-
     specs = [parse_runner_spec(text) for text in opts.runners]
     plan = RunPlan(opts, [], _tolerances(opts), parse_val_ranges(opts.val_range), parse_shape_specs(opts.input_shapes))
     if opts.iterations is not None and opts.iterations < 0:
@@ -122,8 +119,6 @@ def make_plan(opts: RunOptions, reporter: Reporter) -> RunPlan:
         raise UsageError("give --load-inputs or --data-loader-script, not both")
     check_output_paths(opts)
     if opts.model and opts.model != "-" and opts.runners:
-        from toolkit.core.model import check_readable_file
-
         check_readable_file(opts.model)  # a missing model is said before any work starts
     check_report_option(opts)
     for spec in specs:  # preflight: fails now (before loading data) when a backend or device is missing
