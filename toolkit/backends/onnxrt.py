@@ -18,9 +18,11 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from toolkit.backends.base import Runner
-from toolkit.core.errors import DependencyError, InferenceError, InputError, one_line  # noqa: F401  (InferenceError: re-exported)
+from toolkit.core.errors import DependencyError, InferenceError, InputError, UsageError, one_line  # noqa: F401  (InferenceError: re-exported)
 from toolkit.core.graphs import external_data_folder, has_external_data
 from toolkit.core.meta import TensorMeta
+from toolkit.core.layerwise import outputs_patch, select_outputs, set_outputs
+from toolkit.core.model import _parse_model, check_readable_file, describe, load_external_data_into, read_bytes
 
 STDIO = "-"
 
@@ -52,8 +54,6 @@ OPTIMIZATION_LEVELS = {
 
 def check_optimization_level(level: Optional[str]) -> None:
     """UsageError for an unknown ``--ort-optimization`` level (checked before any work)."""
-    from toolkit.core.errors import UsageError
-
     if level and level.lower() not in OPTIMIZATION_LEVELS:
         raise UsageError(
             f"unknown --ort-optimization level '{level}'; use one of: {', '.join(OPTIMIZATION_LEVELS)}"
@@ -216,8 +216,6 @@ class OnnxrtRunner(Runner):
     ):
         super().__init__(name)
         if fp16 and bf16:
-            from toolkit.core.errors import UsageError
-
             raise UsageError("emulate fp16 or bf16, not both")
         self.fp16 = fp16 or bf16  # reduced precision storage emulated
         self.emulated_dtype = "bfloat16" if bf16 else "float16"
@@ -267,16 +265,13 @@ class OnnxrtRunner(Runner):
         """The fp16-storage emulation of ``model`` (a copy), with the selected outputs."""
         import onnx
 
-        from toolkit.core import fp16
-        from toolkit.core.layerwise import set_outputs
+        from toolkit.core import fp16  # (a large module: loaded when emulating)
 
         if model is self.model:
             copy = onnx.ModelProto()
             copy.CopyFrom(model)
             model = copy
         if has_external_data(model):
-            from toolkit.core.model import load_external_data_into
-
             load_external_data_into(model, external_data_folder(self.model_path, self.external_data_dir), self.model_path)
         if self._selected is not None:
             set_outputs(model, self._selected)
@@ -295,14 +290,9 @@ class OnnxrtRunner(Runner):
         self._selected = None
         if not self._needs_onnx():
             if not (os.path.isfile(self.model_path) and os.access(self.model_path, os.R_OK)):
-                from toolkit.core.model import check_readable_file
-
                 check_readable_file(self.model_path)
             if self.external_data_dir is None:
                 return self.model_path
-        from toolkit.core.layerwise import outputs_patch, select_outputs
-        from toolkit.core.model import _parse_model, read_bytes
-
         if self.model is not None:
             model = self.model
             raw = None
@@ -326,8 +316,6 @@ class OnnxrtRunner(Runner):
             try:
                 raw = model.SerializeToString()
             except Exception as exc:  # over protobuf's 2 GB limit
-                from toolkit.core.model import describe
-
                 raise InputError(
                     f"{describe(self.model_path)}: cannot serialize the model ({exc}); "
                     "save it with external data first"
@@ -343,8 +331,6 @@ class OnnxrtRunner(Runner):
             with routed_logs():
                 sess = ort.InferenceSession(source, sess_options=so, providers=self.providers)
         except Exception as exc:  # ORT raises its own exception types (Fail, InvalidGraph, ...)
-            from toolkit.core.model import describe
-
             hint = ""
             if "NOT_IMPLEMENTED" in str(exc) and not self.fp16:
                 hint = (

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.backends.onnxrt import OPTIMIZATION_LEVELS
+from toolkit.backends.onnxrt import OPTIMIZATION_LEVELS, OnnxrtRunner, check_optimization_level
 from toolkit.core.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -128,18 +128,12 @@ def runner_order(argv: Sequence[str], selected: Mapping[str, bool]) -> List[str]
 
 def _onnxrt_preflight(opts: "RunOptions", reporter: "Reporter") -> None:
     if opts.onnxrt_fp16 and opts.onnxrt_bf16:
-        from toolkit.core.errors import UsageError
-
         raise UsageError("onnxrt:fp16,bf16: emulate one precision per runner (onnxrt:fp16 or onnxrt:bf16)")
     if opts.ort_optimization:
-        from toolkit.backends.onnxrt import check_optimization_level
-
         check_optimization_level(opts.ort_optimization)
 
 
 def _onnxrt_factory(opts: "RunOptions", config: Any, reporter: "Reporter", name: Optional[str]) -> "Runner":
-    from toolkit.backends.onnxrt import OnnxrtRunner
-
     return OnnxrtRunner(
         opts.model,
         providers=opts.providers,
