@@ -9,11 +9,10 @@ plain run never pays for it.
 from __future__ import annotations
 
 import os
-from typing import Dict, List, Mapping, Optional
+from typing import TYPE_CHECKING, Dict, List, Mapping, Optional
 
-from toolkit.core.diagnosis import Diagnosis, add_iteration, diagnose, topology_of
-from toolkit.core.errors import UsageError
-from toolkit.core.report import check_report_path, save_report
+if TYPE_CHECKING:  # pragma: no cover
+    from toolkit.core.diagnosis import Diagnosis
 
 MIN_TENSORS = 3  # a comparison of fewer tensors gets no diagnosis on the terminal
 
@@ -27,6 +26,8 @@ def wanted(opts, it) -> bool:
 
 def collect(errors: Dict[int, dict], pair_index: int, it, outs_a: Mapping, outs_b: Mapping) -> None:
     """Add the tensor errors of iteration ``it`` (A's outputs against B's) to pair ``pair_index``."""
+    from toolkit.core.diagnosis import add_iteration
+
     add_iteration(errors.setdefault(pair_index, {}), it, outs_a, outs_b)
 
 
@@ -34,6 +35,9 @@ def check_report_option(opts) -> None:
     """Usage errors for ``--save-report`` before any work."""
     if not opts.save_report:
         return
+    from toolkit.core.errors import UsageError
+    from toolkit.core.report import check_report_path
+
     check_report_path(opts.save_report)
     others = [("MODEL", opts.model), ("--save-inputs", opts.save_inputs), ("--save-outputs", opts.save_outputs)]
     others += [("--load-inputs", p) for p in opts.load_inputs] + [("--load-outputs", p) for p in opts.load_outputs]
@@ -54,6 +58,8 @@ def _topology(model: str):
         return None
     import onnx
 
+    from toolkit.core.diagnosis import topology_of
+
     try:
         return topology_of(onnx.load(model, load_external_data=False))
     except Exception:  # noqa: BLE001 - a TensorRT engine or anything not ONNX: no topology
@@ -65,11 +71,15 @@ def diagnoses(opts, comparisons: List, errors: Dict[int, dict]) -> List[Optional
     writes ``--save-report``."""
     if not errors:
         return [None] * len(comparisons)
+    from toolkit.core.diagnosis import diagnose
+
     topology = _topology(opts.model)
     out: List[Optional["Diagnosis"]] = []
     for i, pair in enumerate(comparisons):
         errs = errors.get(i)
         out.append(diagnose(errs, topology, pair.label_a, pair.label_b) if errs else None)
     if opts.save_report:
+        from toolkit.core.report import save_report
+
         save_report(opts.save_report, [d for d in out if d is not None], model=opts.model, command=opts.command)
     return out

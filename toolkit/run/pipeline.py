@@ -34,7 +34,6 @@ from toolkit.run.feeds import FeedSource, load_feeds
 from toolkit.run.options import Reporter, RunOptions
 from toolkit.run.plan import PlannedRunner, RunPlan, make_plan
 from toolkit.run.results import ResultSet, RunReport
-from toolkit.core import fp16
 from toolkit.core.compare import PairComparison, Tolerances, check_tolerance_names, compare_iteration, validate_outputs
 from toolkit.core.datafiles import RunResults, inputs_writer, load_data, load_outputs, outputs_writer
 from toolkit.core.dataloader import load_script_feeds, split_script_spec
@@ -70,6 +69,8 @@ def fp16_model(opts: RunOptions, rep: Reporter) -> Iterator[str]:
     types), in a temporary file that lives as long as the run."""
     import shutil
     import tempfile
+
+    from toolkit.core import fp16  # (a large module: loaded for --fp-to-fp16 only)
 
     model = load_model(opts.model, external_data_dir=opts.external_data_dir)
     result = fp16.convert(model, [], keep_io_types=True, inplace=True)
