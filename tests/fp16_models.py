@@ -4,6 +4,7 @@ shape computations, If/Loop bodies, a PP-OCR-sized detection CNN."""
 from __future__ import annotations
 
 import numpy as np
+import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import modelzoo as mz
@@ -253,3 +254,33 @@ def conv_block(opset: int):
     ]
     graph = helper.make_graph(nodes, "conv_block", [mz.vi("x", [1, 3, 8, 8])], [mz.vi("y", [1, 4, 4, 4])], inits)
     return mz.make_model(graph, opset=opset)
+
+
+def _untyped(name: str):
+    """A graph output that leaves its type out (exporters write such If-branch outputs)."""
+    v = onnx.ValueInfoProto()
+    v.name = name
+    return v
+
+
+def shape_decided_if(nested: bool, n: int = 4):
+    """y = If(Size(x) == n){Relu(x) | Neg(x)} + x, the branches' outputs untyped; with
+    ``nested`` all of it sits in the then-branch of an outer If on input ``cond``."""
+    size = numpy_helper.from_array(np.array(n, np.int64), "n")
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["t_out"], name="then_relu")], "t", [], [_untyped("t_out")])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e_out"], name="else_neg")], "e", [], [_untyped("e_out")])
+    inner = [
+        helper.make_node("Size", ["x"], ["size"], name="size"),
+        helper.make_node("Equal", ["size", "n"], ["is_n"], name="eq"),
+        helper.make_node("If", ["is_n"], ["if_out"], name="inner_if", then_branch=then_g, else_branch=else_g),
+        helper.make_node("Add", ["if_out", "x"], ["y"], name="add"),
+    ]
+    if not nested:
+        graph = helper.make_graph(inner, "shape_if", [mz.vi("x", [1, n])], [mz.vi("y", [1, n])], [size])
+        return mz.make_model(graph)
+    outer_then = helper.make_graph(inner, "outer_then", [], [_untyped("y")])
+    outer_else = helper.make_graph([helper.make_node("Identity", ["x"], ["x_id"], name="id")], "oe", [], [_untyped("x_id")])
+    node = helper.make_node("If", ["cond"], ["out"], name="outer_if", then_branch=outer_then, else_branch=outer_else)
+    inputs = [mz.vi("x", [1, n]), mz.vi("cond", [], TensorProto.BOOL)]
+    graph = helper.make_graph([node], "nested_shape_if", inputs, [mz.vi("out", [1, n])], [size])
+    return mz.make_model(graph)

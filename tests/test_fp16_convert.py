@@ -109,6 +109,28 @@ def test_if_and_loop_bodies(cond):
     np.testing.assert_allclose(ort_run(kept, feed)["y"], ref, rtol=2e-3)
 
 
+@pytest.mark.parametrize("nested", [False, True])
+def test_if_decided_by_a_shape_converts_and_loads(nested):
+    # an If whose condition comes from Size(x) is no shape computation: its branches compute
+    # floats. Its branches leave their output types out; the written model must still load
+    # (a value_info typed 0 does not) and compute what the original does.
+    model = fm.shape_decided_if(nested)
+    feed = {"x": np.array([[0.5, -1.0, 2.0, -3.0]], np.float32)}
+    if nested:
+        feed["cond"] = np.array(True)
+    ref = ort_run(model, feed)
+    conv = fp16.convert(model)
+    assert "inner_if" not in conv.kept and "then_relu" not in conv.kept
+    for g in fp16.iter_graphs(conv.model.graph):
+        for vi in g.value_info:  # (the branches' own outputs may stay untyped)
+            assert vi.type.tensor_type.elem_type != 0, vi.name
+    got = ort_run(conv.model, feed)
+    for k, v in ref.items():
+        np.testing.assert_allclose(got[k], v, rtol=2e-3)
+    types = {n.name: n for n in fp16.iter_nodes(conv.model)}
+    assert "then_relu" in types  # the branch is still there, converted
+
+
 def test_shared_weight_and_kept_graph_output():
     model = fm.shared_and_kept_output()
     feed = {"x": np.linspace(-2, 2, 8, dtype=np.float32).reshape(1, 8)}

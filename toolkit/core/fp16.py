@@ -400,7 +400,8 @@ def automatic_keep(model, types: Optional[Dict[str, int]] = None, dtype: str = "
             if node.op_type == "Constant" and node.domain in _STD_DOMAINS:
                 constants.update(node.output)
                 continue
-            derived = bool(ins) and any(i in shape_derived for i in ins) and all(
+            # an If reads only its condition: its outputs come from its branches, whatever decides it
+            derived = node.op_type != "If" and bool(ins) and any(i in shape_derived for i in ins) and all(
                 i in shape_derived or i in constants for i in ins
             )
             if derived:
@@ -856,12 +857,13 @@ def _body_output_types(node) -> Dict[str, int]:
     out: Dict[str, int] = {}
     if node.domain not in _STD_DOMAINS or node.op_type not in ("If", "Loop", "Scan"):
         return out
-    body = "then_branch" if node.op_type == "If" else "body"
+    bodies = ("then_branch", "else_branch") if node.op_type == "If" else ("body",)
     skip = 1 if node.op_type == "Loop" else 0
     for a in node.attribute:
-        if a.name == body:
+        if a.name in bodies:
             for k, vi in enumerate(a.g.output[skip:]):
-                if k < len(node.output):
+                # a body output may leave its type out (0): that says nothing
+                if k < len(node.output) and vi.type.tensor_type.elem_type:
                     out.setdefault(node.output[k], vi.type.tensor_type.elem_type)
     return out
 
@@ -1011,7 +1013,6 @@ class _Repair:
             return None
         if schema is None or node.op_type == "Cast":  # Cast takes any type
             return None
-            return None
         formal = _formal(schema.inputs, i)
         if formal is None:
             return None
@@ -1057,7 +1058,7 @@ class _Repair:
             keep = []
             for vi in graph.value_info:
                 t = self.types.get(vi.name)
-                if t is None:
+                if not t:  # unknown (None or 0): a value_info typed 0 does not load in ONNX-Runtime
                     continue
                 if vi.type.HasField("tensor_type"):
                     vi.type.tensor_type.elem_type = t
