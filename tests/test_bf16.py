@@ -119,6 +119,34 @@ def test_every_tensor_matches_the_numpy_bf16_reference(keep):
         assert np.isinf(fp16_p["p"][0, 1])
 
 
+def _at_opset(model, version):
+    del model.opset_import[:]
+    model.opset_import.append(helper.make_opsetid("", version))
+    return model
+
+
+def test_a_model_before_opset_13_is_upgraded_for_bf16(cli, tmp_path):
+    # Cast to bfloat16 exists from opset 13 on: at opset 11 the emulation's Casts and the
+    # conversion's bf16 Constants would not load; the model is upgraded first, names kept
+    names = ["m", "a", "p", "s", "y", "e"]
+    model = _at_opset(marked(elementwise_model()[0], names), 11)
+    emu = fp16.emulate(model, auto_keep=False, dtype="bfloat16")
+    assert fp16._opset(emu.model) == 13 and fp16._opset(model) == 11
+    got = ort_run(emu.model, {"x": X}, names)
+    ref = numpy_bf16_reference(X, elementwise_model()[1])
+    for name in names:
+        np.testing.assert_array_equal(got[name], ref[name], err_msg=name)
+    conv = fp16.convert(model, dtype="bfloat16")
+    assert conv.upgraded_from == 11
+    full_check(conv.model)
+    path = mz.save(model, tmp_path / "op11.onnx")
+    res = cli("run", path, "--onnxrt", "--bf16", "--atol", "1e5", "--rtol", "1")
+    assert res.code == 0, res.err
+    res = cli("convert", path, "--fp-to-bf16", "-o", str(tmp_path / "op11_bf16.onnx"))
+    assert res.code == 0, res.err
+    assert "Upgraded from opset 11 to 13" in res.err
+
+
 def test_inputs_are_rounded_to_bf16():
     model = mz.chain(1, shape=(1, 5), ops=["Relu"])
     x = np.array([[1.0001, 257.0, 1e-39, 3.3e38, 70000.0]], np.float32)

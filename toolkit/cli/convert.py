@@ -134,6 +134,8 @@ def _convert(
         counts[reason] = counts.get(reason, 0) + 1
     where = "<stdout>" if output == "-" else output
     log(f"Converted to mixed {short} in {seconds:.2f} s: {where}")
+    if result.upgraded_from is not None:
+        log(f"Upgraded from opset {result.upgraded_from} to {fp16.BF16_MIN_OPSET} first (bfloat16 Casts need it)")
     if result.kept:
         log(f"Kept in fp32: {len(result.kept)} node(s)")
         for reason, n in counts.items():

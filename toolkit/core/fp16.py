@@ -304,6 +304,30 @@ def _opset(model, domain: str = "") -> int:
     return 0
 
 
+BF16_MIN_OPSET = 13  # Cast and Constant accept bfloat16 from opset 13 on
+
+
+def bf16_ready(model):
+    """(``model`` at opset 13 or later, the opset it had or None): bfloat16 needs Cast and
+    Constant of opset 13, so an older model is upgraded with onnx's version converter (a new
+    model; tensor names are kept)."""
+    opset = _opset(model)
+    if not opset or opset >= BF16_MIN_OPSET:
+        return model, None
+    from onnx import version_converter
+
+    try:
+        upgraded = version_converter.convert_version(model, BF16_MIN_OPSET)
+    except Exception as exc:  # the converter raises on ops it has no adapter for
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise InputError(
+            f"bfloat16 needs opset {BF16_MIN_OPSET} (Cast and Constant accept bfloat16 from it), the model is at "
+            f"opset {opset}, and onnx's version converter could not upgrade it ({first}); upgrade the model first"
+        ) from None
+    upgraded.ir_version = model.ir_version
+    return upgraded, opset
+
+
 class _Schemas:
     def __init__(self, model):
         self.opset = _opset(model)
@@ -471,6 +495,7 @@ class Conversion:
     clamped: List[str]  # weights with values past +-65504 (clamped to it)
     casts_added: int
     already_mixed: bool = False  # the model held float16 already: returned as it was
+    upgraded_from: Optional[int] = None  # the opset a bfloat16 conversion upgraded the model from
 
 
 def to_fp16(arr):
@@ -738,7 +763,10 @@ def convert(
             )
         return Conversion(_copy_model(model, inplace), {}, [], 0, already_mixed=True)
     f16 = _float16_module()
-    model = _copy_model(model, inplace)
+    upgraded_from = None
+    if low == BFLOAT16:
+        model, upgraded_from = bf16_ready(model)
+    model = _copy_model(model, inplace or upgraded_from is not None)
     _normalize_constants(model)
     _normalize_float_data(model)
     _initializers_as_weights(model)
@@ -779,7 +807,7 @@ def convert(
     repair.write_value_info()
     if validate:
         check_types(model, short)
-    return Conversion(model, dict(decision.kept), clamped, repair.casts_added)
+    return Conversion(model, dict(decision.kept), clamped, repair.casts_added, upgraded_from=upgraded_from)
 
 
 def convert_to_fp16(model, keep_fp32: Iterable[str] = (), keep_io_types: bool = True, **kw):
@@ -1179,7 +1207,10 @@ def emulate(
     ``cache``: a dict kept between calls on the same model (``debug precision`` emulates it
     once per check): the rounded weights, by name, so each is rounded once.
     """
-    model = _copy_model(model, inplace)
+    upgraded = None
+    if _low_type(dtype) == BFLOAT16:
+        model, upgraded = bf16_ready(model)
+    model = _copy_model(model, inplace or upgraded is not None)
     _normalize_constants(model)
     if types is None:
         types = tensor_types(infer_types(model))
