@@ -102,6 +102,28 @@ def test_uncompared_tensors_pass_error_through(tmp_path):
     assert relu4.input_error > 0
 
 
+def test_only_the_final_output_compared_names_no_culprit(tmp_path):
+    # the fault is in conv3 of 8 blocks; only the last tensor is compared (a run without
+    # mark all): the last Relu must not be called the culprit with its input error taken as 0
+    paths = save_pair(tmp_path, perturb=(3,))
+    x = feed()
+    test = {"r7": all_tensors(paths["faulty"], x)["r7"]}
+    ref = {"r7": all_tensors(paths["clean"], x)["r7"]}
+    pair = compare_pair("a", [test], "b", [ref], Tolerances())
+    diag = diagnose_pair(pair, [test], [ref], onnx.load(paths["faulty"]))
+    assert not diag.passed and diag.first_failure.name == "r7"
+    top = diag.ranked[0]
+    assert top.node == "relu7" and top.unseen == 15  # conv0 .. conv7, relu0 .. relu6
+    assert diag.culprit is None
+    text = "\n".join(text_lines(diag))
+    assert "error may start up to 15 node(s) earlier" in text and "--onnx-outputs mark all" in text
+    assert "culprit:" not in render_html([diag]) and "estimated: 15 uncompared" in render_html([diag])
+    # with every tensor compared, nothing is estimated and the culprit is the fault
+    full, _ = _diagnosis(tmp_path, perturb=(3,))
+    assert all(s.unseen == 0 for s in full.ranked) and full.culprit.node == "conv3"
+    assert not any("not compared" in n for n in full.notes)
+
+
 def test_tolerance_ratio_matches_the_verdict():
     tol = Tolerances.parse(["1e-3"], ["1e-3"])
     a = np.array([1.0, 2.0, 3.0], np.float32)

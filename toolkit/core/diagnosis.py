@@ -221,6 +221,9 @@ class NodeScore:
     amplification: float
     passed: bool  # every compared output within tolerance
     worst_output: str = ""
+    # the longest chain of uncompared nodes between this node and the nearest compared tensors
+    # (or graph inputs): 0 when its inputs were compared; else the error may start up there
+    unseen: int = 0
 
 
 @dataclass
@@ -250,7 +253,8 @@ class Diagnosis:
 
     @property
     def culprit(self) -> Optional[NodeScore]:
-        return self.ranked[0] if self.ranked and self.ranked[0].amplification > 1 else None
+        top = self.ranked[0] if self.ranked else None
+        return top if top is not None and top.amplification > 1 and not top.unseen else None
 
     def to_dict(self) -> dict:
         return _jsonable(
@@ -312,6 +316,12 @@ def diagnose(
     first = next((t for t in tensors if not t.passed), None) or next((t for t in extra if not t.passed), None)
     ranked = _rank(errors, topology)
     notes = []
+    if any(s.unseen and not s.passed for s in ranked):
+        notes.append(
+            "some failing tensors are computed from tensors that were not compared, so the error may start "
+            "before the nodes named here; compare every tensor (--onnx-outputs mark all, for the golden "
+            "values too) to see where it starts"
+        )
     if extra:
         notes.append(f"{len(extra)} compared tensor(s) are produced by no node of the top graph")
     return Diagnosis(label_a, label_b, tensors + extra, first, ranked, _depth_rows(tensors), notes=notes)
@@ -319,16 +329,19 @@ def diagnose(
 
 def _rank(errors: Mapping[str, TensorError], topology: Topology) -> List[NodeScore]:
     est: Dict[str, float] = {}  # error estimate of every tensor seen so far
+    gap: Dict[str, int] = {}  # uncompared nodes (longest chain) behind each tensor
     for name in topology.sources:
         e = errors.get(name)
         est[name] = e.rel_l2 if e is not None else 0.0
     scores: List[NodeScore] = []
     for node in topology.nodes:
         in_err = max((est.get(t, 0.0) for t in node.inputs), default=0.0)
+        in_gap = max((gap.get(t, 0) for t in node.inputs), default=0)
         compared = [errors[t] for t in node.outputs if t in errors]
         if not compared:
             for t in node.outputs:
                 est[t] = in_err
+                gap[t] = in_gap + 1
             continue
         worst = max(compared, key=lambda e: e.rel_l2)
         for t in node.outputs:
@@ -345,6 +358,7 @@ def _rank(errors: Mapping[str, TensorError], topology: Topology) -> List[NodeSco
                 amplification(worst.rel_l2, in_err),
                 all(e.passed for e in compared),
                 worst.name,
+                in_gap,
             )
         )
     scores.sort(key=lambda s: (-s.amplification, s.passed, s.position))
@@ -424,8 +438,9 @@ def describe_tensor(t: TensorError) -> str:
 
 def describe_node(rank: int, s: NodeScore) -> str:
     verdict = "ok" if s.passed else "FAILED"
+    unseen = f" (inputs not compared: the error may start up to {s.unseen} node(s) earlier)" if s.unseen else ""
     return (
-        f"{rank}. {s.node} [Op: {s.op}] | amplification {g(s.amplification)}x | input error {g(s.input_error)} -> "
+        f"{rank}. {s.node} [Op: {s.op}]{unseen} | amplification {g(s.amplification)}x | input error {g(s.input_error)} -> "
         f"output error {g(s.output_error)} (relative L2) | {verdict}"
     )
 

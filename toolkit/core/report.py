@@ -140,6 +140,11 @@ def _summary_html(diag: Diagnosis) -> str:
     return "".join(text)
 
 
+def _unseen(s) -> str:
+    """A note for a node whose inputs were not compared (its input error is an estimate)."""
+    return f" (estimated: {s.unseen} uncompared node(s) before)" if s.unseen else ""
+
+
 def _ranked_table(diag: Diagnosis, limit: int = 30) -> str:
     rows = [
         "<table><tr><th>#</th><th>Node</th><th>Op</th><th>Depth</th><th>Amplification</th>"
@@ -150,7 +155,7 @@ def _ranked_table(diag: Diagnosis, limit: int = 30) -> str:
         verdict = '<span class="ok">ok</span>' if s.passed else '<span class="bad">FAILED</span>'
         rows.append(
             f"<tr{cls}><td class=n>{k}</td><td>{_e(s.node)}</td><td>{_e(s.op)}</td><td class=n>{s.depth}</td>"
-            f"<td class=n>{_e(g(s.amplification))}x</td><td class=n>{_e(g(s.input_error))}</td>"
+            f"<td class=n>{_e(g(s.amplification))}x</td><td class=n>{_e(g(s.input_error))}{_unseen(s)}</td>"
             f"<td class=n>{_e(g(s.output_error))}</td><td>{verdict}</td></tr>"
         )
     rows.append("</table>")
