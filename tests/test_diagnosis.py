@@ -181,6 +181,8 @@ def test_text_and_sparkline(tmp_path):
     spark = sparkline([0.0, 1e-3, 1.0, 1e3, math.inf])
     assert len(spark) == 5 and spark[0] == "▁" and spark[-1] == "█" and spark[1] < spark[3]
     assert sparkline([1e-3, 1.0], ascii_only=True).isascii()
+    # one positive level (0, 98x, 98x): the errors are drawn full height, not as low as the zero
+    assert sparkline([0.0, 97.9, 97.9]) == "▁██"
     rows = depth_table(diag, max_rows=5)
     assert len(rows) <= 5 and sum(r.tensors for r in rows) == len(diag.tensors)
     assert rows[0].last_depth is not None

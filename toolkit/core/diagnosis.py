@@ -411,7 +411,9 @@ def sparkline(values: Sequence[float], *, ascii_only: bool = False) -> str:
     if not finite:
         return "".join(chars[-1] if math.isinf(v) else chars[0] for v in values)
     lo, hi = math.log10(min(finite)), math.log10(max(finite))
-    span = hi - lo or 1.0
+    if hi == lo:  # one positive level: it is the largest, drawn full height (zeros stay lowest)
+        lo -= 1.0
+    span = hi - lo
     out = []
     for v in values:
         if math.isinf(v):
