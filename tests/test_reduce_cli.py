@@ -559,3 +559,18 @@ def test_check_that_leaves_a_background_process_does_not_hang(tmp_path):
     assert time.monotonic() - start < 10
     time.sleep(0.2)
     assert not _alive(int((tmp_path / "bg.pid").read_text()))
+
+
+def test_a_result_that_is_one_if_node_says_the_failure_is_in_its_bodies(cli, tmp_path, monkeypatch):
+    import fp16_models
+
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(fp16_models.if_loop(), tmp_path / "model.onnx")
+    res = cli("debug", "reduce", "model.onnx", "-o", "reduced.onnx", "--fail-regex", "then_mul", "--check", *INSPECT)
+    assert res.code == 0, res.err
+    assert node_names(_load(tmp_path / "reduced.onnx")) == ["if"]
+    assert "the failure is inside this node's bodies (2 nodes)" in res.err
+    # a result that is an ordinary node gets no such note
+    res = cli("debug", "reduce", "model.onnx", "-o", "reduced.onnx", "--fail-regex", "Op: Abs", "--check", *INSPECT)
+    assert res.code == 0, res.err
+    assert "bodies" not in res.err

@@ -170,6 +170,12 @@ def _summary_reduced(outcome, cfg, stats: str) -> None:
         log(f"  ... and {len(outcome.final_nodes) - len(shown)} more")
     if outcome.one_minimal and outcome.nodes_after > 1:
         log("1-minimal: dropping any node at either end makes it pass (each drop checked).")
+    if outcome.body_nodes:
+        log(
+            f"note: the failure is inside this node's bodies ({_plural(outcome.body_nodes, 'node')}); debug reduce "
+            "cuts the top graph only. To look inside, make the bodies part of the top graph: with a constant "
+            "condition, `toolkit surgeon sanitize --fold-constants` inlines an If's branch"
+        )
     if outcome.output_written:
         log(f"Wrote the reduced model to {cfg.output}")
     if outcome.full_evidence is not None and outcome.full_evidence.worst is not None:

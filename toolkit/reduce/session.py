@@ -121,6 +121,16 @@ class Iteration:
     first_failure: bool = False  # the first failing check of the run
 
 
+def _body_nodes(nodes, mask: int) -> int:
+    """The number of nodes in the bodies of the one If/Loop/Scan node ``mask`` holds (0 otherwise)."""
+    from toolkit.core.graphs import node_subgraphs, walk_graphs
+
+    kept = mask_indices(mask)
+    if len(kept) != 1 or nodes[kept[0]].op_type not in ("If", "Loop", "Scan"):
+        return 0
+    return sum(len(g.node) for sub in node_subgraphs(nodes[kept[0]]) for g in walk_graphs(sub))
+
+
 @dataclass
 class Outcome:
     status: str  # "reduced", "passed" (full model passed: nothing to reduce), "interrupted"
@@ -138,6 +148,7 @@ class Outcome:
     runner: str = ""
     stopped_by: Optional[str] = None  # "interrupt" (Ctrl-C) or "eof" (no more answers)
     broken: int = 0  # mid-run checks that were broken (counted as passes)
+    body_nodes: int = 0  # the result is one If/Loop/Scan node: the nodes of its bodies
     timeouts: int = 0  # checks killed by --check-timeout (counted as failures)
     phases: Dict[str, int] = field(default_factory=dict)  # checks run per search phase
     full_evidence: Optional[Evidence] = None  # how badly the full model failed (comparison checks)
@@ -916,6 +927,7 @@ class Reducer:
             outcome.output_written = True
             outcome.nodes_after = popcount(mask)
             outcome.final_nodes = [self.index.describe(i) for i in mask_indices(mask)]
+            outcome.body_nodes = _body_nodes(self.index.nodes, mask)
             outcome.one_minimal = outcome.status == "reduced" and self._is_one_minimal(mask)
         if cfg.min_good:
             good = self._pick_min_good(mask)
