@@ -36,7 +36,7 @@ def shape_chain(blocks=4, channels=8):
     x = "x"
     for k in range(blocks):
         p = f"b{k}_"
-        inits.append(numpy_helper.from_array(np.full((1,), 0.1 * k, np.float32), f"bias{k}"))
+        inits.append(numpy_helper.from_array(np.full((1,), 0.1 * (k + 1), np.float32), f"bias{k}"))
         nodes += [
             helper.make_node("Relu", [x], [p + "relu"], name=p + "relu"),
             helper.make_node("Add", [p + "relu", f"bias{k}"], [p + "add"], name=p + "add"),

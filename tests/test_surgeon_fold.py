@@ -363,3 +363,88 @@ def test_saved_model_with_big_weights_loads_the_same(tmp_path):
     onnx.checker.check_model(str(path))
     feed = {"x": np.random.default_rng(4).random((2, 256), dtype=np.float32)}
     np.testing.assert_allclose(run(back, feed)["y"], run(model, feed)["y"], rtol=1e-6)
+
+
+def _const(name, values):
+    return numpy_helper.from_array(np.asarray(values), name)
+
+
+def test_pass_through_nodes_are_removed_and_real_ones_kept():
+    """Cast to the same dtype, Slice over whole axes, Transpose(identity), Mul/Div by ones and
+    Add/Sub of zeros that broadcast nothing go; the look-alikes that change something stay."""
+    big = np.iinfo(np.int64).max
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Cast", ["r"], ["c"], name="cast_same", to=TensorProto.FLOAT),
+        helper.make_node("Slice", ["c", "zero1", "big1", "one1"], ["s"], name="slice_whole"),
+        helper.make_node("Slice", ["s", "zero1", "three1", "zero1"], ["s2"], name="slice_whole_dim"),
+        helper.make_node("Transpose", ["s2"], ["t"], name="transpose_id", perm=[0, 1]),
+        helper.make_node("Mul", ["ones1", "t"], ["m"], name="mul_one"),
+        helper.make_node("Add", ["m", "zero_s"], ["a"], name="add_zero"),
+        helper.make_node("Sub", ["a", "zeros3"], ["b"], name="sub_zeros"),
+        helper.make_node("Div", ["b", "ones1"], ["y"], name="div_one"),
+        # look-alikes that do something
+        helper.make_node("Mul", ["y", "ones223"], ["grown"], name="mul_broadcasts"),
+        helper.make_node("Cast", ["y"], ["as_int"], name="cast_other", to=TensorProto.INT32),
+        helper.make_node("Slice", ["y", "zero1", "two1", "one1"], ["part"], name="slice_part"),
+        helper.make_node("Div", ["ones1", "y"], ["inv"], name="one_over"),
+    ]
+    inits = [_const("zero1", np.array([0], np.int64)), _const("big1", np.array([big], np.int64)),
+             _const("one1", np.array([1], np.int64)), _const("three1", np.array([3], np.int64)),
+             _const("two1", np.array([2], np.int64)), _const("ones1", np.ones([1], np.float32)),
+             _const("zero_s", np.array(0, np.float32)), _const("zeros3", np.zeros([3], np.float32)),
+             _const("ones223", np.ones([2, 2, 3], np.float32))]
+    outputs = [modelzoo.vi("y", [2, 3]), modelzoo.vi("grown", [2, 2, 3]), modelzoo.vi("as_int", [2, 3], TensorProto.INT32),
+               modelzoo.vi("part", [2, 2]), modelzoo.vi("inv", [2, 3])]
+    model = modelzoo.make_model(helper.make_graph(nodes, "g", [modelzoo.vi("x", [2, 3])], outputs, inits), opset=17)
+    x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
+    expected = run(model, {"x": x})
+    folded, _ = sanitize(model, fold_constants=True)
+    assert sorted(n.name for n in folded.graph.node) == ["cast_other", "mul_broadcasts", "one_over", "relu", "slice_part"]
+    got = run(folded, {"x": x})
+    for name, value in expected.items():
+        np.testing.assert_array_equal(got[name], value)
+
+
+def test_pass_through_nodes_inside_if_bodies_are_removed():
+    """Branch bodies lose their same-dtype Casts and Identities; a branch output that is an
+    outer tensor passed through keeps its Identity (the branch needs a node for it)."""
+    then_g = helper.make_graph(
+        [helper.make_node("Cast", ["x"], ["tc"], name="then_cast", to=TensorProto.FLOAT),
+         helper.make_node("Identity", ["tc"], ["ti"], name="then_id"),
+         helper.make_node("Neg", ["ti"], ["t0"], name="then_neg")],
+        "then", [], [modelzoo.vi("t0", [2])])
+    else_g = helper.make_graph([helper.make_node("Identity", ["x"], ["e0"], name="else_id")], "else", [],
+                               [modelzoo.vi("e0", [2])])
+    nodes = [helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then_g, else_branch=else_g)]
+    graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", [2]), modelzoo.vi("cond", [], TensorProto.BOOL)],
+                              [modelzoo.vi("y", [2])])
+    model = modelzoo.make_model(graph, opset=17)
+    folded, _ = sanitize(model, fold_constants=True)
+    attrs = {a.name: a.g for a in folded.graph.node[0].attribute}
+    assert [n.op_type for n in attrs["then_branch"].node] == ["Neg"]
+    assert [n.op_type for n in attrs["else_branch"].node] == ["Identity"]
+    x = np.array([1, -2], np.float32)
+    for cond in (True, False):
+        feed = {"x": x, "cond": np.array(cond)}
+        np.testing.assert_array_equal(run(folded, feed)["y"], run(model, feed)["y"])
+
+
+def test_multiply_by_one_after_an_unranked_conv_is_removed():
+    """A Reshape to a target of unknown length hides the rank; the Conv after it still has at
+    least 3 dims, so Mul by a one-element 1 changes nothing and goes. Mul by 2 stays."""
+    nodes = [
+        helper.make_node("Reshape", ["x", "target"], ["r"], name="reshape"),
+        helper.make_node("Conv", ["r", "w"], ["c"], name="conv"),
+        helper.make_node("Mul", ["c", "one"], ["m"], name="mul_one"),
+        helper.make_node("Mul", ["m", "two"], ["y"], name="mul_two"),
+    ]
+    inits = [_const("w", np.ones([2, 1, 1, 1], np.float32)), _const("one", np.ones([1], np.float32)),
+             _const("two", np.full([1], 2, np.float32))]
+    graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", [1, 16]), modelzoo.vi("target", [None], TensorProto.INT64)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = modelzoo.make_model(graph, opset=17)
+    folded, _ = sanitize(model, fold_constants=True)
+    assert [n.name for n in folded.graph.node] == ["reshape", "conv", "mul_two"]
+    feed = {"x": np.arange(16, dtype=np.float32).reshape(1, 16), "target": np.array([1, 1, 4, 4], np.int64)}
+    np.testing.assert_array_equal(run(folded, feed)["y"], run(model, feed)["y"])

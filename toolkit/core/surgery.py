@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError, one_line
+from toolkit.core.fold_noops import eliminate_noops
 from toolkit.core.graphs import has_external_data, walk_graphs
 from toolkit.core.meta import TensorMeta, format_meta, format_spec_shape, parse_size  # noqa: F401  (parse_size: re-exported)
 from toolkit.core.shapes import (
@@ -1024,91 +1025,6 @@ def _inline_branch(gs, g, node, branch, unique) -> list:
     return body_nodes + extra
 
 
-def _eliminate_identities(gs, graph) -> int:
-    """Remove Identity nodes of the top graph: their readers read the input instead. An
-    Identity that gives a graph output is kept where its input is a graph input, another
-    graph output or a constant (the output needs a node of its own there)."""
-    removed = 0
-    outputs = {id(t) for t in graph.outputs}
-    inputs = {id(t) for t in graph.inputs}
-    for node in list(graph.nodes):
-        if not (node.op == "Identity" and len(node.inputs) == 1 and len(node.outputs) == 1) and not _is_inference_dropout(
-            gs, node, outputs
-        ) and not _is_noop_reshape(gs, node):
-            continue
-        src, dst = node.inputs[0], node.outputs[0]
-        if id(dst) in outputs:
-            producer = src.inputs[0] if len(src.inputs) == 1 else None
-            if (producer is None or id(src) in outputs or id(src) in inputs or isinstance(src, gs.Constant)
-                    or any(True for _ in producer.subgraphs()) or producer.op == "Identity"):
-                continue
-            # src's producer now writes dst; src's other readers read dst.
-            for reader in list(src.outputs):
-                if reader is not node:
-                    _replace_input(reader, src, dst)
-            node.inputs.clear()
-            node.outputs.clear()
-            producer.outputs[producer.outputs.index(src)] = dst
-        else:
-            for reader in list(dst.outputs):
-                _replace_input(reader, dst, src)
-            node.inputs.clear()
-            node.outputs.clear()
-        removed += 1
-    return removed
-
-
-def _is_noop_reshape(gs, node) -> bool:
-    """A Reshape to the shape its input already has: a constant target of the same rank whose
-    entries equal the input's static dims (or 0, "keep"), with at most one -1 standing for the
-    input's only dim that is not static."""
-    if node.op != "Reshape" or len(node.inputs) < 2 or len(node.outputs) != 1:
-        return False
-    data, target = node.inputs[0], node.inputs[1]
-    if not isinstance(target, gs.Constant) or data.shape is None or target.values.ndim != 1:
-        return False
-    dims = [int(v) for v in target.values.tolist()]
-    shape = list(data.shape)
-    if len(dims) != len(shape) or (node.attrs.get("allowzero", 0) and 0 in dims):
-        return False
-    unknown = [i for i, d in enumerate(shape) if not (isinstance(d, int) and d >= 0)]
-    if len(unknown) > 1:
-        return False
-    for i, (want, have) in enumerate(zip(dims, shape)):
-        if want == 0:
-            continue
-        if want == -1:
-            if unknown and unknown != [i]:
-                return False
-            continue
-        if want != have:
-            return False
-    return dims.count(-1) <= 1 and (not unknown or dims[unknown[0]] in (-1, 0))
-
-
-def _is_inference_dropout(gs, node, graph_outputs) -> bool:
-    """A Dropout that is an identity at inference: no training_mode (or a constant false),
-    not the old test-mode attribute set to training, and its mask output unused."""
-    if node.op != "Dropout" or not node.inputs or not node.outputs:
-        return False
-    if "is_test" in node.attrs and not node.attrs["is_test"]:
-        return False
-    if len(node.inputs) >= 3 and not node.inputs[2].is_empty():
-        mode = node.inputs[2]
-        if not isinstance(mode, gs.Constant) or bool(mode.values.reshape(-1)[0]):
-            return False
-    for mask in node.outputs[1:]:
-        if mask.outputs or id(mask) in graph_outputs:
-            return False
-    return True
-
-
-def _replace_input(node, old, new) -> None:
-    for i, t in enumerate(list(node.inputs)):
-        if t is old:
-            node.inputs[i] = new
-
-
 # ---------------------------------------------------------------------- validating a folded model
 
 # Models bigger than this are not validated by running them (the cost would be the run itself).
@@ -1683,7 +1599,7 @@ def _fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, s
         finally:
             _unhide(hidden)
         ifs = _flatten_constant_ifs(gs, graph) if inline else 0
-        inlined = ifs + _eliminate_identities(gs, graph)
+        inlined = ifs + eliminate_noops(gs, graph)
         with _quiet_gs(), _gs_step("clean up"):
             graph.cleanup()
         after = count_nodes(graph)

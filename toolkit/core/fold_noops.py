@@ -1,0 +1,274 @@
+"""Nodes that pass their input through unchanged, found on an onnx-graphsurgeon graph.
+
+Folding removes them (their readers read the input instead): ``Identity``, ``Dropout`` at
+inference, ``Cast`` to the dtype the input already has, ``Reshape`` to the input's own shape,
+``Slice`` over the whole of every axis it names, ``Transpose`` with the identity permutation,
+and ``Add``/``Sub`` of zeros and ``Mul``/``Div`` by ones that broadcast nothing. Every test
+here needs facts the graph states (constants, inferred dtypes and dims); where one is
+unknown the node is kept.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+# Slice ends at or beyond this cover the whole axis whatever its size (exporters write INT_MAX/INT64_MAX).
+_WHOLE_AXIS = 2**31 - 1
+
+# op -> (neutral element, positions the constant may take)
+_NEUTRAL = {"Add": (0, (0, 1)), "Sub": (0, (1,)), "Mul": (1, (0, 1)), "Div": (1, (1,))}
+
+
+def noop_source(gs, node, graph_outputs) -> Optional[Any]:
+    """The tensor ``node`` passes through unchanged, or None when it is not such a node."""
+    op = node.op
+    if len(node.outputs) != 1 and op != "Dropout":
+        return None
+    if op == "Identity" and len(node.inputs) == 1:
+        return node.inputs[0]
+    if op == "Dropout":
+        return node.inputs[0] if is_inference_dropout(gs, node, graph_outputs) else None
+    if op == "Reshape":
+        return node.inputs[0] if is_noop_reshape(gs, node) else None
+    if op == "Cast":
+        return node.inputs[0] if _is_noop_cast(node) else None
+    if op == "Slice":
+        return node.inputs[0] if _is_noop_slice(gs, node) else None
+    if op == "Transpose":
+        return node.inputs[0] if _is_noop_transpose(node) else None
+    if op in _NEUTRAL:
+        return _neutral_operand_source(gs, node)
+    return None
+
+
+def _np_dtype(tensor):
+    import numpy as np
+
+    dtype = tensor.dtype
+    if dtype is None:
+        return None
+    try:
+        return np.dtype(dtype)
+    except TypeError:
+        return None
+
+
+def _is_noop_cast(node) -> bool:
+    import numpy as np
+    from onnx import helper
+
+    if len(node.inputs) != 1 or "to" not in node.attrs:
+        return False
+    have = _np_dtype(node.inputs[0])
+    try:
+        want = np.dtype(helper.tensor_dtype_to_np_dtype(int(node.attrs["to"])))
+    except (KeyError, TypeError, ValueError):
+        return False
+    return have is not None and have == want
+
+
+def _static_shape(tensor):
+    shape = tensor.shape
+    if shape is None:
+        return None
+    return [d if isinstance(d, int) and not isinstance(d, bool) and d >= 0 else None for d in shape]
+
+
+def _is_noop_transpose(node) -> bool:
+    perm = node.attrs.get("perm")
+    if perm is None or len(node.inputs) != 1:
+        return False
+    return list(perm) == list(range(len(perm)))
+
+
+def _const_ints(gs, tensor):
+    if not isinstance(tensor, gs.Constant) or tensor.values.ndim != 1:
+        return None
+    return [int(v) for v in tensor.values.tolist()]
+
+
+def _is_noop_slice(gs, node) -> bool:
+    """Every named axis is taken whole, in order: start 0 (or -dim), end past the last element, step 1."""
+    if len(node.inputs) < 3:
+        return False
+    shape = _static_shape(node.inputs[0])
+    if shape is None:
+        return False
+    starts, ends = _const_ints(gs, node.inputs[1]), _const_ints(gs, node.inputs[2])
+    axes = list(range(len(starts or []))) if len(node.inputs) < 4 or node.inputs[3].is_empty() else (
+        _const_ints(gs, node.inputs[3]))
+    steps = [1] * len(starts or []) if len(node.inputs) < 5 or node.inputs[4].is_empty() else (
+        _const_ints(gs, node.inputs[4]))
+    if starts is None or ends is None or axes is None or steps is None:
+        return False
+    if not (len(starts) == len(ends) == len(axes) == len(steps)):
+        return False
+    rank = len(shape)
+    for start, end, axis, step in zip(starts, ends, axes, steps):
+        if step != 1 or not -rank <= axis < rank:
+            return False
+        dim = shape[axis % rank]
+        if dim is None:
+            if start != 0 or end < _WHOLE_AXIS:
+                return False
+            continue
+        if min(max(start + dim if start < 0 else start, 0), dim) != 0:
+            return False
+        if min(max(end + dim if end < 0 else end, 0), dim) != dim:
+            return False
+    return True
+
+
+def _neutral_operand_source(gs, node):
+    """For Add/Sub of zeros and Mul/Div by ones: the other operand, when the constant broadcasts
+    nothing onto it (its dims are 1 or the other's, and it has no more of them) and the dtypes match."""
+    import numpy as np
+
+    if len(node.inputs) != 2:
+        return None
+    neutral, positions = _NEUTRAL[node.op]
+    for pos in positions:
+        const, data = node.inputs[pos], node.inputs[1 - pos]
+        if not isinstance(const, gs.Constant) or isinstance(data, gs.Constant):
+            continue
+        values = const.values
+        if values.size == 0 or not np.all(values == neutral):
+            continue
+        have = _np_dtype(data)
+        if have is None or have != values.dtype:
+            continue
+        shape = data.shape
+        if shape is None:
+            # rank unknown: a one-element constant broadcasts nothing onto a tensor of at least its rank
+            if values.size == 1 and values.ndim <= _min_rank(gs, data):
+                return data
+            continue
+        if values.ndim > len(shape):
+            continue
+        tail = list(shape)[len(shape) - values.ndim:]
+        if all(c == 1 or (isinstance(d, int) and c == d) for c, d in zip(values.shape, tail)):
+            return data
+    return None
+
+
+# Ops whose output has the rank of their broadcast inputs (the largest).
+_ELEMENTWISE = frozenset(
+    "Add Sub Mul Div Pow Max Min Sum Mean Where Relu LeakyRelu PRelu Sigmoid HardSigmoid HardSwish Tanh Clip "
+    "Sqrt Exp Log Neg Abs Erf Reciprocal Floor Ceil Round Sign Softplus Elu Selu Gelu Mish Cast Identity".split()
+)
+# Ops whose output rank is at least this (their input must have N and C dims).
+_AT_LEAST = {"Conv": 3, "ConvTranspose": 3, "MaxPool": 3, "AveragePool": 3, "GlobalAveragePool": 3,
+             "GlobalMaxPool": 3, "BatchNormalization": 2, "InstanceNormalization": 3, "LRN": 3}
+
+
+def _min_rank(gs, tensor, depth: int = 0) -> int:
+    """A lower bound of ``tensor``'s rank from the graph's facts (0 when nothing is known)."""
+    if isinstance(tensor, gs.Constant):
+        return int(tensor.values.ndim)
+    if tensor.shape is not None:
+        return len(tensor.shape)
+    if depth > 64 or len(tensor.inputs) != 1:
+        return 0
+    producer = tensor.inputs[0]
+    if producer.op in _AT_LEAST:
+        return _AT_LEAST[producer.op]
+    if producer.op in _ELEMENTWISE:
+        return max((_min_rank(gs, t, depth + 1) for t in producer.inputs if not t.is_empty()), default=0)
+    return 0
+
+
+def is_noop_reshape(gs, node) -> bool:
+    """A Reshape to the shape its input already has: a constant target of the same rank whose
+    entries equal the input's static dims (or 0, "keep"), with at most one -1 standing for the
+    input's only dim that is not static."""
+    if node.op != "Reshape" or len(node.inputs) < 2 or len(node.outputs) != 1:
+        return False
+    data, target = node.inputs[0], node.inputs[1]
+    if not isinstance(target, gs.Constant) or data.shape is None or target.values.ndim != 1:
+        return False
+    dims = [int(v) for v in target.values.tolist()]
+    shape = list(data.shape)
+    if len(dims) != len(shape) or (node.attrs.get("allowzero", 0) and 0 in dims):
+        return False
+    unknown = [i for i, d in enumerate(shape) if not (isinstance(d, int) and d >= 0)]
+    if len(unknown) > 1:
+        return False
+    for i, (want, have) in enumerate(zip(dims, shape)):
+        if want == 0:
+            continue
+        if want == -1:
+            if unknown and unknown != [i]:
+                return False
+            continue
+        if want != have:
+            return False
+    return dims.count(-1) <= 1 and (not unknown or dims[unknown[0]] in (-1, 0))
+
+
+def is_inference_dropout(gs, node, graph_outputs) -> bool:
+    """A Dropout that is an identity at inference: no training_mode (or a constant false),
+    not the old test-mode attribute set to training, and its mask output unused."""
+    if node.op != "Dropout" or not node.inputs or not node.outputs:
+        return False
+    if "is_test" in node.attrs and not node.attrs["is_test"]:
+        return False
+    if len(node.inputs) >= 3 and not node.inputs[2].is_empty():
+        mode = node.inputs[2]
+        if not isinstance(mode, gs.Constant) or bool(mode.values.reshape(-1)[0]):
+            return False
+    for mask in node.outputs[1:]:
+        if mask.outputs or id(mask) in graph_outputs:
+            return False
+    return True
+
+
+def _replace_input(node, old, new) -> None:
+    for i, t in enumerate(list(node.inputs)):
+        if t is old:
+            node.inputs[i] = new
+
+
+def eliminate_noops(gs, graph) -> int:
+    """Remove pass-through nodes from ``graph`` and every If/Loop/Scan body: their readers read
+    the input instead. Where the node gives a graph's output, the input's producer writes that
+    output instead when it is a node of the same graph with no body and no other ties; else
+    the node stays (an output needs a node of its own there). Returns how many were removed."""
+    removed = _eliminate_in(gs, graph)
+    for node in list(graph.nodes):
+        for sub in node.subgraphs():
+            removed += eliminate_noops(gs, sub)
+    return removed
+
+
+def _eliminate_in(gs, graph) -> int:
+    removed = 0
+    outputs = {id(t) for t in graph.outputs}
+    inputs = {id(t) for t in graph.inputs}
+    own = {id(n) for n in graph.nodes}
+    for node in list(graph.nodes):
+        if not node.outputs or not node.inputs:
+            continue
+        src = noop_source(gs, node, outputs)
+        if src is None or src.is_empty():
+            continue
+        dst = node.outputs[0]
+        if id(dst) in outputs:
+            producer = src.inputs[0] if len(src.inputs) == 1 else None
+            if (producer is None or id(producer) not in own or id(src) in outputs or id(src) in inputs
+                    or isinstance(src, gs.Constant) or any(True for _ in producer.subgraphs())
+                    or producer.op == "Identity"):
+                continue
+            # src's producer now writes dst; src's other readers read dst.
+            for reader in list(src.outputs):
+                if reader is not node:
+                    _replace_input(reader, src, dst)
+            node.inputs.clear()
+            node.outputs.clear()
+            producer.outputs[producer.outputs.index(src)] = dst
+        else:
+            for reader in list(dst.outputs):
+                _replace_input(reader, dst, src)
+            node.inputs.clear()
+            node.outputs.clear()
+        removed += 1
+    return removed
