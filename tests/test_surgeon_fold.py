@@ -448,3 +448,29 @@ def test_multiply_by_one_after_an_unranked_conv_is_removed():
     assert [n.name for n in folded.graph.node] == ["reshape", "conv", "mul_two"]
     feed = {"x": np.arange(16, dtype=np.float32).reshape(1, 16), "target": np.array([1, 1, 4, 4], np.int64)}
     np.testing.assert_array_equal(run(folded, feed)["y"], run(model, feed)["y"])
+
+
+def test_output_stated_as_minus_one_gets_its_dim_after_override():
+    """An exporter writes the output as [-1, 3]; once the input shape is fixed and the Reshape
+    target (the batch dim taken from the input's shape through int32 Casts, and -1) is folded,
+    the output's shape is [1, 3]."""
+    nodes = [
+        helper.make_node("GlobalAveragePool", ["x"], ["p"], name="pool"),
+        helper.make_node("Shape", ["p"], ["s"], name="shape"),
+        helper.make_node("Cast", ["s"], ["s32"], name="to_int32", to=TensorProto.INT32),
+        helper.make_node("Slice", ["s32", "zero1", "one1", "zero1", "one1"], ["n32"], name="batch"),
+        helper.make_node("Cast", ["n32"], ["n"], name="n_to_int64", to=TensorProto.INT64),
+        helper.make_node("Cast", ["minus1_32"], ["minus1"], name="m_to_int64", to=TensorProto.INT64),
+        helper.make_node("Concat", ["n", "minus1"], ["target"], name="target", axis=-1),
+        helper.make_node("Reshape", ["p", "target"], ["r"], name="reshape"),
+        helper.make_node("Softmax", ["r"], ["sm"], name="softmax", axis=1),
+        helper.make_node("Identity", ["sm"], ["y"], name="out"),
+    ]
+    inits = [_const("zero1", np.array([0], np.int64)), _const("one1", np.array([1], np.int64)),
+             _const("minus1_32", np.array([-1], np.int32))]
+    out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3])
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, None, None])],
+                              [out], inits)
+    folded, _ = sanitize(modelzoo.make_model(graph, opset=11), fold_constants=True, input_shapes={"x": [1, 3, 2, 2]})
+    assert [d.dim_value for d in folded.graph.output[0].type.tensor_type.shape.dim] == [1, 3]
+    assert [n.op_type for n in folded.graph.node] == ["GlobalAveragePool", "Reshape", "Softmax"]

@@ -194,6 +194,35 @@ def test_extract_keeps_symbolic_dims(tmp_path, cli):
     assert not any(str(d).startswith("unk__") for vi in m.graph.value_info for d in dims(vi))
 
 
+def padded_sequence():
+    """x:[sequence_length, 8] -> Pad (pads computed by a Concat, as exporters write them) -> Relu.
+    ONNX shape inference cannot size the Pad's output: every dim of it comes out unknown."""
+    nodes = [
+        helper.make_node("Concat", ["pads_begin", "pads_end"], ["pads"], name="pads", axis=0),
+        helper.make_node("Pad", ["x", "pads"], ["p"], name="pad", mode="reflect"),
+        helper.make_node("Relu", ["p"], ["y"], name="relu"),
+    ]
+    inits = [numpy_helper.from_array(np.array([0, 2], np.int64), "pads_begin"),
+             numpy_helper.from_array(np.array([0, 2], np.int64), "pads_end")]
+    graph = helper.make_graph(nodes, "pad", [modelzoo.vi("x", ["sequence_length", 8])],
+                              [modelzoo.vi("y", ["sequence_length", 12])], inits)
+    return modelzoo.make_model(graph, opset=17)
+
+
+def test_extract_names_dims_that_onnx_inference_loses(tmp_path, cli):
+    """The cut's output is sized by symbolic shape inference: the model's dim name and the
+    padded width, where ONNX inference knows neither."""
+    path = modelzoo.save(padded_sequence(), tmp_path / "pad.onnx")
+    out = tmp_path / "cut.onnx"
+    res = cli("surgeon", "extract", path, "-o", out, "--outputs", "p:auto")
+    assert res.code == 0, res.err
+    m = onnx.load(str(out))
+    onnx.checker.check_model(m)
+    assert [d.dim_param or d.dim_value for d in m.graph.output[0].type.tensor_type.shape.dim] == ["sequence_length", 12]
+    x = np.arange(24, dtype=np.float32).reshape(3, 8)
+    assert run(out, {"x": x})["p"].shape == (3, 12)
+
+
 def test_extract_refuses_cut_shapes_that_contradict_inference(tmp_path, cli):
     path = modelzoo.save(dynamic_unknown_rank(), tmp_path / "dyn.onnx")
     out = tmp_path / "cut.onnx"

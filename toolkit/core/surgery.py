@@ -533,6 +533,7 @@ def _complete_output_shapes(result, external_data_dir, log: LogFn) -> None:
             shape = list(m.shape)
         o.type.CopyFrom(_value_info(o.name, TensorMeta(o.name, tuple(shape), m.dtype or old.dtype)).type)
         log(f"Subgraph output {format_meta(o.name, tuple(shape), m.dtype or old.dtype)} (found on the subgraph)")
+    _name_unknown_output_dims(result, log)
     missing = [o.name for o in result.graph.output
                if o.type.HasField("tensor_type") and value_info_meta(o).shape is None]
     if missing:
@@ -540,6 +541,47 @@ def _complete_output_shapes(result, external_data_dir, log: LogFn) -> None:
             f"cannot find the shape of output '{missing[0]}', even by running the subgraph; "
             "give the model's input shapes with --model-input-shapes"
         )
+
+
+_DIM_NAME = re.compile(r"[A-Za-z_][\w.]*\Z")
+
+
+def _name_unknown_output_dims(result, log: LogFn) -> None:
+    """Output dims still unknown after ONNX inference: ONNX-Runtime's symbolic shape inference
+    (when sympy is installed) follows dims through ops ONNX's does not (Pad with computed pads,
+    ...), giving a number or the model's own dim name (``sequence_length``). Expressions it
+    builds (``floor(n/2)``) are not written; unknown stays unknown there."""
+    from toolkit.core.model import value_info_meta
+
+    todo = {o.name: value_info_meta(o) for o in result.graph.output if o.type.HasField("tensor_type")}
+    todo = {k: m for k, m in todo.items() if m.shape is None or any(d is None for d in m.shape)}
+    if not todo:
+        return
+    try:
+        import sympy  # noqa: F401  (symbolic inference needs it; optional)
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    except ImportError:
+        return
+    try:
+        with _quiet_ort(), contextlib.redirect_stdout(io.StringIO()):
+            inferred = SymbolicShapeInference.infer_shapes(light_copy(result), auto_merge=True)
+    except Exception:  # noqa: BLE001 - an optional refinement; the shapes found so far stand
+        return
+    if inferred is None:
+        return
+    found = {o.name: value_info_meta(o) for o in inferred.graph.output}
+    for o in result.graph.output:
+        old, new = todo.get(o.name), found.get(o.name)
+        if old is None or new is None or new.shape is None or (old.shape is not None and len(old.shape) != len(new.shape)):
+            continue
+        base = old.shape if old.shape is not None else (None,) * len(new.shape)
+        shape = tuple(d if d is not None else (n if isinstance(n, int) or (
+            isinstance(n, str) and _DIM_NAME.match(n) and not n.startswith("unk__")) else None)
+            for d, n in zip(base, new.shape))
+        if shape == tuple(base):
+            continue
+        o.type.CopyFrom(_value_info(o.name, TensorMeta(o.name, shape, old.dtype)).type)
+        log(f"Subgraph output {format_meta(o.name, shape, old.dtype)} (symbolic shape inference)")
 
 
 def _import_unused_initializer(model, name: str):
@@ -784,11 +826,22 @@ def _apply_inferred(model, inferred, *, outputs: bool) -> None:
                 o.type.CopyFrom(new.type)
 
 
+def _clear_negative_dims(value_infos) -> None:
+    """Dims written as -1 (some exporters' "unknown") become unknown dims, which inference may
+    fill (it keeps a stated value, even an invalid one)."""
+    for vi in value_infos:
+        if vi.type.HasField("tensor_type"):
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_value") and d.dim_value < 0:
+                    d.Clear()
+
+
 def infer_shapes_in_place(model, *, reset_outputs: bool = False) -> None:
     """Re-infer every intermediate shape of ``model`` (weights are not copied)."""
     from toolkit.core.model import infer_shapes
 
     light = light_copy(model)
+    _clear_negative_dims(light.graph.output)
     # Existing value_info is kept as a hint (exporters annotate what inference cannot derive);
     # override_input_shapes has already dropped it where input shapes changed.
     if reset_outputs:
@@ -827,6 +880,7 @@ def _refresh_gs_shapes(gs, graph, original) -> int:
     _restore_model_fields(model, original)
     light = light_copy(model)
     del model
+    _clear_negative_dims(light.graph.output)
     inferred = infer_shapes(light, data_prop=True)
     # Inside If/Loop/Scan bodies too: folding there needs the body's shapes (names are unique
     # across scopes in ONNX).
