@@ -284,3 +284,16 @@ def shape_decided_if(nested: bool, n: int = 4):
     inputs = [mz.vi("x", [1, n]), mz.vi("cond", [], TensorProto.BOOL)]
     graph = helper.make_graph([node], "nested_shape_if", inputs, [mz.vi("out", [1, n])], [size])
     return mz.make_model(graph)
+
+
+def constant_weights_past_fp16(n: int = 4):
+    """y = (x * 1e5) * 1e-5, both factors in Constant nodes (as PP-OCR's exports hold their
+    weights): 1e5 is past fp16's 65504. Nodes ``up`` and ``down``."""
+    nodes = [
+        helper.make_node("Constant", [], ["big"], name="big_const", value=numpy_helper.from_array(np.full((1, n), 1e5, np.float32))),
+        helper.make_node("Constant", [], ["small"], name="small_const", value=numpy_helper.from_array(np.full((1, n), 1e-5, np.float32))),
+        helper.make_node("Mul", ["x", "big"], ["scaled"], name="up"),
+        helper.make_node("Mul", ["scaled", "small"], ["y"], name="down"),
+    ]
+    graph = helper.make_graph(nodes, "constant_weights", [mz.vi("x", [1, n])], [mz.vi("y", [1, n])])
+    return mz.make_model(graph)

@@ -131,6 +131,21 @@ def test_if_decided_by_a_shape_converts_and_loads(nested):
     assert "then_relu" in types  # the branch is still there, converted
 
 
+def test_constants_read_only_by_kept_nodes_stay_fp32():
+    # weights held in Constant nodes follow their readers, as initializers do: kept in fp32,
+    # the factor 1e5 is not clamped to 65504 on its way to the fp32 node
+    model = fm.constant_weights_past_fp16()
+    feed = {"x": np.array([[0.5, 1.25, -3.0, 7.0]], np.float32)}
+    ref = ort_run(model, feed)["y"]
+    conv = fp16.convert(model, ["up", "down"])
+    assert conv.kept["big_const"] == fp16.REASON_CONSTANT and conv.kept["small_const"] == fp16.REASON_CONSTANT
+    np.testing.assert_allclose(ort_run(conv.model, feed)["y"], ref, rtol=1e-6)
+    emu = fp16.emulate(model, ["up", "down"])
+    np.testing.assert_allclose(ort_run(emu.model, feed)["y"], ref, rtol=1e-6)
+    # converted, the Constants are fp16 (clamped): the product is far off
+    assert np.abs(ort_run(fp16.emulate(model).model, feed)["y"] - ref).max() > 0.1
+
+
 def test_shared_weight_and_kept_graph_output():
     model = fm.shared_and_kept_output()
     feed = {"x": np.linspace(-2, 2, 8, dtype=np.float32).reshape(1, 8)}

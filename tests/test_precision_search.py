@@ -119,6 +119,29 @@ def test_cli_fails_in_fp32_is_exit_1(cli, ln_path, tmp_path):
     assert r.code == 0 and r.out.split() == fm.LN_MUST_KEEP
 
 
+@pytest.mark.parametrize("mode", [None, "bisect"])
+def test_a_reference_no_fp32_run_matches_stops_after_the_all_fp32_check(ln_path, tmp_path, mode):
+    # before a search of many checks, every node in fp32 is checked once: it fails, so does every search
+    from toolkit.core.datafiles import IterationResult, RunResults, save_inputs, save_outputs
+
+    feed = fm.ln_input()
+    ins, outs = tmp_path / "in.json", tmp_path / "golden.json"
+    save_inputs(str(ins), [feed])
+    save_outputs(str(outs), RunResults([("golden", [IterationResult({"y": ort_run(fm.layernorm_overflow(), feed) + 0.5})])]))
+    config = PrecisionConfig(ln_path, load_inputs=[str(ins)], load_outputs=str(outs), mode=mode)
+    search = PrecisionSearch(config)
+    outcome = search.run()
+    assert outcome.status == "fails-in-fp32"
+    assert outcome.checks <= 2 + len(fm.LN_MUST_KEEP)  # all fp16, the guided overflow steps, all fp32
+    assert search.checks[-1].kept == outcome.candidates
+
+
+def test_a_model_with_constant_weights_past_fp16_is_found(tmp_path):
+    path = mz.save(fm.constant_weights_past_fp16(), tmp_path / "c.onnx")
+    outcome = PrecisionSearch(PrecisionConfig(path, atol=["1e-3"], rtol=["1e-3"])).run()
+    assert outcome.status == "found" and outcome.kept, outcome
+
+
 def test_interrupt_writes_best_so_far(ln_path, tmp_path):
     class Stop(Reporter):
         def __init__(self):

@@ -72,6 +72,7 @@ REASON_SCHEMA = "its ONNX schema has no fp16 type"
 REASON_SCHEMA_BF16 = "its ONNX schema has no bf16 type at the model's opset"
 REASON_DOMAIN = "operator outside the standard ONNX domain"
 REASON_SHAPE = "shape computation (fp16 holds integers exactly only up to 2048)"
+REASON_CONSTANT = "a Constant read only by nodes kept in fp32 (its weights stay fp32, as initializers do)"
 
 
 def _float16_module():
@@ -482,7 +483,29 @@ def decide(model, keep_fp32: Iterable[str] = (), *, auto: bool = True, types=Non
         chosen.setdefault(n, r)
     for n in _inside_kept(model, set(chosen)):
         chosen.setdefault(n, "inside a node kept in fp32")
+    for n in _constants_for_kept(model, set(chosen)):
+        chosen.setdefault(n, REASON_CONSTANT)
     return Decision({n: chosen[n] for n in order if n in chosen})
+
+
+def _constants_for_kept(model, kept: Set[str]) -> List[str]:
+    """Constant nodes whose every reader is kept in fp32: their values stay fp32 too (converted,
+    a weight past fp16's range would reach the fp32 node clamped; PP-OCR holds its BatchNorm
+    variances, up to 1e8, in Constants)."""
+    readers: Dict[str, List[str]] = {}
+    constants = []
+    for node in iter_nodes(model):
+        for i in node.input:
+            if i:
+                readers.setdefault(i, []).append(node.name)
+        if node.op_type == "Constant" and node.domain in _STD_DOMAINS and node.name not in kept:
+            constants.append(node)
+    out = []
+    for node in constants:
+        names = [r for o in node.output if o for r in readers.get(o, ())]
+        if names and all(r in kept for r in names):
+            out.append(node.name)
+    return out
 
 
 # ---------------------------------------------------------------------- conversion

@@ -536,7 +536,10 @@ class PrecisionSearch:
         from toolkit.reduce import strategy
         from toolkit.reduce.graph import mask_indices
 
+        # before a search of many checks, every node in fp32: when even that fails, none can succeed
         if not self.guide:
+            if not self._all_fp32_passes():
+                return None
             plan = strategy.Plan(self.index)
             return self._drive(strategy.STRATEGIES[self.config.mode](plan))
         kept = 0
@@ -550,6 +553,8 @@ class PrecisionSearch:
             rest = [i for i in range(self.index.size) if not (kept >> i) & 1]
             if not rest:
                 return kept
+            if not self._all_fp32_passes():
+                return None
 
             def to_full(m: int, rest=rest, kept=kept) -> int:
                 return kept | sum(1 << rest[i] for i in mask_indices(m))
@@ -562,6 +567,11 @@ class PrecisionSearch:
             plan = strategy.Plan(self.index)
             kept = self._drive(strategy.drop_loop(plan, kept, interior=False))
         return kept
+
+    def _all_fp32_passes(self) -> bool:
+        """Every node kept in fp32 passes (checked only for the emulation: a TensorRT candidate
+        with no reduced-precision tensor left may still build in reduced precision)."""
+        return self.cand_spec[0] != "onnxrt" or self.passes(self.index.full_mask)
 
     def _one_minimal(self, mask: int) -> bool:
         """Known (from verdicts already in hand) that dropping any one node makes it fail."""
