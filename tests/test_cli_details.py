@@ -30,6 +30,34 @@ def test_every_command_help_ends_with_examples(cli, path):
     assert "{" not in usage and "}" not in usage
 
 
+def test_every_option_help_text_belongs_to_an_option():
+    """The help texts of options live in tables (first flag -> text): none is left behind when
+    its option goes, and every option has its words (a missing one fails at import)."""
+    import importlib
+
+    from toolkit.cli.app import GROUPS, get_command
+
+    flags = set()
+
+    def walk(cmd):
+        for param in cmd.params:
+            flags.update(getattr(param, "opts", ()))
+            assert param.param_type_name != "option" or param.help, (cmd.name, param.name)
+        for sub in getattr(cmd, "commands", {}).values():
+            walk(sub)
+
+    for group in GROUPS:
+        walk(get_command(group))
+    tables = 0
+    for module in ["toolkit.cli.options", "toolkit.cli.precision", *(m for m, _, _ in GROUPS.values())]:
+        for name, table in vars(importlib.import_module(module)).items():
+            if name.endswith("_OPTS") and isinstance(table, dict):
+                tables += 1
+                stale = [key for key in table if key.split("/")[0] not in flags]
+                assert not stale, f"{module}.{name}: {stale} name no option"
+    assert tables >= 8
+
+
 def test_root_suggests_a_close_command(cli):
     res = cli("inspekt")
     assert res.code == 2

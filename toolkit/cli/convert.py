@@ -6,61 +6,41 @@ from typing import List, Optional
 
 import typer
 
-from toolkit.cli.options import Annotated, ExternalDataDirOpt, ListOpt, ModelArg, command_kwargs
+from toolkit.cli.options import Annotated, ExternalDataDirOpt, ListOpt, ModelArg, command_kwargs, option
 from toolkit.cli.output import log, warn
 
 HELP = "Convert a model: mixed fp16 with --fp-to-fp16, mixed bf16 with --fp-to-bf16."
+
+
+# The help text of each option of `convert`, by its first flag.
+_CONVERT_OPTS = {
+    "-o": "Where to write the converted model.",
+    "--fp-to-fp16": "Convert float32 to float16 where it is safe (mixed precision; I/O types kept).",
+    "--fp-to-bf16": "Convert float32 to bfloat16 where it is safe (mixed precision; I/O types kept), by the same "
+        "rules as --fp-to-fp16.",
+    "--keep-fp32": "Nodes to keep in fp32: node names, glob patterns over node names, or op types (Pow, ReduceMean). "
+        "Several after one flag, or comma-separated.",
+    "--fp16-io": "Make float32 graph inputs and outputs float16 too (default: keep them).",
+    "--bf16-io": "With --fp-to-bf16: make float32 graph inputs and outputs bfloat16 too (default: keep them).",
+    "--external-data/--no-external-data": "Write weights to a separate file <OUT>.data (default: only when the model "
+        "is over 2 GB).",
+    "--json": "Print what was kept in fp32 and why as JSON on stdout.",
+}
 
 
 def register(app: typer.Typer) -> None:
     @app.command("convert", **command_kwargs())
     def convert_command(
         model: ModelArg,
-        output: Annotated[str, typer.Option("-o", "--output", help="Where to write the converted model.")],
-        fp_to_fp16: Annotated[
-            bool,
-            typer.Option(
-                "--fp-to-fp16",
-                help="Convert float32 to float16 where it is safe (mixed precision; I/O types kept).",
-            ),
-        ] = False,
-        fp_to_bf16: Annotated[
-            bool,
-            typer.Option(
-                "--fp-to-bf16",
-                help="Convert float32 to bfloat16 where it is safe (mixed precision; I/O types kept), "
-                "by the same rules as --fp-to-fp16.",
-            ),
-        ] = False,
-        keep_fp32: Annotated[
-            ListOpt,
-            typer.Option(
-                "--keep-fp32",
-                help="Nodes to keep in fp32: node names, glob patterns over node names, or op types "
-                "(Pow, ReduceMean). Several after one flag, or comma-separated.",
-            ),
-        ] = None,
-        fp16_io: Annotated[
-            bool,
-            typer.Option("--fp16-io", help="Make float32 graph inputs and outputs float16 too (default: keep them)."),
-        ] = False,
-        bf16_io: Annotated[
-            bool,
-            typer.Option(
-                "--bf16-io", help="With --fp-to-bf16: make float32 graph inputs and outputs bfloat16 too (default: keep them)."
-            ),
-        ] = False,
+        output: Annotated[str, option(_CONVERT_OPTS, "-o", "--output")],
+        fp_to_fp16: Annotated[bool, option(_CONVERT_OPTS, "--fp-to-fp16")] = False,
+        fp_to_bf16: Annotated[bool, option(_CONVERT_OPTS, "--fp-to-bf16")] = False,
+        keep_fp32: Annotated[ListOpt, option(_CONVERT_OPTS, "--keep-fp32")] = None,
+        fp16_io: Annotated[bool, option(_CONVERT_OPTS, "--fp16-io")] = False,
+        bf16_io: Annotated[bool, option(_CONVERT_OPTS, "--bf16-io")] = False,
         external_data_dir: ExternalDataDirOpt = None,
-        external_data: Annotated[
-            Optional[bool],
-            typer.Option(
-                "--external-data/--no-external-data",
-                help="Write weights to a separate file <OUT>.data (default: only when the model is over 2 GB).",
-            ),
-        ] = None,
-        json_out: Annotated[
-            bool, typer.Option("--json", help="Print what was kept in fp32 and why as JSON on stdout.")
-        ] = False,
+        external_data: Annotated[Optional[bool], option(_CONVERT_OPTS, "--external-data/--no-external-data")] = None,
+        json_out: Annotated[bool, option(_CONVERT_OPTS, "--json")] = False,
     ) -> None:
         """Convert a model: mixed fp16 with --fp-to-fp16, mixed bf16 with --fp-to-bf16.
 

@@ -7,7 +7,7 @@ from typing import List
 import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
-from toolkit.cli.options import Annotated, check_data_output, command_kwargs
+from toolkit.cli.options import Annotated, check_data_output, command_kwargs, option
 from toolkit.cli.output import log
 
 app = typer.Typer(help="Work with inputs and outputs data files (JSON or .npz).", **SUBAPP_SETTINGS)
@@ -16,10 +16,13 @@ FilesArg = Annotated[
     List[str],
     typer.Argument(help="Inputs files and/or outputs files (JSON or .npz; '-' for stdin).", metavar="FILE..."),
 ]
-OutOpt = Annotated[
-    str,
-    typer.Option("-o", "--output", help="Where to write the merged inputs file (.json or .npz; '-' for stdout)."),
-]
+# The help text of each option of both `data` commands, by its first flag.
+_DATA_OPTS = {
+    "-o": "Where to write the merged inputs file (.json or .npz; '-' for stdout).",
+}
+
+
+OutOpt = Annotated[str, option(_DATA_OPTS, "-o", "--output")]
 
 
 def _to_input(files: List[str], output: str) -> None:

@@ -16,20 +16,8 @@ import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import (
-    DataLoaderFuncOpt,
-    DataLoaderScriptOpt,
-    Annotated,
-    AtolOpt,
-    CheckErrorStatOpt,
-    RtolOpt,
-    ListOpt,
-    ExternalDataDirOpt,
-    ForceFallbackOpt,
-    ModelArg,
-    ModelInputShapesOpt,
-    SeedOpt,
-    ToolkitCommand,
-    command_kwargs,
+    Annotated, AtolOpt, CheckErrorStatOpt, DataLoaderFuncOpt, DataLoaderScriptOpt, ExternalDataDirOpt, ForceFallbackOpt,
+    ListOpt, ModelArg, ModelInputShapesOpt, RtolOpt, SeedOpt, ToolkitCommand, command_kwargs, option,
 )
 from toolkit.cli.output import log, warn
 
@@ -291,236 +279,106 @@ def _reduce_config(p: dict, rule, load_inputs):
         shape_inference=not p["no_shape_inference"],
     )
 
+# The help text of each option of `debug reduce`, by its first flag.
+_REDUCE_OPTS = {
+    "-o": "Where to write the smallest subgraph the check fails on.",
+    "--check": "The check command; everything after --check belongs to it (its own -o, --mode, --help too). Without "
+        "it you are asked about each subgraph.",
+    "--mode": "bisect (binary search only) or linear (one node at a time). Default: bisect, then verify "
+        "1-minimality, in one run with fewer checks than bisect followed by linear.",
+    "--min-good": "Also write the checked passing subgraph closest to the result.",
+    "--fail-regex": "Count a check as failed only when one of these regular expressions matches its stdout or stderr.",
+    "--fail-code": "Exit codes of the check that count as failures.",
+    "--ignore-fail-code": "Exit codes of the check that count as passes.",
+    "--check-timeout": "Seconds a check may run; then it is killed (with its children) and counts as a failure.",
+    "--show-output": "Show the check's output for passing iterations too.",
+    "--hide-fail-output": "Do not show the check's output for failing iterations.",
+    "--iter-artifact": "Where each iteration's subgraph is written for the check.",
+    "--no-remove-intermediate": "Keep the iteration artifact and --iter-info file at the end.",
+    "--artifacts": "Files the check writes (or the iteration artifact) to move into ART_DIR/good or ART_DIR/bad "
+        "after each check, named <iteration>_<file name>.",
+    "--art-dir": "Folder for --artifacts.",
+    "--iter-info": "Write a JSON file before each check: iteration number, nodes, inputs and outputs.",
+    "--save-debug-replay": "Keep every verdict in this JSON file (updated after each check; not written when the "
+        "check is broken on the full model). Default: polygraphy_debug_replay.json beside the iteration artifact.",
+    "--load-debug-replay": "Answer subgraphs already judged in an earlier run without checking them.",
+    "--no-shape-inference": "Do not infer shapes: new subgraph inputs and outputs get only the types the model "
+        "records (or --load-inputs data gives); no ONNX shape inference, no ONNX-Runtime run.",
+    "--json": "Print a summary as JSON on stdout (result, checks, phases, evidence, files).",
+    "--no-reduce-inputs": "Keep the model's inputs: only remove nodes from the end.",
+    "--no-reduce-outputs": "Keep the model's outputs: only remove nodes from the start.",
+    "--link-external-data": "Let -o, --min-good and --artifacts refer to the model's external data files through "
+        "hard links in their folder (no copy of the weights; they then run only where those links are). Default: "
+        "they carry the weights they use, so they can be moved.",
+    "--jobs": "Checks run at once. Each round checks JOBS split points (k-ary search); each worker has its own "
+        "iteration artifact (worker k: <artifact>.worker<k>/, its path replaced in the check command) and "
+        "TOOLKIT_WORKER=k in its environment. Same result as --jobs 1 for a check that always answers the same.",
+    "--devices": "GPUs for the workers, e.g. 0,1,2,3: worker k gets CUDA_VISIBLE_DEVICES=<k-th device> (round robin "
+        "when fewer than --jobs).",
+    "--load-inputs": "Input data files: their shapes fix the model's dynamic inputs for shape inference, and the "
+        "model runs on them if ONNX-Runtime must be used to find tensor shapes.",
+    "--compare": "The built-in accuracy check instead of --check: the reference runner (default onnxrt) and the "
+        "runner under test, as runner specs (onnxrt, trt, trt:fp16, onnxrt:opt=disable, ...). The reference computes "
+        "every tensor once; each subgraph runs on the runner under test, fed the reference's values, and its outputs "
+        "are compared with them.",
+    "--reference-model": "With --compare: the model the reference runs (default MODEL), e.g. the original of an "
+        "optimized, quantized or converted MODEL; tensors are matched by name.",
+    "--all-faults": "With --compare: after a minimal failing subgraph is found, replace its outputs by reference "
+        "values and go on with the rest of the model until it passes; each fault is written to OUT with a numbered "
+        "suffix (reduced_1.onnx, ...).",
+    "--val-range": "Value range of generated inputs ([lo,hi], or name:[lo,hi]) when the model runs on ONNX-Runtime "
+        "to find tensor shapes.",
+}
+
+
 @app.command("reduce", **command_kwargs(_REDUCE_HELP, cls=ReduceCommand))
 def reduce_command(
     ctx: typer.Context,
     model: ModelArg,
-    output: Annotated[
-        str,
-        typer.Option("-o", "--output", help="Where to write the smallest subgraph the check fails on.", metavar="PATH"),
-    ],
-    check: Annotated[
-        ListOpt,
-        typer.Option(
-            "--check",
-            help="The check command; everything after --check belongs to it (its own -o, --mode, --help too). "
-            "Without it you are asked about each subgraph.",
-            metavar="COMMAND ARGS...",
-        ),
-    ] = None,
-    mode: Annotated[
-        Optional[str],
-        typer.Option(
-            "--mode",
-            help="bisect (binary search only) or linear (one node at a time). Default: bisect, then verify "
-            "1-minimality, in one run with fewer checks than bisect followed by linear.",
-            metavar="bisect|linear",
-        ),
-    ] = None,
-    min_good: Annotated[
-        Optional[str],
-        typer.Option(
-            "--min-good", "--minimal-good", help="Also write the checked passing subgraph closest to the result.",
-            metavar="PATH",
-        ),
-    ] = None,
-    fail_regex: Annotated[
-        ListOpt,
-        typer.Option(
-            "--fail-regex",
-            help="Count a check as failed only when one of these regular expressions matches its stdout or stderr.",
-            metavar="REGEX",
-        ),
-    ] = None,
-    fail_code: Annotated[
-        IntListOpt,
-        typer.Option(
-            "--fail-code",
-            "--fail-returncode",
-            help="Exit codes of the check that count as failures.",
-            metavar="CODE",
-        ),
-    ] = None,
+    output: Annotated[str, option(_REDUCE_OPTS, "-o", "--output", metavar="PATH")],
+    check: Annotated[ListOpt, option(_REDUCE_OPTS, "--check", metavar="COMMAND ARGS...")] = None,
+    mode: Annotated[Optional[str], option(_REDUCE_OPTS, "--mode", metavar="bisect|linear")] = None,
+    min_good: Annotated[Optional[str], option(_REDUCE_OPTS, "--min-good", "--minimal-good", metavar="PATH")] = None,
+    fail_regex: Annotated[ListOpt, option(_REDUCE_OPTS, "--fail-regex", metavar="REGEX")] = None,
+    fail_code: Annotated[IntListOpt, option(_REDUCE_OPTS, "--fail-code", "--fail-returncode", metavar="CODE")] = None,
     ignore_fail_code: Annotated[
-        IntListOpt,
-        typer.Option(
-            "--ignore-fail-code", "--ignore-fail-returncode", help="Exit codes of the check that count as passes.",
-            metavar="CODE",
-        ),
+        IntListOpt, option(_REDUCE_OPTS, "--ignore-fail-code", "--ignore-fail-returncode", metavar="CODE")
     ] = None,
-    check_timeout: Annotated[
-        Optional[float],
-        typer.Option(
-            "--check-timeout",
-            help="Seconds a check may run; then it is killed (with its children) and counts as a failure.",
-            metavar="SECONDS",
-        ),
-    ] = None,
-    show_output: Annotated[
-        bool, typer.Option("--show-output", help="Show the check's output for passing iterations too.")
-    ] = False,
-    hide_fail_output: Annotated[
-        bool, typer.Option("--hide-fail-output", help="Do not show the check's output for failing iterations.")
-    ] = False,
+    check_timeout: Annotated[Optional[float], option(_REDUCE_OPTS, "--check-timeout", metavar="SECONDS")] = None,
+    show_output: Annotated[bool, option(_REDUCE_OPTS, "--show-output")] = False,
+    hide_fail_output: Annotated[bool, option(_REDUCE_OPTS, "--hide-fail-output")] = False,
     iter_artifact: Annotated[
-        str,
-        typer.Option(
-            "--iter-artifact",
-            "--intermediate-artifact",
-            help="Where each iteration's subgraph is written for the check.",
-            metavar="PATH",
-        ),
+        str, option(_REDUCE_OPTS, "--iter-artifact", "--intermediate-artifact", metavar="PATH")
     ] = "polygraphy_debug.onnx",
-    no_remove_intermediate: Annotated[
-        bool,
-        typer.Option(
-            "--no-remove-intermediate", help="Keep the iteration artifact and --iter-info file at the end."
-        ),
-    ] = False,
-    artifacts: Annotated[
-        ListOpt,
-        typer.Option(
-            "--artifacts",
-            help="Files the check writes (or the iteration artifact) to move into ART_DIR/good or ART_DIR/bad "
-            "after each check, named <iteration>_<file name>.",
-            metavar="PATH",
-        ),
-    ] = None,
+    no_remove_intermediate: Annotated[bool, option(_REDUCE_OPTS, "--no-remove-intermediate")] = False,
+    artifacts: Annotated[ListOpt, option(_REDUCE_OPTS, "--artifacts", metavar="PATH")] = None,
     art_dir: Annotated[
-        str,
-        typer.Option("--art-dir", "--artifacts-dir", help="Folder for --artifacts.", metavar="PATH"),
+        str, option(_REDUCE_OPTS, "--art-dir", "--artifacts-dir", metavar="PATH")
     ] = "polygraphy_artifacts",
-    iter_info: Annotated[
-        Optional[str],
-        typer.Option(
-            "--iter-info",
-            "--iteration-info",
-            help="Write a JSON file before each check: iteration number, nodes, inputs and outputs.",
-            metavar="PATH",
-        ),
-    ] = None,
-    save_debug_replay: Annotated[
-        Optional[str],
-        typer.Option(
-            "--save-debug-replay",
-            help="Keep every verdict in this JSON file (updated after each check; not written when the check "
-            "is broken on the full model). Default: polygraphy_debug_replay.json beside the iteration artifact.",
-            metavar="PATH",
-        ),
-    ] = None,
-    load_debug_replay: Annotated[
-        Optional[str],
-        typer.Option(
-            "--load-debug-replay", help="Answer subgraphs already judged in an earlier run without checking them.",
-            metavar="PATH",
-        ),
-    ] = None,
+    iter_info: Annotated[Optional[str], option(_REDUCE_OPTS, "--iter-info", "--iteration-info", metavar="PATH")] = None,
+    save_debug_replay: Annotated[Optional[str], option(_REDUCE_OPTS, "--save-debug-replay", metavar="PATH")] = None,
+    load_debug_replay: Annotated[Optional[str], option(_REDUCE_OPTS, "--load-debug-replay", metavar="PATH")] = None,
     model_input_shapes: ModelInputShapesOpt = None,
     force_fallback_shape_inference: ForceFallbackOpt = False,
-    no_shape_inference: Annotated[
-        bool,
-        typer.Option(
-            "--no-shape-inference",
-            help="Do not infer shapes: new subgraph inputs and outputs get only the types the model records "
-            "(or --load-inputs data gives); no ONNX shape inference, no ONNX-Runtime run.",
-        ),
-    ] = False,
-    json_summary: Annotated[
-        bool,
-        typer.Option("--json", help="Print a summary as JSON on stdout (result, checks, phases, evidence, files)."),
-    ] = False,
-    no_reduce_inputs: Annotated[
-        bool,
-        typer.Option("--no-reduce-inputs", help="Keep the model's inputs: only remove nodes from the end."),
-    ] = False,
-    no_reduce_outputs: Annotated[
-        bool,
-        typer.Option("--no-reduce-outputs", help="Keep the model's outputs: only remove nodes from the start."),
-    ] = False,
+    no_shape_inference: Annotated[bool, option(_REDUCE_OPTS, "--no-shape-inference")] = False,
+    json_summary: Annotated[bool, option(_REDUCE_OPTS, "--json")] = False,
+    no_reduce_inputs: Annotated[bool, option(_REDUCE_OPTS, "--no-reduce-inputs")] = False,
+    no_reduce_outputs: Annotated[bool, option(_REDUCE_OPTS, "--no-reduce-outputs")] = False,
     external_data_dir: ExternalDataDirOpt = None,
-    link_external_data: Annotated[
-        bool,
-        typer.Option(
-            "--link-external-data",
-            help="Let -o, --min-good and --artifacts refer to the model's external data files through hard links "
-            "in their folder (no copy of the weights; they then run only where those links are). Default: they "
-            "carry the weights they use, so they can be moved.",
-        ),
-    ] = False,
-    jobs: Annotated[
-        int,
-        typer.Option(
-            "--jobs",
-            "-j",
-            help="Checks run at once. Each round checks JOBS split points (k-ary search); each worker has its own "
-            "iteration artifact (worker k: <artifact>.worker<k>/, its path replaced in the check command) and "
-            "TOOLKIT_WORKER=k in its environment. Same result as --jobs 1 for a check that always answers the same.",
-            metavar="N",
-        ),
-    ] = 1,
-    devices: Annotated[
-        Optional[str],
-        typer.Option(
-            "--devices",
-            help="GPUs for the workers, e.g. 0,1,2,3: worker k gets CUDA_VISIBLE_DEVICES=<k-th device> "
-            "(round robin when fewer than --jobs).",
-            metavar="LIST",
-        ),
-    ] = None,
-    load_inputs: Annotated[
-        ListOpt,
-        typer.Option(
-            "--load-inputs",
-            "--load-input-data",
-            help="Input data files: their shapes fix the model's dynamic inputs for shape inference, and the "
-            "model runs on them if ONNX-Runtime must be used to find tensor shapes.",
-            metavar="PATH",
-        ),
-    ] = None,
+    link_external_data: Annotated[bool, option(_REDUCE_OPTS, "--link-external-data")] = False,
+    jobs: Annotated[int, option(_REDUCE_OPTS, "--jobs", "-j", metavar="N")] = 1,
+    devices: Annotated[Optional[str], option(_REDUCE_OPTS, "--devices", metavar="LIST")] = None,
+    load_inputs: Annotated[ListOpt, option(_REDUCE_OPTS, "--load-inputs", "--load-input-data", metavar="PATH")] = None,
     data_loader_script: DataLoaderScriptOpt = None,
     data_loader_func_name: DataLoaderFuncOpt = None,
-    compare: Annotated[
-        ListOpt,
-        typer.Option(
-            "--compare",
-            help="The built-in accuracy check instead of --check: the reference runner (default onnxrt) and the "
-            "runner under test, as runner specs (onnxrt, trt, trt:fp16, onnxrt:opt=disable, ...). The reference "
-            "computes every tensor once; each subgraph runs on the runner under test, fed the reference's values, "
-            "and its outputs are compared with them.",
-            metavar="[REF] TEST",
-        ),
-    ] = None,
-    reference_model: Annotated[
-        Optional[str],
-        typer.Option(
-            "--reference-model",
-            help="With --compare: the model the reference runs (default MODEL), e.g. the original of an optimized, "
-            "quantized or converted MODEL; tensors are matched by name.",
-            metavar="PATH",
-        ),
-    ] = None,
+    compare: Annotated[ListOpt, option(_REDUCE_OPTS, "--compare", metavar="[REF] TEST")] = None,
+    reference_model: Annotated[Optional[str], option(_REDUCE_OPTS, "--reference-model", metavar="PATH")] = None,
     atol: AtolOpt = None,
     rtol: RtolOpt = None,
     check_error_stat: CheckErrorStatOpt = None,
-    all_faults: Annotated[
-        bool,
-        typer.Option(
-            "--all-faults",
-            help="With --compare: after a minimal failing subgraph is found, replace its outputs by reference "
-            "values and go on with the rest of the model until it passes; each fault is written to OUT with a "
-            "numbered suffix (reduced_1.onnx, ...).",
-        ),
-    ] = False,
+    all_faults: Annotated[bool, option(_REDUCE_OPTS, "--all-faults")] = False,
     seed: SeedOpt = None,
-    val_range: Annotated[
-        ListOpt,
-        typer.Option(
-            "--val-range",
-            help="Value range of generated inputs ([lo,hi], or name:[lo,hi]) when the model runs on "
-            "ONNX-Runtime to find tensor shapes.",
-            metavar="RANGE",
-        ),
-    ] = None,
+    val_range: Annotated[ListOpt, option(_REDUCE_OPTS, "--val-range", metavar="RANGE")] = None,
 ) -> None:
     from toolkit.core.errors import UsageError
     from toolkit.reduce.check import FailureRule

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
-from toolkit.cli.options import Annotated, ExternalDataDirOpt, IgnoreExternalDataOpt, ModelArg, command_kwargs
+from toolkit.cli.options import Annotated, ExternalDataDirOpt, IgnoreExternalDataOpt, ModelArg, command_kwargs, option
 
 app = typer.Typer(help="Inspect models and data files.", **SUBAPP_SETTINGS)
 
@@ -27,35 +27,28 @@ def _is_engine(model: str) -> bool:
     return is_engine_path(model) or (output.state.model_type or "").lower() == "engine"
 
 
+# The help text of each option of `inspect model`, by its first flag.
+_MODEL_OPTS = {
+    "--mode": "What to show: none (inputs, outputs, initializers), basic (+ nodes), attrs (+ node attributes), full "
+        "(+ weight values, summarised).",
+    "--show": "Newer spelling, several values after one flag: layers attrs weights.",
+    "--json": "Print the description as JSON on stdout.",
+    "--list-unbounded-dds": "List the tensors that set a data-dependent output size without an upper bound (bound "
+        "them with `surgeon sanitize --set-unbounded-dds-upper-bound`).",
+    "--shape-inference": "Run ONNX shape inference first, so tensors show shapes.",
+}
+
+
 @app.command("model", **command_kwargs())
 def inspect_model(
     model: ModelArg,
-    mode: Annotated[
-        str,
-        typer.Option(
-            "--mode",
-            help="What to show: none (inputs, outputs, initializers), basic (+ nodes), "
-            "attrs (+ node attributes), full (+ weight values, summarised).",
-        ),
-    ] = "none",
-    show: Annotated[
-        Optional[List[str]],
-        typer.Option("--show", help="Newer spelling, several values after one flag: layers attrs weights."),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the description as JSON on stdout.")] = False,
+    mode: Annotated[str, option(_MODEL_OPTS, "--mode")] = "none",
+    show: Annotated[Optional[List[str]], option(_MODEL_OPTS, "--show")] = None,
+    as_json: Annotated[bool, option(_MODEL_OPTS, "--json")] = False,
     external_data_dir: ExternalDataDirOpt = None,
     ignore_external_data: IgnoreExternalDataOpt = False,
-    list_unbounded_dds: Annotated[
-        bool,
-        typer.Option(
-            "--list-unbounded-dds",
-            help="List the tensors that set a data-dependent output size without an upper bound "
-            "(bound them with `surgeon sanitize --set-unbounded-dds-upper-bound`).",
-        ),
-    ] = False,
-    shape_inference: Annotated[
-        bool, typer.Option("--shape-inference", help="Run ONNX shape inference first, so tensors show shapes.")
-    ] = False,
+    list_unbounded_dds: Annotated[bool, option(_MODEL_OPTS, "--list-unbounded-dds")] = False,
+    shape_inference: Annotated[bool, option(_MODEL_OPTS, "--shape-inference")] = False,
 ) -> None:
     """Show a model: name, opsets, graph inputs and outputs, initializers, and optionally nodes,
     attributes and weights (subgraphs of If/Loop/Scan nested under their node)."""
@@ -95,33 +88,24 @@ def inspect_model(
         _emit(model_text(desc, shown))
 
 
+# The help text of each option of `inspect data`, by its first flag.
+_DATA_OPTS = {
+    "-s": "Print every value of every tensor.",
+    "-a": "Accepted for Polygraphy command lines: every iteration is always shown.",
+    "-n": "With --show-values: print N values at each end of every dimension, '...' between (-1: all; default all).",
+    "--line-width": "With --show-values: wrap printed arrays at CHARS characters (-1: one line per row; default 110).",
+    "--json": "Print the description as JSON on stdout.",
+}
+
+
 @app.command("data", **command_kwargs())
 def inspect_data(
     path: Annotated[str, typer.Argument(help="Inputs or outputs file (JSON or .npz), or '-' for stdin.", metavar="FILE")],
-    show_values: Annotated[bool, typer.Option("-s", "--show-values", help="Print every value of every tensor.")] = False,
-    show_all: Annotated[
-        bool,
-        typer.Option("-a", "--all", help="Accepted for Polygraphy command lines: every iteration is always shown."),
-    ] = False,
-    num_items: Annotated[
-        Optional[int],
-        typer.Option(
-            "-n",
-            "--num-items",
-            metavar="N",
-            help="With --show-values: print N values at each end of every dimension, '...' between (-1: all; "
-            "default all).",
-        ),
-    ] = None,
-    line_width: Annotated[
-        Optional[int],
-        typer.Option(
-            "--line-width",
-            metavar="CHARS",
-            help="With --show-values: wrap printed arrays at CHARS characters (-1: one line per row; default 110).",
-        ),
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the description as JSON on stdout.")] = False,
+    show_values: Annotated[bool, option(_DATA_OPTS, "-s", "--show-values")] = False,
+    show_all: Annotated[bool, option(_DATA_OPTS, "-a", "--all")] = False,
+    num_items: Annotated[Optional[int], option(_DATA_OPTS, "-n", "--num-items", metavar="N")] = None,
+    line_width: Annotated[Optional[int], option(_DATA_OPTS, "--line-width", metavar="CHARS")] = None,
+    as_json: Annotated[bool, option(_DATA_OPTS, "--json")] = False,
 ) -> None:
     """Show an inputs or outputs file: iterations, and per tensor dtype, shape and statistics
     (mean, std, min, max, median, 90th/95th/99th percentiles, NaN/Inf counts)."""

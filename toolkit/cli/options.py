@@ -11,7 +11,7 @@ Nothing heavy is imported here: the CLI must start fast.
 from __future__ import annotations
 
 import re
-from typing import List, Optional
+from typing import Any, List, Mapping, Optional
 
 import typer
 from typer.core import TyperCommand
@@ -457,6 +457,22 @@ def command_kwargs(help_text: Optional[str] = None, **extra):
     return kw
 
 
+# ---------------------------------------------------------------------- declaring options
+#
+# A command's signature names its options (parameter, type, flags, default); the words go in a
+# table of the command's module, by first flag, where they read like the command's help:
+#
+#     _CONVERT_OPTS = {"--fp16-io": "Make float32 graph inputs and outputs float16 too."}
+#     fp16_io: Annotated[bool, option(_CONVERT_OPTS, "--fp16-io")] = False,
+#
+# An option several commands take is declared once, below, as an ``Annotated`` alias.
+
+
+def option(help_texts: Mapping[str, str], *flags: str, **kw: Any) -> Any:
+    """``typer.Option(*flags, **kw)`` with the help text ``help_texts[flags[0]]``."""
+    return typer.Option(*flags, help=help_texts[flags[0]], **kw)
+
+
 # ---------------------------------------------------------------------- shared options
 
 # The type of a list option (greedy: several values after one flag).
@@ -464,79 +480,41 @@ ListOpt = Optional[List[str]]
 
 ModelArg = Annotated[str, typer.Argument(help="Path to the ONNX model, or '-' to read it from stdin.", metavar="MODEL")]
 
-ExternalDataDirOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--external-data-dir",
-        "--load-external-data",
-        help="Folder holding the model's external data (default: the model's folder).",
-    ),
-]
-IgnoreExternalDataOpt = Annotated[
-    bool,
-    typer.Option("--ignore-external-data", help="Do not load external weights; work on the structure only."),
-]
-OutputModelOpt = Annotated[str, typer.Option("-o", "--output", help="Where to write the model ('-' for stdout).")]
+# The help text of each option of the options several commands share, by its first flag.
+_SHARED_OPTS = {
+    "--external-data-dir": "Folder holding the model's external data (default: the model's folder).",
+    "--ignore-external-data": "Do not load external weights; work on the structure only.",
+    "--atol": "Absolute tolerance: a value for every output and/or name:value.",
+    "--rtol": "Relative tolerance: a value for every output and/or name:value.",
+    "--check-error-stat": "What to check against the tolerances: elemwise (default), max, mean, median or quantile; "
+        "also per output as name:stat.",
+    "--seed": "Seed for generated input data (reproducible).",
+    "--input-shapes": "Shapes for dynamic inputs: name:[1,3,640,640] (or name:1x3x640x640, no quoting needed). "
+        "Several after one flag.",
+    "--data-loader-script": "Input data from a Python function that returns or yields {name: array} per iteration "
+        "(FUNC defaults to load_data), instead of generated data.",
+    "--data-loader-func-name": "The function of --data-loader-script to call (the older spelling of SCRIPT:FUNC).",
+    "--model-input-shapes": "Fix the shapes of the model's dynamic inputs for shape inference: name:[1,3,224,224] ...",
+    "--force-fallback-shape-inference": "Infer tensor shapes and dtypes by running ONNX-Runtime instead of ONNX "
+        "shape inference.",
+}
+
+
+ExternalDataDirOpt = Annotated[Optional[str], option(_SHARED_OPTS, "--external-data-dir", "--load-external-data")]
+IgnoreExternalDataOpt = Annotated[bool, option(_SHARED_OPTS, "--ignore-external-data")]
 
 # Comparison tolerances (run, and debug reduce --compare)
-AtolOpt = Annotated[
-    ListOpt,
-    typer.Option("--atol", "--abs-tol", help="Absolute tolerance: a value for every output and/or name:value."),
-]
-RtolOpt = Annotated[
-    ListOpt,
-    typer.Option("--rtol", "--rel-tol", help="Relative tolerance: a value for every output and/or name:value."),
-]
-CheckErrorStatOpt = Annotated[
-    ListOpt,
-    typer.Option(
-        "--check-error-stat",
-        help="What to check against the tolerances: elemwise (default), max, mean, median or quantile; "
-        "also per output as name:stat.",
-    ),
-]
-SeedOpt = Annotated[Optional[int], typer.Option("--seed", help="Seed for generated input data (reproducible).")]
+AtolOpt = Annotated[ListOpt, option(_SHARED_OPTS, "--atol", "--abs-tol")]
+RtolOpt = Annotated[ListOpt, option(_SHARED_OPTS, "--rtol", "--rel-tol")]
+CheckErrorStatOpt = Annotated[ListOpt, option(_SHARED_OPTS, "--check-error-stat")]
+SeedOpt = Annotated[Optional[int], option(_SHARED_OPTS, "--seed")]
 InputShapesOpt = Annotated[
-    Optional[List[str]],
-    typer.Option(
-        "--input-shapes",
-        "--inputs",
-        metavar="NAME:SHAPE...",
-        help="Shapes for dynamic inputs: name:[1,3,640,640] (or name:1x3x640x640, no quoting needed). "
-        "Several after one flag.",
-    ),
+    Optional[List[str]], option(_SHARED_OPTS, "--input-shapes", "--inputs", metavar="NAME:SHAPE...")
 ]
-DataLoaderScriptOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--data-loader-script",
-        metavar="SCRIPT[:FUNC]",
-        help="Input data from a Python function that returns or yields {name: array} per iteration "
-        "(FUNC defaults to load_data), instead of generated data.",
-    ),
-]
-DataLoaderFuncOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--data-loader-func-name",
-        metavar="FUNC",
-        help="The function of --data-loader-script to call (the older spelling of SCRIPT:FUNC).",
-    ),
-]
-ModelInputShapesOpt = Annotated[
-    Optional[List[str]],
-    typer.Option(
-        "--model-input-shapes",
-        help="Fix the shapes of the model's dynamic inputs for shape inference: name:[1,3,224,224] ...",
-    ),
-]
-ForceFallbackOpt = Annotated[
-    bool,
-    typer.Option(
-        "--force-fallback-shape-inference",
-        help="Infer tensor shapes and dtypes by running ONNX-Runtime instead of ONNX shape inference.",
-    ),
-]
+DataLoaderScriptOpt = Annotated[Optional[str], option(_SHARED_OPTS, "--data-loader-script", metavar="SCRIPT[:FUNC]")]
+DataLoaderFuncOpt = Annotated[Optional[str], option(_SHARED_OPTS, "--data-loader-func-name", metavar="FUNC")]
+ModelInputShapesOpt = Annotated[Optional[List[str]], option(_SHARED_OPTS, "--model-input-shapes")]
+ForceFallbackOpt = Annotated[bool, option(_SHARED_OPTS, "--force-fallback-shape-inference")]
 
 
 # ------------------------------------------------ Polygraphy options that toolkit does not support

@@ -12,16 +12,8 @@ from typing import List, Optional
 import typer
 
 from toolkit.cli.options import (
-    Annotated,
-    AtolOpt,
-    CheckErrorStatOpt,
-    ExternalDataDirOpt,
-    InputShapesOpt,
-    ListOpt,
-    ModelArg,
-    RtolOpt,
-    SeedOpt,
-    command_kwargs,
+    Annotated, AtolOpt, CheckErrorStatOpt, ExternalDataDirOpt, InputShapesOpt, ListOpt, ModelArg, RtolOpt, SeedOpt,
+    command_kwargs, option,
 )
 from toolkit.cli.output import log
 
@@ -123,60 +115,44 @@ def _summary(outcome, cfg, json_out: bool) -> int:
     return code
 
 
+# The help text of each option of `debug precision`, by its first flag.
+_PRECISION_OPTS = {
+    "-o": "Where to write the mixed-precision model (fp16 or bf16, the nodes found in fp32).",
+    "--compare": "Two runner specs: the fp32 reference and the reduced-precision candidate (default: onnxrt "
+        "onnxrt:fp16, fp16 emulated on the CPU; or onnxrt:bf16, trt:fp16, trt:bf16).",
+    "--keep-fp32": "Nodes kept in fp32 in every check (names, globs, op types).",
+    "--mode": "bisect (fewest checks, not 1-minimal) or linear; default: bisect + 1-minimal.",
+    "--load-inputs": "Inputs files (JSON or .npz) to run on; default: generated.",
+    "--load-outputs": "Reference outputs from this file (its first runner) instead of running the reference.",
+    "--val-range": "Value range of generated inputs: [name:][lo,hi].",
+    "--iterations": "Generated input sets to compare on.",
+    "--save-debug-replay": "Keep every verdict in this JSON file.",
+    "--load-debug-replay": "Reuse the verdicts of an earlier run (same model and runners).",
+    "--json": "Print the result as JSON on stdout (instead of node names).",
+}
+
+
 def register(app: typer.Typer) -> None:
     @app.command("precision", **command_kwargs(_HELP))
     def precision_command(
         model: ModelArg,
-        output: Annotated[
-            Optional[str],
-            typer.Option("-o", "--output", help="Where to write the mixed-precision model (fp16 or bf16, the nodes found in fp32)."),
-        ] = None,
-        compare: Annotated[
-            ListOpt,
-            typer.Option(
-                "--compare",
-                help="Two runner specs: the fp32 reference and the reduced-precision candidate "
-                "(default: onnxrt onnxrt:fp16, fp16 emulated on the CPU; or onnxrt:bf16, trt:fp16, trt:bf16).",
-            ),
-        ] = None,
-        keep_fp32: Annotated[
-            ListOpt,
-            typer.Option("--keep-fp32", help="Nodes kept in fp32 in every check (names, globs, op types)."),
-        ] = None,
+        output: Annotated[Optional[str], option(_PRECISION_OPTS, "-o", "--output")] = None,
+        compare: Annotated[ListOpt, option(_PRECISION_OPTS, "--compare")] = None,
+        keep_fp32: Annotated[ListOpt, option(_PRECISION_OPTS, "--keep-fp32")] = None,
         atol: AtolOpt = None,
         rtol: RtolOpt = None,
         check_error_stat: CheckErrorStatOpt = None,
-        mode: Annotated[
-            Optional[str],
-            typer.Option("--mode", help="bisect (fewest checks, not 1-minimal) or linear; default: bisect + 1-minimal."),
-        ] = None,
-        load_inputs: Annotated[
-            ListOpt, typer.Option("--load-inputs", help="Inputs files (JSON or .npz) to run on; default: generated.")
-        ] = None,
-        load_outputs: Annotated[
-            Optional[str],
-            typer.Option(
-                "--load-outputs",
-                help="Reference outputs from this file (its first runner) instead of running the reference.",
-            ),
-        ] = None,
+        mode: Annotated[Optional[str], option(_PRECISION_OPTS, "--mode")] = None,
+        load_inputs: Annotated[ListOpt, option(_PRECISION_OPTS, "--load-inputs")] = None,
+        load_outputs: Annotated[Optional[str], option(_PRECISION_OPTS, "--load-outputs")] = None,
         seed: SeedOpt = None,
-        val_range: Annotated[
-            ListOpt, typer.Option("--val-range", help="Value range of generated inputs: [name:][lo,hi].")
-        ] = None,
+        val_range: Annotated[ListOpt, option(_PRECISION_OPTS, "--val-range")] = None,
         input_shapes: InputShapesOpt = None,
-        iterations: Annotated[int, typer.Option("--iterations", help="Generated input sets to compare on.")] = 1,
-        save_debug_replay: Annotated[
-            Optional[str], typer.Option("--save-debug-replay", help="Keep every verdict in this JSON file.")
-        ] = None,
-        load_debug_replay: Annotated[
-            Optional[str],
-            typer.Option("--load-debug-replay", help="Reuse the verdicts of an earlier run (same model and runners)."),
-        ] = None,
+        iterations: Annotated[int, option(_PRECISION_OPTS, "--iterations")] = 1,
+        save_debug_replay: Annotated[Optional[str], option(_PRECISION_OPTS, "--save-debug-replay")] = None,
+        load_debug_replay: Annotated[Optional[str], option(_PRECISION_OPTS, "--load-debug-replay")] = None,
         external_data_dir: ExternalDataDirOpt = None,
-        json_out: Annotated[
-            bool, typer.Option("--json", help="Print the result as JSON on stdout (instead of node names).")
-        ] = False,
+        json_out: Annotated[bool, option(_PRECISION_OPTS, "--json")] = False,
     ) -> None:
         _run(
             model, output, compare or [], keep_fp32 or [], atol or [], rtol or [], check_error_stat or [], mode,

@@ -14,20 +14,8 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 import typer
 
 from toolkit.cli.options import (
-    DataLoaderFuncOpt,
-    DataLoaderScriptOpt,
-    Annotated,
-    AtolOpt,
-    CheckErrorStatOpt,
-    RtolOpt,
-    ListOpt,
-    ExternalDataDirOpt,
-    InputShapesOpt,
-    SeedOpt,
-    ToolkitCommand,
-    check_data_output,
-    command_kwargs,
-    split_group,
+    Annotated, AtolOpt, CheckErrorStatOpt, DataLoaderFuncOpt, DataLoaderScriptOpt, ExternalDataDirOpt, InputShapesOpt,
+    ListOpt, RtolOpt, SeedOpt, ToolkitCommand, check_data_output, command_kwargs, option, split_group,
 )
 from toolkit.cli.output import err_console, is_terminal, log, result, warn
 
@@ -35,7 +23,6 @@ if TYPE_CHECKING:
     from rich.console import JustifyMethod
 
 _ARGV_KEY = "toolkit.run.argv"
-TRT_PANEL = "TensorRT"
 
 
 # Help sections of `run` (options not listed stay under "Options": what to run).
@@ -47,6 +34,8 @@ _PANELS = {
                                "--no-shape-check", "--infinities-compare-equal", "--validate", "--save-report"),
     "ONNX-Runtime": ("--providers", "--ort-optimization", "--onnx-outputs", "--onnx-exclude-outputs",
                      "--external-data-dir", "--shape-inference"),
+    "TensorRT": ("--trt-outputs", "--trt-exclude-outputs", "--fp16", "--bf16", "--int8", "--tf32", "--calibration-cache",
+                 "--pool-limit", "--trt-min-shapes", "--trt-opt-shapes", "--trt-max-shapes", "--save-engine"),
 }
 
 
@@ -68,6 +57,64 @@ class RunCommand(ToolkitCommand):
 
 
 
+# The help text of each option of `run`, by its first flag.
+_RUN_OPTS = {
+    "--onnxrt": "Run the model with ONNX-Runtime.",
+    "--trt": "Run the model with TensorRT (needs TensorRT and cuda-python: the [trt] extra).",
+    "--providers": "ONNX-Runtime execution providers in priority order: cpu (default), cuda, trt, ... or full names "
+        "such as CUDAExecutionProvider.",
+    "--ort-optimization": "ONNX-Runtime graph optimization level: disable, basic, extended or all (default); "
+        "ORT_DISABLE_ALL, ORT_ENABLE_BASIC, ... are accepted too.",
+    "--val-range": "Range of generated values: [lo,hi] for every input, name:[lo,hi] for one (also name:lo,hi "
+        "without brackets). Integers get the integers in [lo,hi] (default [0,1]).",
+    "--iterations": "Number of inference iterations (default 1; 0 runs nothing).",
+    "--load-inputs": "Inputs file(s) (JSON or .npz) to feed instead of generated data; their iterations are used in "
+        "order. Files may hold more tensors than the model needs.",
+    "--save-inputs": "Save the inputs fed to the model (.json or .npz).",
+    "--load-outputs": "Outputs file(s) (JSON or .npz) to compare against; outputs are matched by name.",
+    "--save-outputs": "Save the outputs (.json or .npz; '-' writes JSON to stdout).",
+    "--onnx-outputs": "Tensors to return instead of the model's outputs: 'mark all' or '*' (every output of every "
+        "node of the top graph), names, or glob patterns.",
+    "--onnx-exclude-outputs": "Names or glob patterns to leave out of the outputs.",
+    "--error-quantile": "The quantile --check-error-stat quantile checks (0..1, default 0.99); also name:Q.",
+    "--postprocess": "Compare the indices of the K largest values instead of the values (along the last axis, or "
+        "axis N), for every output or one (name:top-5).",
+    "--compare-func": "simple (tolerances, the default) or indices (index arrays such as top-K results must hold the "
+        "same indices, each at most --index-tolerance positions away).",
+    "--index-tolerance": "With --compare-func indices: how far an index may move (default 0); also name:N.",
+    "--no-shape-check": "Compare outputs whose shapes differ but hold the same number of elements, element by "
+        "element (the reference reshaped).",
+    "--fp-to-fp16": "Convert the ONNX model to mixed fp16 before running it (as toolkit convert --fp-to-fp16; graph "
+        "inputs and outputs keep their types).",
+    "--save-onnx": "Save the ONNX model as it runs (--onnx-outputs marked).",
+    "--use-subprocess": "Accepted for Polygraphy command lines; has no effect (runners run one after another in this "
+        "process, each released before the next starts).",
+    "--infinities-compare-equal": "Accepted for Polygraphy command lines: equal infinities always compare equal here.",
+    "--shape-inference": "Accepted for Polygraphy command lines; has no effect (ONNX-Runtime needs no shape "
+        "inference to run the model).",
+    "--validate": "Fail when an output holds NaN or Inf values.",
+    "--save-report": "Write the layerwise diagnosis of the comparisons (first tensor out of tolerance, nodes ranked "
+        "by error amplification, error by depth): .json for scripts, .html to read.",
+    "--trt-outputs": "Tensors TensorRT returns instead of the model's outputs: 'mark all' or '*' (every layer "
+        "output), names, or glob patterns.",
+    "--trt-exclude-outputs": "Names or glob patterns to leave out of the TensorRT outputs.",
+    "--fp16": "Let TensorRT use float16 kernels (TensorRT 10). With --onnxrt and no --trt: run fp32 and fp16 storage "
+        "emulated on the CPU (runner onnxrt:fp16), and compare.",
+    "--bf16": "Let TensorRT use bfloat16 kernels (TensorRT 10; TensorRT 11: the model is converted to mixed bf16 "
+        "first). With --onnxrt and no --trt: run fp32 and bf16 storage emulated on the CPU (runner onnxrt:bf16), and "
+        "compare.",
+    "--int8": "Let TensorRT use int8 kernels, calibrated on this run's inputs (TensorRT 10).",
+    "--tf32": "Let TensorRT use TF32 for float32 math (off by default).",
+    "--calibration-cache": "INT8 calibration cache: read if it exists (no calibration), else written.",
+    "--pool-limit": "TensorRT memory pool limits as pool:size, e.g. workspace:1G tactic_dram:512M.",
+    "--trt-min-shapes": "Minimum shapes of a TensorRT profile: name:[1,3,224,224] ...; repeat the flag for more "
+        "profiles.",
+    "--trt-opt-shapes": "Shapes TensorRT optimizes for (and generated inputs use); repeat for more profiles.",
+    "--trt-max-shapes": "Maximum shapes of a TensorRT profile; repeat the flag for more profiles.",
+    "--save-engine": "Save the TensorRT engine built.",
+}
+
+
 def register(app: typer.Typer) -> None:
     @app.command("run", **command_kwargs(cls=RunCommand))
     def run_command(
@@ -76,275 +123,60 @@ def register(app: typer.Typer) -> None:
             Optional[str],
             typer.Argument(help="Path to the ONNX model (or TensorRT engine), or '-' to read it from stdin.", metavar="MODEL"),
         ] = None,
-        onnxrt: Annotated[bool, typer.Option("--onnxrt", help="Run the model with ONNX-Runtime.")] = False,
-        trt: Annotated[
-            bool, typer.Option("--trt", help="Run the model with TensorRT (needs TensorRT and cuda-python: the [trt] extra).")
-        ] = False,
-        providers: Annotated[
-            ListOpt,
-            typer.Option(
-                "--providers",
-                "--execution-providers",
-                help="ONNX-Runtime execution providers in priority order: cpu (default), cuda, trt, ... "
-                "or full names such as CUDAExecutionProvider.",
-            ),
-        ] = None,
+        onnxrt: Annotated[bool, option(_RUN_OPTS, "--onnxrt")] = False,
+        trt: Annotated[bool, option(_RUN_OPTS, "--trt")] = False,
+        providers: Annotated[ListOpt, option(_RUN_OPTS, "--providers", "--execution-providers")] = None,
         ort_optimization: Annotated[
-            Optional[str],
-            typer.Option(
-                "--ort-optimization",
-                "--graph-optimization-level",
-                metavar="LEVEL",
-                help="ONNX-Runtime graph optimization level: disable, basic, extended or all (default); "
-                "ORT_DISABLE_ALL, ORT_ENABLE_BASIC, ... are accepted too.",
-            ),
+            Optional[str], option(_RUN_OPTS, "--ort-optimization", "--graph-optimization-level", metavar="LEVEL")
         ] = None,
         seed: SeedOpt = None,
-        val_range: Annotated[
-            ListOpt,
-            typer.Option(
-                "--val-range",
-                help="Range of generated values: [lo,hi] for every input, name:[lo,hi] for one "
-                "(also name:lo,hi without brackets). Integers get the integers in [lo,hi] (default [0,1]).",
-            ),
-        ] = None,
+        val_range: Annotated[ListOpt, option(_RUN_OPTS, "--val-range")] = None,
         input_shapes: InputShapesOpt = None,
-        iterations: Annotated[
-            Optional[int],
-            typer.Option("--iterations", "--iters", metavar="N", help="Number of inference iterations (default 1; 0 runs nothing)."),
-        ] = None,
-        load_inputs: Annotated[
-            ListOpt,
-            typer.Option(
-                "--load-inputs",
-                "--load-input-data",
-                help="Inputs file(s) (JSON or .npz) to feed instead of generated data; their iterations "
-                "are used in order. Files may hold more tensors than the model needs.",
-            ),
-        ] = None,
+        iterations: Annotated[Optional[int], option(_RUN_OPTS, "--iterations", "--iters", metavar="N")] = None,
+        load_inputs: Annotated[ListOpt, option(_RUN_OPTS, "--load-inputs", "--load-input-data")] = None,
         save_inputs: Annotated[
-            Optional[str],
-            typer.Option("--save-inputs", "--save-input-data", metavar="PATH", help="Save the inputs fed to the model (.json or .npz)."),
+            Optional[str], option(_RUN_OPTS, "--save-inputs", "--save-input-data", metavar="PATH")
         ] = None,
-        load_outputs: Annotated[
-            ListOpt,
-            typer.Option(
-                "--load-outputs",
-                "--load-results",
-                help="Outputs file(s) (JSON or .npz) to compare against; outputs are matched by name.",
-            ),
-        ] = None,
+        load_outputs: Annotated[ListOpt, option(_RUN_OPTS, "--load-outputs", "--load-results")] = None,
         save_outputs: Annotated[
-            Optional[str],
-            typer.Option("--save-outputs", "--save-results", metavar="PATH", help="Save the outputs (.json or .npz; '-' writes JSON to stdout)."),
+            Optional[str], option(_RUN_OPTS, "--save-outputs", "--save-results", metavar="PATH")
         ] = None,
-        onnx_outputs: Annotated[
-            ListOpt,
-            typer.Option(
-                "--onnx-outputs",
-                help="Tensors to return instead of the model's outputs: 'mark all' or '*' (every "
-                "output of every node of the top graph), names, or glob patterns.",
-            ),
-        ] = None,
-        onnx_exclude_outputs: Annotated[
-            ListOpt,
-            typer.Option("--onnx-exclude-outputs", help="Names or glob patterns to leave out of the outputs."),
-        ] = None,
+        onnx_outputs: Annotated[ListOpt, option(_RUN_OPTS, "--onnx-outputs")] = None,
+        onnx_exclude_outputs: Annotated[ListOpt, option(_RUN_OPTS, "--onnx-exclude-outputs")] = None,
         atol: AtolOpt = None,
         rtol: RtolOpt = None,
         check_error_stat: CheckErrorStatOpt = None,
-        error_quantile: Annotated[
-            ListOpt,
-            typer.Option(
-                "--error-quantile",
-                metavar="Q...",
-                help="The quantile --check-error-stat quantile checks (0..1, default 0.99); also name:Q.",
-            ),
-        ] = None,
+        error_quantile: Annotated[ListOpt, option(_RUN_OPTS, "--error-quantile", metavar="Q...")] = None,
         postprocess: Annotated[
-            ListOpt,
-            typer.Option(
-                "--postprocess",
-                "--postprocess-func",
-                metavar="[NAME:]top-K[,axis=N]...",
-                help="Compare the indices of the K largest values instead of the values (along the last axis, "
-                "or axis N), for every output or one (name:top-5).",
-            ),
+            ListOpt, option(_RUN_OPTS, "--postprocess", "--postprocess-func", metavar="[NAME:]top-K[,axis=N]...")
         ] = None,
-        compare_func: Annotated[
-            ListOpt,
-            typer.Option(
-                "--compare-func",
-                "--compare",
-                metavar="FUNC",
-                help="simple (tolerances, the default) or indices (index arrays such as top-K results must hold "
-                "the same indices, each at most --index-tolerance positions away).",
-            ),
-        ] = None,
-        index_tolerance: Annotated[
-            ListOpt,
-            typer.Option(
-                "--index-tolerance",
-                metavar="N...",
-                help="With --compare-func indices: how far an index may move (default 0); also name:N.",
-            ),
-        ] = None,
-        no_shape_check: Annotated[
-            bool,
-            typer.Option(
-                "--no-shape-check",
-                help="Compare outputs whose shapes differ but hold the same number of elements, element by "
-                "element (the reference reshaped).",
-            ),
-        ] = False,
-        fp_to_fp16: Annotated[
-            bool,
-            typer.Option(
-                "--fp-to-fp16",
-                help="Convert the ONNX model to mixed fp16 before running it (as toolkit convert --fp-to-fp16; "
-                "graph inputs and outputs keep their types).",
-            ),
-        ] = False,
-        save_onnx: Annotated[
-            Optional[str],
-            typer.Option("--save-onnx", metavar="PATH", help="Save the ONNX model as it runs (--onnx-outputs marked)."),
-        ] = None,
+        compare_func: Annotated[ListOpt, option(_RUN_OPTS, "--compare-func", "--compare", metavar="FUNC")] = None,
+        index_tolerance: Annotated[ListOpt, option(_RUN_OPTS, "--index-tolerance", metavar="N...")] = None,
+        no_shape_check: Annotated[bool, option(_RUN_OPTS, "--no-shape-check")] = False,
+        fp_to_fp16: Annotated[bool, option(_RUN_OPTS, "--fp-to-fp16")] = False,
+        save_onnx: Annotated[Optional[str], option(_RUN_OPTS, "--save-onnx", metavar="PATH")] = None,
         data_loader_script: DataLoaderScriptOpt = None,
         data_loader_func_name: DataLoaderFuncOpt = None,
-        use_subprocess: Annotated[
-            bool,
-            typer.Option(
-                "--use-subprocess",
-                "--sequential-runners",
-                help="Accepted for Polygraphy command lines; has no effect (runners run one after another in "
-                "this process, each released before the next starts).",
-            ),
-        ] = False,
-        infinities_equal: Annotated[
-            bool,
-            typer.Option(
-                "--infinities-compare-equal",
-                help="Accepted for Polygraphy command lines: equal infinities always compare equal here.",
-            ),
-        ] = False,
+        use_subprocess: Annotated[bool, option(_RUN_OPTS, "--use-subprocess", "--sequential-runners")] = False,
+        infinities_equal: Annotated[bool, option(_RUN_OPTS, "--infinities-compare-equal")] = False,
         shape_inference: Annotated[
-            bool,
-            typer.Option(
-                "--shape-inference",
-                "--do-shape-inference",
-                "--no-onnxruntime-shape-inference",
-                help="Accepted for Polygraphy command lines; has no effect (ONNX-Runtime needs no shape "
-                "inference to run the model).",
-            ),
+            bool, option(_RUN_OPTS, "--shape-inference", "--do-shape-inference", "--no-onnxruntime-shape-inference")
         ] = False,
-        validate: Annotated[
-            bool, typer.Option("--validate", help="Fail when an output holds NaN or Inf values.")
-        ] = False,
-        save_report: Annotated[
-            Optional[str],
-            typer.Option(
-                "--save-report",
-                help="Write the layerwise diagnosis of the comparisons (first tensor out of tolerance, nodes "
-                "ranked by error amplification, error by depth): .json for scripts, .html to read.",
-                metavar="PATH",
-            ),
-        ] = None,
+        validate: Annotated[bool, option(_RUN_OPTS, "--validate")] = False,
+        save_report: Annotated[Optional[str], option(_RUN_OPTS, "--save-report", metavar="PATH")] = None,
         external_data_dir: ExternalDataDirOpt = None,
-        trt_outputs: Annotated[
-            ListOpt,
-            typer.Option(
-                "--trt-outputs",
-                help="Tensors TensorRT returns instead of the model's outputs: 'mark all' or '*' (every "
-                "layer output), names, or glob patterns.",
-                rich_help_panel=TRT_PANEL,
-            ),
-        ] = None,
-        trt_exclude_outputs: Annotated[
-            ListOpt,
-            typer.Option(
-                "--trt-exclude-outputs",
-                help="Names or glob patterns to leave out of the TensorRT outputs.",
-                rich_help_panel=TRT_PANEL,
-            ),
-        ] = None,
-        fp16: Annotated[
-            bool, typer.Option(
-                "--fp16",
-                help="Let TensorRT use float16 kernels (TensorRT 10). With --onnxrt and no --trt: run fp32 and fp16 "
-                "storage emulated on the CPU (runner onnxrt:fp16), and compare.",
-                rich_help_panel=TRT_PANEL,
-            )
-        ] = False,
-        bf16: Annotated[
-            bool,
-            typer.Option(
-                "--bf16",
-                help="Let TensorRT use bfloat16 kernels (TensorRT 10; TensorRT 11: the model is converted to mixed "
-                "bf16 first). With --onnxrt and no --trt: run fp32 and bf16 storage emulated on the CPU "
-                "(runner onnxrt:bf16), and compare.",
-                rich_help_panel=TRT_PANEL,
-            ),
-        ] = False,
-        int8: Annotated[
-            bool,
-            typer.Option(
-                "--int8",
-                help="Let TensorRT use int8 kernels, calibrated on this run's inputs (TensorRT 10).",
-                rich_help_panel=TRT_PANEL,
-            ),
-        ] = False,
-        tf32: Annotated[
-            bool,
-            typer.Option(
-                "--tf32", help="Let TensorRT use TF32 for float32 math (off by default).", rich_help_panel=TRT_PANEL
-            ),
-        ] = False,
-        calibration_cache: Annotated[
-            Optional[str],
-            typer.Option(
-                "--calibration-cache",
-                help="INT8 calibration cache: read if it exists (no calibration), else written.",
-                rich_help_panel=TRT_PANEL,
-            ),
-        ] = None,
-        pool_limit: Annotated[
-            ListOpt,
-            typer.Option(
-                "--pool-limit",
-                "--memory-pool-limit",
-                help="TensorRT memory pool limits as pool:size, e.g. workspace:1G tactic_dram:512M.",
-                rich_help_panel=TRT_PANEL,
-            ),
-        ] = None,
-        trt_min_shapes: Annotated[
-            ListOpt,
-            typer.Option(
-                "--trt-min-shapes",
-                help="Minimum shapes of a TensorRT profile: name:[1,3,224,224] ...; repeat the flag for "
-                "more profiles.",
-                rich_help_panel=TRT_PANEL,
-            ),
-        ] = None,
-        trt_opt_shapes: Annotated[
-            ListOpt,
-            typer.Option(
-                "--trt-opt-shapes",
-                help="Shapes TensorRT optimizes for (and generated inputs use); repeat for more profiles.",
-                rich_help_panel=TRT_PANEL,
-            ),
-        ] = None,
-        trt_max_shapes: Annotated[
-            ListOpt,
-            typer.Option(
-                "--trt-max-shapes",
-                help="Maximum shapes of a TensorRT profile; repeat the flag for more profiles.",
-                rich_help_panel=TRT_PANEL,
-            ),
-        ] = None,
-        save_engine: Annotated[
-            Optional[str],
-            typer.Option("--save-engine", help="Save the TensorRT engine built.", rich_help_panel=TRT_PANEL),
-        ] = None,
+        trt_outputs: Annotated[ListOpt, option(_RUN_OPTS, "--trt-outputs")] = None,
+        trt_exclude_outputs: Annotated[ListOpt, option(_RUN_OPTS, "--trt-exclude-outputs")] = None,
+        fp16: Annotated[bool, option(_RUN_OPTS, "--fp16")] = False,
+        bf16: Annotated[bool, option(_RUN_OPTS, "--bf16")] = False,
+        int8: Annotated[bool, option(_RUN_OPTS, "--int8")] = False,
+        tf32: Annotated[bool, option(_RUN_OPTS, "--tf32")] = False,
+        calibration_cache: Annotated[Optional[str], option(_RUN_OPTS, "--calibration-cache")] = None,
+        pool_limit: Annotated[ListOpt, option(_RUN_OPTS, "--pool-limit", "--memory-pool-limit")] = None,
+        trt_min_shapes: Annotated[ListOpt, option(_RUN_OPTS, "--trt-min-shapes")] = None,
+        trt_opt_shapes: Annotated[ListOpt, option(_RUN_OPTS, "--trt-opt-shapes")] = None,
+        trt_max_shapes: Annotated[ListOpt, option(_RUN_OPTS, "--trt-max-shapes")] = None,
+        save_engine: Annotated[Optional[str], option(_RUN_OPTS, "--save-engine")] = None,
     ) -> None:
         """Run a model on ONNX-Runtime and/or TensorRT with generated or loaded inputs, save
         inputs and outputs, and compare results (several runners and/or loaded outputs files

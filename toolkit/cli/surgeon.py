@@ -12,30 +12,26 @@ import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import (
-    Annotated,
-    ListOpt,
-    ToolkitCommand,
-    ExternalDataDirOpt,
-    ForceFallbackOpt,
-    ModelArg,
-    ModelInputShapesOpt,
-    command_kwargs,
+    Annotated, ExternalDataDirOpt, ForceFallbackOpt, ListOpt, ModelArg, ModelInputShapesOpt, ToolkitCommand,
+    command_kwargs, option,
 )
 
 app = typer.Typer(help="Cut subgraphs out of ONNX models and simplify them (fold constants, freeze shapes).", **SUBAPP_SETTINGS)
 
-OutputOpt = Annotated[
-    str,
-    typer.Option("-o", "--output", help="Where to write the new model ('-' for stdout). May be the input file."),
-]
-SaveExternalDataOpt = Annotated[
-    bool,
-    typer.Option(
-        "--save-external-data",
-        help="Save weights in a separate file beside the output model (automatic for models over ~1.8 GB). "
-        "May be followed by the file name (as --external-data-path).",
-    ),
-]
+# The help text of each option of both `surgeon` commands, by its first flag.
+_SURGEON_OPTS = {
+    "-o": "Where to write the new model ('-' for stdout). May be the input file.",
+    "--save-external-data": "Save weights in a separate file beside the output model (automatic for models over ~1.8 "
+        "GB). May be followed by the file name (as --external-data-path).",
+    "--external-data-path": "File name for saved external weights, relative to the output's folder (default: "
+        "OUTPUT.data). Implies --save-external-data.",
+    "--external-data-size-threshold": "With external data, tensors smaller than this stay inside the model (bytes, "
+        "or 4K, 1M...).",
+}
+
+
+OutputOpt = Annotated[str, option(_SURGEON_OPTS, "-o", "--output")]
+SaveExternalDataOpt = Annotated[bool, option(_SURGEON_OPTS, "--save-external-data")]
 
 
 class SurgeonCommand(ToolkitCommand):
@@ -64,21 +60,8 @@ class SurgeonCommand(ToolkitCommand):
 def _kwargs():
     return command_kwargs(cls=SurgeonCommand)
 
-ExternalDataPathOpt = Annotated[
-    Optional[str],
-    typer.Option(
-        "--external-data-path",
-        help="File name for saved external weights, relative to the output's folder (default: OUTPUT.data). "
-        "Implies --save-external-data.",
-    ),
-]
-ExternalDataThresholdOpt = Annotated[
-    str,
-    typer.Option(
-        "--external-data-size-threshold",
-        help="With external data, tensors smaller than this stay inside the model (bytes, or 4K, 1M...).",
-    ),
-]
+ExternalDataPathOpt = Annotated[Optional[str], option(_SURGEON_OPTS, "--external-data-path")]
+ExternalDataThresholdOpt = Annotated[str, option(_SURGEON_OPTS, "--external-data-size-threshold")]
 
 
 def _save(
@@ -145,26 +128,21 @@ def _describe_out(output: str) -> str:
     return "stdout" if output == "-" else output
 
 
+# The help text of each option of `surgeon extract`, by its first flag.
+_EXTRACT_OPTS = {
+    "--inputs": "Inputs of the subgraph as name:shape:dtype; shape and dtype may be 'auto' (e.g. x:auto:auto, "
+        "x:[1,3,224,224]:float32). Several after one flag. Default: the model's inputs.",
+    "--outputs": "Outputs of the subgraph as name:dtype (dtype may be 'auto', or left out). Several after one flag. "
+        "Default: the model's outputs.",
+}
+
+
 @app.command("extract", **_kwargs())
 def extract_command(
     model: ModelArg,
     output: OutputOpt,
-    inputs: Annotated[
-        Optional[List[str]],
-        typer.Option(
-            "--inputs",
-            help="Inputs of the subgraph as name:shape:dtype; shape and dtype may be 'auto' "
-            "(e.g. x:auto:auto, x:[1,3,224,224]:float32). Several after one flag. Default: the model's inputs.",
-        ),
-    ] = None,
-    outputs: Annotated[
-        Optional[List[str]],
-        typer.Option(
-            "--outputs",
-            help="Outputs of the subgraph as name:dtype (dtype may be 'auto', or left out). "
-            "Several after one flag. Default: the model's outputs.",
-        ),
-    ] = None,
+    inputs: Annotated[Optional[List[str]], option(_EXTRACT_OPTS, "--inputs")] = None,
+    outputs: Annotated[Optional[List[str]], option(_EXTRACT_OPTS, "--outputs")] = None,
     model_input_shapes: ModelInputShapesOpt = None,
     force_fallback: ForceFallbackOpt = False,
     external_data_dir: ExternalDataDirOpt = None,
@@ -207,91 +185,55 @@ def extract_command(
     _log(f"Extracted subgraph: nodes {n_before} -> {count_model_nodes(result)}; saved to {_describe_out(output)}")
 
 
+# The help text of each option of `surgeon sanitize`, by its first flag.
+_SANITIZE_OPTS = {
+    "--fold-constants": "Fold constant subgraphs, repeating until nothing changes.",
+    "--num-passes": "At most this many folding passes.",
+    "--fold-size-threshold": "Do not fold tensors bigger than this (bytes, or 16K, 4M, 1G): keep them computed at "
+        "run time.",
+    "--partitioning": "How to fold when some node cannot be: auto (all at once, then part by part if that fails), "
+        "none, basic, recursive.",
+    "--no-fold-shapes": "Do not fold Shape nodes (and Shape->Gather/Slice) on known dims.",
+    "--override-input-shapes": "Freeze input shapes, then re-infer every shape: name:[1,3,224,224] (several after "
+        "one flag).",
+    "--cleanup": "Remove nodes and tensors that no output needs.",
+    "--toposort": "Sort nodes topologically.",
+    "--outputs": "Make these tensors the model's outputs (several after one flag); 'mark all' marks every tensor a "
+        "node computes.",
+    "--no-per-pass-shape-inference": "Infer shapes once, not again after each folding pass.",
+    "--no-onnxruntime-shape-inference": "Accepted for compatibility: shapes come from ONNX shape inference already "
+        "(ONNX-Runtime runs only with --force-fallback-shape-inference).",
+    "--set-unbounded-dds-upper-bound": "Bound tensors that set a data-dependent output size (Range limits, Tile "
+        "repeats...) with a Min: BOUND for all, TENSOR:BOUND for one (several after one flag). `toolkit inspect "
+        "model --list-unbounded-dds` lists them.",
+    "--optimize": "After folding, apply ONNX-Runtime's basic-level graph optimizations (Conv+BatchNorm fusion, "
+        "redundant node elimination...), which keep the model standard ONNX.",
+    "--no-validate": "Do not check the folded model on ONNX-Runtime (by default it must load and give the input "
+        "model's outputs on generated inputs, or folding is redone with less).",
+}
+
+
 @app.command("sanitize", **_kwargs())
 def sanitize_command(
     model: ModelArg,
     output: OutputOpt,
-    fold_constants: Annotated[
-        bool, typer.Option("--fold-constants", help="Fold constant subgraphs, repeating until nothing changes.")
-    ] = False,
-    num_passes: Annotated[
-        Optional[int],
-        typer.Option("--num-passes", "--num-const-fold-passes", help="At most this many folding passes."),
-    ] = None,
-    fold_size_threshold: Annotated[
-        Optional[str],
-        typer.Option(
-            "--fold-size-threshold",
-            help="Do not fold tensors bigger than this (bytes, or 16K, 4M, 1G): keep them computed at run time.",
-        ),
-    ] = None,
-    partitioning: Annotated[
-        str,
-        typer.Option(
-            "--partitioning",
-            help="How to fold when some node cannot be: auto (all at once, then part by part if that fails), "
-            "none, basic, recursive.",
-        ),
-    ] = "auto",
-    no_fold_shapes: Annotated[
-        bool, typer.Option("--no-fold-shapes", help="Do not fold Shape nodes (and Shape->Gather/Slice) on known dims.")
-    ] = False,
+    fold_constants: Annotated[bool, option(_SANITIZE_OPTS, "--fold-constants")] = False,
+    num_passes: Annotated[Optional[int], option(_SANITIZE_OPTS, "--num-passes", "--num-const-fold-passes")] = None,
+    fold_size_threshold: Annotated[Optional[str], option(_SANITIZE_OPTS, "--fold-size-threshold")] = None,
+    partitioning: Annotated[str, option(_SANITIZE_OPTS, "--partitioning")] = "auto",
+    no_fold_shapes: Annotated[bool, option(_SANITIZE_OPTS, "--no-fold-shapes")] = False,
     override_input_shapes: Annotated[
-        Optional[List[str]],
-        typer.Option(
-            "--override-input-shapes",
-            "--override-inputs",
-            help="Freeze input shapes, then re-infer every shape: name:[1,3,224,224] (several after one flag).",
-        ),
+        Optional[List[str]], option(_SANITIZE_OPTS, "--override-input-shapes", "--override-inputs")
     ] = None,
-    cleanup: Annotated[bool, typer.Option("--cleanup", help="Remove nodes and tensors that no output needs.")] = False,
-    toposort: Annotated[bool, typer.Option("--toposort", help="Sort nodes topologically.")] = False,
-    outputs: Annotated[
-        ListOpt,
-        typer.Option(
-            "--outputs",
-            help="Make these tensors the model's outputs (several after one flag); 'mark all' marks every "
-            "tensor a node computes.",
-        ),
-    ] = None,
-    no_per_pass_shape_inference: Annotated[
-        bool,
-        typer.Option("--no-per-pass-shape-inference", help="Infer shapes once, not again after each folding pass."),
-    ] = False,
-    no_onnxruntime_shape_inference: Annotated[
-        bool,
-        typer.Option(
-            "--no-onnxruntime-shape-inference",
-            help="Accepted for compatibility: shapes come from ONNX shape inference already (ONNX-Runtime runs "
-            "only with --force-fallback-shape-inference).",
-        ),
-    ] = False,
+    cleanup: Annotated[bool, option(_SANITIZE_OPTS, "--cleanup")] = False,
+    toposort: Annotated[bool, option(_SANITIZE_OPTS, "--toposort")] = False,
+    outputs: Annotated[ListOpt, option(_SANITIZE_OPTS, "--outputs")] = None,
+    no_per_pass_shape_inference: Annotated[bool, option(_SANITIZE_OPTS, "--no-per-pass-shape-inference")] = False,
+    no_onnxruntime_shape_inference: Annotated[bool, option(_SANITIZE_OPTS, "--no-onnxruntime-shape-inference")] = False,
     force_fallback: ForceFallbackOpt = False,
-    upper_bounds: Annotated[
-        ListOpt,
-        typer.Option(
-            "--set-unbounded-dds-upper-bound",
-            help="Bound tensors that set a data-dependent output size (Range limits, Tile repeats...) with a Min: "
-            "BOUND for all, TENSOR:BOUND for one (several after one flag). "
-            "`toolkit inspect model --list-unbounded-dds` lists them.",
-        ),
-    ] = None,
-    optimize_graph: Annotated[
-        bool,
-        typer.Option(
-            "--optimize",
-            help="After folding, apply ONNX-Runtime's basic-level graph optimizations (Conv+BatchNorm fusion, "
-            "redundant node elimination...), which keep the model standard ONNX.",
-        ),
-    ] = False,
-    no_validate: Annotated[
-        bool,
-        typer.Option(
-            "--no-validate",
-            help="Do not check the folded model on ONNX-Runtime (by default it must load and give the input "
-            "model's outputs on generated inputs, or folding is redone with less).",
-        ),
-    ] = False,
+    upper_bounds: Annotated[ListOpt, option(_SANITIZE_OPTS, "--set-unbounded-dds-upper-bound")] = None,
+    optimize_graph: Annotated[bool, option(_SANITIZE_OPTS, "--optimize")] = False,
+    no_validate: Annotated[bool, option(_SANITIZE_OPTS, "--no-validate")] = False,
     external_data_dir: ExternalDataDirOpt = None,
     save_external_data: SaveExternalDataOpt = False,
     external_data_path: ExternalDataPathOpt = None,
