@@ -114,7 +114,11 @@ def test_bad_profiles(mins, opts, maxs, message):
 
 def test_select_outputs():
     cand = ["conv", "relu", "(Unnamed Layer* 3) [Shuffle]_output", "y"]
-    sel = trtmod.select_outputs
+
+    def sel(candidates, current, patterns, exclude=()):
+        config = trtmod.TrtConfig(mark_outputs=patterns, exclude_outputs=exclude)
+        return trtmod.select_outputs(config, candidates, current)
+
     assert sel(cand, ["y"], None) == ["y"]
     assert sel(cand, ["y"], ["mark", "all"]) == cand
     assert sel(cand, ["y"], ["*"], ["(Unnamed*"]) == ["conv", "relu", "y"]

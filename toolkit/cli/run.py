@@ -221,17 +221,8 @@ def register(app: typer.Typer) -> None:
                 warn("nothing to run: give MODEL and a runner (e.g. toolkit run model.onnx --onnxrt)")
                 return
             model = ""
-        opts = _run_options(
-            locals(),
-            model=model,
-            runners=runners,
-            ort_optimization=ort_optimization,
-            fp16=fp16,
-            bf16=bf16,
-            diagnose=not quiet,
-            command=command,
-            model_type=_model_type(),
-        )
+        # the parameters as refined above (model, runners, ort_optimization, fp16, bf16) and the command line
+        opts = _run_options(locals(), diagnose=not quiet, model_type=_model_type())
         _describe_plan(opts)
         code = run_and_render(opts, command, quiet=quiet)
         if code:

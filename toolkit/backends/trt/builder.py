@@ -376,7 +376,7 @@ class EngineBuilder:
                 + ", ".join(f"{n} tensor(s) {why}" for why, n in skipped.items())
                 + " not marked (TensorRT cannot return them)"
             )
-        chosen = select_outputs(candidates, current, c.mark_outputs, c.exclude_outputs, known=list(tensors) + current)
+        chosen = select_outputs(c, candidates, current, known=list(tensors) + current)
         keep = set(chosen)
         for i in reversed(range(network.num_outputs)):
             tensor = network.get_output(i)

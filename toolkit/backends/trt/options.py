@@ -108,18 +108,14 @@ def parse_profile_groups(
 
 
 def select_outputs(
-    candidates: Sequence[str],
-    current: Sequence[str],
-    patterns: Optional[Sequence[str]],
-    exclude: Optional[Sequence[str]] = None,
-    known: Optional[Sequence[str]] = None,
+    config: TrtConfig, candidates: Sequence[str], current: Sequence[str], known: Optional[Sequence[str]] = None
 ) -> List[str]:
-    """The tensors the engine should return (``--trt-outputs`` / ``--trt-exclude-outputs``).
+    """The tensors the engine should return, as ``config`` asks (``--trt-outputs`` /
+    ``--trt-exclude-outputs``; see :func:`toolkit.core.layerwise.choose_names`).
 
     ``candidates``: layer outputs that ``mark all`` and globs choose from (network order);
     ``current``: the network's own outputs; ``known``: every name that may be named
-    explicitly (default: candidates + current). No patterns keeps ``current``. Raises
-    UsageError for an unknown name, a glob that matches nothing, or an empty result.
+    explicitly (default: candidates + current). No patterns keeps ``current``.
     """
     from toolkit.core.layerwise import choose_names
 
@@ -127,8 +123,8 @@ def select_outputs(
     return choose_names(
         allowed,
         current,
-        patterns,
-        exclude,
+        config.mark_outputs,
+        config.exclude_outputs,
         known=known if known is not None else allowed,
         option="--trt-outputs",
         exclude_option="--trt-exclude-outputs",
