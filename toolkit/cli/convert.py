@@ -38,9 +38,9 @@ def register(app: typer.Typer) -> None:
         keep_fp32: Annotated[ListOpt, option(_CONVERT_OPTS, "--keep-fp32")] = None,
         fp16_io: Annotated[bool, option(_CONVERT_OPTS, "--fp16-io")] = False,
         bf16_io: Annotated[bool, option(_CONVERT_OPTS, "--bf16-io")] = False,
-        external_data_dir: ExternalDataDirOpt = None,
         external_data: Annotated[Optional[bool], option(_CONVERT_OPTS, "--external-data/--no-external-data")] = None,
         json_out: Annotated[bool, option(_CONVERT_OPTS, "--json")] = False,
+        external_data_dir: ExternalDataDirOpt = None,
     ) -> None:
         """Convert a model: mixed fp16 with --fp-to-fp16, mixed bf16 with --fp-to-bf16.
 

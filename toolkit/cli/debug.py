@@ -364,8 +364,6 @@ def reduce_command(
     json_summary: Annotated[bool, option(_REDUCE_OPTS, "--json")] = False,
     no_reduce_inputs: Annotated[bool, option(_REDUCE_OPTS, "--no-reduce-inputs")] = False,
     no_reduce_outputs: Annotated[bool, option(_REDUCE_OPTS, "--no-reduce-outputs")] = False,
-    external_data_dir: ExternalDataDirOpt = None,
-    link_external_data: Annotated[bool, option(_REDUCE_OPTS, "--link-external-data")] = False,
     jobs: Annotated[int, option(_REDUCE_OPTS, "--jobs", "-j", metavar="N")] = 1,
     devices: Annotated[Optional[str], option(_REDUCE_OPTS, "--devices", metavar="LIST")] = None,
     load_inputs: Annotated[ListOpt, option(_REDUCE_OPTS, "--load-inputs", "--load-input-data", metavar="PATH")] = None,
@@ -379,6 +377,8 @@ def reduce_command(
     all_faults: Annotated[bool, option(_REDUCE_OPTS, "--all-faults")] = False,
     seed: SeedOpt = None,
     val_range: Annotated[ListOpt, option(_REDUCE_OPTS, "--val-range", metavar="RANGE")] = None,
+    external_data_dir: ExternalDataDirOpt = None,
+    link_external_data: Annotated[bool, option(_REDUCE_OPTS, "--link-external-data")] = False,
 ) -> None:
     from toolkit.core.errors import UsageError
     from toolkit.reduce.check import FailureRule

@@ -171,12 +171,12 @@ def register(app: typer.Typer) -> None:
         bf16: Annotated[bool, option(_RUN_OPTS, "--bf16")] = False,
         int8: Annotated[bool, option(_RUN_OPTS, "--int8")] = False,
         tf32: Annotated[bool, option(_RUN_OPTS, "--tf32")] = False,
-        calibration_cache: Annotated[Optional[str], option(_RUN_OPTS, "--calibration-cache")] = None,
+        calibration_cache: Annotated[Optional[str], option(_RUN_OPTS, "--calibration-cache", metavar="PATH")] = None,
         pool_limit: Annotated[ListOpt, option(_RUN_OPTS, "--pool-limit", "--memory-pool-limit")] = None,
         trt_min_shapes: Annotated[ListOpt, option(_RUN_OPTS, "--trt-min-shapes")] = None,
         trt_opt_shapes: Annotated[ListOpt, option(_RUN_OPTS, "--trt-opt-shapes")] = None,
         trt_max_shapes: Annotated[ListOpt, option(_RUN_OPTS, "--trt-max-shapes")] = None,
-        save_engine: Annotated[Optional[str], option(_RUN_OPTS, "--save-engine")] = None,
+        save_engine: Annotated[Optional[str], option(_RUN_OPTS, "--save-engine", metavar="PATH")] = None,
     ) -> None:
         """Run a model on ONNX-Runtime and/or TensorRT with generated or loaded inputs, save
         inputs and outputs, and compare results (several runners and/or loaded outputs files
