@@ -18,6 +18,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional
@@ -147,7 +148,7 @@ def from_check_output(text: str) -> Optional[Evidence]:
 def noise_warning(full: Optional[Evidence], reduced: Optional[Evidence]) -> Optional[str]:
     """A warning when the reduced model's failure may be rounding noise, else None."""
     r = reduced.worst if reduced is not None else None
-    if r is None:
+    if r is None or not math.isfinite(r.max_abs):  # an overflow (inf) or NaN is never rounding noise
         return None
     f = full.worst if full is not None else None
     why = None
