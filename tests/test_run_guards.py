@@ -59,3 +59,18 @@ def test_input_shapes_over_the_cap_is_refused(work, cli):
     name = d.graph.input[0].name
     res = cli("run", "dyn.onnx", "--onnxrt", "--input-shapes", f"{name}:[4000000000,4]")
     assert res.code == 3 and f"'{name}'" in res.err and "GiB" in res.err
+
+
+def test_a_data_file_given_as_the_model_says_it_is_not_onnx(work, cli):
+    res = cli("run", "in.json", "--onnxrt")
+    assert res.code == 3
+    assert "not an ONNX model" in res.err and "Traceback" not in res.err
+
+
+def test_a_bf16_model_that_does_not_type_check_on_ort_names_the_emulation():
+    from toolkit.backends.onnxrt import _load_hint
+
+    text = "[ONNXRuntimeError] : 10 : INVALID_GRAPH : Type Error: Type 'tensor(bfloat16)' of input parameter"
+    assert "onnxrt:bf16" in _load_hint(text, None)
+    assert _load_hint(text, "bfloat16") == ""  # the emulation itself: no such advice
+    assert _load_hint("INVALID_ARGUMENT : something else", None) == ""

@@ -331,13 +331,7 @@ class OnnxrtRunner(Runner):
             with routed_logs():
                 sess = ort.InferenceSession(source, sess_options=so, providers=self.providers)
         except Exception as exc:  # ORT raises its own exception types (Fail, InvalidGraph, ...)
-            hint = ""
-            if "NOT_IMPLEMENTED" in str(exc) and not self.fp16:
-                hint = (
-                    "; if it is a bf16 or fp16 model, ONNX-Runtime's CPU provider lacks such kernels: emulate that "
-                    "storage on the CPU instead (runner onnxrt:bf16 or onnxrt:fp16, or run its float32 original "
-                    "with --onnxrt --bf16 / --fp16)"
-                )
+            hint = _load_hint(str(exc), self.fp16)
             raise InputError(
                 f"{describe(self.model_path)}: ONNX-Runtime cannot load the model: {one_line(exc)}{hint}"
             ) from None
@@ -415,3 +409,17 @@ def _shape_of(shape) -> Optional[tuple]:
         else:
             out.append(None)
     return tuple(out)
+
+
+def _load_hint(text: str, emulating) -> str:
+    """What to do about an error of ONNX-Runtime loading a model ('' when nothing useful)."""
+    if "INVALID_PROTOBUF" in text:
+        return "; the file is not an ONNX model (truncated, or another kind of file such as a data file)"
+    reduced = "NOT_IMPLEMENTED" in text or ("Type Error" in text and ("bfloat16" in text or "float16" in text))
+    if reduced and not emulating:
+        return (
+            "; if it is a bf16 or fp16 model, ONNX-Runtime's CPU provider lacks such kernels: emulate that "
+            "storage on the CPU instead (runner onnxrt:bf16 or onnxrt:fp16, or run its float32 original "
+            "with --onnxrt --bf16 / --fp16)"
+        )
+    return ""
