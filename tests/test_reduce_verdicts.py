@@ -16,7 +16,13 @@ from conftest import run_toolkit
 from reduce_helpers import node_names
 
 from toolkit.reduce.check import BROKEN, FAIL, PASS, TIMEOUT, CheckResult, FailureRule, error_line
-from toolkit.reduce.evidence import Evidence, TensorEvidence, from_check_output, noise_warning
+from toolkit.reduce.evidence import (
+    Evidence,
+    TensorEvidence,
+    from_check_output,
+    noise_warning,
+    storage_rounding_warning,
+)
 
 HAS_TRT = importlib.util.find_spec("tensorrt") is not None
 
@@ -233,6 +239,27 @@ def test_noise_warning_rules():
     assert noise_warning(ev(inf, inf), ev(float("nan"), float("nan"))) is None
     text = noise_warning(None, ev(4.2e-5, 3.1e-5))
     assert "--atol" in text and "mark all" in text and "--ort-optimization disable" in text
+
+
+def test_storage_rounding_warning():
+    def ev(max_abs, max_rel):
+        return Evidence([TensorEvidence("t", False, max_abs, max_rel, max_abs, max_rel, 1e-5, 1e-5)])
+
+    # silero-vad's Pad: 0.000243 (max rel 0.000467) is one fp16 rounding of its input
+    text = storage_rounding_warning(ev(2.43e-4, 4.67e-4), "fp16")
+    assert "no more than fp16 storage rounds" in text and "--rtol 0.004" in text
+    assert storage_rounding_warning(ev(0.0173, 0.511), "fp16") is None  # a real amplification
+    assert storage_rounding_warning(ev(2.43e-4, 4.67e-4), None) is None  # not a reduced-precision runner
+    assert storage_rounding_warning(ev(1e-3, 6e-3), "bf16") is not None  # bf16 rounds 8x coarser
+    assert storage_rounding_warning(ev(float("inf"), float("inf")), "fp16") is None
+
+
+def test_compare_fp16_at_default_tolerances_warns_of_fp16_rounding(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.chain(4, ops=["Relu", "Abs"]), tmp_path / "m.onnx")
+    res = cli("debug", "reduce", "m.onnx", "-o", "r.onnx", "--compare", "onnxrt", "onnxrt:fp16")
+    assert res.code == 0, res.err
+    assert "no more than fp16 storage rounds" in res.err
 
 
 def test_json_summary_with_evidence(chain6):

@@ -237,6 +237,12 @@ def _reduce(cfg, p: dict, load_inputs):
         outcome = reducer.run()
     finally:
         reporter.stop()
+    if runner is not None and not outcome.noise:
+        from toolkit.reduce.evidence import storage_rounding_warning
+        from toolkit.run.specs import parse_runner_spec
+
+        precision = next((k for k in ("fp16", "bf16") if parse_runner_spec(runner.opts.test).options.get(k)), None)
+        outcome.noise = storage_rounding_warning(outcome.reduced_evidence, precision)
     return outcome, reducer, runner
 
 
