@@ -161,8 +161,9 @@ def _summary_reduced(outcome, cfg, stats: str) -> None:
     if outcome.body_nodes:
         log(
             f"note: the failure is inside this node's bodies ({_plural(outcome.body_nodes, 'node')}); debug reduce "
-            "cuts the top graph only. To look inside, make the bodies part of the top graph: with a constant "
-            "condition, `toolkit surgeon sanitize --fold-constants` inlines an If's branch"
+            "cuts the top graph only. An If is replaced by its taken branch when its condition is known for the "
+            "data (--compare, or --load-inputs; not with --no-inline-branches); with a constant condition, "
+            "`toolkit surgeon sanitize --fold-constants` inlines it too"
         )
     if outcome.output_written:
         log(f"Wrote the reduced model to {cfg.output}")
@@ -246,6 +247,46 @@ def _reduce(cfg, p: dict, load_inputs):
     return outcome, reducer, runner
 
 
+def _inline_branches(p: dict, load_inputs):
+    """With concrete data (--compare, or --load-inputs), replace the top-level Ifs of the model
+    (and of --reference-model) by their taken branches; ``p`` then names the inlined models."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from toolkit.reduce.accuracy import CompareOptions
+    from toolkit.reduce.branches import inline_for_reduce
+
+    if p["compare"] is None and not load_inputs:
+        return None
+    opts = CompareOptions(
+        reference_model=p["reference_model"] if p["compare"] is not None else None,
+        load_inputs=list(load_inputs or []),
+        seed=p["seed"],
+        val_range=list(p["val_range"] or []),
+        input_shapes=list(p["model_input_shapes"] or []),
+        external_data_dir=p["external_data_dir"],
+    )
+    folder = tempfile.mkdtemp(prefix="toolkit-branches-")
+    atexit.register(shutil.rmtree, folder, True)
+    inlined = inline_for_reduce(p["model"], opts, folder, log)
+    if inlined is not None:
+        p["model"], p["external_data_dir"] = inlined.model, None
+        if opts.reference_model:
+            p["reference_model"] = inlined.reference_model
+    return inlined
+
+
+def inlined_note(inlined) -> str:
+    """The result log's reminder that inlined branches tie the result to the given inputs."""
+    mine = [f"{d.node}: {d.branch}" for d in inlined.decisions if d.model == "model"]
+    taken = ", ".join(mine[:4]) + (f" and {len(mine) - 4} more" if len(mine) > 4 else "")
+    return (
+        f"note: the reduced model is only valid for inputs that take the same If branches ({taken}); "
+        "--no-inline-branches keeps each If whole"
+    )
+
+
 def _reduce_config(p: dict, rule, load_inputs):
     """The ReduceConfig of ``debug reduce``'s parameters ``p``."""
     from toolkit.cli.app import worker_entry
@@ -313,6 +354,8 @@ _REDUCE_OPTS = {
     "--json": "Print a summary as JSON on stdout (result, checks, phases, evidence, files).",
     "--no-reduce-inputs": "Keep the model's inputs: only remove nodes from the end.",
     "--no-reduce-outputs": "Keep the model's outputs: only remove nodes from the start.",
+    "--no-inline-branches": "Keep each top-level If whole, even when its condition is known for the inputs "
+    "(--compare, --load-inputs); by default it is replaced by its taken branch.",
     "--link-external-data": "Let -o, --min-good and --artifacts refer to the model's external data files through "
         "hard links in their folder (no copy of the weights; they then run only where those links are). Default: "
         "they carry the weights they use, so they can be moved.",
@@ -370,6 +413,7 @@ def reduce_command(
     json_summary: Annotated[bool, option(_REDUCE_OPTS, "--json")] = False,
     no_reduce_inputs: Annotated[bool, option(_REDUCE_OPTS, "--no-reduce-inputs")] = False,
     no_reduce_outputs: Annotated[bool, option(_REDUCE_OPTS, "--no-reduce-outputs")] = False,
+    no_inline_branches: Annotated[bool, option(_REDUCE_OPTS, "--no-inline-branches")] = False,
     jobs: Annotated[int, option(_REDUCE_OPTS, "--jobs", "-j", metavar="N")] = 1,
     devices: Annotated[Optional[str], option(_REDUCE_OPTS, "--devices", metavar="LIST")] = None,
     load_inputs: Annotated[ListOpt, option(_REDUCE_OPTS, "--load-inputs", "--load-input-data", metavar="PATH")] = None,
@@ -411,10 +455,19 @@ def reduce_command(
         # the script's feeds, saved once as an inputs file that the reduction uses like --load-inputs
         load_inputs = list(load_inputs or ()) + [_script_inputs(data_loader_script, data_loader_func_name)]
 
-    cfg = _reduce_config(locals(), rule, load_inputs)
-    outcome, reducer, runner = _reduce(cfg, locals(), load_inputs)
+    params = dict(locals())
+    inlined = None if no_inline_branches else _inline_branches(params, load_inputs)
+    cfg = _reduce_config(params, rule, load_inputs)
+    if inlined is not None:
+        cfg.label = f"{model} (If branches inlined: {inlined.model})"
+    outcome, reducer, runner = _reduce(cfg, params, load_inputs)
+    cfg.model = model
     code = _summary(outcome, cfg)
+    if inlined is not None and outcome.output_written:
+        log(inlined_note(inlined))
     summary = summary_json(outcome, cfg) if json_summary else {}
+    if json_summary:
+        summary["inlined_branches"] = [d.to_json() for d in inlined.decisions] if inlined is not None else []
     if runner is not None:
         from toolkit.cli.reduce_compare import report_compare
 

@@ -180,7 +180,7 @@ class ReduceReporter(ReduceProgress):
             how = {"warm": "warm worker", "in-process": "in this process"}.get(reducer.runner.kind, "subprocess")
             how = f"check: {' '.join(cfg.check)} [{how}]"
         mode = cfg.mode or getattr(reducer, "default_mode", "default (bisect + 1-minimal)")
-        log(f"Reducing {cfg.model}: {idx.size} node{'s' if idx.size != 1 else ''}{extra}; mode {mode}; {how}")
+        log(f"Reducing {cfg.label or cfg.model}: {idx.size} node{'s' if idx.size != 1 else ''}{extra}; mode {mode}; {how}")
         if self.live and reducer.runner is not None:
             from toolkit.cli.output import progress
 

@@ -102,6 +102,7 @@ class ReduceConfig:
     jobs: int = 1  # checks run at once (each worker has its own artifact and environment)
     devices: Sequence[str] = ()  # CUDA_VISIBLE_DEVICES of worker k: devices[k % len(devices)]
     shape_inference: bool = True  # False: only the types the model records (--no-shape-inference)
+    label: Optional[str] = None  # how logs name the model (when ``model`` is a rewrite of the one given)
 
 
 @dataclass

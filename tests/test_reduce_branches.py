@@ -1,0 +1,166 @@
+"""`debug reduce` on a model whose work sits in an If: with the condition known for the data
+(--compare, --load-inputs), the If is replaced by its taken branch and the reduce ends at a
+node inside it. Models built here."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from modelzoo import make_model, save, vi
+from reduce_helpers import node_names
+
+from toolkit.core.datafiles import save_inputs
+
+INSPECT = ["toolkit", "inspect", "model", "polygraphy_debug.onnx", "--mode=basic"]
+
+
+def _const(name: str, value: float):
+    return numpy_helper.from_array(np.full((1, 4), value, np.float32), name)
+
+
+def branchy(mul: float = 2.0, nested: bool = False):
+    """x -> Abs -> If(flag > 0) -> Mul(0.5) -> out. then: Relu, Mul(``mul``), Add, Sigmoid, Tanh
+    (with ``nested``, the Sigmoid sits in an If of its own on the same condition); else: Neg, Mul, Exp."""
+    then_nodes = [
+        helper.make_node("Relu", ["xa"], ["t1"], name="then_relu"),
+        helper.make_node("Mul", ["t1", "two"], ["t2"], name="then_mul"),
+        helper.make_node("Add", ["t2", "one"], ["t3"], name="then_add"),
+    ]
+    sigmoid = helper.make_node("Sigmoid", ["t3"], ["t4"], name="then_sigmoid")
+    if nested:
+        inner_then = helper.make_graph([sigmoid], "inner_then", [], [vi("t4", [1, 4])])
+        inner_else = helper.make_graph(
+            [helper.make_node("Identity", ["t3"], ["t4e"], name="inner_identity")], "inner_else", [], [vi("t4e", [1, 4])]
+        )
+        sigmoid = helper.make_node(
+            "If", ["cond"], ["t4"], name="inner_if", then_branch=inner_then, else_branch=inner_else
+        )
+    then_nodes += [sigmoid, helper.make_node("Tanh", ["t4"], ["ty"], name="then_tanh")]
+    then_g = helper.make_graph(then_nodes, "then", [], [vi("ty", [1, 4])], [_const("two", mul), _const("one", 1.0)])
+    else_g = helper.make_graph(
+        [
+            helper.make_node("Neg", ["xa"], ["e1"], name="else_neg"),
+            helper.make_node("Mul", ["e1", "three"], ["e2"], name="else_mul"),
+            helper.make_node("Exp", ["e2"], ["ey"], name="else_exp"),
+        ],
+        "else",
+        [],
+        [vi("ey", [1, 4])],
+        [_const("three", 3.0)],
+    )
+    nodes = [
+        helper.make_node("Abs", ["x"], ["xa"], name="pre_abs"),
+        helper.make_node("Greater", ["flag", "zero"], ["cond"], name="is_positive"),
+        helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then_g, else_branch=else_g),
+        helper.make_node("Mul", ["y", "half"], ["out"], name="post_mul"),
+    ]
+    inits = [numpy_helper.from_array(np.zeros(1, np.int64), "zero"), _const("half", 0.5)]
+    graph = helper.make_graph(
+        nodes, "branchy", [vi("x", [1, 4]), vi("flag", [1], TensorProto.INT64)], [vi("out", [1, 4])], inits
+    )
+    return make_model(graph)
+
+
+@pytest.fixture
+def models(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    save(branchy(), tmp_path / "clean.onnx")
+    save(branchy(mul=2.5), tmp_path / "faulty.onnx")
+    x = np.array([[0.5, -1.0, 2.0, 0.25]], np.float32)
+    save_inputs(str(tmp_path / "then.json"), [{"x": x, "flag": np.array([1], np.int64)}])
+    save_inputs(str(tmp_path / "else.json"), [{"x": x, "flag": np.array([-1], np.int64)}])
+    return tmp_path
+
+
+def _nodes(path):
+    return node_names(onnx.load(str(path)))
+
+
+def _compare(cli, inputs, *extra):
+    return cli("debug", "reduce", "faulty.onnx", "-o", "reduced.onnx", "--compare", "onnxrt", "onnxrt",
+               "--reference-model", "clean.onnx", "--load-inputs", inputs, *extra)
+
+
+def test_compare_ends_at_the_faulty_node_inside_the_taken_branch(cli, models):
+    res = _compare(cli, "then.json", "--json")
+    assert res.code == 0, res.err
+    assert _nodes(models / "reduced.onnx") == ["then_mul"]
+    assert "if: condition true for the given inputs; reducing its then-branch (5 nodes)" in res.err
+    assert "only valid for inputs that take the same If branches (if: then)" in res.err
+    summary = json.loads(res.out)
+    assert summary["model"] == "faulty.onnx"
+    assert {"node": "if", "model": "model", "condition": True, "branch": "then", "nodes": 5} in summary[
+        "inlined_branches"
+    ]
+    assert any(d["model"] == "reference model" for d in summary["inlined_branches"])
+    # the result loads and fails on its own, fed the clean model's values
+    import onnxruntime as ort
+
+    feed = {"t1": np.array([[0.5, 1.0, 2.0, 0.25]], np.float32)}
+    got = ort.InferenceSession(str(models / "reduced.onnx"), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    assert not np.allclose(got, feed["t1"] * 2.0)
+
+
+def test_compare_with_the_other_branch_taken_reports_no_fault(cli, models):
+    res = _compare(cli, "else.json")
+    assert res.code == 0, res.err
+    assert "if: condition false for the given inputs; reducing its else-branch (3 nodes)" in res.err
+    assert "nothing to reduce" in res.err and not (models / "reduced.onnx").exists()
+
+
+def test_compare_on_generated_inputs_decides_by_their_values(cli, models):
+    res = cli("debug", "reduce", "faulty.onnx", "-o", "reduced.onnx", "--compare", "onnxrt", "onnxrt",
+              "--reference-model", "clean.onnx", "--val-range", "flag:[3,3]")
+    assert res.code == 0, res.err
+    assert "condition true" in res.err
+    assert _nodes(models / "reduced.onnx") == ["then_mul"]
+
+
+def test_nested_ifs_are_inlined_in_rounds(cli, models):
+    save(branchy(nested=True), models / "nested.onnx")
+    res = cli("debug", "reduce", "nested.onnx", "-o", "reduced.onnx", "--load-inputs", "then.json",
+              "--fail-regex", "Op: Sigmoid", "--check", *INSPECT)
+    assert res.code == 0, res.err
+    assert "inner_if: condition true for the given inputs; reducing its then-branch (1 node)" in res.err
+    assert _nodes(models / "reduced.onnx") == ["then_sigmoid"]
+
+
+def test_check_with_loaded_inputs_ends_at_a_node_inside_the_branch(cli, models):
+    res = cli("debug", "reduce", "clean.onnx", "-o", "reduced.onnx", "--load-inputs", "then.json",
+              "--fail-regex", "Op: Sigmoid", "--check", *INSPECT)
+    assert res.code == 0, res.err
+    assert _nodes(models / "reduced.onnx") == ["then_sigmoid"]
+    assert "bodies" not in res.err
+    # the inputs reach the else-branch: it has no Sigmoid, the model passes
+    res = cli("debug", "reduce", "clean.onnx", "-o", "reduced.onnx", "--load-inputs", "else.json",
+              "--fail-regex", "Op: Sigmoid", "--check", *INSPECT)
+    assert res.code == 0, res.err
+    assert "nothing to reduce" in res.err
+
+
+def test_opt_out_and_unknown_conditions_keep_the_if_whole(cli, models):
+    opt_out = cli("debug", "reduce", "clean.onnx", "-o", "reduced.onnx", "--load-inputs", "then.json",
+                  "--no-inline-branches", "--fail-regex", "Op: Sigmoid", "--check", *INSPECT)
+    no_data = cli("debug", "reduce", "clean.onnx", "-o", "reduced.onnx", "--fail-regex", "Op: Sigmoid",
+                  "--check", *INSPECT)
+    for res in (opt_out, no_data):
+        assert res.code == 0, res.err
+        assert "for the given inputs" not in res.err and "If branches" not in res.err
+        assert "the failure is inside this node's bodies (8 nodes)" in res.err
+    assert _nodes(models / "reduced.onnx") == ["if"]
+
+
+def test_a_condition_that_differs_between_feeds_keeps_the_if_whole(cli, models):
+    x = np.ones((1, 4), np.float32)
+    feeds = [{"x": x, "flag": np.array([f], np.int64)} for f in (1, -1)]
+    save_inputs(str(models / "both.json"), feeds)
+    res = cli("debug", "reduce", "clean.onnx", "-o", "reduced.onnx", "--load-inputs", "both.json",
+              "--fail-regex", "Op: Sigmoid", "--check", *INSPECT)
+    assert res.code == 0, res.err
+    assert "if: condition differs between the given inputs; kept whole" in res.err
+    assert _nodes(models / "reduced.onnx") == ["if"]

@@ -1,0 +1,221 @@
+"""Inline the branch an If takes for the data a reduce runs with.
+
+``debug reduce`` cuts the top graph only: an If node is kept or dropped whole. When the
+data is concrete (``--compare``, or ``--load-inputs``), the value of each top-level If's
+condition is known, so the If can be replaced by the branch it takes and the reduce works
+on that branch's nodes. Branch tensors keep their names (renamed only on a clash), so a
+reference model inlined the same way has the same tensor names. Nested Ifs that become
+top-level are decided in further rounds (at most :data:`MAX_ROUNDS`).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+MAX_ROUNDS = 8  # rounds of inlining (each one level of nested Ifs)
+
+
+@dataclass
+class Decision:
+    """One If replaced by its taken branch."""
+
+    node: str  # the If node's name (or "If at position k")
+    condition: bool
+    nodes: int  # nodes of the taken branch (nested bodies included)
+    model: str = "model"  # "model" or "reference model"
+
+    @property
+    def branch(self) -> str:
+        return "then" if self.condition else "else"
+
+    def describe(self) -> str:
+        what = "" if self.model == "model" else f" ({self.model})"
+        return (
+            f"{self.node}{what}: condition {'true' if self.condition else 'false'} for the given inputs; "
+            f"reducing its {self.branch}-branch ({self.nodes} node{'s' if self.nodes != 1 else ''})"
+        )
+
+    def to_json(self) -> dict:
+        return {"node": self.node, "model": self.model, "condition": self.condition, "branch": self.branch,
+                "nodes": self.nodes}
+
+
+@dataclass
+class Inlined:
+    """The models the reduce runs on instead of the given ones."""
+
+    model: str
+    reference_model: Optional[str]
+    decisions: List[Decision] = field(default_factory=list)
+    undecided: List[str] = field(default_factory=list)  # top-level Ifs left whole (why)
+
+
+def _if_label(node, k: int) -> str:
+    return node.name or f"If at position {k}"
+
+
+def _branch_size(graph) -> int:
+    from toolkit.core.graphs import walk_graphs
+
+    return sum(len(g.node) for g in walk_graphs(graph))
+
+
+def _names_outside(model, inlined: set) -> set:
+    """Tensor names of the top graph, and of the bodies of its nodes other than those at the
+    positions ``inlined`` (names the inlined branches must not reuse)."""
+    from toolkit.core.graphs import node_subgraphs, walk_graphs
+
+    def names(g) -> set:
+        found = {v.name for v in g.input} | {t.name for t in g.initializer}
+        return found | {o for n in g.node for o in n.output if o}
+
+    taken = names(model.graph)
+    for k, node in enumerate(model.graph.node):
+        if k not in inlined:
+            for sub in node_subgraphs(node):
+                for g in walk_graphs(sub):
+                    taken |= names(g)
+    return taken
+
+
+def top_level_ifs(model) -> List[Tuple[str, str]]:
+    """(label, condition tensor) of every If of the top graph."""
+    return [(_if_label(n, k), n.input[0]) for k, n in enumerate(model.graph.node) if n.op_type == "If" and n.input]
+
+
+def condition_values(path: str, conditions: Sequence[str], feeds, external_data_dir=None) -> Dict[str, str]:
+    """The value of each condition tensor on ONNX-Runtime for every feed of ``feeds`` (a
+    :class:`toolkit.run.feeds.FeedSource`): ``"true"``/``"false"``, or why it is unknown."""
+    import numpy as np
+
+    from toolkit.run.options import RunOptions
+    from toolkit.run.specs import make_runner
+
+    names = list(dict.fromkeys(conditions))
+    base = RunOptions(path, onnx_outputs=names, external_data_dir=external_data_dir)
+    seen: Dict[str, set] = {n: set() for n in names}
+    with make_runner("onnxrt", path, base=base, name="conditions") as runner:
+        for feed in feeds.feeds(runner.input_metadata(), runner.preferred_shapes()):
+            outs = dict(runner.infer(feed))
+            for name in names:
+                value = np.asarray(feed[name] if name in feed else outs.get(name))
+                seen[name].add(str(bool(value.reshape(-1)[0])).lower() if value.size == 1 else "not one value")
+    return {n: v.pop() if len(v) == 1 else "differs between the given inputs" for n, v in seen.items()}
+
+
+def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_dir=None) -> List[Decision]:
+    """Write ``path`` to ``out_path`` with each top-level If whose label ``decide`` holds
+    replaced by the branch it takes (the nodes that only computed conditions removed)."""
+    from toolkit.core.model import save_model
+    from toolkit.core.surgery import _export, _fresh_name, _import_gs, _inline_branch
+    from toolkit.core.surgery import _model_shell, _quiet_gs, load_for_surgery
+
+    gs = _import_gs()
+    model, base = load_for_surgery(path, external_data_dir)
+    labels = [_if_label(n, k) if n.op_type == "If" else None for k, n in enumerate(model.graph.node)]
+    sizes = {
+        label: _branch_size(next(a.g for a in n.attribute if a.name == ("then_branch" if decide[label] else "else_branch")))
+        for label, n in zip(labels, model.graph.node)
+        if label in decide
+    }
+    shell = _model_shell(model)
+    with _quiet_gs():
+        graph = gs.import_onnx(model)
+    used = _names_outside(model, {k for k, label in enumerate(labels) if label in decide})
+    node_names = {n.name for n in graph.nodes if n.op != "If"}
+
+    def unique(name: str) -> str:
+        return _fresh_name(name, used)
+
+    decisions: List[Decision] = []
+    new_nodes: list = []
+    for label, node in zip(labels, list(graph.nodes)):
+        if label is None or label not in decide:
+            new_nodes.append(node)
+            continue
+        branch = node.attrs["then_branch" if decide[label] else "else_branch"]
+        decisions.append(Decision(label, decide[label], sizes[label]))
+        body = _inline_branch(gs, graph, node, branch, unique)
+        for n in body:
+            n.name = _fresh_name(n.name or n.op, node_names)
+        new_nodes.extend(body)
+    graph.nodes = new_nodes
+    with _quiet_gs():
+        graph.cleanup(remove_unused_graph_inputs=False)
+        graph.toposort()
+    save_model(_export(gs, graph, shell), out_path, external_base_dir=base)
+    return decisions
+
+
+def _round(path: str, feeds_of: Callable, out_path: str, external_data_dir, skip: set) -> Tuple[List[Decision], Dict]:
+    """One round: decide the top-level Ifs of ``path`` not in ``skip``, inline them into ``out_path``."""
+    from toolkit.core.model import load_model
+
+    ifs = [(label, cond) for label, cond in top_level_ifs(load_model(path, load_external_data=False))
+           if label not in skip]
+    if not ifs:
+        return [], {}
+    values = condition_values(path, [c for _, c in ifs], feeds_of(), external_data_dir)
+    decide = {label: values[cond] == "true" for label, cond in ifs if values[cond] in ("true", "false")}
+    unknown = {label: values[cond] for label, cond in ifs if label not in decide}
+    if not decide:
+        return [], unknown
+    return inline_ifs(path, decide, out_path, external_data_dir), unknown
+
+
+def inline_taken_branches(path: str, feeds_of: Callable, folder: str, *, external_data_dir=None,
+                          label: str = "model") -> Tuple[str, List[Decision], Dict[str, str]]:
+    """Inline the taken branch of every top-level If of ``path`` (rounds for nested ones).
+    Returns the model to use (``path`` itself when nothing was inlined), the decisions and the
+    Ifs left whole with why."""
+    current = path
+    decisions: List[Decision] = []
+    unknown: Dict[str, str] = {}
+    stem = "reference" if label != "model" else "model"
+    for k in range(MAX_ROUNDS):
+        out = os.path.join(folder, f"{stem}_inlined_{k + 1}.onnx")
+        done, why = _round(current, feeds_of, out, external_data_dir if k == 0 else None, set(unknown))
+        unknown.update(why)
+        if not done:
+            break
+        for d in done:
+            d.model = label
+        decisions.extend(done)
+        current = out
+    return current, decisions, unknown
+
+
+def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None]) -> Optional[Inlined]:
+    """Inline the taken branches of ``model`` (and of ``opts.reference_model``) for the inputs
+    ``opts`` (a :class:`toolkit.reduce.accuracy.CompareOptions`) describes. None when the
+    model has no top-level If or none could be decided."""
+    from toolkit.core.model import load_model
+    from toolkit.reduce.accuracy import _feed_source
+
+    if not top_level_ifs(load_model(model, external_data_dir=opts.external_data_dir, load_external_data=False)):
+        return None
+
+    def feeds_of():
+        return _feed_source(opts, lambda _msg: None)
+
+    from toolkit.core.errors import InferenceError
+
+    kw = {"external_data_dir": opts.external_data_dir}
+    try:
+        path, decisions, unknown = inline_taken_branches(model, feeds_of, folder, **kw)
+        ref = opts.reference_model
+        if ref and decisions:
+            ref, ref_decisions, _ = inline_taken_branches(ref, feeds_of, folder, label="reference model", **kw)
+            decisions += ref_decisions
+    except InferenceError as exc:
+        log(f"note: the If conditions could not be computed on the given inputs ({exc}); each If is kept whole")
+        return None
+    for decision in decisions:
+        log(decision.describe())
+    for name, why in unknown.items():
+        log(f"{name}: condition {why}; kept whole")
+    if not decisions:
+        return None
+    return Inlined(path, ref, decisions, [f"{name}: {why}" for name, why in unknown.items()])
