@@ -156,3 +156,32 @@ def test_override_input_shapes_errors_and_copy():
     with pytest.raises(InputError, match="rank 2"):
         override_input_shapes(model, {"x": (1, 2, 3)})
     onnx.checker.check_model(new)
+
+
+def test_a_named_dim_set_for_one_input_applies_to_the_others(cli, tmp_path):
+    # silero-vad: input [batch, sequence] and state [2, batch, 128]; --input-shapes input:[3,...]
+    # alone must give state batch 3 too (not the default 1, which ONNX-Runtime refuses)
+    nodes = [
+        helper.make_node("ReduceSum", ["x"], ["s"], name="sum", keepdims=1, axes=[1]),
+        helper.make_node("Transpose", ["state"], ["st"], name="tr", perm=[1, 0]),
+        helper.make_node("Add", ["s", "st"], ["y"], name="add"),
+    ]
+    graph = helper.make_graph(
+        nodes, "shared_batch",
+        [modelzoo.vi("x", ["batch", "seq"]), modelzoo.vi("state", [2, "batch"])], [modelzoo.vi("y", ["batch", 2])],
+    )
+    path = modelzoo.save(modelzoo.make_model(graph, opset=12), tmp_path / "m.onnx")
+    res = cli("run", path, "--onnxrt", "--input-shapes", "x:[3,5]")
+    assert res.code == 0, res.err
+    assert "(2, 3)" in res.err and "'batch' = 3 as in x" in res.err
+    from toolkit.core.inputs import plan_generation
+    from toolkit.core.meta import TensorMeta
+
+    metas = [TensorMeta("x", ("batch", "seq"), "float32"), TensorMeta("state", (2, "batch"), "float32")]
+    plan = plan_generation(metas, shapes={"x": (3, 5)})
+    assert [shape for _, shape in plan.inputs] == [(3, 5), (2, 3)]
+    # an explicit shape still wins, and an unnamed '?' dim is never shared
+    plan = plan_generation(metas, shapes={"x": (3, 5), "state": (2, 4)})
+    assert [shape for _, shape in plan.inputs] == [(3, 5), (2, 4)]
+    unnamed = [TensorMeta("a", ("?", 4), "float32"), TensorMeta("b", ("?", 4), "float32")]
+    assert [s for _, s in plan_generation(unnamed, shapes={"a": (7, 4)}).inputs] == [(7, 4), (1, 4)]

@@ -74,8 +74,25 @@ def check_names(what: str, names: Sequence[str], metas: Sequence[TensorMeta]) ->
             raise InputError(f"{what} names '{name}', which is not an input of the model; inputs: {', '.join(known)}")
 
 
-def resolve_shape(meta: TensorMeta, overrides: Mapping[str, tuple]) -> Tuple[Tuple[int, ...], List[str]]:
-    """The concrete shape to generate for an input, and notes about dims that were guessed."""
+def named_dims(metas: Sequence[TensorMeta], overrides: Mapping[str, tuple]) -> Dict[str, Tuple[int, str]]:
+    """Symbolic dim name -> (value, input that set it), from the inputs ``overrides`` shapes: a
+    dim named ``batch`` in one input is the same ``batch`` in every other input."""
+    out: Dict[str, Tuple[int, str]] = {}
+    for meta in metas:
+        shape = overrides.get(meta.name)
+        if shape is None or meta.shape is None or len(shape) != len(meta.shape):
+            continue
+        for want, got in zip(meta.shape, shape):
+            if isinstance(want, str) and want and want != "?" and isinstance(got, int) and got >= 0:
+                out.setdefault(want, (got, meta.name))
+    return out
+
+
+def resolve_shape(
+    meta: TensorMeta, overrides: Mapping[str, tuple], named: Optional[Mapping[str, Tuple[int, str]]] = None
+) -> Tuple[Tuple[int, ...], List[str]]:
+    """The concrete shape to generate for an input, and notes about dims that were guessed
+    (``named``: values of symbolic dims set through other inputs, see :func:`named_dims`)."""
     notes: List[str] = []
     if meta.name in overrides:
         shape = overrides[meta.name]
@@ -105,9 +122,13 @@ def resolve_shape(meta: TensorMeta, overrides: Mapping[str, tuple]) -> Tuple[Tup
         )
     dims = []
     guessed = False
+    shared = []
     for d in meta.shape:
         if isinstance(d, int):
             dims.append(d)
+        elif named and isinstance(d, str) and d in named:
+            dims.append(named[d][0])
+            shared.append(f"'{d}' = {named[d][0]} as in {named[d][1]}")
         else:
             dims.append(DEFAULT_DIM)
             guessed = True
@@ -116,6 +137,8 @@ def resolve_shape(meta: TensorMeta, overrides: Mapping[str, tuple]) -> Tuple[Tup
             f"input '{meta.name}' has dynamic shape {format_shape(meta.shape)}; using {format_shape(tuple(dims))} "
             f"(set it with --input-shapes {meta.name}:[...])"
         )
+    elif shared:
+        notes.append(f"input '{meta.name}': using {format_shape(tuple(dims))} ({', '.join(shared)})")
     return tuple(dims), notes
 
 
@@ -244,8 +267,9 @@ def plan_generation(
     check_names("--input-shapes", list(shapes), metas)
     check_names("--val-range", list(ranges.per_input), metas)
     plan = GenerationPlan([], ranges)
+    named = named_dims(metas, shapes)
     for meta in metas:
-        shape, n = resolve_shape(meta, shapes)
+        shape, n = resolve_shape(meta, shapes, named)
         check_generated_size(meta.name, shape, meta.dtype)
         plan.notes.extend(n)
         plan.inputs.append((meta, shape))
