@@ -164,3 +164,18 @@ def test_a_condition_that_differs_between_feeds_keeps_the_if_whole(cli, models):
     assert res.code == 0, res.err
     assert "if: condition differs between the given inputs; kept whole" in res.err
     assert _nodes(models / "reduced.onnx") == ["if"]
+
+
+def test_models_with_external_weights_are_inlined_with_them(cli, models):
+    from modelzoo import save_with_external_data
+
+    (models / "data").mkdir()
+    save_with_external_data(branchy(mul=2.5), models / "data" / "faulty.onnx", location="faulty.bin")
+    save_with_external_data(branchy(), models / "data" / "clean.onnx", location="clean.bin")
+    for name in ("faulty", "clean"):
+        (models / "data" / f"{name}.onnx").rename(models / f"{name}_ext.onnx")
+    res = cli("debug", "reduce", "faulty_ext.onnx", "-o", "reduced.onnx", "--compare", "onnxrt", "onnxrt",
+              "--reference-model", "clean_ext.onnx", "--external-data-dir", "data", "--load-inputs", "then.json")
+    assert res.code == 0, res.err
+    assert "reducing its then-branch" in res.err
+    assert _nodes(models / "reduced.onnx") == ["then_mul"]

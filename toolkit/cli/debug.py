@@ -271,9 +271,12 @@ def _inline_branches(p: dict, load_inputs):
     atexit.register(shutil.rmtree, folder, True)
     inlined = inline_for_reduce(p["model"], opts, folder, log)
     if inlined is not None:
-        p["model"], p["external_data_dir"] = inlined.model, None
+        p["model"] = inlined.model
         if opts.reference_model:
             p["reference_model"] = inlined.reference_model
+        if not (opts.reference_model and inlined.reference_model == opts.reference_model):
+            # the rewritten models carry their weights; a reference model left as it is still reads from there
+            p["external_data_dir"] = None
     return inlined
 
 
