@@ -33,6 +33,8 @@ DEFAULT_ATOL = 1e-5
 DEFAULT_RTOL = 1e-5
 ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
 DEFAULT_QUANTILE = 0.99
+# The values of one command-line option as given (``["1e-3", "out:1e-2"]``), or None.
+OptionValues = Optional[Sequence[str]]
 
 
 def _parse_stat(text: str) -> str:
@@ -198,13 +200,13 @@ class Tolerances:
     @classmethod
     def parse(
         cls,
-        atol=None,
-        rtol=None,
-        check_error_stat=None,
-        error_quantile=None,
-        postprocess=None,
-        compare_func=None,
-        index_tolerance=None,
+        atol: OptionValues = None,
+        rtol: OptionValues = None,
+        check_error_stat: OptionValues = None,
+        error_quantile: OptionValues = None,
+        postprocess: OptionValues = None,
+        compare_func: OptionValues = None,
+        index_tolerance: OptionValues = None,
     ) -> "Tolerances":
         """From option lists such as ``["1e-3", "out:1e-2"]`` (UsageError when malformed)."""
         ga, pa = parse_named_values(atol or [], _parse_tol, "--atol value")
