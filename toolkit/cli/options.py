@@ -473,6 +473,19 @@ def option(help_texts: Mapping[str, str], *flags: str, **kw: Any) -> Any:
     return typer.Option(*flags, help=help_texts[flags[0]], **kw)
 
 
+def from_params(cls: Any, params: Mapping[str, Any], **overrides: Any) -> Any:
+    """The dataclass ``cls`` of a command's parameters (``locals()``) named as its fields, list
+    fields given as None made [], with ``overrides`` set."""
+    import dataclasses
+
+    kwargs = dict(overrides)
+    for f in dataclasses.fields(cls):
+        if f.name not in overrides and f.name in params:
+            value = params[f.name]
+            kwargs[f.name] = list(value or []) if f.default_factory is list else value
+    return cls(**kwargs)
+
+
 # ---------------------------------------------------------------------- shared options
 
 # The type of a list option (greedy: several values after one flag).

@@ -7,13 +7,13 @@ per line (or a JSON object with ``--json``), ready for ``convert --keep-fp32``.
 
 # (no `from __future__ import annotations`: Typer would have to eval every annotation string)
 
-from typing import List, Optional
+from typing import Any, Dict, Optional
 
 import typer
 
 from toolkit.cli.options import (
     Annotated, AtolOpt, CheckErrorStatOpt, ExternalDataDirOpt, InputShapesOpt, ListOpt, ModelArg, RtolOpt, SeedOpt,
-    command_kwargs, option,
+    command_kwargs, from_params, option,
 )
 from toolkit.cli.output import log
 
@@ -154,60 +154,26 @@ def register(app: typer.Typer) -> None:
         external_data_dir: ExternalDataDirOpt = None,
         json_out: Annotated[bool, option(_PRECISION_OPTS, "--json")] = False,
     ) -> None:
-        _run(
-            model, output, compare or [], keep_fp32 or [], atol or [], rtol or [], check_error_stat or [], mode,
-            load_inputs or [], load_outputs, seed, val_range or [], input_shapes or [], iterations, save_debug_replay,
-            load_debug_replay, external_data_dir, json_out,
-        )
+        _run(locals())
 
 
-def _run(
-    model: str,
-    output: Optional[str],
-    compare: List[str],
-    keep_fp32: List[str],
-    atol: List[str],
-    rtol: List[str],
-    check_error_stat: List[str],
-    mode: Optional[str],
-    load_inputs: List[str],
-    load_outputs: Optional[str],
-    seed: Optional[int],
-    val_range: List[str],
-    input_shapes: List[str],
-    iterations: int,
-    save_replay: Optional[str],
-    load_replay: Optional[str],
-    external_data_dir: Optional[str],
-    json_out: bool,
-) -> None:
+def _run(params: Dict[str, Any]) -> None:
     from toolkit.core.errors import UsageError
     from toolkit.precision.search import PrecisionConfig, PrecisionSearch
 
+    compare = params["compare"]
     if compare and len(compare) != 2:
         raise UsageError("--compare takes two runner specs: the fp32 reference and the candidate, e.g. onnxrt onnxrt:fp16")
     ref, cand = compare if compare else ("onnxrt", "onnxrt:fp16")
-    cfg = PrecisionConfig(
-        model=model,
-        output=output,
+    cfg = from_params(
+        PrecisionConfig,
+        params,
         reference=ref,
         candidate=cand,
-        atol=atol,
-        rtol=rtol,
-        check_error_stat=check_error_stat,
-        load_inputs=load_inputs,
-        load_outputs=load_outputs,
-        seed=seed,
-        val_range=val_range,
-        input_shapes=input_shapes,
-        iterations=iterations,
-        keep_fp32=keep_fp32,
-        external_data_dir=external_data_dir,
-        mode=mode,
-        save_replay=save_replay,
-        load_replay=load_replay,
+        save_replay=params["save_debug_replay"],
+        load_replay=params["load_debug_replay"],
     )
     from toolkit.cli.reporters import PrecisionReporter
 
     outcome = PrecisionSearch(cfg, PrecisionReporter()).run()
-    raise typer.Exit(_summary(outcome, cfg, json_out))
+    raise typer.Exit(_summary(outcome, cfg, params["json_out"]))

@@ -15,7 +15,8 @@ import typer
 
 from toolkit.cli.options import (
     Annotated, AtolOpt, CheckErrorStatOpt, DataLoaderFuncOpt, DataLoaderScriptOpt, ExternalDataDirOpt, InputShapesOpt,
-    ListOpt, RtolOpt, SeedOpt, ToolkitCommand, check_data_output, command_kwargs, option, split_group,
+    ListOpt, RtolOpt, SeedOpt, ToolkitCommand, check_data_output, command_kwargs, from_params, option,
+    split_group,
 )
 from toolkit.cli.output import err_console, is_terminal, log, result, warn
 
@@ -233,22 +234,11 @@ _SHAPE_GROUPS = ("trt_min_shapes", "trt_opt_shapes", "trt_max_shapes")
 
 
 def _run_options(params: dict, **overrides):
-    """The :class:`~toolkit.run.options.RunOptions` of the command's parameters (named as its
-    fields; option lists given as None become []) with ``overrides`` set."""
-    import dataclasses
-
+    """The :class:`~toolkit.run.options.RunOptions` of the command's parameters, with ``overrides``."""
     from toolkit.run.options import RunOptions
 
-    kwargs = {}
-    for f in dataclasses.fields(RunOptions):
-        if f.name in overrides:
-            kwargs[f.name] = overrides[f.name]
-        elif f.name in _SHAPE_GROUPS:
-            kwargs[f.name] = [split_group(g) for g in params.get(f.name) or []]
-        elif f.name in params:
-            value = params[f.name]
-            kwargs[f.name] = list(value or []) if f.default_factory is list else value
-    return RunOptions(**kwargs)
+    groups = {name: [split_group(g) for g in params.get(name) or []] for name in _SHAPE_GROUPS}
+    return from_params(RunOptions, params, **groups, **overrides)
 
 
 def _fp16_emulation(runners: List[str], fp16: bool, bf16: bool = False):
