@@ -124,6 +124,38 @@ def test_only_the_final_output_compared_names_no_culprit(tmp_path):
     assert not any("not compared" in n for n in full.notes)
 
 
+def test_nodes_after_uncompared_tensors_rank_last():
+    # x -> Cast (not compared, as a converter's Casts) -> conv0 -> relu0 -> conv1 -> y.
+    # conv0's input error is estimated 0, so its small rounding error gives a huge ratio;
+    # the compared fault (conv1) must still rank first and be the culprit
+    from toolkit.core.diagnosis import TensorError
+
+    nodes = [
+        helper.make_node("Cast", ["x"], ["x16"], name="cast", to=TensorProto.FLOAT),
+        helper.make_node("Relu", ["x16"], ["c0"], name="conv0"),
+        helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
+        helper.make_node("Neg", ["r0"], ["y"], name="conv1"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    topo = topology_of(make_model(graph))
+
+    def err(name, rel, passed):
+        return TensorError(name, passed, rel, rel, rel, rel / 1e-5, 1e-5, 1e-5, "elemwise")
+
+    errors = {"c0": err("c0", 1e-3, True), "r0": err("r0", 1e-3, True), "y": err("y", 0.5, False)}
+    diag = diagnose(errors, topo)
+    conv0 = next(s for s in diag.ranked if s.node == "conv0")
+    assert conv0.unseen == 1 and conv0.amplification > diag.ranked[0].amplification
+    assert diag.ranked[0].node == "conv1" and diag.culprit.node == "conv1"
+    assert diag.ranked[-1].node == "conv0"
+    # a failing node after uncompared tensors with a larger ratio than any other leaves no culprit
+    errors["c0"] = err("c0", 0.9, False)
+    assert diagnose(errors, topo).culprit is None
+
+
 def test_tolerance_ratio_matches_the_verdict():
     tol = Tolerances.parse(["1e-3"], ["1e-3"])
     a = np.array([1.0, 2.0, 3.0], np.float32)

@@ -253,8 +253,13 @@ class Diagnosis:
 
     @property
     def culprit(self) -> Optional[NodeScore]:
+        # the largest amplification among nodes whose inputs were compared; unless a failing node
+        # whose inputs were not compared shows a larger one (the error may then start before it)
         top = self.ranked[0] if self.ranked else None
-        return top if top is not None and top.amplification > 1 and not top.unseen else None
+        if top is None or top.unseen or top.amplification <= 1:
+            return None
+        hidden = (s.amplification for s in self.ranked if s.unseen and not s.passed)
+        return None if any(a > top.amplification for a in hidden) else top
 
     def to_dict(self) -> dict:
         return _jsonable(
@@ -361,7 +366,8 @@ def _rank(errors: Mapping[str, TensorError], topology: Topology) -> List[NodeSco
                 in_gap,
             )
         )
-    scores.sort(key=lambda s: (-s.amplification, s.passed, s.position))
+    # a node whose inputs were not compared ranks after those whose were: its ratio is an estimate
+    scores.sort(key=lambda s: (s.unseen > 0, -s.amplification, s.passed, s.position))
     return scores
 
 
