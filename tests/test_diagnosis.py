@@ -67,6 +67,15 @@ def test_tensors_in_topological_order_with_depth(tmp_path):
     assert first_bad == 7  # conv3 is the 7th node in the chain
 
 
+def _topology(nodes, output: str):
+    """The topology of a graph of ``nodes`` from input x[2] to ``output``."""
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info(output, TensorProto.FLOAT, [2])],
+    )
+    return topology_of(make_model(graph))
+
+
 def test_unsorted_graph_gets_a_topological_order():
     # nodes listed backwards in the file
     nodes = [
@@ -74,11 +83,7 @@ def test_unsorted_graph_gets_a_topological_order():
         helper.make_node("Neg", ["a"], ["b"], name="middle"),
         helper.make_node("Abs", ["x"], ["a"], name="first"),
     ]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2])],
-    )
-    topo = topology_of(make_model(graph))
+    topo = _topology(nodes, "c")
     assert [n.name for n in topo.nodes] == ["first", "middle", "last"]
     assert topo.tensor_order() == ["a", "b", "c"]
 
@@ -136,11 +141,7 @@ def test_nodes_after_uncompared_tensors_rank_last():
         helper.make_node("Relu", ["c0"], ["r0"], name="relu0"),
         helper.make_node("Neg", ["r0"], ["y"], name="conv1"),
     ]
-    graph = helper.make_graph(
-        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
-    )
-    topo = topology_of(make_model(graph))
+    topo = _topology(nodes, "y")
 
     def err(name, rel, passed):
         return TensorError(name, passed, rel, rel, rel, rel / 1e-5, 1e-5, 1e-5, "elemwise")
