@@ -179,3 +179,19 @@ def test_models_with_external_weights_are_inlined_with_them(cli, models):
     assert res.code == 0, res.err
     assert "reducing its then-branch" in res.err
     assert _nodes(models / "reduced.onnx") == ["then_mul"]
+
+
+def test_a_model_onnxruntime_cannot_run_is_reduced_as_before(cli, models):
+    model = branchy()
+    model.graph.node[0].op_type, model.graph.node[0].domain = "MyAbs", "custom.ops"
+    model.opset_import.append(helper.make_opsetid("custom.ops", 1))
+    save(model, models / "custom.onnx")
+    res = cli("debug", "reduce", "custom.onnx", "-o", "reduced.onnx", "--load-inputs", "then.json",
+              "--fail-regex", "Op: Sigmoid", "--check", *INSPECT)
+    assert res.code == 0, res.err
+    assert "note: the If conditions could not be computed on the given inputs" in res.err
+    assert _nodes(models / "reduced.onnx") == ["if"]
+    # a data file that cannot be read is the user's error, said once
+    res = cli("debug", "reduce", "clean.onnx", "-o", "reduced.onnx", "--load-inputs", "nosuch.json",
+              "--fail-regex", "Op: Sigmoid", "--check", *INSPECT)
+    assert res.code == 3 and res.err.count("error:") == 1 and "conditions" not in res.err

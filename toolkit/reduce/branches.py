@@ -197,10 +197,12 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None])
     if not top_level_ifs(load_model(model, external_data_dir=opts.external_data_dir, load_external_data=False)):
         return None
 
-    def feeds_of():
-        return _feed_source(opts, lambda _msg: None)
+    from toolkit.core.errors import ToolkitError
 
-    from toolkit.core.errors import InferenceError
+    source = _feed_source(opts, lambda _msg: None)  # the data files are read now: their errors are the user's
+
+    def feeds_of():
+        return source
 
     kw = {"external_data_dir": opts.external_data_dir}
     try:
@@ -209,7 +211,8 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None])
         if ref and decisions:
             ref, ref_decisions, _ = inline_taken_branches(ref, feeds_of, folder, label="reference model", **kw)
             decisions += ref_decisions
-    except InferenceError as exc:
+    except ToolkitError as exc:
+        # e.g. a model ONNX-Runtime cannot run (a custom op for the runner under test): the reduce goes on as before
         log(f"note: the If conditions could not be computed on the given inputs ({exc}); each If is kept whole")
         return None
     for decision in decisions:
