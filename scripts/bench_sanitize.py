@@ -2,7 +2,7 @@
 """`toolkit surgeon sanitize --fold-constants` next to `polygraphy surgeon sanitize --fold-constants`.
 
 Usage: python scripts/bench_sanitize.py [--runs N] [--blocks 30] [--channels 1024] [--no-polygraphy]
-       python scripts/bench_sanitize.py --table [--runs N]
+       python scripts/bench_sanitize.py --table [--runs N] [--models PATH ...] [--only-models]
        python scripts/bench_sanitize.py --validation-cost [--runs N]
 
 --table prints a Markdown table of node counts (subgraph nodes included) after folding, for
@@ -12,6 +12,10 @@ built here (If on a constant condition feeding a Split, identity chains, Shape/S
 constants, shapes inside a Loop body, a shape chain), each with whether the result loads
 in ONNX-Runtime and matches the original's outputs, and toolkit's and polygraphy's times
 (median of N runs; "time ratio" is toolkit's over polygraphy's: 0.50x or less is twice as fast).
+--models adds rows for models kept elsewhere (files or folders; absent ones are skipped), e.g.
+real models that cannot ship with the repository. A model's outputs are compared on
+generated inputs whose dynamic dims are 1, 64 or 512 and integer scalars 1 or 16000 (the
+first the input model runs on).
 
 Two models:
 
@@ -273,7 +277,8 @@ def count_all_nodes(path: str) -> int:
     return count(m.graph)
 
 
-def generated_feed(path: str, seed: int = 0):
+def generated_feed(path: str, seed: int = 0, dynamic: int = 1, int_scalar: int = 1):
+    """Random inputs; dynamic dims (and -1) take ``dynamic``, integer scalars ``int_scalar``."""
     m = onnx.load(path, load_external_data=False)
     inits = {t.name for t in m.graph.initializer}
     rng = np.random.default_rng(seed)
@@ -282,10 +287,27 @@ def generated_feed(path: str, seed: int = 0):
         if vi.name in inits:
             continue
         tt = vi.type.tensor_type
-        shape = [d.dim_value if d.HasField("dim_value") else 1 for d in tt.shape.dim]
+        shape = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else dynamic for d in tt.shape.dim]
         dtype = onnx.helper.tensor_dtype_to_np_dtype(tt.elem_type)
-        feed[vi.name] = (rng.random(shape) * 2 - 1).astype(dtype) if dtype.kind == "f" else np.ones(shape, dtype)
+        if dtype.kind == "f":
+            feed[vi.name] = (rng.random(shape) * 2 - 1).astype(dtype)
+        else:
+            feed[vi.name] = np.full(shape, int_scalar if not shape else 1, dtype)
     return feed
+
+
+def working_feed(sess, path: str):
+    """Generated inputs the model runs on: real models need more than 1 for their dynamic dims
+    (audio frames, image sides) and a sample rate for an integer scalar input; (feed, outputs) or None."""
+    names = [o.name for o in sess.get_outputs()]
+    for dynamic in (1, 64, 512):
+        for int_scalar in (1, 16000):
+            feed = generated_feed(path, dynamic=dynamic, int_scalar=int_scalar)
+            try:
+                return feed, sess.run(names, feed)
+            except Exception:  # noqa: BLE001
+                continue
+    return None
 
 
 def loads_and_matches(reference: str, candidate: str) -> str:
@@ -298,9 +320,11 @@ def loads_and_matches(reference: str, candidate: str) -> str:
     except Exception:  # noqa: BLE001
         return "no load"
     ref_sess = ort.InferenceSession(reference, so, providers=["CPUExecutionProvider"])
-    feed = generated_feed(reference)
     names = [o.name for o in ref_sess.get_outputs()]
-    want = ref_sess.run(names, feed)
+    found = working_feed(ref_sess, reference)
+    if found is None:
+        return "loads (no inputs it runs on)"
+    feed, want = found
     try:
         got = got_sess.run(names, feed)
     except Exception:  # noqa: BLE001
@@ -311,12 +335,25 @@ def loads_and_matches(reference: str, candidate: str) -> str:
     return "yes"
 
 
-def table(runs: int) -> bool:
+def extra_models(paths) -> list:
+    """(label, path) for every .onnx file named or inside a folder named; absent paths are skipped."""
+    found = []
+    for path in paths:
+        if os.path.isdir(path):
+            found += [(f"{n[:-len('.onnx')]}", os.path.join(path, n)) for n in sorted(os.listdir(path)) if n.endswith(".onnx")]
+        elif os.path.isfile(path):
+            found.append((os.path.basename(path)[:-len(".onnx")], path))
+        else:
+            print(f"({path} not found; skipped)", file=sys.stderr)
+    return found
+
+
+def table(runs: int, models_from=(), only_extra: bool = False) -> bool:
     """Node counts after folding for every tool, with whether each result loads and matches."""
     light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
     work = tempfile.mkdtemp(prefix="bench_sanitize_table_")
     models = []
-    for name in sorted(os.listdir(light)) if os.path.isdir(light) else []:
+    for name in sorted(os.listdir(light)) if os.path.isdir(light) and not only_extra else []:
         if name.endswith(".onnx"):
             models.append((name[len("light_"):-len(".onnx")], os.path.join(light, name)))
     for label, build in (("built: If split (silero-like)", build_if_split), ("built: identity chains", build_identity_chain),
@@ -325,7 +362,9 @@ def table(runs: int) -> bool:
                          ("built: shape chain 10x64", lambda: build_shape_chain(10, 64))):
         path = os.path.join(work, re.sub(r"[^A-Za-z0-9]+", "_", label.split(": ")[1]) + ".onnx")
         onnx.save_model(build(), path)
-        models.append((label, path))
+        if not only_extra:
+            models.append((label, path))
+    models += extra_models(models_from)
     toolkit, poly, slim = find_tool("toolkit"), find_tool("polygraphy"), find_tool("onnxslim")
     tools = [("polygraphy", lambda m, o: [poly, "surgeon", "sanitize", m, "--fold-constants", "-o", o])] if poly else []
     tools += [("toolkit", lambda m, o: [toolkit, "surgeon", "sanitize", m, "--fold-constants", "-o", o]),
@@ -395,6 +434,11 @@ def main() -> int:
     parser.add_argument("--table", action="store_true",
                         help="node counts of every tool (polygraphy, toolkit, toolkit --optimize, onnxslim if "
                         "installed) on onnx's light models and models built here, with loads-and-matches")
+    parser.add_argument("--models", nargs="+", default=[], metavar="PATH",
+                        help="with --table: more models (.onnx files, or folders of them) as extra rows; "
+                        "paths that do not exist are skipped")
+    parser.add_argument("--only-models", action="store_true",
+                        help="with --table --models: only those rows (no light or built models)")
     parser.add_argument("--validation-cost", action="store_true",
                         help="in-process time of sanitize with and without validating the folded model")
     args = parser.parse_args()
@@ -402,7 +446,7 @@ def main() -> int:
         validation_cost(args.runs, args.blocks, args.channels)
         return 0
     if args.table:
-        return 0 if table(args.runs) else 1
+        return 0 if table(args.runs, args.models, args.only_models) else 1
 
     work = tempfile.mkdtemp(prefix="bench_sanitize_models_")
     try:

@@ -474,3 +474,32 @@ def test_output_stated_as_minus_one_gets_its_dim_after_override():
     folded, _ = sanitize(modelzoo.make_model(graph, opset=11), fold_constants=True, input_shapes={"x": [1, 3, 2, 2]})
     assert [d.dim_value for d in folded.graph.output[0].type.tensor_type.shape.dim] == [1, 3]
     assert [n.op_type for n in folded.graph.node] == ["GlobalAveragePool", "Reshape", "Softmax"]
+
+
+def branch_that_squeezes():
+    """If on a runtime flag: the then branch squeezes x's dim 1 (it runs only where that dim is
+    1), the else branch negates x; x:[N, M]. The model loads while M is dynamic."""
+    then_g = helper.make_graph([helper.make_node("Squeeze", ["x", "axes1"], ["t0"], name="t_squeeze")], "then", [],
+                               [helper.make_tensor_value_info("t0", TensorProto.FLOAT, None)])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["e0"], name="else_neg")], "else", [],
+                               [helper.make_tensor_value_info("e0", TensorProto.FLOAT, None)])
+    nodes = [helper.make_node("If", ["flag"], ["y"], name="if", then_branch=then_g, else_branch=else_g)]
+    graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", ["N", "M"]), modelzoo.vi("flag", [], TensorProto.BOOL)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [_const("axes1", np.array([1], np.int64))])
+    return modelzoo.make_model(graph, opset=17)
+
+
+def test_override_shapes_a_branch_cannot_take_is_an_error():
+    """With x:[2,3] the then branch would squeeze a dim of 3: ONNX-Runtime refuses the model at
+    load, folded or not. No such model is written: an InputError (exit 3) naming the override,
+    unless validation is off. With x:[2,1] every branch is fine."""
+    with pytest.raises(surgery.InputError, match="override-input-shapes"):
+        sanitize(branch_that_squeezes(), fold_constants=True, input_shapes={"x": [2, 3]})
+    folded, _ = sanitize(branch_that_squeezes(), fold_constants=True, input_shapes={"x": [2, 3]}, validate=False)
+    assert folded is not None
+    folded, _ = sanitize(branch_that_squeezes(), fold_constants=True, input_shapes={"x": [2, 1]})
+    x = np.array([[1], [2]], np.float32)
+    for flag in (True, False):
+        np.testing.assert_array_equal(run(folded, {"x": x, "flag": np.array(flag)})["y"],
+                                      run(branch_that_squeezes(), {"x": x, "flag": np.array(flag)})["y"])

@@ -1088,9 +1088,12 @@ _VALIDATE_MAX_BYTES = 1 << 30
 class _Validation:
     """Runs the original model once on generated inputs; checks candidate results against it."""
 
-    def __init__(self, original, external_data_dir: Optional[str]):
+    def __init__(self, original, external_data_dir: Optional[str], inputs_before_override=None):
         self.original = original
         self.external_data_dir = external_data_dir
+        # the graph inputs as the model stated them before --override-input-shapes (or None)
+        self.inputs_before_override = inputs_before_override
+        self.load_error: Optional[Exception] = None  # why ONNX-Runtime did not load the input model
         self.feed: Any = None
         self.expected: Any = None
         self.skip_reason: Optional[str] = None
@@ -1101,7 +1104,8 @@ class _Validation:
         self._prepared = False
 
     # -- sessions
-    def _session(self, model, extra_outputs: Sequence[str] = (), only_outputs: Optional[Sequence[str]] = None):
+    def _session(self, model, extra_outputs: Sequence[str] = (), only_outputs: Optional[Sequence[str]] = None,
+                 optimized: bool = False):
         """An ONNX-Runtime session on a light copy of ``model``: its big top-level weights
         become graph inputs fed with the model's own arrays (no copy), so creating the
         session costs the graph, not the weights."""
@@ -1128,7 +1132,11 @@ class _Validation:
                 if t.name not in listed:
                     g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
         so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        # ``optimized``: ONNX-Runtime's basic level, as users load models (it inlines constant-condition
+        # If branches and folds constants, which meets checks a plain load does not).
+        so.graph_optimization_level = (
+            ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        )
         so.log_severity_level = 4
         # One thread that does not spin: validation runs beside folding and must not slow it.
         so.intra_op_num_threads = 1
@@ -1217,6 +1225,7 @@ class _Validation:
         try:
             sess = self._session(self.original)
         except Exception as exc:  # noqa: BLE001 - ORT's own exception types
+            self.load_error = exc
             self.skip_reason = f"ONNX-Runtime cannot load the input model ({one_line(exc, first_line=True, limit=300)})"
             return False
         try:
@@ -1277,17 +1286,20 @@ class _Validation:
     def check(self, result) -> Optional[str]:
         """None if ``result`` loads and (where inputs could be generated) gives the original's outputs."""
         self.prepare()
+        if self.load_error is not None:
+            self._raise_if_override_broke(self.load_error)
         if self.skip_reason:
             return None
         if self.structural_only:
             err = _strict_check(result)
             return None if err is None or _strict_check(self.original) is not None else f"it fails ONNX's checker: {err}"
         try:
-            sess = self._session(result)
+            sess = self._session(result, optimized=True)
         except Exception as exc:  # noqa: BLE001
             try:
-                self._session(self.original)
+                self._session(self.original, optimized=True)
             except Exception as orig_exc:  # noqa: BLE001 - the input model does not load either
+                self._raise_if_override_broke(orig_exc)
                 self.skip_reason = (
                     f"ONNX-Runtime cannot load the input model ({one_line(orig_exc, first_line=True, limit=300)})"
                 )
@@ -1316,6 +1328,35 @@ class _Validation:
             self.compare_reason = "the input model's outputs change from run to run"
             return None
         return f"output '{bad[0]}' differs from the input model's"
+
+    def _raise_if_override_broke(self, exc: Exception) -> None:
+        """InputError when the input model loads with its own input shapes but not with the
+        overridden ones (``exc``): no folding can make such a model load."""
+        if self._loads_before_override():
+            raise InputError(
+                "with the input shapes given (--override-input-shapes) the model no longer loads in "
+                f"ONNX-Runtime, folded or not ({one_line(exc, first_line=True, limit=300)}); some part "
+                "of it (an If branch, say) cannot take these shapes: choose shapes every part accepts, "
+                "or give --no-validate to write it anyway"
+            ) from None
+
+    def _loads_before_override(self) -> bool:
+        """The input model, with the input shapes it stated (no inferred shapes), loads."""
+        if self.inputs_before_override is None:
+            return False
+        import onnx
+
+        before = onnx.ModelProto()
+        before.CopyFrom(light_copy(self.original))
+        del before.graph.input[:]
+        before.graph.input.extend(self.inputs_before_override)
+        for g in walk_graphs(before.graph):
+            del g.value_info[:]
+        try:
+            self._session(before, optimized=True)
+        except Exception:  # noqa: BLE001 - ORT's own exception types
+            return False
+        return True
 
     def _predicted(self, result) -> bool:
         """Every tensor folding made constant had its value computed in the input model's run
@@ -1720,7 +1761,11 @@ def sanitize(
 
     if input_shapes:
         input_shapes = _only_graph_inputs(model, input_shapes, log)
+    inputs_before = None
     if input_shapes:
+        inputs_before = [type(vi)() for vi in model.graph.input]
+        for copy, vi in zip(inputs_before, model.graph.input):
+            copy.CopyFrom(vi)
         override_input_shapes(model, dict(input_shapes), inplace=True)
         infer_shapes_in_place(model, reset_outputs=True)
         log(f"Input shapes overridden: {', '.join(f'{k}:{list(v)}' for k, v in input_shapes.items())}; "
@@ -1759,7 +1804,7 @@ def sanitize(
         if not fold_constants:
             result = build(None, set())
         else:
-            result = _fold_validated(model, build, validate, external_data_dir, log)
+            result = _fold_validated(model, build, validate, external_data_dir, log, inputs_before)
     except InputError:
         if not _has_non_tensor_types(model):
             raise
@@ -1783,11 +1828,12 @@ def _only_graph_inputs(model, input_shapes: Mapping[str, Sequence], log: LogFn) 
     return kept
 
 
-def _fold_validated(model, build, validate: bool, external_data_dir: Optional[str], log: LogFn):
+def _fold_validated(model, build, validate: bool, external_data_dir: Optional[str], log: LogFn,
+                    inputs_before_override=None):
     """Fold with ``build(level, excluded)``; validate and fall back level by level."""
     if not validate:
         return build("full", set())
-    check = _Validation(model, external_data_dir)
+    check = _Validation(model, external_data_dir, inputs_before_override)
     check.start()
     failures: list = []
     result = None
