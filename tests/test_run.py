@@ -459,3 +459,22 @@ def test_runner_library_interface(tmp_path):
         assert list(outs) == runner.output_names() == ["mul_out", "add_out", "Y"]
         assert float(outs["Y"].flat[0]) == 3.5 and runner.last_inference_time > 0
     assert not runner.is_active
+
+
+def test_a_long_mismatch_list_is_cut_in_the_summary_lines(cli, tmp_path):
+    # a layerwise comparison of hundreds of tensors: the summary names the first ones and the count
+    path = mz.save(mz.chain(30, ops=["Relu", "Abs"]), tmp_path / "c.onnx")
+    x = tmp_path / "x.json"
+    res = cli("run", path, "--onnxrt", "--onnx-outputs", "mark", "all", "--save-inputs", x, "--save-outputs", tmp_path / "g.json")
+    assert res.code == 0, res.err
+    golden = load_outputs(str(tmp_path / "g.json"))
+    for _, iters in golden.runs:
+        for it in iters:
+            for k in list(it.outputs):
+                it.outputs[k] = np.asarray(it.outputs[k]) + np.float32(1)
+    save_outputs(str(tmp_path / "bad.json"), golden)
+    res = cli("run", path, "--onnxrt", "--onnx-outputs", "mark", "all", "--load-inputs", x, "--load-outputs", tmp_path / "bad.json")
+    assert res.code == 1
+    last = res.err.strip().splitlines()[-1]
+    assert last.endswith("mismatched: t0, t1, t2, t3, t4, t5, t6, t7, t8, t9, ... (30 in all)")
+    assert "    FAILED | t25 |" in res.err  # every tensor keeps its own line

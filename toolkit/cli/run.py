@@ -350,8 +350,16 @@ def _final(passed: bool, command: str, mismatched: List[str]) -> None:
     if passed:
         result(f"PASSED | Command: {command}", style="bold green")
     else:
-        tail = f" | mismatched: {', '.join(mismatched)}" if mismatched else ""
+        tail = f" | mismatched: {_names(mismatched)}" if mismatched else ""
         result(f"FAILED | Command: {command}{tail}", style="bold red")
+
+
+def _names(names: List[str], limit: int = 20) -> str:
+    """Tensor names for a summary line: all of them up to ``limit``, else the first ones and a count
+    (each failing tensor has its own line above)."""
+    if len(names) <= limit:
+        return ", ".join(names)
+    return f"{', '.join(names[:10])}, ... ({len(names)} in all)"
 
 
 # --------------------------------------------------------------------------- comparisons
@@ -399,7 +407,7 @@ def render_comparison(pair, *, quiet: bool = False) -> None:
     else:
         result(
             f"  FAILED | {pair.label_a} vs {pair.label_b} | {ok_it}/{n_it} iteration(s) matched | "
-            f"mismatched: {', '.join(pair.mismatched())}",
+            f"mismatched: {_names(pair.mismatched())}",
             style="red",
         )
 
