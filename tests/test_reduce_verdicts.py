@@ -232,6 +232,9 @@ def test_noise_warning_rules():
     assert "within 10x of the tolerance" in noise_warning(ev(0.08, 1.6), ev(1.9e-5, 0.04))
     assert "--atol 3e-05" in noise_warning(None, ev(1.9e-5, 0.04))
     assert noise_warning(ev(2.0, 0.5), ev(1.5, 0.4)) is None
+    # near a tolerance the user raised (atol 1e-3: PP-OCR rec in fp16 failing by 1.5e-3) is no kernel noise
+    raised = Evidence([TensorEvidence("t", False, 1.48e-3, 5.0, 1.48e-3, 5.0, 1e-3, 4e-3)])
+    assert noise_warning(ev(6.5e-3, 1.0), raised) is None
     assert noise_warning(None, None) is None
     # an overflow in both (fp16 on resnet50: inf and inf) is the fault, not noise
     inf = float("inf")
