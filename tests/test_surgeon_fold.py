@@ -503,3 +503,17 @@ def test_override_shapes_a_branch_cannot_take_is_an_error():
     for flag in (True, False):
         np.testing.assert_array_equal(run(folded, {"x": x, "flag": np.array(flag)})["y"],
                                       run(branch_that_squeezes(), {"x": x, "flag": np.array(flag)})["y"])
+
+
+def test_malformed_neutral_looking_initializer_is_no_crash(tmp_path, cli):
+    """An initializer whose data disagrees with its dims (4 floats, shape [0]) beside a Mul: the
+    pass-through removal skips it instead of stopping sanitize with an internal error."""
+    w = numpy_helper.from_array(np.zeros(4, np.float32), "w")
+    w.dims[:] = [0]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Mul", ["r", "w"], ["m"]),
+             helper.make_node("Add", ["r", "m"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", [1, 4])], [modelzoo.vi("y", [1, 4])], [w])
+    path = modelzoo.save(modelzoo.make_model(graph, opset=17), tmp_path / "bad.onnx")
+    res = cli("surgeon", "sanitize", path, "--fold-constants", "-o", tmp_path / "out.onnx")
+    assert "bug in toolkit" not in res.err
+    assert res.code in (0, 3), res.err
