@@ -94,6 +94,7 @@ def test_compare_ends_at_the_faulty_node_inside_the_taken_branch(cli, models):
     assert "only valid for inputs that take the same If branches (if: then)" in res.err
     summary = json.loads(res.out)
     assert summary["model"] == "faulty.onnx"
+    assert summary["valid_for"] == "inputs that take the same If branches"
     assert {"node": "if", "model": "model", "condition": True, "branch": "then", "nodes": 5} in summary[
         "inlined_branches"
     ]
@@ -145,7 +146,7 @@ def test_check_with_loaded_inputs_ends_at_a_node_inside_the_branch(cli, models):
 
 def test_opt_out_and_unknown_conditions_keep_the_if_whole(cli, models):
     opt_out = cli("debug", "reduce", "clean.onnx", "-o", "reduced.onnx", "--load-inputs", "then.json",
-                  "--no-inline-branches", "--fail-regex", "Op: Sigmoid", "--check", *INSPECT)
+                  "--no-inline-branches", "--json", "--fail-regex", "Op: Sigmoid", "--check", *INSPECT)
     no_data = cli("debug", "reduce", "clean.onnx", "-o", "reduced.onnx", "--fail-regex", "Op: Sigmoid",
                   "--check", *INSPECT)
     for res in (opt_out, no_data):
@@ -153,6 +154,8 @@ def test_opt_out_and_unknown_conditions_keep_the_if_whole(cli, models):
         assert "for the given inputs" not in res.err and "If branches" not in res.err
         assert "the failure is inside this node's bodies (8 nodes)" in res.err
     assert _nodes(models / "reduced.onnx") == ["if"]
+    summary = json.loads(opt_out.out)
+    assert summary["inlined_branches"] == [] and summary["valid_for"] == "any input"
 
 
 def test_a_condition_that_differs_between_feeds_keeps_the_if_whole(cli, models):

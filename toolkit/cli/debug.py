@@ -471,6 +471,7 @@ def reduce_command(
     summary = summary_json(outcome, cfg) if json_summary else {}
     if json_summary:
         summary["inlined_branches"] = [d.to_json() for d in inlined.decisions] if inlined is not None else []
+        summary["valid_for"] = "inputs that take the same If branches" if inlined is not None else "any input"
     if runner is not None:
         from toolkit.cli.reduce_compare import report_compare
 
