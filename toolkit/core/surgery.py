@@ -60,17 +60,40 @@ def _quiet_gs():
 
 @contextlib.contextmanager
 def _quiet_ort():
-    """ONNX-Runtime sessions made by graphsurgeon's folding log optimizer warnings; hide them."""
+    """ONNX-Runtime sessions made by graphsurgeon's folding log optimizer warnings; hide them.
+
+    Those sessions (graphsurgeon passes no options) also run on one thread that does not spin,
+    without graph optimizations: a folding run executes each constant node once, so ONNX-Runtime
+    folding the same constants while it builds the session is the work done twice, and spinning
+    threads take the CPU from the validation running beside folding."""
     try:
         import onnxruntime as ort
     except ImportError:  # folding then fails and says so
         yield
         return
     ort.set_default_logger_severity(4)
+    plain = ort.InferenceSession
+    ort.InferenceSession = _with_folding_options(plain, ort)
     try:
         yield
     finally:
+        ort.InferenceSession = plain
         ort.set_default_logger_severity(2)  # ONNX-Runtime's default (warnings)
+
+
+def _with_folding_options(plain, ort):
+    """``plain`` (InferenceSession), with folding's session options where the caller gives none."""
+
+    def session(model, sess_options=None, *args, **kwargs):
+        if sess_options is None:
+            sess_options = ort.SessionOptions()
+            sess_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            sess_options.intra_op_num_threads = 1
+            sess_options.inter_op_num_threads = 1
+            sess_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return plain(model, sess_options, *args, **kwargs)
+
+    return session
 
 
 def _import_gs():
@@ -1085,6 +1108,15 @@ def _inline_branch(gs, g, node, branch, unique) -> list:
 _VALIDATE_MAX_BYTES = 1 << 30
 
 
+def _spread(shape):
+    """Values spread over [0, 1) without a random generator (importing numpy.random costs more
+    than validation's inputs need): the golden-ratio sequence, deterministic and not periodic."""
+    import numpy as np
+
+    n = int(np.prod(shape, dtype=np.int64))
+    return ((np.arange(1, n + 1, dtype=np.float64) * 0.6180339887498949) % 1.0).reshape(shape)
+
+
 class _Validation:
     """Runs the original model once on generated inputs; checks candidate results against it."""
 
@@ -1094,6 +1126,10 @@ class _Validation:
         # the graph inputs as the model stated them before --override-input-shapes (or None)
         self.inputs_before_override = inputs_before_override
         self.load_error: Optional[Exception] = None  # why ONNX-Runtime did not load the input model
+        # With If/Loop/Scan bodies, models are loaded with basic optimizations, which inline
+        # constant-condition branches and then check them (a plain load does not); without bodies
+        # those optimizations cannot make a load fail, and cost time.
+        self.bodies = any(a.type in (5, 10) for n in original.graph.node for a in n.attribute)  # GRAPH(S)
         self.feed: Any = None
         self.expected: Any = None
         self.skip_reason: Optional[str] = None
@@ -1244,7 +1280,6 @@ class _Validation:
         from toolkit.core.meta import dtype_to_numpy
         from toolkit.core.model import graph_io_meta
 
-        rng = np.random.default_rng(0)
         ins, _ = graph_io_meta(self.original)
         metas = {m.name: m for m in ins}
         feed = {}
@@ -1265,9 +1300,9 @@ class _Validation:
                 self.compare_reason = "generated inputs would be over 64 MiB"
                 return None
             if dtype.kind == "f":
-                feed[i.name] = rng.random(shape).astype(dtype)
+                feed[i.name] = _spread(shape).astype(dtype)
             elif dtype.kind == "b":
-                feed[i.name] = rng.random(shape) < 0.5
+                feed[i.name] = _spread(shape) < 0.5
             elif dtype.kind in "iu":
                 feed[i.name] = np.ones(shape, dtype=dtype)
             elif dtype.kind == "O" or dtype.kind == "U":
@@ -1294,10 +1329,10 @@ class _Validation:
             err = _strict_check(result)
             return None if err is None or _strict_check(self.original) is not None else f"it fails ONNX's checker: {err}"
         try:
-            sess = self._session(result, optimized=True)
+            sess = self._session(result, optimized=self.bodies)
         except Exception as exc:  # noqa: BLE001
             try:
-                self._session(self.original, optimized=True)
+                self._session(self.original, optimized=self.bodies)
             except Exception as orig_exc:  # noqa: BLE001 - the input model does not load either
                 self._raise_if_override_broke(orig_exc)
                 self.skip_reason = (
