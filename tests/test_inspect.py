@@ -86,6 +86,21 @@ def test_if_subgraph_nested_under_node(cli, tmp_path):
     assert "Subgraph: then_branch" in res.out and "Subgraph: else_branch" in res.out
 
 
+def test_tensors_inside_bodies_get_inferred_types(cli, tmp_path):
+    # silero-vad's If branches hold Constant weights and intermediate tensors with no value_info:
+    # shape inference types them, and the listing shows it (not dtype=?, shape=?)
+    from onnx import helper
+
+    model = z.with_if()
+    then_g = next(a.g for a in model.graph.node[1].attribute if a.name == "then_branch")
+    then_g.node[0].output[0] = "doubled"
+    then_g.node.append(helper.make_node("Neg", ["doubled"], ["then_out"], name="then_neg"))
+    path = z.save(model, tmp_path / "if.onnx")
+    res = cli("inspect", "model", path, "--mode=basic")
+    assert res.code == 0, res.err
+    assert "-> {doubled [dtype=float32, shape=(1, 4)]}" in res.out
+
+
 def test_symbolic_and_unknown_dims(cli, tmp_path):
     from onnx import TensorProto, helper
 

@@ -343,6 +343,7 @@ def describe_model(model, show: Show, infer: bool = True, external_base_dir: Opt
     Weights left on disk (a model loaded with ``load_external_data=False``) are read from
     ``external_base_dir`` one at a time, when shown."""
     graph = model.graph
+    body_metas: Dict[str, TensorMeta] = {}
     if infer and show.layers:
         from toolkit.core.model import infer_shapes
         from toolkit.core.shapes import light_copy
@@ -351,9 +352,11 @@ def describe_model(model, show: Show, infer: bool = True, external_base_dir: Opt
         inferred = infer_shapes(light_copy(model))
         graph = inferred.graph
         if inferred is not model:
-            # keep the original initializers (inference copies may lack loaded data)
+            # keep the original initializers (inference copies may lack loaded data), and the
+            # types inference found inside If/Loop/Scan bodies (their nodes are the original's)
             graph = _with_value_info(model.graph, inferred.graph)
-    graph_desc = GraphDescriber(show, external_base_dir=external_base_dir).describe(graph)
+            body_metas = _body_value_info(inferred.graph)
+    graph_desc = GraphDescriber(show, outer=body_metas, external_base_dir=external_base_dir).describe(graph)
     opsets = {(o.domain or "ai.onnx"): int(o.version) for o in model.opset_import}
     return {
         "name": model.graph.name,
@@ -363,6 +366,19 @@ def describe_model(model, show: Show, infer: bool = True, external_base_dir: Opt
         "functions": [f"{f.domain}.{f.name}" if f.domain else f.name for f in model.functions],
         "graph": graph_desc,
     }
+
+
+def _body_value_info(graph) -> Dict[str, TensorMeta]:
+    """name -> TensorMeta of the value_info of every If/Loop/Scan body below ``graph``."""
+    from toolkit.core.graphs import walk_graphs
+    from toolkit.core.model import value_info_meta
+
+    out: Dict[str, TensorMeta] = {}
+    for g in walk_graphs(graph):
+        if g is not graph:
+            for vi in g.value_info:
+                out.setdefault(vi.name, value_info_meta(vi))
+    return out
 
 
 def _with_value_info(original, inferred):
