@@ -364,6 +364,21 @@ def test_hint_ranking_follows_error_amplification():
     _ = load_for_index
 
 
+def test_hint_ranks_nodes_after_uncompared_tensors_last():
+    """rank(): c0 not compared (a converter's Cast output, missing from the reference): relu0's
+    ratio is estimated from an input error of 0 and must not be tried before conv2."""
+    from toolkit.reduce.graph import GraphIndex
+    from toolkit.reduce.guide import rank
+
+    index = GraphIndex(conv_net(4, ()), None)
+    errors = {"r0": 1e-3, "c1": 1e-3, "r1": 1e-3, "c2": 0.3, "r2": 0.3, "c3": 0.3, "r3": 0.3}
+    ranked = rank(index, errors)
+    names = [index.names[i] for i, _amp, _e in ranked]
+    assert names[0] == "conv2" and names[-1] == "relu0"
+    relu0 = next(amp for i, amp, _e in ranked if index.names[i] == "relu0")
+    assert relu0 > ranked[0][1]  # the larger (estimated) ratio, ranked last all the same
+
+
 def test_run_in_process_captures_output_and_exit_codes():
     import sys
 

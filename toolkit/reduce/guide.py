@@ -32,19 +32,26 @@ def rank(index, errors: Mapping[str, float]) -> List[Tuple[int, float, float]]:
     from toolkit.core.diagnosis import amplification
 
     est: Dict[str, float] = {}
+    unseen: Dict[str, bool] = {}  # the tensor's error is an estimate (an uncompared producer)
     out: List[Tuple[int, float, float]] = []
+    estimated = set()
     for i in range(index.size):  # topological order
         in_err = max((est.get(t, 0.0) for t in index.reads[i]), default=0.0)
+        guessed = any(unseen.get(t, False) for t in index.reads[i])
         compared = [errors[t] for t in index.writes[i] if t in errors]
         if not compared:
             for t in index.writes[i]:
                 est[t] = in_err
+                unseen[t] = True
             continue
         worst = max(compared)
         for t in index.writes[i]:
             est[t] = errors.get(t, worst)
+        if guessed:
+            estimated.add(i)
         out.append((i, amplification(worst, in_err), worst))
-    out.sort(key=lambda r: (-r[1], r[0]))
+    # a node reading uncompared tensors (a converter's Casts) has an estimated, inflated ratio: last
+    out.sort(key=lambda r: (r[0] in estimated, -r[1], r[0]))
     return out
 
 
