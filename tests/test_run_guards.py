@@ -74,3 +74,26 @@ def test_a_bf16_model_that_does_not_type_check_on_ort_names_the_emulation():
     assert "onnxrt:bf16" in _load_hint(text, None)
     assert _load_hint(text, "bfloat16") == ""  # the emulation itself: no such advice
     assert _load_hint("INVALID_ARGUMENT : something else", None) == ""
+
+
+def test_an_inference_error_on_generated_inputs_says_how_they_were_made(cli, tmp_path):
+    # a model that needs particular values (here a target shape): generated 0/1 values fail in ONNX-Runtime
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x", "shape"], ["y"], name="reshape")], "g",
+        [z.vi("x", [2, 3]), z.vi("shape", [2], TensorProto.INT64)], [z.vi("y", None)],
+    )
+    path = z.save(z.make_model(graph), tmp_path / "m.onnx")
+    res = cli("run", path, "--onnxrt", "--val-range", "shape:[1,1]")
+    assert res.code == 1
+    assert "inference failed" in res.err and "the inputs were generated" in res.err and "--load-inputs" in res.err
+    # the right values work; loaded inputs that fail get no such note
+    assert cli("run", path, "--onnxrt", "--val-range", "shape:[0,0]").code == 0
+    import numpy as np
+
+    from toolkit.core.datafiles import save_inputs
+
+    save_inputs(str(tmp_path / "in.json"), [{"x": np.ones((2, 3), np.float32), "shape": np.array([5, 5])}])
+    res = cli("run", path, "--onnxrt", "--load-inputs", tmp_path / "in.json")
+    assert res.code == 1 and "inference failed" in res.err and "generated" not in res.err

@@ -261,7 +261,7 @@ def run_runner(
         keep: List[Mapping] = []
         metas = runner.input_metadata()
         for k, feed in enumerate(feeds.feeds(metas, runner.preferred_shapes(), runner.preferred_values())):
-            outs = runner.infer(feed)
+            outs = _infer(runner, feed, feeds)
             secs = runner.last_inference_time
             result.runtimes.append(secs)
             rep.iteration(runner.name, k, feed, outs, secs)
@@ -281,6 +281,24 @@ def run_runner(
         return result
     finally:
         runner.deactivate()
+
+
+def _infer(runner, feed: Mapping, feeds: FeedSource) -> Mapping:
+    """``runner.infer(feed)``; an inference error on generated inputs says how they were made
+    (silero-vad fed a random sample rate and 1-sample audio fails deep inside an If branch)."""
+    from toolkit.core.errors import InferenceError
+
+    try:
+        return runner.infer(feed)
+    except InferenceError as exc:
+        if feeds.loaded is not None:
+            raise
+        raise InferenceError(
+            f"{exc.message} (the inputs were generated: dynamic dims 1 unless --input-shapes says otherwise, values "
+            "in --val-range, default [0,1]; a model that needs particular shapes or values wants --input-shapes and "
+            "--val-range, or real data with --load-inputs or --data-loader-script)",
+            exc.exit_code,
+        ) from None
 
 
 def report_saved(plan: RunPlan, live: List[ResultSet], rep: Reporter) -> None:
