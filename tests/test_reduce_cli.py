@@ -574,3 +574,14 @@ def test_a_result_that_is_one_if_node_says_the_failure_is_in_its_bodies(cli, tmp
     res = cli("debug", "reduce", "model.onnx", "-o", "reduced.onnx", "--fail-regex", "Op: Abs", "--check", *INSPECT)
     assert res.code == 0, res.err
     assert "bodies" not in res.err
+
+
+def test_a_check_naming_model_inputs_says_to_use_model_input_shapes(cli, tmp_path, monkeypatch):
+    # `--check toolkit run ... --input-shapes x:[...]` breaks on every subgraph without x: say what to do
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.chain(4), tmp_path / "model.onnx")
+    check = ["toolkit", "run", "polygraphy_debug.onnx", "--onnxrt", "--input-shapes", "x:[1,4]"]
+    res = cli("debug", "reduce", "model.onnx", "-o", "r.onnx", "--fail-regex", r"\{y \[", "--check", *check)
+    assert res.code == 0, res.err
+    assert "--input-shapes names 'x'" in res.err
+    assert "give the shapes to debug reduce instead (--model-input-shapes" in res.err

@@ -122,6 +122,16 @@ class Iteration:
     first_failure: bool = False  # the first failing check of the run
 
 
+def _broken_hint(line: str) -> str:
+    """Advice for a check broken in a known way on a subgraph ('' otherwise)."""
+    if ("--input-shapes names" in line or "--val-range names" in line) and "not an input of the model" in line:
+        return (
+            ". Subgraphs have other inputs than the model: give the shapes to debug reduce instead "
+            "(--model-input-shapes, written into every subgraph) and leave --input-shapes out of the check"
+        )
+    return ""
+
+
 def _body_nodes(nodes, mask: int) -> int:
     """The number of nodes in the bodies of the one If/Loop/Scan node ``mask`` holds (0 otherwise)."""
     from toolkit.core.graphs import node_subgraphs, walk_graphs
@@ -675,7 +685,7 @@ class Reducer:
             if self.broken == 1:  # later ones: their iteration lines say BROKEN and why
                 self.reporter.warn(
                     f"iteration {number}: the check itself failed ({reason}), so it says nothing about this "
-                    "subgraph; counted as a pass (so is every later BROKEN check)"
+                    "subgraph; counted as a pass (so is every later BROKEN check)" + _broken_hint(line)
                 )
         elif kind == TIMEOUT:
             self.timeouts += 1
