@@ -124,10 +124,17 @@ class Iteration:
 
 def _broken_hint(line: str) -> str:
     """Advice for a check broken in a known way on a subgraph ('' otherwise)."""
-    if ("--input-shapes names" in line or "--val-range names" in line) and "not an input of the model" in line:
+    if "not an input of the model" not in line:
+        return ""
+    if "--input-shapes names" in line:
         return (
             ". Subgraphs have other inputs than the model: give the shapes to debug reduce instead "
             "(--model-input-shapes, written into every subgraph) and leave --input-shapes out of the check"
+        )
+    if "--val-range names" in line:
+        return (
+            ". Subgraphs have other inputs than the model: give the check a range for every input ([lo,hi], "
+            "no name), or feed it the model's own values (layerwise --load-inputs)"
         )
     return ""
 
