@@ -317,3 +317,15 @@ def test_timeouts_are_counted(chain6):
     doc = json.loads(res.out)
     assert doc["timeouts"] == doc["checks"] >= 1
     assert "| TIMEOUT |" in res.err and "timed out (--check-timeout) and counted as a failure" in res.err
+
+
+@pytest.mark.skipif(HAS_TRT, reason="needs a machine without TensorRT")
+def test_compare_with_a_missing_backend_stops_with_exit_4(cli, tmp_path, monkeypatch):
+    # the built-in check runs in the warm worker: a missing TensorRT must end the check as
+    # `toolkit run --trt` ends (exit 4), not as a crash counted as a failure on every subgraph
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.chain(6), tmp_path / "m.onnx")
+    res = cli("debug", "reduce", "m.onnx", "-o", "r.onnx", "--compare", "onnxrt", "trt")
+    assert res.code == 4, res.err
+    assert "error: the check command itself fails: TensorRT is not installed" in res.err
+    assert "Traceback" not in res.err and not (tmp_path / "r.onnx").exists()

@@ -58,10 +58,13 @@ def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, time
 def run_entry(options) -> int:
     """Run ``options`` as ``toolkit run`` would, quietly (the check's output; in the forked worker)."""
     from toolkit.cli import output
+    from toolkit.cli.errors import run_with_boundary
     from toolkit.cli.run import run_and_render
 
     output._consoles.clear()  # the forked child has new stdio objects
-    return run_and_render(options, "toolkit run " + options.model + " (built-in comparison)", quiet=True)
+    # errors end as they end a `toolkit run`: one error line and the exit code (4: TensorRT missing)
+    command = "toolkit run " + options.model + " (built-in comparison)"
+    return run_with_boundary(run_and_render, options, command, quiet=True)
 
 
 def summarize_faults(faults: List, log_fn=log) -> None:
