@@ -185,3 +185,20 @@ def test_a_named_dim_set_for_one_input_applies_to_the_others(cli, tmp_path):
     assert [shape for _, shape in plan.inputs] == [(3, 5), (2, 4)]
     unnamed = [TensorMeta("a", ("?", 4), "float32"), TensorMeta("b", ("?", 4), "float32")]
     assert [s for _, s in plan_generation(unnamed, shapes={"a": (7, 4)}).inputs] == [(7, 4), (1, 4)]
+
+
+def test_a_dim_stated_as_minus_one_is_dynamic(tmp_path):
+    # PaddlePaddle exports write dim_value -1 for a dynamic dim (ppocr cls: x [-1, 3, ?, ?]):
+    # generated inputs give it 1 (or the --input-shapes value), never a negative size
+    from toolkit.core.inputs import plan_generation
+    from toolkit.core.meta import TensorMeta
+    from toolkit.precision.search import PrecisionConfig, PrecisionSearch
+
+    metas = [TensorMeta("x", (-1, 4), "float32")]
+    assert [s for _, s in plan_generation(metas).inputs] == [(1, 4)]
+    assert [s for _, s in plan_generation(metas, shapes={"x": (3, 4)}).inputs] == [(3, 4)]
+    model = modelzoo.chain(3)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -1
+    path = modelzoo.save(model, tmp_path / "minus_one.onnx")
+    outcome = PrecisionSearch(PrecisionConfig(path)).run()  # read its inputs from the ONNX model
+    assert outcome.status == "none-needed"

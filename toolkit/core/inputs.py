@@ -110,7 +110,7 @@ def resolve_shape(
                     f"but the model's input has rank {len(meta.shape)} {format_shape(meta.shape)}"
                 )
             for got, want in zip(shape, meta.shape):
-                if isinstance(want, int) and got != want:
+                if isinstance(want, int) and want >= 0 and got != want:
                     raise InputError(
                         f"--input-shapes gives '{meta.name}' shape {format_shape(shape)}, "
                         f"but the model fixes it to {format_shape(meta.shape)}"
@@ -124,7 +124,7 @@ def resolve_shape(
     guessed = False
     shared = []
     for d in meta.shape:
-        if isinstance(d, int):
+        if isinstance(d, int) and d >= 0:  # (exporters write -1 for a dynamic dim: PaddlePaddle does)
             dims.append(d)
         elif named and isinstance(d, str) and d in named:
             dims.append(named[d][0])
