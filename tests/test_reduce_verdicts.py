@@ -329,3 +329,12 @@ def test_compare_with_a_missing_backend_stops_with_exit_4(cli, tmp_path, monkeyp
     assert res.code == 4, res.err
     assert "error: the check command itself fails: TensorRT is not installed" in res.err
     assert "Traceback" not in res.err and not (tmp_path / "r.onnx").exists()
+
+
+def test_compare_on_a_dynamic_model_names_its_own_shape_option(cli, tmp_path, monkeypatch):
+    # the reference run's note about a guessed dim must name debug reduce's option, not run's
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.chain(4, shape=("batch", 4)), tmp_path / "m.onnx")
+    res = cli("debug", "reduce", "m.onnx", "-o", "r.onnx", "--compare", "onnxrt", "onnxrt")
+    assert "(set it with --model-input-shapes x:[...])" in res.err, res.err
+    assert "--input-shapes x" not in res.err.replace("--model-input-shapes", "")

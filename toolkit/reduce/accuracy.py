@@ -124,7 +124,8 @@ def _feed_source(opts: CompareOptions, notes: Callable[[str], None], loaded=None
         seed=opts.seed if opts.seed is not None else 1,
         ranges=parse_val_ranges(opts.val_range),
         shapes=parse_shape_specs(opts.input_shapes),
-        notes=notes,
+        # generation notes name run's option; debug reduce spells it --model-input-shapes
+        notes=lambda note: notes(note.replace("--input-shapes ", "--model-input-shapes ")),
     )
 
 
