@@ -517,3 +517,36 @@ def test_malformed_neutral_looking_initializer_is_no_crash(tmp_path, cli):
     res = cli("surgeon", "sanitize", path, "--fold-constants", "-o", tmp_path / "out.onnx")
     assert "bug in toolkit" not in res.err
     assert res.code in (0, 3), res.err
+
+
+def test_reshape_target_from_the_batch_dim_becomes_a_constant():
+    """Reshape(x:[N,8,4], Concat(Shape(x)[0:1], [4], [8]) as int32 then int64): the computed entry can
+    only be N, so the target is [-1, 4, 8] and Shape/Slice/Concat/Casts go. Data with two
+    dynamic dims (z:[N,M,8]) keeps its target's computation."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("Shape", ["r"], ["s"], name="shape"),
+        helper.make_node("Cast", ["s"], ["s32"], name="to_int32", to=TensorProto.INT32),
+        helper.make_node("Slice", ["s32", "zero1", "one1"], ["n"], name="batch"),
+        helper.make_node("Concat", ["n", "four", "eight"], ["t32"], name="target", axis=0),
+        helper.make_node("Cast", ["t32"], ["t"], name="to_int64", to=TensorProto.INT64),
+        helper.make_node("Reshape", ["r", "t"], ["y"], name="reshape"),
+        helper.make_node("Concat", ["n", "four", "four"], ["u32"], name="other_target", axis=0),
+        helper.make_node("Cast", ["u32"], ["u"], name="other_to_int64", to=TensorProto.INT64),
+        helper.make_node("Reshape", ["z", "u"], ["w"], name="other_reshape"),
+    ]
+    inits = [_const("zero1", np.array([0], np.int64)), _const("one1", np.array([1], np.int64)),
+             _const("four", np.array([4], np.int32)), _const("eight", np.array([8], np.int32))]
+    graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", ["N", 8, 4]), modelzoo.vi("z", ["N", "M", 8])],
+                              [modelzoo.vi("y", ["N", 4, 8]), modelzoo.vi("w", ["N", 4, 4])], inits)
+    model = modelzoo.make_model(graph, opset=17)
+    folded, _ = sanitize(model, fold_constants=True)
+    names = [n.name for n in folded.graph.node]
+    assert "reshape" in names and "target" not in names and "to_int64" not in names
+    assert "other_target" in names and "other_reshape" in names
+    for batch in (1, 3):
+        feed = {"x": np.arange(batch * 32, dtype=np.float32).reshape(batch, 8, 4) - 5,
+                "z": np.ones((batch, 2, 8), np.float32)}
+        want, got = run(model, feed), run(folded, feed)
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])

@@ -275,3 +275,69 @@ def _eliminate_in(gs, graph) -> int:
             node.outputs.clear()
         removed += 1
     return removed
+
+
+def _concat_parts(gs, tensor):
+    """The parts of the 1-D Concat that computes ``tensor`` (through integer Casts), or None."""
+    node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    while node is not None and node.op == "Cast" and len(node.inputs) == 1:
+        src = node.inputs[0]
+        node = src.inputs[0] if len(src.inputs) == 1 else None
+    if node is None or node.op != "Concat" or int(node.attrs.get("axis", 0)) not in (0, -1):
+        return None
+    return list(node.inputs)
+
+
+def _dynamic_target(gs, node):
+    """For a Reshape whose target is a Concat of constants and one computed entry, where the
+    data has one dynamic dim and its static dims hold as many elements as the constants ask:
+    the target as a constant, with -1 for the computed entry (it can only be that dim)."""
+    import numpy as np
+
+    if node.op != "Reshape" or len(node.inputs) < 2 or node.attrs.get("allowzero", 0):
+        return None
+    data, target = node.inputs[0], node.inputs[1]
+    if isinstance(target, gs.Constant) or data.shape is None:
+        return None
+    parts = _concat_parts(gs, target)
+    if not parts:
+        return None
+    entries, computed = [], []
+    for part in parts:
+        if isinstance(part, gs.Constant) and part.values.ndim == 1 and part.values.dtype.kind in "iu":
+            entries += [int(v) for v in part.values.tolist()]
+        elif part.shape is not None and list(part.shape) == [1]:
+            computed.append(len(entries))
+            entries.append(-1)
+        else:
+            return None
+    dims = _static_shape(data)
+    if len(computed) != 1 or dims is None or dims.count(None) != 1:
+        return None
+    known = [e for i, e in enumerate(entries) if i != computed[0]]
+    if any(e <= 0 for e in known):
+        return None
+    if int(np.prod([d for d in dims if d is not None], dtype=np.int64)) != int(np.prod(known, dtype=np.int64)):
+        return None
+    return np.array(entries, dtype=np.int64)
+
+
+def constant_reshape_targets(gs, graph) -> int:
+    """Replace computed Reshape targets that can only be one value by that constant (see
+    :func:`_dynamic_target`), in ``graph`` and its bodies; the computation left unused goes
+    with the next cleanup. Returns how many were replaced."""
+    replaced = 0
+    taken = set(graph.tensors())
+    for node in list(graph.nodes):
+        for sub in node.subgraphs():
+            replaced += constant_reshape_targets(gs, sub)
+        values = _dynamic_target(gs, node)
+        if values is None:
+            continue
+        name = f"{node.inputs[1].name}_const"
+        while name in taken:
+            name += "_"
+        taken.add(name)
+        node.inputs[1] = gs.Constant(name, values)
+        replaced += 1
+    return replaced

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError, one_line
-from toolkit.core.fold_noops import eliminate_noops
+from toolkit.core.fold_noops import constant_reshape_targets, eliminate_noops
 from toolkit.core.graphs import has_external_data, walk_graphs
 from toolkit.core.meta import TensorMeta, format_meta, format_spec_shape, parse_size  # noqa: F401  (parse_size: re-exported)
 from toolkit.core.shapes import (
@@ -1729,7 +1729,7 @@ def _fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, s
         finally:
             _unhide(hidden)
         ifs = _flatten_constant_ifs(gs, graph) if inline else 0
-        inlined = ifs + eliminate_noops(gs, graph)
+        inlined = ifs + eliminate_noops(gs, graph) + constant_reshape_targets(gs, graph)
         with _quiet_gs(), _gs_step("clean up"):
             graph.cleanup()
         after = count_nodes(graph)
