@@ -377,6 +377,10 @@ def test_hint_ranks_nodes_after_uncompared_tensors_last():
     assert names[0] == "conv2" and names[-1] == "relu0"
     relu0 = next(amp for i, amp, _e in ranked if index.names[i] == "relu0")
     assert relu0 > ranked[0][1]  # the larger (estimated) ratio, ranked last all the same
+    # with an fp16 runner under test, errors below fp16's rounding step are that rounding
+    errors = {"c0": 3e-4, "r0": 3e-4, "c1": 3e-4, "r1": 3e-4, "c2": 0.3, "r2": 0.3, "c3": 0.3, "r3": 0.3}
+    assert index.names[rank(index, errors)[0][0]] == "conv0"  # 3e-4 over float32's epsilon
+    assert index.names[rank(index, errors, 2.0**-11)[0][0]] == "conv2"
 
 
 def test_run_in_process_captures_output_and_exit_codes():

@@ -157,6 +157,31 @@ def test_nodes_after_uncompared_tensors_rank_last():
     assert diagnose(errors, topo).culprit is None
 
 
+def test_fp16_storage_floors_the_amplification():
+    # fp16 emulation rounds even the graph input (compared exact): the first node's output error
+    # of about 2**-11 is that rounding, not an amplification of 4000x; a real amplifier stays first
+    from toolkit.core.diagnosis import FLOOR, TensorError, storage_floor
+
+    assert storage_floor("onnxrt-runner", "onnxrt:fp16") == 2.0**-11
+    assert storage_floor("onnxrt:bf16", "trt:fp16") == 2.0**-8
+    assert storage_floor("onnxrt-runner", "onnxrt-runner (from golden.json)") == FLOOR
+    assert storage_floor("trt:fp16,int8") == 2.0**-11
+    nodes = [
+        helper.make_node("Relu", ["x"], ["c0"], name="conv0"),
+        helper.make_node("Neg", ["c0"], ["y"], name="conv1"),
+    ]
+    topo = _topology(nodes, "y")
+
+    def err(name, rel, passed):
+        return TensorError(name, passed, rel, rel, rel, rel / 1e-3, 1e-3, 1e-3, "elemwise")
+
+    errors = {"c0": err("c0", 3.9e-4, True), "y": err("y", 0.01, False)}
+    assert diagnose(errors, topo).ranked[0].node == "conv0"  # float32's floor: 3.3e3x
+    diag = diagnose(errors, topo, "onnxrt-runner", "onnxrt:fp16")
+    assert diag.ranked[0].node == "conv1" and diag.culprit.node == "conv1"
+    assert next(s for s in diag.ranked if s.node == "conv0").amplification == 1.0
+
+
 def test_tolerance_ratio_matches_the_verdict():
     tol = Tolerances.parse(["1e-3"], ["1e-3"])
     a = np.array([1.0, 2.0, 3.0], np.float32)

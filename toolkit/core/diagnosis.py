@@ -15,7 +15,9 @@ Errors
   get the largest error of their producer's inputs (error flows through them unseen);
   graph inputs, initializers and constants have none.
 - ``amplification = max(out, FLOOR) / max(in, FLOOR)`` with ``FLOOR`` the float32 epsilon,
-  so exact-in, exact-out is 1 and rounding noise on exact inputs stays small.
+  so exact-in, exact-out is 1 and rounding noise on exact inputs stays small. When one side
+  stores tensors in fp16 or bf16 (the emulation rounds even the graph inputs, which are
+  compared exact), the floor is that precision's rounding step (:func:`storage_floor`).
 - ``tol_ratio``: the error relative to the tolerance that judged the tensor (1 is the
   tolerance; above 1 is out of tolerance). For the ``elemwise`` check it is the largest,
   over elements, of ``min(abs / atol, rel / rtol)``; for ``max``/``mean``/``median`` it
@@ -31,6 +33,20 @@ from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
 FLOOR = 2.0**-23  # float32 epsilon: errors below it count as rounding
+# the rounding step of reduced-precision storage (unit roundoff): errors below it are that rounding
+STORAGE_FLOOR = {"fp16": 2.0**-11, "bf16": 2.0**-8}
+
+
+def storage_floor(*labels: str) -> float:
+    """The amplification floor for a comparison of runners ``labels`` (names or specs such as
+    ``onnxrt:fp16``): the coarsest reduced-precision rounding step named, else :data:`FLOOR`."""
+    floor = FLOOR
+    for label in labels:
+        options = label.partition(":")[2].replace(" ", "").split(",")
+        for key, step in STORAGE_FLOOR.items():
+            if key in options:
+                floor = max(floor, step)
+    return floor
 TOP_NODES = 5  # ranked nodes shown in a terminal diagnosis
 
 
@@ -289,9 +305,9 @@ def _jsonable(obj):
     return obj
 
 
-def amplification(output_error: float, input_error: float) -> float:
-    out = max(output_error, FLOOR)
-    inp = max(input_error, FLOOR)
+def amplification(output_error: float, input_error: float, floor: float = FLOOR) -> float:
+    out = max(output_error, floor)
+    inp = max(input_error, floor)
     if math.isinf(out) and math.isinf(inp):
         return 1.0
     return out / inp
@@ -300,7 +316,8 @@ def amplification(output_error: float, input_error: float) -> float:
 def diagnose(
     errors: Mapping[str, TensorError], topology: Optional[Topology], label_a: str = "A", label_b: str = "B"
 ) -> Diagnosis:
-    """Place ``errors`` in the graph: first failure, ranked nodes, error against depth."""
+    """Place ``errors`` in the graph: first failure, ranked nodes, error against depth (the
+    amplification floor follows the labels, see :func:`storage_floor`)."""
     if topology is None:
         compared = list(errors.values())
         for k, t in enumerate(compared):
@@ -319,7 +336,7 @@ def diagnose(
     known = {t.name for t in tensors}
     extra = [e for n, e in errors.items() if n not in known]  # graph inputs and the like
     first = next((t for t in tensors if not t.passed), None) or next((t for t in extra if not t.passed), None)
-    ranked = _rank(errors, topology)
+    ranked = _rank(errors, topology, storage_floor(label_a, label_b))
     notes = []
     if any(s.unseen and not s.passed for s in ranked):
         notes.append(
@@ -332,7 +349,7 @@ def diagnose(
     return Diagnosis(label_a, label_b, tensors + extra, first, ranked, _depth_rows(tensors), notes=notes)
 
 
-def _rank(errors: Mapping[str, TensorError], topology: Topology) -> List[NodeScore]:
+def _rank(errors: Mapping[str, TensorError], topology: Topology, floor: float = FLOOR) -> List[NodeScore]:
     est: Dict[str, float] = {}  # error estimate of every tensor seen so far
     gap: Dict[str, int] = {}  # uncompared nodes (longest chain) behind each tensor
     for name in topology.sources:
@@ -360,7 +377,7 @@ def _rank(errors: Mapping[str, TensorError], topology: Topology) -> List[NodeSco
                 list(node.outputs),
                 in_err,
                 worst.rel_l2,
-                amplification(worst.rel_l2, in_err),
+                amplification(worst.rel_l2, in_err, floor),
                 all(e.passed for e in compared),
                 worst.name,
                 in_gap,

@@ -125,7 +125,10 @@ class CompareReducer(Reducer):
             errors = errors_of()
             if not errors:
                 return self._ranked
-            self._ranked = rank(self.index, errors)
+            from toolkit.core.diagnosis import storage_floor
+
+            test = getattr(getattr(self.runner, "opts", None), "test", "")
+            self._ranked = rank(self.index, errors, storage_floor(test))
             top = self._ranked[:3]
             self.guide.update(
                 hint_seconds=round(time.monotonic() - start, 3),

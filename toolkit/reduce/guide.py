@@ -17,7 +17,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Tuple
 
 from toolkit.reduce.strategy import Plan, Search
 
@@ -25,11 +25,13 @@ TRIES = 3  # hinted nodes checked alone before the normal search
 MIN_AMPLIFICATION = 2.0  # a node amplifying less than this is not worth a check of its own
 
 
-def rank(index, errors: Mapping[str, float]) -> List[Tuple[int, float, float]]:
+def rank(index, errors: Mapping[str, float], floor: Optional[float] = None) -> List[Tuple[int, float, float]]:
     """``(node position, amplification, output error)`` for every node of ``index`` with a compared
     output, largest amplification first. ``errors``: ``{tensor: rel_l2}``. A tensor not compared
     carries its producer's input error; graph inputs and weights (fed exactly) have none."""
-    from toolkit.core.diagnosis import amplification
+    from toolkit.core.diagnosis import FLOOR, amplification
+
+    floor = FLOOR if floor is None else floor  # (the runner's storage rounding step: storage_floor)
 
     est: Dict[str, float] = {}
     unseen: Dict[str, bool] = {}  # the tensor's error is an estimate (an uncompared producer)
@@ -49,7 +51,7 @@ def rank(index, errors: Mapping[str, float]) -> List[Tuple[int, float, float]]:
             est[t] = errors.get(t, worst)
         if guessed:
             estimated.add(i)
-        out.append((i, amplification(worst, in_err), worst))
+        out.append((i, amplification(worst, in_err, floor), worst))
     # a node reading uncompared tensors (a converter's Casts) has an estimated, inflated ratio: last
     out.sort(key=lambda r: (r[0] in estimated, -r[1], r[0]))
     return out
