@@ -589,8 +589,9 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
     (earlier faults' outputs replaced by reference values), every tensor compared: the
     relative L2 error of the fault's outputs over that of its inputs.
     """
-    from toolkit.core.diagnosis import amplification
+    from toolkit.core.diagnosis import amplification, storage_floor
 
+    floor = storage_floor(runner.opts.test)  # (an fp16 runner rounds even exact inputs)
     folder = runner.prepared_ref.folder
     for f in faults:
         cand = reducer.candidate(f.mask)
@@ -609,7 +610,7 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
             out_err = max((errs.get(t, 0.0) for t in cand.outputs), default=0.0)
             in_err = max((errs.get(t, 0.0) for t in cand.inputs), default=0.0)
             f.evidence.update(
-                output_error=out_err, input_error=in_err, amplification=amplification(out_err, in_err)
+                output_error=out_err, input_error=in_err, amplification=amplification(out_err, in_err, floor)
             )
 
 
