@@ -54,9 +54,13 @@ def test_files_with_different_iteration_counts(cli, tmp_path):
     save_inputs(a, _feeds(1, "a", 0))
     save_inputs(b, _feeds(2, "b", 5))
     out = str(tmp_path / "m.json")
-    assert cli("data", "to-input", a, b, "-o", out).code == 0
+    res = cli("data", "to-input", a, b, "-o", out)
+    assert res.code == 0
     merged = load_inputs(out)
     assert sorted(merged[0]) == ["a", "b"] and sorted(merged[1]) == ["b"] and merged[1]["b"][0] == 6
+    # said, since a layerwise check on iteration 1 would miss the tensors of a.npz
+    assert f"different numbers of iterations ({a}: 1, {b}: 2); iterations 1 and later" in res.err
+    assert "different numbers" not in cli("data", "to-input", b, b, "-o", out).err
 
 
 def test_merge_to_stdout(cli, files):

@@ -8,7 +8,7 @@ import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import Annotated, check_data_output, command_kwargs, option
-from toolkit.cli.output import log
+from toolkit.cli.output import log, warn
 
 app = typer.Typer(help="Work with inputs and outputs data files (JSON or .npz).", **SUBAPP_SETTINGS)
 
@@ -37,11 +37,29 @@ def _to_input(files: List[str], output: str) -> None:
     check_data_output("-o", output)
     check_output_path(output)
     datasets = [load_data(f) for f in files]
+    _warn_uneven(files, datasets)
     merged = merge_to_inputs(datasets)
     save_inputs(output, merged)
     names = {n for feed in merged for n in feed}
     where = "<stdout>" if output == "-" else output
     log(f"Merged {len(files)} file(s) into {len(merged)} iteration(s) of {len(names)} tensor(s): {where}")
+
+
+def _warn_uneven(files: List[str], datasets: list) -> None:
+    """Warn when the files hold different numbers of iterations: the later feeds then lack the
+    tensors of the shorter files (a layerwise check on them would miss its inputs)."""
+    from toolkit.core.datafiles import RunResults
+
+    counts = [
+        max((len(iters) for _r, iters in d.runs), default=0) if isinstance(d, RunResults) else len(d)
+        for d in datasets
+    ]
+    if len(set(counts)) > 1:
+        held = ", ".join(f"{f}: {n}" for f, n in zip(files, counts))
+        warn(
+            f"the files hold different numbers of iterations ({held}); iterations {min(counts)} and later hold "
+            "only the tensors of the files that have them"
+        )
 
 
 @app.command("to-input", **command_kwargs())
