@@ -182,6 +182,23 @@ def test_fp16_storage_floors_the_amplification():
     assert next(s for s in diag.ranked if s.node == "conv0").amplification == 1.0
 
 
+def test_the_floor_of_a_run_follows_its_reduced_precision_runners():
+    from types import SimpleNamespace
+
+    from toolkit.core.diagnosis import FLOOR
+    from toolkit.run.diagnose import pair_floor
+
+    def pair(a, b):
+        return SimpleNamespace(label_a=a, label_b=b)
+
+    plain = SimpleNamespace(fp16=False, bf16=False)
+    half = SimpleNamespace(fp16=True, bf16=False)
+    assert pair_floor(plain, pair("onnxrt-runner", "trt-runner")) == FLOOR
+    assert pair_floor(half, pair("onnxrt-runner", "trt-runner")) == 2.0**-11  # run --onnxrt --trt --fp16
+    assert pair_floor(plain, pair("onnxrt-runner", "onnxrt:bf16")) == 2.0**-8
+    assert pair_floor(half, pair("onnxrt-runner", "onnxrt-runner (from golden.json)")) == FLOOR
+
+
 def test_tolerance_ratio_matches_the_verdict():
     tol = Tolerances.parse(["1e-3"], ["1e-3"])
     a = np.array([1.0, 2.0, 3.0], np.float32)

@@ -314,10 +314,14 @@ def amplification(output_error: float, input_error: float, floor: float = FLOOR)
 
 
 def diagnose(
-    errors: Mapping[str, TensorError], topology: Optional[Topology], label_a: str = "A", label_b: str = "B"
+    errors: Mapping[str, TensorError],
+    topology: Optional[Topology],
+    label_a: str = "A",
+    label_b: str = "B",
+    floor: Optional[float] = None,
 ) -> Diagnosis:
     """Place ``errors`` in the graph: first failure, ranked nodes, error against depth (the
-    amplification floor follows the labels, see :func:`storage_floor`)."""
+    amplification ``floor`` follows the labels unless given, see :func:`storage_floor`)."""
     if topology is None:
         compared = list(errors.values())
         for k, t in enumerate(compared):
@@ -336,7 +340,7 @@ def diagnose(
     known = {t.name for t in tensors}
     extra = [e for n, e in errors.items() if n not in known]  # graph inputs and the like
     first = next((t for t in tensors if not t.passed), None) or next((t for t in extra if not t.passed), None)
-    ranked = _rank(errors, topology, storage_floor(label_a, label_b))
+    ranked = _rank(errors, topology, floor if floor is not None else storage_floor(label_a, label_b))
     notes = []
     if any(s.unseen and not s.passed for s in ranked):
         notes.append(

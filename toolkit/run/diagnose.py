@@ -66,6 +66,18 @@ def _topology(model: str):
         return None
 
 
+def pair_floor(opts, pair) -> float:
+    """The amplification floor of a comparison: the storage rounding step of an fp16/bf16 runner
+    in it (``onnxrt:fp16`` by its name; TensorRT's ``trt-runner`` by ``--fp16``/``--bf16``)."""
+    from toolkit.core.diagnosis import storage_floor
+
+    labels = [pair.label_a, pair.label_b]
+    if any(label.startswith("trt") and ":" not in label for label in labels):
+        labels += ["trt:fp16"] if opts.fp16 else []
+        labels += ["trt:bf16"] if opts.bf16 else []
+    return storage_floor(*labels)
+
+
 def diagnoses(opts, comparisons: List, errors: Dict[int, dict]) -> List[Optional["Diagnosis"]]:
     """One :class:`~toolkit.core.diagnosis.Diagnosis` per comparison (None where no errors were gathered);
     writes ``--save-report``."""
@@ -77,7 +89,7 @@ def diagnoses(opts, comparisons: List, errors: Dict[int, dict]) -> List[Optional
     out: List[Optional["Diagnosis"]] = []
     for i, pair in enumerate(comparisons):
         errs = errors.get(i)
-        out.append(diagnose(errs, topology, pair.label_a, pair.label_b) if errs else None)
+        out.append(diagnose(errs, topology, pair.label_a, pair.label_b, pair_floor(opts, pair)) if errs else None)
     if opts.save_report:
         from toolkit.core.report import save_report
 
