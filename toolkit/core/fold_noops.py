@@ -19,6 +19,17 @@ _WHOLE_AXIS = 2**31 - 1
 _NEUTRAL = {"Add": (0, (0, 1)), "Sub": (0, (1,)), "Mul": (1, (0, 1)), "Div": (1, (1,))}
 
 
+# Standard ops with graph attributes; nodes of other domains may have them too.
+_BODY_OPS = frozenset(("If", "Loop", "Scan", "SequenceMap"))
+
+
+def bodies(node):
+    """``node``'s subgraphs, without scanning the attributes of the (many) standard ops that have none."""
+    if node.op not in _BODY_OPS and node.domain in (None, "", "ai.onnx"):
+        return ()
+    return node.subgraphs()
+
+
 def noop_source(gs, node, graph_outputs) -> Optional[Any]:
     """The tensor ``node`` passes through unchanged, or None when it is not such a node."""
     op = node.op
@@ -238,7 +249,7 @@ def eliminate_noops(gs, graph) -> int:
     the node stays (an output needs a node of its own there). Returns how many were removed."""
     removed = _eliminate_in(gs, graph)
     for node in list(graph.nodes):
-        for sub in node.subgraphs():
+        for sub in bodies(node):
             removed += eliminate_noops(gs, sub)
     return removed
 
@@ -258,7 +269,7 @@ def _eliminate_in(gs, graph) -> int:
         if id(dst) in outputs:
             producer = src.inputs[0] if len(src.inputs) == 1 else None
             if (producer is None or id(producer) not in own or id(src) in outputs or id(src) in inputs
-                    or isinstance(src, gs.Constant) or any(True for _ in producer.subgraphs())
+                    or isinstance(src, gs.Constant) or any(True for _ in bodies(producer))
                     or producer.op == "Identity"):
                 continue
             # src's producer now writes dst; src's other readers read dst.
@@ -329,7 +340,7 @@ def constant_reshape_targets(gs, graph) -> int:
     replaced = 0
     taken = set(graph.tensors())
     for node in list(graph.nodes):
-        for sub in node.subgraphs():
+        for sub in bodies(node):
             replaced += constant_reshape_targets(gs, sub)
         values = _dynamic_target(gs, node)
         if values is None:

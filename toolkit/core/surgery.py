@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError, one_line
-from toolkit.core.fold_noops import constant_reshape_targets, eliminate_noops
+from toolkit.core.fold_noops import bodies, constant_reshape_targets, eliminate_noops
 from toolkit.core.graphs import has_external_data, walk_graphs
 from toolkit.core.meta import TensorMeta, format_meta, format_spec_shape, parse_size  # noqa: F401  (parse_size: re-exported)
 from toolkit.core.shapes import (
@@ -219,7 +219,7 @@ def count_nodes(graph) -> int:
     """Nodes of a gs graph including those inside subgraphs (If/Loop/Scan bodies)."""
     n = len(graph.nodes)
     for node in graph.nodes:
-        for sub in node.subgraphs():
+        for sub in bodies(node):
             n += count_nodes(sub)
     return n
 
@@ -963,7 +963,7 @@ def _failing_part(message: str, names: set):
 def _all_nodes(graph):
     for node in graph.nodes:
         yield node
-        for sub in node.subgraphs():
+        for sub in bodies(node):
             yield from _all_nodes(sub)
 
 
@@ -1049,7 +1049,7 @@ def _flatten_constant_ifs(gs, graph) -> int:
         index = 0
         while index < len(g.nodes):
             node = g.nodes[index]
-            for sub in node.subgraphs():
+            for sub in bodies(node):
                 visit(sub)
             cond = node.inputs[0] if node.op == "If" and node.inputs else None
             if not isinstance(cond, gs.Constant) or cond.values.size != 1:
