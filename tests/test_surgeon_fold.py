@@ -496,8 +496,11 @@ def test_override_shapes_a_branch_cannot_take_is_an_error():
     unless validation is off. With x:[2,1] every branch is fine."""
     with pytest.raises(surgery.InputError, match="override-input-shapes"):
         sanitize(branch_that_squeezes(), fold_constants=True, input_shapes={"x": [2, 3]})
+    with pytest.raises(surgery.InputError, match="override-input-shapes"):  # without folding too
+        sanitize(branch_that_squeezes(), input_shapes={"x": [2, 3]})
     folded, _ = sanitize(branch_that_squeezes(), fold_constants=True, input_shapes={"x": [2, 3]}, validate=False)
     assert folded is not None
+    sanitize(branch_that_squeezes(), input_shapes={"x": [2, 1]})
     folded, _ = sanitize(branch_that_squeezes(), fold_constants=True, input_shapes={"x": [2, 1]})
     x = np.array([[1], [2]], np.float32)
     for flag in (True, False):

@@ -1364,6 +1364,18 @@ class _Validation:
             return None
         return f"output '{bad[0]}' differs from the input model's"
 
+    def check_override(self) -> None:
+        """InputError when the model with overridden input shapes does not load while it did
+        with its own (see :meth:`_raise_if_override_broke`)."""
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            return
+        try:
+            self._session(self.original, optimized=True)
+        except Exception as exc:  # noqa: BLE001 - ORT's own exception types
+            self._raise_if_override_broke(exc)
+
     def _raise_if_override_broke(self, exc: Exception) -> None:
         """InputError when the input model loads with its own input shapes but not with the
         overridden ones (``exc``): no folding can make such a model load."""
@@ -1798,13 +1810,13 @@ def sanitize(
         input_shapes = _only_graph_inputs(model, input_shapes, log)
     inputs_before = None
     if input_shapes:
-        inputs_before = [type(vi)() for vi in model.graph.input]
-        for copy, vi in zip(inputs_before, model.graph.input):
-            copy.CopyFrom(vi)
+        inputs_before = [_copied(vi) for vi in model.graph.input]
         override_input_shapes(model, dict(input_shapes), inplace=True)
         infer_shapes_in_place(model, reset_outputs=True)
         log(f"Input shapes overridden: {', '.join(f'{k}:{list(v)}' for k, v in input_shapes.items())}; "
             "shapes re-inferred")
+        if validate and not fold_constants:  # (with folding, the folded model's validation checks this)
+            _Validation(model, external_data_dir, inputs_before).check_override()
     elif fold_constants:
         infer_shapes_in_place(model)
 
@@ -1850,6 +1862,12 @@ def sanitize(
     report.nodes_after = count_model_nodes(result)
     report.seconds = time.perf_counter() - t_start
     return result, report
+
+
+def _copied(message):
+    copy = type(message)()
+    copy.CopyFrom(message)
+    return copy
 
 
 def _only_graph_inputs(model, input_shapes: Mapping[str, Sequence], log: LogFn) -> Dict[str, Sequence]:
