@@ -553,3 +553,22 @@ def test_reshape_target_from_the_batch_dim_becomes_a_constant():
         want, got = run(model, feed), run(folded, feed)
         for name in want:
             np.testing.assert_array_equal(got[name], want[name])
+
+
+@pytest.mark.parametrize("dims, keep", [([0], 4), ([3], 0), ([2, 2], 3)])
+def test_damaged_weights_are_refused_in_one_line(tmp_path, cli, dims, keep):
+    """A weight whose data does not fill its dims (too much, none, too little) is exit 3 naming
+    the tensor, before folding reads it; the input file is left as it was."""
+    w = numpy_helper.from_array(np.ones(4, np.float32), "w")
+    w.dims[:] = dims
+    w.raw_data = w.raw_data[: keep * 4]
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "w"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", [2, 2])], [modelzoo.vi("y", [2, 2])], [w])
+    path = modelzoo.save(modelzoo.make_model(graph, opset=17), tmp_path / "bad.onnx")
+    before = path.read_bytes() if hasattr(path, "read_bytes") else open(path, "rb").read()
+    out = tmp_path / "out.onnx"
+    res = cli("surgeon", "sanitize", path, "--fold-constants", "-o", out)
+    assert res.code == 3, res.err
+    assert "tensor 'w'" in res.err and "damaged" in res.err and "bug in toolkit" not in res.err
+    assert not out.exists()
+    assert open(path, "rb").read() == before

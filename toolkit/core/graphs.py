@@ -123,3 +123,33 @@ def stable_topological_order(nodes: Sequence, reads: Callable[[Any], Iterable[st
             if left[user] == 0:
                 heapq.heappush(ready, user)
     return order
+
+
+# data_type -> (bytes per element in raw_data, the typed field holding it otherwise, field entries per element)
+_TENSOR_LAYOUT = {
+    1: (4, "float_data", 1), 2: (1, "int32_data", 1), 3: (1, "int32_data", 1), 4: (2, "int32_data", 1),
+    5: (2, "int32_data", 1), 6: (4, "int32_data", 1), 7: (8, "int64_data", 1), 9: (1, "int32_data", 1),
+    10: (2, "int32_data", 1), 11: (8, "double_data", 1), 12: (4, "uint64_data", 1), 13: (8, "uint64_data", 1),
+    14: (8, "float_data", 2), 15: (16, "double_data", 2), 16: (2, "int32_data", 1),
+}
+
+
+def damaged_tensor(model) -> Optional[str]:
+    """A sentence naming the first tensor whose stored data does not fill its dims (``None`` when
+    every tensor is whole). Reads sizes only: no weight is copied; external data is not checked."""
+    for tensor in all_tensors(model):
+        layout = _TENSOR_LAYOUT.get(tensor.data_type)
+        if layout is None or is_external(tensor):
+            continue
+        itemsize, field, per = layout
+        need = 1
+        for d in tensor.dims:
+            need *= d
+        if tensor.raw_data:
+            have, unit = len(tensor.raw_data), itemsize
+        else:
+            have, unit = len(getattr(tensor, field)), per
+        if have != need * unit:
+            return (f"tensor '{tensor.name}' holds {have // unit if have % unit == 0 else have / unit:g} value(s) "
+                    f"but its dims {list(tensor.dims)} need {need}")
+    return None

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError, one_line
 from toolkit.core.fold_noops import bodies, constant_reshape_targets, eliminate_noops
-from toolkit.core.graphs import has_external_data, walk_graphs
+from toolkit.core.graphs import damaged_tensor, has_external_data, walk_graphs
 from toolkit.core.meta import TensorMeta, format_meta, format_spec_shape, parse_size  # noqa: F401  (parse_size: re-exported)
 from toolkit.core.shapes import (
     infer_tensor_meta,
@@ -1847,6 +1847,7 @@ def sanitize(
                          per_pass_shapes=per_pass_shape_inference)
         return finish(graph)
 
+    _refuse_damaged(model, fold_constants)
     try:
         if not fold_constants:
             result = build(None, set())
@@ -1862,6 +1863,14 @@ def sanitize(
     report.nodes_after = count_model_nodes(result)
     report.seconds = time.perf_counter() - t_start
     return result, report
+
+
+def _refuse_damaged(model, folding: bool) -> None:
+    """Folding reads weights: a tensor whose data does not fill its dims is the input's fault,
+    said in one line before any work (ONNX-Runtime would refuse the model too)."""
+    damaged = damaged_tensor(model) if folding else None
+    if damaged:
+        raise InputError(f"the model's data is damaged: {damaged}; re-export the model (nothing was folded)")
 
 
 def _copied(message):
