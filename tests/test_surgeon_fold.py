@@ -572,3 +572,33 @@ def test_damaged_weights_are_refused_in_one_line(tmp_path, cli, dims, keep):
     assert "tensor 'w'" in res.err and "damaged" in res.err and "bug in toolkit" not in res.err
     assert not out.exists()
     assert open(path, "rb").read() == before
+
+
+def test_validation_takes_minus_one_for_a_reshape_targets_computed_dim():
+    """An optimizer folds Reshape(x, Concat(Shape(x)[0], [4])) to the target [-1, 4]: a different
+    value from what the input model computes on generated inputs ([1, 4]) but the same Reshape.
+    Validation accepts it; a target that differs otherwise, or is read by another node too, is not."""
+    nodes = [
+        helper.make_node("Shape", ["x"], ["s"], name="shape"),
+        helper.make_node("Gather", ["s", "zero"], ["n"], name="n", axis=0),
+        helper.make_node("Unsqueeze", ["n", "axes0"], ["nu"], name="nu"),
+        helper.make_node("Concat", ["nu", "four"], ["target"], name="target", axis=0),
+        helper.make_node("Reshape", ["x", "target"], ["y"], name="reshape"),
+    ]
+    inits = [_const("zero", np.array(0, np.int64)), _const("axes0", np.array([0], np.int64)),
+             _const("four", np.array([4], np.int64))]
+    original = modelzoo.make_model(helper.make_graph(nodes, "g", [modelzoo.vi("x", ["N", 2, 2])],
+                                                     [modelzoo.vi("y", ["N", 4])], inits), opset=17)
+
+    def folded(target, extra_reader=False):
+        extra = [helper.make_node("Cast", ["target"], ["t_f"], name="reader", to=TensorProto.FLOAT)] if extra_reader else []
+        outs = [modelzoo.vi("y", ["N", 4])] + ([modelzoo.vi("t_f", [2])] if extra_reader else [])
+        graph = helper.make_graph([nodes[-1]] + extra, "g", [modelzoo.vi("x", ["N", 2, 2])], outs,
+                                  [_const("target", np.array(target, np.int64))])
+        return modelzoo.make_model(graph, opset=17)
+
+    assert surgery._Validation(original, None).check(folded([-1, 4])) is None
+    assert "target" in (surgery._Validation(original, None).check(folded([2, 2])) or "")
+    check = surgery._Validation(original, None)
+    check.prepare()
+    assert not check._same_reshape_target(folded([-1, 4], extra_reader=True), "target")

@@ -1344,6 +1344,8 @@ class _Validation:
             return None
         if self.all_values is not None and _same_outputs(result, self.original) and self._predicted(result):
             wrong = self.wrong_constants(result)
+            if wrong:
+                wrong = {name for name in wrong if not self._same_reshape_target(result, name)}
             if not wrong:
                 return None
             if self._nondeterministic():
@@ -1404,6 +1406,28 @@ class _Validation:
         except Exception:  # noqa: BLE001 - ORT's own exception types
             return False
         return True
+
+    def _same_reshape_target(self, result, name: str) -> bool:
+        """Folded tensor ``name`` is read only as a Reshape target (no allowzero) and equals the
+        value the input model computes except for one -1 (inferred, so the same dim) where the
+        input model has a positive dim: the same Reshape."""
+        import numpy as np
+        import onnx
+
+        readers = [n for n in result.graph.node if name in n.input]
+        for n in readers:
+            allowzero = any(a.name == "allowzero" and a.i for a in n.attribute)
+            if n.op_type != "Reshape" or list(n.input).index(name) != 1 or allowzero:
+                return False
+        got = next((t for t in result.graph.initializer if t.name == name), None)
+        want = (self.all_values or {}).get(name)
+        if not readers or got is None or want is None:
+            return False
+        got_v, want_v = np.asarray(_raw_array(got, onnx)).reshape(-1), np.asarray(want).reshape(-1)
+        if got_v.shape != want_v.shape or want_v.dtype.kind not in "iu" or np.count_nonzero(got_v == -1) != 1:
+            return False
+        differ = got_v != want_v
+        return bool(np.all(got_v[differ] == -1) and np.all(want_v[differ] > 0) and not np.any(want_v == -1))
 
     def _predicted(self, result) -> bool:
         """Every tensor folding made constant had its value computed in the input model's run
