@@ -425,6 +425,27 @@ def validation_cost(runs: int, blocks: int, channels: int) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
+def interleaved(runs: int, names) -> None:
+    """Time ratios on a shared machine: toolkit and polygraphy run in turn, model by model, round
+    by round (load changes hit both alike); medians and the spread of the per-round ratios."""
+    light = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    tools = {"toolkit": find_tool("toolkit"), "polygraphy": find_tool("polygraphy")}
+    times: dict = {}
+    for _ in range(runs):
+        for name in names:
+            path = name if os.path.exists(name) else os.path.join(light, f"light_{name}.onnx")
+            for tool, exe in tools.items():
+                times.setdefault((name, tool), []).append(
+                    run_tool(lambda out: [exe, "surgeon", "sanitize", path, "--fold-constants", "-o", out], 1)[0])
+    print("| model | toolkit s | polygraphy s | ratio (medians) | per-round ratios |")
+    print("|---|---|---|---|---|")
+    for name in names:
+        ours, theirs = times[(name, "toolkit")], times[(name, "polygraphy")]
+        ratios = [a / b for a, b in zip(ours, theirs)]
+        print(f"| {os.path.basename(name)} | {statistics.median(ours):.2f} | {statistics.median(theirs):.2f} | "
+              f"{statistics.median(ours) / statistics.median(theirs):.2f}x | {min(ratios):.2f}x-{max(ratios):.2f}x |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3, help="runs per tool and model (median reported)")
@@ -441,7 +462,13 @@ def main() -> int:
                         help="with --table --models: only those rows (no light or built models)")
     parser.add_argument("--validation-cost", action="store_true",
                         help="in-process time of sanitize with and without validating the folded model")
+    parser.add_argument("--interleaved", nargs="+", metavar="MODEL",
+                        help="time ratios only, toolkit and polygraphy in turn (--runs rounds): light model names "
+                        "(densenet121, inception_v2, ...) or .onnx paths")
     args = parser.parse_args()
+    if args.interleaved:
+        interleaved(args.runs, args.interleaved)
+        return 0
     if args.validation_cost:
         validation_cost(args.runs, args.blocks, args.channels)
         return 0
