@@ -77,6 +77,12 @@ def models(tmp_path, monkeypatch):
     return tmp_path
 
 
+def _sigmoid_reduce(cli, model, *options):
+    """``debug reduce MODEL`` until a Sigmoid is left, with ``inspect`` as the check."""
+    return cli("debug", "reduce", model, "-o", "reduced.onnx", *options, "--fail-regex", "Op: Sigmoid",
+               "--check", *INSPECT)
+
+
 def _nodes(path):
     return node_names(onnx.load(str(path)))
 
@@ -124,29 +130,25 @@ def test_compare_on_generated_inputs_decides_by_their_values(cli, models):
 
 def test_nested_ifs_are_inlined_in_rounds(cli, models):
     save(branchy(nested=True), models / "nested.onnx")
-    res = cli("debug", "reduce", "nested.onnx", "-o", "reduced.onnx", "--load-inputs", "then.json",
-              "--fail-regex", "Op: Sigmoid", "--check", *INSPECT)
+    res = _sigmoid_reduce(cli, "nested.onnx", "--load-inputs", "then.json")
     assert res.code == 0, res.err
     assert "inner_if: condition true for the given inputs; reducing its then-branch (1 node)" in res.err
     assert _nodes(models / "reduced.onnx") == ["then_sigmoid"]
 
 
 def test_check_with_loaded_inputs_ends_at_a_node_inside_the_branch(cli, models):
-    res = cli("debug", "reduce", "clean.onnx", "-o", "reduced.onnx", "--load-inputs", "then.json",
-              "--fail-regex", "Op: Sigmoid", "--check", *INSPECT)
+    res = _sigmoid_reduce(cli, "clean.onnx", "--load-inputs", "then.json")
     assert res.code == 0, res.err
     assert _nodes(models / "reduced.onnx") == ["then_sigmoid"]
     assert "bodies" not in res.err
     # the inputs reach the else-branch: it has no Sigmoid, the model passes
-    res = cli("debug", "reduce", "clean.onnx", "-o", "reduced.onnx", "--load-inputs", "else.json",
-              "--fail-regex", "Op: Sigmoid", "--check", *INSPECT)
+    res = _sigmoid_reduce(cli, "clean.onnx", "--load-inputs", "else.json")
     assert res.code == 0, res.err
     assert "nothing to reduce" in res.err
 
 
 def test_opt_out_and_unknown_conditions_keep_the_if_whole(cli, models):
-    opt_out = cli("debug", "reduce", "clean.onnx", "-o", "reduced.onnx", "--load-inputs", "then.json",
-                  "--no-inline-branches", "--json", "--fail-regex", "Op: Sigmoid", "--check", *INSPECT)
+    opt_out = _sigmoid_reduce(cli, "clean.onnx", "--load-inputs", "then.json", "--no-inline-branches", "--json")
     no_data = cli("debug", "reduce", "clean.onnx", "-o", "reduced.onnx", "--fail-regex", "Op: Sigmoid",
                   "--check", *INSPECT)
     for res in (opt_out, no_data):
@@ -162,8 +164,7 @@ def test_a_condition_that_differs_between_feeds_keeps_the_if_whole(cli, models):
     x = np.ones((1, 4), np.float32)
     feeds = [{"x": x, "flag": np.array([f], np.int64)} for f in (1, -1)]
     save_inputs(str(models / "both.json"), feeds)
-    res = cli("debug", "reduce", "clean.onnx", "-o", "reduced.onnx", "--load-inputs", "both.json",
-              "--fail-regex", "Op: Sigmoid", "--check", *INSPECT)
+    res = _sigmoid_reduce(cli, "clean.onnx", "--load-inputs", "both.json")
     assert res.code == 0, res.err
     assert "if: condition differs between the given inputs; kept whole" in res.err
     assert _nodes(models / "reduced.onnx") == ["if"]
@@ -189,12 +190,10 @@ def test_a_model_onnxruntime_cannot_run_is_reduced_as_before(cli, models):
     model.graph.node[0].op_type, model.graph.node[0].domain = "MyAbs", "custom.ops"
     model.opset_import.append(helper.make_opsetid("custom.ops", 1))
     save(model, models / "custom.onnx")
-    res = cli("debug", "reduce", "custom.onnx", "-o", "reduced.onnx", "--load-inputs", "then.json",
-              "--fail-regex", "Op: Sigmoid", "--check", *INSPECT)
+    res = _sigmoid_reduce(cli, "custom.onnx", "--load-inputs", "then.json")
     assert res.code == 0, res.err
     assert "note: the If conditions could not be computed on the given inputs" in res.err
     assert _nodes(models / "reduced.onnx") == ["if"]
     # a data file that cannot be read is the user's error, said once
-    res = cli("debug", "reduce", "clean.onnx", "-o", "reduced.onnx", "--load-inputs", "nosuch.json",
-              "--fail-regex", "Op: Sigmoid", "--check", *INSPECT)
+    res = _sigmoid_reduce(cli, "clean.onnx", "--load-inputs", "nosuch.json")
     assert res.code == 3 and res.err.count("error:") == 1 and "conditions" not in res.err
