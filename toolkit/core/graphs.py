@@ -136,7 +136,8 @@ _TENSOR_LAYOUT = {
 
 def damaged_tensor(model) -> Optional[str]:
     """A sentence naming the first tensor whose stored data does not fill its dims (``None`` when
-    every tensor is whole). Reads sizes only: no weight is copied; external data is not checked."""
+    every tensor is whole). External data is not checked. Protobuf hands ``raw_data`` back as a
+    copy (a memcpy of the weight), so it is read once per tensor."""
     for tensor in all_tensors(model):
         layout = _TENSOR_LAYOUT.get(tensor.data_type)
         if layout is None or is_external(tensor):
@@ -145,9 +146,8 @@ def damaged_tensor(model) -> Optional[str]:
         need = 1
         for d in tensor.dims:
             need *= d
-        if tensor.raw_data:
-            have, unit = len(tensor.raw_data), itemsize
-        else:
+        have, unit = len(tensor.raw_data), itemsize
+        if not have:
             have, unit = len(getattr(tensor, field)), per
         if have != need * unit:
             return (f"tensor '{tensor.name}' holds {have // unit if have % unit == 0 else have / unit:g} value(s) "
