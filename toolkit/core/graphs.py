@@ -125,12 +125,16 @@ def stable_topological_order(nodes: Sequence, reads: Callable[[Any], Iterable[st
     return order
 
 
-# data_type -> (bytes per element in raw_data, the typed field holding it otherwise, field entries per element)
-_TENSOR_LAYOUT = {
-    1: (4, "float_data", 1), 2: (1, "int32_data", 1), 3: (1, "int32_data", 1), 4: (2, "int32_data", 1),
-    5: (2, "int32_data", 1), 6: (4, "int32_data", 1), 7: (8, "int64_data", 1), 9: (1, "int32_data", 1),
-    10: (2, "int32_data", 1), 11: (8, "double_data", 1), 12: (4, "uint64_data", 1), 13: (8, "uint64_data", 1),
-    14: (8, "float_data", 2), 15: (16, "double_data", 2), 16: (2, "int32_data", 1),
+# Bytes per element of fixed-size ONNX tensor types (sub-byte types round up).
+ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 14: 8, 15: 16, 16: 2,
+            17: 1, 18: 1, 19: 1, 20: 1, 21: 1, 22: 1, 23: 1, 24: 1, 25: 1}
+
+# data_type -> (the typed field holding the data when raw_data is empty, field entries per element)
+_TYPED_FIELD = {
+    1: ("float_data", 1), 2: ("int32_data", 1), 3: ("int32_data", 1), 4: ("int32_data", 1), 5: ("int32_data", 1),
+    6: ("int32_data", 1), 7: ("int64_data", 1), 9: ("int32_data", 1), 10: ("int32_data", 1),
+    11: ("double_data", 1), 12: ("uint64_data", 1), 13: ("uint64_data", 1), 14: ("float_data", 2),
+    15: ("double_data", 2), 16: ("int32_data", 1),
 }
 
 
@@ -139,14 +143,14 @@ def damaged_tensor(model) -> Optional[str]:
     every tensor is whole). External data is not checked. Protobuf hands ``raw_data`` back as a
     copy (a memcpy of the weight), so it is read once per tensor."""
     for tensor in all_tensors(model):
-        layout = _TENSOR_LAYOUT.get(tensor.data_type)
-        if layout is None or is_external(tensor):
+        typed = _TYPED_FIELD.get(tensor.data_type)
+        if typed is None or is_external(tensor):
             continue
-        itemsize, field, per = layout
+        field, per = typed
         need = 1
         for d in tensor.dims:
             need *= d
-        have, unit = len(tensor.raw_data), itemsize
+        have, unit = len(tensor.raw_data), ITEMSIZE[tensor.data_type]
         if not have:
             have, unit = len(getattr(tensor, field)), per
         if have != need * unit:

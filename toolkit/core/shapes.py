@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
 from toolkit.core.errors import InputError, one_line
-from toolkit.core.graphs import attribute_graphs, has_external_data
+from toolkit.core.graphs import ITEMSIZE, attribute_graphs, has_external_data
 from toolkit.core.meta import TensorMeta, format_spec_shape
 
 # Initializers bigger than this are replaced by shape-only stubs for shape inference.
@@ -104,18 +104,13 @@ def _stub_tensor(t):
     return stub
 
 
-# Bytes per element of fixed-size ONNX tensor types (sub-byte types round up).
-_ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 14: 8, 15: 16, 16: 2,
-             17: 1, 18: 1, 19: 1, 20: 1, 21: 1, 22: 1, 23: 1, 24: 1, 25: 1}
-
-
 def _tensor_nbytes(t) -> int:
     """Size of a tensor's data, from its dims and type where they tell it: reading
     ``raw_data`` (or ByteSize()) copies or walks every byte, slow on big weights."""
     n = 1
     for d in t.dims:
         n *= d
-    size = _ITEMSIZE.get(t.data_type)
+    size = ITEMSIZE.get(t.data_type)
     if size is not None:
         return n * size
     if t.HasField("raw_data"):
