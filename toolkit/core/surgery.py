@@ -1393,10 +1393,7 @@ class _Validation:
         """The input model, with the input shapes it stated (no inferred shapes), loads."""
         if self.inputs_before_override is None:
             return False
-        import onnx
-
-        before = onnx.ModelProto()
-        before.CopyFrom(light_copy(self.original))
+        before = light_copy(self.original)  # a copy of its own (the original is untouched)
         del before.graph.input[:]
         before.graph.input.extend(self.inputs_before_override)
         for g in walk_graphs(before.graph):
