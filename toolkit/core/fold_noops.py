@@ -338,13 +338,14 @@ def constant_reshape_targets(gs, graph) -> int:
     :func:`_dynamic_target`), in ``graph`` and its bodies; the computation left unused goes
     with the next cleanup. Returns how many were replaced."""
     replaced = 0
-    taken = set(graph.tensors())
+    taken = None  # the graph's tensor names, gathered once there is a target to name
     for node in list(graph.nodes):
         for sub in bodies(node):
             replaced += constant_reshape_targets(gs, sub)
         values = _dynamic_target(gs, node)
         if values is None:
             continue
+        taken = set(graph.tensors()) if taken is None else taken
         name = f"{node.inputs[1].name}_const"
         while name in taken:
             name += "_"
