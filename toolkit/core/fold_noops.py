@@ -197,14 +197,13 @@ def is_noop_reshape(gs, node) -> bool:
     input's only dim that is not static."""
     if node.op != "Reshape" or len(node.inputs) < 2 or len(node.outputs) != 1:
         return False
-    data, target = node.inputs[0], node.inputs[1]
-    if not isinstance(target, gs.Constant) or data.shape is None or target.values.ndim != 1:
+    shape = _static_shape(node.inputs[0])
+    if shape is None:
         return False
-    dims = [int(v) for v in target.values.tolist()]
-    shape = list(data.shape)
-    if len(dims) != len(shape) or (node.attrs.get("allowzero", 0) and 0 in dims):
+    dims = _const_ints(gs, node.inputs[1])
+    if dims is None or len(dims) != len(shape) or (node.attrs.get("allowzero", 0) and 0 in dims):
         return False
-    unknown = [i for i, d in enumerate(shape) if not (isinstance(d, int) and d >= 0)]
+    unknown = [i for i, d in enumerate(shape) if d is None]
     if len(unknown) > 1:
         return False
     for i, (want, have) in enumerate(zip(dims, shape)):
