@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError, one_line
 from toolkit.core.fold_noops import bodies, constant_reshape_targets, eliminate_noops
-from toolkit.core.graphs import damaged_tensor, has_external_data, walk_graphs
+from toolkit.core.graphs import damaged_tensor, has_external_data, node_subgraphs, walk_graphs
 from toolkit.core.meta import TensorMeta, format_meta, format_spec_shape, parse_size  # noqa: F401  (parse_size: re-exported)
 from toolkit.core.shapes import (
     infer_tensor_meta,
@@ -1129,7 +1129,7 @@ class _Validation:
         # With If/Loop/Scan bodies, models are loaded with basic optimizations, which inline
         # constant-condition branches and then check them (a plain load does not); without bodies
         # those optimizations cannot make a load fail, and cost time.
-        self.bodies = any(a.type in (5, 10) for n in original.graph.node for a in n.attribute)  # GRAPH(S)
+        self.bodies = any(node_subgraphs(n) for n in original.graph.node)
         self.feed: Any = None
         self.expected: Any = None
         self.skip_reason: Optional[str] = None
