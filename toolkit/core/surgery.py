@@ -598,13 +598,19 @@ def _name_unknown_output_dims(result, log: LogFn) -> None:
         if old is None or new is None or new.shape is None or (old.shape is not None and len(old.shape) != len(new.shape)):
             continue
         base = old.shape if old.shape is not None else (None,) * len(new.shape)
-        shape = tuple(d if d is not None else (n if isinstance(n, int) or (
-            isinstance(n, str) and _DIM_NAME.match(n) and not n.startswith("unk__")) else None)
-            for d, n in zip(base, new.shape))
+        shape = tuple(d if d is not None else _plain_dim(n) for d, n in zip(base, new.shape))
         if shape == tuple(base):
             continue
         o.type.CopyFrom(_value_info(o.name, TensorMeta(o.name, shape, old.dtype)).type)
         log(f"Subgraph output {format_meta(o.name, shape, old.dtype)} (symbolic shape inference)")
+
+
+def _plain_dim(dim):
+    """``dim`` as symbolic shape inference gave it, where it is a number or a plain dim name (not
+    an expression, not one of its own ``unk__`` names); else None."""
+    if isinstance(dim, int) or (isinstance(dim, str) and _DIM_NAME.match(dim) and not dim.startswith("unk__")):
+        return dim
+    return None
 
 
 def _import_unused_initializer(model, name: str):
