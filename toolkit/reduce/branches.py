@@ -56,12 +56,6 @@ def _if_label(node, k: int) -> str:
     return node.name or f"If at position {k}"
 
 
-def _branch_size(graph) -> int:
-    from toolkit.core.graphs import walk_graphs
-
-    return sum(len(g.node) for g in walk_graphs(graph))
-
-
 def _names_outside(model, inlined: set) -> set:
     """Tensor names of the top graph, and of the bodies of its nodes other than those at the
     positions ``inlined`` (names the inlined branches must not reuse)."""
@@ -110,16 +104,11 @@ def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_
     replaced by the branch it takes (the nodes that only computed conditions removed)."""
     from toolkit.core.model import save_model
     from toolkit.core.surgery import _export, _fresh_name, _import_gs, _inline_branch
-    from toolkit.core.surgery import _model_shell, _quiet_gs, load_for_surgery
+    from toolkit.core.surgery import _model_shell, _quiet_gs, count_nodes, load_for_surgery
 
     gs = _import_gs()
     model, base = load_for_surgery(path, external_data_dir)
     labels = [_if_label(n, k) if n.op_type == "If" else None for k, n in enumerate(model.graph.node)]
-    sizes = {
-        label: _branch_size(next(a.g for a in n.attribute if a.name == ("then_branch" if decide[label] else "else_branch")))
-        for label, n in zip(labels, model.graph.node)
-        if label in decide
-    }
     shell = _model_shell(model)
     with _quiet_gs():
         graph = gs.import_onnx(model)
@@ -136,7 +125,7 @@ def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_
             new_nodes.append(node)
             continue
         branch = node.attrs["then_branch" if decide[label] else "else_branch"]
-        decisions.append(Decision(label, decide[label], sizes[label]))
+        decisions.append(Decision(label, decide[label], count_nodes(branch)))
         body = _inline_branch(gs, graph, node, branch, unique)
         for n in body:
             n.name = _fresh_name(n.name or n.op, node_names)
