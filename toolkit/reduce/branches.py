@@ -138,7 +138,7 @@ def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_
     return decisions
 
 
-def _round(path: str, feeds_of: Callable, out_path: str, external_data_dir, skip: set) -> Tuple[List[Decision], Dict]:
+def _round(path: str, feeds, out_path: str, external_data_dir, skip: set) -> Tuple[List[Decision], Dict]:
     """One round: decide the top-level Ifs of ``path`` not in ``skip``, inline them into ``out_path``."""
     from toolkit.core.model import load_model
 
@@ -146,7 +146,7 @@ def _round(path: str, feeds_of: Callable, out_path: str, external_data_dir, skip
            if label not in skip]
     if not ifs:
         return [], {}
-    values = condition_values(path, [c for _, c in ifs], feeds_of(), external_data_dir)
+    values = condition_values(path, [c for _, c in ifs], feeds, external_data_dir)
     decide = {label: values[cond] == "true" for label, cond in ifs if values[cond] in ("true", "false")}
     unknown = {label: values[cond] for label, cond in ifs if label not in decide}
     if not decide:
@@ -154,10 +154,10 @@ def _round(path: str, feeds_of: Callable, out_path: str, external_data_dir, skip
     return inline_ifs(path, decide, out_path, external_data_dir), unknown
 
 
-def inline_taken_branches(path: str, feeds_of: Callable, folder: str, *, external_data_dir=None,
+def inline_taken_branches(path: str, feeds, folder: str, *, external_data_dir=None,
                           label: str = "model") -> Tuple[str, List[Decision], Dict[str, str]]:
-    """Inline the taken branch of every top-level If of ``path`` (rounds for nested ones).
-    Returns the model to use (``path`` itself when nothing was inlined), the decisions and the
+    """Inline the taken branch of every top-level If of ``path`` (rounds for nested ones), the
+    conditions computed on ``feeds`` (a :class:`toolkit.run.feeds.FeedSource`). Returns the model to use (``path`` itself when nothing was inlined), the decisions and the
     Ifs left whole with why."""
     current = path
     decisions: List[Decision] = []
@@ -165,7 +165,7 @@ def inline_taken_branches(path: str, feeds_of: Callable, folder: str, *, externa
     stem = "reference" if label != "model" else "model"
     for k in range(MAX_ROUNDS):
         out = os.path.join(folder, f"{stem}_inlined_{k + 1}.onnx")
-        done, why = _round(current, feeds_of, out, external_data_dir if k == 0 else None, set(unknown))
+        done, why = _round(current, feeds, out, external_data_dir if k == 0 else None, set(unknown))
         unknown.update(why)
         if not done:
             break
@@ -190,15 +190,12 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None])
 
     source = _feed_source(opts, lambda _msg: None)  # the data files are read now: their errors are the user's
 
-    def feeds_of():
-        return source
-
     kw = {"external_data_dir": opts.external_data_dir}
     try:
-        path, decisions, unknown = inline_taken_branches(model, feeds_of, folder, **kw)
+        path, decisions, unknown = inline_taken_branches(model, source, folder, **kw)
         ref = opts.reference_model
         if ref and decisions:
-            ref, ref_decisions, _ = inline_taken_branches(ref, feeds_of, folder, label="reference model", **kw)
+            ref, ref_decisions, _ = inline_taken_branches(ref, source, folder, label="reference model", **kw)
             decisions += ref_decisions
     except ToolkitError as exc:
         # e.g. a model ONNX-Runtime cannot run (a custom op for the runner under test): the reduce goes on as before
