@@ -492,17 +492,12 @@ def _constants_for_kept(model, kept: Set[str]) -> List[str]:
     """Constant nodes whose every reader is kept in fp32: their values stay fp32 too (converted,
     a weight past fp16's range would reach the fp32 node clamped; PP-OCR holds its BatchNorm
     variances, up to 1e8, in Constants)."""
-    readers: Dict[str, List[str]] = {}
-    constants = []
-    for node in iter_nodes(model):
-        for i in node.input:
-            if i:
-                readers.setdefault(i, []).append(node.name)
-        if node.op_type == "Constant" and node.domain in _STD_DOMAINS and node.name not in kept:
-            constants.append(node)
+    readers = _readers(model.graph)
     out = []
-    for node in constants:
-        names = [r for o in node.output if o for r in readers.get(o, ())]
+    for node in iter_nodes(model):
+        if node.op_type != "Constant" or node.domain not in _STD_DOMAINS or node.name in kept:
+            continue
+        names = [r.name for o in node.output if o for r in readers.get(o, ())]
         if names and all(r in kept for r in names):
             out.append(node.name)
     return out
