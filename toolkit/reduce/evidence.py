@@ -183,17 +183,15 @@ def noise_warning(full: Optional[Evidence], reduced: Optional[Evidence]) -> Opti
     )
 
 
-# the relative rounding step of one reduced-precision storage (unit roundoff: 2**-11 for fp16,
-# 2**-8 for bf16), times 2: an input rounded on its way in and the output rounded on its way out
-STORAGE_ROUNDING = {"fp16": 2.0**-10, "bf16": 2.0**-7}
-
-
 def storage_rounding_warning(reduced: Optional[Evidence], precision: Optional[str]) -> Optional[str]:
     """A warning when the reduced model fails by no more than the rounding of ``precision``
     ("fp16" or "bf16") storage itself: at such tolerances any node of the model fails alone,
     so the result names the first node tried, not the place where the error grows."""
+    from toolkit.core.diagnosis import STORAGE_FLOOR
+
     r = reduced.worst if reduced is not None else None
-    step = STORAGE_ROUNDING.get(precision or "")
+    # that storage's unit roundoff, twice: an input rounded on its way in, the output on its way out
+    step = 2 * STORAGE_FLOOR[precision] if precision in STORAGE_FLOOR else None
     if r is None or step is None or not math.isfinite(r.max_rel) or r.max_rel > step:
         return None
     suggest = _round_up(4 * step)
