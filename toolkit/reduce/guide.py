@@ -17,7 +17,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
-from typing import Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 from toolkit.reduce.strategy import Plan, Search
 
@@ -34,22 +34,21 @@ def rank(index, errors: Mapping[str, float], floor: Optional[float] = None) -> L
     floor = FLOOR if floor is None else floor  # (the runner's storage rounding step: storage_floor)
 
     est: Dict[str, float] = {}
-    unseen: Dict[str, bool] = {}  # the tensor's error is an estimate (an uncompared producer)
+    unseen: Set[str] = set()  # tensors whose error is an estimate (an uncompared producer)
     out: List[Tuple[int, float, float]] = []
-    estimated = set()
+    estimated: Set[int] = set()  # nodes that read such tensors
     for i in range(index.size):  # topological order
         in_err = max((est.get(t, 0.0) for t in index.reads[i]), default=0.0)
-        guessed = any(unseen.get(t, False) for t in index.reads[i])
         compared = [errors[t] for t in index.writes[i] if t in errors]
         if not compared:
             for t in index.writes[i]:
                 est[t] = in_err
-                unseen[t] = True
+            unseen.update(index.writes[i])
             continue
         worst = max(compared)
         for t in index.writes[i]:
             est[t] = errors.get(t, worst)
-        if guessed:
+        if any(t in unseen for t in index.reads[i]):
             estimated.add(i)
         out.append((i, amplification(worst, in_err, floor), worst))
     # a node reading uncompared tensors (a converter's Casts) has an estimated, inflated ratio: last
