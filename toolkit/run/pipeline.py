@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.core.errors import InputError
+from toolkit.core.errors import InferenceError, InputError
 from toolkit.run.feeds import FeedSource, load_feeds
 from toolkit.run.options import Reporter, RunOptions
 from toolkit.run.plan import PlannedRunner, RunPlan, make_plan
@@ -286,8 +286,6 @@ def run_runner(
 def _infer(runner, feed: Mapping, feeds: FeedSource) -> Mapping:
     """``runner.infer(feed)``; an inference error on generated inputs says how they were made
     (silero-vad fed a random sample rate and 1-sample audio fails deep inside an If branch)."""
-    from toolkit.core.errors import InferenceError
-
     try:
         return runner.infer(feed)
     except InferenceError as exc:
