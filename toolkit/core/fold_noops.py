@@ -142,10 +142,7 @@ def _neutral_operand_source(gs, node):
         const, data = node.inputs[pos], node.inputs[1 - pos]
         if not isinstance(const, gs.Constant) or isinstance(data, gs.Constant):
             continue
-        try:
-            values = const.values
-        except ValueError:  # malformed data (size and dims disagree): not ours to judge here
-            continue
+        values = const.values
         if values.size == 0 or not np.all(values == neutral):
             continue
         have = _np_dtype(data)
