@@ -13,6 +13,18 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# Property-based tests draw the same examples on every run (a fixed seed), so a run of the suite
+# judges the code, not the luck of the draw. TOOLKIT_FUZZ_RANDOM=1 draws fresh examples to hunt
+# for new failures (TOOLKIT_FUZZ_EXAMPLES=N gives the command fuzzers more of them).
+try:
+    from hypothesis import settings as _hypothesis_settings
+except ImportError:  # pragma: no cover - hypothesis is a test dependency
+    pass
+else:
+    _hypothesis_settings.register_profile("fixed", derandomize=True, database=None)
+    if os.environ.get("TOOLKIT_FUZZ_RANDOM") != "1":
+        _hypothesis_settings.load_profile("fixed")
+
 
 @dataclass
 class Result:

@@ -555,23 +555,31 @@ def test_reshape_target_from_the_batch_dim_becomes_a_constant():
             np.testing.assert_array_equal(got[name], want[name])
 
 
+@pytest.mark.parametrize("external", [False, True])
 @pytest.mark.parametrize("dims, keep", [([0], 4), ([3], 0), ([2, 2], 3)])
-def test_damaged_weights_are_refused_in_one_line(tmp_path, cli, dims, keep):
+def test_damaged_weights_are_refused_in_one_line(tmp_path, cli, monkeypatch, dims, keep, external):
     """A weight whose data does not fill its dims (too much, none, too little) is exit 3 naming
-    the tensor, before folding reads it; the input file is left as it was."""
+    the tensor, before folding reads it; the input files are left as they were. Weights kept in
+    their external file (loaded lazily) are measured there."""
     w = numpy_helper.from_array(np.ones(4, np.float32), "w")
     w.dims[:] = dims
     w.raw_data = w.raw_data[: keep * 4]
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "w"], ["y"])]
     graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", [2, 2])], [modelzoo.vi("y", [2, 2])], [w])
-    path = modelzoo.save(modelzoo.make_model(graph, opset=17), tmp_path / "bad.onnx")
-    before = path.read_bytes() if hasattr(path, "read_bytes") else open(path, "rb").read()
+    model = modelzoo.make_model(graph, opset=17)
+    path = tmp_path / "bad.onnx"
+    if external:
+        monkeypatch.setattr(surgery, "EAGER_EXTERNAL_BYTES", 0)
+        onnx.save_model(model, str(path), save_as_external_data=True, location="w.bin", size_threshold=0)
+    else:
+        modelzoo.save(model, path)
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
     out = tmp_path / "out.onnx"
     res = cli("surgeon", "sanitize", path, "--fold-constants", "-o", out)
     assert res.code == 3, res.err
     assert "tensor 'w'" in res.err and "damaged" in res.err and "bug in toolkit" not in res.err
     assert not out.exists()
-    assert open(path, "rb").read() == before
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
 def test_validation_takes_minus_one_for_a_reshape_targets_computed_dim():

@@ -138,21 +138,28 @@ _TYPED_FIELD = {
 }
 
 
-def damaged_tensor(model) -> Optional[str]:
+def damaged_tensor(model, external_bytes: Optional[Callable[[Any], int]] = None) -> Optional[str]:
     """A sentence naming the first tensor whose stored data does not fill its dims (``None`` when
-    every tensor is whole). External data is not checked. Protobuf hands ``raw_data`` back as a
-    copy (a memcpy of the weight), so it is read once per tensor."""
+    every tensor is whole). A tensor in an external file is checked when ``external_bytes`` gives
+    the size of its stored bytes. Protobuf hands ``raw_data`` back as a copy (a memcpy of the
+    weight), so it is read once per tensor."""
     for tensor in all_tensors(model):
         typed = _TYPED_FIELD.get(tensor.data_type)
-        if typed is None or is_external(tensor):
+        if typed is None:
             continue
         field, per = typed
         need = 1
         for d in tensor.dims:
             need *= d
-        have, unit = len(tensor.raw_data), ITEMSIZE[tensor.data_type]
-        if not have:
-            have, unit = len(getattr(tensor, field)), per
+        unit = ITEMSIZE[tensor.data_type]
+        if is_external(tensor):
+            if external_bytes is None:
+                continue
+            have = external_bytes(tensor)
+        else:
+            have = len(tensor.raw_data)
+            if not have:
+                have, unit = len(getattr(tensor, field)), per
         if have != need * unit:
             return (f"tensor '{tensor.name}' holds {have // unit if have % unit == 0 else have / unit:g} value(s) "
                     f"but its dims {list(tensor.dims)} need {need}")

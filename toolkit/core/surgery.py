@@ -1874,7 +1874,7 @@ def sanitize(
                          per_pass_shapes=per_pass_shape_inference)
         return finish(graph)
 
-    _refuse_damaged(model, fold_constants)
+    _refuse_damaged(model, fold_constants, external_data_dir)
     try:
         if not fold_constants:
             result = build(None, set())
@@ -1892,10 +1892,22 @@ def sanitize(
     return result, report
 
 
-def _refuse_damaged(model, folding: bool) -> None:
+def _refuse_damaged(model, folding: bool, external_data_dir: Optional[str]) -> None:
     """Folding reads weights: a tensor whose data does not fill its dims is the input's fault,
-    said in one line before any work (ONNX-Runtime would refuse the model too)."""
-    damaged = damaged_tensor(model) if folding else None
+    said in one line before any work (ONNX-Runtime would refuse the model too). Weights still in
+    their external file are measured there (a missing or truncated file is its own error)."""
+    if not folding:
+        return
+    sizer = None
+    if external_data_dir is not None:
+        base = external_data_dir
+
+        def sizer(tensor) -> int:
+            from toolkit.core.weights import ref_source
+
+            return ref_source(tensor, base)[2]
+
+    damaged = damaged_tensor(model, sizer)
     if damaged:
         raise InputError(f"the model's data is damaged: {damaged}; re-export the model (nothing was folded)")
 
