@@ -101,7 +101,7 @@ def test_compare_ends_at_the_faulty_node_inside_the_taken_branch(cli, models):
     summary = json.loads(res.out)
     assert summary["model"] == "faulty.onnx"
     assert summary["valid_for"] == "inputs that take the same If branches"
-    assert {"node": "if", "model": "model", "condition": True, "branch": "then", "nodes": 5} in summary[
+    assert {"node": "if", "model": "model", "condition": True, "branch": "then", "nodes": 5, "constant": False} in summary[
         "inlined_branches"
     ]
     assert any(d["model"] == "reference model" for d in summary["inlined_branches"])
@@ -196,3 +196,65 @@ def test_a_model_onnxruntime_cannot_run_is_reduced_as_before(cli, models):
     # a data file that cannot be read is the user's error, said once
     res = _sigmoid_reduce(cli, "clean.onnx", "--load-inputs", "nosuch.json")
     assert res.code == 3 and res.err.count("error:") == 1 and "conditions" not in res.err
+
+
+def _constant_condition(model, value: bool, how: str):
+    """``branchy`` with its condition a constant: a bool initializer, or a Constant node."""
+    graph = model.graph
+    keep = [n for n in graph.node if n.name != "is_positive"]
+    del graph.node[:]
+    cond = numpy_helper.from_array(np.array(value), "cond")
+    if how == "initializer":
+        graph.initializer.append(cond)
+        graph.node.extend(keep)
+    else:
+        graph.node.extend([helper.make_node("Constant", [], ["cond"], name="cond_const", value=cond)] + keep)
+    return model
+
+
+@pytest.mark.parametrize("how", ["initializer", "constant"])
+def test_a_constant_condition_is_inlined_without_data_and_valid_for_any_input(cli, models, how):
+    save(_constant_condition(branchy(), True, how), models / "const.onnx")
+    res = _sigmoid_reduce(cli, "const.onnx", "--json")
+    assert res.code == 0, res.err
+    assert "if: condition true (a constant of the model); reducing its then-branch (5 nodes)" in res.err
+    assert "could not be computed" not in res.err and "only valid for inputs" not in res.err
+    assert _nodes(models / "reduced.onnx") == ["then_sigmoid"]
+    summary = json.loads(res.out)
+    assert summary["valid_for"] == "any input"
+    assert summary["inlined_branches"][0]["constant"] is True
+    # the else-branch has no Sigmoid: the model passes
+    save(_constant_condition(branchy(), False, how), models / "const_false.onnx")
+    res = _sigmoid_reduce(cli, "const_false.onnx")
+    assert res.code == 0, res.err
+    assert "condition false (a constant of the model)" in res.err and "nothing to reduce" in res.err
+
+
+def test_without_data_an_input_dependent_if_is_kept_whole_with_a_hint(cli, models):
+    res = _sigmoid_reduce(cli, "clean.onnx")
+    assert res.code == 0, res.err
+    assert "if: condition depends on the inputs" in res.err and "--load-inputs" in res.err
+    assert _nodes(models / "reduced.onnx") == ["if"]
+
+
+def test_inlined_nodes_never_take_the_name_of_a_kept_if(tmp_path):
+    """Two Ifs: the first decided, the second kept whole; a node of the first's branch carries
+    the second If's name and is renamed."""
+    from toolkit.reduce.branches import inline_ifs
+
+    model = branchy()
+    graph = model.graph
+    then_g = graph.node[2].attribute[0].g if graph.node[2].attribute[0].name == "then_branch" else graph.node[2].attribute[1].g
+    then_g.node[0].name = "second_if"
+    second = helper.make_node(
+        "If", ["cond"], ["z"], name="second_if",
+        then_branch=helper.make_graph([helper.make_node("Neg", ["out"], ["zt"], name="n1")], "t", [], [vi("zt", [1, 4])]),
+        else_branch=helper.make_graph([helper.make_node("Abs", ["out"], ["ze"], name="n2")], "e", [], [vi("ze", [1, 4])]),
+    )
+    graph.node.append(second)
+    graph.output.append(vi("z", [1, 4]))
+    save(model, tmp_path / "two.onnx")
+    inline_ifs(str(tmp_path / "two.onnx"), {"if": True}, str(tmp_path / "out.onnx"))
+    names = [n.name for n in onnx.load(str(tmp_path / "out.onnx")).graph.node]
+    assert names.count("second_if") == 1 and len(set(names)) == len(names)
+    assert [n.op_type for n in onnx.load(str(tmp_path / "out.onnx")).graph.node if n.name == "second_if"] == ["If"]

@@ -161,9 +161,8 @@ def _summary_reduced(outcome, cfg, stats: str) -> None:
     if outcome.body_nodes:
         log(
             f"note: the failure is inside this node's bodies ({_plural(outcome.body_nodes, 'node')}); debug reduce "
-            "cuts the top graph only. An If is replaced by its taken branch when its condition is known for the "
-            "data (--compare, or --load-inputs; not with --no-inline-branches); with a constant condition, "
-            "`toolkit surgeon sanitize --fold-constants` inlines it too"
+            "cuts the top graph only. An If is replaced by its taken branch when its condition is a constant of "
+            "the model, or is known for the data (--compare, or --load-inputs); not with --no-inline-branches"
         )
     if outcome.output_written:
         log(f"Wrote the reduced model to {cfg.output}")
@@ -248,8 +247,9 @@ def _reduce(cfg, p: dict, load_inputs):
 
 
 def _inline_branches(p: dict, load_inputs):
-    """With concrete data (--compare, or --load-inputs), replace the top-level Ifs of the model
-    (and of --reference-model) by their taken branches; ``p`` then names the inlined models."""
+    """Replace the top-level Ifs of the model (and of --reference-model) by their taken branches:
+    those with a constant condition always, the others with concrete data (--compare, or
+    --load-inputs); ``p`` then names the inlined models."""
     import atexit
     import shutil
     import tempfile
@@ -257,8 +257,7 @@ def _inline_branches(p: dict, load_inputs):
     from toolkit.reduce.accuracy import CompareOptions
     from toolkit.reduce.branches import inline_for_reduce
 
-    if p["compare"] is None and not load_inputs:
-        return None
+    with_data = p["compare"] is not None or bool(load_inputs)
     opts = CompareOptions(
         reference_model=p["reference_model"] if p["compare"] is not None else None,
         load_inputs=list(load_inputs or []),
@@ -269,7 +268,7 @@ def _inline_branches(p: dict, load_inputs):
     )
     folder = tempfile.mkdtemp(prefix="toolkit-branches-")
     atexit.register(shutil.rmtree, folder, True)
-    inlined = inline_for_reduce(p["model"], opts, folder, log)
+    inlined = inline_for_reduce(p["model"], opts, folder, log, with_data=with_data)
     if inlined is not None:
         p["model"] = inlined.model
         if opts.reference_model:
@@ -282,7 +281,7 @@ def _inline_branches(p: dict, load_inputs):
 
 def inlined_note(inlined) -> str:
     """The result log's reminder that inlined branches tie the result to the given inputs."""
-    mine = [f"{d.node}: {d.branch}" for d in inlined.decisions if d.model == "model"]
+    mine = [f"{d.node}: {d.branch}" for d in inlined.decisions if d.model == "model" and not d.constant]
     taken = ", ".join(mine[:4]) + (f" and {len(mine) - 4} more" if len(mine) > 4 else "")
     return (
         f"note: the reduced model is only valid for inputs that take the same If branches ({taken}); "
@@ -357,8 +356,8 @@ _REDUCE_OPTS = {
     "--json": "Print a summary as JSON on stdout (result, checks, phases, evidence, files).",
     "--no-reduce-inputs": "Keep the model's inputs: only remove nodes from the end.",
     "--no-reduce-outputs": "Keep the model's outputs: only remove nodes from the start.",
-    "--no-inline-branches": "Keep each top-level If whole, even when its condition is known for the inputs "
-    "(--compare, --load-inputs); by default it is replaced by its taken branch.",
+    "--no-inline-branches": "Keep each top-level If whole, even when its condition is a constant or is "
+    "known for the inputs (--compare, --load-inputs); by default it is replaced by its taken branch.",
     "--link-external-data": "Let -o, --min-good and --artifacts refer to the model's external data files through "
         "hard links in their folder (no copy of the weights; they then run only where those links are). Default: "
         "they carry the weights they use, so they can be moved.",
@@ -466,12 +465,13 @@ def reduce_command(
     outcome, reducer, runner = _reduce(cfg, params, load_inputs)
     cfg.model = model
     code = _summary(outcome, cfg)
-    if inlined is not None and outcome.output_written:
+    if inlined is not None and inlined.input_dependent and outcome.output_written:
         log(inlined_note(inlined))
     summary = summary_json(outcome, cfg) if json_summary else {}
     if json_summary:
         summary["inlined_branches"] = [d.to_json() for d in inlined.decisions] if inlined is not None else []
-        summary["valid_for"] = "inputs that take the same If branches" if inlined is not None else "any input"
+        dependent = inlined is not None and inlined.input_dependent
+        summary["valid_for"] = "inputs that take the same If branches" if dependent else "any input"
     if runner is not None:
         from toolkit.cli.reduce_compare import report_compare
 

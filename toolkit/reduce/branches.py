@@ -25,6 +25,7 @@ class Decision:
     condition: bool
     nodes: int  # nodes of the taken branch (nested bodies included)
     model: str = "model"  # "model" or "reference model"
+    constant: bool = False  # the condition is a constant of the model (the same for every input)
 
     @property
     def branch(self) -> str:
@@ -32,14 +33,15 @@ class Decision:
 
     def describe(self) -> str:
         what = "" if self.model == "model" else f" ({self.model})"
+        when = "(a constant of the model)" if self.constant else "for the given inputs"
         return (
-            f"{self.node}{what}: condition {'true' if self.condition else 'false'} for the given inputs; "
+            f"{self.node}{what}: condition {'true' if self.condition else 'false'} {when}; "
             f"reducing its {self.branch}-branch ({self.nodes} node{'s' if self.nodes != 1 else ''})"
         )
 
     def to_json(self) -> dict:
         return {"node": self.node, "model": self.model, "condition": self.condition, "branch": self.branch,
-                "nodes": self.nodes}
+                "nodes": self.nodes, "constant": self.constant}
 
 
 @dataclass
@@ -50,6 +52,11 @@ class Inlined:
     reference_model: Optional[str]
     decisions: List[Decision] = field(default_factory=list)
     undecided: List[str] = field(default_factory=list)  # top-level Ifs left whole (why)
+
+    @property
+    def input_dependent(self) -> bool:
+        """Whether some inlined branch was chosen by the data (not by a constant condition)."""
+        return any(not d.constant for d in self.decisions)
 
 
 def _if_label(node, k: int) -> str:
@@ -77,6 +84,31 @@ def _names_outside(model, inlined: set) -> set:
 def top_level_ifs(model) -> List[Tuple[str, str]]:
     """(label, condition tensor) of every If of the top graph."""
     return [(_if_label(n, k), n.input[0]) for k, n in enumerate(model.graph.node) if n.op_type == "If" and n.input]
+
+
+def constant_conditions(model, conditions: Sequence[str]) -> Dict[str, str]:
+    """The value (``"true"``/``"false"``) of each condition tensor that is a constant of the top
+    graph: an initializer that is not also a graph input, or the output of a Constant node."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    wanted = set(conditions)
+    inputs = {v.name for v in model.graph.input}
+    tensors = {t.name: t for t in model.graph.initializer if t.name in wanted and t.name not in inputs}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output and node.output[0] in wanted:
+            attr = next((a for a in node.attribute if a.name == "value" and a.HasField("t")), None)
+            if attr is not None:
+                tensors[node.output[0]] = attr.t
+    found: Dict[str, str] = {}
+    for name, tensor in tensors.items():
+        try:
+            value = np.asarray(numpy_helper.to_array(tensor))
+        except Exception:  # noqa: BLE001 - damaged or external data: left to ONNX-Runtime's verdict
+            continue
+        if value.size == 1:
+            found[name] = str(bool(value.reshape(-1)[0])).lower()
+    return found
 
 
 def condition_values(path: str, conditions: Sequence[str], feeds, external_data_dir=None) -> Dict[str, str]:
@@ -113,7 +145,8 @@ def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_
     with _quiet_gs():
         graph = gs.import_onnx(model)
     used = _names_outside(model, {k for k, label in enumerate(labels) if label in decide})
-    node_names = {n.name for n in graph.nodes if n.op != "If"}
+    # names of the nodes that stay (kept Ifs included): inlined nodes are renamed away from them
+    node_names = {n.name for n, label in zip(graph.nodes, labels) if n.name and label not in decide}
 
     def unique(name: str) -> str:
         return _fresh_name(name, used)
@@ -139,19 +172,29 @@ def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_
 
 
 def _round(path: str, feeds, out_path: str, external_data_dir, skip: set) -> Tuple[List[Decision], Dict]:
-    """One round: decide the top-level Ifs of ``path`` not in ``skip``, inline them into ``out_path``."""
+    """One round: decide the top-level Ifs of ``path`` not in ``skip``, inline them into
+    ``out_path``. Constant conditions are read from the model; the others are computed on
+    ``feeds`` (left undecided when ``feeds`` is None)."""
     from toolkit.core.model import load_model
 
-    ifs = [(label, cond) for label, cond in top_level_ifs(load_model(path, load_external_data=False))
-           if label not in skip]
+    model = load_model(path, load_external_data=False)
+    ifs = [(label, cond) for label, cond in top_level_ifs(model) if label not in skip]
     if not ifs:
         return [], {}
-    values = condition_values(path, [c for _, c in ifs], feeds, external_data_dir)
-    decide = {label: values[cond] == "true" for label, cond in ifs if values[cond] in ("true", "false")}
-    unknown = {label: values[cond] for label, cond in ifs if label not in decide}
+    values = constant_conditions(model, [c for _, c in ifs])
+    constant = set(values)
+    rest = [c for _, c in ifs if c not in values]
+    if rest and feeds is not None:
+        values.update(condition_values(path, rest, feeds, external_data_dir))
+    decide = {label: values[cond] == "true" for label, cond in ifs if values.get(cond) in ("true", "false")}
+    unknown = {label: values.get(cond, "depends on the inputs") for label, cond in ifs if label not in decide}
     if not decide:
         return [], unknown
-    return inline_ifs(path, decide, out_path, external_data_dir), unknown
+    decisions = inline_ifs(path, decide, out_path, external_data_dir)
+    by_label = {label: cond for label, cond in ifs}
+    for d in decisions:
+        d.constant = by_label[d.node] in constant
+    return decisions, unknown
 
 
 def inline_taken_branches(path: str, feeds, folder: str, *, external_data_dir=None,
@@ -176,9 +219,11 @@ def inline_taken_branches(path: str, feeds, folder: str, *, external_data_dir=No
     return current, decisions, unknown
 
 
-def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None]) -> Optional[Inlined]:
-    """Inline the taken branches of ``model`` (and of ``opts.reference_model``) for the inputs
-    ``opts`` (a :class:`toolkit.reduce.accuracy.CompareOptions`) describes. None when the
+def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None], *,
+                      with_data: bool = True) -> Optional[Inlined]:
+    """Inline the taken branches of ``model`` (and of ``opts.reference_model``): Ifs whose
+    condition is a constant of the model always, the others for the inputs ``opts`` (a
+    :class:`toolkit.reduce.accuracy.CompareOptions`) describes when ``with_data``. None when the
     model has no top-level If or none could be decided."""
     from toolkit.core.model import load_model
     from toolkit.reduce.accuracy import _feed_source
@@ -188,7 +233,8 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None])
 
     from toolkit.core.errors import ToolkitError
 
-    source = _feed_source(opts, lambda _msg: None)  # the data files are read now: their errors are the user's
+    # the data files are read now: their errors are the user's
+    source = _feed_source(opts, lambda _msg: None) if with_data else None
 
     kw = {"external_data_dir": opts.external_data_dir}
     try:
@@ -203,8 +249,13 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None])
         return None
     for decision in decisions:
         log(decision.describe())
-    for name, why in unknown.items():
-        log(f"{name}: condition {why}; kept whole")
+    if with_data:
+        for name, why in unknown.items():
+            log(f"{name}: condition {why}; kept whole")
+    elif unknown:
+        names = ", ".join(list(unknown)[:4]) + (f" and {len(unknown) - 4} more" if len(unknown) > 4 else "")
+        log(f"note: {names}: condition depends on the inputs, so each such If is kept whole "
+            "(--load-inputs or --compare lets the reduce go inside the branch the inputs take)")
     if not decisions:
         return None
     return Inlined(path, ref, decisions, [f"{name}: {why}" for name, why in unknown.items()])
