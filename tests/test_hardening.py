@@ -575,3 +575,22 @@ def test_every_subcommand_is_in_the_matrix():
     covered = {" ".join(r.args[:2]) if r.args[0] not in ("run", "convert") else r.args[0] for r in ROWS}
     missing = [c for c in commands if c not in covered]
     assert not missing, f"subcommands without hardening rows: {missing}"
+
+
+def test_a_name_that_is_not_utf8_is_called_a_corrupt_file_not_a_bug(tmp_path, cli):
+    """Protobuf hands a name holding invalid UTF-8 back as bytes; whatever trips on it, the
+    user hears that the file is corrupt (exit 3), never 'a bug in toolkit'."""
+    from onnx import helper
+
+    nodes = [helper.make_node("Relu", ["QQQ"], ["y"], name="relu")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("QQQ", onnx.TensorProto.FLOAT, [1, 4])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    path = tmp_path / "bad.onnx"
+    path.write_bytes(data.replace(b"QQQ", b"\xf8\xf8\xf8"))
+    res = cli("surgeon", "sanitize", path, "-o", tmp_path / "o.onnx", "--fold-constants",
+              "--override-input-shapes", "x:[2,4]")
+    assert res.code == 3, res.err
+    assert "bad.onnx: a tensor name in graph 'g' is not valid UTF-8 text; the file is corrupt" in res.err
+    assert "bug in toolkit" not in res.err and res.err.count("error:") == 1
+    assert not (tmp_path / "o.onnx").exists()

@@ -119,8 +119,20 @@ def run_with_boundary(func, *args, **kwargs) -> int:
             name = getattr(exc, "filename", None)
             _print_error(f"{name + ': ' if name else ''}{exc.strerror or exc}")
         else:
-            _print_error(
+            _print_error(_corrupt_model_text() or (
                 f"unexpected {type(exc).__name__}: {exc} "
                 "(this is a bug in toolkit; TOOLKIT_DEBUG=1 shows the traceback)"
-            )
+            ))
         return int(ExitCode.BAD_INPUT)
+
+
+def _corrupt_model_text():
+    """After an unexpected failure: a model read with names that are not valid UTF-8 is the
+    likelier cause (protobuf hands them back as bytes). Checked only if a model was loaded."""
+    model_module = sys.modules.get("toolkit.core.model")
+    if model_module is None:
+        return None
+    try:
+        return model_module.corrupt_text_in_models()
+    except Exception:  # noqa: BLE001 - a second failure must not hide the first
+        return None

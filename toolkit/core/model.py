@@ -15,6 +15,7 @@ from typing import Iterator, Optional
 
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.graphs import all_tensors, external_data_folder, external_data_locations, has_external_data  # noqa: F401  (re-exported)
+from toolkit.core.graphs import undecodable_text
 
 STDIO = "-"
 # Protobuf refuses to serialize messages of 2 GiB or more.
@@ -75,6 +76,36 @@ def _parse_model(data: bytes, path: str):
         model.ir_version == 0 and not model.opset_import and not model.graph.node
     ):
         raise InputError(f"{describe(path)}: not an ONNX model (no graph found)")
+    if path != STDIO and path not in _PARSED:
+        _PARSED.append(path)
+        del _PARSED[:-8]
+    return model
+
+
+_PARSED: list = []  # the model files this process parsed (the last 8), for corrupt_text_in_models
+
+
+def corrupt_text_in_models() -> Optional[str]:
+    """An error sentence when a model file this process parsed holds text that is not valid
+    UTF-8 (protobuf hands such a name back as ``bytes``, which later code trips on), else None.
+    Costs a re-read, so it is asked only after an unexpected failure."""
+    for path in list(_PARSED):
+        try:
+            with open(path, "rb") as f:
+                model = onnx_model_from(f.read())
+        except Exception:  # noqa: BLE001 - gone or unreadable now: nothing to say about it
+            continue
+        where = undecodable_text(model)
+        if where:
+            return f"{describe(path)}: {where} is not valid UTF-8 text; the file is corrupt (re-export the model)"
+    return None
+
+
+def onnx_model_from(data: bytes):
+    import onnx
+
+    model = onnx.ModelProto()
+    model.ParseFromString(data)
     return model
 
 
