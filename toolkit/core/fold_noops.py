@@ -295,10 +295,13 @@ def _concat_parts(gs, tensor):
     return list(node.inputs)
 
 
-def _dynamic_target(gs, node):
-    """For a Reshape whose target is a Concat of constants and one computed entry, where the
-    data has one dynamic dim and its static dims hold as many elements as the constants ask:
-    the target as a constant, with -1 for the computed entry (it can only be that dim)."""
+def _dynamic_target(gs, node, copy_dynamic: bool = False):
+    """For a Reshape whose target is a Concat of constants and one computed scalar entry, where
+    the computed entry can only be one dim of the data: the target as a constant, with -1 for
+    that entry. It can only be that dim when the data dims the target does not copy (with 0)
+    are static but one, and hold as many elements as the positive constants ask. A 0 copies a
+    static dim; with ``copy_dynamic``, a dynamic one too: the same for every input but an
+    empty one (a copied dim of size 0 leaves -1 undefined)."""
     import numpy as np
 
     if node.op != "Reshape" or len(node.inputs) < 2 or node.attrs.get("allowzero", 0):
@@ -319,17 +322,34 @@ def _dynamic_target(gs, node):
         else:
             return None
     dims = _static_shape(data)
-    if len(computed) != 1 or dims is None or dims.count(None) != 1:
+    if len(computed) != 1 or dims is None:
         return None
     known = [e for i, e in enumerate(entries) if i != computed[0]]
-    if any(e <= 0 for e in known):
+    copied = {i for i, e in enumerate(entries) if e == 0}
+    if any(e < 0 for e in known) or any(i >= len(dims) or dims[i] == 0 for i in copied):
         return None
-    if int(np.prod([d for d in dims if d is not None], dtype=np.int64)) != int(np.prod(known, dtype=np.int64)):
+    if not copy_dynamic and any(dims[i] is None for i in copied):
+        return None
+    rest = [d for i, d in enumerate(dims) if i not in copied]
+    if rest.count(None) != 1:
+        return None
+    wanted = int(np.prod([e for e in known if e > 0], dtype=np.int64))
+    if int(np.prod([d for d in rest if d is not None], dtype=np.int64)) != wanted:
         return None
     return np.array(entries, dtype=np.int64)
 
 
-def constant_reshape_targets(gs, graph) -> int:
+def computed_reshape_targets(gs, graph) -> bool:
+    """Whether a Reshape of ``graph``'s top level takes its target from a Concat that is not
+    constant (a candidate for :func:`constant_reshape_targets`)."""
+    return any(
+        node.op == "Reshape" and len(node.inputs) > 1 and not isinstance(node.inputs[1], gs.Constant)
+        and bool(_concat_parts(gs, node.inputs[1]))
+        for node in graph.nodes
+    )
+
+
+def constant_reshape_targets(gs, graph, copy_dynamic: bool = False) -> int:
     """Replace computed Reshape targets that can only be one value by that constant (see
     :func:`_dynamic_target`), in ``graph`` and its bodies; the computation left unused goes
     with the next cleanup. Returns how many were replaced."""
@@ -337,8 +357,8 @@ def constant_reshape_targets(gs, graph) -> int:
     taken = None  # the graph's tensor names, gathered once there is a target to name
     for node in list(graph.nodes):
         for sub in bodies(node):
-            replaced += constant_reshape_targets(gs, sub)
-        values = _dynamic_target(gs, node)
+            replaced += constant_reshape_targets(gs, sub, copy_dynamic)
+        values = _dynamic_target(gs, node, copy_dynamic)
         if values is None:
             continue
         taken = set(graph.tensors()) if taken is None else taken

@@ -38,6 +38,31 @@ def walk_graphs(graph) -> Iterator:
             yield from walk_graphs(sub)
 
 
+def undecodable_text(model) -> Optional[str]:
+    """Where the model holds a name (or other text field) that is not valid UTF-8, said in a
+    few words; None when all are text. Protobuf hands such a field back as ``bytes``, which
+    every later step would trip on."""
+    top = [("producer name", model.producer_name), ("producer version", model.producer_version),
+           ("domain", model.domain), ("doc string", model.doc_string)]
+    top += [("opset domain", o.domain) for o in model.opset_import]
+    top += [("metadata", p.key) for p in model.metadata_props] + [("metadata", p.value) for p in model.metadata_props]
+    for what, value in top:
+        if not isinstance(value, str):
+            return f"its {what}"
+    for g in walk_graphs(model.graph):
+        if not isinstance(g.name, str):
+            return "a graph name"
+        for v in list(g.input) + list(g.output) + list(g.value_info) + list(g.initializer):
+            if not isinstance(v.name, str):
+                return f"a tensor name in graph '{g.name}'"
+        for n in g.node:
+            texts = [n.name, n.op_type, n.domain, *n.input, *n.output, *(a.name for a in n.attribute)]
+            if not all(isinstance(t, str) for t in texts):
+                label = n.name if isinstance(n.name, str) else "?"
+                return f"node '{label}' in graph '{g.name}'"
+    return None
+
+
 def _attribute_tensors(nodes: Iterable) -> Iterator:
     for node in nodes:
         for attr in node.attribute:

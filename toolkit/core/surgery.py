@@ -2225,26 +2225,76 @@ def optimize(model, *, validate: bool = True, external_data_dir: Optional[str] =
         log(f"Optimizing | skipped: the optimized model uses ops of {', '.join(foreign)}, which the model does not import")
         return model
     _restore_model_fields(result, model)
-    merged = 0
+    done: Dict[str, int] = {}
     if not any(attr.type in (5, 10) for n in result.graph.node for attr in n.attribute):  # no subgraphs
-        gs = _import_gs()
-        with _quiet_gs(), _gs_step("import"):
-            graph = gs.import_onnx(result)
-        merged = _eliminate_common_subexpressions(gs, graph)
-        if merged:
-            with _quiet_gs(), _gs_step("clean up"):
-                graph.cleanup()
-            with _gs_step("export"):
-                result = _export(gs, graph, model)
+        done, result = _after_optimizer(result, model)
     if validate:
         err = _Validation(model, external_data_dir).check(result)
         if err is not None:
             log(f"Optimizing | skipped: the optimized model failed validation ({err})")
             return model
-    also = f", {merged} duplicate node(s) merged" if merged else ""
+    also = "".join(f", {n} {what}" for what, n in done.items())
     log(f"Optimizing | ONNX-Runtime basic level{also} | nodes {before} -> {count_model_nodes(result)} | "
         f"{time.perf_counter() - t0:.2f} s")
     return result
+
+
+def _after_optimizer(result, model):
+    """What ``--optimize`` adds to ONNX-Runtime's basic level (top graph): duplicate nodes merged,
+    Reshape targets computed from a dim the data copies with 0 made constant (see
+    :func:`toolkit.core.fold_noops.constant_reshape_targets`; the shapes that decides on come
+    from symbolic shape inference, and are not written), and :mod:`toolkit.core.fusions`.
+    Returns ``({what was done: how many}, model)``."""
+    from toolkit.core.fold_noops import computed_reshape_targets, constant_reshape_targets
+    from toolkit.core.fusions import optimizer_rewrites
+
+    gs = _import_gs()
+    with _quiet_gs(), _gs_step("import"):
+        graph = gs.import_onnx(result)
+    merged = _eliminate_common_subexpressions(gs, graph)
+    inferred = _symbolic_shapes(result) if computed_reshape_targets(gs, graph) else {}
+    lent = {}
+    for name, tensor in graph.tensors().items():
+        if name in inferred and not isinstance(tensor, gs.Constant):
+            lent[name] = tensor.shape
+            tensor.shape = inferred[name]
+    targets = constant_reshape_targets(gs, graph, copy_dynamic=True)
+    tensors = graph.tensors()
+    for name, shape in lent.items():
+        if name in tensors:
+            tensors[name].shape = shape
+    rewrites = optimizer_rewrites(gs, graph)
+    done = {"duplicate node(s) merged": merged, "Reshape target(s) made constant": targets, **rewrites}
+    done = {what: n for what, n in done.items() if n}
+    if not done:
+        return done, result
+    with _quiet_gs(), _gs_step("clean up"):
+        graph.cleanup()
+    with _gs_step("export"):
+        return done, _export(gs, graph, model)
+
+
+def _symbolic_shapes(model) -> Dict[str, tuple]:
+    """Shapes of the top graph's tensors by ONNX-Runtime's symbolic shape inference: numbers
+    where known, other dims as None (empty when it cannot run)."""
+    try:
+        import sympy  # noqa: F401  (symbolic inference needs it)
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    except ImportError:
+        return {}
+    try:
+        with _quiet_ort(), contextlib.redirect_stdout(io.StringIO()):
+            inferred = SymbolicShapeInference.infer_shapes(light_copy(model), auto_merge=True)
+    except Exception:  # noqa: BLE001 - an optional help; without it fewer targets are made constant
+        return {}
+    if inferred is None:
+        return {}
+    found: Dict[str, tuple] = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        t = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and t.HasField("shape"):
+            found[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+    return found
 
 
 def _constant_initializers(model):

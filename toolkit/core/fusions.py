@@ -1,0 +1,203 @@
+"""Rewrites ``surgeon sanitize --optimize`` adds to ONNX-Runtime's basic level.
+
+Each one is exact (or, for folding a normalization into weights, exact up to float rounding)
+and keeps only standard ops:
+
+- :func:`merge_slices`: a Slice of a Slice on other axes is one Slice;
+- :func:`fold_into_conv_transpose`: a per-channel constant Add, or an inference
+  BatchNormalization, after a ConvTranspose goes into its weights and bias (ONNX-Runtime
+  fuses these into Conv, not into ConvTranspose).
+
+They work on an onnx-graphsurgeon graph's top level and leave dead nodes to the caller's
+``cleanup()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional, Set
+
+_STANDARD = (None, "", "ai.onnx")  # onnx-graphsurgeon gives None for the default domain
+
+
+def _consumed_once(tensor, graph_outputs: Set[int]) -> bool:
+    return len(tensor.outputs) == 1 and id(tensor) not in graph_outputs
+
+
+def _ints(gs, tensor) -> Optional[List[int]]:
+    if not isinstance(tensor, gs.Constant) or tensor.values.ndim != 1 or tensor.values.dtype.kind not in "iu":
+        return None
+    return [int(v) for v in tensor.values.tolist()]
+
+
+def _slice_params(gs, node, rank: Optional[int]) -> Optional[Dict[str, List[int]]]:
+    """starts/ends/axes/steps of a Slice (opset 10+ form) as lists, axes made non-negative;
+    None when one is not a constant, or an axis is negative and the rank unknown."""
+    if node.op != "Slice" or node.domain not in _STANDARD or not 3 <= len(node.inputs) <= 5:
+        return None
+    given = [t if t.name else None for t in node.inputs[1:]] + [None] * (5 - len(node.inputs))
+    starts, ends = _ints(gs, given[0]), _ints(gs, given[1])
+    if starts is None or ends is None or len(starts) != len(ends):
+        return None
+    axes = list(range(len(starts))) if given[2] is None else _ints(gs, given[2])
+    steps = [1] * len(starts) if given[3] is None else _ints(gs, given[3])
+    if axes is None or steps is None or len(axes) != len(starts) or len(steps) != len(starts):
+        return None
+    if any(a < 0 for a in axes):
+        if rank is None:
+            return None
+        axes = [a + rank if a < 0 else a for a in axes]
+    return {"starts": starts, "ends": ends, "axes": axes, "steps": steps}
+
+
+def _unique(name: str, taken: Set[str]) -> str:
+    while name in taken:
+        name += "_"
+    taken.add(name)
+    return name
+
+
+def merge_slices(gs, graph) -> int:
+    """Slice(Slice(x, ...), ...) on disjoint axes, the inner one read only there: one Slice of
+    ``x`` with both sets of starts/ends/axes/steps. Returns how many Slices were merged away."""
+    import numpy as np
+
+    graph_outputs = {id(t) for t in graph.outputs}
+    taken = set(graph.tensors())
+    merged = 0
+    for node in list(graph.nodes):
+        if node.op != "Slice" or not node.inputs or len(node.inputs[0].inputs) != 1:
+            continue
+        middle = node.inputs[0]
+        inner = middle.inputs[0]
+        if inner.op != "Slice" or not _consumed_once(middle, graph_outputs) or len(inner.outputs) != 1:
+            continue
+        data = inner.inputs[0]
+        rank = len(data.shape) if data.shape is not None else None
+        first, second = _slice_params(gs, inner, rank), _slice_params(gs, node, rank)
+        if first is None or second is None or set(first["axes"]) & set(second["axes"]):
+            continue
+        base = node.name or middle.name
+        params = [
+            gs.Constant(_unique(f"{base}_{key}", taken), np.array(first[key] + second[key], dtype=np.int64))
+            for key in ("starts", "ends", "axes", "steps")
+        ]
+        node.inputs.clear()
+        node.inputs.extend([data] + params)
+        merged += 1
+    return merged
+
+
+def _per_channel(values, channels: int, rank: int):
+    """``values`` (a constant added to a rank-``rank`` NC... tensor) as one number per channel,
+    or None when it varies along another axis or does not broadcast so."""
+    import numpy as np
+
+    if values.ndim > rank or values.dtype.kind != "f":
+        return None
+    shape = (1,) * (rank - values.ndim) + tuple(values.shape)
+    if rank < 2 or any(d != 1 for i, d in enumerate(shape) if i != 1) or shape[1] not in (1, channels):
+        return None
+    return np.broadcast_to(np.asarray(values, dtype=np.float64).reshape(-1), (channels,))
+
+
+def _conv_transpose_of(gs, tensor, graph_outputs: Set[int]):
+    """The ConvTranspose computing ``tensor`` with constant weights (and bias), its output read
+    once; else None."""
+    if len(tensor.inputs) != 1 or not _consumed_once(tensor, graph_outputs):
+        return None
+    node = tensor.inputs[0]
+    if node.op != "ConvTranspose" or node.domain not in _STANDARD or len(node.inputs) < 2:
+        return None
+    weight = node.inputs[1]
+    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2].name else None
+    if not isinstance(weight, gs.Constant) or weight.values.dtype.kind != "f" or weight.values.ndim < 3:
+        return None
+    if bias is not None and not isinstance(bias, gs.Constant):
+        return None
+    return node
+
+
+def _channels(node) -> int:
+    weight = node.inputs[1].values
+    return int(weight.shape[1]) * int(node.attrs.get("group", 1))
+
+
+def _rewrite(gs, node, scale, shift, taken: Set[str]) -> None:
+    """ConvTranspose ``node`` computing ``y * scale + shift`` per output channel."""
+    import numpy as np
+
+    weight = node.inputs[1].values
+    group = int(node.attrs.get("group", 1))
+    c_in, per_group = int(weight.shape[0]), int(weight.shape[1])
+    grouped = weight.astype(np.float64).reshape((group, c_in // group, per_group) + weight.shape[2:])
+    factor = scale.reshape((group, 1, per_group) + (1,) * (weight.ndim - 2))
+    new_weight = (grouped * factor).reshape(weight.shape).astype(weight.dtype)
+    old_bias = node.inputs[2].values.astype(np.float64) if len(node.inputs) > 2 and node.inputs[2].name else 0.0
+    new_bias = (old_bias * scale + shift).astype(weight.dtype)
+    base = node.name or node.outputs[0].name
+    w = gs.Constant(_unique(f"{base}_weight", taken), new_weight)
+    b = gs.Constant(_unique(f"{base}_bias", taken), new_bias)
+    data = node.inputs[0]
+    node.inputs.clear()
+    node.inputs.extend([data, w, b])
+
+
+def _take_output(node, after) -> None:
+    """``node`` now computes what ``after`` did: it takes ``after``'s output tensor."""
+    out = after.outputs[0]
+    after.outputs.clear()
+    after.inputs.clear()
+    node.outputs.clear()
+    node.outputs.append(out)
+
+
+def fold_into_conv_transpose(gs, graph) -> int:
+    """Fold a per-channel constant ``Add`` and an inference ``BatchNormalization`` that follow a
+    ConvTranspose (constant weights, output read only there) into its weights and bias.
+    Returns how many nodes were folded away."""
+    import numpy as np
+
+    graph_outputs = {id(t) for t in graph.outputs}
+    taken = set(graph.tensors())
+    folded = 0
+    for after in list(graph.nodes):
+        if after.domain not in _STANDARD or len(after.outputs) != 1 or not after.inputs:
+            continue
+        if after.op == "Add" and len(after.inputs) == 2:
+            k = 0 if isinstance(after.inputs[1], gs.Constant) else 1
+            node = _conv_transpose_of(gs, after.inputs[k], graph_outputs)
+            const = after.inputs[1 - k]
+            if node is None or not isinstance(const, gs.Constant):
+                continue
+            # the ConvTranspose's output has the weight's rank
+            shift = _per_channel(const.values, _channels(node), node.inputs[1].values.ndim)
+            if shift is None:
+                continue
+            scale = np.ones_like(shift)
+        elif after.op == "BatchNormalization" and len(after.inputs) == 5 and not after.attrs.get("training_mode", 0):
+            node = _conv_transpose_of(gs, after.inputs[0], graph_outputs)
+            params = after.inputs[1:]
+            if node is None or not all(isinstance(p, gs.Constant) and p.values.ndim == 1 for p in params):
+                continue
+            gamma, beta, mean, var = (p.values.astype(np.float64) for p in params)
+            if len(gamma) != _channels(node):
+                continue
+            scale = gamma / np.sqrt(var + float(after.attrs.get("epsilon", 1e-5)))
+            shift = beta - mean * scale
+        else:
+            continue
+        _rewrite(gs, node, scale, shift, taken)
+        _take_output(node, after)
+        folded += 1
+    return folded
+
+
+def optimizer_rewrites(gs, graph) -> Dict[str, Any]:
+    """Every rewrite of this module on ``graph``, repeated while one applies: counts by name."""
+    counts = {"Slice(s) merged": 0, "node(s) folded into ConvTranspose": 0}
+    while True:
+        step = {"Slice(s) merged": merge_slices(gs, graph), "node(s) folded into ConvTranspose": fold_into_conv_transpose(gs, graph)}
+        if not any(step.values()):
+            return counts
+        for key, n in step.items():
+            counts[key] += n
