@@ -191,3 +191,12 @@ def test_cache_reloads_changed_files(tmp_path):
     assert d.load_inputs(path)[0]["x"][0] == 1
     d.save_inputs(path, [{"x": np.array([2, 3])}])
     assert d.load_inputs(path)[0]["x"][0] == 2
+
+
+@pytest.mark.parametrize("text", ["\u0080", "not base64!", "QUJD="])
+def test_array_text_that_is_not_base64_is_corrupt_data(tmp_path, text):
+    """Non-ASCII, stray characters, bad padding: each is the file's fault, said as such."""
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps([{"x": {"array": text, "polygraphy_class": "ndarray"}}]))
+    with pytest.raises(InputError, match="corrupt array data"):
+        d.load_inputs(str(path))

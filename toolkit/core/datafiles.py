@@ -186,7 +186,7 @@ def _decode_array(text: str):
 
     try:
         raw = binascii.a2b_base64(text)
-    except (binascii.Error, TypeError) as exc:
+    except (binascii.Error, TypeError, ValueError) as exc:  # ValueError: text that is not ASCII
         raise InputError(f"corrupt array data (bad base64: {exc})") from None
     try:
         return np.load(io.BytesIO(raw), allow_pickle=False)
