@@ -409,6 +409,7 @@ SANITIZE_OPTIONS = [
     ["--toposort"],
     ["--fold-constants", "--partitioning", "recursive"],
     ["--fold-constants", "--num-passes", "1", "--no-fold-shapes"],
+    ["--fold-constants", "--optimize"],
 ]
 
 

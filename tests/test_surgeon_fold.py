@@ -610,3 +610,21 @@ def test_validation_takes_minus_one_for_a_reshape_targets_computed_dim():
     check = surgery._Validation(original, None)
     check.prepare()
     assert not check._same_reshape_target(folded([-1, 4], extra_reader=True), "target")
+
+
+@pytest.mark.parametrize("dtype, dims, nbytes, whole", [
+    (TensorProto.FLOAT8E4M3FN, [1, 4], 4, True), (TensorProto.FLOAT8E4M3FN, [1, 4], 16, False),
+    (TensorProto.INT4, [5], 3, True), (TensorProto.INT4, [5], 2, False), (TensorProto.UINT4, [4], 4, False),
+    (TensorProto.FLOAT4E2M1, [3], 2, True), (TensorProto.UINT8, [2, 2], 4, True),
+])
+def test_damage_is_measured_in_each_type_storage(dtype, dims, nbytes, whole):
+    """8-bit floats take a byte per value; 4-bit types two values per byte (rounded up)."""
+    from toolkit.core.graphs import damaged_tensor
+
+    t = TensorProto(name="w", data_type=dtype, dims=dims)
+    t.raw_data = b"\x11" * nbytes  # onnx's helper refuses a wrong size; a damaged file does not ask
+    graph = helper.make_graph([], "g", [], [modelzoo.vi("w", dims, dtype)], [t])
+    found = damaged_tensor(helper.make_model(graph))
+    assert (found is None) == whole, found
+    if not whole:
+        assert "tensor 'w'" in found and f"need {int(np.prod(dims))}" in found

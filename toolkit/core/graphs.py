@@ -152,7 +152,7 @@ def stable_topological_order(nodes: Sequence, reads: Callable[[Any], Iterable[st
 
 # Bytes per element of fixed-size ONNX tensor types (sub-byte types round up).
 ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 14: 8, 15: 16, 16: 2,
-            17: 1, 18: 1, 19: 1, 20: 1, 21: 1, 22: 1, 23: 1, 24: 1, 25: 1}
+            17: 1, 18: 1, 19: 1, 20: 1, 21: 1, 22: 1, 23: 1, 24: 1, 25: 1, 26: 1}  # packed types: per stored byte
 
 # data_type -> (the typed field holding the data when raw_data is empty, field entries per element)
 _TYPED_FIELD = {
@@ -160,7 +160,14 @@ _TYPED_FIELD = {
     6: ("int32_data", 1), 7: ("int64_data", 1), 9: ("int32_data", 1), 10: ("int32_data", 1),
     11: ("double_data", 1), 12: ("uint64_data", 1), 13: ("uint64_data", 1), 14: ("float_data", 2),
     15: ("double_data", 2), 16: ("int32_data", 1),
+    # 8-bit floats one per entry; 4-bit and 2-bit types packed (see _PACKED); 6-bit floats not checked
+    17: ("int32_data", 1), 18: ("int32_data", 1), 19: ("int32_data", 1), 20: ("int32_data", 1),
+    21: ("int32_data", 1), 22: ("int32_data", 1), 23: ("int32_data", 1), 24: ("int32_data", 1),
+    25: ("int32_data", 1), 26: ("int32_data", 1),
 }
+
+# data_type -> elements per stored byte (raw_data) or per typed-field entry, for packed types
+_PACKED = {21: 2, 22: 2, 23: 2, 25: 4, 26: 4}
 
 
 def damaged_tensor(model, external_bytes: Optional[Callable[[Any], int]] = None) -> Optional[str]:
@@ -176,6 +183,8 @@ def damaged_tensor(model, external_bytes: Optional[Callable[[Any], int]] = None)
         need = 1
         for d in tensor.dims:
             need *= d
+        pack = _PACKED.get(tensor.data_type, 1)
+        stored = -(-need // pack)  # bytes or entries: packed types round up
         unit = ITEMSIZE[tensor.data_type]
         if is_external(tensor):
             if external_bytes is None:
@@ -185,7 +194,8 @@ def damaged_tensor(model, external_bytes: Optional[Callable[[Any], int]] = None)
             have = len(tensor.raw_data)
             if not have:
                 have, unit = len(getattr(tensor, field)), per
-        if have != need * unit:
-            return (f"tensor '{tensor.name}' holds {have // unit if have % unit == 0 else have / unit:g} value(s) "
+        if have != stored * unit:
+            held = have // unit * pack if have % unit == 0 else have / unit * pack
+            return (f"tensor '{tensor.name}' holds {held:g} value(s) "
                     f"but its dims {list(tensor.dims)} need {need}")
     return None
