@@ -616,6 +616,7 @@ def test_validation_takes_minus_one_for_a_reshape_targets_computed_dim():
     (TensorProto.FLOAT8E4M3FN, [1, 4], 4, True), (TensorProto.FLOAT8E4M3FN, [1, 4], 16, False),
     (TensorProto.INT4, [5], 3, True), (TensorProto.INT4, [5], 2, False), (TensorProto.UINT4, [4], 4, False),
     (TensorProto.FLOAT4E2M1, [3], 2, True), (TensorProto.UINT8, [2, 2], 4, True),
+    (TensorProto.STRING, [1, 4], 16, False),
 ])
 def test_damage_is_measured_in_each_type_storage(dtype, dims, nbytes, whole):
     """8-bit floats take a byte per value; 4-bit types two values per byte (rounded up)."""
@@ -623,6 +624,8 @@ def test_damage_is_measured_in_each_type_storage(dtype, dims, nbytes, whole):
 
     t = TensorProto(name="w", data_type=dtype, dims=dims)
     t.raw_data = b"\x11" * nbytes  # onnx's helper refuses a wrong size; a damaged file does not ask
+    if dtype == TensorProto.STRING:  # strings live in string_data: bytes elsewhere leave it short
+        t.string_data.extend([b"a", b"b"])
     graph = helper.make_graph([], "g", [], [modelzoo.vi("w", dims, dtype)], [t])
     found = damaged_tensor(helper.make_model(graph))
     assert (found is None) == whole, found

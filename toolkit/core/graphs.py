@@ -176,6 +176,11 @@ def damaged_tensor(model, external_bytes: Optional[Callable[[Any], int]] = None)
     the size of its stored bytes. Protobuf hands ``raw_data`` back as a copy (a memcpy of the
     weight), so it is read once per tensor."""
     for tensor in all_tensors(model):
+        if tensor.data_type == 8:  # STRING: one string_data entry per element, never external
+            why = _damaged_strings(tensor)
+            if why:
+                return why
+            continue
         typed = _TYPED_FIELD.get(tensor.data_type)
         if typed is None:
             continue
@@ -198,4 +203,15 @@ def damaged_tensor(model, external_bytes: Optional[Callable[[Any], int]] = None)
             held = have // unit * pack if have % unit == 0 else have / unit * pack
             return (f"tensor '{tensor.name}' holds {held:g} value(s) "
                     f"but its dims {list(tensor.dims)} need {need}")
+    return None
+
+
+def _damaged_strings(tensor) -> Optional[str]:
+    if is_external(tensor):
+        return f"string tensor '{tensor.name}' points to external data, which ONNX defines for numeric tensors only"
+    need = 1
+    for d in tensor.dims:
+        need *= d
+    if len(tensor.string_data) != need:
+        return f"tensor '{tensor.name}' holds {len(tensor.string_data)} string(s) but its dims {list(tensor.dims)} need {need}"
     return None
