@@ -161,3 +161,11 @@ def test_optimize_says_what_it_added(tmp_path, cli):
     assert "2 node(s) folded into ConvTranspose" in res.err
     assert all(n.domain in ("", "ai.onnx") for n in onnx.load(str(tmp_path / "o.onnx")).graph.node)
     assert TensorProto.FLOAT == onnx.load(str(tmp_path / "o.onnx")).graph.output[0].type.tensor_type.elem_type
+
+
+def test_the_reshape_rule_skips_graphs_too_big_for_symbolic_inference(monkeypatch):
+    from toolkit.core import surgery
+
+    monkeypatch.setattr(surgery, "SYMBOLIC_SHAPES_MAX_NODES", 1)
+    folded, _ = sanitize(reshape_copying_batch(), fold_constants=True)
+    assert "Shape" in _ops(optimize(folded))

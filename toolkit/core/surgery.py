@@ -2239,6 +2239,9 @@ def optimize(model, *, validate: bool = True, external_data_dir: Optional[str] =
     return result
 
 
+SYMBOLIC_SHAPES_MAX_NODES = 5000  # --optimize's Reshape-target rule runs symbolic shape inference up to this size
+
+
 def _after_optimizer(result, model):
     """What ``--optimize`` adds to ONNX-Runtime's basic level (top graph): duplicate nodes merged,
     Reshape targets computed from a dim the data copies with 0 made constant (see
@@ -2252,7 +2255,8 @@ def _after_optimizer(result, model):
     with _quiet_gs(), _gs_step("import"):
         graph = gs.import_onnx(result)
     merged = _eliminate_common_subexpressions(gs, graph)
-    inferred = _symbolic_shapes(result) if computed_reshape_targets(gs, graph) else {}
+    small = len(graph.nodes) <= SYMBOLIC_SHAPES_MAX_NODES  # its cost grows with the graph (~2 ms a node)
+    inferred = _symbolic_shapes(result) if small and computed_reshape_targets(gs, graph) else {}
     lent = {}
     for name, tensor in graph.tensors().items():
         if name in inferred and not isinstance(tensor, gs.Constant):
