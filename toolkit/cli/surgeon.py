@@ -207,7 +207,8 @@ _SANITIZE_OPTS = {
         "repeats...) with a Min: BOUND for all, TENSOR:BOUND for one (several after one flag). `toolkit inspect "
         "model --list-unbounded-dds` lists them.",
     "--optimize": "After folding, apply ONNX-Runtime's basic-level graph optimizations (Conv+BatchNorm fusion, "
-        "redundant node elimination...), which keep the model standard ONNX.",
+        "redundant node elimination...), then merge duplicate nodes and Slice chains and fold Add/BatchNorm into "
+        "ConvTranspose; the model stays standard ONNX.",
     "--no-validate": "Do not check the folded model on ONNX-Runtime (by default it must load and give the input "
         "model's outputs on generated inputs, or folding is redone with less).",
 }
