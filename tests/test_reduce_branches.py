@@ -258,3 +258,18 @@ def test_inlined_nodes_never_take_the_name_of_a_kept_if(tmp_path):
     names = [n.name for n in onnx.load(str(tmp_path / "out.onnx")).graph.node]
     assert names.count("second_if") == 1 and len(set(names)) == len(names)
     assert [n.op_type for n in onnx.load(str(tmp_path / "out.onnx")).graph.node if n.name == "second_if"] == ["If"]
+
+
+def test_a_constant_condition_stored_in_an_external_file_is_read_from_it(cli, models):
+    from modelzoo import save_with_external_data
+
+    (models / "ext").mkdir()
+    save_with_external_data(_constant_condition(branchy(), True, "initializer"), models / "ext" / "const.onnx",
+                            location="const.bin")
+    cond = next(t for t in onnx.load(str(models / "ext" / "const.onnx"), load_external_data=False).graph.initializer
+                if t.name == "cond")
+    assert cond.data_location == onnx.TensorProto.EXTERNAL
+    res = _sigmoid_reduce(cli, "ext/const.onnx")
+    assert res.code == 0, res.err
+    assert "if: condition true (a constant of the model)" in res.err
+    assert _nodes(models / "reduced.onnx") == ["then_sigmoid"]

@@ -86,11 +86,16 @@ def top_level_ifs(model) -> List[Tuple[str, str]]:
     return [(_if_label(n, k), n.input[0]) for k, n in enumerate(model.graph.node) if n.op_type == "If" and n.input]
 
 
-def constant_conditions(model, conditions: Sequence[str]) -> Dict[str, str]:
+def constant_conditions(model, conditions: Sequence[str], base_dir: Optional[str] = None) -> Dict[str, str]:
     """The value (``"true"``/``"false"``) of each condition tensor that is a constant of the top
-    graph: an initializer that is not also a graph input, or the output of a Constant node."""
+    graph: an initializer that is not also a graph input, or the output of a Constant node (an
+    initializer in an external file is read from ``base_dir``)."""
     import numpy as np
     from onnx import numpy_helper
+
+    from toolkit.core.graphs import is_external
+    from toolkit.core.surgery import _copied
+    from toolkit.core.weights import load_tensor
 
     wanted = set(conditions)
     inputs = {v.name for v in model.graph.input}
@@ -103,6 +108,9 @@ def constant_conditions(model, conditions: Sequence[str]) -> Dict[str, str]:
     found: Dict[str, str] = {}
     for name, tensor in tensors.items():
         try:
+            if is_external(tensor) and base_dir is not None:
+                tensor = _copied(tensor)
+                load_tensor(tensor, base_dir)
             value = np.asarray(numpy_helper.to_array(tensor))
         except Exception:  # noqa: BLE001 - damaged or external data: left to ONNX-Runtime's verdict
             continue
@@ -181,7 +189,9 @@ def _round(path: str, feeds, out_path: str, external_data_dir, skip: set) -> Tup
     ifs = [(label, cond) for label, cond in top_level_ifs(model) if label not in skip]
     if not ifs:
         return [], {}
-    values = constant_conditions(model, [c for _, c in ifs])
+    from toolkit.core.graphs import external_data_folder
+
+    values = constant_conditions(model, [c for _, c in ifs], external_data_folder(path, external_data_dir))
     constant = set(values)
     rest = [c for _, c in ifs if c not in values]
     if rest and feeds is not None:
