@@ -273,3 +273,12 @@ def test_a_constant_condition_stored_in_an_external_file_is_read_from_it(cli, mo
     assert res.code == 0, res.err
     assert "if: condition true (a constant of the model)" in res.err
     assert _nodes(models / "reduced.onnx") == ["then_sigmoid"]
+
+
+def test_a_model_read_from_stdin_is_read_once(cli, models):
+    """stdin cannot be read twice: branches are not inlined, and the reduce still runs."""
+    save(_constant_condition(branchy(), True, "initializer"), models / "const.onnx")
+    res = cli("debug", "reduce", "-", "-o", "reduced.onnx", "--fail-regex", "Op: Sigmoid", "--check", *INSPECT,
+              stdin=(models / "const.onnx").read_bytes())
+    assert res.code == 0, res.err
+    assert _nodes(models / "reduced.onnx") == ["if"]

@@ -257,6 +257,8 @@ def _inline_branches(p: dict, load_inputs):
     from toolkit.reduce.accuracy import CompareOptions
     from toolkit.reduce.branches import inline_for_reduce
 
+    if p["model"] == "-":
+        return None  # a model read from stdin is read once, by the reduce itself
     with_data = p["compare"] is not None or bool(load_inputs)
     opts = CompareOptions(
         reference_model=p["reference_model"] if p["compare"] is not None else None,

@@ -81,6 +81,15 @@ def _names_outside(model, inlined: set) -> set:
     return taken
 
 
+def _structure(path: str, external_data_dir=None):
+    """``path``'s model without reading its big weights (the reduce's own light loader: a
+    memory-mapped file cut into fields, big initializers as stubs; external weights left on
+    disk), so looking for Ifs costs the graph, not the weights."""
+    from toolkit.reduce.session import load_for_index
+
+    return load_for_index(path, external_data_dir)[0]
+
+
 def top_level_ifs(model) -> List[Tuple[str, str]]:
     """(label, condition tensor) of every If of the top graph."""
     return [(_if_label(n, k), n.input[0]) for k, n in enumerate(model.graph.node) if n.op_type == "If" and n.input]
@@ -183,9 +192,7 @@ def _round(path: str, feeds, out_path: str, external_data_dir, skip: set) -> Tup
     """One round: decide the top-level Ifs of ``path`` not in ``skip``, inline them into
     ``out_path``. Constant conditions are read from the model; the others are computed on
     ``feeds`` (left undecided when ``feeds`` is None)."""
-    from toolkit.core.model import load_model
-
-    model = load_model(path, load_external_data=False)
+    model = _structure(path, external_data_dir)
     ifs = [(label, cond) for label, cond in top_level_ifs(model) if label not in skip]
     if not ifs:
         return [], {}
@@ -235,10 +242,9 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None],
     condition is a constant of the model always, the others for the inputs ``opts`` (a
     :class:`toolkit.reduce.accuracy.CompareOptions`) describes when ``with_data``. None when the
     model has no top-level If or none could be decided."""
-    from toolkit.core.model import load_model
     from toolkit.reduce.accuracy import _feed_source
 
-    if not top_level_ifs(load_model(model, external_data_dir=opts.external_data_dir, load_external_data=False)):
+    if not top_level_ifs(_structure(model, opts.external_data_dir)):
         return None
 
     from toolkit.core.errors import ToolkitError
