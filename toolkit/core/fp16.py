@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from toolkit.core.errors import DependencyError, InputError
-from toolkit.core.graphs import node_subgraphs, stable_topological_order, walk_graphs
+from toolkit.core.graphs import element_count, node_subgraphs, stable_topological_order, walk_graphs
 
 FLOAT = 1
 FLOAT16 = 10
@@ -217,7 +217,7 @@ def _without_big_data(model):
     import onnx
 
     # (sized from the dims: reading raw_data or ByteSize() copies or walks the bytes)
-    big = [i for i, t in enumerate(model.graph.initializer) if _numel(t) * 4 > _STRIP_BYTES]
+    big = [i for i, t in enumerate(model.graph.initializer) if element_count(t) * 4 > _STRIP_BYTES]
     if not big:
         return model
     light = onnx.ModelProto()
@@ -238,13 +238,6 @@ def _without_big_data(model):
         else:
             g.initializer.add().CopyFrom(t)
     return light
-
-
-def _numel(t) -> int:
-    n = 1
-    for d in t.dims:
-        n *= int(d)
-    return n
 
 
 def _copy_fields(src, dst, skip=()) -> None:

@@ -170,6 +170,14 @@ _TYPED_FIELD = {
 _PACKED = {21: 2, 22: 2, 23: 2, 25: 4, 26: 4}
 
 
+def element_count(tensor) -> int:
+    """Elements a TensorProto's dims hold (1 for a scalar)."""
+    n = 1
+    for d in tensor.dims:
+        n *= int(d)
+    return n
+
+
 def damaged_tensor(model, external_bytes: Optional[Callable[[Any], int]] = None) -> Optional[str]:
     """A sentence naming the first tensor whose stored data does not fill its dims (``None`` when
     every tensor is whole). A tensor in an external file is checked when ``external_bytes`` gives
@@ -185,9 +193,7 @@ def damaged_tensor(model, external_bytes: Optional[Callable[[Any], int]] = None)
         if typed is None:
             continue
         field, per = typed
-        need = 1
-        for d in tensor.dims:
-            need *= d
+        need = element_count(tensor)
         pack = _PACKED.get(tensor.data_type, 1)
         stored = -(-need // pack)  # bytes or entries: packed types round up
         unit = ITEMSIZE[tensor.data_type]
@@ -209,9 +215,7 @@ def damaged_tensor(model, external_bytes: Optional[Callable[[Any], int]] = None)
 def _damaged_strings(tensor) -> Optional[str]:
     if is_external(tensor):
         return f"string tensor '{tensor.name}' points to external data, which ONNX defines for numeric tensors only"
-    need = 1
-    for d in tensor.dims:
-        need *= d
+    need = element_count(tensor)
     if len(tensor.string_data) != need:
         return f"tensor '{tensor.name}' holds {len(tensor.string_data)} string(s) but its dims {list(tensor.dims)} need {need}"
     return None

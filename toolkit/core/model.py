@@ -92,21 +92,14 @@ def corrupt_text_in_models() -> Optional[str]:
     for path in list(_PARSED):
         try:
             with open(path, "rb") as f:
-                model = onnx_model_from(f.read())
-        except Exception:  # noqa: BLE001 - gone or unreadable now: nothing to say about it
+                model = _parse_model(f.read(), path)
+        except Exception:  # noqa: BLE001 - gone, unreadable or not a model now: nothing to say about it
             continue
         where = undecodable_text(model)
         if where:
             return f"{describe(path)}: {where} is not valid UTF-8 text; the file is corrupt (re-export the model)"
     return None
 
-
-def onnx_model_from(data: bytes):
-    import onnx
-
-    model = onnx.ModelProto()
-    model.ParseFromString(data)
-    return model
 
 
 def load_model(

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
 from toolkit.core.errors import InputError, one_line
-from toolkit.core.graphs import ITEMSIZE, attribute_graphs, has_external_data
+from toolkit.core.graphs import ITEMSIZE, attribute_graphs, element_count, has_external_data
 from toolkit.core.meta import TensorMeta, format_spec_shape
 
 # Initializers bigger than this are replaced by shape-only stubs for shape inference.
@@ -107,9 +107,7 @@ def _stub_tensor(t):
 def _tensor_nbytes(t) -> int:
     """Size of a tensor's data, from its dims and type where they tell it: reading
     ``raw_data`` (or ByteSize()) copies or walks every byte, slow on big weights."""
-    n = 1
-    for d in t.dims:
-        n *= d
+    n = element_count(t)
     size = ITEMSIZE.get(t.data_type)
     if size is not None:
         return n * size
