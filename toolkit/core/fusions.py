@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Set
 
+from toolkit.core.graphs import fresh_name
+
 _STANDARD = (None, "", "ai.onnx")  # onnx-graphsurgeon gives None for the default domain
 
 
@@ -49,13 +51,6 @@ def _slice_params(gs, node, rank: Optional[int]) -> Optional[Dict[str, List[int]
     return {"starts": starts, "ends": ends, "axes": axes, "steps": steps}
 
 
-def _unique(name: str, taken: Set[str]) -> str:
-    while name in taken:
-        name += "_"
-    taken.add(name)
-    return name
-
-
 def merge_slices(gs, graph) -> int:
     """Slice(Slice(x, ...), ...) on disjoint axes, the inner one read only there: one Slice of
     ``x`` with both sets of starts/ends/axes/steps. Returns how many Slices were merged away."""
@@ -78,7 +73,7 @@ def merge_slices(gs, graph) -> int:
             continue
         base = node.name or middle.name
         params = [
-            gs.Constant(_unique(f"{base}_{key}", taken), np.array(first[key] + second[key], dtype=np.int64))
+            gs.Constant(fresh_name(f"{base}_{key}", taken), np.array(first[key] + second[key], dtype=np.int64))
             for key in ("starts", "ends", "axes", "steps")
         ]
         node.inputs.clear()
@@ -135,8 +130,8 @@ def _rewrite(gs, node, scale, shift, taken: Set[str]) -> None:
     old_bias = node.inputs[2].values.astype(np.float64) if len(node.inputs) > 2 and node.inputs[2].name else 0.0
     new_bias = (old_bias * scale + shift).astype(weight.dtype)
     base = node.name or node.outputs[0].name
-    w = gs.Constant(_unique(f"{base}_weight", taken), new_weight)
-    b = gs.Constant(_unique(f"{base}_bias", taken), new_bias)
+    w = gs.Constant(fresh_name(f"{base}_weight", taken), new_weight)
+    b = gs.Constant(fresh_name(f"{base}_bias", taken), new_bias)
     data = node.inputs[0]
     node.inputs.clear()
     node.inputs.extend([data, w, b])

@@ -170,6 +170,16 @@ _TYPED_FIELD = {
 _PACKED = {21: 2, 22: 2, 23: 2, 25: 4, 26: 4}
 
 
+def fresh_name(base: str, taken: set) -> str:
+    """``base``, or ``base_2``, ``base_3``... : the first not in ``taken`` (added to it)."""
+    name, i = base, 1
+    while name in taken:
+        i += 1
+        name = f"{base}_{i}"
+    taken.add(name)
+    return name
+
+
 def element_count(tensor) -> int:
     """Elements a TensorProto's dims hold (1 for a scalar)."""
     n = 1

@@ -22,7 +22,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError, one_line
 from toolkit.core.fold_noops import bodies, constant_reshape_targets, eliminate_noops
-from toolkit.core.graphs import damaged_tensor, has_external_data, node_subgraphs, walk_graphs
+from toolkit.core.graphs import damaged_tensor, fresh_name, has_external_data, node_subgraphs, walk_graphs
 from toolkit.core.meta import TensorMeta, format_meta, format_spec_shape, parse_size  # noqa: F401  (parse_size: re-exported)
 from toolkit.core.shapes import (
     infer_tensor_meta,
@@ -1048,7 +1048,7 @@ def _flatten_constant_ifs(gs, graph) -> int:
     used_names = {t.name for t in _all_tensors(graph).values()}
 
     def unique(name: str) -> str:
-        return _fresh_name(name, used_names)
+        return fresh_name(name, used_names)
 
     def visit(g) -> None:
         nonlocal count
@@ -2109,25 +2109,16 @@ def set_unbounded_dds_upper_bounds(model, bounds: Mapping[str, int], log: LogFn 
         values = np.array(bound, dtype=dtype)
         if meta is not None and meta.shape:
             values = np.full(len(meta.shape), bound, dtype=dtype)
-        copy = _fresh_name(name + "_unbounded", taken)
-        const = _fresh_name(name + "_upper_bound", taken)
+        copy = fresh_name(name + "_unbounded", taken)
+        const = fresh_name(name + "_upper_bound", taken)
         pos = next(i for i, n in enumerate(g.node) if name in n.output)
         producer = g.node[pos]
         producer.output[list(producer.output).index(name)] = copy
         g.initializer.append(numpy_helper.from_array(values, const))
-        g.node.insert(pos + 1, helper.make_node("Min", [copy, const], [name], name=_fresh_name(name + "_min", taken)))
+        g.node.insert(pos + 1, helper.make_node("Min", [copy, const], [name], name=fresh_name(name + "_min", taken)))
         applied[name] = bound
     log(f"Upper bounds set: {', '.join(f'{k}<={v}' for k, v in applied.items()) or 'none needed'}")
     return applied
-
-
-def _fresh_name(base: str, taken: set) -> str:
-    name, i = base, 1
-    while name in taken:
-        i += 1
-        name = f"{base}_{i}"
-    taken.add(name)
-    return name
 
 
 def assume_dynamic_dims(model, input_shapes: Optional[Mapping[str, Sequence]], log: LogFn) -> Dict[str, list]:

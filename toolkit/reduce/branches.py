@@ -152,7 +152,8 @@ def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_
     """Write ``path`` to ``out_path`` with each top-level If whose label ``decide`` holds
     replaced by the branch it takes (the nodes that only computed conditions removed)."""
     from toolkit.core.model import save_model
-    from toolkit.core.surgery import _export, _fresh_name, _import_gs, _inline_branch
+    from toolkit.core.graphs import fresh_name
+    from toolkit.core.surgery import _export, _import_gs, _inline_branch
     from toolkit.core.surgery import _model_shell, _quiet_gs, count_nodes, load_for_surgery
 
     gs = _import_gs()
@@ -166,7 +167,7 @@ def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_
     node_names = {n.name for n, label in zip(graph.nodes, labels) if n.name and label not in decide}
 
     def unique(name: str) -> str:
-        return _fresh_name(name, used)
+        return fresh_name(name, used)
 
     decisions: List[Decision] = []
     new_nodes: list = []
@@ -178,7 +179,7 @@ def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_
         decisions.append(Decision(label, decide[label], count_nodes(branch)))
         body = _inline_branch(gs, graph, node, branch, unique)
         for n in body:
-            n.name = _fresh_name(n.name or n.op, node_names)
+            n.name = fresh_name(n.name or n.op, node_names)
         new_nodes.extend(body)
     graph.nodes = new_nodes
     with _quiet_gs():
