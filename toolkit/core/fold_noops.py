@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+from toolkit.core.graphs import fresh_name
+
 # Slice ends at or beyond this cover the whole axis whatever its size (exporters write INT_MAX/INT64_MAX).
 _WHOLE_AXIS = 2**31 - 1
 
@@ -93,27 +95,37 @@ def _is_noop_transpose(node) -> bool:
 
 
 def _const_ints(gs, tensor):
-    if not isinstance(tensor, gs.Constant) or tensor.values.ndim != 1:
+    if not isinstance(tensor, gs.Constant) or tensor.values.ndim != 1 or tensor.values.dtype.kind not in "iu":
         return None
     return [int(v) for v in tensor.values.tolist()]
 
 
+def slice_params(gs, node):
+    """``(starts, ends, axes, steps)`` of a Slice (opset 10+ form) whose parameters are 1-D
+    integer constants of one length, axes and steps defaulted as ONNX does; else None."""
+    if len(node.inputs) < 3:
+        return None
+
+    def given(k):
+        return None if len(node.inputs) <= k or node.inputs[k].is_empty() else node.inputs[k]
+
+    starts, ends = _const_ints(gs, node.inputs[1]), _const_ints(gs, node.inputs[2])
+    if starts is None or ends is None:
+        return None
+    axes = list(range(len(starts))) if given(3) is None else _const_ints(gs, given(3))
+    steps = [1] * len(starts) if given(4) is None else _const_ints(gs, given(4))
+    if axes is None or steps is None or not (len(starts) == len(ends) == len(axes) == len(steps)):
+        return None
+    return starts, ends, axes, steps
+
+
 def _is_noop_slice(gs, node) -> bool:
     """Every named axis is taken whole, in order: start 0 (or -dim), end past the last element, step 1."""
-    if len(node.inputs) < 3:
+    shape = _static_shape(node.inputs[0]) if node.inputs else None
+    params = slice_params(gs, node) if shape is not None else None
+    if params is None or shape is None:
         return False
-    shape = _static_shape(node.inputs[0])
-    if shape is None:
-        return False
-    starts, ends = _const_ints(gs, node.inputs[1]), _const_ints(gs, node.inputs[2])
-    axes = list(range(len(starts or []))) if len(node.inputs) < 4 or node.inputs[3].is_empty() else (
-        _const_ints(gs, node.inputs[3]))
-    steps = [1] * len(starts or []) if len(node.inputs) < 5 or node.inputs[4].is_empty() else (
-        _const_ints(gs, node.inputs[4]))
-    if starts is None or ends is None or axes is None or steps is None:
-        return False
-    if not (len(starts) == len(ends) == len(axes) == len(steps)):
-        return False
+    starts, ends, axes, steps = params
     rank = len(shape)
     for start, end, axis, step in zip(starts, ends, axes, steps):
         if step != 1 or not -rank <= axis < rank:
@@ -362,10 +374,6 @@ def constant_reshape_targets(gs, graph, copy_dynamic: bool = False) -> int:
         if values is None:
             continue
         taken = set(graph.tensors()) if taken is None else taken
-        name = f"{node.inputs[1].name}_const"
-        while name in taken:
-            name += "_"
-        taken.add(name)
-        node.inputs[1] = gs.Constant(name, values)
+        node.inputs[1] = gs.Constant(fresh_name(f"{node.inputs[1].name}_const", taken), values)
         replaced += 1
     return replaced

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Set
 
+from toolkit.core.fold_noops import slice_params
 from toolkit.core.graphs import fresh_name
 
 _STANDARD = (None, "", "ai.onnx")  # onnx-graphsurgeon gives None for the default domain
@@ -25,25 +26,15 @@ def _consumed_once(tensor, graph_outputs: Set[int]) -> bool:
     return len(tensor.outputs) == 1 and id(tensor) not in graph_outputs
 
 
-def _ints(gs, tensor) -> Optional[List[int]]:
-    if not isinstance(tensor, gs.Constant) or tensor.values.ndim != 1 or tensor.values.dtype.kind not in "iu":
-        return None
-    return [int(v) for v in tensor.values.tolist()]
-
-
 def _slice_params(gs, node, rank: Optional[int]) -> Optional[Dict[str, List[int]]]:
-    """starts/ends/axes/steps of a Slice (opset 10+ form) as lists, axes made non-negative;
-    None when one is not a constant, or an axis is negative and the rank unknown."""
-    if node.op != "Slice" or node.domain not in _STANDARD or not 3 <= len(node.inputs) <= 5:
+    """starts/ends/axes/steps of a standard Slice as lists, axes made non-negative; None when
+    one is not a constant, or an axis is negative and the rank unknown."""
+    if node.op != "Slice" or node.domain not in _STANDARD or len(node.inputs) > 5:
         return None
-    given = [t if t.name else None for t in node.inputs[1:]] + [None] * (5 - len(node.inputs))
-    starts, ends = _ints(gs, given[0]), _ints(gs, given[1])
-    if starts is None or ends is None or len(starts) != len(ends):
+    params = slice_params(gs, node)
+    if params is None:
         return None
-    axes = list(range(len(starts))) if given[2] is None else _ints(gs, given[2])
-    steps = [1] * len(starts) if given[3] is None else _ints(gs, given[3])
-    if axes is None or steps is None or len(axes) != len(starts) or len(steps) != len(starts):
-        return None
+    starts, ends, axes, steps = params
     if any(a < 0 for a in axes):
         if rank is None:
             return None
