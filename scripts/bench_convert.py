@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from toolkit.core import fp16  # noqa: E402
+from toolkit.convert import fp16  # noqa: E402
 
 
 def chain(n: int):

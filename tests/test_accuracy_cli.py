@@ -13,7 +13,7 @@ from accuracy_models import conv_net, save_pair
 from modelzoo import save
 from conftest import modules_loaded_by
 
-REPORT_MODULES = ("toolkit.core.diagnosis", "toolkit.core.report", "toolkit.cli.diagnosis")
+REPORT_MODULES = ("toolkit.run.diagnosis", "toolkit.run.report", "toolkit.cli.diagnosis")
 
 
 def _nodes(path):
@@ -260,7 +260,7 @@ def test_diagnosis_on_a_terminal_draws_a_sparkline(tmp_path, monkeypatch):
     from accuracy_models import all_tensors, feed
     from toolkit.cli import diagnosis as render
     from toolkit.core.compare import Tolerances, compare_pair
-    from toolkit.core.diagnosis import diagnose_pair
+    from toolkit.run.diagnosis import diagnose_pair
 
     paths = save_pair(tmp_path, layers=6, perturb=(2,))
     x = feed()

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import fp16_models as fm
 import modelzoo as mz
 from test_fp16_emulate import X, _cases, elementwise_model, marked, ort_run
-from toolkit.core import fp16
+from toolkit.convert import fp16
 from toolkit.precision.search import PrecisionConfig, PrecisionSearch
 
 BF16 = ml_dtypes.bfloat16

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 from accuracy_models import all_tensors, conv_net, feed, save_pair
 from modelzoo import make_model
 from toolkit.core.compare import Tolerances, compare_pair
-from toolkit.core.diagnosis import (
+from toolkit.run.diagnosis import (
     amplification,
     depth_line,
     depth_table,
@@ -26,7 +26,7 @@ from toolkit.core.diagnosis import (
     topology_of,
     wants_diagnosis,
 )
-from toolkit.core.report import check_report_path, render_html, save_report
+from toolkit.run.report import check_report_path, render_html, save_report
 
 
 def _diagnosis(tmp_path, perturb=(3,), layers=8, **kw):
@@ -133,7 +133,7 @@ def test_nodes_after_uncompared_tensors_rank_last():
     # x -> Cast (not compared, as a converter's Casts) -> conv0 -> relu0 -> conv1 -> y.
     # conv0's input error is estimated 0, so its small rounding error gives a huge ratio;
     # the compared fault (conv1) must still rank first and be the culprit
-    from toolkit.core.diagnosis import TensorError
+    from toolkit.run.diagnosis import TensorError
 
     nodes = [
         helper.make_node("Cast", ["x"], ["x16"], name="cast", to=TensorProto.FLOAT),
@@ -160,7 +160,7 @@ def test_nodes_after_uncompared_tensors_rank_last():
 def test_fp16_storage_floors_the_amplification():
     # fp16 emulation rounds even the graph input (compared exact): the first node's output error
     # of about 2**-11 is that rounding, not an amplification of 4000x; a real amplifier stays first
-    from toolkit.core.diagnosis import FLOOR, TensorError, storage_floor
+    from toolkit.run.diagnosis import FLOOR, TensorError, storage_floor
 
     assert storage_floor("onnxrt-runner", "onnxrt:fp16") == 2.0**-11
     assert storage_floor("onnxrt:bf16", "trt:fp16") == 2.0**-8
@@ -185,7 +185,7 @@ def test_fp16_storage_floors_the_amplification():
 def test_the_floor_of_a_run_follows_its_reduced_precision_runners():
     from types import SimpleNamespace
 
-    from toolkit.core.diagnosis import FLOOR
+    from toolkit.run.diagnosis import FLOOR
     from toolkit.run.diagnose import pair_floor
 
     def pair(a, b):

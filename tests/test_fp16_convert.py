@@ -1,4 +1,4 @@
-"""`toolkit convert --fp-to-fp16` and toolkit.core.fp16.convert_to_fp16."""
+"""`toolkit convert --fp-to-fp16` and toolkit.convert.fp16.convert_to_fp16."""
 
 import json
 import os
@@ -11,7 +11,7 @@ from onnx import TensorProto
 
 import fp16_models as fm
 import modelzoo as mz
-from toolkit.core import fp16
+from toolkit.convert import fp16
 from toolkit.core.errors import InputError
 
 

@@ -1,4 +1,4 @@
-"""fp16 storage emulation (toolkit.core.fp16.emulate) against a numpy reference."""
+"""fp16 storage emulation (toolkit.convert.fp16.emulate) against a numpy reference."""
 
 import numpy as np
 import onnxruntime as ort
@@ -7,7 +7,7 @@ from onnx import helper, numpy_helper
 
 import fp16_models as fm
 import modelzoo as mz
-from toolkit.core import fp16
+from toolkit.convert import fp16
 
 
 def ort_run(model, feed, outputs=None):

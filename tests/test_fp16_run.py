@@ -8,7 +8,7 @@ import pytest
 
 import fp16_models as fm
 import modelzoo as mz
-from toolkit.core import fp16
+from toolkit.convert import fp16
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ def test_run_fp16_against_fp32_fails_at_the_overflowing_node(cli, ln_path):
 
 
 def test_diagnosis_points_at_the_overflowing_node(ln_path):
-    from toolkit.core.diagnosis import diagnose_pair
+    from toolkit.run.diagnosis import diagnose_pair
     from toolkit.run import RunOptions, execute
 
     opts = RunOptions(

@@ -1,4 +1,4 @@
-"""The layers point one way: cli -> {run, reduce, precision} -> backends -> core.
+"""The layers point one way: cli -> {reduce, precision} -> run -> backends -> {surgeon, convert, inspect} -> core.
 
 Every import in every module counts, also those inside functions (where the heavy ones live).
 """
@@ -13,8 +13,12 @@ import pytest
 PKG = pathlib.Path(__file__).resolve().parent.parent / "toolkit"
 
 # layer -> the toolkit packages it must never import
+_COMMANDS = {"surgeon", "convert", "inspect"}
 FORBIDDEN = {
-    "core": {"backends", "reduce", "run", "cli", "precision"},
+    "core": {"backends", "reduce", "run", "cli", "precision"} | _COMMANDS,
+    "surgeon": {"backends", "reduce", "run", "cli", "precision", "convert", "inspect"},
+    "convert": {"backends", "reduce", "run", "cli", "precision", "inspect"},
+    "inspect": {"backends", "reduce", "run", "cli", "precision", "convert"},
     "backends": {"reduce", "run", "cli", "precision"},
     "run": {"reduce", "cli"},
     "reduce": {"cli"},

@@ -13,8 +13,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import modelzoo
-from toolkit.core import fusions
-from toolkit.core.surgery import optimize, sanitize
+from toolkit.surgeon import fusions
+from toolkit.surgeon.surgery import optimize, sanitize
 
 
 def _c(name, values, dtype=np.int64):
@@ -166,7 +166,7 @@ def test_optimize_says_what_it_added(tmp_path, cli):
 def test_symbolic_inference_runs_only_for_a_computed_target_on_a_small_graph(monkeypatch):
     """Symbolic shape inference costs about 2 ms a node: the rules after ONNX-Runtime's pass ask
     for it when a Reshape target is still computed and the graph is within the limit."""
-    from toolkit.core import surgery
+    from toolkit.surgeon import surgery
 
     calls = []
     real = surgery._symbolic_shapes

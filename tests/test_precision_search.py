@@ -11,7 +11,7 @@ from onnx import TensorProto
 
 import fp16_models as fm
 import modelzoo as mz
-from toolkit.core import fp16
+from toolkit.convert import fp16
 from toolkit.precision.search import PrecisionConfig, PrecisionSearch, Reporter
 
 

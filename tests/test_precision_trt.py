@@ -16,7 +16,7 @@ import pytest
 
 import fp16_models as fm
 import modelzoo as mz
-from toolkit.core import fp16
+from toolkit.convert import fp16
 from toolkit.precision.search import PrecisionConfig, PrecisionSearch
 from trt_fakes import FakeModel, fake_cudart, fake_tensorrt, install
 

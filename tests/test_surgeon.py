@@ -1,4 +1,4 @@
-"""`toolkit surgeon extract` and `toolkit surgeon sanitize` (toolkit.core.surgery)."""
+"""`toolkit surgeon extract` and `toolkit surgeon sanitize` (toolkit.surgeon.surgery)."""
 
 import os
 
@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 import modelzoo
 from toolkit.core.errors import InputError
 from toolkit.core.meta import TensorMeta
-from toolkit.core.surgery import dangling_tensors, extract, parse_size, sanitize
+from toolkit.surgeon.surgery import dangling_tensors, extract, parse_size, sanitize
 
 
 def run(model_or_path, feed):

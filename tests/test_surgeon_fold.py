@@ -8,8 +8,8 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import modelzoo
-from toolkit.core import surgery
-from toolkit.core.surgery import count_model_nodes, sanitize
+from toolkit.surgeon import surgery
+from toolkit.surgeon.surgery import count_model_nodes, sanitize
 
 
 def run(model, feed):

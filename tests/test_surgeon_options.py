@@ -347,7 +347,7 @@ def test_optimize_merges_duplicate_nodes(tmp_path, cli):
 def test_merging_keeps_nodes_that_differ_or_are_graph_outputs():
     import onnx_graphsurgeon as gs
 
-    from toolkit.core.surgery import _eliminate_common_subexpressions
+    from toolkit.surgeon.surgery import _eliminate_common_subexpressions
 
     model = parallel_branches()
     # r_b becomes a graph output: conv_b/relu_b must stay (relu_b is not merged, conv_b is)

@@ -95,7 +95,7 @@ def _convert(
     check_output_path(output, binary=True)
     if output != "-" and model_path != "-" and os.path.exists(output) and os.path.samefile(output, model_path):
         raise UsageError(f"{output}: the output would overwrite the input model; choose another -o")
-    from toolkit.core import fp16
+    from toolkit.convert import fp16
 
     t0 = time.perf_counter()
     model = load_model(model_path, external_data_dir=external_data_dir)
@@ -144,7 +144,7 @@ def _convert(
 def _opset_hint(model, kept: dict) -> str:
     """For nodes kept fp32 because their schema at the model's opset has no bfloat16: the op
     types and the opset that gives them bfloat16 ('' when there are none)."""
-    from toolkit.core import fp16
+    from toolkit.convert import fp16
 
     by_name = {n.name: n.op_type for n in fp16.iter_nodes(model)}
     ops = sorted({by_name[n] for n, why in kept.items() if why == fp16.REASON_SCHEMA_BF16 and n in by_name})

@@ -8,7 +8,7 @@ depths), so that logs stay greppable.
 from __future__ import annotations
 
 from toolkit.cli.output import err_console, log
-from toolkit.core.diagnosis import Diagnosis, depth_line, depth_table, g, text_lines
+from toolkit.run.diagnosis import Diagnosis, depth_line, depth_table, g, text_lines
 
 
 def render_diagnosis(diag: Diagnosis, *, rich: bool) -> None:

@@ -52,11 +52,11 @@ def inspect_model(
 ) -> None:
     """Show a model: name, opsets, graph inputs and outputs, initializers, and optionally nodes,
     attributes and weights (subgraphs of If/Loop/Scan nested under their node)."""
-    from toolkit.core.describe import Show, describe_model, model_text
+    from toolkit.inspect.describe import Show, describe_model, model_text
     from toolkit.core.model import load_model
 
     if list_unbounded_dds:
-        from toolkit.core.surgery import unbounded_dds_tensors
+        from toolkit.surgeon.surgery import unbounded_dds_tensors
 
         names = unbounded_dds_tensors(load_model(model, external_data_dir=external_data_dir, load_external_data=False))
         _emit([f"Tensors with unbounded data-dependent shapes: {len(names)}"] + [f"  {n}" for n in names])
@@ -78,7 +78,7 @@ def inspect_model(
     else:
         proto = load_model(model, external_data_dir=external_data_dir, load_external_data=False)
     if shape_inference:
-        from toolkit.core.surgery import infer_shapes_in_place
+        from toolkit.surgeon.surgery import infer_shapes_in_place
 
         infer_shapes_in_place(proto)
     desc = describe_model(proto, shown, external_base_dir=base_dir)
@@ -110,7 +110,7 @@ def inspect_data(
     """Show an inputs or outputs file: iterations, and per tensor dtype, shape and statistics
     (mean, std, min, max, median, 90th/95th/99th percentiles, NaN/Inf counts)."""
     from toolkit.core.datafiles import load_data
-    from toolkit.core.describe import data_text, describe_data
+    from toolkit.inspect.describe import data_text, describe_data
 
     if (num_items is not None or line_width is not None) and not show_values:
         from toolkit.cli.output import warn

@@ -68,7 +68,7 @@ def run_entry(options) -> int:
 
 
 def summarize_faults(faults: List, log_fn=log) -> None:
-    from toolkit.core.diagnosis import g
+    from toolkit.run.diagnosis import g
 
     n = len(faults)
     log_fn(
@@ -85,7 +85,7 @@ def summarize_faults(faults: List, log_fn=log) -> None:
 
 
 def faults_json(faults: List) -> List[dict]:
-    from toolkit.core.diagnosis import _jsonable
+    from toolkit.run.diagnosis import _jsonable
 
     return [
         _jsonable({"number": f.number, "nodes": [d.split(" [")[0] for d in f.nodes], "path": f.path, **f.evidence})
@@ -118,7 +118,7 @@ def guide_json(guide: dict, reducer) -> dict:
     """How the search went: ``found_by`` "guided" (a hinted node failed alone) or "search" (the
     normal search, after the hinted nodes passed alone or without a hint), the hint and the
     number of hinted nodes checked."""
-    from toolkit.core.diagnosis import _jsonable
+    from toolkit.run.diagnosis import _jsonable
 
     mode = reducer.cfg.mode
     out = {"found_by": guide.get("found_by", "search" if mode is None else mode), "hinted_checks": guide.get("tried", 0)}

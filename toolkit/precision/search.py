@@ -193,7 +193,7 @@ class PrecisionSearch:
         return spec.kind, dict(spec.options)
 
     def _load(self) -> None:
-        from toolkit.core import fp16
+        from toolkit.convert import fp16
         from toolkit.core.model import load_model
 
         c = self.config
@@ -377,7 +377,7 @@ class PrecisionSearch:
 
     def candidate_model(self, keep: Sequence[str]):
         """The model a check runs for ``keep`` (node names kept in fp32 beside the fixed ones)."""
-        from toolkit.core import fp16
+        from toolkit.convert import fp16
 
         kind, _opts = self.cand_spec
         names = list(self.user_kept) + list(keep)
@@ -499,7 +499,7 @@ class PrecisionSearch:
             if out.status == STATUS_INTERRUPTED:
                 out.error_result = self.details.get(best, "")
             if self.config.output:
-                from toolkit.core import fp16
+                from toolkit.convert import fp16
                 from toolkit.core.model import save_model
 
                 mixed = fp16.convert(self.model, list(self.user_kept) + out.kept, dtype=self.dtype).model

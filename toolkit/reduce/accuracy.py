@@ -589,7 +589,7 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
     (earlier faults' outputs replaced by reference values), every tensor compared: the
     relative L2 error of the fault's outputs over that of its inputs.
     """
-    from toolkit.core.diagnosis import amplification, storage_floor
+    from toolkit.run.diagnosis import amplification, storage_floor
 
     floor = storage_floor(runner.opts.test)  # (an fp16 runner rounds even exact inputs)
     folder = runner.prepared_ref.folder

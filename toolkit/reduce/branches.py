@@ -103,7 +103,7 @@ def constant_conditions(model, conditions: Sequence[str], base_dir: Optional[str
     from onnx import numpy_helper
 
     from toolkit.core.graphs import is_external
-    from toolkit.core.surgery import _copied
+    from toolkit.surgeon.surgery import _copied
     from toolkit.core.weights import load_tensor
 
     wanted = set(conditions)
@@ -153,8 +153,8 @@ def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_
     replaced by the branch it takes (the nodes that only computed conditions removed)."""
     from toolkit.core.model import save_model
     from toolkit.core.graphs import fresh_name
-    from toolkit.core.surgery import _export, _import_gs, _inline_branch
-    from toolkit.core.surgery import _model_shell, _quiet_gs, count_nodes, load_for_surgery
+    from toolkit.surgeon.surgery import _export, _import_gs, _inline_branch
+    from toolkit.surgeon.surgery import _model_shell, _quiet_gs, count_nodes, load_for_surgery
 
     gs = _import_gs()
     model, base = load_for_surgery(path, external_data_dir)

@@ -187,7 +187,7 @@ def storage_rounding_warning(reduced: Optional[Evidence], precision: Optional[st
     """A warning when the reduced model fails by no more than the rounding of ``precision``
     ("fp16" or "bf16") storage itself: at such tolerances any node of the model fails alone,
     so the result names the first node tried, not the place where the error grows."""
-    from toolkit.core.diagnosis import STORAGE_FLOOR
+    from toolkit.run.diagnosis import STORAGE_FLOOR
 
     r = reduced.worst if reduced is not None else None
     # that storage's unit roundoff, twice: an input rounded on its way in, the output on its way out

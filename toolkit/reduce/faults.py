@@ -125,7 +125,7 @@ class CompareReducer(Reducer):
             errors = errors_of()
             if not errors:
                 return self._ranked
-            from toolkit.core.diagnosis import storage_floor
+            from toolkit.run.diagnosis import storage_floor
 
             test = getattr(getattr(self.runner, "opts", None), "test", "")
             self._ranked = rank(self.index, errors, storage_floor(test))

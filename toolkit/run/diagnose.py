@@ -2,7 +2,7 @@
 
 Tensor errors are gathered while the run streams (each iteration's arrays live only for
 that iteration), but only for an iteration whose comparison covers many tensors and fails,
-or when a report is asked for; :mod:`toolkit.core.diagnosis` is imported only then, so a
+or when a report is asked for; :mod:`toolkit.run.diagnosis` is imported only then, so a
 plain run never pays for it.
 """
 
@@ -12,7 +12,7 @@ import os
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
-    from toolkit.core.diagnosis import Diagnosis
+    from toolkit.run.diagnosis import Diagnosis
 
 MIN_TENSORS = 3  # a comparison of fewer tensors gets no diagnosis on the terminal
 
@@ -26,7 +26,7 @@ def wanted(opts, it) -> bool:
 
 def collect(errors: Dict[int, dict], pair_index: int, it, outs_a: Mapping, outs_b: Mapping) -> None:
     """Add the tensor errors of iteration ``it`` (A's outputs against B's) to pair ``pair_index``."""
-    from toolkit.core.diagnosis import add_iteration
+    from toolkit.run.diagnosis import add_iteration
 
     add_iteration(errors.setdefault(pair_index, {}), it, outs_a, outs_b)
 
@@ -36,7 +36,7 @@ def check_report_option(opts) -> None:
     if not opts.save_report:
         return
     from toolkit.core.errors import UsageError
-    from toolkit.core.report import check_report_path
+    from toolkit.run.report import check_report_path
 
     check_report_path(opts.save_report)
     others = [("MODEL", opts.model), ("--save-inputs", opts.save_inputs), ("--save-outputs", opts.save_outputs)]
@@ -58,7 +58,7 @@ def _topology(model: str):
         return None
     import onnx
 
-    from toolkit.core.diagnosis import topology_of
+    from toolkit.run.diagnosis import topology_of
 
     try:
         return topology_of(onnx.load(model, load_external_data=False))
@@ -69,7 +69,7 @@ def _topology(model: str):
 def pair_floor(opts, pair) -> float:
     """The amplification floor of a comparison: the storage rounding step of an fp16/bf16 runner
     in it (``onnxrt:fp16`` by its name; TensorRT's ``trt-runner`` by ``--fp16``/``--bf16``)."""
-    from toolkit.core.diagnosis import storage_floor
+    from toolkit.run.diagnosis import storage_floor
 
     labels = [pair.label_a, pair.label_b]
     if any(label.startswith("trt") and ":" not in label for label in labels):
@@ -79,11 +79,11 @@ def pair_floor(opts, pair) -> float:
 
 
 def diagnoses(opts, comparisons: List, errors: Dict[int, dict]) -> List[Optional["Diagnosis"]]:
-    """One :class:`~toolkit.core.diagnosis.Diagnosis` per comparison (None where no errors were gathered);
+    """One :class:`~toolkit.run.diagnosis.Diagnosis` per comparison (None where no errors were gathered);
     writes ``--save-report``."""
     if not errors:
         return [None] * len(comparisons)
-    from toolkit.core.diagnosis import diagnose
+    from toolkit.run.diagnosis import diagnose
 
     topology = _topology(opts.model)
     out: List[Optional["Diagnosis"]] = []
@@ -91,7 +91,7 @@ def diagnoses(opts, comparisons: List, errors: Dict[int, dict]) -> List[Optional
         errs = errors.get(i)
         out.append(diagnose(errs, topology, pair.label_a, pair.label_b, pair_floor(opts, pair)) if errs else None)
     if opts.save_report:
-        from toolkit.core.report import save_report
+        from toolkit.run.report import save_report
 
         save_report(opts.save_report, [d for d in out if d is not None], model=opts.model, command=opts.command)
     return out

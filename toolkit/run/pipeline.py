@@ -70,7 +70,7 @@ def fp16_model(opts: RunOptions, rep: Reporter) -> Iterator[str]:
     import shutil
     import tempfile
 
-    from toolkit.core import fp16  # (a large module: loaded for --fp-to-fp16 only)
+    from toolkit.convert import fp16  # (a large module: loaded for --fp-to-fp16 only)
 
     model = load_model(opts.model, external_data_dir=opts.external_data_dir)
     result = fp16.convert(model, [], keep_io_types=True, inplace=True)

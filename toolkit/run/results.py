@@ -38,7 +38,7 @@ class RunReport:
     results: List[ResultSet]  # live runs first, then loaded ones
     comparisons: List["PairComparison"]
     problems: List["ValidationProblem"]
-    diagnoses: List = field(default_factory=list)  # per comparison: toolkit.core.diagnosis.Diagnosis or None
+    diagnoses: List = field(default_factory=list)  # per comparison: toolkit.run.diagnosis.Diagnosis or None
 
     @property
     def passed(self) -> bool:

@@ -249,14 +249,14 @@ def all_layer_outputs(network) -> Dict[str, object]:
 def converter_for_strong_typing(external_data_dir: Optional[str] = None) -> Callable[[str, str, str], Optional[str]]:
     """``convert(src, dtype, dst)``: the ONNX model ``src`` in mixed ``dtype`` precision at ``dst``.
 
-    This is ``toolkit convert --fp-to-fp16`` / ``--fp-to-bf16`` (:func:`toolkit.core.fp16.convert`,
+    This is ``toolkit convert --fp-to-fp16`` / ``--fp-to-bf16`` (:func:`toolkit.convert.fp16.convert`,
     ``dtype`` ``float16`` or ``bfloat16``): inputs and outputs keep their types, ops without
     fp16/bf16 support and shape computations stay float32. A model that already holds float16
     or bfloat16 is written unchanged (its types decide); convert then returns a note saying so.
     """
 
     def convert(src: str, dtype: str, dst: str) -> Optional[str]:
-        from toolkit.core import fp16
+        from toolkit.convert import fp16
         from toolkit.core.model import load_model, save_model
 
         model = load_model(src, external_data_dir=external_data_dir)

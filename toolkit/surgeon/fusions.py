@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Set
 
-from toolkit.core.fold_noops import slice_params
+from toolkit.surgeon.fold_noops import slice_params
 from toolkit.core.graphs import fresh_name
 
 _STANDARD = (None, "", "ai.onnx")  # onnx-graphsurgeon gives None for the default domain

@@ -19,7 +19,7 @@ import math
 import os
 from typing import List, Sequence
 
-from toolkit.core.diagnosis import Diagnosis, depth_table, g
+from toolkit.run.diagnosis import Diagnosis, depth_table, g
 
 FORMAT = "toolkit-accuracy-report"
 VERSION = 1

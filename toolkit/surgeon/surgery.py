@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError, one_line
-from toolkit.core.fold_noops import bodies, constant_reshape_targets, eliminate_noops
+from toolkit.surgeon.fold_noops import bodies, constant_reshape_targets, eliminate_noops
 from toolkit.core.graphs import damaged_tensor, fresh_name, has_external_data, node_subgraphs, walk_graphs
 from toolkit.core.meta import TensorMeta, format_meta, format_spec_shape, parse_size  # noqa: F401  (parse_size: re-exported)
 from toolkit.core.shapes import (
@@ -2236,11 +2236,11 @@ SYMBOLIC_SHAPES_MAX_NODES = 5000  # --optimize's Reshape-target rule runs symbol
 def _after_optimizer(result, model):
     """What ``--optimize`` adds to ONNX-Runtime's basic level (top graph): duplicate nodes merged,
     Reshape targets computed from a dim the data copies with 0 made constant (see
-    :func:`toolkit.core.fold_noops.constant_reshape_targets`; the shapes that decides on come
-    from symbolic shape inference, and are not written), and :mod:`toolkit.core.fusions`.
+    :func:`toolkit.surgeon.fold_noops.constant_reshape_targets`; the shapes that decides on come
+    from symbolic shape inference, and are not written), and :mod:`toolkit.surgeon.fusions`.
     Returns ``({what was done: how many}, model)``."""
-    from toolkit.core.fold_noops import computed_reshape_targets, constant_reshape_targets
-    from toolkit.core.fusions import optimizer_rewrites
+    from toolkit.surgeon.fold_noops import computed_reshape_targets, constant_reshape_targets
+    from toolkit.surgeon.fusions import optimizer_rewrites
 
     gs = _import_gs()
     with _quiet_gs(), _gs_step("import"):

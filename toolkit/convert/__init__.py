@@ -1,0 +1,1 @@
+"""convert: fp16 and bf16 conversion of float compute, and its emulation."""

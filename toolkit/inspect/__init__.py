@@ -1,0 +1,1 @@
+"""inspect model and inspect data: text and JSON descriptions."""

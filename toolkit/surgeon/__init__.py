@@ -1,0 +1,1 @@
+"""surgeon extract and sanitize: cutting, folding, validating and optimizing graphs."""
