@@ -58,6 +58,39 @@ class ClassInfo:
     attrs: Set[str] = field(default_factory=set)
 
 
+@dataclass(frozen=True)
+class Failure:
+    """How one TensorRT call signals failure (a ``fail`` line of the surface file).
+
+    ``style``: "returns" (the call returns ``value``), "raises" (``exception`` with ``message``),
+    "none" (no failure signal) or "predicate" (its bool is an answer); ``guarded``: only for
+    arguments toolkit never passes."""
+
+    call: str
+    style: str
+    value: object = None
+    exception: str = ""
+    message: str = ""
+    guarded: bool = False
+
+    @property
+    def can_fail(self) -> bool:
+        return self.style in ("returns", "raises") and not self.guarded
+
+
+def parse_failure(call: str, text: str) -> Failure:
+    guarded = text.startswith("guarded ")
+    text = text[len("guarded ") :] if guarded else text
+    if text.startswith("returns "):
+        value = {"False": False, "None": None, "-1": -1}[text.split()[1]]
+        return Failure(call, "returns", value=value, guarded=guarded)
+    if text.startswith("raises "):
+        exc, _, message = text[len("raises ") :].partition(": ")
+        return Failure(call, "raises", exception=exc, message=message, guarded=guarded)
+    assert text in ("none", "predicate"), text
+    return Failure(call, text, guarded=guarded)
+
+
 @dataclass
 class Surface:
     version: str
@@ -65,6 +98,7 @@ class Surface:
     consts: Set[str] = field(default_factory=set)
     enums: Dict[str, Dict[str, int]] = field(default_factory=dict)
     classes: Dict[str, ClassInfo] = field(default_factory=dict)
+    failures: Dict[str, Failure] = field(default_factory=dict)  # call -> how it signals failure
 
     @property
     def major(self) -> int:
@@ -117,6 +151,9 @@ def load_surface(major: int) -> Surface:
             s.functions.setdefault(m.group(1), []).append(split_params(m.group(2)))
         elif line.startswith("const "):
             s.consts.add(line.split()[1])
+        elif line.startswith("fail "):
+            _, call, text = line.split(" ", 2)
+            s.failures[call] = parse_failure(call, text)
         elif line.startswith("enum "):
             name, members = line[5:].split(":", 1)
             s.enums[name] = {k: int(v) for k, v in (m.split("=") for m in members.split())}
@@ -258,6 +295,7 @@ VARIABLE_TYPES = {
     "layer": "ILayer",
     "tensor": "ITensor",
     "inspector": "EngineInspector",
+    "boundary": "ILoopBoundaryLayer",
 }
 
 
@@ -284,6 +322,13 @@ def backend_uses(source: str, filename: str = "<source>") -> List[Use]:
     tree = ast.parse(source)
     uses: List[Use] = []
     calls = {id(n.func): n for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    # trt_call(fn, *args, fail=..., void=...) calls fn(*args): check those arguments against fn
+    wrapped = {
+        id(n.args[0]): ast.Call(n.args[0], n.args[1:], [k for k in n.keywords if k.arg not in ("fail", "void")])
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and _dotted(n.func) == "trt_call" and n.args
+    }
+    calls.update(wrapped)
     for node in ast.walk(tree):
         where = f"{filename}:{getattr(node, 'lineno', 0)}"
         if isinstance(node, ast.ClassDef):
@@ -318,7 +363,7 @@ def backend_uses(source: str, filename: str = "<source>") -> List[Use]:
                 node.value._parent_attr = True  # type: ignore[attr-defined]
             continue
         base = ".".join(parts[:-1])
-        if base in VARIABLE_TYPES:
+        if base in VARIABLE_TYPES and parts[-1] != "__class__":  # a cast, as Polygraphy does
             uses.append(Use(where, f"{VARIABLE_TYPES[base]}.{parts[-1]}", call_info))
     return uses
 

@@ -5,6 +5,8 @@ Nothing here imports ``tensorrt`` or cuda-python at module level; the functions 
 
 from __future__ import annotations
 
+from typing import Callable
+
 from toolkit.core.errors import DependencyError, InferenceError, ToolkitError, one_line
 
 def _install_hint(flags: str = "") -> str:
@@ -41,6 +43,25 @@ def as_toolkit_error(exc: BaseException, what: str) -> ToolkitError:
     if isinstance(exc, ToolkitError):
         return exc
     return inference_error(f"{what}: {one_line(exc)}")
+
+
+def trt_call(fn, *args, fail: Callable[[str], BaseException], void: bool = False):
+    """``fn(*args)`` for a TensorRT binding; ``fail(reason)`` is raised when the call fails.
+
+    The bindings say "failed" in two ways, and each call has its own (recorded for every call
+    toolkit makes in tests/trt_surface/, from the bindings' source): some raise (RuntimeError,
+    ValueError, or TypeError from a constructor whose factory returned nullptr; ``reason`` is the
+    exception's text), others return False, None or a negative index (``reason`` is ""; a
+    ``void`` call returns None on success, so only False counts). Both ways are handled for
+    every call, so a binding that changes its way between versions still ends in a clean error.
+    """
+    try:
+        result = fn(*args)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise fail(one_line(exc)) from None
+    if result is False or (not void and (result is None or (type(result) is int and result < 0))):
+        raise fail("")
+    return result
 
 
 def err_name(err) -> str:
