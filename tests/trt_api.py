@@ -56,6 +56,7 @@ class ClassInfo:
     props: Dict[str, bool] = field(default_factory=dict)  # name -> writable
     callbacks: Dict[str, Params] = field(default_factory=dict)
     attrs: Set[str] = field(default_factory=set)
+    returns: Dict[str, List[str]] = field(default_factory=dict)  # method -> return type of each overload
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,30 @@ class Surface:
     enums: Dict[str, Dict[str, int]] = field(default_factory=dict)
     classes: Dict[str, ClassInfo] = field(default_factory=dict)
     failures: Dict[str, Failure] = field(default_factory=dict)  # call -> how it signals failure
+    function_returns: Dict[str, List[str]] = field(default_factory=dict)
+
+    def returns(self, call: str) -> List[str]:
+        """The return types of ``call`` (``Class.method`` or a module function) over its overloads."""
+        if "." not in call:
+            return self.function_returns.get(call, [])
+        cls, name = call.rsplit(".", 1)
+        for c in self.mro(cls):
+            if name in c.returns:
+                return c.returns[name]
+        return []
+
+    def other_way(self, call: str) -> Optional[Failure]:
+        """The failure style ``call`` does not use, where it could: a call recorded as returning
+        its failure value raises RuntimeError instead; one recorded as raising returns False, -1
+        or None, if its return type has such a value (None for a void call or a constructor)."""
+        f = self.failures[call]
+        if f.style == "returns":
+            return Failure(call, "raises", exception="RuntimeError", message=f"fake: {call} failed the other way")
+        types = self.returns(call)
+        if f.style != "raises" or not types or "None" in types:
+            return None
+        value = False if "bool" in types else -1 if "int" in types else None
+        return Failure(call, "returns", value=value)
 
     @property
     def major(self) -> int:
@@ -144,11 +169,12 @@ def load_surface(major: int) -> Surface:
     version = re.match(r"# TensorRT (\S+)", lines[0]).group(1)
     s = Surface(version)
     cur: Optional[ClassInfo] = None
-    sig = re.compile(r"def (\w+)\((.*)\) -> .*$")
+    sig = re.compile(r"def (\w+)\((.*)\) -> (.*)$")
     for line in lines[1:]:
         if line.startswith("def "):
             m = sig.match(line)
             s.functions.setdefault(m.group(1), []).append(split_params(m.group(2)))
+            s.function_returns.setdefault(m.group(1), []).append(m.group(3))
         elif line.startswith("const "):
             s.consts.add(line.split()[1])
         elif line.startswith("fail "):
@@ -172,6 +198,7 @@ def load_surface(major: int) -> Surface:
                 else:
                     m = sig.match(body)
                     cur.methods.setdefault(m.group(1), []).append(split_params(m.group(2)))
+                    cur.returns.setdefault(m.group(1), []).append(m.group(3))
             elif kind == "prop":
                 _, name, rw = body.split()
                 cur.props[name] = rw == "rw"
@@ -398,6 +425,25 @@ def check_use(use: Use, surface: Surface) -> Optional[str]:
         if not any(fits(o, kw, 0, positional=pos) for o in info):
             return f"{use.name}: no signature takes {pos} positional argument(s) and {kw}"
     return None
+
+
+def backend_calls(sources: Dict[str, str], surface: Surface) -> Dict[str, str]:
+    """{TensorRT call: where} for every method, module function and constructor of ``surface``
+    that the backend calls (directly or through ``trt_call``)."""
+    out: Dict[str, str] = {}
+    for filename, text in sources.items():
+        for use in backend_uses(text, filename):
+            if use.defines is not None:
+                continue
+            parts = use.name.split(".")
+            if len(parts) == 1:
+                callable_ = parts[0] in surface.functions or (parts[0] in surface.classes and use.call is not None)
+            else:
+                got = surface.member(parts[0], parts[1])
+                callable_ = got is not None and got[0] == "method"
+            if callable_:
+                out.setdefault(use.name, use.where)
+    return out
 
 
 def check_backend_source(sources: Dict[str, str]) -> Tuple[List[str], Dict[int, Set[str]]]:
