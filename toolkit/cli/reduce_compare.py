@@ -67,13 +67,17 @@ def run_entry(options) -> int:
     return run_with_boundary(run_and_render, options, command, quiet=True)
 
 
-def summarize_faults(faults: List, log_fn=log) -> None:
+def summarize_faults(faults: List, log_fn=log, noise=None) -> None:
     from toolkit.run.diagnosis import g
 
     n = len(faults)
+    rest = (
+        "the rest of the model fails by rounding noise only (docs/noise.md)" if noise is not None
+        else "the rest of the model passes"
+    )
     log_fn(
         f"Found {n} faulty subgraph{'s' if n != 1 else ''}, each minimal; with their outputs replaced by "
-        "reference values the rest of the model passes:"
+        f"reference values {rest}:"
     )
     for f in faults:
         ev = f.evidence
@@ -96,8 +100,9 @@ def faults_json(faults: List) -> List[dict]:
 def report_compare(runner, reducer, summary: dict) -> None:
     """The faults found (``--all-faults``) on stderr; ``compare`` and ``faults`` in the --json summary."""
     faults = getattr(reducer, "faults", None)
+    noise = getattr(reducer, "noise", None)
     if faults:
-        summarize_faults(faults)
+        summarize_faults(faults, noise=noise)
     summary["compare"] = dict(runner.info)
     guide = getattr(reducer, "guide", None)
     if guide is not None:
@@ -112,6 +117,7 @@ def report_compare(runner, reducer, summary: dict) -> None:
             log(f"The hinted nodes passed alone ({_plural_checks(tried)}); found by the localized search")
     if faults is not None:
         summary["faults"] = faults_json(faults)
+        summary["noise_remaining"] = faults_json([noise])[0] if noise is not None else None
 
 
 def guide_json(guide: dict, reducer) -> dict:

@@ -589,7 +589,7 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
     (earlier faults' outputs replaced by reference values), every tensor compared: the
     relative L2 error of the fault's outputs over that of its inputs.
     """
-    from toolkit.run.diagnosis import amplification, storage_floor
+    from toolkit.core.noise import amplification, storage_floor
 
     floor = storage_floor(runner.opts.test)  # (an fp16 runner rounds even exact inputs)
     folder = runner.prepared_ref.folder
@@ -601,6 +601,7 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
         if own and own.get("tensors"):
             worst = max(own["tensors"], key=lambda t: _num(t["tol_ratio"]))
             f.evidence.update(max_abs=_num(worst["max_abs"]), tol_ratio=_num(worst["tol_ratio"]), tensor=worst["name"])
+            f.evidence["own_error"] = max(_num(t.get("rel_l2")) for t in own["tensors"])
         ctx_art = os.path.join(folder, f"context_{f.number}.onnx")
         reducer.index.write(reducer.candidate(f.context), ctx_art)
         marked = dict(onnx_outputs=["mark", "all"], trt_outputs=["mark", "all"], save_report=ctx_art + ".json")
@@ -612,6 +613,20 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
             f.evidence.update(
                 output_error=out_err, input_error=in_err, amplification=amplification(out_err, in_err, floor)
             )
+        _judge_noise(f, floor)
+
+
+def _judge_noise(f, floor: float) -> None:
+    """``f.evidence["noise"]``: whether the fault is rounding by the noise model (toolkit.core.noise):
+    its own error, fed exact inputs, within the bound for its size, and its amplification near 1."""
+    from toolkit.core.noise import is_rounding, noise_bound
+
+    ev = f.evidence
+    if "own_error" not in ev or "amplification" not in ev:
+        return
+    depth = len(f.nodes)
+    ev["noise_bound"] = noise_bound(floor, depth)
+    ev["noise"] = is_rounding(ev["own_error"], ev["amplification"], depth, floor)
 
 
 def _norms(a, b, dtype):

@@ -23,7 +23,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import DependencyError, InputError, UsageError
 from toolkit.core.progress import Messages
@@ -408,7 +408,7 @@ class Reducer:
         self._full_first = False  # check the full model along with the search's first round
         self._spill_done = False
         self._made_links: List[str] = []  # links made for the iteration artifact (removed at the end)
-        self._owner = None  # the locks on the iteration artifact and replay file (toolkit.reduce.owner)
+        self._owner: Optional[Any] = None  # the locks on the iteration artifact and replay file (toolkit.reduce.owner)
 
     # ------------------------------------------------------------------ set-up
 
@@ -1071,7 +1071,7 @@ class Reducer:
         if outcome.output_written and self.best is not None and outcome.nodes_after is not None:
             final = self._final_mask
             outcome.reduced_evidence = self.evidence.get(final) if final is not None else None
-            outcome.noise = noise_warning(outcome.full_evidence, outcome.reduced_evidence)
+            outcome.noise = noise_warning(outcome.full_evidence, outcome.reduced_evidence, self.cfg.check)
         return outcome
 
     def _release(self) -> None:
