@@ -58,6 +58,9 @@ def _summary_json(outcome, cfg, code: int) -> dict:
         "error_all_fp16": outcome.error_fp16,
         "error_result": outcome.error_result,
         "one_minimal": outcome.one_minimal,
+        "passing_atol": outcome.passing_atol,
+        "noise_bound": outcome.noise_bound,
+        "cost_bound": outcome.cost_bound,
         "output": cfg.output if outcome.output_written else None,
         "exit_code": code,
     }
@@ -89,6 +92,7 @@ def _summary(outcome, cfg, json_out: bool) -> int:
             f"Keep {len(outcome.kept)} of {outcome.candidates} node(s) in fp32: {outcome.error_fp16} -> "
             f"{outcome.error_result} ({stats})."
         )
+        _rounding_lines(outcome)
         for name in outcome.kept[:20]:
             log(f"  {name}")
         if len(outcome.kept) > 20:
@@ -97,6 +101,13 @@ def _summary(outcome, cfg, json_out: bool) -> int:
             log(
                 f"1-minimal: moving any one of them back to {outcome.precision} makes the comparison fail (each checked)."
             )
+    if outcome.status != S.STATUS_INTERRUPTED and outcome.checks > outcome.cost_bound:
+        log(
+            f"note: {outcome.checks} checks, more than the search's bound of {outcome.cost_bound} (a bisect over "
+            f"{outcome.candidates} nodes, {outcome.bisect_checks} checks, plus twice the {len(outcome.kept)} node(s) "
+            "found): the failure needs nodes that are not contiguous in topological order, each found by a search "
+            "of its own (see docs/precision.md)"
+        )
     if outcome.broken:
         from toolkit.cli.output import warn
 
@@ -109,10 +120,24 @@ def _summary(outcome, cfg, json_out: bool) -> int:
         import json
 
         echo(json.dumps(_summary_json(outcome, cfg, code), indent=2))
-    elif outcome.status in ("found", "interrupted"):
+    elif outcome.status in ("found", "interrupted", S.STATUS_ROUNDING):
         for name in outcome.kept:
             echo(name)
     return code
+
+
+def _rounding_lines(outcome) -> None:
+    """What is left is the rounding of reduced-precision storage: say so, and what would pass."""
+    from toolkit.precision import search as S
+
+    if outcome.status != S.STATUS_ROUNDING:
+        return
+    log(
+        f"What remains ({outcome.error_result}) is {outcome.precision} rounding: within the noise bound of "
+        f"{outcome.noise_bound:.3g} of each output's largest value for a graph {outcome.depth} nodes deep "
+        f"(docs/noise.md). No node is kept in fp32 for rounding alone; the comparison passes with "
+        f"--atol {outcome.passing_atol:g}."
+    )
 
 
 # The help text of each option of `debug precision`, by its first flag.
