@@ -197,6 +197,27 @@ def _script_inputs(spec: str, func_name: Optional[str]) -> str:
 
 
 
+def _spool_stdin() -> str:
+    """The model on stdin, saved to a temporary file removed at exit (for --compare, which runs it
+    on the reference runner as well as indexing it)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from toolkit.core.errors import InputError
+    from toolkit.core.model import read_bytes
+
+    data = read_bytes("-")
+    if not data:
+        raise InputError("<stdin>: empty file, expected an ONNX model")
+    folder = tempfile.mkdtemp(prefix="toolkit-stdin-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = os.path.join(folder, "stdin.onnx")
+    with open(path, "wb") as fh:
+        fh.write(data)
+    return path
+
+
 def _reduce(cfg, p: dict, load_inputs):
     """Run the reduction of ``cfg`` (with ``--compare``/``--all-faults`` when ``p`` asks):
     (outcome, reducer, compare runner or None)."""
@@ -460,6 +481,8 @@ def reduce_command(
         load_inputs = list(load_inputs or ()) + [_script_inputs(data_loader_script, data_loader_func_name)]
 
     params = dict(locals())
+    if model == "-" and compare is not None:
+        params["model"] = _spool_stdin()  # the reference and every check read the model again
     inlined = None if no_inline_branches else _inline_branches(params, load_inputs)
     cfg = _reduce_config(params, rule, load_inputs)
     if inlined is not None:
