@@ -236,7 +236,7 @@ def _reduce(cfg, p: dict, load_inputs):
             rtol=list(p["rtol"] or []), check_error_stat=list(p["check_error_stat"] or []),
             load_inputs=list(load_inputs or []), seed=p["seed"], val_range=list(p["val_range"] or []),
             input_shapes=list(p["model_input_shapes"] or []), external_data_dir=p["external_data_dir"],
-            timeout=check_timeout,
+            timeout=check_timeout, tensors=p["compare_tensors"] or "outputs",
         )
         cfg.check = runner.check_argv
         reducer_cls = CompareReducer
@@ -395,6 +395,9 @@ _REDUCE_OPTS = {
         "runner under test, as runner specs (onnxrt, trt, trt:fp16, onnxrt:opt=disable, ...). The reference computes "
         "every tensor once; each subgraph runs on the runner under test, fed the reference's values, and its outputs "
         "are compared with them.",
+    "--compare-tensors": "With --compare: what a subgraph is judged on: its outputs (default), or all of its "
+        "tensors that the reference has (a subgraph fails when any of them is out of tolerance, so a fault is found "
+        "even where the model's outputs hide it, e.g. behind a saturating Sigmoid).",
     "--reference-model": "With --compare: the model the reference runs (default MODEL), e.g. the original of an "
         "optimized, quantized or converted MODEL; tensors are matched by name.",
     "--all-faults": "With --compare: after a minimal failing subgraph is found, replace its outputs by reference "
@@ -440,6 +443,9 @@ def reduce_command(
     devices: Annotated[Optional[str], option(_REDUCE_OPTS, "--devices", metavar="LIST")] = None,
     compare: Annotated[ListOpt, option(_REDUCE_OPTS, "--compare", metavar="[REF] TEST")] = None,
     reference_model: Annotated[Optional[str], option(_REDUCE_OPTS, "--reference-model", metavar="PATH")] = None,
+    compare_tensors: Annotated[
+        Optional[str], option(_REDUCE_OPTS, "--compare-tensors", metavar="outputs|all")
+    ] = None,
     atol: AtolOpt = None,
     rtol: RtolOpt = None,
     check_error_stat: CheckErrorStatOpt = None,
@@ -471,7 +477,7 @@ def reduce_command(
     check_options(
         compare,
         check,
-        all_faults=all_faults,
+        all_faults=all_faults or bool(compare_tensors),
         reference_model=reference_model,
         tolerances_given=bool(atol or rtol or check_error_stat),
     )
@@ -500,7 +506,7 @@ def reduce_command(
     if runner is not None:
         from toolkit.cli.reduce_compare import report_compare
 
-        report_compare(runner, reducer, summary)
+        report_compare(runner, reducer, summary, passed=outcome.status == "passed")
     if json_summary:
         import json
 

@@ -99,6 +99,8 @@ class CompareReducer(Reducer):
         super().__init__(*args, **kw)
         self.guide: dict = {}  # how the search went: hint, nodes tried, found by (see guide.guided)
         self._ranked: Optional[list] = None
+        # when the full model passes: (tensors compared, those out of tolerance) of every tensor
+        self.hidden: Optional[tuple] = None
 
     def strategy(self, allowed: Optional[int] = None) -> Search:
         from toolkit.reduce.guide import guided
@@ -151,6 +153,13 @@ class CompareReducer(Reducer):
 
     def _search(self, gen=None) -> Optional[int]:
         return super()._search(gen if gen is not None else self.strategy())
+
+    def _search_from_full(self, outcome) -> Optional[int]:
+        mask = super()._search_from_full(outcome)
+        seen = getattr(self.runner, "differing_tensors", None)
+        if outcome.status == "passed" and seen is not None:
+            self.hidden = seen()  # (while the reference is still held)
+        return mask
 
 
 def _noise_line(fault: Fault) -> str:
