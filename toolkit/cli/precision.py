@@ -132,8 +132,9 @@ def _rounding_lines(outcome) -> None:
 
     if outcome.status != S.STATUS_ROUNDING:
         return
+    error = outcome.error_result.replace(f" ({outcome.precision} rounding)", "")
     log(
-        f"What remains ({outcome.error_result}) is {outcome.precision} rounding: within the noise bound of "
+        f"What remains ({error}) is {outcome.precision} rounding: within the noise bound of "
         f"{outcome.noise_bound:.3g} of each output's largest value for a graph {outcome.depth} nodes deep "
         f"(docs/noise.md). No node is kept in fp32 for rounding alone; the comparison passes with "
         f"--atol {outcome.passing_atol:g}."
