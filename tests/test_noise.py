@@ -78,3 +78,4 @@ def test_all_faults_reports_the_two_perturbed_convs_and_stops_at_noise(tmp_path)
     assert doc["noise_remaining"]["noise"] is True
     assert "What remains fails by rounding noise only" in res.err
     assert "may be noise" not in res.err
+    assert doc["checks"] <= 8  # the rest was judged in one run, not searched for a "fault" of its own

@@ -245,7 +245,10 @@ def _reduce(cfg, p: dict, load_inputs):
             from toolkit.reduce.faults import AllFaultsReducer
 
             reducer_cls = AllFaultsReducer
+            from toolkit.reduce.accuracy import rest_is_noise
+
             reducer_kw["describe_faults"] = lambda red, faults: describe_faults(compare_runner, red, faults)
+            reducer_kw["judge_rest"] = lambda red, allowed: rest_is_noise(compare_runner, red, allowed)
     from toolkit.cli.reporters import ReduceReporter
 
     reporter = ReduceReporter(p["show_output"], p["hide_fail_output"])

@@ -660,6 +660,31 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
         _judge_noise(f, floor)
 
 
+def rest_is_noise(runner: CompareRunner, reducer, allowed: int) -> Optional[dict]:
+    """Whether what remains of the model (the nodes of ``allowed``, earlier faults' outputs fed the
+    reference's values) fails by rounding only: run once with every tensor compared, every node's
+    amplification near 1 and the largest error within the noise bound for its size (toolkit.core.noise).
+    The evidence when it does, else None."""
+    from toolkit.core.noise import ULPS, is_rounding, noise_bound, storage_floor
+    from toolkit.reduce.graph import popcount
+    from toolkit.reduce.guide import rank
+
+    floor = storage_floor(runner.opts.test)
+    art = os.path.join(runner.prepared_ref.folder, "rest.onnx")
+    reducer.index.write(reducer.candidate(allowed), art)
+    marked = dict(onnx_outputs=["mark", "all"], trt_outputs=["mark", "all"], save_report=art + ".json")
+    rep = _report_of(runner, run_options(art, runner.opts, runner.prepared_ref, **marked))
+    if not rep or not rep.get("tensors"):
+        return None
+    errors = {t["name"]: _num(t["rel_l2"]) for t in rep["tensors"]}
+    amp = max((a for i, a, _e in rank(reducer.index, errors, floor) if (allowed >> i) & 1), default=1.0)
+    err = max(errors.values())
+    depth = popcount(allowed)
+    if amp > ULPS or not is_rounding(err, amp, depth, floor):
+        return None
+    return {"own_error": err, "amplification": amp, "noise_bound": noise_bound(floor, depth), "noise": True}
+
+
 def _judge_noise(f, floor: float) -> None:
     """``f.evidence["noise"]``: whether the fault is rounding by the noise model (toolkit.core.noise):
     its own error, fed exact inputs, within the bound for its size, and its amplification near 1."""

@@ -168,7 +168,7 @@ def _noise_line(fault: Fault) -> str:
     return (
         f"What remains fails by rounding noise only: {n} node{'s' if n != 1 else ''} ({fault.nodes[0]}"
         f"{', ...' if n > 1 else ''}) off by {ev.get('own_error', 0):.3g} (relative L2) fed exact inputs, within the "
-        f"noise bound {ev.get('noise_bound', 0):.3g} for {n} node{'s' if n != 1 else ''}, amplification "
+        f"noise bound {ev.get('noise_bound', 0):.3g} for {n} node{'s' if n != 1 else ''}, largest amplification "
         f"{ev.get('amplification', 0):.3g}x: not a fault (see docs/noise.md); stopping"
     )
 
@@ -181,8 +181,9 @@ class AllFaultsReducer(CompareReducer):
     model calls rounding (``evidence["noise"]``) is not reported: the search stops there.
     """
 
-    def __init__(self, *args, describe_faults: Optional[Callable] = None, **kw):
+    def __init__(self, *args, describe_faults: Optional[Callable] = None, judge_rest: Optional[Callable] = None, **kw):
         super().__init__(*args, **kw)
+        self._judge_rest = judge_rest  # (reducer, allowed) -> evidence when what remains is rounding, else None
         self.faults: List[Fault] = []
         self.noise: Optional[Fault] = None  # what was left when the search stopped at rounding noise
         self._describe = describe_faults
@@ -212,6 +213,13 @@ class AllFaultsReducer(CompareReducer):
             allowed &= ~mask
             if not allowed or not self.verdict(allowed):
                 break
+            if self._judge_rest is not None:
+                evidence = self._judge_rest(self, allowed)
+                if evidence:  # what remains is rounding: nothing to search
+                    rest = [self.index.describe(i) for i in mask_indices(allowed)]
+                    self.noise = Fault(k + 1, allowed, rest, "", allowed, dict(evidence))
+                    self.reporter.info(_noise_line(self.noise))
+                    break
         return first if first is not None else CompareReducer._search(self)
 
     def _search_within(self, allowed: int) -> Optional[int]:
