@@ -86,3 +86,9 @@ def test_other_files_in_one_folder_run_side_by_side(tmp_path):
     c.release()
     b.release()
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".lock")]
+
+
+def test_a_folder_without_room_for_a_lock_is_left_to_the_run(tmp_path):
+    own = Ownership([str(tmp_path / "missing" / "a.onnx")])
+    own.acquire()  # (nothing to lock: the run's own checks report the folder)
+    own.release()

@@ -27,12 +27,16 @@ def lock_path(path: str) -> str:
 
 
 def _take(path: str) -> Tuple[Optional[int], str]:
-    """(fd holding the lock, "") or (None, the holder's pid as written in the file)."""
+    """(fd holding the lock, "") or (None, the holder's pid as written in the file); (-1, "")
+    when no lock file can be made there (the run's own writes then report the folder)."""
     import fcntl
 
     lock = lock_path(path)
     while True:
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return -1, ""
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
@@ -75,7 +79,7 @@ class Ownership:
                 busy.append(path)
                 if holder and holder not in holders:
                     holders.append(holder)
-            else:
+            elif fd >= 0:
                 self._held.append((fd, lock_path(path)))
         if busy:
             self.release()
