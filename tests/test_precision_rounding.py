@@ -58,3 +58,16 @@ def test_cli_says_it_is_rounding(cli, path):
     doc = json.loads(res.out)
     assert doc["status"] == "rounding" and "matmul" not in doc["keep_fp32"]
     assert "fp16 rounding: within the noise bound" in res.err and f"--atol {doc['passing_atol']:g}" in res.err
+
+
+def test_the_log_says_when_the_cost_bound_is_not_kept(capsys):
+    from toolkit.cli.precision import _summary
+    from toolkit.precision.search import PrecisionOutcome
+
+    out = PrecisionOutcome("found", kept=["a", "b"], candidates=16, checks=30)
+    assert out.cost_bound == 4 + 2 * 2
+    _summary(out, PrecisionConfig(model="m.onnx"), False)
+    err = capsys.readouterr().err
+    assert "30 checks, more than the search's bound of 8" in err
+    _summary(PrecisionOutcome("found", kept=["a"], candidates=16, checks=6), PrecisionConfig(model="m.onnx"), False)
+    assert "bound" not in capsys.readouterr().err
