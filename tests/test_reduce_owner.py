@@ -18,7 +18,7 @@ from toolkit.core.errors import InputError
 from toolkit.reduce.owner import Ownership, lock_path
 
 
-def _start(folder, culprit, *extra, sleep="0.3"):
+def _start(folder, culprit, *extra, sleep="0.6"):
     argv = [
         sys.executable, "-m", "toolkit", "debug", "reduce", "model.onnx", "-o", f"reduced_{culprit}.onnx", "--json",
         *extra, "--check", sys.executable, CHECKER, "polygraphy_debug.onnx", culprit, "--sleep", sleep,
