@@ -197,6 +197,27 @@ def _script_inputs(spec: str, func_name: Optional[str]) -> str:
 
 
 
+def _spool_stdin() -> str:
+    """The model on stdin, saved to a temporary file removed at exit (for --compare, which runs it
+    on the reference runner as well as indexing it)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from toolkit.core.errors import InputError
+    from toolkit.core.model import read_bytes
+
+    data = read_bytes("-")
+    if not data:
+        raise InputError("<stdin>: empty file, expected an ONNX model")
+    folder = tempfile.mkdtemp(prefix="toolkit-stdin-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = os.path.join(folder, "stdin.onnx")
+    with open(path, "wb") as fh:
+        fh.write(data)
+    return path
+
+
 def _reduce(cfg, p: dict, load_inputs):
     """Run the reduction of ``cfg`` (with ``--compare``/``--all-faults`` when ``p`` asks):
     (outcome, reducer, compare runner or None)."""
@@ -215,7 +236,7 @@ def _reduce(cfg, p: dict, load_inputs):
             rtol=list(p["rtol"] or []), check_error_stat=list(p["check_error_stat"] or []),
             load_inputs=list(load_inputs or []), seed=p["seed"], val_range=list(p["val_range"] or []),
             input_shapes=list(p["model_input_shapes"] or []), external_data_dir=p["external_data_dir"],
-            timeout=check_timeout,
+            timeout=check_timeout, tensors=p["compare_tensors"] or "outputs",
         )
         cfg.check = runner.check_argv
         reducer_cls = CompareReducer
@@ -224,7 +245,10 @@ def _reduce(cfg, p: dict, load_inputs):
             from toolkit.reduce.faults import AllFaultsReducer
 
             reducer_cls = AllFaultsReducer
+            from toolkit.reduce.accuracy import rest_is_noise
+
             reducer_kw["describe_faults"] = lambda red, faults: describe_faults(compare_runner, red, faults)
+            reducer_kw["judge_rest"] = lambda red, allowed: rest_is_noise(compare_runner, red, allowed)
     from toolkit.cli.reporters import ReduceReporter
 
     reporter = ReduceReporter(p["show_output"], p["hide_fail_output"])
@@ -374,6 +398,9 @@ _REDUCE_OPTS = {
         "runner under test, as runner specs (onnxrt, trt, trt:fp16, onnxrt:opt=disable, ...). The reference computes "
         "every tensor once; each subgraph runs on the runner under test, fed the reference's values, and its outputs "
         "are compared with them.",
+    "--compare-tensors": "With --compare: what a subgraph is judged on: its outputs (default), or all of its "
+        "tensors that the reference has (a subgraph fails when any of them is out of tolerance, so a fault is found "
+        "even where the model's outputs hide it, e.g. behind a saturating Sigmoid).",
     "--reference-model": "With --compare: the model the reference runs (default MODEL), e.g. the original of an "
         "optimized, quantized or converted MODEL; tensors are matched by name.",
     "--all-faults": "With --compare: after a minimal failing subgraph is found, replace its outputs by reference "
@@ -419,6 +446,9 @@ def reduce_command(
     devices: Annotated[Optional[str], option(_REDUCE_OPTS, "--devices", metavar="LIST")] = None,
     compare: Annotated[ListOpt, option(_REDUCE_OPTS, "--compare", metavar="[REF] TEST")] = None,
     reference_model: Annotated[Optional[str], option(_REDUCE_OPTS, "--reference-model", metavar="PATH")] = None,
+    compare_tensors: Annotated[
+        Optional[str], option(_REDUCE_OPTS, "--compare-tensors", metavar="outputs|all")
+    ] = None,
     atol: AtolOpt = None,
     rtol: RtolOpt = None,
     check_error_stat: CheckErrorStatOpt = None,
@@ -450,7 +480,7 @@ def reduce_command(
     check_options(
         compare,
         check,
-        all_faults=all_faults,
+        all_faults=all_faults or bool(compare_tensors),
         reference_model=reference_model,
         tolerances_given=bool(atol or rtol or check_error_stat),
     )
@@ -460,6 +490,8 @@ def reduce_command(
         load_inputs = list(load_inputs or ()) + [_script_inputs(data_loader_script, data_loader_func_name)]
 
     params = dict(locals())
+    if model == "-" and compare is not None:
+        params["model"] = _spool_stdin()  # the reference and every check read the model again
     inlined = None if no_inline_branches else _inline_branches(params, load_inputs)
     cfg = _reduce_config(params, rule, load_inputs)
     if inlined is not None:
@@ -477,7 +509,7 @@ def reduce_command(
     if runner is not None:
         from toolkit.cli.reduce_compare import report_compare
 
-        report_compare(runner, reducer, summary)
+        report_compare(runner, reducer, summary, passed=outcome.status == "passed")
     if json_summary:
         import json
 

@@ -33,7 +33,11 @@ CPU: every tensor an fp16 model stores is rounded to fp16 (see docs/precision.md
 Tolerances default to --atol 1e-2 --rtol 1e-2 here (fp16 keeps 11 significant bits, bf16 8:
 loosen them for bf16).
 
-Exit codes: 0 found (or nothing needs fp32); 1 the comparison fails even with every node
+No node is kept in fp32 for rounding alone: a check whose outputs are off by no more than
+fp16 (bf16) storage rounds through the graph's depth counts as passing (docs/noise.md); when
+the result passes only that way, the log says which --atol would pass (status "rounding").
+
+Exit codes: 0 found (or nothing needs fp32, or what remains is rounding); 1 the comparison fails even with every node
 in fp32; 2 usage error; 3 bad input; 130 interrupted (the smallest passing set found so far
 is printed and written to -o).
 
@@ -58,6 +62,9 @@ def _summary_json(outcome, cfg, code: int) -> dict:
         "error_all_fp16": outcome.error_fp16,
         "error_result": outcome.error_result,
         "one_minimal": outcome.one_minimal,
+        "passing_atol": outcome.passing_atol,
+        "noise_bound": outcome.noise_bound,
+        "cost_bound": outcome.cost_bound,
         "output": cfg.output if outcome.output_written else None,
         "exit_code": code,
     }
@@ -89,6 +96,7 @@ def _summary(outcome, cfg, json_out: bool) -> int:
             f"Keep {len(outcome.kept)} of {outcome.candidates} node(s) in fp32: {outcome.error_fp16} -> "
             f"{outcome.error_result} ({stats})."
         )
+        _rounding_lines(outcome)
         for name in outcome.kept[:20]:
             log(f"  {name}")
         if len(outcome.kept) > 20:
@@ -97,6 +105,13 @@ def _summary(outcome, cfg, json_out: bool) -> int:
             log(
                 f"1-minimal: moving any one of them back to {outcome.precision} makes the comparison fail (each checked)."
             )
+    if outcome.status != S.STATUS_INTERRUPTED and outcome.checks > outcome.cost_bound:
+        log(
+            f"note: {outcome.checks} checks, more than the search's bound of {outcome.cost_bound} (a bisect over "
+            f"{outcome.candidates} nodes, {outcome.bisect_checks} checks, plus twice the {len(outcome.kept)} node(s) "
+            "found): the failure needs nodes that are not contiguous in topological order, each found by a search "
+            "of its own (see docs/precision.md)"
+        )
     if outcome.broken:
         from toolkit.cli.output import warn
 
@@ -109,10 +124,25 @@ def _summary(outcome, cfg, json_out: bool) -> int:
         import json
 
         echo(json.dumps(_summary_json(outcome, cfg, code), indent=2))
-    elif outcome.status in ("found", "interrupted"):
+    elif outcome.status in ("found", "interrupted", S.STATUS_ROUNDING):
         for name in outcome.kept:
             echo(name)
     return code
+
+
+def _rounding_lines(outcome) -> None:
+    """What is left is the rounding of reduced-precision storage: say so, and what would pass."""
+    from toolkit.precision import search as S
+
+    if outcome.status != S.STATUS_ROUNDING:
+        return
+    error = outcome.error_result.replace(f" ({outcome.precision} rounding)", "")
+    log(
+        f"What remains ({error}) is {outcome.precision} rounding: within the noise bound of "
+        f"{outcome.noise_bound:.3g} of each output's largest value for a graph {outcome.depth} nodes deep "
+        f"(docs/noise.md). No node is kept in fp32 for rounding alone; the comparison passes with "
+        f"--atol {outcome.passing_atol:g}."
+    )
 
 
 # The help text of each option of `debug precision`, by its first flag.

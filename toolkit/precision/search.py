@@ -37,6 +37,9 @@ STATUS_FOUND = "found"  # a minimal set of nodes to keep in fp32 was found
 STATUS_NONE_NEEDED = "none-needed"  # the fp16 model passes as it is
 STATUS_FAILS_FP32 = "fails-in-fp32"  # even keeping every node in fp32 the comparison fails
 STATUS_INTERRUPTED = "interrupted"
+# what is left fails only by the rounding of reduced-precision storage (toolkit.core.noise): the
+# search keeps no node in fp32 for that, and says which tolerance would pass
+STATUS_ROUNDING = "rounding"
 
 DEFAULT_ATOL = "1e-2"
 DEFAULT_RTOL = "1e-2"
@@ -91,6 +94,14 @@ class PrecisionOutcome:
     one_minimal: bool = False
     replay_path: Optional[str] = None
     broken: int = 0  # checks whose mixed model did not build, load or run (counted as failing)
+    passing_atol: Optional[float] = None  # STATUS_ROUNDING: an --atol at which the result passes
+    noise_bound: Optional[float] = None  # the rounding bound (relative to each output's largest value)
+    depth: int = 0  # the graph's depth (nodes on its longest path), for the noise bound
+
+    @property
+    def cost_bound(self) -> int:
+        """The documented bound on checks: a bisect plus twice the result."""
+        return self.bisect_checks + 2 * len(self.kept)
 
     @property
     def bisect_checks(self) -> int:
@@ -153,6 +164,8 @@ class PrecisionSearch:
         self.checks_remembered = 0
         self.broken = 0
         self._best: Optional[int] = None  # the smallest passing set so far (what Ctrl-C leaves)
+        self.rounding: Dict[int, float] = {}  # sets that fail by rounding alone -> the atol they need
+        self.depth = 1
 
     # ------------------------------------------------------------------ set-up
     def _validate(self) -> None:
@@ -229,6 +242,9 @@ class PrecisionSearch:
             raise InputError(f"{c.model}: no node with float32 outputs to search over")
         self.index = SetIndex(len(universe))
         self._model_id = self._structure_id()
+        from toolkit.run.diagnosis import topology_of
+
+        self.depth = max((n.depth for n in topology_of(self.model).nodes), default=1)
 
     def _structure_id(self) -> str:
         import hashlib
@@ -431,6 +447,9 @@ class PrecisionSearch:
             comps = self._compare(outs)
             passed = all(c.passed and not c.only_a for c in comps)
             self.details[mask] = _describe(comps)
+            if not passed and self._rounding_only(mask, comps):
+                passed = True  # (no node is kept in fp32 for rounding alone)
+                self.details[mask] += f" ({self._precision} rounding)"
         seconds = time.perf_counter() - t0
         self.verdicts[mask] = passed
         if passed and (self._best is None or bin(mask).count("1") < bin(self._best).count("1")):
@@ -450,6 +469,37 @@ class PrecisionSearch:
                 self.replay.save(self.config.save_replay)
         self.reporter.check(check)
         return passed
+
+    @property
+    def _precision(self) -> str:
+        return "bf16" if self.dtype == "bfloat16" else "fp16"
+
+    def _rounding_only(self, mask: int, comps) -> bool:
+        """Whether every failing output is off by no more than the rounding of reduced-precision
+        storage through the graph's depth (toolkit.core.noise.noise_bound, relative to the output's
+        largest reference value); remembers the atol that would pass."""
+        import numpy as np
+
+        from toolkit.core.noise import STORAGE_FLOOR, noise_bound
+
+        bound = noise_bound(STORAGE_FLOOR[self._precision], self.depth)
+        needed = 0.0
+        for k, it in enumerate(comps):
+            if it.only_a or it.only_b:
+                return False
+            for o in it.outputs:
+                if o.passed:
+                    continue
+                ref = np.asarray(self.ref_outs[k].get(o.name))
+                if ref.dtype.kind != "f" or not math.isfinite(o.max_abs):
+                    return False
+                finite = ref[np.isfinite(ref)]
+                scale = float(np.abs(finite).max()) if finite.size else 0.0
+                if o.max_abs > bound * scale:
+                    return False
+                needed = max(needed, o.max_abs)
+        self.rounding[mask] = needed
+        return True
 
     # ------------------------------------------------------------------ the search
     def run(self) -> PrecisionOutcome:
@@ -505,11 +555,22 @@ class PrecisionSearch:
                 mixed = fp16.convert(self.model, list(self.user_kept) + out.kept, dtype=self.dtype).model
                 save_model(mixed, self.config.output)
                 out.output_written = True
+        self._note_rounding(out, best)
         out.broken = self.broken
         out.checks = len(self.checks)
         out.remembered = self.checks_remembered
         out.seconds = time.perf_counter() - t0
         return out
+
+    def _note_rounding(self, out: PrecisionOutcome, best: Optional[int]) -> None:
+        """A result that passes only as rounding (see :meth:`_rounding_only`): status, passing atol."""
+        from toolkit.core.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
+
+        out.depth = self.depth
+        if best is not None and best in self.rounding and out.status in (STATUS_FOUND, STATUS_NONE_NEEDED):
+            out.status = STATUS_ROUNDING
+            out.passing_atol = passing_tolerance(self.rounding[best])
+            out.noise_bound = noise_bound(STORAGE_FLOOR[self._precision], self.depth)
 
     # the search proper
     def _drive(self, gen, to_full=None) -> int:
