@@ -17,7 +17,7 @@ import typer
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import (
     Annotated, AtolOpt, CheckErrorStatOpt, DataLoaderFuncOpt, DataLoaderScriptOpt, ExternalDataDirOpt, ForceFallbackOpt,
-    ListOpt, ModelArg, ModelInputShapesOpt, RtolOpt, SeedOpt, ToolkitCommand, command_kwargs, option,
+    ListOpt, ModelArg, ModelInputShapesOpt, RtolOpt, SeedOpt, ToolkitCommand, command_kwargs, completes, option,
 )
 from toolkit.cli.output import log, warn
 
@@ -390,7 +390,7 @@ def reduce_command(
     model: ModelArg,
     output: Annotated[str, option(_REDUCE_OPTS, "-o", "--output", metavar="PATH")],
     check: Annotated[ListOpt, option(_REDUCE_OPTS, "--check", metavar="COMMAND ARGS...")] = None,
-    mode: Annotated[Optional[str], option(_REDUCE_OPTS, "--mode", metavar="bisect|linear")] = None,
+    mode: Annotated[Optional[str], option(_REDUCE_OPTS, "--mode", metavar="bisect|linear", autocompletion=completes(("bisect", "linear")))] = None,
     min_good: Annotated[Optional[str], option(_REDUCE_OPTS, "--min-good", "--minimal-good", metavar="PATH")] = None,
     fail_regex: Annotated[ListOpt, option(_REDUCE_OPTS, "--fail-regex", metavar="REGEX")] = None,
     fail_code: Annotated[IntListOpt, option(_REDUCE_OPTS, "--fail-code", "--fail-returncode", metavar="CODE")] = None,
@@ -417,7 +417,7 @@ def reduce_command(
     no_inline_branches: Annotated[bool, option(_REDUCE_OPTS, "--no-inline-branches")] = False,
     jobs: Annotated[int, option(_REDUCE_OPTS, "--jobs", "-j", metavar="N")] = 1,
     devices: Annotated[Optional[str], option(_REDUCE_OPTS, "--devices", metavar="LIST")] = None,
-    compare: Annotated[ListOpt, option(_REDUCE_OPTS, "--compare", metavar="[REF] TEST")] = None,
+    compare: Annotated[ListOpt, option(_REDUCE_OPTS, "--compare", metavar="[REF] TEST", autocompletion=completes("runner-spec"))] = None,
     reference_model: Annotated[Optional[str], option(_REDUCE_OPTS, "--reference-model", metavar="PATH")] = None,
     atol: AtolOpt = None,
     rtol: RtolOpt = None,

@@ -11,10 +11,13 @@ Nothing heavy is imported here: the CLI must start fast.
 from __future__ import annotations
 
 import re
-from typing import Any, List, Mapping, Optional
+from typing import Any, List, Mapping, Optional, Sequence
 
 import typer
 from typer.core import TyperCommand
+
+from toolkit.core import shared_options as S
+from toolkit.core.declare import Declared, declaration
 
 try:  # Python >= 3.9
     from typing import Annotated
@@ -459,13 +462,23 @@ def command_kwargs(help_text: Optional[str] = None, **extra):
 
 # ---------------------------------------------------------------------- declaring options
 #
-# A command's signature names its options (parameter, type, flags, default); the words go in a
-# table of the command's module, by first flag, where they read like the command's help:
+# An option is declared once, on the field of the options dataclass it fills
+# (toolkit.core.declare): flags, help, panel, metavar, completions. :func:`bind` turns the
+# declared fields of a dataclass into the parameters of a Typer command, and
+# :func:`values_for` turns the parsed parameters back into the dataclass's values:
 #
-#     _CONVERT_OPTS = {"--fp16-io": "Make float32 graph inputs and outputs float16 too."}
-#     fp16_io: Annotated[bool, option(_CONVERT_OPTS, "--fp16-io")] = False,
+#     @dataclass
+#     class ConvertOptions:
+#         model: str = argument("Path to the ONNX model.", "MODEL")
+#         fp16_io: bool = option("--fp16-io", default=False, help="Make float32 graph inputs and outputs float16 too.")
 #
-# An option several commands take is declared once, below, as an ``Annotated`` alias.
+#     @app.command("convert", **command_kwargs())
+#     @bind(ConvertOptions)
+#     def convert_command(ctx: typer.Context, **params) -> None:
+#         opts = ConvertOptions(**values_for(ConvertOptions, params))
+#
+# Commands not yet moved to a dataclass name their options in the signature, the words in a
+# table of the module by first flag (`option(_CONVERT_OPTS, "--fp16-io")`).
 
 
 def option(help_texts: Mapping[str, str], *flags: str, **kw: Any) -> Any:
@@ -473,8 +486,105 @@ def option(help_texts: Mapping[str, str], *flags: str, **kw: Any) -> Any:
     return typer.Option(*flags, help=help_texts[flags[0]], **kw)
 
 
+def completes(values: Any):
+    """A Typer ``autocompletion`` for a choice list (or ``"runner-spec"``: every runner spec)."""
+    if not values:
+        return None
+
+    def complete(incomplete: str):
+        choices = runner_specs() if values == "runner-spec" else values
+        return [v for v in choices if v.startswith(incomplete)]
+
+    return complete
+
+
+def runner_specs() -> List[str]:
+    """Every runner spec a shell may complete: each kind, and each kind with one spec option."""
+    from toolkit.run.registry import KINDS
+
+    specs = []
+    for kind in KINDS.values():
+        specs.append(kind.name)
+        for name, opt in kind.spec_options().items():
+            specs += [f"{kind.name}:{name}={c}" for c in opt.choices] if opt.choices else [f"{kind.name}:{name}"]
+    return specs
+
+
+def parameter(decl: Declared, hint: Any) -> Any:
+    """The Typer ``Annotated`` type of one declared value of type ``hint``."""
+    import typing
+
+    if decl.argument:
+        typ = hint if decl.required else Optional[hint]
+        return Annotated[typ, typer.Argument(help=decl.help, metavar=decl.metavar)]
+    if typing.get_origin(hint) in (list, List):
+        (item,) = typing.get_args(hint)
+        typ = Optional[List[str] if typing.get_origin(item) in (list, List) else List[item]]  # type: ignore[valid-type]
+    else:
+        typ = hint
+    info = typer.Option(
+        *decl.flags, help=decl.help, metavar=decl.metavar, rich_help_panel=decl.panel,
+        autocompletion=completes(decl.complete),
+    )
+    return Annotated[typ, info]
+
+
+def _fields_for_cli(cls: Any):
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        decl = declaration(f)
+        if decl is not None and (decl.flags or decl.argument):
+            yield f, decl, hints[f.name]
+
+
+def bind(cls: Any, *, extra: Sequence[Any] = ()):
+    """Decorate ``body(ctx, **params)`` with the signature Typer reads: ``ctx``, the dataclass's
+    argument, the ``extra`` parameters (``inspect.Parameter``), then one option per declared field."""
+    import dataclasses
+    import inspect
+
+    def decorate(body):
+        ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+        args, opts = [], []
+        for f, decl, hint in _fields_for_cli(cls):
+            if decl.argument:
+                default = inspect.Parameter.empty if decl.required else None
+            elif f.default_factory is not dataclasses.MISSING:  # lists: None when not given
+                default = None
+            else:
+                default = f.default
+            param = inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                      annotation=parameter(decl, hint))
+            (args if decl.argument else opts).append(param)
+        params = [ctx] + args + list(extra) + opts
+        body.__signature__ = inspect.Signature(params)
+        body.__annotations__ = {p.name: p.annotation for p in params}
+        return body
+
+    return decorate
+
+
+def values_for(cls: Any, params: Mapping[str, Any]) -> dict:
+    """The keyword arguments of ``cls`` for the parsed ``params`` (its declared fields): lists
+    given as None made [], a grouped list (``List[List[str]]``) one list per occurrence."""
+    out = {}
+    for f, _decl, hint in _fields_for_cli(cls):
+        if f.name not in params:
+            continue
+        value = params[f.name]
+        if "List[List" in str(hint) or "list[list" in str(hint):
+            value = [split_group(g) for g in value or []]
+        elif f.default_factory is list:  # type: ignore[comparison-overlap]
+            value = list(value or [])
+        out[f.name] = value
+    return out
+
+
 def from_params(cls: Any, params: Mapping[str, Any], **overrides: Any) -> Any:
-    """The dataclass ``cls`` of a command's parameters (``locals()``) named as its fields, list
+    """The dataclass ``cls`` of a command's parsed parameters named as its fields, list
     fields given as None made [], with ``overrides`` set."""
     import dataclasses
 
@@ -486,6 +596,12 @@ def from_params(cls: Any, params: Mapping[str, Any], **overrides: Any) -> Any:
     return cls(**kwargs)
 
 
+def declared_option(decl: Declared, **kw: Any) -> Any:
+    """A shared declaration as a Typer option (commands that name options in their signature)."""
+    return typer.Option(*decl.flags, help=decl.help, metavar=decl.metavar, autocompletion=completes(decl.complete),
+                        **kw)
+
+
 # ---------------------------------------------------------------------- shared options
 
 # The type of a list option (greedy: several values after one flag).
@@ -493,41 +609,19 @@ ListOpt = Optional[List[str]]
 
 ModelArg = Annotated[str, typer.Argument(help="Path to the ONNX model, or '-' to read it from stdin.", metavar="MODEL")]
 
-# The help text of each option of the options several commands share, by its first flag.
-_SHARED_OPTS = {
-    "--external-data-dir": "Folder holding the model's external data (default: the model's folder).",
-    "--ignore-external-data": "Do not load external weights; work on the structure only.",
-    "--atol": "Absolute tolerance: a value for every output and/or name:value.",
-    "--rtol": "Relative tolerance: a value for every output and/or name:value.",
-    "--check-error-stat": "What to check against the tolerances: elemwise (default), max, mean, median or quantile; "
-        "also per output as name:stat.",
-    "--seed": "Seed for generated input data (reproducible).",
-    "--input-shapes": "Shapes for dynamic inputs: name:[1,3,640,640] (or name:1x3x640x640, no quoting needed). "
-        "Several after one flag.",
-    "--data-loader-script": "Input data from a Python function that returns or yields {name: array} per iteration "
-        "(FUNC defaults to load_data), instead of generated data.",
-    "--data-loader-func-name": "The function of --data-loader-script to call (the older spelling of SCRIPT:FUNC).",
-    "--model-input-shapes": "Fix the shapes of the model's dynamic inputs for shape inference: name:[1,3,224,224] ...",
-    "--force-fallback-shape-inference": "Infer tensor shapes and dtypes by running ONNX-Runtime instead of ONNX "
-        "shape inference.",
-}
-
-
-ExternalDataDirOpt = Annotated[Optional[str], option(_SHARED_OPTS, "--external-data-dir", "--load-external-data")]
-IgnoreExternalDataOpt = Annotated[bool, option(_SHARED_OPTS, "--ignore-external-data")]
+ExternalDataDirOpt = Annotated[Optional[str], declared_option(S.EXTERNAL_DATA_DIR)]
+IgnoreExternalDataOpt = Annotated[bool, declared_option(S.IGNORE_EXTERNAL_DATA)]
 
 # Comparison tolerances (run, and debug reduce --compare)
-AtolOpt = Annotated[ListOpt, option(_SHARED_OPTS, "--atol", "--abs-tol")]
-RtolOpt = Annotated[ListOpt, option(_SHARED_OPTS, "--rtol", "--rel-tol")]
-CheckErrorStatOpt = Annotated[ListOpt, option(_SHARED_OPTS, "--check-error-stat")]
-SeedOpt = Annotated[Optional[int], option(_SHARED_OPTS, "--seed")]
-InputShapesOpt = Annotated[
-    Optional[List[str]], option(_SHARED_OPTS, "--input-shapes", "--inputs", metavar="NAME:SHAPE...")
-]
-DataLoaderScriptOpt = Annotated[Optional[str], option(_SHARED_OPTS, "--data-loader-script", metavar="SCRIPT[:FUNC]")]
-DataLoaderFuncOpt = Annotated[Optional[str], option(_SHARED_OPTS, "--data-loader-func-name", metavar="FUNC")]
-ModelInputShapesOpt = Annotated[Optional[List[str]], option(_SHARED_OPTS, "--model-input-shapes")]
-ForceFallbackOpt = Annotated[bool, option(_SHARED_OPTS, "--force-fallback-shape-inference")]
+AtolOpt = Annotated[ListOpt, declared_option(S.ATOL)]
+RtolOpt = Annotated[ListOpt, declared_option(S.RTOL)]
+CheckErrorStatOpt = Annotated[ListOpt, declared_option(S.CHECK_ERROR_STAT)]
+SeedOpt = Annotated[Optional[int], declared_option(S.SEED)]
+InputShapesOpt = Annotated[Optional[List[str]], declared_option(S.INPUT_SHAPES)]
+DataLoaderScriptOpt = Annotated[Optional[str], declared_option(S.DATA_LOADER_SCRIPT)]
+DataLoaderFuncOpt = Annotated[Optional[str], declared_option(S.DATA_LOADER_FUNC)]
+ModelInputShapesOpt = Annotated[Optional[List[str]], declared_option(S.MODEL_INPUT_SHAPES)]
+ForceFallbackOpt = Annotated[bool, declared_option(S.FORCE_FALLBACK)]
 
 
 # ------------------------------------------------ Polygraphy options that toolkit does not support

@@ -13,7 +13,7 @@ import typer
 
 from toolkit.cli.options import (
     Annotated, AtolOpt, CheckErrorStatOpt, ExternalDataDirOpt, InputShapesOpt, ListOpt, ModelArg, RtolOpt, SeedOpt,
-    command_kwargs, from_params, option,
+    command_kwargs, completes, from_params, option,
 )
 from toolkit.cli.output import log
 
@@ -137,12 +137,12 @@ def register(app: typer.Typer) -> None:
     def precision_command(
         model: ModelArg,
         output: Annotated[Optional[str], option(_PRECISION_OPTS, "-o", "--output")] = None,
-        compare: Annotated[ListOpt, option(_PRECISION_OPTS, "--compare")] = None,
+        compare: Annotated[ListOpt, option(_PRECISION_OPTS, "--compare", autocompletion=completes("runner-spec"))] = None,
         keep_fp32: Annotated[ListOpt, option(_PRECISION_OPTS, "--keep-fp32")] = None,
         atol: AtolOpt = None,
         rtol: RtolOpt = None,
         check_error_stat: CheckErrorStatOpt = None,
-        mode: Annotated[Optional[str], option(_PRECISION_OPTS, "--mode")] = None,
+        mode: Annotated[Optional[str], option(_PRECISION_OPTS, "--mode", autocompletion=completes(("bisect", "linear")))] = None,
         load_inputs: Annotated[ListOpt, option(_PRECISION_OPTS, "--load-inputs")] = None,
         load_outputs: Annotated[Optional[str], option(_PRECISION_OPTS, "--load-outputs")] = None,
         seed: SeedOpt = None,
