@@ -554,6 +554,8 @@ def bind(cls: Any, *, extra: Sequence[Any] = ()):
                 default = inspect.Parameter.empty if decl.required else None
             elif f.default_factory is not dataclasses.MISSING:  # lists: None when not given
                 default = None
+            elif f.default is dataclasses.MISSING:  # a required option
+                default = inspect.Parameter.empty
             else:
                 default = f.default
             param = inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,

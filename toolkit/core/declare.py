@@ -71,6 +71,11 @@ def declared(decl: Declared, default: Any = None, factory: Optional[Callable[[],
     return dataclasses.field(default=default, metadata=meta)
 
 
+def required(*flags: str, help: str = "", **kw: Any) -> Any:
+    """A dataclass field without a default, declared as the required option ``flags``."""
+    return dataclasses.field(metadata={_KEY: Declared(flags=tuple(flags), help=help, **kw)})
+
+
 def argument(help: str, metavar: str, **kw: Any) -> Any:
     """A required dataclass field declared as the command's positional argument."""
     return dataclasses.field(metadata={_KEY: Declared(help=help, metavar=metavar, argument=True, **kw)})
