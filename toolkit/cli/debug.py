@@ -39,7 +39,7 @@ Without --check, the full model is taken to fail (you know it does) and you are 
 each smaller subgraph.
 
 Each check is classified: pass, fail, timeout (counted as a failure) or broken (the check
-failed on its own: a toolkit check exiting 2, 3 or 4, a command that cannot start, a
+failed on its own: a toolkit check exiting 2, 3, 4 or 70, a command that cannot start, a
 traceback or usage error from its argument parsing). A check broken on the full model stops
 the run; later, a broken check counts as a pass and is reported.
 

@@ -613,15 +613,6 @@ ModelArg = Annotated[str, typer.Argument(help="Path to the ONNX model, or '-' to
 
 ExternalDataDirOpt = Annotated[Optional[str], declared_option(S.EXTERNAL_DATA_DIR)]
 IgnoreExternalDataOpt = Annotated[bool, declared_option(S.IGNORE_EXTERNAL_DATA)]
-
-# Comparison tolerances (run, and debug reduce --compare)
-AtolOpt = Annotated[ListOpt, declared_option(S.ATOL)]
-RtolOpt = Annotated[ListOpt, declared_option(S.RTOL)]
-CheckErrorStatOpt = Annotated[ListOpt, declared_option(S.CHECK_ERROR_STAT)]
-SeedOpt = Annotated[Optional[int], declared_option(S.SEED)]
-InputShapesOpt = Annotated[Optional[List[str]], declared_option(S.INPUT_SHAPES)]
-DataLoaderScriptOpt = Annotated[Optional[str], declared_option(S.DATA_LOADER_SCRIPT)]
-DataLoaderFuncOpt = Annotated[Optional[str], declared_option(S.DATA_LOADER_FUNC)]
 ModelInputShapesOpt = Annotated[Optional[List[str]], declared_option(S.MODEL_INPUT_SHAPES)]
 ForceFallbackOpt = Annotated[bool, declared_option(S.FORCE_FALLBACK)]
 

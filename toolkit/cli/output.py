@@ -161,11 +161,6 @@ def err_console():
     return _console(True)
 
 
-def out_console():
-    """Console for data (stdout)."""
-    return _console(False)
-
-
 def is_terminal(stream=None) -> bool:
     stream = stream or sys.stderr
     try:

@@ -51,7 +51,6 @@ class Inlined:
     model: str
     reference_model: Optional[str]
     decisions: List[Decision] = field(default_factory=list)
-    undecided: List[str] = field(default_factory=list)  # top-level Ifs left whole (why)
 
     @property
     def input_dependent(self) -> bool:
