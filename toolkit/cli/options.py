@@ -401,7 +401,7 @@ class ToolkitCommand(TyperCommand):
         return None, None
 
     def parse_args(self, ctx, args):
-        args = list(args)
+        args = expand_prefixes(list(args), self.params)
         rest: Optional[List[str]] = None
         rest_param, rest_opt = self._rest_param()
         if rest_param is not None:
@@ -449,6 +449,32 @@ class ToolkitCommand(TyperCommand):
             out.append(tok)
             i += 1
         return out
+
+
+def expand_prefixes(args: List[str], params: Sequence[Any]) -> List[str]:
+    """Long options abbreviated as argparse allows (``--fold-constant``, ``--iter 2``): an
+    unambiguous prefix of one option's flags becomes that flag; a prefix of several options is
+    a usage error naming them. Stops at ``--`` and at ``--check`` (the rest is the check's)."""
+    flags = {o: p for p in params for o in getattr(p, "opts", ()) + getattr(p, "secondary_opts", ())
+             if o.startswith("--")}
+    out = list(args)
+    for i, tok in enumerate(args):
+        name, eq, value = tok.partition("=")
+        if tok == "--" or name in REST_OPTIONS:
+            break
+        if not name.startswith("--") or name in flags or len(name) < 3:
+            continue
+        matches = [o for o in flags if o.startswith(name)]
+        owners = {id(flags[o]) for o in matches}
+        if len(owners) > 1:
+            from toolkit.core.errors import UsageError
+
+            raise UsageError(f"ambiguous option {name}: could match {', '.join(sorted(matches))}")
+        if matches:
+            out[i] = matches[0] + eq + value
+            if matches[0] in REST_OPTIONS:
+                break
+    return out
 
 
 def command_kwargs(help_text: Optional[str] = None, **extra):

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, List, Optional, Tuple
 import typer
 
 from toolkit.cli.options import Annotated, ToolkitCommand, bind, check_data_output, command_kwargs, values_for
-from toolkit.cli.output import err_console, is_terminal, log, result, warn
+from toolkit.cli.output import err_console, is_terminal, log, pass_verdict, result, warn
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -157,7 +157,9 @@ def _describe_plan(opts) -> None:
     if opts.load_inputs:
         verbose(f"run | inputs from: {', '.join(opts.load_inputs)}")
     else:
-        seed = "random" if opts.seed is None else opts.seed
+        from toolkit.core.inputs import DEFAULT_SEED
+
+        seed = f"{DEFAULT_SEED} (the default)" if opts.seed is None else opts.seed
         verbose(
             f"run | generated inputs: {opts.iterations or 1} iteration(s), seed {seed}, "
             f"value range {' '.join(opts.val_range) or '[0,1]'}"
@@ -218,7 +220,7 @@ def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
 
 def _final(passed: bool, command: str, mismatched: List[str]) -> None:
     if passed:
-        result(f"PASSED | Command: {command}", style="bold green")
+        pass_verdict(f"PASSED | Command: {command}", style="bold green")
     else:
         tail = f" | mismatched: {_names(mismatched)}" if mismatched else ""
         result(f"FAILED | Command: {command}{tail}", style="bold red")
