@@ -4,7 +4,6 @@ import pathlib
 import re
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 

@@ -333,45 +333,155 @@ class ReduceArgs:
     """The options of ``debug reduce``, each declared once (flags, help, metavar)."""
 
     model: str = argument("Path to the ONNX model, or '-' to read it from stdin.", "MODEL")
-    output: str = required('-o', '--output', metavar='PATH', help='Where to write the smallest subgraph the check fails on.')
-    check: Optional[List[str]] = option('--check', metavar='COMMAND ARGS...', help='The check command; everything after --check belongs to it (its own -o, --mode, --help too). Without it you are asked about each subgraph.')
-    mode: Optional[str] = option('--mode', metavar='bisect|linear', complete=('bisect', 'linear'), help='bisect (binary search only) or linear (one node at a time). Default: bisect, then verify 1-minimality, in one run with fewer checks than bisect followed by linear.')
-    min_good: Optional[str] = option('--min-good', '--minimal-good', metavar='PATH', help='Also write the checked passing subgraph closest to the result.')
-    fail_regex: List[str] = option('--fail-regex', metavar='REGEX', factory=list, help='Count a check as failed only when one of these regular expressions matches its stdout or stderr.')
-    fail_code: List[int] = option('--fail-code', '--fail-returncode', metavar='CODE', factory=list, help='Exit codes of the check that count as failures.')
-    ignore_fail_code: List[int] = option('--ignore-fail-code', '--ignore-fail-returncode', metavar='CODE', factory=list, help='Exit codes of the check that count as passes.')
-    check_timeout: Optional[float] = option('--check-timeout', metavar='SECONDS', help='Seconds a check may run; then it is killed (with its children) and counts as a failure.')
-    show_output: bool = option('--show-output', default=False, help="Show the check's output for passing iterations too.")
-    hide_fail_output: bool = option('--hide-fail-output', default=False, help="Do not show the check's output for failing iterations.")
-    iter_artifact: str = option('--iter-artifact', '--intermediate-artifact', metavar='PATH', default="polygraphy_debug.onnx", help="Where each iteration's subgraph is written for the check.")
-    no_remove_intermediate: bool = option('--no-remove-intermediate', default=False, help='Keep the iteration artifact and --iter-info file at the end.')
-    artifacts: List[str] = option('--artifacts', metavar='PATH', factory=list, help='Files the check writes (or the iteration artifact) to move into ART_DIR/good or ART_DIR/bad after each check, named <iteration>_<file name>.')
-    art_dir: str = option('--art-dir', '--artifacts-dir', metavar='PATH', default="polygraphy_artifacts", help='Folder for --artifacts.')
-    iter_info: Optional[str] = option('--iter-info', '--iteration-info', metavar='PATH', help='Write a JSON file before each check: iteration number, nodes, inputs and outputs.')
-    save_debug_replay: Optional[str] = option('--save-debug-replay', metavar='PATH', help='Keep every verdict in this JSON file (updated after each check; not written when the check is broken on the full model). Default: polygraphy_debug_replay.json beside the iteration artifact.')
-    load_debug_replay: Optional[str] = option('--load-debug-replay', metavar='PATH', help='Answer subgraphs already judged in an earlier run without checking them.')
-    json_summary: bool = option('--json', default=False, help='Print a summary as JSON on stdout (result, checks, phases, evidence, files).')
-    no_reduce_inputs: bool = option('--no-reduce-inputs', default=False, help="Keep the model's inputs: only remove nodes from the end.")
-    no_reduce_outputs: bool = option('--no-reduce-outputs', default=False, help="Keep the model's outputs: only remove nodes from the start.")
-    no_inline_branches: bool = option('--no-inline-branches', default=False, help='Keep each top-level If whole, even when its condition is a constant or is known for the inputs (--compare, --load-inputs); by default it is replaced by its taken branch.')
-    jobs: int = option('--jobs', '-j', metavar='N', default=1, help='Checks run at once. Each round checks JOBS split points (k-ary search); each worker has its own iteration artifact (worker k: <artifact>.worker<k>/, its path replaced in the check command) and TOOLKIT_WORKER=k in its environment. Same result as --jobs 1 for a check that always answers the same.')
-    devices: Optional[str] = option('--devices', metavar='LIST', help='GPUs for the workers, e.g. 0,1,2,3: worker k gets CUDA_VISIBLE_DEVICES=<k-th device> (round robin when fewer than --jobs).')
-    compare: Optional[List[str]] = option('--compare', metavar='[REF] TEST', complete='runner-spec', help="The built-in accuracy check instead of --check: the reference runner (default onnxrt) and the runner under test, as runner specs (onnxrt, trt, trt:fp16, onnxrt:opt=disable, ...). The reference computes every tensor once; each subgraph runs on the runner under test, fed the reference's values, and its outputs are compared with them.")
-    reference_model: Optional[str] = option('--reference-model', metavar='PATH', help='With --compare: the model the reference runs (default MODEL), e.g. the original of an optimized, quantized or converted MODEL; tensors are matched by name.')
+    output: str = required(
+        "-o", "--output", metavar="PATH",
+        help="Where to write the smallest subgraph the check fails on.",
+    )
+    check: Optional[List[str]] = option(
+        "--check", metavar="COMMAND ARGS...",
+        help="The check command; everything after --check belongs to it (its own -o, --mode, --help too). Without "
+        "it you are asked about each subgraph.",
+    )
+    mode: Optional[str] = option(
+        "--mode", metavar="bisect|linear", complete=("bisect", "linear"),
+        help="bisect (binary search only) or linear (one node at a time). Default: bisect, then verify "
+        "1-minimality, in one run with fewer checks than bisect followed by linear.",
+    )
+    min_good: Optional[str] = option(
+        "--min-good", "--minimal-good", metavar="PATH",
+        help="Also write the checked passing subgraph closest to the result.",
+    )
+    fail_regex: List[str] = option(
+        "--fail-regex", metavar="REGEX", factory=list,
+        help="Count a check as failed only when one of these regular expressions matches its stdout or stderr.",
+    )
+    fail_code: List[int] = option(
+        "--fail-code", "--fail-returncode", metavar="CODE", factory=list,
+        help="Exit codes of the check that count as failures.",
+    )
+    ignore_fail_code: List[int] = option(
+        "--ignore-fail-code", "--ignore-fail-returncode", metavar="CODE", factory=list,
+        help="Exit codes of the check that count as passes.",
+    )
+    check_timeout: Optional[float] = option(
+        "--check-timeout", metavar="SECONDS",
+        help="Seconds a check may run; then it is killed (with its children) and counts as a failure.",
+    )
+    show_output: bool = option(
+        "--show-output", default=False,
+        help="Show the check's output for passing iterations too.",
+    )
+    hide_fail_output: bool = option(
+        "--hide-fail-output", default=False,
+        help="Do not show the check's output for failing iterations.",
+    )
+    iter_artifact: str = option(
+        "--iter-artifact", "--intermediate-artifact", metavar="PATH", default="polygraphy_debug.onnx",
+        help="Where each iteration's subgraph is written for the check.",
+    )
+    no_remove_intermediate: bool = option(
+        "--no-remove-intermediate", default=False,
+        help="Keep the iteration artifact and --iter-info file at the end.",
+    )
+    artifacts: List[str] = option(
+        "--artifacts", metavar="PATH", factory=list,
+        help="Files the check writes (or the iteration artifact) to move into ART_DIR/good or ART_DIR/bad after "
+        "each check, named <iteration>_<file name>.",
+    )
+    art_dir: str = option(
+        "--art-dir", "--artifacts-dir", metavar="PATH", default="polygraphy_artifacts",
+        help="Folder for --artifacts.",
+    )
+    iter_info: Optional[str] = option(
+        "--iter-info", "--iteration-info", metavar="PATH",
+        help="Write a JSON file before each check: iteration number, nodes, inputs and outputs.",
+    )
+    save_debug_replay: Optional[str] = option(
+        "--save-debug-replay", metavar="PATH",
+        help="Keep every verdict in this JSON file (updated after each check; not written when the check is broken"
+        " on the full model). Default: polygraphy_debug_replay.json beside the iteration artifact.",
+    )
+    load_debug_replay: Optional[str] = option(
+        "--load-debug-replay", metavar="PATH",
+        help="Answer subgraphs already judged in an earlier run without checking them.",
+    )
+    json_summary: bool = option(
+        "--json", default=False,
+        help="Print a summary as JSON on stdout (result, checks, phases, evidence, files).",
+    )
+    no_reduce_inputs: bool = option(
+        "--no-reduce-inputs", default=False,
+        help="Keep the model's inputs: only remove nodes from the end.",
+    )
+    no_reduce_outputs: bool = option(
+        "--no-reduce-outputs", default=False,
+        help="Keep the model's outputs: only remove nodes from the start.",
+    )
+    no_inline_branches: bool = option(
+        "--no-inline-branches", default=False,
+        help="Keep each top-level If whole, even when its condition is a constant or is known for the inputs "
+        "(--compare, --load-inputs); by default it is replaced by its taken branch.",
+    )
+    jobs: int = option(
+        "--jobs", "-j", metavar="N", default=1,
+        help="Checks run at once. Each round checks JOBS split points (k-ary search); each worker has its own "
+        "iteration artifact (worker k: <artifact>.worker<k>/, its path replaced in the check command) and "
+        "TOOLKIT_WORKER=k in its environment. Same result as --jobs 1 for a check that always answers the "
+        "same.",
+    )
+    devices: Optional[str] = option(
+        "--devices", metavar="LIST",
+        help="GPUs for the workers, e.g. 0,1,2,3: worker k gets CUDA_VISIBLE_DEVICES=<k-th device> (round robin "
+        "when fewer than --jobs).",
+    )
+    compare: Optional[List[str]] = option(
+        "--compare", metavar="[REF] TEST", complete="runner-spec",
+        help="The built-in accuracy check instead of --check: the reference runner (default onnxrt) and the runner"
+        " under test, as runner specs (onnxrt, trt, trt:fp16, onnxrt:opt=disable, ...). The reference "
+        "computes every tensor once; each subgraph runs on the runner under test, fed the reference's values,"
+        " and its outputs are compared with them.",
+    )
+    reference_model: Optional[str] = option(
+        "--reference-model", metavar="PATH",
+        help="With --compare: the model the reference runs (default MODEL), e.g. the original of an optimized, "
+        "quantized or converted MODEL; tensors are matched by name.",
+    )
     atol: List[str] = declared(S.ATOL, factory=list)
     rtol: List[str] = declared(S.RTOL, factory=list)
     check_error_stat: List[str] = declared(S.CHECK_ERROR_STAT, factory=list)
-    all_faults: bool = option('--all-faults', default=False, help='With --compare: after a minimal failing subgraph is found, replace its outputs by reference values and go on with the rest of the model until it passes; each fault is written to OUT with a numbered suffix (reduced_1.onnx, ...).')
+    all_faults: bool = option(
+        "--all-faults", default=False,
+        help="With --compare: after a minimal failing subgraph is found, replace its outputs by reference values "
+        "and go on with the rest of the model until it passes; each fault is written to OUT with a numbered "
+        "suffix (reduced_1.onnx, ...).",
+    )
     model_input_shapes: List[str] = declared(S.MODEL_INPUT_SHAPES, factory=list)
-    load_inputs: List[str] = option('--load-inputs', '--load-input-data', metavar='PATH', factory=list, help="Input data files: their shapes fix the model's dynamic inputs for shape inference, and the model runs on them if ONNX-Runtime must be used to find tensor shapes.")
+    load_inputs: List[str] = option(
+        "--load-inputs", "--load-input-data", metavar="PATH", factory=list,
+        help="Input data files: their shapes fix the model's dynamic inputs for shape inference, and the model "
+        "runs on them if ONNX-Runtime must be used to find tensor shapes.",
+    )
     data_loader_script: Optional[str] = declared(S.DATA_LOADER_SCRIPT)
     data_loader_func_name: Optional[str] = declared(S.DATA_LOADER_FUNC)
     seed: Optional[int] = declared(S.SEED)
-    val_range: List[str] = option('--val-range', metavar='RANGE', factory=list, help='Value range of generated inputs ([lo,hi], or name:[lo,hi]) when the model runs on ONNX-Runtime to find tensor shapes.')
+    val_range: List[str] = option(
+        "--val-range", metavar="RANGE", factory=list,
+        help="Value range of generated inputs ([lo,hi], or name:[lo,hi]) when the model runs on ONNX-Runtime to "
+        "find tensor shapes.",
+    )
     force_fallback_shape_inference: bool = declared(S.FORCE_FALLBACK, default=False)
-    no_shape_inference: bool = option('--no-shape-inference', default=False, help='Do not infer shapes: new subgraph inputs and outputs get only the types the model records (or --load-inputs data gives); no ONNX shape inference, no ONNX-Runtime run.')
+    no_shape_inference: bool = option(
+        "--no-shape-inference", default=False,
+        help="Do not infer shapes: new subgraph inputs and outputs get only the types the model records (or "
+        "--load-inputs data gives); no ONNX shape inference, no ONNX-Runtime run.",
+    )
     external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
-    link_external_data: bool = option('--link-external-data', default=False, help="Let -o, --min-good and --artifacts refer to the model's external data files through hard links in their folder (no copy of the weights; they then run only where those links are). Default: they carry the weights they use, so they can be moved.")
+    link_external_data: bool = option(
+        "--link-external-data", default=False,
+        help="Let -o, --min-good and --artifacts refer to the model's external data files through hard links in "
+        "their folder (no copy of the weights; they then run only where those links are). Default: they carry"
+        " the weights they use, so they can be moved.",
+    )
 
 
 @app.command("reduce", **command_kwargs(_REDUCE_HELP, cls=ReduceCommand))
