@@ -18,7 +18,7 @@ import typer
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, values_for
 from toolkit.core import shared_options as S
-from toolkit.core.declare import argument, declared, option, required
+from toolkit.core.declare import argument, declared, option, required, switch
 from toolkit.cli.output import log, warn
 
 app = typer.Typer(
@@ -333,10 +333,8 @@ class ReduceArgs:
     """The options of ``debug reduce``, each declared once (flags, help, metavar)."""
 
     model: str = argument("Path to the ONNX model, or '-' to read it from stdin.", "MODEL")
-    output: str = required(
-        "-o", "--output", metavar="PATH",
-        help="Where to write the smallest subgraph the check fails on.",
-    )
+    output: str = required("-o", "--output", metavar="PATH",
+                           help="Where to write the smallest subgraph the check fails on.")
     check: Optional[List[str]] = option(
         "--check", metavar="COMMAND ARGS...",
         help="The check command; everything after --check belongs to it (its own -o, --mode, --help too). Without "
@@ -347,51 +345,35 @@ class ReduceArgs:
         help="bisect (binary search only) or linear (one node at a time). Default: bisect, then verify "
         "1-minimality, in one run with fewer checks than bisect followed by linear.",
     )
-    min_good: Optional[str] = option(
-        "--min-good", "--minimal-good", metavar="PATH",
-        help="Also write the checked passing subgraph closest to the result.",
-    )
+    min_good: Optional[str] = option("--min-good", "--minimal-good", metavar="PATH",
+                                     help="Also write the checked passing subgraph closest to the result.")
     fail_regex: List[str] = option(
         "--fail-regex", metavar="REGEX", factory=list,
         help="Count a check as failed only when one of these regular expressions matches its stdout or stderr.",
     )
-    fail_code: List[int] = option(
-        "--fail-code", "--fail-returncode", metavar="CODE", factory=list,
-        help="Exit codes of the check that count as failures.",
-    )
-    ignore_fail_code: List[int] = option(
-        "--ignore-fail-code", "--ignore-fail-returncode", metavar="CODE", factory=list,
-        help="Exit codes of the check that count as passes.",
-    )
+    fail_code: List[int] = option("--fail-code", "--fail-returncode", metavar="CODE", factory=list,
+                                  help="Exit codes of the check that count as failures.")
+    ignore_fail_code: List[int] = option("--ignore-fail-code", "--ignore-fail-returncode", metavar="CODE", factory=list,
+                                         help="Exit codes of the check that count as passes.")
     check_timeout: Optional[float] = option(
         "--check-timeout", metavar="SECONDS",
         help="Seconds a check may run; then it is killed (with its children) and counts as a failure.",
     )
-    show_output: bool = option(
-        "--show-output", default=False,
-        help="Show the check's output for passing iterations too.",
-    )
-    hide_fail_output: bool = option(
-        "--hide-fail-output", default=False,
-        help="Do not show the check's output for failing iterations.",
-    )
+    show_output: bool = switch("--show-output", help="Show the check's output for passing iterations too.")
+    hide_fail_output: bool = switch("--hide-fail-output", help="Do not show the check's output for failing iterations.")
     iter_artifact: str = option(
         "--iter-artifact", "--intermediate-artifact", metavar="PATH", default="polygraphy_debug.onnx",
         help="Where each iteration's subgraph is written for the check.",
     )
-    no_remove_intermediate: bool = option(
-        "--no-remove-intermediate", default=False,
-        help="Keep the iteration artifact and --iter-info file at the end.",
-    )
+    no_remove_intermediate: bool = switch("--no-remove-intermediate",
+                                          help="Keep the iteration artifact and --iter-info file at the end.")
     artifacts: List[str] = option(
         "--artifacts", metavar="PATH", factory=list,
         help="Files the check writes (or the iteration artifact) to move into ART_DIR/good or ART_DIR/bad after "
         "each check, named <iteration>_<file name>.",
     )
-    art_dir: str = option(
-        "--art-dir", "--artifacts-dir", metavar="PATH", default="polygraphy_artifacts",
-        help="Folder for --artifacts.",
-    )
+    art_dir: str = option("--art-dir", "--artifacts-dir", metavar="PATH", default="polygraphy_artifacts",
+                          help="Folder for --artifacts.")
     iter_info: Optional[str] = option(
         "--iter-info", "--iteration-info", metavar="PATH",
         help="Write a JSON file before each check: iteration number, nodes, inputs and outputs.",
@@ -405,20 +387,14 @@ class ReduceArgs:
         "--load-debug-replay", metavar="PATH",
         help="Answer subgraphs already judged in an earlier run without checking them.",
     )
-    json_summary: bool = option(
-        "--json", default=False,
-        help="Print a summary as JSON on stdout (result, checks, phases, evidence, files).",
-    )
-    no_reduce_inputs: bool = option(
-        "--no-reduce-inputs", default=False,
-        help="Keep the model's inputs: only remove nodes from the end.",
-    )
-    no_reduce_outputs: bool = option(
-        "--no-reduce-outputs", default=False,
-        help="Keep the model's outputs: only remove nodes from the start.",
-    )
-    no_inline_branches: bool = option(
-        "--no-inline-branches", default=False,
+    json_summary: bool = switch("--json",
+                                help="Print a summary as JSON on stdout (result, checks, phases, evidence, files).")
+    no_reduce_inputs: bool = switch("--no-reduce-inputs",
+                                    help="Keep the model's inputs: only remove nodes from the end.")
+    no_reduce_outputs: bool = switch("--no-reduce-outputs",
+                                     help="Keep the model's outputs: only remove nodes from the start.")
+    no_inline_branches: bool = switch(
+        "--no-inline-branches",
         help="Keep each top-level If whole, even when its condition is a constant or is known for the inputs "
         "(--compare, --load-inputs); by default it is replaced by its taken branch.",
     )
@@ -449,8 +425,8 @@ class ReduceArgs:
     atol: List[str] = declared(S.ATOL, factory=list)
     rtol: List[str] = declared(S.RTOL, factory=list)
     check_error_stat: List[str] = declared(S.CHECK_ERROR_STAT, factory=list)
-    all_faults: bool = option(
-        "--all-faults", default=False,
+    all_faults: bool = switch(
+        "--all-faults",
         help="With --compare: after a minimal failing subgraph is found, replace its outputs by reference values "
         "and go on with the rest of the model until it passes; each fault is written to OUT with a numbered "
         "suffix (reduced_1.onnx, ...).",
@@ -470,14 +446,14 @@ class ReduceArgs:
         "find tensor shapes.",
     )
     force_fallback_shape_inference: bool = declared(S.FORCE_FALLBACK, default=False)
-    no_shape_inference: bool = option(
-        "--no-shape-inference", default=False,
+    no_shape_inference: bool = switch(
+        "--no-shape-inference",
         help="Do not infer shapes: new subgraph inputs and outputs get only the types the model records (or "
         "--load-inputs data gives); no ONNX shape inference, no ONNX-Runtime run.",
     )
     external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
-    link_external_data: bool = option(
-        "--link-external-data", default=False,
+    link_external_data: bool = switch(
+        "--link-external-data",
         help="Let -o, --min-good and --artifacts refer to the model's external data files through hard links in "
         "their folder (no copy of the weights; they then run only where those links are). Default: they carry"
         " the weights they use, so they can be moved.",

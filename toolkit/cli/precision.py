@@ -14,7 +14,7 @@ import typer
 
 from toolkit.cli.options import bind, command_kwargs, from_params, values_for
 from toolkit.core import shared_options as S
-from toolkit.core.declare import argument, declared, option
+from toolkit.core.declare import argument, declared, option, switch
 from toolkit.cli.output import log
 
 _HELP = """Find a minimal set of nodes to keep in fp32 so that the fp16 model passes the comparison.
@@ -129,21 +129,15 @@ class PrecisionArgs:
         help="Two runner specs: the fp32 reference and the reduced-precision candidate (default: onnxrt "
         "onnxrt:fp16, fp16 emulated on the CPU; or onnxrt:bf16, trt:fp16, trt:bf16).",
     )
-    keep_fp32: List[str] = option(
-        "--keep-fp32", factory=list,
-        help="Nodes kept in fp32 in every check (names, globs, op types).",
-    )
+    keep_fp32: List[str] = option("--keep-fp32", factory=list,
+                                  help="Nodes kept in fp32 in every check (names, globs, op types).")
     atol: List[str] = declared(S.ATOL, factory=list)
     rtol: List[str] = declared(S.RTOL, factory=list)
     check_error_stat: List[str] = declared(S.CHECK_ERROR_STAT, factory=list)
-    mode: Optional[str] = option(
-        "--mode", complete=("bisect", "linear"),
-        help="bisect (fewest checks, not 1-minimal) or linear; default: bisect + 1-minimal.",
-    )
-    load_inputs: List[str] = option(
-        "--load-inputs", factory=list,
-        help="Inputs files (JSON or .npz) to run on; default: generated.",
-    )
+    mode: Optional[str] = option("--mode", complete=("bisect", "linear"),
+                                 help="bisect (fewest checks, not 1-minimal) or linear; default: bisect + 1-minimal.")
+    load_inputs: List[str] = option("--load-inputs", factory=list,
+                                    help="Inputs files (JSON or .npz) to run on; default: generated.")
     load_outputs: Optional[str] = option(
         "--load-outputs",
         help="Reference outputs from this file (its first runner) instead of running the reference.",
@@ -153,12 +147,10 @@ class PrecisionArgs:
     input_shapes: List[str] = declared(S.INPUT_SHAPES, factory=list)
     iterations: int = option("--iterations", default=1, help='Generated input sets to compare on.')
     save_debug_replay: Optional[str] = option("--save-debug-replay", help='Keep every verdict in this JSON file.')
-    load_debug_replay: Optional[str] = option(
-        "--load-debug-replay",
-        help="Reuse the verdicts of an earlier run (same model and runners).",
-    )
+    load_debug_replay: Optional[str] = option("--load-debug-replay",
+                                              help="Reuse the verdicts of an earlier run (same model and runners).")
     external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
-    json_out: bool = option("--json", default=False, help='Print the result as JSON on stdout (instead of node names).')
+    json_out: bool = switch("--json", help='Print the result as JSON on stdout (instead of node names).')
 
 
 def register(app: typer.Typer) -> None:

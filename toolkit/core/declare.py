@@ -71,6 +71,11 @@ def declared(decl: Declared, default: Any = None, factory: Optional[Callable[[],
     return dataclasses.field(default=default, metadata=meta)
 
 
+def switch(*flags: str, help: str = "", **kw: Any) -> Any:
+    """A ``bool`` dataclass field, False unless its flag is given."""
+    return option(*flags, help=help, default=False, **kw)
+
+
 def required(*flags: str, help: str = "", **kw: Any) -> Any:
     """A dataclass field without a default, declared as the required option ``flags``."""
     return dataclasses.field(metadata={_KEY: Declared(flags=tuple(flags), help=help, **kw)})

@@ -274,4 +274,4 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None],
             "(--load-inputs or --compare lets the reduce go inside the branch the inputs take)")
     if not decisions:
         return None
-    return Inlined(path, ref, decisions, [f"{name}: {why}" for name, why in unknown.items()])
+    return Inlined(path, ref, decisions)

@@ -14,7 +14,7 @@ from typing import List, Mapping, Optional, Sequence
 
 from toolkit.backends.onnxrt import OPTIMIZATION_LEVELS, PROVIDER_ALIASES
 from toolkit.core import shared_options as S
-from toolkit.core.declare import argument, declared, option
+from toolkit.core.declare import argument, declared, option, switch
 from toolkit.core.progress import Messages
 
 _INPUTS = "Inputs"
@@ -25,10 +25,6 @@ _TRT = "TensorRT"
 
 def _list(*flags: str, **kw):
     return option(*flags, factory=list, **kw)
-
-
-def _flag(*flags: str, **kw):
-    return option(*flags, default=False, **kw)
 
 
 @dataclass
@@ -61,36 +57,26 @@ class RunOptions:
         "without brackets). Integers get the integers in [lo,hi] (default [0,1]).",
     )
     input_shapes: List[str] = declared(S.INPUT_SHAPES.replace(panel=_INPUTS), factory=list)
-    iterations: Optional[int] = option(
-        "--iterations", "--iters", metavar="N", panel=_INPUTS,
-        help="Number of inference iterations (default 1; 0 runs nothing).",
-    )
+    iterations: Optional[int] = option("--iterations", "--iters", metavar="N", panel=_INPUTS,
+                                       help="Number of inference iterations (default 1; 0 runs nothing).")
     load_inputs: List[str] = _list(
         "--load-inputs", "--load-input-data", panel=_INPUTS,
         help="Inputs file(s) (JSON or .npz) to feed instead of generated data; their iterations are used in "
         "order. Files may hold more tensors than the model needs.",
     )
-    save_inputs: Optional[str] = option(
-        "--save-inputs", "--save-input-data", metavar="PATH", panel=_INPUTS,
-        help="Save the inputs fed to the model (.json or .npz).",
-    )
+    save_inputs: Optional[str] = option("--save-inputs", "--save-input-data", metavar="PATH", panel=_INPUTS,
+                                        help="Save the inputs fed to the model (.json or .npz).")
     load_outputs: List[str] = _list(
         "--load-outputs", "--load-results", panel=_OUTPUTS,
         help="Outputs file(s) (JSON or .npz) to compare against; outputs are matched by name.",
     )
-    save_outputs: Optional[str] = option(
-        "--save-outputs", "--save-results", metavar="PATH", panel=_OUTPUTS,
-        help="Save the outputs (.json or .npz; '-' writes JSON to stdout).",
-    )
-    onnx_outputs: List[str] = _list(
-        "--onnx-outputs", panel=_ORT, runner="onnxrt",
-        help="Tensors to return instead of the model's outputs: 'mark all' or '*' (every output of every "
-        "node of the top graph), names, or glob patterns.",
-    )
-    onnx_exclude_outputs: List[str] = _list(
-        "--onnx-exclude-outputs", panel=_ORT, runner="onnxrt",
-        help="Names or glob patterns to leave out of the outputs.",
-    )
+    save_outputs: Optional[str] = option("--save-outputs", "--save-results", metavar="PATH", panel=_OUTPUTS,
+                                         help="Save the outputs (.json or .npz; '-' writes JSON to stdout).")
+    onnx_outputs: List[str] = _list("--onnx-outputs", panel=_ORT, runner="onnxrt",
+                                    help="Tensors to return instead of the model's outputs: 'mark all' or '*' "
+                                    "(every output of every node of the top graph), names, or glob patterns.")
+    onnx_exclude_outputs: List[str] = _list("--onnx-exclude-outputs", panel=_ORT, runner="onnxrt",
+                                            help="Names or glob patterns to leave out of the outputs.")
     atol: List[str] = declared(S.ATOL.replace(panel=_OUTPUTS), factory=list)
     rtol: List[str] = declared(S.RTOL.replace(panel=_OUTPUTS), factory=list)
     check_error_stat: List[str] = declared(S.CHECK_ERROR_STAT.replace(panel=_OUTPUTS), factory=list)
@@ -113,13 +99,13 @@ class RunOptions:
         "--index-tolerance", metavar="N...", panel=_OUTPUTS,
         help="With --compare-func indices: how far an index may move (default 0); also name:N.",
     )
-    no_shape_check: bool = _flag(
+    no_shape_check: bool = switch(
         "--no-shape-check", panel=_OUTPUTS,
         help="Compare outputs whose shapes differ but hold the same number of elements, element by "
         "element (the reference reshaped).",
     )
     # --fp-to-fp16: convert the ONNX model to mixed fp16 before running it
-    fp_to_fp16: bool = _flag(
+    fp_to_fp16: bool = switch(
         "--fp-to-fp16",
         help="Convert the ONNX model to mixed fp16 before running it (as toolkit convert --fp-to-fp16; graph "
         "inputs and outputs keep their types).",
@@ -132,21 +118,21 @@ class RunOptions:
     data_loader_script: Optional[str] = declared(S.DATA_LOADER_SCRIPT.replace(panel=_INPUTS))
     data_loader_func_name: Optional[str] = declared(S.DATA_LOADER_FUNC.replace(panel=_INPUTS))
     # accepted for Polygraphy command lines; no effect on a run
-    use_subprocess: bool = _flag(
+    use_subprocess: bool = switch(
         "--use-subprocess", "--sequential-runners",
         help="Accepted for Polygraphy command lines; has no effect (runners run one after another in this "
         "process, each released before the next starts).",
     )
-    infinities_equal: bool = _flag(
+    infinities_equal: bool = switch(
         "--infinities-compare-equal", panel=_OUTPUTS,
         help="Accepted for Polygraphy command lines: equal infinities always compare equal here.",
     )
-    shape_inference: bool = _flag(
+    shape_inference: bool = switch(
         "--shape-inference", "--do-shape-inference", "--no-onnxruntime-shape-inference", panel=_ORT,
         help="Accepted for Polygraphy command lines; has no effect (ONNX-Runtime needs no shape "
         "inference to run the model).",
     )
-    validate: bool = _flag("--validate", panel=_OUTPUTS, help="Fail when an output holds NaN or Inf values.")
+    validate: bool = switch("--validate", panel=_OUTPUTS, help="Fail when an output holds NaN or Inf values.")
     save_report: Optional[str] = option(  # the layerwise diagnosis as .json or .html
         "--save-report", metavar="PATH", panel=_OUTPUTS,
         help="Write the layerwise diagnosis of the comparisons (first tensor out of tolerance, nodes ranked "
@@ -159,36 +145,30 @@ class RunOptions:
         help="Tensors TensorRT returns instead of the model's outputs: 'mark all' or '*' (every layer "
         "output), names, or glob patterns.",
     )
-    trt_exclude_outputs: List[str] = _list(
-        "--trt-exclude-outputs", panel=_TRT, runner="trt",
-        help="Names or glob patterns to leave out of the TensorRT outputs.",
-    )
-    fp16: bool = _flag(
+    trt_exclude_outputs: List[str] = _list("--trt-exclude-outputs", panel=_TRT, runner="trt",
+                                           help="Names or glob patterns to leave out of the TensorRT outputs.")
+    fp16: bool = switch(
         "--fp16", panel=_TRT, runner="trt", spec="fp16",
         help="Let TensorRT use float16 kernels (TensorRT 10). With --onnxrt and no --trt: run fp32 and fp16 storage "
         "emulated on the CPU (runner onnxrt:fp16), and compare.",
     )
-    bf16: bool = _flag(
+    bf16: bool = switch(
         "--bf16", panel=_TRT, runner="trt", spec="bf16",
         help="Let TensorRT use bfloat16 kernels (TensorRT 10; TensorRT 11: the model is converted to mixed bf16 "
         "first). With --onnxrt and no --trt: run fp32 and bf16 storage emulated on the CPU (runner onnxrt:bf16), and "
         "compare.",
     )
-    int8: bool = _flag(
-        "--int8", panel=_TRT, runner="trt", spec="int8",
-        help="Let TensorRT use int8 kernels, calibrated on this run's inputs (TensorRT 10).",
-    )
-    tf32: bool = _flag(
+    int8: bool = switch("--int8", panel=_TRT, runner="trt", spec="int8",
+                       help="Let TensorRT use int8 kernels, calibrated on this run's inputs (TensorRT 10).")
+    tf32: bool = switch(
         "--tf32", panel=_TRT, runner="trt", spec="tf32", help="Let TensorRT use TF32 for float32 math (off by default)."
     )
     calibration_cache: Optional[str] = option(
         "--calibration-cache", metavar="PATH", panel=_TRT, runner="trt",
         help="INT8 calibration cache: read if it exists (no calibration), else written.",
     )
-    pool_limit: List[str] = _list(
-        "--pool-limit", "--memory-pool-limit", panel=_TRT, runner="trt",
-        help="TensorRT memory pool limits as pool:size, e.g. workspace:1G tactic_dram:512M.",
-    )
+    pool_limit: List[str] = _list("--pool-limit", "--memory-pool-limit", panel=_TRT, runner="trt",
+                                  help="TensorRT memory pool limits as pool:size, e.g. workspace:1G tactic_dram:512M.")
     # one list of "name:shape" per occurrence of the flag; occurrence k is profile k
     trt_min_shapes: List[List[str]] = _list(
         "--trt-min-shapes", panel=_TRT, runner="trt",
@@ -208,8 +188,8 @@ class RunOptions:
     # ---- set by the command or the library, not by a flag of their own
     runners: List[str] = field(default_factory=lambda: ["onnxrt"])
     # ONNX-Runtime: emulate fp16 / bf16 storage on the CPU (runner specs onnxrt:fp16, onnxrt:bf16)
-    onnxrt_fp16: bool = option(runner="onnxrt", spec="fp16", default=False)
-    onnxrt_bf16: bool = option(runner="onnxrt", spec="bf16", default=False)
+    onnxrt_fp16: bool = switch(runner="onnxrt", spec="fp16")
+    onnxrt_bf16: bool = switch(runner="onnxrt", spec="bf16")
     diagnose: bool = True  # gather tensor errors for the diagnosis of a failing many-tensor comparison
     command: str = ""  # the command line, recorded in reports
     # library use: keep every live runner's outputs in the report (memory then grows with iterations)

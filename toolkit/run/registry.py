@@ -164,17 +164,8 @@ def _onnxrt_factory(opts: "RunOptions", config: Any, reporter: "Reporter", name:
     )
 
 
-register(
-    RunnerKind(
-        name="onnxrt",
-        flag="--onnxrt",
-        help="Run the model with ONNX-Runtime.",
-        factory=_onnxrt_factory,
-        preflight=_onnxrt_preflight,
-        in_process=True,
-        emulates_storage=True,
-    )
-)
+register(RunnerKind("onnxrt", "--onnxrt", "Run the model with ONNX-Runtime.", _onnxrt_factory,
+                    preflight=_onnxrt_preflight, in_process=True, emulates_storage=True))
 
 
 # ---------------------------------------------------------------------------- TensorRT
