@@ -455,8 +455,11 @@ def expand_prefixes(args: List[str], params: Sequence[Any]) -> List[str]:
     """Long options abbreviated as argparse allows (``--fold-constant``, ``--iter 2``): an
     unambiguous prefix of one option's flags becomes that flag; a prefix of several options is
     a usage error naming them. Stops at ``--`` and at ``--check`` (the rest is the check's)."""
-    flags = {o: p for p in params for o in getattr(p, "opts", ()) + getattr(p, "secondary_opts", ())
-             if o.startswith("--")}
+    flags: dict = {o: id(p) for p in params for o in getattr(p, "opts", ()) + getattr(p, "secondary_opts", ())
+                   if o.startswith("--")}
+    # the options Polygraphy has that toolkit refuses count too (each its own): an exact one keeps
+    # its advice, and a prefix of one of them and of an option of ours is ambiguous, as in Polygraphy
+    flags.update({o: o for o in UNSUPPORTED_OPTIONS if o not in flags})
     out = list(args)
     for i, tok in enumerate(args):
         name, eq, value = tok.partition("=")
@@ -465,7 +468,7 @@ def expand_prefixes(args: List[str], params: Sequence[Any]) -> List[str]:
         if not name.startswith("--") or name in flags or len(name) < 3:
             continue
         matches = [o for o in flags if o.startswith(name)]
-        owners = {id(flags[o]) for o in matches}
+        owners = {flags[o] for o in matches}
         if len(owners) > 1:
             from toolkit.core.errors import UsageError
 
@@ -595,6 +598,14 @@ def bind(cls: Any, *, extra: Sequence[Any] = ()):
     return decorate
 
 
+def _is_grouped(hint: Any) -> bool:
+    """``List[List[str]]``: one list per occurrence of the flag (a TensorRT profile's shapes)."""
+    import typing
+
+    args = typing.get_args(hint) if typing.get_origin(hint) in (list, List) else ()
+    return bool(args) and typing.get_origin(args[0]) in (list, List)
+
+
 def values_for(cls: Any, params: Mapping[str, Any]) -> dict:
     """The keyword arguments of ``cls`` for the parsed ``params`` (its declared fields): lists
     given as None made [], a grouped list (``List[List[str]]``) one list per occurrence."""
@@ -603,7 +614,7 @@ def values_for(cls: Any, params: Mapping[str, Any]) -> dict:
         if f.name not in params:
             continue
         value = params[f.name]
-        if "List[List" in str(hint) or "list[list" in str(hint):
+        if _is_grouped(hint):
             value = [split_group(g) for g in value or []]
         elif f.default_factory is list:  # type: ignore[comparison-overlap]
             value = list(value or [])
