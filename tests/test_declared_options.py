@@ -138,3 +138,29 @@ def test_kind_properties_replace_backend_names():
     assert not trt.in_process and not trt.emulates_storage
     fake = dataclasses.replace(onnxrt, name="fake2", flag="--fake2")
     assert fake.emulates_storage  # a property of the kind, not of its name
+
+
+def test_common_options_are_declared_once():
+    from toolkit.cli.options import CommonOptions, _common_params, take_common_options
+
+    declared = {f for _field, d in declarations(CommonOptions) for f in d.flags}
+    assert {o for p in _common_params() for o in p.opts} == declared
+    rest, common = take_common_options(
+        ["-vv", "run", "m.onnx", "--log-format", "timestamp", "line-info", "--model-type=onnx", "-q", "--onnxrt"]
+    )
+    assert rest == ["run", "m.onnx", "--onnxrt"]
+    assert (common.verbose, common.quiet, common.log_format, common.model_type) == (
+        2, 1, ["timestamp", "line-info"], "onnx")
+
+
+def test_a_common_option_given_to_a_command_directly_is_applied(monkeypatch):
+    """A command invoked without main (the common options are then its own Click parameters)."""
+    from toolkit.cli import output
+    from toolkit.cli.app import get_command
+
+    applied = []
+    monkeypatch.setattr(output, "configure", lambda level=None, **kw: applied.append(level))
+    command = get_command("inspect").commands["inspect"].commands["model"]
+    with pytest.raises(BaseException):
+        command.main(["missing.onnx", "-vv"], standalone_mode=False)
+    assert applied and applied[0] == output.EXTRA_VERBOSE

@@ -11,13 +11,16 @@ Nothing heavy is imported here: the CLI must start fast.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence
 
 import typer
 from typer.core import TyperCommand
 
+from toolkit.cli import output
 from toolkit.core import shared_options as S
-from toolkit.core.declare import Declared, declaration
+from toolkit.core.declare import Declared, declaration, declarations, switch
+from toolkit.core.declare import option as declare
 
 try:  # Python >= 3.9
     from typing import Annotated
@@ -85,28 +88,31 @@ EXAMPLES = {
         "--load-outputs layerwise_golden.json",
     ],
 }
-_VERBOSE_RE = re.compile(r"^-(v+)$")
-_QUIET_RE = re.compile(r"^-(q+)$")
 # model types this product reads; anything else Polygraphy knows gets a clear refusal
 MODEL_TYPES = {"onnx": None, "engine": ("run", "inspect")}
 POLYGRAPHY_MODEL_TYPES = ("frozen", "keras", "ckpt", "onnx", "engine", "uff", "trt-network-script", "caffe")
 
 
+@dataclass
 class CommonOptions:
-    """What the common options asked for (see :func:`take_common_options`)."""
+    """What the common options asked for, each declared once: :func:`take_common_options` reads
+    them from argv by these declarations (an ``int`` counts its flag, ``-vv`` included; a list
+    takes one or more values among its completions), and every command shows them in its help."""
 
-    def __init__(self) -> None:
-        self.verbose = 0
-        self.quiet = 0
-        self.verbosity: List[str] = []
-        self.silent = False
-        self.log_file: Optional[str] = None
-        self.log_format: List[str] = []
-        self.model_type: Optional[str] = None
+    verbose: int = declare("-v", "--verbose", default=0, help="More detail; repeat for more (-vv, -vvv).")
+    quiet: int = declare("-q", "--quiet", default=0,
+                        help="Less: -q shows only warnings, errors and verdicts; -qq only errors.")
+    verbosity: List[str] = declare("--verbosity", metavar="LEVEL", factory=list, complete=tuple(output.LEVEL_NAMES),
+                                  help="Log level: ultra_verbose ... verbose, info (default), warning, error, critical.")
+    silent: bool = switch("--silent", help="Print nothing but an error line when something fails.")
+    log_file: Optional[str] = declare("--log-file", metavar="PATH",
+                                     help="Also write the log to this file (created with its folders).")
+    log_format: List[str] = declare("--log-format", metavar="FORMAT", factory=list, complete=output.LOG_FORMATS,
+                                   help="Log line format: timestamp, line-info, no-colors (one or more).")
+    model_type: Optional[str] = declare("--model-type", metavar="TYPE", complete=("onnx", "engine"),
+                                       help="Type of MODEL: onnx (default); engine for TensorRT engines.")
 
     def level(self) -> int:
-        from toolkit.cli import output
-
         if self.silent:
             return output.SILENT
         plain = [v for v in self.verbosity if ":" not in v]
@@ -116,7 +122,6 @@ class CommonOptions:
 
     def apply(self, command: Optional[str] = None, set_level: bool = True) -> None:
         """Check the values (UsageError, exit 2) and configure logging."""
-        from toolkit.cli import output
         from toolkit.core.errors import UsageError
 
         for v in self.verbosity:
@@ -152,93 +157,91 @@ def check_model_type(value: str, command: Optional[str]) -> None:
     )
 
 
-def _is_level(token: str) -> bool:
-    from toolkit.cli.output import LEVEL_NAMES
+def _takes(decl: Declared, token: str) -> bool:
+    """Whether ``token`` is one more value of the list option ``decl`` (``--verbosity`` levels
+    also as PATH:LEVEL)."""
+    return token.rsplit(":", 1)[-1].lower() in decl.complete
 
-    return token.rsplit(":", 1)[-1].lower() in LEVEL_NAMES
+
+def _common_flags():
+    """{flag: (field name, declaration, kind)}: kind is count, switch, list or value."""
+    import typing
+
+    hints = typing.get_type_hints(CommonOptions)
+    table = {}
+    for f, decl in declarations(CommonOptions):
+        hint = hints[f.name]
+        kind = {int: "count", bool: "switch"}.get(hint) or ("list" if typing.get_origin(hint) is list else "value")
+        table.update({flag: (f.name, decl, kind) for flag in decl.flags})
+    return table
 
 
 def take_common_options(argv: List[str]):
-    """Split ``argv`` into (the rest, :class:`CommonOptions`).
+    """Split ``argv`` into (the rest, :class:`CommonOptions`), by CommonOptions' declarations.
 
-    Stops at ``--check`` (the rest belongs to the check command) and at ``--``.
-    ``--verbosity`` and ``--log-format`` take one or more values, as in Polygraphy.
+    Stops at ``--check`` (the rest belongs to the check command) and at ``--``. A short
+    counted flag may repeat its letter (``-vvv``); a list option takes one or more values.
     """
     from toolkit.core.errors import UsageError
 
     opts = CommonOptions()
+    table = _common_flags()
+    counted = {flag[1]: name for flag, (name, _d, kind) in table.items() if kind == "count" and len(flag) == 2}
     rest: List[str] = []
     i, n = 0, len(argv)
-
-    def value(flag: str, tok: str, j: int):
-        if "=" in tok:
-            return tok.split("=", 1)[1], j + 1
-        if j + 1 >= n or (argv[j + 1].startswith("-") and argv[j + 1] != "-"):
-            raise UsageError(f"{flag} needs a value")
-        return argv[j + 1], j + 2
-
     while i < n:
         tok = argv[i]
-        flag = tok.split("=", 1)[0] if tok.startswith("--") else tok
+        flag, eq, inline = tok.partition("=") if tok.startswith("--") else (tok, "", "")
         if tok == "--" or flag in REST_OPTIONS:
             rest.extend(argv[i:])
             break
-        m = _VERBOSE_RE.match(tok)
-        if m or tok == "--verbose":
-            opts.verbose += len(m.group(1)) if m else 1
+        repeated = re.fullmatch(r"-(\w)\1*", tok)
+        if repeated and repeated.group(1) in counted:
+            name = counted[repeated.group(1)]
+            setattr(opts, name, getattr(opts, name) + len(tok) - 1)
             i += 1
-        elif _QUIET_RE.match(tok) or tok == "--quiet":
-            opts.quiet += len(tok) - 1 if tok != "--quiet" else 1
-            i += 1
-        elif tok == "--silent":
-            opts.silent = True
-            i += 1
-        elif flag in ("--verbosity", "--log-format"):
-            first, i = value(flag, tok, i)
-            values = [first]
-            more = _is_level if flag == "--verbosity" else (lambda t: t in ("timestamp", "line-info", "no-colors"))
-            if "=" not in tok:
-                while i < n and more(argv[i]):
-                    values.append(argv[i])
-                    i += 1
-            (opts.verbosity if flag == "--verbosity" else opts.log_format).extend(values)
-        elif flag == "--log-file":
-            opts.log_file, i = value(flag, tok, i)
-        elif flag == "--model-type":
-            opts.model_type, i = value(flag, tok, i)
-        else:
+            continue
+        if flag not in table:
             rest.append(tok)
             i += 1
+            continue
+        name, decl, kind = table[flag]
+        i += 1
+        if kind in ("count", "switch"):
+            setattr(opts, name, getattr(opts, name) + 1 if kind == "count" else True)
+            continue
+        if not eq and (i >= n or (argv[i].startswith("-") and argv[i] != "-")):
+            raise UsageError(f"{flag} needs a value")
+        value = inline if eq else argv[i]
+        i += 0 if eq else 1
+        if kind == "value":
+            setattr(opts, name, value)
+            continue
+        values = [value]
+        while not eq and i < n and _takes(decl, argv[i]):
+            values.append(argv[i])
+            i += 1
+        getattr(opts, name).extend(values)
     return rest, opts
 
 
 def _common_params():
     """The common options as Click parameters (help, and commands invoked without ``main``)."""
+    import typing
+
     from typer.core import TyperOption
 
-    def make(decls, help_text, **kw):
-        name = decls[0].lstrip("-").replace("-", "_")
-        kw.setdefault("metavar", None)
-        return TyperOption(
-            param_decls=[f"common_{name}"] + decls,
-            help=help_text,
-            expose_value=False,
-            rich_help_panel=LOGGING_PANEL,
-            callback=_common_callback,
-            **kw,
-        )
-
-    return [
-        make(["-v", "--verbose"], "More detail; repeat for more (-vv, -vvv).", count=True, default=0),
-        make(["-q", "--quiet"], "Less: -q shows only warnings, errors and verdicts; -qq only errors.", count=True, default=0),
-        make(["--verbosity"], "Log level: ultra_verbose ... verbose, info (default), warning, error, critical.",
-             metavar="LEVEL", multiple=True),
-        make(["--silent"], "Print nothing but an error line when something fails.", is_flag=True, default=False),
-        make(["--log-file"], "Also write the log to this file (created with its folders).", metavar="PATH"),
-        make(["--log-format"], "Log line format: timestamp, line-info, no-colors (one or more).",
-             metavar="FORMAT", multiple=True),
-        make(["--model-type"], "Type of MODEL: onnx (default); engine for TensorRT engines.", metavar="TYPE"),
-    ]
+    hints = typing.get_type_hints(CommonOptions)
+    params = []
+    for f, decl in declarations(CommonOptions):
+        hint = hints[f.name]
+        kw: dict = {"count": True, "default": 0} if hint is int else {"is_flag": True, "default": False} \
+            if hint is bool else {"multiple": True} if typing.get_origin(hint) is list else {}
+        params.append(TyperOption(
+            param_decls=[f"common_{f.name}", *decl.flags], help=decl.help, expose_value=False,
+            rich_help_panel=LOGGING_PANEL, callback=_common_callback, metavar=decl.metavar, **kw,
+        ))
+    return params
 
 
 def _common_callback(ctx, param, value):
