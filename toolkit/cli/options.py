@@ -27,12 +27,11 @@ try:  # Python >= 3.9
 except ImportError:  # pragma: no cover
     from typing_extensions import Annotated
 
-# Separates the values of one occurrence of a grouped option (see GROUPED_OPTIONS).
+# Separates the values of one occurrence of a grouped option: one declared ``List[List[str]]``,
+# each occurrence of the flag one group of values (e.g. one TensorRT profile).
 GROUP_SEP = "\x1f"
 # Options after which the rest of the command line is taken verbatim.
 REST_OPTIONS = ("--check",)
-# Options where each occurrence is one group of values (e.g. one TensorRT profile).
-GROUPED_OPTIONS = frozenset({"--trt-min-shapes", "--trt-opt-shapes", "--trt-max-shapes"})
 
 _NEG_NUMBER = re.compile(r"^-(\d|\.\d)")
 
@@ -396,6 +395,10 @@ class ToolkitCommand(TyperCommand):
                 multi.update(o for o in param.opts if o.startswith("--"))
         return multi
 
+    def _grouped_opts(self):
+        """Flags of the declared ``List[List[str]]`` options (see :func:`bind`)."""
+        return getattr(self.callback, "grouped_flags", frozenset())
+
     def _rest_param(self):
         for param in self.params:
             for opt in getattr(param, "opts", ()):
@@ -442,7 +445,7 @@ class ToolkitCommand(TyperCommand):
                     j += 1
                 if not values:
                     out.append(tok)  # let click report the missing value
-                elif tok in GROUPED_OPTIONS:
+                elif tok in self._grouped_opts():
                     out.extend([tok, GROUP_SEP.join(values)])
                 else:
                     for v in values:
@@ -594,6 +597,7 @@ def bind(cls: Any, *, extra: Sequence[Any] = ()):
                                       annotation=parameter(decl, hint))
             (args if decl.argument else opts).append(param)
         params = [ctx] + args + list(extra) + opts
+        body.grouped_flags = frozenset(o for f, d, hint in _fields_for_cli(cls) if _is_grouped(hint) for o in d.flags)
         body.__signature__ = inspect.Signature(params)
         body.__annotations__ = {p.name: p.annotation for p in params}
         return body
