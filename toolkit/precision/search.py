@@ -20,7 +20,6 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 import time
@@ -30,6 +29,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.progress import Messages
 from toolkit.reduce.replay import Replay
+from toolkit.run.registry import get_kind
 
 TOOL = "toolkit debug precision"
 
@@ -43,6 +43,13 @@ STATUS_ROUNDING = "rounding"
 
 DEFAULT_ATOL = "1e-2"
 DEFAULT_RTOL = "1e-2"
+
+
+def _emulates(kind: str) -> bool:
+    """Whether runner kind ``kind`` emulates fp16/bf16 storage on a model held in memory (the
+    search then emulates each candidate and follows the first overflow); else each candidate
+    is converted and run from a file."""
+    return get_kind(kind).emulates_storage
 
 
 @dataclass
@@ -102,11 +109,6 @@ class PrecisionOutcome:
     def cost_bound(self) -> int:
         """The documented bound on checks: a bisect plus twice the result."""
         return self.bisect_checks + 2 * len(self.kept)
-
-    @property
-    def bisect_checks(self) -> int:
-        """Checks a plain bisect over the searched nodes takes (for the docs' bound)."""
-        return int(math.ceil(math.log2(self.candidates))) if self.candidates > 1 else 1
 
 
 class Reporter(Messages):
@@ -236,7 +238,7 @@ class PrecisionSearch:
                     self.producer[o] = node.name
                     if o not in self.graph_outputs:
                         self.watch.append(o)
-        self.guide = self.cand_spec[0] == "onnxrt" and self.config.mode in (None, "default")
+        self.guide = _emulates(self.cand_spec[0]) and self.config.mode in (None, "default")
         self.overflow: Dict[int, Optional[str]] = {}
         if not universe:
             raise InputError(f"{c.model}: no node with float32 outputs to search over")
@@ -323,7 +325,7 @@ class PrecisionSearch:
         kind, opts = self.ref_spec
         if opts.get("fp16") or opts.get("bf16"):
             raise UsageError(f"--compare {self.config.reference}: the reference runner must run fp32")
-        if kind == "onnxrt":
+        if _emulates(kind):
             outs = self._run_onnx(self._marked(self.model), opts, feeds)
             return self._split(outs)
         self.guide = False
@@ -397,7 +399,7 @@ class PrecisionSearch:
 
         kind, _opts = self.cand_spec
         names = list(self.user_kept) + list(keep)
-        if kind == "onnxrt":
+        if _emulates(kind):
             cache = self._rounded  # each weight rounded once for the whole search
             if self.guide:
                 marked = self._marked(self.model)
@@ -425,7 +427,7 @@ class PrecisionSearch:
         try:
             model = self.candidate_model(keep)
             kind, opts = self.cand_spec
-            if kind == "onnxrt":
+            if _emulates(kind):
                 outs = self._run_onnx(model, opts, self.feeds)
             else:
                 outs = self._run_file(model, kind, opts, self.feeds)
@@ -632,7 +634,7 @@ class PrecisionSearch:
     def _all_fp32_passes(self) -> bool:
         """Every node kept in fp32 passes (checked only for the emulation: a TensorRT candidate
         with no reduced-precision tensor left may still build in reduced precision)."""
-        return self.cand_spec[0] != "onnxrt" or self.passes(self.index.full_mask)
+        return not _emulates(self.cand_spec[0]) or self.passes(self.index.full_mask)
 
     def _one_minimal(self, mask: int) -> bool:
         """Known (from verdicts already in hand) that dropping any one node makes it fail."""

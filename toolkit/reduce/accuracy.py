@@ -388,9 +388,10 @@ def describe_check(artifact: str, opts: CompareOptions) -> List[str]:
 def in_process_possible(spec_text: str) -> bool:
     """Whether checks on runner ``spec_text`` may run in this process: ONNX-Runtime on the CPU
     (no device context that a later fork could inherit, nothing a timeout must kill)."""
+    from toolkit.run.registry import get_kind
     from toolkit.run.specs import parse_runner_spec
 
-    return parse_runner_spec(spec_text).kind == "onnxrt"
+    return get_kind(parse_runner_spec(spec_text).kind).in_process
 
 
 class CompareRunner(WarmRunner):

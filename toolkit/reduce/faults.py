@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
-from toolkit.reduce.graph import mask_indices, popcount, range_mask
+from toolkit.reduce.graph import mask_indices, range_mask
 from toolkit.reduce.session import Reducer
 from toolkit.reduce.strategy import Plan, Search, default
 
@@ -236,6 +236,3 @@ class AllFaultsReducer(CompareReducer):
             self.index.write(self.candidate(fault.mask), fault.path)
         if not self.faults:
             super()._write_output(mask)
-
-    def fault_sizes(self) -> List[int]:
-        return [popcount(f.mask) for f in self.faults]

@@ -3,12 +3,14 @@
 A :class:`RunnerKind` is all ``toolkit run`` (and anything that takes a runner spec) knows
 about a backend. The command line flags that select runners (``--onnxrt``, ``--trt``), the
 order of the runners, the "TensorRT-only option given without --trt" warnings and the
-options a runner spec accepts (``trt:fp16``, ``onnxrt:opt=basic``) all come from here.
+options a runner spec accepts (``trt:fp16``, ``onnxrt:opt=basic``) all come from here; a
+kind's options are the :class:`~toolkit.run.options.RunOptions` fields declared with its
+name (``runner="trt"``).
 
 Adding a backend: write its :class:`toolkit.backends.base.Runner` in ``toolkit/backends/``,
 then :func:`register` one :class:`RunnerKind` (see ``docs/architecture.md``).
 
-This module imports no backend and nothing heavy; factories import theirs when called.
+This module imports no backend library and nothing heavy; factories import theirs when called.
 """
 
 from __future__ import annotations
@@ -16,13 +18,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.backends.onnxrt import OPTIMIZATION_LEVELS, OnnxrtRunner, check_optimization_level
+from toolkit.backends.onnxrt import OnnxrtRunner, check_optimization_level
+from toolkit.core.declare import declarations
 from toolkit.core.errors import UsageError
+from toolkit.run.options import Reporter, RunOptions
 
 if TYPE_CHECKING:  # pragma: no cover
     from toolkit.backends.base import Runner
     from toolkit.run.feeds import FeedSource
-    from toolkit.run.options import Reporter, RunOptions
 
 
 @dataclass(frozen=True)
@@ -60,16 +63,29 @@ class RunnerKind:
     feeds)``, when given, lets the backend take the run's inputs early (TensorRT calibrates
     ``--int8`` on them) and returns shapes that generated inputs should use for dynamic dims.
     ``warn_unused``: warn when the kind's flags are given but none of its runners runs.
+    ``in_process``: its runners may run in this very process (no device context a later fork
+    could inherit, nothing a timeout must kill): debug reduce then checks without a worker.
+    ``emulates_storage``: it runs a model held in memory whose fp16/bf16 storage is emulated
+    (``onnxrt:fp16``); debug precision then emulates each candidate and follows the first
+    overflow, instead of converting the model and searching blind.
     """
 
     name: str
     flag: str
-    help: str
+    help: str  # the help of its flag in ``toolkit run --help``
     factory: Factory
-    options: Tuple[RunnerOption, ...] = ()
     preflight: Preflight = _no_preflight
     connect: Optional[Connect] = None
     warn_unused: bool = False
+    in_process: bool = False
+    emulates_storage: bool = False
+
+    @property
+    def options(self) -> Tuple[RunnerOption, ...]:
+        """The kind's options: the RunOptions fields declared with ``runner=<its name>``."""
+        return tuple(
+            RunnerOption(f.name, d.flag, d.spec, d.choices) for f, d in declarations(RunOptions) if d.runner == self.name
+        )
 
     def spec_options(self) -> Dict[str, RunnerOption]:
         return {o.spec: o for o in self.options if o.spec}
@@ -92,7 +108,7 @@ def get_kind(name: str) -> RunnerKind:
     return kind
 
 
-def options_given(opts: "RunOptions", kind_name: str) -> List[str]:
+def options_given(opts: RunOptions, kind_name: str) -> List[str]:
     """The flags of ``kind_name``'s options that are set in ``opts``."""
     return [o.flag for o in get_kind(kind_name).options if o.flag and getattr(opts, o.field)]
 
@@ -109,8 +125,9 @@ def unused_options(opts: "RunOptions", kinds_running: Sequence[str]) -> List[str
 
 
 def runner_order(argv: Sequence[str], selected: Mapping[str, bool]) -> List[str]:
-    """The selected kinds in the order their flags (``--onnxrt``, ``--trt``) appear in ``argv``
-    (once per occurrence: ``--onnxrt --onnxrt`` runs ONNX-Runtime twice, as Polygraphy does)."""
+    """The selected kinds (``{kind name: flag given}``, one entry per registered kind) in the
+    order their flags (``--onnxrt``, ``--trt``) appear in ``argv`` (once per occurrence:
+    ``--onnxrt --onnxrt`` runs ONNX-Runtime twice, as Polygraphy does)."""
     by_flag = {KINDS[name].flag: name for name in selected if name in KINDS}
     order: List[str] = []
     for tok in argv:
@@ -147,24 +164,8 @@ def _onnxrt_factory(opts: "RunOptions", config: Any, reporter: "Reporter", name:
     )
 
 
-register(
-    RunnerKind(
-        name="onnxrt",
-        flag="--onnxrt",
-        help="ONNX-Runtime (CPU by default; --providers picks execution providers)",
-        factory=_onnxrt_factory,
-        preflight=_onnxrt_preflight,
-        options=(
-            RunnerOption("providers", "--providers"),
-            RunnerOption("onnx_outputs", "--onnx-outputs"),
-            RunnerOption("onnx_exclude_outputs", "--onnx-exclude-outputs"),
-            RunnerOption("ort_optimization", "--ort-optimization", spec="opt", choices=tuple(OPTIMIZATION_LEVELS)),
-            # fp16 / bf16 storage emulated on the CPU (`run --onnxrt --fp16` or `--bf16` without --trt)
-            RunnerOption("onnxrt_fp16", None, spec="fp16"),
-            RunnerOption("onnxrt_bf16", None, spec="bf16"),
-        ),
-    )
-)
+register(RunnerKind("onnxrt", "--onnxrt", "Run the model with ONNX-Runtime.", _onnxrt_factory,
+                    preflight=_onnxrt_preflight, in_process=True, emulates_storage=True))
 
 
 # ---------------------------------------------------------------------------- TensorRT
@@ -203,24 +204,10 @@ register(
     RunnerKind(
         name="trt",
         flag="--trt",
-        help="TensorRT (needs an NVIDIA GPU and the trt extra)",
+        help="Run the model with TensorRT (needs TensorRT and cuda-python: the [trt] extra).",
         factory=_trt_factory,
         preflight=check_trt,
         connect=_trt_connect,
         warn_unused=True,
-        options=(
-            RunnerOption("trt_outputs", "--trt-outputs"),
-            RunnerOption("trt_exclude_outputs", "--trt-exclude-outputs"),
-            RunnerOption("fp16", "--fp16", spec="fp16"),
-            RunnerOption("bf16", "--bf16", spec="bf16"),
-            RunnerOption("int8", "--int8", spec="int8"),
-            RunnerOption("tf32", "--tf32", spec="tf32"),
-            RunnerOption("pool_limit", "--pool-limit"),
-            RunnerOption("trt_min_shapes", "--trt-min-shapes"),
-            RunnerOption("trt_opt_shapes", "--trt-opt-shapes"),
-            RunnerOption("trt_max_shapes", "--trt-max-shapes"),
-            RunnerOption("save_engine", "--save-engine"),
-            RunnerOption("calibration_cache", "--calibration-cache"),
-        ),
     )
 )

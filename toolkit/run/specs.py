@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
 from toolkit.core.errors import UsageError
+from toolkit.run.options import Reporter, RunOptions
 from toolkit.run.registry import RunnerKind, get_kind
 
 if TYPE_CHECKING:  # pragma: no cover
     from toolkit.backends.base import Runner
-    from toolkit.run.options import Reporter, RunOptions
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class RunnerSpec:
         opts = [k if v is True else f"{k}={v}" for k, v in self.options.items()]
         return f"{self.kind}:{','.join(opts)}"
 
-    def apply(self, opts: "RunOptions") -> "RunOptions":
+    def apply(self, opts: RunOptions) -> RunOptions:
         """``opts`` with this spec's options set (the spec wins over the command-line flags)."""
         if not self.options:
             return opts
@@ -85,8 +85,8 @@ def make_runner(
     spec: Union[RunnerSpec, str],
     model: str,
     *,
-    base: Optional["RunOptions"] = None,
-    reporter: Optional["Reporter"] = None,
+    base: Optional[RunOptions] = None,
+    reporter: Optional[Reporter] = None,
     name: Optional[str] = None,
 ) -> "Runner":
     """An inactive runner for ``spec`` on ``model``.
@@ -96,8 +96,6 @@ def make_runner(
     device is a :class:`~toolkit.core.errors.DependencyError` here, before any work. The runner
     is named ``name``, else the spec's text when it has options, else the backend's default.
     """
-    from toolkit.run.options import Reporter, RunOptions
-
     if isinstance(spec, str):
         spec = parse_runner_spec(spec)
     kind = get_kind(spec.kind)
