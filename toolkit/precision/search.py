@@ -20,6 +20,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 import time
@@ -104,6 +105,11 @@ class PrecisionOutcome:
     passing_atol: Optional[float] = None  # STATUS_ROUNDING: an --atol at which the result passes
     noise_bound: Optional[float] = None  # the rounding bound (relative to each output's largest value)
     depth: int = 0  # the graph's depth (nodes on its longest path), for the noise bound
+
+    @property
+    def bisect_checks(self) -> int:
+        """Checks a plain bisect over the searched nodes takes (for the documented bound)."""
+        return int(math.ceil(math.log2(self.candidates))) if self.candidates > 1 else 1
 
     @property
     def cost_bound(self) -> int:
