@@ -150,7 +150,7 @@ def _opset_hint(model, kept: dict) -> str:
     ops = sorted({by_name[n] for n, why in kept.items() if why == fp16.REASON_SCHEMA_BF16 and n in by_name})
     if not ops:
         return ""
-    opset = fp16._opset(model)
+    opset = fp16.opset_version(model)
     later = {op: fp16.bf16_opset(op, opset) for op in ops}
     upgradable = [f"{op} (opset {v})" for op, v in later.items() if v]
     if not upgradable:
