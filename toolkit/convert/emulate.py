@@ -36,6 +36,7 @@ from toolkit.convert.common import (
 )
 from toolkit.convert.onnx_types import bf16_ready, infer_types, tensor_types
 from toolkit.convert.placement import decide
+from toolkit.convert.ranges import risky_values
 from toolkit.core.errors import UsageError
 from toolkit.core.graphs import node_subgraphs
 
@@ -78,10 +79,26 @@ def emulate(
     normalize_constants(model)
     if types is None:
         types = tensor_types(infer_types(model))
-    decision = decide(model, keep_fp32, auto=auto_keep, types=types, dtype=dtype)
+    risky = _risky(model, types, dtype, cache) if auto_keep else None
+    decision = decide(model, keep_fp32, auto=auto_keep, types=types, dtype=dtype, risky=risky)
     em = _Emulator(model, set(decision.kept), types, cache, dtype)
     em.graph(model.graph, top=True)
     return Emulation(model, dict(decision.kept), em.rounded)
+
+
+_RISKY_KEY = "\0risky"  # (the key of the values out of range in ``cache``: no tensor has this name)
+
+
+def _risky(model, types: Dict[str, int], dtype: str, cache: Optional[Dict[str, bytes]]) -> Dict[str, str]:
+    """:func:`risky_values`, looked for once per ``cache`` (``debug precision`` emulates once per check)."""
+    import json
+
+    if cache is not None and _RISKY_KEY in cache:
+        return json.loads(cache[_RISKY_KEY])
+    risky = risky_values(model, types, low_type(dtype))
+    if cache is not None:
+        cache[_RISKY_KEY] = json.dumps(risky).encode()
+    return risky
 
 
 def _round_chain(fresh, src: str, dst: str, hint: str, low: int) -> list:

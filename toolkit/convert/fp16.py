@@ -31,7 +31,7 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 from toolkit.convert.common import (
@@ -75,6 +75,7 @@ from toolkit.convert.placement import (
     REASON_CONSTANT,
     REASON_DOMAIN,
     REASON_NO_KERNEL,
+    REASON_QUANT,
     REASON_SCHEMA,
     REASON_SCHEMA_BF16,
     REASON_SHAPE,
@@ -86,8 +87,9 @@ from toolkit.convert.placement import (
     resolve_keep,
     split_specs,
 )
+from toolkit.convert.ranges import REASON_RANGE, REASON_RANGE_BF16, risky_values, value_problem
 from toolkit.convert.repair import Repair, drop_round_trips, sort_all, toposort
-from toolkit.core.errors import InputError
+from toolkit.core.errors import ExitCode, InputError, ToolkitError, one_line
 
 # the package's public names, importable from here (this module is its entry point)
 __all__ = [
@@ -106,6 +108,11 @@ __all__ = [
     "REASON_SCHEMA_BF16",
     "REASON_SHAPE",
     "REASON_USER",
+    "REASON_RANGE",
+    "REASON_RANGE_BF16",
+    "risky_values",
+    "value_problem",
+    "REASON_QUANT",
     "Conversion",
     "Decision",
     "Emulation",
@@ -149,6 +156,8 @@ class Conversion:
     casts_added: int
     already_mixed: bool = False  # the model held float16 already: returned as it was
     upgraded_from: Optional[int] = None  # the opset a bfloat16 conversion upgraded the model from
+    # values the reduced precision cannot hold, kept in fp32 with their readers: name -> why
+    out_of_range: Dict[str, str] = field(default_factory=dict)
 
 
 def _convert_weights(model, kept: Set[str], low: int = FLOAT16) -> List[str]:
@@ -205,24 +214,32 @@ def _initializers_as_weights(model) -> None:
         model.ir_version = max(model.ir_version, 4)
 
 
-def _bf16_placeholder(tensor, *_limits, clamped: Optional[List[str]] = None):
-    """In place: a float32 tensor -> :func:`to_bf16`'s bits, typed FLOAT16 while the library runs."""
+class ConverterError(ToolkitError):
+    """onnxconverter-common failed on the model: a failure of the library, not bad input (exit code 1)."""
+
+    exit_code = ExitCode.FAILED
+
+
+def _placeholder(tensor, low: int, clamped: List[str]):
+    """In place: a float32 tensor -> :func:`to_fp16`'s (:func:`to_bf16`'s) values, typed FLOAT16 while the
+    library runs; the tensor's name is appended to ``clamped`` when a value was clamped."""
     if tensor.data_type == FLOAT:
-        bits, over = to_bf16(weight_array(tensor))
+        bits, over = to_bf16(weight_array(tensor)) if low == BFLOAT16 else to_fp16(weight_array(tensor))
         del tensor.float_data[:]
         tensor.raw_data = bits.tobytes()
         tensor.data_type = FLOAT16
-        if over and clamped is not None:
-            clamped.append(tensor.name or "(a node attribute)")
+        if over:
+            clamped.append(tensor.name or "(a Constant's value)")
     return tensor
 
 
-def _library_convert(f16, model, kept: Set[str], keep_io_types: bool, bf16_clamped: Optional[List[str]] = None) -> None:
+def _library_convert(f16, model, kept: Set[str], keep_io_types: bool, low: int, clamped: List[str]) -> None:
     """onnxconverter-common's conversion of ``model`` in place, nodes ``kept`` left in fp32.
 
-    ``bf16_clamped`` (a list, for a bfloat16 conversion): the tensors the library converts get
-    bfloat16 bits rounded from their float32 values (typed FLOAT16 until :func:`_retype_bf16`);
-    the names of those clamped to +-BF16_MAX are appended to it."""
+    The tensors the library converts (``Constant`` values) are rounded by :func:`to_fp16` (or
+    get bfloat16 bits rounded from their float32 values, typed FLOAT16 until
+    :func:`_retype_bf16`); the names of those clamped are appended to ``clamped``.
+    A failure inside the library is a :class:`ConverterError`."""
     # the library's topological sort is quadratic (10k nodes: seconds) and ignores what
     # If/Loop bodies read; ours (below) runs instead, for the duration of the call
     library_sort = getattr(f16, "sort_topology", None)
@@ -230,8 +247,7 @@ def _library_convert(f16, model, kept: Set[str], keep_io_types: bool, bf16_clamp
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            if bf16_clamped is not None:
-                f16.convert_tensor_float_to_float16 = lambda t, *a: _bf16_placeholder(t, clamped=bf16_clamped)
+            f16.convert_tensor_float_to_float16 = lambda t, *a: _placeholder(t, low, clamped)
             if library_sort is not None:
                 f16.sort_topology = sort_all
             f16.convert_float_to_float16(
@@ -244,8 +260,13 @@ def _library_convert(f16, model, kept: Set[str], keep_io_types: bool, bf16_clamp
                 node_block_list=sorted(kept),
                 check_fp16_ready=False,
             )
-        except Exception as exc:  # the library asserts and raises ValueError on odd graphs
-            raise InputError(f"fp16 conversion failed in onnxconverter-common: {type(exc).__name__}: {exc}") from None
+        except Exception as exc:  # any failure inside the library (it asserts, raises ValueError, AttributeError...)
+            raise ConverterError(
+                f"the fp16 conversion failed inside onnxconverter-common ({type(exc).__name__}: "
+                f"{one_line(exc, first_line=True, limit=200)}): a failure of that library on this graph, not of the "
+                "model; keep the op types around the failing node in fp32 with --keep-fp32 OP (several: "
+                "--keep-fp32 OP1,OP2), or convert a copy without them"
+            ) from None
         finally:
             f16.convert_tensor_float_to_float16 = library_tensor
             if library_sort is not None:
@@ -327,7 +348,8 @@ def convert(
     _initializers_as_weights(model)
     inferred = infer_types(model)
     types = tensor_types(inferred)
-    decision = decide(model, keep_fp32, auto=auto_keep, types=types, dtype=dtype)
+    risky = risky_values(model, types, low) if auto_keep else {}
+    decision = decide(model, keep_fp32, auto=auto_keep, types=types, dtype=dtype, risky=risky)
     # the library needs value types in value_info: take them from the light copy
     _copy_value_info(inferred, model)
     del inferred
@@ -335,22 +357,14 @@ def convert(
     clamped = _convert_weights(model, kept, low)
     original_fp16 = _fp16_attr_tensors(model) if low == BFLOAT16 else set()
     originals = {n.name for n in iter_nodes(model)}
-    # graph outputs produced by kept nodes: hidden from the library (it would wrap them
-    # in a Cast16/Cast32 pair and then fail on it); the repair below keeps them fp32
-    producers = {o: n.name for n in model.graph.node for o in n.output}
-    hidden = []
-    for vi in model.graph.output:
-        if keep_io_types and producers.get(vi.name) in kept and vi.type.tensor_type.elem_type == FLOAT:
-            vi.type.tensor_type.elem_type = DOUBLE
-            hidden.append(vi.name)
-    _library_convert(f16, model, kept, keep_io_types, clamped if low == BFLOAT16 else None)
+    hidden = _hide_kept_outputs(model, kept) if keep_io_types else set()
+    _library_convert(f16, model, kept, keep_io_types, low, clamped)
     for graph in iter_graphs(model.graph):
         toposort(graph)
     if low == BFLOAT16:
         _retype_bf16(model, original_fp16)
-    hidden_set = set(hidden)
     for vi in model.graph.output:
-        if vi.name in hidden_set:
+        if vi.name in hidden:
             vi.type.tensor_type.elem_type = FLOAT
     repair = Repair(model, types, kept, originals, keep_io_types, low)
     repair.run()
@@ -358,7 +372,21 @@ def convert(
     repair.write_value_info()
     if validate:
         check_types(model, short)
-    return Conversion(model, dict(decision.kept), clamped, repair.casts_added, upgraded_from=upgraded_from)
+    return Conversion(
+        model, dict(decision.kept), clamped, repair.casts_added, upgraded_from=upgraded_from, out_of_range=risky
+    )
+
+
+def _hide_kept_outputs(model, kept: Set[str]) -> Set[str]:
+    """float32 graph outputs produced by kept nodes, typed DOUBLE while the library runs (it would wrap
+    them in a Cast16/Cast32 pair and then fail on it); the repair keeps them fp32. Returns their names."""
+    producers = {o: n.name for n in model.graph.node for o in n.output}
+    hidden = set()
+    for vi in model.graph.output:
+        if producers.get(vi.name) in kept and vi.type.tensor_type.elem_type == FLOAT:
+            vi.type.tensor_type.elem_type = DOUBLE
+            hidden.add(vi.name)
+    return hidden
 
 
 def convert_to_fp16(model, keep_fp32: Iterable[str] = (), keep_io_types: bool = True, **kw):

@@ -27,6 +27,7 @@ from toolkit.convert.common import (
     name_nodes,
     readers_of,
 )
+from toolkit.convert.ranges import range_keep
 from toolkit.convert.onnx_types import Schemas, infer_types, schema_lacks, tensor_types
 from toolkit.core.errors import InputError
 from toolkit.core.graphs import node_subgraphs
@@ -39,6 +40,21 @@ REASON_SCHEMA_BF16 = "its ONNX schema has no bf16 type at the model's opset"
 REASON_DOMAIN = "operator outside the standard ONNX domain"
 REASON_SHAPE = "shape computation (fp16 holds integers exactly only up to 2048)"
 REASON_CONSTANT = "a Constant read only by nodes kept in fp32 (its weights stay fp32, as initializers do)"
+REASON_QUANT = "quantization op (Q/DQ and integer ops stay as they are; Casts at their float boundaries)"
+# standard-domain ops of quantized models: their float inputs and outputs (scales, dequantized
+# values) stay float32, as the quantizer wrote them (DequantizeLinear has no fp16 output before
+# opset 19, QuantizeLinear no fp16 scale)
+QUANT_OPS = frozenset(
+    {
+        "QuantizeLinear",
+        "DequantizeLinear",
+        "DynamicQuantizeLinear",
+        "MatMulInteger",
+        "ConvInteger",
+        "QLinearConv",
+        "QLinearMatMul",
+    }
+)
 
 
 def default_block_list() -> List[str]:
@@ -124,6 +140,8 @@ def automatic_keep(model, types: Optional[Dict[str, int]] = None, dtype: str = "
                 continue
             if node.domain not in STD_DOMAINS:
                 keep[node.name] = REASON_DOMAIN
+            elif node.op_type in QUANT_OPS:
+                keep[node.name] = REASON_QUANT
             elif node.op_type in block:
                 keep[node.name] = REASON_NO_KERNEL
             elif derived:
@@ -161,11 +179,28 @@ class Decision:
         return list(self.kept)
 
 
-def decide(model, keep_fp32: Iterable[str] = (), *, auto: bool = True, types=None, dtype: str = "float16") -> Decision:
-    """Name the nodes (in place) and decide which stay fp32 when the rest becomes ``dtype``."""
+def decide(
+    model,
+    keep_fp32: Iterable[str] = (),
+    *,
+    auto: bool = True,
+    types=None,
+    dtype: str = "float16",
+    risky: Optional[Dict[str, str]] = None,
+) -> Decision:
+    """Name the nodes (in place) and decide which stay fp32 when the rest becomes ``dtype``.
+
+    ``risky``: the values ``dtype`` cannot hold (:func:`toolkit.convert.ranges.risky_values`),
+    when the caller has them already; their readers stay fp32 (with ``auto`` only)."""
     name_nodes(model)
     user = resolve_keep(model, keep_fp32)
-    autos = automatic_keep(model, types, dtype) if auto else {}
+    autos: Dict[str, str] = {}
+    if auto:
+        if types is None:
+            types = tensor_types(infer_types(model))
+        autos = automatic_keep(model, types, dtype)
+        for n, r in range_keep(model, types, low_type(dtype), risky).items():
+            autos.setdefault(n, r)
     order = [n.name for n in iter_nodes(model)]
     chosen = {n: REASON_USER for n in user}
     for n, r in autos.items():

@@ -140,6 +140,7 @@ class Repair:
                     cast, out = self._cast(name, want, node.name)
                     new_nodes.append(cast)
                     made[(name, want)] = out
+                types[out] = want  # (the schema inference of this node's outputs needs it)
                 node.input[i] = out
 
     def _type_outputs(self, node, schema, kept: bool, types: Dict[str, int], declared, new_nodes: list) -> None:
