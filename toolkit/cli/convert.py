@@ -122,13 +122,12 @@ def _convert(
 
     _check_args(model_path, output, dtype, keep_fp32, json_out, check)
     from toolkit.convert import fp16
-    from toolkit.convert.common import copy_model
 
     assert dtype is not None
     t0 = time.perf_counter()
     model = load_model(model_path, external_data_dir=external_data_dir)
     feed = _check_feed(model, check) if check.enabled else None
-    original = copy_model(model, inplace=False) if feed is not None else None
+    original = _original(model, model_path, external_data_dir) if feed is not None else None
     result = fp16.convert(model, keep_fp32, keep_io_types=not reduced_io, inplace=True, if_mixed="error", dtype=dtype)
     hint = _opset_hint(result.model, result.kept) if dtype == "bfloat16" else ""
     del model
@@ -175,6 +174,18 @@ def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Ch
     check_output_path(output, binary=True)
     if output != "-" and model_path != "-" and os.path.exists(output) and os.path.samefile(output, model_path):
         raise UsageError(f"{output}: the output would overwrite the input model; choose another -o")
+
+
+def _original(model, model_path: str, external_data_dir: Optional[str]):
+    """What the check runs as the original: the model file itself when ONNX-Runtime can read it as
+    it is (no copy, no serialization), else a copy of the loaded model."""
+    import os
+
+    from toolkit.convert.common import copy_model
+
+    if model_path != "-" and external_data_dir is None and os.path.isfile(model_path):
+        return model_path
+    return copy_model(model, inplace=False)
 
 
 def _check_feed(model, check: _Check):

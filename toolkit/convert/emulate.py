@@ -267,6 +267,20 @@ def _retype_attrs(node) -> None:
             a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
 
 
+def _widen(t) -> None:
+    """A float16 or bfloat16 weight -> the same values in float32, in place (one copy of the data)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    if t.HasField("raw_data") and not t.external_data:
+        bits = np.frombuffer(t.raw_data, dtype="<u2")
+        wide = bits.view("<f2").astype("<f4") if t.data_type == FLOAT16 else (bits.astype("<u4") << 16).view("<f4")
+        t.raw_data = wide.tobytes()
+        t.data_type = FLOAT
+        return
+    t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+
+
 class _MixedEmulator:
     """:func:`emulate_mixed`'s rewrite, one graph (and its bodies) at a time."""
 
@@ -276,12 +290,10 @@ class _MixedEmulator:
         self.rounded = 0
 
     def graph(self, g, top: bool) -> None:
-        import numpy as np
-        from onnx import numpy_helper
 
         for t in g.initializer:
             if t.data_type in _LOWS:
-                t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+                _widen(t)
         new_nodes = self._inputs(g, top)
         out_types = {vi.name: vi.type.tensor_type.elem_type for vi in g.output}
         for node in list(g.node):

@@ -162,13 +162,18 @@ class Conversion:
     out_of_range: Dict[str, str] = field(default_factory=dict)
 
 
-def _convert_weights(model, kept: Set[str], low: int = FLOAT16) -> List[str]:
+def _convert_weights(
+    model, kept: Set[str], low: int = FLOAT16, arrays: Optional[Dict[str, object]] = None
+) -> List[str]:
     """Convert the float32 weights no kept node reads to fp16 (:func:`to_fp16`), before the
     library runs (its own conversion makes several masked copies of every weight: 6x slower).
     Returns the names of the weights that had values past 65504.
 
     ``low=BFLOAT16``: the weights get :func:`to_bf16`'s bit patterns (rounded once from their
-    float32 values) but stay typed FLOAT16 while the library runs (see :func:`_retype_bf16`)."""
+    float32 values) but stay typed FLOAT16 while the library runs (see :func:`_retype_bf16`).
+    ``arrays``: weights already read (by the range check), by name: used, and dropped, instead of
+    reading them again (reading a weight copies its bytes)."""
+    arrays = {} if arrays is None else arrays
     readers_kept: Dict[str, bool] = {}
     for node in iter_nodes(model):
         k = node.name in kept
@@ -180,7 +185,10 @@ def _convert_weights(model, kept: Set[str], low: int = FLOAT16) -> List[str]:
         for t in graph.initializer:
             if t.data_type != FLOAT or readers_kept.get(t.name, True):
                 continue  # read by a kept node (the library keeps it fp32), or by nothing
-            h, over = to_bf16(weight_array(t)) if low == BFLOAT16 else to_fp16(weight_array(t))
+            arr = arrays.pop(t.name, None) if graph is model.graph else None
+            arr = weight_array(t) if arr is None else arr
+            h, over = to_bf16(arr) if low == BFLOAT16 else to_fp16(arr)
+            del arr
             del t.float_data[:]
             t.raw_data = h.tobytes()
             t.data_type = FLOAT16
@@ -350,13 +358,15 @@ def convert(
     _initializers_as_weights(model)
     inferred = infer_types(model)
     types = tensor_types(inferred)
-    risky = risky_values(model, types, low) if auto_keep else {}
+    arrays: Dict[str, object] = {}
+    risky = risky_values(model, types, low, arrays) if auto_keep else {}
     decision = decide(model, keep_fp32, auto=auto_keep, types=types, dtype=dtype, risky=risky)
     # the library needs value types in value_info: take them from the light copy
     _copy_value_info(inferred, model)
     del inferred
     kept = set(decision.kept)
-    clamped = _convert_weights(model, kept, low)
+    clamped = _convert_weights(model, kept, low, arrays)
+    arrays.clear()
     original_fp16 = _fp16_attr_tensors(model) if low == BFLOAT16 else set()
     originals = {n.name for n in iter_nodes(model)}
     hidden = _hide_kept_outputs(model, kept) if keep_io_types else set()

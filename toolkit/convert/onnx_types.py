@@ -14,6 +14,7 @@ from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, STD_DOMAINS, TENSOR
 from toolkit.core.errors import InputError
 from toolkit.core.graphs import element_count
 
+STRIPPED = "stripped"  # the external-data location of the weights a light copy leaves out
 _STRIP_BYTES = 4096  # weights larger than this are left out of the copy given to shape inference
 
 
@@ -48,7 +49,7 @@ def without_big_data(model):
             # external reference: shape inference reads only dims and type
             c.data_location = onnx.TensorProto.EXTERNAL
             e = c.external_data.add()
-            e.key, e.value = "location", "stripped"
+            e.key, e.value = "location", STRIPPED
         else:
             g.initializer.add().CopyFrom(t)
     return light

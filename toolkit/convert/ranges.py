@@ -16,7 +16,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Set
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 from toolkit.convert.common import (
     BF16_MAX,
@@ -30,6 +30,7 @@ from toolkit.convert.common import (
 )
 from toolkit.core.graphs import node_subgraphs
 
+KEEP_BYTES = 1 << 30  # weights read by the range check kept for the conversion, at most (bytes)
 RANGE_REL = 1e-2  # relative L2 error of a weight's fp16 rounding past which it matters (1%)
 _SUBNORMAL = 2.0**-14  # smallest normal fp16
 REASON_RANGE = "reads a value fp16 cannot hold (past 65504, or lost to underflow)"
@@ -72,20 +73,25 @@ def value_problem(arr, low: int) -> Optional[str]:
     return f"values of at most {amax:.3g}, where fp16 has only subnormals ({rel:.1%} relative error)"
 
 
-def _constant_values(graph) -> Dict[str, object]:
-    """Float32 initializers (with their data loaded) and ``Constant`` values of ``graph``: name -> array."""
+def _constant_values(graph, keep: Optional[Dict[str, object]] = None) -> Iterator[Tuple[str, object]]:
+    """(name, array) of the float32 initializers (with their data loaded) and ``Constant`` values of
+    ``graph``, one at a time. ``keep``: a dict that also gets the initializers' arrays, up to
+    :data:`KEEP_BYTES` in all (the conversion reads them once more otherwise: a copy each)."""
     from onnx import numpy_helper
 
-    out: Dict[str, object] = {}
+    budget = KEEP_BYTES
     for t in graph.initializer:
         if t.data_type == FLOAT and not t.external_data:
-            out[t.name] = weight_array(t)
+            arr = weight_array(t)
+            if keep is not None and arr.nbytes <= budget:
+                keep[t.name] = arr
+                budget -= arr.nbytes
+            yield t.name, arr
     for node in graph.node:
         if node.op_type == "Constant" and node.domain in STD_DOMAINS and node.output:
             for a in node.attribute:
                 if a.name == "value" and a.t.data_type == FLOAT:
-                    out[node.output[0]] = numpy_helper.to_array(a.t)
-    return out
+                    yield node.output[0], numpy_helper.to_array(a.t)
 
 
 def _derived_nodes(graph, constants: Set[str]) -> List:
@@ -130,19 +136,19 @@ def _computed_values(model, graph, derived: List, types: Dict[str, int]) -> Dict
     return dict(zip(wanted, values))
 
 
-def risky_values(model, types: Dict[str, int], low: int) -> Dict[str, str]:
+def risky_values(model, types: Dict[str, int], low: int, arrays: Optional[Dict[str, object]] = None) -> Dict[str, str]:
     """Float32 values of the top graph that ``low`` cannot hold: name -> why (initializers,
-    ``Constant`` values and values computed from constants only)."""
+    ``Constant`` values and values computed from constants only). ``arrays``: see
+    :func:`_constant_values`."""
     graph = model.graph
-    values = _constant_values(graph)
-    constants = set(values) | {t.name for t in graph.initializer}
-    constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output if o}
-    derived = _derived_nodes(graph, constants)
     out: Dict[str, str] = {}
-    for name, arr in values.items():
+    for name, arr in _constant_values(graph, arrays):
         why = value_problem(arr, low)
         if why:
             out[name] = why
+    constants = {t.name for t in graph.initializer}
+    constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output if o}
+    derived = _derived_nodes(graph, constants)
     if derived:
         for name, arr in _computed_values(model, graph, derived, types).items():
             why = value_problem(arr, low)

@@ -18,9 +18,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from toolkit.convert.common import FLOAT, iter_nodes
+from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes
 from toolkit.convert.emulate import emulate_mixed
-from toolkit.convert.onnx_types import infer_types, tensor_types
+from toolkit.convert.onnx_types import STRIPPED, infer_types, tensor_types, without_big_data
 from toolkit.core.errors import InferenceError, one_line
 
 # a tensor differs when its largest absolute error is past ATOL + RTOL * its largest magnitude
@@ -61,35 +61,82 @@ class Validation:
         }
 
 
-def _session(model_bytes: bytes):
+def _session(model_bytes_or_path, weights: Optional[Dict[str, object]] = None):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
     so.log_severity_level = 3
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
-    return ort.InferenceSession(model_bytes, so, providers=["CPUExecutionProvider"])
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # (one run: set-up costs more)
+    values = []
+    if weights:
+        values = [ort.OrtValue.ortvalue_from_numpy(w) for w in weights.values()]
+        so.add_external_initializers(list(weights), values)
+    sess = ort.InferenceSession(model_bytes_or_path, so, providers=["CPUExecutionProvider"])
+    sess._toolkit_weights = values  # (the session reads the arrays: they live as long as it does)
+    return sess
 
 
-def _run(model, feed: Mapping, names: Optional[Sequence[str]] = None) -> Dict[str, object]:
-    """``model``'s outputs (or ``names``, marked as outputs on a copy) on ``feed``."""
+def _split(model, emulate: bool):
+    """(the model without its large weights' data, those weights as float arrays by name).
+
+    ONNX-Runtime gets the weights as arrays (no serialization, no parsing, no copy of them);
+    ``emulate``: the model's float16/bfloat16 storage emulated (:func:`emulate_mixed`), its large
+    reduced weights widened to float32 here."""
     import numpy as np
-    import onnx
+    from onnx import numpy_helper
+
+    light = without_big_data(model)
+    light = copy_model(light, inplace=False) if light is model else light
+    source = {t.name: t for t in model.graph.initializer}
+    weights: Dict[str, object] = {}
+    for t in light.graph.initializer:
+        if not any(e.key == "location" and e.value == STRIPPED for e in t.external_data):
+            continue
+        orig = source[t.name]
+        if orig.data_type in (FLOAT16, BFLOAT16) and emulate and orig.HasField("raw_data"):
+            bits = np.frombuffer(orig.raw_data, dtype="<u2").reshape(tuple(orig.dims))
+            wide = (
+                bits.view("<f2").astype("<f4") if orig.data_type == FLOAT16 else (bits.astype("<u4") << 16).view("<f4")
+            )
+            weights[t.name] = wide
+            t.data_type = FLOAT
+        else:
+            weights[t.name] = np.ascontiguousarray(numpy_helper.to_array(orig))
+    if emulate:
+        light = emulate_mixed(light, inplace=True).model
+    return light, weights
+
+
+def _run(model, feed: Mapping, names: Optional[Sequence[str]] = None, emulate: bool = False) -> Dict[str, object]:
+    """``model``'s outputs (or ``names``, marked as outputs) on ``feed``. ``model``: a ModelProto,
+    or the path of a model file (ONNX-Runtime reads it, external data included)."""
+    import numpy as np
 
     from toolkit.core.layerwise import set_outputs
 
-    if names is not None:
-        copy = onnx.ModelProto()
-        copy.CopyFrom(model)
-        set_outputs(copy, names)
-        model = copy
     try:
-        sess = _session(model.SerializeToString())
+        if isinstance(model, str) and names is None:
+            sess = _session(model)
+        else:
+            light, weights = _split(_loaded(model), emulate)
+            if names is not None:
+                set_outputs(light, names)
+            sess = _session(light.SerializeToString(), weights)
         wanted = {i.name: i.type for i in sess.get_inputs()}
         feed = {k: _as_input(np.asarray(v), wanted[k]) for k, v in feed.items() if k in wanted}
         outs = sess.run(None, feed)
     except Exception as exc:  # onnxruntime's exception classes share no base narrower than Exception
         raise InferenceError(f"ONNX-Runtime could not run it: {one_line(exc, first_line=True, limit=300)}") from None
     return {o.name: v for o, v in zip(sess.get_outputs(), outs)}
+
+
+def _loaded(model):
+    """``model`` as a ModelProto (loaded when it is a path)."""
+    if isinstance(model, str):
+        from toolkit.core.model import load_model
+
+        return load_model(model)
+    return model
 
 
 def _as_input(arr, ort_type: str):
@@ -136,9 +183,8 @@ def validate(
     InferenceError when either model cannot run."""
     t0 = time.perf_counter()
     out = Validation(atol=atol, rtol=rtol)
-    converted = emulate_mixed(converted).model
     ref = _run(original, feed)
-    got = _run(converted, feed)
+    got = _run(converted, feed, emulate=True)
     for name, r in ref.items():
         if name not in got:
             continue
@@ -170,11 +216,12 @@ def _float_tensors(original, converted) -> List[str]:
 
 def _first_differing(original, converted, feed: Mapping, atol: float, rtol: float):
     """(name, largest absolute error) of the first float tensor beyond the tolerances; (None, 0.0) if none."""
+    original = _loaded(original)
     names = _float_tensors(original, converted)
     if not names:
         return None, 0.0
     ref = _run(original, feed, names)
-    got = _run(converted, feed, names)
+    got = _run(converted, feed, names, emulate=True)
     for name in names:
         if name in ref and name in got:
             err, bad = _worst(got[name], ref[name], atol, rtol)
