@@ -35,10 +35,10 @@ _CONVERT_OPTS = {
     "--external-data/--no-external-data": "Write weights to a separate file <OUT>.data (default: only when the model "
         "is over 2 GB).",
     "--json": "Print what was kept in fp32 and why, and the check against the original, as JSON on stdout.",
-    "--validate/--no-validate": "After converting, run the converted model against the original once in "
-        "ONNX-Runtime and report the largest error and the first tensor that differs (default: on).",
+    "--validate/--no-validate": "Run the converted model against the original once in ONNX-Runtime and report the "
+        "largest error and the first tensor that differs; on unless --no-validate.",
     "--load-inputs": "Inputs file (JSON or .npz) for that check (its first input set); default: generated.",
-    "--val-range": "Value range of the generated inputs of that check: [name:][lo,hi] (default [0,1]).",
+    "--val-range": "Value range of the generated inputs of that check: [name:][lo,hi]; [0,1] if not given.",
 }
 
 
@@ -55,7 +55,7 @@ def register(app: typer.Typer) -> None:
         external_data: Annotated[Optional[bool], option(_CONVERT_OPTS, "--external-data/--no-external-data")] = None,
         json_out: Annotated[bool, option(_CONVERT_OPTS, "--json")] = False,
         external_data_dir: ExternalDataDirOpt = None,
-        validate: Annotated[bool, option(_CONVERT_OPTS, "--validate/--no-validate")] = True,
+        validate: Annotated[bool, option(_CONVERT_OPTS, "--validate/--no-validate", show_default=False)] = True,
         load_inputs: Annotated[Optional[str], option(_CONVERT_OPTS, "--load-inputs")] = None,
         seed: SeedOpt = None,
         val_range: Annotated[ListOpt, option(_CONVERT_OPTS, "--val-range")] = None,

@@ -71,6 +71,8 @@ def _meta_dict(meta: TensorMeta) -> dict:
 
 
 def _meta_text(meta: TensorMeta, prefix: str = "") -> str:
+    if meta.dtype is None and meta.shape is None:  # nothing known (no value_info): the name alone, as the reference
+        return f"{prefix}{meta.name}"
     dt = meta.dtype or "?"
     return f"{prefix}{meta.name} [dtype={dt}, shape={format_shape(meta.shape)}]"
 
@@ -337,9 +339,10 @@ def _text(value) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def describe_model(model, show: Show, infer: bool = True, external_base_dir: Optional[str] = None) -> dict:
-    """Describe ``model``; with ``infer`` (default), ONNX shape inference fills in the dtype
-    and shape of intermediate tensors where it can (the model itself is not modified).
+def describe_model(model, show: Show, infer: bool = False, external_base_dir: Optional[str] = None) -> dict:
+    """Describe ``model``; with ``infer``, ONNX shape inference fills in the dtype and shape of
+    intermediate tensors where it can (the model itself is not modified); without it they show
+    what the model records (its value_info).
     Weights left on disk (a model loaded with ``load_external_data=False``) are read from
     ``external_base_dir`` one at a time, when shown."""
     graph = model.graph
