@@ -11,6 +11,33 @@ from typing import Dict, Iterator, Set
 from toolkit.core.errors import DependencyError
 from toolkit.core.graphs import walk_graphs
 
+
+def onnx_errors() -> tuple:
+    """What onnx's checker, shape inference, schemas and version converter raise on a model they reject."""
+    import onnx
+
+    return (
+        onnx.shape_inference.InferenceError,
+        onnx.checker.ValidationError,
+        onnx.defs.SchemaError,
+        RuntimeError,  # (C++ errors without a class of their own)
+        ValueError,
+        TypeError,
+        IndexError,
+        KeyError,
+    )
+
+
+def ort_errors() -> tuple:
+    """What ONNX-Runtime raises on a model it cannot load or run: its own classes (Fail, InvalidGraph,
+    NotImplemented, ... share no base but Exception), RuntimeError, and ValueError (a model past 2 GB
+    cannot be serialized)."""
+    import onnxruntime.capi.onnxruntime_pybind11_state as state
+
+    own = tuple(v for v in vars(state).values() if isinstance(v, type) and issubclass(v, Exception))
+    return own + (RuntimeError, ValueError)
+
+
 iter_graphs = walk_graphs  # ``graph`` and every subgraph below it (If/Loop/Scan bodies), depth first
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import warnings
 from typing import Dict, Optional, Set
 
-from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, STD_DOMAINS, TENSOR_STR, iter_graphs
+from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, STD_DOMAINS, TENSOR_STR, iter_graphs, onnx_errors
 from toolkit.core.errors import InputError
 from toolkit.core.graphs import element_count
 
@@ -78,7 +78,7 @@ def infer_types(model, *, strict: bool = False):
     light = _stripped_copy(model)
     try:
         return onnx.shape_inference.infer_shapes(light, strict_mode=strict, data_prop=False)
-    except Exception as exc:  # onnx raises InferenceError, ValidationError, RuntimeError...
+    except onnx_errors() as exc:
         if strict:
             raise
         warnings.warn(f"shape inference failed: {exc}")
@@ -127,7 +127,7 @@ def bf16_ready(model):
 
     try:
         upgraded = version_converter.convert_version(model, BF16_MIN_OPSET)
-    except Exception as exc:  # the converter raises on ops it has no adapter for
+    except onnx_errors() as exc:  # (the converter raises on ops it has no adapter for)
         first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         raise InputError(
             f"bfloat16 needs opset {BF16_MIN_OPSET} (Cast and Constant accept bfloat16 from it), the model is at "
@@ -151,7 +151,7 @@ class Schemas:
 
             try:
                 self._cache[key] = onnx.defs.get_schema(node.op_type, self.opset, "")
-            except Exception:
+            except onnx.defs.SchemaError:  # not an op this onnx knows
                 self._cache[key] = None
         return self._cache[key]
 
@@ -191,7 +191,7 @@ def bf16_opset(op_type: str, after: int) -> Optional[int]:
     for version in range(after + 1, onnx.defs.onnx_opset_version() + 1):
         try:
             schema = onnx.defs.get_schema(op_type, version, "")
-        except Exception:
+        except onnx.defs.SchemaError:
             continue
         if schema.since_version > after and not schema_lacks(schema, BFLOAT16):
             return schema.since_version
@@ -204,7 +204,7 @@ def check_types(model, what: str = "fp16") -> None:
 
     try:
         onnx.shape_inference.infer_shapes(without_big_data(model), strict_mode=True, check_type=True, data_prop=False)
-    except Exception as exc:
+    except onnx_errors() as exc:
         msg = str(exc).strip().splitlines()
         raise InputError(
             f"the {what} model does not type-check (" + (msg[0] if msg else type(exc).__name__) + "); "

@@ -24,6 +24,7 @@ from toolkit.convert.common import (
     FLOAT,
     FP16_MAX,
     STD_DOMAINS,
+    ort_errors,
     readers_of,
     to_fp16,
     weight_array,
@@ -131,7 +132,7 @@ def _computed_values(model, graph, derived: List, types: Dict[str, int]) -> Dict
     try:
         sess = ort.InferenceSession(small.SerializeToString(), so, providers=["CPUExecutionProvider"])
         values = sess.run(wanted, {})
-    except Exception:  # onnxruntime's own exception classes (Fail, InvalidGraph, NotImplemented...) share no base
+    except ort_errors():
         return {}
     return dict(zip(wanted, values))
 

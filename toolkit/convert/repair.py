@@ -21,6 +21,7 @@ from toolkit.convert.common import (
     TENSOR_STR,
     Names,
     iter_graphs,
+    onnx_errors,
     replace_repeated,
     short_name,
 )
@@ -254,7 +255,7 @@ class Repair:
             res = onnx.shape_inference.infer_node_outputs(
                 schema, node, tps, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version
             )
-        except Exception:
+        except onnx_errors():  # (a node its schema rejects: its output types stay unknown)
             return {}
         return {
             k: tp.tensor_type.elem_type

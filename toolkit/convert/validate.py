@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes
+from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes, ort_errors
 from toolkit.convert.emulate import emulate_mixed
 from toolkit.convert.onnx_types import STRIPPED, infer_types, tensor_types, without_big_data
 from toolkit.core.errors import InferenceError, one_line
@@ -125,7 +125,7 @@ def _run(model, feed: Mapping, names: Optional[Sequence[str]] = None, emulate: b
         wanted = {i.name: i.type for i in sess.get_inputs()}
         feed = {k: _as_input(np.asarray(v), wanted[k]) for k, v in feed.items() if k in wanted}
         outs = sess.run(None, feed)
-    except Exception as exc:  # onnxruntime's exception classes share no base narrower than Exception
+    except ort_errors() as exc:
         raise InferenceError(f"ONNX-Runtime could not run it: {one_line(exc, first_line=True, limit=300)}") from None
     return {o.name: v for o, v in zip(sess.get_outputs(), outs)}
 
