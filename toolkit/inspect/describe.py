@@ -10,11 +10,15 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
+from toolkit.core.errors import ToolkitError
 from toolkit.core.meta import TensorMeta, dtype_from_onnx, format_shape
 
 INDENT = "    "
 # Without --mode=full, list at most this many initializers (big models have hundreds).
 INIT_LIST_LIMIT = 16
+
+# what onnx and numpy raise on a tensor or attribute they cannot read (corrupt, truncated, unknown type)
+_UNREADABLE = (ValueError, TypeError, KeyError, IndexError, AttributeError)
 
 
 @dataclass(frozen=True)
@@ -192,7 +196,7 @@ def _attr_value(attr, show: Show, depth: int):
                 info["preview"] = values_text(arr, full=False)
                 d.update(info)
                 text += f" | {stats_text(info)} | " + " ".join(info["preview"].split())
-        except Exception:
+        except _UNREADABLE:  # a value numpy cannot read (an exotic or corrupt tensor): shown without values
             pass
         return d, text
     if t in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
@@ -200,7 +204,7 @@ def _attr_value(attr, show: Show, depth: int):
     try:
         v = helper.get_attribute_value(attr)
         return str(v), str(v)
-    except Exception:
+    except _UNREADABLE:
         return None, "<unreadable>"
 
 
@@ -252,7 +256,7 @@ class GraphDescriber:
                 return {"values": None, "note": "external data not loaded"}
             try:
                 arr = _read_external(t, self.external_base_dir)
-            except Exception as exc:  # noqa: BLE001 - a summary line, not a failure
+            except (OSError, ToolkitError, *_UNREADABLE) as exc:  # a summary line, not a failure
                 return {"values": None, "note": f"unreadable: {exc}"}
             info = summarize_array(arr)
             info["preview"] = values_text(arr, full=False)
@@ -264,7 +268,7 @@ class GraphDescriber:
             from onnx import numpy_helper
 
             arr = numpy_helper.to_array(t)
-        except Exception as exc:
+        except _UNREADABLE as exc:
             return {"values": None, "note": f"unreadable: {exc}"}
         info = summarize_array(arr)
         info["preview"] = values_text(arr, full=False)
@@ -320,7 +324,7 @@ def _read_external(t, base_dir: str):
     src, offset, length = ref_source(t, base_dir)
     try:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
-    except Exception:  # noqa: BLE001 - unknown or exotic element type
+    except _UNREADABLE:  # unknown or exotic element type
         dtype = None
     shape = tuple(int(d) for d in t.dims)
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
