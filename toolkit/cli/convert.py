@@ -240,13 +240,22 @@ def _report(result, dtype: str, output: str, seconds: float, hint: str) -> None:
 def _validate(original, converted, feed, dtype: str):
     """The check against the original (a warning, never a failure: the model is written)."""
     from toolkit.convert.validate import validate
-    from toolkit.core.errors import InferenceError
+    from toolkit.core.errors import ExitCode, InferenceError
 
     short = "fp16" if dtype == "float16" else "bf16"
     try:
         res = validate(original, converted, feed)
     except InferenceError as exc:
-        warn(f"the {short} model was not checked against the original: {exc.message} (--no-validate skips the check)")
+        if exc.exit_code == ExitCode.FAILED:  # the original runs on these inputs, the converted model does not
+            warn(
+                f"the {short} model was not checked against the original: {exc.message}; keep the node it names "
+                "in fp32 with --keep-fp32"
+            )
+        else:
+            warn(
+                f"the {short} model was not checked against the original: {exc.message}; give the inputs' real "
+                "shapes with --input-shapes (or --load-inputs), or skip the check with --no-validate"
+            )
         return None
     tol = f"atol {res.atol:g}, rtol {res.rtol:g}"
     if res.passed:

@@ -21,7 +21,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes, ort_errors
 from toolkit.convert.emulate import emulate_mixed
 from toolkit.convert.onnx_types import STRIPPED, infer_types, tensor_types, without_big_data
-from toolkit.core.errors import InferenceError, one_line
+from toolkit.core.errors import ExitCode, InferenceError, one_line
 
 # a tensor differs when its largest absolute error is past ATOL + RTOL * its largest magnitude
 ATOL = 1e-2
@@ -65,7 +65,7 @@ def _session(model_bytes_or_path, weights: Optional[Dict[str, object]] = None):
     import onnxruntime as ort
 
     so = ort.SessionOptions()
-    so.log_severity_level = 3
+    so.log_severity_level = 4  # (its errors come back as exceptions: no log lines of its own)
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # (one run: set-up costs more)
     values = []
     if weights:
@@ -126,7 +126,11 @@ def _run(model, feed: Mapping, names: Optional[Sequence[str]] = None, emulate: b
         feed = {k: _as_input(np.asarray(v), wanted[k]) for k, v in feed.items() if k in wanted}
         outs = sess.run(None, feed)
     except ort_errors() as exc:
-        raise InferenceError(f"ONNX-Runtime could not run it: {one_line(exc, first_line=True, limit=300)}") from None
+        what = "the converted model" if emulate else "the original"
+        raise InferenceError(
+            f"ONNX-Runtime could not run {what}: {one_line(exc, first_line=True, limit=300)}",
+            exit_code=ExitCode.FAILED if emulate else ExitCode.BAD_INPUT,
+        ) from None
     return {o.name: v for o, v in zip(sess.get_outputs(), outs)}
 
 
@@ -180,7 +184,8 @@ def validate(
 ) -> Validation:
     """Run ``converted`` against ``original`` on ``feed`` (ONNX-Runtime, CPU); see the module docstring.
 
-    InferenceError when either model cannot run."""
+    InferenceError when either model cannot run: exit code 3 when the original cannot (the
+    inputs do not suit it), 1 when only the converted model cannot."""
     t0 = time.perf_counter()
     out = Validation(atol=atol, rtol=rtol)
     ref = _run(original, feed)
