@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Dict, Iterable, Optional, Set, Tuple
 
 from toolkit.convert.common import (
+    cast_node,
     BFLOAT16,
     DTYPE_OPS,
     FLOAT,
@@ -103,13 +104,12 @@ def _risky(model, types: Dict[str, int], dtype: str, cache: Optional[Dict[str, b
 
 def _round_chain(fresh, src: str, dst: str, hint: str, low: int) -> list:
     """``dst`` = ``src`` rounded to ``low`` (FLOAT16 or BFLOAT16): a Cast to it and back to float32."""
-    from onnx import helper
 
     short = short_name(low)
     mid = fresh(f"{dst}::{short}")
     return [
-        helper.make_node("Cast", [src], [mid], name=fresh(f"{hint}::to_{short}"), to=low),
-        helper.make_node("Cast", [mid], [dst], name=fresh(f"{hint}::to_fp32"), to=FLOAT),
+        cast_node(src, mid, fresh(f"{hint}::to_{short}"), low),
+        cast_node(mid, dst, fresh(f"{hint}::to_fp32"), FLOAT),
     ]
 
 
@@ -312,7 +312,6 @@ class _MixedEmulator:
 
     def _inputs(self, g, top: bool) -> list:
         """Casts that read the top graph's reduced inputs as fp32; bodies' inputs retyped."""
-        from onnx import helper
 
         nodes = []
         for vi in g.input:
@@ -320,16 +319,13 @@ class _MixedEmulator:
                 if top:
                     up = self.fresh(f"{vi.name}::fp32")
                     _repoint(g.node, vi.name, up)
-                    nodes.append(
-                        helper.make_node("Cast", [vi.name], [up], name=self.fresh(f"{vi.name}::to_fp32"), to=FLOAT)
-                    )
+                    nodes.append(cast_node(vi.name, up, self.fresh(f"{vi.name}::to_fp32"), FLOAT))
                 else:  # a body's input: its values come from fp32 (rounded) tensors now
                     vi.type.tensor_type.elem_type = FLOAT
         return nodes
 
     def _round_outputs(self, node, top: bool, out_types: Dict[str, int]) -> list:
         """The node's reduced outputs computed in fp32 and rounded (Cast to fp16/bf16 and back)."""
-        from onnx import helper
 
         fresh = self.fresh
         tail = []
@@ -340,7 +336,7 @@ class _MixedEmulator:
             raw = fresh(f"{o}::fp32")
             node.output[j] = raw
             if top and out_types.get(o) == low:
-                tail.append(helper.make_node("Cast", [raw], [o], name=fresh(f"{o}::to_{short_name(low)}"), to=low))
+                tail.append(cast_node(raw, o, fresh(f"{o}::to_{short_name(low)}"), low))
             else:
                 tail += _round_chain(fresh, raw, o, o, low)
             self.rounded += 1

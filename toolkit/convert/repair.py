@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Dict, Optional, Set, Tuple
 
 from toolkit.convert.common import (
+    cast_node,
     DTYPE_OPS,
     FLOAT,
     FLOAT16,
@@ -95,10 +96,9 @@ class Repair:
         self.graph(self.model.graph, {}, top=True)
 
     def _cast(self, src: str, to: int, hint: str):
-        from onnx import helper
 
         out = self.fresh(f"{src}_to_{short_name(to)}")
-        node = helper.make_node("Cast", [src], [out], name=self.fresh(f"{hint}_cast_{out}"), to=to)
+        node = cast_node(src, out, self.fresh(f"{hint}_cast_{out}"), to)
         self.types[out] = to
         self.casts_added += 1
         return node, out
@@ -147,7 +147,6 @@ class Repair:
     def _type_outputs(self, node, schema, kept: bool, types: Dict[str, int], declared, new_nodes: list) -> None:
         """Record ``node``'s output types; a converted node's output that ended fp32 where it was
         fp32 gets a Cast to fp16."""
-        from onnx import helper
 
         outs = self._output_types(node, schema, types, declared)
         for j, name in enumerate(node.output):
@@ -165,15 +164,12 @@ class Repair:
                 raw = self.fresh(f"{name}_fp32")
                 node.output[j] = raw
                 self.types[raw] = FLOAT
-                new_nodes.append(
-                    helper.make_node("Cast", [raw], [name], name=self.fresh(f"{node.name}_cast_out{j}"), to=self.low)
-                )
+                new_nodes.append(cast_node(raw, name, self.fresh(f"{node.name}_cast_out{j}"), self.low))
                 self.casts_added += 1
                 types[name] = self.low
 
     def _fix_graph_outputs(self, graph, top: bool, types: Dict[str, int], new_nodes: list) -> None:
         """Graph outputs: the declared type wins (I/O types kept at the top; the library's fp16 bodies below)."""
-        from onnx import helper
 
         for vi in graph.output:
             want = vi.type.tensor_type.elem_type
@@ -191,9 +187,7 @@ class Repair:
                         if i == vi.name:
                             n.input[k] = raw
                 _rename_in_subgraphs(new_nodes, vi.name, raw)
-                new_nodes.append(
-                    helper.make_node("Cast", [raw], [vi.name], name=self.fresh(f"{vi.name}_cast_io"), to=want)
-                )
+                new_nodes.append(cast_node(raw, vi.name, self.fresh(f"{vi.name}_cast_io"), want))
                 self.casts_added += 1
                 types[raw] = have
                 types[vi.name] = want
