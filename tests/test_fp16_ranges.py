@@ -177,6 +177,13 @@ def test_bn_variance_in_a_constant_stays_fp32():
     assert np.abs(got - ref).max() < 0.05
 
 
+def test_clamped_constants_are_named_without_auto_keep():
+    model = bn_variance_in_constant()
+    next(n for n in model.graph.node if n.name == "var_const").attribute[0].t.name = ""  # (exporters leave it out)
+    res = fp16.convert(model, auto_keep=False)
+    assert res.clamped == ["var"] and res.out_of_range == {}
+
+
 def test_a_value_computed_from_constants_stays_fp32():
     model = computed_overflow()
     x = RNG.uniform(-2, 2, (2, 4)).astype(np.float32)

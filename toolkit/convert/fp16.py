@@ -370,6 +370,7 @@ def convert(
     original_fp16 = _fp16_attr_tensors(model) if low == BFLOAT16 else set()
     originals = {n.name for n in iter_nodes(model)}
     hidden = _hide_kept_outputs(model, kept) if keep_io_types else set()
+    _name_constant_values(model)
     _library_convert(f16, model, kept, keep_io_types, low, clamped)
     for graph in iter_graphs(model.graph):
         toposort(graph)
@@ -387,6 +388,15 @@ def convert(
     return Conversion(
         model, dict(decision.kept), clamped, repair.casts_added, upgraded_from=upgraded_from, out_of_range=risky
     )
+
+
+def _name_constant_values(model) -> None:
+    """Unnamed ``Constant`` value tensors get their node's output name (so a clamped one is named)."""
+    for node in iter_nodes(model):
+        if node.op_type == "Constant" and node.domain in STD_DOMAINS and node.output:
+            for a in node.attribute:
+                if a.name == "value" and not a.t.name:
+                    a.t.name = node.output[0]
 
 
 def _hide_kept_outputs(model, kept: Set[str]) -> Set[str]:
