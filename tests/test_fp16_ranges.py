@@ -245,6 +245,18 @@ def test_quantized_models_convert(cli, tmp_path, make):
     assert rel_l2(ort_run(conv, {"x": x})["y"], ort_run(model, {"x": x})["y"]) < 2e-2
 
 
+def test_dequantized_weights_fp16_cannot_hold_stay_fp32():
+    """A weight scale of 1e-9 dequantizes to values fp16 holds only as subnormals: the Conv stays fp32;
+    the usual scales (normal fp16 values for every 8-bit value) are not computed at all."""
+    model = qdq_model(17)
+    ws = next(t for t in model.graph.initializer if t.name == "ws")
+    ws.CopyFrom(numpy_helper.from_array(np.array(1e-9, np.float32), "ws"))
+    res = fp16.convert(model)
+    assert set(res.out_of_range) == {"ws", "Wd"} and "computed from constants" in res.out_of_range["Wd"]
+    assert res.kept[next(n.name for n in res.model.graph.node if n.op_type == "Conv")] == REASON_RANGE
+    assert fp16.convert(qdq_model(17)).out_of_range == {}
+
+
 # ---------------------------------------------------------------------- failures inside the library
 
 

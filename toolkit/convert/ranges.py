@@ -95,19 +95,52 @@ def _constant_values(graph, keep: Optional[Dict[str, object]] = None) -> Iterato
                     yield node.output[0], numpy_helper.to_array(a.t)
 
 
-def _derived_nodes(graph, constants: Set[str]) -> List:
-    """Nodes of ``graph`` (in order) that compute only from constants: their outputs are fixed values."""
+def _derived_nodes(graph, constants: Set[str], types: Dict[str, int]) -> List:
+    """Nodes of ``graph`` (in order) that compute only from constants: their outputs are fixed values.
+
+    A ``DequantizeLinear`` of 8-bit weights whose scales keep every value a normal fp16 (scale
+    at least 2**-14, 255 x scale at most 65504: the usual case) is left out, with what is computed
+    from it: a quantized model dequantizes every weight, and computing them all would cost a
+    float32 copy of the model."""
     fixed = set(constants)
     inputs = {vi.name for vi in graph.input}
+    scales = _ScaleBounds(graph)
     out = []
     for node in graph.node:
         if node.op_type == "Constant" or node.domain not in STD_DOMAINS or node.op_type in _RANDOM:
             continue
         ins = [i for i in node.input if i]
         if ins and all(i in fixed and i not in inputs for i in ins) and not node_subgraphs(node):
+            if node.op_type == "DequantizeLinear" and types.get(ins[0]) in _BYTE_TYPES and scales.safe(ins[1]):
+                continue
             out.append(node)
             fixed.update(o for o in node.output if o)
     return out
+
+
+_BYTE_TYPES = (2, 3)  # UINT8, INT8
+
+
+class _ScaleBounds:
+    """Is a dequantization scale (a constant) one that keeps every 8-bit value a normal fp16?"""
+
+    def __init__(self, graph):
+        self.tensors = {t.name: t for t in graph.initializer}
+        for node in graph.node:
+            if node.op_type == "Constant" and node.output:
+                for a in node.attribute:
+                    if a.name == "value":
+                        self.tensors[node.output[0]] = a.t
+
+    def safe(self, name: str) -> bool:
+        import numpy as np
+        from onnx import numpy_helper
+
+        t = self.tensors.get(name)
+        if t is None or t.data_type != FLOAT or t.external_data:
+            return False
+        s = np.abs(numpy_helper.to_array(t))
+        return bool(s.size) and float(s.min()) >= _SUBNORMAL and float(s.max()) * 255 <= FP16_MAX
 
 
 def _computed_values(model, graph, derived: List, types: Dict[str, int]) -> Dict[str, object]:
@@ -149,7 +182,7 @@ def risky_values(model, types: Dict[str, int], low: int, arrays: Optional[Dict[s
             out[name] = why
     constants = {t.name for t in graph.initializer}
     constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output if o}
-    derived = _derived_nodes(graph, constants)
+    derived = _derived_nodes(graph, constants, types)
     if derived:
         for name, arr in _computed_values(model, graph, derived, types).items():
             why = value_problem(arr, low)
