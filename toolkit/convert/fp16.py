@@ -225,9 +225,10 @@ def _initializers_as_weights(model) -> None:
 
 
 class ConverterError(ToolkitError):
-    """onnxconverter-common failed on the model: a failure of the library, not bad input (exit code 1)."""
+    """onnxconverter-common failed on the model: a failure of the library, not bad input (exit code 70,
+    an internal error of toolkit or a library it uses)."""
 
-    exit_code = ExitCode.FAILED
+    exit_code = ExitCode.INTERNAL
 
 
 def _placeholder(tensor, low: int, clamped: List[str]):
