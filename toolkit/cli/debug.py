@@ -197,9 +197,26 @@ def _script_inputs(spec: str, func_name: Optional[str]) -> str:
 
 
 
-def _reduce(cfg, p: dict, load_inputs):
-    """Run the reduction of ``cfg`` (with ``--compare``/``--all-faults`` when ``p`` asks):
-    (outcome, reducer, compare runner or None)."""
+def _open_cluster(p: dict, cfg):
+    """``--cluster``: the Ray cluster the checks run on (None without it)."""
+    from toolkit.core.errors import UsageError
+
+    if p["cluster"] is None:
+        if p["gpus_per_check"] is not None or p["cpus_per_check"] is not None:
+            raise UsageError("--gpus-per-check and --cpus-per-check need --cluster ray")
+        return None
+    if p["compare"] is not None:
+        raise UsageError("--cluster runs --check commands; --compare runs in this process (use --check toolkit run ...)")
+    from toolkit.reduce.cluster import open_for_reduce
+
+    return open_for_reduce(
+        p["cluster"], cfg, jobs=p["jobs"], gpus=p["gpus_per_check"], cpus=p["cpus_per_check"], log=log
+    )
+
+
+def _reduce(cfg, p: dict, load_inputs, cluster=None):
+    """Run the reduction of ``cfg`` (with ``--compare``/``--all-faults`` when ``p`` asks, on a Ray
+    ``cluster`` when given): (outcome, reducer, compare runner or None)."""
     from toolkit.reduce.session import Reducer
 
     compare, check_timeout = p["compare"], p["check_timeout"]
@@ -233,7 +250,12 @@ def _reduce(cfg, p: dict, load_inputs):
     try:
         if runner is not None:
             reducer_kw["runner_factory"] = lambda _k, artifact, env: runner.sibling(artifact, env)
-        reducer = reducer_cls(cfg, reporter, runner=runner, prompt_stream=prompt_stream, **reducer_kw)
+        if cluster is not None:
+            reducer_kw.update(runner=cluster.runner(0, cfg.iter_artifact), runner_factory=cluster.runner)
+        reducer_kw.setdefault("runner", runner)
+        reducer = reducer_cls(cfg, reporter, prompt_stream=prompt_stream, **reducer_kw)
+        if cluster is not None:
+            cluster.bind(lambda: reducer.index.data_files() if reducer.index is not None else [])
         outcome = reducer.run()
     finally:
         reporter.stop()
@@ -325,7 +347,7 @@ def _reduce_config(p: dict, rule, load_inputs):
         reduce_outputs=not p["no_reduce_outputs"],
         external_data_dir=p["external_data_dir"],
         link_external_data=p["link_external_data"],
-        jobs=p["jobs"],
+        jobs=p["jobs"] or 1,
         devices=parse_devices(p["devices"]),
         shape_inference=not p["no_shape_inference"],
     )
@@ -366,6 +388,11 @@ _REDUCE_OPTS = {
     "--jobs": "Checks run at once. Each round checks JOBS split points (k-ary search); each worker has its own "
         "iteration artifact (worker k: <artifact>.worker<k>/, its path replaced in the check command) and "
         "TOOLKIT_WORKER=k in its environment. Same result as --jobs 1 for a check that always answers the same.",
+    "--cluster": "Run the checks as tasks on a Ray cluster (pip install \"toolkit[ray]\"): ray finds a running "
+        "cluster (or starts a local one), ray:ADDRESS connects to that one. --jobs is then the most checks at once "
+        "(default: what fits on the cluster). See docs/scale.md.",
+    "--gpus-per-check": "With --cluster: GPUs each check asks Ray for (default 1 for a TensorRT or CUDA check, else 0).",
+    "--cpus-per-check": "With --cluster: CPUs each check asks Ray for (default 1).",
     "--devices": "GPUs for the workers, e.g. 0,1,2,3: worker k gets CUDA_VISIBLE_DEVICES=<k-th device> (round robin "
         "when fewer than --jobs).",
     "--load-inputs": "Input data files: their shapes fix the model's dynamic inputs for shape inference, and the "
@@ -415,8 +442,11 @@ def reduce_command(
     no_reduce_inputs: Annotated[bool, option(_REDUCE_OPTS, "--no-reduce-inputs")] = False,
     no_reduce_outputs: Annotated[bool, option(_REDUCE_OPTS, "--no-reduce-outputs")] = False,
     no_inline_branches: Annotated[bool, option(_REDUCE_OPTS, "--no-inline-branches")] = False,
-    jobs: Annotated[int, option(_REDUCE_OPTS, "--jobs", "-j", metavar="N")] = 1,
+    jobs: Annotated[Optional[int], option(_REDUCE_OPTS, "--jobs", "-j", metavar="N")] = None,
     devices: Annotated[Optional[str], option(_REDUCE_OPTS, "--devices", metavar="LIST")] = None,
+    cluster: Annotated[Optional[str], option(_REDUCE_OPTS, "--cluster", metavar="ray[:ADDRESS]")] = None,
+    gpus_per_check: Annotated[Optional[float], option(_REDUCE_OPTS, "--gpus-per-check", metavar="N")] = None,
+    cpus_per_check: Annotated[Optional[float], option(_REDUCE_OPTS, "--cpus-per-check", metavar="N")] = None,
     compare: Annotated[ListOpt, option(_REDUCE_OPTS, "--compare", metavar="[REF] TEST")] = None,
     reference_model: Annotated[Optional[str], option(_REDUCE_OPTS, "--reference-model", metavar="PATH")] = None,
     atol: AtolOpt = None,
@@ -464,7 +494,12 @@ def reduce_command(
     cfg = _reduce_config(params, rule, load_inputs)
     if inlined is not None:
         cfg.label = f"{model} (If branches inlined: {inlined.model})"
-    outcome, reducer, runner = _reduce(cfg, params, load_inputs)
+    ray_cluster = _open_cluster(params, cfg)
+    try:
+        outcome, reducer, runner = _reduce(cfg, params, load_inputs, ray_cluster)
+    finally:
+        if ray_cluster is not None:
+            ray_cluster.close()
     cfg.model = model
     code = _summary(outcome, cfg)
     if inlined is not None and inlined.input_dependent and outcome.output_written:
