@@ -110,7 +110,8 @@ class RayCluster:
         if self.gpus < 0 or self.cpus < 0:
             raise UsageError("--gpus-per-check and --cpus-per-check cannot be negative")
         ray = self.ray = import_ray()
-        kw: Dict[str, Any] = dict(logging_level=logging.WARNING, log_to_driver=False, configure_logging=True)
+        _messages_to_stderr(ray)
+        kw: Dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False, configure_logging=True)
         try:
             if not ray.is_initialized():
                 ray.init(address=self.opts.address, **kw)
@@ -227,6 +228,20 @@ class RayCluster:
                 f"a check's Ray task (worker {number}) was lost with its node or process and retried by Ray: "
                 f"attempt {attempt + 1} ran on {node}"
             )
+
+
+def _messages_to_stderr(ray) -> None:
+    """Ray's own messages (a node lost, ...) go to stderr: stdout carries data (``--json``)."""
+    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(worker, "print_to_stdstream", None)
+    if original is None or getattr(original, "_toolkit", False):
+        return
+
+    def to_stderr(data, *args, **kwargs):
+        return original(dict(data, is_err=True), *args, **kwargs)
+
+    to_stderr._toolkit = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
 
 
 def _same(a: str, b: str) -> bool:

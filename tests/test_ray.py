@@ -1,0 +1,242 @@
+"""`debug reduce --cluster ray`: checks as Ray tasks on a local cluster of two worker nodes.
+
+One cluster (``ray.cluster_utils.Cluster``: a head without CPUs, two worker nodes, one of
+them with two virtual GPUs) serves the whole module; every reduce runs the real CLI in a
+subprocess that connects to it. Skipped when ray is not installed (except the tests of
+what happens without it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import onnx
+import pytest
+
+import modelzoo
+from conftest import run_toolkit
+
+CULPRIT = 17
+
+
+def _chain(folder, n=30, culprit=CULPRIT):
+    model = modelzoo.chain(n)
+    path = modelzoo.save(model, folder / "model.onnx")
+    return path, model.graph.node[culprit].name
+
+
+def _grep_check(culprit, sleep=0.0, log=None):
+    """A check failing when ``culprit`` is in the artifact (after ``sleep`` seconds)."""
+    script = ""
+    if log:
+        script += f'echo "$TOOLKIT_WORKER ${{CUDA_VISIBLE_DEVICES:-none}}" >> {log}; '
+    if sleep:
+        script += f"sleep {sleep}; "
+    script += f"grep -q {culprit} polygraphy_debug.onnx && exit 1; exit 0"
+    return ["--check", "sh", "-c", script]
+
+
+# ---------------------------------------------------------------------- without Ray
+
+
+def test_cluster_without_ray_is_exit_4_naming_the_extra(tmp_path):
+    fake = tmp_path / "noray"
+    fake.mkdir()
+    (fake / "ray.py").write_text("raise ImportError('No module named ray')\n")
+    path, culprit = _chain(tmp_path)
+    env = {"PYTHONPATH": os.pathsep.join([str(fake), os.environ.get("PYTHONPATH", "")])}
+    r = run_toolkit("debug", "reduce", path, "-o", "o.onnx", "--cluster", "ray", *_grep_check(culprit),
+                    cwd=str(tmp_path), env=env)
+    assert r.code == 4, r.output
+    assert 'pip install "toolkit[ray]"' in r.err
+    assert "Traceback" not in r.err
+    assert not (tmp_path / "o.onnx").exists()
+
+
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        (["--cluster", "dask"], "only cluster engine is ray"),
+        (["--cluster", "ray:"], "needs an address"),
+        (["--gpus-per-check", "1"], "need --cluster ray"),
+        (["--cluster", "ray", "--devices", "0,1"], "leave --devices out"),
+    ],
+)
+def test_cluster_usage_errors(tmp_path, extra, words):
+    path, culprit = _chain(tmp_path)
+    r = run_toolkit("debug", "reduce", path, "-o", "o.onnx", *extra, *_grep_check(culprit), cwd=str(tmp_path))
+    assert r.code == 2, r.output
+    assert words in r.err
+
+
+def test_gpu_checks_are_recognised():
+    from toolkit.reduce.cluster import parse_cluster, uses_gpu
+
+    assert uses_gpu(["toolkit", "run", "m.onnx", "--trt"])
+    assert uses_gpu(["python", "-m", "toolkit", "run", "m.onnx", "--compare", "onnxrt", "trt:fp16"])
+    assert not uses_gpu(["toolkit", "run", "m.onnx", "--onnxrt"])
+    assert not uses_gpu(["sh", "-c", "trtexec --onnx=m.onnx"])  # not a toolkit check: give --gpus-per-check
+    assert parse_cluster("ray") is None
+    assert parse_cluster("ray:10.0.0.1:6379") == "10.0.0.1:6379"
+
+
+# ---------------------------------------------------------------------- on a local cluster
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    nodes = [c.add_node(num_cpus=2, num_gpus=2), c.add_node(num_cpus=2)]
+    c.wait_for_nodes()
+    c.workers = nodes
+    yield c
+    c.shutdown()
+
+
+def _reduce(tmp_path, name, *args, cwd=None, timeout=120):
+    folder = tmp_path / name
+    folder.mkdir()
+    r = run_toolkit("debug", "reduce", *args, cwd=str(cwd or folder), timeout=timeout)
+    return r
+
+
+def test_ray_gives_the_result_of_one_local_job(tmp_path, cluster):
+    path, culprit = _chain(tmp_path, 40)
+    log = tmp_path / "env.log"
+    one = run_toolkit("debug", "reduce", path, "-o", "one.onnx", "--json", *_grep_check(culprit), cwd=str(tmp_path))
+    assert one.code == 0, one.output
+    many = run_toolkit(
+        "debug", "reduce", path, "-o", "many.onnx", "--json", "--cluster", f"ray:{cluster.address}", "--jobs", "4",
+        "--save-debug-replay", "many.json", *_grep_check(culprit, log=log), cwd=str(tmp_path),
+    )
+    assert many.code == 0, many.output
+    a, b = json.loads(one.out), json.loads(many.out)
+    assert a["status"] == b["status"] == "reduced"
+    assert a["result_nodes"] == b["result_nodes"] == [f"{culprit} [Op: Exp]"]
+    assert [n.name for n in onnx.load(str(tmp_path / "many.onnx")).graph.node] == [culprit]
+    assert "Ray tasks" in many.err and "up to 4 at once" in many.err
+    replay = json.loads((tmp_path / "many.json").read_text())
+    assert replay  # the verdicts, as with --jobs
+    workers = {line.split()[0] for line in log.read_text().splitlines()}
+    assert workers == {"0", "1", "2", "3"}
+    # nothing left beside the model: no worker folders, no iteration artifacts
+    left = sorted(p.name for p in tmp_path.iterdir())
+    assert left == ["env.log", "many.json", "many.onnx", "model.onnx", "one.onnx", "polygraphy_debug_replay.json"]
+
+
+def test_gpu_checks_get_their_own_device_from_ray(tmp_path, cluster):
+    path, culprit = _chain(tmp_path, 12, 7)
+    log = tmp_path / "env.log"
+    r = run_toolkit(
+        "debug", "reduce", path, "-o", "o.onnx", "--cluster", f"ray:{cluster.address}", "--gpus-per-check", "1",
+        *_grep_check(culprit, sleep=0.3, log=log), cwd=str(tmp_path),
+    )
+    assert r.code == 0, r.output
+    assert "up to 2 at once" in r.err  # the cluster's two GPUs, one per check
+    devices = {line.split()[1] for line in log.read_text().splitlines()}
+    assert devices and devices <= {"0", "1"}
+
+
+def test_no_gpu_for_a_gpu_check_is_exit_4(tmp_path, cluster):
+    path, _ = _chain(tmp_path, 6, 3)
+    r = run_toolkit(
+        "debug", "reduce", path, "-o", "o.onnx", "--cluster", f"ray:{cluster.address}", "--gpus-per-check", "3",
+        "--check", "true", cwd=str(tmp_path),
+    )
+    assert r.code == 4, r.output
+    assert "asks for 3 GPU(s)" in r.err and "--gpus-per-check 0" in r.err
+
+
+def test_data_files_travel_through_the_object_store(tmp_path, cluster):
+    """A toolkit check's --load-inputs file reaches the task even where its path does not exist."""
+    import numpy as np
+
+    from toolkit.core.datafiles import save_inputs
+    from toolkit.reduce.cluster import ClusterOptions, RayCluster
+
+    model = modelzoo.chain(3)
+    artifact = tmp_path / "polygraphy_debug.onnx"
+    modelzoo.save(model, artifact)
+    data = tmp_path / "data" / "inputs.json"
+    data.parent.mkdir()
+    name = model.graph.input[0].name
+    save_inputs(str(data), [{name: np.ones((1, 4), np.float32)}])
+    check = [sys.executable, "-m", "toolkit", "run", str(artifact), "--onnxrt", "--load-inputs", str(data)]
+    rc = RayCluster(ClusterOptions(cluster.address), check, str(artifact), 60, lambda _m: None).connect()
+    try:
+        assert [p for p, *_ in rc.data] == [str(data)]
+        os.rename(data.parent, tmp_path / "moved")  # the path in the command is gone: only the object store has it
+        res = rc.runner(0, str(artifact)).run()
+    finally:
+        rc.close()
+    assert res.code == 0, res.stderr_text
+    assert "PASSED" in res.stdout_text + res.stderr_text
+
+
+def _remove_later(cluster, node, after):
+    def go():
+        time.sleep(after)
+        cluster.remove_node(node, allow_graceful=False)
+
+    t = threading.Thread(target=go, daemon=True)
+    t.start()
+    return t
+
+
+def test_a_node_lost_mid_reduce_is_retried_and_the_result_is_the_same(tmp_path, cluster):
+    path, culprit = _chain(tmp_path, 30)
+    spare = cluster.add_node(num_cpus=2)
+    cluster.wait_for_nodes()
+    victim = cluster.workers[1]
+    killer = _remove_later(cluster, victim, 4.0)
+    r = run_toolkit(
+        "debug", "reduce", path, "-o", "o.onnx", "--json", "--cluster", f"ray:{cluster.address}", "--jobs", "4",
+        "--cpus-per-check", "0.5", *_grep_check(culprit, sleep=1.5), cwd=str(tmp_path), timeout=180,
+    )
+    killer.join()
+    cluster.workers[1] = spare
+    assert r.code == 0, r.output
+    assert json.loads(r.out)["result_nodes"] == [f"{culprit} [Op: Exp]"], r.err
+    assert "retried by Ray" in r.err, r.err
+
+
+def test_ctrl_c_cancels_every_task_and_writes_the_replay(tmp_path, cluster):
+    from ray.util.state import list_tasks
+
+    path, culprit = _chain(tmp_path, 30)
+    marker = tmp_path / "started"
+    check = f"touch {marker}; sleep 30; grep -q {culprit} polygraphy_debug.onnx && exit 1; exit 0"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolkit", "debug", "reduce", path, "-o", "o.onnx", "--cluster",
+         f"ray:{cluster.address}", "--jobs", "3", "--cpus-per-check", "0.5", "--check", "sh", "-c", check],
+        cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marker.exists(), "no check started"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err.decode()
+    assert (tmp_path / "polygraphy_debug_replay.json").exists()
+    running = []
+    for _ in range(40):
+        running = list_tasks(address=cluster.address, filters=[("state", "=", "RUNNING")])
+        if not running:
+            break
+        time.sleep(0.25)
+    assert running == []
+    # and no check process is left either
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(marker) not in ps
