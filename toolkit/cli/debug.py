@@ -347,7 +347,7 @@ def _reduce_config(p: dict, rule, load_inputs):
         reduce_outputs=not p["no_reduce_outputs"],
         external_data_dir=p["external_data_dir"],
         link_external_data=p["link_external_data"],
-        jobs=p["jobs"] or 1,
+        jobs=p["jobs"] if p["jobs"] is not None else 1,
         devices=parse_devices(p["devices"]),
         shape_inference=not p["no_shape_inference"],
     )

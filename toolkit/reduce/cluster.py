@@ -101,6 +101,7 @@ class RayCluster:
         self._task: Any = None
         self.runners: List["RayRunner"] = []
         self.retried = 0
+        self._warming: list = []
 
     # -------------------------------------------------------------- set-up
 
@@ -155,6 +156,12 @@ class RayCluster:
             except OSError:
                 continue  # the check reports it, as it would locally
             self.data.append((path, f"{k}_{os.path.basename(path)}", self.ray.put(blob)))
+
+    def warm_up(self, count: int) -> None:
+        """Have Ray start the worker processes of ``count`` checks now (a worker process takes
+        a second or more to start), while the reducer loads the model."""
+        ready = self.ray.remote(_ready).options(num_cpus=self.cpus, num_gpus=self.gpus)
+        self._warming = [ready.remote() for _ in range(max(count, 0))]
 
     def bind(self, data_files: Callable[[], List[str]]) -> None:
         """``data_files()``: the real paths of the model's data files that candidates refer to."""
@@ -232,9 +239,9 @@ class RayCluster:
 
 def _messages_to_stderr(ray) -> None:
     """Ray's own messages (a node lost, ...) go to stderr: stdout carries data (``--json``)."""
-    worker = getattr(getattr(ray, "_private", None), "worker", None)
+    worker: Any = getattr(getattr(ray, "_private", None), "worker", None)
     original = getattr(worker, "print_to_stdstream", None)
-    if original is None or getattr(original, "_toolkit", False):
+    if worker is None or original is None or getattr(original, "_toolkit", False):
         return
 
     def to_stderr(data, *args, **kwargs):
@@ -356,7 +363,8 @@ def _attempt() -> int:
     try:
         import ray
 
-        return int(ray._private.worker.global_worker.core_worker.get_current_task_attempt_number())
+        worker: Any = ray._private.worker.global_worker
+        return int(worker.core_worker.get_current_task_attempt_number())
     except Exception:  # noqa: BLE001 - a Ray without it: no retry noted
         return 0
 
@@ -368,6 +376,10 @@ def _node() -> str:
         return ray.util.get_node_ip_address() + " (node " + ray.get_runtime_context().get_node_id()[:8] + ")"
     except Exception:  # noqa: BLE001
         return "another node"
+
+
+def _ready() -> bool:
+    return True
 
 
 def _cache_dir(run_id: str) -> str:
@@ -464,6 +476,7 @@ def open_for_reduce(
     opts = ClusterOptions(address, gpus, cpus if cpus is not None else 1.0)
     cluster = RayCluster(opts, cfg.check, cfg.iter_artifact, cfg.check_timeout, log).connect()
     cfg.jobs = jobs if jobs is not None else cluster.default_jobs()
+    cluster.warm_up(cfg.jobs)
     res = cluster.ray.cluster_resources()
     log(
         f"Ray cluster: {res.get('CPU', 0):g} CPU(s), {res.get('GPU', 0):g} GPU(s); each check asks for "
