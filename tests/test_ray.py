@@ -86,6 +86,14 @@ def test_gpu_checks_are_recognised():
     assert parse_cluster("ray:10.0.0.1:6379") == "10.0.0.1:6379"
 
 
+def test_debug_precision_cluster_usage_errors(tmp_path):
+    path, _ = _chain(tmp_path, 6, 3)
+    r = run_toolkit("debug", "precision", path, "--gpus-per-check", "1", cwd=str(tmp_path))
+    assert r.code == 2 and "need --cluster ray" in r.err
+    r = run_toolkit("debug", "precision", path, "--cluster", "spark", cwd=str(tmp_path))
+    assert r.code == 2 and "only cluster engine is ray" in r.err
+
+
 # ---------------------------------------------------------------------- on a local cluster
 
 ray = pytest.importorskip("ray")
@@ -240,3 +248,22 @@ def test_ctrl_c_cancels_every_task_and_writes_the_replay(tmp_path, cluster):
     # and no check process is left either
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(marker) not in ps
+
+
+def test_debug_precision_on_the_cluster_finds_the_same_nodes(tmp_path, cluster):
+    import fp16_models as fm
+
+    path = modelzoo.save(fm.layernorm_overflow(), tmp_path / "ln.onnx")
+    local = run_toolkit("debug", "precision", path, "--json", cwd=str(tmp_path))
+    assert local.code == 0, local.output
+    remote = run_toolkit(
+        "debug", "precision", path, "--json", "-o", "mixed.onnx", "--cluster", f"ray:{cluster.address}",
+        "--cpus-per-check", "0.5", cwd=str(tmp_path),
+    )
+    assert remote.code == 0, remote.output
+    a, b = json.loads(local.out), json.loads(remote.out)
+    assert b["keep_fp32"] == a["keep_fp32"] == fm.LN_MUST_KEEP
+    assert b["checks"] == a["checks"]
+    assert "Ray cluster:" in remote.err
+    assert (tmp_path / "mixed.onnx").exists()
+

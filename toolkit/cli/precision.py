@@ -129,6 +129,11 @@ _PRECISION_OPTS = {
     "--save-debug-replay": "Keep every verdict in this JSON file.",
     "--load-debug-replay": "Reuse the verdicts of an earlier run (same model and runners).",
     "--json": "Print the result as JSON on stdout (instead of node names).",
+    "--cluster": "Run each check (the candidate runner on a mixed model) as a task on a Ray cluster (pip install "
+        "\"toolkit[ray]\"): ray finds a running cluster (or starts a local one), ray:ADDRESS connects to that one. "
+        "See docs/scale.md.",
+    "--gpus-per-check": "With --cluster: GPUs each check asks Ray for (default 1 for a TensorRT candidate, else 0).",
+    "--cpus-per-check": "With --cluster: CPUs each check asks Ray for (default 1).",
 }
 
 
@@ -153,6 +158,9 @@ def register(app: typer.Typer) -> None:
         load_debug_replay: Annotated[Optional[str], option(_PRECISION_OPTS, "--load-debug-replay")] = None,
         external_data_dir: ExternalDataDirOpt = None,
         json_out: Annotated[bool, option(_PRECISION_OPTS, "--json")] = False,
+        cluster: Annotated[Optional[str], option(_PRECISION_OPTS, "--cluster", metavar="ray[:ADDRESS]")] = None,
+        gpus_per_check: Annotated[Optional[float], option(_PRECISION_OPTS, "--gpus-per-check", metavar="N")] = None,
+        cpus_per_check: Annotated[Optional[float], option(_PRECISION_OPTS, "--cpus-per-check", metavar="N")] = None,
     ) -> None:
         _run(locals())
 
@@ -165,6 +173,12 @@ def _run(params: Dict[str, Any]) -> None:
     if compare and len(compare) != 2:
         raise UsageError("--compare takes two runner specs: the fp32 reference and the candidate, e.g. onnxrt onnxrt:fp16")
     ref, cand = compare if compare else ("onnxrt", "onnxrt:fp16")
+    if params["cluster"] is None and (params["gpus_per_check"] is not None or params["cpus_per_check"] is not None):
+        raise UsageError("--gpus-per-check and --cpus-per-check need --cluster ray")
+    if params["cluster"] is not None:
+        from toolkit.reduce.cluster import parse_cluster
+
+        parse_cluster(params["cluster"])  # a usage error before anything runs
     cfg = from_params(
         PrecisionConfig,
         params,

@@ -102,6 +102,7 @@ class RayCluster:
         self.runners: List["RayRunner"] = []
         self.retried = 0
         self._warming: list = []
+        self._remotes: Dict[Callable, Any] = {}
 
     # -------------------------------------------------------------- set-up
 
@@ -228,6 +229,39 @@ class RayCluster:
             out[loc] = found or os.path.abspath(local)
         return out
 
+    def put(self, value) -> Any:
+        """``value`` in the object store (once; every task given it reads it from there)."""
+        return self.ray.put(value)
+
+    def call(self, fn: Callable, *args):
+        """``fn(*args)`` as a task with one check's resources; its value, or its exception.
+
+        A task lost every time raises InferenceError (the check could not run); Ctrl-C cancels it."""
+        from toolkit.core.errors import InferenceError, ToolkitError
+
+        ray = self.ray
+        task = self._remotes.get(fn)
+        if task is None:
+            task = self._remotes[fn] = ray.remote(fn)
+        ref = task.options(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=self.opts.retries).remote(*args)
+        try:
+            while not ray.wait([ref], timeout=0.1)[0]:
+                pass
+        except BaseException:
+            cancel_and_wait(ray, ref)
+            raise
+        try:
+            return ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, (ToolkitError, KeyboardInterrupt)):
+                raise cause from None
+            raise InferenceError(f"the check failed on its Ray node: {cause or exc}") from None
+        except ray.exceptions.RayError as exc:
+            raise InferenceError(
+                f"the check's Ray task was lost after {self.opts.retries + 1} tries ({type(exc).__name__})"
+            ) from None
+
     def note_retry(self, number: int, attempt: int, node: str) -> None:
         self.retried += 1
         with _LOG_LOCK:
@@ -339,16 +373,25 @@ class RayRunner:
             pass
 
     def _wait_cancelled(self) -> None:
-        ray = self.cluster.ray
-        ref = self.ref
-        if ref is None:
-            return
-        limit = time.monotonic() + 2 * CANCEL_GRACE + 5
-        while not ray.wait([ref], timeout=0.2)[0] and time.monotonic() < limit:
-            self.cancel()
+        if self.ref is not None:
+            cancel_and_wait(self.cluster.ray, self.ref, self._cancelled_at)
 
     def close(self) -> None:
         pass
+
+
+def cancel_and_wait(ray, ref, since: Optional[float] = None) -> None:
+    """Cancel the task ``ref`` (interrupted first: it kills its check; forced after
+    CANCEL_GRACE seconds) and wait until it has ended."""
+    since = since if since is not None else time.monotonic()
+    limit = time.monotonic() + 2 * CANCEL_GRACE + 5
+    while time.monotonic() < limit:
+        try:
+            ray.cancel(ref, force=time.monotonic() - since > CANCEL_GRACE)
+        except Exception:  # noqa: BLE001 - already finished, or its node is gone
+            pass
+        if ray.wait([ref], timeout=0.2)[0]:
+            return
 
 
 def _lost(why: str, start: float) -> CheckResult:
@@ -481,5 +524,22 @@ def open_for_reduce(
     log(
         f"Ray cluster: {res.get('CPU', 0):g} CPU(s), {res.get('GPU', 0):g} GPU(s); each check asks for "
         f"{cluster.cpus:g} CPU(s) and {cluster.gpus:g} GPU(s); up to {cfg.jobs} at once"
+    )
+    return cluster
+
+
+def open_for_calls(
+    text: str, *, gpus: Optional[float], cpus: Optional[float], gpu_check: bool, log: Callable[[str], None]
+) -> RayCluster:
+    """Connect for ``debug precision --cluster``: each check's run a task (:meth:`RayCluster.call`)."""
+    address = parse_cluster(text)
+    gpus = gpus if gpus is not None else (1.0 if gpu_check else 0.0)
+    opts = ClusterOptions(address, gpus, cpus if cpus is not None else 1.0)
+    cluster = RayCluster(opts, [], "", None, log).connect()
+    cluster.warm_up(1)
+    res = cluster.ray.cluster_resources()
+    log(
+        f"Ray cluster: {res.get('CPU', 0):g} CPU(s), {res.get('GPU', 0):g} GPU(s); each check asks for "
+        f"{cluster.cpus:g} CPU(s) and {cluster.gpus:g} GPU(s)"
     )
     return cluster
