@@ -28,7 +28,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
-CHECK = "sleep 1; grep -q {culprit} polygraphy_debug.onnx && exit 1; exit 0"
+CHECK = "sleep {sleep}; grep -q {culprit} polygraphy_debug.onnx && exit 1; exit 0"
 
 
 def build_chain(path: str, n: int, culprit: int) -> str:
@@ -51,10 +51,10 @@ def build_chain(path: str, n: int, culprit: int) -> str:
     return nodes[culprit].name
 
 
-def reduce_once(model: str, work: str, extra: list, culprit: str) -> dict:
+def reduce_once(model: str, work: str, extra: list, culprit: str, sleep: float) -> dict:
     os.makedirs(work, exist_ok=True)
     args = [sys.executable, "-m", "toolkit", "debug", "reduce", model, "-o", "out.onnx", "--json", *extra,
-            "--check", "sh", "-c", CHECK.format(culprit=culprit)]
+            "--check", "sh", "-c", CHECK.format(culprit=culprit, sleep=sleep)]
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([REPO, os.environ.get("PYTHONPATH", "")]))
     t0 = time.monotonic()
     proc = subprocess.run(args, cwd=work, capture_output=True, text=True, env=env)
@@ -64,7 +64,7 @@ def reduce_once(model: str, work: str, extra: list, culprit: str) -> dict:
     import json
 
     summary = json.loads(proc.stdout)
-    return {"wall": wall, "checks": summary["checks"], "result": summary["result_nodes"]}
+    return {"wall": wall, "checks": summary["checks"], "result": summary["result_nodes"], "reduce": summary["seconds"]}
 
 
 def overhead(address: str, checks: int, folder: str) -> dict:
@@ -110,6 +110,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=500)
     ap.add_argument("--culprit", type=int, default=311)
     ap.add_argument("--checks", type=int, default=30, help="checks for the overhead figure")
+    ap.add_argument("--sleep", type=float, default=1.0, help="seconds each check sleeps")
     args = ap.parse_args()
     from ray.cluster_utils import Cluster
 
@@ -121,12 +122,16 @@ def main() -> None:
         cluster.wait_for_nodes()
         model = os.path.join(folder, "chain.onnx")
         culprit = build_chain(model, args.nodes, args.culprit)
-        one = reduce_once(model, os.path.join(folder, "jobs1"), ["--jobs", "1"], culprit)
-        print(f"--jobs 1: {one['wall']:.2f} s, {one['checks']} checks, result {one['result']}")
+        one = reduce_once(model, os.path.join(folder, "jobs1"), ["--jobs", "1"], culprit, args.sleep)
+        print(f"--jobs 1: {one['wall']:.2f} s (reduce {one['reduce']:.2f} s), {one['checks']} checks, "
+              f"result {one['result']}")
         ray = reduce_once(model, os.path.join(folder, "ray4"), ["--cluster", f"ray:{cluster.address}", "--jobs", "4"],
-                          culprit)
-        print(f"--cluster ray --jobs 4: {ray['wall']:.2f} s, {ray['checks']} checks, result {ray['result']}")
+                          culprit, args.sleep)
+        print(f"--cluster ray --jobs 4: {ray['wall']:.2f} s (reduce {ray['reduce']:.2f} s), {ray['checks']} checks, "
+              f"result {ray['result']}")
         print(f"ratio: {ray['wall'] / one['wall']:.2f} (bar <= 0.5); same node: {ray['result'] == one['result']}")
+        if not args.checks:
+            return
         ov = overhead(cluster.address, args.checks, folder)
         print(f"per check ({args.checks} checks of `test -s`): local {ov['local'] * 1000:.1f} ms, Ray "
               f"{ov['ray'] * 1000:.1f} ms (median {ov['ray_median'] * 1000:.1f} ms): overhead "
