@@ -104,9 +104,9 @@ def cluster():
     from ray.cluster_utils import Cluster
 
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
-    nodes = [c.add_node(num_cpus=2, num_gpus=2), c.add_node(num_cpus=2)]
+    c.add_node(num_cpus=2, num_gpus=2)
+    c.add_node(num_cpus=2)
     c.wait_for_nodes()
-    c.workers = nodes
     yield c
     c.shutdown()
 
@@ -191,31 +191,61 @@ def test_data_files_travel_through_the_object_store(tmp_path, cluster):
     assert "PASSED" in res.stdout_text + res.stderr_text
 
 
-def _remove_later(cluster, node, after):
-    def go():
-        time.sleep(after)
-        cluster.remove_node(node, allow_graceful=False)
+def _parents(pid):
+    """``pid`` and its ancestors."""
+    out = []
+    while pid > 1:
+        out.append(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                pid = int(fh.read().rsplit(")", 1)[1].split()[1])
+        except (FileNotFoundError, ValueError, IndexError):
+            break
+    return out
 
-    t = threading.Thread(target=go, daemon=True)
-    t.start()
-    return t
+
+def _raylet_pid(node):
+    from ray._private import ray_constants
+
+    return node.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
+
+
+def _kill_a_node_running_a_check(cluster, pids_file, done):
+    """Once a check runs on one of the worker nodes, kill that node (its raylet and workers)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not done.is_set():
+        pids = pids_file.read_text().split() if pids_file.exists() else []
+        for pid in pids:
+            chain = set(_parents(int(pid)))
+            for node in list(cluster.worker_nodes):
+                if _raylet_pid(node) in chain:
+                    cluster.remove_node(node, allow_graceful=False)
+                    done.killed = node
+                    return
+        time.sleep(0.1)
 
 
 def test_a_node_lost_mid_reduce_is_retried_and_the_result_is_the_same(tmp_path, cluster):
     path, culprit = _chain(tmp_path, 30)
-    spare = cluster.add_node(num_cpus=2)
+    cluster.add_node(num_cpus=2)
     cluster.wait_for_nodes()
-    victim = cluster.workers[1]
-    killer = _remove_later(cluster, victim, 4.0)
+    pids = tmp_path / "pids"
+    done = threading.Event()
+    done.killed = None
+    killer = threading.Thread(target=_kill_a_node_running_a_check, args=(cluster, pids, done), daemon=True)
+    killer.start()
+    check = f"echo $$ >> {pids}; sleep 1.5; grep -q {culprit} polygraphy_debug.onnx && exit 1; exit 0"
     r = run_toolkit(
         "debug", "reduce", path, "-o", "o.onnx", "--json", "--cluster", f"ray:{cluster.address}", "--jobs", "4",
-        "--cpus-per-check", "0.5", *_grep_check(culprit, sleep=1.5), cwd=str(tmp_path), timeout=180,
+        "--cpus-per-check", "0.5", "--check", "sh", "-c", check, cwd=str(tmp_path), timeout=180,
     )
+    done.set()
     killer.join()
-    cluster.workers[1] = spare
+    assert done.killed is not None, "no node was killed"
     assert r.code == 0, r.output
     assert json.loads(r.out)["result_nodes"] == [f"{culprit} [Op: Exp]"], r.err
     assert "retried by Ray" in r.err, r.err
+    assert "BROKEN" not in r.err
 
 
 def test_ctrl_c_cancels_every_task_and_writes_the_replay(tmp_path, cluster):
@@ -223,7 +253,7 @@ def test_ctrl_c_cancels_every_task_and_writes_the_replay(tmp_path, cluster):
 
     path, culprit = _chain(tmp_path, 30)
     marker = tmp_path / "started"
-    check = f"touch {marker}; sleep 30; grep -q {culprit} polygraphy_debug.onnx && exit 1; exit 0"
+    check = f"touch {marker}; sleep 60; grep -q {culprit} polygraphy_debug.onnx && exit 1; exit 0"
     proc = subprocess.Popen(
         [sys.executable, "-m", "toolkit", "debug", "reduce", path, "-o", "o.onnx", "--cluster",
          f"ray:{cluster.address}", "--jobs", "3", "--cpus-per-check", "0.5", "--check", "sh", "-c", check],
@@ -235,7 +265,9 @@ def test_ctrl_c_cancels_every_task_and_writes_the_replay(tmp_path, cluster):
     assert marker.exists(), "no check started"
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
+    t0 = time.monotonic()
     out, err = proc.communicate(timeout=60)
+    assert time.monotonic() - t0 < 25  # the checks were stopped, not waited for
     assert proc.returncode == 130, err.decode()
     assert (tmp_path / "polygraphy_debug_replay.json").exists()
     running = []
