@@ -86,6 +86,16 @@ def test_gpu_checks_are_recognised():
     assert parse_cluster("ray:10.0.0.1:6379") == "10.0.0.1:6379"
 
 
+def test_a_check_lost_with_its_node_is_broken_never_a_failure():
+    from toolkit.reduce.check import BROKEN, CheckResult, FailureRule
+
+    lost = CheckResult(None, b"", b"error: the check never finished: its Ray task was lost after 3 tries\n",
+                       lost="its Ray task was lost after 3 tries")
+    for rule in (FailureRule(), FailureRule(fail_regex=["error"]), FailureRule(fail_codes=[1])):
+        assert rule.classify(lost) == BROKEN
+        assert rule.classify(lost, toolkit_check=True, artifact="polygraphy_debug.onnx") == BROKEN
+
+
 def test_debug_precision_cluster_usage_errors(tmp_path):
     path, _ = _chain(tmp_path, 6, 3)
     r = run_toolkit("debug", "precision", path, "--gpus-per-check", "1", cwd=str(tmp_path))

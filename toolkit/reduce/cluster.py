@@ -240,10 +240,10 @@ class RayCluster:
         from toolkit.core.errors import InferenceError, ToolkitError
 
         ray = self.ray
-        task = self._remotes.get(fn)
+        task = self._remotes.get(_call_task)
         if task is None:
-            task = self._remotes[fn] = ray.remote(fn)
-        ref = task.options(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=self.opts.retries).remote(*args)
+            task = self._remotes[_call_task] = ray.remote(_call_task)
+        ref = task.options(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=self.opts.retries).remote(fn, *args)
         try:
             while not ray.wait([ref], timeout=0.1)[0]:
                 pass
@@ -251,7 +251,7 @@ class RayCluster:
             cancel_and_wait(ray, ref)
             raise
         try:
-            return ray.get(ref)
+            value, attempt, node = ray.get(ref)
         except ray.exceptions.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, (ToolkitError, KeyboardInterrupt)):
@@ -261,6 +261,9 @@ class RayCluster:
             raise InferenceError(
                 f"the check's Ray task was lost after {self.opts.retries + 1} tries ({type(exc).__name__})"
             ) from None
+        if attempt:
+            self.note_retry(0, attempt, node)
+        return value
 
     def note_retry(self, number: int, attempt: int, node: str) -> None:
         self.retried += 1
@@ -419,6 +422,11 @@ def _node() -> str:
         return ray.util.get_node_ip_address() + " (node " + ray.get_runtime_context().get_node_id()[:8] + ")"
     except Exception:  # noqa: BLE001
         return "another node"
+
+
+def _call_task(fn: Callable, *args) -> tuple:
+    """The task of :meth:`RayCluster.call`: ``fn``'s value, this attempt's number, this node."""
+    return fn(*args), _attempt(), _node()
 
 
 def _ready() -> bool:
