@@ -201,6 +201,53 @@ def test_data_files_travel_through_the_object_store(tmp_path, cluster):
     assert "PASSED" in res.stdout_text + res.stderr_text
 
 
+ORT_CHECK = """import os, sys
+import numpy as np, onnx, onnxruntime as ort
+path = sys.argv[1]
+with open(sys.argv[2], "a") as fh:
+    fh.write(os.path.dirname(os.path.abspath(path)) + "\\n")
+sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])  # reads the weights
+sess.run(None, {i.name: np.ones((1, 300000), np.float32) for i in sess.get_inputs()})
+names = {n.name for n in onnx.load(path, load_external_data=False).graph.node}
+sys.exit(1 if "mul" in names else 0)
+"""
+
+
+def test_candidates_reach_the_model_weights_by_path_without_carrying_them(tmp_path, cluster):
+    """A model with 3 MiB of external weights, reduced from another folder: each task makes its
+    folder beside the data file and links it; the candidates are kilobytes."""
+    from onnx import helper, numpy_helper
+
+    import numpy as np
+
+    n = 300000  # 1.2 MB per weight: left on disk, referred to by every candidate
+    nodes = [
+        helper.make_node("Add", ["x", "w0"], ["a"], name="add0"),
+        helper.make_node("Mul", ["a", "w1"], ["m"], name="mul"),
+        helper.make_node("Add", ["m", "w2"], ["y"], name="add2"),
+    ]
+    inits = [numpy_helper.from_array(np.full((1, n), i + 1, np.float32), f"w{i}") for i in range(3)]
+    graph = helper.make_graph(nodes, "weighted", [modelzoo.vi("x", [1, n])], [modelzoo.vi("y", [1, n])], inits)
+    src = tmp_path / "src"
+    src.mkdir()
+    model = modelzoo.save_with_external_data(modelzoo.make_model(graph), src / "model.onnx")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "check.py").write_text(ORT_CHECK)
+    folders = work / "folders.log"
+    r = run_toolkit(
+        "debug", "reduce", model, "-o", "out.onnx", "--json", "--cluster", f"ray:{cluster.address}", "--jobs", "2",
+        "--fail-code", "1", "--check", sys.executable, "check.py", "polygraphy_debug.onnx", str(folders),
+        cwd=str(work), timeout=180,
+    )
+    assert r.code == 0, r.output
+    assert json.loads(r.out)["result_nodes"] == ["mul [Op: Mul]"], r.err
+    seen = set(folders.read_text().split())
+    assert seen and all(os.path.dirname(f) == str(src) and os.path.basename(f).startswith(".toolkit-check-")
+                        for f in seen), seen
+    assert sorted(os.listdir(src)) == ["model.onnx", "weights.bin"]  # every task folder removed
+
+
 def _parents(pid):
     """``pid`` and its ancestors."""
     out = []

@@ -120,7 +120,11 @@ class RayCluster:
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = self.opts.address or "the cluster Ray found"
             raise DependencyError(f"--cluster ray: cannot connect to {where}: {exc}") from None
-        self._check_resources()
+        try:
+            self._check_resources()
+        except BaseException:
+            ray.shutdown()  # (a cluster started for this reduce stops with it)
+            raise
         self._task = ray.remote(run_check)
         self._share_data()
         return self
