@@ -199,6 +199,9 @@ def test_data_files_travel_through_the_object_store(tmp_path, cluster):
         rc.close()
     assert res.code == 0, res.stderr_text
     assert "PASSED" in res.stdout_text + res.stderr_text
+    from toolkit.reduce.cluster import _cache_dir
+
+    assert not os.path.exists(_cache_dir(rc.run_id))  # each node's copy is removed at the end
 
 
 ORT_CHECK = """import os, sys

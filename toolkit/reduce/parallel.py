@@ -8,7 +8,9 @@ by the worker's wherever it appears in an argument.
 
 :func:`run_all` runs one check per worker at once, one thread each (each thread only
 waits on its check's process); Ctrl-C in the main thread kills every running check with
-the processes it started before the interrupt goes on.
+the processes it started before the interrupt goes on. A runner may run its check
+elsewhere: :class:`toolkit.reduce.cluster.RayRunner` runs it as a Ray task and waits for it
+in its thread; its ``cancel()`` cancels the task.
 
 No Typer or Rich here.
 """
