@@ -387,7 +387,8 @@ _REDUCE_OPTS = {
         "they carry the weights they use, so they can be moved.",
     "--jobs": "Checks run at once. Each round checks JOBS split points (k-ary search); each worker has its own "
         "iteration artifact (worker k: <artifact>.worker<k>/, its path replaced in the check command) and "
-        "TOOLKIT_WORKER=k in its environment. Same result as --jobs 1 for a check that always answers the same.",
+        "TOOLKIT_WORKER=k in its environment. Same result as --jobs 1 for a check that always answers the same. "
+        "With --cluster: the most checks at once (default: what fits on the cluster).",
     "--cluster": "Run the checks as tasks on a Ray cluster (pip install \"toolkit[ray]\"): ray finds a running "
         "cluster (or starts a local one), ray:ADDRESS connects to that one. --jobs is then the most checks at once "
         "(default: what fits on the cluster). See docs/scale.md.",
