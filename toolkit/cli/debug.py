@@ -197,16 +197,25 @@ def _script_inputs(spec: str, func_name: Optional[str]) -> str:
 
 
 
-def _open_cluster(p: dict, cfg):
-    """``--cluster``: the Ray cluster the checks run on (None without it)."""
+def _cluster_usage(p: dict) -> None:
+    """Usage errors of --cluster and its options, before anything runs."""
     from toolkit.core.errors import UsageError
 
     if p["cluster"] is None:
         if p["gpus_per_check"] is not None or p["cpus_per_check"] is not None:
             raise UsageError("--gpus-per-check and --cpus-per-check need --cluster ray")
-        return None
+        return
     if p["compare"] is not None:
         raise UsageError("--cluster runs --check commands; --compare runs in this process (use --check toolkit run ...)")
+    from toolkit.reduce.cluster import parse_cluster
+
+    parse_cluster(p["cluster"])
+
+
+def _open_cluster(p: dict, cfg):
+    """``--cluster``: the Ray cluster the checks run on (None without it)."""
+    if p["cluster"] is None:
+        return None
     from toolkit.reduce.cluster import open_for_reduce
 
     return open_for_reduce(
@@ -491,6 +500,7 @@ def reduce_command(
         load_inputs = list(load_inputs or ()) + [_script_inputs(data_loader_script, data_loader_func_name)]
 
     params = dict(locals())
+    _cluster_usage(params)
     inlined = None if no_inline_branches else _inline_branches(params, load_inputs)
     cfg = _reduce_config(params, rule, load_inputs)
     if inlined is not None:
