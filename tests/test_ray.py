@@ -96,6 +96,31 @@ def test_a_check_lost_with_its_node_is_broken_never_a_failure():
         assert rule.classify(lost, toolkit_check=True, artifact="polygraphy_debug.onnx") == BROKEN
 
 
+def _full_passes_others_hang(culprit_free_last, pids):
+    """A check that passes at once on the full model (it holds the last node) and hangs on
+    any other subgraph."""
+    return (f"echo $$ >> {pids}; grep -q {culprit_free_last} polygraphy_debug.onnx && exit 0; "
+            "sleep 60; exit 1")
+
+
+def test_a_passing_full_model_cancels_the_rest_of_its_round(tmp_path):
+    """--jobs: the full model's pass answers the first round; the speculative checks are killed."""
+    path, _ = _chain(tmp_path, 30)
+    last = onnx.load(path).graph.node[-1].name
+    pids = tmp_path / "pids"
+    t0 = time.monotonic()
+    r = run_toolkit("debug", "reduce", path, "-o", "o.onnx", "--jobs", "3", "--json", "--save-debug-replay", "r.json",
+                    "--check", "sh", "-c", _full_passes_others_hang(last, pids), cwd=str(tmp_path), timeout=120)
+    assert time.monotonic() - t0 < 30, r.output  # not the 60 s of the other checks
+    assert r.code == 0, r.output
+    assert json.loads(r.out)["status"] == "passed"
+    assert "check cancelled" in r.err
+    entries = json.loads((tmp_path / "r.json").read_text())["entries"]
+    assert [e["count"] for e in entries] == [30]  # only the full model's verdict: the others were never judged
+    ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
+    assert str(pids) not in ps  # no check left running
+
+
 def test_debug_precision_cluster_usage_errors(tmp_path):
     path, _ = _chain(tmp_path, 6, 3)
     r = run_toolkit("debug", "precision", path, "--gpus-per-check", "1", cwd=str(tmp_path))
@@ -249,6 +274,24 @@ def test_candidates_reach_the_model_weights_by_path_without_carrying_them(tmp_pa
     assert seen and all(os.path.dirname(f) == str(src) and os.path.basename(f).startswith(".toolkit-check-")
                         for f in seen), seen
     assert sorted(os.listdir(src)) == ["model.onnx", "weights.bin"]  # every task folder removed
+
+
+def test_a_passing_full_model_cancels_its_round_on_ray(tmp_path, cluster):
+    from ray.util.state import list_tasks
+
+    path, _ = _chain(tmp_path, 30)
+    last = onnx.load(path).graph.node[-1].name
+    pids = tmp_path / "pids"
+    t0 = time.monotonic()
+    r = run_toolkit("debug", "reduce", path, "-o", "o.onnx", "--json", "--cluster", f"ray:{cluster.address}",
+                    "--jobs", "3", "--cpus-per-check", "0.5", "--check", "sh", "-c",
+                    _full_passes_others_hang(last, pids), cwd=str(tmp_path), timeout=120)
+    assert time.monotonic() - t0 < 40, r.output
+    assert r.code == 0, r.output
+    assert json.loads(r.out)["status"] == "passed"
+    assert "check cancelled" in r.err
+    running = list_tasks(address=cluster.address, filters=[("state", "=", "RUNNING")])
+    assert running == []
 
 
 def _parents(pid):
