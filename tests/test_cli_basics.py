@@ -1,6 +1,6 @@
 from conftest import modules_loaded_by, run_toolkit
 
-HEAVY = ("numpy", "onnx", "onnxruntime", "tensorrt", "onnx_graphsurgeon")
+HEAVY = ("numpy", "onnx", "onnxruntime", "tensorrt", "onnx_graphsurgeon", "ray")
 
 
 def test_help_lists_command_groups():

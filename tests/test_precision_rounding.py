@@ -44,7 +44,9 @@ def path(tmp_path):
 def test_rounding_alone_keeps_no_node_and_names_the_tolerance(path):
     out = PrecisionSearch(PrecisionConfig(model=path, val_range=["[-2,2]"])).run()
     assert out.status == "rounding"
-    assert "matmul" not in out.kept and "up" in out.kept
+    # the overflow is kept in fp32 ("up" reads a constant fp16 cannot hold, so the conversion keeps it
+    # itself; the search then keeps the reader of its 2e5 output), the MatMul's rounding is not
+    assert "matmul" not in out.kept and set(out.kept) & {"up", "down"}
     assert out.passing_atol is not None and out.passing_atol > 1e-2
     assert out.checks <= out.cost_bound
     # at the tolerance it names, the same search passes with the same nodes and no word of rounding

@@ -216,9 +216,35 @@ def _spool_stdin() -> str:
     return path
 
 
-def _reduce(cfg, a: "ReduceArgs", load_inputs):
-    """Run the reduction of ``cfg`` (with ``--compare``/``--all-faults`` when ``a`` asks):
-    (outcome, reducer, compare runner or None)."""
+def _cluster_usage(a: "ReduceArgs") -> None:
+    """Usage errors of --cluster and its options, before anything runs."""
+    from toolkit.core.errors import UsageError
+
+    if a.cluster is None:
+        if a.gpus_per_check is not None or a.cpus_per_check is not None:
+            raise UsageError("--gpus-per-check and --cpus-per-check need --cluster ray")
+        return
+    if a.compare is not None:
+        raise UsageError("--cluster runs --check commands; --compare runs in this process (use --check toolkit run ...)")
+    from toolkit.reduce.cluster import parse_cluster
+
+    parse_cluster(a.cluster)
+
+
+def _open_cluster(a: "ReduceArgs", cfg):
+    """``--cluster``: the Ray cluster the checks run on (None without it)."""
+    if a.cluster is None:
+        return None
+    from toolkit.reduce.cluster import open_for_reduce
+
+    return open_for_reduce(
+        a.cluster, cfg, jobs=a.jobs, gpus=a.gpus_per_check, cpus=a.cpus_per_check, log=log
+    )
+
+
+def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
+    """Run the reduction of ``cfg`` (with ``--compare``/``--all-faults`` when ``a`` asks, on a Ray
+    ``cluster`` when given): (outcome, reducer, compare runner or None)."""
     from toolkit.reduce.session import Reducer
 
     compare, check_timeout = a.compare, a.check_timeout
@@ -255,7 +281,12 @@ def _reduce(cfg, a: "ReduceArgs", load_inputs):
     try:
         if runner is not None:
             reducer_kw["runner_factory"] = lambda _k, artifact, env: runner.sibling(artifact, env)
-        reducer = reducer_cls(cfg, reporter, runner=runner, prompt_stream=prompt_stream, **reducer_kw)
+        if cluster is not None:
+            reducer_kw.update(runner=cluster.runner(0, cfg.iter_artifact), runner_factory=cluster.runner)
+        reducer_kw.setdefault("runner", runner)
+        reducer = reducer_cls(cfg, reporter, prompt_stream=prompt_stream, **reducer_kw)
+        if cluster is not None:
+            cluster.bind(lambda: reducer.index.data_files() if reducer.index is not None else [])
         outcome = reducer.run()
     finally:
         reporter.stop()
@@ -347,7 +378,7 @@ def _reduce_config(a: "ReduceArgs", rule, load_inputs):
         reduce_outputs=not a.no_reduce_outputs,
         external_data_dir=a.external_data_dir,
         link_external_data=a.link_external_data,
-        jobs=a.jobs,
+        jobs=a.jobs if a.jobs is not None else 1,
         devices=parse_devices(a.devices),
         shape_inference=not a.no_shape_inference,
     )
@@ -422,12 +453,25 @@ class ReduceArgs:
         help="Keep each top-level If whole, even when its condition is a constant or is known for the inputs "
         "(--compare, --load-inputs); by default it is replaced by its taken branch.",
     )
-    jobs: int = option(
-        "--jobs", "-j", metavar="N", default=1,
+    jobs: Optional[int] = option(
+        "--jobs", "-j", metavar="N",
         help="Checks run at once. Each round checks JOBS split points (k-ary search); each worker has its own "
         "iteration artifact (worker k: <artifact>.worker<k>/, its path replaced in the check command) and "
         "TOOLKIT_WORKER=k in its environment. Same result as --jobs 1 for a check that always answers the "
-        "same.",
+        "same. With --cluster: the most checks at once (default: what fits on the cluster).",
+    )
+    cluster: Optional[str] = option(
+        "--cluster", metavar="ray[:ADDRESS]",
+        help="Run the checks as tasks on a Ray cluster (pip install \"toolkit[ray]\"): ray finds a running "
+        "cluster (or starts a local one), ray:ADDRESS connects to that one. --jobs is then the most checks at once "
+        "(default: what fits on the cluster). See docs/scale.md.",
+    )
+    gpus_per_check: Optional[float] = option(
+        "--gpus-per-check", metavar="N",
+        help="With --cluster: GPUs each check asks Ray for (default 1 for a TensorRT or CUDA check, else 0).",
+    )
+    cpus_per_check: Optional[float] = option(
+        "--cpus-per-check", metavar="N", help="With --cluster: CPUs each check asks Ray for (default 1).",
     )
     devices: Optional[str] = option(
         "--devices", metavar="LIST",
@@ -525,11 +569,17 @@ def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
     model = a.model
     if model == "-" and a.compare is not None:
         a.model = _spool_stdin()  # the reference and every check read the model again
+    _cluster_usage(a)
     inlined = None if a.no_inline_branches else _inline_branches(a, a.load_inputs)
     cfg = _reduce_config(a, rule, a.load_inputs)
     if inlined is not None:
         cfg.label = f"{model} (If branches inlined: {inlined.model})"
-    outcome, reducer, runner = _reduce(cfg, a, a.load_inputs)
+    ray_cluster = _open_cluster(a, cfg)
+    try:
+        outcome, reducer, runner = _reduce(cfg, a, a.load_inputs, ray_cluster)
+    finally:
+        if ray_cluster is not None:
+            ray_cluster.close()
     cfg.model = model
     code = _summary(outcome, cfg)
     if inlined is not None and inlined.input_dependent and outcome.output_written:

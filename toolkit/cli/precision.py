@@ -181,6 +181,19 @@ class PrecisionArgs:
                                               help="Reuse the verdicts of an earlier run (same model and runners).")
     external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
     json_out: bool = switch("--json", help='Print the result as JSON on stdout (instead of node names).')
+    cluster: Optional[str] = option(
+        "--cluster", metavar="ray[:ADDRESS]",
+        help="Run each check (the candidate runner on a mixed model) as a task on a Ray cluster (pip install "
+        "\"toolkit[ray]\"): ray finds a running cluster (or starts a local one), ray:ADDRESS connects to that one. "
+        "See docs/scale.md.",
+    )
+    gpus_per_check: Optional[float] = option(
+        "--gpus-per-check", metavar="N",
+        help="With --cluster: GPUs each check asks Ray for (default 1 for a TensorRT candidate, else 0).",
+    )
+    cpus_per_check: Optional[float] = option(
+        "--cpus-per-check", metavar="N", help="With --cluster: CPUs each check asks Ray for (default 1).",
+    )
 
 
 def register(app: typer.Typer) -> None:
@@ -200,6 +213,12 @@ def _run(args: PrecisionArgs) -> None:
     if compare and len(compare) != 2:
         raise UsageError("--compare takes two runner specs: the fp32 reference and the candidate, e.g. onnxrt onnxrt:fp16")
     ref, cand = compare if compare else ("onnxrt", "onnxrt:fp16")
+    if args.cluster is None and (args.gpus_per_check is not None or args.cpus_per_check is not None):
+        raise UsageError("--gpus-per-check and --cpus-per-check need --cluster ray")
+    if args.cluster is not None:
+        from toolkit.reduce.cluster import parse_cluster
+
+        parse_cluster(args.cluster)  # a usage error before anything runs
     cfg = from_params(
         PrecisionConfig,
         dataclasses.asdict(args),

@@ -177,7 +177,7 @@ class ReduceReporter(ReduceProgress):
         if cfg.check is None:
             how = "asking you (the full model is taken to fail)"
         else:
-            how = {"warm": "warm worker", "in-process": "in this process"}.get(reducer.runner.kind, "subprocess")
+            how = {"warm": "warm worker", "in-process": "in this process", "ray": "Ray tasks"}.get(reducer.runner.kind, "subprocess")
             how = f"check: {' '.join(cfg.check)} [{how}]"
         mode = cfg.mode or getattr(reducer, "default_mode", "default (bisect + 1-minimal)")
         log(f"Reducing {cfg.label or cfg.model}: {idx.size} node{'s' if idx.size != 1 else ''}{extra}; mode {mode}; {how}")

@@ -25,7 +25,7 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.progress import Messages
@@ -73,6 +73,9 @@ class PrecisionConfig:
     mode: Optional[str] = None  # None/"default", "bisect", "linear"
     save_replay: Optional[str] = None
     load_replay: Optional[str] = None
+    cluster: Optional[str] = None  # "ray[:ADDRESS]": each check a task on a Ray cluster
+    gpus_per_check: Optional[float] = None  # with cluster; None: 1 for a TensorRT candidate, else 0
+    cpus_per_check: Optional[float] = None
 
 
 @dataclass
@@ -174,6 +177,8 @@ class PrecisionSearch:
         self._best: Optional[int] = None  # the smallest passing set so far (what Ctrl-C leaves)
         self.rounding: Dict[int, float] = {}  # sets that fail by rounding alone -> the atol they need
         self.depth = 1
+        self._cluster: Any = None  # with --cluster: the Ray cluster the checks run on
+        self._feeds_ref: Any = None
 
     # ------------------------------------------------------------------ set-up
     def _validate(self) -> None:
@@ -293,36 +298,27 @@ class PrecisionSearch:
 
     # ------------------------------------------------------------------ running models
     def _run_onnx(self, model, spec_opts: Mapping, feeds: Sequence[Mapping]) -> List[Dict]:
-        from toolkit.backends.onnxrt import OnnxrtRunner
-
-        level = spec_opts.get("opt") if isinstance(spec_opts.get("opt"), str) else None
-        if (spec_opts.get("fp16") or spec_opts.get("bf16")) and level is None:
-            # ONNX-Runtime fusions (LayerNorm, even at the basic level in 1.32) see through Casts and
-            # would compute whole blocks without the rounding being emulated
-            level = "disable"
-        runner = OnnxrtRunner(
-            self.config.model,
-            model=model,
-            external_data_dir=self.config.external_data_dir,
-            graph_optimization=level,
-        )
-        with runner:
-            return [runner.infer(dict(f)) for f in feeds]
+        return run_spec(model, "onnxrt", spec_opts, feeds, self.config.model, self.config.external_data_dir)
 
     def _run_file(self, model, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping]) -> List[Dict]:
         """Run ``model`` (a ModelProto) with a runner of another kind, through a temporary file."""
-        from toolkit.core.model import save_model
+        return run_spec(model, kind, spec_opts, feeds, self.config.model, self.config.external_data_dir)
 
-        from toolkit.run.specs import make_runner
+    def _run_candidate(self, model, kind: str, spec_opts: Mapping) -> List[Dict]:
+        """One check's run: here, or as a task on the Ray cluster (``--cluster``)."""
+        if not self.config.cluster:
+            return run_spec(model, kind, spec_opts, self.feeds, self.config.model, self.config.external_data_dir)
+        if self._cluster is None:
+            from toolkit.reduce.cluster import open_for_calls
 
-        opts = {k: v for k, v in spec_opts.items() if k not in ("fp16", "bf16")}
-        spec = kind + (":" + ",".join(k if v is True else f"{k}={v}" for k, v in opts.items()) if opts else "")
-        with tempfile.TemporaryDirectory(prefix="toolkit-precision-") as d:
-            path = os.path.join(d, "candidate.onnx")
-            save_model(model, path)
-            runner = make_runner(spec, path)
-            with runner:
-                return [runner.infer(dict(f)) for f in feeds]
+            self._cluster = open_for_calls(
+                self.config.cluster, gpus=self.config.gpus_per_check, cpus=self.config.cpus_per_check,
+                gpu_check=kind == "trt", log=self.reporter.info,
+            )
+            self._feeds_ref = self._cluster.put(list(self.feeds))
+        args = (model.SerializeToString(), kind, dict(spec_opts), self._feeds_ref, self.config.model,
+                self.config.external_data_dir)
+        return self._cluster.call(run_spec_bytes, *args)
 
     def _reference(self, feeds) -> List[Dict]:
         if self.config.load_outputs:
@@ -433,10 +429,7 @@ class PrecisionSearch:
         try:
             model = self.candidate_model(keep)
             kind, opts = self.cand_spec
-            if _emulates(kind):
-                outs = self._run_onnx(model, opts, self.feeds)
-            else:
-                outs = self._run_file(model, kind, opts, self.feeds)
+            outs = self._run_candidate(model, kind, opts)
             del model
         except DependencyError:
             raise
@@ -511,6 +504,14 @@ class PrecisionSearch:
 
     # ------------------------------------------------------------------ the search
     def run(self) -> PrecisionOutcome:
+        try:
+            return self._run()
+        finally:
+            if self._cluster is not None:
+                self._cluster.close()
+                self._cluster = None
+
+    def _run(self) -> PrecisionOutcome:
         from toolkit.reduce.graph import mask_indices
 
         t0 = time.perf_counter()
@@ -668,6 +669,44 @@ class PrecisionSearch:
                     self.overflow[int(entry["nodes"], 16) >> 1] = name if name in self.position else None
         elif c.save_replay:
             self.replay = PrecisionReplay(self._model_id, n, [c.reference, c.candidate])
+
+
+def run_spec(model, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping], model_path: str,
+             external_data_dir: Optional[str]) -> List[Dict]:
+    """Run ``model`` (a ModelProto) on ``feeds`` with the runner ``kind`` and its options: in memory
+    for the kind that emulates reduced-precision storage (ONNX-Runtime), else from a file."""
+    if _emulates(kind):
+        from toolkit.backends.onnxrt import OnnxrtRunner
+
+        level = spec_opts.get("opt") if isinstance(spec_opts.get("opt"), str) else None
+        if (spec_opts.get("fp16") or spec_opts.get("bf16")) and level is None:
+            # ONNX-Runtime fusions (LayerNorm, even at the basic level in 1.32) see through Casts and
+            # would compute whole blocks without the rounding being emulated
+            level = "disable"
+        runner = OnnxrtRunner(model_path, model=model, external_data_dir=external_data_dir, graph_optimization=level)
+        with runner:
+            return [runner.infer(dict(f)) for f in feeds]
+    from toolkit.core.model import save_model
+    from toolkit.run.specs import make_runner
+
+    opts = {k: v for k, v in spec_opts.items() if k not in ("fp16", "bf16")}
+    spec = kind + (":" + ",".join(k if v is True else f"{k}={v}" for k, v in opts.items()) if opts else "")
+    with tempfile.TemporaryDirectory(prefix="toolkit-precision-") as d:
+        path = os.path.join(d, "candidate.onnx")
+        save_model(model, path)
+        file_runner = make_runner(spec, path)
+        with file_runner:
+            return [file_runner.infer(dict(f)) for f in feeds]
+
+
+def run_spec_bytes(model: bytes, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping], model_path: str,
+                   external_data_dir: Optional[str]) -> List[Dict]:
+    """:func:`run_spec` of a serialized model (a Ray task of ``--cluster``, on a node)."""
+    import onnx
+
+    proto = onnx.ModelProto()
+    proto.ParseFromString(model)
+    return run_spec(proto, kind, spec_opts, feeds, model_path, external_data_dir)
 
 
 class PrecisionReplay(Replay):

@@ -82,6 +82,7 @@ class CheckResult:
     signal: Optional[int] = None
     timed_out: bool = False
     seconds: float = 0.0
+    lost: str = ""  # why it never ran to an end (its machine was lost): a broken check, never a failure
 
     @property
     def stdout_text(self) -> str:
@@ -92,6 +93,8 @@ class CheckResult:
         return self.stderr.decode("utf-8", errors="replace")
 
     def describe(self) -> str:
+        if self.lost:
+            return "lost"
         if self.timed_out:
             return "timed out"
         if self.signal is not None:
@@ -176,8 +179,12 @@ class FailureRule:
         - it dies with a Python traceback from its own argument parsing, or an argparse
           usage error (exit 2 after ``usage: ...`` and ``PROG: error: ...``).
 
+        A check that never ran to an end because its machine was lost (``res.lost``) is BROKEN.
+
         Otherwise the rule decides pass or fail; a timeout is TIMEOUT (and fails).
         """
+        if res.lost:
+            return BROKEN
         if res.timed_out:
             return TIMEOUT
         if (

@@ -8,7 +8,9 @@ by the worker's wherever it appears in an argument.
 
 :func:`run_all` runs one check per worker at once, one thread each (each thread only
 waits on its check's process); Ctrl-C in the main thread kills every running check with
-the processes it started before the interrupt goes on.
+the processes it started before the interrupt goes on. A runner may run its check
+elsewhere: :class:`toolkit.reduce.cluster.RayRunner` runs it as a Ray task and waits for it
+in its thread; its ``cancel()`` cancels the task.
 
 No Typer or Rich here.
 """
@@ -66,8 +68,15 @@ def parse_devices(text: Optional[str]) -> List[str]:
     return [d.strip() for d in text.split(",") if d.strip()]
 
 
-def run_all(workers: Sequence[Worker], tick: Optional[Callable[[], None]] = None) -> list:
+def run_all(
+    workers: Sequence[Worker],
+    tick: Optional[Callable[[], None]] = None,
+    decisive: Optional[Callable[[int, Any], bool]] = None,
+) -> list:
     """Run each worker's check at once; their results, in order.
+
+    ``decisive(k, result)``: True when worker k's result alone answers the round; the
+    checks still running are then cancelled, and their results are None.
 
     An exception in the main thread (Ctrl-C) kills every running check (process group)
     and waits for the threads to end before it goes on.
@@ -80,13 +89,20 @@ def run_all(workers: Sequence[Worker], tick: Optional[Callable[[], None]] = None
     lock = threading.Lock()
     done = threading.Event()
 
+    finished = [False] * len(workers)
+    moot: set = set()  # checks cancelled because the round's answer was known
+
     def one(k: int) -> None:
         try:
             results[k] = workers[k].runner.run(tick=None)
+            if decisive is not None and k not in moot and decisive(k, results[k]):
+                with lock:
+                    moot.update(j for j in range(len(workers)) if not finished[j] and j != k)
         except BaseException as exc:  # noqa: BLE001 - handed to the main thread
             errors[k] = exc
         finally:
             with lock:
+                finished[k] = True
                 left[0] -= 1
                 if not left[0]:
                     done.set()  # wakes the main thread at once
@@ -102,23 +118,35 @@ def run_all(workers: Sequence[Worker], tick: Optional[Callable[[], None]] = None
         while not done.wait(0.1):
             if tick is not None:
                 tick()
+            for j in list(moot):
+                if not finished[j]:
+                    _cancel(workers[j])
         for t in threads:
             t.join()
     except BaseException:
         _stop(workers, threads)
         raise
-    for exc in errors:
-        if exc is not None:
+    return _outcome(results, errors, moot)
+
+
+def _outcome(results: list, errors: list, moot: set) -> list:
+    """The results in order (None for a moot check); the first error of another check is raised."""
+    for k, exc in enumerate(errors):
+        if exc is not None and k not in moot:
             raise exc
-    return results
+    return [None if k in moot else r for k, r in enumerate(results)]
+
+
+def _cancel(worker: Worker) -> None:
+    cancel = getattr(worker.runner, "cancel", None)
+    if cancel is not None:
+        cancel()
 
 
 def _stop(workers: Sequence[Worker], threads) -> None:
     """Kill the running checks until every thread has noticed."""
     while any(t.is_alive() for t in threads):
         for w in workers:
-            cancel = getattr(w.runner, "cancel", None)
-            if cancel is not None:
-                cancel()
+            _cancel(w)
         for t in threads:
             t.join(0.05)

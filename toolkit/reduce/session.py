@@ -667,15 +667,27 @@ class Reducer:
             else:
                 from toolkit.reduce.parallel import run_all
 
-                results = run_all([w for *_, w in started], tick=self.reporter.tick)
-            its = [self._judge(number, mask, res) for (number, mask, cand, worker), res in zip(started, results)]
+                results = run_all([w for *_, w in started], tick=self.reporter.tick, decisive=self._decisive(masks))
+            its = [self._judge(n, m, res) if res is not None else None for (n, m, _c, _w), res in zip(started, results)]
         out = []
         for it, phase, (number, mask, cand, worker) in zip(its, phases, started):
+            if it is None:  # cancelled: the round's answer was known without it (nothing remembered)
+                self.reporter.info(f"iteration {number}: check cancelled, the full model's answer ends the reduce")
+                out.append(False)  # never read: the full model's answer decides
+                continue
             it.phase = phase
             it.span = self._span(mask)
             self._record(it, mask, cand, worker)
             out.append(it.failed)
         return out
+
+    def _decisive(self, masks: Sequence[int]):
+        """With the full model first in a round, its pass (or a check broken on it) ends the
+        reduce: the round's other checks are then moot and cancelled."""
+        if masks[0] != self.index.full_mask:
+            return None
+        rule, toolkit_check, artifact = self.cfg.rule, self.toolkit_check, self.cfg.iter_artifact
+        return lambda k, res: k == 0 and rule.classify(res, toolkit_check, artifact) in (PASS, BROKEN)
 
     def _judge(self, number: int, mask: int, res: CheckResult) -> Iteration:
         """The iteration of one check's result: its verdict class, reason and evidence. A check

@@ -1,0 +1,557 @@
+"""Checks on a Ray cluster for ``debug reduce --cluster ray[:ADDRESS]``.
+
+Everything that touches Ray lives here; ``ray`` is imported only when a cluster is asked for.
+
+- :class:`RayCluster` connects (``ray.init``: the address given, else Ray's own discovery of a
+  running cluster, else a local one), says how many checks fit at once, puts the check's data
+  files (``--load-inputs``, ``--load-outputs``) in the object store once, and makes one
+  :class:`RayRunner` per worker of the reduce.
+- :class:`RayRunner` has the runner protocol of :mod:`toolkit.reduce.parallel` (``run(tick)``,
+  ``cancel()``, ``close()``): it reads the candidate the reducer wrote (a small ``.onnx``; its
+  weights are references to the model's data files) and runs :func:`run_check` as a Ray task
+  with the resources of one check, so Ray places it and sets ``CUDA_VISIBLE_DEVICES``.
+- :func:`run_check` is the task body, on the worker node: the candidate goes into a fresh
+  folder (beside the model's data files when it can, so that hard links to them work), the
+  data files into a per-node cache, and the check command runs there as a local check would
+  (own session, ``--check-timeout``, output captured).
+
+A task lost with its node is retried by Ray (``max_retries``); one lost every time is a
+broken check (``CheckResult.lost``), never a failure. Cancelling (Ctrl-C) first interrupts
+the task, which kills its check and everything the check started, then forces it.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+from toolkit.core.errors import DependencyError, UsageError
+from toolkit.reduce.check import CheckResult, data_files_in, make_runner, toolkit_args
+from toolkit.reduce.parallel import WORKER_ENV, worker_argv
+
+INSTALL = 'pip install "toolkit[ray]"'
+RETRIES = 2  # Ray retries a task lost with its node (or worker process) this many times
+CANCEL_GRACE = 3.0  # seconds a cancelled task has to kill its check before it is forced
+_GPU_WORDS = re.compile(r"(?i)(^|[^a-z])(trt|tensorrt|cuda)([^a-z]|$)")
+_LOG_LOCK = threading.Lock()
+
+
+def parse_cluster(text: str) -> Optional[str]:
+    """``ray`` -> None (Ray finds the cluster); ``ray:ADDRESS`` -> ADDRESS."""
+    kind, sep, address = text.partition(":")
+    if kind != "ray":
+        raise UsageError(f"--cluster {text}: the only cluster engine is ray; use --cluster ray or ray:ADDRESS")
+    if sep and not address.strip():
+        raise UsageError("--cluster ray: needs an address after the colon, e.g. ray:10.0.0.1:6379 (or plain ray)")
+    return address.strip() or None
+
+
+def import_ray():
+    """The ``ray`` module, or exit 4 naming the extra."""
+    try:
+        import ray
+    except ImportError:
+        raise DependencyError(f"--cluster ray needs Ray; install it with {INSTALL}") from None
+    return ray
+
+
+def uses_gpu(argv: Sequence[str]) -> bool:
+    """Whether a toolkit check runs on a GPU runner (TensorRT, CUDA)."""
+    args = toolkit_args(argv)
+    if args is None:
+        return False
+    return any(_GPU_WORDS.search(a) for a in args[1:])
+
+
+@dataclass
+class ClusterOptions:
+    address: Optional[str] = None
+    gpus_per_check: Optional[float] = None  # None: 1 for a GPU check, else 0
+    cpus_per_check: float = 1.0
+    retries: int = RETRIES
+
+
+class RayCluster:
+    """One reduce's connection to a Ray cluster and what its checks share."""
+
+    def __init__(
+        self, opts: ClusterOptions, check: Sequence[str], iter_artifact: str, timeout: Optional[float],
+        log: Callable[[str], None],
+    ):
+        self.opts = opts
+        self.check = list(check)
+        self.iter_artifact = iter_artifact  # the path the check command names
+        self.timeout = timeout
+        self.log = log
+        self.ray: Any = None
+        self.run_id = uuid.uuid4().hex[:12]
+        self.gpus = opts.gpus_per_check if opts.gpus_per_check is not None else (1.0 if uses_gpu(check) else 0.0)
+        self.cpus = opts.cpus_per_check
+        self.data: List[Tuple[str, str, Any]] = []  # (path in the command, file name, object ref)
+        self._data_files: Callable[[], List[str]] = list
+        self._task: Any = None
+        self.runners: List["RayRunner"] = []
+        self.retried = 0
+        self._warming: list = []
+        self._remotes: Dict[Callable, Any] = {}
+
+    # -------------------------------------------------------------- set-up
+
+    def connect(self) -> "RayCluster":
+        import logging
+
+        if self.gpus < 0 or self.cpus < 0:
+            raise UsageError("--gpus-per-check and --cpus-per-check cannot be negative")
+        ray = self.ray = import_ray()
+        _messages_to_stderr(ray)
+        kw: Dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False, configure_logging=True)
+        try:
+            if not ray.is_initialized():
+                ray.init(address=self.opts.address, **kw)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            where = self.opts.address or "the cluster Ray found"
+            raise DependencyError(f"--cluster ray: cannot connect to {where}: {exc}") from None
+        try:
+            self._check_resources()
+        except BaseException:
+            ray.shutdown()  # (a cluster started for this reduce stops with it)
+            raise
+        self._task = ray.remote(run_check)
+        self._share_data()
+        return self
+
+    def _check_resources(self) -> None:
+        have = self.ray.cluster_resources()
+        if self.gpus and have.get("GPU", 0) < self.gpus:
+            raise DependencyError(
+                f"each check asks for {self.gpus:g} GPU(s) but the Ray cluster has {have.get('GPU', 0):g}; "
+                "add GPU nodes, or give --gpus-per-check 0 to run the checks on CPUs"
+            )
+        if have.get("CPU", 0) < self.cpus:
+            raise DependencyError(
+                f"each check asks for {self.cpus:g} CPU(s) but the Ray cluster has {have.get('CPU', 0):g}; "
+                "give a smaller --cpus-per-check"
+            )
+
+    def default_jobs(self) -> int:
+        """Checks that fit on the cluster at once: its GPUs (GPU checks) or CPUs per check."""
+        have = self.ray.cluster_resources()
+        if self.gpus:
+            return max(int(have.get("GPU", 0) // self.gpus), 1)
+        return max(int(have.get("CPU", 0) // self.cpus), 1) if self.cpus else max(int(have.get("CPU", 1)), 1)
+
+    def _share_data(self) -> None:
+        """The data files a toolkit check names: in the object store once for the whole reduce."""
+        args = toolkit_args(self.check)
+        if args is None:
+            return
+        for k, path in enumerate(dict.fromkeys(data_files_in(args))):
+            try:
+                with open(path, "rb") as fh:
+                    blob = fh.read()
+            except OSError:
+                continue  # the check reports it, as it would locally
+            self.data.append((path, f"{k}_{os.path.basename(path)}", self.ray.put(blob)))
+
+    def warm_up(self, count: int) -> None:
+        """Have Ray start the worker processes of ``count`` checks now (a worker process takes
+        a second or more to start), while the reducer loads the model."""
+        ready = self.ray.remote(_ready).options(num_cpus=self.cpus, num_gpus=self.gpus)
+        self._warming = [ready.remote() for _ in range(max(count, 0))]
+
+    def bind(self, data_files: Callable[[], List[str]]) -> None:
+        """``data_files()``: the real paths of the model's data files that candidates refer to."""
+        self._data_files = data_files
+
+    def runner(self, number: int, artifact: str, env: Optional[Dict[str, str]] = None) -> "RayRunner":
+        r = RayRunner(self, number, artifact)
+        self.runners.append(r)
+        return r
+
+    def close(self) -> None:
+        """Stop every task still running, remove the data cache on each node, disconnect."""
+        ray = self.ray
+        if ray is None or not ray.is_initialized():
+            return
+        for r in self.runners:
+            r.cancel(force=True)
+        try:
+            self._clean_nodes()
+        finally:
+            ray.shutdown()
+
+    def _clean_nodes(self) -> None:
+        if not self.data:
+            return
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        clean = self.ray.remote(_clean_cache)
+        refs = []
+        for node in self.ray.nodes():
+            if node.get("Alive"):
+                strategy = NodeAffinitySchedulingStrategy(node_id=node["NodeID"], soft=False)
+                refs.append(clean.options(num_cpus=0, scheduling_strategy=strategy).remote(self.run_id))
+        self.ray.wait(refs, num_returns=len(refs), timeout=10)
+
+    # -------------------------------------------------------------- one check
+
+    def submit(self, number: int, artifact: str, candidate: bytes, links: Dict[str, str]):
+        spec = {
+            "argv": self.check,
+            "artifact": artifact,
+            "named": self.iter_artifact,
+            "links": links,
+            "data": [(path, name) for path, name, _ in self.data],
+            "timeout": self.timeout,
+            "env": {WORKER_ENV: str(number)},
+            "cwd": os.getcwd(),
+            "run_id": self.run_id,
+        }
+        task = self._task.options(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=self.opts.retries)
+        return task.remote(spec, candidate, [ref for *_, ref in self.data])
+
+    def links_for(self, artifact: str, candidate: bytes) -> Dict[str, str]:
+        """{location in the candidate: the model's data file it is} for its external weights."""
+        locations = external_locations(candidate)
+        if not locations:
+            return {}
+        sources = self._data_files()
+        folder = os.path.dirname(os.path.abspath(artifact))
+        out = {}
+        for loc in locations:
+            local = os.path.join(folder, loc)
+            found = next((s for s in sources if _same(local, s)), None)
+            out[loc] = found or os.path.abspath(local)
+        return out
+
+    def put(self, value) -> Any:
+        """``value`` in the object store (once; every task given it reads it from there)."""
+        return self.ray.put(value)
+
+    def call(self, fn: Callable, *args):
+        """``fn(*args)`` as a task with one check's resources; its value, or its exception.
+
+        A task lost every time raises InferenceError (the check could not run); Ctrl-C cancels it."""
+        from toolkit.core.errors import InferenceError, ToolkitError
+
+        ray = self.ray
+        task = self._remotes.get(_call_task)
+        if task is None:
+            task = self._remotes[_call_task] = ray.remote(_call_task)
+        ref = task.options(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=self.opts.retries).remote(fn, *args)
+        try:
+            while not ray.wait([ref], timeout=0.1)[0]:
+                pass
+        except BaseException:
+            cancel_and_wait(ray, ref)
+            raise
+        try:
+            value, attempt, node = ray.get(ref)
+        except ray.exceptions.RayTaskError as exc:
+            cause = getattr(exc, "cause", None)
+            if isinstance(cause, (ToolkitError, KeyboardInterrupt)):
+                raise cause from None
+            raise InferenceError(f"the check failed on its Ray node: {cause or exc}") from None
+        except ray.exceptions.RayError as exc:
+            raise InferenceError(
+                f"the check's Ray task was lost after {self.opts.retries + 1} tries ({type(exc).__name__})"
+            ) from None
+        if attempt:
+            self.note_retry(0, attempt, node)
+        return value
+
+    def note_retry(self, number: int, attempt: int, node: str) -> None:
+        self.retried += 1
+        with _LOG_LOCK:
+            self.log(
+                f"a check's Ray task (worker {number}) was lost with its node or process and retried by Ray: "
+                f"attempt {attempt + 1} ran on {node}"
+            )
+
+
+def _messages_to_stderr(ray) -> None:
+    """Ray's own messages (a node lost, ...) go to stderr: stdout carries data (``--json``)."""
+    worker: Any = getattr(getattr(ray, "_private", None), "worker", None)
+    original = getattr(worker, "print_to_stdstream", None)
+    if worker is None or original is None or getattr(original, "_toolkit", False):
+        return
+
+    def to_stderr(data, *args, **kwargs):
+        return original(dict(data, is_err=True), *args, **kwargs)
+
+    to_stderr._toolkit = True  # type: ignore[attr-defined]
+    worker.print_to_stdstream = to_stderr
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def external_locations(candidate: bytes) -> List[str]:
+    """The external data locations a serialized model refers to (its own graph and subgraphs)."""
+    if b"location" not in candidate:
+        return []
+    import onnx
+
+    model = onnx.ModelProto()
+    model.ParseFromString(candidate)
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    found = []
+    for t in _get_all_tensors(model):
+        if uses_external_data(t):
+            loc = next((e.value for e in t.external_data if e.key == "location"), None)
+            if loc and loc not in found:
+                found.append(loc)
+    return found
+
+
+class RayRunner:
+    """One worker's checks as Ray tasks (the runner protocol of :mod:`toolkit.reduce.parallel`)."""
+
+    kind = "ray"
+
+    def __init__(self, cluster: RayCluster, number: int, artifact: str):
+        self.cluster = cluster
+        self.number = number
+        self.artifact = artifact
+        self.ref: Any = None
+        self._cancelled_at: Optional[float] = None
+
+    def run(self, tick: Optional[Callable[[], None]] = None) -> CheckResult:
+        ray = self.cluster.ray
+        start = time.monotonic()
+        with open(self.artifact, "rb") as fh:
+            candidate = fh.read()
+        links = self.cluster.links_for(self.artifact, candidate)
+        self._cancelled_at = None
+        self.ref = self.cluster.submit(self.number, self.artifact, candidate, links)
+        try:
+            while not ray.wait([self.ref], timeout=0.1)[0]:
+                if tick is not None:
+                    tick()
+            return self._result(start)
+        except BaseException:
+            self.cancel()
+            self._wait_cancelled()
+            raise
+        finally:
+            self.ref = None
+
+    def _result(self, start: float) -> CheckResult:
+        ray = self.cluster.ray
+        try:
+            out = ray.get(self.ref)
+        except ray.exceptions.TaskCancelledError:
+            if self._cancelled_at is not None:
+                return CheckResult(None, b"", b"cancelled\n", signal=9, seconds=time.monotonic() - start)
+            return _lost("its Ray task was cancelled", start)
+        except ray.exceptions.RayError as exc:
+            return _lost(f"its Ray task was lost after {self.cluster.opts.retries + 1} tries ({type(exc).__name__})", start)
+        if out["attempt"]:
+            self.cluster.note_retry(self.number, out["attempt"], out["node"])
+        res = CheckResult(out["code"], out["stdout"], out["stderr"], out["signal"], out["timed_out"], out["seconds"])
+        return res
+
+    def cancel(self, force: bool = False) -> None:
+        """Interrupt the running task (its check killed with what it started); force it later."""
+        ref = self.ref
+        if ref is None:
+            return
+        now = time.monotonic()
+        if self._cancelled_at is None:
+            self._cancelled_at = now
+        force = force or now - self._cancelled_at > CANCEL_GRACE
+        try:
+            self.cluster.ray.cancel(ref, force=force)
+        except Exception:  # noqa: BLE001 - already finished, or its node is gone
+            pass
+
+    def _wait_cancelled(self) -> None:
+        if self.ref is not None:
+            cancel_and_wait(self.cluster.ray, self.ref, self._cancelled_at)
+
+    def close(self) -> None:
+        pass
+
+
+def cancel_and_wait(ray, ref, since: Optional[float] = None) -> None:
+    """Cancel the task ``ref`` (interrupted first: it kills its check; forced after
+    CANCEL_GRACE seconds) and wait until it has ended."""
+    since = since if since is not None else time.monotonic()
+    limit = time.monotonic() + 2 * CANCEL_GRACE + 5
+    while time.monotonic() < limit:
+        try:
+            ray.cancel(ref, force=time.monotonic() - since > CANCEL_GRACE)
+        except Exception:  # noqa: BLE001 - already finished, or its node is gone
+            pass
+        if ray.wait([ref], timeout=0.2)[0]:
+            return
+
+
+def _lost(why: str, start: float) -> CheckResult:
+    msg = f"error: the check never finished: {why}\n"
+    return CheckResult(None, b"", msg.encode(), seconds=time.monotonic() - start, lost=why)
+
+
+# ------------------------------------------------------------------ on the worker node
+
+
+def _attempt() -> int:
+    try:
+        import ray
+
+        worker: Any = ray._private.worker.global_worker
+        return int(worker.core_worker.get_current_task_attempt_number())
+    except Exception:  # noqa: BLE001 - a Ray without it: no retry noted
+        return 0
+
+
+def _node() -> str:
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address() + " (node " + ray.get_runtime_context().get_node_id()[:8] + ")"
+    except Exception:  # noqa: BLE001
+        return "another node"
+
+
+def _call_task(fn: Callable, *args) -> tuple:
+    """The task of :meth:`RayCluster.call`: ``fn``'s value, this attempt's number, this node."""
+    return fn(*args), _attempt(), _node()
+
+
+def _ready() -> bool:
+    return True
+
+
+def _cache_dir(run_id: str) -> str:
+    return os.path.join(tempfile.gettempdir(), f"toolkit-ray-{run_id}")
+
+
+def _clean_cache(run_id: str) -> None:
+    shutil.rmtree(_cache_dir(run_id), ignore_errors=True)
+
+
+def _stage_data(spec: dict, refs: list) -> Dict[str, str]:
+    """The check's data files in this node's cache (fetched from the object store once per node)."""
+    import ray
+
+    folder = _cache_dir(spec["run_id"])
+    os.makedirs(folder, exist_ok=True)
+    paths = {}
+    for (path, name), ref in zip(spec["data"], refs):
+        local = os.path.join(folder, name)
+        if not os.path.exists(local):
+            blob = ray.get(ref)
+            tmp = f"{local}.{uuid.uuid4().hex[:8]}.part"
+            with open(tmp, "wb") as fh:
+                fh.write(blob)
+            os.replace(tmp, local)
+        paths[path] = local
+    return paths
+
+
+def _task_folder(links: Dict[str, str]) -> str:
+    """A fresh folder for one check: beside the model's data files when it can (hard links to
+    them then work), else in the node's temporary folder."""
+    for src in links.values():
+        try:
+            return tempfile.mkdtemp(prefix=".toolkit-check-", dir=os.path.dirname(src))
+        except OSError:
+            break
+    return tempfile.mkdtemp(prefix="toolkit-check-")
+
+
+def _place_weights(folder: str, links: Dict[str, str]) -> List[str]:
+    """Each data file the candidate names, reachable at its location in ``folder``; notes on copies."""
+    notes = []
+    for loc, src in links.items():
+        dest = os.path.join(folder, loc)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        try:
+            os.link(src, dest)
+        except OSError:
+            shutil.copyfile(src, dest)
+            notes.append(f"note: {src} was copied into the check's folder (no hard link possible there)\n")
+    return notes
+
+
+def run_check(spec: dict, candidate: bytes, refs: list) -> dict:
+    """The Ray task: one check of one candidate, as a local check runs it."""
+    start = time.monotonic()
+    links = spec["links"]
+    folder = _task_folder(links)
+    saved_cwd = os.getcwd()
+    try:
+        notes = _place_weights(folder, links)
+        artifact = os.path.join(folder, os.path.basename(spec["artifact"]))
+        with open(artifact, "wb") as fh:
+            fh.write(candidate)
+        argv = worker_argv(spec["argv"], spec["named"], artifact)
+        for path, local in _stage_data(spec, refs).items():
+            argv = worker_argv(argv, path, local)
+        os.chdir(spec["cwd"] if os.path.isdir(spec["cwd"]) else folder)
+        res = make_runner(argv, spec["timeout"], warm=False, env=spec["env"]).run()
+    finally:
+        os.chdir(saved_cwd)
+        shutil.rmtree(folder, ignore_errors=True)
+    stderr = "".join(notes).encode() + res.stderr
+    return {
+        "code": res.code, "stdout": res.stdout, "stderr": stderr, "signal": res.signal,
+        "timed_out": res.timed_out, "seconds": res.seconds or time.monotonic() - start,
+        "attempt": _attempt(), "node": _node(),
+    }
+
+
+def open_for_reduce(
+    text: str, cfg, *, jobs: Optional[int], gpus: Optional[float], cpus: Optional[float], log: Callable[[str], None],
+) -> RayCluster:
+    """Connect for ``debug reduce --cluster``: check the options, set ``cfg.jobs`` (default: the
+    checks that fit on the cluster at once). ``cfg`` is a ReduceConfig."""
+    address = parse_cluster(text)
+    if cfg.check is None:
+        raise UsageError("--cluster runs --check commands on the cluster; give --check (questions are asked here)")
+    if cfg.devices:
+        raise UsageError("--cluster: Ray gives each check its GPUs (CUDA_VISIBLE_DEVICES); leave --devices out")
+    if cfg.iter_info:
+        raise UsageError("--iter-info describes one local iteration artifact; it cannot be used with --cluster")
+    opts = ClusterOptions(address, gpus, cpus if cpus is not None else 1.0)
+    cluster = RayCluster(opts, cfg.check, cfg.iter_artifact, cfg.check_timeout, log).connect()
+    cfg.jobs = jobs if jobs is not None else cluster.default_jobs()
+    cluster.warm_up(cfg.jobs)
+    res = cluster.ray.cluster_resources()
+    log(
+        f"Ray cluster: {res.get('CPU', 0):g} CPU(s), {res.get('GPU', 0):g} GPU(s); each check asks for "
+        f"{cluster.cpus:g} CPU(s) and {cluster.gpus:g} GPU(s); up to {cfg.jobs} at once"
+    )
+    return cluster
+
+
+def open_for_calls(
+    text: str, *, gpus: Optional[float], cpus: Optional[float], gpu_check: bool, log: Callable[[str], None]
+) -> RayCluster:
+    """Connect for ``debug precision --cluster``: each check's run a task (:meth:`RayCluster.call`)."""
+    address = parse_cluster(text)
+    gpus = gpus if gpus is not None else (1.0 if gpu_check else 0.0)
+    opts = ClusterOptions(address, gpus, cpus if cpus is not None else 1.0)
+    cluster = RayCluster(opts, [], "", None, log).connect()
+    cluster.warm_up(1)
+    res = cluster.ray.cluster_resources()
+    log(
+        f"Ray cluster: {res.get('CPU', 0):g} CPU(s), {res.get('GPU', 0):g} GPU(s); each check asks for "
+        f"{cluster.cpus:g} CPU(s) and {cluster.gpus:g} GPU(s)"
+    )
+    return cluster
