@@ -155,7 +155,7 @@ def resolve_providers(names: Optional[Sequence[str]]) -> List[str]:
     by_lower = {p.lower(): p for p in available}
     out: List[str] = []
     for raw in names:
-        for name in (n for n in raw.split(",") if n.strip()):
+        for name in (n for n in raw.replace("+", ",").split(",") if n.strip()):
             key = name.strip().lower()
             full = PROVIDER_ALIASES.get(key, None)
             if full is None:

@@ -37,6 +37,7 @@ _PANELS = {
                      "--external-data-dir", "--shape-inference"),
     "TensorRT": ("--trt-outputs", "--trt-exclude-outputs", "--fp16", "--bf16", "--int8", "--tf32", "--calibration-cache",
                  "--pool-limit", "--trt-min-shapes", "--trt-opt-shapes", "--trt-max-shapes", "--save-engine"),
+    "OpenVINO": ("--openvino-device", "--openvino-precision", "--openvino-outputs", "--openvino-exclude-outputs"),
 }
 
 
@@ -62,6 +63,7 @@ class RunCommand(ToolkitCommand):
 _RUN_OPTS = {
     "--onnxrt": "Run the model with ONNX-Runtime.",
     "--trt": "Run the model with TensorRT (needs TensorRT and cuda-python: the [trt] extra).",
+    "--openvino": "Run the model with OpenVINO (the [openvino] extra); its log line names the precision it infers in.",
     "--providers": "ONNX-Runtime execution providers in priority order: cpu (default), cuda, trt, ... or full names "
         "such as CUDAExecutionProvider.",
     "--ort-optimization": "ONNX-Runtime graph optimization level: disable, basic, extended or all (default); "
@@ -113,6 +115,12 @@ _RUN_OPTS = {
     "--trt-opt-shapes": "Shapes TensorRT optimizes for (and generated inputs use); repeat for more profiles.",
     "--trt-max-shapes": "Maximum shapes of a TensorRT profile; repeat the flag for more profiles.",
     "--save-engine": "Save the TensorRT engine built.",
+    "--openvino-device": "OpenVINO device: cpu (default), gpu, npu or auto.",
+    "--openvino-precision": "OpenVINO inference precision: f32, bf16 or f16 (default: the device's choice, bf16 on "
+        "CPUs with bfloat16 support).",
+    "--openvino-outputs": "Tensors OpenVINO returns instead of the model's outputs: 'mark all' or '*' (every output "
+        "of every node of the top graph), names, or glob patterns.",
+    "--openvino-exclude-outputs": "Names or glob patterns to leave out of the OpenVINO outputs.",
 }
 
 
@@ -126,6 +134,7 @@ def register(app: typer.Typer) -> None:
         ] = None,
         onnxrt: Annotated[bool, option(_RUN_OPTS, "--onnxrt")] = False,
         trt: Annotated[bool, option(_RUN_OPTS, "--trt")] = False,
+        openvino: Annotated[bool, option(_RUN_OPTS, "--openvino")] = False,
         providers: Annotated[ListOpt, option(_RUN_OPTS, "--providers", "--execution-providers")] = None,
         ort_optimization: Annotated[
             Optional[str], option(_RUN_OPTS, "--ort-optimization", "--graph-optimization-level", metavar="LEVEL")
@@ -178,15 +187,21 @@ def register(app: typer.Typer) -> None:
         trt_opt_shapes: Annotated[ListOpt, option(_RUN_OPTS, "--trt-opt-shapes")] = None,
         trt_max_shapes: Annotated[ListOpt, option(_RUN_OPTS, "--trt-max-shapes")] = None,
         save_engine: Annotated[Optional[str], option(_RUN_OPTS, "--save-engine", metavar="PATH")] = None,
+        openvino_device: Annotated[Optional[str], option(_RUN_OPTS, "--openvino-device", metavar="DEVICE")] = None,
+        openvino_precision: Annotated[
+            Optional[str], option(_RUN_OPTS, "--openvino-precision", metavar="PRECISION")
+        ] = None,
+        openvino_outputs: Annotated[ListOpt, option(_RUN_OPTS, "--openvino-outputs")] = None,
+        openvino_exclude_outputs: Annotated[ListOpt, option(_RUN_OPTS, "--openvino-exclude-outputs")] = None,
     ) -> None:
-        """Run a model on ONNX-Runtime and/or TensorRT with generated or loaded inputs, save
+        """Run a model on ONNX-Runtime, TensorRT and/or OpenVINO with generated or loaded inputs, save
         inputs and outputs, and compare results (several runners and/or loaded outputs files
         are compared in consecutive pairs). MODEL may also be a TensorRT engine
         (.engine/.plan/.trt) for --trt.
 
         Exit codes: 0 passed; 1 a comparison or --validate failed, or inference (or the
         TensorRT build) failed; 2 bad options; 3 bad model or data file; 4 missing backend,
-        TensorRT, cuda-python or GPU.
+        TensorRT, cuda-python, OpenVINO or device.
         """
         from toolkit.run.registry import runner_order
 
@@ -208,7 +223,7 @@ def register(app: typer.Typer) -> None:
         quiet = is_quiet()
         argv = ctx.meta.get(_ARGV_KEY) or []
         command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
-        runners = runner_order(argv, {"onnxrt": onnxrt, "trt": trt})
+        runners = runner_order(argv, {"onnxrt": onnxrt, "trt": trt, "openvino": openvino})
         runners, fp16, bf16 = _fp16_emulation(runners, fp16, bf16)
         if model is None:
             from toolkit.core.errors import UsageError

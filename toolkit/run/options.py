@@ -75,6 +75,11 @@ class RunOptions:
     trt_max_shapes: List[List[str]] = field(default_factory=list)
     save_engine: Optional[str] = None
     calibration_cache: Optional[str] = None
+    # OpenVINO (used when an "openvino" runner is among the runners)
+    openvino_outputs: List[str] = field(default_factory=list)
+    openvino_exclude_outputs: List[str] = field(default_factory=list)
+    openvino_device: Optional[str] = None
+    openvino_precision: Optional[str] = None
     model_type: Optional[str] = None  # --model-type: "engine" loads MODEL as a TensorRT engine whatever its suffix
 
     def trt_options_given(self) -> List[str]:

@@ -16,7 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.backends.onnxrt import OPTIMIZATION_LEVELS, OnnxrtRunner, check_optimization_level
+from toolkit.backends import openvino
+from toolkit.backends.onnxrt import OPTIMIZATION_LEVELS, OnnxrtRunner, check_optimization_level, resolve_providers
 from toolkit.core.errors import UsageError
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -32,13 +33,16 @@ class RunnerOption:
     ``field``: the :class:`~toolkit.run.options.RunOptions` attribute it sets; ``flag``: its
     command-line flag (None when it exists only in specs); ``spec``: its name in a runner spec
     (``trt:fp16`` -> ``fp16``, ``onnxrt:opt=basic`` -> ``opt``), None when specs cannot set it;
-    ``choices``: the values of a ``KEY=VALUE`` spec option (empty for a switch such as ``fp16``).
+    ``choices``: the values of a ``KEY=VALUE`` spec option (empty for a switch such as ``fp16``);
+    ``value``: for a ``KEY=VALUE`` option that takes any value (``onnxrt:providers=cuda``), the
+    function turning the spec's text into the field's value.
     """
 
     field: str
     flag: Optional[str] = None
     spec: Optional[str] = None
     choices: Tuple[str, ...] = ()
+    value: Optional[Callable[[str], Any]] = None
 
 
 Preflight = Callable[["RunOptions", "Reporter"], Any]
@@ -48,6 +52,10 @@ Connect = Callable[[Any, "FeedSource"], Mapping[str, tuple]]
 
 def _no_preflight(opts: "RunOptions", reporter: "Reporter") -> None:
     return None
+
+
+def _on_device(options: Mapping[str, Any]) -> bool:
+    return False
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,10 @@ class RunnerKind:
     feeds)``, when given, lets the backend take the run's inputs early (TensorRT calibrates
     ``--int8`` on them) and returns shapes that generated inputs should use for dynamic dims.
     ``warn_unused``: warn when the kind's flags are given but none of its runners runs.
+    ``outputs_field``: the option that chooses the tensors it returns (``mark all`` for a
+    layerwise comparison). ``host_only(spec_options)``: whether a runner of that spec computes
+    on the CPU only, opening no device context, so that it may run in a process that forks
+    later (``debug reduce --compare`` then checks in process, and computes its reference there).
     """
 
     name: str
@@ -70,6 +82,8 @@ class RunnerKind:
     preflight: Preflight = _no_preflight
     connect: Optional[Connect] = None
     warn_unused: bool = False
+    outputs_field: Optional[str] = None
+    host_only: Callable[[Mapping[str, Any]], bool] = _on_device
 
     def spec_options(self) -> Dict[str, RunnerOption]:
         return {o.spec: o for o in self.options if o.spec}
@@ -90,6 +104,12 @@ def get_kind(name: str) -> RunnerKind:
     if kind is None:
         raise UsageError(f"unknown runner '{name}'; use one of: {', '.join(KINDS)}")
     return kind
+
+
+def mark_all_outputs() -> Dict[str, List[str]]:
+    """Run options that make every kind return every tensor (``--onnx-outputs mark all`` and
+    the like), for layerwise comparisons."""
+    return {k.outputs_field: ["mark", "all"] for k in KINDS.values() if k.outputs_field}
 
 
 def options_given(opts: "RunOptions", kind_name: str) -> List[str]:
@@ -131,6 +151,18 @@ def _onnxrt_preflight(opts: "RunOptions", reporter: "Reporter") -> None:
         raise UsageError("onnxrt:fp16,bf16: emulate one precision per runner (onnxrt:fp16 or onnxrt:bf16)")
     if opts.ort_optimization:
         check_optimization_level(opts.ort_optimization)
+    if opts.providers:
+        resolve_providers(opts.providers)  # a provider this installation lacks: exit 4 before any work
+
+
+def _providers_value(text: str) -> List[str]:
+    """``onnxrt:providers=cuda+cpu`` -> ``["cuda", "cpu"]`` (priority order, as --providers takes them)."""
+    return [p for p in text.replace("+", ",").split(",") if p.strip()]
+
+
+def _onnxrt_host_only(options: Mapping[str, Any]) -> bool:
+    providers = options.get("providers")
+    return not providers or all(p.strip().lower() in ("cpu", "cpuexecutionprovider") for p in _providers_value(str(providers)))
 
 
 def _onnxrt_factory(opts: "RunOptions", config: Any, reporter: "Reporter", name: Optional[str]) -> "Runner":
@@ -154,8 +186,10 @@ register(
         help="ONNX-Runtime (CPU by default; --providers picks execution providers)",
         factory=_onnxrt_factory,
         preflight=_onnxrt_preflight,
+        outputs_field="onnx_outputs",
+        host_only=_onnxrt_host_only,
         options=(
-            RunnerOption("providers", "--providers"),
+            RunnerOption("providers", "--providers", spec="providers", value=_providers_value),
             RunnerOption("onnx_outputs", "--onnx-outputs"),
             RunnerOption("onnx_exclude_outputs", "--onnx-exclude-outputs"),
             RunnerOption("ort_optimization", "--ort-optimization", spec="opt", choices=tuple(OPTIMIZATION_LEVELS)),
@@ -208,6 +242,7 @@ register(
         preflight=check_trt,
         connect=_trt_connect,
         warn_unused=True,
+        outputs_field="trt_outputs",
         options=(
             RunnerOption("trt_outputs", "--trt-outputs"),
             RunnerOption("trt_exclude_outputs", "--trt-exclude-outputs"),
@@ -221,6 +256,28 @@ register(
             RunnerOption("trt_max_shapes", "--trt-max-shapes"),
             RunnerOption("save_engine", "--save-engine"),
             RunnerOption("calibration_cache", "--calibration-cache"),
+        ),
+    )
+)
+
+
+# ---------------------------------------------------------------------------- OpenVINO (toolkit/backends/openvino.py)
+
+register(
+    RunnerKind(
+        name="openvino",
+        flag="--openvino",
+        help="OpenVINO (the openvino extra; CPU by default, in the device's default precision)",
+        factory=openvino.factory,
+        preflight=openvino.preflight,
+        warn_unused=True,
+        outputs_field="openvino_outputs",
+        host_only=openvino.host_only,
+        options=(
+            RunnerOption("openvino_outputs", "--openvino-outputs"),
+            RunnerOption("openvino_exclude_outputs", "--openvino-exclude-outputs"),
+            RunnerOption("openvino_device", "--openvino-device", spec="device", choices=openvino.DEVICES),
+            RunnerOption("openvino_precision", "--openvino-precision", spec="precision", choices=tuple(openvino.PRECISIONS)),
         ),
     )
 )

@@ -44,8 +44,21 @@ class RunnerSpec:
         if not self.options:
             return opts
         known = get_kind(self.kind).spec_options()
-        changes: Dict[str, Any] = {known[k].field: v for k, v in self.options.items()}
+        changes: Dict[str, Any] = {}
+        for key, value in self.options.items():
+            opt = known[key]
+            changes[opt.field] = opt.value(str(value)) if opt.value is not None else value
         return dataclasses.replace(opts, **changes)
+
+    def host_only(self) -> bool:
+        """Whether this runner computes on the CPU only (no device context; see ``RunnerKind.host_only``)."""
+        return get_kind(self.kind).host_only(self.options)
+
+
+def _describe(key: str, opt) -> str:
+    if opt.choices:
+        return f"{key}={'|'.join(opt.choices)}"
+    return f"{key}=VALUE" if opt.value is not None else key
 
 
 def _parse_option(kind: RunnerKind, text: str, spec: str) -> tuple:
@@ -55,11 +68,15 @@ def _parse_option(kind: RunnerKind, text: str, spec: str) -> tuple:
     value = value.strip()
     opt = known.get(key)
     if opt is None:
-        valid = ", ".join(f"{k}={'|'.join(o.choices)}" if o.choices else k for k, o in known.items())
+        valid = ", ".join(_describe(k, o) for k, o in known.items())
         raise UsageError(
             f"runner spec '{spec}': {kind.name} has no option '{key}'; "
             + (f"its options: {valid}" if valid else f"{kind.name} takes no options")
         )
+    if opt.value is not None:
+        if not eq or not value:
+            raise UsageError(f"runner spec '{spec}': write {key}=VALUE")
+        return key, value
     if opt.choices:
         if not eq or value.lower() not in opt.choices:
             raise UsageError(f"runner spec '{spec}': write {key}=VALUE with VALUE one of: {', '.join(opt.choices)}")

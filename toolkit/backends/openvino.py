@@ -1,0 +1,313 @@
+"""The OpenVINO runner (the ``[openvino]`` extra): ``toolkit run MODEL --openvino``, runner spec
+``openvino[:device=cpu|gpu|npu|auto,precision=f32|bf16|f16]``.
+
+OpenVINO reads the ONNX model from its path (external data beside it), compiles it for the
+device and runs it. Which precision it computes in is the device's choice unless
+``precision=`` says: on CPUs with bfloat16 support the CPU plugin infers in **bf16 by default**.
+The runner reads the effective ``INFERENCE_PRECISION_HINT`` back from the compiled model and
+names it in its log line, and it records it (:attr:`OpenvinoRunner.precision`) so that a
+diagnosis judges its rounding as that precision's.
+
+``--openvino-outputs mark all`` returns every tensor of the top graph (names chosen as for
+``--onnx-outputs``), added to the model with ``Model.add_outputs`` before compiling; like any
+marking, it can change what the device fuses.
+
+This module imports ``openvino`` only inside functions; a missing package is a
+:class:`~toolkit.core.errors.DependencyError` (exit 4) naming ``pip install "toolkit[openvino]"``.
+Its registry glue (``preflight``, ``factory``, ``host_only``) reads the run options by
+attribute, so that :mod:`toolkit.run.registry` declares the kind in one entry.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from toolkit.backends.base import Runner
+from toolkit.core.errors import DependencyError, InferenceError, InputError, UsageError, one_line
+from toolkit.core.meta import TensorMeta
+
+INSTALL = 'pip install "toolkit[openvino]"'
+
+#: ``precision=`` values -> OpenVINO's INFERENCE_PRECISION_HINT values
+PRECISIONS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
+#: ``device=`` values (OpenVINO device names, lower case here)
+DEVICES = ("cpu", "gpu", "npu", "auto")
+
+# OpenVINO element type names -> toolkit dtype names
+_TYPES = {
+    "f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
+    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "boolean": "bool", "string": "string",
+}
+# INFERENCE_PRECISION_HINT read back -> the short name shown and the storage it rounds to
+_SHORT = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
+_REDUCED = {"bf16": "bf16", "f16": "fp16"}
+
+
+def import_openvino():
+    """The ``openvino`` module; DependencyError (exit 4) naming the extra when it is missing."""
+    try:
+        import openvino
+    except ImportError:
+        raise DependencyError(f"OpenVINO is not installed; install it with: {INSTALL}") from None
+    return openvino
+
+
+def _device_name(device: Optional[str]) -> str:
+    return (device or "cpu").upper()
+
+
+def check_device(device: Optional[str]) -> None:
+    """DependencyError unless OpenVINO offers ``device`` (AUTO always exists)."""
+    ov = import_openvino()
+    name = _device_name(device)
+    if name == "AUTO":
+        return
+    available = list(ov.Core().available_devices)
+    if not any(d == name or d.startswith(name + ".") for d in available):
+        raise DependencyError(
+            f"OpenVINO device '{name}' is not available on this machine; available: {', '.join(available) or 'none'}"
+        )
+
+
+# ---------------------------------------------------------------------- registry glue
+
+
+def preflight(opts: Any, reporter: Any = None) -> None:
+    """Before any data is read: usage errors (exit 2), then a missing OpenVINO or device (exit 4)."""
+    precision = getattr(opts, "openvino_precision", None)
+    if precision and precision.lower() not in PRECISIONS:
+        raise UsageError(f"--openvino-precision {precision}: use one of: {', '.join(PRECISIONS)}")
+    device = getattr(opts, "openvino_device", None)
+    if device and device.lower() not in DEVICES:
+        raise UsageError(f"--openvino-device {device}: use one of: {', '.join(DEVICES)}")
+    check_device(device)
+
+
+def factory(opts: Any, config: Any, reporter: Any, name: Optional[str]) -> "OpenvinoRunner":
+    """An inactive :class:`OpenvinoRunner` for the run options ``opts``."""
+    return OpenvinoRunner(
+        opts.model,
+        device=opts.openvino_device,
+        precision=opts.openvino_precision,
+        outputs=opts.openvino_outputs,
+        exclude_outputs=opts.openvino_exclude_outputs,
+        external_data_dir=opts.external_data_dir,
+        name=name,
+    )
+
+
+def host_only(options: Mapping[str, Any]) -> bool:
+    """Whether a runner spec's options keep OpenVINO on the CPU (no device context to keep out
+    of forked workers)."""
+    return str(options.get("device") or "cpu").lower() == "cpu"
+
+
+# ---------------------------------------------------------------------- the runner
+
+
+class OpenvinoRunner(Runner):
+    """Runs an ONNX model with OpenVINO.
+
+    Args:
+        model_path: path of the ONNX model (its external data beside it), or ``-`` for stdin.
+        device: OpenVINO device (``cpu`` by default, ``gpu``, ``npu``, ``auto``).
+        precision: inference precision hint (``f32``, ``bf16``, ``f16``); None: the device's default.
+        outputs: ``--openvino-outputs`` words (``["mark", "all"]``, names, globs); None keeps the
+            model's outputs.
+        exclude_outputs: names or globs removed from the outputs.
+        external_data_dir: where the external weights are; OpenVINO reads them beside the model only.
+    """
+
+    name = "openvino-runner"
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        device: Optional[str] = None,
+        precision: Optional[str] = None,
+        outputs: Optional[Sequence[str]] = None,
+        exclude_outputs: Optional[Sequence[str]] = None,
+        external_data_dir: Optional[str] = None,
+        name: Optional[str] = None,
+    ):
+        super().__init__(name)
+        self.model_path = model_path
+        self.device = _device_name(device)
+        self.precision_requested = (precision or "").lower() or None
+        self.outputs = list(outputs or [])
+        self.exclude_outputs = list(exclude_outputs or [])
+        self.external_data_dir = external_data_dir
+        #: the effective inference precision (``f32``, ``bf16``, ``f16``), known once active
+        self.inference_precision = ""
+        #: the reduced precision it computes in (``bf16``/``fp16``), None for f32
+        self.precision: Optional[str] = None
+        self.version = ""
+        self._compiled: Any = None
+        self._request: Any = None
+        self._inputs: List[TensorMeta] = []
+        self._output_names: List[str] = []
+        self._ports: List[int] = []
+
+    # ------------------------------------------------------------------ set-up
+    def _read(self, core):
+        """The ov.Model of the file (or stdin), as OpenVINO's ONNX reader builds it."""
+        path = self.model_path
+        if self.external_data_dir and path != "-":
+            here = os.path.dirname(os.path.abspath(path))
+            if os.path.abspath(self.external_data_dir) != here:
+                raise UsageError(
+                    "--external-data-dir: OpenVINO reads external data from the model's own folder only; "
+                    "run the model where its weights are"
+                )
+        try:
+            if path == "-":
+                from toolkit.core.model import read_bytes
+
+                return core.read_model(read_bytes(path))
+            from toolkit.core.model import check_readable_file
+
+            check_readable_file(path)
+            return core.read_model(path)
+        except Exception as exc:  # OpenVINO raises RuntimeError (and its own types) for unreadable models
+            if isinstance(exc, (UsageError, InputError)):
+                raise
+            raise InputError(f"{path}: OpenVINO cannot read the model: {one_line(exc)}") from None
+
+    def _selected(self) -> Optional[List[str]]:
+        """The tensor names --openvino-outputs chooses (None: the model's outputs)."""
+        if not (self.outputs or self.exclude_outputs):
+            return None
+        from toolkit.core.layerwise import select_outputs
+        from toolkit.core.model import load_model
+
+        onnx_model = load_model(self.model_path, load_external_data=False)
+        return select_outputs(onnx_model, self.outputs, self.exclude_outputs)
+
+    def _mark(self, model, names: Sequence[str]) -> List[str]:
+        """Add ``names`` as outputs of ``model``; returns those OpenVINO does not offer."""
+        have = {n for out in model.outputs for n in out.get_names()}
+        todo = [n for n in names if n not in have]
+        try:
+            model.add_outputs(todo)
+            return []
+        except Exception:  # noqa: BLE001 - some name is not a tensor of OpenVINO's graph: add them one by one
+            missing = []
+            for name in todo:
+                try:
+                    model.add_outputs([name])
+                except Exception:  # noqa: BLE001 - folded away by OpenVINO's ONNX reader
+                    missing.append(name)
+            return missing
+
+    def _config(self) -> Dict[str, str]:
+        if self.precision_requested:
+            return {"INFERENCE_PRECISION_HINT": PRECISIONS[self.precision_requested]}
+        return {}
+
+    def _activate(self) -> None:
+        ov = import_openvino()
+        self.version = ov.get_version().split("-")[0]
+        core = ov.Core()
+        model = self._read(core)
+        wanted = self._selected()
+        if wanted is not None:
+            missing = self._mark(model, wanted)
+            if missing:
+                explicit = [n for n in missing if n in self.outputs]
+                if explicit:
+                    raise InputError(f"OpenVINO does not offer '{explicit[0]}' as a tensor of the model")
+                self.notes.append(
+                    f"not returning {len(missing)} tensor(s) that OpenVINO's ONNX reader folds away: "
+                    + ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+                )
+                wanted = [n for n in wanted if n not in set(missing)]
+        try:
+            compiled = core.compile_model(model, self.device, self._config())
+        except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError for what it cannot compile
+            raise InputError(
+                f"{self.model_path}: OpenVINO cannot compile the model for {self.device}: {one_line(exc)}"
+            ) from None
+        self._compiled = compiled
+        self._request = compiled.create_infer_request()
+        self._read_precision(compiled)
+        self._inputs = [TensorMeta(p.get_any_name(), _shape(p.get_partial_shape()), _dtype(p)) for p in compiled.inputs]
+        self._bind_outputs(compiled, wanted)
+
+    def _read_precision(self, compiled) -> None:
+        try:
+            hint = compiled.get_property("INFERENCE_PRECISION_HINT")
+            name = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
+        except Exception:  # noqa: BLE001 - a device (AUTO, NPU) may not report it
+            name = ""
+        self.inference_precision = _SHORT.get(name, name)
+        self.precision = _REDUCED.get(name)
+
+    def _bind_outputs(self, compiled, wanted: Optional[List[str]]) -> None:
+        ports = list(compiled.outputs)
+        if wanted is None:
+            self._output_names = [_port_name(p) for p in ports]
+            self._ports = list(range(len(ports)))
+            return
+        index: Dict[str, int] = {}
+        for k, port in enumerate(ports):
+            for n in port.get_names():
+                index.setdefault(n, k)
+        self._output_names = [n for n in wanted if n in index]
+        self._ports = [index[n] for n in self._output_names]
+
+    def _deactivate(self) -> None:
+        self._request = None
+        self._compiled = None
+
+    # ------------------------------------------------------------------ queries
+    def input_metadata(self) -> List[TensorMeta]:
+        return list(self._inputs)
+
+    def output_names(self) -> List[str]:
+        return list(self._output_names)
+
+    def summary(self) -> str:
+        chosen = "as asked" if self.precision_requested else "the device's default"
+        text = f"OpenVINO {self.version} on {self.device} | inference precision {self.inference_precision or 'unknown'}"
+        text += f" ({chosen})"
+        if self.precision and not self.precision_requested:
+            text += "; openvino:precision=f32 (--openvino-precision f32) computes in float32"
+        return text
+
+    # ------------------------------------------------------------------ inference
+    def _infer(self, feed: Mapping) -> Dict[str, object]:
+        request = self._request
+        start = time.perf_counter()
+        try:
+            request.infer(dict(feed))
+            values = [request.get_output_tensor(k).data.copy() for k in self._ports]
+        except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError for what it cannot run
+            if isinstance(exc, (KeyboardInterrupt, MemoryError)):
+                raise
+            raise InferenceError(f"{self.name}: inference failed: {one_line(exc)}") from None
+        self.last_inference_time = time.perf_counter() - start
+        return dict(zip(self._output_names, values))
+
+
+def _port_name(port) -> str:
+    names = sorted(port.get_names())
+    try:
+        return port.get_any_name()
+    except Exception:  # noqa: BLE001 - an output with no name: OpenVINO raises
+        return names[0] if names else "output"
+
+
+def _shape(partial) -> Optional[tuple]:
+    if partial.rank.is_dynamic:
+        return None
+    return tuple(d.get_length() if d.is_static else None for d in partial)
+
+
+def _dtype(port) -> Optional[str]:
+    name = port.get_element_type().get_type_name()
+    return _TYPES.get(name, name)
