@@ -97,7 +97,8 @@ _RUN_OPTS = {
         "inference to run the model).",
     "--validate": "Fail when an output holds NaN or Inf values.",
     "--save-report": "Write the layerwise diagnosis of the comparisons (first tensor out of tolerance, nodes ranked "
-        "by error amplification, error by depth): .json for scripts, .html to read.",
+        "by error amplification, error by depth): .json for scripts, .html to read, .model-explorer.json for the error "
+        "of every tensor as node data for Google's Model Explorer.",
     "--trt-outputs": "Tensors TensorRT returns instead of the model's outputs: 'mark all' or '*' (every layer "
         "output), names, or glob patterns.",
     "--trt-exclude-outputs": "Names or glob patterns to leave out of the TensorRT outputs.",

@@ -132,14 +132,10 @@ def _feed_source(opts: CompareOptions, notes: Callable[[str], None], loaded=None
 def every_tensor(spec: str, model: str, feeds, opts: CompareOptions, name: Optional[str] = None):
     """Yield ``(feed, outputs)`` per iteration: ``model`` on runner ``spec``, every tensor marked."""
     from toolkit.run.options import RunOptions
+    from toolkit.run.registry import mark_all_outputs
     from toolkit.run.specs import make_runner
 
-    base = RunOptions(
-        model,
-        onnx_outputs=["mark", "all"],
-        trt_outputs=["mark", "all"],
-        external_data_dir=opts.external_data_dir,
-    )
+    base = RunOptions(model, external_data_dir=opts.external_data_dir, **mark_all_outputs())
     runner = make_runner(spec, model, base=base, name=name)
     with runner:
         metas = runner.input_metadata()
@@ -162,10 +158,10 @@ MEMORY_LIMIT = 2 << 30  # reference values up to this size stay in memory; more 
 
 def isolated_reference(spec: str) -> bool:
     """Whether the reference must run in a child process: a runner that may open a device
-    context (TensorRT, a GPU provider), which forked checks must never inherit."""
+    context (TensorRT, a GPU provider or device), which forked checks must never inherit."""
     from toolkit.run.specs import parse_runner_spec
 
-    return parse_runner_spec(spec).kind != "onnxrt"
+    return not parse_runner_spec(spec).host_only()
 
 
 def compute_reference(
@@ -375,18 +371,19 @@ def describe_check(artifact: str, opts: CompareOptions) -> List[str]:
 
 
 def in_process_possible(spec_text: str) -> bool:
-    """Whether checks on runner ``spec_text`` may run in this process: ONNX-Runtime on the CPU
-    (no device context that a later fork could inherit, nothing a timeout must kill)."""
+    """Whether checks on runner ``spec_text`` may run in this process: a runner on the CPU
+    (ONNX-Runtime's CPU provider, OpenVINO's CPU device: no device context that a later fork
+    could inherit, nothing a timeout must kill)."""
     from toolkit.run.specs import parse_runner_spec
 
-    return parse_runner_spec(spec_text).kind == "onnxrt"
+    return parse_runner_spec(spec_text).host_only()
 
 
 class CompareRunner(WarmRunner):
     """The check runner for ``--compare``: each check runs ``entry(RunOptions)``.
 
-    On ONNX-Runtime (the CPU runner), with no ``--check-timeout`` and one check at a time,
-    a check runs in this very process (:func:`~toolkit.reduce.check.run_in_process`: same
+    On a CPU runner (ONNX-Runtime or OpenVINO on the CPU), with no ``--check-timeout`` and one
+    check at a time, a check runs in this very process (:func:`~toolkit.reduce.check.run_in_process`: same
     output and exit code, no fork, no worker set-up; ``TOOLKIT_FORK_CHECKS=1`` turns that
     off). Otherwise it runs in the warm worker, a fork of this process.
 
@@ -516,7 +513,7 @@ class CompareRunner(WarmRunner):
     def hint_errors(self) -> Optional[Dict[str, float]]:
         """Every tensor's error on the runner under test: the model run once with every tensor
         marked, fed the reference's inputs; ``{tensor: rel_l2}`` against the reference (the
-        largest over iterations), computed in this process. Only on ONNX-Runtime; None
+        largest over iterations), computed in this process. Only on a CPU runner; None
         elsewhere, or when that run fails (the search then goes on without a hint)."""
         if self.ref is None or not os.path.isfile(self.model) or not in_process_possible(self.opts.test):
             return None  # (a device runner under test: its checks are forked, and this process opens no device)
@@ -590,6 +587,7 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
     relative L2 error of the fault's outputs over that of its inputs.
     """
     from toolkit.run.diagnosis import amplification, storage_floor
+    from toolkit.run.registry import mark_all_outputs
 
     floor = storage_floor(runner.opts.test)  # (an fp16 runner rounds even exact inputs)
     folder = runner.prepared_ref.folder
@@ -603,7 +601,7 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
             f.evidence.update(max_abs=_num(worst["max_abs"]), tol_ratio=_num(worst["tol_ratio"]), tensor=worst["name"])
         ctx_art = os.path.join(folder, f"context_{f.number}.onnx")
         reducer.index.write(reducer.candidate(f.context), ctx_art)
-        marked = dict(onnx_outputs=["mark", "all"], trt_outputs=["mark", "all"], save_report=ctx_art + ".json")
+        marked = dict(mark_all_outputs(), save_report=ctx_art + ".json")
         ctx = _report_of(runner, run_options(ctx_art, runner.opts, runner.prepared_ref, **marked))
         if ctx:
             errs = {t["name"]: _num(t["rel_l2"]) for t in ctx.get("tensors", [])}

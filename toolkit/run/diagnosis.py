@@ -39,10 +39,12 @@ STORAGE_FLOOR = {"fp16": 2.0**-11, "bf16": 2.0**-8}
 
 def storage_floor(*labels: str) -> float:
     """The amplification floor for a comparison of runners ``labels`` (names or specs such as
-    ``onnxrt:fp16``): the coarsest reduced-precision rounding step named, else :data:`FLOOR`."""
+    ``onnxrt:fp16``, ``openvino:precision=bf16``): the coarsest reduced-precision rounding step
+    named, else :data:`FLOOR`."""
     floor = FLOOR
     for label in labels:
-        options = label.partition(":")[2].replace(" ", "").split(",")
+        options = label.partition(":")[2].replace(" ", "").replace("precision=f16", "fp16").split(",")
+        options = [o.partition("precision=")[2] or o for o in options]
         for key, step in STORAGE_FLOOR.items():
             if key in options:
                 floor = max(floor, step)
