@@ -88,16 +88,9 @@ def preflight(opts: Any, reporter: Any = None) -> None:
 
 
 def factory(opts: Any, config: Any, reporter: Any, name: Optional[str]) -> "OpenvinoRunner":
-    """An inactive :class:`OpenvinoRunner` for the run options ``opts``."""
-    return OpenvinoRunner(
-        opts.model,
-        device=opts.openvino_device,
-        precision=opts.openvino_precision,
-        outputs=opts.openvino_outputs,
-        exclude_outputs=opts.openvino_exclude_outputs,
-        external_data_dir=opts.external_data_dir,
-        name=name,
-    )
+    """An inactive :class:`OpenvinoRunner` for the run options ``opts`` (its ``openvino_*`` fields)."""
+    own = {key: getattr(opts, "openvino_" + key) for key in ("device", "precision", "outputs", "exclude_outputs")}
+    return OpenvinoRunner(opts.model, external_data_dir=opts.external_data_dir, name=name, **own)
 
 
 def host_only(options: Mapping[str, Any]) -> bool:
@@ -124,17 +117,9 @@ class OpenvinoRunner(Runner):
 
     name = "openvino-runner"
 
-    def __init__(
-        self,
-        model_path: str,
-        *,
-        device: Optional[str] = None,
-        precision: Optional[str] = None,
-        outputs: Optional[Sequence[str]] = None,
-        exclude_outputs: Optional[Sequence[str]] = None,
-        external_data_dir: Optional[str] = None,
-        name: Optional[str] = None,
-    ):
+    def __init__(self, model_path: str, *, device: Optional[str] = None, precision: Optional[str] = None,
+                 outputs: Optional[Sequence[str]] = None, exclude_outputs: Optional[Sequence[str]] = None,
+                 external_data_dir: Optional[str] = None, name: Optional[str] = None) -> None:
         super().__init__(name)
         self.model_path = model_path
         self.device = _device_name(device)

@@ -106,7 +106,7 @@ def get_kind(name: str) -> RunnerKind:
     return kind
 
 
-def mark_all_outputs() -> Dict[str, List[str]]:
+def mark_all_outputs() -> Dict[str, Any]:
     """Run options that make every kind return every tensor (``--onnx-outputs mark all`` and
     the like), for layerwise comparisons."""
     return {k.outputs_field: ["mark", "all"] for k in KINDS.values() if k.outputs_field}
