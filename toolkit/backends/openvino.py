@@ -132,8 +132,9 @@ class OpenvinoRunner(Runner):
         #: the reduced precision it computes in (``bf16``/``fp16``), None for f32
         self.precision: Optional[str] = None
         self.version = ""
-        self._compiled: Any = None
-        self._request: Any = None
+        self._core: Any = None  # openvino.Core once active
+        self._model: Any = None  # openvino.Model: read, outputs marked
+        self._compiled_for: Dict[Any, Any] = {}  # feed shapes (None: any) -> infer request
         self._inputs: List[TensorMeta] = []
         self._output_names: List[str] = []
         self._ports: List[int] = []
@@ -197,31 +198,66 @@ class OpenvinoRunner(Runner):
     def _activate(self) -> None:
         ov = import_openvino()
         self.version = ov.get_version().split("-")[0]
-        core = ov.Core()
-        model = self._read(core)
+        self._core = ov.Core()
+        model = self._read(self._core)
         wanted = self._selected()
         if wanted is not None:
-            missing = self._mark(model, wanted)
-            if missing:
-                explicit = [n for n in missing if n in self.outputs]
-                if explicit:
-                    raise InputError(f"OpenVINO does not offer '{explicit[0]}' as a tensor of the model")
-                self.notes.append(
-                    f"not returning {len(missing)} tensor(s) that OpenVINO's ONNX reader folds away: "
-                    + ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
-                )
-                wanted = [n for n in wanted if n not in set(missing)]
+            wanted = self._marked(model, wanted)
+        self._model = model
+        self._inputs = [TensorMeta(p.get_any_name(), _shape(p.get_partial_shape()), _dtype(p)) for p in model.inputs]
+        self._bind_outputs(model, wanted)
+        if model.is_dynamic():
+            # compiled for each feed's shapes when they come (static shapes run faster); the
+            # precision the device picks is read from a one-node probe compiled the same way
+            self._read_precision(self._compile(_probe(ov)))
+        else:
+            self._compiled_for[None] = self._request_for(self._compile(model))
+
+    def _marked(self, model, wanted: List[str]) -> List[str]:
+        """Mark ``wanted`` as outputs of ``model``; the names OpenVINO offers."""
+        missing = self._mark(model, wanted)
+        if not missing:
+            return wanted
+        explicit = [n for n in missing if n in self.outputs]
+        if explicit:
+            raise InputError(f"OpenVINO does not offer '{explicit[0]}' as a tensor of the model")
+        self.notes.append(
+            f"not returning {len(missing)} tensor(s) that OpenVINO's ONNX reader folds away: "
+            + ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+        )
+        return [n for n in wanted if n not in set(missing)]
+
+    def _compile(self, model):
         try:
-            compiled = core.compile_model(model, self.device, self._config())
+            return self._core.compile_model(model, self.device, self._config())
         except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError for what it cannot compile
             raise InputError(
                 f"{self.model_path}: OpenVINO cannot compile the model for {self.device}: {one_line(exc)}"
             ) from None
-        self._compiled = compiled
-        self._request = compiled.create_infer_request()
+
+    def _request_for(self, compiled):
         self._read_precision(compiled)
-        self._inputs = [TensorMeta(p.get_any_name(), _shape(p.get_partial_shape()), _dtype(p)) for p in compiled.inputs]
-        self._bind_outputs(compiled, wanted)
+        return compiled.create_infer_request()
+
+    def _request_for_feed(self, feed: Mapping):
+        """The infer request of a model compiled for the feed's shapes (dynamic models: one per
+        set of shapes, the last few kept; the dynamic model itself when it cannot be made static)."""
+        if None in self._compiled_for:
+            return self._compiled_for[None]
+        key = tuple(tuple(getattr(feed.get(m.name), "shape", ())) for m in self._inputs)
+        request = self._compiled_for.get(key)
+        if request is None:
+            model = self._model.clone()
+            try:
+                model.reshape({m.name: list(dims) for m, dims in zip(self._inputs, key)})
+            except Exception:  # noqa: BLE001 - shapes OpenVINO cannot propagate statically: run it dynamic
+                self._compiled_for[None] = self._request_for(self._compile(self._model))
+                return self._compiled_for[None]
+            request = self._request_for(self._compile(model))
+            if len(self._compiled_for) >= 4:
+                self._compiled_for.pop(next(iter(self._compiled_for)))
+            self._compiled_for[key] = request
+        return request
 
     def _read_precision(self, compiled) -> None:
         try:
@@ -232,8 +268,8 @@ class OpenvinoRunner(Runner):
         self.inference_precision = _SHORT.get(name, name)
         self.precision = _REDUCED.get(name)
 
-    def _bind_outputs(self, compiled, wanted: Optional[List[str]]) -> None:
-        ports = list(compiled.outputs)
+    def _bind_outputs(self, model, wanted: Optional[List[str]]) -> None:
+        ports = list(model.outputs)
         if wanted is None:
             self._output_names = [_port_name(p) for p in ports]
             self._ports = list(range(len(ports)))
@@ -246,8 +282,9 @@ class OpenvinoRunner(Runner):
         self._ports = [index[n] for n in self._output_names]
 
     def _deactivate(self) -> None:
-        self._request = None
-        self._compiled = None
+        self._compiled_for = {}
+        self._model = None
+        self._core = None
 
     # ------------------------------------------------------------------ queries
     def input_metadata(self) -> List[TensorMeta]:
@@ -257,7 +294,12 @@ class OpenvinoRunner(Runner):
         return list(self._output_names)
 
     def summary(self) -> str:
-        chosen = "as asked" if self.precision_requested else "the device's default"
+        if not self.precision_requested:
+            chosen = "the device's default"
+        elif self.inference_precision and self.inference_precision != self.precision_requested:
+            chosen = f"{self.precision_requested} asked; the device runs {self.inference_precision}"
+        else:
+            chosen = "as asked"
         text = f"OpenVINO {self.version} on {self.device} | inference precision {self.inference_precision or 'unknown'}"
         text += f" ({chosen})"
         if self.precision and not self.precision_requested:
@@ -266,7 +308,7 @@ class OpenvinoRunner(Runner):
 
     # ------------------------------------------------------------------ inference
     def _infer(self, feed: Mapping) -> Dict[str, object]:
-        request = self._request
+        request = self._request_for_feed(feed)
         start = time.perf_counter()
         try:
             request.infer(dict(feed))
@@ -277,6 +319,14 @@ class OpenvinoRunner(Runner):
             raise InferenceError(f"{self.name}: inference failed: {one_line(exc)}") from None
         self.last_inference_time = time.perf_counter() - start
         return dict(zip(self._output_names, values))
+
+
+def _probe(ov):
+    """A one-node model: compiled with the runner's settings, it tells the precision the device picks."""
+    from openvino import opset13
+
+    param = opset13.parameter([1], ov.Type.f32, name="probe")
+    return ov.Model([opset13.relu(param)], [param], "probe")
 
 
 def _port_name(port) -> str:
