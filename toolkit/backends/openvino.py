@@ -323,7 +323,10 @@ class OpenvinoRunner(Runner):
 
 def _probe(ov):
     """A one-node model: compiled with the runner's settings, it tells the precision the device picks."""
-    from openvino import opset13
+    try:
+        from openvino import opset13
+    except ImportError:  # OpenVINO before 2025 keeps the opsets under openvino.runtime
+        from openvino.runtime import opset13  # type: ignore[no-redef]
 
     param = opset13.parameter([1], ov.Type.f32, name="probe")
     return ov.Model([opset13.relu(param)], [param], "probe")
