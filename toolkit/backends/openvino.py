@@ -64,7 +64,7 @@ def check_device(device: Optional[str]) -> None:
     """DependencyError unless OpenVINO offers ``device`` (AUTO always exists)."""
     ov = import_openvino()
     name = _device_name(device)
-    if name == "AUTO":
+    if name in ("AUTO", "CPU"):  # (the CPU plugin ships with every OpenVINO package)
         return
     available = list(ov.Core().available_devices)
     if not any(d == name or d.startswith(name + ".") for d in available):
@@ -207,9 +207,8 @@ class OpenvinoRunner(Runner):
         self._inputs = [TensorMeta(p.get_any_name(), _shape(p.get_partial_shape()), _dtype(p)) for p in model.inputs]
         self._bind_outputs(model, wanted)
         if model.is_dynamic():
-            # compiled for each feed's shapes when they come (static shapes run faster); the
-            # precision the device picks is read from a one-node probe compiled the same way
-            self._read_precision(self._compile(_probe(ov)))
+            # compiled for each feed's shapes when they come (static shapes run faster)
+            self._expect_precision(ov)
         else:
             self._compiled_for[None] = self._request_for(self._compile(model))
 
@@ -259,14 +258,29 @@ class OpenvinoRunner(Runner):
             self._compiled_for[key] = request
         return request
 
-    def _read_precision(self, compiled) -> None:
-        try:
-            hint = compiled.get_property("INFERENCE_PRECISION_HINT")
-            name = hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
-        except Exception:  # noqa: BLE001 - a device (AUTO, NPU) may not report it
-            name = ""
+    def _expect_precision(self, ov) -> None:
+        """The precision the device will pick, before any compile: its default or f32 when asked
+        (read from the device), else read from a one-node probe compiled with the same settings
+        (the device may fall back: f16 is bf16 on CPUs with bfloat16 support)."""
+        if self.precision_requested in (None, "f32"):
+            try:
+                hint = self._core.get_property(self.device, "INFERENCE_PRECISION_HINT")
+                self._set_precision("f32" if self.precision_requested else _type_name(hint))
+                return
+            except Exception:  # noqa: BLE001 - a device (AUTO) may not report it: ask a compiled probe
+                pass
+        self._read_precision(self._compile(_probe(ov)))
+
+    def _set_precision(self, name: str) -> None:
         self.inference_precision = _SHORT.get(name, name)
         self.precision = _REDUCED.get(name)
+
+    def _read_precision(self, compiled) -> None:
+        try:
+            name = _type_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
+        except Exception:  # noqa: BLE001 - a device (AUTO, NPU) may not report it
+            name = ""
+        self._set_precision(name)
 
     def _bind_outputs(self, model, wanted: Optional[List[str]]) -> None:
         ports = list(model.outputs)
@@ -319,6 +333,11 @@ class OpenvinoRunner(Runner):
             raise InferenceError(f"{self.name}: inference failed: {one_line(exc)}") from None
         self.last_inference_time = time.perf_counter() - start
         return dict(zip(self._output_names, values))
+
+
+def _type_name(hint) -> str:
+    """An OpenVINO element type (or its text) -> its short name (``bf16``)."""
+    return hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
 
 
 def _probe(ov):
