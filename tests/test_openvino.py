@@ -276,3 +276,17 @@ def test_model_explorer_node_data_names_every_compared_node(cli, models, tmp_pat
     assert data["results"]["diff"]["value"] > 0.5 > data["results"]["m0"]["value"]
     stops = [g["stop"] for g in data["gradient"]]
     assert stops[0] == 0 and stops[-1] == 1 and all("bgColor" in g for g in data["gradient"])
+
+
+@needs_openvino
+def test_debug_precision_with_an_openvino_candidate(cli, models, tmp_path):
+    """`openvino:precision=bf16` is a reduced-precision candidate: the mixed bf16 model runs on
+    OpenVINO in f32 (the reference `openvino` too), and the nodes to keep match the emulation's."""
+    found = {}
+    for ref, cand in (("openvino", "openvino:precision=bf16"), ("onnxrt", "onnxrt:bf16")):
+        out = tmp_path / f"{cand.replace(':', '_')}.onnx"
+        res = cli("debug", "precision", models["planted"], "-o", out, "--compare", ref, cand, "--val-range", "[0,10]",
+                  "--json")
+        assert res.code == 0, res.err
+        found[cand] = sorted(json.loads(res.out)["keep_fp32"])
+    assert found["openvino:precision=bf16"] == found["onnxrt:bf16"] and "cancel" in found["onnxrt:bf16"]

@@ -99,6 +99,17 @@ def host_only(options: Mapping[str, Any]) -> bool:
     return str(options.get("device") or "cpu").lower() == "cpu"
 
 
+def reduced(options: Mapping[str, Any]) -> List[str]:
+    """The reduced precision a spec asks for: ``precision=bf16`` -> ``["bf16"]``, ``f16`` -> ``["fp16"]``."""
+    low = _REDUCED.get(str(options.get("precision") or ""))
+    return [low] if low else []
+
+
+def full_precision(options: Mapping[str, Any]) -> Dict[str, Any]:
+    """The spec's options with float32 inference (``debug precision`` runs its mixed models so)."""
+    return {**options, "precision": "f32"}
+
+
 # ---------------------------------------------------------------------- the runner
 
 

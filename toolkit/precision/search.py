@@ -30,6 +30,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.progress import Messages
 from toolkit.reduce.replay import Replay
+from toolkit.run.registry import get_kind
 
 TOOL = "toolkit debug precision"
 
@@ -165,11 +166,11 @@ class PrecisionSearch:
         self.tolerances = Tolerances.parse(c.atol or [DEFAULT_ATOL], c.rtol or [DEFAULT_RTOL], c.check_error_stat)
         self.ref_spec = self._spec(c.reference)
         self.cand_spec = self._spec(c.candidate)
-        low = [k for k in ("fp16", "bf16") if self.cand_spec[1].get(k)]
+        low = get_kind(self.cand_spec[0]).reduced(self.cand_spec[1])
         if not low:
             raise UsageError(
                 f"--compare {c.reference} {c.candidate}: the second runner must run reduced precision "
-                "(onnxrt:fp16 or onnxrt:bf16 to emulate it on the CPU, or trt:fp16, trt:bf16)"
+                "(onnxrt:fp16 or onnxrt:bf16 to emulate it on the CPU, or trt:fp16, trt:bf16, openvino:precision=bf16)"
             )
         if len(low) > 1:
             raise UsageError(f"--compare {c.reference} {c.candidate}: search one precision at a time (fp16 or bf16)")
@@ -291,7 +292,7 @@ class PrecisionSearch:
 
         from toolkit.run.specs import make_runner
 
-        opts = {k: v for k, v in spec_opts.items() if k not in ("fp16", "bf16")}
+        opts = get_kind(kind).full_precision(spec_opts)
         spec = kind + (":" + ",".join(k if v is True else f"{k}={v}" for k, v in opts.items()) if opts else "")
         with tempfile.TemporaryDirectory(prefix="toolkit-precision-") as d:
             path = os.path.join(d, "candidate.onnx")
@@ -305,7 +306,7 @@ class PrecisionSearch:
             self.guide = False  # no reference tensors to find the first overflow with
             return self._loaded_reference(self.config.load_outputs, feeds)
         kind, opts = self.ref_spec
-        if opts.get("fp16") or opts.get("bf16"):
+        if get_kind(kind).reduced(opts):
             raise UsageError(f"--compare {self.config.reference}: the reference runner must run fp32")
         if kind == "onnxrt":
             outs = self._run_onnx(self._marked(self.model), opts, feeds)

@@ -58,6 +58,14 @@ def _on_device(options: Mapping[str, Any]) -> bool:
     return False
 
 
+def _low_switches(options: Mapping[str, Any]) -> List[str]:
+    return [k for k in ("fp16", "bf16") if options.get(k)]
+
+
+def _without_low_switches(options: Mapping[str, Any]) -> Dict[str, Any]:
+    return {k: v for k, v in options.items() if k not in ("fp16", "bf16")}
+
+
 @dataclass(frozen=True)
 class RunnerKind:
     """A backend as ``toolkit run`` sees it.
@@ -72,6 +80,9 @@ class RunnerKind:
     layerwise comparison). ``host_only(spec_options)``: whether a runner of that spec computes
     on the CPU only, opening no device context, so that it may run in a process that forks
     later (``debug reduce --compare`` then checks in process, and computes its reference there).
+    ``reduced(spec_options)``: the reduced precisions a spec asks for (``["fp16"]``, ``["bf16"]``);
+    ``full_precision(spec_options)``: the options of the same runner computing in float32, which
+    ``debug precision`` runs its mixed-precision candidates with.
     """
 
     name: str
@@ -84,6 +95,8 @@ class RunnerKind:
     warn_unused: bool = False
     outputs_field: Optional[str] = None
     host_only: Callable[[Mapping[str, Any]], bool] = _on_device
+    reduced: Callable[[Mapping[str, Any]], List[str]] = _low_switches
+    full_precision: Callable[[Mapping[str, Any]], Dict[str, Any]] = _without_low_switches
 
     def spec_options(self) -> Dict[str, RunnerOption]:
         return {o.spec: o for o in self.options if o.spec}
@@ -273,6 +286,8 @@ register(
         warn_unused=True,
         outputs_field="openvino_outputs",
         host_only=openvino.host_only,
+        reduced=openvino.reduced,
+        full_precision=openvino.full_precision,
         options=(
             RunnerOption("openvino_outputs", "--openvino-outputs"),
             RunnerOption("openvino_exclude_outputs", "--openvino-exclude-outputs"),
