@@ -290,3 +290,24 @@ def test_debug_precision_with_an_openvino_candidate(cli, models, tmp_path):
         assert res.code == 0, res.err
         found[cand] = sorted(json.loads(res.out)["keep_fp32"])
     assert found["openvino:precision=bf16"] == found["onnxrt:bf16"] and "cancel" in found["onnxrt:bf16"]
+
+
+def _ort_providers():
+    import onnxruntime
+
+    return onnxruntime.get_available_providers()
+
+
+@pytest.mark.skipif("OpenVINOExecutionProvider" not in _ort_providers(),
+                    reason="this onnxruntime has no OpenVINO execution provider (the onnxruntime-openvino wheel)")
+def test_onnxrt_openvino_provider_side_by_side_and_in_reduce(cli, models, tmp_path, monkeypatch):
+    """ONNX-Runtime's OpenVINO execution provider is a runner spec option like any provider."""
+    from toolkit.run import RunOptions, execute
+
+    rep = execute(RunOptions(models["two"], runners=["onnxrt", "onnxrt:providers=openvino"], input_shapes=["x:[2,16]"],
+                             atol=["1e-4"], rtol=["1e-4"]))
+    assert rep.passed and rep.comparisons[0].label_b == "onnxrt:providers=openvino"
+    monkeypatch.chdir(tmp_path)
+    res = cli("debug", "reduce", models["planted"], "-o", "r.onnx", "--compare", "onnxrt", "onnxrt:providers=openvino",
+              "--val-range", "[0,10]", "--atol", "1e-4", "--rtol", "1e-4")
+    assert res.code == 0 and "checking each subgraph on onnxrt:providers=openvino" in res.err
