@@ -4,7 +4,8 @@
 Usage: python scripts/bench_openvino.py [--runs N] [--model PATH] [--shape x:[1,3,640,640]]
 
 Both contenders are fresh processes, run interleaved, timed end to end (wall time, as a user
-sees it); min and median are reported, and their ratio:
+sees it) and by CPU time (user + system of the process and its threads, steadier on a busy
+machine); min and median are reported, and their ratios:
 
 - bare: ``import openvino``, read the model, reshape it to the shape given, compile it on the
   CPU, one seeded random float32 feed, one inference;
@@ -44,21 +45,29 @@ compiled({name: rng.random(shape, dtype=np.float32)})
 """
 
 
-def run_once(cmd, cwd) -> float:
+def run_once(cmd, cwd) -> tuple:
+    """(wall seconds, CPU seconds: user + system of the child and its threads)."""
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    err = proc.stderr.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
     seconds = time.perf_counter() - t0
     if proc.returncode != 0:
-        raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr.decode(errors='replace')}")
-    return seconds
+        raise SystemExit(f"{' '.join(cmd)} failed:\n{err.decode(errors='replace')}")
+    return seconds, usage.ru_utime + usage.ru_stime
 
 
-def interleaved(cmds: dict, runs: int, cwd: str) -> dict:
-    times: dict = {k: [] for k in cmds}
+def interleaved(cmds: dict, runs: int, cwd: str) -> tuple:
+    wall: dict = {k: [] for k in cmds}
+    cpu: dict = {k: [] for k in cmds}
     for _ in range(runs):
         for key, cmd in cmds.items():
-            times[key].append(run_once(cmd, cwd))
-    return times
+            w, c = run_once(cmd, cwd)
+            wall[key].append(w)
+            cpu[key].append(c)
+    return wall, cpu
 
 
 def in_process(model: str, shape: str, runs: int) -> dict:
@@ -111,13 +120,15 @@ def main() -> int:
             "bare": [sys.executable, bare_path, model, args.shape],
             "toolkit": [sys.executable, "-m", "toolkit", "run", model, "--openvino", "--input-shapes", args.shape],
         }
-        times = interleaved(cmds, args.runs, tmp)
+        times, cpu = interleaved(cmds, args.runs, tmp)
     print(f"model: {args.model} ({args.shape}), {args.runs} interleaved runs of fresh processes")
-    print(f"  bare OpenVINO script      : {stats(times['bare'])}")
-    print(f"  toolkit run --openvino    : {stats(times['toolkit'])}")
-    med = statistics.median(times["toolkit"]) / statistics.median(times["bare"])
-    low = min(times["toolkit"]) / min(times["bare"])
-    print(f"  ratio: {med:.2f}x (median), {low:.2f}x (min)")
+    for label, data in (("wall", times), ("CPU (user+sys)", cpu)):
+        print(f"  {label}:")
+        print(f"    bare OpenVINO script      : {stats(data['bare'])}")
+        print(f"    toolkit run --openvino    : {stats(data['toolkit'])}")
+        med = statistics.median(data["toolkit"]) / statistics.median(data["bare"])
+        low = min(data["toolkit"]) / min(data["bare"])
+        print(f"    ratio: {med:.2f}x (median), {low:.2f}x (min)")
     warm = in_process(model, args.shape, max(3, args.runs // 2))
     med_w = statistics.median(warm["toolkit"]) / statistics.median(warm["bare"])
     print(f"  in process (warm imports): bare {stats(warm['bare'])}; toolkit.run.execute {stats(warm['toolkit'])}; "

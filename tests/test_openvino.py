@@ -311,3 +311,15 @@ def test_onnxrt_openvino_provider_side_by_side_and_in_reduce(cli, models, tmp_pa
     res = cli("debug", "reduce", models["planted"], "-o", "r.onnx", "--compare", "onnxrt", "onnxrt:providers=openvino",
               "--val-range", "[0,10]", "--atol", "1e-4", "--rtol", "1e-4")
     assert res.code == 0 and "checking each subgraph on onnxrt:providers=openvino" in res.err
+
+
+@needs_openvino
+def test_run_runners_option_takes_specs_side_by_side(cli, models):
+    res = cli("run", models["planted"], "--onnxrt", "--runners", "onnxrt:providers=cpu", "openvino:precision=f32",
+              "openvino:precision=bf16", "--val-range", "[0,10]")
+    assert res.code == 1
+    for label in ("onnxrt-runner vs onnxrt:providers=cpu", "onnxrt:providers=cpu vs openvino:precision=f32"):
+        assert f"PASSED | {label}" in res.err
+    assert "FAILED | openvino:precision=f32 vs openvino:precision=bf16" in res.err
+    res = cli("run", models["planted"], "--runners", "onnxrt:providers=nosuch")
+    assert res.code == 4 and "is not available in this installation; available: " in res.err

@@ -63,6 +63,8 @@ class RunCommand(ToolkitCommand):
 _RUN_OPTS = {
     "--onnxrt": "Run the model with ONNX-Runtime.",
     "--trt": "Run the model with TensorRT (needs TensorRT and cuda-python: the [trt] extra).",
+    "--runners": "Runner specs to run after the runners of the flags, in order: onnxrt:providers=cuda, "
+        "openvino:precision=f32, onnxrt:opt=disable, trt:fp16, ... (two runners of one kind side by side).",
     "--openvino": "Run the model with OpenVINO (the [openvino] extra); its log line names the precision it infers in.",
     "--providers": "ONNX-Runtime execution providers in priority order: cpu (default), cuda, trt, ... or full names "
         "such as CUDAExecutionProvider.",
@@ -136,6 +138,7 @@ def register(app: typer.Typer) -> None:
         onnxrt: Annotated[bool, option(_RUN_OPTS, "--onnxrt")] = False,
         trt: Annotated[bool, option(_RUN_OPTS, "--trt")] = False,
         openvino: Annotated[bool, option(_RUN_OPTS, "--openvino")] = False,
+        runner_specs: Annotated[ListOpt, option(_RUN_OPTS, "--runners", metavar="SPEC...")] = None,
         providers: Annotated[ListOpt, option(_RUN_OPTS, "--providers", "--execution-providers")] = None,
         ort_optimization: Annotated[
             Optional[str], option(_RUN_OPTS, "--ort-optimization", "--graph-optimization-level", metavar="LEVEL")
@@ -224,7 +227,7 @@ def register(app: typer.Typer) -> None:
         quiet = is_quiet()
         argv = ctx.meta.get(_ARGV_KEY) or []
         command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
-        runners = runner_order(argv, {"onnxrt": onnxrt, "trt": trt, "openvino": openvino})
+        runners = runner_order(argv, {"onnxrt": onnxrt, "trt": trt, "openvino": openvino}) + list(runner_specs or [])
         runners, fp16, bf16 = _fp16_emulation(runners, fp16, bf16)
         if model is None:
             from toolkit.core.errors import UsageError
