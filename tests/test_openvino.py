@@ -323,3 +323,23 @@ def test_run_runners_option_takes_specs_side_by_side(cli, models):
     assert "FAILED | openvino:precision=f32 vs openvino:precision=bf16" in res.err
     res = cli("run", models["planted"], "--runners", "onnxrt:providers=nosuch")
     assert res.code == 4 and "is not available in this installation; available: " in res.err
+
+
+@needs_openvino
+def test_the_precision_openvino_chose_sets_the_amplification_floor(models):
+    """A runner that picks a reduced precision itself (OpenVINO's default on bf16 CPUs) has its
+    result set say so, and the diagnosis floor of its comparisons is that precision's step."""
+    import openvino as ov
+
+    from toolkit.run import RunOptions, execute
+    from toolkit.run.diagnose import pair_floor
+    from toolkit.run.diagnosis import FLOOR
+
+    opts = RunOptions(models["planted"], runners=["onnxrt", "openvino"], val_range=["[0,10]"])
+    rep = execute(opts)
+    chosen = ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
+    assert rep.results[1].precision == {"bf16": "bf16", "f16": "fp16"}.get(chosen)
+    pair = rep.comparisons[0]
+    assert pair_floor(opts, pair, {pair.label_b: "bf16"}) == 2.0**-8
+    assert pair_floor(opts, pair, {}) == FLOOR
+    assert pair_floor(opts, type(pair)("onnxrt-runner", "openvino:precision=bf16", [], [])) == 2.0**-8
