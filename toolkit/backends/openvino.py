@@ -20,12 +20,13 @@ attribute, so that :mod:`toolkit.run.registry` declares the kind in one entry.
 
 from __future__ import annotations
 
+import io
 import os
 import time
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.backends.base import Runner
-from toolkit.core.errors import DependencyError, InferenceError, InputError, UsageError, one_line
+from toolkit.core.errors import DependencyError, InferenceError, InputError, UsageError
 from toolkit.core.meta import TensorMeta
 
 INSTALL = 'pip install "toolkit[openvino]"'
@@ -144,6 +145,7 @@ class OpenvinoRunner(Runner):
         self.precision: Optional[str] = None
         self.version = ""
         self._core: Any = None  # openvino.Core once active
+        self._raw: Optional[bytes] = None  # the model's bytes when read from stdin
         self._model: Any = None  # openvino.Model: read, outputs marked
         self._compiled_for: Dict[Any, Any] = {}  # feed shapes (None: any) -> infer request
         self._inputs: List[TensorMeta] = []
@@ -151,8 +153,11 @@ class OpenvinoRunner(Runner):
         self._ports: List[int] = []
 
     # ------------------------------------------------------------------ set-up
-    def _read(self, core):
-        """The ov.Model of the file (or stdin), as OpenVINO's ONNX reader builds it."""
+    def _read(self, ov):
+        """The ov.Model of the file (or stdin), as OpenVINO's ONNX front end builds it (asked for
+        ONNX only: a file that is no ONNX model is not offered to its other front ends)."""
+        from toolkit.core.model import check_readable_file, read_bytes
+
         path = self.model_path
         if self.external_data_dir and path != "-":
             here = os.path.dirname(os.path.abspath(path))
@@ -161,19 +166,18 @@ class OpenvinoRunner(Runner):
                     "--external-data-dir: OpenVINO reads external data from the model's own folder only; "
                     "run the model where its weights are"
                 )
-        try:
-            if path == "-":
-                from toolkit.core.model import read_bytes
-
-                return core.read_model(read_bytes(path))
-            from toolkit.core.model import check_readable_file
-
+        if path == "-":
+            self._raw = read_bytes(path)
+        else:
             check_readable_file(path)
-            return core.read_model(path)
-        except Exception as exc:  # OpenVINO raises RuntimeError (and its own types) for unreadable models
-            if isinstance(exc, (UsageError, InputError)):
-                raise
-            raise InputError(f"{path}: OpenVINO cannot read the model: {one_line(exc)}") from None
+            if not os.path.getsize(path):
+                raise InputError(f"{path}: empty file, expected an ONNX model")
+        try:
+            front = ov.frontend.FrontEndManager().load_by_framework("onnx")
+            return front.convert(front.load(io.BytesIO(self._raw) if path == "-" else path))
+        except Exception as exc:  # noqa: BLE001 - OpenVINO raises its own GeneralFailure, RuntimeError, ...
+            where = "<stdin>" if path == "-" else path
+            raise InputError(f"{where}: OpenVINO cannot read the model: {last_line(exc)}") from None
 
     def _selected(self) -> Optional[List[str]]:
         """The tensor names --openvino-outputs chooses (None: the model's outputs)."""
@@ -182,8 +186,13 @@ class OpenvinoRunner(Runner):
         from toolkit.core.layerwise import select_outputs
         from toolkit.core.model import load_model
 
-        onnx_model = load_model(self.model_path, load_external_data=False)
-        return select_outputs(onnx_model, self.outputs, self.exclude_outputs)
+        if self._raw is not None:  # (stdin, read once)
+            import onnx
+
+            onnx_model = onnx.ModelProto.FromString(self._raw)
+        else:
+            onnx_model = load_model(self.model_path, load_external_data=False)
+        return select_outputs(onnx_model, self.outputs, self.exclude_outputs, option="--openvino-outputs")
 
     def _mark(self, model, names: Sequence[str]) -> List[str]:
         """Add ``names`` as outputs of ``model``; returns those OpenVINO does not offer."""
@@ -210,7 +219,7 @@ class OpenvinoRunner(Runner):
         ov = import_openvino()
         self.version = ov.get_version().split("-")[0]
         self._core = ov.Core()
-        model = self._read(self._core)
+        model = self._read(ov)
         wanted = self._selected()
         if wanted is not None:
             wanted = self._marked(model, wanted)
@@ -242,7 +251,7 @@ class OpenvinoRunner(Runner):
             return self._core.compile_model(model, self.device, self._config())
         except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError for what it cannot compile
             raise InputError(
-                f"{self.model_path}: OpenVINO cannot compile the model for {self.device}: {one_line(exc)}"
+                f"{self.model_path}: OpenVINO cannot compile the model for {self.device}: {last_line(exc)}"
             ) from None
 
     def _request_for(self, compiled):
@@ -341,9 +350,15 @@ class OpenvinoRunner(Runner):
         except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError for what it cannot run
             if isinstance(exc, (KeyboardInterrupt, MemoryError)):
                 raise
-            raise InferenceError(f"{self.name}: inference failed: {one_line(exc)}") from None
+            raise InferenceError(f"{self.name}: inference failed: {last_line(exc)}") from None
         self.last_inference_time = time.perf_counter() - start
         return dict(zip(self._output_names, values))
+
+
+def last_line(exc: BaseException) -> str:
+    """OpenVINO's message without its source locations: the last line of the text it raised."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
 
 
 def _type_name(hint) -> str:
