@@ -343,3 +343,35 @@ def test_the_precision_openvino_chose_sets_the_amplification_floor(models):
     assert pair_floor(opts, pair, {pair.label_b: "bf16"}) == 2.0**-8
     assert pair_floor(opts, pair, {}) == FLOOR
     assert pair_floor(opts, type(pair)("onnxrt-runner", "openvino:precision=bf16", [], [])) == 2.0**-8
+
+
+@needs_openvino
+def test_bad_inputs_are_one_error_line(cli, models, tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_text("garbage\n")
+    empty = tmp_path / "empty.onnx"
+    empty.write_bytes(b"")
+    for path, text in ((bad, "OpenVINO cannot read the model: Model can't be parsed"),
+                       (empty, "empty file, expected an ONNX model")):
+        res = cli("run", path, "--openvino")
+        assert res.code == 3 and res.err.strip().splitlines()[-1] == f"error: {path}: {text}"
+    res = cli("run", models["planted"], "--openvino", "--openvino-outputs", "nosuch")
+    assert res.code == 3 and "--openvino-outputs names 'nosuch'" in res.err
+
+
+@needs_openvino
+def test_stdin_and_external_data(models, tmp_path):
+    from conftest import run_toolkit
+
+    with open(models["planted"], "rb") as fh:
+        res = run_toolkit("run", "-", "--openvino", "--openvino-outputs", "mark", "all", stdin=fh.read())
+    assert res.code == 0, res.err
+    model = onnx.load(models["planted"])
+    ext = tmp_path / "ext" / "m.onnx"
+    ext.parent.mkdir()
+    onnx.save(model, str(ext), save_as_external_data=True, location="m.data", size_threshold=0)
+    res = run_toolkit("run", ext, "--onnxrt", "--openvino", "--openvino-precision", "f32",
+                      "--openvino-outputs", "mark", "all", "--onnx-outputs", "mark", "all", cwd=tmp_path)
+    assert res.code == 0 and "PASSED | onnxrt-runner vs openvino-runner" in res.err, res.err
+    res = run_toolkit("run", ext, "--openvino", "--external-data-dir", tmp_path)
+    assert res.code == 2 and "reads external data from the model's own folder" in res.err
