@@ -11,6 +11,14 @@ for those (nine entry points that return 0, built with the system C compiler) an
 the module against them in a child process. Nothing is called; only names, pybind11
 signatures (from docstrings) and enum members are read.
 
+The files end with one ``fail`` line per TensorRT call toolkit's backend makes: how the binding
+tells the caller that the call failed (the table FAILURES below, from an audit of the bindings'
+source). Each line is checked against the binding it describes before it is written: a call
+that raises must have its message compiled into that version's ``tensorrt.so``; a call that
+returns False, -1 or None must have a bool, int or object return type in its signature; and a
+call recorded as having no failure signal must not return a bool. tests/trt_fakes.py fails each
+call the way its line says.
+
     python scripts/trt_surface.py                      # both versions, default pins
     python scripts/trt_surface.py --version 10.13.3.9 --version 11.4.0.106
     python scripts/trt_surface.py --wheel-dir /tmp/wheels --out tests/trt_surface
@@ -23,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import glob
+import json
 import os
 import re
 import subprocess
@@ -48,11 +57,78 @@ int initLibNvInferPlugins(void* a, const char* b) { return 0; }
 """
 STUB_LIBS = ("libnvinfer", "libnvonnxparser", "libnvinfer_plugin")
 
+# How each TensorRT call the backend makes signals failure (read from the bindings' source,
+# python/src/infer/pyCore.cpp, pyPlugin.cpp and pyGraph.cpp, and the parser's pyOnnx.cpp):
+#   "returns VALUE"            the call returns VALUE (False, -1 or None) when it fails;
+#   "raises TYPE: MESSAGE"     it raises TYPE with MESSAGE (a PY_ASSERT_*_ERROR or pybind11's own);
+#   "none"                     it has no failure value (void, or a getter): errors reach the logger only;
+#   "predicate"                its bool is an answer (yes/no), not success/failure;
+#   "guarded STYLE"            STYLE, but only for arguments toolkit never passes (an index past the
+#                              end, a tensor that is not a shape input): toolkit checks them first.
+# A bare class name is its constructor.
+NULLPTR = "raises TypeError: pybind11::init(): factory function returned nullptr"
+FAILURES = {
+    "init_libnvinfer_plugins": "returns False",
+    "Builder": NULLPTR,
+    "Runtime": NULLPTR,
+    "OnnxParser": NULLPTR,
+    "ILogger.__init__": "none",
+    "IOutputAllocator.__init__": "none",
+    "IProgressMonitor.__init__": "none",
+    "IInt8EntropyCalibrator2.__init__": "none",
+    "Builder.build_serialized_network": "returns None",
+    "Builder.create_builder_config": "returns None",
+    "Builder.create_network": "returns None",
+    "Builder.create_optimization_profile": "returns None",
+    "IBuilderConfig.add_optimization_profile": "returns -1",
+    "IBuilderConfig.clear_flag": "none",
+    "IBuilderConfig.set_flag": "none",
+    "IBuilderConfig.set_memory_pool_limit": "none",
+    "IBuilderConfig.set_calibration_profile": "returns False",
+    "IOptimizationProfile.set_shape": "raises RuntimeError: Shape provided for min is inconsistent with other shapes.",
+    "IOptimizationProfile.set_shape_input":
+        "raises RuntimeError: min input provided for shape tensor is inconsistent with other inputs.",
+    "OnnxParser.parse": "returns False",
+    "OnnxParser.parse_from_file": "returns False",
+    "OnnxParser.get_error": "guarded returns None",
+    "ParserError.desc": "none",
+    "ParserError.node": "none",
+    "ParserError.node_name": "none",
+    "ParserError.node_operator": "none",
+    "INetworkDefinition.get_input": "guarded returns None",
+    "INetworkDefinition.get_layer": "guarded returns None",
+    "INetworkDefinition.get_output": "guarded returns None",
+    "INetworkDefinition.mark_output": "none",
+    "INetworkDefinition.unmark_output": "none",
+    "ILayer.get_output": "guarded returns None",
+    "Runtime.deserialize_cuda_engine": "returns None",
+    "ICudaEngine.create_execution_context": "returns None",
+    "ICudaEngine.create_engine_inspector": "returns None",
+    "ICudaEngine.get_tensor_name": "none",
+    "ICudaEngine.get_tensor_dtype": "none",
+    "ICudaEngine.get_tensor_format": "none",
+    "ICudaEngine.get_tensor_mode": "none",
+    "ICudaEngine.get_tensor_shape": "none",
+    "ICudaEngine.is_shape_inference_io": "predicate",
+    "ICudaEngine.get_tensor_profile_shape": "none",
+    "ICudaEngine.get_tensor_profile_values":
+        "guarded raises RuntimeError: Binding index does not correspond to an input shape tensor.",
+    "EngineInspector.get_layer_information": "none",
+    "IExecutionContext.set_optimization_profile_async": "raises RuntimeError: Error in set optimization profile async.",
+    "IExecutionContext.set_input_shape": "returns False",
+    "IExecutionContext.set_tensor_address": "returns False",
+    "IExecutionContext.set_output_allocator": "returns False",
+    "IExecutionContext.get_tensor_shape": "none",
+    "IExecutionContext.execute_async_v3": "returns False",
+}
+# A raised message is looked for by its start: the compiler may split a long literal.
+MESSAGE_PREFIX = 32
+
 # Runs in the child process (LD_LIBRARY_PATH points at the stand-ins): argv = [so_path, version].
 DUMP = r'''
-import importlib.util, re, sys
+import importlib.util, json, re, sys
 
-so, version = sys.argv[1], sys.argv[2]
+so, version, failures = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 spec = importlib.util.spec_from_file_location("tensorrt", so)
 trt = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(trt)
@@ -135,7 +211,50 @@ for name in sorted(dir(trt)):
     else:
         consts.append(f"const {name} = {type(obj).__name__}.{getattr(obj, 'name', obj)}")
 
-out += funcs + consts + sorted(enums) + classes
+def returns(call):
+    """The return types of ``call``'s overloads (a class: its constructor, None)."""
+    obj = trt
+    for part in call.split("."):
+        obj = getattr(obj, part, None)
+        if obj is None:
+            return None
+    if isinstance(obj, type):
+        return ["(constructor)"]
+    name = call.split(".")[-1]
+    return [sig.rsplit(" -> ", 1)[1] for sig in signatures(name, obj) if " -> " in sig]
+
+SCALARS = {"bool", "int", "float", "str", "None", "(constructor)"}
+
+def check_failure(call, style, types):
+    style = style.replace("guarded ", "", 1)
+    if style.startswith("raises "):
+        return None  # the message is looked for in tensorrt.so by the parent
+    if style == "returns False":
+        ok = types and all(t == "bool" for t in types)
+    elif style == "returns -1":
+        ok = types and all(t == "int" for t in types)
+    elif style == "returns None":
+        ok = types and all(t not in SCALARS and not t.startswith(("List", "list", "tuple")) for t in types)
+    elif style == "none":
+        ok = "bool" not in types
+    elif style == "predicate":
+        ok = types == ["bool"]
+    else:
+        return f"{call}: unknown failure style {style!r}"
+    return None if ok else f"{call}: recorded as {style!r}, but the binding returns {types}"
+
+fails, bad = [], []
+for call, style in sorted(failures.items()):
+    types = returns(call)
+    if types is None:
+        continue  # not in this version (TensorRT 11 has no calibrator)
+    why = check_failure(call, style, types)
+    if why:
+        bad.append(why)
+    fails.append(f"fail {call} {style}")
+if bad:
+    sys.exit("\n".join(bad))
+out += funcs + consts + sorted(enums) + classes + fails
 sys.stdout.write("\n".join(out) + "\n")
 '''
 
@@ -176,10 +295,23 @@ def dump(version: str, wheel: str, workdir: str) -> str:
         z.extract(member, target)
     so = os.path.join(target, member)
     env = dict(os.environ, LD_LIBRARY_PATH=build_stubs(workdir, major))
-    res = subprocess.run([sys.executable, "-c", DUMP, so, version], env=env, capture_output=True, text=True)
+    res = subprocess.run([sys.executable, "-c", DUMP, so, version, json.dumps(FAILURES)], env=env,
+                         capture_output=True, text=True)  # fmt: skip
     if res.returncode != 0:
         sys.exit(f"error: cannot read the bindings of TensorRT {version}: {res.stderr.strip()[-2000:]}")
+    check_messages(version, so, res.stdout)
     return res.stdout
+
+
+def check_messages(version: str, so: str, text: str) -> None:
+    """Every message a ``fail ... raises`` line quotes is compiled into this ``tensorrt.so``."""
+    with open(so, "rb") as f:
+        binary = f.read()
+    for line in text.splitlines():
+        m = re.match(r"fail (\S+) (?:guarded )?raises \w+: (.*)$", line)
+        if m and m.group(2)[:MESSAGE_PREFIX].encode() not in binary:
+            sys.exit(f"error: TensorRT {version}: {m.group(1)} is recorded as raising {m.group(2)!r}, "
+                     "which its tensorrt.so does not hold")  # fmt: skip
 
 
 def main(argv=None) -> int:

@@ -156,8 +156,8 @@ def test_spec_options_parse_and_bad_values_are_usage_errors(cli, models):
     from toolkit.run.specs import parse_runner_spec
 
     spec = parse_runner_spec("openvino:device=CPU,precision=BF16")
-    assert spec.options == {"device": "cpu", "precision": "bf16"} and spec.host_only()
-    assert not parse_runner_spec("openvino:device=gpu").host_only()
+    assert spec.options == {"device": "cpu", "precision": "bf16"} and spec.in_process()
+    assert not parse_runner_spec("openvino:device=gpu").in_process()
     res = cli("run", models["two"], "--openvino", "--openvino-precision", "f8")
     assert res.code == 2 and "use one of: f32, bf16, f16" in res.err
     res = cli("debug", "reduce", models["planted"], "-o", "x.onnx", "--compare", "onnxrt", "openvino:precision=f8")
@@ -199,8 +199,8 @@ def test_onnxrt_providers_spec_runs_side_by_side(models):
     from toolkit.run.specs import parse_runner_spec
 
     spec = parse_runner_spec("onnxrt:providers=cpu")
-    assert spec.options == {"providers": "cpu"} and spec.host_only()
-    assert not parse_runner_spec("onnxrt:providers=cuda+cpu").host_only()
+    assert spec.options == {"providers": "cpu"} and spec.in_process()
+    assert not parse_runner_spec("onnxrt:providers=cuda+cpu").in_process()
     rep = execute(RunOptions(models["two"], runners=["onnxrt", "onnxrt:providers=CPUExecutionProvider"],
                              input_shapes=["x:[2,16]"]))
     assert rep.passed and [c.label_b for c in rep.comparisons] == ["onnxrt:providers=CPUExecutionProvider"]

@@ -92,7 +92,6 @@ def test_runner_order_follows_the_flags():
 def test_tensorrt_only_options_come_from_the_registry():
     opts = RunOptions("m.onnx", fp16=True, pool_limit=["workspace:1G"], providers=["cpu"])
     assert options_given(opts, "trt") == ["--fp16", "--pool-limit"]
-    assert opts.trt_options_given() == ["--fp16", "--pool-limit"]
     assert unused_options(opts, ["onnxrt"]) == ["--fp16, --pool-limit ignored without --trt"]
     assert unused_options(opts, ["trt"]) == []
     flags = {o.flag for kind in KINDS.values() for o in kind.options if o.flag}

@@ -56,6 +56,40 @@ class ClassInfo:
     props: Dict[str, bool] = field(default_factory=dict)  # name -> writable
     callbacks: Dict[str, Params] = field(default_factory=dict)
     attrs: Set[str] = field(default_factory=set)
+    returns: Dict[str, List[str]] = field(default_factory=dict)  # method -> return type of each overload
+
+
+@dataclass(frozen=True)
+class Failure:
+    """How one TensorRT call signals failure (a ``fail`` line of the surface file).
+
+    ``style``: "returns" (the call returns ``value``), "raises" (``exception`` with ``message``),
+    "none" (no failure signal) or "predicate" (its bool is an answer); ``guarded``: only for
+    arguments toolkit never passes."""
+
+    call: str
+    style: str
+    value: object = None
+    exception: str = ""
+    message: str = ""
+    guarded: bool = False
+
+    @property
+    def can_fail(self) -> bool:
+        return self.style in ("returns", "raises") and not self.guarded
+
+
+def parse_failure(call: str, text: str) -> Failure:
+    guarded = text.startswith("guarded ")
+    text = text[len("guarded ") :] if guarded else text
+    if text.startswith("returns "):
+        value = {"False": False, "None": None, "-1": -1}[text.split()[1]]
+        return Failure(call, "returns", value=value, guarded=guarded)
+    if text.startswith("raises "):
+        exc, _, message = text[len("raises ") :].partition(": ")
+        return Failure(call, "raises", exception=exc, message=message, guarded=guarded)
+    assert text in ("none", "predicate"), text
+    return Failure(call, text, guarded=guarded)
 
 
 @dataclass
@@ -65,6 +99,31 @@ class Surface:
     consts: Set[str] = field(default_factory=set)
     enums: Dict[str, Dict[str, int]] = field(default_factory=dict)
     classes: Dict[str, ClassInfo] = field(default_factory=dict)
+    failures: Dict[str, Failure] = field(default_factory=dict)  # call -> how it signals failure
+    function_returns: Dict[str, List[str]] = field(default_factory=dict)
+
+    def returns(self, call: str) -> List[str]:
+        """The return types of ``call`` (``Class.method`` or a module function) over its overloads."""
+        if "." not in call:
+            return self.function_returns.get(call, [])
+        cls, name = call.rsplit(".", 1)
+        for c in self.mro(cls):
+            if name in c.returns:
+                return c.returns[name]
+        return []
+
+    def other_way(self, call: str) -> Optional[Failure]:
+        """The failure style ``call`` does not use, where it could: a call recorded as returning
+        its failure value raises RuntimeError instead; one recorded as raising returns False, -1
+        or None, if its return type has such a value (None for a void call or a constructor)."""
+        f = self.failures[call]
+        if f.style == "returns":
+            return Failure(call, "raises", exception="RuntimeError", message=f"fake: {call} failed the other way")
+        types = self.returns(call)
+        if f.style != "raises" or not types or "None" in types:
+            return None
+        value = False if "bool" in types else -1 if "int" in types else None
+        return Failure(call, "returns", value=value)
 
     @property
     def major(self) -> int:
@@ -110,13 +169,17 @@ def load_surface(major: int) -> Surface:
     version = re.match(r"# TensorRT (\S+)", lines[0]).group(1)
     s = Surface(version)
     cur: Optional[ClassInfo] = None
-    sig = re.compile(r"def (\w+)\((.*)\) -> .*$")
+    sig = re.compile(r"def (\w+)\((.*)\) -> (.*)$")
     for line in lines[1:]:
         if line.startswith("def "):
             m = sig.match(line)
             s.functions.setdefault(m.group(1), []).append(split_params(m.group(2)))
+            s.function_returns.setdefault(m.group(1), []).append(m.group(3))
         elif line.startswith("const "):
             s.consts.add(line.split()[1])
+        elif line.startswith("fail "):
+            _, call, text = line.split(" ", 2)
+            s.failures[call] = parse_failure(call, text)
         elif line.startswith("enum "):
             name, members = line[5:].split(":", 1)
             s.enums[name] = {k: int(v) for k, v in (m.split("=") for m in members.split())}
@@ -135,6 +198,7 @@ def load_surface(major: int) -> Surface:
                 else:
                     m = sig.match(body)
                     cur.methods.setdefault(m.group(1), []).append(split_params(m.group(2)))
+                    cur.returns.setdefault(m.group(1), []).append(m.group(3))
             elif kind == "prop":
                 _, name, rw = body.split()
                 cur.props[name] = rw == "rw"
@@ -258,6 +322,7 @@ VARIABLE_TYPES = {
     "layer": "ILayer",
     "tensor": "ITensor",
     "inspector": "EngineInspector",
+    "boundary": "ILoopBoundaryLayer",
 }
 
 
@@ -284,6 +349,13 @@ def backend_uses(source: str, filename: str = "<source>") -> List[Use]:
     tree = ast.parse(source)
     uses: List[Use] = []
     calls = {id(n.func): n for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    # trt_call(fn, *args, fail=..., void=...) calls fn(*args): check those arguments against fn
+    wrapped = {
+        id(n.args[0]): ast.Call(n.args[0], n.args[1:], [k for k in n.keywords if k.arg not in ("fail", "void")])
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and _dotted(n.func) == "trt_call" and n.args
+    }
+    calls.update(wrapped)
     for node in ast.walk(tree):
         where = f"{filename}:{getattr(node, 'lineno', 0)}"
         if isinstance(node, ast.ClassDef):
@@ -318,7 +390,7 @@ def backend_uses(source: str, filename: str = "<source>") -> List[Use]:
                 node.value._parent_attr = True  # type: ignore[attr-defined]
             continue
         base = ".".join(parts[:-1])
-        if base in VARIABLE_TYPES:
+        if base in VARIABLE_TYPES and parts[-1] != "__class__":  # a cast, as Polygraphy does
             uses.append(Use(where, f"{VARIABLE_TYPES[base]}.{parts[-1]}", call_info))
     return uses
 
@@ -353,6 +425,25 @@ def check_use(use: Use, surface: Surface) -> Optional[str]:
         if not any(fits(o, kw, 0, positional=pos) for o in info):
             return f"{use.name}: no signature takes {pos} positional argument(s) and {kw}"
     return None
+
+
+def backend_calls(sources: Dict[str, str], surface: Surface) -> Dict[str, str]:
+    """{TensorRT call: where} for every method, module function and constructor of ``surface``
+    that the backend calls (directly or through ``trt_call``)."""
+    out: Dict[str, str] = {}
+    for filename, text in sources.items():
+        for use in backend_uses(text, filename):
+            if use.defines is not None:
+                continue
+            parts = use.name.split(".")
+            if len(parts) == 1:
+                callable_ = parts[0] in surface.functions or (parts[0] in surface.classes and use.call is not None)
+            else:
+                got = surface.member(parts[0], parts[1])
+                callable_ = got is not None and got[0] == "method"
+            if callable_:
+                out.setdefault(use.name, use.where)
+    return out
 
 
 def check_backend_source(sources: Dict[str, str]) -> Tuple[List[str], Dict[int, Set[str]]]:

@@ -4,11 +4,17 @@ They are derived from, and checked against, the real API (tests/trt_surface/, se
 tests/test_trt_surface.py): enums are built from the recorded members (so ``MemoryPoolType``
 is complete and TensorRT 11's ``BuilderFlag`` has no FP16), every class and method the fake
 defines exists in the real bindings of its version with the same parameters, and the
-TensorRT 11 fake has no calibrator API. They behave like TensorRT where the backend depends
-on it: constructors raise ``TypeError`` when TensorRT fails, ``Profile.set_shape`` raises
-``RuntimeError``, ``add_optimization_profile`` returns an index (-1 if invalid), callbacks
-run behind a trampoline that swallows their exceptions, and ``execute_async_v3`` only
-enqueues work: nothing is computed until the stream is synchronized.
+TensorRT 11 fake has no calibrator API.
+
+Every call fails the way the real binding does, as the surface file's ``fail`` lines record
+it: constructors raise ``TypeError`` (factory returned nullptr), ``set_optimization_profile_async``
+and ``Profile.set_shape`` raise ``RuntimeError`` with the binding's message,
+``add_optimization_profile`` returns -1, ``set_tensor_address`` returns False, ... A test makes
+any recorded call fail with ``trt._failing[call] = "recorded"`` (the way the binding does) or
+``"other"`` (the other way: raise where it returns, return where it raises). Callbacks run
+behind a trampoline that swallows their exceptions, and ``execute_async_v3`` only enqueues
+work: nothing is computed until the stream is synchronized. The plugin library keeps only a
+weak reference to its logger, as the real one keeps a raw pointer.
 
 Helpers the tests use start with an underscore (``trt._calls``), so that the surface check
 ignores them.
@@ -16,10 +22,13 @@ ignores them.
 
 from __future__ import annotations
 
+import builtins
 import ctypes
 import enum
+import functools
 import sys
 import types
+import weakref
 from typing import Callable, Dict, List, Optional
 
 import numpy as np
@@ -145,7 +154,8 @@ class FakeModel:
     """What a fake network computes, and what an engine built from it holds.
 
     ``inputs``: name -> (shape with -1 for dynamic dims, DataType name);
-    ``layers``: [(layer name, LayerType name, [(tensor name, DataType name)])] in network order;
+    ``layers``: [(layer name, LayerType name, [(tensor name, DataType name)], loop)] in network
+    order (``loop``, optional: the name of the loop a loop boundary layer belongs to);
     ``outputs``: the network's outputs; ``compute(feed) -> {tensor: array}`` for every tensor;
     ``shape_inputs``: inputs that are shape tensors; ``data_dependent``: outputs whose shape is
     known only after running (they go through the output allocator); ``formats``: tensor ->
@@ -168,7 +178,7 @@ class FakeModel:
     def dtype_of(self, name):
         if name in self.inputs:
             return self.inputs[name][1]
-        for _ln, _lt, outs in self.layers:
+        for _ln, _lt, outs, *_loop in self.layers:
             for t, dt in outs:
                 if t == name:
                     return dt
@@ -215,6 +225,9 @@ def fake_tensorrt(
     trt._calibrated = []
     trt._engines = engines
     trt._plugins = []
+    trt._plugin_logger = None  # a weak reference, as the plugin library keeps a raw pointer
+    trt._failing = {}  # call -> "recorded" / "other": make it fail (see failure())
+    trt._failed = []  # (call, how) for every call that failed
     _Interrupts.at, _Interrupts.count = None, 0
     trt._interrupts = _Interrupts
 
@@ -223,12 +236,33 @@ def fake_tensorrt(
         setattr(trt, name, _enum(surface, name))
     DT = trt.DataType
 
+    def failure(call, how="recorded"):
+        """Fail ``call`` as the surface file records it (``how="other"``: the other way)."""
+        f = surface.failures[call] if how == "recorded" else surface.other_way(call)
+        assert f is not None and f.style in ("returns", "raises"), (call, how, f)
+        trt._failed.append((call, how))
+        if f.style == "raises":
+            raise getattr(builtins, f.exception)(f.message)
+        return f.value
+
+    trt._fail = failure
+
     def nullptr(what):
-        raise TypeError("pybind11::init(): factory function returned nullptr")
+        failure(what)
 
     def init_libnvinfer_plugins(logger, namespace):
         trt._plugins.append(namespace)
+        trt._plugin_logger = weakref.ref(logger)
         return True
+
+    def plugin_log(severity, msg):
+        """A plugin logs, any time later: through the logger the library was first given."""
+        logger = trt._plugin_logger() if trt._plugin_logger is not None else None
+        if logger is None:
+            raise AssertionError("the plugin library calls a logger that was freed")
+        log(logger, severity, msg)
+
+    trt._plugin_log = plugin_log
 
     trt.init_libnvinfer_plugins = init_libnvinfer_plugins
 
@@ -266,11 +300,16 @@ def fake_tensorrt(
             self.dtype = DT[dtype]
             self.is_shape_tensor = is_shape_tensor
 
+    class ILoop:
+        def __init__(self, name):
+            self.name = name
+
     class ILayer:
-        def __init__(self, name, kind, outputs):
+        def __init__(self, name, kind, outputs, loop=None):
             self.name = name
             self.type = trt.LayerType[kind]
             self._outs = outputs
+            self._loop = loop
 
         @property
         def num_outputs(self):
@@ -278,6 +317,13 @@ def fake_tensorrt(
 
         def get_output(self, index):
             return self._outs[index]
+
+    class ILoopBoundaryLayer(ILayer):
+        """What a boundary layer becomes when the backend casts it (``layer.__class__ = ...``)."""
+
+        @property
+        def loop(self):
+            return self._loop
 
     class INetworkDefinition:
         def __init__(self, flags):
@@ -288,7 +334,12 @@ def fake_tensorrt(
         def _load(self, m: FakeModel):
             self._model = m
             self._inputs = [ITensor(n, s, d, n in m.shape_inputs) for n, (s, d) in m.inputs.items()]
-            self._layers = [ILayer(ln, lt, [ITensor(t, (-1,), dt) for t, dt in outs]) for ln, lt, outs in m.layers]
+            loops = {}
+            self._layers = [
+                ILayer(ln, lt, [ITensor(t, (-1,), dt) for t, dt in outs],
+                       loops.setdefault(loop[0], ILoop(loop[0])) if loop else None)
+                for ln, lt, outs, *loop in m.layers
+            ]  # fmt: skip
             by_name = {t.name: t for layer in self._layers for t in layer._outs}
             self._outputs = [by_name[o] for o in m.outputs]
 
@@ -358,11 +409,11 @@ def fake_tensorrt(
                 for i, node in enumerate(onnx.load(model).graph.node):
                     if node.op_type == "Mul":
                         self._errors = [ParserError(i, node.name, "Mul", f"In node {i}: UNSUPPORTED_NODE: Mul")]
-            return self._done()
+            return self._done() or failure("OnnxParser.parse_from_file")
 
         def parse(self, model, path=None):
             trt._calls.append(("parse", path))
-            return self._done()
+            return self._done() or failure("OnnxParser.parse")
 
         @property
         def num_errors(self):
@@ -381,7 +432,7 @@ def fake_tensorrt(
             if not (len(min) == len(opt) == len(max)) or any(
                 a > b for lo, hi in ((min, opt), (opt, max)) for a, b in zip(lo, hi)
             ):
-                raise RuntimeError("fake: min <= opt <= max violated")
+                failure("IOptimizationProfile.set_shape")
             self._shapes[input] = (tuple(min), tuple(opt), tuple(max))
 
         def set_shape_input(self, input, min, opt, max):
@@ -408,7 +459,7 @@ def fake_tensorrt(
         def add_optimization_profile(self, profile):
             trt._calls.append(("add_optimization_profile",))
             if not profile._shapes or self._reject:
-                return -1
+                return failure("IBuilderConfig.add_optimization_profile")
             self._profiles.append(profile)
             return len(self._profiles) - 1
 
@@ -416,7 +467,7 @@ def fake_tensorrt(
 
         def set_calibration_profile(self, profile):
             trt._calls.append(("set_calibration_profile",))
-            return bool(profile._shapes)
+            return bool(profile._shapes) or failure("IBuilderConfig.set_calibration_profile")
 
         IBuilderConfig.set_calibration_profile = set_calibration_profile
 
@@ -448,10 +499,10 @@ def fake_tensorrt(
                 log(self._logger, "INFO", f"fake: building, step {step}")
                 if monitor is not None and _trampoline(monitor.step_complete, "fake phase", step) is False:
                     log(self._logger, "ERROR", "fake: build cancelled by the progress monitor")
-                    return None
+                    return failure("Builder.build_serialized_network")
             if not builds or network._model is None:
                 log(self._logger, "ERROR", "fake TensorRT builds nothing")
-                return None
+                return failure("Builder.build_serialized_network")
             calib = getattr(config, "int8_calibrator", None)
             if calib is not None and _trampoline(calib.read_calibration_cache) is None:
                 while True:
@@ -480,7 +531,9 @@ def fake_tensorrt(
         def set_optimization_profile_async(self, profile_index, stream_handle):
             trt._calls.append(("set_optimization_profile_async", profile_index))
             if not 0 <= profile_index < self._engine.num_optimization_profiles:
-                return False
+                if self._engine._logger is not None:
+                    log(self._engine._logger, "ERROR", f"fake: profile index {profile_index} is out of range")
+                return failure("IExecutionContext.set_optimization_profile_async")
             self._profile = profile_index
             self._shapes = {}
             return True
@@ -490,7 +543,7 @@ def fake_tensorrt(
             if m.profiles:
                 lo, _opt, hi = m.profiles[self._profile][name]
                 if len(shape) != len(lo) or any(not a <= d <= b for a, d, b in zip(lo, shape, hi)):
-                    return False
+                    return failure("IExecutionContext.set_input_shape")
             self._shapes[name] = tuple(shape)
             return True
 
@@ -526,7 +579,7 @@ def fake_tensorrt(
             m = self._engine._model
             for name in m.inputs:
                 if name not in self._addresses:
-                    return False
+                    return failure("IExecutionContext.execute_async_v3")
             # Data-dependent outputs: TensorRT waits for the stream, then asks the allocator for
             # memory and reports the shape, all before execute_async_v3 returns.
             if m.data_dependent:
@@ -539,9 +592,9 @@ def fake_tensorrt(
                     ptr = _trampoline(alloc.reallocate_output_async, name, 0, arr.nbytes, 256, stream_handle)
                     if not isinstance(ptr, int):
                         sys.stderr.write("[fake TensorRT] could not be interpreted as an int\n")
-                        return False
+                        return failure("IExecutionContext.execute_async_v3")
                     if ptr == 0:
-                        return False
+                        return failure("IExecutionContext.execute_async_v3")
                     self._addresses[name] = ptr
                     _trampoline(alloc.notify_shape, name, arr.shape)
 
@@ -559,7 +612,7 @@ def fake_tensorrt(
             self._engine = engine
 
         def get_layer_information(self, layer_index, format):
-            ln, lt, outs = self._engine._model.layers[layer_index]
+            ln, lt, outs, *_loop = self._engine._model.layers[layer_index]
             if format == trt.LayerInformationFormat.JSON:
                 import json
 
@@ -573,8 +626,9 @@ def fake_tensorrt(
                                           for i in range(len(self._engine._model.layers))]})  # fmt: skip
 
     class ICudaEngine:
-        def __init__(self, model):
+        def __init__(self, model, logger=None):
             self._model = model
+            self._logger = logger
             self._names = list(model.inputs) + list(model.outputs)
 
         @property
@@ -639,17 +693,48 @@ def fake_tensorrt(
             if m is None or memory is None:
                 log(self._logger, "ERROR",
                     "IRuntime::deserializeCudaEngine: Error Code 1: Serialization (magic tag does not match)")  # fmt: skip
-                return None
+                return failure("Runtime.deserialize_cuda_engine")
             if m.version_compatible and not self.engine_host_code_allowed:
                 log(self._logger, "ERROR", "IRuntime::deserializeCudaEngine: Error Code 1: Serialization "
                     "(the engine has host code; set engine_host_code_allowed to load it)")  # fmt: skip
-                return None
-            return ICudaEngine(m)
+                return failure("Runtime.deserialize_cuda_engine")
+            return ICudaEngine(m, self._logger)
 
-    for cls in (ITensor, ILayer, INetworkDefinition, ParserError, OnnxParser, IOptimizationProfile, IBuilderConfig,
-                IHostMemory, Builder, IExecutionContext, EngineInspector, ICudaEngine, Runtime):  # fmt: skip
+    for cls in (ITensor, ILoop, ILayer, ILoopBoundaryLayer, INetworkDefinition, ParserError, OnnxParser,
+                IOptimizationProfile, IBuilderConfig, IHostMemory, Builder, IExecutionContext, EngineInspector,
+                ICudaEngine, Runtime):  # fmt: skip
         setattr(trt, cls.__name__, cls)
+    _fail_on_request(trt, surface)
     return trt
+
+
+def _fail_on_request(trt, surface):
+    """Every call that can fail (its ``fail`` line) fails when a test puts it in ``trt._failing``."""
+
+    def wrap(call, fn):
+        @functools.wraps(fn)
+        def checked(*args, **kwargs):
+            how = trt._failing.get(call)
+            if how is not None:
+                return trt._fail(call, how)
+            return fn(*args, **kwargs)
+
+        return checked
+
+    for call, f in surface.failures.items():
+        if f.style not in ("returns", "raises"):
+            continue
+        owner, _, name = call.partition(".")
+        target = vars(trt).get(owner)
+        if target is None:
+            continue
+        if not name:  # a module function or a constructor
+            if isinstance(target, type):
+                target.__init__ = wrap(call, target.__init__)
+            else:
+                setattr(trt, owner, wrap(call, target))
+        elif name in vars(target):
+            setattr(target, name, wrap(call, vars(target)[name]))
 
 
 def install(monkeypatch, trt=None, cudart=None):

@@ -146,6 +146,12 @@ def _import_ort():
     return onnxruntime
 
 
+def provider_list(text: str) -> List[str]:
+    """A runner spec's ``providers=cuda+cpu`` value -> ``["cuda", "cpu"]`` (priority order, as
+    ``--providers`` takes them)."""
+    return [p for p in text.replace("+", ",").split(",") if p.strip()]
+
+
 def resolve_providers(names: Optional[Sequence[str]]) -> List[str]:
     """``["cpu", "cuda"]`` -> ONNX-Runtime provider names; DependencyError if one is not available."""
     ort = _import_ort()

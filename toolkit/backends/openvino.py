@@ -14,8 +14,9 @@ marking, it can change what the device fuses.
 
 This module imports ``openvino`` only inside functions; a missing package is a
 :class:`~toolkit.core.errors.DependencyError` (exit 4) naming ``pip install "toolkit[openvino]"``.
-Its registry glue (``preflight``, ``factory``, ``host_only``) reads the run options by
-attribute, so that :mod:`toolkit.run.registry` declares the kind in one entry.
+Its options (:class:`OpenvinoOptions`) and registry glue (``preflight``, ``factory``,
+``in_process``) live here, so that :mod:`toolkit.run.registry` declares the kind in one
+``register(...)`` call.
 """
 
 from __future__ import annotations
@@ -23,9 +24,11 @@ from __future__ import annotations
 import io
 import os
 import time
+from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.backends.base import Runner
+from toolkit.core.declare import option
 from toolkit.core.errors import DependencyError, InferenceError, InputError, UsageError
 from toolkit.core.meta import TensorMeta
 
@@ -77,24 +80,52 @@ def check_device(device: Optional[str]) -> None:
 # ---------------------------------------------------------------------- registry glue
 
 
+@dataclass
+class OpenvinoOptions:
+    """The options of the ``openvino`` runner kind, declared here once: ``run``'s flags (the
+    OpenVINO help panel), the ``openvino:device=...,precision=...`` spec options and
+    ``RunOptions.of("openvino")``."""
+
+    device: Optional[str] = option(
+        "--openvino-device", metavar="DEVICE", spec="device", choices=DEVICES, complete=DEVICES,
+        help="OpenVINO device: cpu (default), gpu, npu or auto.",
+    )
+    precision: Optional[str] = option(
+        "--openvino-precision", metavar="PRECISION", spec="precision", choices=tuple(PRECISIONS),
+        complete=tuple(PRECISIONS),
+        help="OpenVINO inference precision: f32, bf16 or f16 (default: the device's choice, bf16 on CPUs with "
+        "bfloat16 support).",
+    )
+    outputs: List[str] = option(
+        "--openvino-outputs", factory=list,
+        help="Tensors OpenVINO returns instead of the model's outputs: 'mark all' or '*' (every output of every "
+        "node of the top graph), names, or glob patterns.",
+    )
+    exclude_outputs: List[str] = option(
+        "--openvino-exclude-outputs", factory=list, help="Names or glob patterns to leave out of the OpenVINO outputs."
+    )
+
+
 def preflight(opts: Any, reporter: Any = None) -> None:
     """Before any data is read: usage errors (exit 2), then a missing OpenVINO or device (exit 4)."""
-    precision = getattr(opts, "openvino_precision", None)
-    if precision and precision.lower() not in PRECISIONS:
-        raise UsageError(f"--openvino-precision {precision}: use one of: {', '.join(PRECISIONS)}")
-    device = getattr(opts, "openvino_device", None)
-    if device and device.lower() not in DEVICES:
-        raise UsageError(f"--openvino-device {device}: use one of: {', '.join(DEVICES)}")
-    check_device(device)
+    own: OpenvinoOptions = opts.of("openvino")
+    if own.precision and own.precision.lower() not in PRECISIONS:
+        raise UsageError(f"--openvino-precision {own.precision}: use one of: {', '.join(PRECISIONS)}")
+    if own.device and own.device.lower() not in DEVICES:
+        raise UsageError(f"--openvino-device {own.device}: use one of: {', '.join(DEVICES)}")
+    check_device(own.device)
 
 
 def factory(opts: Any, config: Any, reporter: Any, name: Optional[str]) -> "OpenvinoRunner":
-    """An inactive :class:`OpenvinoRunner` for the run options ``opts`` (its ``openvino_*`` fields)."""
-    own = {key: getattr(opts, "openvino_" + key) for key in ("device", "precision", "outputs", "exclude_outputs")}
-    return OpenvinoRunner(opts.model, external_data_dir=opts.external_data_dir, name=name, **own)
+    """An inactive :class:`OpenvinoRunner` for the run options ``opts`` (``opts.of("openvino")``)."""
+    own: OpenvinoOptions = opts.of("openvino")
+    return OpenvinoRunner(
+        opts.model, device=own.device, precision=own.precision, outputs=own.outputs,
+        exclude_outputs=own.exclude_outputs, external_data_dir=opts.external_data_dir, name=name,
+    )
 
 
-def host_only(options: Mapping[str, Any]) -> bool:
+def in_process(options: Mapping[str, Any]) -> bool:
     """Whether a runner spec's options keep OpenVINO on the CPU (no device context to keep out
     of forked workers)."""
     return str(options.get("device") or "cpu").lower() == "cpu"

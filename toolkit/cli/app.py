@@ -28,7 +28,7 @@ HELP = (
 # (`register`). The short help is what the root --help lists (a test keeps it equal to the
 # first sentence of the group's own help).
 GROUPS: Dict[str, Tuple[str, str, str]] = {
-    "run": ("toolkit.cli.run", "register", "Run a model on ONNX-Runtime, TensorRT and/or OpenVINO with generated or loaded inputs."),
+    "run": ("toolkit.cli.run", "register", "Run a model on ONNX-Runtime and/or TensorRT with generated or loaded inputs."),
     "inspect": ("toolkit.cli.inspect", "app", "Inspect models and data files."),
     "convert": ("toolkit.cli.convert", "register", "Convert a model: mixed fp16 with --fp-to-fp16."),
     "surgeon": ("toolkit.cli.surgeon", "app", "Cut subgraphs out of ONNX models and simplify them."),

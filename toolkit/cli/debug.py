@@ -10,23 +10,21 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
-from toolkit.cli.options import (
-    Annotated, AtolOpt, CheckErrorStatOpt, DataLoaderFuncOpt, DataLoaderScriptOpt, ExternalDataDirOpt, ForceFallbackOpt,
-    ListOpt, ModelArg, ModelInputShapesOpt, RtolOpt, SeedOpt, ToolkitCommand, command_kwargs, option,
-)
+from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, values_for
+from toolkit.core import shared_options as S
+from toolkit.core.declare import argument, declared, option, required, switch
 from toolkit.cli.output import log, warn
 
 app = typer.Typer(
     help="Debug failing models: reduce them to minimal failing subgraphs; find the nodes that must stay fp32.",
     **SUBAPP_SETTINGS,
 )
-
-IntListOpt = Optional[List[int]]
 
 _REDUCE_HELP = """Reduce a failing model to a minimal subgraph that still fails.
 
@@ -41,7 +39,7 @@ Without --check, the full model is taken to fail (you know it does) and you are 
 each smaller subgraph.
 
 Each check is classified: pass, fail, timeout (counted as a failure) or broken (the check
-failed on its own: a toolkit check exiting 2, 3 or 4, a command that cannot start, a
+failed on its own: a toolkit check exiting 2, 3, 4 or 70, a command that cannot start, a
 traceback or usage error from its argument parsing). A check broken on the full model stops
 the run; later, a broken check counts as a pass and is reported.
 
@@ -197,12 +195,33 @@ def _script_inputs(spec: str, func_name: Optional[str]) -> str:
 
 
 
-def _reduce(cfg, p: dict, load_inputs):
-    """Run the reduction of ``cfg`` (with ``--compare``/``--all-faults`` when ``p`` asks):
+def _spool_stdin() -> str:
+    """The model on stdin, saved to a temporary file removed at exit (for --compare, which runs it
+    on the reference runner as well as indexing it)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    from toolkit.core.errors import InputError
+    from toolkit.core.model import read_bytes
+
+    data = read_bytes("-")
+    if not data:
+        raise InputError("<stdin>: empty file, expected an ONNX model")
+    folder = tempfile.mkdtemp(prefix="toolkit-stdin-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = os.path.join(folder, "stdin.onnx")
+    with open(path, "wb") as fh:
+        fh.write(data)
+    return path
+
+
+def _reduce(cfg, a: "ReduceArgs", load_inputs):
+    """Run the reduction of ``cfg`` (with ``--compare``/``--all-faults`` when ``a`` asks):
     (outcome, reducer, compare runner or None)."""
     from toolkit.reduce.session import Reducer
 
-    compare, check_timeout = p["compare"], p["check_timeout"]
+    compare, check_timeout = a.compare, a.check_timeout
     runner = None
     reducer_cls: type = Reducer
     reducer_kw: Dict[str, Any] = {}
@@ -211,25 +230,28 @@ def _reduce(cfg, p: dict, load_inputs):
         from toolkit.reduce.faults import CompareReducer
 
         runner = compare_runner = make_compare_runner(
-            p["model"], p["iter_artifact"], compare, reference_model=p["reference_model"], atol=list(p["atol"] or []),
-            rtol=list(p["rtol"] or []), check_error_stat=list(p["check_error_stat"] or []),
-            load_inputs=list(load_inputs or []), seed=p["seed"], val_range=list(p["val_range"] or []),
-            input_shapes=list(p["model_input_shapes"] or []), external_data_dir=p["external_data_dir"],
-            timeout=check_timeout,
+            a.model, a.iter_artifact, compare, reference_model=a.reference_model, atol=list(a.atol or []),
+            rtol=list(a.rtol or []), check_error_stat=list(a.check_error_stat or []),
+            load_inputs=list(load_inputs or []), seed=a.seed, val_range=list(a.val_range or []),
+            input_shapes=list(a.model_input_shapes or []), external_data_dir=a.external_data_dir,
+            timeout=check_timeout, tensors=a.compare_tensors or "outputs",
         )
         cfg.check = runner.check_argv
         reducer_cls = CompareReducer
-        if p["all_faults"]:  # (--all-faults without --compare is a usage error, checked before)
+        if a.all_faults:  # (--all-faults without --compare is a usage error, checked before)
             from toolkit.reduce.accuracy import describe_faults
             from toolkit.reduce.faults import AllFaultsReducer
 
             reducer_cls = AllFaultsReducer
+            from toolkit.reduce.accuracy import rest_is_noise
+
             reducer_kw["describe_faults"] = lambda red, faults: describe_faults(compare_runner, red, faults)
+            reducer_kw["judge_rest"] = lambda red, allowed: rest_is_noise(compare_runner, red, allowed)
     from toolkit.cli.reporters import ReduceReporter
 
-    reporter = ReduceReporter(p["show_output"], p["hide_fail_output"])
+    reporter = ReduceReporter(a.show_output, a.hide_fail_output)
     # The question of interactive mode goes to stdout (as a prompt does), unless stdout carries --json.
-    prompt_stream = sys.stderr if p["json_summary"] else sys.stdout
+    prompt_stream = sys.stderr if a.json_summary else sys.stdout
     try:
         if runner is not None:
             reducer_kw["runner_factory"] = lambda _k, artifact, env: runner.sibling(artifact, env)
@@ -248,10 +270,10 @@ def _reduce(cfg, p: dict, load_inputs):
     return outcome, reducer, runner
 
 
-def _inline_branches(p: dict, load_inputs):
+def _inline_branches(a: "ReduceArgs", load_inputs):
     """Replace the top-level Ifs of the model (and of --reference-model) by their taken branches:
     those with a constant condition always, the others with concrete data (--compare, or
-    --load-inputs); ``p`` then names the inlined models."""
+    --load-inputs); ``a`` then names the inlined models."""
     import atexit
     import shutil
     import tempfile
@@ -259,27 +281,27 @@ def _inline_branches(p: dict, load_inputs):
     from toolkit.reduce.accuracy import CompareOptions
     from toolkit.reduce.branches import inline_for_reduce
 
-    if p["model"] == "-":
+    if a.model == "-":
         return None  # a model read from stdin is read once, by the reduce itself
-    with_data = p["compare"] is not None or bool(load_inputs)
+    with_data = a.compare is not None or bool(load_inputs)
     opts = CompareOptions(
-        reference_model=p["reference_model"] if p["compare"] is not None else None,
+        reference_model=a.reference_model if a.compare is not None else None,
         load_inputs=list(load_inputs or []),
-        seed=p["seed"],
-        val_range=list(p["val_range"] or []),
-        input_shapes=list(p["model_input_shapes"] or []),
-        external_data_dir=p["external_data_dir"],
+        seed=a.seed,
+        val_range=list(a.val_range or []),
+        input_shapes=list(a.model_input_shapes or []),
+        external_data_dir=a.external_data_dir,
     )
     folder = tempfile.mkdtemp(prefix="toolkit-branches-")
     atexit.register(shutil.rmtree, folder, True)
-    inlined = inline_for_reduce(p["model"], opts, folder, log, with_data=with_data)
+    inlined = inline_for_reduce(a.model, opts, folder, log, with_data=with_data)
     if inlined is not None:
-        p["model"] = inlined.model
+        a.model = inlined.model
         if opts.reference_model:
-            p["reference_model"] = inlined.reference_model
+            a.reference_model = inlined.reference_model
         if not (opts.reference_model and inlined.reference_model == opts.reference_model):
             # the rewritten models carry their weights; a reference model left as it is still reads from there
-            p["external_data_dir"] = None
+            a.external_data_dir = None
     return inlined
 
 
@@ -293,194 +315,237 @@ def inlined_note(inlined) -> str:
     )
 
 
-def _reduce_config(p: dict, rule, load_inputs):
-    """The ReduceConfig of ``debug reduce``'s parameters ``p``."""
+def _reduce_config(a: "ReduceArgs", rule, load_inputs):
+    """The ReduceConfig of ``debug reduce``'s options ``a``."""
     from toolkit.cli.app import worker_entry
     from toolkit.core.meta import parse_shape_specs
     from toolkit.reduce.parallel import parse_devices
     from toolkit.reduce.session import ReduceConfig
 
-    check = p["check"]
+    check = a.check
     return ReduceConfig(
-        model=p["model"],
-        output=p["output"],
+        model=a.model,
+        output=a.output,
         check=list(check) if check is not None else None,
         worker=worker_entry(),
-        min_good=p["min_good"],
-        mode=p["mode"],
+        min_good=a.min_good,
+        mode=a.mode,
         rule=rule,
-        check_timeout=p["check_timeout"],
-        iter_artifact=p["iter_artifact"],
-        remove_intermediate=not p["no_remove_intermediate"],
-        artifacts=list(p["artifacts"] or ()),
-        art_dir=p["art_dir"],
-        iter_info=p["iter_info"],
-        save_replay=p["save_debug_replay"]
-        or os.path.join(os.path.dirname(p["iter_artifact"]), "polygraphy_debug_replay.json"),
-        load_replay=p["load_debug_replay"],
-        input_shapes=parse_shape_specs(p["model_input_shapes"] or ()),
+        check_timeout=a.check_timeout,
+        iter_artifact=a.iter_artifact,
+        remove_intermediate=not a.no_remove_intermediate,
+        artifacts=list(a.artifacts or ()),
+        art_dir=a.art_dir,
+        iter_info=a.iter_info,
+        save_replay=a.save_debug_replay
+        or os.path.join(os.path.dirname(a.iter_artifact), "polygraphy_debug_replay.json"),
+        load_replay=a.load_debug_replay,
+        input_shapes=parse_shape_specs(a.model_input_shapes or ()),
         load_inputs=list(load_inputs or ()),
-        seed=p["seed"],
-        val_range=list(p["val_range"] or ()),
-        force_fallback=p["force_fallback_shape_inference"],
-        reduce_inputs=not p["no_reduce_inputs"],
-        reduce_outputs=not p["no_reduce_outputs"],
-        external_data_dir=p["external_data_dir"],
-        link_external_data=p["link_external_data"],
-        jobs=p["jobs"],
-        devices=parse_devices(p["devices"]),
-        shape_inference=not p["no_shape_inference"],
+        seed=a.seed,
+        val_range=list(a.val_range or ()),
+        force_fallback=a.force_fallback_shape_inference,
+        reduce_inputs=not a.no_reduce_inputs,
+        reduce_outputs=not a.no_reduce_outputs,
+        external_data_dir=a.external_data_dir,
+        link_external_data=a.link_external_data,
+        jobs=a.jobs,
+        devices=parse_devices(a.devices),
+        shape_inference=not a.no_shape_inference,
     )
 
-# The help text of each option of `debug reduce`, by its first flag.
-_REDUCE_OPTS = {
-    "-o": "Where to write the smallest subgraph the check fails on.",
-    "--check": "The check command; everything after --check belongs to it (its own -o, --mode, --help too). Without "
+@dataclass
+class ReduceArgs:
+    """The options of ``debug reduce``, each declared once (flags, help, metavar)."""
+
+    model: str = argument("Path to the ONNX model, or '-' to read it from stdin.", "MODEL")
+    output: str = required("-o", "--output", metavar="PATH",
+                           help="Where to write the smallest subgraph the check fails on.")
+    check: Optional[List[str]] = option(
+        "--check", metavar="COMMAND ARGS...",
+        help="The check command; everything after --check belongs to it (its own -o, --mode, --help too). Without "
         "it you are asked about each subgraph.",
-    "--mode": "bisect (binary search only) or linear (one node at a time). Default: bisect, then verify "
+    )
+    mode: Optional[str] = option(
+        "--mode", metavar="bisect|linear", complete=("bisect", "linear"),
+        help="bisect (binary search only) or linear (one node at a time). Default: bisect, then verify "
         "1-minimality, in one run with fewer checks than bisect followed by linear.",
-    "--min-good": "Also write the checked passing subgraph closest to the result.",
-    "--fail-regex": "Count a check as failed only when one of these regular expressions matches its stdout or stderr.",
-    "--fail-code": "Exit codes of the check that count as failures.",
-    "--ignore-fail-code": "Exit codes of the check that count as passes.",
-    "--check-timeout": "Seconds a check may run; then it is killed (with its children) and counts as a failure.",
-    "--show-output": "Show the check's output for passing iterations too.",
-    "--hide-fail-output": "Do not show the check's output for failing iterations.",
-    "--iter-artifact": "Where each iteration's subgraph is written for the check.",
-    "--no-remove-intermediate": "Keep the iteration artifact and --iter-info file at the end.",
-    "--artifacts": "Files the check writes (or the iteration artifact) to move into ART_DIR/good or ART_DIR/bad "
-        "after each check, named <iteration>_<file name>.",
-    "--art-dir": "Folder for --artifacts.",
-    "--iter-info": "Write a JSON file before each check: iteration number, nodes, inputs and outputs.",
-    "--save-debug-replay": "Keep every verdict in this JSON file (updated after each check; not written when the "
-        "check is broken on the full model). Default: polygraphy_debug_replay.json beside the iteration artifact.",
-    "--load-debug-replay": "Answer subgraphs already judged in an earlier run without checking them.",
-    "--no-shape-inference": "Do not infer shapes: new subgraph inputs and outputs get only the types the model "
-        "records (or --load-inputs data gives); no ONNX shape inference, no ONNX-Runtime run.",
-    "--json": "Print a summary as JSON on stdout (result, checks, phases, evidence, files).",
-    "--no-reduce-inputs": "Keep the model's inputs: only remove nodes from the end.",
-    "--no-reduce-outputs": "Keep the model's outputs: only remove nodes from the start.",
-    "--no-inline-branches": "Keep each top-level If whole, even when its condition is a constant or is "
-    "known for the inputs (--compare, --load-inputs); by default it is replaced by its taken branch.",
-    "--link-external-data": "Let -o, --min-good and --artifacts refer to the model's external data files through "
-        "hard links in their folder (no copy of the weights; they then run only where those links are). Default: "
-        "they carry the weights they use, so they can be moved.",
-    "--jobs": "Checks run at once. Each round checks JOBS split points (k-ary search); each worker has its own "
+    )
+    min_good: Optional[str] = option("--min-good", "--minimal-good", metavar="PATH",
+                                     help="Also write the checked passing subgraph closest to the result.")
+    fail_regex: List[str] = option(
+        "--fail-regex", metavar="REGEX", factory=list,
+        help="Count a check as failed only when one of these regular expressions matches its stdout or stderr.",
+    )
+    fail_code: List[int] = option("--fail-code", "--fail-returncode", metavar="CODE", factory=list,
+                                  help="Exit codes of the check that count as failures.")
+    ignore_fail_code: List[int] = option("--ignore-fail-code", "--ignore-fail-returncode", metavar="CODE", factory=list,
+                                         help="Exit codes of the check that count as passes.")
+    check_timeout: Optional[float] = option(
+        "--check-timeout", metavar="SECONDS",
+        help="Seconds a check may run; then it is killed (with its children) and counts as a failure.",
+    )
+    show_output: bool = switch("--show-output", help="Show the check's output for passing iterations too.")
+    hide_fail_output: bool = switch("--hide-fail-output", help="Do not show the check's output for failing iterations.")
+    iter_artifact: str = option(
+        "--iter-artifact", "--intermediate-artifact", metavar="PATH", default="polygraphy_debug.onnx",
+        help="Where each iteration's subgraph is written for the check.",
+    )
+    no_remove_intermediate: bool = switch("--no-remove-intermediate",
+                                          help="Keep the iteration artifact and --iter-info file at the end.")
+    artifacts: List[str] = option(
+        "--artifacts", metavar="PATH", factory=list,
+        help="Files the check writes (or the iteration artifact) to move into ART_DIR/good or ART_DIR/bad after "
+        "each check, named <iteration>_<file name>.",
+    )
+    art_dir: str = option("--art-dir", "--artifacts-dir", metavar="PATH", default="polygraphy_artifacts",
+                          help="Folder for --artifacts.")
+    iter_info: Optional[str] = option(
+        "--iter-info", "--iteration-info", metavar="PATH",
+        help="Write a JSON file before each check: iteration number, nodes, inputs and outputs.",
+    )
+    save_debug_replay: Optional[str] = option(
+        "--save-debug-replay", metavar="PATH",
+        help="Keep every verdict in this JSON file (updated after each check; not written when the check is broken"
+        " on the full model). Default: polygraphy_debug_replay.json beside the iteration artifact.",
+    )
+    load_debug_replay: Optional[str] = option(
+        "--load-debug-replay", metavar="PATH",
+        help="Answer subgraphs already judged in an earlier run without checking them.",
+    )
+    json_summary: bool = switch("--json",
+                                help="Print a summary as JSON on stdout (result, checks, phases, evidence, files).")
+    no_reduce_inputs: bool = switch("--no-reduce-inputs",
+                                    help="Keep the model's inputs: only remove nodes from the end.")
+    no_reduce_outputs: bool = switch("--no-reduce-outputs",
+                                     help="Keep the model's outputs: only remove nodes from the start.")
+    no_inline_branches: bool = switch(
+        "--no-inline-branches",
+        help="Keep each top-level If whole, even when its condition is a constant or is known for the inputs "
+        "(--compare, --load-inputs); by default it is replaced by its taken branch.",
+    )
+    jobs: int = option(
+        "--jobs", "-j", metavar="N", default=1,
+        help="Checks run at once. Each round checks JOBS split points (k-ary search); each worker has its own "
         "iteration artifact (worker k: <artifact>.worker<k>/, its path replaced in the check command) and "
-        "TOOLKIT_WORKER=k in its environment. Same result as --jobs 1 for a check that always answers the same.",
-    "--devices": "GPUs for the workers, e.g. 0,1,2,3: worker k gets CUDA_VISIBLE_DEVICES=<k-th device> (round robin "
+        "TOOLKIT_WORKER=k in its environment. Same result as --jobs 1 for a check that always answers the "
+        "same.",
+    )
+    devices: Optional[str] = option(
+        "--devices", metavar="LIST",
+        help="GPUs for the workers, e.g. 0,1,2,3: worker k gets CUDA_VISIBLE_DEVICES=<k-th device> (round robin "
         "when fewer than --jobs).",
-    "--load-inputs": "Input data files: their shapes fix the model's dynamic inputs for shape inference, and the "
-        "model runs on them if ONNX-Runtime must be used to find tensor shapes.",
-    "--compare": "The built-in accuracy check instead of --check: the reference runner (default onnxrt) and the "
-        "runner under test, as runner specs (onnxrt, trt, trt:fp16, onnxrt:opt=disable, ...). The reference computes "
-        "every tensor once; each subgraph runs on the runner under test, fed the reference's values, and its outputs "
-        "are compared with them.",
-    "--reference-model": "With --compare: the model the reference runs (default MODEL), e.g. the original of an "
-        "optimized, quantized or converted MODEL; tensors are matched by name.",
-    "--all-faults": "With --compare: after a minimal failing subgraph is found, replace its outputs by reference "
-        "values and go on with the rest of the model until it passes; each fault is written to OUT with a numbered "
+    )
+    compare: Optional[List[str]] = option(
+        "--compare", metavar="[REF] TEST", complete="runner-spec",
+        help="The built-in accuracy check instead of --check: the reference runner (default onnxrt) and the runner"
+        " under test, as runner specs (onnxrt, trt, trt:fp16, onnxrt:opt=disable, ...). The reference "
+        "computes every tensor once; each subgraph runs on the runner under test, fed the reference's values,"
+        " and its outputs are compared with them.",
+    )
+    compare_tensors: Optional[str] = option(
+        "--compare-tensors", metavar="outputs|all", complete=("outputs", "all"),
+        help="With --compare: what a subgraph is judged on: its outputs (default), or all of its tensors that the "
+        "reference has (a subgraph fails when any of them is out of tolerance, so a fault is found even where the "
+        "model's outputs hide it, e.g. behind a saturating Sigmoid).",
+    )
+    reference_model: Optional[str] = option(
+        "--reference-model", metavar="PATH",
+        help="With --compare: the model the reference runs (default MODEL), e.g. the original of an optimized, "
+        "quantized or converted MODEL; tensors are matched by name.",
+    )
+    atol: List[str] = declared(S.ATOL, factory=list)
+    rtol: List[str] = declared(S.RTOL, factory=list)
+    check_error_stat: List[str] = declared(S.CHECK_ERROR_STAT, factory=list)
+    all_faults: bool = switch(
+        "--all-faults",
+        help="With --compare: after a minimal failing subgraph is found, replace its outputs by reference values "
+        "and go on with the rest of the model until it passes; each fault is written to OUT with a numbered "
         "suffix (reduced_1.onnx, ...).",
-    "--val-range": "Value range of generated inputs ([lo,hi], or name:[lo,hi]) when the model runs on ONNX-Runtime "
-        "to find tensor shapes.",
-}
+    )
+    model_input_shapes: List[str] = declared(S.MODEL_INPUT_SHAPES, factory=list)
+    load_inputs: List[str] = option(
+        "--load-inputs", "--load-input-data", metavar="PATH", factory=list,
+        help="Input data files: their shapes fix the model's dynamic inputs for shape inference, and the model "
+        "runs on them if ONNX-Runtime must be used to find tensor shapes.",
+    )
+    data_loader_script: Optional[str] = declared(S.DATA_LOADER_SCRIPT)
+    data_loader_func_name: Optional[str] = declared(S.DATA_LOADER_FUNC)
+    seed: Optional[int] = declared(S.SEED)
+    val_range: List[str] = option(
+        "--val-range", metavar="RANGE", factory=list,
+        help="Value range of generated inputs ([lo,hi], or name:[lo,hi]) when the model runs on ONNX-Runtime to "
+        "find tensor shapes.",
+    )
+    force_fallback_shape_inference: bool = declared(S.FORCE_FALLBACK, default=False)
+    no_shape_inference: bool = switch(
+        "--no-shape-inference",
+        help="Do not infer shapes: new subgraph inputs and outputs get only the types the model records (or "
+        "--load-inputs data gives); no ONNX shape inference, no ONNX-Runtime run.",
+    )
+    external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
+    link_external_data: bool = switch(
+        "--link-external-data",
+        help="Let -o, --min-good and --artifacts refer to the model's external data files through hard links in "
+        "their folder (no copy of the weights; they then run only where those links are). Default: they carry"
+        " the weights they use, so they can be moved.",
+    )
 
 
 @app.command("reduce", **command_kwargs(_REDUCE_HELP, cls=ReduceCommand))
-def reduce_command(
-    ctx: typer.Context,
-    model: ModelArg,
-    output: Annotated[str, option(_REDUCE_OPTS, "-o", "--output", metavar="PATH")],
-    check: Annotated[ListOpt, option(_REDUCE_OPTS, "--check", metavar="COMMAND ARGS...")] = None,
-    mode: Annotated[Optional[str], option(_REDUCE_OPTS, "--mode", metavar="bisect|linear")] = None,
-    min_good: Annotated[Optional[str], option(_REDUCE_OPTS, "--min-good", "--minimal-good", metavar="PATH")] = None,
-    fail_regex: Annotated[ListOpt, option(_REDUCE_OPTS, "--fail-regex", metavar="REGEX")] = None,
-    fail_code: Annotated[IntListOpt, option(_REDUCE_OPTS, "--fail-code", "--fail-returncode", metavar="CODE")] = None,
-    ignore_fail_code: Annotated[
-        IntListOpt, option(_REDUCE_OPTS, "--ignore-fail-code", "--ignore-fail-returncode", metavar="CODE")
-    ] = None,
-    check_timeout: Annotated[Optional[float], option(_REDUCE_OPTS, "--check-timeout", metavar="SECONDS")] = None,
-    show_output: Annotated[bool, option(_REDUCE_OPTS, "--show-output")] = False,
-    hide_fail_output: Annotated[bool, option(_REDUCE_OPTS, "--hide-fail-output")] = False,
-    iter_artifact: Annotated[
-        str, option(_REDUCE_OPTS, "--iter-artifact", "--intermediate-artifact", metavar="PATH")
-    ] = "polygraphy_debug.onnx",
-    no_remove_intermediate: Annotated[bool, option(_REDUCE_OPTS, "--no-remove-intermediate")] = False,
-    artifacts: Annotated[ListOpt, option(_REDUCE_OPTS, "--artifacts", metavar="PATH")] = None,
-    art_dir: Annotated[
-        str, option(_REDUCE_OPTS, "--art-dir", "--artifacts-dir", metavar="PATH")
-    ] = "polygraphy_artifacts",
-    iter_info: Annotated[Optional[str], option(_REDUCE_OPTS, "--iter-info", "--iteration-info", metavar="PATH")] = None,
-    save_debug_replay: Annotated[Optional[str], option(_REDUCE_OPTS, "--save-debug-replay", metavar="PATH")] = None,
-    load_debug_replay: Annotated[Optional[str], option(_REDUCE_OPTS, "--load-debug-replay", metavar="PATH")] = None,
-    json_summary: Annotated[bool, option(_REDUCE_OPTS, "--json")] = False,
-    no_reduce_inputs: Annotated[bool, option(_REDUCE_OPTS, "--no-reduce-inputs")] = False,
-    no_reduce_outputs: Annotated[bool, option(_REDUCE_OPTS, "--no-reduce-outputs")] = False,
-    no_inline_branches: Annotated[bool, option(_REDUCE_OPTS, "--no-inline-branches")] = False,
-    jobs: Annotated[int, option(_REDUCE_OPTS, "--jobs", "-j", metavar="N")] = 1,
-    devices: Annotated[Optional[str], option(_REDUCE_OPTS, "--devices", metavar="LIST")] = None,
-    compare: Annotated[ListOpt, option(_REDUCE_OPTS, "--compare", metavar="[REF] TEST")] = None,
-    reference_model: Annotated[Optional[str], option(_REDUCE_OPTS, "--reference-model", metavar="PATH")] = None,
-    atol: AtolOpt = None,
-    rtol: RtolOpt = None,
-    check_error_stat: CheckErrorStatOpt = None,
-    all_faults: Annotated[bool, option(_REDUCE_OPTS, "--all-faults")] = False,
-    model_input_shapes: ModelInputShapesOpt = None,
-    load_inputs: Annotated[ListOpt, option(_REDUCE_OPTS, "--load-inputs", "--load-input-data", metavar="PATH")] = None,
-    data_loader_script: DataLoaderScriptOpt = None,
-    data_loader_func_name: DataLoaderFuncOpt = None,
-    seed: SeedOpt = None,
-    val_range: Annotated[ListOpt, option(_REDUCE_OPTS, "--val-range", metavar="RANGE")] = None,
-    force_fallback_shape_inference: ForceFallbackOpt = False,
-    no_shape_inference: Annotated[bool, option(_REDUCE_OPTS, "--no-shape-inference")] = False,
-    external_data_dir: ExternalDataDirOpt = None,
-    link_external_data: Annotated[bool, option(_REDUCE_OPTS, "--link-external-data")] = False,
-) -> None:
+@bind(ReduceArgs)
+def reduce_command(ctx: typer.Context, **params) -> None:
+    _reduce_command(ctx, ReduceArgs(**values_for(ReduceArgs, params)))
+
+
+def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
     from toolkit.core.errors import UsageError
     from toolkit.reduce.check import FailureRule
 
-    if no_shape_inference and force_fallback_shape_inference:
+    if a.no_shape_inference and a.force_fallback_shape_inference:
         raise UsageError("--no-shape-inference and --force-fallback-shape-inference cannot be used together")
-    if show_output and hide_fail_output:
+    if a.show_output and a.hide_fail_output:
         raise UsageError("--show-output and --hide-fail-output cannot be used together")
-    if ctx.meta.get(_CHECK_GIVEN) and not check:
+    if ctx.meta.get(_CHECK_GIVEN) and not a.check:
         raise UsageError("--check needs a command after it, e.g. --check toolkit inspect model polygraphy_debug.onnx")
-    if check is None and fail_regex:
+    if a.check is None and a.fail_regex:
         warn("--fail-regex has no effect without --check")
     from toolkit.cli.reduce_compare import check_options
 
     check_options(
-        compare,
-        check,
-        all_faults=all_faults,
-        reference_model=reference_model,
-        tolerances_given=bool(atol or rtol or check_error_stat),
+        a.compare,
+        a.check,
+        all_faults=a.all_faults or bool(a.compare_tensors),
+        reference_model=a.reference_model,
+        tolerances_given=bool(a.atol or a.rtol or a.check_error_stat),
     )
-    rule = FailureRule(fail_regex, fail_code, ignore_fail_code)
-    if data_loader_script:
+    rule = FailureRule(a.fail_regex, a.fail_code, a.ignore_fail_code)
+    if a.data_loader_script:
         # the script's feeds, saved once as an inputs file that the reduction uses like --load-inputs
-        load_inputs = list(load_inputs or ()) + [_script_inputs(data_loader_script, data_loader_func_name)]
+        a.load_inputs = list(a.load_inputs or ()) + [_script_inputs(a.data_loader_script, a.data_loader_func_name)]
 
-    params = dict(locals())
-    inlined = None if no_inline_branches else _inline_branches(params, load_inputs)
-    cfg = _reduce_config(params, rule, load_inputs)
+    model = a.model
+    if model == "-" and a.compare is not None:
+        a.model = _spool_stdin()  # the reference and every check read the model again
+    inlined = None if a.no_inline_branches else _inline_branches(a, a.load_inputs)
+    cfg = _reduce_config(a, rule, a.load_inputs)
     if inlined is not None:
         cfg.label = f"{model} (If branches inlined: {inlined.model})"
-    outcome, reducer, runner = _reduce(cfg, params, load_inputs)
+    outcome, reducer, runner = _reduce(cfg, a, a.load_inputs)
     cfg.model = model
     code = _summary(outcome, cfg)
     if inlined is not None and inlined.input_dependent and outcome.output_written:
         log(inlined_note(inlined))
-    summary = summary_json(outcome, cfg) if json_summary else {}
-    if json_summary:
+    summary = summary_json(outcome, cfg) if a.json_summary else {}
+    if a.json_summary:
         summary["inlined_branches"] = [d.to_json() for d in inlined.decisions] if inlined is not None else []
         dependent = inlined is not None and inlined.input_dependent
         summary["valid_for"] = "inputs that take the same If branches" if dependent else "any input"
     if runner is not None:
         from toolkit.cli.reduce_compare import report_compare
 
-        report_compare(runner, reducer, summary)
-    if json_summary:
+        report_compare(runner, reducer, summary, passed=outcome.status == "passed")
+    if a.json_summary:
         import json
 
         sys.stdout.write(json.dumps(summary, indent=1) + "\n")

@@ -14,7 +14,7 @@ def _print_error(message: str) -> None:
     try:
         sys.stderr.write(f"error: {message}\n")
         sys.stderr.flush()
-    except Exception:  # pragma: no cover - stderr gone
+    except (OSError, ValueError):  # pragma: no cover - stderr gone (closed or broken)
         pass
     from toolkit.cli.output import to_log_file
 
@@ -23,11 +23,7 @@ def _print_error(message: str) -> None:
 
 def _click_message(exc) -> str:
     """One line for a Click usage error (bad value, unknown or missing option), like ours."""
-    try:
-        text = exc.format_message()
-    except Exception:  # pragma: no cover - defensive
-        text = str(exc)
-    text = " ".join(str(text).split()) or type(exc).__name__
+    text = " ".join(str(exc.format_message()).split()) or type(exc).__name__
     option = getattr(exc, "option_name", None)
     if type(exc).__name__ == "NoSuchOption" and option:
         from toolkit.cli.options import unsupported_advice
@@ -68,8 +64,9 @@ def _after_check_hint(param) -> str:
 def run_with_boundary(func, *args, **kwargs) -> int:
     """Call ``func`` and translate whatever it raises into an exit code.
 
-    ToolkitError -> its code; Click usage errors -> 2; Ctrl-C -> 130; anything
-    unexpected -> 3 with a one-line message (``TOOLKIT_DEBUG=1`` shows the traceback).
+    ToolkitError -> its code; Click usage errors -> 2; Ctrl-C -> 130; a corrupt file found
+    only by an unexpected failure (text that is not UTF-8, an OS error) -> 3; anything else
+    unexpected is a bug: 70 with a one-line message (``TOOLKIT_DEBUG=1`` shows the traceback).
     """
     from toolkit.cli.output import debug_enabled
 
@@ -107,23 +104,32 @@ def run_with_boundary(func, *args, **kwargs) -> int:
             return int(ExitCode.INTERRUPTED)
         if debug_enabled():
             traceback.print_exc()
-        if isinstance(exc, MemoryError):
-            _print_error("out of memory")
-        elif isinstance(exc, UnicodeDecodeError):
-            # protobuf decodes a model's text fields (names, op types) only when they are read
-            _print_error(
-                f"the input model holds text that is not valid UTF-8 ({exc.reason} at byte {exc.start} of "
-                "a name or other text field); the file is corrupt"
-            )
-        elif isinstance(exc, OSError):
-            name = getattr(exc, "filename", None)
-            _print_error(f"{name + ': ' if name else ''}{exc.strerror or exc}")
-        else:
-            _print_error(_corrupt_model_text() or (
-                f"unexpected {type(exc).__name__}: {exc} "
-                "(this is a bug in toolkit; TOOLKIT_DEBUG=1 shows the traceback)"
-            ))
-        return int(ExitCode.BAD_INPUT)
+        return _unexpected(exc)
+
+
+def _unexpected(exc: Exception) -> int:
+    """One error line for an exception no layer expected: a corrupt input found late (exit 3),
+    else a bug in toolkit (exit 70)."""
+    if isinstance(exc, MemoryError):
+        _print_error("out of memory")
+    elif isinstance(exc, UnicodeDecodeError):
+        # protobuf decodes a model's text fields (names, op types) only when they are read
+        _print_error(
+            f"the input model holds text that is not valid UTF-8 ({exc.reason} at byte {exc.start} of "
+            "a name or other text field); the file is corrupt"
+        )
+    elif isinstance(exc, OSError):
+        name = getattr(exc, "filename", None)
+        _print_error(f"{name + ': ' if name else ''}{exc.strerror or exc}")
+    else:
+        corrupt = _corrupt_model_text()
+        _print_error(corrupt or (
+            f"unexpected {type(exc).__name__}: {exc} "
+            "(this is a bug in toolkit; TOOLKIT_DEBUG=1 shows the traceback)"
+        ))
+        if not corrupt:
+            return int(ExitCode.INTERNAL)
+    return int(ExitCode.BAD_INPUT)
 
 
 def _corrupt_model_text():

@@ -8,7 +8,9 @@ from typing import List, Optional
 import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
-from toolkit.cli.options import Annotated, ExternalDataDirOpt, IgnoreExternalDataOpt, ModelArg, command_kwargs, option
+from toolkit.cli.options import (
+    Annotated, ExternalDataDirOpt, IgnoreExternalDataOpt, ModelArg, command_kwargs, completes, option,
+)
 
 app = typer.Typer(help="Inspect models and data files.", **SUBAPP_SETTINGS)
 
@@ -42,7 +44,7 @@ _MODEL_OPTS = {
 @app.command("model", **command_kwargs())
 def inspect_model(
     model: ModelArg,
-    mode: Annotated[str, option(_MODEL_OPTS, "--mode")] = "none",
+    mode: Annotated[str, option(_MODEL_OPTS, "--mode", autocompletion=completes(("none", "basic", "attrs", "full")))] = "none",
     show: Annotated[Optional[List[str]], option(_MODEL_OPTS, "--show")] = None,
     as_json: Annotated[bool, option(_MODEL_OPTS, "--json")] = False,
     external_data_dir: ExternalDataDirOpt = None,

@@ -11,22 +11,27 @@ Nothing heavy is imported here: the CLI must start fast.
 from __future__ import annotations
 
 import re
-from typing import Any, List, Mapping, Optional
+from dataclasses import dataclass
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import typer
 from typer.core import TyperCommand
+
+from toolkit.cli import output
+from toolkit.core import shared_options as S
+from toolkit.core.declare import Declared, declaration, declarations, switch
+from toolkit.core.declare import option as declare
 
 try:  # Python >= 3.9
     from typing import Annotated
 except ImportError:  # pragma: no cover
     from typing_extensions import Annotated
 
-# Separates the values of one occurrence of a grouped option (see GROUPED_OPTIONS).
+# Separates the values of one occurrence of a grouped option: one declared ``List[List[str]]``,
+# each occurrence of the flag one group of values (e.g. one TensorRT profile).
 GROUP_SEP = "\x1f"
 # Options after which the rest of the command line is taken verbatim.
 REST_OPTIONS = ("--check",)
-# Options where each occurrence is one group of values (e.g. one TensorRT profile).
-GROUPED_OPTIONS = frozenset({"--trt-min-shapes", "--trt-opt-shapes", "--trt-max-shapes"})
 
 _NEG_NUMBER = re.compile(r"^-(\d|\.\d)")
 
@@ -82,28 +87,31 @@ EXAMPLES = {
         "--load-outputs layerwise_golden.json",
     ],
 }
-_VERBOSE_RE = re.compile(r"^-(v+)$")
-_QUIET_RE = re.compile(r"^-(q+)$")
 # model types this product reads; anything else Polygraphy knows gets a clear refusal
 MODEL_TYPES = {"onnx": None, "engine": ("run", "inspect")}
 POLYGRAPHY_MODEL_TYPES = ("frozen", "keras", "ckpt", "onnx", "engine", "uff", "trt-network-script", "caffe")
 
 
+@dataclass
 class CommonOptions:
-    """What the common options asked for (see :func:`take_common_options`)."""
+    """What the common options asked for, each declared once: :func:`take_common_options` reads
+    them from argv by these declarations (an ``int`` counts its flag, ``-vv`` included; a list
+    takes one or more values among its completions), and every command shows them in its help."""
 
-    def __init__(self) -> None:
-        self.verbose = 0
-        self.quiet = 0
-        self.verbosity: List[str] = []
-        self.silent = False
-        self.log_file: Optional[str] = None
-        self.log_format: List[str] = []
-        self.model_type: Optional[str] = None
+    verbose: int = declare("-v", "--verbose", default=0, help="More detail; repeat for more (-vv, -vvv).")
+    quiet: int = declare("-q", "--quiet", default=0,
+                        help="Less: -q shows only warnings, errors and verdicts; -qq only errors.")
+    verbosity: List[str] = declare("--verbosity", metavar="LEVEL", factory=list, complete=tuple(output.LEVEL_NAMES),
+                                  help="Log level: ultra_verbose ... verbose, info (default), warning, error, critical.")
+    silent: bool = switch("--silent", help="Print nothing but an error line when something fails.")
+    log_file: Optional[str] = declare("--log-file", metavar="PATH",
+                                     help="Also write the log to this file (created with its folders).")
+    log_format: List[str] = declare("--log-format", metavar="FORMAT", factory=list, complete=output.LOG_FORMATS,
+                                   help="Log line format: timestamp, line-info, no-colors (one or more).")
+    model_type: Optional[str] = declare("--model-type", metavar="TYPE", complete=("onnx", "engine"),
+                                       help="Type of MODEL: onnx (default); engine for TensorRT engines.")
 
     def level(self) -> int:
-        from toolkit.cli import output
-
         if self.silent:
             return output.SILENT
         plain = [v for v in self.verbosity if ":" not in v]
@@ -113,7 +121,6 @@ class CommonOptions:
 
     def apply(self, command: Optional[str] = None, set_level: bool = True) -> None:
         """Check the values (UsageError, exit 2) and configure logging."""
-        from toolkit.cli import output
         from toolkit.core.errors import UsageError
 
         for v in self.verbosity:
@@ -149,93 +156,91 @@ def check_model_type(value: str, command: Optional[str]) -> None:
     )
 
 
-def _is_level(token: str) -> bool:
-    from toolkit.cli.output import LEVEL_NAMES
+def _takes(decl: Declared, token: str) -> bool:
+    """Whether ``token`` is one more value of the list option ``decl`` (``--verbosity`` levels
+    also as PATH:LEVEL)."""
+    return token.rsplit(":", 1)[-1].lower() in decl.complete
 
-    return token.rsplit(":", 1)[-1].lower() in LEVEL_NAMES
+
+def _common_flags():
+    """{flag: (field name, declaration, kind)}: kind is count, switch, list or value."""
+    import typing
+
+    hints = typing.get_type_hints(CommonOptions)
+    table = {}
+    for f, decl in declarations(CommonOptions):
+        hint = hints[f.name]
+        kind = {int: "count", bool: "switch"}.get(hint) or ("list" if typing.get_origin(hint) is list else "value")
+        table.update({flag: (f.name, decl, kind) for flag in decl.flags})
+    return table
 
 
 def take_common_options(argv: List[str]):
-    """Split ``argv`` into (the rest, :class:`CommonOptions`).
+    """Split ``argv`` into (the rest, :class:`CommonOptions`), by CommonOptions' declarations.
 
-    Stops at ``--check`` (the rest belongs to the check command) and at ``--``.
-    ``--verbosity`` and ``--log-format`` take one or more values, as in Polygraphy.
+    Stops at ``--check`` (the rest belongs to the check command) and at ``--``. A short
+    counted flag may repeat its letter (``-vvv``); a list option takes one or more values.
     """
     from toolkit.core.errors import UsageError
 
     opts = CommonOptions()
+    table = _common_flags()
+    counted = {flag[1]: name for flag, (name, _d, kind) in table.items() if kind == "count" and len(flag) == 2}
     rest: List[str] = []
     i, n = 0, len(argv)
-
-    def value(flag: str, tok: str, j: int):
-        if "=" in tok:
-            return tok.split("=", 1)[1], j + 1
-        if j + 1 >= n or (argv[j + 1].startswith("-") and argv[j + 1] != "-"):
-            raise UsageError(f"{flag} needs a value")
-        return argv[j + 1], j + 2
-
     while i < n:
         tok = argv[i]
-        flag = tok.split("=", 1)[0] if tok.startswith("--") else tok
+        flag, eq, inline = tok.partition("=") if tok.startswith("--") else (tok, "", "")
         if tok == "--" or flag in REST_OPTIONS:
             rest.extend(argv[i:])
             break
-        m = _VERBOSE_RE.match(tok)
-        if m or tok == "--verbose":
-            opts.verbose += len(m.group(1)) if m else 1
+        repeated = re.fullmatch(r"-(\w)\1*", tok)
+        if repeated and repeated.group(1) in counted:
+            name = counted[repeated.group(1)]
+            setattr(opts, name, getattr(opts, name) + len(tok) - 1)
             i += 1
-        elif _QUIET_RE.match(tok) or tok == "--quiet":
-            opts.quiet += len(tok) - 1 if tok != "--quiet" else 1
-            i += 1
-        elif tok == "--silent":
-            opts.silent = True
-            i += 1
-        elif flag in ("--verbosity", "--log-format"):
-            first, i = value(flag, tok, i)
-            values = [first]
-            more = _is_level if flag == "--verbosity" else (lambda t: t in ("timestamp", "line-info", "no-colors"))
-            if "=" not in tok:
-                while i < n and more(argv[i]):
-                    values.append(argv[i])
-                    i += 1
-            (opts.verbosity if flag == "--verbosity" else opts.log_format).extend(values)
-        elif flag == "--log-file":
-            opts.log_file, i = value(flag, tok, i)
-        elif flag == "--model-type":
-            opts.model_type, i = value(flag, tok, i)
-        else:
+            continue
+        if flag not in table:
             rest.append(tok)
             i += 1
+            continue
+        name, decl, kind = table[flag]
+        i += 1
+        if kind in ("count", "switch"):
+            setattr(opts, name, getattr(opts, name) + 1 if kind == "count" else True)
+            continue
+        if not eq and (i >= n or (argv[i].startswith("-") and argv[i] != "-")):
+            raise UsageError(f"{flag} needs a value")
+        value = inline if eq else argv[i]
+        i += 0 if eq else 1
+        if kind == "value":
+            setattr(opts, name, value)
+            continue
+        values = [value]
+        while not eq and i < n and _takes(decl, argv[i]):
+            values.append(argv[i])
+            i += 1
+        getattr(opts, name).extend(values)
     return rest, opts
 
 
 def _common_params():
     """The common options as Click parameters (help, and commands invoked without ``main``)."""
+    import typing
+
     from typer.core import TyperOption
 
-    def make(decls, help_text, **kw):
-        name = decls[0].lstrip("-").replace("-", "_")
-        kw.setdefault("metavar", None)
-        return TyperOption(
-            param_decls=[f"common_{name}"] + decls,
-            help=help_text,
-            expose_value=False,
-            rich_help_panel=LOGGING_PANEL,
-            callback=_common_callback,
-            **kw,
-        )
-
-    return [
-        make(["-v", "--verbose"], "More detail; repeat for more (-vv, -vvv).", count=True, default=0),
-        make(["-q", "--quiet"], "Less: -q shows only warnings, errors and verdicts; -qq only errors.", count=True, default=0),
-        make(["--verbosity"], "Log level: ultra_verbose ... verbose, info (default), warning, error, critical.",
-             metavar="LEVEL", multiple=True),
-        make(["--silent"], "Print nothing but an error line when something fails.", is_flag=True, default=False),
-        make(["--log-file"], "Also write the log to this file (created with its folders).", metavar="PATH"),
-        make(["--log-format"], "Log line format: timestamp, line-info, no-colors (one or more).",
-             metavar="FORMAT", multiple=True),
-        make(["--model-type"], "Type of MODEL: onnx (default); engine for TensorRT engines.", metavar="TYPE"),
-    ]
+    hints = typing.get_type_hints(CommonOptions)
+    params = []
+    for f, decl in declarations(CommonOptions):
+        hint = hints[f.name]
+        kw: dict = {"count": True, "default": 0} if hint is int else {"is_flag": True, "default": False} \
+            if hint is bool else {"multiple": True} if typing.get_origin(hint) is list else {}
+        params.append(TyperOption(
+            param_decls=[f"common_{f.name}", *decl.flags], help=decl.help, expose_value=False,
+            rich_help_panel=LOGGING_PANEL, callback=_common_callback, metavar=decl.metavar, **kw,
+        ))
+    return params
 
 
 def _common_callback(ctx, param, value):
@@ -390,6 +395,10 @@ class ToolkitCommand(TyperCommand):
                 multi.update(o for o in param.opts if o.startswith("--"))
         return multi
 
+    def _grouped_opts(self):
+        """Flags of the declared ``List[List[str]]`` options (see :func:`bind`)."""
+        return getattr(self.callback, "grouped_flags", frozenset())
+
     def _rest_param(self):
         for param in self.params:
             for opt in getattr(param, "opts", ()):
@@ -398,7 +407,7 @@ class ToolkitCommand(TyperCommand):
         return None, None
 
     def parse_args(self, ctx, args):
-        args = list(args)
+        args = expand_prefixes(list(args), self.params)
         rest: Optional[List[str]] = None
         rest_param, rest_opt = self._rest_param()
         if rest_param is not None:
@@ -436,7 +445,7 @@ class ToolkitCommand(TyperCommand):
                     j += 1
                 if not values:
                     out.append(tok)  # let click report the missing value
-                elif tok in GROUPED_OPTIONS:
+                elif tok in self._grouped_opts():
                     out.extend([tok, GROUP_SEP.join(values)])
                 else:
                     for v in values:
@@ -446,6 +455,35 @@ class ToolkitCommand(TyperCommand):
             out.append(tok)
             i += 1
         return out
+
+
+def expand_prefixes(args: List[str], params: Sequence[Any]) -> List[str]:
+    """Long options abbreviated as argparse allows (``--fold-constant``, ``--iter 2``): an
+    unambiguous prefix of one option's flags becomes that flag; a prefix of several options is
+    a usage error naming them. Stops at ``--`` and at ``--check`` (the rest is the check's)."""
+    flags: dict = {o: id(p) for p in params for o in getattr(p, "opts", ()) + getattr(p, "secondary_opts", ())
+                   if o.startswith("--")}
+    # the options Polygraphy has that toolkit refuses count too (each its own): an exact one keeps
+    # its advice, and a prefix of one of them and of an option of ours is ambiguous, as in Polygraphy
+    flags.update({o: o for o in UNSUPPORTED_OPTIONS if o not in flags})
+    out = list(args)
+    for i, tok in enumerate(args):
+        name, eq, value = tok.partition("=")
+        if tok == "--" or name in REST_OPTIONS:
+            break
+        if not name.startswith("--") or name in flags or len(name) < 3:
+            continue
+        matches = [o for o in flags if o.startswith(name)]
+        owners = {flags[o] for o in matches}
+        if len(owners) > 1:
+            from toolkit.core.errors import UsageError
+
+            raise UsageError(f"ambiguous option {name}: could match {', '.join(sorted(matches))}")
+        if matches:
+            out[i] = matches[0] + eq + value
+            if matches[0] in REST_OPTIONS:
+                break
+    return out
 
 
 def command_kwargs(help_text: Optional[str] = None, **extra):
@@ -459,13 +497,23 @@ def command_kwargs(help_text: Optional[str] = None, **extra):
 
 # ---------------------------------------------------------------------- declaring options
 #
-# A command's signature names its options (parameter, type, flags, default); the words go in a
-# table of the command's module, by first flag, where they read like the command's help:
+# An option is declared once, on the field of the options dataclass it fills
+# (toolkit.core.declare): flags, help, panel, metavar, completions. :func:`bind` turns the
+# declared fields of a dataclass into the parameters of a Typer command, and
+# :func:`values_for` turns the parsed parameters back into the dataclass's values:
 #
-#     _CONVERT_OPTS = {"--fp16-io": "Make float32 graph inputs and outputs float16 too."}
-#     fp16_io: Annotated[bool, option(_CONVERT_OPTS, "--fp16-io")] = False,
+#     @dataclass
+#     class ConvertOptions:
+#         model: str = argument("Path to the ONNX model.", "MODEL")
+#         fp16_io: bool = option("--fp16-io", default=False, help="Make float32 graph inputs and outputs float16 too.")
 #
-# An option several commands take is declared once, below, as an ``Annotated`` alias.
+#     @app.command("convert", **command_kwargs())
+#     @bind(ConvertOptions)
+#     def convert_command(ctx: typer.Context, **params) -> None:
+#         opts = ConvertOptions(**values_for(ConvertOptions, params))
+#
+# Commands not yet moved to a dataclass name their options in the signature, the words in a
+# table of the module by first flag (`option(_CONVERT_OPTS, "--fp16-io")`).
 
 
 def option(help_texts: Mapping[str, str], *flags: str, **kw: Any) -> Any:
@@ -473,8 +521,136 @@ def option(help_texts: Mapping[str, str], *flags: str, **kw: Any) -> Any:
     return typer.Option(*flags, help=help_texts[flags[0]], **kw)
 
 
+def completes(values: Any):
+    """A Typer ``autocompletion`` for a choice list (or ``"runner-spec"``: every runner spec)."""
+    if not values:
+        return None
+
+    def complete(incomplete: str):
+        choices = runner_specs() if values == "runner-spec" else values
+        return [v for v in choices if v.startswith(incomplete)]
+
+    return complete
+
+
+def runner_specs() -> List[str]:
+    """Every runner spec a shell may complete: each kind, and each kind with one spec option."""
+    from toolkit.run.registry import KINDS
+
+    specs = []
+    for kind in KINDS.values():
+        specs.append(kind.name)
+        for name, opt in kind.spec_options().items():
+            specs += [f"{kind.name}:{name}={c}" for c in opt.choices] if opt.choices else [f"{kind.name}:{name}"]
+    return specs
+
+
+def parameter(decl: Declared, hint: Any) -> Any:
+    """The Typer ``Annotated`` type of one declared value of type ``hint``."""
+    import typing
+
+    if decl.argument:
+        typ = hint if decl.required else Optional[hint]
+        return Annotated[typ, typer.Argument(help=decl.help, metavar=decl.metavar)]
+    if typing.get_origin(hint) in (list, List):
+        (item,) = typing.get_args(hint)
+        typ = Optional[List[str] if typing.get_origin(item) in (list, List) else List[item]]  # type: ignore[valid-type]
+    else:
+        typ = hint
+    info = typer.Option(
+        *decl.flags, help=decl.help, metavar=decl.metavar, rich_help_panel=decl.panel,
+        autocompletion=completes(decl.complete),
+    )
+    return Annotated[typ, info]
+
+
+def _fields_for_cli(cls: Any):
+    import dataclasses
+    import typing
+
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        decl = declaration(f)
+        if decl is not None and (decl.flags or decl.argument):
+            yield f, decl, hints[f.name]
+
+
+def _parameters(cls: Any, prefix: str = "", panel: Optional[str] = None):
+    """(arguments, options) of the dataclass ``cls`` as ``inspect.Parameter``s named
+    ``prefix + field``; ``panel``: the help panel of a declaration that names none."""
+    import dataclasses
+    import inspect
+
+    args: List[Any] = []
+    opts: List[Any] = []
+    for f, decl, hint in _fields_for_cli(cls):
+        if decl.argument:
+            default = inspect.Parameter.empty if decl.required else None
+        elif f.default_factory is not dataclasses.MISSING:  # lists: None when not given
+            default = None
+        elif f.default is dataclasses.MISSING:  # a required option
+            default = inspect.Parameter.empty
+        else:
+            default = f.default
+        if panel and not decl.panel:
+            decl = decl.replace(panel=panel)
+        param = inspect.Parameter(prefix + f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                  annotation=parameter(decl, hint))
+        (args if decl.argument else opts).append(param)
+    return args, opts
+
+
+def bind(cls: Any, *, extra: Sequence[Any] = (), more: Sequence[Tuple[Any, str, Optional[str]]] = ()):
+    """Decorate ``body(ctx, **params)`` with the signature Typer reads: ``ctx``, the dataclass's
+    argument, the ``extra`` parameters (``inspect.Parameter``), then one option per declared field,
+    then those of each ``(dataclass, prefix, panel)`` of ``more`` (a runner kind's own options:
+    parameters named ``prefix + field``, read back with ``values_for(cls, params, prefix)``)."""
+    import inspect
+
+    def decorate(body):
+        ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
+        args, opts = _parameters(cls)
+        for other, prefix, panel in more:
+            opts += _parameters(other, prefix, panel)[1]
+        params = [ctx] + args + list(extra) + opts
+        body.grouped_flags = frozenset(
+            o for c in [cls, *(m[0] for m in more)] for f, d, hint in _fields_for_cli(c) if _is_grouped(hint)
+            for o in d.flags
+        )
+        body.__signature__ = inspect.Signature(params)
+        body.__annotations__ = {p.name: p.annotation for p in params}
+        return body
+
+    return decorate
+
+
+def _is_grouped(hint: Any) -> bool:
+    """``List[List[str]]``: one list per occurrence of the flag (a TensorRT profile's shapes)."""
+    import typing
+
+    args = typing.get_args(hint) if typing.get_origin(hint) in (list, List) else ()
+    return bool(args) and typing.get_origin(args[0]) in (list, List)
+
+
+def values_for(cls: Any, params: Mapping[str, Any], prefix: str = "") -> dict:
+    """The keyword arguments of ``cls`` for the parsed ``params`` (its declared fields, named
+    ``prefix + field``): lists given as None made [], a grouped list (``List[List[str]]``) one
+    list per occurrence."""
+    out = {}
+    for f, _decl, hint in _fields_for_cli(cls):
+        if prefix + f.name not in params:
+            continue
+        value = params[prefix + f.name]
+        if _is_grouped(hint):
+            value = [split_group(g) for g in value or []]
+        elif f.default_factory is list:  # type: ignore[comparison-overlap]
+            value = list(value or [])
+        out[f.name] = value
+    return out
+
+
 def from_params(cls: Any, params: Mapping[str, Any], **overrides: Any) -> Any:
-    """The dataclass ``cls`` of a command's parameters (``locals()``) named as its fields, list
+    """The dataclass ``cls`` of a command's parsed parameters named as its fields, list
     fields given as None made [], with ``overrides`` set."""
     import dataclasses
 
@@ -486,6 +662,12 @@ def from_params(cls: Any, params: Mapping[str, Any], **overrides: Any) -> Any:
     return cls(**kwargs)
 
 
+def declared_option(decl: Declared, **kw: Any) -> Any:
+    """A shared declaration as a Typer option (commands that name options in their signature)."""
+    return typer.Option(*decl.flags, help=decl.help, metavar=decl.metavar, autocompletion=completes(decl.complete),
+                        **kw)
+
+
 # ---------------------------------------------------------------------- shared options
 
 # The type of a list option (greedy: several values after one flag).
@@ -493,41 +675,10 @@ ListOpt = Optional[List[str]]
 
 ModelArg = Annotated[str, typer.Argument(help="Path to the ONNX model, or '-' to read it from stdin.", metavar="MODEL")]
 
-# The help text of each option of the options several commands share, by its first flag.
-_SHARED_OPTS = {
-    "--external-data-dir": "Folder holding the model's external data (default: the model's folder).",
-    "--ignore-external-data": "Do not load external weights; work on the structure only.",
-    "--atol": "Absolute tolerance: a value for every output and/or name:value.",
-    "--rtol": "Relative tolerance: a value for every output and/or name:value.",
-    "--check-error-stat": "What to check against the tolerances: elemwise (default), max, mean, median or quantile; "
-        "also per output as name:stat.",
-    "--seed": "Seed for generated input data (reproducible).",
-    "--input-shapes": "Shapes for dynamic inputs: name:[1,3,640,640] (or name:1x3x640x640, no quoting needed). "
-        "Several after one flag.",
-    "--data-loader-script": "Input data from a Python function that returns or yields {name: array} per iteration "
-        "(FUNC defaults to load_data), instead of generated data.",
-    "--data-loader-func-name": "The function of --data-loader-script to call (the older spelling of SCRIPT:FUNC).",
-    "--model-input-shapes": "Fix the shapes of the model's dynamic inputs for shape inference: name:[1,3,224,224] ...",
-    "--force-fallback-shape-inference": "Infer tensor shapes and dtypes by running ONNX-Runtime instead of ONNX "
-        "shape inference.",
-}
-
-
-ExternalDataDirOpt = Annotated[Optional[str], option(_SHARED_OPTS, "--external-data-dir", "--load-external-data")]
-IgnoreExternalDataOpt = Annotated[bool, option(_SHARED_OPTS, "--ignore-external-data")]
-
-# Comparison tolerances (run, and debug reduce --compare)
-AtolOpt = Annotated[ListOpt, option(_SHARED_OPTS, "--atol", "--abs-tol")]
-RtolOpt = Annotated[ListOpt, option(_SHARED_OPTS, "--rtol", "--rel-tol")]
-CheckErrorStatOpt = Annotated[ListOpt, option(_SHARED_OPTS, "--check-error-stat")]
-SeedOpt = Annotated[Optional[int], option(_SHARED_OPTS, "--seed")]
-InputShapesOpt = Annotated[
-    Optional[List[str]], option(_SHARED_OPTS, "--input-shapes", "--inputs", metavar="NAME:SHAPE...")
-]
-DataLoaderScriptOpt = Annotated[Optional[str], option(_SHARED_OPTS, "--data-loader-script", metavar="SCRIPT[:FUNC]")]
-DataLoaderFuncOpt = Annotated[Optional[str], option(_SHARED_OPTS, "--data-loader-func-name", metavar="FUNC")]
-ModelInputShapesOpt = Annotated[Optional[List[str]], option(_SHARED_OPTS, "--model-input-shapes")]
-ForceFallbackOpt = Annotated[bool, option(_SHARED_OPTS, "--force-fallback-shape-inference")]
+ExternalDataDirOpt = Annotated[Optional[str], declared_option(S.EXTERNAL_DATA_DIR)]
+IgnoreExternalDataOpt = Annotated[bool, declared_option(S.IGNORE_EXTERNAL_DATA)]
+ModelInputShapesOpt = Annotated[Optional[List[str]], declared_option(S.MODEL_INPUT_SHAPES)]
+ForceFallbackOpt = Annotated[bool, declared_option(S.FORCE_FALLBACK)]
 
 
 # ------------------------------------------------ Polygraphy options that toolkit does not support

@@ -161,11 +161,6 @@ def err_console():
     return _console(True)
 
 
-def out_console():
-    """Console for data (stdout)."""
-    return _console(False)
-
-
 def is_terminal(stream=None) -> bool:
     stream = stream or sys.stderr
     try:
@@ -230,8 +225,13 @@ def warn(message: str) -> None:
 
 
 def result(message: str, style: Optional[str] = None) -> None:
-    """A final verdict (PASSED/FAILED): shown even with ``-q``; hidden only by ``--silent``."""
+    """A failing verdict (FAILED, an error): shown even with ``-qq``; hidden only by ``--silent``."""
     emit(message, ERROR, style)
+
+
+def pass_verdict(message: str, style: Optional[str] = None) -> None:
+    """A passing verdict (PASSED): shown with ``-q``; hidden by ``-qq`` (only errors)."""
+    emit(message, WARNING, style)
 
 
 def echo(text: str = "") -> None:

@@ -23,7 +23,7 @@ def check_options(
     from toolkit.core.errors import UsageError
 
     if compare is None:
-        for given, flag in ((all_faults, "--all-faults"), (reference_model, "--reference-model"),
+        for given, flag in ((all_faults, "--all-faults/--compare-tensors"), (reference_model, "--reference-model"),
                             (tolerances_given, "--atol/--rtol/--check-error-stat")):
             if given:
                 raise UsageError(
@@ -67,13 +67,17 @@ def run_entry(options) -> int:
     return run_with_boundary(run_and_render, options, command, quiet=True)
 
 
-def summarize_faults(faults: List, log_fn=log) -> None:
+def summarize_faults(faults: List, log_fn=log, noise=None) -> None:
     from toolkit.run.diagnosis import g
 
     n = len(faults)
+    rest = (
+        "the rest of the model fails by rounding noise only (docs/noise.md)" if noise is not None
+        else "the rest of the model passes"
+    )
     log_fn(
         f"Found {n} faulty subgraph{'s' if n != 1 else ''}, each minimal; with their outputs replaced by "
-        "reference values the rest of the model passes:"
+        f"reference values {rest}:"
     )
     for f in faults:
         ev = f.evidence
@@ -93,11 +97,36 @@ def faults_json(faults: List) -> List[dict]:
     ]
 
 
-def report_compare(runner, reducer, summary: dict) -> None:
-    """The faults found (``--all-faults``) on stderr; ``compare`` and ``faults`` in the --json summary."""
+def report_hidden(runner, reducer, summary: dict) -> None:
+    """The full model passes on what the check compares: say how many of the tensors the reference
+    has differ beyond tolerance, the first one (topological order) and how to reduce on it."""
+    seen = getattr(reducer, "hidden", None)
+    if seen is None:
+        return
+    compared, bad = seen
+    summary["compare"]["differing_tensors"] = {"compared": compared, "differing": len(bad), "first": None}
+    if not bad:
+        log(f"Every one of the {compared} tensors the reference has is within tolerance too.")
+        return
+    index = reducer.index
+    where = {t: i for i in range(index.size) for t in index.writes[i]}
+    first = min(bad, key=lambda t: where.get(t, index.size))
+    node = f", produced by {index.describe(where[first])}" if first in where else ""
+    summary["compare"]["differing_tensors"]["first"] = first
+    log(
+        f"The outputs pass, but {len(bad)} of the {compared} tensors the reference has differ beyond tolerance; "
+        f"the first is '{first}'{node}. To reduce on it, add --compare-tensors all (a subgraph then fails when "
+        "any of its tensors differs)"
+    )
+
+
+def report_compare(runner, reducer, summary: dict, passed: bool = False) -> None:
+    """The faults found (``--all-faults``) on stderr; ``compare`` and ``faults`` in the --json summary;
+    when the full model passes, what the comparison sees beyond its outputs."""
     faults = getattr(reducer, "faults", None)
+    noise = getattr(reducer, "noise", None)
     if faults:
-        summarize_faults(faults)
+        summarize_faults(faults, noise=noise)
     summary["compare"] = dict(runner.info)
     guide = getattr(reducer, "guide", None)
     if guide is not None:
@@ -110,8 +139,11 @@ def report_compare(runner, reducer, summary: dict) -> None:
             )
         elif tried and guide.get("found_by") == "search":
             log(f"The hinted nodes passed alone ({_plural_checks(tried)}); found by the localized search")
+    if passed and getattr(reducer, "index", None) is not None:
+        report_hidden(runner, reducer, summary)
     if faults is not None:
         summary["faults"] = faults_json(faults)
+        summary["noise_remaining"] = faults_json([noise])[0] if noise is not None else None
 
 
 def guide_json(guide: dict, reducer) -> dict:

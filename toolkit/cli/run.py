@@ -1,24 +1,23 @@
 """``toolkit run``: run a model on ONNX-Runtime and/or TensorRT, save and compare results.
 
 Thin layer: options -> :class:`toolkit.run.RunOptions` -> :func:`toolkit.run.execute` -> render.
+Every option is declared on its :class:`~toolkit.run.options.RunOptions` field; the runner
+flags (``--onnxrt``, ``--trt``) come from the registered runner kinds.
 Logs, tables and the final PASSED/FAILED line go to stderr; stdout only carries data
 (``--save-outputs -`` / ``--save-inputs -``).
 """
 
 # (no `from __future__ import annotations`: Typer would have to eval every annotation string)
 
+import inspect
 import shlex
 import sys
 from typing import TYPE_CHECKING, List, Optional, Tuple
 
 import typer
 
-from toolkit.cli.options import (
-    Annotated, AtolOpt, CheckErrorStatOpt, DataLoaderFuncOpt, DataLoaderScriptOpt, ExternalDataDirOpt, InputShapesOpt,
-    ListOpt, RtolOpt, SeedOpt, ToolkitCommand, check_data_output, command_kwargs, from_params, option,
-    split_group,
-)
-from toolkit.cli.output import err_console, is_terminal, log, result, warn
+from toolkit.cli.options import Annotated, ToolkitCommand, bind, check_data_output, command_kwargs, values_for
+from toolkit.cli.output import err_console, is_terminal, log, pass_verdict, result, warn
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -26,238 +25,101 @@ if TYPE_CHECKING:
 _ARGV_KEY = "toolkit.run.argv"
 
 
-# Help sections of `run` (options not listed stay under "Options": what to run).
-_PANELS = {
-    "Inputs": ("--seed", "--val-range", "--input-shapes", "--iterations", "--load-inputs", "--data-loader-script",
-               "--data-loader-func-name", "--save-inputs"),
-    "Outputs and comparison": ("--load-outputs", "--save-outputs", "--atol", "--rtol", "--check-error-stat",
-                               "--error-quantile", "--postprocess", "--compare-func", "--index-tolerance",
-                               "--no-shape-check", "--infinities-compare-equal", "--validate", "--save-report"),
-    "ONNX-Runtime": ("--providers", "--ort-optimization", "--onnx-outputs", "--onnx-exclude-outputs",
-                     "--external-data-dir", "--shape-inference"),
-    "TensorRT": ("--trt-outputs", "--trt-exclude-outputs", "--fp16", "--bf16", "--int8", "--tf32", "--calibration-cache",
-                 "--pool-limit", "--trt-min-shapes", "--trt-opt-shapes", "--trt-max-shapes", "--save-engine"),
-    "OpenVINO": ("--openvino-device", "--openvino-precision", "--openvino-outputs", "--openvino-exclude-outputs"),
-}
-
-
 class RunCommand(ToolkitCommand):
     """Remembers the command line (for the final PASSED/FAILED line and runner order)."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        panel_of = {opt: panel for panel, opts in _PANELS.items() for opt in opts}
-        for param in self.params:
-            for opt in getattr(param, "opts", ()):
-                if opt in panel_of:
-                    param.rich_help_panel = panel_of[opt]
 
     def parse_args(self, ctx, args):
         ctx.meta[_ARGV_KEY] = list(args)
         return super().parse_args(ctx, args)
 
 
+def _selector(kind) -> str:
+    """The parameter name of a runner kind's flag (``--onnxrt`` -> ``onnxrt``)."""
+    return kind.flag.lstrip("-").replace("-", "_")
 
 
-# The help text of each option of `run`, by its first flag.
-_RUN_OPTS = {
-    "--onnxrt": "Run the model with ONNX-Runtime.",
-    "--trt": "Run the model with TensorRT (needs TensorRT and cuda-python: the [trt] extra).",
-    "--runners": "Runner specs to run after the runners of the flags, in order: onnxrt:providers=cuda, "
-        "openvino:precision=f32, onnxrt:opt=disable, trt:fp16, ... (two runners of one kind side by side).",
-    "--openvino": "Run the model with OpenVINO (the [openvino] extra); its log line names the precision it infers in.",
-    "--providers": "ONNX-Runtime execution providers in priority order: cpu (default), cuda, trt, ... or full names "
-        "such as CUDAExecutionProvider.",
-    "--ort-optimization": "ONNX-Runtime graph optimization level: disable, basic, extended or all (default); "
-        "ORT_DISABLE_ALL, ORT_ENABLE_BASIC, ... are accepted too.",
-    "--val-range": "Range of generated values: [lo,hi] for every input, name:[lo,hi] for one (also name:lo,hi "
-        "without brackets). Integers get the integers in [lo,hi] (default [0,1]).",
-    "--iterations": "Number of inference iterations (default 1; 0 runs nothing).",
-    "--load-inputs": "Inputs file(s) (JSON or .npz) to feed instead of generated data; their iterations are used in "
-        "order. Files may hold more tensors than the model needs.",
-    "--save-inputs": "Save the inputs fed to the model (.json or .npz).",
-    "--load-outputs": "Outputs file(s) (JSON or .npz) to compare against; outputs are matched by name.",
-    "--save-outputs": "Save the outputs (.json or .npz; '-' writes JSON to stdout).",
-    "--onnx-outputs": "Tensors to return instead of the model's outputs: 'mark all' or '*' (every output of every "
-        "node of the top graph), names, or glob patterns.",
-    "--onnx-exclude-outputs": "Names or glob patterns to leave out of the outputs.",
-    "--error-quantile": "The quantile --check-error-stat quantile checks (0..1, default 0.99); also name:Q.",
-    "--postprocess": "Compare the indices of the K largest values instead of the values (along the last axis, or "
-        "axis N), for every output or one (name:top-5).",
-    "--compare-func": "simple (tolerances, the default) or indices (index arrays such as top-K results must hold the "
-        "same indices, each at most --index-tolerance positions away).",
-    "--index-tolerance": "With --compare-func indices: how far an index may move (default 0); also name:N.",
-    "--no-shape-check": "Compare outputs whose shapes differ but hold the same number of elements, element by "
-        "element (the reference reshaped).",
-    "--fp-to-fp16": "Convert the ONNX model to mixed fp16 before running it (as toolkit convert --fp-to-fp16; graph "
-        "inputs and outputs keep their types).",
-    "--save-onnx": "Save the ONNX model as it runs (--onnx-outputs marked).",
-    "--use-subprocess": "Accepted for Polygraphy command lines; has no effect (runners run one after another in this "
-        "process, each released before the next starts).",
-    "--infinities-compare-equal": "Accepted for Polygraphy command lines: equal infinities always compare equal here.",
-    "--shape-inference": "Accepted for Polygraphy command lines; has no effect (ONNX-Runtime needs no shape "
-        "inference to run the model).",
-    "--validate": "Fail when an output holds NaN or Inf values.",
-    "--save-report": "Write the layerwise diagnosis of the comparisons (first tensor out of tolerance, nodes ranked "
-        "by error amplification, error by depth): .json for scripts, .html to read, .model-explorer.json for the error "
-        "of every tensor as node data for Google's Model Explorer.",
-    "--trt-outputs": "Tensors TensorRT returns instead of the model's outputs: 'mark all' or '*' (every layer "
-        "output), names, or glob patterns.",
-    "--trt-exclude-outputs": "Names or glob patterns to leave out of the TensorRT outputs.",
-    "--fp16": "Let TensorRT use float16 kernels (TensorRT 10). With --onnxrt and no --trt: run fp32 and fp16 storage "
-        "emulated on the CPU (runner onnxrt:fp16), and compare.",
-    "--bf16": "Let TensorRT use bfloat16 kernels (TensorRT 10; TensorRT 11: the model is converted to mixed bf16 "
-        "first). With --onnxrt and no --trt: run fp32 and bf16 storage emulated on the CPU (runner onnxrt:bf16), and "
-        "compare.",
-    "--int8": "Let TensorRT use int8 kernels, calibrated on this run's inputs (TensorRT 10).",
-    "--tf32": "Let TensorRT use TF32 for float32 math (off by default).",
-    "--calibration-cache": "INT8 calibration cache: read if it exists (no calibration), else written.",
-    "--pool-limit": "TensorRT memory pool limits as pool:size, e.g. workspace:1G tactic_dram:512M.",
-    "--trt-min-shapes": "Minimum shapes of a TensorRT profile: name:[1,3,224,224] ...; repeat the flag for more "
-        "profiles.",
-    "--trt-opt-shapes": "Shapes TensorRT optimizes for (and generated inputs use); repeat for more profiles.",
-    "--trt-max-shapes": "Maximum shapes of a TensorRT profile; repeat the flag for more profiles.",
-    "--save-engine": "Save the TensorRT engine built.",
-    "--openvino-device": "OpenVINO device: cpu (default), gpu, npu or auto.",
-    "--openvino-precision": "OpenVINO inference precision: f32, bf16 or f16 (default: the device's choice, bf16 on "
-        "CPUs with bfloat16 support).",
-    "--openvino-outputs": "Tensors OpenVINO returns instead of the model's outputs: 'mark all' or '*' (every output "
-        "of every node of the top graph), names, or glob patterns.",
-    "--openvino-exclude-outputs": "Names or glob patterns to leave out of the OpenVINO outputs.",
-}
+def _kind_flags() -> List[inspect.Parameter]:
+    """One switch per registered runner kind (``--onnxrt``, ``--trt``), in registration order."""
+    from toolkit.run.registry import KINDS
+
+    return [
+        inspect.Parameter(_selector(k), inspect.Parameter.KEYWORD_ONLY, default=False,
+                          annotation=Annotated[bool, typer.Option(k.flag, help=k.help)])
+        for k in KINDS.values()
+    ]
+
+
+def _kind_options():
+    """The options each registered kind declares itself, as ``bind``'s ``more``: parameters named
+    ``<kind>_<field>`` (``openvino_device``), in the kind's help panel."""
+    from toolkit.run.registry import KINDS
+
+    return [(k.declares, f"{k.name}_", k.panel) for k in KINDS.values() if k.declares is not None]
 
 
 def register(app: typer.Typer) -> None:
+    from toolkit.run.options import RunOptions
+
     @app.command("run", **command_kwargs(cls=RunCommand))
-    def run_command(
-        ctx: typer.Context,
-        model: Annotated[
-            Optional[str],
-            typer.Argument(help="Path to the ONNX model (or TensorRT engine), or '-' to read it from stdin.", metavar="MODEL"),
-        ] = None,
-        onnxrt: Annotated[bool, option(_RUN_OPTS, "--onnxrt")] = False,
-        trt: Annotated[bool, option(_RUN_OPTS, "--trt")] = False,
-        openvino: Annotated[bool, option(_RUN_OPTS, "--openvino")] = False,
-        runner_specs: Annotated[ListOpt, option(_RUN_OPTS, "--runners", metavar="SPEC...")] = None,
-        providers: Annotated[ListOpt, option(_RUN_OPTS, "--providers", "--execution-providers")] = None,
-        ort_optimization: Annotated[
-            Optional[str], option(_RUN_OPTS, "--ort-optimization", "--graph-optimization-level", metavar="LEVEL")
-        ] = None,
-        seed: SeedOpt = None,
-        val_range: Annotated[ListOpt, option(_RUN_OPTS, "--val-range")] = None,
-        input_shapes: InputShapesOpt = None,
-        iterations: Annotated[Optional[int], option(_RUN_OPTS, "--iterations", "--iters", metavar="N")] = None,
-        load_inputs: Annotated[ListOpt, option(_RUN_OPTS, "--load-inputs", "--load-input-data")] = None,
-        save_inputs: Annotated[
-            Optional[str], option(_RUN_OPTS, "--save-inputs", "--save-input-data", metavar="PATH")
-        ] = None,
-        load_outputs: Annotated[ListOpt, option(_RUN_OPTS, "--load-outputs", "--load-results")] = None,
-        save_outputs: Annotated[
-            Optional[str], option(_RUN_OPTS, "--save-outputs", "--save-results", metavar="PATH")
-        ] = None,
-        onnx_outputs: Annotated[ListOpt, option(_RUN_OPTS, "--onnx-outputs")] = None,
-        onnx_exclude_outputs: Annotated[ListOpt, option(_RUN_OPTS, "--onnx-exclude-outputs")] = None,
-        atol: AtolOpt = None,
-        rtol: RtolOpt = None,
-        check_error_stat: CheckErrorStatOpt = None,
-        error_quantile: Annotated[ListOpt, option(_RUN_OPTS, "--error-quantile", metavar="Q...")] = None,
-        postprocess: Annotated[
-            ListOpt, option(_RUN_OPTS, "--postprocess", "--postprocess-func", metavar="[NAME:]top-K[,axis=N]...")
-        ] = None,
-        compare_func: Annotated[ListOpt, option(_RUN_OPTS, "--compare-func", "--compare", metavar="FUNC")] = None,
-        index_tolerance: Annotated[ListOpt, option(_RUN_OPTS, "--index-tolerance", metavar="N...")] = None,
-        no_shape_check: Annotated[bool, option(_RUN_OPTS, "--no-shape-check")] = False,
-        fp_to_fp16: Annotated[bool, option(_RUN_OPTS, "--fp-to-fp16")] = False,
-        save_onnx: Annotated[Optional[str], option(_RUN_OPTS, "--save-onnx", metavar="PATH")] = None,
-        data_loader_script: DataLoaderScriptOpt = None,
-        data_loader_func_name: DataLoaderFuncOpt = None,
-        use_subprocess: Annotated[bool, option(_RUN_OPTS, "--use-subprocess", "--sequential-runners")] = False,
-        infinities_equal: Annotated[bool, option(_RUN_OPTS, "--infinities-compare-equal")] = False,
-        shape_inference: Annotated[
-            bool, option(_RUN_OPTS, "--shape-inference", "--do-shape-inference", "--no-onnxruntime-shape-inference")
-        ] = False,
-        validate: Annotated[bool, option(_RUN_OPTS, "--validate")] = False,
-        save_report: Annotated[Optional[str], option(_RUN_OPTS, "--save-report", metavar="PATH")] = None,
-        external_data_dir: ExternalDataDirOpt = None,
-        trt_outputs: Annotated[ListOpt, option(_RUN_OPTS, "--trt-outputs")] = None,
-        trt_exclude_outputs: Annotated[ListOpt, option(_RUN_OPTS, "--trt-exclude-outputs")] = None,
-        fp16: Annotated[bool, option(_RUN_OPTS, "--fp16")] = False,
-        bf16: Annotated[bool, option(_RUN_OPTS, "--bf16")] = False,
-        int8: Annotated[bool, option(_RUN_OPTS, "--int8")] = False,
-        tf32: Annotated[bool, option(_RUN_OPTS, "--tf32")] = False,
-        calibration_cache: Annotated[Optional[str], option(_RUN_OPTS, "--calibration-cache", metavar="PATH")] = None,
-        pool_limit: Annotated[ListOpt, option(_RUN_OPTS, "--pool-limit", "--memory-pool-limit")] = None,
-        trt_min_shapes: Annotated[ListOpt, option(_RUN_OPTS, "--trt-min-shapes")] = None,
-        trt_opt_shapes: Annotated[ListOpt, option(_RUN_OPTS, "--trt-opt-shapes")] = None,
-        trt_max_shapes: Annotated[ListOpt, option(_RUN_OPTS, "--trt-max-shapes")] = None,
-        save_engine: Annotated[Optional[str], option(_RUN_OPTS, "--save-engine", metavar="PATH")] = None,
-        openvino_device: Annotated[Optional[str], option(_RUN_OPTS, "--openvino-device", metavar="DEVICE")] = None,
-        openvino_precision: Annotated[
-            Optional[str], option(_RUN_OPTS, "--openvino-precision", metavar="PRECISION")
-        ] = None,
-        openvino_outputs: Annotated[ListOpt, option(_RUN_OPTS, "--openvino-outputs")] = None,
-        openvino_exclude_outputs: Annotated[ListOpt, option(_RUN_OPTS, "--openvino-exclude-outputs")] = None,
-    ) -> None:
-        """Run a model on ONNX-Runtime, TensorRT and/or OpenVINO with generated or loaded inputs, save
+    @bind(RunOptions, extra=_kind_flags(), more=_kind_options())
+    def run_command(ctx: typer.Context, **params) -> None:
+        """Run a model on ONNX-Runtime and/or TensorRT with generated or loaded inputs, save
         inputs and outputs, and compare results (several runners and/or loaded outputs files
         are compared in consecutive pairs). MODEL may also be a TensorRT engine
         (.engine/.plan/.trt) for --trt.
 
         Exit codes: 0 passed; 1 a comparison or --validate failed, or inference (or the
         TensorRT build) failed; 2 bad options; 3 bad model or data file; 4 missing backend,
-        TensorRT, cuda-python, OpenVINO or device.
+        TensorRT, cuda-python or GPU; 70 an internal error (a bug: please report it).
         """
-        from toolkit.run.registry import runner_order
-
-        from toolkit.cli.output import is_quiet
-
-        ort_optimization = _ort_level(ort_optimization)
-        for flag, path in (("--save-inputs", save_inputs), ("--save-outputs", save_outputs)):
-            if not _reads(path, [model or ""] + list(load_inputs or []) + list(load_outputs or [])):
-                check_data_output(flag, path)  # (overwriting a file this run reads is reported first)
-        if use_subprocess:
-            from toolkit.cli.output import verbose
-
-            verbose("run | --use-subprocess has no effect: runners run in this process, one after another")
-        if shape_inference:
-            from toolkit.cli.output import verbose
-
-            verbose("run | shape inference options have no effect on a run")
-
-        quiet = is_quiet()
-        argv = ctx.meta.get(_ARGV_KEY) or []
-        command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
-        runners = runner_order(argv, {"onnxrt": onnxrt, "trt": trt, "openvino": openvino}) + list(runner_specs or [])
-        runners, fp16, bf16 = _fp16_emulation(runners, fp16, bf16)
-        if model is None:
-            from toolkit.core.errors import UsageError
-
-            if runners or load_inputs or save_inputs or save_outputs or save_onnx or data_loader_script:
-                raise UsageError("give MODEL, the ONNX model to run (e.g. toolkit run model.onnx --onnxrt)")
-            if not load_outputs:
-                # nothing asked for (e.g. only logging options): like Polygraphy, nothing to do is not an error
-                from toolkit.cli.output import warn
-
-                warn("nothing to run: give MODEL and a runner (e.g. toolkit run model.onnx --onnxrt)")
-                return
-            model = ""
-        # the parameters as refined above (model, runners, ort_optimization, fp16, bf16) and the command line
-        opts = _run_options(locals(), diagnose=not quiet, model_type=_model_type())
-        _describe_plan(opts)
-        code = run_and_render(opts, command, quiet=quiet)
-        if code:
-            raise typer.Exit(code)
+        _run(ctx, params)
 
 
-_SHAPE_GROUPS = ("trt_min_shapes", "trt_opt_shapes", "trt_max_shapes")
-
-
-def _run_options(params: dict, **overrides):
-    """The :class:`~toolkit.run.options.RunOptions` of the command's parameters, with ``overrides``."""
+def _run(ctx: typer.Context, params: dict) -> None:
+    from toolkit.cli.output import is_quiet, verbose
     from toolkit.run.options import RunOptions
+    from toolkit.run.registry import KINDS, runner_order
 
-    groups = {name: [split_group(g) for g in params.get(name) or []] for name in _SHAPE_GROUPS}
-    return from_params(RunOptions, params, **groups, **overrides)
+    opts = RunOptions(**values_for(RunOptions, {**params, "model": params["model"] or ""}))
+    opts.kind_options = {
+        k.name: k.declares(**values_for(k.declares, params, f"{k.name}_")) for k in KINDS.values() if k.declares
+    }
+    opts.ort_optimization = _ort_level(opts.ort_optimization)
+    reads = [opts.model] + opts.load_inputs + opts.load_outputs
+    for flag, path in (("--save-inputs", opts.save_inputs), ("--save-outputs", opts.save_outputs)):
+        if not _reads(path, reads):
+            check_data_output(flag, path)  # (overwriting a file this run reads is reported first)
+    if opts.use_subprocess:
+        verbose("run | --use-subprocess has no effect: runners run in this process, one after another")
+    if opts.shape_inference:
+        verbose("run | shape inference options have no effect on a run")
+    quiet = is_quiet()
+    argv = ctx.meta.get(_ARGV_KEY) or []
+    opts.command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
+    runners = runner_order(argv, {k.name: params[_selector(k)] for k in KINDS.values()}) + list(params["runners"] or [])
+    opts.runners, opts.fp16, opts.bf16 = _fp16_emulation(runners, opts.fp16, opts.bf16)
+    if params["model"] is None and not _nothing_but_outputs(opts):
+        return
+    opts.diagnose, opts.model_type = not quiet, _model_type()
+    _describe_plan(opts)
+    code = run_and_render(opts, opts.command, quiet=quiet)
+    if code:
+        raise typer.Exit(code)
+
+
+def _nothing_but_outputs(opts) -> bool:
+    """Without MODEL: True when only outputs files are compared; UsageError when something
+    needs the model; False (a warning) when nothing at all is asked for."""
+    if opts.runners or opts.load_inputs or opts.save_inputs or opts.save_outputs or opts.save_onnx or \
+            opts.data_loader_script:
+        from toolkit.core.errors import UsageError
+
+        raise UsageError("give MODEL, the ONNX model to run (e.g. toolkit run model.onnx --onnxrt)")
+    if not opts.load_outputs:
+        # nothing asked for (e.g. only logging options): like Polygraphy, nothing to do is not an error
+        warn("nothing to run: give MODEL and a runner (e.g. toolkit run model.onnx --onnxrt)")
+        return False
+    return True
 
 
 def _fp16_emulation(runners: List[str], fp16: bool, bf16: bool = False):
@@ -306,7 +168,9 @@ def _describe_plan(opts) -> None:
     if opts.load_inputs:
         verbose(f"run | inputs from: {', '.join(opts.load_inputs)}")
     else:
-        seed = "random" if opts.seed is None else opts.seed
+        from toolkit.core.inputs import DEFAULT_SEED
+
+        seed = f"{DEFAULT_SEED} (the default)" if opts.seed is None else opts.seed
         verbose(
             f"run | generated inputs: {opts.iterations or 1} iteration(s), seed {seed}, "
             f"value range {' '.join(opts.val_range) or '[0,1]'}"
@@ -367,7 +231,7 @@ def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
 
 def _final(passed: bool, command: str, mismatched: List[str]) -> None:
     if passed:
-        result(f"PASSED | Command: {command}", style="bold green")
+        pass_verdict(f"PASSED | Command: {command}", style="bold green")
     else:
         tail = f" | mismatched: {_names(mismatched)}" if mismatched else ""
         result(f"FAILED | Command: {command}{tail}", style="bold red")

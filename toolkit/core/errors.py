@@ -15,6 +15,7 @@ class ExitCode(enum.IntEnum):
     USAGE = 2  # bad command line
     BAD_INPUT = 3  # bad input file or model
     MISSING_DEPENDENCY = 4  # optional dependency or device missing
+    INTERNAL = 70  # an unexpected exception: a bug in toolkit (EX_SOFTWARE of sysexits.h)
     INTERRUPTED = 130  # Ctrl-C
 
 

@@ -311,11 +311,37 @@ def parse_shape_specs(specs: Sequence[str]) -> dict:
                 )
         if tail is not None and is_dtype_name(tail) and _split_last_colon(head)[1] is not None:
             raise UsageError(f"'{spec}': a dtype is not accepted here; write name:shape, e.g. {head}")
+        if tail is not None:
+            _raise_if_bad_dim(spec, head, tail)
         meta = parse_tensor_spec(spec, allow_dtype=False)
         if tail is None or meta.shape is None:
             raise UsageError(f"'{spec}' needs a shape; write e.g. {meta.name}:[1,3,224,224]")
         out[meta.name] = meta.shape
     return out
+
+
+_LOOKALIKE = str.maketrans({"O": "0", "o": "0", "l": "1", "I": "1"})
+
+
+def _raise_if_bad_dim(spec: str, name: str, text: str) -> None:
+    """``x:1x3x64Ox640``: a list of dimensions, mostly numbers, one of them a number mistyped
+    (digits and letters mixed; a plain name is a symbolic dimension): name it."""
+    inner = text.strip()
+    bracketed = inner[:1] in "[(" and inner[-1:] in "])"
+    dims = [d.strip() for d in re.split(r"[x,]" if not bracketed else ",", inner[1:-1] if bracketed else inner)]
+    if len(dims) < 2 or sum(d.isdigit() for d in dims) < len(dims) / 2:
+        return  # not meant as a list of numbers (a name, a symbolic shape)
+    for k, dim in enumerate(dims):
+        if dim.isdigit() or dim in ("-1", "?") or not any(c.isdigit() for c in dim):
+            continue
+        fixed = dim.translate(_LOOKALIKE)
+        hint = f" (a letter for a digit? {fixed})" if fixed.isdigit() else ""
+        sep = "," if bracketed else "x"
+        example = sep.join(fixed if j == k and fixed.isdigit() else d for j, d in enumerate(dims))
+        example = (f"[{example}]" if bracketed else example) if fixed.isdigit() else "[1,3,224,224]"
+        raise UsageError(
+            f"'{spec}': dimension {k + 1} of the shape, '{dim}', is not a number{hint}; write e.g. {name}:{example}"
+        )
 
 
 def parse_named_values(

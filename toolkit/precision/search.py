@@ -38,9 +38,19 @@ STATUS_FOUND = "found"  # a minimal set of nodes to keep in fp32 was found
 STATUS_NONE_NEEDED = "none-needed"  # the fp16 model passes as it is
 STATUS_FAILS_FP32 = "fails-in-fp32"  # even keeping every node in fp32 the comparison fails
 STATUS_INTERRUPTED = "interrupted"
+# what is left fails only by the rounding of reduced-precision storage (toolkit.core.noise): the
+# search keeps no node in fp32 for that, and says which tolerance would pass
+STATUS_ROUNDING = "rounding"
 
 DEFAULT_ATOL = "1e-2"
 DEFAULT_RTOL = "1e-2"
+
+
+def _emulates(kind: str) -> bool:
+    """Whether runner kind ``kind`` emulates fp16/bf16 storage on a model held in memory (the
+    search then emulates each candidate and follows the first overflow); else each candidate
+    is converted and run from a file."""
+    return get_kind(kind).emulates_storage
 
 
 @dataclass
@@ -92,11 +102,19 @@ class PrecisionOutcome:
     one_minimal: bool = False
     replay_path: Optional[str] = None
     broken: int = 0  # checks whose mixed model did not build, load or run (counted as failing)
+    passing_atol: Optional[float] = None  # STATUS_ROUNDING: an --atol at which the result passes
+    noise_bound: Optional[float] = None  # the rounding bound (relative to each output's largest value)
+    depth: int = 0  # the graph's depth (nodes on its longest path), for the noise bound
 
     @property
     def bisect_checks(self) -> int:
-        """Checks a plain bisect over the searched nodes takes (for the docs' bound)."""
+        """Checks a plain bisect over the searched nodes takes (for the documented bound)."""
         return int(math.ceil(math.log2(self.candidates))) if self.candidates > 1 else 1
+
+    @property
+    def cost_bound(self) -> int:
+        """The documented bound on checks: a bisect plus twice the result."""
+        return self.bisect_checks + 2 * len(self.kept)
 
 
 class Reporter(Messages):
@@ -154,6 +172,8 @@ class PrecisionSearch:
         self.checks_remembered = 0
         self.broken = 0
         self._best: Optional[int] = None  # the smallest passing set so far (what Ctrl-C leaves)
+        self.rounding: Dict[int, float] = {}  # sets that fail by rounding alone -> the atol they need
+        self.depth = 1
 
     # ------------------------------------------------------------------ set-up
     def _validate(self) -> None:
@@ -224,12 +244,15 @@ class PrecisionSearch:
                     self.producer[o] = node.name
                     if o not in self.graph_outputs:
                         self.watch.append(o)
-        self.guide = self.cand_spec[0] == "onnxrt" and self.config.mode in (None, "default")
+        self.guide = _emulates(self.cand_spec[0]) and self.config.mode in (None, "default")
         self.overflow: Dict[int, Optional[str]] = {}
         if not universe:
             raise InputError(f"{c.model}: no node with float32 outputs to search over")
         self.index = SetIndex(len(universe))
         self._model_id = self._structure_id()
+        from toolkit.run.diagnosis import topology_of
+
+        self.depth = max((n.depth for n in topology_of(self.model).nodes), default=1)
 
     def _structure_id(self) -> str:
         import hashlib
@@ -308,7 +331,7 @@ class PrecisionSearch:
         kind, opts = self.ref_spec
         if get_kind(kind).reduced(opts):
             raise UsageError(f"--compare {self.config.reference}: the reference runner must run fp32")
-        if kind == "onnxrt":
+        if _emulates(kind):
             outs = self._run_onnx(self._marked(self.model), opts, feeds)
             return self._split(outs)
         self.guide = False
@@ -382,7 +405,7 @@ class PrecisionSearch:
 
         kind, _opts = self.cand_spec
         names = list(self.user_kept) + list(keep)
-        if kind == "onnxrt":
+        if _emulates(kind):
             cache = self._rounded  # each weight rounded once for the whole search
             if self.guide:
                 marked = self._marked(self.model)
@@ -410,7 +433,7 @@ class PrecisionSearch:
         try:
             model = self.candidate_model(keep)
             kind, opts = self.cand_spec
-            if kind == "onnxrt":
+            if _emulates(kind):
                 outs = self._run_onnx(model, opts, self.feeds)
             else:
                 outs = self._run_file(model, kind, opts, self.feeds)
@@ -432,6 +455,9 @@ class PrecisionSearch:
             comps = self._compare(outs)
             passed = all(c.passed and not c.only_a for c in comps)
             self.details[mask] = _describe(comps)
+            if not passed and self._rounding_only(mask, comps):
+                passed = True  # (no node is kept in fp32 for rounding alone)
+                self.details[mask] += f" ({self._precision} rounding)"
         seconds = time.perf_counter() - t0
         self.verdicts[mask] = passed
         if passed and (self._best is None or bin(mask).count("1") < bin(self._best).count("1")):
@@ -451,6 +477,37 @@ class PrecisionSearch:
                 self.replay.save(self.config.save_replay)
         self.reporter.check(check)
         return passed
+
+    @property
+    def _precision(self) -> str:
+        return "bf16" if self.dtype == "bfloat16" else "fp16"
+
+    def _rounding_only(self, mask: int, comps) -> bool:
+        """Whether every failing output is off by no more than the rounding of reduced-precision
+        storage through the graph's depth (toolkit.core.noise.noise_bound, relative to the output's
+        largest reference value); remembers the atol that would pass."""
+        import numpy as np
+
+        from toolkit.core.noise import STORAGE_FLOOR, noise_bound
+
+        bound = noise_bound(STORAGE_FLOOR[self._precision], self.depth)
+        needed = 0.0
+        for k, it in enumerate(comps):
+            if it.only_a or it.only_b:
+                return False
+            for o in it.outputs:
+                if o.passed:
+                    continue
+                ref = np.asarray(self.ref_outs[k].get(o.name))
+                if ref.dtype.kind != "f" or not math.isfinite(o.max_abs):
+                    return False
+                finite = ref[np.isfinite(ref)]
+                scale = float(np.abs(finite).max()) if finite.size else 0.0
+                if o.max_abs > bound * scale:
+                    return False
+                needed = max(needed, o.max_abs)
+        self.rounding[mask] = needed
+        return True
 
     # ------------------------------------------------------------------ the search
     def run(self) -> PrecisionOutcome:
@@ -506,11 +563,22 @@ class PrecisionSearch:
                 mixed = fp16.convert(self.model, list(self.user_kept) + out.kept, dtype=self.dtype).model
                 save_model(mixed, self.config.output)
                 out.output_written = True
+        self._note_rounding(out, best)
         out.broken = self.broken
         out.checks = len(self.checks)
         out.remembered = self.checks_remembered
         out.seconds = time.perf_counter() - t0
         return out
+
+    def _note_rounding(self, out: PrecisionOutcome, best: Optional[int]) -> None:
+        """A result that passes only as rounding (see :meth:`_rounding_only`): status, passing atol."""
+        from toolkit.core.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
+
+        out.depth = self.depth
+        if best is not None and best in self.rounding and out.status in (STATUS_FOUND, STATUS_NONE_NEEDED):
+            out.status = STATUS_ROUNDING
+            out.passing_atol = passing_tolerance(self.rounding[best])
+            out.noise_bound = noise_bound(STORAGE_FLOOR[self._precision], self.depth)
 
     # the search proper
     def _drive(self, gen, to_full=None) -> int:
@@ -572,7 +640,7 @@ class PrecisionSearch:
     def _all_fp32_passes(self) -> bool:
         """Every node kept in fp32 passes (checked only for the emulation: a TensorRT candidate
         with no reduced-precision tensor left may still build in reduced precision)."""
-        return self.cand_spec[0] != "onnxrt" or self.passes(self.index.full_mask)
+        return not _emulates(self.cand_spec[0]) or self.passes(self.index.full_mask)
 
     def _one_minimal(self, mask: int) -> bool:
         """Known (from verdicts already in hand) that dropping any one node makes it fail."""

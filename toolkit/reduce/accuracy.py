@@ -28,13 +28,16 @@ import shutil
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core.errors import InputError, UsageError
 from toolkit.reduce.check import CheckResult, WarmRunner, WorkerEntry, run_in_process
 
 DEFAULT_REFERENCE = "onnxrt"
-FORK_ENV = "TOOLKIT_FORK_CHECKS"  # set to 1: every --compare check runs in a forked worker
+FORK_ENV = "TOOLKIT_FORK_CHECKS"
+# --compare-tensors: "outputs" compares a candidate's outputs; "all" every tensor of it the reference
+# has, so a fault is found even where the model's outputs hide it (a saturating Sigmoid)
+COMPARE_TENSORS = ("outputs", "all")  # set to 1: every --compare check runs in a forked worker
 
 
 @dataclass
@@ -52,6 +55,7 @@ class CompareOptions:
     val_range: List[str] = field(default_factory=list)
     input_shapes: List[str] = field(default_factory=list)
     external_data_dir: Optional[str] = None
+    tensors: str = "outputs"  # --compare-tensors: a candidate's outputs only, or all its tensors
 
     @classmethod
     def from_words(cls, words: Sequence[str], **kw) -> "CompareOptions":
@@ -73,6 +77,8 @@ class CompareOptions:
         from toolkit.core.meta import parse_shape_specs
         from toolkit.run.specs import parse_runner_spec
 
+        if self.tensors not in COMPARE_TENSORS:
+            raise UsageError(f"--compare-tensors takes {' or '.join(COMPARE_TENSORS)}, got '{self.tensors}'")
         parse_runner_spec(self.reference)
         parse_runner_spec(self.test)
         Tolerances.parse(self.atol, self.rtol, self.check_error_stat)
@@ -135,7 +141,7 @@ def every_tensor(spec: str, model: str, feeds, opts: CompareOptions, name: Optio
     from toolkit.run.registry import mark_all_outputs
     from toolkit.run.specs import make_runner
 
-    base = RunOptions(model, external_data_dir=opts.external_data_dir, **mark_all_outputs())
+    base = mark_all_outputs(RunOptions(model, external_data_dir=opts.external_data_dir))
     runner = make_runner(spec, model, base=base, name=name)
     with runner:
         metas = runner.input_metadata()
@@ -161,7 +167,7 @@ def isolated_reference(spec: str) -> bool:
     context (TensorRT, a GPU provider or device), which forked checks must never inherit."""
     from toolkit.run.specs import parse_runner_spec
 
-    return not parse_runner_spec(spec).host_only()
+    return not parse_runner_spec(spec).in_process()
 
 
 def compute_reference(
@@ -326,11 +332,13 @@ def _own_values(model: str, opts: CompareOptions, golden: Sequence[Mapping], ref
 # ---------------------------------------------------------------------- the check
 
 
-def run_options(model: str, opts: CompareOptions, ref: Reference, **extra):
-    """The ``toolkit run`` of ``model`` on the runner under test, fed and judged by the reference."""
+def run_options(model: str, opts: CompareOptions, ref: Reference, mark: bool = False, **extra):
+    """The ``toolkit run`` of ``model`` on the runner under test, fed and judged by the reference;
+    every tensor marked with ``mark`` or ``--compare-tensors all``."""
     from toolkit.run.options import RunOptions
+    from toolkit.run.registry import mark_all_outputs
 
-    return RunOptions(
+    run = RunOptions(
         model,
         runners=[opts.test],
         load_inputs=[ref.inputs_path],
@@ -341,6 +349,7 @@ def run_options(model: str, opts: CompareOptions, ref: Reference, **extra):
         diagnose=False,
         **extra,
     )
+    return mark_all_outputs(run) if mark or opts.tensors == "all" else run
 
 
 def spec_flags(spec_text: str) -> List[str]:
@@ -364,6 +373,8 @@ def describe_check(artifact: str, opts: CompareOptions) -> List[str]:
     """The check as the ``toolkit run`` it amounts to (for logs, replay files and --json)."""
     argv = ["toolkit", "run", artifact, *spec_flags(opts.test), "--load-inputs", "<reference>"]
     argv += ["--load-outputs", "<reference>"]
+    if opts.tensors == "all":
+        argv += ["--onnx-outputs", "mark", "all"]
     for flag, values in (("--atol", opts.atol), ("--rtol", opts.rtol), ("--check-error-stat", opts.check_error_stat)):
         if values:
             argv += [flag, *values]
@@ -371,12 +382,12 @@ def describe_check(artifact: str, opts: CompareOptions) -> List[str]:
 
 
 def in_process_possible(spec_text: str) -> bool:
-    """Whether checks on runner ``spec_text`` may run in this process: a runner on the CPU
-    (ONNX-Runtime's CPU provider, OpenVINO's CPU device: no device context that a later fork
-    could inherit, nothing a timeout must kill)."""
+    """Whether checks on runner ``spec_text`` may run in this process: a runner kind that declares
+    it for that spec (ONNX-Runtime's CPU provider, OpenVINO's CPU device: no device context that
+    a later fork could inherit, nothing a timeout must kill)."""
     from toolkit.run.specs import parse_runner_spec
 
-    return parse_runner_spec(spec_text).host_only()
+    return parse_runner_spec(spec_text).in_process()
 
 
 class CompareRunner(WarmRunner):
@@ -517,15 +528,11 @@ class CompareRunner(WarmRunner):
         elsewhere, or when that run fails (the search then goes on without a hint)."""
         if self.ref is None or not os.path.isfile(self.model) or not in_process_possible(self.opts.test):
             return None  # (a device runner under test: its checks are forked, and this process opens no device)
-        from toolkit.core.datafiles import load_inputs, load_outputs
         from toolkit.core.errors import ToolkitError
 
         try:
-            feeds = load_inputs(self.ref.inputs_path)
-            golden = [it.outputs for it in load_outputs(self.ref.outputs_path).runs[0][1]]
-            source = _feed_source(self.opts, lambda _m: None, loaded=feeds)
             errors: Dict[str, float] = {}
-            for (_feed, outs), ref_values in zip(every_tensor(self.opts.test, self.model, source, self.opts), golden):
+            for outs, ref_values in self._every_tensor_runs():
                 for name, value in outs.items():
                     err = rel_l2(value, ref_values.get(name))
                     if err is not None:
@@ -535,6 +542,43 @@ class CompareRunner(WarmRunner):
             text = exc.message if isinstance(exc, ToolkitError) else f"{type(exc).__name__}: {exc}"
             self.notes(f"No hint for the search ({text}); searching without one")
             return None
+
+
+    def _every_tensor_runs(self):
+        """``(outputs, reference values)`` per iteration: the model under test with every tensor
+        marked, fed the reference's inputs, in this process."""
+        from toolkit.core.datafiles import load_inputs, load_outputs
+
+        ref = self.prepared_ref
+        feeds = load_inputs(ref.inputs_path)
+        golden = [it.outputs for it in load_outputs(ref.outputs_path).runs[0][1]]
+        source = _feed_source(self.opts, lambda _m: None, loaded=feeds)
+        for (_feed, outs), ref_values in zip(every_tensor(self.opts.test, self.model, source, self.opts), golden):
+            yield outs, ref_values
+
+    def differing_tensors(self) -> Optional[Tuple[int, List[str]]]:
+        """(tensors compared, names of those out of tolerance): every tensor of the model under test
+        that the reference has, judged with the check's tolerances. None where the runner under test
+        cannot run in this process (a device runner) or that run fails."""
+        if self.ref is None or not os.path.isfile(self.model) or not in_process_possible(self.opts.test):
+            return None
+        from toolkit.core.compare import Tolerances, compare_iteration
+        from toolkit.core.errors import ToolkitError
+
+        tol = Tolerances.parse(self.opts.atol, self.opts.rtol, self.opts.check_error_stat)
+        compared: Dict[str, None] = {}
+        bad: Dict[str, None] = {}
+        try:
+            for k, (outs, ref_values) in enumerate(self._every_tensor_runs()):
+                it = compare_iteration(k, outs, {n: v for n, v in ref_values.items() if n in outs}, tol)
+                for c in it.outputs:
+                    compared.setdefault(c.name, None)
+                    if not c.passed:
+                        bad.setdefault(c.name, None)
+        except ToolkitError as exc:
+            self.notes(f"Could not compare every tensor ({exc.message})")
+            return None
+        return len(compared), list(bad)
 
 
 def rel_l2(a, b) -> Optional[float]:
@@ -586,8 +630,7 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
     (earlier faults' outputs replaced by reference values), every tensor compared: the
     relative L2 error of the fault's outputs over that of its inputs.
     """
-    from toolkit.run.diagnosis import amplification, storage_floor
-    from toolkit.run.registry import mark_all_outputs
+    from toolkit.core.noise import amplification, storage_floor
 
     floor = storage_floor(runner.opts.test)  # (an fp16 runner rounds even exact inputs)
     folder = runner.prepared_ref.folder
@@ -599,10 +642,11 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
         if own and own.get("tensors"):
             worst = max(own["tensors"], key=lambda t: _num(t["tol_ratio"]))
             f.evidence.update(max_abs=_num(worst["max_abs"]), tol_ratio=_num(worst["tol_ratio"]), tensor=worst["name"])
+            f.evidence["own_error"] = max(_num(t.get("rel_l2")) for t in own["tensors"])
         ctx_art = os.path.join(folder, f"context_{f.number}.onnx")
         reducer.index.write(reducer.candidate(f.context), ctx_art)
-        marked = dict(mark_all_outputs(), save_report=ctx_art + ".json")
-        ctx = _report_of(runner, run_options(ctx_art, runner.opts, runner.prepared_ref, **marked))
+        ctx = _report_of(runner, run_options(ctx_art, runner.opts, runner.prepared_ref, mark=True,
+                                             save_report=ctx_art + ".json"))
         if ctx:
             errs = {t["name"]: _num(t["rel_l2"]) for t in ctx.get("tensors", [])}
             out_err = max((errs.get(t, 0.0) for t in cand.outputs), default=0.0)
@@ -610,6 +654,44 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
             f.evidence.update(
                 output_error=out_err, input_error=in_err, amplification=amplification(out_err, in_err, floor)
             )
+        _judge_noise(f, floor)
+
+
+def rest_is_noise(runner: CompareRunner, reducer, allowed: int) -> Optional[dict]:
+    """Whether what remains of the model (the nodes of ``allowed``, earlier faults' outputs fed the
+    reference's values) fails by rounding only: run once with every tensor compared, every node's
+    amplification near 1 and the largest error within the noise bound for its size (toolkit.core.noise).
+    The evidence when it does, else None."""
+    from toolkit.core.noise import ULPS, is_rounding, noise_bound, storage_floor
+    from toolkit.reduce.graph import popcount
+    from toolkit.reduce.guide import rank
+
+    floor = storage_floor(runner.opts.test)
+    art = os.path.join(runner.prepared_ref.folder, "rest.onnx")
+    reducer.index.write(reducer.candidate(allowed), art)
+    rep = _report_of(runner, run_options(art, runner.opts, runner.prepared_ref, mark=True, save_report=art + ".json"))
+    if not rep or not rep.get("tensors"):
+        return None
+    errors = {t["name"]: _num(t["rel_l2"]) for t in rep["tensors"]}
+    amp = max((a for i, a, _e in rank(reducer.index, errors, floor) if (allowed >> i) & 1), default=1.0)
+    err = max(errors.values())
+    depth = popcount(allowed)
+    if amp > ULPS or not is_rounding(err, amp, depth, floor):
+        return None
+    return {"own_error": err, "amplification": amp, "noise_bound": noise_bound(floor, depth), "noise": True}
+
+
+def _judge_noise(f, floor: float) -> None:
+    """``f.evidence["noise"]``: whether the fault is rounding by the noise model (toolkit.core.noise):
+    its own error, fed exact inputs, within the bound for its size, and its amplification near 1."""
+    from toolkit.core.noise import is_rounding, noise_bound
+
+    ev = f.evidence
+    if "own_error" not in ev or "amplification" not in ev:
+        return
+    depth = len(f.nodes)
+    ev["noise_bound"] = noise_bound(floor, depth)
+    ev["noise"] = is_rounding(ev["own_error"], ev["amplification"], depth, floor)
 
 
 def _norms(a, b, dtype):

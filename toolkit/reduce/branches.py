@@ -51,7 +51,6 @@ class Inlined:
     model: str
     reference_model: Optional[str]
     decisions: List[Decision] = field(default_factory=list)
-    undecided: List[str] = field(default_factory=list)  # top-level Ifs left whole (why)
 
     @property
     def input_dependent(self) -> bool:
@@ -275,4 +274,4 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None],
             "(--load-inputs or --compare lets the reduce go inside the branch the inputs take)")
     if not decisions:
         return None
-    return Inlined(path, ref, decisions, [f"{name}: {why}" for name, why in unknown.items()])
+    return Inlined(path, ref, decisions)

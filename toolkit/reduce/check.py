@@ -42,8 +42,9 @@ FAIL = "fail"
 BROKEN = "broken"  # the check could not judge the model: it failed on its own (usage, input, missing program)
 TIMEOUT = "timeout"  # killed by --check-timeout: counted, and taken as a failure
 
-# Exit codes of a toolkit check that mean the check itself is broken (usage, bad input, missing dependency).
-TOOLKIT_BROKEN_CODES = (2, 3, 4)
+# Exit codes of a toolkit check that mean the check itself is broken (usage, bad input, missing
+# dependency, an internal error of toolkit).
+TOOLKIT_BROKEN_CODES = (2, 3, 4, 70)
 # Shell exit codes for a program that cannot be executed (126) or is not found (127).
 CANNOT_RUN_CODES = (126, 127)
 
@@ -168,7 +169,7 @@ class FailureRule:
         unless --fail-code/--ignore-fail-code names the exit code or a --fail-regex
         pattern matches (the user recognises that output as the failure):
 
-        - a toolkit check exits 2, 3 or 4 (usage error, bad input, missing dependency) --
+        - a toolkit check exits 2, 3, 4 or 70 (usage error, bad input, missing dependency, internal error) --
           except an exit 3 whose error line is about ``artifact`` itself (the model under
           check: a parser or runtime rejecting it is the model failing);
         - the command cannot start (exit 126 or 127);

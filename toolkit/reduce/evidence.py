@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 _NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
 _ROW = re.compile(
@@ -30,17 +30,10 @@ _ROW = re.compile(
     + _NUM + r", rtol " + _NUM
 )
 
-# A failure whose largest relative error is at most this is the size of float32 rounding
-# differences (about 800 ulps): what reordered or fused arithmetic produces, not a fault.
-ROUNDING_RTOL = 1e-4
-# A reduced failure this many times smaller than the full model's is suspicious.
+# A reduced failure this many times smaller than the full model's is suspicious (an addendum
+# to a rounding-sized failure, never a reason on its own: a real fault may be smaller than
+# the error it causes downstream). What is rounding is decided by toolkit.core.noise.
 FAR_SMALLER = 100.0
-# A failure whose largest error is within this factor of the tolerance it broke is the size
-# of rounding differences between kernels (fused on a small subgraph, not in the full model).
-NEAR_TOLERANCE = 10.0
-# ... but only at tolerances of that size: kernel rounding differences are a few 1e-5 on
-# values of size 10; a failure near a tolerance the user raised past this is no such noise
-NOISE_ATOL = 1e-4
 
 
 @dataclass
@@ -148,46 +141,60 @@ def from_check_output(text: str) -> Optional[Evidence]:
     return Evidence(rows) if rows else None
 
 
-def noise_warning(full: Optional[Evidence], reduced: Optional[Evidence]) -> Optional[str]:
-    """A warning when the reduced model's failure may be rounding noise, else None."""
+def noise_warning(
+    full: Optional[Evidence], reduced: Optional[Evidence], check: Optional[Sequence[str]] = None
+) -> Optional[str]:
+    """A warning when the reduced model's failure is the size of float32 rounding (the noise
+    model of :mod:`toolkit.core.noise`), else None. ``check``: the check command (its advice
+    leaves out what it already does)."""
+    from toolkit.core.noise import NEAR_TOLERANCE, evidence_is_rounding
+
     r = reduced.worst if reduced is not None else None
-    if r is None or not math.isfinite(r.max_abs):  # an overflow (inf) or NaN is never rounding noise
+    if r is None:
+        return None
+    kind = evidence_is_rounding(r.max_abs, r.max_rel, r.atol)  # (an overflow or NaN never is)
+    if kind is None:
         return None
     f = full.worst if full is not None else None
-    why = None
-    if r.max_rel <= ROUNDING_RTOL:
+    if kind == "rel":
         why = (
             f"the reduced model fails by {_g(r.max_abs)} (max rel {_g(r.max_rel)}), the size of float "
             "rounding differences: ONNX-Runtime fuses a small subgraph differently from the full model"
         )
-    elif 0 < r.atol <= NOISE_ATOL and r.max_abs <= NEAR_TOLERANCE * r.atol:
+    else:
         why = (
             f"the reduced model fails by {_g(r.max_abs)}, within {NEAR_TOLERANCE:g}x of the tolerance (atol "
             f"{_g(r.atol)}): the size of rounding differences between ONNX-Runtime's kernels on a small subgraph "
             "and on the full model"
         )
-        if f is not None and f.max_abs > 0 and r.max_abs * FAR_SMALLER <= f.max_abs:
-            why += f", and far less than the full model's {_g(f.max_abs)} on '{f.name}'"
-    elif f is not None and f.max_abs > 0 and r.max_abs * FAR_SMALLER <= f.max_abs:
-        why = (
-            f"the reduced model fails by {_g(r.max_abs)}, far less than the full model ({_g(f.max_abs)} on "
-            f"'{f.name}')"
+    if f is not None and f.max_abs > 0 and r.max_abs * FAR_SMALLER <= f.max_abs:
+        why += f", and far less than the full model's {_g(f.max_abs)} on '{f.name}'"
+    return f"{why}, so this result may be noise rather than the fault. To look past it: " + _noise_advice(r, check)
+
+
+def _noise_advice(r: TensorEvidence, check: Optional[Sequence[str]]) -> str:
+    words = list(check or [])
+    advice = [f"raise the check's tolerances above it (--atol {_g(_round_up(1.5 * r.needed_atol))})"]
+    if "<reference>" in words:  # the built-in comparison: every subgraph is fed the reference's values
+        advice.append(
+            "or compare with ONNX-Runtime's graph optimizations off on both sides "
+            "(--compare onnxrt:opt=disable onnxrt:opt=disable)"
         )
-    if why is None:
-        return None
-    return (
-        f"{why}, so this result may be noise rather than the fault. To look past it: raise the check's "
-        f"tolerances above it (--atol {_g(_round_up(1.5 * r.needed_atol))}), "
-        "compare every tensor (--onnx-outputs mark all in the golden run), or disable ONNX-Runtime graph "
-        "optimizations in both the golden run and the check (--ort-optimization disable)"
+        return ", ".join(advice)
+    marked = any(w == "mark" for w in words) and "all" in words
+    if not marked:
+        advice.append("compare every tensor (--onnx-outputs mark all in the golden run)")
+    advice.append(
+        "or disable ONNX-Runtime graph optimizations in both the golden run and the check (--ort-optimization disable)"
     )
+    return ", ".join(advice)
 
 
 def storage_rounding_warning(reduced: Optional[Evidence], precision: Optional[str]) -> Optional[str]:
     """A warning when the reduced model fails by no more than the rounding of ``precision``
     ("fp16" or "bf16") storage itself: at such tolerances any node of the model fails alone,
     so the result names the first node tried, not the place where the error grows."""
-    from toolkit.run.diagnosis import STORAGE_FLOOR
+    from toolkit.core.noise import STORAGE_FLOOR
 
     r = reduced.worst if reduced is not None else None
     # that storage's unit roundoff, twice: an input rounded on its way in, the output on its way out
@@ -205,12 +212,9 @@ def storage_rounding_warning(reduced: Optional[Evidence], precision: Optional[st
 
 def _round_up(x: float) -> float:
     """``x`` rounded up to one significant digit (a tolerance to suggest)."""
-    import math
+    from toolkit.core.noise import passing_tolerance
 
-    if not x or not math.isfinite(x) or x <= 0:
-        return x
-    e = math.floor(math.log10(x))
-    return float(f"{math.ceil(round(x / 10**e, 9)) * 10.0**e:.1g}")
+    return passing_tolerance(x / 1.5)
 
 
 def _g(x: float) -> str:

@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
-from toolkit.reduce.graph import mask_indices, popcount, range_mask
+from toolkit.reduce.graph import mask_indices, range_mask
 from toolkit.reduce.session import Reducer
 from toolkit.reduce.strategy import Plan, Search, default
 
@@ -99,6 +99,8 @@ class CompareReducer(Reducer):
         super().__init__(*args, **kw)
         self.guide: dict = {}  # how the search went: hint, nodes tried, found by (see guide.guided)
         self._ranked: Optional[list] = None
+        # when the full model passes: (tensors compared, those out of tolerance) of every tensor
+        self.hidden: Optional[tuple] = None
 
     def strategy(self, allowed: Optional[int] = None) -> Search:
         from toolkit.reduce.guide import guided
@@ -125,7 +127,7 @@ class CompareReducer(Reducer):
             errors = errors_of()
             if not errors:
                 return self._ranked
-            from toolkit.run.diagnosis import storage_floor
+            from toolkit.core.noise import storage_floor
 
             test = getattr(getattr(self.runner, "opts", None), "test", "")
             self._ranked = rank(self.index, errors, storage_floor(test))
@@ -152,17 +154,38 @@ class CompareReducer(Reducer):
     def _search(self, gen=None) -> Optional[int]:
         return super()._search(gen if gen is not None else self.strategy())
 
+    def _search_from_full(self, outcome) -> Optional[int]:
+        mask = super()._search_from_full(outcome)
+        seen = getattr(self.runner, "differing_tensors", None)
+        if outcome.status == "passed" and seen is not None:
+            self.hidden = seen()  # (while the reference is still held)
+        return mask
+
+
+def _noise_line(fault: Fault) -> str:
+    ev = fault.evidence
+    n = len(fault.nodes)
+    return (
+        f"What remains fails by rounding noise only: {n} node{'s' if n != 1 else ''} ({fault.nodes[0]}"
+        f"{', ...' if n > 1 else ''}) off by {ev.get('own_error', 0):.3g} (relative L2) fed exact inputs, within the "
+        f"noise bound {ev.get('noise_bound', 0):.3g} for {n} node{'s' if n != 1 else ''}, largest amplification "
+        f"{ev.get('amplification', 0):.3g}x: not a fault (see docs/noise.md); stopping"
+    )
+
 
 class AllFaultsReducer(CompareReducer):
     """A :class:`Reducer` that, once a fault is found, takes it out and searches the rest.
 
-    ``describe_faults(reducer, faults)``, when given, is called once the search is over
-    (the check runner still open) to fill in each fault's evidence.
+    ``describe_faults(reducer, faults)``, when given, is called for each fault as it is found
+    (the check runner open) to fill in its evidence; a fault after the first that the noise
+    model calls rounding (``evidence["noise"]``) is not reported: the search stops there.
     """
 
-    def __init__(self, *args, describe_faults: Optional[Callable] = None, **kw):
+    def __init__(self, *args, describe_faults: Optional[Callable] = None, judge_rest: Optional[Callable] = None, **kw):
         super().__init__(*args, **kw)
+        self._judge_rest = judge_rest  # (reducer, allowed) -> evidence when what remains is rounding, else None
         self.faults: List[Fault] = []
+        self.noise: Optional[Fault] = None  # what was left when the search stopped at rounding noise
         self._describe = describe_faults
 
     def _search(self, gen=None) -> Optional[int]:
@@ -176,15 +199,27 @@ class AllFaultsReducer(CompareReducer):
             first = mask if first is None else first
             k = len(self.faults) + 1
             nodes = [self.index.describe(i) for i in mask_indices(mask)]
-            self.faults.append(Fault(k, mask, nodes, numbered(self.cfg.output, k), allowed))
+            fault = Fault(k, mask, nodes, numbered(self.cfg.output, k), allowed)
             if "found_by" in self.guide:
-                self.faults[-1].evidence["found_by"] = self.guide["found_by"]
+                fault.evidence["found_by"] = self.guide["found_by"]
+            if self._describe is not None:
+                self._describe(self, [fault])
+            if k > 1 and fault.evidence.get("noise"):
+                self.noise = fault
+                self.reporter.info(_noise_line(fault))
+                break
+            self.faults.append(fault)
             self.reporter.info(f"Fault {k}: {', '.join(nodes)}; searching the rest of the model")
             allowed &= ~mask
             if not allowed or not self.verdict(allowed):
                 break
-        if self.faults and self._describe is not None:
-            self._describe(self, self.faults)
+            if self._judge_rest is not None:
+                evidence = self._judge_rest(self, allowed)
+                if evidence:  # what remains is rounding: nothing to search
+                    rest = [self.index.describe(i) for i in mask_indices(allowed)]
+                    self.noise = Fault(k + 1, allowed, rest, "", allowed, dict(evidence))
+                    self.reporter.info(_noise_line(self.noise))
+                    break
         return first if first is not None else CompareReducer._search(self)
 
     def _search_within(self, allowed: int) -> Optional[int]:
@@ -201,6 +236,3 @@ class AllFaultsReducer(CompareReducer):
             self.index.write(self.candidate(fault.mask), fault.path)
         if not self.faults:
             super()._write_output(mask)
-
-    def fault_sizes(self) -> List[int]:
-        return [popcount(f.mask) for f in self.faults]

@@ -829,10 +829,6 @@ class GraphIndex:
             return
         write_chunks(path, cand.chunks(), atomic=atomic)
 
-    def ref_bytes(self, cand: Candidate) -> int:
-        """Bytes of the candidate's weights that are still on disk."""
-        return sum(self._init_bytes.get(t, 0) for t in cand.refs)
-
     def on_disk(self, cand: Candidate) -> bool:
         """Does the candidate use weights that a link can reach (external or spilled)?"""
         return bool(cand.refs) or any(t in self._spilled for t in cand.inits)

@@ -3,7 +3,7 @@
 The reference already holds every tensor. The model under test runs once more with every
 tensor marked and fed the reference's inputs (cheap on ONNX-Runtime); each node gets its
 **error amplification** (the relative L2 error of its outputs over that of its inputs, as in
-``run``'s layerwise diagnosis, :func:`toolkit.run.diagnosis.amplification`). A faulty node
+``run``'s layerwise diagnosis, :func:`toolkit.core.noise.amplification`). A faulty node
 has exact inputs and a wrong output, so it ranks first.
 
 :func:`guided` then checks the top-ranked nodes, each alone, fed the reference's values. The
@@ -29,7 +29,7 @@ def rank(index, errors: Mapping[str, float], floor: Optional[float] = None) -> L
     """``(node position, amplification, output error)`` for every node of ``index`` with a compared
     output, largest amplification first. ``errors``: ``{tensor: rel_l2}``. A tensor not compared
     carries its producer's input error; graph inputs and weights (fed exactly) have none."""
-    from toolkit.run.diagnosis import FLOOR, amplification
+    from toolkit.core.noise import FLOOR, amplification
 
     floor = FLOOR if floor is None else floor  # (the runner's storage rounding step: storage_floor)
 

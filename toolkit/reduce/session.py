@@ -23,7 +23,7 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import DependencyError, InputError, UsageError
 from toolkit.core.progress import Messages
@@ -408,6 +408,7 @@ class Reducer:
         self._full_first = False  # check the full model along with the search's first round
         self._spill_done = False
         self._made_links: List[str] = []  # links made for the iteration artifact (removed at the end)
+        self._owner: Optional[Any] = None  # the locks on the iteration artifact and replay file (toolkit.reduce.owner)
 
     # ------------------------------------------------------------------ set-up
 
@@ -878,7 +879,11 @@ class Reducer:
 
     def run(self) -> Outcome:
         t0 = time.monotonic()
-        outcome = self._start()
+        try:
+            outcome = self._start()
+        except BaseException:
+            self._release()
+            raise
         try:
             try:
                 mask = self._search_from_full(outcome)
@@ -897,8 +902,12 @@ class Reducer:
 
     def _start(self) -> Outcome:
         """Check the options, make the check runner(s), load and index the model."""
+        from toolkit.reduce.owner import Ownership
+
         cfg = self.cfg
         self._validate()
+        self._owner = Ownership([cfg.iter_artifact, cfg.save_replay or ""])
+        self._owner.acquire()  # before anything is written: another run may be using these files
         if self._given_runner is not None:
             self.runner = self._given_runner
         elif cfg.check is not None:
@@ -1062,10 +1071,19 @@ class Reducer:
         if outcome.output_written and self.best is not None and outcome.nodes_after is not None:
             final = self._final_mask
             outcome.reduced_evidence = self.evidence.get(final) if final is not None else None
-            outcome.noise = noise_warning(outcome.full_evidence, outcome.reduced_evidence)
+            outcome.noise = noise_warning(outcome.full_evidence, outcome.reduced_evidence, self.cfg.check)
         return outcome
 
+    def _release(self) -> None:
+        if self._owner is not None:
+            self._owner.release()
+            self._owner = None
+
     def _cleanup(self) -> None:
+        self._cleanup_files()
+        self._release()
+
+    def _cleanup_files(self) -> None:
         if self.runner is not None:
             self.runner.close()
         for w in self.workers[1:]:

@@ -27,9 +27,15 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any, Generator, List, Optional, Protocol
 
 from toolkit.reduce.graph import mask_indices, mask_of, popcount, range_mask
+
+# Set to 1: the search plans on fixed check costs (FIXED_COSTS) instead of measured check times, so
+# identical runs make identical checks (reproducible logs); see docs/debug-reduce.md.
+FIXED_COSTS_ENV = "TOOLKIT_REDUCE_FIXED_COSTS"
+FIXED_COSTS = (0.05, 0.001)  # (seconds per check, seconds per node)
 
 # A search yields a node set (an int mask), or a batch of them (a list) to check at once, is sent
 # the verdict(s) back (True: the check failed) and returns its result (a mask, or a tuple for helpers).
@@ -61,9 +67,13 @@ class Plan:
         # Checks that may run at once (--jobs). Above 1 the searches yield *lists* of node
         # sets, to be checked in parallel, and are sent back the list of verdicts.
         self.width = 1
+        self.fixed_costs = os.environ.get(FIXED_COSTS_ENV, "").strip() not in ("", "0")
 
     def observe(self, nodes: int, seconds: float) -> None:
-        """Record how long a check of ``nodes`` nodes took (feeds :meth:`cost_model`)."""
+        """Record how long a check of ``nodes`` nodes took (feeds :meth:`cost_model`); with
+        ``TOOLKIT_REDUCE_FIXED_COSTS=1``, the time :data:`FIXED_COSTS` gives it instead."""
+        if self.fixed_costs:
+            seconds = FIXED_COSTS[0] + FIXED_COSTS[1] * nodes
         if seconds is not None and seconds >= 0:
             self.observations.append((nodes, float(seconds)))
 

@@ -9,8 +9,20 @@
 - :mod:`toolkit.run.pipeline`: the pipeline; :mod:`toolkit.run.results`: what it returns.
 """
 
-from toolkit.run.pipeline import execute
+from typing import Any
+
 from toolkit.run.options import Reporter, RunOptions
-from toolkit.run.results import ResultSet, RunReport
 
 __all__ = ["execute", "Reporter", "RunOptions", "ResultSet", "RunReport"]
+
+# The pipeline and its results load on first use: the command line builds `run`'s options
+# (and its --help) from RunOptions alone.
+_LAZY = {"execute": "toolkit.run.pipeline", "ResultSet": "toolkit.run.results", "RunReport": "toolkit.run.results"}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(name)

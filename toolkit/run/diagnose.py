@@ -56,13 +56,13 @@ def _topology(model: str):
     """The ONNX model's topology (weights not read), or None for an engine or a model from stdin."""
     if not model or model == "-" or not os.path.isfile(model):
         return None
-    import onnx
-
+    from toolkit.core.errors import ToolkitError
+    from toolkit.core.model import load_model
     from toolkit.run.diagnosis import topology_of
 
     try:
-        return topology_of(onnx.load(model, load_external_data=False))
-    except Exception:  # noqa: BLE001 - a TensorRT engine or anything not ONNX: no topology
+        return topology_of(load_model(model, load_external_data=False))
+    except ToolkitError:  # a TensorRT engine or anything not ONNX: no topology
         return None
 
 

@@ -17,7 +17,8 @@ Errors
 - ``amplification = max(out, FLOOR) / max(in, FLOOR)`` with ``FLOOR`` the float32 epsilon,
   so exact-in, exact-out is 1 and rounding noise on exact inputs stays small. When one side
   stores tensors in fp16 or bf16 (the emulation rounds even the graph inputs, which are
-  compared exact), the floor is that precision's rounding step (:func:`storage_floor`).
+  compared exact), the floor is that precision's rounding step (:func:`storage_floor`); the
+  noise model is :mod:`toolkit.core.noise`.
 - ``tol_ratio``: the error relative to the tolerance that judged the tensor (1 is the
   tolerance; above 1 is out of tolerance). For the ``elemwise`` check it is the largest,
   over elements, of ``min(abs / atol, rel / rtol)``; for ``max``/``mean``/``median`` it
@@ -32,23 +33,9 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
-FLOOR = 2.0**-23  # float32 epsilon: errors below it count as rounding
-# the rounding step of reduced-precision storage (unit roundoff): errors below it are that rounding
-STORAGE_FLOOR = {"fp16": 2.0**-11, "bf16": 2.0**-8}
+# the one noise model (docs/noise.md); re-exported here for the diagnosis' callers
+from toolkit.core.noise import FLOOR, STORAGE_FLOOR, amplification, storage_floor  # noqa: E402,F401
 
-
-def storage_floor(*labels: str) -> float:
-    """The amplification floor for a comparison of runners ``labels`` (names or specs such as
-    ``onnxrt:fp16``, ``openvino:precision=bf16``): the coarsest reduced-precision rounding step
-    named, else :data:`FLOOR`."""
-    floor = FLOOR
-    for label in labels:
-        options = label.partition(":")[2].replace(" ", "").replace("precision=f16", "fp16").split(",")
-        options = [o.partition("precision=")[2] or o for o in options]
-        for key, step in STORAGE_FLOOR.items():
-            if key in options:
-                floor = max(floor, step)
-    return floor
 TOP_NODES = 5  # ranked nodes shown in a terminal diagnosis
 
 
@@ -305,14 +292,6 @@ def _jsonable(obj):
     if isinstance(obj, (list, tuple)):
         return [_jsonable(v) for v in obj]
     return obj
-
-
-def amplification(output_error: float, input_error: float, floor: float = FLOOR) -> float:
-    out = max(output_error, floor)
-    inp = max(input_error, floor)
-    if math.isinf(out) and math.isinf(inp):
-        return 1.0
-    return out / inp
 
 
 def diagnose(

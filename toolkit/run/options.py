@@ -1,15 +1,30 @@
 """What ``toolkit run`` can be asked to do, as typed by the user, and the progress interface.
 
-Nothing here imports numpy, onnx or a backend: the CLI builds a :class:`RunOptions` and
-hands it to :func:`toolkit.run.pipeline.execute`.
+Each option of ``toolkit run`` is declared once, on its :class:`RunOptions` field (flags, help,
+help panel, metavar; for a runner's option, its kind and runner-spec name): the command line,
+its help, the runner kinds' options and the "ignored without --trt" warnings are read from
+there (:mod:`toolkit.core.declare`). Nothing here imports numpy, onnx or a backend library:
+the CLI builds a :class:`RunOptions` and hands it to :func:`toolkit.run.pipeline.execute`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from toolkit.backends.onnxrt import OPTIMIZATION_LEVELS, PROVIDER_ALIASES, provider_list
+from toolkit.core import shared_options as S
+from toolkit.core.declare import argument, declared, option, switch
 from toolkit.core.progress import Messages
+
+_INPUTS = "Inputs"
+_OUTPUTS = "Outputs and comparison"
+_ORT = "ONNX-Runtime"
+_TRT = "TensorRT"
+
+
+def _list(*flags: str, **kw):
+    return option(*flags, factory=list, **kw)
 
 
 @dataclass
@@ -18,75 +33,189 @@ class RunOptions:
 
     ``runners`` holds runner specs (``onnxrt``, ``trt``, ``onnxrt:opt=disable``, see
     :mod:`toolkit.run.specs`); a spec's options override the flags below for that runner.
-    Which flags belong to which runner kind is declared in :mod:`toolkit.run.registry`.
+    The runner kind of each flag is declared on its field (``runner=``).
     """
 
-    model: str
-    runners: List[str] = field(default_factory=lambda: ["onnxrt"])
-    providers: List[str] = field(default_factory=list)
-    onnx_outputs: List[str] = field(default_factory=list)
-    onnx_exclude_outputs: List[str] = field(default_factory=list)
-    external_data_dir: Optional[str] = None
-    ort_optimization: Optional[str] = None
-    seed: Optional[int] = None
-    val_range: List[str] = field(default_factory=list)
-    input_shapes: List[str] = field(default_factory=list)
-    iterations: Optional[int] = None
-    load_inputs: List[str] = field(default_factory=list)
-    save_inputs: Optional[str] = None
-    load_outputs: List[str] = field(default_factory=list)
-    save_outputs: Optional[str] = None
-    atol: List[str] = field(default_factory=list)
-    rtol: List[str] = field(default_factory=list)
-    check_error_stat: List[str] = field(default_factory=list)
-    error_quantile: List[str] = field(default_factory=list)
+    model: str = argument(
+        "Path to the ONNX model (or TensorRT engine), or '-' to read it from stdin.", "MODEL", required=False
+    )
+    providers: List[str] = _list(
+        "--providers", "--execution-providers", panel=_ORT, runner="onnxrt", spec="providers", convert=provider_list,
+        complete=tuple(PROVIDER_ALIASES),
+        help="ONNX-Runtime execution providers in priority order: cpu (default), cuda, trt, ... or full names "
+        "such as CUDAExecutionProvider.",
+    )
+    ort_optimization: Optional[str] = option(
+        "--ort-optimization", "--graph-optimization-level", metavar="LEVEL", panel=_ORT, runner="onnxrt", spec="opt",
+        choices=tuple(OPTIMIZATION_LEVELS), complete=tuple(OPTIMIZATION_LEVELS),
+        help="ONNX-Runtime graph optimization level: disable, basic, extended or all (default); "
+        "ORT_DISABLE_ALL, ORT_ENABLE_BASIC, ... are accepted too.",
+    )
+    seed: Optional[int] = declared(S.SEED.replace(panel=_INPUTS))
+    val_range: List[str] = _list(
+        "--val-range", panel=_INPUTS,
+        help="Range of generated values: [lo,hi] for every input, name:[lo,hi] for one (also name:lo,hi "
+        "without brackets). Integers get the integers in [lo,hi] (default [0,1]).",
+    )
+    input_shapes: List[str] = declared(S.INPUT_SHAPES.replace(panel=_INPUTS), factory=list)
+    iterations: Optional[int] = option("--iterations", "--iters", metavar="N", panel=_INPUTS,
+                                       help="Number of inference iterations (default 1; 0 runs nothing).")
+    load_inputs: List[str] = _list(
+        "--load-inputs", "--load-input-data", panel=_INPUTS,
+        help="Inputs file(s) (JSON or .npz) to feed instead of generated data; their iterations are used in "
+        "order. Files may hold more tensors than the model needs.",
+    )
+    save_inputs: Optional[str] = option("--save-inputs", "--save-input-data", metavar="PATH", panel=_INPUTS,
+                                        help="Save the inputs fed to the model (.json or .npz).")
+    load_outputs: List[str] = _list(
+        "--load-outputs", "--load-results", panel=_OUTPUTS,
+        help="Outputs file(s) (JSON or .npz) to compare against; outputs are matched by name.",
+    )
+    save_outputs: Optional[str] = option("--save-outputs", "--save-results", metavar="PATH", panel=_OUTPUTS,
+                                         help="Save the outputs (.json or .npz; '-' writes JSON to stdout).")
+    onnx_outputs: List[str] = _list("--onnx-outputs", panel=_ORT, runner="onnxrt",
+                                    help="Tensors to return instead of the model's outputs: 'mark all' or '*' "
+                                    "(every output of every node of the top graph), names, or glob patterns.")
+    onnx_exclude_outputs: List[str] = _list("--onnx-exclude-outputs", panel=_ORT, runner="onnxrt",
+                                            help="Names or glob patterns to leave out of the outputs.")
+    atol: List[str] = declared(S.ATOL.replace(panel=_OUTPUTS), factory=list)
+    rtol: List[str] = declared(S.RTOL.replace(panel=_OUTPUTS), factory=list)
+    check_error_stat: List[str] = declared(S.CHECK_ERROR_STAT.replace(panel=_OUTPUTS), factory=list)
+    error_quantile: List[str] = _list(
+        "--error-quantile", metavar="Q...", panel=_OUTPUTS,
+        help="The quantile --check-error-stat quantile checks (0..1, default 0.99); also name:Q.",
+    )
     # comparison: --postprocess top-K (global or name:top-K), --compare-func simple|indices
-    postprocess: List[str] = field(default_factory=list)
-    compare_func: List[str] = field(default_factory=list)
-    index_tolerance: List[str] = field(default_factory=list)
-    no_shape_check: bool = False
-    validate: bool = False
-    # --save-onnx: the ONNX model as it ran (outputs marked)
-    save_onnx: Optional[str] = None
+    postprocess: List[str] = _list(
+        "--postprocess", "--postprocess-func", metavar="[NAME:]top-K[,axis=N]...", panel=_OUTPUTS,
+        help="Compare the indices of the K largest values instead of the values (along the last axis, or "
+        "axis N), for every output or one (name:top-5).",
+    )
+    compare_func: List[str] = _list(
+        "--compare-func", "--compare", metavar="FUNC", panel=_OUTPUTS, complete=("simple", "indices"),
+        help="simple (tolerances, the default) or indices (index arrays such as top-K results must hold the "
+        "same indices, each at most --index-tolerance positions away).",
+    )
+    index_tolerance: List[str] = _list(
+        "--index-tolerance", metavar="N...", panel=_OUTPUTS,
+        help="With --compare-func indices: how far an index may move (default 0); also name:N.",
+    )
+    no_shape_check: bool = switch(
+        "--no-shape-check", panel=_OUTPUTS,
+        help="Compare outputs whose shapes differ but hold the same number of elements, element by "
+        "element (the reference reshaped).",
+    )
     # --fp-to-fp16: convert the ONNX model to mixed fp16 before running it
-    fp_to_fp16: bool = False
+    fp_to_fp16: bool = switch(
+        "--fp-to-fp16",
+        help="Convert the ONNX model to mixed fp16 before running it (as toolkit convert --fp-to-fp16; graph "
+        "inputs and outputs keep their types).",
+    )
+    # --save-onnx: the ONNX model as it ran (outputs marked)
+    save_onnx: Optional[str] = option(
+        "--save-onnx", metavar="PATH", help="Save the ONNX model as it runs (--onnx-outputs marked)."
+    )
     # --data-loader-script SCRIPT[:FUNC]: feeds from a Python function (instead of --load-inputs)
-    data_loader_script: Optional[str] = None
-    data_loader_func_name: Optional[str] = None
-    save_report: Optional[str] = None  # --save-report: the layerwise diagnosis as .json or .html
+    data_loader_script: Optional[str] = declared(S.DATA_LOADER_SCRIPT.replace(panel=_INPUTS))
+    data_loader_func_name: Optional[str] = declared(S.DATA_LOADER_FUNC.replace(panel=_INPUTS))
+    # accepted for Polygraphy command lines; no effect on a run
+    use_subprocess: bool = switch(
+        "--use-subprocess", "--sequential-runners",
+        help="Accepted for Polygraphy command lines; has no effect (runners run one after another in this "
+        "process, each released before the next starts).",
+    )
+    infinities_equal: bool = switch(
+        "--infinities-compare-equal", panel=_OUTPUTS,
+        help="Accepted for Polygraphy command lines: equal infinities always compare equal here.",
+    )
+    shape_inference: bool = switch(
+        "--shape-inference", "--do-shape-inference", "--no-onnxruntime-shape-inference", panel=_ORT,
+        help="Accepted for Polygraphy command lines; has no effect (ONNX-Runtime needs no shape "
+        "inference to run the model).",
+    )
+    validate: bool = switch("--validate", panel=_OUTPUTS, help="Fail when an output holds NaN or Inf values.")
+    save_report: Optional[str] = option(  # the layerwise diagnosis as .json or .html
+        "--save-report", metavar="PATH", panel=_OUTPUTS,
+        help="Write the layerwise diagnosis of the comparisons (first tensor out of tolerance, nodes ranked "
+        "by error amplification, error by depth): .json for scripts, .html to read.",
+    )
+    external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR.replace(panel=_ORT))
+    # TensorRT (used when a "trt" runner is among the runners)
+    trt_outputs: List[str] = _list(
+        "--trt-outputs", panel=_TRT, runner="trt",
+        help="Tensors TensorRT returns instead of the model's outputs: 'mark all' or '*' (every layer "
+        "output), names, or glob patterns.",
+    )
+    trt_exclude_outputs: List[str] = _list("--trt-exclude-outputs", panel=_TRT, runner="trt",
+                                           help="Names or glob patterns to leave out of the TensorRT outputs.")
+    fp16: bool = switch(
+        "--fp16", panel=_TRT, runner="trt", spec="fp16",
+        help="Let TensorRT use float16 kernels (TensorRT 10). With --onnxrt and no --trt: run fp32 and fp16 storage "
+        "emulated on the CPU (runner onnxrt:fp16), and compare.",
+    )
+    bf16: bool = switch(
+        "--bf16", panel=_TRT, runner="trt", spec="bf16",
+        help="Let TensorRT use bfloat16 kernels (TensorRT 10; TensorRT 11: the model is converted to mixed bf16 "
+        "first). With --onnxrt and no --trt: run fp32 and bf16 storage emulated on the CPU (runner onnxrt:bf16), and "
+        "compare.",
+    )
+    int8: bool = switch("--int8", panel=_TRT, runner="trt", spec="int8",
+                       help="Let TensorRT use int8 kernels, calibrated on this run's inputs (TensorRT 10).")
+    tf32: bool = switch(
+        "--tf32", panel=_TRT, runner="trt", spec="tf32", help="Let TensorRT use TF32 for float32 math (off by default)."
+    )
+    calibration_cache: Optional[str] = option(
+        "--calibration-cache", metavar="PATH", panel=_TRT, runner="trt",
+        help="INT8 calibration cache: read if it exists (no calibration), else written.",
+    )
+    pool_limit: List[str] = _list("--pool-limit", "--memory-pool-limit", panel=_TRT, runner="trt",
+                                  help="TensorRT memory pool limits as pool:size, e.g. workspace:1G tactic_dram:512M.")
+    # one list of "name:shape" per occurrence of the flag; occurrence k is profile k
+    trt_min_shapes: List[List[str]] = _list(
+        "--trt-min-shapes", panel=_TRT, runner="trt",
+        help="Minimum shapes of a TensorRT profile: name:[1,3,224,224] ...; repeat the flag for more profiles.",
+    )
+    trt_opt_shapes: List[List[str]] = _list(
+        "--trt-opt-shapes", panel=_TRT, runner="trt",
+        help="Shapes TensorRT optimizes for (and generated inputs use); repeat for more profiles.",
+    )
+    trt_max_shapes: List[List[str]] = _list(
+        "--trt-max-shapes", panel=_TRT, runner="trt",
+        help="Maximum shapes of a TensorRT profile; repeat the flag for more profiles.",
+    )
+    save_engine: Optional[str] = option(
+        "--save-engine", metavar="PATH", panel=_TRT, runner="trt", help="Save the TensorRT engine built."
+    )
+    runners: List[str] = option(
+        "--runners", metavar="SPEC...", factory=lambda: ["onnxrt"], complete="runner-spec",
+        help="Runner specs to run after the runners of the flags, in order: onnxrt:providers=cuda, onnxrt:opt=disable, "
+        "trt:fp16, ... (two runners of one kind side by side).",
+    )
+    # ---- set by the command or the library, not by a flag of their own
+    # ONNX-Runtime: emulate fp16 / bf16 storage on the CPU (runner specs onnxrt:fp16, onnxrt:bf16)
+    onnxrt_fp16: bool = switch(runner="onnxrt", spec="fp16")
+    onnxrt_bf16: bool = switch(runner="onnxrt", spec="bf16")
     diagnose: bool = True  # gather tensor errors for the diagnosis of a failing many-tensor comparison
     command: str = ""  # the command line, recorded in reports
     # library use: keep every live runner's outputs in the report (memory then grows with iterations)
     keep_outputs: bool = False
-    # TensorRT (used when a "trt" runner is among the runners)
-    trt_outputs: List[str] = field(default_factory=list)
-    trt_exclude_outputs: List[str] = field(default_factory=list)
-    fp16: bool = False
-    # ONNX-Runtime: emulate fp16 / bf16 storage on the CPU (runner specs onnxrt:fp16, onnxrt:bf16)
-    onnxrt_fp16: bool = False
-    onnxrt_bf16: bool = False
-    bf16: bool = False
-    int8: bool = False
-    tf32: bool = False
-    pool_limit: List[str] = field(default_factory=list)
-    # one list of "name:shape" per occurrence of the flag; occurrence k is profile k
-    trt_min_shapes: List[List[str]] = field(default_factory=list)
-    trt_opt_shapes: List[List[str]] = field(default_factory=list)
-    trt_max_shapes: List[List[str]] = field(default_factory=list)
-    save_engine: Optional[str] = None
-    calibration_cache: Optional[str] = None
-    # OpenVINO (used when an "openvino" runner is among the runners)
-    openvino_outputs: List[str] = field(default_factory=list)
-    openvino_exclude_outputs: List[str] = field(default_factory=list)
-    openvino_device: Optional[str] = None
-    openvino_precision: Optional[str] = None
     model_type: Optional[str] = None  # --model-type: "engine" loads MODEL as a TensorRT engine whatever its suffix
+    # the options a runner kind declares itself (RunnerKind.declares): kind name -> its options
+    # object; a kind missing here has its defaults (see :meth:`of`)
+    kind_options: Dict[str, Any] = field(default_factory=dict)
 
-    def trt_options_given(self) -> List[str]:
-        """The TensorRT-only options that were set (to warn when --trt is not)."""
-        from toolkit.run.registry import options_given
+    def of(self, kind: str) -> Any:
+        """The options object of runner kind ``kind``'s own declarations (``opts.of("openvino").device``),
+        its defaults when none was given; None for a kind that declares none."""
+        own = self.kind_options.get(kind)
+        if own is None and kind in KIND_DECLARATIONS:
+            own = KIND_DECLARATIONS[kind]()
+        return own
 
-        return options_given(self, "trt")
+
+# kind name -> the dataclass of the options that runner kind declares itself (filled by
+# toolkit.run.registry.register, which imports this module: never the other way)
+KIND_DECLARATIONS: Dict[str, Any] = {}
 
 
 class Reporter(Messages):

@@ -29,7 +29,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.core.errors import InferenceError, InputError
+from toolkit.core.errors import InferenceError, InputError, ToolkitError
 from toolkit.run.feeds import FeedSource, load_feeds
 from toolkit.run.options import Reporter, RunOptions
 from toolkit.run.plan import PlannedRunner, RunPlan, make_plan
@@ -111,7 +111,7 @@ def _model_input_names(model: str) -> List[str]:
         graph = load_model(model, load_external_data=False).graph
         inits = {t.name for t in graph.initializer}
         return [i.name for i in graph.input if i.name not in inits]
-    except Exception:  # noqa: BLE001 - an engine, or a model the runner will report on
+    except ToolkitError:  # an engine, or a model the runner will report on
         return []
 
 

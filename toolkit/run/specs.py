@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
 from toolkit.core.errors import UsageError
-from toolkit.run.registry import RunnerKind, get_kind
+from toolkit.run.options import Reporter, RunOptions
+from toolkit.run.registry import RunnerKind, RunnerOption, get_kind, with_values
 
 if TYPE_CHECKING:  # pragma: no cover
     from toolkit.backends.base import Runner
-    from toolkit.run.options import Reporter, RunOptions
 
 
 @dataclass(frozen=True)
@@ -39,26 +39,27 @@ class RunnerSpec:
         opts = [k if v is True else f"{k}={v}" for k, v in self.options.items()]
         return f"{self.kind}:{','.join(opts)}"
 
-    def apply(self, opts: "RunOptions") -> "RunOptions":
+    def apply(self, opts: RunOptions) -> RunOptions:
         """``opts`` with this spec's options set (the spec wins over the command-line flags)."""
         if not self.options:
             return opts
         known = get_kind(self.kind).spec_options()
-        changes: Dict[str, Any] = {}
+        changes: Dict[RunnerOption, Any] = {}
         for key, value in self.options.items():
             opt = known[key]
-            changes[opt.field] = opt.value(str(value)) if opt.value is not None else value
-        return dataclasses.replace(opts, **changes)
+            changes[opt] = opt.convert(str(value)) if opt.convert is not None else value
+        return with_values(opts, changes)
 
-    def host_only(self) -> bool:
-        """Whether this runner computes on the CPU only (no device context; see ``RunnerKind.host_only``)."""
-        return get_kind(self.kind).host_only(self.options)
+    def in_process(self) -> bool:
+        """Whether this runner may run in this very process (no device context; see
+        ``RunnerKind.in_process``)."""
+        return get_kind(self.kind).runs_in_process(self.options)
 
 
 def _describe(key: str, opt) -> str:
     if opt.choices:
         return f"{key}={'|'.join(opt.choices)}"
-    return f"{key}=VALUE" if opt.value is not None else key
+    return f"{key}=VALUE" if opt.convert is not None else key
 
 
 def _parse_option(kind: RunnerKind, text: str, spec: str) -> tuple:
@@ -73,7 +74,7 @@ def _parse_option(kind: RunnerKind, text: str, spec: str) -> tuple:
             f"runner spec '{spec}': {kind.name} has no option '{key}'; "
             + (f"its options: {valid}" if valid else f"{kind.name} takes no options")
         )
-    if opt.value is not None:
+    if opt.convert is not None:
         if not eq or not value:
             raise UsageError(f"runner spec '{spec}': write {key}=VALUE")
         return key, value
@@ -102,8 +103,8 @@ def make_runner(
     spec: Union[RunnerSpec, str],
     model: str,
     *,
-    base: Optional["RunOptions"] = None,
-    reporter: Optional["Reporter"] = None,
+    base: Optional[RunOptions] = None,
+    reporter: Optional[Reporter] = None,
     name: Optional[str] = None,
 ) -> "Runner":
     """An inactive runner for ``spec`` on ``model``.
@@ -113,8 +114,6 @@ def make_runner(
     device is a :class:`~toolkit.core.errors.DependencyError` here, before any work. The runner
     is named ``name``, else the spec's text when it has options, else the backend's default.
     """
-    from toolkit.run.options import Reporter, RunOptions
-
     if isinstance(spec, str):
         spec = parse_runner_spec(spec)
     kind = get_kind(spec.kind)

@@ -5,6 +5,9 @@ Nothing here imports ``tensorrt`` or cuda-python at module level; the functions 
 
 from __future__ import annotations
 
+import re
+from typing import Callable, Iterable, Optional, Tuple
+
 from toolkit.core.errors import DependencyError, InferenceError, ToolkitError, one_line
 
 def _install_hint(flags: str = "") -> str:
@@ -41,6 +44,25 @@ def as_toolkit_error(exc: BaseException, what: str) -> ToolkitError:
     if isinstance(exc, ToolkitError):
         return exc
     return inference_error(f"{what}: {one_line(exc)}")
+
+
+def trt_call(fn, *args, fail: Callable[[str], BaseException], void: bool = False):
+    """``fn(*args)`` for a TensorRT binding; ``fail(reason)`` is raised when the call fails.
+
+    The bindings say "failed" in two ways, and each call has its own (recorded for every call
+    toolkit makes in tests/trt_surface/, from the bindings' source): some raise (RuntimeError,
+    ValueError, or TypeError from a constructor whose factory returned nullptr; ``reason`` is the
+    exception's text), others return False, None or a negative index (``reason`` is ""; a
+    ``void`` call returns None on success, so only False counts). Both ways are handled for
+    every call, so a binding that changes its way between versions still ends in a clean error.
+    """
+    try:
+        result = fn(*args)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise fail(one_line(exc)) from None
+    if result is False or (not void and (result is None or (type(result) is int and result < 0))):
+        raise fail("")
+    return result
 
 
 def err_name(err) -> str:
@@ -108,15 +130,61 @@ def require_gpu(cudart) -> None:
         raise DependencyError("no NVIDIA GPU found; --trt needs an NVIDIA GPU with its driver")
 
 
+def _cuda_versions(dists: Iterable) -> Tuple[Optional[Tuple[int, str]], Optional[Tuple[int, str]]]:
+    """((CUDA major, version) of the installed TensorRT, (CUDA major, version) of cuda-python), from
+    the packages' metadata: TensorRT's wheels name their CUDA (``tensorrt-cu12``, ``tensorrt-cu13-bindings``),
+    cuda-python's major version is its CUDA's (``cuda-bindings`` is the module toolkit imports)."""
+    trt = cuda = None
+    cuda_rank = -1
+    for dist in dists:
+        name = re.sub(r"[-_.]+", "-", str(dist.metadata["Name"] or "")).lower()
+        version = str(dist.version)
+        m = re.match(r"tensorrt-cu(\d+)(-bindings|-libs)?$", name)
+        if m and trt is None:
+            trt = (int(m.group(1)), version)
+        rank = {"cuda-python": 0, "cuda-bindings": 1}.get(name, -1)
+        if rank > cuda_rank and version.split(".")[0].isdigit():
+            cuda, cuda_rank = (int(version.split(".")[0]), version), rank
+    return trt, cuda
+
+
+def cuda_pairing_problem(dists: Optional[Iterable] = None) -> Optional[str]:
+    """One sentence when TensorRT and cuda-python are built for different CUDA major versions
+    (pip pairs ``tensorrt-cu12`` with cuda-python 13 unless told not to), else None."""
+    if dists is None:
+        from importlib.metadata import distributions
+
+        dists = distributions()
+    trt, cuda = _cuda_versions(dists)
+    if trt is None or cuda is None or trt[0] == cuda[0]:
+        return None
+    major = trt[0]
+    spec = f"cuda-python>={'12.6' if major == 12 else major},<{major + 1}"
+    return (
+        f"TensorRT {trt[1]} is built for CUDA {major} but cuda-python {cuda[1]} is for CUDA {cuda[0]}; "
+        f"install the cuda-python of TensorRT's CUDA: pip install '{spec}'"
+    )
+
+
 def check_available():
     """Import TensorRT and cuda-python and make sure a GPU is there; returns ``(trt, cudart)``.
+
+    When the GPU check fails and TensorRT and cuda-python are built for different CUDA major
+    versions, the error says which cuda-python to install instead (a newer cuda-python needs a
+    newer driver than the TensorRT it is paired with).
 
     Touches the CUDA driver (``cudaGetDeviceCount``), so never call it in a process that
     will fork workers afterwards.
     """
     trt = import_tensorrt()
     cudart = import_cudart()
-    require_gpu(cudart)
+    try:
+        require_gpu(cudart)
+    except DependencyError:
+        problem = cuda_pairing_problem()
+        if problem:
+            raise DependencyError(problem) from None
+        raise
     return trt, cudart
 
 

@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+import weakref
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from toolkit.core.errors import DependencyError, InputError, UsageError
 from toolkit.core.meta import TensorMeta
 
-from .availability import has_weak_typing, inference_error, trt_major
+from .availability import has_weak_typing, inference_error, trt_call, trt_major
 from .options import Profile, Shape, TrtConfig, _concrete, select_outputs
 
 # TensorRT DataType member -> toolkit dtype name (what numpy holds, with ml_dtypes for bf16/fp8).
@@ -139,15 +140,60 @@ def make_progress_monitor(trt, interrupt: Interrupt):
     return Monitor()
 
 
-def init_plugins(trt, logger) -> None:
-    """Register TensorRT's own plugins (EfficientNMS_TRT, ROIAlign_TRT, ...) once per process."""
-    if getattr(init_plugins, "_done", None) is trt:
-        return
+# The plugin library keeps the logger it is first given in a process-global and calls it for as
+# long as the process lives, so it gets a logger that lives as long (kept here, never freed). It
+# passes messages on to the sink of the runner that asked for plugins last while that runner
+# lives (a weak reference: no runner is kept alive for it), else to stderr.
+_PLUGINS: Dict[str, Any] = {"trt": None, "sink": None, "loggers": []}
+
+
+def _plugin_sink(severity: str, text: str) -> None:
+    ref = _PLUGINS["sink"]
+    sink = ref() if ref is not None else None
+    (sink or stderr_sink)(severity, text)
+
+
+def _weak(sink: Callable[[str, str], None]):
     try:
-        trt.init_libnvinfer_plugins(logger, "")
-    except Exception:  # noqa: BLE001 - without the plugin library, plugin-free models still work
-        return
-    init_plugins._done = trt  # type: ignore[attr-defined]
+        return weakref.WeakMethod(sink) if hasattr(sink, "__self__") else weakref.ref(sink)  # type: ignore[arg-type]
+    except TypeError:  # a builtin: nothing to free
+        return lambda: sink
+
+
+def plugin_logger(trt):
+    """The process-lifetime logger handed to TensorRT's plugin library (one per ``tensorrt`` module)."""
+    for trt_module, logger in _PLUGINS["loggers"]:
+        if trt_module is trt:
+            return logger
+    logger = make_logger(trt, _plugin_sink, bool(os.environ.get("TOOLKIT_TRT_VERBOSE")))
+    _PLUGINS["loggers"].append((trt, logger))
+    return logger
+
+
+def init_plugins(trt, sink: Optional[Callable[[str, str], None]] = None) -> Optional[str]:
+    """Register TensorRT's own plugins (EfficientNMS_TRT, ROIAlign_TRT, ...) once per process.
+
+    Their messages go to ``sink`` from now on. Returns a note for the user when the plugin
+    library cannot be initialized (then it is tried again next time); models without TensorRT
+    plugins build and run without it.
+    """
+    if sink is not None:
+        _PLUGINS["sink"] = _weak(sink)
+    if _PLUGINS["trt"] is trt:
+        return None
+    try:
+        ok = trt.init_libnvinfer_plugins(plugin_logger(trt), "")
+    except Exception as exc:  # noqa: BLE001 - a broken plugin library: plugin-free models still work
+        ok, why = False, f" ({' '.join(str(exc).split()) or type(exc).__name__})"
+    else:
+        why = ""
+    if ok is False:
+        return (
+            f"TensorRT's plugin library could not be initialized{why}: models that use TensorRT plugins "
+            "(EfficientNMS_TRT, ROIAlign_TRT, ...) will not parse"
+        )
+    _PLUGINS["trt"] = trt
+    return None
 
 
 # ---------------------------------------------------------------------------- network
@@ -178,6 +224,54 @@ def format_parser_errors(parser) -> str:
     return "; ".join(dict.fromkeys(msgs))
 
 
+class LoopNesting:
+    """Which loops the layers seen so far are inside, innermost last.
+
+    A Loop's (or Scan's) body may hold another loop, so one on/off flag is not enough: the
+    parser adds a loop's boundary layers (trip limit, iterators, recurrences) before its body and
+    its LOOP_OUTPUT layers after it, and every boundary layer knows its loop (``.loop``). A
+    loop opens at its first boundary layer and closes at its first output; its outputs are
+    outside it, but still inside any loop around it.
+    """
+
+    def __init__(self, trt):
+        self.trt = trt
+        kind = trt.LayerType
+        self.starts = {kind.TRIP_LIMIT, kind.ITERATOR, kind.RECURRENCE}
+        self.output = kind.LOOP_OUTPUT
+        self.open: List[Any] = []
+        self.closed: List[Any] = []
+
+    def loop_of(self, layer):
+        """The ILoop of a boundary layer (the bindings hand out plain ILayer objects: cast it, as
+        Polygraphy does); None if this TensorRT does not say."""
+        trt = self.trt
+        try:
+            boundary = layer
+            boundary.__class__ = trt.ILoopBoundaryLayer
+            return boundary.loop
+        except Exception:  # noqa: BLE001 - then loops are taken not to nest
+            return None
+
+    def see(self, layer, ltype) -> None:
+        if ltype != self.output and ltype not in self.starts:
+            return
+        loop = self.loop_of(layer)
+        if ltype == self.output:
+            for i, other in enumerate(self.open):
+                if other is loop:
+                    del self.open[i:]
+                    break
+            if loop is not None:
+                self.closed.append(loop)
+        elif not any(other is loop for other in self.open + self.closed):
+            self.open.append(loop)
+
+    @property
+    def depth(self) -> int:
+        return len(self.open)
+
+
 def layer_candidates(trt, network) -> Tuple[List[str], Dict[str, int]]:
     """Outputs of every layer that can be a network output (for ``mark all`` and globs).
 
@@ -187,30 +281,26 @@ def layer_candidates(trt, network) -> Tuple[List[str], Dict[str, int]]:
     (INT4, FP4, E8M0).
     """
     kind = trt.LayerType
-    loop_start = {kind.TRIP_LIMIT, kind.ITERATOR, kind.RECURRENCE}
     if_start = {kind.CONDITION, kind.CONDITIONAL_INPUT}
     skip = {kind.CONSTANT, kind.SHAPE}
     inputs = {network.get_input(i).name for i in range(network.num_inputs)}
     names: List[str] = []
     skipped = {"inside a loop or an If": 0, "of a type numpy cannot hold (INT4, FP4, E8M0)": 0}
-    in_loop = False
+    loops = LoopNesting(trt)
     if_depth = 0  # Ifs nest: the parser adds CONDITION, its inputs, both branches, then its outputs
     previous = None
     for li in range(network.num_layers):
         layer = network.get_layer(li)
         ltype = layer.type
-        if ltype in loop_start:
-            in_loop = True
-        elif ltype == kind.LOOP_OUTPUT:
-            in_loop = False  # a loop's outputs are outside it
-        elif ltype == kind.CONDITION:
+        loops.see(layer, ltype)
+        if ltype == kind.CONDITION:
             if_depth += 1
         elif ltype == kind.CONDITIONAL_OUTPUT and previous != kind.CONDITIONAL_OUTPUT:
             if_depth = max(if_depth - 1, 0)  # an If's outputs (consecutive layers) are outside it
         previous = ltype
         if ltype in skip:
             continue
-        inside = in_loop or if_depth > 0 or ltype in if_start
+        inside = loops.depth > 0 or if_depth > 0 or ltype in if_start
         for oi in range(layer.num_outputs):
             tensor = layer.get_output(oi)
             if tensor is None or tensor.name in inputs or tensor.is_shape_tensor:
@@ -288,13 +378,17 @@ class EngineBuilder:
         self.model_path = model_path
         self.config = config
         self.notes = notes
-        self.calibrator = None
+        self.calibrator: Any = None
         self.profile_list: List[Profile] = []
         self._tmp: Optional[tempfile.TemporaryDirectory] = None
 
     def errors(self, default: str) -> str:
         errs = list(dict.fromkeys(self.logger.errors))
         return "; ".join(errs[-3:]) or default
+
+    def failed(self, what: str) -> Callable[[str], BaseException]:
+        """For :func:`trt_call`: "TensorRT cannot WHAT: (TensorRT's errors, else its exception)" (exit 1)."""
+        return lambda why: inference_error(f"TensorRT cannot {what}: {self.errors(why or 'no details')}")
 
     # -------------------------------------------------------------- steps
     def strongly_typed_precision(self) -> Optional[str]:
@@ -338,29 +432,27 @@ class EngineBuilder:
         from toolkit.core.model import check_readable_file, describe, read_bytes
 
         trt = self.trt
-        if trt_major(trt) >= 11:  # every network is strongly typed
-            network = builder.create_network(1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED))
-        else:
-            network = builder.create_network(0)  # explicit batch is the only mode since TensorRT 10
-        try:
-            parser = trt.OnnxParser(network, self.logger)
-        except TypeError:  # pybind11: "factory function returned nullptr"
-            raise inference_error(f"TensorRT cannot create an ONNX parser: {self.errors('no details')}") from None
+        # TensorRT 11: every network is strongly typed; 10: explicit batch is the only mode
+        flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if trt_major(trt) >= 11 else 0
+        network = trt_call(builder.create_network, flags, fail=self.failed("create a network"))
+        parser = trt_call(trt.OnnxParser, network, self.logger, fail=self.failed("create an ONNX parser"))
         path, ext_dir = self.model_for_parser()
+
+        def parse_failed(why: str) -> InputError:
+            detail = format_parser_errors(parser) or self.errors(why or "unknown parser error")
+            return InputError(f"{describe(self.model_path)}: TensorRT cannot parse the model: {detail}")
+
         if path == "-" or ext_dir:
             data = read_bytes(path)
             base = ext_dir or os.getcwd()
             if ext_dir and not os.path.isdir(ext_dir):
                 raise InputError(f"{ext_dir}: external data folder does not exist")
             shown = os.path.basename(path) if path != "-" else "model.onnx"
-            ok = parser.parse(data, os.path.join(os.path.abspath(base), shown))
+            trt_call(parser.parse, data, os.path.join(os.path.abspath(base), shown), fail=parse_failed)
             del data
         else:
             check_readable_file(path)
-            ok = parser.parse_from_file(os.path.abspath(path))
-        if not ok:
-            detail = format_parser_errors(parser) or self.errors("unknown parser error")
-            raise InputError(f"{describe(self.model_path)}: TensorRT cannot parse the model: {detail}")
+            trt_call(parser.parse_from_file, os.path.abspath(path), fail=parse_failed)
         return network, parser
 
     def select_network_outputs(self, network) -> None:
@@ -500,30 +592,32 @@ class EngineBuilder:
                     prof[meta.name] = value_ranges[meta.name]
         return profiles
 
+    def invalid_profile(self, k: int) -> Callable[[str], UsageError]:
+        return lambda why: UsageError(f"profile {k} is invalid for this network: {self.errors(why or 'TensorRT gives no reason')}")
+
     def add_profiles(self, builder, cfg, metas, shape_inputs) -> None:
         self.profile_list = self.profiles(metas, shape_inputs)
         for k, prof in enumerate(self.profile_list):
-            profile = builder.create_optimization_profile()
+            profile = trt_call(builder.create_optimization_profile, fail=self.failed("create a profile"))
             for name, (lo, mid, hi) in prof.items():
-                try:
-                    if name in shape_inputs:
-                        profile.set_shape_input(name, list(lo), list(mid), list(hi))
-                    else:
-                        profile.set_shape(name, lo, mid, hi)
-                except (RuntimeError, ValueError, TypeError) as exc:
-                    what = "values" if name in shape_inputs else "shapes"
-                    raise UsageError(
+                what = "values" if name in shape_inputs else "shapes"
+
+                def refused(why: str) -> UsageError:  # called at once: the loop's values are current
+                    return UsageError(
                         f"profile {k}: TensorRT refuses the {what} of '{name}' (min {lo}, opt {mid}, max {hi}): "
-                        f"{' '.join(str(exc).split())}"
-                    ) from None
-            index = cfg.add_optimization_profile(profile)
-            if index < 0:
-                raise UsageError(f"profile {k} is invalid for this network: {self.errors('TensorRT gives no reason')}")
+                        f"{why or self.errors('no details')}"
+                    )
+
+                if name in shape_inputs:
+                    trt_call(profile.set_shape_input, name, list(lo), list(mid), list(hi), fail=refused, void=True)
+                else:
+                    trt_call(profile.set_shape, name, lo, mid, hi, fail=refused, void=True)
+            trt_call(cfg.add_optimization_profile, profile, fail=self.invalid_profile(k))
 
     def builder_config(self, builder, network):
         trt, c = self.trt, self.config
         weak = has_weak_typing(trt)
-        cfg = builder.create_builder_config()
+        cfg = trt_call(builder.create_builder_config, fail=self.failed("create a builder config"))
         if weak:
             if c.fp16:
                 cfg.set_flag(trt.BuilderFlag.FP16)
@@ -553,36 +647,48 @@ class EngineBuilder:
             if qdq:
                 self.notes.append("the model holds Q/DQ nodes: --int8 uses their scales, nothing is calibrated")
                 return cfg
-            from .calibrator import Calibrator
-
-            self.calibrator = Calibrator.create(trt, self.cudart, metas, c, self.notes)
-            if self.calibrator.profile_shapes and any(any(not isinstance(d, int) for d in m.shape) for m in metas):
-                profile = builder.create_optimization_profile()
-                for name, shape in self.calibrator.profile_shapes.items():
-                    profile.set_shape(name, shape, shape, shape)
-                if not cfg.set_calibration_profile(profile):
-                    raise UsageError(
-                        f"TensorRT refuses the INT8 calibration profile {self.calibrator.profile_shapes}: "
-                        f"{self.errors('give inputs of one shape')}"
-                    )
-            cfg.int8_calibrator = self.calibrator.impl
+            self.add_calibrator(builder, cfg, metas)
         return cfg
+
+    def add_calibrator(self, builder, cfg, metas: List[TensorMeta]) -> None:
+        """TensorRT 10 ``--int8`` without Q/DQ: calibrate on the run's inputs (one shape for all)."""
+        from .calibrator import Calibrator
+
+        self.calibrator = Calibrator.create(self.trt, self.cudart, metas, self.config, self.notes)
+        shapes = self.calibrator.profile_shapes
+        if shapes and any(any(not isinstance(d, int) for d in m.shape or ()) for m in metas):
+
+            def refused(why: str) -> UsageError:
+                return UsageError(
+                    f"TensorRT refuses the INT8 calibration profile {shapes}: {self.errors(why or 'give inputs of one shape')}"
+                )
+
+            profile = trt_call(builder.create_optimization_profile, fail=self.failed("create a profile"))
+            for name, shape in shapes.items():
+                trt_call(profile.set_shape, name, shape, shape, shape, fail=refused, void=True)
+            trt_call(cfg.set_calibration_profile, profile, fail=refused)
+        cfg.int8_calibrator = self.calibrator.impl
 
     def build(self) -> bytes:
         """The serialized engine; KeyboardInterrupt if Ctrl-C came while TensorRT was building."""
         trt = self.trt
         self.logger.errors.clear()
-        try:
-            builder = trt.Builder(self.logger)
-        except TypeError:  # pybind11: "factory function returned nullptr"
-            raise inference_error(f"TensorRT cannot create a builder: {self.errors('no details')}") from None
+        builder = trt_call(trt.Builder, self.logger, fail=self.failed("create a builder"))
+
+        def build_failed(why: str) -> BaseException:
+            if self.logger.interrupt.pending:
+                return KeyboardInterrupt()
+            if self.calibrator is not None and self.calibrator.error is not None:
+                return self.calibrator.error
+            return inference_error(f"TensorRT could not build an engine: {self.errors(why or 'see the messages above')}")
+
         try:
             network, _parser = self.parse(builder)
             self.select_network_outputs(network)
             cfg = self.builder_config(builder, network)
             try:
                 with self.logger.interrupt:
-                    blob = builder.build_serialized_network(network, cfg)
+                    blob = trt_call(builder.build_serialized_network, network, cfg, fail=build_failed)
             finally:
                 if self.calibrator is not None:
                     self.calibrator.free()
@@ -594,8 +700,6 @@ class EngineBuilder:
             raise KeyboardInterrupt
         if self.calibrator is not None and self.calibrator.error is not None:
             raise self.calibrator.error
-        if blob is None:
-            raise inference_error(f"TensorRT could not build an engine: {self.errors('see the messages above')}")
         data = bytes(blob)
         del blob
         if self.config.save_engine:

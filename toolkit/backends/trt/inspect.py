@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 from toolkit.core.errors import DependencyError, InputError
 from toolkit.core.meta import format_meta
 
-from .availability import check_available, inference_error
+from .availability import check_available, inference_error, trt_call
 
 
 def describe_engine(path: str, layers: bool = True) -> Dict[str, Any]:
@@ -44,23 +44,23 @@ def _load_engine(path: str):
         raise DependencyError(f"{path} is a TensorRT engine; inspecting it needs TensorRT on a GPU: {exc}") from None
     messages: List[str] = []
     logger = make_logger(trt, lambda sev, text: messages.append(f"{sev}: {text}"), interrupt=Interrupt())
-    init_plugins(trt, logger)
+    init_plugins(trt)
     data = read_bytes(path)
     if not data:
         raise InputError(f"{path}: empty file, expected a TensorRT engine")
-    try:
-        runtime = trt.Runtime(logger)
-    except TypeError:  # pybind11: "factory function returned nullptr"
-        raise inference_error(f"TensorRT cannot create a runtime: {'; '.join(logger.errors) or 'no details'}") from None
+    runtime = trt_call(
+        trt.Runtime, logger,
+        fail=lambda why: inference_error(f"TensorRT cannot create a runtime: {'; '.join(logger.errors) or why or 'no details'}"),
+    )  # fmt: skip
     runtime.engine_host_code_allowed = True
-    engine = runtime.deserialize_cuda_engine(data)
-    if engine is None:
-        raise InputError(
+    return trt, trt_call(
+        runtime.deserialize_cuda_engine, data,
+        fail=lambda why: InputError(
             f"{path}: not a TensorRT engine for this TensorRT version and GPU "
-            f"({'; '.join(logger.errors[-3:]) or 'deserialization failed'}); engines only load with the TensorRT "
-            "version that built them"
-        )
-    return trt, engine
+            f"({'; '.join(logger.errors[-3:]) or why or 'deserialization failed'}); engines only load with the "
+            "TensorRT version that built them"
+        ),
+    )  # fmt: skip
 
 
 def _io_tensors(trt, engine) -> List[Dict[str, Any]]:
@@ -97,7 +97,10 @@ def _profiles(engine, io: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
 
 
 def _layers(trt, engine) -> List[Dict[str, Any]]:
-    inspector = engine.create_engine_inspector()
+    inspector = trt_call(
+        engine.create_engine_inspector,
+        fail=lambda why: inference_error(f"TensorRT cannot create an engine inspector: {why or 'no details'}"),
+    )
     fmt = trt.LayerInformationFormat.JSON
     out = []
     for i in range(int(engine.num_layers)):

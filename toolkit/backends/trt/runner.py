@@ -10,7 +10,7 @@ from toolkit.backends.base import Runner
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.meta import TensorMeta
 
-from .availability import check_available, check_config, inference_error
+from .availability import check_available, check_config, inference_error, trt_call
 from .builder import EngineBuilder, Interrupt, dims, dtype_name, init_plugins, make_logger, np_dtype, stderr_sink
 from .device import DeviceBuffers, cuda_check
 from .options import TrtConfig, is_engine_path
@@ -66,13 +66,19 @@ class TrtRunner(Runner):
         errs = list(dict.fromkeys(self._logger.errors)) if self._logger is not None else []
         return "; ".join(errs[-3:]) or default
 
+    def _failed(self, what: str) -> Callable[[str], ToolkitError]:
+        """For :func:`trt_call`: "TensorRT cannot WHAT: (TensorRT's errors, else its exception)" (exit 1)."""
+        return lambda why: inference_error(f"TensorRT cannot {what}: {self._errors(why or 'no details')}")
+
     # ------------------------------------------------------------------ lifecycle
     def _activate(self) -> None:
         trt, cudart = check_available()
         self._trt, self._cudart = trt, cudart
         self._buffers = DeviceBuffers(cudart)
         self._logger = make_logger(trt, self._sink, bool(os.environ.get("TOOLKIT_TRT_VERBOSE")), Interrupt())
-        init_plugins(trt, self._logger)
+        note = init_plugins(trt, self._sink)
+        if note:
+            self.notes.append(note)
         try:
             if self.engine_file:
                 data = self._read_engine()
@@ -100,22 +106,21 @@ class TrtRunner(Runner):
 
     def _load(self, data: bytes) -> None:
         trt, cudart = self._trt, self._cudart
-        try:
-            self._runtime = trt.Runtime(self._logger)
-        except TypeError:  # pybind11: "factory function returned nullptr"
-            raise inference_error(f"TensorRT cannot create a runtime: {self._errors('no details')}") from None
+        self._runtime = trt_call(trt.Runtime, self._logger, fail=self._failed("create a runtime"))
         # Engines built elsewhere with --version-compatible carry host code (the lean runtime).
         self._runtime.engine_host_code_allowed = True
-        self._engine = self._runtime.deserialize_cuda_engine(data)
-        del data
-        if self._engine is None:
+
+        def not_loaded(why: str) -> ToolkitError:
             if self.built:
-                raise inference_error(f"TensorRT cannot load the engine it built: {self._errors('no details')}")
-            raise InputError(
+                return inference_error(f"TensorRT cannot load the engine it built: {self._errors(why or 'no details')}")
+            return InputError(
                 f"{self.model_path}: not a TensorRT engine for this TensorRT version and GPU "
-                f"({self._errors('deserialization failed')}); engines only load with the TensorRT "
+                f"({self._errors(why or 'deserialization failed')}); engines only load with the TensorRT "
                 "version that built them"
             )
+
+        self._engine = trt_call(self._runtime.deserialize_cuda_engine, data, fail=not_loaded)
+        del data
         eng = self._engine
         names = [eng.get_tensor_name(i) for i in range(eng.num_io_tensors)]
         for name in names:
@@ -126,9 +131,12 @@ class TrtRunner(Runner):
                     "not LINEAR; toolkit copies linear buffers only: build the engine without "
                     "--input/--output formats, e.g. toolkit run MODEL.onnx --trt --save-engine FILE"
                 )
-        self._context = eng.create_execution_context()
-        if self._context is None:
-            raise inference_error(f"TensorRT cannot create an execution context: {self._errors('out of memory?')}")
+        self._context = trt_call(
+            eng.create_execution_context,
+            fail=lambda why: inference_error(
+                f"TensorRT cannot create an execution context: {self._errors(why or 'out of memory?')}"
+            ),
+        )
         self._inputs = [n for n in names if eng.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         self._outputs = [n for n in names if eng.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
         self._stream = cuda_check(cudart.cudaStreamCreate(), "cudaStreamCreate")
@@ -240,8 +248,9 @@ class TrtRunner(Runner):
             return
         for k in range(int(eng.num_optimization_profiles)):
             if k != self._profile and self._fits(k, feed):
-                if not self._context.set_optimization_profile_async(k, int(self._stream)):
-                    raise inference_error(f"TensorRT cannot switch to profile {k}: {self._errors('no details')}")
+                # The binding raises RuntimeError when TensorRT refuses (it never returns False).
+                trt_call(self._context.set_optimization_profile_async, k, int(self._stream),
+                         fail=self._failed(f"switch to profile {k}"))  # fmt: skip
                 cuda_check(self._cudart.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
                 self._profile = k
                 return
@@ -279,19 +288,30 @@ class TrtRunner(Runner):
         for name in self._inputs:
             arr = np.ascontiguousarray(feed[name])
             hosts.append(arr)
-            if self._dynamic(name) and not ctx.set_input_shape(name, tuple(arr.shape)):
-                raise InputError(
-                    f"input '{name}' has shape {tuple(arr.shape)}, outside the engine's profile "
-                    f"({self._profiles_text()}); build with --trt-min-shapes/--trt-max-shapes that cover it"
-                )
+            if self._dynamic(name):
+                trt_call(ctx.set_input_shape, name, tuple(arr.shape), fail=self._outside(name, tuple(arr.shape)))
             if eng.is_shape_inference_io(name):  # shape tensors are read from host memory
-                ctx.set_tensor_address(name, arr.ctypes.data)
+                self._set_address(name, arr.ctypes.data)
                 continue
             ptr = self._buffers.get(name, arr.nbytes)
             if arr.nbytes:
                 cuda_check(cudart.cudaMemcpyAsync(ptr, arr.ctypes.data, arr.nbytes, h2d, self._stream), "cudaMemcpyAsync")
-            ctx.set_tensor_address(name, ptr)
+            self._set_address(name, ptr)
         return hosts
+
+    def _outside(self, name: str, shape: tuple) -> Callable[[str], ToolkitError]:
+        def error(why: str) -> ToolkitError:
+            return InputError(
+                f"input '{name}' has shape {shape}, outside the engine's profile "
+                f"({self._profiles_text()}); build with --trt-min-shapes/--trt-max-shapes that cover it"
+            )
+
+        return error
+
+    def _set_address(self, name: str, pointer: int) -> None:
+        """Tell TensorRT where tensor ``name`` is; a refusal stops the run here, naming the tensor."""
+        ctx = self._context
+        trt_call(ctx.set_tensor_address, name, pointer, fail=self._failed(f"set the address of tensor '{name}'"))
 
     def _bind_outputs(self) -> Dict[str, tuple]:
         """Device memory for every output: the shapes known now (the others come from the allocator)."""
@@ -304,11 +324,12 @@ class TrtRunner(Runner):
             if any(d < 0 for d in shape):  # data-dependent: TensorRT asks for memory while it runs
                 if self._allocator is None:
                     self._allocator = make_output_allocator(self._trt, self)
-                ctx.set_output_allocator(name, self._allocator)
+                trt_call(ctx.set_output_allocator, name, self._allocator,
+                         fail=self._failed(f"set the output allocator of tensor '{name}'"))  # fmt: skip
             else:
                 dtype = np_dtype(eng.get_tensor_dtype(name), name)
                 nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                ctx.set_tensor_address(name, self._buffers.get(name, nbytes))
+                self._set_address(name, self._buffers.get(name, nbytes))
                 shapes[name] = shape
         return shapes
 
@@ -316,11 +337,15 @@ class TrtRunner(Runner):
         self._logger.errors.clear()
         self._callback_error = None
         start = time.perf_counter()
-        ok = self._context.execute_async_v3(int(self._stream))
+
+        def failed(why: str) -> BaseException:
+            if self._callback_error is not None:  # the output allocator failed first
+                return self._callback_error
+            return inference_error(f"{self.name}: inference failed: {self._errors(why or 'execute_async_v3 returned false')}")
+
+        trt_call(self._context.execute_async_v3, int(self._stream), fail=failed)
         if self._callback_error is not None:
             raise self._callback_error
-        if not ok:
-            raise inference_error(f"{self.name}: inference failed: {self._errors('execute_async_v3 returned false')}")
         cuda_check(self._cudart.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
         self.last_inference_time = time.perf_counter() - start
         if self._callback_error is not None:

@@ -1,0 +1,271 @@
+"""toolkit's stable Python API: one import surface for scripts and notebooks.
+
+Everything here keeps its name and signature across releases; the modules behind it
+(``toolkit.core``, ``toolkit.surgeon``, ``toolkit.run``, ...) are free to move. Functions take
+and return ``onnx.ModelProto`` objects (or a model path where noted), ``{name: numpy array}``
+feeds and outputs, and raise :class:`ToolkitError` subclasses with one-sentence messages::
+
+    from toolkit import api
+
+    model = api.load_model("model.onnx")
+    feeds = api.generate_inputs(model, seed=1)
+    ref = api.run(model, feeds, "onnxrt")
+    got = api.run(model, feeds, "onnxrt:fp16")
+    print(api.compare(ref, got, atol=["1e-2"]).passed)
+
+See docs/api.md. numpy, onnx and onnxruntime are imported when a function needs them.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Union
+
+from toolkit.core.errors import DependencyError, ExitCode, InferenceError, InputError, ToolkitError, UsageError
+from toolkit.core.meta import TensorMeta
+
+if TYPE_CHECKING:  # pragma: no cover
+    import onnx
+
+    from toolkit.core.compare import IterationComparison
+
+Feed = Mapping[str, object]
+ModelLike = Union[str, "onnx.ModelProto"]
+
+__all__ = [
+    "ToolkitError", "InputError", "UsageError", "DependencyError", "InferenceError", "ExitCode", "TensorMeta",
+    "load_model", "save_model", "load_inputs", "save_inputs", "generate_inputs", "run", "compare", "Comparison",
+    "extract", "sanitize", "convert", "reduce",
+]
+
+
+# ------------------------------------------------------------------ models and data
+
+
+def load_model(path: str, *, external_data_dir: Optional[str] = None, load_external_data: bool = True):
+    """The model at ``path`` (``"-"``: stdin), its external weights read from ``external_data_dir``
+    or the model's folder."""
+    from toolkit.core.model import load_model as _load
+
+    return _load(path, external_data_dir=external_data_dir, load_external_data=load_external_data)
+
+
+def save_model(model, path: str, *, external_data: Optional[bool] = None) -> None:
+    """Write ``model`` atomically; external data automatically near protobuf's 2 GB limit."""
+    from toolkit.core.model import save_model as _save
+
+    _save(model, path, external_data=external_data)
+
+
+def load_inputs(path: str) -> List[Dict[str, object]]:
+    """The feeds of an inputs file (Polygraphy's JSON or .npz), one per iteration."""
+    from toolkit.core.datafiles import load_inputs as _load
+
+    return [dict(feed) for feed in _load(path)]
+
+
+def save_inputs(path: str, feeds: Sequence[Feed]) -> None:
+    """Write feeds as an inputs file (.json in Polygraphy's format, or .npz)."""
+    from toolkit.core.datafiles import save_inputs as _save
+
+    _save(path, list(feeds))
+
+
+def generate_inputs(
+    model: ModelLike,
+    *,
+    iterations: int = 1,
+    seed: Optional[int] = None,
+    val_range: Sequence[str] = (),
+    input_shapes: Sequence[str] = (),
+) -> List[Dict[str, object]]:
+    """Generated feeds for ``model``'s inputs, as ``toolkit run`` makes them (the same seed, 1
+    by default, gives the same data); ``val_range``/``input_shapes`` take the command's spellings."""
+    from toolkit.core.inputs import generate_inputs as _generate
+    from toolkit.core.inputs import parse_val_ranges
+    from toolkit.core.meta import parse_shape_specs
+    from toolkit.core.model import graph_io_meta
+
+    metas, _ = graph_io_meta(_model(model))
+    feeds, _notes = _generate(
+        metas, iterations=iterations, seed=seed, ranges=parse_val_ranges(list(val_range)),
+        shapes=parse_shape_specs(list(input_shapes)),
+    )
+    return feeds
+
+
+# ------------------------------------------------------------------ running and comparing
+
+
+def run(model: ModelLike, feeds: Sequence[Feed], runner: str = "onnxrt", **options) -> List[Dict[str, object]]:
+    """Run ``model`` (a path or a ModelProto) on each feed with the runner spec ``runner``
+    (``onnxrt``, ``onnxrt:fp16``, ``trt:fp16``, ...); one ``{name: array}`` per feed.
+
+    ``options`` are :class:`toolkit.run.options.RunOptions` fields (``onnx_outputs=["mark",
+    "all"]``, ``providers=["cuda"]``, ``external_data_dir=...``); the spec's own options win."""
+    import dataclasses
+
+    from toolkit.run.options import RunOptions
+    from toolkit.run.specs import make_runner
+
+    with _model_file(model) as path:
+        base = dataclasses.replace(RunOptions(path), **options)
+        with make_runner(runner, path, base=base) as active:
+            return [active.infer(dict(feed)) for feed in feeds]
+
+
+@dataclass
+class Comparison:
+    """The comparison of two runs, iteration by iteration (see toolkit.core.compare)."""
+
+    iterations: List["IterationComparison"]
+
+    @property
+    def passed(self) -> bool:
+        return all(it.passed for it in self.iterations)
+
+    def mismatched(self) -> List[str]:
+        """The outputs out of tolerance in any iteration."""
+        seen: List[str] = []
+        for it in self.iterations:
+            seen += [o.name for o in it.outputs if not o.passed and o.name not in seen]
+        return seen
+
+
+def compare(
+    reference: Sequence[Feed],
+    outputs: Sequence[Feed],
+    *,
+    atol: Sequence[str] = (),
+    rtol: Sequence[str] = (),
+    check_error_stat: Sequence[str] = (),
+) -> Comparison:
+    """Compare two runs' outputs (matched by name, iteration by iteration) with ``toolkit
+    run``'s tolerances, written as on its command line (``atol=["1e-3", "out:1e-2"]``)."""
+    from toolkit.core.compare import Tolerances, compare_iteration
+
+    tol = Tolerances.parse(list(atol), list(rtol), list(check_error_stat))
+    return Comparison([compare_iteration(k, a, b, tol) for k, (a, b) in enumerate(zip(reference, outputs))])
+
+
+# ------------------------------------------------------------------ graph surgery and conversion
+
+
+def extract(
+    model: ModelLike,
+    *,
+    inputs: Optional[Sequence[str]] = None,
+    outputs: Optional[Sequence[str]] = None,
+    external_data_dir: Optional[str] = None,
+):
+    """The subgraph from ``inputs`` to ``outputs`` (tensor specs as ``surgeon extract`` takes
+    them: ``"x"``, ``"x:auto:auto"``, ``"x:[1,3]:float32"``; None keeps the model's own)."""
+    from toolkit.core.meta import parse_tensor_spec
+    from toolkit.surgeon.surgery import extract as _extract
+
+    specs = [parse_tensor_spec(s) for s in inputs] if inputs is not None else None
+    outs = [parse_tensor_spec(s, allow_shape=False) for s in outputs] if outputs is not None else None
+    return _extract(_copy(model), inputs=specs, outputs=outs, external_data_dir=external_data_dir)
+
+
+def sanitize(model: ModelLike, *, fold_constants: bool = False, cleanup: bool = True, toposort: bool = False,
+             input_shapes: Sequence[str] = ()):
+    """``surgeon sanitize``: the model with constants folded (``fold_constants``), unused nodes
+    removed (``cleanup``), nodes sorted (``toposort``), input shapes fixed (``input_shapes``)."""
+    from toolkit.core.meta import parse_shape_specs
+    from toolkit.surgeon.surgery import sanitize as _sanitize
+
+    shapes = parse_shape_specs(list(input_shapes)) or None
+    out, _report = _sanitize(_copy(model), fold_constants=fold_constants, cleanup=cleanup, toposort=toposort,
+                             input_shapes=shapes)
+    return out
+
+
+def convert(model: ModelLike, *, keep_fp32: Sequence[str] = (), dtype: str = "float16"):
+    """``convert --fp-to-fp16``: mixed fp16 (or ``dtype="bfloat16"``), the ``keep_fp32`` nodes
+    (names, globs, op types) and those that need it kept in fp32; graph I/O keep their types."""
+    from toolkit.convert.fp16 import convert as _convert
+
+    return _convert(_copy(model), list(keep_fp32), dtype=dtype).model
+
+
+# ------------------------------------------------------------------ reducing
+
+
+def reduce(model: ModelLike, fails: Callable[["onnx.ModelProto"], bool], *, mode: Optional[str] = None):
+    """``debug reduce`` with a Python check: the smallest subgraph of ``model`` for which
+    ``fails(subgraph)`` is True (``fails(model)`` must be). ``mode``: None (bisect, then
+    1-minimal), ``"bisect"`` or ``"linear"``. Raises InputError when the full model does not fail."""
+    from toolkit.reduce.session import ReduceConfig, Reducer
+
+    with tempfile.TemporaryDirectory(prefix="toolkit-reduce-") as folder, _model_file(model) as path:
+        artifact = os.path.join(folder, "candidate.onnx")
+        output = os.path.join(folder, "reduced.onnx")
+        cfg = ReduceConfig(model=path, output=output, check=["python-check"], mode=mode, iter_artifact=artifact,
+                           save_replay=os.path.join(folder, "replay.json"))
+        outcome = Reducer(cfg, runner=_PythonCheck(artifact, fails)).run()
+        if outcome.status != "reduced" or not outcome.output_written:
+            raise InputError("the check passes on the full model: nothing to reduce")
+        return load_model(output)
+
+
+class _PythonCheck:
+    """A reduce check runner that calls ``fails(model)`` on each candidate."""
+
+    kind = "python"
+
+    def __init__(self, artifact: str, fails: Callable):
+        self.artifact = artifact
+        self.fails = fails
+
+    def run(self, tick=None):
+        import time
+
+        from toolkit.reduce.check import CheckResult
+
+        start = time.monotonic()
+        failed = bool(self.fails(load_model(self.artifact)))
+        return CheckResult(1 if failed else 0, seconds=time.monotonic() - start)
+
+    def close(self) -> None:
+        pass
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def _model(model: ModelLike):
+    return load_model(model) if isinstance(model, str) else model
+
+
+def _copy(model: ModelLike):
+    """A ModelProto the callee may change (the caller's stays as it was)."""
+    if isinstance(model, str):
+        return load_model(model)
+    import onnx
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    return copy
+
+
+class _model_file:
+    """``with _model_file(model) as path``: a path for a ModelProto (a temporary file)."""
+
+    def __init__(self, model: ModelLike):
+        self.model = model
+        self.folder: Optional[tempfile.TemporaryDirectory] = None
+
+    def __enter__(self) -> str:
+        if isinstance(self.model, str):
+            return self.model
+        self.folder = tempfile.TemporaryDirectory(prefix="toolkit-api-")
+        path = os.path.join(self.folder.name, "model.onnx")
+        save_model(self.model, path)
+        return path
+
+    def __exit__(self, *exc) -> None:
+        if self.folder is not None:
+            self.folder.cleanup()

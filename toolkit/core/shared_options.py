@@ -1,0 +1,50 @@
+"""Options several commands share, each declared once (see :mod:`toolkit.core.declare`).
+
+A command's options dataclass takes one with ``declared(SEED)`` (or ``SEED.replace(panel=...)``
+where its help shows it in another section); the command line reads the same declaration.
+"""
+
+from __future__ import annotations
+
+from toolkit.core.declare import Declared
+
+CHECK_ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
+
+EXTERNAL_DATA_DIR = Declared(
+    ("--external-data-dir", "--load-external-data"),
+    "Folder holding the model's external data (default: the model's folder).",
+)
+IGNORE_EXTERNAL_DATA = Declared(("--ignore-external-data",), "Do not load external weights; work on the structure only.")
+ATOL = Declared(("--atol", "--abs-tol"), "Absolute tolerance: a value for every output and/or name:value.")
+RTOL = Declared(("--rtol", "--rel-tol"), "Relative tolerance: a value for every output and/or name:value.")
+CHECK_ERROR_STAT = Declared(
+    ("--check-error-stat",),
+    "What to check against the tolerances: elemwise (default), max, mean, median or quantile; also per output "
+    "as name:stat.",
+    complete=CHECK_ERROR_STATS,
+)
+SEED = Declared(("--seed",), "Seed for generated input data (reproducible).")
+INPUT_SHAPES = Declared(
+    ("--input-shapes", "--inputs"),
+    "Shapes for dynamic inputs: name:[1,3,640,640] (or name:1x3x640x640, no quoting needed). Several after one flag.",
+    metavar="NAME:SHAPE...",
+)
+DATA_LOADER_SCRIPT = Declared(
+    ("--data-loader-script",),
+    "Input data from a Python function that returns or yields {name: array} per iteration (FUNC defaults to "
+    "load_data), instead of generated data.",
+    metavar="SCRIPT[:FUNC]",
+)
+DATA_LOADER_FUNC = Declared(
+    ("--data-loader-func-name",),
+    "The function of --data-loader-script to call (the older spelling of SCRIPT:FUNC).",
+    metavar="FUNC",
+)
+MODEL_INPUT_SHAPES = Declared(
+    ("--model-input-shapes",),
+    "Fix the shapes of the model's dynamic inputs for shape inference: name:[1,3,224,224] ...",
+)
+FORCE_FALLBACK = Declared(
+    ("--force-fallback-shape-inference",),
+    "Infer tensor shapes and dtypes by running ONNX-Runtime instead of ONNX shape inference.",
+)

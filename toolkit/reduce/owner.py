@@ -1,0 +1,99 @@
+"""One ``debug reduce`` run owns its iteration artifact and replay file.
+
+Two runs in one folder with the default names would write the same
+``polygraphy_debug.onnx`` and ``polygraphy_debug_replay.json``, and each one's check would
+see the other's candidates. A run therefore takes an exclusive ``flock`` on a hidden lock
+file beside each of those paths (``.polygraphy_debug.onnx.lock``) before it writes anything;
+a second run that finds one taken stops at once. The kernel drops the lock when its process
+ends, however it ends (SIGKILL included), so a run that died never blocks the next one; a
+lock file it leaves behind is simply taken again. Where ``fcntl`` does not exist, nothing is
+locked.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import List, Optional, Sequence, Tuple
+
+from toolkit.core.errors import InputError
+
+
+def lock_path(path: str) -> str:
+    """``dir/name`` -> ``dir/.name.lock``."""
+    folder, name = os.path.split(os.path.abspath(path))
+    return os.path.join(folder, f".{name}.lock")
+
+
+def _take(path: str) -> Tuple[Optional[int], str]:
+    """(fd holding the lock, "") or (None, the holder's pid as written in the file); (-1, "")
+    when no lock file can be made there (the run's own writes then report the folder)."""
+    import fcntl
+
+    lock = lock_path(path)
+    while True:
+        try:
+            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError:
+            return -1, ""
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            holder = os.read(fd, 32).decode("ascii", "replace").strip()
+            os.close(fd)
+            return None, holder
+        try:
+            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
+        except OSError:
+            same = False
+        if same:  # (else the previous owner removed it between our open and our lock: take a fresh one)
+            os.ftruncate(fd, 0)
+            os.write(fd, f"{os.getpid()}\n".encode())
+            return fd, ""
+        os.close(fd)
+
+
+class Ownership:
+    """The locks of one run on ``paths`` (taken by :meth:`acquire`, dropped by :meth:`release`)."""
+
+    def __init__(self, paths: Sequence[str]):
+        seen: List[str] = []
+        for p in paths:
+            if p and os.path.abspath(p) not in {os.path.abspath(s) for s in seen}:
+                seen.append(p)
+        self.paths = seen
+        self._held: List[Tuple[int, str]] = []
+
+    def acquire(self) -> None:
+        """Lock every path, or raise :class:`InputError` (exit 3) naming those in use."""
+        try:
+            import fcntl  # noqa: F401
+        except ImportError:  # pragma: no cover - not a POSIX system
+            return
+        busy: List[str] = []
+        holders: List[str] = []
+        for path in self.paths:
+            fd, holder = _take(path)
+            if fd is None:
+                busy.append(path)
+                if holder and holder not in holders:
+                    holders.append(holder)
+            elif fd >= 0:
+                self._held.append((fd, lock_path(path)))
+        if busy:
+            self.release()
+            who = f" (pid {', '.join(holders)})" if holders else ""
+            raise InputError(
+                f"{' and '.join(busy)} {'are' if len(busy) > 1 else 'is'} in use by another debug reduce{who}; "
+                "give this run files of its own with --iter-artifact PATH (and --save-debug-replay PATH)"
+            )
+
+    def release(self) -> None:
+        for fd, lock in self._held:
+            try:
+                os.unlink(lock)  # (unlinked while still locked: a run waiting on it re-opens a fresh one)
+            except OSError:
+                pass
+            os.close(fd)
+        self._held = []
