@@ -190,7 +190,7 @@ class PrecisionSearch:
         if not low:
             raise UsageError(
                 f"--compare {c.reference} {c.candidate}: the second runner must run reduced precision "
-                "(onnxrt:fp16 or onnxrt:bf16 to emulate it on the CPU, or trt:fp16, trt:bf16, openvino:precision=bf16)"
+                "(onnxrt:fp16 or onnxrt:bf16 to emulate it on the CPU, or trt:fp16, trt:bf16)"
             )
         if len(low) > 1:
             raise UsageError(f"--compare {c.reference} {c.candidate}: search one precision at a time (fp16 or bf16)")
