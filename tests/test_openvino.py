@@ -151,6 +151,26 @@ def test_mark_all_returns_every_tensor(cli, models, tmp_path):
     assert names == want
 
 
+def test_the_kind_declares_its_options_in_its_module():
+    """OpenVINO's options live in toolkit/backends/openvino.py and are registered with the kind:
+    the run options hold them per kind, specs and "mark all" reach them, the CLI shows them."""
+    from toolkit.backends.openvino import OpenvinoOptions
+    from toolkit.core.declare import declarations
+    from toolkit.run.options import RunOptions
+    from toolkit.run.registry import get_kind, mark_all_outputs
+    from toolkit.run.specs import parse_runner_spec
+
+    kind = get_kind("openvino")
+    assert kind.declares is OpenvinoOptions and kind.panel == "OpenVINO"
+    assert not any(d.runner == "openvino" for _f, d in declarations(RunOptions))  # nothing in run/options.py
+    assert RunOptions("m.onnx").of("openvino") == OpenvinoOptions()
+    marked = mark_all_outputs(RunOptions("m.onnx"))
+    assert marked.of("openvino").outputs == ["mark", "all"] and marked.onnx_outputs == ["mark", "all"]
+    opts = parse_runner_spec("openvino:precision=f32,device=cpu").apply(RunOptions("m.onnx"))
+    assert (opts.of("openvino").precision, opts.of("openvino").device) == ("f32", "cpu")
+    assert RunOptions("m.onnx").of("openvino").precision is None  # the default object is not shared
+
+
 @needs_openvino
 def test_spec_options_parse_and_bad_values_are_usage_errors(cli, models):
     from toolkit.run.specs import parse_runner_spec

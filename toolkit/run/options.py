@@ -209,7 +209,7 @@ class RunOptions:
         its defaults when none was given; None for a kind that declares none."""
         own = self.kind_options.get(kind)
         if own is None and kind in KIND_DECLARATIONS:
-            own = KIND_DECLARATIONS[kind]()
+            own = self.kind_options[kind] = KIND_DECLARATIONS[kind]()
         return own
 
 
