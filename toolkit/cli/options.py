@@ -541,7 +541,10 @@ def runner_specs() -> List[str]:
     for kind in KINDS.values():
         specs.append(kind.name)
         for name, opt in kind.spec_options().items():
-            specs += [f"{kind.name}:{name}={c}" for c in opt.choices] if opt.choices else [f"{kind.name}:{name}"]
+            if opt.choices:
+                specs += [f"{kind.name}:{name}={c}" for c in opt.choices]
+            else:  # a switch, or KEY= for a free value (onnxrt:providers=)
+                specs.append(f"{kind.name}:{name}" + ("=" if opt.convert else ""))
     return specs
 
 
