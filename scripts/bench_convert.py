@@ -7,7 +7,9 @@ Cases, each built in memory:
 - a chain of N elementwise nodes (Add/Mul/Sigmoid/Tanh, one Max in 50: kept fp32, one weight
   shared by every Add): the cost of the placement, the repair and the sort;
 - one MatMul with a large float32 weight: the cost of converting weights.
-Each conversion is timed once (best of --repeat), after one warm-up on a small model.
+Each conversion is timed once (best of --repeat), after one warm-up on a small model. The last
+column is the check `convert` runs afterwards (the fp16 model against the original, once, in
+ONNX-Runtime; `--no-validate` skips it), on the in-memory models.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from onnx import TensorProto, helper, numpy_helper
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from toolkit.convert import fp16  # noqa: E402
+from toolkit.convert.validate import validate  # noqa: E402
 
 
 def chain(n: int):
@@ -65,6 +68,18 @@ def timed(model, dtype: str, repeat: int) -> float:
     return best
 
 
+def timed_check(model, repeat: int) -> float:
+    converted = fp16.convert(model).model
+    shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]
+    feed = {model.graph.input[0].name: np.random.default_rng(0).random(shape, dtype=np.float32)}
+    best = float("inf")
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        validate(model, converted, feed)
+        best = min(best, time.perf_counter() - t0)
+    return best
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
@@ -75,9 +90,10 @@ def main() -> None:
     timed(chain(20), "float16", 1), timed(chain(20), "bfloat16", 1)  # warm-up (imports, schemas)
     cases = [(f"chain of {n} nodes", chain(n)), (f"one {rows}x{cols} weight ({rows * cols * 4 >> 20} MB)",
                                                  big_weight(rows, cols))]  # fmt: skip
-    print(f"{'case':<36} {'fp16 s':>8} {'bf16 s':>8}")
+    print(f"{'case':<36} {'fp16 s':>8} {'bf16 s':>8} {'check s':>8}")
     for name, model in cases:
-        print(f"{name:<36} {timed(model, 'float16', args.repeat):>8.2f} {timed(model, 'bfloat16', args.repeat):>8.2f}")
+        fp, bf, check = timed(model, "float16", args.repeat), timed(model, "bfloat16", args.repeat), timed_check(model, args.repeat)
+        print(f"{name:<36} {fp:>8.2f} {bf:>8.2f} {check:>8.2f}")
 
 
 if __name__ == "__main__":

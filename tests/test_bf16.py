@@ -32,7 +32,7 @@ def all_types(model):
             found.update(v.type.tensor_type.elem_type for v in coll if v.type.HasField("tensor_type"))
         for n in g.node:
             found.update(a.i for a in n.attribute if n.op_type == "Cast" and a.name == "to")
-            found.update(t.data_type for _, _, t in fp16._attr_tensors(n))
+            found.update(t.data_type for _, _, t in fp16.attr_tensors(n))
     found.discard(0)
     return found
 
@@ -131,7 +131,7 @@ def test_a_model_before_opset_13_is_upgraded_for_bf16(cli, tmp_path):
     names = ["m", "a", "p", "s", "y", "e"]
     model = _at_opset(marked(elementwise_model()[0], names), 11)
     emu = fp16.emulate(model, auto_keep=False, dtype="bfloat16")
-    assert fp16._opset(emu.model) == 13 and fp16._opset(model) == 11
+    assert fp16.opset_version(emu.model) == 13 and fp16.opset_version(model) == 11
     got = ort_run(emu.model, {"x": X}, names)
     ref = numpy_bf16_reference(X, elementwise_model()[1])
     for name in names:

@@ -160,14 +160,27 @@ def test_shared_weight_and_kept_graph_output():
     assert node(out, "relu").output[0] == "y2"
 
 
-def test_weights_outside_fp16_range_are_clamped_not_infinite():
+def _w1_past_fp16():
     model = fm.layernorm_overflow()
     w1 = next(t for t in model.graph.initializer if t.name == "W1")
     arr = onnx.numpy_helper.to_array(w1).copy()
     arr[0, 0], arr[0, 1], arr[0, 2] = 1e6, 1e-9, 5000.0
     w1.CopyFrom(onnx.numpy_helper.from_array(arr, "W1"))
-    res = fp16.convert(model)
-    assert res.clamped == ["W1"]
+    return model
+
+
+def test_weights_outside_fp16_range_stay_fp32_with_their_readers():
+    res = fp16.convert(_w1_past_fp16())
+    assert res.clamped == [] and list(res.out_of_range) == ["W1"]
+    readers = [n.name for n in res.model.graph.node if "W1" in n.input]
+    assert readers and all(res.kept.get(r) == fp16.REASON_RANGE for r in readers)
+    w1 = next(t for t in res.model.graph.initializer if t.name == "W1")
+    assert w1.data_type == TensorProto.FLOAT and onnx.numpy_helper.to_array(w1)[0, 0] == 1e6
+
+
+def test_weights_outside_fp16_range_are_clamped_not_infinite_without_auto_keep():
+    res = fp16.convert(_w1_past_fp16(), auto_keep=False)
+    assert res.clamped == ["W1"] and res.out_of_range == {}
     conv = onnx.numpy_helper.to_array(next(t for t in res.model.graph.initializer if t.name == "W1"))
     assert conv[0, 0] == np.float16(65504) and conv[0, 1] == np.float16(2**-24) and conv[0, 2] == 5000
 

@@ -37,8 +37,11 @@ def test_basic_mode_node_lines_are_greppable(cli, seed_model):
         "Node 2    | onnx_graphsurgeon_node_5 [Op: Add]",
     ]
     assert re.search("Op: Mul", res.out)
-    # initializer inputs are marked, outputs follow '->', intermediate shapes inferred
+    # initializer inputs are marked, outputs follow '->'; intermediate shapes as the reference
+    # shows them: none recorded, none shown (--shape-inference infers them)
     assert "Initializer | a [dtype=float32" in res.out
+    assert "-> {mul_out}" in res.out
+    res = cli("inspect", "model", seed_model, "--mode=basic", "--shape-inference")
     assert "-> {mul_out [dtype=float32, shape=(1, 3, 224, 224)]}" in res.out
 
 
@@ -96,9 +99,44 @@ def test_tensors_inside_bodies_get_inferred_types(cli, tmp_path):
     then_g.node[0].output[0] = "doubled"
     then_g.node.append(helper.make_node("Neg", ["doubled"], ["then_out"], name="then_neg"))
     path = z.save(model, tmp_path / "if.onnx")
-    res = cli("inspect", "model", path, "--mode=basic")
+    res = cli("inspect", "model", path, "--mode=basic", "--shape-inference")
     assert res.code == 0, res.err
     assert "-> {doubled [dtype=float32, shape=(1, 4)]}" in res.out
+    res = cli("inspect", "model", path, "--mode=basic")  # without it: what the model records (nothing)
+    assert res.code == 0, res.err
+    assert "-> {doubled}" in res.out
+
+
+def test_shape_inference_flag_decides_intermediate_shapes(cli, tmp_path, monkeypatch):
+    """Like the reference: intermediate tensors show inferred shapes only with --shape-inference;
+    without it they show what the model records, and shape inference does not run at all."""
+    from onnx import TensorProto, helper
+
+    import toolkit.core.model as core_model
+
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"), helper.make_node("Sigmoid", ["a"], ["y"], name="s")]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+    )
+    path = z.save(z.make_model(g), tmp_path / "two.onnx")
+    res = cli("inspect", "model", path, "--show", "layers", "--shape-inference")
+    assert res.code == 0, res.err
+    assert "-> {a [dtype=float32, shape=(1, 4)]}" in res.out
+    calls = []
+    real = core_model.infer_shapes
+    monkeypatch.setattr(core_model, "infer_shapes", lambda *a, **k: calls.append(1) or real(*a, **k))
+    res = cli("inspect", "model", path, "--show", "layers")
+    assert res.code == 0, res.err
+    assert "-> {a}" in res.out and "{a}\n" in res.out + "\n" and "a [dtype" not in res.out
+    assert calls == []  # the fast path: no shape inference
+    recorded = onnx.load(path)
+    recorded.graph.value_info.append(helper.make_tensor_value_info("a", TensorProto.FLOAT, [1, 4]))
+    onnx.save(recorded, path)
+    res = cli("inspect", "model", path, "--show", "layers")
+    assert "-> {a [dtype=float32, shape=(1, 4)]}" in res.out  # what the model records is shown
 
 
 def test_symbolic_and_unknown_dims(cli, tmp_path):

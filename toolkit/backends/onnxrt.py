@@ -199,7 +199,7 @@ class OnnxrtRunner(Runner):
         graph_optimization: ONNX-Runtime graph optimization level name
             (``disable``, ``basic``, ``extended``, ``all``); default ``all`` (``disable``
             with ``fp16``).
-        fp16: emulate fp16 storage (:func:`toolkit.convert.fp16.emulate_any`): every tensor
+        fp16: emulate fp16 storage (:func:`toolkit.convert.emulate.emulate_any`): every tensor
             an fp16 model stores is rounded to fp16 while computing in fp32.
         bf16: the same for bfloat16 (every tensor a bf16 model stores rounded to bfloat16).
     """
@@ -271,7 +271,7 @@ class OnnxrtRunner(Runner):
         """The fp16-storage emulation of ``model`` (a copy), with the selected outputs."""
         import onnx
 
-        from toolkit.convert import fp16  # (a large module: loaded when emulating)
+        from toolkit.convert.emulate import emulate_any  # (loaded when emulating)
 
         if model is self.model:
             copy = onnx.ModelProto()
@@ -281,7 +281,7 @@ class OnnxrtRunner(Runner):
             load_external_data_into(model, external_data_folder(self.model_path, self.external_data_dir), self.model_path)
         if self._selected is not None:
             set_outputs(model, self._selected)
-        emu = fp16.emulate_any(model, inplace=True, dtype=self.emulated_dtype)
+        emu = emulate_any(model, inplace=True, dtype=self.emulated_dtype)
         self.fp16_rounded = emu.rounded
         return emu.model
 

@@ -2,11 +2,21 @@
 
 # (no `from __future__ import annotations`: Typer would have to eval every annotation string)
 
+from dataclasses import dataclass
 from typing import List, Optional
 
 import typer
 
-from toolkit.cli.options import Annotated, ExternalDataDirOpt, ListOpt, ModelArg, command_kwargs, option
+from toolkit.cli.options import (
+    Annotated,
+    ExternalDataDirOpt,
+    InputShapesOpt,
+    ListOpt,
+    ModelArg,
+    SeedOpt,
+    command_kwargs,
+    option,
+)
 from toolkit.cli.output import log, warn
 
 HELP = "Convert a model: mixed fp16 with --fp-to-fp16, mixed bf16 with --fp-to-bf16."
@@ -24,7 +34,11 @@ _CONVERT_OPTS = {
     "--bf16-io": "With --fp-to-bf16: make float32 graph inputs and outputs bfloat16 too (default: keep them).",
     "--external-data/--no-external-data": "Write weights to a separate file <OUT>.data (default: only when the model "
         "is over 2 GB).",
-    "--json": "Print what was kept in fp32 and why as JSON on stdout.",
+    "--json": "Print what was kept in fp32 and why, and the check against the original, as JSON on stdout.",
+    "--validate/--no-validate": "Run the converted model against the original once in ONNX-Runtime and report the "
+        "largest error and the first tensor that differs; on unless --no-validate.",
+    "--load-inputs": "Inputs file (JSON or .npz) for that check (its first input set); default: generated.",
+    "--val-range": "Value range of the generated inputs of that check: [name:][lo,hi]; [0,1] if not given.",
 }
 
 
@@ -41,6 +55,11 @@ def register(app: typer.Typer) -> None:
         external_data: Annotated[Optional[bool], option(_CONVERT_OPTS, "--external-data/--no-external-data")] = None,
         json_out: Annotated[bool, option(_CONVERT_OPTS, "--json")] = False,
         external_data_dir: ExternalDataDirOpt = None,
+        validate: Annotated[bool, option(_CONVERT_OPTS, "--validate/--no-validate", show_default=False)] = True,
+        load_inputs: Annotated[Optional[str], option(_CONVERT_OPTS, "--load-inputs")] = None,
+        seed: SeedOpt = None,
+        val_range: Annotated[ListOpt, option(_CONVERT_OPTS, "--val-range")] = None,
+        input_shapes: InputShapesOpt = None,
     ) -> None:
         """Convert a model: mixed fp16 with --fp-to-fp16, mixed bf16 with --fp-to-bf16.
 
@@ -48,9 +67,13 @@ def register(app: typer.Typer) -> None:
         fp32: the ones named with --keep-fp32, ops without fp16 kernels in ONNX-Runtime
         (Resize, Range, TopK, ...), ops whose ONNX schema at the model's opset has no fp16
         (bf16) type, custom-domain ops and shape computations. Graph inputs and outputs keep
-        their types. The result is checked with ONNX type inference before it is written.
-        Built on onnxconverter-common's float16 conversion; for bfloat16 the same conversion
-        places the casts and every weight is rounded once from its float32 value.
+        their types. Weights, Constants and values computed from constants that fp16 cannot
+        hold (past 65504, or lost to underflow) stay fp32 with the nodes that read them; Q/DQ
+        and integer ops of quantized models stay as they are. The result is checked with ONNX
+        type inference before it is written, then run once against the original in
+        ONNX-Runtime (--no-validate skips that). Built on onnxconverter-common's float16
+        conversion; for bfloat16 the same conversion places the casts and every weight is
+        rounded once from its float32 value.
         """
         if fp_to_fp16 and fp_to_bf16:
             from toolkit.core.errors import UsageError
@@ -65,9 +88,21 @@ def register(app: typer.Typer) -> None:
 
             raise UsageError("--fp16-io goes with --fp-to-fp16; with --fp-to-bf16 use --bf16-io")
         dtype = "bfloat16" if fp_to_bf16 else ("float16" if fp_to_fp16 else None)
+        check = _Check(validate, load_inputs, seed, val_range or [], input_shapes or [])
         _convert(
-            model, output, dtype, keep_fp32 or [], fp16_io or bf16_io, external_data_dir, external_data, json_out
+            model, output, dtype, keep_fp32 or [], fp16_io or bf16_io, external_data_dir, external_data, json_out, check
         )
+
+
+@dataclass
+class _Check:
+    """The run against the original after converting (--validate) and its inputs."""
+
+    enabled: bool
+    load_inputs: Optional[str]
+    seed: Optional[int]
+    val_range: List[str]
+    input_shapes: List[str]
 
 
 def _convert(
@@ -79,12 +114,52 @@ def _convert(
     external_data_dir: Optional[str],
     external_data: Optional[bool],
     json_out: bool,
+    check: _Check,
 ) -> None:
-    import os
     import time
 
+    from toolkit.core.model import load_model, save_model
+
+    _check_args(model_path, output, dtype, keep_fp32, json_out, check)
+    from toolkit.convert import fp16
+
+    assert dtype is not None
+    t0 = time.perf_counter()
+    model = load_model(model_path, external_data_dir=external_data_dir)
+    feed = _check_feed(model, check) if check.enabled else None
+    original = _original(model, model_path, external_data_dir) if feed is not None else None
+    result = fp16.convert(model, keep_fp32, keep_io_types=not reduced_io, inplace=True, if_mixed="error", dtype=dtype)
+    hint = _opset_hint(result.model, result.kept) if dtype == "bfloat16" else ""
+    del model
+    seconds = time.perf_counter() - t0
+    _report(result, dtype, output, seconds, hint)
+    # (checked before saving: saving with external data moves the weights out of the model)
+    validation = _validate(original, result.model, feed, dtype) if original is not None else None
+    del original
+    save_model(result.model, output, external_data=external_data)
+    if json_out:
+        import json
+
+        from toolkit.cli.output import echo
+
+        info = {
+            "output": output,
+            "precision": dtype,
+            "kept_fp32": result.kept,
+            "clamped_weights": result.clamped,
+            "out_of_range": result.out_of_range,
+            "seconds": seconds,
+            "validation": validation.as_dict() if validation is not None else None,
+        }
+        echo(json.dumps(info, indent=2))
+
+
+def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Check) -> None:
+    """Usage errors, before anything is read or written."""
+    import os
+
     from toolkit.core.errors import UsageError
-    from toolkit.core.model import check_output_path, load_model, save_model
+    from toolkit.core.model import check_output_path
 
     if dtype is None:
         if keep_fp32:
@@ -92,19 +167,53 @@ def _convert(
         raise UsageError("nothing to convert: give --fp-to-fp16 or --fp-to-bf16")
     if json_out and output == "-":
         raise UsageError("--json prints to stdout; write the model to a file with -o")
+    if not check.enabled and (check.load_inputs or check.val_range or check.input_shapes or check.seed is not None):
+        raise UsageError("--load-inputs, --val-range, --input-shapes and --seed set the check that --no-validate skips")
+    if check.load_inputs and (check.val_range or check.input_shapes):
+        raise UsageError("--val-range and --input-shapes shape generated inputs; with --load-inputs none are generated")
     check_output_path(output, binary=True)
     if output != "-" and model_path != "-" and os.path.exists(output) and os.path.samefile(output, model_path):
         raise UsageError(f"{output}: the output would overwrite the input model; choose another -o")
+
+
+def _original(model, model_path: str, external_data_dir: Optional[str]):
+    """What the check runs as the original: the model file itself when ONNX-Runtime can read it as
+    it is (no copy, no serialization), else a copy of the loaded model."""
+    import os
+
+    from toolkit.convert.common import copy_model
+
+    if model_path != "-" and external_data_dir is None and os.path.isfile(model_path):
+        return model_path
+    return copy_model(model, inplace=False)
+
+
+def _check_feed(model, check: _Check):
+    """The input set of the check: the first of --load-inputs, or generated (errors before converting)."""
+    from toolkit.core.inputs import generate_inputs, parse_val_ranges, select_feed
+    from toolkit.core.meta import parse_shape_specs
+    from toolkit.core.model import graph_io_meta
+
+    metas, _ = graph_io_meta(model)
+    if check.load_inputs:
+        from toolkit.core.datafiles import load_inputs
+        from toolkit.core.errors import InputError
+
+        for k, loaded in enumerate(load_inputs(check.load_inputs)):
+            return select_feed(loaded, metas, source=check.load_inputs, iteration=k)
+        raise InputError(f"{check.load_inputs}: no input sets")
+    feeds, notes = generate_inputs(
+        metas, seed=check.seed, ranges=parse_val_ranges(check.val_range), shapes=parse_shape_specs(check.input_shapes)
+    )
+    for note in notes:
+        log(note)
+    return feeds[0]
+
+
+def _report(result, dtype: str, output: str, seconds: float, hint: str) -> None:
     from toolkit.convert import fp16
 
-    t0 = time.perf_counter()
-    model = load_model(model_path, external_data_dir=external_data_dir)
     short = fp16.PRECISIONS[dtype][1]
-    result = fp16.convert(model, keep_fp32, keep_io_types=not reduced_io, inplace=True, if_mixed="error", dtype=dtype)
-    hint = _opset_hint(result.model, result.kept) if dtype == "bfloat16" else ""
-    del model
-    save_model(result.model, output, external_data=external_data)
-    seconds = time.perf_counter() - t0
     if result.clamped:
         shown = ", ".join(result.clamped[:5]) + (" ..." if len(result.clamped) > 5 else "")
         limits = "+-65504 or +-2**-24" if dtype == "float16" else "+-3.39e38 (the largest bfloat16)"
@@ -120,25 +229,51 @@ def _convert(
         log(f"Kept in fp32: {len(result.kept)} node(s)")
         for reason, n in counts.items():
             log(f"  {n:>5} {reason}")
+    for name, why in list(result.out_of_range.items())[:10]:
+        log(f"  kept in fp32 with its readers: {name} ({why})")
+    if len(result.out_of_range) > 10:
+        log(f"  ... and {len(result.out_of_range) - 10} more such value(s) (--json lists them)")
     if hint:
         log(hint)
-    if json_out:
-        import json
 
-        from toolkit.cli.output import echo
 
-        echo(
-            json.dumps(
-                {
-                    "output": output,
-                    "precision": dtype,
-                    "kept_fp32": result.kept,
-                    "clamped_weights": result.clamped,
-                    "seconds": seconds,
-                },
-                indent=2,
+def _validate(original, converted, feed, dtype: str):
+    """The check against the original (a warning, never a failure: the model is written)."""
+    from toolkit.convert.validate import validate
+    from toolkit.core.errors import ExitCode, InferenceError
+
+    short = "fp16" if dtype == "float16" else "bf16"
+    try:
+        res = validate(original, converted, feed)
+    except InferenceError as exc:
+        if exc.exit_code == ExitCode.FAILED:  # the original runs on these inputs, the converted model does not
+            warn(
+                f"the {short} model was not checked against the original: {exc.message}; keep the node it names "
+                "in fp32 with --keep-fp32"
             )
+        else:
+            warn(
+                f"the {short} model was not checked against the original: {exc.message}; give the inputs' real "
+                "shapes with --input-shapes (or --load-inputs), or skip the check with --no-validate"
+            )
+        return None
+    tol = f"atol {res.atol:g}, rtol {res.rtol:g}"
+    if res.passed:
+        log(
+            f"Checked against the original in ONNX-Runtime ({res.seconds:.2f} s): largest error "
+            f"{res.max_error:.3g} (output {res.worst}), within {tol}"
         )
+        return res
+    first = (
+        f"; the first tensor that differs (topological order) is {res.first_tensor} (error {res.first_error:.3g})"
+        if res.first_tensor
+        else ""
+    )
+    warn(
+        f"the {short} model differs from the original beyond {tol}: largest error {res.max_error:.3g} at output "
+        f"{res.worst}{first}; `toolkit debug precision MODEL` finds the nodes to keep in fp32 (--keep-fp32)"
+    )
+    return res
 
 
 def _opset_hint(model, kept: dict) -> str:
@@ -150,7 +285,7 @@ def _opset_hint(model, kept: dict) -> str:
     ops = sorted({by_name[n] for n, why in kept.items() if why == fp16.REASON_SCHEMA_BF16 and n in by_name})
     if not ops:
         return ""
-    opset = fp16._opset(model)
+    opset = fp16.opset_version(model)
     later = {op: fp16.bf16_opset(op, opset) for op in ops}
     upgradable = [f"{op} (opset {v})" for op, v in later.items() if v]
     if not upgradable:

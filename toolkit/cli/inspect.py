@@ -37,7 +37,8 @@ _MODEL_OPTS = {
     "--json": "Print the description as JSON on stdout.",
     "--list-unbounded-dds": "List the tensors that set a data-dependent output size without an upper bound (bound "
         "them with `surgeon sanitize --set-unbounded-dds-upper-bound`).",
-    "--shape-inference": "Run ONNX shape inference first, so tensors show shapes.",
+    "--shape-inference": "Run ONNX shape inference first, so intermediate tensors show the dtypes and shapes it "
+        "finds (without it: only those the model records).",
 }
 
 
@@ -79,11 +80,9 @@ def inspect_model(
         proto, base_dir = load_lazily(model, external_data_dir, eager_bytes=0)
     else:
         proto = load_model(model, external_data_dir=external_data_dir, load_external_data=False)
-    if shape_inference:
-        from toolkit.surgeon.surgery import infer_shapes_in_place
-
-        infer_shapes_in_place(proto)
-    desc = describe_model(proto, shown, external_base_dir=base_dir)
+    # intermediate tensors show the dtype and shape the model records (value_info), and with
+    # --shape-inference what ONNX shape inference finds (run on a copy without the weights' data)
+    desc = describe_model(proto, shown, infer=shape_inference, external_base_dir=base_dir)
     if as_json:
         _emit([json.dumps(desc, indent=2)])
     else:

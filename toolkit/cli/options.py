@@ -682,6 +682,8 @@ ExternalDataDirOpt = Annotated[Optional[str], declared_option(S.EXTERNAL_DATA_DI
 IgnoreExternalDataOpt = Annotated[bool, declared_option(S.IGNORE_EXTERNAL_DATA)]
 ModelInputShapesOpt = Annotated[Optional[List[str]], declared_option(S.MODEL_INPUT_SHAPES)]
 ForceFallbackOpt = Annotated[bool, declared_option(S.FORCE_FALLBACK)]
+SeedOpt = Annotated[Optional[int], declared_option(S.SEED)]
+InputShapesOpt = Annotated[Optional[List[str]], declared_option(S.INPUT_SHAPES)]
 
 
 # ------------------------------------------------ Polygraphy options that toolkit does not support

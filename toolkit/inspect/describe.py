@@ -10,11 +10,15 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
+from toolkit.core.errors import ToolkitError
 from toolkit.core.meta import TensorMeta, dtype_from_onnx, format_shape
 
 INDENT = "    "
 # Without --mode=full, list at most this many initializers (big models have hundreds).
 INIT_LIST_LIMIT = 16
+
+# what onnx and numpy raise on a tensor or attribute they cannot read (corrupt, truncated, unknown type)
+_UNREADABLE = (ValueError, TypeError, KeyError, IndexError, AttributeError)
 
 
 @dataclass(frozen=True)
@@ -71,6 +75,8 @@ def _meta_dict(meta: TensorMeta) -> dict:
 
 
 def _meta_text(meta: TensorMeta, prefix: str = "") -> str:
+    if meta.dtype is None and meta.shape is None:  # nothing known (no value_info): the name alone, as the reference
+        return f"{prefix}{meta.name}"
     dt = meta.dtype or "?"
     return f"{prefix}{meta.name} [dtype={dt}, shape={format_shape(meta.shape)}]"
 
@@ -190,7 +196,7 @@ def _attr_value(attr, show: Show, depth: int):
                 info["preview"] = values_text(arr, full=False)
                 d.update(info)
                 text += f" | {stats_text(info)} | " + " ".join(info["preview"].split())
-        except Exception:
+        except _UNREADABLE:  # a value numpy cannot read (an exotic or corrupt tensor): shown without values
             pass
         return d, text
     if t in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
@@ -198,7 +204,7 @@ def _attr_value(attr, show: Show, depth: int):
     try:
         v = helper.get_attribute_value(attr)
         return str(v), str(v)
-    except Exception:
+    except _UNREADABLE:
         return None, "<unreadable>"
 
 
@@ -250,7 +256,7 @@ class GraphDescriber:
                 return {"values": None, "note": "external data not loaded"}
             try:
                 arr = _read_external(t, self.external_base_dir)
-            except Exception as exc:  # noqa: BLE001 - a summary line, not a failure
+            except (OSError, ToolkitError, *_UNREADABLE) as exc:  # a summary line, not a failure
                 return {"values": None, "note": f"unreadable: {exc}"}
             info = summarize_array(arr)
             info["preview"] = values_text(arr, full=False)
@@ -262,7 +268,7 @@ class GraphDescriber:
             from onnx import numpy_helper
 
             arr = numpy_helper.to_array(t)
-        except Exception as exc:
+        except _UNREADABLE as exc:
             return {"values": None, "note": f"unreadable: {exc}"}
         info = summarize_array(arr)
         info["preview"] = values_text(arr, full=False)
@@ -318,7 +324,7 @@ def _read_external(t, base_dir: str):
     src, offset, length = ref_source(t, base_dir)
     try:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
-    except Exception:  # noqa: BLE001 - unknown or exotic element type
+    except _UNREADABLE:  # unknown or exotic element type
         dtype = None
     shape = tuple(int(d) for d in t.dims)
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
@@ -337,9 +343,10 @@ def _text(value) -> str:
     return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
-def describe_model(model, show: Show, infer: bool = True, external_base_dir: Optional[str] = None) -> dict:
-    """Describe ``model``; with ``infer`` (default), ONNX shape inference fills in the dtype
-    and shape of intermediate tensors where it can (the model itself is not modified).
+def describe_model(model, show: Show, infer: bool = False, external_base_dir: Optional[str] = None) -> dict:
+    """Describe ``model``; with ``infer``, ONNX shape inference fills in the dtype and shape of
+    intermediate tensors where it can (the model itself is not modified); without it they show
+    what the model records (its value_info).
     Weights left on disk (a model loaded with ``load_external_data=False``) are read from
     ``external_base_dir`` one at a time, when shown."""
     graph = model.graph

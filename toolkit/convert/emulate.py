@@ -1,0 +1,353 @@
+"""fp16 (bf16) storage emulated in fp32, for ``run --fp16`` and ``debug precision``.
+
+:func:`emulate_fp16` rewrites a float32 model so that, running in fp32 on any backend,
+every tensor that would be stored in fp16 is rounded to fp16 (``Cast`` to float16 and
+back after the node that produces it): overflow past 65504 gives inf, tiny values
+underflow to subnormals or zero, and every tensor boundary rounds. Tensors keep their
+names, so comparisons and ``mark all`` line up with the fp32 model. What it does not
+emulate: arithmetic inside a kernel (accumulation in fp16 within a reduction, MatMul
+or Conv, fused kernels); those run in fp32, and only their results are rounded.
+:func:`emulate_mixed` does the same for a model that already holds float16/bfloat16.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, Iterable, Optional, Set, Tuple
+
+from toolkit.convert.common import (
+    cast_node,
+    BFLOAT16,
+    DTYPE_OPS,
+    FLOAT,
+    FLOAT16,
+    STD_DOMAINS,
+    Names,
+    copy_model,
+    low_type,
+    name_nodes,
+    normalize_constants,
+    readers_of,
+    reduced_types,
+    round_values,
+    short_name,
+    weight_array,
+)
+from toolkit.convert.onnx_types import bf16_ready, infer_types, tensor_types
+from toolkit.convert.placement import decide
+from toolkit.convert.ranges import risky_values
+from toolkit.core.errors import UsageError
+from toolkit.core.graphs import node_subgraphs
+
+
+@dataclass
+class Emulation:
+    model: object
+    kept: Dict[str, str]
+    rounded: int  # tensors rounded to fp16
+
+
+def emulate(
+    model,
+    keep_fp32: Iterable[str] = (),
+    *,
+    auto_keep: bool = True,
+    inplace: bool = False,
+    types: Optional[Dict[str, int]] = None,
+    cache: Optional[Dict[str, bytes]] = None,
+    dtype: str = "float16",
+) -> Emulation:
+    """Rewrite a float32 model so that it stores every tensor the fp16 conversion would
+    store in fp16 rounded to fp16, computing in fp32 (see the module docstring).
+
+    ``dtype="bfloat16"``: the same for the bfloat16 conversion (tensors rounded to bfloat16
+    by ``Cast`` to bfloat16 and back, weights as :func:`to_bf16` stores them).
+
+    Graph inputs and outputs stay float32 (the outputs hold fp16-rounded values); nodes
+    kept in fp32 (``keep_fp32``, and the automatic ones unless ``auto_keep=False``) read
+    and write unrounded values, as in the converted model. Weights are rounded as the
+    conversion writes them (clamped to +-65504, tiny values to +-2**-24).
+
+    ``cache``: a dict kept between calls on the same model (``debug precision`` emulates it
+    once per check): the rounded weights, by name, so each is rounded once.
+    """
+    upgraded = None
+    if low_type(dtype) == BFLOAT16:
+        model, upgraded = bf16_ready(model)
+    model = copy_model(model, inplace or upgraded is not None)
+    normalize_constants(model)
+    if types is None:
+        types = tensor_types(infer_types(model))
+    risky = _risky(model, types, dtype, cache) if auto_keep else None
+    decision = decide(model, keep_fp32, auto=auto_keep, types=types, dtype=dtype, risky=risky)
+    em = _Emulator(model, set(decision.kept), types, cache, dtype)
+    em.graph(model.graph, top=True)
+    return Emulation(model, dict(decision.kept), em.rounded)
+
+
+_RISKY_KEY = "\0risky"  # (the key of the values out of range in ``cache``: no tensor has this name)
+
+
+def _risky(model, types: Dict[str, int], dtype: str, cache: Optional[Dict[str, bytes]]) -> Dict[str, str]:
+    """:func:`risky_values`, looked for once per ``cache`` (``debug precision`` emulates once per check)."""
+    import json
+
+    if cache is not None and _RISKY_KEY in cache:
+        return json.loads(cache[_RISKY_KEY])
+    risky = risky_values(model, types, low_type(dtype))
+    if cache is not None:
+        cache[_RISKY_KEY] = json.dumps(risky).encode()
+    return risky
+
+
+def _round_chain(fresh, src: str, dst: str, hint: str, low: int) -> list:
+    """``dst`` = ``src`` rounded to ``low`` (FLOAT16 or BFLOAT16): a Cast to it and back to float32."""
+
+    short = short_name(low)
+    mid = fresh(f"{dst}::{short}")
+    return [
+        cast_node(src, mid, fresh(f"{hint}::to_{short}"), low),
+        cast_node(mid, dst, fresh(f"{hint}::to_fp32"), FLOAT),
+    ]
+
+
+class _Emulator:
+    """The rewrite behind :func:`emulate`, one graph at a time."""
+
+    def __init__(
+        self, model, kept: Set[str], types: Dict[str, int], cache: Optional[Dict[str, bytes]], dtype: str = "float16"
+    ):
+        self.kept = kept
+        self.types = types
+        self.cache = cache
+        self.dtype = dtype
+        self.low = low_type(dtype)
+        self.fresh = Names(model).fresh
+        self.rounded = 0
+
+    def round_chain(self, src: str, dst: str, hint: str) -> list:
+        self.rounded += 1
+        return _round_chain(self.fresh, src, dst, hint, self.low)
+
+    def repoint(self, rmap, old: str, new: str) -> None:
+        """The converted readers of ``old`` read ``new`` instead."""
+        for n in rmap.get(old, ()):
+            if n.name not in self.kept:
+                for k, i in enumerate(n.input):
+                    if i == old:
+                        n.input[k] = new
+
+    def users(self, rmap, name: str) -> Tuple[bool, bool]:
+        """(read by a converted node, read by a kept node), subgraphs included."""
+        readers = rmap.get(name, ())
+        return any(n.name not in self.kept for n in readers), any(n.name in self.kept for n in readers)
+
+    def rounded_copy(self, rmap, src: str) -> list:
+        """Converted readers of fp32 tensor ``src`` read it rounded (the Casts that do it)."""
+        if not self.users(rmap, src)[0]:
+            return []
+        dst = self.fresh(f"{src}::rounded")
+        self.repoint(rmap, src, dst)
+        return self.round_chain(src, dst, src)
+
+    def weights(self, g, rmap) -> None:
+        """Weights read by converted nodes: rounded (a rounded twin when kept nodes read them too)."""
+        import onnx
+
+        new_inits = []
+        for t in g.initializer:
+            conv, keep = self.users(rmap, t.name) if t.data_type == FLOAT else (False, False)
+            if not conv:
+                continue
+            data = self.cache.get(t.name) if self.cache is not None else None
+            if data is None:
+                data = round_values(weight_array(t), self.dtype).astype("<f4").tobytes()
+                if self.cache is not None:
+                    self.cache[t.name] = data
+            target = t
+            if keep:
+                target = onnx.TensorProto(name=self.fresh(f"{t.name}::fp16"), data_type=FLOAT, dims=t.dims)
+                new_inits.append(target)
+                self.repoint(rmap, t.name, target.name)
+            else:
+                del t.float_data[:]
+                t.ClearField("data_location")
+                del t.external_data[:]
+            target.raw_data = data
+            self.rounded += 1
+        g.initializer.extend(new_inits)
+
+    def constant(self, node) -> None:
+        import numpy as np
+        from onnx import numpy_helper
+
+        for a in node.attribute:
+            if a.name == "value" and a.t.data_type == FLOAT:
+                arr = round_values(numpy_helper.to_array(a.t), self.dtype).astype(np.float32)
+                a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
+                self.rounded += 1
+
+    def node(self, node, rmap) -> list:
+        """``node`` and the Casts after it."""
+        outs = [(j, o) for j, o in enumerate(node.output) if o and self.types.get(o) == FLOAT]
+        if node.name in self.kept:  # its outputs stay fp32; converted readers get them rounded
+            return [node] + [c for _, o in outs for c in self.rounded_copy(rmap, o)]
+        for sub in node_subgraphs(node):
+            self.graph(sub, top=False)
+        if node.op_type == "Constant" and node.domain in STD_DOMAINS:
+            self.constant(node)
+            return [node]
+        tail = []
+        for j, o in outs:
+            raw = self.fresh(f"{o}::fp32")
+            node.output[j] = raw
+            tail += self.round_chain(raw, o, o)
+        return [node] + tail
+
+    def graph(self, g, top: bool) -> None:
+        rmap = readers_of(g)
+        self.weights(g, rmap)
+        new_nodes: list = []
+        if top:  # float32 graph inputs: rounded for converted readers
+            for vi in g.input:
+                if self.types.get(vi.name) == FLOAT:
+                    new_nodes += self.rounded_copy(rmap, vi.name)
+        for node in list(g.node):
+            new_nodes += self.node(node, rmap)
+        del g.node[:]
+        g.node.extend(new_nodes)
+
+
+def emulate_fp16(model, keep_fp32: Iterable[str] = (), **kw):
+    """:func:`emulate` returning only the model."""
+    return emulate(model, keep_fp32, **kw).model
+
+
+_LOWS = (FLOAT16, BFLOAT16)
+
+
+def emulate_mixed(model, *, inplace: bool = False) -> Emulation:
+    """Emulate a model that already holds float16 or bfloat16 tensors (a converted, mixed model).
+
+    Every float16 (bfloat16) tensor becomes a float32 tensor rounded to fp16 (bf16) after the
+    node that produces it (weights and Constants: their values, exactly), so the reduced parts
+    run in fp32 with reduced storage; float32 tensors stay as they are. Reduced graph inputs
+    are read as given; reduced graph outputs keep their type.
+    """
+    model = copy_model(model, inplace)
+    name_nodes(model)
+    emulator = _MixedEmulator(model, tensor_types(infer_types(model)))
+    emulator.graph(model.graph, top=True)
+    return Emulation(model, {}, emulator.rounded)
+
+
+def _repoint(nodes, old: str, new: str) -> None:
+    """Nodes (and their bodies) that read ``old`` read ``new``."""
+    for n in nodes:
+        for k, i in enumerate(n.input):
+            if i == old:
+                n.input[k] = new
+        for sub in node_subgraphs(n):
+            _repoint(sub.node, old, new)
+
+
+def _retype_attrs(node) -> None:
+    """Attributes that make float16/bfloat16 values: make float32 ones (rounded afterwards)."""
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    for a in node.attribute:
+        if a.name in ("to", "dtype") and a.i in _LOWS and (node.op_type == "Cast" or node.op_type in DTYPE_OPS):
+            a.i = FLOAT
+        if a.type == onnx.AttributeProto.TENSOR and a.t.data_type in _LOWS:
+            arr = numpy_helper.to_array(a.t).astype(np.float32)
+            a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
+
+
+def _widen(t) -> None:
+    """A float16 or bfloat16 weight -> the same values in float32, in place (one copy of the data)."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    if t.HasField("raw_data") and not t.external_data:
+        bits = np.frombuffer(t.raw_data, dtype="<u2")
+        wide = bits.view("<f2").astype("<f4") if t.data_type == FLOAT16 else (bits.astype("<u4") << 16).view("<f4")
+        t.raw_data = wide.tobytes()
+        t.data_type = FLOAT
+        return
+    t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
+
+
+class _MixedEmulator:
+    """:func:`emulate_mixed`'s rewrite, one graph (and its bodies) at a time."""
+
+    def __init__(self, model, types: Dict[str, int]):
+        self.types = types
+        self.fresh = Names(model).fresh
+        self.rounded = 0
+
+    def graph(self, g, top: bool) -> None:
+
+        for t in g.initializer:
+            if t.data_type in _LOWS:
+                _widen(t)
+        new_nodes = self._inputs(g, top)
+        out_types = {vi.name: vi.type.tensor_type.elem_type for vi in g.output}
+        for node in list(g.node):
+            for sub in node_subgraphs(node):
+                self.graph(sub, top=False)
+            _retype_attrs(node)
+            new_nodes.append(node)
+            new_nodes += self._round_outputs(node, top, out_types)
+        del g.node[:]
+        g.node.extend(new_nodes)
+        for vi in list(g.output if not top else []) + list(g.value_info):
+            if vi.type.tensor_type.elem_type in _LOWS:
+                vi.type.tensor_type.elem_type = FLOAT
+        # value_info of renamed tensors would now be wrong: drop what is not an input/output
+        del g.value_info[:]
+
+    def _inputs(self, g, top: bool) -> list:
+        """Casts that read the top graph's reduced inputs as fp32; bodies' inputs retyped."""
+
+        nodes = []
+        for vi in g.input:
+            if vi.type.tensor_type.elem_type in _LOWS:
+                if top:
+                    up = self.fresh(f"{vi.name}::fp32")
+                    _repoint(g.node, vi.name, up)
+                    nodes.append(cast_node(vi.name, up, self.fresh(f"{vi.name}::to_fp32"), FLOAT))
+                else:  # a body's input: its values come from fp32 (rounded) tensors now
+                    vi.type.tensor_type.elem_type = FLOAT
+        return nodes
+
+    def _round_outputs(self, node, top: bool, out_types: Dict[str, int]) -> list:
+        """The node's reduced outputs computed in fp32 and rounded (Cast to fp16/bf16 and back)."""
+
+        fresh = self.fresh
+        tail = []
+        for j, o in enumerate(node.output):
+            low = self.types.get(o) if o else None
+            if low not in _LOWS:
+                continue
+            raw = fresh(f"{o}::fp32")
+            node.output[j] = raw
+            if top and out_types.get(o) == low:
+                tail.append(cast_node(raw, o, fresh(f"{o}::to_{short_name(low)}"), low))
+            else:
+                tail += _round_chain(fresh, raw, o, o, low)
+            self.rounded += 1
+        return tail
+
+
+def emulate_any(model, keep_fp32: Iterable[str] = (), **kw) -> Emulation:
+    """:func:`emulate_mixed` for a model that already holds float16 or bfloat16, else :func:`emulate`
+    (``dtype=`` in ``kw``: the precision a float32 model is emulated in)."""
+    if reduced_types(model):
+        if keep_fp32:
+            raise UsageError("the model is already mixed precision: its float32 nodes stay float32; drop --keep-fp32")
+        return emulate_mixed(model, inplace=kw.get("inplace", False))
+    return emulate(model, keep_fp32, **kw)

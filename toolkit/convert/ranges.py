@@ -1,0 +1,221 @@
+"""Weights that fp16 cannot hold: found before converting, kept in fp32 with the nodes that read them.
+
+A float32 weight matters when fp16 would change it beyond plain rounding: a finite value past
+65504 (it would be clamped: PP-OCR's detector holds BatchNorm variances of 1e7 to 1e8 in
+``Constant`` nodes), or a tensor so small that fp16's subnormals lose it (its relative L2
+rounding error above :data:`RANGE_REL`, 1%; plain fp16 rounding stays below 2**-11, 0.05%). Three kinds of
+values are checked: initializers, ``Constant`` values, and values computed from constants only
+(a ``Mul`` of two constants can overflow where neither does); those are computed once with
+ONNX-Runtime. Each such value stays fp32, with the nodes that compute it from constants and
+every node that reads it (:func:`range_keep`).
+
+bfloat16 has float32's exponent range: only values past its largest finite value (3.39e38) matter.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Iterator, List, Optional, Set, Tuple
+
+from toolkit.convert.common import (
+    BF16_MAX,
+    BFLOAT16,
+    FLOAT,
+    FP16_MAX,
+    STD_DOMAINS,
+    ort_errors,
+    readers_of,
+    to_fp16,
+    weight_array,
+)
+from toolkit.core.graphs import node_subgraphs
+
+KEEP_BYTES = 1 << 30  # weights read by the range check kept for the conversion, at most (bytes)
+RANGE_REL = 1e-2  # relative L2 error of a weight's fp16 rounding past which it matters (1%)
+_SUBNORMAL = 2.0**-14  # smallest normal fp16
+REASON_RANGE = "reads a value fp16 cannot hold (past 65504, or lost to underflow)"
+REASON_RANGE_BF16 = "reads a value bf16 cannot hold (past 3.39e38)"
+_RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
+
+
+def value_problem(arr, low: int) -> Optional[str]:
+    """Why ``low`` (FLOAT16 or BFLOAT16) cannot hold the float32 values ``arr``; None when it can."""
+    import numpy as np
+
+    a = np.asarray(arr, dtype=np.float32).ravel()
+    if a.size == 0:
+        return None
+    hi, lo = float(a.max()), float(a.min())
+    if not (np.isfinite(hi) and np.isfinite(lo)):  # inf and NaN are kept as they are: look past them
+        a = a[np.isfinite(a)]
+        if a.size == 0:
+            return None
+        hi, lo = float(a.max()), float(a.min())
+    amax = max(hi, -lo)
+    if low == BFLOAT16:
+        return f"values up to {amax:.3g}, past bf16's largest ({BF16_MAX:.3g})" if amax > BF16_MAX else None
+    if amax > FP16_MAX:
+        return f"values up to {amax:.3g}, past fp16's largest (65504)"
+    if amax >= 2.0**-6:  # (a value this large makes any tensor's subnormal part negligible in L2...)
+        squares = float(np.dot(a, a))
+        # ...when the RMS is well above 2**-14: rounding errs <= 2**-11 relative for normal values and
+        # <= 2**-25 absolute below 2**-14, so the relative L2 error stays below RANGE_REL
+        if squares * 3 >= a.size * 2.0**-28:
+            return None
+    finite = a.astype(np.float64)
+    squares = float(np.dot(finite, finite))
+    if squares == 0.0:
+        return None
+    rounded = to_fp16(finite)[0].astype(np.float64)
+    rel = float(np.sqrt(np.sum((rounded - finite) ** 2) / squares))
+    if rel <= RANGE_REL:
+        return None
+    return f"values of at most {amax:.3g}, where fp16 has only subnormals ({rel:.1%} relative error)"
+
+
+def _constant_values(graph, keep: Optional[Dict[str, object]] = None) -> Iterator[Tuple[str, object]]:
+    """(name, array) of the float32 initializers (with their data loaded) and ``Constant`` values of
+    ``graph``, one at a time. ``keep``: a dict that also gets the initializers' arrays, up to
+    :data:`KEEP_BYTES` in all (the conversion reads them once more otherwise: a copy each)."""
+    from onnx import numpy_helper
+
+    budget = KEEP_BYTES
+    for t in graph.initializer:
+        if t.data_type == FLOAT and not t.external_data:
+            arr = weight_array(t)
+            if keep is not None and arr.nbytes <= budget:
+                keep[t.name] = arr
+                budget -= arr.nbytes
+            yield t.name, arr
+    for node in graph.node:
+        if node.op_type == "Constant" and node.domain in STD_DOMAINS and node.output:
+            for a in node.attribute:
+                if a.name == "value" and a.t.data_type == FLOAT:
+                    yield node.output[0], numpy_helper.to_array(a.t)
+
+
+def _derived_nodes(graph, constants: Set[str], types: Dict[str, int]) -> List:
+    """Nodes of ``graph`` (in order) that compute only from constants: their outputs are fixed values.
+
+    A ``DequantizeLinear`` of 8-bit weights whose scales keep every value a normal fp16 (scale
+    at least 2**-14, 255 x scale at most 65504: the usual case) is left out, with what is computed
+    from it: a quantized model dequantizes every weight, and computing them all would cost a
+    float32 copy of the model."""
+    fixed = set(constants)
+    inputs = {vi.name for vi in graph.input}
+    scales = _ScaleBounds(graph)
+    out = []
+    for node in graph.node:
+        if node.op_type == "Constant" or node.domain not in STD_DOMAINS or node.op_type in _RANDOM:
+            continue
+        ins = [i for i in node.input if i]
+        if ins and all(i in fixed and i not in inputs for i in ins) and not node_subgraphs(node):
+            if node.op_type == "DequantizeLinear" and types.get(ins[0]) in _BYTE_TYPES and scales.safe(ins[1]):
+                continue
+            out.append(node)
+            fixed.update(o for o in node.output if o)
+    return out
+
+
+_BYTE_TYPES = (2, 3)  # UINT8, INT8
+
+
+class _ScaleBounds:
+    """Is a dequantization scale (a constant) one that keeps every 8-bit value a normal fp16?"""
+
+    def __init__(self, graph):
+        self.tensors = {t.name: t for t in graph.initializer}
+        for node in graph.node:
+            if node.op_type == "Constant" and node.output:
+                for a in node.attribute:
+                    if a.name == "value":
+                        self.tensors[node.output[0]] = a.t
+
+    def safe(self, name: str) -> bool:
+        import numpy as np
+        from onnx import numpy_helper
+
+        t = self.tensors.get(name)
+        if t is None or t.data_type != FLOAT or t.external_data:
+            return False
+        s = np.abs(numpy_helper.to_array(t))
+        return bool(s.size) and float(s.min()) >= _SUBNORMAL and float(s.max()) * 255 <= FP16_MAX
+
+
+def _computed_values(model, graph, derived: List, types: Dict[str, int]) -> Dict[str, object]:
+    """The float outputs of ``derived`` (nodes computing from constants), computed with ONNX-Runtime.
+
+    Empty when ONNX-Runtime cannot compute them (the check then covers weights and Constants only)."""
+    import onnxruntime as ort
+    from onnx import helper
+
+    wanted = [o for n in derived for o in n.output if o and types.get(o) == FLOAT]
+    if not wanted:
+        return {}
+    reads = {i for n in derived for i in n.input if i}
+    consts = [n for n in graph.node if n.op_type == "Constant" and any(o in reads for o in n.output)]
+    inits = [t for t in graph.initializer if t.name in reads]
+    outputs = [helper.make_tensor_value_info(o, FLOAT, None) for o in wanted]
+    g = helper.make_graph(consts + list(derived), "constants", [], outputs, inits)
+    small = helper.make_model(g, opset_imports=list(model.opset_import), ir_version=min(model.ir_version or 8, 10))
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.log_severity_level = 4  # (its errors come back as exceptions: no log lines of its own)
+    try:
+        sess = ort.InferenceSession(small.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        values = sess.run(wanted, {})
+    except ort_errors():
+        return {}
+    return dict(zip(wanted, values))
+
+
+def risky_values(model, types: Dict[str, int], low: int, arrays: Optional[Dict[str, object]] = None) -> Dict[str, str]:
+    """Float32 values of the top graph that ``low`` cannot hold: name -> why (initializers,
+    ``Constant`` values and values computed from constants only). ``arrays``: see
+    :func:`_constant_values`."""
+    graph = model.graph
+    out: Dict[str, str] = {}
+    for name, arr in _constant_values(graph, arrays):
+        why = value_problem(arr, low)
+        if why:
+            out[name] = why
+    constants = {t.name for t in graph.initializer}
+    constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output if o}
+    derived = _derived_nodes(graph, constants, types)
+    if derived:
+        for name, arr in _computed_values(model, graph, derived, types).items():
+            why = value_problem(arr, low)
+            if why:
+                out[name] = f"computed from constants: {why}"
+    return out
+
+
+def range_keep(model, types: Dict[str, int], low: int, risky: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """Nodes that stay fp32 so that no value ``low`` cannot hold is converted: name -> reason.
+
+    The nodes that read a risky value (in any graph: bodies read outer values), and the nodes
+    that compute one from constants."""
+    if risky is None:
+        risky = risky_values(model, types, low)
+    if not risky:
+        return {}
+    reason = REASON_RANGE_BF16 if low == BFLOAT16 else REASON_RANGE
+    keep: Dict[str, str] = {}
+    readers = readers_of(model.graph)
+    producer = {o: n for n in model.graph.node for o in n.output if o}
+    todo = list(risky)
+    seen: Set[str] = set()
+    while todo:  # the risky value's producers back to the constants (they compute it in fp32)
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = producer.get(name)
+        if node is not None and node.op_type != "Constant":
+            keep.setdefault(node.name, reason)
+            todo.extend(i for i in node.input if i)
+    for name in risky:
+        for node in readers.get(name, ()):
+            keep.setdefault(node.name, reason)
+    return keep

@@ -1,0 +1,235 @@
+"""The converted model run once against the original in ONNX-Runtime (``convert``'s check).
+
+Both models run on one input set (generated, or loaded) at their outputs: two plain runs,
+no tensor marked. The converted model runs with its fp16 (bf16) storage emulated
+(:func:`toolkit.convert.emulate.emulate_mixed`: every reduced tensor rounded after the node that
+makes it, computed in fp32): ONNX-Runtime's CPU kernels compute many fp16 ops in fp32 and drop
+the Casts between them, which hides an overflow that a GPU, storing fp16 between nodes, shows. Only when an output differs beyond the tolerances are both run again with
+every float tensor of the original's top graph marked as an output, to name the first one
+(in topological order) that differs: the place to start looking (``toolkit debug precision``
+finds the nodes to keep in fp32).
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes, ort_errors
+from toolkit.convert.emulate import emulate_mixed
+from toolkit.convert.onnx_types import STRIPPED, infer_types, tensor_types, without_big_data
+from toolkit.core.errors import ExitCode, InferenceError, one_line
+
+# a tensor differs when its largest absolute error is past ATOL + RTOL * its largest magnitude
+ATOL = 1e-2
+RTOL = 5e-2
+
+
+@dataclass
+class Validation:
+    """How far the converted model's outputs are from the original's, on one input set."""
+
+    errors: Dict[str, float] = field(default_factory=dict)  # output -> largest absolute error
+    worst: str = ""  # the output with the largest error
+    max_error: float = 0.0
+    differing: List[str] = field(default_factory=list)  # outputs beyond the tolerances
+    first_tensor: Optional[str] = None  # first tensor (topological order) beyond the tolerances
+    first_error: float = 0.0  # its largest absolute error
+    seconds: float = 0.0
+    atol: float = ATOL
+    rtol: float = RTOL
+
+    @property
+    def passed(self) -> bool:
+        return not self.differing
+
+    def as_dict(self) -> dict:
+        return {
+            "passed": self.passed,
+            "max_error": self.max_error,
+            "worst_output": self.worst,
+            "output_errors": self.errors,
+            "differing_outputs": self.differing,
+            "first_differing_tensor": self.first_tensor,
+            "first_differing_error": self.first_error if self.first_tensor else None,
+            "atol": self.atol,
+            "rtol": self.rtol,
+            "seconds": self.seconds,
+        }
+
+
+def _session(model_bytes_or_path, weights: Optional[Dict[str, object]] = None):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.log_severity_level = 4  # (its errors come back as exceptions: no log lines of its own)
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # (one run: set-up costs more)
+    values = []
+    if weights:
+        values = [ort.OrtValue.ortvalue_from_numpy(w) for w in weights.values()]
+        so.add_external_initializers(list(weights), values)
+    sess = ort.InferenceSession(model_bytes_or_path, so, providers=["CPUExecutionProvider"])
+    sess._toolkit_weights = values  # (the session reads the arrays: they live as long as it does)
+    return sess
+
+
+def _split(model, emulate: bool):
+    """(the model without its large weights' data, those weights as float arrays by name).
+
+    ONNX-Runtime gets the weights as arrays (no serialization, no parsing, no copy of them);
+    ``emulate``: the model's float16/bfloat16 storage emulated (:func:`emulate_mixed`), its large
+    reduced weights widened to float32 here."""
+    import numpy as np
+    from onnx import numpy_helper
+
+    light = without_big_data(model)
+    light = copy_model(light, inplace=False) if light is model else light
+    source = {t.name: t for t in model.graph.initializer}
+    weights: Dict[str, object] = {}
+    for t in light.graph.initializer:
+        if not any(e.key == "location" and e.value == STRIPPED for e in t.external_data):
+            continue
+        orig = source[t.name]
+        if orig.data_type in (FLOAT16, BFLOAT16) and emulate and orig.HasField("raw_data"):
+            bits = np.frombuffer(orig.raw_data, dtype="<u2").reshape(tuple(orig.dims))
+            wide = (
+                bits.view("<f2").astype("<f4") if orig.data_type == FLOAT16 else (bits.astype("<u4") << 16).view("<f4")
+            )
+            weights[t.name] = wide
+            t.data_type = FLOAT
+        else:
+            weights[t.name] = np.ascontiguousarray(numpy_helper.to_array(orig))
+    if emulate:
+        light = emulate_mixed(light, inplace=True).model
+    return light, weights
+
+
+def _run(model, feed: Mapping, names: Optional[Sequence[str]] = None, emulate: bool = False) -> Dict[str, object]:
+    """``model``'s outputs (or ``names``, marked as outputs) on ``feed``. ``model``: a ModelProto,
+    or the path of a model file (ONNX-Runtime reads it, external data included)."""
+    import numpy as np
+
+    from toolkit.core.layerwise import set_outputs
+
+    try:
+        if isinstance(model, str) and names is None:
+            sess = _session(model)
+        else:
+            light, weights = _split(_loaded(model), emulate)
+            if names is not None:
+                set_outputs(light, names)
+            sess = _session(light.SerializeToString(), weights)
+        wanted = {i.name: i.type for i in sess.get_inputs()}
+        feed = {k: _as_input(np.asarray(v), wanted[k]) for k, v in feed.items() if k in wanted}
+        outs = sess.run(None, feed)
+    except ort_errors() as exc:
+        what = "the converted model" if emulate else "the original"
+        raise InferenceError(
+            f"ONNX-Runtime could not run {what}: {one_line(exc, first_line=True, limit=300)}",
+            exit_code=ExitCode.FAILED if emulate else ExitCode.BAD_INPUT,
+        ) from None
+    return {o.name: v for o, v in zip(sess.get_outputs(), outs)}
+
+
+def _loaded(model):
+    """``model`` as a ModelProto (loaded when it is a path)."""
+    if isinstance(model, str):
+        from toolkit.core.model import load_model
+
+        return load_model(model)
+    return model
+
+
+def _as_input(arr, ort_type: str):
+    """A float feed cast to the float type an input asks for (``--fp16-io`` models read float16)."""
+    import numpy as np
+
+    if arr.dtype.kind == "f":
+        if ort_type == "tensor(float16)":
+            return arr.astype(np.float16)
+        if ort_type == "tensor(float)":
+            return arr.astype(np.float32)
+    return arr
+
+
+def _worst(got, ref, atol: float, rtol: float):
+    """(largest absolute error, differs beyond the tolerances) of one tensor.
+
+    A tensor differs when its largest error is past ``atol + rtol * max|ref|``: the error is
+    measured against the tensor's own scale (fp16 rounds every value to about 5e-4 of it, and a
+    reduction adds such errors), not element by element (a value near zero has no useful relative
+    error). A NaN or infinity on one side only is an infinite error."""
+    import numpy as np
+
+    from toolkit.core.compare import error_arrays
+
+    got = np.asarray(got)
+    ref = np.asarray(ref)
+    if got.shape != ref.shape:
+        return float("inf"), True
+    if ref.size == 0 or ref.dtype.kind not in "fiub":
+        return 0.0, False
+    absd, _rel = error_arrays(got.astype(np.float32), ref.astype(np.float32))
+    err = float(absd.max())
+    finite = ref[np.isfinite(ref)]
+    scale = float(np.abs(finite).max()) if finite.size else 0.0
+    return err, not err <= atol + rtol * scale
+
+
+def validate(
+    original, converted, feed: Mapping, *, atol: float = ATOL, rtol: float = RTOL, locate: bool = True
+) -> Validation:
+    """Run ``converted`` against ``original`` on ``feed`` (ONNX-Runtime, CPU); see the module docstring.
+
+    InferenceError when either model cannot run: exit code 3 when the original cannot (the
+    inputs do not suit it), 1 when only the converted model cannot."""
+    t0 = time.perf_counter()
+    out = Validation(atol=atol, rtol=rtol)
+    ref = _run(original, feed)
+    got = _run(converted, feed, emulate=True)
+    for name, r in ref.items():
+        if name not in got:
+            continue
+        err, bad = _worst(got[name], r, atol, rtol)
+        out.errors[name] = err
+        if bad:
+            out.differing.append(name)
+        if not out.worst or err > out.max_error:
+            out.worst, out.max_error = name, err
+    if out.differing and locate:
+        out.first_tensor, out.first_error = _first_differing(original, converted, feed, atol, rtol)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _float_tensors(original, converted) -> List[str]:
+    """Float tensors of the original's top graph (node order) that the converted model also holds."""
+    before = tensor_types(infer_types(original))
+    held = {o for n in iter_nodes(converted) for o in n.output if o}  # (emulated: rounded tensors keep their names)
+    names = []
+    for node in original.graph.node:
+        if node.op_type == "Constant":
+            continue
+        for o in node.output:
+            if o and before.get(o) == FLOAT and o in held:
+                names.append(o)
+    return names
+
+
+def _first_differing(original, converted, feed: Mapping, atol: float, rtol: float):
+    """(name, largest absolute error) of the first float tensor beyond the tolerances; (None, 0.0) if none."""
+    original = _loaded(original)
+    names = _float_tensors(original, converted)
+    if not names:
+        return None, 0.0
+    ref = _run(original, feed, names)
+    got = _run(converted, feed, names, emulate=True)
+    for name in names:
+        if name in ref and name in got:
+            err, bad = _worst(got[name], ref[name], atol, rtol)
+            if bad:
+                return name, err
+    return None, 0.0
