@@ -322,7 +322,7 @@ def test_defaults_are_shown_one_way(cli, path):
 def test_run_help_is_grouped_in_sections(cli):
     out = cli("run", "--help").out
     heads = [ln[:-1] for ln in out.splitlines() if ln and not ln.startswith(" ") and ln.endswith(":")]
-    assert heads == ["Arguments", "Options", "Inputs", "Outputs and comparison", "ONNX-Runtime", "TensorRT",
+    assert heads == ["Arguments", "Options", "Inputs", "Outputs and comparison", "ONNX-Runtime", "TensorRT", "OpenVINO",
                      "Logging", "Examples"]
     section = out.split("\nInputs:\n")[1].split("\n\n")[0]
     assert "--load-inputs" in section and "--seed" in section and "--atol" not in section

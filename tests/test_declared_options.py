@@ -4,7 +4,7 @@ backend is one Runner class and one register() call."""
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Dict, List, Mapping
+from typing import Dict, List, Mapping, Optional
 
 import numpy as np
 import onnx
@@ -12,6 +12,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import toolkit.cli.app as app_module
+from toolkit.cli.options import runner_specs
 import toolkit.run.options as options_module
 import toolkit.run.registry as registry
 from toolkit.backends.base import Runner
@@ -40,6 +41,10 @@ def fresh_commands(monkeypatch):
     """Command trees built anew (they are cached per process), and kinds registered here undone."""
     monkeypatch.setattr(app_module, "_COMMANDS", {})
     monkeypatch.setattr(registry, "KINDS", dict(registry.KINDS))
+    own = dict(options_module.KIND_DECLARATIONS)
+    yield
+    options_module.KIND_DECLARATIONS.clear()
+    options_module.KIND_DECLARATIONS.update(own)
 
 
 @dataclass
@@ -73,10 +78,14 @@ def test_a_dummy_option_declared_once_reaches_help_options_and_specs(cli, tmp_pa
 def test_every_run_option_is_declared_once():
     flags = [f for _field, d in declarations(RunOptions) for f in d.flags]
     assert len(flags) == len(set(flags))
-    # the runner kinds' options are exactly the fields declared with their name
+    # the runner kinds' options are exactly the fields declared with their name, and those the
+    # kind declares itself; no flag twice across them
     for kind in registry.KINDS.values():
         declared = {f.name for f, d in declarations(RunOptions) if d.runner == kind.name}
-        assert {o.field for o in kind.options} == declared
+        own = {f.name for f, d in declarations(kind.declares)} if kind.declares else set()
+        assert {o.field for o in kind.options} == declared | own
+        flags += [f for _field, d in (declarations(kind.declares) if kind.declares else ()) for f in d.flags]
+    assert len(flags) == len(set(flags))
 
 
 def test_runner_options_warn_without_their_kind():
@@ -87,14 +96,23 @@ def test_runner_options_warn_without_their_kind():
 # ------------------------------------------------------------------ a new backend, as docs/architecture.md says
 
 
+@dataclass
+class FakeOptions:
+    """The fake backend's own option, declared in its module."""
+
+    slope: Optional[str] = option("--fake-slope", metavar="SLOPE", spec="slope", choices=("0", "0.5"),
+                                  help="Slope of the fake backend's Relu for negative values.")
+
+
 class FakeRunner(Runner):
-    """Relu in numpy: the whole backend."""
+    """(Leaky) Relu in numpy: the whole backend."""
 
     name = "fake-runner"
 
-    def __init__(self, model: str, name=None):
+    def __init__(self, model: str, name=None, slope: Optional[str] = None):
         super().__init__(name)
         self.model = model
+        self.slope = float(slope or 0)
 
     def _activate(self) -> None:
         self.graph = onnx.load(self.model).graph
@@ -106,36 +124,57 @@ class FakeRunner(Runner):
         return ["y"]
 
     def _infer(self, feed: Mapping) -> Dict[str, object]:
-        return {"y": np.maximum(feed["x"], 0)}
+        x = feed["x"]
+        return {"y": np.where(x > 0, x, self.slope * x)}
 
 
-def test_a_fake_backend_is_one_runner_and_one_register_call(cli, tmp_path, fresh_commands):
+def test_a_fake_backend_is_one_runner_and_one_register_call(cli, tmp_path, monkeypatch, fresh_commands):
     register(RunnerKind(
         name="fake",
         flag="--fake",
         help="Run the model with the fake backend.",
-        factory=lambda opts, config, reporter, name: FakeRunner(opts.model, name),
+        factory=lambda opts, config, reporter, name: FakeRunner(opts.model, name, opts.of("fake").slope),
+        declares=FakeOptions,
+        title="Fake",
+        warn_unused=True,
     ))
     model = _relu_model(tmp_path / "m.onnx")
-    assert "--fake" in cli("run", "--help").out
+    helped = cli("run", "--help").out
+    assert "--fake" in helped
+    assert "--fake-slope SLOPE" in helped.split("Fake:")[1]  # its own panel, named by the kind
 
     res = cli("run", model, "--fake", "--onnxrt", "--val-range", "[-1,1]", "--save-outputs", tmp_path / "o.json")
     assert res.code == 0, res.err
     assert "Comparing fake-runner vs onnxrt-runner" in res.err  # the order of the flags
     assert "PASSED" in res.err
+    # its own option reaches the runner: a leaky Relu differs from ONNX-Runtime's Relu
+    res = cli("run", model, "--fake", "--onnxrt", "--val-range", "[-1,1]", "--fake-slope", "0.5")
+    assert res.code == 1, res.err
+    res = cli("run", model, "--onnxrt", "--fake-slope", "0.5")
+    assert "--fake-slope ignored without --fake" in res.err
 
     # and through a runner spec, as every command that takes one
     from toolkit.run.specs import make_runner
 
+    feed = {"x": np.array([[-1, 2, -3], [4, -5, 6]], np.float32)}
     with make_runner("fake", model) as runner:
-        out = runner.infer({"x": np.array([[-1, 2, -3], [4, -5, 6]], np.float32)})
-    assert out["y"].tolist() == [[0, 2, 0], [4, 0, 6]]
+        assert runner.infer(feed)["y"].tolist() == [[0, 2, 0], [4, 0, 6]]
+    with make_runner("fake:slope=0.5", model) as runner:
+        assert runner.infer(feed)["y"].tolist() == [[-0.5, 2, -1.5], [4, -2.5, 6]]
+    assert "fake:slope=0.5" in runner_specs()
+
+    # the options object holds the values of the kind's own options
+    seen: List[RunOptions] = []
+    monkeypatch.setattr("toolkit.cli.run.run_and_render", lambda opts, command, quiet=False: seen.append(opts) or 0)
+    assert cli("run", model, "--fake", "--fake-slope", "0.5").code == 0
+    assert seen[0].of("fake").slope == "0.5" and "--fake-slope" in options_given(seen[0], "fake")
 
 
 def test_kind_properties_replace_backend_names():
     onnxrt, trt = registry.get_kind("onnxrt"), registry.get_kind("trt")
-    assert onnxrt.in_process and onnxrt.emulates_storage
-    assert not trt.in_process and not trt.emulates_storage
+    assert onnxrt.runs_in_process({}) and onnxrt.emulates_storage
+    assert not onnxrt.runs_in_process({"providers": "cuda"})  # a device provider: checked in a worker
+    assert not trt.runs_in_process({}) and not trt.emulates_storage
     fake = dataclasses.replace(onnxrt, name="fake2", flag="--fake2")
     assert fake.emulates_storage  # a property of the kind, not of its name
 

@@ -28,6 +28,9 @@ class Runner:
 
     #: Short, stable name; used as the runner name in saved outputs files.
     name: str = "runner"
+    #: The reduced precision the backend computes in (``"bf16"``, ``"fp16"``) when it chose one
+    #: itself (OpenVINO's default), known once active; a diagnosis then judges its rounding so.
+    precision: Optional[str] = None
 
     def __init__(self, name: Optional[str] = None):
         if name:

@@ -146,6 +146,12 @@ def _import_ort():
     return onnxruntime
 
 
+def provider_list(text: str) -> List[str]:
+    """A runner spec's ``providers=cuda+cpu`` value -> ``["cuda", "cpu"]`` (priority order, as
+    ``--providers`` takes them)."""
+    return [p for p in text.replace("+", ",").split(",") if p.strip()]
+
+
 def resolve_providers(names: Optional[Sequence[str]]) -> List[str]:
     """``["cpu", "cuda"]`` -> ONNX-Runtime provider names; DependencyError if one is not available."""
     ort = _import_ort()
@@ -155,7 +161,7 @@ def resolve_providers(names: Optional[Sequence[str]]) -> List[str]:
     by_lower = {p.lower(): p for p in available}
     out: List[str] = []
     for raw in names:
-        for name in (n for n in raw.split(",") if n.strip()):
+        for name in (n for n in raw.replace("+", ",").split(",") if n.strip()):
             key = name.strip().lower()
             full = PROVIDER_ALIASES.get(key, None)
             if full is None:

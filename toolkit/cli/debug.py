@@ -292,9 +292,11 @@ def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
         reporter.stop()
     if runner is not None and not outcome.noise:
         from toolkit.reduce.evidence import storage_rounding_warning
+        from toolkit.run.registry import get_kind
         from toolkit.run.specs import parse_runner_spec
 
-        precision = next((k for k in ("fp16", "bf16") if parse_runner_spec(runner.opts.test).options.get(k)), None)
+        spec = parse_runner_spec(runner.opts.test)
+        precision = next(iter(get_kind(spec.kind).reduced(spec.options)), None)
         outcome.noise = storage_rounding_warning(outcome.reduced_evidence, precision)
     return outcome, reducer, runner
 

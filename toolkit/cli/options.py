@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Sequence
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import typer
 from typer.core import TyperCommand
@@ -541,7 +541,10 @@ def runner_specs() -> List[str]:
     for kind in KINDS.values():
         specs.append(kind.name)
         for name, opt in kind.spec_options().items():
-            specs += [f"{kind.name}:{name}={c}" for c in opt.choices] if opt.choices else [f"{kind.name}:{name}"]
+            if opt.choices:
+                specs += [f"{kind.name}:{name}={c}" for c in opt.choices]
+            else:  # a switch, or KEY= for a free value (onnxrt:providers=)
+                specs.append(f"{kind.name}:{name}" + ("=" if opt.convert else ""))
     return specs
 
 
@@ -575,29 +578,48 @@ def _fields_for_cli(cls: Any):
             yield f, decl, hints[f.name]
 
 
-def bind(cls: Any, *, extra: Sequence[Any] = ()):
-    """Decorate ``body(ctx, **params)`` with the signature Typer reads: ``ctx``, the dataclass's
-    argument, the ``extra`` parameters (``inspect.Parameter``), then one option per declared field."""
+def _parameters(cls: Any, prefix: str = "", panel: Optional[str] = None):
+    """(arguments, options) of the dataclass ``cls`` as ``inspect.Parameter``s named
+    ``prefix + field``; ``panel``: the help panel of a declaration that names none."""
     import dataclasses
+    import inspect
+
+    args: List[Any] = []
+    opts: List[Any] = []
+    for f, decl, hint in _fields_for_cli(cls):
+        if decl.argument:
+            default = inspect.Parameter.empty if decl.required else None
+        elif f.default_factory is not dataclasses.MISSING:  # lists: None when not given
+            default = None
+        elif f.default is dataclasses.MISSING:  # a required option
+            default = inspect.Parameter.empty
+        else:
+            default = f.default
+        if panel and not decl.panel:
+            decl = decl.replace(panel=panel)
+        param = inspect.Parameter(prefix + f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                                  annotation=parameter(decl, hint))
+        (args if decl.argument else opts).append(param)
+    return args, opts
+
+
+def bind(cls: Any, *, extra: Sequence[Any] = (), more: Sequence[Tuple[Any, str, Optional[str]]] = ()):
+    """Decorate ``body(ctx, **params)`` with the signature Typer reads: ``ctx``, the dataclass's
+    argument, the ``extra`` parameters (``inspect.Parameter``), then one option per declared field,
+    then those of each ``(dataclass, prefix, panel)`` of ``more`` (a runner kind's own options:
+    parameters named ``prefix + field``, read back with ``values_for(cls, params, prefix)``)."""
     import inspect
 
     def decorate(body):
         ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
-        args, opts = [], []
-        for f, decl, hint in _fields_for_cli(cls):
-            if decl.argument:
-                default = inspect.Parameter.empty if decl.required else None
-            elif f.default_factory is not dataclasses.MISSING:  # lists: None when not given
-                default = None
-            elif f.default is dataclasses.MISSING:  # a required option
-                default = inspect.Parameter.empty
-            else:
-                default = f.default
-            param = inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
-                                      annotation=parameter(decl, hint))
-            (args if decl.argument else opts).append(param)
+        args, opts = _parameters(cls)
+        for other, prefix, panel in more:
+            opts += _parameters(other, prefix, panel)[1]
         params = [ctx] + args + list(extra) + opts
-        body.grouped_flags = frozenset(o for f, d, hint in _fields_for_cli(cls) if _is_grouped(hint) for o in d.flags)
+        body.grouped_flags = frozenset(
+            o for c in [cls, *(m[0] for m in more)] for f, d, hint in _fields_for_cli(c) if _is_grouped(hint)
+            for o in d.flags
+        )
         body.__signature__ = inspect.Signature(params)
         body.__annotations__ = {p.name: p.annotation for p in params}
         return body
@@ -613,14 +635,15 @@ def _is_grouped(hint: Any) -> bool:
     return bool(args) and typing.get_origin(args[0]) in (list, List)
 
 
-def values_for(cls: Any, params: Mapping[str, Any]) -> dict:
-    """The keyword arguments of ``cls`` for the parsed ``params`` (its declared fields): lists
-    given as None made [], a grouped list (``List[List[str]]``) one list per occurrence."""
+def values_for(cls: Any, params: Mapping[str, Any], prefix: str = "") -> dict:
+    """The keyword arguments of ``cls`` for the parsed ``params`` (its declared fields, named
+    ``prefix + field``): lists given as None made [], a grouped list (``List[List[str]]``) one
+    list per occurrence."""
     out = {}
     for f, _decl, hint in _fields_for_cli(cls):
-        if f.name not in params:
+        if prefix + f.name not in params:
             continue
-        value = params[f.name]
+        value = params[prefix + f.name]
         if _is_grouped(hint):
             value = [split_group(g) for g in value or []]
         elif f.default_factory is list:  # type: ignore[comparison-overlap]

@@ -49,11 +49,19 @@ def _kind_flags() -> List[inspect.Parameter]:
     ]
 
 
+def _kind_options():
+    """The options each registered kind declares itself, as ``bind``'s ``more``: parameters named
+    ``<kind>_<field>`` (``openvino_device``), in the kind's help panel."""
+    from toolkit.run.registry import KINDS
+
+    return [(k.declares, f"{k.name}_", k.panel) for k in KINDS.values() if k.declares is not None]
+
+
 def register(app: typer.Typer) -> None:
     from toolkit.run.options import RunOptions
 
     @app.command("run", **command_kwargs(cls=RunCommand))
-    @bind(RunOptions, extra=_kind_flags())
+    @bind(RunOptions, extra=_kind_flags(), more=_kind_options())
     def run_command(ctx: typer.Context, **params) -> None:
         """Run a model on ONNX-Runtime and/or TensorRT with generated or loaded inputs, save
         inputs and outputs, and compare results (several runners and/or loaded outputs files
@@ -73,6 +81,9 @@ def _run(ctx: typer.Context, params: dict) -> None:
     from toolkit.run.registry import KINDS, runner_order
 
     opts = RunOptions(**values_for(RunOptions, {**params, "model": params["model"] or ""}))
+    opts.kind_options = {
+        k.name: k.declares(**values_for(k.declares, params, f"{k.name}_")) for k in KINDS.values() if k.declares
+    }
     opts.ort_optimization = _ort_level(opts.ort_optimization)
     reads = [opts.model] + opts.load_inputs + opts.load_outputs
     for flag, path in (("--save-inputs", opts.save_inputs), ("--save-outputs", opts.save_outputs)):
@@ -85,7 +96,7 @@ def _run(ctx: typer.Context, params: dict) -> None:
     quiet = is_quiet()
     argv = ctx.meta.get(_ARGV_KEY) or []
     opts.command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
-    runners = runner_order(argv, {k.name: params[_selector(k)] for k in KINDS.values()})
+    runners = runner_order(argv, {k.name: params[_selector(k)] for k in KINDS.values()}) + list(params["runners"] or [])
     opts.runners, opts.fp16, opts.bf16 = _fp16_emulation(runners, opts.fp16, opts.bf16)
     if params["model"] is None and not _nothing_but_outputs(opts):
         return

@@ -40,6 +40,8 @@ class Declared:
     runner: Optional[str] = None
     spec: Optional[str] = None
     choices: Tuple[str, ...] = ()  # the values of a KEY=VALUE runner-spec option
+    # a KEY=VALUE runner-spec option that takes any value (``onnxrt:providers=cuda``): text -> value
+    convert: Optional[Callable[[str], Any]] = None
     complete: Any = ()
     argument: bool = False
     required: bool = True  # (an argument) the command line requires it; else it may be left out (None)

@@ -109,11 +109,14 @@ def choose_names(
     return chosen
 
 
-def select_outputs(model, patterns: Sequence[str], exclude: Optional[Sequence[str]] = None) -> List[str]:
+def select_outputs(
+    model, patterns: Sequence[str], exclude: Optional[Sequence[str]] = None, *, option: str = "--onnx-outputs"
+) -> List[str]:
     """The tensor names the run should return, given ``--onnx-outputs`` and exclusions.
 
     ``patterns`` empty/None keeps the model's outputs. Raises UsageError for a name that is
-    no tensor of the top graph, or a glob that matches nothing.
+    no tensor of the top graph, or a glob that matches nothing. ``option``: the flag named in
+    those errors (``--openvino-outputs``; its exclusions flag is ``option`` with ``-exclude``).
     """
     graph = model.graph
     candidates = candidate_outputs(graph)
@@ -127,6 +130,8 @@ def select_outputs(model, patterns: Sequence[str], exclude: Optional[Sequence[st
         patterns,
         exclude,
         known=known,
+        option=option,
+        exclude_option=option.replace("-outputs", "-exclude-outputs"),
         where="the model's top graph",
         unknown_hint="; `toolkit inspect model` lists the tensor names",
     )

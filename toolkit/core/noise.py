@@ -29,6 +29,7 @@ from typing import Optional
 FLOOR = 2.0**-23  # float32 epsilon: errors below it count as rounding
 # the rounding step of reduced-precision storage (unit roundoff): errors below it are that rounding
 STORAGE_FLOOR = {"fp16": 2.0**-11, "bf16": 2.0**-8}
+_SPELLED = {"f16": "fp16"}  # a KEY=VALUE spec option naming a precision (``precision=f16``)
 # rounding steps per node that rounding may add up to before it counts as more than rounding
 ULPS = 8.0
 # Evidence without a relative L2 error (a ``--check`` command's printed rows): a largest
@@ -41,10 +42,11 @@ NOISE_ATOL = 1e-4
 
 def precision_of(*labels: str) -> str:
     """"fp16", "bf16" or "fp32": the coarsest storage named by runner ``labels`` (specs such as
-    ``onnxrt:fp16``, or names)."""
+    ``onnxrt:fp16`` or ``openvino:precision=bf16``, or names)."""
     found = "fp32"
     for label in labels:
         options = label.partition(":")[2].replace(" ", "").split(",")
+        options = [_SPELLED.get(o.partition("=")[2], o.partition("=")[2]) or o for o in options]  # precision=f16
         for key in STORAGE_FLOOR:
             if key in options and (found == "fp32" or STORAGE_FLOOR[key] > STORAGE_FLOOR[found]):
                 found = key

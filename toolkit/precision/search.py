@@ -191,7 +191,7 @@ class PrecisionSearch:
         self.tolerances = Tolerances.parse(c.atol or [DEFAULT_ATOL], c.rtol or [DEFAULT_RTOL], c.check_error_stat)
         self.ref_spec = self._spec(c.reference)
         self.cand_spec = self._spec(c.candidate)
-        low = [k for k in ("fp16", "bf16") if self.cand_spec[1].get(k)]
+        low = get_kind(self.cand_spec[0]).reduced(self.cand_spec[1])
         if not low:
             raise UsageError(
                 f"--compare {c.reference} {c.candidate}: the second runner must run reduced precision "
@@ -325,7 +325,7 @@ class PrecisionSearch:
             self.guide = False  # no reference tensors to find the first overflow with
             return self._loaded_reference(self.config.load_outputs, feeds)
         kind, opts = self.ref_spec
-        if opts.get("fp16") or opts.get("bf16"):
+        if get_kind(kind).reduced(opts):
             raise UsageError(f"--compare {self.config.reference}: the reference runner must run fp32")
         if _emulates(kind):
             outs = self._run_onnx(self._marked(self.model), opts, feeds)
@@ -689,7 +689,7 @@ def run_spec(model, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping], mod
     from toolkit.core.model import save_model
     from toolkit.run.specs import make_runner
 
-    opts = {k: v for k, v in spec_opts.items() if k not in ("fp16", "bf16")}
+    opts = get_kind(kind).full_precision(spec_opts)
     spec = kind + (":" + ",".join(k if v is True else f"{k}={v}" for k, v in opts.items()) if opts else "")
     with tempfile.TemporaryDirectory(prefix="toolkit-precision-") as d:
         path = os.path.join(d, "candidate.onnx")

@@ -138,14 +138,10 @@ def _feed_source(opts: CompareOptions, notes: Callable[[str], None], loaded=None
 def every_tensor(spec: str, model: str, feeds, opts: CompareOptions, name: Optional[str] = None):
     """Yield ``(feed, outputs)`` per iteration: ``model`` on runner ``spec``, every tensor marked."""
     from toolkit.run.options import RunOptions
+    from toolkit.run.registry import mark_all_outputs
     from toolkit.run.specs import make_runner
 
-    base = RunOptions(
-        model,
-        onnx_outputs=["mark", "all"],
-        trt_outputs=["mark", "all"],
-        external_data_dir=opts.external_data_dir,
-    )
+    base = mark_all_outputs(RunOptions(model, external_data_dir=opts.external_data_dir))
     runner = make_runner(spec, model, base=base, name=name)
     with runner:
         metas = runner.input_metadata()
@@ -168,10 +164,10 @@ MEMORY_LIMIT = 2 << 30  # reference values up to this size stay in memory; more 
 
 def isolated_reference(spec: str) -> bool:
     """Whether the reference must run in a child process: a runner that may open a device
-    context (TensorRT, a GPU provider), which forked checks must never inherit."""
+    context (TensorRT, a GPU provider or device), which forked checks must never inherit."""
     from toolkit.run.specs import parse_runner_spec
 
-    return parse_runner_spec(spec).kind != "onnxrt"
+    return not parse_runner_spec(spec).in_process()
 
 
 def compute_reference(
@@ -336,14 +332,13 @@ def _own_values(model: str, opts: CompareOptions, golden: Sequence[Mapping], ref
 # ---------------------------------------------------------------------- the check
 
 
-def run_options(model: str, opts: CompareOptions, ref: Reference, **extra):
-    """The ``toolkit run`` of ``model`` on the runner under test, fed and judged by the reference."""
+def run_options(model: str, opts: CompareOptions, ref: Reference, mark: bool = False, **extra):
+    """The ``toolkit run`` of ``model`` on the runner under test, fed and judged by the reference;
+    every tensor marked with ``mark`` or ``--compare-tensors all``."""
     from toolkit.run.options import RunOptions
+    from toolkit.run.registry import mark_all_outputs
 
-    if opts.tensors == "all":
-        extra.setdefault("onnx_outputs", ["mark", "all"])
-        extra.setdefault("trt_outputs", ["mark", "all"])
-    return RunOptions(
+    run = RunOptions(
         model,
         runners=[opts.test],
         load_inputs=[ref.inputs_path],
@@ -354,6 +349,7 @@ def run_options(model: str, opts: CompareOptions, ref: Reference, **extra):
         diagnose=False,
         **extra,
     )
+    return mark_all_outputs(run) if mark or opts.tensors == "all" else run
 
 
 def spec_flags(spec_text: str) -> List[str]:
@@ -386,19 +382,19 @@ def describe_check(artifact: str, opts: CompareOptions) -> List[str]:
 
 
 def in_process_possible(spec_text: str) -> bool:
-    """Whether checks on runner ``spec_text`` may run in this process: ONNX-Runtime on the CPU
-    (no device context that a later fork could inherit, nothing a timeout must kill)."""
-    from toolkit.run.registry import get_kind
+    """Whether checks on runner ``spec_text`` may run in this process: a runner kind that declares
+    it for that spec (ONNX-Runtime's CPU provider, OpenVINO's CPU device: no device context that
+    a later fork could inherit, nothing a timeout must kill)."""
     from toolkit.run.specs import parse_runner_spec
 
-    return get_kind(parse_runner_spec(spec_text).kind).in_process
+    return parse_runner_spec(spec_text).in_process()
 
 
 class CompareRunner(WarmRunner):
     """The check runner for ``--compare``: each check runs ``entry(RunOptions)``.
 
-    On ONNX-Runtime (the CPU runner), with no ``--check-timeout`` and one check at a time,
-    a check runs in this very process (:func:`~toolkit.reduce.check.run_in_process`: same
+    On a CPU runner (ONNX-Runtime or OpenVINO on the CPU), with no ``--check-timeout`` and one
+    check at a time, a check runs in this very process (:func:`~toolkit.reduce.check.run_in_process`: same
     output and exit code, no fork, no worker set-up; ``TOOLKIT_FORK_CHECKS=1`` turns that
     off). Otherwise it runs in the warm worker, a fork of this process.
 
@@ -528,7 +524,7 @@ class CompareRunner(WarmRunner):
     def hint_errors(self) -> Optional[Dict[str, float]]:
         """Every tensor's error on the runner under test: the model run once with every tensor
         marked, fed the reference's inputs; ``{tensor: rel_l2}`` against the reference (the
-        largest over iterations), computed in this process. Only on ONNX-Runtime; None
+        largest over iterations), computed in this process. Only on a CPU runner; None
         elsewhere, or when that run fails (the search then goes on without a hint)."""
         if self.ref is None or not os.path.isfile(self.model) or not in_process_possible(self.opts.test):
             return None  # (a device runner under test: its checks are forked, and this process opens no device)
@@ -649,8 +645,8 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
             f.evidence["own_error"] = max(_num(t.get("rel_l2")) for t in own["tensors"])
         ctx_art = os.path.join(folder, f"context_{f.number}.onnx")
         reducer.index.write(reducer.candidate(f.context), ctx_art)
-        marked = dict(onnx_outputs=["mark", "all"], trt_outputs=["mark", "all"], save_report=ctx_art + ".json")
-        ctx = _report_of(runner, run_options(ctx_art, runner.opts, runner.prepared_ref, **marked))
+        ctx = _report_of(runner, run_options(ctx_art, runner.opts, runner.prepared_ref, mark=True,
+                                             save_report=ctx_art + ".json"))
         if ctx:
             errs = {t["name"]: _num(t["rel_l2"]) for t in ctx.get("tensors", [])}
             out_err = max((errs.get(t, 0.0) for t in cand.outputs), default=0.0)
@@ -673,8 +669,7 @@ def rest_is_noise(runner: CompareRunner, reducer, allowed: int) -> Optional[dict
     floor = storage_floor(runner.opts.test)
     art = os.path.join(runner.prepared_ref.folder, "rest.onnx")
     reducer.index.write(reducer.candidate(allowed), art)
-    marked = dict(onnx_outputs=["mark", "all"], trt_outputs=["mark", "all"], save_report=art + ".json")
-    rep = _report_of(runner, run_options(art, runner.opts, runner.prepared_ref, **marked))
+    rep = _report_of(runner, run_options(art, runner.opts, runner.prepared_ref, mark=True, save_report=art + ".json"))
     if not rep or not rep.get("tensors"):
         return None
     errors = {t["name"]: _num(t["rel_l2"]) for t in rep["tensors"]}

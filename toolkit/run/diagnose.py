@@ -66,21 +66,25 @@ def _topology(model: str):
         return None
 
 
-def pair_floor(opts, pair) -> float:
+def pair_floor(opts, pair, precisions: Optional[Mapping[str, str]] = None) -> float:
     """The amplification floor of a comparison: the storage rounding step of an fp16/bf16 runner
-    in it (``onnxrt:fp16`` by its name; TensorRT's ``trt-runner`` by ``--fp16``/``--bf16``)."""
+    in it (``onnxrt:fp16`` by its name; TensorRT's ``trt-runner`` by ``--fp16``/``--bf16``; a
+    runner that chose its precision itself, such as OpenVINO's default, by ``precisions``)."""
     from toolkit.run.diagnosis import storage_floor
 
     labels = [pair.label_a, pair.label_b]
+    labels += [f"runner:{(precisions or {})[label]}" for label in list(labels) if label in (precisions or {})]
     if any(label.startswith("trt") and ":" not in label for label in labels):
         labels += ["trt:fp16"] if opts.fp16 else []
         labels += ["trt:bf16"] if opts.bf16 else []
     return storage_floor(*labels)
 
 
-def diagnoses(opts, comparisons: List, errors: Dict[int, dict]) -> List[Optional["Diagnosis"]]:
+def diagnoses(
+    opts, comparisons: List, errors: Dict[int, dict], precisions: Optional[Mapping[str, str]] = None
+) -> List[Optional["Diagnosis"]]:
     """One :class:`~toolkit.run.diagnosis.Diagnosis` per comparison (None where no errors were gathered);
-    writes ``--save-report``."""
+    writes ``--save-report``. ``precisions``: result set label -> the reduced precision its runner chose."""
     if not errors:
         return [None] * len(comparisons)
     from toolkit.run.diagnosis import diagnose
@@ -89,7 +93,7 @@ def diagnoses(opts, comparisons: List, errors: Dict[int, dict]) -> List[Optional
     out: List[Optional["Diagnosis"]] = []
     for i, pair in enumerate(comparisons):
         errs = errors.get(i)
-        out.append(diagnose(errs, topology, pair.label_a, pair.label_b, pair_floor(opts, pair)) if errs else None)
+        out.append(diagnose(errs, topology, pair.label_a, pair.label_b, pair_floor(opts, pair, precisions)) if errs else None)
     if opts.save_report:
         from toolkit.run.report import save_report
 

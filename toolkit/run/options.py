@@ -10,9 +10,9 @@ the CLI builds a :class:`RunOptions` and hands it to :func:`toolkit.run.pipeline
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from toolkit.backends.onnxrt import OPTIMIZATION_LEVELS, PROVIDER_ALIASES
+from toolkit.backends.onnxrt import OPTIMIZATION_LEVELS, PROVIDER_ALIASES, provider_list
 from toolkit.core import shared_options as S
 from toolkit.core.declare import argument, declared, option, switch
 from toolkit.core.progress import Messages
@@ -40,7 +40,8 @@ class RunOptions:
         "Path to the ONNX model (or TensorRT engine), or '-' to read it from stdin.", "MODEL", required=False
     )
     providers: List[str] = _list(
-        "--providers", "--execution-providers", panel=_ORT, runner="onnxrt", complete=tuple(PROVIDER_ALIASES),
+        "--providers", "--execution-providers", panel=_ORT, runner="onnxrt", spec="providers", convert=provider_list,
+        complete=tuple(PROVIDER_ALIASES),
         help="ONNX-Runtime execution providers in priority order: cpu (default), cuda, trt, ... or full names "
         "such as CUDAExecutionProvider.",
     )
@@ -185,8 +186,12 @@ class RunOptions:
     save_engine: Optional[str] = option(
         "--save-engine", metavar="PATH", panel=_TRT, runner="trt", help="Save the TensorRT engine built."
     )
+    runners: List[str] = option(
+        "--runners", metavar="SPEC...", factory=lambda: ["onnxrt"], complete="runner-spec",
+        help="Runner specs to run after the runners of the flags, in order: onnxrt:providers=cuda, onnxrt:opt=disable, "
+        "trt:fp16, ... (two runners of one kind side by side).",
+    )
     # ---- set by the command or the library, not by a flag of their own
-    runners: List[str] = field(default_factory=lambda: ["onnxrt"])
     # ONNX-Runtime: emulate fp16 / bf16 storage on the CPU (runner specs onnxrt:fp16, onnxrt:bf16)
     onnxrt_fp16: bool = switch(runner="onnxrt", spec="fp16")
     onnxrt_bf16: bool = switch(runner="onnxrt", spec="bf16")
@@ -195,6 +200,22 @@ class RunOptions:
     # library use: keep every live runner's outputs in the report (memory then grows with iterations)
     keep_outputs: bool = False
     model_type: Optional[str] = None  # --model-type: "engine" loads MODEL as a TensorRT engine whatever its suffix
+    # the options a runner kind declares itself (RunnerKind.declares): kind name -> its options
+    # object; a kind missing here has its defaults (see :meth:`of`)
+    kind_options: Dict[str, Any] = field(default_factory=dict)
+
+    def of(self, kind: str) -> Any:
+        """The options object of runner kind ``kind``'s own declarations (``opts.of("openvino").device``),
+        its defaults when none was given; None for a kind that declares none."""
+        own = self.kind_options.get(kind)
+        if own is None and kind in KIND_DECLARATIONS:
+            own = self.kind_options[kind] = KIND_DECLARATIONS[kind]()
+        return own
+
+
+# kind name -> the dataclass of the options that runner kind declares itself (filled by
+# toolkit.run.registry.register, which imports this module: never the other way)
+KIND_DECLARATIONS: Dict[str, Any] = {}
 
 
 class Reporter(Messages):

@@ -254,7 +254,7 @@ def run_runner(
     runner.activate()
     try:
         _start(runner, rep)
-        result = ResultSet(runner.name, [], [], runner.name)
+        result = ResultSet(runner.name, [], [], runner.name, precision=runner.precision)
         if writers.outputs is not None:
             writers.outputs.begin_runner(runner.name)
         rep.iterations_start(runner.name, feeds.count())
@@ -348,7 +348,8 @@ def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
         for note in check_tolerance_names(tol, compared_names):
             rep.warn(note)
     report = RunReport(sets, comparisons, stream.problems)
-    report.diagnoses = diagnose.diagnoses(plan.opts, comparisons, stream.errors)
+    precisions = {s.label: s.precision for s in sets if s.precision}
+    report.diagnoses = diagnose.diagnoses(plan.opts, comparisons, stream.errors, precisions)
     if plan.opts.save_report:
         rep.saved("report", plan.opts.save_report)
     return report

@@ -3,6 +3,8 @@
 - ``.json``: ``{"format": "toolkit-accuracy-report", "version": 1, "model", "command",
   "comparisons": [Diagnosis.to_dict(), ...]}``. Non-finite numbers are the strings
   ``"inf"``/``"nan"``.
+- ``.model-explorer.json``: per-node error data for Google's Model Explorer
+  (:mod:`toolkit.run.node_data`).
 - ``.html``: one self-contained page (inline CSS and SVG, no script, nothing fetched): per
   comparison, a chart of error / tolerance for every tensor in topological order on a log
   scale with the tolerance line and the culprit marked, the ranked nodes and the error by
@@ -32,7 +34,8 @@ def check_report_path(path: str) -> None:
     from toolkit.core.model import check_output_path
 
     if path == "-" or not path.lower().endswith(REPORT_SUFFIXES):
-        raise UsageError(f"--save-report {path}: name a .json file (for scripts) or an .html file (to read)")
+        raise UsageError(f"--save-report {path}: name a .json file (for scripts), an .html file (to read) or a "
+                         ".model-explorer.json file (node data for Model Explorer)")
     check_output_path(path)
 
 
@@ -51,7 +54,11 @@ def save_report(path: str, diagnoses: Sequence[Diagnosis], *, model: str = "", c
     from toolkit.core.errors import InputError
     from toolkit.core.model import atomic_output
 
-    if path.lower().endswith(".json"):
+    from toolkit.run.node_data import is_node_data_path, node_data
+
+    if is_node_data_path(path):
+        text = json.dumps(node_data(diagnoses), indent=1) + "\n"
+    elif path.lower().endswith(".json"):
         text = json.dumps(report_dict(diagnoses, model=model, command=command), indent=1) + "\n"
     else:
         text = render_html(diagnoses, model=model, command=command)

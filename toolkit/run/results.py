@@ -26,6 +26,7 @@ class ResultSet:
     source: Optional[str] = None  # the file it was loaded from
     count: int = 0
     names: List[str] = field(default_factory=list)
+    precision: Optional[str] = None  # the reduced precision the runner computed in ("bf16"), when it says
 
     def __post_init__(self) -> None:
         if self.iterations:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Dict, Optional, Union
 
 from toolkit.core.errors import UsageError
 from toolkit.run.options import Reporter, RunOptions
-from toolkit.run.registry import RunnerKind, get_kind
+from toolkit.run.registry import RunnerKind, RunnerOption, get_kind, with_values
 
 if TYPE_CHECKING:  # pragma: no cover
     from toolkit.backends.base import Runner
@@ -44,8 +44,22 @@ class RunnerSpec:
         if not self.options:
             return opts
         known = get_kind(self.kind).spec_options()
-        changes: Dict[str, Any] = {known[k].field: v for k, v in self.options.items()}
-        return dataclasses.replace(opts, **changes)
+        changes: Dict[RunnerOption, Any] = {}
+        for key, value in self.options.items():
+            opt = known[key]
+            changes[opt] = opt.convert(str(value)) if opt.convert is not None else value
+        return with_values(opts, changes)
+
+    def in_process(self) -> bool:
+        """Whether this runner may run in this very process (no device context; see
+        ``RunnerKind.in_process``)."""
+        return get_kind(self.kind).runs_in_process(self.options)
+
+
+def _describe(key: str, opt) -> str:
+    if opt.choices:
+        return f"{key}={'|'.join(opt.choices)}"
+    return f"{key}=VALUE" if opt.convert is not None else key
 
 
 def _parse_option(kind: RunnerKind, text: str, spec: str) -> tuple:
@@ -55,11 +69,15 @@ def _parse_option(kind: RunnerKind, text: str, spec: str) -> tuple:
     value = value.strip()
     opt = known.get(key)
     if opt is None:
-        valid = ", ".join(f"{k}={'|'.join(o.choices)}" if o.choices else k for k, o in known.items())
+        valid = ", ".join(_describe(k, o) for k, o in known.items())
         raise UsageError(
             f"runner spec '{spec}': {kind.name} has no option '{key}'; "
             + (f"its options: {valid}" if valid else f"{kind.name} takes no options")
         )
+    if opt.convert is not None:
+        if not eq or not value:
+            raise UsageError(f"runner spec '{spec}': write {key}=VALUE")
+        return key, value
     if opt.choices:
         if not eq or value.lower() not in opt.choices:
             raise UsageError(f"runner spec '{spec}': write {key}=VALUE with VALUE one of: {', '.join(opt.choices)}")

@@ -1,0 +1,427 @@
+"""The OpenVINO runner (the ``[openvino]`` extra): ``toolkit run MODEL --openvino``, runner spec
+``openvino[:device=cpu|gpu|npu|auto,precision=f32|bf16|f16]``.
+
+OpenVINO reads the ONNX model from its path (external data beside it), compiles it for the
+device and runs it. Which precision it computes in is the device's choice unless
+``precision=`` says: on CPUs with bfloat16 support the CPU plugin infers in **bf16 by default**.
+The runner reads the effective ``INFERENCE_PRECISION_HINT`` back from the compiled model and
+names it in its log line, and it records it (:attr:`OpenvinoRunner.precision`) so that a
+diagnosis judges its rounding as that precision's.
+
+``--openvino-outputs mark all`` returns every tensor of the top graph (names chosen as for
+``--onnx-outputs``), added to the model with ``Model.add_outputs`` before compiling; like any
+marking, it can change what the device fuses.
+
+This module imports ``openvino`` only inside functions; a missing package is a
+:class:`~toolkit.core.errors.DependencyError` (exit 4) naming ``pip install "toolkit[openvino]"``.
+Its options (:class:`OpenvinoOptions`) and registry glue (``preflight``, ``factory``,
+``in_process``) live here, so that :mod:`toolkit.run.registry` declares the kind in one
+``register(...)`` call.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import time
+from dataclasses import dataclass
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from toolkit.backends.base import Runner
+from toolkit.core.declare import option
+from toolkit.core.errors import DependencyError, InferenceError, InputError, UsageError
+from toolkit.core.meta import TensorMeta
+
+INSTALL = 'pip install "toolkit[openvino]"'
+
+#: ``precision=`` values -> OpenVINO's INFERENCE_PRECISION_HINT values
+PRECISIONS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
+#: ``device=`` values (OpenVINO device names, lower case here)
+DEVICES = ("cpu", "gpu", "npu", "auto")
+
+# OpenVINO element type names -> toolkit dtype names
+_TYPES = {
+    "f32": "float32", "f64": "float64", "f16": "float16", "bf16": "bfloat16",
+    "i8": "int8", "i16": "int16", "i32": "int32", "i64": "int64",
+    "u8": "uint8", "u16": "uint16", "u32": "uint32", "u64": "uint64",
+    "boolean": "bool", "string": "string",
+}
+# INFERENCE_PRECISION_HINT read back -> the short name shown and the storage it rounds to
+_SHORT = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
+_REDUCED = {"bf16": "bf16", "f16": "fp16"}
+
+
+def import_openvino():
+    """The ``openvino`` module; DependencyError (exit 4) naming the extra when it is missing."""
+    try:
+        import openvino
+    except ImportError:
+        raise DependencyError(f"OpenVINO is not installed; install it with: {INSTALL}") from None
+    return openvino
+
+
+def _device_name(device: Optional[str]) -> str:
+    return (device or "cpu").upper()
+
+
+def check_device(device: Optional[str]) -> None:
+    """DependencyError unless OpenVINO offers ``device`` (AUTO always exists)."""
+    ov = import_openvino()
+    name = _device_name(device)
+    if name in ("AUTO", "CPU"):  # (the CPU plugin ships with every OpenVINO package)
+        return
+    available = list(ov.Core().available_devices)
+    if not any(d == name or d.startswith(name + ".") for d in available):
+        raise DependencyError(
+            f"OpenVINO device '{name}' is not available on this machine; available: {', '.join(available) or 'none'}"
+        )
+
+
+# ---------------------------------------------------------------------- registry glue
+
+
+@dataclass
+class OpenvinoOptions:
+    """The options of the ``openvino`` runner kind, declared here once: ``run``'s flags (the
+    OpenVINO help panel), the ``openvino:device=...,precision=...`` spec options and
+    ``RunOptions.of("openvino")``."""
+
+    device: Optional[str] = option(
+        "--openvino-device", metavar="DEVICE", spec="device", choices=DEVICES, complete=DEVICES,
+        help="OpenVINO device: cpu (default), gpu, npu or auto.",
+    )
+    precision: Optional[str] = option(
+        "--openvino-precision", metavar="PRECISION", spec="precision", choices=tuple(PRECISIONS),
+        complete=tuple(PRECISIONS),
+        help="OpenVINO inference precision: f32, bf16 or f16 (default: the device's choice, bf16 on CPUs with "
+        "bfloat16 support).",
+    )
+    outputs: List[str] = option(
+        "--openvino-outputs", factory=list,
+        help="Tensors OpenVINO returns instead of the model's outputs: 'mark all' or '*' (every output of every "
+        "node of the top graph), names, or glob patterns.",
+    )
+    exclude_outputs: List[str] = option(
+        "--openvino-exclude-outputs", factory=list, help="Names or glob patterns to leave out of the OpenVINO outputs."
+    )
+
+
+def preflight(opts: Any, reporter: Any = None) -> None:
+    """Before any data is read: usage errors (exit 2), then a missing OpenVINO or device (exit 4)."""
+    own: OpenvinoOptions = opts.of("openvino")
+    if own.precision and own.precision.lower() not in PRECISIONS:
+        raise UsageError(f"--openvino-precision {own.precision}: use one of: {', '.join(PRECISIONS)}")
+    if own.device and own.device.lower() not in DEVICES:
+        raise UsageError(f"--openvino-device {own.device}: use one of: {', '.join(DEVICES)}")
+    check_device(own.device)
+
+
+def factory(opts: Any, config: Any, reporter: Any, name: Optional[str]) -> "OpenvinoRunner":
+    """An inactive :class:`OpenvinoRunner` for the run options ``opts`` (``opts.of("openvino")``)."""
+    own: OpenvinoOptions = opts.of("openvino")
+    return OpenvinoRunner(
+        opts.model, device=own.device, precision=own.precision, outputs=own.outputs,
+        exclude_outputs=own.exclude_outputs, external_data_dir=opts.external_data_dir, name=name,
+    )
+
+
+def in_process(options: Mapping[str, Any]) -> bool:
+    """Whether a runner spec's options keep OpenVINO on the CPU (no device context to keep out
+    of forked workers)."""
+    return str(options.get("device") or "cpu").lower() == "cpu"
+
+
+def reduced(options: Mapping[str, Any]) -> List[str]:
+    """The reduced precision a spec asks for: ``precision=bf16`` -> ``["bf16"]``, ``f16`` -> ``["fp16"]``."""
+    low = _REDUCED.get(str(options.get("precision") or ""))
+    return [low] if low else []
+
+
+def full_precision(options: Mapping[str, Any]) -> Dict[str, Any]:
+    """The spec's options with float32 inference (``debug precision`` runs its mixed models so)."""
+    return {**options, "precision": "f32"}
+
+
+# ---------------------------------------------------------------------- the runner
+
+
+class OpenvinoRunner(Runner):
+    """Runs an ONNX model with OpenVINO.
+
+    Args:
+        model_path: path of the ONNX model (its external data beside it), or ``-`` for stdin.
+        device: OpenVINO device (``cpu`` by default, ``gpu``, ``npu``, ``auto``).
+        precision: inference precision hint (``f32``, ``bf16``, ``f16``); None: the device's default.
+        outputs: ``--openvino-outputs`` words (``["mark", "all"]``, names, globs); None keeps the
+            model's outputs.
+        exclude_outputs: names or globs removed from the outputs.
+        external_data_dir: where the external weights are; OpenVINO reads them beside the model only.
+    """
+
+    name = "openvino-runner"
+
+    def __init__(self, model_path: str, *, device: Optional[str] = None, precision: Optional[str] = None,
+                 outputs: Optional[Sequence[str]] = None, exclude_outputs: Optional[Sequence[str]] = None,
+                 external_data_dir: Optional[str] = None, name: Optional[str] = None) -> None:
+        super().__init__(name)
+        self.model_path = model_path
+        self.device = _device_name(device)
+        self.precision_requested = (precision or "").lower() or None
+        self.outputs = list(outputs or [])
+        self.exclude_outputs = list(exclude_outputs or [])
+        self.external_data_dir = external_data_dir
+        #: the effective inference precision (``f32``, ``bf16``, ``f16``), known once active
+        self.inference_precision = ""
+        #: the reduced precision it computes in (``bf16``/``fp16``), None for f32
+        self.precision: Optional[str] = None
+        self.version = ""
+        self._core: Any = None  # openvino.Core once active
+        self._raw: Optional[bytes] = None  # the model's bytes when read from stdin
+        self._model: Any = None  # openvino.Model: read, outputs marked
+        self._compiled_for: Dict[Any, Any] = {}  # feed shapes (None: any) -> infer request
+        self._inputs: List[TensorMeta] = []
+        self._output_names: List[str] = []
+        self._ports: List[int] = []
+
+    # ------------------------------------------------------------------ set-up
+    def _read(self, ov):
+        """The ov.Model of the file (or stdin), as OpenVINO's ONNX front end builds it (asked for
+        ONNX only: a file that is no ONNX model is not offered to its other front ends)."""
+        from toolkit.core.model import check_readable_file, read_bytes
+
+        path = self.model_path
+        if self.external_data_dir and path != "-":
+            here = os.path.dirname(os.path.abspath(path))
+            if os.path.abspath(self.external_data_dir) != here:
+                raise UsageError(
+                    "--external-data-dir: OpenVINO reads external data from the model's own folder only; "
+                    "run the model where its weights are"
+                )
+        if path == "-":
+            self._raw = read_bytes(path)
+        else:
+            check_readable_file(path)
+            if not os.path.getsize(path):
+                raise InputError(f"{path}: empty file, expected an ONNX model")
+        try:
+            front = ov.frontend.FrontEndManager().load_by_framework("onnx")
+            return front.convert(front.load(io.BytesIO(self._raw) if path == "-" else path))
+        except Exception as exc:  # noqa: BLE001 - OpenVINO raises its own GeneralFailure, RuntimeError, ...
+            where = "<stdin>" if path == "-" else path
+            raise InputError(f"{where}: OpenVINO cannot read the model: {last_line(exc)}") from None
+
+    def _selected(self) -> Optional[List[str]]:
+        """The tensor names --openvino-outputs chooses (None: the model's outputs)."""
+        if not (self.outputs or self.exclude_outputs):
+            return None
+        from toolkit.core.layerwise import select_outputs
+        from toolkit.core.model import load_model
+
+        if self._raw is not None:  # (stdin, read once)
+            import onnx
+
+            onnx_model = onnx.ModelProto.FromString(self._raw)
+        else:
+            onnx_model = load_model(self.model_path, load_external_data=False)
+        return select_outputs(onnx_model, self.outputs, self.exclude_outputs, option="--openvino-outputs")
+
+    def _mark(self, model, names: Sequence[str]) -> List[str]:
+        """Add ``names`` as outputs of ``model``; returns those OpenVINO does not offer."""
+        have = {n for out in model.outputs for n in out.get_names()}
+        todo = [n for n in names if n not in have]
+        try:
+            model.add_outputs(todo)
+            return []
+        except Exception:  # noqa: BLE001 - some name is not a tensor of OpenVINO's graph: add them one by one
+            missing = []
+            for name in todo:
+                try:
+                    model.add_outputs([name])
+                except Exception:  # noqa: BLE001 - folded away by OpenVINO's ONNX reader
+                    missing.append(name)
+            return missing
+
+    def _config(self) -> Dict[str, str]:
+        if self.precision_requested:
+            return {"INFERENCE_PRECISION_HINT": PRECISIONS[self.precision_requested]}
+        return {}
+
+    def _activate(self) -> None:
+        ov = import_openvino()
+        self.version = ov.get_version().split("-")[0]
+        self._core = ov.Core()
+        model = self._read(ov)
+        wanted = self._selected()
+        if wanted is not None:
+            wanted = self._marked(model, wanted)
+        self._model = model
+        self._inputs = [TensorMeta(p.get_any_name(), _shape(p.get_partial_shape()), _dtype(p)) for p in model.inputs]
+        self._bind_outputs(model, wanted)
+        if model.is_dynamic():
+            # compiled for each feed's shapes when they come (static shapes run faster)
+            self._expect_precision(ov)
+        else:
+            self._compiled_for[None] = self._request_for(self._compile(model))
+
+    def _marked(self, model, wanted: List[str]) -> List[str]:
+        """Mark ``wanted`` as outputs of ``model``; the names OpenVINO offers."""
+        missing = self._mark(model, wanted)
+        if not missing:
+            return wanted
+        explicit = [n for n in missing if n in self.outputs]
+        if explicit:
+            raise InputError(f"OpenVINO does not offer '{explicit[0]}' as a tensor of the model")
+        self.notes.append(
+            f"not returning {len(missing)} tensor(s) that OpenVINO's ONNX reader folds away: "
+            + ", ".join(missing[:5]) + (" ..." if len(missing) > 5 else "")
+        )
+        return [n for n in wanted if n not in set(missing)]
+
+    def _compile(self, model):
+        try:
+            return self._core.compile_model(model, self.device, self._config())
+        except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError for what it cannot compile
+            raise InputError(
+                f"{self.model_path}: OpenVINO cannot compile the model for {self.device}: {last_line(exc)}"
+            ) from None
+
+    def _request_for(self, compiled):
+        self._read_precision(compiled)
+        return compiled.create_infer_request()
+
+    def _request_for_feed(self, feed: Mapping):
+        """The infer request of a model compiled for the feed's shapes (dynamic models: one per
+        set of shapes, the last few kept; the dynamic model itself when it cannot be made static)."""
+        if None in self._compiled_for:
+            return self._compiled_for[None]
+        key = tuple(tuple(getattr(feed.get(m.name), "shape", ())) for m in self._inputs)
+        request = self._compiled_for.get(key)
+        if request is None:
+            model = self._model.clone()
+            try:
+                model.reshape({m.name: list(dims) for m, dims in zip(self._inputs, key)})
+            except Exception:  # noqa: BLE001 - shapes OpenVINO cannot propagate statically: run it dynamic
+                self._compiled_for[None] = self._request_for(self._compile(self._model))
+                return self._compiled_for[None]
+            request = self._request_for(self._compile(model))
+            if len(self._compiled_for) >= 4:
+                self._compiled_for.pop(next(iter(self._compiled_for)))
+            self._compiled_for[key] = request
+        return request
+
+    def _expect_precision(self, ov) -> None:
+        """The precision the device will pick, before any compile: its default or f32 when asked
+        (read from the device), else read from a one-node probe compiled with the same settings
+        (the device may fall back: f16 is bf16 on CPUs with bfloat16 support)."""
+        if self.precision_requested in (None, "f32"):
+            try:
+                hint = self._core.get_property(self.device, "INFERENCE_PRECISION_HINT")
+                self._set_precision("f32" if self.precision_requested else _type_name(hint))
+                return
+            except Exception:  # noqa: BLE001 - a device (AUTO) may not report it: ask a compiled probe
+                pass
+        self._read_precision(self._compile(_probe(ov)))
+
+    def _set_precision(self, name: str) -> None:
+        self.inference_precision = _SHORT.get(name, name)
+        self.precision = _REDUCED.get(name)
+
+    def _read_precision(self, compiled) -> None:
+        try:
+            name = _type_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
+        except Exception:  # noqa: BLE001 - a device (AUTO, NPU) may not report it
+            name = ""
+        self._set_precision(name)
+
+    def _bind_outputs(self, model, wanted: Optional[List[str]]) -> None:
+        ports = list(model.outputs)
+        if wanted is None:
+            self._output_names = [_port_name(p) for p in ports]
+            self._ports = list(range(len(ports)))
+            return
+        index: Dict[str, int] = {}
+        for k, port in enumerate(ports):
+            for n in port.get_names():
+                index.setdefault(n, k)
+        self._output_names = [n for n in wanted if n in index]
+        self._ports = [index[n] for n in self._output_names]
+
+    def _deactivate(self) -> None:
+        self._compiled_for = {}
+        self._model = None
+        self._core = None
+
+    # ------------------------------------------------------------------ queries
+    def input_metadata(self) -> List[TensorMeta]:
+        return list(self._inputs)
+
+    def output_names(self) -> List[str]:
+        return list(self._output_names)
+
+    def summary(self) -> str:
+        if not self.precision_requested:
+            chosen = "the device's default"
+        elif self.inference_precision and self.inference_precision != self.precision_requested:
+            chosen = f"{self.precision_requested} asked; the device runs {self.inference_precision}"
+        else:
+            chosen = "as asked"
+        text = f"OpenVINO {self.version} on {self.device} | inference precision {self.inference_precision or 'unknown'}"
+        text += f" ({chosen})"
+        if self.precision and not self.precision_requested:
+            text += "; openvino:precision=f32 (--openvino-precision f32) computes in float32"
+        return text
+
+    # ------------------------------------------------------------------ inference
+    def _infer(self, feed: Mapping) -> Dict[str, object]:
+        request = self._request_for_feed(feed)
+        start = time.perf_counter()
+        try:
+            request.infer(dict(feed))
+            values = [request.get_output_tensor(k).data.copy() for k in self._ports]
+        except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError for what it cannot run
+            if isinstance(exc, (KeyboardInterrupt, MemoryError)):
+                raise
+            raise InferenceError(f"{self.name}: inference failed: {last_line(exc)}") from None
+        self.last_inference_time = time.perf_counter() - start
+        return dict(zip(self._output_names, values))
+
+
+def last_line(exc: BaseException) -> str:
+    """OpenVINO's message without its source locations: the last line of the text it raised."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[-1] if lines else type(exc).__name__
+
+
+def _type_name(hint) -> str:
+    """An OpenVINO element type (or its text) -> its short name (``bf16``)."""
+    return hint.get_type_name() if hasattr(hint, "get_type_name") else str(hint)
+
+
+def _probe(ov):
+    """A one-node model: compiled with the runner's settings, it tells the precision the device picks."""
+    try:
+        from openvino import opset13
+    except ImportError:  # OpenVINO before 2025 keeps the opsets under openvino.runtime
+        from openvino.runtime import opset13  # type: ignore[no-redef]
+
+    param = opset13.parameter([1], ov.Type.f32, name="probe")
+    return ov.Model([opset13.relu(param)], [param], "probe")
+
+
+def _port_name(port) -> str:
+    names = sorted(port.get_names())
+    try:
+        return port.get_any_name()
+    except Exception:  # noqa: BLE001 - an output with no name: OpenVINO raises
+        return names[0] if names else "output"
+
+
+def _shape(partial) -> Optional[tuple]:
+    if partial.rank.is_dynamic:
+        return None
+    return tuple(d.get_length() if d.is_static else None for d in partial)
+
+
+def _dtype(port) -> Optional[str]:
+    name = port.get_element_type().get_type_name()
+    return _TYPES.get(name, name)
