@@ -1,4 +1,4 @@
-"""`toolkit surgeon extract` and `toolkit surgeon sanitize` (toolkit.surgeon.surgery)."""
+"""`toolkit surgeon extract` and `toolkit surgeon sanitize` (toolkit.surgeon)."""
 
 import os
 
@@ -11,7 +11,9 @@ from onnx import TensorProto, helper, numpy_helper
 import modelzoo
 from toolkit.core.errors import InputError
 from toolkit.core.meta import TensorMeta
-from toolkit.surgeon.surgery import dangling_tensors, extract, parse_size, sanitize
+from toolkit.core.meta import parse_size
+from toolkit.surgeon.extract import dangling_tensors, extract
+from toolkit.surgeon.sanitize import sanitize
 
 
 def run(model_or_path, feed):

@@ -8,8 +8,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import modelzoo
-from toolkit.surgeon import surgery
-from toolkit.surgeon.surgery import count_model_nodes, sanitize
+from toolkit.core.errors import InputError
+from toolkit.surgeon import fold, load, plumbing, validate
+from toolkit.surgeon.plumbing import count_model_nodes
+from toolkit.surgeon.sanitize import sanitize
 
 
 def run(model, feed):
@@ -99,7 +101,7 @@ def test_constant_if_feeding_multi_output_node_folds_and_loads(cond):
 def test_validation_falls_back_and_says_what_was_left(monkeypatch):
     """With the Shape(start) workaround switched off, graphsurgeon folds wrong values; validation
     notices, the wrong tensors are left unfolded, the rest is folded, and one line says so."""
-    monkeypatch.setattr(surgery, "_prepare_shape_slices", lambda gs, graph: [])
+    monkeypatch.setattr(fold, "_prepare_shape_slices", lambda gs, graph: [])
     model = shape_slices(False)
     x = np.zeros((3, 4, 5), np.float32)
     expected = run(model, {"x": x})
@@ -114,21 +116,21 @@ def test_validation_falls_back_and_says_what_was_left(monkeypatch):
 
 
 def test_no_validation_writes_what_graphsurgeon_folds(monkeypatch):
-    monkeypatch.setattr(surgery, "_prepare_shape_slices", lambda gs, graph: [])
+    monkeypatch.setattr(fold, "_prepare_shape_slices", lambda gs, graph: [])
     folded, _ = sanitize(shape_slices(False), fold_constants=True, validate=False)
     consts = {t.name: numpy_helper.to_array(t).tolist() for t in folded.graph.initializer}
     assert consts["y"] == [3, 4, 5]  # graphsurgeon's answer, which validation exists to catch
 
 
 def test_every_level_failing_writes_the_model_unfolded(monkeypatch):
-    class AlwaysBroken(surgery._Validation):
+    class AlwaysBroken(validate.Validation):
         def check(self, result):
             return "test: always broken"
 
         def wrong_constants(self, result):
             return None
 
-    monkeypatch.setattr(surgery, "_Validation", AlwaysBroken)
+    monkeypatch.setattr(fold, "Validation", AlwaysBroken)
     model = shape_slices(False)
     logs = []
     folded, report = sanitize(model, fold_constants=True, log=logs.append)
@@ -156,7 +158,7 @@ def test_optional_values_pass_through(tmp_path, cli):
 
 
 def test_sanitize_cli_log_names_validation_fallback(tmp_path, cli, monkeypatch):
-    monkeypatch.setattr(surgery, "_prepare_shape_slices", lambda gs, graph: [])
+    monkeypatch.setattr(fold, "_prepare_shape_slices", lambda gs, graph: [])
     path = modelzoo.save(shape_slices(False), tmp_path / "m.onnx")
     out = tmp_path / "f.onnx"
     res = cli("surgeon", "sanitize", path, "--fold-constants", "-o", out)
@@ -300,7 +302,7 @@ def test_big_folded_constants_are_exported_as_graphsurgeon_would():
     graph = gs.import_onnx(model)
     graph.fold_constants().cleanup()
     direct = gs.export_onnx(graph)
-    fast = surgery._export(gs, graph, model)
+    fast = plumbing.export_graph(gs, graph, model)
     got = {t.name: numpy_helper.to_array(t) for t in fast.graph.initializer}
     assert sorted(got) == sorted(t.name for t in direct.graph.initializer)
     assert {"w", "w16f", "w32"} <= set(got)
@@ -494,9 +496,9 @@ def test_override_shapes_a_branch_cannot_take_is_an_error():
     """With x:[2,3] the then branch would squeeze a dim of 3: ONNX-Runtime refuses the model at
     load, folded or not. No such model is written: an InputError (exit 3) naming the override,
     unless validation is off. With x:[2,1] every branch is fine."""
-    with pytest.raises(surgery.InputError, match="override-input-shapes"):
+    with pytest.raises(InputError, match="override-input-shapes"):
         sanitize(branch_that_squeezes(), fold_constants=True, input_shapes={"x": [2, 3]})
-    with pytest.raises(surgery.InputError, match="override-input-shapes"):  # without folding too
+    with pytest.raises(InputError, match="override-input-shapes"):  # without folding too
         sanitize(branch_that_squeezes(), input_shapes={"x": [2, 3]})
     folded, _ = sanitize(branch_that_squeezes(), fold_constants=True, input_shapes={"x": [2, 3]}, validate=False)
     assert folded is not None
@@ -569,7 +571,7 @@ def test_damaged_weights_are_refused_in_one_line(tmp_path, cli, monkeypatch, dim
     model = modelzoo.make_model(graph, opset=17)
     path = tmp_path / "bad.onnx"
     if external:
-        monkeypatch.setattr(surgery, "EAGER_EXTERNAL_BYTES", 0)
+        monkeypatch.setattr(load, "EAGER_EXTERNAL_BYTES", 0)
         onnx.save_model(model, str(path), save_as_external_data=True, location="w.bin", size_threshold=0)
     else:
         modelzoo.save(model, path)
@@ -605,9 +607,9 @@ def test_validation_takes_minus_one_for_a_reshape_targets_computed_dim():
                                   [_const("target", np.array(target, np.int64))])
         return modelzoo.make_model(graph, opset=17)
 
-    assert surgery._Validation(original, None).check(folded([-1, 4])) is None
-    assert "target" in (surgery._Validation(original, None).check(folded([2, 2])) or "")
-    check = surgery._Validation(original, None)
+    assert validate.Validation(original, None).check(folded([-1, 4])) is None
+    assert "target" in (validate.Validation(original, None).check(folded([2, 2])) or "")
+    check = validate.Validation(original, None)
     check.prepare()
     assert not check._same_reshape_target(folded([-1, 4], extra_reader=True), "target")
 

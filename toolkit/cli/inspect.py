@@ -56,7 +56,7 @@ def inspect_model(
     from toolkit.core.model import load_model
 
     if list_unbounded_dds:
-        from toolkit.surgeon.surgery import unbounded_dds_tensors
+        from toolkit.surgeon.outputs import unbounded_dds_tensors
 
         names = unbounded_dds_tensors(load_model(model, external_data_dir=external_data_dir, load_external_data=False))
         _emit([f"Tensors with unbounded data-dependent shapes: {len(names)}"] + [f"  {n}" for n in names])
@@ -78,7 +78,7 @@ def inspect_model(
     else:
         proto = load_model(model, external_data_dir=external_data_dir, load_external_data=False)
     if shape_inference:
-        from toolkit.surgeon.surgery import infer_shapes_in_place
+        from toolkit.surgeon.fold import infer_shapes_in_place
 
         infer_shapes_in_place(proto)
     desc = describe_model(proto, shown, external_base_dir=base_dir)

@@ -1,6 +1,6 @@
 """`toolkit surgeon`: cut subgraphs out of models (extract) and simplify them (sanitize).
 
-Thin layer: parse options, call toolkit.surgeon.surgery, save. Nothing heavy is imported at
+Thin layer: parse options, call toolkit.surgeon (extract, sanitize, optimize), save. Nothing heavy is imported at
 module level (numpy/onnx/graphsurgeon load inside the command bodies).
 """
 
@@ -68,7 +68,7 @@ def _save(
     model, output: str, save_external: bool, external_path: Optional[str], threshold: str, base_dir: Optional[str]
 ) -> None:
     from toolkit.core.model import save_model
-    from toolkit.surgeon.surgery import parse_size
+    from toolkit.core.meta import parse_size
 
     external = True if (save_external or external_path) else None
     save_model(
@@ -107,7 +107,7 @@ def _check_data_file_clash(model_path: str, output: str, external_path: Optional
 def _load(model_path: str, external_data_dir: Optional[str], output: str, external_path: Optional[str],
           fold_constants: bool = False):
     """(model, base_dir): big external weights are read later, only if the result keeps them."""
-    from toolkit.surgeon.surgery import load_for_surgery
+    from toolkit.surgeon.load import load_for_surgery
 
     files: list = []
     loaded = load_for_surgery(model_path, external_data_dir, fold_constants=fold_constants, files=files)
@@ -160,7 +160,10 @@ def extract_command(
     from toolkit.core.meta import parse_shape_specs, parse_tensor_spec
     from toolkit.core.model import check_output_path
     from toolkit.core.shapes import top_tensor_names
-    from toolkit.surgeon.surgery import check_model, count_model_nodes, extract, parse_size
+    from toolkit.core.meta import parse_size
+    from toolkit.surgeon.extract import extract
+    from toolkit.surgeon.plumbing import count_model_nodes
+    from toolkit.surgeon.validate import check_model
 
     check_output_path(output, binary=True)
     parse_size(external_data_threshold)  # a bad value is a usage error before any work
@@ -249,16 +252,13 @@ def sanitize_command(
     """
     from toolkit.core.meta import parse_shape_specs
     from toolkit.core.model import check_output_path
-    from toolkit.surgeon.surgery import (
-        check_sanitize_options,
-        apply_fallback_shapes,
-        count_model_nodes,
-        mark_outputs,
-        parse_size,
-        parse_upper_bounds,
-        sanitize,
-        set_unbounded_dds_upper_bounds,
+    from toolkit.core.meta import parse_size
+    from toolkit.surgeon.optimize import optimize
+    from toolkit.surgeon.outputs import (
+        apply_fallback_shapes, mark_outputs, parse_upper_bounds, set_unbounded_dds_upper_bounds,
     )
+    from toolkit.surgeon.plumbing import count_model_nodes
+    from toolkit.surgeon.sanitize import check_sanitize_options, sanitize
 
     check_sanitize_options(partitioning, num_passes)
     check_output_path(output, binary=True)
@@ -292,8 +292,6 @@ def sanitize_command(
     )
     del m
     if optimize_graph:
-        from toolkit.surgeon.surgery import optimize
-
         result = optimize(result, validate=not no_validate, external_data_dir=base_dir or external_data_dir, log=_log)
     if bounds:
         set_unbounded_dds_upper_bounds(result, bounds, log=_log)
