@@ -195,7 +195,7 @@ def test_identity_chains_fold_away():
     graph = helper.make_graph(nodes, "ids", [modelzoo.vi("x", [2])], [modelzoo.vi("y", [2])],
                               [numpy_helper.from_array(np.ones(2, np.float32), "c")])
     model = modelzoo.make_model(graph)
-    folded, _ = sanitize(model, fold_constants=True)
+    folded, _ = sanitize(model, fold_constants=True, remove_noops=True)
     assert [n.op_type for n in folded.graph.node] == ["Add"]
     assert [o.name for o in folded.graph.output] == ["y"] and folded.graph.node[0].output[0] == "y"
     x = np.array([1, 2], np.float32)
@@ -249,7 +249,7 @@ def test_inference_dropout_is_removed_training_dropout_kept():
     inits = [numpy_helper.from_array(np.array(0.5, np.float32), "ratio"), numpy_helper.from_array(np.array(True), "train")]
     graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", [4])],
                               [modelzoo.vi("y", [4]), modelzoo.vi("t", [4]), modelzoo.vi("mask", [4], TensorProto.BOOL)], inits)
-    folded, _ = sanitize(modelzoo.make_model(graph), fold_constants=True)
+    folded, _ = sanitize(modelzoo.make_model(graph), fold_constants=True, remove_noops=True)
     assert sorted(n.op_type for n in folded.graph.node) == ["Dropout", "Relu"]
     assert next(n for n in folded.graph.node if n.op_type == "Relu").input[0] == "x"
 
@@ -264,7 +264,7 @@ def test_reshape_to_its_own_shape_is_removed():
     inits = [numpy_helper.from_array(np.array([-1, 8], np.int64), "same"),
              numpy_helper.from_array(np.array([-1, 4], np.int64), "other")]
     graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", ["N", 8])], [modelzoo.vi("y", ["M", 4])], inits)
-    folded, _ = sanitize(modelzoo.make_model(graph), fold_constants=True)
+    folded, _ = sanitize(modelzoo.make_model(graph), fold_constants=True, remove_noops=True)
     assert [n.name for n in folded.graph.node] == ["relu", "real"]
     x = np.arange(-8, 8, dtype=np.float32).reshape(2, 8)
     np.testing.assert_array_equal(run(folded, {"x": x})["y"], np.maximum(x, 0).reshape(-1, 4))
@@ -401,7 +401,7 @@ def test_pass_through_nodes_are_removed_and_real_ones_kept():
     model = modelzoo.make_model(helper.make_graph(nodes, "g", [modelzoo.vi("x", [2, 3])], outputs, inits), opset=17)
     x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
     expected = run(model, {"x": x})
-    folded, _ = sanitize(model, fold_constants=True)
+    folded, _ = sanitize(model, fold_constants=True, remove_noops=True)
     assert sorted(n.name for n in folded.graph.node) == ["cast_other", "mul_broadcasts", "one_over", "relu", "slice_part"]
     got = run(folded, {"x": x})
     for name, value in expected.items():
@@ -422,7 +422,7 @@ def test_pass_through_nodes_inside_if_bodies_are_removed():
     graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", [2]), modelzoo.vi("cond", [], TensorProto.BOOL)],
                               [modelzoo.vi("y", [2])])
     model = modelzoo.make_model(graph, opset=17)
-    folded, _ = sanitize(model, fold_constants=True)
+    folded, _ = sanitize(model, fold_constants=True, remove_noops=True)
     attrs = {a.name: a.g for a in folded.graph.node[0].attribute}
     assert [n.op_type for n in attrs["then_branch"].node] == ["Neg"]
     assert [n.op_type for n in attrs["else_branch"].node] == ["Identity"]
@@ -446,7 +446,7 @@ def test_multiply_by_one_after_an_unranked_conv_is_removed():
     graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", [1, 16]), modelzoo.vi("target", [None], TensorProto.INT64)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     model = modelzoo.make_model(graph, opset=17)
-    folded, _ = sanitize(model, fold_constants=True)
+    folded, _ = sanitize(model, fold_constants=True, remove_noops=True)
     assert [n.name for n in folded.graph.node] == ["reshape", "conv", "mul_two"]
     feed = {"x": np.arange(16, dtype=np.float32).reshape(1, 16), "target": np.array([1, 1, 4, 4], np.int64)}
     np.testing.assert_array_equal(run(folded, feed)["y"], run(model, feed)["y"])
@@ -473,7 +473,8 @@ def test_output_stated_as_minus_one_gets_its_dim_after_override():
     out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3])
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, None, None])],
                               [out], inits)
-    folded, _ = sanitize(modelzoo.make_model(graph, opset=11), fold_constants=True, input_shapes={"x": [1, 3, 2, 2]})
+    folded, _ = sanitize(modelzoo.make_model(graph, opset=11), fold_constants=True, remove_noops=True,
+                         input_shapes={"x": [1, 3, 2, 2]})
     assert [d.dim_value for d in folded.graph.output[0].type.tensor_type.shape.dim] == [1, 3]
     assert [n.op_type for n in folded.graph.node] == ["GlobalAveragePool", "Reshape", "Softmax"]
 

@@ -190,7 +190,8 @@ def extract_command(
 
 # The help text of each option of `surgeon sanitize`, by its first flag.
 _SANITIZE_OPTS = {
-    "--fold-constants": "Fold constant subgraphs, repeating until nothing changes.",
+    "--fold-constants": "Fold constant subgraphs, repeating until nothing changes. Nodes that read a runtime "
+        "value stay (x*1 too: see --remove-noops).",
     "--num-passes": "At most this many folding passes.",
     "--fold-size-threshold": "Do not fold tensors bigger than this (bytes, or 16K, 4M, 1G): keep them computed at "
         "run time.",
@@ -200,6 +201,8 @@ _SANITIZE_OPTS = {
     "--override-input-shapes": "Freeze input shapes, then re-infer every shape: name:[1,3,224,224] (several after "
         "one flag).",
     "--cleanup": "Remove nodes and tensors that no output needs.",
+    "--remove-noops": "Remove nodes that pass their input through unchanged (Identity, x*1, x+0, identity "
+        "Transpose, same-type Cast, whole-axis Slice...). --optimize does this too.",
     "--toposort": "Sort nodes topologically.",
     "--outputs": "Make these tensors the model's outputs (several after one flag); 'mark all' marks every tensor a "
         "node computes.",
@@ -209,9 +212,10 @@ _SANITIZE_OPTS = {
     "--set-unbounded-dds-upper-bound": "Bound tensors that set a data-dependent output size (Range limits, Tile "
         "repeats...) with a Min: BOUND for all, TENSOR:BOUND for one (several after one flag). `toolkit inspect "
         "model --list-unbounded-dds` lists them.",
-    "--optimize": "After folding, apply ONNX-Runtime's basic-level graph optimizations (Conv+BatchNorm fusion, "
-        "redundant node elimination...), then merge duplicate nodes and Slice chains and fold Add/BatchNorm into "
-        "ConvTranspose; the model stays standard ONNX.",
+    "--optimize": "After folding, remove pass-through nodes (as --remove-noops), apply ONNX-Runtime's basic-level "
+        "graph optimizations (Conv+BatchNorm fusion, redundant node elimination...), then merge duplicate nodes and "
+        "Slice chains and fold Add/BatchNorm into ConvTranspose; the model stays standard ONNX and never gets more "
+        "nodes.",
     "--no-validate": "Do not check the folded model on ONNX-Runtime (by default it must load and give the input "
         "model's outputs on generated inputs, or folding is redone with less).",
 }
@@ -231,6 +235,7 @@ def sanitize_command(
     ] = None,
     cleanup: Annotated[bool, option(_SANITIZE_OPTS, "--cleanup")] = False,
     toposort: Annotated[bool, option(_SANITIZE_OPTS, "--toposort")] = False,
+    remove_noops: Annotated[bool, option(_SANITIZE_OPTS, "--remove-noops")] = False,
     outputs: Annotated[ListOpt, option(_SANITIZE_OPTS, "--outputs")] = None,
     no_per_pass_shape_inference: Annotated[bool, option(_SANITIZE_OPTS, "--no-per-pass-shape-inference")] = False,
     no_onnxruntime_shape_inference: Annotated[bool, option(_SANITIZE_OPTS, "--no-onnxruntime-shape-inference")] = False,
@@ -269,8 +274,9 @@ def sanitize_command(
     m, base_dir = _load(model, external_data_dir, output, external_data_path, fold_constants=fold_constants)
     if outputs:
         mark_outputs(m, outputs)
-    if not (fold_constants or shapes or cleanup or toposort or outputs or bounds or force_fallback or optimize_graph):
-        _log("nothing to do: no --fold-constants, --override-input-shapes, --cleanup or --toposort; "
+    if not (fold_constants or shapes or cleanup or toposort or outputs or bounds or force_fallback or optimize_graph
+            or remove_noops):
+        _log("nothing to do: no --fold-constants, --override-input-shapes, --cleanup, --remove-noops or --toposort; "
              "the model is written unchanged")
     import time
 
@@ -285,6 +291,7 @@ def sanitize_command(
         input_shapes=shapes,
         cleanup=cleanup,
         toposort=toposort,
+        remove_noops=remove_noops or optimize_graph,
         validate=not no_validate,
         per_pass_shape_inference=not no_per_pass_shape_inference,
         external_data_dir=base_dir or external_data_dir,

@@ -22,18 +22,8 @@ from toolkit.core.shapes import (
 from toolkit.surgeon.load import check_structure
 from toolkit.surgeon.outputs import assume_dynamic_dims
 from toolkit.surgeon.plumbing import (
-    LogFn,
-    all_tensors,
-    export_graph,
-    gs_step,
-    import_gs,
-    model_shell,
-    nolog,
-    np_dtype,
-    quiet_gs,
-    quiet_ort,
-    tensor_value_info,
-    unknown_name_error,
+    LogFn, all_tensors, export_graph, gs_step, import_gs, keep_non_tensor_types, model_shell, nolog,
+    non_tensor_types, np_dtype, quiet_gs, quiet_ort, tensor_value_info, unknown_name_error,
 )
 
 
@@ -144,6 +134,7 @@ def extract(
     metas = _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log)
 
     original_fields = model_shell(model)
+    types = non_tensor_types(model)
     with quiet_gs(), gs_step("import"):
         graph = gs.import_onnx(model)
     _set_cut(gs, graph, model, in_specs, out_specs, metas)
@@ -153,6 +144,7 @@ def extract(
     with gs_step("export"):
         result = export_graph(gs, graph, original_fields)
     del graph
+    keep_non_tensor_types(result, types)
 
     dangling = dangling_tensors(result)
     if dangling:
@@ -304,6 +296,11 @@ def _dedupe(specs: Sequence[TensorMeta]) -> List[TensorMeta]:
     return list(out.values())
 
 
+def _non_tensor(meta: TensorMeta) -> bool:
+    """A sequence, map or optional value (no shape to find)."""
+    return bool(meta.dtype and meta.dtype.endswith("_type"))
+
+
 def _cut_fully_given(in_specs) -> bool:
     """Every subgraph input is given with a static shape and a dtype."""
     return bool(in_specs) and all(
@@ -384,7 +381,7 @@ def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, exte
         missing += [s.name for s in need_in if s.shape is None and metas[s.name].shape is None]
         missing += [s.name for s in out_specs or [] if not (s.dtype or metas[s.name].dtype)]
         if not _cut_fully_given(in_specs):
-            missing += [s.name for s in out_specs or [] if metas[s.name].shape is None]
+            missing += [s.name for s in out_specs or [] if metas[s.name].shape is None and not _non_tensor(metas[s.name])]
         # else: output shapes unknown here are found on the subgraph itself, whose inputs are
         # the cut's (static) inputs (see extract); no model input shapes are needed.
         partial = [s.name for s in need_in if s.shape is None and not is_complete(metas[s.name])]

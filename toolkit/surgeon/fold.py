@@ -15,15 +15,7 @@ from toolkit.core.model import infer_shapes, value_info_meta
 from toolkit.core.shapes import _STUB_BYTES, light_copy
 from toolkit.surgeon.fold_noops import bodies, constant_reshape_targets, eliminate_noops
 from toolkit.surgeon.plumbing import (
-    LogFn,
-    all_nodes,
-    all_tensors,
-    count_nodes,
-    gs_step,
-    np_dtype,
-    quiet_gs,
-    quiet_ort,
-    restore_model_fields,
+    LogFn, all_nodes, all_tensors, count_nodes, gs_step, np_dtype, quiet_gs, quiet_ort, restore_model_fields,
     stubbed_constants,
 )
 from toolkit.surgeon.validate import Validation
@@ -393,8 +385,9 @@ _FOLD_LEVELS = (
 
 
 def fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, size_threshold, fold_shapes,
-                 excluded: set, log: LogFn, per_pass_shapes: bool = True) -> None:
-    """Fold ``graph`` in place, pass after pass, until nothing changes (or ``num_passes``)."""
+                 excluded: set, log: LogFn, per_pass_shapes: bool = True, remove_noops: bool = False) -> None:
+    """Fold ``graph`` in place, pass after pass, until nothing changes (or ``num_passes``); with
+    ``remove_noops``, each pass also removes pass-through nodes (which may let more fold)."""
     index = 0
     report.passes = []
     report.converged = False
@@ -423,7 +416,7 @@ def fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, si
         finally:
             _unhide(hidden)
         ifs = _flatten_constant_ifs(gs, graph) if inline else 0
-        inlined = ifs + eliminate_noops(gs, graph) + constant_reshape_targets(gs, graph)
+        inlined = ifs + (eliminate_noops(gs, graph) if remove_noops else 0) + constant_reshape_targets(gs, graph)
         with quiet_gs(), gs_step("clean up"):
             graph.cleanup()
         after = count_nodes(graph)

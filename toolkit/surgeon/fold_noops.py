@@ -1,6 +1,7 @@
 """Nodes that pass their input through unchanged, found on an onnx-graphsurgeon graph.
 
-Folding removes them (their readers read the input instead): ``Identity``, ``Dropout`` at
+``sanitize --remove-noops`` (and ``--optimize``) remove them, never constant folding alone (their
+readers read the input instead): ``Identity``, ``Dropout`` at
 inference, ``Cast`` to the dtype the input already has, ``Reshape`` to the input's own shape,
 ``Slice`` over the whole of every axis it names, ``Transpose`` with the identity permutation,
 and ``Add``/``Sub`` of zeros and ``Mul``/``Div`` by ones that broadcast nothing. Every test

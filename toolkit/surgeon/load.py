@@ -132,7 +132,6 @@ def refuse_damaged(model, folding: bool, external_data_dir: Optional[str]) -> No
         base = external_data_dir
 
         def sizer(tensor) -> int:
-
             return ref_source(tensor, base)[2]
 
     damaged = damaged_tensor(model, sizer)

@@ -12,46 +12,75 @@ from toolkit.core.errors import DependencyError, one_line
 from toolkit.core.graphs import walk_graphs
 from toolkit.core.model import PROTOBUF_LIMIT
 from toolkit.core.shapes import light_copy
-from toolkit.surgeon.fold_noops import computed_reshape_targets, constant_reshape_targets
+from toolkit.surgeon.fold_noops import computed_reshape_targets, constant_reshape_targets, eliminate_noops
 from toolkit.surgeon.fusions import optimizer_rewrites
 from toolkit.surgeon.plumbing import (
-    LogFn,
-    count_model_nodes,
-    export_graph,
-    gs_step,
-    import_gs,
-    nolog,
-    quiet_gs,
-    quiet_ort,
-    restore_model_fields,
+    LogFn, count_model_nodes, export_graph, gs_step, import_gs, keep_non_tensor_types, nolog, non_tensor_types,
+    quiet_gs, quiet_ort, restore_model_fields,
 )
 from toolkit.surgeon.validate import Validation
 
 
 def optimize(model, *, validate: bool = True, external_data_dir: Optional[str] = None, log: LogFn = nolog):
     """ONNX-Runtime's basic-level graph optimizations (constant folding, redundant node
-    elimination, Conv+BatchNorm/Add/Mul fusions into standard ops), saved back as ONNX.
+    elimination, Conv+BatchNorm/Add/Mul fusions into standard ops), saved back as ONNX, then
+    toolkit's own rewrites (pass-through nodes removed, duplicate nodes merged, ...).
 
     Basic level is the one ONNX-Runtime documents as hardware-independent: its result uses
-    only standard ops. A result with ops of a domain the input model does not import, or one
-    that fails validation, is not used (the input is returned, and a line says why).
+    only standard ops. Where its result has ops of a domain the input model does not import,
+    or more nodes than the input (it copies a shared DequantizeLinear for each reader in QDQ
+    models), that pass is skipped and the rewrites run on the input as it is. The result never
+    has more nodes than the input, keeps the types of graph inputs and outputs, and is
+    validated; otherwise the input is returned, and a line says why.
     """
-    import os
-    import tempfile
-
-    import onnx
-
-
-    try:
-        import onnxruntime as ort
-    except ImportError:
-
-        raise DependencyError("--optimize needs onnxruntime; pip install onnxruntime") from None
+    ort = _import_ort()
     if model.ByteSize() > PROTOBUF_LIMIT:
         log("Optimizing | skipped: the model is over 2 GB")
         return model
     before = count_model_nodes(model)
     t0 = time.perf_counter()
+    try:
+        optimized = _ort_basic(model, ort, external_data_dir)
+    except Exception as exc:  # noqa: BLE001 - ORT's own exception types (Fail, InvalidGraph, ...)
+        log(f"Optimizing | skipped: ONNX-Runtime cannot optimize this model ({one_line(exc, first_line=True)})")
+        return model
+    optimized, how = _usable(optimized, model, before, log)
+    types = non_tensor_types(model)
+    result = optimized if optimized is not None else model
+    done: Dict[str, int] = {}
+    if not any(attr.type in (5, 10) for n in result.graph.node for attr in n.attribute):  # no subgraphs
+        done, result = _after_optimizer(result, model)
+    keep_non_tensor_types(result, types)
+    after = count_model_nodes(result)
+    if result is model or after > before:
+        log(f"Optimizing | nothing to do: the model stays as it is ({before} nodes)" if after <= before else
+            f"Optimizing | skipped: the optimized model has {after} nodes where the model has {before}")
+        return model
+    if validate:
+        err = Validation(model, external_data_dir).check(result)
+        if err is not None:
+            log(f"Optimizing | skipped: the optimized model failed validation ({err})")
+            return model
+    also = "".join(f", {n} {what}" for what, n in done.items())
+    log(f"Optimizing | {how}{also} | nodes {before} -> {after} | {time.perf_counter() - t0:.2f} s")
+    return result
+
+
+def _import_ort():
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise DependencyError("--optimize needs onnxruntime; pip install onnxruntime") from None
+    return ort
+
+
+def _ort_basic(model, ort, external_data_dir: Optional[str]):
+    """``model`` through ONNX-Runtime's basic level, read back from the file it writes."""
+    import os
+    import tempfile
+
+    import onnx
+
     with tempfile.TemporaryDirectory(prefix="toolkit_optimize_") as tmp:
         out = os.path.join(tmp, "optimized.onnx")
         so = ort.SessionOptions()
@@ -60,38 +89,34 @@ def optimize(model, *, validate: bool = True, external_data_dir: Optional[str] =
         so.log_severity_level = 4
         if external_data_dir:
             so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_data_dir)
-        try:
-            ort.InferenceSession(_constant_initializers(model).SerializeToString(), so,
-                                 providers=["CPUExecutionProvider"])
-            result = onnx.load(out)
-        except Exception as exc:  # noqa: BLE001 - ORT's own exception types
-            log(f"Optimizing | skipped: ONNX-Runtime cannot optimize this model ({one_line(exc, first_line=True)})")
-            return model
-    allowed = {o.domain for o in model.opset_import} | {"", "ai.onnx"}
-    foreign = sorted({n.domain for g in walk_graphs(result.graph) for n in g.node} - allowed)
-    if foreign:
-        log(f"Optimizing | skipped: the optimized model uses ops of {', '.join(foreign)}, which the model does not import")
-        return model
+        ort.InferenceSession(_constant_initializers(model).SerializeToString(), so, providers=["CPUExecutionProvider"])
+        result = onnx.load(out)
     restore_model_fields(result, model)
-    done: Dict[str, int] = {}
-    if not any(attr.type in (5, 10) for n in result.graph.node for attr in n.attribute):  # no subgraphs
-        done, result = _after_optimizer(result, model)
-    if validate:
-        err = Validation(model, external_data_dir).check(result)
-        if err is not None:
-            log(f"Optimizing | skipped: the optimized model failed validation ({err})")
-            return model
-    also = "".join(f", {n} {what}" for what, n in done.items())
-    log(f"Optimizing | ONNX-Runtime basic level{also} | nodes {before} -> {count_model_nodes(result)} | "
-        f"{time.perf_counter() - t0:.2f} s")
     return result
+
+
+def _usable(optimized, model, before: int, log: LogFn):
+    """(ONNX-Runtime's result, or None where it is not used, and how the log names the step)."""
+    allowed = {o.domain for o in model.opset_import} | {"", "ai.onnx"}
+    foreign = sorted({n.domain for g in walk_graphs(optimized.graph) for n in g.node} - allowed)
+    if foreign:
+        log(f"Optimizing | ONNX-Runtime's basic level skipped: its result uses ops of {', '.join(foreign)}, which "
+            "the model does not import")
+        return None, "toolkit's rewrites only"
+    grown = count_model_nodes(optimized)
+    if grown > before:
+        log(f"Optimizing | ONNX-Runtime's basic level skipped: it gives {grown} nodes where the model has {before} "
+            "(it copies QuantizeLinear/DequantizeLinear nodes for each reader in quantized models)")
+        return None, "toolkit's rewrites only"
+    return optimized, "ONNX-Runtime basic level"
 
 
 SYMBOLIC_SHAPES_MAX_NODES = 5000  # --optimize's Reshape-target rule runs symbolic shape inference up to this size
 
 
 def _after_optimizer(result, model):
-    """What ``--optimize`` adds to ONNX-Runtime's basic level (top graph): duplicate nodes merged,
+    """What ``--optimize`` adds to ONNX-Runtime's basic level (top graph): pass-through nodes removed
+    (:func:`toolkit.surgeon.fold_noops.eliminate_noops`), duplicate nodes merged,
     Reshape targets computed from a dim the data copies with 0 made constant (see
     :func:`toolkit.surgeon.fold_noops.constant_reshape_targets`; the shapes that decides on come
     from symbolic shape inference, and are not written), and :mod:`toolkit.surgeon.fusions`.
@@ -99,6 +124,7 @@ def _after_optimizer(result, model):
     gs = import_gs()
     with quiet_gs(), gs_step("import"):
         graph = gs.import_onnx(result)
+    noops = eliminate_noops(gs, graph)
     merged = eliminate_common_subexpressions(gs, graph)
     small = len(graph.nodes) <= SYMBOLIC_SHAPES_MAX_NODES  # its cost grows with the graph (~2 ms a node)
     inferred = _symbolic_shapes(result) if small and computed_reshape_targets(gs, graph) else {}
@@ -113,7 +139,7 @@ def _after_optimizer(result, model):
         if name in tensors:
             tensors[name].shape = shape
     rewrites = optimizer_rewrites(gs, graph)
-    done = {"duplicate node(s) merged": merged, "Reshape target(s) made constant": targets, **rewrites}
+    done = {"pass-through node(s) removed": noops, "duplicate node(s) merged": merged, "Reshape target(s) made constant": targets, **rewrites}
     done = {what: n for what, n in done.items() if n}
     if not done:
         return done, result

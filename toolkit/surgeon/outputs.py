@@ -107,7 +107,6 @@ def set_unbounded_dds_upper_bounds(model, bounds: Mapping[str, int], log: LogFn 
     import numpy as np
     from onnx import helper, numpy_helper
 
-
     targets = unbounded_dds_tensors(model)
     named = [n for n in bounds if n]
     for name in named:

@@ -8,6 +8,7 @@ import io
 from typing import Callable, Optional, Sequence
 
 from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError, one_line
+from toolkit.core.graphs import walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_to_numpy, dtype_to_onnx
 from toolkit.core.shapes import _STUB_BYTES, _STUB_LOCATION
 from toolkit.surgeon.fold_noops import bodies
@@ -112,7 +113,6 @@ def stubbed_constants(graph, limit: int):
     from onnx_graphsurgeon.exporters import onnx_exporter
     from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
 
-
     stubbed = {}
     for tensor in graph.tensors().values():
         if (isinstance(tensor, Constant) and not isinstance(tensor._values, SparseValues)
@@ -150,7 +150,6 @@ def fill_stubs(model, constants) -> None:
     """Give the stubs that :func:`stubbed_constants` exported their data (one copy each)."""
     from onnx_graphsurgeon.exporters import onnx_exporter
 
-
     for t in model.graph.initializer:
         if not (t.external_data and t.external_data[0].value == _STUB_LOCATION):
             continue
@@ -171,7 +170,6 @@ def fill_stubs(model, constants) -> None:
 
 
 def export_graph(gs, graph, original):
-
     with quiet_gs(), stubbed_constants(graph, _STUB_BYTES) as big:
         model = gs.export_onnx(graph, do_type_check=False)
     fill_stubs(model, big)
@@ -265,7 +263,6 @@ def copied(message):
 def tensor_value_info(name: str, meta: Optional[TensorMeta]):
     from onnx import ValueInfoProto, helper
 
-
     if meta is None or not meta.dtype or meta.dtype.endswith("_type"):
         vi = ValueInfoProto()
         vi.name = name
@@ -284,3 +281,48 @@ def unknown_name_error(name: str, known: Sequence[str], what: str) -> InputError
     close = difflib.get_close_matches(name, known, n=3)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else "; `toolkit inspect model` lists tensor names"
     return InputError(f"{what} '{name}' is not a tensor of the model's top graph{hint}")
+
+
+_NON_TENSOR = ("sequence_type", "map_type", "optional_type", "sparse_tensor_type")
+
+
+def non_tensor_types(model) -> dict:
+    """{name: TypeProto} of every value of ``model`` (any graph) whose type is not a plain tensor:
+    sequences, maps, optionals, sparse tensors. onnx-graphsurgeon exports those as tensors of no
+    element type (a model ONNX-Runtime refuses); :func:`keep_non_tensor_types` puts them back."""
+    types: dict = {}
+    for g in walk_graphs(model.graph):
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if vi.type.WhichOneof("value") in _NON_TENSOR:
+                types.setdefault(vi.name, vi.type)
+    return types
+
+
+def _undefined(type_proto) -> bool:
+    """No type, or a tensor of no element type anywhere inside (``seq(tensor(undefined))``)."""
+    kind = type_proto.WhichOneof("value")
+    if kind is None:
+        return True
+    if kind == "tensor_type":
+        return type_proto.tensor_type.elem_type == 0
+    if kind == "sequence_type":
+        return _undefined(type_proto.sequence_type.elem_type)
+    if kind == "optional_type":
+        return _undefined(type_proto.optional_type.elem_type)
+    if kind == "map_type":
+        return _undefined(type_proto.map_type.value_type)
+    return False
+
+
+def keep_non_tensor_types(result, types: dict) -> None:
+    """Give the values of ``result`` named in ``types`` (from :func:`non_tensor_types` of the
+    model it came from) their type again, in every graph (in place); value_info entries left
+    with no type at all are dropped (they say nothing, and ONNX-Runtime refuses them)."""
+    for g in walk_graphs(result.graph):
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if vi.name in types and _undefined(vi.type):
+                vi.type.CopyFrom(types[vi.name])
+        kept = [vi for vi in g.value_info if not _undefined(vi.type)]
+        if len(kept) != len(g.value_info):
+            del g.value_info[:]
+            g.value_info.extend(kept)

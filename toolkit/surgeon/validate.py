@@ -17,7 +17,6 @@ def check_model(model, original=None) -> None:
     """Run onnx.checker on ``model``; raise InputError if it fails where ``original`` passes."""
     import onnx
 
-
     if model.ByteSize() > PROTOBUF_LIMIT:
         return  # the checker needs a path for such models; skip rather than copy gigabytes
 
@@ -209,7 +208,6 @@ class Validation:
     def _make_feed(self):
         import numpy as np
 
-
         ins, _ = graph_io_meta(self.original)
         metas = {m.name: m for m in ins}
         feed = {}
@@ -245,7 +243,6 @@ class Validation:
     def _run(sess, feed, names=None):
         names = names or [o.name for o in sess.get_outputs()]
         return dict(zip(names, sess.run(names, feed)))
-
 
     # -- checks
     def check(self, result) -> Optional[str]:
@@ -444,7 +441,6 @@ def _without_big_weights(model):
     """(copy of ``model`` without its big top-level initializers, those initializers): the
     copy shares nothing with the model, and the big weights are not copied."""
     import onnx
-
 
     light = onnx.ModelProto()
     for f, value in model.ListFields():
