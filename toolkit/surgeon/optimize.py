@@ -44,12 +44,8 @@ def optimize(model, *, validate: bool = True, external_data_dir: Optional[str] =
     except Exception as exc:  # noqa: BLE001 - ORT's own exception types (Fail, InvalidGraph, ...)
         log(f"Optimizing | skipped: ONNX-Runtime cannot optimize this model ({one_line(exc, first_line=True)})")
         return model
-    optimized, how = _usable(optimized, model, before, log)
     types = non_tensor_types(model)
-    result = optimized if optimized is not None else model
-    done: Dict[str, int] = {}
-    if not any(attr.type in (5, 10) for n in result.graph.node for attr in n.attribute):  # no subgraphs
-        done, result = _after_optimizer(result, model)
+    done, result, how = _rewritten(_usable(optimized, model, log), model, before, log)
     keep_non_tensor_types(result, types)
     after = count_model_nodes(result)
     if result is model or after > before:
@@ -95,20 +91,38 @@ def _ort_basic(model, ort, external_data_dir: Optional[str]):
     return result
 
 
-def _usable(optimized, model, before: int, log: LogFn):
-    """(ONNX-Runtime's result, or None where it is not used, and how the log names the step)."""
+def _usable(optimized, model, log: LogFn):
+    """ONNX-Runtime's result, or None where it uses ops of a domain the model does not import."""
     allowed = {o.domain for o in model.opset_import} | {"", "ai.onnx"}
     foreign = sorted({n.domain for g in walk_graphs(optimized.graph) for n in g.node} - allowed)
     if foreign:
         log(f"Optimizing | ONNX-Runtime's basic level skipped: its result uses ops of {', '.join(foreign)}, which "
             "the model does not import")
-        return None, "toolkit's rewrites only"
-    grown = count_model_nodes(optimized)
-    if grown > before:
+        return None
+    return optimized
+
+
+def _rewritten(optimized, model, before: int, log: LogFn):
+    """``(done, result, how)``: toolkit's rewrites on ONNX-Runtime's result; on the input model
+    itself where ONNX-Runtime's result is unusable or, even rewritten, has more nodes than the
+    input (its basic level copies a shared DequantizeLinear for each reader in QDQ models)."""
+    done: Dict[str, int] = {}
+    if optimized is not None:
+        done, result = _rewrite_top(optimized, model)
+        grown = count_model_nodes(result)
+        if grown <= before:
+            return done, result, "ONNX-Runtime basic level"
         log(f"Optimizing | ONNX-Runtime's basic level skipped: it gives {grown} nodes where the model has {before} "
             "(it copies QuantizeLinear/DequantizeLinear nodes for each reader in quantized models)")
-        return None, "toolkit's rewrites only"
-    return optimized, "ONNX-Runtime basic level"
+    done, result = _rewrite_top(model, model)
+    return done, result, "toolkit's rewrites only"
+
+
+def _rewrite_top(result, model):
+    """:func:`_after_optimizer` where the model has no subgraphs (else ``result`` as it is)."""
+    if any(attr.type in (5, 10) for n in result.graph.node for attr in n.attribute):  # GRAPH, GRAPHS
+        return {}, result
+    return _after_optimizer(result, model)
 
 
 SYMBOLIC_SHAPES_MAX_NODES = 5000  # --optimize's Reshape-target rule runs symbolic shape inference up to this size

@@ -316,11 +316,12 @@ def _undefined(type_proto) -> bool:
 
 def keep_non_tensor_types(result, types: dict) -> None:
     """Give the values of ``result`` named in ``types`` (from :func:`non_tensor_types` of the
-    model it came from) their type again, in every graph (in place); value_info entries left
-    with no type at all are dropped (they say nothing, and ONNX-Runtime refuses them)."""
+    model it came from) their type again, in every graph (in place): rewrites change no
+    sequence or map. value_info entries left with no type at all are dropped (they say nothing,
+    and ONNX-Runtime refuses them)."""
     for g in walk_graphs(result.graph):
         for vi in list(g.input) + list(g.output) + list(g.value_info):
-            if vi.name in types and _undefined(vi.type):
+            if vi.name in types and vi.type != types[vi.name]:  # graphsurgeon keeps no more than seq(tensor)
                 vi.type.CopyFrom(types[vi.name])
         kept = [vi for vi in g.value_info if not _undefined(vi.type)]
         if len(kept) != len(g.value_info):
