@@ -257,3 +257,21 @@ def test_override_of_a_name_that_is_no_tensor_is_an_error(tmp_path, cli):
     assert res.code == 3 and not out.exists()
     lines = [line for line in res.err.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and "'nope'" in lines[0] and "inputs: x" in lines[0]
+
+
+def test_marking_an_intermediate_sequence_as_output_gives_it_its_type(tmp_path, cli):
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("SequenceConstruct", ["r", "r"], ["seq"], name="construct"),
+        helper.make_node("ConcatFromSequence", ["seq"], ["y"], name="concat", axis=0),
+    ]
+    graph = helper.make_graph(nodes, "seq_inside", [modelzoo.vi("x", [2, 3])], [modelzoo.vi("y", [4, 3])])
+    path = modelzoo.save(modelzoo.make_model(graph, opset=17), tmp_path / "m.onnx")
+    out = tmp_path / "o.onnx"
+    res = cli("surgeon", "sanitize", path, "-o", out, "--outputs", "mark", "all", "--cleanup")
+    assert res.code == 0, res.err
+    written = onnx.load(str(out))
+    kinds = {o.name: o.type.WhichOneof("value") for o in written.graph.output}
+    assert kinds == {"r": "tensor_type", "seq": "sequence_type", "y": "tensor_type"}
+    got = run(written, {"x": np.ones((2, 3), np.float32)})
+    assert len(got["seq"]) == 2 and got["y"].shape == (4, 3)
