@@ -18,7 +18,7 @@ from toolkit.surgeon.plumbing import (
     LogFn, count_model_nodes, export_graph, gs_step, import_gs, keep_non_tensor_types, nolog, non_tensor_types,
     quiet_gs, quiet_ort, restore_model_fields,
 )
-from toolkit.surgeon.validate import Validation
+from toolkit.surgeon.validate import Validation, attempt
 
 
 def optimize(model, *, validate: bool = True, external_data_dir: Optional[str] = None, log: LogFn = nolog):
@@ -39,9 +39,8 @@ def optimize(model, *, validate: bool = True, external_data_dir: Optional[str] =
         return model
     before = count_model_nodes(model)
     t0 = time.perf_counter()
-    try:
-        optimized = _ort_basic(model, ort, external_data_dir)
-    except Exception as exc:  # noqa: BLE001 - ORT's own exception types (Fail, InvalidGraph, ...)
+    optimized, exc = attempt(_ort_basic, model, ort, external_data_dir)
+    if exc is not None:
         log(f"Optimizing | skipped: ONNX-Runtime cannot optimize this model ({one_line(exc, first_line=True)})")
         return model
     types = non_tensor_types(model)

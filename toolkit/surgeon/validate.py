@@ -3,9 +3,9 @@ does on generated inputs (folded constants compared directly where that is cheap
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
-from toolkit.core.errors import InputError, one_line
+from toolkit.core.errors import InputError, UsageError, one_line
 from toolkit.core.graphs import has_external_data, node_subgraphs, walk_graphs
 from toolkit.core.meta import dtype_to_numpy
 from toolkit.core.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
@@ -20,10 +20,12 @@ def check_model(model, original=None) -> None:
     if model.ByteSize() > PROTOBUF_LIMIT:
         return  # the checker needs a path for such models; skip rather than copy gigabytes
 
+    checker_errors = _checker_errors()
+
     def fails(m) -> Optional[str]:
         try:
             onnx.checker.check_model(m)
-        except Exception as exc:  # onnx raises ValidationError and friends
+        except checker_errors as exc:
             return one_line(exc, first_line=True)
         return None
 
@@ -48,6 +50,18 @@ def _spread(shape):
 
     n = int(np.prod(shape, dtype=np.int64))
     return ((np.arange(1, n + 1, dtype=np.float64) * 0.6180339887498949) % 1.0).reshape(shape)
+
+
+def attempt(fn, *args, **kwargs) -> Tuple[Any, Optional[Exception]]:
+    """``(fn(*args, **kwargs), None)``, or ``(None, the exception)`` where it raises.
+
+    Validation loads and runs models on ONNX-Runtime, whose exceptions (Fail, InvalidArgument,
+    InvalidGraph...) derive from Exception alone; a failure there is an answer ("it does not
+    load"), never a crash. This is the one place that catches them."""
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as exc:  # noqa: BLE001 - ONNX-Runtime's exception types (see above)
+        return None, exc
 
 
 class Validation:
@@ -175,12 +189,11 @@ class Validation:
             big = _big_tensors(g, _CHECK_MAX_BYTES)
             extra = [t for t in foldable if t not in big]
             self.unchecked = set(foldable) - set(extra)
-            try:
-                cone = self._session(self.original, only_outputs=extra)
-                self.all_values = self._run(cone, self.feed, extra)
+            # (a tensor that cannot be an output makes this fail: then the whole model runs)
+            self.all_values, err = attempt(lambda: self._run(self._session(self.original, only_outputs=extra),
+                                                             self.feed, extra))
+            if err is None:
                 return
-            except Exception:  # noqa: BLE001 - e.g. a tensor that cannot be an output; run it all
-                self.all_values = None
         self._ensure_expected()
 
     def _ensure_expected(self) -> bool:
@@ -189,15 +202,13 @@ class Validation:
             return True
         if self.feed is None:
             return False
-        try:
-            sess = self._session(self.original)
-        except Exception as exc:  # noqa: BLE001 - ORT's own exception types
+        sess, exc = attempt(self._session, self.original)
+        if exc is not None:
             self.load_error = exc
             self.skip_reason = f"ONNX-Runtime cannot load the input model ({one_line(exc, first_line=True, limit=300)})"
             return False
-        try:
-            self.expected = self._run(sess, self.feed, self.output_names)
-        except Exception as exc:  # noqa: BLE001
+        self.expected, exc = attempt(self._run, sess, self.feed, self.output_names)
+        if exc is not None:
             self.compare_reason = (
                 f"the input model does not run on generated inputs ({one_line(exc, first_line=True, limit=300)})"
             )
@@ -219,7 +230,7 @@ class Validation:
                 return None
             try:
                 dtype = dtype_to_numpy(m.dtype)
-            except Exception:  # noqa: BLE001
+            except UsageError:  # a dtype numpy has no equivalent of
                 self.compare_reason = f"input '{i.name}' has dtype {m.dtype}"
                 return None
             shape = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in m.shape)
@@ -255,12 +266,10 @@ class Validation:
         if self.structural_only:
             err = strict_check(result)
             return None if err is None or strict_check(self.original) is not None else f"it fails ONNX's checker: {err}"
-        try:
-            sess = self._session(result, optimized=self.bodies)
-        except Exception as exc:  # noqa: BLE001
-            try:
-                self._session(self.original, optimized=self.bodies)
-            except Exception as orig_exc:  # noqa: BLE001 - the input model does not load either
+        sess, exc = attempt(self._session, result, optimized=self.bodies)
+        if exc is not None:
+            _, orig_exc = attempt(self._session, self.original, optimized=self.bodies)
+            if orig_exc is not None:  # the input model does not load either
                 self._raise_if_override_broke(orig_exc)
                 self.skip_reason = (
                     f"ONNX-Runtime cannot load the input model ({one_line(orig_exc, first_line=True, limit=300)})"
@@ -281,9 +290,8 @@ class Validation:
             return f"folded tensor '{sorted(wrong)[0]}' differs from what the input model computes"
         if not self._ensure_expected():
             return None
-        try:
-            got = self._run(sess, self.feed, list(self.expected))
-        except Exception as exc:  # noqa: BLE001
+        got, exc = attempt(self._run, sess, self.feed, list(self.expected))
+        if exc is not None:
             return f"it fails to run on ONNX-Runtime: {one_line(exc, first_line=True, limit=300)}"
         bad = [n for n in self.expected if not same_value(self.expected[n], got.get(n))]
         if not bad:
@@ -300,9 +308,8 @@ class Validation:
             import onnxruntime  # noqa: F401
         except ImportError:
             return
-        try:
-            self._session(self.original, optimized=True)
-        except Exception as exc:  # noqa: BLE001 - ORT's own exception types
+        _, exc = attempt(self._session, self.original, optimized=True)
+        if exc is not None:
             self._raise_if_override_broke(exc)
 
     def _raise_if_override_broke(self, exc: Exception) -> None:
@@ -325,11 +332,7 @@ class Validation:
         before.graph.input.extend(self.inputs_before_override)
         for g in walk_graphs(before.graph):
             del g.value_info[:]
-        try:
-            self._session(before, optimized=True)
-        except Exception:  # noqa: BLE001 - ORT's own exception types
-            return False
-        return True
+        return attempt(self._session, before, optimized=True)[1] is None
 
     def _same_reshape_target(self, result, name: str) -> bool:
         """Folded tensor ``name`` is read only as a Reshape target (no allowzero) and equals the
@@ -364,16 +367,10 @@ class Validation:
         """The input model gives different values from run to run (random ops)."""
         if self.all_values is not None:
             names = list(self.all_values)
-            try:
-                again = self._run(self._session(self.original, only_outputs=names), self.feed, names)
-            except Exception:  # noqa: BLE001
-                return True
-            return any(not same_value(self.all_values[n], again.get(n)) for n in names)
-        try:
-            again = self._run(self._session(self.original), self.feed, self.output_names)
-        except Exception:  # noqa: BLE001
-            return True
-        return any(not same_value(self.expected[n], again.get(n)) for n in self.expected)
+            again, err = attempt(lambda: self._run(self._session(self.original, only_outputs=names), self.feed, names))
+            return err is not None or any(not same_value(self.all_values[n], again.get(n)) for n in names)
+        again, err = attempt(lambda: self._run(self._session(self.original), self.feed, self.output_names))
+        return err is not None or any(not same_value(self.expected[n], again.get(n)) for n in self.expected)
 
     def wrong_constants(self, result) -> Optional[set]:
         """Names of tensors that folding made constant with values the input model does not compute.
@@ -393,10 +390,9 @@ class Validation:
 
             return {t.name for t in folded if t.name in self.all_values
                     and not same_value(self.all_values.get(t.name), raw_array(t, onnx))}
-        try:
-            sess = self._session(self.original, [t.name for t in folded])
-            values = self._run(sess, self.feed, [t.name for t in folded])
-        except Exception:  # noqa: BLE001
+        names = [t.name for t in folded]
+        values, err = attempt(lambda: self._run(self._session(self.original, names), self.feed, names))
+        if err is not None:
             return None
         return {t.name for t in folded if not same_value(values.get(t.name), numpy_helper.to_array(t))}
 
@@ -430,7 +426,7 @@ def _big_tensors(graph, limit: int) -> set:
             n *= d if isinstance(d, int) and d > 0 else 1
         try:
             itemsize = dtype_to_numpy(m.dtype).itemsize
-        except Exception:  # noqa: BLE001
+        except UsageError:  # a dtype numpy has no equivalent of: counted as 4 bytes
             itemsize = 4
         if n * itemsize > limit:
             big.add(vi.name)
@@ -490,9 +486,18 @@ def strict_check(model) -> Optional[str]:
 
     try:
         onnx.checker.check_model(light_copy(model, stub_bytes=0), full_check=True)
-    except Exception as exc:  # noqa: BLE001 - onnx raises several types
+    except _checker_errors() as exc:
         return one_line(exc, first_line=True, limit=300)
     return None
+
+
+def _checker_errors() -> tuple:
+    """What onnx.checker raises for a model it refuses: its ValidationError, shape inference's
+    InferenceError (``full_check``), ValueError (a malformed field)."""
+    import onnx
+    import onnx.shape_inference
+
+    return (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError)
 
 
 def _same_outputs(a, b) -> bool:
@@ -530,7 +535,7 @@ def raw_array(t, onnx):
             dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
             if dtype.itemsize and dtype.kind in "biufc":
                 return np.frombuffer(t.raw_data, dtype=dtype).reshape(tuple(t.dims))
-        except Exception:  # noqa: BLE001 - unusual types: the slow path below
+        except (KeyError, TypeError, ValueError):  # unusual types, data that does not fill dims: the slow path
             pass
     return numpy_helper.to_array(t)
 
@@ -556,5 +561,5 @@ def same_value(a, b) -> bool:
         return bool(np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=1e-4, atol=1e-4, equal_nan=True))
     try:
         return bool(np.array_equal(a, b))
-    except Exception:  # noqa: BLE001
+    except (TypeError, ValueError):  # values numpy cannot compare are not the same
         return False
