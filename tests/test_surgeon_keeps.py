@@ -275,3 +275,13 @@ def test_marking_an_intermediate_sequence_as_output_gives_it_its_type(tmp_path, 
     assert kinds == {"r": "tensor_type", "seq": "sequence_type", "y": "tensor_type"}
     got = run(written, {"x": np.ones((2, 3), np.float32)})
     assert len(got["seq"]) == 2 and got["y"].shape == (4, 3)
+
+
+def test_rebuilt_model_with_a_huge_input_dim_is_written_unvalidated(tmp_path, cli):
+    """Generated inputs over 64 MiB are not made (the element count is not wrapped around in int64)."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"], name="relu")], "huge",
+                              [modelzoo.vi("x", [2**62, 4])], [modelzoo.vi("y", [2**62, 4])])
+    path = modelzoo.save(modelzoo.make_model(graph), tmp_path / "m.onnx")
+    res = cli("surgeon", "sanitize", path, "-o", tmp_path / "o.onnx", "--cleanup")
+    assert res.code == 0, res.err
+    assert ops(onnx.load(str(tmp_path / "o.onnx"))) == ["Relu"]

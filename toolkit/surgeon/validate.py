@@ -3,6 +3,7 @@ does on generated inputs (folded constants compared directly where that is cheap
 
 from __future__ import annotations
 
+import math
 from typing import Any, List, Optional, Sequence, Tuple
 
 from toolkit.core.errors import InputError, UsageError, one_line
@@ -149,7 +150,7 @@ class Validation:
             thread.join()
             self._thread = None
         if not self._prepared:
-            self._prepare()
+            self._prepare_safely()
 
     def _prepare(self) -> None:
         if self._prepared:
@@ -234,7 +235,7 @@ class Validation:
                 self.compare_reason = f"input '{i.name}' has dtype {m.dtype}"
                 return None
             shape = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in m.shape)
-            total += int(np.prod(shape, dtype=np.int64)) * max(dtype.itemsize, 1)
+            total += math.prod(shape) * max(dtype.itemsize, 1)  # (Python ints: no overflow)
             if total > (64 << 20):
                 self.compare_reason = "generated inputs would be over 64 MiB"
                 return None
