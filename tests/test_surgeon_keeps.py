@@ -285,3 +285,20 @@ def test_rebuilt_model_with_a_huge_input_dim_is_written_unvalidated(tmp_path, cl
     res = cli("surgeon", "sanitize", path, "-o", tmp_path / "o.onnx", "--cleanup")
     assert res.code == 0, res.err
     assert ops(onnx.load(str(tmp_path / "o.onnx"))) == ["Relu"]
+
+
+def test_folding_says_when_outputs_are_not_compared():
+    """A sequence input cannot be generated: the folded model is only loaded, and a line says so."""
+    seq = helper.make_value_info("s", helper.make_sequence_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2])))
+    nodes = [
+        helper.make_node("Add", ["one", "one"], ["two"], name="const_add"),
+        helper.make_node("SequenceAt", ["s", "zero"], ["t"], name="at"),
+        helper.make_node("Mul", ["t", "two"], ["y"], name="mul"),
+    ]
+    graph = helper.make_graph(nodes, "seq_in", [seq], [modelzoo.vi("y", [2])],
+                              [const("one", np.ones([1], np.float32)), const("zero", np.array(0, np.int64))])
+    model = modelzoo.make_model(graph, opset=17)
+    logs = []
+    folded, _ = sanitize(model, fold_constants=True, log=logs.append)
+    assert ops(folded) == ["SequenceAt", "Mul"] and folded.graph.input[0].type == seq.type
+    assert any("its outputs were not compared: input 's' is not a tensor" in line for line in logs), logs

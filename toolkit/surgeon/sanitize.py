@@ -154,6 +154,8 @@ def _validated_rewrite(model, result, build, remove_noops: bool, external_data_d
     if err is None:
         if check.skip_reason:
             log(f"The rewritten model was not validated: {check.skip_reason}")
+        elif check.compare_reason:
+            log(f"The rewritten model loads; its outputs were not compared: {check.compare_reason}")
         return result
     if remove_noops:
         log(f"Pass-through nodes kept: the model without them failed validation ({err})")
