@@ -302,3 +302,11 @@ def test_folding_says_when_outputs_are_not_compared():
     folded, _ = sanitize(model, fold_constants=True, log=logs.append)
     assert ops(folded) == ["SequenceAt", "Mul"] and folded.graph.input[0].type == seq.type
     assert any("its outputs were not compared: input 's' is not a tensor" in line for line in logs), logs
+
+
+def test_the_old_surgery_module_still_gives_its_public_names():
+    from toolkit.surgeon import surgery
+
+    for name in surgery.__all__:
+        assert getattr(surgery, name) is not None, name
+    assert surgery.sanitize is sanitize and surgery.extract is extract and surgery.optimize is optimize
