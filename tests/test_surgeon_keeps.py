@@ -310,3 +310,27 @@ def test_the_old_surgery_module_still_gives_its_public_names():
     for name in surgery.__all__:
         assert getattr(surgery, name) is not None, name
     assert surgery.sanitize is sanitize and surgery.extract is extract and surgery.optimize is optimize
+
+
+@pytest.mark.parametrize("cut", [("seq", "y"), ("x", "seq")])
+def test_extract_cuts_at_an_intermediate_sequence(tmp_path, cli, cut):
+    """The sequence between SequenceConstruct and ConcatFromSequence, whose type the model does not
+    state (shape inference gives it), as the subgraph's input or output."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+        helper.make_node("SequenceConstruct", ["r", "r"], ["seq"], name="construct"),
+        helper.make_node("ConcatFromSequence", ["seq"], ["y"], name="concat", axis=0),
+    ]
+    graph = helper.make_graph(nodes, "seq_inside", [modelzoo.vi("x", [2, 3])], [modelzoo.vi("y", [4, 3])])
+    path = modelzoo.save(modelzoo.make_model(graph, opset=17), tmp_path / "m.onnx")
+    out = tmp_path / "cut.onnx"
+    res = cli("surgeon", "extract", path, "-o", out, "--inputs", f"{cut[0]}:auto:auto", "--outputs", cut[1])
+    assert res.code == 0, res.err
+    piece = onnx.load(str(out))
+    x = np.ones((2, 3), np.float32)
+    if cut[0] == "seq":
+        assert piece.graph.input[0].type.WhichOneof("value") == "sequence_type"
+        assert run(piece, {"seq": [x, x]})["y"].shape == (4, 3)
+    else:
+        assert piece.graph.output[0].type.WhichOneof("value") == "sequence_type"
+        assert len(run(piece, {"x": x})["seq"]) == 2

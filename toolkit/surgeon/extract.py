@@ -22,8 +22,8 @@ from toolkit.core.shapes import (
 from toolkit.surgeon.load import check_structure
 from toolkit.surgeon.outputs import assume_dynamic_dims
 from toolkit.surgeon.plumbing import (
-    LogFn, all_tensors, export_graph, gs_step, import_gs, keep_non_tensor_types, model_shell, nolog,
-    non_tensor_types, np_dtype, quiet_gs, quiet_ort, tensor_value_info, unknown_name_error,
+    LogFn, all_tensors, export_graph, gs_step, import_gs, is_non_tensor, keep_non_tensor_types, model_shell, nolog,
+    non_tensor_types, non_tensor_value_types, np_dtype, quiet_gs, quiet_ort, tensor_value_info, unknown_name_error,
 )
 
 
@@ -134,7 +134,8 @@ def extract(
     metas = _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log)
 
     original_fields = model_shell(model)
-    types = non_tensor_types(model)
+    cut = [s.name for s in list(in_specs or []) + list(out_specs or []) if is_non_tensor(metas.get(s.name))]
+    types = {**non_tensor_types(model), **non_tensor_value_types(model, cut)}
     with quiet_gs(), gs_step("import"):
         graph = gs.import_onnx(model)
     _set_cut(gs, graph, model, in_specs, out_specs, metas)
@@ -296,11 +297,6 @@ def _dedupe(specs: Sequence[TensorMeta]) -> List[TensorMeta]:
     return list(out.values())
 
 
-def _non_tensor(meta: TensorMeta) -> bool:
-    """A sequence, map or optional value (no shape to find)."""
-    return bool(meta.dtype and meta.dtype.endswith("_type"))
-
-
 def _cut_fully_given(in_specs) -> bool:
     """Every subgraph input is given with a static shape and a dtype."""
     return bool(in_specs) and all(
@@ -381,7 +377,7 @@ def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, exte
         missing += [s.name for s in need_in if s.shape is None and metas[s.name].shape is None]
         missing += [s.name for s in out_specs or [] if not (s.dtype or metas[s.name].dtype)]
         if not _cut_fully_given(in_specs):
-            missing += [s.name for s in out_specs or [] if metas[s.name].shape is None and not _non_tensor(metas[s.name])]
+            missing += [s.name for s in out_specs or [] if metas[s.name].shape is None and not is_non_tensor(metas[s.name])]
         # else: output shapes unknown here are found on the subgraph itself, whose inputs are
         # the cut's (static) inputs (see extract); no model input shapes are needed.
         partial = [s.name for s in need_in if s.shape is None and not is_complete(metas[s.name])]

@@ -10,7 +10,9 @@ from toolkit.core.graphs import fresh_name
 from toolkit.core.meta import dtype_to_numpy, format_spec_shape
 from toolkit.core.model import graph_io_meta, infer_shapes, value_info_meta
 from toolkit.core.shapes import infer_tensor_meta, is_complete, light_copy, override_input_shapes, top_tensor_names
-from toolkit.surgeon.plumbing import LogFn, nolog, non_tensor_types, tensor_value_info, unknown_name_error
+from toolkit.surgeon.plumbing import (
+    LogFn, is_non_tensor, nolog, non_tensor_value_types, tensor_value_info, unknown_name_error,
+)
 
 
 def mark_outputs(model, names: Sequence[str]) -> None:
@@ -29,7 +31,7 @@ def mark_outputs(model, names: Sequence[str]) -> None:
     names = list(dict.fromkeys(names))
     metas = infer_tensor_meta(model, fallback=False, names=names)
     old = {o.name: o for o in g.output}
-    others = _non_tensor_value_types(model, [n for n in names if n not in old and _non_tensor(metas.get(n))])
+    others = non_tensor_value_types(model, [n for n in names if n not in old and is_non_tensor(metas.get(n))])
     new = []
     for name in names:
         if name in old:
@@ -40,22 +42,6 @@ def mark_outputs(model, names: Sequence[str]) -> None:
             new.append(tensor_value_info(name, metas.get(name)))
     del g.output[:]
     g.output.extend(new)
-
-
-def _non_tensor(meta) -> bool:
-    return meta is not None and bool(meta.dtype) and meta.dtype.endswith("_type")
-
-
-def _non_tensor_value_types(model, names: Sequence[str]) -> dict:
-    """{name: TypeProto} for the sequence/map values ``names``: as the model states them, else as
-    ONNX shape inference finds them (outputs need a type)."""
-    if not names:
-        return {}
-    types = non_tensor_types(model)
-    if any(n not in types for n in names):
-        inferred = infer_shapes(light_copy(model))
-        types = {**non_tensor_types(inferred), **types}
-    return {n: types[n] for n in names if n in types}
 
 
 _DDS_INPUTS = {"Range": (1,), "Pad": (1,), "Resize": (3,), "Tile": (1,), "Expand": (1,)}

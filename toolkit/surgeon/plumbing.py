@@ -10,7 +10,8 @@ from typing import Callable, Optional, Sequence
 from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError, one_line
 from toolkit.core.graphs import walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_to_numpy, dtype_to_onnx
-from toolkit.core.shapes import _STUB_BYTES, _STUB_LOCATION
+from toolkit.core.model import infer_shapes
+from toolkit.core.shapes import _STUB_BYTES, _STUB_LOCATION, light_copy
 from toolkit.surgeon.fold_noops import bodies
 
 LogFn = Callable[[str], None]
@@ -327,3 +328,19 @@ def keep_non_tensor_types(result, types: dict) -> None:
         if len(kept) != len(g.value_info):
             del g.value_info[:]
             g.value_info.extend(kept)
+
+
+def is_non_tensor(meta) -> bool:
+    """``meta`` (a TensorMeta or None) describes a sequence, map or optional value."""
+    return meta is not None and bool(meta.dtype) and meta.dtype.endswith("_type")
+
+
+def non_tensor_value_types(model, names: Sequence[str]) -> dict:
+    """{name: TypeProto} for the sequence/map values ``names``: as the model states them, else as
+    ONNX shape inference finds them (graph inputs and outputs need a type)."""
+    if not names:
+        return {}
+    types = non_tensor_types(model)
+    if any(n not in types for n in names):
+        types = {**non_tensor_types(infer_shapes(light_copy(model))), **types}
+    return {n: types[n] for n in names if n in types}
