@@ -472,10 +472,8 @@ def fold_validated(model, build, validate: bool, external_data_dir: Optional[str
         result = build(level, set())
         err = check.check(result)
         if err is None:
-            if check.skip_reason:
-                log(f"Folding constants | the folded model was not validated: {check.skip_reason}")
-            elif check.compare_reason:
-                log(f"Folding constants | the folded model loads; its outputs were not compared: {check.compare_reason}")
+            if check.limits():
+                log(f"Folding constants | the folded model {check.limits()}")
             if failures and not check.skip_reason:
                 what = "constant-condition If branches" if level == "no-inline" else "everything inside If/Loop/Scan bodies"
                 log(f"Folding constants | left unfolded: {what}; folding them broke the model ({failures[0]})")

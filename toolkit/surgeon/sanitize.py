@@ -152,10 +152,8 @@ def _validated_rewrite(model, result, build, remove_noops: bool, external_data_d
     check = Validation(model, external_data_dir)
     err = check.check(result)
     if err is None:
-        if check.skip_reason:
-            log(f"The rewritten model was not validated: {check.skip_reason}")
-        elif check.compare_reason:
-            log(f"The rewritten model loads; its outputs were not compared: {check.compare_reason}")
+        if check.limits():
+            log(f"The rewritten model {check.limits()}")
         return result
     if remove_noops:
         log(f"Pass-through nodes kept: the model without them failed validation ({err})")

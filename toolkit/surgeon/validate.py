@@ -302,6 +302,15 @@ class Validation:
             return None
         return f"output '{bad[0]}' differs from the input model's"
 
+    def limits(self) -> str:
+        """What the last :meth:`check` could not do, for the log ("was not validated: why", "loads;
+        its outputs were not compared: why"), or ""."""
+        if self.skip_reason:
+            return f"was not validated: {self.skip_reason}"
+        if self.compare_reason:
+            return f"loads; its outputs were not compared: {self.compare_reason}"
+        return ""
+
     def check_override(self) -> None:
         """InputError when the model with overridden input shapes does not load while it did
         with its own (see :meth:`_raise_if_override_broke`)."""
