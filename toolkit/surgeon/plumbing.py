@@ -204,16 +204,20 @@ def count_model_nodes(model) -> int:
     return count(model.graph)
 
 
+class GraphSurgeonError(InputError):
+    """onnx-graphsurgeon failed on the model (exit 3, as bad input)."""
+
+
 @contextlib.contextmanager
 def gs_step(what: str):
     """onnx-graphsurgeon fails on some malformed models in ways the checks above do not
-    foresee; say so in one line (exit 3) instead of as an unexpected exception."""
+    foresee; say so in one line (GraphSurgeonError, exit 3) instead of as an unexpected exception."""
     try:
         yield
     except (ToolkitError, MemoryError):
         raise
     except Exception as exc:  # graphsurgeon raises its own exception, KeyError, ValueError...
-        raise InputError(
+        raise GraphSurgeonError(
             f"onnx-graphsurgeon cannot {what} this model ({one_line(exc, first_line=True, limit=300)}); the model may be malformed "
             "(onnx.checker.check_model tells what is wrong)"
         ) from None

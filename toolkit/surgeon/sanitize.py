@@ -13,8 +13,8 @@ from toolkit.surgeon.fold import SanitizeReport, fold_passes, fold_validated, in
 from toolkit.surgeon.load import check_structure, refuse_damaged
 from toolkit.surgeon.fold_noops import eliminate_noops
 from toolkit.surgeon.plumbing import (
-    LogFn, copied, count_model_nodes, export_graph, gs_step, import_gs, keep_non_tensor_types, model_shell, nolog,
-    non_tensor_types, quiet_gs,
+    GraphSurgeonError, LogFn, copied, count_model_nodes, export_graph, gs_step, import_gs, keep_non_tensor_types,
+    model_shell, nolog, non_tensor_types, quiet_gs,
 )
 from toolkit.surgeon.validate import Validation
 
@@ -114,7 +114,7 @@ def sanitize(
             result = build(None, set())
             if validate:
                 result = _validated_rewrite(model, result, build, remove_noops, external_data_dir, log)
-    except InputError as exc:
+    except GraphSurgeonError as exc:
         if not types:
             raise
         # onnx-graphsurgeon cannot import or export the optional/sequence values of some models.
