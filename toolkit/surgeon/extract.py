@@ -22,8 +22,22 @@ from toolkit.core.shapes import (
 from toolkit.surgeon.load import check_structure
 from toolkit.surgeon.outputs import assume_dynamic_dims
 from toolkit.surgeon.plumbing import (
-    LogFn, all_tensors, export_graph, gs_step, import_gs, is_non_tensor, keep_non_tensor_types, model_shell, nolog,
-    non_tensor_types, non_tensor_value_types, np_dtype, quiet_gs, quiet_ort, tensor_value_info, unknown_name_error,
+    LogFn,
+    all_tensors,
+    export_graph,
+    gs_step,
+    import_gs,
+    is_non_tensor,
+    keep_non_tensor_types,
+    model_shell,
+    nolog,
+    non_tensor_types,
+    non_tensor_value_types,
+    np_dtype,
+    quiet_gs,
+    quiet_ort,
+    tensor_value_info,
+    unknown_name_error,
 )
 
 

@@ -9,13 +9,23 @@ import time
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+import numpy as np
+
 from toolkit.core.errors import one_line
 from toolkit.core.graphs import fresh_name, walk_graphs
 from toolkit.core.model import infer_shapes, value_info_meta
 from toolkit.core.shapes import _STUB_BYTES, light_copy
 from toolkit.surgeon.fold_noops import bodies, constant_reshape_targets, eliminate_noops
 from toolkit.surgeon.plumbing import (
-    LogFn, all_nodes, all_tensors, count_nodes, gs_step, np_dtype, quiet_gs, quiet_ort, restore_model_fields,
+    LogFn,
+    all_nodes,
+    all_tensors,
+    count_nodes,
+    gs_step,
+    np_dtype,
+    quiet_gs,
+    quiet_ort,
+    restore_model_fields,
     stubbed_constants,
 )
 from toolkit.surgeon.validate import Validation
@@ -188,7 +198,6 @@ def _prepare_shape_slices(gs, graph) -> List:
 
     Returns the hidden nodes, for :func:`_unhide`.
     """
-    import numpy as np
 
     hidden = []
     for node in list(all_nodes(graph)):

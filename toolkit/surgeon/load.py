@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional
 
+import onnx
+
 from toolkit.core.errors import InputError
 from toolkit.core.graphs import damaged_tensor, walk_graphs
 from toolkit.core.shapes import node_reads
@@ -61,7 +63,6 @@ def _initializers_read_by_constant_nodes(graph) -> set:
 def check_structure(model) -> None:
     """Raise InputError for what graphsurgeon cannot import or sort: unknown element types,
     a tensor defined twice, a cycle. Cheap (no weights read); the message names the tensor."""
-    import onnx
 
     valid = set(onnx.TensorProto.DataType.values())
     for g in walk_graphs(model.graph):

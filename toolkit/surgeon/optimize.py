@@ -4,9 +4,15 @@ the rewrites added on top of them."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
+import os
+import tempfile
 import time
 from typing import Any, Dict, Optional
+
+import numpy as np
+import onnx
 
 from toolkit.core.errors import DependencyError, one_line
 from toolkit.core.graphs import walk_graphs
@@ -15,8 +21,17 @@ from toolkit.core.shapes import light_copy
 from toolkit.surgeon.fold_noops import computed_reshape_targets, constant_reshape_targets, eliminate_noops
 from toolkit.surgeon.fusions import optimizer_rewrites
 from toolkit.surgeon.plumbing import (
-    LogFn, count_model_nodes, export_graph, gs_step, import_gs, keep_non_tensor_types, nolog, non_tensor_types,
-    quiet_gs, quiet_ort, restore_model_fields,
+    LogFn,
+    count_model_nodes,
+    export_graph,
+    gs_step,
+    import_gs,
+    keep_non_tensor_types,
+    nolog,
+    non_tensor_types,
+    quiet_gs,
+    quiet_ort,
+    restore_model_fields,
 )
 from toolkit.surgeon.validate import Validation, attempt
 
@@ -71,10 +86,6 @@ def _import_ort():
 
 def _ort_basic(model, ort, external_data_dir: Optional[str]):
     """``model`` through ONNX-Runtime's basic level, read back from the file it writes."""
-    import os
-    import tempfile
-
-    import onnx
 
     with tempfile.TemporaryDirectory(prefix="toolkit_optimize_") as tmp:
         out = os.path.join(tmp, "optimized.onnx")
@@ -211,10 +222,6 @@ _NOT_MERGED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifo
 
 
 def _array_key(values):
-    import hashlib
-
-    import numpy as np
-
     arr = np.ascontiguousarray(values)
     digest = hashlib.blake2b(memoryview(arr).cast("B"), digest_size=16).hexdigest() if arr.size else ""
     return ("a", str(arr.dtype), arr.shape, digest)
@@ -247,8 +254,6 @@ class _NodeKeys:
         return key
 
     def attr(self, value):
-        import numpy as np
-
         if isinstance(value, self.gs.Constant):
             return _array_key(value.values)
         if isinstance(value, np.ndarray):

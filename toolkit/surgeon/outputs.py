@@ -5,20 +5,27 @@ from __future__ import annotations
 
 from typing import Dict, List, Mapping, Optional, Sequence
 
+import numpy as np
+from onnx import helper, numpy_helper
+
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.graphs import fresh_name
 from toolkit.core.meta import dtype_to_numpy, format_spec_shape
 from toolkit.core.model import graph_io_meta, infer_shapes, value_info_meta
 from toolkit.core.shapes import infer_tensor_meta, is_complete, light_copy, override_input_shapes, top_tensor_names
 from toolkit.surgeon.plumbing import (
-    LogFn, is_non_tensor, nolog, non_tensor_value_types, tensor_value_info, unknown_name_error,
+    LogFn,
+    is_non_tensor,
+    nolog,
+    non_tensor_value_types,
+    tensor_value_info,
+    unknown_name_error,
 )
 
 
 def mark_outputs(model, names: Sequence[str]) -> None:
     """Make ``names`` the graph outputs of ``model`` (in place); ``["mark", "all"]`` marks every
     tensor a node of the top graph computes. Types come from shape inference where known."""
-    from onnx import helper
 
     known = top_tensor_names(model)
     g = model.graph
@@ -111,8 +118,6 @@ def parse_upper_bounds(specs: Sequence[str]) -> Dict[str, int]:
 
 def set_unbounded_dds_upper_bounds(model, bounds: Mapping[str, int], log: LogFn = nolog) -> Dict[str, int]:
     """Bound each unbounded data-dependent-shape tensor with a ``Min`` (in place); returns what was set."""
-    import numpy as np
-    from onnx import helper, numpy_helper
 
     targets = unbounded_dds_tensors(model)
     named = [n for n in bounds if n]

@@ -4,8 +4,12 @@ exporting a graph with the input model's fields, node counts, tensor walks."""
 from __future__ import annotations
 
 import contextlib
+import difflib
 import io
 from typing import Callable, Optional, Sequence
+
+import onnx
+from onnx import ValueInfoProto, helper
 
 from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError, one_line
 from toolkit.core.graphs import walk_graphs
@@ -90,7 +94,6 @@ def restore_model_fields(new, original) -> None:
     new.metadata_props.extend(original.metadata_props)
     if new.ir_version < 4:
         # Before IR 4 every initializer must also be listed as a graph input.
-        from onnx import helper
 
         have = {i.name for i in new.graph.input}
         for t in new.graph.initializer:
@@ -110,7 +113,6 @@ def stubbed_constants(graph, limit: int):
 
     Exporting a big constant copies its bytes four times (tobytes, make_tensor, the
     graph's initializer list, the model's graph); shape inference needs none of them."""
-    import onnx
     from onnx_graphsurgeon.exporters import onnx_exporter
     from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
 
@@ -189,7 +191,6 @@ def count_nodes(graph) -> int:
 
 def count_model_nodes(model) -> int:
     """Nodes of an ONNX model including those inside subgraphs."""
-    import onnx
 
     def count(g) -> int:
         n = len(g.node)
@@ -235,7 +236,6 @@ def all_tensors(graph) -> dict:
 
 def model_shell(model):
     """A ModelProto with the model-level fields only (no graph), to restore after export."""
-    import onnx
 
     shell = onnx.ModelProto()
     restore_model_fields(shell, model)
@@ -266,8 +266,6 @@ def copied(message):
 
 
 def tensor_value_info(name: str, meta: Optional[TensorMeta]):
-    from onnx import ValueInfoProto, helper
-
     if meta is None or not meta.dtype or meta.dtype.endswith("_type"):
         vi = ValueInfoProto()
         vi.name = name
@@ -281,8 +279,6 @@ def tensor_value_info(name: str, meta: Optional[TensorMeta]):
 
 
 def unknown_name_error(name: str, known: Sequence[str], what: str) -> InputError:
-    import difflib
-
     close = difflib.get_close_matches(name, known, n=3)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else "; `toolkit inspect model` lists tensor names"
     return InputError(f"{what} '{name}' is not a tensor of the model's top graph{hint}")

@@ -10,11 +10,21 @@ from toolkit.core.errors import InputError, UsageError
 from toolkit.core.graphs import walk_graphs
 from toolkit.core.shapes import override_input_shapes, top_tensor_names
 from toolkit.surgeon.fold import SanitizeReport, fold_passes, fold_validated, infer_shapes_in_place
-from toolkit.surgeon.load import check_structure, refuse_damaged
 from toolkit.surgeon.fold_noops import eliminate_noops
+from toolkit.surgeon.load import check_structure, refuse_damaged
 from toolkit.surgeon.plumbing import (
-    GraphSurgeonError, LogFn, copied, count_model_nodes, export_graph, gs_step, import_gs, keep_non_tensor_types,
-    model_shell, nolog, non_tensor_types, quiet_gs,
+    GraphSurgeonError,
+    LogFn,
+    copied,
+    count_model_nodes,
+    export_graph,
+    gs_step,
+    import_gs,
+    keep_non_tensor_types,
+    model_shell,
+    nolog,
+    non_tensor_types,
+    quiet_gs,
 )
 from toolkit.surgeon.validate import Validation
 

@@ -14,7 +14,11 @@ from toolkit.surgeon.fold import FoldPass, SanitizeReport, infer_shapes_in_place
 from toolkit.surgeon.load import EAGER_EXTERNAL_BYTES, check_structure, load_for_surgery
 from toolkit.surgeon.optimize import optimize
 from toolkit.surgeon.outputs import (
-    apply_fallback_shapes, assume_dynamic_dims, mark_outputs, parse_upper_bounds, set_unbounded_dds_upper_bounds,
+    apply_fallback_shapes,
+    assume_dynamic_dims,
+    mark_outputs,
+    parse_upper_bounds,
+    set_unbounded_dds_upper_bounds,
     unbounded_dds_tensors,
 )
 from toolkit.surgeon.plumbing import count_model_nodes, count_nodes

@@ -4,7 +4,13 @@ does on generated inputs (folded constants compared directly where that is cheap
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+import onnx.shape_inference
+from onnx import numpy_helper
 
 from toolkit.core.errors import InputError, UsageError, one_line
 from toolkit.core.graphs import has_external_data, node_subgraphs, walk_graphs
@@ -16,7 +22,6 @@ from toolkit.surgeon.load import SHAPE_OPS
 
 def check_model(model, original=None) -> None:
     """Run onnx.checker on ``model``; raise InputError if it fails where ``original`` passes."""
-    import onnx
 
     if model.ByteSize() > PROTOBUF_LIMIT:
         return  # the checker needs a path for such models; skip rather than copy gigabytes
@@ -47,7 +52,6 @@ _VALIDATE_MAX_BYTES = 1 << 30
 def _spread(shape):
     """Values spread over [0, 1) without a random generator (importing numpy.random costs more
     than validation's inputs need): the golden-ratio sequence, deterministic and not periodic."""
-    import numpy as np
 
     n = int(np.prod(shape, dtype=np.int64))
     return ((np.arange(1, n + 1, dtype=np.float64) * 0.6180339887498949) % 1.0).reshape(shape)
@@ -92,7 +96,6 @@ class Validation:
         """An ONNX-Runtime session on a light copy of ``model``: its big top-level weights
         become graph inputs fed with the model's own arrays (no copy), so creating the
         session costs the graph, not the weights."""
-        import onnx
         import onnxruntime as ort
 
         light, stubbed = _without_big_weights(model)
@@ -133,7 +136,6 @@ class Validation:
     def start(self) -> None:
         """Run the input model for the expected outputs in the background (ONNX-Runtime releases
         the GIL), while folding goes on."""
-        import threading
 
         self._thread: Optional[threading.Thread] = threading.Thread(target=self._prepare_safely, daemon=True)
         self._thread.start()
@@ -218,8 +220,6 @@ class Validation:
         return True
 
     def _make_feed(self):
-        import numpy as np
-
         ins, _ = graph_io_meta(self.original)
         metas = {m.name: m for m in ins}
         feed = {}
@@ -348,8 +348,6 @@ class Validation:
         """Folded tensor ``name`` is read only as a Reshape target (no allowzero) and equals the
         value the input model computes except for one -1 (inferred, so the same dim) where the
         input model has a positive dim: the same Reshape."""
-        import numpy as np
-        import onnx
 
         readers = [n for n in result.graph.node if name in n.input]
         for n in readers:
@@ -389,14 +387,12 @@ class Validation:
         self.prepare()
         if self.feed is None:
             return None
-        from onnx import numpy_helper
 
         computed = {o for n in self.original.graph.node for o in n.output if o}
         folded = [t for t in result.graph.initializer if t.name in computed]
         if not folded:
             return set()
         if self.all_values is not None and all(t.name in self.all_values or t.name in self.unchecked for t in folded):
-            import onnx
 
             return {t.name for t in folded if t.name in self.all_values
                     and not same_value(self.all_values.get(t.name), raw_array(t, onnx))}
@@ -446,7 +442,6 @@ def _big_tensors(graph, limit: int) -> set:
 def _without_big_weights(model):
     """(copy of ``model`` without its big top-level initializers, those initializers): the
     copy shares nothing with the model, and the big weights are not copied."""
-    import onnx
 
     light = onnx.ModelProto()
     for f, value in model.ListFields():
@@ -492,7 +487,6 @@ def _prune_to(graph, outputs: Sequence[str]) -> None:
 
 def strict_check(model) -> Optional[str]:
     """onnx.checker with strict shape inference on a light copy (no weights read); the error or None."""
-    import onnx
 
     try:
         onnx.checker.check_model(light_copy(model, stub_bytes=0), full_check=True)
@@ -504,8 +498,6 @@ def strict_check(model) -> Optional[str]:
 def _checker_errors() -> tuple:
     """What onnx.checker raises for a model it refuses: its ValidationError, shape inference's
     InferenceError (``full_check``), ValueError (a malformed field)."""
-    import onnx
-    import onnx.shape_inference
 
     return (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError)
 
@@ -529,16 +521,12 @@ class _Session:
         return self.sess.get_outputs()
 
     def run(self, names, feed):
-        import onnx
-
         weights = {t.name: raw_array(t, onnx) for t in self.model.graph.initializer if t.name in self.weight_names}
         return self.sess.run(names, {**feed, **weights})
 
 
 def raw_array(t, onnx):
     """The array of an in-memory initializer, without a copy where it is stored as raw bytes."""
-    import numpy as np
-    from onnx import numpy_helper
 
     if t.HasField("raw_data") and t.data_type not in (onnx.TensorProto.STRING,):
         try:
@@ -551,8 +539,6 @@ def raw_array(t, onnx):
 
 
 def same_value(a, b) -> bool:
-    import numpy as np
-
     if a is None or b is None:
         return a is b
     if isinstance(a, list) or isinstance(b, list):
