@@ -69,6 +69,82 @@ def attempt(fn, *args, **kwargs) -> Tuple[Any, Optional[Exception]]:
         return None, exc
 
 
+def light_session(model, external_data_dir: Optional[str] = None, extra_outputs: Sequence[str] = (),
+                  only_outputs: Optional[Sequence[str]] = None, optimized: bool = False):
+    """An ONNX-Runtime session on a light copy of ``model``: its big top-level weights
+    become graph inputs fed with the model's own arrays (no copy), so creating the
+    session costs the graph, not the weights. ``only_outputs`` prunes the graph to what
+    they need; ``optimized`` loads at ONNX-Runtime's basic level."""
+    import onnxruntime as ort
+
+    light, stubbed = _without_big_weights(model)
+    if only_outputs is not None:
+        _prune_to(light.graph, only_outputs)
+    if extra_outputs:
+        have = {o.name for o in light.graph.output}
+        for name in extra_outputs:
+            if name not in have:
+                light.graph.output.add().name = name
+    g = light.graph
+    weights = []
+    if stubbed:
+        read = {r for n in g.node for r in node_reads(n)} if only_outputs is not None else None
+        listed = {i.name for i in g.input}
+        for t in stubbed:
+            if read is not None and t.name not in read:
+                continue  # the pruned graph does not need it
+            weights.append(t.name)
+            if t.name not in listed:
+                g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    so = ort.SessionOptions()
+    # ``optimized``: ONNX-Runtime's basic level, as users load models (it inlines constant-condition
+    # If branches and folds constants, which meets checks a plain load does not).
+    so.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )
+    so.log_severity_level = 4
+    # One thread that does not spin: validation runs beside folding and must not slow it.
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if external_data_dir:
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_data_dir)
+    sess = ort.InferenceSession(light.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return _Session(sess, model, weights)
+
+
+def generated_feed(model) -> Tuple[Optional[dict], Optional[str]]:
+    """``(feed, None)``: inputs for ``model``'s graph inputs (dynamic dims as 1; floats spread
+    over [0, 1), integers 1); or ``(None, why)`` where they cannot be made."""
+    ins, _ = graph_io_meta(model)
+    metas = {m.name: m for m in ins}
+    feed = {}
+    total = 0
+    for i in ins:  # graph inputs that are not initializers
+        m = metas.get(i.name)
+        if m is None or not m.dtype or m.shape is None or m.dtype.endswith("_type"):
+            return None, f"input '{i.name}' is not a tensor with known rank"
+        try:
+            dtype = dtype_to_numpy(m.dtype)
+        except UsageError:  # a dtype numpy has no equivalent of
+            return None, f"input '{i.name}' has dtype {m.dtype}"
+        shape = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in m.shape)
+        total += math.prod(shape) * max(dtype.itemsize, 1)  # (Python ints: no overflow)
+        if total > (64 << 20):
+            return None, "generated inputs would be over 64 MiB"
+        if dtype.kind == "f":
+            feed[i.name] = _spread(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feed[i.name] = _spread(shape) < 0.5
+        elif dtype.kind in "iu":
+            feed[i.name] = np.ones(shape, dtype=dtype)
+        elif dtype.kind == "O" or dtype.kind == "U":
+            feed[i.name] = np.full(shape, "a", dtype=object)
+        else:
+            feed[i.name] = np.zeros(shape, dtype=dtype)
+    return feed, None
+
+
 class Validation:
     """Runs the original model once on generated inputs; checks candidate results against it."""
     def __init__(self, original, external_data_dir: Optional[str], inputs_before_override=None):
@@ -93,45 +169,7 @@ class Validation:
     # -- sessions
     def _session(self, model, extra_outputs: Sequence[str] = (), only_outputs: Optional[Sequence[str]] = None,
                  optimized: bool = False):
-        """An ONNX-Runtime session on a light copy of ``model``: its big top-level weights
-        become graph inputs fed with the model's own arrays (no copy), so creating the
-        session costs the graph, not the weights."""
-        import onnxruntime as ort
-
-        light, stubbed = _without_big_weights(model)
-        if only_outputs is not None:
-            _prune_to(light.graph, only_outputs)
-        if extra_outputs:
-            have = {o.name for o in light.graph.output}
-            for name in extra_outputs:
-                if name not in have:
-                    light.graph.output.add().name = name
-        g = light.graph
-        weights = []
-        if stubbed:
-            read = {r for n in g.node for r in node_reads(n)} if only_outputs is not None else None
-            listed = {i.name for i in g.input}
-            for t in stubbed:
-                if read is not None and t.name not in read:
-                    continue  # the pruned graph does not need it
-                weights.append(t.name)
-                if t.name not in listed:
-                    g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-        so = ort.SessionOptions()
-        # ``optimized``: ONNX-Runtime's basic level, as users load models (it inlines constant-condition
-        # If branches and folds constants, which meets checks a plain load does not).
-        so.graph_optimization_level = (
-            ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-        )
-        so.log_severity_level = 4
-        # One thread that does not spin: validation runs beside folding and must not slow it.
-        so.intra_op_num_threads = 1
-        so.inter_op_num_threads = 1
-        so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        if self.external_data_dir:
-            so.add_session_config_entry("session.model_external_initializers_file_folder_path", self.external_data_dir)
-        sess = ort.InferenceSession(light.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        return _Session(sess, model, weights)
+        return light_session(model, self.external_data_dir, extra_outputs, only_outputs, optimized)
 
     def start(self) -> None:
         """Run the input model for the expected outputs in the background (ONNX-Runtime releases
@@ -220,35 +258,9 @@ class Validation:
         return True
 
     def _make_feed(self):
-        ins, _ = graph_io_meta(self.original)
-        metas = {m.name: m for m in ins}
-        feed = {}
-        total = 0
-        for i in ins:  # graph inputs that are not initializers
-            m = metas.get(i.name)
-            if m is None or not m.dtype or m.shape is None or m.dtype.endswith("_type"):
-                self.compare_reason = f"input '{i.name}' is not a tensor with known rank"
-                return None
-            try:
-                dtype = dtype_to_numpy(m.dtype)
-            except UsageError:  # a dtype numpy has no equivalent of
-                self.compare_reason = f"input '{i.name}' has dtype {m.dtype}"
-                return None
-            shape = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in m.shape)
-            total += math.prod(shape) * max(dtype.itemsize, 1)  # (Python ints: no overflow)
-            if total > (64 << 20):
-                self.compare_reason = "generated inputs would be over 64 MiB"
-                return None
-            if dtype.kind == "f":
-                feed[i.name] = _spread(shape).astype(dtype)
-            elif dtype.kind == "b":
-                feed[i.name] = _spread(shape) < 0.5
-            elif dtype.kind in "iu":
-                feed[i.name] = np.ones(shape, dtype=dtype)
-            elif dtype.kind == "O" or dtype.kind == "U":
-                feed[i.name] = np.full(shape, "a", dtype=object)
-            else:
-                feed[i.name] = np.zeros(shape, dtype=dtype)
+        feed, why = generated_feed(self.original)
+        if why:
+            self.compare_reason = why
         return feed
 
     @staticmethod
