@@ -405,7 +405,7 @@ def table(runs: int, models_from=(), only_extra: bool = False) -> bool:
 def validation_cost(runs: int, blocks: int, channels: int) -> None:
     """In-process: sanitize(fold_constants=True) with and without validation, minimum of N
     interleaved runs (the machine is shared; minima are the least disturbed)."""
-    from toolkit.surgeon.surgery import sanitize
+    from toolkit.surgeon.sanitize import sanitize
 
     work = tempfile.mkdtemp(prefix="bench_sanitize_validation_")
     chain = os.path.join(work, "chain.onnx")

@@ -49,7 +49,9 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 import onnxruntime  # noqa: E402,F401
 
 import toolkit.cli.app  # noqa: E402,F401
-import toolkit.surgeon.surgery  # noqa: E402,F401
+import toolkit.surgeon.extract  # noqa: E402,F401
+import toolkit.surgeon.optimize  # noqa: E402,F401
+import toolkit.surgeon.sanitize  # noqa: E402,F401
 
 
 # ---------------------------------------------------------------------- running a command
@@ -447,9 +449,9 @@ def test_surgeon_survives_mutated_external_data_models(tmp_path, monkeypatch, wh
     """Models whose every weight is in an external file (and the file itself mutated now
     and then); with lazy loading forced for all of them, so that weights are copied from
     the file when the result is saved."""
-    import toolkit.surgeon.surgery as surgery
+    import toolkit.surgeon.load as surgery_load
 
-    monkeypatch.setattr(surgery, "EAGER_EXTERNAL_BYTES", 0)
+    monkeypatch.setattr(surgery_load, "EAGER_EXTERNAL_BYTES", 0)
     folder = _workdir(tmp_path)
     m = onnx.ModelProto()
     m.ParseFromString(apply_structural(MODELS[which], edits))

@@ -309,7 +309,7 @@ ROWS += [
     R("sanitize-cycle", f"{SANITIZE} cycle.onnx -o o.onnx --toposort", 3, "cycle"),
     R("sanitize-duplicate-tensor", f"{SANITIZE} duplicate.onnx -o o.onnx --fold-constants", 3, "'t0' is defined twice"),
     R("sanitize-invalid-data-type", f"{SANITIZE} badtype.onnx -o o.onnx --cleanup", 3, "invalid data type"),
-    R("sanitize-override-shapes-unknown-name", f"{SANITIZE} m.onnx -o o.onnx --override-input-shapes nope:[1,4]", 0, "'nope' is not an input", new=("o.onnx",)),
+    R("sanitize-override-shapes-unknown-name", f"{SANITIZE} m.onnx -o o.onnx --override-input-shapes nope:[1,4]", 3, "'nope' is not a tensor of the model; its inputs: x0, x1"),
     R("sanitize-override-shapes-malformed", f"{SANITIZE} m.onnx -o o.onnx --override-input-shapes x0:[1,a", 2, "x0:[1,a"),
     R("sanitize-fold-threshold-malformed", f"{SANITIZE} m.onnx -o o.onnx --fold-size-threshold huge", 2, "huge"),
     R("sanitize-partitioning-unknown", f"{SANITIZE} m.onnx -o o.onnx --partitioning smart", 2, "--partitioning"),

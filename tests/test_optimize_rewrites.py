@@ -14,7 +14,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 import modelzoo
 from toolkit.surgeon import fusions
-from toolkit.surgeon.surgery import optimize, sanitize
+from toolkit.surgeon.optimize import optimize
+from toolkit.surgeon.sanitize import sanitize
 
 
 def _c(name, values, dtype=np.int64):
@@ -166,16 +167,16 @@ def test_optimize_says_what_it_added(tmp_path, cli):
 def test_symbolic_inference_runs_only_for_a_computed_target_on_a_small_graph(monkeypatch):
     """Symbolic shape inference costs about 2 ms a node: the rules after ONNX-Runtime's pass ask
     for it when a Reshape target is still computed and the graph is within the limit."""
-    from toolkit.surgeon import surgery
+    from toolkit.surgeon import optimize as optimize_module
 
     calls = []
-    real = surgery._symbolic_shapes
-    monkeypatch.setattr(surgery, "_symbolic_shapes", lambda m: calls.append(1) or real(m))
+    real = optimize_module._symbolic_shapes
+    monkeypatch.setattr(optimize_module, "_symbolic_shapes", lambda m: calls.append(1) or real(m))
     folded, _ = sanitize(reshape_copying_batch(), fold_constants=True)
-    done, out = surgery._after_optimizer(folded, folded)
+    done, out = optimize_module._after_optimizer(folded, folded)
     assert calls == [1] and done == {"Reshape target(s) made constant": 1} and "Shape" not in _ops(out)
-    surgery._after_optimizer(deconv(), deconv())  # no computed Reshape target
+    optimize_module._after_optimizer(deconv(), deconv())  # no computed Reshape target
     assert calls == [1]
-    monkeypatch.setattr(surgery, "SYMBOLIC_SHAPES_MAX_NODES", 1)
-    surgery._after_optimizer(folded, folded)
+    monkeypatch.setattr(optimize_module, "SYMBOLIC_SHAPES_MAX_NODES", 1)
+    optimize_module._after_optimizer(folded, folded)
     assert calls == [1]

@@ -1,4 +1,4 @@
-"""`toolkit surgeon extract` and `toolkit surgeon sanitize` (toolkit.surgeon.surgery)."""
+"""`toolkit surgeon extract` and `toolkit surgeon sanitize` (toolkit.surgeon)."""
 
 import os
 
@@ -11,7 +11,9 @@ from onnx import TensorProto, helper, numpy_helper
 import modelzoo
 from toolkit.core.errors import InputError
 from toolkit.core.meta import TensorMeta
-from toolkit.surgeon.surgery import dangling_tensors, extract, parse_size, sanitize
+from toolkit.core.meta import parse_size
+from toolkit.surgeon.extract import dangling_tensors, extract
+from toolkit.surgeon.sanitize import sanitize
 
 
 def run(model_or_path, feed):
@@ -203,9 +205,9 @@ def test_fold_shape_chain_in_few_passes_keeps_dynamic_batch():
     original = onnx.ModelProto()
     original.CopyFrom(model)
     logs = []
-    folded, report = sanitize(model, fold_constants=True, log=logs.append)
+    folded, report = sanitize(model, fold_constants=True, remove_noops=True, log=logs.append)
     # all of Shape/Gather/Unsqueeze/Concat fold, and the Reshape to [-1, 8] of a [batch, 8] tensor
-    # is a no-op that goes too; Relu, Add, Sigmoid stay per block
+    # is a no-op that goes too (with remove_noops); Relu, Add, Sigmoid stay per block
     assert len(folded.graph.node) == 6 * 3
     assert {n.op_type for n in folded.graph.node} == {"Relu", "Add", "Sigmoid"}
     assert len(report.passes) <= 2 and report.converged
@@ -238,17 +240,20 @@ def test_dynamic_batch_model_folds_only_static_parts():
 def test_override_input_shapes_freezes_and_folds(tmp_path, cli):
     path = modelzoo.save(modelzoo.dynamic_batch(), tmp_path / "m.onnx")
     out = tmp_path / "o.onnx"
-    res = cli("surgeon", "sanitize", path, "-o", out, "--override-input-shapes", "x:[3,4]", "--fold-constants")
-    assert res.code == 0, res.err
-    m = onnx.load(str(out))
-    assert input_dims(m) == [3, 4]
-    assert [d.dim_value for d in m.graph.output[0].type.tensor_type.shape.dim] == [3, 4]
-    assert [n.op_type for n in m.graph.node] == ["Relu"]  # the Reshape to [-1, 4] of a [3, 4] is a no-op
     x = np.arange(12, dtype=np.float32).reshape(3, 4) - 6
-    np.testing.assert_array_equal(run(m, {"x": x})["y"], np.maximum(x, 0))
-    # A name that is not an input is ignored with a warning naming the inputs (as Polygraphy does).
-    res = cli("surgeon", "sanitize", path, "-o", out, "--override-input-shapes", "nope:[3,4]")
-    assert res.code == 0 and "warning: 'nope' is not an input of the model (its inputs: x)" in res.err
+    for extra, ops in (([], ["Relu", "Reshape"]), (["--remove-noops"], ["Relu"])):
+        res = cli("surgeon", "sanitize", path, "-o", out, "--override-input-shapes", "x:[3,4]", "--fold-constants", *extra)
+        assert res.code == 0, res.err
+        m = onnx.load(str(out))
+        assert input_dims(m) == [3, 4]
+        assert [d.dim_value for d in m.graph.output[0].type.tensor_type.shape.dim] == [3, 4]
+        # the Reshape to [-1, 4] of a [3, 4] is a no-op: folding keeps it, --remove-noops removes it
+        assert [n.op_type for n in m.graph.node] == ops
+        np.testing.assert_array_equal(run(m, {"x": x})["y"], np.maximum(x, 0))
+    # A tensor that is not a graph input is ignored with a warning naming the inputs (as Polygraphy does).
+    inner = next(o for n in modelzoo.dynamic_batch().graph.node for o in n.output)
+    res = cli("surgeon", "sanitize", path, "-o", out, "--override-input-shapes", f"{inner}:[3,4]")
+    assert res.code == 0 and f"warning: '{inner}' is not an input of the model (its inputs: x)" in res.err
     assert input_dims(onnx.load(str(out))) == ["batch", 4]
 
 
@@ -336,7 +341,8 @@ def test_sanitize_pipe_to_inspect(tmp_path):
     path = modelzoo.save(shape_chain(blocks=3), tmp_path / "m.onnx")
     cmd = [sys.executable, "-m", "toolkit"]
     san = subprocess.Popen(
-        cmd + ["surgeon", "sanitize", path, "--fold-constants", "-o", "-"], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        cmd + ["surgeon", "sanitize", path, "--fold-constants", "--remove-noops", "-o", "-"], stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     ins = subprocess.run(cmd + ["inspect", "model", "-", "--mode=basic"], stdin=san.stdout, capture_output=True)
     san.stdout.close()
@@ -384,6 +390,6 @@ def test_parse_size():
 def test_sanitize_reads_stdin(tmp_path, cli):
     data = shape_chain(blocks=2).SerializeToString()
     out = tmp_path / "o.onnx"
-    res = cli("surgeon", "sanitize", "-", "--fold-constants", "-o", out, stdin=data)
+    res = cli("surgeon", "sanitize", "-", "--fold-constants", "--remove-noops", "-o", out, stdin=data)
     assert res.code == 0, res.err
     assert len(onnx.load(str(out)).graph.node) == 6

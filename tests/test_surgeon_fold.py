@@ -8,8 +8,10 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import modelzoo
-from toolkit.surgeon import surgery
-from toolkit.surgeon.surgery import count_model_nodes, sanitize
+from toolkit.core.errors import InputError
+from toolkit.surgeon import fold, load, plumbing, validate
+from toolkit.surgeon.plumbing import count_model_nodes
+from toolkit.surgeon.sanitize import sanitize
 
 
 def run(model, feed):
@@ -99,7 +101,7 @@ def test_constant_if_feeding_multi_output_node_folds_and_loads(cond):
 def test_validation_falls_back_and_says_what_was_left(monkeypatch):
     """With the Shape(start) workaround switched off, graphsurgeon folds wrong values; validation
     notices, the wrong tensors are left unfolded, the rest is folded, and one line says so."""
-    monkeypatch.setattr(surgery, "_prepare_shape_slices", lambda gs, graph: [])
+    monkeypatch.setattr(fold, "_prepare_shape_slices", lambda gs, graph: [])
     model = shape_slices(False)
     x = np.zeros((3, 4, 5), np.float32)
     expected = run(model, {"x": x})
@@ -114,21 +116,21 @@ def test_validation_falls_back_and_says_what_was_left(monkeypatch):
 
 
 def test_no_validation_writes_what_graphsurgeon_folds(monkeypatch):
-    monkeypatch.setattr(surgery, "_prepare_shape_slices", lambda gs, graph: [])
+    monkeypatch.setattr(fold, "_prepare_shape_slices", lambda gs, graph: [])
     folded, _ = sanitize(shape_slices(False), fold_constants=True, validate=False)
     consts = {t.name: numpy_helper.to_array(t).tolist() for t in folded.graph.initializer}
     assert consts["y"] == [3, 4, 5]  # graphsurgeon's answer, which validation exists to catch
 
 
 def test_every_level_failing_writes_the_model_unfolded(monkeypatch):
-    class AlwaysBroken(surgery._Validation):
+    class AlwaysBroken(validate.Validation):
         def check(self, result):
             return "test: always broken"
 
         def wrong_constants(self, result):
             return None
 
-    monkeypatch.setattr(surgery, "_Validation", AlwaysBroken)
+    monkeypatch.setattr(fold, "Validation", AlwaysBroken)
     model = shape_slices(False)
     logs = []
     folded, report = sanitize(model, fold_constants=True, log=logs.append)
@@ -156,7 +158,7 @@ def test_optional_values_pass_through(tmp_path, cli):
 
 
 def test_sanitize_cli_log_names_validation_fallback(tmp_path, cli, monkeypatch):
-    monkeypatch.setattr(surgery, "_prepare_shape_slices", lambda gs, graph: [])
+    monkeypatch.setattr(fold, "_prepare_shape_slices", lambda gs, graph: [])
     path = modelzoo.save(shape_slices(False), tmp_path / "m.onnx")
     out = tmp_path / "f.onnx"
     res = cli("surgeon", "sanitize", path, "--fold-constants", "-o", out)
@@ -193,7 +195,7 @@ def test_identity_chains_fold_away():
     graph = helper.make_graph(nodes, "ids", [modelzoo.vi("x", [2])], [modelzoo.vi("y", [2])],
                               [numpy_helper.from_array(np.ones(2, np.float32), "c")])
     model = modelzoo.make_model(graph)
-    folded, _ = sanitize(model, fold_constants=True)
+    folded, _ = sanitize(model, fold_constants=True, remove_noops=True)
     assert [n.op_type for n in folded.graph.node] == ["Add"]
     assert [o.name for o in folded.graph.output] == ["y"] and folded.graph.node[0].output[0] == "y"
     x = np.array([1, 2], np.float32)
@@ -247,7 +249,7 @@ def test_inference_dropout_is_removed_training_dropout_kept():
     inits = [numpy_helper.from_array(np.array(0.5, np.float32), "ratio"), numpy_helper.from_array(np.array(True), "train")]
     graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", [4])],
                               [modelzoo.vi("y", [4]), modelzoo.vi("t", [4]), modelzoo.vi("mask", [4], TensorProto.BOOL)], inits)
-    folded, _ = sanitize(modelzoo.make_model(graph), fold_constants=True)
+    folded, _ = sanitize(modelzoo.make_model(graph), fold_constants=True, remove_noops=True)
     assert sorted(n.op_type for n in folded.graph.node) == ["Dropout", "Relu"]
     assert next(n for n in folded.graph.node if n.op_type == "Relu").input[0] == "x"
 
@@ -262,7 +264,7 @@ def test_reshape_to_its_own_shape_is_removed():
     inits = [numpy_helper.from_array(np.array([-1, 8], np.int64), "same"),
              numpy_helper.from_array(np.array([-1, 4], np.int64), "other")]
     graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", ["N", 8])], [modelzoo.vi("y", ["M", 4])], inits)
-    folded, _ = sanitize(modelzoo.make_model(graph), fold_constants=True)
+    folded, _ = sanitize(modelzoo.make_model(graph), fold_constants=True, remove_noops=True)
     assert [n.name for n in folded.graph.node] == ["relu", "real"]
     x = np.arange(-8, 8, dtype=np.float32).reshape(2, 8)
     np.testing.assert_array_equal(run(folded, {"x": x})["y"], np.maximum(x, 0).reshape(-1, 4))
@@ -300,7 +302,7 @@ def test_big_folded_constants_are_exported_as_graphsurgeon_would():
     graph = gs.import_onnx(model)
     graph.fold_constants().cleanup()
     direct = gs.export_onnx(graph)
-    fast = surgery._export(gs, graph, model)
+    fast = plumbing.export_graph(gs, graph, model)
     got = {t.name: numpy_helper.to_array(t) for t in fast.graph.initializer}
     assert sorted(got) == sorted(t.name for t in direct.graph.initializer)
     assert {"w", "w16f", "w32"} <= set(got)
@@ -399,7 +401,7 @@ def test_pass_through_nodes_are_removed_and_real_ones_kept():
     model = modelzoo.make_model(helper.make_graph(nodes, "g", [modelzoo.vi("x", [2, 3])], outputs, inits), opset=17)
     x = np.arange(-3, 3, dtype=np.float32).reshape(2, 3)
     expected = run(model, {"x": x})
-    folded, _ = sanitize(model, fold_constants=True)
+    folded, _ = sanitize(model, fold_constants=True, remove_noops=True)
     assert sorted(n.name for n in folded.graph.node) == ["cast_other", "mul_broadcasts", "one_over", "relu", "slice_part"]
     got = run(folded, {"x": x})
     for name, value in expected.items():
@@ -420,7 +422,7 @@ def test_pass_through_nodes_inside_if_bodies_are_removed():
     graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", [2]), modelzoo.vi("cond", [], TensorProto.BOOL)],
                               [modelzoo.vi("y", [2])])
     model = modelzoo.make_model(graph, opset=17)
-    folded, _ = sanitize(model, fold_constants=True)
+    folded, _ = sanitize(model, fold_constants=True, remove_noops=True)
     attrs = {a.name: a.g for a in folded.graph.node[0].attribute}
     assert [n.op_type for n in attrs["then_branch"].node] == ["Neg"]
     assert [n.op_type for n in attrs["else_branch"].node] == ["Identity"]
@@ -444,7 +446,7 @@ def test_multiply_by_one_after_an_unranked_conv_is_removed():
     graph = helper.make_graph(nodes, "g", [modelzoo.vi("x", [1, 16]), modelzoo.vi("target", [None], TensorProto.INT64)],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
     model = modelzoo.make_model(graph, opset=17)
-    folded, _ = sanitize(model, fold_constants=True)
+    folded, _ = sanitize(model, fold_constants=True, remove_noops=True)
     assert [n.name for n in folded.graph.node] == ["reshape", "conv", "mul_two"]
     feed = {"x": np.arange(16, dtype=np.float32).reshape(1, 16), "target": np.array([1, 1, 4, 4], np.int64)}
     np.testing.assert_array_equal(run(folded, feed)["y"], run(model, feed)["y"])
@@ -471,7 +473,8 @@ def test_output_stated_as_minus_one_gets_its_dim_after_override():
     out = helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3])
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, None, None])],
                               [out], inits)
-    folded, _ = sanitize(modelzoo.make_model(graph, opset=11), fold_constants=True, input_shapes={"x": [1, 3, 2, 2]})
+    folded, _ = sanitize(modelzoo.make_model(graph, opset=11), fold_constants=True, remove_noops=True,
+                         input_shapes={"x": [1, 3, 2, 2]})
     assert [d.dim_value for d in folded.graph.output[0].type.tensor_type.shape.dim] == [1, 3]
     assert [n.op_type for n in folded.graph.node] == ["GlobalAveragePool", "Reshape", "Softmax"]
 
@@ -494,9 +497,9 @@ def test_override_shapes_a_branch_cannot_take_is_an_error():
     """With x:[2,3] the then branch would squeeze a dim of 3: ONNX-Runtime refuses the model at
     load, folded or not. No such model is written: an InputError (exit 3) naming the override,
     unless validation is off. With x:[2,1] every branch is fine."""
-    with pytest.raises(surgery.InputError, match="override-input-shapes"):
+    with pytest.raises(InputError, match="override-input-shapes"):
         sanitize(branch_that_squeezes(), fold_constants=True, input_shapes={"x": [2, 3]})
-    with pytest.raises(surgery.InputError, match="override-input-shapes"):  # without folding too
+    with pytest.raises(InputError, match="override-input-shapes"):  # without folding too
         sanitize(branch_that_squeezes(), input_shapes={"x": [2, 3]})
     folded, _ = sanitize(branch_that_squeezes(), fold_constants=True, input_shapes={"x": [2, 3]}, validate=False)
     assert folded is not None
@@ -569,7 +572,7 @@ def test_damaged_weights_are_refused_in_one_line(tmp_path, cli, monkeypatch, dim
     model = modelzoo.make_model(graph, opset=17)
     path = tmp_path / "bad.onnx"
     if external:
-        monkeypatch.setattr(surgery, "EAGER_EXTERNAL_BYTES", 0)
+        monkeypatch.setattr(load, "EAGER_EXTERNAL_BYTES", 0)
         onnx.save_model(model, str(path), save_as_external_data=True, location="w.bin", size_threshold=0)
     else:
         modelzoo.save(model, path)
@@ -605,9 +608,9 @@ def test_validation_takes_minus_one_for_a_reshape_targets_computed_dim():
                                   [_const("target", np.array(target, np.int64))])
         return modelzoo.make_model(graph, opset=17)
 
-    assert surgery._Validation(original, None).check(folded([-1, 4])) is None
-    assert "target" in (surgery._Validation(original, None).check(folded([2, 2])) or "")
-    check = surgery._Validation(original, None)
+    assert validate.Validation(original, None).check(folded([-1, 4])) is None
+    assert "target" in (validate.Validation(original, None).check(folded([2, 2])) or "")
+    check = validate.Validation(original, None)
     check.prepare()
     assert not check._same_reshape_target(folded([-1, 4], extra_reader=True), "target")
 

@@ -347,7 +347,7 @@ def test_optimize_merges_duplicate_nodes(tmp_path, cli):
 def test_merging_keeps_nodes_that_differ_or_are_graph_outputs():
     import onnx_graphsurgeon as gs
 
-    from toolkit.surgeon.surgery import _eliminate_common_subexpressions
+    from toolkit.surgeon.optimize import eliminate_common_subexpressions
 
     model = parallel_branches()
     # r_b becomes a graph output: conv_b/relu_b must stay (relu_b is not merged, conv_b is)
@@ -356,7 +356,7 @@ def test_merging_keeps_nodes_that_differ_or_are_graph_outputs():
         if n.name == "relu_b":
             n.attribute.append(helper.make_attribute("unused", 1))  # attributes differ too
     graph = gs.import_onnx(model)
-    assert _eliminate_common_subexpressions(gs, graph) == 1
+    assert eliminate_common_subexpressions(gs, graph) == 1
     graph.cleanup()
     names = sorted(n.name for n in graph.nodes)
     assert "relu_b" in names and "conv_b" not in names and "conv_c" in names

@@ -2,7 +2,7 @@
 """Reducing a failing ONNX model, end to end, with toolkit.
 
 Builds the example model  Y = x0 + (a * x1 + b)  (two 1x3x224x224 inputs, initializers
-a and b), then runs every step of the workflow:
+a and b; a is all ones, as in the reference's example), then runs every step of the workflow:
 
   A. the real-check form: golden values for every tensor, `data to-input`, `debug reduce`
      in bisect mode with `toolkit run ... --load-inputs ... --load-outputs ...` as the
@@ -10,7 +10,9 @@ a and b), then runs every step of the workflow:
   B. the simulated-failure form: the same two reductions with
      `--fail-regex "Op: Mul" --check toolkit inspect model polygraphy_debug.onnx --mode=basic`;
   C. toolkit's default strategy: one `debug reduce` invocation, 1-minimal result;
-  D. the sanitize-first form of the recipe: `surgeon sanitize --fold-constants`, golden
+  D. the sanitize-first form of the recipe: `surgeon sanitize --fold-constants
+     --override-input-shapes ...` (which keeps Mul, Add, Add: folding never removes a node that
+     reads a runtime input, even a multiplication by ones), golden
      values of the folded model, and `debug reduce folded.onnx --load-inputs
      layerwise_inputs.json` (the layerwise file given to the reduce itself, for the shapes
      of every subgraph's inputs) with the same check, bisect then linear.
@@ -18,7 +20,7 @@ a and b), then runs every step of the workflow:
 Each form must end at the single Mul node; the script exits non-zero otherwise.
 
 Where TensorRT is not available, ONNX-Runtime stands in for the failing backend: the golden
-values come from a reference model whose Mul constant differs slightly (what the Mul
+values come from a reference model whose Mul constant differs slightly (1.01: what the Mul
 "should" compute), so every subgraph that contains the Mul disagrees with the golden
 values, exactly as a backend with a wrong Mul kernel would. Pass --trt to use TensorRT
 on the real model instead (needs an NVIDIA GPU and `pip install 'toolkit[trt]'`).
@@ -55,8 +57,8 @@ def build_models(workdir):
         io = lambda *names: [(n, TensorProto.FLOAT, shape) for n in names]
         save_graph(os.path.join(workdir, path), nodes, "onnx_graphsurgeon_graph", io("x0", "x1"), io("Y"), [a, b])
 
-    make("model.onnx", 2.0)
-    make("reference.onnx", 2.01)
+    make("model.onnx", 1.0)  # the reference's example multiplies by ones
+    make("reference.onnx", 1.01)
 
 
 def node_ops(workdir, model):
@@ -120,10 +122,15 @@ def main() -> int:
 
     # ---------------------------------------------------------------- D. sanitize first
     print("\n######## D. The sanitize-first recipe: fold constants, then reduce with --load-inputs ########")
-    toolkit(["surgeon", "sanitize", "model.onnx", "-o", "folded.onnx", "--fold-constants"], workdir)
+    shapes = ["--override-input-shapes", "x0:[1,3,224,224]", "x1:[1,3,224,224]"]
+    toolkit(["surgeon", "sanitize", "model.onnx", "-o", "folded.onnx", "--fold-constants", *shapes], workdir)
+    folded_ops = node_ops(workdir, "folded.onnx")
+    if folded_ops != ["Mul", "Add", "Add"]:
+        sys.exit(f"example failed: folding changed the model's nodes to {folded_ops} (expected Mul, Add, Add)")
     golden_folded = "folded.onnx"
     if not args.trt:
-        toolkit(["surgeon", "sanitize", "reference.onnx", "-o", "folded_reference.onnx", "--fold-constants"], workdir)
+        toolkit(["surgeon", "sanitize", "reference.onnx", "-o", "folded_reference.onnx", "--fold-constants", *shapes],
+                workdir)
         golden_folded = "folded_reference.onnx"
     toolkit(
         ["run", golden_folded, "--onnxrt", "--save-inputs", "folded_inputs.json",

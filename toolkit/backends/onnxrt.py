@@ -294,6 +294,7 @@ class OnnxrtRunner(Runner):
         stay; ``run`` asks only for the selected names.
         """
         self._selected = None
+        self._model_outputs: set = set()  # the model's own outputs (known where the model is parsed)
         if not self._needs_onnx():
             if not (os.path.isfile(self.model_path) and os.access(self.model_path, os.R_OK)):
                 check_readable_file(self.model_path)
@@ -308,6 +309,7 @@ class OnnxrtRunner(Runner):
         patch = b""
         if self.outputs_requested or self.exclude_outputs:
             names = select_outputs(model, self.outputs_requested, self.exclude_outputs)
+            self._model_outputs = {o.name for o in model.graph.output}
             patch = outputs_patch(model, names)
             self._selected = names
         if self.fp16:
@@ -358,7 +360,8 @@ class OnnxrtRunner(Runner):
                 self._session = None
                 raise InputError(f"ONNX-Runtime does not offer '{name}' as an output of the model")
             if ort_type_to_dtype(typ) is None:
-                if name in explicit or not self.outputs_requested:
+                # a model output is refused as a plain run refuses it, also when a pattern chose it
+                if name in explicit or not self.outputs_requested or name in self._model_outputs:
                     self._session = None
                     raise InputError(
                         f"output '{name}' has type {typ}, which is not a tensor; "

@@ -59,7 +59,7 @@ def inspect_model(
     from toolkit.core.model import load_model
 
     if list_unbounded_dds:
-        from toolkit.surgeon.surgery import unbounded_dds_tensors
+        from toolkit.surgeon.outputs import unbounded_dds_tensors
 
         names = unbounded_dds_tensors(load_model(model, external_data_dir=external_data_dir, load_external_data=False))
         _emit([f"Tensors with unbounded data-dependent shapes: {len(names)}"] + [f"  {n}" for n in names])

@@ -1,6 +1,6 @@
 """`toolkit surgeon`: cut subgraphs out of models (extract) and simplify them (sanitize).
 
-Thin layer: parse options, call toolkit.surgeon.surgery, save. Nothing heavy is imported at
+Thin layer: parse options, call toolkit.surgeon (extract, sanitize, optimize), save. Nothing heavy is imported at
 module level (numpy/onnx/graphsurgeon load inside the command bodies).
 """
 
@@ -68,7 +68,7 @@ def _save(
     model, output: str, save_external: bool, external_path: Optional[str], threshold: str, base_dir: Optional[str]
 ) -> None:
     from toolkit.core.model import save_model
-    from toolkit.surgeon.surgery import parse_size
+    from toolkit.core.meta import parse_size
 
     external = True if (save_external or external_path) else None
     save_model(
@@ -107,7 +107,7 @@ def _check_data_file_clash(model_path: str, output: str, external_path: Optional
 def _load(model_path: str, external_data_dir: Optional[str], output: str, external_path: Optional[str],
           fold_constants: bool = False):
     """(model, base_dir): big external weights are read later, only if the result keeps them."""
-    from toolkit.surgeon.surgery import load_for_surgery
+    from toolkit.surgeon.load import load_for_surgery
 
     files: list = []
     loaded = load_for_surgery(model_path, external_data_dir, fold_constants=fold_constants, files=files)
@@ -160,7 +160,10 @@ def extract_command(
     from toolkit.core.meta import parse_shape_specs, parse_tensor_spec
     from toolkit.core.model import check_output_path
     from toolkit.core.shapes import top_tensor_names
-    from toolkit.surgeon.surgery import check_model, count_model_nodes, extract, parse_size
+    from toolkit.core.meta import parse_size
+    from toolkit.surgeon.extract import extract
+    from toolkit.surgeon.plumbing import count_model_nodes
+    from toolkit.surgeon.validate import check_model
 
     check_output_path(output, binary=True)
     parse_size(external_data_threshold)  # a bad value is a usage error before any work
@@ -187,7 +190,8 @@ def extract_command(
 
 # The help text of each option of `surgeon sanitize`, by its first flag.
 _SANITIZE_OPTS = {
-    "--fold-constants": "Fold constant subgraphs, repeating until nothing changes.",
+    "--fold-constants": "Fold constant subgraphs, repeating until nothing changes. Nodes that read a runtime "
+        "value stay (x*1 too: see --remove-noops).",
     "--num-passes": "At most this many folding passes.",
     "--fold-size-threshold": "Do not fold tensors bigger than this (bytes, or 16K, 4M, 1G): keep them computed at "
         "run time.",
@@ -197,6 +201,8 @@ _SANITIZE_OPTS = {
     "--override-input-shapes": "Freeze input shapes, then re-infer every shape: name:[1,3,224,224] (several after "
         "one flag).",
     "--cleanup": "Remove nodes and tensors that no output needs.",
+    "--remove-noops": "Remove nodes that pass their input through unchanged (Identity, x*1, x+0, identity "
+        "Transpose, same-type Cast, whole-axis Slice...). --optimize does this too.",
     "--toposort": "Sort nodes topologically.",
     "--outputs": "Make these tensors the model's outputs (several after one flag); 'mark all' marks every tensor a "
         "node computes.",
@@ -206,9 +212,10 @@ _SANITIZE_OPTS = {
     "--set-unbounded-dds-upper-bound": "Bound tensors that set a data-dependent output size (Range limits, Tile "
         "repeats...) with a Min: BOUND for all, TENSOR:BOUND for one (several after one flag). `toolkit inspect "
         "model --list-unbounded-dds` lists them.",
-    "--optimize": "After folding, apply ONNX-Runtime's basic-level graph optimizations (Conv+BatchNorm fusion, "
-        "redundant node elimination...), then merge duplicate nodes and Slice chains and fold Add/BatchNorm into "
-        "ConvTranspose; the model stays standard ONNX.",
+    "--optimize": "After folding, remove pass-through nodes (as --remove-noops), apply ONNX-Runtime's basic-level "
+        "graph optimizations (Conv+BatchNorm fusion, redundant node elimination...), then merge duplicate nodes and "
+        "Slice chains and fold Add/BatchNorm into ConvTranspose; the model stays standard ONNX and never gets more "
+        "nodes.",
     "--no-validate": "Do not check the folded model on ONNX-Runtime (by default it must load and give the input "
         "model's outputs on generated inputs, or folding is redone with less).",
 }
@@ -232,6 +239,7 @@ def sanitize_command(
     no_per_pass_shape_inference: Annotated[bool, option(_SANITIZE_OPTS, "--no-per-pass-shape-inference")] = False,
     no_onnxruntime_shape_inference: Annotated[bool, option(_SANITIZE_OPTS, "--no-onnxruntime-shape-inference")] = False,
     force_fallback: ForceFallbackOpt = False,
+    remove_noops: Annotated[bool, option(_SANITIZE_OPTS, "--remove-noops")] = False,
     upper_bounds: Annotated[ListOpt, option(_SANITIZE_OPTS, "--set-unbounded-dds-upper-bound")] = None,
     optimize_graph: Annotated[bool, option(_SANITIZE_OPTS, "--optimize")] = False,
     no_validate: Annotated[bool, option(_SANITIZE_OPTS, "--no-validate")] = False,
@@ -249,16 +257,13 @@ def sanitize_command(
     """
     from toolkit.core.meta import parse_shape_specs
     from toolkit.core.model import check_output_path
-    from toolkit.surgeon.surgery import (
-        check_sanitize_options,
-        apply_fallback_shapes,
-        count_model_nodes,
-        mark_outputs,
-        parse_size,
-        parse_upper_bounds,
-        sanitize,
-        set_unbounded_dds_upper_bounds,
+    from toolkit.core.meta import parse_size
+    from toolkit.surgeon.optimize import optimize
+    from toolkit.surgeon.outputs import (
+        apply_fallback_shapes, mark_outputs, parse_upper_bounds, set_unbounded_dds_upper_bounds,
     )
+    from toolkit.surgeon.plumbing import count_model_nodes
+    from toolkit.surgeon.sanitize import check_sanitize_options, sanitize
 
     check_sanitize_options(partitioning, num_passes)
     check_output_path(output, binary=True)
@@ -269,8 +274,9 @@ def sanitize_command(
     m, base_dir = _load(model, external_data_dir, output, external_data_path, fold_constants=fold_constants)
     if outputs:
         mark_outputs(m, outputs)
-    if not (fold_constants or shapes or cleanup or toposort or outputs or bounds or force_fallback or optimize_graph):
-        _log("nothing to do: no --fold-constants, --override-input-shapes, --cleanup or --toposort; "
+    if not (fold_constants or shapes or cleanup or toposort or outputs or bounds or force_fallback or optimize_graph
+            or remove_noops):
+        _log("nothing to do: no --fold-constants, --override-input-shapes, --cleanup, --remove-noops or --toposort; "
              "the model is written unchanged")
     import time
 
@@ -285,6 +291,7 @@ def sanitize_command(
         input_shapes=shapes,
         cleanup=cleanup,
         toposort=toposort,
+        remove_noops=remove_noops or optimize_graph,
         validate=not no_validate,
         per_pass_shape_inference=not no_per_pass_shape_inference,
         external_data_dir=base_dir or external_data_dir,
@@ -292,8 +299,6 @@ def sanitize_command(
     )
     del m
     if optimize_graph:
-        from toolkit.surgeon.surgery import optimize
-
         result = optimize(result, validate=not no_validate, external_data_dir=base_dir or external_data_dir, log=_log)
     if bounds:
         set_unbounded_dds_upper_bounds(result, bounds, log=_log)

@@ -102,7 +102,7 @@ def constant_conditions(model, conditions: Sequence[str], base_dir: Optional[str
     from onnx import numpy_helper
 
     from toolkit.core.graphs import is_external
-    from toolkit.surgeon.surgery import _copied
+    from toolkit.surgeon.plumbing import copied
     from toolkit.core.weights import load_tensor
 
     wanted = set(conditions)
@@ -117,7 +117,7 @@ def constant_conditions(model, conditions: Sequence[str], base_dir: Optional[str
     for name, tensor in tensors.items():
         try:
             if is_external(tensor) and base_dir is not None:
-                tensor = _copied(tensor)
+                tensor = copied(tensor)
                 load_tensor(tensor, base_dir)
             value = np.asarray(numpy_helper.to_array(tensor))
         except Exception:  # noqa: BLE001 - damaged or external data: left to ONNX-Runtime's verdict
@@ -152,14 +152,15 @@ def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_
     replaced by the branch it takes (the nodes that only computed conditions removed)."""
     from toolkit.core.model import save_model
     from toolkit.core.graphs import fresh_name
-    from toolkit.surgeon.surgery import _export, _import_gs, _inline_branch
-    from toolkit.surgeon.surgery import _model_shell, _quiet_gs, count_nodes, load_for_surgery
+    from toolkit.surgeon.fold import inline_branch
+    from toolkit.surgeon.load import load_for_surgery
+    from toolkit.surgeon.plumbing import count_nodes, export_graph, import_gs, model_shell, quiet_gs
 
-    gs = _import_gs()
+    gs = import_gs()
     model, base = load_for_surgery(path, external_data_dir)
     labels = [_if_label(n, k) if n.op_type == "If" else None for k, n in enumerate(model.graph.node)]
-    shell = _model_shell(model)
-    with _quiet_gs():
+    shell = model_shell(model)
+    with quiet_gs():
         graph = gs.import_onnx(model)
     used = _names_outside(model, {k for k, label in enumerate(labels) if label in decide})
     # names of the nodes that stay (kept Ifs included): inlined nodes are renamed away from them
@@ -176,15 +177,15 @@ def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_
             continue
         branch = node.attrs["then_branch" if decide[label] else "else_branch"]
         decisions.append(Decision(label, decide[label], count_nodes(branch)))
-        body = _inline_branch(gs, graph, node, branch, unique)
+        body = inline_branch(gs, graph, node, branch, unique)
         for n in body:
             n.name = fresh_name(n.name or n.op, node_names)
         new_nodes.extend(body)
     graph.nodes = new_nodes
-    with _quiet_gs():
+    with quiet_gs():
         graph.cleanup(remove_unused_graph_inputs=False)
         graph.toposort()
-    save_model(_export(gs, graph, shell), out_path, external_base_dir=base)
+    save_model(export_graph(gs, graph, shell), out_path, external_base_dir=base)
     return decisions
 
 

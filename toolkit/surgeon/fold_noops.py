@@ -1,6 +1,7 @@
 """Nodes that pass their input through unchanged, found on an onnx-graphsurgeon graph.
 
-Folding removes them (their readers read the input instead): ``Identity``, ``Dropout`` at
+``sanitize --remove-noops`` (and ``--optimize``) remove them, never constant folding alone (their
+readers read the input instead): ``Identity``, ``Dropout`` at
 inference, ``Cast`` to the dtype the input already has, ``Reshape`` to the input's own shape,
 ``Slice`` over the whole of every axis it names, ``Transpose`` with the identity permutation,
 and ``Add``/``Sub`` of zeros and ``Mul``/``Div`` by ones that broadcast nothing. Every test
@@ -11,6 +12,9 @@ unknown the node is kept.
 from __future__ import annotations
 
 from typing import Any, Optional
+
+import numpy as np
+from onnx import helper
 
 from toolkit.core.graphs import fresh_name
 
@@ -55,8 +59,6 @@ def noop_source(gs, node, graph_outputs) -> Optional[Any]:
 
 
 def _np_dtype(tensor):
-    import numpy as np
-
     dtype = tensor.dtype
     if dtype is None:
         return None
@@ -67,9 +69,6 @@ def _np_dtype(tensor):
 
 
 def _is_noop_cast(node) -> bool:
-    import numpy as np
-    from onnx import helper
-
     if len(node.inputs) != 1 or "to" not in node.attrs:
         return False
     have = _np_dtype(node.inputs[0])
@@ -145,7 +144,6 @@ def _is_noop_slice(gs, node) -> bool:
 def _neutral_operand_source(gs, node):
     """For Add/Sub of zeros and Mul/Div by ones: the other operand, when the constant broadcasts
     nothing onto it (its dims are 1 or the other's, and it has no more of them) and the dtypes match."""
-    import numpy as np
 
     if len(node.inputs) != 2:
         return None
@@ -314,7 +312,6 @@ def _dynamic_target(gs, node, copy_dynamic: bool = False):
     are static but one, and hold as many elements as the positive constants ask. A 0 copies a
     static dim; with ``copy_dynamic``, a dynamic one too: the same for every input but an
     empty one (a copied dim of size 0 leaves -1 undefined)."""
-    import numpy as np
 
     if node.op != "Reshape" or len(node.inputs) < 2 or node.attrs.get("allowzero", 0):
         return None

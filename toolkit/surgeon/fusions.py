@@ -16,8 +16,10 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Set
 
-from toolkit.surgeon.fold_noops import slice_params
+import numpy as np
+
 from toolkit.core.graphs import fresh_name
+from toolkit.surgeon.fold_noops import slice_params
 
 _STANDARD = (None, "", "ai.onnx")  # onnx-graphsurgeon gives None for the default domain
 
@@ -45,7 +47,6 @@ def _slice_params(gs, node, rank: Optional[int]) -> Optional[Dict[str, List[int]
 def merge_slices(gs, graph) -> int:
     """Slice(Slice(x, ...), ...) on disjoint axes, the inner one read only there: one Slice of
     ``x`` with both sets of starts/ends/axes/steps. Returns how many Slices were merged away."""
-    import numpy as np
 
     graph_outputs = {id(t) for t in graph.outputs}
     taken = set(graph.tensors())
@@ -76,7 +77,6 @@ def merge_slices(gs, graph) -> int:
 def _per_channel(values, channels: int, rank: int):
     """``values`` (a constant added to a rank-``rank`` NC... tensor) as one number per channel,
     or None when it varies along another axis or does not broadcast so."""
-    import numpy as np
 
     if values.ndim > rank or values.dtype.kind != "f":
         return None
@@ -110,7 +110,6 @@ def _channels(node) -> int:
 
 def _rewrite(gs, node, scale, shift, taken: Set[str]) -> None:
     """ConvTranspose ``node`` computing ``y * scale + shift`` per output channel."""
-    import numpy as np
 
     weight = node.inputs[1].values
     group = int(node.attrs.get("group", 1))
@@ -141,7 +140,6 @@ def fold_into_conv_transpose(gs, graph) -> int:
     """Fold a per-channel constant ``Add`` and an inference ``BatchNormalization`` that follow a
     ConvTranspose (constant weights, output read only there) into its weights and bias.
     Returns how many nodes were folded away."""
-    import numpy as np
 
     graph_outputs = {id(t) for t in graph.outputs}
     taken = set(graph.tensors())

@@ -1,0 +1,413 @@
+"""`surgeon extract`: cut the subgraph between given tensors out of a model."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from typing import Dict, List, Mapping, Optional, Sequence
+
+from toolkit.core.errors import InputError, UsageError
+from toolkit.core.meta import TensorMeta, format_meta, format_spec_shape
+from toolkit.core.model import value_info_meta
+from toolkit.core.shapes import (
+    declared_tensor_meta,
+    infer_tensor_meta,
+    is_complete,
+    light_copy,
+    node_reads,
+    override_input_shapes,
+    top_tensor_names,
+)
+from toolkit.surgeon.load import check_structure
+from toolkit.surgeon.outputs import assume_dynamic_dims
+from toolkit.surgeon.plumbing import (
+    LogFn,
+    all_tensors,
+    export_graph,
+    gs_step,
+    import_gs,
+    is_non_tensor,
+    keep_non_tensor_types,
+    model_shell,
+    nolog,
+    non_tensor_types,
+    non_tensor_value_types,
+    np_dtype,
+    quiet_gs,
+    quiet_ort,
+    tensor_value_info,
+    unknown_name_error,
+)
+
+
+def dangling_tensors(model) -> List[tuple]:
+    """[(tensor, node name, op)] for tensors that nodes read but nothing defines.
+
+    Defined are graph inputs, initializers and node outputs (topological order is not
+    required). Reads include what If/Loop/Scan bodies read from the outer graph.
+    """
+    g = model.graph
+    defined = {i.name for i in g.input} | {t.name for t in g.initializer}
+    defined |= {t.values.name for t in g.sparse_initializer}
+    for node in g.node:
+        defined.update(o for o in node.output if o)
+    out = []
+    seen = set()
+    for node in g.node:
+        for name in node_reads(node):
+            if name not in defined and name not in seen:
+                seen.add(name)
+                out.append((name, node.name, node.op_type))
+    for o in g.output:
+        if o.name not in defined and o.name not in seen:
+            seen.add(o.name)
+            out.append((o.name, "", "graph output"))
+    return out
+
+
+def _check_cut_names(model, inputs, outputs) -> None:
+    """InputError for a cut naming no tensor of the model, or an initializer as an input."""
+    known = top_tensor_names(model)
+    known_set = set(known)
+    inits = {t.name for t in model.graph.initializer}
+    for spec in list(inputs or []) + list(outputs or []):
+        if spec.name not in known_set:
+            what = "input" if inputs and spec in inputs else "output"
+            raise unknown_name_error(spec.name, known, what)
+    for spec in inputs or []:
+        if spec.name in inits:
+            raise InputError(
+                f"'{spec.name}' is a constant (initializer) of the model and cannot be a subgraph input; "
+                "cut at a tensor that a node computes"
+            )
+
+
+def _set_cut(gs, graph, model, in_specs, out_specs, metas: Dict[str, TensorMeta]) -> None:
+    """Make the cut's tensors the graphsurgeon ``graph``'s inputs and outputs, with their metadata."""
+    tensors = all_tensors(graph)
+    if in_specs is not None:
+        new_inputs = []
+        for spec in in_specs:
+            t = tensors[spec.name]
+            meta = metas[spec.name]
+            if isinstance(t, gs.Constant):
+                raise InputError(
+                    f"'{spec.name}' is a constant of the model and cannot be a subgraph input; "
+                    "cut at a tensor that a node computes"
+                )
+            t.inputs.clear()
+            t.shape = list(meta.shape) if meta.shape is not None else None
+            t.dtype = np_dtype(meta.dtype)
+            new_inputs.append(t)
+        graph.inputs = new_inputs
+    if out_specs is not None:
+        new_outputs = []
+        for spec in out_specs:
+            t = tensors.get(spec.name)
+            if t is None:  # an initializer that nothing reads: not in graphsurgeon's graph
+                t = _import_unused_initializer(model, spec.name)
+            meta = metas[spec.name]
+            if not isinstance(t, gs.Constant):
+                t.dtype = np_dtype(meta.dtype)
+                t.shape = list(meta.shape) if meta.shape is not None else None
+            new_outputs.append(t)
+        graph.outputs = new_outputs
+
+
+def extract(
+    model,
+    *,
+    inputs: Optional[Sequence[TensorMeta]] = None,
+    outputs: Optional[Sequence[TensorMeta]] = None,
+    input_shapes: Optional[Mapping[str, Sequence]] = None,
+    force_fallback: bool = False,
+    external_data_dir: Optional[str] = None,
+    log: LogFn = nolog,
+):
+    """Cut the subgraph from ``inputs`` to ``outputs`` out of ``model`` and return it.
+
+    ``None`` for inputs/outputs keeps the model's own. A TensorMeta with shape/dtype None
+    means ``auto``: found by ONNX shape inference, falling back to ONNX-Runtime (always
+    with ``force_fallback``; ``input_shapes`` fixes dynamic model inputs for that).
+    Unknown tensor names, constants given as inputs, and cuts that leave a needed tensor
+    without producer and without being an input raise InputError naming the tensor.
+    ``model`` is modified (its graph is rebuilt); pass a copy to keep it.
+    """
+    gs = import_gs()
+    _check_cut_names(model, inputs, outputs)
+    check_structure(model)
+    if force_fallback:
+        # ONNX-Runtime needs every input dim: unknown ones are taken as 1 (said in one line),
+        # and the result's inputs get the shapes it ran with.
+        input_shapes = assume_dynamic_dims(model, input_shapes, log)
+        if input_shapes:
+            override_input_shapes(model, input_shapes, inplace=True)
+    in_specs = _dedupe(inputs) if inputs is not None else None
+    out_specs = _dedupe(outputs) if outputs is not None else None
+    metas = _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log)
+
+    original_fields = model_shell(model)
+    cut = [s.name for s in list(in_specs or []) + list(out_specs or []) if is_non_tensor(metas.get(s.name))]
+    types = {**non_tensor_types(model), **non_tensor_value_types(model, cut)}
+    with quiet_gs(), gs_step("import"):
+        graph = gs.import_onnx(model)
+    _set_cut(gs, graph, model, in_specs, out_specs, metas)
+    with quiet_gs(), gs_step("clean up and sort"):
+        graph.cleanup(remove_unused_graph_inputs=False)
+        graph.toposort()
+    with gs_step("export"):
+        result = export_graph(gs, graph, original_fields)
+    del graph
+    keep_non_tensor_types(result, types)
+
+    dangling = dangling_tensors(result)
+    if dangling:
+        raise InputError(_dangling_message(result, dangling))
+    _complete_output_shapes(result, external_data_dir, log)
+    return result
+
+
+def _complete_output_shapes(result, external_data_dir, log: LogFn) -> None:
+    """Outputs whose shape inference on the whole model left unknown: infer them on the
+    subgraph, whose inputs are now the cut's; run it on ONNX-Runtime if needed."""
+    todo = [o.name for o in result.graph.output
+            if o.type.HasField("tensor_type") and not is_complete(value_info_meta(o))]
+    if not todo:
+        return
+    metas = infer_tensor_meta(result, fallback=True, names=todo, external_data_dir=external_data_dir)
+    for o in result.graph.output:
+        m = metas.get(o.name)
+        if o.name not in todo or m is None or m.shape is None:
+            continue
+        old = value_info_meta(o)
+        if old.shape is not None and len(old.shape) == len(m.shape):
+            # keep the model's names for dims the subgraph cannot fix
+            shape = [d if d is not None else od for d, od in zip(m.shape, old.shape)]
+        else:
+            shape = list(m.shape)
+        o.type.CopyFrom(tensor_value_info(o.name, TensorMeta(o.name, tuple(shape), m.dtype or old.dtype)).type)
+        log(f"Subgraph output {format_meta(o.name, tuple(shape), m.dtype or old.dtype)} (found on the subgraph)")
+    _name_unknown_output_dims(result, log)
+    missing = [o.name for o in result.graph.output
+               if o.type.HasField("tensor_type") and value_info_meta(o).shape is None]
+    if missing:
+        raise InputError(
+            f"cannot find the shape of output '{missing[0]}', even by running the subgraph; "
+            "give the model's input shapes with --model-input-shapes"
+        )
+
+
+_DIM_NAME = re.compile(r"[A-Za-z_][\w.]*\Z")
+
+
+def _name_unknown_output_dims(result, log: LogFn) -> None:
+    """Output dims still unknown after ONNX inference: ONNX-Runtime's symbolic shape inference
+    (when sympy is installed) follows dims through ops ONNX's does not (Pad with computed pads,
+    ...), giving a number or the model's own dim name (``sequence_length``). Expressions it
+    builds (``floor(n/2)``) are not written; unknown stays unknown there."""
+    todo = {o.name: value_info_meta(o) for o in result.graph.output if o.type.HasField("tensor_type")}
+    todo = {k: m for k, m in todo.items() if m.shape is None or any(d is None for d in m.shape)}
+    if not todo:
+        return
+    try:
+        import sympy  # noqa: F401  (symbolic inference needs it; optional)
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    except ImportError:
+        return
+    try:
+        with quiet_ort(), contextlib.redirect_stdout(io.StringIO()):
+            inferred = SymbolicShapeInference.infer_shapes(light_copy(result), auto_merge=True)
+    except Exception:  # noqa: BLE001 - an optional refinement; the shapes found so far stand
+        return
+    if inferred is None:
+        return
+    found = {o.name: value_info_meta(o) for o in inferred.graph.output}
+    for o in result.graph.output:
+        old, new = todo.get(o.name), found.get(o.name)
+        if old is None or new is None or new.shape is None or (old.shape is not None and len(old.shape) != len(new.shape)):
+            continue
+        base = old.shape if old.shape is not None else (None,) * len(new.shape)
+        shape = tuple(d if d is not None else _plain_dim(n) for d, n in zip(base, new.shape))
+        if shape == tuple(base):
+            continue
+        o.type.CopyFrom(tensor_value_info(o.name, TensorMeta(o.name, shape, old.dtype)).type)
+        log(f"Subgraph output {format_meta(o.name, shape, old.dtype)} (symbolic shape inference)")
+
+
+def _plain_dim(dim):
+    """``dim`` as symbolic shape inference gave it, where it is a number or a plain dim name (not
+    an expression, not one of its own ``unk__`` names); else None."""
+    if isinstance(dim, int) or (isinstance(dim, str) and _DIM_NAME.match(dim) and not dim.startswith("unk__")):
+        return dim
+    return None
+
+
+def _import_unused_initializer(model, name: str):
+    init = next((t for t in model.graph.initializer if t.name == name), None)
+    try:
+        from onnx_graphsurgeon.importers.onnx_importer import OnnxImporter
+
+        if init is not None:
+            return OnnxImporter.import_tensor(init)
+    except Exception:  # noqa: BLE001 - graphsurgeon internals; fall through to the message
+        pass
+    raise InputError(f"'{name}' is not connected to any node of the model and cannot be a subgraph output")
+
+
+def _dangling_message(model, dangling) -> str:
+    """Name the tensor left without producer, and where the cut should be widened."""
+    name, node, op = dangling[0]
+    by = f"node '{node}' ({op})" if node else "the outputs"
+    more = ""
+    if len(dangling) > 1:
+        others = ", ".join(repr(d[0]) for d in dangling[1:5])
+        more = f" (also: {others}{', ...' if len(dangling) > 5 else ''})"
+    msg = f"the cut leaves tensor '{name}', needed by {by}, without a producer and it is not an input{more}"
+    border = _cut_border(model, {d[0] for d in dangling})
+    if border and border[0][0] != name:
+        t, n, o = border[0]
+        msg += f"; node '{n}' ({o}) reads '{t}', which depends on it: add '{t}' to --inputs"
+        if len(border) > 1:
+            msg += f" (and {', '.join(repr(b[0]) for b in border[1:4])}{', ...' if len(border) > 4 else ''})"
+    else:
+        msg += f"; add '{name}' (or a tensor between it and the outputs) to --inputs"
+    return msg
+
+
+def _cut_border(model, dangling: set) -> List[tuple]:
+    """[(tensor, node, op)]: tensors that depend on a dangling tensor and are read by nodes fed by the inputs.
+
+    Those are where the user most likely meant to cut.
+    """
+    g = model.graph
+    tainted = set(dangling)
+    fed = {i.name for i in g.input} - {t.name for t in g.initializer}
+    fed_nodes = []
+    for node in g.node:  # topologically sorted by extract
+        reads = node_reads(node)
+        outs = [o for o in node.output if o]
+        if any(r in tainted for r in reads):
+            tainted.update(outs)
+        if any(r in fed for r in reads):
+            fed.update(outs)
+            fed_nodes.append((node, reads))
+    border = []
+    seen = set()
+    for node, reads in fed_nodes:
+        for r in reads:
+            if r in tainted and r not in fed and r not in seen:
+                seen.add(r)
+                border.append((r, node.name, node.op_type))
+    return border
+
+
+def _dedupe(specs: Sequence[TensorMeta]) -> List[TensorMeta]:
+    out: Dict[str, TensorMeta] = {}
+    for s in specs:
+        if s.name in out and out[s.name] != s:
+            raise UsageError(f"tensor '{s.name}' is given twice with different shapes or dtypes")
+        out[s.name] = s
+    return list(out.values())
+
+
+def _cut_fully_given(in_specs) -> bool:
+    """Every subgraph input is given with a static shape and a dtype."""
+    return bool(in_specs) and all(
+        s.dtype and s.shape is not None and all(isinstance(d, int) and d >= 0 for d in s.shape) for s in in_specs
+    )
+
+
+def _check_explicit(in_specs, out_specs, metas, *, dims: bool = True) -> None:
+    """InputError when a shape or dtype given for a cut contradicts what inference knows."""
+    for s, kind in [(s, "input") for s in in_specs] + [(s, "output") for s in out_specs]:
+        m = metas.get(s.name)
+        if m is None:
+            continue
+        shape_txt = format_spec_shape(tuple(m.shape)) if m.shape is not None else "auto"
+        known = f"{s.name}:{shape_txt}:{m.dtype or 'auto'}"
+        flag = "--inputs" if kind == "input" else "--outputs"
+        if s.dtype and m.dtype and not m.dtype.endswith("_type") and s.dtype != m.dtype:
+            raise InputError(
+                f"{kind} '{s.name}' is given as {s.dtype}, but the model computes {known}; "
+                f"fix the dtype in {flag} (or write auto)"
+            )
+        if kind == "input" and s.shape is not None and m.shape is not None:
+            bad = len(s.shape) != len(m.shape) or (dims and any(
+                isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(s.shape, m.shape)))
+            if bad:
+                raise InputError(
+                    f"input '{s.name}' is given the shape {format_spec_shape(tuple(s.shape))}, but the model computes "
+                    f"{known}; fix the shape in --inputs (or write auto)"
+                )
+
+
+def _filled_specs(in_specs, out_specs, metas: Dict[str, TensorMeta]) -> Dict[str, TensorMeta]:
+    """The cut's inputs and outputs with what was ``auto`` taken from ``metas`` (InputError when no dtype is known)."""
+    result: Dict[str, TensorMeta] = {}
+    for s in in_specs or []:
+        m = metas.get(s.name, TensorMeta(s.name))
+        shape = s.shape if s.shape is not None else m.shape
+        dtype = s.dtype or m.dtype
+        if not dtype:
+            raise InputError(
+                f"cannot find the dtype of input '{s.name}'; give it, e.g. --inputs {s.name}:auto:float32"
+            )
+        result[s.name] = TensorMeta(s.name, shape, dtype)
+    for s in out_specs or []:
+        m = metas.get(s.name, TensorMeta(s.name))
+        dtype = s.dtype or m.dtype
+        if not dtype:
+            raise InputError(f"cannot find the dtype of output '{s.name}'; give it, e.g. --outputs {s.name}:float32")
+        result[s.name] = TensorMeta(s.name, m.shape, dtype)
+    return result
+
+
+def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log):
+    """Fill ``auto`` shapes/dtypes: {name: TensorMeta} for every given input and output."""
+    need_in = [s for s in in_specs or [] if s.shape is None or s.dtype is None]
+    metas: Dict[str, TensorMeta] = {}
+    if force_fallback:
+        metas = infer_tensor_meta(
+            model, input_shapes=input_shapes, force_fallback=True, external_data_dir=external_data_dir
+        )
+        # Dims come from a run at assumed input shapes: only ranks and dtypes can be checked.
+        _check_explicit(in_specs or [], out_specs or [], metas, dims=False)
+    elif in_specs or out_specs:
+
+        declared = {} if input_shapes else declared_tensor_meta(model)
+        explicit = [s for s in in_specs or [] if s.shape is not None or s.dtype is not None]
+        explicit += [s for s in out_specs or [] if s.dtype is not None]
+        if all(is_complete(declared.get(s.name)) for s in list(need_in) + list(out_specs or []) + explicit):
+            metas = declared  # the model already describes every cut tensor: no inference needed
+        else:
+            metas = infer_tensor_meta(model, input_shapes=input_shapes, fallback=False)
+            known = sum(1 for m in metas.values() if is_complete(m))
+            log(f"Shape inference completed successfully: {known} of {len(metas)} tensors fully known")
+        _check_explicit(in_specs or [], out_specs or [], metas)
+        # What ONNX inference left unknown: input dtype/rank/dims; output dtype and rank
+        # (onnx.checker wants a shape on every graph output).
+        missing = [s.name for s in need_in if s.dtype is None and not metas[s.name].dtype]
+        missing += [s.name for s in need_in if s.shape is None and metas[s.name].shape is None]
+        missing += [s.name for s in out_specs or [] if not (s.dtype or metas[s.name].dtype)]
+        if not _cut_fully_given(in_specs):
+            missing += [s.name for s in out_specs or [] if metas[s.name].shape is None and not is_non_tensor(metas[s.name])]
+        # else: output shapes unknown here are found on the subgraph itself, whose inputs are
+        # the cut's (static) inputs (see extract); no model input shapes are needed.
+        partial = [s.name for s in need_in if s.shape is None and not is_complete(metas[s.name])]
+        if missing or partial:
+            if missing:
+                log(f"ONNX shape inference left {', '.join(repr(m) for m in missing[:3])} unknown; "
+                    "running ONNX-Runtime to find them")
+            metas = infer_tensor_meta(
+                model, input_shapes=input_shapes, fallback=True,
+                names=list(dict.fromkeys(missing + partial)), external_data_dir=external_data_dir,
+            )
+    result = _filled_specs(in_specs, out_specs, metas)
+    for s in in_specs or []:
+        meta = result[s.name]
+        log(f"Subgraph input  {format_meta(meta.name, meta.shape, meta.dtype)}")
+    for s in out_specs or []:
+        meta = result[s.name]
+        log(f"Subgraph output {format_meta(meta.name, meta.shape, meta.dtype)}")
+    return result

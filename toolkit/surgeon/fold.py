@@ -1,0 +1,493 @@
+"""Constant folding on onnx-graphsurgeon: passes until nothing changes, shapes refreshed
+between passes, graphsurgeon's folding bugs worked around, and the fallback levels taken when
+a folded model fails validation."""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import numpy as np
+
+from toolkit.core.errors import one_line
+from toolkit.core.graphs import fresh_name, walk_graphs
+from toolkit.core.model import infer_shapes, value_info_meta
+from toolkit.core.shapes import _STUB_BYTES, light_copy
+from toolkit.surgeon.fold_noops import bodies, constant_reshape_targets, eliminate_noops
+from toolkit.surgeon.plumbing import (
+    LogFn,
+    all_nodes,
+    all_tensors,
+    count_nodes,
+    gs_step,
+    np_dtype,
+    quiet_gs,
+    quiet_ort,
+    restore_model_fields,
+    stubbed_constants,
+)
+from toolkit.surgeon.validate import Validation
+
+
+@dataclass
+class FoldPass:
+    index: int
+    nodes_before: int
+    nodes_after: int
+    seconds: float
+    partitioning: str
+
+
+@dataclass
+class SanitizeReport:
+    nodes_before: int = 0
+    nodes_after: int = 0
+    passes: List[FoldPass] = field(default_factory=list)
+    converged: bool = True
+    seconds: float = 0.0
+
+
+def _apply_inferred(model, inferred, *, outputs: bool) -> None:
+    """Copy value_info (and optionally graph output types) from a shape-inferred light copy."""
+    del model.graph.value_info[:]
+    model.graph.value_info.extend(inferred.graph.value_info)
+    # If/Loop/Scan bodies too (the light copy has the same graphs, in the same order).
+    bodies = list(walk_graphs(model.graph))[1:]
+    inferred_bodies = list(walk_graphs(inferred.graph))[1:]
+    if len(bodies) == len(inferred_bodies):
+        for g, ig in zip(bodies, inferred_bodies):
+            if ig.value_info:
+                del g.value_info[:]
+                g.value_info.extend(ig.value_info)
+    if outputs:
+        by_name = {o.name: o for o in inferred.graph.output}
+        for o in model.graph.output:
+            new = by_name.get(o.name)
+            if new is not None and new.type.HasField("tensor_type") and new.type.tensor_type.HasField("shape"):
+                o.type.CopyFrom(new.type)
+
+
+def _clear_negative_dims(value_infos) -> None:
+    """Dims written as -1 (some exporters' "unknown") become unknown dims, which inference may
+    fill (it keeps a stated value, even an invalid one)."""
+    for vi in value_infos:
+        if vi.type.HasField("tensor_type"):
+            for d in vi.type.tensor_type.shape.dim:
+                if d.HasField("dim_value") and d.dim_value < 0:
+                    d.Clear()
+
+
+def infer_shapes_in_place(model, *, reset_outputs: bool = False) -> None:
+    """Re-infer every intermediate shape of ``model`` (weights are not copied)."""
+    light = light_copy(model)
+    _clear_negative_dims(light.graph.output)
+    # Existing value_info is kept as a hint (exporters annotate what inference cannot derive);
+    # override_input_shapes has already dropped it where input shapes changed.
+    if reset_outputs:
+        for o in light.graph.output:
+            if o.type.HasField("tensor_type"):
+                o.type.tensor_type.ClearField("shape")
+    inferred = infer_shapes(light, data_prop=True)
+    _apply_inferred(model, inferred, outputs=reset_outputs)
+
+
+def _all_shapes_static(gs, graph) -> bool:
+    """Every tensor of ``graph`` (and its subgraphs) has a shape of fixed dims: shape
+    inference cannot teach it anything more."""
+    for tensor in all_tensors(graph).values():
+        if isinstance(tensor, gs.Constant) or not tensor.name:  # constants, omitted optional inputs
+            continue
+        shape = tensor.shape
+        if shape is None or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+            return False
+    return True
+
+
+def _refresh_gs_shapes(gs, graph, original) -> int:
+    """Re-run ONNX shape inference on the current gs graph and write shapes back to its tensors.
+
+    Folding a shape computation turns e.g. a Reshape's target into a constant; only a new
+    inference then tells the next Shape node its input's shape. Returns how many tensors
+    learned something.
+    """
+
+    with quiet_gs(), stubbed_constants(graph, _STUB_BYTES):
+        model = gs.export_onnx(graph, do_type_check=False)
+    restore_model_fields(model, original)
+    light = light_copy(model)
+    del model
+    _clear_negative_dims(light.graph.output)
+    inferred = infer_shapes(light, data_prop=True)
+    # Inside If/Loop/Scan bodies too: folding there needs the body's shapes (names are unique
+    # across scopes in ONNX).
+    metas: dict = {}
+    for g in walk_graphs(inferred.graph):
+        for vi in list(g.value_info) + (list(g.output) if g is inferred.graph else []):
+            metas.setdefault(vi.name, value_info_meta(vi))
+    input_names = {t.name for t in graph.inputs}
+    changed = 0
+    for name, tensor in all_tensors(graph).items():
+        if isinstance(tensor, gs.Constant) or name in input_names:
+            continue
+        meta = metas.get(name)
+        if meta is None or meta.shape is None:
+            continue
+        old = tuple(tensor.shape) if tensor.shape is not None else None
+        new_shape = tuple(meta.shape)
+        if old == new_shape:
+            continue
+        known_old = sum(1 for d in old if isinstance(d, int)) if old is not None else -1
+        known_new = sum(1 for d in new_shape if isinstance(d, int))
+        if old is not None and (len(old) != len(new_shape) or known_new < known_old):
+            continue
+        tensor.shape = list(new_shape)
+        if tensor.dtype is None and meta.dtype:
+            tensor.dtype = np_dtype(meta.dtype)
+        changed += 1
+    return changed
+
+
+_NODE_NAME_PATTERNS = (
+    re.compile(r"Name:'([^']+)'"),
+    re.compile(r'In Node, \("([^"]+)"'),
+    re.compile(r"Node \(([^)]+)\) Op \("),
+    re.compile(r"node '([^']+)'"),
+)
+_OP_PATTERNS = (
+    re.compile(r"([\w.]*):(\w+)\(-?\d+\) is not a registered function/op"),
+    re.compile(r"No Op registered for (\w+) with domain_version"),
+)
+_MAX_EXCLUSIONS = 32
+
+
+def _failing_part(message: str, names: set):
+    """(kind, key) naming what ONNX-Runtime failed on: ("node", name) or ("op", op_type)."""
+    for pat in _NODE_NAME_PATTERNS:
+        for m in pat.finditer(message):
+            if m.group(1) in names:
+                return "node", m.group(1)
+    for pat in _OP_PATTERNS:
+        found = pat.search(message)
+        if found:
+            return "op", found.groups()[-1]
+    return None
+
+
+# ---------------------------------------------------------------------- onnx-graphsurgeon workarounds
+
+_HIDDEN_PREFIX = "__toolkit_hidden__"
+
+
+def _shape_attr_slice(node, rank: int):
+    """(start, end) of a Shape node's ``start``/``end`` attributes, clamped like ONNX does."""
+    start = int(node.attrs.get("start", 0))
+    end = node.attrs.get("end", None)
+    end = rank if end is None else int(end)
+    if start < 0:
+        start += rank
+    if end < 0:
+        end += rank
+    return max(0, min(start, rank)), max(0, min(end, rank))
+
+
+def _prepare_shape_slices(gs, graph) -> List:
+    """Shape nodes with ``start``/``end``: folded here, correctly, where the dims they take are
+    known; hidden from onnx-graphsurgeon otherwise (it folds them to the whole shape).
+
+    Returns the hidden nodes, for :func:`_unhide`.
+    """
+
+    hidden = []
+    for node in list(all_nodes(graph)):
+        if node.op != "Shape" or not ("start" in node.attrs or "end" in node.attrs):
+            continue
+        inp = node.inputs[0] if node.inputs else None
+        shape = None
+        if isinstance(inp, gs.Constant):
+            shape = list(inp.shape)
+        elif inp is not None and inp.shape is not None:
+            shape = list(inp.shape)
+        if shape is not None:
+            start, end = _shape_attr_slice(node, len(shape))
+            dims = shape[start:end]
+            if all(isinstance(d, int) and d >= 0 for d in dims):
+                out = node.outputs[0]
+                out.to_constant(np.array(dims, dtype=np.int64))
+                out.inputs.clear()
+                continue
+        node.op = _HIDDEN_PREFIX + node.op
+        hidden.append(node)
+    return hidden
+
+
+def _is_hidden(node) -> bool:
+    return node.op.startswith(_HIDDEN_PREFIX)
+
+
+def _hide(nodes) -> List:
+    for node in nodes:
+        node.op = _HIDDEN_PREFIX + node.op
+    return list(nodes)
+
+
+def _unhide(nodes) -> None:
+    for node in nodes:
+        if node.op.startswith(_HIDDEN_PREFIX):
+            node.op = node.op[len(_HIDDEN_PREFIX):]
+
+
+def _flatten_constant_ifs(gs, graph) -> int:
+    """Inline the taken branch of every If whose condition is a constant (bodies included).
+
+    onnx-graphsurgeon's own flattening loses If outputs after the first (it edits the
+    output list it iterates) and leaves outputs that a branch passes through from outside
+    without producer; this version keeps every output. Returns how many were inlined.
+    """
+    count = 0
+    used_names = {t.name for t in all_tensors(graph).values()}
+
+    def unique(name: str) -> str:
+        return fresh_name(name, used_names)
+
+    def visit(g) -> None:
+        nonlocal count
+        index = 0
+        while index < len(g.nodes):
+            node = g.nodes[index]
+            for sub in bodies(node):
+                visit(sub)
+            cond = node.inputs[0] if node.op == "If" and node.inputs else None
+            if not isinstance(cond, gs.Constant) or cond.values.size != 1:
+                index += 1
+                continue
+            branch = node.attrs["then_branch" if bool(cond.values.reshape(-1)[0]) else "else_branch"]
+            if len(node.outputs) != len(branch.outputs):
+                index += 1
+                continue
+            new_nodes = inline_branch(gs, g, node, branch, unique)
+            g.nodes[index:index + 1] = new_nodes
+            index += len(new_nodes)
+            count += 1
+
+    visit(graph)
+    return count
+
+
+def inline_branch(gs, g, node, branch, unique) -> list:
+    """The nodes that replace If ``node`` of graph ``g`` by its ``branch`` (names made unique);
+    an Identity keeps each If output defined where no branch node produces it."""
+    outer_outs = list(node.outputs)
+    branch_outs = list(branch.outputs)
+    body_nodes = list(branch.nodes)
+    produced = {id(t) for n in body_nodes for t in n.outputs}
+    outer_tensors = g.tensors()
+    for n in body_nodes:
+        for t in n.outputs:
+            if not t.is_empty():
+                t.name = unique(t.name)
+        for t in n.inputs:
+            if isinstance(t, gs.Constant) and outer_tensors.get(t.name, t) is not t:
+                t.name = unique(t.name)  # a branch constant whose name the outer graph uses
+    node.inputs.clear()
+    node.outputs.clear()
+    extra = []
+    rebound: dict = {}
+    for outer, inner in zip(outer_outs, branch_outs):
+        if id(inner) in rebound:
+            src = rebound[id(inner)]
+        elif id(inner) in produced and inner.inputs:
+            producer = inner.inputs[0]
+            producer.outputs[producer.outputs.index(inner)] = outer
+            rebound[id(inner)] = outer
+            continue
+        else:
+            src = inner  # passed through from outside, or a constant
+        # An Identity keeps the If's output defined.
+        extra.append(gs.Node("Identity", name=unique(f"{outer.name}_identity"), inputs=[src], outputs=[outer]))
+    return body_nodes + extra
+
+
+def _fold_once(
+    graph,
+    *,
+    partitioning: str,
+    size_threshold: Optional[int],
+    fold_shapes: bool,
+    log: LogFn,
+    bad_nodes: Optional[set] = None,
+    bad_ops: Optional[set] = None,
+    recurse_subgraphs: bool = True,
+) -> str:
+    """One graphsurgeon folding run; returns how it folded.
+
+    ``auto`` folds everything in one ONNX-Runtime run. When that fails, the node (or op
+    type) that failed is read from the error, excluded, and the rest folded again, so one
+    bad node does not stop the rest. Only when the error names nothing does it fall back
+    to graphsurgeon's recursive partitioning (correct, but slow on big graphs).
+    """
+    # Constant-condition If nodes are inlined by _flatten_constant_ifs, not by graphsurgeon.
+    kwargs = dict(
+        fold_shapes=fold_shapes, size_threshold=size_threshold, recurse_subgraphs=recurse_subgraphs,
+        flatten_subgraphs=False,
+    )
+    if partitioning != "auto":
+        mode = None if partitioning == "none" else partitioning
+        with quiet_gs() as buf, quiet_ort(), gs_step("fold constants in"):
+            graph.fold_constants(partitioning=mode, error_ok=True, should_exclude_node=_is_hidden, **kwargs)
+        if "failed" in buf.getvalue().lower():
+            log(f"Folding constants | some nodes could not be folded (partitioning={partitioning}); kept as they are")
+        return partitioning
+
+    # Unnamed nodes get a temporary name so that errors can point at them.
+    renamed = []
+    for i, node in enumerate(all_nodes(graph)):
+        if not node.name:
+            node.name = f"__toolkit_unnamed_{i}"
+            renamed.append(node)
+    # What failed in earlier passes stays excluded (the sets are updated in place).
+    bad_nodes = set() if bad_nodes is None else bad_nodes
+    bad_ops = set() if bad_ops is None else bad_ops
+
+    def exclude(node) -> bool:
+        return node.name in bad_nodes or node.op in bad_ops or _is_hidden(node)
+
+    try:
+        for _ in range(_MAX_EXCLUSIONS + 1):
+            try:
+                with quiet_gs() as buf, quiet_ort():
+                    graph.fold_constants(partitioning=None, error_ok=False, should_exclude_node=exclude, **kwargs)
+                if "large outputs" in buf.getvalue():
+                    log("Folding constants | some folded tensors are over 1 MiB; --fold-size-threshold keeps "
+                        "such tensors computed at run time instead")
+                return "none" if not (bad_nodes or bad_ops) else "none, excluding failing nodes"
+            except Exception as exc:  # ONNX-Runtime or graphsurgeon failed on some node
+                names = {n.name for n in all_nodes(graph)}
+                part = _failing_part(str(exc), names - bad_nodes)
+                if part is None or (part[0] == "op" and part[1] in bad_ops):
+                    log(f"Folding constants | folding failed ({one_line(exc, first_line=True, limit=300)}); "
+                        "falling back to folding part by part (slow on big graphs)")
+                    break
+                kind, key = part
+                (bad_nodes if kind == "node" else bad_ops).add(key)
+                shown = key if not key.startswith("__toolkit_unnamed_") else "(unnamed)"
+                log(f"Folding constants | {'node' if kind == 'node' else 'op type'} {shown} cannot be folded "
+                    f"({one_line(exc, first_line=True, limit=300)}); folding the rest without it")
+        else:
+            log("Folding constants | too many nodes fail to fold; falling back to folding part by part")
+        with quiet_gs() as buf, quiet_ort(), gs_step("fold constants in"):
+            graph.fold_constants(partitioning="recursive", error_ok=True, should_exclude_node=exclude, **kwargs)
+        return "recursive"
+    finally:
+        for node in renamed:
+            node.name = ""
+
+
+# Fallbacks when a folded model fails validation, in order (see sanitize()).
+_FOLD_LEVELS = (
+    ("full", ""),
+    ("no-inline", "without inlining constant-condition If branches"),
+    ("top-only", "folding only outside If/Loop/Scan bodies"),
+    ("skip-wrong", "skipping the nodes whose folded values are wrong"),
+)
+
+
+def fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, size_threshold, fold_shapes,
+                 excluded: set, log: LogFn, per_pass_shapes: bool = True, remove_noops: bool = False) -> None:
+    """Fold ``graph`` in place, pass after pass, until nothing changes (or ``num_passes``); with
+    ``remove_noops``, each pass also removes pass-through nodes (which may let more fold)."""
+    index = 0
+    report.passes = []
+    report.converged = False
+    bad_nodes: set = set()
+    bad_ops: set = set()
+    inline = level == "full"
+    while num_passes is None or index < num_passes:
+        index += 1
+        t0 = time.perf_counter()
+        before = count_nodes(graph)
+        hidden = _prepare_shape_slices(gs, graph)
+        if excluded:
+            hidden += _hide([n for n in all_nodes(graph) if not _is_hidden(n)
+                             and any(o.name in excluded for o in n.outputs)])
+        try:
+            used = _fold_once(
+                graph,
+                partitioning=partitioning,
+                size_threshold=size_threshold,
+                fold_shapes=fold_shapes,
+                log=log,
+                bad_nodes=bad_nodes,
+                bad_ops=bad_ops,
+                recurse_subgraphs=level in ("full", "no-inline"),
+            )
+        finally:
+            _unhide(hidden)
+        ifs = _flatten_constant_ifs(gs, graph) if inline else 0
+        inlined = ifs + (eliminate_noops(gs, graph) if remove_noops else 0) + constant_reshape_targets(gs, graph)
+        with quiet_gs(), gs_step("clean up"):
+            graph.cleanup()
+        after = count_nodes(graph)
+        changed = after != before or inlined > 0
+        unlocked = True
+        if changed and per_pass_shapes:
+            # Shapes unlocked by this pass, for the next one.
+            learned = 0
+            if not _all_shapes_static(gs, graph):
+                with gs_step("export"):
+                    learned = _refresh_gs_shapes(gs, graph, shell)
+            # One folding run folds everything computable from the constants and the shapes
+            # it is given: with no shape learned and no If branch inlined, another pass would
+            # see the same graph facts and fold nothing (it is not run).
+            unlocked = learned > 0 or ifs > 0
+        secs = time.perf_counter() - t0
+        report.passes.append(FoldPass(index, before, after, secs, used))
+        log(f"Folding constants | pass {index} | nodes {before} -> {after} ({before - after} folded) | {secs:.2f} s")
+        if not changed or not unlocked:
+            report.converged = True
+            break
+    if not report.converged:
+        log(f"Folding constants | stopped after {index} passes (--num-passes); more folding may be possible")
+
+
+def fold_validated(model, build, validate: bool, external_data_dir: Optional[str], log: LogFn,
+                    inputs_before_override=None):
+    """Fold with ``build(level, excluded)``; validate and fall back level by level."""
+    if not validate:
+        return build("full", set())
+    check = Validation(model, external_data_dir, inputs_before_override)
+    check.start()
+    failures: list = []
+    result = None
+    for level, how in _FOLD_LEVELS:
+        if level == "skip-wrong":
+            excluded: set = set()
+            for _ in range(4):
+                wrong = check.wrong_constants(result)
+                if not wrong or wrong <= excluded:
+                    break
+                excluded |= wrong
+                result = build("top-only", excluded)
+                err = check.check(result)
+                if err is None:
+                    shown = ", ".join(sorted(excluded)[:3]) + (", ..." if len(excluded) > 3 else "")
+                    log(f"Folding constants | left unfolded: {len(excluded)} tensor(s) whose folded values were "
+                        f"wrong ({shown}), and everything inside If/Loop/Scan bodies; first try: {failures[0]}")
+                    return result
+            continue
+        if failures:
+            log(f"Folding constants | the folded model failed validation ({failures[-1]}); folding again {how}")
+        result = build(level, set())
+        err = check.check(result)
+        if err is None:
+            if check.limits():
+                log(f"Folding constants | the folded model {check.limits()}")
+            if failures and not check.skip_reason:
+                what = "constant-condition If branches" if level == "no-inline" else "everything inside If/Loop/Scan bodies"
+                log(f"Folding constants | left unfolded: {what}; folding them broke the model ({failures[0]})")
+            return result
+        failures.append(err)
+    log(f"Folding constants | left unfolded: everything; every folded model failed validation ({failures[0]}); "
+        "the model is written without folding")
+    return build(None, set())

@@ -1,0 +1,305 @@
+"""`sanitize --optimize`: ONNX-Runtime's basic-level optimizations saved back as ONNX, and
+the rewrites added on top of them."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import os
+import tempfile
+import time
+from typing import Any, Dict, Optional
+
+import numpy as np
+import onnx
+
+from toolkit.core.errors import DependencyError, one_line
+from toolkit.core.graphs import walk_graphs
+from toolkit.core.model import PROTOBUF_LIMIT
+from toolkit.core.shapes import light_copy
+from toolkit.surgeon.fold_noops import computed_reshape_targets, constant_reshape_targets, eliminate_noops
+from toolkit.surgeon.fusions import optimizer_rewrites
+from toolkit.surgeon.plumbing import (
+    LogFn,
+    count_model_nodes,
+    export_graph,
+    gs_step,
+    import_gs,
+    keep_non_tensor_types,
+    nolog,
+    non_tensor_types,
+    quiet_gs,
+    quiet_ort,
+    restore_model_fields,
+)
+from toolkit.surgeon.validate import Validation, attempt
+
+
+def optimize(model, *, validate: bool = True, external_data_dir: Optional[str] = None, log: LogFn = nolog):
+    """ONNX-Runtime's basic-level graph optimizations (constant folding, redundant node
+    elimination, Conv+BatchNorm/Add/Mul fusions into standard ops), saved back as ONNX, then
+    toolkit's own rewrites (pass-through nodes removed, duplicate nodes merged, ...).
+
+    Basic level is the one ONNX-Runtime documents as hardware-independent: its result uses
+    only standard ops. Where its result has ops of a domain the input model does not import,
+    or more nodes than the input (it copies a shared DequantizeLinear for each reader in QDQ
+    models), that pass is skipped and the rewrites run on the input as it is. The result never
+    has more nodes than the input, keeps the types of graph inputs and outputs, and is
+    validated; otherwise the input is returned, and a line says why.
+    """
+    ort = _import_ort()
+    if model.ByteSize() > PROTOBUF_LIMIT:
+        log("Optimizing | skipped: the model is over 2 GB")
+        return model
+    before = count_model_nodes(model)
+    t0 = time.perf_counter()
+    optimized, exc = attempt(_ort_basic, model, ort, external_data_dir)
+    if exc is not None:
+        log(f"Optimizing | skipped: ONNX-Runtime cannot optimize this model ({one_line(exc, first_line=True)})")
+        return model
+    types = non_tensor_types(model)
+    done, result, how = _rewritten(_usable(optimized, model, log), model, before, log)
+    keep_non_tensor_types(result, types)
+    after = count_model_nodes(result)
+    if result is model or after > before:
+        log(f"Optimizing | nothing to do: the model stays as it is ({before} nodes)" if after <= before else
+            f"Optimizing | skipped: the optimized model has {after} nodes where the model has {before}")
+        return model
+    if validate:
+        err = Validation(model, external_data_dir).check(result)
+        if err is not None:
+            log(f"Optimizing | skipped: the optimized model failed validation ({err})")
+            return model
+    also = "".join(f", {n} {what}" for what, n in done.items())
+    log(f"Optimizing | {how}{also} | nodes {before} -> {after} | {time.perf_counter() - t0:.2f} s")
+    return result
+
+
+def _import_ort():
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise DependencyError("--optimize needs onnxruntime; pip install onnxruntime") from None
+    return ort
+
+
+def _ort_basic(model, ort, external_data_dir: Optional[str]):
+    """``model`` through ONNX-Runtime's basic level, read back from the file it writes."""
+
+    with tempfile.TemporaryDirectory(prefix="toolkit_optimize_") as tmp:
+        out = os.path.join(tmp, "optimized.onnx")
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+        so.optimized_model_filepath = out
+        so.log_severity_level = 4
+        if external_data_dir:
+            so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_data_dir)
+        ort.InferenceSession(_constant_initializers(model).SerializeToString(), so, providers=["CPUExecutionProvider"])
+        result = onnx.load(out)
+    restore_model_fields(result, model)
+    return result
+
+
+def _usable(optimized, model, log: LogFn):
+    """ONNX-Runtime's result, or None where it uses ops of a domain the model does not import."""
+    allowed = {o.domain for o in model.opset_import} | {"", "ai.onnx"}
+    foreign = sorted({n.domain for g in walk_graphs(optimized.graph) for n in g.node} - allowed)
+    if foreign:
+        log(f"Optimizing | ONNX-Runtime's basic level skipped: its result uses ops of {', '.join(foreign)}, which "
+            "the model does not import")
+        return None
+    return optimized
+
+
+def _rewritten(optimized, model, before: int, log: LogFn):
+    """``(done, result, how)``: toolkit's rewrites on ONNX-Runtime's result; on the input model
+    itself where ONNX-Runtime's result is unusable or, even rewritten, has more nodes than the
+    input (its basic level copies a shared DequantizeLinear for each reader in QDQ models)."""
+    done: Dict[str, int] = {}
+    if optimized is not None:
+        done, result = _rewrite_top(optimized, model)
+        grown = count_model_nodes(result)
+        if grown <= before:
+            return done, result, "ONNX-Runtime basic level"
+        log(f"Optimizing | ONNX-Runtime's basic level skipped: it gives {grown} nodes where the model has {before} "
+            "(it copies QuantizeLinear/DequantizeLinear nodes for each reader in quantized models)")
+    done, result = _rewrite_top(model, model)
+    return done, result, "toolkit's rewrites only"
+
+
+def _rewrite_top(result, model):
+    """:func:`_after_optimizer` where the model has no subgraphs (else ``result`` as it is)."""
+    if any(attr.type in (5, 10) for n in result.graph.node for attr in n.attribute):  # GRAPH, GRAPHS
+        return {}, result
+    return _after_optimizer(result, model)
+
+
+SYMBOLIC_SHAPES_MAX_NODES = 5000  # --optimize's Reshape-target rule runs symbolic shape inference up to this size
+
+
+def _after_optimizer(result, model):
+    """What ``--optimize`` adds to ONNX-Runtime's basic level (top graph): pass-through nodes removed
+    (:func:`toolkit.surgeon.fold_noops.eliminate_noops`), duplicate nodes merged,
+    Reshape targets computed from a dim the data copies with 0 made constant (see
+    :func:`toolkit.surgeon.fold_noops.constant_reshape_targets`; the shapes that decides on come
+    from symbolic shape inference, and are not written), and :mod:`toolkit.surgeon.fusions`.
+    Returns ``({what was done: how many}, model)``."""
+    gs = import_gs()
+    with quiet_gs(), gs_step("import"):
+        graph = gs.import_onnx(result)
+    noops = eliminate_noops(gs, graph)
+    merged = eliminate_common_subexpressions(gs, graph)
+    small = len(graph.nodes) <= SYMBOLIC_SHAPES_MAX_NODES  # its cost grows with the graph (~2 ms a node)
+    inferred = _symbolic_shapes(result) if small and computed_reshape_targets(gs, graph) else {}
+    lent = {}
+    for name, tensor in graph.tensors().items():
+        if name in inferred and not isinstance(tensor, gs.Constant):
+            lent[name] = tensor.shape
+            tensor.shape = inferred[name]
+    targets = constant_reshape_targets(gs, graph, copy_dynamic=True)
+    tensors = graph.tensors()
+    for name, shape in lent.items():
+        if name in tensors:
+            tensors[name].shape = shape
+    rewrites = optimizer_rewrites(gs, graph)
+    done = {"pass-through node(s) removed": noops, "duplicate node(s) merged": merged, "Reshape target(s) made constant": targets, **rewrites}
+    done = {what: n for what, n in done.items() if n}
+    if not done:
+        return done, result
+    with quiet_gs(), gs_step("clean up"):
+        graph.cleanup()
+    with gs_step("export"):
+        return done, export_graph(gs, graph, model)
+
+
+def _symbolic_shapes(model) -> Dict[str, tuple]:
+    """Shapes of the top graph's tensors by ONNX-Runtime's symbolic shape inference: numbers
+    where known, other dims as None (empty when it cannot run)."""
+    try:
+        import sympy  # noqa: F401  (symbolic inference needs it)
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    except ImportError:
+        return {}
+    try:
+        with quiet_ort(), contextlib.redirect_stdout(io.StringIO()):
+            inferred = SymbolicShapeInference.infer_shapes(light_copy(model), auto_merge=True)
+    except Exception:  # noqa: BLE001 - an optional help; without it fewer targets are made constant
+        return {}
+    if inferred is None:
+        return {}
+    found: Dict[str, tuple] = {}
+    for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
+        t = vi.type.tensor_type
+        if vi.type.HasField("tensor_type") and t.HasField("shape"):
+            found[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+    return found
+
+
+def _constant_initializers(model):
+    """``model`` with its initializers constant for ONNX-Runtime's optimizer.
+
+    Before IR version 4 every initializer is also listed as a graph input, which makes it an
+    input with a default value: ONNX-Runtime then fuses nothing that reads one (Conv +
+    BatchNormalization...). Folding already treated them as constants; the copy given to the
+    optimizer says so (IR 4, initializers not listed as inputs). The IR version and the
+    input list are restored on the result."""
+    if model.ir_version >= 4:
+        return model
+
+    light = light_copy(model, stub_bytes=1 << 62)  # every weight shared, none copied
+    inits = {t.name for t in light.graph.initializer}
+    kept = [i for i in light.graph.input if i.name not in inits]
+    del light.graph.input[:]
+    light.graph.input.extend(kept)
+    light.ir_version = 4
+    return light
+
+
+# Ops whose two calls on the same inputs may differ, or that have effects.
+_NOT_MERGED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli",
+               "Dropout"}
+
+
+def _array_key(values):
+    arr = np.ascontiguousarray(values)
+    digest = hashlib.blake2b(memoryview(arr).cast("B"), digest_size=16).hexdigest() if arr.size else ""
+    return ("a", str(arr.dtype), arr.shape, digest)
+
+
+class _NodeKeys:
+    """Keys that are equal for nodes computing the same thing: op, attributes, inputs (constants
+    by value; hashed only when another constant has the same dtype and shape)."""
+    def __init__(self, gs, graph):
+        self.gs = gs
+        self.by_shape: Dict[Any, int] = {}
+        for t in graph.tensors().values():
+            if isinstance(t, gs.Constant):
+                k = (str(t.dtype), tuple(t.shape or ()))
+                self.by_shape[k] = self.by_shape.get(k, 0) + 1
+        self.const_keys: Dict[int, Any] = {}
+
+    def tensor(self, t):
+        if not isinstance(t, self.gs.Constant):
+            return ("v", t.name)
+        key = self.const_keys.get(id(t))
+        if key is None:
+            lazy = getattr(t._values, "tensor", None)
+            external = lazy is not None and lazy.data_location == 1  # EXTERNAL: not read here
+            if external or self.by_shape.get((str(t.dtype), tuple(t.shape or ())), 0) < 2:
+                key = ("c", t.name)  # nothing else can equal it (or it is not read)
+            else:
+                key = _array_key(t.values)
+            self.const_keys[id(t)] = key
+        return key
+
+    def attr(self, value):
+        if isinstance(value, self.gs.Constant):
+            return _array_key(value.values)
+        if isinstance(value, np.ndarray):
+            return _array_key(value)
+        if isinstance(value, (list, tuple)):
+            return tuple(self.attr(v) for v in value)
+        if isinstance(value, (int, float, str, bytes, type(None), np.generic)):
+            return (type(value).__name__, repr(value))
+        raise TypeError(type(value).__name__)  # graphs, refs...: not merged
+
+    def node(self, node):
+        """The node's key, or None for a node never merged."""
+        if node.domain not in ("", "ai.onnx", None) or node.op in _NOT_MERGED or not node.outputs:
+            return None
+        try:
+            return (node.op, tuple(self.tensor(t) for t in node.inputs),
+                    tuple(sorted((k, self.attr(v)) for k, v in node.attrs.items())), len(node.outputs))
+        except TypeError:
+            return None
+
+
+def eliminate_common_subexpressions(gs, graph) -> int:
+    """Merge nodes that compute the same thing: same op, attributes and inputs, constant
+    inputs compared by value (two Convs reading equal weights from the same tensor).
+    Top graph only, standard ops only, never a node whose output is a graph output.
+    Returns how many nodes were merged away (graph.cleanup() removes them)."""
+    keys = _NodeKeys(gs, graph)
+    with quiet_gs(), gs_step("sort"):
+        graph.toposort()
+    graph_outputs = {id(t) for t in graph.outputs}
+    seen: Dict[Any, Any] = {}
+    merged = 0
+    for node in graph.nodes:
+        if any(id(o) in graph_outputs for o in node.outputs):
+            continue
+        key = keys.node(node)
+        if key is None:
+            continue
+        kept = seen.setdefault(key, node)
+        if kept is node:
+            continue
+        for dup, same in zip(node.outputs, kept.outputs):
+            for consumer in list(dup.outputs):
+                for i, t in enumerate(consumer.inputs):
+                    if t is dup:
+                        consumer.inputs[i] = same
+        node.outputs.clear()
+        merged += 1
+    return merged

@@ -1,0 +1,196 @@
+"""Graph outputs (`--outputs`, `mark all`), data-dependent-shape bounds and shapes found by
+running the model."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Mapping, Optional, Sequence
+
+import numpy as np
+from onnx import helper, numpy_helper
+
+from toolkit.core.errors import InputError, UsageError
+from toolkit.core.graphs import fresh_name
+from toolkit.core.meta import dtype_to_numpy, format_spec_shape
+from toolkit.core.model import graph_io_meta, infer_shapes, value_info_meta
+from toolkit.core.shapes import infer_tensor_meta, is_complete, light_copy, override_input_shapes, top_tensor_names
+from toolkit.surgeon.plumbing import (
+    LogFn,
+    is_non_tensor,
+    nolog,
+    non_tensor_value_types,
+    tensor_value_info,
+    unknown_name_error,
+)
+
+
+def mark_outputs(model, names: Sequence[str]) -> None:
+    """Make ``names`` the graph outputs of ``model`` (in place); ``["mark", "all"]`` marks every
+    tensor a node of the top graph computes. Types come from shape inference where known."""
+
+    known = top_tensor_names(model)
+    g = model.graph
+    if list(names) == ["mark", "all"]:
+        names = [o for n in g.node for o in n.output if o]
+    else:
+        for name in names:
+            if name not in set(known):
+                raise unknown_name_error(name, known, "output")
+    names = list(dict.fromkeys(names))
+    metas = infer_tensor_meta(model, fallback=False, names=names)
+    old = {o.name: o for o in g.output}
+    others = non_tensor_value_types(model, [n for n in names if n not in old and is_non_tensor(metas.get(n))])
+    new = []
+    for name in names:
+        if name in old:
+            new.append(old[name])
+        elif name in others:
+            new.append(helper.make_value_info(name, others[name]))
+        else:
+            new.append(tensor_value_info(name, metas.get(name)))
+    del g.output[:]
+    g.output.extend(new)
+
+
+_DDS_INPUTS = {"Range": (1,), "Pad": (1,), "Resize": (3,), "Tile": (1,), "Expand": (1,)}
+
+
+def unbounded_dds_tensors(model) -> List[str]:
+    """Tensors that decide a data-dependent output size with no upper bound.
+
+    A node of ``_DDS_INPUTS`` whose output has a dim that shape inference cannot tie to the
+    inputs' dims (unknown, or a new symbol) gets its size from a runtime input; that input
+    is unbounded unless it is a constant or already goes through a ``Min``.
+    """
+    inferred = infer_shapes(light_copy(model), data_prop=True)
+    g = inferred.graph
+    metas = {vi.name: value_info_meta(vi) for vi in list(g.value_info) + list(g.output)}
+    symbols: set = set()
+    for vi in g.input:
+        m = value_info_meta(vi)
+        symbols.update(d for d in (m.shape or ()) if isinstance(d, str))
+    const = {t.name for t in g.initializer}
+    producer = {}
+    for node in g.node:
+        for o in node.output:
+            producer[o] = node
+        if node.op_type == "Constant":
+            const.update(node.output)
+    found: List[str] = []
+    for node in g.node:
+        new_dims = False
+        for o in node.output:
+            m = metas.get(o)
+            if m is None or m.shape is None:
+                new_dims = True
+                continue
+            for d in m.shape:
+                if d is None or (isinstance(d, str) and d not in symbols):
+                    new_dims = True
+                if isinstance(d, str):
+                    symbols.add(d)
+        if not new_dims or node.op_type not in _DDS_INPUTS:
+            continue
+        for idx in _DDS_INPUTS[node.op_type]:
+            if idx >= len(node.input) or not node.input[idx]:
+                continue
+            name = node.input[idx]
+            prod = producer.get(name)
+            if name in const or prod is None or prod.op_type == "Min" or name in found:
+                continue
+            found.append(name)
+    return found
+
+
+def parse_upper_bounds(specs: Sequence[str]) -> Dict[str, int]:
+    """``["1000", "t:4000"]`` -> ``{"": 1000, "t": 4000}`` ("" is every other tensor)."""
+    bounds: Dict[str, int] = {}
+    for spec in specs:
+        name, _, value = spec.rpartition(":")
+        try:
+            bound = int(value)
+        except ValueError:
+            raise UsageError(
+                f"--set-unbounded-dds-upper-bound: '{spec}' is not BOUND or TENSOR:BOUND (an integer)"
+            ) from None
+        bounds[name] = bound
+    return bounds
+
+
+def set_unbounded_dds_upper_bounds(model, bounds: Mapping[str, int], log: LogFn = nolog) -> Dict[str, int]:
+    """Bound each unbounded data-dependent-shape tensor with a ``Min`` (in place); returns what was set."""
+
+    targets = unbounded_dds_tensors(model)
+    named = [n for n in bounds if n]
+    for name in named:
+        if name not in targets:
+            shown = ", ".join(targets) or "none"
+            raise InputError(
+                f"'{name}' is not a tensor with an unbounded data-dependent shape; those are: {shown} "
+                "(`toolkit inspect model --list-unbounded-dds` lists them)"
+            )
+    metas = infer_tensor_meta(model, fallback=False, names=targets)
+    g = model.graph
+    taken = set(top_tensor_names(model))
+    applied: Dict[str, int] = {}
+    for name in targets:
+        bound = bounds.get(name, bounds.get(""))
+        if bound is None:
+            continue
+        meta = metas.get(name)
+        dtype = dtype_to_numpy(meta.dtype) if meta is not None and meta.dtype else np.int64
+        values = np.array(bound, dtype=dtype)
+        if meta is not None and meta.shape:
+            values = np.full(len(meta.shape), bound, dtype=dtype)
+        copy = fresh_name(name + "_unbounded", taken)
+        const = fresh_name(name + "_upper_bound", taken)
+        pos = next(i for i, n in enumerate(g.node) if name in n.output)
+        producer = g.node[pos]
+        producer.output[list(producer.output).index(name)] = copy
+        g.initializer.append(numpy_helper.from_array(values, const))
+        g.node.insert(pos + 1, helper.make_node("Min", [copy, const], [name], name=fresh_name(name + "_min", taken)))
+        applied[name] = bound
+    log(f"Upper bounds set: {', '.join(f'{k}<={v}' for k, v in applied.items()) or 'none needed'}")
+    return applied
+
+
+def assume_dynamic_dims(model, input_shapes: Optional[Mapping[str, Sequence]], log: LogFn) -> Dict[str, list]:
+    """Input shapes for running the model: ``input_shapes``, and 1 for every other dynamic dim
+    (said in one line)."""
+    shapes = {k: list(v) for k, v in (input_shapes or {}).items()}
+    assumed = []
+    ins, _ = graph_io_meta(model)
+    for m in ins:
+        if m.name in shapes or m.shape is None or not m.dtype or m.dtype.endswith("_type"):
+            continue
+        if any(not isinstance(d, int) for d in m.shape):
+            shapes[m.name] = [d if isinstance(d, int) else 1 for d in m.shape]
+            assumed.append(f"{m.name}:{format_spec_shape(tuple(shapes[m.name]))}")
+    if assumed:
+        log(f"warning: dynamic input dims assumed to be 1 for shape inference: {', '.join(assumed)} "
+            "(--model-input-shapes / --override-input-shapes set them)")
+    return shapes
+
+
+def apply_fallback_shapes(model, *, input_shapes=None, external_data_dir=None, log: LogFn = nolog) -> None:
+    """Run the model on ONNX-Runtime and write every tensor's real shape into it (in place):
+    graph inputs (dynamic dims assumed 1 unless given), intermediate value_info, outputs."""
+    shapes = assume_dynamic_dims(model, input_shapes, log)
+    if shapes:
+        override_input_shapes(model, shapes, inplace=True)
+    metas = infer_tensor_meta(model, force_fallback=True, external_data_dir=external_data_dir)
+    g = model.graph
+    outputs = {o.name for o in g.output}
+    inputs = {i.name for i in g.input}
+    inits = {t.name for t in g.initializer}
+    del g.value_info[:]
+    for name, meta in metas.items():
+        if name in inits or name in inputs or not is_complete(meta) or not meta.dtype or meta.dtype.endswith("_type"):
+            continue
+        vi = tensor_value_info(name, meta)
+        if name in outputs:
+            for o in g.output:
+                if o.name == name:
+                    o.type.CopyFrom(vi.type)
+        else:
+            g.value_info.append(vi)
+    log(f"Shapes of {len(metas)} tensors found by running ONNX-Runtime")

@@ -1,0 +1,346 @@
+"""onnx-graphsurgeon plumbing shared by extract, fold and optimize: importing it quietly,
+exporting a graph with the input model's fields, node counts, tensor walks."""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import io
+from typing import Callable, Optional, Sequence
+
+import onnx
+from onnx import ValueInfoProto, helper
+
+from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError, one_line
+from toolkit.core.graphs import walk_graphs
+from toolkit.core.meta import TensorMeta, dtype_to_numpy, dtype_to_onnx
+from toolkit.core.model import infer_shapes
+from toolkit.core.shapes import _STUB_BYTES, _STUB_LOCATION, light_copy
+from toolkit.surgeon.fold_noops import bodies
+
+LogFn = Callable[[str], None]
+
+
+def nolog(_msg: str) -> None:
+    pass
+
+
+@contextlib.contextmanager
+def quiet_gs():
+    """onnx-graphsurgeon prints its log with print(); keep it off our stdout (``-o -``)."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        yield buf
+
+
+@contextlib.contextmanager
+def quiet_ort():
+    """ONNX-Runtime sessions made by graphsurgeon's folding log optimizer warnings; hide them.
+
+    Those sessions (graphsurgeon passes no options) also run on one thread that does not spin,
+    without graph optimizations: a folding run executes each constant node once, so ONNX-Runtime
+    folding the same constants while it builds the session is the work done twice, and spinning
+    threads take the CPU from the validation running beside folding."""
+    try:
+        import onnxruntime as ort
+    except ImportError:  # folding then fails and says so
+        yield
+        return
+    ort.set_default_logger_severity(4)
+    plain = ort.InferenceSession
+    ort.InferenceSession = _with_folding_options(plain, ort)
+    try:
+        yield
+    finally:
+        ort.InferenceSession = plain
+        ort.set_default_logger_severity(2)  # ONNX-Runtime's default (warnings)
+
+
+def _with_folding_options(plain, ort):
+    """``plain`` (InferenceSession), with folding's session options where the caller gives none."""
+    def session(model, sess_options=None, *args, **kwargs):
+        if sess_options is None:
+            sess_options = ort.SessionOptions()
+            sess_options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+            sess_options.intra_op_num_threads = 1
+            sess_options.inter_op_num_threads = 1
+            sess_options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        return plain(model, sess_options, *args, **kwargs)
+
+    return session
+
+
+def import_gs():
+    try:
+        import onnx_graphsurgeon as gs
+    except ImportError:  # pragma: no cover - a declared dependency
+
+        raise DependencyError("onnx-graphsurgeon is needed for surgery; pip install onnx-graphsurgeon") from None
+    gs.logger.G_LOGGER.severity = gs.logger.G_LOGGER.WARNING
+    return gs
+
+
+def restore_model_fields(new, original) -> None:
+    """Keep what export would lose or change: IR version, opsets, producer, metadata."""
+    new.ir_version = original.ir_version
+    del new.opset_import[:]
+    new.opset_import.extend(original.opset_import)
+    new.producer_name = original.producer_name
+    new.producer_version = original.producer_version
+    new.domain = original.domain
+    new.model_version = original.model_version
+    new.doc_string = original.doc_string
+    del new.metadata_props[:]
+    new.metadata_props.extend(original.metadata_props)
+    if new.ir_version < 4:
+        # Before IR 4 every initializer must also be listed as a graph input.
+
+        have = {i.name for i in new.graph.input}
+        for t in new.graph.initializer:
+            if t.name not in have:
+                new.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+
+
+def _constant_nbytes(tensor) -> int:
+    nbytes = getattr(tensor._values, "nbytes", None)  # numpy arrays and graphsurgeon's LazyValues
+    return int(nbytes) if nbytes is not None else 0
+
+
+@contextlib.contextmanager
+def stubbed_constants(graph, limit: int):
+    """While active, onnx-graphsurgeon exports the top graph's Constants over ``limit``
+    bytes as shape-only stubs (dims and type, no data). Yields {name: Constant} of those.
+
+    Exporting a big constant copies its bytes four times (tobytes, make_tensor, the
+    graph's initializer list, the model's graph); shape inference needs none of them."""
+    from onnx_graphsurgeon.exporters import onnx_exporter
+    from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
+
+    stubbed = {}
+    for tensor in graph.tensors().values():
+        if (isinstance(tensor, Constant) and not isinstance(tensor._values, SparseValues)
+                and _constant_nbytes(tensor) > limit):
+            stubbed[id(tensor)] = tensor
+    exporter = onnx_exporter.OnnxExporter
+    original = exporter.__dict__["export_tensor_proto"]
+
+    def export_tensor_proto(tensor):
+        if id(tensor) not in stubbed:
+            return original.__func__(tensor)
+        stub = onnx.TensorProto()
+        stub.name = tensor.name
+        lazy = getattr(tensor._values, "tensor", None)
+        if lazy is not None:
+            stub.data_type = lazy.data_type
+            stub.dims.extend(lazy.dims)
+        else:
+            stub.data_type = onnx_exporter.dtype_to_onnx(tensor.export_dtype)
+            stub.dims.extend(int(d) for d in tensor.shape)
+        stub.data_location = onnx.TensorProto.EXTERNAL
+        entry = stub.external_data.add()
+        entry.key = "location"
+        entry.value = _STUB_LOCATION
+        return stub
+
+    exporter.export_tensor_proto = staticmethod(export_tensor_proto)
+    try:
+        yield {t.name: t for t in stubbed.values()}
+    finally:
+        exporter.export_tensor_proto = original
+
+
+def fill_stubs(model, constants) -> None:
+    """Give the stubs that :func:`stubbed_constants` exported their data (one copy each)."""
+    from onnx_graphsurgeon.exporters import onnx_exporter
+
+    for t in model.graph.initializer:
+        if not (t.external_data and t.external_data[0].value == _STUB_LOCATION):
+            continue
+        tensor = constants[t.name]
+        lazy = getattr(tensor._values, "tensor", None)
+        if lazy is not None:
+            t.CopyFrom(lazy)
+            t.name = tensor.name
+            continue
+        if tensor.dtype != tensor.export_dtype:
+            t.CopyFrom(onnx_exporter.constant_to_onnx_tensor(tensor))
+        else:
+            del t.external_data[:]
+            t.ClearField("data_location")
+            t.raw_data = tensor.values.tobytes()
+        if tensor.data_location is not None:
+            t.data_location = tensor.data_location
+
+
+def export_graph(gs, graph, original):
+    with quiet_gs(), stubbed_constants(graph, _STUB_BYTES) as big:
+        model = gs.export_onnx(graph, do_type_check=False)
+    fill_stubs(model, big)
+    restore_model_fields(model, original)
+    return model
+
+
+def count_nodes(graph) -> int:
+    """Nodes of a gs graph including those inside subgraphs (If/Loop/Scan bodies)."""
+    n = len(graph.nodes)
+    for node in graph.nodes:
+        for sub in bodies(node):
+            n += count_nodes(sub)
+    return n
+
+
+def count_model_nodes(model) -> int:
+    """Nodes of an ONNX model including those inside subgraphs."""
+
+    def count(g) -> int:
+        n = len(g.node)
+        for node in g.node:
+            for attr in node.attribute:
+                if attr.type == onnx.AttributeProto.GRAPH:
+                    n += count(attr.g)
+                elif attr.type == onnx.AttributeProto.GRAPHS:
+                    n += sum(count(s) for s in attr.graphs)
+        return n
+
+    return count(model.graph)
+
+
+class GraphSurgeonError(InputError):
+    """onnx-graphsurgeon failed on the model (exit 3, as bad input)."""
+
+
+@contextlib.contextmanager
+def gs_step(what: str):
+    """onnx-graphsurgeon fails on some malformed models in ways the checks above do not
+    foresee; say so in one line (GraphSurgeonError, exit 3) instead of as an unexpected exception."""
+    try:
+        yield
+    except (ToolkitError, MemoryError):
+        raise
+    except Exception as exc:  # graphsurgeon raises its own exception, KeyError, ValueError...
+        raise GraphSurgeonError(
+            f"onnx-graphsurgeon cannot {what} this model ({one_line(exc, first_line=True, limit=300)}); the model may be malformed "
+            "(onnx.checker.check_model tells what is wrong)"
+        ) from None
+
+
+def all_tensors(graph) -> dict:
+    """{name: tensor} of a gs graph, including outer tensors only If/Loop/Scan bodies use."""
+    tensors: dict = {}
+    for node in all_nodes(graph):
+        for t in list(node.inputs) + list(node.outputs):
+            tensors.setdefault(t.name, t)
+    tensors.update(graph.tensors())
+    return tensors
+
+
+def model_shell(model):
+    """A ModelProto with the model-level fields only (no graph), to restore after export."""
+
+    shell = onnx.ModelProto()
+    restore_model_fields(shell, model)
+    return shell
+
+
+def np_dtype(name: Optional[str]):
+    if name is None:
+        return None
+
+    try:
+        return dtype_to_numpy(name)
+    except UsageError:
+        return None
+
+
+def all_nodes(graph):
+    for node in graph.nodes:
+        yield node
+        for sub in bodies(node):
+            yield from all_nodes(sub)
+
+
+def copied(message):
+    copy = type(message)()
+    copy.CopyFrom(message)
+    return copy
+
+
+def tensor_value_info(name: str, meta: Optional[TensorMeta]):
+    if meta is None or not meta.dtype or meta.dtype.endswith("_type"):
+        vi = ValueInfoProto()
+        vi.name = name
+        return vi
+    shape = None if meta.shape is None else [d if d is not None else "" for d in meta.shape]
+    vi = helper.make_tensor_value_info(name, dtype_to_onnx(meta.dtype), shape)
+    return vi
+
+
+# Ops whose output size a runtime value decides: op -> indices of those inputs.
+
+
+def unknown_name_error(name: str, known: Sequence[str], what: str) -> InputError:
+    close = difflib.get_close_matches(name, known, n=3)
+    hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else "; `toolkit inspect model` lists tensor names"
+    return InputError(f"{what} '{name}' is not a tensor of the model's top graph{hint}")
+
+
+_NON_TENSOR = ("sequence_type", "map_type", "optional_type", "sparse_tensor_type")
+
+
+def non_tensor_types(model) -> dict:
+    """{name: TypeProto} of every value of ``model`` (any graph) whose type is not a plain tensor:
+    sequences, maps, optionals, sparse tensors. onnx-graphsurgeon exports those as tensors of no
+    element type (a model ONNX-Runtime refuses); :func:`keep_non_tensor_types` puts them back."""
+    types: dict = {}
+    for g in walk_graphs(model.graph):
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if vi.type.WhichOneof("value") in _NON_TENSOR:
+                types.setdefault(vi.name, vi.type)
+    return types
+
+
+def _undefined(type_proto) -> bool:
+    """No type, or a tensor of no element type anywhere inside (``seq(tensor(undefined))``)."""
+    kind = type_proto.WhichOneof("value")
+    if kind is None:
+        return True
+    if kind == "tensor_type":
+        return type_proto.tensor_type.elem_type == 0
+    if kind == "sequence_type":
+        return _undefined(type_proto.sequence_type.elem_type)
+    if kind == "optional_type":
+        return _undefined(type_proto.optional_type.elem_type)
+    if kind == "map_type":
+        return _undefined(type_proto.map_type.value_type)
+    return False
+
+
+def keep_non_tensor_types(result, types: dict) -> None:
+    """Give the values of ``result`` named in ``types`` (from :func:`non_tensor_types` of the
+    model it came from) their type again, in every graph (in place): rewrites change no
+    sequence or map. value_info entries left with no type at all are dropped (they say nothing,
+    and ONNX-Runtime refuses them)."""
+    for g in walk_graphs(result.graph):
+        for vi in list(g.input) + list(g.output) + list(g.value_info):
+            if vi.name in types and vi.type != types[vi.name]:  # graphsurgeon keeps no more than seq(tensor)
+                vi.type.CopyFrom(types[vi.name])
+        kept = [vi for vi in g.value_info if not _undefined(vi.type)]
+        if len(kept) != len(g.value_info):
+            del g.value_info[:]
+            g.value_info.extend(kept)
+
+
+def is_non_tensor(meta) -> bool:
+    """``meta`` (a TensorMeta or None) describes a sequence, map or optional value."""
+    return meta is not None and bool(meta.dtype) and meta.dtype.endswith("_type")
+
+
+def non_tensor_value_types(model, names: Sequence[str]) -> dict:
+    """{name: TypeProto} for the sequence/map values ``names``: as the model states them, else as
+    ONNX shape inference finds them (graph inputs and outputs need a type)."""
+    if not names:
+        return {}
+    types = non_tensor_types(model)
+    if any(n not in types for n in names):
+        types = {**non_tensor_types(infer_shapes(light_copy(model))), **types}
+    return {n: types[n] for n in names if n in types}

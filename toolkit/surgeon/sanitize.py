@@ -1,0 +1,200 @@
+"""`surgeon sanitize`: fold constants, freeze input shapes, clean up and sort a model."""
+
+from __future__ import annotations
+
+import difflib
+import time
+from typing import Dict, Mapping, Optional, Sequence
+
+from toolkit.core.errors import InputError, UsageError
+from toolkit.core.graphs import walk_graphs
+from toolkit.core.shapes import override_input_shapes, top_tensor_names
+from toolkit.surgeon.fold import SanitizeReport, fold_passes, fold_validated, infer_shapes_in_place
+from toolkit.surgeon.fold_noops import eliminate_noops
+from toolkit.surgeon.load import check_structure, refuse_damaged
+from toolkit.surgeon.plumbing import (
+    GraphSurgeonError,
+    LogFn,
+    copied,
+    count_model_nodes,
+    export_graph,
+    gs_step,
+    import_gs,
+    keep_non_tensor_types,
+    model_shell,
+    nolog,
+    non_tensor_types,
+    quiet_gs,
+)
+from toolkit.surgeon.validate import Validation
+
+PARTITIONING_MODES = ("auto", "none", "basic", "recursive")
+
+
+def check_sanitize_options(partitioning: str = "auto", num_passes: Optional[int] = None) -> None:
+    """UsageError for a ``sanitize`` option value that cannot work (checked before any work)."""
+    if partitioning not in PARTITIONING_MODES:
+        raise UsageError(f"--partitioning must be one of {', '.join(PARTITIONING_MODES)}, not '{partitioning}'")
+    if num_passes is not None and num_passes < 1:
+        raise UsageError("--num-passes must be at least 1")
+
+
+def sanitize(
+    model,
+    *,
+    fold_constants: bool = False,
+    num_passes: Optional[int] = None,
+    fold_size_threshold: Optional[int] = None,
+    partitioning: str = "auto",
+    fold_shapes: bool = True,
+    input_shapes: Optional[Mapping[str, Sequence]] = None,
+    cleanup: bool = False,
+    toposort: bool = False,
+    remove_noops: bool = False,
+    validate: bool = True,
+    per_pass_shape_inference: bool = True,
+    external_data_dir: Optional[str] = None,
+    log: LogFn = nolog,
+):
+    """Simplify ``model``; returns (new model, SanitizeReport). ``model`` may be modified.
+
+    ``input_shapes`` freezes graph input shapes and re-infers every shape. With
+    ``fold_constants``, folding repeats until a pass changes nothing (at most
+    ``num_passes``); each pass re-infers shapes (with data propagation) so shape
+    computations unlocked by the previous fold fold in the next one; graph inputs keep
+    their dynamic dims. ``partitioning``: ``auto`` (whole graph at once, then part by
+    part if that fails), ``none``, ``basic``, ``recursive``. ``fold_size_threshold``
+    (bytes) keeps bigger tensors computed at run time. Without ``per_pass_shape_inference``
+    shapes are inferred once, before the first pass. ``input_shapes`` naming a tensor that
+    is not a graph input is ignored, with a warning. ``remove_noops`` removes nodes that pass
+    their input through unchanged (``x * 1``, identity ``Transpose``...; see
+    :mod:`toolkit.surgeon.fold_noops`): folding alone never removes a node that reads a runtime
+    value. Types of graph inputs and outputs (sequences and maps included) are kept.
+
+    With ``validate`` (the default), the folded model must load in ONNX-Runtime and give
+    the input model's outputs on generated inputs; when it does not, folding is redone
+    with less (no If inlining; then only outside subgraphs; then without the nodes whose
+    folded values are wrong; at last not at all), and one log line says what was left
+    unfolded and why. A model rebuilt without folding (cleanup, sort, pass-through removal)
+    must load and compute the same too (InputError otherwise). ``external_data_dir`` is where
+    weights not loaded live.
+    """
+    check_sanitize_options(partitioning, num_passes)
+    t_start = time.perf_counter()
+    report = SanitizeReport(nodes_before=count_model_nodes(model))
+    shell = model_shell(model)
+    inputs_before = _override_shapes(model, input_shapes, fold_constants, validate, external_data_dir, log)
+    if not (fold_constants or cleanup or toposort or remove_noops):
+        report.nodes_after = count_model_nodes(model)
+        report.seconds = time.perf_counter() - t_start
+        return model, report
+
+    gs = import_gs()
+    check_structure(model)
+    types = non_tensor_types(model)
+
+    def finish(graph, noops: bool):
+        if noops and not fold_constants:  # (folding removes them in each pass)
+            log(f"Pass-through nodes removed: {eliminate_noops(gs, graph)}")
+        if cleanup or fold_constants or noops:
+            with quiet_gs(), gs_step("clean up"):
+                graph.cleanup()
+        if toposort:
+            with quiet_gs(), gs_step("sort"):
+                graph.toposort()
+        with gs_step("export"):
+            result = export_graph(gs, graph, shell)
+        keep_non_tensor_types(result, types)
+        return result
+
+    def build(level: Optional[str], excluded: set, noops: bool = remove_noops):
+        with quiet_gs(), gs_step("import"):
+            graph = gs.import_onnx(model)
+        if level is not None:
+            fold_passes(gs, graph, shell, report, level=level, num_passes=num_passes, partitioning=partitioning,
+                        size_threshold=fold_size_threshold, fold_shapes=fold_shapes, excluded=excluded, log=log,
+                        per_pass_shapes=per_pass_shape_inference, remove_noops=noops)
+        return finish(graph, noops)
+
+    refuse_damaged(model, fold_constants, external_data_dir)
+    try:
+        if fold_constants:
+            result = fold_validated(model, build, validate, external_data_dir, log, inputs_before)
+        else:
+            result = build(None, set())
+            if validate:
+                result = _validated_rewrite(model, result, build, remove_noops, external_data_dir, log)
+    except GraphSurgeonError as exc:
+        if not types:
+            raise
+        # onnx-graphsurgeon cannot import or export the optional/sequence values of some models.
+        log(f"warning: onnx-graphsurgeon cannot rewrite this model's optional/sequence values ({exc}); "
+            "the model is written as it was")
+        result = model
+    report.nodes_after = count_model_nodes(result)
+    report.seconds = time.perf_counter() - t_start
+    return result, report
+
+
+def _override_shapes(model, input_shapes, fold_constants: bool, validate: bool, external_data_dir, log: LogFn):
+    """Apply ``--override-input-shapes`` (in place) and re-infer shapes; returns the graph inputs
+    as they were before (None without overrides)."""
+    if input_shapes:
+        input_shapes = _only_graph_inputs(model, input_shapes, log)
+    if not input_shapes:
+        if fold_constants:
+            infer_shapes_in_place(model)
+        return None
+    inputs_before = [copied(vi) for vi in model.graph.input]
+    override_input_shapes(model, dict(input_shapes), inplace=True)
+    infer_shapes_in_place(model, reset_outputs=True)
+    log(f"Input shapes overridden: {', '.join(f'{k}:{list(v)}' for k, v in input_shapes.items())}; "
+        "shapes re-inferred")
+    if validate and not fold_constants:  # (with folding, the folded model's validation checks this)
+        Validation(model, external_data_dir, inputs_before).check_override()
+    return inputs_before
+
+
+def _validated_rewrite(model, result, build, remove_noops: bool, external_data_dir, log: LogFn):
+    """``result`` (``model`` cleaned up, sorted, pass-through nodes removed) once it loads in
+    ONNX-Runtime and computes what ``model`` does; without the pass-through removal when that is
+    what breaks it. InputError when even the plain rewrite does not load (nothing is written)."""
+    check = Validation(model, external_data_dir)
+    err = check.check(result)
+    if err is None:
+        if check.limits():
+            log(f"The rewritten model {check.limits()}")
+        return result
+    if remove_noops:
+        log(f"Pass-through nodes kept: the model without them failed validation ({err})")
+        plain = build(None, set(), noops=False)
+        if check.check(plain) is None:
+            return plain
+    raise InputError(
+        f"the rewritten model fails validation ({err}); nothing was written (--no-validate writes it anyway)"
+    )
+
+
+def _only_graph_inputs(model, input_shapes: Mapping[str, Sequence], log: LogFn) -> Dict[str, Sequence]:
+    """The overrides that name graph inputs. A name that is no tensor of the model is a typo:
+    InputError (nothing is written); a tensor that is not a graph input is ignored, with a warning."""
+    inits = {t.name for t in model.graph.initializer}
+    inputs = [i.name for i in model.graph.input if i.name not in inits]
+    shown = ", ".join(inputs) or "none"
+    known = set(top_tensor_names(model))
+    kept = {k: v for k, v in input_shapes.items() if k in inputs}
+    for name in input_shapes:
+        if name in kept:
+            continue
+        if name not in known and not any(name in g_names for g_names in _body_tensor_names(model)):
+            close = difflib.get_close_matches(name, inputs, n=1)
+            hint = f"did you mean '{close[0]}'? " if close else ""
+            raise InputError(f"--override-input-shapes: '{name}' is not a tensor of the model; {hint}its inputs: {shown}")
+        log(f"warning: '{name}' is not an input of the model (its inputs: {shown}); its shape override is ignored")
+    return kept
+
+
+def _body_tensor_names(model):
+    """The names each If/Loop/Scan body defines (inputs and node outputs), body by body."""
+    for g in list(walk_graphs(model.graph))[1:]:
+        yield {i.name for i in g.input} | {o for n in g.node for o in n.output if o}

@@ -1,0 +1,573 @@
+"""Validating a rewritten model: it loads in ONNX-Runtime and computes what the input model
+does on generated inputs (folded constants compared directly where that is cheaper)."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, List, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+import onnx.shape_inference
+from onnx import numpy_helper
+
+from toolkit.core.errors import InputError, UsageError, one_line
+from toolkit.core.graphs import has_external_data, node_subgraphs, walk_graphs
+from toolkit.core.meta import dtype_to_numpy
+from toolkit.core.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
+from toolkit.core.shapes import _STUB_BYTES, _copy_field, _tensor_nbytes, light_copy, node_reads
+from toolkit.surgeon.load import SHAPE_OPS
+
+
+def check_model(model, original=None) -> None:
+    """Run onnx.checker on ``model``; raise InputError if it fails where ``original`` passes."""
+
+    if model.ByteSize() > PROTOBUF_LIMIT:
+        return  # the checker needs a path for such models; skip rather than copy gigabytes
+
+    checker_errors = _checker_errors()
+
+    def fails(m) -> Optional[str]:
+        try:
+            onnx.checker.check_model(m)
+        except checker_errors as exc:
+            return one_line(exc, first_line=True)
+        return None
+
+    err = fails(model)
+    if err is None:
+        return
+    if original is not None and original.ByteSize() <= PROTOBUF_LIMIT and fails(original) is not None:
+        return  # the input model already fails the checker the same way; not our doing
+    raise InputError(f"the resulting model fails onnx.checker ({err}); nothing was written")
+
+
+# ---------------------------------------------------------------------- validating a folded model
+
+# Models bigger than this are not validated by running them (the cost would be the run itself).
+_VALIDATE_MAX_BYTES = 1 << 30
+
+
+def _spread(shape):
+    """Values spread over [0, 1) without a random generator (importing numpy.random costs more
+    than validation's inputs need): the golden-ratio sequence, deterministic and not periodic."""
+
+    n = int(np.prod(shape, dtype=np.int64))
+    return ((np.arange(1, n + 1, dtype=np.float64) * 0.6180339887498949) % 1.0).reshape(shape)
+
+
+def attempt(fn, *args, **kwargs) -> Tuple[Any, Optional[Exception]]:
+    """``(fn(*args, **kwargs), None)``, or ``(None, the exception)`` where it raises.
+
+    Validation loads and runs models on ONNX-Runtime, whose exceptions (Fail, InvalidArgument,
+    InvalidGraph...) derive from Exception alone; a failure there is an answer ("it does not
+    load"), never a crash. This is the one place that catches them."""
+    try:
+        return fn(*args, **kwargs), None
+    except Exception as exc:  # noqa: BLE001 - ONNX-Runtime's exception types (see above)
+        return None, exc
+
+
+def light_session(model, external_data_dir: Optional[str] = None, extra_outputs: Sequence[str] = (),
+                  only_outputs: Optional[Sequence[str]] = None, optimized: bool = False):
+    """An ONNX-Runtime session on a light copy of ``model``: its big top-level weights
+    become graph inputs fed with the model's own arrays (no copy), so creating the
+    session costs the graph, not the weights. ``only_outputs`` prunes the graph to what
+    they need; ``optimized`` loads at ONNX-Runtime's basic level."""
+    import onnxruntime as ort
+
+    light, stubbed = _without_big_weights(model)
+    if only_outputs is not None:
+        _prune_to(light.graph, only_outputs)
+    if extra_outputs:
+        have = {o.name for o in light.graph.output}
+        for name in extra_outputs:
+            if name not in have:
+                light.graph.output.add().name = name
+    g = light.graph
+    weights = []
+    if stubbed:
+        read = {r for n in g.node for r in node_reads(n)} if only_outputs is not None else None
+        listed = {i.name for i in g.input}
+        for t in stubbed:
+            if read is not None and t.name not in read:
+                continue  # the pruned graph does not need it
+            weights.append(t.name)
+            if t.name not in listed:
+                g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    so = ort.SessionOptions()
+    # ``optimized``: ONNX-Runtime's basic level, as users load models (it inlines constant-condition
+    # If branches and folds constants, which meets checks a plain load does not).
+    so.graph_optimization_level = (
+        ort.GraphOptimizationLevel.ORT_ENABLE_BASIC if optimized else ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    )
+    so.log_severity_level = 4
+    # One thread that does not spin: validation runs beside folding and must not slow it.
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    if external_data_dir:
+        so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_data_dir)
+    sess = ort.InferenceSession(light.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return _Session(sess, model, weights)
+
+
+def generated_feed(model) -> Tuple[Optional[dict], Optional[str]]:
+    """``(feed, None)``: inputs for ``model``'s graph inputs (dynamic dims as 1; floats spread
+    over [0, 1), integers 1); or ``(None, why)`` where they cannot be made."""
+    ins, _ = graph_io_meta(model)
+    metas = {m.name: m for m in ins}
+    feed = {}
+    total = 0
+    for i in ins:  # graph inputs that are not initializers
+        m = metas.get(i.name)
+        if m is None or not m.dtype or m.shape is None or m.dtype.endswith("_type"):
+            return None, f"input '{i.name}' is not a tensor with known rank"
+        try:
+            dtype = dtype_to_numpy(m.dtype)
+        except UsageError:  # a dtype numpy has no equivalent of
+            return None, f"input '{i.name}' has dtype {m.dtype}"
+        shape = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in m.shape)
+        total += math.prod(shape) * max(dtype.itemsize, 1)  # (Python ints: no overflow)
+        if total > (64 << 20):
+            return None, "generated inputs would be over 64 MiB"
+        if dtype.kind == "f":
+            feed[i.name] = _spread(shape).astype(dtype)
+        elif dtype.kind == "b":
+            feed[i.name] = _spread(shape) < 0.5
+        elif dtype.kind in "iu":
+            feed[i.name] = np.ones(shape, dtype=dtype)
+        elif dtype.kind == "O" or dtype.kind == "U":
+            feed[i.name] = np.full(shape, "a", dtype=object)
+        else:
+            feed[i.name] = np.zeros(shape, dtype=dtype)
+    return feed, None
+
+
+class Validation:
+    """Runs the original model once on generated inputs; checks candidate results against it."""
+    def __init__(self, original, external_data_dir: Optional[str], inputs_before_override=None):
+        self.original = original
+        self.external_data_dir = external_data_dir
+        # the graph inputs as the model stated them before --override-input-shapes (or None)
+        self.inputs_before_override = inputs_before_override
+        self.load_error: Optional[Exception] = None  # why ONNX-Runtime did not load the input model
+        # With If/Loop/Scan bodies, models are loaded with basic optimizations, which inline
+        # constant-condition branches and then check them (a plain load does not); without bodies
+        # those optimizations cannot make a load fail, and cost time.
+        self.bodies = any(node_subgraphs(n) for n in original.graph.node)
+        self.feed: Any = None
+        self.expected: Any = None
+        self.skip_reason: Optional[str] = None
+        self.compare_reason: Optional[str] = None  # why outputs are not compared (load check only)
+        self.all_values: Any = None  # values of the tensors folding may replace, on the generated inputs
+        self.structural_only = False
+        self.unchecked: set = set()  # big folded tensors whose values are not compared
+        self._prepared = False
+
+    # -- sessions
+    def _session(self, model, extra_outputs: Sequence[str] = (), only_outputs: Optional[Sequence[str]] = None,
+                 optimized: bool = False):
+        return light_session(model, self.external_data_dir, extra_outputs, only_outputs, optimized)
+
+    def start(self) -> None:
+        """Run the input model for the expected outputs in the background (ONNX-Runtime releases
+        the GIL), while folding goes on."""
+
+        self._thread: Optional[threading.Thread] = threading.Thread(target=self._prepare_safely, daemon=True)
+        self._thread.start()
+
+    def _prepare_safely(self) -> None:
+        try:
+            self._prepare()
+        except Exception as exc:  # noqa: BLE001 - never let the helper thread die silently
+            self.skip_reason = f"validation could not run ({one_line(exc, first_line=True, limit=300)})"
+
+    def prepare(self) -> None:
+        thread = getattr(self, "_thread", None)
+        if thread is not None:
+            thread.join()
+            self._thread = None
+        if not self._prepared:
+            self._prepare_safely()
+
+    def _prepare(self) -> None:
+        if self._prepared:
+            return
+        self._prepared = True
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            self.skip_reason = "onnxruntime is not installed"
+            return
+
+        # (ByteSize() would walk every weight's bytes: slow on big models)
+        if sum(_tensor_nbytes(t) for t in self.original.graph.initializer) > _VALIDATE_MAX_BYTES:
+            self.skip_reason = "the model is over 1 GiB"
+            return
+        if has_external_data(self.original):
+            # Running would read every weight from disk: check the structure only (ONNX's
+            # checker with strict shape inference, which is where loading fails).
+            self.structural_only = True
+            self.compare_reason = "its weights stay on disk"
+            return
+        g = self.original.graph
+        self.output_names = [o.name for o in g.output]
+        # Every intermediate tensor's value too, when the model has no subgraphs and they fit:
+        # then a folded model is checked by comparing its new constants with them, without
+        # running it (folding only replaces tensors by constants and removes dead nodes).
+        self.has_subgraphs = any(attr.type in (5, 10) for n in g.node for attr in n.attribute)  # GRAPH, GRAPHS
+        self.feed = self._make_feed()
+        if self.feed is None:
+            return
+        if not self.has_subgraphs:
+            # Only the part of the model that folding may replace runs here (shape computations
+            # and constant subgraphs, with what they read): not the whole model.
+            # Big folded tensors (weights made by ConstantOfShape, Transpose of a weight...) are
+            # not checked: holding them twice costs more than the risk, which is in shape values.
+            foldable = _foldable_tensors(g)
+            big = _big_tensors(g, _CHECK_MAX_BYTES)
+            extra = [t for t in foldable if t not in big]
+            self.unchecked = set(foldable) - set(extra)
+            # (a tensor that cannot be an output makes this fail: then the whole model runs)
+            self.all_values, err = attempt(lambda: self._run(self._session(self.original, only_outputs=extra),
+                                                             self.feed, extra))
+            if err is None:
+                return
+        self._ensure_expected()
+
+    def _ensure_expected(self) -> bool:
+        """The input model's outputs on the generated inputs (a full run, done once)."""
+        if self.expected is not None:
+            return True
+        if self.feed is None:
+            return False
+        sess, exc = attempt(self._session, self.original)
+        if exc is not None:
+            self.load_error = exc
+            self.skip_reason = f"ONNX-Runtime cannot load the input model ({one_line(exc, first_line=True, limit=300)})"
+            return False
+        self.expected, exc = attempt(self._run, sess, self.feed, self.output_names)
+        if exc is not None:
+            self.compare_reason = (
+                f"the input model does not run on generated inputs ({one_line(exc, first_line=True, limit=300)})"
+            )
+            self.feed = None
+            return False
+        return True
+
+    def _make_feed(self):
+        feed, why = generated_feed(self.original)
+        if why:
+            self.compare_reason = why
+        return feed
+
+    @staticmethod
+    def _run(sess, feed, names=None):
+        names = names or [o.name for o in sess.get_outputs()]
+        return dict(zip(names, sess.run(names, feed)))
+
+    # -- checks
+    def check(self, result) -> Optional[str]:
+        """None if ``result`` loads and (where inputs could be generated) gives the original's outputs."""
+        self.prepare()
+        if self.load_error is not None:
+            self._raise_if_override_broke(self.load_error)
+        if self.skip_reason:
+            return None
+        if self.structural_only:
+            err = strict_check(result)
+            return None if err is None or strict_check(self.original) is not None else f"it fails ONNX's checker: {err}"
+        sess, exc = attempt(self._session, result, optimized=self.bodies)
+        if exc is not None:
+            _, orig_exc = attempt(self._session, self.original, optimized=self.bodies)
+            if orig_exc is not None:  # the input model does not load either
+                self._raise_if_override_broke(orig_exc)
+                self.skip_reason = (
+                    f"ONNX-Runtime cannot load the input model ({one_line(orig_exc, first_line=True, limit=300)})"
+                )
+                return None
+            return f"ONNX-Runtime cannot load it: {one_line(exc, first_line=True, limit=300)}"
+        if self.feed is None:
+            return None
+        if self.all_values is not None and _same_outputs(result, self.original) and self._predicted(result):
+            wrong = self.wrong_constants(result)
+            if wrong:
+                wrong = {name for name in wrong if not self._same_reshape_target(result, name)}
+            if not wrong:
+                return None
+            if self._nondeterministic():
+                self.compare_reason = "the input model's outputs change from run to run"
+                return None
+            return f"folded tensor '{sorted(wrong)[0]}' differs from what the input model computes"
+        if not self._ensure_expected():
+            return None
+        got, exc = attempt(self._run, sess, self.feed, list(self.expected))
+        if exc is not None:
+            return f"it fails to run on ONNX-Runtime: {one_line(exc, first_line=True, limit=300)}"
+        bad = [n for n in self.expected if not same_value(self.expected[n], got.get(n))]
+        if not bad:
+            return None
+        if self._nondeterministic():
+            self.compare_reason = "the input model's outputs change from run to run"
+            return None
+        return f"output '{bad[0]}' differs from the input model's"
+
+    def limits(self) -> str:
+        """What the last :meth:`check` could not do, for the log ("was not validated: why", "loads;
+        its outputs were not compared: why"), or ""."""
+        if self.skip_reason:
+            return f"was not validated: {self.skip_reason}"
+        if self.compare_reason:
+            return f"loads; its outputs were not compared: {self.compare_reason}"
+        return ""
+
+    def check_override(self) -> None:
+        """InputError when the model with overridden input shapes does not load while it did
+        with its own (see :meth:`_raise_if_override_broke`)."""
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            return
+        _, exc = attempt(self._session, self.original, optimized=True)
+        if exc is not None:
+            self._raise_if_override_broke(exc)
+
+    def _raise_if_override_broke(self, exc: Exception) -> None:
+        """InputError when the input model loads with its own input shapes but not with the
+        overridden ones (``exc``): no folding can make such a model load."""
+        if self._loads_before_override():
+            raise InputError(
+                "with the input shapes given (--override-input-shapes) the model no longer loads in "
+                f"ONNX-Runtime, folded or not ({one_line(exc, first_line=True, limit=300)}); some part "
+                "of it (an If branch, say) cannot take these shapes: choose shapes every part accepts, "
+                "or give --no-validate to write it anyway"
+            ) from None
+
+    def _loads_before_override(self) -> bool:
+        """The input model, with the input shapes it stated (no inferred shapes), loads."""
+        if self.inputs_before_override is None:
+            return False
+        before = light_copy(self.original)  # a copy of its own (the original is untouched)
+        del before.graph.input[:]
+        before.graph.input.extend(self.inputs_before_override)
+        for g in walk_graphs(before.graph):
+            del g.value_info[:]
+        return attempt(self._session, before, optimized=True)[1] is None
+
+    def _same_reshape_target(self, result, name: str) -> bool:
+        """Folded tensor ``name`` is read only as a Reshape target (no allowzero) and equals the
+        value the input model computes except for one -1 (inferred, so the same dim) where the
+        input model has a positive dim: the same Reshape."""
+
+        readers = [n for n in result.graph.node if name in n.input]
+        for n in readers:
+            allowzero = any(a.name == "allowzero" and a.i for a in n.attribute)
+            if n.op_type != "Reshape" or list(n.input).index(name) != 1 or allowzero:
+                return False
+        got = next((t for t in result.graph.initializer if t.name == name), None)
+        want = (self.all_values or {}).get(name)
+        if not readers or got is None or want is None:
+            return False
+        got_v, want_v = np.asarray(raw_array(got, onnx)).reshape(-1), np.asarray(want).reshape(-1)
+        if got_v.shape != want_v.shape or want_v.dtype.kind not in "iu" or np.count_nonzero(got_v == -1) != 1:
+            return False
+        differ = got_v != want_v
+        return bool(np.all(got_v[differ] == -1) and np.all(want_v[differ] > 0) and not np.any(want_v == -1))
+
+    def _predicted(self, result) -> bool:
+        """Every tensor folding made constant had its value computed in the input model's run
+        (or is one of the big ones left unchecked)."""
+        computed = {o for n in self.original.graph.node for o in n.output if o}
+        return all(t.name in self.all_values or t.name in self.unchecked
+                   for t in result.graph.initializer if t.name in computed)
+
+    def _nondeterministic(self) -> bool:
+        """The input model gives different values from run to run (random ops)."""
+        if self.all_values is not None:
+            names = list(self.all_values)
+            again, err = attempt(lambda: self._run(self._session(self.original, only_outputs=names), self.feed, names))
+            return err is not None or any(not same_value(self.all_values[n], again.get(n)) for n in names)
+        again, err = attempt(lambda: self._run(self._session(self.original), self.feed, self.output_names))
+        return err is not None or any(not same_value(self.expected[n], again.get(n)) for n in self.expected)
+
+    def wrong_constants(self, result) -> Optional[set]:
+        """Names of tensors that folding made constant with values the input model does not compute.
+
+        None when that cannot be told (no generated inputs)."""
+        self.prepare()
+        if self.feed is None:
+            return None
+
+        computed = {o for n in self.original.graph.node for o in n.output if o}
+        folded = [t for t in result.graph.initializer if t.name in computed]
+        if not folded:
+            return set()
+        if self.all_values is not None and all(t.name in self.all_values or t.name in self.unchecked for t in folded):
+
+            return {t.name for t in folded if t.name in self.all_values
+                    and not same_value(self.all_values.get(t.name), raw_array(t, onnx))}
+        names = [t.name for t in folded]
+        values, err = attempt(lambda: self._run(self._session(self.original, names), self.feed, names))
+        if err is not None:
+            return None
+        return {t.name for t in folded if not same_value(values.get(t.name), numpy_helper.to_array(t))}
+
+
+def _foldable_tensors(graph) -> List[str]:
+    """Outputs of the top-graph nodes that folding could turn into constants: those computed
+    from initializers, constants and Shape/Size results only (an over-estimate)."""
+    const = {t.name for t in graph.initializer}
+    out: List[str] = []
+    for node in graph.node:  # in the model's order; nodes out of order are simply not predicted
+        if node.op_type in SHAPE_OPS or all(r in const for r in node_reads(node)):
+            names = [o for o in node.output if o]
+            const.update(names)
+            out.extend(names)
+    return out
+
+
+# Folded tensors bigger than this are not compared with the input model's values (bytes).
+_CHECK_MAX_BYTES = 4 << 20
+
+
+def _big_tensors(graph, limit: int) -> set:
+    """Top-graph tensors whose inferred size is over ``limit`` bytes (dynamic dims as 1)."""
+    big = set()
+    for vi in list(graph.value_info) + list(graph.output):
+        m = value_info_meta(vi)
+        if m.shape is None or not m.dtype or m.dtype.endswith("_type"):
+            continue
+        n = 1
+        for d in m.shape:
+            n *= d if isinstance(d, int) and d > 0 else 1
+        try:
+            itemsize = dtype_to_numpy(m.dtype).itemsize
+        except UsageError:  # a dtype numpy has no equivalent of: counted as 4 bytes
+            itemsize = 4
+        if n * itemsize > limit:
+            big.add(vi.name)
+    return big
+
+
+def _without_big_weights(model):
+    """(copy of ``model`` without its big top-level initializers, those initializers): the
+    copy shares nothing with the model, and the big weights are not copied."""
+
+    light = onnx.ModelProto()
+    for f, value in model.ListFields():
+        if f.name != "graph":
+            _copy_field(light, f.name, value)
+    g = light.graph
+    for f, value in model.graph.ListFields():
+        if f.name != "initializer":
+            _copy_field(g, f.name, value)
+    big = []
+    for t in model.graph.initializer:
+        if _tensor_nbytes(t) > _STUB_BYTES or t.data_location == onnx.TensorProto.EXTERNAL:
+            big.append(t)
+        else:
+            g.initializer.append(t)
+    return light, big
+
+
+def _prune_to(graph, outputs: Sequence[str]) -> None:
+    """Make ``outputs`` the graph's outputs and drop the nodes they do not need (in place)."""
+    needed = set(outputs)
+    keep = set()
+    changed = True
+    while changed:  # nodes need not be sorted
+        changed = False
+        for i, node in enumerate(graph.node):
+            if i not in keep and any(o in needed for o in node.output):
+                keep.add(i)
+                needed.update(node_reads(node))
+                changed = True
+    kept = [n for i, n in enumerate(graph.node) if i in keep]
+    copies = []
+    for n in kept:
+        c = type(n)()
+        c.CopyFrom(n)
+        copies.append(c)
+    del graph.node[:]
+    graph.node.extend(copies)
+    del graph.output[:]
+    for name in outputs:
+        graph.output.add().name = name
+
+
+def strict_check(model) -> Optional[str]:
+    """onnx.checker with strict shape inference on a light copy (no weights read); the error or None."""
+
+    try:
+        onnx.checker.check_model(light_copy(model, stub_bytes=0), full_check=True)
+    except _checker_errors() as exc:
+        return one_line(exc, first_line=True, limit=300)
+    return None
+
+
+def _checker_errors() -> tuple:
+    """What onnx.checker raises for a model it refuses: its ValidationError, shape inference's
+    InferenceError (``full_check``), ValueError (a malformed field)."""
+
+    return (onnx.checker.ValidationError, onnx.shape_inference.InferenceError, ValueError)
+
+
+def _same_outputs(a, b) -> bool:
+    return [o.name for o in a.graph.output] == [o.name for o in b.graph.output]
+
+
+class _Session:
+    """An ONNX-Runtime session whose weight inputs are fed automatically (read from the
+    model only when it runs: a load check costs no weight bytes)."""
+    def __init__(self, sess, model, weight_names):
+        self.sess = sess
+        self.model = model
+        self.weight_names = set(weight_names)
+
+    def get_inputs(self):
+        return [i for i in self.sess.get_inputs() if i.name not in self.weight_names]
+
+    def get_outputs(self):
+        return self.sess.get_outputs()
+
+    def run(self, names, feed):
+        weights = {t.name: raw_array(t, onnx) for t in self.model.graph.initializer if t.name in self.weight_names}
+        return self.sess.run(names, {**feed, **weights})
+
+
+def raw_array(t, onnx):
+    """The array of an in-memory initializer, without a copy where it is stored as raw bytes."""
+
+    if t.HasField("raw_data") and t.data_type not in (onnx.TensorProto.STRING,):
+        try:
+            dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
+            if dtype.itemsize and dtype.kind in "biufc":
+                return np.frombuffer(t.raw_data, dtype=dtype).reshape(tuple(t.dims))
+        except (KeyError, TypeError, ValueError):  # unusual types, data that does not fill dims: the slow path
+            pass
+    return numpy_helper.to_array(t)
+
+
+def same_value(a, b) -> bool:
+    if a is None or b is None:
+        return a is b
+    if isinstance(a, list) or isinstance(b, list):
+        if not (isinstance(a, list) and isinstance(b, list)) or len(a) != len(b):
+            return False
+        return all(same_value(x, y) for x, y in zip(a, b))
+    a = np.asarray(a)
+    b = np.asarray(b)
+    if a.shape != b.shape:
+        return False
+    if a.dtype == b.dtype and a.dtype.kind in "biufc" and a.tobytes() == b.tobytes():
+        return True  # the same bytes (the usual case; cheaper than array_equal on small arrays)
+    if a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
+        return True
+    if a.dtype.kind in "fc" and b.dtype.kind in "fc":
+        return bool(np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=1e-4, atol=1e-4, equal_nan=True))
+    try:
+        return bool(np.array_equal(a, b))
+    except (TypeError, ValueError):  # values numpy cannot compare are not the same
+        return False
