@@ -80,7 +80,6 @@ def _convert(
     external_data: Optional[bool],
     json_out: bool,
 ) -> None:
-    import os
     import time
 
     from toolkit.core.errors import UsageError
@@ -93,8 +92,10 @@ def _convert(
     if json_out and output == "-":
         raise UsageError("--json prints to stdout; write the model to a file with -o")
     check_output_path(output, binary=True)
-    if output != "-" and model_path != "-" and os.path.exists(output) and os.path.samefile(output, model_path):
-        raise UsageError(f"{output}: the output would overwrite the input model; choose another -o")
+    from toolkit.core import paths
+
+    writes = [("-o", output)] + ([("-o's external-data file", output + ".data")] if output != "-" else [])
+    paths.check_with_model(model_path, [], writes, external_data_dir)
     from toolkit.convert import fp16
 
     t0 = time.perf_counter()

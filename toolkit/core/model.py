@@ -196,6 +196,7 @@ def atomic_output(path: str, mode: str = "wb") -> Iterator:
         check_output_path(path)
         folder = os.path.dirname(os.path.abspath(path))
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+        # (the documented hidden temp name: .NAME.<random>.tmp, see temp_name)
         try:
             with os.fdopen(fd, mode) as f:
                 yield f
@@ -210,7 +211,8 @@ def atomic_output(path: str, mode: str = "wb") -> Iterator:
                 os.unlink(tmp)
             raise
     except OSError as exc:
-        raise InputError(f"{describe(path)}: cannot write: {exc.strerror or exc}") from None
+        where = "<stdout>" if path == STDIO else path
+        raise InputError(f"{where}: cannot write: {exc.strerror or exc}") from None
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
@@ -340,22 +342,23 @@ def save_model(
 def _save_with_external_data(
     model, path: str, location: Optional[str], size_threshold: int, base_dir: Optional[str] = None
 ) -> None:
-    from onnx.external_data_helper import write_external_data_tensors
+    """Write the model and its data file to hidden temp names, then rename the data file
+    first and the model last: until the model's rename the old model (and its data) is
+    untouched, after it the new pair is complete. When the file at ``path`` already uses
+    the data file's name, the new data goes under another name (see :func:`_free_location`),
+    so that no moment leaves the old model beside new data."""
+    from onnx.external_data_helper import set_external_data, write_external_data_tensors
 
     check_output_path(path)
     folder = os.path.dirname(os.path.abspath(path))
-    location = location or (os.path.basename(path) + ".data")
-    if os.path.isabs(location):
-        raise UsageError(f"external data path '{location}' must be relative to the model's folder")
+    wanted = _data_location(path, folder, location)
+    location = _free_location(path, folder, wanted)
     data_file = os.path.join(folder, location)
-    # Write the data file to a temp name first, then both renames at the end.
-    tmp_loc = location + ".tmp"
+    # the temp data file's name, as the model refers to it while it is written
+    tmp_loc = os.path.join(os.path.dirname(location), temp_name(os.path.basename(location)))
     tmp_data = os.path.join(folder, tmp_loc)
+    tmp_model = None
     try:
-        if os.path.exists(tmp_data):
-            os.unlink(tmp_data)
-        from onnx.external_data_helper import set_external_data
-
         if base_dir is not None:
             # weights still in the source's files: copied in chunks, never all in memory
             from toolkit.core.weights import append_refs_to_data_file
@@ -372,19 +375,85 @@ def _save_with_external_data(
             for entry in tensor.external_data:
                 if entry.key == "location" and entry.value == tmp_loc:
                     entry.value = location
-        write_bytes_atomic(path, model.SerializeToString())
+        tmp_model = os.path.join(folder, temp_name(os.path.basename(path)))
+        with open(tmp_model, "xb") as f:
+            f.write(model.SerializeToString())
+        for tmp in (tmp_data, tmp_model):
+            _normal_permissions(tmp)
         if os.path.exists(tmp_data):
-            with contextlib.suppress(OSError):  # onnx creates it 0600; give it the model's permissions
-                umask = os.umask(0)
-                os.umask(umask)
-                os.chmod(tmp_data, 0o666 & ~umask)
-            os.replace(tmp_data, data_file)
-    except BaseException as exc:  # incl. Ctrl-C: no half-written data file is left behind
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_data)
+            os.replace(tmp_data, data_file)  # data first: the old model does not read this name
+        os.replace(tmp_model, path)  # the commit
+    except BaseException as exc:  # incl. Ctrl-C, SIGTERM: no temp file is left behind
+        for tmp in (tmp_data, tmp_model):
+            if tmp:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
         if isinstance(exc, OSError):
-            raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+            raise InputError(f"{path}: cannot write: {exc.strerror or exc}; {path} was not changed") from None
         raise
+    if location != wanted:  # the replaced model's data file: nothing reads it any more
+        with contextlib.suppress(OSError):
+            os.unlink(os.path.join(folder, wanted))
+
+
+def temp_name(basename: str) -> str:
+    """The documented hidden temp name of a file being written: ``.NAME.<random>.tmp``."""
+    import secrets
+
+    return f".{basename}.{secrets.token_hex(4)}.tmp"
+
+
+def _normal_permissions(path: str) -> None:
+    """mkstemp and onnx create files 0600; give a written file the usual permissions."""
+    with contextlib.suppress(OSError):
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(path, 0o666 & ~umask)
+
+
+def data_file_path(path: str, location: Optional[str]) -> str:
+    """The external-data file that saving a model to ``path`` with ``location`` writes,
+    checked before any work (UsageError / InputError)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return os.path.join(folder, _data_location(path, folder, location))
+
+
+def _data_location(path: str, folder: str, location: Optional[str]) -> str:
+    """The data file's location relative to the model's folder, checked (UsageError / InputError)."""
+    location = location or (os.path.basename(path) + ".data")
+    if os.path.isabs(location):
+        raise UsageError(f"external data path '{location}' must be relative to the model's folder")
+    norm = os.path.normpath(location)
+    if norm == os.pardir or norm.startswith(os.pardir + os.sep):
+        raise UsageError(
+            f"external data path '{location}' leaves the model's folder; ONNX-Runtime refuses to load such a "
+            "model: give a name inside the folder of -o"
+        )
+    data_file = os.path.join(folder, location)
+    _refuse_first(data_file, [
+        (os.path.isdir(data_file), "is a directory; give --external-data-path a file name"),
+        (not os.path.isdir(os.path.dirname(data_file)), "its folder does not exist"),
+    ])
+    return location
+
+
+def _free_location(path: str, folder: str, location: str) -> str:
+    """``location``, or, when the model now at ``path`` reads its data from that very file
+    (an in-place rewrite), the other one of ``NAME.data`` / ``NAME.1.data``: replacing the
+    data file an existing model reads before or after the model itself would leave a
+    mismatched pair for a moment."""
+    if not os.path.isfile(path) or not os.path.exists(os.path.join(folder, location)):
+        return location
+    try:
+        current = load_model(path, load_external_data=False)
+    except InputError:
+        return location
+    used = set(external_data_locations(current))
+    if location not in used:
+        return location
+    stem, ext = os.path.splitext(location)
+    other = stem[:-2] + ext if stem.endswith(".1") else stem + ".1" + ext
+    return other if other not in used else location
 
 
 def graph_io_meta(model):

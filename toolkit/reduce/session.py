@@ -450,14 +450,23 @@ class Reducer:
             )
 
     def _validate_distinct_outputs(self) -> None:
+        """The one rule (toolkit.core.paths): no output is a file the reduce or its check reads,
+        nor another output. The replay may be loaded from and saved to one file (it is read
+        whole first)."""
+        from toolkit.core import paths
+        from toolkit.reduce.check import data_files_in, toolkit_args
+
         cfg = self.cfg
-        if cfg.model != "-" and os.path.abspath(cfg.iter_artifact) == os.path.abspath(cfg.model):
-            raise UsageError("--iter-artifact must differ from the model file (it is rewritten every iteration)")
-        same = {os.path.abspath(p) for p in (cfg.output, cfg.min_good) if p}
-        if os.path.abspath(cfg.iter_artifact) in same:
-            raise UsageError("--iter-artifact must differ from -o and --min-good (it is rewritten every iteration)")
-        if cfg.min_good and os.path.abspath(cfg.min_good) == os.path.abspath(cfg.output):
-            raise UsageError("-o and --min-good must be different files")
+        reads = [("--load-inputs", p) for p in cfg.load_inputs]
+        check_args = toolkit_args(cfg.check or []) or []
+        reads += [("the check's data file", p) for p in data_files_in(check_args)]
+        if cfg.load_replay and not (cfg.save_replay and paths.same_file(cfg.load_replay, cfg.save_replay)):
+            reads.append(("--load-debug-replay", cfg.load_replay))
+        writes = [
+            ("-o", cfg.output), ("--min-good", cfg.min_good or ""), ("--iter-artifact", cfg.iter_artifact),
+            ("--iter-info", cfg.iter_info or ""), ("--save-debug-replay", cfg.save_replay or ""),
+        ]
+        paths.check_with_model(cfg.model, reads, writes, cfg.external_data_dir)
 
     def _load(self) -> None:
         from toolkit.core.model import load_model
