@@ -82,8 +82,7 @@ def run_with_boundary(func, *args, **kwargs) -> int:
         _print_error(exc.message)
         return int(exc.exit_code)
     except KeyboardInterrupt:
-        _print_error("interrupted")
-        return int(ExitCode.INTERRUPTED)
+        return report_interrupt()
     except BrokenPipeError:
         # the reader of our stdout went away (e.g. `| head`): not an error of ours
         try:
@@ -103,8 +102,7 @@ def run_with_boundary(func, *args, **kwargs) -> int:
                 _print_error(_click_message(exc))
             return int(exc.exit_code)
         if type(exc).__name__ == "Abort":
-            _print_error("interrupted")
-            return int(ExitCode.INTERRUPTED)
+            return report_interrupt()
         if debug_enabled():
             traceback.print_exc()
         if isinstance(exc, MemoryError):
@@ -124,6 +122,18 @@ def run_with_boundary(func, *args, **kwargs) -> int:
                 "(this is a bug in toolkit; TOOLKIT_DEBUG=1 shows the traceback)"
             ))
         return int(ExitCode.BAD_INPUT)
+
+
+def report_interrupt() -> int:
+    """The one line an interrupted command ends with (what was and was not written); 130."""
+    from toolkit.cli.output import interrupted_by, state
+
+    if not state.interrupt_reported:
+        state.interrupt_reported = True
+        paths = sys.modules.get("toolkit.core.paths")
+        written = paths.written_summary() if paths is not None else ""
+        _print_error(f"{interrupted_by()}{'; ' + written if written else ''}")
+    return int(ExitCode.INTERRUPTED)
 
 
 def _corrupt_model_text():

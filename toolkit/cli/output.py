@@ -44,6 +44,8 @@ class _State:
         self.formats: List[str] = []
         self.argv: Optional[List[str]] = None  # the command line as typed (before common options were taken out)
         self.model_type: Optional[str] = None  # --model-type, when given
+        self.signal: Optional[int] = None  # the signal that interrupted the command (SIGINT, SIGTERM, SIGHUP)
+        self.interrupt_reported = False  # its one line was printed
 
 
 state = _State()
@@ -126,6 +128,18 @@ def _argv_files(argv: List[str], log_file: str) -> List[str]:
             if cand and cand != "-" and os.path.isfile(cand):
                 out.append(cand)
     return out
+
+
+def interrupted_by() -> str:
+    """'interrupted' and the signal that did it: 'interrupted (SIGTERM)'."""
+    if state.signal is None:
+        return "interrupted"
+    import signal
+
+    try:
+        return f"interrupted ({signal.Signals(state.signal).name})"
+    except ValueError:  # pragma: no cover
+        return f"interrupted (signal {state.signal})"
 
 
 def enabled(level: int) -> bool:

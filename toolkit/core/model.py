@@ -14,6 +14,7 @@ import tempfile
 from typing import Iterator, Optional
 
 from toolkit.core.errors import InputError, UsageError
+from toolkit.core.paths import note_written
 from toolkit.core.graphs import all_tensors, external_data_folder, external_data_locations, has_external_data  # noqa: F401  (re-exported)
 from toolkit.core.graphs import undecodable_text
 
@@ -206,6 +207,7 @@ def atomic_output(path: str, mode: str = "wb") -> Iterator:
                 os.umask(umask)
                 os.chmod(tmp, 0o666 & ~umask)
             os.replace(tmp, path)
+            note_written(path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
@@ -378,16 +380,17 @@ def _save_with_external_data(
         tmp_model = os.path.join(folder, temp_name(os.path.basename(path)))
         with open(tmp_model, "xb") as f:
             f.write(model.SerializeToString())
-        for tmp in (tmp_data, tmp_model):
-            _normal_permissions(tmp)
+        _normal_permissions(tmp_data)
+        _normal_permissions(tmp_model)
         if os.path.exists(tmp_data):
             os.replace(tmp_data, data_file)  # data first: the old model does not read this name
         os.replace(tmp_model, path)  # the commit
+        note_written(path)
     except BaseException as exc:  # incl. Ctrl-C, SIGTERM: no temp file is left behind
-        for tmp in (tmp_data, tmp_model):
-            if tmp:
+        for left in (tmp_data, tmp_model or ""):
+            if left:
                 with contextlib.suppress(OSError):
-                    os.unlink(tmp)
+                    os.unlink(left)
         if isinstance(exc, OSError):
             raise InputError(f"{path}: cannot write: {exc.strerror or exc}; {path} was not changed") from None
         raise

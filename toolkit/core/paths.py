@@ -24,6 +24,8 @@ STDIO = "-"
 Named = Tuple[str, str]  # (what the path is, e.g. "--save-outputs", the path)
 
 _PROCESS_WRITES: List[Named] = []
+_DECLARED: List[Named] = []  # the writes the command checked (what it means to write)
+_WRITTEN: List[str] = []  # keys of the files written (renamed into place) so far
 
 
 class PathClash(UsageError):
@@ -40,7 +42,28 @@ def add_process_write(what: str, path: str) -> None:
 
 
 def reset_process_writes() -> None:
-    _PROCESS_WRITES.clear()
+    for held in (_PROCESS_WRITES, _DECLARED, _WRITTEN):
+        held.clear()
+
+
+def note_written(path: str) -> None:
+    """``path`` is complete in place (called after its atomic rename)."""
+    if path and path != STDIO:
+        _WRITTEN.append(key(path))
+
+
+def written_summary() -> str:
+    """What the command has written and what not (for the line an interruption prints):
+    'nothing was written', 'X was written; Y was not', ... ('' if it writes nothing)."""
+    declared = [(w, p) for w, p in _DECLARED if p and p != STDIO and w != "--log-file"]
+    done = [f"{w} {p}" for w, p in declared if key(p) in _WRITTEN]
+    left = [f"{w} {p}" for w, p in declared if key(p) not in _WRITTEN and os.path.basename(p) and "external-data" not in w]
+    if not done and not left:
+        return ""
+    if not done:
+        return f"{', '.join(left)} {'was' if len(left) == 1 else 'were'} not written"
+    text = f"{', '.join(done)} {'was' if len(done) == 1 else 'were'} written"
+    return text + (f"; {', '.join(left)} {'was' if len(left) == 1 else 'were'} not" if left else "")
 
 
 @functools.lru_cache(maxsize=64)
@@ -89,6 +112,7 @@ def check(reads: Iterable[Named], writes: Iterable[Named]) -> None:
     Empty paths and ``-`` (stdin/stdout) are left out."""
     reads = [(w, p) for w, p in reads if p and p != STDIO]
     writes = [(w, p) for w, p in list(writes) + _PROCESS_WRITES if p and p != STDIO]
+    _DECLARED.extend(item for item in writes if item not in _DECLARED)
     seen: List[Named] = []
     for item in writes:
         for other in seen:
