@@ -3,7 +3,7 @@
 Each test runs the real command (``python -m toolkit``) in a subprocess:
 
 - one rule for paths: no file a command writes is a file it reads (the model, its
-  external-data files, data files, replay, scripts) or another file it writes, checked
+  external data files, data files, replay, scripts) or another file it writes, checked
   before any work, through ``./``, symlinks and hard links (exit 2 naming both);
 - a model and its data file are committed data first, model last: a data file that cannot
   be written leaves the original model untouched, an in-place rewrite never leaves the old
@@ -37,7 +37,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="us
 
 
 def weights_model():
-    """y = x @ w with w (64x64, 16 KiB) big enough to go to an external-data file."""
+    """y = x @ w with w (64x64, 16 KiB) big enough to go to an external data file."""
     w = numpy_helper.from_array(np.arange(4096, dtype=np.float32).reshape(64, 64) / 4096, "w")
     graph = helper.make_graph(
         [helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g", [z.vi("x", [1, 64])], [z.vi("y", [1, 64])], [w]
@@ -73,7 +73,7 @@ def test_run_never_writes_over_the_models_external_data(tmp_path, flag, location
     model = save_external(tmp_path, "m.onnx", location)
     before = files(tmp_path)
     res = run_toolkit("run", "m.onnx", "--onnxrt", flag, location, cwd=tmp_path)
-    assert_one_clash(res, flag, "external-data file")
+    assert_one_clash(res, flag, "external data file")
     assert files(tmp_path) == before
     assert compute(model).shape == (1, 64)
 
@@ -105,7 +105,7 @@ def test_reduce_outputs_never_name_the_models_external_data(tmp_path):
     before = files(tmp_path)
     res = run_toolkit("debug", "reduce", "model.onnx", "-o", "out.onnx", "--save-debug-replay", "w.bin",
                       "--check", "false", cwd=tmp_path)
-    assert_one_clash(res, "--save-debug-replay", "external-data file")
+    assert_one_clash(res, "--save-debug-replay", "external data file")
     assert files(tmp_path) == before
 
 
@@ -333,3 +333,39 @@ def test_write_failure_mid_reduce_still_writes_the_smallest_failing_model(tmp_pa
     assert proc.returncode == 3, err
     assert "the smallest failing model found so far (20 node(s)) was written to out.onnx" in err
     assert len(onnx.load(str(tmp_path / "out.onnx")).graph.node) == 20
+
+
+@pytest.mark.parametrize(
+    "stop_at", [None, 1, 2, 3], ids=["whole", "stopped-at-repoint", "stopped-at-data-rename", "stopped-at-commit"]
+)
+def test_in_place_pair_is_usable_at_every_rename(tmp_path, monkeypatch, stop_at):
+    """Saving over a model whose data file has the same name: before each rename the model on
+    disk computes what the old one did; Ctrl-C at a rename puts the old pair back byte for byte."""
+    from toolkit.core.model import load_model, save_model
+
+    model_path = save_external(tmp_path)
+    want = compute(model_path)
+    before = files(tmp_path)
+    new = load_model(str(model_path))
+    renames = []
+    real_replace = os.replace
+
+    def replace(src, dst):
+        if os.path.basename(str(src)).startswith(".") and not str(dst).endswith(".tmp"):
+            renames.append(dst)
+            np.testing.assert_array_equal(compute(model_path), want)  # the pair on disk is whole
+            if len(renames) == stop_at:
+                raise KeyboardInterrupt
+        return real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", replace)
+    if stop_at is None:
+        save_model(new, str(model_path), external_data=True, size_threshold=0)
+        assert len(renames) >= 2
+        np.testing.assert_array_equal(compute(model_path), want)
+        assert sorted(os.listdir(tmp_path)) == ["d.onnx", "d.onnx.data"]
+        return
+    with pytest.raises(KeyboardInterrupt):
+        save_model(new, str(model_path), external_data=True, size_threshold=0)
+    assert files(tmp_path) == before
+    assert sorted(os.listdir(tmp_path)) == ["d.onnx", "d.onnx.data"]

@@ -85,6 +85,16 @@ def _root(
     failing models to minimal subgraphs."""
 
 
+def _importing(frame) -> bool:
+    """Whether ``frame`` runs inside an import (importlib's frames are on the stack)."""
+    depth = 0
+    while frame is not None and depth < 400:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame, depth = frame.f_back, depth + 1
+    return False
+
+
 def build_app(names: Optional[List[str]] = None, lazy: bool = False) -> typer.Typer:
     """The root Typer app with the named groups (default: all of them); with ``lazy``, an
     app with none registered whose root group loads them on demand."""
@@ -174,6 +184,15 @@ class _signals:
 
         from toolkit.cli import output
 
+        if _importing(frame):
+            # raised inside an import, KeyboardInterrupt can leave a module half-initialised (a C
+            # extension then reports it as missing): the signal is delivered again just after
+            import threading
+
+            timer = threading.Timer(0.05, os.kill, (os.getpid(), signum))
+            timer.daemon = True
+            timer.start()
+            return
         first = output.state.signal is None
         output.state.signal = signum
         if signum == signal.SIGINT or first:

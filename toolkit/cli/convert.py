@@ -94,7 +94,7 @@ def _convert(
     check_output_path(output, binary=True)
     from toolkit.core import paths
 
-    writes = [("-o", output)] + ([("-o's external-data file", output + ".data")] if output != "-" else [])
+    writes = [("-o", output)] + ([("-o's external data file", output + ".data")] if output != "-" else [])
     paths.check_with_model(model_path, [], writes, external_data_dir)
     from toolkit.convert import fp16
 

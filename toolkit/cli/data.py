@@ -38,7 +38,8 @@ def _to_input(files: List[str], output: str) -> None:
     check_output_path(output)
     from toolkit.core import paths
 
-    paths.check([(f"input {f}", f) for f in files], [("-o", output)])
+    # -o may replace one of the inputs (all are read before it is written); not the log file
+    paths.check([(f"input {f}", f) for f in files if not paths.same_file(f, output)], [("-o", output)])
     datasets = [load_data(f) for f in files]
     _warn_uneven(files, datasets)
     merged = merge_to_inputs(datasets)

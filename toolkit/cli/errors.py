@@ -71,18 +71,33 @@ def run_with_boundary(func, *args, **kwargs) -> int:
     ToolkitError -> its code; Click usage errors -> 2; Ctrl-C -> 130; anything
     unexpected -> 3 with a one-line message (``TOOLKIT_DEBUG=1`` shows the traceback).
     """
-    from toolkit.cli.output import debug_enabled
-
     try:
         rv = func(*args, **kwargs)
         return rv if isinstance(rv, int) else 0
+    except Exception as exc:  # noqa: BLE001 - after a signal, any failure is the interruption's
+        from toolkit.cli.output import state
+
+        if state.signal is None:
+            return _failed(exc)
+        return report_interrupt()
+    except KeyboardInterrupt:
+        return report_interrupt()
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+
+
+def _failed(exc: Exception) -> int:
+    """The exit code of an exception that reached the boundary, its line printed."""
+    from toolkit.cli.output import debug_enabled
+
+    try:
+        raise exc  # (dispatched by type below)
     except ToolkitError as exc:
         if debug_enabled():
             traceback.print_exc()
         _print_error(exc.message)
         return int(exc.exit_code)
-    except KeyboardInterrupt:
-        return report_interrupt()
     except BrokenPipeError:
         # the reader of our stdout went away (e.g. `| head`): not an error of ours
         try:
@@ -90,9 +105,6 @@ def run_with_boundary(func, *args, **kwargs) -> int:
         except OSError:
             pass
         return 0
-    except SystemExit as exc:
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
     except Exception as exc:  # noqa: BLE001 - this is the boundary
         # Click's own exceptions, without importing click (Typer bundles its own).
         if hasattr(exc, "show") and hasattr(exc, "exit_code"):

@@ -98,7 +98,7 @@ def configure(level: Optional[int] = None, log_file: Optional[str] = None, forma
 
 def _check_log_file(log_file: str) -> None:
     """The log file is a write of every command (toolkit.core.paths): it must not be a file the
-    command line names (a model, a data file, a script) nor an external-data file of a model
+    command line names (a model, a data file, a script) nor an external data file of a model
     it names. Checked before the file is opened."""
     from toolkit.core import paths
 
@@ -108,7 +108,7 @@ def _check_log_file(log_file: str) -> None:
     named = _argv_files(state.argv or [], log_file)
     reads = [("input", p) for p in named]
     for p in named:
-        reads += [(f"{p}'s external-data file", d) for d in paths.model_data_files(p, [("--log-file", log_file)])]
+        reads += [(f"{p}'s external data file", d) for d in paths.model_data_files(p, [("--log-file", log_file)])]
     paths.check(reads, [])
 
 

@@ -1,8 +1,8 @@
 """The one rule for the files a command touches, checked before any work.
 
 Every file a command will write (outputs, data files, replay, iteration artifacts, logs, the
-external-data files of output models) is compared with every file it reads (the model and
-its external-data files, data files, replay, scripts) and with every other file it writes.
+external data files of output models) is compared with every file it reads (the model and
+its external data files, data files, replay, scripts) and with every other file it writes.
 Paths are compared after resolving symbolic links, ``.`` and ``..``, hard links (the same
 inode) and, where the filesystem folds case, letter case. A clash raises :class:`PathClash`
 (a usage error, exit 2) naming both, before anything is read or written.
@@ -50,6 +50,12 @@ def note_written(path: str) -> None:
     """``path`` is complete in place (called after its atomic rename)."""
     if path and path != STDIO:
         _WRITTEN.append(key(path))
+
+
+def forget_written(path: str) -> None:
+    """``path`` was put back as it was (an undone rewrite)."""
+    gone = key(path)
+    _WRITTEN[:] = [k for k in _WRITTEN if k != gone]
 
 
 def written_summary() -> str:
@@ -126,7 +132,7 @@ def check(reads: Iterable[Named], writes: Iterable[Named]) -> None:
 
 
 def model_data_files(model_path: str, writes: Iterable[Named], external_data_dir: Optional[str] = None) -> List[str]:
-    """The external-data files of the model at ``model_path`` that one of ``writes`` could be.
+    """The external data files of the model at ``model_path`` that one of ``writes`` could be.
 
     Only an existing file can be one (the model needs its data files to load), and only one
     whose name occurs in the model's bytes: the model is parsed only then, so the check costs
@@ -166,9 +172,9 @@ def _mentions(path: str, names: Iterable[str]) -> bool:
 def check_with_model(
     model: Optional[str], reads: Iterable[Named], writes: Iterable[Named], external_data_dir: Optional[str] = None,
 ) -> None:
-    """:func:`check`, with the model (``MODEL``) and its external-data files among the reads."""
+    """:func:`check`, with the model (``MODEL``) and its external data files among the reads."""
     writes = list(writes)
     reads = [("MODEL", model or "")] + list(reads)
     all_writes = writes + list(_PROCESS_WRITES)
-    reads += [("MODEL's external-data file", p) for p in model_data_files(model or "", all_writes, external_data_dir)]
+    reads += [("MODEL's external data file", p) for p in model_data_files(model or "", all_writes, external_data_dir)]
     check(reads, writes)

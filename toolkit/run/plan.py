@@ -75,7 +75,7 @@ def check_output_paths(opts: RunOptions) -> None:
         ("--save-engine", opts.save_engine or ""),
     ]
     if opts.save_onnx and opts.save_onnx != "-":
-        writes.append(("--save-onnx's external-data file", opts.save_onnx + ".data"))
+        writes.append(("--save-onnx's external data file", opts.save_onnx + ".data"))
     paths.check_with_model(opts.model, reads, writes, opts.external_data_dir)
     for path in (opts.save_inputs, opts.save_outputs, opts.save_onnx):
         if path:
