@@ -705,7 +705,6 @@ class Reducer:
             line = error_line(res)
             if full:
                 self._broken_full_model(res, line)
-            self._stop_if_unjudgeable(line)
             self.broken += 1
             self.broken_masks.add(mask)
             reason = f"{res.describe()}: {line}"
@@ -751,6 +750,8 @@ class Reducer:
         if it.result is not None:
             self.reporter.check_output(it)
         self.reporter.iteration_end(it)
+        if it.verdict == BROKEN and mask != self.index.full_mask:
+            self._stop_if_unjudgeable(it.reason)
 
     def _artifact_links(self, cand: Candidate, worker=None) -> Optional[Dict[str, str]]:
         """Where an iteration artifact finds the model's external data files (made once per
@@ -838,7 +839,7 @@ class Reducer:
                 f"{gone[0]}: a data file the check reads disappeared during the reduce, so the checks after it "
                 f"cannot judge the model ({line}); put it back"
             )
-        after_full, broken = self.checks, self.broken + 1  # (this check is not recorded yet)
+        after_full, broken = self.checks - 1, self.broken
         if broken >= UNJUDGED_MIN and broken > UNJUDGED_SHARE * after_full:
             raise CannotJudge(
                 f"the check could not judge {broken} of the {after_full} subgraphs checked after the full model "
