@@ -316,6 +316,27 @@ def _die_with_parent(parent: int) -> None:  # pragma: no cover - runs in the chi
         os._exit(1)
 
 
+_SETPRIV: list = []
+
+
+def _with_pdeathsig(argv: List[str]) -> List[str]:
+    """``argv`` run so that it gets SIGKILL when the reduce dies (Linux): through util-linux's
+    ``setpriv --pdeathsig KILL``, which sets it and execs the check in the same process. (A
+    ``preexec_fn`` would do it too, but it makes Python fork the whole reduce instead of
+    vfork: 0.8 -> 160 ms per check for a 1 GB process.) Unchanged where setpriv is missing."""
+    if not _SETPRIV:
+        found = shutil.which("setpriv") if sys.platform.startswith("linux") else None
+        if found:
+            try:
+                ok = subprocess.run([found, "--pdeathsig", "KILL", "--", "true"], stdin=subprocess.DEVNULL,
+                                    capture_output=True, timeout=10).returncode == 0
+            except (OSError, subprocess.SubprocessError):
+                ok = False
+            found = found if ok else None
+        _SETPRIV.append(found)
+    return [_SETPRIV[0], "--pdeathsig", "KILL", "--", *argv] if _SETPRIV[0] else list(argv)
+
+
 def check_env(extra: Optional[dict]) -> dict:
     """The environment of a check: ours, ``extra``, and the tag that finds its strays."""
     return dict(os.environ, **(extra or {}), **{CHECK_TAG_ENV: str(os.getpid())})
@@ -395,19 +416,13 @@ class SubprocessRunner:
             msg = f"error: check command '{exe}' not found; give a program on PATH or a path to it after --check\n"
             return CheckResult(127, b"", msg.encode(), seconds=time.monotonic() - start)
         try:
-            preexec = None
-            if _prctl() is not None:
-                import functools
-
-                preexec = functools.partial(_die_with_parent, os.getpid())
             proc = subprocess.Popen(
-                self.argv,
+                _with_pdeathsig(self.argv),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 start_new_session=True,
                 env=check_env(self.env),
-                preexec_fn=preexec,
             )
         except OSError as exc:
             msg = f"error: cannot run check command '{exe}': {exc.strerror or exc}\n"
