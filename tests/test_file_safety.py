@@ -369,3 +369,26 @@ def test_in_place_pair_is_usable_at_every_rename(tmp_path, monkeypatch, stop_at)
         save_model(new, str(model_path), external_data=True, size_threshold=0)
     assert files(tmp_path) == before
     assert sorted(os.listdir(tmp_path)) == ["d.onnx", "d.onnx.data"]
+
+
+def test_an_ignored_sighup_stays_ignored(tmp_path):
+    """nohup: SIGHUP ignored by the parent is not turned into an interruption."""
+    z.save(matmul_model(), tmp_path / "model.onnx")
+    log = tmp_path / "err.txt"
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", "import signal, sys, runpy; signal.signal(signal.SIGHUP, signal.SIG_IGN); "
+             "sys.argv = ['toolkit', 'run', 'model.onnx', '--onnxrt', '--iterations', '200000']; "
+             "runpy.run_module('toolkit', run_name='__main__')"],
+            cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=err,
+        )
+    try:
+        deadline = time.monotonic() + 120
+        while b"Iteration 1 " not in log.read_bytes() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGHUP)
+        time.sleep(1.0)
+        assert proc.poll() is None, log.read_text()[-2000:]
+    finally:
+        proc.terminate()
+    assert proc.wait(timeout=60) == 130

@@ -170,8 +170,8 @@ class _signals:
             if num is None:
                 continue
             current = signal.getsignal(num)
-            if name == "SIGINT" and current is not signal.default_int_handler:
-                continue  # ignored (a background job) or handled by someone else: leave it
+            if current is not (signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL):
+                continue  # ignored (a background job, nohup) or handled by someone else: leave it
             try:
                 self.old[num] = signal.signal(num, self._handler)
             except (ValueError, OSError):  # pragma: no cover - not settable here
