@@ -121,6 +121,11 @@ def _convert(
     from toolkit.core.model import load_model, save_model
 
     _check_args(model_path, output, dtype, keep_fp32, json_out, check)
+    from toolkit.core import paths
+
+    reads = [("--load-inputs", check.load_inputs)] if check.load_inputs else []
+    writes = [("-o", output)] + ([("-o's external data file", output + ".data")] if output != "-" else [])
+    paths.check_with_model(model_path, reads, writes, external_data_dir)
     from toolkit.convert import fp16
 
     assert dtype is not None
@@ -156,7 +161,6 @@ def _convert(
 
 def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Check) -> None:
     """Usage errors, before anything is read or written."""
-    import os
 
     from toolkit.core.errors import UsageError
     from toolkit.core.model import check_output_path
@@ -172,8 +176,6 @@ def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Ch
     if check.load_inputs and (check.val_range or check.input_shapes):
         raise UsageError("--val-range and --input-shapes shape generated inputs; with --load-inputs none are generated")
     check_output_path(output, binary=True)
-    if output != "-" and model_path != "-" and os.path.exists(output) and os.path.samefile(output, model_path):
-        raise UsageError(f"{output}: the output would overwrite the input model; choose another -o")
 
 
 def _original(model, model_path: str, external_data_dir: Optional[str]):
