@@ -7,60 +7,65 @@ from typing import List, Optional
 
 import typer
 
-from toolkit.cli.options import (
-    Annotated,
-    ExternalDataDirOpt,
-    InputShapesOpt,
-    ListOpt,
-    ModelArg,
-    SeedOpt,
-    command_kwargs,
-    option,
-)
+from toolkit.cli.options import bind, command_kwargs, values_for
 from toolkit.cli.output import log, warn
+from toolkit.core import shared_options as S
+from toolkit.core.declare import declared, option, required, switch
 
 HELP = "Convert a model: mixed fp16 with --fp-to-fp16, mixed bf16 with --fp-to-bf16."
 
 
-# The help text of each option of `convert`, by its first flag.
-_CONVERT_OPTS = {
-    "-o": "Where to write the converted model.",
-    "--fp-to-fp16": "Convert float32 to float16 where it is safe (mixed precision; I/O types kept).",
-    "--fp-to-bf16": "Convert float32 to bfloat16 where it is safe (mixed precision; I/O types kept), by the same "
-        "rules as --fp-to-fp16.",
-    "--keep-fp32": "Nodes to keep in fp32: node names, glob patterns over node names, or op types (Pow, ReduceMean). "
+@dataclass
+class ConvertArgs:
+    """The options of ``convert``, each declared once."""
+
+    model: str = declared(S.MODEL)
+    output: str = required("-o", "--output", help="Where to write the converted model.")
+    fp_to_fp16: bool = switch(
+        "--fp-to-fp16", help="Convert float32 to float16 where it is safe (mixed precision; I/O types kept)."
+    )
+    fp_to_bf16: bool = switch(
+        "--fp-to-bf16",
+        help="Convert float32 to bfloat16 where it is safe (mixed precision; I/O types kept), by the same rules as "
+        "--fp-to-fp16.",
+    )
+    keep_fp32: List[str] = option(
+        "--keep-fp32", factory=list,
+        help="Nodes to keep in fp32: node names, glob patterns over node names, or op types (Pow, ReduceMean). "
         "Several after one flag, or comma-separated.",
-    "--fp16-io": "Make float32 graph inputs and outputs float16 too (default: keep them).",
-    "--bf16-io": "With --fp-to-bf16: make float32 graph inputs and outputs bfloat16 too (default: keep them).",
-    "--external-data/--no-external-data": "Write weights to a separate file <OUT>.data (default: only when the model "
-        "is over 2 GB).",
-    "--json": "Print what was kept in fp32 and why, and the check against the original, as JSON on stdout.",
-    "--validate/--no-validate": "Run the converted model against the original once in ONNX-Runtime and report the "
-        "largest error and the first tensor that differs; on unless --no-validate.",
-    "--load-inputs": "Inputs file (JSON or .npz) for that check (its first input set); default: generated.",
-    "--val-range": "Value range of the generated inputs of that check: [name:][lo,hi]; [0,1] if not given.",
-}
+    )
+    fp16_io: bool = switch("--fp16-io", help="Make float32 graph inputs and outputs float16 too (default: keep them).")
+    bf16_io: bool = switch(
+        "--bf16-io", help="With --fp-to-bf16: make float32 graph inputs and outputs bfloat16 too (default: keep them)."
+    )
+    external_data: Optional[bool] = option(
+        "--external-data/--no-external-data",
+        help="Write weights to a separate file <OUT>.data (default: only when the model is over 2 GB).",
+    )
+    json_out: bool = switch(
+        "--json", help="Print what was kept in fp32 and why, and the check against the original, as JSON on stdout."
+    )
+    external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
+    validate: bool = option(
+        "--validate/--no-validate", default=True,
+        help="Run the converted model against the original once in ONNX-Runtime and report the largest error and "
+        "the first tensor that differs; on unless --no-validate.",
+    )
+    load_inputs: Optional[str] = option(
+        "--load-inputs", help="Inputs file (JSON or .npz) for that check (its first input set); default: generated."
+    )
+    seed: Optional[int] = declared(S.SEED)
+    val_range: List[str] = option(
+        "--val-range", factory=list,
+        help="Value range of the generated inputs of that check: [name:][lo,hi]; [0,1] if not given.",
+    )
+    input_shapes: List[str] = declared(S.INPUT_SHAPES, factory=list)
 
 
 def register(app: typer.Typer) -> None:
     @app.command("convert", **command_kwargs())
-    def convert_command(
-        model: ModelArg,
-        output: Annotated[str, option(_CONVERT_OPTS, "-o", "--output")],
-        fp_to_fp16: Annotated[bool, option(_CONVERT_OPTS, "--fp-to-fp16")] = False,
-        fp_to_bf16: Annotated[bool, option(_CONVERT_OPTS, "--fp-to-bf16")] = False,
-        keep_fp32: Annotated[ListOpt, option(_CONVERT_OPTS, "--keep-fp32")] = None,
-        fp16_io: Annotated[bool, option(_CONVERT_OPTS, "--fp16-io")] = False,
-        bf16_io: Annotated[bool, option(_CONVERT_OPTS, "--bf16-io")] = False,
-        external_data: Annotated[Optional[bool], option(_CONVERT_OPTS, "--external-data/--no-external-data")] = None,
-        json_out: Annotated[bool, option(_CONVERT_OPTS, "--json")] = False,
-        external_data_dir: ExternalDataDirOpt = None,
-        validate: Annotated[bool, option(_CONVERT_OPTS, "--validate/--no-validate", show_default=False)] = True,
-        load_inputs: Annotated[Optional[str], option(_CONVERT_OPTS, "--load-inputs")] = None,
-        seed: SeedOpt = None,
-        val_range: Annotated[ListOpt, option(_CONVERT_OPTS, "--val-range")] = None,
-        input_shapes: InputShapesOpt = None,
-    ) -> None:
+    @bind(ConvertArgs)
+    def convert_command(ctx: typer.Context, **params) -> None:
         """Convert a model: mixed fp16 with --fp-to-fp16, mixed bf16 with --fp-to-bf16.
 
         Float32 weights and tensors become float16 (bfloat16), except nodes that must stay
@@ -75,22 +80,24 @@ def register(app: typer.Typer) -> None:
         conversion; for bfloat16 the same conversion places the casts and every weight is
         rounded once from its float32 value.
         """
-        if fp_to_fp16 and fp_to_bf16:
+        a = ConvertArgs(**values_for(ConvertArgs, params))
+        if a.fp_to_fp16 and a.fp_to_bf16:
             from toolkit.core.errors import UsageError
 
             raise UsageError("--fp-to-fp16 and --fp-to-bf16 exclude each other: give one")
-        if bf16_io and not fp_to_bf16:
+        if a.bf16_io and not a.fp_to_bf16:
             from toolkit.core.errors import UsageError
 
             raise UsageError("--bf16-io needs --fp-to-bf16")
-        if fp16_io and fp_to_bf16:
+        if a.fp16_io and a.fp_to_bf16:
             from toolkit.core.errors import UsageError
 
             raise UsageError("--fp16-io goes with --fp-to-fp16; with --fp-to-bf16 use --bf16-io")
-        dtype = "bfloat16" if fp_to_bf16 else ("float16" if fp_to_fp16 else None)
-        check = _Check(validate, load_inputs, seed, val_range or [], input_shapes or [])
+        dtype = "bfloat16" if a.fp_to_bf16 else ("float16" if a.fp_to_fp16 else None)
+        check = _Check(a.validate, a.load_inputs, a.seed, a.val_range, a.input_shapes)
         _convert(
-            model, output, dtype, keep_fp32 or [], fp16_io or bf16_io, external_data_dir, external_data, json_out, check
+            a.model, a.output, dtype, a.keep_fp32, a.fp16_io or a.bf16_io, a.external_data_dir, a.external_data,
+            a.json_out, check,
         )
 
 

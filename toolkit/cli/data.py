@@ -2,34 +2,33 @@
 
 # (no `from __future__ import annotations`: Typer would have to eval every annotation string)
 
+from dataclasses import dataclass
 from typing import List
 
 import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
-from toolkit.cli.options import Annotated, check_data_output, command_kwargs, option
+from toolkit.cli.options import bind, check_data_output, command_kwargs, values_for
 from toolkit.cli.output import log, warn
+from toolkit.core.declare import argument, required
 
 app = typer.Typer(help="Work with inputs and outputs data files (JSON or .npz).", **SUBAPP_SETTINGS)
 
-FilesArg = Annotated[
-    List[str],
-    typer.Argument(help="Inputs files and/or outputs files (JSON or .npz; '-' for stdin).", metavar="FILE..."),
-]
-# The help text of each option of both `data` commands, by its first flag.
-_DATA_OPTS = {
-    "-o": "Where to write the merged inputs file (.json or .npz; '-' for stdout).",
-}
+
+@dataclass
+class MergeArgs:
+    """The options of ``data to-input`` (and ``data merge``), each declared once."""
+
+    files: List[str] = argument("Inputs files and/or outputs files (JSON or .npz; '-' for stdin).", "FILE...")
+    output: str = required("-o", "--output", help="Where to write the merged inputs file (.json or .npz; '-' for stdout).")
 
 
-OutOpt = Annotated[str, option(_DATA_OPTS, "-o", "--output")]
-
-
-def _to_input(files: List[str], output: str) -> None:
+def _to_input(args: MergeArgs) -> None:
     from toolkit.core.datafiles import load_data, merge_to_inputs, save_inputs
     from toolkit.core.errors import UsageError
     from toolkit.core.model import check_output_path
 
+    files, output = args.files, args.output
     if not files:
         raise UsageError("give at least one inputs or outputs file")
     if files.count("-") > 1:
@@ -67,17 +66,19 @@ def _warn_uneven(files: List[str], datasets: list) -> None:
 
 
 @app.command("to-input", **command_kwargs())
-def to_input(files: FilesArg, output: OutOpt) -> None:
+@bind(MergeArgs)
+def to_input(ctx: typer.Context, **params) -> None:
     """Merge inputs files and outputs files into one inputs file.
 
     Iteration k of every file goes into feed k (later files win when a name appears
     twice); an outputs file contributes each of its runners' iteration k. Use it to turn
     saved inputs plus layerwise outputs into inputs for any subgraph of the model.
     """
-    _to_input(files, output)
+    _to_input(MergeArgs(**values_for(MergeArgs, params)))
 
 
 @app.command("merge", **command_kwargs())
-def merge(files: FilesArg, output: OutOpt) -> None:
+@bind(MergeArgs)
+def merge(ctx: typer.Context, **params) -> None:
     """The same command as `data to-input`."""
-    _to_input(files, output)
+    _to_input(MergeArgs(**values_for(MergeArgs, params)))

@@ -18,7 +18,7 @@ import typer
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, values_for
 from toolkit.core import shared_options as S
-from toolkit.core.declare import argument, declared, option, required, switch
+from toolkit.core.declare import declared, option, required, switch
 from toolkit.cli.output import log, warn
 
 app = typer.Typer(
@@ -392,7 +392,7 @@ def _reduce_config(a: "ReduceArgs", rule, load_inputs):
 class ReduceArgs:
     """The options of ``debug reduce``, each declared once (flags, help, metavar)."""
 
-    model: str = argument("Path to the ONNX model, or '-' to read it from stdin.", "MODEL")
+    model: str = declared(S.MODEL)
     output: str = required("-o", "--output", metavar="PATH",
                            help="Where to write the smallest subgraph the check fails on.")
     check: Optional[List[str]] = option(

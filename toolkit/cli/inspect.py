@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import List, Optional
 
 import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
-from toolkit.cli.options import (
-    Annotated, ExternalDataDirOpt, IgnoreExternalDataOpt, ModelArg, command_kwargs, completes, option,
-)
+from toolkit.cli.options import bind, command_kwargs, values_for
+from toolkit.core import shared_options as S
+from toolkit.core.declare import argument, declared, option, switch
 
 app = typer.Typer(help="Inspect models and data files.", **SUBAPP_SETTINGS)
 
@@ -29,43 +30,51 @@ def _is_engine(model: str) -> bool:
     return is_engine_path(model) or (output.state.model_type or "").lower() == "engine"
 
 
-# The help text of each option of `inspect model`, by its first flag.
-_MODEL_OPTS = {
-    "--mode": "What to show: none (inputs, outputs, initializers), basic (+ nodes), attrs (+ node attributes), full "
+@dataclass
+class InspectModelArgs:
+    """The options of ``inspect model``, each declared once."""
+
+    model: str = declared(S.MODEL)
+    mode: str = option(
+        "--mode", default="none", complete=("none", "basic", "attrs", "full"),
+        help="What to show: none (inputs, outputs, initializers), basic (+ nodes), attrs (+ node attributes), full "
         "(+ weight values, summarised).",
-    "--show": "Newer spelling, several values after one flag: layers attrs weights.",
-    "--json": "Print the description as JSON on stdout.",
-    "--list-unbounded-dds": "List the tensors that set a data-dependent output size without an upper bound (bound "
-        "them with `surgeon sanitize --set-unbounded-dds-upper-bound`).",
-    "--shape-inference": "Run ONNX shape inference first, so intermediate tensors show the dtypes and shapes it "
-        "finds (without it: only those the model records).",
-}
+    )
+    show: List[str] = option("--show", factory=list,
+                             help="Newer spelling, several values after one flag: layers attrs weights.")
+    as_json: bool = switch("--json", help="Print the description as JSON on stdout.")
+    external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
+    ignore_external_data: bool = declared(S.IGNORE_EXTERNAL_DATA, default=False)
+    list_unbounded_dds: bool = switch(
+        "--list-unbounded-dds",
+        help="List the tensors that set a data-dependent output size without an upper bound (bound them with "
+        "`surgeon sanitize --set-unbounded-dds-upper-bound`).",
+    )
+    shape_inference: bool = switch(
+        "--shape-inference",
+        help="Run ONNX shape inference first, so intermediate tensors show the dtypes and shapes it finds (without "
+        "it: only those the model records).",
+    )
 
 
 @app.command("model", **command_kwargs())
-def inspect_model(
-    model: ModelArg,
-    mode: Annotated[str, option(_MODEL_OPTS, "--mode", autocompletion=completes(("none", "basic", "attrs", "full")))] = "none",
-    show: Annotated[Optional[List[str]], option(_MODEL_OPTS, "--show")] = None,
-    as_json: Annotated[bool, option(_MODEL_OPTS, "--json")] = False,
-    external_data_dir: ExternalDataDirOpt = None,
-    ignore_external_data: IgnoreExternalDataOpt = False,
-    list_unbounded_dds: Annotated[bool, option(_MODEL_OPTS, "--list-unbounded-dds")] = False,
-    shape_inference: Annotated[bool, option(_MODEL_OPTS, "--shape-inference")] = False,
-) -> None:
+@bind(InspectModelArgs)
+def inspect_model(ctx: typer.Context, **params) -> None:
     """Show a model: name, opsets, graph inputs and outputs, initializers, and optionally nodes,
     attributes and weights (subgraphs of If/Loop/Scan nested under their node)."""
     from toolkit.inspect.describe import Show, describe_model, model_text
     from toolkit.core.model import load_model
 
-    if list_unbounded_dds:
+    args = InspectModelArgs(**values_for(InspectModelArgs, params))
+    model, external_data_dir, as_json = args.model, args.external_data_dir, args.as_json
+    if args.list_unbounded_dds:
         from toolkit.surgeon.outputs import unbounded_dds_tensors
 
         names = unbounded_dds_tensors(load_model(model, external_data_dir=external_data_dir, load_external_data=False))
         _emit([f"Tensors with unbounded data-dependent shapes: {len(names)}"] + [f"  {n}" for n in names])
         return
 
-    shown = Show.from_mode(mode).union(Show.from_words(show))
+    shown = Show.from_mode(args.mode).union(Show.from_words(args.show))
     if _is_engine(model):
         from toolkit.backends.trt.inspect import describe_engine, engine_text
 
@@ -73,7 +82,7 @@ def inspect_model(
         _emit([json.dumps(desc, indent=2)] if as_json else engine_text(desc))
         return
     base_dir = None
-    if shown.weights and not ignore_external_data:
+    if shown.weights and not args.ignore_external_data:
         from toolkit.core.weights import load_lazily
 
         # weights stay on disk and are read one at a time for their statistics
@@ -82,43 +91,48 @@ def inspect_model(
         proto = load_model(model, external_data_dir=external_data_dir, load_external_data=False)
     # intermediate tensors show the dtype and shape the model records (value_info), and with
     # --shape-inference what ONNX shape inference finds (run on a copy without the weights' data)
-    desc = describe_model(proto, shown, infer=shape_inference, external_base_dir=base_dir)
+    desc = describe_model(proto, shown, infer=args.shape_inference, external_base_dir=base_dir)
     if as_json:
         _emit([json.dumps(desc, indent=2)])
     else:
         _emit(model_text(desc, shown))
 
 
-# The help text of each option of `inspect data`, by its first flag.
-_DATA_OPTS = {
-    "-s": "Print every value of every tensor.",
-    "-a": "Accepted for Polygraphy command lines: every iteration is always shown.",
-    "-n": "With --show-values: print N values at each end of every dimension, '...' between (-1: all; default all).",
-    "--line-width": "With --show-values: wrap printed arrays at CHARS characters (-1: one line per row; default 110).",
-    "--json": "Print the description as JSON on stdout.",
-}
+@dataclass
+class InspectDataArgs:
+    """The options of ``inspect data``, each declared once."""
+
+    path: str = argument("Inputs or outputs file (JSON or .npz), or '-' for stdin.", "FILE")
+    show_values: bool = switch("-s", "--show-values", help="Print every value of every tensor.")
+    show_all: bool = switch("-a", "--all", help="Accepted for Polygraphy command lines: every iteration is always shown.")
+    num_items: Optional[int] = option(
+        "-n", "--num-items", metavar="N",
+        help="With --show-values: print N values at each end of every dimension, '...' between (-1: all; default "
+        "all).",
+    )
+    line_width: Optional[int] = option(
+        "--line-width", metavar="CHARS",
+        help="With --show-values: wrap printed arrays at CHARS characters (-1: one line per row; default 110).",
+    )
+    as_json: bool = switch("--json", help="Print the description as JSON on stdout.")
 
 
 @app.command("data", **command_kwargs())
-def inspect_data(
-    path: Annotated[str, typer.Argument(help="Inputs or outputs file (JSON or .npz), or '-' for stdin.", metavar="FILE")],
-    show_values: Annotated[bool, option(_DATA_OPTS, "-s", "--show-values")] = False,
-    show_all: Annotated[bool, option(_DATA_OPTS, "-a", "--all")] = False,
-    num_items: Annotated[Optional[int], option(_DATA_OPTS, "-n", "--num-items", metavar="N")] = None,
-    line_width: Annotated[Optional[int], option(_DATA_OPTS, "--line-width", metavar="CHARS")] = None,
-    as_json: Annotated[bool, option(_DATA_OPTS, "--json")] = False,
-) -> None:
+@bind(InspectDataArgs)
+def inspect_data(ctx: typer.Context, **params) -> None:
     """Show an inputs or outputs file: iterations, and per tensor dtype, shape and statistics
     (mean, std, min, max, median, 90th/95th/99th percentiles, NaN/Inf counts)."""
     from toolkit.core.datafiles import load_data
     from toolkit.inspect.describe import data_text, describe_data
 
+    args = InspectDataArgs(**values_for(InspectDataArgs, params))
+    show_values, num_items, line_width = args.show_values, args.num_items, args.line_width
     if (num_items is not None or line_width is not None) and not show_values:
         from toolkit.cli.output import warn
 
         warn("--num-items and --line-width only change how --show-values prints arrays")
-    desc = describe_data(load_data(path), show_values)
-    if as_json:
+    desc = describe_data(load_data(args.path), show_values)
+    if args.as_json:
         _emit([json.dumps(desc, indent=2)])
     else:
         _emit(data_text(desc, show_values, num_items=num_items, line_width=line_width))

@@ -3,7 +3,8 @@
 - :class:`ToolkitCommand`: the ``cls=`` for every command. It lets list options take
   several values after one flag (``--onnx-outputs mark all``, ``--fail-regex A B``),
   as Polygraphy spells them, and takes everything after ``--check`` verbatim.
-- Option aliases used by more than one command, as ``Annotated`` types.
+- :func:`bind` / :func:`values_for`: a command's options dataclass (each option declared once,
+  :mod:`toolkit.core.declare`) as the command's parameters, and back.
 
 Nothing heavy is imported here: the CLI must start fast.
 """
@@ -18,7 +19,6 @@ import typer
 from typer.core import TyperCommand
 
 from toolkit.cli import output
-from toolkit.core import shared_options as S
 from toolkit.core.declare import Declared, declaration, declarations, switch
 from toolkit.core.declare import option as declare
 
@@ -270,13 +270,13 @@ def _default_in_help(param) -> None:
         return
     text = (param.help or "").replace("(default: ", "(default ")
     param.help = text
+    param.show_default = False
     if getattr(param, "is_flag", False) or getattr(param, "count", False):
         return
     default = param.default
     if default not in (None, "", (), []) and not callable(default) and "default" not in text.lower():
         shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
         param.help = f"{text.rstrip()} (default {shown})".strip()
-    param.show_default = False
 
 
 # Help sections of options several commands share (a command may place its own elsewhere).
@@ -512,13 +512,8 @@ def command_kwargs(help_text: Optional[str] = None, **extra):
 #     def convert_command(ctx: typer.Context, **params) -> None:
 #         opts = ConvertOptions(**values_for(ConvertOptions, params))
 #
-# Commands not yet moved to a dataclass name their options in the signature, the words in a
-# table of the module by first flag (`option(_CONVERT_OPTS, "--fp16-io")`).
-
-
-def option(help_texts: Mapping[str, str], *flags: str, **kw: Any) -> Any:
-    """``typer.Option(*flags, **kw)`` with the help text ``help_texts[flags[0]]``."""
-    return typer.Option(*flags, help=help_texts[flags[0]], **kw)
+# Every command works so; options several commands take are declared once in
+# toolkit.core.shared_options (``external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)``).
 
 
 def completes(values: Any):
@@ -663,27 +658,6 @@ def from_params(cls: Any, params: Mapping[str, Any], **overrides: Any) -> Any:
             value = params[f.name]
             kwargs[f.name] = list(value or []) if f.default_factory is list else value
     return cls(**kwargs)
-
-
-def declared_option(decl: Declared, **kw: Any) -> Any:
-    """A shared declaration as a Typer option (commands that name options in their signature)."""
-    return typer.Option(*decl.flags, help=decl.help, metavar=decl.metavar, autocompletion=completes(decl.complete),
-                        **kw)
-
-
-# ---------------------------------------------------------------------- shared options
-
-# The type of a list option (greedy: several values after one flag).
-ListOpt = Optional[List[str]]
-
-ModelArg = Annotated[str, typer.Argument(help="Path to the ONNX model, or '-' to read it from stdin.", metavar="MODEL")]
-
-ExternalDataDirOpt = Annotated[Optional[str], declared_option(S.EXTERNAL_DATA_DIR)]
-IgnoreExternalDataOpt = Annotated[bool, declared_option(S.IGNORE_EXTERNAL_DATA)]
-ModelInputShapesOpt = Annotated[Optional[List[str]], declared_option(S.MODEL_INPUT_SHAPES)]
-ForceFallbackOpt = Annotated[bool, declared_option(S.FORCE_FALLBACK)]
-SeedOpt = Annotated[Optional[int], declared_option(S.SEED)]
-InputShapesOpt = Annotated[Optional[List[str]], declared_option(S.INPUT_SHAPES)]
 
 
 # ------------------------------------------------ Polygraphy options that toolkit does not support

@@ -14,7 +14,7 @@ import typer
 
 from toolkit.cli.options import bind, command_kwargs, from_params, values_for
 from toolkit.core import shared_options as S
-from toolkit.core.declare import argument, declared, option, switch
+from toolkit.core.declare import declared, option, switch
 from toolkit.cli.output import log
 
 _HELP = """Find a minimal set of nodes to keep in fp32 so that the fp16 model passes the comparison.
@@ -152,7 +152,7 @@ def _rounding_lines(outcome) -> None:
 class PrecisionArgs:
     """The options of ``debug precision``, each declared once (flags, help, metavar)."""
 
-    model: str = argument("Path to the ONNX model, or '-' to read it from stdin.", "MODEL")
+    model: str = declared(S.MODEL)
     output: Optional[str] = option(
         "-o", "--output",
         help="Where to write the mixed-precision model (fp16 or bf16, the nodes found in fp32).",

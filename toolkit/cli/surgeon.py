@@ -6,32 +6,17 @@ module level (numpy/onnx/graphsurgeon load inside the command bodies).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import List, Optional
 
 import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
-from toolkit.cli.options import (
-    Annotated, ExternalDataDirOpt, ForceFallbackOpt, ListOpt, ModelArg, ModelInputShapesOpt, ToolkitCommand,
-    command_kwargs, option,
-)
+from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, values_for
+from toolkit.core import shared_options as S
+from toolkit.core.declare import declared, option, switch
 
 app = typer.Typer(help="Cut subgraphs out of ONNX models and simplify them (fold constants, freeze shapes).", **SUBAPP_SETTINGS)
-
-# The help text of each option of both `surgeon` commands, by its first flag.
-_SURGEON_OPTS = {
-    "-o": "Where to write the new model ('-' for stdout). May be the input file.",
-    "--save-external-data": "Save weights in a separate file beside the output model (automatic for models over ~1.8 "
-        "GB). May be followed by the file name (as --external-data-path).",
-    "--external-data-path": "File name for saved external weights, relative to the output's folder (default: "
-        "OUTPUT.data). Implies --save-external-data.",
-    "--external-data-size-threshold": "With external data, tensors smaller than this stay inside the model (bytes, "
-        "or 4K, 1M...).",
-}
-
-
-OutputOpt = Annotated[str, option(_SURGEON_OPTS, "-o", "--output")]
-SaveExternalDataOpt = Annotated[bool, option(_SURGEON_OPTS, "--save-external-data")]
 
 
 class SurgeonCommand(ToolkitCommand):
@@ -59,9 +44,6 @@ class SurgeonCommand(ToolkitCommand):
 
 def _kwargs():
     return command_kwargs(cls=SurgeonCommand)
-
-ExternalDataPathOpt = Annotated[Optional[str], option(_SURGEON_OPTS, "--external-data-path")]
-ExternalDataThresholdOpt = Annotated[str, option(_SURGEON_OPTS, "--external-data-size-threshold")]
 
 
 def _save(
@@ -147,28 +129,33 @@ def _describe_out(output: str) -> str:
     return "stdout" if output == "-" else output
 
 
-# The help text of each option of `surgeon extract`, by its first flag.
-_EXTRACT_OPTS = {
-    "--inputs": "Inputs of the subgraph as name:shape:dtype; shape and dtype may be 'auto' (e.g. x:auto:auto, "
+@dataclass
+class ExtractArgs:
+    """The options of ``surgeon extract``, each declared once."""
+
+    model: str = declared(S.MODEL)
+    output: str = declared(S.SURGEON_OUTPUT, required=True)
+    inputs: List[str] = option(
+        "--inputs", factory=list,
+        help="Inputs of the subgraph as name:shape:dtype; shape and dtype may be 'auto' (e.g. x:auto:auto, "
         "x:[1,3,224,224]:float32). Several after one flag. Default: the model's inputs.",
-    "--outputs": "Outputs of the subgraph as name:dtype (dtype may be 'auto', or left out). Several after one flag. "
+    )
+    outputs: List[str] = option(
+        "--outputs", factory=list,
+        help="Outputs of the subgraph as name:dtype (dtype may be 'auto', or left out). Several after one flag. "
         "Default: the model's outputs.",
-}
+    )
+    model_input_shapes: List[str] = declared(S.MODEL_INPUT_SHAPES, factory=list)
+    force_fallback: bool = declared(S.FORCE_FALLBACK, default=False)
+    external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
+    save_external_data: bool = declared(S.SAVE_EXTERNAL_DATA, default=False)
+    external_data_path: Optional[str] = declared(S.EXTERNAL_DATA_PATH)
+    external_data_threshold: str = declared(S.EXTERNAL_DATA_SIZE_THRESHOLD, default="1024")
 
 
 @app.command("extract", **_kwargs())
-def extract_command(
-    model: ModelArg,
-    output: OutputOpt,
-    inputs: Annotated[Optional[List[str]], option(_EXTRACT_OPTS, "--inputs")] = None,
-    outputs: Annotated[Optional[List[str]], option(_EXTRACT_OPTS, "--outputs")] = None,
-    model_input_shapes: ModelInputShapesOpt = None,
-    force_fallback: ForceFallbackOpt = False,
-    external_data_dir: ExternalDataDirOpt = None,
-    save_external_data: SaveExternalDataOpt = False,
-    external_data_path: ExternalDataPathOpt = None,
-    external_data_threshold: ExternalDataThresholdOpt = "1024",
-) -> None:
+@bind(ExtractArgs)
+def extract_command(ctx: typer.Context, **params) -> None:
     """Cut the subgraph between --inputs and --outputs out of MODEL.
 
     'auto' shapes and dtypes come from ONNX shape inference, or from running
@@ -184,89 +171,103 @@ def extract_command(
     from toolkit.surgeon.plumbing import count_model_nodes
     from toolkit.surgeon.validate import check_model
 
-    check_output_path(output, binary=True)
-    parse_size(external_data_threshold)  # a bad value is a usage error before any work
-    shapes = parse_shape_specs(model_input_shapes) if model_input_shapes else None
-    m, base_dir = _load(model, external_data_dir, output, external_data_path)
+    a = ExtractArgs(**values_for(ExtractArgs, params))
+    check_output_path(a.output, binary=True)
+    parse_size(a.external_data_threshold)  # a bad value is a usage error before any work
+    shapes = parse_shape_specs(a.model_input_shapes) if a.model_input_shapes else None
+    m, base_dir = _load(a.model, a.external_data_dir, a.output, a.external_data_path)
     names = top_tensor_names(m)
-    in_specs = [parse_tensor_spec(s, known_names=names) for s in inputs] if inputs else None
-    out_specs = [parse_tensor_spec(s, allow_shape=False, known_names=names) for s in outputs] if outputs else None
+    in_specs = [parse_tensor_spec(s, known_names=names) for s in a.inputs] if a.inputs else None
+    out_specs = [parse_tensor_spec(s, allow_shape=False, known_names=names) for s in a.outputs] if a.outputs else None
     result = extract(
         m,
         inputs=in_specs,
         outputs=out_specs,
         input_shapes=shapes,
-        force_fallback=force_fallback,
-        external_data_dir=base_dir or external_data_dir,
+        force_fallback=a.force_fallback,
+        external_data_dir=base_dir or a.external_data_dir,
         log=_log,
     )
     check_model(result, m)
     n_before = count_model_nodes(m)
     del m
-    _save(result, output, save_external_data, external_data_path, external_data_threshold, base_dir)
-    _log(f"Extracted subgraph: nodes {n_before} -> {count_model_nodes(result)}; saved to {_describe_out(output)}")
+    _save(result, a.output, a.save_external_data, a.external_data_path, a.external_data_threshold, base_dir)
+    _log(f"Extracted subgraph: nodes {n_before} -> {count_model_nodes(result)}; saved to {_describe_out(a.output)}")
 
 
-# The help text of each option of `surgeon sanitize`, by its first flag.
-_SANITIZE_OPTS = {
-    "--fold-constants": "Fold constant subgraphs, repeating until nothing changes. Nodes that read a runtime "
-        "value stay (x*1 too: see --remove-noops).",
-    "--num-passes": "At most this many folding passes.",
-    "--fold-size-threshold": "Do not fold tensors bigger than this (bytes, or 16K, 4M, 1G): keep them computed at "
-        "run time.",
-    "--partitioning": "How to fold when some node cannot be: auto (all at once, then part by part if that fails), "
-        "none, basic, recursive.",
-    "--no-fold-shapes": "Do not fold Shape nodes (and Shape->Gather/Slice) on known dims.",
-    "--override-input-shapes": "Freeze input shapes, then re-infer every shape: name:[1,3,224,224] (several after "
-        "one flag).",
-    "--cleanup": "Remove nodes and tensors that no output needs.",
-    "--remove-noops": "Remove nodes that pass their input through unchanged (Identity, x*1, x+0, identity "
-        "Transpose, same-type Cast, whole-axis Slice...). --optimize does this too.",
-    "--toposort": "Sort nodes topologically.",
-    "--outputs": "Make these tensors the model's outputs (several after one flag); 'mark all' marks every tensor a "
-        "node computes.",
-    "--no-per-pass-shape-inference": "Infer shapes once, not again after each folding pass.",
-    "--no-onnxruntime-shape-inference": "Accepted for compatibility: shapes come from ONNX shape inference already "
-        "(ONNX-Runtime runs only with --force-fallback-shape-inference).",
-    "--set-unbounded-dds-upper-bound": "Bound tensors that set a data-dependent output size (Range limits, Tile "
-        "repeats...) with a Min: BOUND for all, TENSOR:BOUND for one (several after one flag). `toolkit inspect "
-        "model --list-unbounded-dds` lists them.",
-    "--optimize": "After folding, remove pass-through nodes (as --remove-noops), apply ONNX-Runtime's basic-level "
-        "graph optimizations (Conv+BatchNorm fusion, redundant node elimination...), then merge duplicate nodes and "
-        "Slice chains and fold Add/BatchNorm into ConvTranspose; the model stays standard ONNX and never gets more "
-        "nodes.",
-    "--no-validate": "Do not check the folded model on ONNX-Runtime (by default it must load and give the input "
-        "model's outputs on generated inputs, or folding is redone with less).",
-}
+@dataclass
+class SanitizeArgs:
+    """The options of ``surgeon sanitize``, each declared once."""
+
+    model: str = declared(S.MODEL)
+    output: str = declared(S.SURGEON_OUTPUT, required=True)
+    fold_constants: bool = switch(
+        "--fold-constants",
+        help="Fold constant subgraphs, repeating until nothing changes. Nodes that read a runtime value stay (x*1 "
+        "too: see --remove-noops).",
+    )
+    num_passes: Optional[int] = option("--num-passes", "--num-const-fold-passes", help="At most this many folding passes.")
+    fold_size_threshold: Optional[str] = option(
+        "--fold-size-threshold",
+        help="Do not fold tensors bigger than this (bytes, or 16K, 4M, 1G): keep them computed at run time.",
+    )
+    partitioning: str = option(
+        "--partitioning", default="auto",
+        help="How to fold when some node cannot be: auto (all at once, then part by part if that fails), none, "
+        "basic, recursive.",
+    )
+    no_fold_shapes: bool = switch("--no-fold-shapes", help="Do not fold Shape nodes (and Shape->Gather/Slice) on known dims.")
+    override_input_shapes: List[str] = option(
+        "--override-input-shapes", "--override-inputs", factory=list,
+        help="Freeze input shapes, then re-infer every shape: name:[1,3,224,224] (several after one flag).",
+    )
+    cleanup: bool = switch("--cleanup", help="Remove nodes and tensors that no output needs.")
+    toposort: bool = switch("--toposort", help="Sort nodes topologically.")
+    outputs: List[str] = option(
+        "--outputs", factory=list,
+        help="Make these tensors the model's outputs (several after one flag); 'mark all' marks every tensor a node "
+        "computes.",
+    )
+    no_per_pass_shape_inference: bool = switch(
+        "--no-per-pass-shape-inference", help="Infer shapes once, not again after each folding pass."
+    )
+    no_onnxruntime_shape_inference: bool = switch(
+        "--no-onnxruntime-shape-inference",
+        help="Accepted for compatibility: shapes come from ONNX shape inference already (ONNX-Runtime runs only "
+        "with --force-fallback-shape-inference).",
+    )
+    force_fallback: bool = declared(S.FORCE_FALLBACK, default=False)
+    remove_noops: bool = switch(
+        "--remove-noops",
+        help="Remove nodes that pass their input through unchanged (Identity, x*1, x+0, identity Transpose, "
+        "same-type Cast, whole-axis Slice...). --optimize does this too.",
+    )
+    upper_bounds: List[str] = option(
+        "--set-unbounded-dds-upper-bound", factory=list,
+        help="Bound tensors that set a data-dependent output size (Range limits, Tile repeats...) with a Min: BOUND "
+        "for all, TENSOR:BOUND for one (several after one flag). `toolkit inspect model --list-unbounded-dds` lists "
+        "them.",
+    )
+    optimize_graph: bool = switch(
+        "--optimize",
+        help="After folding, remove pass-through nodes (as --remove-noops), apply ONNX-Runtime's basic-level graph "
+        "optimizations (Conv+BatchNorm fusion, redundant node elimination...), then merge duplicate nodes and Slice "
+        "chains and fold Add/BatchNorm into ConvTranspose; the model stays standard ONNX and never gets more nodes.",
+    )
+    no_validate: bool = switch(
+        "--no-validate",
+        help="Do not check the folded model on ONNX-Runtime (by default it must load and give the input model's "
+        "outputs on generated inputs, or folding is redone with less).",
+    )
+    external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
+    save_external_data: bool = declared(S.SAVE_EXTERNAL_DATA, default=False)
+    external_data_path: Optional[str] = declared(S.EXTERNAL_DATA_PATH)
+    external_data_threshold: str = declared(S.EXTERNAL_DATA_SIZE_THRESHOLD, default="1024")
 
 
 @app.command("sanitize", **_kwargs())
-def sanitize_command(
-    model: ModelArg,
-    output: OutputOpt,
-    fold_constants: Annotated[bool, option(_SANITIZE_OPTS, "--fold-constants")] = False,
-    num_passes: Annotated[Optional[int], option(_SANITIZE_OPTS, "--num-passes", "--num-const-fold-passes")] = None,
-    fold_size_threshold: Annotated[Optional[str], option(_SANITIZE_OPTS, "--fold-size-threshold")] = None,
-    partitioning: Annotated[str, option(_SANITIZE_OPTS, "--partitioning")] = "auto",
-    no_fold_shapes: Annotated[bool, option(_SANITIZE_OPTS, "--no-fold-shapes")] = False,
-    override_input_shapes: Annotated[
-        Optional[List[str]], option(_SANITIZE_OPTS, "--override-input-shapes", "--override-inputs")
-    ] = None,
-    cleanup: Annotated[bool, option(_SANITIZE_OPTS, "--cleanup")] = False,
-    toposort: Annotated[bool, option(_SANITIZE_OPTS, "--toposort")] = False,
-    outputs: Annotated[ListOpt, option(_SANITIZE_OPTS, "--outputs")] = None,
-    no_per_pass_shape_inference: Annotated[bool, option(_SANITIZE_OPTS, "--no-per-pass-shape-inference")] = False,
-    no_onnxruntime_shape_inference: Annotated[bool, option(_SANITIZE_OPTS, "--no-onnxruntime-shape-inference")] = False,
-    force_fallback: ForceFallbackOpt = False,
-    remove_noops: Annotated[bool, option(_SANITIZE_OPTS, "--remove-noops")] = False,
-    upper_bounds: Annotated[ListOpt, option(_SANITIZE_OPTS, "--set-unbounded-dds-upper-bound")] = None,
-    optimize_graph: Annotated[bool, option(_SANITIZE_OPTS, "--optimize")] = False,
-    no_validate: Annotated[bool, option(_SANITIZE_OPTS, "--no-validate")] = False,
-    external_data_dir: ExternalDataDirOpt = None,
-    save_external_data: SaveExternalDataOpt = False,
-    external_data_path: ExternalDataPathOpt = None,
-    external_data_threshold: ExternalDataThresholdOpt = "1024",
-) -> None:
+@bind(SanitizeArgs)
+def sanitize_command(ctx: typer.Context, **params) -> None:
     """Simplify MODEL: fold constants, freeze input shapes, clean up, sort.
 
     Folded models are checked before they are written: they must load in ONNX-Runtime and
@@ -284,17 +285,18 @@ def sanitize_command(
     from toolkit.surgeon.plumbing import count_model_nodes
     from toolkit.surgeon.sanitize import check_sanitize_options, sanitize
 
-    check_sanitize_options(partitioning, num_passes)
-    check_output_path(output, binary=True)
-    threshold = parse_size(fold_size_threshold) if fold_size_threshold is not None else None
-    shapes = parse_shape_specs(override_input_shapes) if override_input_shapes else None
-    parse_size(external_data_threshold)
-    bounds = parse_upper_bounds(upper_bounds) if upper_bounds else None
-    m, base_dir = _load(model, external_data_dir, output, external_data_path, fold_constants=fold_constants)
-    if outputs:
-        mark_outputs(m, outputs)
-    if not (fold_constants or shapes or cleanup or toposort or outputs or bounds or force_fallback or optimize_graph
-            or remove_noops):
+    a = SanitizeArgs(**values_for(SanitizeArgs, params))
+    check_sanitize_options(a.partitioning, a.num_passes)
+    check_output_path(a.output, binary=True)
+    threshold = parse_size(a.fold_size_threshold) if a.fold_size_threshold is not None else None
+    shapes = parse_shape_specs(a.override_input_shapes) if a.override_input_shapes else None
+    parse_size(a.external_data_threshold)
+    bounds = parse_upper_bounds(a.upper_bounds) if a.upper_bounds else None
+    m, base_dir = _load(a.model, a.external_data_dir, a.output, a.external_data_path, fold_constants=a.fold_constants)
+    if a.outputs:
+        mark_outputs(m, a.outputs)
+    if not (a.fold_constants or shapes or a.cleanup or a.toposort or a.outputs or bounds or a.force_fallback
+            or a.optimize_graph or a.remove_noops):
         _log("nothing to do: no --fold-constants, --override-input-shapes, --cleanup, --remove-noops or --toposort; "
              "the model is written unchanged")
     import time
@@ -302,32 +304,32 @@ def sanitize_command(
     t0 = time.perf_counter()  # the summary's time: folding and everything after it, not loading
     result, report = sanitize(
         m,
-        fold_constants=fold_constants,
-        num_passes=num_passes,
+        fold_constants=a.fold_constants,
+        num_passes=a.num_passes,
         fold_size_threshold=threshold,
-        partitioning=partitioning,
-        fold_shapes=not no_fold_shapes,
+        partitioning=a.partitioning,
+        fold_shapes=not a.no_fold_shapes,
         input_shapes=shapes,
-        cleanup=cleanup,
-        toposort=toposort,
-        remove_noops=remove_noops or optimize_graph,
-        validate=not no_validate,
-        per_pass_shape_inference=not no_per_pass_shape_inference,
-        external_data_dir=base_dir or external_data_dir,
+        cleanup=a.cleanup,
+        toposort=a.toposort,
+        remove_noops=a.remove_noops or a.optimize_graph,
+        validate=not a.no_validate,
+        per_pass_shape_inference=not a.no_per_pass_shape_inference,
+        external_data_dir=base_dir or a.external_data_dir,
         log=_log,
     )
     del m
-    if optimize_graph:
-        result = optimize(result, validate=not no_validate, external_data_dir=base_dir or external_data_dir, log=_log)
+    if a.optimize_graph:
+        result = optimize(result, validate=not a.no_validate, external_data_dir=base_dir or a.external_data_dir, log=_log)
     if bounds:
         set_unbounded_dds_upper_bounds(result, bounds, log=_log)
-    if force_fallback:
-        apply_fallback_shapes(result, input_shapes=shapes, external_data_dir=base_dir or external_data_dir, log=_log)
+    if a.force_fallback:
+        apply_fallback_shapes(result, input_shapes=shapes, external_data_dir=base_dir or a.external_data_dir, log=_log)
     report.nodes_after = count_model_nodes(result)
-    _save(result, output, save_external_data, external_data_path, external_data_threshold, base_dir)
+    _save(result, a.output, a.save_external_data, a.external_data_path, a.external_data_threshold, base_dir)
     n = len(report.passes)
     passes = f" in {n} folding pass{'es' if n != 1 else ''}" if n else ""
     _log(
         f"Sanitized: nodes {report.nodes_before} -> {report.nodes_after}{passes} ({time.perf_counter() - t0:.2f} s); "
-        f"saved to {_describe_out(output)}"
+        f"saved to {_describe_out(a.output)}"
     )

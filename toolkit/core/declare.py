@@ -65,11 +65,16 @@ def option(
     return declared(Declared(flags=tuple(flags), help=help, **kw), default=default, factory=factory)
 
 
-def declared(decl: Declared, default: Any = None, factory: Optional[Callable[[], Any]] = None) -> Any:
-    """A dataclass field carrying ``decl`` (a declaration several dataclasses share)."""
+def declared(
+    decl: Declared, default: Any = None, factory: Optional[Callable[[], Any]] = None, required: bool = False
+) -> Any:
+    """A dataclass field carrying ``decl`` (a declaration several dataclasses share). A required
+    argument, or an option with ``required``, gets no default: the command line must give it."""
     meta = {_KEY: decl}
     if factory is not None:
         return dataclasses.field(default_factory=factory, metadata=meta)
+    if required or (decl.argument and decl.required):
+        return dataclasses.field(metadata=meta)
     return dataclasses.field(default=default, metadata=meta)
 
 
