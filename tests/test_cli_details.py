@@ -31,40 +31,30 @@ def test_every_command_help_ends_with_examples(cli, path):
 
 
 def test_every_option_help_text_belongs_to_an_option():
-    """The help texts of options live in tables (first flag -> text): none is left behind when
-    its option goes, and every option has its words (a missing one fails at import)."""
-    import importlib
-
+    """The help text of an option lives on its declaration (the field of the command's options
+    dataclass it fills): every option has its words, and every declaration is an option."""
     from toolkit.cli.app import GROUPS, get_command
+    from toolkit.core.declare import declarations
 
     flags = set()
+    classes = set()
 
     def walk(cmd):
         for param in cmd.params:
             flags.update(getattr(param, "opts", ()))
             assert param.param_type_name != "option" or param.help, (cmd.name, param.name)
+        classes.update(getattr(getattr(cmd.callback, "__wrapped__", None), "declares", ()))
         for sub in getattr(cmd, "commands", {}).values():
             walk(sub)
 
     for group in GROUPS:
         walk(get_command(group))
-    tables = 0
-    for module in ["toolkit.cli.options", "toolkit.cli.precision", *(m for m, _, _ in GROUPS.values())]:
-        for name, table in vars(importlib.import_module(module)).items():
-            if name.endswith("_OPTS") and isinstance(table, dict):
-                tables += 1
-                stale = [key for key in table if key.split("/")[0] not in flags]
-                assert not stale, f"{module}.{name}: {stale} name no option"
-    assert tables >= 7
-    # run, debug reduce and debug precision declare their options on dataclass fields
-    from toolkit.cli.debug import ReduceArgs
-    from toolkit.cli.precision import PrecisionArgs
-    from toolkit.core.declare import declarations
-    from toolkit.run.options import RunOptions
-
-    for cls in (RunOptions, ReduceArgs, PrecisionArgs):
-        declared = [d.flags[0] for _f, d in declarations(cls) if d.flags]
-        assert len(declared) >= 15 and set(declared) <= flags, cls
+    assert len(classes) >= 9  # run (and its kinds), inspect x2, surgeon x2, data, convert, debug x2
+    for cls in classes:
+        declared = [(d.flags[0].split("/")[0], d.help) for _f, d in declarations(cls) if d.flags]
+        stale = [flag for flag, _help in declared if flag not in flags]
+        assert not stale, f"{cls.__name__}: {stale} name no option"
+        assert all(words for _flag, words in declared), cls
 
 
 def test_root_suggests_a_close_command(cli):

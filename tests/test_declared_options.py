@@ -203,3 +203,67 @@ def test_a_common_option_given_to_a_command_directly_is_applied(monkeypatch):
     with pytest.raises(BaseException):
         command.main(["missing.onnx", "-vv"], standalone_mode=False)
     assert applied and applied[0] == output.EXTRA_VERBOSE
+
+
+def _leaf_commands(cmd, path=()):
+    subs = getattr(cmd, "commands", None)
+    if subs:
+        for name, sub in subs.items():
+            yield from _leaf_commands(sub, path + (name,))
+    else:
+        yield " ".join(path), cmd
+
+
+def test_every_command_option_comes_from_a_declaration():
+    """Every option of every command is a declared field (bound with cli.options.bind), a common
+    option, a runner kind's own flag or --help: none is named in a command's signature."""
+    from toolkit.cli.app import get_command
+    from toolkit.cli.options import CommonOptions
+
+    common = {f for _field, d in declarations(CommonOptions) for f in d.flags} | {"-h", "--help"}
+    kind_flags = {k.flag for k in registry.KINDS.values()}
+    commands = dict(_leaf_commands(get_command()))
+    assert len(commands) >= 10, sorted(commands)
+    for path, cmd in commands.items():
+        body = getattr(cmd.callback, "__wrapped__", None)
+        assert hasattr(body, "grouped_flags"), f"{path}: not bound from an options dataclass (cli.options.bind)"
+        declared = {f for cls in getattr(body, "declares", ()) for _field, d in declarations(cls) for f in d.flags}
+        for param in cmd.params:
+            if param.param_type_name != "option":
+                continue
+            flags = {o for o in param.opts + param.secondary_opts}
+            if "/" in param.opts[0] or param.secondary_opts:  # --validate/--no-validate: declared as one flag
+                flags = {"/".join(param.opts + param.secondary_opts)} | flags
+            owned = flags & (declared | common | (kind_flags if path == "run" else set()))
+            assert owned, f"{path}: {param.opts} is declared in no options dataclass"
+
+
+def test_no_cli_module_names_options_in_a_signature_or_a_table():
+    """Options are declared on dataclass fields only: no ``*_OPTS`` help tables, and no function
+    of toolkit/cli takes a ``typer.Option``/``typer.Argument``/``Annotated`` parameter (the root's
+    eager ``--version`` aside: it belongs to no command)."""
+    import ast
+    import pathlib
+
+    import toolkit
+
+    found = []
+    for path in sorted((pathlib.Path(toolkit.__file__).parent / "cli").glob("*.py")):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+            for target in targets:
+                if isinstance(target, ast.Name) and target.id.endswith("_OPTS"):
+                    found.append(f"{path.name}:{node.lineno}: help table {target.id}")
+            if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) or node.name == "_root":
+                continue
+            args = node.args
+            for arg, default in zip(args.args + args.kwonlyargs,
+                                    [None] * (len(args.args) - len(args.defaults)) + args.defaults + args.kw_defaults):
+                parts = [x for x in (arg.annotation, default) if x is not None]
+                text = " ".join(ast.unparse(x) for x in parts)
+                aliases = [n.id for x in parts for n in ast.walk(x) if isinstance(n, ast.Name)
+                           and n.id.endswith(("Opt", "Arg"))]  # ModelArg, SeedOpt...
+                if aliases or any(word in text for word in ("Option(", "Argument(", "Annotated")):
+                    found.append(f"{path.name}:{arg.lineno}: {node.name}({arg.arg}: {text})")
+    assert not found, "\n".join(found)

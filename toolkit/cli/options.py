@@ -611,6 +611,7 @@ def bind(cls: Any, *, extra: Sequence[Any] = (), more: Sequence[Tuple[Any, str, 
         for other, prefix, panel in more:
             opts += _parameters(other, prefix, panel)[1]
         params = [ctx] + args + list(extra) + opts
+        body.declares = (cls, *(m[0] for m in more))  # where every option of the command is declared
         body.grouped_flags = frozenset(
             o for c in [cls, *(m[0] for m in more)] for f, d, hint in _fields_for_cli(c) if _is_grouped(hint)
             for o in d.flags
