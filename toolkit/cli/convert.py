@@ -21,44 +21,29 @@ class ConvertArgs:
 
     model: str = declared(S.MODEL)
     output: str = required("-o", "--output", help="Where to write the converted model.")
-    fp_to_fp16: bool = switch(
-        "--fp-to-fp16", help="Convert float32 to float16 where it is safe (mixed precision; I/O types kept)."
-    )
-    fp_to_bf16: bool = switch(
-        "--fp-to-bf16",
-        help="Convert float32 to bfloat16 where it is safe (mixed precision; I/O types kept), by the same rules as "
-        "--fp-to-fp16.",
-    )
-    keep_fp32: List[str] = option(
-        "--keep-fp32", factory=list,
-        help="Nodes to keep in fp32: node names, glob patterns over node names, or op types (Pow, ReduceMean). "
-        "Several after one flag, or comma-separated.",
-    )
+    fp_to_fp16: bool = switch("--fp-to-fp16",
+                              help="Convert float32 to float16 where it is safe (mixed precision; I/O types kept).")
+    fp_to_bf16: bool = switch("--fp-to-bf16", help="Convert float32 to bfloat16 where it is safe (mixed precision; I/O "
+                              "types kept), by the same rules as --fp-to-fp16.")
+    keep_fp32: List[str] = option("--keep-fp32", factory=list, help="Nodes to keep in fp32: node names, glob patterns "
+                                  "over node names, or op types (Pow, ReduceMean). Several after one flag, or "
+                                  "comma-separated.")
     fp16_io: bool = switch("--fp16-io", help="Make float32 graph inputs and outputs float16 too (default: keep them).")
-    bf16_io: bool = switch(
-        "--bf16-io", help="With --fp-to-bf16: make float32 graph inputs and outputs bfloat16 too (default: keep them)."
-    )
-    external_data: Optional[bool] = option(
-        "--external-data/--no-external-data",
-        help="Write weights to a separate file <OUT>.data (default: only when the model is over 2 GB).",
-    )
-    json_out: bool = switch(
-        "--json", help="Print what was kept in fp32 and why, and the check against the original, as JSON on stdout."
-    )
+    bf16_io: bool = switch("--bf16-io", help="With --fp-to-bf16: make float32 graph inputs and outputs bfloat16 too "
+                           "(default: keep them).")
+    external_data: Optional[bool] = option("--external-data/--no-external-data", help="Write weights to a separate "
+                                           "file <OUT>.data (default: only when the model is over 2 GB).")
+    json_out: bool = switch("--json", help="Print what was kept in fp32 and why, and the check against the original, "
+                            "as JSON on stdout.")
     external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
-    validate: bool = option(
-        "--validate/--no-validate", default=True,
-        help="Run the converted model against the original once in ONNX-Runtime and report the largest error and "
-        "the first tensor that differs; on unless --no-validate.",
-    )
-    load_inputs: Optional[str] = option(
-        "--load-inputs", help="Inputs file (JSON or .npz) for that check (its first input set); default: generated."
-    )
+    validate: bool = option("--validate/--no-validate", default=True, help="Run the converted model against the "
+                            "original once in ONNX-Runtime and report the largest error and the first tensor that "
+                            "differs; on unless --no-validate.")
+    load_inputs: Optional[str] = option("--load-inputs", help="Inputs file (JSON or .npz) for that check (its first "
+                                        "input set); default: generated.")
     seed: Optional[int] = declared(S.SEED)
-    val_range: List[str] = option(
-        "--val-range", factory=list,
-        help="Value range of the generated inputs of that check: [name:][lo,hi]; [0,1] if not given.",
-    )
+    val_range: List[str] = option("--val-range", factory=list, help="Value range of the generated inputs of that "
+                                  "check: [name:][lo,hi]; [0,1] if not given.")
     input_shapes: List[str] = declared(S.INPUT_SHAPES, factory=list)
 
 

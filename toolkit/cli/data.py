@@ -20,7 +20,8 @@ class MergeArgs:
     """The options of ``data to-input`` (and ``data merge``), each declared once."""
 
     files: List[str] = argument("Inputs files and/or outputs files (JSON or .npz; '-' for stdin).", "FILE...")
-    output: str = required("-o", "--output", help="Where to write the merged inputs file (.json or .npz; '-' for stdout).")
+    output: str = required("-o", "--output",
+                           help="Where to write the merged inputs file (.json or .npz; '-' for stdout).")
 
 
 def _to_input(args: MergeArgs) -> None:

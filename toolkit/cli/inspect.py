@@ -35,26 +35,19 @@ class InspectModelArgs:
     """The options of ``inspect model``, each declared once."""
 
     model: str = declared(S.MODEL)
-    mode: str = option(
-        "--mode", default="none", complete=("none", "basic", "attrs", "full"),
-        help="What to show: none (inputs, outputs, initializers), basic (+ nodes), attrs (+ node attributes), full "
-        "(+ weight values, summarised).",
-    )
+    mode: str = option("--mode", default="none", complete=("none", "basic", "attrs", "full"), help="What to show: none "
+                       "(inputs, outputs, initializers), basic (+ nodes), attrs (+ node attributes), full (+ weight "
+                       "values, summarised).")
     show: List[str] = option("--show", factory=list,
                              help="Newer spelling, several values after one flag: layers attrs weights.")
     as_json: bool = switch("--json", help="Print the description as JSON on stdout.")
     external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
     ignore_external_data: bool = declared(S.IGNORE_EXTERNAL_DATA, default=False)
-    list_unbounded_dds: bool = switch(
-        "--list-unbounded-dds",
-        help="List the tensors that set a data-dependent output size without an upper bound (bound them with "
-        "`surgeon sanitize --set-unbounded-dds-upper-bound`).",
-    )
-    shape_inference: bool = switch(
-        "--shape-inference",
-        help="Run ONNX shape inference first, so intermediate tensors show the dtypes and shapes it finds (without "
-        "it: only those the model records).",
-    )
+    list_unbounded_dds: bool = switch("--list-unbounded-dds", help="List the tensors that set a data-dependent output "
+                                      "size without an upper bound (bound them with `surgeon sanitize "
+                                      "--set-unbounded-dds-upper-bound`).")
+    shape_inference: bool = switch("--shape-inference", help="Run ONNX shape inference first, so intermediate tensors "
+                                   "show the dtypes and shapes it finds (without it: only those the model records).")
 
 
 @app.command("model", **command_kwargs())
@@ -104,16 +97,12 @@ class InspectDataArgs:
 
     path: str = argument("Inputs or outputs file (JSON or .npz), or '-' for stdin.", "FILE")
     show_values: bool = switch("-s", "--show-values", help="Print every value of every tensor.")
-    show_all: bool = switch("-a", "--all", help="Accepted for Polygraphy command lines: every iteration is always shown.")
-    num_items: Optional[int] = option(
-        "-n", "--num-items", metavar="N",
-        help="With --show-values: print N values at each end of every dimension, '...' between (-1: all; default "
-        "all).",
-    )
-    line_width: Optional[int] = option(
-        "--line-width", metavar="CHARS",
-        help="With --show-values: wrap printed arrays at CHARS characters (-1: one line per row; default 110).",
-    )
+    show_all: bool = switch("-a", "--all",
+                            help="Accepted for Polygraphy command lines: every iteration is always shown.")
+    num_items: Optional[int] = option("-n", "--num-items", metavar="N", help="With --show-values: print N values at "
+                                      "each end of every dimension, '...' between (-1: all; default all).")
+    line_width: Optional[int] = option("--line-width", metavar="CHARS", help="With --show-values: wrap printed arrays "
+                                       "at CHARS characters (-1: one line per row; default 110).")
     as_json: bool = switch("--json", help="Print the description as JSON on stdout.")
 
 

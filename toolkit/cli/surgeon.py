@@ -46,19 +46,37 @@ def _kwargs():
     return command_kwargs(cls=SurgeonCommand)
 
 
-def _save(
-    model, output: str, save_external: bool, external_path: Optional[str], threshold: str, base_dir: Optional[str]
-) -> None:
+@dataclass
+class ExternalData:
+    """Where both surgeon commands read the model's external weights and how they save them:
+    options both take, after their own (``bind(..., more=[(ExternalData, "", None)])``)."""
+
+    external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
+    save_external_data: bool = switch("--save-external-data", help="Save weights in a separate file beside the "
+                                      "output model (automatic for models over ~1.8 GB). May be followed by the file "
+                                      "name (as --external-data-path).")
+    external_data_path: Optional[str] = option("--external-data-path", help="File name for saved external weights, "
+                                               "relative to the output's folder (default: OUTPUT.data). Implies "
+                                               "--save-external-data.")
+    external_data_threshold: str = option("--external-data-size-threshold", default="1024", help="With external "
+                                          "data, tensors smaller than this stay inside the model (bytes, or 4K, "
+                                          "1M...).")
+
+
+_MORE = [(ExternalData, "", None)]
+
+
+def _save(model, output: str, data: ExternalData, base_dir: Optional[str]) -> None:
     from toolkit.core.model import save_model
     from toolkit.core.meta import parse_size
 
-    external = True if (save_external or external_path) else None
+    external = True if (data.save_external_data or data.external_data_path) else None
     save_model(
         model,
         output,
         external_data=external,
-        external_data_path=external_path,
-        size_threshold=parse_size(threshold),
+        external_data_path=data.external_data_path,
+        size_threshold=parse_size(data.external_data_threshold),
         external_base_dir=base_dir,
     )
 
@@ -135,26 +153,17 @@ class ExtractArgs:
 
     model: str = declared(S.MODEL)
     output: str = declared(S.SURGEON_OUTPUT, required=True)
-    inputs: List[str] = option(
-        "--inputs", factory=list,
-        help="Inputs of the subgraph as name:shape:dtype; shape and dtype may be 'auto' (e.g. x:auto:auto, "
-        "x:[1,3,224,224]:float32). Several after one flag. Default: the model's inputs.",
-    )
-    outputs: List[str] = option(
-        "--outputs", factory=list,
-        help="Outputs of the subgraph as name:dtype (dtype may be 'auto', or left out). Several after one flag. "
-        "Default: the model's outputs.",
-    )
+    inputs: List[str] = option("--inputs", factory=list, help="Inputs of the subgraph as name:shape:dtype; shape and "
+                               "dtype may be 'auto' (e.g. x:auto:auto, x:[1,3,224,224]:float32). Several after one "
+                               "flag. Default: the model's inputs.")
+    outputs: List[str] = option("--outputs", factory=list, help="Outputs of the subgraph as name:dtype (dtype may be "
+                                "'auto', or left out). Several after one flag. Default: the model's outputs.")
     model_input_shapes: List[str] = declared(S.MODEL_INPUT_SHAPES, factory=list)
     force_fallback: bool = declared(S.FORCE_FALLBACK, default=False)
-    external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
-    save_external_data: bool = declared(S.SAVE_EXTERNAL_DATA, default=False)
-    external_data_path: Optional[str] = declared(S.EXTERNAL_DATA_PATH)
-    external_data_threshold: str = declared(S.EXTERNAL_DATA_SIZE_THRESHOLD, default="1024")
 
 
 @app.command("extract", **_kwargs())
-@bind(ExtractArgs)
+@bind(ExtractArgs, more=_MORE)
 def extract_command(ctx: typer.Context, **params) -> None:
     """Cut the subgraph between --inputs and --outputs out of MODEL.
 
@@ -171,11 +180,11 @@ def extract_command(ctx: typer.Context, **params) -> None:
     from toolkit.surgeon.plumbing import count_model_nodes
     from toolkit.surgeon.validate import check_model
 
-    a = ExtractArgs(**values_for(ExtractArgs, params))
+    a, d = ExtractArgs(**values_for(ExtractArgs, params)), ExternalData(**values_for(ExternalData, params))
     check_output_path(a.output, binary=True)
-    parse_size(a.external_data_threshold)  # a bad value is a usage error before any work
+    parse_size(d.external_data_threshold)  # a bad value is a usage error before any work
     shapes = parse_shape_specs(a.model_input_shapes) if a.model_input_shapes else None
-    m, base_dir = _load(a.model, a.external_data_dir, a.output, a.external_data_path)
+    m, base_dir = _load(a.model, d.external_data_dir, a.output, d.external_data_path)
     names = top_tensor_names(m)
     in_specs = [parse_tensor_spec(s, known_names=names) for s in a.inputs] if a.inputs else None
     out_specs = [parse_tensor_spec(s, allow_shape=False, known_names=names) for s in a.outputs] if a.outputs else None
@@ -185,13 +194,13 @@ def extract_command(ctx: typer.Context, **params) -> None:
         outputs=out_specs,
         input_shapes=shapes,
         force_fallback=a.force_fallback,
-        external_data_dir=base_dir or a.external_data_dir,
+        external_data_dir=base_dir or d.external_data_dir,
         log=_log,
     )
     check_model(result, m)
     n_before = count_model_nodes(m)
     del m
-    _save(result, a.output, a.save_external_data, a.external_data_path, a.external_data_threshold, base_dir)
+    _save(result, a.output, d, base_dir)
     _log(f"Extracted subgraph: nodes {n_before} -> {count_model_nodes(result)}; saved to {_describe_out(a.output)}")
 
 
@@ -201,72 +210,48 @@ class SanitizeArgs:
 
     model: str = declared(S.MODEL)
     output: str = declared(S.SURGEON_OUTPUT, required=True)
-    fold_constants: bool = switch(
-        "--fold-constants",
-        help="Fold constant subgraphs, repeating until nothing changes. Nodes that read a runtime value stay (x*1 "
-        "too: see --remove-noops).",
-    )
-    num_passes: Optional[int] = option("--num-passes", "--num-const-fold-passes", help="At most this many folding passes.")
-    fold_size_threshold: Optional[str] = option(
-        "--fold-size-threshold",
-        help="Do not fold tensors bigger than this (bytes, or 16K, 4M, 1G): keep them computed at run time.",
-    )
-    partitioning: str = option(
-        "--partitioning", default="auto",
-        help="How to fold when some node cannot be: auto (all at once, then part by part if that fails), none, "
-        "basic, recursive.",
-    )
-    no_fold_shapes: bool = switch("--no-fold-shapes", help="Do not fold Shape nodes (and Shape->Gather/Slice) on known dims.")
-    override_input_shapes: List[str] = option(
-        "--override-input-shapes", "--override-inputs", factory=list,
-        help="Freeze input shapes, then re-infer every shape: name:[1,3,224,224] (several after one flag).",
-    )
+    fold_constants: bool = switch("--fold-constants", help="Fold constant subgraphs, repeating until nothing changes. "
+                                  "Nodes that read a runtime value stay (x*1 too: see --remove-noops).")
+    num_passes: Optional[int] = option("--num-passes", "--num-const-fold-passes",
+                                       help="At most this many folding passes.")
+    fold_size_threshold: Optional[str] = option("--fold-size-threshold", help="Do not fold tensors bigger than this "
+                                                "(bytes, or 16K, 4M, 1G): keep them computed at run time.")
+    partitioning: str = option("--partitioning", default="auto", help="How to fold when some node cannot be: auto "
+                               "(all at once, then part by part if that fails), none, basic, recursive.")
+    no_fold_shapes: bool = switch("--no-fold-shapes",
+                                  help="Do not fold Shape nodes (and Shape->Gather/Slice) on known dims.")
+    override_input_shapes: List[str] = option("--override-input-shapes", "--override-inputs", factory=list,
+                                              help="Freeze input shapes, then re-infer every shape: name:[1,3,224,224] "
+                                              "(several after one flag).")
     cleanup: bool = switch("--cleanup", help="Remove nodes and tensors that no output needs.")
     toposort: bool = switch("--toposort", help="Sort nodes topologically.")
-    outputs: List[str] = option(
-        "--outputs", factory=list,
-        help="Make these tensors the model's outputs (several after one flag); 'mark all' marks every tensor a node "
-        "computes.",
-    )
-    no_per_pass_shape_inference: bool = switch(
-        "--no-per-pass-shape-inference", help="Infer shapes once, not again after each folding pass."
-    )
-    no_onnxruntime_shape_inference: bool = switch(
-        "--no-onnxruntime-shape-inference",
-        help="Accepted for compatibility: shapes come from ONNX shape inference already (ONNX-Runtime runs only "
-        "with --force-fallback-shape-inference).",
-    )
+    outputs: List[str] = option("--outputs", factory=list, help="Make these tensors the model's outputs (several after "
+                                "one flag); 'mark all' marks every tensor a node computes.")
+    no_per_pass_shape_inference: bool = switch("--no-per-pass-shape-inference",
+                                               help="Infer shapes once, not again after each folding pass.")
+    no_onnxruntime_shape_inference: bool = switch("--no-onnxruntime-shape-inference", help="Accepted for "
+                                                  "compatibility: shapes come from ONNX shape inference already "
+                                                  "(ONNX-Runtime runs only with --force-fallback-shape-inference).")
     force_fallback: bool = declared(S.FORCE_FALLBACK, default=False)
-    remove_noops: bool = switch(
-        "--remove-noops",
-        help="Remove nodes that pass their input through unchanged (Identity, x*1, x+0, identity Transpose, "
-        "same-type Cast, whole-axis Slice...). --optimize does this too.",
-    )
-    upper_bounds: List[str] = option(
-        "--set-unbounded-dds-upper-bound", factory=list,
-        help="Bound tensors that set a data-dependent output size (Range limits, Tile repeats...) with a Min: BOUND "
-        "for all, TENSOR:BOUND for one (several after one flag). `toolkit inspect model --list-unbounded-dds` lists "
-        "them.",
-    )
-    optimize_graph: bool = switch(
-        "--optimize",
-        help="After folding, remove pass-through nodes (as --remove-noops), apply ONNX-Runtime's basic-level graph "
-        "optimizations (Conv+BatchNorm fusion, redundant node elimination...), then merge duplicate nodes and Slice "
-        "chains and fold Add/BatchNorm into ConvTranspose; the model stays standard ONNX and never gets more nodes.",
-    )
-    no_validate: bool = switch(
-        "--no-validate",
-        help="Do not check the folded model on ONNX-Runtime (by default it must load and give the input model's "
-        "outputs on generated inputs, or folding is redone with less).",
-    )
-    external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
-    save_external_data: bool = declared(S.SAVE_EXTERNAL_DATA, default=False)
-    external_data_path: Optional[str] = declared(S.EXTERNAL_DATA_PATH)
-    external_data_threshold: str = declared(S.EXTERNAL_DATA_SIZE_THRESHOLD, default="1024")
+    remove_noops: bool = switch("--remove-noops", help="Remove nodes that pass their input through unchanged "
+                                "(Identity, x*1, x+0, identity Transpose, same-type Cast, whole-axis Slice...). "
+                                "--optimize does this too.")
+    upper_bounds: List[str] = option("--set-unbounded-dds-upper-bound", factory=list, help="Bound tensors that set a "
+                                     "data-dependent output size (Range limits, Tile repeats...) with a Min: BOUND for "
+                                     "all, TENSOR:BOUND for one (several after one flag). `toolkit inspect model "
+                                     "--list-unbounded-dds` lists them.")
+    optimize_graph: bool = switch("--optimize", help="After folding, remove pass-through nodes (as --remove-noops), "
+                                  "apply ONNX-Runtime's basic-level graph optimizations (Conv+BatchNorm fusion, "
+                                  "redundant node elimination...), then merge duplicate nodes and Slice chains and "
+                                  "fold Add/BatchNorm into ConvTranspose; the model stays standard ONNX and never gets "
+                                  "more nodes.")
+    no_validate: bool = switch("--no-validate", help="Do not check the folded model on ONNX-Runtime (by default it "
+                               "must load and give the input model's outputs on generated inputs, or folding is redone "
+                               "with less).")
 
 
 @app.command("sanitize", **_kwargs())
-@bind(SanitizeArgs)
+@bind(SanitizeArgs, more=_MORE)
 def sanitize_command(ctx: typer.Context, **params) -> None:
     """Simplify MODEL: fold constants, freeze input shapes, clean up, sort.
 
@@ -285,14 +270,14 @@ def sanitize_command(ctx: typer.Context, **params) -> None:
     from toolkit.surgeon.plumbing import count_model_nodes
     from toolkit.surgeon.sanitize import check_sanitize_options, sanitize
 
-    a = SanitizeArgs(**values_for(SanitizeArgs, params))
+    a, d = SanitizeArgs(**values_for(SanitizeArgs, params)), ExternalData(**values_for(ExternalData, params))
     check_sanitize_options(a.partitioning, a.num_passes)
     check_output_path(a.output, binary=True)
     threshold = parse_size(a.fold_size_threshold) if a.fold_size_threshold is not None else None
     shapes = parse_shape_specs(a.override_input_shapes) if a.override_input_shapes else None
-    parse_size(a.external_data_threshold)
+    parse_size(d.external_data_threshold)
     bounds = parse_upper_bounds(a.upper_bounds) if a.upper_bounds else None
-    m, base_dir = _load(a.model, a.external_data_dir, a.output, a.external_data_path, fold_constants=a.fold_constants)
+    m, base_dir = _load(a.model, d.external_data_dir, a.output, d.external_data_path, fold_constants=a.fold_constants)
     if a.outputs:
         mark_outputs(m, a.outputs)
     if not (a.fold_constants or shapes or a.cleanup or a.toposort or a.outputs or bounds or a.force_fallback
@@ -315,18 +300,19 @@ def sanitize_command(ctx: typer.Context, **params) -> None:
         remove_noops=a.remove_noops or a.optimize_graph,
         validate=not a.no_validate,
         per_pass_shape_inference=not a.no_per_pass_shape_inference,
-        external_data_dir=base_dir or a.external_data_dir,
+        external_data_dir=base_dir or d.external_data_dir,
         log=_log,
     )
     del m
     if a.optimize_graph:
-        result = optimize(result, validate=not a.no_validate, external_data_dir=base_dir or a.external_data_dir, log=_log)
+        result = optimize(result, validate=not a.no_validate, external_data_dir=base_dir or d.external_data_dir,
+                          log=_log)
     if bounds:
         set_unbounded_dds_upper_bounds(result, bounds, log=_log)
     if a.force_fallback:
-        apply_fallback_shapes(result, input_shapes=shapes, external_data_dir=base_dir or a.external_data_dir, log=_log)
+        apply_fallback_shapes(result, input_shapes=shapes, external_data_dir=base_dir or d.external_data_dir, log=_log)
     report.nodes_after = count_model_nodes(result)
-    _save(result, a.output, a.save_external_data, a.external_data_path, a.external_data_threshold, base_dir)
+    _save(result, a.output, d, base_dir)
     n = len(report.passes)
     passes = f" in {n} folding pass{'es' if n != 1 else ''}" if n else ""
     _log(

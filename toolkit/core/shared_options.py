@@ -51,19 +51,5 @@ FORCE_FALLBACK = Declared(
     "Infer tensor shapes and dtypes by running ONNX-Runtime instead of ONNX shape inference.",
 )
 
-# the output model and its weights: surgeon extract and surgeon sanitize
+# surgeon extract and surgeon sanitize
 SURGEON_OUTPUT = Declared(("-o", "--output"), "Where to write the new model ('-' for stdout). May be the input file.")
-SAVE_EXTERNAL_DATA = Declared(
-    ("--save-external-data",),
-    "Save weights in a separate file beside the output model (automatic for models over ~1.8 GB). May be followed "
-    "by the file name (as --external-data-path).",
-)
-EXTERNAL_DATA_PATH = Declared(
-    ("--external-data-path",),
-    "File name for saved external weights, relative to the output's folder (default: OUTPUT.data). Implies "
-    "--save-external-data.",
-)
-EXTERNAL_DATA_SIZE_THRESHOLD = Declared(
-    ("--external-data-size-threshold",),
-    "With external data, tensors smaller than this stay inside the model (bytes, or 4K, 1M...).",
-)
