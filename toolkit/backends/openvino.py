@@ -31,6 +31,8 @@ from toolkit.backends.base import Runner
 from toolkit.core.declare import option
 from toolkit.core.errors import DependencyError, InferenceError, InputError, UsageError
 from toolkit.core.meta import TensorMeta
+from toolkit.core.layerwise import select_outputs
+from toolkit.core.model import check_readable_file, load_model, read_bytes
 
 INSTALL = 'pip install "toolkit[openvino]"'
 
@@ -187,7 +189,6 @@ class OpenvinoRunner(Runner):
     def _read(self, ov):
         """The ov.Model of the file (or stdin), as OpenVINO's ONNX front end builds it (asked for
         ONNX only: a file that is no ONNX model is not offered to its other front ends)."""
-        from toolkit.core.model import check_readable_file, read_bytes
 
         path = self.model_path
         if self.external_data_dir and path != "-":
@@ -214,8 +215,6 @@ class OpenvinoRunner(Runner):
         """The tensor names --openvino-outputs chooses (None: the model's outputs)."""
         if not (self.outputs or self.exclude_outputs):
             return None
-        from toolkit.core.layerwise import select_outputs
-        from toolkit.core.model import load_model
 
         if self._raw is not None:  # (stdin, read once)
             import onnx

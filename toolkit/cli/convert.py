@@ -18,6 +18,8 @@ from toolkit.cli.options import (
     option,
 )
 from toolkit.cli.output import log, warn
+import os
+import time
 
 HELP = "Convert a model: mixed fp16 with --fp-to-fp16, mixed bf16 with --fp-to-bf16."
 
@@ -116,7 +118,6 @@ def _convert(
     json_out: bool,
     check: _Check,
 ) -> None:
-    import time
 
     from toolkit.core.model import load_model, save_model
 
@@ -156,7 +157,6 @@ def _convert(
 
 def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Check) -> None:
     """Usage errors, before anything is read or written."""
-    import os
 
     from toolkit.core.errors import UsageError
     from toolkit.core.model import check_output_path
@@ -179,7 +179,6 @@ def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Ch
 def _original(model, model_path: str, external_data_dir: Optional[str]):
     """What the check runs as the original: the model file itself when ONNX-Runtime can read it as
     it is (no copy, no serialization), else a copy of the loaded model."""
-    import os
 
     from toolkit.convert.common import copy_model
 

@@ -8,6 +8,9 @@ check's captured output when asked for, and a summary.
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
 import os
 import sys
 from dataclasses import dataclass
@@ -178,9 +181,6 @@ def _summary_reduced(outcome, cfg, stats: str) -> None:
 
 def _script_inputs(spec: str, func_name: Optional[str]) -> str:
     """Run a --data-loader-script and save its feeds to a temporary .npz removed at exit."""
-    import atexit
-    import shutil
-    import tempfile
 
     from toolkit.core.dataloader import load_script_feeds
     from toolkit.core.datafiles import save_inputs
@@ -198,9 +198,6 @@ def _script_inputs(spec: str, func_name: Optional[str]) -> str:
 def _spool_stdin() -> str:
     """The model on stdin, saved to a temporary file removed at exit (for --compare, which runs it
     on the reference runner as well as indexing it)."""
-    import atexit
-    import shutil
-    import tempfile
 
     from toolkit.core.errors import InputError
     from toolkit.core.model import read_bytes
@@ -305,9 +302,6 @@ def _inline_branches(a: "ReduceArgs", load_inputs):
     """Replace the top-level Ifs of the model (and of --reference-model) by their taken branches:
     those with a constant condition always, the others with concrete data (--compare, or
     --load-inputs); ``a`` then names the inlined models."""
-    import atexit
-    import shutil
-    import tempfile
 
     from toolkit.reduce.accuracy import CompareOptions
     from toolkit.reduce.branches import inline_for_reduce

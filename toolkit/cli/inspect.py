@@ -11,12 +11,12 @@ from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import (
     Annotated, ExternalDataDirOpt, IgnoreExternalDataOpt, ModelArg, command_kwargs, completes, option,
 )
+import sys
 
 app = typer.Typer(help="Inspect models and data files.", **SUBAPP_SETTINGS)
 
 
 def _emit(lines: List[str]) -> None:
-    import sys
 
     sys.stdout.write("\n".join(lines) + "\n")
 

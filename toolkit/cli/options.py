@@ -21,6 +21,10 @@ from toolkit.cli import output
 from toolkit.core import shared_options as S
 from toolkit.core.declare import Declared, declaration, declarations, switch
 from toolkit.core.declare import option as declare
+import dataclasses
+import inspect
+import os
+import typing
 
 try:  # Python >= 3.9
     from typing import Annotated
@@ -164,7 +168,6 @@ def _takes(decl: Declared, token: str) -> bool:
 
 def _common_flags():
     """{flag: (field name, declaration, kind)}: kind is count, switch, list or value."""
-    import typing
 
     hints = typing.get_type_hints(CommonOptions)
     table = {}
@@ -226,7 +229,6 @@ def take_common_options(argv: List[str]):
 
 def _common_params():
     """The common options as Click parameters (help, and commands invoked without ``main``)."""
-    import typing
 
     from typer.core import TyperOption
 
@@ -550,7 +552,6 @@ def runner_specs() -> List[str]:
 
 def parameter(decl: Declared, hint: Any) -> Any:
     """The Typer ``Annotated`` type of one declared value of type ``hint``."""
-    import typing
 
     if decl.argument:
         typ = hint if decl.required else Optional[hint]
@@ -568,8 +569,6 @@ def parameter(decl: Declared, hint: Any) -> Any:
 
 
 def _fields_for_cli(cls: Any):
-    import dataclasses
-    import typing
 
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -581,8 +580,6 @@ def _fields_for_cli(cls: Any):
 def _parameters(cls: Any, prefix: str = "", panel: Optional[str] = None):
     """(arguments, options) of the dataclass ``cls`` as ``inspect.Parameter``s named
     ``prefix + field``; ``panel``: the help panel of a declaration that names none."""
-    import dataclasses
-    import inspect
 
     args: List[Any] = []
     opts: List[Any] = []
@@ -608,7 +605,6 @@ def bind(cls: Any, *, extra: Sequence[Any] = (), more: Sequence[Tuple[Any, str, 
     argument, the ``extra`` parameters (``inspect.Parameter``), then one option per declared field,
     then those of each ``(dataclass, prefix, panel)`` of ``more`` (a runner kind's own options:
     parameters named ``prefix + field``, read back with ``values_for(cls, params, prefix)``)."""
-    import inspect
 
     def decorate(body):
         ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
@@ -629,7 +625,6 @@ def bind(cls: Any, *, extra: Sequence[Any] = (), more: Sequence[Tuple[Any, str, 
 
 def _is_grouped(hint: Any) -> bool:
     """``List[List[str]]``: one list per occurrence of the flag (a TensorRT profile's shapes)."""
-    import typing
 
     args = typing.get_args(hint) if typing.get_origin(hint) in (list, List) else ()
     return bool(args) and typing.get_origin(args[0]) in (list, List)
@@ -655,7 +650,6 @@ def values_for(cls: Any, params: Mapping[str, Any], prefix: str = "") -> dict:
 def from_params(cls: Any, params: Mapping[str, Any], **overrides: Any) -> Any:
     """The dataclass ``cls`` of a command's parsed parameters named as its fields, list
     fields given as None made [], with ``overrides`` set."""
-    import dataclasses
 
     kwargs = dict(overrides)
     for f in dataclasses.fields(cls):
@@ -807,7 +801,6 @@ DATA_EXTENSIONS = (".json", ".npz")
 def check_data_output(flag: str, path: Optional[str]) -> None:
     """Refuse a data file name whose extension is neither .json nor .npz (exit 2): writing
     JSON to ``out.npy`` would mislead. No extension means JSON, as in Polygraphy."""
-    import os
 
     if not path or path == "-":
         return

@@ -16,6 +16,7 @@ from toolkit.cli.options import bind, command_kwargs, from_params, values_for
 from toolkit.core import shared_options as S
 from toolkit.core.declare import argument, declared, option, switch
 from toolkit.cli.output import log
+import dataclasses
 
 _HELP = """Find a minimal set of nodes to keep in fp32 so that the fp16 model passes the comparison.
 
@@ -204,7 +205,6 @@ def register(app: typer.Typer) -> None:
 
 
 def _run(args: PrecisionArgs) -> None:
-    import dataclasses
 
     from toolkit.core.errors import UsageError
     from toolkit.precision.search import PrecisionConfig, PrecisionSearch

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
 
     from toolkit.reduce.session import Reducer
+import time
 
 
 def _fmt_ms(seconds: float) -> str:
@@ -238,7 +239,6 @@ class ReduceReporter(ReduceProgress):
             self._print("(output of later checks is hidden; --show-output shows it for every check)")
 
     def tick(self) -> None:
-        import time
 
         now = time.monotonic()
         if now - self._last_tick >= 0.1:  # called while the check runs: redraw ~10 times a second

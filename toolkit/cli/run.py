@@ -21,6 +21,7 @@ from toolkit.cli.output import err_console, is_terminal, log, pass_verdict, resu
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
+import os
 
 _ARGV_KEY = "toolkit.run.argv"
 
@@ -140,7 +141,6 @@ _ORT_LEVELS = {
 
 def _reads(path: Optional[str], sources: List[str]) -> bool:
     """Whether ``path`` names one of the files this run reads."""
-    import os
 
     if not path or path == "-":
         return False

@@ -15,6 +15,8 @@ from toolkit.cli.options import (
     Annotated, ExternalDataDirOpt, ForceFallbackOpt, ListOpt, ModelArg, ModelInputShapesOpt, ToolkitCommand,
     command_kwargs, option,
 )
+import os
+import time
 
 app = typer.Typer(help="Cut subgraphs out of ONNX models and simplify them (fold constants, freeze shapes).", **SUBAPP_SETTINGS)
 
@@ -84,7 +86,6 @@ def _save(
 def _check_data_file_clash(model_path: str, output: str, external_path: Optional[str], files) -> None:
     """Refuse to write the output's weights over the input's external data file, unless the
     output replaces the input model itself (then both are rewritten together)."""
-    import os
 
     from toolkit.core.errors import UsageError
     from toolkit.core.model import STDIO
@@ -278,7 +279,6 @@ def sanitize_command(
             or remove_noops):
         _log("nothing to do: no --fold-constants, --override-input-shapes, --cleanup, --remove-noops or --toposort; "
              "the model is written unchanged")
-    import time
 
     t0 = time.perf_counter()  # the summary's time: folding and everything after it, not loading
     result, report = sanitize(

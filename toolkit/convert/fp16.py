@@ -91,6 +91,7 @@ from toolkit.convert.placement import (
 from toolkit.convert.ranges import REASON_RANGE, REASON_RANGE_BF16, risky_values, value_problem
 from toolkit.convert.repair import Repair, drop_round_trips, sort_all, toposort
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, one_line
+from onnx import numpy_helper
 
 # the package's public names, importable from here (this module is its entry point)
 __all__ = [
@@ -199,7 +200,6 @@ def _convert_weights(
 
 def _normalize_float_data(model) -> None:
     """float_data -> raw_data (the library converts float_data element by element in Python)."""
-    from onnx import numpy_helper
 
     for graph in iter_graphs(model.graph):
         for t in graph.initializer:

@@ -28,6 +28,7 @@ from toolkit.convert.common import (
 )
 from toolkit.convert.onnx_types import Schemas, allowed_types, formal_param
 from toolkit.core.graphs import node_subgraphs, stable_topological_order
+import onnx
 
 
 def _subgraph_reads(node) -> Set[str]:
@@ -235,7 +236,6 @@ class Repair:
 
     def _schema_types(self, node, schema, types: Dict[str, int]) -> Dict[str, int]:
         """Output element types from the operator's schema, when every input's type is known."""
-        import onnx
 
         if not all((not i) or i in types for i in node.input):
             return {}

@@ -33,6 +33,8 @@ from typing import ContextManager, Dict, Iterable, Iterator, List, Optional, Tup
 
 from toolkit.core.errors import InputError
 from toolkit.core.model import STDIO, atomic_output, describe, read_bytes, check_readable_file
+import numpy as np
+import zipfile
 
 NPZ_INDEX = "__toolkit__"
 NPZ_FORMAT_VERSION = 1
@@ -120,7 +122,6 @@ def is_npz_path(path: str) -> bool:
 
 def _array_b64(arr) -> bytes:
     """base64 of the ``np.save`` bytes of ``arr`` (ASCII; never needs JSON escaping)."""
-    import numpy as np
 
     buf = io.BytesIO()
     try:
@@ -182,7 +183,6 @@ def _json_chunks(obj, level: int = 0):
 
 
 def _decode_array(text: str):
-    import numpy as np
 
     try:
         raw = binascii.a2b_base64(text)
@@ -261,8 +261,6 @@ def _load_json_bytes(data: bytes, path: str):
 
 
 def _open_npz(source, path: str):
-    import numpy as np
-    import zipfile
 
     try:
         return np.load(source, allow_pickle=False)
@@ -422,7 +420,6 @@ def _load_data_uncached(path: str):
 
 
 def _is_feed(dct) -> bool:
-    import numpy as np
 
     return all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in dct.items())
 
@@ -511,13 +508,11 @@ class _NpzMembers:
     """Writes ``.npz`` members one array at a time, then the JSON index (``__toolkit__``)."""
 
     def __init__(self, f):
-        import zipfile
 
         self.zip = zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True)
         self.count = 0
 
     def _member(self, name: str, arr) -> None:
-        import numpy as np
 
         with self.zip.open(name + ".npy", "w", force_zip64=True) as member:
             try:
@@ -536,7 +531,6 @@ class _NpzMembers:
         return keys
 
     def close(self, index: dict) -> None:
-        import numpy as np
 
         self._member(NPZ_INDEX, np.array(json.dumps(index)))
         self.zip.close()

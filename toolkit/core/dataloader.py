@@ -23,6 +23,7 @@ import traceback
 from typing import Dict, List, Optional, Tuple
 
 from toolkit.core.errors import InputError, UsageError
+import numpy as np
 
 DEFAULT_FUNC = "load_data"
 
@@ -59,7 +60,6 @@ def load_script_feeds(spec: str, func_name: Optional[str] = None) -> List[Dict[s
     """Run the data loader script and return its feeds (numpy arrays), one per iteration."""
     import runpy
 
-    import numpy as np
 
     path, func = split_script_spec(spec, func_name)
     if not os.path.isfile(path):

@@ -12,6 +12,14 @@ from typing import Any, Dict, List, Optional
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.meta import TensorMeta, dtype_from_onnx, format_shape
+import numpy as np
+from onnx import AttributeProto, helper, numpy_helper
+from onnx.external_data_helper import uses_external_data
+from toolkit.core.datafiles import RunResults
+from toolkit.core.errors import UsageError
+from toolkit.core.graphs import walk_graphs
+from toolkit.core.model import value_info_meta
+from toolkit.core.weights import load_tensor, ref_source
 
 INDENT = "    "
 # Without --mode=full, list at most this many initializers (big models have hundreds).
@@ -46,7 +54,6 @@ class Show:
 
     @classmethod
     def from_words(cls, words) -> "Show":
-        from toolkit.core.errors import UsageError
 
         allowed = {"layers", "attrs", "weights"}
         flags = set()
@@ -87,7 +94,6 @@ def _meta_list_text(entries: List[str]) -> str:
 
 def summarize_array(arr, show_values: bool = False, max_elems: int = 12) -> dict:
     """Statistics of an array (mean, std, min, max, ...) and optionally its values."""
-    import numpy as np
 
     arr = np.asarray(arr)
     info: dict = {"dtype": str(arr.dtype), "shape": list(arr.shape), "size": int(arr.size)}
@@ -138,7 +144,6 @@ def stats_text(info: dict, percentiles: bool = False) -> str:
 def values_text(arr, full: bool, num_items: Optional[int] = None, line_width: Optional[int] = None) -> str:
     """``arr`` as text: every value (``full``) or a summary; ``num_items`` values at each end of
     every dimension (-1: all), lines of at most ``line_width`` characters (-1: a line per row)."""
-    import numpy as np
 
     opts: Dict[str, Any] = dict(threshold=sys.maxsize if full else 24, edgeitems=3, max_line_width=110, precision=6)
     if num_items is not None:
@@ -156,7 +161,6 @@ def values_text(arr, full: bool, num_items: Optional[int] = None, line_width: Op
 
 def _attr_value(attr, show: Show, depth: int):
     """(json value, text) for an attribute; subgraphs are returned separately."""
-    from onnx import AttributeProto, helper
 
     t = attr.type
     if t == AttributeProto.FLOAT:
@@ -220,7 +224,6 @@ class GraphDescriber:
         self.external_base_dir = external_base_dir  # where weights left on disk are read from
 
     def describe(self, graph) -> dict:
-        from toolkit.core.model import value_info_meta
 
         metas: Dict[str, TensorMeta] = dict(self.outer)
         for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
@@ -249,7 +252,6 @@ class GraphDescriber:
         return desc
 
     def _weight_summary(self, t) -> dict:
-        from onnx.external_data_helper import uses_external_data
 
         if uses_external_data(t) and not t.raw_data:
             if self.external_base_dir is None:
@@ -277,7 +279,6 @@ class GraphDescriber:
         return info
 
     def _node(self, index: int, node, metas: Dict[str, TensorMeta], inits) -> dict:
-        from onnx import AttributeProto
 
         def tensor(name: str) -> dict:
             if name == "":
@@ -316,10 +317,7 @@ class GraphDescriber:
 
 def _read_external(t, base_dir: str):
     """A weight still on disk, as an array: memory-mapped when numpy has its dtype."""
-    import numpy as np
-    from onnx import helper, numpy_helper
 
-    from toolkit.core.weights import load_tensor, ref_source
 
     src, offset, length = ref_source(t, base_dir)
     try:
@@ -377,8 +375,6 @@ def describe_model(model, show: Show, infer: bool = False, external_base_dir: Op
 
 def _body_value_info(graph) -> Dict[str, TensorMeta]:
     """name -> TensorMeta of the value_info of every If/Loop/Scan body below ``graph``."""
-    from toolkit.core.graphs import walk_graphs
-    from toolkit.core.model import value_info_meta
 
     out: Dict[str, TensorMeta] = {}
     for g in walk_graphs(graph):
@@ -477,7 +473,6 @@ def model_text(desc: dict, show: Show) -> List[str]:
 
 def describe_data(data, show_values: bool = False) -> dict:
     """Description of a loaded data file (a list of feeds, or RunResults)."""
-    from toolkit.core.datafiles import RunResults
 
     def feed_desc(feed) -> list:
         return [dict(name=name, **summarize_array(feed[name], show_values)) for name in feed]

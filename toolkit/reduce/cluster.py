@@ -37,6 +37,10 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 from toolkit.core.errors import DependencyError, UsageError
 from toolkit.reduce.check import CheckResult, data_files_in, make_runner, toolkit_args
 from toolkit.reduce.parallel import WORKER_ENV, worker_argv
+import logging
+import onnx
+from onnx.external_data_helper import _get_all_tensors, uses_external_data
+from toolkit.core.errors import InferenceError, ToolkitError
 
 INSTALL = 'pip install "toolkit[ray]"'
 RETRIES = 2  # Ray retries a task lost with its node (or worker process) this many times
@@ -107,7 +111,6 @@ class RayCluster:
     # -------------------------------------------------------------- set-up
 
     def connect(self) -> "RayCluster":
-        import logging
 
         if self.gpus < 0 or self.cpus < 0:
             raise UsageError("--gpus-per-check and --cpus-per-check cannot be negative")
@@ -241,7 +244,6 @@ class RayCluster:
         """``fn(*args)`` as a task with one check's resources; its value, or its exception.
 
         A task lost every time raises InferenceError (the check could not run); Ctrl-C cancels it."""
-        from toolkit.core.errors import InferenceError, ToolkitError
 
         ray = self.ray
         task = self._remotes.get(_call_task)
@@ -303,11 +305,9 @@ def external_locations(candidate: bytes) -> List[str]:
     """The external data locations a serialized model refers to (its own graph and subgraphs)."""
     if b"location" not in candidate:
         return []
-    import onnx
 
     model = onnx.ModelProto()
     model.ParseFromString(candidate)
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
     found = []
     for t in _get_all_tensors(model):

@@ -20,6 +20,8 @@ from typing import Callable, List, Optional
 from toolkit.reduce.graph import mask_indices, range_mask
 from toolkit.reduce.session import Reducer
 from toolkit.reduce.strategy import Plan, Search, default
+from toolkit.reduce.guide import MIN_AMPLIFICATION, TRIES, guided
+from toolkit.reduce.strategy import STRATEGIES
 
 MAX_FAULTS = 64
 
@@ -103,8 +105,6 @@ class CompareReducer(Reducer):
         self.hidden: Optional[tuple] = None
 
     def strategy(self, allowed: Optional[int] = None) -> Search:
-        from toolkit.reduce.guide import guided
-        from toolkit.reduce.strategy import STRATEGIES
 
         if self.cfg.mode is not None:
             return STRATEGIES[self.cfg.mode](self.plan)
@@ -143,7 +143,6 @@ class CompareReducer(Reducer):
         return self._ranked
 
     def _tries(self, allowed: Optional[int]) -> List[int]:
-        from toolkit.reduce.guide import MIN_AMPLIFICATION, TRIES
 
         ranked = [
             i for i, amp, _err in self._hint()

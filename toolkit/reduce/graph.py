@@ -25,6 +25,13 @@ from toolkit.core.errors import InputError
 from toolkit.core.meta import TensorMeta
 from toolkit.core.graphs import stable_topological_order
 from toolkit.core.protowire import encode_field, field_header, header_len, scan_fields
+import mmap
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+from toolkit.core.meta import dtype_to_onnx, is_dtype_name
+from toolkit.core.model import atomic_output, save_model
+from toolkit.core.shapes import infer_tensor_meta, node_reads
+from toolkit.core.weights import is_ref, ref_nbytes, relinked
 
 # Above this many bytes a candidate is written with its weights as external data.
 BIG_MODEL_BYTES = int(1.8 * 2**30)
@@ -57,7 +64,6 @@ class RawPieces:
     def release_pages(self) -> None:
         """Let the kernel drop the file's pages this process has read (they are read again
         if needed): keeps a pass over a big memory-mapped model from growing our memory."""
-        import mmap
 
         advise = getattr(self.data, "madvise", None)
         if advise is not None and hasattr(mmap, "MADV_DONTNEED"):
@@ -137,7 +143,6 @@ def _field_numbers():
 
 
 def _lookup_field_numbers():
-    import onnx
 
     g = onnx.GraphProto.DESCRIPTOR.fields_by_name
     m = onnx.ModelProto.DESCRIPTOR.fields_by_name
@@ -275,7 +280,6 @@ class MetaProvider:
         self.inference = inference
 
     def _infer(self, **kw):
-        from toolkit.core.shapes import infer_tensor_meta
 
         runs_ort = kw.get("force_fallback") or kw.get("fallback", True)
         model = self.full_model() if (runs_ort and self.full_model is not None) else self.model
@@ -327,7 +331,6 @@ def _incomplete(meta) -> bool:
 
 def _model_header(model) -> bytes:
     """``model`` serialized without its graph (and training info): what every candidate starts with."""
-    import onnx
 
     header = onnx.ModelProto()
     for fd, value in model.ListFields():
@@ -365,7 +368,6 @@ class GraphIndex:
         raw: Optional[RawPieces] = None,
         external_base_dir: Optional[str] = None,
     ):
-        from toolkit.core.weights import is_ref
 
         self.model = model
         self.warnings: List[str] = []
@@ -388,7 +390,6 @@ class GraphIndex:
     def _index_nodes(self, g) -> Tuple[List[int], List[int]]:
         """Nodes in topological order (Constant nodes apart), what each reads and writes, and
         the producer/consumer masks; returns the positions (in ``g.node``) of regular and constant nodes."""
-        from toolkit.core.shapes import node_reads
 
         all_nodes = list(g.node)
         consts: List[int] = []  # positions in all_nodes
@@ -440,9 +441,7 @@ class GraphIndex:
 
     def _index_pieces(self, model, g, raw: Optional[RawPieces], regular: List[int], consts: List[int]) -> None:
         """The serialized pieces candidates are written from, made once (sliced from ``raw`` when given)."""
-        import onnx
 
-        from toolkit.core.weights import is_ref, ref_nbytes
 
         f = self._fields
         self._init_frag: Dict[str, bytes] = {}
@@ -669,7 +668,6 @@ class GraphIndex:
         return frag
 
     def _folded_frags(self, names: Sequence[str]) -> List[bytes]:
-        from onnx import numpy_helper
 
         missing = [t for t in names if t not in self._folded_frag]
         if missing:
@@ -682,7 +680,6 @@ class GraphIndex:
 
     def _initializer_proto(self, name: str):
         """The full initializer (from the file's bytes when the index holds only a stub)."""
-        import onnx
 
         if self._raw is None:
             return self.initializers.get(name) or self.sparse_initializers[name]
@@ -719,7 +716,6 @@ class GraphIndex:
 
     def _linked_frag(self, name: str, links: Mapping[str, str]) -> bytes:
         """The reference ``name`` pointing at its source file's location in ``links``."""
-        from toolkit.core.weights import relinked
 
         location = links[self._ref_file(name)]
         key = (name, location)
@@ -764,9 +760,7 @@ class GraphIndex:
         return frag
 
     def _make_value_info(self, name: str, meta: Optional[TensorMeta]):
-        import onnx
 
-        from toolkit.core.meta import is_dtype_name, dtype_to_onnx
 
         vi = onnx.ValueInfoProto()
         vi.name = name
@@ -811,7 +805,6 @@ class GraphIndex:
         files, reached through the locations given there (nothing is copied; the file
         runs where those locations are).
         """
-        from toolkit.core.model import save_model
 
         if links is not None and self.on_disk(cand):
             inline = sum(self._init_bytes.get(t, 0) for t in cand.inits if not self._linkable(t, links))
@@ -847,7 +840,6 @@ class GraphIndex:
         """Write the raw data of the big inline weights once to ``path``; from then on,
         writes with links refer to it instead of copying the weights again. Returns the
         bytes written (weights stored in typed fields rather than raw_data stay inline)."""
-        import onnx
 
         if self._raw is None:
             return 0
@@ -896,7 +888,6 @@ class GraphIndex:
         return self._ext_files
 
     def _check_not_a_source(self, target: str, path: str) -> None:
-        import os
 
         if os.path.realpath(target) in self.external_files():
             raise InputError(
@@ -906,7 +897,6 @@ class GraphIndex:
 
     def to_model(self, cand: Candidate):
         """The candidate as an ``onnx.ModelProto`` (for huge ones, weights added as protos)."""
-        import onnx
 
         m = onnx.ModelProto()
         if cand.size_hint > BIG_MODEL_BYTES:
@@ -923,7 +913,6 @@ class GraphIndex:
 
 def constant_node_tensor(node):
     """The TensorProto a ``Constant`` node produces (named as its output), or None (sparse)."""
-    from onnx import helper
 
     if not node.attribute:
         return None
@@ -934,7 +923,6 @@ def constant_node_tensor(node):
         t.CopyFrom(a.t)
         t.name = name
         return t
-    from onnx import TensorProto
 
     simple = {
         "value_float": (TensorProto.FLOAT, [], [a.f]),
@@ -952,7 +940,6 @@ def constant_node_tensor(node):
 
 def write_chunks(path: str, chunks, *, atomic: bool = True) -> None:
     """Write buffers one after the other (no joined copy); atomically unless told not to."""
-    from toolkit.core.model import atomic_output
 
     try:
         if atomic:

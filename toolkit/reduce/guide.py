@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
 
 from toolkit.reduce.strategy import Plan, Search
+from toolkit.core.noise import FLOOR, amplification
 
 TRIES = 3  # hinted nodes checked alone before the normal search
 MIN_AMPLIFICATION = 2.0  # a node amplifying less than this is not worth a check of its own
@@ -29,7 +30,6 @@ def rank(index, errors: Mapping[str, float], floor: Optional[float] = None) -> L
     """``(node position, amplification, output error)`` for every node of ``index`` with a compared
     output, largest amplification first. ``errors``: ``{tensor: rel_l2}``. A tensor not compared
     carries its producer's input error; graph inputs and weights (fed exactly) have none."""
-    from toolkit.core.noise import FLOOR, amplification
 
     floor = FLOOR if floor is None else floor  # (the runner's storage rounding step: storage_floor)
 

@@ -21,6 +21,7 @@ import os
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
+import threading
 
 WORKER_ENV = "TOOLKIT_WORKER"
 DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
@@ -81,7 +82,6 @@ def run_all(
     An exception in the main thread (Ctrl-C) kills every running check (process group)
     and waits for the threads to end before it goes on.
     """
-    import threading
 
     results: list = [None] * len(workers)
     errors: list = [None] * len(workers)

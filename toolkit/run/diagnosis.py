@@ -35,6 +35,9 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 # the one noise model (docs/noise.md); re-exported here for the diagnosis' callers
 from toolkit.core.noise import FLOOR, STORAGE_FLOOR, amplification, storage_floor  # noqa: E402,F401
+import numpy as np
+from toolkit.core.compare import error_arrays
+from toolkit.core.shapes import node_reads
 
 TOP_NODES = 5  # ranked nodes shown in a terminal diagnosis
 
@@ -66,7 +69,6 @@ class Topology:
 
 def topology_of(model) -> Topology:
     """The :class:`Topology` of ``model``'s top graph (weights are never read)."""
-    from toolkit.core.shapes import node_reads
 
     g = model.graph
     raw = list(g.node)
@@ -145,9 +147,7 @@ def _div(x: float, tol: float) -> float:
 
 def tensor_error(name: str, a, b, comparison) -> TensorError:
     """Error measures of ``a`` against the reference ``b``, judged as ``comparison`` was."""
-    import numpy as np
 
-    from toolkit.core.compare import error_arrays
 
     c = comparison
     err = TensorError(name, c.passed, c.max_abs, c.max_rel, 0.0, 0.0, c.atol, c.rtol, c.stat, c.message)
@@ -182,7 +182,6 @@ def tensor_error(name: str, a, b, comparison) -> TensorError:
 
 
 def _norm(x) -> float:
-    import numpy as np
 
     x = x.astype(np.float64, copy=False)
     return float(np.sqrt(np.sum(np.square(x[np.isfinite(x)]))))

@@ -40,6 +40,10 @@ from toolkit.core.dataloader import load_script_feeds, split_script_spec
 from toolkit.core.graphs import external_data_folder, has_external_data
 from toolkit.core.layerwise import select_outputs, set_outputs
 from toolkit.core.model import load_model, save_model
+import shutil
+import tempfile
+from toolkit.convert import fp16
+from toolkit.run import diagnose
 
 
 def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
@@ -67,10 +71,7 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
 def fp16_model(opts: RunOptions, rep: Reporter) -> Iterator[str]:
     """--fp-to-fp16: the model converted to mixed fp16 (graph inputs and outputs keep their
     types), in a temporary file that lives as long as the run."""
-    import shutil
-    import tempfile
 
-    from toolkit.convert import fp16  # (a large module: loaded for --fp-to-fp16 only)
 
     model = load_model(opts.model, external_data_dir=opts.external_data_dir)
     result = fp16.convert(model, [], keep_io_types=True, inplace=True)
@@ -214,7 +215,6 @@ class Streams:
 
     def compare(self, pair: int, k: int, outs_a: Mapping, outs_b: Mapping, tol) -> None:
         """Compare iteration ``k`` of pair ``pair``; gather its tensor errors when a diagnosis may need them."""
-        from toolkit.run import diagnose
 
         it = compare_iteration(k, outs_a, outs_b, tol)
         self.pairs.setdefault(pair, []).append(it)
@@ -333,7 +333,6 @@ def _pair(a: ResultSet, b: ResultSet, its: list):
 
 def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
     """The comparisons of consecutive result sets, in order (loaded files compared here)."""
-    from toolkit.run import diagnose
 
     sets = stream.live + stream.loaded
     tol = plan.tolerances or Tolerances()

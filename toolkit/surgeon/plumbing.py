@@ -17,6 +17,8 @@ from toolkit.core.meta import TensorMeta, dtype_to_numpy, dtype_to_onnx
 from toolkit.core.model import infer_shapes
 from toolkit.core.shapes import _STUB_BYTES, _STUB_LOCATION, light_copy
 from toolkit.surgeon.fold_noops import bodies
+from onnx_graphsurgeon.exporters import onnx_exporter
+from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
 
 LogFn = Callable[[str], None]
 
@@ -113,8 +115,6 @@ def stubbed_constants(graph, limit: int):
 
     Exporting a big constant copies its bytes four times (tobytes, make_tensor, the
     graph's initializer list, the model's graph); shape inference needs none of them."""
-    from onnx_graphsurgeon.exporters import onnx_exporter
-    from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
 
     stubbed = {}
     for tensor in graph.tensors().values():
@@ -151,7 +151,6 @@ def stubbed_constants(graph, limit: int):
 
 def fill_stubs(model, constants) -> None:
     """Give the stubs that :func:`stubbed_constants` exported their data (one copy each)."""
-    from onnx_graphsurgeon.exporters import onnx_exporter
 
     for t in model.graph.initializer:
         if not (t.external_data and t.external_data[0].value == _STUB_LOCATION):

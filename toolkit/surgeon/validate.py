@@ -18,6 +18,7 @@ from toolkit.core.meta import dtype_to_numpy
 from toolkit.core.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
 from toolkit.core.shapes import _STUB_BYTES, _copy_field, _tensor_nbytes, light_copy, node_reads
 from toolkit.surgeon.load import SHAPE_OPS
+import onnxruntime as ort
 
 
 def check_model(model, original=None) -> None:
@@ -75,7 +76,6 @@ def light_session(model, external_data_dir: Optional[str] = None, extra_outputs:
     become graph inputs fed with the model's own arrays (no copy), so creating the
     session costs the graph, not the weights. ``only_outputs`` prunes the graph to what
     they need; ``optimized`` loads at ONNX-Runtime's basic level."""
-    import onnxruntime as ort
 
     light, stubbed = _without_big_weights(model)
     if only_outputs is not None:

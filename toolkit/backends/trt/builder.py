@@ -19,6 +19,12 @@ from toolkit.core.meta import TensorMeta
 
 from .availability import has_weak_typing, inference_error, trt_call, trt_major
 from .options import Profile, Shape, TrtConfig, _concrete, select_outputs
+import numpy as np
+import signal
+import threading
+from toolkit.convert import fp16
+from toolkit.core.meta import dtype_to_numpy, format_shape
+from toolkit.core.model import check_readable_file, describe, load_model, read_bytes, save_model
 
 # TensorRT DataType member -> toolkit dtype name (what numpy holds, with ml_dtypes for bf16/fp8).
 # INT4, FP4 and E8M0 have no numpy equivalent: such tensors cannot be fed or returned.
@@ -44,7 +50,6 @@ def dtype_name(trt_dtype, tensor: str) -> str:
 
 
 def np_dtype(trt_dtype, tensor: str):
-    from toolkit.core.meta import dtype_to_numpy
 
     return dtype_to_numpy(dtype_name(trt_dtype, tensor))
 
@@ -70,8 +75,6 @@ class Interrupt:
         self.pending = False
 
     def __enter__(self):
-        import signal
-        import threading
 
         self._old = None
         if threading.current_thread() is threading.main_thread():
@@ -346,8 +349,6 @@ def converter_for_strong_typing(external_data_dir: Optional[str] = None) -> Call
     """
 
     def convert(src: str, dtype: str, dst: str) -> Optional[str]:
-        from toolkit.convert import fp16
-        from toolkit.core.model import load_model, save_model
 
         model = load_model(src, external_data_dir=external_data_dir)
         result = fp16.convert(model, keep_io_types=True, inplace=True, dtype=dtype)
@@ -429,7 +430,6 @@ class EngineBuilder:
         return dst, None  # the converted model sits beside its own weights
 
     def parse(self, builder):
-        from toolkit.core.model import check_readable_file, describe, read_bytes
 
         trt = self.trt
         # TensorRT 11: every network is strongly typed; 10: explicit batch is the only mode
@@ -493,7 +493,6 @@ class EngineBuilder:
 
     def fallback_shape(self, meta: TensorMeta) -> Shape:
         """The fixed shape of a dynamic input that no profile covers."""
-        from toolkit.core.meta import format_shape
 
         feeds = self.config.sample_feeds
         if feeds:
@@ -517,7 +516,6 @@ class EngineBuilder:
 
     def feed_ranges(self, metas: List[TensorMeta], values: bool = False) -> Dict[str, Tuple[Shape, Shape, Shape]]:
         """min/opt/max over the loaded feeds: of each input's shape, or (``values``) of its values."""
-        import numpy as np
 
         out = {}
         feeds = self.config.sample_feeds or ()
@@ -536,7 +534,6 @@ class EngineBuilder:
 
     def _check_user_profiles(self, profiles: List[Profile], metas: List[TensorMeta], shape_inputs: Sequence[str]) -> None:
         """UsageError for a --trt-*-shapes profile naming no input, or shapes that do not fit it."""
-        from toolkit.core.meta import format_shape
 
         by_name = {m.name: m for m in metas}
         for k, prof in enumerate(profiles):

@@ -14,6 +14,7 @@ from toolkit.core.meta import TensorMeta
 from .availability import as_toolkit_error
 from .device import DeviceBuffers
 from .options import Shape, TrtConfig
+import numpy as np
 
 
 class Calibrator:
@@ -49,7 +50,6 @@ class Calibrator:
         self, trt, cudart, feeds: List[Mapping], input_names: List[str], read_from: Optional[str], write_to: Optional[str]
     ):
         """TensorRT's calibrator over ``feeds``; its errors are kept in ``self.error`` (TensorRT swallows them)."""
-        import numpy as np
 
         outer = self
         h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
@@ -107,7 +107,6 @@ class Calibrator:
 
 def _same_shaped(feeds: List[Mapping], metas: List[TensorMeta], notes: List[str]) -> Tuple[List[Mapping], Dict[str, Shape]]:
     """The feeds whose shapes equal the first one's (one profile calibrates), and those shapes."""
-    import numpy as np
 
     first = {m.name: tuple(np.shape(feeds[0][m.name])) for m in metas}
     usable = [f for f in feeds if all(tuple(np.shape(f[m.name])) == first[m.name] for m in metas)]

@@ -13,6 +13,7 @@ from toolkit.core.errors import DependencyError, InputError
 from toolkit.core.meta import format_meta
 
 from .availability import check_available, inference_error, trt_call
+from toolkit.core.model import read_bytes
 
 
 def describe_engine(path: str, layers: bool = True) -> Dict[str, Any]:
@@ -34,7 +35,6 @@ def describe_engine(path: str, layers: bool = True) -> Dict[str, Any]:
 
 def _load_engine(path: str):
     """(tensorrt, the deserialized engine of ``path``)."""
-    from toolkit.core.model import read_bytes
 
     from .builder import Interrupt, init_plugins, make_logger
 

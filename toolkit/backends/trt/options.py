@@ -9,6 +9,8 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 from toolkit.core.errors import InputError, UsageError  # noqa: F401  (InputError: select_outputs raises it)
 from toolkit.core.meta import TensorMeta
 from toolkit.core.meta import parse_size as _parse_size
+from toolkit.core.layerwise import choose_names
+from toolkit.core.meta import parse_shape_specs
 
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 
@@ -99,7 +101,6 @@ def parse_profile_groups(
     maxs: Optional[Sequence[Sequence[str]]],
 ) -> List[Profile]:
     """Profiles from the spellings of --trt-min/opt/max-shapes: one list of ``name:shape`` per occurrence."""
-    from toolkit.core.meta import parse_shape_specs
 
     def parse(groups):
         return [parse_shape_specs(list(g)) for g in groups or ()]
@@ -117,7 +118,6 @@ def select_outputs(
     ``current``: the network's own outputs; ``known``: every name that may be named
     explicitly (default: candidates + current). No patterns keeps ``current``.
     """
-    from toolkit.core.layerwise import choose_names
 
     allowed = list(dict.fromkeys(list(candidates) + list(current)))
     return choose_names(

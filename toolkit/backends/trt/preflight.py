@@ -14,11 +14,12 @@ from toolkit.core.errors import UsageError
 
 from .availability import check_available, check_config
 from .options import TrtConfig, is_engine_path, parse_pool_limits, parse_profile_groups
+from toolkit.core.meta import parse_shape_specs
+from toolkit.core.model import check_output_path
 
 
 def config_from(opts) -> TrtConfig:
     """The :class:`TrtConfig` for ``opts`` (UsageError for malformed values)."""
-    from toolkit.core.meta import parse_shape_specs
 
     return TrtConfig(
         fp16=opts.fp16,
@@ -43,7 +44,6 @@ def model_is_engine(opts) -> bool:
 
 
 def _check_files(opts) -> None:
-    from toolkit.core.model import check_output_path
 
     if opts.save_engine:
         if opts.save_engine == "-":

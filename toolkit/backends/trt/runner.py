@@ -14,6 +14,8 @@ from .availability import check_available, check_config, inference_error, trt_ca
 from .builder import EngineBuilder, Interrupt, dims, dtype_name, init_plugins, make_logger, np_dtype, stderr_sink
 from .device import DeviceBuffers, cuda_check
 from .options import TrtConfig, is_engine_path
+import numpy as np
+from toolkit.core.model import read_bytes
 
 
 class TrtRunner(Runner):
@@ -92,7 +94,6 @@ class TrtRunner(Runner):
             raise
 
     def _read_engine(self) -> bytes:
-        from toolkit.core.model import read_bytes
 
         if self.config.mark_outputs or self.config.exclude_outputs:
             raise UsageError(f"{self.model_path} is a built engine, whose outputs are fixed; --trt-outputs needs the ONNX model")
@@ -183,7 +184,6 @@ class TrtRunner(Runner):
 
     def preferred_values(self) -> Dict[str, object]:
         """Values for shape-tensor inputs: the opt values of profile 0 (generated data must be valid shapes)."""
-        import numpy as np
 
         eng = self._engine
         out: Dict[str, object] = {}
@@ -208,7 +208,6 @@ class TrtRunner(Runner):
 
     # ------------------------------------------------------------------ profiles
     def _fits(self, k: int, feed: Mapping) -> bool:
-        import numpy as np
 
         eng = self._engine
         for name in self._inputs:
@@ -254,7 +253,6 @@ class TrtRunner(Runner):
                 cuda_check(self._cudart.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
                 self._profile = k
                 return
-        import numpy as np
 
         given = ", ".join(
             f"'{n}' values {[int(v) for v in np.asarray(feed[n]).reshape(-1)]}"
@@ -280,7 +278,6 @@ class TrtRunner(Runner):
 
     def _bind_inputs(self, feed: Mapping) -> list:
         """Set input shapes and copy the inputs to the device; returns the host arrays."""
-        import numpy as np
 
         cudart, ctx, eng = self._cudart, self._context, self._engine
         h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
@@ -315,7 +312,6 @@ class TrtRunner(Runner):
 
     def _bind_outputs(self) -> Dict[str, tuple]:
         """Device memory for every output: the shapes known now (the others come from the allocator)."""
-        import numpy as np
 
         ctx, eng = self._context, self._engine
         shapes: Dict[str, tuple] = {}
@@ -352,7 +348,6 @@ class TrtRunner(Runner):
             raise self._callback_error
 
     def _fetch_outputs(self, shapes: Dict[str, tuple]) -> Dict[str, object]:
-        import numpy as np
 
         cudart, eng = self._cudart, self._engine
         d2h = cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
