@@ -20,6 +20,9 @@ from toolkit.cli.options import (
 from toolkit.cli.output import log, warn
 import os
 import time
+from toolkit.core.errors import ExitCode, InferenceError, UsageError
+from toolkit.core.meta import parse_shape_specs
+from toolkit.core.model import check_output_path, graph_io_meta, load_model, save_model
 
 HELP = "Convert a model: mixed fp16 with --fp-to-fp16, mixed bf16 with --fp-to-bf16."
 
@@ -119,7 +122,6 @@ def _convert(
     check: _Check,
 ) -> None:
 
-    from toolkit.core.model import load_model, save_model
 
     _check_args(model_path, output, dtype, keep_fp32, json_out, check)
     from toolkit.convert import fp16
@@ -158,8 +160,6 @@ def _convert(
 def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Check) -> None:
     """Usage errors, before anything is read or written."""
 
-    from toolkit.core.errors import UsageError
-    from toolkit.core.model import check_output_path
 
     if dtype is None:
         if keep_fp32:
@@ -190,8 +190,6 @@ def _original(model, model_path: str, external_data_dir: Optional[str]):
 def _check_feed(model, check: _Check):
     """The input set of the check: the first of --load-inputs, or generated (errors before converting)."""
     from toolkit.core.inputs import generate_inputs, parse_val_ranges, select_feed
-    from toolkit.core.meta import parse_shape_specs
-    from toolkit.core.model import graph_io_meta
 
     metas, _ = graph_io_meta(model)
     if check.load_inputs:
@@ -239,7 +237,6 @@ def _report(result, dtype: str, output: str, seconds: float, hint: str) -> None:
 def _validate(original, converted, feed, dtype: str):
     """The check against the original (a warning, never a failure: the model is written)."""
     from toolkit.convert.validate import validate
-    from toolkit.core.errors import ExitCode, InferenceError
 
     short = "fp16" if dtype == "float16" else "bf16"
     try:

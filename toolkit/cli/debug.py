@@ -23,6 +23,12 @@ from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, values_for
 from toolkit.core import shared_options as S
 from toolkit.core.declare import argument, declared, option, required, switch
 from toolkit.cli.output import log, warn
+from toolkit.cli.app import worker_entry
+from toolkit.cli.reduce_compare import check_options
+from toolkit.core.errors import ExitCode, InputError, UsageError
+from toolkit.core.meta import parse_shape_specs
+from toolkit.core.model import read_bytes
+from toolkit.reduce.parallel import parse_devices
 
 app = typer.Typer(
     help="Debug failing models: reduce them to minimal failing subgraphs; find the nodes that must stay fp32.",
@@ -113,7 +119,6 @@ def _plural(n: int, word: str) -> str:
 
 
 def _summary(outcome, cfg) -> int:
-    from toolkit.core.errors import ExitCode
 
     stats = (
         f"{_plural(outcome.checks, 'check')} run, {outcome.remembered} answered from memory, "
@@ -199,8 +204,6 @@ def _spool_stdin() -> str:
     """The model on stdin, saved to a temporary file removed at exit (for --compare, which runs it
     on the reference runner as well as indexing it)."""
 
-    from toolkit.core.errors import InputError
-    from toolkit.core.model import read_bytes
 
     data = read_bytes("-")
     if not data:
@@ -215,7 +218,6 @@ def _spool_stdin() -> str:
 
 def _cluster_usage(a: "ReduceArgs") -> None:
     """Usage errors of --cluster and its options, before anything runs."""
-    from toolkit.core.errors import UsageError
 
     if a.cluster is None:
         if a.gpus_per_check is not None or a.cpus_per_check is not None:
@@ -342,9 +344,6 @@ def inlined_note(inlined) -> str:
 
 def _reduce_config(a: "ReduceArgs", rule, load_inputs):
     """The ReduceConfig of ``debug reduce``'s options ``a``."""
-    from toolkit.cli.app import worker_entry
-    from toolkit.core.meta import parse_shape_specs
-    from toolkit.reduce.parallel import parse_devices
     from toolkit.reduce.session import ReduceConfig
 
     check = a.check
@@ -537,7 +536,6 @@ def reduce_command(ctx: typer.Context, **params) -> None:
 
 
 def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
-    from toolkit.core.errors import UsageError
     from toolkit.reduce.check import FailureRule
 
     if a.no_shape_inference and a.force_fallback_shape_inference:
@@ -548,7 +546,6 @@ def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
         raise UsageError("--check needs a command after it, e.g. --check toolkit inspect model polygraphy_debug.onnx")
     if a.check is None and a.fail_regex:
         warn("--fail-regex has no effect without --check")
-    from toolkit.cli.reduce_compare import check_options
 
     check_options(
         a.compare,

@@ -12,6 +12,7 @@ from toolkit.cli.options import (
     Annotated, ExternalDataDirOpt, IgnoreExternalDataOpt, ModelArg, command_kwargs, completes, option,
 )
 import sys
+from toolkit.core.model import load_model
 
 app = typer.Typer(help="Inspect models and data files.", **SUBAPP_SETTINGS)
 
@@ -56,7 +57,6 @@ def inspect_model(
     """Show a model: name, opsets, graph inputs and outputs, initializers, and optionally nodes,
     attributes and weights (subgraphs of If/Loop/Scan nested under their node)."""
     from toolkit.inspect.describe import Show, describe_model, model_text
-    from toolkit.core.model import load_model
 
     if list_unbounded_dds:
         from toolkit.surgeon.outputs import unbounded_dds_tensors

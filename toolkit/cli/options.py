@@ -25,6 +25,8 @@ import dataclasses
 import inspect
 import os
 import typing
+from toolkit.core.errors import UsageError
+from toolkit.run.registry import KINDS
 
 try:  # Python >= 3.9
     from typing import Annotated
@@ -125,7 +127,6 @@ class CommonOptions:
 
     def apply(self, command: Optional[str] = None, set_level: bool = True) -> None:
         """Check the values (UsageError, exit 2) and configure logging."""
-        from toolkit.core.errors import UsageError
 
         for v in self.verbosity:
             lvl = v.rsplit(":", 1)[-1].lower()
@@ -145,7 +146,6 @@ class CommonOptions:
 
 
 def check_model_type(value: str, command: Optional[str]) -> None:
-    from toolkit.core.errors import UsageError
 
     kind = value.lower()
     if kind in MODEL_TYPES:
@@ -184,7 +184,6 @@ def take_common_options(argv: List[str]):
     Stops at ``--check`` (the rest belongs to the check command) and at ``--``. A short
     counted flag may repeat its letter (``-vvv``); a list option takes one or more values.
     """
-    from toolkit.core.errors import UsageError
 
     opts = CommonOptions()
     table = _common_flags()
@@ -537,7 +536,6 @@ def completes(values: Any):
 
 def runner_specs() -> List[str]:
     """Every runner spec a shell may complete: each kind, and each kind with one spec option."""
-    from toolkit.run.registry import KINDS
 
     specs = []
     for kind in KINDS.values():

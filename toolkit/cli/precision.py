@@ -17,6 +17,8 @@ from toolkit.core import shared_options as S
 from toolkit.core.declare import argument, declared, option, switch
 from toolkit.cli.output import log
 import dataclasses
+from toolkit.cli.output import echo
+from toolkit.core.errors import ExitCode, UsageError
 
 _HELP = """Find a minimal set of nodes to keep in fp32 so that the fp16 model passes the comparison.
 
@@ -72,8 +74,6 @@ def _summary_json(outcome, cfg, code: int) -> dict:
 
 
 def _summary(outcome, cfg, json_out: bool) -> int:
-    from toolkit.cli.output import echo
-    from toolkit.core.errors import ExitCode
     from toolkit.precision import search as S
 
     stats = f"{outcome.checks} check(s), {outcome.remembered} answered from memory, {outcome.seconds:.2f} s"
@@ -206,7 +206,6 @@ def register(app: typer.Typer) -> None:
 
 def _run(args: PrecisionArgs) -> None:
 
-    from toolkit.core.errors import UsageError
     from toolkit.precision.search import PrecisionConfig, PrecisionSearch
 
     compare = args.compare

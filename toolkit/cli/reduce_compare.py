@@ -9,6 +9,10 @@ from __future__ import annotations
 from typing import List, Optional, Sequence
 
 from toolkit.cli.output import log
+from toolkit.cli.app import worker_entry
+from toolkit.cli.errors import run_with_boundary
+from toolkit.cli.run import run_and_render
+from toolkit.core.errors import UsageError
 
 
 def check_options(
@@ -20,7 +24,6 @@ def check_options(
     tolerances_given: bool,
 ) -> None:
     """Usage errors for option combinations, before any work."""
-    from toolkit.core.errors import UsageError
 
     if compare is None:
         for given, flag in ((all_faults, "--all-faults/--compare-tensors"), (reference_model, "--reference-model"),
@@ -39,7 +42,6 @@ def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, time
     """The warm-worker check for ``--compare`` (the reference is computed on its first run)."""
     from toolkit.reduce.accuracy import CompareOptions, CompareRunner
 
-    from toolkit.core.errors import UsageError
 
     if timeout is not None and timeout <= 0:
         raise UsageError(f"--check-timeout must be positive, got {timeout}")
@@ -50,7 +52,6 @@ def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, time
 
         check_readable_file(opts.reference_model)
     from toolkit.cli import run as _run  # noqa: F401 - imported once here, inherited by every forked check
-    from toolkit.cli.app import worker_entry
 
     return CompareRunner(model, artifact, opts, run_entry, worker_entry(), notes=log, timeout=timeout)
 
@@ -58,8 +59,6 @@ def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, time
 def run_entry(options) -> int:
     """Run ``options`` as ``toolkit run`` would, quietly (the check's output; in the forked worker)."""
     from toolkit.cli import output
-    from toolkit.cli.errors import run_with_boundary
-    from toolkit.cli.run import run_and_render
 
     output._consoles.clear()  # the forked child has new stdio objects
     # errors end as they end a `toolkit run`: one error line and the exit code (4: TensorRT missing)

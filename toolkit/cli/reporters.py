@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from toolkit.reduce.session import Reducer
 import time
+from toolkit.core.meta import dtype_from_numpy, format_meta
 
 
 def _fmt_ms(seconds: float) -> str:
@@ -102,7 +103,6 @@ class CliReporter(RunReporter):
             emit(text, level, style)
 
     def _print_iteration(self, runner_name, index, feed, outputs, seconds) -> None:
-        from toolkit.core.meta import dtype_from_numpy, format_meta
 
         def metas(mapping):
             return [format_meta(n, tuple(v.shape), dtype_from_numpy(v.dtype)) for n, v in mapping.items()]

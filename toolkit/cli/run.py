@@ -22,6 +22,12 @@ from toolkit.cli.output import err_console, is_terminal, log, pass_verdict, resu
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
 import os
+from toolkit.backends.onnxrt import set_log_severity
+from toolkit.cli.output import is_quiet, ort_log_sink, ort_severity, state, verbose
+from toolkit.core.errors import InferenceError
+from toolkit.run import execute
+from toolkit.run.options import RunOptions
+from toolkit.run.registry import KINDS, runner_order
 
 _ARGV_KEY = "toolkit.run.argv"
 
@@ -41,7 +47,6 @@ def _selector(kind) -> str:
 
 def _kind_flags() -> List[inspect.Parameter]:
     """One switch per registered runner kind (``--onnxrt``, ``--trt``), in registration order."""
-    from toolkit.run.registry import KINDS
 
     return [
         inspect.Parameter(_selector(k), inspect.Parameter.KEYWORD_ONLY, default=False,
@@ -53,13 +58,11 @@ def _kind_flags() -> List[inspect.Parameter]:
 def _kind_options():
     """The options each registered kind declares itself, as ``bind``'s ``more``: parameters named
     ``<kind>_<field>`` (``openvino_device``), in the kind's help panel."""
-    from toolkit.run.registry import KINDS
 
     return [(k.declares, f"{k.name}_", k.panel) for k in KINDS.values() if k.declares is not None]
 
 
 def register(app: typer.Typer) -> None:
-    from toolkit.run.options import RunOptions
 
     @app.command("run", **command_kwargs(cls=RunCommand))
     @bind(RunOptions, extra=_kind_flags(), more=_kind_options())
@@ -77,9 +80,6 @@ def register(app: typer.Typer) -> None:
 
 
 def _run(ctx: typer.Context, params: dict) -> None:
-    from toolkit.cli.output import is_quiet, verbose
-    from toolkit.run.options import RunOptions
-    from toolkit.run.registry import KINDS, runner_order
 
     opts = RunOptions(**values_for(RunOptions, {**params, "model": params["model"] or ""}))
     opts.kind_options = {
@@ -162,7 +162,6 @@ def _ort_level(value: Optional[str]) -> Optional[str]:
 
 def _describe_plan(opts) -> None:
     """What the run will do, for -v."""
-    from toolkit.cli.output import verbose
 
     verbose(f"run | model: {opts.model or '(none)'} | runners: {', '.join(opts.runners) or 'none'}")
     if opts.load_inputs:
@@ -185,7 +184,6 @@ def _describe_plan(opts) -> None:
 
 def _typed_argv(parsed: List[str]) -> List[str]:
     """The run's arguments as typed (common options such as -q included), when known."""
-    from toolkit.cli.output import state
 
     typed = state.argv
     if typed and "run" in typed:
@@ -195,11 +193,7 @@ def _typed_argv(parsed: List[str]) -> List[str]:
 
 def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
     """Execute ``opts``, print logs/tables to stderr, return the exit code (0 or 1)."""
-    from toolkit.core.errors import InferenceError
-    from toolkit.run import execute
 
-    from toolkit.backends.onnxrt import set_log_severity
-    from toolkit.cli.output import ort_log_sink, ort_severity
 
     set_log_severity(ort_severity(), ort_log_sink())
     from toolkit.cli.reporters import CliReporter
@@ -384,6 +378,5 @@ def _rich_table(rows) -> None:
 
 def _model_type():
     """--model-type as given (None: by the file's suffix)."""
-    from toolkit.cli.output import state
 
     return state.model_type

@@ -17,6 +17,10 @@ from toolkit.cli.options import (
 )
 import os
 import time
+from toolkit.cli.output import log, warn
+from toolkit.core.errors import UsageError
+from toolkit.core.meta import parse_shape_specs, parse_size, parse_tensor_spec
+from toolkit.core.model import STDIO, check_output_path, save_model
 
 app = typer.Typer(help="Cut subgraphs out of ONNX models and simplify them (fold constants, freeze shapes).", **SUBAPP_SETTINGS)
 
@@ -69,8 +73,6 @@ ExternalDataThresholdOpt = Annotated[str, option(_SURGEON_OPTS, "--external-data
 def _save(
     model, output: str, save_external: bool, external_path: Optional[str], threshold: str, base_dir: Optional[str]
 ) -> None:
-    from toolkit.core.model import save_model
-    from toolkit.core.meta import parse_size
 
     external = True if (save_external or external_path) else None
     save_model(
@@ -87,8 +89,6 @@ def _check_data_file_clash(model_path: str, output: str, external_path: Optional
     """Refuse to write the output's weights over the input's external data file, unless the
     output replaces the input model itself (then both are rewritten together)."""
 
-    from toolkit.core.errors import UsageError
-    from toolkit.core.model import STDIO
 
     if not files or output == STDIO:
         return
@@ -117,7 +117,6 @@ def _load(model_path: str, external_data_dir: Optional[str], output: str, extern
 
 
 def _log(msg: str) -> None:
-    from toolkit.cli.output import log, warn
 
     if msg.startswith("warning: "):
         warn(msg[len("warning: "):])
@@ -158,10 +157,7 @@ def extract_command(
     An unknown tensor name, or a cut that leaves a needed tensor without producer, is an
     error (exit 3); nothing is written then.
     """
-    from toolkit.core.meta import parse_shape_specs, parse_tensor_spec
-    from toolkit.core.model import check_output_path
     from toolkit.core.shapes import top_tensor_names
-    from toolkit.core.meta import parse_size
     from toolkit.surgeon.extract import extract
     from toolkit.surgeon.plumbing import count_model_nodes
     from toolkit.surgeon.validate import check_model
@@ -256,9 +252,6 @@ def sanitize_command(
     redone with less (no If inlining, then nothing inside subgraphs, then without the
     nodes whose folded values are wrong), and one line says what was left unfolded.
     """
-    from toolkit.core.meta import parse_shape_specs
-    from toolkit.core.model import check_output_path
-    from toolkit.core.meta import parse_size
     from toolkit.surgeon.optimize import optimize
     from toolkit.surgeon.outputs import (
         apply_fallback_shapes, mark_outputs, parse_upper_bounds, set_unbounded_dds_upper_bounds,
