@@ -88,10 +88,10 @@ def summarize_faults(faults: List, log_fn=log, noise=None) -> None:
 
 
 def faults_json(faults: List) -> List[dict]:
-    from toolkit.run.diagnosis import _jsonable
+    from toolkit.run.diagnosis import jsonable
 
     return [
-        _jsonable({"number": f.number, "nodes": [d.split(" [")[0] for d in f.nodes], "path": f.path, **f.evidence})
+        jsonable({"number": f.number, "nodes": [d.split(" [")[0] for d in f.nodes], "path": f.path, **f.evidence})
         for f in faults
     ]
 
@@ -149,13 +149,13 @@ def guide_json(guide: dict, reducer) -> dict:
     """How the search went: ``found_by`` "guided" (a hinted node failed alone) or "search" (the
     normal search, after the hinted nodes passed alone or without a hint), the hint and the
     number of hinted nodes checked."""
-    from toolkit.run.diagnosis import _jsonable
+    from toolkit.run.diagnosis import jsonable
 
     mode = reducer.cfg.mode
     out = {"found_by": guide.get("found_by", "search" if mode is None else mode), "hinted_checks": guide.get("tried", 0)}
     if "ranked" in guide:
         out.update(hint_seconds=guide["hint_seconds"], ranked=guide["ranked"])
-    return _jsonable(out)
+    return jsonable(out)
 
 
 def _plural_checks(n: int) -> str:

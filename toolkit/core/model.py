@@ -231,20 +231,20 @@ def write_model(model, out) -> None:
     import onnx
 
     from toolkit.core.protowire import field_header
-    from toolkit.core.shapes import _copy_field, _tensor_nbytes
+    from toolkit.core.graphs import copy_field, tensor_nbytes
 
     inits = model.graph.initializer
-    big = {i for i, t in enumerate(inits) if _tensor_nbytes(t) >= _SPLIT_BYTES and t.HasField("raw_data")}
+    big = {i for i, t in enumerate(inits) if tensor_nbytes(t) >= _SPLIT_BYTES and t.HasField("raw_data")}
     if not big:
         out.write(model.SerializeToString())
         return
     shell = onnx.ModelProto()
     for f, value in model.ListFields():
         if f.name != "graph":
-            _copy_field(shell, f.name, value)
+            copy_field(shell, f.name, value)
     for f, value in model.graph.ListFields():
         if f.name != "initializer":
-            _copy_field(shell.graph, f.name, value)
+            copy_field(shell.graph, f.name, value)
     shell.graph.initializer.extend(t for i, t in enumerate(inits) if i not in big)
     out.write(shell.SerializeToString())
     del shell
@@ -256,7 +256,7 @@ def write_model(model, out) -> None:
         meta = onnx.TensorProto()
         for f, value in t.ListFields():
             if f.name != "raw_data":
-                _copy_field(meta, f.name, value)
+                copy_field(meta, f.name, value)
         raw = t.raw_data  # the one copy
         head = meta.SerializeToString() + field_header(n_raw, len(raw))
         tensor_len = len(head) + len(raw)
@@ -270,7 +270,7 @@ def model_size_estimate(model) -> int:
     """The serialized size, within some bytes per tensor. Tensors stored as raw bytes are
     sized from their dims and type: ByteSize() walks every byte of them, which costs as
     much as serializing."""
-    from toolkit.core.shapes import _tensor_nbytes
+    from toolkit.core.graphs import tensor_nbytes
 
     def size(value) -> int:
         if isinstance(value, (str, bytes)):
@@ -288,7 +288,7 @@ def model_size_estimate(model) -> int:
             continue
         for t in value:
             if t.HasField("raw_data"):
-                total += _tensor_nbytes(t) + len(t.name) + 11 * len(t.dims) + 32
+                total += tensor_nbytes(t) + len(t.name) + 11 * len(t.dims) + 32
             else:
                 total += t.ByteSize() + 6
     return total

@@ -15,12 +15,12 @@ from __future__ import annotations
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
 from toolkit.core.errors import InputError, one_line
-from toolkit.core.graphs import ITEMSIZE, attribute_graphs, element_count, has_external_data
+from toolkit.core.graphs import attribute_graphs, copy_field, has_external_data, tensor_nbytes
 from toolkit.core.meta import TensorMeta, format_spec_shape
 
 # Initializers bigger than this are replaced by shape-only stubs for shape inference.
-_STUB_BYTES = 1 << 16
-_STUB_LOCATION = "__toolkit_shape_stub__"
+STUB_BYTES = 1 << 16
+STUB_LOCATION = "__toolkit_shape_stub__"
 
 
 # ---------------------------------------------------------------------- graph helpers
@@ -100,32 +100,11 @@ def _stub_tensor(t):
     stub.data_location = onnx.TensorProto.EXTERNAL
     entry = stub.external_data.add()
     entry.key = "location"
-    entry.value = _STUB_LOCATION
+    entry.value = STUB_LOCATION
     return stub
 
 
-def _tensor_nbytes(t) -> int:
-    """Size of a tensor's data, from its dims and type where they tell it: reading
-    ``raw_data`` (or ByteSize()) copies or walks every byte, slow on big weights."""
-    n = element_count(t)
-    size = ITEMSIZE.get(t.data_type)
-    if size is not None:
-        return n * size
-    if t.HasField("raw_data"):
-        return len(t.raw_data)
-    return n * 4
-
-
-def _copy_field(dst, name: str, value) -> None:
-    if hasattr(value, "extend"):  # repeated field
-        getattr(dst, name).extend(value)
-    elif hasattr(value, "CopyFrom"):  # message
-        getattr(dst, name).CopyFrom(value)
-    else:
-        setattr(dst, name, value)
-
-
-def light_copy(model, stub_bytes: int = _STUB_BYTES):
+def light_copy(model, stub_bytes: int = STUB_BYTES):
     """A copy of ``model`` whose big top-level initializers are shape-only stubs.
 
     Good for shape inference and structure edits; not runnable. The original is untouched
@@ -137,14 +116,14 @@ def light_copy(model, stub_bytes: int = _STUB_BYTES):
     for field, value in model.ListFields():
         if field.name == "graph":
             continue
-        _copy_field(new, field.name, value)
+        copy_field(new, field.name, value)
     g = new.graph
     for field, value in model.graph.ListFields():
         if field.name == "initializer":
             continue
-        _copy_field(g, field.name, value)
+        copy_field(g, field.name, value)
     for t in model.graph.initializer:
-        if _tensor_nbytes(t) > stub_bytes or t.data_location == onnx.TensorProto.EXTERNAL:
+        if tensor_nbytes(t) > stub_bytes or t.data_location == onnx.TensorProto.EXTERNAL:
             g.initializer.append(_stub_tensor(t))
         else:
             g.initializer.append(t)
@@ -222,7 +201,7 @@ def _meta_of_initializer(t) -> TensorMeta:
     return TensorMeta(t.name, tuple(int(d) for d in t.dims), dtype_from_onnx(t.data_type))
 
 
-def _collect_inferred(inferred) -> Dict[str, TensorMeta]:
+def collect_inferred(inferred) -> Dict[str, TensorMeta]:
     from toolkit.core.model import value_info_meta
 
     g = inferred.graph
@@ -252,7 +231,7 @@ def _forget_generated_dims(meta: TensorMeta) -> TensorMeta:
 
 def declared_tensor_meta(model) -> Dict[str, TensorMeta]:
     """Shapes and dtypes the model itself states (inputs, outputs, value_info, initializers)."""
-    return _collect_inferred(model)
+    return collect_inferred(model)
 
 
 def _score(meta: TensorMeta) -> int:
@@ -322,10 +301,10 @@ def infer_tensor_meta(
         from toolkit.core.model import infer_shapes
 
         inferred = infer_shapes(work, data_prop=True)
-        metas = _collect_inferred(inferred)
+        metas = collect_inferred(inferred)
         del inferred
     else:
-        metas = _collect_inferred(work)
+        metas = collect_inferred(work)
 
     wanted = list(names) if names is not None else all_names
     need_missing = [n for n in wanted if _is_missing(metas.get(n))]

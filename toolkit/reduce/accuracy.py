@@ -126,7 +126,7 @@ class Reference:
 # ---------------------------------------------------------------------- the reference
 
 
-def _feed_source(opts: CompareOptions, notes: Callable[[str], None], loaded=None):
+def feed_source(opts: CompareOptions, notes: Callable[[str], None], loaded=None):
 
     where: list = []
     if loaded is None and opts.load_inputs:
@@ -234,7 +234,7 @@ def _compute(
     ref.in_memory = in_memory
     try:
         own_run = ref_model != model and _needs_own_run(model, ref_model)  # (and the inputs match)
-        ref_runs = every_tensor(opts.reference, ref_model, _feed_source(opts, notes), opts, name=label)
+        ref_runs = every_tensor(opts.reference, ref_model, feed_source(opts, notes), opts, name=label)
         golden = [{**feed, **outs} for feed, outs in ref_runs]
         inputs = _own_values(model, opts, golden, ref, notes) if own_run else None
         ref.iterations = len(golden)
@@ -303,7 +303,7 @@ def _own_values(model: str, opts: CompareOptions, golden: Sequence[Mapping], ref
     """What candidates are fed: the reference's values (in the model's dtypes) where it has
     them, else the model's own values on the reference runner."""
     feeds = [{k: v for k, v in values.items()} for values in golden]
-    own = every_tensor(opts.reference, model, _feed_source(opts, notes, loaded=feeds), opts, name="model")
+    own = every_tensor(opts.reference, model, feed_source(opts, notes, loaded=feeds), opts, name="model")
     inputs: List[Dict] = []
     missing: Dict[str, None] = {}
     shared = 0
@@ -541,7 +541,7 @@ class CompareRunner(WarmRunner):
         ref = self.prepared_ref
         feeds = load_inputs(ref.inputs_path)
         golden = [it.outputs for it in load_outputs(ref.outputs_path).runs[0][1]]
-        source = _feed_source(self.opts, lambda _m: None, loaded=feeds)
+        source = feed_source(self.opts, lambda _m: None, loaded=feeds)
         for (_feed, outs), ref_values in zip(every_tensor(self.opts.test, self.model, source, self.opts), golden):
             yield outs, ref_values
 

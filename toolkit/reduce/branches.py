@@ -19,7 +19,7 @@ from toolkit.core.errors import ToolkitError
 from toolkit.core.graphs import external_data_folder, fresh_name, is_external, node_subgraphs, walk_graphs
 from toolkit.core.model import save_model
 from toolkit.core.weights import load_tensor
-from toolkit.reduce.accuracy import _feed_source
+from toolkit.reduce.accuracy import feed_source
 from toolkit.reduce.session import load_for_index
 from toolkit.run.options import RunOptions
 from toolkit.run.specs import make_runner
@@ -246,7 +246,7 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None],
 
 
     # the data files are read now: their errors are the user's
-    source = _feed_source(opts, lambda _msg: None) if with_data else None
+    source = feed_source(opts, lambda _msg: None) if with_data else None
 
     kw = {"external_data_dir": opts.external_data_dir}
     try:

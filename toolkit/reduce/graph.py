@@ -292,9 +292,9 @@ class MetaProvider:
     def ensure(self) -> None:
         if self.metas is None:
             if not self.inference:
-                from toolkit.core.shapes import _collect_inferred
+                from toolkit.core.shapes import collect_inferred
 
-                self.metas = _collect_inferred(self.model)
+                self.metas = collect_inferred(self.model)
             elif self.force:
                 self.metas = self._infer(force_fallback=True)
             else:

@@ -266,7 +266,7 @@ class Diagnosis:
         return None if any(a > top.amplification for a in hidden) else top
 
     def to_dict(self) -> dict:
-        return _jsonable(
+        return jsonable(
             {
                 "reference": self.label_b,
                 "compared": self.label_a,
@@ -282,14 +282,14 @@ class Diagnosis:
         )
 
 
-def _jsonable(obj):
+def jsonable(obj):
     """Non-finite floats as the strings "inf", "-inf", "nan" (JSON has no such numbers)."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
     if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
+        return {k: jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
     return obj
 
 

@@ -14,7 +14,7 @@ import numpy as np
 from toolkit.core.errors import one_line
 from toolkit.core.graphs import fresh_name, walk_graphs
 from toolkit.core.model import infer_shapes, value_info_meta
-from toolkit.core.shapes import _STUB_BYTES, light_copy
+from toolkit.core.shapes import STUB_BYTES, light_copy
 from toolkit.surgeon.fold_noops import bodies, constant_reshape_targets, eliminate_noops
 from toolkit.surgeon.plumbing import (
     LogFn,
@@ -113,7 +113,7 @@ def _refresh_gs_shapes(gs, graph, original) -> int:
     learned something.
     """
 
-    with quiet_gs(), stubbed_constants(graph, _STUB_BYTES):
+    with quiet_gs(), stubbed_constants(graph, STUB_BYTES):
         model = gs.export_onnx(graph, do_type_check=False)
     restore_model_fields(model, original)
     light = light_copy(model)

@@ -15,7 +15,7 @@ from toolkit.core.errors import DependencyError, InputError, ToolkitError, Usage
 from toolkit.core.graphs import walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_to_numpy, dtype_to_onnx
 from toolkit.core.model import infer_shapes
-from toolkit.core.shapes import _STUB_BYTES, _STUB_LOCATION, light_copy
+from toolkit.core.shapes import STUB_BYTES, STUB_LOCATION, light_copy
 from toolkit.surgeon.fold_noops import bodies
 from onnx_graphsurgeon.exporters import onnx_exporter
 from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
@@ -139,7 +139,7 @@ def stubbed_constants(graph, limit: int):
         stub.data_location = onnx.TensorProto.EXTERNAL
         entry = stub.external_data.add()
         entry.key = "location"
-        entry.value = _STUB_LOCATION
+        entry.value = STUB_LOCATION
         return stub
 
     exporter.export_tensor_proto = staticmethod(export_tensor_proto)
@@ -153,7 +153,7 @@ def fill_stubs(model, constants) -> None:
     """Give the stubs that :func:`stubbed_constants` exported their data (one copy each)."""
 
     for t in model.graph.initializer:
-        if not (t.external_data and t.external_data[0].value == _STUB_LOCATION):
+        if not (t.external_data and t.external_data[0].value == STUB_LOCATION):
             continue
         tensor = constants[t.name]
         lazy = getattr(tensor._values, "tensor", None)
@@ -172,7 +172,7 @@ def fill_stubs(model, constants) -> None:
 
 
 def export_graph(gs, graph, original):
-    with quiet_gs(), stubbed_constants(graph, _STUB_BYTES) as big:
+    with quiet_gs(), stubbed_constants(graph, STUB_BYTES) as big:
         model = gs.export_onnx(graph, do_type_check=False)
     fill_stubs(model, big)
     restore_model_fields(model, original)

@@ -16,7 +16,8 @@ from toolkit.core.errors import InputError, UsageError, one_line
 from toolkit.core.graphs import has_external_data, node_subgraphs, walk_graphs
 from toolkit.core.meta import dtype_to_numpy
 from toolkit.core.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
-from toolkit.core.shapes import _STUB_BYTES, _copy_field, _tensor_nbytes, light_copy, node_reads
+from toolkit.core.graphs import copy_field, tensor_nbytes
+from toolkit.core.shapes import STUB_BYTES, light_copy, node_reads
 from toolkit.surgeon.load import SHAPE_OPS
 import onnxruntime as ort
 
@@ -203,7 +204,7 @@ class Validation:
             return
 
         # (ByteSize() would walk every weight's bytes: slow on big models)
-        if sum(_tensor_nbytes(t) for t in self.original.graph.initializer) > _VALIDATE_MAX_BYTES:
+        if sum(tensor_nbytes(t) for t in self.original.graph.initializer) > _VALIDATE_MAX_BYTES:
             self.skip_reason = "the model is over 1 GiB"
             return
         if has_external_data(self.original):
@@ -458,14 +459,14 @@ def _without_big_weights(model):
     light = onnx.ModelProto()
     for f, value in model.ListFields():
         if f.name != "graph":
-            _copy_field(light, f.name, value)
+            copy_field(light, f.name, value)
     g = light.graph
     for f, value in model.graph.ListFields():
         if f.name != "initializer":
-            _copy_field(g, f.name, value)
+            copy_field(g, f.name, value)
     big = []
     for t in model.graph.initializer:
-        if _tensor_nbytes(t) > _STUB_BYTES or t.data_location == onnx.TensorProto.EXTERNAL:
+        if tensor_nbytes(t) > STUB_BYTES or t.data_location == onnx.TensorProto.EXTERNAL:
             big.append(t)
         else:
             g.initializer.append(t)

@@ -18,7 +18,7 @@ from toolkit.core.errors import DependencyError, InputError, UsageError
 from toolkit.core.meta import TensorMeta
 
 from .availability import has_weak_typing, inference_error, trt_call, trt_major
-from .options import Profile, Shape, TrtConfig, _concrete, select_outputs
+from .options import Profile, Shape, TrtConfig, concrete, select_outputs
 import numpy as np
 import signal
 import threading
@@ -506,7 +506,7 @@ class EngineBuilder:
                     f"--input-shapes gives '{meta.name}' shape {format_shape(given)}, "
                     f"which does not fit the network's {format_shape(_known(meta))}"
                 )
-            return _concrete(given, f"--input-shapes for '{meta.name}'")
+            return concrete(given, f"--input-shapes for '{meta.name}'")
         shape = tuple(d if isinstance(d, int) else 1 for d in _known(meta))
         self.notes.append(
             f"input '{meta.name}' has dynamic shape {format_shape(_known(meta))} and no profile; building for "

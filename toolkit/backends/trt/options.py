@@ -52,7 +52,7 @@ def parse_pool_limits(specs: Optional[Sequence[str]]) -> Dict[str, int]:
     return out
 
 
-def _concrete(shape, what: str) -> Shape:
+def concrete(shape, what: str) -> Shape:
     if shape is None or any(not isinstance(d, int) or d < 0 for d in shape):
         from toolkit.core.meta import format_shape
 
@@ -83,9 +83,9 @@ def build_profiles(
             o = mid[name] if name in mid else (hi[name] if name in hi else lo[name])
             a = lo[name] if name in lo else o
             b = hi[name] if name in hi else o
-            a = _concrete(a, f"profile {k}: min shape of '{name}'")
-            o = _concrete(o, f"profile {k}: opt shape of '{name}'")
-            b = _concrete(b, f"profile {k}: max shape of '{name}'")
+            a = concrete(a, f"profile {k}: min shape of '{name}'")
+            o = concrete(o, f"profile {k}: opt shape of '{name}'")
+            b = concrete(b, f"profile {k}: max shape of '{name}'")
             if not (len(a) == len(o) == len(b)):
                 raise UsageError(f"profile {k}: min/opt/max shapes of '{name}' have different ranks: {a}, {o}, {b}")
             if any(x > y for x, y in zip(a, o)) or any(x > y for x, y in zip(o, b)):
