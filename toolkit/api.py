@@ -217,8 +217,6 @@ class _PythonCheck:
         self.fails = fails
 
     def run(self, tick=None):
-
-
         start = time.monotonic()
         failed = bool(self.fails(load_model(self.artifact)))
         return CheckResult(1 if failed else 0, seconds=time.monotonic() - start)

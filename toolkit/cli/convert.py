@@ -121,8 +121,6 @@ def _convert(
     json_out: bool,
     check: _Check,
 ) -> None:
-
-
     _check_args(model_path, output, dtype, keep_fp32, json_out, check)
     from toolkit.convert import fp16
 

@@ -119,7 +119,6 @@ def _plural(n: int, word: str) -> str:
 
 
 def _summary(outcome, cfg) -> int:
-
     stats = (
         f"{_plural(outcome.checks, 'check')} run, {outcome.remembered} answered from memory, "
         f"{outcome.seconds:.2f} s"

@@ -18,7 +18,6 @@ app = typer.Typer(help="Inspect models and data files.", **SUBAPP_SETTINGS)
 
 
 def _emit(lines: List[str]) -> None:
-
     sys.stdout.write("\n".join(lines) + "\n")
 
 

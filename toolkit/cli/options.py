@@ -146,7 +146,6 @@ class CommonOptions:
 
 
 def check_model_type(value: str, command: Optional[str]) -> None:
-
     kind = value.lower()
     if kind in MODEL_TYPES:
         where = MODEL_TYPES[kind]
@@ -567,7 +566,6 @@ def parameter(decl: Declared, hint: Any) -> Any:
 
 
 def _fields_for_cli(cls: Any):
-
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         decl = declaration(f)

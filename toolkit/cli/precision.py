@@ -205,7 +205,6 @@ def register(app: typer.Typer) -> None:
 
 
 def _run(args: PrecisionArgs) -> None:
-
     from toolkit.precision.search import PrecisionConfig, PrecisionSearch
 
     compare = args.compare

@@ -103,7 +103,6 @@ class CliReporter(RunReporter):
             emit(text, level, style)
 
     def _print_iteration(self, runner_name, index, feed, outputs, seconds) -> None:
-
         def metas(mapping):
             return [format_meta(n, tuple(v.shape), dtype_from_numpy(v.dtype)) for n, v in mapping.items()]
 
@@ -239,7 +238,6 @@ class ReduceReporter(ReduceProgress):
             self._print("(output of later checks is hidden; --show-output shows it for every check)")
 
     def tick(self) -> None:
-
         now = time.monotonic()
         if now - self._last_tick >= 0.1:  # called while the check runs: redraw ~10 times a second
             self._last_tick = now

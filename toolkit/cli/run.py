@@ -63,7 +63,6 @@ def _kind_options():
 
 
 def register(app: typer.Typer) -> None:
-
     @app.command("run", **command_kwargs(cls=RunCommand))
     @bind(RunOptions, extra=_kind_flags(), more=_kind_options())
     def run_command(ctx: typer.Context, **params) -> None:
@@ -80,7 +79,6 @@ def register(app: typer.Typer) -> None:
 
 
 def _run(ctx: typer.Context, params: dict) -> None:
-
     opts = RunOptions(**values_for(RunOptions, {**params, "model": params["model"] or ""}))
     opts.kind_options = {
         k.name: k.declares(**values_for(k.declares, params, f"{k.name}_")) for k in KINDS.values() if k.declares

@@ -73,7 +73,6 @@ ExternalDataThresholdOpt = Annotated[str, option(_SURGEON_OPTS, "--external-data
 def _save(
     model, output: str, save_external: bool, external_path: Optional[str], threshold: str, base_dir: Optional[str]
 ) -> None:
-
     external = True if (save_external or external_path) else None
     save_model(
         model,
@@ -117,7 +116,6 @@ def _load(model_path: str, external_data_dir: Optional[str], output: str, extern
 
 
 def _log(msg: str) -> None:
-
     if msg.startswith("warning: "):
         warn(msg[len("warning: "):])
     else:

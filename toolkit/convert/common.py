@@ -252,7 +252,6 @@ def round_values(arr, dtype: str = "float16"):
 
 
 def weight_array(t):
-
     if t.HasField("raw_data"):
         return np.frombuffer(t.raw_data, dtype="<f4").reshape(tuple(t.dims))
     return numpy_helper.to_array(t)

@@ -182,7 +182,6 @@ class _Emulator:
         g.initializer.extend(new_inits)
 
     def constant(self, node) -> None:
-
         for a in node.attribute:
             if a.name == "value" and a.t.data_type == FLOAT:
                 arr = round_values(numpy_helper.to_array(a.t), self.dtype).astype(np.float32)
@@ -285,7 +284,6 @@ class _MixedEmulator:
         self.rounded = 0
 
     def graph(self, g, top: bool) -> None:
-
         for t in g.initializer:
             if t.data_type in _LOWS:
                 _widen(t)

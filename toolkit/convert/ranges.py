@@ -134,7 +134,6 @@ class _ScaleBounds:
                         self.tensors[node.output[0]] = a.t
 
     def safe(self, name: str) -> bool:
-
         t = self.tensors.get(name)
         if t is None or t.data_type != FLOAT or t.external_data:
             return False

@@ -97,7 +97,6 @@ class Repair:
         self.graph(self.model.graph, {}, top=True)
 
     def _cast(self, src: str, to: int, hint: str):
-
         out = self.fresh(f"{src}_to_{short_name(to)}")
         node = cast_node(src, out, self.fresh(f"{hint}_cast_{out}"), to)
         self.types[out] = to

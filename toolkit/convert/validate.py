@@ -67,7 +67,6 @@ class Validation:
 
 
 def _session(model_bytes_or_path, weights: Optional[Dict[str, object]] = None):
-
     so = ort.SessionOptions()
     so.log_severity_level = 4  # (its errors come back as exceptions: no log lines of its own)
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # (one run: set-up costs more)

@@ -59,7 +59,6 @@ COMPARE_FUNCS = ("simple", "indices")
 
 
 def _parse_compare_func(values) -> str:
-
     if isinstance(values, str):
         values = [values]
     funcs = [v.strip().lower() for v in values or []]
@@ -322,7 +321,6 @@ class PairComparison:
 
 
 def _dtype_name(arr) -> str:
-
     return dtype_from_numpy(arr.dtype)
 
 

@@ -183,7 +183,6 @@ def _json_chunks(obj, level: int = 0):
 
 
 def _decode_array(text: str):
-
     try:
         raw = binascii.a2b_base64(text)
     except (binascii.Error, TypeError, ValueError) as exc:  # ValueError: text that is not ASCII
@@ -261,7 +260,6 @@ def _load_json_bytes(data: bytes, path: str):
 
 
 def _open_npz(source, path: str):
-
     try:
         return np.load(source, allow_pickle=False)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:  # (unsupported zip features)
@@ -420,7 +418,6 @@ def _load_data_uncached(path: str):
 
 
 def _is_feed(dct) -> bool:
-
     return all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in dct.items())
 
 
@@ -508,12 +505,10 @@ class _NpzMembers:
     """Writes ``.npz`` members one array at a time, then the JSON index (``__toolkit__``)."""
 
     def __init__(self, f):
-
         self.zip = zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True)
         self.count = 0
 
     def _member(self, name: str, arr) -> None:
-
         with self.zip.open(name + ".npy", "w", force_zip64=True) as member:
             try:
                 np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
@@ -531,7 +526,6 @@ class _NpzMembers:
         return keys
 
     def close(self, index: dict) -> None:
-
         self._member(NPZ_INDEX, np.array(json.dumps(index)))
         self.zip.close()
 

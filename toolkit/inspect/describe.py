@@ -54,7 +54,6 @@ class Show:
 
     @classmethod
     def from_words(cls, words) -> "Show":
-
         allowed = {"layers", "attrs", "weights"}
         flags = set()
         for w in words or ():
@@ -224,7 +223,6 @@ class GraphDescriber:
         self.external_base_dir = external_base_dir  # where weights left on disk are read from
 
     def describe(self, graph) -> dict:
-
         metas: Dict[str, TensorMeta] = dict(self.outer)
         for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
             m = value_info_meta(vi)
@@ -252,7 +250,6 @@ class GraphDescriber:
         return desc
 
     def _weight_summary(self, t) -> dict:
-
         if uses_external_data(t) and not t.raw_data:
             if self.external_base_dir is None:
                 return {"values": None, "note": "external data not loaded"}
@@ -279,7 +276,6 @@ class GraphDescriber:
         return info
 
     def _node(self, index: int, node, metas: Dict[str, TensorMeta], inits) -> dict:
-
         def tensor(name: str) -> dict:
             if name == "":
                 return {"name": "", "omitted": True}

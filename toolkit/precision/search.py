@@ -155,7 +155,6 @@ class SetIndex:
         self.full_mask = (1 << size) - 1
 
     def sinks(self, mask: int) -> List[int]:
-
         return mask_indices(mask)
 
     def sources(self, mask: int) -> List[int]:
@@ -197,7 +196,6 @@ class PrecisionSearch:
 
     # ------------------------------------------------------------------ set-up
     def _validate(self) -> None:
-
         c = self.config
         if c.mode not in (None, "default", "bisect", "linear"):
             raise UsageError(f"--mode {c.mode}: use bisect or linear (or leave it out)")
@@ -231,7 +229,6 @@ class PrecisionSearch:
         return spec.kind, dict(spec.options)
 
     def _load(self) -> None:
-
         c = self.config
         self.model = load_model(c.model, external_data_dir=c.external_data_dir)
         self.types = fp16.tensor_types(fp16.infer_types(self.model))
@@ -269,7 +266,6 @@ class PrecisionSearch:
         self.depth = max((n.depth for n in topology_of(self.model).nodes), default=1)
 
     def _structure_id(self) -> str:
-
         h = hashlib.sha256()
         for name in self.universe:
             h.update(name.encode() + b"\0")
@@ -277,7 +273,6 @@ class PrecisionSearch:
         return h.hexdigest()[:16]
 
     def _feeds(self) -> Sequence[Mapping]:
-
         c = self.config
         metas, _ = graph_io_meta(self.model)
         if c.load_inputs:
@@ -373,7 +368,6 @@ class PrecisionSearch:
         return None
 
     def _loaded_reference(self, path: str, feeds) -> List[Dict]:
-
         results = load_outputs(path)
         if not len(results):
             raise InputError(f"{path}: holds no runner's outputs")
@@ -408,7 +402,6 @@ class PrecisionSearch:
         return fp16.convert(self.model, names, dtype=self.dtype).model
 
     def _compare(self, outs: List[Dict]):
-
         return [compare_iteration(k, ref, got, self.tolerances) for k, (ref, got) in enumerate(zip(self.ref_outs, outs))]
 
     def passes(self, mask: int) -> bool:
@@ -505,7 +498,6 @@ class PrecisionSearch:
                 self._cluster = None
 
     def _run(self) -> PrecisionOutcome:
-
         t0 = time.perf_counter()
         self._best = None
         self.broken = 0

@@ -116,7 +116,6 @@ class Reference:
     in_memory: bool = True  # hold values in memory (else temp .npz files)
 
     def close(self) -> None:
-
         for path in self.held:
             release(path)
         self.held = []
@@ -127,7 +126,6 @@ class Reference:
 
 
 def feed_source(opts: CompareOptions, notes: Callable[[str], None], loaded=None):
-
     where: list = []
     if loaded is None and opts.load_inputs:
         loaded, where = load_feeds(opts.load_inputs)
@@ -156,7 +154,6 @@ def every_tensor(spec: str, model: str, feeds, opts: CompareOptions, name: Optio
 
 
 def _cast_like(value, like):
-
     if like is None or getattr(value, "dtype", None) == like.dtype:
         return value
     if value.dtype.kind in "fc" and like.dtype.kind in "fc":
@@ -187,8 +184,6 @@ def compute_reference(
 
 
 def _reference_in_child(model: str, opts: CompareOptions, notes) -> Reference:
-
-
     folder = tempfile.mkdtemp(prefix="toolkit-compare-")
     result = os.path.join(folder, "reference.json")
     sys.stdout.flush()
@@ -226,7 +221,6 @@ def _reference_in_child(model: str, opts: CompareOptions, notes) -> Reference:
 def _compute(
     model: str, opts: CompareOptions, notes, *, folder: Optional[str] = None, in_memory: bool = True
 ) -> Reference:
-
     t0 = time.monotonic()
     ref_model = opts.reference_model or model
     label = f"reference {opts.reference}"
@@ -251,7 +245,6 @@ def _compute(
 
 
 def _nbytes(data) -> int:
-
     feeds = [it.outputs for _n, its in data.runs for it in its] if isinstance(data, RunResults) else data
     return sum(getattr(v, "nbytes", 0) for feed in feeds for v in feed.values())
 
@@ -270,7 +263,6 @@ def _hold(ref: Reference, name: str, data) -> str:
 
 
 def _light(path: str):
-
     return load_for_index(path)[0]
 
 
@@ -594,7 +586,6 @@ def rel_l2(a, b) -> Optional[float]:
 
 
 def _report_of(runner: CompareRunner, options) -> Optional[dict]:
-
     runner.run_with(options)
     try:
         with open(options.save_report, encoding="utf-8") as fh:

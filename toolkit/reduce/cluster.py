@@ -111,7 +111,6 @@ class RayCluster:
     # -------------------------------------------------------------- set-up
 
     def connect(self) -> "RayCluster":
-
         if self.gpus < 0 or self.cpus < 0:
             raise UsageError("--gpus-per-check and --cpus-per-check cannot be negative")
         ray = self.ray = import_ray()

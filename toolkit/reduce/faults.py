@@ -105,7 +105,6 @@ class CompareReducer(Reducer):
         self.hidden: Optional[tuple] = None
 
     def strategy(self, allowed: Optional[int] = None) -> Search:
-
         if self.cfg.mode is not None:
             return STRATEGIES[self.cfg.mode](self.plan)
         if not self.plan.free or self.cfg.min_good:
@@ -143,7 +142,6 @@ class CompareReducer(Reducer):
         return self._ranked
 
     def _tries(self, allowed: Optional[int]) -> List[int]:
-
         ranked = [
             i for i, amp, _err in self._hint()
             if amp >= MIN_AMPLIFICATION and (allowed is None or (allowed >> i) & 1)

@@ -86,7 +86,6 @@ class Replay:
         return json.dumps(doc, indent=1)
 
     def save(self, path: str) -> None:
-
         write_bytes_atomic(path, (self.to_json() + "\n").encode())
 
     @classmethod

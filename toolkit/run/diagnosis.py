@@ -182,7 +182,6 @@ def tensor_error(name: str, a, b, comparison) -> TensorError:
 
 
 def _norm(x) -> float:
-
     x = x.astype(np.float64, copy=False)
     return float(np.sqrt(np.sum(np.square(x[np.isfinite(x)]))))
 

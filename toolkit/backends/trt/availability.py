@@ -12,7 +12,6 @@ from toolkit.core.errors import DependencyError, InferenceError, ToolkitError, o
 from toolkit.core.install import extra_install_command
 
 def _install_hint(flags: str = "") -> str:
-
     cmd = extra_install_command("trt")
     return cmd.replace("pip install ", f"pip install {flags} ", 1) if flags and cmd.startswith("pip install ") else cmd
 

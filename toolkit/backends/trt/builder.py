@@ -50,7 +50,6 @@ def dtype_name(trt_dtype, tensor: str) -> str:
 
 
 def np_dtype(trt_dtype, tensor: str):
-
     return dtype_to_numpy(dtype_name(trt_dtype, tensor))
 
 
@@ -75,7 +74,6 @@ class Interrupt:
         self.pending = False
 
     def __enter__(self):
-
         self._old = None
         if threading.current_thread() is threading.main_thread():
             self._old = signal.signal(signal.SIGINT, self._handler)
@@ -349,7 +347,6 @@ def converter_for_strong_typing(external_data_dir: Optional[str] = None) -> Call
     """
 
     def convert(src: str, dtype: str, dst: str) -> Optional[str]:
-
         model = load_model(src, external_data_dir=external_data_dir)
         result = fp16.convert(model, keep_io_types=True, inplace=True, dtype=dtype)
         del model
@@ -430,7 +427,6 @@ class EngineBuilder:
         return dst, None  # the converted model sits beside its own weights
 
     def parse(self, builder):
-
         trt = self.trt
         # TensorRT 11: every network is strongly typed; 10: explicit batch is the only mode
         flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if trt_major(trt) >= 11 else 0

@@ -44,7 +44,6 @@ def model_is_engine(opts) -> bool:
 
 
 def _check_files(opts) -> None:
-
     if opts.save_engine:
         if opts.save_engine == "-":
             raise UsageError("--save-engine needs a file name, not stdout ('-')")

@@ -94,7 +94,6 @@ class TrtRunner(Runner):
             raise
 
     def _read_engine(self) -> bytes:
-
         if self.config.mark_outputs or self.config.exclude_outputs:
             raise UsageError(f"{self.model_path} is a built engine, whose outputs are fixed; --trt-outputs needs the ONNX model")
         ignored = self.config.builder_options()
@@ -208,7 +207,6 @@ class TrtRunner(Runner):
 
     # ------------------------------------------------------------------ profiles
     def _fits(self, k: int, feed: Mapping) -> bool:
-
         eng = self._engine
         for name in self._inputs:
             if eng.is_shape_inference_io(name):
@@ -348,7 +346,6 @@ class TrtRunner(Runner):
             raise self._callback_error
 
     def _fetch_outputs(self, shapes: Dict[str, tuple]) -> Dict[str, object]:
-
         cudart, eng = self._cudart, self._engine
         d2h = cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
         outputs: Dict[str, object] = {}
