@@ -90,7 +90,8 @@ from toolkit.convert.placement import (
 )
 from toolkit.convert.ranges import REASON_RANGE, REASON_RANGE_BF16, risky_values, value_problem
 from toolkit.convert.repair import Repair, drop_round_trips, sort_all, toposort
-from toolkit.core.errors import ExitCode, InputError, ToolkitError, one_line
+from toolkit.core.errors import LIBRARY_ERRORS, ExitCode, InputError, ToolkitError, one_line
+import onnx
 from onnx import numpy_helper
 
 # the package's public names, importable from here (this module is its entry point)
@@ -149,6 +150,10 @@ __all__ = [
     "to_fp16",
     "toposort",
 ]
+
+# What onnxconverter-common raises on a graph it cannot convert: its asserts, the Python errors of
+# its code and ONNX's.
+CONVERTER_ERRORS = LIBRARY_ERRORS + (AssertionError, ArithmeticError, onnx.checker.ValidationError)
 
 
 @dataclass
@@ -271,7 +276,7 @@ def _library_convert(f16, model, kept: Set[str], keep_io_types: bool, low: int, 
                 node_block_list=sorted(kept),
                 check_fp16_ready=False,
             )
-        except Exception as exc:  # any failure inside the library (it asserts, raises ValueError, AttributeError...)
+        except CONVERTER_ERRORS as exc:
             raise ConverterError(
                 f"the fp16 conversion failed inside onnxconverter-common ({type(exc).__name__}: "
                 f"{one_line(exc, first_line=True, limit=200)}): a failure of that library on this graph, not of the "

@@ -31,13 +31,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ContextManager, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
-from toolkit.core.errors import InputError
+from toolkit.core.errors import LIBRARY_ERRORS, InputError
 from toolkit.core.model import STDIO, atomic_output, describe, read_bytes, check_readable_file
-import numpy as np
 import zipfile
+import zlib
+
+import numpy as np
 
 NPZ_INDEX = "__toolkit__"
 NPZ_FORMAT_VERSION = 1
+
+# What numpy, zipfile and json raise reading a damaged data file (a bad header, a cut archive, a
+# huge bogus shape): the file is bad input.
+CORRUPT_DATA_ERRORS = LIBRARY_ERRORS + (EOFError, ArithmeticError, zipfile.BadZipFile, zlib.error)
 
 
 @dataclass
@@ -85,7 +91,7 @@ class LazyTensors(Mapping):
             arr = self._npz[member]
         except ValueError as exc:
             raise InputError(f"{self._npz_name()}: tensor '{name}': {_pickle_message(exc)}") from None
-        except Exception as exc:
+        except CORRUPT_DATA_ERRORS as exc:
             raise InputError(f"{self._npz_name()}: tensor '{name}' is unreadable: {exc}") from None
         return arr
 
@@ -191,7 +197,7 @@ def _decode_array(text: str):
         return np.load(io.BytesIO(raw), allow_pickle=False)
     except ValueError as exc:
         raise InputError(f"corrupt array data: {_pickle_message(exc)}") from None
-    except Exception as exc:
+    except CORRUPT_DATA_ERRORS as exc:
         raise InputError(f"corrupt array data: {exc}") from None
 
 
@@ -271,7 +277,7 @@ def _npz_index(npz, path: str) -> Optional[dict]:
         return None
     try:
         idx = json.loads(str(npz[NPZ_INDEX][()]))
-    except Exception as exc:
+    except CORRUPT_DATA_ERRORS as exc:
         raise InputError(f"{describe(path)}: corrupt index in .npz data file ({exc})") from None
     if not isinstance(idx, dict) or idx.get("kind") not in ("inputs", "outputs"):
         raise InputError(f"{describe(path)}: corrupt index in .npz data file")

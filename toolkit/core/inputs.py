@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.core.errors import InputError, UsageError
+from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.meta import TensorMeta, format_shape, parse_named_values
 import numpy as np
 from toolkit.core.meta import dtype_from_numpy, dtype_to_numpy, format_meta
@@ -157,7 +157,7 @@ def check_generated_size(name: str, shape: Tuple[int, ...], dtype_name: Optional
 
     try:
         itemsize = max(dtype_to_numpy(dtype_name or "float32").itemsize, 1)
-    except Exception:  # string and other types without a fixed size: count one byte each
+    except (ToolkitError, TypeError, ValueError):  # string and other types without a fixed size: one byte each
         itemsize = 1
     count = 1
     for d in shape:
@@ -365,7 +365,7 @@ def _cast_preserving(arr, meta: TensorMeta, got_dtype: str, source: str, iterati
 
     try:
         target = np.dtype(dtype_to_numpy(meta.dtype or ""))
-    except Exception:  # noqa: BLE001 - a dtype numpy cannot hold
+    except (ToolkitError, TypeError, ValueError):  # a dtype numpy cannot hold
         refuse("not be possible")
     src = arr.dtype
     numeric = "biuf"

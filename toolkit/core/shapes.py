@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
-from toolkit.core.errors import InputError, one_line
+from toolkit.core.errors import InputError, one_line, ort_errors
 from toolkit.core.graphs import attribute_graphs, copy_field, has_external_data, tensor_nbytes
 from toolkit.core.meta import TensorMeta, format_spec_shape
 
@@ -468,7 +468,7 @@ def run_on_ort(
         values = sess.run(out_names, feed)
     except InputError:
         raise
-    except Exception as exc:  # ORT raises its own exception types
+    except ort_errors() as exc:
         msg = one_line(exc, first_line=True)
         raise InputError(f"running the model on ONNX-Runtime to {purpose} failed: {msg}") from None
     return feed, dict(zip(out_names, values))

@@ -19,7 +19,7 @@ import os
 import warnings
 from typing import Dict, Iterator, List, Optional, Tuple
 
-from toolkit.core.errors import InputError
+from toolkit.core.errors import LIBRARY_ERRORS, InputError
 from toolkit.core.graphs import walk_graphs
 from toolkit.core.protowire import field_header
 from toolkit.core.model import describe
@@ -64,13 +64,14 @@ def ref_nbytes(tensor) -> int:
 
 def load_tensor(tensor, base_dir: str, path: str = "") -> None:
     """Read one referenced tensor's data into it (it becomes an in-memory tensor)."""
+    import onnx
     from onnx.external_data_helper import load_external_data_for_tensor
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             load_external_data_for_tensor(tensor, base_dir)
-    except Exception as exc:  # onnx raises ValidationError, OSError, ValueError...
+    except LIBRARY_ERRORS + (onnx.checker.ValidationError,) as exc:
         raise InputError(f"{describe(path)}: cannot load external data of '{tensor.name}': {exc}") from None
 
 

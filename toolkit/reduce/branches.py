@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 from onnx import numpy_helper
-from toolkit.core.errors import ToolkitError
+from toolkit.core.errors import LIBRARY_ERRORS, ToolkitError
 from toolkit.core.graphs import external_data_folder, fresh_name, is_external, node_subgraphs, walk_graphs
 from toolkit.core.model import save_model
 from toolkit.core.weights import load_tensor
@@ -126,7 +126,7 @@ def constant_conditions(model, conditions: Sequence[str], base_dir: Optional[str
                 tensor = copied(tensor)
                 load_tensor(tensor, base_dir)
             value = np.asarray(numpy_helper.to_array(tensor))
-        except Exception:  # noqa: BLE001 - damaged or external data: left to ONNX-Runtime's verdict
+        except (ToolkitError,) + LIBRARY_ERRORS:  # damaged or external data: left to ONNX-Runtime's verdict
             continue
         if value.size == 1:
             found[name] = str(bool(value.reshape(-1)[0])).lower()

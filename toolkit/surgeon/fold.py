@@ -24,6 +24,7 @@ from toolkit.surgeon.plumbing import (
     gs_step,
     np_dtype,
     quiet_gs,
+    graphsurgeon_errors,
     quiet_ort,
     restore_model_fields,
     stubbed_constants,
@@ -362,7 +363,7 @@ def _fold_once(
                     log("Folding constants | some folded tensors are over 1 MiB; --fold-size-threshold keeps "
                         "such tensors computed at run time instead")
                 return "none" if not (bad_nodes or bad_ops) else "none, excluding failing nodes"
-            except Exception as exc:  # ONNX-Runtime or graphsurgeon failed on some node
+            except graphsurgeon_errors() as exc:  # ONNX-Runtime or graphsurgeon failed on some node
                 names = {n.name for n in all_nodes(graph)}
                 part = _failing_part(str(exc), names - bad_nodes)
                 if part is None or (part[0] == "op" and part[1] in bad_ops):

@@ -12,7 +12,7 @@ import onnx
 import onnx.shape_inference
 from onnx import numpy_helper
 
-from toolkit.core.errors import InputError, UsageError, one_line
+from toolkit.core.errors import InputError, UsageError, one_line, ort_errors
 from toolkit.core.graphs import has_external_data, node_subgraphs, walk_graphs
 from toolkit.core.meta import dtype_to_numpy
 from toolkit.core.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
@@ -67,7 +67,7 @@ def attempt(fn, *args, **kwargs) -> Tuple[Any, Optional[Exception]]:
     load"), never a crash. This is the one place that catches them."""
     try:
         return fn(*args, **kwargs), None
-    except Exception as exc:  # noqa: BLE001 - ONNX-Runtime's exception types (see above)
+    except ort_errors() as exc:
         return None, exc
 
 

@@ -207,13 +207,13 @@ def format_parser_errors(parser) -> str:
         where = ""
         try:
             index = int(perr.node())
-        except Exception:  # noqa: BLE001
+        except (AttributeError, TypeError, ValueError):  # a TensorRT whose parser errors do not name the node
             index = -1
         if index >= 0:
             name = op = ""
             try:
                 name, op = perr.node_name(), perr.node_operator()
-            except Exception:  # noqa: BLE001
+            except (AttributeError, TypeError):  # before TensorRT 10: no names
                 pass
             where = f"node {index}"
             if name:
@@ -251,7 +251,7 @@ class LoopNesting:
             boundary = layer
             boundary.__class__ = trt.ILoopBoundaryLayer
             return boundary.loop
-        except Exception:  # noqa: BLE001 - then loops are taken not to nest
+        except (AttributeError, TypeError):  # this TensorRT has no such cast: loops are taken not to nest
             return None
 
     def see(self, layer, ltype) -> None:
