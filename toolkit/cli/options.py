@@ -26,7 +26,6 @@ import inspect
 import os
 import typing
 from toolkit.core.errors import UsageError
-from toolkit.run.registry import KINDS
 
 try:  # Python >= 3.9
     from typing import Annotated
@@ -535,6 +534,7 @@ def completes(values: Any):
 
 def runner_specs() -> List[str]:
     """Every runner spec a shell may complete: each kind, and each kind with one spec option."""
+    from toolkit.run.registry import KINDS  # the root --help never loads the registry
 
     specs = []
     for kind in KINDS.values():

@@ -25,9 +25,9 @@ import os
 from toolkit.backends.onnxrt import set_log_severity
 from toolkit.cli.output import is_quiet, ort_log_sink, ort_severity, state, verbose
 from toolkit.core.errors import InferenceError
-from toolkit.run import execute
-from toolkit.run.options import RunOptions
-from toolkit.run.registry import KINDS, runner_order
+import toolkit.run
+from toolkit.run import options as run_options
+from toolkit.run import registry  # registry.KINDS, looked up when used: kinds register late
 
 _ARGV_KEY = "toolkit.run.argv"
 
@@ -51,7 +51,7 @@ def _kind_flags() -> List[inspect.Parameter]:
     return [
         inspect.Parameter(_selector(k), inspect.Parameter.KEYWORD_ONLY, default=False,
                           annotation=Annotated[bool, typer.Option(k.flag, help=k.help)])
-        for k in KINDS.values()
+        for k in registry.KINDS.values()
     ]
 
 
@@ -59,12 +59,12 @@ def _kind_options():
     """The options each registered kind declares itself, as ``bind``'s ``more``: parameters named
     ``<kind>_<field>`` (``openvino_device``), in the kind's help panel."""
 
-    return [(k.declares, f"{k.name}_", k.panel) for k in KINDS.values() if k.declares is not None]
+    return [(k.declares, f"{k.name}_", k.panel) for k in registry.KINDS.values() if k.declares is not None]
 
 
 def register(app: typer.Typer) -> None:
     @app.command("run", **command_kwargs(cls=RunCommand))
-    @bind(RunOptions, extra=_kind_flags(), more=_kind_options())
+    @bind(run_options.RunOptions, extra=_kind_flags(), more=_kind_options())
     def run_command(ctx: typer.Context, **params) -> None:
         """Run a model on ONNX-Runtime and/or TensorRT with generated or loaded inputs, save
         inputs and outputs, and compare results (several runners and/or loaded outputs files
@@ -79,9 +79,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _run(ctx: typer.Context, params: dict) -> None:
-    opts = RunOptions(**values_for(RunOptions, {**params, "model": params["model"] or ""}))
+    opts = run_options.RunOptions(**values_for(run_options.RunOptions, {**params, "model": params["model"] or ""}))
     opts.kind_options = {
-        k.name: k.declares(**values_for(k.declares, params, f"{k.name}_")) for k in KINDS.values() if k.declares
+        k.name: k.declares(**values_for(k.declares, params, f"{k.name}_")) for k in registry.KINDS.values() if k.declares
     }
     opts.ort_optimization = _ort_level(opts.ort_optimization)
     reads = [opts.model] + opts.load_inputs + opts.load_outputs
@@ -95,7 +95,7 @@ def _run(ctx: typer.Context, params: dict) -> None:
     quiet = is_quiet()
     argv = ctx.meta.get(_ARGV_KEY) or []
     opts.command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
-    runners = runner_order(argv, {k.name: params[_selector(k)] for k in KINDS.values()}) + list(params["runners"] or [])
+    runners = registry.runner_order(argv, {k.name: params[_selector(k)] for k in registry.KINDS.values()}) + list(params["runners"] or [])
     opts.runners, opts.fp16, opts.bf16 = _fp16_emulation(runners, opts.fp16, opts.bf16)
     if params["model"] is None and not _nothing_but_outputs(opts):
         return
@@ -198,7 +198,7 @@ def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
 
     reporter = CliReporter(quiet=quiet)
     try:
-        report = execute(opts, reporter)
+        report = toolkit.run.execute(opts, reporter)
     except InferenceError as exc:
         reporter.close()
         result(f"error: {exc.message}", style="red")

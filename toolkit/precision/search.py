@@ -45,7 +45,6 @@ from toolkit.core.model import check_output_path, graph_io_meta, load_model, sav
 from toolkit.core.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
 from toolkit.reduce import strategy
 from toolkit.reduce.graph import mask_indices, popcount
-from toolkit.run.diagnosis import topology_of
 from toolkit.run.specs import make_runner, parse_runner_spec
 
 TOOL = "toolkit debug precision"
@@ -262,6 +261,8 @@ class PrecisionSearch:
             raise InputError(f"{c.model}: no node with float32 outputs to search over")
         self.index = SetIndex(len(universe))
         self._model_id = self._structure_id()
+
+        from toolkit.run.diagnosis import topology_of  # the report code: not loaded by every command
 
         self.depth = max((n.depth for n in topology_of(self.model).nodes), default=1)
 

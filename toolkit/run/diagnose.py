@@ -15,8 +15,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.run.diagnosis import Diagnosis
 from toolkit.core.errors import ToolkitError, UsageError
 from toolkit.core.model import load_model
-from toolkit.run.diagnosis import add_iteration, diagnose, storage_floor, topology_of
-from toolkit.run.report import check_report_path
 
 MIN_TENSORS = 3  # a comparison of fewer tensors gets no diagnosis on the terminal
 
@@ -30,6 +28,7 @@ def wanted(opts, it) -> bool:
 
 def collect(errors: Dict[int, dict], pair_index: int, it, outs_a: Mapping, outs_b: Mapping) -> None:
     """Add the tensor errors of iteration ``it`` (A's outputs against B's) to pair ``pair_index``."""
+    from toolkit.run.diagnosis import add_iteration  # the report code loads only when asked for
 
     add_iteration(errors.setdefault(pair_index, {}), it, outs_a, outs_b)
 
@@ -38,6 +37,7 @@ def check_report_option(opts) -> None:
     """Usage errors for ``--save-report`` before any work."""
     if not opts.save_report:
         return
+    from toolkit.run.report import check_report_path
 
     check_report_path(opts.save_report)
     others = [("MODEL", opts.model), ("--save-inputs", opts.save_inputs), ("--save-outputs", opts.save_outputs)]
@@ -57,6 +57,7 @@ def _topology(model: str):
     """The ONNX model's topology (weights not read), or None for an engine or a model from stdin."""
     if not model or model == "-" or not os.path.isfile(model):
         return None
+    from toolkit.run.diagnosis import topology_of
 
     try:
         return topology_of(load_model(model, load_external_data=False))
@@ -68,6 +69,7 @@ def pair_floor(opts, pair, precisions: Optional[Mapping[str, str]] = None) -> fl
     """The amplification floor of a comparison: the storage rounding step of an fp16/bf16 runner
     in it (``onnxrt:fp16`` by its name; TensorRT's ``trt-runner`` by ``--fp16``/``--bf16``; a
     runner that chose its precision itself, such as OpenVINO's default, by ``precisions``)."""
+    from toolkit.run.diagnosis import storage_floor
 
     labels = [pair.label_a, pair.label_b]
     labels += [f"runner:{(precisions or {})[label]}" for label in list(labels) if label in (precisions or {})]
@@ -84,6 +86,7 @@ def diagnoses(
     writes ``--save-report``. ``precisions``: result set label -> the reduced precision its runner chose."""
     if not errors:
         return [None] * len(comparisons)
+    from toolkit.run.diagnosis import diagnose
 
     topology = _topology(opts.model)
     out: List[Optional["Diagnosis"]] = []

@@ -42,7 +42,6 @@ from toolkit.core.layerwise import select_outputs, set_outputs
 from toolkit.core.model import load_model, save_model
 import shutil
 import tempfile
-from toolkit.convert import fp16
 from toolkit.run import diagnose
 
 
@@ -71,7 +70,7 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
 def fp16_model(opts: RunOptions, rep: Reporter) -> Iterator[str]:
     """--fp-to-fp16: the model converted to mixed fp16 (graph inputs and outputs keep their
     types), in a temporary file that lives as long as the run."""
-
+    from toolkit.convert import fp16  # (a large module: loaded for --fp-to-fp16 only)
 
     model = load_model(opts.model, external_data_dir=opts.external_data_dir)
     result = fp16.convert(model, [], keep_io_types=True, inplace=True)
