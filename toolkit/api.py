@@ -32,16 +32,21 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.core.compare import IterationComparison
 import dataclasses
 import time
+
 from toolkit.convert.fp16 import convert as _convert
 from toolkit.core.compare import Tolerances, compare_iteration
-from toolkit.core.inputs import generate_inputs as _generate, parse_val_ranges
+from toolkit.core.inputs import generate_inputs as _generate
+from toolkit.core.inputs import parse_val_ranges
 from toolkit.core.meta import parse_shape_specs, parse_tensor_spec
-from toolkit.core.model import graph_io_meta, load_model as _load, save_model as _save
+from toolkit.core.model import graph_io_meta
+from toolkit.core.model import load_model as _load
+from toolkit.core.model import save_model as _save
 from toolkit.reduce.check import CheckResult
 from toolkit.reduce.session import ReduceConfig, Reducer
 from toolkit.run.options import RunOptions
 from toolkit.run.specs import make_runner
-from toolkit.surgeon.surgery import extract as _extract, sanitize as _sanitize
+from toolkit.surgeon.surgery import extract as _extract
+from toolkit.surgeon.surgery import sanitize as _sanitize
 
 Feed = Mapping[str, object]
 ModelLike = Union[str, "onnx.ModelProto"]

@@ -18,10 +18,18 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from toolkit.backends.base import Runner
-from toolkit.core.errors import LIBRARY_ERRORS, DependencyError, InferenceError, InputError, UsageError, one_line, ort_errors  # noqa: F401  (InferenceError: re-exported)
+from toolkit.core.errors import (  # noqa: F401  (InferenceError: re-exported)
+    LIBRARY_ERRORS,
+    DependencyError,
+    InferenceError,
+    InputError,
+    UsageError,
+    one_line,
+    ort_errors,
+)
 from toolkit.core.graphs import external_data_folder, has_external_data
-from toolkit.core.meta import TensorMeta
 from toolkit.core.layerwise import outputs_patch, select_outputs, set_outputs
+from toolkit.core.meta import TensorMeta
 from toolkit.core.model import _parse_model, check_readable_file, describe, load_external_data_into, read_bytes
 
 STDIO = "-"

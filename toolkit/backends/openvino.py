@@ -31,8 +31,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from toolkit.backends.base import Runner
 from toolkit.core.declare import option
 from toolkit.core.errors import LIBRARY_ERRORS, DependencyError, InferenceError, InputError, UsageError
-from toolkit.core.meta import TensorMeta
 from toolkit.core.layerwise import select_outputs
+from toolkit.core.meta import TensorMeta
 from toolkit.core.model import check_readable_file, load_model, read_bytes
 
 INSTALL = 'pip install "toolkit[openvino]"'

@@ -2,6 +2,8 @@
 
 # (no `from __future__ import annotations`: Typer would have to eval every annotation string)
 
+import os
+import time
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -18,8 +20,6 @@ from toolkit.cli.options import (
     option,
 )
 from toolkit.cli.output import log, warn
-import os
-import time
 from toolkit.core.errors import ExitCode, InferenceError, UsageError
 from toolkit.core.meta import parse_shape_specs
 from toolkit.core.model import check_output_path, graph_io_meta, load_model, save_model

@@ -9,22 +9,22 @@ check's captured output when asked for, and a summary.
 from __future__ import annotations
 
 import atexit
-import shutil
-import tempfile
 import os
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 import typer
 
+from toolkit.cli.app import worker_entry
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, values_for
+from toolkit.cli.output import log, warn
+from toolkit.cli.reduce_compare import check_options
 from toolkit.core import shared_options as S
 from toolkit.core.declare import argument, declared, option, required, switch
-from toolkit.cli.output import log, warn
-from toolkit.cli.app import worker_entry
-from toolkit.cli.reduce_compare import check_options
 from toolkit.core.errors import ExitCode, InputError, UsageError
 from toolkit.core.meta import parse_shape_specs
 from toolkit.core.model import read_bytes
@@ -186,8 +186,8 @@ def _summary_reduced(outcome, cfg, stats: str) -> None:
 def _script_inputs(spec: str, func_name: Optional[str]) -> str:
     """Run a --data-loader-script and save its feeds to a temporary .npz removed at exit."""
 
-    from toolkit.core.dataloader import load_script_feeds
     from toolkit.core.datafiles import save_inputs
+    from toolkit.core.dataloader import load_script_feeds
 
     feeds = load_script_feeds(spec, func_name)
     folder = tempfile.mkdtemp(prefix="toolkit-loader-")

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import List, Optional
 
 import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import (
-    Annotated, ExternalDataDirOpt, IgnoreExternalDataOpt, ModelArg, command_kwargs, completes, option,
+    Annotated,
+    ExternalDataDirOpt,
+    IgnoreExternalDataOpt,
+    ModelArg,
+    command_kwargs,
+    completes,
+    option,
 )
-import sys
 from toolkit.core.model import load_model
 
 app = typer.Typer(help="Inspect models and data files.", **SUBAPP_SETTINGS)

@@ -10,7 +10,11 @@ Nothing heavy is imported here: the CLI must start fast.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import os
 import re
+import typing
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
@@ -21,10 +25,6 @@ from toolkit.cli import output
 from toolkit.core import shared_options as S
 from toolkit.core.declare import Declared, declaration, declarations, switch
 from toolkit.core.declare import option as declare
-import dataclasses
-import inspect
-import os
-import typing
 from toolkit.core.errors import UsageError
 
 try:  # Python >= 3.9

@@ -7,17 +7,16 @@ per line (or a JSON object with ``--json``), ready for ``convert --keep-fp32``.
 
 # (no `from __future__ import annotations`: Typer would have to eval every annotation string)
 
+import dataclasses
 from dataclasses import dataclass
 from typing import List, Optional
 
 import typer
 
 from toolkit.cli.options import bind, command_kwargs, from_params, values_for
+from toolkit.cli.output import echo, log
 from toolkit.core import shared_options as S
 from toolkit.core.declare import argument, declared, option, switch
-from toolkit.cli.output import log
-import dataclasses
-from toolkit.cli.output import echo
 from toolkit.core.errors import ExitCode, UsageError
 
 _HELP = """Find a minimal set of nodes to keep in fp32 so that the fp16 model passes the comparison.

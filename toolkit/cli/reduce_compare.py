@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
-from toolkit.cli.output import log
 from toolkit.cli.app import worker_entry
 from toolkit.cli.errors import run_with_boundary
+from toolkit.cli.output import log
 from toolkit.cli.run import run_and_render
 from toolkit.core.errors import UsageError
 

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from toolkit.reduce.session import Reducer
 import time
+
 from toolkit.core.meta import dtype_from_numpy, format_meta
 
 

@@ -22,10 +22,11 @@ from toolkit.cli.output import err_console, is_terminal, log, pass_verdict, resu
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
 import os
+
+import toolkit.run
 from toolkit.backends.onnxrt import set_log_severity
 from toolkit.cli.output import is_quiet, ort_log_sink, ort_severity, state, verbose
 from toolkit.core.errors import InferenceError
-import toolkit.run
 from toolkit.run import options as run_options
 from toolkit.run import registry  # registry.KINDS, looked up when used: kinds register late
 

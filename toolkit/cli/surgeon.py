@@ -6,17 +6,24 @@ module level (numpy/onnx/graphsurgeon load inside the command bodies).
 
 from __future__ import annotations
 
+import os
+import time
 from typing import List, Optional
 
 import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import (
-    Annotated, ExternalDataDirOpt, ForceFallbackOpt, ListOpt, ModelArg, ModelInputShapesOpt, ToolkitCommand,
-    command_kwargs, option,
+    Annotated,
+    ExternalDataDirOpt,
+    ForceFallbackOpt,
+    ListOpt,
+    ModelArg,
+    ModelInputShapesOpt,
+    ToolkitCommand,
+    command_kwargs,
+    option,
 )
-import os
-import time
 from toolkit.cli.output import log, warn
 from toolkit.core.errors import UsageError
 from toolkit.core.meta import parse_shape_specs, parse_size, parse_tensor_spec
@@ -252,7 +259,10 @@ def sanitize_command(
     """
     from toolkit.surgeon.optimize import optimize
     from toolkit.surgeon.outputs import (
-        apply_fallback_shapes, mark_outputs, parse_upper_bounds, set_unbounded_dds_upper_bounds,
+        apply_fallback_shapes,
+        mark_outputs,
+        parse_upper_bounds,
+        set_unbounded_dds_upper_bounds,
     )
     from toolkit.surgeon.plumbing import count_model_nodes
     from toolkit.surgeon.sanitize import check_sanitize_options, sanitize

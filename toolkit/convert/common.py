@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from typing import Dict, Iterator, Set
 
-from toolkit.core.errors import DependencyError
-from toolkit.core.graphs import walk_graphs
 import numpy as np
 import onnx
 import onnxruntime.capi.onnxruntime_pybind11_state as state
 from onnx import helper, numpy_helper
+
+from toolkit.core.errors import DependencyError
+from toolkit.core.graphs import walk_graphs
 
 
 def onnx_errors() -> tuple:

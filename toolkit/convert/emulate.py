@@ -14,17 +14,22 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Dict, Iterable, Optional, Set, Tuple
 
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
 from toolkit.convert.common import (
-    cast_node,
     BFLOAT16,
     DTYPE_OPS,
     FLOAT,
     FLOAT16,
     STD_DOMAINS,
     Names,
+    cast_node,
     copy_model,
     low_type,
     name_nodes,
@@ -40,10 +45,6 @@ from toolkit.convert.placement import decide
 from toolkit.convert.ranges import risky_values
 from toolkit.core.errors import UsageError
 from toolkit.core.graphs import node_subgraphs
-import json
-import numpy as np
-import onnx
-from onnx import numpy_helper
 
 
 @dataclass

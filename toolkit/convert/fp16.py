@@ -34,6 +34,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
+import onnx
+from onnx import numpy_helper
+
 from toolkit.convert.common import (
     BF16_MAX,
     BFLOAT16,
@@ -72,11 +75,11 @@ from toolkit.convert.onnx_types import (
     tensor_types,
 )
 from toolkit.convert.placement import (
+    QUANT_OPS,
     REASON_CONSTANT,
     REASON_DOMAIN,
     REASON_NO_KERNEL,
     REASON_QUANT,
-    QUANT_OPS,
     REASON_SCHEMA,
     REASON_SCHEMA_BF16,
     REASON_SHAPE,
@@ -91,8 +94,6 @@ from toolkit.convert.placement import (
 from toolkit.convert.ranges import REASON_RANGE, REASON_RANGE_BF16, risky_values, value_problem
 from toolkit.convert.repair import Repair, drop_round_trips, sort_all, toposort
 from toolkit.core.errors import LIBRARY_ERRORS, ExitCode, InputError, ToolkitError, one_line
-import onnx
-from onnx import numpy_helper
 
 # the package's public names, importable from here (this module is its entry point)
 __all__ = [

@@ -10,11 +10,12 @@ from __future__ import annotations
 import warnings
 from typing import Dict, Optional, Set
 
+import onnx
+from onnx import version_converter
+
 from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, STD_DOMAINS, TENSOR_STR, iter_graphs, onnx_errors
 from toolkit.core.errors import InputError
 from toolkit.core.graphs import element_count
-import onnx
-from onnx import version_converter
 
 STRIPPED = "stripped"  # the external-data location of the weights a light copy leaves out
 _STRIP_BYTES = 4096  # weights larger than this are left out of the copy given to shape inference

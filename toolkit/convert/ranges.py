@@ -18,6 +18,10 @@ from __future__ import annotations
 
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
+import numpy as np
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
 from toolkit.convert.common import (
     BF16_MAX,
     BFLOAT16,
@@ -30,9 +34,6 @@ from toolkit.convert.common import (
     weight_array,
 )
 from toolkit.core.graphs import node_subgraphs
-import numpy as np
-import onnxruntime as ort
-from onnx import helper, numpy_helper
 
 KEEP_BYTES = 1 << 30  # weights read by the range check kept for the conversion, at most (bytes)
 RANGE_REL = 1e-2  # relative L2 error of a weight's fp16 rounding past which it matters (1%)

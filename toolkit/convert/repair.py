@@ -13,14 +13,16 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Set, Tuple
 
+import onnx
+
 from toolkit.convert.common import (
-    cast_node,
     DTYPE_OPS,
     FLOAT,
     FLOAT16,
     STD_DOMAINS,
     TENSOR_STR,
     Names,
+    cast_node,
     iter_graphs,
     onnx_errors,
     replace_repeated,
@@ -28,7 +30,6 @@ from toolkit.convert.common import (
 )
 from toolkit.convert.onnx_types import Schemas, allowed_types, formal_param
 from toolkit.core.graphs import node_subgraphs, stable_topological_order
-import onnx
 
 
 def _subgraph_reads(node) -> Set[str]:

@@ -18,14 +18,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes, ort_errors
-from toolkit.convert.emulate import emulate_mixed
-from toolkit.convert.onnx_types import STRIPPED, infer_types, tensor_types, without_big_data
-from toolkit.core.errors import ExitCode, InferenceError, one_line
 import numpy as np
 import onnxruntime as ort
 from onnx import numpy_helper
+
+from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes, ort_errors
+from toolkit.convert.emulate import emulate_mixed
+from toolkit.convert.onnx_types import STRIPPED, infer_types, tensor_types, without_big_data
 from toolkit.core.compare import error_arrays
+from toolkit.core.errors import ExitCode, InferenceError, one_line
 from toolkit.core.layerwise import set_outputs
 
 # a tensor differs when its largest absolute error is past ATOL + RTOL * its largest magnitude

@@ -24,14 +24,14 @@ Rules
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.core.meta import parse_named_values
 import numpy as np
-import re
+
 from toolkit.core.errors import UsageError
-from toolkit.core.meta import dtype_from_numpy
+from toolkit.core.meta import dtype_from_numpy, parse_named_values
 
 DEFAULT_ATOL = 1e-5
 DEFAULT_RTOL = 1e-5

@@ -27,16 +27,16 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ContextManager, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
-from toolkit.core.errors import LIBRARY_ERRORS, InputError
-from toolkit.core.model import STDIO, atomic_output, describe, read_bytes, check_readable_file
-import zipfile
-import zlib
-
 import numpy as np
+
+from toolkit.core.errors import LIBRARY_ERRORS, InputError
+from toolkit.core.model import STDIO, atomic_output, check_readable_file, describe, read_bytes
 
 NPZ_INDEX = "__toolkit__"
 NPZ_FORMAT_VERSION = 1

@@ -22,8 +22,9 @@ import sys
 import traceback
 from typing import Dict, List, Optional, Tuple
 
-from toolkit.core.errors import InputError, UsageError
 import numpy as np
+
+from toolkit.core.errors import InputError, UsageError
 
 DEFAULT_FUNC = "load_data"
 

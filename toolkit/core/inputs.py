@@ -20,10 +20,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.core.errors import InputError, ToolkitError, UsageError
-from toolkit.core.meta import TensorMeta, format_shape, parse_named_values
 import numpy as np
-from toolkit.core.meta import dtype_from_numpy, dtype_to_numpy, format_meta
+
+from toolkit.core.errors import InputError, ToolkitError, UsageError
+from toolkit.core.meta import (
+    TensorMeta,
+    dtype_from_numpy,
+    dtype_to_numpy,
+    format_meta,
+    format_shape,
+    parse_named_values,
+)
 
 DEFAULT_SEED = 1
 DEFAULT_RANGE = (0.0, 1.0)

@@ -21,8 +21,8 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 from toolkit.core.errors import LIBRARY_ERRORS, InputError
 from toolkit.core.graphs import walk_graphs
-from toolkit.core.protowire import field_header
 from toolkit.core.model import describe
+from toolkit.core.protowire import field_header
 
 _CHUNK = 16 << 20
 

@@ -10,14 +10,14 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-from toolkit.core.errors import ToolkitError
-from toolkit.core.meta import TensorMeta, dtype_from_onnx, format_shape
 import numpy as np
 from onnx import AttributeProto, helper, numpy_helper
 from onnx.external_data_helper import uses_external_data
+
 from toolkit.core.datafiles import RunResults
-from toolkit.core.errors import UsageError
+from toolkit.core.errors import ToolkitError, UsageError
 from toolkit.core.graphs import walk_graphs
+from toolkit.core.meta import TensorMeta, dtype_from_onnx, format_shape
 from toolkit.core.model import value_info_meta
 from toolkit.core.weights import load_tensor, ref_source
 

@@ -20,6 +20,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import hashlib
 import math
 import os
 import tempfile
@@ -27,24 +28,23 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from toolkit.core.errors import InputError, UsageError
-from toolkit.core.progress import Messages
-from toolkit.reduce.replay import Replay
-from toolkit.run.registry import get_kind
-import hashlib
 import numpy as np
 import onnx
+
 from toolkit.convert import fp16
 from toolkit.core.compare import Tolerances, compare_iteration
 from toolkit.core.datafiles import load_outputs
-from toolkit.core.errors import DependencyError, ToolkitError
+from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError
 from toolkit.core.inputs import generate_inputs, parse_val_ranges, select_feed
 from toolkit.core.layerwise import set_outputs
 from toolkit.core.meta import parse_shape_specs
 from toolkit.core.model import check_output_path, graph_io_meta, load_model, save_model
 from toolkit.core.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
+from toolkit.core.progress import Messages
 from toolkit.reduce import strategy
 from toolkit.reduce.graph import mask_indices, popcount
+from toolkit.reduce.replay import Replay
+from toolkit.run.registry import get_kind
 from toolkit.run.specs import make_runner, parse_runner_spec
 
 TOOL = "toolkit debug precision"

@@ -23,25 +23,35 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.core.errors import InputError, UsageError
-from toolkit.reduce.check import CheckResult, WarmRunner, WorkerEntry, run_in_process
-import json
-import math
 import numpy as np
-import sys
+
 from toolkit.core.compare import Tolerances, compare_iteration
-from toolkit.core.datafiles import IterationResult, RunResults, hold_in_memory, load_data, load_inputs, load_outputs, release, save_inputs, save_outputs
-from toolkit.core.errors import ToolkitError
+from toolkit.core.datafiles import (
+    IterationResult,
+    RunResults,
+    hold_in_memory,
+    load_data,
+    load_inputs,
+    load_outputs,
+    release,
+    save_inputs,
+    save_outputs,
+)
+from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.inputs import parse_val_ranges
 from toolkit.core.meta import parse_shape_specs
 from toolkit.core.noise import ULPS, amplification, is_rounding, noise_bound, storage_floor
+from toolkit.reduce.check import CheckResult, WarmRunner, WorkerEntry, run_in_process
 from toolkit.reduce.graph import popcount
 from toolkit.reduce.guide import rank
 from toolkit.reduce.session import load_for_index

@@ -13,8 +13,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
 import numpy as np
 from onnx import numpy_helper
+
 from toolkit.core.errors import LIBRARY_ERRORS, ToolkitError
 from toolkit.core.graphs import external_data_folder, fresh_name, is_external, node_subgraphs, walk_graphs
 from toolkit.core.model import save_model

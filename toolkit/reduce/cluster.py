@@ -24,6 +24,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -34,13 +35,12 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from toolkit.core.errors import DependencyError, UsageError
-from toolkit.reduce.check import CheckResult, data_files_in, make_runner, toolkit_args
-from toolkit.reduce.parallel import WORKER_ENV, worker_argv
-import logging
 import onnx
 from onnx.external_data_helper import _get_all_tensors, uses_external_data
-from toolkit.core.errors import InferenceError, ToolkitError
+
+from toolkit.core.errors import DependencyError, InferenceError, ToolkitError, UsageError
+from toolkit.reduce.check import CheckResult, data_files_in, make_runner, toolkit_args
+from toolkit.reduce.parallel import WORKER_ENV, worker_argv
 
 INSTALL = 'pip install "toolkit[ray]"'
 RETRIES = 2  # Ray retries a task lost with its node (or worker process) this many times

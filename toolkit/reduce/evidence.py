@@ -22,6 +22,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional, Sequence
+
 from toolkit.core.noise import NEAR_TOLERANCE, STORAGE_FLOOR, evidence_is_rounding, passing_tolerance
 
 _NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"

@@ -18,10 +18,9 @@ from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
 from toolkit.reduce.graph import mask_indices, range_mask
-from toolkit.reduce.session import Reducer
-from toolkit.reduce.strategy import Plan, Search, default
 from toolkit.reduce.guide import MIN_AMPLIFICATION, TRIES, guided
-from toolkit.reduce.strategy import STRATEGIES
+from toolkit.reduce.session import Reducer
+from toolkit.reduce.strategy import STRATEGIES, Plan, Search, default
 
 MAX_FAULTS = 64
 

@@ -21,14 +21,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.core.errors import InputError
-from toolkit.core.meta import TensorMeta
-from toolkit.core.graphs import stable_topological_order
-from toolkit.core.protowire import encode_field, field_header, scan_fields
 import onnx
 from onnx import TensorProto, helper, numpy_helper
-from toolkit.core.meta import dtype_to_onnx, is_dtype_name
+
+from toolkit.core.errors import InputError
+from toolkit.core.graphs import stable_topological_order
+from toolkit.core.meta import TensorMeta, dtype_to_onnx, is_dtype_name
 from toolkit.core.model import save_model
+from toolkit.core.protowire import encode_field, field_header, scan_fields
 from toolkit.core.shapes import node_reads
 from toolkit.core.weights import is_ref, ref_nbytes, relinked
 from toolkit.reduce.metas import MetaProvider

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
 
-from toolkit.reduce.strategy import Plan, Search
 from toolkit.core.noise import FLOOR, amplification
+from toolkit.reduce.strategy import Plan, Search
 
 TRIES = 3  # hinted nodes checked alone before the normal search
 MIN_AMPLIFICATION = 2.0  # a node amplifying less than this is not worth a check of its own

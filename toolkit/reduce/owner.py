@@ -14,11 +14,11 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from typing import List, Optional, Sequence, Tuple
 
 from toolkit.core.errors import InputError
-import fcntl
 
 
 def lock_path(path: str) -> str:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
-import threading
 
 WORKER_ENV = "TOOLKIT_WORKER"
 DEVICES_ENV = "CUDA_VISIBLE_DEVICES"

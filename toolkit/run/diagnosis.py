@@ -33,10 +33,12 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
+import numpy as np
+
+from toolkit.core.compare import error_arrays
+
 # the one noise model (docs/noise.md); re-exported here for the diagnosis' callers
 from toolkit.core.noise import FLOOR, STORAGE_FLOOR, amplification, storage_floor  # noqa: E402,F401
-import numpy as np
-from toolkit.core.compare import error_arrays
 from toolkit.core.shapes import node_reads
 
 TOP_NODES = 5  # ranked nodes shown in a terminal diagnosis

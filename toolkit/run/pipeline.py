@@ -26,23 +26,23 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from toolkit.core.compare import PairComparison, Tolerances, check_tolerance_names, compare_iteration, validate_outputs
+from toolkit.core.datafiles import RunResults, inputs_writer, load_data, load_outputs, outputs_writer
+from toolkit.core.dataloader import load_script_feeds, split_script_spec
 from toolkit.core.errors import InferenceError, InputError, ToolkitError
+from toolkit.core.graphs import external_data_folder, has_external_data
+from toolkit.core.layerwise import select_outputs, set_outputs
+from toolkit.core.model import load_model, save_model
+from toolkit.run import diagnose
 from toolkit.run.feeds import FeedSource, load_feeds
 from toolkit.run.options import Reporter, RunOptions
 from toolkit.run.plan import PlannedRunner, RunPlan, make_plan
 from toolkit.run.results import ResultSet, RunReport
-from toolkit.core.compare import PairComparison, Tolerances, check_tolerance_names, compare_iteration, validate_outputs
-from toolkit.core.datafiles import RunResults, inputs_writer, load_data, load_outputs, outputs_writer
-from toolkit.core.dataloader import load_script_feeds, split_script_spec
-from toolkit.core.graphs import external_data_folder, has_external_data
-from toolkit.core.layerwise import select_outputs, set_outputs
-from toolkit.core.model import load_model, save_model
-import shutil
-import tempfile
-from toolkit.run import diagnose
 
 
 def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:

@@ -21,9 +21,9 @@ import math
 import os
 from typing import List, Sequence
 
-from toolkit.run.diagnosis import Diagnosis, depth_table, g
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.model import atomic_output, check_output_path
+from toolkit.run.diagnosis import Diagnosis, depth_table, g
 from toolkit.run.node_data import is_node_data_path, node_data
 
 FORMAT = "toolkit-accuracy-report"

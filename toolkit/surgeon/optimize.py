@@ -28,8 +28,8 @@ from toolkit.surgeon.plumbing import (
     nolog,
     non_tensor_types,
     quiet_gs,
-    symbolic_shape_inference,
     restore_model_fields,
+    symbolic_shape_inference,
 )
 from toolkit.surgeon.validate import Validation, attempt
 

@@ -10,16 +10,15 @@ from typing import Callable, Optional, Sequence
 
 import onnx
 from onnx import ValueInfoProto, helper
+from onnx_graphsurgeon.exporters import onnx_exporter
+from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
 
 from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError, one_line, ort_errors
 from toolkit.core.graphs import walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_to_numpy, dtype_to_onnx
-from toolkit.core.shapes import light_copy
 from toolkit.core.model import infer_shapes
-from toolkit.core.shapes import STUB_BYTES, STUB_LOCATION
+from toolkit.core.shapes import STUB_BYTES, STUB_LOCATION, light_copy
 from toolkit.surgeon.fold_noops import bodies
-from onnx_graphsurgeon.exporters import onnx_exporter
-from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
 
 LogFn = Callable[[str], None]
 

@@ -10,16 +10,15 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 import onnx
 import onnx.shape_inference
+import onnxruntime as ort
 from onnx import numpy_helper
 
 from toolkit.core.errors import InputError, UsageError, one_line, ort_errors
-from toolkit.core.graphs import has_external_data, node_subgraphs, walk_graphs
+from toolkit.core.graphs import copy_field, has_external_data, node_subgraphs, tensor_nbytes, walk_graphs
 from toolkit.core.meta import dtype_to_numpy
 from toolkit.core.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
-from toolkit.core.graphs import copy_field, tensor_nbytes
 from toolkit.core.shapes import STUB_BYTES, light_copy, node_reads
 from toolkit.surgeon.load import SHAPE_OPS
-import onnxruntime as ort
 
 
 def check_model(model, original=None) -> None:

@@ -11,6 +11,7 @@ from typing import Callable, Iterable, Optional, Tuple
 from toolkit.core.errors import DependencyError, InferenceError, ToolkitError, one_line
 from toolkit.core.install import extra_install_command
 
+
 def _install_hint(flags: str = "") -> str:
     cmd = extra_install_command("trt")
     return cmd.replace("pip install ", f"pip install {flags} ", 1) if flags and cmd.startswith("pip install ") else cmd

@@ -9,22 +9,22 @@ flags, INT8 calibrates on the run's inputs). TensorRT 11 builds strongly typed n
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
+import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
+from toolkit.convert import fp16
 from toolkit.core.errors import DependencyError, InputError, UsageError
-from toolkit.core.meta import TensorMeta
+from toolkit.core.meta import TensorMeta, dtype_to_numpy, format_shape
+from toolkit.core.model import check_readable_file, describe, load_model, read_bytes, save_model
 
 from .availability import has_weak_typing, inference_error, trt_call, trt_major
 from .options import Profile, Shape, TrtConfig, concrete, select_outputs
-import numpy as np
-import signal
-import threading
-from toolkit.convert import fp16
-from toolkit.core.meta import dtype_to_numpy, format_shape
-from toolkit.core.model import check_readable_file, describe, load_model, read_bytes, save_model
 
 # TensorRT DataType member -> toolkit dtype name (what numpy holds, with ml_dtypes for bf16/fp8).
 # INT4, FP4 and E8M0 have no numpy equivalent: such tensors cannot be fed or returned.

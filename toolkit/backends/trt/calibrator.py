@@ -8,13 +8,14 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Mapping, Optional, Tuple
 
+import numpy as np
+
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.meta import TensorMeta
 
 from .availability import as_toolkit_error
 from .device import DeviceBuffers
 from .options import Shape, TrtConfig
-import numpy as np
 
 
 class Calibrator:

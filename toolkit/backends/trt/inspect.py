@@ -11,9 +11,9 @@ from typing import Any, Dict, List
 
 from toolkit.core.errors import DependencyError, InputError
 from toolkit.core.meta import format_meta
+from toolkit.core.model import read_bytes
 
 from .availability import check_available, inference_error, trt_call
-from toolkit.core.model import read_bytes
 
 
 def describe_engine(path: str, layers: bool = True) -> Dict[str, Any]:

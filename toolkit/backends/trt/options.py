@@ -7,10 +7,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core.errors import InputError, UsageError  # noqa: F401  (InputError: select_outputs raises it)
-from toolkit.core.meta import TensorMeta
-from toolkit.core.meta import parse_size as _parse_size
 from toolkit.core.layerwise import choose_names
-from toolkit.core.meta import parse_shape_specs
+from toolkit.core.meta import TensorMeta, parse_shape_specs
+from toolkit.core.meta import parse_size as _parse_size
 
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 

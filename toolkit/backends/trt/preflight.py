@@ -11,11 +11,11 @@ import os
 from typing import Callable, Mapping, Optional
 
 from toolkit.core.errors import UsageError
+from toolkit.core.meta import parse_shape_specs
+from toolkit.core.model import check_output_path
 
 from .availability import check_available, check_config
 from .options import TrtConfig, is_engine_path, parse_pool_limits, parse_profile_groups
-from toolkit.core.meta import parse_shape_specs
-from toolkit.core.model import check_output_path
 
 
 def config_from(opts) -> TrtConfig:

@@ -6,16 +6,17 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+import numpy as np
+
 from toolkit.backends.base import Runner
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.meta import TensorMeta
+from toolkit.core.model import read_bytes
 
 from .availability import check_available, check_config, inference_error, trt_call
 from .builder import EngineBuilder, Interrupt, dims, dtype_name, init_plugins, make_logger, np_dtype, stderr_sink
 from .device import DeviceBuffers, cuda_check
 from .options import TrtConfig, is_engine_path
-import numpy as np
-from toolkit.core.model import read_bytes
 
 
 class TrtRunner(Runner):
