@@ -222,11 +222,12 @@ def count_model_nodes(model) -> int:
 
 def graphsurgeon_errors() -> tuple:
     """What onnx-graphsurgeon raises on a model it cannot take: its own exception, the asserts
-    and Python errors of its code, and what ONNX and ONNX-Runtime (it folds with them) raise."""
+    and Python errors of its code (an UnboundLocalError on some graphs), and what ONNX and
+    ONNX-Runtime (it folds with them) raise."""
     from onnx_graphsurgeon.util.exception import OnnxGraphSurgeonException
 
     onnx_own = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError)
-    return (OnnxGraphSurgeonException, AssertionError, ArithmeticError) + onnx_own + ort_errors()
+    return (OnnxGraphSurgeonException, AssertionError, ArithmeticError, NameError) + onnx_own + ort_errors()
 
 
 class GraphSurgeonError(InputError):
