@@ -456,7 +456,7 @@ def test_iter_artifact_must_not_be_the_model(cli, seed):
 
 
 def test_progress_bar_path(cli, seed, monkeypatch):
-    import toolkit.cli.reporters as reporters
+    import toolkit.cli.search_reporters as reporters
 
     monkeypatch.setattr(reporters, "is_terminal", lambda stream=None: True)
     res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--fail-regex", "Op: Mul", "--check", *INSPECT)

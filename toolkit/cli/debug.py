@@ -271,7 +271,7 @@ def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
 
             reducer_kw["describe_faults"] = lambda red, faults: describe_faults(compare_runner, red, faults)
             reducer_kw["judge_rest"] = lambda red, allowed: rest_is_noise(compare_runner, red, allowed)
-    from toolkit.cli.reporters import ReduceReporter
+    from toolkit.cli.search_reporters import ReduceReporter
 
     reporter = ReduceReporter(a.show_output, a.hide_fail_output)
     # The question of interactive mode goes to stdout (as a prompt does), unless stdout carries --json.

@@ -224,7 +224,7 @@ def _run(args: PrecisionArgs) -> None:
         save_replay=args.save_debug_replay,
         load_replay=args.load_debug_replay,
     )
-    from toolkit.cli.reporters import PrecisionReporter
+    from toolkit.cli.search_reporters import PrecisionReporter
 
     outcome = PrecisionSearch(cfg, PrecisionReporter()).run()
     raise typer.Exit(_summary(outcome, cfg, args.json_out))

@@ -10,7 +10,6 @@ from typing import Dict, Iterator, Set
 
 import numpy as np
 import onnx
-import onnxruntime.capi.onnxruntime_pybind11_state as state
 from onnx import helper, numpy_helper
 
 from toolkit.core.errors import DependencyError
@@ -30,15 +29,6 @@ def onnx_errors() -> tuple:
         IndexError,
         KeyError,
     )
-
-
-def ort_errors() -> tuple:
-    """What ONNX-Runtime raises on a model it cannot load or run: its own classes (Fail, InvalidGraph,
-    NotImplemented, ... share no base but Exception), RuntimeError, and ValueError (a model past 2 GB
-    cannot be serialized)."""
-
-    own = tuple(v for v in vars(state).values() if isinstance(v, type) and issubclass(v, Exception))
-    return own + (RuntimeError, ValueError)
 
 
 def cast_node(src: str, dst: str, name: str, to: int):

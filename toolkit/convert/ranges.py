@@ -19,7 +19,6 @@ from __future__ import annotations
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import numpy as np
-import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from toolkit.convert.common import (
@@ -28,11 +27,11 @@ from toolkit.convert.common import (
     FLOAT,
     FP16_MAX,
     STD_DOMAINS,
-    ort_errors,
     readers_of,
     to_fp16,
     weight_array,
 )
+from toolkit.core.errors import ort_errors
 from toolkit.core.graphs import node_subgraphs
 
 KEEP_BYTES = 1 << 30  # weights read by the range check kept for the conversion, at most (bytes)
@@ -146,6 +145,7 @@ def _computed_values(model, graph, derived: List, types: Dict[str, int]) -> Dict
     """The float outputs of ``derived`` (nodes computing from constants), computed with ONNX-Runtime.
 
     Empty when ONNX-Runtime cannot compute them (the check then covers weights and Constants only)."""
+    import onnxruntime as ort  # inspect loads this module without running a model
 
     wanted = [o for n in derived for o in n.output if o and types.get(o) == FLOAT]
     if not wanted:

@@ -22,11 +22,11 @@ import numpy as np
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes, ort_errors
+from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes
 from toolkit.convert.emulate import emulate_mixed
 from toolkit.convert.onnx_types import STRIPPED, infer_types, tensor_types, without_big_data
 from toolkit.core.compare import error_arrays
-from toolkit.core.errors import ExitCode, InferenceError, one_line
+from toolkit.core.errors import ExitCode, InferenceError, one_line, ort_errors
 from toolkit.core.layerwise import set_outputs
 
 # a tensor differs when its largest absolute error is past ATOL + RTOL * its largest magnitude

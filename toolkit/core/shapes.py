@@ -12,11 +12,17 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
-from toolkit.core.errors import InputError, one_line, ort_errors
+import numpy as np
+import onnx
+
+from toolkit.core.errors import DependencyError, InputError, one_line, ort_errors
 from toolkit.core.graphs import attribute_graphs, copy_field, has_external_data, tensor_nbytes
-from toolkit.core.meta import TensorMeta, format_spec_shape
+from toolkit.core.meta import TensorMeta, dtype_from_numpy, dtype_from_onnx, dtype_to_numpy, format_spec_shape
+from toolkit.core.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
 
 # Initializers bigger than this are replaced by shape-only stubs for shape inference.
 STUB_BYTES = 1 << 16
@@ -91,7 +97,6 @@ def top_tensor_names(model) -> List[str]:
 
 def _stub_tensor(t):
     """A shape-only stand-in for a big initializer (dims and type, no data)."""
-    import onnx
 
     stub = onnx.TensorProto()
     stub.name = t.name
@@ -110,7 +115,6 @@ def light_copy(model, stub_bytes: int = STUB_BYTES):
     Good for shape inference and structure edits; not runnable. The original is untouched
     and its weights are not copied.
     """
-    import onnx
 
     new = onnx.ModelProto()
     for field, value in model.ListFields():
@@ -185,7 +189,6 @@ def override_input_shapes(model, input_shapes: Mapping[str, Sequence], *, inplac
 
 
 def _copy(model):
-    import onnx
 
     new = onnx.ModelProto()
     new.CopyFrom(model)
@@ -196,13 +199,11 @@ def _copy(model):
 
 
 def _meta_of_initializer(t) -> TensorMeta:
-    from toolkit.core.meta import dtype_from_onnx
 
     return TensorMeta(t.name, tuple(int(d) for d in t.dims), dtype_from_onnx(t.data_type))
 
 
 def collect_inferred(inferred) -> Dict[str, TensorMeta]:
-    from toolkit.core.model import value_info_meta
 
     g = inferred.graph
     metas: Dict[str, TensorMeta] = {}
@@ -345,7 +346,6 @@ def infer_tensor_meta(
 
 def _unfixed_inputs(model):
     """Graph inputs (not initializers) whose shape is not fully static: [(name, shape)]."""
-    from toolkit.core.model import graph_io_meta
 
     ins, _ = graph_io_meta(model)
     out = []
@@ -360,10 +360,7 @@ _MAX_FEED_BYTES = 4 * 2**30
 
 
 def _generate_feed(model, seed: int = 1) -> Dict[str, object]:
-    import numpy as np
 
-    from toolkit.core.meta import dtype_to_numpy
-    from toolkit.core.model import graph_io_meta
 
     rng = np.random.default_rng(seed)
     feed: Dict[str, object] = {}
@@ -398,13 +395,7 @@ def _ort_session(runnable, external_data_dir: Optional[str]):
     """An ONNX-Runtime CPU session without graph optimizations for ``runnable`` (consumed):
     weights left external are read from ``external_data_dir``; a model over protobuf's limit
     goes through a temporary external-data file."""
-    import os
-    import tempfile
-
-    import onnx
-    import onnxruntime as ort
-
-    from toolkit.core.model import PROTOBUF_LIMIT
+    import onnxruntime as ort  # inspect and surgeon load this module without running a model
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -434,9 +425,7 @@ def run_on_ort(
 
     ``feed`` defaults to generated inputs of the (``input_shapes``-overridden) input shapes.
     ``purpose`` ends the error messages ("... to {purpose} failed: ...")."""
-    import onnx
 
-    from toolkit.core.errors import DependencyError
 
     try:
         import onnxruntime  # noqa: F401
@@ -478,9 +467,7 @@ def _run_for_shapes(original, work, input_shapes, external_data_dir, feed=None) 
     """Run ``original`` (with ``work``'s input shapes) on ORT, every tensor an output.
 
     ``feed`` (input name -> array) replaces the generated inputs when given."""
-    import numpy as np
 
-    from toolkit.core.meta import dtype_from_numpy
 
     feed, values = run_on_ort(
         original, purpose="find tensor shapes", feed=feed, input_shapes=input_shapes, external_data_dir=external_data_dir

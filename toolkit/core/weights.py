@@ -16,12 +16,16 @@ then each one is appended as a tiny ``ModelProto{graph{initializer: [tensor]}}``
 from __future__ import annotations
 
 import os
+import shutil
 import warnings
 from typing import Dict, Iterator, List, Optional, Tuple
 
+import onnx
+from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor
+
 from toolkit.core.errors import LIBRARY_ERRORS, InputError
-from toolkit.core.graphs import walk_graphs
-from toolkit.core.model import describe
+from toolkit.core.graphs import external_data_folder, external_data_locations, has_external_data, walk_graphs
+from toolkit.core.model import check_external_files, describe, load_model
 from toolkit.core.protowire import field_header
 
 _CHUNK = 16 << 20
@@ -30,7 +34,6 @@ _CHUNK = 16 << 20
 def is_ref(tensor) -> bool:
     """A tensor whose data is in an external file (any ``raw_data`` it also holds is
     ignored, as onnx's loader does)."""
-    import onnx
 
     return tensor.data_location == onnx.TensorProto.EXTERNAL
 
@@ -64,8 +67,6 @@ def ref_nbytes(tensor) -> int:
 
 def load_tensor(tensor, base_dir: str, path: str = "") -> None:
     """Read one referenced tensor's data into it (it becomes an in-memory tensor)."""
-    import onnx
-    from onnx.external_data_helper import load_external_data_for_tensor
 
     try:
         with warnings.catch_warnings():
@@ -78,7 +79,6 @@ def load_tensor(tensor, base_dir: str, path: str = "") -> None:
 def ref_source(tensor, base_dir: str) -> Tuple[str, int, int]:
     """(file, offset, length) of a referenced tensor's bytes, checked: the file is inside
     ``base_dir`` and holds the whole range."""
-    from onnx.external_data_helper import ExternalDataInfo
 
     try:
         with warnings.catch_warnings():
@@ -128,7 +128,6 @@ def append_refs_to_data_file(model, base_dir: str, folder: str, location: str, s
     """Copy every referenced top-level initializer into ``folder/location`` (appending),
     in chunks, and point the tensor there. Small ones are loaded into the model instead;
     nested references (attribute tensors, subgraph initializers) are loaded."""
-    import onnx
 
     for t in nested_tensors(model):
         if is_ref(t):
@@ -162,7 +161,6 @@ def write_single_file(model, out, base_dir: str) -> None:
     Nested references are loaded first. ``model`` loses those initializers from its list
     while writing and gets them back at the end (as in-file references, unchanged).
     """
-    import onnx
 
     for t in nested_tensors(model):
         if is_ref(t):
@@ -211,8 +209,6 @@ def load_lazily(
     ``needed(graph)`` (a function of the loaded graph, e.g. what constant folding reads).
     ``files``, if given, receives the absolute paths of the model's external data files.
     """
-    from toolkit.core.graphs import external_data_folder, external_data_locations, has_external_data
-    from toolkit.core.model import check_external_files, load_model
 
     model = load_model(path, external_data_dir=external_data_dir, load_external_data=False)
     if not has_external_data(model):
@@ -260,7 +256,6 @@ def link_data_files(
 
     Nothing that is one of ``sources`` is ever replaced.
     """
-    import shutil
 
     real_folder = os.path.realpath(folder)
     real_sources = [os.path.realpath(s) for s in sources]
@@ -300,7 +295,6 @@ def link_data_files(
 
 def relinked(tensor, location: str):
     """A copy of the reference ``tensor`` (no data) pointing at ``location``, same offset and length."""
-    import onnx
 
     out = onnx.TensorProto()
     out.CopyFrom(tensor)

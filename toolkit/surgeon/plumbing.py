@@ -10,8 +10,6 @@ from typing import Callable, Optional, Sequence
 
 import onnx
 from onnx import ValueInfoProto, helper
-from onnx_graphsurgeon.exporters import onnx_exporter
-from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
 
 from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError, one_line, ort_errors
 from toolkit.core.graphs import walk_graphs
@@ -131,6 +129,8 @@ def stubbed_constants(graph, limit: int):
 
     Exporting a big constant copies its bytes four times (tobytes, make_tensor, the
     graph's initializer list, the model's graph); shape inference needs none of them."""
+    from onnx_graphsurgeon.exporters import onnx_exporter  # sanitize without folding loads no graphsurgeon
+    from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
 
     stubbed = {}
     for tensor in graph.tensors().values():
@@ -167,6 +167,7 @@ def stubbed_constants(graph, limit: int):
 
 def fill_stubs(model, constants) -> None:
     """Give the stubs that :func:`stubbed_constants` exported their data (one copy each)."""
+    from onnx_graphsurgeon.exporters import onnx_exporter
 
     for t in model.graph.initializer:
         if not (t.external_data and t.external_data[0].value == STUB_LOCATION):

@@ -10,7 +10,6 @@ from typing import Any, List, Optional, Sequence, Tuple
 import numpy as np
 import onnx
 import onnx.shape_inference
-import onnxruntime as ort
 from onnx import numpy_helper
 
 from toolkit.core.errors import InputError, UsageError, one_line, ort_errors
@@ -76,6 +75,7 @@ def light_session(model, external_data_dir: Optional[str] = None, extra_outputs:
     become graph inputs fed with the model's own arrays (no copy), so creating the
     session costs the graph, not the weights. ``only_outputs`` prunes the graph to what
     they need; ``optimized`` loads at ONNX-Runtime's basic level."""
+    import onnxruntime as ort  # surgeon commands that validate nothing do not load it
 
     light, stubbed = _without_big_weights(model)
     if only_outputs is not None:
