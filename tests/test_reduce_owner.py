@@ -23,7 +23,9 @@ def _start(folder, culprit, *extra, sleep="0.6"):
         sys.executable, "-m", "toolkit", "debug", "reduce", "model.onnx", "-o", f"reduced_{culprit}.onnx", "--json",
         *extra, "--check", sys.executable, CHECKER, "polygraphy_debug.onnx", culprit, "--sleep", sleep,
     ]
-    return subprocess.Popen(argv, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    # fixed check costs: the check count then does not depend on how loaded the machine is
+    env = dict(os.environ, TOOLKIT_REDUCE_FIXED_COSTS="1")
+    return subprocess.Popen(argv, cwd=folder, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
 
 
 def _done(proc, timeout=120):

@@ -85,6 +85,16 @@ def _root(
     failing models to minimal subgraphs."""
 
 
+def _importing(frame) -> bool:
+    """Whether ``frame`` runs inside an import (importlib's frames are on the stack)."""
+    depth = 0
+    while frame is not None and depth < 400:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame, depth = frame.f_back, depth + 1
+    return False
+
+
 def build_app(names: Optional[List[str]] = None, lazy: bool = False) -> typer.Typer:
     """The root Typer app with the named groups (default: all of them); with ``lazy``, an
     app with none registered whose root group loads them on demand."""
@@ -134,9 +144,69 @@ def main(argv: Optional[List[str]] = None) -> int:
     output.reset()
     output.state.argv = list(argv)
     try:
-        return run_with_boundary(_main, argv)
+        with _signals():
+            return run_with_boundary(_main, argv)
     finally:
         output.reset()
+
+
+class _signals:
+    """SIGTERM and SIGHUP end a command as Ctrl-C does (KeyboardInterrupt: temp files removed,
+    `debug reduce` writes what it has, the running check is killed, exit 130); a second one
+    while that cleanup runs is ignored. Which signal came is kept for the message. Only the
+    main thread can set handlers; elsewhere nothing changes."""
+
+    NAMES = ("SIGINT", "SIGTERM", "SIGHUP")
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self.old: dict = {}
+        if threading.current_thread() is not threading.main_thread():
+            return self
+        for name in self.NAMES:
+            num = getattr(signal, name, None)
+            if num is None:
+                continue
+            current = signal.getsignal(num)
+            if current is not (signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL):
+                continue  # ignored (a background job, nohup) or handled by someone else: leave it
+            try:
+                self.old[num] = signal.signal(num, self._handler)
+            except (ValueError, OSError):  # pragma: no cover - not settable here
+                pass
+        return self
+
+    @staticmethod
+    def _handler(signum, frame):
+        import signal
+
+        from toolkit.cli import output
+
+        if _importing(frame):
+            # raised inside an import, KeyboardInterrupt can leave a module half-initialised (a C
+            # extension then reports it as missing): the signal is delivered again just after
+            import threading
+
+            timer = threading.Timer(0.05, os.kill, (os.getpid(), signum))
+            timer.daemon = True
+            timer.start()
+            return
+        first = output.state.signal is None
+        output.state.signal = signum
+        if signum == signal.SIGINT or first:
+            raise KeyboardInterrupt
+
+    def __exit__(self, *exc):
+        import signal
+
+        for num, old in self.old.items():
+            try:
+                signal.signal(num, old)
+            except (ValueError, OSError):  # pragma: no cover
+                pass
+        return False
 
 
 def _main(argv: List[str]) -> int:
@@ -164,9 +234,15 @@ def _main(argv: List[str]) -> int:
 
 
 def _dispatch(rest: List[str]):
+    from toolkit.cli import output
+    from toolkit.cli.errors import report_interrupt
+
     # a process that already built the whole tree (a warm worker) reuses it for any command
     cmd = _COMMANDS.get(None) or get_command(lazy=True)
-    return cmd.main(args=rest, prog_name="toolkit", standalone_mode=False)
+    code = cmd.main(args=rest, prog_name="toolkit", standalone_mode=False)
+    if code == 130 and output.state.signal is not None and not output.state.interrupt_reported:
+        report_interrupt()  # Typer turned the KeyboardInterrupt into exit code 130, silently
+    return code
 
 
 def _worker_main(argv: List[str]) -> int:

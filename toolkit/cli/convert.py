@@ -122,6 +122,11 @@ def _convert(
     check: _Check,
 ) -> None:
     _check_args(model_path, output, dtype, keep_fp32, json_out, check)
+    from toolkit.core import paths
+
+    reads = [("--load-inputs", check.load_inputs)] if check.load_inputs else []
+    writes = [("-o", output)] + ([("-o's external data file", output + ".data")] if output != "-" else [])
+    paths.check_with_model(model_path, reads, writes, external_data_dir)
     from toolkit.convert import fp16
 
     assert dtype is not None
@@ -170,8 +175,6 @@ def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Ch
     if check.load_inputs and (check.val_range or check.input_shapes):
         raise UsageError("--val-range and --input-shapes shape generated inputs; with --load-inputs none are generated")
     check_output_path(output, binary=True)
-    if output != "-" and model_path != "-" and os.path.exists(output) and os.path.samefile(output, model_path):
-        raise UsageError(f"{output}: the output would overwrite the input model; choose another -o")
 
 
 def _original(model, model_path: str, external_data_dir: Optional[str]):

@@ -36,6 +36,10 @@ def _to_input(files: List[str], output: str) -> None:
         raise UsageError("stdin ('-') can be read only once")
     check_data_output("-o", output)
     check_output_path(output)
+    from toolkit.core import paths
+
+    # -o may replace one of the inputs (all are read before it is written); not the log file
+    paths.check([(f"input {f}", f) for f in files if not paths.same_file(f, output)], [("-o", output)])
     datasets = [load_data(f) for f in files]
     _warn_uneven(files, datasets)
     merged = merge_to_inputs(datasets)

@@ -139,7 +139,10 @@ def _summary(outcome, cfg) -> int:
         )
         return int(ExitCode.OK)
     if outcome.status == "interrupted":
-        why = "End of input" if outcome.stopped_by == "eof" else "Interrupted"
+        from toolkit.cli.output import interrupted_by, state
+
+        state.interrupt_reported = True
+        why = "End of input" if outcome.stopped_by == "eof" else "I" + interrupted_by()[1:]
         if outcome.output_written:
             log(
                 f"{why}: the smallest failing model so far ({_plural(outcome.nodes_after, 'node')}) "

@@ -68,19 +68,33 @@ def run_with_boundary(func, *args, **kwargs) -> int:
     only by an unexpected failure (text that is not UTF-8, an OS error) -> 3; anything else
     unexpected is a bug: 70 with a one-line message (``TOOLKIT_DEBUG=1`` shows the traceback).
     """
-    from toolkit.cli.output import debug_enabled
-
     try:
         rv = func(*args, **kwargs)
         return rv if isinstance(rv, int) else 0
+    except Exception as exc:  # noqa: BLE001 - after a signal, any failure is the interruption's
+        from toolkit.cli.output import state
+
+        if state.signal is None:
+            return _failed(exc)
+        return report_interrupt()
+    except KeyboardInterrupt:
+        return report_interrupt()
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+
+
+def _failed(exc: Exception) -> int:
+    """The exit code of an exception that reached the boundary, its line printed."""
+    from toolkit.cli.output import debug_enabled
+
+    try:
+        raise exc  # (dispatched by type below)
     except ToolkitError as exc:
         if debug_enabled():
             traceback.print_exc()
         _print_error(exc.message)
         return int(exc.exit_code)
-    except KeyboardInterrupt:
-        _print_error("interrupted")
-        return int(ExitCode.INTERRUPTED)
     except BrokenPipeError:
         # the reader of our stdout went away (e.g. `| head`): not an error of ours
         try:
@@ -88,9 +102,6 @@ def run_with_boundary(func, *args, **kwargs) -> int:
         except OSError:
             pass
         return 0
-    except SystemExit as exc:
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
     except Exception as exc:  # noqa: BLE001 - this is the boundary
         # Click's own exceptions, without importing click (Typer bundles its own).
         if hasattr(exc, "show") and hasattr(exc, "exit_code"):
@@ -100,8 +111,7 @@ def run_with_boundary(func, *args, **kwargs) -> int:
                 _print_error(_click_message(exc))
             return int(exc.exit_code)
         if type(exc).__name__ == "Abort":
-            _print_error("interrupted")
-            return int(ExitCode.INTERRUPTED)
+            return report_interrupt()
         if debug_enabled():
             traceback.print_exc()
         return _unexpected(exc)
@@ -130,6 +140,18 @@ def _unexpected(exc: Exception) -> int:
         if not corrupt:
             return int(ExitCode.INTERNAL)
     return int(ExitCode.BAD_INPUT)
+
+
+def report_interrupt() -> int:
+    """The one line an interrupted command ends with (what was and was not written); 130."""
+    from toolkit.cli.output import interrupted_by, state
+
+    if not state.interrupt_reported:
+        state.interrupt_reported = True
+        paths = sys.modules.get("toolkit.core.paths")
+        written = paths.written_summary() if paths is not None else ""
+        _print_error(f"{interrupted_by()}{'; ' + written if written else ''}")
+    return int(ExitCode.INTERRUPTED)
 
 
 def _corrupt_model_text():

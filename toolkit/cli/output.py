@@ -44,6 +44,8 @@ class _State:
         self.formats: List[str] = []
         self.argv: Optional[List[str]] = None  # the command line as typed (before common options were taken out)
         self.model_type: Optional[str] = None  # --model-type, when given
+        self.signal: Optional[int] = None  # the signal that interrupted the command (SIGINT, SIGTERM, SIGHUP)
+        self.interrupt_reported = False  # its one line was printed
 
 
 state = _State()
@@ -67,6 +69,9 @@ def reset() -> None:
         except OSError:
             pass
     vars(state).update(vars(_State()))
+    from toolkit.core import paths
+
+    paths.reset_process_writes()
 
 
 def configure(level: Optional[int] = None, log_file: Optional[str] = None, formats=None) -> None:
@@ -80,6 +85,7 @@ def configure(level: Optional[int] = None, log_file: Optional[str] = None, forma
 
         if state.log_file is not None:
             state.log_file.close()
+        _check_log_file(log_file)
         try:
             folder = os.path.dirname(log_file)
             if folder:
@@ -88,6 +94,52 @@ def configure(level: Optional[int] = None, log_file: Optional[str] = None, forma
         except OSError as exc:
             raise UsageError(f"--log-file {log_file}: cannot write it ({exc.strerror or exc})") from None
         state.log_file_path = log_file
+
+
+def _check_log_file(log_file: str) -> None:
+    """The log file is a write of every command (toolkit.core.paths): it must not be a file the
+    command line names (a model, a data file, a script) nor an external data file of a model
+    it names. Checked before the file is opened."""
+    from toolkit.core import paths
+
+    paths.add_process_write("--log-file", log_file)
+    if log_file in ("-", "/dev/stdout", "/dev/stderr") or not os.path.exists(log_file):
+        return  # (a new file can clash only with a command's outputs: each command checks those)
+    named = _argv_files(state.argv or [], log_file)
+    reads = [("input", p) for p in named]
+    for p in named:
+        reads += [(f"{p}'s external data file", d) for d in paths.model_data_files(p, [("--log-file", log_file)])]
+    paths.check(reads, [])
+
+
+def _argv_files(argv: List[str], log_file: str) -> List[str]:
+    """The existing files named on the command line, --log-file's own value left out."""
+    out = []
+    skip = False
+    for tok in argv:
+        if skip:
+            skip = False
+            continue
+        name, eq, value = tok.partition("=")
+        if name == "--log-file":
+            skip = not eq
+            continue
+        for cand in ((value,) if eq and name.startswith("-") else (tok,)):
+            if cand and cand != "-" and os.path.isfile(cand):
+                out.append(cand)
+    return out
+
+
+def interrupted_by() -> str:
+    """'interrupted' and the signal that did it: 'interrupted (SIGTERM)'."""
+    if state.signal is None:
+        return "interrupted"
+    import signal
+
+    try:
+        return f"interrupted ({signal.Signals(state.signal).name})"
+    except ValueError:  # pragma: no cover
+        return f"interrupted (signal {state.signal})"
 
 
 def enabled(level: int) -> bool:
@@ -193,8 +245,15 @@ def to_log_file(text: str) -> None:
     try:
         state.log_file.write(text if text.endswith("\n") else text + "\n")
         state.log_file.flush()
-    except (OSError, ValueError):
-        pass
+    except (OSError, ValueError) as exc:
+        # a full disk: say it once on stderr and stop writing to it
+        lost, state.log_file = state.log_file, None
+        try:
+            lost.close()
+        except (OSError, ValueError):
+            pass
+        why = getattr(exc, "strerror", None) or str(exc)
+        sys.stderr.write(f"warning: --log-file {state.log_file_path}: cannot write ({why}); the log goes on only here\n")
 
 
 def emit(message: str, level: int = INFO, style: Optional[str] = None) -> None:

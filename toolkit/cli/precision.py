@@ -86,6 +86,9 @@ def _summary(outcome, cfg, json_out: bool) -> int:
         )
         code = int(ExitCode.FAILED)
     elif outcome.status == S.STATUS_INTERRUPTED:
+        from toolkit.cli.output import state
+
+        state.interrupt_reported = True
         if outcome.kept or outcome.output_written:
             log(f"Interrupted: the smallest passing set so far has {len(outcome.kept)} node(s) ({stats}).")
         else:

@@ -111,11 +111,30 @@ def _check_data_file_clash(model_path: str, output: str, external_path: Optional
             )
 
 
+def _check_paths(model_path: str, output: str, external_path: Optional[str], external_data_dir: Optional[str]) -> None:
+    """The one rule (toolkit.core.paths): -o and its data file are not files this command reads,
+    except that -o may replace MODEL itself (its data file then goes with it)."""
+    from toolkit.core import paths
+    from toolkit.core.model import STDIO, data_file_path
+
+    writes = []
+    if output != STDIO:
+        writes.append(("-o", output))
+        if external_path:
+            writes.append(("--external-data-path", data_file_path(output, external_path)))
+    if paths.same_file(model_path, output):
+        paths.check([], writes)
+        paths.check_with_model(model_path, [], [], external_data_dir)
+        return
+    paths.check_with_model(model_path, [], writes, external_data_dir)
+
+
 def _load(model_path: str, external_data_dir: Optional[str], output: str, external_path: Optional[str],
           fold_constants: bool = False):
     """(model, base_dir): big external weights are read later, only if the result keeps them."""
     from toolkit.surgeon.load import load_for_surgery
 
+    _check_paths(model_path, output, external_path, external_data_dir)
     files: list = []
     loaded = load_for_surgery(model_path, external_data_dir, fold_constants=fold_constants, files=files)
     _check_data_file_clash(model_path, output, external_path, files)

@@ -14,6 +14,7 @@ import tempfile
 from typing import Iterator, Optional
 
 from toolkit.core.errors import InputError, UsageError
+from toolkit.core.paths import forget_written, note_written
 from toolkit.core.graphs import all_tensors, external_data_folder, external_data_locations, has_external_data  # noqa: F401  (re-exported)
 from toolkit.core.graphs import undecodable_text
 
@@ -196,6 +197,7 @@ def atomic_output(path: str, mode: str = "wb") -> Iterator:
         check_output_path(path)
         folder = os.path.dirname(os.path.abspath(path))
         fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+        # (the documented hidden temp name: .NAME.<random>.tmp, see temp_name)
         try:
             with os.fdopen(fd, mode) as f:
                 yield f
@@ -205,12 +207,14 @@ def atomic_output(path: str, mode: str = "wb") -> Iterator:
                 os.umask(umask)
                 os.chmod(tmp, 0o666 & ~umask)
             os.replace(tmp, path)
+            note_written(path)
         except BaseException:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
     except OSError as exc:
-        raise InputError(f"{describe(path)}: cannot write: {exc.strerror or exc}") from None
+        where = "<stdout>" if path == STDIO else path
+        raise InputError(f"{where}: cannot write: {exc.strerror or exc}") from None
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:
@@ -302,8 +306,8 @@ def save_model(
     external_data_path: Optional[str] = None,
     size_threshold: int = 1024,
     external_base_dir: Optional[str] = None,
-) -> None:
-    """Save ``model`` to ``path`` (``-`` = stdout) atomically.
+) -> Optional[str]:
+    """Save ``model`` to ``path`` (``-`` = stdout) atomically; the external-data file written, if any.
 
     ``external_data=None`` picks external data automatically for models that protobuf
     cannot serialize in one piece (>~2 GB). External data goes to ``external_data_path``
@@ -328,34 +332,35 @@ def save_model(
         if external_base_dir is not None:
             with atomic_output(path, "wb") as f:
                 weights.write_single_file(model, f, external_base_dir)
-            return
+            return None
         with atomic_output(path, "wb") as f:
             write_model(model, f)
-        return
+        return None
     if path == STDIO:
         raise UsageError("a model with external data cannot be written to stdout; give a file name with -o")
-    _save_with_external_data(model, path, external_data_path, size_threshold, external_base_dir)
+    return _save_with_external_data(model, path, external_data_path, size_threshold, external_base_dir)
 
 
 def _save_with_external_data(
     model, path: str, location: Optional[str], size_threshold: int, base_dir: Optional[str] = None
-) -> None:
-    from onnx.external_data_helper import write_external_data_tensors
+) -> str:
+    """Write the model and its data file to hidden temp names, then rename the data file
+    first and the model last: until the model's rename the old model (and its data) is
+    untouched, after it the new pair is complete. When the model now at ``path`` reads the
+    data file's very name (an in-place rewrite), it is first pointed at a hidden link to its
+    old data (:class:`_Swing`), so that no moment pairs the old model with new data."""
+    from onnx.external_data_helper import set_external_data, write_external_data_tensors
 
     check_output_path(path)
     folder = os.path.dirname(os.path.abspath(path))
-    location = location or (os.path.basename(path) + ".data")
-    if os.path.isabs(location):
-        raise UsageError(f"external data path '{location}' must be relative to the model's folder")
+    location = _data_location(path, folder, location)
     data_file = os.path.join(folder, location)
-    # Write the data file to a temp name first, then both renames at the end.
-    tmp_loc = location + ".tmp"
+    # the temp data file's name, as the model refers to it while it is written
+    tmp_loc = os.path.join(os.path.dirname(location), temp_name(os.path.basename(location)))
     tmp_data = os.path.join(folder, tmp_loc)
+    tmp_model = ""
+    swing = _Swing(path, folder, location)
     try:
-        if os.path.exists(tmp_data):
-            os.unlink(tmp_data)
-        from onnx.external_data_helper import set_external_data
-
         if base_dir is not None:
             # weights still in the source's files: copied in chunks, never all in memory
             from toolkit.core.weights import append_refs_to_data_file
@@ -367,24 +372,128 @@ def _save_with_external_data(
             if t.HasField("raw_data") and sys.getsizeof(t.raw_data) >= size_threshold:
                 set_external_data(t, tmp_loc)
         write_external_data_tensors(model, folder)
-        # point the model at the final name before serializing it
-        for tensor in all_tensors(model):
-            for entry in tensor.external_data:
-                if entry.key == "location" and entry.value == tmp_loc:
-                    entry.value = location
-        write_bytes_atomic(path, model.SerializeToString())
+        _relocate(model, tmp_loc, location)  # point the model at the final name before serializing it
+        tmp_model = os.path.join(folder, temp_name(os.path.basename(path)))
+        with open(tmp_model, "xb") as f:
+            f.write(model.SerializeToString())
+        _normal_permissions(tmp_data)
+        _normal_permissions(tmp_model)
+        swing.start()
         if os.path.exists(tmp_data):
-            with contextlib.suppress(OSError):  # onnx creates it 0600; give it the model's permissions
-                umask = os.umask(0)
-                os.umask(umask)
-                os.chmod(tmp_data, 0o666 & ~umask)
-            os.replace(tmp_data, data_file)
-    except BaseException as exc:  # incl. Ctrl-C: no half-written data file is left behind
-        with contextlib.suppress(OSError):
-            os.unlink(tmp_data)
+            os.replace(tmp_data, data_file)  # data first: the old model does not read this name
+        os.replace(tmp_model, path)  # the commit
+        note_written(path)
+    except BaseException as exc:  # incl. Ctrl-C, SIGTERM: no temp file is left behind
+        swing.undo()
+        for left in (tmp_data, tmp_model):
+            if left:
+                with contextlib.suppress(OSError):
+                    os.unlink(left)
         if isinstance(exc, OSError):
-            raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
+            raise InputError(f"{path}: cannot write: {exc.strerror or exc}; {path} was not changed") from None
         raise
+    swing.done()
+    return data_file
+
+
+def _relocate(model, old: str, new: str) -> None:
+    for tensor in all_tensors(model):
+        for entry in tensor.external_data:
+            if entry.key == "location" and entry.value == old:
+                entry.value = new
+
+
+class _Swing:
+    """An in-place rewrite whose data file has the name the old model reads: before the
+    renames, the old data file gets a hidden second name (a hard link) and the old model is
+    rewritten (atomically) to read that name. The old pair stays whole until the new model
+    is in place; then the link goes. On failure both are put back."""
+
+    def __init__(self, path: str, folder: str, location: str):
+        self.path, self.location = path, location
+        self.data_file = os.path.join(folder, location)
+        self.original: Optional[bytes] = None
+        self.backup = ""
+        self.old = None
+        if os.path.isfile(path) and os.path.isfile(self.data_file):
+            try:
+                raw = read_bytes(path)
+                old = _parse_model(raw, path)
+            except InputError:
+                return
+            if location in external_data_locations(old):
+                self.original, self.old = raw, old
+
+    def start(self) -> None:
+        if self.old is None:
+            return
+        backup_loc = os.path.join(os.path.dirname(self.location), temp_name(os.path.basename(self.location)))
+        self.backup = os.path.join(os.path.dirname(self.data_file), os.path.basename(backup_loc))
+        os.link(self.data_file, self.backup)
+        _relocate(self.old, self.location, backup_loc)
+        write_bytes_atomic(self.path, self.old.SerializeToString())
+
+    def undo(self) -> None:
+        """Put the old model and its data file back (after a failure or an interruption)."""
+        if not self.backup or not os.path.exists(self.backup):
+            return
+        with contextlib.suppress(OSError):
+            if not os.path.samefile(self.backup, self.data_file):  # the new data is in place already
+                again = os.path.join(os.path.dirname(self.data_file), temp_name(os.path.basename(self.data_file)))
+                os.link(self.backup, again)  # (the model on disk reads the backup until it is put back)
+                os.replace(again, self.data_file)
+        if self.original is not None:
+            with contextlib.suppress(InputError, OSError):
+                write_bytes_atomic(self.path, self.original)
+        with contextlib.suppress(OSError):
+            os.unlink(self.backup)  # (still there when the data was not replaced: another name of it)
+        forget_written(self.path)
+
+    def done(self) -> None:
+        if self.backup:
+            with contextlib.suppress(OSError):
+                os.unlink(self.backup)
+
+
+def temp_name(basename: str) -> str:
+    """The documented hidden temp name of a file being written: ``.NAME.<random>.tmp``."""
+    import secrets
+
+    return f".{basename}.{secrets.token_hex(4)}.tmp"
+
+
+def _normal_permissions(path: str) -> None:
+    """mkstemp and onnx create files 0600; give a written file the usual permissions."""
+    with contextlib.suppress(OSError):
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(path, 0o666 & ~umask)
+
+
+def data_file_path(path: str, location: Optional[str]) -> str:
+    """The external-data file that saving a model to ``path`` with ``location`` writes,
+    checked before any work (UsageError / InputError)."""
+    folder = os.path.dirname(os.path.abspath(path))
+    return os.path.join(folder, _data_location(path, folder, location))
+
+
+def _data_location(path: str, folder: str, location: Optional[str]) -> str:
+    """The data file's location relative to the model's folder, checked (UsageError / InputError)."""
+    location = location or (os.path.basename(path) + ".data")
+    if os.path.isabs(location):
+        raise UsageError(f"external data path '{location}' must be relative to the model's folder")
+    norm = os.path.normpath(location)
+    if norm == os.pardir or norm.startswith(os.pardir + os.sep):
+        raise UsageError(
+            f"external data path '{location}' leaves the model's folder; ONNX-Runtime refuses to load such a "
+            "model: give a name inside the folder of -o"
+        )
+    data_file = os.path.join(folder, location)
+    _refuse_first(data_file, [
+        (os.path.isdir(data_file), "is a directory; give --external-data-path a file name"),
+        (not os.path.isdir(os.path.dirname(data_file)), "its folder does not exist"),
+    ])
+    return location
 
 
 def graph_io_meta(model):

@@ -217,8 +217,13 @@ class PrecisionSearch:
                 if path == "-":
                     raise UsageError("debug precision writes files; give a file name, not '-'")
                 check_output_path(path)
-        if c.output and os.path.abspath(c.output) == os.path.abspath(c.model):
-            raise UsageError(f"{c.output}: the output would overwrite the input model; choose another -o")
+        from toolkit.core import paths
+
+        reads = [("--load-inputs", p) for p in c.load_inputs] + [("--load-outputs", c.load_outputs or "")]
+        if c.load_replay and not (c.save_replay and paths.same_file(c.load_replay, c.save_replay)):
+            reads.append(("--load-debug-replay", c.load_replay))
+        writes = [("-o", c.output or ""), ("--save-debug-replay", c.save_replay or "")]
+        paths.check_with_model(c.model, reads, writes, c.external_data_dir)
 
     @staticmethod
     def _spec(text: str):

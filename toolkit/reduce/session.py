@@ -59,6 +59,14 @@ from toolkit.reduce.strategy import STRATEGIES, Plan
 DEFAULT_ITER_ARTIFACT = "polygraphy_debug.onnx"
 DEFAULT_ART_DIR = "polygraphy_artifacts"
 DEFAULT_REPLAY = "polygraphy_debug_replay.json"
+# A run stops (exit 3) once at least this many checks after the full model were broken and
+# they are more than this share of those checks: it cannot judge the model.
+UNJUDGED_MIN = 6
+UNJUDGED_SHARE = 2 / 3
+
+
+class CannotJudge(InputError):
+    """The checks can no longer judge the model (see Session._stop_if_unjudgeable)."""
 # External weights up to this size are read when the model is loaded; bigger ones stay on
 # disk and are copied into each file written (see GraphIndex.write).
 EAGER_WEIGHT_BYTES = 1 << 20
@@ -409,6 +417,7 @@ class Reducer:
         self._spill_done = False
         self._made_links: List[str] = []  # links made for the iteration artifact (removed at the end)
         self._owner: Optional[Any] = None  # the locks on the iteration artifact and replay file (toolkit.reduce.owner)
+        self._check_files: List[str] = []  # the data files the check reads (--load-inputs ... after --check)
 
     # ------------------------------------------------------------------ set-up
 
@@ -451,14 +460,24 @@ class Reducer:
             )
 
     def _validate_distinct_outputs(self) -> None:
+        """The one rule (toolkit.core.paths): no output is a file the reduce or its check reads,
+        nor another output. The replay may be loaded from and saved to one file (it is read
+        whole first)."""
+        from toolkit.core import paths
+        from toolkit.reduce.check import data_files_in, toolkit_args
+
         cfg = self.cfg
-        if cfg.model != "-" and os.path.abspath(cfg.iter_artifact) == os.path.abspath(cfg.model):
-            raise UsageError("--iter-artifact must differ from the model file (it is rewritten every iteration)")
-        same = {os.path.abspath(p) for p in (cfg.output, cfg.min_good) if p}
-        if os.path.abspath(cfg.iter_artifact) in same:
-            raise UsageError("--iter-artifact must differ from -o and --min-good (it is rewritten every iteration)")
-        if cfg.min_good and os.path.abspath(cfg.min_good) == os.path.abspath(cfg.output):
-            raise UsageError("-o and --min-good must be different files")
+        reads = [("--load-inputs", p) for p in cfg.load_inputs]
+        check_args = toolkit_args(cfg.check or []) or []
+        self._check_files = [p for p in data_files_in(check_args) if p != "-"]
+        reads += [("the check's data file", p) for p in self._check_files]
+        if cfg.load_replay and not (cfg.save_replay and paths.same_file(cfg.load_replay, cfg.save_replay)):
+            reads.append(("--load-debug-replay", cfg.load_replay))
+        writes = [
+            ("-o", cfg.output), ("--min-good", cfg.min_good or ""), ("--iter-artifact", cfg.iter_artifact),
+            ("--iter-info", cfg.iter_info or ""), ("--save-debug-replay", cfg.save_replay or ""),
+        ]
+        paths.check_with_model(cfg.model, reads, writes, cfg.external_data_dir)
 
     def _load(self) -> None:
         from toolkit.core.model import load_model
@@ -744,6 +763,8 @@ class Reducer:
         if it.result is not None:
             self.reporter.check_output(it)
         self.reporter.iteration_end(it)
+        if it.verdict == BROKEN and mask != self.index.full_mask:
+            self._stop_if_unjudgeable(it.reason)
 
     def _artifact_links(self, cand: Candidate, worker=None) -> Optional[Dict[str, str]]:
         """Where an iteration artifact finds the model's external data files (made once per
@@ -802,6 +823,42 @@ class Reducer:
             )
         except OSError as exc:
             raise InputError(f"{path}: cannot make the model's weights reachable there: {exc}") from None
+
+    def _stopped(self, exc: InputError) -> InputError:
+        """The error that ends a run stopped half-way: a check that could not judge the model
+        (the replay is kept), or a file that could not be written (the smallest failing model
+        found so far is still written to -o if it can be)."""
+        if isinstance(exc, CannotJudge):
+            path = self.cfg.save_replay or DEFAULT_REPLAY
+            self.replay.save(path)
+            return InputError(f"{exc.message}; the verdicts so far are in {path} (resume with --load-debug-replay {path})")
+        if self.best is None or self.checks < 2:
+            return exc
+        try:
+            self._write_output(self.best)
+        except InputError:
+            return exc
+        return InputError(
+            f"{exc.message}; the smallest failing model found so far ({popcount(self.best)} node(s)) was written to "
+            f"{self.cfg.output}"
+        )
+
+    def _stop_if_unjudgeable(self, line: str) -> None:
+        """CannotJudge when the reduce can no longer judge anything: a data file the check reads
+        is gone, or most checks after the full model were broken (a result would be noise)."""
+        gone = [p for p in self._check_files or [] if not os.path.exists(p)]
+        if gone:
+            raise CannotJudge(
+                f"{gone[0]}: a data file the check reads disappeared during the reduce, so the checks after it "
+                f"cannot judge the model ({line}); put it back"
+            )
+        after_full, broken = self.checks - 1, self.broken
+        if broken >= UNJUDGED_MIN and broken > UNJUDGED_SHARE * after_full:
+            raise CannotJudge(
+                f"the check could not judge {broken} of the {after_full} subgraphs checked after the full model "
+                f"(broken: {line}), so the reduce cannot say which nodes fail: make the check run on subgraphs "
+                "(e.g. layerwise --load-inputs and --onnx-outputs mark all golden values)"
+            )
 
     def _broken_full_model(self, res: CheckResult, line: str):
         """The check cannot judge even the full model: stop, one error line, nothing written."""
@@ -907,6 +964,8 @@ class Reducer:
                 mask = self.best
                 outcome.replay_path = self.cfg.save_replay or DEFAULT_REPLAY
                 self.replay.save(outcome.replay_path)
+            except InputError as exc:
+                raise self._stopped(exc) from None
             self._write_results(outcome, mask)
             return self._finish(outcome, t0)
         finally:
@@ -1100,6 +1159,15 @@ class Reducer:
             self.runner.close()
         for w in self.workers[1:]:
             w.runner.close()
+        if self.checks:
+            from toolkit.reduce.check import stop_strays
+
+            strays = stop_strays()
+            if strays:
+                self.reporter.warn(
+                    f"the checks left {strays} process(es) running in the background (detached from their process "
+                    "group); they were stopped"
+                )
         if self.cfg.remove_intermediate:
             artifacts = [self.cfg.iter_artifact] + [w.artifact for w in self.workers[1:]]
             data = [a + ".data" for a in artifacts] if self._external_artifact else []

@@ -52,38 +52,31 @@ class RunPlan:
     shapes: Dict[str, tuple] = field(default_factory=dict)
 
 
-def _same_file(a: str, b: str) -> bool:
-    """Whether paths ``a`` and ``b`` name one file (same real path, or hard links to one inode)."""
-    if os.path.realpath(a) == os.path.realpath(b):
-        return True
-    try:
-        return os.path.samefile(a, b)
-    except OSError:
-        return False
+def _script_path(script: Optional[str]) -> str:
+    """The file of --data-loader-script (``FILE`` or ``FILE:FUNCTION``)."""
+    if not script or os.path.exists(script):
+        return script or ""
+    return script.rsplit(":", 1)[0]
 
 
 def check_output_paths(opts: RunOptions) -> None:
-    """--save-inputs/--save-outputs: distinct, writable, and not a file this run reads."""
-    if opts.save_inputs and opts.save_outputs and opts.save_inputs == opts.save_outputs and opts.save_inputs != "-":
-        raise UsageError("--save-inputs and --save-outputs name the same file")
+    """--save-inputs/--save-outputs/--save-onnx/--save-report/--save-engine: distinct, writable,
+    and none of them a file this run reads (the model and its external data included)."""
+    from toolkit.core import paths
+
     if opts.save_inputs == "-" and opts.save_outputs == "-":
         raise UsageError("only one of --save-inputs and --save-outputs can write to stdout ('-')")
-    readers = [("MODEL", opts.model)]
-    readers += [("--load-inputs", p) for p in opts.load_inputs]
-    readers += [("--load-outputs", p) for p in opts.load_outputs]
-    for flag, path in (("--save-inputs", opts.save_inputs), ("--save-outputs", opts.save_outputs)):
-        if not path or path == "-":
-            continue
-        for what, src in readers:
-            if src and src != "-" and _same_file(path, src):
-                raise UsageError(
-                    f"{flag} {path} would overwrite {what} {src}, which this run reads; choose another file name"
-                )
-    if opts.save_onnx:
-        if opts.save_onnx in (opts.save_inputs, opts.save_outputs):
-            raise UsageError("--save-onnx names the same file as --save-inputs/--save-outputs")
-        if opts.model and opts.model != "-" and _same_file(opts.save_onnx, opts.model):
-            raise UsageError(f"--save-onnx {opts.save_onnx} would overwrite MODEL; choose another file name")
+    reads = [("--load-inputs", p) for p in opts.load_inputs]
+    reads += [("--load-outputs", p) for p in opts.load_outputs]
+    reads += [("--data-loader-script", _script_path(opts.data_loader_script))]
+    writes = [
+        ("--save-inputs", opts.save_inputs or ""), ("--save-outputs", opts.save_outputs or ""),
+        ("--save-onnx", opts.save_onnx or ""), ("--save-report", opts.save_report or ""),
+        ("--save-engine", opts.save_engine or ""),
+    ]
+    if opts.save_onnx and opts.save_onnx != "-":
+        writes.append(("--save-onnx's external data file", opts.save_onnx + ".data"))
+    paths.check_with_model(opts.model, reads, writes, opts.external_data_dir)
     for path in (opts.save_inputs, opts.save_outputs, opts.save_onnx):
         if path:
             check_output_path(path)

@@ -1,0 +1,180 @@
+"""The one rule for the files a command touches, checked before any work.
+
+Every file a command will write (outputs, data files, replay, iteration artifacts, logs, the
+external data files of output models) is compared with every file it reads (the model and
+its external data files, data files, replay, scripts) and with every other file it writes.
+Paths are compared after resolving symbolic links, ``.`` and ``..``, hard links (the same
+inode) and, where the filesystem folds case, letter case. A clash raises :class:`PathClash`
+(a usage error, exit 2) naming both, before anything is read or written.
+
+The command line's log file (``--log-file``) is a write of every command: the CLI registers
+it once with :func:`add_process_write` and every :func:`check` includes it.
+"""
+
+from __future__ import annotations
+
+import functools
+import mmap
+import os
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+from toolkit.core.errors import UsageError
+
+STDIO = "-"
+Named = Tuple[str, str]  # (what the path is, e.g. "--save-outputs", the path)
+
+_PROCESS_WRITES: List[Named] = []
+_DECLARED: List[Named] = []  # the writes the command checked (what it means to write)
+_WRITTEN: List[str] = []  # keys of the files written (renamed into place) so far
+
+
+class PathClash(UsageError):
+    """Two paths of one command name one file where that would lose data."""
+
+    def __init__(self, message: str, paths: Sequence[str]):
+        super().__init__(message)
+        self.paths = list(paths)
+
+
+def add_process_write(what: str, path: str) -> None:
+    """A file every command of this process writes (the log file)."""
+    _PROCESS_WRITES.append((what, path))
+
+
+def reset_process_writes() -> None:
+    for held in (_PROCESS_WRITES, _DECLARED, _WRITTEN):
+        held.clear()
+
+
+def note_written(path: str) -> None:
+    """``path`` is complete in place (called after its atomic rename)."""
+    if path and path != STDIO:
+        _WRITTEN.append(key(path))
+
+
+def forget_written(path: str) -> None:
+    """``path`` was put back as it was (an undone rewrite)."""
+    gone = key(path)
+    _WRITTEN[:] = [k for k in _WRITTEN if k != gone]
+
+
+def written_summary() -> str:
+    """What the command has written and what not (for the line an interruption prints):
+    'nothing was written', 'X was written; Y was not', ... ('' if it writes nothing)."""
+    declared = [(w, p) for w, p in _DECLARED if p and p != STDIO and w != "--log-file"]
+    done = [f"{w} {p}" for w, p in declared if key(p) in _WRITTEN]
+    left = [f"{w} {p}" for w, p in declared if key(p) not in _WRITTEN and os.path.basename(p) and "external-data" not in w]
+    if not done and not left:
+        return ""
+    if not done:
+        return f"{', '.join(left)} {'was' if len(left) == 1 else 'were'} not written"
+    text = f"{', '.join(done)} {'was' if len(done) == 1 else 'were'} written"
+    return text + (f"; {', '.join(left)} {'was' if len(left) == 1 else 'were'} not" if left else "")
+
+
+@functools.lru_cache(maxsize=64)
+def _folds_case(folder: str) -> bool:
+    """Whether the filesystem of ``folder`` treats letter case as the same name."""
+    probe = folder.swapcase()
+    if probe == folder or not os.path.isdir(folder):
+        return False
+    try:
+        return os.path.samefile(folder, probe)
+    except OSError:
+        return False
+
+
+def key(path: str) -> str:
+    """The resolved form of ``path`` that two names of one file share."""
+    real = os.path.realpath(os.path.abspath(path))
+    folder = os.path.dirname(real)
+    return real.lower() if _folds_case(folder) else real
+
+
+def same_file(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` name one file (or would, once written)."""
+    if a == STDIO or b == STDIO:
+        return False
+    if key(a) == key(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _clash(write: Named, other: Named, is_read: bool) -> PathClash:
+    (w, wpath), (o, opath) = write, other
+    same = "" if opath == wpath else " (the same file)"
+    if is_read:
+        text = f"{w} {wpath} would overwrite {o} {opath}{same}, which this command reads"
+    else:
+        text = f"{w} {wpath} and {o} {opath} name the same file{'' if same else ''}; one would overwrite the other"
+    return PathClash(f"{text}; nothing was read or written: choose another file name for {w}", [wpath, opath])
+
+
+def check(reads: Iterable[Named], writes: Iterable[Named]) -> None:
+    """PathClash unless every write differs from every read and from every other write.
+    Empty paths and ``-`` (stdin/stdout) are left out."""
+    reads = [(w, p) for w, p in reads if p and p != STDIO]
+    writes = [(w, p) for w, p in list(writes) + _PROCESS_WRITES if p and p != STDIO]
+    _DECLARED.extend(item for item in writes if item not in _DECLARED)
+    seen: List[Named] = []
+    for item in writes:
+        for other in seen:
+            if same_file(item[1], other[1]) and item != other:
+                raise _clash(item, other, False)
+        if item not in seen:
+            seen.append(item)
+        for src in reads:
+            if same_file(item[1], src[1]):
+                raise _clash(item, src, True)
+
+
+def model_data_files(model_path: str, writes: Iterable[Named], external_data_dir: Optional[str] = None) -> List[str]:
+    """The external data files of the model at ``model_path`` that one of ``writes`` could be.
+
+    Only an existing file can be one (the model needs its data files to load), and only one
+    whose name occurs in the model's bytes: the model is parsed only then, so the check costs
+    nothing in the usual case."""
+    if not model_path or model_path == STDIO or not os.path.isfile(model_path):
+        return []
+    names = set()
+    for _w, path in writes:
+        if path and path != STDIO and os.path.isfile(path):
+            names.update({os.path.basename(path), os.path.basename(os.path.realpath(path))})
+    if not names or not _mentions(model_path, names):
+        return []
+    from toolkit.core.errors import InputError
+    from toolkit.core.graphs import external_data_folder, external_data_locations
+
+    try:
+        from toolkit.core.model import load_model
+
+        model = load_model(model_path, load_external_data=False)
+    except InputError:
+        return []  # the command itself says what is wrong with the model
+    folder = external_data_folder(model_path, external_data_dir)
+    return [os.path.join(folder, loc) for loc in external_data_locations(model) if isinstance(loc, str)]
+
+
+def _mentions(path: str, names: Iterable[str]) -> bool:
+    try:
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return False
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                return any(m.find(n.encode("utf-8", "surrogateescape")) >= 0 for n in names)
+    except (OSError, ValueError):
+        return False
+
+
+def check_with_model(
+    model: Optional[str], reads: Iterable[Named], writes: Iterable[Named], external_data_dir: Optional[str] = None,
+) -> None:
+    """:func:`check`, with the model (``MODEL``) and its external data files among the reads."""
+    writes = list(writes)
+    reads = [("MODEL", model or "")] + list(reads)
+    all_writes = writes + list(_PROCESS_WRITES)
+    reads += [("MODEL's external data file", p) for p in model_data_files(model or "", all_writes, external_data_dir)]
+    check(reads, writes)
