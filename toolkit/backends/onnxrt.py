@@ -30,7 +30,7 @@ from toolkit.core.errors import (  # noqa: F401  (InferenceError: re-exported)
 from toolkit.core.graphs import external_data_folder, has_external_data
 from toolkit.core.layerwise import outputs_patch, select_outputs, set_outputs
 from toolkit.core.meta import TensorMeta
-from toolkit.core.model import _parse_model, check_readable_file, describe, load_external_data_into, read_bytes
+from toolkit.core.model import parse_model, check_readable_file, describe, load_external_data_into, read_bytes
 
 STDIO = "-"
 
@@ -313,7 +313,7 @@ class OnnxrtRunner(Runner):
             raw = None
         else:
             raw = read_bytes(self.model_path)
-            model = _parse_model(raw, self.model_path)
+            model = parse_model(raw, self.model_path)
         patch = b""
         if self.outputs_requested or self.exclude_outputs:
             names = select_outputs(model, self.outputs_requested, self.exclude_outputs)

@@ -79,7 +79,7 @@ def inspect_model(
         return
     base_dir = None
     if shown.weights and not ignore_external_data:
-        from toolkit.core.weights import load_lazily
+        from toolkit.core.model import load_lazily
 
         # weights stay on disk and are read one at a time for their statistics
         proto, base_dir = load_lazily(model, external_data_dir, eager_bytes=0)

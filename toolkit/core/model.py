@@ -14,19 +14,14 @@ import tempfile
 from typing import Iterator, Optional
 
 from toolkit.core.errors import InputError, UsageError
-from toolkit.core.paths import forget_written, note_written
+from toolkit.core.paths import STDIO, describe, forget_written, note_written  # noqa: F401  (STDIO, describe: re-exported)
 from toolkit.core.graphs import all_tensors, external_data_folder, external_data_locations, has_external_data  # noqa: F401  (re-exported)
 from toolkit.core.graphs import undecodable_text
 
-STDIO = "-"
 # Protobuf refuses to serialize messages of 2 GiB or more.
 PROTOBUF_LIMIT = 2**31 - 1
 # Bigger than this and we save weights as external data even if not asked.
 AUTO_EXTERNAL_THRESHOLD = int(1.8 * 2**30)
-
-
-def describe(path: str) -> str:
-    return "<stdin>" if path == STDIO else path
 
 
 def _refuse_first(path: str, problems) -> None:
@@ -59,7 +54,7 @@ def read_bytes(path: str) -> bytes:
         raise InputError(f"{describe(path)}: cannot read: {exc.strerror or exc}") from None
 
 
-def _parse_model(data: bytes, path: str):
+def parse_model(data: bytes, path: str):
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -93,7 +88,7 @@ def corrupt_text_in_models() -> Optional[str]:
     for path in list(_PARSED):
         try:
             with open(path, "rb") as f:
-                model = _parse_model(f.read(), path)
+                model = parse_model(f.read(), path)
         except Exception:  # noqa: BLE001 - gone, unreadable or not a model now: nothing to say about it
             continue
         where = undecodable_text(model)
@@ -116,7 +111,7 @@ def load_model(
     stored outside the model stay as references (structure only).
     """
     data = read_bytes(path)
-    model = _parse_model(data, path)
+    model = parse_model(data, path)
     del data
     if load_external_data and has_external_data(model):
         load_external_data_into(model, external_data_folder(path, external_data_dir), path)
@@ -418,7 +413,7 @@ class _Swing:
         if os.path.isfile(path) and os.path.isfile(self.data_file):
             try:
                 raw = read_bytes(path)
-                old = _parse_model(raw, path)
+                old = parse_model(raw, path)
             except InputError:
                 return
             if location in external_data_locations(old):
@@ -548,3 +543,36 @@ def infer_shapes(model, *, strict: bool = False, data_prop: bool = True):
         if strict:
             raise InputError(f"ONNX shape inference failed: {exc}") from None
         return model
+
+
+def load_lazily(
+    path: str, external_data_dir: Optional[str], needed=None, eager_bytes: int = 1 << 20, files: Optional[list] = None
+):
+    """Load a model keeping big top-level external initializers as references.
+
+    Returns ``(model, base_dir)`` (base_dir None when nothing is external). Loaded at once:
+    nested tensors, those up to ``eager_bytes``, and the initializers named by
+    ``needed(graph)`` (a function of the loaded graph, e.g. what constant folding reads).
+    ``files``, if given, receives the absolute paths of the model's external data files.
+    """
+    from toolkit.core.weights import is_ref, load_tensor, nested_tensors, ref_nbytes, ref_source  # (imports onnx)
+
+    model = load_model(path, external_data_dir=external_data_dir, load_external_data=False)
+    if not has_external_data(model):
+        return model, None
+    base = external_data_folder(path, external_data_dir)
+    check_external_files(model, base, path)
+    if files is not None:
+        files.extend(os.path.abspath(os.path.join(base, loc)) for loc in external_data_locations(model))
+    needed = set(needed(model.graph)) if needed is not None else set()
+    for t in nested_tensors(model):
+        if is_ref(t):
+            load_tensor(t, base, path)
+    for t in model.graph.initializer:
+        if not is_ref(t):
+            continue
+        if t.name in needed or ref_nbytes(t) <= eager_bytes:
+            load_tensor(t, base, path)
+        else:
+            ref_source(t, base)  # a bad location or a short file fails now, before any work
+    return model, base

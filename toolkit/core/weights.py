@@ -18,14 +18,14 @@ from __future__ import annotations
 import os
 import shutil
 import warnings
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Tuple
 
 import onnx
 from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor
 
 from toolkit.core.errors import LIBRARY_ERRORS, InputError
-from toolkit.core.graphs import external_data_folder, external_data_locations, has_external_data, walk_graphs
-from toolkit.core.model import check_external_files, describe, load_model
+from toolkit.core.graphs import walk_graphs
+from toolkit.core.paths import describe
 from toolkit.core.protowire import field_header
 
 _CHUNK = 16 << 20
@@ -197,38 +197,6 @@ def write_single_file(model, out, base_dir: str) -> None:
             copy_range(src, offset, length, out)
     finally:
         inits.extend(saved)
-
-
-def load_lazily(
-    path: str, external_data_dir: Optional[str], needed=None, eager_bytes: int = 1 << 20, files: Optional[list] = None
-):
-    """Load a model keeping big top-level external initializers as references.
-
-    Returns ``(model, base_dir)`` (base_dir None when nothing is external). Loaded at once:
-    nested tensors, those up to ``eager_bytes``, and the initializers named by
-    ``needed(graph)`` (a function of the loaded graph, e.g. what constant folding reads).
-    ``files``, if given, receives the absolute paths of the model's external data files.
-    """
-
-    model = load_model(path, external_data_dir=external_data_dir, load_external_data=False)
-    if not has_external_data(model):
-        return model, None
-    base = external_data_folder(path, external_data_dir)
-    check_external_files(model, base, path)
-    if files is not None:
-        files.extend(os.path.abspath(os.path.join(base, loc)) for loc in external_data_locations(model))
-    needed = set(needed(model.graph)) if needed is not None else set()
-    for t in nested_tensors(model):
-        if is_ref(t):
-            load_tensor(t, base, path)
-    for t in model.graph.initializer:
-        if not is_ref(t):
-            continue
-        if t.name in needed or ref_nbytes(t) <= eager_bytes:
-            load_tensor(t, base, path)
-        else:
-            ref_source(t, base)  # a bad location or a short file fails now, before any work
-    return model, base
 
 
 # ---------------------------------------------------------------------- zero-copy references

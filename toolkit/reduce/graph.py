@@ -146,7 +146,7 @@ class GraphIndex:
     inputs whose shapes the user fixed: their original value info is not reused.
 
     ``external_base_dir``: the folder of the external data files of a ``model`` loaded
-    with its big weights left as references (:func:`toolkit.core.weights.load_lazily`).
+    with its big weights left as references (:func:`toolkit.core.model.load_lazily`).
     Candidates keep those references, and :meth:`write` copies the bytes each one needs
     from the source files in chunks, so no weight is ever held in memory.
     """

@@ -237,8 +237,8 @@ def load_for_index(path: str, external_data_dir: Optional[str] = None):
     of :func:`toolkit.core.model.load_model`.
     """
     from toolkit.core.graphs import has_external_data
-    from toolkit.core.model import _parse_model, check_readable_file
-    from toolkit.core.weights import load_lazily
+    from toolkit.core.model import parse_model, check_readable_file
+    from toolkit.core.model import load_lazily
 
     def full():
         model, base = load_lazily(path, external_data_dir, eager_bytes=EAGER_WEIGHT_BYTES)
@@ -255,7 +255,7 @@ def load_for_index(path: str, external_data_dir: Optional[str] = None):
     if pieces is None or light is None or pieces.external:
         return full()
     try:
-        model = _parse_model(light, path)
+        model = parse_model(light, path)
     except InputError:
         return full()  # let the normal loader word the error
     if has_external_data(model):
