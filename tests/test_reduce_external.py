@@ -34,7 +34,6 @@ def weighted_chain():
 def ext(tmp_path, monkeypatch):
     """The model in tmp_path/src with its weights in weights.bin, none read eagerly, and
     loading all of a model's external data made an error."""
-    import toolkit.core.model as core_model
     import toolkit.reduce.session as session
 
     src = tmp_path / "src"
@@ -45,7 +44,7 @@ def ext(tmp_path, monkeypatch):
     def refuse(*a, **k):
         raise AssertionError("every external weight was loaded")
 
-    monkeypatch.setattr(core_model, "load_external_data_into", refuse)
+    monkeypatch.setattr(session, "load_external_data_into", refuse)  # where the reducer looks it up
     return src
 
 

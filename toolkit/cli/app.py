@@ -9,7 +9,9 @@ a warm process (the reducer's forked worker) builds each one once.
 
 import importlib
 import os
+import signal
 import sys
+import threading
 from typing import Callable, Dict, List, Optional, Tuple
 
 import typer
@@ -17,6 +19,8 @@ from typer.core import TyperGroup
 
 from toolkit import __version__
 from toolkit.cli.app_settings import root_settings
+from toolkit.cli.errors import report_interrupt, run_with_boundary
+from toolkit.cli.options import take_common_options
 
 HELP = (
     "Debug ONNX models: run and compare backends, inspect, cut and fold graphs, "
@@ -136,7 +140,6 @@ def __getattr__(name: str):
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the CLI with ``argv`` (default: sys.argv[1:]) and return the exit code."""
     from toolkit.cli import output
-    from toolkit.cli.errors import run_with_boundary
 
     if argv is None:
         argv = sys.argv[1:]
@@ -159,8 +162,6 @@ class _signals:
     NAMES = ("SIGINT", "SIGTERM", "SIGHUP")
 
     def __enter__(self):
-        import signal
-        import threading
 
         self.old: dict = {}
         if threading.current_thread() is not threading.main_thread():
@@ -180,7 +181,6 @@ class _signals:
 
     @staticmethod
     def _handler(signum, frame):
-        import signal
 
         from toolkit.cli import output
 
@@ -199,7 +199,6 @@ class _signals:
             raise KeyboardInterrupt
 
     def __exit__(self, *exc):
-        import signal
 
         for num, old in self.old.items():
             try:
@@ -210,7 +209,6 @@ class _signals:
 
 
 def _main(argv: List[str]) -> int:
-    from toolkit.cli.options import take_common_options
 
     # -v/-q/--log-file/... anywhere before --check, in either place (`surgeon -v sanitize` too)
     rest, common = take_common_options(argv)
@@ -235,7 +233,6 @@ def _main(argv: List[str]) -> int:
 
 def _dispatch(rest: List[str]):
     from toolkit.cli import output
-    from toolkit.cli.errors import report_interrupt
 
     # a process that already built the whole tree (a warm worker) reuses it for any command
     cmd = _COMMANDS.get(None) or get_command(lazy=True)
@@ -259,7 +256,8 @@ def _warm_up(argv: List[str]) -> None:
 def worker_entry():
     """How ``debug reduce``'s forked warm worker runs a toolkit check: this CLI's :func:`main`
     (the reduce package takes it as a :class:`toolkit.reduce.check.WorkerEntry`, never imports the CLI)."""
-    from toolkit.reduce.check import WorkerEntry
+
+    from toolkit.reduce.check import WorkerEntry  # debug reduce only
 
     return WorkerEntry(main=_worker_main, prepare=_warm_up)
 

@@ -9,14 +9,23 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import sys
 import tempfile
 from typing import Iterator, Optional
 
 from toolkit.core.errors import InputError, UsageError
+from toolkit.core.graphs import (  # noqa: F401  (re-exported)
+    all_tensors,
+    copy_field,
+    external_data_folder,
+    external_data_locations,
+    has_external_data,
+    tensor_nbytes,
+    undecodable_text,
+)
+from toolkit.core.meta import TensorMeta, dtype_from_onnx
 from toolkit.core.paths import STDIO, describe, forget_written, note_written  # noqa: F401  (STDIO, describe: re-exported)
-from toolkit.core.graphs import all_tensors, external_data_folder, external_data_locations, has_external_data  # noqa: F401  (re-exported)
-from toolkit.core.graphs import undecodable_text
 
 # Protobuf refuses to serialize messages of 2 GiB or more.
 PROTOBUF_LIMIT = 2**31 - 1
@@ -230,7 +239,6 @@ def write_model(model, out) -> None:
     import onnx
 
     from toolkit.core.protowire import field_header
-    from toolkit.core.graphs import copy_field, tensor_nbytes
 
     inits = model.graph.initializer
     big = {i for i, t in enumerate(inits) if tensor_nbytes(t) >= _SPLIT_BYTES and t.HasField("raw_data")}
@@ -269,7 +277,6 @@ def model_size_estimate(model) -> int:
     """The serialized size, within some bytes per tensor. Tensors stored as raw bytes are
     sized from their dims and type: ByteSize() walks every byte of them, which costs as
     much as serializing."""
-    from toolkit.core.graphs import tensor_nbytes
 
     def size(value) -> int:
         if isinstance(value, (str, bytes)):
@@ -452,7 +459,6 @@ class _Swing:
 
 def temp_name(basename: str) -> str:
     """The documented hidden temp name of a file being written: ``.NAME.<random>.tmp``."""
-    import secrets
 
     return f".{basename}.{secrets.token_hex(4)}.tmp"
 
@@ -502,7 +508,6 @@ def graph_io_meta(model):
 
 def value_info_meta(vi):
     """TensorMeta for an onnx ValueInfoProto (symbolic dims by name, unknown as None)."""
-    from toolkit.core.meta import TensorMeta, dtype_from_onnx
 
     t = vi.type
     if not t.HasField("tensor_type"):

@@ -20,7 +20,11 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import gc
+import importlib
+import io
 import os
+import pkgutil
 import re
 import selectors
 import shutil
@@ -32,6 +36,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import toolkit
+from toolkit.core.datafiles import load_data
 from toolkit.core.errors import UsageError
 
 WARM_ENV = "TOOLKIT_NO_WARM_WORKER"
@@ -566,10 +572,7 @@ class WarmRunner:
         if self._prepared:
             return
         self._prepared = True
-        import importlib
-        import pkgutil
 
-        import toolkit
 
         for mod in ("numpy", "onnx"):
             importlib.import_module(mod)
@@ -595,7 +598,6 @@ class WarmRunner:
             self.entry.prepare(list(self.args))
         except Exception:  # noqa: BLE001 - only a warm-up
             pass
-        from toolkit.core.datafiles import load_data
 
         for path in data_files_in(self.args):
             if loading is not None:
@@ -610,7 +612,6 @@ class WarmRunner:
         _warm_onnx()
         # What exists now lives as long as we do: keep the collector off it, so that
         # children do not copy its pages by touching it (copy-on-write).
-        import gc
 
         gc.collect()
         gc.freeze()
@@ -766,7 +767,6 @@ def run_in_process(entry: WorkerEntry, argv0: str, args: List[str]) -> CheckResu
     without the fork (for checks that open no device context and need no timeout).
 
     Ctrl-C is not the check's failure: it propagates."""
-    import io
 
     start = time.monotonic()
     for stream in (sys.stdout, sys.stderr):

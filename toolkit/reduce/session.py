@@ -19,14 +19,32 @@ verdicts to the replay file.
 from __future__ import annotations
 
 import json
+import mmap
 import os
 import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from toolkit.core import paths
+from toolkit.core.datafiles import load_inputs
 from toolkit.core.errors import DependencyError, InputError, UsageError
+from toolkit.core.graphs import has_external_data, node_subgraphs, walk_graphs
+from toolkit.core.inputs import generate_inputs, parse_val_ranges
+from toolkit.core.meta import TensorMeta, dtype_from_numpy, dtype_to_numpy, format_shape
+from toolkit.core.model import (
+    check_output_path,
+    check_readable_file,
+    graph_io_meta,
+    load_external_data_into,
+    load_lazily,
+    load_model,
+    parse_model,
+    write_bytes_atomic,
+)
 from toolkit.core.progress import Messages
+from toolkit.core.shapes import run_on_ort
+from toolkit.core.weights import link_data_files
 from toolkit.reduce.check import (
     BROKEN,
     FAIL,
@@ -37,6 +55,7 @@ from toolkit.reduce.check import (
     FailureRule,
     WorkerEntry,
     ask_user,
+    data_files_in,
     error_line,
     make_runner,
     toolkit_args,
@@ -52,7 +71,8 @@ from toolkit.reduce.graph import (
     popcount,
     write_chunks,
 )
-from toolkit.reduce.parallel import worker_env
+from toolkit.reduce.owner import Ownership
+from toolkit.reduce.parallel import Worker, worker_argv, worker_artifact, worker_env
 from toolkit.reduce.replay import Replay
 from toolkit.reduce.strategy import STRATEGIES, Plan
 
@@ -149,7 +169,6 @@ def _broken_hint(line: str) -> str:
 
 def _body_nodes(nodes, mask: int) -> int:
     """The number of nodes in the bodies of the one If/Loop/Scan node ``mask`` holds (0 otherwise)."""
-    from toolkit.core.graphs import node_subgraphs, walk_graphs
 
     kept = mask_indices(mask)
     if len(kept) != 1 or nodes[kept[0]].op_type not in ("If", "Loop", "Scan"):
@@ -215,7 +234,6 @@ class Reporter(Messages):
 
 def load_model_and_pieces(path: str, external_data_dir: Optional[str] = None):
     """(model, pieces): :func:`load_for_index` with every external weight loaded into the model."""
-    from toolkit.core.model import load_external_data_into
 
     model, pieces, base = load_for_index(path, external_data_dir)
     if base is not None:
@@ -236,9 +254,6 @@ def load_for_index(path: str, external_data_dir: Optional[str] = None):
     (stdin, anything unusual) the model is loaded and ``pieces`` is None. Errors are those
     of :func:`toolkit.core.model.load_model`.
     """
-    from toolkit.core.graphs import has_external_data
-    from toolkit.core.model import parse_model, check_readable_file
-    from toolkit.core.model import load_lazily
 
     def full():
         model, base = load_lazily(path, external_data_dir, eager_bytes=EAGER_WEIGHT_BYTES)
@@ -276,9 +291,6 @@ def data_input_shapes(model, paths: Sequence[str], warn=None) -> Dict[str, tuple
     """
     if not paths:
         return {}
-    from toolkit.core.datafiles import load_inputs
-    from toolkit.core.meta import dtype_from_numpy, format_shape
-    from toolkit.core.model import graph_io_meta
 
     ins, _ = graph_io_meta(model)
     metas = {m.name: m for m in ins}
@@ -326,8 +338,6 @@ def data_input_shapes(model, paths: Sequence[str], warn=None) -> Dict[str, tuple
 def data_tensor_metas(paths: Sequence[str]) -> Dict[str, "object"]:
     """Shape and dtype of every array of the first feed of ``paths`` (later files win):
     what a layerwise inputs file says about the tensors a subgraph may read."""
-    from toolkit.core.datafiles import load_inputs
-    from toolkit.core.meta import TensorMeta, dtype_from_numpy
 
     found: Dict[str, object] = {}
     for path in paths:
@@ -349,14 +359,12 @@ def data_tensor_metas(paths: Sequence[str]) -> Dict[str, "object"]:
 def run_for_values(model, names: Sequence[str], feed, shapes, external_data_dir=None) -> Dict[str, object]:
     """The values of tensors ``names`` of ``model`` run once on ONNX-Runtime (CPU, no graph
     optimization) on ``feed`` (None: generated inputs of the model's input shapes)."""
-    from toolkit.core.shapes import run_on_ort
 
     purpose = "fold the tensors of removed side branches (--no-reduce-outputs)"
     return run_on_ort(model, names, purpose=purpose, feed=feed, input_shapes=shapes, external_data_dir=external_data_dir)[1]
 
 
 def _map_file(path: str):
-    import mmap
 
     try:
         with open(path, "rb") as fh:
@@ -422,7 +430,6 @@ class Reducer:
     # ------------------------------------------------------------------ set-up
 
     def _validate(self) -> None:
-        from toolkit.core.model import check_output_path
 
         cfg = self.cfg
         if cfg.mode not in STRATEGIES:
@@ -463,8 +470,6 @@ class Reducer:
         """The one rule (toolkit.core.paths): no output is a file the reduce or its check reads,
         nor another output. The replay may be loaded from and saved to one file (it is read
         whole first)."""
-        from toolkit.core import paths
-        from toolkit.reduce.check import data_files_in, toolkit_args
 
         cfg = self.cfg
         reads = [("--load-inputs", p) for p in cfg.load_inputs]
@@ -480,7 +485,6 @@ class Reducer:
         paths.check_with_model(cfg.model, reads, writes, cfg.external_data_dir)
 
     def _load(self) -> None:
-        from toolkit.core.model import load_model
 
         cfg = self.cfg
         model, raw, base = load_for_index(cfg.model, cfg.external_data_dir)
@@ -553,14 +557,10 @@ class Reducer:
         cfg = self.cfg
         if not (cfg.load_inputs or cfg.seed is not None or cfg.val_range):
             return None
-        from toolkit.core.inputs import parse_val_ranges
 
         ranges = parse_val_ranges(list(cfg.val_range)) if cfg.val_range else None  # bad specs: now
 
         def make():
-            from toolkit.core.datafiles import load_inputs
-            from toolkit.core.inputs import generate_inputs
-            from toolkit.core.model import graph_io_meta
 
             ins, _ = graph_io_meta(model)
             feed = {}
@@ -573,7 +573,6 @@ class Reducer:
                 generated, _ = generate_inputs(missing, seed=cfg.seed, ranges=ranges, shapes=shapes)
                 feed.update(generated[0])
             out = {m.name: feed[m.name] for m in ins}
-            from toolkit.core.meta import dtype_to_numpy
 
             for m in ins:  # data of another dtype: cast (data_input_shapes warned)
                 if m.dtype:
@@ -815,7 +814,6 @@ class Reducer:
 
     def _link_beside(self, path: str, files: List[str]):
         """:func:`toolkit.core.weights.link_data_files` for ``files`` in ``path``'s folder."""
-        from toolkit.core.weights import link_data_files
 
         try:
             return link_data_files(
@@ -901,7 +899,6 @@ class Reducer:
     def _write_iter_info(self, cand: Candidate, it: Optional[Iteration] = None) -> None:
         """Before the check: what is checked. After it (``it``): the same plus its verdict
         class and exit code (the file stays until the next iteration or the end)."""
-        from toolkit.core.model import write_bytes_atomic
 
         info = {
             "iteration": self.iteration,
@@ -973,7 +970,6 @@ class Reducer:
 
     def _start(self) -> Outcome:
         """Check the options, make the check runner(s), load and index the model."""
-        from toolkit.reduce.owner import Ownership
 
         cfg = self.cfg
         self._validate()
@@ -1038,7 +1034,6 @@ class Reducer:
             outcome.replay_path = outcome.replay_path or cfg.save_replay
 
     def _make_workers(self) -> None:
-        from toolkit.reduce.parallel import Worker, worker_argv, worker_artifact
 
         cfg = self.cfg
         for k in range(cfg.jobs):
