@@ -54,7 +54,7 @@ from toolkit.core.noise import ULPS, amplification, is_rounding, noise_bound, st
 from toolkit.reduce.check import CheckResult, WarmRunner, WorkerEntry, run_in_process
 from toolkit.reduce.graph import popcount
 from toolkit.reduce.guide import rank
-from toolkit.reduce.session import load_for_index
+from toolkit.reduce.loading import load_for_index
 from toolkit.run.feeds import FeedSource, load_feeds
 from toolkit.run.options import RunOptions
 from toolkit.run.registry import get_kind, mark_all_outputs

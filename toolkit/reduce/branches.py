@@ -22,7 +22,7 @@ from toolkit.core.graphs import external_data_folder, fresh_name, is_external, n
 from toolkit.core.model import save_model
 from toolkit.core.weights import load_tensor
 from toolkit.reduce.accuracy import feed_source
-from toolkit.reduce.session import load_for_index
+from toolkit.reduce.loading import load_for_index
 from toolkit.run.options import RunOptions
 from toolkit.run.specs import make_runner
 from toolkit.surgeon.fold import inline_branch

@@ -840,3 +840,20 @@ def ask_user(artifact: str, stdin=None, stderr=None, stream=None) -> bool:
         if answer in ("f", "fail", "failed", "bad", "b"):
             return True
         prompt = "Please answer 'p' (pass) or 'f' (fail): "
+
+
+def broken_hint(line: str) -> str:
+    """Advice for a check broken in a known way on a subgraph ('' otherwise)."""
+    if "not an input of the model" not in line:
+        return ""
+    if "--input-shapes names" in line:
+        return (
+            ". Subgraphs have other inputs than the model: give the shapes to debug reduce instead "
+            "(--model-input-shapes, written into every subgraph) and leave --input-shapes out of the check"
+        )
+    if "--val-range names" in line:
+        return (
+            ". Subgraphs have other inputs than the model: give the check a range for every input ([lo,hi], "
+            "no name), or feed it the model's own values (layerwise --load-inputs)"
+        )
+    return ""

@@ -25,7 +25,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from toolkit.core.errors import InputError
-from toolkit.core.graphs import stable_topological_order
+from toolkit.core.graphs import node_subgraphs, stable_topological_order, walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_to_onnx, is_dtype_name
 from toolkit.core.model import save_model
 from toolkit.core.protowire import encode_field, field_header, scan_fields
@@ -736,3 +736,12 @@ def _topological_order(nodes, node_reads) -> List[int]:
             "it cannot be reduced"
         )
     return order
+
+
+def body_node_count(nodes, mask: int) -> int:
+    """The number of nodes in the bodies of the one If/Loop/Scan node ``mask`` holds (0 otherwise)."""
+
+    kept = mask_indices(mask)
+    if len(kept) != 1 or nodes[kept[0]].op_type not in ("If", "Loop", "Scan"):
+        return 0
+    return sum(len(g.node) for sub in node_subgraphs(nodes[kept[0]]) for g in walk_graphs(sub))
