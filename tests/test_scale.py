@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import modelzoo
-from toolkit.reduce.check import CheckResult, FailureRule
+from toolkit.reduce.verdict import CheckResult, FailureRule
 from toolkit.reduce.session import ReduceConfig, Reducer, Reporter
 
 N = 256

@@ -41,8 +41,8 @@ from toolkit.core.meta import parse_shape_specs, parse_tensor_spec
 from toolkit.core.model import graph_io_meta
 from toolkit.core.model import load_model as _load
 from toolkit.core.model import save_model as _save
-from toolkit.reduce.check import CheckResult
 from toolkit.reduce.session import ReduceConfig, Reducer
+from toolkit.reduce.verdict import CheckResult
 from toolkit.run.options import RunOptions
 from toolkit.run.specs import make_runner
 from toolkit.surgeon.surgery import extract as _extract

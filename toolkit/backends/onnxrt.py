@@ -30,7 +30,7 @@ from toolkit.core.errors import (  # noqa: F401  (InferenceError: re-exported)
 from toolkit.core.graphs import external_data_folder, has_external_data
 from toolkit.core.layerwise import outputs_patch, select_outputs, set_outputs
 from toolkit.core.meta import TensorMeta
-from toolkit.core.model import parse_model, check_readable_file, describe, load_external_data_into, read_bytes
+from toolkit.core.model import check_readable_file, describe, load_external_data_into, parse_model, read_bytes
 
 STDIO = "-"
 

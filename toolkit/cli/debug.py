@@ -538,7 +538,7 @@ def reduce_command(ctx: typer.Context, **params) -> None:
 
 
 def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
-    from toolkit.reduce.check import FailureRule
+    from toolkit.reduce.verdict import FailureRule
 
     if a.no_shape_inference and a.force_fallback_shape_inference:
         raise UsageError("--no-shape-inference and --force-fallback-shape-inference cannot be used together")

@@ -11,7 +11,6 @@ import heapq
 import os
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Set
 
-
 STDIO = "-"  # the path that means stdin (a model) or stdout (a data file)
 _EXTERNAL = 1  # onnx.TensorProto.EXTERNAL
 

@@ -51,10 +51,11 @@ from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.inputs import parse_val_ranges
 from toolkit.core.meta import parse_shape_specs
 from toolkit.core.noise import ULPS, amplification, is_rounding, noise_bound, storage_floor
-from toolkit.reduce.check import CheckResult, WarmRunner, WorkerEntry, run_in_process
+from toolkit.reduce.check import WarmRunner, WorkerEntry, run_in_process
 from toolkit.reduce.graph import popcount
 from toolkit.reduce.guide import rank
 from toolkit.reduce.loading import load_for_index
+from toolkit.reduce.verdict import CheckResult
 from toolkit.run.feeds import FeedSource, load_feeds
 from toolkit.run.options import RunOptions
 from toolkit.run.registry import get_kind, mark_all_outputs

@@ -39,8 +39,9 @@ import onnx
 from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
 from toolkit.core.errors import DependencyError, InferenceError, ToolkitError, UsageError
-from toolkit.reduce.check import CheckResult, data_files_in, make_runner, toolkit_args
+from toolkit.reduce.check import data_files_in, make_runner, toolkit_args
 from toolkit.reduce.parallel import WORKER_ENV, worker_argv
+from toolkit.reduce.verdict import CheckResult
 
 INSTALL = 'pip install "toolkit[ray]"'
 RETRIES = 2  # Ray retries a task lost with its node (or worker process) this many times

@@ -7,12 +7,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError
-from toolkit.reduce.check import (
-    CheckResult,
-    FailureRule,
-    WorkerEntry,
-)
+from toolkit.reduce.check import WorkerEntry
 from toolkit.reduce.evidence import Evidence
+from toolkit.reduce.verdict import CheckResult, FailureRule
 
 DEFAULT_ITER_ARTIFACT = "polygraphy_debug.onnx"
 DEFAULT_ART_DIR = "polygraphy_artifacts"

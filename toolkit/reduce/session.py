@@ -34,20 +34,7 @@ from toolkit.core.model import (
 )
 from toolkit.core.progress import Messages
 from toolkit.reduce.artifacts import Artifacts
-from toolkit.reduce.check import (
-    BROKEN,
-    FAIL,
-    PASS,
-    TIMEOUT,
-    AnswersExhausted,
-    CheckResult,
-    ask_user,
-    broken_hint,
-    data_files_in,
-    error_line,
-    make_runner,
-    toolkit_args,
-)
+from toolkit.reduce.check import data_files_in, make_runner, toolkit_args
 from toolkit.reduce.config import (  # noqa: F401  (re-exported: the session's public names)
     DEFAULT_ART_DIR,
     DEFAULT_ITER_ARTIFACT,
@@ -75,6 +62,17 @@ from toolkit.reduce.owner import Ownership
 from toolkit.reduce.parallel import Worker, worker_argv, worker_artifact, worker_env
 from toolkit.reduce.replay import Replay
 from toolkit.reduce.strategy import STRATEGIES, Plan
+from toolkit.reduce.verdict import (
+    BROKEN,
+    FAIL,
+    PASS,
+    TIMEOUT,
+    AnswersExhausted,
+    CheckResult,
+    ask_user,
+    broken_hint,
+    error_line,
+)
 
 
 class Reporter(Messages):
