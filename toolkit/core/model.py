@@ -14,7 +14,7 @@ import sys
 import tempfile
 from typing import Iterator, Optional
 
-from toolkit.core.errors import InputError, UsageError
+from toolkit.core.errors import LIBRARY_ERRORS, InputError, UsageError
 from toolkit.core.graphs import (  # noqa: F401  (re-exported)
     all_tensors,
     copy_field,
@@ -98,7 +98,7 @@ def corrupt_text_in_models() -> Optional[str]:
         try:
             with open(path, "rb") as f:
                 model = parse_model(f.read(), path)
-        except Exception:  # noqa: BLE001 - gone, unreadable or not a model now: nothing to say about it
+        except (OSError, InputError):  # gone, unreadable or not a model now: nothing to say about it
             continue
         where = undecodable_text(model)
         if where:
@@ -142,12 +142,13 @@ def check_external_files(model, base_dir: str, path: str = "") -> None:
 
 
 def load_external_data_into(model, base_dir: str, path: str = "") -> None:
+    from onnx.checker import ValidationError
     from onnx.external_data_helper import load_external_data_for_model
 
     check_external_files(model, base_dir, path)
     try:
         load_external_data_for_model(model, base_dir)
-    except Exception as exc:  # onnx raises ValidationError, OSError, ValueError...
+    except LIBRARY_ERRORS + (ValidationError,) as exc:
         raise InputError(f"{describe(path)}: cannot load external data: {exc}") from None
 
 
@@ -544,7 +545,7 @@ def infer_shapes(model, *, strict: bool = False, data_prop: bool = True):
                 onnx.shape_inference.infer_shapes_path(src, dst, strict_mode=strict, data_prop=data_prop)
                 return onnx.load(dst)
         return onnx.shape_inference.infer_shapes(model, strict_mode=strict, data_prop=data_prop)
-    except Exception as exc:  # onnx raises several types (InferenceError, RuntimeError...)
+    except LIBRARY_ERRORS + (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
         if strict:
             raise InputError(f"ONNX shape inference failed: {exc}") from None
         return model

@@ -8,7 +8,7 @@ import os
 from typing import Dict, Optional, Sequence
 
 from toolkit.core.datafiles import load_inputs
-from toolkit.core.errors import InputError
+from toolkit.core.errors import InputError, ToolkitError
 from toolkit.core.graphs import has_external_data
 from toolkit.core.meta import TensorMeta, dtype_from_numpy, format_shape
 from toolkit.core.model import (
@@ -147,7 +147,7 @@ def data_tensor_metas(paths: Sequence[str]) -> Dict[str, "object"]:
                 continue
             try:
                 found[name] = TensorMeta(name, tuple(int(d) for d in shape), dtype_from_numpy(dtype))
-            except Exception:  # noqa: BLE001 - a dtype toolkit cannot name: nothing to say about it
+            except (ToolkitError, KeyError, TypeError, ValueError):  # a dtype toolkit cannot name: nothing to say
                 continue
     return found
 

@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from toolkit.core import paths
 from toolkit.core.datafiles import load_inputs
-from toolkit.core.errors import DependencyError, InputError, UsageError
+from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError
 from toolkit.core.inputs import generate_inputs, parse_val_ranges
 from toolkit.core.meta import dtype_to_numpy
 from toolkit.core.model import (
@@ -308,7 +308,7 @@ class Reducer(Artifacts):
                 if m.dtype:
                     try:
                         want = dtype_to_numpy(m.dtype)
-                    except Exception:  # noqa: BLE001 - not a plain tensor type
+                    except (ToolkitError, TypeError, ValueError):  # not a plain tensor type
                         continue
                     if getattr(out[m.name], "dtype", want) != want:
                         out[m.name] = out[m.name].astype(want)

@@ -22,6 +22,7 @@ from toolkit.surgeon.plumbing import (
     LogFn,
     all_tensors,
     export_graph,
+    graphsurgeon_errors,
     gs_step,
     import_gs,
     is_non_tensor,
@@ -238,7 +239,7 @@ def _import_unused_initializer(model, name: str):
 
         if init is not None:
             return OnnxImporter.import_tensor(init)
-    except Exception:  # noqa: BLE001 - graphsurgeon internals; fall through to the message
+    except (ImportError,) + graphsurgeon_errors():  # graphsurgeon internals; fall through to the message
         pass
     raise InputError(f"'{name}' is not connected to any node of the model and cannot be a subgraph output")
 
