@@ -20,6 +20,7 @@ from toolkit.cli.options import (
     option,
 )
 from toolkit.cli.output import log, warn
+from toolkit.core import paths
 from toolkit.core.errors import ExitCode, InferenceError, UsageError
 from toolkit.core.meta import parse_shape_specs
 from toolkit.core.model import check_output_path, graph_io_meta, load_model, save_model
@@ -122,7 +123,6 @@ def _convert(
     check: _Check,
 ) -> None:
     _check_args(model_path, output, dtype, keep_fp32, json_out, check)
-    from toolkit.core import paths
 
     reads = [("--load-inputs", check.load_inputs)] if check.load_inputs else []
     writes = [("-o", output)] + ([("-o's external data file", output + ".data")] if output != "-" else [])

@@ -29,6 +29,7 @@ from toolkit.core.errors import ExitCode, InputError, UsageError
 from toolkit.core.meta import parse_shape_specs
 from toolkit.core.model import read_bytes
 from toolkit.reduce.parallel import parse_devices
+from toolkit.reduce.verdict import FailureRule
 
 app = typer.Typer(
     help="Debug failing models: reduce them to minimal failing subgraphs; find the nodes that must stay fp32.",
@@ -538,7 +539,6 @@ def reduce_command(ctx: typer.Context, **params) -> None:
 
 
 def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
-    from toolkit.reduce.verdict import FailureRule
 
     if a.no_shape_inference and a.force_fallback_shape_inference:
         raise UsageError("--no-shape-inference and --force-fallback-shape-inference cannot be used together")

@@ -25,9 +25,10 @@ from toolkit.cli.options import (
     option,
 )
 from toolkit.cli.output import log, warn
+from toolkit.core import paths
 from toolkit.core.errors import UsageError
 from toolkit.core.meta import parse_shape_specs, parse_size, parse_tensor_spec
-from toolkit.core.model import STDIO, check_output_path, save_model
+from toolkit.core.model import STDIO, check_output_path, data_file_path, save_model
 
 app = typer.Typer(help="Cut subgraphs out of ONNX models and simplify them (fold constants, freeze shapes).", **SUBAPP_SETTINGS)
 
@@ -114,8 +115,6 @@ def _check_data_file_clash(model_path: str, output: str, external_path: Optional
 def _check_paths(model_path: str, output: str, external_path: Optional[str], external_data_dir: Optional[str]) -> None:
     """The one rule (toolkit.core.paths): -o and its data file are not files this command reads,
     except that -o may replace MODEL itself (its data file then goes with it)."""
-    from toolkit.core import paths
-    from toolkit.core.model import STDIO, data_file_path
 
     writes = []
     if output != STDIO:
