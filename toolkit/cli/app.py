@@ -12,12 +12,14 @@ import os
 import signal
 import sys
 import threading
+import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 import typer
 from typer.core import TyperGroup
 
 from toolkit import __version__
+from toolkit.cli import output
 from toolkit.cli.app_settings import root_settings
 from toolkit.cli.errors import report_interrupt, run_with_boundary
 from toolkit.cli.options import take_common_options
@@ -139,7 +141,6 @@ def __getattr__(name: str):
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the CLI with ``argv`` (default: sys.argv[1:]) and return the exit code."""
-    from toolkit.cli import output
 
     if argv is None:
         argv = sys.argv[1:]
@@ -182,12 +183,10 @@ class _signals:
     @staticmethod
     def _handler(signum, frame):
 
-        from toolkit.cli import output
 
         if _importing(frame):
             # raised inside an import, KeyboardInterrupt can leave a module half-initialised (a C
             # extension then reports it as missing): the signal is delivered again just after
-            import threading
 
             timer = threading.Timer(0.05, os.kill, (os.getpid(), signum))
             timer.daemon = True
@@ -213,11 +212,9 @@ def _main(argv: List[str]) -> int:
     # -v/-q/--log-file/... anywhere before --check, in either place (`surgeon -v sanitize` too)
     rest, common = take_common_options(argv)
     common.apply(next((a for a in rest if not a.startswith("-")), None))
-    from toolkit.cli import output
 
     if output.is_verbose() and rest and not {"-h", "--help"} & set(rest):
-        import shlex
-        import time
+        import shlex  # (-v only)
 
         output.verbose(f"toolkit {__version__} | {' '.join(shlex.quote(a) for a in argv)}")
         start = time.perf_counter()
@@ -232,7 +229,6 @@ def _main(argv: List[str]) -> int:
 
 
 def _dispatch(rest: List[str]):
-    from toolkit.cli import output
 
     # a process that already built the whole tree (a warm worker) reuses it for any command
     cmd = _COMMANDS.get(None) or get_command(lazy=True)
@@ -243,7 +239,6 @@ def _dispatch(rest: List[str]):
 
 
 def _worker_main(argv: List[str]) -> int:
-    from toolkit.cli import output
 
     output._consoles.clear()  # the forked child has new stdio objects
     return main(argv)

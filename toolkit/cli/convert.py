@@ -19,11 +19,9 @@ from toolkit.cli.options import (
     command_kwargs,
     option,
 )
-from toolkit.cli.output import log, warn
+from toolkit.cli.output import echo, log, warn
 from toolkit.core import paths
-from toolkit.core.errors import ExitCode, InferenceError, UsageError
-from toolkit.core.meta import parse_shape_specs
-from toolkit.core.model import check_output_path, graph_io_meta, load_model, save_model
+from toolkit.core.errors import ExitCode, InferenceError, InputError, UsageError
 
 HELP = "Convert a model: mixed fp16 with --fp-to-fp16, mixed bf16 with --fp-to-bf16."
 
@@ -82,15 +80,12 @@ def register(app: typer.Typer) -> None:
         rounded once from its float32 value.
         """
         if fp_to_fp16 and fp_to_bf16:
-            from toolkit.core.errors import UsageError
 
             raise UsageError("--fp-to-fp16 and --fp-to-bf16 exclude each other: give one")
         if bf16_io and not fp_to_bf16:
-            from toolkit.core.errors import UsageError
 
             raise UsageError("--bf16-io needs --fp-to-bf16")
         if fp16_io and fp_to_bf16:
-            from toolkit.core.errors import UsageError
 
             raise UsageError("--fp16-io goes with --fp-to-fp16; with --fp-to-bf16 use --bf16-io")
         dtype = "bfloat16" if fp_to_bf16 else ("float16" if fp_to_fp16 else None)
@@ -122,6 +117,7 @@ def _convert(
     json_out: bool,
     check: _Check,
 ) -> None:
+    from toolkit.core.model import load_model, save_model
     _check_args(model_path, output, dtype, keep_fp32, json_out, check)
 
     reads = [("--load-inputs", check.load_inputs)] if check.load_inputs else []
@@ -144,9 +140,7 @@ def _convert(
     del original
     save_model(result.model, output, external_data=external_data)
     if json_out:
-        import json
 
-        from toolkit.cli.output import echo
 
         info = {
             "output": output,
@@ -157,11 +151,14 @@ def _convert(
             "seconds": seconds,
             "validation": validation.as_dict() if validation is not None else None,
         }
+        import json  # (--json only)
+
         echo(json.dumps(info, indent=2))
 
 
 def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Check) -> None:
     """Usage errors, before anything is read or written."""
+    from toolkit.core.model import check_output_path
 
 
     if dtype is None:
@@ -191,11 +188,12 @@ def _original(model, model_path: str, external_data_dir: Optional[str]):
 def _check_feed(model, check: _Check):
     """The input set of the check: the first of --load-inputs, or generated (errors before converting)."""
     from toolkit.core.inputs import generate_inputs, parse_val_ranges, select_feed
+    from toolkit.core.meta import parse_shape_specs
+    from toolkit.core.model import graph_io_meta
 
     metas, _ = graph_io_meta(model)
     if check.load_inputs:
         from toolkit.core.datafiles import load_inputs
-        from toolkit.core.errors import InputError
 
         for k, loaded in enumerate(load_inputs(check.load_inputs)):
             return select_feed(loaded, metas, source=check.load_inputs, iteration=k)

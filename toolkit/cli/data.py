@@ -11,7 +11,6 @@ from toolkit.cli.options import Annotated, check_data_output, command_kwargs, op
 from toolkit.cli.output import log, warn
 from toolkit.core import paths
 from toolkit.core.errors import UsageError
-from toolkit.core.model import check_output_path
 
 app = typer.Typer(help="Work with inputs and outputs data files (JSON or .npz).", **SUBAPP_SETTINGS)
 
@@ -30,6 +29,7 @@ OutOpt = Annotated[str, option(_DATA_OPTS, "-o", "--output")]
 
 def _to_input(files: List[str], output: str) -> None:
     from toolkit.core.datafiles import load_data, merge_to_inputs, save_inputs
+    from toolkit.core.model import check_output_path
 
     if not files:
         raise UsageError("give at least one inputs or outputs file")

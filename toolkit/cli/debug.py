@@ -21,15 +21,10 @@ import typer
 from toolkit.cli.app import worker_entry
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, values_for
-from toolkit.cli.output import log, warn
-from toolkit.cli.reduce_compare import check_options
+from toolkit.cli.output import interrupted_by, log, state, warn
 from toolkit.core import shared_options as S
 from toolkit.core.declare import argument, declared, option, required, switch
 from toolkit.core.errors import ExitCode, InputError, UsageError
-from toolkit.core.meta import parse_shape_specs
-from toolkit.core.model import read_bytes
-from toolkit.reduce.parallel import parse_devices
-from toolkit.reduce.verdict import FailureRule
 
 app = typer.Typer(
     help="Debug failing models: reduce them to minimal failing subgraphs; find the nodes that must stay fp32.",
@@ -140,7 +135,6 @@ def _summary(outcome, cfg) -> int:
         )
         return int(ExitCode.OK)
     if outcome.status == "interrupted":
-        from toolkit.cli.output import interrupted_by, state
 
         state.interrupt_reported = True
         why = "End of input" if outcome.stopped_by == "eof" else "I" + interrupted_by()[1:]
@@ -206,7 +200,7 @@ def _script_inputs(spec: str, func_name: Optional[str]) -> str:
 def _spool_stdin() -> str:
     """The model on stdin, saved to a temporary file removed at exit (for --compare, which runs it
     on the reference runner as well as indexing it)."""
-
+    from toolkit.core.model import read_bytes
 
     data = read_bytes("-")
     if not data:
@@ -347,6 +341,8 @@ def inlined_note(inlined) -> str:
 
 def _reduce_config(a: "ReduceArgs", rule, load_inputs):
     """The ReduceConfig of ``debug reduce``'s options ``a``."""
+    from toolkit.core.meta import parse_shape_specs
+    from toolkit.reduce.parallel import parse_devices
     from toolkit.reduce.session import ReduceConfig
 
     check = a.check
@@ -539,6 +535,8 @@ def reduce_command(ctx: typer.Context, **params) -> None:
 
 
 def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
+    from toolkit.cli.reduce_compare import check_options  # the command's modules load when it runs, not for --help
+    from toolkit.reduce.verdict import FailureRule
 
     if a.no_shape_inference and a.force_fallback_shape_inference:
         raise UsageError("--no-shape-inference and --force-fallback-shape-inference cannot be used together")
@@ -589,7 +587,7 @@ def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
 
         report_compare(runner, reducer, summary, passed=outcome.status == "passed")
     if a.json_summary:
-        import json
+        import json  # (--json only)
 
         sys.stdout.write(json.dumps(summary, indent=1) + "\n")
         sys.stdout.flush()

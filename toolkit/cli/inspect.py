@@ -8,6 +8,7 @@ from typing import List, Optional
 
 import typer
 
+from toolkit.cli import output
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import (
     Annotated,
@@ -18,7 +19,7 @@ from toolkit.cli.options import (
     completes,
     option,
 )
-from toolkit.core.model import load_model
+from toolkit.cli.output import warn
 
 app = typer.Typer(help="Inspect models and data files.", **SUBAPP_SETTINGS)
 
@@ -30,7 +31,6 @@ def _emit(lines: List[str]) -> None:
 def _is_engine(model: str) -> bool:
     """A TensorRT engine: by its suffix (.engine/.plan/.trt) or --model-type engine."""
     from toolkit.backends.trt.options import is_engine_path
-    from toolkit.cli import output
 
     return is_engine_path(model) or (output.state.model_type or "").lower() == "engine"
 
@@ -61,6 +61,7 @@ def inspect_model(
 ) -> None:
     """Show a model: name, opsets, graph inputs and outputs, initializers, and optionally nodes,
     attributes and weights (subgraphs of If/Loop/Scan nested under their node)."""
+    from toolkit.core.model import load_model
     from toolkit.inspect.describe import Show, describe_model, model_text
 
     if list_unbounded_dds:
@@ -119,7 +120,6 @@ def inspect_data(
     from toolkit.inspect.describe import data_text, describe_data
 
     if (num_items is not None or line_width is not None) and not show_values:
-        from toolkit.cli.output import warn
 
         warn("--num-items and --line-width only change how --show-values prints arrays")
     desc = describe_data(load_data(path), show_values)

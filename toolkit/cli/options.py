@@ -475,7 +475,6 @@ def expand_prefixes(args: List[str], params: Sequence[Any]) -> List[str]:
         matches = [o for o in flags if o.startswith(name)]
         owners = {flags[o] for o in matches}
         if len(owners) > 1:
-            from toolkit.core.errors import UsageError
 
             raise UsageError(f"ambiguous option {name}: could match {', '.join(sorted(matches))}")
         if matches:
@@ -802,7 +801,6 @@ def check_data_output(flag: str, path: Optional[str]) -> None:
         return
     ext = os.path.splitext(os.path.basename(path))[1].lower()
     if ext and ext not in DATA_EXTENSIONS:
-        from toolkit.core.errors import UsageError
 
         raise UsageError(
             f"{flag} {path}: toolkit writes data files as .json (Polygraphy's format) or .npz, not {ext}; "

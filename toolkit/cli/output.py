@@ -19,6 +19,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, List, Optional, TextIO
 
 from toolkit.core import paths
+from toolkit.core.errors import UsageError
 
 # Levels: lower numbers are more verbose.
 ULTRA_VERBOSE, SUPER_VERBOSE, EXTRA_VERBOSE, VERBOSE = 1, 2, 5, 10
@@ -83,7 +84,6 @@ def configure(level: Optional[int] = None, log_file: Optional[str] = None, forma
     if formats:
         state.formats = list(dict.fromkeys(list(state.formats) + list(formats)))
     if log_file and log_file != state.log_file_path:
-        from toolkit.core.errors import UsageError
 
         if state.log_file is not None:
             state.log_file.close()

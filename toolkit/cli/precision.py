@@ -14,7 +14,7 @@ from typing import List, Optional
 import typer
 
 from toolkit.cli.options import bind, command_kwargs, from_params, values_for
-from toolkit.cli.output import echo, log
+from toolkit.cli.output import echo, log, state, warn
 from toolkit.core import shared_options as S
 from toolkit.core.declare import argument, declared, option, switch
 from toolkit.core.errors import ExitCode, UsageError
@@ -86,7 +86,6 @@ def _summary(outcome, cfg, json_out: bool) -> int:
         )
         code = int(ExitCode.FAILED)
     elif outcome.status == S.STATUS_INTERRUPTED:
-        from toolkit.cli.output import state
 
         state.interrupt_reported = True
         if outcome.kept or outcome.output_written:
@@ -116,7 +115,6 @@ def _summary(outcome, cfg, json_out: bool) -> int:
             "of its own (see docs/precision.md)"
         )
     if outcome.broken:
-        from toolkit.cli.output import warn
 
         warn(f"{outcome.broken} check(s) could not build, load or run their mixed model; they counted as failing")
     if outcome.output_written:
@@ -124,7 +122,7 @@ def _summary(outcome, cfg, json_out: bool) -> int:
     if outcome.replay_path and outcome.checks:
         log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
     if json_out:
-        import json
+        import json  # (--json only)
 
         echo(json.dumps(_summary_json(outcome, cfg, code), indent=2))
     elif outcome.status in ("found", "interrupted", S.STATUS_ROUNDING):

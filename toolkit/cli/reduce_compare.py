@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
+from toolkit.cli import output
 from toolkit.cli.app import worker_entry
 from toolkit.cli.errors import run_with_boundary
 from toolkit.cli.output import log
@@ -58,7 +59,6 @@ def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, time
 
 def run_entry(options) -> int:
     """Run ``options`` as ``toolkit run`` would, quietly (the check's output; in the forked worker)."""
-    from toolkit.cli import output
 
     output._consoles.clear()  # the forked child has new stdio objects
     # errors end as they end a `toolkit run`: one error line and the exit code (4: TensorRT missing)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Optional
 
-from toolkit.cli.output import INFO, VERBOSE, WARNING, emit, enabled, err_console, is_terminal, to_log_file
+from toolkit.cli.output import INFO, VERBOSE, WARNING, emit, enabled, err_console, is_terminal, progress, to_log_file
 from toolkit.core.meta import dtype_from_numpy, format_meta
 from toolkit.run.options import Reporter as RunReporter
 
@@ -51,7 +51,6 @@ class CliReporter(RunReporter):
 
     def iterations_start(self, runner_name: str, total: int) -> None:
         if self.rich and total > 1:
-            from toolkit.cli.output import progress
 
             bar = progress("{task.completed}/{task.total}")
             bar.start()

@@ -26,7 +26,7 @@ import os
 import toolkit.run
 from toolkit.backends.onnxrt import set_log_severity
 from toolkit.cli.output import is_quiet, ort_log_sink, ort_severity, state, verbose
-from toolkit.core.errors import InferenceError
+from toolkit.core.errors import InferenceError, UsageError
 from toolkit.run import options as run_options
 from toolkit.run import registry  # registry.KINDS, looked up when used: kinds register late
 
@@ -112,7 +112,6 @@ def _nothing_but_outputs(opts) -> bool:
     needs the model; False (a warning) when nothing at all is asked for."""
     if opts.runners or opts.load_inputs or opts.save_inputs or opts.save_outputs or opts.save_onnx or \
             opts.data_loader_script:
-        from toolkit.core.errors import UsageError
 
         raise UsageError("give MODEL, the ONNX model to run (e.g. toolkit run model.onnx --onnxrt)")
     if not opts.load_outputs:

@@ -9,7 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Optional
 
-from toolkit.cli.output import is_terminal, log, warn
+from toolkit.cli.output import is_terminal, log, progress, warn
 from toolkit.precision.search import Reporter as PrecisionProgress
 from toolkit.reduce.session import Reporter as ReduceProgress
 
@@ -77,7 +77,6 @@ class ReduceReporter(ReduceProgress):
         mode = cfg.mode or getattr(reducer, "default_mode", "default (bisect + 1-minimal)")
         log(f"Reducing {cfg.label or cfg.model}: {idx.size} node{'s' if idx.size != 1 else ''}{extra}; mode {mode}; {how}")
         if self.live and reducer.runner is not None:
-            from toolkit.cli.output import progress
 
             bar = progress(
                 "{task.completed}/{task.total} checks",

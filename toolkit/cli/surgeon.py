@@ -27,8 +27,6 @@ from toolkit.cli.options import (
 from toolkit.cli.output import log, warn
 from toolkit.core import paths
 from toolkit.core.errors import UsageError
-from toolkit.core.meta import parse_shape_specs, parse_size, parse_tensor_spec
-from toolkit.core.model import STDIO, check_output_path, data_file_path, save_model
 
 app = typer.Typer(help="Cut subgraphs out of ONNX models and simplify them (fold constants, freeze shapes).", **SUBAPP_SETTINGS)
 
@@ -81,6 +79,8 @@ ExternalDataThresholdOpt = Annotated[str, option(_SURGEON_OPTS, "--external-data
 def _save(
     model, output: str, save_external: bool, external_path: Optional[str], threshold: str, base_dir: Optional[str]
 ) -> None:
+    from toolkit.core.meta import parse_size
+    from toolkit.core.model import save_model
     external = True if (save_external or external_path) else None
     save_model(
         model,
@@ -95,6 +95,7 @@ def _save(
 def _check_data_file_clash(model_path: str, output: str, external_path: Optional[str], files) -> None:
     """Refuse to write the output's weights over the input's external data file, unless the
     output replaces the input model itself (then both are rewritten together)."""
+    from toolkit.core.model import STDIO
 
 
     if not files or output == STDIO:
@@ -115,6 +116,7 @@ def _check_data_file_clash(model_path: str, output: str, external_path: Optional
 def _check_paths(model_path: str, output: str, external_path: Optional[str], external_data_dir: Optional[str]) -> None:
     """The one rule (toolkit.core.paths): -o and its data file are not files this command reads,
     except that -o may replace MODEL itself (its data file then goes with it)."""
+    from toolkit.core.model import STDIO, data_file_path
 
     writes = []
     if output != STDIO:
@@ -180,6 +182,8 @@ def extract_command(
     An unknown tensor name, or a cut that leaves a needed tensor without producer, is an
     error (exit 3); nothing is written then.
     """
+    from toolkit.core.meta import parse_shape_specs, parse_size, parse_tensor_spec
+    from toolkit.core.model import check_output_path
     from toolkit.core.shapes import top_tensor_names
     from toolkit.surgeon.extract import extract
     from toolkit.surgeon.plumbing import count_model_nodes
@@ -275,6 +279,8 @@ def sanitize_command(
     redone with less (no If inlining, then nothing inside subgraphs, then without the
     nodes whose folded values are wrong), and one line says what was left unfolded.
     """
+    from toolkit.core.meta import parse_shape_specs, parse_size
+    from toolkit.core.model import check_output_path
     from toolkit.surgeon.optimize import optimize
     from toolkit.surgeon.outputs import (
         apply_fallback_shapes,

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import secrets
 import sys
 import tempfile
 from typing import Iterator, Optional
@@ -460,6 +459,7 @@ class _Swing:
 
 def temp_name(basename: str) -> str:
     """The documented hidden temp name of a file being written: ``.NAME.<random>.tmp``."""
+    import secrets  # (hashlib, hmac: not for --help)
 
     return f".{basename}.{secrets.token_hex(4)}.tmp"
 

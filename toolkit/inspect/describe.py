@@ -47,7 +47,6 @@ class Show:
             "full": cls(layers=True, attrs=True, weights=True),
         }
         if mode not in table:
-            from toolkit.core.errors import UsageError
 
             raise UsageError(f"unknown --mode '{mode}'; use one of: none, basic, attrs, full")
         return table[mode]

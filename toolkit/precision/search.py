@@ -21,6 +21,7 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 import os
 import tempfile
@@ -644,7 +645,6 @@ class PrecisionSearch:
             for m, failed in self.replay.verdicts.items():
                 self.verdicts[m >> 1] = not failed
                 self.details.setdefault(m >> 1, "(from the replay file)")
-            import json
 
             with open(c.load_replay, encoding="utf-8") as f:
                 raw = json.load(f)["entries"]

@@ -14,6 +14,7 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
@@ -113,7 +114,6 @@ class CompareReducer(Reducer):
     def _hint(self) -> list:
         """The nodes ranked by error amplification on the runner under test (once; [] without a hint)."""
         if self._ranked is None:
-            import time
 
             from toolkit.reduce.guide import rank
 

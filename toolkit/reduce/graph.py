@@ -667,7 +667,6 @@ class GraphIndex:
         if self._ext_base is None:
             return []
         if self._ext_files is None:
-            import os
 
             from toolkit.core.weights import ref_source
 

@@ -84,7 +84,6 @@ class Interrupt:
 
     def __exit__(self, *exc):
         if self._old is not None:
-            import signal
 
             signal.signal(signal.SIGINT, self._old)
 
