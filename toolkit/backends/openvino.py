@@ -31,11 +31,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from toolkit.backends.base import Runner
 from toolkit.core.declare import option
 from toolkit.core.errors import LIBRARY_ERRORS, DependencyError, InferenceError, InputError, UsageError
+from toolkit.core.install import import_extra
 from toolkit.core.layerwise import select_outputs
 from toolkit.core.meta import TensorMeta
 from toolkit.core.model import check_readable_file, load_model, read_bytes
-
-INSTALL = 'pip install "toolkit[openvino]"'
 
 #: ``precision=`` values -> OpenVINO's INFERENCE_PRECISION_HINT values
 PRECISIONS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
@@ -56,11 +55,7 @@ _REDUCED = {"bf16": "bf16", "f16": "fp16"}
 
 def import_openvino():
     """The ``openvino`` module; DependencyError (exit 4) naming the extra when it is missing."""
-    try:
-        import openvino
-    except ImportError:
-        raise DependencyError(f"OpenVINO is not installed; install it with: {INSTALL}") from None
-    return openvino
+    return import_extra("openvino", "openvino", "OpenVINO is not installed")
 
 
 def _device_name(device: Optional[str]) -> str:

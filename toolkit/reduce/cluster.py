@@ -39,11 +39,11 @@ import onnx
 from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
 from toolkit.core.errors import DependencyError, InferenceError, ToolkitError, UsageError
+from toolkit.core.install import import_extra
 from toolkit.reduce.check import data_files_in, make_runner, toolkit_args
 from toolkit.reduce.parallel import WORKER_ENV, worker_argv
 from toolkit.reduce.verdict import CheckResult
 
-INSTALL = 'pip install "toolkit[ray]"'
 RETRIES = 2  # Ray retries a task lost with its node (or worker process) this many times
 CANCEL_GRACE = 3.0  # seconds a cancelled task has to kill its check before it is forced
 _GPU_WORDS = re.compile(r"(?i)(^|[^a-z])(trt|tensorrt|cuda)([^a-z]|$)")
@@ -62,11 +62,7 @@ def parse_cluster(text: str) -> Optional[str]:
 
 def import_ray():
     """The ``ray`` module, or exit 4 naming the extra."""
-    try:
-        import ray
-    except ImportError:
-        raise DependencyError(f"--cluster ray needs Ray; install it with {INSTALL}") from None
-    return ray
+    return import_extra("ray", "ray", "--cluster ray needs Ray, which is not installed")
 
 
 def uses_gpu(argv: Sequence[str]) -> bool:
