@@ -11,15 +11,11 @@ from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 import numpy as np
-from onnx import AttributeProto, helper, numpy_helper
-from onnx.external_data_helper import uses_external_data
 
-from toolkit.core.datafiles import RunResults
 from toolkit.core.errors import ToolkitError, UsageError
 from toolkit.core.graphs import walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_from_onnx, format_shape
 from toolkit.core.model import value_info_meta
-from toolkit.core.weights import load_tensor, ref_source
 
 INDENT = "    "
 # Without --mode=full, list at most this many initializers (big models have hundreds).
@@ -159,6 +155,7 @@ def values_text(arr, full: bool, num_items: Optional[int] = None, line_width: Op
 
 def _attr_value(attr, show: Show, depth: int):
     """(json value, text) for an attribute; subgraphs are returned separately."""
+    from onnx import AttributeProto, helper, numpy_helper
 
     t = attr.type
     if t == AttributeProto.FLOAT:
@@ -249,6 +246,8 @@ class GraphDescriber:
         return desc
 
     def _weight_summary(self, t) -> dict:
+        from onnx import numpy_helper
+        from onnx.external_data_helper import uses_external_data
         if uses_external_data(t) and not t.raw_data:
             if self.external_base_dir is None:
                 return {"values": None, "note": "external data not loaded"}
@@ -275,6 +274,7 @@ class GraphDescriber:
         return info
 
     def _node(self, index: int, node, metas: Dict[str, TensorMeta], inits) -> dict:
+        from onnx import AttributeProto
         def tensor(name: str) -> dict:
             if name == "":
                 return {"name": "", "omitted": True}
@@ -312,6 +312,8 @@ class GraphDescriber:
 
 def _read_external(t, base_dir: str):
     """A weight still on disk, as an array: memory-mapped when numpy has its dtype."""
+    from onnx import helper, numpy_helper
+    from toolkit.core.weights import load_tensor, ref_source
 
 
     src, offset, length = ref_source(t, base_dir)
@@ -468,6 +470,7 @@ def model_text(desc: dict, show: Show) -> List[str]:
 
 def describe_data(data, show_values: bool = False) -> dict:
     """Description of a loaded data file (a list of feeds, or RunResults)."""
+    from toolkit.core.datafiles import RunResults
 
     def feed_desc(feed) -> list:
         return [dict(name=name, **summarize_array(feed[name], show_values)) for name in feed]

@@ -18,7 +18,6 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from toolkit.convert import fp16
 from toolkit.core.errors import DependencyError, InputError, UsageError
 from toolkit.core.meta import TensorMeta, dtype_to_numpy, format_shape
 from toolkit.core.model import check_readable_file, describe, load_model, read_bytes, save_model
@@ -346,6 +345,8 @@ def converter_for_strong_typing(external_data_dir: Optional[str] = None) -> Call
     """
 
     def convert(src: str, dtype: str, dst: str) -> Optional[str]:
+        from toolkit.convert import fp16  # TensorRT 11 with --fp16/--bf16 only: a large module
+
         model = load_model(src, external_data_dir=external_data_dir)
         result = fp16.convert(model, keep_io_types=True, inplace=True, dtype=dtype)
         del model
