@@ -420,7 +420,7 @@ def _node() -> str:
         import ray
 
         return ray.util.get_node_ip_address() + " (node " + ray.get_runtime_context().get_node_id()[:8] + ")"
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - only a name for a message: a Ray without these calls says no more
         return "another node"
 
 

@@ -76,7 +76,7 @@ class Calibrator:
                         outer.buffers._check(cudart.cudaMemcpy(ptr, arr.ctypes.data, arr.nbytes, h2d), "cudaMemcpy")
                         ptrs.append(ptr)
                     return ptrs
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 - a TensorRT callback: nothing may raise into it; kept, raised after the build
                     outer.error = outer.error or as_toolkit_error(exc, "INT8 calibration failed")
                     return None
 
@@ -97,7 +97,7 @@ class Calibrator:
                     from toolkit.core.model import write_bytes_atomic
 
                     write_bytes_atomic(write_to, bytes(cache))
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 - a TensorRT callback (see above)
                     outer.error = outer.error or as_toolkit_error(exc, f"{write_to}: cannot write the calibration cache")
 
         return EntropyCalibrator()
