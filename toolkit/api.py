@@ -117,7 +117,6 @@ def run(model: ModelLike, feeds: Sequence[Feed], runner: str = "onnxrt", **optio
     ``options`` are :class:`toolkit.run.options.RunOptions` fields (``onnx_outputs=["mark",
     "all"]``, ``providers=["cuda"]``, ``external_data_dir=...``); the spec's own options win."""
 
-
     with _model_file(model) as path:
         base = dataclasses.replace(RunOptions(path), **options)
         with make_runner(runner, path, base=base) as active:

@@ -182,8 +182,6 @@ class _signals:
 
     @staticmethod
     def _handler(signum, frame):
-
-
         if _importing(frame):
             # raised inside an import, KeyboardInterrupt can leave a module half-initialised (a C
             # extension then reports it as missing): the signal is delivered again just after

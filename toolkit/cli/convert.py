@@ -140,8 +140,6 @@ def _convert(
     del original
     save_model(result.model, output, external_data=external_data)
     if json_out:
-
-
         info = {
             "output": output,
             "precision": dtype,
@@ -159,7 +157,6 @@ def _convert(
 def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Check) -> None:
     """Usage errors, before anything is read or written."""
     from toolkit.core.model import check_output_path
-
 
     if dtype is None:
         if keep_fp32:

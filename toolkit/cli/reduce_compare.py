@@ -43,7 +43,6 @@ def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, time
     """The warm-worker check for ``--compare`` (the reference is computed on its first run)."""
     from toolkit.reduce.accuracy import CompareOptions, CompareRunner
 
-
     if timeout is not None and timeout <= 0:
         raise UsageError(f"--check-timeout must be positive, got {timeout}")
     opts = CompareOptions.from_words(words, **kw)

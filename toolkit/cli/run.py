@@ -192,7 +192,6 @@ def _typed_argv(parsed: List[str]) -> List[str]:
 def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
     """Execute ``opts``, print logs/tables to stderr, return the exit code (0 or 1)."""
 
-
     set_log_severity(ort_severity(), ort_log_sink())
     from toolkit.cli.reporters import CliReporter
 

@@ -97,7 +97,6 @@ def _check_data_file_clash(model_path: str, output: str, external_path: Optional
     output replaces the input model itself (then both are rewritten together)."""
     from toolkit.core.model import STDIO
 
-
     if not files or output == STDIO:
         return
     same_model = model_path != STDIO and os.path.realpath(model_path) == os.path.realpath(output)

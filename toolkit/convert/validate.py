@@ -113,7 +113,6 @@ def _run(model, feed: Mapping, names: Optional[Sequence[str]] = None, emulate: b
     """``model``'s outputs (or ``names``, marked as outputs) on ``feed``. ``model``: a ModelProto,
     or the path of a model file (ONNX-Runtime reads it, external data included)."""
 
-
     try:
         if isinstance(model, str) and names is None:
             sess = _session(model)
@@ -161,7 +160,6 @@ def _worst(got, ref, atol: float, rtol: float):
     measured against the tensor's own scale (fp16 rounds every value to about 5e-4 of it, and a
     reduction adds such errors), not element by element (a value near zero has no useful relative
     error). A NaN or infinity on one side only is an infinite error."""
-
 
     got = np.asarray(got)
     ref = np.asarray(ref)

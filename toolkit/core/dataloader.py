@@ -61,7 +61,6 @@ def load_script_feeds(spec: str, func_name: Optional[str] = None) -> List[Dict[s
     """Run the data loader script and return its feeds (numpy arrays), one per iteration."""
     import runpy
 
-
     path, func = split_script_spec(spec, func_name)
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such data loader script (give SCRIPT[:FUNC], e.g. data_loader.py:load_data)")

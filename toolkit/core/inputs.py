@@ -191,7 +191,6 @@ def _generate_one(rng, shape, dtype_name: Optional[str], lo: float, hi: float, n
     integers and bools with ``randint(int(lo), int(hi) + 1)`` (bools: ``bool(lo)``..``bool(hi)``),
     floats with ``random_sample() * (hi - lo) + lo`` in float64, then cast to the input's dtype."""
 
-
     if dtype_name is None:
         dtype_name = "float32"
     if dtype_name == "string":
@@ -321,7 +320,6 @@ def select_feed(
     fractions into integers, overflow to infinity) stays an InputError.
     """
 
-
     out: Dict[str, object] = {}
     keys = {m.name: m.name for m in metas if m.name in feed}
     missing = []
@@ -362,7 +360,6 @@ def select_feed(
 
 def _cast_preserving(arr, meta: TensorMeta, got_dtype: str, source: str, iteration: int, notes):
     """``arr`` cast to the input's dtype when that keeps its values; InputError otherwise."""
-
 
     def refuse(why: str):
         raise InputError(

@@ -426,7 +426,6 @@ def run_on_ort(
     ``feed`` defaults to generated inputs of the (``input_shapes``-overridden) input shapes.
     ``purpose`` ends the error messages ("... to {purpose} failed: ...")."""
 
-
     try:
         import onnxruntime  # noqa: F401
     except ImportError:
@@ -467,7 +466,6 @@ def _run_for_shapes(original, work, input_shapes, external_data_dir, feed=None) 
     """Run ``original`` (with ``work``'s input shapes) on ORT, every tensor an output.
 
     ``feed`` (input name -> array) replaces the generated inputs when given."""
-
 
     feed, values = run_on_ort(
         original, purpose="find tensor shapes", feed=feed, input_shapes=input_shapes, external_data_dir=external_data_dir

@@ -315,7 +315,6 @@ def _read_external(t, base_dir: str):
     from onnx import helper, numpy_helper
     from toolkit.core.weights import load_tensor, ref_source
 
-
     src, offset, length = ref_source(t, base_dir)
     try:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))

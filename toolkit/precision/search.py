@@ -343,7 +343,6 @@ class PrecisionSearch:
     def _marked(self, model, copy: bool = True):
         """``model`` (a copy) returning the watched tensors too, when the search is guided."""
 
-
         if not self.guide:
             return model
         if copy:
@@ -474,7 +473,6 @@ class PrecisionSearch:
         """Whether every failing output is off by no more than the rounding of reduced-precision
         storage through the graph's depth (toolkit.core.noise.noise_bound, relative to the output's
         largest reference value); remembers the atol that would pass."""
-
 
         bound = noise_bound(STORAGE_FLOOR[self._precision], self.depth)
         needed = 0.0

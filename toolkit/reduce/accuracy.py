@@ -536,7 +536,6 @@ class CompareRunner(WarmRunner):
             self.notes(f"No hint for the search ({text}); searching without one")
             return None
 
-
     def _every_tensor_runs(self):
         """``(outputs, reference values)`` per iteration: the model under test with every tensor
         marked, fed the reference's inputs, in this process."""
@@ -678,7 +677,6 @@ def _judge_noise(f, floor: float) -> None:
 
 def _norms(a, b, dtype):
     """(||a - b||, max(||a||, ||b||)) computed in ``dtype`` (dot products: fast)."""
-
 
     a = np.ascontiguousarray(a, dtype=dtype).ravel()
     b = np.ascontiguousarray(b, dtype=dtype).ravel()

@@ -112,7 +112,6 @@ def constant_conditions(model, conditions: Sequence[str], base_dir: Optional[str
     graph: an initializer that is not also a graph input, or the output of a Constant node (an
     initializer in an external file is read from ``base_dir``)."""
 
-
     wanted = set(conditions)
     inputs = {v.name for v in model.graph.input}
     tensors = {t.name: t for t in model.graph.initializer if t.name in wanted and t.name not in inputs}
@@ -138,7 +137,6 @@ def constant_conditions(model, conditions: Sequence[str], base_dir: Optional[str
 def condition_values(path: str, conditions: Sequence[str], feeds, external_data_dir=None) -> Dict[str, str]:
     """The value of each condition tensor on ONNX-Runtime for every feed of ``feeds`` (a
     :class:`toolkit.run.feeds.FeedSource`): ``"true"``/``"false"``, or why it is unknown."""
-
 
     names = list(dict.fromkeys(conditions))
     base = RunOptions(path, onnx_outputs=names, external_data_dir=external_data_dir)
@@ -245,7 +243,6 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None],
 
     if not top_level_ifs(_structure(model, opts.external_data_dir)):
         return None
-
 
     # the data files are read now: their errors are the user's
     source = feed_source(opts, lambda _msg: None) if with_data else None

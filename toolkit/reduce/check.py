@@ -384,7 +384,6 @@ class WarmRunner:
             return
         self._prepared = True
 
-
         for mod in ("numpy", "onnx"):
             importlib.import_module(mod)
         if self.args and self.args[0] in ("run", "debug"):

@@ -233,7 +233,6 @@ class GraphIndex:
     def _index_pieces(self, model, g, raw: Optional[RawPieces], regular: List[int], consts: List[int]) -> None:
         """The serialized pieces candidates are written from, made once (sliced from ``raw`` when given)."""
 
-
         f = self._fields
         self._init_frag: Dict[str, bytes] = {}
         if raw is not None:

@@ -150,7 +150,6 @@ def _div(x: float, tol: float) -> float:
 def tensor_error(name: str, a, b, comparison) -> TensorError:
     """Error measures of ``a`` against the reference ``b``, judged as ``comparison`` was."""
 
-
     c = comparison
     err = TensorError(name, c.passed, c.max_abs, c.max_rel, 0.0, 0.0, c.atol, c.rtol, c.stat, c.message)
     a = np.asarray(a)

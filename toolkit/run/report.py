@@ -53,7 +53,6 @@ def report_dict(diagnoses: Sequence[Diagnosis], *, model: str = "", command: str
 def save_report(path: str, diagnoses: Sequence[Diagnosis], *, model: str = "", command: str = "") -> None:
     """Write ``diagnoses`` to ``path`` (.json or .html), atomically."""
 
-
     if is_node_data_path(path):
         text = json.dumps(node_data(diagnoses), indent=1) + "\n"
     elif path.lower().endswith(".json"):
