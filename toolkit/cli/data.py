@@ -10,7 +10,9 @@ import typer
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import bind, check_data_output, command_kwargs, values_for
 from toolkit.cli.output import log, warn
+from toolkit.core import paths
 from toolkit.core.declare import argument, required
+from toolkit.core.errors import UsageError
 
 app = typer.Typer(help="Work with inputs and outputs data files (JSON or .npz).", **SUBAPP_SETTINGS)
 
@@ -26,7 +28,6 @@ class MergeArgs:
 
 def _to_input(args: MergeArgs) -> None:
     from toolkit.core.datafiles import load_data, merge_to_inputs, save_inputs
-    from toolkit.core.errors import UsageError
     from toolkit.core.model import check_output_path
 
     files, output = args.files, args.output
@@ -36,7 +37,6 @@ def _to_input(args: MergeArgs) -> None:
         raise UsageError("stdin ('-') can be read only once")
     check_data_output("-o", output)
     check_output_path(output)
-    from toolkit.core import paths
 
     # -o may replace one of the inputs (all are read before it is written); not the log file
     paths.check([(f"input {f}", f) for f in files if not paths.same_file(f, output)], [("-o", output)])

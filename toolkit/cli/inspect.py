@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import sys
 from dataclasses import dataclass
 from typing import List, Optional
 
 import typer
 
+from toolkit.cli import output
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import bind, command_kwargs, values_for
+from toolkit.cli.output import warn
 from toolkit.core import shared_options as S
 from toolkit.core.declare import argument, declared, option, switch
 
@@ -17,15 +20,12 @@ app = typer.Typer(help="Inspect models and data files.", **SUBAPP_SETTINGS)
 
 
 def _emit(lines: List[str]) -> None:
-    import sys
-
     sys.stdout.write("\n".join(lines) + "\n")
 
 
 def _is_engine(model: str) -> bool:
     """A TensorRT engine: by its suffix (.engine/.plan/.trt) or --model-type engine."""
     from toolkit.backends.trt.options import is_engine_path
-    from toolkit.cli import output
 
     return is_engine_path(model) or (output.state.model_type or "").lower() == "engine"
 
@@ -55,8 +55,8 @@ class InspectModelArgs:
 def inspect_model(ctx: typer.Context, **params) -> None:
     """Show a model: name, opsets, graph inputs and outputs, initializers, and optionally nodes,
     attributes and weights (subgraphs of If/Loop/Scan nested under their node)."""
-    from toolkit.inspect.describe import Show, describe_model, model_text
     from toolkit.core.model import load_model
+    from toolkit.inspect.describe import Show, describe_model, model_text
 
     args = InspectModelArgs(**values_for(InspectModelArgs, params))
     model, external_data_dir, as_json = args.model, args.external_data_dir, args.as_json
@@ -76,7 +76,7 @@ def inspect_model(ctx: typer.Context, **params) -> None:
         return
     base_dir = None
     if shown.weights and not args.ignore_external_data:
-        from toolkit.core.weights import load_lazily
+        from toolkit.core.model import load_lazily
 
         # weights stay on disk and are read one at a time for their statistics
         proto, base_dir = load_lazily(model, external_data_dir, eager_bytes=0)
@@ -117,8 +117,6 @@ def inspect_data(ctx: typer.Context, **params) -> None:
     args = InspectDataArgs(**values_for(InspectDataArgs, params))
     show_values, num_items, line_width = args.show_values, args.num_items, args.line_width
     if (num_items is not None or line_width is not None) and not show_values:
-        from toolkit.cli.output import warn
-
         warn("--num-items and --line-width only change how --show-values prints arrays")
     desc = describe_data(load_data(args.path), show_values)
     if args.as_json:

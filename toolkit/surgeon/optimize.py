@@ -3,9 +3,7 @@ the rewrites added on top of them."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import os
 import tempfile
 import time
@@ -30,8 +28,8 @@ from toolkit.surgeon.plumbing import (
     nolog,
     non_tensor_types,
     quiet_gs,
-    quiet_ort,
     restore_model_fields,
+    symbolic_shape_inference,
 )
 from toolkit.surgeon.validate import Validation, attempt
 
@@ -176,16 +174,7 @@ def _after_optimizer(result, model):
 def _symbolic_shapes(model) -> Dict[str, tuple]:
     """Shapes of the top graph's tensors by ONNX-Runtime's symbolic shape inference: numbers
     where known, other dims as None (empty when it cannot run)."""
-    try:
-        import sympy  # noqa: F401  (symbolic inference needs it)
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-    except ImportError:
-        return {}
-    try:
-        with quiet_ort(), contextlib.redirect_stdout(io.StringIO()):
-            inferred = SymbolicShapeInference.infer_shapes(light_copy(model), auto_merge=True)
-    except Exception:  # noqa: BLE001 - an optional help; without it fewer targets are made constant
-        return {}
+    inferred = symbolic_shape_inference(model)
     if inferred is None:
         return {}
     found: Dict[str, tuple] = {}
