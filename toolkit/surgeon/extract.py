@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import io
 import re
 from typing import Dict, List, Mapping, Optional, Sequence
 
@@ -14,7 +12,6 @@ from toolkit.core.shapes import (
     declared_tensor_meta,
     infer_tensor_meta,
     is_complete,
-    light_copy,
     node_reads,
     override_input_shapes,
     top_tensor_names,
@@ -35,7 +32,7 @@ from toolkit.surgeon.plumbing import (
     non_tensor_value_types,
     np_dtype,
     quiet_gs,
-    quiet_ort,
+    symbolic_inference,
     tensor_value_info,
     unknown_name_error,
 )
@@ -210,16 +207,7 @@ def _name_unknown_output_dims(result, log: LogFn) -> None:
     todo = {k: m for k, m in todo.items() if m.shape is None or any(d is None for d in m.shape)}
     if not todo:
         return
-    try:
-        import sympy  # noqa: F401  (symbolic inference needs it; optional)
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-    except ImportError:
-        return
-    try:
-        with quiet_ort(), contextlib.redirect_stdout(io.StringIO()):
-            inferred = SymbolicShapeInference.infer_shapes(light_copy(result), auto_merge=True)
-    except Exception:  # noqa: BLE001 - an optional refinement; the shapes found so far stand
-        return
+    inferred = symbolic_inference(result)  # (None: the shapes found so far stand)
     if inferred is None:
         return
     found = {o.name: value_info_meta(o) for o in inferred.graph.output}

@@ -3,9 +3,7 @@ the rewrites added on top of them."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
-import io
 import os
 import tempfile
 import time
@@ -30,7 +28,7 @@ from toolkit.surgeon.plumbing import (
     nolog,
     non_tensor_types,
     quiet_gs,
-    quiet_ort,
+    symbolic_inference,
     restore_model_fields,
 )
 from toolkit.surgeon.validate import Validation, attempt
@@ -96,7 +94,9 @@ def _ort_basic(model, ort, external_data_dir: Optional[str]):
         if external_data_dir:
             so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_data_dir)
         ort.InferenceSession(_constant_initializers(model).SerializeToString(), so, providers=["CPUExecutionProvider"])
-        result = onnx.load(out)
+        # weights ONNX-Runtime keeps as they are still name the model's data file (relative to
+        # external_data_dir, as in the model): left on disk, as the model leaves them
+        result = onnx.load(out, load_external_data=False)
     restore_model_fields(result, model)
     return result
 
@@ -176,16 +176,7 @@ def _after_optimizer(result, model):
 def _symbolic_shapes(model) -> Dict[str, tuple]:
     """Shapes of the top graph's tensors by ONNX-Runtime's symbolic shape inference: numbers
     where known, other dims as None (empty when it cannot run)."""
-    try:
-        import sympy  # noqa: F401  (symbolic inference needs it)
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-    except ImportError:
-        return {}
-    try:
-        with quiet_ort(), contextlib.redirect_stdout(io.StringIO()):
-            inferred = SymbolicShapeInference.infer_shapes(light_copy(model), auto_merge=True)
-    except Exception:  # noqa: BLE001 - an optional help; without it fewer targets are made constant
-        return {}
+    inferred = symbolic_inference(model)  # (None: fewer targets are made constant)
     if inferred is None:
         return {}
     found: Dict[str, tuple] = {}

@@ -344,3 +344,32 @@ def non_tensor_value_types(model, names: Sequence[str]) -> dict:
     if any(n not in types for n in names):
         types = {**non_tensor_types(infer_shapes(light_copy(model))), **types}
     return {n: types[n] for n in names if n in types}
+
+
+def symbolic_inference(model):
+    """``model`` (a light copy) with ONNX-Runtime's symbolic shape inference applied, or None where
+    it cannot run (no sympy, opset below 7, an error) or leaves shapes unknown.
+
+    Its ``infer_shapes`` saves ``sym_shape_infer_temp.onnx`` and a data file into the current
+    folder when shapes stay unknown: that loop is run here instead, writing nothing."""
+    try:
+        import sympy  # noqa: F401  (symbolic inference needs it; optional)
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference, get_opset
+    except ImportError:
+        return None
+    try:
+        with quiet_ort(), contextlib.redirect_stdout(io.StringIO()):
+            copy = light_copy(model)
+            opset = get_opset(copy)
+            if not opset or opset < 7:
+                return None
+            sym = SymbolicShapeInference(2**31 - 1, True, False, 0)
+            sym._preprocess(copy)
+            complete = False
+            while sym.run_:
+                complete = sym._infer_impl()
+            sym._update_output_from_vi()
+    except Exception:  # noqa: BLE001 - an optional refinement: callers go on without it
+        return None
+    return sym.out_mp_ if complete else None
+
