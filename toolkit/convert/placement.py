@@ -157,7 +157,7 @@ def automatic_keep(model, types: Optional[Dict[str, int]] = None, dtype: str = "
                 schema = schemas.get(node)
                 if schema is not None and schema_lacks(schema, low):
                     keep[node.name] = reason_schema
-    for name in accumulator_readers(model, types):
+    for name in accumulator_readers(model, types) if low == FLOAT16 else ():  # (bf16 holds them, rounded)
         keep.setdefault(name, REASON_ACCUMULATOR)
     return keep
 
