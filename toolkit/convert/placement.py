@@ -177,7 +177,7 @@ def accumulator_readers(model, types: Dict[str, int]) -> List[str]:
                 reads_sum and node.op_type in ACCUMULATOR_PASSING_OPS and types.get(node.output[0]) != FLOAT
             ):
                 sums.update(o for o in node.output if o)
-            elif reads_sum and node.op_type == "Cast":
+            elif reads_sum and node.op_type == "Cast" and types.get(node.output[0]) == FLOAT:
                 names.append(node.name)
                 floats.update(o for o in node.output if o)
             elif any(i in floats for i in node.input if i) and node.name:
