@@ -98,3 +98,14 @@ def modules_loaded_by(setup: str, argv, roots) -> list:
 
     loaded = ast.literal_eval(line[len("LOADED "):])
     return [m for m in loaded if m in roots or any(m.startswith(r + ".") for r in roots)]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked ``slow`` (every moment of every signal, minutes) run when asked for:
+    ``TOOLKIT_SLOW_TESTS=1`` or ``-m slow``; the README's test command skips them."""
+    if os.environ.get("TOOLKIT_SLOW_TESTS") == "1" or "slow" in (config.getoption("-m") or ""):
+        return
+    skip = pytest.mark.skip(reason="slow: set TOOLKIT_SLOW_TESTS=1 (or -m slow) to run it")
+    for item in items:
+        if "slow" in item.keywords:
+            item.add_marker(skip)

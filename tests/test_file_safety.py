@@ -398,3 +398,24 @@ def test_an_ignored_sighup_stays_ignored(tmp_path):
     finally:
         proc.terminate()
     assert proc.wait(timeout=60) == 130
+
+
+def test_a_signal_just_after_the_temp_file_is_made_leaves_no_temp_file(tmp_path, monkeypatch):
+    """SIGINT landing between the temp file's creation and its name being kept (the moment
+    a fault-injection run found) still removes it."""
+    import signal
+    import tempfile
+
+    from toolkit.core.model import write_bytes_atomic
+
+    real = tempfile.mkstemp
+
+    def mkstemp(*args, **kwargs):
+        made = real(*args, **kwargs)
+        os.kill(os.getpid(), signal.SIGINT)
+        return made
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    with pytest.raises(KeyboardInterrupt):
+        write_bytes_atomic(str(tmp_path / "out.bin"), b"data")
+    assert os.listdir(tmp_path) == []

@@ -31,9 +31,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from toolkit.backends.base import Runner
 from toolkit.core.declare import option
 from toolkit.core.errors import DependencyError, InferenceError, InputError, UsageError
+from toolkit.core.install import import_extra
 from toolkit.core.meta import TensorMeta
-
-INSTALL = 'pip install "toolkit[openvino]"'
 
 #: ``precision=`` values -> OpenVINO's INFERENCE_PRECISION_HINT values
 PRECISIONS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
@@ -54,11 +53,7 @@ _REDUCED = {"bf16": "bf16", "f16": "fp16"}
 
 def import_openvino():
     """The ``openvino`` module; DependencyError (exit 4) naming the extra when it is missing."""
-    try:
-        import openvino
-    except ImportError:
-        raise DependencyError(f"OpenVINO is not installed; install it with: {INSTALL}") from None
-    return openvino
+    return import_extra("openvino", "openvino", "OpenVINO is not installed")
 
 
 def _device_name(device: Optional[str]) -> str:

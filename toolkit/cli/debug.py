@@ -465,19 +465,9 @@ class ReduceArgs:
         "TOOLKIT_WORKER=k in its environment. Same result as --jobs 1 for a check that always answers the "
         "same. With --cluster: the most checks at once (default: what fits on the cluster).",
     )
-    cluster: Optional[str] = option(
-        "--cluster", metavar="ray[:ADDRESS]",
-        help="Run the checks as tasks on a Ray cluster (pip install \"toolkit[ray]\"): ray finds a running "
-        "cluster (or starts a local one), ray:ADDRESS connects to that one. --jobs is then the most checks at once "
-        "(default: what fits on the cluster). See docs/scale.md.",
-    )
-    gpus_per_check: Optional[float] = option(
-        "--gpus-per-check", metavar="N",
-        help="With --cluster: GPUs each check asks Ray for (default 1 for a TensorRT or CUDA check, else 0).",
-    )
-    cpus_per_check: Optional[float] = option(
-        "--cpus-per-check", metavar="N", help="With --cluster: CPUs each check asks Ray for (default 1).",
-    )
+    cluster: Optional[str] = declared(S.CLUSTER)
+    gpus_per_check: Optional[float] = declared(S.GPUS_PER_CHECK)
+    cpus_per_check: Optional[float] = declared(S.CPUS_PER_CHECK)
     devices: Optional[str] = option(
         "--devices", metavar="LIST",
         help="GPUs for the workers, e.g. 0,1,2,3: worker k gets CUDA_VISIBLE_DEVICES=<k-th device> (round robin "

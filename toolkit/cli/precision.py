@@ -184,19 +184,9 @@ class PrecisionArgs:
                                               help="Reuse the verdicts of an earlier run (same model and runners).")
     external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
     json_out: bool = switch("--json", help='Print the result as JSON on stdout (instead of node names).')
-    cluster: Optional[str] = option(
-        "--cluster", metavar="ray[:ADDRESS]",
-        help="Run each check (the candidate runner on a mixed model) as a task on a Ray cluster (pip install "
-        "\"toolkit[ray]\"): ray finds a running cluster (or starts a local one), ray:ADDRESS connects to that one. "
-        "See docs/scale.md.",
-    )
-    gpus_per_check: Optional[float] = option(
-        "--gpus-per-check", metavar="N",
-        help="With --cluster: GPUs each check asks Ray for (default 1 for a TensorRT candidate, else 0).",
-    )
-    cpus_per_check: Optional[float] = option(
-        "--cpus-per-check", metavar="N", help="With --cluster: CPUs each check asks Ray for (default 1).",
-    )
+    cluster: Optional[str] = declared(S.CLUSTER)
+    gpus_per_check: Optional[float] = declared(S.GPUS_PER_CHECK)
+    cpus_per_check: Optional[float] = declared(S.CPUS_PER_CHECK)
 
 
 def register(app: typer.Typer) -> None:

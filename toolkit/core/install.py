@@ -4,8 +4,11 @@ the package index; the extra's own requirements are what it stands for.)"""
 
 from __future__ import annotations
 
+import importlib
 import shlex
-from typing import List
+from typing import Any, List
+
+from toolkit.core.errors import DependencyError
 
 
 def extra_requirements(extra: str) -> List[str]:
@@ -33,3 +36,12 @@ def extra_install_command(extra: str) -> str:
     if not reqs:
         return f"pip install the '{extra}' extra of toolkit from where toolkit was installed (e.g. pip install -e '.[{extra}]')"
     return "pip install " + " ".join(shlex.quote(r.replace(" ", "")) for r in reqs)
+
+
+def import_extra(module: str, extra: str, missing: str) -> Any:
+    """``module``, imported; when it is not installed, a :class:`DependencyError` (exit 4): the
+    sentence ``missing`` and the extra's install command."""
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise DependencyError(f"{missing}; install it with: {extra_install_command(extra)}") from None

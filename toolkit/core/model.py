@@ -196,9 +196,11 @@ def atomic_output(path: str, mode: str = "wb") -> Iterator:
             return
         check_output_path(path)
         folder = os.path.dirname(os.path.abspath(path))
-        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-        # (the documented hidden temp name: .NAME.<random>.tmp, see temp_name)
+        tmp = None
         try:
+            with _signals_held():  # a Ctrl-C between creating the temp file and naming it would leave it
+                fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+            # (the documented hidden temp name: .NAME.<random>.tmp, see temp_name)
             with os.fdopen(fd, mode) as f:
                 yield f
             with contextlib.suppress(OSError):
@@ -209,12 +211,31 @@ def atomic_output(path: str, mode: str = "wb") -> Iterator:
             os.replace(tmp, path)
             note_written(path)
         except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+            if tmp is not None:
+                with contextlib.suppress(OSError):
+                    os.unlink(tmp)
             raise
     except OSError as exc:
         where = "<stdout>" if path == STDIO else path
         raise InputError(f"{where}: cannot write: {exc.strerror or exc}") from None
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT, SIGTERM and SIGHUP for a few statements (the main thread only): their Python
+    handlers run right after, once what the statements created has a name to clean up."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def write_bytes_atomic(path: str, data: bytes) -> None:

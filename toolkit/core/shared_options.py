@@ -48,3 +48,15 @@ FORCE_FALLBACK = Declared(
     ("--force-fallback-shape-inference",),
     "Infer tensor shapes and dtypes by running ONNX-Runtime instead of ONNX shape inference.",
 )
+CLUSTER = Declared(
+    ("--cluster",),
+    "Run each check as a task on a Ray cluster (the ray extra): ray finds a running cluster (or starts a local "
+    "one), ray:ADDRESS connects to that one. See docs/scale.md.",
+    metavar="ray[:ADDRESS]",
+)
+GPUS_PER_CHECK = Declared(
+    ("--gpus-per-check",),
+    "With --cluster: GPUs each check asks Ray for (default 1 for a TensorRT or CUDA check, else 0).",
+    metavar="N",
+)
+CPUS_PER_CHECK = Declared(("--cpus-per-check",), "With --cluster: CPUs each check asks Ray for (default 1).", metavar="N")

@@ -35,10 +35,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from toolkit.core.errors import DependencyError, UsageError
+from toolkit.core.install import import_extra
 from toolkit.reduce.check import CheckResult, data_files_in, make_runner, toolkit_args
 from toolkit.reduce.parallel import WORKER_ENV, worker_argv
 
-INSTALL = 'pip install "toolkit[ray]"'
 RETRIES = 2  # Ray retries a task lost with its node (or worker process) this many times
 CANCEL_GRACE = 3.0  # seconds a cancelled task has to kill its check before it is forced
 _GPU_WORDS = re.compile(r"(?i)(^|[^a-z])(trt|tensorrt|cuda)([^a-z]|$)")
@@ -57,11 +57,7 @@ def parse_cluster(text: str) -> Optional[str]:
 
 def import_ray():
     """The ``ray`` module, or exit 4 naming the extra."""
-    try:
-        import ray
-    except ImportError:
-        raise DependencyError(f"--cluster ray needs Ray; install it with {INSTALL}") from None
-    return ray
+    return import_extra("ray", "ray", "--cluster ray needs Ray, which is not installed")
 
 
 def uses_gpu(argv: Sequence[str]) -> bool:
