@@ -20,7 +20,7 @@ sys.path.insert(0, os.path.join(HERE, "checkers"))
 
 import fail_if_nodes  # noqa: E402
 
-from toolkit.reduce.check import CheckResult  # noqa: E402
+from toolkit.reduce.verdict import CheckResult  # noqa: E402
 
 
 class FakeCheck:
@@ -58,7 +58,7 @@ def reduce_model(tmp_path, model, culprits, *, mode=None, any_=False, ort=False,
 
     Returns (outcome, reduced model or None, FakeCheck).
     """
-    from toolkit.reduce.check import FailureRule
+    from toolkit.reduce.verdict import FailureRule
     from toolkit.reduce.session import ReduceConfig, Reducer
 
     path = str(tmp_path / "model.onnx") if not isinstance(model, str) else model

@@ -352,7 +352,7 @@ def test_guided_search_finds_every_fault_with_few_checks(tmp_path, cli):
 def test_hint_ranking_follows_error_amplification():
     """rank(): a node with exact inputs and a wrong output first; propagated error ranks near 1."""
     from toolkit.reduce.guide import rank
-    from toolkit.reduce.session import load_for_index
+    from toolkit.reduce.loading import load_for_index
     from toolkit.reduce.graph import GraphIndex
 
     model = conv_net(4, ())

@@ -89,7 +89,7 @@ def test_gpu_checks_are_recognised():
 
 
 def test_a_check_lost_with_its_node_is_broken_never_a_failure():
-    from toolkit.reduce.check import BROKEN, CheckResult, FailureRule
+    from toolkit.reduce.verdict import BROKEN, CheckResult, FailureRule
 
     lost = CheckResult(None, b"", b"error: the check never finished: its Ray task was lost after 3 tries\n",
                        lost="its Ray task was lost after 3 tries")

@@ -456,7 +456,7 @@ def test_iter_artifact_must_not_be_the_model(cli, seed):
 
 
 def test_progress_bar_path(cli, seed, monkeypatch):
-    import toolkit.cli.reporters as reporters
+    import toolkit.cli.search_reporters as reporters
 
     monkeypatch.setattr(reporters, "is_terminal", lambda stream=None: True)
     res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--fail-regex", "Op: Mul", "--check", *INSPECT)
@@ -527,7 +527,8 @@ def test_warm_worker_timeout_kills_the_child(monkeypatch):
 
 def test_warm_worker_crash_is_a_failure(monkeypatch):
     import toolkit.cli.app as cli_app
-    from toolkit.reduce.check import FailureRule, WarmRunner
+    from toolkit.reduce.check import WarmRunner
+    from toolkit.reduce.verdict import FailureRule
 
     monkeypatch.setattr(cli_app, "main", lambda argv=None: os.kill(os.getpid(), signal.SIGKILL))
     res = WarmRunner(["inspect", "model", "x.onnx"], entry=worker_entry()).run()

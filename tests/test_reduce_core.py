@@ -20,7 +20,7 @@ from reduce_helpers import (
     wide,
     with_loop,
 )
-from toolkit.reduce.graph import GraphIndex, mask_indices, range_mask
+from toolkit.reduce.graph import GraphIndex, mask_indices
 from toolkit.reduce.strategy import Plan, bisect, default, linear
 
 
@@ -71,7 +71,7 @@ def test_full_candidate_is_the_original_model():
 
 
 def test_new_inputs_get_dtype_and_shape_from_inference():
-    from toolkit.reduce.session import MetaProvider
+    from toolkit.reduce.metas import MetaProvider
 
     model = modelzoo.seed_example()
     metas = MetaProvider(model, input_shapes={}, force_fallback=False, external_data_dir=None, warn=print)
@@ -368,7 +368,7 @@ def test_output_is_the_very_model_the_check_failed_on(tmp_path):
 
 
 def test_candidates_from_file_slices_equal_serialized_ones(tmp_path):
-    from toolkit.reduce.session import load_model_and_pieces
+    from toolkit.reduce.loading import load_model_and_pieces
 
     model = modelzoo.seed_example()  # 600 KB initializers: stubs in the light model
     path = modelzoo.save(model, tmp_path / "m.onnx")

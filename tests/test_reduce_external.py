@@ -34,18 +34,16 @@ def weighted_chain():
 def ext(tmp_path, monkeypatch):
     """The model in tmp_path/src with its weights in weights.bin, none read eagerly, and
     loading all of a model's external data made an error."""
-    import toolkit.core.model as core_model
-    import toolkit.reduce.session as session
 
     src = tmp_path / "src"
     src.mkdir()
     modelzoo.save_with_external_data(weighted_chain(), src / "model.onnx")
-    monkeypatch.setattr(session, "EAGER_WEIGHT_BYTES", 0)
+    monkeypatch.setattr("toolkit.reduce.loading.EAGER_WEIGHT_BYTES", 0)
 
     def refuse(*a, **k):
         raise AssertionError("every external weight was loaded")
 
-    monkeypatch.setattr(core_model, "load_external_data_into", refuse)
+    monkeypatch.setattr("toolkit.reduce.loading.load_external_data_into", refuse)  # where loading looks it up
     return src
 
 
@@ -101,7 +99,7 @@ def test_huge_output_over_the_model_weights_is_refused(tmp_path, monkeypatch):
 
     monkeypatch.setattr(graph, "BIG_MODEL_BYTES", 0)
     monkeypatch.setattr(session, "BIG_MODEL_BYTES", 0)
-    monkeypatch.setattr(session, "EAGER_WEIGHT_BYTES", 0)
+    monkeypatch.setattr("toolkit.reduce.loading.EAGER_WEIGHT_BYTES", 0)
     modelzoo.save_with_external_data(weighted_chain(), tmp_path / "model.onnx", location="reduced.onnx.data")
     before = (tmp_path / "reduced.onnx.data").read_bytes()
     with pytest.raises(InputError, match="holds the model's own weights"):
@@ -119,7 +117,7 @@ def test_output_naming_the_weights_file_is_a_usage_error(ext, cli, monkeypatch):
 
 def test_same_replay_identity_as_the_single_file_model(ext, tmp_path):
     from toolkit.reduce.graph import GraphIndex
-    from toolkit.reduce.session import load_for_index
+    from toolkit.reduce.loading import load_for_index
 
     lazy, raw, base = load_for_index(str(ext / "model.onnx"))
     assert raw is None and base == str(ext) and any(t.data_location == 1 for t in lazy.graph.initializer)

@@ -13,7 +13,7 @@ from toolkit.reduce.graph import range_mask
 
 
 def _reduce(tmp_path, model, culprits, mode=None):
-    from toolkit.reduce.check import FailureRule
+    from toolkit.reduce.verdict import FailureRule
     from toolkit.reduce.session import ReduceConfig
 
     path = save(model, tmp_path / "model.onnx")

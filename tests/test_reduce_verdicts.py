@@ -13,7 +13,7 @@ import pytest
 import modelzoo
 from conftest import run_toolkit
 
-from toolkit.reduce.check import BROKEN, FAIL, PASS, TIMEOUT, CheckResult, FailureRule, error_line
+from toolkit.reduce.verdict import BROKEN, FAIL, PASS, TIMEOUT, CheckResult, FailureRule, error_line
 from toolkit.reduce.evidence import (
     Evidence,
     TensorEvidence,

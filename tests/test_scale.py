@@ -19,7 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import modelzoo
-from toolkit.reduce.check import CheckResult, FailureRule
+from toolkit.reduce.verdict import CheckResult, FailureRule
 from toolkit.reduce.session import ReduceConfig, Reducer, Reporter
 
 N = 256
@@ -44,14 +44,13 @@ def weighted_chain():
 @pytest.fixture
 def dirs(tmp_path, monkeypatch):
     """(model path, its data file, work folder): the model in src/, weights external."""
-    import toolkit.reduce.session as session
 
     src = tmp_path / "src"
     work = tmp_path / "work"
     src.mkdir()
     work.mkdir()
     modelzoo.save_with_external_data(weighted_chain(), src / "model.onnx")
-    monkeypatch.setattr(session, "EAGER_WEIGHT_BYTES", 0)  # every weight stays on disk
+    monkeypatch.setattr("toolkit.reduce.loading.EAGER_WEIGHT_BYTES", 0)  # every weight stays on disk
     return str(src / "model.onnx"), str(src / "weights.bin"), work
 
 
@@ -415,15 +414,14 @@ def test_ctrl_c_with_four_jobs_leaves_no_stray_process(tmp_path):
 @pytest.fixture
 def inline(tmp_path, monkeypatch):
     """The weighted chain with its weights inside the model file, and any weight worth a spill."""
-    import toolkit.reduce.session as session
 
     src = tmp_path / "src"
     work = tmp_path / "work"
     src.mkdir()
     work.mkdir()
     path = modelzoo.save(weighted_chain(), src / "model.onnx")
-    monkeypatch.setattr(session, "SPILL_BYTES", 1)
-    monkeypatch.setattr(session, "SPILL_MIN_TENSOR", 1)
+    monkeypatch.setattr("toolkit.reduce.artifacts.SPILL_BYTES", 1)
+    monkeypatch.setattr("toolkit.reduce.artifacts.SPILL_MIN_TENSOR", 1)
     return path, work
 
 

@@ -63,7 +63,7 @@ def test_fakes_match_the_real_api(major, monkeypatch):
             if "__init__" in vars(cls):
                 monkeypatch.setattr(cls, "__init__", init)
     runner = TrtRunner("model.onnx", TrtConfig(mark_outputs=["mark", "all"], profiles=[{"x": ((1, 3), (2, 3), (4, 3))}]))
-    monkeypatch.setattr("toolkit.core.model.check_readable_file", lambda p: None)
+    monkeypatch.setattr("toolkit.backends.trt.builder.check_readable_file", lambda p: None)
     with runner:
         out = runner.infer({"x": np.ones((2, 3), np.float32)})
     assert set(out) == {"x2", "y"}

@@ -30,6 +30,23 @@ if TYPE_CHECKING:  # pragma: no cover
     import onnx
 
     from toolkit.core.compare import IterationComparison
+import dataclasses
+import time
+
+from toolkit.convert.fp16 import convert as _convert
+from toolkit.core.compare import Tolerances, compare_iteration
+from toolkit.core.inputs import generate_inputs as _generate
+from toolkit.core.inputs import parse_val_ranges
+from toolkit.core.meta import parse_shape_specs, parse_tensor_spec
+from toolkit.core.model import graph_io_meta
+from toolkit.core.model import load_model as _load
+from toolkit.core.model import save_model as _save
+from toolkit.reduce.session import ReduceConfig, Reducer
+from toolkit.reduce.verdict import CheckResult
+from toolkit.run.options import RunOptions
+from toolkit.run.specs import make_runner
+from toolkit.surgeon.surgery import extract as _extract
+from toolkit.surgeon.surgery import sanitize as _sanitize
 
 Feed = Mapping[str, object]
 ModelLike = Union[str, "onnx.ModelProto"]
@@ -47,14 +64,12 @@ __all__ = [
 def load_model(path: str, *, external_data_dir: Optional[str] = None, load_external_data: bool = True):
     """The model at ``path`` (``"-"``: stdin), its external weights read from ``external_data_dir``
     or the model's folder."""
-    from toolkit.core.model import load_model as _load
 
     return _load(path, external_data_dir=external_data_dir, load_external_data=load_external_data)
 
 
 def save_model(model, path: str, *, external_data: Optional[bool] = None) -> None:
     """Write ``model`` atomically; external data automatically near protobuf's 2 GB limit."""
-    from toolkit.core.model import save_model as _save
 
     _save(model, path, external_data=external_data)
 
@@ -83,10 +98,6 @@ def generate_inputs(
 ) -> List[Dict[str, object]]:
     """Generated feeds for ``model``'s inputs, as ``toolkit run`` makes them (the same seed, 1
     by default, gives the same data); ``val_range``/``input_shapes`` take the command's spellings."""
-    from toolkit.core.inputs import generate_inputs as _generate
-    from toolkit.core.inputs import parse_val_ranges
-    from toolkit.core.meta import parse_shape_specs
-    from toolkit.core.model import graph_io_meta
 
     metas, _ = graph_io_meta(_model(model))
     feeds, _notes = _generate(
@@ -105,10 +116,6 @@ def run(model: ModelLike, feeds: Sequence[Feed], runner: str = "onnxrt", **optio
 
     ``options`` are :class:`toolkit.run.options.RunOptions` fields (``onnx_outputs=["mark",
     "all"]``, ``providers=["cuda"]``, ``external_data_dir=...``); the spec's own options win."""
-    import dataclasses
-
-    from toolkit.run.options import RunOptions
-    from toolkit.run.specs import make_runner
 
     with _model_file(model) as path:
         base = dataclasses.replace(RunOptions(path), **options)
@@ -144,7 +151,6 @@ def compare(
 ) -> Comparison:
     """Compare two runs' outputs (matched by name, iteration by iteration) with ``toolkit
     run``'s tolerances, written as on its command line (``atol=["1e-3", "out:1e-2"]``)."""
-    from toolkit.core.compare import Tolerances, compare_iteration
 
     tol = Tolerances.parse(list(atol), list(rtol), list(check_error_stat))
     return Comparison([compare_iteration(k, a, b, tol) for k, (a, b) in enumerate(zip(reference, outputs))])
@@ -162,8 +168,6 @@ def extract(
 ):
     """The subgraph from ``inputs`` to ``outputs`` (tensor specs as ``surgeon extract`` takes
     them: ``"x"``, ``"x:auto:auto"``, ``"x:[1,3]:float32"``; None keeps the model's own)."""
-    from toolkit.core.meta import parse_tensor_spec
-    from toolkit.surgeon.surgery import extract as _extract
 
     specs = [parse_tensor_spec(s) for s in inputs] if inputs is not None else None
     outs = [parse_tensor_spec(s, allow_shape=False) for s in outputs] if outputs is not None else None
@@ -174,8 +178,6 @@ def sanitize(model: ModelLike, *, fold_constants: bool = False, cleanup: bool = 
              input_shapes: Sequence[str] = ()):
     """``surgeon sanitize``: the model with constants folded (``fold_constants``), unused nodes
     removed (``cleanup``), nodes sorted (``toposort``), input shapes fixed (``input_shapes``)."""
-    from toolkit.core.meta import parse_shape_specs
-    from toolkit.surgeon.surgery import sanitize as _sanitize
 
     shapes = parse_shape_specs(list(input_shapes)) or None
     out, _report = _sanitize(_copy(model), fold_constants=fold_constants, cleanup=cleanup, toposort=toposort,
@@ -186,7 +188,6 @@ def sanitize(model: ModelLike, *, fold_constants: bool = False, cleanup: bool = 
 def convert(model: ModelLike, *, keep_fp32: Sequence[str] = (), dtype: str = "float16"):
     """``convert --fp-to-fp16``: mixed fp16 (or ``dtype="bfloat16"``), the ``keep_fp32`` nodes
     (names, globs, op types) and those that need it kept in fp32; graph I/O keep their types."""
-    from toolkit.convert.fp16 import convert as _convert
 
     return _convert(_copy(model), list(keep_fp32), dtype=dtype).model
 
@@ -198,7 +199,6 @@ def reduce(model: ModelLike, fails: Callable[["onnx.ModelProto"], bool], *, mode
     """``debug reduce`` with a Python check: the smallest subgraph of ``model`` for which
     ``fails(subgraph)`` is True (``fails(model)`` must be). ``mode``: None (bisect, then
     1-minimal), ``"bisect"`` or ``"linear"``. Raises InputError when the full model does not fail."""
-    from toolkit.reduce.session import ReduceConfig, Reducer
 
     with tempfile.TemporaryDirectory(prefix="toolkit-reduce-") as folder, _model_file(model) as path:
         artifact = os.path.join(folder, "candidate.onnx")
@@ -221,10 +221,6 @@ class _PythonCheck:
         self.fails = fails
 
     def run(self, tick=None):
-        import time
-
-        from toolkit.reduce.check import CheckResult
-
         start = time.monotonic()
         failed = bool(self.fails(load_model(self.artifact)))
         return CheckResult(1 if failed else 0, seconds=time.monotonic() - start)

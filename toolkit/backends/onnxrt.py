@@ -18,11 +18,19 @@ import time
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 from toolkit.backends.base import Runner
-from toolkit.core.errors import DependencyError, InferenceError, InputError, UsageError, one_line  # noqa: F401  (InferenceError: re-exported)
+from toolkit.core.errors import (  # noqa: F401  (InferenceError: re-exported)
+    LIBRARY_ERRORS,
+    DependencyError,
+    InferenceError,
+    InputError,
+    UsageError,
+    one_line,
+    ort_errors,
+)
 from toolkit.core.graphs import external_data_folder, has_external_data
-from toolkit.core.meta import TensorMeta
 from toolkit.core.layerwise import outputs_patch, select_outputs, set_outputs
-from toolkit.core.model import _parse_model, check_readable_file, describe, load_external_data_into, read_bytes
+from toolkit.core.meta import TensorMeta
+from toolkit.core.model import check_readable_file, describe, load_external_data_into, parse_model, read_bytes
 
 STDIO = "-"
 
@@ -305,7 +313,7 @@ class OnnxrtRunner(Runner):
             raw = None
         else:
             raw = read_bytes(self.model_path)
-            model = _parse_model(raw, self.model_path)
+            model = parse_model(raw, self.model_path)
         patch = b""
         if self.outputs_requested or self.exclude_outputs:
             names = select_outputs(model, self.outputs_requested, self.exclude_outputs)
@@ -321,9 +329,11 @@ class OnnxrtRunner(Runner):
                 raise InputError(f"{base}: external data folder does not exist")
             so.add_session_config_entry(EXTERNAL_DIR_KEY, base)
         if raw is None:
+            from google.protobuf.message import EncodeError
+
             try:
                 raw = model.SerializeToString()
-            except Exception as exc:  # over protobuf's 2 GB limit
+            except LIBRARY_ERRORS + (EncodeError,) as exc:  # over protobuf's 2 GB limit
                 raise InputError(
                     f"{describe(self.model_path)}: cannot serialize the model ({exc}); "
                     "save it with external data first"
@@ -338,7 +348,7 @@ class OnnxrtRunner(Runner):
         try:
             with routed_logs():
                 sess = ort.InferenceSession(source, sess_options=so, providers=self.providers)
-        except Exception as exc:  # ORT raises its own exception types (Fail, InvalidGraph, ...)
+        except ort_errors() as exc:
             hint = _load_hint(str(exc), self.fp16)
             raise InputError(
                 f"{describe(self.model_path)}: ONNX-Runtime cannot load the model: {one_line(exc)}{hint}"
@@ -398,9 +408,7 @@ class OnnxrtRunner(Runner):
         try:
             with routed_logs():
                 values = sess.run(self._output_names, feed if isinstance(feed, dict) else dict(feed))
-        except Exception as exc:
-            if isinstance(exc, (KeyboardInterrupt, MemoryError)):
-                raise
+        except tuple(e for e in ort_errors() if e is not MemoryError) as exc:
             raise InferenceError(f"{self.name}: inference failed: {one_line(exc)}") from None
         self.last_inference_time = time.perf_counter() - start
         return dict(zip(self._output_names, values))

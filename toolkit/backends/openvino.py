@@ -21,6 +21,7 @@ Its options (:class:`OpenvinoOptions`) and registry glue (``preflight``, ``facto
 
 from __future__ import annotations
 
+import importlib
 import io
 import os
 import re
@@ -30,9 +31,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.backends.base import Runner
 from toolkit.core.declare import option
-from toolkit.core.errors import DependencyError, InferenceError, InputError, UsageError
+from toolkit.core.errors import LIBRARY_ERRORS, DependencyError, InferenceError, InputError, UsageError
 from toolkit.core.install import import_extra
+from toolkit.core.layerwise import select_outputs
 from toolkit.core.meta import TensorMeta
+from toolkit.core.model import check_readable_file, load_model, read_bytes
 
 #: ``precision=`` values -> OpenVINO's INFERENCE_PRECISION_HINT values
 PRECISIONS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}
@@ -71,6 +74,21 @@ def check_device(device: Optional[str]) -> None:
         raise DependencyError(
             f"OpenVINO device '{name}' is not available on this machine; available: {', '.join(available) or 'none'}"
         )
+
+
+def openvino_errors() -> tuple:
+    """What OpenVINO raises for a model, device or value it cannot take: its own failures
+    (``GeneralFailure``, ``OpConversionFailure``... and ``openvino.exceptions``) and
+    :data:`~toolkit.core.errors.LIBRARY_ERRORS`. Called in an ``except`` clause, after OpenVINO
+    was imported."""
+    own: List[type] = []
+    for where in ("openvino._pyopenvino", "openvino.exceptions"):
+        try:
+            module = importlib.import_module(where)
+        except ImportError:  # an OpenVINO without that module
+            continue
+        own += [v for v in vars(module).values() if isinstance(v, type) and issubclass(v, Exception)]
+    return tuple(own) + LIBRARY_ERRORS
 
 
 # ---------------------------------------------------------------------- registry glue
@@ -183,7 +201,6 @@ class OpenvinoRunner(Runner):
     def _read(self, ov):
         """The ov.Model of the file (or stdin), as OpenVINO's ONNX front end builds it (asked for
         ONNX only: a file that is no ONNX model is not offered to its other front ends)."""
-        from toolkit.core.model import check_readable_file, read_bytes
 
         path = self.model_path
         if self.external_data_dir and path != "-":
@@ -202,7 +219,7 @@ class OpenvinoRunner(Runner):
         try:
             front = ov.frontend.FrontEndManager().load_by_framework("onnx")
             return front.convert(front.load(io.BytesIO(self._raw) if path == "-" else path))
-        except Exception as exc:  # noqa: BLE001 - OpenVINO raises its own GeneralFailure, RuntimeError, ...
+        except openvino_errors() as exc:
             where = "<stdin>" if path == "-" else path
             raise InputError(f"{where}: OpenVINO cannot read the model: {last_line(exc)}") from None
 
@@ -210,8 +227,6 @@ class OpenvinoRunner(Runner):
         """The tensor names --openvino-outputs chooses (None: the model's outputs)."""
         if not (self.outputs or self.exclude_outputs):
             return None
-        from toolkit.core.layerwise import select_outputs
-        from toolkit.core.model import load_model
 
         if self._raw is not None:  # (stdin, read once)
             import onnx
@@ -228,12 +243,12 @@ class OpenvinoRunner(Runner):
         try:
             model.add_outputs(todo)
             return []
-        except Exception:  # noqa: BLE001 - some name is not a tensor of OpenVINO's graph: add them one by one
+        except openvino_errors():  # some name is not a tensor of OpenVINO's graph: add them one by one
             missing = []
             for name in todo:
                 try:
                     model.add_outputs([name])
-                except Exception:  # noqa: BLE001 - folded away by OpenVINO's ONNX reader
+                except openvino_errors():  # folded away by OpenVINO's ONNX reader
                     missing.append(name)
             return missing
 
@@ -276,7 +291,7 @@ class OpenvinoRunner(Runner):
     def _compile(self, model):
         try:
             return self._core.compile_model(model, self.device, self._config())
-        except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError for what it cannot compile
+        except openvino_errors() as exc:  # what it cannot compile
             raise InputError(
                 f"{self.model_path}: OpenVINO cannot compile the model for {self.device}: {last_line(exc)}"
             ) from None
@@ -296,7 +311,7 @@ class OpenvinoRunner(Runner):
             model = self._model.clone()
             try:
                 model.reshape({m.name: list(dims) for m, dims in zip(self._inputs, key)})
-            except Exception:  # noqa: BLE001 - shapes OpenVINO cannot propagate statically: run it dynamic
+            except openvino_errors():  # shapes OpenVINO cannot propagate statically: run it dynamic
                 self._compiled_for[None] = self._request_for(self._compile(self._model))
                 return self._compiled_for[None]
             request = self._request_for(self._compile(model))
@@ -314,7 +329,7 @@ class OpenvinoRunner(Runner):
                 hint = self._core.get_property(self.device, "INFERENCE_PRECISION_HINT")
                 self._set_precision("f32" if self.precision_requested else _type_name(hint))
                 return
-            except Exception:  # noqa: BLE001 - a device (AUTO) may not report it: ask a compiled probe
+            except openvino_errors():  # a device (AUTO) may not report it: ask a compiled probe
                 pass
         self._read_precision(self._compile(_probe(ov)))
 
@@ -325,7 +340,7 @@ class OpenvinoRunner(Runner):
     def _read_precision(self, compiled) -> None:
         try:
             name = _type_name(compiled.get_property("INFERENCE_PRECISION_HINT"))
-        except Exception:  # noqa: BLE001 - a device (AUTO, NPU) may not report it
+        except openvino_errors():  # a device (AUTO, NPU) may not report it
             name = ""
         self._set_precision(name)
 
@@ -374,9 +389,7 @@ class OpenvinoRunner(Runner):
         try:
             request.infer(dict(feed))
             values = [request.get_output_tensor(k).data.copy() for k in self._ports]
-        except Exception as exc:  # noqa: BLE001 - OpenVINO raises RuntimeError for what it cannot run
-            if isinstance(exc, (KeyboardInterrupt, MemoryError)):
-                raise
+        except tuple(e for e in openvino_errors() if e is not MemoryError) as exc:
             raise InferenceError(f"{self.name}: inference failed: {last_line(exc)}") from None
         self.last_inference_time = time.perf_counter() - start
         return dict(zip(self._output_names, values))
@@ -418,7 +431,7 @@ def _port_name(port) -> str:
     names = sorted(port.get_names())
     try:
         return port.get_any_name()
-    except Exception:  # noqa: BLE001 - an output with no name: OpenVINO raises
+    except openvino_errors():  # an output with no name: OpenVINO raises
         return names[0] if names else "output"
 
 

@@ -9,14 +9,20 @@ a warm process (the reducer's forked worker) builds each one once.
 
 import importlib
 import os
+import signal
 import sys
+import threading
+import time
 from typing import Callable, Dict, List, Optional, Tuple
 
 import typer
 from typer.core import TyperGroup
 
 from toolkit import __version__
+from toolkit.cli import output
 from toolkit.cli.app_settings import root_settings
+from toolkit.cli.errors import report_interrupt, run_with_boundary
+from toolkit.cli.options import take_common_options
 
 HELP = (
     "Debug ONNX models: run and compare backends, inspect, cut and fold graphs, "
@@ -135,8 +141,6 @@ def __getattr__(name: str):
 
 def main(argv: Optional[List[str]] = None) -> int:
     """Run the CLI with ``argv`` (default: sys.argv[1:]) and return the exit code."""
-    from toolkit.cli import output
-    from toolkit.cli.errors import run_with_boundary
 
     if argv is None:
         argv = sys.argv[1:]
@@ -159,8 +163,6 @@ class _signals:
     NAMES = ("SIGINT", "SIGTERM", "SIGHUP")
 
     def __enter__(self):
-        import signal
-        import threading
 
         self.old: dict = {}
         if threading.current_thread() is not threading.main_thread():
@@ -180,14 +182,9 @@ class _signals:
 
     @staticmethod
     def _handler(signum, frame):
-        import signal
-
-        from toolkit.cli import output
-
         if _importing(frame):
             # raised inside an import, KeyboardInterrupt can leave a module half-initialised (a C
             # extension then reports it as missing): the signal is delivered again just after
-            import threading
 
             timer = threading.Timer(0.05, os.kill, (os.getpid(), signum))
             timer.daemon = True
@@ -199,7 +196,6 @@ class _signals:
             raise KeyboardInterrupt
 
     def __exit__(self, *exc):
-        import signal
 
         for num, old in self.old.items():
             try:
@@ -210,16 +206,13 @@ class _signals:
 
 
 def _main(argv: List[str]) -> int:
-    from toolkit.cli.options import take_common_options
 
     # -v/-q/--log-file/... anywhere before --check, in either place (`surgeon -v sanitize` too)
     rest, common = take_common_options(argv)
     common.apply(next((a for a in rest if not a.startswith("-")), None))
-    from toolkit.cli import output
 
     if output.is_verbose() and rest and not {"-h", "--help"} & set(rest):
-        import shlex
-        import time
+        import shlex  # (-v only)
 
         output.verbose(f"toolkit {__version__} | {' '.join(shlex.quote(a) for a in argv)}")
         start = time.perf_counter()
@@ -234,8 +227,6 @@ def _main(argv: List[str]) -> int:
 
 
 def _dispatch(rest: List[str]):
-    from toolkit.cli import output
-    from toolkit.cli.errors import report_interrupt
 
     # a process that already built the whole tree (a warm worker) reuses it for any command
     cmd = _COMMANDS.get(None) or get_command(lazy=True)
@@ -246,7 +237,6 @@ def _dispatch(rest: List[str]):
 
 
 def _worker_main(argv: List[str]) -> int:
-    from toolkit.cli import output
 
     output._consoles.clear()  # the forked child has new stdio objects
     return main(argv)
@@ -259,7 +249,8 @@ def _warm_up(argv: List[str]) -> None:
 def worker_entry():
     """How ``debug reduce``'s forked warm worker runs a toolkit check: this CLI's :func:`main`
     (the reduce package takes it as a :class:`toolkit.reduce.check.WorkerEntry`, never imports the CLI)."""
-    from toolkit.reduce.check import WorkerEntry
+
+    from toolkit.reduce.check import WorkerEntry  # debug reduce only
 
     return WorkerEntry(main=_worker_main, prepare=_warm_up)
 

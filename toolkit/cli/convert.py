@@ -2,6 +2,8 @@
 
 # (no `from __future__ import annotations`: Typer would have to eval every annotation string)
 
+import os
+import time
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -17,7 +19,9 @@ from toolkit.cli.options import (
     command_kwargs,
     option,
 )
-from toolkit.cli.output import log, warn
+from toolkit.cli.output import echo, log, warn
+from toolkit.core import paths
+from toolkit.core.errors import ExitCode, InferenceError, InputError, UsageError
 
 HELP = "Convert a model: mixed fp16 with --fp-to-fp16, mixed bf16 with --fp-to-bf16."
 
@@ -76,15 +80,12 @@ def register(app: typer.Typer) -> None:
         rounded once from its float32 value.
         """
         if fp_to_fp16 and fp_to_bf16:
-            from toolkit.core.errors import UsageError
 
             raise UsageError("--fp-to-fp16 and --fp-to-bf16 exclude each other: give one")
         if bf16_io and not fp_to_bf16:
-            from toolkit.core.errors import UsageError
 
             raise UsageError("--bf16-io needs --fp-to-bf16")
         if fp16_io and fp_to_bf16:
-            from toolkit.core.errors import UsageError
 
             raise UsageError("--fp16-io goes with --fp-to-fp16; with --fp-to-bf16 use --bf16-io")
         dtype = "bfloat16" if fp_to_bf16 else ("float16" if fp_to_fp16 else None)
@@ -116,12 +117,8 @@ def _convert(
     json_out: bool,
     check: _Check,
 ) -> None:
-    import time
-
     from toolkit.core.model import load_model, save_model
-
     _check_args(model_path, output, dtype, keep_fp32, json_out, check)
-    from toolkit.core import paths
 
     reads = [("--load-inputs", check.load_inputs)] if check.load_inputs else []
     writes = [("-o", output)] + ([("-o's external data file", output + ".data")] if output != "-" else [])
@@ -143,10 +140,6 @@ def _convert(
     del original
     save_model(result.model, output, external_data=external_data)
     if json_out:
-        import json
-
-        from toolkit.cli.output import echo
-
         info = {
             "output": output,
             "precision": dtype,
@@ -156,13 +149,13 @@ def _convert(
             "seconds": seconds,
             "validation": validation.as_dict() if validation is not None else None,
         }
+        import json  # (--json only)
+
         echo(json.dumps(info, indent=2))
 
 
 def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Check) -> None:
     """Usage errors, before anything is read or written."""
-
-    from toolkit.core.errors import UsageError
     from toolkit.core.model import check_output_path
 
     if dtype is None:
@@ -181,7 +174,6 @@ def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Ch
 def _original(model, model_path: str, external_data_dir: Optional[str]):
     """What the check runs as the original: the model file itself when ONNX-Runtime can read it as
     it is (no copy, no serialization), else a copy of the loaded model."""
-    import os
 
     from toolkit.convert.common import copy_model
 
@@ -199,7 +191,6 @@ def _check_feed(model, check: _Check):
     metas, _ = graph_io_meta(model)
     if check.load_inputs:
         from toolkit.core.datafiles import load_inputs
-        from toolkit.core.errors import InputError
 
         for k, loaded in enumerate(load_inputs(check.load_inputs)):
             return select_feed(loaded, metas, source=check.load_inputs, iteration=k)
@@ -242,7 +233,6 @@ def _report(result, dtype: str, output: str, seconds: float, hint: str) -> None:
 def _validate(original, converted, feed, dtype: str):
     """The check against the original (a warning, never a failure: the model is written)."""
     from toolkit.convert.validate import validate
-    from toolkit.core.errors import ExitCode, InferenceError
 
     short = "fp16" if dtype == "float16" else "bf16"
     try:

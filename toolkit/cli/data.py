@@ -9,6 +9,8 @@ import typer
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import Annotated, check_data_output, command_kwargs, option
 from toolkit.cli.output import log, warn
+from toolkit.core import paths
+from toolkit.core.errors import UsageError
 
 app = typer.Typer(help="Work with inputs and outputs data files (JSON or .npz).", **SUBAPP_SETTINGS)
 
@@ -27,7 +29,6 @@ OutOpt = Annotated[str, option(_DATA_OPTS, "-o", "--output")]
 
 def _to_input(files: List[str], output: str) -> None:
     from toolkit.core.datafiles import load_data, merge_to_inputs, save_inputs
-    from toolkit.core.errors import UsageError
     from toolkit.core.model import check_output_path
 
     if not files:
@@ -36,7 +37,6 @@ def _to_input(files: List[str], output: str) -> None:
         raise UsageError("stdin ('-') can be read only once")
     check_data_output("-o", output)
     check_output_path(output)
-    from toolkit.core import paths
 
     # -o may replace one of the inputs (all are read before it is written); not the log file
     paths.check([(f"input {f}", f) for f in files if not paths.same_file(f, output)], [("-o", output)])

@@ -8,18 +8,23 @@ check's captured output when asked for, and a summary.
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
 import typer
 
+from toolkit.cli.app import worker_entry
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, values_for
+from toolkit.cli.output import interrupted_by, log, state, warn
 from toolkit.core import shared_options as S
 from toolkit.core.declare import argument, declared, option, required, switch
-from toolkit.cli.output import log, warn
+from toolkit.core.errors import ExitCode, InputError, UsageError
 
 app = typer.Typer(
     help="Debug failing models: reduce them to minimal failing subgraphs; find the nodes that must stay fp32.",
@@ -110,8 +115,6 @@ def _plural(n: int, word: str) -> str:
 
 
 def _summary(outcome, cfg) -> int:
-    from toolkit.core.errors import ExitCode
-
     stats = (
         f"{_plural(outcome.checks, 'check')} run, {outcome.remembered} answered from memory, "
         f"{outcome.seconds:.2f} s"
@@ -132,7 +135,6 @@ def _summary(outcome, cfg) -> int:
         )
         return int(ExitCode.OK)
     if outcome.status == "interrupted":
-        from toolkit.cli.output import interrupted_by, state
 
         state.interrupt_reported = True
         why = "End of input" if outcome.stopped_by == "eof" else "I" + interrupted_by()[1:]
@@ -181,12 +183,9 @@ def _summary_reduced(outcome, cfg, stats: str) -> None:
 
 def _script_inputs(spec: str, func_name: Optional[str]) -> str:
     """Run a --data-loader-script and save its feeds to a temporary .npz removed at exit."""
-    import atexit
-    import shutil
-    import tempfile
 
-    from toolkit.core.dataloader import load_script_feeds
     from toolkit.core.datafiles import save_inputs
+    from toolkit.core.dataloader import load_script_feeds
 
     feeds = load_script_feeds(spec, func_name)
     folder = tempfile.mkdtemp(prefix="toolkit-loader-")
@@ -201,11 +200,6 @@ def _script_inputs(spec: str, func_name: Optional[str]) -> str:
 def _spool_stdin() -> str:
     """The model on stdin, saved to a temporary file removed at exit (for --compare, which runs it
     on the reference runner as well as indexing it)."""
-    import atexit
-    import shutil
-    import tempfile
-
-    from toolkit.core.errors import InputError
     from toolkit.core.model import read_bytes
 
     data = read_bytes("-")
@@ -221,7 +215,6 @@ def _spool_stdin() -> str:
 
 def _cluster_usage(a: "ReduceArgs") -> None:
     """Usage errors of --cluster and its options, before anything runs."""
-    from toolkit.core.errors import UsageError
 
     if a.cluster is None:
         if a.gpus_per_check is not None or a.cpus_per_check is not None:
@@ -276,7 +269,7 @@ def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
 
             reducer_kw["describe_faults"] = lambda red, faults: describe_faults(compare_runner, red, faults)
             reducer_kw["judge_rest"] = lambda red, allowed: rest_is_noise(compare_runner, red, allowed)
-    from toolkit.cli.reporters import ReduceReporter
+    from toolkit.cli.search_reporters import ReduceReporter
 
     reporter = ReduceReporter(a.show_output, a.hide_fail_output)
     # The question of interactive mode goes to stdout (as a prompt does), unless stdout carries --json.
@@ -322,9 +315,6 @@ def _inline_branches(a: "ReduceArgs", load_inputs):
     """Replace the top-level Ifs of the model (and of --reference-model) by their taken branches:
     those with a constant condition always, the others with concrete data (--compare, or
     --load-inputs); ``a`` then names the inlined models."""
-    import atexit
-    import shutil
-    import tempfile
 
     from toolkit.reduce.accuracy import CompareOptions
     from toolkit.reduce.branches import inline_for_reduce
@@ -365,7 +355,6 @@ def inlined_note(inlined) -> str:
 
 def _reduce_config(a: "ReduceArgs", rule, load_inputs):
     """The ReduceConfig of ``debug reduce``'s options ``a``."""
-    from toolkit.cli.app import worker_entry
     from toolkit.core.meta import parse_shape_specs
     from toolkit.reduce.parallel import parse_devices
     from toolkit.reduce.session import ReduceConfig
@@ -550,8 +539,8 @@ def reduce_command(ctx: typer.Context, **params) -> None:
 
 
 def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
-    from toolkit.core.errors import UsageError
-    from toolkit.reduce.check import FailureRule
+    from toolkit.cli.reduce_compare import check_options  # the command's modules load when it runs, not for --help
+    from toolkit.reduce.verdict import FailureRule
 
     if a.no_shape_inference and a.force_fallback_shape_inference:
         raise UsageError("--no-shape-inference and --force-fallback-shape-inference cannot be used together")
@@ -561,7 +550,6 @@ def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
         raise UsageError("--check needs a command after it, e.g. --check toolkit inspect model polygraphy_debug.onnx")
     if a.check is None and a.fail_regex:
         warn("--fail-regex has no effect without --check")
-    from toolkit.cli.reduce_compare import check_options
 
     check_options(
         a.compare,
@@ -603,7 +591,7 @@ def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
 
         report_compare(runner, reducer, summary, passed=outcome.status == "passed")
     if a.json_summary:
-        import json
+        import json  # (--json only)
 
         sys.stdout.write(json.dumps(summary, indent=1) + "\n")
         sys.stdout.flush()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 import traceback
 
+from toolkit.cli.options import REST_OPTIONS
+from toolkit.cli.output import debug_enabled, interrupted_by, state, to_log_file
 from toolkit.core.errors import ExitCode, ToolkitError
 
 
@@ -16,7 +18,6 @@ def _print_error(message: str) -> None:
         sys.stderr.flush()
     except (OSError, ValueError):  # pragma: no cover - stderr gone (closed or broken)
         pass
-    from toolkit.cli.output import to_log_file
 
     to_log_file(f"error: {message}")
 
@@ -44,8 +45,6 @@ def _click_message(exc) -> str:
 
 def _after_check_hint(param) -> str:
     """When the missing option was typed after --check, it went to the check command."""
-    from toolkit.cli.options import REST_OPTIONS
-    from toolkit.cli.output import state
 
     argv = state.argv or []
     opts = set(getattr(param, "opts", ()) or ())
@@ -86,7 +85,6 @@ def run_with_boundary(func, *args, **kwargs) -> int:
 
 def _failed(exc: Exception) -> int:
     """The exit code of an exception that reached the boundary, its line printed."""
-    from toolkit.cli.output import debug_enabled
 
     try:
         raise exc  # (dispatched by type below)
@@ -144,7 +142,6 @@ def _unexpected(exc: Exception) -> int:
 
 def report_interrupt() -> int:
     """The one line an interrupted command ends with (what was and was not written); 130."""
-    from toolkit.cli.output import interrupted_by, state
 
     if not state.interrupt_reported:
         state.interrupt_reported = True

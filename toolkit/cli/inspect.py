@@ -3,28 +3,34 @@
 from __future__ import annotations
 
 import json
+import sys
 from typing import List, Optional
 
 import typer
 
+from toolkit.cli import output
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import (
-    Annotated, ExternalDataDirOpt, IgnoreExternalDataOpt, ModelArg, command_kwargs, completes, option,
+    Annotated,
+    ExternalDataDirOpt,
+    IgnoreExternalDataOpt,
+    ModelArg,
+    command_kwargs,
+    completes,
+    option,
 )
+from toolkit.cli.output import warn
 
 app = typer.Typer(help="Inspect models and data files.", **SUBAPP_SETTINGS)
 
 
 def _emit(lines: List[str]) -> None:
-    import sys
-
     sys.stdout.write("\n".join(lines) + "\n")
 
 
 def _is_engine(model: str) -> bool:
     """A TensorRT engine: by its suffix (.engine/.plan/.trt) or --model-type engine."""
     from toolkit.backends.trt.options import is_engine_path
-    from toolkit.cli import output
 
     return is_engine_path(model) or (output.state.model_type or "").lower() == "engine"
 
@@ -55,8 +61,8 @@ def inspect_model(
 ) -> None:
     """Show a model: name, opsets, graph inputs and outputs, initializers, and optionally nodes,
     attributes and weights (subgraphs of If/Loop/Scan nested under their node)."""
-    from toolkit.inspect.describe import Show, describe_model, model_text
     from toolkit.core.model import load_model
+    from toolkit.inspect.describe import Show, describe_model, model_text
 
     if list_unbounded_dds:
         from toolkit.surgeon.outputs import unbounded_dds_tensors
@@ -74,7 +80,7 @@ def inspect_model(
         return
     base_dir = None
     if shown.weights and not ignore_external_data:
-        from toolkit.core.weights import load_lazily
+        from toolkit.core.model import load_lazily
 
         # weights stay on disk and are read one at a time for their statistics
         proto, base_dir = load_lazily(model, external_data_dir, eager_bytes=0)
@@ -114,7 +120,6 @@ def inspect_data(
     from toolkit.inspect.describe import data_text, describe_data
 
     if (num_items is not None or line_width is not None) and not show_values:
-        from toolkit.cli.output import warn
 
         warn("--num-items and --line-width only change how --show-values prints arrays")
     desc = describe_data(load_data(path), show_values)

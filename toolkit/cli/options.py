@@ -10,7 +10,11 @@ Nothing heavy is imported here: the CLI must start fast.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import os
 import re
+import typing
 from dataclasses import dataclass
 from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
@@ -21,6 +25,7 @@ from toolkit.cli import output
 from toolkit.core import shared_options as S
 from toolkit.core.declare import Declared, declaration, declarations, switch
 from toolkit.core.declare import option as declare
+from toolkit.core.errors import UsageError
 
 try:  # Python >= 3.9
     from typing import Annotated
@@ -121,7 +126,6 @@ class CommonOptions:
 
     def apply(self, command: Optional[str] = None, set_level: bool = True) -> None:
         """Check the values (UsageError, exit 2) and configure logging."""
-        from toolkit.core.errors import UsageError
 
         for v in self.verbosity:
             lvl = v.rsplit(":", 1)[-1].lower()
@@ -141,8 +145,6 @@ class CommonOptions:
 
 
 def check_model_type(value: str, command: Optional[str]) -> None:
-    from toolkit.core.errors import UsageError
-
     kind = value.lower()
     if kind in MODEL_TYPES:
         where = MODEL_TYPES[kind]
@@ -164,7 +166,6 @@ def _takes(decl: Declared, token: str) -> bool:
 
 def _common_flags():
     """{flag: (field name, declaration, kind)}: kind is count, switch, list or value."""
-    import typing
 
     hints = typing.get_type_hints(CommonOptions)
     table = {}
@@ -181,7 +182,6 @@ def take_common_options(argv: List[str]):
     Stops at ``--check`` (the rest belongs to the check command) and at ``--``. A short
     counted flag may repeat its letter (``-vvv``); a list option takes one or more values.
     """
-    from toolkit.core.errors import UsageError
 
     opts = CommonOptions()
     table = _common_flags()
@@ -226,7 +226,6 @@ def take_common_options(argv: List[str]):
 
 def _common_params():
     """The common options as Click parameters (help, and commands invoked without ``main``)."""
-    import typing
 
     from typer.core import TyperOption
 
@@ -476,7 +475,6 @@ def expand_prefixes(args: List[str], params: Sequence[Any]) -> List[str]:
         matches = [o for o in flags if o.startswith(name)]
         owners = {flags[o] for o in matches}
         if len(owners) > 1:
-            from toolkit.core.errors import UsageError
 
             raise UsageError(f"ambiguous option {name}: could match {', '.join(sorted(matches))}")
         if matches:
@@ -535,7 +533,7 @@ def completes(values: Any):
 
 def runner_specs() -> List[str]:
     """Every runner spec a shell may complete: each kind, and each kind with one spec option."""
-    from toolkit.run.registry import KINDS
+    from toolkit.run.registry import KINDS  # the root --help never loads the registry
 
     specs = []
     for kind in KINDS.values():
@@ -550,7 +548,6 @@ def runner_specs() -> List[str]:
 
 def parameter(decl: Declared, hint: Any) -> Any:
     """The Typer ``Annotated`` type of one declared value of type ``hint``."""
-    import typing
 
     if decl.argument:
         typ = hint if decl.required else Optional[hint]
@@ -568,9 +565,6 @@ def parameter(decl: Declared, hint: Any) -> Any:
 
 
 def _fields_for_cli(cls: Any):
-    import dataclasses
-    import typing
-
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         decl = declaration(f)
@@ -581,8 +575,6 @@ def _fields_for_cli(cls: Any):
 def _parameters(cls: Any, prefix: str = "", panel: Optional[str] = None):
     """(arguments, options) of the dataclass ``cls`` as ``inspect.Parameter``s named
     ``prefix + field``; ``panel``: the help panel of a declaration that names none."""
-    import dataclasses
-    import inspect
 
     args: List[Any] = []
     opts: List[Any] = []
@@ -608,7 +600,6 @@ def bind(cls: Any, *, extra: Sequence[Any] = (), more: Sequence[Tuple[Any, str, 
     argument, the ``extra`` parameters (``inspect.Parameter``), then one option per declared field,
     then those of each ``(dataclass, prefix, panel)`` of ``more`` (a runner kind's own options:
     parameters named ``prefix + field``, read back with ``values_for(cls, params, prefix)``)."""
-    import inspect
 
     def decorate(body):
         ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
@@ -629,7 +620,6 @@ def bind(cls: Any, *, extra: Sequence[Any] = (), more: Sequence[Tuple[Any, str, 
 
 def _is_grouped(hint: Any) -> bool:
     """``List[List[str]]``: one list per occurrence of the flag (a TensorRT profile's shapes)."""
-    import typing
 
     args = typing.get_args(hint) if typing.get_origin(hint) in (list, List) else ()
     return bool(args) and typing.get_origin(args[0]) in (list, List)
@@ -655,7 +645,6 @@ def values_for(cls: Any, params: Mapping[str, Any], prefix: str = "") -> dict:
 def from_params(cls: Any, params: Mapping[str, Any], **overrides: Any) -> Any:
     """The dataclass ``cls`` of a command's parsed parameters named as its fields, list
     fields given as None made [], with ``overrides`` set."""
-    import dataclasses
 
     kwargs = dict(overrides)
     for f in dataclasses.fields(cls):
@@ -807,13 +796,11 @@ DATA_EXTENSIONS = (".json", ".npz")
 def check_data_output(flag: str, path: Optional[str]) -> None:
     """Refuse a data file name whose extension is neither .json nor .npz (exit 2): writing
     JSON to ``out.npy`` would mislead. No extension means JSON, as in Polygraphy."""
-    import os
 
     if not path or path == "-":
         return
     ext = os.path.splitext(os.path.basename(path))[1].lower()
     if ext and ext not in DATA_EXTENSIONS:
-        from toolkit.core.errors import UsageError
 
         raise UsageError(
             f"{flag} {path}: toolkit writes data files as .json (Polygraphy's format) or .npz, not {ext}; "

@@ -12,10 +12,14 @@ file, and ``--log-format`` adds timestamps / source locations or turns colour of
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from types import FrameType
 from typing import TYPE_CHECKING, List, Optional, TextIO
+
+from toolkit.core import paths
+from toolkit.core.errors import UsageError
 
 # Levels: lower numbers are more verbose.
 ULTRA_VERBOSE, SUPER_VERBOSE, EXTRA_VERBOSE, VERBOSE = 1, 2, 5, 10
@@ -69,7 +73,6 @@ def reset() -> None:
         except OSError:
             pass
     vars(state).update(vars(_State()))
-    from toolkit.core import paths
 
     paths.reset_process_writes()
 
@@ -81,7 +84,6 @@ def configure(level: Optional[int] = None, log_file: Optional[str] = None, forma
     if formats:
         state.formats = list(dict.fromkeys(list(state.formats) + list(formats)))
     if log_file and log_file != state.log_file_path:
-        from toolkit.core.errors import UsageError
 
         if state.log_file is not None:
             state.log_file.close()
@@ -100,7 +102,6 @@ def _check_log_file(log_file: str) -> None:
     """The log file is a write of every command (toolkit.core.paths): it must not be a file the
     command line names (a model, a data file, a script) nor an external data file of a model
     it names. Checked before the file is opened."""
-    from toolkit.core import paths
 
     paths.add_process_write("--log-file", log_file)
     if log_file in ("-", "/dev/stdout", "/dev/stderr") or not os.path.exists(log_file):
@@ -134,7 +135,6 @@ def interrupted_by() -> str:
     """'interrupted' and the signal that did it: 'interrupted (SIGTERM)'."""
     if state.signal is None:
         return "interrupted"
-    import signal
 
     try:
         return f"interrupted ({signal.Signals(state.signal).name})"

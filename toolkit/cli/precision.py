@@ -7,15 +7,17 @@ per line (or a JSON object with ``--json``), ready for ``convert --keep-fp32``.
 
 # (no `from __future__ import annotations`: Typer would have to eval every annotation string)
 
+import dataclasses
 from dataclasses import dataclass
 from typing import List, Optional
 
 import typer
 
 from toolkit.cli.options import bind, command_kwargs, from_params, values_for
+from toolkit.cli.output import echo, log, state, warn
 from toolkit.core import shared_options as S
 from toolkit.core.declare import argument, declared, option, switch
-from toolkit.cli.output import log
+from toolkit.core.errors import ExitCode, UsageError
 
 _HELP = """Find a minimal set of nodes to keep in fp32 so that the fp16 model passes the comparison.
 
@@ -71,8 +73,6 @@ def _summary_json(outcome, cfg, code: int) -> dict:
 
 
 def _summary(outcome, cfg, json_out: bool) -> int:
-    from toolkit.cli.output import echo
-    from toolkit.core.errors import ExitCode
     from toolkit.precision import search as S
 
     stats = f"{outcome.checks} check(s), {outcome.remembered} answered from memory, {outcome.seconds:.2f} s"
@@ -86,7 +86,6 @@ def _summary(outcome, cfg, json_out: bool) -> int:
         )
         code = int(ExitCode.FAILED)
     elif outcome.status == S.STATUS_INTERRUPTED:
-        from toolkit.cli.output import state
 
         state.interrupt_reported = True
         if outcome.kept or outcome.output_written:
@@ -116,7 +115,6 @@ def _summary(outcome, cfg, json_out: bool) -> int:
             "of its own (see docs/precision.md)"
         )
     if outcome.broken:
-        from toolkit.cli.output import warn
 
         warn(f"{outcome.broken} check(s) could not build, load or run their mixed model; they counted as failing")
     if outcome.output_written:
@@ -124,7 +122,7 @@ def _summary(outcome, cfg, json_out: bool) -> int:
     if outcome.replay_path and outcome.checks:
         log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
     if json_out:
-        import json
+        import json  # (--json only)
 
         echo(json.dumps(_summary_json(outcome, cfg, code), indent=2))
     elif outcome.status in ("found", "interrupted", S.STATUS_ROUNDING):
@@ -197,9 +195,6 @@ def register(app: typer.Typer) -> None:
 
 
 def _run(args: PrecisionArgs) -> None:
-    import dataclasses
-
-    from toolkit.core.errors import UsageError
     from toolkit.precision.search import PrecisionConfig, PrecisionSearch
 
     compare = args.compare
@@ -220,7 +215,7 @@ def _run(args: PrecisionArgs) -> None:
         save_replay=args.save_debug_replay,
         load_replay=args.load_debug_replay,
     )
-    from toolkit.cli.reporters import PrecisionReporter
+    from toolkit.cli.search_reporters import PrecisionReporter
 
     outcome = PrecisionSearch(cfg, PrecisionReporter()).run()
     raise typer.Exit(_summary(outcome, cfg, args.json_out))

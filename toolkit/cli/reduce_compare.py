@@ -8,7 +8,12 @@ from __future__ import annotations
 
 from typing import List, Optional, Sequence
 
+from toolkit.cli import output
+from toolkit.cli.app import worker_entry
+from toolkit.cli.errors import run_with_boundary
 from toolkit.cli.output import log
+from toolkit.cli.run import run_and_render
+from toolkit.core.errors import UsageError
 
 
 def check_options(
@@ -20,7 +25,6 @@ def check_options(
     tolerances_given: bool,
 ) -> None:
     """Usage errors for option combinations, before any work."""
-    from toolkit.core.errors import UsageError
 
     if compare is None:
         for given, flag in ((all_faults, "--all-faults/--compare-tensors"), (reference_model, "--reference-model"),
@@ -39,8 +43,6 @@ def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, time
     """The warm-worker check for ``--compare`` (the reference is computed on its first run)."""
     from toolkit.reduce.accuracy import CompareOptions, CompareRunner
 
-    from toolkit.core.errors import UsageError
-
     if timeout is not None and timeout <= 0:
         raise UsageError(f"--check-timeout must be positive, got {timeout}")
     opts = CompareOptions.from_words(words, **kw)
@@ -50,16 +52,12 @@ def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, time
 
         check_readable_file(opts.reference_model)
     from toolkit.cli import run as _run  # noqa: F401 - imported once here, inherited by every forked check
-    from toolkit.cli.app import worker_entry
 
     return CompareRunner(model, artifact, opts, run_entry, worker_entry(), notes=log, timeout=timeout)
 
 
 def run_entry(options) -> int:
     """Run ``options`` as ``toolkit run`` would, quietly (the check's output; in the forked worker)."""
-    from toolkit.cli import output
-    from toolkit.cli.errors import run_with_boundary
-    from toolkit.cli.run import run_and_render
 
     output._consoles.clear()  # the forked child has new stdio objects
     # errors end as they end a `toolkit run`: one error line and the exit code (4: TensorRT missing)
@@ -89,10 +87,10 @@ def summarize_faults(faults: List, log_fn=log, noise=None) -> None:
 
 
 def faults_json(faults: List) -> List[dict]:
-    from toolkit.run.diagnosis import _jsonable
+    from toolkit.run.diagnosis import jsonable
 
     return [
-        _jsonable({"number": f.number, "nodes": [d.split(" [")[0] for d in f.nodes], "path": f.path, **f.evidence})
+        jsonable({"number": f.number, "nodes": [d.split(" [")[0] for d in f.nodes], "path": f.path, **f.evidence})
         for f in faults
     ]
 
@@ -150,13 +148,13 @@ def guide_json(guide: dict, reducer) -> dict:
     """How the search went: ``found_by`` "guided" (a hinted node failed alone) or "search" (the
     normal search, after the hinted nodes passed alone or without a hint), the hint and the
     number of hinted nodes checked."""
-    from toolkit.run.diagnosis import _jsonable
+    from toolkit.run.diagnosis import jsonable
 
     mode = reducer.cfg.mode
     out = {"found_by": guide.get("found_by", "search" if mode is None else mode), "hinted_checks": guide.get("tried", 0)}
     if "ranked" in guide:
         out.update(hint_seconds=guide["hint_seconds"], ranked=guide["ranked"])
-    return _jsonable(out)
+    return jsonable(out)
 
 
 def _plural_checks(n: int) -> str:

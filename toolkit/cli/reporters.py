@@ -1,6 +1,6 @@
-"""The CLI's progress reporters: each one implements a library reporter (a subclass of
+"""The CLI's progress reporter for ``run``: it implements the library reporter (a subclass of
 :class:`toolkit.core.progress.Messages`) and renders what it receives on stderr, with Rich
-on a terminal and plain lines otherwise.
+on a terminal and plain lines otherwise (``debug reduce``/``debug precision``: ``search_reporters.py``).
 
 Command bodies import this module when they run, so ``--help`` does not pay for the library
 modules the base classes live in.
@@ -11,15 +11,12 @@ from __future__ import annotations
 import sys
 from typing import TYPE_CHECKING, Optional
 
-from toolkit.cli.output import INFO, VERBOSE, WARNING, emit, enabled, err_console, is_terminal, log, to_log_file, warn
-from toolkit.precision.search import Reporter as PrecisionProgress
-from toolkit.reduce.session import Reporter as ReduceProgress
+from toolkit.cli.output import INFO, VERBOSE, WARNING, emit, enabled, err_console, is_terminal, progress, to_log_file
+from toolkit.core.meta import dtype_from_numpy, format_meta
 from toolkit.run.options import Reporter as RunReporter
 
 if TYPE_CHECKING:
     from rich.progress import Progress, TaskID
-
-    from toolkit.reduce.session import Reducer
 
 
 def _fmt_ms(seconds: float) -> str:
@@ -54,7 +51,6 @@ class CliReporter(RunReporter):
 
     def iterations_start(self, runner_name: str, total: int) -> None:
         if self.rich and total > 1:
-            from toolkit.cli.output import progress
 
             bar = progress("{task.completed}/{task.total}")
             bar.start()
@@ -101,8 +97,6 @@ class CliReporter(RunReporter):
             emit(text, level, style)
 
     def _print_iteration(self, runner_name, index, feed, outputs, seconds) -> None:
-        from toolkit.core.meta import dtype_from_numpy, format_meta
-
         def metas(mapping):
             return [format_meta(n, tuple(v.shape), dtype_from_numpy(v.dtype)) for n, v in mapping.items()]
 
@@ -122,182 +116,3 @@ class CliReporter(RunReporter):
         else:
             sys.stderr.write("\n".join(lines) + "\n")
             sys.stderr.flush()
-
-
-class ReduceReporter(ReduceProgress):
-    """Renders the reducer's progress on stderr (Rich bar on a terminal, plain lines otherwise)."""
-
-    def __init__(self, show_output: bool, hide_fail_output: bool):
-        self.show_output = show_output
-        self.hide_fail_output = hide_fail_output
-        self.live = is_terminal(sys.stderr)
-        self.progress: Optional[Progress] = None
-        self.task: Optional[TaskID] = None
-        self.reducer: Optional[Reducer] = None
-        self._last_tick = 0.0
-        self._output_hint = False
-
-    # -- helpers
-    def _print(self, text: str, style: Optional[str] = None) -> None:
-        if self.progress is not None:
-            self.progress.console.print(text, markup=False, highlight=False, style=style, soft_wrap=True)
-            self._refresh()
-        else:
-            log(text, style=style)
-
-    def _refresh(self) -> None:
-        r = self.reducer
-        if self.progress is None or self.task is None or r is None:
-            return
-        left = r.remaining_estimate()
-        avg = r.average_check_seconds()
-        if not r.checks:
-            eta = "checking the full model"
-        elif left:
-            eta = f"~{left} check{'s' if left != 1 else ''} left" + (f", ~{left * avg:.1f} s" if avg else "")
-        else:
-            eta = "last checks"
-        phase = (r.plan.phase if r.plan and r.checks else "") or "full model"
-        self.progress.update(
-            self.task,
-            completed=r.checks,
-            total=r.checks + max(left, 0) or 1,
-            eta=eta,
-            description=f"reduce [{phase}]",
-        )
-        self.progress.refresh()
-
-    # -- toolkit.reduce.session.Reporter
-    def start(self, reducer) -> None:
-        self.reducer = reducer
-        idx = reducer.index
-        cfg = reducer.cfg
-        consts = len(idx.const_nodes)
-        extra = f" (+{consts} Constant node{'s' if consts != 1 else ''}, lowered to constant tensors)" if consts else ""
-        if cfg.check is None:
-            how = "asking you (the full model is taken to fail)"
-        else:
-            how = {"warm": "warm worker", "in-process": "in this process", "ray": "Ray tasks"}.get(reducer.runner.kind, "subprocess")
-            how = f"check: {' '.join(cfg.check)} [{how}]"
-        mode = cfg.mode or getattr(reducer, "default_mode", "default (bisect + 1-minimal)")
-        log(f"Reducing {cfg.label or cfg.model}: {idx.size} node{'s' if idx.size != 1 else ''}{extra}; mode {mode}; {how}")
-        if self.live and reducer.runner is not None:
-            from toolkit.cli.output import progress
-
-            bar = progress(
-                "{task.completed}/{task.total} checks",
-                "{task.fields[eta]}",
-                auto_refresh=False,  # no refresh thread: the check runs in a fork
-                redirect_stdout=False,
-                redirect_stderr=False,
-            )
-            self.task = bar.add_task("reduce", total=1, eta="")
-            bar.start()
-            self.progress = bar
-
-    def loading(self, path: str, nbytes: int) -> None:
-        self._print(f"Loading {path} ({_size(nbytes)}) once for all checks...")
-
-    def iteration_start(self, number, cand) -> None:
-        self._refresh()
-
-    def iteration_end(self, it) -> None:
-        verdict = {"fail": "FAIL", "pass": "pass", "broken": "BROKEN", "timeout": "TIMEOUT"}.get(
-            it.verdict, "FAIL" if it.failed else "pass"
-        )
-        secs = "replay" if it.source == "replay" else f"{it.seconds:.2f} s"
-        parts = [f"Iteration {it.number}", f"{it.nodes} node{'s' if it.nodes != 1 else ''}", verdict]
-        if it.phase:
-            parts.append(it.phase)
-        if it.span and it.span != "full model":
-            parts.append(it.span)
-        parts.append(secs)
-        if it.reason and it.source == "check":
-            parts.append(it.reason)
-        if it.evidence is not None and it.evidence.worst is not None:
-            w = it.evidence.worst
-            parts.append(f"max error {w.max_abs:.3g} on {w.name}")
-        parts.append(f"~{it.remaining} check{'s' if it.remaining != 1 else ''} left" if it.remaining else "")
-        line = " | ".join(p for p in parts if p)
-        style = None
-        if self.live:
-            style = {"FAIL": "red", "pass": "green"}.get(verdict, "yellow")
-        self._print(line, style=style)
-
-    def check_output(self, it) -> None:
-        res = it.result
-        show = self.show_output or (it.failed and it.first_failure and not self.hide_fail_output)
-        if not show:
-            return
-        for name, text in (("stdout", res.stdout_text), ("stderr", res.stderr_text)):
-            if text.strip():
-                self._print(f"---- check {name} (iteration {it.number}) ----")
-                self._print(text.rstrip("\n"))
-        if not self.show_output and not self._output_hint:
-            self._output_hint = True
-            self._print("(output of later checks is hidden; --show-output shows it for every check)")
-
-    def tick(self) -> None:
-        import time
-
-        now = time.monotonic()
-        if now - self._last_tick >= 0.1:  # called while the check runs: redraw ~10 times a second
-            self._last_tick = now
-            self._refresh()
-
-    def warn(self, message: str) -> None:
-        if self.progress is not None:
-            self._print(f"warning: {message}", style="yellow")
-        else:
-            warn(message)
-
-    def info(self, message: str) -> None:
-        self._print(message)
-
-    def pause(self) -> None:
-        pass
-
-    def resume(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        if self.progress is not None:
-            self.progress.stop()
-            self.progress = None
-
-
-def _size(nbytes: int) -> str:
-    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.0f} {unit}" if nbytes >= 10 * scale else f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes} bytes"
-
-
-class PrecisionReporter(PrecisionProgress):
-    """Renders the fp32-set search: one line per check on stderr."""
-
-    def __init__(self):
-        self.live = is_terminal()
-        self.total = 0
-
-    def start(self, search) -> None:
-        c = search.config
-        fixed = len(search.user_kept) + len(search.auto_kept)
-        log(
-            f"Searching {c.model}: {len(search.universe)} node(s) that could stay fp32"
-            + (f" ({fixed} kept in fp32 regardless)" if fixed else "")
-            + f"; --compare {c.reference} {c.candidate}; mode "
-            + (c.mode if c.mode not in (None, "default") else "default (follow the overflow, then 1-minimal)")
-        )
-        self.total = len(search.universe)
-
-    def check(self, check) -> None:
-        verdict = "pass" if check.passed else ("BROKEN" if check.worst.startswith("broken:") else "FAIL")
-        line = (
-            f"Check {check.number} | {check.kept} of {self.total} node(s) in fp32 | {verdict} | "
-            f"{check.seconds:.2f} s" + (f" | {check.worst}" if check.worst else "")
-        )
-        log(line, style=("green" if check.passed else "red") if self.live else None)
-
-    def info(self, message: str) -> None:
-        log(message)

@@ -21,6 +21,14 @@ from toolkit.cli.output import err_console, is_terminal, log, pass_verdict, resu
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
+import os
+
+import toolkit.run
+from toolkit.backends.onnxrt import set_log_severity
+from toolkit.cli.output import is_quiet, ort_log_sink, ort_severity, state, verbose
+from toolkit.core.errors import InferenceError, UsageError
+from toolkit.run import options as run_options
+from toolkit.run import registry  # registry.KINDS, looked up when used: kinds register late
 
 _ARGV_KEY = "toolkit.run.argv"
 
@@ -40,28 +48,24 @@ def _selector(kind) -> str:
 
 def _kind_flags() -> List[inspect.Parameter]:
     """One switch per registered runner kind (``--onnxrt``, ``--trt``), in registration order."""
-    from toolkit.run.registry import KINDS
 
     return [
         inspect.Parameter(_selector(k), inspect.Parameter.KEYWORD_ONLY, default=False,
                           annotation=Annotated[bool, typer.Option(k.flag, help=k.help)])
-        for k in KINDS.values()
+        for k in registry.KINDS.values()
     ]
 
 
 def _kind_options():
     """The options each registered kind declares itself, as ``bind``'s ``more``: parameters named
     ``<kind>_<field>`` (``openvino_device``), in the kind's help panel."""
-    from toolkit.run.registry import KINDS
 
-    return [(k.declares, f"{k.name}_", k.panel) for k in KINDS.values() if k.declares is not None]
+    return [(k.declares, f"{k.name}_", k.panel) for k in registry.KINDS.values() if k.declares is not None]
 
 
 def register(app: typer.Typer) -> None:
-    from toolkit.run.options import RunOptions
-
     @app.command("run", **command_kwargs(cls=RunCommand))
-    @bind(RunOptions, extra=_kind_flags(), more=_kind_options())
+    @bind(run_options.RunOptions, extra=_kind_flags(), more=_kind_options())
     def run_command(ctx: typer.Context, **params) -> None:
         """Run a model on ONNX-Runtime and/or TensorRT with generated or loaded inputs, save
         inputs and outputs, and compare results (several runners and/or loaded outputs files
@@ -76,13 +80,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _run(ctx: typer.Context, params: dict) -> None:
-    from toolkit.cli.output import is_quiet, verbose
-    from toolkit.run.options import RunOptions
-    from toolkit.run.registry import KINDS, runner_order
-
-    opts = RunOptions(**values_for(RunOptions, {**params, "model": params["model"] or ""}))
+    opts = run_options.RunOptions(**values_for(run_options.RunOptions, {**params, "model": params["model"] or ""}))
     opts.kind_options = {
-        k.name: k.declares(**values_for(k.declares, params, f"{k.name}_")) for k in KINDS.values() if k.declares
+        k.name: k.declares(**values_for(k.declares, params, f"{k.name}_")) for k in registry.KINDS.values() if k.declares
     }
     opts.ort_optimization = _ort_level(opts.ort_optimization)
     reads = [opts.model] + opts.load_inputs + opts.load_outputs
@@ -96,7 +96,7 @@ def _run(ctx: typer.Context, params: dict) -> None:
     quiet = is_quiet()
     argv = ctx.meta.get(_ARGV_KEY) or []
     opts.command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
-    runners = runner_order(argv, {k.name: params[_selector(k)] for k in KINDS.values()}) + list(params["runners"] or [])
+    runners = registry.runner_order(argv, {k.name: params[_selector(k)] for k in registry.KINDS.values()}) + list(params["runners"] or [])
     opts.runners, opts.fp16, opts.bf16 = _fp16_emulation(runners, opts.fp16, opts.bf16)
     if params["model"] is None and not _nothing_but_outputs(opts):
         return
@@ -112,7 +112,6 @@ def _nothing_but_outputs(opts) -> bool:
     needs the model; False (a warning) when nothing at all is asked for."""
     if opts.runners or opts.load_inputs or opts.save_inputs or opts.save_outputs or opts.save_onnx or \
             opts.data_loader_script:
-        from toolkit.core.errors import UsageError
 
         raise UsageError("give MODEL, the ONNX model to run (e.g. toolkit run model.onnx --onnxrt)")
     if not opts.load_outputs:
@@ -140,7 +139,6 @@ _ORT_LEVELS = {
 
 def _reads(path: Optional[str], sources: List[str]) -> bool:
     """Whether ``path`` names one of the files this run reads."""
-    import os
 
     if not path or path == "-":
         return False
@@ -162,7 +160,6 @@ def _ort_level(value: Optional[str]) -> Optional[str]:
 
 def _describe_plan(opts) -> None:
     """What the run will do, for -v."""
-    from toolkit.cli.output import verbose
 
     verbose(f"run | model: {opts.model or '(none)'} | runners: {', '.join(opts.runners) or 'none'}")
     if opts.load_inputs:
@@ -185,7 +182,6 @@ def _describe_plan(opts) -> None:
 
 def _typed_argv(parsed: List[str]) -> List[str]:
     """The run's arguments as typed (common options such as -q included), when known."""
-    from toolkit.cli.output import state
 
     typed = state.argv
     if typed and "run" in typed:
@@ -195,18 +191,13 @@ def _typed_argv(parsed: List[str]) -> List[str]:
 
 def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
     """Execute ``opts``, print logs/tables to stderr, return the exit code (0 or 1)."""
-    from toolkit.core.errors import InferenceError
-    from toolkit.run import execute
-
-    from toolkit.backends.onnxrt import set_log_severity
-    from toolkit.cli.output import ort_log_sink, ort_severity
 
     set_log_severity(ort_severity(), ort_log_sink())
     from toolkit.cli.reporters import CliReporter
 
     reporter = CliReporter(quiet=quiet)
     try:
-        report = execute(opts, reporter)
+        report = toolkit.run.execute(opts, reporter)
     except InferenceError as exc:
         reporter.close()
         result(f"error: {exc.message}", style="red")
@@ -384,6 +375,5 @@ def _rich_table(rows) -> None:
 
 def _model_type():
     """--model-type as given (None: by the file's suffix)."""
-    from toolkit.cli.output import state
 
     return state.model_type

@@ -6,15 +6,27 @@ module level (numpy/onnx/graphsurgeon load inside the command bodies).
 
 from __future__ import annotations
 
+import os
+import time
 from typing import List, Optional
 
 import typer
 
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import (
-    Annotated, ExternalDataDirOpt, ForceFallbackOpt, ListOpt, ModelArg, ModelInputShapesOpt, ToolkitCommand,
-    command_kwargs, option,
+    Annotated,
+    ExternalDataDirOpt,
+    ForceFallbackOpt,
+    ListOpt,
+    ModelArg,
+    ModelInputShapesOpt,
+    ToolkitCommand,
+    command_kwargs,
+    option,
 )
+from toolkit.cli.output import log, warn
+from toolkit.core import paths
+from toolkit.core.errors import UsageError
 
 app = typer.Typer(help="Cut subgraphs out of ONNX models and simplify them (fold constants, freeze shapes).", **SUBAPP_SETTINGS)
 
@@ -67,9 +79,8 @@ ExternalDataThresholdOpt = Annotated[str, option(_SURGEON_OPTS, "--external-data
 def _save(
     model, output: str, save_external: bool, external_path: Optional[str], threshold: str, base_dir: Optional[str]
 ) -> None:
-    from toolkit.core.model import save_model
     from toolkit.core.meta import parse_size
-
+    from toolkit.core.model import save_model
     external = True if (save_external or external_path) else None
     save_model(
         model,
@@ -84,9 +95,6 @@ def _save(
 def _check_data_file_clash(model_path: str, output: str, external_path: Optional[str], files) -> None:
     """Refuse to write the output's weights over the input's external data file, unless the
     output replaces the input model itself (then both are rewritten together)."""
-    import os
-
-    from toolkit.core.errors import UsageError
     from toolkit.core.model import STDIO
 
     if not files or output == STDIO:
@@ -107,7 +115,6 @@ def _check_data_file_clash(model_path: str, output: str, external_path: Optional
 def _check_paths(model_path: str, output: str, external_path: Optional[str], external_data_dir: Optional[str]) -> None:
     """The one rule (toolkit.core.paths): -o and its data file are not files this command reads,
     except that -o may replace MODEL itself (its data file then goes with it)."""
-    from toolkit.core import paths
     from toolkit.core.model import STDIO, data_file_path
 
     writes = []
@@ -135,8 +142,6 @@ def _load(model_path: str, external_data_dir: Optional[str], output: str, extern
 
 
 def _log(msg: str) -> None:
-    from toolkit.cli.output import log, warn
-
     if msg.startswith("warning: "):
         warn(msg[len("warning: "):])
     else:
@@ -176,10 +181,9 @@ def extract_command(
     An unknown tensor name, or a cut that leaves a needed tensor without producer, is an
     error (exit 3); nothing is written then.
     """
-    from toolkit.core.meta import parse_shape_specs, parse_tensor_spec
+    from toolkit.core.meta import parse_shape_specs, parse_size, parse_tensor_spec
     from toolkit.core.model import check_output_path
     from toolkit.core.shapes import top_tensor_names
-    from toolkit.core.meta import parse_size
     from toolkit.surgeon.extract import extract
     from toolkit.surgeon.plumbing import count_model_nodes
     from toolkit.surgeon.validate import check_model
@@ -274,12 +278,14 @@ def sanitize_command(
     redone with less (no If inlining, then nothing inside subgraphs, then without the
     nodes whose folded values are wrong), and one line says what was left unfolded.
     """
-    from toolkit.core.meta import parse_shape_specs
+    from toolkit.core.meta import parse_shape_specs, parse_size
     from toolkit.core.model import check_output_path
-    from toolkit.core.meta import parse_size
     from toolkit.surgeon.optimize import optimize
     from toolkit.surgeon.outputs import (
-        apply_fallback_shapes, mark_outputs, parse_upper_bounds, set_unbounded_dds_upper_bounds,
+        apply_fallback_shapes,
+        mark_outputs,
+        parse_upper_bounds,
+        set_unbounded_dds_upper_bounds,
     )
     from toolkit.surgeon.plumbing import count_model_nodes
     from toolkit.surgeon.sanitize import check_sanitize_options, sanitize
@@ -297,7 +303,6 @@ def sanitize_command(
             or remove_noops):
         _log("nothing to do: no --fold-constants, --override-input-shapes, --cleanup, --remove-noops or --toposort; "
              "the model is written unchanged")
-    import time
 
     t0 = time.perf_counter()  # the summary's time: folding and everything after it, not loading
     result, report = sanitize(

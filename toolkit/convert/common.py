@@ -8,13 +8,16 @@ from __future__ import annotations
 
 from typing import Dict, Iterator, Set
 
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
 from toolkit.core.errors import DependencyError
 from toolkit.core.graphs import walk_graphs
 
 
 def onnx_errors() -> tuple:
     """What onnx's checker, shape inference, schemas and version converter raise on a model they reject."""
-    import onnx
 
     return (
         onnx.shape_inference.InferenceError,
@@ -28,20 +31,9 @@ def onnx_errors() -> tuple:
     )
 
 
-def ort_errors() -> tuple:
-    """What ONNX-Runtime raises on a model it cannot load or run: its own classes (Fail, InvalidGraph,
-    NotImplemented, ... share no base but Exception), RuntimeError, and ValueError (a model past 2 GB
-    cannot be serialized)."""
-    import onnxruntime.capi.onnxruntime_pybind11_state as state
-
-    own = tuple(v for v in vars(state).values() if isinstance(v, type) and issubclass(v, Exception))
-    return own + (RuntimeError, ValueError)
-
-
 def cast_node(src: str, dst: str, name: str, to: int):
     """``Cast(src, to=to) -> dst`` named ``name`` (built directly: onnx.helper.make_node costs 10x more,
     and the emulation adds two Casts a tensor)."""
-    import onnx
 
     node = onnx.NodeProto(op_type="Cast", name=name, input=[src], output=[dst])
     node.attribute.add(name="to", type=onnx.AttributeProto.INT, i=to)
@@ -132,7 +124,6 @@ def copy_model(model, inplace: bool):
     """``model`` itself when ``inplace``, else a deep copy."""
     if inplace:
         return model
-    import onnx
 
     m = onnx.ModelProto()
     m.CopyFrom(model)
@@ -184,8 +175,6 @@ def attr_tensors(node):
 
 def normalize_constants(model) -> None:
     """Constant nodes with value_float(s) -> a ``value`` tensor (so they convert too)."""
-    import numpy as np
-    from onnx import helper, numpy_helper
 
     for node in iter_nodes(model):
         if node.op_type != "Constant" or node.domain not in STD_DOMAINS:
@@ -201,7 +190,6 @@ def to_fp16(arr):
     """float32 values as fp16 the way the conversion stores weights: rounded to nearest, finite
     values past fp16's range clamped to +-65504, tiny nonzero values kept as +-2**-24 (never 0);
     inf and NaN unchanged. Returns (float16 array, whether any value was clamped at 65504)."""
-    import numpy as np
 
     a = np.asarray(arr, dtype=np.float32)
     with np.errstate(over="ignore"):
@@ -224,7 +212,6 @@ def to_bf16(arr):
     +-BF16_MAX instead of inf; inf and NaN unchanged; no clamping of small values (bfloat16 has
     float32's exponent range). Returns (the bfloat16 bit patterns as uint16, whether any value
     was clamped). numpy has no bfloat16: :func:`bf16_values` gives the values as float32."""
-    import numpy as np
 
     a = np.ascontiguousarray(arr, dtype=np.float32)
     u = a.view(np.uint32)
@@ -243,14 +230,12 @@ def to_bf16(arr):
 
 def bf16_values(bits):
     """bfloat16 bit patterns (uint16) -> their values as float32 (exact)."""
-    import numpy as np
 
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
 def round_values(arr, dtype: str = "float16"):
     """float32 values rounded as the conversion to ``dtype`` stores weights, back in float32."""
-    import numpy as np
 
     if low_type(dtype) == BFLOAT16:
         return bf16_values(to_bf16(arr)[0])
@@ -258,9 +243,6 @@ def round_values(arr, dtype: str = "float16"):
 
 
 def weight_array(t):
-    import numpy as np
-    from onnx import numpy_helper
-
     if t.HasField("raw_data"):
         return np.frombuffer(t.raw_data, dtype="<f4").reshape(tuple(t.dims))
     return numpy_helper.to_array(t)

@@ -14,17 +14,22 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from typing import Dict, Iterable, Optional, Set, Tuple
 
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
 from toolkit.convert.common import (
-    cast_node,
     BFLOAT16,
     DTYPE_OPS,
     FLOAT,
     FLOAT16,
     STD_DOMAINS,
     Names,
+    cast_node,
     copy_model,
     low_type,
     name_nodes,
@@ -92,7 +97,6 @@ _RISKY_KEY = "\0risky"  # (the key of the values out of range in ``cache``: no t
 
 def _risky(model, types: Dict[str, int], dtype: str, cache: Optional[Dict[str, bytes]]) -> Dict[str, str]:
     """:func:`risky_values`, looked for once per ``cache`` (``debug precision`` emulates once per check)."""
-    import json
 
     if cache is not None and _RISKY_KEY in cache:
         return json.loads(cache[_RISKY_KEY])
@@ -154,7 +158,6 @@ class _Emulator:
 
     def weights(self, g, rmap) -> None:
         """Weights read by converted nodes: rounded (a rounded twin when kept nodes read them too)."""
-        import onnx
 
         new_inits = []
         for t in g.initializer:
@@ -180,9 +183,6 @@ class _Emulator:
         g.initializer.extend(new_inits)
 
     def constant(self, node) -> None:
-        import numpy as np
-        from onnx import numpy_helper
-
         for a in node.attribute:
             if a.name == "value" and a.t.data_type == FLOAT:
                 arr = round_values(numpy_helper.to_array(a.t), self.dtype).astype(np.float32)
@@ -255,9 +255,6 @@ def _repoint(nodes, old: str, new: str) -> None:
 
 def _retype_attrs(node) -> None:
     """Attributes that make float16/bfloat16 values: make float32 ones (rounded afterwards)."""
-    import numpy as np
-    import onnx
-    from onnx import numpy_helper
 
     for a in node.attribute:
         if a.name in ("to", "dtype") and a.i in _LOWS and (node.op_type == "Cast" or node.op_type in DTYPE_OPS):
@@ -269,8 +266,6 @@ def _retype_attrs(node) -> None:
 
 def _widen(t) -> None:
     """A float16 or bfloat16 weight -> the same values in float32, in place (one copy of the data)."""
-    import numpy as np
-    from onnx import numpy_helper
 
     if t.HasField("raw_data") and not t.external_data:
         bits = np.frombuffer(t.raw_data, dtype="<u2")
@@ -290,7 +285,6 @@ class _MixedEmulator:
         self.rounded = 0
 
     def graph(self, g, top: bool) -> None:
-
         for t in g.initializer:
             if t.data_type in _LOWS:
                 _widen(t)

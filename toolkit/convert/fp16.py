@@ -34,6 +34,9 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set, Tuple
 
+import onnx
+from onnx import numpy_helper
+
 from toolkit.convert.common import (
     BF16_MAX,
     BFLOAT16,
@@ -72,12 +75,12 @@ from toolkit.convert.onnx_types import (
     tensor_types,
 )
 from toolkit.convert.placement import (
+    QUANT_OPS,
     REASON_CONSTANT,
     REASON_DOMAIN,
     REASON_NO_KERNEL,
     REASON_ACCUMULATOR,
     REASON_QUANT,
-    QUANT_OPS,
     REASON_SCHEMA,
     REASON_SCHEMA_BF16,
     REASON_SHAPE,
@@ -91,7 +94,7 @@ from toolkit.convert.placement import (
 )
 from toolkit.convert.ranges import REASON_RANGE, REASON_RANGE_BF16, risky_values, value_problem
 from toolkit.convert.repair import Repair, drop_round_trips, sort_all, toposort
-from toolkit.core.errors import ExitCode, InputError, ToolkitError, one_line
+from toolkit.core.errors import LIBRARY_ERRORS, ExitCode, InputError, ToolkitError, one_line
 
 # the package's public names, importable from here (this module is its entry point)
 __all__ = [
@@ -151,6 +154,10 @@ __all__ = [
     "toposort",
 ]
 
+# What onnxconverter-common raises on a graph it cannot convert: its asserts, the Python errors of
+# its code and ONNX's.
+CONVERTER_ERRORS = LIBRARY_ERRORS + (AssertionError, ArithmeticError, onnx.checker.ValidationError)
+
 
 @dataclass
 class Conversion:
@@ -201,7 +208,6 @@ def _convert_weights(
 
 def _normalize_float_data(model) -> None:
     """float_data -> raw_data (the library converts float_data element by element in Python)."""
-    from onnx import numpy_helper
 
     for graph in iter_graphs(model.graph):
         for t in graph.initializer:
@@ -273,7 +279,7 @@ def _library_convert(f16, model, kept: Set[str], keep_io_types: bool, low: int, 
                 node_block_list=sorted(kept),
                 check_fp16_ready=False,
             )
-        except Exception as exc:  # any failure inside the library (it asserts, raises ValueError, AttributeError...)
+        except CONVERTER_ERRORS as exc:
             raise ConverterError(
                 f"the fp16 conversion failed inside onnxconverter-common ({type(exc).__name__}: "
                 f"{one_line(exc, first_line=True, limit=200)}): a failure of that library on this graph, not of the "

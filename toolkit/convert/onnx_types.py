@@ -10,6 +10,9 @@ from __future__ import annotations
 import warnings
 from typing import Dict, Optional, Set
 
+import onnx
+from onnx import version_converter
+
 from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, STD_DOMAINS, TENSOR_STR, iter_graphs, onnx_errors
 from toolkit.core.errors import InputError
 from toolkit.core.graphs import element_count
@@ -20,7 +23,6 @@ _STRIP_BYTES = 4096  # weights larger than this are left out of the copy given t
 
 def _stripped_copy(model):
     """A copy of ``model`` without the data of its large weights (for shape inference)."""
-    import onnx
 
     light = onnx.ModelProto()
     light.CopyFrom(without_big_data(model))
@@ -29,7 +31,6 @@ def _stripped_copy(model):
 
 def without_big_data(model):
     """``model`` itself when small; else a shallow rebuild whose big initializers are empty."""
-    import onnx
 
     # (sized from the dims: reading raw_data or ByteSize() copies or walks the bytes)
     big = [i for i, t in enumerate(model.graph.initializer) if element_count(t) * 4 > _STRIP_BYTES]
@@ -73,7 +74,6 @@ def _copy_fields(src, dst, skip=()) -> None:
 
 def infer_types(model, *, strict: bool = False):
     """Shape-inferred copy of ``model`` without its large weights' data (value_info filled)."""
-    import onnx
 
     light = _stripped_copy(model)
     try:
@@ -123,7 +123,6 @@ def bf16_ready(model):
     opset = opset_version(model)
     if not opset or opset >= BF16_MIN_OPSET:
         return model, None
-    from onnx import version_converter
 
     try:
         upgraded = version_converter.convert_version(model, BF16_MIN_OPSET)
@@ -186,7 +185,6 @@ def schema_lacks(schema, low: int = FLOAT16) -> bool:
 def bf16_opset(op_type: str, after: int) -> Optional[int]:
     """The first opset past ``after`` whose schema of ``op_type`` (standard domain) accepts
     bfloat16 wherever it accepts float32; None when no opset this onnx knows does."""
-    import onnx
 
     for version in range(after + 1, onnx.defs.onnx_opset_version() + 1):
         try:
@@ -200,7 +198,6 @@ def bf16_opset(op_type: str, after: int) -> Optional[int]:
 
 def check_types(model, what: str = "fp16") -> None:
     """InputError unless ONNX type inference accepts ``model`` (checked without big weights)."""
-    import onnx
 
     try:
         onnx.shape_inference.infer_shapes(without_big_data(model), strict_mode=True, check_type=True, data_prop=False)

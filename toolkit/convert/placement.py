@@ -27,11 +27,10 @@ from toolkit.convert.common import (
     name_nodes,
     readers_of,
 )
-from toolkit.convert.ranges import range_keep
 from toolkit.convert.onnx_types import Schemas, infer_types, schema_lacks, tensor_types
+from toolkit.convert.ranges import range_keep
 from toolkit.core.errors import InputError
 from toolkit.core.graphs import node_subgraphs
-
 
 REASON_USER = "kept by --keep-fp32"
 REASON_NO_KERNEL = "no fp16 kernel in ONNX-Runtime (onnxconverter-common's block list)"

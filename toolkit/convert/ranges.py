@@ -18,17 +18,20 @@ from __future__ import annotations
 
 from typing import Dict, Iterator, List, Optional, Set, Tuple
 
+import numpy as np
+from onnx import helper, numpy_helper
+
 from toolkit.convert.common import (
     BF16_MAX,
     BFLOAT16,
     FLOAT,
     FP16_MAX,
     STD_DOMAINS,
-    ort_errors,
     readers_of,
     to_fp16,
     weight_array,
 )
+from toolkit.core.errors import ort_errors
 from toolkit.core.graphs import node_subgraphs
 
 KEEP_BYTES = 1 << 30  # weights read by the range check kept for the conversion, at most (bytes)
@@ -41,7 +44,6 @@ _RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLi
 
 def value_problem(arr, low: int) -> Optional[str]:
     """Why ``low`` (FLOAT16 or BFLOAT16) cannot hold the float32 values ``arr``; None when it can."""
-    import numpy as np
 
     a = np.asarray(arr, dtype=np.float32).ravel()
     if a.size == 0:
@@ -78,7 +80,6 @@ def _constant_values(graph, keep: Optional[Dict[str, object]] = None) -> Iterato
     """(name, array) of the float32 initializers (with their data loaded) and ``Constant`` values of
     ``graph``, one at a time. ``keep``: a dict that also gets the initializers' arrays, up to
     :data:`KEEP_BYTES` in all (the conversion reads them once more otherwise: a copy each)."""
-    from onnx import numpy_helper
 
     budget = KEEP_BYTES
     for t in graph.initializer:
@@ -133,9 +134,6 @@ class _ScaleBounds:
                         self.tensors[node.output[0]] = a.t
 
     def safe(self, name: str) -> bool:
-        import numpy as np
-        from onnx import numpy_helper
-
         t = self.tensors.get(name)
         if t is None or t.data_type != FLOAT or t.external_data:
             return False
@@ -147,8 +145,7 @@ def _computed_values(model, graph, derived: List, types: Dict[str, int]) -> Dict
     """The float outputs of ``derived`` (nodes computing from constants), computed with ONNX-Runtime.
 
     Empty when ONNX-Runtime cannot compute them (the check then covers weights and Constants only)."""
-    import onnxruntime as ort
-    from onnx import helper
+    import onnxruntime as ort  # inspect loads this module without running a model
 
     wanted = [o for n in derived for o in n.output if o and types.get(o) == FLOAT]
     if not wanted:

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 from typing import Dict, Optional, Set, Tuple
 
+import onnx
+
 from toolkit.convert.common import (
-    cast_node,
     DTYPE_OPS,
     FLOAT,
     FLOAT16,
     STD_DOMAINS,
     TENSOR_STR,
     Names,
+    cast_node,
     iter_graphs,
     onnx_errors,
     replace_repeated,
@@ -96,7 +98,6 @@ class Repair:
         self.graph(self.model.graph, {}, top=True)
 
     def _cast(self, src: str, to: int, hint: str):
-
         out = self.fresh(f"{src}_to_{short_name(to)}")
         node = cast_node(src, out, self.fresh(f"{hint}_cast_{out}"), to)
         self.types[out] = to
@@ -235,7 +236,6 @@ class Repair:
 
     def _schema_types(self, node, schema, types: Dict[str, int]) -> Dict[str, int]:
         """Output element types from the operator's schema, when every input's type is known."""
-        import onnx
 
         if not all((not i) or i in types for i in node.input):
             return {}

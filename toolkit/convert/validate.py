@@ -18,10 +18,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes, ort_errors
+import numpy as np
+import onnxruntime as ort
+from onnx import numpy_helper
+
+from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes
 from toolkit.convert.emulate import emulate_mixed
 from toolkit.convert.onnx_types import STRIPPED, infer_types, tensor_types, without_big_data
-from toolkit.core.errors import ExitCode, InferenceError, one_line
+from toolkit.core.compare import error_arrays
+from toolkit.core.errors import ExitCode, InferenceError, one_line, ort_errors
+from toolkit.core.layerwise import set_outputs
 
 # a tensor differs when its largest absolute error is past ATOL + RTOL * its largest magnitude
 ATOL = 1e-2
@@ -62,8 +68,6 @@ class Validation:
 
 
 def _session(model_bytes_or_path, weights: Optional[Dict[str, object]] = None):
-    import onnxruntime as ort
-
     so = ort.SessionOptions()
     so.log_severity_level = 4  # (its errors come back as exceptions: no log lines of its own)
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # (one run: set-up costs more)
@@ -82,8 +86,6 @@ def _split(model, emulate: bool):
     ONNX-Runtime gets the weights as arrays (no serialization, no parsing, no copy of them);
     ``emulate``: the model's float16/bfloat16 storage emulated (:func:`emulate_mixed`), its large
     reduced weights widened to float32 here."""
-    import numpy as np
-    from onnx import numpy_helper
 
     light = without_big_data(model)
     light = copy_model(light, inplace=False) if light is model else light
@@ -110,9 +112,6 @@ def _split(model, emulate: bool):
 def _run(model, feed: Mapping, names: Optional[Sequence[str]] = None, emulate: bool = False) -> Dict[str, object]:
     """``model``'s outputs (or ``names``, marked as outputs) on ``feed``. ``model``: a ModelProto,
     or the path of a model file (ONNX-Runtime reads it, external data included)."""
-    import numpy as np
-
-    from toolkit.core.layerwise import set_outputs
 
     try:
         if isinstance(model, str) and names is None:
@@ -145,7 +144,6 @@ def _loaded(model):
 
 def _as_input(arr, ort_type: str):
     """A float feed cast to the float type an input asks for (``--fp16-io`` models read float16)."""
-    import numpy as np
 
     if arr.dtype.kind == "f":
         if ort_type == "tensor(float16)":
@@ -162,9 +160,6 @@ def _worst(got, ref, atol: float, rtol: float):
     measured against the tensor's own scale (fp16 rounds every value to about 5e-4 of it, and a
     reduction adds such errors), not element by element (a value near zero has no useful relative
     error). A NaN or infinity on one side only is an infinite error."""
-    import numpy as np
-
-    from toolkit.core.compare import error_arrays
 
     got = np.asarray(got)
     ref = np.asarray(ref)

@@ -24,10 +24,14 @@ Rules
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.core.meta import parse_named_values
+import numpy as np
+
+from toolkit.core.errors import UsageError
+from toolkit.core.meta import dtype_from_numpy, parse_named_values
 
 DEFAULT_ATOL = 1e-5
 DEFAULT_RTOL = 1e-5
@@ -55,8 +59,6 @@ COMPARE_FUNCS = ("simple", "indices")
 
 
 def _parse_compare_func(values) -> str:
-    from toolkit.core.errors import UsageError
-
     if isinstance(values, str):
         values = [values]
     funcs = [v.strip().lower() for v in values or []]
@@ -80,7 +82,6 @@ def _parse_index_tol(text: str) -> int:
 
 def _parse_topk(text: str) -> Tuple[int, int]:
     """``top-5`` or ``top-5,axis=1`` -> (5, axis)."""
-    import re
 
     m = re.fullmatch(r"\s*top-(\d+)\s*(?:,\s*axis\s*=\s*(-?\d+)\s*)?", text)
     if not m or int(m.group(1)) < 1:
@@ -90,7 +91,6 @@ def _parse_topk(text: str) -> Tuple[int, int]:
 
 def parse_postprocess(specs: Sequence[str]):
     """``--postprocess`` values: ``top-K[,axis=N]`` for every output, ``name:top-K[,axis=N]`` for one."""
-    from toolkit.core.errors import UsageError
 
     glob: Optional[Tuple[int, int]] = None
     per: Dict[str, Tuple[int, int]] = {}
@@ -112,7 +112,6 @@ def parse_postprocess(specs: Sequence[str]):
 def topk_indices(arr, k: int, axis: int = -1):
     """The indices of the ``k`` largest values along ``axis`` (largest first; ties keep their
     order; ``k`` is clamped to the axis length)."""
-    import numpy as np
 
     arr = np.asarray(arr)
     if arr.ndim == 0:
@@ -125,7 +124,6 @@ def compare_indices(name: str, a, b, index_tolerance: int = 0) -> "OutputCompari
     """Compare two index arrays (e.g. top-K results) along their last axis: every index of ``a``
     must appear in ``b`` at most ``index_tolerance`` positions away (the last ``index_tolerance``
     entries of ``a`` are not checked, since they may have been pushed out of ``b``)."""
-    import numpy as np
 
     a = np.asarray(a)
     b = np.asarray(b)
@@ -323,14 +321,11 @@ class PairComparison:
 
 
 def _dtype_name(arr) -> str:
-    from toolkit.core.meta import dtype_from_numpy
-
     return dtype_from_numpy(arr.dtype)
 
 
 def _work_dtype(a, b):
     """The float dtype both sides are compared in."""
-    import numpy as np
 
     if a.dtype == np.float64 or b.dtype == np.float64:
         return np.float64
@@ -347,7 +342,6 @@ def error_arrays(a, b):
     Equal infinities and NaN against NaN are no error; a NaN on one side only is ``inf``;
     ``rel`` is 0 where both are 0 and ``inf`` where only ``b`` is 0.
     """
-    import numpy as np
 
     wdt = _work_dtype(a, b)
     fa = a.astype(wdt, copy=False)
@@ -372,7 +366,6 @@ def compare_arrays(
     name: str, a, b, atol: float, rtol: float, stat: str = "elemwise", quantile: float = DEFAULT_QUANTILE
 ) -> OutputComparison:
     """Compare one output (``a`` against the reference ``b``)."""
-    import numpy as np
 
     a = np.asarray(a)
     b = np.asarray(b)
@@ -431,7 +424,6 @@ def _exact_kind(a, b) -> bool:
 
 def compare_iteration(index: int, outs_a: Mapping, outs_b: Mapping, tol: Tolerances) -> IterationComparison:
     """Compare the outputs two iterations have in common (by exact name, in A's order)."""
-    import numpy as np
 
     common = [n for n in outs_a if n in outs_b]
     only_a = [n for n in outs_a if n not in outs_b]
@@ -495,7 +487,6 @@ class ValidationProblem:
 
 def validate_outputs(label: str, iterations: Sequence[Mapping]) -> List[ValidationProblem]:
     """NaN/Inf check of every floating-point output (``--validate``)."""
-    import numpy as np
 
     problems = []
     for k, outs in enumerate(iterations):

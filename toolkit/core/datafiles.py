@@ -27,15 +27,23 @@ import json
 import os
 import shutil
 import tempfile
+import zipfile
+import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import ContextManager, Dict, Iterable, Iterator, List, Optional, Tuple, Union
 
-from toolkit.core.errors import InputError
-from toolkit.core.model import STDIO, atomic_output, describe, read_bytes, check_readable_file
+import numpy as np
+
+from toolkit.core.errors import LIBRARY_ERRORS, InputError
+from toolkit.core.model import STDIO, atomic_output, check_readable_file, describe, read_bytes
 
 NPZ_INDEX = "__toolkit__"
 NPZ_FORMAT_VERSION = 1
+
+# What numpy, zipfile and json raise reading a damaged data file (a bad header, a cut archive, a
+# huge bogus shape): the file is bad input.
+CORRUPT_DATA_ERRORS = LIBRARY_ERRORS + (EOFError, ArithmeticError, zipfile.BadZipFile, zlib.error)
 
 
 @dataclass
@@ -83,7 +91,7 @@ class LazyTensors(Mapping):
             arr = self._npz[member]
         except ValueError as exc:
             raise InputError(f"{self._npz_name()}: tensor '{name}': {_pickle_message(exc)}") from None
-        except Exception as exc:
+        except CORRUPT_DATA_ERRORS as exc:
             raise InputError(f"{self._npz_name()}: tensor '{name}' is unreadable: {exc}") from None
         return arr
 
@@ -120,7 +128,6 @@ def is_npz_path(path: str) -> bool:
 
 def _array_b64(arr) -> bytes:
     """base64 of the ``np.save`` bytes of ``arr`` (ASCII; never needs JSON escaping)."""
-    import numpy as np
 
     buf = io.BytesIO()
     try:
@@ -182,8 +189,6 @@ def _json_chunks(obj, level: int = 0):
 
 
 def _decode_array(text: str):
-    import numpy as np
-
     try:
         raw = binascii.a2b_base64(text)
     except (binascii.Error, TypeError, ValueError) as exc:  # ValueError: text that is not ASCII
@@ -192,7 +197,7 @@ def _decode_array(text: str):
         return np.load(io.BytesIO(raw), allow_pickle=False)
     except ValueError as exc:
         raise InputError(f"corrupt array data: {_pickle_message(exc)}") from None
-    except Exception as exc:
+    except CORRUPT_DATA_ERRORS as exc:
         raise InputError(f"corrupt array data: {exc}") from None
 
 
@@ -261,9 +266,6 @@ def _load_json_bytes(data: bytes, path: str):
 
 
 def _open_npz(source, path: str):
-    import numpy as np
-    import zipfile
-
     try:
         return np.load(source, allow_pickle=False)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:  # (unsupported zip features)
@@ -275,7 +277,7 @@ def _npz_index(npz, path: str) -> Optional[dict]:
         return None
     try:
         idx = json.loads(str(npz[NPZ_INDEX][()]))
-    except Exception as exc:
+    except CORRUPT_DATA_ERRORS as exc:
         raise InputError(f"{describe(path)}: corrupt index in .npz data file ({exc})") from None
     if not isinstance(idx, dict) or idx.get("kind") not in ("inputs", "outputs"):
         raise InputError(f"{describe(path)}: corrupt index in .npz data file")
@@ -422,8 +424,6 @@ def _load_data_uncached(path: str):
 
 
 def _is_feed(dct) -> bool:
-    import numpy as np
-
     return all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in dct.items())
 
 
@@ -511,14 +511,10 @@ class _NpzMembers:
     """Writes ``.npz`` members one array at a time, then the JSON index (``__toolkit__``)."""
 
     def __init__(self, f):
-        import zipfile
-
         self.zip = zipfile.ZipFile(f, mode="w", compression=zipfile.ZIP_STORED, allowZip64=True)
         self.count = 0
 
     def _member(self, name: str, arr) -> None:
-        import numpy as np
-
         with self.zip.open(name + ".npy", "w", force_zip64=True) as member:
             try:
                 np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
@@ -536,8 +532,6 @@ class _NpzMembers:
         return keys
 
     def close(self, index: dict) -> None:
-        import numpy as np
-
         self._member(NPZ_INDEX, np.array(json.dumps(index)))
         self.zip.close()
 

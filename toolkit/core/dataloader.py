@@ -22,6 +22,8 @@ import sys
 import traceback
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
+
 from toolkit.core.errors import InputError, UsageError
 
 DEFAULT_FUNC = "load_data"
@@ -58,8 +60,6 @@ def _fail(exc: BaseException, path: str, doing: str) -> InputError:
 def load_script_feeds(spec: str, func_name: Optional[str] = None) -> List[Dict[str, object]]:
     """Run the data loader script and return its feeds (numpy arrays), one per iteration."""
     import runpy
-
-    import numpy as np
 
     path, func = split_script_spec(spec, func_name)
     if not os.path.isfile(path):

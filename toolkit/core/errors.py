@@ -71,3 +71,18 @@ def one_line(exc: BaseException, *, first_line: bool = False, limit: int = 0) ->
     if limit and len(text) > limit:
         text = text[: limit - 3] + "..."
     return text or type(exc).__name__
+
+
+# What a library raises for a model or value it cannot take, besides its own exception types:
+# the errors of its Python layer (a bad argument, a missing key, a file it cannot read).
+LIBRARY_ERRORS = (RuntimeError, ValueError, TypeError, KeyError, IndexError, AttributeError, OSError, MemoryError)
+
+
+def ort_errors() -> tuple:
+    """What ONNX-Runtime raises for a model or an input it cannot take: its own exception types
+    (``Fail``, ``InvalidGraph``, ``InvalidArgument``... derive from ``Exception`` alone) and
+    :data:`LIBRARY_ERRORS`. Called in an ``except`` clause, so after ONNX-Runtime was imported."""
+    from onnxruntime.capi import onnxruntime_pybind11_state as state
+
+    own = tuple(v for v in vars(state).values() if isinstance(v, type) and issubclass(v, Exception))
+    return own + LIBRARY_ERRORS

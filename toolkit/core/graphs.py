@@ -11,7 +11,7 @@ import heapq
 import os
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Set
 
-STDIO = "-"
+STDIO = "-"  # the path that means stdin (a model) or stdout (a data file)
 _EXTERNAL = 1  # onnx.TensorProto.EXTERNAL
 
 
@@ -229,3 +229,25 @@ def _damaged_strings(tensor) -> Optional[str]:
     if len(tensor.string_data) != need:
         return f"tensor '{tensor.name}' holds {len(tensor.string_data)} string(s) but its dims {list(tensor.dims)} need {need}"
     return None
+
+
+def tensor_nbytes(t) -> int:
+    """Size of a tensor's data, from its dims and type where they tell it: reading
+    ``raw_data`` (or ByteSize()) copies or walks every byte, slow on big weights."""
+    n = element_count(t)
+    size = ITEMSIZE.get(t.data_type)
+    if size is not None:
+        return n * size
+    if t.HasField("raw_data"):
+        return len(t.raw_data)
+    return n * 4
+
+
+def copy_field(dst, name: str, value) -> None:
+    """Set protobuf field ``name`` of ``dst`` to ``value`` (repeated, message or scalar)."""
+    if hasattr(value, "extend"):  # repeated field
+        getattr(dst, name).extend(value)
+    elif hasattr(value, "CopyFrom"):  # message
+        getattr(dst, name).CopyFrom(value)
+    else:
+        setattr(dst, name, value)

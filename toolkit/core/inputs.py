@@ -20,8 +20,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.core.errors import InputError, UsageError
-from toolkit.core.meta import TensorMeta, format_shape, parse_named_values
+import numpy as np
+
+from toolkit.core.errors import InputError, ToolkitError, UsageError
+from toolkit.core.meta import (
+    TensorMeta,
+    dtype_from_numpy,
+    dtype_to_numpy,
+    format_meta,
+    format_shape,
+    parse_named_values,
+)
 
 DEFAULT_SEED = 1
 DEFAULT_RANGE = (0.0, 1.0)
@@ -152,11 +161,10 @@ def _format_bytes(n: int) -> str:
 
 def check_generated_size(name: str, shape: Tuple[int, ...], dtype_name: Optional[str], limit: int = MAX_GENERATED_BYTES) -> None:
     """InputError when generating input ``name`` of ``shape`` would take more than ``limit`` bytes."""
-    from toolkit.core.meta import dtype_to_numpy
 
     try:
         itemsize = max(dtype_to_numpy(dtype_name or "float32").itemsize, 1)
-    except Exception:  # string and other types without a fixed size: count one byte each
+    except (ToolkitError, TypeError, ValueError):  # string and other types without a fixed size: one byte each
         itemsize = 1
     count = 1
     for d in shape:
@@ -174,7 +182,6 @@ def iteration_rng(seed: Optional[int], iteration: int):
     """The generator for one iteration: numpy's legacy ``RandomState(seed + iteration)``, as
     Polygraphy's data loader draws (default seed 1), so the same seed gives the same data in
     both tools. Inputs are drawn from it one after another, in the model's input order."""
-    import numpy as np
 
     return np.random.RandomState((DEFAULT_SEED if seed is None else seed) + iteration)
 
@@ -183,9 +190,6 @@ def _generate_one(rng, shape, dtype_name: Optional[str], lo: float, hi: float, n
     """Values for one input, drawn from ``rng`` (a legacy ``RandomState``) as the reference does:
     integers and bools with ``randint(int(lo), int(hi) + 1)`` (bools: ``bool(lo)``..``bool(hi)``),
     floats with ``random_sample() * (hi - lo) + lo`` in float64, then cast to the input's dtype."""
-    import numpy as np
-
-    from toolkit.core.meta import dtype_to_numpy
 
     if dtype_name is None:
         dtype_name = "float32"
@@ -221,7 +225,6 @@ _CHUNK = 1 << 18  # values drawn per step: float64 scratch of 2 MiB, not 8 bytes
 def _uniform(rng, shape, dt, scale: float, shift: float):
     """``(rng.random_sample(shape) * scale + shift).astype(dt)``, drawn in chunks: the same values
     (the generator's stream does not depend on how it is split) without a float64 copy of the input."""
-    import numpy as np
 
     out = np.empty(shape, dtype=dt)
     flat = out.reshape(-1)
@@ -316,9 +319,6 @@ def select_feed(
     for a float32 input). A cast that would change values (integers that do not fit,
     fractions into integers, overflow to infinity) stays an InputError.
     """
-    import numpy as np
-
-    from toolkit.core.meta import dtype_from_numpy, format_meta
 
     out: Dict[str, object] = {}
     keys = {m.name: m.name for m in metas if m.name in feed}
@@ -360,9 +360,6 @@ def select_feed(
 
 def _cast_preserving(arr, meta: TensorMeta, got_dtype: str, source: str, iteration: int, notes):
     """``arr`` cast to the input's dtype when that keeps its values; InputError otherwise."""
-    import numpy as np
-
-    from toolkit.core.meta import dtype_to_numpy
 
     def refuse(why: str):
         raise InputError(
@@ -372,7 +369,7 @@ def _cast_preserving(arr, meta: TensorMeta, got_dtype: str, source: str, iterati
 
     try:
         target = np.dtype(dtype_to_numpy(meta.dtype or ""))
-    except Exception:  # noqa: BLE001 - a dtype numpy cannot hold
+    except (ToolkitError, TypeError, ValueError):  # a dtype numpy cannot hold
         refuse("not be possible")
     src = arr.dtype
     numeric = "biuf"

@@ -13,20 +13,23 @@ import sys
 import tempfile
 from typing import Iterator, Optional
 
-from toolkit.core.errors import InputError, UsageError
-from toolkit.core.paths import forget_written, note_written
-from toolkit.core.graphs import all_tensors, external_data_folder, external_data_locations, has_external_data  # noqa: F401  (re-exported)
-from toolkit.core.graphs import undecodable_text
+from toolkit.core.errors import LIBRARY_ERRORS, InputError, UsageError
+from toolkit.core.graphs import (  # noqa: F401  (re-exported)
+    all_tensors,
+    copy_field,
+    external_data_folder,
+    external_data_locations,
+    has_external_data,
+    tensor_nbytes,
+    undecodable_text,
+)
+from toolkit.core.meta import TensorMeta, dtype_from_onnx
+from toolkit.core.paths import STDIO, describe, forget_written, note_written  # noqa: F401  (STDIO, describe: re-exported)
 
-STDIO = "-"
 # Protobuf refuses to serialize messages of 2 GiB or more.
 PROTOBUF_LIMIT = 2**31 - 1
 # Bigger than this and we save weights as external data even if not asked.
 AUTO_EXTERNAL_THRESHOLD = int(1.8 * 2**30)
-
-
-def describe(path: str) -> str:
-    return "<stdin>" if path == STDIO else path
 
 
 def _refuse_first(path: str, problems) -> None:
@@ -59,7 +62,7 @@ def read_bytes(path: str) -> bytes:
         raise InputError(f"{describe(path)}: cannot read: {exc.strerror or exc}") from None
 
 
-def _parse_model(data: bytes, path: str):
+def parse_model(data: bytes, path: str):
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -93,8 +96,8 @@ def corrupt_text_in_models() -> Optional[str]:
     for path in list(_PARSED):
         try:
             with open(path, "rb") as f:
-                model = _parse_model(f.read(), path)
-        except Exception:  # noqa: BLE001 - gone, unreadable or not a model now: nothing to say about it
+                model = parse_model(f.read(), path)
+        except (OSError, InputError):  # gone, unreadable or not a model now: nothing to say about it
             continue
         where = undecodable_text(model)
         if where:
@@ -116,7 +119,7 @@ def load_model(
     stored outside the model stay as references (structure only).
     """
     data = read_bytes(path)
-    model = _parse_model(data, path)
+    model = parse_model(data, path)
     del data
     if load_external_data and has_external_data(model):
         load_external_data_into(model, external_data_folder(path, external_data_dir), path)
@@ -138,12 +141,13 @@ def check_external_files(model, base_dir: str, path: str = "") -> None:
 
 
 def load_external_data_into(model, base_dir: str, path: str = "") -> None:
+    from onnx.checker import ValidationError
     from onnx.external_data_helper import load_external_data_for_model
 
     check_external_files(model, base_dir, path)
     try:
         load_external_data_for_model(model, base_dir)
-    except Exception as exc:  # onnx raises ValidationError, OSError, ValueError...
+    except LIBRARY_ERRORS + (ValidationError,) as exc:
         raise InputError(f"{describe(path)}: cannot load external data: {exc}") from None
 
 
@@ -256,20 +260,19 @@ def write_model(model, out) -> None:
     import onnx
 
     from toolkit.core.protowire import field_header
-    from toolkit.core.shapes import _copy_field, _tensor_nbytes
 
     inits = model.graph.initializer
-    big = {i for i, t in enumerate(inits) if _tensor_nbytes(t) >= _SPLIT_BYTES and t.HasField("raw_data")}
+    big = {i for i, t in enumerate(inits) if tensor_nbytes(t) >= _SPLIT_BYTES and t.HasField("raw_data")}
     if not big:
         out.write(model.SerializeToString())
         return
     shell = onnx.ModelProto()
     for f, value in model.ListFields():
         if f.name != "graph":
-            _copy_field(shell, f.name, value)
+            copy_field(shell, f.name, value)
     for f, value in model.graph.ListFields():
         if f.name != "initializer":
-            _copy_field(shell.graph, f.name, value)
+            copy_field(shell.graph, f.name, value)
     shell.graph.initializer.extend(t for i, t in enumerate(inits) if i not in big)
     out.write(shell.SerializeToString())
     del shell
@@ -281,7 +284,7 @@ def write_model(model, out) -> None:
         meta = onnx.TensorProto()
         for f, value in t.ListFields():
             if f.name != "raw_data":
-                _copy_field(meta, f.name, value)
+                copy_field(meta, f.name, value)
         raw = t.raw_data  # the one copy
         head = meta.SerializeToString() + field_header(n_raw, len(raw))
         tensor_len = len(head) + len(raw)
@@ -295,7 +298,6 @@ def model_size_estimate(model) -> int:
     """The serialized size, within some bytes per tensor. Tensors stored as raw bytes are
     sized from their dims and type: ByteSize() walks every byte of them, which costs as
     much as serializing."""
-    from toolkit.core.shapes import _tensor_nbytes
 
     def size(value) -> int:
         if isinstance(value, (str, bytes)):
@@ -313,7 +315,7 @@ def model_size_estimate(model) -> int:
             continue
         for t in value:
             if t.HasField("raw_data"):
-                total += _tensor_nbytes(t) + len(t.name) + 11 * len(t.dims) + 32
+                total += tensor_nbytes(t) + len(t.name) + 11 * len(t.dims) + 32
             else:
                 total += t.ByteSize() + 6
     return total
@@ -439,7 +441,7 @@ class _Swing:
         if os.path.isfile(path) and os.path.isfile(self.data_file):
             try:
                 raw = read_bytes(path)
-                old = _parse_model(raw, path)
+                old = parse_model(raw, path)
             except InputError:
                 return
             if location in external_data_locations(old):
@@ -478,7 +480,7 @@ class _Swing:
 
 def temp_name(basename: str) -> str:
     """The documented hidden temp name of a file being written: ``.NAME.<random>.tmp``."""
-    import secrets
+    import secrets  # (hashlib, hmac: not for --help)
 
     return f".{basename}.{secrets.token_hex(4)}.tmp"
 
@@ -528,7 +530,6 @@ def graph_io_meta(model):
 
 def value_info_meta(vi):
     """TensorMeta for an onnx ValueInfoProto (symbolic dims by name, unknown as None)."""
-    from toolkit.core.meta import TensorMeta, dtype_from_onnx
 
     t = vi.type
     if not t.HasField("tensor_type"):
@@ -565,7 +566,40 @@ def infer_shapes(model, *, strict: bool = False, data_prop: bool = True):
                 onnx.shape_inference.infer_shapes_path(src, dst, strict_mode=strict, data_prop=data_prop)
                 return onnx.load(dst)
         return onnx.shape_inference.infer_shapes(model, strict_mode=strict, data_prop=data_prop)
-    except Exception as exc:  # onnx raises several types (InferenceError, RuntimeError...)
+    except LIBRARY_ERRORS + (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
         if strict:
             raise InputError(f"ONNX shape inference failed: {exc}") from None
         return model
+
+
+def load_lazily(
+    path: str, external_data_dir: Optional[str], needed=None, eager_bytes: int = 1 << 20, files: Optional[list] = None
+):
+    """Load a model keeping big top-level external initializers as references.
+
+    Returns ``(model, base_dir)`` (base_dir None when nothing is external). Loaded at once:
+    nested tensors, those up to ``eager_bytes``, and the initializers named by
+    ``needed(graph)`` (a function of the loaded graph, e.g. what constant folding reads).
+    ``files``, if given, receives the absolute paths of the model's external data files.
+    """
+    from toolkit.core.weights import is_ref, load_tensor, nested_tensors, ref_nbytes, ref_source  # (imports onnx)
+
+    model = load_model(path, external_data_dir=external_data_dir, load_external_data=False)
+    if not has_external_data(model):
+        return model, None
+    base = external_data_folder(path, external_data_dir)
+    check_external_files(model, base, path)
+    if files is not None:
+        files.extend(os.path.abspath(os.path.join(base, loc)) for loc in external_data_locations(model))
+    needed = set(needed(model.graph)) if needed is not None else set()
+    for t in nested_tensors(model):
+        if is_ref(t):
+            load_tensor(t, base, path)
+    for t in model.graph.initializer:
+        if not is_ref(t):
+            continue
+        if t.name in needed or ref_nbytes(t) <= eager_bytes:
+            load_tensor(t, base, path)
+        else:
+            ref_source(t, base)  # a bad location or a short file fails now, before any work
+    return model, base

@@ -18,14 +18,19 @@ import mmap
 import os
 from typing import Iterable, List, Optional, Sequence, Tuple
 
-from toolkit.core.errors import UsageError
+from toolkit.core.errors import LIBRARY_ERRORS, UsageError
+from toolkit.core.graphs import STDIO, external_data_folder, external_data_locations
 
-STDIO = "-"
 Named = Tuple[str, str]  # (what the path is, e.g. "--save-outputs", the path)
 
 _PROCESS_WRITES: List[Named] = []
 _DECLARED: List[Named] = []  # the writes the command checked (what it means to write)
 _WRITTEN: List[str] = []  # keys of the files written (renamed into place) so far
+
+
+def describe(path: str) -> str:
+    """``path`` as messages name it (``<stdin>`` for ``-``)."""
+    return "<stdin>" if path == STDIO else path
 
 
 class PathClash(UsageError):
@@ -145,14 +150,12 @@ def model_data_files(model_path: str, writes: Iterable[Named], external_data_dir
             names.update({os.path.basename(path), os.path.basename(os.path.realpath(path))})
     if not names or not _mentions(model_path, names):
         return []
-    from toolkit.core.errors import InputError
-    from toolkit.core.graphs import external_data_folder, external_data_locations
+    import onnx  # (only for a model whose bytes name a file the command writes)
+    from google.protobuf.message import DecodeError
 
     try:
-        from toolkit.core.model import load_model
-
-        model = load_model(model_path, load_external_data=False)
-    except InputError:
+        model = onnx.load_model(model_path, load_external_data=False)
+    except LIBRARY_ERRORS + (DecodeError,):
         return []  # the command itself says what is wrong with the model
     folder = external_data_folder(model_path, external_data_dir)
     return [os.path.join(folder, loc) for loc in external_data_locations(model) if isinstance(loc, str)]

@@ -12,15 +12,21 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import os
+import tempfile
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
-from toolkit.core.errors import InputError, one_line
-from toolkit.core.graphs import ITEMSIZE, attribute_graphs, element_count, has_external_data
-from toolkit.core.meta import TensorMeta, format_spec_shape
+import numpy as np
+import onnx
+
+from toolkit.core.errors import DependencyError, InputError, one_line, ort_errors
+from toolkit.core.graphs import attribute_graphs, copy_field, has_external_data, tensor_nbytes
+from toolkit.core.meta import TensorMeta, dtype_from_numpy, dtype_from_onnx, dtype_to_numpy, format_spec_shape
+from toolkit.core.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
 
 # Initializers bigger than this are replaced by shape-only stubs for shape inference.
-_STUB_BYTES = 1 << 16
-_STUB_LOCATION = "__toolkit_shape_stub__"
+STUB_BYTES = 1 << 16
+STUB_LOCATION = "__toolkit_shape_stub__"
 
 
 # ---------------------------------------------------------------------- graph helpers
@@ -91,7 +97,6 @@ def top_tensor_names(model) -> List[str]:
 
 def _stub_tensor(t):
     """A shape-only stand-in for a big initializer (dims and type, no data)."""
-    import onnx
 
     stub = onnx.TensorProto()
     stub.name = t.name
@@ -100,51 +105,29 @@ def _stub_tensor(t):
     stub.data_location = onnx.TensorProto.EXTERNAL
     entry = stub.external_data.add()
     entry.key = "location"
-    entry.value = _STUB_LOCATION
+    entry.value = STUB_LOCATION
     return stub
 
 
-def _tensor_nbytes(t) -> int:
-    """Size of a tensor's data, from its dims and type where they tell it: reading
-    ``raw_data`` (or ByteSize()) copies or walks every byte, slow on big weights."""
-    n = element_count(t)
-    size = ITEMSIZE.get(t.data_type)
-    if size is not None:
-        return n * size
-    if t.HasField("raw_data"):
-        return len(t.raw_data)
-    return n * 4
-
-
-def _copy_field(dst, name: str, value) -> None:
-    if hasattr(value, "extend"):  # repeated field
-        getattr(dst, name).extend(value)
-    elif hasattr(value, "CopyFrom"):  # message
-        getattr(dst, name).CopyFrom(value)
-    else:
-        setattr(dst, name, value)
-
-
-def light_copy(model, stub_bytes: int = _STUB_BYTES):
+def light_copy(model, stub_bytes: int = STUB_BYTES):
     """A copy of ``model`` whose big top-level initializers are shape-only stubs.
 
     Good for shape inference and structure edits; not runnable. The original is untouched
     and its weights are not copied.
     """
-    import onnx
 
     new = onnx.ModelProto()
     for field, value in model.ListFields():
         if field.name == "graph":
             continue
-        _copy_field(new, field.name, value)
+        copy_field(new, field.name, value)
     g = new.graph
     for field, value in model.graph.ListFields():
         if field.name == "initializer":
             continue
-        _copy_field(g, field.name, value)
+        copy_field(g, field.name, value)
     for t in model.graph.initializer:
-        if _tensor_nbytes(t) > stub_bytes or t.data_location == onnx.TensorProto.EXTERNAL:
+        if tensor_nbytes(t) > stub_bytes or t.data_location == onnx.TensorProto.EXTERNAL:
             g.initializer.append(_stub_tensor(t))
         else:
             g.initializer.append(t)
@@ -206,7 +189,6 @@ def override_input_shapes(model, input_shapes: Mapping[str, Sequence], *, inplac
 
 
 def _copy(model):
-    import onnx
 
     new = onnx.ModelProto()
     new.CopyFrom(model)
@@ -217,13 +199,11 @@ def _copy(model):
 
 
 def _meta_of_initializer(t) -> TensorMeta:
-    from toolkit.core.meta import dtype_from_onnx
 
     return TensorMeta(t.name, tuple(int(d) for d in t.dims), dtype_from_onnx(t.data_type))
 
 
-def _collect_inferred(inferred) -> Dict[str, TensorMeta]:
-    from toolkit.core.model import value_info_meta
+def collect_inferred(inferred) -> Dict[str, TensorMeta]:
 
     g = inferred.graph
     metas: Dict[str, TensorMeta] = {}
@@ -252,7 +232,7 @@ def _forget_generated_dims(meta: TensorMeta) -> TensorMeta:
 
 def declared_tensor_meta(model) -> Dict[str, TensorMeta]:
     """Shapes and dtypes the model itself states (inputs, outputs, value_info, initializers)."""
-    return _collect_inferred(model)
+    return collect_inferred(model)
 
 
 def _score(meta: TensorMeta) -> int:
@@ -322,10 +302,10 @@ def infer_tensor_meta(
         from toolkit.core.model import infer_shapes
 
         inferred = infer_shapes(work, data_prop=True)
-        metas = _collect_inferred(inferred)
+        metas = collect_inferred(inferred)
         del inferred
     else:
-        metas = _collect_inferred(work)
+        metas = collect_inferred(work)
 
     wanted = list(names) if names is not None else all_names
     need_missing = [n for n in wanted if _is_missing(metas.get(n))]
@@ -366,7 +346,6 @@ def infer_tensor_meta(
 
 def _unfixed_inputs(model):
     """Graph inputs (not initializers) whose shape is not fully static: [(name, shape)]."""
-    from toolkit.core.model import graph_io_meta
 
     ins, _ = graph_io_meta(model)
     out = []
@@ -381,10 +360,7 @@ _MAX_FEED_BYTES = 4 * 2**30
 
 
 def _generate_feed(model, seed: int = 1) -> Dict[str, object]:
-    import numpy as np
 
-    from toolkit.core.meta import dtype_to_numpy
-    from toolkit.core.model import graph_io_meta
 
     rng = np.random.default_rng(seed)
     feed: Dict[str, object] = {}
@@ -419,13 +395,7 @@ def _ort_session(runnable, external_data_dir: Optional[str]):
     """An ONNX-Runtime CPU session without graph optimizations for ``runnable`` (consumed):
     weights left external are read from ``external_data_dir``; a model over protobuf's limit
     goes through a temporary external-data file."""
-    import os
-    import tempfile
-
-    import onnx
-    import onnxruntime as ort
-
-    from toolkit.core.model import PROTOBUF_LIMIT
+    import onnxruntime as ort  # inspect and surgeon load this module without running a model
 
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
@@ -455,9 +425,6 @@ def run_on_ort(
 
     ``feed`` defaults to generated inputs of the (``input_shapes``-overridden) input shapes.
     ``purpose`` ends the error messages ("... to {purpose} failed: ...")."""
-    import onnx
-
-    from toolkit.core.errors import DependencyError
 
     try:
         import onnxruntime  # noqa: F401
@@ -489,7 +456,7 @@ def run_on_ort(
         values = sess.run(out_names, feed)
     except InputError:
         raise
-    except Exception as exc:  # ORT raises its own exception types
+    except ort_errors() as exc:
         msg = one_line(exc, first_line=True)
         raise InputError(f"running the model on ONNX-Runtime to {purpose} failed: {msg}") from None
     return feed, dict(zip(out_names, values))
@@ -499,9 +466,6 @@ def _run_for_shapes(original, work, input_shapes, external_data_dir, feed=None) 
     """Run ``original`` (with ``work``'s input shapes) on ORT, every tensor an output.
 
     ``feed`` (input name -> array) replaces the generated inputs when given."""
-    import numpy as np
-
-    from toolkit.core.meta import dtype_from_numpy
 
     feed, values = run_on_ort(
         original, purpose="find tensor shapes", feed=feed, input_shapes=input_shapes, external_data_dir=external_data_dir

@@ -16,13 +16,17 @@ then each one is appended as a tiny ``ModelProto{graph{initializer: [tensor]}}``
 from __future__ import annotations
 
 import os
+import shutil
 import warnings
-from typing import Dict, Iterator, List, Optional, Tuple
+from typing import Dict, Iterator, List, Tuple
 
-from toolkit.core.errors import InputError
+import onnx
+from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor
+
+from toolkit.core.errors import LIBRARY_ERRORS, InputError
 from toolkit.core.graphs import walk_graphs
+from toolkit.core.paths import describe
 from toolkit.core.protowire import field_header
-from toolkit.core.model import describe
 
 _CHUNK = 16 << 20
 
@@ -30,7 +34,6 @@ _CHUNK = 16 << 20
 def is_ref(tensor) -> bool:
     """A tensor whose data is in an external file (any ``raw_data`` it also holds is
     ignored, as onnx's loader does)."""
-    import onnx
 
     return tensor.data_location == onnx.TensorProto.EXTERNAL
 
@@ -64,20 +67,18 @@ def ref_nbytes(tensor) -> int:
 
 def load_tensor(tensor, base_dir: str, path: str = "") -> None:
     """Read one referenced tensor's data into it (it becomes an in-memory tensor)."""
-    from onnx.external_data_helper import load_external_data_for_tensor
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             load_external_data_for_tensor(tensor, base_dir)
-    except Exception as exc:  # onnx raises ValidationError, OSError, ValueError...
+    except LIBRARY_ERRORS + (onnx.checker.ValidationError,) as exc:
         raise InputError(f"{describe(path)}: cannot load external data of '{tensor.name}': {exc}") from None
 
 
 def ref_source(tensor, base_dir: str) -> Tuple[str, int, int]:
     """(file, offset, length) of a referenced tensor's bytes, checked: the file is inside
     ``base_dir`` and holds the whole range."""
-    from onnx.external_data_helper import ExternalDataInfo
 
     try:
         with warnings.catch_warnings():
@@ -127,7 +128,6 @@ def append_refs_to_data_file(model, base_dir: str, folder: str, location: str, s
     """Copy every referenced top-level initializer into ``folder/location`` (appending),
     in chunks, and point the tensor there. Small ones are loaded into the model instead;
     nested references (attribute tensors, subgraph initializers) are loaded."""
-    import onnx
 
     for t in nested_tensors(model):
         if is_ref(t):
@@ -161,7 +161,6 @@ def write_single_file(model, out, base_dir: str) -> None:
     Nested references are loaded first. ``model`` loses those initializers from its list
     while writing and gets them back at the end (as in-file references, unchanged).
     """
-    import onnx
 
     for t in nested_tensors(model):
         if is_ref(t):
@@ -200,40 +199,6 @@ def write_single_file(model, out, base_dir: str) -> None:
         inits.extend(saved)
 
 
-def load_lazily(
-    path: str, external_data_dir: Optional[str], needed=None, eager_bytes: int = 1 << 20, files: Optional[list] = None
-):
-    """Load a model keeping big top-level external initializers as references.
-
-    Returns ``(model, base_dir)`` (base_dir None when nothing is external). Loaded at once:
-    nested tensors, those up to ``eager_bytes``, and the initializers named by
-    ``needed(graph)`` (a function of the loaded graph, e.g. what constant folding reads).
-    ``files``, if given, receives the absolute paths of the model's external data files.
-    """
-    from toolkit.core.graphs import external_data_folder, external_data_locations, has_external_data
-    from toolkit.core.model import check_external_files, load_model
-
-    model = load_model(path, external_data_dir=external_data_dir, load_external_data=False)
-    if not has_external_data(model):
-        return model, None
-    base = external_data_folder(path, external_data_dir)
-    check_external_files(model, base, path)
-    if files is not None:
-        files.extend(os.path.abspath(os.path.join(base, loc)) for loc in external_data_locations(model))
-    needed = set(needed(model.graph)) if needed is not None else set()
-    for t in nested_tensors(model):
-        if is_ref(t):
-            load_tensor(t, base, path)
-    for t in model.graph.initializer:
-        if not is_ref(t):
-            continue
-        if t.name in needed or ref_nbytes(t) <= eager_bytes:
-            load_tensor(t, base, path)
-        else:
-            ref_source(t, base)  # a bad location or a short file fails now, before any work
-    return model, base
-
-
 # ---------------------------------------------------------------------- zero-copy references
 
 
@@ -259,7 +224,6 @@ def link_data_files(
 
     Nothing that is one of ``sources`` is ever replaced.
     """
-    import shutil
 
     real_folder = os.path.realpath(folder)
     real_sources = [os.path.realpath(s) for s in sources]
@@ -299,7 +263,6 @@ def link_data_files(
 
 def relinked(tensor, location: str):
     """A copy of the reference ``tensor`` (no data) pointing at ``location``, same offset and length."""
-    import onnx
 
     out = onnx.TensorProto()
     out.CopyFrom(tensor)

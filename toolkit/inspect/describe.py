@@ -10,8 +10,12 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
-from toolkit.core.errors import ToolkitError
+import numpy as np
+
+from toolkit.core.errors import ToolkitError, UsageError
+from toolkit.core.graphs import walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_from_onnx, format_shape
+from toolkit.core.model import value_info_meta
 
 INDENT = "    "
 # Without --mode=full, list at most this many initializers (big models have hundreds).
@@ -39,15 +43,12 @@ class Show:
             "full": cls(layers=True, attrs=True, weights=True),
         }
         if mode not in table:
-            from toolkit.core.errors import UsageError
 
             raise UsageError(f"unknown --mode '{mode}'; use one of: none, basic, attrs, full")
         return table[mode]
 
     @classmethod
     def from_words(cls, words) -> "Show":
-        from toolkit.core.errors import UsageError
-
         allowed = {"layers", "attrs", "weights"}
         flags = set()
         for w in words or ():
@@ -87,7 +88,6 @@ def _meta_list_text(entries: List[str]) -> str:
 
 def summarize_array(arr, show_values: bool = False, max_elems: int = 12) -> dict:
     """Statistics of an array (mean, std, min, max, ...) and optionally its values."""
-    import numpy as np
 
     arr = np.asarray(arr)
     info: dict = {"dtype": str(arr.dtype), "shape": list(arr.shape), "size": int(arr.size)}
@@ -138,7 +138,6 @@ def stats_text(info: dict, percentiles: bool = False) -> str:
 def values_text(arr, full: bool, num_items: Optional[int] = None, line_width: Optional[int] = None) -> str:
     """``arr`` as text: every value (``full``) or a summary; ``num_items`` values at each end of
     every dimension (-1: all), lines of at most ``line_width`` characters (-1: a line per row)."""
-    import numpy as np
 
     opts: Dict[str, Any] = dict(threshold=sys.maxsize if full else 24, edgeitems=3, max_line_width=110, precision=6)
     if num_items is not None:
@@ -156,7 +155,7 @@ def values_text(arr, full: bool, num_items: Optional[int] = None, line_width: Op
 
 def _attr_value(attr, show: Show, depth: int):
     """(json value, text) for an attribute; subgraphs are returned separately."""
-    from onnx import AttributeProto, helper
+    from onnx import AttributeProto, helper, numpy_helper
 
     t = attr.type
     if t == AttributeProto.FLOAT:
@@ -220,8 +219,6 @@ class GraphDescriber:
         self.external_base_dir = external_base_dir  # where weights left on disk are read from
 
     def describe(self, graph) -> dict:
-        from toolkit.core.model import value_info_meta
-
         metas: Dict[str, TensorMeta] = dict(self.outer)
         for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
             m = value_info_meta(vi)
@@ -249,8 +246,8 @@ class GraphDescriber:
         return desc
 
     def _weight_summary(self, t) -> dict:
+        from onnx import numpy_helper
         from onnx.external_data_helper import uses_external_data
-
         if uses_external_data(t) and not t.raw_data:
             if self.external_base_dir is None:
                 return {"values": None, "note": "external data not loaded"}
@@ -278,7 +275,6 @@ class GraphDescriber:
 
     def _node(self, index: int, node, metas: Dict[str, TensorMeta], inits) -> dict:
         from onnx import AttributeProto
-
         def tensor(name: str) -> dict:
             if name == "":
                 return {"name": "", "omitted": True}
@@ -316,9 +312,7 @@ class GraphDescriber:
 
 def _read_external(t, base_dir: str):
     """A weight still on disk, as an array: memory-mapped when numpy has its dtype."""
-    import numpy as np
     from onnx import helper, numpy_helper
-
     from toolkit.core.weights import load_tensor, ref_source
 
     src, offset, length = ref_source(t, base_dir)
@@ -377,8 +371,6 @@ def describe_model(model, show: Show, infer: bool = False, external_base_dir: Op
 
 def _body_value_info(graph) -> Dict[str, TensorMeta]:
     """name -> TensorMeta of the value_info of every If/Loop/Scan body below ``graph``."""
-    from toolkit.core.graphs import walk_graphs
-    from toolkit.core.model import value_info_meta
 
     out: Dict[str, TensorMeta] = {}
     for g in walk_graphs(graph):

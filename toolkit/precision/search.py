@@ -20,6 +20,8 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import os
 import tempfile
@@ -27,10 +29,24 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from toolkit.core.errors import InputError, UsageError
+import numpy as np
+import onnx
+
+from toolkit.convert import fp16
+from toolkit.core.compare import Tolerances, compare_iteration
+from toolkit.core.datafiles import load_outputs
+from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError
+from toolkit.core.inputs import generate_inputs, parse_val_ranges, select_feed
+from toolkit.core.layerwise import set_outputs
+from toolkit.core.meta import parse_shape_specs
+from toolkit.core.model import check_output_path, graph_io_meta, load_model, save_model
+from toolkit.core.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
 from toolkit.core.progress import Messages
+from toolkit.reduce import strategy
+from toolkit.reduce.graph import mask_indices, popcount
 from toolkit.reduce.replay import Replay
 from toolkit.run.registry import get_kind
+from toolkit.run.specs import make_runner, parse_runner_spec
 
 TOOL = "toolkit debug precision"
 
@@ -139,8 +155,6 @@ class SetIndex:
         self.full_mask = (1 << size) - 1
 
     def sinks(self, mask: int) -> List[int]:
-        from toolkit.reduce.graph import mask_indices
-
         return mask_indices(mask)
 
     def sources(self, mask: int) -> List[int]:
@@ -182,9 +196,6 @@ class PrecisionSearch:
 
     # ------------------------------------------------------------------ set-up
     def _validate(self) -> None:
-        from toolkit.core.compare import Tolerances
-        from toolkit.core.model import check_output_path
-
         c = self.config
         if c.mode not in (None, "default", "bisect", "linear"):
             raise UsageError(f"--mode {c.mode}: use bisect or linear (or leave it out)")
@@ -218,15 +229,11 @@ class PrecisionSearch:
     @staticmethod
     def _spec(text: str):
         """(kind, options) of a runner spec (UsageError naming the valid ones)."""
-        from toolkit.run.specs import parse_runner_spec
 
         spec = parse_runner_spec(text)
         return spec.kind, dict(spec.options)
 
     def _load(self) -> None:
-        from toolkit.convert import fp16
-        from toolkit.core.model import load_model
-
         c = self.config
         self.model = load_model(c.model, external_data_dir=c.external_data_dir)
         self.types = fp16.tensor_types(fp16.infer_types(self.model))
@@ -260,13 +267,12 @@ class PrecisionSearch:
             raise InputError(f"{c.model}: no node with float32 outputs to search over")
         self.index = SetIndex(len(universe))
         self._model_id = self._structure_id()
-        from toolkit.run.diagnosis import topology_of
+
+        from toolkit.run.diagnosis import topology_of  # the report code: not loaded by every command
 
         self.depth = max((n.depth for n in topology_of(self.model).nodes), default=1)
 
     def _structure_id(self) -> str:
-        import hashlib
-
         h = hashlib.sha256()
         for name in self.universe:
             h.update(name.encode() + b"\0")
@@ -274,10 +280,6 @@ class PrecisionSearch:
         return h.hexdigest()[:16]
 
     def _feeds(self) -> Sequence[Mapping]:
-        from toolkit.core.inputs import generate_inputs, parse_val_ranges, select_feed
-        from toolkit.core.meta import parse_shape_specs
-        from toolkit.core.model import graph_io_meta
-
         c = self.config
         metas, _ = graph_io_meta(self.model)
         if c.load_inputs:
@@ -340,9 +342,6 @@ class PrecisionSearch:
 
     def _marked(self, model, copy: bool = True):
         """``model`` (a copy) returning the watched tensors too, when the search is guided."""
-        import onnx
-
-        from toolkit.core.layerwise import set_outputs
 
         if not self.guide:
             return model
@@ -355,7 +354,6 @@ class PrecisionSearch:
 
     def _split(self, outs: List[Dict]) -> List[Dict]:
         """Keep the graph outputs; remember where the reference's watched tensors are finite."""
-        import numpy as np
 
         if self.guide:
             self.ref_finite = [{n: np.isfinite(o[n]) for n in self.watch if n in o} for o in outs]
@@ -364,7 +362,6 @@ class PrecisionSearch:
     def _first_overflow(self, outs: List[Dict]) -> Optional[str]:
         """The node whose output is the first watched tensor (in node order) holding inf/nan
         where the reference is finite."""
-        import numpy as np
 
         for name in self.watch:
             for k, o in enumerate(outs):
@@ -377,9 +374,6 @@ class PrecisionSearch:
         return None
 
     def _loaded_reference(self, path: str, feeds) -> List[Dict]:
-        from toolkit.core.datafiles import load_outputs
-        from toolkit.core.model import graph_io_meta
-
         results = load_outputs(path)
         if not len(results):
             raise InputError(f"{path}: holds no runner's outputs")
@@ -402,7 +396,6 @@ class PrecisionSearch:
 
     def candidate_model(self, keep: Sequence[str]):
         """The model a check runs for ``keep`` (node names kept in fp32 beside the fixed ones)."""
-        from toolkit.convert import fp16
 
         kind, _opts = self.cand_spec
         names = list(self.user_kept) + list(keep)
@@ -415,18 +408,14 @@ class PrecisionSearch:
         return fp16.convert(self.model, names, dtype=self.dtype).model
 
     def _compare(self, outs: List[Dict]):
-        from toolkit.core.compare import compare_iteration
-
         return [compare_iteration(k, ref, got, self.tolerances) for k, (ref, got) in enumerate(zip(self.ref_outs, outs))]
 
     def passes(self, mask: int) -> bool:
         """Does the model with ``mask``'s nodes kept in fp32 pass the comparison? (remembered)"""
-        from toolkit.reduce.graph import mask_indices, popcount
 
         if mask in self.verdicts:
             self.checks_remembered += 1
             return self.verdicts[mask]
-        from toolkit.core.errors import DependencyError, ToolkitError
 
         t0 = time.perf_counter()
         keep = [self.universe[i] for i in mask_indices(mask)]
@@ -484,9 +473,6 @@ class PrecisionSearch:
         """Whether every failing output is off by no more than the rounding of reduced-precision
         storage through the graph's depth (toolkit.core.noise.noise_bound, relative to the output's
         largest reference value); remembers the atol that would pass."""
-        import numpy as np
-
-        from toolkit.core.noise import STORAGE_FLOOR, noise_bound
 
         bound = noise_bound(STORAGE_FLOOR[self._precision], self.depth)
         needed = 0.0
@@ -517,8 +503,6 @@ class PrecisionSearch:
                 self._cluster = None
 
     def _run(self) -> PrecisionOutcome:
-        from toolkit.reduce.graph import mask_indices
-
         t0 = time.perf_counter()
         self._best = None
         self.broken = 0
@@ -578,7 +562,6 @@ class PrecisionSearch:
 
     def _note_rounding(self, out: PrecisionOutcome, best: Optional[int]) -> None:
         """A result that passes only as rounding (see :meth:`_rounding_only`): status, passing atol."""
-        from toolkit.core.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
 
         out.depth = self.depth
         if best is not None and best in self.rounding and out.status in (STATUS_FOUND, STATUS_NONE_NEEDED):
@@ -608,8 +591,6 @@ class PrecisionSearch:
         search (bisect, QuickXplain) runs over the other nodes, then the same 1-minimality loop.
         ``--mode bisect|linear``: the engine's strategy alone, over all nodes.
         """
-        from toolkit.reduce import strategy
-        from toolkit.reduce.graph import mask_indices
 
         # before a search of many checks, every node in fp32: when even that fails, none can succeed
         if not self.guide:
@@ -650,7 +631,6 @@ class PrecisionSearch:
 
     def _one_minimal(self, mask: int) -> bool:
         """Known (from verdicts already in hand) that dropping any one node makes it fail."""
-        from toolkit.reduce.graph import mask_indices
 
         return all(self.verdicts.get(mask & ~(1 << i)) is False for i in mask_indices(mask))
 
@@ -663,7 +643,6 @@ class PrecisionSearch:
             for m, failed in self.replay.verdicts.items():
                 self.verdicts[m >> 1] = not failed
                 self.details.setdefault(m >> 1, "(from the replay file)")
-            import json
 
             with open(c.load_replay, encoding="utf-8") as f:
                 raw = json.load(f)["entries"]
@@ -691,8 +670,6 @@ def run_spec(model, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping], mod
         runner = OnnxrtRunner(model_path, model=model, external_data_dir=external_data_dir, graph_optimization=level)
         with runner:
             return [runner.infer(dict(f)) for f in feeds]
-    from toolkit.core.model import save_model
-    from toolkit.run.specs import make_runner
 
     opts = get_kind(kind).full_precision(spec_opts)
     spec = kind + (":" + ",".join(k if v is True else f"{k}={v}" for k, v in opts.items()) if opts else "")
@@ -707,7 +684,6 @@ def run_spec(model, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping], mod
 def run_spec_bytes(model: bytes, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping], model_path: str,
                    external_data_dir: Optional[str]) -> List[Dict]:
     """:func:`run_spec` of a serialized model (a Ray task of ``--cluster``, on a node)."""
-    import onnx
 
     proto = onnx.ModelProto()
     proto.ParseFromString(model)

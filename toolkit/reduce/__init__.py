@@ -26,7 +26,7 @@ __all__ = ["FailureRule", "Outcome", "ReduceConfig", "Reducer", "Reporter"]
 
 def __getattr__(name: str):
     if name == "FailureRule":
-        from toolkit.reduce.check import FailureRule
+        from toolkit.reduce.verdict import FailureRule
 
         return FailureRule
     if name in ("Outcome", "ReduceConfig", "Reducer", "Reporter"):

@@ -23,15 +23,43 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import json
+import math
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.core.errors import InputError, UsageError
-from toolkit.reduce.check import CheckResult, WarmRunner, WorkerEntry, run_in_process
+import numpy as np
+
+from toolkit.core.compare import Tolerances, compare_iteration
+from toolkit.core.datafiles import (
+    IterationResult,
+    RunResults,
+    hold_in_memory,
+    load_data,
+    load_inputs,
+    load_outputs,
+    release,
+    save_inputs,
+    save_outputs,
+)
+from toolkit.core.errors import InputError, ToolkitError, UsageError
+from toolkit.core.inputs import parse_val_ranges
+from toolkit.core.meta import parse_shape_specs
+from toolkit.core.noise import ULPS, amplification, is_rounding, noise_bound, storage_floor
+from toolkit.reduce.check import WarmRunner, WorkerEntry, run_in_process
+from toolkit.reduce.graph import popcount
+from toolkit.reduce.guide import rank
+from toolkit.reduce.loading import load_for_index
+from toolkit.reduce.verdict import CheckResult
+from toolkit.run.feeds import FeedSource, load_feeds
+from toolkit.run.options import RunOptions
+from toolkit.run.registry import get_kind, mark_all_outputs
+from toolkit.run.specs import make_runner, parse_runner_spec
 
 DEFAULT_REFERENCE = "onnxrt"
 FORK_ENV = "TOOLKIT_FORK_CHECKS"
@@ -72,10 +100,6 @@ class CompareOptions:
 
     def validate(self) -> None:
         """Usage errors before any work: runner specs, tolerances, value ranges."""
-        from toolkit.core.compare import Tolerances
-        from toolkit.core.inputs import parse_val_ranges
-        from toolkit.core.meta import parse_shape_specs
-        from toolkit.run.specs import parse_runner_spec
 
         if self.tensors not in COMPARE_TENSORS:
             raise UsageError(f"--compare-tensors takes {' or '.join(COMPARE_TENSORS)}, got '{self.tensors}'")
@@ -103,8 +127,6 @@ class Reference:
     in_memory: bool = True  # hold values in memory (else temp .npz files)
 
     def close(self) -> None:
-        from toolkit.core.datafiles import release
-
         for path in self.held:
             release(path)
         self.held = []
@@ -114,11 +136,7 @@ class Reference:
 # ---------------------------------------------------------------------- the reference
 
 
-def _feed_source(opts: CompareOptions, notes: Callable[[str], None], loaded=None):
-    from toolkit.core.inputs import parse_val_ranges
-    from toolkit.core.meta import parse_shape_specs
-    from toolkit.run.feeds import FeedSource, load_feeds
-
+def feed_source(opts: CompareOptions, notes: Callable[[str], None], loaded=None):
     where: list = []
     if loaded is None and opts.load_inputs:
         loaded, where = load_feeds(opts.load_inputs)
@@ -137,9 +155,6 @@ def _feed_source(opts: CompareOptions, notes: Callable[[str], None], loaded=None
 
 def every_tensor(spec: str, model: str, feeds, opts: CompareOptions, name: Optional[str] = None):
     """Yield ``(feed, outputs)`` per iteration: ``model`` on runner ``spec``, every tensor marked."""
-    from toolkit.run.options import RunOptions
-    from toolkit.run.registry import mark_all_outputs
-    from toolkit.run.specs import make_runner
 
     base = mark_all_outputs(RunOptions(model, external_data_dir=opts.external_data_dir))
     runner = make_runner(spec, model, base=base, name=name)
@@ -150,8 +165,6 @@ def every_tensor(spec: str, model: str, feeds, opts: CompareOptions, name: Optio
 
 
 def _cast_like(value, like):
-    import numpy as np
-
     if like is None or getattr(value, "dtype", None) == like.dtype:
         return value
     if value.dtype.kind in "fc" and like.dtype.kind in "fc":
@@ -165,7 +178,6 @@ MEMORY_LIMIT = 2 << 30  # reference values up to this size stay in memory; more 
 def isolated_reference(spec: str) -> bool:
     """Whether the reference must run in a child process: a runner that may open a device
     context (TensorRT, a GPU provider or device), which forked checks must never inherit."""
-    from toolkit.run.specs import parse_runner_spec
 
     return not parse_runner_spec(spec).in_process()
 
@@ -183,11 +195,6 @@ def compute_reference(
 
 
 def _reference_in_child(model: str, opts: CompareOptions, notes) -> Reference:
-    import json
-    import sys
-
-    from toolkit.core.errors import ToolkitError
-
     folder = tempfile.mkdtemp(prefix="toolkit-compare-")
     result = os.path.join(folder, "reference.json")
     sys.stdout.flush()
@@ -225,8 +232,6 @@ def _reference_in_child(model: str, opts: CompareOptions, notes) -> Reference:
 def _compute(
     model: str, opts: CompareOptions, notes, *, folder: Optional[str] = None, in_memory: bool = True
 ) -> Reference:
-    from toolkit.core.datafiles import IterationResult, RunResults
-
     t0 = time.monotonic()
     ref_model = opts.reference_model or model
     label = f"reference {opts.reference}"
@@ -234,7 +239,7 @@ def _compute(
     ref.in_memory = in_memory
     try:
         own_run = ref_model != model and _needs_own_run(model, ref_model)  # (and the inputs match)
-        ref_runs = every_tensor(opts.reference, ref_model, _feed_source(opts, notes), opts, name=label)
+        ref_runs = every_tensor(opts.reference, ref_model, feed_source(opts, notes), opts, name=label)
         golden = [{**feed, **outs} for feed, outs in ref_runs]
         inputs = _own_values(model, opts, golden, ref, notes) if own_run else None
         ref.iterations = len(golden)
@@ -251,15 +256,12 @@ def _compute(
 
 
 def _nbytes(data) -> int:
-    from toolkit.core.datafiles import RunResults
-
     feeds = [it.outputs for _n, its in data.runs for it in its] if isinstance(data, RunResults) else data
     return sum(getattr(v, "nbytes", 0) for feed in feeds for v in feed.values())
 
 
 def _hold(ref: Reference, name: str, data) -> str:
     """Keep ``data`` in memory under a name ``load_data`` knows, or in a temp .npz when it is huge."""
-    from toolkit.core.datafiles import RunResults, hold_in_memory, save_inputs, save_outputs
 
     if ref.in_memory and _nbytes(data) <= MEMORY_LIMIT:
         path = f"<memory>/{name}"
@@ -272,8 +274,6 @@ def _hold(ref: Reference, name: str, data) -> str:
 
 
 def _light(path: str):
-    from toolkit.reduce.session import load_for_index
-
     return load_for_index(path)[0]
 
 
@@ -306,7 +306,7 @@ def _own_values(model: str, opts: CompareOptions, golden: Sequence[Mapping], ref
     """What candidates are fed: the reference's values (in the model's dtypes) where it has
     them, else the model's own values on the reference runner."""
     feeds = [{k: v for k, v in values.items()} for values in golden]
-    own = every_tensor(opts.reference, model, _feed_source(opts, notes, loaded=feeds), opts, name="model")
+    own = every_tensor(opts.reference, model, feed_source(opts, notes, loaded=feeds), opts, name="model")
     inputs: List[Dict] = []
     missing: Dict[str, None] = {}
     shared = 0
@@ -335,8 +335,6 @@ def _own_values(model: str, opts: CompareOptions, golden: Sequence[Mapping], ref
 def run_options(model: str, opts: CompareOptions, ref: Reference, mark: bool = False, **extra):
     """The ``toolkit run`` of ``model`` on the runner under test, fed and judged by the reference;
     every tensor marked with ``mark`` or ``--compare-tensors all``."""
-    from toolkit.run.options import RunOptions
-    from toolkit.run.registry import mark_all_outputs
 
     run = RunOptions(
         model,
@@ -354,8 +352,6 @@ def run_options(model: str, opts: CompareOptions, ref: Reference, mark: bool = F
 
 def spec_flags(spec_text: str) -> List[str]:
     """``onnxrt:opt=disable`` -> ``["--onnxrt", "--ort-optimization", "disable"]`` (its ``toolkit run`` flags)."""
-    from toolkit.run.registry import get_kind
-    from toolkit.run.specs import parse_runner_spec
 
     spec = parse_runner_spec(spec_text)
     kind = get_kind(spec.kind)
@@ -385,7 +381,6 @@ def in_process_possible(spec_text: str) -> bool:
     """Whether checks on runner ``spec_text`` may run in this process: a runner kind that declares
     it for that spec (ONNX-Runtime's CPU provider, OpenVINO's CPU device: no device context that
     a later fork could inherit, nothing a timeout must kill)."""
-    from toolkit.run.specs import parse_runner_spec
 
     return parse_runner_spec(spec_text).in_process()
 
@@ -464,7 +459,6 @@ class CompareRunner(WarmRunner):
             self.ref = self.primary.ref
             self._prepared = True  # imports and warm-up were done once, by the primary, in this process
             return
-        from toolkit.core.datafiles import load_data
 
         ref_model = self.opts.reference_model or self.model
         self.notes(f"Computing every tensor of {ref_model} on the reference runner {self.opts.reference} ...")
@@ -528,7 +522,6 @@ class CompareRunner(WarmRunner):
         elsewhere, or when that run fails (the search then goes on without a hint)."""
         if self.ref is None or not os.path.isfile(self.model) or not in_process_possible(self.opts.test):
             return None  # (a device runner under test: its checks are forked, and this process opens no device)
-        from toolkit.core.errors import ToolkitError
 
         try:
             errors: Dict[str, float] = {}
@@ -543,16 +536,14 @@ class CompareRunner(WarmRunner):
             self.notes(f"No hint for the search ({text}); searching without one")
             return None
 
-
     def _every_tensor_runs(self):
         """``(outputs, reference values)`` per iteration: the model under test with every tensor
         marked, fed the reference's inputs, in this process."""
-        from toolkit.core.datafiles import load_inputs, load_outputs
 
         ref = self.prepared_ref
         feeds = load_inputs(ref.inputs_path)
         golden = [it.outputs for it in load_outputs(ref.outputs_path).runs[0][1]]
-        source = _feed_source(self.opts, lambda _m: None, loaded=feeds)
+        source = feed_source(self.opts, lambda _m: None, loaded=feeds)
         for (_feed, outs), ref_values in zip(every_tensor(self.opts.test, self.model, source, self.opts), golden):
             yield outs, ref_values
 
@@ -562,8 +553,6 @@ class CompareRunner(WarmRunner):
         cannot run in this process (a device runner) or that run fails."""
         if self.ref is None or not os.path.isfile(self.model) or not in_process_possible(self.opts.test):
             return None
-        from toolkit.core.compare import Tolerances, compare_iteration
-        from toolkit.core.errors import ToolkitError
 
         tol = Tolerances.parse(self.opts.atol, self.opts.rtol, self.opts.check_error_stat)
         compared: Dict[str, None] = {}
@@ -584,7 +573,6 @@ class CompareRunner(WarmRunner):
 def rel_l2(a, b) -> Optional[float]:
     """``||a - b|| / max(||a||, ||b||)`` of two float arrays (inf when either is not finite);
     None when they cannot be compared (missing, other shapes, not floating point)."""
-    import numpy as np
 
     if b is None or getattr(a, "shape", None) != getattr(b, "shape", None):
         return None
@@ -608,8 +596,6 @@ def rel_l2(a, b) -> Optional[float]:
 
 
 def _report_of(runner: CompareRunner, options) -> Optional[dict]:
-    import json
-
     runner.run_with(options)
     try:
         with open(options.save_report, encoding="utf-8") as fh:
@@ -630,7 +616,6 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
     (earlier faults' outputs replaced by reference values), every tensor compared: the
     relative L2 error of the fault's outputs over that of its inputs.
     """
-    from toolkit.core.noise import amplification, storage_floor
 
     floor = storage_floor(runner.opts.test)  # (an fp16 runner rounds even exact inputs)
     folder = runner.prepared_ref.folder
@@ -662,9 +647,6 @@ def rest_is_noise(runner: CompareRunner, reducer, allowed: int) -> Optional[dict
     reference's values) fails by rounding only: run once with every tensor compared, every node's
     amplification near 1 and the largest error within the noise bound for its size (toolkit.core.noise).
     The evidence when it does, else None."""
-    from toolkit.core.noise import ULPS, is_rounding, noise_bound, storage_floor
-    from toolkit.reduce.graph import popcount
-    from toolkit.reduce.guide import rank
 
     floor = storage_floor(runner.opts.test)
     art = os.path.join(runner.prepared_ref.folder, "rest.onnx")
@@ -684,7 +666,6 @@ def rest_is_noise(runner: CompareRunner, reducer, allowed: int) -> Optional[dict
 def _judge_noise(f, floor: float) -> None:
     """``f.evidence["noise"]``: whether the fault is rounding by the noise model (toolkit.core.noise):
     its own error, fed exact inputs, within the bound for its size, and its amplification near 1."""
-    from toolkit.core.noise import is_rounding, noise_bound
 
     ev = f.evidence
     if "own_error" not in ev or "amplification" not in ev:
@@ -696,9 +677,6 @@ def _judge_noise(f, floor: float) -> None:
 
 def _norms(a, b, dtype):
     """(||a - b||, max(||a||, ||b||)) computed in ``dtype`` (dot products: fast)."""
-    import math
-
-    import numpy as np
 
     a = np.ascontiguousarray(a, dtype=dtype).ravel()
     b = np.ascontiguousarray(b, dtype=dtype).ravel()

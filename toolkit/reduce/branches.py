@@ -14,6 +14,21 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+from onnx import numpy_helper
+
+from toolkit.core.errors import LIBRARY_ERRORS, ToolkitError
+from toolkit.core.graphs import external_data_folder, fresh_name, is_external, node_subgraphs, walk_graphs
+from toolkit.core.model import save_model
+from toolkit.core.weights import load_tensor
+from toolkit.reduce.accuracy import feed_source
+from toolkit.reduce.loading import load_for_index
+from toolkit.run.options import RunOptions
+from toolkit.run.specs import make_runner
+from toolkit.surgeon.fold import inline_branch
+from toolkit.surgeon.load import load_for_surgery
+from toolkit.surgeon.plumbing import copied, count_nodes, export_graph, import_gs, model_shell, quiet_gs
+
 MAX_ROUNDS = 8  # rounds of inlining (each one level of nested Ifs)
 
 
@@ -65,7 +80,6 @@ def _if_label(node, k: int) -> str:
 def _names_outside(model, inlined: set) -> set:
     """Tensor names of the top graph, and of the bodies of its nodes other than those at the
     positions ``inlined`` (names the inlined branches must not reuse)."""
-    from toolkit.core.graphs import node_subgraphs, walk_graphs
 
     def names(g) -> set:
         found = {v.name for v in g.input} | {t.name for t in g.initializer}
@@ -84,7 +98,6 @@ def _structure(path: str, external_data_dir=None):
     """``path``'s model without reading its big weights (the reduce's own light loader: a
     memory-mapped file cut into fields, big initializers as stubs; external weights left on
     disk), so looking for Ifs costs the graph, not the weights."""
-    from toolkit.reduce.session import load_for_index
 
     return load_for_index(path, external_data_dir)[0]
 
@@ -98,12 +111,6 @@ def constant_conditions(model, conditions: Sequence[str], base_dir: Optional[str
     """The value (``"true"``/``"false"``) of each condition tensor that is a constant of the top
     graph: an initializer that is not also a graph input, or the output of a Constant node (an
     initializer in an external file is read from ``base_dir``)."""
-    import numpy as np
-    from onnx import numpy_helper
-
-    from toolkit.core.graphs import is_external
-    from toolkit.surgeon.plumbing import copied
-    from toolkit.core.weights import load_tensor
 
     wanted = set(conditions)
     inputs = {v.name for v in model.graph.input}
@@ -120,7 +127,7 @@ def constant_conditions(model, conditions: Sequence[str], base_dir: Optional[str
                 tensor = copied(tensor)
                 load_tensor(tensor, base_dir)
             value = np.asarray(numpy_helper.to_array(tensor))
-        except Exception:  # noqa: BLE001 - damaged or external data: left to ONNX-Runtime's verdict
+        except (ToolkitError,) + LIBRARY_ERRORS:  # damaged or external data: left to ONNX-Runtime's verdict
             continue
         if value.size == 1:
             found[name] = str(bool(value.reshape(-1)[0])).lower()
@@ -130,10 +137,6 @@ def constant_conditions(model, conditions: Sequence[str], base_dir: Optional[str
 def condition_values(path: str, conditions: Sequence[str], feeds, external_data_dir=None) -> Dict[str, str]:
     """The value of each condition tensor on ONNX-Runtime for every feed of ``feeds`` (a
     :class:`toolkit.run.feeds.FeedSource`): ``"true"``/``"false"``, or why it is unknown."""
-    import numpy as np
-
-    from toolkit.run.options import RunOptions
-    from toolkit.run.specs import make_runner
 
     names = list(dict.fromkeys(conditions))
     base = RunOptions(path, onnx_outputs=names, external_data_dir=external_data_dir)
@@ -150,11 +153,6 @@ def condition_values(path: str, conditions: Sequence[str], feeds, external_data_
 def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_dir=None) -> List[Decision]:
     """Write ``path`` to ``out_path`` with each top-level If whose label ``decide`` holds
     replaced by the branch it takes (the nodes that only computed conditions removed)."""
-    from toolkit.core.model import save_model
-    from toolkit.core.graphs import fresh_name
-    from toolkit.surgeon.fold import inline_branch
-    from toolkit.surgeon.load import load_for_surgery
-    from toolkit.surgeon.plumbing import count_nodes, export_graph, import_gs, model_shell, quiet_gs
 
     gs = import_gs()
     model, base = load_for_surgery(path, external_data_dir)
@@ -197,7 +195,6 @@ def _round(path: str, feeds, out_path: str, external_data_dir, skip: set) -> Tup
     ifs = [(label, cond) for label, cond in top_level_ifs(model) if label not in skip]
     if not ifs:
         return [], {}
-    from toolkit.core.graphs import external_data_folder
 
     values = constant_conditions(model, [c for _, c in ifs], external_data_folder(path, external_data_dir))
     constant = set(values)
@@ -243,15 +240,12 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None],
     condition is a constant of the model always, the others for the inputs ``opts`` (a
     :class:`toolkit.reduce.accuracy.CompareOptions`) describes when ``with_data``. None when the
     model has no top-level If or none could be decided."""
-    from toolkit.reduce.accuracy import _feed_source
 
     if not top_level_ifs(_structure(model, opts.external_data_dir)):
         return None
 
-    from toolkit.core.errors import ToolkitError
-
     # the data files are read now: their errors are the user's
-    source = _feed_source(opts, lambda _msg: None) if with_data else None
+    source = feed_source(opts, lambda _msg: None) if with_data else None
 
     kw = {"external_data_dir": opts.external_data_dir}
     try:

@@ -24,6 +24,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -34,10 +35,14 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from toolkit.core.errors import DependencyError, UsageError
+import onnx
+from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+from toolkit.core.errors import DependencyError, InferenceError, ToolkitError, UsageError
 from toolkit.core.install import import_extra
-from toolkit.reduce.check import CheckResult, data_files_in, make_runner, toolkit_args
+from toolkit.reduce.check import data_files_in, make_runner, toolkit_args
 from toolkit.reduce.parallel import WORKER_ENV, worker_argv
+from toolkit.reduce.verdict import CheckResult
 
 RETRIES = 2  # Ray retries a task lost with its node (or worker process) this many times
 CANCEL_GRACE = 3.0  # seconds a cancelled task has to kill its check before it is forced
@@ -103,8 +108,6 @@ class RayCluster:
     # -------------------------------------------------------------- set-up
 
     def connect(self) -> "RayCluster":
-        import logging
-
         if self.gpus < 0 or self.cpus < 0:
             raise UsageError("--gpus-per-check and --cpus-per-check cannot be negative")
         ray = self.ray = import_ray()
@@ -237,7 +240,6 @@ class RayCluster:
         """``fn(*args)`` as a task with one check's resources; its value, or its exception.
 
         A task lost every time raises InferenceError (the check could not run); Ctrl-C cancels it."""
-        from toolkit.core.errors import InferenceError, ToolkitError
 
         ray = self.ray
         task = self._remotes.get(_call_task)
@@ -299,11 +301,9 @@ def external_locations(candidate: bytes) -> List[str]:
     """The external data locations a serialized model refers to (its own graph and subgraphs)."""
     if b"location" not in candidate:
         return []
-    import onnx
 
     model = onnx.ModelProto()
     model.ParseFromString(candidate)
-    from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
     found = []
     for t in _get_all_tensors(model):
@@ -420,7 +420,7 @@ def _node() -> str:
         import ray
 
         return ray.util.get_node_ip_address() + " (node " + ray.get_runtime_context().get_node_id()[:8] + ")"
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - only a name for a message: a Ray without these calls says no more
         return "another node"
 
 

@@ -23,6 +23,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional, Sequence
 
+from toolkit.core.noise import NEAR_TOLERANCE, STORAGE_FLOOR, evidence_is_rounding, passing_tolerance
+
 _NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
 _ROW = re.compile(
     r"(?m)^\s*(PASSED|FAILED) \| (.+?) \| max abs " + _NUM + r", mean abs [^,]+, max rel " + _NUM
@@ -110,7 +112,6 @@ class Evidence:
 
 def _finite(d: dict) -> dict:
     """Infinite or NaN numbers (a relative error against a reference 0) as null: strict JSON."""
-    import math
 
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in d.items()}
 
@@ -147,7 +148,6 @@ def noise_warning(
     """A warning when the reduced model's failure is the size of float32 rounding (the noise
     model of :mod:`toolkit.core.noise`), else None. ``check``: the check command (its advice
     leaves out what it already does)."""
-    from toolkit.core.noise import NEAR_TOLERANCE, evidence_is_rounding
 
     r = reduced.worst if reduced is not None else None
     if r is None:
@@ -194,7 +194,6 @@ def storage_rounding_warning(reduced: Optional[Evidence], precision: Optional[st
     """A warning when the reduced model fails by no more than the rounding of ``precision``
     ("fp16" or "bf16") storage itself: at such tolerances any node of the model fails alone,
     so the result names the first node tried, not the place where the error grows."""
-    from toolkit.core.noise import STORAGE_FLOOR
 
     r = reduced.worst if reduced is not None else None
     # that storage's unit roundoff, twice: an input rounded on its way in, the output on its way out
@@ -236,7 +235,6 @@ def step_warning(reduced: Optional[Evidence], model) -> Optional[str]:
 
 def _round_up(x: float) -> float:
     """``x`` rounded up to one significant digit (a tolerance to suggest)."""
-    from toolkit.core.noise import passing_tolerance
 
     return passing_tolerance(x / 1.5)
 

@@ -14,12 +14,14 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
 from toolkit.reduce.graph import mask_indices, range_mask
+from toolkit.reduce.guide import MIN_AMPLIFICATION, TRIES, guided
 from toolkit.reduce.session import Reducer
-from toolkit.reduce.strategy import Plan, Search, default
+from toolkit.reduce.strategy import STRATEGIES, Plan, Search, default
 
 MAX_FAULTS = 64
 
@@ -103,9 +105,6 @@ class CompareReducer(Reducer):
         self.hidden: Optional[tuple] = None
 
     def strategy(self, allowed: Optional[int] = None) -> Search:
-        from toolkit.reduce.guide import guided
-        from toolkit.reduce.strategy import STRATEGIES
-
         if self.cfg.mode is not None:
             return STRATEGIES[self.cfg.mode](self.plan)
         if not self.plan.free or self.cfg.min_good:
@@ -115,7 +114,6 @@ class CompareReducer(Reducer):
     def _hint(self) -> list:
         """The nodes ranked by error amplification on the runner under test (once; [] without a hint)."""
         if self._ranked is None:
-            import time
 
             from toolkit.reduce.guide import rank
 
@@ -143,8 +141,6 @@ class CompareReducer(Reducer):
         return self._ranked
 
     def _tries(self, allowed: Optional[int]) -> List[int]:
-        from toolkit.reduce.guide import MIN_AMPLIFICATION, TRIES
-
         ranked = [
             i for i, amp, _err in self._hint()
             if amp >= MIN_AMPLIFICATION and (allowed is None or (allowed >> i) & 1)

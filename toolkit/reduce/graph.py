@@ -21,138 +21,23 @@ import os
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
 from toolkit.core.errors import InputError
-from toolkit.core.meta import TensorMeta
-from toolkit.core.graphs import stable_topological_order
-from toolkit.core.protowire import encode_field, field_header, header_len, scan_fields
+from toolkit.core.graphs import node_subgraphs, stable_topological_order, walk_graphs
+from toolkit.core.meta import TensorMeta, dtype_to_onnx, is_dtype_name
+from toolkit.core.model import save_model
+from toolkit.core.protowire import encode_field, field_header, scan_fields
+from toolkit.core.shapes import node_reads
+from toolkit.core.weights import is_ref, ref_nbytes, relinked
+from toolkit.reduce.metas import MetaProvider
+from toolkit.reduce.pieces import RawPieces, field_numbers, write_chunks
 
 # Above this many bytes a candidate is written with its weights as external data.
 BIG_MODEL_BYTES = int(1.8 * 2**30)
 
 _CONSTANT_DOMAINS = ("", "ai.onnx")
-
-
-class RawPieces:
-    """The serialized pieces of a model file, sliced out of its bytes (nothing re-serialized).
-
-    :meth:`scan` cuts the file into its fields; :meth:`light_bytes` is the same model with
-    big weights reduced to stubs (name, dims, type: no data), cheap to parse and to keep
-    in memory while candidates are written from the real pieces.
-    """
-
-    # TensorProto fields that hold data (the rest: dims, data_type, name, ... are kept)
-    _DATA_FIELDS = frozenset({4, 5, 6, 7, 9, 10, 11})
-    _DATA_LOCATION = 14
-    STUB_BYTES = 1 << 16
-
-    def __init__(self, data, header, graph_other, nodes, initializers, sparse):
-        self.data = data  # keeps the buffer (bytes or mmap) alive
-        self.header = header  # ModelProto fields except graph and training_info
-        self.graph_other = graph_other  # [(field number, slice)] in file order
-        self.nodes = nodes
-        self.initializers = initializers
-        self.sparse = sparse
-        self.external = False  # some initializer's data lives in another file
-
-    def release_pages(self) -> None:
-        """Let the kernel drop the file's pages this process has read (they are read again
-        if needed): keeps a pass over a big memory-mapped model from growing our memory."""
-        import mmap
-
-        advise = getattr(self.data, "madvise", None)
-        if advise is not None and hasattr(mmap, "MADV_DONTNEED"):
-            try:
-                advise(mmap.MADV_DONTNEED)
-            except (OSError, ValueError):
-                pass
-
-    @classmethod
-    def scan(cls, data) -> Optional["RawPieces"]:
-        """Cut ``data`` (a serialized ModelProto) into pieces; None if it is not one graph."""
-        f = _field_numbers()
-        try:
-            buf = memoryview(data)
-            top = scan_fields(buf)
-            graphs = [t for t in top if t[0] == f["graph"]]
-            if len(graphs) != 1:
-                return None
-            header = b"".join(bytes(buf[s:e]) for num, s, _, e in top if num not in (f["graph"], _TRAINING_INFO))
-            _, _, gstart, gend = graphs[0]
-            nodes, inits, sparse, other = [], [], [], []
-            for num, s, _, e in scan_fields(buf, gstart, gend):
-                piece = buf[s:e]
-                if num == f["node"]:
-                    nodes.append(piece)
-                elif num == f["initializer"]:
-                    inits.append(piece)
-                elif num == f["sparse_initializer"]:
-                    sparse.append(piece)
-                else:
-                    other.append((num, piece))
-        except (ValueError, IndexError):
-            return None
-        return cls(data, header, other, nodes, inits, sparse)
-
-    def light_bytes(self) -> Optional[bytes]:
-        """The model with every initializer over STUB_BYTES cut down to a data-less stub.
-
-        Sets :attr:`external` when an initializer says its data is in an external file.
-        """
-        f = _field_numbers()
-        parts = [piece for _, piece in self.graph_other] + list(self.nodes)
-        try:
-            for piece in self.initializers:
-                hdr = header_len(piece)
-                fields = scan_fields(piece, hdr, len(piece))
-                for num, s, p, e in fields:
-                    if num == self._DATA_LOCATION and piece[p] == 1:
-                        self.external = True
-                if len(piece) <= self.STUB_BYTES:
-                    parts.append(piece)
-                    continue
-                kept = b"".join(bytes(piece[s:e]) for num, s, _, e in fields if num not in self._DATA_FIELDS)
-                parts.append(encode_field(f["initializer"], kept))
-        except (ValueError, IndexError):
-            return None
-        parts.extend(self.sparse)
-        length = sum(len(p) for p in parts)
-        return b"".join([self.header, field_header(f["graph"], length)] + [bytes(p) for p in parts])
-
-    @staticmethod
-    def payload(piece):
-        """The message bytes of one field piece (without its tag and length)."""
-        return piece[header_len(piece):]
-
-
-_TRAINING_INFO = 20
-
-
-_FIELDS: Dict[str, int] = {}
-
-
-def _field_numbers():
-    if not _FIELDS:
-        _FIELDS.update(_lookup_field_numbers())
-    return _FIELDS
-
-
-def _lookup_field_numbers():
-    import onnx
-
-    g = onnx.GraphProto.DESCRIPTOR.fields_by_name
-    m = onnx.ModelProto.DESCRIPTOR.fields_by_name
-    return {
-        "node": g["node"].number,
-        "name": g["name"].number,
-        "initializer": g["initializer"].number,
-        "sparse_initializer": g["sparse_initializer"].number,
-        "input": g["input"].number,
-        "output": g["output"].number,
-        "value_info": g["value_info"].number,
-        "quantization_annotation": g["quantization_annotation"].number,
-        "metadata_props": g["metadata_props"].number,
-        "graph": m["graph"].number,
-    }
 
 
 # ---------------------------------------------------------------------- masks
@@ -236,98 +121,8 @@ class Candidate:
         return sum(len(c) for c in self.chunks())
 
 
-class MetaProvider:
-    """Shapes/dtypes for new subgraph inputs and outputs, inferred once, lazily.
-
-    ONNX shape inference first; if a tensor a candidate needs still has no dtype or rank,
-    one run of ONNX-Runtime on the full model fills the gaps (unless it cannot run).
-    ``known`` (name -> TensorMeta, e.g. from a layerwise inputs file) fills what inference
-    leaves incomplete before that run is needed. ``inference=False`` (--no-shape-inference)
-    uses only what the model records and ``known``: no ONNX inference, no ONNX-Runtime run.
-    """
-
-    def __init__(
-        self,
-        model,
-        *,
-        input_shapes=None,
-        force_fallback: bool = False,
-        external_data_dir=None,
-        warn=None,
-        full_model: Optional[Callable] = None,
-        feed: Optional[Callable] = None,
-        known: Optional[Dict] = None,
-        inference: bool = True,
-    ):
-        """``full_model``: returns the model with its weights, when ``model`` is a light one;
-        ``feed``: returns the inputs to run it on (None: generated). Both only needed to
-        run ONNX-Runtime."""
-        self.model = model
-        self.full_model = full_model
-        self.feed = feed
-        self.input_shapes = dict(input_shapes or {}) or None
-        self.force = force_fallback
-        self.external_data_dir = external_data_dir
-        self.warn = warn or (lambda message: None)
-        self.metas: Optional[Dict] = None
-        self.tried_fallback = force_fallback or not inference
-        self.known = dict(known or {})
-        self.inference = inference
-
-    def _infer(self, **kw):
-        from toolkit.core.shapes import infer_tensor_meta
-
-        runs_ort = kw.get("force_fallback") or kw.get("fallback", True)
-        model = self.full_model() if (runs_ort and self.full_model is not None) else self.model
-        if runs_ort and self.feed is not None:
-            kw["feed"] = self.feed()
-        return infer_tensor_meta(
-            model, input_shapes=self.input_shapes, external_data_dir=self.external_data_dir, **kw
-        )
-
-    def ensure(self) -> None:
-        if self.metas is None:
-            if not self.inference:
-                from toolkit.core.shapes import _collect_inferred
-
-                self.metas = _collect_inferred(self.model)
-            elif self.force:
-                self.metas = self._infer(force_fallback=True)
-            else:
-                self.metas = self._infer(fallback=False)
-            for name, meta in self.known.items():
-                if _incomplete(self.metas.get(name)):
-                    self.metas[name] = meta
-
-    def __call__(self, names: Sequence[str], dtype_only: Sequence[str] = ()):
-        """Metas of ``names``; for those in ``dtype_only`` (new outputs) a dtype is enough."""
-        self.ensure()
-        assert self.metas is not None
-        relaxed = set(dtype_only)
-        missing = [
-            n
-            for n in names
-            if _incomplete(self.metas.get(n)) and not (n in relaxed and (self.metas.get(n) or TensorMeta(n)).dtype)
-        ]
-        if missing and not self.tried_fallback:
-            self.tried_fallback = True
-            try:
-                better = self._infer(fallback=True, names=missing)
-                for k, v in better.items():
-                    if not _incomplete(v) or k not in self.metas:
-                        self.metas[k] = v
-            except InputError as exc:
-                self.warn(f"ONNX shape inference left some tensors without a type or shape ({exc.message})")
-        return {n: self.metas.get(n) for n in names}
-
-
-def _incomplete(meta) -> bool:
-    return meta is None or not meta.dtype or meta.shape is None
-
-
 def _model_header(model) -> bytes:
     """``model`` serialized without its graph (and training info): what every candidate starts with."""
-    import onnx
 
     header = onnx.ModelProto()
     for fd, value in model.ListFields():
@@ -351,7 +146,7 @@ class GraphIndex:
     inputs whose shapes the user fixed: their original value info is not reused.
 
     ``external_base_dir``: the folder of the external data files of a ``model`` loaded
-    with its big weights left as references (:func:`toolkit.core.weights.load_lazily`).
+    with its big weights left as references (:func:`toolkit.core.model.load_lazily`).
     Candidates keep those references, and :meth:`write` copies the bytes each one needs
     from the source files in chunks, so no weight is ever held in memory.
     """
@@ -365,13 +160,11 @@ class GraphIndex:
         raw: Optional[RawPieces] = None,
         external_base_dir: Optional[str] = None,
     ):
-        from toolkit.core.weights import is_ref
-
         self.model = model
         self.warnings: List[str] = []
         self._metas = metas if metas is not None else MetaProvider(model, warn=self.warnings.append)
         self._fixed_inputs = set(fixed_input_shapes)
-        self._fields = _field_numbers()
+        self._fields = field_numbers()
         g = model.graph
         regular, consts = self._index_nodes(g)
         self._index_io(model, g)
@@ -388,7 +181,6 @@ class GraphIndex:
     def _index_nodes(self, g) -> Tuple[List[int], List[int]]:
         """Nodes in topological order (Constant nodes apart), what each reads and writes, and
         the producer/consumer masks; returns the positions (in ``g.node``) of regular and constant nodes."""
-        from toolkit.core.shapes import node_reads
 
         all_nodes = list(g.node)
         consts: List[int] = []  # positions in all_nodes
@@ -440,9 +232,6 @@ class GraphIndex:
 
     def _index_pieces(self, model, g, raw: Optional[RawPieces], regular: List[int], consts: List[int]) -> None:
         """The serialized pieces candidates are written from, made once (sliced from ``raw`` when given)."""
-        import onnx
-
-        from toolkit.core.weights import is_ref, ref_nbytes
 
         f = self._fields
         self._init_frag: Dict[str, bytes] = {}
@@ -669,8 +458,6 @@ class GraphIndex:
         return frag
 
     def _folded_frags(self, names: Sequence[str]) -> List[bytes]:
-        from onnx import numpy_helper
-
         missing = [t for t in names if t not in self._folded_frag]
         if missing:
             assert self.fold_values is not None, "folded inputs need fold_values"
@@ -682,7 +469,6 @@ class GraphIndex:
 
     def _initializer_proto(self, name: str):
         """The full initializer (from the file's bytes when the index holds only a stub)."""
-        import onnx
 
         if self._raw is None:
             return self.initializers.get(name) or self.sparse_initializers[name]
@@ -719,7 +505,6 @@ class GraphIndex:
 
     def _linked_frag(self, name: str, links: Mapping[str, str]) -> bytes:
         """The reference ``name`` pointing at its source file's location in ``links``."""
-        from toolkit.core.weights import relinked
 
         location = links[self._ref_file(name)]
         key = (name, location)
@@ -764,10 +549,6 @@ class GraphIndex:
         return frag
 
     def _make_value_info(self, name: str, meta: Optional[TensorMeta]):
-        import onnx
-
-        from toolkit.core.meta import is_dtype_name, dtype_to_onnx
-
         vi = onnx.ValueInfoProto()
         vi.name = name
         if meta is not None and meta.dtype and is_dtype_name(meta.dtype):
@@ -811,7 +592,6 @@ class GraphIndex:
         files, reached through the locations given there (nothing is copied; the file
         runs where those locations are).
         """
-        from toolkit.core.model import save_model
 
         if links is not None and self.on_disk(cand):
             inline = sum(self._init_bytes.get(t, 0) for t in cand.inits if not self._linkable(t, links))
@@ -847,7 +627,6 @@ class GraphIndex:
         """Write the raw data of the big inline weights once to ``path``; from then on,
         writes with links refer to it instead of copying the weights again. Returns the
         bytes written (weights stored in typed fields rather than raw_data stay inline)."""
-        import onnx
 
         if self._raw is None:
             return 0
@@ -887,7 +666,6 @@ class GraphIndex:
         if self._ext_base is None:
             return []
         if self._ext_files is None:
-            import os
 
             from toolkit.core.weights import ref_source
 
@@ -896,8 +674,6 @@ class GraphIndex:
         return self._ext_files
 
     def _check_not_a_source(self, target: str, path: str) -> None:
-        import os
-
         if os.path.realpath(target) in self.external_files():
             raise InputError(
                 f"{path}: its weights would be written to {target}, which holds the model's own weights "
@@ -906,7 +682,6 @@ class GraphIndex:
 
     def to_model(self, cand: Candidate):
         """The candidate as an ``onnx.ModelProto`` (for huge ones, weights added as protos)."""
-        import onnx
 
         m = onnx.ModelProto()
         if cand.size_hint > BIG_MODEL_BYTES:
@@ -923,7 +698,6 @@ class GraphIndex:
 
 def constant_node_tensor(node):
     """The TensorProto a ``Constant`` node produces (named as its output), or None (sparse)."""
-    from onnx import helper
 
     if not node.attribute:
         return None
@@ -934,7 +708,6 @@ def constant_node_tensor(node):
         t.CopyFrom(a.t)
         t.name = name
         return t
-    from onnx import TensorProto
 
     simple = {
         "value_float": (TensorProto.FLOAT, [], [a.f]),
@@ -950,23 +723,6 @@ def constant_node_tensor(node):
     return helper.make_tensor(name, dtype, dims, vals)
 
 
-def write_chunks(path: str, chunks, *, atomic: bool = True) -> None:
-    """Write buffers one after the other (no joined copy); atomically unless told not to."""
-    from toolkit.core.model import atomic_output
-
-    try:
-        if atomic:
-            with atomic_output(path, "wb") as fh:
-                for c in chunks:
-                    fh.write(c)
-        else:
-            with open(path, "wb", buffering=1 << 20) as fh:
-                for c in chunks:
-                    fh.write(c)
-    except OSError as exc:
-        raise InputError(f"{path}: cannot write: {exc.strerror or exc}") from None
-
-
 def _topological_order(nodes, node_reads) -> List[int]:
     """Positions of ``nodes`` in a topological order, stable (original order where possible)."""
     order = stable_topological_order(nodes, node_reads)
@@ -978,3 +734,12 @@ def _topological_order(nodes, node_reads) -> List[int]:
             "it cannot be reduced"
         )
     return order
+
+
+def body_node_count(nodes, mask: int) -> int:
+    """The number of nodes in the bodies of the one If/Loop/Scan node ``mask`` holds (0 otherwise)."""
+
+    kept = mask_indices(mask)
+    if len(kept) != 1 or nodes[kept[0]].op_type not in ("If", "Loop", "Scan"):
+        return 0
+    return sum(len(g.node) for sub in node_subgraphs(nodes[kept[0]]) for g in walk_graphs(sub))

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
 
+from toolkit.core.noise import FLOOR, amplification
 from toolkit.reduce.strategy import Plan, Search
 
 TRIES = 3  # hinted nodes checked alone before the normal search
@@ -29,7 +30,6 @@ def rank(index, errors: Mapping[str, float], floor: Optional[float] = None) -> L
     """``(node position, amplification, output error)`` for every node of ``index`` with a compared
     output, largest amplification first. ``errors``: ``{tensor: rel_l2}``. A tensor not compared
     carries its producer's input error; graph inputs and weights (fed exactly) have none."""
-    from toolkit.core.noise import FLOOR, amplification
 
     floor = FLOOR if floor is None else floor  # (the runner's storage rounding step: storage_floor)
 

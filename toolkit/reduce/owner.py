@@ -14,6 +14,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import fcntl
 import os
 from typing import List, Optional, Sequence, Tuple
 
@@ -29,7 +30,6 @@ def lock_path(path: str) -> str:
 def _take(path: str) -> Tuple[Optional[int], str]:
     """(fd holding the lock, "") or (None, the holder's pid as written in the file); (-1, "")
     when no lock file can be made there (the run's own writes then report the folder)."""
-    import fcntl
 
     lock = lock_path(path)
     while True:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
@@ -81,7 +82,6 @@ def run_all(
     An exception in the main thread (Ctrl-C) kills every running check (process group)
     and waits for the threads to end before it goes on.
     """
-    import threading
 
     results: list = [None] * len(workers)
     errors: list = [None] * len(workers)

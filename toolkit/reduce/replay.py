@@ -26,6 +26,7 @@ import json
 from typing import Any, Dict, List, Optional, Sequence
 
 from toolkit.core.errors import InputError
+from toolkit.core.model import read_bytes, write_bytes_atomic
 
 TOOL = "toolkit debug reduce"
 VERSION = 1
@@ -85,14 +86,11 @@ class Replay:
         return json.dumps(doc, indent=1)
 
     def save(self, path: str) -> None:
-        from toolkit.core.model import write_bytes_atomic
-
         write_bytes_atomic(path, (self.to_json() + "\n").encode())
 
     @classmethod
     def load(cls, path: str, model_id: str, num_nodes: int) -> "Replay":
         """Read a replay file made for this model; anything else is an InputError."""
-        from toolkit.core.model import read_bytes
 
         raw = read_bytes(path)
         try:

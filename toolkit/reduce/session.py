@@ -18,28 +18,33 @@ verdicts to the replay file.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import time
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
-from toolkit.core.errors import DependencyError, InputError, UsageError
+from toolkit.core import paths
+from toolkit.core.datafiles import load_inputs
+from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError
+from toolkit.core.inputs import generate_inputs, parse_val_ranges
+from toolkit.core.meta import dtype_to_numpy
+from toolkit.core.model import (
+    check_output_path,
+    graph_io_meta,
+    load_model,
+)
 from toolkit.core.progress import Messages
-from toolkit.reduce.check import (
-    BROKEN,
-    FAIL,
-    PASS,
-    TIMEOUT,
-    AnswersExhausted,
-    CheckResult,
-    FailureRule,
-    WorkerEntry,
-    ask_user,
-    error_line,
-    make_runner,
-    toolkit_args,
+from toolkit.reduce.artifacts import Artifacts
+from toolkit.reduce.check import data_files_in, make_runner, toolkit_args
+from toolkit.reduce.config import (  # noqa: F401  (re-exported: the session's public names)
+    DEFAULT_ART_DIR,
+    DEFAULT_ITER_ARTIFACT,
+    DEFAULT_REPLAY,
+    UNJUDGED_MIN,
+    UNJUDGED_SHARE,
+    CannotJudge,
+    Iteration,
+    Outcome,
+    ReduceConfig,
 )
 from toolkit.reduce.evidence import Evidence, from_check_output, noise_warning
 from toolkit.reduce.graph import (
@@ -47,142 +52,27 @@ from toolkit.reduce.graph import (
     Candidate,
     GraphIndex,
     MetaProvider,
-    RawPieces,
+    body_node_count,
     mask_indices,
     popcount,
     write_chunks,
 )
-from toolkit.reduce.parallel import worker_env
+from toolkit.reduce.loading import data_input_shapes, data_tensor_metas, load_for_index, run_for_values
+from toolkit.reduce.owner import Ownership
+from toolkit.reduce.parallel import Worker, worker_argv, worker_artifact, worker_env
 from toolkit.reduce.replay import Replay
 from toolkit.reduce.strategy import STRATEGIES, Plan
-
-DEFAULT_ITER_ARTIFACT = "polygraphy_debug.onnx"
-DEFAULT_ART_DIR = "polygraphy_artifacts"
-DEFAULT_REPLAY = "polygraphy_debug_replay.json"
-# A run stops (exit 3) once at least this many checks after the full model were broken and
-# they are more than this share of those checks: it cannot judge the model.
-UNJUDGED_MIN = 6
-UNJUDGED_SHARE = 2 / 3
-
-
-class CannotJudge(InputError):
-    """The checks can no longer judge the model (see Session._stop_if_unjudgeable)."""
-# External weights up to this size are read when the model is loaded; bigger ones stay on
-# disk and are copied into each file written (see GraphIndex.write).
-EAGER_WEIGHT_BYTES = 1 << 20
-# A model whose weights are inside its file has those of them (1 MiB or more each) written
-# once to a data file beside the iteration artifact when they add up to this much; every
-# candidate then refers to them there instead of carrying a copy.
-SPILL_BYTES = 64 << 20
-SPILL_MIN_TENSOR = 1 << 20
-
-
-@dataclass
-class ReduceConfig:
-    model: str
-    output: str
-    check: Optional[List[str]] = None  # None: ask the user
-    min_good: Optional[str] = None
-    mode: Optional[str] = None  # None (default strategy), "bisect", "linear"
-    rule: FailureRule = field(default_factory=FailureRule)
-    check_timeout: Optional[float] = None
-    iter_artifact: str = DEFAULT_ITER_ARTIFACT
-    remove_intermediate: bool = True
-    artifacts: Sequence[str] = ()
-    art_dir: str = DEFAULT_ART_DIR
-    iter_info: Optional[str] = None
-    save_replay: Optional[str] = None
-    load_replay: Optional[str] = None
-    input_shapes: Mapping[str, tuple] = field(default_factory=dict)
-    load_inputs: Sequence[str] = ()  # data files: their shapes fix dynamic inputs
-    seed: Optional[int] = None  # for inputs generated to run the model (shape fallback)
-    val_range: Sequence[str] = ()
-    force_fallback: bool = False
-    reduce_inputs: bool = True
-    reduce_outputs: bool = True
-    external_data_dir: Optional[str] = None
-    warm: Optional[bool] = None  # None: automatic
-    # how a forked warm worker runs a toolkit check (the CLI gives it); None: checks run as subprocesses
-    worker: Optional[WorkerEntry] = None
-    # -o, --min-good and --artifacts refer to the model's external data through hard links
-    # (or its own folder) instead of carrying a copy of the weights they use.
-    link_external_data: bool = False
-    jobs: int = 1  # checks run at once (each worker has its own artifact and environment)
-    devices: Sequence[str] = ()  # CUDA_VISIBLE_DEVICES of worker k: devices[k % len(devices)]
-    shape_inference: bool = True  # False: only the types the model records (--no-shape-inference)
-    label: Optional[str] = None  # how logs name the model (when ``model`` is a rewrite of the one given)
-
-
-@dataclass
-class Iteration:
-    number: int
-    nodes: int
-    failed: bool
-    seconds: float
-    source: str  # "check", "user" or "replay"
-    reason: str = ""
-    result: Optional[CheckResult] = None
-    verdict: str = ""  # pass, fail, broken, timeout
-    phase: str = ""  # full model, bisect (last node), bisect (first node), QuickXplain, drop loop, linear
-    span: str = ""  # the nodes tried, e.g. "nodes 4..9" or "full model"
-    remaining: int = 0  # checks still to come (estimate)
-    evidence: Optional[Evidence] = None
-    first_failure: bool = False  # the first failing check of the run
-
-
-def _broken_hint(line: str) -> str:
-    """Advice for a check broken in a known way on a subgraph ('' otherwise)."""
-    if "not an input of the model" not in line:
-        return ""
-    if "--input-shapes names" in line:
-        return (
-            ". Subgraphs have other inputs than the model: give the shapes to debug reduce instead "
-            "(--model-input-shapes, written into every subgraph) and leave --input-shapes out of the check"
-        )
-    if "--val-range names" in line:
-        return (
-            ". Subgraphs have other inputs than the model: give the check a range for every input ([lo,hi], "
-            "no name), or feed it the model's own values (layerwise --load-inputs)"
-        )
-    return ""
-
-
-def _body_nodes(nodes, mask: int) -> int:
-    """The number of nodes in the bodies of the one If/Loop/Scan node ``mask`` holds (0 otherwise)."""
-    from toolkit.core.graphs import node_subgraphs, walk_graphs
-
-    kept = mask_indices(mask)
-    if len(kept) != 1 or nodes[kept[0]].op_type not in ("If", "Loop", "Scan"):
-        return 0
-    return sum(len(g.node) for sub in node_subgraphs(nodes[kept[0]]) for g in walk_graphs(sub))
-
-
-@dataclass
-class Outcome:
-    status: str  # "reduced", "passed" (full model passed: nothing to reduce), "interrupted"
-    nodes_before: int
-    nodes_after: Optional[int] = None
-    final_nodes: List[str] = field(default_factory=list)
-    checks: int = 0
-    remembered: int = 0
-    seconds: float = 0.0
-    output_written: bool = False
-    min_good_written: bool = False
-    min_good_nodes: Optional[int] = None
-    replay_path: Optional[str] = None
-    one_minimal: bool = False
-    runner: str = ""
-    stopped_by: Optional[str] = None  # "interrupt" (Ctrl-C) or "eof" (no more answers)
-    broken: int = 0  # mid-run checks that were broken (counted as passes)
-    body_nodes: int = 0  # the result is one If/Loop/Scan node: the nodes of its bodies
-    timeouts: int = 0  # checks killed by --check-timeout (counted as failures)
-    phases: Dict[str, int] = field(default_factory=dict)  # checks run per search phase
-    full_evidence: Optional[Evidence] = None  # how badly the full model failed (comparison checks)
-    reduced_evidence: Optional[Evidence] = None  # how badly the result fails
-    noise: Optional[str] = None  # warning: the result may be rounding noise
-    output: Optional[str] = None
-    min_good: Optional[str] = None
-    iter_artifact: Optional[str] = None
+from toolkit.reduce.verdict import (
+    BROKEN,
+    FAIL,
+    PASS,
+    TIMEOUT,
+    AnswersExhausted,
+    CheckResult,
+    ask_user,
+    broken_hint,
+    error_line,
+)
 
 
 class Reporter(Messages):
@@ -213,161 +103,9 @@ class Reporter(Messages):
         pass
 
 
-def load_model_and_pieces(path: str, external_data_dir: Optional[str] = None):
-    """(model, pieces): :func:`load_for_index` with every external weight loaded into the model."""
-    from toolkit.core.model import load_external_data_into
+class Reducer(Artifacts):
+    reporter: Reporter
 
-    model, pieces, base = load_for_index(path, external_data_dir)
-    if base is not None:
-        load_external_data_into(model, base, path)
-    return model, pieces
-
-
-def load_for_index(path: str, external_data_dir: Optional[str] = None):
-    """(model, pieces, base): the model to index, the file cut into pieces to build
-    candidates, and the folder of its external data.
-
-    For a model whose weights are inside its file, the file is memory-mapped, cut into
-    its fields, and the model returned is a *light* one: big initializers are stubs
-    (names, dims, types), so this process stays small (cheap forks for the warm worker)
-    and candidates are written from slices of the file. A model with external data is
-    loaded with its big weights left on disk as references (``base`` is their folder;
-    :class:`GraphIndex` copies what each candidate needs when writing it). Otherwise
-    (stdin, anything unusual) the model is loaded and ``pieces`` is None. Errors are those
-    of :func:`toolkit.core.model.load_model`.
-    """
-    from toolkit.core.graphs import has_external_data
-    from toolkit.core.model import _parse_model, check_readable_file
-    from toolkit.core.weights import load_lazily
-
-    def full():
-        model, base = load_lazily(path, external_data_dir, eager_bytes=EAGER_WEIGHT_BYTES)
-        return model, None, base
-
-    if path == "-":
-        return full()
-    check_readable_file(path)
-    data = _map_file(path)
-    if data is None:
-        return full()
-    pieces = RawPieces.scan(data)
-    light = pieces.light_bytes() if pieces is not None else None
-    if pieces is None or light is None or pieces.external:
-        return full()
-    try:
-        model = _parse_model(light, path)
-    except InputError:
-        return full()  # let the normal loader word the error
-    if has_external_data(model):
-        return full()
-    return model, pieces, None
-
-
-def data_input_shapes(model, paths: Sequence[str], warn=None) -> Dict[str, tuple]:
-    """Shapes for the model's dynamic inputs, from the first feed of ``--load-inputs`` files.
-
-    A layerwise file (the inputs of every tensor of a model) is welcome: arrays that are
-    not inputs of the model are left out here (:func:`data_tensor_metas` describes them
-    for subgraphs that read them). An array of another dtype than its input is used for
-    its shape, with a warning (the check decides what it does with it). An array that
-    disagrees with an input's fixed dims is an InputError naming the file and the tensor
-    (the check would otherwise fail on every subgraph for a reason that has nothing to do
-    with the model). Later files win for names given twice.
-    """
-    if not paths:
-        return {}
-    from toolkit.core.datafiles import load_inputs
-    from toolkit.core.meta import dtype_from_numpy, format_shape
-    from toolkit.core.model import graph_io_meta
-
-    ins, _ = graph_io_meta(model)
-    metas = {m.name: m for m in ins}
-    shapes: Dict[str, tuple] = {}
-    tensors = None
-    for path in paths:
-        feeds = load_inputs(path)
-        if not feeds:
-            continue
-        if not any(name in metas for name in feeds[0]):
-            if tensors is None:  # what a layerwise file may hold: inputs and node outputs
-                tensors = {o for n in model.graph.node for o in n.output if o} | set(metas)
-            if not any(name in tensors for name in feeds[0]):
-                known = ", ".join(f"'{n}'" for n in metas) or "(none)"
-                first = next(iter(feeds[0]), "")
-                raise InputError(
-                    f"{path}: no array in it is a tensor of the model ('{first}' is not); its inputs are {known}"
-                )
-        for name, value in feeds[0].items():
-            meta = metas.get(name)
-            if meta is None:
-                continue  # a layerwise file: not an input of the whole model
-            shape = tuple(int(d) for d in getattr(value, "shape", ()))
-            dtype = getattr(value, "dtype", None)
-            if meta.dtype and dtype is not None and dtype_from_numpy(dtype) != meta.dtype and warn is not None:
-                warn(
-                    f"{path}: input '{name}' is {dtype_from_numpy(dtype)} but the model wants {meta.dtype}; "
-                    f"debug reduce casts it to {meta.dtype} where it runs the model"
-                )
-            if meta.shape is not None:
-                fixed_ok = len(meta.shape) == len(shape) and all(
-                    not isinstance(d, int) or d < 0 or d == v for d, v in zip(meta.shape, shape)
-                )
-                if not fixed_ok:
-                    raise InputError(
-                        f"{path}: input '{name}' has shape {format_shape(shape)} but the model's input is "
-                        f"{format_shape(meta.shape)}"
-                    )
-                if all(isinstance(d, int) and d >= 0 for d in meta.shape):
-                    continue  # static already
-            shapes[name] = shape
-    return shapes
-
-
-def data_tensor_metas(paths: Sequence[str]) -> Dict[str, "object"]:
-    """Shape and dtype of every array of the first feed of ``paths`` (later files win):
-    what a layerwise inputs file says about the tensors a subgraph may read."""
-    from toolkit.core.datafiles import load_inputs
-    from toolkit.core.meta import TensorMeta, dtype_from_numpy
-
-    found: Dict[str, object] = {}
-    for path in paths:
-        feeds = load_inputs(path)
-        if not feeds:
-            continue
-        for name, value in feeds[0].items():
-            dtype = getattr(value, "dtype", None)
-            shape = getattr(value, "shape", None)
-            if dtype is None or shape is None:
-                continue
-            try:
-                found[name] = TensorMeta(name, tuple(int(d) for d in shape), dtype_from_numpy(dtype))
-            except Exception:  # noqa: BLE001 - a dtype toolkit cannot name: nothing to say about it
-                continue
-    return found
-
-
-def run_for_values(model, names: Sequence[str], feed, shapes, external_data_dir=None) -> Dict[str, object]:
-    """The values of tensors ``names`` of ``model`` run once on ONNX-Runtime (CPU, no graph
-    optimization) on ``feed`` (None: generated inputs of the model's input shapes)."""
-    from toolkit.core.shapes import run_on_ort
-
-    purpose = "fold the tensors of removed side branches (--no-reduce-outputs)"
-    return run_on_ort(model, names, purpose=purpose, feed=feed, input_shapes=shapes, external_data_dir=external_data_dir)[1]
-
-
-def _map_file(path: str):
-    import mmap
-
-    try:
-        with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size == 0:
-                return None
-            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-    except (OSError, ValueError):
-        return None
-
-
-class Reducer:
     def __init__(
         self,
         config: ReduceConfig,
@@ -422,7 +160,6 @@ class Reducer:
     # ------------------------------------------------------------------ set-up
 
     def _validate(self) -> None:
-        from toolkit.core.model import check_output_path
 
         cfg = self.cfg
         if cfg.mode not in STRATEGIES:
@@ -463,8 +200,6 @@ class Reducer:
         """The one rule (toolkit.core.paths): no output is a file the reduce or its check reads,
         nor another output. The replay may be loaded from and saved to one file (it is read
         whole first)."""
-        from toolkit.core import paths
-        from toolkit.reduce.check import data_files_in, toolkit_args
 
         cfg = self.cfg
         reads = [("--load-inputs", p) for p in cfg.load_inputs]
@@ -480,7 +215,6 @@ class Reducer:
         paths.check_with_model(cfg.model, reads, writes, cfg.external_data_dir)
 
     def _load(self) -> None:
-        from toolkit.core.model import load_model
 
         cfg = self.cfg
         model, raw, base = load_for_index(cfg.model, cfg.external_data_dir)
@@ -553,14 +287,10 @@ class Reducer:
         cfg = self.cfg
         if not (cfg.load_inputs or cfg.seed is not None or cfg.val_range):
             return None
-        from toolkit.core.inputs import parse_val_ranges
 
         ranges = parse_val_ranges(list(cfg.val_range)) if cfg.val_range else None  # bad specs: now
 
         def make():
-            from toolkit.core.datafiles import load_inputs
-            from toolkit.core.inputs import generate_inputs
-            from toolkit.core.model import graph_io_meta
 
             ins, _ = graph_io_meta(model)
             feed = {}
@@ -573,13 +303,12 @@ class Reducer:
                 generated, _ = generate_inputs(missing, seed=cfg.seed, ranges=ranges, shapes=shapes)
                 feed.update(generated[0])
             out = {m.name: feed[m.name] for m in ins}
-            from toolkit.core.meta import dtype_to_numpy
 
             for m in ins:  # data of another dtype: cast (data_input_shapes warned)
                 if m.dtype:
                     try:
                         want = dtype_to_numpy(m.dtype)
-                    except Exception:  # noqa: BLE001 - not a plain tensor type
+                    except (ToolkitError, TypeError, ValueError):  # not a plain tensor type
                         continue
                     if getattr(out[m.name], "dtype", want) != want:
                         out[m.name] = out[m.name].astype(want)
@@ -673,7 +402,7 @@ class Reducer:
             finally:
                 self.reporter.resume()
             number, mask, cand, worker = started[0]
-            its = [
+            its: List[Optional[Iteration]] = [
                 Iteration(
                     number, popcount(mask), failed, time.monotonic() - start, "user", "your answer",
                     verdict=FAIL if failed else PASS,
@@ -724,7 +453,7 @@ class Reducer:
             if self.broken == 1:  # later ones: their iteration lines say BROKEN and why
                 self.reporter.warn(
                     f"iteration {number}: the check itself failed ({reason}), so it says nothing about this "
-                    "subgraph; counted as a pass (so is every later BROKEN check)" + _broken_hint(line)
+                    "subgraph; counted as a pass (so is every later BROKEN check)" + broken_hint(line)
                 )
         elif kind == TIMEOUT:
             self.timeouts += 1
@@ -765,64 +494,6 @@ class Reducer:
         self.reporter.iteration_end(it)
         if it.verdict == BROKEN and mask != self.index.full_mask:
             self._stop_if_unjudgeable(it.reason)
-
-    def _artifact_links(self, cand: Candidate, worker=None) -> Optional[Dict[str, str]]:
-        """Where an iteration artifact finds the model's external data files (made once per
-        artifact folder): candidates refer to the weights there instead of copying them."""
-        self._maybe_spill()
-        if not self.index.on_disk(cand):
-            return None
-        links = worker.links if worker is not None else self._links
-        if links is None:
-            path = worker.artifact if worker is not None else self.cfg.iter_artifact
-            links, made = self._link_beside(path, self.index.data_files())
-            self._made_links.extend(made)
-            if worker is not None:
-                worker.links = links
-            else:
-                self._links = links
-        return links
-
-    def _maybe_spill(self) -> None:
-        """Once: the big inline weights to ``<iteration artifact>.weights``, if they are worth it."""
-        if self._spill_done:
-            return
-        self._spill_done = True
-        if self.index.spillable_bytes(SPILL_MIN_TENSOR) < SPILL_BYTES:
-            return
-        path = self.cfg.iter_artifact + ".weights"
-        if self.cfg.model != "-" and os.path.realpath(path) == os.path.realpath(self.cfg.model):
-            return
-        start = time.monotonic()
-        try:
-            written = self.index.spill(path, SPILL_MIN_TENSOR)
-        except OSError as exc:
-            raise InputError(f"{path}: cannot write the model's weights there: {exc.strerror or exc}") from None
-        self._made_links.append(path)
-        self.reporter.info(
-            f"Wrote the model's weights once to {path} ({written / 2**20:.0f} MiB, "
-            f"{time.monotonic() - start:.1f} s); every subgraph refers to them there"
-        )
-
-    def _write_model(self, cand: Candidate, path: str) -> None:
-        """Write an output (-o, --min-good, a sorted artifact): with copies of the weights it
-        uses, or, with ``link_external_data``, referring to the model's data files by links
-        in its folder (kept: the output needs them)."""
-        links = None
-        if cand.refs and self.cfg.link_external_data:
-            links, _ = self._link_beside(path, self.index.external_files())
-        self.index.write(cand, path, links=links)
-
-    def _link_beside(self, path: str, files: List[str]):
-        """:func:`toolkit.core.weights.link_data_files` for ``files`` in ``path``'s folder."""
-        from toolkit.core.weights import link_data_files
-
-        try:
-            return link_data_files(
-                files, os.path.dirname(os.path.abspath(path)), os.path.basename(path), note=self.reporter.info
-            )
-        except OSError as exc:
-            raise InputError(f"{path}: cannot make the model's weights reachable there: {exc}") from None
 
     def _stopped(self, exc: InputError) -> InputError:
         """The error that ends a run stopped half-way: a check that could not judge the model
@@ -898,52 +569,6 @@ class Reducer:
         while self.index.warnings:
             self.reporter.warn(self.index.warnings.pop(0))
 
-    def _write_iter_info(self, cand: Candidate, it: Optional[Iteration] = None) -> None:
-        """Before the check: what is checked. After it (``it``): the same plus its verdict
-        class and exit code (the file stays until the next iteration or the end)."""
-        from toolkit.core.model import write_bytes_atomic
-
-        info = {
-            "iteration": self.iteration,
-            "artifact": self.cfg.iter_artifact,
-            "num_nodes": cand.num_nodes,
-            "nodes": [self.index.names[i] for i in cand.nodes],
-            "inputs": cand.inputs,
-            "outputs": cand.outputs,
-        }
-        if it is not None:
-            info["verdict"] = it.verdict
-            info["exit_code"] = it.result.code if it.result is not None else None
-            info["seconds"] = round(it.seconds, 6)
-        if self.cfg.iter_info:
-            write_bytes_atomic(self.cfg.iter_info, (json.dumps(info, indent=1) + "\n").encode())
-
-    def _sort_artifacts(self, failed: bool, cand: Optional[Candidate] = None, worker=None, number=None) -> None:
-        folder = os.path.join(self.cfg.art_dir, "bad" if failed else "good")
-        number = self.iteration if number is None else number
-        for path in self.cfg.artifacts:
-            linked = self._links is not None
-            if worker is not None and self._is_iter_artifact(path):
-                path, linked = worker.artifact, worker.links is not None
-            if not os.path.exists(path):
-                if path not in self._missing_artifacts:
-                    self._missing_artifacts.add(path)
-                    self.reporter.warn(f"artifact {path} does not exist after iteration {number}; not sorted")
-                continue
-            os.makedirs(folder, exist_ok=True)
-            dest = os.path.join(folder, f"{number:03d}_{os.path.basename(path.rstrip(os.sep))}")
-            if cand is not None and linked and self.index.on_disk(cand) and (
-                self._is_iter_artifact(path) or (worker is not None and path == worker.artifact)
-            ):
-                # its weights are reached through links beside it: moved, it would lose them
-                self._write_model(cand, dest)
-                os.unlink(path)
-                continue
-            try:
-                shutil.move(path, dest)
-            except OSError as exc:
-                self.reporter.warn(f"cannot move artifact {path} to {dest}: {exc.strerror or exc}")
-
     # ------------------------------------------------------------------ the run
 
     def run(self) -> Outcome:
@@ -973,7 +598,6 @@ class Reducer:
 
     def _start(self) -> Outcome:
         """Check the options, make the check runner(s), load and index the model."""
-        from toolkit.reduce.owner import Ownership
 
         cfg = self.cfg
         self._validate()
@@ -1025,7 +649,7 @@ class Reducer:
             outcome.output_written = True
             outcome.nodes_after = popcount(mask)
             outcome.final_nodes = [self.index.describe(i) for i in mask_indices(mask)]
-            outcome.body_nodes = _body_nodes(self.index.nodes, mask)
+            outcome.body_nodes = body_node_count(self.index.nodes, mask)
             outcome.one_minimal = outcome.status == "reduced" and self._is_one_minimal(mask)
         if cfg.min_good:
             good = self._pick_min_good(mask)
@@ -1038,7 +662,6 @@ class Reducer:
             outcome.replay_path = outcome.replay_path or cfg.save_replay
 
     def _make_workers(self) -> None:
-        from toolkit.reduce.parallel import Worker, worker_argv, worker_artifact
 
         cfg = self.cfg
         for k in range(cfg.jobs):
@@ -1121,9 +744,6 @@ class Reducer:
             return min(passing, key=popcount)
         return min(passing, key=lambda m: (popcount(m ^ result), -popcount(m & result), popcount(m)))
 
-    def _is_iter_artifact(self, path: str) -> bool:
-        return os.path.abspath(path) == os.path.abspath(self.cfg.iter_artifact)
-
     def _write_output(self, mask: int) -> None:
         self._final_mask = mask
         if mask == self.best and self.best_chunks is not None:
@@ -1153,35 +773,6 @@ class Reducer:
     def _cleanup(self) -> None:
         self._cleanup_files()
         self._release()
-
-    def _cleanup_files(self) -> None:
-        if self.runner is not None:
-            self.runner.close()
-        for w in self.workers[1:]:
-            w.runner.close()
-        if self.checks:
-            from toolkit.reduce.check import stop_strays
-
-            strays = stop_strays()
-            if strays:
-                self.reporter.warn(
-                    f"the checks left {strays} process(es) running in the background (detached from their process "
-                    "group); they were stopped"
-                )
-        if self.cfg.remove_intermediate:
-            artifacts = [self.cfg.iter_artifact] + [w.artifact for w in self.workers[1:]]
-            data = [a + ".data" for a in artifacts] if self._external_artifact else []
-            for path in (*artifacts, self.cfg.iter_info, *data, *self._made_links):
-                if path and os.path.isfile(path):
-                    try:
-                        os.unlink(path)
-                    except OSError:
-                        pass
-            for w in self.workers[1:]:
-                try:
-                    os.rmdir(w.folder)  # only when empty: whatever else the check left there stays
-                except OSError:
-                    pass
 
     # ------------------------------------------------------------------ progress
 

@@ -13,6 +13,8 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
     from toolkit.run.diagnosis import Diagnosis
+from toolkit.core.errors import ToolkitError, UsageError
+from toolkit.core.model import load_model
 
 MIN_TENSORS = 3  # a comparison of fewer tensors gets no diagnosis on the terminal
 
@@ -26,7 +28,7 @@ def wanted(opts, it) -> bool:
 
 def collect(errors: Dict[int, dict], pair_index: int, it, outs_a: Mapping, outs_b: Mapping) -> None:
     """Add the tensor errors of iteration ``it`` (A's outputs against B's) to pair ``pair_index``."""
-    from toolkit.run.diagnosis import add_iteration
+    from toolkit.run.diagnosis import add_iteration  # the report code loads only when asked for
 
     add_iteration(errors.setdefault(pair_index, {}), it, outs_a, outs_b)
 
@@ -35,7 +37,6 @@ def check_report_option(opts) -> None:
     """Usage errors for ``--save-report`` before any work."""
     if not opts.save_report:
         return
-    from toolkit.core.errors import UsageError
     from toolkit.run.report import check_report_path
 
     check_report_path(opts.save_report)
@@ -56,8 +57,6 @@ def _topology(model: str):
     """The ONNX model's topology (weights not read), or None for an engine or a model from stdin."""
     if not model or model == "-" or not os.path.isfile(model):
         return None
-    from toolkit.core.errors import ToolkitError
-    from toolkit.core.model import load_model
     from toolkit.run.diagnosis import topology_of
 
     try:

@@ -33,8 +33,13 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
+import numpy as np
+
+from toolkit.core.compare import error_arrays
+
 # the one noise model (docs/noise.md); re-exported here for the diagnosis' callers
 from toolkit.core.noise import FLOOR, STORAGE_FLOOR, amplification, storage_floor  # noqa: E402,F401
+from toolkit.core.shapes import node_reads
 
 TOP_NODES = 5  # ranked nodes shown in a terminal diagnosis
 
@@ -66,7 +71,6 @@ class Topology:
 
 def topology_of(model) -> Topology:
     """The :class:`Topology` of ``model``'s top graph (weights are never read)."""
-    from toolkit.core.shapes import node_reads
 
     g = model.graph
     raw = list(g.node)
@@ -145,9 +149,6 @@ def _div(x: float, tol: float) -> float:
 
 def tensor_error(name: str, a, b, comparison) -> TensorError:
     """Error measures of ``a`` against the reference ``b``, judged as ``comparison`` was."""
-    import numpy as np
-
-    from toolkit.core.compare import error_arrays
 
     c = comparison
     err = TensorError(name, c.passed, c.max_abs, c.max_rel, 0.0, 0.0, c.atol, c.rtol, c.stat, c.message)
@@ -182,8 +183,6 @@ def tensor_error(name: str, a, b, comparison) -> TensorError:
 
 
 def _norm(x) -> float:
-    import numpy as np
-
     x = x.astype(np.float64, copy=False)
     return float(np.sqrt(np.sum(np.square(x[np.isfinite(x)]))))
 
@@ -267,7 +266,7 @@ class Diagnosis:
         return None if any(a > top.amplification for a in hidden) else top
 
     def to_dict(self) -> dict:
-        return _jsonable(
+        return jsonable(
             {
                 "reference": self.label_b,
                 "compared": self.label_a,
@@ -283,14 +282,14 @@ class Diagnosis:
         )
 
 
-def _jsonable(obj):
+def jsonable(obj):
     """Non-finite floats as the strings "inf", "-inf", "nan" (JSON has no such numbers)."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return "nan" if math.isnan(obj) else ("inf" if obj > 0 else "-inf")
     if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
+        return {k: jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
+        return [jsonable(v) for v in obj]
     return obj
 
 

@@ -26,20 +26,23 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
+import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from toolkit.core.compare import PairComparison, Tolerances, check_tolerance_names, compare_iteration, validate_outputs
+from toolkit.core.datafiles import RunResults, inputs_writer, load_data, load_outputs, outputs_writer
+from toolkit.core.dataloader import load_script_feeds, split_script_spec
 from toolkit.core.errors import InferenceError, InputError, ToolkitError
+from toolkit.core.graphs import external_data_folder, has_external_data
+from toolkit.core.layerwise import select_outputs, set_outputs
+from toolkit.core.model import load_model, save_model
+from toolkit.run import diagnose
 from toolkit.run.feeds import FeedSource, load_feeds
 from toolkit.run.options import Reporter, RunOptions
 from toolkit.run.plan import PlannedRunner, RunPlan, make_plan
 from toolkit.run.results import ResultSet, RunReport
-from toolkit.core.compare import PairComparison, Tolerances, check_tolerance_names, compare_iteration, validate_outputs
-from toolkit.core.datafiles import RunResults, inputs_writer, load_data, load_outputs, outputs_writer
-from toolkit.core.dataloader import load_script_feeds, split_script_spec
-from toolkit.core.graphs import external_data_folder, has_external_data
-from toolkit.core.layerwise import select_outputs, set_outputs
-from toolkit.core.model import load_model, save_model
 
 
 def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
@@ -67,9 +70,6 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
 def fp16_model(opts: RunOptions, rep: Reporter) -> Iterator[str]:
     """--fp-to-fp16: the model converted to mixed fp16 (graph inputs and outputs keep their
     types), in a temporary file that lives as long as the run."""
-    import shutil
-    import tempfile
-
     from toolkit.convert import fp16  # (a large module: loaded for --fp-to-fp16 only)
 
     model = load_model(opts.model, external_data_dir=opts.external_data_dir)
@@ -214,7 +214,6 @@ class Streams:
 
     def compare(self, pair: int, k: int, outs_a: Mapping, outs_b: Mapping, tol) -> None:
         """Compare iteration ``k`` of pair ``pair``; gather its tensor errors when a diagnosis may need them."""
-        from toolkit.run import diagnose
 
         it = compare_iteration(k, outs_a, outs_b, tol)
         self.pairs.setdefault(pair, []).append(it)
@@ -333,7 +332,6 @@ def _pair(a: ResultSet, b: ResultSet, its: list):
 
 def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
     """The comparisons of consecutive result sets, in order (loaded files compared here)."""
-    from toolkit.run import diagnose
 
     sets = stream.live + stream.loaded
     tol = plan.tolerances or Tolerances()

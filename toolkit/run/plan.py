@@ -10,15 +10,15 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from toolkit.core.compare import Tolerances
 from toolkit.core.errors import UsageError
+from toolkit.core.inputs import parse_val_ranges
+from toolkit.core.meta import parse_shape_specs
+from toolkit.core.model import check_output_path, check_readable_file
 from toolkit.run.diagnose import check_report_option
 from toolkit.run.options import Reporter, RunOptions
 from toolkit.run.registry import RunnerKind, get_kind, unused_options
 from toolkit.run.specs import RunnerSpec, parse_runner_spec
-from toolkit.core.compare import Tolerances
-from toolkit.core.inputs import parse_val_ranges
-from toolkit.core.meta import parse_shape_specs
-from toolkit.core.model import check_output_path, check_readable_file
 
 
 @dataclass

@@ -21,7 +21,10 @@ import math
 import os
 from typing import List, Sequence
 
+from toolkit.core.errors import InputError, UsageError
+from toolkit.core.model import atomic_output, check_output_path
 from toolkit.run.diagnosis import Diagnosis, depth_table, g
+from toolkit.run.node_data import is_node_data_path, node_data
 
 FORMAT = "toolkit-accuracy-report"
 VERSION = 1
@@ -30,8 +33,6 @@ REPORT_SUFFIXES = (".json", ".html", ".htm")
 
 def check_report_path(path: str) -> None:
     """UsageError unless ``path`` ends in .json or .html (and InputError if it cannot be written)."""
-    from toolkit.core.errors import UsageError
-    from toolkit.core.model import check_output_path
 
     if path == "-" or not path.lower().endswith(REPORT_SUFFIXES):
         raise UsageError(f"--save-report {path}: name a .json file (for scripts), an .html file (to read) or a "
@@ -51,10 +52,6 @@ def report_dict(diagnoses: Sequence[Diagnosis], *, model: str = "", command: str
 
 def save_report(path: str, diagnoses: Sequence[Diagnosis], *, model: str = "", command: str = "") -> None:
     """Write ``diagnoses`` to ``path`` (.json or .html), atomically."""
-    from toolkit.core.errors import InputError
-    from toolkit.core.model import atomic_output
-
-    from toolkit.run.node_data import is_node_data_path, node_data
 
     if is_node_data_path(path):
         text = json.dumps(node_data(diagnoses), indent=1) + "\n"

@@ -22,6 +22,7 @@ from toolkit.surgeon.plumbing import (
     LogFn,
     all_tensors,
     export_graph,
+    graphsurgeon_errors,
     gs_step,
     import_gs,
     is_non_tensor,
@@ -32,7 +33,7 @@ from toolkit.surgeon.plumbing import (
     non_tensor_value_types,
     np_dtype,
     quiet_gs,
-    symbolic_inference,
+    symbolic_shape_inference,
     tensor_value_info,
     unknown_name_error,
 )
@@ -207,7 +208,7 @@ def _name_unknown_output_dims(result, log: LogFn) -> None:
     todo = {k: m for k, m in todo.items() if m.shape is None or any(d is None for d in m.shape)}
     if not todo:
         return
-    inferred = symbolic_inference(result)  # (None: the shapes found so far stand)
+    inferred = symbolic_shape_inference(result)
     if inferred is None:
         return
     found = {o.name: value_info_meta(o) for o in inferred.graph.output}
@@ -258,7 +259,7 @@ def _import_unused_initializer(model, name: str):
 
         if init is not None:
             return OnnxImporter.import_tensor(init)
-    except Exception:  # noqa: BLE001 - graphsurgeon internals; fall through to the message
+    except (ImportError,) + graphsurgeon_errors():  # graphsurgeon internals; fall through to the message
         pass
     raise InputError(f"'{name}' is not connected to any node of the model and cannot be a subgraph output")
 

@@ -14,13 +14,14 @@ import numpy as np
 from toolkit.core.errors import one_line
 from toolkit.core.graphs import fresh_name, walk_graphs
 from toolkit.core.model import infer_shapes, value_info_meta
-from toolkit.core.shapes import _STUB_BYTES, light_copy
+from toolkit.core.shapes import STUB_BYTES, light_copy
 from toolkit.surgeon.fold_noops import bodies, constant_reshape_targets, eliminate_noops
 from toolkit.surgeon.plumbing import (
     LogFn,
     all_nodes,
     all_tensors,
     count_nodes,
+    graphsurgeon_errors,
     gs_step,
     np_dtype,
     quiet_gs,
@@ -113,7 +114,7 @@ def _refresh_gs_shapes(gs, graph, original) -> int:
     learned something.
     """
 
-    with quiet_gs(), stubbed_constants(graph, _STUB_BYTES):
+    with quiet_gs(), stubbed_constants(graph, STUB_BYTES):
         model = gs.export_onnx(graph, do_type_check=False)
     restore_model_fields(model, original)
     light = light_copy(model)
@@ -362,7 +363,7 @@ def _fold_once(
                     log("Folding constants | some folded tensors are over 1 MiB; --fold-size-threshold keeps "
                         "such tensors computed at run time instead")
                 return "none" if not (bad_nodes or bad_ops) else "none, excluding failing nodes"
-            except Exception as exc:  # ONNX-Runtime or graphsurgeon failed on some node
+            except graphsurgeon_errors() as exc:  # ONNX-Runtime or graphsurgeon failed on some node
                 names = {n.name for n in all_nodes(graph)}
                 part = _failing_part(str(exc), names - bad_nodes)
                 if part is None or (part[0] == "op" and part[1] in bad_ops):

@@ -9,8 +9,9 @@ import onnx
 
 from toolkit.core.errors import InputError
 from toolkit.core.graphs import damaged_tensor, walk_graphs
+from toolkit.core.model import load_lazily
 from toolkit.core.shapes import node_reads
-from toolkit.core.weights import load_lazily, ref_source
+from toolkit.core.weights import ref_source
 
 EAGER_EXTERNAL_BYTES = 1 << 20
 SHAPE_OPS = {"Shape", "Size"}

@@ -28,8 +28,8 @@ from toolkit.surgeon.plumbing import (
     nolog,
     non_tensor_types,
     quiet_gs,
-    symbolic_inference,
     restore_model_fields,
+    symbolic_shape_inference,
 )
 from toolkit.surgeon.validate import Validation, attempt
 
@@ -176,7 +176,7 @@ def _after_optimizer(result, model):
 def _symbolic_shapes(model) -> Dict[str, tuple]:
     """Shapes of the top graph's tensors by ONNX-Runtime's symbolic shape inference: numbers
     where known, other dims as None (empty when it cannot run)."""
-    inferred = symbolic_inference(model)  # (None: fewer targets are made constant)
+    inferred = symbolic_shape_inference(model)
     if inferred is None:
         return {}
     found: Dict[str, tuple] = {}

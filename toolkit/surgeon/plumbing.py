@@ -11,11 +11,11 @@ from typing import Callable, Optional, Sequence
 import onnx
 from onnx import ValueInfoProto, helper
 
-from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError, one_line
+from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError, one_line, ort_errors
 from toolkit.core.graphs import walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_to_numpy, dtype_to_onnx
 from toolkit.core.model import infer_shapes
-from toolkit.core.shapes import _STUB_BYTES, _STUB_LOCATION, light_copy
+from toolkit.core.shapes import STUB_BYTES, STUB_LOCATION, light_copy
 from toolkit.surgeon.fold_noops import bodies
 
 LogFn = Callable[[str], None]
@@ -31,6 +31,36 @@ def quiet_gs():
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
         yield buf
+
+
+def symbolic_shape_inference(model):
+    """``model`` (weights shared as stubs) through ONNX-Runtime's symbolic shape inference, which
+    follows dims through ops ONNX's own inference does not; None where it cannot run (sympy is
+    optional, opset below 7), fails, or leaves shapes unknown. Callers use it only to refine
+    shapes they already have.
+
+    Its ``infer_shapes`` saves ``sym_shape_infer_temp.onnx`` and a data file into the current
+    folder when shapes stay unknown: that loop is run here instead, writing nothing."""
+    try:
+        import sympy  # noqa: F401  (symbolic inference needs it; optional)
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference, get_opset
+    except ImportError:
+        return None
+    try:
+        with quiet_ort(), contextlib.redirect_stdout(io.StringIO()):
+            copy = light_copy(model)
+            opset = get_opset(copy)
+            if not opset or opset < 7:
+                return None
+            sym = SymbolicShapeInference(2**31 - 1, True, False, 0)
+            sym._preprocess(copy)
+            complete = False
+            while sym.run_:
+                complete = sym._infer_impl()
+            sym._update_output_from_vi()
+    except Exception:  # noqa: BLE001 - pure-Python inference over sympy, failing in any way on ops it does not know: a refinement only
+        return None
+    return sym.out_mp_ if complete else None
 
 
 @contextlib.contextmanager
@@ -113,7 +143,7 @@ def stubbed_constants(graph, limit: int):
 
     Exporting a big constant copies its bytes four times (tobytes, make_tensor, the
     graph's initializer list, the model's graph); shape inference needs none of them."""
-    from onnx_graphsurgeon.exporters import onnx_exporter
+    from onnx_graphsurgeon.exporters import onnx_exporter  # sanitize without folding loads no graphsurgeon
     from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
 
     stubbed = {}
@@ -139,7 +169,7 @@ def stubbed_constants(graph, limit: int):
         stub.data_location = onnx.TensorProto.EXTERNAL
         entry = stub.external_data.add()
         entry.key = "location"
-        entry.value = _STUB_LOCATION
+        entry.value = STUB_LOCATION
         return stub
 
     exporter.export_tensor_proto = staticmethod(export_tensor_proto)
@@ -154,7 +184,7 @@ def fill_stubs(model, constants) -> None:
     from onnx_graphsurgeon.exporters import onnx_exporter
 
     for t in model.graph.initializer:
-        if not (t.external_data and t.external_data[0].value == _STUB_LOCATION):
+        if not (t.external_data and t.external_data[0].value == STUB_LOCATION):
             continue
         tensor = constants[t.name]
         lazy = getattr(tensor._values, "tensor", None)
@@ -173,7 +203,7 @@ def fill_stubs(model, constants) -> None:
 
 
 def export_graph(gs, graph, original):
-    with quiet_gs(), stubbed_constants(graph, _STUB_BYTES) as big:
+    with quiet_gs(), stubbed_constants(graph, STUB_BYTES) as big:
         model = gs.export_onnx(graph, do_type_check=False)
     fill_stubs(model, big)
     restore_model_fields(model, original)
@@ -205,6 +235,16 @@ def count_model_nodes(model) -> int:
     return count(model.graph)
 
 
+def graphsurgeon_errors() -> tuple:
+    """What onnx-graphsurgeon raises on a model it cannot take: its own exception, the asserts
+    and Python errors of its code (an UnboundLocalError on some graphs), and what ONNX and
+    ONNX-Runtime (it folds with them) raise."""
+    from onnx_graphsurgeon.util.exception import OnnxGraphSurgeonException
+
+    onnx_own = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError)
+    return (OnnxGraphSurgeonException, AssertionError, ArithmeticError, NameError) + onnx_own + ort_errors()
+
+
 class GraphSurgeonError(InputError):
     """onnx-graphsurgeon failed on the model (exit 3, as bad input)."""
 
@@ -217,7 +257,7 @@ def gs_step(what: str):
         yield
     except (ToolkitError, MemoryError):
         raise
-    except Exception as exc:  # graphsurgeon raises its own exception, KeyError, ValueError...
+    except graphsurgeon_errors() as exc:
         raise GraphSurgeonError(
             f"onnx-graphsurgeon cannot {what} this model ({one_line(exc, first_line=True, limit=300)}); the model may be malformed "
             "(onnx.checker.check_model tells what is wrong)"
@@ -344,32 +384,3 @@ def non_tensor_value_types(model, names: Sequence[str]) -> dict:
     if any(n not in types for n in names):
         types = {**non_tensor_types(infer_shapes(light_copy(model))), **types}
     return {n: types[n] for n in names if n in types}
-
-
-def symbolic_inference(model):
-    """``model`` (a light copy) with ONNX-Runtime's symbolic shape inference applied, or None where
-    it cannot run (no sympy, opset below 7, an error) or leaves shapes unknown.
-
-    Its ``infer_shapes`` saves ``sym_shape_infer_temp.onnx`` and a data file into the current
-    folder when shapes stay unknown: that loop is run here instead, writing nothing."""
-    try:
-        import sympy  # noqa: F401  (symbolic inference needs it; optional)
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference, get_opset
-    except ImportError:
-        return None
-    try:
-        with quiet_ort(), contextlib.redirect_stdout(io.StringIO()):
-            copy = light_copy(model)
-            opset = get_opset(copy)
-            if not opset or opset < 7:
-                return None
-            sym = SymbolicShapeInference(2**31 - 1, True, False, 0)
-            sym._preprocess(copy)
-            complete = False
-            while sym.run_:
-                complete = sym._infer_impl()
-            sym._update_output_from_vi()
-    except Exception:  # noqa: BLE001 - an optional refinement: callers go on without it
-        return None
-    return sym.out_mp_ if complete else None
-

@@ -12,11 +12,11 @@ import onnx
 import onnx.shape_inference
 from onnx import numpy_helper
 
-from toolkit.core.errors import InputError, UsageError, one_line
-from toolkit.core.graphs import has_external_data, node_subgraphs, walk_graphs
+from toolkit.core.errors import InputError, UsageError, one_line, ort_errors
+from toolkit.core.graphs import copy_field, has_external_data, node_subgraphs, tensor_nbytes, walk_graphs
 from toolkit.core.meta import dtype_to_numpy
 from toolkit.core.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
-from toolkit.core.shapes import _STUB_BYTES, _copy_field, _tensor_nbytes, light_copy, node_reads
+from toolkit.core.shapes import STUB_BYTES, light_copy, node_reads
 from toolkit.surgeon.load import SHAPE_OPS
 
 
@@ -65,7 +65,7 @@ def attempt(fn, *args, **kwargs) -> Tuple[Any, Optional[Exception]]:
     load"), never a crash. This is the one place that catches them."""
     try:
         return fn(*args, **kwargs), None
-    except Exception as exc:  # noqa: BLE001 - ONNX-Runtime's exception types (see above)
+    except ort_errors() as exc:
         return None, exc
 
 
@@ -75,7 +75,7 @@ def light_session(model, external_data_dir: Optional[str] = None, extra_outputs:
     become graph inputs fed with the model's own arrays (no copy), so creating the
     session costs the graph, not the weights. ``only_outputs`` prunes the graph to what
     they need; ``optimized`` loads at ONNX-Runtime's basic level."""
-    import onnxruntime as ort
+    import onnxruntime as ort  # surgeon commands that validate nothing do not load it
 
     light, stubbed = _without_big_weights(model)
     if only_outputs is not None:
@@ -203,7 +203,7 @@ class Validation:
             return
 
         # (ByteSize() would walk every weight's bytes: slow on big models)
-        if sum(_tensor_nbytes(t) for t in self.original.graph.initializer) > _VALIDATE_MAX_BYTES:
+        if sum(tensor_nbytes(t) for t in self.original.graph.initializer) > _VALIDATE_MAX_BYTES:
             self.skip_reason = "the model is over 1 GiB"
             return
         if has_external_data(self.original):
@@ -458,14 +458,14 @@ def _without_big_weights(model):
     light = onnx.ModelProto()
     for f, value in model.ListFields():
         if f.name != "graph":
-            _copy_field(light, f.name, value)
+            copy_field(light, f.name, value)
     g = light.graph
     for f, value in model.graph.ListFields():
         if f.name != "initializer":
-            _copy_field(g, f.name, value)
+            copy_field(g, f.name, value)
     big = []
     for t in model.graph.initializer:
-        if _tensor_nbytes(t) > _STUB_BYTES or t.data_location == onnx.TensorProto.EXTERNAL:
+        if tensor_nbytes(t) > STUB_BYTES or t.data_location == onnx.TensorProto.EXTERNAL:
             big.append(t)
         else:
             g.initializer.append(t)

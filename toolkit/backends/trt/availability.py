@@ -9,10 +9,10 @@ import re
 from typing import Callable, Iterable, Optional, Tuple
 
 from toolkit.core.errors import DependencyError, InferenceError, ToolkitError, one_line
+from toolkit.core.install import extra_install_command
+
 
 def _install_hint(flags: str = "") -> str:
-    from toolkit.core.install import extra_install_command
-
     cmd = extra_install_command("trt")
     return cmd.replace("pip install ", f"pip install {flags} ", 1) if flags and cmd.startswith("pip install ") else cmd
 

@@ -9,16 +9,21 @@ flags, INT8 calibrates on the run's inputs). TensorRT 11 builds strongly typed n
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import tempfile
+import threading
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from toolkit.core.errors import DependencyError, InputError, UsageError
-from toolkit.core.meta import TensorMeta
+from toolkit.core.meta import TensorMeta, dtype_to_numpy, format_shape
+from toolkit.core.model import check_readable_file, describe, load_model, read_bytes, save_model
 
 from .availability import has_weak_typing, inference_error, trt_call, trt_major
-from .options import Profile, Shape, TrtConfig, _concrete, select_outputs
+from .options import Profile, Shape, TrtConfig, concrete, select_outputs
 
 # TensorRT DataType member -> toolkit dtype name (what numpy holds, with ml_dtypes for bf16/fp8).
 # INT4, FP4 and E8M0 have no numpy equivalent: such tensors cannot be fed or returned.
@@ -44,8 +49,6 @@ def dtype_name(trt_dtype, tensor: str) -> str:
 
 
 def np_dtype(trt_dtype, tensor: str):
-    from toolkit.core.meta import dtype_to_numpy
-
     return dtype_to_numpy(dtype_name(trt_dtype, tensor))
 
 
@@ -70,9 +73,6 @@ class Interrupt:
         self.pending = False
 
     def __enter__(self):
-        import signal
-        import threading
-
         self._old = None
         if threading.current_thread() is threading.main_thread():
             self._old = signal.signal(signal.SIGINT, self._handler)
@@ -83,7 +83,6 @@ class Interrupt:
 
     def __exit__(self, *exc):
         if self._old is not None:
-            import signal
 
             signal.signal(signal.SIGINT, self._old)
 
@@ -206,13 +205,13 @@ def format_parser_errors(parser) -> str:
         where = ""
         try:
             index = int(perr.node())
-        except Exception:  # noqa: BLE001
+        except (AttributeError, TypeError, ValueError):  # a TensorRT whose parser errors do not name the node
             index = -1
         if index >= 0:
             name = op = ""
             try:
                 name, op = perr.node_name(), perr.node_operator()
-            except Exception:  # noqa: BLE001
+            except (AttributeError, TypeError):  # before TensorRT 10: no names
                 pass
             where = f"node {index}"
             if name:
@@ -250,7 +249,7 @@ class LoopNesting:
             boundary = layer
             boundary.__class__ = trt.ILoopBoundaryLayer
             return boundary.loop
-        except Exception:  # noqa: BLE001 - then loops are taken not to nest
+        except (AttributeError, TypeError):  # this TensorRT has no such cast: loops are taken not to nest
             return None
 
     def see(self, layer, ltype) -> None:
@@ -346,8 +345,7 @@ def converter_for_strong_typing(external_data_dir: Optional[str] = None) -> Call
     """
 
     def convert(src: str, dtype: str, dst: str) -> Optional[str]:
-        from toolkit.convert import fp16
-        from toolkit.core.model import load_model, save_model
+        from toolkit.convert import fp16  # TensorRT 11 with --fp16/--bf16 only: a large module
 
         model = load_model(src, external_data_dir=external_data_dir)
         result = fp16.convert(model, keep_io_types=True, inplace=True, dtype=dtype)
@@ -429,8 +427,6 @@ class EngineBuilder:
         return dst, None  # the converted model sits beside its own weights
 
     def parse(self, builder):
-        from toolkit.core.model import check_readable_file, describe, read_bytes
-
         trt = self.trt
         # TensorRT 11: every network is strongly typed; 10: explicit batch is the only mode
         flags = 1 << int(trt.NetworkDefinitionCreationFlag.STRONGLY_TYPED) if trt_major(trt) >= 11 else 0
@@ -493,7 +489,6 @@ class EngineBuilder:
 
     def fallback_shape(self, meta: TensorMeta) -> Shape:
         """The fixed shape of a dynamic input that no profile covers."""
-        from toolkit.core.meta import format_shape
 
         feeds = self.config.sample_feeds
         if feeds:
@@ -507,7 +502,7 @@ class EngineBuilder:
                     f"--input-shapes gives '{meta.name}' shape {format_shape(given)}, "
                     f"which does not fit the network's {format_shape(_known(meta))}"
                 )
-            return _concrete(given, f"--input-shapes for '{meta.name}'")
+            return concrete(given, f"--input-shapes for '{meta.name}'")
         shape = tuple(d if isinstance(d, int) else 1 for d in _known(meta))
         self.notes.append(
             f"input '{meta.name}' has dynamic shape {format_shape(_known(meta))} and no profile; building for "
@@ -517,7 +512,6 @@ class EngineBuilder:
 
     def feed_ranges(self, metas: List[TensorMeta], values: bool = False) -> Dict[str, Tuple[Shape, Shape, Shape]]:
         """min/opt/max over the loaded feeds: of each input's shape, or (``values``) of its values."""
-        import numpy as np
 
         out = {}
         feeds = self.config.sample_feeds or ()
@@ -536,7 +530,6 @@ class EngineBuilder:
 
     def _check_user_profiles(self, profiles: List[Profile], metas: List[TensorMeta], shape_inputs: Sequence[str]) -> None:
         """UsageError for a --trt-*-shapes profile naming no input, or shapes that do not fit it."""
-        from toolkit.core.meta import format_shape
 
         by_name = {m.name: m for m in metas}
         for k, prof in enumerate(profiles):

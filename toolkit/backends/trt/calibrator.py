@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from typing import Dict, List, Mapping, Optional, Tuple
 
+import numpy as np
+
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.meta import TensorMeta
 
@@ -49,7 +51,6 @@ class Calibrator:
         self, trt, cudart, feeds: List[Mapping], input_names: List[str], read_from: Optional[str], write_to: Optional[str]
     ):
         """TensorRT's calibrator over ``feeds``; its errors are kept in ``self.error`` (TensorRT swallows them)."""
-        import numpy as np
 
         outer = self
         h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
@@ -75,7 +76,7 @@ class Calibrator:
                         outer.buffers._check(cudart.cudaMemcpy(ptr, arr.ctypes.data, arr.nbytes, h2d), "cudaMemcpy")
                         ptrs.append(ptr)
                     return ptrs
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 - a TensorRT callback: nothing may raise into it; kept, raised after the build
                     outer.error = outer.error or as_toolkit_error(exc, "INT8 calibration failed")
                     return None
 
@@ -96,7 +97,7 @@ class Calibrator:
                     from toolkit.core.model import write_bytes_atomic
 
                     write_bytes_atomic(write_to, bytes(cache))
-                except Exception as exc:  # noqa: BLE001
+                except Exception as exc:  # noqa: BLE001 - a TensorRT callback (see above)
                     outer.error = outer.error or as_toolkit_error(exc, f"{write_to}: cannot write the calibration cache")
 
         return EntropyCalibrator()
@@ -107,7 +108,6 @@ class Calibrator:
 
 def _same_shaped(feeds: List[Mapping], metas: List[TensorMeta], notes: List[str]) -> Tuple[List[Mapping], Dict[str, Shape]]:
     """The feeds whose shapes equal the first one's (one profile calibrates), and those shapes."""
-    import numpy as np
 
     first = {m.name: tuple(np.shape(feeds[0][m.name])) for m in metas}
     usable = [f for f in feeds if all(tuple(np.shape(f[m.name])) == first[m.name] for m in metas)]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Dict, Tuple
 
+from toolkit.core.errors import InferenceError
+
 from .availability import err_name, inference_error
 
 
@@ -32,7 +34,7 @@ class DeviceBuffers:
     def _check(self, result, what: str):
         try:
             return cuda_check(result, what)
-        except Exception as exc:
+        except InferenceError as exc:  # cuda_check's one error: say which tensor
             if self.where:
                 raise inference_error(f"{exc} {self.where}") from None
             raise

@@ -11,6 +11,7 @@ from typing import Any, Dict, List
 
 from toolkit.core.errors import DependencyError, InputError
 from toolkit.core.meta import format_meta
+from toolkit.core.model import read_bytes
 
 from .availability import check_available, inference_error, trt_call
 
@@ -34,7 +35,6 @@ def describe_engine(path: str, layers: bool = True) -> Dict[str, Any]:
 
 def _load_engine(path: str):
     """(tensorrt, the deserialized engine of ``path``)."""
-    from toolkit.core.model import read_bytes
 
     from .builder import Interrupt, init_plugins, make_logger
 

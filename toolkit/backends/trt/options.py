@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core.errors import InputError, UsageError  # noqa: F401  (InputError: select_outputs raises it)
-from toolkit.core.meta import TensorMeta
+from toolkit.core.layerwise import choose_names
+from toolkit.core.meta import TensorMeta, parse_shape_specs
 from toolkit.core.meta import parse_size as _parse_size
 
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
@@ -50,7 +51,7 @@ def parse_pool_limits(specs: Optional[Sequence[str]]) -> Dict[str, int]:
     return out
 
 
-def _concrete(shape, what: str) -> Shape:
+def concrete(shape, what: str) -> Shape:
     if shape is None or any(not isinstance(d, int) or d < 0 for d in shape):
         from toolkit.core.meta import format_shape
 
@@ -81,9 +82,9 @@ def build_profiles(
             o = mid[name] if name in mid else (hi[name] if name in hi else lo[name])
             a = lo[name] if name in lo else o
             b = hi[name] if name in hi else o
-            a = _concrete(a, f"profile {k}: min shape of '{name}'")
-            o = _concrete(o, f"profile {k}: opt shape of '{name}'")
-            b = _concrete(b, f"profile {k}: max shape of '{name}'")
+            a = concrete(a, f"profile {k}: min shape of '{name}'")
+            o = concrete(o, f"profile {k}: opt shape of '{name}'")
+            b = concrete(b, f"profile {k}: max shape of '{name}'")
             if not (len(a) == len(o) == len(b)):
                 raise UsageError(f"profile {k}: min/opt/max shapes of '{name}' have different ranks: {a}, {o}, {b}")
             if any(x > y for x, y in zip(a, o)) or any(x > y for x, y in zip(o, b)):
@@ -99,7 +100,6 @@ def parse_profile_groups(
     maxs: Optional[Sequence[Sequence[str]]],
 ) -> List[Profile]:
     """Profiles from the spellings of --trt-min/opt/max-shapes: one list of ``name:shape`` per occurrence."""
-    from toolkit.core.meta import parse_shape_specs
 
     def parse(groups):
         return [parse_shape_specs(list(g)) for g in groups or ()]
@@ -117,7 +117,6 @@ def select_outputs(
     ``current``: the network's own outputs; ``known``: every name that may be named
     explicitly (default: candidates + current). No patterns keeps ``current``.
     """
-    from toolkit.core.layerwise import choose_names
 
     allowed = list(dict.fromkeys(list(candidates) + list(current)))
     return choose_names(

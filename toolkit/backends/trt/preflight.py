@@ -11,6 +11,8 @@ import os
 from typing import Callable, Mapping, Optional
 
 from toolkit.core.errors import UsageError
+from toolkit.core.meta import parse_shape_specs
+from toolkit.core.model import check_output_path
 
 from .availability import check_available, check_config
 from .options import TrtConfig, is_engine_path, parse_pool_limits, parse_profile_groups
@@ -18,7 +20,6 @@ from .options import TrtConfig, is_engine_path, parse_pool_limits, parse_profile
 
 def config_from(opts) -> TrtConfig:
     """The :class:`TrtConfig` for ``opts`` (UsageError for malformed values)."""
-    from toolkit.core.meta import parse_shape_specs
 
     return TrtConfig(
         fp16=opts.fp16,
@@ -43,8 +44,6 @@ def model_is_engine(opts) -> bool:
 
 
 def _check_files(opts) -> None:
-    from toolkit.core.model import check_output_path
-
     if opts.save_engine:
         if opts.save_engine == "-":
             raise UsageError("--save-engine needs a file name, not stdout ('-')")

@@ -6,9 +6,12 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional
 
+import numpy as np
+
 from toolkit.backends.base import Runner
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.meta import TensorMeta
+from toolkit.core.model import read_bytes
 
 from .availability import check_available, check_config, inference_error, trt_call
 from .builder import EngineBuilder, Interrupt, dims, dtype_name, init_plugins, make_logger, np_dtype, stderr_sink
@@ -92,8 +95,6 @@ class TrtRunner(Runner):
             raise
 
     def _read_engine(self) -> bytes:
-        from toolkit.core.model import read_bytes
-
         if self.config.mark_outputs or self.config.exclude_outputs:
             raise UsageError(f"{self.model_path} is a built engine, whose outputs are fixed; --trt-outputs needs the ONNX model")
         ignored = self.config.builder_options()
@@ -183,7 +184,6 @@ class TrtRunner(Runner):
 
     def preferred_values(self) -> Dict[str, object]:
         """Values for shape-tensor inputs: the opt values of profile 0 (generated data must be valid shapes)."""
-        import numpy as np
 
         eng = self._engine
         out: Dict[str, object] = {}
@@ -208,8 +208,6 @@ class TrtRunner(Runner):
 
     # ------------------------------------------------------------------ profiles
     def _fits(self, k: int, feed: Mapping) -> bool:
-        import numpy as np
-
         eng = self._engine
         for name in self._inputs:
             if eng.is_shape_inference_io(name):
@@ -254,7 +252,6 @@ class TrtRunner(Runner):
                 cuda_check(self._cudart.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
                 self._profile = k
                 return
-        import numpy as np
 
         given = ", ".join(
             f"'{n}' values {[int(v) for v in np.asarray(feed[n]).reshape(-1)]}"
@@ -280,7 +277,6 @@ class TrtRunner(Runner):
 
     def _bind_inputs(self, feed: Mapping) -> list:
         """Set input shapes and copy the inputs to the device; returns the host arrays."""
-        import numpy as np
 
         cudart, ctx, eng = self._cudart, self._context, self._engine
         h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
@@ -315,7 +311,6 @@ class TrtRunner(Runner):
 
     def _bind_outputs(self) -> Dict[str, tuple]:
         """Device memory for every output: the shapes known now (the others come from the allocator)."""
-        import numpy as np
 
         ctx, eng = self._context, self._engine
         shapes: Dict[str, tuple] = {}
@@ -352,8 +347,6 @@ class TrtRunner(Runner):
             raise self._callback_error
 
     def _fetch_outputs(self, shapes: Dict[str, tuple]) -> Dict[str, object]:
-        import numpy as np
-
         cudart, eng = self._cudart, self._engine
         d2h = cudart.cudaMemcpyKind.cudaMemcpyDeviceToHost
         outputs: Dict[str, object] = {}

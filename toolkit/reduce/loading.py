@@ -1,0 +1,173 @@
+"""Loading for ``debug reduce``: the model (indexed from its serialized pieces, big external
+weights left on disk), and what the data files tell about its inputs and tensors."""
+
+from __future__ import annotations
+
+import mmap
+import os
+from typing import Dict, Optional, Sequence
+
+from toolkit.core.datafiles import load_inputs
+from toolkit.core.errors import InputError, ToolkitError
+from toolkit.core.graphs import has_external_data
+from toolkit.core.meta import TensorMeta, dtype_from_numpy, format_shape
+from toolkit.core.model import (
+    check_readable_file,
+    graph_io_meta,
+    load_external_data_into,
+    load_lazily,
+    parse_model,
+)
+from toolkit.core.shapes import run_on_ort
+from toolkit.reduce.graph import (
+    RawPieces,
+)
+
+# External weights up to this size are read when the model is loaded; bigger ones stay on
+# disk and are copied into each file written (see GraphIndex.write).
+EAGER_WEIGHT_BYTES = 1 << 20
+
+
+def load_model_and_pieces(path: str, external_data_dir: Optional[str] = None):
+    """(model, pieces): :func:`load_for_index` with every external weight loaded into the model."""
+
+    model, pieces, base = load_for_index(path, external_data_dir)
+    if base is not None:
+        load_external_data_into(model, base, path)
+    return model, pieces
+
+
+def load_for_index(path: str, external_data_dir: Optional[str] = None):
+    """(model, pieces, base): the model to index, the file cut into pieces to build
+    candidates, and the folder of its external data.
+
+    For a model whose weights are inside its file, the file is memory-mapped, cut into
+    its fields, and the model returned is a *light* one: big initializers are stubs
+    (names, dims, types), so this process stays small (cheap forks for the warm worker)
+    and candidates are written from slices of the file. A model with external data is
+    loaded with its big weights left on disk as references (``base`` is their folder;
+    :class:`GraphIndex` copies what each candidate needs when writing it). Otherwise
+    (stdin, anything unusual) the model is loaded and ``pieces`` is None. Errors are those
+    of :func:`toolkit.core.model.load_model`.
+    """
+
+    def full():
+        model, base = load_lazily(path, external_data_dir, eager_bytes=EAGER_WEIGHT_BYTES)
+        return model, None, base
+
+    if path == "-":
+        return full()
+    check_readable_file(path)
+    data = _map_file(path)
+    if data is None:
+        return full()
+    pieces = RawPieces.scan(data)
+    light = pieces.light_bytes() if pieces is not None else None
+    if pieces is None or light is None or pieces.external:
+        return full()
+    try:
+        model = parse_model(light, path)
+    except InputError:
+        return full()  # let the normal loader word the error
+    if has_external_data(model):
+        return full()
+    return model, pieces, None
+
+
+def data_input_shapes(model, paths: Sequence[str], warn=None) -> Dict[str, tuple]:
+    """Shapes for the model's dynamic inputs, from the first feed of ``--load-inputs`` files.
+
+    A layerwise file (the inputs of every tensor of a model) is welcome: arrays that are
+    not inputs of the model are left out here (:func:`data_tensor_metas` describes them
+    for subgraphs that read them). An array of another dtype than its input is used for
+    its shape, with a warning (the check decides what it does with it). An array that
+    disagrees with an input's fixed dims is an InputError naming the file and the tensor
+    (the check would otherwise fail on every subgraph for a reason that has nothing to do
+    with the model). Later files win for names given twice.
+    """
+    if not paths:
+        return {}
+
+    ins, _ = graph_io_meta(model)
+    metas = {m.name: m for m in ins}
+    shapes: Dict[str, tuple] = {}
+    tensors = None
+    for path in paths:
+        feeds = load_inputs(path)
+        if not feeds:
+            continue
+        if not any(name in metas for name in feeds[0]):
+            if tensors is None:  # what a layerwise file may hold: inputs and node outputs
+                tensors = {o for n in model.graph.node for o in n.output if o} | set(metas)
+            if not any(name in tensors for name in feeds[0]):
+                known = ", ".join(f"'{n}'" for n in metas) or "(none)"
+                first = next(iter(feeds[0]), "")
+                raise InputError(
+                    f"{path}: no array in it is a tensor of the model ('{first}' is not); its inputs are {known}"
+                )
+        for name, value in feeds[0].items():
+            meta = metas.get(name)
+            if meta is None:
+                continue  # a layerwise file: not an input of the whole model
+            shape = tuple(int(d) for d in getattr(value, "shape", ()))
+            dtype = getattr(value, "dtype", None)
+            if meta.dtype and dtype is not None and dtype_from_numpy(dtype) != meta.dtype and warn is not None:
+                warn(
+                    f"{path}: input '{name}' is {dtype_from_numpy(dtype)} but the model wants {meta.dtype}; "
+                    f"debug reduce casts it to {meta.dtype} where it runs the model"
+                )
+            if meta.shape is not None:
+                fixed_ok = len(meta.shape) == len(shape) and all(
+                    not isinstance(d, int) or d < 0 or d == v for d, v in zip(meta.shape, shape)
+                )
+                if not fixed_ok:
+                    raise InputError(
+                        f"{path}: input '{name}' has shape {format_shape(shape)} but the model's input is "
+                        f"{format_shape(meta.shape)}"
+                    )
+                if all(isinstance(d, int) and d >= 0 for d in meta.shape):
+                    continue  # static already
+            shapes[name] = shape
+    return shapes
+
+
+def data_tensor_metas(paths: Sequence[str]) -> Dict[str, "object"]:
+    """Shape and dtype of every array of the first feed of ``paths`` (later files win):
+    what a layerwise inputs file says about the tensors a subgraph may read."""
+
+    found: Dict[str, object] = {}
+    for path in paths:
+        feeds = load_inputs(path)
+        if not feeds:
+            continue
+        for name, value in feeds[0].items():
+            dtype = getattr(value, "dtype", None)
+            shape = getattr(value, "shape", None)
+            if dtype is None or shape is None:
+                continue
+            try:
+                found[name] = TensorMeta(name, tuple(int(d) for d in shape), dtype_from_numpy(dtype))
+            except (ToolkitError, KeyError, TypeError, ValueError):  # a dtype toolkit cannot name: nothing to say
+                continue
+    return found
+
+
+def run_for_values(model, names: Sequence[str], feed, shapes, external_data_dir=None) -> Dict[str, object]:
+    """The values of tensors ``names`` of ``model`` run once on ONNX-Runtime (CPU, no graph
+    optimization) on ``feed`` (None: generated inputs of the model's input shapes)."""
+
+    purpose = "fold the tensors of removed side branches (--no-reduce-outputs)"
+    return run_on_ort(model, names, purpose=purpose, feed=feed, input_shapes=shapes, external_data_dir=external_data_dir)[1]
+
+
+def _map_file(path: str):
+
+    try:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                return None
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except (OSError, ValueError):
+        return None
+
+
