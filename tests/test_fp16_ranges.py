@@ -328,3 +328,31 @@ def test_the_check_reads_loaded_inputs(cli, tmp_path):
     assert json.loads(r.out)["validation"]["passed"]
     r = cli("convert", src, "--fp-to-fp16", "-o", tmp_path / "p.onnx", "--load-inputs", tmp_path / "none.npz")
     assert r.code == 3 and not (tmp_path / "p.onnx").exists()
+
+
+def test_integer_accumulators_stay_fp32(cli, tmp_path):
+    """MatMulInteger's int32 sums pass fp16's 65504 (64 products of up to 127 x 127): the Cast that
+    makes them float and the scale that reads it stay fp32; converted to fp16 they are inf."""
+    k = 64
+    model = int8_matmul_model()
+    wq = np.full((k, 8), 127, np.int8)
+    wq[:, 1::2] = -127
+    model.graph.initializer[0].CopyFrom(numpy_helper.from_array(wq, "Wq"))
+    model.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, k]))
+    x = np.ones((2, k), np.float32)
+    res = fp16.convert(model)
+    cast = next(n for n in res.model.graph.node if n.op_type == "Cast" and n.input[0] == "mi")
+    assert cast.attribute[0].i == TensorProto.FLOAT
+    reader = next(n for n in res.model.graph.node if cast.output[0] in n.input)
+    assert reader.name in res.kept
+    from toolkit.convert.emulate import emulate_mixed
+
+    want = ort_run(model, {"x": x})["y"]
+    for conv in (res.model, emulate_mixed(res.model).model):
+        got = ort_run(conv, {"x": x})["y"].astype(np.float32)
+        assert np.all(np.isfinite(got)) and np.abs(got - want).max() < 2e-2
+    src = mz.save(model, tmp_path / "q.onnx")
+    r = cli("convert", src, "--fp-to-fp16", "-o", tmp_path / "q16.onnx", "--json")
+    assert r.code == 0 and "differs" not in r.err, r.err
+    # bf16 holds such sums (its range is float32's): nothing kept for them
+    assert fp16.REASON_ACCUMULATOR not in fp16.convert(model, dtype="bfloat16").kept.values()

@@ -398,3 +398,28 @@ def test_stdin_and_external_data(models, tmp_path):
     assert res.code == 0 and "PASSED | onnxrt-runner vs openvino-runner" in res.err, res.err
     res = run_toolkit("run", ext, "--openvino", "--external-data-dir", tmp_path)
     assert res.code == 2 and "reads external data from the model's own folder" in res.err
+
+
+# OpenVINO's text when one of its graph passes fails (a QDQ classifier quantized by onnxruntime)
+PASS_FAILURE = (
+    "Exception from src/inference/src/cpp/core.cpp:117:\nException from src/inference/src/dev/plugin.cpp:54:\n"
+    "Exception from src/core/src/pass/graph_rewrite.cpp:298:\n[AddTransformation] END: node: opset1::Add Add@1 "
+    "(opset1::Multiply conv_DequantizeLinear[0]:f32[?,2,1,1], opset1::Multiply r_DequantizeLinear[0]:f32[1,2,1,1]) "
+    "-> (f32[?,2,1,1]) CALLBACK HAS THROWN: Check 'index < m_inputs.size()' failed at src/core/src/node.cpp:304:\n"
+    "index '0' out of range\n\n\n"
+)
+
+
+@needs_openvino
+def test_a_failed_compile_names_the_pass_and_the_node(cli, models, monkeypatch):
+    import openvino as ov
+
+    def fail(*_a, **_k):
+        raise RuntimeError(PASS_FAILURE)
+
+    monkeypatch.setattr(ov.Core, "compile_model", fail)
+    res = cli("run", models["two"], "--openvino", "--input-shapes", "x:[3,16]")
+    assert res.code == 3 and "Traceback" not in res.err
+    line = res.err.strip().splitlines()[-1]
+    assert line.startswith("error: ") and "OpenVINO cannot compile the model for CPU: index '0' out of range" in line
+    assert "AddTransformation pass, at node Add@1" in line

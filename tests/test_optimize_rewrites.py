@@ -180,3 +180,67 @@ def test_symbolic_inference_runs_only_for_a_computed_target_on_a_small_graph(mon
     monkeypatch.setattr(optimize_module, "SYMBOLIC_SHAPES_MAX_NODES", 1)
     optimize_module._after_optimizer(folded, folded)
     assert calls == [1]
+
+
+def test_optimize_works_on_a_model_with_external_data(tmp_path, cli):
+    """Weights in a separate file: ONNX-Runtime's basic level still fuses Conv + BatchNormalization
+    (it used to be skipped: ONNX-Runtime looked for the weights it keeps as they are beside its
+    temporary output)."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 1, (16, 3, 3, 3)).astype(np.float32), "W"),
+        *(numpy_helper.from_array(rng.uniform(0.5, 1.5, 16).astype(np.float32), n) for n in ("s", "b", "m", "v")),
+        numpy_helper.from_array(rng.normal(0, 1, (1, 16, 64, 320)).astype(np.float32), "k"),  # stays as it is, on disk
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "W"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "s", "b", "m", "v"], ["n"]),
+        helper.make_node("Mul", ["n", "k"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 64, 320])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 64, 320])], inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    src = tmp_path / "m.onnx"
+    onnx.save(onnx.ModelProto.FromString(model.SerializeToString()), str(src), save_as_external_data=True,
+              location="m.onnx.data", size_threshold=0)
+    out = tmp_path / "o.onnx"
+    res = cli("surgeon", "sanitize", src, "-o", out, "--optimize")
+    assert res.code == 0, res.err
+    assert "skipped" not in res.err and "nodes 3 -> 2" in res.err, res.err
+    got = onnx.load(str(out))
+    assert _ops(got) == ["Conv", "Mul"]
+    _same(model, got, {"x": rng.normal(0, 1, (1, 3, 64, 320)).astype(np.float32)}, rtol=1e-4, atol=1e-5)
+
+
+def test_symbolic_shape_inference_writes_nothing_in_the_current_folder(tmp_path, monkeypatch):
+    """ONNX-Runtime's symbolic inference, left with an unknown shape (a com.microsoft Inverse), saves
+    sym_shape_infer_temp.onnx and a data file into the current folder: --optimize and extract must not."""
+    from toolkit.surgeon.optimize import _symbolic_shapes
+
+    inits = [_c("i0", 0), _c("ax", [0]), _c("c16", [16])]
+    nodes = [
+        helper.make_node("Inverse", ["x"], ["inv"], domain="com.microsoft"),
+        helper.make_node("Shape", ["inv"], ["s"]),
+        helper.make_node("Gather", ["s", "i0"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "ax"], ["n1"]),
+        helper.make_node("Concat", ["n1", "c16"], ["t"], axis=0),
+        helper.make_node("Reshape", ["inv", "t"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits,
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, ir_version=8)
+    monkeypatch.chdir(tmp_path)
+    assert _symbolic_shapes(model) == {}
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    complete = helper.make_model(
+        helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)]),
+        opset_imports=[helper.make_opsetid("", 17)], ir_version=8,
+    )
+    assert _symbolic_shapes(complete)["y"] == (None, 4)

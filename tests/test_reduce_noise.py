@@ -102,3 +102,34 @@ def test_recommended_recipe_finds_the_perturbed_conv(models):
     assert doc["result_nodes"] == [f"conv_{FAULTY} [Op: Conv]"], res.err
     assert doc["evidence"]["noise_warning"] is None
     assert doc["evidence"]["reduced"]["worst"]["name"] == f"conv{FAULTY}"
+
+
+def test_a_step_function_off_by_one_step_is_explained(tmp_path, cli):
+    """Floor(x / 0.1) in fp16 storage: fed the reference's values, the Floor alone fails (its fp16
+    input crosses an integer), off by exactly one step; the result says that rounding at a step's
+    input does this, and how to tell it from a wrong kernel. The same graph with a Relu does not get it."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Div", ["r", "s"], ["d"]),
+        helper.make_node("Floor", ["d"], ["f"], name="the_floor"),
+        helper.make_node("Mul", ["f", "s"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])],
+        [numpy_helper.from_array(np.array(0.1, np.float32), "s")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    src = tmp_path / "step.onnx"
+    onnx.save(model, str(src))
+    res = cli("debug", "reduce", src, "-o", tmp_path / "min.onnx", "--compare", "onnxrt", "onnxrt:fp16",
+              "--val-range", "[0,4]", "--rtol", "0.004", "--atol", "0.001")
+    assert res.code == 0, res.err
+    assert [n.op_type for n in onnx.load(str(tmp_path / "min.onnx")).graph.node] == ["Floor"]
+    assert "'f' comes from Floor (the_floor), a step function, and is off by 1, at most one step" in res.err
+    assert "so would a wrong kernel" in res.err
+    model.graph.node[2].op_type = "Relu"  # no step: a failure there is not explained so
+    onnx.save(model, str(src))
+    other = cli("debug", "reduce", src, "-o", tmp_path / "min2.onnx", "--compare", "onnxrt", "onnxrt:fp16",
+                "--val-range", "[0,4]")
+    assert other.code == 0 and "step function" not in other.err

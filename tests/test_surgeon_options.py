@@ -360,3 +360,22 @@ def test_merging_keeps_nodes_that_differ_or_are_graph_outputs():
     graph.cleanup()
     names = sorted(n.name for n in graph.nodes)
     assert "relu_b" in names and "conv_b" not in names and "conv_c" in names
+
+
+def test_a_dim_named_by_symbolic_inference_is_named_on_the_input_too(tmp_path, cli):
+    """The input's dynamic dim has no name: symbolic inference calls it x_d0 and sizes the Pad's
+    output with it; the written input carries x_d0 too, so the output names a dim that exists."""
+    model = padded_sequence()
+    model.graph.input[0].type.tensor_type.shape.dim[0].ClearField("dim_param")
+    model.graph.output[0].type.tensor_type.shape.dim[0].ClearField("dim_param")
+    path = modelzoo.save(model, tmp_path / "pad.onnx")
+    out = tmp_path / "cut.onnx"
+    res = cli("surgeon", "extract", path, "-o", out, "--outputs", "p:auto")
+    assert res.code == 0, res.err
+    m = onnx.load(str(out))
+    onnx.checker.check_model(m)
+    dims = lambda vi: [d.dim_param or d.dim_value for d in vi.type.tensor_type.shape.dim]  # noqa: E731
+    assert dims(m.graph.output[0])[1] == 12
+    name = dims(m.graph.output[0])[0]
+    assert isinstance(name, str) and name and dims(m.graph.input[0]) == [name, 8]
+    assert run(out, {"x": np.zeros((3, 8), np.float32)})["p"].shape == (3, 12)

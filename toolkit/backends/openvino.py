@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib
 import io
 import os
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, Dict, List, Mapping, Optional, Sequence
@@ -394,10 +395,20 @@ class OpenvinoRunner(Runner):
         return dict(zip(self._output_names, values))
 
 
+_FAILED_PASS = re.compile(r"\[(\w+)\] END: node: \S+ (\S+) ")
+
+
 def last_line(exc: BaseException) -> str:
-    """OpenVINO's message without its source locations: the last line of the text it raised."""
-    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[-1] if lines else type(exc).__name__
+    """OpenVINO's message without its source locations: the last line of the text it raised, and
+    the graph pass and node it names when one of its passes failed (``[AddTransformation] END:
+    node: opset1::Add Add@1 ...``: the last line alone, ``index '0' out of range``, says nothing)."""
+    text = str(exc)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    last = lines[-1] if lines else type(exc).__name__
+    failed = _FAILED_PASS.search(text)
+    if failed:
+        last += f" (in OpenVINO's {failed.group(1)} pass, at node {failed.group(2)})"
+    return last
 
 
 def _type_name(hint) -> str:

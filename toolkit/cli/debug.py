@@ -294,7 +294,21 @@ def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
         spec = parse_runner_spec(runner.opts.test)
         precision = next(iter(get_kind(spec.kind).reduced(spec.options)), None)
         outcome.noise = storage_rounding_warning(outcome.reduced_evidence, precision)
+    if runner is not None and not outcome.noise and outcome.output_written and outcome.reduced_evidence:
+        outcome.noise = _step_warning(outcome, a.output)
     return outcome, reducer, runner
+
+
+def _step_warning(outcome, output: str) -> "str | None":
+    """:func:`toolkit.reduce.evidence.step_warning` on the reduced model written to ``output``."""
+    from toolkit.core.model import load_model
+    from toolkit.reduce.evidence import step_warning
+
+    try:
+        model = load_model(output, load_external_data=False)
+    except Exception:  # noqa: BLE001 - a note only; the result stands without it
+        return None
+    return step_warning(outcome.reduced_evidence, model)
 
 
 def _inline_branches(a: "ReduceArgs", load_inputs):

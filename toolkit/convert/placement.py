@@ -43,6 +43,13 @@ REASON_QUANT = "quantization op (Q/DQ and integer ops stay as they are; Casts at
 # standard-domain ops of quantized models: their float inputs and outputs (scales, dequantized
 # values) stay float32, as the quantizer wrote them (DequantizeLinear has no fp16 output before
 # opset 19, QuantizeLinear no fp16 scale)
+REASON_ACCUMULATOR = (
+    "integer accumulator made float (int32 sums of MatMulInteger/ConvInteger pass fp16's 65504): "
+    "the Cast and the scale that reads it stay fp32"
+)
+# integer ops whose int32 outputs are sums of int8 products, and the integer ops that pass such sums on
+ACCUMULATING_OPS = frozenset({"MatMulInteger", "ConvInteger"})
+ACCUMULATOR_PASSING_OPS = frozenset({"Add", "Sub", "Mul", "Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten"})
 QUANT_OPS = frozenset(
     {
         "QuantizeLinear",
@@ -149,7 +156,32 @@ def automatic_keep(model, types: Optional[Dict[str, int]] = None, dtype: str = "
                 schema = schemas.get(node)
                 if schema is not None and schema_lacks(schema, low):
                     keep[node.name] = reason_schema
+    for name in accumulator_readers(model, types) if low == FLOAT16 else ():  # (bf16 holds them, rounded)
+        keep.setdefault(name, REASON_ACCUMULATOR)
     return keep
+
+
+def accumulator_readers(model, types: Dict[str, int]) -> List[str]:
+    """Names of the nodes that make an integer accumulator float (a ``Cast`` of the int32 sums of
+    ``MatMulInteger``/``ConvInteger``, also after an integer bias ``Add``) and of the nodes that read
+    that float (the dequantizing scale): in fp16 the sums overflow to inf (65504 is 4 products of
+    127 x 127), at the Cast or at the boundary Cast before its reader."""
+    names: List[str] = []
+    for graph in iter_graphs(model.graph):
+        sums: Set[str] = set()
+        floats: Set[str] = set()
+        for node in graph.node:
+            reads_sum = any(i in sums for i in node.input if i)
+            if node.op_type in ACCUMULATING_OPS or (
+                reads_sum and node.op_type in ACCUMULATOR_PASSING_OPS and types.get(node.output[0]) != FLOAT
+            ):
+                sums.update(o for o in node.output if o)
+            elif reads_sum and node.op_type == "Cast" and types.get(node.output[0]) == FLOAT:
+                names.append(node.name)
+                floats.update(o for o in node.output if o)
+            elif any(i in floats for i in node.input if i) and node.name:
+                names.append(node.name)
+    return names
 
 
 def _inside_kept(model, kept: Set[str]) -> Set[str]:

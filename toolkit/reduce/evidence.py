@@ -209,6 +209,30 @@ def storage_rounding_warning(reduced: Optional[Evidence], precision: Optional[st
     )
 
 
+# ops whose output moves by whole steps: an input off by rounding alone can move it one step
+STEP_OPS = frozenset({"Floor", "Ceil", "Round", "Sign", "QuantizeLinear", "DynamicQuantizeLinear"})
+
+
+def step_warning(reduced: Optional[Evidence], model) -> Optional[str]:
+    """A warning when the reduced model's worst tensor comes from a step function (``Floor``,
+    ``Round``, ``QuantizeLinear``...) and is off by at most one step: rounding before the step,
+    too small to fail anywhere else, is enough for that (a quantizer decomposed into ``Div`` and
+    ``Floor`` on two backends, or fp16 storage of the step's input). ``model``: the reduced model."""
+    r = reduced.worst if reduced is not None else None
+    if r is None or r.passed or not math.isfinite(r.max_abs) or r.max_abs > 1.0:
+        return None
+    producer = next((n for n in model.graph.node if r.name in n.output), None)
+    if producer is None or producer.op_type not in STEP_OPS or producer.domain not in ("", "ai.onnx"):
+        return None
+    node = f" ({producer.name})" if producer.name else ""
+    return (
+        f"'{r.name}' comes from {producer.op_type}{node}, a step function, and is off by {_g(r.max_abs)}, at most "
+        "one step: rounding at its input alone (a few float32 ulps on another backend, fp16 or bf16 storage) moves "
+        "it so, and so would a wrong kernel. Look at the elements that differ (--onnx-outputs mark all): when their "
+        "step inputs sit next to a step boundary, this is rounding made visible, not the fault; --atol 1 looks past it"
+    )
+
+
 def _round_up(x: float) -> float:
     """``x`` rounded up to one significant digit (a tolerance to suggest)."""
 

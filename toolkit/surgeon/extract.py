@@ -212,6 +212,7 @@ def _name_unknown_output_dims(result, log: LogFn) -> None:
     if inferred is None:
         return
     found = {o.name: value_info_meta(o) for o in inferred.graph.output}
+    named = _input_dim_names(result, inferred)
     for o in result.graph.output:
         old, new = todo.get(o.name), found.get(o.name)
         if old is None or new is None or new.shape is None or (old.shape is not None and len(old.shape) != len(new.shape)):
@@ -220,8 +221,27 @@ def _name_unknown_output_dims(result, log: LogFn) -> None:
         shape = tuple(d if d is not None else _plain_dim(n) for d, n in zip(base, new.shape))
         if shape == tuple(base):
             continue
+        for d in shape:
+            if isinstance(d, str) and d in named:  # a name it gave an unnamed input dim: the input gets it too
+                named.pop(d).dim_param = d
         o.type.CopyFrom(tensor_value_info(o.name, TensorMeta(o.name, shape, old.dtype)).type)
         log(f"Subgraph output {format_meta(o.name, shape, old.dtype)} (symbolic shape inference)")
+
+
+def _input_dim_names(result, inferred) -> dict:
+    """{name: the dim of ``result``'s graph input} for the names symbolic inference gave input dims
+    that have none (``x_d0``): an output dim it names so equals that input dim, which then carries
+    the name too (else the output would name a dim that appears nowhere)."""
+    by_name = {i.name: i for i in result.graph.input if i.type.HasField("tensor_type")}
+    out = {}
+    for vi in inferred.graph.input:
+        mine = by_name.get(vi.name)
+        if mine is None or not vi.type.HasField("tensor_type") or not mine.type.tensor_type.HasField("shape"):
+            continue
+        for d, m in zip(vi.type.tensor_type.shape.dim, mine.type.tensor_type.shape.dim):
+            if d.dim_param and not m.dim_param and not m.HasField("dim_value"):
+                out[d.dim_param] = m
+    return out
 
 
 def _plain_dim(dim):

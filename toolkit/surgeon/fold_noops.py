@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import numpy as np
+import onnx
 from onnx import helper
 
 from toolkit.core.graphs import fresh_name
@@ -152,6 +153,8 @@ def _neutral_operand_source(gs, node):
         const, data = node.inputs[pos], node.inputs[1 - pos]
         if not isinstance(const, gs.Constant) or isinstance(data, gs.Constant):
             continue
+        if const.data_location == onnx.TensorProto.EXTERNAL:
+            continue  # big weights left on disk (read only if the result keeps them): not read for this
         values = const.values
         if values.size == 0 or not np.all(values == neutral):
             continue

@@ -94,7 +94,9 @@ def _ort_basic(model, ort, external_data_dir: Optional[str]):
         if external_data_dir:
             so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_data_dir)
         ort.InferenceSession(_constant_initializers(model).SerializeToString(), so, providers=["CPUExecutionProvider"])
-        result = onnx.load(out)
+        # weights ONNX-Runtime keeps as they are still name the model's data file (relative to
+        # external_data_dir, as in the model): left on disk, as the model leaves them
+        result = onnx.load(out, load_external_data=False)
     restore_model_fields(result, model)
     return result
 

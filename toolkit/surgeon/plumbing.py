@@ -36,17 +36,31 @@ def quiet_gs():
 def symbolic_shape_inference(model):
     """``model`` (weights shared as stubs) through ONNX-Runtime's symbolic shape inference, which
     follows dims through ops ONNX's own inference does not; None where it cannot run (sympy is
-    optional) or fails. Callers use it only to refine shapes they already have."""
+    optional, opset below 7), fails, or leaves shapes unknown. Callers use it only to refine
+    shapes they already have.
+
+    Its ``infer_shapes`` saves ``sym_shape_infer_temp.onnx`` and a data file into the current
+    folder when shapes stay unknown: that loop is run here instead, writing nothing."""
     try:
         import sympy  # noqa: F401  (symbolic inference needs it; optional)
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference, get_opset
     except ImportError:
         return None
     try:
         with quiet_ort(), contextlib.redirect_stdout(io.StringIO()):
-            return SymbolicShapeInference.infer_shapes(light_copy(model), auto_merge=True)
+            copy = light_copy(model)
+            opset = get_opset(copy)
+            if not opset or opset < 7:
+                return None
+            sym = SymbolicShapeInference(2**31 - 1, True, False, 0)
+            sym._preprocess(copy)
+            complete = False
+            while sym.run_:
+                complete = sym._infer_impl()
+            sym._update_output_from_vi()
     except Exception:  # noqa: BLE001 - pure-Python inference over sympy, failing in any way on ops it does not know: a refinement only
         return None
+    return sym.out_mp_ if complete else None
 
 
 @contextlib.contextmanager
