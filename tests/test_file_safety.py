@@ -400,22 +400,25 @@ def test_an_ignored_sighup_stays_ignored(tmp_path):
     assert proc.wait(timeout=60) == 130
 
 
-def test_a_signal_just_after_the_temp_file_is_made_leaves_no_temp_file(tmp_path, monkeypatch):
+def test_a_signal_just_after_the_temp_file_is_made_leaves_no_temp_file(tmp_path):
     """SIGINT landing between the temp file's creation and its name being kept (the moment
-    a fault-injection run found) still removes it."""
-    import signal
-    import tempfile
-
-    from toolkit.core.model import write_bytes_atomic
-
-    real = tempfile.mkstemp
-
-    def mkstemp(*args, **kwargs):
-        made = real(*args, **kwargs)
-        os.kill(os.getpid(), signal.SIGINT)
-        return made
-
-    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
-    with pytest.raises(KeyboardInterrupt):
-        write_bytes_atomic(str(tmp_path / "out.bin"), b"data")
+    a fault-injection run found) still removes it. (In a fresh interpreter: signal state left
+    by other tests in this process must not decide it.)"""
+    code = (
+        "import os, signal, sys, tempfile\n"
+        "from toolkit.core.model import write_bytes_atomic\n"
+        "real = tempfile.mkstemp\n"
+        "def mkstemp(*args, **kwargs):\n"
+        "    made = real(*args, **kwargs)\n"
+        "    os.kill(os.getpid(), signal.SIGINT)\n"
+        "    return made\n"
+        "tempfile.mkstemp = mkstemp\n"
+        "try:\n"
+        "    write_bytes_atomic(sys.argv[1], b'data')\n"
+        "except KeyboardInterrupt:\n"
+        "    sys.exit(130)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "out.bin")], capture_output=True, text=True,
+                          timeout=60)
+    assert proc.returncode == 130, proc.stderr
     assert os.listdir(tmp_path) == []
