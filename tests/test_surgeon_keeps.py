@@ -259,14 +259,20 @@ def test_override_of_a_name_that_is_no_tensor_is_an_error(tmp_path, cli):
     assert len(lines) == 1 and lines[0].startswith("error: ") and "'nope'" in lines[0] and "inputs: x" in lines[0]
 
 
-def test_marking_an_intermediate_sequence_as_output_gives_it_its_type(tmp_path, cli):
+def _sequence_inside(tmp_path):
+    """x -> Relu -> SequenceConstruct(r, r) -> ConcatFromSequence -> y: a sequence value inside the
+    graph whose type the model does not state; saved as m.onnx."""
     nodes = [
         helper.make_node("Relu", ["x"], ["r"], name="relu"),
         helper.make_node("SequenceConstruct", ["r", "r"], ["seq"], name="construct"),
         helper.make_node("ConcatFromSequence", ["seq"], ["y"], name="concat", axis=0),
     ]
     graph = helper.make_graph(nodes, "seq_inside", [modelzoo.vi("x", [2, 3])], [modelzoo.vi("y", [4, 3])])
-    path = modelzoo.save(modelzoo.make_model(graph, opset=17), tmp_path / "m.onnx")
+    return modelzoo.save(modelzoo.make_model(graph, opset=17), tmp_path / "m.onnx")
+
+
+def test_marking_an_intermediate_sequence_as_output_gives_it_its_type(tmp_path, cli):
+    path = _sequence_inside(tmp_path)
     out = tmp_path / "o.onnx"
     res = cli("surgeon", "sanitize", path, "-o", out, "--outputs", "mark", "all", "--cleanup")
     assert res.code == 0, res.err
@@ -316,13 +322,7 @@ def test_the_old_surgery_module_still_gives_its_public_names():
 def test_extract_cuts_at_an_intermediate_sequence(tmp_path, cli, cut):
     """The sequence between SequenceConstruct and ConcatFromSequence, whose type the model does not
     state (shape inference gives it), as the subgraph's input or output."""
-    nodes = [
-        helper.make_node("Relu", ["x"], ["r"], name="relu"),
-        helper.make_node("SequenceConstruct", ["r", "r"], ["seq"], name="construct"),
-        helper.make_node("ConcatFromSequence", ["seq"], ["y"], name="concat", axis=0),
-    ]
-    graph = helper.make_graph(nodes, "seq_inside", [modelzoo.vi("x", [2, 3])], [modelzoo.vi("y", [4, 3])])
-    path = modelzoo.save(modelzoo.make_model(graph, opset=17), tmp_path / "m.onnx")
+    path = _sequence_inside(tmp_path)
     out = tmp_path / "cut.onnx"
     res = cli("surgeon", "extract", path, "-o", out, "--inputs", f"{cut[0]}:auto:auto", "--outputs", cut[1])
     assert res.code == 0, res.err

@@ -304,17 +304,14 @@ class PrecisionSearch:
         return generated
 
     # ------------------------------------------------------------------ running models
-    def _run_onnx(self, model, spec_opts: Mapping, feeds: Sequence[Mapping]) -> List[Dict]:
-        return run_spec(model, "onnxrt", spec_opts, feeds, self.config.model, self.config.external_data_dir)
-
-    def _run_file(self, model, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping]) -> List[Dict]:
-        """Run ``model`` (a ModelProto) with a runner of another kind, through a temporary file."""
+    def _run_here(self, model, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping]) -> List[Dict]:
+        """Run ``model`` (a ModelProto) here with the runner ``kind`` (:func:`run_spec`)."""
         return run_spec(model, kind, spec_opts, feeds, self.config.model, self.config.external_data_dir)
 
     def _run_candidate(self, model, kind: str, spec_opts: Mapping) -> List[Dict]:
         """One check's run: here, or as a task on the Ray cluster (``--cluster``)."""
         if not self.config.cluster:
-            return run_spec(model, kind, spec_opts, self.feeds, self.config.model, self.config.external_data_dir)
+            return self._run_here(model, kind, spec_opts, self.feeds)
         if self._cluster is None:
             from toolkit.reduce.cluster import open_for_calls
 
@@ -335,10 +332,10 @@ class PrecisionSearch:
         if get_kind(kind).reduced(opts):
             raise UsageError(f"--compare {self.config.reference}: the reference runner must run fp32")
         if _emulates(kind):
-            outs = self._run_onnx(self._marked(self.model), opts, feeds)
+            outs = self._run_here(self._marked(self.model), kind, opts, feeds)
             return self._split(outs)
         self.guide = False
-        return self._run_file(self.model, kind, opts, feeds)
+        return self._run_here(self.model, kind, opts, feeds)
 
     def _marked(self, model, copy: bool = True):
         """``model`` (a copy) returning the watched tensors too, when the search is guided."""
