@@ -261,21 +261,29 @@ def test_detached_processes_of_the_check_are_stopped_and_reported(tmp_path):
 # ---------------------------------------------------------------------- 4. a reduce that cannot judge
 
 
-def test_reduce_whose_data_file_vanishes_stops(tmp_path):
-    z.save(z.chain(40), tmp_path / "big.onnx")
-    assert run_toolkit("run", "big.onnx", "--onnxrt", "--save-inputs", "in.json", cwd=tmp_path).code == 0
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "toolkit", "debug", "reduce", "big.onnx", "-o", "out.onnx", "--fail-regex", "PASSED",
-         "--check", "toolkit", "run", "polygraphy_debug.onnx", "--onnxrt", "--load-inputs", "in.json"],
-        cwd=tmp_path, stderr=subprocess.PIPE, text=True,
-    )
+
+def _reduce_changing_files_at_iteration_2(folder, args, change):
+    """``debug reduce big.onnx ARGS`` in ``folder``; ``change()`` runs at each stderr line from the
+    one starting "Iteration 2 " on. (The process, its stderr lines.)"""
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit", "debug", "reduce", "big.onnx", *args],
+                            cwd=folder, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     lines = []
     for line in proc.stderr:
         lines.append(line)
-        if line.startswith("Iteration 2 ") and (tmp_path / "in.json").exists():
-            os.unlink(tmp_path / "in.json")
+        if line.startswith("Iteration 2 "):
+            change()
     proc.wait(timeout=120)
+    return proc, lines
+
+def test_reduce_whose_data_file_vanishes_stops(tmp_path):
+    z.save(z.chain(40), tmp_path / "big.onnx")
+    assert run_toolkit("run", "big.onnx", "--onnxrt", "--save-inputs", "in.json", cwd=tmp_path).code == 0
+    proc, lines = _reduce_changing_files_at_iteration_2(
+        tmp_path, ["-o", "out.onnx", "--fail-regex", "PASSED",
+                   "--check", "toolkit", "run", "polygraphy_debug.onnx", "--onnxrt", "--load-inputs", "in.json"],
+        lambda: os.unlink(tmp_path / "in.json") if (tmp_path / "in.json").exists() else None,
+    )
     err = "".join(lines)
     assert proc.returncode == 3, err
     assert "in.json: a data file the check reads disappeared" in err
@@ -323,18 +331,12 @@ def test_log_file_on_a_full_filesystem_says_so(tmp_path):
 def test_write_failure_mid_reduce_still_writes_the_smallest_failing_model(tmp_path):
     z.save(z.chain(40), tmp_path / "big.onnx")
     (tmp_path / "sub").mkdir()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "toolkit", "debug", "reduce", "big.onnx", "-o", "out.onnx", "--iter-artifact",
-         "sub/a.onnx", "--fail-regex", "PASSED", "--check", "toolkit", "run", "sub/a.onnx", "--onnxrt"],
-        cwd=tmp_path, stderr=subprocess.PIPE, text=True,
+    proc, lines = _reduce_changing_files_at_iteration_2(
+        tmp_path, ["-o", "out.onnx", "--iter-artifact", "sub/a.onnx", "--fail-regex", "PASSED",
+                   "--check", "toolkit", "run", "sub/a.onnx", "--onnxrt"],
+        # the artifact's folder disappears
+        lambda: os.rename(tmp_path / "sub", tmp_path / "gone") if (tmp_path / "sub").exists() else None,
     )
-    assert proc.stderr is not None
-    lines = []
-    for line in proc.stderr:
-        lines.append(line)
-        if line.startswith("Iteration 2 ") and (tmp_path / "sub").exists():
-            os.rename(tmp_path / "sub", tmp_path / "gone")  # the artifact's folder disappears
-    proc.wait(timeout=120)
     err = "".join(lines)
     assert proc.returncode == 3, err
     assert "the smallest failing model found so far (20 node(s)) was written to out.onnx" in err
