@@ -278,9 +278,21 @@ def test_candidates_reach_the_model_weights_by_path_without_carrying_them(tmp_pa
     assert sorted(os.listdir(src)) == ["model.onnx", "weights.bin"]  # every task folder removed
 
 
-def test_a_passing_full_model_cancels_its_round_on_ray(tmp_path, cluster):
+def _running_tasks(cluster):
+    """The tasks Ray's state API lists as running, once it has caught up (it reports with a delay;
+    up to 10 s): [] when none is left."""
     from ray.util.state import list_tasks
 
+    running = []
+    for _ in range(40):
+        running = list_tasks(address=cluster.address, filters=[("state", "=", "RUNNING")])
+        if not running:
+            break
+        time.sleep(0.25)
+    return running
+
+
+def test_a_passing_full_model_cancels_its_round_on_ray(tmp_path, cluster):
     path, _ = _chain(tmp_path, 30)
     last = onnx.load(path).graph.node[-1].name
     pids = tmp_path / "pids"
@@ -292,8 +304,7 @@ def test_a_passing_full_model_cancels_its_round_on_ray(tmp_path, cluster):
     assert r.code == 0, r.output
     assert json.loads(r.out)["status"] == "passed"
     assert "check cancelled" in r.err
-    running = list_tasks(address=cluster.address, filters=[("state", "=", "RUNNING")])
-    assert running == []
+    assert _running_tasks(cluster) == []
 
 
 def _parents(pid):
@@ -354,8 +365,6 @@ def test_a_node_lost_mid_reduce_is_retried_and_the_result_is_the_same(tmp_path, 
 
 
 def test_ctrl_c_cancels_every_task_and_writes_the_replay(tmp_path, cluster):
-    from ray.util.state import list_tasks
-
     path, culprit = _chain(tmp_path, 30)
     marker = tmp_path / "started"
     check = f"touch {marker}; sleep 60; grep -q {culprit} polygraphy_debug.onnx && exit 1; exit 0"
@@ -375,13 +384,7 @@ def test_ctrl_c_cancels_every_task_and_writes_the_replay(tmp_path, cluster):
     assert time.monotonic() - t0 < 25  # the checks were stopped, not waited for
     assert proc.returncode == 130, err.decode()
     assert (tmp_path / "polygraphy_debug_replay.json").exists()
-    running = []
-    for _ in range(40):
-        running = list_tasks(address=cluster.address, filters=[("state", "=", "RUNNING")])
-        if not running:
-            break
-        time.sleep(0.25)
-    assert running == []
+    assert _running_tasks(cluster) == []
     # and no check process is left either
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(marker) not in ps
