@@ -68,6 +68,7 @@ def test_cluster_without_ray_is_exit_4_naming_the_extra(tmp_path):
         (["--cluster", "ray:"], "needs an address"),
         (["--gpus-per-check", "1"], "need --cluster ray"),
         (["--cluster", "ray", "--devices", "0,1"], "leave --devices out"),
+        (["--cluster", "ray", "--iter-info", "info.json"], "cannot be used with --cluster"),
     ],
 )
 def test_cluster_usage_errors(tmp_path, extra, words):
@@ -75,6 +76,18 @@ def test_cluster_usage_errors(tmp_path, extra, words):
     r = run_toolkit("debug", "reduce", path, "-o", "o.onnx", *extra, *_grep_check(culprit), cwd=str(tmp_path))
     assert r.code == 2, r.output
     assert words in r.err
+    assert "Ray cluster:" not in r.err  # refused before connecting
+
+
+def test_the_task_a_ray_worker_imports_loads_neither_onnx_nor_numpy():
+    """A Ray worker process imports the task's module before the first check runs (and the
+    first round waits for it): it stays on the standard library and the local check runner."""
+    code = (
+        "import sys, toolkit.reduce.ray_task as t; "
+        "print(t.run_check.__module__, sorted(m for m in ('onnx', 'numpy', 'ray') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["toolkit.reduce.ray_task", "[]"]
 
 
 def test_gpu_checks_are_recognised():
@@ -86,6 +99,18 @@ def test_gpu_checks_are_recognised():
     assert not uses_gpu(["sh", "-c", "trtexec --onnx=m.onnx"])  # not a toolkit check: give --gpus-per-check
     assert parse_cluster("ray") is None
     assert parse_cluster("ray:10.0.0.1:6379") == "10.0.0.1:6379"
+
+
+def test_runner_kinds_say_which_runs_need_a_gpu():
+    """debug precision --cluster asks Ray for a GPU per check when the candidate's runner needs one."""
+    from toolkit.run.registry import get_kind
+
+    assert get_kind("trt").uses_gpu({})
+    assert get_kind("onnxrt").uses_gpu({"providers": "cuda"})
+    assert get_kind("onnxrt").uses_gpu({"providers": "tensorrt+cuda+cpu"})
+    assert not get_kind("onnxrt").uses_gpu({})
+    assert not get_kind("onnxrt").uses_gpu({"providers": "cpu", "fp16": True})
+    assert not get_kind("openvino").uses_gpu({"device": "CPU"})
 
 
 def test_a_check_lost_with_its_node_is_broken_never_a_failure():
@@ -226,9 +251,9 @@ def test_data_files_travel_through_the_object_store(tmp_path, cluster):
         rc.close()
     assert res.code == 0, res.stderr_text
     assert "PASSED" in res.stdout_text + res.stderr_text
-    from toolkit.reduce.cluster import _cache_dir
+    from toolkit.reduce.ray_task import cache_dir
 
-    assert not os.path.exists(_cache_dir(rc.run_id))  # each node's copy is removed at the end
+    assert not os.path.exists(cache_dir(rc.run_id))  # each node's copy is removed at the end
 
 
 ORT_CHECK = """import os, sys

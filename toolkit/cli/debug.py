@@ -222,19 +222,21 @@ def _cluster_usage(a: "ReduceArgs") -> None:
         return
     if a.compare is not None:
         raise UsageError("--cluster runs --check commands; --compare runs in this process (use --check toolkit run ...)")
-    from toolkit.reduce.cluster import parse_cluster
+    from toolkit.reduce.cluster import reduce_usage
 
-    parse_cluster(a.cluster)
+    reduce_usage(a.cluster, check=a.check, devices=a.devices, iter_info=bool(a.iter_info))
 
 
-def _open_cluster(a: "ReduceArgs", cfg):
-    """``--cluster``: the Ray cluster the checks run on (None without it)."""
+def _open_cluster(a: "ReduceArgs"):
+    """``--cluster``: the Ray cluster the checks run on (None without it). Connected first,
+    before the model is read, so that Ray starts its worker processes meanwhile."""
     if a.cluster is None:
         return None
     from toolkit.reduce.cluster import open_for_reduce
 
     return open_for_reduce(
-        a.cluster, cfg, jobs=a.jobs, gpus=a.gpus_per_check, cpus=a.cpus_per_check, log=log
+        a.cluster, check=list(a.check or ()), iter_artifact=a.iter_artifact, check_timeout=a.check_timeout,
+        jobs=a.jobs, gpus=a.gpus_per_check, cpus=a.cpus_per_check, log=log,
     )
 
 
@@ -567,12 +569,14 @@ def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
     if model == "-" and a.compare is not None:
         a.model = _spool_stdin()  # the reference and every check read the model again
     _cluster_usage(a)
-    inlined = None if a.no_inline_branches else _inline_branches(a, a.load_inputs)
-    cfg = _reduce_config(a, rule, a.load_inputs)
-    if inlined is not None:
-        cfg.label = f"{model} (If branches inlined: {inlined.model})"
-    ray_cluster = _open_cluster(a, cfg)
+    ray_cluster = _open_cluster(a)
     try:
+        inlined = None if a.no_inline_branches else _inline_branches(a, a.load_inputs)
+        cfg = _reduce_config(a, rule, a.load_inputs)
+        if inlined is not None:
+            cfg.label = f"{model} (If branches inlined: {inlined.model})"
+        if ray_cluster is not None:
+            cfg.jobs = ray_cluster.jobs
         outcome, reducer, runner = _reduce(cfg, a, a.load_inputs, ray_cluster)
     finally:
         if ray_cluster is not None:

@@ -317,7 +317,7 @@ class PrecisionSearch:
 
             self._cluster = open_for_calls(
                 self.config.cluster, gpus=self.config.gpus_per_check, cpus=self.config.cpus_per_check,
-                gpu_check=kind == "trt", log=self.reporter.info,
+                gpu_check=get_kind(kind).uses_gpu(spec_opts), log=self.reporter.info,
             )
             self._feeds_ref = self._cluster.put(list(self.feeds))
         args = (model.SerializeToString(), kind, dict(spec_opts), self._feeds_ref, self.config.model,

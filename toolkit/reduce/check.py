@@ -35,7 +35,6 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import toolkit
-from toolkit.core.datafiles import load_data
 from toolkit.core.errors import UsageError
 from toolkit.reduce.verdict import CheckResult
 
@@ -415,6 +414,8 @@ class WarmRunner:
                     loading(path, os.path.getsize(path))
                 except OSError:
                     pass
+            from toolkit.core.datafiles import load_data  # (numpy: not for a subprocess check, e.g. on a Ray node)
+
             try:
                 load_data(path)  # cached by path/size/mtime; children inherit it
             except Exception:  # noqa: BLE001 - the check itself reports bad files

@@ -27,21 +27,18 @@ from __future__ import annotations
 import logging
 import os
 import re
-import shutil
-import tempfile
 import threading
 import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-import onnx
-from onnx.external_data_helper import _get_all_tensors, uses_external_data
-
 from toolkit.core.errors import DependencyError, InferenceError, ToolkitError, UsageError
+from toolkit.core.graphs import external_data_locations
 from toolkit.core.install import import_extra
-from toolkit.reduce.check import data_files_in, make_runner, toolkit_args
-from toolkit.reduce.parallel import WORKER_ENV, worker_argv
+from toolkit.reduce.check import data_files_in, toolkit_args
+from toolkit.reduce.parallel import WORKER_ENV
+from toolkit.reduce.ray_task import call_task, clean_cache, ready, run_check
 from toolkit.reduce.verdict import CheckResult
 
 RETRIES = 2  # Ray retries a task lost with its node (or worker process) this many times
@@ -104,6 +101,7 @@ class RayCluster:
         self.retried = 0
         self._warming: list = []
         self._remotes: Dict[Callable, Any] = {}
+        self.jobs = 1  # the most checks at once (set by open_for_reduce)
 
     # -------------------------------------------------------------- set-up
 
@@ -163,9 +161,18 @@ class RayCluster:
 
     def warm_up(self, count: int) -> None:
         """Have Ray start the worker processes of ``count`` checks now (a worker process takes
-        a second or more to start), while the reducer loads the model."""
-        ready = self.ray.remote(_ready).options(num_cpus=self.cpus, num_gpus=self.gpus)
-        self._warming = [ready.remote() for _ in range(max(count, 0))]
+        a second or more to start), while this process loads the model.
+
+        The warm-up tasks are the check's own task (or the call task) doing nothing: the same
+        scheduling class as the checks, so their worker leases pass straight to the first
+        checks, and Ray does not start workers for a second class."""
+        opts = dict(num_cpus=self.cpus, num_gpus=self.gpus)
+        if self.check:
+            task = self._task.options(**opts)
+            self._warming = [task.remote(None, b"", []) for _ in range(max(count, 0))]
+        else:
+            task = self._call_remote().options(**opts)
+            self._warming = [task.remote(ready) for _ in range(max(count, 0))]
 
     def bind(self, data_files: Callable[[], List[str]]) -> None:
         """``data_files()``: the real paths of the model's data files that candidates refer to."""
@@ -193,7 +200,7 @@ class RayCluster:
             return
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        clean = self.ray.remote(_clean_cache)
+        clean = self.ray.remote(clean_cache)
         refs = []
         for node in self.ray.nodes():
             if node.get("Alive"):
@@ -242,10 +249,7 @@ class RayCluster:
         A task lost every time raises InferenceError (the check could not run); Ctrl-C cancels it."""
 
         ray = self.ray
-        task = self._remotes.get(_call_task)
-        if task is None:
-            task = self._remotes[_call_task] = ray.remote(_call_task)
-        ref = task.options(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=self.opts.retries).remote(fn, *args)
+        ref = self._call_remote().options(num_cpus=self.cpus, num_gpus=self.gpus, max_retries=self.opts.retries).remote(fn, *args)
         try:
             while not ray.wait([ref], timeout=0.1)[0]:
                 pass
@@ -266,6 +270,12 @@ class RayCluster:
         if attempt:
             self.note_retry(0, attempt, node)
         return value
+
+    def _call_remote(self):
+        task = self._remotes.get(call_task)
+        if task is None:
+            task = self._remotes[call_task] = self.ray.remote(call_task)
+        return task
 
     def note_retry(self, number: int, attempt: int, node: str) -> None:
         self.retried += 1
@@ -301,17 +311,11 @@ def external_locations(candidate: bytes) -> List[str]:
     """The external data locations a serialized model refers to (its own graph and subgraphs)."""
     if b"location" not in candidate:
         return []
+    import onnx  # (after connecting: Ray starts the worker processes while onnx loads)
 
     model = onnx.ModelProto()
     model.ParseFromString(candidate)
-
-    found = []
-    for t in _get_all_tensors(model):
-        if uses_external_data(t):
-            loc = next((e.value for e in t.external_data if e.key == "location"), None)
-            if loc and loc not in found:
-                found.append(loc)
-    return found
+    return external_data_locations(model)
 
 
 class RayRunner:
@@ -402,136 +406,41 @@ def _lost(why: str, start: float) -> CheckResult:
     return CheckResult(None, b"", msg.encode(), seconds=time.monotonic() - start, lost=why)
 
 
-# ------------------------------------------------------------------ on the worker node
-
-
-def _attempt() -> int:
-    try:
-        import ray
-
-        worker: Any = ray._private.worker.global_worker
-        return int(worker.core_worker.get_current_task_attempt_number())
-    except Exception:  # noqa: BLE001 - a Ray without it: no retry noted
-        return 0
-
-
-def _node() -> str:
-    try:
-        import ray
-
-        return ray.util.get_node_ip_address() + " (node " + ray.get_runtime_context().get_node_id()[:8] + ")"
-    except Exception:  # noqa: BLE001 - only a name for a message: a Ray without these calls says no more
-        return "another node"
-
-
-def _call_task(fn: Callable, *args) -> tuple:
-    """The task of :meth:`RayCluster.call`: ``fn``'s value, this attempt's number, this node."""
-    return fn(*args), _attempt(), _node()
-
-
-def _ready() -> bool:
-    return True
-
-
-def _cache_dir(run_id: str) -> str:
-    return os.path.join(tempfile.gettempdir(), f"toolkit-ray-{run_id}")
-
-
-def _clean_cache(run_id: str) -> None:
-    shutil.rmtree(_cache_dir(run_id), ignore_errors=True)
-
-
-def _stage_data(spec: dict, refs: list) -> Dict[str, str]:
-    """The check's data files in this node's cache (fetched from the object store once per node)."""
-    import ray
-
-    folder = _cache_dir(spec["run_id"])
-    os.makedirs(folder, exist_ok=True)
-    paths = {}
-    for (path, name), ref in zip(spec["data"], refs):
-        local = os.path.join(folder, name)
-        if not os.path.exists(local):
-            blob = ray.get(ref)
-            tmp = f"{local}.{uuid.uuid4().hex[:8]}.part"
-            with open(tmp, "wb") as fh:
-                fh.write(blob)
-            os.replace(tmp, local)
-        paths[path] = local
-    return paths
-
-
-def _task_folder(links: Dict[str, str]) -> str:
-    """A fresh folder for one check: beside the model's data files when it can (hard links to
-    them then work), else in the node's temporary folder."""
-    for src in links.values():
-        try:
-            return tempfile.mkdtemp(prefix=".toolkit-check-", dir=os.path.dirname(src))
-        except OSError:
-            break
-    return tempfile.mkdtemp(prefix="toolkit-check-")
-
-
-def _place_weights(folder: str, links: Dict[str, str]) -> List[str]:
-    """Each data file the candidate names, reachable at its location in ``folder``; notes on copies."""
-    notes = []
-    for loc, src in links.items():
-        dest = os.path.join(folder, loc)
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        try:
-            os.link(src, dest)
-        except OSError:
-            shutil.copyfile(src, dest)
-            notes.append(f"note: {src} was copied into the check's folder (no hard link possible there)\n")
-    return notes
-
-
-def run_check(spec: dict, candidate: bytes, refs: list) -> dict:
-    """The Ray task: one check of one candidate, as a local check runs it."""
-    start = time.monotonic()
-    links = spec["links"]
-    folder = _task_folder(links)
-    saved_cwd = os.getcwd()
-    try:
-        notes = _place_weights(folder, links)
-        artifact = os.path.join(folder, os.path.basename(spec["artifact"]))
-        with open(artifact, "wb") as fh:
-            fh.write(candidate)
-        argv = worker_argv(spec["argv"], spec["named"], artifact)
-        for path, local in _stage_data(spec, refs).items():
-            argv = worker_argv(argv, path, local)
-        os.chdir(spec["cwd"] if os.path.isdir(spec["cwd"]) else folder)
-        res = make_runner(argv, spec["timeout"], warm=False, env=spec["env"]).run()
-    finally:
-        os.chdir(saved_cwd)
-        shutil.rmtree(folder, ignore_errors=True)
-    stderr = "".join(notes).encode() + res.stderr
-    return {
-        "code": res.code, "stdout": res.stdout, "stderr": stderr, "signal": res.signal,
-        "timed_out": res.timed_out, "seconds": res.seconds or time.monotonic() - start,
-        "attempt": _attempt(), "node": _node(),
-    }
+def reduce_usage(text: str, *, check: Optional[Sequence[str]], devices: Optional[str], iter_info: bool) -> None:
+    """The usage errors of ``debug reduce --cluster TEXT`` (before anything connects)."""
+    parse_cluster(text)
+    if check is None:
+        raise UsageError("--cluster runs --check commands on the cluster; give --check (questions are asked here)")
+    if devices:
+        raise UsageError("--cluster: Ray gives each check its GPUs (CUDA_VISIBLE_DEVICES); leave --devices out")
+    if iter_info:
+        raise UsageError("--iter-info describes one local iteration artifact; it cannot be used with --cluster")
 
 
 def open_for_reduce(
-    text: str, cfg, *, jobs: Optional[int], gpus: Optional[float], cpus: Optional[float], log: Callable[[str], None],
+    text: str,
+    *,
+    check: Sequence[str],
+    iter_artifact: str,
+    check_timeout: Optional[float],
+    jobs: Optional[int],
+    gpus: Optional[float],
+    cpus: Optional[float],
+    log: Callable[[str], None],
 ) -> RayCluster:
-    """Connect for ``debug reduce --cluster``: check the options, set ``cfg.jobs`` (default: the
-    checks that fit on the cluster at once). ``cfg`` is a ReduceConfig."""
-    address = parse_cluster(text)
-    if cfg.check is None:
-        raise UsageError("--cluster runs --check commands on the cluster; give --check (questions are asked here)")
-    if cfg.devices:
-        raise UsageError("--cluster: Ray gives each check its GPUs (CUDA_VISIBLE_DEVICES); leave --devices out")
-    if cfg.iter_info:
-        raise UsageError("--iter-info describes one local iteration artifact; it cannot be used with --cluster")
-    opts = ClusterOptions(address, gpus, cpus if cpus is not None else 1.0)
-    cluster = RayCluster(opts, cfg.check, cfg.iter_artifact, cfg.check_timeout, log).connect()
-    cfg.jobs = jobs if jobs is not None else cluster.default_jobs()
-    cluster.warm_up(cfg.jobs)
+    """Connect for ``debug reduce --cluster`` and start the workers of the first checks;
+    ``.jobs`` is the most checks at once (default: what fits on the cluster).
+
+    Called first, before the model is read: Ray starts worker processes (a second or more)
+    while this process loads the model and builds the first candidates."""
+    opts = ClusterOptions(parse_cluster(text), gpus, cpus if cpus is not None else 1.0)
+    cluster = RayCluster(opts, check, iter_artifact, check_timeout, log).connect()
+    cluster.jobs = jobs if jobs is not None else cluster.default_jobs()
+    cluster.warm_up(cluster.jobs)
     res = cluster.ray.cluster_resources()
     log(
         f"Ray cluster: {res.get('CPU', 0):g} CPU(s), {res.get('GPU', 0):g} GPU(s); each check asks for "
-        f"{cluster.cpus:g} CPU(s) and {cluster.gpus:g} GPU(s); up to {cfg.jobs} at once"
+        f"{cluster.cpus:g} CPU(s) and {cluster.gpus:g} GPU(s); up to {cluster.jobs} at once"
     )
     return cluster
 

@@ -110,6 +110,8 @@ class RunnerKind:
     ``reduced(spec options)``: the reduced precisions a spec asks for (``["fp16"]``);
     ``full_precision(spec options)``: the options of the same runner computing in float32,
     which ``debug precision`` runs its mixed-precision candidates with.
+    ``gpu``: its runners need an NVIDIA GPU (True, False, or a test of a spec's options, as for
+    ``in_process``): a check on a Ray cluster then asks Ray for one; ask :meth:`uses_gpu`.
     """
 
     name: str
@@ -126,6 +128,7 @@ class RunnerKind:
     emulates_storage: bool = False
     reduced: Callable[[Mapping[str, Any]], List[str]] = _low_switches
     full_precision: Callable[[Mapping[str, Any]], Dict[str, Any]] = _without_low_switches
+    gpu: Union[bool, SpecTest] = False
 
     @property
     def options(self) -> Tuple[RunnerOption, ...]:
@@ -147,6 +150,11 @@ class RunnerKind:
     def option(self, field: str) -> RunnerOption:
         """The option that sets ``field`` (RunOptions' or the kind's own)."""
         return next(o for o in self.options if o.field == field)
+
+    def uses_gpu(self, spec_options: Mapping[str, Any]) -> bool:
+        """Whether a runner of this kind with ``spec_options`` needs an NVIDIA GPU (a Ray check
+        then asks for one)."""
+        return self.gpu(spec_options) if callable(self.gpu) else self.gpu
 
     def runs_in_process(self, spec_options: Mapping[str, Any]) -> bool:
         """Whether a runner of this kind with ``spec_options`` may run in this process."""
@@ -234,6 +242,12 @@ def _onnxrt_in_process(options: Mapping[str, Any]) -> bool:
     return all(p.strip().lower() in ("cpu", "cpuexecutionprovider") for p in providers)
 
 
+def _onnxrt_gpu(options: Mapping[str, Any]) -> bool:
+    """ONNX-Runtime on the CUDA or TensorRT provider needs an NVIDIA GPU."""
+    providers = provider_list(str(options.get("providers") or "cpu"))
+    return any(("cuda" in p.lower() or "tensorrt" in p.lower()) for p in providers)
+
+
 def _onnxrt_factory(opts: "RunOptions", config: Any, reporter: "Reporter", name: Optional[str]) -> "Runner":
     return OnnxrtRunner(
         opts.model,
@@ -250,7 +264,7 @@ def _onnxrt_factory(opts: "RunOptions", config: Any, reporter: "Reporter", name:
 
 register(RunnerKind("onnxrt", "--onnxrt", "Run the model with ONNX-Runtime.", _onnxrt_factory,
                     preflight=_onnxrt_preflight, title="ONNX-Runtime", outputs_field="onnx_outputs",
-                    in_process=_onnxrt_in_process, emulates_storage=True))
+                    in_process=_onnxrt_in_process, emulates_storage=True, gpu=_onnxrt_gpu))
 
 
 # ---------------------------------------------------------------------------- TensorRT
@@ -296,6 +310,7 @@ register(
         title="TensorRT",
         warn_unused=True,
         outputs_field="trt_outputs",
+        gpu=True,
     )
 )
 

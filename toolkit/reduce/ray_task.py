@@ -1,0 +1,138 @@
+"""The body of a ``debug reduce --cluster ray`` check: what runs on the Ray worker node.
+
+A Ray worker process imports this module to run a task, so it imports only the standard
+library and the local check runner (no onnx, no numpy): a worker process starts faster,
+and the first round of checks waits for it. :mod:`toolkit.reduce.cluster` is the side
+that submits the tasks.
+
+- :func:`run_check`: one check of one candidate, as a local check runs it: the candidate
+  in a fresh folder (beside the model's data files when it can, so that hard links to them
+  work), the check's data files in a per-node cache, the check command run there (own
+  session, ``--check-timeout``, output captured).
+- :func:`call_task`: any function as a task (``debug precision --cluster``).
+- :func:`ready`: what a warm-up call task runs (nothing: it has Ray start a worker process early).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from typing import Any, Callable, Dict, List, Optional
+
+from toolkit.reduce.check import make_runner
+from toolkit.reduce.parallel import worker_argv
+
+
+def attempt_number() -> int:
+    """The attempt this task is (0: the first; more: Ray retried it)."""
+    try:
+        import ray
+
+        worker: Any = ray._private.worker.global_worker
+        return int(worker.core_worker.get_current_task_attempt_number())
+    except Exception:  # noqa: BLE001 - a Ray without it: no retry noted
+        return 0
+
+
+def node_name() -> str:
+    """This node, for a message."""
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address() + " (node " + ray.get_runtime_context().get_node_id()[:8] + ")"
+    except Exception:  # noqa: BLE001 - only a name for a message: a Ray without these calls says no more
+        return "another node"
+
+
+def call_task(fn: Callable, *args) -> tuple:
+    """The task of :meth:`RayCluster.call`: ``fn``'s value, this attempt's number, this node."""
+    return fn(*args), attempt_number(), node_name()
+
+
+def ready() -> bool:
+    return True
+
+
+def cache_dir(run_id: str) -> str:
+    return os.path.join(tempfile.gettempdir(), f"toolkit-ray-{run_id}")
+
+
+def clean_cache(run_id: str) -> None:
+    shutil.rmtree(cache_dir(run_id), ignore_errors=True)
+
+
+def stage_data(spec: dict, refs: list) -> Dict[str, str]:
+    """The check's data files in this node's cache (fetched from the object store once per node)."""
+    import ray
+
+    folder = cache_dir(spec["run_id"])
+    os.makedirs(folder, exist_ok=True)
+    paths = {}
+    for (path, name), ref in zip(spec["data"], refs):
+        local = os.path.join(folder, name)
+        if not os.path.exists(local):
+            blob = ray.get(ref)
+            tmp = f"{local}.{uuid.uuid4().hex[:8]}.part"
+            with open(tmp, "wb") as fh:
+                fh.write(blob)
+            os.replace(tmp, local)
+        paths[path] = local
+    return paths
+
+
+def task_folder(links: Dict[str, str]) -> str:
+    """A fresh folder for one check: beside the model's data files when it can (hard links to
+    them then work), else in the node's temporary folder."""
+    for src in links.values():
+        try:
+            return tempfile.mkdtemp(prefix=".toolkit-check-", dir=os.path.dirname(src))
+        except OSError:
+            break
+    return tempfile.mkdtemp(prefix="toolkit-check-")
+
+
+def place_weights(folder: str, links: Dict[str, str]) -> List[str]:
+    """Each data file the candidate names, reachable at its location in ``folder``; notes on copies."""
+    notes = []
+    for loc, src in links.items():
+        dest = os.path.join(folder, loc)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        try:
+            os.link(src, dest)
+        except OSError:
+            shutil.copyfile(src, dest)
+            notes.append(f"note: {src} was copied into the check's folder (no hard link possible there)\n")
+    return notes
+
+
+def run_check(spec: Optional[dict], candidate: bytes, refs: list) -> Optional[dict]:
+    """The Ray task: one check of one candidate, as a local check runs it (``spec`` None: a
+    warm-up, which only has Ray start this worker process)."""
+    if spec is None:
+        return None
+    start = time.monotonic()
+    links = spec["links"]
+    folder = task_folder(links)
+    saved_cwd = os.getcwd()
+    try:
+        notes = place_weights(folder, links)
+        artifact = os.path.join(folder, os.path.basename(spec["artifact"]))
+        with open(artifact, "wb") as fh:
+            fh.write(candidate)
+        argv = worker_argv(spec["argv"], spec["named"], artifact)
+        for path, local in stage_data(spec, refs).items():
+            argv = worker_argv(argv, path, local)
+        os.chdir(spec["cwd"] if os.path.isdir(spec["cwd"]) else folder)
+        res = make_runner(argv, spec["timeout"], warm=False, env=spec["env"]).run()
+    finally:
+        os.chdir(saved_cwd)
+        shutil.rmtree(folder, ignore_errors=True)
+    stderr = "".join(notes).encode() + res.stderr
+    return {
+        "code": res.code, "stdout": res.stdout, "stderr": stderr, "signal": res.signal,
+        "timed_out": res.timed_out, "seconds": res.seconds or time.monotonic() - start,
+        "attempt": attempt_number(), "node": node_name(),
+    }
