@@ -10,7 +10,11 @@
    (`ray.cluster_utils.Cluster`: a head without CPUs and two worker nodes of 2 virtual CPUs;
    each check asks for 1). Both are whole `toolkit` processes (start-up and, for Ray,
    connecting included). Bar: Ray <= 0.5x the wall time of --jobs 1, same node.
-2. Ray's overhead per check: `--checks` checks of `true` run one after the other through
+2. Ray's own floor: a bare Ray script (no toolkit) in a whole process of its own, which
+   imports ray, connects to the same cluster and runs as many rounds of `--jobs` tasks of
+   `sleep 1` as the Ray reduce needed, then disconnects. No Ray-based reduce can be faster
+   than this on the machine; what `toolkit` adds is its wall time minus this floor.
+3. Ray's overhead per check: `--checks` checks of `true` run one after the other through
    the Ray runner and through the local subprocess runner; the difference of the means.
 """
 
@@ -65,6 +69,27 @@ def reduce_once(model: str, work: str, extra: list, culprit: str, sleep: float) 
 
     summary = json.loads(proc.stdout)
     return {"wall": wall, "checks": summary["checks"], "result": summary["result_nodes"], "reduce": summary["seconds"]}
+
+
+FLOOR = """
+import subprocess, sys
+import ray
+ray.init(address=sys.argv[1], logging_level=40, log_to_driver=False)
+SECONDS = sys.argv[4]
+def check():
+    subprocess.run(["sleep", SECONDS], check=True)
+task = ray.remote(check).options(num_cpus=1)
+for _ in range(int(sys.argv[2])):
+    ray.get([task.remote() for _ in range(int(sys.argv[3]))])
+ray.shutdown()
+"""
+
+
+def ray_floor(address: str, rounds: int, jobs: int, sleep: float) -> float:
+    """Wall seconds of a bare Ray process running ``rounds`` rounds of ``jobs`` sleeping tasks."""
+    t0 = time.monotonic()
+    subprocess.run([sys.executable, "-c", FLOOR, address, str(rounds), str(jobs), str(sleep)], check=True)
+    return time.monotonic() - t0
 
 
 def overhead(address: str, checks: int, folder: str) -> dict:
@@ -130,6 +155,11 @@ def main() -> None:
         print(f"--cluster ray --jobs 4: {ray['wall']:.2f} s (reduce {ray['reduce']:.2f} s), {ray['checks']} checks, "
               f"result {ray['result']}")
         print(f"ratio: {ray['wall'] / one['wall']:.2f} (bar <= 0.5); same node: {ray['result'] == one['result']}")
+        rounds = -(-ray["checks"] // 4)
+        floors = sorted(ray_floor(cluster.address, rounds, 4, args.sleep) for _ in range(3))
+        print(f"Ray's floor ({rounds} rounds of 4 x `sleep {args.sleep:g}`, bare Ray, best of 3): {floors[0]:.2f} s "
+              f"= {floors[0] / one['wall']:.2f}x of --jobs 1 (median {floors[1]:.2f} s); toolkit adds "
+              f"{ray['wall'] - floors[1]:.2f} s")
         if not args.checks:
             return
         ov = overhead(cluster.address, args.checks, folder)
