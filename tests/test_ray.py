@@ -79,6 +79,14 @@ def test_cluster_usage_errors(tmp_path, extra, words):
     assert "Ray cluster:" not in r.err  # refused before connecting
 
 
+def test_a_missing_model_is_refused_before_ray_starts(tmp_path):
+    """No cluster is connected to (or started on this machine) for a model that is not there."""
+    r = run_toolkit("debug", "reduce", str(tmp_path / "missing.onnx"), "-o", "o.onnx", "--cluster", "ray",
+                    "--check", "true", cwd=str(tmp_path))
+    assert r.code == 3, r.output
+    assert "no such file" in r.err and "Ray cluster:" not in r.err
+
+
 def test_the_task_a_ray_worker_imports_loads_neither_onnx_nor_numpy():
     """A Ray worker process imports the task's module before the first check runs (and the
     first round waits for it): it stays on the standard library and the local check runner."""

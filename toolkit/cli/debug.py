@@ -232,7 +232,11 @@ def _open_cluster(a: "ReduceArgs"):
     before the model is read, so that Ray starts its worker processes meanwhile."""
     if a.cluster is None:
         return None
+    from toolkit.core.model import check_readable_file
     from toolkit.reduce.cluster import open_for_reduce
+
+    for path in (a.model, *(a.load_inputs or ())):
+        check_readable_file(path)  # a missing file is exit 3 before Ray starts or connects
 
     return open_for_reduce(
         a.cluster, check=list(a.check or ()), iter_artifact=a.iter_artifact, check_timeout=a.check_timeout,
