@@ -126,3 +126,87 @@ def test_errors_carry_exit_codes(tmp_path):
     assert api.ExitCode.INTERNAL == 70
     assert issubclass(api.DependencyError, api.ToolkitError) and issubclass(api.InferenceError, api.ToolkitError)
     assert api.TensorMeta("x", (1, 3), "float32").shape == (1, 3)
+
+
+# ------------------------------------------------------------------ a backend's own options as keywords
+
+
+def _cancelling_model():
+    """x[1,2] + 1e4 -> MatMul by [1, -1]: x0 - x1 in float32; in bfloat16 (8 bits of mantissa)
+    the sums near 1e4 round to multiples of 64 and the difference is lost."""
+    nodes = [
+        helper.make_node("Add", ["x", "big"], ["s"], name="shift"),
+        helper.make_node("MatMul", ["s", "w"], ["d"], name="cancel"),
+    ]
+    graph = helper.make_graph(
+        nodes, "cancel", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2])],
+        [helper.make_tensor_value_info("d", TensorProto.FLOAT, [1, 1])],
+        initializer=[helper.make_tensor("big", TensorProto.FLOAT, [], [1e4]),
+                     helper.make_tensor("w", TensorProto.FLOAT, [2, 1], [1.0, -1.0])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 9
+    return model
+
+
+def test_run_takes_openvinos_own_options_as_keywords():
+    pytest.importorskip("openvino")
+    from toolkit import api
+
+    model = _cancelling_model()
+    feeds = [{"x": np.array([[3.0, 7.5]], np.float32)}]
+    ref = api.run(model, feeds)[0]["d"]
+    assert np.allclose(ref, -4.5)
+    f32 = api.run(model, feeds, "openvino", precision="f32", device="cpu")[0]["d"]
+    bf16 = api.run(model, feeds, "openvino", precision="bf16")[0]["d"]
+    assert np.allclose(f32, ref, atol=1e-3) and abs(float(bf16[0, 0]) - -4.5) > 1
+    assert np.array_equal(api.run(model, feeds, "openvino:precision=bf16")[0]["d"], bf16)  # the spec's spelling
+    assert np.allclose(api.run(model, feeds, "openvino:precision=f32", precision="bf16")[0]["d"], ref, atol=1e-3)
+    marked = api.run(model, feeds, "openvino", precision="f32", outputs=["mark", "all"])[0]  # a field name
+    assert {"s", "d"} <= set(marked)
+
+    with pytest.raises(api.UsageError, match="openvino's precision is one of: f32, bf16, f16"):
+        api.run(model, feeds, "openvino", precision="f64")
+    with pytest.raises(api.UsageError) as info:
+        api.run(model, feeds, "openvino", precison="f32")
+    assert "'precison' is not an option" in info.value.message
+    assert "device, precision, outputs, exclude_outputs" in info.value.message
+    with pytest.raises(api.UsageError, match="'precision' is an option of openvino runners, not of onnxrt"):
+        api.run(model, feeds, "onnxrt", precision="f32")
+
+
+def test_run_takes_a_registered_kinds_own_options(monkeypatch, tmp_path):
+    """A backend registered with its own options (the fake one of test_declared_options) takes
+    them as keywords; onnxrt's ``fp16`` keyword is its spec option (``onnxrt:fp16``)."""
+    import onnx
+
+    import toolkit.run.options as options_module
+    import toolkit.run.registry as registry
+    from test_declared_options import FakeOptions, FakeRunner
+    from toolkit import api
+
+    monkeypatch.setattr(registry, "KINDS", dict(registry.KINDS))
+    monkeypatch.setitem(options_module.KIND_DECLARATIONS, "fake", FakeOptions)  # (undone after the test)
+    registry.register(registry.RunnerKind(
+        name="fake", flag="--fake", help="The fake backend.", declares=FakeOptions,
+        factory=lambda opts, config, reporter, name: FakeRunner(opts.model, name, opts.of("fake").slope),
+    ))  # fmt: skip
+    graph = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["y"])], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    path = str(tmp_path / "relu.onnx")
+    onnx.save(model, path)
+    feeds = [{"x": np.array([[-1, 2, -3], [4, -5, 6]], np.float32)}]
+    assert api.run(path, feeds, "fake")[0]["y"].tolist() == [[0, 2, 0], [4, 0, 6]]
+    assert api.run(path, feeds, "fake", slope="0.5")[0]["y"].tolist() == [[-0.5, 2, -1.5], [4, -2.5, 6]]
+    with pytest.raises(api.UsageError, match=r"'slop' is not an option; fake takes slope"):
+        api.run(path, feeds, "fake", slop="0.5")
+    with pytest.raises(api.UsageError, match="fake's slope is one of: 0, 0.5"):
+        api.run(path, feeds, "fake", slope="2")
+    with pytest.raises(api.UsageError, match="'slope' is an option of fake runners, not of onnxrt"):
+        api.run(path, feeds, "onnxrt", slope="0.5")
+    big = [{"x": np.array([[1e5, 1, 2], [3, 4, 5]], np.float32)}]  # 1e5 overflows fp16 storage
+    assert np.isinf(api.run(path, big, "onnxrt", fp16=True)[0]["y"][0, 0])
+    assert api.run(path, big, "onnxrt")[0]["y"][0, 0] == 1e5

@@ -22,6 +22,24 @@ def test_help_imports_nothing_heavy():
     assert modules_loaded_by("", ["--help"], HEAVY) == []
 
 
+def test_root_help_names_every_registered_backend():
+    """Every runner kind the registry holds is named in `toolkit --help`, in the root help and in
+    `run`'s line, without the registry being imported for it (BACKENDS is the root's list)."""
+    import toolkit.run.registry as registry
+    from toolkit.cli.app import BACKENDS
+
+    titles = [kind.panel for kind in registry.KINDS.values()]
+    assert list(BACKENDS) == titles, "toolkit/cli/app.py's BACKENDS must list every registered runner kind"
+    res = run_toolkit("--help", env={"COLUMNS": "300"})
+    assert res.code == 0
+    text = " ".join(res.out.split())
+    head, commands = text.split("Commands:")
+    run_line = commands.split(" inspect ")[0]
+    for title in titles:
+        assert title in head and title in run_line, f"the root help does not name {title}"
+    assert modules_loaded_by("", ["--help"], ("toolkit.run.registry", "toolkit.backends")) == []
+
+
 def test_unknown_command_is_usage_error():
     res = run_toolkit("no-such-command")
     assert res.code == 2

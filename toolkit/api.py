@@ -21,7 +21,7 @@ from __future__ import annotations
 import os
 import tempfile
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from toolkit.core.errors import DependencyError, ExitCode, InferenceError, InputError, ToolkitError, UsageError
 from toolkit.core.meta import TensorMeta
@@ -44,7 +44,9 @@ from toolkit.core.model import save_model as _save
 from toolkit.reduce.session import ReduceConfig, Reducer
 from toolkit.reduce.verdict import CheckResult
 from toolkit.run.options import RunOptions
-from toolkit.run.specs import make_runner
+from toolkit.run import registry
+from toolkit.run.registry import RunnerOption, get_kind, with_values
+from toolkit.run.specs import make_runner, parse_runner_spec
 from toolkit.surgeon.surgery import extract as _extract
 from toolkit.surgeon.surgery import sanitize as _sanitize
 
@@ -112,15 +114,67 @@ def generate_inputs(
 
 def run(model: ModelLike, feeds: Sequence[Feed], runner: str = "onnxrt", **options) -> List[Dict[str, object]]:
     """Run ``model`` (a path or a ModelProto) on each feed with the runner spec ``runner``
-    (``onnxrt``, ``onnxrt:fp16``, ``trt:fp16``, ...); one ``{name: array}`` per feed.
+    (``onnxrt``, ``onnxrt:fp16``, ``trt:fp16``, ``openvino:precision=f32``, ...); one
+    ``{name: array}`` per feed.
 
-    ``options`` are :class:`toolkit.run.options.RunOptions` fields (``onnx_outputs=["mark",
-    "all"]``, ``providers=["cuda"]``, ``external_data_dir=...``); the spec's own options win."""
+    ``options``: the runner's own options by their spec names (``fp16=True``,
+    ``opt="disable"``, OpenVINO's ``device="cpu"``, ``precision="f32"``) or field names
+    (``onnx_outputs=["mark", "all"]``, ``providers=["cuda"]``, OpenVINO's ``outputs=[...]``),
+    and the :class:`toolkit.run.options.RunOptions` fields every runner shares
+    (``external_data_dir=...``); the spec's own options win. UsageError for an option the
+    runner does not take (naming those it takes) or a value outside an option's choices."""
 
+    spec = parse_runner_spec(runner)
+    base = _runner_options(spec.kind, options)  # (checked before a ModelProto is written to a file)
     with _model_file(model) as path:
-        base = dataclasses.replace(RunOptions(path), **options)
-        with make_runner(runner, path, base=base) as active:
+        with make_runner(spec, path, base=base) as active:
             return [active.infer(dict(feed)) for feed in feeds]
+
+
+def _runner_options(kind_name: str, options: Mapping[str, Any]) -> RunOptions:
+    """RunOptions for a runner of ``kind_name`` with the keyword ``options`` of :func:`run` set
+    (the model is :func:`make_runner`'s to set)."""
+    kind = get_kind(kind_name)
+    mine = _keywords(kind)
+    others = {key: k.name for k in registry.KINDS.values() if k.name != kind.name for key in _keywords(k)}
+    shared = {f.name for f in dataclasses.fields(RunOptions)} - set(others) - {"model", "runners", "kind_options"}
+    changes: Dict[RunnerOption, Any] = {}
+    top: Dict[str, Any] = {}
+    for key, value in options.items():
+        if key in mine:
+            changes[mine[key]] = _option_value(kind.name, key, mine[key], value)
+        elif key in shared:
+            top[key] = value
+        else:
+            owner = f"an option of {others[key]} runners, not of {kind.name}" if key in others else "not an option"
+            names = ", ".join(o.spec or o.field for o in kind.options) or "no options of its own"
+            raise UsageError(
+                f"run: '{key}' is {owner}; {kind.name} takes {names} (and the RunOptions fields every runner "
+                "shares, such as external_data_dir)"
+            )
+    return with_values(dataclasses.replace(RunOptions(""), **top), changes)
+
+
+def _keywords(kind) -> Dict[str, RunnerOption]:
+    """A kind's options by keyword: field names, then spec names (onnxrt's ``fp16`` is its
+    ``onnxrt_fp16`` field, as in the spec ``onnxrt:fp16``)."""
+    out = {o.field: o for o in kind.options}
+    out.update({o.spec: o for o in kind.options if o.spec})
+    return out
+
+
+def _option_value(kind: str, key: str, opt: RunnerOption, value):
+    """``value`` checked as the spec checks it: one of the choices, a bool for a switch; a
+    string for an option a spec converts (``providers="cuda,cpu"``) converted the same way."""
+    if opt.choices:
+        if value is not None and (not isinstance(value, str) or value.lower() not in opt.choices):
+            raise UsageError(f"run: {kind}'s {key} is one of: {', '.join(opt.choices)} (got {value!r})")
+        return value.lower() if isinstance(value, str) else value
+    if opt.convert is not None:
+        return opt.convert(value) if isinstance(value, str) else value
+    if opt.spec and not isinstance(value, bool):
+        raise UsageError(f"run: {kind}'s {key} is a switch: True or False (got {value!r})")
+    return value
 
 
 @dataclass

@@ -13,7 +13,7 @@ import signal
 import sys
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import typer
 from typer.core import TyperGroup
@@ -24,8 +24,20 @@ from toolkit.cli.app_settings import root_settings
 from toolkit.cli.errors import report_interrupt, run_with_boundary
 from toolkit.cli.options import take_common_options
 
+# The backends the root --help names: the title of every runner kind that toolkit.run.registry
+# registers, in its order. Kept here rather than read from the registry, whose import (the
+# backends' modules, RunOptions) would add about 18 ms to the 61 ms of `toolkit --help`;
+# tests/test_cli_basics.py keeps the two equal, and `run`'s own help is built from the registry.
+BACKENDS: Tuple[str, ...] = ("ONNX-Runtime", "TensorRT", "OpenVINO")
+
+
+def backends_text(titles: Sequence[str]) -> str:
+    """``A, B and/or C``: the backends a run may use, one or several of them."""
+    return titles[0] if len(titles) == 1 else f"{', '.join(titles[:-1])} and/or {titles[-1]}"
+
+
 HELP = (
-    "Debug ONNX models: run and compare backends, inspect, cut and fold graphs, "
+    f"Debug ONNX models: run and compare backends ({', '.join(BACKENDS)}), inspect, cut and fold graphs, "
     "and reduce failing models to minimal subgraphs."
 )
 
@@ -34,9 +46,9 @@ HELP = (
 # (`register`). The short help is what the root --help lists (a test keeps it equal to the
 # first sentence of the group's own help).
 GROUPS: Dict[str, Tuple[str, str, str]] = {
-    "run": ("toolkit.cli.run", "register", "Run a model on ONNX-Runtime and/or TensorRT with generated or loaded inputs."),
+    "run": ("toolkit.cli.run", "register", f"Run a model on {backends_text(BACKENDS)} with generated or loaded inputs."),
     "inspect": ("toolkit.cli.inspect", "app", "Inspect models and data files."),
-    "convert": ("toolkit.cli.convert", "register", "Convert a model: mixed fp16 with --fp-to-fp16."),
+    "convert": ("toolkit.cli.convert", "register", "Convert a model: mixed fp16 with --fp-to-fp16, mixed bf16 with --fp-to-bf16."),
     "surgeon": ("toolkit.cli.surgeon", "app", "Cut subgraphs out of ONNX models and simplify them."),
     "data": ("toolkit.cli.data", "app", "Work with inputs and outputs data files (JSON or .npz)."),
     "debug": (
@@ -87,8 +99,7 @@ def _root(
         False, "--version", "-V", callback=_version, is_eager=True, help="Show the version and exit."
     ),
 ) -> None:
-    """Debug ONNX models: run and compare backends, inspect, cut and fold graphs, and reduce
-    failing models to minimal subgraphs."""
+    """The root command (its help is HELP)."""
 
 
 def _importing(frame) -> bool:

@@ -2,6 +2,7 @@
 
 # (no `from __future__ import annotations`: Typer would have to eval every annotation string)
 
+import itertools
 import os
 import time
 from dataclasses import dataclass
@@ -41,10 +42,10 @@ class ConvertArgs:
                             "as JSON on stdout.")
     external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
     validate: bool = option("--validate/--no-validate", default=True, help="Run the converted model against the "
-                            "original once in ONNX-Runtime and report the largest error and the first tensor that "
-                            "differs; on unless --no-validate.")
-    load_inputs: Optional[str] = option("--load-inputs", help="Inputs file (JSON or .npz) for that check (its first "
-                                        "input set); default: generated.")
+                            "original in ONNX-Runtime on several input sets and report the worst: its largest error "
+                            "and the first tensor that differs; on unless --no-validate.")
+    load_inputs: Optional[str] = option("--load-inputs", help="Inputs file (JSON or .npz) for that check (every input "
+                                        "set in it); default: 3 generated sets.")
     seed: Optional[int] = declared(S.SEED)
     val_range: List[str] = option("--val-range", factory=list, help="Value range of the generated inputs of that "
                                   "check: [name:][lo,hi]; [0,1] if not given.")
@@ -64,8 +65,8 @@ def register(app: typer.Typer) -> None:
         their types. Weights, Constants and values computed from constants that fp16 cannot
         hold (past 65504, or lost to underflow) stay fp32 with the nodes that read them; Q/DQ
         and integer ops of quantized models stay as they are. The result is checked with ONNX
-        type inference before it is written, then run once against the original in
-        ONNX-Runtime (--no-validate skips that). Built on onnxconverter-common's float16
+        type inference before it is written, then run against the original in ONNX-Runtime
+        on several input sets (--no-validate skips that). Built on onnxconverter-common's float16
         conversion; for bfloat16 the same conversion places the casts and every weight is
         rounded once from its float32 value.
         """
@@ -117,15 +118,15 @@ def _convert(
     assert dtype is not None
     t0 = time.perf_counter()
     model = load_model(model_path, external_data_dir=external_data_dir)
-    feed = _check_feed(model, check) if check.enabled else None
-    original = _original(model, model_path, external_data_dir) if feed is not None else None
+    feeds = _check_feeds(model, check) if check.enabled else None
+    original = _original(model, model_path, external_data_dir) if feeds is not None else None
     result = fp16.convert(model, keep_fp32, keep_io_types=not reduced_io, inplace=True, if_mixed="error", dtype=dtype)
     hint = _opset_hint(result.model, result.kept) if dtype == "bfloat16" else ""
     del model
     seconds = time.perf_counter() - t0
     _report(result, dtype, output, seconds, hint)
     # (checked before saving: saving with external data moves the weights out of the model)
-    validation = _validate(original, result.model, feed, dtype) if original is not None else None
+    validation = _validate(original, result.model, feeds, dtype) if original is not None else None
     del original
     save_model(result.model, output, external_data=external_data)
     if json_out:
@@ -171,9 +172,12 @@ def _original(model, model_path: str, external_data_dir: Optional[str]):
     return copy_model(model, inplace=False)
 
 
-def _check_feed(model, check: _Check):
-    """The input set of the check: the first of --load-inputs, or generated (errors before converting)."""
-    from toolkit.core.inputs import generate_inputs, parse_val_ranges, select_feed
+def _check_feeds(model, check: _Check):
+    """The input sets of the check, checked before converting: every set of --load-inputs, or
+    INPUT_SETS generated ones (iterations 0, 1, ... of the seed, as `toolkit run --iterations`
+    generates them; made one at a time while the check runs)."""
+    from toolkit.convert.validate import INPUT_SETS
+    from toolkit.core.inputs import parse_val_ranges, plan_generation, select_feed
     from toolkit.core.meta import parse_shape_specs
     from toolkit.core.model import graph_io_meta
 
@@ -181,15 +185,16 @@ def _check_feed(model, check: _Check):
     if check.load_inputs:
         from toolkit.core.datafiles import load_inputs
 
-        for k, loaded in enumerate(load_inputs(check.load_inputs)):
-            return select_feed(loaded, metas, source=check.load_inputs, iteration=k)
-        raise InputError(f"{check.load_inputs}: no input sets")
-    feeds, notes = generate_inputs(
-        metas, seed=check.seed, ranges=parse_val_ranges(check.val_range), shapes=parse_shape_specs(check.input_shapes)
-    )
-    for note in notes:
+        src = check.load_inputs
+        feeds = [select_feed(loaded, metas, source=src, iteration=k) for k, loaded in enumerate(load_inputs(src))]
+        if not feeds:
+            raise InputError(f"{src}: no input sets")
+        return feeds
+    plan = plan_generation(metas, ranges=parse_val_ranges(check.val_range), shapes=parse_shape_specs(check.input_shapes))
+    for note in plan.notes:
         log(note)
-    return feeds[0]
+    first = plan.feed(0, check.seed)  # (a range the dtype cannot hold fails here, before converting)
+    return itertools.chain([first], (plan.feed(k, check.seed) for k in range(1, INPUT_SETS)))
 
 
 def _report(result, dtype: str, output: str, seconds: float, hint: str) -> None:
@@ -239,10 +244,11 @@ def _validate(original, converted, feed, dtype: str):
             )
         return None
     tol = f"atol {res.atol:g}, rtol {res.rtol:g}"
+    where = _which_set(res)
     if res.passed:
         log(
-            f"Checked against the original in ONNX-Runtime ({res.seconds:.2f} s): largest error "
-            f"{res.max_error:.3g} (output {res.worst}), within {tol}"
+            f"Checked against the original in ONNX-Runtime on {_sets(len(res.set_errors))} ({res.seconds:.2f} s): "
+            f"largest error {res.max_error:.3g} (output {res.worst}{where}), within {tol}"
         )
         return res
     first = (
@@ -251,10 +257,24 @@ def _validate(original, converted, feed, dtype: str):
         else ""
     )
     warn(
-        f"the {short} model differs from the original beyond {tol}: largest error {res.max_error:.3g} at output "
-        f"{res.worst}{first}; `toolkit debug precision MODEL` finds the nodes to keep in fp32 (--keep-fp32)"
+        f"the {short} model differs from the original beyond {tol} on {_sets(len(res.set_errors))}: largest error "
+        f"{res.max_error:.3g} at output {res.worst}{where}{first}; `toolkit debug precision MODEL` finds the nodes "
+        "to keep in fp32 (--keep-fp32)"
     )
     return res
+
+
+def _sets(n: int) -> str:
+    return "1 input set" if n == 1 else f"{n} input sets"
+
+
+def _which_set(res) -> str:
+    """', input set K; the others E1 to E2' (nothing for a single set)."""
+    others = [e for k, e in enumerate(res.set_errors) if k != res.input_set]
+    if not others:
+        return ""
+    span = f"{min(others):.3g}" if len(others) == 1 else f"{min(others):.3g} to {max(others):.3g}"
+    return f", input set {res.input_set}; the other set{'s' if len(others) > 1 else ''} {span}"
 
 
 def _opset_hint(model, kept: dict) -> str:

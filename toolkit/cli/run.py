@@ -1,4 +1,4 @@
-"""``toolkit run``: run a model on ONNX-Runtime and/or TensorRT, save and compare results.
+"""``toolkit run``: run a model on one or more backends (ONNX-Runtime, TensorRT, OpenVINO), save and compare results.
 
 Thin layer: options -> :class:`toolkit.run.RunOptions` -> :func:`toolkit.run.execute` -> render.
 Every option is declared on its :class:`~toolkit.run.options.RunOptions` field; the runner
@@ -64,10 +64,19 @@ def _kind_options():
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("run", **command_kwargs(cls=RunCommand))
+    @app.command("run", **command_kwargs(_help(), cls=RunCommand))
     @bind(run_options.RunOptions, extra=_kind_flags(), more=_kind_options())
     def run_command(ctx: typer.Context, **params) -> None:
-        """Run a model on ONNX-Runtime and/or TensorRT with generated or loaded inputs, save
+        """``toolkit run`` (its help: :func:`_help`)."""
+        _run(ctx, params)
+
+
+def _help() -> str:
+    """``run``'s help, naming every registered runner kind (the root help's list matches it)."""
+    from toolkit.cli.app import backends_text
+
+    on = backends_text([k.panel for k in registry.KINDS.values()])
+    return f"""Run a model on {on} with generated or loaded inputs, save
         inputs and outputs, and compare results (several runners and/or loaded outputs files
         are compared in consecutive pairs). MODEL may also be a TensorRT engine
         (.engine/.plan/.trt) for --trt.
@@ -76,7 +85,6 @@ def register(app: typer.Typer) -> None:
         TensorRT build) failed; 2 bad options; 3 bad model or data file; 4 missing backend,
         TensorRT, cuda-python or GPU; 70 an internal error (a bug: please report it).
         """
-        _run(ctx, params)
 
 
 def _run(ctx: typer.Context, params: dict) -> None:

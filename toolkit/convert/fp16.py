@@ -13,7 +13,7 @@ around nodes kept in fp32, If/Loop bodies); around it, this package:
   that fp16 holds fine, and copies every weight several times);
 - repairs what the library leaves inconsistent (:mod:`toolkit.convert.repair`);
 - checks the result with ONNX type inference, so a broken model is never written;
-- and (:mod:`toolkit.convert.validate`) runs the result against the original once.
+- and (:mod:`toolkit.convert.validate`) runs the result against the original on several input sets.
 
 bfloat16: ``convert(..., dtype="bfloat16")`` does the same with bfloat16. The library only
 writes fp16, so it runs as for fp16 (same placement of the fp32 nodes and Casts) on tensors

@@ -1,10 +1,18 @@
-"""The converted model run once against the original in ONNX-Runtime (``convert``'s check).
+"""The converted model run against the original in ONNX-Runtime (``convert``'s check).
 
-Both models run on one input set (generated, or loaded) at their outputs: two plain runs,
-no tensor marked. The converted model runs with its fp16 (bf16) storage emulated
+Both models run on several input sets (generated: the seed's set and the next ones, as
+``toolkit run --iterations N`` generates them; or every loaded set) at their outputs: plain
+runs, no tensor marked, one ONNX-Runtime session per model for all the sets (the sessions cost
+more than the runs). One set is not enough: whether fp16 rounding overflows a sum, or moves a
+value across a quantization step, depends on the values, and one set can show 4e-5 where
+another shows 0.07. The set reported is the worst one: the one with the largest error among
+those that differ beyond the tolerances, else the one with the largest error.
+
+The converted model runs with its fp16 (bf16) storage emulated
 (:func:`toolkit.convert.emulate.emulate_mixed`: every reduced tensor rounded after the node that
 makes it, computed in fp32): ONNX-Runtime's CPU kernels compute many fp16 ops in fp32 and drop
-the Casts between them, which hides an overflow that a GPU, storing fp16 between nodes, shows. Only when an output differs beyond the tolerances are both run again with
+the Casts between them, which hides an overflow that a GPU, storing fp16 between nodes, shows.
+Only when an output differs beyond the tolerances are both run again, on the worst set, with
 every float tensor of the original's top graph marked as an output, to name the first one
 (in topological order) that differs: the place to start looking (``toolkit debug precision``
 finds the nodes to keep in fp32).
@@ -14,9 +22,10 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 import numpy as np
 import onnxruntime as ort
@@ -32,11 +41,14 @@ from toolkit.core.layerwise import set_outputs
 # a tensor differs when its largest absolute error is past ATOL + RTOL * its largest magnitude
 ATOL = 1e-2
 RTOL = 5e-2
+# generated input sets the check runs (the seed's set and the next ones): see docs/performance.md
+INPUT_SETS = 3
 
 
 @dataclass
 class Validation:
-    """How far the converted model's outputs are from the original's, on one input set."""
+    """How far the converted model's outputs are from the original's: the numbers of the worst
+    input set (``input_set``), and the largest error of every set (``set_errors``)."""
 
     errors: Dict[str, float] = field(default_factory=dict)  # output -> largest absolute error
     worst: str = ""  # the output with the largest error
@@ -47,6 +59,8 @@ class Validation:
     seconds: float = 0.0
     atol: float = ATOL
     rtol: float = RTOL
+    input_set: int = 0  # the set (0-based, in the order run) the numbers above come from
+    set_errors: List[float] = field(default_factory=list)  # largest error of each set, in order
 
     @property
     def passed(self) -> bool:
@@ -63,6 +77,9 @@ class Validation:
             "first_differing_error": self.first_error if self.first_tensor else None,
             "atol": self.atol,
             "rtol": self.rtol,
+            "input_set": self.input_set,
+            "input_sets": len(self.set_errors),
+            "set_errors": self.set_errors,
             "seconds": self.seconds,
         }
 
@@ -109,28 +126,42 @@ def _split(model, emulate: bool):
     return light, weights
 
 
-def _run(model, feed: Mapping, names: Optional[Sequence[str]] = None, emulate: bool = False) -> Dict[str, object]:
-    """``model``'s outputs (or ``names``, marked as outputs) on ``feed``. ``model``: a ModelProto,
-    or the path of a model file (ONNX-Runtime reads it, external data included)."""
+class _Model:
+    """One ONNX-Runtime session of ``model`` (outputs, or ``names`` marked as outputs), run on
+    any number of feeds. ``model``: a ModelProto, or the path of a model file (ONNX-Runtime
+    reads it, external data included). ``emulate``: the converted model (fp16 storage emulated).
+    InferenceError when ONNX-Runtime cannot build or run it: exit code 3 for the original (the
+    inputs do not suit it), 1 for the converted model."""
 
-    try:
-        if isinstance(model, str) and names is None:
-            sess = _session(model)
-        else:
-            light, weights = _split(_loaded(model), emulate)
-            if names is not None:
-                set_outputs(light, names)
-            sess = _session(light.SerializeToString(), weights)
-        wanted = {i.name: i.type for i in sess.get_inputs()}
-        feed = {k: _as_input(np.asarray(v), wanted[k]) for k, v in feed.items() if k in wanted}
-        outs = sess.run(None, feed)
-    except ort_errors() as exc:
-        what = "the converted model" if emulate else "the original"
-        raise InferenceError(
-            f"ONNX-Runtime could not run {what}: {one_line(exc, first_line=True, limit=300)}",
-            exit_code=ExitCode.FAILED if emulate else ExitCode.BAD_INPUT,
-        ) from None
-    return {o.name: v for o, v in zip(sess.get_outputs(), outs)}
+    def __init__(self, model, names: Optional[Sequence[str]] = None, emulate: bool = False) -> None:
+        self.emulate = emulate
+        with self._errors():
+            if isinstance(model, str) and names is None:
+                self.sess = _session(model)
+            else:
+                light, weights = _split(_loaded(model), emulate)
+                if names is not None:
+                    set_outputs(light, names)
+                self.sess = _session(light.SerializeToString(), weights)
+            self.wanted = {i.name: i.type for i in self.sess.get_inputs()}
+
+    def run(self, feed: Mapping, k: Optional[int] = None) -> Dict[str, object]:
+        """The outputs on ``feed`` (input set ``k``, named in an error)."""
+        with self._errors("" if k is None else f" on input set {k}"):
+            feed = {k: _as_input(np.asarray(v), self.wanted[k]) for k, v in feed.items() if k in self.wanted}
+            outs = self.sess.run(None, feed)
+        return {o.name: v for o, v in zip(self.sess.get_outputs(), outs)}
+
+    @contextlib.contextmanager
+    def _errors(self, where: str = ""):
+        try:
+            yield
+        except ort_errors() as exc:
+            what = "the converted model" if self.emulate else "the original"
+            raise InferenceError(
+                f"ONNX-Runtime could not run {what}{where}: {one_line(exc, first_line=True, limit=300)}",
+                exit_code=ExitCode.FAILED if self.emulate else ExitCode.BAD_INPUT,
+            ) from None
 
 
 def _loaded(model):
@@ -175,16 +206,43 @@ def _worst(got, ref, atol: float, rtol: float):
 
 
 def validate(
-    original, converted, feed: Mapping, *, atol: float = ATOL, rtol: float = RTOL, locate: bool = True
+    original,
+    converted,
+    feeds: Union[Mapping, Iterable[Mapping]],
+    *,
+    atol: float = ATOL,
+    rtol: float = RTOL,
+    locate: bool = True,
 ) -> Validation:
-    """Run ``converted`` against ``original`` on ``feed`` (ONNX-Runtime, CPU); see the module docstring.
+    """Run ``converted`` against ``original`` on ``feeds`` (one feed, or an iterable of them, run
+    one at a time) in ONNX-Runtime on the CPU; see the module docstring.
 
     InferenceError when either model cannot run: exit code 3 when the original cannot (the
     inputs do not suit it), 1 when only the converted model cannot."""
     t0 = time.perf_counter()
+    ref, got = _Model(original), _Model(converted, emulate=True)
+    out: Optional[Validation] = None
+    worst_feed: Mapping = {}
+    errors: List[float] = []
+    for k, feed in enumerate([feeds] if isinstance(feeds, Mapping) else feeds):
+        one = _compare(ref.run(feed, k), got.run(feed, k), atol, rtol)
+        one.input_set = k
+        errors.append(one.max_error)
+        if out is None or _worse(one, out):
+            out, worst_feed = one, feed
+    if out is None:
+        raise ValueError("validate needs at least one input set")
+    del ref, got
+    out.set_errors = errors
+    if out.differing and locate:
+        out.first_tensor, out.first_error = _first_differing(original, converted, worst_feed, atol, rtol)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _compare(ref: Mapping, got: Mapping, atol: float, rtol: float) -> Validation:
+    """The outputs of one input set compared."""
     out = Validation(atol=atol, rtol=rtol)
-    ref = _run(original, feed)
-    got = _run(converted, feed, emulate=True)
     for name, r in ref.items():
         if name not in got:
             continue
@@ -194,10 +252,15 @@ def validate(
             out.differing.append(name)
         if not out.worst or err > out.max_error:
             out.worst, out.max_error = name, err
-    if out.differing and locate:
-        out.first_tensor, out.first_error = _first_differing(original, converted, feed, atol, rtol)
-    out.seconds = time.perf_counter() - t0
     return out
+
+
+def _worse(a: Validation, b: Validation) -> bool:
+    """Whether set ``a`` is worse than set ``b``: it differs and ``b`` does not, or both do (or
+    both do not) and its largest error is larger (errors are never NaN: see :func:`_worst`)."""
+    if bool(a.differing) != bool(b.differing):
+        return bool(a.differing)
+    return a.max_error > b.max_error
 
 
 def _float_tensors(original, converted) -> List[str]:
@@ -220,8 +283,8 @@ def _first_differing(original, converted, feed: Mapping, atol: float, rtol: floa
     names = _float_tensors(original, converted)
     if not names:
         return None, 0.0
-    ref = _run(original, feed, names)
-    got = _run(converted, feed, names, emulate=True)
+    ref = _Model(original, names).run(feed)
+    got = _Model(converted, names, emulate=True).run(feed)
     for name in names:
         if name in ref and name in got:
             err, bad = _worst(got[name], ref[name], atol, rtol)
