@@ -105,6 +105,12 @@ def test_gpu_checks_are_recognised():
     assert uses_gpu(["python", "-m", "toolkit", "run", "m.onnx", "--compare", "onnxrt", "trt:fp16"])
     assert not uses_gpu(["toolkit", "run", "m.onnx", "--onnxrt"])
     assert not uses_gpu(["sh", "-c", "trtexec --onnx=m.onnx"])  # not a toolkit check: give --gpus-per-check
+    # what the runners are, not words in file names
+    assert not uses_gpu(["toolkit", "run", "cuda_model.onnx", "--onnxrt", "--save-outputs", "trt_outputs.json"])
+    assert uses_gpu(["toolkit", "run", "m.onnx", "--providers", "cuda"])
+    assert not uses_gpu(["toolkit", "run", "m.onnx", "--onnxrt", "--providers=cpu"])
+    assert uses_gpu(["toolkit", "run", "m.onnx", "--runners", "onnxrt:providers=cuda"])
+    assert not uses_gpu(["toolkit", "run", "m.onnx", "--compare", "onnxrt", "openvino:precision=f32"])
     assert parse_cluster("ray") is None
     assert parse_cluster("ray:10.0.0.1:6379") == "10.0.0.1:6379"
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 import uuid
@@ -40,10 +39,11 @@ from toolkit.reduce.check import data_files_in, toolkit_args
 from toolkit.reduce.parallel import WORKER_ENV
 from toolkit.reduce.ray_task import call_task, clean_cache, ready, run_check
 from toolkit.reduce.verdict import CheckResult
+from toolkit.run.registry import KINDS, get_kind
+from toolkit.run.specs import parse_runner_spec
 
 RETRIES = 2  # Ray retries a task lost with its node (or worker process) this many times
 CANCEL_GRACE = 3.0  # seconds a cancelled task has to kill its check before it is forced
-_GPU_WORDS = re.compile(r"(?i)(^|[^a-z])(trt|tensorrt|cuda)([^a-z]|$)")
 _LOG_LOCK = threading.Lock()
 
 
@@ -63,11 +63,47 @@ def import_ray():
 
 
 def uses_gpu(argv: Sequence[str]) -> bool:
-    """Whether a toolkit check runs on a GPU runner (TensorRT, CUDA)."""
+    """Whether a toolkit check runs a runner that needs an NVIDIA GPU (its kind says so:
+    ``--trt``, a ``trt`` spec, ONNX-Runtime with the CUDA or TensorRT provider)."""
     args = toolkit_args(argv)
     if args is None:
         return False
-    return any(_GPU_WORDS.search(a) for a in args[1:])
+    providers = _option_value(args, "--providers") or _option_value(args, "--execution-providers")
+    if providers and get_kind("onnxrt").uses_gpu({"providers": providers}):
+        return True  # (the providers of ONNX-Runtime, the default runner)
+    flags = {kind.flag: kind for kind in KINDS.values()}
+    for i, tok in enumerate(args[1:], 1):
+        kind = flags.get(tok)
+        if kind is not None and kind.uses_gpu({}):
+            return True
+        if args[i - 1] in _SPEC_LISTS or (i > 1 and _in_spec_list(args, i)):
+            try:
+                spec = parse_runner_spec(tok)
+            except ToolkitError:
+                continue
+            if get_kind(spec.kind).uses_gpu(spec.options):
+                return True
+    return False
+
+
+_SPEC_LISTS = ("--compare", "--runners")
+
+
+def _in_spec_list(args: Sequence[str], i: int) -> bool:
+    """Whether ``args[i]`` is one of the runner specs that follow ``--compare`` / ``--runners``."""
+    j = i
+    while j > 0 and not args[j - 1].startswith("-"):
+        j -= 1
+    return j > 0 and args[j - 1] in _SPEC_LISTS
+
+
+def _option_value(args: Sequence[str], flag: str) -> Optional[str]:
+    for i, tok in enumerate(args):
+        if tok == flag and i + 1 < len(args):
+            return args[i + 1]
+        if tok.startswith(flag + "="):
+            return tok.split("=", 1)[1]
+    return None
 
 
 @dataclass
