@@ -177,9 +177,14 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module")
 def cluster():
+    import socket
+
     from ray.cluster_utils import Cluster
 
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    with socket.socket() as sock:  # a free port for the dashboard (the state API needs it; 8265 may be taken)
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "dashboard_port": port})
     c.add_node(num_cpus=2, num_gpus=2)
     c.add_node(num_cpus=2)
     c.wait_for_nodes()
