@@ -396,18 +396,32 @@ class OpenvinoRunner(Runner):
 
 
 _FAILED_PASS = re.compile(r"\[(\w+)\] END: node: \S+ (\S+) ")
+# the ONNX front end's report of an operator it could not convert: "-- If-13 with a message:",
+# the reason's lines, then "Summary:" (or the next operator's "-- ...")
+_FAILED_OP = re.compile(r"^-- (\S+) with a message:\n(.*?)(?=^-- |^Summary:|\Z)", re.M | re.S)
+_ONNX_NODE = re.compile(r"While validating ONNX node '<Node\((\w+)\): ([^>]*)>'")
 
 
 def last_line(exc: BaseException) -> str:
     """OpenVINO's message without its source locations: the last line of the text it raised, and
     the graph pass and node it names when one of its passes failed (``[AddTransformation] END:
-    node: opset1::Add Add@1 ...``: the last line alone, ``index '0' out of range``, says nothing)."""
+    node: opset1::Add Add@1 ...``: the last line alone, ``index '0' out of range``, says nothing).
+    When its ONNX front end could not convert an operator, the operator, the ONNX node (by its
+    first output) and OpenVINO's reason (its last line ``Conversion is failed for: If-13`` alone
+    does not say why)."""
     text = str(exc)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     last = lines[-1] if lines else type(exc).__name__
     failed = _FAILED_PASS.search(text)
     if failed:
         last += f" (in OpenVINO's {failed.group(1)} pass, at node {failed.group(2)})"
+    op = _FAILED_OP.search(text)
+    if op:
+        reason = [line.strip() for line in op.group(2).splitlines() if line.strip()]
+        node = _ONNX_NODE.search(op.group(2))
+        at = f" (the {node.group(1)} node writing '{node.group(2)}')" if node else ""
+        why = f": {reason[-1]}" if reason else ""
+        last = f"its ONNX reader cannot convert {op.group(1)}{at}{why}"
     return last
 
 
