@@ -217,20 +217,67 @@ def step_warning(reduced: Optional[Evidence], model) -> Optional[str]:
     """A warning when the reduced model's worst tensor comes from a step function (``Floor``,
     ``Round``, ``QuantizeLinear``...) and is off by at most one step: rounding before the step,
     too small to fail anywhere else, is enough for that (a quantizer decomposed into ``Div`` and
-    ``Floor`` on two backends, or fp16 storage of the step's input). ``model``: the reduced model."""
+    ``Floor`` on two backends, or fp16 storage of the step's input). A ``DequantizeLinear`` of a
+    ``QuantizeLinear`` (a QDQ pair) counts, its step being the scale: a value at a half step
+    rounds either way on two backends. ``model``: the reduced model."""
     r = reduced.worst if reduced is not None else None
-    if r is None or r.passed or not math.isfinite(r.max_abs) or r.max_abs > 1.0:
+    if r is None or r.passed or not math.isfinite(r.max_abs):
         return None
     producer = next((n for n in model.graph.node if r.name in n.output), None)
-    if producer is None or producer.op_type not in STEP_OPS or producer.domain not in ("", "ai.onnx"):
+    found = _step_source(model, producer) if producer is not None else None
+    if producer is None or found is None or r.max_abs > found[1] * (1 + 1e-3):
         return None
-    node = f" ({producer.name})" if producer.name else ""
+    step, _size = found
+    node = f" ({step.name})" if step.name else ""
+    through = f" through {producer.op_type}" + (f" ({producer.name})" if producer.name else "") if step is not producer else ""
     return (
-        f"'{r.name}' comes from {producer.op_type}{node}, a step function, and is off by {_g(r.max_abs)}, at most "
-        "one step: rounding at its input alone (a few float32 ulps on another backend, fp16 or bf16 storage) moves "
-        "it so, and so would a wrong kernel. Look at the elements that differ (--onnx-outputs mark all): when their "
-        "step inputs sit next to a step boundary, this is rounding made visible, not the fault; --atol 1 looks past it"
+        f"'{r.name}' comes from {step.op_type}{node}{through}, a step function, and is off by {_g(r.max_abs)}, at "
+        "most one step: rounding at its input alone (a few float32 ulps on another backend, fp16 or bf16 storage) "
+        "moves it so, and so would a wrong kernel. Look at the elements that differ (--onnx-outputs mark all): when "
+        "their step inputs sit next to a step boundary, this is rounding made visible, not the fault; --atol "
+        f"{_g(_up(found[1]))} looks past it"
     )
+
+
+def _step_source(model, producer):
+    """(the step-function node, its step) behind ``producer``'s output: ``producer`` itself when
+    it is one (step 1), or the ``QuantizeLinear`` a ``DequantizeLinear`` reads (step: the largest
+    scale, from the model's constants); None otherwise."""
+    if producer.domain not in ("", "ai.onnx"):
+        return None
+    if producer.op_type in STEP_OPS:
+        return producer, 1.0
+    if producer.op_type != "DequantizeLinear" or len(producer.input) < 2:
+        return None
+    src = next((n for n in model.graph.node if producer.input[0] in n.output), None)
+    if src is None or src.op_type not in STEP_OPS or src.domain not in ("", "ai.onnx"):
+        return None
+    scale = _constant(model, producer.input[1])
+    if scale is None or not scale.size:
+        return None
+    return src, float(abs(scale).max())
+
+
+def _constant(model, name: str):
+    """The value of ``name`` when an initializer or a Constant node of ``model`` holds it, else None."""
+    from onnx import numpy_helper
+
+    for t in model.graph.initializer:
+        if t.name == name:
+            return numpy_helper.to_array(t)
+    for n in model.graph.node:
+        if n.op_type == "Constant" and name in n.output:
+            attr = next((a for a in n.attribute if a.name == "value"), None)
+            return numpy_helper.to_array(attr.t) if attr is not None else None
+    return None
+
+
+def _up(x: float) -> float:
+    """``x`` rounded up to two significant digits (a tolerance that passes an error of ``x``)."""
+    if x <= 0:
+        return x
+    unit = 10.0 ** (math.floor(math.log10(x)) - 1)
+    return math.ceil(x / unit - 1e-9) * unit
 
 
 def _round_up(x: float) -> float:
