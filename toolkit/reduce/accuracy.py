@@ -56,7 +56,7 @@ from toolkit.reduce.graph import popcount
 from toolkit.reduce.guide import rank
 from toolkit.reduce.loading import load_for_index
 from toolkit.reduce.verdict import CheckResult
-from toolkit.run.feeds import FeedSource, load_feeds
+from toolkit.run.feeds import FeedSource, infer_explained, load_feeds
 from toolkit.run.options import RunOptions
 from toolkit.run.registry import get_kind, mark_all_outputs
 from toolkit.run.specs import make_runner, parse_runner_spec
@@ -161,7 +161,7 @@ def every_tensor(spec: str, model: str, feeds, opts: CompareOptions, name: Optio
     with runner:
         metas = runner.input_metadata()
         for feed in feeds.feeds(metas, runner.preferred_shapes()):
-            yield feed, runner.infer(feed)
+            yield feed, infer_explained(runner, feed, feeds, "--model-input-shapes")
 
 
 def _cast_like(value, like):
