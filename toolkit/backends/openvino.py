@@ -387,12 +387,30 @@ class OpenvinoRunner(Runner):
         request = self._request_for_feed(feed)
         start = time.perf_counter()
         try:
-            request.infer(dict(feed))
+            request.infer(_plain_types(feed))
             values = [request.get_output_tensor(k).data.copy() for k in self._ports]
         except tuple(e for e in openvino_errors() if e is not MemoryError) as exc:
             raise InferenceError(f"{self.name}: inference failed: {last_line(exc)}") from None
         self.last_inference_time = time.perf_counter() - start
         return dict(zip(self._output_names, values))
+
+
+def _plain_types(feed: Mapping) -> Dict[str, object]:
+    """``feed`` with each 64-bit integer array typed as numpy's plain ``int64``/``uint64``.
+
+    ONNX-Runtime returns int64 tensors typed ``longlong`` (dtype char ``q``), the same bits; fed
+    back as a 0-d array (a shape value, ``Gather``'s scalar: what ``debug reduce --compare``
+    feeds a subgraph from the reference's tensors), OpenVINO's Python binding refuses it
+    ("Unsupported data type: int64")."""
+    out: Dict[str, object] = {}
+    for name, value in feed.items():
+        dtype = getattr(value, "dtype", None)
+        if dtype is not None and dtype.char in "qQ":
+            import numpy as np
+
+            value = np.asarray(value).view(np.dtype(dtype.str))
+        out[name] = value
+    return out
 
 
 _FAILED_PASS = re.compile(r"\[(\w+)\] END: node: \S+ (\S+) ")
