@@ -151,6 +151,19 @@ def reduced(options: Mapping[str, Any]) -> List[str]:
     return [low] if low else []
 
 
+def runs_reduced(options: Mapping[str, Any]) -> Optional[str]:
+    """The reduced precision a spec's runner computes in: the one it asks for, else the device's
+    default (bf16 on CPUs with bfloat16 support); None for f32, or when OpenVINO cannot say."""
+    low = reduced(options)
+    if low or options.get("precision"):
+        return low[0] if low else None
+    try:
+        hint = import_openvino().Core().get_property(_device_name(options.get("device")), "INFERENCE_PRECISION_HINT")
+    except Exception:  # noqa: BLE001 - a device that does not report it (AUTO, NPU), or none at all
+        return None
+    return _REDUCED.get(_type_name(hint))
+
+
 def full_precision(options: Mapping[str, Any]) -> Dict[str, Any]:
     """The spec's options with float32 inference (``debug precision`` runs its mixed models so)."""
     return {**options, "precision": "f32"}

@@ -510,6 +510,27 @@ class CompareRunner(WarmRunner):
         finally:
             self.options = None
 
+    def reference_scale(self, name: str) -> Optional[float]:
+        """The largest finite magnitude of tensor ``name`` in the reference (over its iterations),
+        or None when the reference does not hold it (or holds no finite value of it)."""
+        if self.ref is None:
+            return None
+        try:
+            data = load_data(self.ref.outputs_path)
+        except Exception:  # noqa: BLE001 - only a measure for a warning
+            return None
+        best: Optional[float] = None
+        for _label, its in getattr(data, "runs", []):
+            for it in its:
+                value = it.outputs.get(name) if hasattr(it.outputs, "get") else None
+                arr = np.asarray(value) if value is not None else None
+                if arr is None or arr.dtype.kind != "f" or not arr.size:
+                    continue
+                finite = np.abs(arr[np.isfinite(arr)])
+                if finite.size:
+                    best = max(best or 0.0, float(finite.max()))
+        return best
+
     def close(self) -> None:
         if self.ref is not None and self.primary is None:
             self.ref.close()

@@ -190,19 +190,32 @@ def _noise_advice(r: TensorEvidence, check: Optional[Sequence[str]]) -> str:
     return ", ".join(advice)
 
 
-def storage_rounding_warning(reduced: Optional[Evidence], precision: Optional[str]) -> Optional[str]:
+def storage_rounding_warning(
+    reduced: Optional[Evidence], precision: Optional[str], scale: Optional[float] = None
+) -> Optional[str]:
     """A warning when the reduced model fails by no more than the rounding of ``precision``
     ("fp16" or "bf16") storage itself: at such tolerances any node of the model fails alone,
-    so the result names the first node tried, not the place where the error grows."""
+    so the result names the first node tried, not the place where the error grows.
+
+    ``scale``: the largest magnitude of the worst tensor in the reference, where known; the error
+    is then also measured against it (a Conv's output crossing 0 has a max rel of 1e3 from
+    rounding alone, where its error is 0.5% of its largest value)."""
 
     r = reduced.worst if reduced is not None else None
     # that storage's unit roundoff, twice: an input rounded on its way in, the output on its way out
     step = 2 * STORAGE_FLOOR[precision] if precision in STORAGE_FLOOR else None
-    if r is None or step is None or not math.isfinite(r.max_rel) or r.max_rel > step:
+    if r is None or step is None:
+        return None
+    rel = r.max_rel if math.isfinite(r.max_rel) else math.inf
+    how = f"max rel {_g(r.max_rel)}"
+    if scale and math.isfinite(scale) and scale > 0 and math.isfinite(r.max_abs) and r.max_abs / scale < rel:
+        rel = r.max_abs / scale
+        how = f"{_g(rel)} of the tensor's largest value, {_g(scale)}"
+    if rel > step:
         return None
     suggest = _round_up(4 * step)
     return (
-        f"the reduced model fails by {_g(r.max_abs)} (max rel {_g(r.max_rel)}), no more than {precision} storage "
+        f"the reduced model fails by {_g(r.max_abs)} ({how}), no more than {precision} storage "
         f"rounds any value (relative {_g(step)}): at these tolerances every node of the model fails alone, so this "
         f"result shows {precision}'s precision rather than where the error grows. Give tolerances above it "
         f"(--rtol {_g(suggest)}, and an --atol for values near 0) to find the nodes that amplify the error"
