@@ -423,3 +423,57 @@ def test_a_failed_compile_names_the_pass_and_the_node(cli, models, monkeypatch):
     line = res.err.strip().splitlines()[-1]
     assert line.startswith("error: ") and "OpenVINO cannot compile the model for CPU: index '0' out of range" in line
     assert "AddTransformation pass, at node Add@1" in line
+
+
+def _if_rank2_model(path) -> str:
+    """y = If(c) then x + 1 else x - 1, the condition of shape [1, 1]: one element, as ONNX asks and
+    ONNX-Runtime runs, where OpenVINO's If wants rank 0 or 1 (so do openWakeWord's models)."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    one = numpy_helper.from_array(np.ones(2, np.float32), "one")
+
+    def branch(op, out):
+        return helper.make_graph([helper.make_node(op, ["x", "one"], [out])], f"b_{op}", [],
+                                 [helper.make_tensor_value_info(out, TensorProto.FLOAT, [2])])
+
+    node = helper.make_node("If", ["c"], ["y"], then_branch=branch("Add", "t"), else_branch=branch("Sub", "e"))
+    return _save([node], [one], [helper.make_tensor_value_info("c", TensorProto.BOOL, [1, 1]), x],
+                 [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], path)
+
+
+@needs_openvino
+def test_unconvertible_operator_names_openvinos_reason(cli, tmp_path):
+    """OpenVINO's own last line (``Conversion is failed for: If-13``) does not say why: the error
+    names the operator, the ONNX node and OpenVINO's reason."""
+    path = _if_rank2_model(tmp_path / "if.onnx")
+    assert cli("run", path, "--onnxrt").code == 0  # (a valid model: ONNX-Runtime runs it)
+    res = cli("run", path, "--openvino")
+    last = res.err.strip().splitlines()[-1]
+    assert res.code == 3 and "Traceback" not in res.err, res.err
+    assert last.startswith(f"error: {path}: OpenVINO cannot read the model: its ONNX reader cannot convert If-"), last
+    assert "the If node writing 'y'" in last and "Rank of If condition input must be equal to 0 or 1" in last, last
+
+
+@needs_openvino
+def test_int64_scalars_as_onnxruntime_returns_them(tmp_path):
+    """ONNX-Runtime returns int64 tensors typed numpy ``longlong`` (dtype char 'q'); fed back as a
+    0-d array (what ``debug reduce --compare`` feeds a subgraph from the reference's tensors: a
+    YOLOv8 head's ``Gather`` of a shape), OpenVINO's binding refused it ("Unsupported data type:
+    int64"), and the reduce took that for the fault: one ``Unsqueeze``."""
+    import onnxruntime as ort
+
+    from toolkit.backends.openvino import OpenvinoRunner
+
+    n_in = helper.make_tensor_value_info("n", TensorProto.INT64, [])
+    path = _save([helper.make_node("Unsqueeze", ["n", "axes"], ["u"]), helper.make_node("Add", ["u", "u"], ["y"])],
+                 [numpy_helper.from_array(np.array([0], np.int64), "axes")], [n_in],
+                 [helper.make_tensor_value_info("y", TensorProto.INT64, [1])], tmp_path / "scalar.onnx")
+    shape_of = helper.make_graph(
+        [helper.make_node("Shape", ["x"], ["s"]), helper.make_node("Gather", ["s", "zero"], ["n"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 2])], [n_in],
+        [numpy_helper.from_array(np.array(0, np.int64), "zero")])
+    shape_model = helper.make_model(shape_of, opset_imports=[helper.make_opsetid("", 17)], ir_version=9)
+    n = ort.InferenceSession(shape_model.SerializeToString()).run(None, {"x": np.zeros((3, 2), np.float32)})[0]
+    assert n.shape == () and n.dtype == np.int64  # (typed 'q' by ONNX-Runtime)
+    with OpenvinoRunner(path, precision="f32") as runner:
+        out = runner.infer({"n": n})
+    np.testing.assert_array_equal(out["y"], [6])

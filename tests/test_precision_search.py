@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 
 import numpy as np
 import onnx
@@ -68,6 +69,8 @@ def test_cli_names_on_stdout_json_and_replay(cli, ln_path, tmp_path):
     assert r.out.split() == fm.LN_MUST_KEEP
     assert "Check 1 | 0 of 11 node(s) in fp32 | FAIL" in r.err
     assert "Keep 2 of 11 node(s) in fp32" in r.err
+    # the counts say which checks ran ("4 check(s), 4 answered from memory" read as none run)
+    assert re.search(r"\(\d+ check\(s\) run, \d+ more answered from memory, ", r.err), r.err
     doc = json.loads(rep.read_text())
     assert doc["tool"] == "toolkit debug precision"
     n_checks = len(doc["entries"])

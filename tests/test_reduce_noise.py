@@ -133,3 +133,32 @@ def test_a_step_function_off_by_one_step_is_explained(tmp_path, cli):
     other = cli("debug", "reduce", src, "-o", tmp_path / "min2.onnx", "--compare", "onnxrt", "onnxrt:fp16",
                 "--val-range", "[0,4]")
     assert other.code == 0 and "step function" not in other.err
+
+
+def test_a_qdq_pair_off_by_one_scale_step_is_explained(tmp_path, cli):
+    """Relu -> QuantizeLinear -> DequantizeLinear (a QDQ pair, as onnxruntime.quantization writes):
+    in fp16 storage some Relu outputs cross a half step, so the dequantized output is off by one
+    scale step (0.1). Reduced to the pair (the outputs kept), the result names the QuantizeLinear
+    behind the DequantizeLinear as a step function and suggests an --atol past one step; OpenVINO
+    and ONNX-Runtime differ so on a QDQ-quantized classifier's input (one element at a half step)."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("QuantizeLinear", ["r", "s", "zp"], ["q"], name="the_quant"),
+        helper.make_node("DequantizeLinear", ["q", "s", "zp"], ["y"], name="the_dequant"),
+    ]
+    graph = helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [32, 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [32, 64])],
+        [numpy_helper.from_array(np.array(0.1, np.float32), "s"), numpy_helper.from_array(np.array(0, np.int8), "zp")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    src = tmp_path / "qdq.onnx"
+    onnx.save(model, str(src))
+    res = cli("debug", "reduce", src, "-o", tmp_path / "min.onnx", "--compare", "onnxrt", "onnxrt:fp16",
+              "--val-range", "[0,4]", "--rtol", "0.004", "--atol", "0.001", "--no-reduce-outputs")
+    assert res.code == 0, res.err
+    assert [n.op_type for n in onnx.load(str(tmp_path / "min.onnx")).graph.node][-2:] == [
+        "QuantizeLinear", "DequantizeLinear"]
+    assert ("'y' comes from QuantizeLinear (the_quant) through DequantizeLinear (the_dequant), a step function, "
+            "and is off by 0.1, at most one step") in res.err, res.err
+    assert "--atol 0.11 looks past it" in res.err  # (the float32 scale is a little over 0.1)

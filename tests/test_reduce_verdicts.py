@@ -8,7 +8,9 @@ import sys
 import textwrap
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper
 
 import modelzoo
 from conftest import run_toolkit
@@ -261,6 +263,26 @@ def test_compare_fp16_at_default_tolerances_warns_of_fp16_rounding(cli, tmp_path
     res = cli("debug", "reduce", "m.onnx", "-o", "r.onnx", "--compare", "onnxrt", "onnxrt:fp16")
     assert res.code == 0, res.err
     assert "no more than fp16 storage rounds" in res.err
+
+
+def test_storage_rounding_is_measured_against_the_tensors_scale(cli, tmp_path, monkeypatch):
+    """A MatMul whose outputs cross 0 (YOLOv8's first Conv on OpenVINO's bf16, a detector head's
+    Conv in fp16): some element near 0 has a max rel of 1e2 or more from rounding alone, so the
+    elementwise measure called it no rounding, and the result (the first node) came without the
+    warning that every node fails alone at these tolerances. Against the tensor's largest value
+    the error is fp16 rounding, and the warning says so."""
+    monkeypatch.chdir(tmp_path)
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.normal(0, 1, (64, 64)).astype(np.float32), "w")
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"), helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("Abs", ["r"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 64])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, 64])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), "m.onnx")
+    res = cli("debug", "reduce", "m.onnx", "-o", "r.onnx", "--compare", "onnxrt", "onnxrt:fp16")
+    assert res.code == 0, res.err
+    assert "Reduced model: largest error" in res.err and "on 'm'" in res.err, res.err
+    assert "no more than fp16 storage rounds" in res.err and "of the tensor's largest value" in res.err, res.err
 
 
 def test_json_summary_with_evidence(chain6):

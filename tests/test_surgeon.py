@@ -380,6 +380,35 @@ def test_external_data_in_and_out(tmp_path, cli):
     assert res.code == 0, res.err
 
 
+def test_external_data_out_takes_constant_values_and_branch_weights(tmp_path, cli):
+    """Weights held by Constant nodes (paddle2onnx writes every weight so) and by an If branch
+    go to the data file too: --save-external-data wrote them inside the model (a model over
+    2 GB so could not be written at all)."""
+    big = np.linspace(-1, 1, 4096, dtype=np.float32).reshape(1, 4096)
+    const = helper.make_node("Constant", [], ["w"], name="w", value=numpy_helper.from_array(big, "w"))
+    branch = helper.make_graph([helper.make_node("Mul", ["wa", "b"], ["t"], name="scale")], "then", [],
+                               [modelzoo.vi("t", [1, 4096])], [numpy_helper.from_array(2 * big, "b")])
+    other = helper.make_graph([helper.make_node("Identity", ["wa"], ["e"], name="keep")], "else", [],
+                              [modelzoo.vi("e", [1, 4096])])
+    nodes = [const, helper.make_node("Add", ["x", "w"], ["wa"], name="add"),
+             helper.make_node("If", ["c"], ["y"], name="branch", then_branch=branch, else_branch=other)]
+    graph = helper.make_graph(nodes, "consts", [modelzoo.vi("x", [1, 4096]), modelzoo.vi("c", [], TensorProto.BOOL)],
+                              [modelzoo.vi("y", [1, 4096])])
+    path = str(tmp_path / "m.onnx")
+    onnx.save(modelzoo.make_model(graph, opset=17), path)
+    feed = {"x": np.ones((1, 4096), np.float32), "c": np.array(True)}
+    out = tmp_path / "o.onnx"
+    res = cli("surgeon", "sanitize", path, "-o", out, "--cleanup", "--save-external-data")
+    assert res.code == 0, res.err
+    assert os.path.getsize(out) < 4096 and os.path.getsize(str(out) + ".data") >= 2 * big.nbytes
+    np.testing.assert_array_equal(run(str(out), feed)["y"], (1 + big) * 2 * big)
+    conv = tmp_path / "h.onnx"
+    res = cli("convert", path, "--fp-to-fp16", "-o", conv, "--external-data", "--no-validate")
+    assert res.code == 0, res.err
+    assert os.path.getsize(conv) < 4096 and os.path.exists(str(conv) + ".data")
+    np.testing.assert_allclose(run(str(conv), feed)["y"], (1 + big) * 2 * big, rtol=2e-3)
+
+
 def test_parse_size():
     assert parse_size("1024") == 1024
     assert parse_size("4K") == 4096

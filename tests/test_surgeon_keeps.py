@@ -310,6 +310,29 @@ def test_folding_says_when_outputs_are_not_compared():
     assert any("its outputs were not compared: input 's' is not a tensor" in line for line in logs), logs
 
 
+def test_folding_names_dynamic_dims_set_to_one_when_the_model_does_not_run_on_them():
+    """Generated inputs set dynamic dims to 1; a model that cannot take that size (a detector's
+    1x1 image) is only loaded, and the line says which inputs were so and how to give sizes."""
+    nodes = [
+        helper.make_node("Add", ["one", "one"], ["two"], name="const_add"),
+        helper.make_node("Mul", ["x", "two"], ["y"], name="mul"),
+        helper.make_node("Shape", ["x"], ["shape"], name="shape"),
+        helper.make_node("Gather", ["shape", "last"], ["n"], name="n"),
+        helper.make_node("Sub", ["n", "two_i"], ["m"], name="minus_two"),
+        helper.make_node("ConstantOfShape", ["m"], ["c"], name="c"),  # (n = 1: a negative size)
+    ]
+    graph = helper.make_graph(
+        nodes, "dyn", [modelzoo.vi("x", [1, "n"])], [modelzoo.vi("y", [1, "n"]), modelzoo.vi("c", None)],
+        [const("one", np.ones([1], np.float32)), const("last", np.array([1], np.int64)),
+         const("two_i", np.array([2], np.int64))])
+    logs = []
+    folded, _ = sanitize(modelzoo.make_model(graph, opset=17), fold_constants=True, log=logs.append)
+    assert "Add" not in ops(folded)
+    line = [x for x in logs if "its outputs were not compared" in x]
+    assert line and "does not run on generated inputs with its dynamic dims as 1 (x:1x1)" in line[0], logs
+    assert "--override-input-shapes" in line[0], logs
+
+
 def test_the_old_surgery_module_still_gives_its_public_names():
     from toolkit.surgeon import surgery
 

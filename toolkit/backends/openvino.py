@@ -151,6 +151,19 @@ def reduced(options: Mapping[str, Any]) -> List[str]:
     return [low] if low else []
 
 
+def runs_reduced(options: Mapping[str, Any]) -> Optional[str]:
+    """The reduced precision a spec's runner computes in: the one it asks for, else the device's
+    default (bf16 on CPUs with bfloat16 support); None for f32, or when OpenVINO cannot say."""
+    low = reduced(options)
+    if low or options.get("precision"):
+        return low[0] if low else None
+    try:
+        hint = import_openvino().Core().get_property(_device_name(options.get("device")), "INFERENCE_PRECISION_HINT")
+    except Exception:  # noqa: BLE001 - a device that does not report it (AUTO, NPU), or none at all
+        return None
+    return _REDUCED.get(_type_name(hint))
+
+
 def full_precision(options: Mapping[str, Any]) -> Dict[str, Any]:
     """The spec's options with float32 inference (``debug precision`` runs its mixed models so)."""
     return {**options, "precision": "f32"}
@@ -387,7 +400,7 @@ class OpenvinoRunner(Runner):
         request = self._request_for_feed(feed)
         start = time.perf_counter()
         try:
-            request.infer(dict(feed))
+            request.infer(_plain_types(feed))
             values = [request.get_output_tensor(k).data.copy() for k in self._ports]
         except tuple(e for e in openvino_errors() if e is not MemoryError) as exc:
             raise InferenceError(f"{self.name}: inference failed: {last_line(exc)}") from None
@@ -395,19 +408,51 @@ class OpenvinoRunner(Runner):
         return dict(zip(self._output_names, values))
 
 
+def _plain_types(feed: Mapping) -> Dict[str, object]:
+    """``feed`` with each 64-bit integer array typed as numpy's plain ``int64``/``uint64``.
+
+    ONNX-Runtime returns int64 tensors typed ``longlong`` (dtype char ``q``), the same bits; fed
+    back as a 0-d array (a shape value, ``Gather``'s scalar: what ``debug reduce --compare``
+    feeds a subgraph from the reference's tensors), OpenVINO's Python binding refuses it
+    ("Unsupported data type: int64")."""
+    out: Dict[str, object] = {}
+    for name, value in feed.items():
+        dtype = getattr(value, "dtype", None)
+        if dtype is not None and dtype.char in "qQ":
+            import numpy as np
+
+            value = np.asarray(value).view(np.dtype(dtype.str))
+        out[name] = value
+    return out
+
+
 _FAILED_PASS = re.compile(r"\[(\w+)\] END: node: \S+ (\S+) ")
+# the ONNX front end's report of an operator it could not convert: "-- If-13 with a message:",
+# the reason's lines, then "Summary:" (or the next operator's "-- ...")
+_FAILED_OP = re.compile(r"^-- (\S+) with a message:\n(.*?)(?=^-- |^Summary:|\Z)", re.M | re.S)
+_ONNX_NODE = re.compile(r"While validating ONNX node '<Node\((\w+)\): ([^>]*)>'")
 
 
 def last_line(exc: BaseException) -> str:
     """OpenVINO's message without its source locations: the last line of the text it raised, and
     the graph pass and node it names when one of its passes failed (``[AddTransformation] END:
-    node: opset1::Add Add@1 ...``: the last line alone, ``index '0' out of range``, says nothing)."""
+    node: opset1::Add Add@1 ...``: the last line alone, ``index '0' out of range``, says nothing).
+    When its ONNX front end could not convert an operator, the operator, the ONNX node (by its
+    first output) and OpenVINO's reason (its last line ``Conversion is failed for: If-13`` alone
+    does not say why)."""
     text = str(exc)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     last = lines[-1] if lines else type(exc).__name__
     failed = _FAILED_PASS.search(text)
     if failed:
         last += f" (in OpenVINO's {failed.group(1)} pass, at node {failed.group(2)})"
+    op = _FAILED_OP.search(text)
+    if op:
+        reason = [line.strip() for line in op.group(2).splitlines() if line.strip()]
+        node = _ONNX_NODE.search(op.group(2))
+        at = f" (the {node.group(1)} node writing '{node.group(2)}')" if node else ""
+        why = f": {reason[-1]}" if reason else ""
+        last = f"its ONNX reader cannot convert {op.group(1)}{at}{why}"
     return last
 
 

@@ -299,7 +299,11 @@ def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
 
         spec = parse_runner_spec(runner.opts.test)
         precision = next(iter(get_kind(spec.kind).reduced(spec.options)), None)
-        outcome.noise = storage_rounding_warning(outcome.reduced_evidence, precision)
+        if precision is None and spec.kind == "openvino":  # (the device may pick bf16 itself)
+            from toolkit.backends.openvino import runs_reduced
+
+            precision = runs_reduced(spec.options)
+        outcome.noise = storage_rounding_warning(outcome.reduced_evidence, precision, outcome.reduced_scale)
     if runner is not None and not outcome.noise and outcome.output_written and outcome.reduced_evidence:
         outcome.noise = _step_warning(outcome, a.output)
     return outcome, reducer, runner

@@ -75,7 +75,7 @@ def _summary_json(outcome, cfg, code: int) -> dict:
 def _summary(outcome, cfg, json_out: bool) -> int:
     from toolkit.precision import search as S
 
-    stats = f"{outcome.checks} check(s), {outcome.remembered} answered from memory, {outcome.seconds:.2f} s"
+    stats = f"{outcome.checks} check(s) run, {outcome.remembered} more answered from memory, {outcome.seconds:.2f} s"
     code = int(ExitCode.OK)
     if outcome.status == S.STATUS_NONE_NEEDED:
         log(f"The {outcome.precision} model passes as it is ({outcome.error_fp16}); no node needs fp32 ({stats}).")

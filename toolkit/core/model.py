@@ -390,8 +390,10 @@ def _save_with_external_data(
 
             append_refs_to_data_file(model, base_dir, folder, tmp_loc, size_threshold)
         # (what convert_model_to_external_data does, without its check for an existing
-        # file relative to the current folder, which the loop above may have created)
-        for t in model.graph.initializer:
+        # file relative to the current folder, which the loop above may have created; and with
+        # its convert_attribute: Constant values and subgraphs' weights too, where exporters
+        # such as paddle2onnx keep every weight)
+        for t in all_tensors(model):
             if t.HasField("raw_data") and sys.getsizeof(t.raw_data) >= size_threshold:
                 set_external_data(t, tmp_loc)
         write_external_data_tensors(model, folder)

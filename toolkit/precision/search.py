@@ -35,7 +35,7 @@ import onnx
 from toolkit.convert import fp16
 from toolkit.core.compare import Tolerances, compare_iteration
 from toolkit.core.datafiles import load_outputs
-from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError
+from toolkit.core.errors import DependencyError, InferenceError, InputError, ToolkitError, UsageError
 from toolkit.core.inputs import generate_inputs, parse_val_ranges, select_feed
 from toolkit.core.layerwise import set_outputs
 from toolkit.core.meta import parse_shape_specs
@@ -45,6 +45,7 @@ from toolkit.core.progress import Messages
 from toolkit.reduce import strategy
 from toolkit.reduce.graph import mask_indices, popcount
 from toolkit.reduce.replay import Replay
+from toolkit.run.feeds import explain_generated
 from toolkit.run.registry import get_kind
 from toolkit.run.specs import make_runner, parse_runner_spec
 
@@ -331,11 +332,16 @@ class PrecisionSearch:
         kind, opts = self.ref_spec
         if get_kind(kind).reduced(opts):
             raise UsageError(f"--compare {self.config.reference}: the reference runner must run fp32")
-        if _emulates(kind):
-            outs = self._run_here(self._marked(self.model), kind, opts, feeds)
-            return self._split(outs)
-        self.guide = False
-        return self._run_here(self.model, kind, opts, feeds)
+        try:
+            if _emulates(kind):
+                outs = self._run_here(self._marked(self.model), kind, opts, feeds)
+                return self._split(outs)
+            self.guide = False
+            return self._run_here(self.model, kind, opts, feeds)
+        except InferenceError as exc:  # the fp32 model does not run on these inputs
+            if self.config.load_inputs:
+                raise
+            raise explain_generated(exc, real_data="--load-inputs") from None
 
     def _marked(self, model, copy: bool = True):
         """``model`` (a copy) returning the watched tensors too, when the search is guided."""

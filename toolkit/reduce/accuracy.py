@@ -56,7 +56,7 @@ from toolkit.reduce.graph import popcount
 from toolkit.reduce.guide import rank
 from toolkit.reduce.loading import load_for_index
 from toolkit.reduce.verdict import CheckResult
-from toolkit.run.feeds import FeedSource, load_feeds
+from toolkit.run.feeds import FeedSource, infer_explained, load_feeds
 from toolkit.run.options import RunOptions
 from toolkit.run.registry import get_kind, mark_all_outputs
 from toolkit.run.specs import make_runner, parse_runner_spec
@@ -161,7 +161,7 @@ def every_tensor(spec: str, model: str, feeds, opts: CompareOptions, name: Optio
     with runner:
         metas = runner.input_metadata()
         for feed in feeds.feeds(metas, runner.preferred_shapes()):
-            yield feed, runner.infer(feed)
+            yield feed, infer_explained(runner, feed, feeds, "--model-input-shapes")
 
 
 def _cast_like(value, like):
@@ -509,6 +509,27 @@ class CompareRunner(WarmRunner):
             return self.run(tick)
         finally:
             self.options = None
+
+    def reference_scale(self, name: str) -> Optional[float]:
+        """The largest finite magnitude of tensor ``name`` in the reference (over its iterations),
+        or None when the reference does not hold it (or holds no finite value of it)."""
+        if self.ref is None:
+            return None
+        try:
+            data = load_data(self.ref.outputs_path)
+        except Exception:  # noqa: BLE001 - only a measure for a warning
+            return None
+        best: Optional[float] = None
+        for _label, its in getattr(data, "runs", []):
+            for it in its:
+                value = it.outputs.get(name) if hasattr(it.outputs, "get") else None
+                arr = np.asarray(value) if value is not None else None
+                if arr is None or arr.dtype.kind != "f" or not arr.size:
+                    continue
+                finite = np.abs(arr[np.isfinite(arr)])
+                if finite.size:
+                    best = max(best or 0.0, float(finite.max()))
+        return best
 
     def close(self) -> None:
         if self.ref is not None and self.primary is None:

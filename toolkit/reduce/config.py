@@ -98,6 +98,7 @@ class Outcome:
     phases: Dict[str, int] = field(default_factory=dict)  # checks run per search phase
     full_evidence: Optional[Evidence] = None  # how badly the full model failed (comparison checks)
     reduced_evidence: Optional[Evidence] = None  # how badly the result fails
+    reduced_scale: Optional[float] = None  # the reference's largest magnitude of its worst tensor (--compare)
     noise: Optional[str] = None  # warning: the result may be rounding noise
     output: Optional[str] = None
     min_good: Optional[str] = None

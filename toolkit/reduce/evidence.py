@@ -190,19 +190,32 @@ def _noise_advice(r: TensorEvidence, check: Optional[Sequence[str]]) -> str:
     return ", ".join(advice)
 
 
-def storage_rounding_warning(reduced: Optional[Evidence], precision: Optional[str]) -> Optional[str]:
+def storage_rounding_warning(
+    reduced: Optional[Evidence], precision: Optional[str], scale: Optional[float] = None
+) -> Optional[str]:
     """A warning when the reduced model fails by no more than the rounding of ``precision``
     ("fp16" or "bf16") storage itself: at such tolerances any node of the model fails alone,
-    so the result names the first node tried, not the place where the error grows."""
+    so the result names the first node tried, not the place where the error grows.
+
+    ``scale``: the largest magnitude of the worst tensor in the reference, where known; the error
+    is then also measured against it (a Conv's output crossing 0 has a max rel of 1e3 from
+    rounding alone, where its error is 0.5% of its largest value)."""
 
     r = reduced.worst if reduced is not None else None
     # that storage's unit roundoff, twice: an input rounded on its way in, the output on its way out
     step = 2 * STORAGE_FLOOR[precision] if precision in STORAGE_FLOOR else None
-    if r is None or step is None or not math.isfinite(r.max_rel) or r.max_rel > step:
+    if r is None or step is None:
+        return None
+    rel = r.max_rel if math.isfinite(r.max_rel) else math.inf
+    how = f"max rel {_g(r.max_rel)}"
+    if scale and math.isfinite(scale) and scale > 0 and math.isfinite(r.max_abs) and r.max_abs / scale < rel:
+        rel = r.max_abs / scale
+        how = f"{_g(rel)} of the tensor's largest value, {_g(scale)}"
+    if rel > step:
         return None
     suggest = _round_up(4 * step)
     return (
-        f"the reduced model fails by {_g(r.max_abs)} (max rel {_g(r.max_rel)}), no more than {precision} storage "
+        f"the reduced model fails by {_g(r.max_abs)} ({how}), no more than {precision} storage "
         f"rounds any value (relative {_g(step)}): at these tolerances every node of the model fails alone, so this "
         f"result shows {precision}'s precision rather than where the error grows. Give tolerances above it "
         f"(--rtol {_g(suggest)}, and an --atol for values near 0) to find the nodes that amplify the error"
@@ -217,20 +230,67 @@ def step_warning(reduced: Optional[Evidence], model) -> Optional[str]:
     """A warning when the reduced model's worst tensor comes from a step function (``Floor``,
     ``Round``, ``QuantizeLinear``...) and is off by at most one step: rounding before the step,
     too small to fail anywhere else, is enough for that (a quantizer decomposed into ``Div`` and
-    ``Floor`` on two backends, or fp16 storage of the step's input). ``model``: the reduced model."""
+    ``Floor`` on two backends, or fp16 storage of the step's input). A ``DequantizeLinear`` of a
+    ``QuantizeLinear`` (a QDQ pair) counts, its step being the scale: a value at a half step
+    rounds either way on two backends. ``model``: the reduced model."""
     r = reduced.worst if reduced is not None else None
-    if r is None or r.passed or not math.isfinite(r.max_abs) or r.max_abs > 1.0:
+    if r is None or r.passed or not math.isfinite(r.max_abs):
         return None
     producer = next((n for n in model.graph.node if r.name in n.output), None)
-    if producer is None or producer.op_type not in STEP_OPS or producer.domain not in ("", "ai.onnx"):
+    found = _step_source(model, producer) if producer is not None else None
+    if producer is None or found is None or r.max_abs > found[1] * (1 + 1e-3):
         return None
-    node = f" ({producer.name})" if producer.name else ""
+    step, _size = found
+    node = f" ({step.name})" if step.name else ""
+    through = f" through {producer.op_type}" + (f" ({producer.name})" if producer.name else "") if step is not producer else ""
     return (
-        f"'{r.name}' comes from {producer.op_type}{node}, a step function, and is off by {_g(r.max_abs)}, at most "
-        "one step: rounding at its input alone (a few float32 ulps on another backend, fp16 or bf16 storage) moves "
-        "it so, and so would a wrong kernel. Look at the elements that differ (--onnx-outputs mark all): when their "
-        "step inputs sit next to a step boundary, this is rounding made visible, not the fault; --atol 1 looks past it"
+        f"'{r.name}' comes from {step.op_type}{node}{through}, a step function, and is off by {_g(r.max_abs)}, at "
+        "most one step: rounding at its input alone (a few float32 ulps on another backend, fp16 or bf16 storage) "
+        "moves it so, and so would a wrong kernel. Look at the elements that differ (--onnx-outputs mark all): when "
+        "their step inputs sit next to a step boundary, this is rounding made visible, not the fault; --atol "
+        f"{_g(_up(found[1]))} looks past it"
     )
+
+
+def _step_source(model, producer):
+    """(the step-function node, its step) behind ``producer``'s output: ``producer`` itself when
+    it is one (step 1), or the ``QuantizeLinear`` a ``DequantizeLinear`` reads (step: the largest
+    scale, from the model's constants); None otherwise."""
+    if producer.domain not in ("", "ai.onnx"):
+        return None
+    if producer.op_type in STEP_OPS:
+        return producer, 1.0
+    if producer.op_type != "DequantizeLinear" or len(producer.input) < 2:
+        return None
+    src = next((n for n in model.graph.node if producer.input[0] in n.output), None)
+    if src is None or src.op_type not in STEP_OPS or src.domain not in ("", "ai.onnx"):
+        return None
+    scale = _constant(model, producer.input[1])
+    if scale is None or not scale.size:
+        return None
+    return src, float(abs(scale).max())
+
+
+def _constant(model, name: str):
+    """The value of ``name`` when an initializer or a Constant node of ``model`` holds it, else None."""
+    from onnx import numpy_helper
+
+    for t in model.graph.initializer:
+        if t.name == name:
+            return numpy_helper.to_array(t)
+    for n in model.graph.node:
+        if n.op_type == "Constant" and name in n.output:
+            attr = next((a for a in n.attribute if a.name == "value"), None)
+            return numpy_helper.to_array(attr.t) if attr is not None else None
+    return None
+
+
+def _up(x: float) -> float:
+    """``x`` rounded up to two significant digits (a tolerance that passes an error of ``x``)."""
+    if x <= 0:
+        return x
+    unit = 10.0 ** (math.floor(math.log10(x)) - 1)
+    return math.ceil(x / unit - 1e-9) * unit
 
 
 def _round_up(x: float) -> float:

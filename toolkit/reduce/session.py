@@ -763,6 +763,10 @@ class Reducer(Artifacts):
             final = self._final_mask
             outcome.reduced_evidence = self.evidence.get(final) if final is not None else None
             outcome.noise = noise_warning(outcome.full_evidence, outcome.reduced_evidence, self.cfg.check)
+            worst = outcome.reduced_evidence.worst if outcome.reduced_evidence is not None else None
+            scale_of = getattr(self.runner, "reference_scale", None)  # (--compare: the reference is still held)
+            if worst is not None and scale_of is not None:
+                outcome.reduced_scale = scale_of(worst.name)
         return outcome
 
     def _release(self) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.core.errors import InputError
+from toolkit.core.errors import InferenceError, InputError
 from toolkit.core.meta import TensorMeta
 from toolkit.core.datafiles import load_inputs
 from toolkit.core.inputs import plan_generation, select_feed
@@ -148,3 +148,28 @@ class _Feeds:
             raise StopIteration
         self.next += 1
         return self.make(self.next - 1)
+
+
+def explain_generated(
+    exc: InferenceError, shapes_option: str = "--input-shapes", real_data: str = "--load-inputs or --data-loader-script"
+) -> InferenceError:
+    """``exc`` (an inference error on generated inputs) saying how those inputs were made: a model
+    that needs particular shapes or values fails deep inside (silero-vad fed a random sample
+    rate and 1-sample audio fails in an If branch; a detector fed a 1x1 image in a Concat)."""
+    return InferenceError(
+        f"{exc.message} (the inputs were generated: dynamic dims 1 unless {shapes_option} says otherwise, values "
+        f"in --val-range, default [0,1]; a model that needs particular shapes or values wants {shapes_option} and "
+        f"--val-range, or real data with {real_data})",
+        exc.exit_code,
+    )
+
+
+def infer_explained(runner, feed: Mapping, feeds: FeedSource, shapes_option: str = "--input-shapes") -> Mapping:
+    """``runner.infer(feed)``; an inference error on generated inputs says how they were made
+    (:func:`explain_generated`)."""
+    try:
+        return runner.infer(feed)
+    except InferenceError as exc:
+        if feeds.loaded is not None:
+            raise
+        raise explain_generated(exc, shapes_option) from None

@@ -34,12 +34,12 @@ from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
 from toolkit.core.compare import PairComparison, Tolerances, check_tolerance_names, compare_iteration, validate_outputs
 from toolkit.core.datafiles import RunResults, inputs_writer, load_data, load_outputs, outputs_writer
 from toolkit.core.dataloader import load_script_feeds, split_script_spec
-from toolkit.core.errors import InferenceError, InputError, ToolkitError
+from toolkit.core.errors import InputError, ToolkitError
 from toolkit.core.graphs import external_data_folder, has_external_data
 from toolkit.core.layerwise import select_outputs, set_outputs
 from toolkit.core.model import load_model, save_model
 from toolkit.run import diagnose
-from toolkit.run.feeds import FeedSource, load_feeds
+from toolkit.run.feeds import FeedSource, infer_explained, load_feeds
 from toolkit.run.options import Reporter, RunOptions
 from toolkit.run.plan import PlannedRunner, RunPlan, make_plan
 from toolkit.run.results import ResultSet, RunReport
@@ -260,7 +260,7 @@ def run_runner(
         keep: List[Mapping] = []
         metas = runner.input_metadata()
         for k, feed in enumerate(feeds.feeds(metas, runner.preferred_shapes(), runner.preferred_values())):
-            outs = _infer(runner, feed, feeds)
+            outs = infer_explained(runner, feed, feeds)
             secs = runner.last_inference_time
             result.runtimes.append(secs)
             rep.iteration(runner.name, k, feed, outs, secs)
@@ -280,22 +280,6 @@ def run_runner(
         return result
     finally:
         runner.deactivate()
-
-
-def _infer(runner, feed: Mapping, feeds: FeedSource) -> Mapping:
-    """``runner.infer(feed)``; an inference error on generated inputs says how they were made
-    (silero-vad fed a random sample rate and 1-sample audio fails deep inside an If branch)."""
-    try:
-        return runner.infer(feed)
-    except InferenceError as exc:
-        if feeds.loaded is not None:
-            raise
-        raise InferenceError(
-            f"{exc.message} (the inputs were generated: dynamic dims 1 unless --input-shapes says otherwise, values "
-            "in --val-range, default [0,1]; a model that needs particular shapes or values wants --input-shapes and "
-            "--val-range, or real data with --load-inputs or --data-loader-script)",
-            exc.exit_code,
-        ) from None
 
 
 def report_saved(plan: RunPlan, live: List[ResultSet], rep: Reporter) -> None:

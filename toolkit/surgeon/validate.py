@@ -145,6 +145,17 @@ def generated_feed(model) -> Tuple[Optional[dict], Optional[str]]:
     return feed, None
 
 
+def _dynamic_as_one(model, feed) -> str:
+    """The generated inputs whose dynamic dims were set to 1, as ``name:1x3x1x1`` ("" if none):
+    a model that takes no such size (an image of 1x1 pixels) does not run on them."""
+    ins, _ = graph_io_meta(model)
+    shown = []
+    for m in ins:
+        if m.name in feed and m.shape is not None and any(not (isinstance(d, int) and d >= 0) for d in m.shape):
+            shown.append(f"{m.name}:" + "x".join(str(d) for d in np.shape(feed[m.name])))
+    return ", ".join(shown)
+
+
 class Validation:
     """Runs the original model once on generated inputs; checks candidate results against it."""
     def __init__(self, original, external_data_dir: Optional[str], inputs_before_override=None):
@@ -250,8 +261,12 @@ class Validation:
             return False
         self.expected, exc = attempt(self._run, sess, self.feed, self.output_names)
         if exc is not None:
+            ones = _dynamic_as_one(self.original, self.feed)
+            dims = f" with its dynamic dims as 1 ({ones})" if ones else ""
+            fix = " (--override-input-shapes gives them real sizes, in the written model too)" if ones else ""
             self.compare_reason = (
-                f"the input model does not run on generated inputs ({one_line(exc, first_line=True, limit=300)})"
+                f"the input model does not run on generated inputs{dims} "
+                f"({one_line(exc, first_line=True, limit=300)}){fix}"
             )
             self.feed = None
             return False
