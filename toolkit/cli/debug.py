@@ -90,6 +90,7 @@ def summary_json(outcome, cfg) -> dict:
         "checks": outcome.checks,
         "remembered": outcome.remembered,
         "broken": outcome.broken,
+        "other_failures": outcome.other_failures,
         "timeouts": outcome.timeouts,
         "seconds": round(outcome.seconds, 3),
         "phases": outcome.phases,
@@ -119,12 +120,19 @@ def _summary(outcome, cfg) -> int:
         f"{_plural(outcome.checks, 'check')} run, {outcome.remembered} answered from memory, "
         f"{outcome.seconds:.2f} s"
     )
-    if outcome.broken:
+    own = outcome.broken - outcome.other_failures
+    if own:
         warn(
-            f"{_plural(outcome.broken, 'check')} failed on {'its' if outcome.broken == 1 else 'their'} own (broken: "
+            f"{_plural(own, 'check')} failed on {'its' if own == 1 else 'their'} own (broken: "
             "usage error, bad input or missing program) and counted as passes, so the result may keep nodes it "
             "does not need; see the warnings above, and make the check work on every subgraph (e.g. give it "
             "layerwise --load-inputs and --onnx-outputs mark all golden values)"
+        )
+    if outcome.other_failures:
+        warn(
+            f"on {_plural(outcome.other_failures, 'subgraph')} a runner failed to run at all, where the full model "
+            "ran and its outputs differed; not the fault being reduced, so counted as passes (the result may keep "
+            "nodes it does not need). `toolkit run` on such a subgraph (--artifacts keeps them) shows the error"
         )
     if outcome.timeouts:
         log(f"{_plural(outcome.timeouts, 'check')} timed out (--check-timeout) and counted as a failure")

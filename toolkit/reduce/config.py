@@ -93,6 +93,7 @@ class Outcome:
     runner: str = ""
     stopped_by: Optional[str] = None  # "interrupt" (Ctrl-C) or "eof" (no more answers)
     broken: int = 0  # mid-run checks that were broken (counted as passes)
+    other_failures: int = 0  # of those, checks that failed otherwise than the full model (e.g. could not run)
     body_nodes: int = 0  # the result is one If/Loop/Scan node: the nodes of its bodies
     timeouts: int = 0  # checks killed by --check-timeout (counted as failures)
     phases: Dict[str, int] = field(default_factory=dict)  # checks run per search phase

@@ -18,10 +18,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
+from toolkit.reduce.evidence import from_check_output
 from toolkit.reduce.graph import mask_indices, range_mask
 from toolkit.reduce.guide import MIN_AMPLIFICATION, TRIES, guided
 from toolkit.reduce.session import Reducer
 from toolkit.reduce.strategy import STRATEGIES, Plan, Search, default
+from toolkit.reduce.verdict import FAIL, CheckResult, error_line
 
 MAX_FAULTS = 64
 
@@ -103,6 +105,23 @@ class CompareReducer(Reducer):
         self._ranked: Optional[list] = None
         # when the full model passes: (tensors compared, those out of tolerance) of every tensor
         self.hidden: Optional[tuple] = None
+        self._full_mismatch = False  # the full model ran and its outputs differed (see _other_failure)
+
+    def _other_failure(self, kind: str, res: CheckResult, full: bool) -> Optional[str]:
+        """The full model ran on the runner under test and its outputs differed: a subgraph the
+        runner cannot run at all (an error, no comparison) fails otherwise, and is not that fault."""
+        if full:
+            evidence = from_check_output(res.stdout_text + "\n" + res.stderr_text)
+            self._full_mismatch = kind == FAIL and evidence is not None and bool(evidence.failing)
+            return None
+        if kind != FAIL or not self._full_mismatch:
+            return None
+        if from_check_output(res.stdout_text + "\n" + res.stderr_text) is not None:
+            return None
+        return (
+            f"a runner could not run this subgraph ({error_line(res)}), where the full model ran and its outputs "
+            "differed"
+        )
 
     def strategy(self, allowed: Optional[int] = None) -> Search:
         if self.cfg.mode is not None:

@@ -126,6 +126,7 @@ class Reducer(Artifacts):
         self.phase_checks: Dict[str, int] = {}
         self.broken = 0
         self.broken_masks: set = set()  # node sets whose check was broken (counted as passes)
+        self.other_failures = 0  # of those, checks that failed otherwise than the full model (_other_failure)
         self.timeouts = 0
         self.failures_seen = 0
         self.toolkit_check = bool(config.check) and toolkit_args(config.check or []) is not None
@@ -443,14 +444,20 @@ class Reducer(Artifacts):
         full = mask == self.index.full_mask
         kind = self.cfg.rule.classify(res, self.toolkit_check, self.cfg.iter_artifact)
         reason = self.cfg.rule.reason(res)
+        other = self._other_failure(kind, res, full)  # (a different failure: not the one reduced)
+        if other is not None:
+            kind, self.other_failures = BROKEN, self.other_failures + 1
         if kind == BROKEN:
-            line = error_line(res)
-            if full:
+            line = other or error_line(res)
+            if full and other is None:
                 self._broken_full_model(res, line)
             self.broken += 1
             self.broken_masks.add(mask)
             reason = f"{res.describe()}: {line}"
-            if self.broken == 1:  # later ones: their iteration lines say BROKEN and why
+            if other is not None and self.other_failures == 1:
+                self.reporter.warn(f"iteration {number}: {other}; a different failure from the one being reduced, "
+                                   "so it says nothing about this subgraph: counted as a pass (so is every later one)")
+            elif other is None and self.broken - self.other_failures == 1:  # later ones: their lines say why
                 self.reporter.warn(
                     f"iteration {number}: the check itself failed ({reason}), so it says nothing about this "
                     "subgraph; counted as a pass (so is every later BROKEN check)" + broken_hint(line)
@@ -464,6 +471,10 @@ class Reducer(Artifacts):
             if it.evidence is not None:
                 self.evidence[mask] = it.evidence
         return it
+
+    def _other_failure(self, kind: str, res: CheckResult, full: bool) -> Optional[str]:
+        """Why a failing check shows another failure than the full model's (then broken), or None."""
+        return None
 
     def _record(self, it: Iteration, mask: int, cand: Candidate, worker) -> None:
         failed = it.failed
@@ -756,6 +767,7 @@ class Reducer(Artifacts):
         outcome.remembered = self.remembered
         outcome.seconds = time.monotonic() - t0
         outcome.broken = self.broken
+        outcome.other_failures = self.other_failures
         outcome.timeouts = self.timeouts
         outcome.phases = dict(self.phase_checks)
         outcome.full_evidence = self.evidence.get(self.index.full_mask) if self.index else None
