@@ -303,6 +303,7 @@ class OnnxrtRunner(Runner):
         """
         self._selected = None
         self._model_outputs: set = set()  # the model's own outputs (known where the model is parsed)
+        self._low_precision: Optional[bool] = None  # the model computes in fp16/bf16 (None: not looked at)
         if not self._needs_onnx():
             if not (os.path.isfile(self.model_path) and os.access(self.model_path, os.R_OK)):
                 check_readable_file(self.model_path)
@@ -314,6 +315,7 @@ class OnnxrtRunner(Runner):
         else:
             raw = read_bytes(self.model_path)
             model = parse_model(raw, self.model_path)
+        self._low_precision = computes_in_low_precision(model)
         patch = b""
         if self.outputs_requested or self.exclude_outputs:
             names = select_outputs(model, self.outputs_requested, self.exclude_outputs)
@@ -356,6 +358,7 @@ class OnnxrtRunner(Runner):
         finally:
             del source
         self._session = sess
+        self._note_cpu_low_precision()
         self._inputs = [
             TensorMeta(arg.name, _shape_of(arg.shape), ort_type_to_dtype(arg.type)) for arg in sess.get_inputs()
         ]
@@ -383,6 +386,23 @@ class OnnxrtRunner(Runner):
         if skipped:
             self.notes.append(f"not returning {len(skipped)} non-tensor output(s): {', '.join(skipped)}")
         self._output_names = names
+
+    def _note_cpu_low_precision(self) -> None:
+        """A model computing in float16/bfloat16 on the CPU provider: ONNX-Runtime runs the nodes it
+        has no such kernel for in float32, so the overflow and rounding a device shows may not show."""
+        if self.fp16 or self.providers != ["CPUExecutionProvider"]:
+            return
+        low = self._low_precision
+        if low is None:  # (not parsed, for speed: its inputs and outputs, and its bytes when small)
+            io = [*self._session.get_inputs(), *self._session.get_outputs()]
+            low = any(a.type in ("tensor(float16)", "tensor(bfloat16)") for a in io) or _casts_to_low(self.model_path)
+        if low:
+            self.notes.append(
+                "the model computes in float16/bfloat16, and ONNX-Runtime's CPU provider runs the nodes it has no "
+                "such kernel for in float32: overflow and rounding that a GPU storing fp16 between nodes shows may "
+                "not show here. For that, run the float32 model with --onnxrt --fp16 (fp16 storage emulated), or "
+                "use toolkit debug precision"
+            )
 
     def _deactivate(self) -> None:
         self._session = None
@@ -412,6 +432,41 @@ class OnnxrtRunner(Runner):
             raise InferenceError(f"{self.name}: inference failed: {one_line(exc)}") from None
         self.last_inference_time = time.perf_counter() - start
         return dict(zip(self._output_names, values))
+
+
+LOOK_AT_MAX = 32 << 20  # model files up to this size are scanned for a Cast to fp16/bf16 (about 1 ms per MiB)
+
+_LOW = (10, 16)  # TensorProto.FLOAT16, BFLOAT16
+
+
+def computes_in_low_precision(model) -> bool:
+    """Whether ``model`` computes in float16 or bfloat16: a weight, a Cast to it, or a typed
+    value of it in its main graph."""
+    g = model.graph
+    if any(t.data_type in _LOW for t in g.initializer):
+        return True
+    for n in g.node:
+        if n.op_type == "Cast" and any(a.name == "to" and a.i in _LOW for a in n.attribute):
+            return True
+    return any(v.type.tensor_type.elem_type in _LOW for v in (*g.input, *g.output, *g.value_info))
+
+
+# A serialized Cast node's attribute to=FLOAT16 / to=BFLOAT16 (name "to", i 10 / 16), as protobuf
+# writes it (fields in number order): what a mixed-precision model holds at its boundaries.
+_CAST_TO_LOW = re.compile(rb"\x0a\x02to\x18[\x0a\x10]")
+
+
+def _casts_to_low(path: str) -> bool:
+    """Whether the model file at ``path`` (up to LOOK_AT_MAX bytes) holds a Cast to fp16/bf16."""
+    import mmap
+
+    try:
+        if not os.path.isfile(path) or not 0 < os.path.getsize(path) <= LOOK_AT_MAX:
+            return False
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            return _CAST_TO_LOW.search(data) is not None
+    except (OSError, ValueError):
+        return False
 
 
 def _shape_of(shape) -> Optional[tuple]:
