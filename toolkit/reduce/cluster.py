@@ -76,7 +76,7 @@ def uses_gpu(argv: Sequence[str]) -> bool:
         kind = flags.get(tok)
         if kind is not None and kind.uses_gpu({}):
             return True
-        if args[i - 1] in _SPEC_LISTS or (i > 1 and _in_spec_list(args, i)):
+        if _in_spec_list(args, i):
             try:
                 spec = parse_runner_spec(tok)
             except ToolkitError:
