@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
-from toolkit.reduce.evidence import from_check_output
+from toolkit.reduce.evidence import Evidence
 from toolkit.reduce.graph import mask_indices, range_mask
 from toolkit.reduce.guide import MIN_AMPLIFICATION, TRIES, guided
 from toolkit.reduce.session import Reducer
@@ -107,16 +107,13 @@ class CompareReducer(Reducer):
         self.hidden: Optional[tuple] = None
         self._full_mismatch = False  # the full model ran and its outputs differed (see _other_failure)
 
-    def _other_failure(self, kind: str, res: CheckResult, full: bool) -> Optional[str]:
+    def _other_failure(self, kind: str, rows: Optional[Evidence], res: CheckResult, full: bool) -> Optional[str]:
         """The full model ran on the runner under test and its outputs differed: a subgraph the
-        runner cannot run at all (an error, no comparison) fails otherwise, and is not that fault."""
+        runner cannot run at all (an error, no comparison ``rows``) fails otherwise, and is not that fault."""
         if full:
-            evidence = from_check_output(res.stdout_text + "\n" + res.stderr_text)
-            self._full_mismatch = kind == FAIL and evidence is not None and bool(evidence.failing)
+            self._full_mismatch = kind == FAIL and rows is not None and bool(rows.failing)
             return None
-        if kind != FAIL or not self._full_mismatch:
-            return None
-        if from_check_output(res.stdout_text + "\n" + res.stderr_text) is not None:
+        if kind != FAIL or not self._full_mismatch or rows is not None:
             return None
         return (
             f"a runner could not run this subgraph ({error_line(res)}), where the full model ran and its outputs "

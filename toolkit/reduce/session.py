@@ -444,7 +444,8 @@ class Reducer(Artifacts):
         full = mask == self.index.full_mask
         kind = self.cfg.rule.classify(res, self.toolkit_check, self.cfg.iter_artifact)
         reason = self.cfg.rule.reason(res)
-        other = self._other_failure(kind, res, full)  # (a different failure: not the one reduced)
+        rows = from_check_output(f"{res.stdout_text}\n{res.stderr_text}") if full or kind in (FAIL, TIMEOUT) else None
+        other = self._other_failure(kind, rows, res, full)  # (a different failure: not the one reduced)
         if other is not None:
             kind, self.other_failures = BROKEN, self.other_failures + 1
         if kind == BROKEN:
@@ -467,13 +468,13 @@ class Reducer(Artifacts):
         failed = kind in (FAIL, TIMEOUT)
         it = Iteration(number, popcount(mask), failed, res.seconds, "check", reason, res, verdict=kind)
         if failed or full:
-            it.evidence = from_check_output(res.stdout_text + "\n" + res.stderr_text)
+            it.evidence = rows
             if it.evidence is not None:
                 self.evidence[mask] = it.evidence
         return it
 
-    def _other_failure(self, kind: str, res: CheckResult, full: bool) -> Optional[str]:
-        """Why a failing check shows another failure than the full model's (then broken), or None."""
+    def _other_failure(self, kind: str, rows: Optional[Evidence], res: CheckResult, full: bool) -> Optional[str]:
+        """Why a failing check (its comparison ``rows``) fails otherwise than the full model (then broken)."""
         return None
 
     def _record(self, it: Iteration, mask: int, cand: Candidate, worker) -> None:
