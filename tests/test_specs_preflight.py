@@ -51,3 +51,16 @@ def test_preflight_specs_names_a_bad_option(tmp_path):
 
     with pytest.raises(UsageError, match="has no option 'bogus'"):
         preflight_specs(["onnxrt", "onnxrt:bogus=1"], str(tmp_path / "m.onnx"))
+
+
+@pytest.mark.parametrize("command", [
+    ["debug", "precision", "{model}", "--load-inputs", "{missing}", "-o", "{out}"],
+    ["debug", "precision", "{model}", "--load-outputs", "{missing}", "-o", "{out}"],
+    ["convert", "{model}", "--fp-to-fp16", "--load-inputs", "{missing}", "-o", "{out}"],
+])
+def test_a_missing_data_file_is_said_before_the_model_is_loaded(cli, tmp_path, command):
+    values = {"model": _garbage(tmp_path / "m.onnx"), "missing": str(tmp_path / "nosuch.json"),
+              "out": str(tmp_path / "out.onnx")}
+    res = cli(*[word.format(**values) for word in command])
+    _one_error_line(res, 3, "nosuch.json: no such file")
+    assert not (tmp_path / "out.onnx").exists()

@@ -39,7 +39,7 @@ from toolkit.core.errors import DependencyError, InferenceError, InputError, Too
 from toolkit.core.inputs import generate_inputs, parse_val_ranges, select_feed
 from toolkit.core.layerwise import set_outputs
 from toolkit.core.meta import parse_shape_specs
-from toolkit.core.model import check_output_path, graph_io_meta, load_model, save_model
+from toolkit.core.model import check_output_path, check_readable_file, graph_io_meta, load_model, save_model
 from toolkit.core.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
 from toolkit.core.progress import Messages
 from toolkit.reduce import strategy
@@ -226,6 +226,9 @@ class PrecisionSearch:
             reads.append(("--load-debug-replay", c.load_replay))
         writes = [("-o", c.output or ""), ("--save-debug-replay", c.save_replay or "")]
         paths.check_with_model(c.model, reads, writes, c.external_data_dir)
+        for path in [c.model] + list(c.load_inputs) + [c.load_outputs or ""]:
+            if path and path != "-":
+                check_readable_file(path)  # a missing file is said before the model is loaded
         # a missing backend, provider or device: exit 4 now, not after the reference ran (the
         # candidate runs on the cluster's nodes with --cluster, so only they can say)
         preflight_specs([c.reference] + ([] if c.cluster else [c.candidate]), c.model)
