@@ -109,3 +109,18 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "slow" in item.keywords:
             item.add_marker(skip)
+
+
+# Files a command writes into the current folder by default: a test must give its own folder.
+_DEFAULT_OUTPUTS = ("polygraphy_debug_replay.json", "polygraphy_debug.onnx")
+
+
+@pytest.fixture(autouse=True)
+def _writes_only_in_its_own_folder():
+    """Fail a test that leaves a default output in the folder pytest runs in (the repository)."""
+    before = {name for name in _DEFAULT_OUTPUTS if os.path.exists(name)}
+    yield
+    left = [name for name in _DEFAULT_OUTPUTS if name not in before and os.path.exists(name)]
+    for name in left:
+        os.remove(name)
+    assert not left, f"the test wrote {', '.join(left)} into {os.getcwd()}: run it in tmp_path (monkeypatch.chdir)"

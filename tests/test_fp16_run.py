@@ -93,9 +93,10 @@ def test_runner_spec_and_external_data(cli, tmp_path):
     assert onnx.load(path).graph.initializer[0].data_type == onnx.TensorProto.FLOAT
 
 
-def test_debug_reduce_compare_with_the_fp16_runner_spec(cli, ln_path, tmp_path):
+def test_debug_reduce_compare_with_the_fp16_runner_spec(cli, ln_path, tmp_path, monkeypatch):
     """debug reduce --compare onnxrt onnxrt:fp16: each subgraph, fed fp32 reference values, runs
     with fp16 storage emulated; the overflow reduces to the Pow alone."""
+    monkeypatch.chdir(tmp_path)  # the replay file goes beside the iteration artifact
     out = tmp_path / "reduced.onnx"
     r = cli("debug", "reduce", ln_path, "-o", out, "--compare", "onnxrt", "onnxrt:fp16", *TOL)
     assert r.code == 0, r.err

@@ -21,7 +21,8 @@ def _pairs_model(path) -> str:
     return str(path)
 
 
-def test_reduce_and_precision_say_the_inputs_were_generated(cli, tmp_path):
+def test_reduce_and_precision_say_the_inputs_were_generated(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the replay file goes beside the iteration artifact
     path = _pairs_model(tmp_path / "pairs.onnx")
     res = cli("debug", "reduce", path, "-o", tmp_path / "r.onnx", "--compare", "onnxrt", "onnxrt:fp16", "-q")
     last = res.err.strip().splitlines()[-1]

@@ -294,9 +294,9 @@ def test_model_explorer_node_data_names_every_compared_node(cli, models, tmp_pat
     data = json.loads(path.read_text())
     assert set(data) == {"results", "gradient"}
     graph = onnx.load(models["planted"]).graph
-    assert set(data["results"]) == {o for n in graph.node for o in n.output}
+    assert set(data["results"]) == {n.name for n in graph.node} | {f"[value] {o.name}" for o in graph.output}
     assert all(set(v) == {"value"} and 0 <= v["value"] <= 2 for v in data["results"].values())
-    assert data["results"]["diff"]["value"] > 0.5 > data["results"]["m0"]["value"]
+    assert data["results"]["cancel"]["value"] > 0.5 > data["results"]["mul0"]["value"]
     stops = [g["stop"] for g in data["gradient"]]
     assert stops[0] == 0 and stops[-1] == 1 and all("bgColor" in g for g in data["gradient"])
 

@@ -26,3 +26,12 @@ def test_main_job_script_exists():
     main_cmd = _setup_commands()[0]
     script = re.search(r"python (\S+\.py)", main_cmd).group(1)
     assert os.path.exists(os.path.join(REPO, script))
+
+
+def test_both_commands_use_the_virtual_environment_ci_creates():
+    """A system Python that refuses pip (Debian's externally-managed-environment) is never used."""
+    first, second = _setup_commands()
+    assert first.startswith("python3 -m venv .venv && . .venv/bin/activate && pip install . && ")
+    assert second.startswith(". .venv/bin/activate && pip install -e ")
+    ci = open(os.path.join(REPO, ".ci", "run")).read().splitlines()
+    assert "python3 -m venv .venv" in ci and ci.index("python3 -m venv .venv") < ci.index(second)

@@ -104,10 +104,11 @@ def test_recommended_recipe_finds_the_perturbed_conv(models):
     assert doc["evidence"]["reduced"]["worst"]["name"] == f"conv{FAULTY}"
 
 
-def test_a_step_function_off_by_one_step_is_explained(tmp_path, cli):
+def test_a_step_function_off_by_one_step_is_explained(tmp_path, cli, monkeypatch):
     """Floor(x / 0.1) in fp16 storage: fed the reference's values, the Floor alone fails (its fp16
     input crosses an integer), off by exactly one step; the result says that rounding at a step's
     input does this, and how to tell it from a wrong kernel. The same graph with a Relu does not get it."""
+    monkeypatch.chdir(tmp_path)  # the replay file goes beside the iteration artifact
     nodes = [
         helper.make_node("Relu", ["x"], ["r"]),
         helper.make_node("Div", ["r", "s"], ["d"]),
@@ -135,12 +136,13 @@ def test_a_step_function_off_by_one_step_is_explained(tmp_path, cli):
     assert other.code == 0 and "step function" not in other.err
 
 
-def test_a_qdq_pair_off_by_one_scale_step_is_explained(tmp_path, cli):
+def test_a_qdq_pair_off_by_one_scale_step_is_explained(tmp_path, cli, monkeypatch):
     """Relu -> QuantizeLinear -> DequantizeLinear (a QDQ pair, as onnxruntime.quantization writes):
     in fp16 storage some Relu outputs cross a half step, so the dequantized output is off by one
     scale step (0.1). Reduced to the pair (the outputs kept), the result names the QuantizeLinear
     behind the DequantizeLinear as a step function and suggests an --atol past one step; OpenVINO
     and ONNX-Runtime differ so on a QDQ-quantized classifier's input (one element at a half step)."""
+    monkeypatch.chdir(tmp_path)  # the replay file goes beside the iteration artifact
     nodes = [
         helper.make_node("Relu", ["x"], ["r"]),
         helper.make_node("QuantizeLinear", ["r", "s", "zp"], ["q"], name="the_quant"),

@@ -107,12 +107,14 @@ def _convert(
     json_out: bool,
     check: _Check,
 ) -> None:
-    from toolkit.core.model import load_model, save_model
+    from toolkit.core.model import check_readable_file, load_model, save_model
     _check_args(model_path, output, dtype, keep_fp32, json_out, check)
 
     reads = [("--load-inputs", check.load_inputs)] if check.load_inputs else []
     writes = [("-o", output)] + ([("-o's external data file", output + ".data")] if output != "-" else [])
     paths.check_with_model(model_path, reads, writes, external_data_dir)
+    if check.load_inputs and check.load_inputs != "-":
+        check_readable_file(check.load_inputs)  # a missing file is said before the model is loaded
     from toolkit.convert import fp16
 
     assert dtype is not None

@@ -557,7 +557,7 @@ def reduce_command(ctx: typer.Context, **params) -> None:
 
 
 def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
-    from toolkit.cli.reduce_compare import check_options  # the command's modules load when it runs, not for --help
+    from toolkit.cli.reduce_compare import check_options, preflight_compare  # loaded when it runs, not for --help
     from toolkit.reduce.verdict import FailureRule
 
     if a.no_shape_inference and a.force_fallback_shape_inference:
@@ -576,6 +576,7 @@ def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
         reference_model=a.reference_model,
         tolerances_given=bool(a.atol or a.rtol or a.check_error_stat),
     )
+    preflight_compare(a.model, a.compare, a.reference_model, a.load_inputs or ())
     rule = FailureRule(a.fail_regex, a.fail_code, a.ignore_fail_code)
     if a.data_loader_script:
         # the script's feeds, saved once as an inputs file that the reduction uses like --load-inputs

@@ -96,11 +96,12 @@ class InspectDataArgs:
     """The options of ``inspect data``, each declared once."""
 
     path: str = argument("Inputs or outputs file (JSON or .npz), or '-' for stdin.", "FILE")
-    show_values: bool = switch("-s", "--show-values", help="Print every value of every tensor.")
+    show_values: bool = switch("-s", "--show-values", help="Print the values of every tensor: 3 at each end of every "
+                               "dimension, '...' between (--num-items to choose, -1 for all).")
     show_all: bool = switch("-a", "--all",
                             help="Accepted for Polygraphy command lines: every iteration is always shown.")
     num_items: Optional[int] = option("-n", "--num-items", metavar="N", help="With --show-values: print N values at "
-                                      "each end of every dimension, '...' between (-1: all; default all).")
+                                      "each end of every dimension, '...' between (-1: all; default 3).")
     line_width: Optional[int] = option("--line-width", metavar="CHARS", help="With --show-values: wrap printed arrays "
                                        "at CHARS characters (-1: one line per row; default 110).")
     as_json: bool = switch("--json", help="Print the description as JSON on stdout.")
@@ -112,14 +113,16 @@ def inspect_data(ctx: typer.Context, **params) -> None:
     """Show an inputs or outputs file: iterations, and per tensor dtype, shape and statistics
     (mean, std, min, max, median, 90th/95th/99th percentiles, NaN/Inf counts)."""
     from toolkit.core.datafiles import load_data
-    from toolkit.inspect.describe import data_text, describe_data
+    from toolkit.inspect.data import data_lines, describe_data
 
     args = InspectDataArgs(**values_for(InspectDataArgs, params))
     show_values, num_items, line_width = args.show_values, args.num_items, args.line_width
     if (num_items is not None or line_width is not None) and not show_values:
         warn("--num-items and --line-width only change how --show-values prints arrays")
-    desc = describe_data(load_data(args.path), show_values)
+    data = load_data(args.path, cache=False)
     if args.as_json:
-        _emit([json.dumps(desc, indent=2)])
-    else:
-        _emit(data_text(desc, show_values, num_items=num_items, line_width=line_width))
+        _emit([json.dumps(describe_data(data, show_values, num_items, line_width), indent=2)])
+        return
+    for lines in data_lines(data, show_values, num_items, line_width):  # streamed: one tensor at a time
+        _emit(lines)
+        sys.stdout.flush()

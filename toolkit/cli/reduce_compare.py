@@ -39,6 +39,23 @@ def check_options(
         raise UsageError("--compare is the check: give --compare or --check, not both")
 
 
+def preflight_compare(model: str, compare: Optional[Sequence[str]], reference_model: Optional[str],
+                      load_inputs: Sequence[str]) -> None:
+    """Before the model is loaded or anything computed: both runner specs of ``--compare`` (a
+    missing backend, provider or device: exit 4) and every file it reads."""
+    if compare is None:
+        return
+    from toolkit.core.model import check_readable_file
+    from toolkit.reduce.accuracy import CompareOptions
+    from toolkit.run.specs import preflight_specs
+
+    opts = CompareOptions.from_words(compare)
+    for path in [model, reference_model or ""] + list(load_inputs):
+        if path and path != "-":
+            check_readable_file(path)
+    preflight_specs([opts.reference, opts.test], model)
+
+
 def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, timeout=None, **kw):
     """The warm-worker check for ``--compare`` (the reference is computed on its first run)."""
     from toolkit.reduce.accuracy import CompareOptions, CompareRunner

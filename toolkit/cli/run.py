@@ -253,6 +253,17 @@ def _g(x: Optional[float]) -> str:
     return f"{x:.5g}"
 
 
+def _marking_hint(label: str) -> str:
+    """Which option makes the runner ``label`` (``trt-runner``, ``openvino:precision=f32``) return
+    every tensor too, so that tensors only the other side returns are compared."""
+    name = label.split(":")[0].split("-runner")[0]
+    kind = registry.KINDS.get(name)
+    if kind is None or not kind.outputs_field:
+        return ""
+    flag = kind.option(kind.outputs_field).flag
+    return f"; {flag} mark all makes {label} return them too" if flag else ""
+
+
 def render_comparison(pair, *, quiet: bool = False) -> None:
     """One comparison (A vs B) as a Rich table per iteration on a terminal, else plain lines."""
     rich = is_terminal(sys.stderr)
@@ -267,9 +278,9 @@ def render_comparison(pair, *, quiet: bool = False) -> None:
             extra = []
             if it.only_a:
                 shown = ", ".join(it.only_a[:5]) + (" ..." if len(it.only_a) > 5 else "")
-                extra.append(f"{len(it.only_a)} only in {pair.label_a}: {shown}")
+                extra.append(f"{len(it.only_a)} only in {pair.label_a}: {shown}{_marking_hint(pair.label_b)}")
             if it.only_b:
-                extra.append(f"{len(it.only_b)} only in {pair.label_b}")
+                extra.append(f"{len(it.only_b)} only in {pair.label_b}{_marking_hint(pair.label_a)}")
             tail = f" (not compared: {'; '.join(extra)})" if extra else ""
             log(f"  Iteration {it.index} | {len(it.outputs)} output(s) compared{tail}")
         if not rows:

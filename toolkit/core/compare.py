@@ -377,16 +377,7 @@ def compare_arrays(
         res.message = f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}"
         return res
     if a.dtype.kind in "OUS" or b.dtype.kind in "OUS":
-        eq = a == b
-        res.mismatches = int(a.size - np.count_nonzero(eq))
-        res.passed = res.mismatches == 0
-        err = 0.0 if res.passed else math.inf
-        res.max_abs = res.mean_abs = res.max_rel = res.mean_rel = err
-        res.median_abs = res.median_rel = err
-        res.quantile_abs = res.quantile_rel = err
-        if not res.passed:
-            res.message = f"{res.mismatches} of {a.size} strings differ"
-        return res
+        return _compare_strings(res, a, b)
     if a.size == 0:
         res.max_abs = res.mean_abs = res.max_rel = res.mean_rel = 0.0
         res.median_abs = res.median_rel = 0.0
@@ -415,6 +406,45 @@ def compare_arrays(
     else:
         sa, sr = res.required_atol, res.required_rtol
         res.passed = bool((sa is not None and sa <= atol) or (sr is not None and sr <= rtol))
+    return res
+
+
+def _short(value, limit: int = 60) -> str:
+    text = repr(value.item() if isinstance(value, np.generic) else value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _equal(a, b):
+    """Elementwise equality of same-shape arrays of which one at least is not numeric."""
+    if (a.dtype.kind in "OUS") != (b.dtype.kind in "OUS"):
+        return np.zeros(a.shape, dtype=bool)
+    try:
+        eq = np.asarray(a == b)
+    except (TypeError, ValueError):  # str against bytes, values that cannot be compared
+        eq = np.zeros(0)
+    if eq.shape != a.shape or eq.dtype != bool:
+        eq = np.vectorize(lambda x, y: bool(x == y) is True, otypes=[bool])(a, b) if a.size else np.ones(a.shape, bool)
+    return eq
+
+
+def _compare_strings(res: OutputComparison, a, b) -> OutputComparison:
+    """Strings (and other non-numeric values) are equal or not: the count of differing elements
+    and the first one (index and both values); a string against a number always differs."""
+    eq = _equal(a, b)
+    res.mismatches = int(a.size - np.count_nonzero(eq))
+    res.passed = res.mismatches == 0
+    err = 0.0 if res.passed else math.inf
+    res.max_abs = res.mean_abs = res.max_rel = res.mean_rel = err
+    res.median_abs = res.median_rel = err
+    res.quantile_abs = res.quantile_rel = err
+    if res.passed:
+        res.message = f"equal ({a.size} value(s) of {res.dtype_a})"
+    else:
+        first = tuple(int(i) for i in np.argwhere(~eq.reshape(a.shape))[0]) if a.ndim else ()
+        where = "[" + ", ".join(map(str, first)) + "]"
+        res.message = (
+            f"{res.mismatches} of {a.size} value(s) differ; first at {where}: {_short(a[first])} vs {_short(b[first])}"
+        )
     return res
 
 

@@ -126,14 +126,43 @@ def is_npz_path(path: str) -> bool:
 # ---------------------------------------------------------------------------- JSON
 
 
+def _fixed_width(arr, kind: type):
+    """An object array of ``str`` (``bytes``) as numpy's fixed-width unicode (bytes) dtype, which
+    numpy saves and loads without pickle; a value ending in NUL would lose it there: refused."""
+    if any(v.endswith("\0" if kind is str else b"\0") for v in arr.flat):
+        raise InputError("cannot save a string tensor whose values end in a NUL character")
+    return arr.astype(kind)
+
+
+def storable(arr):
+    """``arr`` as an array ``np.save`` writes without pickle: strings (object arrays of ``str``,
+    what ONNX-Runtime returns for string tensors) become numpy's unicode dtype, bytes its bytes
+    dtype (both load in Polygraphy and numpy as they are); numbers and bools stay as they are.
+    Any other Python objects (a sequence or map output) are refused with an InputError."""
+    arr = np.asanyarray(arr)
+    if arr.dtype.kind != "O":
+        return arr
+    for kind in (str, bytes):
+        if all(isinstance(v, kind) for v in arr.flat):
+            return _fixed_width(arr, kind)
+    types = sorted({type(v).__name__ for v in arr.flat if not isinstance(v, (str, bytes))})
+    raise InputError(
+        f"cannot save a tensor of Python objects ({', '.join(types)}): data files hold numbers, bools and strings"
+    )
+
+
+def _save_error(arr, exc: Exception) -> InputError:
+    return InputError(f"cannot save an array of dtype {np.asarray(arr).dtype}: {exc}")
+
+
 def _array_b64(arr) -> bytes:
     """base64 of the ``np.save`` bytes of ``arr`` (ASCII; never needs JSON escaping)."""
 
     buf = io.BytesIO()
     try:
-        np.save(buf, np.asarray(arr), allow_pickle=False)
+        np.save(buf, storable(arr), allow_pickle=False)
     except ValueError as exc:
-        raise InputError(f"cannot save an array of dtype {np.asarray(arr).dtype}: {exc}") from None
+        raise _save_error(arr, exc) from None
     return base64.b64encode(buf.getbuffer())
 
 
@@ -517,9 +546,9 @@ class _NpzMembers:
     def _member(self, name: str, arr) -> None:
         with self.zip.open(name + ".npy", "w", force_zip64=True) as member:
             try:
-                np.lib.format.write_array(member, np.asanyarray(arr), allow_pickle=False)
+                np.lib.format.write_array(member, storable(arr), allow_pickle=False)
             except ValueError as exc:
-                raise InputError(f"cannot save an array of dtype {np.asarray(arr).dtype}: {exc}") from None
+                raise _save_error(arr, exc) from None
 
     def add(self, feed: Mapping) -> Dict[str, str]:
         """Write each array of ``feed``; returns name -> member key."""

@@ -90,7 +90,8 @@ def summarize_array(arr, show_values: bool = False, max_elems: int = 12) -> dict
     """Statistics of an array (mean, std, min, max, ...) and optionally its values."""
 
     arr = np.asarray(arr)
-    info: dict = {"dtype": str(arr.dtype), "shape": list(arr.shape), "size": int(arr.size)}
+    dtype = "string" if arr.dtype.kind in "OUS" else str(arr.dtype)
+    info: dict = {"dtype": dtype, "shape": list(arr.shape), "size": int(arr.size)}
     if arr.size and arr.dtype.kind in "biufV":  # V: bfloat16/float8 from ml_dtypes
         try:
             data = arr if arr.dtype.kind == "f" and arr.dtype.itemsize >= 4 else arr.astype(np.float64)
@@ -464,61 +465,4 @@ def model_text(desc: dict, show: Show) -> List[str]:
         lines.append(f"{INDENT}Functions: {', '.join(desc['functions'])}")
     lines.append("")
     lines.extend(_graph_lines(desc["graph"], show, INDENT))
-    return lines
-
-
-def describe_data(data, show_values: bool = False) -> dict:
-    """Description of a loaded data file (a list of feeds, or RunResults)."""
-    from toolkit.core.datafiles import RunResults
-
-    def feed_desc(feed) -> list:
-        return [dict(name=name, **summarize_array(feed[name], show_values)) for name in feed]
-
-    if isinstance(data, RunResults):
-        return {
-            "kind": "outputs",
-            "runners": [
-                {
-                    "runner": runner,
-                    "iterations": [
-                        {"runtime": it.runtime, "tensors": feed_desc(it.outputs)} for it in iters
-                    ],
-                }
-                for runner, iters in data.runs
-            ],
-        }
-    return {"kind": "inputs", "iterations": [{"tensors": feed_desc(feed)} for feed in data]}
-
-
-def data_text(
-    desc: dict, show_values: bool = False, num_items: Optional[int] = None, line_width: Optional[int] = None
-) -> List[str]:
-    def tensor_lines(t: dict, ind: str) -> List[str]:
-        meta = TensorMeta(t["name"], tuple(t["shape"]), t["dtype"])
-        out = [f"{ind}{_meta_text(meta)} | {stats_text(t, percentiles=True)}"]
-        if show_values and "values" in t:
-            import numpy as np
-
-            arr = np.asarray(t["values"], dtype=t["dtype"] if t["dtype"] in np.sctypeDict else None)
-            for vl in values_text(arr, True, num_items, line_width).splitlines():
-                out.append(f"{ind}    {vl}")
-        return out
-
-    lines: List[str] = []
-    if desc["kind"] == "inputs":
-        its = desc["iterations"]
-        lines.append(f"==== Inputs file: {len(its)} iteration(s) ====")
-        for k, it in enumerate(its):
-            lines.append(f"{INDENT}---- Iteration {k}: {len(it['tensors'])} tensor(s) ----")
-            for t in it["tensors"]:
-                lines.extend(tensor_lines(t, INDENT))
-        return lines
-    runners = desc["runners"]
-    lines.append(f"==== Outputs file: {len(runners)} runner(s) ====")
-    for r in runners:
-        lines.append(f"{INDENT}---- {r['runner']}: {len(r['iterations'])} iteration(s) ----")
-        for k, it in enumerate(r["iterations"]):
-            lines.append(f"{INDENT}Iteration {k} ({len(it['tensors'])} tensor(s), runtime {it['runtime'] * 1000:.3f} ms)")
-            for t in it["tensors"]:
-                lines.extend(tensor_lines(t, INDENT * 2))
     return lines

@@ -39,7 +39,7 @@ from toolkit.core.errors import DependencyError, InferenceError, InputError, Too
 from toolkit.core.inputs import generate_inputs, parse_val_ranges, select_feed
 from toolkit.core.layerwise import set_outputs
 from toolkit.core.meta import parse_shape_specs
-from toolkit.core.model import check_output_path, graph_io_meta, load_model, save_model
+from toolkit.core.model import check_output_path, check_readable_file, graph_io_meta, load_model, save_model
 from toolkit.core.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
 from toolkit.core.progress import Messages
 from toolkit.reduce import strategy
@@ -47,7 +47,7 @@ from toolkit.reduce.graph import mask_indices, popcount
 from toolkit.reduce.replay import Replay
 from toolkit.run.feeds import explain_generated
 from toolkit.run.registry import get_kind
-from toolkit.run.specs import make_runner, parse_runner_spec
+from toolkit.run.specs import make_runner, parse_runner_spec, preflight_specs
 
 TOOL = "toolkit debug precision"
 
@@ -226,6 +226,12 @@ class PrecisionSearch:
             reads.append(("--load-debug-replay", c.load_replay))
         writes = [("-o", c.output or ""), ("--save-debug-replay", c.save_replay or "")]
         paths.check_with_model(c.model, reads, writes, c.external_data_dir)
+        for path in [c.model] + list(c.load_inputs) + [c.load_outputs or ""]:
+            if path and path != "-":
+                check_readable_file(path)  # a missing file is said before the model is loaded
+        # a missing backend, provider or device: exit 4 now, not after the reference ran (the
+        # candidate runs on the cluster's nodes with --cluster, so only they can say)
+        preflight_specs([c.reference] + ([] if c.cluster else [c.candidate]), c.model)
 
     @staticmethod
     def _spec(text: str):
@@ -663,14 +669,16 @@ def run_spec(model, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping], mod
     """Run ``model`` (a ModelProto) on ``feeds`` with the runner ``kind`` and its options: in memory
     for the kind that emulates reduced-precision storage (ONNX-Runtime), else from a file."""
     if _emulates(kind):
-        from toolkit.backends.onnxrt import OnnxrtRunner
+        from toolkit.backends.onnxrt import OnnxrtRunner, provider_list
 
         level = spec_opts.get("opt") if isinstance(spec_opts.get("opt"), str) else None
         if (spec_opts.get("fp16") or spec_opts.get("bf16")) and level is None:
             # ONNX-Runtime fusions (LayerNorm, even at the basic level in 1.32) see through Casts and
             # would compute whole blocks without the rounding being emulated
             level = "disable"
-        runner = OnnxrtRunner(model_path, model=model, external_data_dir=external_data_dir, graph_optimization=level)
+        providers = provider_list(str(spec_opts["providers"])) if spec_opts.get("providers") else None
+        runner = OnnxrtRunner(model_path, model=model, external_data_dir=external_data_dir, graph_optimization=level,
+                              providers=providers)
         with runner:
             return [runner.infer(dict(f)) for f in feeds]
 

@@ -138,6 +138,8 @@ class RayCluster:
         self._warming: list = []
         self._remotes: Dict[Callable, Any] = {}
         self.jobs = 1  # the most checks at once (set by open_for_reduce)
+        self.started_here = False  # ray.init started a local cluster (it stops with this process)
+        self.start_seconds = 0.0
 
     # -------------------------------------------------------------- set-up
 
@@ -147,12 +149,15 @@ class RayCluster:
         ray = self.ray = import_ray()
         _messages_to_stderr(ray)
         kw: Dict[str, Any] = dict(logging_level=logging.ERROR, log_to_driver=False, configure_logging=True)
+        start = time.monotonic()
         try:
             if not ray.is_initialized():
                 ray.init(address=self.opts.address, **kw)
         except (ConnectionError, RuntimeError, ValueError) as exc:
             where = self.opts.address or "the cluster Ray found"
             raise DependencyError(f"--cluster ray: cannot connect to {where}: {exc}") from None
+        self.start_seconds = time.monotonic() - start
+        self.started_here = _started_here(ray)
         try:
             self._check_resources()
         except BaseException:
@@ -226,10 +231,35 @@ class RayCluster:
             return
         for r in self.runners:
             r.cancel(force=True)
+        start = time.monotonic()
         try:
             self._clean_nodes()
         finally:
             ray.shutdown()
+            what = "stopped the local Ray cluster" if self.started_here else "disconnected from the Ray cluster"
+            self.log(f"Ray: {what} in {time.monotonic() - start:.1f} s")
+
+    def fits(self, have: Dict[str, float]) -> int:
+        """Checks the cluster runs at once: its CPUs and GPUs divided by what each check asks for."""
+        counts = [int(have.get("CPU", 0) // self.cpus)] if self.cpus else []
+        counts += [int(have.get("GPU", 0) // self.gpus)] if self.gpus else []
+        return max(min(counts), 1) if counts else max(int(have.get("CPU", 1)), 1)
+
+    def describe(self, jobs: Optional[int] = None) -> str:
+        """What the cluster has, what a check asks for and how many run at once; how long Ray took
+        to start (a local cluster started for this run) or to connect."""
+        res = self.ray.cluster_resources()
+        how = "started a local cluster (stopped at the end)" if self.started_here else "connected"
+        line = (
+            f"Ray cluster: {how} in {self.start_seconds:.1f} s; {res.get('CPU', 0):g} CPU(s), {res.get('GPU', 0):g} "
+            f"GPU(s); each check asks for {self.cpus:g} CPU(s) and {self.gpus:g} GPU(s)"
+        )
+        if jobs is None:
+            return line
+        fits = self.fits(res)
+        if jobs <= fits:
+            return f"{line}; up to {jobs} at once"
+        return f"{line}; {fits} at once (all the cluster fits; --jobs {jobs}: Ray queues the rest)"
 
     def _clean_nodes(self) -> None:
         if not self.data:
@@ -320,6 +350,12 @@ class RayCluster:
                 f"a check's Ray task (worker {number}) was lost with its node or process and retried by Ray: "
                 f"attempt {attempt + 1} ran on {node}"
             )
+
+
+def _started_here(ray) -> bool:
+    """Whether ``ray.init`` started the cluster's head in this process (no cluster to join)."""
+    worker = getattr(getattr(getattr(ray, "_private", None), "worker", None), "global_worker", None)
+    return bool(getattr(getattr(worker, "node", None), "head", False))
 
 
 def _messages_to_stderr(ray) -> None:
@@ -473,11 +509,7 @@ def open_for_reduce(
     cluster = RayCluster(opts, check, iter_artifact, check_timeout, log).connect()
     cluster.jobs = jobs if jobs is not None else cluster.default_jobs()
     cluster.warm_up(cluster.jobs)
-    res = cluster.ray.cluster_resources()
-    log(
-        f"Ray cluster: {res.get('CPU', 0):g} CPU(s), {res.get('GPU', 0):g} GPU(s); each check asks for "
-        f"{cluster.cpus:g} CPU(s) and {cluster.gpus:g} GPU(s); up to {cluster.jobs} at once"
-    )
+    log(cluster.describe(cluster.jobs))
     return cluster
 
 
@@ -490,9 +522,5 @@ def open_for_calls(
     opts = ClusterOptions(address, gpus, cpus if cpus is not None else 1.0)
     cluster = RayCluster(opts, [], "", None, log).connect()
     cluster.warm_up(1)
-    res = cluster.ray.cluster_resources()
-    log(
-        f"Ray cluster: {res.get('CPU', 0):g} CPU(s), {res.get('GPU', 0):g} GPU(s); each check asks for "
-        f"{cluster.cpus:g} CPU(s) and {cluster.gpus:g} GPU(s)"
-    )
+    log(cluster.describe())
     return cluster

@@ -17,7 +17,7 @@ from toolkit.core.meta import parse_shape_specs
 from toolkit.core.model import check_output_path, check_readable_file
 from toolkit.run.diagnose import check_report_option
 from toolkit.run.options import Reporter, RunOptions
-from toolkit.run.registry import RunnerKind, get_kind, unused_options
+from toolkit.run.registry import RunnerKind, get_kind, unused_options, with_values
 from toolkit.run.specs import RunnerSpec, parse_runner_spec
 
 
@@ -102,9 +102,24 @@ def _tolerances(opts: RunOptions):
     return None
 
 
+def share_onnx_outputs(opts: RunOptions, kinds: List[str]) -> RunOptions:
+    """``--onnx-outputs`` (``--onnx-exclude-outputs``) chooses the ONNX model's tensors for OpenVINO
+    too, which runs the same ONNX model, unless ``--openvino-outputs`` (``--openvino-exclude-outputs``)
+    chooses its own: one ``--onnx-outputs mark all`` compares every tensor of both."""
+    if "openvino" not in kinds or not (opts.onnx_outputs or opts.onnx_exclude_outputs):
+        return opts
+    kind = get_kind("openvino")
+    own = opts.of("openvino")
+    if own.outputs or own.exclude_outputs:
+        return opts
+    return with_values(opts, {kind.option("outputs"): list(opts.onnx_outputs),
+                              kind.option("exclude_outputs"): list(opts.onnx_exclude_outputs)})
+
+
 def make_plan(opts: RunOptions, reporter: Reporter) -> RunPlan:
     """Parse and check every option, preflight every runner (raises ToolkitError subclasses)."""
     specs = [parse_runner_spec(text) for text in opts.runners]
+    opts = share_onnx_outputs(opts, [s.kind for s in specs])
     plan = RunPlan(opts, [], _tolerances(opts), parse_val_ranges(opts.val_range), parse_shape_specs(opts.input_shapes))
     if opts.iterations is not None and opts.iterations < 0:
         raise UsageError("--iterations must be 0 or more (0 runs nothing)")

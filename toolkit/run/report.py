@@ -54,7 +54,7 @@ def save_report(path: str, diagnoses: Sequence[Diagnosis], *, model: str = "", c
     """Write ``diagnoses`` to ``path`` (.json or .html), atomically."""
 
     if is_node_data_path(path):
-        text = json.dumps(node_data(diagnoses), indent=1) + "\n"
+        text = json.dumps(node_data(diagnoses, model), indent=1) + "\n"
     elif path.lower().endswith(".json"):
         text = json.dumps(report_dict(diagnoses, model=model, command=command), indent=1) + "\n"
     else:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, Optional, Sequence, Union
 
 from toolkit.core.errors import UsageError
 from toolkit.run.options import Reporter, RunOptions
@@ -122,3 +122,13 @@ def make_runner(
     rep = reporter or Reporter()
     config = kind.preflight(opts, rep)
     return kind.factory(opts, config, rep, name or (spec.text if spec.options else None))
+
+
+def preflight_specs(specs: Sequence[str], model: str, base: Optional[RunOptions] = None) -> None:
+    """Each runner spec parsed and its kind's preflight run on ``model``, before any work: a
+    malformed spec is a UsageError (exit 2); a missing backend, execution provider or device a
+    DependencyError (exit 4). Nothing is loaded or computed."""
+    for text in specs:
+        spec = parse_runner_spec(text)
+        opts = spec.apply(dataclasses.replace(base or RunOptions(model), model=model, runners=[spec.text]))
+        get_kind(spec.kind).preflight(opts, Reporter())
