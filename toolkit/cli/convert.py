@@ -50,6 +50,12 @@ class ConvertArgs:
     val_range: List[str] = option("--val-range", factory=list, help="Value range of the generated inputs of that "
                                   "check: [name:][lo,hi]; [0,1] if not given.")
     input_shapes: List[str] = declared(S.INPUT_SHAPES, factory=list)
+    ort_optimization: Optional[str] = option("--ort-optimization", "--graph-optimization-level", metavar="LEVEL",
+                                             help="Also check the written model in an ONNX-Runtime session at this "
+                                             "graph optimization level (disable, basic, extended, all); the "
+                                             "session with the default options is always checked.")
+    repair: bool = switch("--repair", help="When ONNX-Runtime crashes or fails on the written model, search for the "
+                          "op type that, kept in fp32, avoids it, and write that model instead.")
 
 
 def register(app: typer.Typer) -> None:
@@ -78,7 +84,7 @@ def register(app: typer.Typer) -> None:
         if a.fp16_io and a.fp_to_bf16:
             raise UsageError("--fp16-io goes with --fp-to-fp16; with --fp-to-bf16 use --bf16-io")
         dtype = "bfloat16" if a.fp_to_bf16 else ("float16" if a.fp_to_fp16 else None)
-        check = _Check(a.validate, a.load_inputs, a.seed, a.val_range, a.input_shapes)
+        check = _Check(a.validate, a.load_inputs, a.seed, a.val_range, a.input_shapes, a.ort_optimization, a.repair)
         _convert(
             a.model, a.output, dtype, a.keep_fp32, a.fp16_io or a.bf16_io, a.external_data_dir, a.external_data,
             a.json_out, check,
@@ -94,6 +100,8 @@ class _Check:
     seed: Optional[int]
     val_range: List[str]
     input_shapes: List[str]
+    ort_optimization: Optional[str] = None
+    repair: bool = False
 
 
 def _convert(
@@ -126,7 +134,16 @@ def _convert(
     seconds = time.perf_counter() - t0
     _report(result, dtype, output, seconds, hint)
     # (checked before saving: saving with external data moves the weights out of the model)
-    validation = _validate(original, result.model, feeds, dtype) if original is not None else None
+    runtime = None
+    if original is not None:
+        from toolkit.cli.convert_check import check_runtime
+
+        feeds = list(feeds)
+        again = _Again(model_path, external_data_dir, keep_fp32, reduced_io, dtype)
+        result, runtime = check_runtime(result, feeds, check.ort_optimization, check.repair, again)
+    measured = runtime.measured() if runtime is not None else None
+    failed = runtime is not None and bool(runtime.failure)
+    validation = _validate(original, result.model, feeds, dtype, measured, failed) if original is not None else None
     del original
     save_model(result.model, output, external_data=external_data)
     if json_out:
@@ -138,10 +155,32 @@ def _convert(
             "out_of_range": result.out_of_range,
             "seconds": seconds,
             "validation": validation.as_dict() if validation is not None else None,
+            "runtime_checks": runtime.as_dict() if runtime is not None else None,
         }
         import json  # (--json only)
 
         echo(json.dumps(info, indent=2))
+    if runtime is not None and runtime.failure:
+        raise InferenceError(runtime.failure)
+
+
+@dataclass
+class _Again:
+    """How to convert the model again with more nodes kept in fp32 (--repair)."""
+
+    model_path: str
+    external_data_dir: Optional[str]
+    keep_fp32: List[str]
+    reduced_io: bool
+    dtype: str
+
+    def __call__(self, more: List[str]):
+        from toolkit.convert import fp16
+        from toolkit.core.model import load_model
+
+        model = load_model(self.model_path, external_data_dir=self.external_data_dir)
+        return fp16.convert(model, list(self.keep_fp32) + more, keep_io_types=not self.reduced_io, inplace=True,
+                            if_mixed="error", dtype=self.dtype)
 
 
 def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Check) -> None:
@@ -156,8 +195,18 @@ def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Ch
         raise UsageError("--json prints to stdout; write the model to a file with -o")
     if not check.enabled and (check.load_inputs or check.val_range or check.input_shapes or check.seed is not None):
         raise UsageError("--load-inputs, --val-range, --input-shapes and --seed set the check that --no-validate skips")
+    if not check.enabled and (check.ort_optimization or check.repair):
+        raise UsageError("--ort-optimization and --repair set the check that --no-validate skips")
+    if check.ort_optimization:
+        from toolkit.convert.runtime_check import LEVELS
+
+        if check.ort_optimization.lower() not in LEVELS:
+            raise UsageError(f"unknown --ort-optimization level '{check.ort_optimization}'; use one of: "
+                             f"{', '.join(LEVELS)}")
     if check.load_inputs and (check.val_range or check.input_shapes):
         raise UsageError("--val-range and --input-shapes shape generated inputs; with --load-inputs none are generated")
+    if check.repair and model_path == "-":
+        raise UsageError("--repair converts the model again: give it as a file, not '-'")
     check_output_path(output, binary=True)
 
 
@@ -224,13 +273,13 @@ def _report(result, dtype: str, output: str, seconds: float, hint: str) -> None:
         log(hint)
 
 
-def _validate(original, converted, feed, dtype: str):
+def _validate(original, converted, feed, dtype: str, measured=None, runtime_failed: bool = False):
     """The check against the original (a warning, never a failure: the model is written)."""
     from toolkit.convert.validate import validate
 
     short = "fp16" if dtype == "float16" else "bf16"
     try:
-        res = validate(original, converted, feed)
+        res = validate(original, converted, feed, measured=measured)
     except InferenceError as exc:
         if exc.exit_code == ExitCode.FAILED:  # the original runs on these inputs, the converted model does not
             warn(
@@ -246,9 +295,12 @@ def _validate(original, converted, feed, dtype: str):
     tol = f"atol {res.atol:g}, rtol {res.rtol:g}"
     where = _which_set(res)
     if res.passed:
+        # (a session that crashed or failed with the default options: the model is not checked)
+        head = "With graph optimizations off, compared" if runtime_failed else "Checked"
         log(
-            f"Checked against the original in ONNX-Runtime on {_sets(len(res.set_errors))} ({res.seconds:.2f} s): "
-            f"largest error {res.max_error:.3g} (output {res.worst}{where}), within {tol}"
+            f"{head} against the original in ONNX-Runtime on {_sets(len(res.set_errors))} ({res.seconds:.2f} s): "
+            f"largest error {res.max_error:.3g} with {short} storage emulated (output {res.worst}{where}){_measured(res)}, "
+            f"within {tol}"
         )
         return res
     first = (
@@ -258,10 +310,17 @@ def _validate(original, converted, feed, dtype: str):
     )
     warn(
         f"the {short} model differs from the original beyond {tol} on {_sets(len(res.set_errors))}: largest error "
-        f"{res.max_error:.3g} at output {res.worst}{where}{first}; `toolkit debug precision MODEL` finds the nodes "
+        f"{res.max_error:.3g} with {short} storage emulated at output {res.worst}{where}{_measured(res)}{first}; `toolkit debug precision MODEL` finds the nodes "
         "to keep in fp32 (--keep-fp32)"
     )
     return res
+
+
+def _measured(res) -> str:
+    """'; ONNX-Runtime's CPU provider as it runs the written model: E' (nothing when not measured)."""
+    if res.measured_max is None:
+        return ""
+    return f"; {res.measured_max:.3g} as ONNX-Runtime's CPU provider computes the written model"
 
 
 def _sets(n: int) -> str:
