@@ -249,7 +249,10 @@ def _dispatch(rest: List[str]):
 
 def _worker_main(argv: List[str]) -> int:
 
+    from toolkit.core.supervise import disable_supervision
+
     output._consoles.clear()  # the forked child has new stdio objects
+    disable_supervision()  # (the reducer counts a death by signal as a failure itself)
     return main(argv)
 
 

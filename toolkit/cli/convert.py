@@ -135,7 +135,7 @@ def _convert(
     _report(result, dtype, output, seconds, hint)
     # (checked before saving: saving with external data moves the weights out of the model)
     runtime = None
-    if original is not None:
+    if original is not None and feeds is not None:
         from toolkit.cli.convert_check import check_runtime
 
         feeds = list(feeds)

@@ -124,12 +124,13 @@ def run_session(model, feeds: Sequence[Mapping], level: Optional[str] = None) ->
     t0 = time.perf_counter()
     got = run_in_child(_in_child, model, list(feeds), level)
     run = RuntimeRun(level=level)
+    value: dict = got.value if isinstance(got.value, dict) else {}
     if got.crashed:
         run.crash, run.phase = got.signal_name, got.phase
-    elif "error" in got.value:
-        run.error, run.phase = got.value["error"], got.value["phase"]
+    elif "error" in value:
+        run.error, run.phase = value["error"], value["phase"]
     else:
-        run.outputs = got.value["outputs"]
+        run.outputs = value["outputs"]
     run.seconds = time.perf_counter() - t0
     return run
 
