@@ -5,7 +5,7 @@
 import itertools
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional
 
 import typer
@@ -102,6 +102,8 @@ class _Check:
     input_shapes: List[str]
     ort_optimization: Optional[str] = None
     repair: bool = False
+    guessed: List[str] = field(default_factory=list)  # notes: inputs whose dynamic dims were set to 1
+    hinted: List[str] = field(default_factory=list)  # shapes taken from the model's metadata
 
 
 def _convert(
@@ -143,7 +145,9 @@ def _convert(
         result, runtime = check_runtime(result, feeds, check.ort_optimization, check.repair, again)
     measured = runtime.measured() if runtime is not None else None
     failed = runtime is not None and bool(runtime.failure)
-    validation = _validate(original, result.model, feeds, dtype, measured, failed) if original is not None else None
+    validation = (
+        _validate(original, result.model, feeds, dtype, measured, failed, check.guessed) if original is not None else None
+    )
     del original
     save_model(result.model, output, external_data=external_data)
     if json_out:
@@ -154,7 +158,7 @@ def _convert(
             "clamped_weights": result.clamped,
             "out_of_range": result.out_of_range,
             "seconds": seconds,
-            "validation": validation.as_dict() if validation is not None else None,
+            "validation": _validation_info(validation, feeds, check),
             "runtime_checks": runtime.as_dict() if runtime is not None else None,
         }
         import json  # (--json only)
@@ -162,6 +166,21 @@ def _convert(
         echo(json.dumps(info, indent=2))
     if runtime is not None and runtime.failure:
         raise InferenceError(runtime.failure)
+
+
+def _validation_info(validation, feeds, check: "_Check") -> Optional[dict]:
+    """The check's numbers, with the input sets' shapes and where they came from (--json)."""
+    if validation is None:
+        return None
+    info = validation.as_dict()
+    first = feeds[0] if feeds else {}
+    info["input_shapes"] = {name: list(getattr(v, "shape", ())) for name, v in first.items()}
+    info["shapes_from"] = (
+        "--load-inputs" if check.load_inputs else "dynamic dims set to 1" if check.guessed else
+        "--input-shapes" if check.input_shapes else "the model's metadata" if check.hinted else "the model"
+    )
+    info["representative"] = not check.guessed
+    return info
 
 
 @dataclass
@@ -226,8 +245,7 @@ def _check_feeds(model, check: _Check):
     INPUT_SETS generated ones (iterations 0, 1, ... of the seed, as `toolkit run --iterations`
     generates them; made one at a time while the check runs)."""
     from toolkit.convert.validate import INPUT_SETS
-    from toolkit.core.inputs import parse_val_ranges, plan_generation, select_feed
-    from toolkit.core.meta import parse_shape_specs
+    from toolkit.core.inputs import guessed_shapes, parse_val_ranges, plan_generation, select_feed
     from toolkit.core.model import graph_io_meta
 
     metas, _ = graph_io_meta(model)
@@ -239,11 +257,27 @@ def _check_feeds(model, check: _Check):
         if not feeds:
             raise InputError(f"{src}: no input sets")
         return feeds
-    plan = plan_generation(metas, ranges=parse_val_ranges(check.val_range), shapes=parse_shape_specs(check.input_shapes))
+    plan = plan_generation(metas, ranges=parse_val_ranges(check.val_range), shapes=_shapes(model, metas, check))
+    check.guessed = guessed_shapes(plan.notes)
     for note in plan.notes:
-        log(note)
+        (warn if note in check.guessed else log)(note)
     first = plan.feed(0, check.seed)  # (a range the dtype cannot hold fails here, before converting)
     return itertools.chain([first], (plan.feed(k, check.seed) for k in range(1, INPUT_SETS)))
+
+
+def _shapes(model, metas, check: _Check):
+    """The shapes of the generated inputs: --input-shapes, then the model's own hints for the inputs it
+    leaves out (its metadata; see toolkit.convert.shapes)."""
+    from toolkit.convert.shapes import model_shape_hints
+    from toolkit.core.meta import parse_shape_specs
+
+    given = parse_shape_specs(check.input_shapes)
+    specs, keys = model_shape_hints(model, [m for m in metas if m.name not in given])
+    if specs:
+        log(f"Input shapes from the model's metadata ({', '.join(keys)}): {' '.join(specs)}")
+        check.hinted = specs
+        given.update(parse_shape_specs(specs))
+    return given
 
 
 def _report(result, dtype: str, output: str, seconds: float, hint: str) -> None:
@@ -273,7 +307,7 @@ def _report(result, dtype: str, output: str, seconds: float, hint: str) -> None:
         log(hint)
 
 
-def _validate(original, converted, feed, dtype: str, measured=None, runtime_failed: bool = False):
+def _validate(original, converted, feed, dtype: str, measured=None, runtime_failed: bool = False, guessed=()):
     """The check against the original (a warning, never a failure: the model is written)."""
     from toolkit.convert.validate import validate
 
@@ -294,6 +328,15 @@ def _validate(original, converted, feed, dtype: str, measured=None, runtime_fail
         return None
     tol = f"atol {res.atol:g}, rtol {res.rtol:g}"
     where = _which_set(res)
+    if res.passed and guessed:
+        # (inputs at size 1 in their dynamic dims: not the shapes the model will meet, no verdict)
+        warn(
+            f"compared with the original in ONNX-Runtime on {_sets(len(res.set_errors))} whose dynamic dims were set "
+            f"to 1: largest error {res.max_error:.3g} with {short} storage emulated (output {res.worst}{where})"
+            f"{_measured(res)}; that is not a check of the shapes the model will meet: give them with --input-shapes "
+            "(or real data with --load-inputs)"
+        )
+        return res
     if res.passed:
         # (a session that crashed or failed with the default options: the model is not checked)
         head = "With graph optimizations off, compared" if runtime_failed else "Checked"

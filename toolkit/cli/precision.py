@@ -66,10 +66,23 @@ def _summary_json(outcome, cfg, code: int) -> dict:
         "one_minimal": outcome.one_minimal,
         "passing_atol": outcome.passing_atol,
         "noise_bound": outcome.noise_bound,
+        "shapes_guessed": outcome.shapes_guessed,
         "cost_bound": outcome.cost_bound,
         "output": cfg.output if outcome.output_written else None,
         "exit_code": code,
     }
+
+
+def _none_needed(outcome, stats: str) -> None:
+    """The line for a model that passes with no node in fp32 (no verdict on inputs at size 1)."""
+    if outcome.shapes_guessed:
+        warn(
+            f"the {outcome.precision} model passes as it is on inputs whose dynamic dims were set to 1 "
+            f"({outcome.error_fp16}; {stats}); that is not a check of the shapes the model will meet: give them "
+            "with --input-shapes (or real data with --load-inputs)"
+        )
+    else:
+        log(f"The {outcome.precision} model passes as it is ({outcome.error_fp16}); no node needs fp32 ({stats}).")
 
 
 def _summary(outcome, cfg, json_out: bool) -> int:
@@ -78,7 +91,7 @@ def _summary(outcome, cfg, json_out: bool) -> int:
     stats = f"{outcome.checks} check(s) run, {outcome.remembered} more answered from memory, {outcome.seconds:.2f} s"
     code = int(ExitCode.OK)
     if outcome.status == S.STATUS_NONE_NEEDED:
-        log(f"The {outcome.precision} model passes as it is ({outcome.error_fp16}); no node needs fp32 ({stats}).")
+        _none_needed(outcome, stats)
     elif outcome.status == S.STATUS_FAILS_FP32:
         log(
             f"The comparison fails even with every node in fp32 ({outcome.error_result}): the difference is not "
