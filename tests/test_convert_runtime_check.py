@@ -94,6 +94,9 @@ def test_both_figures_are_reported(cli, tmp_path):
     assert 0 < val["measured"]["max_error"] < 1e-2
     runs = json.loads(r.out)["runtime_checks"]["sessions"]
     assert runs[0]["runtime"] == f"ONNX-Runtime {ort.__version__}" and runs[0]["ok"]
+    assert val["runtime"] == runs[0]["runtime"] and val["session_options"] == {"graph_optimization_level": "disable"}
+    assert val["input_shapes"] == {"x": [1, 3, 8, 8]} and val["input_set_source"].startswith("generated: iterations 0 to 2")
+    assert len(val["set_errors"]) == 3
 
 
 def _segv(phase):

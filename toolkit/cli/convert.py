@@ -180,6 +180,11 @@ def _validation_info(validation, feeds, check: "_Check") -> Optional[dict]:
         "--input-shapes" if check.input_shapes else "the model's metadata" if check.hinted else "the model"
     )
     info["representative"] = not check.guessed
+    info["input_set_source"] = (
+        f"--load-inputs {check.load_inputs}" if check.load_inputs
+        else f"generated: iterations 0 to {len(feeds) - 1} of seed {check.seed if check.seed is not None else 'default'}"
+        + (f", ranges {' '.join(check.val_range)}" if check.val_range else ", range [0,1]")
+    )
     return info
 
 

@@ -90,6 +90,9 @@ class Validation:
             "set_errors": self.set_errors,
             "seconds": self.seconds,
             "figure": "emulated fp16 storage (every reduced tensor rounded after the node that makes it)",
+            "runtime": f"ONNX-Runtime {ort.__version__}",
+            "provider": "CPUExecutionProvider",
+            "session_options": {"graph_optimization_level": "disable"},  # (see _session)
             "measured": None
             if self.measured_errors is None
             else {
