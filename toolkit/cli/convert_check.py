@@ -35,23 +35,24 @@ class RuntimeChecks:
         }
 
 
-def _sessions(model, feeds, level: Optional[str]) -> list:
+def _sessions(model, feeds, level: Optional[str], first=None) -> list:
     from toolkit.convert.runtime_check import run_session
 
-    runs = [run_session(model, feeds)]
+    runs = [first if first is not None else run_session(model, feeds)]
     if level and level.lower() != "all":
         runs.append(run_session(model, feeds, level.lower()))
     return runs
 
 
-def check_runtime(result, feeds: list, level: Optional[str], repair: bool, again: Callable):
+def check_runtime(result, feeds: list, level: Optional[str], repair: bool, again: Callable, first=None):
     """(the conversion to write, RuntimeChecks) for ``result``: see the module docstring.
 
-    ``again(more)`` converts the model again with the op types ``more`` kept in fp32 too."""
+    ``again(more)`` converts the model again with the op types ``more`` kept in fp32 too; ``first``:
+    the session with the default options, already run (a RuntimeRun)."""
 
     from toolkit.convert.runtime_check import runtime_name, working_level
 
-    checks = RuntimeChecks(runs=_sessions(result.model, feeds, level))
+    checks = RuntimeChecks(runs=_sessions(result.model, feeds, level, first))
     bad = next((r for r in checks.runs if not r.ok), None)
     if bad is None:
         shown = " and ".join(_options(r.level) for r in checks.runs)

@@ -27,7 +27,7 @@ import onnxruntime as ort
 
 from toolkit.convert.validate import as_input, split_weights
 from toolkit.core.errors import one_line, ort_errors
-from toolkit.core.supervise import run_in_child
+from toolkit.core.supervise import start_child
 
 # --ort-optimization level names -> ONNX-Runtime's GraphOptimizationLevel members
 LEVELS = {
@@ -119,10 +119,38 @@ def _in_child(phase: Callable[[str], None], model, feeds: Sequence[Mapping], lev
 
 
 def run_session(model, feeds: Sequence[Mapping], level: Optional[str] = None) -> RuntimeRun:
-    """``model`` in ONNX-Runtime with ``level`` (None: the default options) on ``feeds`` (already
-    cast to the model's input types), in a forked child: a crash is reported, not suffered."""
-    t0 = time.perf_counter()
-    got = run_in_child(_in_child, model, list(feeds), level)
+    """``model`` in ONNX-Runtime with ``level`` (None: the default options) on ``feeds``, in a
+    forked child: a crash is reported, not suffered."""
+    return start_session(model, feeds, level).result()
+
+
+class PendingRun:
+    """A session started in a forked child (:func:`start_session`); :meth:`result` waits for it."""
+
+    def __init__(self, model, feeds: Sequence[Mapping], level: Optional[str]) -> None:
+        self.level = level
+        self.t0 = time.perf_counter()
+        self.child = start_child(_in_child, model, list(feeds), level)
+        self._run: Optional[RuntimeRun] = None
+
+    def result(self) -> RuntimeRun:
+        if self._run is None:
+            self._run = _finished(self.child.wait(), self.level, self.t0)
+        return self._run
+
+    def outputs(self) -> Optional[List[Dict[str, object]]]:
+        """The outputs of every feed (None when the session crashed or failed)."""
+        run = self.result()
+        return run.outputs if run.ok else None
+
+
+def start_session(model, feeds: Sequence[Mapping], level: Optional[str] = None) -> PendingRun:
+    """:func:`run_session` started: the child computes while this process goes on (the numeric check
+    runs meanwhile)."""
+    return PendingRun(model, feeds, level)
+
+
+def _finished(got, level: Optional[str], t0: float) -> RuntimeRun:
     run = RuntimeRun(level=level)
     value: dict = got.value if isinstance(got.value, dict) else {}
     if got.crashed:

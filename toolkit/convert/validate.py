@@ -233,24 +233,25 @@ def validate(
     atol: float = ATOL,
     rtol: float = RTOL,
     locate: bool = True,
-    measured: Optional[Sequence[Mapping]] = None,
+    measured=None,
 ) -> Validation:
     """Run ``converted`` against ``original`` on ``feeds`` (one feed, or an iterable of them, run
     one at a time) in ONNX-Runtime on the CPU; see the module docstring.
 
     InferenceError when either model cannot run: exit code 3 when the original cannot (the
     inputs do not suit it), 1 when only the converted model cannot. ``measured``: the converted
-    model's outputs on each set as computed elsewhere (the runtime check), compared too."""
+    model's outputs on each set as computed elsewhere (the runtime check), compared too: a sequence,
+    or a callable giving it (or None), called once every set has run here."""
     t0 = time.perf_counter()
     ref, got = _Model(original), _Model(converted, emulate=True)
     out: Optional[Validation] = None
     worst_feed: Mapping = {}
     errors: List[float] = []
-    seen: List[Validation] = []
+    expected_sets: List[Mapping] = []
     for k, feed in enumerate([feeds] if isinstance(feeds, Mapping) else feeds):
         expected = ref.run(feed, k)
-        if measured is not None and k < len(measured):
-            seen.append(_compare(expected, measured[k], atol, rtol))
+        if measured is not None:
+            expected_sets.append(expected)
         one = _compare(expected, got.run(feed, k), atol, rtol)
         one.input_set = k
         errors.append(one.max_error)
@@ -260,13 +261,20 @@ def validate(
         raise ValueError("validate needs at least one input set")
     del ref, got
     out.set_errors = errors
-    if measured is not None:
-        out.measured_errors = [v.max_error for v in seen]
-        out.measured_differing = sorted({d for v in seen for d in v.differing})
+    _add_measured(out, expected_sets, measured() if callable(measured) else measured, atol, rtol)
     if out.differing and locate:
         out.first_tensor, out.first_error = _first_differing(original, converted, worst_feed, atol, rtol)
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _add_measured(out: Validation, expected: Sequence[Mapping], measured, atol: float, rtol: float) -> None:
+    """The errors of the outputs computed elsewhere (``measured``, one mapping per set), into ``out``."""
+    if measured is None:
+        return
+    seen = [_compare(e, m, atol, rtol) for e, m in zip(expected, measured)]
+    out.measured_errors = [v.max_error for v in seen]
+    out.measured_differing = sorted({d for v in seen for d in v.differing})
 
 
 def _compare(ref: Mapping, got: Mapping, atol: float, rtol: float) -> Validation:

@@ -62,18 +62,49 @@ def run_in_child(work: Callable[..., object], *args) -> ChildOutcome:
     The child's return value comes back (it must pickle); an exception it raises is raised here.
     Where fork does not exist, ``work`` runs in this process (no crash protection)."""
 
-    if not can_fork():
-        return ChildOutcome(value=work(lambda _name: None, *args))
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # the child
-        os.close(read_fd)
-        _child(work, args, write_fd)
-    os.close(write_fd)
-    with os.fdopen(read_fd, "rb") as pipe:
-        frames = _read_frames(pipe)
-    _, status = os.waitpid(pid, 0)
-    return _outcome(frames, status)
+    return start_child(work, *args).wait()
+
+
+class Child:
+    """A forked child running ``work`` (see :func:`start_child`); :meth:`wait` gives its outcome."""
+
+    def __init__(self, work: Callable[..., object], args: tuple) -> None:
+        self._outcome: Optional[ChildOutcome] = None
+        self._error: Optional[BaseException] = None
+        self.pid = 0
+        if not can_fork():
+            try:
+                self._outcome = ChildOutcome(value=work(lambda _name: None, *args))
+            except BaseException as exc:  # noqa: BLE001 - raised by wait(), as from a child
+                self._error = exc
+            return
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child
+            os.close(read_fd)
+            _child(work, args, write_fd)
+        os.close(write_fd)
+        self.pid, self._fd = pid, read_fd
+
+    def wait(self) -> ChildOutcome:
+        """The child's outcome (waits for it once; an exception it raised is raised here)."""
+        if self._outcome is None and self._error is None:
+            with os.fdopen(self._fd, "rb") as pipe:
+                frames = _read_frames(pipe)
+            _, status = os.waitpid(self.pid, 0)
+            try:
+                self._outcome = _outcome(frames, status)
+            except BaseException as exc:  # noqa: BLE001 - kept, raised on every wait()
+                self._error = exc
+        if self._error is not None:
+            raise self._error
+        assert self._outcome is not None
+        return self._outcome
+
+
+def start_child(work: Callable[..., object], *args) -> Child:
+    """``work(phase, *args)`` started in a forked child, running while this process goes on."""
+    return Child(work, args)
 
 
 def _child(work: Callable[..., object], args: tuple, fd: int) -> None:
