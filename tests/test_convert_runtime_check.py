@@ -114,3 +114,16 @@ def test_the_child_reports_signal_and_phase():
     assert run_in_child(lambda phase, a: a * 2, 21).value == 42
     with pytest.raises(KeyError):
         run_in_child(_raises)
+
+
+def test_debug_precision_checks_the_model_it_writes(cli, tmp_path, crashing):
+    out = tmp_path / "mixed.onnx"
+    r = cli("debug", "precision", _conv(tmp_path), "-o", out)
+    assert r.code == 1, r.err
+    assert f"ONNX-Runtime {ort.__version__} crashes (SIGSEGV) creating a session for the written model" in r.err
+    assert "with graph_optimization_level extended it runs" in r.err
+
+
+def test_debug_precision_output_that_runs_keeps_exit_0(cli, tmp_path):
+    r = cli("debug", "precision", _conv(tmp_path), "-o", tmp_path / "mixed.onnx")
+    assert r.code == 0, r.err

@@ -131,7 +131,7 @@ def _summary(outcome, cfg, json_out: bool) -> int:
 
         warn(f"{outcome.broken} check(s) could not build, load or run their mixed model; they counted as failing")
     if outcome.output_written:
-        log(f"Wrote the mixed-precision model to {cfg.output}")
+        code = _written(cfg, code)
     if outcome.replay_path and outcome.checks:
         log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
     if json_out:
@@ -142,6 +142,38 @@ def _summary(outcome, cfg, json_out: bool) -> int:
         for name in outcome.kept:
             echo(name)
     return code
+
+
+def _written(cfg, code: int) -> int:
+    """The written model, said and run with the default session options: exit code 1 when it fails there."""
+    log(f"Wrote the mixed-precision model to {cfg.output}")
+    crash = _default_session_fails(cfg)
+    if crash:
+        warn(crash)
+        return int(ExitCode.FAILED)
+    return code
+
+
+def _default_session_fails(cfg) -> str:
+    """Why the written model does not run in an ONNX-Runtime session with the default options
+    (created in a forked child, so a crash is a finding), with the setting that avoids it; ''
+    when it runs."""
+    from toolkit.convert.runtime_check import run_session, working_level
+    from toolkit.convert.shapes import hinted_shapes
+    from toolkit.core.inputs import generate_inputs
+    from toolkit.core.model import graph_io_meta, load_model
+
+    model = load_model(cfg.output, external_data_dir=cfg.external_data_dir)
+    metas, _ = graph_io_meta(model)
+    feeds, _notes = generate_inputs(metas, iterations=1, seed=cfg.seed, shapes=hinted_shapes(model, metas, cfg.input_shapes))
+    run = run_session(model, feeds)
+    if run.ok:
+        return ""
+    level = working_level(model, feeds, None)
+    fix = f"; with graph_optimization_level {level} it runs" if level else ""
+    return run.sentence(f"the written model {cfg.output}") + fix + (
+        "; `toolkit convert --fp-to-fp16 --repair` searches for the op type to keep in fp32"
+    )
 
 
 def _rounding_lines(outcome) -> None:
