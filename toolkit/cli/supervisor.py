@@ -8,11 +8,13 @@ it costs one fork of the process (a few milliseconds). ``TOOLKIT_NO_SUPERVISOR=1
 work in the process itself (for a debugger); ``debug reduce``'s forked workers never fork again.
 """
 
+import faulthandler
 import os
 import signal
 import sys
 from typing import Callable
 
+from toolkit.cli.errors import run_with_boundary
 from toolkit.core import supervise
 from toolkit.core.errors import InferenceError
 
@@ -35,10 +37,6 @@ def run_supervised(body: Callable[[], int]) -> int:
 def _child(body: Callable[[], int], fd: int) -> None:
     code = 70
     try:
-        import faulthandler
-
-        from toolkit.cli.errors import run_with_boundary
-
         faulthandler.disable()  # (a crash is the parent's to report, in one sentence)
         supervise.set_phase_fd(fd)
         code = run_with_boundary(body)

@@ -16,6 +16,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import pickle
 import signal
@@ -111,8 +112,6 @@ def _child(work: Callable[..., object], args: tuple, fd: int) -> None:
     """Run ``work`` and send its result (never returns)."""
     code = 0
     try:
-        import faulthandler
-
         faulthandler.disable()  # (a crash is the parent's to report: no traceback dump of its own)
         with os.fdopen(fd, "wb") as pipe:
 
