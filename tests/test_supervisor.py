@@ -19,6 +19,14 @@ import modelzoo as mz
 _REAL_SESSION = ort.InferenceSession
 
 
+@pytest.fixture(autouse=True)
+def supervised(monkeypatch):
+    """As the `toolkit` entry point runs it (in-process calls of main() are not supervised)."""
+    from toolkit.core import supervise
+
+    monkeypatch.setattr(supervise, "_ENABLED", [True])
+
+
 class _CrashOnCreate(_REAL_SESSION):
     def __init__(self, *args, **kwargs):
         os.kill(os.getpid(), signal.SIGSEGV)

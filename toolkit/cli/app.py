@@ -276,6 +276,9 @@ def run(exit: Callable[[int], None] = os._exit) -> None:
     complete by then (files are closed and renamed before ``main`` returns), and skipping
     the interpreter's teardown of numpy/onnxruntime saves tens of milliseconds per call.
     """
+    from toolkit.core.supervise import enable_supervision
+
+    enable_supervision()  # (runs that crash a runtime are reported: see toolkit.cli.supervisor)
     code = main()
     for stream in (sys.stdout, sys.stderr):
         try:

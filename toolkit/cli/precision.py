@@ -157,7 +157,8 @@ def _written(cfg, code: int) -> int:
 def _default_session_fails(cfg) -> str:
     """Why the written model does not run in an ONNX-Runtime session with the default options
     (created in a forked child, so a crash is a finding), with the setting that avoids it; ''
-    when it runs."""
+    when it runs, or when no setting runs it (an error at every level: kernels ONNX-Runtime
+    lacks, as bf16 on the CPU)."""
     from toolkit.convert.runtime_check import run_session, working_level
     from toolkit.convert.shapes import hinted_shapes
     from toolkit.core.inputs import generate_inputs
@@ -170,6 +171,8 @@ def _default_session_fails(cfg) -> str:
     if run.ok:
         return ""
     level = working_level(model, feeds, None)
+    if run.error and level is None:
+        return ""  # (no setting runs it: ONNX-Runtime lacks the kernels, as for bf16 on the CPU)
     fix = f"; with graph_optimization_level {level} it runs" if level else ""
     return run.sentence(f"the written model {cfg.output}") + fix + (
         "; `toolkit convert --fp-to-fp16 --repair` searches for the op type to keep in fp32"

@@ -4,8 +4,10 @@ child with a signal, the parent says so in one sentence and exits 1, the way a f
 is reported, instead of dying silently with exit 139.
 
 The fork happens before any runtime session or device context exists (the child creates them);
-it costs one fork of the process (a few milliseconds). ``TOOLKIT_NO_SUPERVISOR=1`` runs the
-work in the process itself (for a debugger); ``debug reduce``'s forked workers never fork again.
+it costs one fork of the process (a few milliseconds). Only the ``toolkit`` command-line entry
+point turns it on (a library call, or ``main()`` called in process, runs as before);
+``TOOLKIT_NO_SUPERVISOR=1`` runs the work in the process itself (for a debugger); ``debug
+reduce``'s forked workers never fork again.
 """
 
 import faulthandler

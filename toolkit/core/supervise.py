@@ -209,7 +209,14 @@ def last_phase(data: bytes) -> Tuple[str, str]:
     return runtime, phase
 
 
-_ENABLED = [True]
+# Off until the command-line entry point turns it on: a library call, or the CLI's main() called
+# in process (tests), runs in its own process as before.
+_ENABLED = [False]
+
+
+def enable_supervision() -> None:
+    """Supervise this process's runs (the ``toolkit`` command-line entry point)."""
+    _ENABLED[0] = True
 
 
 def disable_supervision() -> None:
