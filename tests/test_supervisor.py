@@ -76,3 +76,26 @@ def test_the_real_entry_point_exits_1_not_139(tmp_path):
     assert proc.returncode == 1, proc.stderr
     assert "crashed (SIGSEGV) during session creation" in proc.stderr
     assert "Traceback" not in proc.stderr and "Fatal Python error" not in proc.stderr
+
+
+@pytest.mark.parametrize("group", [True, False], ids=["process-group", "parent-only"])
+def test_an_interrupt_reaches_the_child_once(tmp_path, group):
+    """SIGINT to the whole process group (as Ctrl-C in a terminal, or killpg) or to the supervising
+    parent alone: one `interrupted` line, exit 130, no traceback."""
+    import time
+
+    model = mz.save(fm.conv_block(17), tmp_path / "m.onnx")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "toolkit", "run", model, "--onnxrt", "--iterations", "1000000"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True, cwd=tmp_path,
+    )  # fmt: skip
+    err = b""
+    deadline = time.monotonic() + 120
+    while b"Iteration 1 " not in err and time.monotonic() < deadline:
+        err += os.read(proc.stderr.fileno(), 4096)
+    assert b"Iteration 1 " in err
+    (os.killpg if group else os.kill)(proc.pid, signal.SIGINT)
+    _, tail = proc.communicate(timeout=120)
+    text = (err + tail).decode()
+    assert proc.returncode == 130, text[-2000:]
+    assert "Traceback" not in text and text.count("interrupted") == 1

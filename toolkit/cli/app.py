@@ -23,6 +23,7 @@ from toolkit.cli import output
 from toolkit.cli.app_settings import root_settings
 from toolkit.cli.errors import report_interrupt, run_with_boundary
 from toolkit.cli.options import take_common_options
+from toolkit.core.supervise import report_interrupted
 
 # The backends the root --help names: the title of every runner kind that toolkit.run.registry
 # registers, in its order. Kept here rather than read from the registry, whose import (the
@@ -203,6 +204,7 @@ class _signals:
             return
         first = output.state.signal is None
         output.state.signal = signum
+        report_interrupted()  # (a supervising parent passes on no second copy of it)
         if signum == signal.SIGINT or first:
             raise KeyboardInterrupt
 

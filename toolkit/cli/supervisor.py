@@ -12,12 +12,15 @@ reduce``'s forked workers never fork again.
 
 import faulthandler
 import os
+import select
 import signal
 import sys
+import time
 from typing import Callable
 
 from toolkit.cli.errors import run_with_boundary
 from toolkit.core import supervise
+from toolkit.core.supervise import INTERRUPTED
 from toolkit.core.errors import InferenceError
 
 
@@ -51,29 +54,60 @@ def _child(body: Callable[[], int], fd: int) -> None:
         os._exit(code)
 
 
+_FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
 def _parent(pid: int, fd: int) -> int:
-    """Wait for the child: its exit code, or InferenceError naming the crash."""
-    forward = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
-    old_int = signal.signal(signal.SIGINT, signal.SIG_IGN)  # (the child gets Ctrl-C and reports it)
-    for s in forward:
-        signal.signal(s, lambda num, _frame: os.kill(pid, num))
+    """Wait for the child: its exit code, or InferenceError naming the crash.
+
+    While it waits, SIGINT, SIGTERM and SIGHUP are blocked here and taken one by one: one sent
+    to this process alone (``kill PID``: a user-sent signal) is passed on to the child, which
+    reports it as a plain run does; one the terminal sent (Ctrl-C, a hang-up) reached the child
+    too, and is not sent twice."""
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, _FORWARDED)
     try:
-        chunks = []
-        while True:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
+        chunks = _collect(pid, fd)
         _, status = os.waitpid(pid, 0)
     finally:
         os.close(fd)
-        signal.signal(signal.SIGINT, old_int)
-        for s, handler in forward.items():
-            signal.signal(s, handler)
+        while signal.sigtimedwait(_FORWARDED, 0) is not None:
+            pass  # (taken: the child had them)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
     if not os.WIFSIGNALED(status):
         return os.waitstatus_to_exitcode(status)
     runtime, phase = supervise.last_phase(b"".join(chunks))
     raise InferenceError(crash_sentence(runtime, phase, os.WTERMSIG(status)))
+
+
+def _collect(pid: int, fd: int) -> list:
+    """What the child writes to the pipe until it closes it, passing signals on meanwhile: a signal
+    sent to this process (not by the terminal) goes to the child unless the child reports within
+    0.2 s that it got one itself (``kill`` of the whole process group reaches both)."""
+    chunks: list = []
+    pending: dict = {}  # signal -> when to pass it on
+    while True:
+        ready, _, _ = select.select([fd], [], [], 0.05)
+        if ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return chunks
+            chunks.append(chunk)
+            if INTERRUPTED.encode() in chunk:
+                pending.clear()
+        _take_signals(pending)
+        now = time.monotonic()
+        for num in [n for n, when in pending.items() if when <= now]:
+            del pending[num]
+            os.kill(pid, num)
+
+
+def _take_signals(pending: dict) -> None:
+    while True:
+        info = signal.sigtimedwait(_FORWARDED, 0)
+        if info is None:
+            return
+        if info.si_code <= 0:  # SI_USER, SI_QUEUE, SI_TKILL: sent to this process, not by the terminal
+            pending.setdefault(info.si_signo, time.monotonic() + 0.2)
 
 
 def crash_sentence(runtime: str, phase: str, signum: int) -> str:

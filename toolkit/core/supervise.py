@@ -185,6 +185,16 @@ def set_phase_fd(fd: Optional[int]) -> None:
     _PHASE_FD = fd
 
 
+# the phase a supervised child reports when a signal interrupts it (its parent then does not pass on
+# the same signal a second time)
+INTERRUPTED = "\tinterrupted\n"
+
+
+def report_interrupted() -> None:
+    """Tell the supervising parent (if any) that a signal reached this process."""
+    report_phase("", INTERRUPTED.strip())
+
+
 def supervised() -> bool:
     """Whether this process reports its phases to a supervising parent."""
     return _PHASE_FD is not None
@@ -202,7 +212,7 @@ def report_phase(runtime: str, phase: str) -> None:
 
 def last_phase(data: bytes) -> Tuple[str, str]:
     """(runtime, phase) of the last complete line of ``data`` (('', '') when there is none)."""
-    lines = [line for line in data.decode(errors="replace").split("\n")[:-1] if "\t" in line]
+    lines = [line for line in data.decode(errors="replace").split("\n")[:-1] if "\t" in line and line[0] != "\t"]
     if not lines:
         return "", ""
     runtime, phase = lines[-1].split("\t", 1)
