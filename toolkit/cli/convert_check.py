@@ -44,7 +44,9 @@ def _sessions(model, feeds, level: Optional[str], first=None) -> list:
     return runs
 
 
-def check_runtime(result, feeds: list, level: Optional[str], repair: bool, again: Callable, first=None):
+def check_runtime(
+    result, feeds: list, level: Optional[str], repair: bool, again: Callable, first=None, dtype: str = "float16"
+):
     """(the conversion to write, RuntimeChecks) for ``result``: see the module docstring.
 
     ``again(more)`` converts the model again with the op types ``more`` kept in fp32 too; ``first``:
@@ -61,8 +63,10 @@ def check_runtime(result, feeds: list, level: Optional[str], repair: bool, again
         return result, checks
     checks.fallback = working_level(result.model, feeds, bad.level)
     if bad.error and checks.fallback is None:
-        # no level runs these inputs: the inputs, not the session options (the check says more)
-        warn(f"{bad.sentence()}")
+        if dtype == "bfloat16":  # (expected: the CPU provider has almost no bfloat16 kernels)
+            log(f"{bad.sentence()} (its CPU provider has almost no bfloat16 kernels: run it where bf16 runs)")
+        else:  # no level runs these inputs: the inputs, not the session options (the check says more)
+            warn(bad.sentence())
         return result, checks
     sentence = bad.sentence() + _fallback_text(checks.fallback)
     if repair:
@@ -88,11 +92,10 @@ def _repair(result, feeds, bad, again: Callable):
 
     ops = _converted_ops(result)
     log(f"--repair: trying {len(ops)} op type(s) in fp32, most frequent first: {', '.join(ops)}")
-    found = find_fp32_ops(lambda more: again(more).model, ops, feeds, bad.level)
+    found = find_fp32_ops(again, ops, feeds, bad.level)
     if found is None:
         return None
-    op = found[0]
-    conversion = again([op])
+    op, conversion = found
     how = bad.crash or "an error"
     why = REASON_CRASH.format(options=_options(bad.level), how=how)
     user = "kept by --keep-fp32"

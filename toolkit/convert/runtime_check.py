@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import onnxruntime as ort
@@ -176,13 +176,13 @@ def working_level(model, feeds: Sequence[Mapping], crashed: Optional[str]) -> Op
 
 
 def find_fp32_ops(
-    convert: Callable[[List[str]], object], op_types: Sequence[str], feeds: Sequence[Mapping], level: Optional[str]
+    convert: Callable[[List[str]], Any], op_types: Sequence[str], feeds: Sequence[Mapping], level: Optional[str]
 ):
-    """(op type, converted model) for the first op type of ``op_types`` that, kept in fp32
-    (``convert([op])`` converts again with it kept), gives a model whose session with ``level``
-    runs the first feed; None when no single op type does."""
+    """(op type, conversion) for the first op type of ``op_types`` that, kept in fp32
+    (``convert([op])`` converts again with it kept: a conversion with ``.model``), gives a model
+    whose session with ``level`` runs the first feed; None when no single op type does."""
     for op in op_types:
-        model = convert([op])
-        if run_session(model, feeds[:1], level).ok:
-            return op, model
+        conversion = convert([op])
+        if run_session(conversion.model, feeds[:1], level).ok:
+            return op, conversion
     return None
