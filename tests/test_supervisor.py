@@ -99,3 +99,11 @@ def test_an_interrupt_reaches_the_child_once(tmp_path, group):
     text = (err + tail).decode()
     assert proc.returncode == 130, text[-2000:]
     assert "Traceback" not in text and text.count("interrupted") == 1
+
+
+def test_debug_precision_reports_a_crash_too(cli, tmp_path, monkeypatch):
+    monkeypatch.setattr(ort, "InferenceSession", _CrashOnRun)
+    model = mz.save(fm.conv_block(17), tmp_path / "m.onnx")
+    r = cli("debug", "precision", model)
+    assert r.code == 1, r.err
+    assert f"error: ONNX-Runtime {ort.__version__} crashed (SIGSEGV) during inference" in r.err

@@ -265,5 +265,8 @@ def _run(args: PrecisionArgs) -> None:
     )
     from toolkit.cli.search_reporters import PrecisionReporter
 
-    outcome = PrecisionSearch(cfg, PrecisionReporter()).run()
-    raise typer.Exit(_summary(outcome, cfg, args.json_out))
+    from toolkit.cli.supervisor import run_supervised
+
+    # (in a forked child when supervised: a runtime crash is one sentence and exit 1)
+    raise typer.Exit(run_supervised(lambda: _summary(PrecisionSearch(cfg, PrecisionReporter()).run(), cfg,
+                                                     args.json_out)))
