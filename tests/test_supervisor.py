@@ -22,9 +22,9 @@ _REAL_SESSION = ort.InferenceSession
 @pytest.fixture(autouse=True)
 def supervised(monkeypatch):
     """As the `toolkit` entry point runs it (in-process calls of main() are not supervised)."""
-    from toolkit.core import supervise
+    from toolkit.core import phases
 
-    monkeypatch.setattr(supervise, "_ENABLED", [True])
+    monkeypatch.setattr(phases, "_ENABLED", [True])
 
 
 class _CrashOnCreate(_REAL_SESSION):

@@ -19,14 +19,15 @@ import time
 from typing import Callable
 
 from toolkit.cli.errors import run_with_boundary
-from toolkit.core import supervise
-from toolkit.core.supervise import INTERRUPTED
+from toolkit.core import phases
+from toolkit.core.phases import INTERRUPTED
+from toolkit.core.supervise import signal_name
 from toolkit.core.errors import InferenceError
 
 
 def run_supervised(body: Callable[[], int]) -> int:
     """``body()`` (an exit code), in a forked child when supervision applies; see the module docstring."""
-    if not supervise.supervision_enabled():
+    if not phases.supervision_enabled():
         return body()
     for stream in (sys.stdout, sys.stderr):
         stream.flush()  # (nothing buffered may be written twice)
@@ -43,7 +44,7 @@ def _child(body: Callable[[], int], fd: int) -> None:
     code = 70
     try:
         faulthandler.disable()  # (a crash is the parent's to report, in one sentence)
-        supervise.set_phase_fd(fd)
+        phases.set_phase_fd(fd)
         code = run_with_boundary(body)
     finally:
         for stream in (sys.stdout, sys.stderr):
@@ -75,7 +76,7 @@ def _parent(pid: int, fd: int) -> int:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
     if not os.WIFSIGNALED(status):
         return os.waitstatus_to_exitcode(status)
-    runtime, phase = supervise.last_phase(b"".join(chunks))
+    runtime, phase = phases.last_phase(b"".join(chunks))
     raise InferenceError(crash_sentence(runtime, phase, os.WTERMSIG(status)))
 
 
@@ -112,7 +113,7 @@ def _take_signals(pending: dict) -> None:
 
 def crash_sentence(runtime: str, phase: str, signum: int) -> str:
     """'ONNX-Runtime 1.32.0 crashed (SIGSEGV) during session creation: ...'."""
-    name = supervise.signal_name(signum)
+    name = signal_name(signum)
     if signum in (signal.SIGKILL,) and not phase:
         return f"the command was killed ({name}) before any runtime ran: out of memory, or killed from outside"
     if not runtime:
