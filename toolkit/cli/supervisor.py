@@ -18,6 +18,7 @@ import sys
 import time
 from typing import Callable
 
+from toolkit.cli import output
 from toolkit.cli.errors import run_with_boundary
 from toolkit.core import phases
 from toolkit.core.phases import INTERRUPTED
@@ -29,8 +30,7 @@ def run_supervised(body: Callable[[], int]) -> int:
     """``body()`` (an exit code), in a forked child when supervision applies; see the module docstring."""
     if not phases.supervision_enabled():
         return body()
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()  # (nothing buffered may be written twice)
+    _flush()  # (nothing buffered may be written twice)
     read_fd, write_fd = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -47,12 +47,18 @@ def _child(body: Callable[[], int], fd: int) -> None:
         phases.set_phase_fd(fd)
         code = run_with_boundary(body)
     finally:
-        for stream in (sys.stdout, sys.stderr):
-            try:
-                stream.flush()
-            except (OSError, ValueError):
-                pass
+        _flush()
         os._exit(code)
+
+
+def _flush() -> None:
+    """stdout, stderr and the --log-file."""
+    for stream in (sys.stdout, sys.stderr, output.state.log_file):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            pass
 
 
 _FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
