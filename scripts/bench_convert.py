@@ -2,6 +2,9 @@
 
     python scripts/bench_convert.py            # the figures recorded in docs/performance.md
     python scripts/bench_convert.py --quick    # smaller
+    python scripts/bench_convert.py --model /tmp/real-models/ppocr_det.onnx --shape 1,3,640,640
+                                               # a real model: conversion, the emulated check and the
+                                               # runtime check (default session options, forked child)
 
 Cases, each built in memory:
 - a chain of N elementwise nodes (Add/Mul/Sigmoid/Tanh, one Max in 50: kept fp32, one weight
@@ -25,6 +28,7 @@ from onnx import TensorProto, helper, numpy_helper
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from toolkit.convert import fp16  # noqa: E402
+from toolkit.convert.runtime_check import run_session, start_session  # noqa: E402
 from toolkit.convert.validate import INPUT_SETS, validate  # noqa: E402
 
 
@@ -81,11 +85,47 @@ def timed_check(model, repeat: int) -> float:
     return best
 
 
+def real_model(path: str, shape: str, repeat: int) -> None:
+    """Conversion, the emulated check and the runtime check of a real model, each the best of ``repeat``."""
+    import onnx
+
+    dims = [int(d) for d in shape.split(",")]
+    name = onnx.load(path, load_external_data=False).graph.input[0].name
+    feeds = [{name: np.random.default_rng(k).uniform(-2, 2, dims).astype(np.float32)} for k in range(INPUT_SETS)]
+    keys = ("load + conversion", "emulated check alone", "runtime check alone", "both, as convert runs them")
+    best = dict.fromkeys(keys, float("inf"))
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        converted = fp16.convert(onnx.load(path), inplace=True).model
+        t1 = time.perf_counter()
+        validate(path, converted, feeds)
+        t2 = time.perf_counter()
+        run = run_session(converted, feeds)
+        t3 = time.perf_counter()
+        pending = start_session(converted, feeds)  # (the child runs while the emulated check runs here)
+        res = validate(path, converted, feeds, measured=pending.outputs)
+        t4 = time.perf_counter()
+        assert run.ok and res.measured_errors is not None, run.sentence()
+        for key, value in zip(keys, (t1 - t0, t2 - t1, t3 - t2, t4 - t3)):
+            best[key] = min(best[key], value)
+    print(f"{os.path.basename(path)} at {shape}, {INPUT_SETS} input sets, best of {repeat}:")
+    for key, value in best.items():
+        print(f"  {key:<28} {value:6.2f} s")
+    both, alone = best[keys[3]], best[keys[1]]
+    print(f"  the check with the runtime check / without it: {both / alone:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--model", help="a real model to time instead of the built cases")
+    ap.add_argument("--shape", default="1,3,640,640", help="its first input's shape (with --model)")
     args = ap.parse_args()
+    if args.model:
+        timed(chain(20), "float16", 1)  # warm-up (imports, schemas)
+        real_model(args.model, args.shape, args.repeat)
+        return
     n = 2000 if args.quick else 10000
     rows, cols = (1024, 4096) if args.quick else (4096, 16384)
     timed(chain(20), "float16", 1), timed(chain(20), "bfloat16", 1)  # warm-up (imports, schemas)

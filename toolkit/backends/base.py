@@ -21,6 +21,7 @@ from typing import Dict, List, Mapping, Optional
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.meta import TensorMeta
+from toolkit.core.phases import report_phase
 
 
 class Runner:
@@ -31,6 +32,8 @@ class Runner:
     #: The reduced precision the backend computes in (``"bf16"``, ``"fp16"``) when it chose one
     #: itself (OpenVINO's default), known once active; a diagnosis then judges its rounding so.
     precision: Optional[str] = None
+    #: The runtime, as a crash report names it ("ONNX-Runtime").
+    runtime: str = "the runtime"
 
     def __init__(self, name: Optional[str] = None):
         if name:
@@ -44,6 +47,7 @@ class Runner:
     def activate(self) -> None:
         """Do the one-off set-up; idempotent."""
         if not self.is_active:
+            report_phase(self.runtime_title, "session creation")
             self._activate()
             self.is_active = True
 
@@ -61,6 +65,11 @@ class Runner:
 
     def __exit__(self, *exc) -> None:
         self.deactivate()
+
+    @property
+    def runtime_title(self) -> str:
+        """The runtime and its version, as a crash report names them."""
+        return self.runtime
 
     # -------------------------------------------------------------- queries
     def input_metadata(self) -> List[TensorMeta]:
@@ -88,6 +97,7 @@ class Runner:
         """Run one inference; sets ``last_inference_time`` (seconds of the backend call only)."""
         if not self.is_active:
             raise ToolkitError(f"{self.name}: infer() called before activate()")
+        report_phase(self.runtime_title, "inference")
         return self._infer(feed)
 
     # -------------------------------------------------------------- for subclasses

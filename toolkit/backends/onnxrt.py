@@ -213,6 +213,7 @@ class OnnxrtRunner(Runner):
     """
 
     name = "onnxrt-runner"
+    runtime = "ONNX-Runtime"
 
     def __init__(
         self,
@@ -256,6 +257,10 @@ class OnnxrtRunner(Runner):
             or self.exclude_outputs
             or self.model_path == STDIO
         )
+
+    @property
+    def runtime_title(self) -> str:
+        return f"{self.runtime} {_import_ort().__version__}"
 
     def _session_options(self, ort):
         so = ort.SessionOptions()

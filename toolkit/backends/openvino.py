@@ -186,6 +186,7 @@ class OpenvinoRunner(Runner):
     """
 
     name = "openvino-runner"
+    runtime = "OpenVINO"
 
     def __init__(self, model_path: str, *, device: Optional[str] = None, precision: Optional[str] = None,
                  outputs: Optional[Sequence[str]] = None, exclude_outputs: Optional[Sequence[str]] = None,

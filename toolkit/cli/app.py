@@ -23,6 +23,7 @@ from toolkit.cli import output
 from toolkit.cli.app_settings import root_settings
 from toolkit.cli.errors import report_interrupt, run_with_boundary
 from toolkit.cli.options import take_common_options
+from toolkit.core.phases import report_interrupted
 
 # The backends the root --help names: the title of every runner kind that toolkit.run.registry
 # registers, in its order. Kept here rather than read from the registry, whose import (the
@@ -203,6 +204,7 @@ class _signals:
             return
         first = output.state.signal is None
         output.state.signal = signum
+        report_interrupted()  # (a supervising parent passes on no second copy of it)
         if signum == signal.SIGINT or first:
             raise KeyboardInterrupt
 
@@ -249,7 +251,10 @@ def _dispatch(rest: List[str]):
 
 def _worker_main(argv: List[str]) -> int:
 
+    from toolkit.core.phases import disable_supervision
+
     output._consoles.clear()  # the forked child has new stdio objects
+    disable_supervision()  # (the reducer counts a death by signal as a failure itself)
     return main(argv)
 
 
@@ -273,6 +278,9 @@ def run(exit: Callable[[int], None] = os._exit) -> None:
     complete by then (files are closed and renamed before ``main`` returns), and skipping
     the interpreter's teardown of numpy/onnxruntime saves tens of milliseconds per call.
     """
+    from toolkit.core.phases import enable_supervision
+
+    enable_supervision()  # (runs that crash a runtime are reported: see toolkit.cli.supervisor)
     code = main()
     for stream in (sys.stdout, sys.stderr):
         try:

@@ -5,7 +5,7 @@
 import itertools
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional
 
 import typer
@@ -50,6 +50,12 @@ class ConvertArgs:
     val_range: List[str] = option("--val-range", factory=list, help="Value range of the generated inputs of that "
                                   "check: [name:][lo,hi]; [0,1] if not given.")
     input_shapes: List[str] = declared(S.INPUT_SHAPES, factory=list)
+    ort_optimization: Optional[str] = option("--ort-optimization", "--graph-optimization-level", metavar="LEVEL",
+                                             help="Also check the written model in an ONNX-Runtime session at this "
+                                             "graph optimization level (disable, basic, extended, all); the "
+                                             "session with the default options is always checked.")
+    repair: bool = switch("--repair", help="When ONNX-Runtime crashes or fails on the written model, search for the "
+                          "op type that, kept in fp32, avoids it, and write that model instead.")
 
 
 def register(app: typer.Typer) -> None:
@@ -78,7 +84,7 @@ def register(app: typer.Typer) -> None:
         if a.fp16_io and a.fp_to_bf16:
             raise UsageError("--fp16-io goes with --fp-to-fp16; with --fp-to-bf16 use --bf16-io")
         dtype = "bfloat16" if a.fp_to_bf16 else ("float16" if a.fp_to_fp16 else None)
-        check = _Check(a.validate, a.load_inputs, a.seed, a.val_range, a.input_shapes)
+        check = _Check(a.validate, a.load_inputs, a.seed, a.val_range, a.input_shapes, a.ort_optimization, a.repair)
         _convert(
             a.model, a.output, dtype, a.keep_fp32, a.fp16_io or a.bf16_io, a.external_data_dir, a.external_data,
             a.json_out, check,
@@ -94,6 +100,10 @@ class _Check:
     seed: Optional[int]
     val_range: List[str]
     input_shapes: List[str]
+    ort_optimization: Optional[str] = None
+    repair: bool = False
+    guessed: List[str] = field(default_factory=list)  # notes: inputs whose dynamic dims were set to 1
+    hinted: List[str] = field(default_factory=list)  # shapes taken from the model's metadata
 
 
 def _convert(
@@ -128,7 +138,11 @@ def _convert(
     seconds = time.perf_counter() - t0
     _report(result, dtype, output, seconds, hint)
     # (checked before saving: saving with external data moves the weights out of the model)
-    validation = _validate(original, result.model, feeds, dtype) if original is not None else None
+    runtime = validation = None
+    if original is not None and feeds is not None:
+        feeds = list(feeds)
+        again = _Again(model_path, external_data_dir, keep_fp32, reduced_io, dtype)
+        result, runtime, validation = _checks(original, result, feeds, dtype, check, again)
     del original
     save_model(result.model, output, external_data=external_data)
     if json_out:
@@ -139,11 +153,53 @@ def _convert(
             "clamped_weights": result.clamped,
             "out_of_range": result.out_of_range,
             "seconds": seconds,
-            "validation": validation.as_dict() if validation is not None else None,
+            "validation": _validation_info(validation, feeds, check),
+            "runtime_checks": runtime.as_dict() if runtime is not None else None,
         }
         import json  # (--json only)
 
         echo(json.dumps(info, indent=2))
+    if runtime is not None and runtime.failure:
+        raise InferenceError(runtime.failure)
+
+
+def _validation_info(validation, feeds, check: "_Check") -> Optional[dict]:
+    """The check's numbers, with the input sets' shapes and where they came from (--json)."""
+    if validation is None:
+        return None
+    info = validation.as_dict()
+    first = feeds[0] if feeds else {}
+    info["input_shapes"] = {name: list(getattr(v, "shape", ())) for name, v in first.items()}
+    info["shapes_from"] = (
+        "--load-inputs" if check.load_inputs else "dynamic dims set to 1" if check.guessed else
+        "--input-shapes" if check.input_shapes else "the model's metadata" if check.hinted else "the model"
+    )
+    info["representative"] = not check.guessed
+    info["input_set_source"] = (
+        f"--load-inputs {check.load_inputs}" if check.load_inputs
+        else f"generated: iterations 0 to {len(feeds) - 1} of seed {check.seed if check.seed is not None else 'default'}"
+        + (f", ranges {' '.join(check.val_range)}" if check.val_range else ", range [0,1]")
+    )
+    return info
+
+
+@dataclass
+class _Again:
+    """How to convert the model again with more nodes kept in fp32 (--repair)."""
+
+    model_path: str
+    external_data_dir: Optional[str]
+    keep_fp32: List[str]
+    reduced_io: bool
+    dtype: str
+
+    def __call__(self, more: List[str]):
+        from toolkit.convert import fp16
+        from toolkit.core.model import load_model
+
+        model = load_model(self.model_path, external_data_dir=self.external_data_dir)
+        return fp16.convert(model, list(self.keep_fp32) + more, keep_io_types=not self.reduced_io, inplace=True,
+                            if_mixed="error", dtype=self.dtype)
 
 
 def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Check) -> None:
@@ -158,8 +214,18 @@ def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Ch
         raise UsageError("--json prints to stdout; write the model to a file with -o")
     if not check.enabled and (check.load_inputs or check.val_range or check.input_shapes or check.seed is not None):
         raise UsageError("--load-inputs, --val-range, --input-shapes and --seed set the check that --no-validate skips")
+    if not check.enabled and (check.ort_optimization or check.repair):
+        raise UsageError("--ort-optimization and --repair set the check that --no-validate skips")
+    if check.ort_optimization:
+        from toolkit.convert.runtime_check import LEVELS
+
+        if check.ort_optimization.lower() not in LEVELS:
+            raise UsageError(f"unknown --ort-optimization level '{check.ort_optimization}'; use one of: "
+                             f"{', '.join(LEVELS)}")
     if check.load_inputs and (check.val_range or check.input_shapes):
         raise UsageError("--val-range and --input-shapes shape generated inputs; with --load-inputs none are generated")
+    if check.repair and model_path == "-":
+        raise UsageError("--repair converts the model again: give it as a file, not '-'")
     check_output_path(output, binary=True)
 
 
@@ -179,8 +245,7 @@ def _check_feeds(model, check: _Check):
     INPUT_SETS generated ones (iterations 0, 1, ... of the seed, as `toolkit run --iterations`
     generates them; made one at a time while the check runs)."""
     from toolkit.convert.validate import INPUT_SETS
-    from toolkit.core.inputs import parse_val_ranges, plan_generation, select_feed
-    from toolkit.core.meta import parse_shape_specs
+    from toolkit.core.inputs import guessed_shapes, parse_val_ranges, plan_generation, select_feed
     from toolkit.core.model import graph_io_meta
 
     metas, _ = graph_io_meta(model)
@@ -192,11 +257,27 @@ def _check_feeds(model, check: _Check):
         if not feeds:
             raise InputError(f"{src}: no input sets")
         return feeds
-    plan = plan_generation(metas, ranges=parse_val_ranges(check.val_range), shapes=parse_shape_specs(check.input_shapes))
+    plan = plan_generation(metas, ranges=parse_val_ranges(check.val_range), shapes=_shapes(model, metas, check))
+    check.guessed = guessed_shapes(plan.notes)
     for note in plan.notes:
-        log(note)
+        (warn if note in check.guessed else log)(note)
     first = plan.feed(0, check.seed)  # (a range the dtype cannot hold fails here, before converting)
     return itertools.chain([first], (plan.feed(k, check.seed) for k in range(1, INPUT_SETS)))
+
+
+def _shapes(model, metas, check: _Check):
+    """The shapes of the generated inputs: --input-shapes, then the model's own hints for the inputs it
+    leaves out (its metadata; see toolkit.convert.shapes)."""
+    from toolkit.convert.shapes import model_shape_hints
+    from toolkit.core.meta import parse_shape_specs
+
+    given = parse_shape_specs(check.input_shapes)
+    specs, keys = model_shape_hints(model, [m for m in metas if m.name not in given])
+    if specs:
+        log(f"Input shapes from the model's metadata ({', '.join(keys)}): {' '.join(specs)}")
+        check.hinted = specs
+        given.update(parse_shape_specs(specs))
+    return given
 
 
 def _report(result, dtype: str, output: str, seconds: float, hint: str) -> None:
@@ -226,13 +307,32 @@ def _report(result, dtype: str, output: str, seconds: float, hint: str) -> None:
         log(hint)
 
 
-def _validate(original, converted, feed, dtype: str):
-    """The check against the original (a warning, never a failure: the model is written)."""
+def _checks(original, result, feeds: list, dtype: str, check: _Check, again: "_Again"):
+    """(the conversion to write, its runtime checks, the numeric check): the session with the default
+    options runs in a forked child while the numeric check runs here."""
+    from toolkit.cli.convert_check import check_runtime
+    from toolkit.convert.runtime_check import start_session
+
+    pending = start_session(result.model, feeds)
+    res = _validate(original, result.model, feeds, dtype, pending.outputs)
+    repaired, runtime = check_runtime(
+        result, feeds, check.ort_optimization, check.repair, again, pending.result(), dtype=dtype
+    )
+    if repaired is not result:
+        res = _validate(original, repaired.model, feeds, dtype, runtime.measured())
+    if res is not None:
+        _report_check(res, dtype, bool(runtime.failure), check.guessed)
+    return repaired, runtime, res
+
+
+def _validate(original, converted, feed, dtype: str, measured=None):
+    """The check against the original (a warning, never a failure: the model is written); None when
+    it could not run."""
     from toolkit.convert.validate import validate
 
     short = "fp16" if dtype == "float16" else "bf16"
     try:
-        res = validate(original, converted, feed)
+        res = validate(original, converted, feed, measured=measured)
     except InferenceError as exc:
         if exc.exit_code == ExitCode.FAILED:  # the original runs on these inputs, the converted model does not
             warn(
@@ -245,14 +345,39 @@ def _validate(original, converted, feed, dtype: str):
                 "shapes with --input-shapes (or --load-inputs), or skip the check with --no-validate"
             )
         return None
+    return res
+
+
+def _report_check(res, dtype: str, runtime_failed: bool, guessed) -> None:
+    """The check's line: a log line when it passed on the shapes the model will meet, else a warning."""
+    short = "fp16" if dtype == "float16" else "bf16"
     tol = f"atol {res.atol:g}, rtol {res.rtol:g}"
     where = _which_set(res)
-    if res.passed:
-        log(
-            f"Checked against the original in ONNX-Runtime on {_sets(len(res.set_errors))} ({res.seconds:.2f} s): "
-            f"largest error {res.max_error:.3g} (output {res.worst}{where}), within {tol}"
+    if res.passed and guessed:
+        # (inputs at size 1 in their dynamic dims: not the shapes the model will meet, no verdict)
+        warn(
+            f"compared with the original in ONNX-Runtime on {_sets(len(res.set_errors))} whose dynamic dims were set "
+            f"to 1: largest error {res.max_error:.3g} with {short} storage emulated (output {res.worst}{where})"
+            f"{_measured(res)}; that is not a check of the shapes the model will meet: give them with --input-shapes "
+            "(or real data with --load-inputs)"
         )
-        return res
+        return
+    if res.passed and res.measured_differing:
+        warn(
+            f"the written model differs from the original beyond {tol} as ONNX-Runtime's CPU provider computes it "
+            f"(outputs {', '.join(res.measured_differing)}){_measured(res)}; with {short} storage emulated the "
+            f"largest error is {res.max_error:.3g}"
+        )
+        return
+    if res.passed:
+        # (a session that crashed or failed with the default options: the model is not checked)
+        head = "With graph optimizations off, compared" if runtime_failed else "Checked"
+        log(
+            f"{head} against the original in ONNX-Runtime on {_sets(len(res.set_errors))} ({res.seconds:.2f} s): "
+            f"largest error {res.max_error:.3g} with {short} storage emulated (output {res.worst}{where}){_measured(res)}, "
+            f"within {tol}"
+        )
+        return
     first = (
         f"; the first tensor that differs (topological order) is {res.first_tensor} (error {res.first_error:.3g})"
         if res.first_tensor
@@ -260,10 +385,16 @@ def _validate(original, converted, feed, dtype: str):
     )
     warn(
         f"the {short} model differs from the original beyond {tol} on {_sets(len(res.set_errors))}: largest error "
-        f"{res.max_error:.3g} at output {res.worst}{where}{first}; `toolkit debug precision MODEL` finds the nodes "
+        f"{res.max_error:.3g} with {short} storage emulated at output {res.worst}{where}{_measured(res)}{first}; `toolkit debug precision MODEL` finds the nodes "
         "to keep in fp32 (--keep-fp32)"
     )
-    return res
+
+
+def _measured(res) -> str:
+    """'; ONNX-Runtime's CPU provider as it runs the written model: E' (nothing when not measured)."""
+    if res.measured_max is None:
+        return ""
+    return f"; {res.measured_max:.3g} as ONNX-Runtime's CPU provider computes the written model"
 
 
 def _sets(n: int) -> str:

@@ -66,10 +66,23 @@ def _summary_json(outcome, cfg, code: int) -> dict:
         "one_minimal": outcome.one_minimal,
         "passing_atol": outcome.passing_atol,
         "noise_bound": outcome.noise_bound,
+        "shapes_guessed": outcome.shapes_guessed,
         "cost_bound": outcome.cost_bound,
         "output": cfg.output if outcome.output_written else None,
         "exit_code": code,
     }
+
+
+def _none_needed(outcome, stats: str) -> None:
+    """The line for a model that passes with no node in fp32 (no verdict on inputs at size 1)."""
+    if outcome.shapes_guessed:
+        warn(
+            f"the {outcome.precision} model passes as it is on inputs whose dynamic dims were set to 1 "
+            f"({outcome.error_fp16}; {stats}); that is not a check of the shapes the model will meet: give them "
+            "with --input-shapes (or real data with --load-inputs)"
+        )
+    else:
+        log(f"The {outcome.precision} model passes as it is ({outcome.error_fp16}); no node needs fp32 ({stats}).")
 
 
 def _summary(outcome, cfg, json_out: bool) -> int:
@@ -78,7 +91,7 @@ def _summary(outcome, cfg, json_out: bool) -> int:
     stats = f"{outcome.checks} check(s) run, {outcome.remembered} more answered from memory, {outcome.seconds:.2f} s"
     code = int(ExitCode.OK)
     if outcome.status == S.STATUS_NONE_NEEDED:
-        log(f"The {outcome.precision} model passes as it is ({outcome.error_fp16}); no node needs fp32 ({stats}).")
+        _none_needed(outcome, stats)
     elif outcome.status == S.STATUS_FAILS_FP32:
         log(
             f"The comparison fails even with every node in fp32 ({outcome.error_result}): the difference is not "
@@ -118,7 +131,7 @@ def _summary(outcome, cfg, json_out: bool) -> int:
 
         warn(f"{outcome.broken} check(s) could not build, load or run their mixed model; they counted as failing")
     if outcome.output_written:
-        log(f"Wrote the mixed-precision model to {cfg.output}")
+        code = _written(cfg, code)
     if outcome.replay_path and outcome.checks:
         log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
     if json_out:
@@ -129,6 +142,41 @@ def _summary(outcome, cfg, json_out: bool) -> int:
         for name in outcome.kept:
             echo(name)
     return code
+
+
+def _written(cfg, code: int) -> int:
+    """The written model, said and run with the default session options: exit code 1 when it fails there."""
+    log(f"Wrote the mixed-precision model to {cfg.output}")
+    crash = _default_session_fails(cfg)
+    if crash:
+        warn(crash)
+        return int(ExitCode.FAILED)
+    return code
+
+
+def _default_session_fails(cfg) -> str:
+    """Why the written model does not run in an ONNX-Runtime session with the default options
+    (created in a forked child, so a crash is a finding), with the setting that avoids it; ''
+    when it runs, or when no setting runs it (an error at every level: kernels ONNX-Runtime
+    lacks, as bf16 on the CPU)."""
+    from toolkit.convert.runtime_check import run_session, working_level
+    from toolkit.convert.shapes import hinted_shapes
+    from toolkit.core.inputs import generate_inputs
+    from toolkit.core.model import graph_io_meta, load_model
+
+    model = load_model(cfg.output, external_data_dir=cfg.external_data_dir)
+    metas, _ = graph_io_meta(model)
+    feeds, _notes = generate_inputs(metas, iterations=1, seed=cfg.seed, shapes=hinted_shapes(model, metas, cfg.input_shapes))
+    run = run_session(model, feeds)
+    if run.ok:
+        return ""
+    level = working_level(model, feeds, None)
+    if run.error and level is None:
+        return ""  # (no setting runs it: ONNX-Runtime lacks the kernels, as for bf16 on the CPU)
+    fix = f"; with graph_optimization_level {level} it runs" if level else ""
+    return run.sentence(f"the written model {cfg.output}") + fix + (
+        "; `toolkit convert --fp-to-fp16 --repair` searches for the op type to keep in fp32"
+    )
 
 
 def _rounding_lines(outcome) -> None:
@@ -217,5 +265,8 @@ def _run(args: PrecisionArgs) -> None:
     )
     from toolkit.cli.search_reporters import PrecisionReporter
 
-    outcome = PrecisionSearch(cfg, PrecisionReporter()).run()
-    raise typer.Exit(_summary(outcome, cfg, args.json_out))
+    from toolkit.cli.supervisor import run_supervised
+
+    # (in a forked child when supervised: a runtime crash is one sentence and exit 1)
+    raise typer.Exit(run_supervised(lambda: _summary(PrecisionSearch(cfg, PrecisionReporter()).run(), cfg,
+                                                     args.json_out)))

@@ -18,6 +18,7 @@ import typer
 
 from toolkit.cli.options import Annotated, ToolkitCommand, bind, check_data_output, command_kwargs, values_for
 from toolkit.cli.output import err_console, is_terminal, log, pass_verdict, result, warn
+from toolkit.cli.supervisor import run_supervised
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -110,7 +111,7 @@ def _run(ctx: typer.Context, params: dict) -> None:
         return
     opts.diagnose, opts.model_type = not quiet, _model_type()
     _describe_plan(opts)
-    code = run_and_render(opts, opts.command, quiet=quiet)
+    code = run_supervised(lambda: run_and_render(opts, opts.command, quiet=quiet))
     if code:
         raise typer.Exit(code)
 

@@ -193,3 +193,6 @@ class PrecisionReporter(PrecisionProgress):
 
     def info(self, message: str) -> None:
         log(message)
+
+    def warn(self, message: str) -> None:
+        warn(message)

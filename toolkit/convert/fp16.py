@@ -233,10 +233,23 @@ def _initializers_as_weights(model) -> None:
 
 
 class ConverterError(ToolkitError):
-    """onnxconverter-common failed on the model: a failure of the library, not bad input (exit code 70,
-    an internal error of toolkit or a library it uses)."""
+    """onnxconverter-common failed on a valid model: a limit of the conversion, not bad input (exit
+    code 1, the node named when the library's traceback shows it)."""
 
-    exit_code = ExitCode.INTERNAL
+    exit_code = ExitCode.FAILED
+
+
+def _failing_node(exc: BaseException):
+    """The ONNX node the library was working on when it raised (the innermost frame with a local
+    ``node`` that is a NodeProto), or None."""
+    found = None
+    tb = exc.__traceback__
+    while tb is not None:
+        node = tb.tb_frame.f_locals.get("node")
+        if hasattr(node, "op_type") and hasattr(node, "input"):
+            found = node
+        tb = tb.tb_next
+    return found
 
 
 def _placeholder(tensor, low: int, clamped: List[str]):
@@ -280,11 +293,18 @@ def _library_convert(f16, model, kept: Set[str], keep_io_types: bool, low: int, 
                 check_fp16_ready=False,
             )
         except CONVERTER_ERRORS as exc:
+            node = _failing_node(exc)
+            at = f" at node {node.name} ({node.op_type})" if node is not None else ""
+            fix = (
+                f"keep it in fp32 with --keep-fp32 '{node.name}' (or its op type: --keep-fp32 {node.op_type})"
+                if node is not None
+                else "keep the op types around the failing node in fp32 with --keep-fp32 OP (several: "
+                "--keep-fp32 OP1,OP2)"
+            )
             raise ConverterError(
-                f"the fp16 conversion failed inside onnxconverter-common ({type(exc).__name__}: "
-                f"{one_line(exc, first_line=True, limit=200)}): a failure of that library on this graph, not of the "
-                "model; keep the op types around the failing node in fp32 with --keep-fp32 OP (several: "
-                "--keep-fp32 OP1,OP2), or convert a copy without them"
+                f"the fp16 conversion failed inside onnxconverter-common{at} ({type(exc).__name__}: "
+                f"{one_line(exc, first_line=True, limit=200)}): a limit of that library on this graph, not of the "
+                f"model; {fix}"
             ) from None
         finally:
             f16.convert_tensor_float_to_float16 = library_tensor

@@ -7,6 +7,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import re
 import warnings
 from typing import Dict, Optional, Set
 
@@ -14,7 +15,7 @@ import onnx
 from onnx import version_converter
 
 from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, STD_DOMAINS, TENSOR_STR, iter_graphs, onnx_errors
-from toolkit.core.errors import InputError
+from toolkit.core.errors import ExitCode, InputError, ToolkitError
 from toolkit.core.graphs import element_count
 
 STRIPPED = "stripped"  # the external-data location of the weights a light copy leaves out
@@ -197,13 +198,30 @@ def bf16_opset(op_type: str, after: int) -> Optional[int]:
 
 
 def check_types(model, what: str = "fp16") -> None:
-    """InputError unless ONNX type inference accepts ``model`` (checked without big weights)."""
+    """ConversionFailed (exit 1, the node named) unless ONNX type inference accepts ``model``
+    (checked without big weights): the input was valid, the conversion broke it."""
 
     try:
         onnx.shape_inference.infer_shapes(without_big_data(model), strict_mode=True, check_type=True, data_prop=False)
     except onnx_errors() as exc:
         msg = str(exc).strip().splitlines()
-        raise InputError(
-            f"the {what} model does not type-check (" + (msg[0] if msg else type(exc).__name__) + "); "
-            "keep the node it names in fp32 with --keep-fp32"
+        first = msg[0] if msg else type(exc).__name__
+        found = re.search(r"node name: ([^)]*)\)", first)
+        node = found.group(1) if found else None
+        fix = f"--keep-fp32 '{node}'" if node else "--keep-fp32 with the node it names"
+        raise ConversionFailed(
+            f"the {what} conversion of this model does not type-check ({first}): a limit of the conversion, not of "
+            f"the model; keep that node in fp32 with {fix}",
+            node=node,
         ) from None
+
+
+class ConversionFailed(ToolkitError):
+    """The conversion of a valid model gave a model that does not type-check (exit code 1):
+    ``node`` names where, when known."""
+
+    exit_code = ExitCode.FAILED
+
+    def __init__(self, message: str, node: Optional[str] = None):
+        super().__init__(message)
+        self.node = node

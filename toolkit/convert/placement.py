@@ -32,6 +32,8 @@ from toolkit.convert.ranges import range_keep
 from toolkit.core.errors import InputError
 from toolkit.core.graphs import node_subgraphs
 
+ML_DOMAIN = "ai.onnx.ml"
+
 REASON_USER = "kept by --keep-fp32"
 REASON_NO_KERNEL = "no fp16 kernel in ONNX-Runtime (onnxconverter-common's block list)"
 REASON_SCHEMA = "its ONNX schema has no fp16 type"
@@ -39,6 +41,7 @@ REASON_SCHEMA_BF16 = "its ONNX schema has no bf16 type at the model's opset"
 REASON_DOMAIN = "operator outside the standard ONNX domain"
 REASON_SHAPE = "shape computation (fp16 holds integers exactly only up to 2048)"
 REASON_CONSTANT = "a Constant read only by nodes kept in fp32 (its weights stay fp32, as initializers do)"
+REASON_ML = "feeds or reads an ai.onnx.ml op (its fp16 version does not type-check next to it)"
 REASON_QUANT = "quantization op (Q/DQ and integer ops stay as they are; Casts at their float boundaries)"
 # standard-domain ops of quantized models: their float inputs and outputs (scales, dequantized
 # values) stay float32, as the quantizer wrote them (DequantizeLinear has no fp16 output before
@@ -158,7 +161,38 @@ def automatic_keep(model, types: Optional[Dict[str, int]] = None, dtype: str = "
                     keep[node.name] = reason_schema
     for name in accumulator_readers(model, types) if low == FLOAT16 else ():  # (bf16 holds them, rounded)
         keep.setdefault(name, REASON_ACCUMULATOR)
+    return _with_ml_neighbours(model, keep)
+
+
+def _with_ml_neighbours(model, keep: Dict[str, str]) -> Dict[str, str]:
+    for name in ml_neighbours(model):
+        keep.setdefault(name, REASON_ML)
     return keep
+
+
+def ml_neighbours(model) -> List[str]:
+    """Names of the standard-domain nodes that feed an ``ai.onnx.ml`` op (tree ensembles, scalers,
+    ZipMap...) or read its outputs, also through ``Identity`` nodes (which are included).
+
+    Those ops take and give float32 only, and ONNX infers no types for some of their outputs
+    (``TreeEnsembleClassifier`` at ml opset 1), so the library's Casts at their boundaries are
+    missing or wrong: a LightGBM classifier's ``Mul`` by one on the probabilities (onnxmltools,
+    ``zipmap=False``) did not type-check in fp16."""
+    names: List[str] = []
+    for graph in iter_graphs(model.graph):
+        producers = {o: n for n in graph.node for o in n.output if o}
+        ml_out: Set[str] = set()
+        for node in graph.node:
+            if node.domain == ML_DOMAIN:
+                ml_out.update(o for o in node.output if o)
+                names.extend(
+                    producers[i].name for i in node.input if i in producers and producers[i].domain in STD_DOMAINS
+                )
+            elif node.domain in STD_DOMAINS and any(i in ml_out for i in node.input if i):
+                names.append(node.name)
+                if node.op_type == "Identity":
+                    ml_out.update(o for o in node.output if o)
+    return names
 
 
 def accumulator_readers(model, types: Dict[str, int]) -> List[str]:

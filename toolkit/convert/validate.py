@@ -61,6 +61,14 @@ class Validation:
     rtol: float = RTOL
     input_set: int = 0  # the set (0-based, in the order run) the numbers above come from
     set_errors: List[float] = field(default_factory=list)  # largest error of each set, in order
+    # the converted model as ONNX-Runtime's CPU provider computes it (no emulation, the session
+    # options of the runtime check): largest error of each set; None when not measured
+    measured_errors: Optional[List[float]] = None
+    measured_differing: List[str] = field(default_factory=list)  # outputs beyond the tolerances there
+
+    @property
+    def measured_max(self) -> Optional[float]:
+        return max(self.measured_errors) if self.measured_errors else None
 
     @property
     def passed(self) -> bool:
@@ -81,6 +89,18 @@ class Validation:
             "input_sets": len(self.set_errors),
             "set_errors": self.set_errors,
             "seconds": self.seconds,
+            "figure": "emulated fp16 storage (every reduced tensor rounded after the node that makes it)",
+            "runtime": f"ONNX-Runtime {ort.__version__}",
+            "provider": "CPUExecutionProvider",
+            "session_options": {"graph_optimization_level": "disable"},  # (see _session)
+            "measured": None
+            if self.measured_errors is None
+            else {
+                "figure": "ONNX-Runtime CPU provider as it computes the written model",
+                "max_error": self.measured_max,
+                "set_errors": self.measured_errors,
+                "differing_outputs": self.measured_differing,
+            },
         }
 
 
@@ -97,7 +117,7 @@ def _session(model_bytes_or_path, weights: Optional[Dict[str, object]] = None):
     return sess
 
 
-def _split(model, emulate: bool):
+def split_weights(model, emulate: bool):
     """(the model without its large weights' data, those weights as float arrays by name).
 
     ONNX-Runtime gets the weights as arrays (no serialization, no parsing, no copy of them);
@@ -139,7 +159,7 @@ class _Model:
             if isinstance(model, str) and names is None:
                 self.sess = _session(model)
             else:
-                light, weights = _split(_loaded(model), emulate)
+                light, weights = split_weights(_loaded(model), emulate)
                 if names is not None:
                     set_outputs(light, names)
                 self.sess = _session(light.SerializeToString(), weights)
@@ -148,7 +168,7 @@ class _Model:
     def run(self, feed: Mapping, k: Optional[int] = None) -> Dict[str, object]:
         """The outputs on ``feed`` (input set ``k``, named in an error)."""
         with self._errors("" if k is None else f" on input set {k}"):
-            feed = {k: _as_input(np.asarray(v), self.wanted[k]) for k, v in feed.items() if k in self.wanted}
+            feed = {k: as_input(np.asarray(v), self.wanted[k]) for k, v in feed.items() if k in self.wanted}
             outs = self.sess.run(None, feed)
         return {o.name: v for o, v in zip(self.sess.get_outputs(), outs)}
 
@@ -173,7 +193,7 @@ def _loaded(model):
     return model
 
 
-def _as_input(arr, ort_type: str):
+def as_input(arr, ort_type: str):
     """A float feed cast to the float type an input asks for (``--fp16-io`` models read float16)."""
 
     if arr.dtype.kind == "f":
@@ -213,19 +233,26 @@ def validate(
     atol: float = ATOL,
     rtol: float = RTOL,
     locate: bool = True,
+    measured=None,
 ) -> Validation:
     """Run ``converted`` against ``original`` on ``feeds`` (one feed, or an iterable of them, run
     one at a time) in ONNX-Runtime on the CPU; see the module docstring.
 
     InferenceError when either model cannot run: exit code 3 when the original cannot (the
-    inputs do not suit it), 1 when only the converted model cannot."""
+    inputs do not suit it), 1 when only the converted model cannot. ``measured``: the converted
+    model's outputs on each set as computed elsewhere (the runtime check), compared too: a sequence,
+    or a callable giving it (or None), called once every set has run here."""
     t0 = time.perf_counter()
     ref, got = _Model(original), _Model(converted, emulate=True)
     out: Optional[Validation] = None
     worst_feed: Mapping = {}
     errors: List[float] = []
+    expected_sets: List[Mapping] = []
     for k, feed in enumerate([feeds] if isinstance(feeds, Mapping) else feeds):
-        one = _compare(ref.run(feed, k), got.run(feed, k), atol, rtol)
+        expected = ref.run(feed, k)
+        if measured is not None:
+            expected_sets.append(expected)
+        one = _compare(expected, got.run(feed, k), atol, rtol)
         one.input_set = k
         errors.append(one.max_error)
         if out is None or _worse(one, out):
@@ -234,10 +261,20 @@ def validate(
         raise ValueError("validate needs at least one input set")
     del ref, got
     out.set_errors = errors
+    _add_measured(out, expected_sets, measured() if callable(measured) else measured, atol, rtol)
     if out.differing and locate:
         out.first_tensor, out.first_error = _first_differing(original, converted, worst_feed, atol, rtol)
     out.seconds = time.perf_counter() - t0
     return out
+
+
+def _add_measured(out: Validation, expected: Sequence[Mapping], measured, atol: float, rtol: float) -> None:
+    """The errors of the outputs computed elsewhere (``measured``, one mapping per set), into ``out``."""
+    if measured is None:
+        return
+    seen = [_compare(e, m, atol, rtol) for e, m in zip(expected, measured)]
+    out.measured_errors = [v.max_error for v in seen]
+    out.measured_differing = sorted({d for v in seen for d in v.differing})
 
 
 def _compare(ref: Mapping, got: Mapping, atol: float, rtol: float) -> Validation:

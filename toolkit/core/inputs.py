@@ -42,6 +42,15 @@ MAX_GENERATED_BYTES = 4 * 2**30
 _NUM = r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|[-+]?inf"
 
 
+
+# the note for an input whose dynamic dims were set to 1 (the data is not the shapes the model meets)
+GUESSED_NOTE = "has dynamic shape"
+
+
+def guessed_shapes(notes) -> list:
+    """The notes that say an input's dynamic dims were guessed (set to 1)."""
+    return [n for n in notes if GUESSED_NOTE in n]
+
 def _parse_range(text: str) -> Tuple[float, float]:
     s = text.strip()
     if (s.startswith("[") and s.endswith("]")) or (s.startswith("(") and s.endswith(")")):
@@ -142,8 +151,9 @@ def resolve_shape(
             dims.append(DEFAULT_DIM)
             guessed = True
     if guessed:
+        dynamic = tuple(d if isinstance(d, int) and d >= 0 else None for d in meta.shape)  # (one spelling: ?)
         notes.append(
-            f"input '{meta.name}' has dynamic shape {format_shape(meta.shape)}; using {format_shape(tuple(dims))} "
+            f"input '{meta.name}' {GUESSED_NOTE} {format_shape(dynamic)}; using {format_shape(tuple(dims))} "
             f"(set it with --input-shapes {meta.name}:[...])"
         )
     elif shared:

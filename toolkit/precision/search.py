@@ -36,9 +36,9 @@ from toolkit.convert import fp16
 from toolkit.core.compare import Tolerances, compare_iteration
 from toolkit.core.datafiles import load_outputs
 from toolkit.core.errors import DependencyError, InferenceError, InputError, ToolkitError, UsageError
-from toolkit.core.inputs import generate_inputs, parse_val_ranges, select_feed
+from toolkit.convert.shapes import hinted_shapes
+from toolkit.core.inputs import generate_inputs, guessed_shapes, parse_val_ranges, select_feed
 from toolkit.core.layerwise import set_outputs
-from toolkit.core.meta import parse_shape_specs
 from toolkit.core.model import check_output_path, check_readable_file, graph_io_meta, load_model, save_model
 from toolkit.core.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
 from toolkit.core.progress import Messages
@@ -125,6 +125,7 @@ class PrecisionOutcome:
     passing_atol: Optional[float] = None  # STATUS_ROUNDING: an --atol at which the result passes
     noise_bound: Optional[float] = None  # the rounding bound (relative to each output's largest value)
     depth: int = 0  # the graph's depth (nodes on its longest path), for the noise bound
+    shapes_guessed: List[str] = field(default_factory=list)  # inputs whose dynamic dims were set to 1
 
     @property
     def bisect_checks(self) -> int:
@@ -289,6 +290,7 @@ class PrecisionSearch:
     def _feeds(self) -> Sequence[Mapping]:
         c = self.config
         metas, _ = graph_io_meta(self.model)
+        self.guessed: List[str] = []  # notes: inputs whose dynamic dims were set to 1
         if c.load_inputs:
             from toolkit.core.datafiles import load_inputs
 
@@ -304,10 +306,11 @@ class PrecisionSearch:
             iterations=c.iterations,
             seed=c.seed,
             ranges=parse_val_ranges(c.val_range),
-            shapes=parse_shape_specs(c.input_shapes),
+            shapes=hinted_shapes(self.model, metas, c.input_shapes, self.reporter),
         )
+        self.guessed = guessed_shapes(notes)
         for n in notes:
-            self.reporter.info(n)
+            (self.reporter.warn if n in self.guessed else self.reporter.info)(n)
         return generated
 
     # ------------------------------------------------------------------ running models
@@ -530,6 +533,7 @@ class PrecisionSearch:
             auto_kept=dict(self.auto_kept),
             candidates=len(self.universe),
             replay_path=self.config.save_replay,
+            shapes_guessed=list(self.guessed),
         )
         best: Optional[int] = None
         try:

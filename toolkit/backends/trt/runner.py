@@ -29,6 +29,7 @@ class TrtRunner(Runner):
     """
 
     name = "trt-runner"
+    runtime = "TensorRT"
 
     def __init__(
         self,

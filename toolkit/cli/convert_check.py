@@ -1,0 +1,132 @@
+"""``convert``'s runtime check: the written model in ONNX-Runtime with the default session
+options (and the level the user names), each session in a forked child, so a crash is reported
+as a finding; ``--repair`` searches for the op type to keep in fp32 that avoids it."""
+
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+from toolkit.cli.output import log, warn
+
+REASON_CRASH = "kept fp32 by --repair: ONNX-Runtime's session with {options} failed with it in reduced precision ({how})"
+
+
+@dataclass
+class RuntimeChecks:
+    """The sessions the written model got, what avoids a failure, and the failure to report."""
+
+    runs: list = field(default_factory=list)  # RuntimeRun, default options first
+    fallback: Optional[str] = None  # the optimization level that avoids the failure
+    repaired_op: Optional[str] = None  # the op type --repair kept in fp32
+    failure: str = ""  # the sentence to exit 1 with ('' when none)
+
+    def measured(self) -> Optional[list]:
+        """The outputs of the first session that ran (the default options when they work)."""
+        for run in self.runs:
+            if run.ok:
+                return run.outputs
+        return None
+
+    def as_dict(self) -> dict:
+        return {
+            "sessions": [r.as_dict() for r in self.runs],
+            "works_with_graph_optimization_level": self.fallback,
+            "repaired_by_keeping_fp32": self.repaired_op,
+            "failure": self.failure or None,
+        }
+
+
+def _sessions(model, feeds, level: Optional[str], first=None) -> list:
+    from toolkit.convert.runtime_check import run_session
+
+    runs = [first if first is not None else run_session(model, feeds)]
+    if level and level.lower() != "all":
+        runs.append(run_session(model, feeds, level.lower()))
+    return runs
+
+
+def check_runtime(
+    result, feeds: list, level: Optional[str], repair: bool, again: Callable, first=None, dtype: str = "float16"
+):
+    """(the conversion to write, RuntimeChecks) for ``result``: see the module docstring.
+
+    ``again(more)`` converts the model again with the op types ``more`` kept in fp32 too; ``first``:
+    the session with the default options, already run (a RuntimeRun)."""
+
+    from toolkit.convert.runtime_check import runtime_name, working_level
+
+    checks = RuntimeChecks(runs=_sessions(result.model, feeds, level, first))
+    bad = next((r for r in checks.runs if not r.ok), None)
+    if bad is None:
+        shown = " and ".join(_options(r.level) for r in checks.runs)
+        log(f"Runs in {runtime_name()} (CPU) with {shown}: session created and {_sets(len(feeds))} run "
+            f"({sum(r.seconds for r in checks.runs):.2f} s)")
+        return result, checks
+    checks.fallback = working_level(result.model, feeds, bad.level)
+    if bad.error and checks.fallback is None:
+        if dtype == "bfloat16":  # (expected: the CPU provider has almost no bfloat16 kernels)
+            log(f"{bad.sentence()} (its CPU provider has almost no bfloat16 kernels: run it where bf16 runs)")
+        else:  # no level runs these inputs: the inputs, not the session options (the check says more)
+            warn(bad.sentence())
+        return result, checks
+    sentence = bad.sentence() + _fallback_text(checks.fallback)
+    if repair:
+        found = _repair(result, feeds, bad, again)
+        if found is not None:
+            op, result = found
+            checks.repaired_op = op
+            warn(f"{sentence}; --repair kept the {op} nodes in fp32, and it runs")
+            checks.runs += _sessions(result.model, feeds, level)
+            return result, checks
+        checks.failure = sentence + "; --repair found no single op type whose fp32 copy avoids it"
+        return result, checks
+    checks.failure = (
+        f"{sentence}; the model was written: create its session with that setting, or rerun with --repair "
+        "to search for the op type to keep in fp32 (--keep-fp32 OP)"
+    )
+    return result, checks
+
+
+def _repair(result, feeds, bad, again: Callable):
+    """(op type, conversion) that avoids ``bad``'s failure; None when no single op type does."""
+    from toolkit.convert.runtime_check import find_fp32_ops
+
+    ops = _converted_ops(result)
+    log(f"--repair: trying {len(ops)} op type(s) in fp32, most frequent first: {', '.join(ops)}")
+    found = find_fp32_ops(again, ops, feeds, bad.level)
+    if found is None:
+        return None
+    op, conversion = found
+    how = bad.crash or "an error"
+    why = REASON_CRASH.format(options=_options(bad.level), how=how)
+    user = "kept by --keep-fp32"
+    by_name = {n.name: n.op_type for n in conversion.model.graph.node}
+    for name, reason in conversion.kept.items():
+        if reason == user and by_name.get(name) == op:
+            conversion.kept[name] = why
+    return op, conversion
+
+
+def _converted_ops(result) -> List[str]:
+    """Op types of the nodes that were converted (not kept in fp32), most frequent first."""
+    counts: Dict[str, int] = {}
+    for node in result.model.graph.node:
+        if node.name in result.kept or node.op_type in ("Cast", "Constant"):
+            continue
+        counts[node.op_type] = counts.get(node.op_type, 0) + 1
+    return sorted(counts, key=lambda op: (-counts[op], op))
+
+
+def _fallback_text(level: Optional[str]) -> str:
+    if level is None:
+        return "; no lower graph_optimization_level avoids it"
+    return f"; with graph_optimization_level {level} it runs"
+
+
+def _options(level: Optional[str]) -> str:
+    from toolkit.convert.runtime_check import options_text
+
+    return options_text(level)
+
+
+def _sets(n: int) -> str:
+    return "1 input set" if n == 1 else f"{n} input sets"

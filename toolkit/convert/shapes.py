@@ -1,0 +1,93 @@
+"""The shapes a model will meet, from its own hints, for the inputs of a check.
+
+A check on generated inputs whose dynamic dims are set to 1 (a 1x1 image for a detector) says
+nothing about the shapes the model is used with. Some exporters write those shapes into the
+model: Ultralytics' metadata holds ``imgsz`` ([height, width]) and ``batch``; any metadata entry
+named like a dim (``batch: 1`` for a dim named ``batch``) with an integer value gives that dim.
+An input gets a shape from the hints only when they fix every dynamic dim of it.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import ast
+from typing import Dict, List, Optional, Sequence, Tuple
+
+HEIGHT_NAMES = ("height", "h", "img_h", "image_height")
+WIDTH_NAMES = ("width", "w", "img_w", "image_width")
+
+
+def _int(text: str) -> Optional[int]:
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError):
+        return None
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _image_size(meta: Dict[str, str]) -> Optional[Tuple[int, int]]:
+    """(height, width) from an ``imgsz`` entry ('[320, 320]' or '640')."""
+    text = meta.get("imgsz")
+    if text is None:
+        return None
+    try:
+        value = ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError):
+        return None
+    if isinstance(value, int) and value > 0:
+        return value, value
+    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) and v > 0 for v in value):
+        return int(value[0]), int(value[1])
+    return None
+
+
+def _dim_value(dim, pos: int, rank: int, meta: Dict[str, str], size) -> Optional[int]:
+    if isinstance(dim, int) and dim >= 0:
+        return dim
+    name = dim if isinstance(dim, str) else ""
+    if name and name in meta and _int(meta[name]) is not None:
+        return _int(meta[name])
+    if size is not None and rank == 4 and pos in (2, 3):
+        if name.lower() in HEIGHT_NAMES + WIDTH_NAMES or not name or name == "?":
+            return size[pos - 2]
+    return None
+
+
+def model_shape_hints(model, metas: Sequence) -> Tuple[List[str], List[str]]:
+    """(``--input-shapes`` specs for the inputs with dynamic dims that the model's metadata fixes,
+    the metadata keys used)."""
+    meta = {p.key: p.value for p in model.metadata_props}
+    if not meta:
+        return [], []
+    size = _image_size(meta)
+    specs: List[str] = []
+    used = set()
+    for m in metas:
+        shape = getattr(m, "shape", None)
+        if shape is None or all(isinstance(d, int) and d >= 0 for d in shape):
+            continue
+        dims = [_dim_value(d, k, len(shape), meta, size) for k, d in enumerate(shape)]
+        if any(d is None for d in dims):
+            continue
+        for d in shape:
+            if isinstance(d, str) and d in meta:
+                used.add(d)
+        if size is not None and len(shape) == 4:
+            used.add("imgsz")
+        specs.append(f"{m.name}:[{','.join(str(d) for d in dims)}]")
+    return specs, sorted(used)
+
+
+def hinted_shapes(model, metas: Sequence, specs: Sequence[str], messages=None) -> dict:
+    """``--input-shapes`` (``specs``) parsed, with the model's hints for the inputs they leave out;
+    ``messages.info`` hears which shapes came from the model."""
+    from toolkit.core.meta import parse_shape_specs
+
+    given = parse_shape_specs(specs)
+    hinted, keys = model_shape_hints(model, [m for m in metas if m.name not in given])
+    if hinted:
+        if messages is not None:
+            messages.info(f"Input shapes from the model's metadata ({', '.join(keys)}): {' '.join(hinted)}")
+        given.update(parse_shape_specs(hinted))
+    return given

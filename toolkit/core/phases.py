@@ -1,0 +1,75 @@
+"""Phases of a supervised process, reported to its parent through a pipe (one short write each).
+
+Kept apart from :mod:`toolkit.core.supervise` (which pickles results) so that the CLI and the
+backends import only ``os``: every command pays for this import, ``toolkit --help`` included.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Optional, Tuple
+
+# The write end of the pipe to the supervising parent (see toolkit.cli.supervisor); None when
+# this process is not supervised: reporting a phase is then a no-op.
+_PHASE_FD: Optional[int] = None
+
+
+def set_phase_fd(fd: Optional[int]) -> None:
+    global _PHASE_FD
+    _PHASE_FD = fd
+
+
+# the phase a supervised child reports when a signal interrupts it (its parent then does not pass on
+# the same signal a second time)
+INTERRUPTED = "\tinterrupted\n"
+
+
+def report_interrupted() -> None:
+    """Tell the supervising parent (if any) that a signal reached this process."""
+    report_phase("", INTERRUPTED.strip())
+
+
+def supervised() -> bool:
+    """Whether this process reports its phases to a supervising parent."""
+    return _PHASE_FD is not None
+
+
+def report_phase(runtime: str, phase: str) -> None:
+    """Tell the supervising parent (if any) that ``runtime`` is in ``phase`` (one short write)."""
+    if _PHASE_FD is None:
+        return
+    try:
+        os.write(_PHASE_FD, f"{runtime}\t{phase}\n".encode())
+    except OSError:
+        pass
+
+
+def last_phase(data: bytes) -> Tuple[str, str]:
+    """(runtime, phase) of the last complete line of ``data`` (('', '') when there is none)."""
+    lines = [line for line in data.decode(errors="replace").split("\n")[:-1] if "\t" in line and line[0] != "\t"]
+    if not lines:
+        return "", ""
+    runtime, phase = lines[-1].split("\t", 1)
+    return runtime, phase
+
+
+# Off until the command-line entry point turns it on: a library call, or the CLI's main() called
+# in process (tests), runs in its own process as before.
+_ENABLED = [False]
+
+
+def enable_supervision() -> None:
+    """Supervise this process's runs (the ``toolkit`` command-line entry point)."""
+    _ENABLED[0] = True
+
+
+def disable_supervision() -> None:
+    """No supervising fork in this process (a forked warm worker of ``debug reduce``: its parent
+    already counts a death by signal as a failure, and a second fork per check costs time)."""
+    _ENABLED[0] = False
+
+
+def supervision_enabled() -> bool:
+    return _ENABLED[0] and hasattr(os, "fork") and not supervised() and not os.environ.get("TOOLKIT_NO_SUPERVISOR")

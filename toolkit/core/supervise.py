@@ -1,0 +1,174 @@
+"""Work that may crash the process (a runtime's SIGSEGV), run in a forked child.
+
+A runtime that dies by a signal takes the whole process with it: no exception, no message, exit
+139. Run in a forked copy of this process, the same work becomes a finding: the parent learns
+which signal killed the child and which phase the child had reported last (``session creation``,
+``inference``) and can say so in one sentence.
+
+The child inherits everything already imported and loaded (fork: no new interpreter, no
+re-import; tens of milliseconds for a warm process). It reports its phases and its result through
+a pipe, as pickled frames; a Python exception in the child comes back as an exception of the
+same type in the parent. Fork where no runtime session is live in the parent (a live thread pool
+is not copied into the child).
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import faulthandler
+import os
+import pickle
+import signal
+import struct
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+_HEADER = struct.Struct("<Q")
+
+
+@dataclass
+class ChildOutcome:
+    """How the child ended: its result, or the signal that killed it (and the phase it was in)."""
+
+    value: object = None
+    signal: Optional[int] = None  # the signal that killed the child, None when it returned
+    phase: str = ""  # the last phase the child reported
+    exit_code: Optional[int] = None  # the child's exit status when it exited without a result
+
+    @property
+    def crashed(self) -> bool:
+        return self.signal is not None or self.exit_code is not None
+
+    @property
+    def signal_name(self) -> str:
+        return signal_name(self.signal) if self.signal is not None else f"exit {self.exit_code}"
+
+
+def signal_name(num: int) -> str:
+    """'SIGSEGV' for 11 (the number when the name is unknown)."""
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def can_fork() -> bool:
+    return hasattr(os, "fork")
+
+
+def run_in_child(work: Callable[..., object], *args) -> ChildOutcome:
+    """``work(phase, *args)`` in a forked child; ``phase(name)`` reports the phase it is in.
+
+    The child's return value comes back (it must pickle); an exception it raises is raised here.
+    Where fork does not exist, ``work`` runs in this process (no crash protection)."""
+
+    return start_child(work, *args).wait()
+
+
+class Child:
+    """A forked child running ``work`` (see :func:`start_child`); :meth:`wait` gives its outcome."""
+
+    def __init__(self, work: Callable[..., object], args: tuple) -> None:
+        self._outcome: Optional[ChildOutcome] = None
+        self._error: Optional[BaseException] = None
+        self.pid = 0
+        if not can_fork():
+            try:
+                self._outcome = ChildOutcome(value=work(lambda _name: None, *args))
+            except BaseException as exc:  # noqa: BLE001 - raised by wait(), as from a child
+                self._error = exc
+            return
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child
+            os.close(read_fd)
+            _child(work, args, write_fd)
+        os.close(write_fd)
+        self.pid, self._fd = pid, read_fd
+
+    def wait(self) -> ChildOutcome:
+        """The child's outcome (waits for it once; an exception it raised is raised here)."""
+        if self._outcome is None and self._error is None:
+            with os.fdopen(self._fd, "rb") as pipe:
+                frames = _read_frames(pipe)
+            _, status = os.waitpid(self.pid, 0)
+            try:
+                self._outcome = _outcome(frames, status)
+            except BaseException as exc:  # noqa: BLE001 - kept, raised on every wait()
+                self._error = exc
+        if self._error is not None:
+            raise self._error
+        assert self._outcome is not None
+        return self._outcome
+
+
+def start_child(work: Callable[..., object], *args) -> Child:
+    """``work(phase, *args)`` started in a forked child, running while this process goes on."""
+    return Child(work, args)
+
+
+def _child(work: Callable[..., object], args: tuple, fd: int) -> None:
+    """Run ``work`` and send its result (never returns)."""
+    code = 0
+    try:
+        faulthandler.disable()  # (a crash is the parent's to report: no traceback dump of its own)
+        with os.fdopen(fd, "wb") as pipe:
+
+            def phase(name: str) -> None:
+                _send(pipe, ("phase", name))
+
+            try:
+                value = work(phase, *args)
+            except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
+                _send(pipe, ("error", _picklable(exc)))
+            else:
+                _send(pipe, ("value", value))
+    except BaseException:  # noqa: BLE001 - the pipe itself failed: the parent sees an exit code
+        code = 70
+    finally:
+        os._exit(code)
+
+
+def _send(pipe, frame) -> None:
+    data = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
+    pipe.write(_HEADER.pack(len(data)))
+    pipe.write(data)
+    pipe.flush()
+
+
+def _picklable(exc: BaseException) -> BaseException:
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return exc
+    except Exception:  # noqa: BLE001 - any exception that does not survive pickling
+        return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+def _read_frames(pipe) -> list:
+    frames: list = []
+    while True:
+        head = pipe.read(_HEADER.size)
+        if len(head) < _HEADER.size:
+            return frames
+        (size,) = _HEADER.unpack(head)
+        data = pipe.read(size)
+        if len(data) < size:
+            return frames
+        frames.append(pickle.loads(data))
+
+
+def _outcome(frames: list, status: int) -> ChildOutcome:
+    out = ChildOutcome()
+    for kind, payload in frames:
+        if kind == "phase":
+            out.phase = payload
+        elif kind == "error":
+            raise payload
+        else:
+            return ChildOutcome(value=payload, phase=out.phase)
+    if os.WIFSIGNALED(status):
+        out.signal = os.WTERMSIG(status)
+    else:
+        out.exit_code = os.waitstatus_to_exitcode(status)
+    return out
