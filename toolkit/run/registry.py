@@ -274,13 +274,6 @@ register(RunnerKind("onnxrt", "--onnxrt", "Run the model with ONNX-Runtime.", _o
 # RunOptions by attribute and import nothing heavy.
 
 
-def trt_config(opts: "RunOptions"):
-    """The :class:`toolkit.backends.trt.TrtConfig` for ``opts`` (UsageError for malformed values)."""
-    from toolkit.backends.trt.preflight import config_from
-
-    return config_from(opts)
-
-
 def check_trt(opts: "RunOptions", reporter: Optional["Reporter"] = None):
     from toolkit.backends.trt.preflight import check
 
