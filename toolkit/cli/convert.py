@@ -44,7 +44,7 @@ class ConvertArgs:
     validate: bool = option("--validate/--no-validate", default=True, help="Run the converted model against the "
                             "original in ONNX-Runtime on several input sets and report the worst: its largest error "
                             "and the first tensor that differs; on unless --no-validate.")
-    load_inputs: Optional[str] = option("--load-inputs", help="Inputs file (JSON or .npz) for that check (every input "
+    load_inputs: Optional[str] = option("--load-inputs", "--load-input-data", help="Inputs file (JSON or .npz) for that check (every input "
                                         "set in it); default: 3 generated sets.")
     seed: Optional[int] = declared(S.SEED)
     val_range: List[str] = option("--val-range", factory=list, help="Value range of the generated inputs of that "

@@ -46,7 +46,7 @@ class InspectModelArgs:
     list_unbounded_dds: bool = switch("--list-unbounded-dds", help="List the tensors that set a data-dependent output "
                                       "size without an upper bound (bound them with `surgeon sanitize "
                                       "--set-unbounded-dds-upper-bound`).")
-    shape_inference: bool = switch("--shape-inference", help="Run ONNX shape inference first, so intermediate tensors "
+    shape_inference: bool = switch("--shape-inference", "--do-shape-inference", help="Run ONNX shape inference first, so intermediate tensors "
                                    "show the dtypes and shapes it finds (without it: only those the model records).")
 
 

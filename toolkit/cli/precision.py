@@ -167,16 +167,16 @@ class PrecisionArgs:
     check_error_stat: List[str] = declared(S.CHECK_ERROR_STAT, factory=list)
     mode: Optional[str] = option("--mode", complete=("bisect", "linear"),
                                  help="bisect (fewest checks, not 1-minimal) or linear; default: bisect + 1-minimal.")
-    load_inputs: List[str] = option("--load-inputs", factory=list,
+    load_inputs: List[str] = option("--load-inputs", "--load-input-data", factory=list,
                                     help="Inputs files (JSON or .npz) to run on; default: generated.")
     load_outputs: Optional[str] = option(
-        "--load-outputs",
+        "--load-outputs", "--load-results",
         help="Reference outputs from this file (its first runner) instead of running the reference.",
     )
     seed: Optional[int] = declared(S.SEED)
     val_range: List[str] = option("--val-range", factory=list, help='Value range of generated inputs: [name:][lo,hi].')
     input_shapes: List[str] = declared(S.INPUT_SHAPES, factory=list)
-    iterations: int = option("--iterations", default=1, help='Generated input sets to compare on.')
+    iterations: int = option("--iterations", "--iters", default=1, help='Generated input sets to compare on.')
     save_debug_replay: Optional[str] = option("--save-debug-replay", help='Keep every verdict in this JSON file.')
     load_debug_replay: Optional[str] = option("--load-debug-replay",
                                               help="Reuse the verdicts of an earlier run (same model and runners).")

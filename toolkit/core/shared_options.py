@@ -27,7 +27,7 @@ CHECK_ERROR_STAT = Declared(
 )
 SEED = Declared(("--seed",), "Seed for generated input data (reproducible).")
 INPUT_SHAPES = Declared(
-    ("--input-shapes", "--inputs"),
+    ("--input-shapes", "--inputs", "--model-input-shapes", "--model-inputs"),
     "Shapes for dynamic inputs: name:[1,3,640,640] (or name:1x3x640x640, no quoting needed). Several after one flag.",
     metavar="NAME:SHAPE...",
 )
@@ -43,7 +43,7 @@ DATA_LOADER_FUNC = Declared(
     metavar="FUNC",
 )
 MODEL_INPUT_SHAPES = Declared(
-    ("--model-input-shapes",),
+    ("--model-input-shapes", "--model-inputs", "--input-shapes"),  # (not --inputs: surgeon extract's cut)
     "Fix the shapes of the model's dynamic inputs for shape inference: name:[1,3,224,224] ...",
 )
 FORCE_FALLBACK = Declared(
