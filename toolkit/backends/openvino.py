@@ -111,12 +111,12 @@ class OpenvinoOptions:
         "bfloat16 support).",
     )
     outputs: List[str] = option(
-        "--openvino-outputs", factory=list,
+        "--openvino-outputs", metavar="NAMES...", factory=list,
         help="Tensors OpenVINO returns instead of the model's outputs: 'mark all' or '*' (every output of every "
         "node of the top graph), names, or glob patterns.",
     )
     exclude_outputs: List[str] = option(
-        "--openvino-exclude-outputs", factory=list, help="Names or glob patterns to leave out of the OpenVINO outputs."
+        "--openvino-exclude-outputs", metavar="NAMES...", factory=list, help="Names or glob patterns to leave out of the OpenVINO outputs."
     )
 
 

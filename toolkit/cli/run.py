@@ -33,6 +33,13 @@ from toolkit.run import registry  # registry.KINDS, looked up when used: kinds r
 _ARGV_KEY = "toolkit.run.argv"
 
 
+EXAMPLES = (
+    "toolkit run model.onnx --onnxrt --save-inputs inputs.json --save-outputs golden.json",
+    "toolkit run model.onnx --onnxrt --load-inputs inputs.json --load-outputs golden.json --atol 1e-4",
+    "toolkit run model.onnx --trt --onnxrt --input-shapes x:[1,3,224,224]",
+)
+
+
 class RunCommand(ToolkitCommand):
     """Remembers the command line (for the final PASSED/FAILED line and runner order)."""
 
@@ -64,8 +71,11 @@ def _kind_options():
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("run", **command_kwargs(_help(), cls=RunCommand))
-    @bind(run_options.RunOptions, extra=_kind_flags(), more=_kind_options())
+    more = _kind_options()
+    declares = [run_options.RunOptions] + [m[0] for m in more]
+
+    @app.command("run", **command_kwargs(_help(), cls=RunCommand, declares=declares, examples=EXAMPLES))
+    @bind(run_options.RunOptions, extra=_kind_flags(), more=more)
     def run_command(ctx: typer.Context, **params) -> None:
         """``toolkit run`` (its help: :func:`_help`)."""
         _run(ctx, params)
