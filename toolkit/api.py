@@ -183,17 +183,11 @@ def _keywords(kind) -> Dict[str, RunnerOption]:
 
 
 def _option_value(kind: str, key: str, opt: RunnerOption, value):
-    """``value`` checked as the spec checks it: one of the choices, a bool for a switch; a
-    string for an option a spec converts (``providers="cuda,cpu"``) converted the same way."""
-    if opt.choices:
-        if value is not None and (not isinstance(value, str) or value.lower() not in opt.choices):
-            raise UsageError(f"run: {kind}'s {key} is one of: {', '.join(opt.choices)} (got {value!r})")
-        return value.lower() if isinstance(value, str) else value
-    if opt.convert is not None:
-        return opt.convert(value) if isinstance(value, str) else value
-    if opt.spec and not isinstance(value, bool):
-        raise UsageError(f"run: {kind}'s {key} is a switch: True or False (got {value!r})")
-    return value
+    """``value`` checked as a spec's is (:meth:`RunnerOption.check`)."""
+    try:
+        return opt.check(value)
+    except ValueError as exc:
+        raise UsageError(f"run: {kind}'s {key} is {exc} (got {value!r})") from None
 
 
 @dataclass

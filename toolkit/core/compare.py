@@ -235,8 +235,11 @@ class Tolerances:
         gk, pk = parse_postprocess(postprocess or [])
         gi, pi = parse_named_values(index_tolerance or [], _parse_index_tol, "--index-tolerance value")
         func = _parse_compare_func(compare_func)
-        return cls(ga, gr, gs or "elemwise", pa, pr, ps, DEFAULT_QUANTILE if gq is None else gq, pq, gk, pk, func,
-                   gi or 0, pi)
+        return cls(
+            atol=ga, rtol=gr, check_error_stat=gs or "elemwise", per_atol=pa, per_rtol=pr, per_stat=ps,
+            error_quantile=DEFAULT_QUANTILE if gq is None else gq, per_quantile=pq, topk=gk, per_topk=pk,
+            compare_func=func, index_tolerance=gi or 0, per_index_tolerance=pi,
+        )
 
     @classmethod
     def of(

@@ -117,7 +117,7 @@ def make_plan(opts: RunOptions, reporter: Reporter) -> RunPlan:
     for spec in specs:  # preflight: fails now (before loading data) when a backend or device is missing
         runner_opts = spec.apply(opts)
         kind = get_kind(spec.kind)
-        planned = PlannedRunner(spec, kind, runner_opts, kind.preflight(runner_opts, reporter))
+        planned = PlannedRunner(spec, kind, runner_opts, kind.prepare(runner_opts, reporter))
         seen = sum(1 for p in plan.runners if p.spec.text == spec.text)
         if seen:
             planned.label = f"{spec.text}-{seen + 1}" if spec.options else f"{spec.text}-runner-{seen + 1}"

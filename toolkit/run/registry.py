@@ -54,6 +54,35 @@ class RunnerOption:
     def get(self, opts: RunOptions) -> Any:
         return getattr(opts.of(self.kind) if self.kind else opts, self.field)
 
+    def check(self, value: Any) -> Any:
+        """``value`` as the option holds it, checked the one way every entry checks it (a runner
+        spec's text, a keyword of ``toolkit.api``, a flag): one of the choices (lower-cased), a
+        bool for a switch, a string converted by ``convert``. ValueError saying what it must be
+        (``one of: f32, bf16, f16``); the caller names where the value came from."""
+        if value is None:
+            return None
+        if self.choices:
+            if not isinstance(value, str) or value.lower() not in self.choices:
+                raise ValueError(f"one of: {', '.join(self.choices)}")
+            return value.lower()
+        if self.convert is not None:
+            return self.convert(value) if isinstance(value, str) else value
+        if self.spec and not isinstance(value, bool):
+            raise ValueError("a switch: True or False")
+        return value
+
+
+def check_choices(kind: "RunnerKind", opts: RunOptions) -> None:
+    """UsageError for a value of one of ``kind``'s choice options that is not one of its choices
+    (``--openvino-precision x``), as its flag names it."""
+    for o in kind.options:
+        if o.choices and o.flag:
+            value = o.get(opts)
+            try:
+                o.check(value)
+            except ValueError as exc:
+                raise UsageError(f"{o.flag} {value}: use {exc}") from None
+
 
 def with_values(opts: RunOptions, changes: Mapping[RunnerOption, Any]) -> RunOptions:
     """``opts`` with each option of ``changes`` set to its value (a kind's own options included)."""
@@ -143,6 +172,11 @@ class RunnerKind:
             for f, d in (declarations(self.declares) if self.declares else ())
         )
         return shared + own
+
+    def prepare(self, opts: RunOptions, reporter: "Reporter") -> Any:
+        """The kind's choice options checked (:func:`check_choices`), then its ``preflight``."""
+        check_choices(self, opts)
+        return self.preflight(opts, reporter)
 
     def spec_options(self) -> Dict[str, RunnerOption]:
         return {o.spec: o for o in self.options if o.spec}
