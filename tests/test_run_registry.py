@@ -31,3 +31,19 @@ def test_spec_keyword_and_flag_say_the_same_choices(cli, tmp_path):
     model = save(chain(2), str(tmp_path / "m.onnx"))
     res = cli("run", model, "--openvino", "--openvino-precision", "f64")
     assert res.code == 2 and "--openvino-precision f64: use one of: f32, bf16, f16" in res.err
+
+
+def test_the_command_line_hands_the_library_a_checked_choice(cli, tmp_path, monkeypatch):
+    import toolkit.run as runplan
+    from modelzoo import chain, save
+
+    seen = {}
+
+    def capture(opts, reporter=None):
+        seen["opts"] = opts
+        raise UsageError("captured")
+
+    monkeypatch.setattr(runplan, "execute", capture)
+    res = cli("run", save(chain(2), str(tmp_path / "m.onnx")), "--openvino", "--openvino-precision", "BF16")
+    assert res.code == 2 and "captured" in res.err
+    assert seen["opts"].of("openvino").precision == "bf16"

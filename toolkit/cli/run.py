@@ -102,6 +102,9 @@ def _run(ctx: typer.Context, params: dict) -> None:
     opts.kind_options = {
         k.name: k.declares(**values_for(k.declares, params, f"{k.name}_")) for k in registry.KINDS.values() if k.declares
     }
+    for kind in registry.KINDS.values():  # choice flags (--openvino-precision) become checked values here
+        if kind.declares:
+            opts = registry.check_choices(kind, opts)
     opts.ort_optimization = _ort_level(opts.ort_optimization)
     reads = [opts.model] + opts.load_inputs + opts.load_outputs
     for flag, path in (("--save-inputs", opts.save_inputs), ("--save-outputs", opts.save_outputs)):

@@ -72,16 +72,18 @@ class RunnerOption:
         return value
 
 
-def check_choices(kind: "RunnerKind", opts: RunOptions) -> None:
-    """UsageError for a value of one of ``kind``'s choice options that is not one of its choices
-    (``--openvino-precision x``), as its flag names it."""
+def check_choices(kind: "RunnerKind", opts: RunOptions) -> RunOptions:
+    """``opts`` with the values of the choice options ``kind`` declares itself checked and lower-cased;
+    UsageError for one that is not one of its choices (``--openvino-precision x``), as its flag names it."""
+    changes = {}
     for o in kind.options:
-        if o.choices and o.flag:
+        if o.choices and o.flag and o.kind:
             value = o.get(opts)
             try:
-                o.check(value)
+                changes[o] = o.check(value)
             except ValueError as exc:
                 raise UsageError(f"{o.flag} {value}: use {exc}") from None
+    return with_values(opts, changes) if any(changes[o] != o.get(opts) for o in changes) else opts
 
 
 def with_values(opts: RunOptions, changes: Mapping[RunnerOption, Any]) -> RunOptions:
@@ -174,9 +176,9 @@ class RunnerKind:
         return shared + own
 
     def prepare(self, opts: RunOptions, reporter: "Reporter") -> Any:
-        """The kind's choice options checked (:func:`check_choices`), then its ``preflight``."""
-        check_choices(self, opts)
-        return self.preflight(opts, reporter)
+        """Its ``preflight``, with its choice options checked first (:func:`check_choices`: for
+        options set in code; the command line checks them where it reads them)."""
+        return self.preflight(check_choices(self, opts), reporter)
 
     def spec_options(self) -> Dict[str, RunnerOption]:
         return {o.spec: o for o in self.options if o.spec}
