@@ -98,6 +98,8 @@ def _help() -> str:
 
 
 def _run(ctx: typer.Context, params: dict) -> None:
+    from toolkit.run.plan import tolerances_of  # (numpy: loaded when the command runs, not for --help)
+
     opts = run_options.RunOptions(**values_for(run_options.RunOptions, {**params, "model": params["model"] or ""}))
     opts.kind_options = {
         k.name: k.declares(**values_for(k.declares, params, f"{k.name}_")) for k in registry.KINDS.values() if k.declares
@@ -119,6 +121,7 @@ def _run(ctx: typer.Context, params: dict) -> None:
     opts.command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
     runners = registry.runner_order(argv, {k.name: params[_selector(k)] for k in registry.KINDS.values()}) + list(params["runners"] or [])
     opts.runners, opts.fp16, opts.bf16 = _fp16_emulation(runners, opts.fp16, opts.bf16)
+    opts.tolerances = tolerances_of(opts)  # --atol, --rtol, ...: one typed value from here on
     if params["model"] is None and not _nothing_but_outputs(opts):
         return
     opts.diagnose, opts.model_type = not quiet, _model_type()

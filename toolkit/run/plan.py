@@ -82,7 +82,11 @@ def check_output_paths(opts: RunOptions) -> None:
             check_output_path(path)
 
 
-def _tolerances(opts: RunOptions):
+def tolerances_of(opts: RunOptions):
+    """The typed comparison options of ``opts`` (a Tolerances; None when the run compares nothing):
+    ``opts.tolerances``, else its command-line spellings parsed (UsageError when malformed)."""
+    if opts.tolerances is not None:
+        return opts.tolerances
     given = (
         opts.atol or opts.rtol or opts.check_error_stat or opts.error_quantile or opts.postprocess
         or opts.compare_func or opts.index_tolerance or opts.no_shape_check
@@ -105,7 +109,7 @@ def _tolerances(opts: RunOptions):
 def make_plan(opts: RunOptions, reporter: Reporter) -> RunPlan:
     """Parse and check every option, preflight every runner (raises ToolkitError subclasses)."""
     specs = [parse_runner_spec(text) for text in opts.runners]
-    plan = RunPlan(opts, [], _tolerances(opts), parse_val_ranges(opts.val_range), parse_shape_specs(opts.input_shapes))
+    plan = RunPlan(opts, [], tolerances_of(opts), parse_val_ranges(opts.val_range), parse_shape_specs(opts.input_shapes))
     if opts.iterations is not None and opts.iterations < 0:
         raise UsageError("--iterations must be 0 or more (0 runs nothing)")
     if opts.data_loader_script and opts.load_inputs:
