@@ -259,13 +259,14 @@ def test_diagnosis_on_a_terminal_draws_a_sparkline(tmp_path, monkeypatch):
 
     from accuracy_models import all_tensors, feed
     from toolkit.cli import diagnosis as render
-    from toolkit.core.compare import Tolerances, compare_pair
-    from toolkit.run.diagnosis import diagnose_pair
+    from toolkit.core.compare import PairComparison, Tolerances, compare_iteration
+    from toolkit.run.diagnosis import diagnose, pair_errors, topology_of
 
     paths = save_pair(tmp_path, layers=6, perturb=(2,))
     x = feed()
     a, b = all_tensors(paths["faulty"], x), all_tensors(paths["clean"], x)
-    diag = diagnose_pair(compare_pair("a", [a], "b", [b], Tolerances()), [a], [b], onnx.load(paths["faulty"]))
+    pair = PairComparison("a", "b", [compare_iteration(0, a, b, Tolerances())])
+    diag = diagnose(pair_errors(pair, [a], [b]), topology_of(onnx.load(paths["faulty"])), "a", "b")
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, width=160)
     monkeypatch.setattr(render, "err_console", lambda: console)

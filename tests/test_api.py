@@ -81,7 +81,7 @@ def test_run_and_compare(chain, tmp_path):
     same = api.compare(ref, ref)
     assert isinstance(same, api.Comparison) and same.passed
     # 1.8e5 overflows fp16 storage: Mul's output is inf, Sigmoid(inf) = 1 and Sigmoid(0) = 0.5 stay
-    diff = api.compare(marked, fp16, atol=["1e-3"])
+    diff = api.compare(marked, fp16, atol=1e-3)
     assert not diff.passed and diff.mismatched() == ["d"]
 
 

@@ -43,7 +43,7 @@ def test_every_option_help_text_belongs_to_an_option():
         for param in cmd.params:
             flags.update(getattr(param, "opts", ()))
             assert param.param_type_name != "option" or param.help, (cmd.name, param.name)
-        classes.update(getattr(getattr(cmd.callback, "__wrapped__", None), "declares", ()))
+        classes.update(getattr(cmd, "declares", ()))
         for sub in getattr(cmd, "commands", {}).values():
             walk(sub)
 

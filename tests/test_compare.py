@@ -13,7 +13,6 @@ from toolkit.core.compare import (
     Tolerances,
     compare_arrays,
     compare_iteration,
-    compare_pair,
     validate_outputs,
 )
 from toolkit.core.errors import UsageError
@@ -119,11 +118,16 @@ def test_only_common_names_are_compared():
     assert it.only_a == ["only_a"] and it.only_b == ["t1", "t2"]
 
 
-def test_pair_compares_common_iterations_and_notes_difference():
-    one = [{"y": np.ones(2, np.float32)}]
-    two = [{"y": np.ones(2, np.float32)}, {"y": np.zeros(2, np.float32)}]
-    pair = compare_pair("A", two, "B", one, Tolerances())
-    assert pair.passed and len(pair.iterations) == 1 and pair.notes
+def test_pair_compares_common_iterations_and_notes_difference(tmp_path):
+    from modelzoo import chain, save
+    from toolkit.run import RunOptions, execute
+
+    model = save(chain(2), str(tmp_path / "m.onnx"))
+    two = str(tmp_path / "two.json")
+    execute(RunOptions(model, runners=["onnxrt"], iterations=2, save_outputs=two))
+    report = execute(RunOptions(model, runners=["onnxrt"], iterations=1, load_outputs=[two]))
+    pair = report.comparisons[0]
+    assert pair.passed and len(pair.iterations) == 1 and "comparing the first 1" in pair.notes[0]
 
 
 def test_tolerance_parsing():

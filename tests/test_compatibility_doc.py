@@ -80,7 +80,7 @@ def test_refused_options_get_advice(cli, section, option):
     assert ok, (
         f"docs/compatibility.md marks {option} 'not supported' for {section}, but toolkit now answers "
         f"{res.err.strip()!r} (exit {res.code}): if the option is supported now, move it to a supported row; "
-        "else give it advice in toolkit/cli/options.py UNSUPPORTED_OPTIONS"
+        "else give it advice in toolkit/cli/unsupported.py UNSUPPORTED_OPTIONS"
     )
 
 
@@ -101,5 +101,5 @@ def test_supported_options_exist(section, option):
     known = {o for p in cmd.params for o in getattr(p, "opts", ())} | {"-h", "--help"}
     assert option in known, (
         f"docs/compatibility.md says {section} supports {option}, but it has no such option: mark its row "
-        "'not supported' (with advice in toolkit/cli/options.py UNSUPPORTED_OPTIONS) or add the option"
+        "'not supported' (with advice in toolkit/cli/unsupported.py UNSUPPORTED_OPTIONS) or add the option"
     )

@@ -225,9 +225,8 @@ def test_every_command_option_comes_from_a_declaration():
     commands = dict(_leaf_commands(get_command()))
     assert len(commands) >= 10, sorted(commands)
     for path, cmd in commands.items():
-        body = getattr(cmd.callback, "__wrapped__", None)
-        assert hasattr(body, "grouped_flags"), f"{path}: not bound from an options dataclass (cli.options.bind)"
-        declared = {f for cls in getattr(body, "declares", ()) for _field, d in declarations(cls) for f in d.flags}
+        assert cmd.declares, f"{path}: its options dataclasses are not given (cli.options.command_kwargs(declares=...))"
+        declared = {f for cls in cmd.declares for _field, d in declarations(cls) for f in d.flags}
         for param in cmd.params:
             if param.param_type_name != "option":
                 continue

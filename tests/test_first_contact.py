@@ -66,7 +66,7 @@ def test_an_ambiguous_prefix_is_a_usage_error_naming_the_candidates(cli, model):
 
 def test_options_after_check_are_left_to_the_check():
     from toolkit.cli.app import get_command
-    from toolkit.cli.options import expand_prefixes
+    from toolkit.cli.grammar import expand_prefixes
 
     params = get_command("debug").commands["debug"].commands["reduce"].params
     args = ["m.onnx", "-o", "r.onnx", "--check", "toolkit", "run", "--iter", "2"]

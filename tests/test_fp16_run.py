@@ -39,7 +39,7 @@ def test_run_fp16_against_fp32_fails_at_the_overflowing_node(cli, ln_path):
 
 
 def test_diagnosis_points_at_the_overflowing_node(ln_path):
-    from toolkit.run.diagnosis import diagnose_pair
+    from toolkit.run.diagnosis import diagnose, pair_errors, topology_of
     from toolkit.run import RunOptions, execute
 
     opts = RunOptions(
@@ -50,7 +50,7 @@ def test_diagnosis_points_at_the_overflowing_node(ln_path):
     assert not report.passed
     pair = report.comparisons[0]
     a, b = report.results[0].iterations, report.results[1].iterations
-    diag = diagnose_pair(pair, a, b, onnx.load(ln_path))
+    diag = diagnose(pair_errors(pair, a, b), topology_of(onnx.load(ln_path)), pair.label_a, pair.label_b)
     assert diag.first_failure.name == "sq" and diag.first_failure.node == "square"
     assert "inf" in str(diag.first_failure.max_abs)
 

@@ -1,6 +1,7 @@
-"""Code-shape bars on toolkit/: ruff (pyflakes, complexity <= 15) and mypy clean, functions short.
+"""Code-shape bars on toolkit/: ruff (pyflakes, complexity <= 15), mypy and import-linter clean,
+functions short.
 
-ruff and mypy come with the test extra; without them those two checks skip.
+ruff, mypy and import-linter come with the test extra; without them those checks skip.
 """
 
 from __future__ import annotations
@@ -31,6 +32,16 @@ def test_ruff_is_clean():
 def test_mypy_is_clean():
     env = dict(os.environ, MYPY_CACHE_DIR=str(REPO / ".mypy_cache"))
     proc = subprocess.run(_tool("mypy"), cwd=REPO, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr
+
+def test_import_contracts_are_kept():
+    """The layers and the absence of import cycles (pyproject.toml's [tool.importlinter])."""
+    if importlib.util.find_spec("importlinter") is None:
+        pytest.skip("import-linter is not installed (pip install -e '.[test]')")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command; "
+                           "sys.argv = ['lint-imports', '--no-cache']; lint_imports_command()"],
+                          cwd=REPO, capture_output=True, text=True, env=env)
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr
 
 def body_lines(func) -> int:

@@ -153,7 +153,7 @@ def capture_options(monkeypatch):
 
 
 def test_cli_groups_profile_flags(cli, seed_model, monkeypatch):
-    from toolkit.run.registry import trt_config
+    from toolkit.backends.trt.preflight import config_from
 
     seen = capture_options(monkeypatch)
     res = cli(
@@ -171,7 +171,7 @@ def test_cli_groups_profile_flags(cli, seed_model, monkeypatch):
     assert opts.runners == ["trt"] and opts.fp16 and opts.tf32 and not opts.int8
     assert opts.trt_min_shapes == [["x0:[1,3,4,4]", "x1:1x3x4x4"]]
     assert len(opts.trt_opt_shapes) == 2
-    cfg = trt_config(opts)
+    cfg = config_from(opts)
     assert cfg.profiles[0]["x0"] == ((1, 3, 4, 4), (1, 3, 4, 4), (2, 3, 4, 4))
     assert cfg.profiles[1]["x1"] == ((4, 3, 4, 4),) * 3
     assert cfg.pool_limits == {"workspace": 2**30, "tactic_dram": 256 * 2**20}

@@ -11,17 +11,24 @@ feeds and outputs, and raise :class:`ToolkitError` subclasses with one-sentence 
     feeds = api.generate_inputs(model, seed=1)
     ref = api.run(model, feeds, "onnxrt")
     got = api.run(model, feeds, "onnxrt:fp16")
-    print(api.compare(ref, got, atol=["1e-2"]).passed)
+    print(api.compare(ref, got, atol=1e-2).passed)
 
-See docs/api.md. numpy, onnx and onnxruntime are imported when a function needs them.
+    with api.open_runner("onnxrt", model) as runner:   # one session, many inferences
+        outs = [runner.infer(feed) for feed in feeds]
+
+See docs/api.md. Importing this module imports numpy and onnx; onnxruntime, onnx-graphsurgeon,
+OpenVINO and TensorRT are imported when a function needs them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import os
 import tempfile
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Union
 
 from toolkit.core.errors import DependencyError, ExitCode, InferenceError, InputError, ToolkitError, UsageError
 from toolkit.core.meta import TensorMeta
@@ -29,33 +36,34 @@ from toolkit.core.meta import TensorMeta
 if TYPE_CHECKING:  # pragma: no cover
     import onnx
 
+    from toolkit.backends.base import Runner
     from toolkit.core.compare import IterationComparison
-import dataclasses
-import time
 
 from toolkit.convert.fp16 import convert as _convert
-from toolkit.core.compare import Tolerances, compare_iteration
+from toolkit.core.compare import TolValue, Tolerances, compare_iteration
 from toolkit.core.inputs import generate_inputs as _generate
 from toolkit.core.inputs import parse_val_ranges
 from toolkit.core.meta import parse_shape_specs, parse_tensor_spec
 from toolkit.core.model import graph_io_meta
 from toolkit.core.model import load_model as _load
 from toolkit.core.model import save_model as _save
+from toolkit.core.shapes import top_tensor_names
 from toolkit.reduce.session import ReduceConfig, Reducer
 from toolkit.reduce.verdict import CheckResult
 from toolkit.run.options import RunOptions
 from toolkit.run import registry
 from toolkit.run.registry import RunnerOption, get_kind, with_values
 from toolkit.run.specs import make_runner, parse_runner_spec
-from toolkit.surgeon.surgery import extract as _extract
-from toolkit.surgeon.surgery import sanitize as _sanitize
+from toolkit.surgeon.extract import extract as _extract
+from toolkit.surgeon.sanitize import sanitize as _sanitize
+from toolkit.surgeon.validate import check_model
 
 Feed = Mapping[str, object]
 ModelLike = Union[str, "onnx.ModelProto"]
 
 __all__ = [
     "ToolkitError", "InputError", "UsageError", "DependencyError", "InferenceError", "ExitCode", "TensorMeta",
-    "load_model", "save_model", "load_inputs", "save_inputs", "generate_inputs", "run", "compare", "Comparison",
+    "load_model", "save_model", "load_inputs", "save_inputs", "generate_inputs", "open_runner", "run", "compare", "Comparison",
     "extract", "sanitize", "convert", "reduce",
 ]
 
@@ -112,10 +120,24 @@ def generate_inputs(
 # ------------------------------------------------------------------ running and comparing
 
 
+@contextlib.contextmanager
+def open_runner(runner: str, model: ModelLike, **options) -> Iterator["Runner"]:
+    """``with open_runner("onnxrt", model) as r: r.infer(feed)``: a runner for the spec
+    ``runner`` on ``model`` (a path or a ModelProto), activated once (one ONNX-Runtime session,
+    one TensorRT engine build, one OpenVINO compilation) for as many ``infer(feed)`` calls as
+    the block makes, and released when it ends. ``options`` as for :func:`run`."""
+
+    spec = parse_runner_spec(runner)
+    base = _runner_options(spec.kind, options)  # (checked before a ModelProto is written to a file)
+    with _model_file(model) as path, make_runner(spec, path, base=base) as active:
+        yield active
+
+
 def run(model: ModelLike, feeds: Sequence[Feed], runner: str = "onnxrt", **options) -> List[Dict[str, object]]:
     """Run ``model`` (a path or a ModelProto) on each feed with the runner spec ``runner``
     (``onnxrt``, ``onnxrt:fp16``, ``trt:fp16``, ``openvino:precision=f32``, ...); one
-    ``{name: array}`` per feed.
+    ``{name: array}`` per feed. Each call builds and releases its runner: hold one with
+    :func:`open_runner` to infer many times.
 
     ``options``: the runner's own options by their spec names (``fp16=True``,
     ``opt="disable"``, OpenVINO's ``device="cpu"``, ``precision="f32"``) or field names
@@ -124,11 +146,8 @@ def run(model: ModelLike, feeds: Sequence[Feed], runner: str = "onnxrt", **optio
     (``external_data_dir=...``); the spec's own options win. UsageError for an option the
     runner does not take (naming those it takes) or a value outside an option's choices."""
 
-    spec = parse_runner_spec(runner)
-    base = _runner_options(spec.kind, options)  # (checked before a ModelProto is written to a file)
-    with _model_file(model) as path:
-        with make_runner(spec, path, base=base) as active:
-            return [active.infer(dict(feed)) for feed in feeds]
+    with open_runner(runner, model, **options) as active:
+        return [active.infer(dict(feed)) for feed in feeds]
 
 
 def _runner_options(kind_name: str, options: Mapping[str, Any]) -> RunOptions:
@@ -164,17 +183,11 @@ def _keywords(kind) -> Dict[str, RunnerOption]:
 
 
 def _option_value(kind: str, key: str, opt: RunnerOption, value):
-    """``value`` checked as the spec checks it: one of the choices, a bool for a switch; a
-    string for an option a spec converts (``providers="cuda,cpu"``) converted the same way."""
-    if opt.choices:
-        if value is not None and (not isinstance(value, str) or value.lower() not in opt.choices):
-            raise UsageError(f"run: {kind}'s {key} is one of: {', '.join(opt.choices)} (got {value!r})")
-        return value.lower() if isinstance(value, str) else value
-    if opt.convert is not None:
-        return opt.convert(value) if isinstance(value, str) else value
-    if opt.spec and not isinstance(value, bool):
-        raise UsageError(f"run: {kind}'s {key} is a switch: True or False (got {value!r})")
-    return value
+    """``value`` checked as a spec's is (:meth:`RunnerOption.check`)."""
+    try:
+        return opt.check(value)
+    except ValueError as exc:
+        raise UsageError(f"run: {kind}'s {key} is {exc} (got {value!r})") from None
 
 
 @dataclass
@@ -199,14 +212,17 @@ def compare(
     reference: Sequence[Feed],
     outputs: Sequence[Feed],
     *,
-    atol: Sequence[str] = (),
-    rtol: Sequence[str] = (),
-    check_error_stat: Sequence[str] = (),
+    atol: TolValue = None,
+    rtol: TolValue = None,
+    check_error_stat: Union[None, str, Mapping[str, str]] = None,
 ) -> Comparison:
     """Compare two runs' outputs (matched by name, iteration by iteration) with ``toolkit
-    run``'s tolerances, written as on its command line (``atol=["1e-3", "out:1e-2"]``)."""
+    run``'s tolerances: a number for every output (``atol=1e-3``) or one per output name
+    (``atol={"out": 1e-2}``; the others keep the default); ``check_error_stat`` likewise
+    (``"elemwise"``, ``"max"``, ``"mean"``, ``"median"``, ``"quantile"``). UsageError for a
+    negative or non-numeric tolerance or an unknown statistic."""
 
-    tol = Tolerances.parse(list(atol), list(rtol), list(check_error_stat))
+    tol = Tolerances.of(atol=atol, rtol=rtol, check_error_stat=check_error_stat)
     return Comparison([compare_iteration(k, a, b, tol) for k, (a, b) in enumerate(zip(reference, outputs))])
 
 
@@ -218,14 +234,23 @@ def extract(
     *,
     inputs: Optional[Sequence[str]] = None,
     outputs: Optional[Sequence[str]] = None,
+    input_shapes: Sequence[str] = (),
+    force_fallback: bool = False,
     external_data_dir: Optional[str] = None,
 ):
-    """The subgraph from ``inputs`` to ``outputs`` (tensor specs as ``surgeon extract`` takes
-    them: ``"x"``, ``"x:auto:auto"``, ``"x:[1,3]:float32"``; None keeps the model's own)."""
+    """``surgeon extract``: the subgraph from ``inputs`` to ``outputs`` (tensor specs as the
+    command takes them: ``"x"``, ``"x:auto:auto"``, ``"x:[1,3]:float32"``; None keeps the
+    model's own), checked as the command checks it: InputError for a name the model does not
+    have, or for a subgraph onnx.checker refuses where the model passes."""
 
-    specs = [parse_tensor_spec(s) for s in inputs] if inputs is not None else None
-    outs = [parse_tensor_spec(s, allow_shape=False) for s in outputs] if outputs is not None else None
-    return _extract(_copy(model), inputs=specs, outputs=outs, external_data_dir=external_data_dir)
+    m = _copy(model)
+    names = top_tensor_names(m)
+    specs = [parse_tensor_spec(s, known_names=names) for s in inputs] if inputs is not None else None
+    outs = [parse_tensor_spec(s, allow_shape=False, known_names=names) for s in outputs] if outputs is not None else None
+    result = _extract(m, inputs=specs, outputs=outs, input_shapes=parse_shape_specs(list(input_shapes)) or None,
+                      force_fallback=force_fallback, external_data_dir=external_data_dir)
+    check_model(result, m)
+    return result
 
 
 def sanitize(model: ModelLike, *, fold_constants: bool = False, cleanup: bool = True, toposort: bool = False,

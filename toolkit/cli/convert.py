@@ -25,12 +25,12 @@ class ConvertArgs:
     """The options of ``convert``, each declared once."""
 
     model: str = declared(S.MODEL)
-    output: str = required("-o", "--output", help="Where to write the converted model.")
+    output: str = required("-o", "--output", metavar="PATH", help="Where to write the converted model.")
     fp_to_fp16: bool = switch("--fp-to-fp16",
                               help="Convert float32 to float16 where it is safe (mixed precision; I/O types kept).")
     fp_to_bf16: bool = switch("--fp-to-bf16", help="Convert float32 to bfloat16 where it is safe (mixed precision; I/O "
                               "types kept), by the same rules as --fp-to-fp16.")
-    keep_fp32: List[str] = option("--keep-fp32", factory=list, help="Nodes to keep in fp32: node names, glob patterns "
+    keep_fp32: List[str] = option("--keep-fp32", metavar="NAMES...", factory=list, help="Nodes to keep in fp32: node names, glob patterns "
                                   "over node names, or op types (Pow, ReduceMean). Several after one flag, or "
                                   "comma-separated.")
     fp16_io: bool = switch("--fp16-io", help="Make float32 graph inputs and outputs float16 too (default: keep them).")
@@ -44,10 +44,10 @@ class ConvertArgs:
     validate: bool = option("--validate/--no-validate", default=True, help="Run the converted model against the "
                             "original in ONNX-Runtime on several input sets and report the worst: its largest error "
                             "and the first tensor that differs; on unless --no-validate.")
-    load_inputs: Optional[str] = option("--load-inputs", help="Inputs file (JSON or .npz) for that check (every input "
+    load_inputs: Optional[str] = option("--load-inputs", "--load-input-data", metavar="PATH", help="Inputs file (JSON or .npz) for that check (every input "
                                         "set in it); default: 3 generated sets.")
     seed: Optional[int] = declared(S.SEED)
-    val_range: List[str] = option("--val-range", factory=list, help="Value range of the generated inputs of that "
+    val_range: List[str] = option("--val-range", metavar="[NAME:]RANGE...", factory=list, help="Value range of the generated inputs of that "
                                   "check: [name:][lo,hi]; [0,1] if not given.")
     input_shapes: List[str] = declared(S.INPUT_SHAPES, factory=list)
     ort_optimization: Optional[str] = option("--ort-optimization", "--graph-optimization-level", metavar="LEVEL",
@@ -59,7 +59,10 @@ class ConvertArgs:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("convert", **command_kwargs())
+    @app.command("convert", **command_kwargs(declares=[ConvertArgs], examples=(
+        "toolkit convert model.onnx --fp-to-fp16 -o model_fp16.onnx",
+        "toolkit convert model.onnx --fp-to-fp16 --keep-fp32 'Softmax*' LayerNormalization -o mixed.onnx",
+    )))
     @bind(ConvertArgs)
     def convert_command(ctx: typer.Context, **params) -> None:
         """Convert a model: mixed fp16 with --fp-to-fp16, mixed bf16 with --fp-to-bf16.

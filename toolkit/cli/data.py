@@ -22,7 +22,7 @@ class MergeArgs:
     """The options of ``data to-input`` (and ``data merge``), each declared once."""
 
     files: List[str] = argument("Inputs files and/or outputs files (JSON or .npz; '-' for stdin).", "FILE...")
-    output: str = required("-o", "--output",
+    output: str = required("-o", "--output", metavar="PATH",
                            help="Where to write the merged inputs file (.json or .npz; '-' for stdout).")
 
 
@@ -66,7 +66,9 @@ def _warn_uneven(files: List[str], datasets: list) -> None:
         )
 
 
-@app.command("to-input", **command_kwargs())
+@app.command("to-input", **command_kwargs(declares=[MergeArgs], examples=(
+    "toolkit data to-input inputs.json layerwise.json -o layerwise_inputs.json",
+)))
 @bind(MergeArgs)
 def to_input(ctx: typer.Context, **params) -> None:
     """Merge inputs files and outputs files into one inputs file.
@@ -78,7 +80,9 @@ def to_input(ctx: typer.Context, **params) -> None:
     _to_input(MergeArgs(**values_for(MergeArgs, params)))
 
 
-@app.command("merge", **command_kwargs())
+@app.command("merge", **command_kwargs(declares=[MergeArgs], examples=(
+    "toolkit data merge inputs.json layerwise.json -o layerwise_inputs.json",
+)))
 @bind(MergeArgs)
 def merge(ctx: typer.Context, **params) -> None:
     """The same command as `data to-input`."""

@@ -550,7 +550,12 @@ class ReduceArgs:
     )
 
 
-@app.command("reduce", **command_kwargs(_REDUCE_HELP, cls=ReduceCommand))
+@app.command("reduce", **command_kwargs(_REDUCE_HELP, cls=ReduceCommand, declares=[ReduceArgs], examples=(
+    "toolkit debug reduce model.onnx -o reduced.onnx --check toolkit run polygraphy_debug.onnx --onnxrt",
+    "toolkit debug reduce model.onnx -o reduced.onnx --mode=bisect --load-inputs layerwise_inputs.json "
+    "--check toolkit run polygraphy_debug.onnx --onnxrt --load-inputs layerwise_inputs.json "
+    "--load-outputs layerwise_golden.json",
+)))
 @bind(ReduceArgs)
 def reduce_command(ctx: typer.Context, **params) -> None:
     _reduce_command(ctx, ReduceArgs(**values_for(ReduceArgs, params)))

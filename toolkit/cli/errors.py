@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 import traceback
 
-from toolkit.cli.options import REST_OPTIONS
+from toolkit.cli.grammar import REST_OPTIONS
 from toolkit.cli.output import debug_enabled, interrupted_by, state, to_log_file
 from toolkit.core.errors import ExitCode, ToolkitError
 
@@ -27,7 +27,7 @@ def _click_message(exc) -> str:
     text = " ".join(str(exc.format_message()).split()) or type(exc).__name__
     option = getattr(exc, "option_name", None)
     if type(exc).__name__ == "NoSuchOption" and option:
-        from toolkit.cli.options import unsupported_advice
+        from toolkit.cli.unsupported import unsupported_advice
 
         advice = unsupported_advice(option)
         if advice:

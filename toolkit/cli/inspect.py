@@ -35,10 +35,10 @@ class InspectModelArgs:
     """The options of ``inspect model``, each declared once."""
 
     model: str = declared(S.MODEL)
-    mode: str = option("--mode", default="none", complete=("none", "basic", "attrs", "full"), help="What to show: none "
+    mode: str = option("--mode", metavar="MODE", default="none", complete=("none", "basic", "attrs", "full"), help="What to show: none "
                        "(inputs, outputs, initializers), basic (+ nodes), attrs (+ node attributes), full (+ weight "
                        "values, summarised).")
-    show: List[str] = option("--show", factory=list,
+    show: List[str] = option("--show", metavar="SHOW...", factory=list,
                              help="Newer spelling, several values after one flag: layers attrs weights.")
     as_json: bool = switch("--json", help="Print the description as JSON on stdout.")
     external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
@@ -46,11 +46,14 @@ class InspectModelArgs:
     list_unbounded_dds: bool = switch("--list-unbounded-dds", help="List the tensors that set a data-dependent output "
                                       "size without an upper bound (bound them with `surgeon sanitize "
                                       "--set-unbounded-dds-upper-bound`).")
-    shape_inference: bool = switch("--shape-inference", help="Run ONNX shape inference first, so intermediate tensors "
+    shape_inference: bool = switch("--shape-inference", "--do-shape-inference", help="Run ONNX shape inference first, so intermediate tensors "
                                    "show the dtypes and shapes it finds (without it: only those the model records).")
 
 
-@app.command("model", **command_kwargs())
+@app.command("model", **command_kwargs(declares=[InspectModelArgs], examples=(
+    "toolkit inspect model model.onnx --mode=basic",
+    "toolkit inspect model model.onnx --show layers attrs --json > model.json",
+)))
 @bind(InspectModelArgs)
 def inspect_model(ctx: typer.Context, **params) -> None:
     """Show a model: name, opsets, graph inputs and outputs, initializers, and optionally nodes,
@@ -107,7 +110,10 @@ class InspectDataArgs:
     as_json: bool = switch("--json", help="Print the description as JSON on stdout.")
 
 
-@app.command("data", **command_kwargs())
+@app.command("data", **command_kwargs(declares=[InspectDataArgs], examples=(
+    "toolkit inspect data golden.json",
+    "toolkit inspect data inputs.json --show-values --num-items 5",
+)))
 @bind(InspectDataArgs)
 def inspect_data(ctx: typer.Context, **params) -> None:
     """Show an inputs or outputs file: iterations, and per tensor dtype, shape and statistics

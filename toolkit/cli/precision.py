@@ -200,33 +200,33 @@ class PrecisionArgs:
 
     model: str = declared(S.MODEL)
     output: Optional[str] = option(
-        "-o", "--output",
+        "-o", "--output", metavar="PATH",
         help="Where to write the mixed-precision model (fp16 or bf16, the nodes found in fp32).",
     )
     compare: Optional[List[str]] = option(
-        "--compare", complete="runner-spec",
+        "--compare", metavar="COMPARE...", complete="runner-spec",
         help="Two runner specs: the fp32 reference and the reduced-precision candidate (default: onnxrt "
         "onnxrt:fp16, fp16 emulated on the CPU; or onnxrt:bf16, trt:fp16, trt:bf16).",
     )
-    keep_fp32: List[str] = option("--keep-fp32", factory=list,
+    keep_fp32: List[str] = option("--keep-fp32", metavar="NAMES...", factory=list,
                                   help="Nodes kept in fp32 in every check (names, globs, op types).")
     atol: List[str] = declared(S.ATOL, factory=list)
     rtol: List[str] = declared(S.RTOL, factory=list)
     check_error_stat: List[str] = declared(S.CHECK_ERROR_STAT, factory=list)
-    mode: Optional[str] = option("--mode", complete=("bisect", "linear"),
+    mode: Optional[str] = option("--mode", metavar="MODE", complete=("bisect", "linear"),
                                  help="bisect (fewest checks, not 1-minimal) or linear; default: bisect + 1-minimal.")
-    load_inputs: List[str] = option("--load-inputs", factory=list,
+    load_inputs: List[str] = option("--load-inputs", "--load-input-data", metavar="PATH...", factory=list,
                                     help="Inputs files (JSON or .npz) to run on; default: generated.")
     load_outputs: Optional[str] = option(
-        "--load-outputs",
+        "--load-outputs", "--load-results", metavar="PATH",
         help="Reference outputs from this file (its first runner) instead of running the reference.",
     )
     seed: Optional[int] = declared(S.SEED)
-    val_range: List[str] = option("--val-range", factory=list, help='Value range of generated inputs: [name:][lo,hi].')
+    val_range: List[str] = option("--val-range", metavar="[NAME:]RANGE...", factory=list, help='Value range of generated inputs: [name:][lo,hi].')
     input_shapes: List[str] = declared(S.INPUT_SHAPES, factory=list)
-    iterations: int = option("--iterations", default=1, help='Generated input sets to compare on.')
-    save_debug_replay: Optional[str] = option("--save-debug-replay", help='Keep every verdict in this JSON file.')
-    load_debug_replay: Optional[str] = option("--load-debug-replay",
+    iterations: int = option("--iterations", "--iters", metavar="N", default=1, help='Generated input sets to compare on.')
+    save_debug_replay: Optional[str] = option("--save-debug-replay", metavar="PATH", help='Keep every verdict in this JSON file.')
+    load_debug_replay: Optional[str] = option("--load-debug-replay", metavar="PATH",
                                               help="Reuse the verdicts of an earlier run (same model and runners).")
     external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
     json_out: bool = switch("--json", help='Print the result as JSON on stdout (instead of node names).')
@@ -236,7 +236,10 @@ class PrecisionArgs:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("precision", **command_kwargs(_HELP))
+    @app.command("precision", **command_kwargs(_HELP, declares=[PrecisionArgs], examples=(
+        "toolkit debug precision model.onnx -o mixed.onnx",
+        "toolkit debug precision model.onnx -o mixed.onnx --load-inputs inputs.json --atol 1e-2 --rtol 1e-2",
+    )))
     @bind(PrecisionArgs)
     def precision_command(ctx: typer.Context, **params) -> None:
         _run(PrecisionArgs(**values_for(PrecisionArgs, params)))

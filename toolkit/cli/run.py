@@ -34,6 +34,13 @@ from toolkit.run import registry  # registry.KINDS, looked up when used: kinds r
 _ARGV_KEY = "toolkit.run.argv"
 
 
+EXAMPLES = (
+    "toolkit run model.onnx --onnxrt --save-inputs inputs.json --save-outputs golden.json",
+    "toolkit run model.onnx --onnxrt --load-inputs inputs.json --load-outputs golden.json --atol 1e-4",
+    "toolkit run model.onnx --trt --onnxrt --input-shapes x:[1,3,224,224]",
+)
+
+
 class RunCommand(ToolkitCommand):
     """Remembers the command line (for the final PASSED/FAILED line and runner order)."""
 
@@ -65,8 +72,11 @@ def _kind_options():
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("run", **command_kwargs(_help(), cls=RunCommand))
-    @bind(run_options.RunOptions, extra=_kind_flags(), more=_kind_options())
+    more = _kind_options()
+    declares = [run_options.RunOptions] + [m[0] for m in more]
+
+    @app.command("run", **command_kwargs(_help(), cls=RunCommand, declares=declares, examples=EXAMPLES))
+    @bind(run_options.RunOptions, extra=_kind_flags(), more=more)
     def run_command(ctx: typer.Context, **params) -> None:
         """``toolkit run`` (its help: :func:`_help`)."""
         _run(ctx, params)
@@ -89,10 +99,15 @@ def _help() -> str:
 
 
 def _run(ctx: typer.Context, params: dict) -> None:
+    from toolkit.run.plan import tolerances_of  # (numpy: loaded when the command runs, not for --help)
+
     opts = run_options.RunOptions(**values_for(run_options.RunOptions, {**params, "model": params["model"] or ""}))
     opts.kind_options = {
         k.name: k.declares(**values_for(k.declares, params, f"{k.name}_")) for k in registry.KINDS.values() if k.declares
     }
+    for kind in registry.KINDS.values():  # choice flags (--openvino-precision) become checked values here
+        if kind.declares:
+            opts = registry.check_choices(kind, opts)
     opts.ort_optimization = _ort_level(opts.ort_optimization)
     reads = [opts.model] + opts.load_inputs + opts.load_outputs
     for flag, path in (("--save-inputs", opts.save_inputs), ("--save-outputs", opts.save_outputs)):
@@ -107,6 +122,7 @@ def _run(ctx: typer.Context, params: dict) -> None:
     opts.command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
     runners = registry.runner_order(argv, {k.name: params[_selector(k)] for k in registry.KINDS.values()}) + list(params["runners"] or [])
     opts.runners, opts.fp16, opts.bf16 = _fp16_emulation(runners, opts.fp16, opts.bf16)
+    opts.tolerances = tolerances_of(opts)  # --atol, --rtol, ...: one typed value from here on
     if params["model"] is None and not _nothing_but_outputs(opts):
         return
     opts.diagnose, opts.model_type = not quiet, _model_type()

@@ -47,8 +47,8 @@ class SurgeonCommand(ToolkitCommand):
         return super().parse_args(ctx, out)
 
 
-def _kwargs():
-    return command_kwargs(cls=SurgeonCommand)
+def _kwargs(args: type, *examples: str) -> dict:
+    return command_kwargs(cls=SurgeonCommand, declares=[args, ExternalData], examples=examples)
 
 
 @dataclass
@@ -60,10 +60,10 @@ class ExternalData:
     save_external_data: bool = switch("--save-external-data", help="Save weights in a separate file beside the "
                                       "output model (automatic for models over ~1.8 GB). May be followed by the file "
                                       "name (as --external-data-path).")
-    external_data_path: Optional[str] = option("--external-data-path", help="File name for saved external weights, "
+    external_data_path: Optional[str] = option("--external-data-path", metavar="PATH", help="File name for saved external weights, "
                                                "relative to the output's folder (default: OUTPUT.data). Implies "
                                                "--save-external-data.")
-    external_data_threshold: str = option("--external-data-size-threshold", default="1024", help="With external "
+    external_data_threshold: str = option("--external-data-size-threshold", metavar="SIZE", default="1024", help="With external "
                                           "data, tensors smaller than this stay inside the model (bytes, or 4K, "
                                           "1M...).")
 
@@ -152,16 +152,18 @@ class ExtractArgs:
 
     model: str = declared(S.MODEL)
     output: str = declared(S.SURGEON_OUTPUT, required=True)
-    inputs: List[str] = option("--inputs", factory=list, help="Inputs of the subgraph as name:shape:dtype; shape and "
+    inputs: List[str] = option("--inputs", metavar="INPUTS...", factory=list, help="Inputs of the subgraph as name:shape:dtype; shape and "
                                "dtype may be 'auto' (e.g. x:auto:auto, x:[1,3,224,224]:float32). Several after one "
                                "flag. Default: the model's inputs.")
-    outputs: List[str] = option("--outputs", factory=list, help="Outputs of the subgraph as name:dtype (dtype may be "
+    outputs: List[str] = option("--outputs", metavar="NAMES...", factory=list, help="Outputs of the subgraph as name:dtype (dtype may be "
                                 "'auto', or left out). Several after one flag. Default: the model's outputs.")
     model_input_shapes: List[str] = declared(S.MODEL_INPUT_SHAPES, factory=list)
     force_fallback: bool = declared(S.FORCE_FALLBACK, default=False)
 
 
-@app.command("extract", **_kwargs())
+@app.command("extract", **_kwargs(
+    ExtractArgs, "toolkit surgeon extract model.onnx --inputs x:auto:auto --outputs y:auto -o sub.onnx",
+))
 @bind(ExtractArgs, more=_MORE)
 def extract_command(ctx: typer.Context, **params) -> None:
     """Cut the subgraph between --inputs and --outputs out of MODEL.
@@ -210,20 +212,20 @@ class SanitizeArgs:
     output: str = declared(S.SURGEON_OUTPUT, required=True)
     fold_constants: bool = switch("--fold-constants", help="Fold constant subgraphs, repeating until nothing changes. "
                                   "Nodes that read a runtime value stay (x*1 too: see --remove-noops).")
-    num_passes: Optional[int] = option("--num-passes", "--num-const-fold-passes",
+    num_passes: Optional[int] = option("--num-passes", "--num-const-fold-passes", metavar="N",
                                        help="At most this many folding passes.")
-    fold_size_threshold: Optional[str] = option("--fold-size-threshold", help="Do not fold tensors bigger than this "
+    fold_size_threshold: Optional[str] = option("--fold-size-threshold", metavar="SIZE", help="Do not fold tensors bigger than this "
                                                 "(bytes, or 16K, 4M, 1G): keep them computed at run time.")
-    partitioning: str = option("--partitioning", default="auto", help="How to fold when some node cannot be: auto "
+    partitioning: str = option("--partitioning", metavar="PARTITIONING", default="auto", help="How to fold when some node cannot be: auto "
                                "(all at once, then part by part if that fails), none, basic, recursive.")
     no_fold_shapes: bool = switch("--no-fold-shapes",
                                   help="Do not fold Shape nodes (and Shape->Gather/Slice) on known dims.")
-    override_input_shapes: List[str] = option("--override-input-shapes", "--override-inputs", factory=list,
+    override_input_shapes: List[str] = option("--override-input-shapes", "--override-inputs", metavar="NAME:SHAPE...", factory=list,
                                               help="Freeze input shapes, then re-infer every shape: name:[1,3,224,224] "
                                               "(several after one flag).")
     cleanup: bool = switch("--cleanup", help="Remove nodes and tensors that no output needs.")
     toposort: bool = switch("--toposort", help="Sort nodes topologically.")
-    outputs: List[str] = option("--outputs", factory=list, help="Make these tensors the model's outputs (several after "
+    outputs: List[str] = option("--outputs", metavar="NAMES...", factory=list, help="Make these tensors the model's outputs (several after "
                                 "one flag); 'mark all' marks every tensor a node computes.")
     no_per_pass_shape_inference: bool = switch("--no-per-pass-shape-inference",
                                                help="Infer shapes once, not again after each folding pass.")
@@ -234,7 +236,7 @@ class SanitizeArgs:
     remove_noops: bool = switch("--remove-noops", help="Remove nodes that pass their input through unchanged "
                                 "(Identity, x*1, x+0, identity Transpose, same-type Cast, whole-axis Slice...). "
                                 "--optimize does this too.")
-    upper_bounds: List[str] = option("--set-unbounded-dds-upper-bound", factory=list, help="Bound tensors that set a "
+    upper_bounds: List[str] = option("--set-unbounded-dds-upper-bound", metavar="[NAME:]N...", factory=list, help="Bound tensors that set a "
                                      "data-dependent output size (Range limits, Tile repeats...) with a Min: BOUND for "
                                      "all, TENSOR:BOUND for one (several after one flag). `toolkit inspect model "
                                      "--list-unbounded-dds` lists them.")
@@ -248,7 +250,11 @@ class SanitizeArgs:
                                "with less).")
 
 
-@app.command("sanitize", **_kwargs())
+@app.command("sanitize", **_kwargs(
+    SanitizeArgs,
+    "toolkit surgeon sanitize model.onnx --fold-constants -o folded.onnx",
+    "toolkit surgeon sanitize model.onnx --override-input-shapes x:[1,3,224,224] -o fixed.onnx",
+))
 @bind(SanitizeArgs, more=_MORE)
 def sanitize_command(ctx: typer.Context, **params) -> None:
     """Simplify MODEL: fold constants, freeze input shapes, clean up, sort.

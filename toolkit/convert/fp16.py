@@ -94,7 +94,7 @@ from toolkit.convert.placement import (
 )
 from toolkit.convert.ranges import REASON_RANGE, REASON_RANGE_BF16, risky_values, value_problem
 from toolkit.convert.repair import Repair, drop_round_trips, sort_all, toposort
-from toolkit.core.errors import LIBRARY_ERRORS, ExitCode, InputError, ToolkitError, one_line
+from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, ExitCode, InputError, ToolkitError, one_line, reraise_bug
 
 # the package's public names, importable from here (this module is its entry point)
 __all__ = [
@@ -156,7 +156,7 @@ __all__ = [
 
 # What onnxconverter-common raises on a graph it cannot convert: its asserts, the Python errors of
 # its code and ONNX's.
-CONVERTER_ERRORS = LIBRARY_ERRORS + (AssertionError, ArithmeticError, onnx.checker.ValidationError)
+CONVERTER_ERRORS = LIBRARY_ERRORS + PYTHON_ERRORS + (AssertionError, ArithmeticError, onnx.checker.ValidationError)
 
 
 @dataclass
@@ -293,6 +293,7 @@ def _library_convert(f16, model, kept: Set[str], keep_io_types: bool, low: int, 
                 check_fp16_ready=False,
             )
         except CONVERTER_ERRORS as exc:
+            reraise_bug(exc)
             node = _failing_node(exc)
             at = f" at node {node.name} ({node.op_type})" if node is not None else ""
             fix = (

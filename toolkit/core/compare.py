@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -39,6 +39,8 @@ ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
 DEFAULT_QUANTILE = 0.99
 # The values of one command-line option as given (``["1e-3", "out:1e-2"]``), or None.
 OptionValues = Optional[Sequence[str]]
+# A typed tolerance: one number for every output, or one per output name (None: the default).
+TolValue = Union[None, float, Mapping[str, float]]
 
 
 def _parse_stat(text: str) -> str:
@@ -173,6 +175,25 @@ def _parse_tol(text: str) -> float:
     return val
 
 
+def _number_tol(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"tolerances are numbers, not {type(value).__name__}")
+    return _parse_tol(value)  # type: ignore[arg-type]
+
+
+def _typed(value, parse: Callable, what: str) -> Tuple[Any, Dict[str, Any]]:
+    """(the value for every output, {name: value}) of a typed option (UsageError when malformed)."""
+    pairs = value.items() if isinstance(value, Mapping) else [(None, value)] if value is not None else []
+    out: Dict[Optional[str], Any] = {}
+    for name, v in pairs:
+        try:
+            out[name] = parse(v)
+        except (TypeError, ValueError) as exc:
+            where = f" for '{name}'" if name is not None else ""
+            raise UsageError(f"{what}{where}: {v!r}: {exc}") from None
+    return out.pop(None, None), {str(k): v for k, v in out.items()}
+
+
 @dataclass
 class Tolerances:
     """Global and per-output tolerances and error statistic."""
@@ -214,8 +235,23 @@ class Tolerances:
         gk, pk = parse_postprocess(postprocess or [])
         gi, pi = parse_named_values(index_tolerance or [], _parse_index_tol, "--index-tolerance value")
         func = _parse_compare_func(compare_func)
-        return cls(ga, gr, gs or "elemwise", pa, pr, ps, DEFAULT_QUANTILE if gq is None else gq, pq, gk, pk, func,
-                   gi or 0, pi)
+        return cls(
+            atol=ga, rtol=gr, check_error_stat=gs or "elemwise", per_atol=pa, per_rtol=pr, per_stat=ps,
+            error_quantile=DEFAULT_QUANTILE if gq is None else gq, per_quantile=pq, topk=gk, per_topk=pk,
+            compare_func=func, index_tolerance=gi or 0, per_index_tolerance=pi,
+        )
+
+    @classmethod
+    def of(
+        cls, *, atol: TolValue = None, rtol: TolValue = None,
+        check_error_stat: Union[None, str, Mapping[str, str]] = None,
+    ) -> "Tolerances":
+        """From typed values: a number (a statistic) for every output, or a mapping by output
+        name (UsageError for a negative or non-numeric tolerance or an unknown statistic)."""
+        ga, pa = _typed(atol, _number_tol, "atol")
+        gr, pr = _typed(rtol, _number_tol, "rtol")
+        gs, ps = _typed(check_error_stat, _parse_stat, "check_error_stat")
+        return cls(atol=ga, rtol=gr, check_error_stat=gs or "elemwise", per_atol=pa, per_rtol=pr, per_stat=ps)
 
     def topk_for(self, name: str) -> Optional[Tuple[int, int]]:
         return self.per_topk.get(name, self.topk)
@@ -473,18 +509,6 @@ def compare_iteration(index: int, outs_a: Mapping, outs_b: Mapping, tol: Toleran
         atol, rtol, stat = tol.for_output(name, _exact_kind(a, b))
         results.append(compare_arrays(name, a, b, atol, rtol, stat, tol.quantile_for(name)))
     return IterationComparison(index, results, only_a, only_b)
-
-
-def compare_pair(label_a: str, iters_a: Sequence[Mapping], label_b: str, iters_b: Sequence[Mapping], tol: Tolerances) -> PairComparison:
-    """Compare two result sets iteration by iteration (only the iterations both have)."""
-    notes = []
-    if len(iters_a) != len(iters_b):
-        notes.append(
-            f"{label_a} has {len(iters_a)} iteration(s) and {label_b} has {len(iters_b)}; "
-            f"comparing the first {min(len(iters_a), len(iters_b))}"
-        )
-    its = [compare_iteration(k, a, b, tol) for k, (a, b) in enumerate(zip(iters_a, iters_b))]
-    return PairComparison(label_a, label_b, its, notes)
 
 
 def check_tolerance_names(tol: Tolerances, known: Iterable[str]) -> List[str]:

@@ -35,7 +35,7 @@ from typing import ContextManager, Dict, Iterable, Iterator, List, Optional, Tup
 
 import numpy as np
 
-from toolkit.core.errors import LIBRARY_ERRORS, InputError
+from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError
 from toolkit.core.model import STDIO, atomic_output, check_readable_file, describe, read_bytes
 
 NPZ_INDEX = "__toolkit__"
@@ -43,7 +43,9 @@ NPZ_FORMAT_VERSION = 1
 
 # What numpy, zipfile and json raise reading a damaged data file (a bad header, a cut archive, a
 # huge bogus shape): the file is bad input.
-CORRUPT_DATA_ERRORS = LIBRARY_ERRORS + (EOFError, ArithmeticError, zipfile.BadZipFile, zlib.error)
+# numpy's .npy/.npz reader raises Python's errors too on a damaged header (the blocks that catch
+# these hold only numpy and json calls)
+CORRUPT_DATA_ERRORS = LIBRARY_ERRORS + PYTHON_ERRORS + (EOFError, ArithmeticError, zipfile.BadZipFile, zlib.error)
 
 
 @dataclass

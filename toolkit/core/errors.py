@@ -7,6 +7,7 @@ turns them into one ``error: ...`` line on stderr and the matching exit code.
 from __future__ import annotations
 
 import enum
+import os
 
 
 class ExitCode(enum.IntEnum):
@@ -74,8 +75,34 @@ def one_line(exc: BaseException, *, first_line: bool = False, limit: int = 0) ->
 
 
 # What a library raises for a model or value it cannot take, besides its own exception types:
-# the errors of its Python layer (a bad argument, a missing key, a file it cannot read).
-LIBRARY_ERRORS = (RuntimeError, ValueError, TypeError, KeyError, IndexError, AttributeError, OSError, MemoryError)
+# a runtime failure, a bad value, a file it cannot read, memory. Never the errors Python raises
+# for a bug (PYTHON_ERRORS): in toolkit's own code those are exit 70 with a traceback.
+LIBRARY_ERRORS = (RuntimeError, ValueError, OSError, MemoryError)
+
+# The errors Python raises for a wrong attribute, key, type or index. Some libraries raise them on a
+# graph they cannot take (onnx-graphsurgeon, onnxconverter-common, numpy's file reader): a place that
+# catches them around such a library calls :func:`reraise_bug` first, so that one raised by toolkit's
+# own code stays a bug.
+PYTHON_ERRORS = (AttributeError, KeyError, TypeError, IndexError)
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def raised_in_toolkit(exc: BaseException) -> bool:
+    """The innermost frame of ``exc``'s traceback is toolkit's own code (not a library's)."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(_PACKAGE_DIR + os.sep)
+
+
+def reraise_bug(exc: BaseException) -> None:
+    """Raise ``exc`` again when it is one of PYTHON_ERRORS raised by toolkit's own code (a bug:
+    exit 70), not by the library the caller wraps. Call it first in such an ``except`` clause."""
+    if isinstance(exc, PYTHON_ERRORS) and raised_in_toolkit(exc):
+        raise exc
 
 
 def ort_errors() -> tuple:

@@ -13,7 +13,7 @@ import sys
 import tempfile
 from typing import Iterator, Optional
 
-from toolkit.core.errors import LIBRARY_ERRORS, InputError, UsageError
+from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError, UsageError, reraise_bug
 from toolkit.core.graphs import (  # noqa: F401  (re-exported)
     all_tensors,
     copy_field,
@@ -147,7 +147,8 @@ def load_external_data_into(model, base_dir: str, path: str = "") -> None:
     check_external_files(model, base_dir, path)
     try:
         load_external_data_for_model(model, base_dir)
-    except LIBRARY_ERRORS + (ValidationError,) as exc:
+    except LIBRARY_ERRORS + PYTHON_ERRORS + (ValidationError,) as exc:  # (onnx's reader on a malformed entry)
+        reraise_bug(exc)
         raise InputError(f"{describe(path)}: cannot load external data: {exc}") from None
 
 

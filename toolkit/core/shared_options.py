@@ -14,20 +14,20 @@ MODEL = Declared(help="Path to the ONNX model, or '-' to read it from stdin.", m
 
 EXTERNAL_DATA_DIR = Declared(
     ("--external-data-dir", "--load-external-data"),
-    "Folder holding the model's external data (default: the model's folder).",
+    "Folder holding the model's external data (default: the model's folder).", metavar="PATH",
 )
 IGNORE_EXTERNAL_DATA = Declared(("--ignore-external-data",), "Do not load external weights; work on the structure only.")
-ATOL = Declared(("--atol", "--abs-tol"), "Absolute tolerance: a value for every output and/or name:value.")
-RTOL = Declared(("--rtol", "--rel-tol"), "Relative tolerance: a value for every output and/or name:value.")
+ATOL = Declared(("--atol", "--abs-tol"), "Absolute tolerance: a value for every output and/or name:value.", metavar="[NAME:]VALUE...")
+RTOL = Declared(("--rtol", "--rel-tol"), "Relative tolerance: a value for every output and/or name:value.", metavar="[NAME:]VALUE...")
 CHECK_ERROR_STAT = Declared(
     ("--check-error-stat",),
     "What to check against the tolerances: elemwise (default), max, mean, median or quantile; also per output "
-    "as name:stat.",
+    "as name:stat.", metavar="[NAME:]STAT...",
     complete=CHECK_ERROR_STATS,
 )
-SEED = Declared(("--seed",), "Seed for generated input data (reproducible).")
+SEED = Declared(("--seed",), "Seed for generated input data (reproducible).", metavar="N")
 INPUT_SHAPES = Declared(
-    ("--input-shapes", "--inputs"),
+    ("--input-shapes", "--inputs", "--model-input-shapes", "--model-inputs"),
     "Shapes for dynamic inputs: name:[1,3,640,640] (or name:1x3x640x640, no quoting needed). Several after one flag.",
     metavar="NAME:SHAPE...",
 )
@@ -43,8 +43,8 @@ DATA_LOADER_FUNC = Declared(
     metavar="FUNC",
 )
 MODEL_INPUT_SHAPES = Declared(
-    ("--model-input-shapes",),
-    "Fix the shapes of the model's dynamic inputs for shape inference: name:[1,3,224,224] ...",
+    ("--model-input-shapes", "--model-inputs", "--input-shapes"),  # (not --inputs: surgeon extract's cut)
+    "Fix the shapes of the model's dynamic inputs for shape inference: name:[1,3,224,224] ...", metavar="NAME:SHAPE...",
 )
 FORCE_FALLBACK = Declared(
     ("--force-fallback-shape-inference",),
@@ -64,4 +64,4 @@ GPUS_PER_CHECK = Declared(
 CPUS_PER_CHECK = Declared(("--cpus-per-check",), "With --cluster: CPUs each check asks Ray for (default 1).", metavar="N")
 
 # surgeon extract and surgeon sanitize
-SURGEON_OUTPUT = Declared(("-o", "--output"), "Where to write the new model ('-' for stdout). May be the input file.")
+SURGEON_OUTPUT = Declared(("-o", "--output"), "Where to write the new model ('-' for stdout). May be the input file.", metavar="PATH")

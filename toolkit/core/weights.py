@@ -23,7 +23,7 @@ from typing import Dict, Iterator, List, Tuple
 import onnx
 from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor
 
-from toolkit.core.errors import LIBRARY_ERRORS, InputError
+from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError, reraise_bug
 from toolkit.core.graphs import walk_graphs
 from toolkit.core.paths import describe
 from toolkit.core.protowire import field_header
@@ -72,7 +72,8 @@ def load_tensor(tensor, base_dir: str, path: str = "") -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             load_external_data_for_tensor(tensor, base_dir)
-    except LIBRARY_ERRORS + (onnx.checker.ValidationError,) as exc:
+    except LIBRARY_ERRORS + PYTHON_ERRORS + (onnx.checker.ValidationError,) as exc:  # (onnx's reader on a malformed entry)
+        reraise_bug(exc)
         raise InputError(f"{describe(path)}: cannot load external data of '{tensor.name}': {exc}") from None
 
 

@@ -1,12 +1,21 @@
 """``debug reduce``: shrink a failing model to a minimal failing subgraph.
 
-- :mod:`toolkit.reduce.graph`: the graph index and candidate subgraphs built from
-  slices of the model file.
-- :mod:`toolkit.reduce.strategy`: the searches (bisect, linear, the default).
-- :mod:`toolkit.reduce.check`: running the check (subprocess or warm forked worker),
-  pass/fail rules, the interactive prompt.
-- :mod:`toolkit.reduce.replay`: replay files.
-- :mod:`toolkit.reduce.session`: one run, tying them together.
+- :mod:`toolkit.reduce.graph`: the graph index and candidate subgraphs built from the
+  model file cut into serialized pieces (:mod:`~toolkit.reduce.pieces`); the shapes and dtypes of
+  their new inputs and outputs (:mod:`~toolkit.reduce.metas`).
+- :mod:`toolkit.reduce.strategy`: the searches (bisect, linear, the default);
+  :mod:`~toolkit.reduce.guide`: the guided search of ``--compare``.
+- :mod:`toolkit.reduce.check`: running the check (subprocess or warm forked worker);
+  :mod:`toolkit.reduce.verdict`: what a check's result means (pass, fail, broken, timeout, the
+  failure rules, the interactive prompt); :mod:`~toolkit.reduce.parallel`, :mod:`~toolkit.reduce.cluster`
+  and :mod:`~toolkit.reduce.ray_task`: checks in parallel and on Ray.
+- :mod:`toolkit.reduce.accuracy`: the built-in check of ``--compare``; :mod:`~toolkit.reduce.evidence`,
+  :mod:`~toolkit.reduce.faults`, :mod:`~toolkit.reduce.branches`: its evidence, ``--all-faults``,
+  If branches inlined.
+- :mod:`toolkit.reduce.replay`: replay files; :mod:`~toolkit.reduce.owner`: one run per artifact.
+- :mod:`toolkit.reduce.session`: one run, tying them together (what it is asked and answers:
+  :mod:`~toolkit.reduce.config`; loading: :mod:`~toolkit.reduce.loading`; the files around the checks:
+  :mod:`~toolkit.reduce.artifacts`).
 
 Library use::
 

@@ -385,17 +385,6 @@ def _depth_rows(tensors: Sequence[TensorError]) -> List[DepthRow]:
     return [rows[d] for d in sorted(rows)]
 
 
-def diagnose_pair(pair, iters_a: Sequence[Mapping], iters_b: Sequence[Mapping], model=None) -> Diagnosis:
-    """:func:`diagnose` for a :class:`PairComparison` (``model``: the ONNX model, or None)."""
-    topology = topology_of(model) if model is not None else None
-    return diagnose(pair_errors(pair, iters_a, iters_b), topology, pair.label_a, pair.label_b)
-
-
-def wants_diagnosis(pair, minimum: int = 3) -> bool:
-    """A comparison covers enough tensors for a layerwise diagnosis (``mark all`` and the like)."""
-    return any(len(it.outputs) >= minimum for it in pair.iterations)
-
-
 # ---------------------------------------------------------------------- text
 
 

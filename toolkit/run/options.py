@@ -40,7 +40,7 @@ class RunOptions:
         "Path to the ONNX model (or TensorRT engine), or '-' to read it from stdin.", "MODEL", required=False
     )
     providers: List[str] = _list(
-        "--providers", "--execution-providers", panel=_ORT, runner="onnxrt", spec="providers", convert=provider_list,
+        "--providers", "--execution-providers", metavar="PROVIDERS...", panel=_ORT, runner="onnxrt", spec="providers", convert=provider_list,
         complete=tuple(PROVIDER_ALIASES),
         help="ONNX-Runtime execution providers in priority order: cpu (default), cuda, trt, ... or full names "
         "such as CUDAExecutionProvider.",
@@ -53,7 +53,7 @@ class RunOptions:
     )
     seed: Optional[int] = declared(S.SEED.replace(panel=_INPUTS))
     val_range: List[str] = _list(
-        "--val-range", panel=_INPUTS,
+        "--val-range", metavar="[NAME:]RANGE...", panel=_INPUTS,
         help="Range of generated values: [lo,hi] for every input, name:[lo,hi] for one (also name:lo,hi "
         "without brackets). Integers get the integers in [lo,hi] (default [0,1]).",
     )
@@ -61,22 +61,22 @@ class RunOptions:
     iterations: Optional[int] = option("--iterations", "--iters", metavar="N", panel=_INPUTS,
                                        help="Number of inference iterations (default 1; 0 runs nothing).")
     load_inputs: List[str] = _list(
-        "--load-inputs", "--load-input-data", panel=_INPUTS,
+        "--load-inputs", "--load-input-data", metavar="PATH...", panel=_INPUTS,
         help="Inputs file(s) (JSON or .npz) to feed instead of generated data; their iterations are used in "
         "order. Files may hold more tensors than the model needs.",
     )
     save_inputs: Optional[str] = option("--save-inputs", "--save-input-data", metavar="PATH", panel=_INPUTS,
                                         help="Save the inputs fed to the model (.json or .npz).")
     load_outputs: List[str] = _list(
-        "--load-outputs", "--load-results", panel=_OUTPUTS,
+        "--load-outputs", "--load-results", metavar="PATH...", panel=_OUTPUTS,
         help="Outputs file(s) (JSON or .npz) to compare against; outputs are matched by name.",
     )
     save_outputs: Optional[str] = option("--save-outputs", "--save-results", metavar="PATH", panel=_OUTPUTS,
                                          help="Save the outputs (.json or .npz; '-' writes JSON to stdout).")
-    onnx_outputs: List[str] = _list("--onnx-outputs", panel=_ORT, runner="onnxrt",
+    onnx_outputs: List[str] = _list("--onnx-outputs", metavar="NAMES...", panel=_ORT, runner="onnxrt",
                                     help="Tensors to return instead of the model's outputs: 'mark all' or '*' "
                                     "(every output of every node of the top graph), names, or glob patterns.")
-    onnx_exclude_outputs: List[str] = _list("--onnx-exclude-outputs", panel=_ORT, runner="onnxrt",
+    onnx_exclude_outputs: List[str] = _list("--onnx-exclude-outputs", metavar="NAMES...", panel=_ORT, runner="onnxrt",
                                             help="Names or glob patterns to leave out of the outputs.")
     atol: List[str] = declared(S.ATOL.replace(panel=_OUTPUTS), factory=list)
     rtol: List[str] = declared(S.RTOL.replace(panel=_OUTPUTS), factory=list)
@@ -142,11 +142,11 @@ class RunOptions:
     external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR.replace(panel=_ORT))
     # TensorRT (used when a "trt" runner is among the runners)
     trt_outputs: List[str] = _list(
-        "--trt-outputs", panel=_TRT, runner="trt",
+        "--trt-outputs", metavar="NAMES...", panel=_TRT, runner="trt",
         help="Tensors TensorRT returns instead of the model's outputs: 'mark all' or '*' (every layer "
         "output), names, or glob patterns.",
     )
-    trt_exclude_outputs: List[str] = _list("--trt-exclude-outputs", panel=_TRT, runner="trt",
+    trt_exclude_outputs: List[str] = _list("--trt-exclude-outputs", metavar="NAMES...", panel=_TRT, runner="trt",
                                            help="Names or glob patterns to leave out of the TensorRT outputs.")
     fp16: bool = switch(
         "--fp16", panel=_TRT, runner="trt", spec="fp16",
@@ -168,19 +168,19 @@ class RunOptions:
         "--calibration-cache", metavar="PATH", panel=_TRT, runner="trt",
         help="INT8 calibration cache: read if it exists (no calibration), else written.",
     )
-    pool_limit: List[str] = _list("--pool-limit", "--memory-pool-limit", panel=_TRT, runner="trt",
+    pool_limit: List[str] = _list("--pool-limit", "--memory-pool-limit", metavar="POOL:SIZE...", panel=_TRT, runner="trt",
                                   help="TensorRT memory pool limits as pool:size, e.g. workspace:1G tactic_dram:512M.")
     # one list of "name:shape" per occurrence of the flag; occurrence k is profile k
     trt_min_shapes: List[List[str]] = _list(
-        "--trt-min-shapes", panel=_TRT, runner="trt",
+        "--trt-min-shapes", metavar="NAME:SHAPE...", panel=_TRT, runner="trt",
         help="Minimum shapes of a TensorRT profile: name:[1,3,224,224] ...; repeat the flag for more profiles.",
     )
     trt_opt_shapes: List[List[str]] = _list(
-        "--trt-opt-shapes", panel=_TRT, runner="trt",
+        "--trt-opt-shapes", metavar="NAME:SHAPE...", panel=_TRT, runner="trt",
         help="Shapes TensorRT optimizes for (and generated inputs use); repeat for more profiles.",
     )
     trt_max_shapes: List[List[str]] = _list(
-        "--trt-max-shapes", panel=_TRT, runner="trt",
+        "--trt-max-shapes", metavar="NAME:SHAPE...", panel=_TRT, runner="trt",
         help="Maximum shapes of a TensorRT profile; repeat the flag for more profiles.",
     )
     save_engine: Optional[str] = option(
@@ -195,6 +195,11 @@ class RunOptions:
     # ONNX-Runtime: emulate fp16 / bf16 storage on the CPU (runner specs onnxrt:fp16, onnxrt:bf16)
     onnxrt_fp16: bool = switch(runner="onnxrt", spec="fp16")
     onnxrt_bf16: bool = switch(runner="onnxrt", spec="bf16")
+    # The comparison options as one typed value (a toolkit.core.compare.Tolerances, e.g.
+    # Tolerances.of(atol=1e-3, rtol={"out": 1e-2})); None: parsed from atol, rtol, check_error_stat,
+    # error_quantile, postprocess, compare_func, index_tolerance and no_shape_check, their command-line
+    # spellings (the command line parses them once where it reads them: run.plan.tolerances_of).
+    tolerances: Any = None
     diagnose: bool = True  # gather tensor errors for the diagnosis of a failing many-tensor comparison
     command: str = ""  # the command line, recorded in reports
     # library use: keep every live runner's outputs in the report (memory then grows with iterations)

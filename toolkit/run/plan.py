@@ -82,7 +82,11 @@ def check_output_paths(opts: RunOptions) -> None:
             check_output_path(path)
 
 
-def _tolerances(opts: RunOptions):
+def tolerances_of(opts: RunOptions):
+    """The typed comparison options of ``opts`` (a Tolerances; None when the run compares nothing):
+    ``opts.tolerances``, else its command-line spellings parsed (UsageError when malformed)."""
+    if opts.tolerances is not None:
+        return opts.tolerances
     given = (
         opts.atol or opts.rtol or opts.check_error_stat or opts.error_quantile or opts.postprocess
         or opts.compare_func or opts.index_tolerance or opts.no_shape_check
@@ -120,7 +124,7 @@ def make_plan(opts: RunOptions, reporter: Reporter) -> RunPlan:
     """Parse and check every option, preflight every runner (raises ToolkitError subclasses)."""
     specs = [parse_runner_spec(text) for text in opts.runners]
     opts = share_onnx_outputs(opts, [s.kind for s in specs])
-    plan = RunPlan(opts, [], _tolerances(opts), parse_val_ranges(opts.val_range), parse_shape_specs(opts.input_shapes))
+    plan = RunPlan(opts, [], tolerances_of(opts), parse_val_ranges(opts.val_range), parse_shape_specs(opts.input_shapes))
     if opts.iterations is not None and opts.iterations < 0:
         raise UsageError("--iterations must be 0 or more (0 runs nothing)")
     if opts.data_loader_script and opts.load_inputs:
@@ -132,7 +136,7 @@ def make_plan(opts: RunOptions, reporter: Reporter) -> RunPlan:
     for spec in specs:  # preflight: fails now (before loading data) when a backend or device is missing
         runner_opts = spec.apply(opts)
         kind = get_kind(spec.kind)
-        planned = PlannedRunner(spec, kind, runner_opts, kind.preflight(runner_opts, reporter))
+        planned = PlannedRunner(spec, kind, runner_opts, kind.prepare(runner_opts, reporter))
         seen = sum(1 for p in plan.runners if p.spec.text == spec.text)
         if seen:
             planned.label = f"{spec.text}-{seen + 1}" if spec.options else f"{spec.text}-runner-{seen + 1}"

@@ -54,6 +54,37 @@ class RunnerOption:
     def get(self, opts: RunOptions) -> Any:
         return getattr(opts.of(self.kind) if self.kind else opts, self.field)
 
+    def check(self, value: Any) -> Any:
+        """``value`` as the option holds it, checked the one way every entry checks it (a runner
+        spec's text, a keyword of ``toolkit.api``, a flag): one of the choices (lower-cased), a
+        bool for a switch, a string converted by ``convert``. ValueError saying what it must be
+        (``one of: f32, bf16, f16``); the caller names where the value came from."""
+        if value is None:
+            return None
+        if self.choices:
+            if not isinstance(value, str) or value.lower() not in self.choices:
+                raise ValueError(f"one of: {', '.join(self.choices)}")
+            return value.lower()
+        if self.convert is not None:
+            return self.convert(value) if isinstance(value, str) else value
+        if self.spec and not isinstance(value, bool):
+            raise ValueError("a switch: True or False")
+        return value
+
+
+def check_choices(kind: "RunnerKind", opts: RunOptions) -> RunOptions:
+    """``opts`` with the values of the choice options ``kind`` declares itself checked and lower-cased;
+    UsageError for one that is not one of its choices (``--openvino-precision x``), as its flag names it."""
+    changes = {}
+    for o in kind.options:
+        if o.choices and o.flag and o.kind:
+            value = o.get(opts)
+            try:
+                changes[o] = o.check(value)
+            except ValueError as exc:
+                raise UsageError(f"{o.flag} {value}: use {exc}") from None
+    return with_values(opts, changes) if any(changes[o] != o.get(opts) for o in changes) else opts
+
 
 def with_values(opts: RunOptions, changes: Mapping[RunnerOption, Any]) -> RunOptions:
     """``opts`` with each option of ``changes`` set to its value (a kind's own options included)."""
@@ -143,6 +174,11 @@ class RunnerKind:
             for f, d in (declarations(self.declares) if self.declares else ())
         )
         return shared + own
+
+    def prepare(self, opts: RunOptions, reporter: "Reporter") -> Any:
+        """Its ``preflight``, with its choice options checked first (:func:`check_choices`: for
+        options set in code; the command line checks them where it reads them)."""
+        return self.preflight(check_choices(self, opts), reporter)
 
     def spec_options(self) -> Dict[str, RunnerOption]:
         return {o.spec: o for o in self.options if o.spec}
@@ -272,13 +308,6 @@ register(RunnerKind("onnxrt", "--onnxrt", "Run the model with ONNX-Runtime.", _o
 
 # The TensorRT-specific steps live in the backend (toolkit/backends/trt/preflight.py); they read
 # RunOptions by attribute and import nothing heavy.
-
-
-def trt_config(opts: "RunOptions"):
-    """The :class:`toolkit.backends.trt.TrtConfig` for ``opts`` (UsageError for malformed values)."""
-    from toolkit.backends.trt.preflight import config_from
-
-    return config_from(opts)
 
 
 def check_trt(opts: "RunOptions", reporter: Optional["Reporter"] = None):

@@ -77,11 +77,12 @@ def _parse_option(kind: RunnerKind, text: str, spec: str) -> tuple:
     if opt.convert is not None:
         if not eq or not value:
             raise UsageError(f"runner spec '{spec}': write {key}=VALUE")
-        return key, value
+        return key, value  # (converted where the spec is applied)
     if opt.choices:
-        if not eq or value.lower() not in opt.choices:
-            raise UsageError(f"runner spec '{spec}': write {key}=VALUE with VALUE one of: {', '.join(opt.choices)}")
-        return key, value.lower()
+        try:
+            return key, opt.check(value if eq else "")  # ("" is no choice: KEY without =VALUE)
+        except ValueError as exc:
+            raise UsageError(f"runner spec '{spec}': write {key}=VALUE with VALUE {exc}") from None
     if eq:
         raise UsageError(f"runner spec '{spec}': option '{key}' is a switch; write it without '={value}'")
     return key, True
@@ -120,7 +121,7 @@ def make_runner(
     opts = dataclasses.replace(base or RunOptions(model), model=model, runners=[spec.text])
     opts = spec.apply(opts)
     rep = reporter or Reporter()
-    config = kind.preflight(opts, rep)
+    config = kind.prepare(opts, rep)
     return kind.factory(opts, config, rep, name or (spec.text if spec.options else None))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from toolkit.core.errors import InputError, UsageError
+from toolkit.core.errors import InputError, UsageError, reraise_bug
 from toolkit.core.meta import TensorMeta, format_meta, format_spec_shape
 from toolkit.core.model import value_info_meta
 from toolkit.core.shapes import (
@@ -259,8 +259,8 @@ def _import_unused_initializer(model, name: str):
 
         if init is not None:
             return OnnxImporter.import_tensor(init)
-    except (ImportError,) + graphsurgeon_errors():  # graphsurgeon internals; fall through to the message
-        pass
+    except (ImportError,) + graphsurgeon_errors() as exc:  # graphsurgeon internals; fall through to the message
+        reraise_bug(exc)
     raise InputError(f"'{name}' is not connected to any node of the model and cannot be a subgraph output")
 
 

@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import numpy as np
 
-from toolkit.core.errors import one_line
+from toolkit.core.errors import one_line, reraise_bug
 from toolkit.core.graphs import fresh_name, walk_graphs
 from toolkit.core.model import infer_shapes, value_info_meta
 from toolkit.core.shapes import STUB_BYTES, light_copy
@@ -364,6 +364,7 @@ def _fold_once(
                         "such tensors computed at run time instead")
                 return "none" if not (bad_nodes or bad_ops) else "none, excluding failing nodes"
             except graphsurgeon_errors() as exc:  # ONNX-Runtime or graphsurgeon failed on some node
+                reraise_bug(exc)
                 names = {n.name for n in all_nodes(graph)}
                 part = _failing_part(str(exc), names - bad_nodes)
                 if part is None or (part[0] == "op" and part[1] in bad_ops):

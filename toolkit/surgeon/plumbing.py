@@ -11,7 +11,16 @@ from typing import Callable, Optional, Sequence
 import onnx
 from onnx import ValueInfoProto, helper
 
-from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError, one_line, ort_errors
+from toolkit.core.errors import (
+    PYTHON_ERRORS,
+    DependencyError,
+    InputError,
+    ToolkitError,
+    UsageError,
+    one_line,
+    ort_errors,
+    reraise_bug,
+)
 from toolkit.core.graphs import walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_to_numpy, dtype_to_onnx
 from toolkit.core.model import infer_shapes
@@ -237,12 +246,13 @@ def count_model_nodes(model) -> int:
 
 def graphsurgeon_errors() -> tuple:
     """What onnx-graphsurgeon raises on a model it cannot take: its own exception, the asserts
-    and Python errors of its code (an UnboundLocalError on some graphs), and what ONNX and
-    ONNX-Runtime (it folds with them) raise."""
+    and Python errors of its code (an UnboundLocalError on some graphs, PYTHON_ERRORS: catch them
+    with :func:`~toolkit.core.errors.reraise_bug` first), and what ONNX and ONNX-Runtime (it folds
+    with them) raise."""
     from onnx_graphsurgeon.util.exception import OnnxGraphSurgeonException
 
     onnx_own = (onnx.checker.ValidationError, onnx.shape_inference.InferenceError)
-    return (OnnxGraphSurgeonException, AssertionError, ArithmeticError, NameError) + onnx_own + ort_errors()
+    return (OnnxGraphSurgeonException, AssertionError, ArithmeticError, NameError) + onnx_own + ort_errors() + PYTHON_ERRORS
 
 
 class GraphSurgeonError(InputError):
@@ -258,6 +268,7 @@ def gs_step(what: str):
     except (ToolkitError, MemoryError):
         raise
     except graphsurgeon_errors() as exc:
+        reraise_bug(exc)
         raise GraphSurgeonError(
             f"onnx-graphsurgeon cannot {what} this model ({one_line(exc, first_line=True, limit=300)}); the model may be malformed "
             "(onnx.checker.check_model tells what is wrong)"

@@ -1,0 +1,1 @@
+"""The command line: Typer commands over the library (see docs/architecture.md)."""
