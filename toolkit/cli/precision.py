@@ -182,6 +182,11 @@ class PrecisionArgs:
                                               help="Reuse the verdicts of an earlier run (same model and runners).")
     external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
     json_out: bool = switch("--json", help='Print the result as JSON on stdout (instead of node names).')
+    reference_model: Optional[str] = option(
+        "--reference-model",
+        help="Quantized models: the float model to compare with (default: the model with every Q/DQ pair in float).",
+    )
+    qdq_weights: bool = switch("--qdq-weights", help="Quantized models: search the weight Q/DQ pairs too.")
     cluster: Optional[str] = declared(S.CLUSTER)
     gpus_per_check: Optional[float] = declared(S.GPUS_PER_CHECK)
     cpus_per_check: Optional[float] = declared(S.CPUS_PER_CHECK)
@@ -200,13 +205,23 @@ def _run(args: PrecisionArgs) -> None:
     compare = args.compare
     if compare and len(compare) != 2:
         raise UsageError("--compare takes two runner specs: the fp32 reference and the candidate, e.g. onnxrt onnxrt:fp16")
-    ref, cand = compare if compare else ("onnxrt", "onnxrt:fp16")
+    from toolkit.precision.qdq_search import quantized_file
+
+    quantized = quantized_file(args.model)
+    if not quantized and (args.reference_model or args.qdq_weights):
+        raise UsageError(f"--reference-model and --qdq-weights are for quantized models; {args.model} has no "
+                         "QuantizeLinear/DequantizeLinear")
+    ref, cand = compare if compare else (("onnxrt", "onnxrt") if quantized else ("onnxrt", "onnxrt:fp16"))
     if args.cluster is None and (args.gpus_per_check is not None or args.cpus_per_check is not None):
         raise UsageError("--gpus-per-check and --cpus-per-check need --cluster ray")
     if args.cluster is not None:
         from toolkit.reduce.cluster import parse_cluster
 
         parse_cluster(args.cluster)  # a usage error before anything runs
+    if quantized:
+        from toolkit.cli.qdq_report import run_qdq
+
+        run_qdq(args, ref, cand)
     cfg = from_params(
         PrecisionConfig,
         dataclasses.asdict(args),

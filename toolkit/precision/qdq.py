@@ -1,0 +1,353 @@
+"""Quantized (QDQ) models: their Q/DQ pairs, taking pairs back to float, and per-pair statistics.
+
+A *pair* is a ``QuantizeLinear`` whose output is read only by ``DequantizeLinear`` nodes
+(one or several), on an activation (a tensor computed at run time) or on a weight (an
+initializer). A weight stored already quantized (an integer initializer read by a
+``DequantizeLinear``, the usual output of onnxruntime's quantizer) is a *weight pair* too
+when its float values are known (from a float reference model).
+
+*Bypassing* a pair takes its tensor back to float: the readers of the DQ output read the
+tensor before the Q instead. A pair whose integer range starts at 0 (zero point at the
+type's minimum: a ``Relu`` the quantizer folded into the Q, or a tensor that is never
+negative) is replaced by a ``Relu``, so a folded ``Relu`` is not lost.
+
+Tensor names of a QDQ model are matched to the float model's by name and through the Q/DQ
+naming of onnxruntime's quantizer (``X_QuantizeLinear_Input``, ``X_DequantizeLinear_Output``,
+``X_quantized``), which ModelOpt and NNCF exports also follow by keeping the float tensor's
+name on the Q's input.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+QUANT_SUFFIXES = ("_QuantizeLinear_Input", "_DequantizeLinear_Output_1", "_DequantizeLinear_Output",
+                  "_QuantizeLinear_Output", "_quantized")
+# integer-arithmetic (QOperator) ops: read, but not searchable as pairs
+INTEGER_OPS = {"ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "DynamicQuantizeLinear",
+               "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat",
+               "QLinearAveragePool", "QLinearGlobalAveragePool", "QGemm", "QAttention", "DynamicQuantizeMatMul",
+               "MatMulIntegerToFloat"}
+_INT_RANGES = {
+    onnx.TensorProto.INT8: (-128, 127), onnx.TensorProto.UINT8: (0, 255),
+    onnx.TensorProto.INT16: (-32768, 32767), onnx.TensorProto.UINT16: (0, 65535),
+    onnx.TensorProto.INT4: (-8, 7), onnx.TensorProto.UINT4: (0, 15),
+}
+
+
+@dataclass
+class Pair:
+    """One Q/DQ pair (or a weight's DQ)."""
+
+    name: str  # the Q node's name (the DQ's for a weight stored quantized)
+    tensor: str  # the float tensor quantized (the Q's input; the float weight's name)
+    outputs: List[str]  # the DQ outputs (what the readers read)
+    dq_nodes: List[str]
+    scale: np.ndarray
+    zero_point: np.ndarray
+    qmin: int
+    qmax: int
+    axis: Optional[int] = None  # per-channel axis
+    weight: bool = False
+    q_node: Optional[str] = None  # None: a weight stored quantized (no Q)
+    float_name: Optional[str] = None  # the tensor's name in the float model, when matched
+    float_value: Optional[np.ndarray] = None  # a weight stored quantized: its float values
+
+    @property
+    def starts_at_zero(self) -> bool:
+        """The integer range starts at 0 (a folded Relu, or a tensor never negative)."""
+        return bool(np.all(self.zero_point.astype(np.int64) == self.qmin))
+
+    def bounds(self, ndim: int):
+        """(lo, hi): the float values of qmin and qmax, shaped to broadcast on a tensor of ``ndim`` dims."""
+        s = self.scale.astype(np.float64)
+        zp = self.zero_point.astype(np.float64)
+        lo, hi = (self.qmin - zp) * s, (self.qmax - zp) * s
+        return _along(lo, self.axis, ndim), _along(hi, self.axis, ndim), _along(s, self.axis, ndim)
+
+    def describe(self) -> str:
+        scale = _short(self.scale)
+        zp = _short(self.zero_point)
+        return f"{self.name} on {self.tensor} (scale {scale}, zero point {zp})"
+
+
+def _short(arr: np.ndarray) -> str:
+    flat = np.asarray(arr).ravel()
+    if flat.size == 1:
+        return f"{flat[0]:.4g}" if flat.dtype.kind == "f" else str(int(flat[0]))
+    return f"per-channel x{flat.size}"
+
+
+def _along(arr: np.ndarray, axis: Optional[int], ndim: int) -> np.ndarray:
+    if arr.ndim == 0 or arr.size == 1 or axis is None or ndim == 0:
+        return arr.reshape(()) if arr.size == 1 else arr
+    shape = [1] * ndim
+    shape[axis % ndim] = arr.size
+    return arr.reshape(shape)
+
+
+def constants(model) -> Dict[str, np.ndarray]:
+    """Initializers and Constant-node values of the top graph, by name."""
+    values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output:
+            for attr in node.attribute:
+                if attr.name == "value":
+                    values[node.output[0]] = numpy_helper.to_array(attr.t)
+    return values
+
+
+def integer_ops(model) -> List[str]:
+    """The integer-arithmetic (QOperator) op types the model holds, sorted."""
+    return sorted({n.op_type for n in model.graph.node if n.op_type in INTEGER_OPS})
+
+
+def is_quantized(model) -> bool:
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") or n.op_type in INTEGER_OPS for n in model.graph.node)
+
+
+def _int_range(node, zp: Optional[np.ndarray], values) -> tuple:
+    for attr in node.attribute:
+        if attr.name == "output_dtype" and attr.i:
+            return _INT_RANGES.get(attr.i, (0, 255))
+    if zp is None:
+        return _INT_RANGES[onnx.TensorProto.UINT8]
+    elem = helper.np_dtype_to_tensor_dtype(zp.dtype)
+    return _INT_RANGES.get(elem, (0, 255))
+
+
+def _axis(node) -> int:
+    return next((a.i for a in node.attribute if a.name == "axis"), 1)
+
+
+def find_pairs(model, *, weights: bool = False, float_weights: Optional[Mapping[str, np.ndarray]] = None,
+               float_names: Optional[Iterable[str]] = None) -> List[Pair]:
+    """The model's Q/DQ pairs in node order: activation pairs, and with ``weights`` the weight
+    pairs (a weight stored quantized only when ``float_weights`` has its float values)."""
+    values = constants(model)
+    readers: Dict[str, List] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    graph_outputs = {o.name for o in model.graph.output}
+    known = set(float_names or ())
+    pairs: List[Pair] = []
+    for node in model.graph.node:
+        if node.op_type == "QuantizeLinear":
+            pair = _q_pair(node, readers, values, graph_outputs)
+        elif node.op_type == "DequantizeLinear" and weights and node.input[0] in values:
+            pair = _stored_weight(node, values, float_weights or {})
+        else:
+            continue
+        if pair is None or (pair.weight and not weights):
+            continue
+        pair.float_name = match_name(pair.tensor, known) if known else None
+        pairs.append(pair)
+    return pairs
+
+
+def _scale_zp(node, values):
+    scale = values.get(node.input[1])
+    zp = values.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    return scale, zp
+
+
+def _q_pair(node, readers, values, graph_outputs) -> Optional[Pair]:
+    out = node.output[0]
+    dqs = readers.get(out, [])
+    if not dqs or out in graph_outputs or any(d.op_type != "DequantizeLinear" or d.input[0] != out for d in dqs):
+        return None
+    scale, zp = _scale_zp(node, values)
+    if scale is None:
+        return None
+    qmin, qmax = _int_range(node, zp, values)
+    zp = zp if zp is not None else np.zeros_like(scale, dtype=np.int64)
+    return Pair(
+        name=node.name or out, tensor=node.input[0], outputs=[d.output[0] for d in dqs],
+        dq_nodes=[d.name for d in dqs], scale=np.asarray(scale), zero_point=np.asarray(zp), qmin=qmin, qmax=qmax,
+        axis=_axis(node) if np.asarray(scale).size > 1 else None, weight=node.input[0] in values, q_node=node.name,
+    )
+
+
+def _stored_weight(node, values, float_weights) -> Optional[Pair]:
+    name = match_name(node.input[0], float_weights) or match_name(node.output[0], float_weights)
+    if name is None:
+        return None
+    scale, zp = _scale_zp(node, values)
+    if scale is None:
+        return None
+    qmin, qmax = _int_range(node, zp if zp is not None else values[node.input[0]], values)
+    zp = zp if zp is not None else np.zeros_like(scale, dtype=np.int64)
+    return Pair(
+        name=node.name or node.output[0], tensor=name, outputs=[node.output[0]], dq_nodes=[node.name],
+        scale=np.asarray(scale), zero_point=np.asarray(zp), qmin=qmin, qmax=qmax,
+        axis=_axis(node) if np.asarray(scale).size > 1 else None, weight=True, float_value=float_weights[name],
+    )
+
+
+def match_name(name: str, known) -> Optional[str]:
+    """``name`` of a QDQ model's tensor as it is called in the float model (``known`` names):
+    itself, or with a quantizer suffix removed; None when neither is known."""
+    if name in known:
+        return name
+    for suffix in QUANT_SUFFIXES:
+        if name.endswith(suffix) and name[: -len(suffix)] in known:
+            return name[: -len(suffix)]
+    return None
+
+
+def bypass(model, pairs: Sequence[Pair]):
+    """A copy of ``model`` with ``pairs`` taken back to float (see the module's docstring)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    drop_q = {p.q_node for p in pairs if p.q_node is not None}
+    by_dq = {dq: p for p in pairs for dq in p.dq_nodes}
+    nodes = []
+    for node in out.graph.node:
+        if node.op_type == "QuantizeLinear" and node.name in drop_q:
+            continue
+        pair = by_dq.get(node.name) if node.op_type == "DequantizeLinear" else None
+        if pair is None:
+            nodes.append(node)
+        elif pair.float_value is not None:  # a weight stored quantized: its float values, under the DQ's output name
+            out.graph.initializer.append(numpy_helper.from_array(pair.float_value.astype(np.float32), node.output[0]))
+        else:
+            op = "Relu" if pair.starts_at_zero else "Identity"
+            nodes.append(helper.make_node(op, [pair.tensor], [node.output[0]], name=node.name))
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
+def requantize(model, pair: Pair, scale: np.ndarray, zero_point: np.ndarray):
+    """A copy of ``model`` whose ``pair`` quantizes with ``scale`` and ``zero_point`` (new
+    initializers: a scale shared with other pairs is left to them)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    s_name, z_name = f"{pair.name}_suggested_scale", f"{pair.name}_suggested_zero_point"
+    out.graph.initializer.append(numpy_helper.from_array(np.asarray(scale, np.float32).reshape(pair.scale.shape), s_name))
+    out.graph.initializer.append(numpy_helper.from_array(
+        np.asarray(zero_point).astype(pair.zero_point.dtype).reshape(pair.zero_point.shape), z_name))
+    for node in out.graph.node:
+        if node.name == pair.q_node or (node.name in pair.dq_nodes and node.op_type == "DequantizeLinear"):
+            node.input[1] = s_name
+            if len(node.input) > 2:
+                node.input[2] = z_name
+            else:
+                node.input.append(z_name)
+    return out
+
+
+# ---------------------------------------------------------------------------------- statistics
+@dataclass
+class PairStats:
+    """What one pair's quantization does on the given inputs (every iteration together)."""
+
+    pair: Pair
+    local_sqnr: float  # dB, tensor before Q against after DQ (onnxruntime's qdq_loss_debug qdq_err)
+    local_max: float  # largest |after DQ - before Q|
+    local_steps: float  # local_max in units of the scale (0.5: rounding only)
+    clipped: float  # share of values outside the integer range (by more than half a step)
+    saturated: float  # share of values quantized to qmin or qmax
+    lo: float  # observed range of the tensor before Q
+    hi: float
+    grid_lo: float  # the range the integers cover
+    grid_hi: float
+    levels: float  # integer levels the observed range spans
+    upstream_max: Optional[float] = None  # |before Q - float model|: error arriving from upstream
+    after_max: Optional[float] = None  # |after DQ - float model|
+    xmodel_sqnr: Optional[float] = None  # dB, float model against after DQ (qdq_loss_debug xmodel_err)
+    scale_ref: float = 1.0  # the float tensor's largest |value| (errors relative to it)
+    reasons: List[str] = field(default_factory=list)
+
+    @property
+    def rounding_only(self) -> bool:
+        """One quantization step (half a step each way) is rounding, not a fault."""
+        return self.clipped == 0.0 and self.local_steps <= 0.5 + 1e-3
+
+    @property
+    def added(self) -> float:
+        """The error the pair adds, relative to the tensor's largest value."""
+        return self.local_max / self.scale_ref if self.scale_ref else self.local_max
+
+
+def sqnr(x: np.ndarray, y: np.ndarray) -> float:
+    """20 log10(|x| / |x - y|), as onnxruntime's qdq_loss_debug computes it."""
+    eps = float(np.finfo(float).eps)
+    return 20 * math.log10(max(float(np.linalg.norm(x)), eps) / max(float(np.linalg.norm(x - y)), eps))
+
+
+def pair_stats(pair: Pair, before: Sequence[np.ndarray], after: Sequence[np.ndarray],
+               reference: Optional[Sequence[np.ndarray]] = None) -> PairStats:
+    """Statistics of ``pair`` from its tensor before Q and after DQ, per iteration (and the float
+    model's tensor, when known)."""
+    xs = [np.asarray(b, np.float64) for b in before]
+    ys = [np.asarray(a, np.float64) for a in after]
+    x, y = np.concatenate([v.ravel() for v in xs]), np.concatenate([v.ravel() for v in ys])
+    clipped = saturated = 0
+    step_max = 0.0
+    for xv, yv in zip(xs, ys):
+        lo, hi, s = pair.bounds(xv.ndim)
+        clipped += int(np.count_nonzero((xv < lo - s / 2) | (xv > hi + s / 2)))
+        saturated += int(np.count_nonzero((yv <= lo + s / 4) | (yv >= hi - s / 4)))
+        step_max = max(step_max, float(np.max(np.abs(yv - xv) / s, initial=0.0)))
+    glo = float(np.min((pair.qmin - pair.zero_point.astype(np.float64)) * pair.scale))
+    ghi = float(np.max((pair.qmax - pair.zero_point.astype(np.float64)) * pair.scale))
+    lo_obs, hi_obs = (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)
+    span = min(hi_obs, ghi) - max(lo_obs, glo)
+    st = PairStats(
+        pair, sqnr(x, y), float(np.max(np.abs(y - x), initial=0.0)), step_max, clipped / max(x.size, 1),
+        saturated / max(x.size, 1), lo_obs, hi_obs, glo, ghi, max(span, 0.0) / float(np.max(pair.scale)),
+    )
+    st.scale_ref = float(np.max(np.abs(x), initial=0.0)) or 1.0
+    if reference is not None:
+        r = np.concatenate([np.asarray(v, np.float64).ravel() for v in reference])
+        if r.size == x.size:
+            st.upstream_max = float(np.max(np.abs(x - r), initial=0.0))
+            st.after_max = float(np.max(np.abs(y - r), initial=0.0))
+            st.xmodel_sqnr = sqnr(r, y)
+            st.scale_ref = float(np.max(np.abs(r), initial=0.0)) or 1.0
+    st.reasons = reasons(st)
+    return st
+
+
+COARSE_LEVELS = 16  # a tensor spanning fewer integer levels than this is coarsely quantized
+
+
+def reasons(st: PairStats) -> List[str]:
+    """Why a pair costs accuracy, in words (clipping, saturation, coarse scale, local error)."""
+    out = []
+    if st.clipped > 0:
+        out.append(f"clipping: {st.clipped:.1%} of values outside [{st.grid_lo:.4g}, {st.grid_hi:.4g}]")
+    if st.saturated > 0.01 and not st.pair.starts_at_zero:
+        out.append(f"saturation: {st.saturated:.1%} of values at the integer limits")
+    if st.levels < COARSE_LEVELS:
+        out.append(f"coarse scale: the range [{st.lo:.4g}, {st.hi:.4g}] spans {st.levels:.1f} integer levels")
+    out.append(f"local error: max {st.local_max:.3g} ({st.local_steps:.2g} steps), SQNR {st.local_sqnr:.1f} dB")
+    return out
+
+
+def suggested(pair: Pair, st: PairStats):
+    """(scale, zero point) the observed range gives (symmetric when the zero point is the
+    range's middle, as for signed activations; asymmetric otherwise)."""
+    lo, hi = min(st.lo, 0.0), max(st.hi, 0.0)
+    zp = pair.zero_point.astype(np.int64)
+    if (pair.qmin < 0 and np.all(zp == 0)) or (pair.qmin == 0 and np.all(zp == (pair.qmax + 1) // 2)):
+        scale = max(abs(lo), abs(hi)) / (pair.qmax - int(zp.ravel()[0]))
+        return np.float32(scale or 1.0), pair.zero_point.copy()
+    scale = (hi - lo) / (pair.qmax - pair.qmin) or 1.0
+    zero = int(np.clip(round(pair.qmin - lo / scale), pair.qmin, pair.qmax))
+    return np.float32(scale), np.full_like(pair.zero_point, zero)
+
+
+def needs_scale(st: PairStats) -> bool:
+    """A pair kept for clipping or a poor scale (a new scale may fix it without float)."""
+    return st.clipped > 0 or st.levels < COARSE_LEVELS
