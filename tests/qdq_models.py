@@ -8,11 +8,11 @@ from typing import Dict, List
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import helper, numpy_helper
 
 import modelzoo as mz
 
-SEQ, DIM, HEADS_DIM = 8, 32, 32
+SEQ, DIM = 8, 32
 
 
 def transformer(seed: int = 0):

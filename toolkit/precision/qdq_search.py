@@ -30,6 +30,7 @@ from toolkit.run.registry import get_kind
 
 @dataclass
 class QdqConfig(PrecisionConfig):
+    candidate: str = "onnxrt"  # the quantized model as it is
     reference_model: Optional[str] = None  # the float model; None: the QDQ model with every pair bypassed
     weights: bool = False  # search the weight pairs too
     suggest_scales: bool = True

@@ -1,0 +1,141 @@
+"""`toolkit debug precision` on quantized (QDQ) models: the fewest Q/DQ pairs to take back to float."""
+
+import json
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+import pytest
+
+import modelzoo as mz
+import qdq_models as qm
+from toolkit.core.datafiles import save_inputs
+from toolkit.precision import qdq
+from toolkit.precision.qdq_search import QdqConfig, QdqSearch
+
+PLANTED = "ctx"  # the activation whose pair gets a scale 40x too coarse
+
+
+@pytest.fixture(scope="module")
+def models(tmp_path_factory):
+    d = tmp_path_factory.mktemp("qdq")
+    float_path = mz.save(qm.transformer(), d / "float.onnx")
+    plain = qm.quantize(float_path, str(d / "plain.onnx"), qm.feeds(64, seed=1))
+    planted = qm.quantize(float_path, str(d / "planted.onnx"), qm.feeds(64, seed=1))
+    qm.coarsen(planted, PLANTED, 40.0)
+    return {"float": float_path, "plain": plain, "planted": planted, "dir": d}
+
+
+def ort_outputs(path, feeds):
+    sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    return [sess.run(None, f)[0] for f in feeds]
+
+
+def max_error(path, ref_path, feeds):
+    return max(float(np.abs(a - b).max()) for a, b in zip(ort_outputs(path, feeds), ort_outputs(ref_path, feeds)))
+
+
+def test_the_planted_pair_alone_is_taken_back_to_float(models, tmp_path, cli):
+    search_a, search_b, unseen = qm.feeds(3, seed=11), qm.feeds(3, seed=12), qm.feeds(20, seed=999)
+    plain = max_error(models["plain"], models["float"], search_a + search_b)
+    planted = max_error(models["planted"], models["float"], search_a + search_b)
+    atol = (plain * planted) ** 0.5  # between the plain QDQ error and the planted one
+    assert plain < atol < planted
+    a, b = save_inputs_file(tmp_path / "a.json", search_a), save_inputs_file(tmp_path / "b.json", search_b)
+    out = tmp_path / "fixed.onnx"
+    r = cli("debug", "precision", models["planted"], "--reference-model", models["float"], "--load-inputs", a, b,
+            "--atol", f"{atol:.4g}", "--rtol", "0", "-o", out, "--json")
+    assert r.code == 0, r.err
+    result = json.loads(r.out)
+    assert [p["tensor"] for p in result["float_pairs"]] == [PLANTED]
+    assert result["checks"] <= 40 and result["one_minimal"]
+    assert result["float_pairs"][0]["levels"] < qdq.COARSE_LEVELS  # kept for its coarse scale
+    assert any(w.startswith("coarse scale") for w in result["float_pairs"][0]["why"])
+    # the written model runs in a plain ONNX-Runtime session and passes on inputs the search never saw
+    assert max_error(out, models["float"], unseen) < atol
+    assert max_error(models["planted"], models["float"], unseen) > atol
+    names = {n.op_type for n in onnx.load(str(out)).graph.node}
+    assert "QuantizeLinear" in names  # every other pair is still quantized
+
+
+def save_inputs_file(path, feeds):
+    save_inputs(str(path), feeds)
+    return str(path)
+
+
+def test_reference_is_the_model_with_every_pair_in_float(models, tmp_path):
+    feeds_path = save_inputs_file(tmp_path / "in.json", qm.feeds(4, seed=5))
+    outcome = QdqSearch(QdqConfig(models["planted"], load_inputs=[feeds_path], atol=["1.0"], rtol=["0"])).run()
+    assert outcome.status == "found"
+    assert [outcome.stats[n].pair.tensor for n in outcome.kept] == [PLANTED]
+    suggestion = outcome.suggestions[0]
+    assert suggestion.passes  # a scale from the observed range fixes it without float
+    assert suggestion.scale < 0.1
+
+
+def test_summary_names_pair_scale_and_zero_point(models, tmp_path, cli):
+    feeds_path = save_inputs_file(tmp_path / "in.json", qm.feeds(4, seed=5))
+    r = cli("debug", "precision", models["planted"], "--load-inputs", feeds_path, "--atol", "1", "--rtol", "0")
+    assert r.code == 0, r.err
+    assert r.out.split() == ["ctx_QuantizeLinear"]
+    assert "ctx_QuantizeLinear on ctx (scale " in r.err and "zero point" in r.err
+    assert "suggested scale" in r.err and "1-minimal" in r.err
+
+
+def test_bypass_keeps_a_folded_relu(models):
+    model = onnx.load(models["plain"])
+    pairs = {p.tensor: p for p in qdq.find_pairs(model)}
+    # the quantizer folds the Relu after fc1_bias into the Q of "ha" (its range starts at 0)
+    assert "relu" not in {n.name for n in model.graph.node}
+    assert pairs["ha"].starts_at_zero and not pairs["h"].starts_at_zero
+    bypassed = qdq.bypass(model, list(pairs.values()))
+    ops = {n.name: n.op_type for n in bypassed.graph.node}
+    assert ops[pairs["ha"].dq_nodes[0]] == "Relu" and ops[pairs["h"].dq_nodes[0]] == "Identity"
+    ref = onnx.load(models["float"])
+    # with every activation pair in float, only the weights' rounding is left
+    feeds = qm.feeds(2, seed=3)
+    got = [ort.InferenceSession(bypassed.SerializeToString()).run(None, f)[0] for f in feeds]
+    want = [ort.InferenceSession(ref.SerializeToString()).run(None, f)[0] for f in feeds]
+    assert max(float(np.abs(g - w).max()) for g, w in zip(got, want)) < 0.2
+
+
+def test_weight_pairs_from_the_float_model(models, tmp_path):
+    feeds_path = save_inputs_file(tmp_path / "in.json", qm.feeds(2, seed=5))
+    cfg = QdqConfig(models["plain"], reference_model=models["float"], weights=True, load_inputs=[feeds_path],
+                    atol=["1e-4"], rtol=["0"])
+    search = QdqSearch(cfg)
+    outcome = search.run()
+    weights = [p for p in search.pairs if p.weight]
+    assert {p.tensor for p in weights} >= {"Wq", "Wk", "Wv", "Wo", "W1", "W2"}
+    # every pair in float is the float model itself
+    assert search.verdicts[search.index.full_mask]
+    assert outcome.status == "found" and outcome.one_minimal
+
+
+@pytest.mark.parametrize("name,known,expected", [
+    ("x_QuantizeLinear_Input", {"x"}, "x"), ("x_DequantizeLinear_Output", {"x"}, "x"), ("W_quantized", {"W"}, "W"),
+    ("x", {"x"}, "x"), ("y_DequantizeLinear_Output", {"x"}, None),
+])
+def test_float_names(name, known, expected):
+    assert qdq.match_name(name, known) == expected
+
+
+def test_integer_op_models_say_why_in_one_line(models, tmp_path, cli):
+    from onnxruntime.quantization import quantize_dynamic
+
+    dyn = tmp_path / "dynamic.onnx"
+    quantize_dynamic(models["float"], str(dyn))
+    before = dyn.read_bytes()
+    r = cli("debug", "precision", dyn)
+    assert r.code == 3
+    assert r.err.count("error:") == 1 and "integer ops" in r.err and "MatMulInteger" in r.err
+    assert "Traceback" not in r.err and dyn.read_bytes() == before
+
+
+def test_usage_errors(models, tmp_path, cli):
+    r = cli("debug", "precision", models["float"], "--reference-model", models["float"])
+    assert r.code == 2 and "quantized models" in r.err
+    r = cli("debug", "precision", models["planted"], "--compare", "onnxrt", "onnxrt:fp16")
+    assert r.code == 2 and "reduced precision" in r.err
+    r = cli("debug", "precision", models["planted"], "--reference-model", tmp_path / "missing.onnx")
+    assert r.code == 3 and "missing.onnx" in r.err
