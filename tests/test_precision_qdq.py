@@ -10,7 +10,7 @@ import pytest
 import modelzoo as mz
 import qdq_models as qm
 from toolkit.core.datafiles import save_inputs
-from toolkit.precision import qdq
+from toolkit.precision import qdq, qdq_stats
 from toolkit.precision.qdq_search import QdqConfig, QdqSearch
 
 PLANTED = "ctx"  # the activation whose pair gets a scale 40x too coarse
@@ -49,7 +49,7 @@ def test_the_planted_pair_alone_is_taken_back_to_float(models, tmp_path, cli):
     result = json.loads(r.out)
     assert [p["tensor"] for p in result["float_pairs"]] == [PLANTED]
     assert result["checks"] <= 40 and result["one_minimal"]
-    assert result["float_pairs"][0]["levels"] < qdq.COARSE_LEVELS  # kept for its coarse scale
+    assert result["float_pairs"][0]["levels"] < qdq_stats.COARSE_LEVELS  # kept for its coarse scale
     assert any(w.startswith("coarse scale") for w in result["float_pairs"][0]["why"])
     # the written model runs in a plain ONNX-Runtime session and passes on inputs the search never saw
     assert max_error(out, models["float"], unseen) < atol

@@ -76,7 +76,7 @@ def _summary_json(outcome, cfg, code: int) -> Dict[str, Any]:
     return {
         "status": outcome.status, "precision": "int8", "float_pairs": [_pair_json(outcome, n) for n in outcome.kept],
         "searched_pairs": outcome.candidates, "reference": outcome.reference, "integer_ops": outcome.integer_ops,
-        "checks": outcome.checks, "broken_checks": outcome.broken, "remembered": outcome.remembered,
+        "checks": outcome.checks, "scale_checks": len(outcome.suggestions), "broken_checks": outcome.broken, "remembered": outcome.remembered,
         "seconds": round(outcome.seconds, 3), "error_quantized": outcome.error_fp16,
         "error_result": outcome.error_result, "one_minimal": outcome.one_minimal,
         "output": cfg.output if outcome.output_written else None, "exit_code": code,

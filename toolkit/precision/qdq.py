@@ -1,4 +1,4 @@
-"""Quantized (QDQ) models: their Q/DQ pairs, taking pairs back to float, and per-pair statistics.
+"""Quantized (QDQ) models: their Q/DQ pairs, and taking pairs back to float (or requantizing one).
 
 A *pair* is a ``QuantizeLinear`` whose output is read only by ``DequantizeLinear`` nodes
 (one or several), on an activation (a tensor computed at run time) or on a weight (an
@@ -21,8 +21,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 import numpy as np
@@ -244,110 +243,3 @@ def requantize(model, pair: Pair, scale: np.ndarray, zero_point: np.ndarray):
             else:
                 node.input.append(z_name)
     return out
-
-
-# ---------------------------------------------------------------------------------- statistics
-@dataclass
-class PairStats:
-    """What one pair's quantization does on the given inputs (every iteration together)."""
-
-    pair: Pair
-    local_sqnr: float  # dB, tensor before Q against after DQ (onnxruntime's qdq_loss_debug qdq_err)
-    local_max: float  # largest |after DQ - before Q|
-    local_steps: float  # local_max in units of the scale (0.5: rounding only)
-    clipped: float  # share of values outside the integer range (by more than half a step)
-    saturated: float  # share of values quantized to qmin or qmax
-    lo: float  # observed range of the tensor before Q
-    hi: float
-    grid_lo: float  # the range the integers cover
-    grid_hi: float
-    levels: float  # integer levels the observed range spans
-    upstream_max: Optional[float] = None  # |before Q - float model|: error arriving from upstream
-    after_max: Optional[float] = None  # |after DQ - float model|
-    xmodel_sqnr: Optional[float] = None  # dB, float model against after DQ (qdq_loss_debug xmodel_err)
-    scale_ref: float = 1.0  # the float tensor's largest |value| (errors relative to it)
-    reasons: List[str] = field(default_factory=list)
-
-    @property
-    def rounding_only(self) -> bool:
-        """One quantization step (half a step each way) is rounding, not a fault."""
-        return self.clipped == 0.0 and self.local_steps <= 0.5 + 1e-3
-
-    @property
-    def added(self) -> float:
-        """The error the pair adds, relative to the tensor's largest value."""
-        return self.local_max / self.scale_ref if self.scale_ref else self.local_max
-
-
-def sqnr(x: np.ndarray, y: np.ndarray) -> float:
-    """20 log10(|x| / |x - y|), as onnxruntime's qdq_loss_debug computes it."""
-    eps = float(np.finfo(float).eps)
-    return 20 * math.log10(max(float(np.linalg.norm(x)), eps) / max(float(np.linalg.norm(x - y)), eps))
-
-
-def pair_stats(pair: Pair, before: Sequence[np.ndarray], after: Sequence[np.ndarray],
-               reference: Optional[Sequence[np.ndarray]] = None) -> PairStats:
-    """Statistics of ``pair`` from its tensor before Q and after DQ, per iteration (and the float
-    model's tensor, when known)."""
-    xs = [np.asarray(b, np.float64) for b in before]
-    ys = [np.asarray(a, np.float64) for a in after]
-    x, y = np.concatenate([v.ravel() for v in xs]), np.concatenate([v.ravel() for v in ys])
-    clipped = saturated = 0
-    step_max = 0.0
-    for xv, yv in zip(xs, ys):
-        lo, hi, s = pair.bounds(xv.ndim)
-        clipped += int(np.count_nonzero((xv < lo - s / 2) | (xv > hi + s / 2)))
-        saturated += int(np.count_nonzero((yv <= lo + s / 4) | (yv >= hi - s / 4)))
-        step_max = max(step_max, float(np.max(np.abs(yv - xv) / s, initial=0.0)))
-    glo = float(np.min((pair.qmin - pair.zero_point.astype(np.float64)) * pair.scale))
-    ghi = float(np.max((pair.qmax - pair.zero_point.astype(np.float64)) * pair.scale))
-    lo_obs, hi_obs = (float(x.min()), float(x.max())) if x.size else (0.0, 0.0)
-    span = min(hi_obs, ghi) - max(lo_obs, glo)
-    st = PairStats(
-        pair, sqnr(x, y), float(np.max(np.abs(y - x), initial=0.0)), step_max, clipped / max(x.size, 1),
-        saturated / max(x.size, 1), lo_obs, hi_obs, glo, ghi, max(span, 0.0) / float(np.max(pair.scale)),
-    )
-    st.scale_ref = float(np.max(np.abs(x), initial=0.0)) or 1.0
-    if reference is not None:
-        r = np.concatenate([np.asarray(v, np.float64).ravel() for v in reference])
-        if r.size == x.size:
-            st.upstream_max = float(np.max(np.abs(x - r), initial=0.0))
-            st.after_max = float(np.max(np.abs(y - r), initial=0.0))
-            st.xmodel_sqnr = sqnr(r, y)
-            st.scale_ref = float(np.max(np.abs(r), initial=0.0)) or 1.0
-    st.reasons = reasons(st)
-    return st
-
-
-COARSE_LEVELS = 16  # a tensor spanning fewer integer levels than this is coarsely quantized
-
-
-def reasons(st: PairStats) -> List[str]:
-    """Why a pair costs accuracy, in words (clipping, saturation, coarse scale, local error)."""
-    out = []
-    if st.clipped > 0:
-        out.append(f"clipping: {st.clipped:.1%} of values outside [{st.grid_lo:.4g}, {st.grid_hi:.4g}]")
-    if st.saturated > 0.01 and not st.pair.starts_at_zero:
-        out.append(f"saturation: {st.saturated:.1%} of values at the integer limits")
-    if st.levels < COARSE_LEVELS:
-        out.append(f"coarse scale: the range [{st.lo:.4g}, {st.hi:.4g}] spans {st.levels:.1f} integer levels")
-    out.append(f"local error: max {st.local_max:.3g} ({st.local_steps:.2g} steps), SQNR {st.local_sqnr:.1f} dB")
-    return out
-
-
-def suggested(pair: Pair, st: PairStats):
-    """(scale, zero point) the observed range gives (symmetric when the zero point is the
-    range's middle, as for signed activations; asymmetric otherwise)."""
-    lo, hi = min(st.lo, 0.0), max(st.hi, 0.0)
-    zp = pair.zero_point.astype(np.int64)
-    if (pair.qmin < 0 and np.all(zp == 0)) or (pair.qmin == 0 and np.all(zp == (pair.qmax + 1) // 2)):
-        scale = max(abs(lo), abs(hi)) / (pair.qmax - int(zp.ravel()[0]))
-        return np.float32(scale or 1.0), pair.zero_point.copy()
-    scale = (hi - lo) / (pair.qmax - pair.qmin) or 1.0
-    zero = int(np.clip(round(pair.qmin - lo / scale), pair.qmin, pair.qmax))
-    return np.float32(scale), np.full_like(pair.zero_point, zero)
-
-
-def needs_scale(st: PairStats) -> bool:
-    """A pair kept for clipping or a poor scale (a new scale may fix it without float)."""
-    return st.clipped > 0 or st.levels < COARSE_LEVELS

@@ -23,7 +23,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.layerwise import set_outputs
 from toolkit.core.model import load_model, save_model
-from toolkit.precision import qdq
+from toolkit.precision import qdq, qdq_stats
 from toolkit.precision.search import PrecisionConfig, PrecisionOutcome, PrecisionSearch, SetIndex, describe, run_spec
 from toolkit.run.registry import get_kind
 
@@ -47,7 +47,7 @@ class Suggestion:
 
 @dataclass
 class QdqOutcome(PrecisionOutcome):
-    stats: Dict[str, qdq.PairStats] = field(default_factory=dict)  # pair name -> its statistics
+    stats: Dict[str, qdq_stats.PairStats] = field(default_factory=dict)  # pair name -> its statistics
     pairs: List[qdq.Pair] = field(default_factory=list)
     suggestions: List[Suggestion] = field(default_factory=list)
     integer_ops: List[str] = field(default_factory=list)
@@ -171,21 +171,21 @@ class QdqSearch(PrecisionSearch):
             return [{} for _ in self.feeds]
         return marked_run(self.float_model, names, self.feeds, self.config.reference_model or "", None)
 
-    def stats(self, names: Sequence[str]) -> Dict[str, qdq.PairStats]:
+    def stats(self, names: Sequence[str]) -> Dict[str, qdq_stats.PairStats]:
         """Each pair's statistics on the search's inputs (one run of the QDQ model, one of the float one)."""
         pairs = [self.by_name[n] for n in names if not self.by_name[n].weight]
         return compute_stats(pairs, self.tensors, self.float_tensors)
 
-    def _suggest(self, kept: Sequence[str], stats: Mapping[str, qdq.PairStats]) -> List[Suggestion]:
+    def _suggest(self, kept: Sequence[str], stats: Mapping[str, qdq_stats.PairStats]) -> List[Suggestion]:
         """For each pair kept for clipping or a coarse scale: the scale its observed range gives,
         and whether requantizing it (the other pairs found still in float) passes."""
         out = []
         for name in kept:
             st = stats.get(name)
-            if st is None or not qdq.needs_scale(st):
+            if st is None or not qdq_stats.needs_scale(st):
                 continue
             pair = self.by_name[name]
-            scale, zp = qdq.suggested(pair, st)
+            scale, zp = qdq_stats.suggested(pair, st)
             others = [self.by_name[n] for n in kept if n != name]
             model = qdq.requantize(qdq.bypass(self.model, others), pair, scale, zp)
             passed, detail = self._check_model(model)
@@ -208,7 +208,7 @@ def marked_run(model, names: Sequence[str], feeds, path: str, external_data_dir:
     return run_spec(marked, "onnxrt", {"opt": "disable"}, feeds, path, external_data_dir)
 
 
-def compute_stats(pairs: Sequence[qdq.Pair], run_qdq, run_float) -> Dict[str, qdq.PairStats]:
+def compute_stats(pairs: Sequence[qdq.Pair], run_qdq, run_float) -> Dict[str, qdq_stats.PairStats]:
     """Statistics of ``pairs``: ``run_qdq(names)``/``run_float(names)`` give per-iteration tensors."""
     names = sorted({p.tensor for p in pairs} | {p.outputs[0] for p in pairs})
     got = run_qdq(names)
@@ -218,6 +218,6 @@ def compute_stats(pairs: Sequence[qdq.Pair], run_qdq, run_float) -> Dict[str, qd
         before = [g[p.tensor] for g in got]
         after = [g[p.outputs[0]] for g in got]
         floats = [r[p.float_name] for r in ref] if p.float_name and all(p.float_name in r for r in ref) else None
-        out[p.name] = qdq.pair_stats(p, before, after, floats)
+        out[p.name] = qdq_stats.pair_stats(p, before, after, floats)
     return out
 
