@@ -133,3 +133,32 @@ def summary(outcome, cfg, json_out: bool) -> int:
         for name in outcome.kept:
             echo(name)
     return code
+
+
+def _db(value) -> str:
+    return "-" if value is None else f"{value:.1f} dB"
+
+
+def table_line(rank: int, st) -> str:
+    """One pair of the local/propagated table, grep-able."""
+    verdict = "rounding" if st.rounding_only else "ADDS ERROR"
+    why = [r.split(":")[0] for r in st.reasons if not r.startswith("local error")]
+    return (
+        f"  {rank:>3} | {st.pair.tensor} | {verdict} | local SQNR {_db(st.local_sqnr)}, max {st.local_max:.3g} "
+        f"({st.local_steps:.2g} steps) | upstream SQNR {_db(st.upstream_sqnr)} | after DQ vs float "
+        f"{_db(st.xmodel_sqnr)} | clipped {st.clipped:.2%} | {st.levels:.1f} levels | scale {st.pair.scale.ravel()[0]:.4g}"
+        + (f" | {', '.join(why)}" if why else "")
+    )
+
+
+def render_table(stats, label_a: str, label_b: str, limit: int = 20) -> None:
+    """``run``'s table of where quantization adds error (stderr)."""
+    faults = sum(1 for st in stats if not st.rounding_only)
+    log(
+        f"Q/DQ pairs ({label_a} vs {label_b}): {len(stats)} pair(s), {faults} adding more than rounding; "
+        "ranked by the error each pair adds itself (local SQNR: before Q vs after DQ; upstream: before Q vs float)"
+    )
+    for rank, st in enumerate(stats[:limit], 1):
+        log(table_line(rank, st))
+    if len(stats) > limit:
+        log(f"  ... and {len(stats) - limit} more pair(s)")

@@ -6,9 +6,11 @@ integer range, saturation, and how many integer levels the tensor's range spans.
 Statistics are gathered iteration by iteration (:class:`PairAccumulator`: sums and extremes, no
 tensor kept), so a run streams as it does without them.
 
-One quantization step is rounding, not a fault: a pair whose every value is within half a step
-of its input, with nothing clipped and a range spanning enough levels, only rounds
-(:attr:`PairStats.rounding_only`).
+One quantization step is rounding, not a fault: a pair that moves no value by more than one step
+(values clipped by less than a step included), on a range spanning enough integer levels, only
+rounds (:attr:`PairStats.rounding_only`). A pair whose integer range starts at 0 (a ``Relu`` the
+quantizer folded into its Q) is measured against its input with negatives set to 0, which is
+what the float model computes (onnxruntime's qdq_loss_debug compares the raw input there).
 
 No Typer or Rich here.
 """
@@ -56,8 +58,8 @@ class PairStats:
 
     @property
     def rounding_only(self) -> bool:
-        """Half a quantization step each way, nothing clipped, a range spanning enough levels."""
-        return self.clipped == 0.0 and self.local_steps <= 0.5 + 1e-3 and self.levels >= COARSE_LEVELS
+        """No value moved by more than one quantization step, and a range spanning enough levels."""
+        return self.local_steps <= 1.0 + 1e-3 and self.levels >= COARSE_LEVELS
 
 
 class PairAccumulator:
@@ -75,6 +77,8 @@ class PairAccumulator:
         x, y = np.asarray(before, np.float64), np.asarray(after, np.float64)
         if x.shape != y.shape:
             return
+        if self.pair.starts_at_zero:  # a folded Relu (or a tensor never negative): what the float model computes
+            x = np.maximum(x, 0.0)
         lo, hi, s = self.pair.bounds(x.ndim)
         d = y - x
         self.n += x.size
