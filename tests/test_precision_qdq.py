@@ -139,3 +139,12 @@ def test_usage_errors(models, tmp_path, cli):
     assert r.code == 2 and "reduced precision" in r.err
     r = cli("debug", "precision", models["planted"], "--reference-model", tmp_path / "missing.onnx")
     assert r.code == 3 and "missing.onnx" in r.err
+
+
+def test_openvino_as_the_candidate_runner(models, tmp_path, cli):
+    pytest.importorskip("openvino")
+    feeds_path = save_inputs_file(tmp_path / "in.json", qm.feeds(2, seed=5))
+    r = cli("debug", "precision", models["planted"], "--reference-model", models["float"], "--load-inputs", feeds_path,
+            "--atol", "1", "--rtol", "0", "--compare", "onnxrt", "openvino", "--json")
+    assert r.code == 0, r.err
+    assert [p["tensor"] for p in json.loads(r.out)["float_pairs"]] == [PLANTED]
