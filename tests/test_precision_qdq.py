@@ -134,9 +134,10 @@ def test_integer_op_models_say_why_in_one_line(models, tmp_path, cli):
 
 def test_usage_errors(models, tmp_path, cli):
     r = cli("debug", "precision", models["float"], "--reference-model", models["float"])
-    assert r.code == 2 and "quantized models" in r.err
-    r = cli("debug", "precision", models["planted"], "--compare", "onnxrt", "onnxrt:fp16")
-    assert r.code == 2 and "reduced precision" in r.err
+    assert r.code == 2 and "quantized model" in r.err
+    r = cli("debug", "precision", models["planted"], "--compare", "onnxrt", "onnxrt:fp16", "--reference-model",
+            models["float"])
+    assert r.code == 2 and "fp16/bf16" in r.err
     r = cli("debug", "precision", models["planted"], "--reference-model", tmp_path / "missing.onnx")
     assert r.code == 3 and "missing.onnx" in r.err
 
@@ -148,3 +149,9 @@ def test_openvino_as_the_candidate_runner(models, tmp_path, cli):
             "--atol", "1", "--rtol", "0", "--compare", "onnxrt", "openvino", "--json")
     assert r.code == 0, r.err
     assert [p["tensor"] for p in json.loads(r.out)["float_pairs"]] == [PLANTED]
+
+
+def test_an_fp16_candidate_still_searches_nodes_of_a_quantized_model(models, cli):
+    r = cli("debug", "precision", models["planted"], "--compare", "onnxrt", "onnxrt:fp16", "--json")
+    assert r.code in (0, 1), r.err
+    assert "keep_fp32" in json.loads(r.out)

@@ -192,6 +192,15 @@ class PrecisionArgs:
     cpus_per_check: Optional[float] = declared(S.CPUS_PER_CHECK)
 
 
+def _reduced(spec: str) -> bool:
+    """Whether runner spec ``spec`` runs reduced precision (fp16/bf16)."""
+    from toolkit.run.registry import get_kind
+    from toolkit.run.specs import parse_runner_spec
+
+    parsed = parse_runner_spec(spec)
+    return bool(get_kind(parsed.kind).reduced(dict(parsed.options)))
+
+
 def register(app: typer.Typer) -> None:
     @app.command("precision", **command_kwargs(_HELP))
     @bind(PrecisionArgs)
@@ -207,10 +216,11 @@ def _run(args: PrecisionArgs) -> None:
         raise UsageError("--compare takes two runner specs: the fp32 reference and the candidate, e.g. onnxrt onnxrt:fp16")
     from toolkit.precision.qdq_search import quantized_file
 
-    quantized = quantized_file(args.model)
+    # a quantized model: its Q/DQ pairs are searched, unless the candidate asks for fp16/bf16
+    quantized = quantized_file(args.model) and not (compare and _reduced(compare[1]))
     if not quantized and (args.reference_model or args.qdq_weights):
-        raise UsageError(f"--reference-model and --qdq-weights are for quantized models; {args.model} has no "
-                         "QuantizeLinear/DequantizeLinear")
+        raise UsageError(f"--reference-model and --qdq-weights search the Q/DQ pairs of a quantized model; {args.model} "
+                         "has none, or --compare asks for an fp16/bf16 search")
     ref, cand = compare if compare else (("onnxrt", "onnxrt") if quantized else ("onnxrt", "onnxrt:fp16"))
     if args.cluster is None and (args.gpus_per_check is not None or args.cpus_per_check is not None):
         raise UsageError("--gpus-per-check and --cpus-per-check need --cluster ray")
