@@ -94,3 +94,26 @@ def coarsen(qdq_path: str, tensor: str, factor: float = 40.0) -> str:
         inits[name].CopyFrom(numpy_helper.from_array(arr.astype(np.float32), name))
     onnx.save(model, qdq_path)
     return q.input[1]
+
+
+def clip_mlp(seed: int = 0):
+    """x[4,16] -> MatMul -> Clip(0, 0.3) -> MatMul -> y[4,8]: the quantizer folds the Clip into a Q."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), "W1"),
+        numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "W2"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+        numpy_helper.from_array(np.array(0.3, np.float32), "hi"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["a"], name="fc1"),
+        helper.make_node("Clip", ["a", "lo", "hi"], ["c"], name="clip"),
+        helper.make_node("MatMul", ["c", "W2"], ["y"], name="fc2"),
+    ]
+    graph = helper.make_graph(nodes, "clip_mlp", [mz.vi("x", [4, 16])], [mz.vi("y", [4, 8])], inits)
+    return mz.make_model(graph, opset=17)
+
+
+def mlp_feeds(count: int, seed: int = 7) -> List[Dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((4, 16)).astype(np.float32)} for _ in range(count)]

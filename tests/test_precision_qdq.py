@@ -155,3 +155,24 @@ def test_an_fp16_candidate_still_searches_nodes_of_a_quantized_model(models, cli
     r = cli("debug", "precision", models["planted"], "--compare", "onnxrt", "onnxrt:fp16", "--json")
     assert r.code in (0, 1), r.err
     assert "keep_fp32" in json.loads(r.out)
+
+
+def _run(model, feed):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+
+
+def test_every_pair_in_float_is_the_float_model_with_a_folded_clip(tmp_path):
+    float_model = qm.clip_mlp()
+    float_path = mz.save(float_model, tmp_path / "mlp.onnx")
+    q_path = qm.quantize(float_path, str(tmp_path / "mlp_qdq.onnx"), qm.mlp_feeds(16))
+    model = onnx.load(q_path)
+    assert "Clip" not in {n.op_type for n in model.graph.node}  # folded into the Q of "c"
+    pairs = qdq.find_pairs(model, weights=True, float_model=float_model)
+    clip = next(p for p in pairs if p.tensor == "c")
+    assert clip.folded == pytest.approx((0.0, 0.3))
+    feed = qm.mlp_feeds(1, seed=99)[0]
+    np.testing.assert_array_equal(_run(qdq.bypass(model, pairs), feed), _run(float_model, feed))
+    # the statistics compare the pair with its input clamped as the float model clamps it
+    before = [np.clip(feed["x"] @ qdq.constants(float_model)["W1"], -5, 5)]
+    st = qdq_stats.pair_stats(clip, before, [np.clip(before[0], 0, 0.3)])
+    assert st.local_max == pytest.approx(0.0, abs=1e-6)

@@ -7,9 +7,12 @@ initializer). A weight stored already quantized (an integer initializer read by 
 when its float values are known (from a float reference model).
 
 *Bypassing* a pair takes its tensor back to float: the readers of the DQ output read the
-tensor before the Q instead. A pair whose integer range starts at 0 (zero point at the
-type's minimum: a ``Relu`` the quantizer folded into the Q, or a tensor that is never
-negative) is replaced by a ``Relu``, so a folded ``Relu`` is not lost.
+tensor before the Q instead. Quantizers fold a ``Relu`` or ``Clip`` into the Q's range (the
+node is gone; the Q reads its input). With the float model at hand, a tensor the float model
+computes with a ``Relu``/``Clip`` the quantized model lacks gets that node back when bypassed
+(a ``Clip`` with the float model's bounds). Without it, a pair whose integer range starts at 0
+(zero point at the type's minimum: a folded ``Relu``, or a tensor never negative) gets a
+``Relu``; a folded ``Clip``'s upper bound is then not known and not kept.
 
 Tensor names of a QDQ model are matched to the float model's by name and through the Q/DQ
 naming of onnxruntime's quantizer (``X_QuantizeLinear_Input``, ``X_DequantizeLinear_Output``,
@@ -21,8 +24,10 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -59,6 +64,15 @@ class Pair:
     q_node: Optional[str] = None  # None: a weight stored quantized (no Q)
     float_name: Optional[str] = None  # the tensor's name in the float model, when matched
     float_value: Optional[np.ndarray] = None  # a weight stored quantized: its float values
+    # (lo, hi) of an activation the quantizer folded into the Q (a Relu, a Clip): kept when bypassed
+    folded: Optional[Tuple[float, float]] = None
+
+    def clamp(self) -> Optional[Tuple[float, float]]:
+        """What a bypass keeps of the Q's range: the folded activation's bounds, or (0, inf) for
+        a range starting at 0 when nothing else is known; None: nothing."""
+        if self.folded is not None:
+            return self.folded
+        return (0.0, math.inf) if self.starts_at_zero and not self.weight else None
 
     @property
     def starts_at_zero(self) -> bool:
@@ -127,30 +141,61 @@ def _axis(node) -> int:
     return next((a.i for a in node.attribute if a.name == "axis"), 1)
 
 
-def find_pairs(model, *, weights: bool = False, float_weights: Optional[Mapping[str, np.ndarray]] = None,
-               float_names: Optional[Iterable[str]] = None) -> List[Pair]:
+def find_pairs(model, *, weights: bool = False, float_model=None) -> List[Pair]:
     """The model's Q/DQ pairs in node order: activation pairs, and with ``weights`` the weight
-    pairs (a weight stored quantized only when ``float_weights`` has its float values)."""
+    pairs (a weight stored quantized only when ``float_model`` has its float values)."""
     values = constants(model)
     readers: Dict[str, List] = {}
     for node in model.graph.node:
         for name in node.input:
             readers.setdefault(name, []).append(node)
     graph_outputs = {o.name for o in model.graph.output}
-    known = set(float_names or ())
+    ref = FloatModel(float_model) if float_model is not None else None
     pairs: List[Pair] = []
     for node in model.graph.node:
         if node.op_type == "QuantizeLinear":
             pair = _q_pair(node, readers, values, graph_outputs)
-        elif node.op_type == "DequantizeLinear" and weights and node.input[0] in values:
-            pair = _stored_weight(node, values, float_weights or {})
+        elif node.op_type == "DequantizeLinear" and weights and ref is not None and node.input[0] in values:
+            pair = _stored_weight(node, values, ref.weights)
         else:
             continue
         if pair is None or (pair.weight and not weights):
             continue
-        pair.float_name = match_name(pair.tensor, known) if known else None
+        if ref is not None:
+            pair.float_name = match_name(pair.tensor, ref.names)
+            pair.folded = ref.folded(pair.tensor, model)
         pairs.append(pair)
     return pairs
+
+
+class FloatModel:
+    """What the pairs need of the float model: tensor names, weights, folded activations."""
+
+    def __init__(self, model):
+        self.weights = constants(model)
+        self.producer = {o: n for n in model.graph.node for o in n.output}
+        self.names = set(self.producer) | {i.name for i in model.graph.input} | set(self.weights)
+        self._qdq_producers: Optional[Dict[str, str]] = None
+
+    def folded(self, tensor: str, qdq_model) -> Optional[Tuple[float, float]]:
+        """(lo, hi) when the float model computes ``tensor`` with a Relu or Clip that the quantized
+        model no longer has (the quantizer folded it into the Q's range)."""
+        node = self.producer.get(tensor)
+        if node is None or node.op_type not in ("Relu", "Clip"):
+            return None
+        if self._qdq_producers is None:
+            self._qdq_producers = {o: n.op_type for n in qdq_model.graph.node for o in n.output}
+        if self._qdq_producers.get(tensor) == node.op_type:
+            return None
+        if node.op_type == "Relu":
+            return (0.0, math.inf)
+        attrs = {a.name: a.f for a in node.attribute}
+        lo, hi = attrs.get("min", -math.inf), attrs.get("max", math.inf)
+        for k, name in ((1, "min"), (2, "max")):
+            if len(node.input) > k and node.input[k] in self.weights:
+                value = float(np.asarray(self.weights[node.input[k]]).ravel()[0])
+                lo, hi = (value, hi) if name == "min" else (lo, value)
+        return (float(lo), float(hi))
 
 
 def _scale_zp(node, values):
@@ -219,11 +264,27 @@ def bypass(model, pairs: Sequence[Pair]):
         elif pair.float_value is not None:  # a weight stored quantized: its float values, under the DQ's output name
             out.graph.initializer.append(numpy_helper.from_array(pair.float_value.astype(np.float32), node.output[0]))
         else:
-            op = "Relu" if pair.starts_at_zero else "Identity"
-            nodes.append(helper.make_node(op, [pair.tensor], [node.output[0]], name=node.name))
+            nodes.extend(_float_path(out, pair, node))
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     return out
+
+
+def _float_path(model, pair: Pair, dq) -> List:
+    """The node(s) replacing ``dq`` of a bypassed pair: Identity, or the folded activation."""
+    clamp = pair.clamp()
+    if clamp is None:
+        return [helper.make_node("Identity", [pair.tensor], [dq.output[0]], name=dq.name)]
+    lo, hi = clamp
+    if lo == 0.0 and hi == math.inf:
+        return [helper.make_node("Relu", [pair.tensor], [dq.output[0]], name=dq.name)]
+    names = []
+    for what, value in (("min", lo), ("max", hi)):
+        name = f"{dq.name}_float_{what}"
+        if math.isfinite(value):
+            model.graph.initializer.append(numpy_helper.from_array(np.array(value, np.float32), name))
+        names.append(name if math.isfinite(value) else "")
+    return [helper.make_node("Clip", [pair.tensor, *names], [dq.output[0]], name=dq.name)]
 
 
 def requantize(model, pair: Pair, scale: np.ndarray, zero_point: np.ndarray):

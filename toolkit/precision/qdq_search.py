@@ -86,8 +86,7 @@ class QdqSearch(PrecisionSearch):
         c = self.config
         self.model = load_model(c.model, external_data_dir=c.external_data_dir)
         self.float_model = load_model(c.reference_model) if c.reference_model else None
-        float_names, float_weights = self._float_names()
-        self.pairs = qdq.find_pairs(self.model, weights=c.weights, float_weights=float_weights, float_names=float_names)
+        self.pairs = qdq.find_pairs(self.model, weights=c.weights, float_model=self.float_model)
         self.integer_ops = qdq.integer_ops(self.model)
         if not self.pairs:
             raise InputError(self._no_pairs())
@@ -100,14 +99,6 @@ class QdqSearch(PrecisionSearch):
         self.index = SetIndex(len(self.universe))
         self._model_id = self._structure_id()
         self.depth = 1
-
-    def _float_names(self):
-        if self.float_model is None:
-            return None, None
-        g = self.float_model.graph
-        names = {i.name for i in g.input} | {o for n in g.node for o in n.output}
-        weights = qdq.constants(self.float_model)
-        return names | set(weights), weights
 
     def _no_pairs(self) -> str:
         c = self.config

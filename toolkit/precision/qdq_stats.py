@@ -8,9 +8,10 @@ tensor kept), so a run streams as it does without them.
 
 One quantization step is rounding, not a fault: a pair that moves no value by more than one step
 (values clipped by less than a step included), on a range spanning enough integer levels, only
-rounds (:attr:`PairStats.rounding_only`). A pair whose integer range starts at 0 (a ``Relu`` the
-quantizer folded into its Q) is measured against its input with negatives set to 0, which is
-what the float model computes (onnxruntime's qdq_loss_debug compares the raw input there).
+rounds (:attr:`PairStats.rounding_only`). A pair that carries a ``Relu`` or ``Clip`` the quantizer
+folded into its Q (:meth:`toolkit.precision.qdq.Pair.clamp`) is measured against its input
+clamped the same way, which is what the float model computes (onnxruntime's qdq_loss_debug
+compares the raw input there).
 
 No Typer or Rich here.
 """
@@ -77,8 +78,9 @@ class PairAccumulator:
         x, y = np.asarray(before, np.float64), np.asarray(after, np.float64)
         if x.shape != y.shape:
             return
-        if self.pair.starts_at_zero:  # a folded Relu (or a tensor never negative): what the float model computes
-            x = np.maximum(x, 0.0)
+        clamp = self.pair.clamp()
+        if clamp is not None:  # a folded Relu/Clip (or a tensor never negative): what the float model computes
+            x = np.clip(x, clamp[0], clamp[1])
         lo, hi, s = self.pair.bounds(x.ndim)
         d = y - x
         self.n += x.size
