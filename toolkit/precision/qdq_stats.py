@@ -75,32 +75,36 @@ class PairAccumulator:
         self.with_reference = True
 
     def add(self, before, after, reference=None) -> None:
-        x, y = np.asarray(before, np.float64), np.asarray(after, np.float64)
-        if x.shape != y.shape:
+        x, y = _flat(before), _flat(after)
+        if x.shape != y.shape or not x.size:
             return
+        shape = np.shape(before)
         clamp = self.pair.clamp()
         if clamp is not None:  # a folded Relu/Clip (or a tensor never negative): what the float model computes
             x = np.clip(x, clamp[0], clamp[1])
-        lo, hi, s = self.pair.bounds(x.ndim)
+        lo, hi, s = self.pair.bounds(len(shape))
+        if np.ndim(s):  # per channel: every element's own bounds
+            lo, hi, s = (np.broadcast_to(v, shape).ravel() for v in (lo, hi, s))
         d = y - x
+        ad = np.abs(d)
         self.n += x.size
-        self.x_sq += float(np.sum(x * x))
-        self.local_sq += float(np.sum(d * d))
-        self.local_max = max(self.local_max, float(np.max(np.abs(d), initial=0.0)))
-        self.steps = max(self.steps, float(np.max(np.abs(d) / s, initial=0.0)))
-        self.clipped += int(np.count_nonzero((x < lo - s / 2) | (x > hi + s / 2)))
-        self.saturated += int(np.count_nonzero((y <= lo + s / 4) | (y >= hi - s / 4)))
-        if x.size:
-            self.lo, self.hi = min(self.lo, float(x.min())), max(self.hi, float(x.max()))
-        r = None if reference is None else np.asarray(reference, np.float64)
+        self.x_sq += _dot(x, x)
+        self.local_sq += _dot(d, d)
+        self.local_max = max(self.local_max, float(ad.max()))
+        self.steps = max(self.steps, float((ad / s).max()) if np.ndim(s) else float(ad.max()) / float(s))
+        self.clipped += int(np.count_nonzero(x < lo - s / 2)) + int(np.count_nonzero(x > hi + s / 2))
+        self.saturated += int(np.count_nonzero(y <= lo + s / 4)) + int(np.count_nonzero(y >= hi - s / 4))
+        self.lo, self.hi = min(self.lo, float(x.min())), max(self.hi, float(x.max()))
+        r = None if reference is None else _flat(reference)
         if r is None or r.shape != x.shape:
             self.with_reference = False
             return
-        self.r_sq += float(np.sum(r * r))
-        self.up_sq += float(np.sum((r - x) ** 2))
-        self.after_sq += float(np.sum((r - y) ** 2))
-        self.up_max = max(self.up_max, float(np.max(np.abs(r - x), initial=0.0)))
-        self.after_max = max(self.after_max, float(np.max(np.abs(r - y), initial=0.0)))
+        up, after_d = r - x, r - y
+        self.r_sq += _dot(r, r)
+        self.up_sq += _dot(up, up)
+        self.after_sq += _dot(after_d, after_d)
+        self.up_max = max(self.up_max, float(np.abs(up).max()))
+        self.after_max = max(self.after_max, float(np.abs(after_d).max()))
 
     def finish(self) -> PairStats:
         p = self.pair
@@ -117,6 +121,16 @@ class PairAccumulator:
             st.xmodel_sqnr, st.after_max = sqnr_db(self.r_sq, self.after_sq), self.after_max
         st.reasons = reasons(st)
         return st
+
+
+def _flat(arr) -> np.ndarray:
+    a = np.asarray(arr)
+    return (a if a.dtype == np.float32 or a.dtype == np.float64 else a.astype(np.float32)).reshape(-1)
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Sum of products, accumulated in float64 (a float32 BLAS dot loses digits on large tensors)."""
+    return float(np.dot(a.astype(np.float64, copy=False), b.astype(np.float64, copy=False)))
 
 
 def pair_stats(pair: Pair, before: Sequence, after: Sequence, reference: Optional[Sequence] = None) -> PairStats:
