@@ -107,8 +107,12 @@ def summary(outcome, cfg, json_out: bool) -> int:
     if outcome.status == S.STATUS_NONE_NEEDED:
         log(f"The quantized model passes as it is ({outcome.error_fp16}); no pair needs float ({stats}).")
     elif outcome.status == S.STATUS_FAILS_FP32:
-        log(f"The comparison fails even with every pair in float ({outcome.error_result}): the difference is not "
-            f"the quantization's. Loosen the tolerances or check the reference ({stats}).")
+        weights = sum(1 for p in outcome.pairs if p.weight)
+        what = ("the difference is not the quantization's" if weights or not outcome.quantized_weights else
+                f"what is left is the {outcome.quantized_weights} quantized weight(s): search them too with "
+                "--qdq-weights" + ("" if cfg.reference_model else " and --reference-model FLOAT_MODEL"))
+        log(f"The comparison fails even with every pair in float ({outcome.error_result}): {what}. Loosen the "
+            f"tolerances or check the reference ({stats}).")
         code = int(ExitCode.FAILED)
     elif outcome.status == S.STATUS_INTERRUPTED:
         state.interrupt_reported = True
@@ -141,12 +145,14 @@ def _db(value) -> str:
 
 def table_line(rank: int, st) -> str:
     """One pair of the local/propagated table, grep-able."""
+    from toolkit.precision.qdq_stats import percent
+
     verdict = "rounding" if st.rounding_only else "ADDS ERROR"
     why = [r.split(":")[0] for r in st.reasons if not r.startswith("local error")]
     return (
         f"  {rank:>3} | {st.pair.tensor} | {verdict} | local SQNR {_db(st.local_sqnr)}, max {st.local_max:.3g} "
         f"({st.local_steps:.2g} steps) | upstream SQNR {_db(st.upstream_sqnr)} | after DQ vs float "
-        f"{_db(st.xmodel_sqnr)} | clipped {st.clipped:.2%} | {st.levels:.1f} levels | scale {st.pair.scale.ravel()[0]:.4g}"
+        f"{_db(st.xmodel_sqnr)} | clipped {percent(st.clipped)} | {st.levels:.1f} levels | scale {st.pair.scale.ravel()[0]:.4g}"
         + (f" | {', '.join(why)}" if why else "")
     )
 

@@ -52,6 +52,7 @@ class QdqOutcome(PrecisionOutcome):
     suggestions: List[Suggestion] = field(default_factory=list)
     integer_ops: List[str] = field(default_factory=list)
     reference: str = ""
+    quantized_weights: int = 0  # weights read through a DequantizeLinear (not searched without --qdq-weights)
 
 
 def quantized_file(path: str) -> bool:
@@ -144,6 +145,9 @@ class QdqSearch(PrecisionSearch):
         result.precision = "int8"
         result.pairs = self.pairs
         result.integer_ops = self.integer_ops
+        values = qdq.constants(self.model)
+        result.quantized_weights = sum(1 for n in self.model.graph.node
+                                       if n.op_type == "DequantizeLinear" and n.input[0] in values)
         result.reference = self.config.reference_model or "the model with every pair in float"
         if out.status in ("found", "interrupted") and out.kept:
             result.stats = self.stats(out.kept)

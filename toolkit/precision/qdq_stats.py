@@ -142,13 +142,18 @@ def pair_stats(pair: Pair, before: Sequence, after: Sequence, reference: Optiona
     return acc.finish()
 
 
+def percent(share: float) -> str:
+    """A share as a percentage with two significant digits (0.004%, 12%)."""
+    return f"{100 * share:.2g}%"
+
+
 def reasons(st: PairStats) -> List[str]:
     """Why a pair costs accuracy, in words (clipping, saturation, coarse scale, local error)."""
     out = []
     if st.clipped > 0:
-        out.append(f"clipping: {st.clipped:.1%} of values outside [{st.grid_lo:.4g}, {st.grid_hi:.4g}]")
+        out.append(f"clipping: {percent(st.clipped)} of values outside [{st.grid_lo:.4g}, {st.grid_hi:.4g}]")
     if st.saturated > 0.01 and not st.pair.starts_at_zero:
-        out.append(f"saturation: {st.saturated:.1%} of values at the integer limits")
+        out.append(f"saturation: {percent(st.saturated)} of values at the integer limits")
     if st.levels < COARSE_LEVELS:
         out.append(f"coarse scale: the range [{st.lo:.4g}, {st.hi:.4g}] spans {st.levels:.1f} integer levels")
     out.append(f"local error: max {st.local_max:.3g} ({st.local_steps:.2g} steps), SQNR {st.local_sqnr:.1f} dB")
