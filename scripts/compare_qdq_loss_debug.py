@@ -7,9 +7,11 @@ Both run on the same inputs (uniform in [0, 1], seed 0, saved to --inputs):
 - onnxruntime: ``modify_model_output_intermediate_tensors`` and ``collect_activations`` on the
   QDQ model and on the float model, ``create_activation_matching``, ``compute_activation_error``
   (``qdq_err``: before Q vs after DQ; ``xmodel_err``: float vs after DQ; both SQNR in dB);
-- toolkit: ``toolkit run FLOAT --onnx-outputs mark all --save-outputs G`` then ``toolkit run QDQ
+- toolkit: ``toolkit run FLOAT --onnx-outputs mark all --save-outputs G.npz`` then ``toolkit run QDQ
   --onnx-outputs mark all --load-outputs G`` (the table of ``run``), each a fresh process; the
-  numbers compared come from the same code (``toolkit.precision.qdq_stats``) on the same tensors.
+  numbers compared come from the same code (``toolkit.precision.qdq_stats``) on the same tensors,
+  run in this process (both models with the pairs' tensors marked, ONNX-Runtime optimizations off,
+  as ``debug precision`` gathers them; timed too).
 
 Prints, per pair, both local errors and the largest difference, and the wall time of each
 workflow. A pair carrying a ``Relu``/``Clip`` the quantizer folded into its Q is measured by toolkit
@@ -21,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import resource
 import subprocess
 import sys
 import tempfile
@@ -51,18 +55,19 @@ class Reader:
 def ort_errors(qdq_path, float_path, feeds, work):
     from onnxruntime.quantization import qdq_loss_debug as d
 
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     d.modify_model_output_intermediate_tensors(qdq_path, os.path.join(work, "q_aug.onnx"))
     d.modify_model_output_intermediate_tensors(float_path, os.path.join(work, "f_aug.onnx"))
     q_acts = d.collect_activations(os.path.join(work, "q_aug.onnx"), Reader(feeds))
     f_acts = d.collect_activations(os.path.join(work, "f_aug.onnx"), Reader(feeds))
     matched = d.create_activation_matching(q_acts, f_acts)
     errors = d.compute_activation_error(matched)
-    return errors, time.perf_counter() - t0
+    return errors, time.perf_counter() - t0, time.process_time() - c0
 
 
 def toolkit_times(qdq_path, float_path, inputs, work):
-    golden = os.path.join(work, "golden.json")
+    golden = os.path.join(work, "golden.npz")
+    c0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     base = [sys.executable, "-m", "toolkit", "run"]
     subprocess.run(base + [float_path, "--onnxrt", "--onnx-outputs", "mark", "all", "--load-inputs", inputs,
@@ -70,8 +75,11 @@ def toolkit_times(qdq_path, float_path, inputs, work):
     proc = subprocess.run(base + [qdq_path, "--onnxrt", "--onnx-outputs", "mark", "all", "--load-inputs", inputs,
                                   "--load-outputs", golden, "--atol", "0", "--rtol", "0"], capture_output=True, text=True)
     seconds = time.perf_counter() - t0
-    rows = [line for line in proc.stderr.splitlines() if " | rounding | " in line or " | ADDS ERROR | " in line]
-    return seconds, rows
+    c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (c1.ru_utime + c1.ru_stime) - (c0.ru_utime + c0.ru_stime)
+    header = next((line for line in proc.stderr.splitlines() if line.startswith("Q/DQ pairs")), "")
+    found = re.search(r": (\d+) pair\(s\)", header)
+    return seconds, cpu, int(found.group(1)) if found else 0
 
 
 def ort_key(pair) -> str:
@@ -110,9 +118,11 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as work:
         inputs = args.inputs or os.path.join(work, "inputs.json")
         save_inputs(inputs, feeds)
-        errors, ort_seconds = ort_errors(args.qdq_model, args.float_model, feeds, work)
-        tk_seconds, rows = toolkit_times(args.qdq_model, args.float_model, inputs, work)
+        errors, ort_seconds, ort_cpu = ort_errors(args.qdq_model, args.float_model, feeds, work)
+        tk_seconds, tk_cpu, rows = toolkit_times(args.qdq_model, args.float_model, inputs, work)
+    t0, c0 = time.perf_counter(), time.process_time()
     stats = ours(args.qdq_model, args.float_model, feeds)
+    lib_seconds, lib_cpu = time.perf_counter() - t0, time.process_time() - c0
     worst, worst_x, clamped, bad = 0.0, 0.0, 0, []
     for key, err in sorted(errors.items()):
         st = stats.get(key)
@@ -128,11 +138,13 @@ def main(argv=None) -> int:
         if "xmodel_err" in err and st.xmodel_sqnr is not None:
             worst_x = max(worst_x, abs(st.xmodel_sqnr - err["xmodel_err"]))
     compared = len([k for k in errors if k in stats])
-    print(f"pairs compared: {compared} (qdq_loss_debug: {len(errors)}, toolkit run table rows: {len(rows)})")
+    print(f"pairs compared: {compared} (qdq_loss_debug: {len(errors)}, pairs in toolkit run's table: {rows})")
     print(f"largest |difference| of local SQNR (qdq_err): {worst:.2e} dB; of float-vs-after-DQ SQNR (xmodel_err): "
           f"{worst_x:.2e} dB")
     print(f"pairs measured against a folded Relu/Clip's clamped input (differ by design): {clamped}")
-    print(f"wall time: qdq_loss_debug {ort_seconds:.2f} s; toolkit run x2 (two fresh processes) {tk_seconds:.2f} s")
+    print(f"wall time (CPU time): qdq_loss_debug {ort_seconds:.2f} s ({ort_cpu:.2f} s); toolkit run x2 (two fresh "
+          f"processes) {tk_seconds:.2f} s ({tk_cpu:.2f} s); toolkit in process (the statistics debug precision "
+          f"prints) {lib_seconds:.2f} s ({lib_cpu:.2f} s)")
     if bad:
         print("differ: " + ", ".join(bad))
     return 1 if bad else 0
