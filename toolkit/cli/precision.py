@@ -39,6 +39,12 @@ No node is kept in fp32 for rounding alone: a check whose outputs are off by no 
 fp16 (bf16) storage rounds through the graph's depth counts as passing (docs/noise.md); when
 the result passes only that way, the log says which --atol would pass (status "rounding").
 
+On a quantized model (QDQ), it finds the fewest Q/DQ pairs to take back to float instead (the
+tensor skips Q and DQ): reference --reference-model FLOAT_MODEL, or the model with every pair in
+float; --compare defaults to onnxrt onnxrt; -o gets the model with those pairs in float; the log
+says why each pair costs accuracy (clipping, saturation, a coarse scale) and whether the scale its
+observed range gives passes (docs/quantization.md).
+
 Exit codes: 0 found (or nothing needs fp32, or what remains is rounding); 1 the comparison fails even with every node
 in fp32; 2 usage error; 3 bad input; 130 interrupted (the smallest passing set found so far
 is printed and written to -o).

@@ -177,8 +177,8 @@ class QdqSearch(PrecisionSearch):
         out = []
         for name in kept:
             st = stats.get(name)
-            if st is None or not qdq_stats.needs_scale(st):
-                continue
+            if st is None or not qdq_stats.needs_scale(st) or st.pair.scale.size > 1:
+                continue  # (no suggestion for a per-channel pair)
             pair = self.by_name[name]
             scale, zp = qdq_stats.suggested(pair, st)
             others = [self.by_name[n] for n in kept if n != name]
