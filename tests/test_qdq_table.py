@@ -75,3 +75,18 @@ def test_a_float_model_gets_no_table(files, cli):
     r = cli("run", files["float"], "--onnxrt", "--onnx-outputs", "mark", "all", "--load-inputs", files["inputs"],
             "--load-outputs", files["golden"], "--atol", "0")
     assert "Q/DQ pairs" not in r.err
+
+
+def test_the_table_goes_into_the_json_report(files, cli, tmp_path):
+    import json
+
+    r = cli("run", files["float"], "--onnxrt", "--onnx-outputs", "mark", "all", "--load-inputs", files["inputs"],
+            "--save-outputs", files["golden"])
+    report = tmp_path / "report.json"
+    r = cli("run", files["planted"], "--onnxrt", "--onnx-outputs", "mark", "all", "--load-inputs", files["inputs"],
+            "--load-outputs", files["golden"], "--atol", "0.1", "--save-report", report)
+    assert r.code == 1
+    data = json.loads(report.read_text())
+    assert data["comparisons"]  # the diagnosis is still there
+    first = data["qdq_pairs"][0]["pairs"][0]
+    assert first["tensor"] == "ctx" and first["verdict"] == "adds error" and first["levels"] < 16

@@ -129,6 +129,8 @@ def summary(outcome, cfg, json_out: bool) -> int:
         warn(f"{outcome.broken} check(s) could not build, load or run their model; they counted as failing")
     if outcome.output_written:
         log(f"Wrote the model with those pairs in float to {cfg.output}")
+    if outcome.replay_path and outcome.checks:
+        log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
     if json_out:
         import json
 

@@ -336,5 +336,7 @@ def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
     report.diagnoses = diagnose.diagnoses(plan.opts, comparisons, stream.errors, precisions)
     report.qdq_tables = qdq_table.finish(stream.qdq, len(comparisons))
     if plan.opts.save_report:
+        qdq_table.add_to_report(plan.opts.save_report, report.qdq_tables)
+    if plan.opts.save_report:
         rep.saved("report", plan.opts.save_report)
     return report

@@ -71,3 +71,36 @@ def finish(tables: QdqTables, count: int) -> List[List[Any]]:
     from toolkit.precision.qdq_stats import ranked
 
     return [ranked([acc.finish() for acc in tables.sums.get(i, {}).values()]) for i in range(count)]
+
+
+def row_dict(rank: int, st) -> Dict[str, Any]:
+    """One pair of the table, for ``--save-report`` JSON."""
+    return {
+        "rank": rank, "pair": st.pair.name, "tensor": st.pair.tensor,
+        "verdict": "rounding" if st.rounding_only else "adds error",
+        "local_sqnr_db": round(st.local_sqnr, 4), "local_max": st.local_max, "local_steps": st.local_steps,
+        "upstream_sqnr_db": None if st.upstream_sqnr is None else round(st.upstream_sqnr, 4),
+        "after_vs_float_sqnr_db": None if st.xmodel_sqnr is None else round(st.xmodel_sqnr, 4),
+        "clipped": st.clipped, "saturated": st.saturated, "levels": round(st.levels, 2),
+        "scale": [float(v) for v in st.pair.scale.ravel()], "zero_point": [int(v) for v in st.pair.zero_point.ravel()],
+        "why": st.reasons,
+    }
+
+
+def add_to_report(path: str, tables: List[List[Any]]) -> None:
+    """Add the tables to a ``--save-report`` JSON file (key ``qdq_pairs``: one entry per comparison
+    that has a table); an HTML report or node data file is left as it is."""
+    from toolkit.run.node_data import is_node_data_path
+
+    if not any(tables) or not path.lower().endswith(".json") or is_node_data_path(path):
+        return
+    import json
+
+    from toolkit.core.model import atomic_output
+
+    with open(path, encoding="utf-8") as fh:
+        report = json.load(fh)
+    report["qdq_pairs"] = [{"comparison": i, "pairs": [row_dict(k, st) for k, st in enumerate(rows, 1)]}
+                           for i, rows in enumerate(tables) if rows]
+    with atomic_output(path, "w") as fh:
+        fh.write(json.dumps(report, indent=1) + "\n")
