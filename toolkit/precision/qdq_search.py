@@ -24,7 +24,9 @@ from toolkit.core.errors import InputError, UsageError
 from toolkit.core.layerwise import set_outputs
 from toolkit.core.model import load_model, save_model
 from toolkit.precision import qdq, qdq_stats
-from toolkit.precision.search import PrecisionConfig, PrecisionOutcome, PrecisionSearch, SetIndex, describe, run_spec
+from toolkit.precision.search import PrecisionConfig, PrecisionOutcome, PrecisionSearch, SetIndex, describe
+from toolkit.reduce import strategy
+from toolkit.reduce.graph import mask_indices
 from toolkit.run.registry import get_kind
 
 
@@ -100,6 +102,7 @@ class QdqSearch(PrecisionSearch):
         self.index = SetIndex(len(self.universe))
         self._model_id = self._structure_id()
         self.depth = 1
+        self._stats: Optional[Dict[str, qdq_stats.PairStats]] = None
 
     def _no_pairs(self) -> str:
         c = self.config
@@ -132,8 +135,30 @@ class QdqSearch(PrecisionSearch):
         return self.passes(self.index.full_mask)
 
     def _search(self) -> Optional[int]:
+        """Default mode, guided by each pair's own error: the shortest prefix of the ranking
+        (:meth:`ranked`, the pairs adding the most error first) that passes, by bisection, then
+        the reduce engine's 1-minimality loop over it, dropping the pairs adding the least error
+        first. ``--mode bisect|linear``: the engine's strategy over the pairs in node order."""
         self.guide = False
-        return super()._search()
+        if self.config.mode not in (None, "default"):
+            return super()._search()
+        if not self._all_fp32_passes():
+            return None
+        order = self.ranked()
+        self.reporter.info(f"Pairs ranked by the error each adds on these inputs (first: {self.universe[order[0]]})")
+
+        def to_full(m: int, order=order) -> int:
+            return sum(1 << order[i] for i in mask_indices(m))
+
+        lo, hi = 0, len(order)  # the first lo of the ranking fail (nothing in float fails), the first hi pass
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if self.passes(to_full((1 << mid) - 1)):
+                hi = mid
+            else:
+                lo = mid
+        plan = strategy.Plan(SetIndex(len(order)))
+        return self._drive(strategy.drop_loop(plan, (1 << hi) - 1, interior=False), to_full)
 
     def _write_output(self, out: PrecisionOutcome) -> None:
         save_model(self.candidate_model(out.kept), self.config.output or "")
@@ -156,20 +181,21 @@ class QdqSearch(PrecisionSearch):
         result.checks = len(self.checks)
         return result
 
-    def tensors(self, names: Sequence[str]) -> List[Dict]:
-        """The QDQ model's tensors ``names`` on every input set (ONNX-Runtime, optimizations off,
-        as onnxruntime's qdq_loss_debug runs)."""
-        return marked_run(self.model, names, self.feeds, self.config.model, self.config.external_data_dir)
-
-    def float_tensors(self, names: Sequence[str]) -> List[Dict]:
-        if self.float_model is None or not names:
-            return [{} for _ in self.feeds]
-        return marked_run(self.float_model, names, self.feeds, self.config.reference_model or "", None)
-
     def stats(self, names: Sequence[str]) -> Dict[str, qdq_stats.PairStats]:
-        """Each pair's statistics on the search's inputs (one run of the QDQ model, one of the float one)."""
-        pairs = [self.by_name[n] for n in names if not self.by_name[n].weight]
-        return compute_stats(pairs, self.tensors, self.float_tensors)
+        """Each pair's statistics on the search's inputs (the QDQ model and the float one run once
+        per input set, with the pairs' tensors marked), computed once per search."""
+        if self._stats is None:
+            pairs = [p for p in self.pairs if not p.weight]
+            self._stats = gather_stats(pairs, self.model, self.float_model, self.feeds, self.config.model,
+                                       self.config.external_data_dir)
+        return {n: self._stats[n] for n in names if n in self._stats}
+
+    def ranked(self) -> List[int]:
+        """Pair indices, the pairs that add the most error first (toolkit.precision.qdq_stats.ranked);
+        weight pairs (no statistics) last, in node order."""
+        stats = self.stats(self.universe)
+        order = [self.position[st.pair.name] for st in qdq_stats.ranked(list(stats.values()))]
+        return order + [i for i in range(len(self.universe)) if i not in set(order)]
 
     def _suggest(self, kept: Sequence[str], stats: Mapping[str, qdq_stats.PairStats]) -> List[Suggestion]:
         """For each pair kept for clipping or a coarse scale: the scale its observed range gives,
@@ -195,24 +221,41 @@ class QdqSearch(PrecisionSearch):
 
 def marked_run(model, names: Sequence[str], feeds, path: str, external_data_dir: Optional[str]) -> List[Dict]:
     """``model`` run on ``feeds`` with ``names`` as its outputs (ONNX-Runtime, optimizations off)."""
+    return list(marked_outputs(model, names, feeds, path, external_data_dir))
+
+
+
+def marked_outputs(model, names: Sequence[str], feeds, path: str, external_data_dir: Optional[str]):
+    """``model`` run on each of ``feeds`` in turn with ``names`` as its outputs (ONNX-Runtime,
+    optimizations off, as onnxruntime's qdq_loss_debug runs): yields each input set's outputs."""
     import onnx
+
+    from toolkit.backends.onnxrt import OnnxrtRunner
 
     marked = onnx.ModelProto()
     marked.CopyFrom(model)
     set_outputs(marked, list(names))
-    return run_spec(marked, "onnxrt", {"opt": "disable"}, feeds, path, external_data_dir)
+    with OnnxrtRunner(path, model=marked, external_data_dir=external_data_dir, graph_optimization="disable") as runner:
+        for feed in feeds:
+            yield runner.infer(dict(feed))
 
 
-def compute_stats(pairs: Sequence[qdq.Pair], run_qdq, run_float) -> Dict[str, qdq_stats.PairStats]:
-    """Statistics of ``pairs``: ``run_qdq(names)``/``run_float(names)`` give per-iteration tensors."""
-    names = sorted({p.tensor for p in pairs} | {p.outputs[0] for p in pairs})
-    got = run_qdq(names)
-    ref = run_float(sorted({p.float_name for p in pairs if p.float_name}))
-    out = {}
-    for p in pairs:
-        before = [g[p.tensor] for g in got]
-        after = [g[p.outputs[0]] for g in got]
-        floats = [r[p.float_name] for r in ref] if p.float_name and all(p.float_name in r for r in ref) else None
-        out[p.name] = qdq_stats.pair_stats(p, before, after, floats)
-    return out
+def gather_stats(pairs: Sequence[qdq.Pair], model, float_model, feeds, path: str,
+                 external_data_dir: Optional[str]) -> Dict[str, qdq_stats.PairStats]:
+    """Statistics of ``pairs``, one input set at a time (no iteration's tensors kept)."""
+    names = sorted({p.tensor for p in pairs if p.tensor not in _inputs(model)} | {p.outputs[0] for p in pairs})
+    ref_names = sorted({p.float_name for p in pairs if p.float_name})
+    floats = (marked_outputs(float_model, ref_names, feeds, path, None) if float_model is not None and ref_names
+              else iter([{}] * len(feeds)))
+    sums = {p.name: qdq_stats.PairAccumulator(p) for p in pairs}
+    for feed, got, ref in zip(feeds, marked_outputs(model, names, feeds, path, external_data_dir), floats):
+        for p in pairs:
+            before = got.get(p.tensor, feed.get(p.tensor))
+            after = got.get(p.outputs[0])
+            if before is not None and after is not None:
+                sums[p.name].add(before, after, ref.get(p.float_name) if p.float_name else None)
+    return {name: acc.finish() for name, acc in sums.items() if acc.n}
 
+
+def _inputs(model) -> set:
+    return {i.name for i in model.graph.input}
