@@ -140,6 +140,10 @@ def test_usage_errors(models, tmp_path, cli):
     assert r.code == 2 and "fp16/bf16" in r.err
     r = cli("debug", "precision", models["planted"], "--reference-model", tmp_path / "missing.onnx")
     assert r.code == 3 and "missing.onnx" in r.err
+    before = open(models["float"], "rb").read()
+    r = cli("debug", "precision", models["planted"], "--reference-model", models["float"], "-o", models["float"])
+    assert r.code == 2 and "would overwrite --reference-model" in r.err
+    assert open(models["float"], "rb").read() == before
 
 
 def test_openvino_as_the_candidate_runner(models, tmp_path, cli):

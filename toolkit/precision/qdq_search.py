@@ -82,6 +82,12 @@ class QdqSearch(PrecisionSearch):
             raise InputError(f"--reference-model {ref}: no such file")
         if self.config.load_outputs and ref:
             raise UsageError("--reference-model and --load-outputs both give the reference; give one")
+        from toolkit.core import paths
+
+        for flag, path in (("-o", self.config.output), ("--save-debug-replay", self.config.save_replay)):
+            if ref and path and paths.same_file(path, ref):
+                raise UsageError(f"{flag} {path} would overwrite --reference-model {ref}, which this command reads; "
+                                 "nothing was read or written: choose another file name")
 
     def _load(self) -> None:
         c = self.config
