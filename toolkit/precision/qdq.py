@@ -16,8 +16,8 @@ computes with a ``Relu``/``Clip`` the quantized model lacks gets that node back 
 
 Tensor names of a QDQ model are matched to the float model's by name and through the Q/DQ
 naming of onnxruntime's quantizer (``X_QuantizeLinear_Input``, ``X_DequantizeLinear_Output``,
-``X_quantized``), which ModelOpt and NNCF exports also follow by keeping the float tensor's
-name on the Q's input.
+``X_quantized``); quantizers that insert Q/DQ on an existing tensor (ModelOpt, NNCF) leave the
+float tensor's name on the Q's input, which the plain name match covers.
 
 No Typer or Rich here.
 """
