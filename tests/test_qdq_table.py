@@ -90,3 +90,20 @@ def test_the_table_goes_into_the_json_report(files, cli, tmp_path):
     assert data["comparisons"]  # the diagnosis is still there
     first = data["qdq_pairs"][0]["pairs"][0]
     assert first["tensor"] == "ctx" and first["verdict"] == "adds error" and first["levels"] < 16
+
+
+@pytest.mark.parametrize("with_float", [True, False])
+def test_debug_precision_prints_the_table_against_the_float_model_or_itself_in_float(files, cli, with_float):
+    import json
+
+    ref = ["--reference-model", files["float"]] if with_float else []
+    r = cli("debug", "precision", files["planted"], *ref, "--load-inputs", files["inputs"], "--atol", "1", "--rtol", "0",
+            "--qdq-table", "--json")
+    assert r.code == 0, r.err
+    table = json.loads(r.out)["table"]
+    assert table[0]["tensor"] == "ctx" and table[0]["verdict"] == "adds error"
+    rows = {row["tensor"]: row for row in table}
+    # the residual only receives the error ctx adds; the folded Relu's pair is compared after its Relu
+    assert rows["r1"]["verdict"] == "rounding" and rows["r1"]["upstream_sqnr_db"] < 20
+    assert rows["ha"]["verdict"] == "rounding" and rows["ha"]["upstream_sqnr_db"] > 5
+    assert len(table_rows(r.err)) == len(table)

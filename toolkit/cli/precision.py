@@ -193,6 +193,10 @@ class PrecisionArgs:
         help="Quantized models: the float model to compare with (default: the model with every Q/DQ pair in float).",
     )
     qdq_weights: bool = switch("--qdq-weights", help="Quantized models: search the weight Q/DQ pairs too.")
+    qdq_table: bool = switch(
+        "--qdq-table",
+        help="Quantized models: also print every pair's own error against the error it receives, ranked.",
+    )
     cluster: Optional[str] = declared(S.CLUSTER)
     gpus_per_check: Optional[float] = declared(S.GPUS_PER_CHECK)
     cpus_per_check: Optional[float] = declared(S.CPUS_PER_CHECK)
@@ -224,9 +228,9 @@ def _run(args: PrecisionArgs) -> None:
 
     # a quantized model: its Q/DQ pairs are searched, unless the candidate asks for fp16/bf16
     quantized = quantized_file(args.model) and not (compare and _reduced(compare[1]))
-    if not quantized and (args.reference_model or args.qdq_weights):
-        raise UsageError(f"--reference-model and --qdq-weights search the Q/DQ pairs of a quantized model; {args.model} "
-                         "has none, or --compare asks for an fp16/bf16 search")
+    if not quantized and (args.reference_model or args.qdq_weights or args.qdq_table):
+        raise UsageError(f"--reference-model, --qdq-weights and --qdq-table are for the Q/DQ pairs of a quantized "
+                         f"model; {args.model} has none, or --compare asks for an fp16/bf16 search")
     ref, cand = compare if compare else (("onnxrt", "onnxrt") if quantized else ("onnxrt", "onnxrt:fp16"))
     if args.cluster is None and (args.gpus_per_check is not None or args.cpus_per_check is not None):
         raise UsageError("--gpus-per-check and --cpus-per-check need --cluster ray")

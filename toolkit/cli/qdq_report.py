@@ -47,7 +47,7 @@ def run_qdq(args, ref: str, cand: str) -> None:
 
     cfg = from_params(
         QdqConfig, dataclasses.asdict(args), reference=ref, candidate=cand, save_replay=args.save_debug_replay,
-        load_replay=args.load_debug_replay, weights=args.qdq_weights,
+        load_replay=args.load_debug_replay, weights=args.qdq_weights, table=args.qdq_table,
     )
     outcome = QdqSearch(cfg, QdqReporter()).run()
     raise typer.Exit(summary(outcome, cfg, args.json_out))
@@ -131,10 +131,17 @@ def summary(outcome, cfg, json_out: bool) -> int:
         log(f"Wrote the model with those pairs in float to {cfg.output}")
     if outcome.replay_path and outcome.checks:
         log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
+    if outcome.table:
+        render_table(outcome.table, cfg.model, outcome.reference)
     if json_out:
         import json
 
-        echo(json.dumps(_summary_json(outcome, cfg, code), indent=2))
+        data = _summary_json(outcome, cfg, code)
+        if outcome.table:
+            from toolkit.run.qdq_table import row_dict
+
+            data["table"] = [row_dict(k, st) for k, st in enumerate(outcome.table, 1)]
+        echo(json.dumps(data, indent=2))
     elif outcome.status in ("found", "interrupted"):
         for name in outcome.kept:
             echo(name)

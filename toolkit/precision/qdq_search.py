@@ -16,6 +16,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
@@ -34,6 +35,7 @@ class QdqConfig(PrecisionConfig):
     reference_model: Optional[str] = None  # the float model; None: the QDQ model with every pair bypassed
     weights: bool = False  # search the weight pairs too
     suggest_scales: bool = True
+    table: bool = False  # also every activation pair's local/upstream error, ranked (the reference's tensors)
 
 
 @dataclass
@@ -52,6 +54,7 @@ class QdqOutcome(PrecisionOutcome):
     suggestions: List[Suggestion] = field(default_factory=list)
     integer_ops: List[str] = field(default_factory=list)
     reference: str = ""
+    table: List[qdq_stats.PairStats] = field(default_factory=list)  # with QdqConfig.table: every pair, ranked
     quantized_weights: int = 0  # weights read through a DequantizeLinear (not searched without --qdq-weights)
 
 
@@ -163,8 +166,22 @@ class QdqSearch(PrecisionSearch):
             result.stats = self.stats(out.kept)
             if self.config.suggest_scales and out.status == "found":
                 result.suggestions = self._suggest(out.kept, result.stats)
+        if self.config.table and out.status != "interrupted":
+            result.table = self.table()
         result.checks = len(self.checks)
         return result
+
+    def table(self) -> List[qdq_stats.PairStats]:
+        """Every activation pair's statistics against the reference's tensors (the float model's,
+        or the model's own with every pair in float), ranked by the error each adds."""
+        pairs = [p for p in self.pairs if not p.weight]
+        reference = self.float_model
+        if reference is None:  # the model with every pair in float: its DQ outputs hold the float tensors
+            reference = qdq.bypass(self.model, self.pairs)
+            pairs = [dataclasses.replace(p, float_name=p.outputs[0]) for p in pairs]
+        stats = gather_stats(pairs, self.model, reference, self.feeds, self.config.model,
+                             self.config.external_data_dir)
+        return qdq_stats.ranked(list(stats.values()))
 
     def stats(self, names: Sequence[str]) -> Dict[str, qdq_stats.PairStats]:
         """The statistics of pairs ``names`` on the search's inputs (the QDQ model and the float one
@@ -220,7 +237,8 @@ def gather_stats(pairs: Sequence[qdq.Pair], model, float_model, feeds, path: str
                  external_data_dir: Optional[str]) -> Dict[str, qdq_stats.PairStats]:
     """Statistics of ``pairs``, one input set at a time (no iteration's tensors kept)."""
     names = sorted({p.tensor for p in pairs if p.tensor not in _inputs(model)} | {p.outputs[0] for p in pairs})
-    ref_names = sorted({p.float_name for p in pairs if p.float_name})
+    ref_names = sorted({p.float_name for p in pairs if p.float_name and p.float_name not in _inputs(float_model)}) \
+        if float_model is not None else []
     floats = (marked_outputs(float_model, ref_names, feeds, path, None) if float_model is not None and ref_names
               else iter([{}] * len(feeds)))
     sums = {p.name: qdq_stats.PairAccumulator(p) for p in pairs}
@@ -229,7 +247,7 @@ def gather_stats(pairs: Sequence[qdq.Pair], model, float_model, feeds, path: str
             before = got.get(p.tensor, feed.get(p.tensor))
             after = got.get(p.outputs[0])
             if before is not None and after is not None:
-                sums[p.name].add(before, after, ref.get(p.float_name) if p.float_name else None)
+                sums[p.name].add(before, after, ref.get(p.float_name, feed.get(p.float_name)) if p.float_name else None)
     return {name: acc.finish() for name, acc in sums.items() if acc.n}
 
 
