@@ -180,3 +180,19 @@ def test_every_pair_in_float_is_the_float_model_with_a_folded_clip(tmp_path):
     before = [np.clip(feed["x"] @ qdq.constants(float_model)["W1"], -5, 5)]
     st = qdq_stats.pair_stats(clip, before, [np.clip(before[0], 0, 0.3)])
     assert st.local_max == pytest.approx(0.0, abs=1e-6)
+
+
+@pytest.mark.parametrize("opset", [10, 13])
+def test_a_folded_clip_comes_back_at_any_opset(opset):
+    from onnx import TensorProto, helper, numpy_helper
+
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="Q"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="DQ")]
+    inits = [numpy_helper.from_array(np.array(0.01, np.float32), "s"), numpy_helper.from_array(np.array(0, np.uint8), "z")]
+    graph = helper.make_graph(nodes, "g", [mz.vi("x", [4])], [mz.vi("y", [4], TensorProto.FLOAT)], inits)
+    model = mz.make_model(graph, opset=opset)
+    pair = qdq.find_pairs(model)[0]
+    pair.folded = (0.0, 0.3)
+    bypassed = qdq.bypass(model, [pair])
+    onnx.checker.check_model(bypassed)
+    np.testing.assert_allclose(_run(bypassed, {"x": np.array([-1, 0.1, 0.5, 2], np.float32)}), [0, 0.1, 0.3, 0.3])
