@@ -280,8 +280,9 @@ def _float_path(model, pair: Pair, dq) -> List:
         return [helper.make_node("Relu", [pair.tensor], [dq.output[0]], name=dq.name)]
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 11)
     if opset < 11:  # Clip-6: bounds as attributes
-        attrs = {k: v for k, v in (("min", lo), ("max", hi)) if math.isfinite(v)}
-        return [helper.make_node("Clip", [pair.tensor], [dq.output[0]], name=dq.name, **attrs)]
+        node = helper.make_node("Clip", [pair.tensor], [dq.output[0]], name=dq.name)
+        node.attribute.extend(helper.make_attribute(k, v) for k, v in (("min", lo), ("max", hi)) if math.isfinite(v))
+        return [node]
     names = []
     for what, value in (("min", lo), ("max", hi)):
         name = f"{dq.name}_float_{what}"
