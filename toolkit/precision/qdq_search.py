@@ -162,7 +162,7 @@ class QdqSearch(PrecisionSearch):
         result.quantized_weights = sum(1 for n in self.model.graph.node
                                        if n.op_type == "DequantizeLinear" and n.input[0] in values)
         result.reference = self.config.reference_model or "the model with every pair in float"
-        if out.status in ("found", "interrupted") and out.kept:
+        if out.status == "found" and out.kept:  # (after Ctrl-C, nothing more is run)
             result.stats = self.stats(out.kept)
             if self.config.suggest_scales and out.status == "found":
                 result.suggestions = self._suggest(out.kept, result.stats)
