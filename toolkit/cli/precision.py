@@ -39,6 +39,12 @@ No node is kept in fp32 for rounding alone: a check whose outputs are off by no 
 fp16 (bf16) storage rounds through the graph's depth counts as passing (docs/noise.md); when
 the result passes only that way, the log says which --atol would pass (status "rounding").
 
+On a quantized model (QDQ), it finds the fewest Q/DQ pairs to take back to float instead (the
+tensor skips Q and DQ): reference --reference-model FLOAT_MODEL, or the model with every pair in
+float; --compare defaults to onnxrt onnxrt; -o gets the model with those pairs in float; the log
+says why each pair costs accuracy (clipping, saturation, a coarse scale) and whether the scale its
+observed range gives passes (docs/quantization.md).
+
 Exit codes: 0 found (or nothing needs fp32, or what remains is rounding); 1 the comparison fails even with every node
 in fp32; 2 usage error; 3 bad input; 130 interrupted (the smallest passing set found so far
 is printed and written to -o).
@@ -230,9 +236,27 @@ class PrecisionArgs:
                                               help="Reuse the verdicts of an earlier run (same model and runners).")
     external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
     json_out: bool = switch("--json", help='Print the result as JSON on stdout (instead of node names).')
+    reference_model: Optional[str] = option(
+        "--reference-model",
+        help="Quantized models: the float model to compare with (default: the model with every Q/DQ pair in float).",
+    )
+    qdq_weights: bool = switch("--qdq-weights", help="Quantized models: search the weight Q/DQ pairs too.")
+    qdq_table: bool = switch(
+        "--qdq-table",
+        help="Quantized models: also print every pair's own error against the error it receives, ranked.",
+    )
     cluster: Optional[str] = declared(S.CLUSTER)
     gpus_per_check: Optional[float] = declared(S.GPUS_PER_CHECK)
     cpus_per_check: Optional[float] = declared(S.CPUS_PER_CHECK)
+
+
+def _reduced(spec: str) -> bool:
+    """Whether runner spec ``spec`` runs reduced precision (fp16/bf16)."""
+    from toolkit.run.registry import get_kind
+    from toolkit.run.specs import parse_runner_spec
+
+    parsed = parse_runner_spec(spec)
+    return bool(get_kind(parsed.kind).reduced(dict(parsed.options)))
 
 
 def register(app: typer.Typer) -> None:
@@ -251,13 +275,24 @@ def _run(args: PrecisionArgs) -> None:
     compare = args.compare
     if compare and len(compare) != 2:
         raise UsageError("--compare takes two runner specs: the fp32 reference and the candidate, e.g. onnxrt onnxrt:fp16")
-    ref, cand = compare if compare else ("onnxrt", "onnxrt:fp16")
+    from toolkit.precision.qdq_search import quantized_file
+
+    # a quantized model: its Q/DQ pairs are searched, unless the candidate asks for fp16/bf16
+    quantized = quantized_file(args.model) and not (compare and _reduced(compare[1]))
+    if not quantized and (args.reference_model or args.qdq_weights or args.qdq_table):
+        raise UsageError(f"--reference-model, --qdq-weights and --qdq-table are for the Q/DQ pairs of a quantized "
+                         f"model; {args.model} has none, or --compare asks for an fp16/bf16 search")
+    ref, cand = compare if compare else (("onnxrt", "onnxrt") if quantized else ("onnxrt", "onnxrt:fp16"))
     if args.cluster is None and (args.gpus_per_check is not None or args.cpus_per_check is not None):
         raise UsageError("--gpus-per-check and --cpus-per-check need --cluster ray")
     if args.cluster is not None:
         from toolkit.reduce.cluster import parse_cluster
 
         parse_cluster(args.cluster)  # a usage error before anything runs
+    if quantized:
+        from toolkit.cli.qdq_report import run_qdq
+
+        run_qdq(args, ref, cand)
     cfg = from_params(
         PrecisionConfig,
         dataclasses.asdict(args),

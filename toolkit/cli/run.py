@@ -237,6 +237,10 @@ def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
             from toolkit.cli.diagnosis import render_diagnosis
 
             render_diagnosis(diag, rich=is_terminal(sys.stderr))
+        if k < len(report.qdq_tables) and report.qdq_tables[k] and not quiet:
+            from toolkit.cli.qdq_report import render_table
+
+            render_table(report.qdq_tables[k], pair.label_a, pair.label_b)
     for problem in report.problems:
         result(f"FAILED | validation | {problem.describe()}", style="red")
     if opts.validate and not report.problems and not quiet:

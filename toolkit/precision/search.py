@@ -179,6 +179,9 @@ def _describe(comps) -> str:
     return f"max error {err:.3g} at {name}"
 
 
+describe = _describe  # (public: the QDQ search words its checks the same way)
+
+
 class PrecisionSearch:
     def __init__(self, config: PrecisionConfig, reporter: Optional[Reporter] = None):
         self.config = config
@@ -204,6 +207,13 @@ class PrecisionSearch:
         self.tolerances = Tolerances.parse(c.atol or [DEFAULT_ATOL], c.rtol or [DEFAULT_RTOL], c.check_error_stat)
         self.ref_spec = self._spec(c.reference)
         self.cand_spec = self._spec(c.candidate)
+        self.dtype = self._candidate_dtype(c)
+        if c.iterations < 1:
+            raise UsageError("--iterations must be at least 1")
+        self._check_paths(c)
+
+    def _candidate_dtype(self, c: PrecisionConfig) -> str:
+        """The reduced precision the candidate runner runs ("float16" or "bfloat16")."""
         low = get_kind(self.cand_spec[0]).reduced(self.cand_spec[1])
         if not low:
             raise UsageError(
@@ -212,9 +222,10 @@ class PrecisionSearch:
             )
         if len(low) > 1:
             raise UsageError(f"--compare {c.reference} {c.candidate}: search one precision at a time (fp16 or bf16)")
-        self.dtype = "bfloat16" if low == ["bf16"] else "float16"
-        if c.iterations < 1:
-            raise UsageError("--iterations must be at least 1")
+        return "bfloat16" if low == ["bf16"] else "float16"
+
+    @staticmethod
+    def _check_paths(c: PrecisionConfig) -> None:
         for path in (c.output, c.save_replay):
             if path:
                 if path == "-":
@@ -560,11 +571,7 @@ class PrecisionSearch:
             if out.status == STATUS_INTERRUPTED:
                 out.error_result = self.details.get(best, "")
             if self.config.output:
-                from toolkit.convert import fp16
-                from toolkit.core.model import save_model
-
-                mixed = fp16.convert(self.model, list(self.user_kept) + out.kept, dtype=self.dtype).model
-                save_model(mixed, self.config.output)
+                self._write_output(out)
                 out.output_written = True
         self._note_rounding(out, best)
         out.broken = self.broken
@@ -572,6 +579,11 @@ class PrecisionSearch:
         out.remembered = self.checks_remembered
         out.seconds = time.perf_counter() - t0
         return out
+
+    def _write_output(self, out: PrecisionOutcome) -> None:
+        """-o: the mixed-precision model with ``out.kept`` in fp32."""
+        mixed = fp16.convert(self.model, list(self.user_kept) + out.kept, dtype=self.dtype).model
+        save_model(mixed, self.config.output or "")
 
     def _note_rounding(self, out: PrecisionOutcome, best: Optional[int]) -> None:
         """A result that passes only as rounding (see :meth:`_rounding_only`): status, passing atol."""

@@ -38,7 +38,7 @@ from toolkit.core.errors import InputError, ToolkitError
 from toolkit.core.graphs import external_data_folder, has_external_data
 from toolkit.core.layerwise import select_outputs, set_outputs
 from toolkit.core.model import load_model, save_model
-from toolkit.run import diagnose
+from toolkit.run import diagnose, qdq_table
 from toolkit.run.feeds import FeedSource, infer_explained, load_feeds
 from toolkit.run.options import Reporter, RunOptions
 from toolkit.run.plan import PlannedRunner, RunPlan, make_plan
@@ -211,6 +211,7 @@ class Streams:
     problems: list = field(default_factory=list)
     kept: List[Mapping] = field(default_factory=list)  # the previous live runner's outputs
     errors: dict = field(default_factory=dict)  # pair index -> tensor errors, for the diagnosis (toolkit.run.diagnose)
+    qdq: qdq_table.QdqTables = field(default_factory=qdq_table.QdqTables)  # Q/DQ pairs' local/propagated error
 
     def compare(self, pair: int, k: int, outs_a: Mapping, outs_b: Mapping, tol) -> None:
         """Compare iteration ``k`` of pair ``pair``; gather its tensor errors when a diagnosis may need them."""
@@ -219,6 +220,7 @@ class Streams:
         self.pairs.setdefault(pair, []).append(it)
         if diagnose.wanted(self.plan.opts, it):
             diagnose.collect(self.errors, pair, it, outs_a, outs_b)
+            qdq_table.collect(self.qdq, self.plan.opts.model, pair, outs_a, outs_b)
 
     def on_iteration(self, index: int, label: str, k: int, outs: Mapping, keep: List[Mapping]) -> None:
         """Validate and compare iteration ``k`` of live runner ``index``; keep it if a later runner needs it."""
@@ -332,6 +334,9 @@ def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
     report = RunReport(sets, comparisons, stream.problems)
     precisions = {s.label: s.precision for s in sets if s.precision}
     report.diagnoses = diagnose.diagnoses(plan.opts, comparisons, stream.errors, precisions)
+    report.qdq_tables = qdq_table.finish(stream.qdq, len(comparisons))
+    if plan.opts.save_report:
+        qdq_table.add_to_report(plan.opts.save_report, report.qdq_tables)
     if plan.opts.save_report:
         rep.saved("report", plan.opts.save_report)
     return report

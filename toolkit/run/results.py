@@ -40,6 +40,7 @@ class RunReport:
     comparisons: List["PairComparison"]
     problems: List["ValidationProblem"]
     diagnoses: List = field(default_factory=list)  # per comparison: toolkit.run.diagnosis.Diagnosis or None
+    qdq_tables: List = field(default_factory=list)  # per comparison: Q/DQ pair statistics (toolkit.run.qdq_table)
 
     @property
     def passed(self) -> bool:

@@ -1,0 +1,119 @@
+"""Quantized test models (built in code): a small transformer block in float32, its static
+QDQ quantization by onnxruntime.quantization.quantize_static, and one activation pair made
+coarse on purpose."""
+
+from __future__ import annotations
+
+from typing import Dict, List
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+import modelzoo as mz
+
+SEQ, DIM = 8, 32
+
+
+def transformer(seed: int = 0):
+    """x[1,8,32] -> Q/K/V projections, softmax attention, output projection, residual,
+    decomposed LayerNorm, a GELU-free MLP (MatMul, Relu, MatMul), residual -> y[1,8,32]."""
+    rng = np.random.default_rng(seed)
+    d = DIM
+
+    def w(name, shape, scale=0.2):
+        return numpy_helper.from_array((rng.standard_normal(shape) * scale).astype(np.float32), name)
+
+    inits = [
+        w("Wq", (d, d)), w("Wk", (d, d)), w("Wv", (d, d)), w("Wo", (d, d)),
+        w("W1", (d, 2 * d)), w("b1", (2 * d,), 0.1), w("W2", (2 * d, d)),
+        numpy_helper.from_array(np.array(1 / np.sqrt(d), np.float32), "inv_sqrt_d"),
+        numpy_helper.from_array(np.array(1e-5, np.float32), "eps"),
+        numpy_helper.from_array(np.ones(d, np.float32), "gamma"),
+        numpy_helper.from_array(np.zeros(d, np.float32), "beta"),
+    ]
+    N = helper.make_node
+    nodes = [
+        N("MatMul", ["x", "Wq"], ["q"], name="q_proj"),
+        N("MatMul", ["x", "Wk"], ["k"], name="k_proj"),
+        N("MatMul", ["x", "Wv"], ["v"], name="v_proj"),
+        N("Transpose", ["k"], ["kt"], name="k_t", perm=[0, 2, 1]),
+        N("MatMul", ["q", "kt"], ["scores"], name="qk"),
+        N("Mul", ["scores", "inv_sqrt_d"], ["scaled"], name="scale"),
+        N("Softmax", ["scaled"], ["attn"], name="softmax", axis=-1),
+        N("MatMul", ["attn", "v"], ["ctx"], name="av"),
+        N("MatMul", ["ctx", "Wo"], ["o"], name="o_proj"),
+        N("Add", ["x", "o"], ["r1"], name="residual1"),
+        N("LayerNormalization", ["r1", "gamma", "beta"], ["ln"], name="ln", axis=-1, epsilon=1e-5),
+        N("MatMul", ["ln", "W1"], ["h"], name="fc1"),
+        N("Add", ["h", "b1"], ["hb"], name="fc1_bias"),
+        N("Relu", ["hb"], ["ha"], name="relu"),
+        N("MatMul", ["ha", "W2"], ["m"], name="fc2"),
+        N("Add", ["r1", "m"], ["y"], name="residual2"),
+    ]
+    graph = helper.make_graph(nodes, "transformer", [mz.vi("x", [1, SEQ, d])], [mz.vi("y", [1, SEQ, d])], inits)
+    return mz.make_model(graph, opset=17)
+
+
+def feeds(count: int, seed: int = 100) -> List[Dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((1, SEQ, DIM)).astype(np.float32)} for _ in range(count)]
+
+
+class _Reader:
+    def __init__(self, data):
+        self.data = iter(data)
+
+    def get_next(self):
+        return next(self.data, None)
+
+
+def quantize(float_path: str, qdq_path: str, calibration: List[Dict[str, np.ndarray]]) -> str:
+    """Static QDQ quantization (int8 activations and weights) with onnxruntime's quantizer."""
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    quantize_static(
+        float_path, qdq_path, _Reader(calibration), quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+    )
+    model = onnx.load(qdq_path)
+    model.ir_version = mz.IR_VERSION
+    onnx.save(model, qdq_path)
+    return qdq_path
+
+
+def coarsen(qdq_path: str, tensor: str, factor: float = 40.0) -> str:
+    """Make the activation pair on ``tensor`` ``factor`` times coarser (its scale, shared by its Q
+    and DQ, multiplied); returns the scale initializer's name."""
+    model = onnx.load(qdq_path)
+    q = next(n for n in model.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == tensor)
+    names = {q.input[1]}
+    inits = {i.name: i for i in model.graph.initializer}
+    for name in names:
+        arr = numpy_helper.to_array(inits[name]) * np.float32(factor)
+        inits[name].CopyFrom(numpy_helper.from_array(arr.astype(np.float32), name))
+    onnx.save(model, qdq_path)
+    return q.input[1]
+
+
+def clip_mlp(seed: int = 0):
+    """x[4,16] -> MatMul -> Clip(0, 0.3) -> MatMul -> y[4,8]: the quantizer folds the Clip into a Q."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((16, 16)).astype(np.float32), "W1"),
+        numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "W2"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+        numpy_helper.from_array(np.array(0.3, np.float32), "hi"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["a"], name="fc1"),
+        helper.make_node("Clip", ["a", "lo", "hi"], ["c"], name="clip"),
+        helper.make_node("MatMul", ["c", "W2"], ["y"], name="fc2"),
+    ]
+    graph = helper.make_graph(nodes, "clip_mlp", [mz.vi("x", [4, 16])], [mz.vi("y", [4, 8])], inits)
+    return mz.make_model(graph, opset=17)
+
+
+def mlp_feeds(count: int, seed: int = 7) -> List[Dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.standard_normal((4, 16)).astype(np.float32)} for _ in range(count)]

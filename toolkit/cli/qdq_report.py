@@ -1,0 +1,179 @@
+"""``debug precision`` on a quantized model: progress lines and the summary of the pairs found.
+
+The pair names go to stdout, one per line (or a JSON object with ``--json``); everything else
+to stderr.
+"""
+
+# (no `from __future__ import annotations`: kept like the other CLI modules)
+
+import dataclasses
+from typing import Any, Dict, List
+
+import typer
+
+from toolkit.cli.options import from_params
+from toolkit.cli.output import echo, log, state, warn
+from toolkit.cli.search_reporters import PrecisionReporter
+from toolkit.core.errors import ExitCode
+
+
+class QdqReporter(PrecisionReporter):
+    """One line per check: how many pairs are in float."""
+
+    def start(self, search) -> None:
+        c = search.config
+        log(
+            f"Searching {c.model}: {len(search.universe)} Q/DQ pair(s) that could go back to float"
+            f"{' (weights included)' if c.weights else ''}; reference: "
+            f"{c.reference_model or 'the model with every pair in float'}; --compare {c.reference} {c.candidate}"
+        )
+        if search.integer_ops:
+            log(f"note: integer ops ({', '.join(search.integer_ops)}) are not searched: they cannot be taken "
+                "back to float pair by pair")
+        self.total = len(search.universe)
+
+    def check(self, check) -> None:
+        verdict = "pass" if check.passed else ("BROKEN" if check.worst.startswith("broken:") else "FAIL")
+        log(
+            f"Check {check.number} | {check.kept} of {self.total} pair(s) in float | {verdict} | {check.seconds:.2f} s"
+            + (f" | {check.worst}" if check.worst else ""),
+            style=("green" if check.passed else "red") if self.live else None,
+        )
+
+
+def run_qdq(args, ref: str, cand: str) -> None:
+    """Search the Q/DQ pairs of ``args.model``; exits with the search's code."""
+    from toolkit.precision.qdq_search import QdqConfig, QdqSearch
+
+    cfg = from_params(
+        QdqConfig, dataclasses.asdict(args), reference=ref, candidate=cand, save_replay=args.save_debug_replay,
+        load_replay=args.load_debug_replay, weights=args.qdq_weights, table=args.qdq_table,
+    )
+    outcome = QdqSearch(cfg, QdqReporter()).run()
+    raise typer.Exit(summary(outcome, cfg, args.json_out))
+
+
+def _pair_json(outcome, name: str) -> Dict[str, Any]:
+    pair = next(p for p in outcome.pairs if p.name == name)
+    st = outcome.stats.get(name)
+    row: Dict[str, Any] = {
+        "pair": name, "tensor": pair.tensor, "weight": pair.weight,
+        "scale": [float(v) for v in pair.scale.ravel()], "zero_point": [int(v) for v in pair.zero_point.ravel()],
+    }
+    if st is not None:
+        row.update({
+            "local_max_error": st.local_max, "local_sqnr_db": round(st.local_sqnr, 3), "clipped": st.clipped,
+            "saturated": st.saturated, "range": [st.lo, st.hi], "int_range": [st.grid_lo, st.grid_hi],
+            "levels": round(st.levels, 2), "why": st.reasons,
+        })
+    sug = next((s for s in outcome.suggestions if s.pair == name), None)
+    if sug is not None:
+        row["suggested"] = {"scale": sug.scale, "zero_point": sug.zero_point, "passes": sug.passes}
+    return row
+
+
+def _summary_json(outcome, cfg, code: int) -> Dict[str, Any]:
+    return {
+        "status": outcome.status, "precision": "int8", "float_pairs": [_pair_json(outcome, n) for n in outcome.kept],
+        "searched_pairs": outcome.candidates, "reference": outcome.reference, "integer_ops": outcome.integer_ops,
+        "checks": outcome.checks, "scale_checks": len(outcome.suggestions), "broken_checks": outcome.broken, "remembered": outcome.remembered,
+        "seconds": round(outcome.seconds, 3), "error_quantized": outcome.error_fp16,
+        "error_result": outcome.error_result, "one_minimal": outcome.one_minimal,
+        "output": cfg.output if outcome.output_written else None, "exit_code": code,
+    }
+
+
+def _pair_lines(outcome) -> List[str]:
+    lines = []
+    for name in outcome.kept:
+        pair = next(p for p in outcome.pairs if p.name == name)
+        lines.append(f"  {pair.describe()}")
+        st = outcome.stats.get(name)
+        for why in st.reasons if st is not None else []:
+            lines.append(f"      {why}")
+        sug = next((s for s in outcome.suggestions if s.pair == name), None)
+        if sug is not None:
+            verdict = "passes" if sug.passes else "still fails"
+            lines.append(f"      suggested scale {sug.scale:.4g}, zero point {sug.zero_point} (the observed range): "
+                         f"requantized with it, the model {verdict} ({sug.detail})")
+    return lines
+
+
+def summary(outcome, cfg, json_out: bool) -> int:
+    from toolkit.precision import search as S
+
+    stats = f"{outcome.checks} check(s) run, {outcome.remembered} more answered from memory, {outcome.seconds:.2f} s"
+    code = int(ExitCode.OK)
+    if outcome.status == S.STATUS_NONE_NEEDED:
+        log(f"The quantized model passes as it is ({outcome.error_fp16}); no pair needs float ({stats}).")
+    elif outcome.status == S.STATUS_FAILS_FP32:
+        weights = sum(1 for p in outcome.pairs if p.weight)
+        what = ("the difference is not the quantization's" if weights or not outcome.quantized_weights else
+                f"what is left is the {outcome.quantized_weights} quantized weight(s): search them too with "
+                "--qdq-weights" + ("" if cfg.reference_model else " and --reference-model FLOAT_MODEL"))
+        log(f"The comparison fails even with every pair in float ({outcome.error_result}): {what}. Loosen the "
+            f"tolerances or check the reference ({stats}).")
+        code = int(ExitCode.FAILED)
+    elif outcome.status == S.STATUS_INTERRUPTED:
+        state.interrupt_reported = True
+        log(f"Interrupted: the smallest passing set so far has {len(outcome.kept)} pair(s) ({stats}).")
+        code = int(ExitCode.INTERRUPTED)
+    else:
+        log(f"Take {len(outcome.kept)} of {outcome.candidates} Q/DQ pair(s) back to float: {outcome.error_fp16} -> "
+            f"{outcome.error_result} ({stats}).")
+        for line in _pair_lines(outcome):
+            log(line)
+        if outcome.one_minimal and outcome.kept:
+            log("1-minimal: quantizing any one of them again makes the comparison fail (each checked).")
+    if outcome.broken:
+        warn(f"{outcome.broken} check(s) could not build, load or run their model; they counted as failing")
+    if outcome.output_written:
+        log(f"Wrote the model with those pairs in float to {cfg.output}")
+    if outcome.replay_path and outcome.checks:
+        log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
+    if outcome.table:
+        render_table(outcome.table, cfg.model, outcome.reference)
+    if json_out:
+        import json
+
+        data = _summary_json(outcome, cfg, code)
+        if outcome.table:
+            from toolkit.run.qdq_table import row_dict
+
+            data["table"] = [row_dict(k, st) for k, st in enumerate(outcome.table, 1)]
+        echo(json.dumps(data, indent=2))
+    elif outcome.status in ("found", "interrupted"):
+        for name in outcome.kept:
+            echo(name)
+    return code
+
+
+def _db(value) -> str:
+    return "-" if value is None else f"{value:.1f} dB"
+
+
+def table_line(rank: int, st) -> str:
+    """One pair of the local/propagated table, grep-able."""
+    from toolkit.precision.qdq_stats import percent
+
+    verdict = "rounding" if st.rounding_only else "ADDS ERROR"
+    why = [r.split(":")[0] for r in st.reasons if not r.startswith("local error")]
+    return (
+        f"  {rank:>3} | {st.pair.tensor} | {verdict} | local SQNR {_db(st.local_sqnr)}, max {st.local_max:.3g} "
+        f"({st.local_steps:.2g} steps) | upstream SQNR {_db(st.upstream_sqnr)} | after DQ vs float "
+        f"{_db(st.xmodel_sqnr)} | clipped {percent(st.clipped)} | {st.levels:.1f} levels | scale {st.pair.scale.ravel()[0]:.4g}"
+        + (f" | {', '.join(why)}" if why else "")
+    )
+
+
+def render_table(stats, label_a: str, label_b: str, limit: int = 20) -> None:
+    """``run``'s table of where quantization adds error (stderr)."""
+    faults = sum(1 for st in stats if not st.rounding_only)
+    log(
+        f"Q/DQ pairs ({label_a} vs {label_b}): {len(stats)} pair(s), {faults} adding more than rounding; "
+        "ranked by the error each pair adds itself (local SQNR: before Q vs after DQ; upstream: before Q vs float)"
+    )
+    for rank, st in enumerate(stats[:limit], 1):
+        log(table_line(rank, st))
+    if len(stats) > limit:
+        log(f"  ... and {len(stats) - limit} more pair(s)")

@@ -1,0 +1,311 @@
+"""Quantized (QDQ) models: their Q/DQ pairs, and taking pairs back to float (or requantizing one).
+
+A *pair* is a ``QuantizeLinear`` whose output is read only by ``DequantizeLinear`` nodes
+(one or several), on an activation (a tensor computed at run time) or on a weight (an
+initializer). A weight stored already quantized (an integer initializer read by a
+``DequantizeLinear``, the usual output of onnxruntime's quantizer) is a *weight pair* too
+when its float values are known (from a float reference model).
+
+*Bypassing* a pair takes its tensor back to float: the readers of the DQ output read the
+tensor before the Q instead. Quantizers fold a ``Relu`` or ``Clip`` into the Q's range (the
+node is gone; the Q reads its input). With the float model at hand, a tensor the float model
+computes with a ``Relu``/``Clip`` the quantized model lacks gets that node back when bypassed
+(a ``Clip`` with the float model's bounds). Without it, a pair whose integer range starts at 0
+(zero point at the type's minimum: a folded ``Relu``, or a tensor never negative) gets a
+``Relu``; a folded ``Clip``'s upper bound is then not known and not kept.
+
+Tensor names of a QDQ model are matched to the float model's by name and through the Q/DQ
+naming of onnxruntime's quantizer (``X_QuantizeLinear_Input``, ``X_DequantizeLinear_Output``,
+``X_quantized``); quantizers that insert Q/DQ on an existing tensor (ModelOpt, NNCF) leave the
+float tensor's name on the Q's input, which the plain name match covers.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import math
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+QUANT_SUFFIXES = ("_QuantizeLinear_Input", "_DequantizeLinear_Output_1", "_DequantizeLinear_Output",
+                  "_QuantizeLinear_Output", "_quantized")
+# integer-arithmetic (QOperator) ops: read, but not searchable as pairs
+INTEGER_OPS = {"ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "DynamicQuantizeLinear",
+               "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat",
+               "QLinearAveragePool", "QLinearGlobalAveragePool", "QGemm", "QAttention", "DynamicQuantizeMatMul",
+               "MatMulIntegerToFloat"}
+_INT_RANGES = {
+    onnx.TensorProto.INT8: (-128, 127), onnx.TensorProto.UINT8: (0, 255),
+    onnx.TensorProto.INT16: (-32768, 32767), onnx.TensorProto.UINT16: (0, 65535),
+    onnx.TensorProto.INT4: (-8, 7), onnx.TensorProto.UINT4: (0, 15),
+}
+
+
+@dataclass
+class Pair:
+    """One Q/DQ pair (or a weight's DQ)."""
+
+    name: str  # the Q node's name (the DQ's for a weight stored quantized)
+    tensor: str  # the float tensor quantized (the Q's input; the float weight's name)
+    outputs: List[str]  # the DQ outputs (what the readers read)
+    dq_nodes: List[str]
+    scale: np.ndarray
+    zero_point: np.ndarray
+    qmin: int
+    qmax: int
+    axis: Optional[int] = None  # per-channel axis
+    weight: bool = False
+    q_node: Optional[str] = None  # None: a weight stored quantized (no Q)
+    float_name: Optional[str] = None  # the tensor's name in the float model, when matched
+    float_value: Optional[np.ndarray] = None  # a weight stored quantized: its float values
+    # (lo, hi) of an activation the quantizer folded into the Q (a Relu, a Clip): kept when bypassed
+    folded: Optional[Tuple[float, float]] = None
+
+    def clamp(self) -> Optional[Tuple[float, float]]:
+        """What a bypass keeps of the Q's range: the folded activation's bounds, or (0, inf) for
+        a range starting at 0 when nothing else is known; None: nothing."""
+        if self.folded is not None:
+            return self.folded
+        return (0.0, math.inf) if self.starts_at_zero and not self.weight else None
+
+    @property
+    def starts_at_zero(self) -> bool:
+        """The integer range starts at 0 (a folded Relu, or a tensor never negative)."""
+        return bool(np.all(self.zero_point.astype(np.int64) == self.qmin))
+
+    def bounds(self, ndim: int):
+        """(lo, hi): the float values of qmin and qmax, shaped to broadcast on a tensor of ``ndim`` dims."""
+        s = self.scale.astype(np.float64)
+        zp = self.zero_point.astype(np.float64)
+        lo, hi = (self.qmin - zp) * s, (self.qmax - zp) * s
+        return _along(lo, self.axis, ndim), _along(hi, self.axis, ndim), _along(s, self.axis, ndim)
+
+    def describe(self) -> str:
+        scale = _short(self.scale)
+        zp = _short(self.zero_point)
+        return f"{self.name} on {self.tensor} (scale {scale}, zero point {zp})"
+
+
+def _short(arr: np.ndarray) -> str:
+    flat = np.asarray(arr).ravel()
+    if flat.size == 1:
+        return f"{flat[0]:.4g}" if flat.dtype.kind == "f" else str(int(flat[0]))
+    return f"per-channel x{flat.size}"
+
+
+def _along(arr: np.ndarray, axis: Optional[int], ndim: int) -> np.ndarray:
+    if arr.ndim == 0 or arr.size == 1 or axis is None or ndim == 0:
+        return arr.reshape(()) if arr.size == 1 else arr
+    shape = [1] * ndim
+    shape[axis % ndim] = arr.size
+    return arr.reshape(shape)
+
+
+def constants(model) -> Dict[str, np.ndarray]:
+    """Initializers and Constant-node values of the top graph, by name."""
+    values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
+    for node in model.graph.node:
+        if node.op_type == "Constant" and node.output:
+            for attr in node.attribute:
+                if attr.name == "value":
+                    values[node.output[0]] = numpy_helper.to_array(attr.t)
+    return values
+
+
+def integer_ops(model) -> List[str]:
+    """The integer-arithmetic (QOperator) op types the model holds, sorted."""
+    return sorted({n.op_type for n in model.graph.node if n.op_type in INTEGER_OPS})
+
+
+def is_quantized(model) -> bool:
+    return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") or n.op_type in INTEGER_OPS for n in model.graph.node)
+
+
+def _int_range(node, zp: Optional[np.ndarray], values) -> tuple:
+    for attr in node.attribute:
+        if attr.name == "output_dtype" and attr.i:
+            return _INT_RANGES.get(attr.i, (0, 255))
+    if zp is None:
+        return _INT_RANGES[onnx.TensorProto.UINT8]
+    elem = helper.np_dtype_to_tensor_dtype(zp.dtype)
+    return _INT_RANGES.get(elem, (0, 255))
+
+
+def _axis(node) -> int:
+    return next((a.i for a in node.attribute if a.name == "axis"), 1)
+
+
+def find_pairs(model, *, weights: bool = False, float_model=None) -> List[Pair]:
+    """The model's Q/DQ pairs in node order: activation pairs, and with ``weights`` the weight
+    pairs (a weight stored quantized only when ``float_model`` has its float values)."""
+    values = constants(model)
+    readers: Dict[str, List] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    graph_outputs = {o.name for o in model.graph.output}
+    ref = FloatModel(float_model) if float_model is not None else None
+    pairs: List[Pair] = []
+    for node in model.graph.node:
+        if node.op_type == "QuantizeLinear":
+            pair = _q_pair(node, readers, values, graph_outputs)
+        elif node.op_type == "DequantizeLinear" and weights and ref is not None and node.input[0] in values:
+            pair = _stored_weight(node, values, ref.weights)
+        else:
+            continue
+        if pair is None or (pair.weight and not weights):
+            continue
+        if ref is not None:
+            pair.float_name = match_name(pair.tensor, ref.names)
+            pair.folded = ref.folded(pair.tensor, model)
+        pairs.append(pair)
+    return pairs
+
+
+class FloatModel:
+    """What the pairs need of the float model: tensor names, weights, folded activations."""
+
+    def __init__(self, model):
+        self.weights = constants(model)
+        self.producer = {o: n for n in model.graph.node for o in n.output}
+        self.names = set(self.producer) | {i.name for i in model.graph.input} | set(self.weights)
+        self._qdq_producers: Optional[Dict[str, str]] = None
+
+    def folded(self, tensor: str, qdq_model) -> Optional[Tuple[float, float]]:
+        """(lo, hi) when the float model computes ``tensor`` with a Relu or Clip that the quantized
+        model no longer has (the quantizer folded it into the Q's range)."""
+        node = self.producer.get(tensor)
+        if node is None or node.op_type not in ("Relu", "Clip"):
+            return None
+        if self._qdq_producers is None:
+            self._qdq_producers = {o: n.op_type for n in qdq_model.graph.node for o in n.output}
+        if self._qdq_producers.get(tensor) == node.op_type:
+            return None
+        if node.op_type == "Relu":
+            return (0.0, math.inf)
+        attrs = {a.name: a.f for a in node.attribute}
+        lo, hi = attrs.get("min", -math.inf), attrs.get("max", math.inf)
+        for k, name in ((1, "min"), (2, "max")):
+            if len(node.input) > k and node.input[k] in self.weights:
+                value = float(np.asarray(self.weights[node.input[k]]).ravel()[0])
+                lo, hi = (value, hi) if name == "min" else (lo, value)
+        return (float(lo), float(hi))
+
+
+def _scale_zp(node, values):
+    scale = values.get(node.input[1])
+    zp = values.get(node.input[2]) if len(node.input) > 2 and node.input[2] else None
+    return scale, zp
+
+
+def _q_pair(node, readers, values, graph_outputs) -> Optional[Pair]:
+    out = node.output[0]
+    dqs = readers.get(out, [])
+    if not dqs or out in graph_outputs or any(d.op_type != "DequantizeLinear" or d.input[0] != out for d in dqs):
+        return None
+    scale, zp = _scale_zp(node, values)
+    if scale is None:
+        return None
+    qmin, qmax = _int_range(node, zp, values)
+    zp = zp if zp is not None else np.zeros_like(scale, dtype=np.int64)
+    return Pair(
+        name=node.name or out, tensor=node.input[0], outputs=[d.output[0] for d in dqs],
+        dq_nodes=[d.name for d in dqs], scale=np.asarray(scale), zero_point=np.asarray(zp), qmin=qmin, qmax=qmax,
+        axis=_axis(node) if np.asarray(scale).size > 1 else None, weight=node.input[0] in values, q_node=node.name,
+    )
+
+
+def _stored_weight(node, values, float_weights) -> Optional[Pair]:
+    name = match_name(node.input[0], float_weights) or match_name(node.output[0], float_weights)
+    if name is None:
+        return None
+    scale, zp = _scale_zp(node, values)
+    if scale is None:
+        return None
+    qmin, qmax = _int_range(node, zp if zp is not None else values[node.input[0]], values)
+    zp = zp if zp is not None else np.zeros_like(scale, dtype=np.int64)
+    return Pair(
+        name=node.name or node.output[0], tensor=name, outputs=[node.output[0]], dq_nodes=[node.name],
+        scale=np.asarray(scale), zero_point=np.asarray(zp), qmin=qmin, qmax=qmax,
+        axis=_axis(node) if np.asarray(scale).size > 1 else None, weight=True, float_value=float_weights[name],
+    )
+
+
+def match_name(name: str, known) -> Optional[str]:
+    """``name`` of a QDQ model's tensor as it is called in the float model (``known`` names):
+    itself, or with a quantizer suffix removed; None when neither is known."""
+    if name in known:
+        return name
+    for suffix in QUANT_SUFFIXES:
+        if name.endswith(suffix) and name[: -len(suffix)] in known:
+            return name[: -len(suffix)]
+    return None
+
+
+def bypass(model, pairs: Sequence[Pair]):
+    """A copy of ``model`` with ``pairs`` taken back to float (see the module's docstring)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    drop_q = {p.q_node for p in pairs if p.q_node is not None}
+    by_dq = {dq: p for p in pairs for dq in p.dq_nodes}
+    nodes = []
+    for node in out.graph.node:
+        if node.op_type == "QuantizeLinear" and node.name in drop_q:
+            continue
+        pair = by_dq.get(node.name) if node.op_type == "DequantizeLinear" else None
+        if pair is None:
+            nodes.append(node)
+        elif pair.float_value is not None:  # a weight stored quantized: its float values, under the DQ's output name
+            out.graph.initializer.append(numpy_helper.from_array(pair.float_value.astype(np.float32), node.output[0]))
+        else:
+            nodes.extend(_float_path(out, pair, node))
+    del out.graph.node[:]
+    out.graph.node.extend(nodes)
+    return out
+
+
+def _float_path(model, pair: Pair, dq) -> List:
+    """The node(s) replacing ``dq`` of a bypassed pair: Identity, or the folded activation."""
+    clamp = pair.clamp()
+    if clamp is None:
+        return [helper.make_node("Identity", [pair.tensor], [dq.output[0]], name=dq.name)]
+    lo, hi = clamp
+    if lo == 0.0 and hi == math.inf:
+        return [helper.make_node("Relu", [pair.tensor], [dq.output[0]], name=dq.name)]
+    opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 11)
+    if opset < 11:  # Clip-6: bounds as attributes
+        node = helper.make_node("Clip", [pair.tensor], [dq.output[0]], name=dq.name)
+        node.attribute.extend(helper.make_attribute(k, v) for k, v in (("min", lo), ("max", hi)) if math.isfinite(v))
+        return [node]
+    names = []
+    for what, value in (("min", lo), ("max", hi)):
+        name = f"{dq.name}_float_{what}"
+        if math.isfinite(value):
+            model.graph.initializer.append(numpy_helper.from_array(np.array(value, np.float32), name))
+        names.append(name if math.isfinite(value) else "")
+    return [helper.make_node("Clip", [pair.tensor, *names], [dq.output[0]], name=dq.name)]
+
+
+def requantize(model, pair: Pair, scale: np.ndarray, zero_point: np.ndarray):
+    """A copy of ``model`` whose ``pair`` quantizes with ``scale`` and ``zero_point`` (new
+    initializers: a scale shared with other pairs is left to them)."""
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    s_name, z_name = f"{pair.name}_suggested_scale", f"{pair.name}_suggested_zero_point"
+    out.graph.initializer.append(numpy_helper.from_array(np.asarray(scale, np.float32).reshape(pair.scale.shape), s_name))
+    out.graph.initializer.append(numpy_helper.from_array(
+        np.asarray(zero_point).astype(pair.zero_point.dtype).reshape(pair.zero_point.shape), z_name))
+    for node in out.graph.node:
+        if node.name == pair.q_node or (node.name in pair.dq_nodes and node.op_type == "DequantizeLinear"):
+            node.input[1] = s_name
+            if len(node.input) > 2:
+                node.input[2] = z_name
+            else:
+                node.input.append(z_name)
+    return out

@@ -1,0 +1,185 @@
+"""What each Q/DQ pair's quantization does on given inputs: the error it adds itself (the tensor
+before Q against after DQ, as onnxruntime's ``qdq_loss_debug`` computes it), the error arriving
+from upstream (before Q against the float model's tensor), the share of values clipped at the
+integer range, saturation, and how many integer levels the tensor's range spans.
+
+Statistics are gathered iteration by iteration (:class:`PairAccumulator`: sums and extremes, no
+tensor kept), so a run streams as it does without them.
+
+One quantization step is rounding, not a fault: a pair that moves no value by more than one step
+(values clipped by less than a step included), on a range spanning enough integer levels, only
+rounds (:attr:`PairStats.rounding_only`). A pair that carries a ``Relu`` or ``Clip`` the quantizer
+folded into its Q (:meth:`toolkit.precision.qdq.Pair.clamp`) is measured against its input
+clamped the same way, which is what the float model computes (onnxruntime's qdq_loss_debug
+compares the raw input there).
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import List, Optional, Sequence
+
+import numpy as np
+
+from toolkit.precision.qdq import Pair
+
+COARSE_LEVELS = 16  # a tensor spanning fewer integer levels than this is coarsely quantized
+_EPS = float(np.finfo(float).eps)
+
+
+def sqnr_db(signal_sq: float, noise_sq: float) -> float:
+    """20 log10(|x| / |x - y|) from the two squared norms, as onnxruntime's qdq_loss_debug
+    (``compute_signal_to_quantization_noice_ratio``) computes it."""
+    return 20 * math.log10(max(math.sqrt(signal_sq), _EPS) / max(math.sqrt(noise_sq), _EPS))
+
+
+@dataclass
+class PairStats:
+    """What one pair's quantization does on the given inputs (every iteration together)."""
+
+    pair: Pair
+    local_sqnr: float  # dB, tensor before Q against after DQ (qdq_loss_debug's qdq_err)
+    local_max: float  # largest |after DQ - before Q|
+    local_steps: float  # local_max in units of the scale (0.5: rounding only)
+    clipped: float  # share of values outside the integer range (by more than half a step)
+    saturated: float  # share of values quantized to qmin or qmax
+    lo: float  # observed range of the tensor before Q
+    hi: float
+    grid_lo: float  # the range the integers cover
+    grid_hi: float
+    levels: float  # integer levels the observed range spans (inside the integer range)
+    upstream_sqnr: Optional[float] = None  # dB, float model against before Q: error arriving from upstream
+    upstream_max: Optional[float] = None
+    xmodel_sqnr: Optional[float] = None  # dB, float model against after DQ (qdq_loss_debug's xmodel_err)
+    after_max: Optional[float] = None
+    reasons: List[str] = field(default_factory=list)
+
+    @property
+    def rounding_only(self) -> bool:
+        """No value moved by more than one quantization step, and a range spanning enough levels."""
+        return self.local_steps <= 1.0 + 1e-3 and self.levels >= COARSE_LEVELS
+
+
+class PairAccumulator:
+    """Sums and extremes of one pair's tensors, one iteration at a time."""
+
+    def __init__(self, pair: Pair):
+        self.pair = pair
+        self.n = self.clipped = self.saturated = 0
+        self.x_sq = self.local_sq = self.r_sq = self.up_sq = self.after_sq = 0.0
+        self.local_max = self.steps = self.up_max = self.after_max = 0.0
+        self.lo, self.hi = math.inf, -math.inf
+        self.with_reference = True
+
+    def add(self, before, after, reference=None) -> None:
+        x, y = _flat(before), _flat(after)
+        if x.shape != y.shape or not x.size:
+            return
+        shape = np.shape(before)
+        clamp = self.pair.clamp()
+        if clamp is not None:  # a folded Relu/Clip (or a tensor never negative): what the float model computes
+            x = np.clip(x, clamp[0], clamp[1])
+        lo, hi, s = self.pair.bounds(len(shape))
+        if np.ndim(s):  # per channel: every element's own bounds
+            lo, hi, s = (np.broadcast_to(v, shape).ravel() for v in (lo, hi, s))
+        d = y - x
+        ad = np.abs(d)
+        self.n += x.size
+        self.x_sq += _dot(x, x)
+        self.local_sq += _dot(d, d)
+        self.local_max = max(self.local_max, float(ad.max()))
+        self.steps = max(self.steps, float((ad / s).max()) if np.ndim(s) else float(ad.max()) / float(s))
+        self.clipped += int(np.count_nonzero(x < lo - s / 2)) + int(np.count_nonzero(x > hi + s / 2))
+        self.saturated += int(np.count_nonzero(y <= lo + s / 4)) + int(np.count_nonzero(y >= hi - s / 4))
+        self.lo, self.hi = min(self.lo, float(x.min())), max(self.hi, float(x.max()))
+        r = None if reference is None else _flat(reference)
+        if r is None or r.shape != x.shape:
+            self.with_reference = False
+            return
+        up, after_d = r - x, r - y
+        self.r_sq += _dot(r, r)
+        self.up_sq += _dot(up, up)
+        self.after_sq += _dot(after_d, after_d)
+        self.up_max = max(self.up_max, float(np.abs(up).max()))
+        self.after_max = max(self.after_max, float(np.abs(after_d).max()))
+
+    def finish(self) -> PairStats:
+        p = self.pair
+        zp = p.zero_point.astype(np.float64)
+        glo, ghi = float(np.min((p.qmin - zp) * p.scale)), float(np.max((p.qmax - zp) * p.scale))
+        lo, hi = (self.lo, self.hi) if self.n else (0.0, 0.0)
+        span = max(min(hi, ghi) - max(lo, glo), 0.0)
+        st = PairStats(
+            p, sqnr_db(self.x_sq, self.local_sq), self.local_max, self.steps, self.clipped / max(self.n, 1),
+            self.saturated / max(self.n, 1), lo, hi, glo, ghi, span / float(np.max(p.scale)),
+        )
+        if self.with_reference and self.n:
+            st.upstream_sqnr, st.upstream_max = sqnr_db(self.r_sq, self.up_sq), self.up_max
+            st.xmodel_sqnr, st.after_max = sqnr_db(self.r_sq, self.after_sq), self.after_max
+        st.reasons = reasons(st)
+        return st
+
+
+def _flat(arr) -> np.ndarray:
+    a = np.asarray(arr)
+    return (a if a.dtype == np.float32 or a.dtype == np.float64 else a.astype(np.float32)).reshape(-1)
+
+
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    """Sum of products, accumulated in float64 (a float32 BLAS dot loses digits on large tensors;
+    a float64 BLAS dot was 30x slower than einsum on a loaded machine)."""
+    return float(np.einsum("i,i->", a, b, dtype=np.float64))
+
+
+def pair_stats(pair: Pair, before: Sequence, after: Sequence, reference: Optional[Sequence] = None) -> PairStats:
+    """Statistics of ``pair`` from its tensor before Q and after DQ, per iteration (and the float
+    model's tensor, when known)."""
+    acc = PairAccumulator(pair)
+    for k, (x, y) in enumerate(zip(before, after)):
+        acc.add(x, y, None if reference is None else reference[k])
+    return acc.finish()
+
+
+def percent(share: float) -> str:
+    """A share as a percentage with two significant digits (0.004%, 12%)."""
+    return f"{100 * share:.2g}%"
+
+
+def reasons(st: PairStats) -> List[str]:
+    """Why a pair costs accuracy, in words (clipping, saturation, coarse scale, local error)."""
+    out = []
+    if st.clipped > 0:
+        out.append(f"clipping: {percent(st.clipped)} of values outside [{st.grid_lo:.4g}, {st.grid_hi:.4g}]")
+    if st.saturated > 0.01 and not st.pair.starts_at_zero:
+        out.append(f"saturation: {percent(st.saturated)} of values at the integer limits")
+    if st.levels < COARSE_LEVELS:
+        out.append(f"coarse scale: the range [{st.lo:.4g}, {st.hi:.4g}] spans {st.levels:.1f} integer levels")
+    out.append(f"local error: max {st.local_max:.3g} ({st.local_steps:.2g} steps), SQNR {st.local_sqnr:.1f} dB")
+    return out
+
+
+def suggested(pair: Pair, st: PairStats):
+    """(scale, zero point) the observed range gives: symmetric when the pair is (zero point 0 for
+    a signed type, the middle for an unsigned one), asymmetric otherwise."""
+    lo, hi = min(st.lo, 0.0), max(st.hi, 0.0)
+    zp = pair.zero_point.astype(np.int64)
+    if (pair.qmin < 0 and np.all(zp == 0)) or (pair.qmin == 0 and np.all(zp == (pair.qmax + 1) // 2)):
+        scale = max(abs(lo), abs(hi)) / (pair.qmax - int(zp.ravel()[0]))
+        return np.float32(scale or 1.0), pair.zero_point.copy()
+    scale = (hi - lo) / (pair.qmax - pair.qmin) or 1.0
+    zero = int(np.clip(round(pair.qmin - lo / scale), pair.qmin, pair.qmax))
+    return np.float32(scale), np.full_like(pair.zero_point, zero)
+
+
+def needs_scale(st: PairStats) -> bool:
+    """A pair kept for clipping or a poor scale (a new scale may fix it without float)."""
+    return st.clipped > 0 or st.levels < COARSE_LEVELS
+
+
+def ranked(stats: Sequence[PairStats]) -> List[PairStats]:
+    """Where error is added: faults first (clipping, coarse scale, more than rounding), each
+    group by local SQNR, lowest (most error added) first."""
+    return sorted(stats, key=lambda st: (st.rounding_only, st.local_sqnr))

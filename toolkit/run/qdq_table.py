@@ -1,0 +1,106 @@
+"""Local versus propagated error of a quantized model's Q/DQ pairs, in ``run``'s diagnosis.
+
+When ``run`` compares a QDQ model's tensors (``--onnx-outputs mark all``) with its float model's
+(a second result set: ``--load-outputs`` of the float model's run, tensors matched by name and
+through the quantizer's naming, :func:`toolkit.precision.qdq.match_name`), each pair gets a row:
+the error its own quantization adds (tensor before Q against after DQ), the error arriving from
+upstream (before Q against the float tensor), the share clipped at the integer range, and the
+integer levels the tensor's range spans. Rows are ranked by where error is *added*
+(:func:`toolkit.precision.qdq_stats.ranked`); a pair that only rounds (half a step, nothing
+clipped, enough levels) is marked as rounding, not as a fault.
+
+Gathered only for iterations the diagnosis gathers (:func:`toolkit.run.diagnose.wanted`), one
+iteration at a time; the model is read (without external data) on the first such iteration.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional
+
+from toolkit.core.errors import ToolkitError
+
+
+@dataclass
+class QdqTables:
+    """Accumulators per comparison (pair index -> pair name -> accumulator)."""
+
+    pairs: Optional[List[Any]] = None  # the model's Q/DQ pairs; [] when it has none (or is no ONNX file)
+    sums: Dict[int, Dict[str, Any]] = field(default_factory=dict)
+
+
+def _pairs(model_path: str) -> List[Any]:
+    import os
+
+    if not model_path or model_path == "-" or not os.path.isfile(model_path):
+        return []
+    from toolkit.core.model import load_model
+    from toolkit.precision.qdq import find_pairs
+
+    try:
+        return find_pairs(load_model(model_path, load_external_data=False))
+    except (ToolkitError, KeyError, ValueError):  # an engine, or a model whose scales live in external data
+        return []
+
+
+def collect(tables: QdqTables, model_path: str, index: int, outs_a: Mapping, outs_b: Mapping) -> None:
+    """Add one iteration of comparison ``index``: the side holding the DQ outputs is the QDQ model."""
+    if tables.pairs is None:
+        tables.pairs = _pairs(model_path)
+    if not tables.pairs:
+        return
+    from toolkit.precision.qdq import match_name
+    from toolkit.precision.qdq_stats import PairAccumulator
+
+    first = tables.pairs[0].outputs[0]
+    qdq_side, ref_side = (outs_a, outs_b) if first in outs_a or first not in outs_b else (outs_b, outs_a)
+    sums = tables.sums.setdefault(index, {})
+    for pair in tables.pairs:
+        before, after = qdq_side.get(pair.tensor), qdq_side.get(pair.outputs[0])
+        if before is None or after is None:
+            continue
+        name = match_name(pair.tensor, ref_side)
+        ref = ref_side.get(name) if name is not None else None
+        if pair.name not in sums:
+            sums[pair.name] = PairAccumulator(pair)
+        sums[pair.name].add(before, after, ref)
+
+
+def finish(tables: QdqTables, count: int) -> List[List[Any]]:
+    """Per comparison, its pairs' statistics ranked by the error they add ([] where none)."""
+    from toolkit.precision.qdq_stats import ranked
+
+    return [ranked([acc.finish() for acc in tables.sums.get(i, {}).values()]) for i in range(count)]
+
+
+def row_dict(rank: int, st) -> Dict[str, Any]:
+    """One pair of the table, for ``--save-report`` JSON."""
+    return {
+        "rank": rank, "pair": st.pair.name, "tensor": st.pair.tensor,
+        "verdict": "rounding" if st.rounding_only else "adds error",
+        "local_sqnr_db": round(st.local_sqnr, 4), "local_max": st.local_max, "local_steps": st.local_steps,
+        "upstream_sqnr_db": None if st.upstream_sqnr is None else round(st.upstream_sqnr, 4),
+        "after_vs_float_sqnr_db": None if st.xmodel_sqnr is None else round(st.xmodel_sqnr, 4),
+        "clipped": st.clipped, "saturated": st.saturated, "levels": round(st.levels, 2),
+        "scale": [float(v) for v in st.pair.scale.ravel()], "zero_point": [int(v) for v in st.pair.zero_point.ravel()],
+        "why": st.reasons,
+    }
+
+
+def add_to_report(path: str, tables: List[List[Any]]) -> None:
+    """Add the tables to a ``--save-report`` JSON file (key ``qdq_pairs``: one entry per comparison
+    that has a table); an HTML report or node data file is left as it is."""
+    from toolkit.run.node_data import is_node_data_path
+
+    if not any(tables) or not path.lower().endswith(".json") or is_node_data_path(path):
+        return
+    import json
+
+    from toolkit.core.model import atomic_output
+
+    with open(path, encoding="utf-8") as fh:
+        report = json.load(fh)
+    report["qdq_pairs"] = [{"comparison": i, "pairs": [row_dict(k, st) for k, st in enumerate(rows, 1)]}
+                           for i, rows in enumerate(tables) if rows]
+    with atomic_output(path, "w") as fh:
+        fh.write(json.dumps(report, indent=1) + "\n")
