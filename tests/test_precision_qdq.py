@@ -10,7 +10,7 @@ import pytest
 import modelzoo as mz
 import qdq_models as qm
 from toolkit.core.datafiles import save_inputs
-from toolkit.precision import qdq, qdq_stats
+from toolkit.core import qdq, qdq_stats
 from toolkit.precision.qdq_search import QdqConfig, QdqSearch
 
 PLANTED = "ctx"  # the activation whose pair gets a scale 40x too coarse

@@ -237,7 +237,7 @@ class PrecisionArgs:
     external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
     json_out: bool = switch("--json", help='Print the result as JSON on stdout (instead of node names).')
     reference_model: Optional[str] = option(
-        "--reference-model",
+        "--reference-model", metavar="PATH",
         help="Quantized models: the float model to compare with (default: the model with every Q/DQ pair in float).",
     )
     qdq_weights: bool = switch("--qdq-weights", help="Quantized models: search the weight Q/DQ pairs too.")

@@ -7,6 +7,7 @@ to stderr.
 # (no `from __future__ import annotations`: kept like the other CLI modules)
 
 import dataclasses
+import json
 from typing import Any, Dict, List
 
 import typer
@@ -134,7 +135,6 @@ def summary(outcome, cfg, json_out: bool) -> int:
     if outcome.table:
         render_table(outcome.table, cfg.model, outcome.reference)
     if json_out:
-        import json
 
         data = _summary_json(outcome, cfg, code)
         if outcome.table:
@@ -154,7 +154,7 @@ def _db(value) -> str:
 
 def table_line(rank: int, st) -> str:
     """One pair of the local/propagated table, grep-able."""
-    from toolkit.precision.qdq_stats import percent
+    from toolkit.core.qdq_stats import percent
 
     verdict = "rounding" if st.rounding_only else "ADDS ERROR"
     why = [r.split(":")[0] for r in st.reasons if not r.startswith("local error")]

@@ -1,13 +1,13 @@
 """``debug precision`` on a quantized (QDQ) model: the fewest Q/DQ pairs to take back to float.
 
 The search is :class:`toolkit.precision.search.PrecisionSearch` over a different set: the
-model's Q/DQ pairs *bypassed* (their tensor skips Q and DQ, :func:`toolkit.precision.qdq.bypass`)
+model's Q/DQ pairs *bypassed* (their tensor skips Q and DQ, :func:`toolkit.core.qdq.bypass`)
 instead of nodes kept in fp32. Bypassing more pairs brings the model closer to float, so the
 same delta-debugging engine (bisect, QuickXplain, 1-minimality) applies unchanged.
 
 The reference is the float model (``--reference-model``, run once), or the quantized model with
 every pair bypassed. After the search, one run of the quantized model with every pair's
-tensors marked gives each pair's statistics (:func:`toolkit.precision.qdq.pair_stats`): why it
+tensors marked gives each pair's statistics (:func:`toolkit.core.qdq.pair_stats`): why it
 is kept, and for pairs kept for clipping or a coarse scale, the scale the observed range gives
 and whether requantizing with it passes (one check each).
 
@@ -24,7 +24,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.layerwise import set_outputs
 from toolkit.core.model import load_model, save_model
-from toolkit.precision import qdq, qdq_stats
+from toolkit.core import qdq, qdq_stats
 from toolkit.precision.search import PrecisionConfig, PrecisionOutcome, PrecisionSearch, SetIndex, describe
 from toolkit.run.registry import get_kind
 

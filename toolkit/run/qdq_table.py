@@ -2,11 +2,11 @@
 
 When ``run`` compares a QDQ model's tensors (``--onnx-outputs mark all``) with its float model's
 (a second result set: ``--load-outputs`` of the float model's run, tensors matched by name and
-through the quantizer's naming, :func:`toolkit.precision.qdq.match_name`), each pair gets a row:
+through the quantizer's naming, :func:`toolkit.core.qdq.match_name`), each pair gets a row:
 the error its own quantization adds (tensor before Q against after DQ), the error arriving from
 upstream (before Q against the float tensor), the share clipped at the integer range, and the
 integer levels the tensor's range spans. Rows are ranked by where error is *added*
-(:func:`toolkit.precision.qdq_stats.ranked`); a pair that only rounds (half a step, nothing
+(:func:`toolkit.core.qdq_stats.ranked`); a pair that only rounds (half a step, nothing
 clipped, enough levels) is marked as rounding, not as a fault.
 
 Gathered only for iterations the diagnosis gathers (:func:`toolkit.run.diagnose.wanted`), one
@@ -15,6 +15,8 @@ iteration at a time; the model is read (without external data) on the first such
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -30,12 +32,10 @@ class QdqTables:
 
 
 def _pairs(model_path: str) -> List[Any]:
-    import os
-
     if not model_path or model_path == "-" or not os.path.isfile(model_path):
         return []
     from toolkit.core.model import load_model
-    from toolkit.precision.qdq import find_pairs
+    from toolkit.core.qdq import find_pairs
 
     try:
         return find_pairs(load_model(model_path, load_external_data=False))
@@ -49,8 +49,8 @@ def collect(tables: QdqTables, model_path: str, index: int, outs_a: Mapping, out
         tables.pairs = _pairs(model_path)
     if not tables.pairs:
         return
-    from toolkit.precision.qdq import match_name
-    from toolkit.precision.qdq_stats import PairAccumulator
+    from toolkit.core.qdq import match_name
+    from toolkit.core.qdq_stats import PairAccumulator
 
     first = tables.pairs[0].outputs[0]
     qdq_side, ref_side = (outs_a, outs_b) if first in outs_a or first not in outs_b else (outs_b, outs_a)
@@ -68,7 +68,7 @@ def collect(tables: QdqTables, model_path: str, index: int, outs_a: Mapping, out
 
 def finish(tables: QdqTables, count: int) -> List[List[Any]]:
     """Per comparison, its pairs' statistics ranked by the error they add ([] where none)."""
-    from toolkit.precision.qdq_stats import ranked
+    from toolkit.core.qdq_stats import ranked
 
     return [ranked([acc.finish() for acc in tables.sums.get(i, {}).values()]) for i in range(count)]
 
@@ -94,8 +94,6 @@ def add_to_report(path: str, tables: List[List[Any]]) -> None:
 
     if not any(tables) or not path.lower().endswith(".json") or is_node_data_path(path):
         return
-    import json
-
     from toolkit.core.model import atomic_output
 
     with open(path, encoding="utf-8") as fh:

@@ -9,7 +9,7 @@ tensor kept), so a run streams as it does without them.
 One quantization step is rounding, not a fault: a pair that moves no value by more than one step
 (values clipped by less than a step included), on a range spanning enough integer levels, only
 rounds (:attr:`PairStats.rounding_only`). A pair that carries a ``Relu`` or ``Clip`` the quantizer
-folded into its Q (:meth:`toolkit.precision.qdq.Pair.clamp`) is measured against its input
+folded into its Q (:meth:`toolkit.core.qdq.Pair.clamp`) is measured against its input
 clamped the same way, which is what the float model computes (onnxruntime's qdq_loss_debug
 compares the raw input there).
 
@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence
 
 import numpy as np
 
-from toolkit.precision.qdq import Pair
+from toolkit.core.qdq import Pair
 
 COARSE_LEVELS = 16  # a tensor spanning fewer integer levels than this is coarsely quantized
 _EPS = float(np.finfo(float).eps)
