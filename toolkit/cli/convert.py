@@ -388,8 +388,8 @@ def _report_check(res, dtype: str, runtime_failed: bool, guessed) -> None:
     )
     warn(
         f"the {short} model differs from the original beyond {tol} on {_sets(len(res.set_errors))}: largest error "
-        f"{res.max_error:.3g} with {short} storage emulated at output {res.worst}{where}{_measured(res)}{first}; `toolkit debug precision MODEL` finds the nodes "
-        "to keep in fp32 (--keep-fp32)"
+        f"{res.max_error:.3g} with {short} storage emulated at output {res.worst}{where}{_measured(res)}{first}; `toolkit debug precision MODEL --compare onnxrt "
+        f"onnxrt:{short}` finds the nodes to keep in fp32 (--keep-fp32)"
     )
 
 
