@@ -91,6 +91,7 @@ def summary_json(outcome, cfg) -> dict:
         "remembered": outcome.remembered,
         "broken": outcome.broken,
         "other_failures": outcome.other_failures,
+        "signature": outcome.signature,
         "timeouts": outcome.timeouts,
         "seconds": round(outcome.seconds, 3),
         "phases": outcome.phases,
@@ -130,9 +131,9 @@ def _summary(outcome, cfg) -> int:
         )
     if outcome.other_failures:
         warn(
-            f"on {_plural(outcome.other_failures, 'subgraph')} a runner failed to run at all, where the full model "
-            "ran and its outputs differed; not the fault being reduced, so counted as passes (the result may keep "
-            "nodes it does not need). `toolkit run` on such a subgraph (--artifacts keeps them) shows the error"
+            f"{_plural(outcome.other_failures, 'subgraph')} failed otherwise than the full model (other failures: "
+            "not the failure being reduced, so counted as passes; the result may keep nodes it does not need). "
+            "The iteration lines say how each failed; --artifacts keeps them, --any-failure reduces on any failure"
         )
     if outcome.timeouts:
         log(f"{_plural(outcome.timeouts, 'check')} timed out (--check-timeout) and counted as a failure")
@@ -386,6 +387,7 @@ def _reduce_config(a: "ReduceArgs", rule, load_inputs):
         min_good=a.min_good,
         mode=a.mode,
         rule=rule,
+        any_failure=a.any_failure,
         check_timeout=a.check_timeout,
         iter_artifact=a.iter_artifact,
         remove_intermediate=not a.no_remove_intermediate,
@@ -436,6 +438,12 @@ class ReduceArgs:
                                   help="Exit codes of the check that count as failures.")
     ignore_fail_code: List[int] = option("--ignore-fail-code", "--ignore-fail-returncode", metavar="CODE", factory=list,
                                          help="Exit codes of the check that count as passes.")
+    any_failure: bool = switch(
+        "--any-failure",
+        help="Reduce on any failure of the check. By default a subgraph must fail the way the full model fails "
+        "(the same crash signal, exit code and error class, or a numeric mismatch that feeds the same outputs); "
+        "one that fails otherwise is counted as an other failure.",
+    )
     check_timeout: Optional[float] = option(
         "--check-timeout", metavar="SECONDS",
         help="Seconds a check may run; then it is killed (with its children) and counts as a failure.",

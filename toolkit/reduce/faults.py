@@ -114,7 +114,7 @@ class CompareReducer(Reducer):
             self._full_mismatch = kind == FAIL and rows is not None and bool(rows.failing)
             return None
         if kind != FAIL or not self._full_mismatch or rows is not None:
-            return None
+            return super()._other_failure(kind, rows, res, full)
         return (
             f"a runner could not run this subgraph ({error_line(res)}), where the full model ran and its outputs "
             "differed"
