@@ -23,7 +23,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from toolkit.core import paths
-from toolkit.core.errors import DependencyError, InputError, UsageError
+from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError
 from toolkit.core.model import (
     check_output_path,
     load_model,
@@ -608,7 +608,15 @@ class Reducer(Artifacts):
         """With frozen input shapes, the full model is also checked as given (its own shapes):
         freezing must not hide the failure, nor change it. Returns whether the model fails."""
         frozen_sig = self.signature
-        self._reload(as_given=True)
+        try:
+            self._reload(as_given=True)
+        except ToolkitError:  # (its shapes cannot be found without freezing them: nothing to compare)
+            self._reload(as_given=False)
+            self.memo[self.index.full_mask] = frozen_failed
+            self.signature = frozen_sig
+            if frozen_sig is not None:
+                self.reporter.info(frozen_sig.announce())
+            return frozen_failed
         failed = self.verdict(self.index.full_mask)
         given = self.signature if failed else None
         said = "the model fails the check with its own input shapes" + (f" ({given.describe()})" if given else "")

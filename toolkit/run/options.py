@@ -195,6 +195,9 @@ class RunOptions:
     # ONNX-Runtime: emulate fp16 / bf16 storage on the CPU (runner specs onnxrt:fp16, onnxrt:bf16)
     onnxrt_fp16: bool = switch(runner="onnxrt", spec="fp16")
     onnxrt_bf16: bool = switch(runner="onnxrt", spec="bf16")
+    # library use: the nodes kept fp32 when onnxrt:fp16/bf16 emulates (None: chosen for the model); a
+    # subgraph cut from a model keeps the model's choice (debug reduce --compare)
+    fp32_nodes: Optional[List[str]] = None
     diagnose: bool = True  # gather tensor errors for the diagnosis of a failing many-tensor comparison
     command: str = ""  # the command line, recorded in reports
     # library use: keep every live runner's outputs in the report (memory then grows with iterations)
