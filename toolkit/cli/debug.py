@@ -301,8 +301,8 @@ def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
         outcome = reducer.run()
     finally:
         reporter.stop()
-    if runner is not None and not outcome.noise:
-        from toolkit.reduce.evidence import storage_rounding_warning
+    if runner is not None:
+        from toolkit.reduce.evidence import noise_warning, storage_rounding_warning
         from toolkit.run.registry import get_kind
         from toolkit.run.specs import parse_runner_spec
 
@@ -312,7 +312,11 @@ def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
             from toolkit.backends.openvino import runs_reduced
 
             precision = runs_reduced(spec.options)
-        outcome.noise = storage_rounding_warning(outcome.reduced_evidence, precision, outcome.reduced_scale)
+        storage = storage_rounding_warning(outcome.reduced_evidence, precision, outcome.reduced_scale,
+                                           some_passed=outcome.passing > 0)
+        if storage or (precision and outcome.noise):  # (rounding named as the storage's, not the kernels')
+            outcome.noise = storage or noise_warning(outcome.full_evidence, outcome.reduced_evidence, cfg.check,
+                                                     precision)
     if runner is not None and not outcome.noise and outcome.output_written and outcome.reduced_evidence:
         outcome.noise = _step_warning(outcome, a.output)
     return outcome, reducer, runner

@@ -69,6 +69,21 @@ def amplification(output_error: float, input_error: float, floor: float = FLOOR)
     return out / inp
 
 
+# an amplification past this is shown as an error made from exact inputs, not as a ratio (its
+# input error is 0 or displays as 0 beside it)
+SHOWN_AMPLIFICATION = 1e6
+
+
+def times(amp: Optional[float]) -> str:
+    """An amplification in words: ``12.5x``, or ``from exact inputs`` where the ratio is unbounded
+    (no ``infx``, no ratio over an input error that prints as 0)."""
+    if amp is None:
+        return "?"
+    if not math.isfinite(amp) or amp >= SHOWN_AMPLIFICATION:
+        return "from exact inputs"
+    return f"{amp:.3g}x"
+
+
 def noise_bound(floor: float = FLOOR, depth: int = 1) -> float:
     """The largest relative error that rounding at step ``floor`` through ``depth`` nodes makes."""
     return ULPS * floor * math.sqrt(max(depth, 1))

@@ -59,6 +59,7 @@ from toolkit.reduce.loading import data_input_shapes, data_tensor_metas, load_fo
 from toolkit.reduce.owner import Ownership
 from toolkit.reduce.parallel import Worker, worker_argv, worker_artifact, worker_env
 from toolkit.reduce.replay import Replay
+from toolkit.reduce import sanity
 from toolkit.reduce.signature import Signature, feeds_maker, signature_of
 from toolkit.reduce.strategy import STRATEGIES, Plan
 from toolkit.reduce.verdict import (
@@ -104,6 +105,7 @@ class Reporter(Messages):
 
 class Reducer(Artifacts):
     reporter: Reporter
+    own_check = True  # the check is the user's (the built-in comparison's is not: see sanity.probe)
 
     def __init__(
         self,
@@ -543,6 +545,7 @@ class Reducer(Artifacts):
                 mask = self._search_from_full(outcome)
                 if outcome.status == "passed":
                     return self._finish(outcome, t0)
+                sanity.probe(self, mask)
             except (KeyboardInterrupt, AnswersExhausted) as exc:
                 outcome.status = "interrupted"
                 outcome.stopped_by = "eof" if isinstance(exc, AnswersExhausted) else "interrupt"
@@ -761,6 +764,7 @@ class Reducer(Artifacts):
         outcome.broken = self.broken
         outcome.other_failures = self.other_failures
         outcome.signature = self.signature.to_json() if self.signature is not None else None
+        outcome.passing = sum(1 for m, failed in self.memo.items() if not failed and m not in self.broken_masks)
         outcome.timeouts = self.timeouts
         outcome.phases = dict(self.phase_checks)
         outcome.full_evidence = self.evidence.get(self.index.full_mask) if self.index else None

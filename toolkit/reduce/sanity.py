@@ -1,0 +1,57 @@
+"""A check that fails whatever the model: ``--check false``, or golden values of other inputs
+than the check feeds. Such a check fails on every subgraph, so a reduce "finds" the first node it
+tries. When the search ends at one node without a single passing check, :func:`probe` checks the
+model without that node and another node alone: when both fail too, the result blames nothing and
+the run stops (:class:`~toolkit.reduce.config.CannotJudge`, exit 3, ``-o`` not written).
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from toolkit.core.noise import evidence_is_rounding
+from toolkit.reduce.config import CannotJudge
+from toolkit.reduce.graph import mask_indices, popcount
+from toolkit.reduce.signature import RULE
+
+
+def probe(reducer, mask: Optional[int]) -> None:
+    """Raise CannotJudge when the check fails on node set ``mask`` (one node), on the model
+    without it, and on another node alone, having passed nothing."""
+    idx = reducer.index
+    if reducer.runner is None or mask is None or popcount(mask) != 1 or idx.size < 2 or not reducer.own_check:
+        return
+    if reducer.signature is None or reducer.signature.kind == RULE:
+        return  # (the user said what failing is: --fail-regex, --fail-code, --any-failure)
+    ev = reducer.evidence.get(mask) or reducer.evidence.get(idx.full_mask)
+    w = ev.worst if ev is not None else None
+    if w is not None and evidence_is_rounding(w.max_abs, w.max_rel, w.atol):
+        return  # (every node failing by rounding: the noise warnings say so)
+    if any(not failed and m not in reducer.broken_masks for m, failed in reducer.memo.items()):
+        return  # it passed on something: it depends on the model
+    node = mask_indices(mask)[0]
+    rest = idx.full_mask & ~mask
+    if not reducer.verdict(rest):
+        return  # (and --min-good has a passing model)
+    other = idx.size - 1 if node != idx.size - 1 else 0
+    if not reducer.verdict(1 << other):
+        return
+    raise CannotJudge(
+        f"the check fails on every subgraph tried, down to single nodes ({idx.names[node]} alone, "
+        f"{idx.names[other]} alone, the model without {idx.names[node]}; it passed on none): it does not depend on "
+        f"the model, so no node can be blamed. What it reported: {_what(reducer)}. A check must pass on a model "
+        "without the failure: feed it the inputs its golden values were computed on (--load-inputs), make it "
+        "fail only on the failure (--fail-regex, --fail-code), or give tolerances above the rounding every "
+        "node does"
+    )
+
+
+def _what(reducer) -> str:
+    ev = reducer.evidence.get(reducer.index.full_mask)
+    if ev is not None and ev.worst is not None:
+        names = ", ".join(f"'{t.name}'" for t in ev.failing[:3]) + (", ..." if len(ev.failing) > 3 else "")
+        return f"it compared {names} and found {ev.describe()}"
+    sig = reducer.signature
+    return f"{sig.describe()}, with no comparison in its output" if sig is not None else "a failure every time"
