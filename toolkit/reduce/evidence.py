@@ -160,7 +160,7 @@ def noise_warning(
     f = full.worst if full is not None else None
     source = (
         f"{precision} storage rounding (the runner under test stores tensors in {precision})" if precision
-        else "rounding differences between ONNX-Runtime's kernels on a small subgraph and on the full model"
+        else "float rounding differences between ONNX-Runtime's kernels on a small subgraph and on the full model"
     )
     if kind == "rel":
         why = f"the reduced model fails by {_g(r.max_abs)} (max rel {_g(r.max_rel)}), the size of {source}"

@@ -14,7 +14,7 @@ from typing import Optional
 from toolkit.core.noise import evidence_is_rounding
 from toolkit.reduce.config import CannotJudge
 from toolkit.reduce.graph import mask_indices, popcount
-from toolkit.reduce.signature import RULE
+from toolkit.reduce.signature import RULE, TIMEOUT_KIND
 
 
 def probe(reducer, mask: Optional[int]) -> None:
@@ -23,8 +23,8 @@ def probe(reducer, mask: Optional[int]) -> None:
     idx = reducer.index
     if reducer.runner is None or mask is None or popcount(mask) != 1 or idx.size < 2 or not reducer.own_check:
         return
-    if reducer.signature is None or reducer.signature.kind == RULE:
-        return  # (the user said what failing is: --fail-regex, --fail-code, --any-failure)
+    if reducer.signature is None or reducer.signature.kind in (RULE, TIMEOUT_KIND):
+        return  # (the user said what failing is: --fail-regex, --fail-code, --any-failure; a slow check)
     ev = reducer.evidence.get(mask) or reducer.evidence.get(idx.full_mask)
     w = ev.worst if ev is not None else None
     if w is not None and evidence_is_rounding(w.max_abs, w.max_rel, w.atol):
