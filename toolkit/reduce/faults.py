@@ -178,7 +178,7 @@ class CompareReducer(Reducer):
 
 def _amplifies(name: str, amp: float) -> str:
     shown = times(amp)
-    return f"{name} makes an error {shown}" if shown == "from exact inputs" else f"{name} amplifies the error {shown}"
+    return f"{name} amplifies the error without bound" if shown == "unbounded" else f"{name} amplifies the error {shown}"
 
 
 def _noise_line(fault: Fault) -> str:
