@@ -4,6 +4,7 @@ blaming the first node it tried; a real fault in the first node is still found."
 
 from __future__ import annotations
 
+import json
 import os
 
 import onnx
@@ -103,3 +104,37 @@ def test_rounding_is_named_as_the_storage_and_the_tolerance_given_is_not_repeate
     assert "fp16 storage rounding" in fp16 and "kernels" not in fp16
     assert "atol 1e-05" not in fp16
     assert "ONNX-Runtime's kernels" in noise_warning(None, ev, ["toolkit", "run"])
+
+
+# ---------------------------------------------------------------------- a one-node result
+
+
+class _Stub:
+    def __init__(self, memo, own_check=True):
+        from types import SimpleNamespace
+
+        self.index = SimpleNamespace(names=[f"n{i}" for i in range(6)])
+        self.memo, self.broken_masks, self.own_check = memo, set(), own_check
+
+
+def test_a_one_node_result_says_whether_it_is_the_first_that_fails_alone():
+    from toolkit.reduce.sanity import first_alone
+
+    assert "first node in topological order" in first_alone(_Stub({}), 1 << 0)
+    every = {1 << i: False for i in range(3)}
+    assert "n3 is the first node in topological order that fails alone" in first_alone(_Stub(every), 1 << 3)
+    earlier = {1 << 0: False, 1 << 1: True}
+    assert first_alone(_Stub(earlier), 1 << 3).startswith("n1 (node 1) also fails alone and comes before n3")
+    assert "2 earlier node(s) were not checked alone" in first_alone(_Stub({1 << 0: False}), 1 << 3)
+    # the built-in comparison feeds exact inputs: a passing window's nodes each pass alone
+    assert "fails alone (every earlier one passes)" in first_alone(_Stub({0b111: False}, own_check=False), 1 << 3)
+    assert first_alone(_Stub({}), 0b11) is None
+
+
+def test_the_note_is_in_the_summary(tmp_path):
+    save(chain(6), tmp_path / "model.onnx")
+    res = run_toolkit("debug", "reduce", "model.onnx", "-o", "out.onnx", "--mode", "linear", "--json", "--check",
+                      "sh", "-c", "grep -q n3_neg polygraphy_debug.onnx && exit 1 || exit 0", cwd=tmp_path)
+    assert res.code == 0, res.err
+    assert "note: n3_neg is the first" in res.err
+    assert json.loads(res.out)["first_alone"].startswith("n3_neg is the first")

@@ -92,6 +92,7 @@ def summary_json(outcome, cfg) -> dict:
         "broken": outcome.broken,
         "other_failures": outcome.other_failures,
         "signature": outcome.signature,
+        "first_alone": outcome.first_alone,
         "timeouts": outcome.timeouts,
         "seconds": round(outcome.seconds, 3),
         "phases": outcome.phases,
@@ -170,6 +171,8 @@ def _summary_reduced(outcome, cfg, stats: str) -> None:
         log(f"  ... and {len(outcome.final_nodes) - len(shown)} more")
     if outcome.one_minimal and outcome.nodes_after > 1:
         log("1-minimal: dropping any node at either end makes it pass (each drop checked).")
+    if outcome.first_alone:
+        log(f"note: {outcome.first_alone}")
     if outcome.body_nodes:
         log(
             f"note: the failure is inside this node's bodies ({_plural(outcome.body_nodes, 'node')}); debug reduce "

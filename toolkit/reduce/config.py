@@ -95,6 +95,7 @@ class Outcome:
     stopped_by: Optional[str] = None  # "interrupt" (Ctrl-C) or "eof" (no more answers)
     broken: int = 0  # mid-run checks that were broken (counted as passes)
     other_failures: int = 0  # of those, checks that failed otherwise than the full model (e.g. could not run)
+    first_alone: Optional[str] = None  # a one-node result: is it the first node that fails alone?
     passing: int = 0  # subgraphs the check passed (broken ones aside)
     signature: Optional[dict] = None  # the full model's failure, as reduced (Signature.to_json)
     body_nodes: int = 0  # the result is one If/Loop/Scan node: the nodes of its bodies

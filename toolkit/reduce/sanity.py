@@ -55,3 +55,28 @@ def _what(reducer) -> str:
         return f"it compared {names} and found {ev.describe()}"
     sig = reducer.signature
     return f"{sig.describe()}, with no comparison in its output" if sig is not None else "a failure every time"
+
+
+def first_alone(reducer, mask: Optional[int]) -> Optional[str]:
+    """For a one-node result: whether it is the first node in topological order that fails alone
+    (from the verdicts known), else the earlier one that does; None for a larger result."""
+    if mask is None or popcount(mask) != 1:
+        return None
+    idx, node = reducer.index, mask_indices(mask)[0]
+    name = idx.names[node]
+    if node == 0:
+        return f"{name} is the first node in topological order"
+    exact = not reducer.own_check  # (the built-in comparison feeds exact inputs: a passing set's nodes pass alone)
+    passes = [m for m, failed in reducer.memo.items() if not failed and m not in reducer.broken_masks]
+    unknown = 0
+    for i in range(node):
+        alone = reducer.memo.get(1 << i)
+        if alone and (1 << i) not in reducer.broken_masks:
+            return (f"{idx.names[i]} (node {i}) also fails alone and comes before {name} in topological order: "
+                    "the error may start there")
+        if alone is None and not (exact and any(m >> i & 1 for m in passes)):
+            unknown += 1
+    if not unknown:
+        return f"{name} is the first node in topological order that fails alone (every earlier one passes)"
+    return (f"{name} is the first failing node the search found; {unknown} earlier node(s) were not checked "
+            "alone, so one of them may fail alone too")
