@@ -305,24 +305,28 @@ def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
     finally:
         reporter.stop()
     if runner is not None:
-        from toolkit.reduce.evidence import noise_warning, storage_rounding_warning
-        from toolkit.run.registry import get_kind
-        from toolkit.run.specs import parse_runner_spec
-
-        spec = parse_runner_spec(runner.opts.test)
-        precision = next(iter(get_kind(spec.kind).reduced(spec.options)), None)
-        if precision is None and spec.kind == "openvino":  # (the device may pick bf16 itself)
-            from toolkit.backends.openvino import runs_reduced
-
-            precision = runs_reduced(spec.options)
-        storage = storage_rounding_warning(outcome.reduced_evidence, precision, outcome.reduced_scale,
-                                           some_passed=outcome.passing > 0)
-        if storage or (precision and outcome.noise):  # (rounding named as the storage's, not the kernels')
-            outcome.noise = storage or noise_warning(outcome.full_evidence, outcome.reduced_evidence, cfg.check,
-                                                     precision)
+        _storage_warning(outcome, runner, cfg)
     if runner is not None and not outcome.noise and outcome.output_written and outcome.reduced_evidence:
         outcome.noise = _step_warning(outcome, a.output)
     return outcome, reducer, runner
+
+
+def _storage_warning(outcome, runner, cfg) -> None:
+    """The rounding warning of a --compare result, named as its runner's storage (fp16, bf16)."""
+    from toolkit.reduce.evidence import noise_warning, storage_rounding_warning
+    from toolkit.run.registry import get_kind
+    from toolkit.run.specs import parse_runner_spec
+
+    spec = parse_runner_spec(runner.opts.test)
+    precision = next(iter(get_kind(spec.kind).reduced(spec.options)), None)
+    if precision is None and spec.kind == "openvino":  # (the device may pick bf16 itself)
+        from toolkit.backends.openvino import runs_reduced
+
+        precision = runs_reduced(spec.options)
+    storage = storage_rounding_warning(outcome.reduced_evidence, precision, outcome.reduced_scale,
+                                       some_passed=outcome.passing > 0)
+    if storage or (precision and outcome.noise):  # (rounding named as the storage's, not the kernels')
+        outcome.noise = storage or noise_warning(outcome.full_evidence, outcome.reduced_evidence, cfg.check, precision)
 
 
 def _step_warning(outcome, output: str) -> "str | None":
