@@ -1,7 +1,7 @@
 """A check that fails whatever the model: ``--check false``, or golden values of other inputs
 than the check feeds. Such a check fails on every subgraph, so a reduce "finds" the first node it
-tries. When the search ends at one node without a single passing check, :func:`probe` checks the
-model without that node and another node alone: when both fail too, the result blames nothing and
+tries. When the search ends at one node without a single passing check, :func:`probe` checks
+another node alone and then the model without that node: when both fail too, the result blames nothing and
 the run stops (:class:`~toolkit.reduce.config.CannotJudge`, exit 3, ``-o`` not written).
 
 No Typer or Rich here.
@@ -32,11 +32,10 @@ def probe(reducer, mask: Optional[int]) -> None:
     if any(not failed and m not in reducer.broken_masks for m, failed in reducer.memo.items()):
         return  # it passed on something: it depends on the model
     node = mask_indices(mask)[0]
-    rest = idx.full_mask & ~mask
-    if not reducer.verdict(rest):
-        return  # (and --min-good has a passing model)
     other = idx.size - 1 if node != idx.size - 1 else 0
     if not reducer.verdict(1 << other):
+        return  # (one node: a cheap check; and --min-good has a passing model)
+    if not reducer.verdict(idx.full_mask & ~mask):
         return
     raise CannotJudge(
         f"the check fails on every subgraph tried, down to single nodes ({idx.names[node]} alone, "
