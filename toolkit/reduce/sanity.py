@@ -33,6 +33,8 @@ def probe(reducer, mask: Optional[int]) -> None:
         return  # it passed on something: it depends on the model
     node = mask_indices(mask)[0]
     other = idx.size - 1 if node != idx.size - 1 else 0
+    if reducer.plan is not None:
+        reducer.plan.phase = "does the check depend on the model"
     if not reducer.verdict(1 << other):
         return  # (one node: a cheap check; and --min-good has a passing model)
     if not reducer.verdict(idx.full_mask & ~mask):
