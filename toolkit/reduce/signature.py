@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import re
 import signal as _signal
-from dataclasses import dataclass, field
-from typing import Callable, Dict, Optional, Tuple
+from dataclasses import dataclass
+from typing import Callable, Optional, Tuple
 
 from toolkit.reduce.evidence import Evidence
 from toolkit.reduce.verdict import CheckResult, FailureRule, error_line
@@ -65,7 +65,6 @@ class Signature:
     outputs: Tuple[str, ...] = ()  # failing tensors of the full model (mismatch kind), graph outputs first
     worst: Optional[float] = None  # the full model's largest error on them
     widened: bool = False  # --any-failure
-    reach: Dict[str, bool] = field(default_factory=dict, repr=False)  # tensor -> feeds a failing output
 
     def describe(self) -> str:
         if self.kind == SIGNAL:
