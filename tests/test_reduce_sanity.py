@@ -110,11 +110,18 @@ def test_rounding_is_named_as_the_storage_and_the_tolerance_given_is_not_repeate
 
 
 class _Stub:
-    def __init__(self, memo, own_check=True):
+    """A reducer as first_alone sees it; ``faulty``: the nodes that fail alone (its verdicts, fed exact inputs)."""
+
+    def __init__(self, memo, own_check=True, faulty=()):
         from types import SimpleNamespace
 
         self.index = SimpleNamespace(names=[f"n{i}" for i in range(6)])
-        self.memo, self.broken_masks, self.own_check = memo, set(), own_check
+        self.memo, self.broken_masks, self.own_check, self.plan = memo, set(), own_check, None
+        self.faulty, self.checked = set(faulty), []
+
+    def verdict(self, mask):
+        self.checked.append(mask)
+        return any(mask >> i & 1 for i in self.faulty)
 
 
 def test_a_one_node_result_says_whether_it_is_the_first_that_fails_alone():
@@ -129,6 +136,12 @@ def test_a_one_node_result_says_whether_it_is_the_first_that_fails_alone():
     # the built-in comparison feeds exact inputs: a passing window's nodes each pass alone
     assert "fails alone (every earlier one passes)" in first_alone(_Stub({0b111: False}, own_check=False), 1 << 3)
     assert first_alone(_Stub({}), 0b11) is None
+    # the built-in comparison: the window before the result is checked (one check)
+    passing = _Stub({}, own_check=False, faulty={4})
+    assert "n4 is the first node in topological order that fails alone" in first_alone(passing, 1 << 4)
+    assert passing.checked == [0b1111]
+    earlier = _Stub({}, own_check=False, faulty={1, 4})
+    assert first_alone(earlier, 1 << 4).startswith("the 4 node(s) before n4 fail too") and earlier.checked == [0b1111]
 
 
 def test_the_note_is_in_the_summary(tmp_path):

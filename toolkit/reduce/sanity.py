@@ -13,7 +13,7 @@ from typing import Optional
 
 from toolkit.core.noise import evidence_is_rounding
 from toolkit.reduce.config import CannotJudge
-from toolkit.reduce.graph import mask_indices, popcount
+from toolkit.reduce.graph import mask_indices, popcount, range_mask
 from toolkit.reduce.signature import RULE, TIMEOUT_KIND
 
 
@@ -79,5 +79,20 @@ def first_alone(reducer, mask: Optional[int]) -> Optional[str]:
             unknown += 1
     if not unknown:
         return f"{name} is the first node in topological order that fails alone (every earlier one passes)"
+    if exact:
+        return _first_by_windows(reducer, node)
     return (f"{name} is the first failing node the search found; {unknown} earlier node(s) were not checked "
             "alone, so one of them may fail alone too")
+
+
+def _first_by_windows(reducer, node: int) -> str:
+    """With exact inputs (the built-in comparison) a window of nodes passes when none of its nodes
+    fails alone: check the window before ``node`` (one check)."""
+    names = reducer.index.names
+    if reducer.plan is not None:
+        reducer.plan.phase = "first node failing alone"
+    if not reducer.verdict(range_mask(0, node)):
+        return (f"{names[node]} is the first node in topological order that fails alone (the {node} before it "
+                "pass together, fed exact inputs)")
+    return (f"the {node} node(s) before {names[node]} fail too, fed exact inputs (another fault, or rounding at "
+            "these tolerances): --all-faults lists every faulty subgraph")

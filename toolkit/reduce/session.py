@@ -657,7 +657,8 @@ class Reducer(Artifacts):
             outcome.final_nodes = [self.index.describe(i) for i in mask_indices(mask)]
             outcome.body_nodes = body_node_count(self.index.nodes, mask)
             outcome.one_minimal = outcome.status == "reduced" and self._is_one_minimal(mask)
-            outcome.first_alone = sanity.first_alone(self, mask)
+            if outcome.status == "reduced":  # (not after Ctrl-C: it may check windows)
+                outcome.first_alone = sanity.first_alone(self, mask)
         if cfg.min_good:
             good = self._pick_min_good(mask)
             if good is not None:
