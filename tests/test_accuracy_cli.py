@@ -288,7 +288,9 @@ def test_guided_search_ends_at_the_planted_fault_in_two_checks(golden, cli, tmp_
     assert res.code == 0, res.err
     assert _nodes(out) == ["conv3"]
     summary = json.loads(res.out)
-    assert summary["checks"] == 2 and summary["phases"] == {"full model": 1, "guided": 1}
+    # (+1: the window before conv3, checked to say that conv3 is the first node failing alone)
+    assert summary["checks"] == 3 and summary["phases"] == {"full model": 1, "guided": 1, "first node failing alone": 1}
+    assert summary["first_alone"].startswith("conv3 is the first node in topological order that fails alone")
     search = summary["compare"]["search"]
     assert search["found_by"] == "guided" and search["hinted_checks"] == 1
     assert search["ranked"][0]["node"] == "conv3" and search["ranked"][0]["amplification"] > 100

@@ -257,7 +257,7 @@ def test_text_and_sparkline(tmp_path):
     lines = text_lines(diag)
     text = "\n".join(lines)
     assert "First out of tolerance: 'c3'" in text and "conv3 [Op: Conv]" in text
-    assert lines[3].strip().startswith("1. conv3 [Op: Conv]")
+    assert lines[4].strip().startswith("1. conv3 [Op: Conv]")
     line = depth_line(diag)
     assert "out of tolerance from depth 7" in line
     spark = sparkline([0.0, 1e-3, 1.0, 1e3, math.inf])

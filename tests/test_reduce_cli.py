@@ -97,7 +97,7 @@ def test_external_python_check_script(cli, tmp_path, monkeypatch):
 @pytest.mark.parametrize(
     "opts, expect",
     [
-        ([], True),  # non-zero exit fails
+        (["--any-failure"], True),  # non-zero exit fails (any: the check fails whatever the model)
         (["--ignore-fail-code", "3"], False),  # exit 3 passes: the full model passes
         (["--fail-code", "4"], False),
         (["--fail-code", "3", "4"], True),
@@ -118,7 +118,8 @@ def test_fail_code_and_ignore_fail_code_are_exclusive(cli, seed):
 
 
 def test_signal_killed_check_fails(cli, seed):
-    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--ignore-fail-code", "0", "--check", "sh", "-c", "kill -9 $$")
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--ignore-fail-code", "0", "--any-failure", "--check", "sh", "-c",
+              "kill -9 $$")
     assert res.code == 0
     assert "killed by SIGKILL" in res.err
 
@@ -253,7 +254,8 @@ def test_replay_for_another_model_is_rejected(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     modelzoo.save(modelzoo.chain(5), tmp_path / "a.onnx")
     modelzoo.save(modelzoo.chain(6), tmp_path / "b.onnx")
-    assert cli("debug", "reduce", "a.onnx", "-o", "o.onnx", "--save-debug-replay", "r.json", "--check", "false").code == 0
+    assert cli("debug", "reduce", "a.onnx", "-o", "o.onnx", "--save-debug-replay", "r.json", "--fail-code", "1",
+               "--check", "false").code == 0
     res = cli("debug", "reduce", "b.onnx", "-o", "o.onnx", "--load-debug-replay", "r.json", "--check", "false")
     assert res.code == 3 and "different model" in res.err
 

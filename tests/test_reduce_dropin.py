@@ -88,7 +88,7 @@ def test_constant_nodes_are_never_nodes_of_the_result(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     modelzoo.save(modelzoo.with_constant(), tmp_path / "model.onnx")
     res = run_toolkit("debug", "reduce", "model.onnx", "-o", "out.onnx", "--no-shape-inference", "--mode=linear",
-                      "--check", sys.executable, CHECKER, "polygraphy_debug.onnx", "add", cwd=tmp_path)
+                      "--any-failure", "--check", sys.executable, CHECKER, "polygraphy_debug.onnx", "add", cwd=tmp_path)
     assert res.code == 0, res.err
     assert "lowered to constant tensors" in res.err
     nodes, ins, outs, model = _io(tmp_path / "out.onnx")

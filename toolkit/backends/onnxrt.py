@@ -210,6 +210,8 @@ class OnnxrtRunner(Runner):
         fp16: emulate fp16 storage (:func:`toolkit.convert.emulate.emulate_any`): every tensor
             an fp16 model stores is rounded to fp16 while computing in fp32.
         bf16: the same for bfloat16 (every tensor a bf16 model stores rounded to bfloat16).
+        fp32_nodes: with ``fp16``/``bf16``, exactly these nodes stay fp32 (no automatic choice):
+            a subgraph cut from a model keeps the choice made for the whole model.
     """
 
     name = "onnxrt-runner"
@@ -228,8 +230,10 @@ class OnnxrtRunner(Runner):
         name: Optional[str] = None,
         fp16: bool = False,
         bf16: bool = False,
+        fp32_nodes: Optional[Sequence[str]] = None,
     ):
         super().__init__(name)
+        self.fp32_nodes = list(fp32_nodes) if fp32_nodes is not None else None
         if fp16 and bf16:
             raise UsageError("emulate fp16 or bf16, not both")
         self.fp16 = fp16 or bf16  # reduced precision storage emulated
@@ -294,6 +298,15 @@ class OnnxrtRunner(Runner):
             load_external_data_into(model, external_data_folder(self.model_path, self.external_data_dir), self.model_path)
         if self._selected is not None:
             set_outputs(model, self._selected)
+        if self.fp32_nodes is not None:
+            from toolkit.convert.common import reduced_types
+
+            if not reduced_types(model):
+                present = {n.name for n in model.graph.node}
+                keep = [n for n in self.fp32_nodes if n in present]
+                emu = emulate_any(model, keep, inplace=True, dtype=self.emulated_dtype, auto_keep=False)
+                self.fp16_rounded = emu.rounded
+                return emu.model
         emu = emulate_any(model, inplace=True, dtype=self.emulated_dtype)
         self.fp16_rounded = emu.rounded
         return emu.model

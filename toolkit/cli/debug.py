@@ -91,6 +91,8 @@ def summary_json(outcome, cfg) -> dict:
         "remembered": outcome.remembered,
         "broken": outcome.broken,
         "other_failures": outcome.other_failures,
+        "signature": outcome.signature,
+        "first_alone": outcome.first_alone,
         "timeouts": outcome.timeouts,
         "seconds": round(outcome.seconds, 3),
         "phases": outcome.phases,
@@ -130,9 +132,9 @@ def _summary(outcome, cfg) -> int:
         )
     if outcome.other_failures:
         warn(
-            f"on {_plural(outcome.other_failures, 'subgraph')} a runner failed to run at all, where the full model "
-            "ran and its outputs differed; not the fault being reduced, so counted as passes (the result may keep "
-            "nodes it does not need). `toolkit run` on such a subgraph (--artifacts keeps them) shows the error"
+            f"{_plural(outcome.other_failures, 'subgraph')} failed otherwise than the full model (other failures: "
+            "not the failure being reduced, so counted as passes; the result may keep nodes it does not need). "
+            "The iteration lines say how each failed; --artifacts keeps them, --any-failure reduces on any failure"
         )
     if outcome.timeouts:
         log(f"{_plural(outcome.timeouts, 'check')} timed out (--check-timeout) and counted as a failure")
@@ -169,6 +171,8 @@ def _summary_reduced(outcome, cfg, stats: str) -> None:
         log(f"  ... and {len(outcome.final_nodes) - len(shown)} more")
     if outcome.one_minimal and outcome.nodes_after > 1:
         log("1-minimal: dropping any node at either end makes it pass (each drop checked).")
+    if outcome.first_alone:
+        log(f"note: {outcome.first_alone}")
     if outcome.body_nodes:
         log(
             f"note: the failure is inside this node's bodies ({_plural(outcome.body_nodes, 'node')}); debug reduce "
@@ -300,21 +304,29 @@ def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
         outcome = reducer.run()
     finally:
         reporter.stop()
-    if runner is not None and not outcome.noise:
-        from toolkit.reduce.evidence import storage_rounding_warning
-        from toolkit.run.registry import get_kind
-        from toolkit.run.specs import parse_runner_spec
-
-        spec = parse_runner_spec(runner.opts.test)
-        precision = next(iter(get_kind(spec.kind).reduced(spec.options)), None)
-        if precision is None and spec.kind == "openvino":  # (the device may pick bf16 itself)
-            from toolkit.backends.openvino import runs_reduced
-
-            precision = runs_reduced(spec.options)
-        outcome.noise = storage_rounding_warning(outcome.reduced_evidence, precision, outcome.reduced_scale)
+    if runner is not None:
+        _storage_warning(outcome, runner, cfg)
     if runner is not None and not outcome.noise and outcome.output_written and outcome.reduced_evidence:
         outcome.noise = _step_warning(outcome, a.output)
     return outcome, reducer, runner
+
+
+def _storage_warning(outcome, runner, cfg) -> None:
+    """The rounding warning of a --compare result, named as its runner's storage (fp16, bf16)."""
+    from toolkit.reduce.evidence import noise_warning, storage_rounding_warning
+    from toolkit.run.registry import get_kind
+    from toolkit.run.specs import parse_runner_spec
+
+    spec = parse_runner_spec(runner.opts.test)
+    precision = next(iter(get_kind(spec.kind).reduced(spec.options)), None)
+    if precision is None and spec.kind == "openvino":  # (the device may pick bf16 itself)
+        from toolkit.backends.openvino import runs_reduced
+
+        precision = runs_reduced(spec.options)
+    storage = storage_rounding_warning(outcome.reduced_evidence, precision, outcome.reduced_scale,
+                                       some_passed=outcome.passing > 0)
+    if storage or (precision and outcome.noise):  # (rounding named as the storage's, not the kernels')
+        outcome.noise = storage or noise_warning(outcome.full_evidence, outcome.reduced_evidence, cfg.check, precision)
 
 
 def _step_warning(outcome, output: str) -> "str | None":
@@ -386,6 +398,7 @@ def _reduce_config(a: "ReduceArgs", rule, load_inputs):
         min_good=a.min_good,
         mode=a.mode,
         rule=rule,
+        any_failure=a.any_failure,
         check_timeout=a.check_timeout,
         iter_artifact=a.iter_artifact,
         remove_intermediate=not a.no_remove_intermediate,
@@ -436,6 +449,12 @@ class ReduceArgs:
                                   help="Exit codes of the check that count as failures.")
     ignore_fail_code: List[int] = option("--ignore-fail-code", "--ignore-fail-returncode", metavar="CODE", factory=list,
                                          help="Exit codes of the check that count as passes.")
+    any_failure: bool = switch(
+        "--any-failure",
+        help="Reduce on any failure of the check. By default a subgraph must fail the way the full model fails "
+        "(the same crash signal, exit code and error class, or a numeric mismatch that feeds the same outputs); "
+        "one that fails otherwise is counted as an other failure.",
+    )
     check_timeout: Optional[float] = option(
         "--check-timeout", metavar="SECONDS",
         help="Seconds a check may run; then it is killed (with its children) and counts as a failure.",

@@ -8,7 +8,7 @@ depths), so that logs stay greppable.
 from __future__ import annotations
 
 from toolkit.cli.output import err_console, log
-from toolkit.run.diagnosis import Diagnosis, depth_line, depth_table, g, text_lines
+from toolkit.run.diagnosis import Diagnosis, depth_line, depth_table, gx, text_lines
 
 
 def render_diagnosis(diag: Diagnosis, *, rich: bool) -> None:
@@ -27,7 +27,7 @@ def render_diagnosis(diag: Diagnosis, *, rich: bool) -> None:
         style = None
         if line.startswith("Diagnosis"):
             style = "bold"
-        elif "First out of tolerance" in line or line.strip().startswith("1. "):
+        elif "First out of tolerance" in line or "Error starts at" in line or line.strip().startswith("1. "):
             style = "bold red" if not diag.passed else None
         elif "error/tolerance by depth" in line:
             _rich_depth(diag)
@@ -59,4 +59,4 @@ def _plain_depth_table(diag: Diagnosis) -> None:
     for r in rows:
         depth = f"{r.depth}-{r.last_depth}" if r.last_depth not in (None, r.depth) else f"{r.depth}"
         state = f"{r.failed} out of tolerance" if r.failed else "ok"
-        log(f"    depth {depth:<7} | {r.tensors:>4} tensor(s) | {g(r.max_tol_ratio):>8}x | {state}")
+        log(f"    depth {depth:<7} | {r.tensors:>4} tensor(s) | {gx(r.max_tol_ratio):>9} | {state}")

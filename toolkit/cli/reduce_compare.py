@@ -83,6 +83,7 @@ def run_entry(options) -> int:
 
 
 def summarize_faults(faults: List, log_fn=log, noise=None) -> None:
+    from toolkit.core.noise import times
     from toolkit.run.diagnosis import g
 
     n = len(faults)
@@ -99,7 +100,7 @@ def summarize_faults(faults: List, log_fn=log, noise=None) -> None:
         err = "error ?"
         if "max_abs" in ev:
             err = f"max abs {g(ev.get('max_abs'))} ({g(ev.get('tol_ratio'))}x the tolerance)"
-        amp = f"amplification {g(ev.get('amplification'))}x" if "amplification" in ev else "amplification ?"
+        amp = f"amplification {times(ev.get('amplification'))}" if "amplification" in ev else "amplification ?"
         log_fn(f"  {f.number}. {', '.join(f.nodes)} | {err} | {amp} | {f.path}")
 
 

@@ -348,8 +348,13 @@ def _plain_row(o) -> str:
     return (
         f"{head} | max abs {_g(o.max_abs)}, mean abs {_g(o.mean_abs)}, max rel {_g(o.max_rel)}, "
         f"mean rel {_g(o.mean_rel)}{med} | would pass with atol {_g(o.required_atol)} or rtol "
-        f"{_g(o.required_rtol)} ({o.stat}) | tolerance atol {_g(o.atol)}, rtol {_g(o.rtol)}{dt}{bad}"
+        f"{_g(o.required_rtol)} ({o.stat}) | tolerance atol {_g(o.atol)}, rtol {_g(o.rtol)}{dt}{bad}{_skipped(o)}"
     )
+
+
+def _skipped(o) -> str:
+    n = getattr(o, "skipped", 0)
+    return f" | {n} of {o.size} element(s) not compared: {o.skipped_why}" if n else ""
 
 
 def _rich_table(rows) -> None:
@@ -399,6 +404,8 @@ def _rich_table(rows) -> None:
             notes.append(f"median abs {_g(o.median_abs)}, rel {_g(o.median_rel)}")
         elif o.stat == "quantile":
             notes.append(f"{_quantile_name(o)} abs {_g(o.quantile_abs)}, rel {_g(o.quantile_rel)}")
+        if getattr(o, "skipped", 0):
+            notes.append(f"{o.skipped}/{o.size} not compared: {o.skipped_why}")
         table.add_row(
             verdict,
             Text(o.name),

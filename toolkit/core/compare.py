@@ -302,6 +302,8 @@ class OutputComparison:
     quantile_rel: Optional[float] = None
     mismatches: int = 0  # elements failing the elementwise check
     size: int = 0
+    skipped: int = 0  # elements not compared: their values are undefined (see toolkit.core.undefined)
+    skipped_why: str = ""
     message: str = ""  # why it failed when no numbers apply (shape mismatch)
 
     @property
@@ -399,15 +401,21 @@ def error_arrays(a, b):
 
 
 def compare_arrays(
-    name: str, a, b, atol: float, rtol: float, stat: str = "elemwise", quantile: float = DEFAULT_QUANTILE
+    name: str, a, b, atol: float, rtol: float, stat: str = "elemwise", quantile: float = DEFAULT_QUANTILE,
+    skip=None, skip_why: str = "",
 ) -> OutputComparison:
-    """Compare one output (``a`` against the reference ``b``)."""
+    """Compare one output (``a`` against the reference ``b``); elements where the boolean array
+    ``skip`` is set are not compared (they count in ``skipped``, for the reason ``skip_why``)."""
 
     a = np.asarray(a)
     b = np.asarray(b)
     res = OutputComparison(
         name, True, tuple(a.shape), tuple(b.shape), _dtype_name(a), _dtype_name(b), atol, rtol, stat, size=int(b.size)
     )
+    if skip is not None and a.shape == b.shape:
+        a = a.copy()
+        np.copyto(a, b, where=skip, casting="unsafe")
+        res.skipped, res.skipped_why = int(np.count_nonzero(skip)), skip_why
     if a.shape != b.shape:
         res.passed = False
         res.message = f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}"

@@ -69,6 +69,15 @@ def amplification(output_error: float, input_error: float, floor: float = FLOOR)
     return out / inp
 
 
+def times(amp: Optional[float]) -> str:
+    """An amplification in words: ``12.5x``, or ``unbounded`` for an infinite output error (never ``infx``)."""
+    if amp is None:
+        return "?"
+    if not math.isfinite(amp):
+        return "unbounded"
+    return f"{amp:.3g}x"
+
+
 def noise_bound(floor: float = FLOOR, depth: int = 1) -> float:
     """The largest relative error that rounding at step ``floor`` through ``depth`` nodes makes."""
     return ULPS * floor * math.sqrt(max(depth, 1))
@@ -82,6 +91,45 @@ def is_rounding(error: float, amp: Optional[float] = None, depth: int = 1, floor
     if error > noise_bound(floor, depth):
         return False
     return amp is None or (math.isfinite(amp) and amp <= ULPS * math.sqrt(max(depth, 1)))
+
+
+# The one classification of a failing node (run's diagnosis and report, debug reduce's evidence,
+# --all-faults, debug precision)
+OK = "ok"
+OVERFLOW = "overflow"  # it holds a value its storage type cannot hold
+ROUNDING = "rounding"  # within the noise bound of its storage: not a fault
+CARRIED = "carried"  # out of tolerance only by the error of its inputs (not amplified): not where it starts
+FAULT = "fault"
+STORAGE_MAX = {"fp16": 65504.0, "bf16": 3.3895313892515355e38}
+
+
+def classify(passed: bool, error: float, amp: Optional[float], depth: int, storage: str, ref_max: float = 0.0) -> str:
+    """OK, OVERFLOW (the reference holds a value past ``storage``'s range, "fp16"/"bf16"), ROUNDING
+    (within the noise bound of that storage's step through ``depth`` nodes, not amplified), CARRIED
+    (not amplified, but its inputs were already off) or FAULT (amplified), for a node whose outputs
+    ``passed`` or not, with relative error ``error`` and amplification ``amp``."""
+    if passed:
+        return OK
+    if storage in STORAGE_MAX and ref_max > STORAGE_MAX[storage]:
+        return OVERFLOW
+    own = amp is None or (math.isfinite(amp) and amp <= ULPS)  # (one node's own amplification)
+    if not own:
+        return FAULT
+    floor = STORAGE_FLOOR.get(storage, FLOOR)
+    if error is not None and math.isfinite(error) and error <= noise_bound(floor, depth):
+        return ROUNDING
+    return CARRIED
+
+
+def kind_words(kind: str, storage: str = "fp32") -> str:
+    """A classification in words: 'fp16 rounding', 'overflow: a value past fp16's range', 'fault'."""
+    if kind == ROUNDING:
+        return f"{storage} rounding" if storage in STORAGE_FLOOR else "float32 rounding"
+    if kind == OVERFLOW:
+        return f"overflow: a value past {storage}'s range ({STORAGE_MAX.get(storage, 0):.6g})"
+    if kind == CARRIED:
+        return "carries the error of its inputs"
+    return kind
 
 
 def evidence_is_rounding(max_abs: float, max_rel: float, atol: float) -> Optional[str]:

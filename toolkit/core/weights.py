@@ -207,21 +207,41 @@ def _inside(path: str, folder: str) -> bool:
     return os.path.commonpath([path, folder]) == folder
 
 
+FICLONE = 0x40049409  # Linux ioctl: a copy-on-write clone of a whole file (btrfs, xfs, ...)
+
+
+def clone_file(src: str, dest: str) -> bool:
+    """``dest`` made a copy-on-write clone of ``src`` (no data copied), where the filesystem can."""
+    try:
+        import fcntl
+
+        with open(src, "rb") as fin, open(dest, "wb") as fout:
+            fcntl.ioctl(fout.fileno(), FICLONE, fin.fileno())
+        return True
+    except (OSError, ImportError):
+        if os.path.exists(dest):
+            os.unlink(dest)
+        return False
+
+
 def link_data_files(
-    sources, folder: str, stem: str, *, copy_ok: bool = True, note=None
+    sources, folder: str, stem: str, *, copy_ok: bool = True, note=None, hard_links: bool = False
 ) -> Tuple[Dict[str, str], List[str]]:
-    """Make each external data file in ``sources`` (real paths) reachable from ``folder``
-    without copying it, so a model written there can keep the same offsets into it.
+    """Make each external data file in ``sources`` (real paths) reachable from ``folder``,
+    so a model written there can keep the same offsets into it.
 
     Returns ``({source: location relative to folder}, [paths created])``. Per source:
 
-    - a file already inside ``folder`` is used as it is (its path relative to the folder);
-    - else a hard link ``<stem>.weights`` (``<stem>.weights.<k>`` for the k-th of several
-      files) is made in ``folder``: ONNX-Runtime reads it like the original,
-      and it never points out of the folder. (Symbolic links are refused by ONNX-Runtime,
-      onnx and this toolkit's own loader, since they lead out of the model's folder.)
-    - where no hard link can be made (another filesystem, or one without them), the file
-      is copied there once (``copy_ok``), and ``note(message)`` says so; else OSError.
+    - a file already inside ``folder`` is used as it is (its path relative to the folder): no copy;
+    - else ``<stem>.weights`` (``<stem>.weights.<k>`` for the k-th of several files) is made in
+      ``folder``: a copy-on-write clone where the filesystem has them (no data copied), else a
+      copy made once (``copy_ok``; ``note(message)`` says so), else OSError.
+      With ``hard_links``, a hard link is tried first.
+
+    onnx 1.23 refuses to read external data through a symbolic link, a path leading out of the
+    model's folder, an absolute location, or a file with several hard links (its "hardlink
+    attack" check, which then refuses the original file too while the link exists); ONNX-Runtime
+    refuses the first three. A clone or a copy is a file of its own that every reader accepts.
 
     Nothing that is one of ``sources`` is ever replaced.
     """
@@ -238,28 +258,35 @@ def link_data_files(
         name = f"{stem}.weights" if len(outside) == 1 else f"{stem}.weights.{k}"
         target = os.path.join(real_folder, name)
         if os.path.lexists(target):
-            if os.path.realpath(target) in real_sources and not os.path.samefile(target, src):
+            if os.path.realpath(target) in real_sources:
                 raise InputError(f"{target} is an external data file of the model; choose another file name")
-            if os.path.exists(target) and os.path.samefile(target, src) and not os.path.islink(target):
-                mapping[src] = name
-                created.append(target)
-                continue
             os.unlink(target)
-        try:
-            os.link(src, target)
-        except OSError as exc:
-            if not copy_ok:
-                raise
-            shutil.copyfile(src, target)
-            if note is not None:
-                note(
-                    f"copied {os.path.basename(src)} ({os.path.getsize(src) / 2**30:.1f} GiB) once to {target}: "
-                    f"a hard link was not possible ({exc.strerror or exc}); put the iteration artifact on the "
-                    "model's filesystem to avoid the copy"
-                )
+        _reach(src, target, copy_ok, note, hard_links)
         mapping[src] = name
         created.append(target)
     return mapping, created
+
+
+def _reach(src: str, target: str, copy_ok: bool, note, hard_links: bool) -> None:
+    """``target``: a hard link to ``src`` (``hard_links``), a clone of it, or a copy."""
+    why = "the filesystem cannot clone files"
+    if hard_links:
+        try:
+            os.link(src, target)
+            return
+        except OSError as exc:
+            why = f"a hard link was not possible ({exc.strerror or exc})"
+    if clone_file(src, target):
+        return
+    if not copy_ok:
+        raise OSError(f"cannot reach {src} from {os.path.dirname(target)} without a copy: {why}")
+    shutil.copyfile(src, target)
+    if note is not None:
+        note(
+            f"copied {os.path.basename(src)} ({os.path.getsize(src) / 2**30:.1f} GiB) once to {target}: {why} "
+            "(onnx refuses external data reached through links); put the iteration artifact in the data file's "
+            "folder to avoid the copy"
+        )
 
 
 def relinked(tensor, location: str):

@@ -350,6 +350,24 @@ def run_options(model: str, opts: CompareOptions, ref: Reference, mark: bool = F
     return mark_all_outputs(run) if mark or opts.tensors == "all" else run
 
 
+def full_model_fp32_nodes(model: str, opts: CompareOptions) -> Optional[List[str]]:
+    """The nodes that emulated fp16/bf16 storage (``onnxrt:fp16``, ``onnxrt:bf16``) keeps in fp32 in
+    the whole model: every subgraph keeps that choice (cut alone, a Cast of an int32 accumulator
+    would become an fp16 output, where the model keeps it fp32). None for other runners."""
+    spec = parse_runner_spec(opts.test)
+    low = [k for k in ("fp16", "bf16") if spec.options.get(k)]
+    if spec.kind != "onnxrt" or not low:
+        return None
+    from toolkit.convert.common import reduced_types
+    from toolkit.convert.placement import decide
+    from toolkit.core.model import load_model
+
+    full = load_model(model, external_data_dir=opts.external_data_dir)  # (with its weights: their ranges count)
+    if reduced_types(full):
+        return None  # (a mixed model: its float32 nodes are in the model itself)
+    return list(decide(full, dtype="bfloat16" if low[0] == "bf16" else "float16").kept)
+
+
 def spec_flags(spec_text: str) -> List[str]:
     """``onnxrt:opt=disable`` -> ``["--onnxrt", "--ort-optimization", "disable"]`` (its ``toolkit run`` flags)."""
 
@@ -425,6 +443,7 @@ class CompareRunner(WarmRunner):
         self.run_entry = entry
         self.notes = notes or (lambda _m: None)
         self.ref: Optional[Reference] = None
+        self.fp32_nodes: Optional[List[str]] = None  # the full model's fp32 nodes, for emulated fp16/bf16
         self.options = None  # RunOptions to run instead of the candidate's check (see run_with)
         self.info: Dict[str, Any] = {
             "reference": opts.reference, "test": opts.test, "reference_model": opts.reference_model
@@ -457,6 +476,7 @@ class CompareRunner(WarmRunner):
         if self.primary is not None:
             self.primary.prepare()
             self.ref = self.primary.ref
+            self.fp32_nodes = self.primary.fp32_nodes
             self._prepared = True  # imports and warm-up were done once, by the primary, in this process
             return
 
@@ -484,6 +504,7 @@ class CompareRunner(WarmRunner):
             super().prepare()
         for path in {self.ref.inputs_path, self.ref.outputs_path}:
             load_data(path)
+        self.fp32_nodes = full_model_fp32_nodes(self.model, self.opts)
 
     @property
     def prepared_ref(self) -> Reference:
@@ -499,7 +520,9 @@ class CompareRunner(WarmRunner):
         return run_in_process(self.entry, self.argv0, self.args)
 
     def _child_main(self, args) -> int:  # pragma: no cover - runs in the forked child
-        options = self.options if self.options is not None else run_options(self.artifact, self.opts, self.prepared_ref)
+        options = self.options
+        if options is None:
+            options = run_options(self.artifact, self.opts, self.prepared_ref, fp32_nodes=self.fp32_nodes)
         return self.run_entry(options)
 
     def run_with(self, options, tick=None):

@@ -91,15 +91,16 @@ class Artifacts:
         in its folder (kept: the output needs them)."""
         links = None
         if cand.refs and self.cfg.link_external_data:
-            links, _ = self._link_beside(path, self.index.external_files())
+            links, _ = self._link_beside(path, self.index.external_files(), hard_links=True)
         self.index.write(cand, path, links=links)
 
-    def _link_beside(self, path: str, files: List[str]):
+    def _link_beside(self, path: str, files: List[str], hard_links: bool = False):
         """:func:`toolkit.core.weights.link_data_files` for ``files`` in ``path``'s folder."""
 
         try:
             return link_data_files(
-                files, os.path.dirname(os.path.abspath(path)), os.path.basename(path), note=self.reporter.info
+                files, os.path.dirname(os.path.abspath(path)), os.path.basename(path), note=self.reporter.info,
+                hard_links=hard_links,
             )
         except OSError as exc:
             raise InputError(f"{path}: cannot make the model's weights reachable there: {exc}") from None

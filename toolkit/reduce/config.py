@@ -56,6 +56,7 @@ class ReduceConfig:
     jobs: int = 1  # checks run at once (each worker has its own artifact and environment)
     devices: Sequence[str] = ()  # CUDA_VISIBLE_DEVICES of worker k: devices[k % len(devices)]
     shape_inference: bool = True  # False: only the types the model records (--no-shape-inference)
+    any_failure: bool = False  # reduce on any failure, not only the full model's kind (see signature.py)
     label: Optional[str] = None  # how logs name the model (when ``model`` is a rewrite of the one given)
 
 
@@ -94,6 +95,9 @@ class Outcome:
     stopped_by: Optional[str] = None  # "interrupt" (Ctrl-C) or "eof" (no more answers)
     broken: int = 0  # mid-run checks that were broken (counted as passes)
     other_failures: int = 0  # of those, checks that failed otherwise than the full model (e.g. could not run)
+    first_alone: Optional[str] = None  # a one-node result: is it the first node that fails alone?
+    passing: int = 0  # subgraphs the check passed (broken ones aside)
+    signature: Optional[dict] = None  # the full model's failure, as reduced (Signature.to_json)
     body_nodes: int = 0  # the result is one If/Loop/Scan node: the nodes of its bodies
     timeouts: int = 0  # checks killed by --check-timeout (counted as failures)
     phases: Dict[str, int] = field(default_factory=dict)  # checks run per search phase

@@ -143,11 +143,13 @@ def from_check_output(text: str) -> Optional[Evidence]:
 
 
 def noise_warning(
-    full: Optional[Evidence], reduced: Optional[Evidence], check: Optional[Sequence[str]] = None
+    full: Optional[Evidence], reduced: Optional[Evidence], check: Optional[Sequence[str]] = None,
+    precision: Optional[str] = None,
 ) -> Optional[str]:
     """A warning when the reduced model's failure is the size of float32 rounding (the noise
     model of :mod:`toolkit.core.noise`), else None. ``check``: the check command (its advice
-    leaves out what it already does)."""
+    leaves out what it already does). ``precision``: "fp16" or "bf16" when the runner under test
+    stores tensors so: the rounding is then named as that storage's."""
 
     r = reduced.worst if reduced is not None else None
     if r is None:
@@ -156,17 +158,14 @@ def noise_warning(
     if kind is None:
         return None
     f = full.worst if full is not None else None
+    source = (
+        f"{precision} storage rounding (the runner under test stores tensors in {precision})" if precision
+        else "float rounding differences between ONNX-Runtime's kernels on a small subgraph and on the full model"
+    )
     if kind == "rel":
-        why = (
-            f"the reduced model fails by {_g(r.max_abs)} (max rel {_g(r.max_rel)}), the size of float "
-            "rounding differences: ONNX-Runtime fuses a small subgraph differently from the full model"
-        )
+        why = f"the reduced model fails by {_g(r.max_abs)} (max rel {_g(r.max_rel)}), the size of {source}"
     else:
-        why = (
-            f"the reduced model fails by {_g(r.max_abs)}, within {NEAR_TOLERANCE:g}x of the tolerance (atol "
-            f"{_g(r.atol)}): the size of rounding differences between ONNX-Runtime's kernels on a small subgraph "
-            "and on the full model"
-        )
+        why = f"the reduced model fails by {_g(r.max_abs)}, within {NEAR_TOLERANCE:g}x of the tolerance: the size of {source}"
     if f is not None and f.max_abs > 0 and r.max_abs * FAR_SMALLER <= f.max_abs:
         why += f", and far less than the full model's {_g(f.max_abs)} on '{f.name}'"
     return f"{why}, so this result may be noise rather than the fault. To look past it: " + _noise_advice(r, check)
@@ -191,7 +190,7 @@ def _noise_advice(r: TensorEvidence, check: Optional[Sequence[str]]) -> str:
 
 
 def storage_rounding_warning(
-    reduced: Optional[Evidence], precision: Optional[str], scale: Optional[float] = None
+    reduced: Optional[Evidence], precision: Optional[str], scale: Optional[float] = None, some_passed: bool = False
 ) -> Optional[str]:
     """A warning when the reduced model fails by no more than the rounding of ``precision``
     ("fp16" or "bf16") storage itself: at such tolerances any node of the model fails alone,
@@ -199,7 +198,8 @@ def storage_rounding_warning(
 
     ``scale``: the largest magnitude of the worst tensor in the reference, where known; the error
     is then also measured against it (a Conv's output crossing 0 has a max rel of 1e3 from
-    rounding alone, where its error is 0.5% of its largest value)."""
+    rounding alone, where its error is 0.5% of its largest value). ``some_passed``: a subgraph
+    passed the check (so not every node fails alone)."""
 
     r = reduced.worst if reduced is not None else None
     # that storage's unit roundoff, twice: an input rounded on its way in, the output on its way out
@@ -214,11 +214,16 @@ def storage_rounding_warning(
     if rel > step:
         return None
     suggest = _round_up(4 * step)
+    if suggest > r.rtol:
+        give = f"(--rtol {_g(suggest)}, and an --atol for values near 0)"
+    else:  # (the rtol given is above it already: the elements near 0 need an atol)
+        give = f"(an --atol above {_g(r.max_abs)} for values near 0)"
+    alone = "a single node can fail by that rounding alone" if some_passed else "every node of the model fails alone"
     return (
         f"the reduced model fails by {_g(r.max_abs)} ({how}), no more than {precision} storage "
-        f"rounds any value (relative {_g(step)}): at these tolerances every node of the model fails alone, so this "
-        f"result shows {precision}'s precision rather than where the error grows. Give tolerances above it "
-        f"(--rtol {_g(suggest)}, and an --atol for values near 0) to find the nodes that amplify the error"
+        f"rounds any value (relative {_g(step)}): at these tolerances {alone}, so this result shows {precision}'s "
+        f"precision rather than where the error grows. Give tolerances above it {give} to find the nodes that "
+        "amplify the error"
     )
 
 

@@ -18,6 +18,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
+from toolkit.core.noise import times
 from toolkit.reduce.evidence import Evidence
 from toolkit.reduce.graph import mask_indices, range_mask
 from toolkit.reduce.guide import MIN_AMPLIFICATION, TRIES, guided
@@ -98,6 +99,7 @@ class CompareReducer(Reducer):
     give that hint), then :func:`localized`."""
 
     default_mode = "guided (the nodes amplifying the error most, each alone), then localized"
+    own_check = False
 
     def __init__(self, *args, **kw):
         super().__init__(*args, **kw)
@@ -114,7 +116,7 @@ class CompareReducer(Reducer):
             self._full_mismatch = kind == FAIL and rows is not None and bool(rows.failing)
             return None
         if kind != FAIL or not self._full_mismatch or rows is not None:
-            return None
+            return super()._other_failure(kind, rows, res, full)
         return (
             f"a runner could not run this subgraph ({error_line(res)}), where the full model ran and its outputs "
             "differed"
@@ -152,7 +154,7 @@ class CompareReducer(Reducer):
             )
             self.reporter.info(
                 f"Hint ({time.monotonic() - start:.2f} s, the model under test with every tensor compared): "
-                + ", ".join(f"{self.index.names[i]} amplifies the error {amp:.3g}x" for i, amp, _e in top)
+                + ", ".join(_amplifies(self.index.names[i], amp) for i, amp, _e in top)
             )
         return self._ranked
 
@@ -174,6 +176,11 @@ class CompareReducer(Reducer):
         return mask
 
 
+def _amplifies(name: str, amp: float) -> str:
+    shown = times(amp)
+    return f"{name} amplifies the error without bound" if shown == "unbounded" else f"{name} amplifies the error {shown}"
+
+
 def _noise_line(fault: Fault) -> str:
     ev = fault.evidence
     n = len(fault.nodes)
@@ -181,7 +188,7 @@ def _noise_line(fault: Fault) -> str:
         f"What remains fails by rounding noise only: {n} node{'s' if n != 1 else ''} ({fault.nodes[0]}"
         f"{', ...' if n > 1 else ''}) off by {ev.get('own_error', 0):.3g} (relative L2) fed exact inputs, within the "
         f"noise bound {ev.get('noise_bound', 0):.3g} for {n} node{'s' if n != 1 else ''}, largest amplification "
-        f"{ev.get('amplification', 0):.3g}x: not a fault (see docs/noise.md); stopping"
+        f"{times(ev.get('amplification', 0))}: not a fault (see docs/noise.md); stopping"
     )
 
 

@@ -72,6 +72,21 @@ def range_mask(start: int, stop: int) -> int:
     return ((1 << stop) - 1) ^ ((1 << start) - 1)
 
 
+def span_words(mask: int, full_mask: int) -> str:
+    """The nodes of ``mask`` in words: 'full model', 'node 4', 'nodes 4..9', or
+    'nodes 2..40 (3 runs)' for a set with gaps (positions in topological order)."""
+    if mask == full_mask:
+        return "full model"
+    idx = mask_indices(mask)
+    if not idx:
+        return "no nodes"
+    runs = 1 + sum(1 for a, b in zip(idx, idx[1:]) if b != a + 1)
+    if len(idx) == 1:
+        return f"node {idx[0]}"
+    text = f"nodes {idx[0]}..{idx[-1]}"
+    return text if runs == 1 else f"{text} ({runs} runs)"
+
+
 def popcount(mask: int) -> int:
     return bin(mask).count("1")
 

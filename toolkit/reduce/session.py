@@ -20,16 +20,12 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from toolkit.core import paths
-from toolkit.core.datafiles import load_inputs
 from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError
-from toolkit.core.inputs import generate_inputs, parse_val_ranges
-from toolkit.core.meta import dtype_to_numpy
 from toolkit.core.model import (
     check_output_path,
-    graph_io_meta,
     load_model,
 )
 from toolkit.core.progress import Messages
@@ -55,12 +51,16 @@ from toolkit.reduce.graph import (
     body_node_count,
     mask_indices,
     popcount,
+    span_words,
     write_chunks,
 )
-from toolkit.reduce.loading import data_input_shapes, data_tensor_metas, load_for_index, run_for_values
+from toolkit.reduce.feeds import feed_maker, fold_values_maker
+from toolkit.reduce.loading import data_input_shapes, data_tensor_metas, load_for_index
 from toolkit.reduce.owner import Ownership
 from toolkit.reduce.parallel import Worker, worker_argv, worker_artifact, worker_env
 from toolkit.reduce.replay import Replay
+from toolkit.reduce import sanity
+from toolkit.reduce.signature import Signature, feeds_maker, signature_of
 from toolkit.reduce.strategy import STRATEGIES, Plan
 from toolkit.reduce.verdict import (
     BROKEN,
@@ -105,6 +105,7 @@ class Reporter(Messages):
 
 class Reducer(Artifacts):
     reporter: Reporter
+    own_check = True  # the check is the user's (the built-in comparison's is not: see sanity.probe)
 
     def __init__(
         self,
@@ -127,6 +128,10 @@ class Reducer(Artifacts):
         self.broken = 0
         self.broken_masks: set = set()  # node sets whose check was broken (counted as passes)
         self.other_failures = 0  # of those, checks that failed otherwise than the full model (_other_failure)
+        self.signature: Optional[Signature] = None  # the full model's failure (set by its check)
+        self.frozen = False  # input shapes are fixed (--model-input-shapes, --load-inputs shapes)
+        self.as_given = False  # the model is reduced with its own input shapes (freezing hid the failure)
+        self._feeds: Optional[Callable[[str], Optional[bool]]] = None
         self.timeouts = 0
         self.failures_seen = 0
         self.toolkit_check = bool(config.check) and toolkit_args(config.check or []) is not None
@@ -219,9 +224,11 @@ class Reducer(Artifacts):
 
         cfg = self.cfg
         model, raw, base = load_for_index(cfg.model, cfg.external_data_dir)
-        shapes = dict(cfg.input_shapes)
+        shapes = {} if self.as_given else dict(cfg.input_shapes)
         for name, shape in data_input_shapes(model, cfg.load_inputs, warn=self.reporter.warn).items():
-            shapes.setdefault(name, shape)
+            if not self.as_given:
+                shapes.setdefault(name, shape)
+        self.frozen = bool(shapes)
         self.metas = MetaProvider(
             model,
             input_shapes=shapes,
@@ -231,13 +238,13 @@ class Reducer(Artifacts):
             or (os.path.dirname(os.path.abspath(cfg.model)) if cfg.model != "-" else None),
             warn=self.reporter.warn,
             full_model=(lambda: load_model(cfg.model, external_data_dir=cfg.external_data_dir)) if raw else None,
-            feed=self._feed_maker(model, shapes),
+            feed=feed_maker(cfg, model, shapes),
             known=data_tensor_metas(cfg.load_inputs) if cfg.load_inputs else None,
             inference=cfg.shape_inference,
         )
         self.index = GraphIndex(model, self.metas, fixed_input_shapes=list(shapes), raw=raw, external_base_dir=base)
         if not cfg.reduce_outputs:
-            self.index.fold_values = self._fold_values_maker(model, shapes)
+            self.index.fold_values = fold_values_maker(cfg, model, shapes, self.reporter.warn)
         sources = self.index.external_files()
         for path, what in ((cfg.output, "-o"), (cfg.min_good, "--min-good"), (cfg.iter_artifact, "--iter-artifact")):
             if path and os.path.realpath(path) in sources:
@@ -255,67 +262,6 @@ class Reducer(Artifacts):
                 self.replay.add(
                     entry["iteration"], int(entry["nodes"], 16), entry["count"], entry["failed"], entry.get("seconds")
                 )
-
-    def _fold_values_maker(self, model, shapes):
-        """names -> {name: array}: the full model's values of those tensors, computed once on
-        ONNX-Runtime with the --load-inputs data (or generated inputs, with a warning)."""
-        cfg = self.cfg
-        cache: Dict[str, object] = {}
-        feed_of = self._feed_maker(model, shapes)
-
-        def values(names):
-            missing = [n for n in names if n not in cache]
-            if missing:
-                if not cfg.load_inputs:
-                    self.reporter.warn(
-                        "tensors of removed side branches are folded into constants computed on generated inputs "
-                        f"({', '.join(missing[:3])}{', ...' if len(missing) > 3 else ''}); a check that runs on "
-                        "other data will see different values. Please ensure that you have provided a data loader "
-                        "argument directly to debug reduce: give it the check's data with --load-inputs"
-                    )
-                from toolkit.core.model import load_model
-
-                full = load_model(cfg.model, external_data_dir=cfg.external_data_dir)
-                feed = feed_of() if feed_of is not None else None
-                cache.update(run_for_values(full, missing, feed, shapes, cfg.external_data_dir))
-            return {n: cache[n] for n in names}
-
-        return values
-
-    def _feed_maker(self, model, shapes):
-        """What to feed the model when it must be run for shapes: --load-inputs data, or
-        inputs generated with --seed / --val-range; None leaves it to the default."""
-        cfg = self.cfg
-        if not (cfg.load_inputs or cfg.seed is not None or cfg.val_range):
-            return None
-
-        ranges = parse_val_ranges(list(cfg.val_range)) if cfg.val_range else None  # bad specs: now
-
-        def make():
-
-            ins, _ = graph_io_meta(model)
-            feed = {}
-            for path in cfg.load_inputs:
-                feeds = load_inputs(path)
-                if feeds:
-                    feed.update(feeds[0])
-            missing = [m for m in ins if m.name not in feed]
-            if missing:
-                generated, _ = generate_inputs(missing, seed=cfg.seed, ranges=ranges, shapes=shapes)
-                feed.update(generated[0])
-            out = {m.name: feed[m.name] for m in ins}
-
-            for m in ins:  # data of another dtype: cast (data_input_shapes warned)
-                if m.dtype:
-                    try:
-                        want = dtype_to_numpy(m.dtype)
-                    except (ToolkitError, TypeError, ValueError):  # not a plain tensor type
-                        continue
-                    if getattr(out[m.name], "dtype", want) != want:
-                        out[m.name] = out[m.name].astype(want)
-            return out
-
-        return make
 
     # ------------------------------------------------------------------ one verdict
 
@@ -446,6 +392,8 @@ class Reducer(Artifacts):
         reason = self.cfg.rule.reason(res)
         rows = from_check_output(f"{res.stdout_text}\n{res.stderr_text}") if full or kind in (FAIL, TIMEOUT) else None
         other = self._other_failure(kind, rows, res, full)  # (a different failure: not the one reduced)
+        if full and kind in (FAIL, TIMEOUT):
+            self._fix_signature(res, rows)
         if other is not None:
             kind, self.other_failures = BROKEN, self.other_failures + 1
         if kind == BROKEN:
@@ -474,8 +422,21 @@ class Reducer(Artifacts):
         return it
 
     def _other_failure(self, kind: str, rows: Optional[Evidence], res: CheckResult, full: bool) -> Optional[str]:
-        """Why a failing check (its comparison ``rows``) fails otherwise than the full model (then broken)."""
-        return None
+        """Why a failing check (its comparison ``rows``) fails otherwise than the full model (then broken):
+        it does not show the failure signature the full model's check fixed."""
+        if full or kind not in (FAIL, TIMEOUT) or self.signature is None:
+            return None
+        feeds = self._feeds = self._feeds or feeds_maker(self.index, self.signature.outputs)
+        return self.signature.differs(res, rows, feeds)
+
+    def _fix_signature(self, res: CheckResult, rows: Optional[Evidence]) -> None:
+        """The failure this run reduces, from the full model's failing check; said at once."""
+        self.signature = signature_of(
+            res, rows, self.cfg.rule, any_failure=self.cfg.any_failure, graph_outputs=tuple(self.index.graph_outputs)
+        )
+        self._feeds = None
+        if not ((self.frozen or self.as_given) and self.runner is not None and not self.workers):  # (by _as_given)
+            self.reporter.info(self.signature.announce())
 
     def _record(self, it: Iteration, mask: int, cand: Candidate, worker) -> None:
         failed = it.failed
@@ -535,7 +496,7 @@ class Reducer(Artifacts):
                 f"{gone[0]}: a data file the check reads disappeared during the reduce, so the checks after it "
                 f"cannot judge the model ({line}); put it back"
             )
-        after_full, broken = self.checks - 1, self.broken
+        after_full, broken = self.checks - 1, self.broken - self.other_failures
         if broken >= UNJUDGED_MIN and broken > UNJUDGED_SHARE * after_full:
             raise CannotJudge(
                 f"the check could not judge {broken} of the {after_full} subgraphs checked after the full model "
@@ -555,18 +516,7 @@ class Reducer(Artifacts):
         return (self.plan.phase if self.plan else "") or "search"
 
     def _span(self, mask: int) -> str:
-        """The nodes of ``mask`` in words: 'full model', 'node 4', 'nodes 4..9', or
-        'nodes 2..40 (3 runs)' for a set with gaps (positions in topological order)."""
-        if mask == self.index.full_mask:
-            return "full model"
-        idx = mask_indices(mask)
-        if not idx:
-            return "no nodes"
-        runs = 1 + sum(1 for a, b in zip(idx, idx[1:]) if b != a + 1)
-        if len(idx) == 1:
-            return f"node {idx[0]}"
-        text = f"nodes {idx[0]}..{idx[-1]}"
-        return text if runs == 1 else f"{text} ({runs} runs)"
+        return span_words(mask, self.index.full_mask)
 
     def _note_failing(self, mask: int, failed: bool, cand: Optional[Candidate]) -> None:
         if not failed:
@@ -595,6 +545,7 @@ class Reducer(Artifacts):
                 mask = self._search_from_full(outcome)
                 if outcome.status == "passed":
                     return self._finish(outcome, t0)
+                sanity.probe(self, mask)
             except (KeyboardInterrupt, AnswersExhausted) as exc:
                 outcome.status = "interrupted"
                 outcome.stopped_by = "eof" if isinstance(exc, AnswersExhausted) else "interrupt"
@@ -648,10 +599,53 @@ class Reducer(Artifacts):
             if self.memo.get(self.index.full_mask) is False:
                 outcome.status = "passed"
             return mask
-        if not self.verdict(self.index.full_mask):
+        failed = self.verdict(self.index.full_mask)
+        if self.frozen and self.runner is not None:
+            failed = self._as_given(failed)
+        if not failed:
             outcome.status = "passed"
             return None
         return self._search()
+
+    def _as_given(self, frozen_failed: bool) -> bool:
+        """With frozen input shapes, the full model is also checked as given (its own shapes):
+        freezing must not hide the failure, nor change it. Returns whether the model fails."""
+        frozen_sig = self.signature
+        try:
+            self._reload(as_given=True)
+        except ToolkitError:  # (its shapes cannot be found without freezing them: nothing to compare)
+            self._reload(as_given=False)
+            self.memo[self.index.full_mask] = frozen_failed
+            self.signature = frozen_sig
+            if frozen_sig is not None:
+                self.reporter.info(frozen_sig.announce())
+            return frozen_failed
+        failed = self.verdict(self.index.full_mask)
+        given = self.signature if failed else None
+        said = "the model fails the check with its own input shapes" + (f" ({given.describe()})" if given else "")
+        if failed and not frozen_failed:
+            self.reporter.warn(f"{said} but passes it with its input shapes frozen (--model-input-shapes, or the "
+                               "shapes of --load-inputs): freezing hides the failure, so the reduce goes on with "
+                               "the model's own input shapes")
+        else:
+            self._reload(as_given=False)
+            self.memo[self.index.full_mask] = frozen_failed
+            if not failed and frozen_failed:
+                self.reporter.warn("the model passes the check with its own input shapes but fails it with its input "
+                                   "shapes frozen: the failure reduced is the frozen model's")
+            self.signature = given if failed and frozen_failed else frozen_sig
+            if given is not None and frozen_sig is not None and not given.same(frozen_sig):
+                self.reporter.warn(f"{said}, with its input shapes frozen {frozen_sig.describe()}: freezing changes "
+                                   "the failure; the reduce looks for the model's own failure")
+        if self.signature is not None:
+            self.reporter.info(self.signature.announce())
+        return failed or frozen_failed
+
+    def _reload(self, as_given: bool) -> None:
+        self.as_given = as_given
+        self._load()
+        self.memo.clear()
+        self._feeds = None
 
     def _write_results(self, outcome: Outcome, mask: Optional[int]) -> None:
         """-o, --min-good and the replay file."""
@@ -663,6 +657,8 @@ class Reducer(Artifacts):
             outcome.final_nodes = [self.index.describe(i) for i in mask_indices(mask)]
             outcome.body_nodes = body_node_count(self.index.nodes, mask)
             outcome.one_minimal = outcome.status == "reduced" and self._is_one_minimal(mask)
+            if outcome.status == "reduced":  # (not after Ctrl-C: it may check windows)
+                outcome.first_alone = sanity.first_alone(self, mask)
         if cfg.min_good:
             good = self._pick_min_good(mask)
             if good is not None:
@@ -769,6 +765,8 @@ class Reducer(Artifacts):
         outcome.seconds = time.monotonic() - t0
         outcome.broken = self.broken
         outcome.other_failures = self.other_failures
+        outcome.signature = self.signature.to_json() if self.signature is not None else None
+        outcome.passing = sum(1 for m, failed in self.memo.items() if not failed and m not in self.broken_masks)
         outcome.timeouts = self.timeouts
         outcome.phases = dict(self.phase_checks)
         outcome.full_evidence = self.evidence.get(self.index.full_mask) if self.index else None

@@ -38,7 +38,17 @@ import numpy as np
 from toolkit.core.compare import error_arrays
 
 # the one noise model (docs/noise.md); re-exported here for the diagnosis' callers
-from toolkit.core.noise import FLOOR, STORAGE_FLOOR, amplification, storage_floor  # noqa: E402,F401
+from toolkit.core.noise import (  # noqa: E402,F401
+    FAULT,
+    FLOOR,
+    OVERFLOW,
+    STORAGE_FLOOR,
+    amplification,
+    classify,
+    times,
+    kind_words,
+    storage_floor,
+)
 from toolkit.core.shapes import node_reads
 
 TOP_NODES = 5  # ranked nodes shown in a terminal diagnosis
@@ -139,6 +149,7 @@ class TensorError:
     depth: Optional[int] = None
     node: Optional[str] = None
     op: Optional[str] = None
+    ref_max: float = 0.0  # the largest finite magnitude on either side (an overflow: past the storage's range)
 
 
 def _div(x: float, tol: float) -> float:
@@ -161,6 +172,10 @@ def tensor_error(name: str, a, b, comparison) -> TensorError:
         return err
     if a.size == 0:
         return err
+    for side in (a, b):  # (either side: the other may hold the overflow's inf)
+        if side.dtype.kind == "f":
+            finite = np.abs(side[np.isfinite(side)])
+            err.ref_max = max(err.ref_max, float(finite.max()) if finite.size else 0.0)
     absd, rel = error_arrays(a, b)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         num = float(np.sqrt(np.sum(np.square(absd, dtype=np.float64))))
@@ -192,6 +207,7 @@ def _worse(old: TensorError, new: TensorError) -> TensorError:
     for f in ("max_abs", "max_rel", "rel_l2", "tol_ratio"):
         setattr(old, f, max(getattr(old, f), getattr(new, f)))
     old.message = old.message or new.message
+    old.ref_max = max(old.ref_max, new.ref_max)
     return old
 
 
@@ -228,6 +244,7 @@ class NodeScore:
     # the longest chain of uncompared nodes between this node and the nearest compared tensors
     # (or graph inputs): 0 when its inputs were compared; else the error may start up there
     unseen: int = 0
+    kind: str = ""  # ok, overflow, rounding or fault (toolkit.core.noise.classify)
 
 
 @dataclass
@@ -250,6 +267,7 @@ class Diagnosis:
     depth: List[DepthRow]
     topology_known: bool = True
     notes: List[str] = field(default_factory=list)
+    storage: str = "fp32"  # the coarsest storage of the runners compared (fp16, bf16: their rounding)
 
     @property
     def passed(self) -> bool:
@@ -257,20 +275,29 @@ class Diagnosis:
 
     @property
     def culprit(self) -> Optional[NodeScore]:
-        # the largest amplification among nodes whose inputs were compared; unless a failing node
-        # whose inputs were not compared shows a larger one (the error may then start before it)
-        top = self.ranked[0] if self.ranked else None
+        # the failing node (a fault or an overflow, never rounding) with the largest amplification
+        # among nodes whose inputs were compared; unless a failing node whose inputs were not
+        # compared shows a larger one (the error may then start before it)
+        top = next((s for s in self.ranked if s.kind in (FAULT, OVERFLOW)), None)
         if top is None or top.unseen or top.amplification <= 1:
             return None
         hidden = (s.amplification for s in self.ranked if s.unseen and not s.passed)
         return None if any(a > top.amplification for a in hidden) else top
 
+    @property
+    def first_fault(self) -> Optional[NodeScore]:
+        """The first node in topological order that fails by more than rounding (a fault or an overflow)."""
+        return min((s for s in self.ranked if s.kind in (FAULT, OVERFLOW)), key=lambda s: s.position, default=None)
+
     def to_dict(self) -> dict:
+        first = self.first_fault
         return jsonable(
             {
                 "reference": self.label_b,
                 "compared": self.label_a,
                 "passed": self.passed,
+                "storage": self.storage,
+                "first_fault": asdict(first) if first is not None else None,
                 "topology_known": self.topology_known,
                 "tensors_compared": len(self.tensors),
                 "first_failure": asdict(self.first_failure) if self.first_failure else None,
@@ -320,7 +347,12 @@ def diagnose(
     known = {t.name for t in tensors}
     extra = [e for n, e in errors.items() if n not in known]  # graph inputs and the like
     first = next((t for t in tensors if not t.passed), None) or next((t for t in extra if not t.passed), None)
-    ranked = _rank(errors, topology, floor if floor is not None else storage_floor(label_a, label_b))
+    floor = floor if floor is not None else storage_floor(label_a, label_b)
+    ranked = _rank(errors, topology, floor)
+    storage = next((k for k, v in STORAGE_FLOOR.items() if v == floor), "fp32")
+    for s in ranked:
+        worst = errors.get(s.worst_output)
+        s.kind = classify(s.passed, s.output_error, s.amplification, s.depth, storage, worst.ref_max if worst else 0.0)
     notes = []
     if any(s.unseen and not s.passed for s in ranked):
         notes.append(
@@ -330,7 +362,8 @@ def diagnose(
         )
     if extra:
         notes.append(f"{len(extra)} compared tensor(s) are produced by no node of the top graph")
-    return Diagnosis(label_a, label_b, tensors + extra, first, ranked, _depth_rows(tensors), notes=notes)
+    return Diagnosis(label_a, label_b, tensors + extra, first, ranked, _depth_rows(tensors), notes=notes,
+                     storage=storage)
 
 
 def _rank(errors: Mapping[str, TensorError], topology: Topology, floor: float = FLOOR) -> List[NodeScore]:
@@ -400,6 +433,13 @@ def g(x: Optional[float]) -> str:
     return f"{x:.3g}"
 
 
+def gx(x: Optional[float]) -> str:
+    """A ratio: "12.5x", or "inf" (never "infx")."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return "inf"
+    return f"{g(x)}x"
+
+
 def sparkline(values: Sequence[float], *, ascii_only: bool = False) -> str:
     """One character per value, on a log scale between the smallest and largest positive value."""
     chars = "_.-=+*#@" if ascii_only else SPARK
@@ -429,18 +469,33 @@ def describe_tensor(t: TensorError) -> str:
     if t.message:
         return f"{where}: {t.message}"
     return (
-        f"{where}: max abs {g(t.max_abs)}, max rel {g(t.max_rel)}, {g(t.tol_ratio)}x the tolerance "
+        f"{where}: max abs {g(t.max_abs)}, max rel {g(t.max_rel)}, {gx(t.tol_ratio)} the tolerance "
         f"(atol {g(t.atol)}, rtol {g(t.rtol)}, {t.stat})"
     )
 
 
-def describe_node(rank: int, s: NodeScore) -> str:
-    verdict = "ok" if s.passed else "FAILED"
+def describe_node(rank: int, s: NodeScore, storage: str = "fp32") -> str:
+    verdict = "ok" if s.passed else f"FAILED ({kind_words(s.kind, storage)})" if s.kind else "FAILED"
+    over = " (over the rounding step: its inputs are exact)" if s.input_error == 0 and math.isfinite(s.amplification) else ""
     unseen = f" (inputs not compared: the error may start up to {s.unseen} node(s) earlier)" if s.unseen else ""
     return (
-        f"{rank}. {s.node} [Op: {s.op}]{unseen} | amplification {g(s.amplification)}x | input error {g(s.input_error)} -> "
+        f"{rank}. {s.node} [Op: {s.op}]{unseen} | amplification {times(s.amplification)}{over} | input error {g(s.input_error)} -> "
         f"output error {g(s.output_error)} (relative L2) | {verdict}"
     )
+
+
+def fault_line(diag: Diagnosis) -> str:
+    """Where the error starts, in the one classification: the first node that fails by more than
+    rounding (an overflow or a fault), or that every failing node is rounding."""
+    f = diag.first_fault
+    rounding = kind_words("rounding", diag.storage)
+    if f is None:
+        return f"Every failing node is within {rounding}: no fault, no overflow"
+    rest = sum(1 for s in diag.ranked if s.kind == "rounding")
+    carried = sum(1 for s in diag.ranked if s.kind == "carried")
+    tail = f"; {rest} other failing node(s) are {rounding}" if rest else ""
+    tail += f"; {carried} carry the error of their inputs" if carried else ""
+    return f"Error starts at: {f.node} [Op: {f.op}] ({kind_words(f.kind, diag.storage)}){tail}"
 
 
 def depth_line(diag: Diagnosis, *, ascii_only: bool = False) -> Optional[str]:
@@ -452,7 +507,7 @@ def depth_line(diag: Diagnosis, *, ascii_only: bool = False) -> Optional[str]:
     tail = f"; out of tolerance from depth {crossed}" if crossed is not None else "; within tolerance"
     return (
         f"error/tolerance by depth {diag.depth[0].depth}..{diag.depth[-1].depth}: "
-        f"{sparkline(vals, ascii_only=ascii_only)} (largest {g(max(vals))}x){tail}"
+        f"{sparkline(vals, ascii_only=ascii_only)} (largest {gx(max(vals))}){tail}"
     )
 
 
@@ -461,11 +516,12 @@ def text_lines(diag: Diagnosis, *, top: int = TOP_NODES, ascii_only: bool = Fals
     lines = [f"Diagnosis | {diag.label_a} vs {diag.label_b} | {len(diag.tensors)} tensors compared"]
     if diag.first_failure is not None:
         lines.append("  First out of tolerance: " + describe_tensor(diag.first_failure))
+        lines.append("  " + fault_line(diag))
     else:
         lines.append("  Every tensor is within tolerance.")
     if diag.ranked:
         lines.append("  Nodes by error amplification (output error / input error):")
-        lines += ["    " + describe_node(k, s) for k, s in enumerate(diag.ranked[:top], 1)]
+        lines += ["    " + describe_node(k, s, diag.storage) for k, s in enumerate(diag.ranked[:top], 1)]
     line = depth_line(diag, ascii_only=ascii_only)
     if line:
         lines.append("  " + line)

@@ -200,6 +200,9 @@ class RunOptions:
     # error_quantile, postprocess, compare_func, index_tolerance and no_shape_check, their command-line
     # spellings (the command line parses them once where it reads them: run.plan.tolerances_of).
     tolerances: Any = None
+    # library use: the nodes kept fp32 when onnxrt:fp16/bf16 emulates (None: chosen for the model); a
+    # subgraph cut from a model keeps the model's choice (debug reduce --compare)
+    fp32_nodes: Optional[List[str]] = None
     diagnose: bool = True  # gather tensor errors for the diagnosis of a failing many-tensor comparison
     command: str = ""  # the command line, recorded in reports
     # library use: keep every live runner's outputs in the report (memory then grows with iterations)

@@ -31,6 +31,7 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
 
+from toolkit.core import undefined
 from toolkit.core.compare import PairComparison, Tolerances, check_tolerance_names, compare_iteration, validate_outputs
 from toolkit.core.datafiles import RunResults, inputs_writer, load_data, load_outputs, outputs_writer
 from toolkit.core.dataloader import load_script_feeds, split_script_spec
@@ -212,11 +213,28 @@ class Streams:
     kept: List[Mapping] = field(default_factory=list)  # the previous live runner's outputs
     errors: dict = field(default_factory=dict)  # pair index -> tensor errors, for the diagnosis (toolkit.run.diagnose)
     qdq: qdq_table.QdqTables = field(default_factory=qdq_table.QdqTables)  # Q/DQ pairs' local/propagated error
+    _casts: Optional[dict] = None  # the model's float-to-int Casts (see toolkit.core.undefined)
+
+    def casts(self) -> dict:
+        """The model's float-to-int Casts (read once, without its weights, when first needed)."""
+        if self._casts is None:
+            self._casts = {}
+            model = self.plan.opts.model
+            if model and model != "-" and os.path.isfile(model):
+                import onnx
+
+                try:
+                    self._casts = undefined.float_to_int_casts(onnx.load(model, load_external_data=False))
+                except Exception:  # noqa: BLE001 - not an ONNX file (an engine): nothing to skip
+                    self._casts = {}
+        return self._casts
 
     def compare(self, pair: int, k: int, outs_a: Mapping, outs_b: Mapping, tol) -> None:
         """Compare iteration ``k`` of pair ``pair``; gather its tensor errors when a diagnosis may need them."""
 
         it = compare_iteration(k, outs_a, outs_b, tol)
+        if undefined.may_skip(it):  # (a failing integer output: perhaps a Cast the spec leaves undefined)
+            it = undefined.skip_undefined(it, self.casts(), outs_a, outs_b, tol)
         self.pairs.setdefault(pair, []).append(it)
         if diagnose.wanted(self.plan.opts, it):
             diagnose.collect(self.errors, pair, it, outs_a, outs_b)

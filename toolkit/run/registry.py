@@ -295,6 +295,7 @@ def _onnxrt_factory(opts: "RunOptions", config: Any, reporter: "Reporter", name:
         name=name,
         fp16=opts.onnxrt_fp16,
         bf16=opts.onnxrt_bf16,
+        fp32_nodes=opts.fp32_nodes,
     )
 
 

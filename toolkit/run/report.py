@@ -23,7 +23,7 @@ from typing import List, Sequence
 
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.model import atomic_output, check_output_path
-from toolkit.run.diagnosis import Diagnosis, depth_table, g
+from toolkit.run.diagnosis import Diagnosis, depth_table, g, gx, times
 from toolkit.run.node_data import is_node_data_path, node_data
 
 FORMAT = "toolkit-accuracy-report"
@@ -130,7 +130,7 @@ def _summary_html(diag: Diagnosis) -> str:
         where = f" produced by <b>{_e(first.node)}</b> [{_e(first.op)}]" if first.node else ""
         text.append(
             f"First tensor out of tolerance: <code>{_e(first.name)}</code>{where}, "
-            f"{_e(g(first.tol_ratio))}x the tolerance (max abs {_e(g(first.max_abs))})."
+            f"{_e(gx(first.tol_ratio))} the tolerance (max abs {_e(g(first.max_abs))})."
         )
     else:
         text.append("Every tensor is within tolerance.")
@@ -138,7 +138,7 @@ def _summary_html(diag: Diagnosis) -> str:
     if top is not None:
         text.append(
             f" Largest error amplification: <b>{_e(top.node)}</b> [{_e(top.op)}], "
-            f"{_e(g(top.amplification))}x (input error {_e(g(top.input_error))}, "
+            f"{_e(times(top.amplification))} (input error {_e(g(top.input_error))}, "
             f"output error {_e(g(top.output_error))})."
         )
     return "".join(text)
@@ -159,7 +159,7 @@ def _ranked_table(diag: Diagnosis, limit: int = 30) -> str:
         verdict = '<span class="ok">ok</span>' if s.passed else '<span class="bad">FAILED</span>'
         rows.append(
             f"<tr{cls}><td class=n>{k}</td><td>{_e(s.node)}</td><td>{_e(s.op)}</td><td class=n>{s.depth}</td>"
-            f"<td class=n>{_e(g(s.amplification))}x</td><td class=n>{_e(g(s.input_error))}{_unseen(s)}</td>"
+            f"<td class=n>{_e(times(s.amplification))}</td><td class=n>{_e(g(s.input_error))}{_unseen(s)}</td>"
             f"<td class=n>{_e(g(s.output_error))}</td><td>{verdict}</td></tr>"
         )
     rows.append("</table>")
@@ -299,7 +299,7 @@ def _markers(diag: Diagnosis, x, top: float, bottom: float) -> List[str]:
 def _tip(t) -> str:
     where = f" from {t.node} [{t.op}], depth {t.depth}" if t.node else ""
     return (
-        f"{t.name}{where}: {g(t.tol_ratio)}x tolerance, max abs {g(t.max_abs)}, max rel {g(t.max_rel)}, "
+        f"{t.name}{where}: {gx(t.tol_ratio)} tolerance, max abs {g(t.max_abs)}, max rel {g(t.max_rel)}, "
         f"relative L2 {g(t.rel_l2)} ({'ok' if t.passed else 'FAILED'})"
     )
 

@@ -1,0 +1,167 @@
+"""`debug reduce` reduces the full model's failure, fixed by its check: a subgraph that fails
+another way (another mismatch, an error where the full model crashed) is an other failure,
+never the result; frozen input shapes never hide a crash."""
+
+from __future__ import annotations
+
+import signal
+
+import onnx
+from onnx import helper
+
+from modelzoo import chain, make_model, save, vi
+from toolkit.reduce.verdict import CheckResult, FailureRule
+
+ROW = ("{verdict} | {name} | max abs {err}, mean abs {err}, max rel {err} | would pass with atol {err} or rtol {err} "
+       "(max) | tolerance atol 1e-05, rtol 1e-05\n")
+
+
+def _two_branches():
+    """x -> b0 -> b1 (a Cast whose values differ across runtimes) -> b2 -> out2, and
+    x -> a0 -> a1 (the fault) -> a2 -> out1; b0, b1 first in topological order, b2 last."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["tb0"], name="b0"),
+        helper.make_node("Abs", ["tb0"], ["tb1"], name="b1"),
+        helper.make_node("Sigmoid", ["x"], ["ta0"], name="a0"),
+        helper.make_node("Tanh", ["ta0"], ["ta1"], name="a1"),
+        helper.make_node("Exp", ["ta1"], ["out1"], name="a2"),
+        helper.make_node("Neg", ["tb1"], ["out2"], name="b2"),
+    ]
+    graph = helper.make_graph(nodes, "g", [vi("x", [1, 4])], [vi("out1", [1, 4]), vi("out2", [1, 4])])
+    return make_model(graph)
+
+
+class MismatchCheck:
+    """A comparison check: every output of the candidate is compared. The outputs that depend on
+    node a1 differ (the fault); b1's output differs when it is an output itself (a difference
+    that b2 hides in the full model)."""
+
+    kind = "test"
+
+    def __init__(self, artifact):
+        self.artifact = str(artifact)
+
+    def run(self, tick=None):
+        m = onnx.load(self.artifact)
+        names = {n.name for n in m.graph.node}
+        rows, failed = [], False
+        for out in (o.name for o in m.graph.output):
+            bad = (out in ("ta1", "out1") and "a1" in names) or out == "tb1"
+            failed |= bad
+            rows.append(ROW.format(verdict="FAILED" if bad else "PASSED", name=out, err="0.58" if bad else "0"))
+        return CheckResult(1 if failed else 0, "".join(rows).encode(), b"")
+
+    def close(self):
+        pass
+
+
+def _config(tmp_path, model, **kw):
+    from toolkit.reduce.session import ReduceConfig
+
+    path = save(model, tmp_path / "model.onnx")
+    kw.setdefault("rule", FailureRule())
+    return ReduceConfig(model=path, output=str(tmp_path / "reduced.onnx"), check=["fake"],
+                        iter_artifact=str(tmp_path / "polygraphy_debug.onnx"), **kw)
+
+
+def test_a_mismatch_that_does_not_feed_the_failing_output_is_another_failure(tmp_path):
+    from toolkit.reduce.session import Reducer
+
+    for mode in (None, "bisect", "linear"):
+        sub = tmp_path / str(mode)
+        sub.mkdir()
+        cfg = _config(sub, _two_branches(), mode=mode)
+        reducer = Reducer(cfg, runner=MismatchCheck(cfg.iter_artifact))
+        outcome = reducer.run()
+        assert outcome.final_nodes == ["a1 [Op: Tanh]"], (mode, outcome.final_nodes)
+        assert outcome.signature["kind"] == "mismatch" and outcome.signature["outputs"] == ["out1"]
+        assert outcome.other_failures >= 1, mode
+
+
+def test_any_failure_reduces_on_the_other_mismatch_too(tmp_path):
+    from toolkit.reduce.session import Reducer
+
+    cfg = _config(tmp_path, _two_branches(), mode="bisect", any_failure=True)
+    outcome = Reducer(cfg, runner=MismatchCheck(cfg.iter_artifact)).run()
+    assert outcome.final_nodes == ["b1 [Op: Abs]"]
+    assert outcome.other_failures == 0 and outcome.signature["any_failure"]
+
+
+class CrashCheck:
+    """ONNX-Runtime crashes (SIGSEGV) on n3 fed n2's values; on generated inputs (n3 without n2)
+    the check fails with an index error instead."""
+
+    kind = "test"
+
+    def __init__(self, artifact, frozen_passes=False):
+        self.artifact = str(artifact)
+        self.frozen_passes = frozen_passes
+
+    def run(self, tick=None):
+        m = onnx.load(self.artifact)
+        names = {n.name.split("_")[0] for n in m.graph.node}
+        dim = m.graph.input[0].type.tensor_type.shape.dim
+        if self.frozen_passes and dim and dim[0].HasField("dim_value"):
+            return CheckResult(0, b"", b"")  # (the frozen shape takes another kernel)
+        if "n3" in names and "n2" in names:
+            return CheckResult(None, signal=int(signal.SIGSEGV))
+        if "n3" in names:
+            return CheckResult(3, b"", b"error: IndexError: indices element out of data bounds\n")
+        return CheckResult(0, b"", b"")
+
+    def close(self):
+        pass
+
+
+def test_a_crash_that_turns_into_an_index_error_is_not_the_crash(tmp_path):
+    from toolkit.reduce.session import Reducer
+
+    for mode in (None, "bisect", "linear"):
+        sub = tmp_path / str(mode)
+        sub.mkdir()
+        cfg = _config(sub, chain(8), mode=mode)
+        outcome = Reducer(cfg, runner=CrashCheck(cfg.iter_artifact)).run()
+        nodes = [n.split(" ")[0] for n in outcome.final_nodes]
+        assert nodes == ["n2_abs", "n3_neg"], (mode, nodes)
+        assert outcome.signature["kind"] == "signal" and outcome.signature["signal"] == "SIGSEGV"
+        assert outcome.other_failures >= 1
+
+
+def _dynamic_chain(n=6):
+    m = chain(n)
+    for vi_ in (*m.graph.input, *m.graph.output):
+        vi_.type.tensor_type.shape.dim[0].dim_param = "N"
+    return m
+
+
+def test_frozen_shapes_never_hide_a_crash(tmp_path):
+    from toolkit.reduce.session import Reducer
+
+    warnings = []
+    from toolkit.reduce.session import Reporter
+
+    class Rep(Reporter):
+        def warn(self, msg):
+            warnings.append(msg)
+
+    cfg = _config(tmp_path, _dynamic_chain(), input_shapes={"x": (1, 4)})
+    outcome = Reducer(cfg, Rep(), runner=CrashCheck(cfg.iter_artifact, frozen_passes=True)).run()
+    assert outcome.status == "reduced"
+    assert [n.split(" ")[0] for n in outcome.final_nodes] == ["n2_abs", "n3_neg"]
+    assert any("freezing hides the failure" in w for w in warnings)
+    reduced = onnx.load(cfg.output)
+    assert reduced.graph.input[0].type.tensor_type.shape.dim[0].dim_param == "N"
+
+
+def test_the_signature_is_said_first_and_in_json(tmp_path):
+    from toolkit.reduce.session import Reducer, Reporter
+
+    infos = []
+
+    class Rep(Reporter):
+        def info(self, msg):
+            infos.append(msg)
+
+    cfg = _config(tmp_path, chain(8), mode="bisect")
+    Reducer(cfg, Rep(), runner=CrashCheck(cfg.iter_artifact)).run()
+    assert infos and infos[0].startswith("Failure to reduce (the full model's): a crash (killed by SIGSEGV)")

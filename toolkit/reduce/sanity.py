@@ -1,0 +1,98 @@
+"""A check that fails whatever the model: ``--check false``, or golden values of other inputs
+than the check feeds. Such a check fails on every subgraph, so a reduce "finds" the first node it
+tries. When the search ends at one node without a single passing check, :func:`probe` checks
+another node alone and then the model without that node: when both fail too, the result blames nothing and
+the run stops (:class:`~toolkit.reduce.config.CannotJudge`, exit 3, ``-o`` not written).
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from toolkit.core.noise import evidence_is_rounding
+from toolkit.reduce.config import CannotJudge
+from toolkit.reduce.graph import mask_indices, popcount, range_mask
+from toolkit.reduce.signature import RULE, TIMEOUT_KIND
+
+
+def probe(reducer, mask: Optional[int]) -> None:
+    """Raise CannotJudge when the check fails on node set ``mask`` (one node), on the model
+    without it, and on another node alone, having passed nothing."""
+    idx = reducer.index
+    if reducer.runner is None or mask is None or popcount(mask) != 1 or idx.size < 2 or not reducer.own_check:
+        return
+    if reducer.signature is None or reducer.signature.kind in (RULE, TIMEOUT_KIND):
+        return  # (the user said what failing is: --fail-regex, --fail-code, --any-failure; a slow check)
+    ev = reducer.evidence.get(mask) or reducer.evidence.get(idx.full_mask)
+    w = ev.worst if ev is not None else None
+    if w is not None and evidence_is_rounding(w.max_abs, w.max_rel, w.atol):
+        return  # (every node failing by rounding: the noise warnings say so)
+    if any(not failed and m not in reducer.broken_masks for m, failed in reducer.memo.items()):
+        return  # it passed on something: it depends on the model
+    node = mask_indices(mask)[0]
+    other = idx.size - 1 if node != idx.size - 1 else 0
+    if reducer.plan is not None:
+        reducer.plan.phase = "does the check depend on the model"
+    if not reducer.verdict(1 << other):
+        return  # (one node: a cheap check; and --min-good has a passing model)
+    if not reducer.verdict(idx.full_mask & ~mask):
+        return
+    raise CannotJudge(
+        f"the check fails on every subgraph tried, down to single nodes ({idx.names[node]} alone, "
+        f"{idx.names[other]} alone, the model without {idx.names[node]}; it passed on none): it does not depend on "
+        f"the model, so no node can be blamed. What it reported: {_what(reducer)}. A check must pass on a model "
+        "without the failure: feed it the inputs its golden values were computed on (--load-inputs), make it "
+        "fail only on the failure (--fail-regex, --fail-code), or give tolerances above the rounding every "
+        "node does"
+    )
+
+
+def _what(reducer) -> str:
+    ev = reducer.evidence.get(reducer.index.full_mask)
+    if ev is not None and ev.worst is not None:
+        names = ", ".join(f"'{t.name}'" for t in ev.failing[:3]) + (", ..." if len(ev.failing) > 3 else "")
+        return f"it compared {names} and found {ev.describe()}"
+    sig = reducer.signature
+    return f"{sig.describe()}, with no comparison in its output" if sig is not None else "a failure every time"
+
+
+def first_alone(reducer, mask: Optional[int]) -> Optional[str]:
+    """For a one-node result: whether it is the first node in topological order that fails alone
+    (from the verdicts known), else the earlier one that does; None for a larger result."""
+    if mask is None or popcount(mask) != 1:
+        return None
+    idx, node = reducer.index, mask_indices(mask)[0]
+    name = idx.names[node]
+    if node == 0:
+        return f"{name} is the first node in topological order"
+    exact = not reducer.own_check  # (the built-in comparison feeds exact inputs: a passing set's nodes pass alone)
+    passes = [m for m, failed in reducer.memo.items() if not failed and m not in reducer.broken_masks]
+    unknown = 0
+    for i in range(node):
+        alone = reducer.memo.get(1 << i)
+        if alone and (1 << i) not in reducer.broken_masks:
+            return (f"{idx.names[i]} (node {i}) also fails alone and comes before {name} in topological order: "
+                    "the error may start there")
+        if alone is None and not (exact and any(m >> i & 1 for m in passes)):
+            unknown += 1
+    if not unknown:
+        return f"{name} is the first node in topological order that fails alone (every earlier one passes)"
+    if exact:
+        return _first_by_windows(reducer, node)
+    return (f"{name} is the first failing node the search found; {unknown} earlier node(s) were not checked "
+            "alone, so one of them may fail alone too")
+
+
+def _first_by_windows(reducer, node: int) -> str:
+    """With exact inputs (the built-in comparison) a window of nodes passes when none of its nodes
+    fails alone: check the window before ``node`` (one check)."""
+    names = reducer.index.names
+    if reducer.plan is not None:
+        reducer.plan.phase = "first node failing alone"
+    if not reducer.verdict(range_mask(0, node)):
+        return (f"{names[node]} is the first node in topological order that fails alone (the {node} before it "
+                "pass together, fed exact inputs)")
+    return (f"the {node} node(s) before {names[node]} fail too, fed exact inputs (another fault, or rounding at "
+            "these tolerances): --all-faults lists every faulty subgraph")

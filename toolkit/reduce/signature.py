@@ -1,0 +1,194 @@
+"""The failure a ``debug reduce`` run reduces: fixed once, from the full model's check.
+
+Delta debugging is sound only when every candidate is judged against one failure. The
+:class:`Signature` records how the full model failed its check:
+
+- ``signal``: the check died by a signal (a crash), and which one;
+- ``timeout``: the check ran past ``--check-timeout``;
+- ``mismatch``: a comparison failed: which tensors (graph outputs first) and how far;
+- ``exit``: a non-zero exit code, and the class of the error the check named (a Python
+  exception or ONNX-Runtime status such as ``IndexError`` or ``INVALID_ARGUMENT``);
+- ``rule``: the user said what failing means (``--fail-regex``, ``--fail-code``), or asked
+  for ``--any-failure``: whatever the rule calls a failure is the failure.
+
+:meth:`Signature.differs` says why a failing candidate fails another way (then it is an
+*other failure*: counted and shown, never reduced on), or None when it shows the same failure.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+import re
+import signal as _signal
+from dataclasses import dataclass
+from typing import Callable, Optional, Tuple
+
+from toolkit.reduce.evidence import Evidence
+from toolkit.reduce.verdict import CheckResult, FailureRule, error_line
+
+SIGNAL = "signal"
+TIMEOUT_KIND = "timeout"
+MISMATCH = "mismatch"
+EXIT = "exit"
+RULE = "rule"
+
+# An exception class in an error line (``IndexError: ...``, ``onnxruntime...InvalidArgument``), or an
+# ONNX-Runtime status (``[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : ...``).
+_EXC = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception|Fault|Fail|Failure))\b")
+_ORT_STATUS = re.compile(r"\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*([A-Z_]+)")
+
+
+def signal_name(number: Optional[int]) -> str:
+    try:
+        return _signal.Signals(int(number or 0)).name
+    except ValueError:
+        return f"signal {number}"
+
+
+def error_class(res: CheckResult) -> str:
+    """The class of the error a failing check names ('' when it names none)."""
+    text = error_line(res)
+    m = _ORT_STATUS.search(text) or _ORT_STATUS.search(res.stderr_text)
+    if m:
+        return m.group(1)
+    m = _EXC.search(text)
+    return m.group(1) if m else ""
+
+
+@dataclass
+class Signature:
+    kind: str
+    signal: Optional[int] = None
+    code: Optional[int] = None
+    error: str = ""  # error class (exit kind)
+    outputs: Tuple[str, ...] = ()  # failing tensors of the full model (mismatch kind), graph outputs first
+    worst: Optional[float] = None  # the full model's largest error on them
+    widened: bool = False  # --any-failure
+
+    def describe(self) -> str:
+        if self.kind == SIGNAL:
+            return f"a crash (killed by {signal_name(self.signal)})"
+        if self.kind == TIMEOUT_KIND:
+            return "a timeout (--check-timeout)"
+        if self.kind == MISMATCH:
+            names = ", ".join(f"'{n}'" for n in self.outputs[:3]) + (", ..." if len(self.outputs) > 3 else "")
+            far = f", max abs error {self.worst:.4g}" if self.worst is not None else ""
+            return f"a numeric mismatch on {names}{far}"
+        if self.kind == EXIT:
+            return f"exit code {self.code}" + (f" with {self.error}" if self.error else "")
+        return "any failure" if self.widened else "a failure by the rule given (--fail-regex / --fail-code)"
+
+    def same(self, other: "Signature") -> bool:
+        """The same kind of failure (a mismatch on any outputs; the same signal, code and error class)."""
+        return (self.kind, self.signal, self.code, self.error) == (other.kind, other.signal, other.code, other.error)
+
+    def announce(self) -> str:
+        """The log line that says what this run reduces."""
+        tail = "" if self.kind == RULE else (
+            "; a subgraph that fails another way is an other failure (counted as a pass, never reduced on; "
+            "--any-failure reduces on any failure)"
+        )
+        return f"Failure to reduce (the full model's): {self.describe()}{tail}"
+
+    def to_json(self) -> dict:
+        return {
+            "kind": self.kind,
+            "signal": signal_name(self.signal) if self.signal is not None else None,
+            "exit_code": self.code,
+            "error": self.error or None,
+            "outputs": list(self.outputs),
+            "max_abs": self.worst,
+            "any_failure": self.widened,
+        }
+
+    def differs(self, res: CheckResult, rows: Optional[Evidence], feeds: Callable[[str], Optional[bool]]) -> Optional[str]:
+        """Why a failing check ``res`` (its comparison ``rows``) fails otherwise than the full model, or None.
+
+        ``feeds(tensor)``: whether the tensor is (or feeds) one of the full model's failing
+        tensors in the full graph; None when the graph has no such tensor."""
+        if self.kind == RULE:
+            return None
+        if self.kind == SIGNAL:
+            if res.signal == self.signal:
+                return None
+            return f"{_how(res)}, where the full model was killed by {signal_name(self.signal)}"
+        if self.kind == TIMEOUT_KIND:
+            return None if res.timed_out else f"{_how(res)}, where the full model timed out"
+        if self.kind == EXIT:
+            if res.signal is None and not res.timed_out and res.code == self.code:
+                got = error_class(res)
+                if not self.error or got == self.error:
+                    return None
+            return f"{_how(res)}, where the full model failed with {self.describe()}"
+        return self._mismatch_differs(res, rows, feeds)
+
+    def _mismatch_differs(self, res, rows: Optional[Evidence], feeds) -> Optional[str]:
+        if rows is None or not rows.failing:
+            return f"{_how(res)} without a numeric mismatch, where the full model showed {self.describe()}"
+        failing = {t.name for t in rows.failing}
+        kept = [t for t in rows.tensors if t.name in self.outputs]
+        if kept and not any(t.name in failing for t in kept):
+            return (
+                f"a numeric mismatch on '{rows.failing[0].name}' while '{kept[0].name}', which fails in the full "
+                "model, passes here"
+            )
+        answers = [feeds(name) for name in failing]
+        if any(a is None or a for a in answers):
+            return None
+        return (
+            f"a numeric mismatch on '{rows.failing[0].name}', which does not feed the full model's failing "
+            f"tensor{'s' if len(self.outputs) != 1 else ''} ({', '.join(self.outputs[:3])})"
+        )
+
+
+def _how(res: CheckResult) -> str:
+    if res.signal is not None or res.timed_out or res.code is None:
+        return res.describe()
+    cls = error_class(res)
+    return f"exit code {res.code}" + (f" with {cls}" if cls else "") + f" ({error_line(res)[:160]})"
+
+
+def signature_of(
+    res: CheckResult, rows: Optional[Evidence], rule: FailureRule, *, any_failure: bool = False,
+    graph_outputs: Tuple[str, ...] = (),
+) -> Signature:
+    """The signature of the full model's failing check ``res``."""
+    if any_failure:
+        return Signature(RULE, widened=True)
+    if res.timed_out:
+        return Signature(TIMEOUT_KIND)
+    if res.signal is not None:
+        return Signature(SIGNAL, signal=res.signal)
+    if rule.patterns or rule.fail_codes is not None:
+        return Signature(RULE)
+    if rows is not None and rows.failing:
+        outs = set(graph_outputs)
+        names = [t.name for t in rows.failing]
+        first = [n for n in names if n in outs] or names
+        worst = max((t.max_abs for t in rows.failing if t.name in first), default=None)
+        return Signature(MISMATCH, outputs=tuple(first), worst=worst)
+    return Signature(EXIT, code=res.code, error=error_class(res))
+
+
+def feeds_maker(index, targets: Tuple[str, ...]) -> Callable[[str], Optional[bool]]:
+    """``feeds(tensor)`` for :meth:`Signature.differs` over a :class:`~toolkit.reduce.graph.GraphIndex`:
+    whether ``tensor`` is one of ``targets`` or an ancestor of one (None: not a tensor of the graph)."""
+    ancestors: set = set()
+    todo = [t for t in targets if t]
+    while todo:
+        t = todo.pop()
+        if t in ancestors:
+            continue
+        ancestors.add(t)
+        p = index.producer.get(t)
+        if p is not None:
+            todo.extend(r for r in index.reads[p] if r not in ancestors)
+    known = set(index.producer) | set(index.graph_inputs) | set(index.initializers)
+
+    def feeds(name: str) -> Optional[bool]:
+        if name in ancestors:
+            return True
+        return False if name in known else None
+
+    return feeds
