@@ -37,6 +37,11 @@ class Check:
         pass
 
 
+@pytest.fixture(autouse=True)
+def _in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the replay file goes to the working folder
+
+
 def _reduce(tmp_path, culprit):
     from toolkit.reduce.session import ReduceConfig, Reducer
 
