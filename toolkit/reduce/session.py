@@ -22,7 +22,6 @@ import os
 import time
 from typing import Any, Dict, List, Optional, Sequence
 
-from toolkit.core import paths
 from toolkit.core.datafiles import load_inputs
 from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError
 from toolkit.core.inputs import generate_inputs, parse_val_ranges
@@ -34,7 +33,7 @@ from toolkit.core.model import (
 )
 from toolkit.core.progress import Messages
 from toolkit.reduce.artifacts import Artifacts
-from toolkit.reduce.check import data_files_in, make_runner, toolkit_args
+from toolkit.reduce.check import make_runner, toolkit_args
 from toolkit.reduce.config import (  # noqa: F401  (re-exported: the session's public names)
     DEFAULT_ART_DIR,
     DEFAULT_ITER_ARTIFACT,
@@ -196,24 +195,6 @@ class Reducer(Artifacts):
                 f"--artifacts {others[0]}: checks running at once would all write it; with --jobs, only the "
                 "iteration artifact can be sorted"
             )
-
-    def _validate_distinct_outputs(self) -> None:
-        """The one rule (toolkit.core.paths): no output is a file the reduce or its check reads,
-        nor another output. The replay may be loaded from and saved to one file (it is read
-        whole first)."""
-
-        cfg = self.cfg
-        reads = [("--load-inputs", p) for p in cfg.load_inputs]
-        check_args = toolkit_args(cfg.check or []) or []
-        self._check_files = [p for p in data_files_in(check_args) if p != "-"]
-        reads += [("the check's data file", p) for p in self._check_files]
-        if cfg.load_replay and not (cfg.save_replay and paths.same_file(cfg.load_replay, cfg.save_replay)):
-            reads.append(("--load-debug-replay", cfg.load_replay))
-        writes = [
-            ("-o", cfg.output), ("--min-good", cfg.min_good or ""), ("--iter-artifact", cfg.iter_artifact),
-            ("--iter-info", cfg.iter_info or ""), ("--save-debug-replay", cfg.save_replay or ""),
-        ]
-        paths.check_with_model(cfg.model, reads, writes, cfg.external_data_dir)
 
     def _load(self) -> None:
 
@@ -387,7 +368,7 @@ class Reducer(Artifacts):
             cand = self.candidate(mask)
             self.reporter.iteration_start(self.iteration, cand)
             artifact = worker.artifact if worker is not None else self.cfg.iter_artifact
-            self.index.write(cand, artifact, atomic=False, links=self._artifact_links(cand, worker))
+            self.index.write(cand, artifact, links=self._artifact_links(cand, worker))
             if cand.size_hint > BIG_MODEL_BYTES:
                 self._external_artifact = True  # its weights went to <artifact>.data
             self._flush_warnings()
