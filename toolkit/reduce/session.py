@@ -600,7 +600,8 @@ class Reducer(Artifacts):
             self.runner = self._given_runner
         elif cfg.check is not None:
             env = worker_env(0, cfg.devices) if (cfg.jobs > 1 or cfg.devices) else None
-            self.runner = make_runner(cfg.check, cfg.check_timeout, warm=cfg.warm, entry=cfg.worker, env=env)
+            self.runner = make_runner(cfg.check, cfg.check_timeout, warm=cfg.warm, entry=cfg.worker, env=env,
+                                      patterns=cfg.rule.patterns)
         self._load()
         if cfg.jobs > 1:
             self._make_workers()
@@ -670,7 +671,8 @@ class Reducer(Artifacts):
                 else:
                     argv = worker_argv(cfg.check or [], cfg.iter_artifact, artifact)
                     worker.runner = make_runner(
-                        argv, cfg.check_timeout, warm=cfg.warm, entry=cfg.worker, env=worker.env
+                        argv, cfg.check_timeout, warm=cfg.warm, entry=cfg.worker, env=worker.env,
+                        patterns=cfg.rule.patterns,
                     )
             self.workers.append(worker)
 
