@@ -35,6 +35,7 @@ from typing import ContextManager, Dict, Iterable, Iterator, List, Optional, Tup
 
 import numpy as np
 
+from toolkit.core import limits
 from toolkit.core.errors import LIBRARY_ERRORS, InputError
 from toolkit.core.model import STDIO, atomic_output, check_readable_file, describe, read_bytes
 
@@ -85,8 +86,20 @@ class LazyTensors(Mapping):
         self._npz = npz
         self._members = members
 
+    def header(self, name) -> Tuple[tuple, "np.dtype"]:
+        """(shape, dtype) of tensor ``name`` from its ``.npy`` header: nothing else is inflated."""
+        member = self._members[name]
+        try:
+            return npy_header(self._npz.zip, member)
+        except ValueError as exc:
+            raise InputError(f"{self._npz_name()}: tensor '{name}': {_pickle_message(exc)}") from None
+        except CORRUPT_DATA_ERRORS as exc:
+            raise InputError(f"{self._npz_name()}: tensor '{name}' is unreadable: {exc}") from None
+
     def __getitem__(self, name):
         member = self._members[name]
+        shape, dtype = self.header(name)
+        check_tensor_size(f"{self._npz_name()}: tensor '{name}'", shape, dtype)
         try:
             arr = self._npz[member]
         except ValueError as exc:
@@ -110,6 +123,47 @@ class LazyTensors(Mapping):
 
     def __repr__(self) -> str:
         return f"LazyTensors({list(self._members)})"
+
+
+def npy_header(archive: zipfile.ZipFile, member: str) -> Tuple[tuple, "np.dtype"]:
+    """(shape, dtype) of ``member`` of an ``.npz`` archive, read from its ``.npy`` header (the
+    first bytes of the member: a compressed payload is not inflated)."""
+    name = member + ".npy" if member + ".npy" in archive.NameToInfo else member
+    with archive.open(name) as f:
+        return _read_npy_header(f)
+
+
+def _read_npy_header(f) -> Tuple[tuple, "np.dtype"]:
+    version = np.lib.format.read_magic(f)
+    if version == (1, 0):
+        shape, _fortran, dtype = np.lib.format.read_array_header_1_0(f)
+    else:  # (2, 0); (3, 0) differs only in the header's text encoding
+        shape, _fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    return tuple(int(d) for d in shape), dtype
+
+
+def tensor_header(feed, name) -> Optional[tuple]:
+    """The shape of tensor ``name`` of ``feed`` without reading its values where the file says
+    it in a header (an ``.npz`` member); None when only the value can tell."""
+    header = getattr(feed, "header", None)
+    if header is None:
+        return None
+    return header(name)[0]
+
+
+def check_tensor_size(what: str, shape: tuple, dtype) -> None:
+    """InputError when an array of ``shape`` and ``dtype`` is over --max-tensor-size (read before
+    any of it is inflated or allocated)."""
+    count = 1
+    for d in shape:
+        count *= max(int(d), 0)
+    nbytes = count * max(int(getattr(dtype, "itemsize", 1) or 1), 1)
+    if nbytes > limits.max_tensor_bytes:
+        raise InputError(
+            f"{what} would take {limits.size_text(nbytes)} in memory (shape {list(shape)}, {dtype}), over the "
+            f"{limits.size_text(limits.max_tensor_bytes)} limit for one array; nothing was inflated. If the file is "
+            "right, raise the limit with --max-tensor-size"
+        )
 
 
 def _pickle_message(exc: Exception) -> str:
@@ -194,6 +248,8 @@ def _decode_array(text: str):
     except (binascii.Error, TypeError, ValueError) as exc:  # ValueError: text that is not ASCII
         raise InputError(f"corrupt array data (bad base64: {exc})") from None
     try:
+        shape, dtype = _read_npy_header(io.BytesIO(raw))
+        check_tensor_size("an array", shape, dtype)
         return np.load(io.BytesIO(raw), allow_pickle=False)
     except ValueError as exc:
         raise InputError(f"corrupt array data: {_pickle_message(exc)}") from None
@@ -240,15 +296,36 @@ def _json_hook(dct):
             raise InputError("corrupt array entry (no 'array' field)")
         return _decode_array(dct["array"])
     if cls in ("LazyArray", "LazyNumpyArray"):
-        return dct.get("values")
+        values = dct.get("values")
+        if not isinstance(values, np.ndarray):
+            raise InputError(f"corrupt {cls}: field 'values' is {_shown(values)}, expected an encoded array")
+        return values
     if cls == "IterationResult":
         outs = dct.get("outputs")
         if not isinstance(outs, dict):
-            raise InputError("corrupt IterationResult (no 'outputs' dict)")
-        return IterationResult(outs, float(dct.get("runtime") or 0.0), str(dct.get("runner_name") or ""))
+            raise InputError(f"corrupt IterationResult: field 'outputs' is {_shown(outs)}, expected a dict")
+        for name, value in outs.items():
+            if not isinstance(value, np.ndarray):
+                raise InputError(f"corrupt IterationResult: output '{name}' is {_shown(value)}, expected an array")
+        return IterationResult(outs, _runtime(dct.get("runtime"), "IterationResult"), str(dct.get("runner_name") or ""))
     if cls == "RunResults":
         return _run_results(dct)
     return dct
+
+
+def _shown(value) -> str:
+    """A corrupt field's value as a message shows it (short)."""
+    text = json.dumps(value) if isinstance(value, (str, int, float, list, dict, type(None))) else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _runtime(value, where: str) -> float:
+    """A result's ``runtime`` field (seconds; missing is 0)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"corrupt {where}: field 'runtime' is {_shown(value)}, expected a number of seconds")
+    return float(value)
 
 
 def _load_json_bytes(data: bytes, path: str):
@@ -298,26 +375,39 @@ def _load_npz(path: str, data: Optional[bytes] = None):
     members = set(npz.files)
 
     def lazy(mapping: dict) -> LazyTensors:
-        for member in mapping.values():
-            if member not in members:
-                raise InputError(f"{describe(path)}: index names missing member '{member}'")
+        for name, member in mapping.items():
+            if not isinstance(member, str) or member not in members:
+                raise InputError(f"tensor '{name}' is member {_shown(member)}, which the archive does not hold")
         return LazyTensors(npz, dict(mapping))
 
+    if idx is None:
+        return [lazy({k: k for k in npz.files})]
     try:
-        if idx is None:
-            return [lazy({k: k for k in npz.files})]
         if idx["kind"] == "inputs":
-            return [lazy(it) for it in idx["iterations"]]
+            return [lazy(_index_field(it, None, dict, "iteration")) for it in _index_field(idx, "iterations", list)]
         runs = []
-        for run in idx["runs"]:
-            iters = [
-                IterationResult(lazy(it["outputs"]), float(it.get("runtime", 0.0)), run["runner_name"])
-                for it in run["iterations"]
-            ]
-            runs.append((run["runner_name"], iters))
+        for run in _index_field(idx, "runs", list):
+            name = _index_field(_index_field(run, None, dict, "run"), "runner_name", str, "run")
+            iters = []
+            for it in _index_field(run, "iterations", list, "run"):
+                it = _index_field(it, None, dict, "iteration")
+                outputs = lazy(_index_field(it, "outputs", dict, "iteration"))
+                iters.append(IterationResult(outputs, _runtime(it.get("runtime"), "iteration"), name))
+            runs.append((name, iters))
         return RunResults(runs)
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise InputError(f"{describe(path)}: corrupt index in .npz data file (missing {exc})") from None
+    except InputError as exc:
+        raise InputError(f"{describe(path)}: corrupt index in .npz data file ({exc.message})") from None
+
+
+def _index_field(obj, key: Optional[str], kind: type, where: str = "index"):
+    """``obj[key]`` (``obj`` itself for None) of an .npz index, checked to be a ``kind``."""
+    if key is not None:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    if not isinstance(obj, kind):
+        named = f"field '{key}' of {where}" if key is not None else where
+        expected = {list: "a list", dict: "a dict", str: "a string"}[kind]
+        raise InputError(f"{named} is {_shown(obj)}, expected {expected}")
+    return obj
 
 
 # ---------------------------------------------------------------------------- public API
