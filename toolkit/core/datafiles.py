@@ -86,11 +86,15 @@ class LazyTensors(Mapping):
         self._npz = npz
         self._members = members
 
-    def header(self, name) -> Tuple[tuple, "np.dtype"]:
-        """(shape, dtype) of tensor ``name`` from its ``.npy`` header: nothing else is inflated."""
+    def header(self, name) -> Optional[Tuple[tuple, "np.dtype"]]:
+        """(shape, dtype) of tensor ``name`` from its ``.npy`` header: nothing else is inflated
+        (None for an archive that is not a zip file)."""
         member = self._members[name]
+        archive = getattr(self._npz, "zip", None)
+        if archive is None:
+            return None
         try:
-            return npy_header(self._npz.zip, member)
+            return npy_header(archive, member)
         except ValueError as exc:
             raise InputError(f"{self._npz_name()}: tensor '{name}': {_pickle_message(exc)}") from None
         except CORRUPT_DATA_ERRORS as exc:
@@ -98,8 +102,9 @@ class LazyTensors(Mapping):
 
     def __getitem__(self, name):
         member = self._members[name]
-        shape, dtype = self.header(name)
-        check_tensor_size(f"{self._npz_name()}: tensor '{name}'", shape, dtype)
+        header = self.header(name)
+        if header is not None:
+            check_tensor_size(f"{self._npz_name()}: tensor '{name}'", *header)
         try:
             arr = self._npz[member]
         except ValueError as exc:
@@ -146,9 +151,8 @@ def tensor_header(feed, name) -> Optional[tuple]:
     """The shape of tensor ``name`` of ``feed`` without reading its values where the file says
     it in a header (an ``.npz`` member); None when only the value can tell."""
     header = getattr(feed, "header", None)
-    if header is None:
-        return None
-    return header(name)[0]
+    found = header(name) if header is not None else None
+    return found[0] if found is not None else None
 
 
 def check_tensor_size(what: str, shape: tuple, dtype) -> None:

@@ -115,12 +115,11 @@ def data_input_shapes(model, paths: Sequence[str], warn=None) -> Dict[str, tuple
                 raise InputError(
                     f"{path}: no array in it is a tensor of the model ('{first}' is not); its inputs are {known}"
                 )
-        for name, value in feeds[0].items():
+        for name in feeds[0]:
             meta = metas.get(name)
             if meta is None:
                 continue  # a layerwise file: not an input of the whole model
-            shape = tuple(int(d) for d in getattr(value, "shape", ()))
-            dtype = getattr(value, "dtype", None)
+            shape, dtype = _shape_and_dtype(feeds[0], name)
             if meta.dtype and dtype is not None and dtype_from_numpy(dtype) != meta.dtype and warn is not None:
                 warn(
                     f"{path}: input '{name}' is {dtype_from_numpy(dtype)} but the model wants {meta.dtype}; "
@@ -141,6 +140,16 @@ def data_input_shapes(model, paths: Sequence[str], warn=None) -> Dict[str, tuple
     return shapes
 
 
+def _shape_and_dtype(feed, name: str):
+    """(shape, dtype) of ``feed[name]``: from the file's header where it has one (nothing inflated)."""
+    header = getattr(feed, "header", None)
+    found = header(name) if header is not None else None
+    if found is None:
+        value = feed[name]
+        found = (getattr(value, "shape", ()), getattr(value, "dtype", None))
+    return tuple(int(d) for d in found[0]), found[1]
+
+
 def data_tensor_metas(paths: Sequence[str]) -> Dict[str, "object"]:
     """Shape and dtype of every array of the first feed of ``paths`` (later files win):
     what a layerwise inputs file says about the tensors a subgraph may read."""
@@ -150,10 +159,9 @@ def data_tensor_metas(paths: Sequence[str]) -> Dict[str, "object"]:
         feeds = load_inputs(path)
         if not feeds:
             continue
-        for name, value in feeds[0].items():
-            dtype = getattr(value, "dtype", None)
-            shape = getattr(value, "shape", None)
-            if dtype is None or shape is None:
+        for name in feeds[0]:
+            shape, dtype = _shape_and_dtype(feeds[0], name)
+            if dtype is None:
                 continue
             try:
                 found[name] = TensorMeta(name, tuple(int(d) for d in shape), dtype_from_numpy(dtype))
