@@ -183,7 +183,8 @@ class _signals:
             if num is None:
                 continue
             current = signal.getsignal(num)
-            if current is not (signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL):
+            default = signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL
+            if current is not default and not getattr(current, "toolkit_early", False):
                 continue  # ignored (a background job, nohup) or handled by someone else: leave it
             try:
                 self.old[num] = signal.signal(num, self._handler)

@@ -79,9 +79,10 @@ def inspect_model(ctx: typer.Context, **params) -> None:
         from toolkit.core.model import load_lazily
 
         # weights stay on disk and are read one at a time for their statistics
-        proto, base_dir = load_lazily(model, external_data_dir, eager_bytes=0)
+        proto, base_dir = load_lazily(model, external_data_dir, eager_bytes=0, bounded=args.shape_inference)
     else:
-        proto = load_model(model, external_data_dir=external_data_dir, load_external_data=False)
+        proto = load_model(model, external_data_dir=external_data_dir, load_external_data=False,
+                           bounded=args.shape_inference)  # (shape inference inlines local functions)
     # intermediate tensors show the dtype and shape the model records (value_info), and with
     # --shape-inference what ONNX shape inference finds (run on a copy without the weights' data)
     desc = describe_model(proto, shown, infer=args.shape_inference, external_base_dir=base_dir)

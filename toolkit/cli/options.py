@@ -120,7 +120,7 @@ class CommonOptions:
                                             help="Largest array a data file may hold (default 1G).")
     max_nodes: Optional[str] = declare("--max-nodes", metavar="N",
                                       help="Most nodes a model may have with its local functions inlined "
-                                           "(default 1000000).")
+                                           "(default 100000).")
 
     def level(self) -> int:
         if self.silent:

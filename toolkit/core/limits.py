@@ -17,7 +17,7 @@ import re
 from toolkit.core.errors import UsageError
 
 DEFAULT_TENSOR_BYTES = 1 << 30
-DEFAULT_NODES = 1_000_000
+DEFAULT_NODES = 100_000
 
 max_tensor_bytes = DEFAULT_TENSOR_BYTES
 max_nodes = DEFAULT_NODES
