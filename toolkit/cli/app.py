@@ -23,6 +23,7 @@ from toolkit.cli import output
 from toolkit.cli.app_settings import root_settings
 from toolkit.cli.errors import report_interrupt, run_with_boundary
 from toolkit.cli.options import take_common_options
+from toolkit.core import inplace
 
 # The backends the root --help names: the title of every runner kind that toolkit.run.registry
 # registers, in its order. Kept here rather than read from the registry, whose import (the
@@ -163,6 +164,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return run_with_boundary(_main, argv)
     finally:
         output.reset()
+        inplace.release_all()  # (the locks of an in-place rewrite: a warm process runs more commands)
 
 
 class _signals:

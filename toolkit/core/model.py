@@ -14,6 +14,7 @@ import tempfile
 from typing import Iterator, Optional
 
 from toolkit.core.errors import LIBRARY_ERRORS, InputError, UsageError
+from toolkit.core import inplace
 from toolkit.core.functions import check_inlined_size
 from toolkit.core.graphs import (  # noqa: F401  (re-exported)
     all_tensors,
@@ -218,6 +219,7 @@ def atomic_output(path: str, mode: str = "wb") -> Iterator:
                 umask = os.umask(0)
                 os.umask(umask)
                 os.chmod(tmp, 0o666 & ~umask)
+            inplace.verify(path)  # (an in-place rewrite of a model another program changed meanwhile: no)
             os.replace(tmp, path)
             note_written(path)
         except BaseException:
@@ -409,6 +411,7 @@ def _save_with_external_data(
             f.write(model.SerializeToString())
         _normal_permissions(tmp_data)
         _normal_permissions(tmp_model)
+        inplace.verify(path)
         swing.start()
         if os.path.exists(tmp_data):
             os.replace(tmp_data, data_file)  # data first: the old model does not read this name
