@@ -104,3 +104,31 @@ def test_a_second_run_numbers_its_artifacts_past_the_first(cli, folder):
         assert open(os.path.join("polygraphy_artifacts/bad", name), "rb").read() == data
     names = os.listdir("polygraphy_artifacts/bad") + os.listdir("polygraphy_artifacts/good")
     assert len(names) == 2 * n_first and f"{2 * n_first:03d}_polygraphy_debug.onnx" in names
+
+
+def test_a_rerun_says_what_it_replaces_and_an_early_end_keeps_the_replay(cli, folder):
+    _model("model.onnx")
+    args = ["debug", "reduce", "model.onnx", "-o", "red.onnx", "--check", *CHECK]
+    assert cli(*args).code == 0
+    replay = (folder / "polygraphy_debug_replay.json").read_bytes()
+    assert b'"verdict"' in replay
+    res = cli(*args)
+    assert res.code == 0
+    assert "polygraphy_debug_replay.json is left from an earlier run; this run replaces it" in res.err
+    # interactive, input at its end before the first answer: the replay is not replaced by an empty one
+    kept = (folder / "polygraphy_debug_replay.json").read_bytes()
+    cli("debug", "reduce", "model.onnx", "-o", "red2.onnx", stdin=b"")
+    assert (folder / "polygraphy_debug_replay.json").read_bytes() == kept
+
+
+def test_a_resumed_run_keeps_every_field_of_the_replay(cli, folder):
+    import json
+
+    _model("model.onnx")
+    assert cli("debug", "reduce", "model.onnx", "-o", "red.onnx", "--check", *CHECK).code == 0
+    first = json.loads((folder / "polygraphy_debug_replay.json").read_text())["entries"]
+    res = cli("debug", "reduce", "model.onnx", "-o", "red.onnx", "--load-debug-replay",
+              "polygraphy_debug_replay.json", "--check", *CHECK)
+    assert res.code == 0, res.err
+    again = json.loads((folder / "polygraphy_debug_replay.json").read_text())["entries"]
+    assert [(e["verdict"], e["code"]) for e in again[: len(first)]] == [(e["verdict"], e["code"]) for e in first]

@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import typer
 
+from toolkit.core.text import escape_controls
 from toolkit.cli import output
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import bind, command_kwargs, values_for
@@ -19,7 +20,11 @@ from toolkit.core.declare import argument, declared, option, switch
 app = typer.Typer(help="Inspect models and data files.", **SUBAPP_SETTINGS)
 
 
-def _emit(lines: List[str]) -> None:
+def _emit(lines: List[str], plain: bool = True) -> None:
+    """Lines on stdout; plain text has every control character of a name escaped (one line per
+    node, nothing a terminal would act on). JSON (``plain=False``) escapes them itself."""
+    if plain:
+        lines = [escape_controls(line) for line in lines]
     sys.stdout.write("\n".join(lines) + "\n")
 
 
@@ -72,7 +77,7 @@ def inspect_model(ctx: typer.Context, **params) -> None:
         from toolkit.backends.trt.inspect import describe_engine, engine_text
 
         desc = describe_engine(model, layers=shown.layers)
-        _emit([json.dumps(desc, indent=2)] if as_json else engine_text(desc))
+        _emit([json.dumps(desc, indent=2)] if as_json else engine_text(desc), plain=not as_json)
         return
     base_dir = None
     if shown.weights and not args.ignore_external_data:
@@ -87,7 +92,7 @@ def inspect_model(ctx: typer.Context, **params) -> None:
     # --shape-inference what ONNX shape inference finds (run on a copy without the weights' data)
     desc = describe_model(proto, shown, infer=args.shape_inference, external_base_dir=base_dir)
     if as_json:
-        _emit([json.dumps(desc, indent=2)])
+        _emit([json.dumps(desc, indent=2)], plain=False)
     else:
         _emit(model_text(desc, shown))
 
@@ -121,6 +126,6 @@ def inspect_data(ctx: typer.Context, **params) -> None:
         warn("--num-items and --line-width only change how --show-values prints arrays")
     desc = describe_data(load_data(args.path), show_values)
     if args.as_json:
-        _emit([json.dumps(desc, indent=2)])
+        _emit([json.dumps(desc, indent=2)], plain=False)
     else:
         _emit(data_text(desc, show_values, num_items=num_items, line_width=line_width))

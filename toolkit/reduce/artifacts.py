@@ -83,6 +83,22 @@ class Artifacts:
         writes += [("--artifacts", p) for p in dict.fromkeys(cfg.artifacts) if not self._is_iter_artifact(p)]
         paths.check_with_model(cfg.model, reads, writes, cfg.external_data_dir)
         self._kept = tuple([("MODEL", cfg.model)] + reads + outputs)
+        self._say_replaced()
+
+    def _say_replaced(self) -> None:
+        """A warning naming the replay file and iteration artifact an earlier run left, which this one replaces."""
+        cfg = self.cfg
+        old = [p for p in (cfg.save_replay, cfg.iter_artifact) if p and os.path.isfile(p)]
+        if cfg.load_replay:
+            old = [p for p in old if not paths.same_file(p, cfg.load_replay)]
+        if not old:
+            return
+        resume = (
+            f" (to reuse its verdicts instead, run with --load-debug-replay {cfg.save_replay})"
+            if cfg.save_replay in old else ""
+        )
+        self.reporter.warn(f"{' and '.join(old)} {'is' if len(old) == 1 else 'are'} left from an earlier run; "
+                           f"this run replaces {'it' if len(old) == 1 else 'them'}{resume}")
 
     def _artifact_links(self, cand: Candidate, worker=None) -> Optional[Dict[str, str]]:
         """Where an iteration artifact finds the model's external data files (made once per

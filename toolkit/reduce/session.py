@@ -234,7 +234,8 @@ class Reducer(Artifacts):
             self.loaded = Replay.load(cfg.load_replay, ident, self.index.size)
             for entry in self.loaded.entries:
                 self.replay.add(
-                    entry["iteration"], int(entry["nodes"], 16), entry["count"], entry["failed"], entry.get("seconds")
+                    entry["iteration"], int(entry["nodes"], 16), entry["count"], entry["failed"], entry.get("seconds"),
+                    verdict=entry.get("verdict"), code=entry.get("code"),
                 )
 
     def _fold_values_maker(self, model, shapes):
