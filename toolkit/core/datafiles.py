@@ -409,7 +409,7 @@ def _index_field(obj, key: Optional[str], kind: type, where: str = "index"):
         obj = obj.get(key) if isinstance(obj, dict) else None
     if not isinstance(obj, kind):
         named = f"field '{key}' of {where}" if key is not None else where
-        expected = {list: "a list", dict: "a dict", str: "a string"}[kind]
+        expected = {"list": "a list", "dict": "a dict", "str": "a string"}[kind.__name__]
         raise InputError(f"{named} is {_shown(obj)}, expected {expected}")
     return obj
 
