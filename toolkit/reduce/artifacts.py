@@ -83,7 +83,6 @@ class Artifacts:
         writes += [("--artifacts", p) for p in dict.fromkeys(cfg.artifacts) if not self._is_iter_artifact(p)]
         paths.check_with_model(cfg.model, reads, writes, cfg.external_data_dir)
         self._kept = tuple([("MODEL", cfg.model)] + reads + outputs)
-        self._say_replaced()
 
     def _say_replaced(self) -> None:
         """A warning naming the replay file and iteration artifact an earlier run left, which this one replaces."""

@@ -597,6 +597,7 @@ class Reducer(Artifacts):
         self._validate()
         self._owner = Ownership([cfg.iter_artifact, cfg.save_replay or ""])
         self._owner.acquire()  # before anything is written: another run may be using these files
+        self._say_replaced()
         if self._given_runner is not None:
             self.runner = self._given_runner
         elif cfg.check is not None:
