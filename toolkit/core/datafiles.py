@@ -144,6 +144,8 @@ def _read_npy_header(f) -> Tuple[tuple, "np.dtype"]:
         shape, _fortran, dtype = np.lib.format.read_array_header_1_0(f)
     else:  # (2, 0); (3, 0) differs only in the header's text encoding
         shape, _fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    if dtype.hasobject:  # (what np.load(allow_pickle=False) refuses, said before the shape)
+        raise ValueError("Object arrays cannot be loaded when allow_pickle=False (they are pickled)")
     return tuple(int(d) for d in shape), dtype
 
 
