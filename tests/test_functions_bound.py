@@ -63,3 +63,33 @@ def test_within_the_limit_it_runs_and_the_limit_can_be_raised(tmp_path):
     assert res.code == 3 and "more than 8 nodes" in res.err
     assert run_toolkit("run", "fan.onnx", "--onnxrt", "--max-nodes", "16", cwd=tmp_path).code == 0
     assert run_toolkit("inspect", "model", "fan.onnx", "--max-nodes", "8", cwd=tmp_path).code == 0  # (nothing inlined)
+
+
+def test_sigterm_ends_a_long_session_creation_at_once(tmp_path):
+    """Let through (--max-nodes raised), a 2^17-node fan-out keeps ONNX-Runtime's session creation
+    busy for minutes: SIGTERM still ends the command within a few seconds, exit 130."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from conftest import REPO
+
+    onnx.save(fan_out(17), str(tmp_path / "fan.onnx"))
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.Popen([sys.executable, "-m", "toolkit", "run", "fan.onnx", "--onnxrt", "--max-nodes", "1000000"],
+                            cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        line = proc.stderr.readline()  # "... Activating and starting inference": the session is being made
+        assert b"Activating" in line, line
+        time.sleep(3.0)  # (onnxruntime imported: inside the session creation)
+        proc.send_signal(signal.SIGTERM)
+        start = time.monotonic()
+        rest = proc.communicate(timeout=10)[1]
+        assert proc.returncode == 130 and time.monotonic() - start < 5, rest
+        assert b"interrupted (SIGTERM)" in rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -27,7 +27,7 @@ from toolkit.core.errors import (  # noqa: F401  (InferenceError: re-exported)
     one_line,
     ort_errors,
 )
-from toolkit.core.functions import check_inlined_size, check_model_file
+from toolkit.core.functions import check_inlined_size, check_model_file, interruptible
 from toolkit.core.graphs import external_data_folder, has_external_data
 from toolkit.core.layerwise import outputs_patch, select_outputs, set_outputs
 from toolkit.core.meta import TensorMeta
@@ -351,8 +351,8 @@ class OnnxrtRunner(Runner):
         so = self._session_options(ort)
         source = self._model_source(so)
         try:
-            with routed_logs():
-                sess = ort.InferenceSession(source, sess_options=so, providers=self.providers)
+            with routed_logs():  # (in a helper thread: a signal still ends a session creation that takes long)
+                sess = interruptible(ort.InferenceSession, source, sess_options=so, providers=self.providers)
         except ort_errors() as exc:
             hint = _load_hint(str(exc), self.fp16)
             raise InputError(

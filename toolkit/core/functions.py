@@ -89,3 +89,32 @@ def check_model_file(path: str) -> None:
     except Exception:  # noqa: BLE001 - the runtime words a model it cannot read
         return
     check_inlined_size(model, path)
+
+
+def interruptible(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` run in a helper thread while the main thread waits for it.
+
+    Work inside a C++ library (a runtime's session creation, onnx's shape inference) holds the
+    main thread where Python cannot run a signal handler, so Ctrl-C or SIGTERM would wait for
+    it to return, possibly for hours. Waiting in short joins instead, the main thread runs the
+    handler at once: the command ends with exit 130 and the helper thread, a daemon, ends with
+    the process. Its result or exception is handed back as if ``fn`` had run here."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return fn(*args, **kwargs)
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box["error"] = exc
+
+    helper = threading.Thread(target=target, name="toolkit-library-call", daemon=True)
+    helper.start()
+    while helper.is_alive():
+        helper.join(0.05)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

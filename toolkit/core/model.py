@@ -15,7 +15,7 @@ from typing import Iterator, Optional
 
 from toolkit.core.errors import LIBRARY_ERRORS, InputError, UsageError
 from toolkit.core import inplace
-from toolkit.core.functions import check_inlined_size
+from toolkit.core.functions import check_inlined_size, interruptible
 from toolkit.core.graphs import (  # noqa: F401  (re-exported)
     all_tensors,
     copy_field,
@@ -577,7 +577,7 @@ def infer_shapes(model, *, strict: bool = False, data_prop: bool = True):
                 onnx.save_model(model, src, save_as_external_data=True, location="w.data")
                 onnx.shape_inference.infer_shapes_path(src, dst, strict_mode=strict, data_prop=data_prop)
                 return onnx.load(dst)
-        return onnx.shape_inference.infer_shapes(model, strict_mode=strict, data_prop=data_prop)
+        return interruptible(onnx.shape_inference.infer_shapes, model, strict_mode=strict, data_prop=data_prop)
     except LIBRARY_ERRORS + (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
         if strict:
             raise InputError(f"ONNX shape inference failed: {exc}") from None
