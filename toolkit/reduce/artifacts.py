@@ -236,7 +236,8 @@ class Artifacts:
             if strays:
                 self.reporter.warn(
                     f"the checks left {strays} process(es) running in the background (detached from their process "
-                    "group); they were stopped"
+                    "group); those were stopped (a process that also cleared its environment, as `env -i` does, "
+                    "cannot be recognised and may still run)"
                 )
         if self.cfg.model != "-" and model_changed(self.cfg.model):
             self.reporter.warn(

@@ -581,8 +581,8 @@ class Reducer(Artifacts):
                 outcome.status = "interrupted"
                 outcome.stopped_by = "eof" if isinstance(exc, AnswersExhausted) else "interrupt"
                 mask = self.best
-                outcome.replay_path = self.cfg.save_replay or DEFAULT_REPLAY
-                self.replay.save(outcome.replay_path)
+                path = self.cfg.save_replay or DEFAULT_REPLAY
+                outcome.replay_path = path if self.replay.save(path) else None  # (an older replay is kept)
             except InputError as exc:
                 raise self._stopped(exc) from None
             self._write_results(outcome, mask)
