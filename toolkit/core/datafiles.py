@@ -35,9 +35,9 @@ from typing import ContextManager, Dict, Iterable, Iterator, List, Optional, Tup
 
 import numpy as np
 
-from toolkit.core import limits
 from toolkit.core.errors import LIBRARY_ERRORS, InputError
 from toolkit.core.model import STDIO, atomic_output, check_readable_file, describe, read_bytes
+from toolkit.core.npy import check_tensor_size, npy_header, read_npy_header
 
 NPZ_INDEX = "__toolkit__"
 NPZ_FORMAT_VERSION = 1
@@ -130,48 +130,6 @@ class LazyTensors(Mapping):
         return f"LazyTensors({list(self._members)})"
 
 
-def npy_header(archive: zipfile.ZipFile, member: str) -> Tuple[tuple, "np.dtype"]:
-    """(shape, dtype) of ``member`` of an ``.npz`` archive, read from its ``.npy`` header (the
-    first bytes of the member: a compressed payload is not inflated)."""
-    name = member + ".npy" if member + ".npy" in archive.NameToInfo else member
-    with archive.open(name) as f:
-        return _read_npy_header(f)
-
-
-def _read_npy_header(f) -> Tuple[tuple, "np.dtype"]:
-    version = np.lib.format.read_magic(f)
-    if version == (1, 0):
-        shape, _fortran, dtype = np.lib.format.read_array_header_1_0(f)
-    else:  # (2, 0); (3, 0) differs only in the header's text encoding
-        shape, _fortran, dtype = np.lib.format.read_array_header_2_0(f)
-    if dtype.hasobject:  # (what np.load(allow_pickle=False) refuses, said before the shape)
-        raise ValueError("Object arrays cannot be loaded when allow_pickle=False (they are pickled)")
-    return tuple(int(d) for d in shape), dtype
-
-
-def tensor_header(feed, name) -> Optional[tuple]:
-    """The shape of tensor ``name`` of ``feed`` without reading its values where the file says
-    it in a header (an ``.npz`` member); None when only the value can tell."""
-    header = getattr(feed, "header", None)
-    found = header(name) if header is not None else None
-    return found[0] if found is not None else None
-
-
-def check_tensor_size(what: str, shape: tuple, dtype) -> None:
-    """InputError when an array of ``shape`` and ``dtype`` is over --max-tensor-size (read before
-    any of it is inflated or allocated)."""
-    count = 1
-    for d in shape:
-        count *= max(int(d), 0)
-    nbytes = count * max(int(getattr(dtype, "itemsize", 1) or 1), 1)
-    if nbytes > limits.max_tensor_bytes:
-        raise InputError(
-            f"{what} would take {limits.size_text(nbytes)} in memory (shape {list(shape)}, {dtype}), over the "
-            f"{limits.size_text(limits.max_tensor_bytes)} limit for one array; nothing was inflated. If the file is "
-            "right, raise the limit with --max-tensor-size"
-        )
-
-
 def _pickle_message(exc: Exception) -> str:
     text = str(exc)
     if "pickle" in text.lower():
@@ -254,7 +212,7 @@ def _decode_array(text: str):
     except (binascii.Error, TypeError, ValueError) as exc:  # ValueError: text that is not ASCII
         raise InputError(f"corrupt array data (bad base64: {exc})") from None
     try:
-        shape, dtype = _read_npy_header(io.BytesIO(raw))
+        shape, dtype = read_npy_header(io.BytesIO(raw))
         check_tensor_size("an array", shape, dtype)
         return np.load(io.BytesIO(raw), allow_pickle=False)
     except ValueError as exc:
