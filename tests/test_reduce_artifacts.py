@@ -117,8 +117,9 @@ def test_a_rerun_says_what_it_replaces_and_an_early_end_keeps_the_replay(cli, fo
     assert "polygraphy_debug_replay.json is left from an earlier run; this run replaces it" in res.err
     # interactive, input at its end before the first answer: the replay is not replaced by an empty one
     kept = (folder / "polygraphy_debug_replay.json").read_bytes()
-    cli("debug", "reduce", "model.onnx", "-o", "red2.onnx", stdin=b"")
+    res = cli("debug", "reduce", "model.onnx", "-o", "red2.onnx", stdin=b"")
     assert (folder / "polygraphy_debug_replay.json").read_bytes() == kept
+    assert "End of input" in res.err and "Verdicts saved" not in res.err
 
 
 def test_a_resumed_run_keeps_every_field_of_the_replay(cli, folder):

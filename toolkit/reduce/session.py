@@ -653,8 +653,7 @@ class Reducer(Artifacts):
                 self._write_model(self.candidate(good), cfg.min_good)
                 outcome.min_good_written = True
                 outcome.min_good_nodes = popcount(good)
-        if cfg.save_replay:
-            self.replay.save(cfg.save_replay)
+        if cfg.save_replay and self.replay.save(cfg.save_replay):  # (an earlier run's replay is never emptied)
             outcome.replay_path = outcome.replay_path or cfg.save_replay
 
     def _make_workers(self) -> None:
