@@ -351,7 +351,7 @@ ROWS += [
     R("to-input-output-is-directory", f"{TOIN} in.json -o adir", 3, "is a directory"),
     R("to-input-output-read-only-folder", f"{TOIN} in.json -o ro/o.json", 3, "not writable", perm=True),
     R("to-input-unreadable", f"{TOIN} unreadable.json -o o.json", 3, "permission denied", perm=True),
-    R("to-input-output-equal-to-input", f"{TOIN} in.npz out.json -o in.npz", 0, changed=("in.npz",)),
+    R("to-input-output-equal-to-input", f"{TOIN} in.npz out.json -o in.npz", 2, "would overwrite FILE in.npz"),
     R("merge-json-not-data", f"{MERGE} notdata.json -o o.json", 3, "notdata.json"),
     R("to-input-ok", f"{TOIN} in.json out.json -o o.npz", 0, new=("o.npz",)),
     # ------------------------------------------------------------------ debug reduce
@@ -520,13 +520,11 @@ def test_output_equal_to_input_gives_the_right_model(ws, cli):
     assert [o.name for o in m.graph.output] == ["add_out"]
 
 
-def test_to_input_over_its_own_input_merges(ws, cli):
+def test_to_input_over_its_own_input_is_refused(ws, cli):
+    before = open("in.npz", "rb").read()
     res = cli("data", "to-input", "in.npz", "out.json", "-o", "in.npz")
-    assert res.code == 0, res.err
-    d.clear_cache()
-    feeds = d.load_inputs("in.npz")
-    assert len(feeds) == 1 and sorted(feeds[0]) == ["Y", "x0", "x1"]
-    np.testing.assert_array_equal(feeds[0]["Y"], np.full((1, 4), 2.5, np.float32))
+    assert res.code == 2, res.err
+    assert open("in.npz", "rb").read() == before
 
 
 def test_sanitize_external_data_in_place_keeps_weights(ws, cli):

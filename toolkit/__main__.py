@@ -1,4 +1,4 @@
-from toolkit.cli.app import run
+from toolkit.cli.entry import run
 
 if __name__ == "__main__":
     run()

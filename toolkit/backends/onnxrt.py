@@ -27,6 +27,7 @@ from toolkit.core.errors import (  # noqa: F401  (InferenceError: re-exported)
     one_line,
     ort_errors,
 )
+from toolkit.core.functions import check_inlined_size, check_model_file, interruptible
 from toolkit.core.graphs import external_data_folder, has_external_data
 from toolkit.core.layerwise import outputs_patch, select_outputs, set_outputs
 from toolkit.core.meta import TensorMeta
@@ -326,6 +327,7 @@ class OnnxrtRunner(Runner):
             if not (os.path.isfile(self.model_path) and os.access(self.model_path, os.R_OK)):
                 check_readable_file(self.model_path)
             if self.external_data_dir is None:
+                check_model_file(self.model_path)  # (local functions that inline to too many nodes)
                 return self.model_path
         if self.model is not None:
             model = self.model
@@ -333,6 +335,7 @@ class OnnxrtRunner(Runner):
         else:
             raw = read_bytes(self.model_path)
             model = parse_model(raw, self.model_path)
+        check_inlined_size(model, describe(self.model_path))
         self._low_precision = computes_in_low_precision(model)
         patch = b""
         if self.outputs_requested or self.exclude_outputs:
@@ -366,8 +369,8 @@ class OnnxrtRunner(Runner):
         so = self._session_options(ort)
         source = self._model_source(so)
         try:
-            with routed_logs():
-                sess = ort.InferenceSession(source, sess_options=so, providers=self.providers)
+            with routed_logs():  # (in a helper thread: a signal still ends a session creation that takes long)
+                sess = interruptible(ort.InferenceSession, source, sess_options=so, providers=self.providers)
         except ort_errors() as exc:
             hint = _load_hint(str(exc), self.fp16)
             raise InputError(

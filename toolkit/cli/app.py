@@ -24,6 +24,7 @@ from toolkit.cli.app_settings import root_settings
 from toolkit.cli.errors import report_interrupt, run_with_boundary
 from toolkit.cli.options import take_common_options
 from toolkit.core.phases import report_interrupted
+from toolkit.core import inplace
 
 # The backends the root --help names: the title of every runner kind that toolkit.run.registry
 # registers, in its order. Kept here rather than read from the registry, whose import (the
@@ -164,6 +165,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             return run_with_boundary(_main, argv)
     finally:
         output.reset()
+        inplace.release_all()  # (the locks of an in-place rewrite: a warm process runs more commands)
 
 
 class _signals:
@@ -184,7 +186,8 @@ class _signals:
             if num is None:
                 continue
             current = signal.getsignal(num)
-            if current is not (signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL):
+            default = signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL
+            if current is not default and not getattr(current, "toolkit_early", False):
                 continue  # ignored (a background job, nohup) or handled by someone else: leave it
             try:
                 self.old[num] = signal.signal(num, self._handler)

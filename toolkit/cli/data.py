@@ -38,8 +38,8 @@ def _to_input(args: MergeArgs) -> None:
     check_data_output("-o", output)
     check_output_path(output)
 
-    # -o may replace one of the inputs (all are read before it is written); not the log file
-    paths.check([(f"input {f}", f) for f in files if not paths.same_file(f, output)], [("-o", output)])
+    # (the one rule: -o is none of the files read, nor the log file)
+    paths.check([("FILE", f) for f in files], [("-o", output)])
     datasets = [load_data(f) for f in files]
     _warn_uneven(files, datasets)
     merged = merge_to_inputs(datasets)

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 
 import typer
 
+from toolkit.core.text import escape_controls
 from toolkit.cli.app import worker_entry
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, values_for
@@ -166,7 +167,7 @@ def _summary_reduced(outcome, cfg, stats: str) -> None:
     log(f"Reduced {outcome.nodes_before} -> {_plural(outcome.nodes_after, 'node')}: {stats}.")
     shown = outcome.final_nodes[:20]
     for desc in shown:
-        log(f"  {desc}")
+        log(f"  {escape_controls(desc)}")  # (one line per node, whatever its name holds)
     if len(outcome.final_nodes) > len(shown):
         log(f"  ... and {len(outcome.final_nodes) - len(shown)} more")
     if outcome.one_minimal and outcome.nodes_after > 1:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 import traceback
 
+from toolkit.core.text import escape_controls
 from toolkit.cli.grammar import REST_OPTIONS
 from toolkit.cli.output import debug_enabled, interrupted_by, state, to_log_file
 from toolkit.core.errors import ExitCode, ToolkitError
@@ -13,6 +14,7 @@ from toolkit.core.errors import ExitCode, ToolkitError
 def _print_error(message: str) -> None:
     # one line, whatever the message holds (backend errors can span several)
     message = " ".join(part.strip() for part in str(message).splitlines() if part.strip())
+    message = escape_controls(message)  # (a name's escape sequences never act on the terminal)
     try:
         sys.stderr.write(f"error: {message}\n")
         sys.stderr.flush()

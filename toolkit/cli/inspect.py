@@ -9,6 +9,7 @@ from typing import List, Optional
 
 import typer
 
+from toolkit.core.text import escape_controls
 from toolkit.cli import output
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import bind, command_kwargs, values_for
@@ -19,7 +20,11 @@ from toolkit.core.declare import argument, declared, option, switch
 app = typer.Typer(help="Inspect models and data files.", **SUBAPP_SETTINGS)
 
 
-def _emit(lines: List[str]) -> None:
+def _emit(lines: List[str], plain: bool = True) -> None:
+    """Lines on stdout; plain text has every control character of a name escaped (one line per
+    node, nothing a terminal would act on). JSON (``plain=False``) escapes them itself."""
+    if plain:
+        lines = [escape_controls(line) for line in lines]
     sys.stdout.write("\n".join(lines) + "\n")
 
 
@@ -75,21 +80,22 @@ def inspect_model(ctx: typer.Context, **params) -> None:
         from toolkit.backends.trt.inspect import describe_engine, engine_text
 
         desc = describe_engine(model, layers=shown.layers)
-        _emit([json.dumps(desc, indent=2)] if as_json else engine_text(desc))
+        _emit([json.dumps(desc, indent=2)] if as_json else engine_text(desc), plain=not as_json)
         return
     base_dir = None
     if shown.weights and not args.ignore_external_data:
         from toolkit.core.model import load_lazily
 
         # weights stay on disk and are read one at a time for their statistics
-        proto, base_dir = load_lazily(model, external_data_dir, eager_bytes=0)
+        proto, base_dir = load_lazily(model, external_data_dir, eager_bytes=0, bounded=args.shape_inference)
     else:
-        proto = load_model(model, external_data_dir=external_data_dir, load_external_data=False)
+        proto = load_model(model, external_data_dir=external_data_dir, load_external_data=False,
+                           bounded=args.shape_inference)  # (shape inference inlines local functions)
     # intermediate tensors show the dtype and shape the model records (value_info), and with
     # --shape-inference what ONNX shape inference finds (run on a copy without the weights' data)
     desc = describe_model(proto, shown, infer=args.shape_inference, external_base_dir=base_dir)
     if as_json:
-        _emit([json.dumps(desc, indent=2)])
+        _emit([json.dumps(desc, indent=2)], plain=False)
     else:
         _emit(model_text(desc, shown))
 
@@ -127,7 +133,7 @@ def inspect_data(ctx: typer.Context, **params) -> None:
         warn("--num-items and --line-width only change how --show-values prints arrays")
     data = load_data(args.path, cache=False)
     if args.as_json:
-        _emit([json.dumps(describe_data(data, show_values, num_items, line_width), indent=2)])
+        _emit([json.dumps(describe_data(data, show_values, num_items, line_width), indent=2)], plain=False)
         return
     for lines in data_lines(data, show_values, num_items, line_width):  # streamed: one tensor at a time
         _emit(lines)

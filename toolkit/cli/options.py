@@ -23,6 +23,7 @@ import typer
 from toolkit.cli import output
 from toolkit.cli.grammar import GrammarCommand, is_grouped, split_group, take_flags
 from toolkit.cli.unsupported import UNSUPPORTED_OPTIONS
+from toolkit.core import limits
 from toolkit.core.declare import Declared, declaration, declarations, switch
 from toolkit.core.declare import option as declare
 from toolkit.core.errors import UsageError
@@ -64,6 +65,11 @@ class CommonOptions:
                                    help="Log line format: timestamp, line-info, no-colors (one or more).")
     model_type: Optional[str] = declare("--model-type", metavar="TYPE", complete=("onnx", "engine"),
                                        help="Type of MODEL: onnx (default); engine for TensorRT engines.")
+    max_tensor_size: Optional[str] = declare("--max-tensor-size", metavar="SIZE",
+                                            help="Largest array a data file may hold (default 1G).")
+    max_nodes: Optional[str] = declare("--max-nodes", metavar="N",
+                                      help="Most nodes a model may have with its local functions inlined "
+                                           "(default 100000).")
 
     def level(self) -> int:
         if self.silent:
@@ -88,6 +94,10 @@ class CommonOptions:
                 raise UsageError(f"--log-format {f}: use one or more of: {', '.join(output.LOG_FORMATS)}")
         if self.model_type is not None:
             check_model_type(self.model_type, command)
+        if self.max_tensor_size is not None:
+            limits.max_tensor_bytes = limits.parse_size(self.max_tensor_size)
+        if self.max_nodes is not None:
+            limits.max_nodes = limits.parse_count(self.max_nodes)
         output.configure(level=self.level() if set_level else None, log_file=self.log_file, formats=self.log_format)
         if self.model_type is not None:
             output.state.model_type = self.model_type

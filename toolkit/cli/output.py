@@ -18,6 +18,7 @@ import time
 from types import FrameType
 from typing import TYPE_CHECKING, List, Optional, TextIO
 
+from toolkit.core.text import escape_controls
 from toolkit.core import paths
 from toolkit.core.errors import UsageError
 
@@ -260,7 +261,7 @@ def emit(message: str, level: int = INFO, style: Optional[str] = None) -> None:
     """Print a log line at ``level`` on stderr (and to the log file); never parsed as markup."""
     if not enabled(level):
         return
-    message = _prefix(1) + message
+    message = _prefix(1) + escape_controls(message, keep_newlines=True)  # (no escape sequence from a name acts)
     if style and colour_allowed(sys.stderr):
         err_console().print(message, style=style, markup=False)
     else:

@@ -16,7 +16,7 @@ import typer
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, values_for
 from toolkit.cli.output import log, warn
-from toolkit.core import paths
+from toolkit.core import inplace, paths
 from toolkit.core import shared_options as S
 from toolkit.core.declare import declared, option, switch
 from toolkit.core.errors import UsageError
@@ -119,6 +119,7 @@ def _check_paths(model_path: str, output: str, external_path: Optional[str], ext
     if paths.same_file(model_path, output):
         paths.check([], writes)
         paths.check_with_model(model_path, [], [], external_data_dir)
+        inplace.lock_for_rewrite(model_path)  # one in-place rewrite of a model at a time
         return
     paths.check_with_model(model_path, [], writes, external_data_dir)
 
@@ -131,6 +132,8 @@ def _load(model_path: str, external_data_dir: Optional[str], output: str, extern
     _check_paths(model_path, output, external_path, external_data_dir)
     files: list = []
     loaded = load_for_surgery(model_path, external_data_dir, fold_constants=fold_constants, files=files)
+    if inplace.is_locked(model_path):
+        inplace.watch(model_path, files)  # its data files: re-checked before the rename
     _check_data_file_clash(model_path, output, external_path, files)
     return loaded
 

@@ -37,6 +37,7 @@ import numpy as np
 
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError
 from toolkit.core.model import STDIO, atomic_output, check_readable_file, describe, read_bytes
+from toolkit.core.npy import check_tensor_size, npy_header, read_npy_header
 
 NPZ_INDEX = "__toolkit__"
 NPZ_FORMAT_VERSION = 1
@@ -87,8 +88,25 @@ class LazyTensors(Mapping):
         self._npz = npz
         self._members = members
 
+    def header(self, name) -> Optional[Tuple[tuple, "np.dtype"]]:
+        """(shape, dtype) of tensor ``name`` from its ``.npy`` header: nothing else is inflated
+        (None for an archive that is not a zip file)."""
+        member = self._members[name]
+        archive = getattr(self._npz, "zip", None)
+        if archive is None:
+            return None
+        try:
+            return npy_header(archive, member)
+        except ValueError as exc:
+            raise InputError(f"{self._npz_name()}: tensor '{name}': {_pickle_message(exc)}") from None
+        except CORRUPT_DATA_ERRORS as exc:
+            raise InputError(f"{self._npz_name()}: tensor '{name}' is unreadable: {exc}") from None
+
     def __getitem__(self, name):
         member = self._members[name]
+        header = self.header(name)
+        if header is not None:
+            check_tensor_size(f"{self._npz_name()}: tensor '{name}'", *header)
         try:
             arr = self._npz[member]
         except ValueError as exc:
@@ -225,6 +243,8 @@ def _decode_array(text: str):
     except (binascii.Error, TypeError, ValueError) as exc:  # ValueError: text that is not ASCII
         raise InputError(f"corrupt array data (bad base64: {exc})") from None
     try:
+        shape, dtype = read_npy_header(io.BytesIO(raw))
+        check_tensor_size("an array", shape, dtype)
         return np.load(io.BytesIO(raw), allow_pickle=False)
     except ValueError as exc:
         raise InputError(f"corrupt array data: {_pickle_message(exc)}") from None
@@ -271,15 +291,36 @@ def _json_hook(dct):
             raise InputError("corrupt array entry (no 'array' field)")
         return _decode_array(dct["array"])
     if cls in ("LazyArray", "LazyNumpyArray"):
-        return dct.get("values")
+        values = dct.get("values")
+        if not isinstance(values, np.ndarray):
+            raise InputError(f"corrupt {cls}: field 'values' is {_shown(values)}, expected an encoded array")
+        return values
     if cls == "IterationResult":
         outs = dct.get("outputs")
         if not isinstance(outs, dict):
-            raise InputError("corrupt IterationResult (no 'outputs' dict)")
-        return IterationResult(outs, float(dct.get("runtime") or 0.0), str(dct.get("runner_name") or ""))
+            raise InputError(f"corrupt IterationResult: field 'outputs' is {_shown(outs)}, expected a dict")
+        for name, value in outs.items():
+            if not isinstance(value, np.ndarray):
+                raise InputError(f"corrupt IterationResult: output '{name}' is {_shown(value)}, expected an array")
+        return IterationResult(outs, _runtime(dct.get("runtime"), "IterationResult"), str(dct.get("runner_name") or ""))
     if cls == "RunResults":
         return _run_results(dct)
     return dct
+
+
+def _shown(value) -> str:
+    """A corrupt field's value as a message shows it (short)."""
+    text = json.dumps(value) if isinstance(value, (str, int, float, list, dict, type(None))) else type(value).__name__
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _runtime(value, where: str) -> float:
+    """A result's ``runtime`` field (seconds; missing is 0)."""
+    if value is None:
+        return 0.0
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise InputError(f"corrupt {where}: field 'runtime' is {_shown(value)}, expected a number of seconds")
+    return float(value)
 
 
 def _load_json_bytes(data: bytes, path: str):
@@ -329,26 +370,39 @@ def _load_npz(path: str, data: Optional[bytes] = None):
     members = set(npz.files)
 
     def lazy(mapping: dict) -> LazyTensors:
-        for member in mapping.values():
-            if member not in members:
-                raise InputError(f"{describe(path)}: index names missing member '{member}'")
+        for name, member in mapping.items():
+            if not isinstance(member, str) or member not in members:
+                raise InputError(f"tensor '{name}' is member {_shown(member)}, which the archive does not hold")
         return LazyTensors(npz, dict(mapping))
 
+    if idx is None:
+        return [lazy({k: k for k in npz.files})]
     try:
-        if idx is None:
-            return [lazy({k: k for k in npz.files})]
         if idx["kind"] == "inputs":
-            return [lazy(it) for it in idx["iterations"]]
+            return [lazy(_index_field(it, None, dict, "iteration")) for it in _index_field(idx, "iterations", list)]
         runs = []
-        for run in idx["runs"]:
-            iters = [
-                IterationResult(lazy(it["outputs"]), float(it.get("runtime", 0.0)), run["runner_name"])
-                for it in run["iterations"]
-            ]
-            runs.append((run["runner_name"], iters))
+        for run in _index_field(idx, "runs", list):
+            name = _index_field(_index_field(run, None, dict, "run"), "runner_name", str, "run")
+            iters = []
+            for it in _index_field(run, "iterations", list, "run"):
+                it = _index_field(it, None, dict, "iteration")
+                outputs = lazy(_index_field(it, "outputs", dict, "iteration"))
+                iters.append(IterationResult(outputs, _runtime(it.get("runtime"), "iteration"), name))
+            runs.append((name, iters))
         return RunResults(runs)
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise InputError(f"{describe(path)}: corrupt index in .npz data file (missing {exc})") from None
+    except InputError as exc:
+        raise InputError(f"{describe(path)}: corrupt index in .npz data file ({exc.message})") from None
+
+
+def _index_field(obj, key: Optional[str], kind: type, where: str = "index"):
+    """``obj[key]`` (``obj`` itself for None) of an .npz index, checked to be a ``kind``."""
+    if key is not None:
+        obj = obj.get(key) if isinstance(obj, dict) else None
+    if not isinstance(obj, kind):
+        named = f"field '{key}' of {where}" if key is not None else where
+        expected = {"list": "a list", "dict": "a dict", "str": "a string"}[kind.__name__]
+        raise InputError(f"{named} is {_shown(obj)}, expected {expected}")
+    return obj
 
 
 # ---------------------------------------------------------------------------- public API

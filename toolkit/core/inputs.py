@@ -22,6 +22,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
+from toolkit.core.npy import tensor_header
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.meta import (
     TensorMeta,
@@ -353,6 +354,9 @@ def select_feed(
             f" (it has: {shown or 'nothing'})"
         )
     for meta in metas:
+        early = tensor_header(feed, keys[meta.name])  # (from an .npy header: before any payload is read)
+        if early is not None and not _shape_matches(early, meta.shape):
+            raise _shape_mismatch(source, iteration, meta, early)
         arr = feed[keys[meta.name]]
         if not isinstance(arr, np.ndarray):
             arr = np.asarray(arr)
@@ -360,12 +364,16 @@ def select_feed(
         if meta.dtype is not None and got_dtype != meta.dtype:
             arr = _cast_preserving(arr, meta, got_dtype, source, iteration, notes)
         if not _shape_matches(tuple(arr.shape), meta.shape):
-            raise InputError(
-                f"{source}: iteration {iteration}: input '{meta.name}' has shape {format_shape(tuple(arr.shape))}, "
-                f"but the model expects {format_meta(meta.name, meta.shape, meta.dtype)}"
-            )
+            raise _shape_mismatch(source, iteration, meta, tuple(arr.shape))
         out[meta.name] = arr
     return out
+
+
+def _shape_mismatch(source: str, iteration: int, meta: TensorMeta, shape: tuple) -> InputError:
+    return InputError(
+        f"{source}: iteration {iteration}: input '{meta.name}' has shape {format_shape(shape)}, "
+        f"but the model expects {format_meta(meta.name, meta.shape, meta.dtype)}"
+    )
 
 
 def _cast_preserving(arr, meta: TensorMeta, got_dtype: str, source: str, iteration: int, notes):

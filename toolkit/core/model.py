@@ -14,6 +14,8 @@ import tempfile
 from typing import Iterator, Optional
 
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError, UsageError, reraise_bug
+from toolkit.core import inplace
+from toolkit.core.functions import check_inlined_size, interruptible
 from toolkit.core.graphs import (  # noqa: F401  (re-exported)
     all_tensors,
     copy_field,
@@ -111,16 +113,21 @@ def load_model(
     *,
     external_data_dir: Optional[str] = None,
     load_external_data: bool = True,
+    bounded: bool = True,
 ):
     """Load an ONNX model from ``path`` (``-`` = stdin).
 
     External data is read from ``external_data_dir`` if given, else from the model's
     folder (the current folder for stdin). With ``load_external_data=False`` weights
-    stored outside the model stay as references (structure only).
+    stored outside the model stay as references (structure only). A model whose local
+    functions inline to more than ``--max-nodes`` nodes is an InputError unless not
+    ``bounded`` (a command that only reads its structure).
     """
     data = read_bytes(path)
     model = parse_model(data, path)
     del data
+    if bounded:
+        check_inlined_size(model, describe(path))
     if load_external_data and has_external_data(model):
         load_external_data_into(model, external_data_folder(path, external_data_dir), path)
     return model
@@ -213,6 +220,7 @@ def atomic_output(path: str, mode: str = "wb") -> Iterator:
                 umask = os.umask(0)
                 os.umask(umask)
                 os.chmod(tmp, 0o666 & ~umask)
+            inplace.verify(path)  # (an in-place rewrite of a model another program changed meanwhile: no)
             os.replace(tmp, path)
             note_written(path)
         except BaseException:
@@ -404,6 +412,7 @@ def _save_with_external_data(
             f.write(model.SerializeToString())
         _normal_permissions(tmp_data)
         _normal_permissions(tmp_model)
+        inplace.verify(path)
         swing.start()
         if os.path.exists(tmp_data):
             os.replace(tmp_data, data_file)  # data first: the old model does not read this name
@@ -560,6 +569,7 @@ def infer_shapes(model, *, strict: bool = False, data_prop: bool = True):
     """
     import onnx
 
+    check_inlined_size(model, "the model")
     try:
         if model.ByteSize() > PROTOBUF_LIMIT:
             with tempfile.TemporaryDirectory() as d:
@@ -568,7 +578,7 @@ def infer_shapes(model, *, strict: bool = False, data_prop: bool = True):
                 onnx.save_model(model, src, save_as_external_data=True, location="w.data")
                 onnx.shape_inference.infer_shapes_path(src, dst, strict_mode=strict, data_prop=data_prop)
                 return onnx.load(dst)
-        return onnx.shape_inference.infer_shapes(model, strict_mode=strict, data_prop=data_prop)
+        return interruptible(onnx.shape_inference.infer_shapes, model, strict_mode=strict, data_prop=data_prop)
     except LIBRARY_ERRORS + (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
         if strict:
             raise InputError(f"ONNX shape inference failed: {exc}") from None
@@ -576,7 +586,8 @@ def infer_shapes(model, *, strict: bool = False, data_prop: bool = True):
 
 
 def load_lazily(
-    path: str, external_data_dir: Optional[str], needed=None, eager_bytes: int = 1 << 20, files: Optional[list] = None
+    path: str, external_data_dir: Optional[str], needed=None, eager_bytes: int = 1 << 20, files: Optional[list] = None,
+    bounded: bool = True,
 ):
     """Load a model keeping big top-level external initializers as references.
 
@@ -587,7 +598,7 @@ def load_lazily(
     """
     from toolkit.core.weights import is_ref, load_tensor, nested_tensors, ref_nbytes, ref_source  # (imports onnx)
 
-    model = load_model(path, external_data_dir=external_data_dir, load_external_data=False)
+    model = load_model(path, external_data_dir=external_data_dir, load_external_data=False, bounded=bounded)
     if not has_external_data(model):
         return model, None
     base = external_data_folder(path, external_data_dir)

@@ -14,7 +14,6 @@ it once with :func:`add_process_write` and every :func:`check` includes it.
 from __future__ import annotations
 
 import functools
-import mmap
 import os
 from typing import Iterable, List, Optional, Sequence, Tuple
 
@@ -162,14 +161,26 @@ def model_data_files(model_path: str, writes: Iterable[Named], external_data_dir
 
 
 def _mentions(path: str, names: Iterable[str]) -> bool:
+    """Whether the file at ``path`` holds one of ``names`` (read in chunks, never mapped: a file
+    truncated by another program meanwhile is a short read, not a crash)."""
+    wanted = [n.encode("utf-8", "surrogateescape") for n in names]
+    overlap = max((len(w) for w in wanted), default=1) - 1
+    tail = b""
     try:
         with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size == 0:
-                return False
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                return any(m.find(n.encode("utf-8", "surrogateescape")) >= 0 for n in names)
+            while True:
+                chunk = f.read(_CHUNK)
+                if not chunk:
+                    return False
+                window = tail + chunk
+                if any(window.find(w) >= 0 for w in wanted):
+                    return True
+                tail = window[-overlap:] if overlap else b""
     except (OSError, ValueError):
         return False
+
+
+_CHUNK = 16 << 20
 
 
 def check_with_model(

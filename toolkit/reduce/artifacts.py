@@ -6,21 +6,26 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
+from toolkit.core import paths
 from toolkit.core.errors import InputError
 from toolkit.core.model import (
     write_bytes_atomic,
 )
 from toolkit.core.progress import Messages
 from toolkit.core.weights import link_data_files
+from toolkit.reduce.check import data_files_in, toolkit_args
 from toolkit.reduce.config import Iteration, ReduceConfig
 from toolkit.reduce.graph import (
     Candidate,
     GraphIndex,
 )
+from toolkit.reduce.loading import model_changed
+from toolkit.reduce.parallel import worker_artifact
 
 # A model whose weights are inside its file has those of them (1 MiB or more each) written
 # once to a data file beside the iteration artifact when they add up to this much; every
@@ -46,6 +51,53 @@ class Artifacts:
     _spill_done: bool
     _missing_artifacts: set
     _external_artifact: bool
+    _check_files: List[str]
+    _art_offset: Optional[int] = None  # --art-dir numbers taken by an earlier run (numbered past them)
+    _kept: Tuple[paths.Named, ...] = ()  # the files --art-dir must never replace (reads and outputs)
+
+    def _validate_distinct_outputs(self) -> None:
+        """The one rule (toolkit.core.paths) for every file the reduce writes, moves or may
+        delete: -o, --min-good, the iteration artifact (and each parallel check's, with its
+        weights files), --iter-info, the replay, and the --artifacts it moves. None is a file
+        the reduce or its check reads, nor another of them. The replay may be loaded from
+        and saved to one file (it is read whole first)."""
+
+        cfg = self.cfg
+        reads = [("--load-inputs", p) for p in cfg.load_inputs]
+        check_args = toolkit_args(cfg.check or []) or []
+        self._check_files = [p for p in data_files_in(check_args) if p != "-"]
+        reads += [("the check's data file", p) for p in self._check_files]
+        if cfg.load_replay and not (cfg.save_replay and paths.same_file(cfg.load_replay, cfg.save_replay)):
+            reads.append(("--load-debug-replay", cfg.load_replay))
+        outputs = [("-o", cfg.output), ("--min-good", cfg.min_good or "")]
+        writes = outputs + [
+            ("--iter-artifact", cfg.iter_artifact), ("--iter-info", cfg.iter_info or ""),
+            ("--save-debug-replay", cfg.save_replay or ""),
+        ]
+        for k in range(max(cfg.jobs, 1)):
+            artifact = worker_artifact(cfg.iter_artifact, k)
+            what = "--iter-artifact" if k == 0 else f"the iteration artifact of parallel check {k}"
+            if k:
+                writes.append((what, artifact))
+            writes += [(f"{what} (its weights file)", artifact + ext) for ext in (".weights", ".data")]
+        writes += [("--artifacts", p) for p in dict.fromkeys(cfg.artifacts) if not self._is_iter_artifact(p)]
+        paths.check_with_model(cfg.model, reads, writes, cfg.external_data_dir)
+        self._kept = tuple([("MODEL", cfg.model)] + reads + outputs)
+
+    def _say_replaced(self) -> None:
+        """A warning naming the replay file and iteration artifact an earlier run left, which this one replaces."""
+        cfg = self.cfg
+        old = [p for p in (cfg.save_replay, cfg.iter_artifact) if p and os.path.isfile(p)]
+        if cfg.load_replay:
+            old = [p for p in old if not paths.same_file(p, cfg.load_replay)]
+        if not old:
+            return
+        resume = (
+            f" (to reuse its verdicts instead, run with --load-debug-replay {cfg.save_replay})"
+            if cfg.save_replay in old else ""
+        )
+        self.reporter.warn(f"{' and '.join(old)} {'is' if len(old) == 1 else 'are'} left from an earlier run; "
+                           f"this run replaces {'it' if len(old) == 1 else 'them'}{resume}")
 
     def _artifact_links(self, cand: Candidate, worker=None) -> Optional[Dict[str, str]]:
         """Where an iteration artifact finds the model's external data files (made once per
@@ -137,7 +189,9 @@ class Artifacts:
                     self.reporter.warn(f"artifact {path} does not exist after iteration {number}; not sorted")
                 continue
             os.makedirs(folder, exist_ok=True)
-            dest = os.path.join(folder, f"{number:03d}_{os.path.basename(path.rstrip(os.sep))}")
+            dest = self._art_dest(folder, number, path)
+            if dest is None:
+                continue
             if cand is not None and linked and self.index.on_disk(cand) and (
                 self._is_iter_artifact(path) or (worker is not None and path == worker.artifact)
             ):
@@ -149,6 +203,24 @@ class Artifacts:
                 shutil.move(path, dest)
             except OSError as exc:
                 self.reporter.warn(f"cannot move artifact {path} to {dest}: {exc.strerror or exc}")
+
+    def _art_dest(self, folder: str, number: int, path: str) -> Optional[str]:
+        """Where artifact ``path`` of iteration ``number`` goes: ``NNN_<name>`` in ``folder``,
+        numbered past the files an earlier run left in --art-dir (said once), never over an
+        existing file or one the reduce reads or writes (None: not sorted, with a warning)."""
+        if self._art_offset is None:
+            self._art_offset = _last_number(self.cfg.art_dir)
+            if self._art_offset:
+                self.reporter.warn(
+                    f"{self.cfg.art_dir} holds the artifacts of an earlier run (numbered up to "
+                    f"{self._art_offset:03d}); this run's are numbered from {self._art_offset + 1:03d}"
+                )
+        dest = os.path.join(folder, f"{number + self._art_offset:03d}_{os.path.basename(path.rstrip(os.sep))}")
+        taken = [w for w, p in self._kept if p and p != "-" and paths.same_file(dest, p)]
+        if taken or os.path.lexists(dest):
+            self.reporter.warn(f"artifact {path} not sorted: {dest} is {taken[0] if taken else 'an existing file'}")
+            return None
+        return dest
 
     def _is_iter_artifact(self, path: str) -> bool:
         return os.path.abspath(path) == os.path.abspath(self.cfg.iter_artifact)
@@ -165,8 +237,14 @@ class Artifacts:
             if strays:
                 self.reporter.warn(
                     f"the checks left {strays} process(es) running in the background (detached from their process "
-                    "group); they were stopped"
+                    "group); those were stopped (a process that also cleared its environment, as `env -i` does, "
+                    "cannot be recognised and may still run)"
                 )
+        if self.cfg.model != "-" and model_changed(self.cfg.model):
+            self.reporter.warn(
+                f"{self.cfg.model} was changed on disk during the reduce; every subgraph and result comes from the "
+                "model as it was when the reduce started"
+            )
         if self.cfg.remove_intermediate:
             artifacts = [self.cfg.iter_artifact] + [w.artifact for w in self.workers[1:]]
             data = [a + ".data" for a in artifacts] if self._external_artifact else []
@@ -181,3 +259,21 @@ class Artifacts:
                     os.rmdir(w.folder)  # only when empty: whatever else the check left there stays
                 except OSError:
                     pass
+
+
+_NUMBERED = re.compile(r"^(\d{3,})_")
+
+
+def _last_number(art_dir: str) -> int:
+    """The highest ``NNN_`` prefix in ``art_dir``'s good/ and bad/ folders (0 if none)."""
+    found = 0
+    for sub in ("good", "bad"):
+        try:
+            names = os.listdir(os.path.join(art_dir, sub))
+        except OSError:
+            continue
+        for name in names:
+            m = _NUMBERED.match(name)
+            if m:
+                found = max(found, int(m.group(1)))
+    return found

@@ -32,10 +32,11 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Pattern, Sequence, Tuple
 
 import toolkit
 from toolkit.core.errors import UsageError
+from toolkit.reduce.capture import Stream, found_patterns
 from toolkit.reduce.verdict import CheckResult
 
 WARM_ENV = "TOOLKIT_NO_WARM_WORKER"
@@ -64,13 +65,17 @@ class WorkerEntry:
 # ---------------------------------------------------------------------- collecting output
 
 
-def _collect(fds: List[int], deadline: Optional[float], tick: Optional[Callable[[], None]], exited: Callable[[], bool]):
-    """Read ``fds`` (stdout, stderr) to EOF. Returns (chunks per fd, timed_out).
+def _collect(
+    fds: List[int], deadline: Optional[float], tick: Optional[Callable[[], None]], exited: Callable[[], bool],
+    patterns: Sequence[Pattern] = (),
+):
+    """Read ``fds`` (stdout, stderr) to EOF into bounded :class:`~toolkit.reduce.capture.Stream`
+    objects that search ``patterns`` as the output comes. Returns (streams, timed_out).
 
     Stops at ``deadline``. If the process has exited but something it started still
     holds the pipes, stops reading one second later (the caller then kills its group).
     """
-    bufs: Dict[int, List[bytes]] = {fd: [] for fd in fds}
+    bufs: Dict[int, Stream] = {fd: Stream(patterns) for fd in fds}
     sel = selectors.DefaultSelector()
     for fd in fds:
         sel.register(fd, selectors.EVENT_READ)
@@ -91,7 +96,7 @@ def _collect(fds: List[int], deadline: Optional[float], tick: Optional[Callable[
                 except OSError:
                     data = b""
                 if data:
-                    bufs[key.fd].append(data)
+                    bufs[key.fd].add(data)
                 else:
                     sel.unregister(key.fd)
             if tick is not None:
@@ -105,7 +110,15 @@ def _collect(fds: List[int], deadline: Optional[float], tick: Optional[Callable[
                     break
     finally:
         sel.close()
-    return [b"".join(bufs[fd]) for fd in fds], timed_out
+    return [bufs[fd] for fd in fds], timed_out
+
+
+def _result(streams: List[Stream], patterns: Sequence[Pattern], **fields) -> CheckResult:
+    """The CheckResult of a check whose output ``streams`` were collected."""
+    out, err = streams
+    return CheckResult(
+        stdout=out.value(), stderr=err.value(), found=found_patterns(streams, patterns), **fields
+    )
 
 
 # Every check process, and whatever it starts, carries this variable (the reduce's pid): what a
@@ -226,10 +239,14 @@ class SubprocessRunner:
 
     kind = "subprocess"
 
-    def __init__(self, argv: Sequence[str], timeout: Optional[float] = None, env: Optional[dict] = None):
+    def __init__(
+        self, argv: Sequence[str], timeout: Optional[float] = None, env: Optional[dict] = None,
+        patterns: Sequence[Pattern] = (),
+    ):
         self.argv = list(argv)
         self.timeout = timeout
         self.env = dict(env) if env else None  # added to the environment of the check
+        self.patterns = list(patterns)  # --fail-regex, searched as the output comes
         self.active_pid: Optional[int] = None  # the check running now (its process group)
 
     def run(self, tick: Optional[Callable[[], None]] = None) -> CheckResult:
@@ -256,7 +273,7 @@ class SubprocessRunner:
         assert proc.stdout is not None and proc.stderr is not None  # both piped
         fds = [proc.stdout.fileno(), proc.stderr.fileno()]
         try:
-            (out, err), timed_out = _collect(fds, deadline, tick, lambda: proc.poll() is not None)
+            streams, timed_out = _collect(fds, deadline, tick, lambda: proc.poll() is not None, self.patterns)
             _kill_stragglers(proc.pid)  # timed out, or what the check left running in its group
             timed_out = bool(timed_out)
             proc.stdout.close()
@@ -270,10 +287,10 @@ class SubprocessRunner:
             self.active_pid = None
         seconds = time.monotonic() - start
         if timed_out:
-            return CheckResult(None, out, err, timed_out=True, seconds=seconds)
+            return _result(streams, self.patterns, code=None, timed_out=True, seconds=seconds)
         if rc < 0:
-            return CheckResult(None, out, err, signal=-rc, seconds=seconds)
-        return CheckResult(rc, out, err, seconds=seconds)
+            return _result(streams, self.patterns, code=None, signal=-rc, seconds=seconds)
+        return _result(streams, self.patterns, code=rc, seconds=seconds)
 
     def cancel(self) -> None:
         """Kill the running check and what it started (from another thread)."""
@@ -366,8 +383,10 @@ class WarmRunner:
         *,
         entry: WorkerEntry,
         env: Optional[dict] = None,
+        patterns: Sequence[Pattern] = (),
     ):
         self.args = list(args)
+        self.patterns = list(patterns)  # --fail-regex, searched as the output comes
         self.timeout = timeout
         self.argv0 = argv0
         self.entry = entry
@@ -476,7 +495,7 @@ class WarmRunner:
             return False
 
         try:
-            (out, err), timed_out = _collect([r_out, r_err], deadline, tick, exited)
+            streams, timed_out = _collect([r_out, r_err], deadline, tick, exited, self.patterns)
             if timed_out is not False:  # timed out, or stragglers of an exited check
                 _kill_group(pid)
                 timed_out = bool(timed_out)
@@ -498,9 +517,9 @@ class WarmRunner:
             os.close(r_err)
         seconds = time.monotonic() - start
         if timed_out:
-            return CheckResult(None, out, err, timed_out=True, seconds=seconds)
+            return _result(streams, self.patterns, code=None, timed_out=True, seconds=seconds)
         code, sig = _decode_status(status_box[0])
-        return CheckResult(code, out, err, signal=sig, seconds=seconds)
+        return _result(streams, self.patterns, code=code, signal=sig, seconds=seconds)
 
     def cancel(self) -> None:
         """Kill the running check and what it started (from another thread)."""
@@ -605,10 +624,12 @@ def make_runner(
     warm: Optional[bool] = None,
     entry: Optional[WorkerEntry] = None,
     env: Optional[dict] = None,
+    patterns: Sequence[Pattern] = (),
 ):
     """The runner for ``argv``: warm fork for toolkit checks (unless disabled, or no ``entry``
     was given to run them with), else a subprocess. ``env``: variables added to the check's
-    environment."""
+    environment; ``patterns``: the --fail-regex patterns, searched in the output as it comes
+    (only a bounded head and tail of it is kept)."""
     if not argv:
         raise UsageError("--check needs a command after it, e.g. --check toolkit run polygraphy_debug.onnx --onnxrt")
     if timeout is not None and timeout <= 0:
@@ -617,10 +638,10 @@ def make_runner(
         warm = os.environ.get(WARM_ENV, "") in ("", "0") and hasattr(os, "fork")
     args = toolkit_args(argv)
     if args is not None and warm and entry is not None:
-        return WarmRunner(args, timeout, argv0=argv[0], entry=entry, env=env)
+        return WarmRunner(args, timeout, argv0=argv[0], entry=entry, env=env, patterns=patterns)
     if args is not None and shutil.which(argv[0]) is None:
         # `toolkit` is not on PATH (venv not activated): it is this toolkit, run it by module
-        return SubprocessRunner([sys.executable, "-m", "toolkit", *args], timeout, env=env)
-    return SubprocessRunner(argv, timeout, env=env)
+        argv = [sys.executable, "-m", "toolkit", *args]
+    return SubprocessRunner(argv, timeout, env=env, patterns=patterns)
 
 

@@ -27,7 +27,7 @@ from onnx import TensorProto, helper, numpy_helper
 from toolkit.core.errors import InputError
 from toolkit.core.graphs import node_subgraphs, stable_topological_order, walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_to_onnx, is_dtype_name
-from toolkit.core.model import save_model
+from toolkit.core.model import atomic_output, save_model
 from toolkit.core.protowire import encode_field, field_header, scan_fields
 from toolkit.core.shapes import node_reads
 from toolkit.core.weights import is_ref, ref_nbytes, relinked
@@ -647,9 +647,8 @@ class GraphIndex:
             return 0
         location = os.path.basename(path)
         written = 0
-        real = None
-        with open(path, "wb") as out:
-            real = os.path.realpath(path)
+        real = os.path.join(os.path.realpath(os.path.dirname(os.path.abspath(path))), location)
+        with atomic_output(path, "wb") as out:  # (never through a link left there)
             for t in self.initializers:
                 frag = self._init_frag.get(t)
                 if frag is None or self._init_bytes.get(t, 0) < min_bytes:

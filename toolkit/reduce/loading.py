@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import mmap
 import os
-from typing import Dict, Optional, Sequence
+import shutil
+import tempfile
+from typing import Dict, Optional, Sequence, Tuple
 
 from toolkit.core.datafiles import load_inputs
 from toolkit.core.errors import InputError, ToolkitError
@@ -26,6 +28,14 @@ from toolkit.reduce.graph import (
 # External weights up to this size are read when the model is loaded; bigger ones stay on
 # disk and are copied into each file written (see GraphIndex.write).
 EAGER_WEIGHT_BYTES = 1 << 20
+
+# A model file up to this size is read into memory; a bigger one is copied once into an
+# unnamed temporary file that is then memory-mapped. Either way the reduce works on a
+# snapshot: a rewrite of the model during the reduce (an in-place re-export, a check that
+# truncates it) cannot change or truncate what the reduce reads.
+SNAPSHOT_IN_MEMORY = 256 << 20
+
+_STAMPS: Dict[str, Tuple[int, int, int, int]] = {}  # model path -> its identity when it was read
 
 
 def load_model_and_pieces(path: str, external_data_dir: Optional[str] = None):
@@ -58,7 +68,7 @@ def load_for_index(path: str, external_data_dir: Optional[str] = None):
     if path == "-":
         return full()
     check_readable_file(path)
-    data = _map_file(path)
+    data = snapshot(path)
     if data is None:
         return full()
     pieces = RawPieces.scan(data)
@@ -105,12 +115,11 @@ def data_input_shapes(model, paths: Sequence[str], warn=None) -> Dict[str, tuple
                 raise InputError(
                     f"{path}: no array in it is a tensor of the model ('{first}' is not); its inputs are {known}"
                 )
-        for name, value in feeds[0].items():
+        for name in feeds[0]:
             meta = metas.get(name)
             if meta is None:
                 continue  # a layerwise file: not an input of the whole model
-            shape = tuple(int(d) for d in getattr(value, "shape", ()))
-            dtype = getattr(value, "dtype", None)
+            shape, dtype = _shape_and_dtype(feeds[0], name)
             if meta.dtype and dtype is not None and dtype_from_numpy(dtype) != meta.dtype and warn is not None:
                 warn(
                     f"{path}: input '{name}' is {dtype_from_numpy(dtype)} but the model wants {meta.dtype}; "
@@ -131,6 +140,16 @@ def data_input_shapes(model, paths: Sequence[str], warn=None) -> Dict[str, tuple
     return shapes
 
 
+def _shape_and_dtype(feed, name: str):
+    """(shape, dtype) of ``feed[name]``: from the file's header where it has one (nothing inflated)."""
+    header = getattr(feed, "header", None)
+    found = header(name) if header is not None else None
+    if found is None:
+        value = feed[name]
+        found = (getattr(value, "shape", ()), getattr(value, "dtype", None))
+    return tuple(int(d) for d in found[0]), found[1]
+
+
 def data_tensor_metas(paths: Sequence[str]) -> Dict[str, "object"]:
     """Shape and dtype of every array of the first feed of ``paths`` (later files win):
     what a layerwise inputs file says about the tensors a subgraph may read."""
@@ -140,10 +159,9 @@ def data_tensor_metas(paths: Sequence[str]) -> Dict[str, "object"]:
         feeds = load_inputs(path)
         if not feeds:
             continue
-        for name, value in feeds[0].items():
-            dtype = getattr(value, "dtype", None)
-            shape = getattr(value, "shape", None)
-            if dtype is None or shape is None:
+        for name in feeds[0]:
+            shape, dtype = _shape_and_dtype(feeds[0], name)
+            if dtype is None:
                 continue
             try:
                 found[name] = TensorMeta(name, tuple(int(d) for d in shape), dtype_from_numpy(dtype))
@@ -160,14 +178,48 @@ def run_for_values(model, names: Sequence[str], feed, shapes, external_data_dir=
     return run_on_ort(model, names, purpose=purpose, feed=feed, input_shapes=shapes, external_data_dir=external_data_dir)[1]
 
 
-def _map_file(path: str):
+def _stamp(st: os.stat_result) -> Tuple[int, int, int, int]:
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+def model_changed(path: str) -> bool:
+    """Whether the model file at ``path`` was replaced or rewritten since :func:`snapshot` read it."""
+    then = _STAMPS.get(path)
+    if then is None:
+        return False
+    try:
+        return _stamp(os.stat(path)) != then
+    except OSError:
+        return True
+
+
+def snapshot(path: str):
+    """The bytes of the file at ``path`` as they are now (bytes, or a map of a private copy),
+    untouched by any later rewrite of the file; None for an empty or unreadable file."""
 
     try:
         with open(path, "rb") as fh:
-            if os.fstat(fh.fileno()).st_size == 0:
+            st = os.fstat(fh.fileno())
+            _STAMPS[path] = _stamp(st)
+            if st.st_size == 0:
                 return None
-            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+            if st.st_size <= SNAPSHOT_IN_MEMORY:
+                return fh.read()
+            return _private_copy(fh, os.path.dirname(os.path.abspath(path)))
     except (OSError, ValueError):
         return None
+
+
+def _private_copy(fh, folder: str):
+    """A memory map of a copy of the open file ``fh`` in an unnamed temporary file (beside
+    it when that folder is writable: a copy-on-write filesystem then shares the blocks)."""
+    try:
+        copy = tempfile.TemporaryFile(dir=folder)
+    except OSError:
+        copy = tempfile.TemporaryFile()
+    with copy:
+        shutil.copyfileobj(fh, copy, 16 << 20)
+        copy.flush()
+        return mmap.mmap(copy.fileno(), 0, access=mmap.ACCESS_READ)
 
 

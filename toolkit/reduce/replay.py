@@ -23,6 +23,7 @@ An entry's key is its node set (bit positions in the model's topological order);
 from __future__ import annotations
 
 import json
+import os
 from typing import Any, Dict, List, Optional, Sequence
 
 from toolkit.core.errors import InputError
@@ -85,8 +86,13 @@ class Replay:
         }
         return json.dumps(doc, indent=1)
 
-    def save(self, path: str) -> None:
+    def save(self, path: str) -> bool:
+        """Write the replay file (atomically); an existing one is never replaced by one without
+        entries (a run that ended before its first verdict). Whether it was written."""
+        if not self.entries and os.path.exists(path):
+            return False
         write_bytes_atomic(path, (self.to_json() + "\n").encode())
+        return True
 
     @classmethod
     def load(cls, path: str, model_id: str, num_nodes: int) -> "Replay":

@@ -22,7 +22,6 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from toolkit.core import paths
 from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError
 from toolkit.core.model import (
     check_output_path,
@@ -30,7 +29,7 @@ from toolkit.core.model import (
 )
 from toolkit.core.progress import Messages
 from toolkit.reduce.artifacts import Artifacts
-from toolkit.reduce.check import data_files_in, make_runner, toolkit_args
+from toolkit.reduce.check import make_runner, toolkit_args
 from toolkit.reduce.config import (  # noqa: F401  (re-exported: the session's public names)
     DEFAULT_ART_DIR,
     DEFAULT_ITER_ARTIFACT,
@@ -202,24 +201,6 @@ class Reducer(Artifacts):
                 "iteration artifact can be sorted"
             )
 
-    def _validate_distinct_outputs(self) -> None:
-        """The one rule (toolkit.core.paths): no output is a file the reduce or its check reads,
-        nor another output. The replay may be loaded from and saved to one file (it is read
-        whole first)."""
-
-        cfg = self.cfg
-        reads = [("--load-inputs", p) for p in cfg.load_inputs]
-        check_args = toolkit_args(cfg.check or []) or []
-        self._check_files = [p for p in data_files_in(check_args) if p != "-"]
-        reads += [("the check's data file", p) for p in self._check_files]
-        if cfg.load_replay and not (cfg.save_replay and paths.same_file(cfg.load_replay, cfg.save_replay)):
-            reads.append(("--load-debug-replay", cfg.load_replay))
-        writes = [
-            ("-o", cfg.output), ("--min-good", cfg.min_good or ""), ("--iter-artifact", cfg.iter_artifact),
-            ("--iter-info", cfg.iter_info or ""), ("--save-debug-replay", cfg.save_replay or ""),
-        ]
-        paths.check_with_model(cfg.model, reads, writes, cfg.external_data_dir)
-
     def _load(self) -> None:
 
         cfg = self.cfg
@@ -260,7 +241,8 @@ class Reducer(Artifacts):
             self.loaded = Replay.load(cfg.load_replay, ident, self.index.size)
             for entry in self.loaded.entries:
                 self.replay.add(
-                    entry["iteration"], int(entry["nodes"], 16), entry["count"], entry["failed"], entry.get("seconds")
+                    entry["iteration"], int(entry["nodes"], 16), entry["count"], entry["failed"], entry.get("seconds"),
+                    verdict=entry.get("verdict"), code=entry.get("code"),
                 )
 
     # ------------------------------------------------------------------ one verdict
@@ -333,7 +315,7 @@ class Reducer(Artifacts):
             cand = self.candidate(mask)
             self.reporter.iteration_start(self.iteration, cand)
             artifact = worker.artifact if worker is not None else self.cfg.iter_artifact
-            self.index.write(cand, artifact, atomic=False, links=self._artifact_links(cand, worker))
+            self.index.write(cand, artifact, links=self._artifact_links(cand, worker))
             if cand.size_hint > BIG_MODEL_BYTES:
                 self._external_artifact = True  # its weights went to <artifact>.data
             self._flush_warnings()
@@ -550,8 +532,8 @@ class Reducer(Artifacts):
                 outcome.status = "interrupted"
                 outcome.stopped_by = "eof" if isinstance(exc, AnswersExhausted) else "interrupt"
                 mask = self.best
-                outcome.replay_path = self.cfg.save_replay or DEFAULT_REPLAY
-                self.replay.save(outcome.replay_path)
+                path = self.cfg.save_replay or DEFAULT_REPLAY
+                outcome.replay_path = path if self.replay.save(path) else None  # (an older replay is kept)
             except InputError as exc:
                 raise self._stopped(exc) from None
             self._write_results(outcome, mask)
@@ -566,11 +548,13 @@ class Reducer(Artifacts):
         self._validate()
         self._owner = Ownership([cfg.iter_artifact, cfg.save_replay or ""])
         self._owner.acquire()  # before anything is written: another run may be using these files
+        self._say_replaced()
         if self._given_runner is not None:
             self.runner = self._given_runner
         elif cfg.check is not None:
             env = worker_env(0, cfg.devices) if (cfg.jobs > 1 or cfg.devices) else None
-            self.runner = make_runner(cfg.check, cfg.check_timeout, warm=cfg.warm, entry=cfg.worker, env=env)
+            self.runner = make_runner(cfg.check, cfg.check_timeout, warm=cfg.warm, entry=cfg.worker, env=env,
+                                      patterns=cfg.rule.patterns)
         self._load()
         if cfg.jobs > 1:
             self._make_workers()
@@ -665,8 +649,7 @@ class Reducer(Artifacts):
                 self._write_model(self.candidate(good), cfg.min_good)
                 outcome.min_good_written = True
                 outcome.min_good_nodes = popcount(good)
-        if cfg.save_replay:
-            self.replay.save(cfg.save_replay)
+        if cfg.save_replay and self.replay.save(cfg.save_replay):  # (an earlier run's replay is never emptied)
             outcome.replay_path = outcome.replay_path or cfg.save_replay
 
     def _make_workers(self) -> None:
@@ -685,7 +668,8 @@ class Reducer(Artifacts):
                 else:
                     argv = worker_argv(cfg.check or [], cfg.iter_artifact, artifact)
                     worker.runner = make_runner(
-                        argv, cfg.check_timeout, warm=cfg.warm, entry=cfg.worker, env=worker.env
+                        argv, cfg.check_timeout, warm=cfg.warm, entry=cfg.worker, env=worker.env,
+                        patterns=cfg.rule.patterns,
                     )
             self.workers.append(worker)
 

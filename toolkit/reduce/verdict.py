@@ -44,6 +44,7 @@ class CheckResult:
     timed_out: bool = False
     seconds: float = 0.0
     lost: str = ""  # why it never ran to an end (its machine was lost): a broken check, never a failure
+    found: Optional[frozenset] = None  # --fail-regex patterns seen in the whole output as it streamed
 
     @property
     def stdout_text(self) -> str:
@@ -101,6 +102,8 @@ class FailureRule:
         """The first pattern found in the output, or None."""
         if not self.patterns:
             return None
+        if res.found is not None:  # searched in the whole output as it came (only its head and tail are kept)
+            return next((p.pattern for p in self.patterns if p.pattern in res.found), None)
         texts = (res.stdout_text, res.stderr_text)
         for p in self.patterns:
             if any(p.search(t) for t in texts):

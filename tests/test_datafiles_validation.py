@@ -1,0 +1,95 @@
+"""Data files read headers before payloads, bound what an array may take, and name a corrupt
+field with exit 3 (never a crash) in every command that reads them."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import numpy as np
+import pytest
+
+import modelzoo as z
+from test_large_model import measure
+
+from toolkit.core.datafiles import IterationResult, RunResults, save_outputs
+
+MB = 1 << 20
+
+
+def write_bomb(path, nbytes: int) -> None:
+    """An .npz whose one float32 array 'x' of ``nbytes`` zeros is deflated to a few hundred KB."""
+    header = {"descr": "<f4", "fortran_order": False, "shape": (nbytes // 4,)}
+    zeros = bytes(16 * MB)
+    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+        with zf.open("x.npy", "w", force_zip64=True) as f:
+            np.lib.format.write_array_header_1_0(f, header)
+            for _ in range(nbytes // len(zeros)):
+                f.write(zeros)
+
+
+@pytest.fixture
+def folder(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    z.save(z.chain(2, shape=(1, 4)), tmp_path / "m.onnx")
+    return tmp_path
+
+
+def test_a_shape_mismatch_is_refused_from_the_header(folder):
+    write_bomb(folder / "bomb.npz", 512 * MB)
+    assert (folder / "bomb.npz").stat().st_size < 2 * MB
+    code, out, peak, seconds = measure(["run", "m.onnx", "--onnxrt", "--load-inputs", "bomb.npz"], folder)
+    assert code == 3, out
+    assert "input 'x' has shape (134217728,), but the model expects" in out
+    assert peak < 300 * MB, f"peak {peak / MB:.0f} MB: the array was inflated before its shape was compared"
+
+
+@pytest.mark.parametrize("command", [["inspect", "data"], ["data", "to-input"]])
+def test_an_array_over_the_limit_is_refused_before_it_is_inflated(cli, folder, command):
+    write_bomb(folder / "bomb.npz", 64 * MB)
+    extra = ["-o", "o.json"] if command[0] == "data" else []
+    res = cli(*command, "bomb.npz", *extra, "--max-tensor-size", "32M")
+    assert res.code == 3, res.err
+    assert "tensor 'x' would take 64.0 MiB in memory" in res.err and "--max-tensor-size" in res.err
+    assert not (folder / "o.json").exists()
+    assert cli(*command, "bomb.npz", *extra, "--max-tensor-size", "65M").code == 0
+
+
+def _corrupt(folder, kind: str) -> str:
+    x = np.ones((1, 4), np.float32)
+    name = "out.npz" if kind.endswith("npz") else "out.json"
+    save_outputs(str(folder / name), RunResults([("r", [IterationResult({"y": x}, 0.5, "r")])]))
+    if name.endswith(".json"):
+        doc = json.loads((folder / name).read_text())
+        it = doc["lst"][0][1][0]
+        if kind == "runtime-json":
+            it["runtime"] = "abc"
+        else:
+            it["outputs"]["y"] = [1]
+        (folder / name).write_text(json.dumps(doc))
+        return name
+    with np.load(folder / name) as f:
+        arrays = {k: f[k] for k in f.files}
+    idx = json.loads(str(arrays.pop("__toolkit__")[()]))
+    if kind == "runtime-npz":
+        idx["runs"][0]["iterations"][0]["runtime"] = "abc"
+    else:
+        idx["runs"][0]["iterations"] = [[1]]
+    np.savez(folder / name, __toolkit__=np.array(json.dumps(idx)), **arrays)
+    return name
+
+
+COMMANDS = [["inspect", "data", "F"], ["data", "to-input", "F", "-o", "o.json"],
+            ["run", "m.onnx", "--onnxrt", "--load-inputs", "F"], ["run", "m.onnx", "--onnxrt", "--load-outputs", "F"]]
+FIELDS = {"runtime-json": "field 'runtime' is \"abc\"", "value-json": "output 'y' is [1], expected an array",
+          "runtime-npz": "field 'runtime' is \"abc\"", "list-npz": "iteration is [1], expected a dict"}
+
+
+@pytest.mark.parametrize("kind", list(FIELDS))
+def test_a_corrupt_field_is_bad_input_naming_it(cli, folder, kind):
+    name = _corrupt(folder, kind)
+    for command in COMMANDS:
+        res = cli(*[name if a == "F" else a for a in command])
+        assert res.code == 3, (command, res.err)
+        assert FIELDS[kind] in res.err and res.err.startswith(f"error: {name}: "), (command, res.err)
+        assert not (folder / "o.json").exists()

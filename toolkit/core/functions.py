@@ -1,0 +1,120 @@
+"""How big a model becomes once its local functions are inlined, known before onnx's shape
+inference or a runtime inlines them.
+
+A model's local functions may call each other: F0 calling F1 twice, F1 calling F2 twice, ...
+makes 3 KB of model inline to 2^N nodes, and onnx's shape inference or a runtime's session
+creation then runs for minutes inside C++ where no signal reaches Python. The count below
+walks the call tree once per function (memoised), and :func:`check_inlined_size` refuses a
+model over ``--max-nodes`` (:mod:`toolkit.core.limits`) with exit 3 before any of that runs.
+
+No numpy or Typer here (onnx only where a file has to be parsed).
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+from typing import Dict, Tuple
+
+from toolkit.core import limits
+from toolkit.core.errors import InputError
+from toolkit.core.protowire import scan_fields
+
+FUNCTIONS_FIELD = 25  # ModelProto.functions
+
+
+def inlined_node_count(model, cap: int) -> int:
+    """Nodes of the top graph once every call of a local function is inlined (counting stops
+    just past ``cap``)."""
+    funcs = {(f.domain, f.name): f for f in model.functions}
+    if not funcs:
+        return len(model.graph.node)
+    sizes: Dict[Tuple[str, str], int] = {}
+
+    def size(key, depth: int) -> int:
+        if key not in sizes:
+            if depth > len(funcs):  # a call cycle: onnx refuses it anyway
+                return cap + 1
+            sizes[key] = min(_count(funcs[key].node, funcs, size, depth + 1, cap), cap + 1)
+        return sizes[key]
+
+    return _count(model.graph.node, funcs, size, 0, cap)
+
+
+def _count(nodes, funcs, size, depth: int, cap: int) -> int:
+    total = 0
+    for node in nodes:
+        key = (node.domain, node.op_type)
+        total += size(key, depth) if key in funcs else 1
+        if total > cap:
+            break
+    return total
+
+
+def check_inlined_size(model, path: str) -> None:
+    """InputError when ``model``'s local functions inline to more than --max-nodes nodes."""
+    if not len(model.functions):
+        return
+    cap = limits.max_nodes
+    count = inlined_node_count(model, cap)
+    if count > cap:
+        raise InputError(
+            f"{path}: its {len(model.functions)} local functions inline to more than {cap} nodes (functions that "
+            "call each other several times multiply), so shape inference or a runtime would not finish; nothing "
+            "was run. If the model is right, raise the limit with --max-nodes"
+        )
+
+
+def file_has_functions(path: str) -> bool:
+    """Whether the model file at ``path`` has local functions (its top-level fields only are read)."""
+    try:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                return False
+            with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                return any(num == FUNCTIONS_FIELD for num, *_ in scan_fields(data))
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def check_model_file(path: str) -> None:
+    """:func:`check_inlined_size` for a model file a runtime is about to load by path (the model
+    is parsed, without its weights, only when it has local functions)."""
+    if not file_has_functions(path):
+        return
+    import onnx
+
+    try:
+        model = onnx.load_model(path, load_external_data=False)
+    except Exception:  # noqa: BLE001 - the runtime words a model it cannot read
+        return
+    check_inlined_size(model, path)
+
+
+def interruptible(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` run in a helper thread while the main thread waits for it.
+
+    Work inside a C++ library (a runtime's session creation, onnx's shape inference) holds the
+    main thread where Python cannot run a signal handler, so Ctrl-C or SIGTERM would wait for
+    it to return, possibly for hours. Waiting in short joins instead, the main thread runs the
+    handler at once: the command ends with exit 130 and the helper thread, a daemon, ends with
+    the process. Its result or exception is handed back as if ``fn`` had run here."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return fn(*args, **kwargs)
+    box: dict = {}
+
+    def target() -> None:
+        try:
+            box["value"] = fn(*args, **kwargs)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller
+            box["error"] = exc
+
+    helper = threading.Thread(target=target, name="toolkit-library-call", daemon=True)
+    helper.start()
+    while helper.is_alive():
+        helper.join(0.05)
+    if "error" in box:
+        raise box["error"]
+    return box["value"]

@@ -1,0 +1,30 @@
+"""Text from a model or a file (node and tensor names, producer strings) made safe to print.
+
+Names are arbitrary strings: an escape sequence in one (``ESC ] 0; ... BEL`` sets a
+terminal's title, ``ESC [ 2J`` clears the screen) would act on the terminal, and a newline
+would forge whole lines for a reader or for grep (``Node 99 | fake [Op: Evil]``).
+:func:`escape_controls` shows every control character as a visible escape (``\\x1b``,
+``\\n``) so that each printed name stays one line of plain text.
+"""
+
+from __future__ import annotations
+
+import re
+
+_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROLS_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r"}
+
+
+def _shown(m: re.Match) -> str:
+    ch = m.group(0)
+    return _NAMED.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+
+
+def escape_controls(text: str, keep_newlines: bool = False) -> str:
+    """``text`` with its control characters (tab excepted; newlines too with ``keep_newlines``)
+    written as visible escapes."""
+    pattern = _CONTROLS_BUT_NEWLINE if keep_newlines else _CONTROLS
+    if pattern.search(text) is None:
+        return text
+    return pattern.sub(_shown, text)
