@@ -222,6 +222,32 @@ def _kill_stragglers(pid: int) -> None:
         pass
 
 
+def _wait_for_exit(proc: subprocess.Popen, deadline: Optional[float]) -> bool:
+    """After a check's output ended, wait for the check itself to exit (until ``deadline``):
+    killing its group at once would kill a program that closes its output just before it
+    exits (``cat``), and its exit would read as SIGKILL. True when the deadline passed."""
+    try:
+        proc.wait(timeout=None if deadline is None else max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        return True
+    return False
+
+
+def _reap(pid: int, deadline: Optional[float], status_box: list) -> bool:
+    """:func:`_wait_for_exit` for a forked check ``pid``: its status into ``status_box``;
+    False when ``deadline`` passed first."""
+    while deadline is None or time.monotonic() < deadline:
+        try:
+            wpid, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return True
+        if wpid:
+            status_box.append(status)
+            return True
+        time.sleep(0.002)
+    return False
+
+
 def _decode_status(status: int):
     """(code, signal) from a waitpid status."""
     if os.WIFSIGNALED(status):
@@ -274,6 +300,8 @@ class SubprocessRunner:
         fds = [proc.stdout.fileno(), proc.stderr.fileno()]
         try:
             streams, timed_out = _collect(fds, deadline, tick, lambda: proc.poll() is not None, self.patterns)
+            if timed_out is False:  # its output ended (a program may close it just before it exits): let it exit
+                timed_out = _wait_for_exit(proc, deadline)
             _kill_stragglers(proc.pid)  # timed out, or what the check left running in its group
             timed_out = bool(timed_out)
             proc.stdout.close()
@@ -500,6 +528,8 @@ class WarmRunner:
                 _kill_group(pid)
                 timed_out = bool(timed_out)
             else:
+                if not status_box and not _reap(pid, deadline, status_box):
+                    timed_out = True
                 _kill_stragglers(pid)
             if not status_box:
                 _, status = os.waitpid(pid, 0)
