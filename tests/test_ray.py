@@ -289,7 +289,7 @@ sys.exit(1 if "mul" in names else 0)
 
 def test_candidates_reach_the_model_weights_by_path_without_carrying_them(tmp_path, cluster):
     """A model with 3 MiB of external weights, reduced from another folder: each task makes its
-    folder beside the data file and links it; the candidates are kilobytes."""
+    folder beside the data file and clones or copies it there; the candidates are kilobytes."""
     from onnx import helper, numpy_helper
 
     import numpy as np

@@ -23,6 +23,7 @@ from typing import Dict, Iterator, List, Tuple
 import onnx
 from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor
 
+from toolkit.core.clone import clone_file
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError, reraise_bug
 from toolkit.core.graphs import walk_graphs
 from toolkit.core.paths import describe
@@ -205,23 +206,6 @@ def write_single_file(model, out, base_dir: str) -> None:
 
 def _inside(path: str, folder: str) -> bool:
     return os.path.commonpath([path, folder]) == folder
-
-
-FICLONE = 0x40049409  # Linux ioctl: a copy-on-write clone of a whole file (btrfs, xfs, ...)
-
-
-def clone_file(src: str, dest: str) -> bool:
-    """``dest`` made a copy-on-write clone of ``src`` (no data copied), where the filesystem can."""
-    try:
-        import fcntl
-
-        with open(src, "rb") as fin, open(dest, "wb") as fout:
-            fcntl.ioctl(fout.fileno(), FICLONE, fin.fileno())
-        return True
-    except (OSError, ImportError):
-        if os.path.exists(dest):
-            os.unlink(dest)
-        return False
 
 
 def link_data_files(

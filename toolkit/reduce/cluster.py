@@ -11,7 +11,8 @@ Everything that touches Ray lives here; ``ray`` is imported only when a cluster 
   weights are references to the model's data files) and runs :func:`run_check` as a Ray task
   with the resources of one check, so Ray places it and sets ``CUDA_VISIBLE_DEVICES``.
 - :func:`run_check` is the task body, on the worker node: the candidate goes into a fresh
-  folder (beside the model's data files when it can, so that hard links to them work), the
+  folder (the data files' own folder when the candidate names them by their file names, else
+  a fresh folder with a clone or copy of them), the
   data files into a per-node cache, and the check command runs there as a local check would
   (own session, ``--check-timeout``, output captured).
 

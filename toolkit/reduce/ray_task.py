@@ -6,8 +6,8 @@ and the first round of checks waits for it. :mod:`toolkit.reduce.cluster` is the
 that submits the tasks.
 
 - :func:`run_check`: one check of one candidate, as a local check runs it: the candidate
-  in a fresh folder (beside the model's data files when it can, so that hard links to them
-  work), the check's data files in a per-node cache, the check command run there (own
+  in a fresh folder (beside the model's data files when it can, so that a copy-on-write
+  clone of them works), the check's data files in a per-node cache, the check command run there (own
   session, ``--check-timeout``, output captured).
 - :func:`call_task`: any function as a task (``debug precision --cluster``).
 - :func:`ready`: what a warm-up call task runs (nothing: it has Ray start a worker process early).
@@ -22,6 +22,7 @@ import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional
 
+from toolkit.core.clone import clone_file
 from toolkit.reduce.check import make_runner
 from toolkit.reduce.parallel import worker_argv
 
@@ -84,8 +85,8 @@ def stage_data(spec: dict, refs: list) -> Dict[str, str]:
 
 
 def task_folder(links: Dict[str, str]) -> str:
-    """A fresh folder for one check: beside the model's data files when it can (hard links to
-    them then work), else in the node's temporary folder."""
+    """A fresh folder for one check: beside the model's data files when it can (a copy-on-write
+    clone of them then works on filesystems that have them), else in the node's temporary folder."""
     for src in links.values():
         try:
             return tempfile.mkdtemp(prefix=".toolkit-check-", dir=os.path.dirname(src))
@@ -94,17 +95,26 @@ def task_folder(links: Dict[str, str]) -> str:
     return tempfile.mkdtemp(prefix="toolkit-check-")
 
 
+def data_folder(links: Dict[str, str]) -> Optional[str]:
+    """The one folder holding every data file the candidate names, when the candidate names each
+    by its own file name and the node can write there: the candidate is then written into it
+    and reads the files themselves (nothing linked or copied)."""
+    folders = {os.path.dirname(src) for src in links.values()}
+    if len(folders) != 1 or any(loc != os.path.basename(src) for loc, src in links.items()):
+        return None
+    folder = folders.pop()
+    return folder if os.access(folder, os.W_OK) else None
+
+
 def place_weights(folder: str, links: Dict[str, str]) -> List[str]:
     """Each data file the candidate names, reachable at its location in ``folder``; notes on copies."""
     notes = []
     for loc, src in links.items():
         dest = os.path.join(folder, loc)
         os.makedirs(os.path.dirname(dest), exist_ok=True)
-        try:
-            os.link(src, dest)
-        except OSError:
+        if not clone_file(src, dest):  # (a hard link: onnx 1.23 refuses a data file with several)
             shutil.copyfile(src, dest)
-            notes.append(f"note: {src} was copied into the check's folder (no hard link possible there)\n")
+            notes.append(f"note: {src} was copied into the check's folder (no copy-on-write clone possible there)\n")
     return notes
 
 
@@ -115,11 +125,13 @@ def run_check(spec: Optional[dict], candidate: bytes, refs: list) -> Optional[di
         return None
     start = time.monotonic()
     links = spec["links"]
-    folder = task_folder(links)
+    beside = data_folder(links)
+    folder = beside or task_folder(links)
     saved_cwd = os.getcwd()
     try:
-        notes = place_weights(folder, links)
-        artifact = os.path.join(folder, os.path.basename(spec["artifact"]))
+        notes = [] if beside else place_weights(folder, links)
+        name = os.path.basename(spec["artifact"])
+        artifact = os.path.join(folder, f".toolkit-check-{uuid.uuid4().hex[:12]}-{name}" if beside else name)
         with open(artifact, "wb") as fh:
             fh.write(candidate)
         argv = worker_argv(spec["argv"], spec["named"], artifact)
@@ -129,7 +141,11 @@ def run_check(spec: Optional[dict], candidate: bytes, refs: list) -> Optional[di
         res = make_runner(argv, spec["timeout"], warm=False, env=spec["env"]).run()
     finally:
         os.chdir(saved_cwd)
-        shutil.rmtree(folder, ignore_errors=True)
+        if beside:
+            if os.path.exists(artifact):
+                os.unlink(artifact)
+        else:
+            shutil.rmtree(folder, ignore_errors=True)
     stderr = "".join(notes).encode() + res.stderr
     return {
         "code": res.code, "stdout": res.stdout, "stderr": stderr, "signal": res.signal,
