@@ -49,6 +49,7 @@ CARRYING_OPS = frozenset(
     {"Add", "Sub", "Mul", "Neg", "Max", "Min", "Where", "Expand", "Tile", "Reshape", "Transpose", "Squeeze",
      "Unsqueeze", "Flatten", "Concat", "Gather", "Slice", "Identity", "Cast"}
 )  # fmt: skip
+_PAST_FP16 = "past fp16's largest"  # (in the reason of a value too large for fp16)
 _RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
 
 
@@ -68,7 +69,7 @@ def value_problem(arr, low: int) -> Optional[str]:
     if low == BFLOAT16:
         return f"values up to {amax:.3g}, past bf16's largest ({BF16_MAX:.3g})" if amax > BF16_MAX else None
     if amax > FP16_MAX:
-        return f"values up to {amax:.3g}, past fp16's largest (65504)"
+        return f"values up to {amax:.3g}, {_PAST_FP16} (65504)"
     if amax >= 2.0**-6:  # (a value this large makes any tensor's subnormal part negligible in L2...)
         squares = float(np.dot(a, a))
         # ...when the RMS is well above 2**-14: rounding errs <= 2**-11 relative for normal values and
@@ -239,10 +240,12 @@ def _carried_readers(risky: Dict[str, str], readers: Dict[str, list], types: Dic
     holds -3.4e38 wherever a key is masked. Converted after it, that value becomes -inf, and a row
     whose every key is masked becomes NaN after the Softmax (float32 gives a uniform row). The value is
     followed through the nodes that pass values on unchanged in magnitude (:data:`CARRYING_OPS`); the
-    first node of another kind (the Softmax) reads it and stays fp32, its output is in range."""
+    first node of another kind (the Softmax) reads it and stays fp32, its output is in range. Values lost
+    to underflow are not followed (an epsilon added to a variance is not passed on)."""
     out: List[str] = []
     seen: Set[str] = set()
-    todo = [o for name in risky for n in readers.get(name, ()) if n.op_type in CARRYING_OPS for o in n.output]
+    large = [name for name, why in risky.items() if _PAST_FP16 in why]
+    todo = [o for name in large for n in readers.get(name, ()) if n.op_type in CARRYING_OPS for o in n.output]
     while todo:
         value = todo.pop()
         if value in seen or types.get(value) != FLOAT:
