@@ -10,7 +10,7 @@ with ``torch.onnx.export`` (opset 17, dynamic batch and sequence axes; inputs ``
 ``onnxruntime.quantization.quantize_dynamic`` four ways (QInt8 and QUInt8 weights, per tensor and
 per channel). Writes into DIR:
 
-    t5_<config>.onnx                      the float32 export
+    t5_<config>[_dynamo].onnx             the float32 export (_dynamo: with --dynamo, the new exporter)
     t5_<config>_{qint8,quint8}[_pc].onnx  the dynamic-int8 models (_pc: per channel)
 """
 
@@ -28,7 +28,7 @@ CONFIGS = {
 }
 
 
-def export(config_name: str, path: str, seed: int) -> None:
+def export(config_name: str, path: str, seed: int, dynamo: bool = False) -> None:
     import torch
     from transformers import T5Config, T5EncoderModel
 
@@ -44,6 +44,9 @@ def export(config_name: str, path: str, seed: int) -> None:
         opset_version=17,
     )
     with torch.no_grad():
+        if dynamo:  # the new exporter (needs onnxscript)
+            torch.onnx.export(model, (ids, mask), path, dynamo=True, external_data=False, **kwargs)
+            return
         try:
             torch.onnx.export(model, (ids, mask), path, dynamo=False, **kwargs)
         except TypeError:  # a torch without the dynamo argument
@@ -67,10 +70,11 @@ def main(argv=None) -> int:
     p.add_argument("dir")
     p.add_argument("--config", choices=sorted(CONFIGS), default="tiny")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--dynamo", action="store_true", help="export with torch.onnx's new exporter (onnxscript)")
     args = p.parse_args(argv)
     os.makedirs(args.dir, exist_ok=True)
-    stem = os.path.join(args.dir, f"t5_{args.config.replace('-', '_')}")
-    export(args.config, stem + ".onnx", args.seed)
+    stem = os.path.join(args.dir, f"t5_{args.config.replace('-', '_')}{'_dynamo' if args.dynamo else ''}")
+    export(args.config, stem + ".onnx", args.seed, args.dynamo)
     for path in [stem + ".onnx"] + quantize(stem + ".onnx", stem):
         print(path)
     return 0
