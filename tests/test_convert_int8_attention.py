@@ -1,4 +1,13 @@
-"""A T5-style attention mask converts to fp16 without turning a masked row into NaN.
+"""Dynamically quantized T5 encoders convert to fp16: what their exports have that a plain dynamic-int8
+layer lacks.
+
+1. A Cast(to=float) with several readers right after a kept node: transformers 4.x's T5LayerNorm
+casts the hidden states to float32 (``hidden_states.to(torch.float32)``), and after
+quantize_dynamic the embedding is a ``DequantizeLinear`` (kept fp32). onnxconverter-common's last
+pass took that Cast for one of its own fp32 Casts after its fp16 Cast, and failed on its several
+readers (AttributeError: exit 1, naming a Cast the library had made, which --keep-fp32 cannot select).
+
+2. The attention mask.
 
 What a T5 encoder (transformers' export, then onnxruntime's quantize_dynamic) has that a plain
 dynamic-int8 layer lacks: its relative position bias is masked by ``Where(mask, bias,
@@ -81,3 +90,45 @@ def test_a_dynamic_int8_t5_attention_converts_and_runs(cli, tmp_path):
     got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     ref = ort.InferenceSession(str(q), providers=["CPUExecutionProvider"]).run(None, feed)[0]
     assert np.isfinite(got).all() and np.abs(got - ref).max() < 0.05
+
+
+def dequantized_embedding_norm():
+    """q (int8) -> DequantizeLinear -> Cast(to=float) -> Pow, Mul, Add (an RMS norm's readers) + residual."""
+    n = helper.make_node
+    inits = [numpy_helper.from_array(np.array(0.05, np.float32), "scale"), numpy_helper.from_array(np.array(0, np.int8), "zp"),
+             numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+             numpy_helper.from_array(np.full((4,), 0.5, np.float32), "w")]  # fmt: skip
+    nodes = [
+        n("DequantizeLinear", ["q", "scale", "zp"], ["dq"], name="dq"),
+        n("Cast", ["dq"], ["h"], to=TensorProto.FLOAT, name="to_float"),
+        n("Pow", ["h", "two"], ["sq"], name="pow"), n("Mul", ["h", "w"], ["hw"], name="mul"),
+        n("Add", ["sq", "hw"], ["s"], name="add"), n("Add", ["s", "h"], ["y"], name="residual"),
+    ]  # fmt: skip
+    graph = helper.make_graph(nodes, "g", [mz.vi("q", ["n", 4], TensorProto.INT8)], [mz.vi("y", ["n", 4])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def test_a_cast_to_float_with_several_readers_after_a_kept_node_converts(cli, tmp_path):
+    src = mz.save(dequantized_embedding_norm(), tmp_path / "emb.onnx")
+    out = tmp_path / "emb16.onnx"
+    r = cli("convert", src, "--fp-to-fp16", "-o", out, "--input-shapes", "q:[4,4]")
+    assert r.code == 0, r.err
+    q = np.arange(-8, 8, dtype=np.int8).reshape(4, 4)
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"q": q})[0]
+    ref = ort.InferenceSession(src, providers=["CPUExecutionProvider"]).run(None, {"q": q})[0]
+    assert np.allclose(got, ref, atol=1e-3)
+
+
+def test_a_library_failure_names_no_node_the_library_made(cli, tmp_path, monkeypatch):
+    from onnxconverter_common import float16
+
+    def broken(model, *_a, **_k):
+        node = helper.make_node("Cast", ["a"], ["b"], to=TensorProto.FLOAT, name="pv_cast_to_y")  # (one it made)
+        raise AttributeError(f"'list' object has no attribute 'input' ({node.name})")
+
+    monkeypatch.setattr(float16, "convert_float_to_float16", broken)
+    src = mz.save(masked_attention(), tmp_path / "attn.onnx")
+    r = cli("convert", src, "--fp-to-fp16", "-o", tmp_path / "o.onnx")
+    assert r.code == 1 and not (tmp_path / "o.onnx").exists()
+    assert "--keep-fp32 'pv_cast_to_y'" not in r.err and "--keep-fp32 OP" in r.err, r.err
+
