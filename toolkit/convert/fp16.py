@@ -246,9 +246,10 @@ def _failing_node(exc: BaseException, originals: Optional[Set[str]] = None):
     found = None
     tb = exc.__traceback__
     while tb is not None:
-        node = tb.tb_frame.f_locals.get("node")
-        if hasattr(node, "op_type") and hasattr(node, "input") and (originals is None or node.name in originals):
-            found = node
+        node: object = tb.tb_frame.f_locals.get("node")
+        if hasattr(node, "op_type") and hasattr(node, "input"):
+            if originals is None or getattr(node, "name", None) in originals:
+                found = node
         tb = tb.tb_next
     return found
 
