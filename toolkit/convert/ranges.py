@@ -39,14 +39,11 @@ RANGE_REL = 1e-2  # relative L2 error of a weight's fp16 rounding past which it 
 _SUBNORMAL = 2.0**-14  # smallest normal fp16
 REASON_RANGE = "reads a value fp16 cannot hold (past 65504, or lost to underflow)"
 REASON_RANGE_BF16 = "reads a value bf16 cannot hold (past 3.39e38)"
-REASON_RANGE_CARRIED = (
-    "reads a value fp16 cannot hold passed on by a node kept in fp32 (a mask of float32's lowest: "
-    "-inf in fp16, a NaN row after the Softmax)"
-)
+REASON_RANGE_CARRIED = "reads a value past fp16's range that a node kept in fp32 passes on (inf in fp16)"
 # ops whose float output holds the values of their float inputs (moved, selected, added to): a value past
 # fp16's range read by one of them is past it in its output too
 CARRYING_OPS = frozenset(
-    {"Add", "Sub", "Mul", "Neg", "Max", "Min", "Where", "Expand", "Tile", "Reshape", "Transpose", "Squeeze",
+    {"Add", "Sub", "Neg", "Max", "Min", "Where", "Expand", "Tile", "Reshape", "Transpose", "Squeeze",
      "Unsqueeze", "Flatten", "Concat", "Gather", "Slice", "Identity", "Cast"}
 )  # fmt: skip
 _PAST_FP16 = "past fp16's largest"  # (in the reason of a value too large for fp16)
@@ -239,13 +236,15 @@ def _carried_readers(risky: Dict[str, str], readers: Dict[str, list], types: Dic
     transformers' T5 masks its position bias with ``Where(mask, bias, float32-lowest)``, whose output
     holds -3.4e38 wherever a key is masked. Converted after it, that value becomes -inf, and a row
     whose every key is masked becomes NaN after the Softmax (float32 gives a uniform row). The value is
-    followed through the nodes that pass values on unchanged in magnitude (:data:`CARRYING_OPS`); the
-    first node of another kind (the Softmax) reads it and stays fp32, its output is in range. Values lost
+    followed through the nodes that pass values on unchanged in magnitude (:data:`CARRYING_OPS`, and a
+    ``Mul`` that reads the value itself: transformers 4.x writes ``(1 - mask) * float32-lowest``); the
+    first node of another kind (the Softmax, a Mul) reads it and stays fp32, and is not followed. Values lost
     to underflow are not followed (an epsilon added to a variance is not passed on)."""
     out: List[str] = []
     seen: Set[str] = set()
     large = [name for name, why in risky.items() if _PAST_FP16 in why]
-    todo = [o for name in large for n in readers.get(name, ()) if n.op_type in CARRYING_OPS for o in n.output]
+    first = CARRYING_OPS | {"Mul"}  # ((1 - mask) * float32-lowest; past it, a Mul may scale the value back)
+    todo = [o for name in large for n in readers.get(name, ()) if n.op_type in first for o in n.output]
     while todo:
         value = todo.pop()
         if value in seen or types.get(value) != FLOAT:
