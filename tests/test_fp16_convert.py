@@ -12,6 +12,7 @@ from onnx import TensorProto
 import fp16_models as fm
 import modelzoo as mz
 from toolkit.convert import fp16
+from toolkit.convert.ranges import REASON_RANGE_CARRIED
 from toolkit.core.errors import InputError
 
 
@@ -143,7 +144,9 @@ def test_constants_read_only_by_kept_nodes_stay_fp32():
     emu = fp16.emulate(model, ["up", "down"])
     np.testing.assert_allclose(ort_run(emu.model, feed)["y"], ref, rtol=1e-6)
     # converted, the Constants are fp16 (clamped): the product is far off
-    assert np.abs(ort_run(fp16.emulate(model).model, feed)["y"] - ref).max() > 0.1
+    assert np.abs(ort_run(fp16.emulate(model, auto_keep=False).model, feed)["y"] - ref).max() > 0.1
+    # the automatic set keeps `up` (it reads 1e5) and `down` (it reads x * 1e5, which `up` passes on)
+    assert fp16.convert(model).kept["down"] == REASON_RANGE_CARRIED
 
 
 def test_shared_weight_and_kept_graph_output():

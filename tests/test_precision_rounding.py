@@ -44,14 +44,14 @@ def path(tmp_path):
 def test_rounding_alone_keeps_no_node_and_names_the_tolerance(path):
     out = PrecisionSearch(PrecisionConfig(model=path, val_range=["[-2,2]"])).run()
     assert out.status == "rounding"
-    # the overflow is kept in fp32 ("up" reads a constant fp16 cannot hold, so the conversion keeps it
-    # itself; the search then keeps the reader of its 2e5 output), the MatMul's rounding is not
-    assert "matmul" not in out.kept and set(out.kept) & {"up", "down"}
+    # the overflow is kept in fp32 ("up" reads a constant fp16 cannot hold, and "down" its 2e5 output:
+    # the conversion keeps both itself), the MatMul's rounding is not
+    assert "matmul" not in out.kept and {"up", "down"} <= set(out.auto_kept)
     assert out.passing_atol is not None and out.passing_atol > 1e-2
     assert out.checks <= out.cost_bound
     # at the tolerance it names, the same search passes with the same nodes and no word of rounding
     again = PrecisionSearch(PrecisionConfig(model=path, val_range=["[-2,2]"], atol=[str(out.passing_atol)])).run()
-    assert again.status == "found" and again.kept == out.kept
+    assert again.status == "none-needed" and again.kept == out.kept
 
 
 def test_cli_says_it_is_rounding(cli, path):

@@ -228,17 +228,18 @@ def emulate_fp16(model, keep_fp32: Iterable[str] = (), **kw):
 _LOWS = (FLOAT16, BFLOAT16)
 
 
-def emulate_mixed(model, *, inplace: bool = False) -> Emulation:
+def emulate_mixed(model, *, inplace: bool = False, types: Optional[Dict[str, int]] = None) -> Emulation:
     """Emulate a model that already holds float16 or bfloat16 tensors (a converted, mixed model).
 
     Every float16 (bfloat16) tensor becomes a float32 tensor rounded to fp16 (bf16) after the
     node that produces it (weights and Constants: their values, exactly), so the reduced parts
     run in fp32 with reduced storage; float32 tensors stay as they are. Reduced graph inputs
-    are read as given; reduced graph outputs keep their type.
+    are read as given; reduced graph outputs keep their type. ``types``: the model's tensor types
+    (name -> element type) when the caller has them (they are inferred otherwise).
     """
     model = copy_model(model, inplace)
     name_nodes(model)
-    emulator = _MixedEmulator(model, tensor_types(infer_types(model)))
+    emulator = _MixedEmulator(model, tensor_types(infer_types(model)) if types is None else types)
     emulator.graph(model.graph, top=True)
     return Emulation(model, {}, emulator.rounded)
 

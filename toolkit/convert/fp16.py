@@ -239,15 +239,17 @@ class ConverterError(ToolkitError):
     exit_code = ExitCode.FAILED
 
 
-def _failing_node(exc: BaseException):
+def _failing_node(exc: BaseException, originals: Optional[Set[str]] = None):
     """The ONNX node the library was working on when it raised (the innermost frame with a local
-    ``node`` that is a NodeProto), or None."""
+    ``node`` that is a NodeProto), or None. ``originals``: the model's node names; a node the library
+    made (a Cast it added) is not named (``--keep-fp32`` cannot select it)."""
     found = None
     tb = exc.__traceback__
     while tb is not None:
-        node = tb.tb_frame.f_locals.get("node")
+        node: object = tb.tb_frame.f_locals.get("node")
         if hasattr(node, "op_type") and hasattr(node, "input"):
-            found = node
+            if originals is None or getattr(node, "name", None) in originals:
+                found = node
         tb = tb.tb_next
     return found
 
@@ -265,7 +267,13 @@ def _placeholder(tensor, low: int, clamped: List[str]):
     return tensor
 
 
-def _library_convert(f16, model, kept: Set[str], keep_io_types: bool, low: int, clamped: List[str]) -> None:
+def _no_prune(graph) -> None:
+    """Stands in for the library's Cast-pair removal (see :func:`_library_convert`)."""
+
+
+def _library_convert(
+    f16, model, kept: Set[str], keep_io_types: bool, low: int, clamped: List[str], originals: Optional[Set[str]] = None
+) -> None:
     """onnxconverter-common's conversion of ``model`` in place, nodes ``kept`` left in fp32.
 
     The tensors the library converts (``Constant`` values) are rounded by :func:`to_fp16` (or
@@ -276,12 +284,18 @@ def _library_convert(f16, model, kept: Set[str], keep_io_types: bool, low: int, 
     # If/Loop bodies read; ours (below) runs instead, for the duration of the call
     library_sort = getattr(f16, "sort_topology", None)
     library_tensor = f16.convert_tensor_float_to_float16
+    # its last pass removes Cast pairs fp32 -> fp16 -> fp32, taking the model's own Cast(to=float) for
+    # one of its own: when that Cast has several readers it fails (AttributeError), and with a graph
+    # output a ValueError; drop_round_trips does that work after it, on the Casts it made only
+    library_prune = getattr(f16, "remove_unnecessary_cast_node", None)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             f16.convert_tensor_float_to_float16 = lambda t, *a: _placeholder(t, low, clamped)
             if library_sort is not None:
                 f16.sort_topology = sort_all
+            if library_prune is not None:
+                f16.remove_unnecessary_cast_node = _no_prune
             f16.convert_float_to_float16(
                 model,
                 min_positive_val=FP16_TINY,
@@ -294,7 +308,7 @@ def _library_convert(f16, model, kept: Set[str], keep_io_types: bool, low: int, 
             )
         except CONVERTER_ERRORS as exc:
             reraise_bug(exc)
-            node = _failing_node(exc)
+            node = _failing_node(exc, originals)
             at = f" at node {node.name} ({node.op_type})" if node is not None else ""
             fix = (
                 f"keep it in fp32 with --keep-fp32 '{node.name}' (or its op type: --keep-fp32 {node.op_type})"
@@ -311,6 +325,8 @@ def _library_convert(f16, model, kept: Set[str], keep_io_types: bool, low: int, 
             f16.convert_tensor_float_to_float16 = library_tensor
             if library_sort is not None:
                 f16.sort_topology = library_sort
+            if library_prune is not None:
+                f16.remove_unnecessary_cast_node = library_prune
 
 
 def _fp16_attr_tensors(model) -> Set[Tuple[str, str, int]]:
@@ -401,7 +417,7 @@ def convert(
     originals = {n.name for n in iter_nodes(model)}
     hidden = _hide_kept_outputs(model, kept) if keep_io_types else set()
     _name_constant_values(model)
-    _library_convert(f16, model, kept, keep_io_types, low, clamped)
+    _library_convert(f16, model, kept, keep_io_types, low, clamped, originals)
     for graph in iter_graphs(model.graph):
         toposort(graph)
     if low == BFLOAT16:

@@ -39,6 +39,14 @@ RANGE_REL = 1e-2  # relative L2 error of a weight's fp16 rounding past which it 
 _SUBNORMAL = 2.0**-14  # smallest normal fp16
 REASON_RANGE = "reads a value fp16 cannot hold (past 65504, or lost to underflow)"
 REASON_RANGE_BF16 = "reads a value bf16 cannot hold (past 3.39e38)"
+REASON_RANGE_CARRIED = "reads a value past fp16's range that a node kept in fp32 passes on (inf in fp16)"
+# ops whose float output holds the values of their float inputs (moved, selected, added to): a value past
+# fp16's range read by one of them is past it in its output too
+CARRYING_OPS = frozenset(
+    {"Add", "Sub", "Neg", "Max", "Min", "Where", "Expand", "Tile", "Reshape", "Transpose", "Squeeze",
+     "Unsqueeze", "Flatten", "Concat", "Gather", "Slice", "Identity", "Cast"}
+)  # fmt: skip
+_PAST_FP16 = "past fp16's largest"  # (in the reason of a value too large for fp16)
 _RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Bernoulli", "Multinomial"}
 
 
@@ -58,7 +66,7 @@ def value_problem(arr, low: int) -> Optional[str]:
     if low == BFLOAT16:
         return f"values up to {amax:.3g}, past bf16's largest ({BF16_MAX:.3g})" if amax > BF16_MAX else None
     if amax > FP16_MAX:
-        return f"values up to {amax:.3g}, past fp16's largest (65504)"
+        return f"values up to {amax:.3g}, {_PAST_FP16} (65504)"
     if amax >= 2.0**-6:  # (a value this large makes any tensor's subnormal part negligible in L2...)
         squares = float(np.dot(a, a))
         # ...when the RMS is well above 2**-14: rounding errs <= 2**-11 relative for normal values and
@@ -215,4 +223,35 @@ def range_keep(model, types: Dict[str, int], low: int, risky: Optional[Dict[str,
     for name in risky:
         for node in readers.get(name, ()):
             keep.setdefault(node.name, reason)
+    if low != BFLOAT16:  # (bfloat16 holds float32's lowest)
+        for name in _carried_readers(risky, readers, types):
+            keep.setdefault(name, REASON_RANGE_CARRIED)
     return keep
+
+
+def _carried_readers(risky: Dict[str, str], readers: Dict[str, list], types: Dict[str, int]) -> List[str]:
+    """Names of the nodes that read a risky value as a node kept in fp32 passes it on.
+
+    A node kept because it reads a value fp16 cannot hold (:func:`range_keep`) may pass that value on:
+    transformers' T5 masks its position bias with ``Where(mask, bias, float32-lowest)``, whose output
+    holds -3.4e38 wherever a key is masked. Converted after it, that value becomes -inf, and a row
+    whose every key is masked becomes NaN after the Softmax (float32 gives a uniform row). The value is
+    followed through the nodes that pass values on unchanged in magnitude (:data:`CARRYING_OPS`, and a
+    ``Mul`` that reads the value itself: transformers 4.x writes ``(1 - mask) * float32-lowest``); the
+    first node of another kind (the Softmax, a Mul) reads it and stays fp32, and is not followed. Values lost
+    to underflow are not followed (an epsilon added to a variance is not passed on)."""
+    out: List[str] = []
+    seen: Set[str] = set()
+    large = [name for name, why in risky.items() if _PAST_FP16 in why]
+    first = CARRYING_OPS | {"Mul"}  # ((1 - mask) * float32-lowest; past it, a Mul may scale the value back)
+    todo = [o for name in large for n in readers.get(name, ()) if n.op_type in first for o in n.output]
+    while todo:
+        value = todo.pop()
+        if value in seen or types.get(value) != FLOAT:
+            continue
+        seen.add(value)
+        for node in readers.get(value, ()):
+            out.append(node.name)
+            if node.op_type in CARRYING_OPS and node.domain in STD_DOMAINS:
+                todo.extend(o for o in node.output if o)
+    return out

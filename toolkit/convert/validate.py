@@ -127,6 +127,9 @@ def split_weights(model, emulate: bool):
     light = without_big_data(model)
     light = copy_model(light, inplace=False) if light is model else light
     source = {t.name: t for t in model.graph.initializer}
+    # the types before the reduced weights below are read as float32 (then a MatMul reads a float16
+    # activation and a float32 weight: shape inference fails on that model)
+    types = tensor_types(infer_types(light)) if emulate else None
     weights: Dict[str, object] = {}
     for t in light.graph.initializer:
         if not any(e.key == "location" and e.value == STRIPPED for e in t.external_data):
@@ -142,7 +145,7 @@ def split_weights(model, emulate: bool):
         else:
             weights[t.name] = np.ascontiguousarray(numpy_helper.to_array(orig))
     if emulate:
-        light = emulate_mixed(light, inplace=True).model
+        light = emulate_mixed(light, inplace=True, types=types).model
     return light, weights
 
 
