@@ -355,7 +355,11 @@ ROWS += [
     R("merge-json-not-data", f"{MERGE} notdata.json -o o.json", 3, "notdata.json"),
     R("to-input-ok", f"{TOIN} in.json out.json -o o.npz", 0, new=("o.npz",)),
     # ------------------------------------------------------------------ debug reduce
-    R("reduce-checker-fails-still-reduced", f"{REDUCE} checker.onnx -o o.onnx --check false", 0, new=("o.onnx", "polygraphy_debug_replay.json")),
+    R("reduce-checker-fails-still-reduced", f"{REDUCE} checker.onnx -o o.onnx --fail-code 0 --check grep -q onnx_graphsurgeon_node_3 polygraphy_debug.onnx", 0,
+      new=("o.onnx", "polygraphy_debug_replay.json")),
+    # a check that fails whatever the model blames no node: exit 3, no -o
+    R("reduce-check-never-passes", f"{REDUCE} m.onnx -o o.onnx --check false", 3, "does not depend on the model",
+      new=("polygraphy_debug_replay.json",)),
     R("reduce-bad-regex", f"{REDUCE} m.onnx -o o.onnx --fail-regex ( --check false", 2, "--fail-regex", sub=True),
     R("reduce-check-command-missing", f"{REDUCE} m.onnx -o o.onnx --check no-such-command-xyz", 4, "no-such-command-xyz"),
     R("reduce-check-empty", f"{REDUCE} m.onnx -o o.onnx --check", 2, "--check"),
@@ -375,7 +379,7 @@ ROWS += [
     ),
     R(
         "reduce-load-inputs-wrong-dtype",  # used with a warning (cast where reduce runs the model)
-        f"{REDUCE} m.onnx -o o.onnx --load-inputs wrong_dtype.json --check false",
+        f"{REDUCE} m.onnx -o o.onnx --load-inputs wrong_dtype.json --fail-code 0 --check grep -q onnx_graphsurgeon_node_3 polygraphy_debug.onnx",
         0,
         new=("o.onnx", "polygraphy_debug_replay.json"),
     ),
