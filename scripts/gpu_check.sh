@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Check toolkit's TensorRT backend on a machine with an NVIDIA GPU (CI has none): install the
-# [trt] extra, run the GPU tests (tests/test_trt_gpu.py) and the TensorRT recipes of docs/run.md
+# [trt] extra, run the GPU tests (tests/backends/test_trt_gpu.py) and the TensorRT recipes of docs/run.md
 # and the examples, then print one line per check and a summary. Exit 0 when all pass, 1 if any
 # fails (the logs stay in the folder it names). Without a GPU it prints one line and exits 0.
 #
@@ -66,14 +66,14 @@ major=$("$py" -c "import tensorrt; print(tensorrt.__version__.split('.')[0])")
 # The GPU tests: every one must run (the module skips itself when TensorRT is not usable).
 gpu_tests() {
     local text rc
-    text=$("$py" -m pytest -q -p no:cacheprovider -rs "$repo/tests/test_trt_gpu.py" 2>&1)
+    text=$("$py" -m pytest -q -p no:cacheprovider -rs "$repo/tests/backends/test_trt_gpu.py" 2>&1)
     rc=$?
     printf '%s\n' "$text"
     [ "$rc" -eq 0 ] && ! grep -q "TensorRT on a GPU is not usable here" <<<"$text"
 }
 check gpu-tests gpu_tests
-check cpu-trt-tests "$py" -m pytest -q -p no:cacheprovider "$repo"/tests/test_trt.py "$repo"/tests/test_trt_findings.py \
-    "$repo"/tests/test_trt_surface.py "$repo"/tests/test_trt_failures.py "$repo"/tests/test_trt_dtypes.py
+check cpu-trt-tests "$py" -m pytest -q -p no:cacheprovider "$repo"/tests/backends/test_trt.py "$repo"/tests/backends/test_trt_findings.py \
+    "$repo"/tests/backends/test_trt_surface.py "$repo"/tests/backends/test_trt_failures.py "$repo"/tests/backends/test_trt_dtypes.py
 
 # The recipes of docs/run.md (TensorRT section), on a small CNN with a dynamic batch.
 check model "$py" -c "

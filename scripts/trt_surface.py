@@ -1,7 +1,7 @@
 """Write the Python API surface of TensorRT 10 and 11 to text files (tests/trt_surface/).
 
 The surface is what toolkit's TensorRT backend and its test fakes are checked against
-(tests/test_trt_surface.py): classes, methods with their signatures, properties, enums with
+(tests/backends/test_trt_surface.py): classes, methods with their signatures, properties, enums with
 their members, and module functions, read from the real bindings of each version.
 
 No GPU and no TensorRT libraries are needed. The bindings wheel (``tensorrt-cu12-bindings``,

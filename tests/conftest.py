@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 import pytest
 
-sys.path.insert(0, os.path.dirname(__file__))
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -1,7 +1,7 @@
 """Fake ``tensorrt`` and cuda-python modules for CPU tests of the TensorRT backend.
 
 They are derived from, and checked against, the real API (tests/trt_surface/, see
-tests/test_trt_surface.py): enums are built from the recorded members (so ``MemoryPoolType``
+tests/backends/test_trt_surface.py): enums are built from the recorded members (so ``MemoryPoolType``
 is complete and TensorRT 11's ``BuilderFlag`` has no FP16), every class and method the fake
 defines exists in the real bindings of its version with the same parameters, and the
 TensorRT 11 fake has no calibrator API.

@@ -29,7 +29,7 @@ from toolkit.core import inplace
 # The backends the root --help names: the title of every runner kind that toolkit.run.registry
 # registers, in its order. Kept here rather than read from the registry, whose import (the
 # backends' modules, RunOptions) would add about 18 ms to the 61 ms of `toolkit --help`;
-# tests/test_cli_basics.py keeps the two equal, and `run`'s own help is built from the registry.
+# tests/cli/test_cli_basics.py keeps the two equal, and `run`'s own help is built from the registry.
 BACKENDS: Tuple[str, ...] = ("ONNX-Runtime", "TensorRT", "OpenVINO")
 
 

@@ -237,14 +237,21 @@ def _reap(pid: int, deadline: Optional[float], status_box: list) -> bool:
     """:func:`_wait_for_exit` for a forked check ``pid``: its status into ``status_box``;
     False when ``deadline`` passed first."""
     while deadline is None or time.monotonic() < deadline:
-        try:
-            wpid, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return True
-        if wpid:
-            status_box.append(status)
+        if poll_status(pid, status_box):
             return True
         time.sleep(0.002)
+    return False
+
+
+def poll_status(pid: int, status_box: list) -> bool:
+    """Whether forked check ``pid`` has exited (its wait status appended to ``status_box``)."""
+    try:
+        wpid, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+    if wpid:
+        status_box.append(status)
+        return True
     return False
 
 
@@ -511,16 +518,7 @@ class WarmRunner:
         status_box: List[int] = []
 
         def exited() -> bool:
-            if status_box:
-                return True
-            try:
-                wpid, status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                return True
-            if wpid:
-                status_box.append(status)
-                return True
-            return False
+            return bool(status_box) or poll_status(pid, status_box)
 
         try:
             streams, timed_out = _collect([r_out, r_err], deadline, tick, exited, self.patterns)

@@ -21,7 +21,7 @@ INSTALL_HINT = "install it with: " + _install_hint()
 MIN_TRT_MAJOR = 10
 
 # TensorRT names the backend uses that exist in TensorRT 10 only (11 removed weak typing and
-# INT8 calibration). Every use is behind a version check; tests/test_trt_surface.py keeps this
+# INT8 calibration). Every use is behind a version check; tests/backends/test_trt_surface.py keeps this
 # set equal to the backend's names that TensorRT 11's surface lacks.
 TRT10_ONLY = frozenset(
     {

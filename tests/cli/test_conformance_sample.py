@@ -12,7 +12,7 @@ import sys
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SCRIPT = os.path.join(HERE, "..", "scripts", "sweep_surgeon.py")
+SCRIPT = os.path.join(HERE, "..", "..", "scripts", "sweep_surgeon.py")
 SAMPLE = (
     "shape_start_1", "shape_end_negative_1", "attention_4d_scaled_expanded", "rotary_embedding_expanded",
     "affine_grid_2d_expanded", "optional_get_element_tensor", "split_to_sequence_1", "if",

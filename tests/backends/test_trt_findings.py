@@ -1,5 +1,5 @@
 """The TensorRT backend against what real TensorRT does, on CPU through the fakes of
-tests/trt_fakes.py (checked against the real API by tests/test_trt_surface.py).
+tests/trt_fakes.py (checked against the real API by tests/backends/test_trt_surface.py).
 
 Each test pins one behaviour of real TensorRT 10/11 that the backend once got wrong:
 constructors that raise instead of returning None, plugins, shape-tensor inputs, several

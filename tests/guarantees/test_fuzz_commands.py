@@ -1,6 +1,6 @@
 """Property-based tests: mutated models and data files through `run`, `surgeon` and `data`.
 
-tests/test_fuzz.py covers `inspect`. Here every example is a valid model or data file,
+tests/guarantees/test_fuzz.py covers `inspect`. Here every example is a valid model or data file,
 mutated either byte by byte (flips, cuts, inserts) or structurally (op types, tensor
 names, dims, dtypes, initializers, opsets changed through the protobuf), then fed to a
 command. The property, whatever the mutation: no uncaught exception, ever —

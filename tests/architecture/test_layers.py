@@ -1,7 +1,7 @@
 """Module-shape rules no configured tool holds: every toolkit import names something that exists, no private
 name imported across modules, no module outside cli/ over 800 lines, imports at module level, broad excepts
 say why. The layers and the absence of import cycles are import-linter contracts (pyproject.toml, run by
-tests/test_lint.py and .ci/run).
+tests/architecture/test_lint.py and .ci/run).
 
 Every import in every module counts, also those inside functions (where the heavy ones live).
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import ast
 import pathlib
 
-PKG = pathlib.Path(__file__).resolve().parent.parent / "toolkit"
+PKG = pathlib.Path(__file__).resolve().parents[2] / "toolkit"
 
 
 def test_every_toolkit_import_names_something_that_exists():

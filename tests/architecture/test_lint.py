@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-REPO = pathlib.Path(__file__).resolve().parent.parent
+REPO = pathlib.Path(__file__).resolve().parents[2]
 PKG = REPO / "toolkit"
 MAX_LINES = 60
 

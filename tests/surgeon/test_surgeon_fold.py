@@ -173,7 +173,7 @@ def test_known_issues_repros_still_reproduce(capsys):
     import os
     import re
 
-    path = os.path.join(os.path.dirname(__file__), "..", "docs", "known-issues.md")
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "known-issues.md")
     blocks = re.findall(r"```python\n(.*?)```", open(path).read(), re.S)
     preamble, shape_start, if_outputs, optional = blocks
     exec(preamble + shape_start, {})

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PO
 SLOW_TYPER = '''
 import importlib, os, sys, time
 time.sleep(3)
-sys.path.remove(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.remove(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 del sys.modules["typer"]
 sys.modules["typer"] = importlib.import_module("typer")
 '''

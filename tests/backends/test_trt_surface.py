@@ -22,7 +22,7 @@ import pytest
 import trt_api
 from trt_fakes import doubling_model, fake_cudart, fake_tensorrt, install
 
-BACKEND = os.path.join(os.path.dirname(__file__), os.pardir, "toolkit", "backends", "trt")
+BACKEND = os.path.join(os.path.dirname(__file__), os.pardir, os.pardir, "toolkit", "backends", "trt")
 VERSIONS = {10: "10.13.3.9", 11: "11.4.0.106"}
 
 

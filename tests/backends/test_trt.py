@@ -2,7 +2,7 @@
 engine files, parser errors, output selection.
 
 TensorRT and cuda-python are replaced by the fakes of tests/trt_fakes.py, which are checked
-against the real API of TensorRT 10 and 11 (tests/test_trt_surface.py). The real thing is
+against the real API of TensorRT 10 and 11 (tests/backends/test_trt_surface.py). The real thing is
 tested in test_trt_gpu.py (skipped without a GPU).
 """
 
@@ -223,7 +223,7 @@ def test_trt_options_without_trt_are_ignored_with_a_warning(cli, seed_model):
     res = cli("run", seed_model, "--onnxrt", "--tf32", "--trt-outputs", "mark", "all", "-q")
     assert res.code == 0
     assert "warning: --trt-outputs, --tf32 ignored without --trt" in res.err
-    # (--onnxrt --fp16 without --trt emulates fp16 on the CPU: tests/test_fp16_run.py)
+    # (--onnxrt --fp16 without --trt emulates fp16 on the CPU: tests/convert/test_fp16_run.py)
 
 
 # ----------------------------------------------------------------------------- missing pieces
