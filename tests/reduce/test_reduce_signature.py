@@ -165,3 +165,16 @@ def test_the_signature_is_said_first_and_in_json(tmp_path):
     cfg = _config(tmp_path, chain(8), mode="bisect")
     Reducer(cfg, Rep(), runner=CrashCheck(cfg.iter_artifact)).run()
     assert infos and infos[0].startswith("Failure to reduce (the full model's): a crash (killed by SIGSEGV)")
+
+
+def test_frozen_shapes_stay_in_the_result_when_both_fail_alike(cli, tmp_path, monkeypatch):
+    """The full model is checked frozen and as given; when both fail the same way the frozen
+    model is the one reduced, and -o keeps the frozen shapes (not the bytes of the as-given check)."""
+    monkeypatch.chdir(tmp_path)
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"], name="id0")], "dyn",
+                              [vi("x", [1, 2, "h", "w"])], [vi("y", [1, 2, "h", "w"])])
+    save(make_model(graph), tmp_path / "m.onnx")
+    res = cli("debug", "reduce", "m.onnx", "-o", "r.onnx", "--model-input-shapes", "x:[1,2,5,5]", "--check", "false")
+    assert res.code == 0, res.err
+    dims = [d.dim_value or d.dim_param for d in onnx.load(str(tmp_path / "r.onnx")).graph.input[0].type.tensor_type.shape.dim]
+    assert dims == [1, 2, 5, 5]

@@ -630,6 +630,7 @@ class Reducer(Artifacts):
         self._load()
         self.memo.clear()
         self._feeds = None
+        self.best_chunks = None  # (bytes of the other shapes' model: -o is written from the index now loaded)
 
     def _write_results(self, outcome: Outcome, mask: Optional[int]) -> None:
         """-o, --min-good and the replay file."""
