@@ -25,9 +25,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -72,7 +74,9 @@ def rng_inputs(spec: dict, seed: int = 0) -> dict:
             out[name] = rng.integers(0, 2, shape).astype(bool)
         elif kind == "text":
             words = ["error", "ok", "disk", "full", "login", "fail", "ready", "down"]
-            out[name] = np.array([[" ".join(rng.choice(words, 4))] for _ in range(shape[0])], dtype=object)
+            out[name] = np.array([[" ".join(rng.choice(words, 4))] for _ in range(shape[0])], dtype=str)
+        elif kind == "cat":
+            out[name] = rng.choice(np.array(args[0], dtype=str), shape)
     return out
 
 
@@ -80,11 +84,11 @@ NA, NE, NR = 40, 120, 8
 CAUSTIC = {
     "element": ("int", [NA], 0, 7), "amino_acid": ("int", [NA], 0, 21), "atom_role": ("int", [NA], 0, 14),
     "bfactor": ("uniform", [NA], 0, 1), "edge_index": ("int", [2, NE], 0, NA), "edge_dist": ("uniform", [NE], 1, 6),
-    "seq_sep": ("int", [NE], 0, 33), "same_residue": ("bool", [NE]), "target_indices": ("int", [NR, 6], 0, NA),
+    "seq_sep": ("int", [NE], 0, 33), "same_residue": ("uniform", [NE], 0, 1), "target_indices": ("int", [NR, 6], 0, NA),
     "target_mask": ("bool", [NR, 6]), "residue_types": ("int", [NR], 0, 21),
     "residue_geometry": ("normal", [NR, 52]), "target_environment": ("normal", [NR, 6, 15]),
     "temperature_feature": ("uniform", [NR, 1], 0, 1), "target_atom_rsasa": ("uniform", [NR, 6], 0, 1),
-    "pos": ("normal", [NA, 3]), "node_normal": ("normal", [NA, 3]), "is_hbond": ("bool", [NE]),
+    "pos": ("normal", [NA, 3]), "node_normal": ("normal", [NA, 3]), "is_hbond": ("uniform", [NE], 0, 1),
     "hb_cos": ("uniform", [NE], -1, 1),
 }
 SIAMESE = {"input_1": ("uniform", [1, 60, 60, 3], 0, 1), "input_2": ("uniform", [1, 60, 60, 3], 0, 1)}
@@ -102,6 +106,8 @@ MODELS = {
     "caustic_nmr": (CAUSTIC, FP16, "graph network: Gather, ScatterElements, 19 int64/bool/float inputs"),
     "text_pipeline": ({"X": ("text", [3, 1])}, OV, "skl2onnx TF-IDF + LogisticRegression, string in/out"),
     "lgbm_reg": ({"input": ("normal", [4, 12])}, OV, "onnxmltools LightGBM TreeEnsembleRegressor"),
+    "cat_pipeline": ({"color": ("cat", [6, 1], ["red", "green", "blue", "black"])}, FP16,
+                     "skl2onnx OneHotEncoder + DecisionTree, string input and string labels"),
 }
 
 
@@ -159,26 +165,47 @@ def compare(ref: dict, test: dict, atol: float, rtol: float) -> dict:
     return {"kinds": kinds, "max_abs": worst, "kind": max(kinds.values(), key=KIND_ORDER.index, default="pass")}
 
 
-def with_outputs(model: onnx.ModelProto, names: list[str], path: Path) -> Path:
-    """A copy of MODEL whose outputs are NAMES (types left for the runtime to infer), saved to PATH."""
+def with_outputs(model: onnx.ModelProto, names: list[str], path: Path, types: dict | None = None) -> Path:
+    """A copy of MODEL whose outputs are NAMES (element types from TYPES, else left to the runtime), at PATH."""
     m = onnx.ModelProto()
     m.CopyFrom(model)
     del m.graph.output[:]
-    m.graph.output.extend([onnx.ValueInfoProto(name=n) for n in names])
+    for n in names:
+        if types and n in types:
+            elem = onnx.helper.np_dtype_to_tensor_dtype(types[n])
+            m.graph.output.append(onnx.helper.make_tensor_value_info(n, elem, None))
+        else:
+            m.graph.output.append(onnx.ValueInfoProto(name=n))
     onnx.save(m, str(path), save_as_external_data=m.ByteSize() > 1.5e9)
     return path
 
 
-def to_fp16(src: Path, dst: Path) -> Path | None:
-    """Our own fp16 conversion (onnxconverter-common, keep_io_types); None when it refuses."""
+def to_fp16(src: Path, dst: Path, block: list[str]) -> Path | None:
+    """Our own fp16 conversion (onnxconverter-common, keep_io_types, BLOCK ops kept fp32); None if it refuses."""
     from onnxconverter_common import float16
 
     try:
-        m = float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True)
+        blocked = list(float16.DEFAULT_OP_BLOCK_LIST) + block
+        m = float16.convert_float_to_float16(onnx.load(str(src)), keep_io_types=True, op_block_list=blocked)
         onnx.save(m, str(dst))
         return dst
     except Exception:  # noqa: BLE001 - any refusal means "no independent fp16 check"
         return None
+
+
+def run_fp16(model: Path, inputs: Path, work: Path, tag: str) -> dict:
+    """MODEL in our fp16 copy; ops ONNX-Runtime has no fp16 CPU kernel for are kept fp32, as a converter must."""
+    block: list[str] = []
+    for _ in range(6):
+        half = to_fp16(model, work / f"{tag}.fp16.onnx", block)
+        if half is None:
+            return {"kind": "n/a", "msg": "onnxconverter-common refuses the model"}
+        test = child(half, inputs, work / f"{tag}.test.npz")
+        missing = re.search(r"Could not find an implementation for (\w+)", str(test.get("msg")))
+        if test["kind"] != "error" or not missing:
+            return test
+        block.append(missing.group(1))
+    return test
 
 
 def failure(model: Path, inputs: Path, spec: str, atol: float, rtol: float, work: Path, tag: str) -> dict:
@@ -187,10 +214,7 @@ def failure(model: Path, inputs: Path, spec: str, atol: float, rtol: float, work
     if ref["kind"] != "ok":
         return {"kind": "ref-" + ref["kind"], "msg": ref.get("msg")}
     if spec.startswith("onnxrt:fp16"):
-        half = to_fp16(model, work / f"{tag}.fp16.onnx")
-        if half is None:
-            return {"kind": "n/a", "msg": "onnxconverter-common refuses the model"}
-        test = child(half, inputs, work / f"{tag}.test.npz")
+        test = run_fp16(model, inputs, work, tag)
     else:
         test = child(model, inputs, work / f"{tag}.test.npz", "ov-f32")
     if test["kind"] != "ok":
@@ -221,7 +245,9 @@ def check_extract(model: onnx.ModelProto, path: Path, work: Path, inputs: Path, 
     """surgeon extract of a middle tensor; its output must equal the full model's value of it."""
     mid = mid_tensor(model)
     ext = work / "extract.onnx"
-    tk("extract", ["surgeon", "extract", str(path), "--outputs", f"{mid}:auto", "-o", str(ext)])
+    shapes = [f"{k}:[{','.join(map(str, v.shape))}]" for k, v in np.load(inputs).items()]
+    tk("extract", ["surgeon", "extract", str(path), "--outputs", f"{mid}:auto", "-o", str(ext),
+                   "--model-input-shapes", *shapes])
     if not ext.exists():
         return "not written"
     got = child(ext, inputs, work / "extract.out.npz")
@@ -253,13 +279,14 @@ def check_reduce(model: onnx.ModelProto, path: Path, red: Path, work: Path, inpu
     np.savez(work / "red_inputs.npz", **feed)
     alone = failure(red, work / "red_inputs.npz", spec, atol, rtol, work, "red")
     marked = work / "full_marked.onnx"
-    with_outputs(model, r_out, marked)
+    with_outputs(model, r_out, marked, {n: vals["values"][n].dtype for n in r_out})
     inplace = failure(marked, inputs, spec, atol, rtol, work, "inplace")
     out.update(alone=alone.get("kind"), alone_max=alone.get("max_abs"), inplace=inplace.get("kind"),
                inplace_max=inplace.get("max_abs"), red_nodes=len(rm.graph.node), red_outputs=r_out)
     failing = full.get("kind") not in ("pass", "n/a") and not str(full.get("kind")).startswith("ref-")
     same = failing and alone.get("kind") == full.get("kind") and inplace.get("kind") == full.get("kind")
-    out["verdict"] = "agree" if same else ("n/a" if full.get("kind") == "n/a" else "DISAGREE")
+    why = "" if failing else " (the full model passes)"
+    out["verdict"] = "agree" if same else ("n/a" if full.get("kind") == "n/a" else "DISAGREE" + why)
     return out
 
 
@@ -341,7 +368,10 @@ def main() -> int:
     ap.add_argument("--timeout", type=int, default=180, help="seconds per command (default 180)")
     ap.add_argument("--reduce-timeout", type=int, default=300, help="seconds per debug reduce (default 300)")
     a = ap.parse_args()
+    a.models, a.out = a.models.resolve(), a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
+    warnings.filterwarnings("ignore")
+    os.chdir(a.out)  # debug reduce leaves its replay file in the working directory
     results = []
     for name in a.only:
         print(f"== {name}", file=sys.stderr, flush=True)

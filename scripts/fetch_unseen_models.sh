@@ -11,7 +11,8 @@
 # (graph network: Gather, ScatterElements, 19 inputs of int64/bool/float).
 # Converters (need scikit-learn, skl2onnx, lightgbm, onnxmltools; PYTHON names the interpreter that has them,
 # e.g. a venv made with `python -m venv --system-site-packages`): a scikit-learn text pipeline with string
-# input and string labels (skl2onnx), a LightGBM regressor (onnxmltools).
+# input and string labels (skl2onnx; ONNX-Runtime needs the en_US.UTF-8 locale for its StringNormalizer), a
+# one-hot + decision tree pipeline with a string input and string labels (skl2onnx), a LightGBM regressor (onnxmltools).
 # Derived with onnxruntime.quantization and onnx: the seizure LSTM quantized dynamically (int8), the spindle
 # detector quantized statically (QDQ), the siamese net saved with its weights in an external data file.
 set -euo pipefail
@@ -66,8 +67,11 @@ try:
     import lightgbm
     import onnxmltools
     from onnxmltools.convert.common.data_types import FloatTensorType
-    from skl2onnx import to_onnx
+    from skl2onnx import convert_sklearn, to_onnx
+    from skl2onnx.common.data_types import StringTensorType
     from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.preprocessing import OneHotEncoder
+    from sklearn.tree import DecisionTreeClassifier
     from sklearn.linear_model import LogisticRegression
     from sklearn.pipeline import make_pipeline
 except ImportError as exc:
@@ -82,6 +86,13 @@ onx = to_onnx(pipe, texts[:1].reshape(-1, 1), options={LogisticRegression: {"zip
               target_opset={"": 17, "ai.onnx.ml": 3})
 onx.ir_version = 8
 onnx.save(onx, os.path.join(d, "text_pipeline.onnx"))
+colors = rng.choice(["red", "green", "blue", "black"], (300, 1))
+y = np.where(colors[:, 0] == "red", "keep", "drop")
+cat = make_pipeline(OneHotEncoder(), DecisionTreeClassifier(max_depth=4)).fit(colors, y)
+onx = convert_sklearn(cat, initial_types=[("color", StringTensorType([None, 1]))],
+                      options={DecisionTreeClassifier: {"zipmap": False}}, target_opset={"": 17, "ai.onnx.ml": 3})
+onx.ir_version = 8
+onnx.save(onx, os.path.join(d, "cat_pipeline.onnx"))
 x = rng.standard_normal((500, 12)).astype(np.float32)
 y = x[:, 0] * 2 + np.sin(x[:, 1]) + x[:, 2] * x[:, 3]
 reg = lightgbm.LGBMRegressor(n_estimators=60, num_leaves=15, verbose=-1).fit(x, y)
