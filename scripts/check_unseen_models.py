@@ -374,6 +374,32 @@ def table(results: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def short(text: str) -> str:
+    """One table cell: the runtime's words cut to their point."""
+    text = text.replace("|", "/").replace("onnxruntime.capi.onnxruntime_pybind11_state.", "")
+    return text if len(text) < 110 else text[:107] + "..."
+
+
+def checks_table(results: list[dict]) -> str:
+    head = ("| model | sanitize: written model | extract: vs full model | convert: written model, default options "
+            "| precision: written model | reduce: result | reduce: full / alone / in place (largest error) |")
+    lines = [head, "|---|---|---|---|---|---|---|"]
+    for r in results:
+        c, j = r["check"], r.get("reduce_json") or {}
+        red = c["reduce"]
+        nodes = j.get("result_nodes") or []
+        got = f"{j.get('status')}: {len(nodes)} node(s) `{nodes[0].split(' [')[0]}`" if nodes else str(j.get("status"))
+
+        def num(key: str) -> str:
+            v = red.get(key + "_max")
+            return f"{red.get(key)}" + (f" {v:.3g}" if isinstance(v, float) else "")
+
+        lines.append(f"| `{r['model']}` | {short(c['sanitize'])} | {short(c['extract'])} | {short(c['convert'])} "
+                     f"| {short(c['precision'])} | {got}, {j.get('checks')} checks | {num('full')} / "
+                     f"{num('alone')} / {num('inplace')}: {red['verdict']} |")
+    return "\n".join(lines)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", type=Path, default=Path("/tmp/unseen-models"))
@@ -381,7 +407,12 @@ def main() -> int:
     ap.add_argument("--only", nargs="*", default=list(MODELS))
     ap.add_argument("--timeout", type=int, default=180, help="seconds per command (default 180)")
     ap.add_argument("--reduce-timeout", type=int, default=300, help="seconds per debug reduce (default 300)")
+    ap.add_argument("--tables", type=Path, help="print the tables of an earlier results.json and exit")
     a = ap.parse_args()
+    if a.tables:
+        res = json.loads(a.tables.read_text())
+        print(table(res) + "\n\n" + checks_table(res))
+        return 0
     a.models, a.out = a.models.resolve(), a.out.resolve()
     a.out.mkdir(parents=True, exist_ok=True)
     warnings.filterwarnings("ignore")
@@ -391,7 +422,7 @@ def main() -> int:
         print(f"== {name}", file=sys.stderr, flush=True)
         results.append(check_model(name, a.models, a.out, a.timeout, a.reduce_timeout))
         (a.out / "results.json").write_text(json.dumps(results, indent=1, default=str))
-    print(table(results))
+    print(table(results) + "\n\n" + checks_table(results))
     print(f"toolkit from PYTHONPATH={os.environ.get('PYTHONPATH', '')}", file=sys.stderr)
     return 0
 
