@@ -9,7 +9,8 @@ all``, ``surgeon sanitize --fold-constants``, ``surgeon extract`` of a middle te
 ``debug precision`` and ``debug reduce --compare``. Independent checks:
 
 * every model a command writes is loaded with default SessionOptions in a child process and run on the same
-  inputs (a signal is a crash); sanitize and convert outputs are compared with the original's;
+  inputs (a signal is a crash); sanitize and convert outputs are compared with the original's; the converted
+  model also runs in OpenVINO where OpenVINO runs the original;
 * the extracted model's output equals the full model's value of that tensor;
 * the reduced model fails the way the full model fails: the full model's failure (kind per output: crash, error,
   shape, nonfinite, numeric) is computed with our own fp16 conversion (onnxconverter-common, keep_io_types; ops
@@ -339,6 +340,9 @@ def check_model(name: str, models: Path, root: Path, timeout: int, reduce_timeou
     fp16 = work / "fp16.onnx"
     tk("convert", ["convert", str(path), "--fp-to-fp16", "-o", str(fp16), *li])
     res["check"]["convert"] = verdict_run(fp16, inputs, ref, work / "fp16.npz", 1e-2)
+    if fp16.exists() and child(path, inputs, work / "ov.npz", "ov")["kind"] == "ok":
+        got = child(fp16, inputs, work / "fp16.ov.npz", "ov")
+        res["check"]["convert"] += "; OpenVINO: " + ("runs" if got["kind"] == "ok" else f"{got['kind']} {got['msg']}")
     mixed = work / "mixed.onnx"
     tk("precision", ["debug", "precision", str(path), "-o", str(mixed), *li])
     res["check"]["precision"] = verdict_run(mixed, inputs, ref, work / "mixed.npz", 1e-2)
@@ -377,7 +381,9 @@ def table(results: list[dict]) -> str:
 def short(text: str) -> str:
     """One table cell: the runtime's words cut to their point."""
     text = text.replace("|", "/").replace("onnxruntime.capi.onnxruntime_pybind11_state.", "")
-    return text if len(text) < 110 else text[:107] + "..."
+    text = re.sub(r"\[ONNXRuntimeError\] : \d+ : \w+ : (Non-zero status code returned while running )?", "", text)
+    parts = text.split("; OpenVINO: ")
+    return "; OpenVINO: ".join(p if len(p) < 150 else p[:147] + "..." for p in parts)
 
 
 def checks_table(results: list[dict]) -> str:
