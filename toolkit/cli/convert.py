@@ -319,7 +319,7 @@ def _checks(original, result, feeds: list, dtype: str, check: _Check, again: "_A
     pending = start_session(result.model, feeds)
     res = _validate(original, result.model, feeds, dtype, pending.outputs)
     repaired, runtime = check_runtime(
-        result, feeds, check.ort_optimization, check.repair, again, pending.result(), dtype=dtype
+        result, feeds, check.ort_optimization, check.repair, again, pending.result(), dtype=dtype, original=original
     )
     if repaired is not result:
         res = _validate(original, repaired.model, feeds, dtype, runtime.measured())

@@ -44,8 +44,17 @@ def _sessions(model, feeds, level: Optional[str], first=None) -> list:
     return runs
 
 
+def _runs(original, feeds) -> bool:
+    """Whether the original model (a path or a model) runs on ``feeds`` with the default options."""
+    from toolkit.core.model import load_model
+
+    model = load_model(original) if isinstance(original, str) else original
+    return all(r.ok for r in _sessions(model, feeds, None))
+
+
 def check_runtime(
-    result, feeds: list, level: Optional[str], repair: bool, again: Callable, first=None, dtype: str = "float16"
+    result, feeds: list, level: Optional[str], repair: bool, again: Callable, first=None, dtype: str = "float16",
+    original=None,
 ):
     """(the conversion to write, RuntimeChecks) for ``result``: see the module docstring.
 
@@ -62,13 +71,15 @@ def check_runtime(
             f"({sum(r.seconds for r in checks.runs):.2f} s)")
         return result, checks
     checks.fallback = working_level(result.model, feeds, bad.level)
+    sentence = bad.sentence() + _fallback_text(checks.fallback)
     if bad.error and checks.fallback is None:
         if dtype == "bfloat16":  # (expected: the CPU provider has almost no bfloat16 kernels)
             log(f"{bad.sentence()} (its CPU provider has almost no bfloat16 kernels: run it where bf16 runs)")
-        else:  # no level runs these inputs: the inputs, not the session options (the check says more)
-            warn(bad.sentence())
-        return result, checks
-    sentence = bad.sentence() + _fallback_text(checks.fallback)
+            return result, checks
+        if original is None or not _runs(original, feeds):
+            warn(bad.sentence())  # the original fails on these inputs too: the inputs, not the conversion
+            return result, checks
+        sentence = f"{bad.sentence().rstrip('. ')}, where the original model runs on the same inputs"
     if repair:
         found = _repair(result, feeds, bad, again)
         if found is not None:
@@ -79,9 +90,10 @@ def check_runtime(
             return result, checks
         checks.failure = sentence + "; --repair found no single op type whose fp32 copy avoids it"
         return result, checks
+    setting = "create its session with that setting, or " if checks.fallback is not None else ""
     checks.failure = (
-        f"{sentence}; the model was written: create its session with that setting, or rerun with --repair "
-        "to search for the op type to keep in fp32 (--keep-fp32 OP)"
+        f"{sentence}; the model was written: {setting}rerun with --repair to search for the op type to keep in "
+        "fp32 (--keep-fp32 OP)"
     )
     return result, checks
 
