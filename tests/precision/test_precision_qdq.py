@@ -4,6 +4,7 @@ import json
 
 import numpy as np
 import onnx
+from onnx import helper
 import onnxruntime as ort
 import pytest
 
@@ -121,15 +122,40 @@ def test_float_names(name, known, expected):
 
 
 def test_integer_op_models_say_why_in_one_line(models, tmp_path, cli):
+    """A pair option on a model quantized in integer ops only: one error line naming the ops."""
     from onnxruntime.quantization import quantize_dynamic
 
     dyn = tmp_path / "dynamic.onnx"
     quantize_dynamic(models["float"], str(dyn))
     before = dyn.read_bytes()
-    r = cli("debug", "precision", dyn)
+    r = cli("debug", "precision", dyn, "--qdq-weights")
     assert r.code == 3
     assert r.err.count("error:") == 1 and "integer ops" in r.err and "MatMulInteger" in r.err
     assert "Traceback" not in r.err and dyn.read_bytes() == before
+
+
+def test_integer_op_models_get_the_fp16_search_with_a_note(models, tmp_path, cli):
+    """No pairs to search: the fp16 node search runs, as on any float model, and says why."""
+    from onnxruntime.quantization import quantize_dynamic
+
+    dyn = tmp_path / "dynamic.onnx"
+    quantize_dynamic(models["float"], str(dyn))
+    r = cli("debug", "precision", dyn, "-o", tmp_path / "mixed.onnx")
+    assert r.code == 0, r.err
+    assert "quantized in integer ops" in r.err and "fp16" in r.err
+    ort.InferenceSession(str(tmp_path / "mixed.onnx"))  # the written model loads
+
+
+def test_a_model_with_no_float32_compute_has_nothing_to_search(tmp_path, cli):
+    graph = helper.make_graph([helper.make_node("Add", ["x", "x"], ["y"], name="add")], "dbl",
+                              [helper.make_tensor_value_info("x", onnx.TensorProto.DOUBLE, [2])],
+                              [helper.make_tensor_value_info("y", onnx.TensorProto.DOUBLE, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "d.onnx"))
+    r = cli("debug", "precision", tmp_path / "d.onnx", "-o", tmp_path / "o.onnx")
+    assert r.code == 0, r.err
+    assert "Nothing to search" in r.err and "error:" not in r.err
 
 
 def test_usage_errors(models, tmp_path, cli):

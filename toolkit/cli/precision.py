@@ -79,9 +79,13 @@ def _summary_json(outcome, cfg, code: int) -> dict:
     }
 
 
-def _none_needed(outcome, stats: str) -> None:
-    """The line for a model that passes with no node in fp32 (no verdict on inputs at size 1)."""
-    if outcome.shapes_guessed:
+def _none_needed(outcome, stats: str, model: str) -> None:
+    """The line for a model that passes with no node in fp32 (no verdict on inputs at size 1), or
+    that computes nothing in float32."""
+    if outcome.status == "nothing-to-search":
+        log(f"Nothing to search: {model} computes no float32 tensor (its float work is in double or integers), "
+            f"so no node needs fp32 for {outcome.precision}; nothing was written")
+    elif outcome.shapes_guessed:
         warn(
             f"the {outcome.precision} model passes as it is on inputs whose dynamic dims were set to 1 "
             f"({outcome.error_fp16}; {stats}); that is not a check of the shapes the model will meet: give them "
@@ -96,8 +100,8 @@ def _summary(outcome, cfg, json_out: bool) -> int:
 
     stats = f"{outcome.checks} check(s) run, {outcome.remembered} more answered from memory, {outcome.seconds:.2f} s"
     code = int(ExitCode.OK)
-    if outcome.status == S.STATUS_NONE_NEEDED:
-        _none_needed(outcome, stats)
+    if outcome.status in (S.STATUS_NONE_NEEDED, S.STATUS_NOTHING):
+        _none_needed(outcome, stats, cfg.model)
     elif outcome.status == S.STATUS_FAILS_FP32:
         log(
             f"The comparison fails even with every node in fp32 ({outcome.error_result}): the difference is not "
@@ -275,10 +279,17 @@ def _run(args: PrecisionArgs) -> None:
     compare = args.compare
     if compare and len(compare) != 2:
         raise UsageError("--compare takes two runner specs: the fp32 reference and the candidate, e.g. onnxrt onnxrt:fp16")
-    from toolkit.precision.qdq_search import quantized_file
+    from toolkit.precision.qdq_search import quantization_of
 
-    # a quantized model: its Q/DQ pairs are searched, unless the candidate asks for fp16/bf16
-    quantized = quantized_file(args.model) and not (compare and _reduced(compare[1]))
+    # a quantized model: its Q/DQ pairs are searched, unless the candidate asks for fp16/bf16; a model
+    # quantized in integer ops only has no pairs: its fp16 nodes are searched, unless a pair option asks
+    kind = quantization_of(args.model)
+    pair_options = bool(args.reference_model or args.qdq_weights or args.qdq_table)
+    quantized = kind is not None and not (compare and _reduced(compare[1]))
+    if quantized and kind == "integer" and not pair_options and not compare:
+        log(f"{args.model} is quantized in integer ops, which cannot be taken back to float pair by pair: searching "
+            "the nodes to keep in fp32 for fp16 instead (quantize it in QDQ format to search its pairs)")
+        quantized = False
     if not quantized and (args.reference_model or args.qdq_weights or args.qdq_table):
         raise UsageError(f"--reference-model, --qdq-weights and --qdq-table are for the Q/DQ pairs of a quantized "
                          f"model; {args.model} has none, or --compare asks for an fp16/bf16 search")

@@ -60,10 +60,19 @@ class QdqOutcome(PrecisionOutcome):
 
 def quantized_file(path: str) -> bool:
     """Whether the model at ``path`` holds Q/DQ or integer ops (its weights not read)."""
+    return quantization_of(path) is not None
+
+
+def quantization_of(path: str) -> Optional[str]:
+    """How the model at ``path`` is quantized: "qdq" (QuantizeLinear/DequantizeLinear nodes),
+    "integer" (only integer ops: ConvInteger, MatMulInteger, QLinear*, ...), or None."""
     try:
-        return qdq.is_quantized(load_model(path, load_external_data=False))
+        model = load_model(path, load_external_data=False)
     except Exception:  # noqa: BLE001 - an unreadable model is reported by the search itself
-        return False
+        return None
+    if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node):
+        return "qdq"
+    return "integer" if qdq.is_quantized(model) else None
 
 
 class QdqSearch(PrecisionSearch):

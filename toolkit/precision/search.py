@@ -53,6 +53,7 @@ TOOL = "toolkit debug precision"
 
 STATUS_FOUND = "found"  # a minimal set of nodes to keep in fp32 was found
 STATUS_NONE_NEEDED = "none-needed"  # the fp16 model passes as it is
+STATUS_NOTHING = "nothing-to-search"  # the model computes nothing in float32 (double or integers only)
 STATUS_FAILS_FP32 = "fails-in-fp32"  # even keeping every node in fp32 the comparison fails
 STATUS_INTERRUPTED = "interrupted"
 # what is left fails only by the rounding of reduced-precision storage (toolkit.core.noise): the
@@ -282,8 +283,7 @@ class PrecisionSearch:
                         self.watch.append(o)
         self.guide = _emulates(self.cand_spec[0]) and self.config.mode in (None, "default")
         self.overflow: Dict[int, Optional[str]] = {}
-        if not universe:
-            raise InputError(f"{c.model}: no node with float32 outputs to search over")
+        self.nothing_to_search = not universe  # (no float32 compute: double or integer only)
         self.index = SetIndex(len(universe))
         self._model_id = self._structure_id()
 
@@ -532,6 +532,9 @@ class PrecisionSearch:
         self._rounded: Dict[str, bytes] = {}
         self._validate()
         self._load()
+        if getattr(self, "nothing_to_search", False):
+            return PrecisionOutcome(STATUS_NOTHING, precision="bf16" if self.dtype == "bfloat16" else "fp16",
+                                    seconds=time.perf_counter() - t0)
         self.checks_remembered = 0
         self.feeds = self._feeds()
         self._open_replay()
