@@ -66,9 +66,30 @@ def ref_nbytes(tensor) -> int:
     return n * 4
 
 
+def read_length(tensor) -> None:
+    """Give a referenced tensor with no ``length`` entry the length its dims and type need, as
+    ONNX-Runtime reads it: onnx's reader takes the whole rest of the file instead, so a data file
+    holding more after the tensor read as a damaged tensor (sanitize refused, or wrote a model
+    with the extra bytes). Strings and unknown types are left alone."""
+    if any(e.key == "length" for e in tensor.external_data):
+        return
+    try:
+        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        return
+    if tensor.data_type == onnx.TensorProto.STRING or itemsize == 0:
+        return
+    n = itemsize
+    for d in tensor.dims:
+        n *= max(int(d), 0)
+    entry = tensor.external_data.add()
+    entry.key, entry.value = "length", str(n)
+
+
 def load_tensor(tensor, base_dir: str, path: str = "") -> None:
     """Read one referenced tensor's data into it (it becomes an in-memory tensor)."""
 
+    read_length(tensor)
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
