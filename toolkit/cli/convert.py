@@ -317,18 +317,18 @@ def _checks(original, result, feeds: list, dtype: str, check: _Check, again: "_A
     from toolkit.convert.runtime_check import start_session
 
     pending = start_session(result.model, feeds)
-    res = _validate(original, result.model, feeds, dtype, pending.outputs)
+    res = _validate(original, result.model, feeds, dtype, pending.outputs, real=bool(check.load_inputs))
     repaired, runtime = check_runtime(
         result, feeds, check.ort_optimization, check.repair, again, pending.result(), dtype=dtype, original=original
     )
     if repaired is not result:
-        res = _validate(original, repaired.model, feeds, dtype, runtime.measured())
+        res = _validate(original, repaired.model, feeds, dtype, runtime.measured(), real=bool(check.load_inputs))
     if res is not None:
         _report_check(res, dtype, bool(runtime.failure), check.guessed)
     return repaired, runtime, res
 
 
-def _validate(original, converted, feed, dtype: str, measured=None):
+def _validate(original, converted, feed, dtype: str, measured=None, real: bool = False):
     """The check against the original (a warning, never a failure: the model is written); None when
     it could not run."""
     from toolkit.convert.validate import validate
@@ -342,6 +342,9 @@ def _validate(original, converted, feed, dtype: str, measured=None):
                 f"the {short} model was not checked against the original: {exc.message}; keep the node it names "
                 "in fp32 with --keep-fp32"
             )
+        elif real:  # (the inputs are the user's: the original itself does not run on them here)
+            warn(f"the {short} model was not checked against the original: {exc.message}; skip the check with "
+                 "--no-validate")
         else:
             warn(
                 f"the {short} model was not checked against the original: {exc.message}; give the inputs' real "
