@@ -13,6 +13,7 @@ import os
 import shutil
 import sys
 import tempfile
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
@@ -21,7 +22,7 @@ import typer
 from toolkit.core.text import escape_controls
 from toolkit.cli.app import worker_entry
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
-from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, values_for
+from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, from_params, values_for
 from toolkit.cli.output import interrupted_by, log, state, warn
 from toolkit.core import shared_options as S
 from toolkit.core.declare import declared, option, required, switch
@@ -391,33 +392,22 @@ def _reduce_config(a: "ReduceArgs", rule, load_inputs):
     from toolkit.reduce.session import ReduceConfig
 
     check = a.check
-    return ReduceConfig(
-        model=a.model,
-        output=a.output,
+    # the options named as the config's fields are taken as they are; the rest say how they map
+    return from_params(
+        ReduceConfig,
+        dataclasses.asdict(a),
         check=list(check) if check is not None else None,
         worker=worker_entry(),
-        min_good=a.min_good,
-        mode=a.mode,
         rule=rule,
-        any_failure=a.any_failure,
-        check_timeout=a.check_timeout,
-        iter_artifact=a.iter_artifact,
         remove_intermediate=not a.no_remove_intermediate,
-        artifacts=list(a.artifacts or ()),
-        art_dir=a.art_dir,
-        iter_info=a.iter_info,
         save_replay=a.save_debug_replay
         or os.path.join(os.path.dirname(a.iter_artifact), "polygraphy_debug_replay.json"),
         load_replay=a.load_debug_replay,
         input_shapes=parse_shape_specs(a.model_input_shapes or ()),
         load_inputs=list(load_inputs or ()),
-        seed=a.seed,
-        val_range=list(a.val_range or ()),
         force_fallback=a.force_fallback_shape_inference,
         reduce_inputs=not a.no_reduce_inputs,
         reduce_outputs=not a.no_reduce_outputs,
-        external_data_dir=a.external_data_dir,
-        link_external_data=a.link_external_data,
         jobs=a.jobs if a.jobs is not None else 1,
         devices=parse_devices(a.devices),
         shape_inference=not a.no_shape_inference,
