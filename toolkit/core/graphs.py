@@ -188,6 +188,15 @@ def element_count(tensor) -> int:
     return n
 
 
+def stored_nbytes(tensor) -> Optional[int]:
+    """Bytes a numeric tensor's data takes when stored raw (packed 4- and 2-bit types round up);
+    None for strings and types not listed."""
+    unit = ITEMSIZE.get(tensor.data_type)
+    if unit is None or tensor.data_type == 8:
+        return None
+    return -(-element_count(tensor) // _PACKED.get(tensor.data_type, 1)) * unit
+
+
 def damaged_tensor(model, external_bytes: Optional[Callable[[Any], int]] = None) -> Optional[str]:
     """A sentence naming the first tensor whose stored data does not fill its dims (``None`` when
     every tensor is whole). A tensor in an external file is checked when ``external_bytes`` gives

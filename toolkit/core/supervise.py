@@ -45,10 +45,10 @@ class ChildOutcome:
         return signal_name(self.signal) if self.signal is not None else f"exit {self.exit_code}"
 
 
-def signal_name(num: int) -> str:
+def signal_name(num: Optional[int]) -> str:
     """'SIGSEGV' for 11 (the number when the name is unknown)."""
     try:
-        return signal.Signals(num).name
+        return signal.Signals(int(num or 0)).name
     except ValueError:
         return f"signal {num}"
 

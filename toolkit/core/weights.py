@@ -25,7 +25,7 @@ from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_t
 
 from toolkit.core.clone import clone_file
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError, reraise_bug
-from toolkit.core.graphs import walk_graphs
+from toolkit.core.graphs import stored_nbytes, walk_graphs
 from toolkit.core.paths import describe
 from toolkit.core.protowire import field_header
 
@@ -73,17 +73,10 @@ def read_length(tensor) -> None:
     with the extra bytes). Strings and unknown types are left alone."""
     if any(e.key == "length" for e in tensor.external_data):
         return
-    try:
-        itemsize = onnx.helper.tensor_dtype_to_np_dtype(tensor.data_type).itemsize
-    except (KeyError, TypeError, ValueError):
-        return
-    if tensor.data_type == onnx.TensorProto.STRING or itemsize == 0:
-        return
-    n = itemsize
-    for d in tensor.dims:
-        n *= max(int(d), 0)
-    entry = tensor.external_data.add()
-    entry.key, entry.value = "length", str(n)
+    n = stored_nbytes(tensor)
+    if n is not None:
+        entry = tensor.external_data.add()
+        entry.key, entry.value = "length", str(n)
 
 
 def load_tensor(tensor, base_dir: str, path: str = "") -> None:

@@ -20,10 +20,10 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import re
-import signal as _signal
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
+from toolkit.core.supervise import signal_name
 from toolkit.reduce.evidence import Evidence
 from toolkit.reduce.verdict import CheckResult, FailureRule, error_line
 
@@ -37,13 +37,6 @@ RULE = "rule"
 # ONNX-Runtime status (``[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : ...``).
 _EXC = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception|Fault|Fail|Failure))\b")
 _ORT_STATUS = re.compile(r"\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*([A-Z_]+)")
-
-
-def signal_name(number: Optional[int]) -> str:
-    try:
-        return _signal.Signals(int(number or 0)).name
-    except ValueError:
-        return f"signal {number}"
 
 
 def error_class(res: CheckResult) -> str:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import sys
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from toolkit.core.errors import UsageError
+from toolkit.core.supervise import signal_name
 
 PASS = "pass"
 FAIL = "fail"
@@ -60,11 +60,7 @@ class CheckResult:
         if self.timed_out:
             return "timed out"
         if self.signal is not None:
-            try:
-                name = signal.Signals(self.signal).name
-            except ValueError:
-                name = f"signal {self.signal}"
-            return f"killed by {name}"
+            return f"killed by {signal_name(self.signal)}"
         return f"exit code {self.code}"
 
 
