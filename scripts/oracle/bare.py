@@ -96,6 +96,12 @@ def ov_run(model, feeds: Feeds, precision: Optional[str] = "f32") -> Feeds:
             p = os.path.join(d, "m.onnx")
             onnx.save(model, p)
             m = core.read_model(p)
+    if m.is_dynamic():  # compiled for the feed's shapes, as toolkit's runner does (kernels differ in bf16)
+        shapes = {}
+        for port in m.inputs:
+            name = next((n for n in port.get_names() if n in feeds), port.get_any_name())
+            shapes[port] = ov.PartialShape(list(np.asarray(feeds[name]).shape))
+        m.reshape(shapes)
     cfg = {} if precision is None else {"INFERENCE_PRECISION_HINT": precision}
     compiled = core.compile_model(m, "CPU", cfg)
     feed = {}

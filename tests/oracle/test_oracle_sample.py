@@ -80,5 +80,23 @@ def test_sample_agrees(tmp_path):
     import json  # noqa: PLC0415
 
     rows = json.loads((tmp_path / "rows.json").read_text())
-    assert len(rows) >= 7
+    assert len(rows) >= 6
     assert not [r for r in rows if r["status"] == "skipped"], rows
+
+
+def test_the_oracle_disagrees_with_a_wrong_full_model_passes(oracle, tmp_path, monkeypatch):
+    """A reduce that says "the full model passes" on a model that fails deployed is caught."""
+    import bare  # noqa: PLC0415
+    import corpus  # noqa: PLC0415
+
+    case = corpus.make("fp16_overflow", str(tmp_path))
+    chk = corpus.reduce_cmp(corpus.FP16, 1e-2, 1e-2)
+
+    def lying_toolkit(args, cwd, timeout=0):
+        return 0, '{"status": "passed", "nodes_after": null, "result_nodes": []}', "", "toolkit debug reduce"
+
+    monkeypatch.setattr(oracle, "toolkit", lying_toolkit)
+    bare.write_npz(str(tmp_path / "in.npz"), case["feeds"])
+    r = oracle.check_reduce_compare(case, chk, str(tmp_path))
+    assert r["status"] == "disagree", r
+    assert "the full model passes" in r["detail"]
