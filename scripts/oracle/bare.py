@@ -441,3 +441,25 @@ def emulate_mixed(model: onnx.ModelProto) -> onnx.ModelProto:
     g.node.extend(nodes)
     del g.value_info[:]
     return m
+
+
+def single_node(model: onnx.ModelProto, index: int, values: Feeds) -> onnx.ModelProto:
+    """Node ``index`` alone: its weights kept, its other inputs and its outputs typed from ``values``."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    node = onnx.NodeProto()
+    node.CopyFrom(g.node[index])
+    inits = {i.name: i for i in g.initializer}
+    del g.node[:]
+    g.node.append(node)
+    ins = [x for x in node.input if x and x not in inits]
+    keep = [inits[x] for x in node.input if x in inits]
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    del g.input[:]
+    g.input.extend(_vi(x, values[x]) for x in ins)
+    del g.output[:]
+    g.output.extend(_vi(o, values[o]) for o in node.output if o and o in values)
+    del g.value_info[:]
+    return m

@@ -289,44 +289,93 @@ def _judge_reduced(case, chk, model, feeds, out, full_bad, cmd, tk_text, full_wh
                or_text)
 
 
+CHECK_MODES = {"nonfinite": ("nonfinite", ""), "crash-without-log": ("crash-without", "Log"),
+               "has-abs": ("has-op", "Abs")}
+
+
+def _check_argv(name: str) -> List[str]:
+    kind, op = CHECK_MODES[name]
+    return [] if kind == "nonfinite" else [f"--{kind}", op]
+
+
 def check_reduce_check(case: dict, chk: dict, work: str) -> dict:
-    """debug reduce --check with the oracle's own bare check (non-finite outputs); the reduced model must fail that
-    check and each boundary node dropped must pass it."""
-    kind = "reduce --check nonfinite"
+    """debug reduce --check with a bare check of the oracle's own; the reduced model must fail that check the way
+    the full model does (exit code and error class: a crash is another failure) and each boundary node dropped must
+    not. With 'replay_from', a first reduce with another check writes the replay the second one loads."""
+    name = chk["check"]
+    kind = f"reduce --check {name}" + (f" (replay of {chk['replay_from']})" if chk.get("replay_from") else "")
     out = os.path.join(work, "reduced.onnx")
     script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nonfinite_check.py")
-    args = ["debug", "reduce", case["path"], "-o", out, "--json", "--check", sys.executable, script,
-            "polygraphy_debug.onnx"]
+    replay = os.path.join(work, "replay.json")
+    if chk.get("replay_from"):
+        first = ["debug", "reduce", case["path"], "-o", os.path.join(work, "first.onnx"), "--save-debug-replay",
+                 replay, "--check", sys.executable, script, *_check_argv(chk["replay_from"]), "polygraphy_debug.onnx"]
+        toolkit(first, work)
+    args = ["debug", "reduce", case["path"], "-o", out, "--json"]
+    args += ["--load-debug-replay", replay] if chk.get("replay_from") else []
+    args += ["--check", sys.executable, script, *_check_argv(name), "polygraphy_debug.onnx"]
     rc, so, se, cmd = toolkit(args, work)
+    mode = CHECK_MODES[name]
+    full = _outcome(case["path"], mode)
+    if rc == 3 and "fails on every subgraph" in se:
+        return _every_subgraph(case, kind, mode, full, cmd, se)
     try:
         summary = json.loads(so)
     except ValueError:
         return row(case, kind, "skipped", f"toolkit exit {rc}, no JSON: {_last_error(se)}", cmd, f"exit {rc}")
     status = summary.get("status")
     tk_text = f"exit {rc}, status {status}, nodes {summary.get('nodes_after')}: {summary.get('result_nodes')}"
-    full_rc = _quiet(nonfinite_check.check, case["path"])
     if status == "passed":
-        st = "agree" if full_rc == 0 else "disagree"
-        return row(case, kind, st, f"bare check on the full model: exit {full_rc}", cmd, tk_text, f"full exit {full_rc}")
+        st = "agree" if full == (0, None) else "disagree"
+        return row(case, kind, st, f"bare check on the full model: {full}", cmd, tk_text, f"full {full}")
     if status != "reduced" or not os.path.exists(out):
         return row(case, kind, "skipped", f"status {status}: {_last_error(se)}", cmd, tk_text)
     red = onnx.load(out)
-    red_rc = _quiet(nonfinite_check.check, red)
-    if red_rc != full_rc:
-        return row(case, kind, "disagree", f"the reduced model's check exits {red_rc}, the full model's {full_rc}",
-                   cmd, tk_text, f"full exit {full_rc}, reduced exit {red_rc}")
+    got = _outcome(red, mode)
+    if got != full:
+        return row(case, kind, "disagree", f"the reduced model's check gives {got} (exit code, error class), the "
+                   f"full model's {full}", cmd, tk_text, f"full {full}, reduced {got}")
     values = bare.reference_values(onnx.load(case["path"]), nonfinite_feeds(case["path"]))
     still = []
     for idx, end in bare.boundary_nodes(red):
         sub = bare.drop_node(red, idx, end, values)
-        if sub is not None and _quiet(nonfinite_check.check, sub) == full_rc:
+        if sub is not None and _outcome(sub, mode) == full:
             still.append(f"{red.graph.node[idx].name} ({end})")
-    or_text = f"full exit {full_rc}, reduced exit {red_rc}, {len(red.graph.node)} node(s)"
+    or_text = f"full {full}, reduced {got}, {len(red.graph.node)} node(s)"
     if still:
         return row(case, kind, "disagree", "not 1-minimal: dropping " + ", ".join(still) + " still fails", cmd,
                    tk_text, or_text)
     return row(case, kind, "agree", f"fails the same way, 1-minimal ({len(red.graph.node)} node(s))", cmd, tk_text,
                or_text)
+
+
+def _every_subgraph(case: dict, kind: str, mode, full, cmd: str, se: str) -> dict:
+    """toolkit's claim that the check fails (the same way) on every subgraph, down to single nodes: each node alone
+    is checked; one that passes or fails otherwise refutes it."""
+    model = onnx.load(case["path"])
+    values = bare.reference_values(model, nonfinite_feeds(case["path"]))
+    other = []
+    for i, node in enumerate(model.graph.node):
+        got = _outcome(bare.single_node(model, i, values), mode)
+        if got != full:
+            other.append(f"{node.name} alone gives {got}")
+    tk_text = f"exit 3, {_last_error(se)}"
+    if other:
+        return row(case, kind, "disagree", f"toolkit: the check fails on every subgraph; the full model gives {full}, "
+                   + "; ".join(other[:3]) + (" ..." if len(other) > 3 else ""), cmd, tk_text, f"full {full}")
+    return row(case, kind, "agree", f"every node alone fails as the full model does {full}", cmd, tk_text)
+
+
+def _outcome(model, mode) -> Tuple[int, Optional[str]]:
+    """(exit code, error class or None) of the bare check on ``model``, in this process."""
+    import contextlib
+    import io
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        try:
+            return nonfinite_check.check(model, mode), None
+        except Exception as exc:  # noqa: BLE001 -- a crash: exit 1 with a traceback, its class recorded
+            return 1, type(exc).__name__
 
 
 def nonfinite_feeds(path: str) -> dict:
@@ -336,17 +385,6 @@ def nonfinite_feeds(path: str) -> dict:
     rng = np.random.default_rng(0)
     return {i.name: rng.uniform(0, 1, [d if isinstance(d, int) else 1 for d in i.shape]).astype(np.float32)
             for i in sess.get_inputs()}
-
-
-def _quiet(fn, *a) -> int:
-    import contextlib
-    import io
-
-    with contextlib.redirect_stdout(io.StringIO()):
-        try:
-            return fn(*a)
-        except Exception:  # noqa: BLE001 -- a model the runtime refuses: another failure
-            return 70
 
 
 # ---------------------------------------------------------------------------------------------- precision, convert

@@ -215,7 +215,9 @@ def planted_nan():
              h.make_node("Abs", ["f"], ["g"], name="n6_abs"), h.make_node("Mul", ["g", "k"], ["y"], name="n7_mul")]
     m = _model(nodes, [_vi("x", [2, 4])], [_vi("y", [2, 4])], [_w("k", 0.5), _w("two", 2.0)])
     return m, {"x": _rng(12).uniform(0, 1, (2, 4)).astype(np.float32)}, [
-        {"kind": "reduce-check", "check": "nonfinite"}, run(["onnxrt", F32])]
+        {"kind": "reduce-check", "check": "nonfinite"}, run(["onnxrt", F32]),
+        {"kind": "reduce-check", "check": "crash-without-log"},
+        {"kind": "reduce-check", "check": "has-abs", "replay_from": "nonfinite"}]
 
 
 def bf16_planted():
