@@ -463,3 +463,78 @@ def single_node(model: onnx.ModelProto, index: int, values: Feeds) -> onnx.Model
     g.output.extend(_vi(o, values[o]) for o in node.output if o and o in values)
     del g.value_info[:]
     return m
+
+
+def activations_in_float(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The QDQ model with every activation Q/DQ pair taken back to float exactly (the DQ's readers read the Q's
+    input); weight pairs (a Q or DQ of an initializer) stay. A pair whose range starts at 0 after a node (not after
+    a graph input) is where the quantizer folded a Relu: it becomes that Relu."""
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    g = m.graph
+    inits = {i.name for i in g.initializer}
+    by_out = {o: n for n in g.node for o in n.output}
+    swap: Dict[str, str] = {}
+    drop = set()
+    outs = {o.name for o in g.output}
+    graph_inputs = {i.name for i in g.input}
+    init_arrays = {i.name: numpy_helper.to_array(i) for i in g.initializer}
+    relus: List[onnx.NodeProto] = []
+    for n in g.node:
+        if n.op_type != "DequantizeLinear" or n.input[0] in inits:
+            continue
+        q = by_out.get(n.input[0])
+        if q is not None and q.op_type == "QuantizeLinear" and q.input[0] not in inits:
+            src = q.input[0]
+            if src not in graph_inputs and _range_starts_at_zero(q, init_arrays):
+                # a Relu the quantizer folded into the pair's range: part of the model, kept as a Relu
+                relus.append(helper.make_node("Relu", [src], [src + "__oracle_relu"]))
+                src = src + "__oracle_relu"
+            swap[n.output[0]] = src
+            drop.update({id(n), id(q)})
+    keep = [n for n in g.node if id(n) not in drop]
+    for n in keep:
+        for k, x in enumerate(n.input):
+            if x in swap:
+                n.input[k] = swap[x]
+    new_nodes = [onnx.NodeProto() for _ in keep]
+    for dst, src in zip(new_nodes, keep):
+        dst.CopyFrom(src)
+    del g.node[:]
+    g.node.extend(new_nodes)
+    g.node.extend(relus)
+    g.node.extend(helper.make_node("Identity", [swap[o]], [o]) for o in swap if o in outs)
+    return _sorted(m)
+
+
+def _range_starts_at_zero(q: onnx.NodeProto, arrays: Mapping[str, np.ndarray]) -> bool:
+    """Whether the Q's range starts at 0 (its zero point is the type's minimum): a folded Relu."""
+    if len(q.input) < 3 or q.input[2] not in arrays:
+        return False
+    zp = arrays[q.input[2]]
+    return bool(np.all(zp == np.iinfo(zp.dtype).min))
+
+
+def _sorted(m: onnx.ModelProto) -> onnx.ModelProto:
+    """Nodes in topological order."""
+    g = m.graph
+    ready = {i.name for i in g.input} | {i.name for i in g.initializer} | {""}
+    todo, done = list(g.node), []
+    while todo:
+        rest = []
+        for n in todo:
+            if all(x in ready for x in n.input):
+                done.append(n)
+                ready.update(n.output)
+            else:
+                rest.append(n)
+        if len(rest) == len(todo):
+            done += rest
+            break
+        todo = rest
+    nodes = [onnx.NodeProto() for _ in done]
+    for dst, src in zip(nodes, done):
+        dst.CopyFrom(src)
+    del g.node[:]
+    g.node.extend(nodes)
+    return m

@@ -444,6 +444,40 @@ def _precision_emulated(case: dict, chk: dict, out: str, skips, cmd: str, tk_tex
     return row(case, kind, "agree" if ok else "disagree", detail, cmd, tk_text, ("PASS " if ok else "FAIL ") + why)
 
 
+def check_precision_qdq(case: dict, chk: dict, work: str) -> dict:
+    """debug precision on a QDQ model with --reference-model FLOAT: on exit 0 the written model passes against the
+    float model (bare ORT); 'fails even with every pair in float' is checked on the float model itself (every pair
+    taken back to float exactly is the float model)."""
+    kind = "debug precision (QDQ pairs)"
+    inp = os.path.join(work, "in.npz")
+    out = os.path.join(work, "float_pairs.onnx")
+    ref_model = case["path"][:-len(".onnx")] + ".float.onnx"
+    args = ["debug", "precision", case["path"], "-o", out, "--reference-model", ref_model, "--load-inputs", inp,
+            "--atol", str(chk["atol"]), "--rtol", str(chk["rtol"]), "--json"]
+    rc, so, se, cmd = toolkit(args, work)
+    try:
+        summary = json.loads(so)
+    except ValueError:
+        return row(case, kind, "skipped", f"toolkit exit {rc}, no JSON: {_last_error(se)}", cmd, f"exit {rc}")
+    status = summary.get("status")
+    tk_text = f"exit {rc}, status {status}: {_last_error(se)[:200]}"
+    ref = bare.ort_run(ref_model, case["feeds"])
+    if rc == 0 and os.path.exists(out):
+        res = bare.compare_sets(bare.ort_run(out, case["feeds"]), ref, chk["atol"], chk["rtol"])
+        ok, why = oracle_verdict(res)
+        return row(case, kind, "agree" if ok else "disagree", f"the written model {'passes' if ok else 'fails'} "
+                   f"against the float model: {why}", cmd, tk_text, ("PASS " if ok else "FAIL ") + why)
+    if rc == 1:
+        act = bare.activations_in_float(onnx.load(case["path"]))
+        res = bare.compare_sets(bare.ort_run(act, case["feeds"]), ref, chk["atol"], chk["rtol"])
+        ok, why = oracle_verdict(res)
+        return row(case, kind, "disagree" if ok else "agree",
+                   f"toolkit: fails even with every pair in float (status {status}); every activation pair taken back "
+                   f"to float exactly (weights still quantized) {'passes' if ok else 'fails'}: {why}", cmd, tk_text,
+                   ("PASS " if ok else "FAIL ") + why)
+    return row(case, kind, "skipped", f"exit {rc}, status {status}", cmd, tk_text)
+
+
 def check_convert(case: dict, chk: dict, work: str) -> dict:
     kind = "convert --fp-to-fp16 error"
     inp = os.path.join(work, "in.npz")
@@ -511,7 +545,8 @@ def _factor_close(a: float, b: float, factor: float = 2.0, floor: float = 1e-6) 
 
 
 CHECKS = {"run": check_run, "run-golden": check_golden, "reduce-compare": check_reduce_compare,
-          "reduce-check": check_reduce_check, "precision": check_precision, "convert": check_convert}
+          "reduce-check": check_reduce_check, "precision": check_precision, "convert": check_convert,
+          "precision-qdq": check_precision_qdq}
 
 
 def check_case(case: dict, root: str, kinds: Optional[List[str]] = None, only: Optional[List[int]] = None) -> List[dict]:
@@ -557,7 +592,7 @@ def table(rows: List[dict]) -> str:
 
 def _kind_group(kind: str) -> str:
     kind = {"reduce-compare": "reduce --compare", "reduce-check": "reduce --check", "precision": "debug precision",
-            "run-golden": "run golden"}.get(kind, kind)
+            "precision-qdq": "debug precision", "run-golden": "run golden"}.get(kind, kind)
     for g in ("reduce --check", "reduce --compare", "run", "debug precision emulated", "debug precision",
               "convert emulated", "convert"):
         if kind.startswith(g):
