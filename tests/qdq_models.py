@@ -117,3 +117,26 @@ def clip_mlp(seed: int = 0):
 def mlp_feeds(count: int, seed: int = 7) -> List[Dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
     return [{"x": rng.standard_normal((4, 16)).astype(np.float32)} for _ in range(count)]
+
+
+def classifier(seed: int = 0, features: int = 16, classes: int = 4):
+    """x[8,16] -> MatMul -> Add -> Relu -> MatMul -> y[8,4] logits: a small classifier."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((features, 32)) * 0.5).astype(np.float32), "W1"),
+        numpy_helper.from_array((rng.standard_normal(32) * 0.1).astype(np.float32), "b1"),
+        numpy_helper.from_array((rng.standard_normal((32, classes)) * 0.5).astype(np.float32), "W2"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["h"], name="fc1"),
+        helper.make_node("Add", ["h", "b1"], ["hb"], name="fc1_bias"),
+        helper.make_node("Relu", ["hb"], ["ha"], name="relu"),
+        helper.make_node("MatMul", ["ha", "W2"], ["y"], name="fc2"),
+    ]
+    graph = helper.make_graph(nodes, "classifier", [mz.vi("x", [8, features])], [mz.vi("y", [8, classes])], inits)
+    return mz.make_model(graph, opset=17)
+
+
+def uniform_feeds(count: int, lo: float, hi: float, seed: int = 3, shape=(8, 16)) -> List[Dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.uniform(lo, hi, shape).astype(np.float32)} for _ in range(count)]

@@ -84,6 +84,13 @@ def _summary_json(outcome, cfg, code: int) -> Dict[str, Any]:
     }
 
 
+def _cause_lines(outcome) -> List[str]:
+    from toolkit.core.qdq_stats import causes
+
+    found = causes([outcome.stats[n] for n in outcome.kept if n in outcome.stats], outcome.inputs)
+    return ["Causes:"] + [f"  {line}" for line in found] if found else []
+
+
 def _pair_lines(outcome) -> List[str]:
     lines = []
     for name in outcome.kept:
@@ -122,6 +129,8 @@ def summary(outcome, cfg, json_out: bool) -> int:
     else:
         log(f"Take {len(outcome.kept)} of {outcome.candidates} Q/DQ pair(s) back to float: {outcome.error_fp16} -> "
             f"{outcome.error_result} ({stats}).")
+        for line in _cause_lines(outcome):
+            log(line)
         for line in _pair_lines(outcome):
             log(line)
         if outcome.one_minimal and outcome.kept:

@@ -10,7 +10,8 @@ when its float values are known (from a float reference model).
 tensor before the Q instead. Quantizers fold a ``Relu`` or ``Clip`` into the Q's range (the
 node is gone; the Q reads its input). With the float model at hand, a tensor the float model
 computes with a ``Relu``/``Clip`` the quantized model lacks gets that node back when bypassed
-(a ``Clip`` with the float model's bounds). Without it, a pair whose integer range starts at 0
+(a ``Clip`` with the float model's bounds), and nothing else: a bypassed pair is the float
+model's computation exactly. Without it, a pair whose integer range starts at 0
 (zero point at the type's minimum: a folded ``Relu``, or a tensor never negative) gets a
 ``Relu``; a folded ``Clip``'s upper bound is then not known and not kept.
 
@@ -66,11 +67,14 @@ class Pair:
     float_value: Optional[np.ndarray] = None  # a weight stored quantized: its float values
     # (lo, hi) of an activation the quantizer folded into the Q (a Relu, a Clip): kept when bypassed
     folded: Optional[Tuple[float, float]] = None
+    # the float model was consulted: ``folded`` is all a bypass keeps (a range starting at 0 is
+    # then the calibration's, not a folded Relu: a bypass adds nothing)
+    exact: bool = False
 
     def clamp(self) -> Optional[Tuple[float, float]]:
-        """What a bypass keeps of the Q's range: the folded activation's bounds, or (0, inf) for
-        a range starting at 0 when nothing else is known; None: nothing."""
-        if self.folded is not None:
+        """What a bypass keeps of the Q's range: the folded activation's bounds; without the float
+        model, (0, inf) for a range starting at 0; None: nothing."""
+        if self.folded is not None or self.exact:
             return self.folded
         return (0.0, math.inf) if self.starts_at_zero and not self.weight else None
 
@@ -164,6 +168,7 @@ def find_pairs(model, *, weights: bool = False, float_model=None) -> List[Pair]:
         if ref is not None:
             pair.float_name = match_name(pair.tensor, ref.names)
             pair.folded = ref.folded(pair.tensor, model)
+            pair.exact = True
         pairs.append(pair)
     return pairs
 

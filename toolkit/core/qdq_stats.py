@@ -183,3 +183,19 @@ def ranked(stats: Sequence[PairStats]) -> List[PairStats]:
     """Where error is added: faults first (clipping, coarse scale, more than rounding), each
     group by local SQNR, lowest (most error added) first."""
     return sorted(stats, key=lambda st: (st.rounding_only, st.local_sqnr))
+
+
+def causes(stats: Sequence[PairStats], inputs: Sequence[str], limit: int = 3) -> List[str]:
+    """The summary before the pairs: inputs that clip at their pair's range (the calibration did
+    not see inputs like these), then the top causes among the other pairs, most error first."""
+    out = []
+    for st in stats:
+        if st.pair.tensor in inputs and st.clipped > 0:
+            out.append(f"input {st.pair.tensor}: {percent(st.clipped)} of its values are outside the calibrated range "
+                       f"[{st.grid_lo:.4g}, {st.grid_hi:.4g}] (observed [{st.lo:.4g}, {st.hi:.4g}]): recalibrate on "
+                       "inputs like these")
+    rest = [st for st in ranked(stats) if st.pair.tensor not in inputs and not st.rounding_only]
+    for st in rest[:limit]:
+        why = next((r for r in st.reasons if not r.startswith("local error")), st.reasons[-1] if st.reasons else "")
+        out.append(f"{st.pair.float_name or st.pair.tensor}: {why}")
+    return out

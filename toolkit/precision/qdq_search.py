@@ -56,6 +56,7 @@ class QdqOutcome(PrecisionOutcome):
     reference: str = ""
     table: List[qdq_stats.PairStats] = field(default_factory=list)  # with QdqConfig.table: every pair, ranked
     quantized_weights: int = 0  # weights read through a DequantizeLinear (not searched without --qdq-weights)
+    inputs: List[str] = field(default_factory=list)  # the model's graph inputs
 
 
 def quantized_file(path: str) -> bool:
@@ -167,6 +168,7 @@ class QdqSearch(PrecisionSearch):
         result.precision = "int8"
         result.pairs = self.pairs
         result.integer_ops = self.integer_ops
+        result.inputs = [i.name for i in self.model.graph.input]
         values = qdq.constants(self.model)
         result.quantized_weights = sum(1 for n in self.model.graph.node
                                        if n.op_type == "DequantizeLinear" and n.input[0] in values)

@@ -1,0 +1,50 @@
+"""`debug precision` on QDQ models: exact bypass with a reference model, the minimum where it can be
+proved, held-out validation of the result."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import modelzoo as mz
+import qdq_models as qm
+from toolkit.core import qdq
+from toolkit.core.datafiles import save_inputs
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    """A QDQ classifier whose input pair was calibrated on [0, 1] (zero point at the type's minimum)."""
+    d = tmp_path_factory.mktemp("clf")
+    float_path = mz.save(qm.classifier(), d / "float.onnx")
+    q_path = qm.quantize(float_path, str(d / "qdq.onnx"), qm.uniform_feeds(16, 0, 1))
+    return {"float": float_path, "qdq": q_path, "dir": d}
+
+
+def inputs_file(path, feeds):
+    save_inputs(str(path), feeds)
+    return str(path)
+
+
+def test_with_a_reference_model_a_bypass_is_exact(classifier):
+    model, ref = onnx.load(classifier["qdq"]), onnx.load(classifier["float"])
+    pairs = qdq.find_pairs(model, float_model=ref)
+    x = next(p for p in pairs if p.tensor == "x")
+    assert x.starts_at_zero and x.clamp() is None  # calibrated on [0, 1]: not a folded Relu
+    ops = {n.name: n.op_type for n in qdq.bypass(model, [x]).graph.node}
+    assert ops[x.dq_nodes[0]] == "Identity"
+
+
+def test_the_input_pair_that_clips_is_named_as_the_cause(classifier, tmp_path, cli):
+    feeds = inputs_file(tmp_path / "in.json", qm.uniform_feeds(4, -1, 1, seed=9))
+    r = cli("debug", "precision", classifier["qdq"], "--reference-model", classifier["float"], "--load-inputs", feeds,
+            "--atol", "0.5", "--rtol", "0", "--json")
+    assert r.code == 0, r.err
+    result = json.loads(r.out)
+    assert result["status"] == "found"
+    first = result["float_pairs"][0]
+    assert first["tensor"] == "x" and first["clipped"] > 0.3
+    assert any(w.startswith("clipping") for w in first["why"])
+    assert "input x" in r.err and "calibrat" in r.err
