@@ -48,3 +48,29 @@ def test_the_input_pair_that_clips_is_named_as_the_cause(classifier, tmp_path, c
     assert first["tensor"] == "x" and first["clipped"] > 0.3
     assert any(w.startswith("clipping") for w in first["why"])
     assert "input x" in r.err and "calibrat" in r.err
+
+
+@pytest.fixture(scope="module")
+def two_or_one(tmp_path_factory):
+    d = tmp_path_factory.mktemp("two")
+    path = mz.save(qm.two_or_one(), d / "two.onnx")
+    return path, inputs_file(d / "in.json", [{"x": np.full((1, 4), 0.45, np.float32)}])
+
+
+def _search(cli, model, feeds, atol):
+    r = cli("debug", "precision", model, "--load-inputs", feeds, "--atol", atol, "--rtol", "0", "--json")
+    assert r.code == 0, r.err
+    return json.loads(r.out), r.err
+
+
+def test_one_pair_that_passes_alone_is_found_where_node_order_meets_two_first(two_or_one, cli):
+    result, err = _search(cli, *two_or_one, "1")
+    assert [p["tensor"] for p in result["float_pairs"]] == ["c"]
+    assert result["optimality"] == "minimum" and "Minimum:" in err
+
+
+def test_two_pairs_are_proved_minimum_when_no_pair_passes_alone(two_or_one, cli):
+    result, err = _search(cli, *two_or_one, "0.5")
+    assert len(result["float_pairs"]) == 2 and result["optimality"] == "minimum"
+    result, err = _search(cli, *two_or_one, "0.3")  # all three needed: 1-minimal, not claimed minimum
+    assert len(result["float_pairs"]) == 3 and result["optimality"] == "1-minimal" and "not proved minimum" in err

@@ -79,7 +79,8 @@ def _summary_json(outcome, cfg, code: int) -> Dict[str, Any]:
         "searched_pairs": outcome.candidates, "reference": outcome.reference, "integer_ops": outcome.integer_ops,
         "checks": outcome.checks, "scale_checks": len(outcome.suggestions), "broken_checks": outcome.broken, "remembered": outcome.remembered,
         "seconds": round(outcome.seconds, 3), "error_quantized": outcome.error_fp16,
-        "error_result": outcome.error_result, "one_minimal": outcome.one_minimal,
+        "error_result": outcome.error_result, "one_minimal": outcome.one_minimal, "minimum": outcome.minimum,
+        "optimality": optimality(outcome),
         "output": cfg.output if outcome.output_written else None, "exit_code": code,
     }
 
@@ -107,6 +108,30 @@ def _pair_lines(outcome) -> List[str]:
     return lines
 
 
+def _minimum_proof(outcome) -> str:
+    if len(outcome.kept) == 1:
+        return "the quantized model as it is fails"
+    return "no pair passes alone: each was checked, alone or within a failing set"
+
+
+def optimality(outcome) -> str:
+    """ "minimum" (proved), "1-minimal", or "" (neither known)."""
+    return "minimum" if outcome.minimum else ("1-minimal" if outcome.one_minimal else "")
+
+
+def _found(outcome, stats: str) -> None:
+    """The log of a search that found its pairs: causes first, then each pair, then how small."""
+    log(f"Take {len(outcome.kept)} of {outcome.candidates} Q/DQ pair(s) back to float: {outcome.error_fp16} -> "
+        f"{outcome.error_result} ({stats}).")
+    for line in _cause_lines(outcome) + _pair_lines(outcome):
+        log(line)
+    if outcome.minimum and outcome.kept:
+        log(f"Minimum: no set of fewer pairs passes ({_minimum_proof(outcome)}).")
+    elif outcome.one_minimal and outcome.kept:
+        log("1-minimal: quantizing any one of them again makes the comparison fail (each checked); a set of "
+            "fewer, other pairs may pass (not proved minimum).")
+
+
 def summary(outcome, cfg, json_out: bool) -> int:
     from toolkit.precision import search as S
 
@@ -127,14 +152,7 @@ def summary(outcome, cfg, json_out: bool) -> int:
         log(f"Interrupted: the smallest passing set so far has {len(outcome.kept)} pair(s) ({stats}).")
         code = int(ExitCode.INTERRUPTED)
     else:
-        log(f"Take {len(outcome.kept)} of {outcome.candidates} Q/DQ pair(s) back to float: {outcome.error_fp16} -> "
-            f"{outcome.error_result} ({stats}).")
-        for line in _cause_lines(outcome):
-            log(line)
-        for line in _pair_lines(outcome):
-            log(line)
-        if outcome.one_minimal and outcome.kept:
-            log("1-minimal: quantizing any one of them again makes the comparison fail (each checked).")
+        _found(outcome, stats)
     if outcome.broken:
         warn(f"{outcome.broken} check(s) could not build, load or run their model; they counted as failing")
     if outcome.output_written:
