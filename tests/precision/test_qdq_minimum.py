@@ -74,3 +74,32 @@ def test_two_pairs_are_proved_minimum_when_no_pair_passes_alone(two_or_one, cli)
     assert len(result["float_pairs"]) == 2 and result["optimality"] == "minimum"
     result, err = _search(cli, *two_or_one, "0.3")  # all three needed: 1-minimal, not claimed minimum
     assert len(result["float_pairs"]) == 3 and result["optimality"] == "1-minimal" and "not proved minimum" in err
+
+
+def _held_out_case(tmp_path, values):
+    return inputs_file(tmp_path / "held.json", [{"x": np.full((1, 4), v, np.float32)} for v in values])
+
+
+def test_a_result_that_fails_on_held_out_inputs_is_reported_as_not_holding(two_or_one, tmp_path, cli):
+    model, feeds = two_or_one
+    # on x = 0.49 the pairs on a and b alone move y by 0.98: {c} in float passes the search's input, not this one
+    held = _held_out_case(tmp_path, [0.49])
+    r = cli("debug", "precision", model, "--load-inputs", feeds, "--validate-inputs", held, "--atol", "0.95",
+            "--rtol", "0", "--json")
+    assert r.code == 0, r.err
+    result = json.loads(r.out)
+    assert [p["tensor"] for p in result["float_pairs"]] == ["c"]
+    assert result["held_out"]["holds"] is False and result["held_out"]["passed"] == 0
+    assert "does not hold" in r.err and "59 are needed" in r.err
+    # the same inputs given together: every fourth is held out
+    both = _held_out_case(tmp_path, [0.45, 0.45, 0.45, 0.49])
+    r = cli("debug", "precision", model, "--load-inputs", both, "--atol", "0.95", "--rtol", "0", "--json")
+    held_out = json.loads(r.out)["held_out"]
+    assert held_out["source"] == "split" and held_out["count"] == 1 and not held_out["holds"]
+
+
+def test_a_result_that_passes_held_out_inputs_holds(two_or_one, tmp_path, cli):
+    model, feeds = two_or_one
+    r = cli("debug", "precision", model, "--load-inputs", feeds, "--validate-inputs", _held_out_case(tmp_path, [0.4]),
+            "--atol", "0.95", "--rtol", "0", "--json")
+    assert json.loads(r.out)["held_out"]["holds"] is True and "it holds" in r.err

@@ -249,6 +249,14 @@ class PrecisionArgs:
         "--qdq-table",
         help="Quantized models: also print every pair's own error against the error it receives, ranked.",
     )
+    validate_inputs: List[str] = option(
+        "--validate-inputs", metavar="PATH...", factory=list,
+        help="Quantized models: held-out inputs the result is checked on (default: a quarter of four or more "
+        "--load-inputs sets, or further generated sets).",
+    )
+    held_out: Optional[int] = option(
+        "--held-out", metavar="N", help="Quantized models: how many of the --load-inputs sets to hold out (0: none).",
+    )
     cluster: Optional[str] = declared(S.CLUSTER)
     gpus_per_check: Optional[float] = declared(S.GPUS_PER_CHECK)
     cpus_per_check: Optional[float] = declared(S.CPUS_PER_CHECK)
@@ -284,15 +292,16 @@ def _run(args: PrecisionArgs) -> None:
     # a quantized model: its Q/DQ pairs are searched, unless the candidate asks for fp16/bf16; a model
     # quantized in integer ops only has no pairs: its fp16 nodes are searched, unless a pair option asks
     kind = quantization_of(args.model)
-    pair_options = bool(args.reference_model or args.qdq_weights or args.qdq_table)
+    pair_options = bool(args.reference_model or args.qdq_weights or args.qdq_table or args.validate_inputs
+                        or args.held_out is not None)
     quantized = kind is not None and not (compare and _reduced(compare[1]))
     if quantized and kind == "integer" and not pair_options and not compare:
         log(f"{args.model} is quantized in integer ops, which cannot be taken back to float pair by pair: searching "
             "the nodes to keep in fp32 for fp16 instead (quantize it in QDQ format to search its pairs)")
         quantized = False
-    if not quantized and (args.reference_model or args.qdq_weights or args.qdq_table):
-        raise UsageError(f"--reference-model, --qdq-weights and --qdq-table are for the Q/DQ pairs of a quantized "
-                         f"model; {args.model} has none, or --compare asks for an fp16/bf16 search")
+    if not quantized and pair_options:
+        raise UsageError(f"--reference-model, --qdq-weights, --qdq-table, --validate-inputs and --held-out are for the "
+                         f"Q/DQ pairs of a quantized model; {args.model} has none, or --compare asks for an fp16/bf16 search")
     ref, cand = compare if compare else (("onnxrt", "onnxrt") if quantized else ("onnxrt", "onnxrt:fp16"))
     if args.cluster is None and (args.gpus_per_check is not None or args.cpus_per_check is not None):
         raise UsageError("--gpus-per-check and --cpus-per-check need --cluster ray")

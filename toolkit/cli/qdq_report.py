@@ -18,6 +18,10 @@ from toolkit.cli.search_reporters import PrecisionReporter
 from toolkit.core.errors import ExitCode
 
 
+_SOURCES = {"file": "--validate-inputs", "split": "of --load-inputs; --held-out N to choose how many",
+            "generated": "further generated sets"}
+
+
 class QdqReporter(PrecisionReporter):
     """One line per check: how many pairs are in float."""
 
@@ -31,6 +35,10 @@ class QdqReporter(PrecisionReporter):
         if search.integer_ops:
             log(f"note: integer ops ({', '.join(search.integer_ops)}) are not searched: they cannot be taken "
                 "back to float pair by pair")
+        held = getattr(search, "held_out_feeds", [])
+        if held:
+            log(f"{len(search.feeds)} input set(s) to search on, {len(held)} held out to check the result on "
+                f"({_SOURCES[search.held_source]})")
         self.total = len(search.universe)
 
     def check(self, check) -> None:
@@ -81,6 +89,7 @@ def _summary_json(outcome, cfg, code: int) -> Dict[str, Any]:
         "seconds": round(outcome.seconds, 3), "error_quantized": outcome.error_fp16,
         "error_result": outcome.error_result, "one_minimal": outcome.one_minimal, "minimum": outcome.minimum,
         "optimality": optimality(outcome),
+        "held_out": outcome.held_out.as_dict() if outcome.held_out is not None else None,
         "output": cfg.output if outcome.output_written else None, "exit_code": code,
     }
 
@@ -132,6 +141,29 @@ def _found(outcome, stats: str) -> None:
             "fewer, other pairs may pass (not proved minimum).")
 
 
+def _held_out_lines(outcome) -> None:
+    """Whether the result holds on the held-out inputs, and whether they are enough to say so."""
+    from toolkit.precision.qdq_validate import needed
+
+    held = outcome.held_out
+    if held is None:
+        if outcome.held_out_note and outcome.status in ("found", "none-needed"):
+            log(f"No held-out check: {outcome.held_out_note}.")
+        return
+    what = "the result" if outcome.kept else "the quantized model"
+    before = f"; the quantized model as it is: {held.before_passed} of {held.count}" if outcome.kept else ""
+    if held.holds:
+        log(f"Held out: {what} passes on {held.passed} of {held.count} input set(s) the search did not use "
+            f"({held.detail}{before}): it holds.")
+    else:
+        warn(f"{what} does not hold on inputs the search did not use: it passes on {held.passed} of {held.count} "
+             f"held-out input set(s) ({held.detail}{before}); search on more, and more varied, inputs")
+    if held.few:
+        warn(f"{held.count} held-out input set(s) are few: passing all of them bounds the failure rate only below "
+             f"{100 * held.bound:.0f}% (95% confidence); {needed()} are needed to bound it below 5% "
+             "(--validate-inputs FILE)")
+
+
 def summary(outcome, cfg, json_out: bool) -> int:
     from toolkit.precision import search as S
 
@@ -153,6 +185,7 @@ def summary(outcome, cfg, json_out: bool) -> int:
         code = int(ExitCode.INTERRUPTED)
     else:
         _found(outcome, stats)
+    _held_out_lines(outcome)
     if outcome.broken:
         warn(f"{outcome.broken} check(s) could not build, load or run their model; they counted as failing")
     if outcome.output_written:

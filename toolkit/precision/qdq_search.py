@@ -21,10 +21,12 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from toolkit.core.errors import InputError, UsageError
+from toolkit.core.compare import compare_iteration
+from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.layerwise import set_outputs
 from toolkit.core.model import load_model, save_model
 from toolkit.core import qdq, qdq_stats
+from toolkit.precision.qdq_validate import GENERATED, HeldOut, split, split_count
 from toolkit.precision.search import PrecisionConfig, PrecisionOutcome, PrecisionSearch, SetIndex, describe
 from toolkit.run.registry import get_kind
 
@@ -36,6 +38,8 @@ class QdqConfig(PrecisionConfig):
     weights: bool = False  # search the weight pairs too
     suggest_scales: bool = True
     table: bool = False  # also every activation pair's local/upstream error, ranked (the reference's tensors)
+    validate_inputs: List[str] = field(default_factory=list)  # held-out input files (else split or generated)
+    held_out: Optional[int] = None  # loaded input sets held out (None: a quarter of four or more)
 
 
 @dataclass
@@ -58,6 +62,8 @@ class QdqOutcome(PrecisionOutcome):
     quantized_weights: int = 0  # weights read through a DequantizeLinear (not searched without --qdq-weights)
     inputs: List[str] = field(default_factory=list)  # the model's graph inputs
     minimum: bool = False  # proved: no smaller set of pairs passes (else the result is 1-minimal)
+    held_out: Optional[HeldOut] = None  # the result checked on inputs the search did not use
+    held_out_note: str = ""  # why there is no held-out check
 
 
 def quantized_file(path: str) -> bool:
@@ -98,6 +104,12 @@ class QdqSearch(PrecisionSearch):
             raise UsageError("--reference-model and --load-outputs both give the reference; give one")
         from toolkit.core import paths
 
+        if self.config.held_out is not None and self.config.held_out < 0:
+            raise UsageError("--held-out must be 0 or more")
+        from toolkit.core.model import check_readable_file
+
+        for held in self.config.validate_inputs:
+            check_readable_file(held)
         for flag, path in (("-o", self.config.output), ("--save-debug-replay", self.config.save_replay)):
             if ref and path and paths.same_file(path, ref):
                 raise UsageError(f"{flag} {path} would overwrite --reference-model {ref}, which this command reads; "
@@ -128,6 +140,62 @@ class QdqSearch(PrecisionSearch):
                     "taken back to float pair by pair; quantize it in QDQ format (QuantFormat.QDQ) to search it")
         hint = "" if c.weights else " (weight pairs are searched with --qdq-weights)"
         return f"{c.model}: no activation QuantizeLinear/DequantizeLinear pair to search{hint}"
+
+    # ------------------------------------------------------------------ inputs
+    def _feeds(self):
+        """The search's input sets; the held-out ones go to ``self.held_out_feeds``."""
+        c = self.config
+        self.held_out_feeds: List = []
+        self.held_source, self.held_note = "", ""
+        if c.load_outputs:
+            self.held_note = "--load-outputs gives the reference for the search's inputs only"
+            return super()._feeds()
+        if c.validate_inputs:
+            feeds = super()._feeds()
+            self.held_source, self.held_out_feeds = "file", self._feeds_with(load_inputs=list(c.validate_inputs))
+            return feeds
+        if c.load_inputs:
+            every = super()._feeds()
+            feeds, self.held_out_feeds = split(every, split_count(len(every), c.held_out))
+            self.held_source = "split"
+            if not self.held_out_feeds:
+                self.held_note = (f"{len(every)} input set(s): too few to hold any out (give four or more, or "
+                                  "--validate-inputs FILE)")
+            return feeds
+        extra = c.held_out if c.held_out is not None else max(GENERATED, c.iterations)
+        every = self._feeds_with(iterations=c.iterations + extra)  # (further seeds)
+        self.held_source, self.held_out_feeds = "generated", every[c.iterations:]
+        return every[: c.iterations]
+
+    def _feeds_with(self, **changes) -> List:
+        c = self.config
+        self.config = dataclasses.replace(c, **changes)
+        try:
+            return list(super()._feeds())
+        finally:
+            self.config = c
+
+    def held_out_check(self, kept: Sequence[str]) -> Optional[HeldOut]:
+        """The model with ``kept`` in float, and the quantized model as it is, on the held-out sets."""
+        if not self.held_out_feeds:
+            return None
+        held = HeldOut(self.held_source, len(self.held_out_feeds), checked=True)
+        try:
+            ref = self._reference(self.held_out_feeds)
+            kind, opts = self.cand_spec
+            for keep in (list(kept), []):
+                outs = self._run_here(self.candidate_model(keep), kind, opts, self.held_out_feeds)
+                comps = [compare_iteration(k, r, o, self.tolerances) for k, (r, o) in enumerate(zip(ref, outs))]
+                passed = sum(1 for it in comps if it.passed and not it.only_a)
+                if keep:
+                    held.passed, held.detail = passed, describe(comps)
+                else:
+                    held.before_passed = passed
+                    if not kept:
+                        held.passed, held.detail = passed, describe(comps)
+        except ToolkitError as exc:  # the held-out inputs do not run: the result is not shown to hold
+            held.passed, held.detail = 0, f"could not run: {exc.message}"
+        return held
 
     # ------------------------------------------------------------------ runs
     def _reference(self, feeds) -> List[Dict]:
@@ -203,6 +271,9 @@ class QdqSearch(PrecisionSearch):
             result.stats = self.stats(out.kept)
             if self.config.suggest_scales and out.status == "found":
                 result.suggestions = self._suggest(out.kept, result.stats)
+        if out.status in ("found", "none-needed"):
+            result.held_out = self.held_out_check(out.kept)
+        result.held_out_note = getattr(self, "held_note", "")
         if self.config.table and out.status != "interrupted":
             result.table = self.table()
         result.checks = len(self.checks)
