@@ -171,3 +171,25 @@ def two_or_one(scales=(1.0, 1.0, 4.0)):
               helper.make_node("Add", ["ab", "c_dq"], ["y"], name="add_c")]
     graph = helper.make_graph(nodes, "two_or_one", [mz.vi("x", [1, 4])], [mz.vi("y", [1, 4])], inits)
     return mz.make_model(graph, opset=17)
+
+
+def relu6_mlp(seed: int = 0):
+    """x[4,16] -> MatMul -> Clip(0, 6) -> MatMul -> Clip(0, 6) -> MatMul -> y[4,8]: the quantizer folds
+    both Clips into the Qs after them; the MatMuls' outputs often exceed 6."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((16, 16)) * 2).astype(np.float32), "W1"),
+        numpy_helper.from_array((rng.standard_normal((16, 16)) * 0.5).astype(np.float32), "W2"),
+        numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "W3"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+        numpy_helper.from_array(np.array(6.0, np.float32), "hi"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["a"], name="fc1"),
+        helper.make_node("Clip", ["a", "lo", "hi"], ["c"], name="clip1"),
+        helper.make_node("MatMul", ["c", "W2"], ["b"], name="fc2"),
+        helper.make_node("Clip", ["b", "lo", "hi"], ["d"], name="clip2"),
+        helper.make_node("MatMul", ["d", "W3"], ["y"], name="fc3"),
+    ]
+    graph = helper.make_graph(nodes, "relu6_mlp", [mz.vi("x", [4, 16])], [mz.vi("y", [4, 8])], inits)
+    return mz.make_model(graph, opset=17)

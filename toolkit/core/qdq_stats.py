@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -63,11 +63,32 @@ class PairStats:
         return self.local_steps <= 1.0 + 1e-3 and self.levels >= COARSE_LEVELS
 
 
-class PairAccumulator:
-    """Sums and extremes of one pair's tensors, one iteration at a time."""
+def infer_folded(pair: Pair, before, reference) -> Optional[Tuple[float, float]]:
+    """The bounds of a ``Clip`` the quantizer folded into ``pair``'s Q, read from the float model's
+    tensor when the float graph is not at hand (``run`` compares saved tensors): the float tensor
+    holds its largest value ``M`` at two or more elements where the quantized model's tensor before
+    the Q lies beyond ``M`` by more than a step on average (a clamp; a repeated maximum without one,
+    as after a MaxPool, has the tensor near ``M`` there). The lower bound likewise, else 0 for a
+    range starting at 0. None: no upper clamp seen (a folded ``Relu`` is :meth:`Pair.clamp`'s)."""
+    r, x = _flat(reference).astype(np.float64), _flat(before).astype(np.float64)
+    if r.shape != x.shape or r.size < 2 or pair.scale.size != 1 or not np.all(np.isfinite(r)):
+        return None
+    step = float(pair.scale.ravel()[0])
+    hi, lo = float(r.max()), float(r.min())
+    top, bottom = r == hi, r == lo
+    if np.count_nonzero(top) < 2 or float(x[top].mean()) <= hi + step:
+        return None
+    clamps_low = np.count_nonzero(bottom) >= 2 and float(x[bottom].mean()) < lo - step
+    return (lo if clamps_low else (0.0 if pair.starts_at_zero else -math.inf), hi)
 
-    def __init__(self, pair: Pair):
+
+class PairAccumulator:
+    """Sums and extremes of one pair's tensors, one iteration at a time. With ``infer``, a folded
+    ``Clip`` unknown to the pair is read from the float model's tensor (:func:`infer_folded`)."""
+
+    def __init__(self, pair: Pair, infer: bool = False):
         self.pair = pair
+        self.infer = infer and not pair.exact and pair.folded is None
         self.n = self.clipped = self.saturated = 0
         self.x_sq = self.local_sq = self.r_sq = self.up_sq = self.after_sq = 0.0
         self.local_max = self.steps = self.up_max = self.after_max = 0.0
@@ -79,6 +100,9 @@ class PairAccumulator:
         if x.shape != y.shape or not x.size:
             return
         shape = np.shape(before)
+        if self.infer and reference is not None:
+            self.pair.folded = infer_folded(self.pair, before, reference)
+            self.infer = self.pair.folded is None  # (until the first iteration that shows it)
         clamp = self.pair.clamp()
         if clamp is not None:  # a folded Relu/Clip (or a tensor never negative): what the float model computes
             x = np.clip(x, clamp[0], clamp[1])

@@ -62,7 +62,7 @@ def collect(tables: QdqTables, model_path: str, index: int, outs_a: Mapping, out
         name = match_name(pair.tensor, ref_side)
         ref = ref_side.get(name) if name is not None else None
         if pair.name not in sums:
-            sums[pair.name] = PairAccumulator(pair)
+            sums[pair.name] = PairAccumulator(pair, infer=True)  # (a folded Clip read from the float tensor)
         sums[pair.name].add(before, after, ref)
 
 
