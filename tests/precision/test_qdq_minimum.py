@@ -103,3 +103,32 @@ def test_a_result_that_passes_held_out_inputs_holds(two_or_one, tmp_path, cli):
     r = cli("debug", "precision", model, "--load-inputs", feeds, "--validate-inputs", _held_out_case(tmp_path, [0.4]),
             "--atol", "0.95", "--rtol", "0", "--json")
     assert json.loads(r.out)["held_out"]["holds"] is True and "it holds" in r.err
+
+
+def test_a_task_metric_is_the_pass_rule(classifier, tmp_path, cli):
+    feeds = inputs_file(tmp_path / "in.json", qm.uniform_feeds(3, -1, 1, seed=9))
+    r = cli("debug", "precision", classifier["qdq"], "--reference-model", classifier["float"], "--load-inputs", feeds,
+            "--metric", "top1", "--json")
+    assert r.code == 0, r.err
+    result = json.loads(r.out)
+    assert [p["tensor"] for p in result["float_pairs"]] == ["x"]  # the logits may move; the classes may not
+    assert result["pass_rule"] == {"metric": "top1", "tolerance": 0.0} and "top-1 disagreement" in r.err
+    r = cli("debug", "precision", classifier["qdq"], "--load-inputs", feeds, "--metric", "top1", "--atol", "0.1")
+    assert r.code == 2 and "--metric" in r.err
+    r = cli("debug", "precision", classifier["qdq"], "--load-inputs", feeds, "--metric", "top3")
+    assert r.code == 2 and "topk:K" in r.err
+
+
+def test_a_python_callable_is_a_metric(classifier, tmp_path):
+    from toolkit.precision.qdq_search import QdqConfig, QdqSearch
+
+    feeds = inputs_file(tmp_path / "in.json", qm.uniform_feeds(3, -1, 1, seed=9))
+    calls = []
+
+    def same_classes(ref, got):
+        calls.append(1)
+        return bool(np.array_equal(ref["y"].argmax(-1), got["y"].argmax(-1)))
+
+    outcome = QdqSearch(QdqConfig(classifier["qdq"], reference_model=classifier["float"], load_inputs=[feeds],
+                                  metric=same_classes)).run()
+    assert outcome.status == "found" and [outcome.stats[n].pair.tensor for n in outcome.kept] == ["x"] and calls

@@ -257,6 +257,15 @@ class PrecisionArgs:
     held_out: Optional[int] = option(
         "--held-out", metavar="N", help="Quantized models: how many of the --load-inputs sets to hold out (0: none).",
     )
+    metric: Optional[str] = option(
+        "--metric", metavar="METRIC", complete=("top1", "topk:5", "argmax-agreement", "cosine", "snr-db"),
+        help="Quantized models: the pass rule in place of --atol/--rtol: top1, topk:K, argmax-agreement, cosine "
+        "or snr-db (docs/quantization.md).",
+    )
+    metric_tolerance: Optional[float] = option(
+        "--metric-tolerance", metavar="X",
+        help="Quantized models: the metric's tolerance (share of samples differing; 1 - cosine; least SNR in dB).",
+    )
     cluster: Optional[str] = declared(S.CLUSTER)
     gpus_per_check: Optional[float] = declared(S.GPUS_PER_CHECK)
     cpus_per_check: Optional[float] = declared(S.CPUS_PER_CHECK)
@@ -293,14 +302,14 @@ def _run(args: PrecisionArgs) -> None:
     # quantized in integer ops only has no pairs: its fp16 nodes are searched, unless a pair option asks
     kind = quantization_of(args.model)
     pair_options = bool(args.reference_model or args.qdq_weights or args.qdq_table or args.validate_inputs
-                        or args.held_out is not None)
+                        or args.held_out is not None or args.metric or args.metric_tolerance is not None)
     quantized = kind is not None and not (compare and _reduced(compare[1]))
     if quantized and kind == "integer" and not pair_options and not compare:
         log(f"{args.model} is quantized in integer ops, which cannot be taken back to float pair by pair: searching "
             "the nodes to keep in fp32 for fp16 instead (quantize it in QDQ format to search its pairs)")
         quantized = False
     if not quantized and pair_options:
-        raise UsageError(f"--reference-model, --qdq-weights, --qdq-table, --validate-inputs and --held-out are for the "
+        raise UsageError(f"--reference-model, --qdq-weights, --qdq-table, --validate-inputs, --held-out and --metric are for the "
                          f"Q/DQ pairs of a quantized model; {args.model} has none, or --compare asks for an fp16/bf16 search")
     ref, cand = compare if compare else (("onnxrt", "onnxrt") if quantized else ("onnxrt", "onnxrt:fp16"))
     if args.cluster is None and (args.gpus_per_check is not None or args.cpus_per_check is not None):

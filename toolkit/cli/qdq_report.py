@@ -35,6 +35,10 @@ class QdqReporter(PrecisionReporter):
         if search.integer_ops:
             log(f"note: integer ops ({', '.join(search.integer_ops)}) are not searched: they cannot be taken "
                 "back to float pair by pair")
+        if search.metric is not None:
+            from toolkit.precision.qdq_metrics import summary as metric_summary
+
+            log(f"Pass rule: {metric_summary(search.metric)}, on every input set")
         held = getattr(search, "held_out_feeds", [])
         if held:
             log(f"{len(search.feeds)} input set(s) to search on, {len(held)} held out to check the result on "
@@ -89,6 +93,7 @@ def _summary_json(outcome, cfg, code: int) -> Dict[str, Any]:
         "seconds": round(outcome.seconds, 3), "error_quantized": outcome.error_fp16,
         "error_result": outcome.error_result, "one_minimal": outcome.one_minimal, "minimum": outcome.minimum,
         "optimality": optimality(outcome),
+        "pass_rule": outcome.pass_rule,
         "held_out": outcome.held_out.as_dict() if outcome.held_out is not None else None,
         "output": cfg.output if outcome.output_written else None, "exit_code": code,
     }

@@ -19,13 +19,14 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.compare import compare_iteration
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.layerwise import set_outputs
 from toolkit.core.model import load_model, save_model
 from toolkit.core import qdq, qdq_stats
+from toolkit.precision import qdq_metrics
 from toolkit.precision.qdq_validate import GENERATED, HeldOut, split, split_count
 from toolkit.precision.search import PrecisionConfig, PrecisionOutcome, PrecisionSearch, SetIndex, describe
 from toolkit.run.registry import get_kind
@@ -40,6 +41,10 @@ class QdqConfig(PrecisionConfig):
     table: bool = False  # also every activation pair's local/upstream error, ranked (the reference's tensors)
     validate_inputs: List[str] = field(default_factory=list)  # held-out input files (else split or generated)
     held_out: Optional[int] = None  # loaded input sets held out (None: a quarter of four or more)
+    # the pass rule: None (the tolerances), a metric name (toolkit.precision.qdq_metrics), or a
+    # callable fn(reference_outputs, candidate_outputs) -> bool, judged per input set
+    metric: Any = None
+    metric_tolerance: Optional[float] = None
 
 
 @dataclass
@@ -64,6 +69,7 @@ class QdqOutcome(PrecisionOutcome):
     minimum: bool = False  # proved: no smaller set of pairs passes (else the result is 1-minimal)
     held_out: Optional[HeldOut] = None  # the result checked on inputs the search did not use
     held_out_note: str = ""  # why there is no held-out check
+    pass_rule: Optional[Dict[str, Any]] = None  # with a metric: its name and tolerance
 
 
 def quantized_file(path: str) -> bool:
@@ -97,6 +103,13 @@ class QdqSearch(PrecisionSearch):
 
     def _validate(self) -> None:
         super()._validate()
+        c = self.config
+        self.metric = qdq_metrics.parse(c.metric, c.metric_tolerance)
+        if self.metric is not None and (c.atol or c.rtol or c.check_error_stat):
+            raise UsageError("--metric is the pass rule in place of --atol/--rtol/--check-error-stat; give one or the "
+                             "other (the metric's tolerance is --metric-tolerance)")
+        if self.metric is None and c.metric_tolerance is not None:
+            raise UsageError("--metric-tolerance needs --metric")
         ref = self.config.reference_model
         if ref is not None and not os.path.isfile(ref):
             raise InputError(f"--reference-model {ref}: no such file")
@@ -185,14 +198,14 @@ class QdqSearch(PrecisionSearch):
             kind, opts = self.cand_spec
             for keep in (list(kept), []):
                 outs = self._run_here(self.candidate_model(keep), kind, opts, self.held_out_feeds)
-                comps = [compare_iteration(k, r, o, self.tolerances) for k, (r, o) in enumerate(zip(ref, outs))]
+                comps = self._compare_with(ref, outs)
                 passed = sum(1 for it in comps if it.passed and not it.only_a)
                 if keep:
-                    held.passed, held.detail = passed, describe(comps)
+                    held.passed, held.detail = passed, self._describe(comps)
                 else:
                     held.before_passed = passed
                     if not kept:
-                        held.passed, held.detail = passed, describe(comps)
+                        held.passed, held.detail = passed, self._describe(comps)
         except ToolkitError as exc:  # the held-out inputs do not run: the result is not shown to hold
             held.passed, held.detail = 0, f"could not run: {exc.message}"
         return held
@@ -209,6 +222,18 @@ class QdqSearch(PrecisionSearch):
             raise InputError(f"--reference-model {self.config.reference_model}: has no output {', '.join(missing)} "
                              "(the quantized model's outputs must keep the float model's names)")
         return [{n: o[n] for n in self.graph_outputs} for o in outs]
+
+    def _compare(self, outs: List[Dict]):
+        return self._compare_with(self.ref_outs, outs)
+
+    def _compare_with(self, refs: Sequence[Mapping], outs: Sequence[Mapping]) -> List:
+        """Each input set's comparison: the tolerances, or the metric."""
+        if self.metric is not None:
+            return [self.metric.iteration(r, o) for r, o in zip(refs, outs)]
+        return [compare_iteration(k, r, o, self.tolerances) for k, (r, o) in enumerate(zip(refs, outs))]
+
+    def _describe(self, comps) -> str:
+        return qdq_metrics.describe(comps) if self.metric is not None else describe(comps)
 
     def candidate_model(self, keep: Sequence[str]):
         return qdq.bypass(self.model, [self.by_name[n] for n in keep])
@@ -262,6 +287,7 @@ class QdqSearch(PrecisionSearch):
         result.pairs = self.pairs
         result.integer_ops = self.integer_ops
         result.inputs = [i.name for i in self.model.graph.input]
+        result.pass_rule = qdq_metrics.as_dict(self.metric) if self.metric is not None else None
         values = qdq.constants(self.model)
         result.quantized_weights = sum(1 for n in self.model.graph.node
                                        if n.op_type == "DequantizeLinear" and n.input[0] in values)
@@ -317,7 +343,7 @@ class QdqSearch(PrecisionSearch):
     def _check_model(self, model):
         kind, opts = self.cand_spec
         comps = self._compare(self._run_candidate(model, kind, opts))
-        return all(c.passed and not c.only_a for c in comps), describe(comps)
+        return all(c.passed and not c.only_a for c in comps), self._describe(comps)
 
 
 def marked_run(model, names: Sequence[str], feeds, path: str, external_data_dir: Optional[str]) -> List[Dict]:
