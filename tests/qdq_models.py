@@ -142,14 +142,14 @@ def uniform_feeds(count: int, lo: float, hi: float, seed: int = 3, shape=(8, 16)
     return [{"x": rng.uniform(lo, hi, shape).astype(np.float32)} for _ in range(count)]
 
 
-def _pair(tensor: str, scale: float):
-    """Q and DQ nodes (int8, zero point 0) on ``tensor``, and their scale/zero-point initializers."""
+def _pair(tensor: str, scale: float, zero_point: int = 0):
+    """Q and DQ nodes (int8) on ``tensor``, and their scale/zero-point initializers."""
     nodes = [helper.make_node("QuantizeLinear", [tensor, f"{tensor}_s", f"{tensor}_z"], [f"{tensor}_q"],
                               name=f"{tensor}_QuantizeLinear"),
              helper.make_node("DequantizeLinear", [f"{tensor}_q", f"{tensor}_s", f"{tensor}_z"], [f"{tensor}_dq"],
                               name=f"{tensor}_DequantizeLinear")]
     inits = [numpy_helper.from_array(np.array(scale, np.float32), f"{tensor}_s"),
-             numpy_helper.from_array(np.array(0, np.int8), f"{tensor}_z")]
+             numpy_helper.from_array(np.array(zero_point, np.int8), f"{tensor}_z")]
     return nodes, inits
 
 
@@ -192,4 +192,36 @@ def relu6_mlp(seed: int = 0):
         helper.make_node("MatMul", ["d", "W3"], ["y"], name="fc3"),
     ]
     graph = helper.make_graph(nodes, "relu6_mlp", [mz.vi("x", [4, 16])], [mz.vi("y", [4, 8])], inits)
+    return mz.make_model(graph, opset=17)
+
+
+def chained_clips():
+    """x -> pair on x (range [0, 1]) -> Mul 2 -> pair on a (range [0, 2]) -> y: on inputs in [-1, 1] both
+    pairs clip the negatives, but the second only once the first is in float."""
+    nodes, inits = _pair("x", 1 / 255, -128)
+    nodes.append(helper.make_node("Mul", ["x_dq", "two"], ["a"], name="mul"))
+    n, i = _pair("a", 2 / 255, -128)
+    nodes += n + [helper.make_node("Identity", ["a_dq"], ["y"], name="out")]
+    inits += i + [numpy_helper.from_array(np.array(2.0, np.float32), "two")]
+    graph = helper.make_graph(nodes, "chained_clips", [mz.vi("x", [1, 16])], [mz.vi("y", [1, 16])], inits)
+    return mz.make_model(graph, opset=17)
+
+
+def masked_softmax():
+    """y = Softmax(x + mask), the sum quantized on a range calibrated with the mask's -3.4e38 fill."""
+    scale = 3.4e38 / 255
+    nodes = [helper.make_node("Add", ["x", "mask"], ["s"], name="add_mask")]
+    n, i = _pair("s", scale, 127)
+    nodes += n + [helper.make_node("Softmax", ["s_dq"], ["y"], name="softmax", axis=-1)]
+    graph = helper.make_graph(nodes, "masked_softmax", [mz.vi("x", [1, 8]), mz.vi("mask", [1, 8])],
+                              [mz.vi("y", [1, 8])], i)
+    return mz.make_model(graph, opset=17)
+
+
+def chained_clips_float():
+    """The float model of :func:`chained_clips`."""
+    nodes = [helper.make_node("Mul", ["x", "two"], ["a"], name="mul"),
+             helper.make_node("Identity", ["a"], ["y"], name="out")]
+    graph = helper.make_graph(nodes, "chained_clips_float", [mz.vi("x", [1, 16])], [mz.vi("y", [1, 16])],
+                              [numpy_helper.from_array(np.array(2.0, np.float32), "two")])
     return mz.make_model(graph, opset=17)

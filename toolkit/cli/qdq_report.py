@@ -77,7 +77,8 @@ def _pair_json(outcome, name: str) -> Dict[str, Any]:
         row.update({
             "local_max_error": st.local_max, "local_sqnr_db": round(st.local_sqnr, 3), "clipped": st.clipped,
             "saturated": st.saturated, "range": [st.lo, st.hi], "int_range": [st.grid_lo, st.grid_hi],
-            "levels": round(st.levels, 2), "why": st.reasons,
+            "levels": round(st.levels, 2), "why": st.reasons, "sentinels": st.sentinels,
+            "channel_spread": st.spread,
         })
     sug = next((s for s in outcome.suggestions if s.pair == name), None)
     if sug is not None:

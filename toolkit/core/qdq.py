@@ -111,6 +111,17 @@ def _along(arr: np.ndarray, axis: Optional[int], ndim: int) -> np.ndarray:
     return arr.reshape(shape)
 
 
+def fake_quantize(pair: Pair, x) -> np.ndarray:
+    """``x`` quantized and dequantized by ``pair`` in numpy (round half to even, saturating), as
+    QuantizeLinear then DequantizeLinear compute it."""
+    arr = np.asarray(x, dtype=np.float32)
+    s = _along(pair.scale.astype(np.float32), pair.axis, arr.ndim)
+    zp = _along(pair.zero_point.astype(np.float32), pair.axis, arr.ndim)
+    with np.errstate(invalid="ignore", over="ignore"):
+        q = np.clip(np.round(arr / s) + zp, pair.qmin, pair.qmax)
+        return ((q - zp) * s).astype(np.float32)
+
+
 def constants(model) -> Dict[str, np.ndarray]:
     """Initializers and Constant-node values of the top graph, by name."""
     values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}

@@ -318,11 +318,20 @@ class QdqSearch(PrecisionSearch):
         return qdq_stats.ranked(list(stats.values()))
 
     def stats(self, names: Sequence[str]) -> Dict[str, qdq_stats.PairStats]:
-        """The statistics of pairs ``names`` on the search's inputs (the QDQ model and the float one
-        run once per input set, with those pairs' tensors marked)."""
+        """The statistics of the kept pairs ``names`` where each matters: with the other kept pairs in
+        float. One run of the model with all of them in float gives every kept pair's input as it is
+        then (a pair's own quantization changes only what follows it); the pair's quantization is
+        applied to it in numpy (:func:`toolkit.core.qdq.fake_quantize`). Weight pairs: their weights."""
         pairs = [self.by_name[n] for n in names if not self.by_name[n].weight]
-        return gather_stats(pairs, self.model, self.float_model, self.feeds, self.config.model,
-                            self.config.external_data_dir)
+        out = gather_stats(pairs, qdq.bypass(self.model, pairs), self.float_model, self.feeds, self.config.model,
+                           self.config.external_data_dir, emulate=True) if pairs else {}
+        values = qdq.constants(self.model)
+        for name in names:
+            pair = self.by_name[name]
+            weight = pair.float_value if pair.float_value is not None else values.get(pair.tensor)
+            if pair.weight and weight is not None:
+                out[name] = qdq_stats.weight_stats(pair, weight)
+        return out
 
     def _suggest(self, kept: Sequence[str], stats: Mapping[str, qdq_stats.PairStats]) -> List[Suggestion]:
         """For each pair kept for clipping or a coarse scale: the scale its observed range gives,
@@ -368,18 +377,21 @@ def marked_outputs(model, names: Sequence[str], feeds, path: str, external_data_
 
 
 def gather_stats(pairs: Sequence[qdq.Pair], model, float_model, feeds, path: str,
-                 external_data_dir: Optional[str]) -> Dict[str, qdq_stats.PairStats]:
-    """Statistics of ``pairs``, one input set at a time (no iteration's tensors kept)."""
-    names = sorted({p.tensor for p in pairs if p.tensor not in _inputs(model)} | {p.outputs[0] for p in pairs})
+                 external_data_dir: Optional[str], emulate: bool = False) -> Dict[str, qdq_stats.PairStats]:
+    """Statistics of ``pairs``, one input set at a time (no iteration's tensors kept). With
+    ``emulate``, ``model`` has the pairs in float and their quantization is applied in numpy."""
+    names = sorted({p.tensor for p in pairs if p.tensor not in _inputs(model)}
+                   | (set() if emulate else {p.outputs[0] for p in pairs}))
     ref_names = sorted({p.float_name for p in pairs if p.float_name and p.float_name not in _inputs(float_model)}) \
         if float_model is not None else []
     floats = (marked_outputs(float_model, ref_names, feeds, path, None) if float_model is not None and ref_names
               else iter([{}] * len(feeds)))
     sums = {p.name: qdq_stats.PairAccumulator(p) for p in pairs}
-    for feed, got, ref in zip(feeds, marked_outputs(model, names, feeds, path, external_data_dir), floats):
+    runs = marked_outputs(model, names, feeds, path, external_data_dir) if names else iter([{}] * len(feeds))
+    for feed, got, ref in zip(feeds, runs, floats):
         for p in pairs:
             before = got.get(p.tensor, feed.get(p.tensor))
-            after = got.get(p.outputs[0])
+            after = qdq.fake_quantize(p, before) if emulate and before is not None else got.get(p.outputs[0])
             if before is not None and after is not None:
                 sums[p.name].add(before, after, ref.get(p.float_name, feed.get(p.float_name)) if p.float_name else None)
     return {name: acc.finish() for name, acc in sums.items() if acc.n}

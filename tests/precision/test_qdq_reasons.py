@@ -1,0 +1,55 @@
+"""Why a kept Q/DQ pair matters: measured where it matters (the other kept pairs in float), weight
+pairs by their weights, sentinel (mask) ranges named as such."""
+
+import json
+
+import numpy as np
+
+import modelzoo as mz
+import qdq_models as qm
+from toolkit.core import qdq, qdq_stats
+from toolkit.core.datafiles import save_inputs
+
+
+def _inputs(path, feeds):
+    save_inputs(str(path), feeds)
+    return str(path)
+
+
+def test_a_kept_pair_is_measured_with_the_other_kept_pairs_in_float(tmp_path, cli):
+    q = mz.save(qm.chained_clips(), tmp_path / "q.onnx")
+    f = mz.save(qm.chained_clips_float(), tmp_path / "f.onnx")
+    feeds = _inputs(tmp_path / "in.json", [{"x": np.linspace(-1, 1, 16, dtype=np.float32).reshape(1, 16)}])
+    r = cli("debug", "precision", q, "--reference-model", f, "--load-inputs", feeds, "--atol", "0.1", "--rtol", "0",
+            "--json")
+    assert r.code == 0, r.err
+    pairs = {p["tensor"]: p for p in json.loads(r.out)["float_pairs"]}
+    assert set(pairs) == {"x", "a"}
+    # on the fully quantized model a's input is already clipped by x's pair; with x in float it clips half
+    assert pairs["a"]["clipped"] > 0.4 and any(w.startswith("clipping") for w in pairs["a"]["why"])
+
+
+def test_a_mask_range_pair_is_named_as_such(tmp_path, cli):
+    model = mz.save(qm.masked_softmax(), tmp_path / "mask.onnx")
+    mask = np.zeros((1, 8), np.float32)
+    mask[0, 5:] = -3.4e38
+    feeds = _inputs(tmp_path / "in.json", [{"x": np.linspace(-2, 2, 8, dtype=np.float32).reshape(1, 8), "mask": mask}])
+    r = cli("debug", "precision", model, "--load-inputs", feeds, "--atol", "0.01", "--rtol", "0", "--json",
+            "--qdq-table")
+    assert r.code == 0, r.err
+    result = json.loads(r.out)
+    why = result["float_pairs"][0]["why"]
+    assert why[0].startswith("sentinel range") and "mask" in why[0]
+    assert not any(w.startswith(("saturation", "coarse scale")) for w in why)
+    assert result["table"][0]["verdict"] == "adds error"
+
+
+def test_a_per_tensor_weight_over_uneven_channels_gets_the_per_channel_suggestion():
+    w = np.random.default_rng(0).standard_normal((16, 4)).astype(np.float32)
+    w[:, 0] *= 50  # one output channel 50x wider than the others
+    scale = np.float32(np.abs(w).max() / 127)
+    pair = qdq.Pair("w", "W", ["W_dq"], ["dq"], np.array(scale), np.array(0, np.int8), -128, 127, weight=True)
+    st = qdq_stats.weight_stats(pair, w)
+    assert st.spread is not None and st.spread > 8
+    assert any("use per-channel" in r for r in st.reasons)
+    assert any(r.startswith("weight error") and "SQNR" in r for r in st.reasons)
