@@ -132,3 +132,15 @@ def test_a_python_callable_is_a_metric(classifier, tmp_path):
     outcome = QdqSearch(QdqConfig(classifier["qdq"], reference_model=classifier["float"], load_inputs=[feeds],
                                   metric=same_classes)).run()
     assert outcome.status == "found" and [outcome.stats[n].pair.tensor for n in outcome.kept] == ["x"] and calls
+
+
+def test_float_op_types_keep_their_pairs_in_float(classifier, tmp_path, cli):
+    feeds = inputs_file(tmp_path / "in.json", qm.uniform_feeds(3, -1, 1, seed=9))
+    r = cli("debug", "precision", classifier["qdq"], "--reference-model", classifier["float"], "--load-inputs", feeds,
+            "--metric", "top1", "--float-op-types", "Add", "--json")
+    assert r.code == 0, r.err
+    result = json.loads(r.out)
+    assert sorted(result["float_by_op_type"]) == ["h_QuantizeLinear", "ha_QuantizeLinear"]
+    assert result["searched_pairs"] == 2 and "in float in every check" in r.err
+    r = cli("debug", "precision", classifier["qdq"], "--load-inputs", feeds, "--float-op-types", "MatMul,Add")
+    assert r.code == 2 and "nothing is left to search" in r.err

@@ -53,3 +53,33 @@ def test_a_per_tensor_weight_over_uneven_channels_gets_the_per_channel_suggestio
     assert st.spread is not None and st.spread > 8
     assert any("use per-channel" in r for r in st.reasons)
     assert any(r.startswith("weight error") and "SQNR" in r for r in st.reasons)
+
+
+def test_apply_scales_writes_the_model_with_the_suggested_scales(tmp_path, cli):
+    import onnxruntime as ort
+
+    model = mz.save(qm.two_or_one(), tmp_path / "two.onnx")
+    x = np.full((1, 4), 0.45, np.float32)
+    feeds = _inputs(tmp_path / "in.json", [{"x": x}])
+    out = tmp_path / "scaled.onnx"
+    r = cli("debug", "precision", model, "--load-inputs", feeds, "--atol", "1", "--rtol", "0", "--apply-scales",
+            "-o", out, "--json")
+    assert r.code == 0, r.err
+    result = json.loads(r.out)
+    suggested = result["float_pairs"][0]["suggested"]
+    assert suggested["passes"] and suggested["robust"] is True and "% of --atol 1 used" in suggested["margin"]
+    assert result["scaled"] == {"passes": True, "detail": result["scaled"]["detail"], "written": True}
+    # every pair is still quantized (c with its new scale), and the model passes where the original fails
+    assert sum(n.op_type == "QuantizeLinear" for n in __import__("onnx").load(str(out)).graph.node) == 3
+    got = ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    assert float(np.abs(got - 4 * x).max()) <= 1
+
+
+def test_pairs_are_named_as_the_users_graph_names_them(tmp_path):
+    float_path = mz.save(qm.classifier(), tmp_path / "f.onnx")
+    q_path = qm.quantize(float_path, str(tmp_path / "q.onnx"), qm.uniform_feeds(4, 0, 1))
+    import onnx
+
+    out_pair = next(p for p in qdq.find_pairs(onnx.load(q_path)) if p.tensor.startswith("y"))
+    assert out_pair.tensor == "y_QuantizeLinear_Input" and out_pair.shown == "y"
+    assert " on y (" in out_pair.describe()

@@ -39,7 +39,7 @@ def test_run_ranks_the_pair_that_adds_the_error_first(files, cli):
     assert r.code == 1
     rows = table_rows(r.err)
     # every pair but the one on the graph input (mark all returns node outputs)
-    assert {row.split(" | ")[1] for row in rows} == {p.tensor for p in qdq.find_pairs(onnx.load(files["planted"]))} - {"x"}
+    assert {row.split(" | ")[1] for row in rows} == {p.shown for p in qdq.find_pairs(onnx.load(files["planted"]))} - {"x"}
     first = rows[0].split(" | ")
     assert first[1] == "ctx" and first[2] == "ADDS ERROR" and "coarse scale" in rows[0]
     # downstream pairs receive the error (low upstream SQNR) but add none of their own

@@ -211,7 +211,8 @@ class PrecisionArgs:
     model: str = declared(S.MODEL)
     output: Optional[str] = option(
         "-o", "--output", metavar="PATH",
-        help="Where to write the mixed-precision model (fp16 or bf16, the nodes found in fp32).",
+        help="Where to write the result: the mixed-precision model (fp16/bf16, the nodes found in fp32), or for "
+        "a quantized model, the model with the Q/DQ pairs found in float.",
     )
     compare: Optional[List[str]] = option(
         "--compare", metavar="COMPARE...", complete="runner-spec",
@@ -266,9 +267,22 @@ class PrecisionArgs:
         "--metric-tolerance", metavar="X",
         help="Quantized models: the metric's tolerance (share of samples differing; 1 - cosine; least SNR in dB).",
     )
+    float_op_types: List[str] = option(
+        "--float-op-types", metavar="TYPES...", factory=list,
+        help="Quantized models: keep the pairs at these ops' inputs and outputs in float in every check "
+        "(e.g. LayerNormalization,Softmax).",
+    )
+    apply_scales: bool = switch(
+        "--apply-scales", help="Quantized models: -o gets the model with every passing suggested scale applied "
+        "(the other pairs found in float), when it passes.",
+    )
     cluster: Optional[str] = declared(S.CLUSTER)
     gpus_per_check: Optional[float] = declared(S.GPUS_PER_CHECK)
     cpus_per_check: Optional[float] = declared(S.CPUS_PER_CHECK)
+
+
+PAIR_OPTIONS = ("--reference-model", "--qdq-weights", "--qdq-table", "--validate-inputs", "--held-out", "--metric",
+                "--metric-tolerance", "--apply-scales", "--float-op-types")
 
 
 def _reduced(spec: str) -> bool:
@@ -302,15 +316,16 @@ def _run(args: PrecisionArgs) -> None:
     # quantized in integer ops only has no pairs: its fp16 nodes are searched, unless a pair option asks
     kind = quantization_of(args.model)
     pair_options = bool(args.reference_model or args.qdq_weights or args.qdq_table or args.validate_inputs
-                        or args.held_out is not None or args.metric or args.metric_tolerance is not None)
+                        or args.held_out is not None or args.metric or args.metric_tolerance is not None
+                        or args.apply_scales or args.float_op_types)
     quantized = kind is not None and not (compare and _reduced(compare[1]))
     if quantized and kind == "integer" and not pair_options and not compare:
         log(f"{args.model} is quantized in integer ops, which cannot be taken back to float pair by pair: searching "
             "the nodes to keep in fp32 for fp16 instead (quantize it in QDQ format to search its pairs)")
         quantized = False
     if not quantized and pair_options:
-        raise UsageError(f"--reference-model, --qdq-weights, --qdq-table, --validate-inputs, --held-out and --metric are for the "
-                         f"Q/DQ pairs of a quantized model; {args.model} has none, or --compare asks for an fp16/bf16 search")
+        raise UsageError(f"the options of the Q/DQ pair search ({', '.join(PAIR_OPTIONS)}) are for the Q/DQ pairs of "
+                         f"a quantized model; {args.model} has none, or --compare asks for an fp16/bf16 search")
     ref, cand = compare if compare else (("onnxrt", "onnxrt") if quantized else ("onnxrt", "onnxrt:fp16"))
     if args.cluster is None and (args.gpus_per_check is not None or args.cpus_per_check is not None):
         raise UsageError("--gpus-per-check and --cpus-per-check need --cluster ray")

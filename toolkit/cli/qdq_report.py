@@ -35,6 +35,9 @@ class QdqReporter(PrecisionReporter):
         if search.integer_ops:
             log(f"note: integer ops ({', '.join(search.integer_ops)}) are not searched: they cannot be taken "
                 "back to float pair by pair")
+        if search.fixed:
+            log(f"{len(search.fixed)} pair(s) at --float-op-types {','.join(c.float_op_types)} in float in every "
+                f"check: {', '.join(search.by_name[n].shown for n in search.fixed)}")
         if search.metric is not None:
             from toolkit.precision.qdq_metrics import summary as metric_summary
 
@@ -70,7 +73,7 @@ def _pair_json(outcome, name: str) -> Dict[str, Any]:
     pair = next(p for p in outcome.pairs if p.name == name)
     st = outcome.stats.get(name)
     row: Dict[str, Any] = {
-        "pair": name, "tensor": pair.tensor, "weight": pair.weight,
+        "pair": name, "tensor": pair.tensor, "shown": pair.shown, "weight": pair.weight,
         "scale": [float(v) for v in pair.scale.ravel()], "zero_point": [int(v) for v in pair.zero_point.ravel()],
     }
     if st is not None:
@@ -82,7 +85,8 @@ def _pair_json(outcome, name: str) -> Dict[str, Any]:
         })
     sug = next((s for s in outcome.suggestions if s.pair == name), None)
     if sug is not None:
-        row["suggested"] = {"scale": sug.scale, "zero_point": sug.zero_point, "passes": sug.passes}
+        row["suggested"] = {"scale": sug.scale, "zero_point": sug.zero_point, "passes": sug.passes,
+                            "margin": sug.margin, "robust": sug.robust}
     return row
 
 
@@ -94,7 +98,7 @@ def _summary_json(outcome, cfg, code: int) -> Dict[str, Any]:
         "seconds": round(outcome.seconds, 3), "error_quantized": outcome.error_fp16,
         "error_result": outcome.error_result, "one_minimal": outcome.one_minimal, "minimum": outcome.minimum,
         "optimality": optimality(outcome),
-        "pass_rule": outcome.pass_rule,
+        "pass_rule": outcome.pass_rule, "scaled": outcome.scaled, "float_by_op_type": outcome.fixed,
         "held_out": outcome.held_out.as_dict() if outcome.held_out is not None else None,
         "output": cfg.output if outcome.output_written else None, "exit_code": code,
     }
@@ -118,8 +122,11 @@ def _pair_lines(outcome) -> List[str]:
         sug = next((s for s in outcome.suggestions if s.pair == name), None)
         if sug is not None:
             verdict = "passes" if sug.passes else "still fails"
+            margin = f", {sug.margin}" if sug.margin and sug.passes else ""
+            robust = {None: "", True: "; it passes at -2% and +2% of the scale too",
+                      False: "; but not at -2% or +2% of the scale: a fragile fix"}[sug.robust]
             lines.append(f"      suggested scale {sug.scale:.4g}, zero point {sug.zero_point} (the observed range): "
-                         f"requantized with it, the model {verdict} ({sug.detail})")
+                         f"requantized with it, the model {verdict} ({sug.detail}{margin}){robust}")
     return lines
 
 
@@ -145,6 +152,16 @@ def _found(outcome, stats: str) -> None:
     elif outcome.one_minimal and outcome.kept:
         log("1-minimal: quantizing any one of them again makes the comparison fail (each checked); a set of "
             "fewer, other pairs may pass (not proved minimum).")
+
+
+def _scaled_line(outcome, cfg) -> None:
+    scaled = outcome.scaled
+    if scaled["passes"]:
+        log(f"With every passing suggested scale applied (the other pairs found in float) the model passes "
+            f"({scaled['detail']})" + (f"; wrote it to {cfg.output}" if scaled["written"] else ""))
+    else:
+        warn(f"with every passing suggested scale applied together the model fails ({scaled['detail']})"
+             + (f"; wrote the model with the pairs in float to {cfg.output} instead" if outcome.output_written else ""))
 
 
 def _held_out_lines(outcome) -> None:
@@ -194,7 +211,9 @@ def summary(outcome, cfg, json_out: bool) -> int:
     _held_out_lines(outcome)
     if outcome.broken:
         warn(f"{outcome.broken} check(s) could not build, load or run their model; they counted as failing")
-    if outcome.output_written:
+    if outcome.scaled is not None:
+        _scaled_line(outcome, cfg)
+    elif outcome.output_written:
         log(f"Wrote the model with those pairs in float to {cfg.output}")
     if outcome.replay_path and outcome.checks:
         log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
@@ -225,7 +244,7 @@ def table_line(rank: int, st) -> str:
     verdict = "rounding" if st.rounding_only else "ADDS ERROR"
     why = [r.split(":")[0] for r in st.reasons if not r.startswith("local error")]
     return (
-        f"  {rank:>3} | {st.pair.tensor} | {verdict} | local SQNR {_db(st.local_sqnr)}, max {st.local_max:.3g} "
+        f"  {rank:>3} | {st.pair.shown} | {verdict} | local SQNR {_db(st.local_sqnr)}, max {st.local_max:.3g} "
         f"({st.local_steps:.2g} steps) | upstream SQNR {_db(st.upstream_sqnr)} | after DQ vs float "
         f"{_db(st.xmodel_sqnr)} | clipped {percent(st.clipped)} | {st.levels:.1f} levels | scale {st.pair.scale.ravel()[0]:.4g}"
         + (f" | {', '.join(why)}" if why else "")

@@ -70,6 +70,13 @@ class Pair:
     # the float model was consulted: ``folded`` is all a bypass keeps (a range starting at 0 is
     # then the calibration's, not a folded Relu: a bypass adds nothing)
     exact: bool = False
+    user_name: Optional[str] = None  # the tensor as the user's graph calls it (a quantizer's suffix removed)
+
+    @property
+    def shown(self) -> str:
+        """The tensor's name for people: the user's graph's (a quantizer's suffix removed), else the float
+        model's, else as stored."""
+        return self.user_name or self.float_name or self.tensor
 
     def clamp(self) -> Optional[Tuple[float, float]]:
         """What a bypass keeps of the Q's range: the folded activation's bounds; without the float
@@ -93,7 +100,7 @@ class Pair:
     def describe(self) -> str:
         scale = _short(self.scale)
         zp = _short(self.zero_point)
-        return f"{self.name} on {self.tensor} (scale {scale}, zero point {zp})"
+        return f"{self.name} on {self.shown} (scale {scale}, zero point {zp})"
 
 
 def _short(arr: np.ndarray) -> str:
@@ -166,6 +173,8 @@ def find_pairs(model, *, weights: bool = False, float_model=None) -> List[Pair]:
             readers.setdefault(name, []).append(node)
     graph_outputs = {o.name for o in model.graph.output}
     ref = FloatModel(float_model) if float_model is not None else None
+    known = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input} \
+        | {o.name for o in model.graph.output}
     pairs: List[Pair] = []
     for node in model.graph.node:
         if node.op_type == "QuantizeLinear":
@@ -176,6 +185,7 @@ def find_pairs(model, *, weights: bool = False, float_model=None) -> List[Pair]:
             continue
         if pair is None or (pair.weight and not weights):
             continue
+        pair.user_name = match_name(pair.tensor, known - {pair.tensor})
         if ref is not None:
             pair.float_name = match_name(pair.tensor, ref.names)
             pair.folded = ref.folded(pair.tensor, model)
@@ -251,6 +261,18 @@ def _stored_weight(node, values, float_weights) -> Optional[Pair]:
         scale=np.asarray(scale), zero_point=np.asarray(zp), qmin=qmin, qmax=qmax,
         axis=_axis(node) if np.asarray(scale).size > 1 else None, weight=True, float_value=float_weights[name],
     )
+
+
+def pairs_at_op_types(model, pairs: Sequence[Pair], op_types: Sequence[str]) -> List[str]:
+    """Names of the pairs on an input or the output of a node of ``op_types`` (each item may hold
+    several, comma-separated: ``LayerNormalization,Softmax``): a DQ output such a node reads, or a
+    tensor such a node computes."""
+    wanted = {t.strip() for item in op_types for t in item.split(",") if t.strip()}
+    if not wanted:
+        return []
+    reads = {i for n in model.graph.node if n.op_type in wanted for i in n.input}
+    writes = {o for n in model.graph.node if n.op_type in wanted for o in n.output}
+    return [p.name for p in pairs if p.tensor in writes or any(o in reads for o in p.outputs)]
 
 
 def match_name(name: str, known) -> Optional[str]:

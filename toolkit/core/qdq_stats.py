@@ -292,5 +292,5 @@ def causes(stats: Sequence[PairStats], inputs: Sequence[str], limit: int = 3) ->
     rest = [st for st in ranked(stats) if st.pair.tensor not in inputs and not st.rounding_only]
     for st in rest[:limit]:
         why = next((r for r in st.reasons if not r.startswith("local error")), st.reasons[-1] if st.reasons else "")
-        out.append(f"{st.pair.float_name or st.pair.tensor}: {why}")
+        out.append(f"{st.pair.shown}: {why}")
     return out

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+
+import numpy as np
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
@@ -45,6 +47,8 @@ class QdqConfig(PrecisionConfig):
     # callable fn(reference_outputs, candidate_outputs) -> bool, judged per input set
     metric: Any = None
     metric_tolerance: Optional[float] = None
+    apply_scales: bool = False  # -o gets the model with every passing suggested scale (when it passes)
+    float_op_types: List[str] = field(default_factory=list)  # pairs at these ops' inputs/outputs always in float
 
 
 @dataclass
@@ -54,6 +58,11 @@ class Suggestion:
     zero_point: int
     passes: bool
     detail: str
+    margin: str = ""  # how much of the tolerance the result uses
+    robust: Optional[bool] = None  # passes at the scale -2% and +2% too (None: not checked)
+
+
+NUDGE = 0.02  # a passing suggestion is checked again with its scale this much smaller and larger
 
 
 @dataclass
@@ -70,6 +79,8 @@ class QdqOutcome(PrecisionOutcome):
     held_out: Optional[HeldOut] = None  # the result checked on inputs the search did not use
     held_out_note: str = ""  # why there is no held-out check
     pass_rule: Optional[Dict[str, Any]] = None  # with a metric: its name and tolerance
+    scaled: Optional[Dict[str, Any]] = None  # --apply-scales: the model with every suggested scale
+    fixed: List[str] = field(default_factory=list)  # pairs in float in every check (--float-op-types)
 
 
 def quantized_file(path: str) -> bool:
@@ -136,8 +147,12 @@ class QdqSearch(PrecisionSearch):
         self.integer_ops = qdq.integer_ops(self.model)
         if not self.pairs:
             raise InputError(self._no_pairs())
-        self.universe = [p.name for p in self.pairs]
         self.by_name = {p.name: p for p in self.pairs}
+        self.fixed = qdq.pairs_at_op_types(self.model, self.pairs, c.float_op_types)
+        self.universe = [p.name for p in self.pairs if p.name not in set(self.fixed)]
+        if not self.universe:
+            raise UsageError(f"--float-op-types {','.join(c.float_op_types)} takes every pair to float: nothing is "
+                             "left to search")
         self.position = {name: k for k, name in enumerate(self.universe)}
         self.user_kept, self.auto_kept = [], {}
         self.guide = False
@@ -171,7 +186,9 @@ class QdqSearch(PrecisionSearch):
             every = super()._feeds()
             feeds, self.held_out_feeds = split(every, split_count(len(every), c.held_out))
             self.held_source = "split"
-            if not self.held_out_feeds:
+            if c.held_out == 0:
+                self.held_note = "--held-out 0"
+            elif not self.held_out_feeds:
                 self.held_note = (f"{len(every)} input set(s): too few to hold any out (give four or more, or "
                                   "--validate-inputs FILE)")
             return feeds
@@ -236,7 +253,7 @@ class QdqSearch(PrecisionSearch):
         return qdq_metrics.describe(comps) if self.metric is not None else describe(comps)
 
     def candidate_model(self, keep: Sequence[str]):
-        return qdq.bypass(self.model, [self.by_name[n] for n in keep])
+        return qdq.bypass(self.model, [self.by_name[n] for n in list(self.fixed) + list(keep)])
 
     def _rounding_only(self, mask: int, comps) -> bool:
         return False  # the tolerance decides; rounding is the table's business (toolkit.run.qdq_table)
@@ -276,6 +293,13 @@ class QdqSearch(PrecisionSearch):
         when no pair passes alone (every single pair checked, directly or through a failing set)."""
         return len(kept) <= 1 or (len(kept) == 2 and getattr(self, "no_single", False))
 
+    def _write_scaled(self, out: PrecisionOutcome, result: "QdqOutcome") -> None:
+        """--apply-scales: -o gets the model with the suggested scales when it passes."""
+        model, passed, detail = self.apply_scales(out.kept, result.suggestions)
+        result.scaled = {"passes": passed, "detail": detail, "written": bool(passed and self.config.output)}
+        if passed and self.config.output:
+            save_model(model, self.config.output)
+
     def _write_output(self, out: PrecisionOutcome) -> None:
         save_model(self.candidate_model(out.kept), self.config.output or "")
 
@@ -287,6 +311,7 @@ class QdqSearch(PrecisionSearch):
         result.pairs = self.pairs
         result.integer_ops = self.integer_ops
         result.inputs = [i.name for i in self.model.graph.input]
+        result.fixed = list(self.fixed)
         result.pass_rule = qdq_metrics.as_dict(self.metric) if self.metric is not None else None
         values = qdq.constants(self.model)
         result.quantized_weights = sum(1 for n in self.model.graph.node
@@ -297,6 +322,8 @@ class QdqSearch(PrecisionSearch):
             result.stats = self.stats(out.kept)
             if self.config.suggest_scales and out.status == "found":
                 result.suggestions = self._suggest(out.kept, result.stats)
+            if self.config.apply_scales and any(sg.passes for sg in result.suggestions):
+                self._write_scaled(out, result)
         if out.status in ("found", "none-needed"):
             result.held_out = self.held_out_check(out.kept)
         result.held_out_note = getattr(self, "held_note", "")
@@ -312,7 +339,7 @@ class QdqSearch(PrecisionSearch):
         reference = self.float_model
         if reference is None:  # the model with every pair in float: its DQ outputs hold the float tensors
             reference = qdq.bypass(self.model, self.pairs)
-            pairs = [dataclasses.replace(p, float_name=p.outputs[0]) for p in pairs]
+            pairs = [dataclasses.replace(p, float_name=p.outputs[0], user_name=p.shown) for p in pairs]
         stats = gather_stats(pairs, self.model, reference, self.feeds, self.config.model,
                              self.config.external_data_dir)
         return qdq_stats.ranked(list(stats.values()))
@@ -323,7 +350,7 @@ class QdqSearch(PrecisionSearch):
         then (a pair's own quantization changes only what follows it); the pair's quantization is
         applied to it in numpy (:func:`toolkit.core.qdq.fake_quantize`). Weight pairs: their weights."""
         pairs = [self.by_name[n] for n in names if not self.by_name[n].weight]
-        out = gather_stats(pairs, qdq.bypass(self.model, pairs), self.float_model, self.feeds, self.config.model,
+        out = gather_stats(pairs, self.candidate_model([p.name for p in pairs]), self.float_model, self.feeds, self.config.model,
                            self.config.external_data_dir, emulate=True) if pairs else {}
         values = qdq.constants(self.model)
         for name in names:
@@ -344,15 +371,43 @@ class QdqSearch(PrecisionSearch):
             pair = self.by_name[name]
             scale, zp = qdq_stats.suggested(pair, st)
             others = [self.by_name[n] for n in kept if n != name]
-            model = qdq.requantize(qdq.bypass(self.model, others), pair, scale, zp)
-            passed, detail = self._check_model(model)
-            out.append(Suggestion(name, float(scale), int(zp.ravel()[0]), passed, detail))
+            model = qdq.requantize(self.candidate_model([p.name for p in others]), pair, scale, zp)
+            passed, detail, margin = self._check_model(model)
+            sug = Suggestion(name, float(scale), int(zp.ravel()[0]), passed, detail, margin)
+            if passed:  # a verdict that flips with a 2% change of the scale is no fix to rely on
+                sug.robust = all(self._check_model(qdq.requantize(self.candidate_model([p.name for p in others]), pair,
+                                                                  scale * (1 + k), zp))[0] for k in (-NUDGE, NUDGE))
+            out.append(sug)
         return out
+
+    def apply_scales(self, kept: Sequence[str], suggestions: Sequence[Suggestion]):
+        """The model with every passing suggested scale applied (the other kept pairs in float), and
+        whether it passes: (model, passed, detail)."""
+        good = {s.pair: s for s in suggestions if s.passes}
+        model = self.candidate_model([n for n in kept if n not in good])
+        for name, sug in good.items():
+            pair = self.by_name[name]
+            model = qdq.requantize(model, pair, np.asarray(sug.scale, np.float32),
+                                   np.full_like(pair.zero_point, sug.zero_point))
+        passed, detail, _ = self._check_model(model)
+        return model, passed, detail
 
     def _check_model(self, model):
         kind, opts = self.cand_spec
         comps = self._compare(self._run_candidate(model, kind, opts))
-        return all(c.passed and not c.only_a for c in comps), self._describe(comps)
+        return all(c.passed and not c.only_a for c in comps), self._describe(comps), self._margin(comps)
+
+    def _margin(self, comps) -> str:
+        """The share of a single --atol the worst output uses ("" for a metric or per-output tolerances)."""
+        c = self.config
+        if self.metric is not None or len(c.atol) != 1 or ":" in c.atol[0]:
+            return ""
+        try:
+            atol = float(c.atol[0])
+        except ValueError:
+            return ""
+        worst = max((o.required_atol for it in comps for o in it.outputs), default=0.0)
+        return f"{100 * worst / atol:.0f}% of --atol {c.atol[0]} used" if atol > 0 else ""
 
 
 def marked_run(model, names: Sequence[str], feeds, path: str, external_data_dir: Optional[str]) -> List[Dict]:
