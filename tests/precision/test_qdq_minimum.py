@@ -144,3 +144,14 @@ def test_float_op_types_keep_their_pairs_in_float(classifier, tmp_path, cli):
     assert result["searched_pairs"] == 2 and "in float in every check" in r.err
     r = cli("debug", "precision", classifier["qdq"], "--load-inputs", feeds, "--float-op-types", "MatMul,Add")
     assert r.code == 2 and "nothing is left to search" in r.err
+
+
+def test_order_error_searches_the_pairs_adding_the_most_error_first(classifier, tmp_path, cli):
+    feeds = inputs_file(tmp_path / "in.json", qm.uniform_feeds(3, -1, 1, seed=9))
+    r = cli("debug", "precision", classifier["qdq"], "--reference-model", classifier["float"], "--load-inputs", feeds,
+            "--metric", "top1", "--order", "error", "--json")
+    assert r.code == 0, r.err
+    assert [p["tensor"] for p in json.loads(r.out)["float_pairs"]] == ["x"]
+    r = cli("debug", "precision", classifier["qdq"], "--load-inputs", feeds, "--order", "error", "--save-debug-replay",
+            tmp_path / "r.json")
+    assert r.code == 2 and "--order error" in r.err

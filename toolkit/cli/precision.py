@@ -272,6 +272,10 @@ class PrecisionArgs:
         help="Quantized models: keep the pairs at these ops' inputs and outputs in float in every check "
         "(e.g. LayerNormalization,Softmax).",
     )
+    order: Optional[str] = option(
+        "--order", metavar="ORDER", complete=("graph", "error"),
+        help="Quantized models: search the pairs in node order (graph, the default) or most error first (error).",
+    )
     apply_scales: bool = switch(
         "--apply-scales", help="Quantized models: -o gets the model with every passing suggested scale applied "
         "(the other pairs found in float), when it passes.",
@@ -282,7 +286,7 @@ class PrecisionArgs:
 
 
 PAIR_OPTIONS = ("--reference-model", "--qdq-weights", "--qdq-table", "--validate-inputs", "--held-out", "--metric",
-                "--metric-tolerance", "--apply-scales", "--float-op-types")
+                "--metric-tolerance", "--apply-scales", "--float-op-types", "--order")
 
 
 def _reduced(spec: str) -> bool:
@@ -317,7 +321,7 @@ def _run(args: PrecisionArgs) -> None:
     kind = quantization_of(args.model)
     pair_options = bool(args.reference_model or args.qdq_weights or args.qdq_table or args.validate_inputs
                         or args.held_out is not None or args.metric or args.metric_tolerance is not None
-                        or args.apply_scales or args.float_op_types)
+                        or args.apply_scales or args.float_op_types or args.order)
     quantized = kind is not None and not (compare and _reduced(compare[1]))
     if quantized and kind == "integer" and not pair_options and not compare:
         log(f"{args.model} is quantized in integer ops, which cannot be taken back to float pair by pair: searching "

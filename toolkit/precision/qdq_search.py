@@ -49,6 +49,7 @@ class QdqConfig(PrecisionConfig):
     metric_tolerance: Optional[float] = None
     apply_scales: bool = False  # -o gets the model with every passing suggested scale (when it passes)
     float_op_types: List[str] = field(default_factory=list)  # pairs at these ops' inputs/outputs always in float
+    order: str = "graph"  # the order the pairs are searched in: "graph" (node order) or "error" (most error first)
 
 
 @dataclass
@@ -128,6 +129,10 @@ class QdqSearch(PrecisionSearch):
             raise UsageError("--reference-model and --load-outputs both give the reference; give one")
         from toolkit.core import paths
 
+        if self.config.order not in ("graph", "error"):
+            raise UsageError(f"--order {self.config.order}: use graph or error")
+        if self.config.order == "error" and (self.config.save_replay or self.config.load_replay):
+            raise UsageError("--order error and replay files do not go together (a replay keys sets by node order)")
         if self.config.held_out is not None and self.config.held_out < 0:
             raise UsageError("--held-out must be 0 or more")
         from toolkit.core.model import check_readable_file
@@ -269,11 +274,27 @@ class QdqSearch(PrecisionSearch):
         the PP-OCR classifier; the pairs that add the most error are not those the output needs.)"""
         self.guide = False
         self.no_single = False
+        if self.config.order == "error":
+            self._order_by_error()
         single = self._single(list(range(self.index.size)))
         if single is not None:
             return 1 << single
         self.no_single = self.verdicts.get(self.index.full_mask) is True
         return super()._search()
+
+    def _order_by_error(self) -> None:
+        """--order error: the pairs searched in the order of the error each adds itself (the table's
+        ranking: one marked run), instead of node order; verdicts in hand are carried over."""
+        ranked = [st.pair.name for st in self.table() if st.pair.name in self.position]
+        order = ranked + [n for n in self.universe if n not in set(ranked)]
+        old = dict(self.position)
+        self.universe, self.position = order, {n: k for k, n in enumerate(order)}
+
+        def remap(mask: int) -> int:
+            return sum(1 << self.position[n] for n, k in old.items() if (mask >> k) & 1)
+        self.verdicts = {remap(m): v for m, v in self.verdicts.items()}
+        self.details = {remap(m): d for m, d in self.details.items()}
+        self._best = None if self._best is None else remap(self._best)
 
     def _single(self, indices: List[int]) -> Optional[int]:
         """The first pair (by position) that passes alone, or None when none does: a set that
