@@ -83,3 +83,16 @@ def test_pairs_are_named_as_the_users_graph_names_them(tmp_path):
     out_pair = next(p for p in qdq.find_pairs(onnx.load(q_path)) if p.tensor.startswith("y"))
     assert out_pair.tensor == "y_QuantizeLinear_Input" and out_pair.shown == "y"
     assert " on y (" in out_pair.describe()
+
+
+def test_ctrl_c_after_the_search_keeps_the_result(tmp_path, monkeypatch):
+    from toolkit.precision.qdq_search import QdqConfig, QdqSearch
+
+    def interrupted(self, kept):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(QdqSearch, "held_out_check", interrupted)
+    model = mz.save(qm.two_or_one(), tmp_path / "two.onnx")
+    feeds = _inputs(tmp_path / "in.json", [{"x": np.full((1, 4), 0.45, np.float32)}])
+    outcome = QdqSearch(QdqConfig(model, load_inputs=[feeds], atol=["1"], rtol=["0"])).run()
+    assert outcome.status == "found" and outcome.kept == ["c_QuantizeLinear"] and outcome.after_interrupted

@@ -210,6 +210,11 @@ def summary(outcome, cfg, json_out: bool) -> int:
     else:
         _found(outcome, stats)
     _held_out_lines(outcome)
+    if outcome.after_interrupted:
+        state.interrupt_reported = True
+        code = int(ExitCode.INTERRUPTED)
+        warn("interrupted after the search: the result above stands; the held-out check, reasons, scale "
+             "suggestions or table not finished are left out")
     if outcome.broken:
         warn(f"{outcome.broken} check(s) could not build, load or run their model; they counted as failing")
     if outcome.scaled is not None:

@@ -82,6 +82,7 @@ class QdqOutcome(PrecisionOutcome):
     pass_rule: Optional[Dict[str, Any]] = None  # with a metric: its name and tolerance
     scaled: Optional[Dict[str, Any]] = None  # --apply-scales: the model with every suggested scale
     fixed: List[str] = field(default_factory=list)  # pairs in float in every check (--float-op-types)
+    after_interrupted: bool = False  # Ctrl-C after the search: held-out check, reasons or table left out
 
 
 def quantized_file(path: str) -> bool:
@@ -338,20 +339,29 @@ class QdqSearch(PrecisionSearch):
         result.quantized_weights = sum(1 for n in self.model.graph.node
                                        if n.op_type == "DequantizeLinear" and n.input[0] in values)
         result.reference = self.config.reference_model or "the model with every pair in float"
-        if out.status == "found" and out.kept:  # (after Ctrl-C, nothing more is run)
+        result.held_out_note = getattr(self, "held_note", "")
+        try:
+            self._after_search(out, result)
+        except KeyboardInterrupt:  # the result stands; what was not gathered yet is left out
+            result.after_interrupted = True
+        result.checks = len(self.checks)
+        return result
+
+    def _after_search(self, out: PrecisionOutcome, result: "QdqOutcome") -> None:
+        """The held-out check, reasons, scale suggestions and table of a finished search (after
+        Ctrl-C, nothing more is run)."""
+        if out.status == "found" and out.kept:
             result.minimum = self.minimum(out.kept)
+        if out.status in ("found", "none-needed"):
+            result.held_out = self.held_out_check(out.kept)
+        if out.status == "found" and out.kept:
             result.stats = self.stats(out.kept)
-            if self.config.suggest_scales and out.status == "found":
+            if self.config.suggest_scales:
                 result.suggestions = self._suggest(out.kept, result.stats)
             if self.config.apply_scales and any(sg.passes for sg in result.suggestions):
                 self._write_scaled(out, result)
-        if out.status in ("found", "none-needed"):
-            result.held_out = self.held_out_check(out.kept)
-        result.held_out_note = getattr(self, "held_note", "")
         if self.config.table and out.status != "interrupted":
             result.table = self.table()
-        result.checks = len(self.checks)
-        return result
 
     def table(self) -> List[qdq_stats.PairStats]:
         """Every activation pair's statistics against the reference's tensors (the float model's,
