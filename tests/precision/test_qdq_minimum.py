@@ -155,3 +155,14 @@ def test_order_error_searches_the_pairs_adding_the_most_error_first(classifier, 
     r = cli("debug", "precision", classifier["qdq"], "--load-inputs", feeds, "--order", "error", "--save-debug-replay",
             tmp_path / "r.json")
     assert r.code == 2 and "--order error" in r.err
+
+
+def test_metric_outputs_name_what_the_metric_judges(classifier, tmp_path, cli):
+    feeds = inputs_file(tmp_path / "in.json", qm.uniform_feeds(3, -1, 1, seed=9))
+    r = cli("debug", "precision", classifier["qdq"], "--reference-model", classifier["float"], "--load-inputs", feeds,
+            "--metric", "top1", "--metric-outputs", "y", "--json")
+    assert r.code == 0, r.err
+    assert [p["tensor"] for p in json.loads(r.out)["float_pairs"]] == ["x"]
+    r = cli("debug", "precision", classifier["qdq"], "--load-inputs", feeds, "--metric", "top1", "--metric-outputs",
+            "nosuch")
+    assert r.code == 2 and "no such output" in r.err  # never a pass on nothing compared

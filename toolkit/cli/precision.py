@@ -267,6 +267,10 @@ class PrecisionArgs:
         "--metric-tolerance", metavar="X",
         help="Quantized models: the metric's tolerance (share of samples differing; 1 - cosine; least SNR in dB).",
     )
+    metric_outputs: List[str] = option(
+        "--metric-outputs", metavar="NAMES...", factory=list,
+        help="Quantized models: the outputs --metric judges (default: every output).",
+    )
     float_op_types: List[str] = option(
         "--float-op-types", metavar="TYPES...", factory=list,
         help="Quantized models: keep the pairs at these ops' inputs and outputs in float in every check "
@@ -286,7 +290,7 @@ class PrecisionArgs:
 
 
 PAIR_OPTIONS = ("--reference-model", "--qdq-weights", "--qdq-table", "--validate-inputs", "--held-out", "--metric",
-                "--metric-tolerance", "--apply-scales", "--float-op-types", "--order")
+                "--metric-tolerance", "--metric-outputs", "--apply-scales", "--float-op-types", "--order")
 
 
 def _reduced(spec: str) -> bool:
@@ -320,7 +324,7 @@ def _run(args: PrecisionArgs) -> None:
     # quantized in integer ops only has no pairs: its fp16 nodes are searched, unless a pair option asks
     kind = quantization_of(args.model)
     pair_options = bool(args.reference_model or args.qdq_weights or args.qdq_table or args.validate_inputs
-                        or args.held_out is not None or args.metric or args.metric_tolerance is not None
+                        or args.held_out is not None or args.metric or args.metric_tolerance is not None or args.metric_outputs
                         or args.apply_scales or args.float_op_types or args.order)
     quantized = kind is not None and not (compare and _reduced(compare[1]))
     if quantized and kind == "integer" and not pair_options and not compare:

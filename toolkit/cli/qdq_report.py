@@ -108,7 +108,11 @@ def _summary_json(outcome, cfg, code: int) -> Dict[str, Any]:
 def _cause_lines(outcome) -> List[str]:
     from toolkit.core.qdq_stats import causes
 
-    found = causes([outcome.stats[n] for n in outcome.kept if n in outcome.stats], outcome.inputs)
+    stats = [outcome.stats[n] for n in outcome.kept if n in outcome.stats]
+    found = causes(stats, outcome.inputs)
+    if not found and stats and all(st.rounding_only for st in stats):
+        found = ["no kept pair clips or is coarse: each only rounds (half a step), and together their rounding "
+                 "exceeds the tolerance (diffuse error: keep them in float, or loosen the tolerance)"]
     return ["Causes:"] + [f"  {line}" for line in found] if found else []
 
 

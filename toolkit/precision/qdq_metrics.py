@@ -13,6 +13,9 @@ the reference's, one input set at a time; the input set passes when every output
   (default 0.01).
 - ``snr-db``: ``20 log10(|ref| / |ref - candidate|)`` is at least ``tolerance`` dB (default 20).
 
+``--metric-outputs NAME...`` names the outputs judged (default: every output; a recurrent model's
+state output has no top class).
+
 A Python callable ``fn(reference, candidate) -> bool`` (each a dict of output name to array, one
 input set) is a metric too (the API's ``QdqConfig.metric``).
 
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
@@ -61,11 +64,14 @@ class Metric:
     tolerance: float
     k: int = 1
     fn: Optional[MetricFn] = None
+    outputs: List[str] = field(default_factory=list)  # the outputs judged (none given: every output)
 
     def label(self) -> str:
         return f"topk:{self.k}" if self.name == "topk" else self.name
 
     def iteration(self, ref: Mapping[str, Any], got: Mapping[str, Any]) -> MetricIteration:
+        if self.outputs:
+            ref = {n: v for n, v in ref.items() if n in self.outputs}
         missing = [n for n in ref if n not in got]
         if self.fn is not None:
             ok = bool(self.fn(ref, got)) if not missing else False
@@ -119,12 +125,20 @@ def _snr(r, c, m: Metric) -> Tuple[float, bool, str]:
 _MEASURES = {"top1": _top1, "topk": _top1, "argmax-agreement": _argmax, "cosine": _cosine, "snr-db": _snr}
 
 
-def parse(spec: Union[str, MetricFn, None], tolerance: Optional[float] = None) -> Optional[Metric]:
-    """The metric of ``--metric SPEC`` (and ``--metric-tolerance``), or a callable; None: none."""
+def parse(spec: Union[str, MetricFn, None], tolerance: Optional[float] = None,
+          outputs: Sequence[str] = ()) -> Optional[Metric]:
+    """The metric of ``--metric SPEC`` (``--metric-tolerance``, ``--metric-outputs``), or a
+    callable; None: none."""
     if spec is None or spec == "":
         return None
     if callable(spec):
-        return Metric("callable", 0.0 if tolerance is None else tolerance, fn=spec)
+        return Metric("callable", 0.0 if tolerance is None else tolerance, fn=spec, outputs=list(outputs))
+    metric = _parse_name(str(spec), tolerance)
+    metric.outputs = list(outputs)
+    return metric
+
+
+def _parse_name(spec: str, tolerance: Optional[float]) -> Metric:
     name, _, arg = str(spec).partition(":")
     if name not in DEFAULT_TOLERANCE or (arg and name != "topk") or (name == "topk" and not arg.isdigit()):
         raise UsageError(f"--metric {spec}: use one of {', '.join(NAMES)} (K a whole number)")

@@ -47,6 +47,7 @@ class QdqConfig(PrecisionConfig):
     # callable fn(reference_outputs, candidate_outputs) -> bool, judged per input set
     metric: Any = None
     metric_tolerance: Optional[float] = None
+    metric_outputs: List[str] = field(default_factory=list)  # the outputs the metric judges (none: all)
     apply_scales: bool = False  # -o gets the model with every passing suggested scale (when it passes)
     float_op_types: List[str] = field(default_factory=list)  # pairs at these ops' inputs/outputs always in float
     order: str = "graph"  # the order the pairs are searched in: "graph" (node order) or "error" (most error first)
@@ -117,7 +118,9 @@ class QdqSearch(PrecisionSearch):
     def _validate(self) -> None:
         super()._validate()
         c = self.config
-        self.metric = qdq_metrics.parse(c.metric, c.metric_tolerance)
+        self.metric = qdq_metrics.parse(c.metric, c.metric_tolerance, c.metric_outputs)
+        if c.metric_outputs and self.metric is None:
+            raise UsageError("--metric-outputs needs --metric")
         if self.metric is not None and (c.atol or c.rtol or c.check_error_stat):
             raise UsageError("--metric is the pass rule in place of --atol/--rtol/--check-error-stat; give one or the "
                              "other (the metric's tolerance is --metric-tolerance)")
@@ -163,6 +166,10 @@ class QdqSearch(PrecisionSearch):
         self.user_kept, self.auto_kept = [], {}
         self.guide = False
         self.graph_outputs = [o.name for o in self.model.graph.output]
+        unknown = [n for n in c.metric_outputs if n not in self.graph_outputs]
+        if unknown:
+            raise UsageError(f"--metric-outputs {unknown[0]}: the model has no such output; its outputs are "
+                             f"{', '.join(self.graph_outputs)}")
         self.index = SetIndex(len(self.universe))
         self._model_id = self._structure_id()
         self.depth = 1
