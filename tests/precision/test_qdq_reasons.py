@@ -27,6 +27,7 @@ def test_a_kept_pair_is_measured_with_the_other_kept_pairs_in_float(tmp_path, cl
     assert set(pairs) == {"x", "a"}
     # on the fully quantized model a's input is already clipped by x's pair; with x in float it clips half
     assert pairs["a"]["clipped"] > 0.4 and any(w.startswith("clipping") for w in pairs["a"]["why"])
+    assert "calibration mismatch: 2 of the 2 pairs clip" in r.err and "input x:" in r.err
 
 
 def test_a_mask_range_pair_is_named_as_such(tmp_path, cli):

@@ -284,6 +284,10 @@ def causes(stats: Sequence[PairStats], inputs: Sequence[str], limit: int = 3) ->
     """The summary before the pairs: inputs that clip at their pair's range (the calibration did
     not see inputs like these), then the top causes among the other pairs, most error first."""
     out = []
+    clipping = [st for st in stats if st.clipped > 0 and not st.sentinel_range]
+    if len(clipping) >= 2:
+        out.append(f"calibration mismatch: {len(clipping)} of the {len(stats)} pairs clip values outside their "
+                   "calibrated ranges (the calibration data did not cover inputs like these: recalibrate on them)")
     for st in stats:
         if st.pair.tensor in inputs and st.clipped > 0:
             out.append(f"input {st.pair.tensor}: {percent(st.clipped)} of its values are outside the calibrated range "
