@@ -275,20 +275,29 @@ class QdqSearch(PrecisionSearch):
         return self.passes(self.index.full_mask)
 
     def _search(self) -> Optional[int]:
-        """A pair that passes alone (:meth:`_single`), else the engine's search over the pairs in
-        node order (bisect, QuickXplain, 1-minimality).
+        """The engine's search over the pairs (bisect, QuickXplain, 1-minimality), in node order
+        (or ``--order error``), then a pair that passes alone where no check has ruled one out
+        (:meth:`_single`): it replaces a larger result, and when none does, a result of two is
+        the minimum.
         (Ordering the pairs by the error each adds instead, and taking the shortest passing prefix
-        of that ranking, cost more checks on real models: 31 against 18 and 382 against 188 on
-        the PP-OCR classifier; the pairs that add the most error are not those the output needs.)"""
+        of that ranking, cost more checks on the PP-OCR classifier: 31 against 18 and 382 against
+        188; fewer on the romanizer's decoder: docs/quantization.md.)"""
         self.guide = False
         self.no_single = False
         if self.config.order == "error":
             self._order_by_error()
-        single = self._single(list(range(self.index.size)))
+        result = super()._search()
+        if result is None or bin(result).count("1") <= 1:
+            return result
+        failed = 0  # every pair in a failing set fails alone too (a subset of a failing set fails)
+        for mask, passed in self.verdicts.items():
+            if not passed:
+                failed |= mask
+        single = self._single([i for i in range(self.index.size) if not (failed >> i) & 1])
         if single is not None:
             return 1 << single
-        self.no_single = self.verdicts.get(self.index.full_mask) is True
-        return super()._search()
+        self.no_single = True
+        return result
 
     def _order_by_error(self) -> None:
         """--order error: the pairs searched in the order of the error each adds itself (the table's
@@ -305,10 +314,9 @@ class QdqSearch(PrecisionSearch):
         self._best = None if self._best is None else remap(self._best)
 
     def _single(self, indices: List[int]) -> Optional[int]:
-        """The first pair (by position) that passes alone, or None when none does: a set that
-        fails proves that none of its pairs passes alone (a subset of a failing set fails), so
-        only the halves of passing sets are split (a few checks where each alone would take one
-        per pair)."""
+        """The first pair (by position) of ``indices`` that passes alone, or None when none does: a
+        set that fails proves that none of its pairs passes alone, so only the halves of passing
+        sets are split (a few checks where each alone would take one per pair)."""
         if not indices or not self.passes(sum(1 << i for i in indices)):
             return None
         if len(indices) == 1:
