@@ -260,7 +260,7 @@ class PrecisionArgs:
     )
     metric: Optional[str] = option(
         "--metric", metavar="METRIC", complete=("top1", "topk:5", "argmax-agreement", "cosine", "snr-db"),
-        help="Quantized models: the pass rule in place of --atol/--rtol: top1, topk:K, argmax-agreement, cosine "
+        help="Quantized models: the pass rule in place of the tolerances: top1, topk:K, argmax-agreement, cosine "
         "or snr-db (docs/quantization.md).",
     )
     metric_tolerance: Optional[float] = option(
