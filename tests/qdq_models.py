@@ -117,3 +117,111 @@ def clip_mlp(seed: int = 0):
 def mlp_feeds(count: int, seed: int = 7) -> List[Dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
     return [{"x": rng.standard_normal((4, 16)).astype(np.float32)} for _ in range(count)]
+
+
+def classifier(seed: int = 0, features: int = 16, classes: int = 4):
+    """x[8,16] -> MatMul -> Add -> Relu -> MatMul -> y[8,4] logits: a small classifier."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((features, 32)) * 0.5).astype(np.float32), "W1"),
+        numpy_helper.from_array((rng.standard_normal(32) * 0.1).astype(np.float32), "b1"),
+        numpy_helper.from_array((rng.standard_normal((32, classes)) * 0.5).astype(np.float32), "W2"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["h"], name="fc1"),
+        helper.make_node("Add", ["h", "b1"], ["hb"], name="fc1_bias"),
+        helper.make_node("Relu", ["hb"], ["ha"], name="relu"),
+        helper.make_node("MatMul", ["ha", "W2"], ["y"], name="fc2"),
+    ]
+    graph = helper.make_graph(nodes, "classifier", [mz.vi("x", [8, features])], [mz.vi("y", [8, classes])], inits)
+    return mz.make_model(graph, opset=17)
+
+
+def uniform_feeds(count: int, lo: float, hi: float, seed: int = 3, shape=(8, 16)) -> List[Dict[str, np.ndarray]]:
+    rng = np.random.default_rng(seed)
+    return [{"x": rng.uniform(lo, hi, shape).astype(np.float32)} for _ in range(count)]
+
+
+def _pair(tensor: str, scale: float, zero_point: int = 0):
+    """Q and DQ nodes (int8) on ``tensor``, and their scale/zero-point initializers."""
+    nodes = [helper.make_node("QuantizeLinear", [tensor, f"{tensor}_s", f"{tensor}_z"], [f"{tensor}_q"],
+                              name=f"{tensor}_QuantizeLinear"),
+             helper.make_node("DequantizeLinear", [f"{tensor}_q", f"{tensor}_s", f"{tensor}_z"], [f"{tensor}_dq"],
+                              name=f"{tensor}_DequantizeLinear")]
+    inits = [numpy_helper.from_array(np.array(scale, np.float32), f"{tensor}_s"),
+             numpy_helper.from_array(np.array(zero_point, np.int8), f"{tensor}_z")]
+    return nodes, inits
+
+
+def two_or_one(scales=(1.0, 1.0, 4.0)):
+    """y = q(a) + q(b) + q(c), a = b = x, c = 2x, with pairs on a, b, c (in that node order) of the
+    given scales. On x = 0.45 every pair rounds its value to 0: errors 0.45, 0.45 and 0.9 (output
+    error 1.8); at --atol 1 both {a, b} and {c} alone pass, and a search in node order meets {a, b}
+    first."""
+    nodes = [helper.make_node("Mul", ["x", "one"], ["a"], name="mul_a"),
+             helper.make_node("Mul", ["x", "one"], ["b"], name="mul_b"),
+             helper.make_node("Mul", ["x", "two"], ["c"], name="mul_c")]
+    inits = [numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(2.0, np.float32), "two")]
+    for tensor, scale in zip("abc", scales):
+        n, i = _pair(tensor, scale)
+        nodes += n
+        inits += i
+    nodes += [helper.make_node("Add", ["a_dq", "b_dq"], ["ab"], name="add_ab"),
+              helper.make_node("Add", ["ab", "c_dq"], ["y"], name="add_c")]
+    graph = helper.make_graph(nodes, "two_or_one", [mz.vi("x", [1, 4])], [mz.vi("y", [1, 4])], inits)
+    return mz.make_model(graph, opset=17)
+
+
+def relu6_mlp(seed: int = 0):
+    """x[4,16] -> MatMul -> Clip(0, 6) -> MatMul -> Clip(0, 6) -> MatMul -> y[4,8]: the quantizer folds
+    both Clips into the Qs after them; the MatMuls' outputs often exceed 6."""
+    rng = np.random.default_rng(seed)
+    inits = [
+        numpy_helper.from_array((rng.standard_normal((16, 16)) * 2).astype(np.float32), "W1"),
+        numpy_helper.from_array((rng.standard_normal((16, 16)) * 0.5).astype(np.float32), "W2"),
+        numpy_helper.from_array(rng.standard_normal((16, 8)).astype(np.float32), "W3"),
+        numpy_helper.from_array(np.array(0.0, np.float32), "lo"),
+        numpy_helper.from_array(np.array(6.0, np.float32), "hi"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["a"], name="fc1"),
+        helper.make_node("Clip", ["a", "lo", "hi"], ["c"], name="clip1"),
+        helper.make_node("MatMul", ["c", "W2"], ["b"], name="fc2"),
+        helper.make_node("Clip", ["b", "lo", "hi"], ["d"], name="clip2"),
+        helper.make_node("MatMul", ["d", "W3"], ["y"], name="fc3"),
+    ]
+    graph = helper.make_graph(nodes, "relu6_mlp", [mz.vi("x", [4, 16])], [mz.vi("y", [4, 8])], inits)
+    return mz.make_model(graph, opset=17)
+
+
+def chained_clips():
+    """x -> pair on x (range [0, 1]) -> Mul 2 -> pair on a (range [0, 2]) -> y: on inputs in [-1, 1] both
+    pairs clip the negatives, but the second only once the first is in float."""
+    nodes, inits = _pair("x", 1 / 255, -128)
+    nodes.append(helper.make_node("Mul", ["x_dq", "two"], ["a"], name="mul"))
+    n, i = _pair("a", 2 / 255, -128)
+    nodes += n + [helper.make_node("Identity", ["a_dq"], ["y"], name="out")]
+    inits += i + [numpy_helper.from_array(np.array(2.0, np.float32), "two")]
+    graph = helper.make_graph(nodes, "chained_clips", [mz.vi("x", [1, 16])], [mz.vi("y", [1, 16])], inits)
+    return mz.make_model(graph, opset=17)
+
+
+def masked_softmax():
+    """y = Softmax(x + mask), the sum quantized on a range calibrated with the mask's -3.4e38 fill."""
+    scale = 3.4e38 / 255
+    nodes = [helper.make_node("Add", ["x", "mask"], ["s"], name="add_mask")]
+    n, i = _pair("s", scale, 127)
+    nodes += n + [helper.make_node("Softmax", ["s_dq"], ["y"], name="softmax", axis=-1)]
+    graph = helper.make_graph(nodes, "masked_softmax", [mz.vi("x", [1, 8]), mz.vi("mask", [1, 8])],
+                              [mz.vi("y", [1, 8])], i)
+    return mz.make_model(graph, opset=17)
+
+
+def chained_clips_float():
+    """The float model of :func:`chained_clips`."""
+    nodes = [helper.make_node("Mul", ["x", "two"], ["a"], name="mul"),
+             helper.make_node("Identity", ["a"], ["y"], name="out")]
+    graph = helper.make_graph(nodes, "chained_clips_float", [mz.vi("x", [1, 16])], [mz.vi("y", [1, 16])],
+                              [numpy_helper.from_array(np.array(2.0, np.float32), "two")])
+    return mz.make_model(graph, opset=17)

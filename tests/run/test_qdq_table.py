@@ -39,7 +39,7 @@ def test_run_ranks_the_pair_that_adds_the_error_first(files, cli):
     assert r.code == 1
     rows = table_rows(r.err)
     # every pair but the one on the graph input (mark all returns node outputs)
-    assert {row.split(" | ")[1] for row in rows} == {p.tensor for p in qdq.find_pairs(onnx.load(files["planted"]))} - {"x"}
+    assert {row.split(" | ")[1] for row in rows} == {p.shown for p in qdq.find_pairs(onnx.load(files["planted"]))} - {"x"}
     first = rows[0].split(" | ")
     assert first[1] == "ctx" and first[2] == "ADDS ERROR" and "coarse scale" in rows[0]
     # downstream pairs receive the error (low upstream SQNR) but add none of their own
@@ -107,3 +107,37 @@ def test_debug_precision_prints_the_table_against_the_float_model_or_itself_in_f
     assert rows["r1"]["verdict"] == "rounding" and rows["r1"]["upstream_sqnr_db"] < 20
     assert rows["ha"]["verdict"] == "rounding" and rows["ha"]["upstream_sqnr_db"] > 5
     assert len(table_rows(r.err)) == len(table)
+
+
+def test_run_and_debug_precision_give_one_table_with_folded_clips(tmp_path, cli):
+    """ReLU6 (Clip(0, 6)) folded into the Qs: run, which has only the float model's tensors, reads the
+    bound from them; debug precision reads it from the float model. Their rows agree."""
+    import json
+
+    float_path = mz.save(qm.relu6_mlp(), tmp_path / "r6.onnx")
+    q_path = qm.quantize(float_path, str(tmp_path / "r6_qdq.onnx"), qm.mlp_feeds(16))
+    assert "Clip" not in {n.op_type for n in onnx.load(q_path).graph.node}
+    rng = np.random.default_rng(0)
+    inputs = str(tmp_path / "in.json")
+    save_inputs(inputs, [{"x": (rng.standard_normal((4, 16)) * 1.5).astype(np.float32)} for _ in range(2)])
+    golden, report = str(tmp_path / "golden.json"), str(tmp_path / "report.json")
+    cli("run", float_path, "--onnxrt", "--onnx-outputs", "mark", "all", "--load-inputs", inputs, "--save-outputs", golden)
+    cli("run", q_path, "--onnxrt", "--onnx-outputs", "mark", "all", "--load-inputs", inputs, "--load-outputs", golden,
+        "--atol", "100", "--save-report", report)
+    run_rows = {row["tensor"]: row for row in json.loads(open(report).read())["qdq_pairs"][0]["pairs"]}
+    r = cli("debug", "precision", q_path, "--reference-model", float_path, "--load-inputs", inputs, "--atol", "100",
+            "--qdq-table", "--json")
+    precision_rows = {row["tensor"]: row for row in json.loads(r.out)["table"]}
+    assert {"c", "d"} <= set(run_rows)
+    for tensor, row in run_rows.items():
+        other = precision_rows[tensor]
+        assert (row["verdict"], row["clipped"]) == (other["verdict"], other["clipped"]), tensor
+        assert row["local_sqnr_db"] == pytest.approx(other["local_sqnr_db"], abs=1e-3), tensor
+    assert run_rows["c"]["verdict"] == "rounding"  # the values past 6 are the float model's clamp, not clipping
+
+
+def test_a_repeated_maximum_without_a_clamp_is_no_folded_clip():
+    pair = qdq.Pair("q", "t", ["t_dq"], ["dq"], np.array(0.05, np.float32), np.array(0, np.int8), -128, 127)
+    ref = np.array([1.0, 3.0, 3.0, 3.0, 2.0], np.float32)  # a MaxPool's output repeats its maximum
+    assert qdq_stats.infer_folded(pair, ref + np.float32(0.01), ref) is None
+    assert qdq_stats.infer_folded(pair, np.array([1.0, 4.0, 5.0, 3.5, 2.0], np.float32), ref) == (-np.inf, 3.0)

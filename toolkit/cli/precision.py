@@ -211,7 +211,8 @@ class PrecisionArgs:
     model: str = declared(S.MODEL)
     output: Optional[str] = option(
         "-o", "--output", metavar="PATH",
-        help="Where to write the mixed-precision model (fp16 or bf16, the nodes found in fp32).",
+        help="Where to write the result: the mixed-precision model (fp16/bf16, the nodes found in fp32), or for "
+        "a quantized model, the model with the Q/DQ pairs found in float.",
     )
     compare: Optional[List[str]] = option(
         "--compare", metavar="COMPARE...", complete="runner-spec",
@@ -249,9 +250,47 @@ class PrecisionArgs:
         "--qdq-table",
         help="Quantized models: also print every pair's own error against the error it receives, ranked.",
     )
+    validate_inputs: List[str] = option(
+        "--validate-inputs", metavar="PATH...", factory=list,
+        help="Quantized models: held-out inputs the result is checked on (default: a quarter of four or more "
+        "--load-inputs sets, or further generated sets).",
+    )
+    held_out: Optional[int] = option(
+        "--held-out", metavar="N", help="Quantized models: how many of the --load-inputs sets to hold out (0: none).",
+    )
+    metric: Optional[str] = option(
+        "--metric", metavar="METRIC", complete=("top1", "topk:5", "argmax-agreement", "cosine", "snr-db"),
+        help="Quantized models: the pass rule in place of the tolerances: top1, topk:K, argmax-agreement, cosine "
+        "or snr-db (docs/quantization.md).",
+    )
+    metric_tolerance: Optional[float] = option(
+        "--metric-tolerance", metavar="X",
+        help="Quantized models: the metric's tolerance (share of samples differing; 1 - cosine; least SNR in dB).",
+    )
+    metric_outputs: List[str] = option(
+        "--metric-outputs", metavar="NAMES...", factory=list,
+        help="Quantized models: the outputs --metric judges (default: every output).",
+    )
+    float_op_types: List[str] = option(
+        "--float-op-types", metavar="TYPES...", factory=list,
+        help="Quantized models: keep the pairs at these ops' inputs and outputs in float in every check "
+        "(e.g. LayerNormalization,Softmax).",
+    )
+    order: Optional[str] = option(
+        "--order", metavar="ORDER", complete=("graph", "error"),
+        help="Quantized models: search the pairs in node order (graph, the default) or most error first (error).",
+    )
+    apply_scales: bool = switch(
+        "--apply-scales", help="Quantized models: -o gets the model with every passing suggested scale applied "
+        "(the other pairs found in float), when it passes.",
+    )
     cluster: Optional[str] = declared(S.CLUSTER)
     gpus_per_check: Optional[float] = declared(S.GPUS_PER_CHECK)
     cpus_per_check: Optional[float] = declared(S.CPUS_PER_CHECK)
+
+
+PAIR_OPTIONS = ("--reference-model", "--qdq-weights", "--qdq-table", "--validate-inputs", "--held-out", "--metric",
+                "--metric-tolerance", "--metric-outputs", "--apply-scales", "--float-op-types", "--order")
 
 
 def _reduced(spec: str) -> bool:
@@ -284,15 +323,17 @@ def _run(args: PrecisionArgs) -> None:
     # a quantized model: its Q/DQ pairs are searched, unless the candidate asks for fp16/bf16; a model
     # quantized in integer ops only has no pairs: its fp16 nodes are searched, unless a pair option asks
     kind = quantization_of(args.model)
-    pair_options = bool(args.reference_model or args.qdq_weights or args.qdq_table)
+    pair_options = bool(args.reference_model or args.qdq_weights or args.qdq_table or args.validate_inputs
+                        or args.held_out is not None or args.metric or args.metric_tolerance is not None or args.metric_outputs
+                        or args.apply_scales or args.float_op_types or args.order)
     quantized = kind is not None and not (compare and _reduced(compare[1]))
     if quantized and kind == "integer" and not pair_options and not compare:
         log(f"{args.model} is quantized in integer ops, which cannot be taken back to float pair by pair: searching "
             "the nodes to keep in fp32 for fp16 instead (quantize it in QDQ format to search its pairs)")
         quantized = False
-    if not quantized and (args.reference_model or args.qdq_weights or args.qdq_table):
-        raise UsageError(f"--reference-model, --qdq-weights and --qdq-table are for the Q/DQ pairs of a quantized "
-                         f"model; {args.model} has none, or --compare asks for an fp16/bf16 search")
+    if not quantized and pair_options:
+        raise UsageError(f"the options of the Q/DQ pair search ({', '.join(PAIR_OPTIONS)}) are for the Q/DQ pairs of "
+                         f"a quantized model; {args.model} has none, or --compare asks for an fp16/bf16 search")
     ref, cand = compare if compare else (("onnxrt", "onnxrt") if quantized else ("onnxrt", "onnxrt:fp16"))
     if args.cluster is None and (args.gpus_per_check is not None or args.cpus_per_check is not None):
         raise UsageError("--gpus-per-check and --cpus-per-check need --cluster ray")

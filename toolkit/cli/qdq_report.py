@@ -18,6 +18,10 @@ from toolkit.cli.search_reporters import PrecisionReporter
 from toolkit.core.errors import ExitCode
 
 
+_SOURCES = {"file": "--validate-inputs", "split": "of --load-inputs; --held-out N to choose how many",
+            "generated": "further generated sets"}
+
+
 class QdqReporter(PrecisionReporter):
     """One line per check: how many pairs are in float."""
 
@@ -31,6 +35,17 @@ class QdqReporter(PrecisionReporter):
         if search.integer_ops:
             log(f"note: integer ops ({', '.join(search.integer_ops)}) are not searched: they cannot be taken "
                 "back to float pair by pair")
+        if search.fixed:
+            log(f"{len(search.fixed)} pair(s) at --float-op-types {','.join(c.float_op_types)} in float in every "
+                f"check: {', '.join(search.by_name[n].shown for n in search.fixed)}")
+        if search.metric is not None:
+            from toolkit.precision.qdq_metrics import summary as metric_summary
+
+            log(f"Pass rule: {metric_summary(search.metric)}, on every input set")
+        held = getattr(search, "held_out_feeds", [])
+        if held:
+            log(f"{len(search.feeds)} input set(s) to search on, {len(held)} held out to check the result on "
+                f"({_SOURCES[search.held_source]})")
         self.total = len(search.universe)
 
     def check(self, check) -> None:
@@ -49,6 +64,7 @@ def run_qdq(args, ref: str, cand: str) -> None:
     cfg = from_params(
         QdqConfig, dataclasses.asdict(args), reference=ref, candidate=cand, save_replay=args.save_debug_replay,
         load_replay=args.load_debug_replay, weights=args.qdq_weights, table=args.qdq_table,
+        order=args.order or "graph",
     )
     outcome = QdqSearch(cfg, QdqReporter()).run()
     raise typer.Exit(summary(outcome, cfg, args.json_out))
@@ -58,18 +74,20 @@ def _pair_json(outcome, name: str) -> Dict[str, Any]:
     pair = next(p for p in outcome.pairs if p.name == name)
     st = outcome.stats.get(name)
     row: Dict[str, Any] = {
-        "pair": name, "tensor": pair.tensor, "weight": pair.weight,
+        "pair": name, "tensor": pair.tensor, "shown": pair.shown, "weight": pair.weight,
         "scale": [float(v) for v in pair.scale.ravel()], "zero_point": [int(v) for v in pair.zero_point.ravel()],
     }
     if st is not None:
         row.update({
             "local_max_error": st.local_max, "local_sqnr_db": round(st.local_sqnr, 3), "clipped": st.clipped,
             "saturated": st.saturated, "range": [st.lo, st.hi], "int_range": [st.grid_lo, st.grid_hi],
-            "levels": round(st.levels, 2), "why": st.reasons,
+            "levels": round(st.levels, 2), "why": st.reasons, "sentinels": st.sentinels,
+            "channel_spread": st.spread,
         })
     sug = next((s for s in outcome.suggestions if s.pair == name), None)
     if sug is not None:
-        row["suggested"] = {"scale": sug.scale, "zero_point": sug.zero_point, "passes": sug.passes}
+        row["suggested"] = {"scale": sug.scale, "zero_point": sug.zero_point, "passes": sug.passes,
+                            "margin": sug.margin, "robust": sug.robust}
     return row
 
 
@@ -79,9 +97,23 @@ def _summary_json(outcome, cfg, code: int) -> Dict[str, Any]:
         "searched_pairs": outcome.candidates, "reference": outcome.reference, "integer_ops": outcome.integer_ops,
         "checks": outcome.checks, "scale_checks": len(outcome.suggestions), "broken_checks": outcome.broken, "remembered": outcome.remembered,
         "seconds": round(outcome.seconds, 3), "error_quantized": outcome.error_fp16,
-        "error_result": outcome.error_result, "one_minimal": outcome.one_minimal,
+        "error_result": outcome.error_result, "one_minimal": outcome.one_minimal, "minimum": outcome.minimum,
+        "optimality": optimality(outcome),
+        "pass_rule": outcome.pass_rule, "scaled": outcome.scaled, "float_by_op_type": outcome.fixed,
+        "held_out": outcome.held_out.as_dict() if outcome.held_out is not None else None,
         "output": cfg.output if outcome.output_written else None, "exit_code": code,
     }
+
+
+def _cause_lines(outcome) -> List[str]:
+    from toolkit.core.qdq_stats import causes
+
+    stats = [outcome.stats[n] for n in outcome.kept if n in outcome.stats]
+    found = causes(stats, outcome.inputs)
+    if not found and stats and all(st.rounding_only for st in stats):
+        found = ["no kept pair clips or is coarse: each only rounds (half a step), and together their rounding "
+                 "exceeds the tolerance (diffuse error: keep them in float, or loosen the tolerance)"]
+    return ["Causes:"] + [f"  {line}" for line in found] if found else []
 
 
 def _pair_lines(outcome) -> List[str]:
@@ -95,9 +127,69 @@ def _pair_lines(outcome) -> List[str]:
         sug = next((s for s in outcome.suggestions if s.pair == name), None)
         if sug is not None:
             verdict = "passes" if sug.passes else "still fails"
+            margin = f", {sug.margin}" if sug.margin and sug.passes else ""
+            robust = {None: "", True: "; it passes at -2% and +2% of the scale too",
+                      False: "; but not at -2% or +2% of the scale: a fragile fix"}[sug.robust]
             lines.append(f"      suggested scale {sug.scale:.4g}, zero point {sug.zero_point} (the observed range): "
-                         f"requantized with it, the model {verdict} ({sug.detail})")
+                         f"requantized with it, the model {verdict} ({sug.detail}{margin}){robust}")
     return lines
+
+
+def _minimum_proof(outcome) -> str:
+    if len(outcome.kept) == 1:
+        return "the quantized model as it is fails"
+    return "no pair passes alone: each was checked, alone or within a failing set"
+
+
+def optimality(outcome) -> str:
+    """ "minimum" (proved), "1-minimal", or "" (neither known)."""
+    return "minimum" if outcome.minimum else ("1-minimal" if outcome.one_minimal else "")
+
+
+def _found(outcome, stats: str) -> None:
+    """The log of a search that found its pairs: causes first, then each pair, then how small."""
+    log(f"Take {len(outcome.kept)} of {outcome.candidates} Q/DQ pair(s) back to float: {outcome.error_fp16} -> "
+        f"{outcome.error_result} ({stats}).")
+    for line in _cause_lines(outcome) + _pair_lines(outcome):
+        log(line)
+    if outcome.minimum and outcome.kept:
+        log(f"Minimum: no set of fewer pairs passes ({_minimum_proof(outcome)}).")
+    elif outcome.one_minimal and outcome.kept:
+        log("1-minimal: quantizing any one of them again makes the comparison fail (each checked); a set of "
+            "fewer, other pairs may pass (not proved minimum).")
+
+
+def _scaled_line(outcome, cfg) -> None:
+    scaled = outcome.scaled
+    if scaled["passes"]:
+        log(f"With every passing suggested scale applied (the other pairs found in float) the model passes "
+            f"({scaled['detail']})" + (f"; wrote it to {cfg.output}" if scaled["written"] else ""))
+    else:
+        warn(f"with every passing suggested scale applied together the model fails ({scaled['detail']})"
+             + (f"; wrote the model with the pairs in float to {cfg.output} instead" if outcome.output_written else ""))
+
+
+def _held_out_lines(outcome) -> None:
+    """Whether the result holds on the held-out inputs, and whether they are enough to say so."""
+    from toolkit.precision.qdq_validate import needed
+
+    held = outcome.held_out
+    if held is None:
+        if outcome.held_out_note and outcome.status in ("found", "none-needed"):
+            log(f"No held-out check: {outcome.held_out_note}.")
+        return
+    what = "the result" if outcome.kept else "the quantized model"
+    before = f"; the quantized model as it is: {held.before_passed} of {held.count}" if outcome.kept else ""
+    if held.holds:
+        log(f"Held out: {what} passes on {held.passed} of {held.count} input set(s) the search did not use "
+            f"({held.detail}{before}): it holds.")
+    else:
+        warn(f"{what} does not hold on inputs the search did not use: it passes on {held.passed} of {held.count} "
+             f"held-out input set(s) ({held.detail}{before}); search on more, and more varied, inputs")
+    if held.few:
+        warn(f"{held.count} held-out input set(s) are few: passing all of them bounds the failure rate only below "
+             f"{100 * held.bound:.0f}% (95% confidence); {needed()} are needed to bound it below 5% "
+             "(--validate-inputs FILE)")
 
 
 def summary(outcome, cfg, json_out: bool) -> int:
@@ -120,15 +212,18 @@ def summary(outcome, cfg, json_out: bool) -> int:
         log(f"Interrupted: the smallest passing set so far has {len(outcome.kept)} pair(s) ({stats}).")
         code = int(ExitCode.INTERRUPTED)
     else:
-        log(f"Take {len(outcome.kept)} of {outcome.candidates} Q/DQ pair(s) back to float: {outcome.error_fp16} -> "
-            f"{outcome.error_result} ({stats}).")
-        for line in _pair_lines(outcome):
-            log(line)
-        if outcome.one_minimal and outcome.kept:
-            log("1-minimal: quantizing any one of them again makes the comparison fail (each checked).")
+        _found(outcome, stats)
+    _held_out_lines(outcome)
+    if outcome.after_interrupted:
+        state.interrupt_reported = True
+        code = int(ExitCode.INTERRUPTED)
+        warn("interrupted after the search: the result above stands; the held-out check, reasons, scale "
+             "suggestions or table not finished are left out")
     if outcome.broken:
         warn(f"{outcome.broken} check(s) could not build, load or run their model; they counted as failing")
-    if outcome.output_written:
+    if outcome.scaled is not None:
+        _scaled_line(outcome, cfg)
+    elif outcome.output_written:
         log(f"Wrote the model with those pairs in float to {cfg.output}")
     if outcome.replay_path and outcome.checks:
         log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
@@ -159,7 +254,7 @@ def table_line(rank: int, st) -> str:
     verdict = "rounding" if st.rounding_only else "ADDS ERROR"
     why = [r.split(":")[0] for r in st.reasons if not r.startswith("local error")]
     return (
-        f"  {rank:>3} | {st.pair.tensor} | {verdict} | local SQNR {_db(st.local_sqnr)}, max {st.local_max:.3g} "
+        f"  {rank:>3} | {st.pair.shown} | {verdict} | local SQNR {_db(st.local_sqnr)}, max {st.local_max:.3g} "
         f"({st.local_steps:.2g} steps) | upstream SQNR {_db(st.upstream_sqnr)} | after DQ vs float "
         f"{_db(st.xmodel_sqnr)} | clipped {percent(st.clipped)} | {st.levels:.1f} levels | scale {st.pair.scale.ravel()[0]:.4g}"
         + (f" | {', '.join(why)}" if why else "")

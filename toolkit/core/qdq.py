@@ -10,7 +10,8 @@ when its float values are known (from a float reference model).
 tensor before the Q instead. Quantizers fold a ``Relu`` or ``Clip`` into the Q's range (the
 node is gone; the Q reads its input). With the float model at hand, a tensor the float model
 computes with a ``Relu``/``Clip`` the quantized model lacks gets that node back when bypassed
-(a ``Clip`` with the float model's bounds). Without it, a pair whose integer range starts at 0
+(a ``Clip`` with the float model's bounds), and nothing else: a bypassed pair is the float
+model's computation exactly. Without it, a pair whose integer range starts at 0
 (zero point at the type's minimum: a folded ``Relu``, or a tensor never negative) gets a
 ``Relu``; a folded ``Clip``'s upper bound is then not known and not kept.
 
@@ -66,11 +67,21 @@ class Pair:
     float_value: Optional[np.ndarray] = None  # a weight stored quantized: its float values
     # (lo, hi) of an activation the quantizer folded into the Q (a Relu, a Clip): kept when bypassed
     folded: Optional[Tuple[float, float]] = None
+    # the float model was consulted: ``folded`` is all a bypass keeps (a range starting at 0 is
+    # then the calibration's, not a folded Relu: a bypass adds nothing)
+    exact: bool = False
+    user_name: Optional[str] = None  # the tensor as the user's graph calls it (a quantizer's suffix removed)
+
+    @property
+    def shown(self) -> str:
+        """The tensor's name for people: the user's graph's (a quantizer's suffix removed), else the float
+        model's, else as stored."""
+        return self.user_name or self.float_name or self.tensor
 
     def clamp(self) -> Optional[Tuple[float, float]]:
-        """What a bypass keeps of the Q's range: the folded activation's bounds, or (0, inf) for
-        a range starting at 0 when nothing else is known; None: nothing."""
-        if self.folded is not None:
+        """What a bypass keeps of the Q's range: the folded activation's bounds; without the float
+        model, (0, inf) for a range starting at 0; None: nothing."""
+        if self.folded is not None or self.exact:
             return self.folded
         return (0.0, math.inf) if self.starts_at_zero and not self.weight else None
 
@@ -89,7 +100,7 @@ class Pair:
     def describe(self) -> str:
         scale = _short(self.scale)
         zp = _short(self.zero_point)
-        return f"{self.name} on {self.tensor} (scale {scale}, zero point {zp})"
+        return f"{self.name} on {self.shown} (scale {scale}, zero point {zp})"
 
 
 def _short(arr: np.ndarray) -> str:
@@ -105,6 +116,17 @@ def _along(arr: np.ndarray, axis: Optional[int], ndim: int) -> np.ndarray:
     shape = [1] * ndim
     shape[axis % ndim] = arr.size
     return arr.reshape(shape)
+
+
+def fake_quantize(pair: Pair, x) -> np.ndarray:
+    """``x`` quantized and dequantized by ``pair`` in numpy (round half to even, saturating), as
+    QuantizeLinear then DequantizeLinear compute it."""
+    arr = np.asarray(x, dtype=np.float32)
+    s = _along(pair.scale.astype(np.float32), pair.axis, arr.ndim)
+    zp = _along(pair.zero_point.astype(np.float32), pair.axis, arr.ndim)
+    with np.errstate(invalid="ignore", over="ignore"):
+        q = np.clip(np.round(arr / s) + zp, pair.qmin, pair.qmax)
+        return ((q - zp) * s).astype(np.float32)
 
 
 def constants(model) -> Dict[str, np.ndarray]:
@@ -151,6 +173,8 @@ def find_pairs(model, *, weights: bool = False, float_model=None) -> List[Pair]:
             readers.setdefault(name, []).append(node)
     graph_outputs = {o.name for o in model.graph.output}
     ref = FloatModel(float_model) if float_model is not None else None
+    known = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input} \
+        | {o.name for o in model.graph.output}
     pairs: List[Pair] = []
     for node in model.graph.node:
         if node.op_type == "QuantizeLinear":
@@ -161,9 +185,11 @@ def find_pairs(model, *, weights: bool = False, float_model=None) -> List[Pair]:
             continue
         if pair is None or (pair.weight and not weights):
             continue
+        pair.user_name = match_name(pair.tensor, known - {pair.tensor})
         if ref is not None:
             pair.float_name = match_name(pair.tensor, ref.names)
             pair.folded = ref.folded(pair.tensor, model)
+            pair.exact = True
         pairs.append(pair)
     return pairs
 
@@ -235,6 +261,18 @@ def _stored_weight(node, values, float_weights) -> Optional[Pair]:
         scale=np.asarray(scale), zero_point=np.asarray(zp), qmin=qmin, qmax=qmax,
         axis=_axis(node) if np.asarray(scale).size > 1 else None, weight=True, float_value=float_weights[name],
     )
+
+
+def pairs_at_op_types(model, pairs: Sequence[Pair], op_types: Sequence[str]) -> List[str]:
+    """Names of the pairs on an input or the output of a node of ``op_types`` (each item may hold
+    several, comma-separated: ``LayerNormalization,Softmax``): a DQ output such a node reads, or a
+    tensor such a node computes."""
+    wanted = {t.strip() for item in op_types for t in item.split(",") if t.strip()}
+    if not wanted:
+        return []
+    reads = {i for n in model.graph.node if n.op_type in wanted for i in n.input}
+    writes = {o for n in model.graph.node if n.op_type in wanted for o in n.output}
+    return [p.name for p in pairs if p.tensor in writes or any(o in reads for o in p.outputs)]
 
 
 def match_name(name: str, known) -> Optional[str]:

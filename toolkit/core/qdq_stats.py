@@ -20,13 +20,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional, Sequence
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
 from toolkit.core.qdq import Pair
 
 COARSE_LEVELS = 16  # a tensor spanning fewer integer levels than this is coarsely quantized
+SENTINEL = 1e30  # values this large are sentinels (a mask's -3.4e38 fill), not data
+SPREAD = 8.0  # a per-tensor weight whose channel ranges differ more than this wants per-channel scales
 _EPS = float(np.finfo(float).eps)
 
 
@@ -56,35 +58,73 @@ class PairStats:
     xmodel_sqnr: Optional[float] = None  # dB, float model against after DQ (qdq_loss_debug's xmodel_err)
     after_max: Optional[float] = None
     reasons: List[str] = field(default_factory=list)
+    sentinels: float = 0.0  # share of values that are sentinels (|x| >= 1e30, inf, nan): left out of the rest
+    sentinel_value: Optional[float] = None  # one of them (-3.4e38: a mask's fill)
+    spread: Optional[float] = None  # a per-tensor weight: largest/smallest channel range
+
+    @property
+    def sentinel_range(self) -> bool:
+        """The integer range or the values hold sentinels (a mask's -3.4e38, inf)."""
+        return self.sentinels > 0 or max(abs(self.grid_lo), abs(self.grid_hi)) >= SENTINEL
 
     @property
     def rounding_only(self) -> bool:
         """No value moved by more than one quantization step, and a range spanning enough levels."""
-        return self.local_steps <= 1.0 + 1e-3 and self.levels >= COARSE_LEVELS
+        return self.local_steps <= 1.0 + 1e-3 and self.levels >= COARSE_LEVELS and not self.sentinel_range
+
+
+def infer_folded(pair: Pair, before, reference) -> Optional[Tuple[float, float]]:
+    """The bounds of a ``Clip`` the quantizer folded into ``pair``'s Q, read from the float model's
+    tensor when the float graph is not at hand (``run`` compares saved tensors): the float tensor
+    holds its largest value ``M`` at two or more elements where the quantized model's tensor before
+    the Q lies beyond ``M`` by more than a step on average (a clamp; a repeated maximum without one,
+    as after a MaxPool, has the tensor near ``M`` there). The lower bound likewise, else 0 for a
+    range starting at 0. None: no upper clamp seen (a folded ``Relu`` is :meth:`Pair.clamp`'s)."""
+    r, x = _flat(reference).astype(np.float64), _flat(before).astype(np.float64)
+    if r.shape != x.shape or r.size < 2 or pair.scale.size != 1 or not np.all(np.isfinite(r)):
+        return None
+    step = float(pair.scale.ravel()[0])
+    hi, lo = float(r.max()), float(r.min())
+    top, bottom = r == hi, r == lo
+    if np.count_nonzero(top) < 2 or float(x[top].mean()) <= hi + step:
+        return None
+    clamps_low = np.count_nonzero(bottom) >= 2 and float(x[bottom].mean()) < lo - step
+    return (lo if clamps_low else (0.0 if pair.starts_at_zero else -math.inf), hi)
 
 
 class PairAccumulator:
-    """Sums and extremes of one pair's tensors, one iteration at a time."""
+    """Sums and extremes of one pair's tensors, one iteration at a time. With ``infer``, a folded
+    ``Clip`` unknown to the pair is read from the float model's tensor (:func:`infer_folded`)."""
 
-    def __init__(self, pair: Pair):
+    def __init__(self, pair: Pair, infer: bool = False):
         self.pair = pair
+        self.infer = infer and not pair.exact and pair.folded is None
         self.n = self.clipped = self.saturated = 0
         self.x_sq = self.local_sq = self.r_sq = self.up_sq = self.after_sq = 0.0
         self.local_max = self.steps = self.up_max = self.after_max = 0.0
         self.lo, self.hi = math.inf, -math.inf
         self.with_reference = True
+        self.sentinels = 0
+        self.sentinel_value: Optional[float] = None
 
     def add(self, before, after, reference=None) -> None:
         x, y = _flat(before), _flat(after)
         if x.shape != y.shape or not x.size:
             return
         shape = np.shape(before)
+        if self.infer and reference is not None:
+            self.pair.folded = infer_folded(self.pair, before, reference)
+            self.infer = self.pair.folded is None  # (until the first iteration that shows it)
         clamp = self.pair.clamp()
         if clamp is not None:  # a folded Relu/Clip (or a tensor never negative): what the float model computes
             x = np.clip(x, clamp[0], clamp[1])
         lo, hi, s = self.pair.bounds(len(shape))
         if np.ndim(s):  # per channel: every element's own bounds
             lo, hi, s = (np.broadcast_to(v, shape).ravel() for v in (lo, hi, s))
+        r = None if reference is None else _flat(reference)
+        x, y, r, lo, hi, s = self._without_sentinels(x, y, r, lo, hi, s)
+        if not x.size:
+            return
         d = y - x
         ad = np.abs(d)
         self.n += x.size
@@ -95,7 +135,6 @@ class PairAccumulator:
         self.clipped += int(np.count_nonzero(x < lo - s / 2)) + int(np.count_nonzero(x > hi + s / 2))
         self.saturated += int(np.count_nonzero(y <= lo + s / 4)) + int(np.count_nonzero(y >= hi - s / 4))
         self.lo, self.hi = min(self.lo, float(x.min())), max(self.hi, float(x.max()))
-        r = None if reference is None else _flat(reference)
         if r is None or r.shape != x.shape:
             self.with_reference = False
             return
@@ -105,6 +144,20 @@ class PairAccumulator:
         self.after_sq += _dot(after_d, after_d)
         self.up_max = max(self.up_max, float(np.abs(up).max()))
         self.after_max = max(self.after_max, float(np.abs(after_d).max()))
+
+    def _without_sentinels(self, x, y, r, lo, hi, s):
+        """The elements that are data: sentinels (a mask's -3.4e38, inf, nan) counted, then left out."""
+        bad = ~np.isfinite(x) | (np.abs(x) >= SENTINEL)
+        if not bad.any():
+            return x, y, r, lo, hi, s
+        self.sentinels += int(np.count_nonzero(bad))
+        self.n += int(np.count_nonzero(bad))
+        if self.sentinel_value is None:
+            self.sentinel_value = float(x[bad][0])
+        keep = ~bad
+        pick = [v[keep] if np.ndim(v) else v for v in (lo, hi, s)]
+        rr = r[keep] if r is not None and r.shape == x.shape else r
+        return (x[keep], y[keep], rr, *pick)
 
     def finish(self) -> PairStats:
         p = self.pair
@@ -116,6 +169,7 @@ class PairAccumulator:
             p, sqnr_db(self.x_sq, self.local_sq), self.local_max, self.steps, self.clipped / max(self.n, 1),
             self.saturated / max(self.n, 1), lo, hi, glo, ghi, span / float(np.max(p.scale)),
         )
+        st.sentinels, st.sentinel_value = self.sentinels / max(self.n, 1), self.sentinel_value
         if self.with_reference and self.n:
             st.upstream_sqnr, st.upstream_max = sqnr_db(self.r_sq, self.up_sq), self.up_max
             st.xmodel_sqnr, st.after_max = sqnr_db(self.r_sq, self.after_sq), self.after_max
@@ -149,16 +203,57 @@ def percent(share: float) -> str:
 
 
 def reasons(st: PairStats) -> List[str]:
-    """Why a pair costs accuracy, in words (clipping, saturation, coarse scale, local error)."""
+    """Why a pair costs accuracy, in words (sentinel range, clipping, saturation, coarse scale,
+    per-tensor weight scale over uneven channels, local error)."""
     out = []
+    if st.sentinel_range:
+        out.append(_sentinel_reason(st))
+    if st.spread is not None and st.spread >= SPREAD:
+        out.append(f"per-tensor scale over channels of very different ranges (largest/smallest {st.spread:.0f}x): "
+                   "use per-channel quantization (quantize_static(..., per_channel=True))")
     if st.clipped > 0:
         out.append(f"clipping: {percent(st.clipped)} of values outside [{st.grid_lo:.4g}, {st.grid_hi:.4g}]")
-    if st.saturated > 0.01 and not st.pair.starts_at_zero:
+    if st.saturated > 0.01 and not st.pair.starts_at_zero and not st.sentinel_range:
         out.append(f"saturation: {percent(st.saturated)} of values at the integer limits")
-    if st.levels < COARSE_LEVELS:
+    if st.levels < COARSE_LEVELS and not st.sentinel_range:
         out.append(f"coarse scale: the range [{st.lo:.4g}, {st.hi:.4g}] spans {st.levels:.1f} integer levels")
-    out.append(f"local error: max {st.local_max:.3g} ({st.local_steps:.2g} steps), SQNR {st.local_sqnr:.1f} dB")
+    what = "weight" if st.pair.weight else "local"
+    out.append(f"{what} error: max {st.local_max:.3g} ({st.local_steps:.2g} steps), SQNR {st.local_sqnr:.1f} dB"
+               + (" (sentinels left out)" if st.sentinels else ""))
     return out
+
+
+def _sentinel_reason(st: PairStats) -> str:
+    value = st.sentinel_value if st.sentinel_value is not None else (
+        st.grid_lo if abs(st.grid_lo) >= abs(st.grid_hi) else st.grid_hi)
+    share = f"{percent(st.sentinels)} of values are {value:.3g}; " if st.sentinels else ""
+    return (f"sentinel range: {share}the range [{st.grid_lo:.3g}, {st.grid_hi:.3g}] holds a mask's fill value "
+            f"({value:.3g}), so the scale {float(np.max(st.pair.scale)):.3g} leaves the data "
+            f"[{st.lo:.4g}, {st.hi:.4g}] {st.levels:.2g} levels: keep this tensor in float, or quantize before the "
+            "mask is applied")
+
+
+def weight_stats(pair: Pair, weight) -> PairStats:
+    """A weight pair's statistics: its weights against their quantized values (weight SQNR), and
+    for a per-tensor scale, how unevenly its channels' ranges spread."""
+    from toolkit.core.qdq import fake_quantize
+
+    w = np.asarray(weight, dtype=np.float32)
+    st = pair_stats(pair, [w], [fake_quantize(pair, w)])
+    st.spread = channel_spread(w) if pair.scale.size == 1 else None
+    st.reasons = reasons(st)
+    return st
+
+
+def channel_spread(w: np.ndarray) -> Optional[float]:
+    """Largest over smallest channel range (max |w| per output channel: axis 0 of a Conv weight,
+    the last axis of a MatMul's); None for fewer than two channels."""
+    if w.ndim < 2:
+        return None
+    axis = 0 if w.ndim >= 3 else w.ndim - 1
+    ranges = np.abs(np.moveaxis(w, axis, 0).reshape(w.shape[axis], -1)).max(axis=1)
+    ranges = ranges[ranges > 0]
+    return float(ranges.max() / ranges.min()) if ranges.size >= 2 else None
 
 
 def suggested(pair: Pair, st: PairStats):
@@ -183,3 +278,23 @@ def ranked(stats: Sequence[PairStats]) -> List[PairStats]:
     """Where error is added: faults first (clipping, coarse scale, more than rounding), each
     group by local SQNR, lowest (most error added) first."""
     return sorted(stats, key=lambda st: (st.rounding_only, st.local_sqnr))
+
+
+def causes(stats: Sequence[PairStats], inputs: Sequence[str], limit: int = 3) -> List[str]:
+    """The summary before the pairs: inputs that clip at their pair's range (the calibration did
+    not see inputs like these), then the top causes among the other pairs, most error first."""
+    out = []
+    clipping = [st for st in stats if st.clipped > 0 and not st.sentinel_range]
+    if len(clipping) >= 2:
+        out.append(f"calibration mismatch: {len(clipping)} of the {len(stats)} pairs clip values outside their "
+                   "calibrated ranges (the calibration data did not cover inputs like these: recalibrate on them)")
+    for st in stats:
+        if st.pair.tensor in inputs and st.clipped > 0:
+            out.append(f"input {st.pair.tensor}: {percent(st.clipped)} of its values are outside the calibrated range "
+                       f"[{st.grid_lo:.4g}, {st.grid_hi:.4g}] (observed [{st.lo:.4g}, {st.hi:.4g}]): recalibrate on "
+                       "inputs like these")
+    rest = [st for st in ranked(stats) if st.pair.tensor not in inputs and not st.rounding_only]
+    for st in rest[:limit]:
+        why = next((r for r in st.reasons if not r.startswith("local error")), st.reasons[-1] if st.reasons else "")
+        out.append(f"{st.pair.shown}: {why}")
+    return out

@@ -18,13 +18,18 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence
 
-from toolkit.core.errors import InputError, UsageError
+import numpy as np
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from toolkit.core.compare import compare_iteration
+from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.layerwise import set_outputs
 from toolkit.core.model import load_model, save_model
 from toolkit.core import qdq, qdq_stats
+from toolkit.precision import qdq_metrics
+from toolkit.precision.qdq_validate import GENERATED, HeldOut, split, split_count
 from toolkit.precision.search import PrecisionConfig, PrecisionOutcome, PrecisionSearch, SetIndex, describe
 from toolkit.run.registry import get_kind
 
@@ -36,6 +41,16 @@ class QdqConfig(PrecisionConfig):
     weights: bool = False  # search the weight pairs too
     suggest_scales: bool = True
     table: bool = False  # also every activation pair's local/upstream error, ranked (the reference's tensors)
+    validate_inputs: List[str] = field(default_factory=list)  # held-out input files (else split or generated)
+    held_out: Optional[int] = None  # loaded input sets held out (None: a quarter of four or more)
+    # the pass rule: None (the tolerances), a metric name (toolkit.precision.qdq_metrics), or a
+    # callable fn(reference_outputs, candidate_outputs) -> bool, judged per input set
+    metric: Any = None
+    metric_tolerance: Optional[float] = None
+    metric_outputs: List[str] = field(default_factory=list)  # the outputs the metric judges (none: all)
+    apply_scales: bool = False  # -o gets the model with every passing suggested scale (when it passes)
+    float_op_types: List[str] = field(default_factory=list)  # pairs at these ops' inputs/outputs always in float
+    order: str = "graph"  # the order the pairs are searched in: "graph" (node order) or "error" (most error first)
 
 
 @dataclass
@@ -45,6 +60,11 @@ class Suggestion:
     zero_point: int
     passes: bool
     detail: str
+    margin: str = ""  # how much of the tolerance the result uses
+    robust: Optional[bool] = None  # passes at the scale -2% and +2% too (None: not checked)
+
+
+NUDGE = 0.02  # a passing suggestion is checked again with its scale this much smaller and larger
 
 
 @dataclass
@@ -56,6 +76,14 @@ class QdqOutcome(PrecisionOutcome):
     reference: str = ""
     table: List[qdq_stats.PairStats] = field(default_factory=list)  # with QdqConfig.table: every pair, ranked
     quantized_weights: int = 0  # weights read through a DequantizeLinear (not searched without --qdq-weights)
+    inputs: List[str] = field(default_factory=list)  # the model's graph inputs
+    minimum: bool = False  # proved: no smaller set of pairs passes (else the result is 1-minimal)
+    held_out: Optional[HeldOut] = None  # the result checked on inputs the search did not use
+    held_out_note: str = ""  # why there is no held-out check
+    pass_rule: Optional[Dict[str, Any]] = None  # with a metric: its name and tolerance
+    scaled: Optional[Dict[str, Any]] = None  # --apply-scales: the model with every suggested scale
+    fixed: List[str] = field(default_factory=list)  # pairs in float in every check (--float-op-types)
+    after_interrupted: bool = False  # Ctrl-C after the search: held-out check, reasons or table left out
 
 
 def quantized_file(path: str) -> bool:
@@ -89,6 +117,15 @@ class QdqSearch(PrecisionSearch):
 
     def _validate(self) -> None:
         super()._validate()
+        c = self.config
+        self.metric = qdq_metrics.parse(c.metric, c.metric_tolerance, c.metric_outputs)
+        if c.metric_outputs and self.metric is None:
+            raise UsageError("--metric-outputs needs --metric")
+        if self.metric is not None and (c.atol or c.rtol or c.check_error_stat):
+            raise UsageError("--metric is the pass rule in place of --atol/--rtol/--check-error-stat; give one or the "
+                             "other (the metric's tolerance is --metric-tolerance)")
+        if self.metric is None and c.metric_tolerance is not None:
+            raise UsageError("--metric-tolerance needs --metric")
         ref = self.config.reference_model
         if ref is not None and not os.path.isfile(ref):
             raise InputError(f"--reference-model {ref}: no such file")
@@ -96,6 +133,16 @@ class QdqSearch(PrecisionSearch):
             raise UsageError("--reference-model and --load-outputs both give the reference; give one")
         from toolkit.core import paths
 
+        if self.config.order not in ("graph", "error"):
+            raise UsageError(f"--order {self.config.order}: use graph or error")
+        if self.config.order == "error" and (self.config.save_replay or self.config.load_replay):
+            raise UsageError("--order error and replay files do not go together (a replay keys sets by node order)")
+        if self.config.held_out is not None and self.config.held_out < 0:
+            raise UsageError("--held-out must be 0 or more")
+        from toolkit.core.model import check_readable_file
+
+        for held in self.config.validate_inputs:
+            check_readable_file(held)
         for flag, path in (("-o", self.config.output), ("--save-debug-replay", self.config.save_replay)):
             if ref and path and paths.same_file(path, ref):
                 raise UsageError(f"{flag} {path} would overwrite --reference-model {ref}, which this command reads; "
@@ -109,12 +156,20 @@ class QdqSearch(PrecisionSearch):
         self.integer_ops = qdq.integer_ops(self.model)
         if not self.pairs:
             raise InputError(self._no_pairs())
-        self.universe = [p.name for p in self.pairs]
         self.by_name = {p.name: p for p in self.pairs}
+        self.fixed = qdq.pairs_at_op_types(self.model, self.pairs, c.float_op_types)
+        self.universe = [p.name for p in self.pairs if p.name not in set(self.fixed)]
+        if not self.universe:
+            raise UsageError(f"--float-op-types {','.join(c.float_op_types)} takes every pair to float: nothing is "
+                             "left to search")
         self.position = {name: k for k, name in enumerate(self.universe)}
         self.user_kept, self.auto_kept = [], {}
         self.guide = False
         self.graph_outputs = [o.name for o in self.model.graph.output]
+        unknown = [n for n in c.metric_outputs if n not in self.graph_outputs]
+        if unknown:
+            raise UsageError(f"--metric-outputs {unknown[0]}: the model has no such output; its outputs are "
+                             f"{', '.join(self.graph_outputs)}")
         self.index = SetIndex(len(self.universe))
         self._model_id = self._structure_id()
         self.depth = 1
@@ -126,6 +181,64 @@ class QdqSearch(PrecisionSearch):
                     "taken back to float pair by pair; quantize it in QDQ format (QuantFormat.QDQ) to search it")
         hint = "" if c.weights else " (weight pairs are searched with --qdq-weights)"
         return f"{c.model}: no activation QuantizeLinear/DequantizeLinear pair to search{hint}"
+
+    # ------------------------------------------------------------------ inputs
+    def _feeds(self):
+        """The search's input sets; the held-out ones go to ``self.held_out_feeds``."""
+        c = self.config
+        self.held_out_feeds: List = []
+        self.held_source, self.held_note = "", ""
+        if c.load_outputs:
+            self.held_note = "--load-outputs gives the reference for the search's inputs only"
+            return super()._feeds()
+        if c.validate_inputs:
+            feeds = super()._feeds()
+            self.held_source, self.held_out_feeds = "file", self._feeds_with(load_inputs=list(c.validate_inputs))
+            return feeds
+        if c.load_inputs:
+            every = super()._feeds()
+            feeds, self.held_out_feeds = split(every, split_count(len(every), c.held_out))
+            self.held_source = "split"
+            if c.held_out == 0:
+                self.held_note = "--held-out 0"
+            elif not self.held_out_feeds:
+                self.held_note = (f"{len(every)} input set(s): too few to hold any out (give four or more, or "
+                                  "--validate-inputs FILE)")
+            return feeds
+        extra = c.held_out if c.held_out is not None else max(GENERATED, c.iterations)
+        every = self._feeds_with(iterations=c.iterations + extra)  # (further seeds)
+        self.held_source, self.held_out_feeds = "generated", every[c.iterations:]
+        return every[: c.iterations]
+
+    def _feeds_with(self, **changes) -> List:
+        c = self.config
+        self.config = dataclasses.replace(c, **changes)
+        try:
+            return list(super()._feeds())
+        finally:
+            self.config = c
+
+    def held_out_check(self, kept: Sequence[str]) -> Optional[HeldOut]:
+        """The model with ``kept`` in float, and the quantized model as it is, on the held-out sets."""
+        if not self.held_out_feeds:
+            return None
+        held = HeldOut(self.held_source, len(self.held_out_feeds), checked=True)
+        try:
+            ref = self._reference(self.held_out_feeds)
+            kind, opts = self.cand_spec
+            for keep in (list(kept), []):
+                outs = self._run_here(self.candidate_model(keep), kind, opts, self.held_out_feeds)
+                comps = self._compare_with(ref, outs)
+                passed = sum(1 for it in comps if it.passed and not it.only_a)
+                if keep:
+                    held.passed, held.detail = passed, self._describe(comps)
+                else:
+                    held.before_passed = passed
+                    if not kept:
+                        held.passed, held.detail = passed, self._describe(comps)
+        except ToolkitError as exc:  # the held-out inputs do not run: the result is not shown to hold
+            held.passed, held.detail = 0, f"could not run: {exc.message}"
+        return held
 
     # ------------------------------------------------------------------ runs
     def _reference(self, feeds) -> List[Dict]:
@@ -140,8 +253,20 @@ class QdqSearch(PrecisionSearch):
                              "(the quantized model's outputs must keep the float model's names)")
         return [{n: o[n] for n in self.graph_outputs} for o in outs]
 
+    def _compare(self, outs: List[Dict]):
+        return self._compare_with(self.ref_outs, outs)
+
+    def _compare_with(self, refs: Sequence[Mapping], outs: Sequence[Mapping]) -> List:
+        """Each input set's comparison: the tolerances, or the metric."""
+        if self.metric is not None:
+            return [self.metric.iteration(r, o) for r, o in zip(refs, outs)]
+        return [compare_iteration(k, r, o, self.tolerances) for k, (r, o) in enumerate(zip(refs, outs))]
+
+    def _describe(self, comps) -> str:
+        return qdq_metrics.describe(comps) if self.metric is not None else describe(comps)
+
     def candidate_model(self, keep: Sequence[str]):
-        return qdq.bypass(self.model, [self.by_name[n] for n in keep])
+        return qdq.bypass(self.model, [self.by_name[n] for n in list(self.fixed) + list(keep)])
 
     def _rounding_only(self, mask: int, comps) -> bool:
         return False  # the tolerance decides; rounding is the table's business (toolkit.run.qdq_table)
@@ -150,12 +275,67 @@ class QdqSearch(PrecisionSearch):
         return self.passes(self.index.full_mask)
 
     def _search(self) -> Optional[int]:
-        """The engine's search over the pairs in node order (bisect, QuickXplain, 1-minimality).
+        """The engine's search over the pairs (bisect, QuickXplain, 1-minimality), in node order
+        (or ``--order error``), then a pair that passes alone where no check has ruled one out
+        (:meth:`_single`): it replaces a larger result, and when none does, a result of two is
+        the minimum.
         (Ordering the pairs by the error each adds instead, and taking the shortest passing prefix
-        of that ranking, cost more checks on real models: 31 against 18 and 382 against 188 on
-        the PP-OCR classifier; the pairs that add the most error are not those the output needs.)"""
+        of that ranking, cost more checks on the PP-OCR classifier: 31 against 18 and 382 against
+        188; fewer on the romanizer's decoder: docs/quantization.md.)"""
         self.guide = False
-        return super()._search()
+        self.no_single = False
+        if self.config.order == "error":
+            self._order_by_error()
+        result = super()._search()
+        if result is None or bin(result).count("1") <= 1:
+            return result
+        failed = 0  # every pair in a failing set fails alone too (a subset of a failing set fails)
+        for mask, passed in self.verdicts.items():
+            if not passed:
+                failed |= mask
+        single = self._single([i for i in range(self.index.size) if not (failed >> i) & 1])
+        if single is not None:
+            return 1 << single
+        self.no_single = True
+        return result
+
+    def _order_by_error(self) -> None:
+        """--order error: the pairs searched in the order of the error each adds itself (the table's
+        ranking: one marked run), instead of node order; verdicts in hand are carried over."""
+        ranked = [st.pair.name for st in self.table() if st.pair.name in self.position]
+        order = ranked + [n for n in self.universe if n not in set(ranked)]
+        old = dict(self.position)
+        self.universe, self.position = order, {n: k for k, n in enumerate(order)}
+
+        def remap(mask: int) -> int:
+            return sum(1 << self.position[n] for n, k in old.items() if (mask >> k) & 1)
+        self.verdicts = {remap(m): v for m, v in self.verdicts.items()}
+        self.details = {remap(m): d for m, d in self.details.items()}
+        self._best = None if self._best is None else remap(self._best)
+
+    def _single(self, indices: List[int]) -> Optional[int]:
+        """The first pair (by position) of ``indices`` that passes alone, or None when none does: a
+        set that fails proves that none of its pairs passes alone, so only the halves of passing
+        sets are split (a few checks where each alone would take one per pair)."""
+        if not indices or not self.passes(sum(1 << i for i in indices)):
+            return None
+        if len(indices) == 1:
+            return indices[0]
+        mid = len(indices) // 2
+        first = self._single(indices[:mid])
+        return first if first is not None else self._single(indices[mid:])
+
+    def minimum(self, kept: Sequence[str]) -> bool:
+        """Proved that no smaller set of pairs passes: one pair (nothing in float fails), or two
+        when no pair passes alone (every single pair checked, directly or through a failing set)."""
+        return len(kept) <= 1 or (len(kept) == 2 and getattr(self, "no_single", False))
+
+    def _write_scaled(self, out: PrecisionOutcome, result: "QdqOutcome") -> None:
+        """--apply-scales: -o gets the model with the suggested scales when it passes."""
+        model, passed, detail = self.apply_scales(out.kept, result.suggestions)
+        result.scaled = {"passes": passed, "detail": detail, "written": bool(passed and self.config.output)}
+        if passed and self.config.output:
+            save_model(model, self.config.output)
 
     def _write_output(self, out: PrecisionOutcome) -> None:
         save_model(self.candidate_model(out.kept), self.config.output or "")
@@ -167,18 +347,36 @@ class QdqSearch(PrecisionSearch):
         result.precision = "int8"
         result.pairs = self.pairs
         result.integer_ops = self.integer_ops
+        result.inputs = [i.name for i in self.model.graph.input]
+        result.fixed = list(self.fixed)
+        result.pass_rule = qdq_metrics.as_dict(self.metric) if self.metric is not None else None
         values = qdq.constants(self.model)
         result.quantized_weights = sum(1 for n in self.model.graph.node
                                        if n.op_type == "DequantizeLinear" and n.input[0] in values)
         result.reference = self.config.reference_model or "the model with every pair in float"
-        if out.status == "found" and out.kept:  # (after Ctrl-C, nothing more is run)
-            result.stats = self.stats(out.kept)
-            if self.config.suggest_scales and out.status == "found":
-                result.suggestions = self._suggest(out.kept, result.stats)
-        if self.config.table and out.status != "interrupted":
-            result.table = self.table()
+        result.held_out_note = getattr(self, "held_note", "")
+        try:
+            self._after_search(out, result)
+        except KeyboardInterrupt:  # the result stands; what was not gathered yet is left out
+            result.after_interrupted = True
         result.checks = len(self.checks)
         return result
+
+    def _after_search(self, out: PrecisionOutcome, result: "QdqOutcome") -> None:
+        """The held-out check, reasons, scale suggestions and table of a finished search (after
+        Ctrl-C, nothing more is run)."""
+        if out.status == "found" and out.kept:
+            result.minimum = self.minimum(out.kept)
+        if out.status in ("found", "none-needed"):
+            result.held_out = self.held_out_check(out.kept)
+        if out.status == "found" and out.kept:
+            result.stats = self.stats(out.kept)
+            if self.config.suggest_scales:
+                result.suggestions = self._suggest(out.kept, result.stats)
+            if self.config.apply_scales and any(sg.passes for sg in result.suggestions):
+                self._write_scaled(out, result)
+        if self.config.table and out.status != "interrupted":
+            result.table = self.table()
 
     def table(self) -> List[qdq_stats.PairStats]:
         """Every activation pair's statistics against the reference's tensors (the float model's,
@@ -187,17 +385,26 @@ class QdqSearch(PrecisionSearch):
         reference = self.float_model
         if reference is None:  # the model with every pair in float: its DQ outputs hold the float tensors
             reference = qdq.bypass(self.model, self.pairs)
-            pairs = [dataclasses.replace(p, float_name=p.outputs[0]) for p in pairs]
+            pairs = [dataclasses.replace(p, float_name=p.outputs[0], user_name=p.shown) for p in pairs]
         stats = gather_stats(pairs, self.model, reference, self.feeds, self.config.model,
                              self.config.external_data_dir)
         return qdq_stats.ranked(list(stats.values()))
 
     def stats(self, names: Sequence[str]) -> Dict[str, qdq_stats.PairStats]:
-        """The statistics of pairs ``names`` on the search's inputs (the QDQ model and the float one
-        run once per input set, with those pairs' tensors marked)."""
+        """The statistics of the kept pairs ``names`` where each matters: with the other kept pairs in
+        float. One run of the model with all of them in float gives every kept pair's input as it is
+        then (a pair's own quantization changes only what follows it); the pair's quantization is
+        applied to it in numpy (:func:`toolkit.core.qdq.fake_quantize`). Weight pairs: their weights."""
         pairs = [self.by_name[n] for n in names if not self.by_name[n].weight]
-        return gather_stats(pairs, self.model, self.float_model, self.feeds, self.config.model,
-                            self.config.external_data_dir)
+        out = gather_stats(pairs, self.candidate_model([p.name for p in pairs]), self.float_model, self.feeds, self.config.model,
+                           self.config.external_data_dir, emulate=True) if pairs else {}
+        values = qdq.constants(self.model)
+        for name in names:
+            pair = self.by_name[name]
+            weight = pair.float_value if pair.float_value is not None else values.get(pair.tensor)
+            if pair.weight and weight is not None:
+                out[name] = qdq_stats.weight_stats(pair, weight)
+        return out
 
     def _suggest(self, kept: Sequence[str], stats: Mapping[str, qdq_stats.PairStats]) -> List[Suggestion]:
         """For each pair kept for clipping or a coarse scale: the scale its observed range gives,
@@ -210,15 +417,43 @@ class QdqSearch(PrecisionSearch):
             pair = self.by_name[name]
             scale, zp = qdq_stats.suggested(pair, st)
             others = [self.by_name[n] for n in kept if n != name]
-            model = qdq.requantize(qdq.bypass(self.model, others), pair, scale, zp)
-            passed, detail = self._check_model(model)
-            out.append(Suggestion(name, float(scale), int(zp.ravel()[0]), passed, detail))
+            model = qdq.requantize(self.candidate_model([p.name for p in others]), pair, scale, zp)
+            passed, detail, margin = self._check_model(model)
+            sug = Suggestion(name, float(scale), int(zp.ravel()[0]), passed, detail, margin)
+            if passed:  # a verdict that flips with a 2% change of the scale is no fix to rely on
+                sug.robust = all(self._check_model(qdq.requantize(self.candidate_model([p.name for p in others]), pair,
+                                                                  scale * (1 + k), zp))[0] for k in (-NUDGE, NUDGE))
+            out.append(sug)
         return out
+
+    def apply_scales(self, kept: Sequence[str], suggestions: Sequence[Suggestion]):
+        """The model with every passing suggested scale applied (the other kept pairs in float), and
+        whether it passes: (model, passed, detail)."""
+        good = {s.pair: s for s in suggestions if s.passes}
+        model = self.candidate_model([n for n in kept if n not in good])
+        for name, sug in good.items():
+            pair = self.by_name[name]
+            model = qdq.requantize(model, pair, np.asarray(sug.scale, np.float32),
+                                   np.full_like(pair.zero_point, sug.zero_point))
+        passed, detail, _ = self._check_model(model)
+        return model, passed, detail
 
     def _check_model(self, model):
         kind, opts = self.cand_spec
         comps = self._compare(self._run_candidate(model, kind, opts))
-        return all(c.passed and not c.only_a for c in comps), describe(comps)
+        return all(c.passed and not c.only_a for c in comps), self._describe(comps), self._margin(comps)
+
+    def _margin(self, comps) -> str:
+        """The share of a single --atol the worst output uses ("" for a metric or per-output tolerances)."""
+        c = self.config
+        if self.metric is not None or len(c.atol) != 1 or ":" in c.atol[0]:
+            return ""
+        try:
+            atol = float(c.atol[0])
+        except ValueError:
+            return ""
+        worst = max((o.required_atol for it in comps for o in it.outputs), default=0.0)
+        return f"{100 * worst / atol:.0f}% of --atol {c.atol[0]} used" if atol > 0 else ""
 
 
 def marked_run(model, names: Sequence[str], feeds, path: str, external_data_dir: Optional[str]) -> List[Dict]:
@@ -243,18 +478,21 @@ def marked_outputs(model, names: Sequence[str], feeds, path: str, external_data_
 
 
 def gather_stats(pairs: Sequence[qdq.Pair], model, float_model, feeds, path: str,
-                 external_data_dir: Optional[str]) -> Dict[str, qdq_stats.PairStats]:
-    """Statistics of ``pairs``, one input set at a time (no iteration's tensors kept)."""
-    names = sorted({p.tensor for p in pairs if p.tensor not in _inputs(model)} | {p.outputs[0] for p in pairs})
+                 external_data_dir: Optional[str], emulate: bool = False) -> Dict[str, qdq_stats.PairStats]:
+    """Statistics of ``pairs``, one input set at a time (no iteration's tensors kept). With
+    ``emulate``, ``model`` has the pairs in float and their quantization is applied in numpy."""
+    names = sorted({p.tensor for p in pairs if p.tensor not in _inputs(model)}
+                   | (set() if emulate else {p.outputs[0] for p in pairs}))
     ref_names = sorted({p.float_name for p in pairs if p.float_name and p.float_name not in _inputs(float_model)}) \
         if float_model is not None else []
     floats = (marked_outputs(float_model, ref_names, feeds, path, None) if float_model is not None and ref_names
               else iter([{}] * len(feeds)))
     sums = {p.name: qdq_stats.PairAccumulator(p) for p in pairs}
-    for feed, got, ref in zip(feeds, marked_outputs(model, names, feeds, path, external_data_dir), floats):
+    runs = marked_outputs(model, names, feeds, path, external_data_dir) if names else iter([{}] * len(feeds))
+    for feed, got, ref in zip(feeds, runs, floats):
         for p in pairs:
             before = got.get(p.tensor, feed.get(p.tensor))
-            after = got.get(p.outputs[0])
+            after = qdq.fake_quantize(p, before) if emulate and before is not None else got.get(p.outputs[0])
             if before is not None and after is not None:
                 sums[p.name].add(before, after, ref.get(p.float_name, feed.get(p.float_name)) if p.float_name else None)
     return {name: acc.finish() for name, acc in sums.items() if acc.n}

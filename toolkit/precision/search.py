@@ -433,6 +433,10 @@ class PrecisionSearch:
     def _compare(self, outs: List[Dict]):
         return [compare_iteration(k, ref, got, self.tolerances) for k, (ref, got) in enumerate(zip(self.ref_outs, outs))]
 
+    def _describe(self, comps) -> str:
+        """A check's comparison in words (the worst output)."""
+        return _describe(comps)
+
     def passes(self, mask: int) -> bool:
         """Does the model with ``mask``'s nodes kept in fp32 pass the comparison? (remembered)"""
 
@@ -464,7 +468,7 @@ class PrecisionSearch:
                 outs = [{n: o[n] for n in self.graph_outputs if n in o} for o in outs]
             comps = self._compare(outs)
             passed = all(c.passed and not c.only_a for c in comps)
-            self.details[mask] = _describe(comps)
+            self.details[mask] = self._describe(comps)
             if not passed and self._rounding_only(mask, comps):
                 passed = True  # (no node is kept in fp32 for rounding alone)
                 self.details[mask] += f" ({self._precision} rounding)"

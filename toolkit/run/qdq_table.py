@@ -62,7 +62,7 @@ def collect(tables: QdqTables, model_path: str, index: int, outs_a: Mapping, out
         name = match_name(pair.tensor, ref_side)
         ref = ref_side.get(name) if name is not None else None
         if pair.name not in sums:
-            sums[pair.name] = PairAccumulator(pair)
+            sums[pair.name] = PairAccumulator(pair, infer=True)  # (a folded Clip read from the float tensor)
         sums[pair.name].add(before, after, ref)
 
 
@@ -76,7 +76,7 @@ def finish(tables: QdqTables, count: int) -> List[List[Any]]:
 def row_dict(rank: int, st) -> Dict[str, Any]:
     """One pair of the table, for ``--save-report`` JSON."""
     return {
-        "rank": rank, "pair": st.pair.name, "tensor": st.pair.tensor,
+        "rank": rank, "pair": st.pair.name, "tensor": st.pair.tensor, "shown": st.pair.shown,
         "verdict": "rounding" if st.rounding_only else "adds error",
         "local_sqnr_db": round(st.local_sqnr, 4), "local_max": st.local_max, "local_steps": st.local_steps,
         "upstream_sqnr_db": None if st.upstream_sqnr is None else round(st.upstream_sqnr, 4),

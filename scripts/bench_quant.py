@@ -1,0 +1,227 @@
+"""The Q/DQ pair search against a greedy bypass-and-prune baseline, on QDQ models made from real
+float models.
+
+    python scripts/bench_quant.py [--models DIR] [--work DIR] [--only NAME...]
+
+For each case: the float model (DIR: the romanizer's GRU encoder and decoder, from
+scripts/fetch_real_models.sh; its dynamic dims fixed) is quantized by onnxruntime.quantization.quantize_static (QDQ, int8 activations and weights, MinMax)
+on calibration inputs either like the test inputs ("realistic") or unlike them ("mismatched": a
+narrower range than the inputs the model is then run on). Then, on 3 search input sets and 8
+held-out sets of the test distribution, with --reference-model and --atol at half the quantized
+model's error and the error with every activation pair in float (the weights' alone), their
+geometric mean (--rtol 0):
+
+- ours: ``debug precision QDQ --reference-model FLOAT`` (toolkit.precision.qdq_search), its
+  pairs, checks, whether it is proved minimum, whether it holds on the held-out sets;
+- greedy: the pairs ranked by the error each adds itself (local SQNR, onnxruntime qdq_loss_debug's
+  ``qdq_err``; toolkit's table equals it, docs/quantization.md), bypassed one by one in that order
+  until the model passes, then each bypassed pair re-quantized in turn where the model still passes
+  (prune). Its checks, pairs, and held-out verdict.
+
+Prints one Markdown row per case. Nothing is committed (models under --work).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import sys
+import time
+from typing import Callable, Dict, List
+
+import numpy as np
+import onnx
+
+from toolkit.core.datafiles import save_inputs
+from toolkit.precision.qdq_search import QdqConfig, QdqSearch
+
+
+def _tokens(high: int, shape) -> Callable:
+    def make(rng):
+        return rng.integers(0, high, shape).astype(np.int64)
+    return make
+
+
+def _feeds(**makers) -> Callable:
+    """A feed maker: each input from its maker (a constant array for fixed inputs)."""
+    def make(rng):
+        return {k: (m(rng) if callable(m) else m) for k, m in makers.items()}
+    return make
+
+
+MASK = np.ones((1, 12), bool)
+
+
+def _normal(scale: float, shape) -> Callable:
+    def make(rng):
+        return np.tanh(rng.normal(0, scale, shape)).astype(np.float32)
+    return make
+
+
+def _decoder(scale: float) -> Callable:
+    return _feeds(prefix=_tokens(160, (1, 8)), memory=_normal(scale, (1, 12, 256)), src_mask=MASK,
+                  hidden=_normal(scale, (1, 2, 256)))
+
+
+DECODER = {"prefix": (1, 8), "memory": (1, 12, 256), "src_mask": (1, 12), "hidden": (1, 2, 256)}
+ENCODER = {"src": (1, 12), "src_mask": (1, 12)}
+
+
+def _encoder(vocabulary: int) -> Callable:
+    return _feeds(src=_tokens(vocabulary, (1, 12)), src_mask=MASK)
+
+
+# name -> (float file, fixed shapes of the inputs, calibration feed maker, test feed maker, per-channel weights)
+CASES: Dict[str, tuple] = {
+    "romanizer_decoder, realistic": ("romanizer_decoder.onnx", DECODER, _decoder(1.0), _decoder(1.0), False),
+    "romanizer_decoder, realistic, per-channel": ("romanizer_decoder.onnx", DECODER, _decoder(1.0), _decoder(1.0),
+                                                  True),
+    "romanizer_decoder, calibrated small": ("romanizer_decoder.onnx", DECODER, _decoder(0.1), _decoder(1.0), False),
+    "romanizer_encoder, realistic": ("romanizer_encoder.onnx", ENCODER, _encoder(160), _encoder(160), False),
+    "romanizer_encoder, calibrated on 10 tokens": ("romanizer_encoder.onnx", ENCODER, _encoder(10), _encoder(160),
+                                                   False),
+}
+
+
+class _Reader:
+    def __init__(self, feeds):
+        self.data = iter(feeds)
+
+    def get_next(self):
+        return next(self.data, None)
+
+
+def _fixed(src: str, dst: str, shapes) -> str:
+    model = onnx.load(src)
+    for inp in model.graph.input:
+        for d, v in zip(inp.type.tensor_type.shape.dim, shapes.get(inp.name, ())):
+            d.Clear()
+            d.dim_value = v
+    onnx.save(model, dst)
+    return dst
+
+
+def prepare(case: str, models: str, work: str):
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
+
+    file, shapes, calib, test, per_channel = CASES[case]
+    tag = case.replace(", ", "_").replace(" ", "_")
+    rng = np.random.default_rng(0)
+    float_path = _fixed(os.path.join(models, file), os.path.join(work, f"{tag}_float.onnx"), shapes)
+    qdq_path = os.path.join(work, f"{tag}_qdq.onnx")
+    quantize_static(float_path, qdq_path, _Reader([calib(rng) for _ in range(16)]),
+                    quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
+                    per_channel=per_channel)
+    search, held = os.path.join(work, f"{tag}_search.json"), os.path.join(work, f"{tag}_held.json")
+    save_inputs(search, [test(rng) for _ in range(3)])
+    save_inputs(held, [test(rng) for _ in range(8)])
+    return float_path, qdq_path, search, held
+
+
+def errors(cfg: QdqConfig):
+    """(the quantized model's error, the error with every activation pair in float: the weights'),
+    largest absolute difference from the float model on the search sets."""
+    s = QdqSearch(cfg)
+    s._validate()
+    s._load()
+    s.feeds = s._feeds()
+    s.ref_outs = s._reference(s.feeds)
+
+    def error(keep):
+        outs = s._run_candidate(s.candidate_model(keep), *s.cand_spec)
+        return max(float(np.abs(np.asarray(r[n], np.float64) - np.asarray(o[n], np.float64)).max())
+                   for r, o in zip(s.ref_outs, outs) for n in r)
+    return error([]), error(s.universe)
+
+
+def greedy(cfg: QdqConfig) -> dict:
+    """Bypass pairs in the order of the error each adds (most first) until the model passes, then
+    re-quantize each bypassed pair (last bypassed first) where the model still passes."""
+    t0 = time.perf_counter()
+    s = QdqSearch(cfg)
+    s._validate()
+    s._load()
+    s.feeds = s._feeds()
+    s.ref_outs = s._reference(s.feeds)
+    ranking = [st.pair.name for st in s.table() if st.pair.name in s.position]
+    ranking += [n for n in s.universe if n not in set(ranking)]  # (pairs on graph inputs: no row, last)
+    mask, order = 0, []
+    for name in ranking:
+        if s.passes(mask):
+            break
+        mask |= 1 << s.position[name]
+        order.append(name)
+    if not s.passes(mask):
+        return {"kept": None, "checks": len(s.checks), "seconds": time.perf_counter() - t0}
+    for name in reversed(order):
+        trial = mask & ~(1 << s.position[name])
+        if s.passes(trial):
+            mask = trial
+    kept = [n for n in s.universe if (mask >> s.position[n]) & 1]
+    held = s.held_out_check(kept)
+    return {"kept": kept, "checks": len(s.checks), "seconds": time.perf_counter() - t0,
+            "holds": held.holds if held else None, "held": f"{held.passed}/{held.count}" if held else "-"}
+
+
+def bench(case: str, models: str, work: str) -> dict:
+    float_path, qdq_path, search, held = prepare(case, models, work)
+    base = QdqConfig(qdq_path, reference_model=float_path, load_inputs=[search], validate_inputs=[held],
+                     rtol=["0"], suggest_scales=False)
+    error, weights = errors(base)
+    # between what the weights alone cost and what the quantized model costs (geometric mean)
+    base.atol = [f"{(max(error, 1e-12) * max(weights, 1e-12)) ** 0.5:.4g}"]
+    t0 = time.perf_counter()
+    search_obj = QdqSearch(base)
+    ours = search_obj.run()
+    seconds = time.perf_counter() - t0
+    row = {"case": case, "pairs": ours.candidates, "error": error, "weights_error": weights, "atol": base.atol[0], "status": ours.status,
+           "ours_kept": len(ours.kept), "ours_checks": ours.checks, "ours_seconds": seconds,
+           "optimality": "minimum" if ours.minimum else ("1-minimal" if ours.one_minimal else "-"),
+           "ours_held": (f"{ours.held_out.passed}/{ours.held_out.count}" if ours.held_out else "-"),
+           "ours_holds": ours.held_out.holds if ours.held_out else None}
+    by_error = QdqSearch(dataclasses.replace(base, order="error")).run()
+    row.update({"error_order_kept": len(by_error.kept), "error_order_checks": by_error.checks,
+                "error_order_held": f"{by_error.held_out.passed}/{by_error.held_out.count}" if by_error.held_out
+                else "-"})
+    g = greedy(base)
+    row.update({"greedy_kept": None if g["kept"] is None else len(g["kept"]), "greedy_checks": g["checks"],
+                "greedy_seconds": g["seconds"], "greedy_held": g.get("held", "-")})
+    return row
+
+
+def markdown(rows: List[dict]) -> str:
+    head = ("| case | pairs | quantized error (weights' alone) | `--atol` | ours (node order): kept, checks, proved, "
+            "held out | ours (`--order error`): kept, checks, held out | greedy: kept, checks, held out | "
+            "seconds (ours / greedy) |")
+    lines = [head, "|" + "---|" * 8]
+    for r in rows:
+        lines.append(
+            f"| {r['case']} | {r['pairs']} | {r['error']:.3g} ({r['weights_error']:.3g}) | {r['atol']} | "
+            f"{r['ours_kept']}, {r['ours_checks']}, {r['optimality']}, {r['ours_held']} | "
+            f"{r['error_order_kept']}, {r['error_order_checks']}, {r['error_order_held']} | "
+            f"{r['greedy_kept']}, {r['greedy_checks']}, {r['greedy_held']} | "
+            f"{r['ours_seconds']:.1f} / {r['greedy_seconds']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--models", default="/work/models")
+    ap.add_argument("--work", default="/tmp/bench_quant")
+    ap.add_argument("--only", nargs="*", default=None)
+    args = ap.parse_args(argv)
+    os.makedirs(args.work, exist_ok=True)
+    rows = []
+    for case in CASES:
+        if args.only and not any(o in case for o in args.only):
+            continue
+        row = bench(case, args.models, args.work)
+        print(row, file=sys.stderr, flush=True)
+        rows.append(row)
+    print(markdown(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

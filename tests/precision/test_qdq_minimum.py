@@ -1,0 +1,168 @@
+"""`debug precision` on QDQ models: exact bypass with a reference model, the minimum where it can be
+proved, held-out validation of the result."""
+
+import json
+
+import numpy as np
+import onnx
+import pytest
+from onnx import helper, numpy_helper
+
+import modelzoo as mz
+import qdq_models as qm
+from toolkit.core import qdq
+from toolkit.core.datafiles import save_inputs
+
+
+@pytest.fixture(scope="module")
+def classifier(tmp_path_factory):
+    """A QDQ classifier whose input pair was calibrated on [0, 1] (zero point at the type's minimum)."""
+    d = tmp_path_factory.mktemp("clf")
+    float_path = mz.save(qm.classifier(), d / "float.onnx")
+    q_path = qm.quantize(float_path, str(d / "qdq.onnx"), qm.uniform_feeds(16, 0, 1))
+    return {"float": float_path, "qdq": q_path, "dir": d}
+
+
+def inputs_file(path, feeds):
+    save_inputs(str(path), feeds)
+    return str(path)
+
+
+def test_with_a_reference_model_a_bypass_is_exact(classifier):
+    model, ref = onnx.load(classifier["qdq"]), onnx.load(classifier["float"])
+    pairs = qdq.find_pairs(model, float_model=ref)
+    x = next(p for p in pairs if p.tensor == "x")
+    assert x.starts_at_zero and x.clamp() is None  # calibrated on [0, 1]: not a folded Relu
+    ops = {n.name: n.op_type for n in qdq.bypass(model, [x]).graph.node}
+    assert ops[x.dq_nodes[0]] == "Identity"
+
+
+def test_the_input_pair_that_clips_is_named_as_the_cause(classifier, tmp_path, cli):
+    feeds = inputs_file(tmp_path / "in.json", qm.uniform_feeds(4, -1, 1, seed=9))
+    r = cli("debug", "precision", classifier["qdq"], "--reference-model", classifier["float"], "--load-inputs", feeds,
+            "--atol", "0.5", "--rtol", "0", "--json")
+    assert r.code == 0, r.err
+    result = json.loads(r.out)
+    assert result["status"] == "found"
+    first = result["float_pairs"][0]
+    assert first["tensor"] == "x" and first["clipped"] > 0.3
+    assert any(w.startswith("clipping") for w in first["why"])
+    assert "input x" in r.err and "calibrat" in r.err
+
+
+@pytest.fixture(scope="module")
+def two_or_one(tmp_path_factory):
+    d = tmp_path_factory.mktemp("two")
+    path = mz.save(qm.two_or_one(), d / "two.onnx")
+    return path, inputs_file(d / "in.json", [{"x": np.full((1, 4), 0.45, np.float32)}])
+
+
+def _search(cli, model, feeds, atol):
+    r = cli("debug", "precision", model, "--load-inputs", feeds, "--atol", atol, "--rtol", "0", "--json")
+    assert r.code == 0, r.err
+    return json.loads(r.out), r.err
+
+
+def test_one_pair_that_passes_alone_is_found_where_node_order_meets_two_first(two_or_one, cli):
+    result, err = _search(cli, *two_or_one, "1")
+    assert [p["tensor"] for p in result["float_pairs"]] == ["c"]
+    assert result["optimality"] == "minimum" and "Minimum:" in err
+
+
+def test_two_pairs_are_proved_minimum_when_no_pair_passes_alone(two_or_one, cli):
+    result, err = _search(cli, *two_or_one, "0.5")
+    assert len(result["float_pairs"]) == 2 and result["optimality"] == "minimum"
+    result, err = _search(cli, *two_or_one, "0.3")  # all three needed: 1-minimal, not claimed minimum
+    assert len(result["float_pairs"]) == 3 and result["optimality"] == "1-minimal" and "not proved minimum" in err
+
+
+def _held_out_case(tmp_path, values):
+    return inputs_file(tmp_path / "held.json", [{"x": np.full((1, 4), v, np.float32)} for v in values])
+
+
+def test_a_result_that_fails_on_held_out_inputs_is_reported_as_not_holding(two_or_one, tmp_path, cli):
+    model, feeds = two_or_one
+    # on x = 0.49 the pairs on a and b alone move y by 0.98: {c} in float passes the search's input, not this one
+    held = _held_out_case(tmp_path, [0.49])
+    r = cli("debug", "precision", model, "--load-inputs", feeds, "--validate-inputs", held, "--atol", "0.95",
+            "--rtol", "0", "--json")
+    assert r.code == 0, r.err
+    result = json.loads(r.out)
+    assert [p["tensor"] for p in result["float_pairs"]] == ["c"]
+    assert result["held_out"]["holds"] is False and result["held_out"]["passed"] == 0
+    assert "does not hold" in r.err and "59 are needed" in r.err
+    # the same inputs given together: every fourth is held out
+    both = _held_out_case(tmp_path, [0.45, 0.45, 0.45, 0.49])
+    r = cli("debug", "precision", model, "--load-inputs", both, "--atol", "0.95", "--rtol", "0", "--json")
+    held_out = json.loads(r.out)["held_out"]
+    assert held_out["source"] == "split" and held_out["count"] == 1 and not held_out["holds"]
+
+
+def test_a_result_that_passes_held_out_inputs_holds(two_or_one, tmp_path, cli):
+    model, feeds = two_or_one
+    r = cli("debug", "precision", model, "--load-inputs", feeds, "--validate-inputs", _held_out_case(tmp_path, [0.4]),
+            "--atol", "0.95", "--rtol", "0", "--json")
+    assert json.loads(r.out)["held_out"]["holds"] is True and "it holds" in r.err
+
+
+def test_a_task_metric_is_the_pass_rule(classifier, tmp_path, cli):
+    feeds = inputs_file(tmp_path / "in.json", qm.uniform_feeds(3, -1, 1, seed=9))
+    r = cli("debug", "precision", classifier["qdq"], "--reference-model", classifier["float"], "--load-inputs", feeds,
+            "--metric", "top1", "--json")
+    assert r.code == 0, r.err
+    result = json.loads(r.out)
+    assert [p["tensor"] for p in result["float_pairs"]] == ["x"]  # the logits may move; the classes may not
+    assert result["pass_rule"] == {"metric": "top1", "tolerance": 0.0} and "top-1 disagreement" in r.err
+    r = cli("debug", "precision", classifier["qdq"], "--load-inputs", feeds, "--metric", "top1", "--atol", "0.1")
+    assert r.code == 2 and "--metric" in r.err
+    r = cli("debug", "precision", classifier["qdq"], "--load-inputs", feeds, "--metric", "top3")
+    assert r.code == 2 and "topk:K" in r.err
+
+
+def test_a_python_callable_is_a_metric(classifier, tmp_path):
+    from toolkit.precision.qdq_search import QdqConfig, QdqSearch
+
+    feeds = inputs_file(tmp_path / "in.json", qm.uniform_feeds(3, -1, 1, seed=9))
+    calls = []
+
+    def same_classes(ref, got):
+        calls.append(1)
+        return bool(np.array_equal(ref["y"].argmax(-1), got["y"].argmax(-1)))
+
+    outcome = QdqSearch(QdqConfig(classifier["qdq"], reference_model=classifier["float"], load_inputs=[feeds],
+                                  metric=same_classes)).run()
+    assert outcome.status == "found" and [outcome.stats[n].pair.tensor for n in outcome.kept] == ["x"] and calls
+
+
+def test_float_op_types_keep_their_pairs_in_float(classifier, tmp_path, cli):
+    feeds = inputs_file(tmp_path / "in.json", qm.uniform_feeds(3, -1, 1, seed=9))
+    r = cli("debug", "precision", classifier["qdq"], "--reference-model", classifier["float"], "--load-inputs", feeds,
+            "--metric", "top1", "--float-op-types", "Add", "--json")
+    assert r.code == 0, r.err
+    result = json.loads(r.out)
+    assert sorted(result["float_by_op_type"]) == ["h_QuantizeLinear", "ha_QuantizeLinear"]
+    assert result["searched_pairs"] == 2 and "in float in every check" in r.err
+    r = cli("debug", "precision", classifier["qdq"], "--load-inputs", feeds, "--float-op-types", "MatMul,Add")
+    assert r.code == 2 and "nothing is left to search" in r.err
+
+
+def test_order_error_searches_the_pairs_adding_the_most_error_first(classifier, tmp_path, cli):
+    feeds = inputs_file(tmp_path / "in.json", qm.uniform_feeds(3, -1, 1, seed=9))
+    r = cli("debug", "precision", classifier["qdq"], "--reference-model", classifier["float"], "--load-inputs", feeds,
+            "--metric", "top1", "--order", "error", "--json")
+    assert r.code == 0, r.err
+    assert [p["tensor"] for p in json.loads(r.out)["float_pairs"]] == ["x"]
+    r = cli("debug", "precision", classifier["qdq"], "--load-inputs", feeds, "--order", "error", "--save-debug-replay",
+            tmp_path / "r.json")
+    assert r.code == 2 and "--order error" in r.err
+
+
+def test_metric_outputs_name_what_the_metric_judges(classifier, tmp_path, cli):
+    feeds = inputs_file(tmp_path / "in.json", qm.uniform_feeds(3, -1, 1, seed=9))
+    r = cli("debug", "precision", classifier["qdq"], "--reference-model", classifier["float"], "--load-inputs", feeds,
+            "--metric", "top1", "--metric-outputs", "y", "--json")
+    assert r.code == 0, r.err
+    assert [p["tensor"] for p in json.loads(r.out)["float_pairs"]] == ["x"]
+    r = cli("debug", "precision", classifier["qdq"], "--load-inputs", feeds, "--metric", "top1", "--metric-outputs",
+            "nosuch")
+    assert r.code == 2 and "no such output" in r.err  # never a pass on nothing compared
