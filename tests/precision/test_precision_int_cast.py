@@ -56,3 +56,22 @@ def test_convert_repair_never_exits_0_on_a_model_that_still_fails(cli, tmp_path,
     res = cli("convert", path, "--fp-to-fp16", "-o", tmp_path / "c.onnx", "--load-inputs", inputs, "--repair")
     assert res.code == 1, res.err
     assert "--repair found no set of nodes" in res.err and (tmp_path / "c.onnx").exists()
+
+
+def test_a_refused_emulated_copy_is_toolkits_bug_not_bad_input(cli, tmp_path, monkeypatch):
+    """debug precision's first check runs toolkit's emulated copy of a model the reference ran: when
+    that copy does not load, the bug is toolkit's (exit 70), never the user's file (exit 3)."""
+    from toolkit.convert import fp16
+
+    real = fp16.emulate
+
+    def broken(*args, **kwargs):
+        em = real(*args, **kwargs)
+        em.model.graph.node[0].input[0] = "nowhere"
+        return em
+
+    monkeypatch.setattr(fp16, "emulate", broken)
+    path = mz.save(fm.overflow_before_int_cast(), tmp_path / "m.onnx")
+    res = cli("debug", "precision", path, "--val-range", "[60,100]")
+    assert res.code == 70, res.err
+    assert "toolkit's fp16-emulated copy" in res.err and "bug in toolkit" in res.err

@@ -318,7 +318,14 @@ class OnnxrtRunner(Runner):
         """ONNX-Runtime refused the fp16/bf16-emulated copy that toolkit made of the model: when the
         model itself loads (or fails only for want of reduced-precision kernels, which the copy exists
         to avoid), the copy is at fault, not the user's file: a bug in toolkit (exit 70)."""
-        source = self.model.SerializeToString() if self.model is not None else self.model_path
+        source: Any = self.model_path
+        if self.model is not None:
+            from google.protobuf.message import EncodeError
+
+            try:
+                source = self.model.SerializeToString()
+            except LIBRARY_ERRORS + (EncodeError,):  # (past protobuf's 2 GB: said as before)
+                return
         try:
             with routed_logs():
                 ort.InferenceSession(source, sess_options=so, providers=self.providers)

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
 from toolkit.cli.output import log, warn
+from toolkit.core.errors import ExitCode, ToolkitError
 
 REASON_CRASH = "kept fp32 by --repair: ONNX-Runtime's session with {options} failed with it in reduced precision ({how})"
 REASON_ACCURACY = (
@@ -163,7 +164,15 @@ def repair_accuracy(again: Callable, feeds: list, dtype: str, model_path: str, e
         f"atol {ATOL:g}, rtol {RTOL:g} on every element)")
     config = S.PrecisionConfig(model=model_path, candidate=f"onnxrt:{short}", atol=[repr(ATOL)], rtol=[repr(RTOL)],
                                keep_fp32=list(keep_fp32), external_data_dir=external_data_dir)
-    outcome = S.PrecisionSearch(config, PrecisionReporter(), feeds=feeds).run()
+    try:
+        outcome = S.PrecisionSearch(config, PrecisionReporter(), feeds=feeds).run()
+    except ToolkitError as exc:
+        if exc.exit_code == ExitCode.INTERNAL:
+            raise
+        warn(f"--repair could not search: {exc.message}")
+        return None
+    if outcome.status == S.STATUS_INTERRUPTED:
+        raise KeyboardInterrupt
     if outcome.status not in (S.STATUS_FOUND, S.STATUS_ROUNDING) or not outcome.kept:
         return None
     conversion = again(outcome.kept)

@@ -35,7 +35,7 @@ import onnx
 from toolkit.convert import fp16
 from toolkit.core.compare import Tolerances, compare_iteration
 from toolkit.core.datafiles import load_outputs
-from toolkit.core.errors import DependencyError, InferenceError, InputError, ToolkitError, UsageError
+from toolkit.core.errors import DependencyError, ExitCode, InferenceError, InputError, ToolkitError, UsageError
 from toolkit.convert.shapes import hinted_shapes
 from toolkit.core.inputs import generate_inputs, guessed_shapes, parse_val_ranges, select_feed
 from toolkit.core.layerwise import set_outputs
@@ -474,8 +474,10 @@ class PrecisionSearch:
         t0 = time.perf_counter()
         keep = [self.universe[i] for i in mask_indices(mask)]
         broken = ""
+        built = False
         try:
             model = self.candidate_model(keep)
+            built = True
             kind, opts = self.cand_spec
             outs = self._run_candidate(model, kind, opts)
             del model
@@ -483,6 +485,8 @@ class PrecisionSearch:
             raise
         except ToolkitError as exc:  # the mixed model does not build, load or run
             if not self.checks:  # on the first check: nothing can be searched
+                if built and exc.exit_code == ExitCode.BAD_INPUT:
+                    self._own_copy_failed(exc)
                 raise
             broken = exc.message
         if broken:
@@ -522,6 +526,17 @@ class PrecisionSearch:
                 self.replay.save(self.config.save_replay)
         self.reporter.check(check)
         return passed
+
+    def _own_copy_failed(self, exc: ToolkitError) -> None:
+        """The first check's emulated copy, built, does not load where the model itself ran (the
+        reference): the copy is toolkit's, so that is a bug in toolkit (exit 70), not bad input."""
+        if not _emulates(self.cand_spec[0]) or self.config.load_outputs:
+            return  # (a converted model on another runtime: that runtime's limit; no reference run here)
+        raise ToolkitError(
+            f"toolkit's {self._precision}-emulated copy of {self.config.model} does not load in ONNX-Runtime, "
+            f"where the model itself ran: {exc.message}; this is a bug in toolkit, not in the model",
+            exit_code=ExitCode.INTERNAL,
+        ) from None
 
     @property
     def _precision(self) -> str:
