@@ -46,7 +46,7 @@ REASON_ML = "feeds or reads an ai.onnx.ml op (its fp16 version does not type-che
 REASON_QUANT = "quantization op (Q/DQ and integer ops stay as they are; Casts at their float boundaries)"
 REASON_CAST_OUT = (
     "Cast from float to a non-float type: it reads its input at the precision it was computed in (a float32 "
-    "value is not rounded to fp16 on its way to an integer)"
+    "value is not rounded to fp16/bf16 on its way to an integer)"
 )
 # standard-domain ops of quantized models: their float inputs and outputs (scales, dequantized
 # values) stay float32, as the quantizer wrote them (DequantizeLinear has no fp16 output before
