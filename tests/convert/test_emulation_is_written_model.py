@@ -39,6 +39,7 @@ CORPUS = {
     "branch": mz.branch,
     "with_constant": mz.with_constant,
     "with_if": mz.with_if,
+    "dynamic_batch": mz.dynamic_batch,
 }
 SINGLES_UP_TO = 16  # nodes: every single node is kept in turn (larger models: random sets only)
 
