@@ -335,7 +335,9 @@ def _repair_accuracy(original, result, feeds: list, dtype: str, check: _Check, a
     searched and the model converted again with them; one that still differs is a failure (written, exit 1)."""
     from toolkit.cli.convert_check import check_runtime, repair_accuracy
 
-    conversion = repair_accuracy(again, feeds, dtype, again.model_path, again.external_data_dir, again.keep_fp32)
+    extra = [runtime.repaired_op] if runtime.repaired_op else []  # (the op type a crash repair kept)
+    conversion = repair_accuracy(again, feeds, dtype, again.model_path, again.external_data_dir, again.keep_fp32,
+                                 extra)
     if conversion is not None:
         result = conversion
         result, runtime = check_runtime(result, feeds, check.ort_optimization, False, again, dtype=dtype,
