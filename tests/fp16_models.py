@@ -297,3 +297,37 @@ def constant_weights_past_fp16(n: int = 4):
     ]
     graph = helper.make_graph(nodes, "constant_weights", [mz.vi("x", [1, n])], [mz.vi("y", [1, n])])
     return mz.make_model(graph)
+
+
+def overflow_before_int_cast(n: int = 8):
+    """yi = Cast<int32>(x * 1000) and r = Relu(x): with x in [60, 100], x * 1000 passes fp16's
+    65504 (inf, whose integer is undefined) where float32 holds it; node ``up`` makes it."""
+    nodes = [
+        helper.make_node("Mul", ["x", "big"], ["h"], name="up"),
+        helper.make_node("Cast", ["h"], ["yi"], name="to_int", to=TensorProto.INT32),
+        helper.make_node("Relu", ["x"], ["r"], name="relu"),
+    ]
+    graph = helper.make_graph(
+        nodes, "overflow_before_int_cast", [mz.vi("x", [1, n])],
+        [mz.vi("yi", [1, n], TensorProto.INT32), mz.vi("r", [1, n])],
+        [numpy_helper.from_array(np.array(1000.0, np.float32), "big")],
+    )
+    return mz.make_model(graph)
+
+
+def int_cast_of_a_kept_output(n: int = 8):
+    """h = x * 1000 is a graph output and is read by Cast<int32>, ArgMax and a Mul by 1e-3; with
+    ``up`` kept in fp32 the converted model feeds the Cast float32 (and the others fp16)."""
+    nodes = [
+        helper.make_node("Mul", ["x", "big"], ["h"], name="up"),
+        helper.make_node("Cast", ["h"], ["yi"], name="to_int", to=TensorProto.INT32),
+        helper.make_node("ArgMax", ["h"], ["am"], name="argmax", axis=1, keepdims=1),
+        helper.make_node("Greater", ["h", "limit"], ["gt"], name="greater"),
+        helper.make_node("Mul", ["h", "small"], ["z"], name="down"),
+    ]
+    outputs = [mz.vi("yi", [1, n], TensorProto.INT32), mz.vi("am", [1, 1], TensorProto.INT64),
+               mz.vi("gt", [1, n], TensorProto.BOOL), mz.vi("z", [1, n]), mz.vi("h", [1, n])]
+    inits = [numpy_helper.from_array(np.array(v, np.float32), k) for k, v in
+             (("big", 1000.0), ("small", 1e-3), ("limit", 5e4))]
+    graph = helper.make_graph(nodes, "int_cast_of_a_kept_output", [mz.vi("x", [1, n])], outputs, inits)
+    return mz.make_model(graph)

@@ -140,7 +140,7 @@ def test_integer_op_models_get_the_fp16_search_with_a_note(models, tmp_path, cli
 
     dyn = tmp_path / "dynamic.onnx"
     quantize_dynamic(models["float"], str(dyn))
-    r = cli("debug", "precision", dyn, "-o", tmp_path / "mixed.onnx")
+    r = cli("debug", "precision", dyn, "-o", tmp_path / "mixed.onnx", "--atol", "0.05")
     assert r.code == 0, r.err
     assert "quantized in integer ops" in r.err and "fp16" in r.err
     ort.InferenceSession(str(tmp_path / "mixed.onnx"))  # the written model loads

@@ -55,11 +55,26 @@ def test_rounding_alone_keeps_no_node_and_names_the_tolerance(path):
 
 
 def test_cli_says_it_is_rounding(cli, path):
+    """What fails by rounding alone fails: the tolerances given are the verdict (exit 1), with the
+    label and the tolerance that would pass."""
     res = cli("debug", "precision", path, "--val-range", "[-2,2]", "--json")
-    assert res.code == 0, res.err
+    assert res.code == 1, res.err
     doc = json.loads(res.out)
-    assert doc["status"] == "rounding" and "matmul" not in doc["keep_fp32"]
-    assert "fp16 rounding: within the noise bound" in res.err and f"--atol {doc['passing_atol']:g}" in res.err
+    assert doc["status"] == "rounding" and "matmul" not in doc["keep_fp32"] and doc["exit_code"] == 1
+    assert "FAILED at the tolerances given" in res.err and "is fp16 rounding, within the noise bound" in res.err
+    assert f"--atol {doc['passing_atol']:g}" in res.err
+    assert "| pass |" not in res.err and "| FAIL |" in res.err and "(fp16 rounding)" in res.err
+
+
+def test_tight_tolerances_are_the_verdict(cli, path):
+    """--atol 1e-3 --rtol 1e-3: a check off by a few 1e-3 (within fp16's rounding bound) is a
+    failure, never shown as a pass, and the run does not exit 0."""
+    res = cli("debug", "precision", path, "--val-range", "[-0.5,0.5]", "--atol", "1e-3", "--rtol", "1e-3", "--json")
+    doc = json.loads(res.out)
+    checks = [line for line in res.err.splitlines() if line.startswith("Check ")]
+    assert checks and all("| pass |" not in line for line in checks), res.err
+    assert doc["status"] == "rounding" and res.code == 1, res.err
+    assert doc["passing_atol"] > 1e-3
 
 
 def test_the_log_says_when_the_cost_bound_is_not_kept(capsys):

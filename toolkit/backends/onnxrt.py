@@ -21,9 +21,11 @@ from toolkit.backends.base import Runner
 from toolkit.core.errors import (  # noqa: F401  (InferenceError: re-exported)
     LIBRARY_ERRORS,
     DependencyError,
+    ExitCode,
     InferenceError,
     InputError,
     UsageError,
+    ToolkitError,
     one_line,
     ort_errors,
 )
@@ -312,6 +314,32 @@ class OnnxrtRunner(Runner):
         self.fp16_rounded = emu.rounded
         return emu.model
 
+    def _blame_emulation(self, ort, so, exc: BaseException) -> None:
+        """ONNX-Runtime refused the fp16/bf16-emulated copy that toolkit made of the model: when the
+        model itself loads (or fails only for want of reduced-precision kernels, which the copy exists
+        to avoid), the copy is at fault, not the user's file: a bug in toolkit (exit 70)."""
+        source: Any = self.model_path
+        if self.model is not None:
+            from google.protobuf.message import EncodeError
+
+            try:
+                source = self.model.SerializeToString()
+            except LIBRARY_ERRORS + (EncodeError,):  # (past protobuf's 2 GB: said as before)
+                return
+        try:
+            with routed_logs():
+                ort.InferenceSession(source, sess_options=so, providers=self.providers)
+        except ort_errors() as original:
+            if "NOT_IMPLEMENTED" not in str(original):
+                return  # the model itself does not load: the user's file is at fault
+        short = "bf16" if self.emulated_dtype == "bfloat16" else "fp16"
+        raise ToolkitError(
+            f"toolkit's {short}-emulated copy of {describe(self.model_path)} does not load in ONNX-Runtime, where the "
+            f"model itself does: {one_line(exc)}; this is a bug in toolkit, not in the model (run it without "
+            f"--{short} meanwhile)",
+            exit_code=ExitCode.INTERNAL,
+        ) from None
+
     def _model_source(self, so):
         """Path or bytes for InferenceSession; adds the requested outputs.
 
@@ -372,6 +400,8 @@ class OnnxrtRunner(Runner):
             with routed_logs():  # (in a helper thread: a signal still ends a session creation that takes long)
                 sess = interruptible(ort.InferenceSession, source, sess_options=so, providers=self.providers)
         except ort_errors() as exc:
+            if self.fp16:
+                self._blame_emulation(ort, so, exc)
             hint = _load_hint(str(exc), self.fp16)
             raise InputError(
                 f"{describe(self.model_path)}: ONNX-Runtime cannot load the model: {one_line(exc)}{hint}"

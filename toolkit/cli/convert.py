@@ -323,9 +323,34 @@ def _checks(original, result, feeds: list, dtype: str, check: _Check, again: "_A
     )
     if repaired is not result:
         res = _validate(original, repaired.model, feeds, dtype, runtime.measured(), real=bool(check.load_inputs))
+    if check.repair and res is not None and not res.passed and not runtime.failure:
+        repaired, runtime, res = _repair_accuracy(original, repaired, feeds, dtype, check, again, runtime, res)
     if res is not None:
         _report_check(res, dtype, bool(runtime.failure), check.guessed)
     return repaired, runtime, res
+
+
+def _repair_accuracy(original, result, feeds: list, dtype: str, check: _Check, again: "_Again", runtime, res):
+    """--repair of a model that differs from the original beyond the check's tolerances: the nodes to keep in fp32
+    searched and the model converted again with them; one that still differs is a failure (written, exit 1)."""
+    from toolkit.cli.convert_check import check_runtime, repair_accuracy
+
+    extra = [runtime.repaired_op] if runtime.repaired_op else []  # (the op type a crash repair kept)
+    conversion = repair_accuracy(again, feeds, dtype, again.model_path, again.external_data_dir, again.keep_fp32,
+                                 extra)
+    if conversion is not None:
+        result = conversion
+        result, runtime = check_runtime(result, feeds, check.ort_optimization, False, again, dtype=dtype,
+                                        original=original)
+        res = _validate(original, result.model, feeds, dtype, runtime.measured(), real=bool(check.load_inputs))
+    if res is not None and not res.passed and not runtime.failure:
+        short = "fp16" if dtype == "float16" else "bf16"
+        runtime.failure = (
+            f"--repair found no set of nodes to keep in fp32 that brings the {short} model within the check's "
+            f"tolerances (largest error {res.max_error:.3g} at {res.worst}); the model was written: `toolkit debug "
+            f"precision MODEL --compare onnxrt onnxrt:{short}` with the tolerances you need shows where it differs"
+        )
+    return result, runtime, res
 
 
 def _validate(original, converted, feed, dtype: str, measured=None, real: bool = False):

@@ -3,11 +3,16 @@ options (and the level the user names), each session in a forked child, so a cra
 as a finding; ``--repair`` searches for the op type to keep in fp32 that avoids it."""
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Sequence
 
 from toolkit.cli.output import log, warn
+from toolkit.core.errors import ExitCode, ToolkitError
 
 REASON_CRASH = "kept fp32 by --repair: ONNX-Runtime's session with {options} failed with it in reduced precision ({how})"
+REASON_ACCURACY = (
+    "kept fp32 by --repair: in reduced precision the model differed from the original beyond the check's tolerances "
+    "(debug precision's search on the check's input sets)"
+)
 
 
 @dataclass
@@ -142,3 +147,38 @@ def _options(level: Optional[str]) -> str:
 
 def _sets(n: int) -> str:
     return "1 input set" if n == 1 else f"{n} input sets"
+
+
+def repair_accuracy(again: Callable, feeds: list, dtype: str, model_path: str, external_data_dir: Optional[str],
+                    keep_fp32: List[str], extra: Sequence[str] = ()):
+    """--repair when the converted model differs from the original beyond the check's tolerances:
+    ``debug precision``'s search (its fp16/bf16 emulation, which computes what the written model
+    stores) on the check's input sets finds the nodes to keep in fp32; returns the conversion with
+    them kept (None when the search finds no such set: the difference is not the reduced precision's).
+    ``keep_fp32``: the user's words; ``extra``: what ``again`` adds to them (the op type a crash repair kept)."""
+    from toolkit.cli.search_reporters import PrecisionReporter
+    from toolkit.convert.validate import ATOL, RTOL
+    from toolkit.precision import search as S
+
+    short = "bf16" if dtype == "bfloat16" else "fp16"
+    log(f"--repair: searching the nodes to keep in fp32 on the check's input sets (debug precision, onnxrt:{short}, "
+        f"atol {ATOL:g}, rtol {RTOL:g} on every element)")
+    config = S.PrecisionConfig(model=model_path, candidate=f"onnxrt:{short}", atol=[repr(ATOL)], rtol=[repr(RTOL)],
+                               keep_fp32=list(keep_fp32) + list(extra), external_data_dir=external_data_dir)
+    try:
+        outcome = S.PrecisionSearch(config, PrecisionReporter(), feeds=feeds).run()
+    except ToolkitError as exc:
+        if exc.exit_code == ExitCode.INTERNAL:
+            raise
+        warn(f"--repair could not search: {exc.message}")
+        return None
+    if outcome.status == S.STATUS_INTERRUPTED:
+        raise KeyboardInterrupt
+    if outcome.status not in (S.STATUS_FOUND, S.STATUS_ROUNDING) or not outcome.kept:
+        return None
+    conversion = again(list(extra) + outcome.kept)
+    for name in outcome.kept:
+        conversion.kept[name] = REASON_ACCURACY
+    log(f"--repair kept {len(outcome.kept)} node(s) in fp32: {', '.join(outcome.kept[:10])}"
+        + (" ..." if len(outcome.kept) > 10 else ""))
+    return conversion

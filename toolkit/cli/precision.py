@@ -36,8 +36,9 @@ Tolerances default to --atol 1e-2 --rtol 1e-2 here (fp16 keeps 11 significant bi
 loosen them for bf16).
 
 No node is kept in fp32 for rounding alone: a check whose outputs are off by no more than
-fp16 (bf16) storage rounds through the graph's depth counts as passing (docs/noise.md); when
-the result passes only that way, the log says which --atol would pass (status "rounding").
+fp16 (bf16) storage rounds through the graph's depth fails, labelled "(fp16 rounding)", and the
+search goes on as if it had passed (docs/noise.md); when the result fails that way, the
+verdict is a failure (status "rounding", exit 1) and the log says which --atol would pass.
 
 On a quantized model (QDQ), it finds the fewest Q/DQ pairs to take back to float instead (the
 tensor skips Q and DQ): reference --reference-model FLOAT_MODEL, or the model with every pair in
@@ -45,8 +46,8 @@ float; --compare defaults to onnxrt onnxrt; -o gets the model with those pairs i
 says why each pair costs accuracy (clipping, saturation, a coarse scale) and whether the scale its
 observed range gives passes (docs/quantization.md).
 
-Exit codes: 0 found (or nothing needs fp32, or what remains is rounding); 1 the comparison fails even with every node
-in fp32; 2 usage error; 3 bad input; 130 interrupted (the smallest passing set found so far
+Exit codes: 0 found (or nothing needs fp32); 1 the comparison fails even with every node in fp32, or
+what remains fails by fp16 (bf16) rounding alone; 2 usage error; 3 bad input; 130 interrupted (the smallest passing set found so far
 is printed and written to -o).
 
 Example:
@@ -82,7 +83,11 @@ def _summary_json(outcome, cfg, code: int) -> dict:
 def _none_needed(outcome, stats: str, model: str) -> None:
     """The line for a model that passes with no node in fp32 (no verdict on inputs at size 1), or
     that computes nothing in float32."""
-    if outcome.status == "nothing-to-search":
+    if outcome.status == "nothing-to-search" and (outcome.auto_kept or outcome.user_kept):
+        log(f"Nothing to search: every node of {model} that computes in float32 stays fp32 anyway "
+            f"({len(outcome.auto_kept) + len(outcome.user_kept)} node(s): --json lists them with the reasons), so "
+            f"no other node can need fp32 for {outcome.precision}; nothing was written")
+    elif outcome.status == "nothing-to-search":
         log(f"Nothing to search: {model} computes no float32 tensor (its float work is in double or integers), "
             f"so no node needs fp32 for {outcome.precision}; nothing was written")
     elif outcome.shapes_guessed:
@@ -117,19 +122,7 @@ def _summary(outcome, cfg, json_out: bool) -> int:
             log(f"Interrupted before any passing set was found ({stats}).")
         code = int(ExitCode.INTERRUPTED)
     else:
-        log(
-            f"Keep {len(outcome.kept)} of {outcome.candidates} node(s) in fp32: {outcome.error_fp16} -> "
-            f"{outcome.error_result} ({stats})."
-        )
-        _rounding_lines(outcome)
-        for name in outcome.kept[:20]:
-            log(f"  {name}")
-        if len(outcome.kept) > 20:
-            log(f"  ... and {len(outcome.kept) - 20} more")
-        if outcome.one_minimal and len(outcome.kept) > 0:
-            log(
-                f"1-minimal: moving any one of them back to {outcome.precision} makes the comparison fail (each checked)."
-            )
+        code = _found(outcome, stats)
     if outcome.status != S.STATUS_INTERRUPTED and outcome.checks > outcome.cost_bound:
         log(
             f"note: {outcome.checks} checks, more than the search's bound of {outcome.cost_bound} (a bisect over "
@@ -151,6 +144,22 @@ def _summary(outcome, cfg, json_out: bool) -> int:
     elif outcome.status in ("found", "interrupted", S.STATUS_ROUNDING):
         for name in outcome.kept:
             echo(name)
+    return code
+
+
+def _found(outcome, stats: str) -> int:
+    """The lines of a result (found, or what remains fails by rounding alone); its exit code."""
+    log(
+        f"Keep {len(outcome.kept)} of {outcome.candidates} node(s) in fp32: {outcome.error_fp16} -> "
+        f"{outcome.error_result} ({stats})."
+    )
+    code = int(ExitCode.FAILED) if _rounding_lines(outcome) else int(ExitCode.OK)
+    for name in outcome.kept[:20]:
+        log(f"  {name}")
+    if len(outcome.kept) > 20:
+        log(f"  ... and {len(outcome.kept) - 20} more")
+    if outcome.one_minimal and len(outcome.kept) > 0:
+        log(f"1-minimal: moving any one of them back to {outcome.precision} makes the comparison fail (each checked).")
     return code
 
 
@@ -189,19 +198,23 @@ def _default_session_fails(cfg) -> str:
     )
 
 
-def _rounding_lines(outcome) -> None:
-    """What is left is the rounding of reduced-precision storage: say so, and what would pass."""
+def _rounding_lines(outcome) -> bool:
+    """What is left fails by the rounding of reduced-precision storage: say so, and what would pass.
+    True when it does (the verdict is then a failure)."""
     from toolkit.precision import search as S
 
     if outcome.status != S.STATUS_ROUNDING:
-        return
+        return False
     error = outcome.error_result.replace(f" ({outcome.precision} rounding)", "")
     log(
-        f"What remains ({error}) is {outcome.precision} rounding: within the noise bound of "
-        f"{outcome.noise_bound:.3g} of each output's largest value for a graph {outcome.depth} nodes deep "
+        f"FAILED at the tolerances given: what remains ({error}) is {outcome.precision} rounding, within the noise "
+        f"bound of {outcome.noise_bound:.3g} of each output's largest value for a graph {outcome.depth} nodes deep "
         f"(docs/noise.md). No node is kept in fp32 for rounding alone; the comparison passes with "
         f"--atol {outcome.passing_atol:g}."
+        + (" The model written keeps the nodes printed in fp32: it passes at that --atol, not at the tolerances given."
+           if outcome.output_written else "")
     )
+    return True
 
 
 @dataclass
@@ -292,6 +305,19 @@ class PrecisionArgs:
 PAIR_OPTIONS = ("--reference-model", "--qdq-weights", "--qdq-table", "--validate-inputs", "--held-out", "--metric",
                 "--metric-tolerance", "--metric-outputs", "--apply-scales", "--float-op-types", "--order")
 
+def _no_pairs(path: str, weights: bool) -> str:
+    """Why the quantized model at ``path`` has no Q/DQ pair to search ('' when it has one): its
+    quantization is in integer ops (``quantize_dynamic``, ``QuantFormat.QOperator``: a Q/DQ pair
+    there only quantizes an integer op's input or dequantizes its output) or on weights alone."""
+    from toolkit.core import qdq
+    from toolkit.core.model import load_model
+
+    model = load_model(path, load_external_data=False)
+    if qdq.find_pairs(model, weights=weights):
+        return ""
+    ops = qdq.integer_ops(model)
+    return f"is quantized in integer ops ({', '.join(ops)})" if ops else "holds no activation Q/DQ pair"
+
 
 def _reduced(spec: str) -> bool:
     """Whether runner spec ``spec`` runs reduced precision (fp16/bf16)."""
@@ -327,8 +353,9 @@ def _run(args: PrecisionArgs) -> None:
                         or args.held_out is not None or args.metric or args.metric_tolerance is not None or args.metric_outputs
                         or args.apply_scales or args.float_op_types or args.order)
     quantized = kind is not None and not (compare and _reduced(compare[1]))
-    if quantized and kind == "integer" and not pair_options and not compare:
-        log(f"{args.model} is quantized in integer ops, which cannot be taken back to float pair by pair: searching "
+    why = _no_pairs(args.model, args.qdq_weights) if quantized and not pair_options and not compare else ""
+    if why:
+        log(f"{args.model} {why}, which cannot be taken back to float pair by pair: searching "
             "the nodes to keep in fp32 for fp16 instead (quantize it in QDQ format to search its pairs)")
         quantized = False
     if not quantized and pair_options:

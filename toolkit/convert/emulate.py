@@ -216,8 +216,22 @@ class _Emulator:
                     new_nodes += self.rounded_copy(rmap, vi.name)
         for node in list(g.node):
             new_nodes += self.node(node, rmap)
+        if not top:
+            new_nodes += self.body_outputs(g)
         del g.node[:]
         g.node.extend(new_nodes)
+
+    def body_outputs(self, g) -> list:
+        """A body of a converted If/Loop/Scan hands its outputs over in fp16 (a Loop's carried values
+        between iterations too): those a kept node inside made are rounded on their way out."""
+        made_by_kept = {o for n in g.node if n.name in self.kept for o in n.output if o}
+        tail: list = []
+        for vi in g.output:
+            if vi.name in made_by_kept and self.types.get(vi.name) == FLOAT:
+                dst = self.fresh(f"{vi.name}::rounded")
+                tail += self.round_chain(vi.name, dst, vi.name)
+                vi.name = dst
+        return tail
 
 
 def emulate_fp16(model, keep_fp32: Iterable[str] = (), **kw):
@@ -254,6 +268,16 @@ def _repoint(nodes, old: str, new: str) -> None:
             _repoint(sub.node, old, new)
 
 
+def _reads(nodes) -> Set[str]:
+    """Names that ``nodes`` (and their bodies) read."""
+    names: Set[str] = set()
+    for n in nodes:
+        names.update(i for i in n.input if i)
+        for sub in node_subgraphs(n):
+            names |= _reads(sub.node)
+    return names
+
+
 def _retype_attrs(node) -> None:
     """Attributes that make float16/bfloat16 values: make float32 ones (rounded afterwards)."""
 
@@ -284,11 +308,16 @@ class _MixedEmulator:
         self.types = types
         self.fresh = Names(model).fresh
         self.rounded = 0
+        self.graph_nodes: list = []  # the top graph's nodes, as the model holds them
+        self.top_reads: Set[str] = set()  # what they read
 
     def graph(self, g, top: bool) -> None:
         for t in g.initializer:
             if t.data_type in _LOWS:
                 _widen(t)
+        if top:
+            self.graph_nodes = list(g.node)
+            self.top_reads = _reads(g.node)
         new_nodes = self._inputs(g, top)
         out_types = {vi.name: vi.type.tensor_type.elem_type for vi in g.output}
         for node in list(g.node):
@@ -331,11 +360,21 @@ class _MixedEmulator:
             raw = fresh(f"{o}::fp32")
             node.output[j] = raw
             if top and out_types.get(o) == low:
+                # a graph output that keeps its reduced type (a model's own, or a tensor marked as an
+                # output): the readers inside the graph read the same values widened to float32
                 tail.append(cast_node(raw, o, fresh(f"{o}::to_{short_name(low)}"), low))
+                if self._read_inside(o):
+                    wide = fresh(f"{o}::rounded")
+                    _repoint(self.graph_nodes, o, wide)
+                    tail.append(cast_node(o, wide, fresh(f"{o}::to_fp32"), FLOAT))
             else:
                 tail += _round_chain(fresh, raw, o, o, low)
             self.rounded += 1
         return tail
+
+    def _read_inside(self, name: str) -> bool:
+        """Whether a node of the top graph (or of its bodies) reads ``name``."""
+        return name in self.top_reads
 
 
 def emulate_any(model, keep_fp32: Iterable[str] = (), **kw) -> Emulation:

@@ -76,6 +76,7 @@ from toolkit.convert.onnx_types import (
 )
 from toolkit.convert.placement import (
     QUANT_OPS,
+    REASON_CAST_OUT,
     REASON_CONSTANT,
     REASON_DOMAIN,
     REASON_NO_KERNEL,
@@ -106,6 +107,7 @@ __all__ = [
     "FP16_MAX",
     "FP16_TINY",
     "PRECISIONS",
+    "REASON_CAST_OUT",
     "REASON_CONSTANT",
     "REASON_DOMAIN",
     "REASON_NO_KERNEL",
@@ -254,10 +256,11 @@ def _failing_node(exc: BaseException, originals: Optional[Set[str]] = None):
     return found
 
 
-def _placeholder(tensor, low: int, clamped: List[str]):
+def _placeholder(tensor, low: int, clamped: List[str], protected: Set[str] = frozenset()):  # type: ignore[assignment]
     """In place: a float32 tensor -> :func:`to_fp16`'s (:func:`to_bf16`'s) values, typed FLOAT16 while the
-    library runs; the tensor's name is appended to ``clamped`` when a value was clamped."""
-    if tensor.data_type == FLOAT:
+    library runs; the tensor's name is appended to ``clamped`` when a value was clamped. A weight named
+    in ``protected`` stays as it is (:func:`_convert_weights` left it float32 for its kept readers)."""
+    if tensor.data_type == FLOAT and tensor.name not in protected:
         bits, over = to_bf16(weight_array(tensor)) if low == BFLOAT16 else to_fp16(weight_array(tensor))
         del tensor.float_data[:]
         tensor.raw_data = bits.tobytes()
@@ -291,7 +294,10 @@ def _library_convert(
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            f16.convert_tensor_float_to_float16 = lambda t, *a: _placeholder(t, low, clamped)
+            # the weights still float32 are read by kept nodes (_convert_weights): the library would
+            # convert those read only inside an If/Loop body, whose kept node would then read them rounded
+            protected = {t.name for g in iter_graphs(model.graph) for t in g.initializer if t.data_type == FLOAT}
+            f16.convert_tensor_float_to_float16 = lambda t, *a: _placeholder(t, low, clamped, protected)
             if library_sort is not None:
                 f16.sort_topology = sort_all
             if library_prune is not None:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Set
 
 from toolkit.convert.common import (
+    BFLOAT16,
     FLOAT,
     FLOAT16,
     STD_DOMAINS,
@@ -43,6 +44,10 @@ REASON_SHAPE = "shape computation (fp16 holds integers exactly only up to 2048)"
 REASON_CONSTANT = "a Constant read only by nodes kept in fp32 (its weights stay fp32, as initializers do)"
 REASON_ML = "feeds or reads an ai.onnx.ml op (its fp16 version does not type-check next to it)"
 REASON_QUANT = "quantization op (Q/DQ and integer ops stay as they are; Casts at their float boundaries)"
+REASON_CAST_OUT = (
+    "Cast from float to a non-float type: it reads its input at the precision it was computed in (a float32 "
+    "value is not rounded to fp16/bf16 on its way to an integer)"
+)
 # standard-domain ops of quantized models: their float inputs and outputs (scales, dequantized
 # values) stay float32, as the quantizer wrote them (DequantizeLinear has no fp16 output before
 # opset 19, QuantizeLinear no fp16 scale)
@@ -145,23 +150,42 @@ def automatic_keep(model, types: Optional[Dict[str, int]] = None, dtype: str = "
             )
             if derived:
                 shape_derived.update(node.output)
-            if not floats:
-                continue
-            if node.domain not in STD_DOMAINS:
-                keep[node.name] = REASON_DOMAIN
-            elif node.op_type in QUANT_OPS:
-                keep[node.name] = REASON_QUANT
-            elif node.op_type in block:
-                keep[node.name] = REASON_NO_KERNEL
-            elif derived:
-                keep[node.name] = REASON_SHAPE
-            else:
+            reason = _reason(node, derived, block, types) if floats else None
+            if floats and reason is None:
                 schema = schemas.get(node)
                 if schema is not None and schema_lacks(schema, low):
-                    keep[node.name] = reason_schema
+                    reason = reason_schema
+            if reason is not None:
+                keep[node.name] = reason
     for name in accumulator_readers(model, types) if low == FLOAT16 else ():  # (bf16 holds them, rounded)
         keep.setdefault(name, REASON_ACCUMULATOR)
     return _with_ml_neighbours(model, keep)
+
+
+def _reason(node, derived: bool, block: Set[str], types: Dict[str, int]) -> Optional[str]:
+    """Why a node that reads or makes float32 stays fp32 (None: no reason but its schema's, checked after)."""
+    if node.domain not in STD_DOMAINS:
+        return REASON_DOMAIN
+    if node.op_type in QUANT_OPS:
+        return REASON_QUANT
+    if node.op_type in block:
+        return REASON_NO_KERNEL
+    if derived:
+        return REASON_SHAPE
+    if casts_out_of_float(node, types):
+        return REASON_CAST_OUT
+    return None
+
+
+def casts_out_of_float(node, types: Dict[str, int]) -> bool:
+    """Whether ``node`` is a standard ``Cast`` of a float32 tensor to a type that is not a float the
+    conversion reduces (an integer, bool or double). Kept fp32, it reads a float32 producer's value
+    as it is, and a reduced one widened exactly: rounding an fp32 value to fp16 first would only
+    lose it (a value past 65504 would reach the Cast as inf, whose integer is undefined)."""
+    if node.op_type != "Cast" or node.domain not in STD_DOMAINS or not node.input or not node.input[0]:
+        return False
+    to = next((a.i for a in node.attribute if a.name == "to"), None)
+    return types.get(node.input[0]) == FLOAT and to not in (None, FLOAT, FLOAT16, BFLOAT16)
 
 
 def _with_ml_neighbours(model, keep: Dict[str, str]) -> Dict[str, str]:

@@ -284,24 +284,42 @@ def drop_round_trips(model, originals: Set[str], types: Dict[str, int]) -> None:
     """Remove converter-made Cast pairs that go fp32 -> fp16 -> fp32 (or back), and no-op casts.
 
     Consumers of the second Cast read the source directly, so two fp32 nodes exchange
-    fp32 values, as keeping them fp32 promises.
+    fp32 values, as keeping them fp32 promises; also when the second Cast sits in an If/Loop
+    body and the first in a graph around it (a kept node in a body reading a kept node's output).
     """
-    for graph in iter_graphs(model.graph):
-        rename = _round_trip_renames(graph, originals, types)
+    renamed = False
+    for graph, outer in _graphs_with_outer(model.graph, {}):
+        rename = _round_trip_renames(graph, originals, types, outer)
         if not rename:
             continue
+        renamed = True
         for g in iter_graphs(graph):  # readers in the graph and in its bodies
             for n in g.node:
                 for k, i in enumerate(n.input):
                     if i in rename:
                         n.input[k] = rename[i]
-        _drop_dead_casts(graph, originals)
+    if renamed:
+        # bodies first: a Cast of an outer graph is dead once the bodies' Casts that read it are gone
+        for graph in reversed(list(iter_graphs(model.graph))):
+            _drop_dead_casts(graph, originals)
 
 
-def _round_trip_renames(graph, originals: Set[str], types: Dict[str, int]) -> Dict[str, str]:
-    """Output of a removable Cast -> the tensor its readers should read instead."""
+def _graphs_with_outer(graph, outer: Dict[str, object]):
+    """(graph, the nodes of the graphs around it by output name) for ``graph`` and every body below it."""
+    yield graph, outer
+    here = dict(outer)
+    here.update({o: n for n in graph.node for o in n.output if o})
+    for node in graph.node:
+        for sub in node_subgraphs(node):
+            yield from _graphs_with_outer(sub, here)
+
+
+def _round_trip_renames(graph, originals: Set[str], types: Dict[str, int], outer=None) -> Dict[str, str]:
+    """Output of a removable Cast -> the tensor its readers should read instead (``outer``: the
+    producers of the graphs around ``graph``, by output name)."""
     outputs = {vi.name for vi in graph.output}
-    produced = {o: n for n in graph.node for o in n.output}
+    produced = dict(outer or {})
+    produced.update({o: n for n in graph.node for o in n.output})
     rename: Dict[str, str] = {}
     for n in graph.node:
         if n.op_type != "Cast" or n.name in originals or not n.input:

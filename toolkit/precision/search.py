@@ -27,7 +27,7 @@ import os
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
 
 import numpy as np
 import onnx
@@ -35,7 +35,7 @@ import onnx
 from toolkit.convert import fp16
 from toolkit.core.compare import Tolerances, compare_iteration
 from toolkit.core.datafiles import load_outputs
-from toolkit.core.errors import DependencyError, InferenceError, InputError, ToolkitError, UsageError
+from toolkit.core.errors import DependencyError, ExitCode, InferenceError, InputError, ToolkitError, UsageError
 from toolkit.convert.shapes import hinted_shapes
 from toolkit.core.inputs import generate_inputs, guessed_shapes, parse_val_ranges, select_feed
 from toolkit.core.layerwise import set_outputs
@@ -53,11 +53,14 @@ TOOL = "toolkit debug precision"
 
 STATUS_FOUND = "found"  # a minimal set of nodes to keep in fp32 was found
 STATUS_NONE_NEEDED = "none-needed"  # the fp16 model passes as it is
-STATUS_NOTHING = "nothing-to-search"  # the model computes nothing in float32 (double or integers only)
+# no node to search: the model computes nothing in float32 (double or integers only), or only in nodes
+# that stay fp32 anyway (the quantization ops of a QOperator model, --keep-fp32)
+STATUS_NOTHING = "nothing-to-search"
 STATUS_FAILS_FP32 = "fails-in-fp32"  # even keeping every node in fp32 the comparison fails
 STATUS_INTERRUPTED = "interrupted"
-# what is left fails only by the rounding of reduced-precision storage (toolkit.core.noise): the
-# search keeps no node in fp32 for that, and says which tolerance would pass
+# the comparison fails at the tolerances given, by the rounding of reduced-precision storage alone
+# (toolkit.core.noise): the search keeps no node in fp32 for that; it says which tolerance would
+# pass, and the verdict is a failure
 STATUS_ROUNDING = "rounding"
 
 DEFAULT_ATOL = "1e-2"
@@ -104,6 +107,8 @@ class Check:
     seconds: float
     worst: str = ""  # "max error 0.96 at y"
     remembered: bool = False
+    # failed at the tolerances by reduced-precision rounding alone: the search keeps no node for it
+    rounding: bool = False
 
 
 @dataclass
@@ -184,9 +189,14 @@ describe = _describe  # (public: the QDQ search words its checks the same way)
 
 
 class PrecisionSearch:
-    def __init__(self, config: PrecisionConfig, reporter: Optional[Reporter] = None):
+    def __init__(self, config: PrecisionConfig, reporter: Optional[Reporter] = None,
+                 feeds: Optional[Sequence[Mapping]] = None):
+        """``feeds``: the input sets to compare on, when the caller has them (``convert --repair``
+        searches on its check's sets); else from the config (loaded or generated)."""
         self.config = config
         self.reporter = reporter or Reporter()
+        self.given_feeds = list(feeds) if feeds is not None else None
+        self.fixed: Set[str] = set()
         self.checks: List[Check] = []
         self.verdicts: Dict[int, bool] = {}  # mask -> passed
         self.details: Dict[int, str] = {}
@@ -261,19 +271,19 @@ class PrecisionSearch:
         self.user_kept = fp16.resolve_keep(self.model, c.keep_fp32)
         self.auto_kept = {n: r for n, r in decision.kept.items() if n not in set(self.user_kept)}
         fixed = set(decision.kept)
-        universe = []
-        for node in fp16.iter_nodes(self.model):
-            if node.name in fixed or (node.op_type == "Constant" and node.domain in ("", "ai.onnx")):
-                continue
-            if any(self.types.get(o) == fp16.FLOAT for o in node.output if o):
-                universe.append(node.name)
+        self.fixed = fixed  # the nodes every check keeps in fp32 (the user's and the automatic ones)
+        universe = [n.name for n in fp16.iter_nodes(self.model) if n.name not in fixed and self._searchable(n)]
         self.universe = universe
         self.position = {name: k for k, name in enumerate(universe)}
         # tensors watched for the first overflow (guided search): float outputs of top-level nodes
         self.graph_outputs = [o.name for o in self.model.graph.output]
         self.producer: Dict[str, str] = {}
+        self.readers: Dict[str, List[str]] = {}  # top-level tensor -> the searched nodes that read it
         self.watch: List[str] = []
         for node in self.model.graph.node:
+            if node.name in self.position:
+                for i in {i for i in node.input if i}:
+                    self.readers.setdefault(i, []).append(node.name)
             if node.op_type == "Constant":
                 continue
             for o in node.output:
@@ -291,6 +301,16 @@ class PrecisionSearch:
 
         self.depth = max((n.depth for n in topology_of(self.model).nodes), default=1)
 
+    def _searchable(self, node) -> bool:
+        """Whether keeping ``node`` in fp32 can change what the model computes: it makes a float32
+        tensor, or reads one to make something else (a comparison, an ArgMax: its result depends on
+        the values' precision; not Shape or Size, which read only shapes)."""
+        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+            return False
+        if any(self.types.get(o) == fp16.FLOAT for o in node.output if o):
+            return True
+        return node.op_type not in ("Shape", "Size") and any(self.types.get(i) == fp16.FLOAT for i in node.input if i)
+
     def _structure_id(self) -> str:
         h = hashlib.sha256()
         for name in self.universe:
@@ -302,6 +322,8 @@ class PrecisionSearch:
         c = self.config
         metas, _ = graph_io_meta(self.model)
         self.guessed: List[str] = []  # notes: inputs whose dynamic dims were set to 1
+        if self.given_feeds is not None:
+            return self.given_feeds
         if c.load_inputs:
             from toolkit.core.datafiles import load_inputs
 
@@ -382,18 +404,27 @@ class PrecisionSearch:
             self.ref_finite = [{n: np.isfinite(o[n]) for n in self.watch if n in o} for o in outs]
         return [{n: o[n] for n in self.graph_outputs if n in o} for o in outs]
 
-    def _first_overflow(self, outs: List[Dict]) -> Optional[str]:
-        """The node whose output is the first watched tensor (in node order) holding inf/nan
-        where the reference is finite."""
+    def _first_overflow(self, outs: List[Dict], mask: int = 0) -> Optional[str]:
+        """The node to keep in fp32 for the first watched tensor (in node order) that converted nodes
+        read as inf/nan where the reference is finite: its producer; or, when ``mask`` keeps that
+        producer in fp32 already (its own output is finite, but the reduced copy its converted
+        readers get is not), the first of those readers not kept yet."""
 
+        kept = self.fixed | {self.universe[i] for i in mask_indices(mask)}
         for name in self.watch:
+            producer = self.producer.get(name)
+            readers = [r for r in self.readers.get(name, ()) if r not in kept]
+            if producer in kept and not readers:
+                continue
             for k, o in enumerate(outs):
                 got = o.get(name)
                 fin = self.ref_finite[k].get(name) if k < len(self.ref_finite) else None
                 if got is None or fin is None or got.shape != fin.shape:
                     continue
-                if (fin & ~np.isfinite(got)).any():
-                    return self.producer.get(name)
+                if producer not in kept and (fin & ~np.isfinite(got)).any():
+                    return producer
+                if producer in kept and (fin & _overflows(got, self.dtype)).any():
+                    return readers[0]
         return None
 
     def _loaded_reference(self, path: str, feeds) -> List[Dict]:
@@ -447,8 +478,10 @@ class PrecisionSearch:
         t0 = time.perf_counter()
         keep = [self.universe[i] for i in mask_indices(mask)]
         broken = ""
+        built = False
         try:
             model = self.candidate_model(keep)
+            built = True
             kind, opts = self.cand_spec
             outs = self._run_candidate(model, kind, opts)
             del model
@@ -456,6 +489,8 @@ class PrecisionSearch:
             raise
         except ToolkitError as exc:  # the mixed model does not build, load or run
             if not self.checks:  # on the first check: nothing can be searched
+                if built and exc.exit_code == ExitCode.BAD_INPUT:
+                    self._own_copy_failed(exc)
                 raise
             broken = exc.message
         if broken:
@@ -464,22 +499,26 @@ class PrecisionSearch:
             self.details[mask] = f"broken: {broken}"
         else:
             if self.guide:
-                self.overflow[mask] = self._first_overflow(outs)
+                self.overflow[mask] = self._first_overflow(outs, mask)
                 outs = [{n: o[n] for n in self.graph_outputs if n in o} for o in outs]
             comps = self._compare(outs)
             passed = all(c.passed and not c.only_a for c in comps)
             self.details[mask] = self._describe(comps)
             if not passed and self._rounding_only(mask, comps):
-                passed = True  # (no node is kept in fp32 for rounding alone)
+                # a failure at the tolerances given, by storage rounding alone: the search keeps no node
+                # in fp32 for it (it goes on as if the set passed), and the result is no pass either
+                # (STATUS_ROUNDING, exit 1)
                 self.details[mask] += f" ({self._precision} rounding)"
         seconds = time.perf_counter() - t0
+        strict = passed
+        passed = passed or mask in self.rounding
         self.verdicts[mask] = passed
         if passed and (self._best is None or bin(mask).count("1") < bin(self._best).count("1")):
             self._best = mask  # the smallest passing set so far (what Ctrl-C leaves)
         detail = self.details[mask]
         if self.guide and not passed and self.overflow.get(mask):
             detail += f" | first overflow: output of {self.overflow[mask]}"
-        check = Check(len(self.checks) + 1, popcount(mask), passed, seconds, detail)
+        check = Check(len(self.checks) + 1, popcount(mask), strict, seconds, detail, rounding=mask in self.rounding)
         self.checks.append(check)
         if self.replay is not None:
             # the replay stores "failed" as debug reduce does: here, the mixed model failed
@@ -491,6 +530,17 @@ class PrecisionSearch:
                 self.replay.save(self.config.save_replay)
         self.reporter.check(check)
         return passed
+
+    def _own_copy_failed(self, exc: ToolkitError) -> None:
+        """The first check's emulated copy, built, does not load where the model itself ran (the
+        reference): the copy is toolkit's, so that is a bug in toolkit (exit 70), not bad input."""
+        if not _emulates(self.cand_spec[0]) or self.config.load_outputs:
+            return  # (a converted model on another runtime: that runtime's limit; no reference run here)
+        raise ToolkitError(
+            f"toolkit's {self._precision}-emulated copy of {self.config.model} does not load in ONNX-Runtime, "
+            f"where the model itself ran: {exc.message}; this is a bug in toolkit, not in the model",
+            exit_code=ExitCode.INTERNAL,
+        ) from None
 
     @property
     def _precision(self) -> str:
@@ -538,6 +588,7 @@ class PrecisionSearch:
         self._load()
         if getattr(self, "nothing_to_search", False):
             return PrecisionOutcome(STATUS_NOTHING, precision="bf16" if self.dtype == "bfloat16" else "fp16",
+                                    user_kept=list(self.user_kept), auto_kept=dict(self.auto_kept),
                                     seconds=time.perf_counter() - t0)
         self.checks_remembered = 0
         self.feeds = self._feeds()
@@ -593,7 +644,8 @@ class PrecisionSearch:
         save_model(mixed, self.config.output or "")
 
     def _note_rounding(self, out: PrecisionOutcome, best: Optional[int]) -> None:
-        """A result that passes only as rounding (see :meth:`_rounding_only`): status, passing atol."""
+        """A result that fails at the tolerances given by rounding alone (see :meth:`_rounding_only`):
+        status (a failure), the atol at which it passes."""
 
         out.depth = self.depth
         if best is not None and best in self.rounding and out.status in (STATUS_FOUND, STATUS_NONE_NEEDED):
@@ -685,6 +737,14 @@ class PrecisionSearch:
                     self.overflow[int(entry["nodes"], 16) >> 1] = name if name in self.position else None
         elif c.save_replay:
             self.replay = PrecisionReplay(self._model_id, n, [c.reference, c.candidate])
+
+
+def _overflows(values, dtype: str):
+    """Where float32 ``values`` become inf (or stay inf/nan) when stored in ``dtype``: past the
+    midpoint between its largest finite value and the next power (fp16: 65520)."""
+    limit = 3.3961514e38 if dtype == "bfloat16" else 65520.0
+    with np.errstate(invalid="ignore"):
+        return ~(np.abs(values) < limit)
 
 
 def run_spec(model, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping], model_path: str,
