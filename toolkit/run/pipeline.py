@@ -352,9 +352,10 @@ def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
     report = RunReport(sets, comparisons, stream.problems)
     precisions = {s.label: s.precision for s in sets if s.precision}
     report.diagnoses = diagnose.diagnoses(plan.opts, comparisons, stream.errors, precisions)
-    report.qdq_tables = qdq_table.finish(stream.qdq, len(comparisons))
-    if plan.opts.save_report:
-        qdq_table.add_to_report(plan.opts.save_report, report.qdq_tables)
+    if stream.qdq.sums:  # (the Q/DQ statistics load onnx: only when a diagnosis gathered pairs)
+        report.qdq_tables = qdq_table.finish(stream.qdq, len(comparisons))
+        if plan.opts.save_report:
+            qdq_table.add_to_report(plan.opts.save_report, report.qdq_tables)
     if plan.opts.save_report:
         rep.saved("report", plan.opts.save_report)
     return report
