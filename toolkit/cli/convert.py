@@ -65,8 +65,8 @@ def register(app: typer.Typer) -> None:
     @app.command("convert", **command_kwargs(declares=[ConvertArgs], examples=(
         "toolkit convert model.onnx --fp-to-fp16 -o model_fp16.onnx",
         "toolkit convert model.onnx --fp-to-fp16 --keep-fp32 'Softmax*' LayerNormalization -o mixed.onnx",
-        "toolkit debug precision model.onnx > keep.txt && "
-        "toolkit convert model.onnx --fp-to-fp16 --keep-fp32-from keep.txt -o mixed.onnx",
+        "toolkit convert model.onnx --fp-to-fp16 --keep-fp32-from keep.txt -o mixed.onnx  "
+        "# keep.txt: toolkit debug precision model.onnx > keep.txt",
     )))
     @bind(ConvertArgs)
     def convert_command(ctx: typer.Context, **params) -> None:

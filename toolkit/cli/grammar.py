@@ -184,9 +184,10 @@ def check_values(args: Sequence[str], value_flags: Iterable[str]) -> None:
             needs_value(tok, args, i + 1)
 
 
-def expand_multi(args: List[str], multi: Iterable[str], grouped: Iterable[str] = ()) -> List[str]:
+def expand_multi(args: List[str], multi: Iterable[str], grouped: Iterable[str] = (), lenient: bool = False) -> List[str]:
     """``--opt a b`` as ``--opt a --opt b`` for each flag of ``multi`` (values run to the next
-    option), as ``--opt a<GROUP_SEP>b`` for each of ``grouped``. Stops at ``--``."""
+    option), as ``--opt a<GROUP_SEP>b`` for each of ``grouped``. Stops at ``--``. ``lenient``
+    (a shell completing a line): an option without a value stays as it is."""
     multi, grouped = set(multi), set(grouped)
     out: List[str] = []
     i, n = 0, len(args)
@@ -203,9 +204,11 @@ def expand_multi(args: List[str], multi: Iterable[str], grouped: Iterable[str] =
         while i < n and is_value(args[i]):
             values.append(args[i])
             i += 1
-        if not values:
+        if not values and not lenient:
             needs_value(tok, args, i)
-        if tok in grouped:
+        if not values:
+            out.append(tok)
+        elif tok in grouped:
             out.extend([tok, GROUP_SEP.join(values)])
         else:
             for v in values:
@@ -214,6 +217,18 @@ def expand_multi(args: List[str], multi: Iterable[str], grouped: Iterable[str] =
 
 
 # ------------------------------------------------------------------ the command class
+
+# ctx.meta key: the arguments a shell has typed so far (while it completes the line)
+TYPED_ARGS = "toolkit.typed_args"
+
+
+def last_option(typed: Sequence[str]) -> Optional[str]:
+    """The option whose values the end of ``typed`` holds (the last option before only values), or None."""
+    for tok in reversed(typed):
+        if not is_value(tok):
+            return None if tok == "--" else tok.partition("=")[0]
+    return None
+
 
 
 def default_in_help(param) -> None:
@@ -288,11 +303,27 @@ class GrammarCommand(TyperCommand):
         rest = None
         if rest_param is not None:
             args, rest = cut_rest(args, next(o for o in rest_param.opts if o in REST_OPTIONS))
-        check_values(args, self.value_flags())
-        out = super().parse_args(ctx, expand_multi(args, self.multi_flags(), self.grouped_flags()))
+        if ctx.resilient_parsing:  # a shell completing the line: what it has typed so far, for shell_complete
+            ctx.meta[TYPED_ARGS] = list(args)
+        else:
+            check_values(args, self.value_flags())
+        out = super().parse_args(ctx, expand_multi(args, self.multi_flags(), self.grouped_flags(),
+                                                   lenient=ctx.resilient_parsing))
         if rest_param is not None:
             ctx.params[rest_param.name] = rest
         return out
+
+    def shell_complete(self, ctx, incomplete: str):
+        """A shell completing a value: after ``--compare onnxrt `` (a second value of a multi-value
+        option, which Click does not know takes more) the option's own completions."""
+        typed = ctx.meta.get(TYPED_ARGS) or []
+        if is_value(incomplete) or incomplete == "":
+            flag = last_option(typed)
+            param = next((p for p in self.params if flag in getattr(p, "opts", ()) and getattr(p, "multiple", False)
+                          and p.param_type_name == "option"), None)
+            if param is not None:
+                return param.shell_complete(ctx, incomplete)
+        return super().shell_complete(ctx, incomplete)
 
     def collect_usage_pieces(self, ctx):
         # `Usage: toolkit run [OPTIONS] MODEL`, not `{MODEL}`
