@@ -4,12 +4,14 @@
 Usage: python scripts/bench_startup.py [--runs N] [--models A.onnx B.onnx ...] [--skip-help] [--skip-run]
 
 1. Every command's `--help`: wall time (median of N fresh processes) and import time (the sum of
-   `python -X importtime`'s self times, median of 3), next to `polygraphy --help`.
+   `python -X importtime`'s self times, the least of 5: the machine's load only adds to it), next
+   to `polygraphy --help`.
 2. For each model: `toolkit run MODEL --onnxrt`, `polygraphy run MODEL --onnxrt` (when installed)
    and a bare script (numpy + onnxruntime: one session, inputs of dynamic dims 1, one inference),
    and, where torch is installed, Polygraphy with torch hidden (as installed, it imports torch),
    in paired rounds (each round runs them all, in a rotating order, so that a busy machine slows
-   all alike); the medians, and the median of the per-round ratios. Also whether the toolkit run
+   all alike); the medians, and the median of the per-round ratios, of wall time and of CPU time
+   (user + system: what a busy machine changes least). Also whether the toolkit run
    imported onnx or ml_dtypes, and its import time.
 
 Every process gets compiled bytecode, as a normal install has (PYTHONDONTWRITEBYTECODE is dropped
@@ -51,13 +53,20 @@ def find_tool(name: str):
     return here if os.path.exists(here) else shutil.which(name)
 
 
-def wall(cmd, env) -> float:
+def timed(cmd, env):
+    """(wall seconds, CPU seconds: user + system of the process and its children) of one fresh run."""
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env, check=False)
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
     if proc.returncode != 0:
         raise SystemExit(f"failed (exit {proc.returncode}): {' '.join(cmd)}")
-    return elapsed
+    return elapsed, usage.ru_utime + usage.ru_stime
+
+
+def wall(cmd, env) -> float:
+    return timed(cmd, env)[0]
 
 
 def imports(cmd, env):
@@ -88,7 +97,7 @@ def bench_help(toolkit: str, poly, runs: int, env) -> None:
     for name, cmd in rows:
         wall(cmd, env)
         t = statistics.median(wall(cmd, env) for _ in range(runs))
-        imp = statistics.median(imports(cmd, env)[0] for _ in range(3))
+        imp = min(imports(cmd, env)[0] for _ in range(5))
         print(f"{name:34s} {t * 1000:9.1f} ms {imp * 1000:9.1f} ms")
 
 
@@ -101,20 +110,26 @@ def bench_run(model: str, toolkit: str, poly, bare: str, runs: int, envs) -> Non
             cmds["poly -torch"] = (python_cmd(poly, ["run", model, "--onnxrt"]), no_torch)
     for cmd, cmd_env in cmds.values():
         wall(cmd, cmd_env)
-    times = {name: [] for name in cmds}
+    times: dict = {name: [] for name in cmds}
+    cpu: dict = {name: [] for name in cmds}
     names = list(cmds)
     for r in range(runs):
         order = names[r % len(names):] + names[:r % len(names)]
         for name in order:
-            times[name].append(wall(*cmds[name]))
-    imp, loaded = imports(*cmds["toolkit"])
+            t, c = timed(*cmds[name])
+            times[name].append(t)
+            cpu[name].append(c)
+    imp, loaded = min(imports(*cmds["toolkit"]) for _ in range(3))
     heavy = sorted(m for m in ("onnx", "ml_dtypes") if m in loaded) or ["neither"]
     print(f"\n{os.path.basename(model)} ({os.path.getsize(model) / 1e6:.1f} MB), {runs} paired rounds")
     for name in names:
-        print(f"  {name:11s} median {statistics.median(times[name]) * 1000:7.1f} ms")
+        print(f"  {name:11s} median {statistics.median(times[name]) * 1000:7.1f} ms wall, "
+              f"{statistics.median(cpu[name]) * 1000:7.1f} ms CPU")
     for other in names[1:]:
         ratios = [a / b for a, b in zip(times["toolkit"], times[other])]
-        print(f"  toolkit / {other:11s} {statistics.median(ratios):.2f}x (median of per-round ratios)")
+        cpu_ratios = [a / b for a, b in zip(cpu["toolkit"], cpu[other])]
+        print(f"  toolkit / {other:11s} {statistics.median(ratios):.2f}x wall, {statistics.median(cpu_ratios):.2f}x "
+              "CPU (medians of per-round ratios)")
     print(f"  toolkit run imports: {imp * 1000:.0f} ms; onnx / ml_dtypes imported: {', '.join(heavy)}")
 
 
@@ -127,7 +142,7 @@ def no_torch_env(env, tmp: str):
     if importlib.util.find_spec("torch") is None:
         return None
     folder = os.path.join(tmp, "no_torch")
-    os.makedirs(folder)
+    os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "sitecustomize.py"), "w", encoding="utf-8") as fh:
         fh.write("import sys\nsys.modules['torch'] = None\n")
     path = os.pathsep.join(p for p in (folder, env.get("PYTHONPATH")) if p)
