@@ -48,7 +48,7 @@ class PlannedRunner:
 class RunPlan:
     opts: RunOptions
     runners: List[PlannedRunner]
-    tolerances: Any = None  # toolkit.core.compare.Tolerances when something may be compared
+    tolerances: Optional[Tolerances] = None  # None when nothing is compared
     ranges: Any = None  # toolkit.core.inputs.ValueRanges
     shapes: Dict[str, tuple] = field(default_factory=dict)
 
@@ -83,7 +83,7 @@ def check_output_paths(opts: RunOptions) -> None:
             check_output_path(path)
 
 
-def tolerances_of(opts: RunOptions):
+def tolerances_of(opts: RunOptions) -> Optional[Tolerances]:
     """The typed comparison options of ``opts`` (a Tolerances; None when the run compares nothing):
     ``opts.tolerances``, else its command-line spellings parsed (UsageError when malformed)."""
     if opts.tolerances is not None:
