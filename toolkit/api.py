@@ -51,6 +51,7 @@ from toolkit.core.shapes import top_tensor_names
 from toolkit.reduce.session import ReduceConfig, Reducer
 from toolkit.reduce.verdict import CheckResult
 from toolkit.run.options import RunOptions
+from toolkit.run.plan import require_known_names
 from toolkit.run import registry
 from toolkit.run.registry import RunnerOption, get_kind, with_values
 from toolkit.run.specs import make_runner, parse_runner_spec
@@ -220,9 +221,11 @@ def compare(
     run``'s tolerances: a number for every output (``atol=1e-3``) or one per output name
     (``atol={"out": 1e-2}``; the others keep the default); ``check_error_stat`` likewise
     (``"elemwise"``, ``"max"``, ``"mean"``, ``"median"``, ``"quantile"``). UsageError for a
-    negative or non-numeric tolerance or an unknown statistic."""
+    negative or non-numeric tolerance, an unknown statistic, or an output name that neither run has."""
 
     tol = Tolerances.of(atol=atol, rtol=rtol, check_error_stat=check_error_stat)
+    known = {name for feeds in (reference, outputs) for feed in feeds for name in feed}
+    require_known_names(tol, known, (("per_atol", "atol"), ("per_rtol", "rtol"), ("per_stat", "check_error_stat")))
     return Comparison([compare_iteration(k, a, b, tol) for k, (a, b) in enumerate(zip(reference, outputs))])
 
 

@@ -13,6 +13,7 @@ from toolkit.cli.grammar import (
     cut_rest,
     expand_multi,
     expand_prefixes,
+    is_value,
     split_group,
     take_flags,
 )
@@ -27,7 +28,46 @@ def test_multi_value_options_take_every_value_up_to_the_next_option():
         "m.onnx", "--outs", "mark", "--outs", "all", "--lo", "-1", "--lo", "-.5", "--lo", "-", "--flag",
         "--", "--outs", "x",
     ]
-    assert expand_multi(["--outs", "--flag"], {"--outs"}) == ["--outs", "--flag"]  # Click names the missing value
+    with pytest.raises(UsageError, match=r"--outs needs a value \(--flag is an option\)"):
+        expand_multi(["--outs", "--flag"], {"--outs"})
+
+
+@pytest.mark.parametrize("token, value", [
+    ("x", True), ("-", True), ("-1", True), ("-.5", True), ("-1.5", True), ("-1e-3", True), ("-2E+4", True),
+    ("-x y", True), ("--onnxrt", False), ("-o", False), ("-1x", False), ("-e3", False), ("--", False),
+])
+def test_a_dash_token_is_a_value_only_when_it_is_a_number_as_in_argparse(token, value):
+    assert is_value(token) is value
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--load-inputs", "--onnxrt"], "--load-inputs needs a value (--onnxrt is an option)"),
+    (["--onnxrt", "--load-outputs"], "--load-outputs needs a value"),
+    (["--onnxrt", "--onnx-outputs", "--atol", "1"], "--onnx-outputs needs a value (--atol is an option)"),
+    (["--onnxrt", "--atol", "--rtol", "1"], "--atol needs a value (--rtol is an option)"),
+    (["--onnxrt", "--save-outputs", "-x.json"], "--save-outputs needs a value (-x.json is an option)"),
+    (["--onnxrt", "--log-file", "--onnxrt"], "--log-file needs a value (--onnxrt is an option)"),
+])
+def test_an_option_is_never_taken_as_the_value_of_another(cli, tmp_path, monkeypatch, argv, message):
+    """argparse's grammar: `run MODEL --load-inputs --onnxrt` says --load-inputs has no value (Click took
+    --onnxrt as the file name and then said to pass --onnxrt)."""
+    import modelzoo as mz
+
+    monkeypatch.chdir(tmp_path)  # (a parser that took -x.json as a file name would write it here)
+    model = mz.save(mz.seed_example((1, 3, 4, 4)), tmp_path / "model.onnx")
+    res = cli("run", model, *argv)
+    assert res.code == 2, res.output
+    assert res.err.strip().splitlines()[-1] == f"error: {message}"
+
+
+def test_negative_numbers_and_stdio_stay_values(cli, tmp_path):
+    import modelzoo as mz
+
+    model = mz.save(mz.seed_example((1, 3, 4, 4)), tmp_path / "model.onnx")
+    res = cli("run", model, "--onnxrt", "--val-range", "[-1,1]", "--atol", "-1e-3")
+    assert res.code == 2 and "bad --atol value '-1e-3'" in res.err  # (the number reached its parser)
+    res = cli("run", model, "--onnxrt", "--val-range", "x0:[-1,1]", "--atol", "1e-3", "--seed", "-1")
+    assert "needs a value" not in res.err
 
 
 def test_a_grouped_option_keeps_each_occurrence_apart():

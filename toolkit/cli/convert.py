@@ -33,6 +33,9 @@ class ConvertArgs:
     keep_fp32: List[str] = option("--keep-fp32", metavar="NAMES...", factory=list, help="Nodes to keep in fp32: node names, glob patterns "
                                   "over node names, or op types (Pow, ReduceMean). Several after one flag, or "
                                   "comma-separated.")
+    keep_fp32_from: Optional[str] = option(
+        "--keep-fp32-from", metavar="PATH", help="Also keep in fp32 the nodes named in this text file, one per line "
+        "(what `debug precision` prints; blank lines and lines starting with # skipped; an empty file keeps none).")
     fp16_io: bool = switch("--fp16-io", help="Make float32 graph inputs and outputs float16 too (default: keep them).")
     bf16_io: bool = switch("--bf16-io", help="With --fp-to-bf16: make float32 graph inputs and outputs bfloat16 too "
                            "(default: keep them).")
@@ -62,6 +65,8 @@ def register(app: typer.Typer) -> None:
     @app.command("convert", **command_kwargs(declares=[ConvertArgs], examples=(
         "toolkit convert model.onnx --fp-to-fp16 -o model_fp16.onnx",
         "toolkit convert model.onnx --fp-to-fp16 --keep-fp32 'Softmax*' LayerNormalization -o mixed.onnx",
+        "toolkit convert model.onnx --fp-to-fp16 --keep-fp32-from keep.txt -o mixed.onnx  "
+        "# keep.txt: toolkit debug precision model.onnx > keep.txt",
     )))
     @bind(ConvertArgs)
     def convert_command(ctx: typer.Context, **params) -> None:
@@ -87,11 +92,27 @@ def register(app: typer.Typer) -> None:
         if a.fp16_io and a.fp_to_bf16:
             raise UsageError("--fp16-io goes with --fp-to-fp16; with --fp-to-bf16 use --bf16-io")
         dtype = "bfloat16" if a.fp_to_bf16 else ("float16" if a.fp_to_fp16 else None)
+        if a.keep_fp32_from is not None:
+            a.keep_fp32 = a.keep_fp32 + names_in_file(a.keep_fp32_from, "--keep-fp32-from")
         check = _Check(a.validate, a.load_inputs, a.seed, a.val_range, a.input_shapes, a.ort_optimization, a.repair)
         _convert(
             a.model, a.output, dtype, a.keep_fp32, a.fp16_io or a.bf16_io, a.external_data_dir, a.external_data,
             a.json_out, check,
         )
+
+
+def names_in_file(path: str, flag: str) -> List[str]:
+    """The names in a text file, one per line (stripped; blank lines and ``#`` comments skipped)."""
+    from toolkit.core.model import check_readable_file
+
+    check_readable_file(path)
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.read().splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{flag} {path}: cannot read the names in it ({exc}); give a text file, one name a line") \
+            from None
+    return [line.strip() for line in lines if line.strip() and not line.strip().startswith("#")]
 
 
 @dataclass

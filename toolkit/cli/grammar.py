@@ -8,7 +8,9 @@ what Click parses, before Click sees it:
 
 1. :func:`expand_prefixes`: an unambiguous prefix of a long option becomes that option;
 2. the rest option (``--check``) takes every token after it;
-3. :func:`expand_multi`: ``--opt a b`` becomes ``--opt a --opt b`` for a multi-value option,
+3. :func:`check_values`: an option that takes a value is followed by one (a token that starts
+   with ``-`` is an option, unless it is a number, as in argparse: :func:`is_value`);
+4. :func:`expand_multi`: ``--opt a b`` becomes ``--opt a --opt b`` for a multi-value option,
    ``--opt a<SEP>b`` for a grouped one (one list per occurrence, :func:`split_group`).
 
 :func:`take_flags` takes options that may appear anywhere (the common options) out of argv.
@@ -32,12 +34,22 @@ GROUP_SEP = "\x1f"
 # Options after which the rest of the command line is taken verbatim.
 REST_OPTIONS = ("--check",)
 
-_NEG_NUMBER = re.compile(r"^-(\d|\.\d)")
+# A negative number (argparse's ``-\d+`` and ``-\d*.\d+``, with an exponent: ``-1e-3``).
+_NEG_NUMBER = re.compile(r"-(\d+\.?\d*|\.\d+)([eE][-+]?\d+)?")
 
 
 def is_value(token: str) -> bool:
-    """True for tokens that are values, not options: ``-`` (stdio) and negative numbers count."""
-    return token == "-" or not token.startswith("-") or bool(_NEG_NUMBER.match(token))
+    """argparse's rule: a token is a value unless it starts with ``-``; ``-`` alone (stdio), a
+    negative number and a token with a space in it (``"-x y"``) are values too."""
+    return not token.startswith("-") or token == "-" or " " in token or bool(_NEG_NUMBER.fullmatch(token))
+
+
+def needs_value(flag: str, args: Sequence[str], i: int) -> None:
+    """A usage error unless ``args[i]`` is the value of option ``flag`` (given at ``args[i - 1]``)."""
+    if i >= len(args):
+        raise UsageError(f"{flag} needs a value")
+    if not is_value(args[i]):
+        raise UsageError(f"{flag} needs a value ({args[i]} is an option)")
 
 
 def split_group(value: str) -> List[str]:
@@ -105,8 +117,8 @@ def _take_one(argv: Sequence[str], i: int, opts: Any, entry: Tuple[str, Declared
     if kind in ("count", "switch"):
         setattr(opts, name, getattr(opts, name) + 1 if kind == "count" else True)
         return i
-    if inline is None and (i >= len(argv) or (argv[i].startswith("-") and argv[i] != "-")):
-        raise UsageError(f"{flag} needs a value")
+    if inline is None:
+        needs_value(flag, argv, i)
     value = argv[i] if inline is None else inline
     i += 1 if inline is None else 0
     if kind == "value":
@@ -160,9 +172,22 @@ def cut_rest(args: List[str], rest_opt: str) -> Tuple[List[str], Optional[List[s
     return args, None
 
 
-def expand_multi(args: List[str], multi: Iterable[str], grouped: Iterable[str] = ()) -> List[str]:
+def check_values(args: Sequence[str], value_flags: Iterable[str]) -> None:
+    """Every option of ``value_flags`` (those that take a value) is followed by one (argparse's
+    grammar: a token starting with '-' is an option, unless it is a number; see :func:`is_value`).
+    Click would take the next option as the value (``--load-inputs --onnxrt``). Stops at ``--``."""
+    flags = set(value_flags)
+    for i, tok in enumerate(args):
+        if tok == "--":
+            break
+        if tok in flags:
+            needs_value(tok, args, i + 1)
+
+
+def expand_multi(args: List[str], multi: Iterable[str], grouped: Iterable[str] = (), lenient: bool = False) -> List[str]:
     """``--opt a b`` as ``--opt a --opt b`` for each flag of ``multi`` (values run to the next
-    option), as ``--opt a<GROUP_SEP>b`` for each of ``grouped``. Stops at ``--``."""
+    option), as ``--opt a<GROUP_SEP>b`` for each of ``grouped``. Stops at ``--``. ``lenient``
+    (a shell completing a line): an option without a value stays as it is."""
     multi, grouped = set(multi), set(grouped)
     out: List[str] = []
     i, n = 0, len(args)
@@ -179,8 +204,10 @@ def expand_multi(args: List[str], multi: Iterable[str], grouped: Iterable[str] =
         while i < n and is_value(args[i]):
             values.append(args[i])
             i += 1
+        if not values and not lenient:
+            needs_value(tok, args, i)
         if not values:
-            out.append(tok)  # let click report the missing value
+            out.append(tok)
         elif tok in grouped:
             out.extend([tok, GROUP_SEP.join(values)])
         else:
@@ -190,6 +217,18 @@ def expand_multi(args: List[str], multi: Iterable[str], grouped: Iterable[str] =
 
 
 # ------------------------------------------------------------------ the command class
+
+# ctx.meta key: the arguments a shell has typed so far (while it completes the line)
+TYPED_ARGS = "toolkit.typed_args"
+
+
+def last_option(typed: Sequence[str]) -> Optional[str]:
+    """The option whose values the end of ``typed`` holds (the last option before only values), or None."""
+    for tok in reversed(typed):
+        if not is_value(tok):
+            return None if tok == "--" else tok.partition("=")[0]
+    return None
+
 
 
 def default_in_help(param) -> None:
@@ -249,6 +288,11 @@ class GrammarCommand(TyperCommand):
             out.update(o for f, d in declarations(cls) if is_grouped(hints[f.name]) for o in d.flags)
         return frozenset(out)
 
+    def value_flags(self) -> set:
+        """The flags (long and short) of the options that take a value."""
+        return {o for p in self.params if p.param_type_name == "option" and not getattr(p, "is_flag", False)
+                and not getattr(p, "count", False) and p.nargs != 0 for o in p.opts}
+
     def multi_flags(self) -> set:
         return {o for p in self.params if getattr(p, "multiple", False) and p.param_type_name == "option"
                 for o in p.opts if o.startswith("--")}
@@ -259,10 +303,27 @@ class GrammarCommand(TyperCommand):
         rest = None
         if rest_param is not None:
             args, rest = cut_rest(args, next(o for o in rest_param.opts if o in REST_OPTIONS))
-        out = super().parse_args(ctx, expand_multi(args, self.multi_flags(), self.grouped_flags()))
+        if ctx.resilient_parsing:  # a shell completing the line: what it has typed so far, for shell_complete
+            ctx.meta[TYPED_ARGS] = list(args)
+        else:
+            check_values(args, self.value_flags())
+        out = super().parse_args(ctx, expand_multi(args, self.multi_flags(), self.grouped_flags(),
+                                                   lenient=ctx.resilient_parsing))
         if rest_param is not None:
             ctx.params[rest_param.name] = rest
         return out
+
+    def shell_complete(self, ctx, incomplete: str):
+        """A shell completing a value: after ``--compare onnxrt `` (a second value of a multi-value
+        option, which Click does not know takes more) the option's own completions."""
+        typed = ctx.meta.get(TYPED_ARGS) or []
+        if is_value(incomplete) or incomplete == "":
+            flag = last_option(typed)
+            param = next((p for p in self.params if flag in getattr(p, "opts", ()) and getattr(p, "multiple", False)
+                          and p.param_type_name == "option"), None)
+            if param is not None:
+                return param.shell_complete(ctx, incomplete)
+        return super().shell_complete(ctx, incomplete)
 
     def collect_usage_pieces(self, ctx):
         # `Usage: toolkit run [OPTIONS] MODEL`, not `{MODEL}`

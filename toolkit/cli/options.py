@@ -21,7 +21,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 import typer
 
 from toolkit.cli import output
-from toolkit.cli.grammar import GrammarCommand, is_grouped, split_group, take_flags
+from toolkit.cli.grammar import TYPED_ARGS, GrammarCommand, is_grouped, is_value, split_group, take_flags
 from toolkit.cli.unsupported import UNSUPPORTED_OPTIONS
 from toolkit.core import limits
 from toolkit.core.declare import Declared, declaration, declarations, switch
@@ -220,12 +220,17 @@ def command_kwargs(
 
 
 def completes(values: Any):
-    """A Typer ``autocompletion`` for a choice list (or ``"runner-spec"``: every runner spec)."""
+    """A Typer ``autocompletion`` for a choice list, ``"runner-spec"`` (every runner spec) or
+    ``"mark-all"`` (``mark``, then ``all``: ``--onnx-outputs mark all``)."""
     if not values:
         return None
 
-    def complete(incomplete: str):
-        choices = runner_specs() if values == "runner-spec" else values
+    def complete(ctx: typer.Context, incomplete: str):
+        if values == "mark-all":
+            last = (ctx.meta.get(TYPED_ARGS) or [""])[-1]
+            choices: Any = ["all"] if last == "mark" else ["mark"] if not is_value(last) else []
+        else:
+            choices = runner_specs() if values == "runner-spec" else values
         return [v for v in choices if v.startswith(incomplete)]
 
     return complete

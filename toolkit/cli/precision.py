@@ -8,6 +8,7 @@ per line (or a JSON object with ``--json``), ready for ``convert --keep-fp32``.
 # (no `from __future__ import annotations`: Typer would have to eval every annotation string)
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -17,7 +18,7 @@ from toolkit.cli.options import bind, command_kwargs, from_params, values_for
 from toolkit.cli.output import echo, log, state, warn
 from toolkit.core import shared_options as S
 from toolkit.core.declare import declared, option, switch
-from toolkit.core.errors import ExitCode, UsageError
+from toolkit.core.errors import ExitCode, InputError, UsageError
 
 _HELP = """Find a minimal set of nodes to keep in fp32 so that the fp16 model passes the comparison.
 
@@ -100,7 +101,7 @@ def _none_needed(outcome, stats: str, model: str) -> None:
         log(f"The {outcome.precision} model passes as it is ({outcome.error_fp16}); no node needs fp32 ({stats}).")
 
 
-def _summary(outcome, cfg, json_out: bool) -> int:
+def _summary(outcome, cfg, json_out: bool, emit_options: bool = False) -> int:
     from toolkit.precision import search as S
 
     stats = f"{outcome.checks} check(s) run, {outcome.remembered} more answered from memory, {outcome.seconds:.2f} s"
@@ -142,8 +143,7 @@ def _summary(outcome, cfg, json_out: bool) -> int:
 
         echo(json.dumps(_summary_json(outcome, cfg, code), indent=2))
     elif outcome.status in ("found", "interrupted", S.STATUS_ROUNDING):
-        for name in outcome.kept:
-            echo(name)
+        _print_names(outcome.kept, emit_options)
     return code
 
 
@@ -161,6 +161,24 @@ def _found(outcome, stats: str) -> int:
     if outcome.one_minimal and len(outcome.kept) > 0:
         log(f"1-minimal: moving any one of them back to {outcome.precision} makes the comparison fail (each checked).")
     return code
+
+_SHELL_SPLITS = re.compile(r"[\s*?\[]")  # what word splitting and pathname expansion of $(...) change
+
+
+def _print_names(names: List[str], emit_options: bool) -> None:
+    """The nodes found on stdout: one per line, or (``--emit-options``) one line of convert's option,
+    nothing when there are none."""
+    if not emit_options:
+        for name in names:
+            echo(name)
+        return
+    odd = [n for n in names if _SHELL_SPLITS.search(n)]
+    if odd:
+        raise InputError(
+            f"node name {odd[0]!r} has a space or a glob character, which the shell's $(...) would split or "
+            "expand: print the names without --emit-options to a file and give it to convert --keep-fp32-from FILE")
+    if names:
+        echo("--keep-fp32 " + " ".join(names))
 
 
 def _written(cfg, code: int) -> int:
@@ -254,6 +272,10 @@ class PrecisionArgs:
                                               help="Reuse the verdicts of an earlier run (same model and runners).")
     external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
     json_out: bool = switch("--json", help='Print the result as JSON on stdout (instead of node names).')
+    emit_options: bool = switch(
+        "--emit-options", help="Print the nodes found as convert's option, one line `--keep-fp32 NAMES...`, "
+        "or nothing when no node needs fp32: `toolkit convert MODEL --fp-to-fp16 $(toolkit debug precision MODEL "
+        "--emit-options) -o mixed.onnx`.")
     reference_model: Optional[str] = option(
         "--reference-model", metavar="PATH",
         help="Quantized models: the float model to compare with (default: the model with every Q/DQ pair in float).",
@@ -342,6 +364,8 @@ def _run(args: PrecisionArgs) -> None:
     from toolkit.precision.search import PrecisionConfig, PrecisionSearch
 
     compare = args.compare
+    if args.json_out and args.emit_options:
+        raise UsageError("--json and --emit-options both say what is printed on stdout: give one")
     if compare and len(compare) != 2:
         raise UsageError("--compare takes two runner specs: the fp32 reference and the candidate, e.g. onnxrt onnxrt:fp16")
     from toolkit.precision.qdq_search import quantization_of
@@ -386,4 +410,4 @@ def _run(args: PrecisionArgs) -> None:
 
     # (in a forked child when supervised: a runtime crash is one sentence and exit 1)
     raise typer.Exit(run_supervised(lambda: _summary(PrecisionSearch(cfg, PrecisionReporter()).run(), cfg,
-                                                     args.json_out)))
+                                                     args.json_out, args.emit_options)))

@@ -73,7 +73,7 @@ class RunOptions:
     )
     save_outputs: Optional[str] = option("--save-outputs", "--save-results", metavar="PATH", panel=_OUTPUTS,
                                          help="Save the outputs (.json or .npz; '-' writes JSON to stdout).")
-    onnx_outputs: List[str] = _list("--onnx-outputs", metavar="NAMES...", panel=_ORT, runner="onnxrt",
+    onnx_outputs: List[str] = _list("--onnx-outputs", metavar="NAMES...", panel=_ORT, runner="onnxrt", complete="mark-all",
                                     help="Tensors to return instead of the model's outputs: 'mark all' or '*' "
                                     "(every output of every node of the top graph), names, or glob patterns.")
     onnx_exclude_outputs: List[str] = _list("--onnx-exclude-outputs", metavar="NAMES...", panel=_ORT, runner="onnxrt",

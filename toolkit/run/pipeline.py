@@ -42,7 +42,7 @@ from toolkit.core.model import load_model, save_model
 from toolkit.run import diagnose, qdq_table
 from toolkit.run.feeds import FeedSource, infer_explained, load_feeds
 from toolkit.run.options import Reporter, RunOptions
-from toolkit.run.plan import PlannedRunner, RunPlan, make_plan
+from toolkit.run.plan import PlannedRunner, RunPlan, make_plan, require_known_names
 from toolkit.run.results import ResultSet, RunReport
 
 
@@ -213,6 +213,7 @@ class Streams:
     kept: List[Mapping] = field(default_factory=list)  # the previous live runner's outputs
     errors: dict = field(default_factory=dict)  # pair index -> tensor errors, for the diagnosis (toolkit.run.diagnose)
     qdq: qdq_table.QdqTables = field(default_factory=qdq_table.QdqTables)  # Q/DQ pairs' local/propagated error
+    names: set = field(default_factory=set)  # the output names of the live runners' first iterations
     _casts: Optional[dict] = None  # the model's float-to-int Casts (see toolkit.core.undefined)
 
     def casts(self) -> dict:
@@ -247,6 +248,10 @@ class Streams:
                 problem.iteration = k
                 self.problems.append(problem)
         tol = self.plan.tolerances or Tolerances()
+        if k == 0:
+            self.names.update(outs)
+            if index == len(self.plan.runners) - 1:  # every runner has run once: a bad name says so now
+                require_known_names(tol, self.names.union(*(s.names for s in self.loaded)))
         if index > 0 and k < len(self.kept):
             self.compare(index - 1, k, self.kept[k], outs, tol)
         if index == len(self.plan.runners) - 1:
@@ -345,16 +350,18 @@ def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
             for k, (x, y) in enumerate(zip(a.iterations, b.iterations)):
                 stream.compare(i, k, x, y, tol)
         comparisons.append(_pair(a, b, stream.pairs.get(i, [])))
+    require_known_names(tol, [n for s in sets for n in s.names])  # (a name no output has: exit 2)
     if comparisons:
         compared_names = {o.name for c in comparisons for it in c.iterations for o in it.outputs}
-        for note in check_tolerance_names(tol, compared_names):
+        for note in check_tolerance_names(tol, compared_names):  # (an output of one set only)
             rep.warn(note)
     report = RunReport(sets, comparisons, stream.problems)
     precisions = {s.label: s.precision for s in sets if s.precision}
     report.diagnoses = diagnose.diagnoses(plan.opts, comparisons, stream.errors, precisions)
-    report.qdq_tables = qdq_table.finish(stream.qdq, len(comparisons))
-    if plan.opts.save_report:
-        qdq_table.add_to_report(plan.opts.save_report, report.qdq_tables)
+    if stream.qdq.sums:  # (the Q/DQ statistics load onnx: only when a diagnosis gathered pairs)
+        report.qdq_tables = qdq_table.finish(stream.qdq, len(comparisons))
+        if plan.opts.save_report:
+            qdq_table.add_to_report(plan.opts.save_report, report.qdq_tables)
     if plan.opts.save_report:
         rep.saved("report", plan.opts.save_report)
     return report

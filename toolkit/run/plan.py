@@ -6,9 +6,10 @@ devices (exit 4): a bad command line costs nothing, and no data file is loaded i
 
 from __future__ import annotations
 
+import difflib
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 from toolkit.core.compare import Tolerances
 from toolkit.core.errors import UsageError
@@ -47,7 +48,7 @@ class PlannedRunner:
 class RunPlan:
     opts: RunOptions
     runners: List[PlannedRunner]
-    tolerances: Any = None  # toolkit.core.compare.Tolerances when something may be compared
+    tolerances: Optional[Tolerances] = None  # None when nothing is compared
     ranges: Any = None  # toolkit.core.inputs.ValueRanges
     shapes: Dict[str, tuple] = field(default_factory=dict)
 
@@ -82,7 +83,7 @@ def check_output_paths(opts: RunOptions) -> None:
             check_output_path(path)
 
 
-def tolerances_of(opts: RunOptions):
+def tolerances_of(opts: RunOptions) -> Optional[Tolerances]:
     """The typed comparison options of ``opts`` (a Tolerances; None when the run compares nothing):
     ``opts.tolerances``, else its command-line spellings parsed (UsageError when malformed)."""
     if opts.tolerances is not None:
@@ -104,6 +105,29 @@ def tolerances_of(opts: RunOptions):
         tol.shape_check = not opts.no_shape_check
         return tol
     return None
+
+
+# The per-output fields of a Tolerances and the command-line flag that sets each.
+TOLERANCE_FLAGS = (
+    ("per_atol", "--atol"), ("per_rtol", "--rtol"), ("per_stat", "--check-error-stat"),
+    ("per_quantile", "--error-quantile"), ("per_topk", "--postprocess"), ("per_index_tolerance", "--index-tolerance"),
+)
+
+
+def require_known_names(tol: Tolerances, known: Iterable[str], flags=TOLERANCE_FLAGS) -> None:
+    """UsageError for a per-output tolerance whose name no output has (``--atol nosuch:1e-3``),
+    naming the outputs there are; nothing to say when no output is known (nothing ran).
+    ``flags``: (field of Tolerances, how the caller spells it)."""
+    names = sorted(set(known))
+    if not names:
+        return
+    for attr, flag in flags:
+        unknown = sorted(n for n in getattr(tol, attr) if n not in names)
+        if unknown:
+            close = difflib.get_close_matches(unknown[0], names, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+            raise UsageError(f"{flag} names '{unknown[0]}', which no output has{hint}; the outputs are: {shown}")
 
 
 def share_onnx_outputs(opts: RunOptions, kinds: List[str]) -> RunOptions:
