@@ -157,8 +157,9 @@ class QdqSearch(PrecisionSearch):
         if not self.pairs:
             raise InputError(self._no_pairs())
         self.by_name = {p.name: p for p in self.pairs}
-        self.fixed = qdq.pairs_at_op_types(self.model, self.pairs, c.float_op_types)
-        self.universe = [p.name for p in self.pairs if p.name not in set(self.fixed)]
+        self.fixed_order = qdq.pairs_at_op_types(self.model, self.pairs, c.float_op_types)
+        self.fixed = set(self.fixed_order)
+        self.universe = [p.name for p in self.pairs if p.name not in self.fixed]
         if not self.universe:
             raise UsageError(f"--float-op-types {','.join(c.float_op_types)} takes every pair to float: nothing is "
                              "left to search")
@@ -266,7 +267,7 @@ class QdqSearch(PrecisionSearch):
         return qdq_metrics.describe(comps) if self.metric is not None else describe(comps)
 
     def candidate_model(self, keep: Sequence[str]):
-        return qdq.bypass(self.model, [self.by_name[n] for n in list(self.fixed) + list(keep)])
+        return qdq.bypass(self.model, [self.by_name[n] for n in self.fixed_order + list(keep)])
 
     def _rounding_only(self, mask: int, comps) -> bool:
         return False  # the tolerance decides; rounding is the table's business (toolkit.run.qdq_table)
@@ -348,7 +349,7 @@ class QdqSearch(PrecisionSearch):
         result.pairs = self.pairs
         result.integer_ops = self.integer_ops
         result.inputs = [i.name for i in self.model.graph.input]
-        result.fixed = list(self.fixed)
+        result.fixed = list(self.fixed_order)
         result.pass_rule = qdq_metrics.as_dict(self.metric) if self.metric is not None else None
         values = qdq.constants(self.model)
         result.quantized_weights = sum(1 for n in self.model.graph.node
