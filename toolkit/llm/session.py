@@ -48,6 +48,7 @@ class LlmConfig:
     external_data_dir: Optional[str] = None
     localize: bool = True
     save_step_inputs: Optional[str] = None
+    tolerances: Optional[Tolerances] = None  # given as values (the API), instead of atol/rtol/check_error_stat
 
 
 @dataclass
@@ -121,7 +122,7 @@ class LlmDebugger:
     def __init__(self, cfg: LlmConfig, reporter: Optional[Reporter] = None):
         self.cfg = cfg
         self.rep = reporter or Reporter()
-        self.tol = Tolerances.parse(cfg.atol, cfg.rtol, cfg.check_error_stat)
+        self.tol = cfg.tolerances or Tolerances.parse(cfg.atol, cfg.rtol, cfg.check_error_stat)
         self.ref_path = cfg.reference_model or cfg.model
         self.test_model = self.ref_model = None
         self.test_io: Optional[DecoderIO] = None
