@@ -55,8 +55,14 @@ def _scope_path(value: str) -> Optional[str]:
         parts = [p for p in re.split(r"[/,]", text) if p]
     if not parts:
         return None
-    cumulative = all(parts[k].startswith(parts[k - 1]) for k in range(1, len(parts)))
-    return parts[-1] if cumulative else ".".join(parts)
+    if not any(later.startswith(parts[0] + ".") for later in parts[1:]):
+        return ".".join(parts)  # scopes of one name each: the path is their join
+    path = parts[0]
+    for part in parts[1:]:  # cumulative paths; what does not extend the last one is the op's own name
+        if not part.startswith(path + "."):
+            break
+        path = part
+    return path
 
 
 def module_of(node) -> Optional[str]:
