@@ -42,12 +42,12 @@ ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
 test = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
 names = [o.name for o in ref.get_outputs()]
 tokens, cache = prompt, None
-for _ in range(steps):
+for step in range(steps):
     feed = step_feed(io, tokens, cache)
     r = dict(zip(names, ref.run(None, feed)))
     t = dict(zip(names, test.run(None, feed)))
     ok = all(np.allclose(t[n], r[n], atol=1e-5, rtol=1e-5) for n in names)
-    tokens, cache = [int(np.argmax(last_logits(io, r)))], cache_of(io, r)
+    tokens, cache = [int(np.argmax(last_logits(io, r)))], cache_of(io, r, len(prompt) + step)
 print(time.perf_counter() - start)
 """
 

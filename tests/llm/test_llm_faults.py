@@ -77,10 +77,10 @@ def _greedy(path, prompt, steps):
     sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
     io = discover(__import__("onnx").load(path))
     tokens, cache, out = list(prompt), None, []
-    for _ in range(steps):
+    for step in range(steps):
         res = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, step_feed(io, tokens, cache))))
         tokens = [int(np.argmax(last_logits(io, res)))]
-        cache = cache_of(io, res)
+        cache = cache_of(io, res, len(prompt) + step)
         out.append(tokens[0])
     return out
 

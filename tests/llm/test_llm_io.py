@@ -82,3 +82,32 @@ def test_a_flip_within_the_tolerance_is_a_near_tie():
     res = compare_step(io, io, test, ref, Tolerances.parse(["1e-7"], ["0"]))
     assert res.kind == "logits"
     assert isinstance(res, StepResult)
+
+
+def test_use_cache_branch_is_false_on_the_empty_cache_only():
+    m = build_decoder(layers=1)
+    m.graph.input.append(helper.make_tensor_value_info("use_cache_branch", TensorProto.BOOL, [1]))
+    io = discover(m)
+    assert step_feed(io, [1, 2])["use_cache_branch"].tolist() == [False]
+    cache = [(np.zeros((1, 1, 2, 8), np.float32),) * 2]
+    assert step_feed(io, [3], cache)["use_cache_branch"].tolist() == [True]
+
+
+def test_present_outputs_that_are_not_the_whole_cache_are_refused(tmp_path):
+    # a model whose present outputs hold only the new positions cannot be fed back
+    from toolkit.llm.session import LlmConfig, LlmDebugger
+
+    m = build_decoder(layers=1)
+    for node in list(m.graph.node):
+        name = node.output[0]
+        if name.startswith("present."):  # attention reads the whole cache; the output is the new part
+            for user in m.graph.node:
+                user.input[:] = [f"{name}_full" if i == name else i for i in user.input]
+            node.output[0] = f"{name}_full"
+            m.graph.node.append(helper.make_node("Identity", [node.input[1]], [name]))
+    path = str(tmp_path / "halfcache.onnx")
+    import onnx
+
+    onnx.save(m, path)
+    with pytest.raises(InputError, match="present output 'present.0.key' has shape"):
+        LlmDebugger(LlmConfig(path, prompts=[[1, 2, 3]], steps=3)).run()

@@ -22,7 +22,7 @@ from toolkit.core.meta import TensorMeta, dtype_to_numpy
 from toolkit.core.model import value_info_meta
 
 #: The roles a name can be given for (``--name ROLE=NAME``).
-SCALAR_ROLES = ("input_ids", "attention_mask", "position_ids", "logits")
+SCALAR_ROLES = ("input_ids", "attention_mask", "position_ids", "use_cache_branch", "logits")
 CACHE_ROLES = ("past_key", "past_value", "present_key", "present_value")
 ROLES = SCALAR_ROLES + CACHE_ROLES
 
@@ -59,6 +59,7 @@ class DecoderIO:
     mask_dtype: str = "int64"
     position_ids: Optional[str] = None
     position_dtype: str = "int64"
+    use_cache_branch: Optional[str] = None  # optimum's merged decoders: False on the empty cache of step 0
     vocab: Optional[int] = None  # the logits' last dim when the model fixes it
     others: List[str] = field(default_factory=list)  # outputs with no role (not compared)
 
@@ -191,20 +192,23 @@ def discover(model, names: Optional[Mapping[str, str]] = None, where: str = "the
 
 def _optional_inputs(io: DecoderIO, inputs: Mapping[str, TensorMeta], names: Mapping[str, str], where: str) -> None:
     """attention_mask and position_ids when the model has them; any other input is an error."""
-    for role in ("attention_mask", "position_ids"):
+    for role in ("attention_mask", "position_ids", "use_cache_branch"):
         if role in names and names[role] not in inputs:
             raise InputError(f"{where} has no input '{names[role]}' (given for {role})")
     io.attention_mask = _role_name("attention_mask", names, list(inputs))
     io.position_ids = _role_name("position_ids", names, list(inputs))
+    io.use_cache_branch = _role_name("use_cache_branch", names, list(inputs))
     if io.attention_mask:
         io.mask_dtype = inputs[io.attention_mask].dtype or "int64"
     if io.position_ids:
         io.position_dtype = inputs[io.position_ids].dtype or "int64"
-    known = {io.input_ids, io.attention_mask, io.position_ids} | {c.name for pair in io.past for c in pair}
+    known = {io.input_ids, io.attention_mask, io.position_ids, io.use_cache_branch}
+    known |= {c.name for pair in io.past for c in pair}
     extra = [n for n in inputs if n not in known]
     if extra:
         raise InputError(f"{where}: input(s) {', '.join(repr(n) for n in extra)} play no known role in a generation "
-                         f"step (input_ids, attention_mask, position_ids, past keys/values); {_ROLE_HELP}")
+                         f"step (input_ids, attention_mask, position_ids, use_cache_branch, past keys/values); "
+                         f"{_ROLE_HELP}")
 
 
 def check_compatible(test: DecoderIO, ref: DecoderIO, where: str) -> None:

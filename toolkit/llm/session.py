@@ -204,8 +204,9 @@ class LlmDebugger:
                 if self.cfg.free_run:
                     self.rep.prompt_done(k, step + 1, f"the generations part at step {step} on a near tie")
                     return None
-            ref_cache = cache_of(self.ref_io, ref_out)
-            test_cache = cache_of(self.test_io, test_out) if self.cfg.free_run else None
+            total = len(prompt) + step  # positions in the cache after this step
+            ref_cache = cache_of(self.ref_io, ref_out, total, self.ref_path)
+            test_cache = cache_of(self.test_io, test_out, total, self.cfg.model) if self.cfg.free_run else None
             tokens = [res.reference_token]
             generated.append(res.reference_token)
         self.rep.prompt_done(k, self.cfg.steps, "")

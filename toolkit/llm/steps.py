@@ -14,6 +14,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from toolkit.core.compare import OutputComparison, Tolerances, compare_arrays
+from toolkit.core.errors import InputError
 from toolkit.core.meta import dtype_to_numpy
 from toolkit.llm.io import DecoderIO
 
@@ -30,6 +31,8 @@ def step_feed(io: DecoderIO, tokens: Sequence[int], cache: Optional[Sequence] = 
         feed[io.attention_mask] = np.ones((1, past_len + n), dtype=dtype_to_numpy(io.mask_dtype))
     if io.position_ids:
         feed[io.position_ids] = np.arange(past_len, past_len + n, dtype=dtype_to_numpy(io.position_dtype))[None, :]
+    if io.use_cache_branch:
+        feed[io.use_cache_branch] = np.array([cache is not None])
     for layer, (key, value) in enumerate(io.past):
         for k, inp in enumerate((key, value)):
             if cache is None:
@@ -41,9 +44,21 @@ def step_feed(io: DecoderIO, tokens: Sequence[int], cache: Optional[Sequence] = 
     return feed
 
 
-def cache_of(io: DecoderIO, outputs: Mapping[str, object]) -> List[tuple]:
-    """The present outputs of a step, per layer (key, value): the next step's cache."""
-    return [(outputs[k], outputs[v]) for k, v in io.present]
+def cache_of(io: DecoderIO, outputs: Mapping[str, object], expected: int, where: str = "the model") -> List[tuple]:
+    """The present outputs of a step, per layer (key, value): the next step's cache, which must
+    hold ``expected`` positions (the cache fed and the new tokens; InputError otherwise: a model
+    whose present outputs hold only the new positions, or another layout, cannot be fed back)."""
+    cache = [(outputs[k], outputs[v]) for k, v in io.present]
+    axis = io.past[0][0].seq_axis
+    for (k, v), (kn, vn) in zip(cache, io.present):
+        for arr, name in ((k, kn), (v, vn)):
+            shape = getattr(arr, "shape", ())
+            if len(shape) <= axis or shape[axis] != expected:
+                raise InputError(
+                    f"{where}: present output '{name}' has shape {tuple(shape)}, not the {expected} positions of the "
+                    f"cache fed plus the new tokens on axis {axis}: only caches that the model concatenates and "
+                    "returns whole can be fed back (map other names with --name)")
+    return cache
 
 
 def last_logits(io: DecoderIO, outputs: Mapping[str, object]) -> np.ndarray:
