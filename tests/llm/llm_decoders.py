@@ -58,6 +58,8 @@ def build_decoder(
     cache_dtype: int = TensorProto.FLOAT,
 ) -> onnx.ModelProto:
     """The decoder (saved to ``path`` when given); the same ``seed`` gives the same weights with or without a fault."""
+    if kv_heads not in (1, heads):
+        raise ValueError("kv_heads is 1 (GQA by MatMul broadcasting) or heads")
     rng = np.random.default_rng(seed)
     g = _Graph(scopes)
     emb = _weights(rng, (vocab, hidden), 1.0)

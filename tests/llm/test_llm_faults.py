@@ -114,3 +114,15 @@ def test_free_run_keeps_each_side_cache(clean, tmp_path):
     assert (d.step, d.kind) == (1, "logits")
     _, d = _first(path, clean, atol=["present.2.key:10"], rtol=["present.2.key:10"])
     assert d is None  # teacher forced, the reference's cache hides it
+
+
+def test_fp16_cache_model_against_the_fp32_one(clean, tmp_path):
+    # the reference's float32 cache is fed to the fp16-cache model rounded; at fp16's tolerance they agree
+    from onnx import TensorProto
+
+    path = str(tmp_path / "fp16cache.onnx")
+    build_decoder(path, cache_dtype=TensorProto.FLOAT16)
+    out, d = _first(path, clean, steps=8, atol=["1e-2"], rtol=["1e-2"])
+    assert d is None and out.steps_checked == 8
+    _, d = _first(path, clean, steps=8)
+    assert (d.step, d.kind) == (0, "logits") and d.located.tensor == "present.0.key"  # stored in fp16

@@ -12,15 +12,15 @@ from toolkit.core.compare import Tolerances
 
 
 def test_gqa_and_fp16_cache_read_from_the_model():
-    io = discover(build_decoder(layers=2, heads=4, kv_heads=2, head_size=4, cache_dtype=TensorProto.FLOAT16))
+    io = discover(build_decoder(layers=2, heads=4, kv_heads=1, head_size=4, cache_dtype=TensorProto.FLOAT16))
     assert io.layers == 2 and io.vocab == 48
     key = io.past[0][0]
     assert (key.name, key.dtype, key.seq_axis, key.shape[1], key.shape[3]) == (
-        "past_key_values.0.key", "float16", 2, 2, 4)
+        "past_key_values.0.key", "float16", 2, 1, 4)
     feed = step_feed(io, [3, 4, 5])
-    assert feed[key.name].shape == (1, 2, 0, 4) and feed[key.name].dtype == np.float16
+    assert feed[key.name].shape == (1, 1, 0, 4) and feed[key.name].dtype == np.float16
     assert feed["attention_mask"].shape == (1, 3) and feed["position_ids"].tolist() == [[0, 1, 2]]
-    cache = [(np.zeros((1, 2, 3, 4), np.float32),) * 2] * 2
+    cache = [(np.zeros((1, 1, 3, 4), np.float32),) * 2] * 2
     feed = step_feed(io, [9], cache)
     assert feed["position_ids"].tolist() == [[3]] and feed["attention_mask"].shape == (1, 4)
     assert feed[key.name].dtype == np.float16  # the reference's cache fed in the test model's dtype
