@@ -126,3 +126,15 @@ def test_fp16_cache_model_against_the_fp32_one(clean, tmp_path):
     assert d is None and out.steps_checked == 8
     _, d = _first(path, clean, steps=8)
     assert (d.step, d.kind) == (0, "logits") and d.located.tensor == "present.0.key"  # stored in fp16
+
+
+def test_a_failed_layerwise_pass_keeps_the_divergence(clean, tmp_path, monkeypatch):
+    from toolkit.core.errors import InferenceError
+    from toolkit.llm import session
+
+    def fails(*_a, **_k):
+        raise InferenceError("marked model cannot run")
+
+    monkeypatch.setattr(session, "every_tensor_once", fails)
+    _, d = _first(_fault(tmp_path, "weight", fault_layer=1), clean)
+    assert (d.step, d.kind, d.located) == (0, "logits", None) and "cannot run" in d.localize_error

@@ -67,6 +67,8 @@ def _divergence_lines(d: Divergence) -> None:
         layer = f", layer {loc.layer}" if loc.layer is not None else ""
         log(f"  first diverging tensor: {loc.tensor} from node {loc.node} [Op: {loc.op_type}] in {where}{layer} "
             f"(max abs diff {_g(loc.max_abs_diff)}; matched by {loc.matched_by})")
+    elif d.localize_error:
+        log(f"  not localized: {d.localize_error}")
     if d.saved_inputs:
         log(f"  the step's feeds are in {d.saved_inputs}; shrink the step's graph to the fault with:")
         log(f"    {d.reduce_command}")

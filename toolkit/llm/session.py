@@ -17,7 +17,7 @@ from typing import Dict, List, Optional, Tuple
 
 from toolkit.core.compare import Tolerances
 from toolkit.core.datafiles import save_inputs
-from toolkit.core.errors import InputError
+from toolkit.core.errors import ToolkitError, UsageError
 from toolkit.core.model import check_readable_file, load_model
 from toolkit.core.progress import Messages
 from toolkit.llm import prompts as P
@@ -66,6 +66,7 @@ class Divergence:
     located: Optional[Located] = None
     saved_inputs: Optional[str] = None
     reduce_command: Optional[str] = None
+    localize_error: Optional[str] = None  # why no tensor is named
 
     def to_json(self) -> dict:
         loc = self.located
@@ -78,6 +79,7 @@ class Divergence:
             "layer": loc.layer if loc else None, "tensor_max_abs_diff": loc.max_abs_diff if loc else None,
             "matched_by": loc.matched_by if loc else None,
             "saved_inputs": self.saved_inputs, "reduce_command": self.reduce_command,
+            "localize_error": self.localize_error,
         }
 
 
@@ -134,7 +136,7 @@ class LlmDebugger:
         """Usage and input errors before any runner starts: specs, files, the decoder's I/O, prompts."""
         cfg = self.cfg
         if cfg.steps < 1:
-            raise InputError(f"--steps must be at least 1, got {cfg.steps}")
+            raise UsageError(f"--steps must be at least 1, got {cfg.steps}")
         parse_runner_spec(cfg.reference)
         parse_runner_spec(cfg.test)
         for path in {cfg.model, self.ref_path}:
@@ -219,11 +221,20 @@ class LlmDebugger:
             save_inputs(self.cfg.save_step_inputs, [test_feed])
             div.saved_inputs = self.cfg.save_step_inputs
             div.reduce_command = self.reduce_command(self.cfg.save_step_inputs)
-        if self.cfg.localize:
-            self.rep.info(f"Localizing step {div.step} of prompt {div.prompt}: every tensor of both sides on its feeds")
+        if not self.cfg.localize:
+            return
+        self.rep.info(f"Localizing step {div.step} of prompt {div.prompt}: every tensor of both sides on its feeds")
+        try:
             test_vals = every_tensor_once(self.cfg.test, self.cfg.model, test_feed, self.cfg.external_data_dir)
             ref_vals = every_tensor_once(self.cfg.reference, self.ref_path, ref_feed, self.cfg.external_data_dir)
-            div.located = first_diverging(self.test_model, self.ref_model, test_vals, ref_vals, self.tol)
+        except ToolkitError as exc:  # the divergence stands; only its localization is lost
+            div.localize_error = exc.message
+            self.rep.warn(f"the layerwise pass at step {div.step} failed: {exc.message}")
+            return
+        div.located = first_diverging(self.test_model, self.ref_model, test_vals, ref_vals, self.tol)
+        if div.located is None:
+            div.localize_error = ("no tensor differs beyond the tolerances with every tensor marked (marking changes "
+                                  "what a runtime fuses); the step's outputs differ as deployed")
 
     def reduce_command(self, inputs: str) -> str:
         """The ``debug reduce --compare`` command that shrinks the step's graph to the fault."""
