@@ -94,3 +94,20 @@ def test_interrupt_keeps_what_was_found(models):
 
     out = LlmDebugger(LlmConfig(models[0], prompts=[[1, 2]], steps=10), Stop()).run()
     assert out.interrupted and out.steps_checked == 3 and out.first_divergence is None
+
+
+def test_prompts_as_text_through_a_tokenizer_folder(cli, models, tmp_path):
+    pytest.importorskip("transformers")
+    tokenizers = pytest.importorskip("tokenizers")
+    from transformers import PreTrainedTokenizerFast
+
+    vocab = {w: i for i, w in enumerate(["[UNK]", "hello", "world", "the", "cat"])}
+    tok = tokenizers.Tokenizer(tokenizers.models.WordLevel(vocab, unk_token="[UNK]"))
+    tok.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
+    PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]").save_pretrained(str(tmp_path / "tok"))
+    r = cli("debug", "llm", models[1], "--reference-model", models[0], "--tokenizer", str(tmp_path / "tok"),
+            "--prompt", "hello the cat", "--steps", "6", "--json")
+    d = json.loads(r.out)["first_divergence"]
+    assert r.code == 1 and d["prompt_ids"] == [1, 3, 4] and d["step"] == 4  # 3 + 4 = the threshold of 7
+    r = cli("debug", "llm", models[0], "--tokenizer", str(tmp_path / "none"), "--prompt", "hello")
+    assert r.code == 3 and "no such folder" in r.err

@@ -138,3 +138,20 @@ def test_a_failed_layerwise_pass_keeps_the_divergence(clean, tmp_path, monkeypat
     monkeypatch.setattr(session, "every_tensor_once", fails)
     _, d = _first(_fault(tmp_path, "weight", fault_layer=1), clean)
     assert (d.step, d.kind, d.located) == (0, "logits", None) and "cannot run" in d.localize_error
+
+
+def test_models_of_other_names_are_matched_by_position(tmp_path):
+    # the reference names its tensors otherwise (another exporter): tensors pair by their place
+    import onnx
+
+    ref = build_decoder()
+    io_names = {vi.name for vi in list(ref.graph.input) + list(ref.graph.output)}
+    renamed = {o: f"t{k}" for k, node in enumerate(ref.graph.node) for o in node.output if o not in io_names}
+    for node in ref.graph.node:
+        node.input[:] = [renamed.get(i, i) for i in node.input]
+        node.output[:] = [renamed.get(o, o) for o in node.output]
+    ref_path = str(tmp_path / "ref.onnx")
+    onnx.save(ref, ref_path)
+    _, d = _first(_fault(tmp_path, "weight", fault_layer=1), ref_path)
+    loc = d.located
+    assert (d.step, loc.matched_by, loc.tensor, loc.layer) == (0, "position", "/model/layers.1/mlp/up/out", 1)

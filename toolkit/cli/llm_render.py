@@ -72,6 +72,9 @@ def _divergence_lines(d: Divergence) -> None:
     if d.saved_inputs:
         log(f"  the step's feeds are in {d.saved_inputs}; shrink the step's graph to the fault with:")
         log(f"    {d.reduce_command}")
+    else:
+        log("  add --save-step-inputs FILE to write the step's feeds for `toolkit debug reduce MODEL -o reduced.onnx "
+            "--compare REF TEST --load-inputs FILE`, which shrinks the step's graph to the fault")
 
 
 def render(outcome: LlmOutcome, json_out: bool) -> int:

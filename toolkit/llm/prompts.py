@@ -4,6 +4,7 @@ or encoded by a Hugging Face tokenizer (when transformers is installed)."""
 from __future__ import annotations
 
 import json
+import os
 from typing import List, Optional, Sequence
 
 import numpy as np
@@ -61,6 +62,9 @@ def encode_texts(tokenizer: str, texts: Sequence[str]) -> List[Prompt]:
     except ImportError:
         raise DependencyError("--tokenizer needs the transformers package: pip install transformers "
                               "(or give token ids with --prompt-ids)") from None
+    if not os.path.isdir(tokenizer):
+        raise InputError(f"--tokenizer {tokenizer}: no such folder (a Hugging Face tokenizer folder, as "
+                         "save_pretrained writes it)")
     try:
         tok = AutoTokenizer.from_pretrained(tokenizer, local_files_only=True)
     except (OSError, ValueError) as exc:
