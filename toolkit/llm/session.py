@@ -168,6 +168,8 @@ class LlmDebugger:
             ref = make_runner(self.cfg.reference, self.ref_path, base=self._base(self.ref_path), name="reference")
             test = make_runner(self.cfg.test, self.cfg.model, base=self._base(self.cfg.model), name="test")
             with ref, test:
+                self._said(ref, "the reference")
+                self._said(test, "the runner under test")
                 self.rep.started(len(self.prompts), self.cfg.steps)
                 for k, prompt in enumerate(self.prompts):
                     found = self._prompt(k, prompt, ref, test, out)
@@ -191,7 +193,7 @@ class LlmDebugger:
         for step in range(self.cfg.steps):
             ref_feed = step_feed(self.ref_io, tokens, ref_cache)
             test_feed = step_feed(self.test_io, tokens, test_cache if self.cfg.free_run else ref_cache)
-            ref_out, test_out = ref.infer(ref_feed), test.infer(test_feed)
+            ref_out, test_out = _infer(ref, ref_feed, k, step), _infer(test, test_feed, k, step)
             res = compare_step(self.test_io, self.ref_io, test_out, ref_out, self.tol)
             out.steps_checked += 1
             self.rep.step(k, step, res)
@@ -213,6 +215,14 @@ class LlmDebugger:
             generated.append(res.reference_token)
         self.rep.prompt_done(k, self.cfg.steps, "")
         return None
+
+    def _said(self, runner, side: str) -> None:
+        """What a runner chose itself (OpenVINO's bf16 on CPUs with bfloat16), and its notes."""
+        if getattr(runner, "precision", None):
+            self.rep.info(f"{side} ({runner.name}) computes in {runner.precision}, its device's default "
+                          "(openvino:precision=f32 for float32)")
+        for note in getattr(runner, "notes", []):
+            self.rep.warn(f"{side}: {note}")
 
     # ---------------------------------------------------------------- at the divergence
     def _finish(self, found: Tuple[Divergence, Feed, Feed]) -> None:
@@ -249,3 +259,17 @@ class LlmDebugger:
         if cfg.external_data_dir:
             words += ["--external-data-dir", cfg.external_data_dir]
         return " ".join(shlex.quote(w) for w in words)
+
+
+def _infer(runner, feed: Feed, prompt: int, step: int):
+    """One inference; a failure names the prompt and step it happened at."""
+    try:
+        return runner.infer(feed)
+    except ToolkitError as exc:
+        raise type(exc)(f"prompt {prompt}, step {step} (cache length {_cache_length(feed)}): {exc.message}",
+                        exc.exit_code) from None
+
+
+def _cache_length(feed: Feed) -> int:
+    lengths = [a.shape[2] for name, a in feed.items() if getattr(a, "ndim", 0) == 4]
+    return int(lengths[0]) if lengths else 0
