@@ -155,3 +155,27 @@ def test_models_of_other_names_are_matched_by_position(tmp_path):
     _, d = _first(_fault(tmp_path, "weight", fault_layer=1), ref_path)
     loc = d.located
     assert (d.step, loc.matched_by, loc.tensor, loc.layer) == (0, "position", "/model/layers.1/mlp/up/out", 1)
+
+
+def test_models_of_other_structure_pair_module_by_module(tmp_path):
+    # another exporter: other names, and a module decomposed otherwise; pairing by op order over the
+    # whole graph would pair unrelated tensors, module by module pairs only like with like
+    import onnx
+    import onnx.numpy_helper
+    from onnx import helper
+
+    ref = build_decoder()
+    io_names = {vi.name for vi in list(ref.graph.input) + list(ref.graph.output)}
+    renamed = {o: f"t{k}" for k, node in enumerate(ref.graph.node) for o in node.output if o not in io_names}
+    for node in ref.graph.node:
+        node.input[:] = [renamed.get(i, i) for i in node.input]
+        node.output[:] = [renamed.get(o, o) for o in node.output]
+    first = ref.graph.node[0]  # the embedding's Gather, then an Add of zero of its own (Adds shift by one)
+    first.output[0], old = "gathered", first.output[0]
+    ref.graph.initializer.append(onnx.numpy_helper.from_array(np.zeros(1, np.float32), "zero"))
+    ref.graph.node.insert(1, helper.make_node("Add", ["gathered", "zero"], [old], name="/model/embed_tokens/Add"))
+    ref_path = str(tmp_path / "ref.onnx")
+    onnx.save(ref, ref_path)
+    _, d = _first(_fault(tmp_path, "weight", fault_layer=1), ref_path)
+    loc = d.located
+    assert (loc.matched_by, loc.tensor, loc.layer) == ("module position", "/model/layers.1/mlp/up/out", 1)

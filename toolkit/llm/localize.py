@@ -88,17 +88,45 @@ def layer_of(module: Optional[str], node_name: str = "") -> Optional[int]:
     return None
 
 
-def _producers(model) -> Dict[str, Tuple[object, Tuple[str, int, int]]]:
-    """{tensor: (node, (op_type, k-th node of that op type, output index))} for the top graph."""
-    seen: Dict[str, int] = {}
-    out: Dict[str, Tuple[object, Tuple[str, int, int]]] = {}
+def _places(nodes) -> Dict[str, Tuple[object, Tuple[int, int]]]:
+    """{tensor: (node, (index of its node among ``nodes``, output index))}."""
+    return {name: (node, (k, j)) for k, node in enumerate(nodes) for j, name in enumerate(node.output) if name}
+
+
+def _by_module(model) -> Dict[Optional[str], list]:
+    groups: Dict[Optional[str], list] = {}
     for node in model.graph.node:
-        k = seen.get(node.op_type, 0)
-        seen[node.op_type] = k + 1
-        for j, name in enumerate(node.output):
-            if name:
-                out[name] = (node, (node.op_type, k, j))
-    return out
+        groups.setdefault(module_of(node), []).append(node)
+    return groups
+
+
+def pairing(test_model, ref_model, test_values: Mapping, ref_values: Mapping) -> Dict[str, Tuple[str, str]]:
+    """{test tensor: (reference tensor, how)} for the tensors both sides computed.
+
+    By name where most names match (a tensor only one side has is then a change of structure, not
+    a counterpart). Otherwise by place, and only where the structure is the same: the whole graph
+    when both have the same sequence of op types; else module by module (from the exporter's
+    metadata or node-name paths), for the modules whose sequences of op types are the same. Two
+    exports of one model by different exporters decompose ops differently; pairing their tensors
+    by op type and order alone pairs unrelated tensors."""
+    tested = [n for n in _places(test_model.graph.node) if n in test_values]
+    if sum(n in ref_values for n in tested) >= len(tested) / 2:
+        return {n: (n, "name") for n in tested if n in ref_values}
+    ops = [n.op_type for n in test_model.graph.node] == [n.op_type for n in ref_model.graph.node]
+    groups = [(list(test_model.graph.node), list(ref_model.graph.node), "position")] if ops else []
+    if not ops:
+        ref_groups = _by_module(ref_model)
+        for module, nodes in _by_module(test_model).items():
+            other = ref_groups.get(module)
+            if module is not None and other and [n.op_type for n in nodes] == [n.op_type for n in other]:
+                groups.append((nodes, other, "module position"))
+    pairs: Dict[str, Tuple[str, str]] = {}
+    for test_nodes, ref_nodes, how in groups:
+        ref_at = {key: name for name, (_n, key) in _places(ref_nodes).items()}
+        for name, (_node, key) in _places(test_nodes).items():
+            if name in test_values and ref_at.get(key) in ref_values:
+                pairs[name] = (ref_at[key], how)
+    return pairs
 
 
 def every_tensor_once(spec: str, model: str, feed: Mapping, external_data_dir: Optional[str]) -> Dict[str, object]:
@@ -111,19 +139,16 @@ def every_tensor_once(spec: str, model: str, feed: Mapping, external_data_dir: O
 
 def first_diverging(test_model, ref_model, test_values: Mapping, ref_values: Mapping,
                     tol: Tolerances) -> Optional[Located]:
-    """The first tensor, in the test model's node order, whose values differ beyond ``tol``."""
-    producers = {n: p for n, p in _producers(test_model).items() if n in test_values}
-    ref_by_place = {key: name for name, (_n, key) in _producers(ref_model).items()}
-    # by position only where the names do not match (models of different structure): where most
-    # names match, a tensor only one side has is a change of structure, not a counterpart
-    by_position = sum(n in ref_values for n in producers) < len(producers) / 2
+    """The first tensor, in the test model's node order, whose values differ beyond ``tol``
+    from its counterpart (:func:`pairing`); None when none does or none pairs."""
+    pairs = pairing(test_model, ref_model, test_values, ref_values)
     compared = 0
-    for name, (node, key) in producers.items():
-        ref_name, how = (name, "name") if name in ref_values else (ref_by_place.get(key), "position")
-        if ref_name is None or ref_name not in ref_values or (how == "position" and not by_position):
+    for name, (node, _key) in _places(test_model.graph.node).items():
+        if name not in pairs:
             continue
+        ref_name, how = pairs[name]
         a, b = np.asarray(test_values[name]), np.asarray(ref_values[ref_name])
-        if a.dtype.kind not in "biufc" or b.dtype.kind not in "biufc" or (how == "position" and a.shape != b.shape):
+        if a.dtype.kind not in "biufc" or b.dtype.kind not in "biufc" or (how != "name" and a.shape != b.shape):
             continue
         atol, rtol, stat = tol.for_output(name, a.dtype.kind in "biu" and b.dtype.kind in "biu")
         cmp = compare_arrays(name, a, b, atol, rtol, stat, tol.quantile_for(name))

@@ -22,7 +22,7 @@ from toolkit.core.model import check_readable_file, load_model
 from toolkit.core.progress import Messages
 from toolkit.llm import prompts as P
 from toolkit.llm.io import DecoderIO, check_compatible, discover
-from toolkit.llm.localize import Located, every_tensor_once, first_diverging
+from toolkit.llm.localize import Located, every_tensor_once, first_diverging, pairing
 from toolkit.llm.steps import Feed, NearTie, StepResult, cache_of, compare_step, step_feed
 from toolkit.run.options import RunOptions
 from toolkit.run.specs import make_runner, parse_runner_spec, preflight_specs
@@ -242,7 +242,10 @@ class LlmDebugger:
             self.rep.warn(f"the layerwise pass at step {div.step} failed: {exc.message}")
             return
         div.located = first_diverging(self.test_model, self.ref_model, test_vals, ref_vals, self.tol)
-        if div.located is None:
+        if div.located is None and not pairing(self.test_model, self.ref_model, test_vals, ref_vals):
+            div.localize_error = ("the two models name and structure their tensors differently: no tensor of one "
+                                  "pairs with a tensor of the other")
+        elif div.located is None:
             div.localize_error = ("no tensor differs beyond the tolerances with every tensor marked (marking changes "
                                   "what a runtime fuses); the step's outputs differ as deployed")
 
