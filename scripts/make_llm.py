@@ -10,11 +10,12 @@ random weights, lm_head scaled so that logits are decisive); the model is export
 
 Usage::
 
-    python scripts/make_llm.py OUT.onnx [--layers 4] [--hidden 64] [--vocab 512] [--fault]
+    python scripts/make_llm.py OUT.onnx [--layers 4] [--hidden 64] [--vocab 512] [--fault] [--torchscript]
         [--check "--compare onnxrt openvino:precision=f32 --samples 16 --steps 64"]
 
-``--fault`` multiplies one weight of layer 2's attention output projection after export-ready
-construction (a weight fault for the command to find). ``--check`` runs ``toolkit debug llm`` on the
+``--fault`` adds 0.5 to one weight of layer 2's attention output projection (a weight fault for the
+command to find); ``--torchscript`` exports with the older TorchScript exporter (nodes named by module
+path, no metadata; same weights for the same ``--seed``). ``--check`` runs ``toolkit debug llm`` on the
 exported model with those arguments and prints its exit code and time.
 """
 
@@ -90,11 +91,17 @@ def export(args) -> str:
     names_in = ["input_ids", "attention_mask", "position_ids"] + [
         f"past_key_values.{i}.{kv}" for i in range(config.num_hidden_layers) for kv in ("key", "value")]
     names_out = ["logits"] + [f"present.{i}.{kv}" for i in range(config.num_hidden_layers) for kv in ("key", "value")]
-    dyn = torch.export.Dim.DYNAMIC
-    shapes = ({1: dyn}, {1: dyn}, {1: dyn}, tuple({2: dyn} for _ in past))  # (*past: one tuple)
     start = time.perf_counter()
-    torch.onnx.export(flat, (ids, mask, pos, *past), args.out, dynamo=True, input_names=names_in,
-                      output_names=names_out, dynamic_shapes=shapes, opset_version=18, external_data=False)
+    if args.torchscript:  # the older exporter: nodes named by module path (/inner/model/layers.2/self_attn/...)
+        axes = {"input_ids": {1: "seq"}, "attention_mask": {1: "total"}, "position_ids": {1: "seq"},
+                **{n: {2: "past"} for n in names_in[3:]}, **{n: {2: "total"} for n in names_out[1:]}}
+        torch.onnx.export(flat, (ids, mask, pos, *past), args.out, dynamo=False, input_names=names_in,
+                          output_names=names_out, dynamic_axes=axes, opset_version=17)
+    else:
+        dyn = torch.export.Dim.DYNAMIC
+        shapes = ({1: dyn}, {1: dyn}, {1: dyn}, tuple({2: dyn} for _ in past))  # (*past: one tuple)
+        torch.onnx.export(flat, (ids, mask, pos, *past), args.out, dynamo=True, input_names=names_in,
+                          output_names=names_out, dynamic_shapes=shapes, opset_version=18, external_data=False)
     print(f"exported {args.out} in {time.perf_counter() - start:.1f} s "
           f"({config.num_hidden_layers} layers, {config.num_attention_heads} heads, "
           f"{config.num_key_value_heads} KV heads, vocab {config.vocab_size})", file=sys.stderr)
@@ -120,6 +127,7 @@ def main(argv=None) -> int:
     p.add_argument("--lm-scale", type=float, default=20.0, help="lm_head weights times this (decisive logits)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--fault", action="store_true", help="add a weight fault in layer 2's o_proj")
+    p.add_argument("--torchscript", action="store_true", help="export with the TorchScript exporter (dynamo=False)")
     p.add_argument("--check", default=None, help="arguments for `toolkit debug llm OUT ...`")
     p.add_argument("--reuse", action="store_true", help="keep OUT when it exists (only run --check)")
     args = p.parse_args(argv)
