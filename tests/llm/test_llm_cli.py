@@ -119,3 +119,21 @@ def test_a_runtime_failure_names_its_prompt_and_step(cli, tmp_path):
     r = cli("debug", "llm", path, "--prompt-ids", "1 2 3 4", "--steps", "8")
     assert r.code == 1 and r.err.count("error:") == 1
     assert "prompt 0, step 5 (cache length 8)" in r.err
+
+
+def test_nan_in_the_test_side_is_a_divergence_in_strict_json(cli, models, tmp_path):
+    # the test model's logits are NaN from step 0: a divergence, and the record stays valid JSON
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    m = onnx.load(models[0])
+    for t in m.graph.initializer:
+        if t.name == "lm_head.weight":
+            t.CopyFrom(numpy_helper.from_array(np.full(numpy_helper.to_array(t).shape, np.nan, np.float32), t.name))
+    path = str(tmp_path / "nan.onnx")
+    onnx.save(m, path)
+    r = cli("debug", "llm", path, "--reference-model", models[0], "--prompt-ids", "1 2", "--steps", "3", "--json")
+    assert r.code == 1, r.err
+    d = json.loads(r.out)["first_divergence"]
+    assert (d["step"], d["kind"], d["tensor"]) == (0, "logits", "logits")

@@ -91,9 +91,16 @@ def render(outcome: LlmOutcome, json_out: bool) -> int:
     elif not outcome.interrupted:
         log("No divergence.")
     if json_out:
-        echo(json.dumps(outcome.to_json(), indent=2, allow_nan=False, default=_finite))
+        echo(json.dumps(_finite(outcome.to_json()), indent=2, allow_nan=False))
     return int(ExitCode.FAILED) if d is not None else int(ExitCode.OK)
 
 
 def _finite(value: Any) -> Any:
-    return str(value)
+    """The record with each NaN or infinite number as a string ("nan", "inf"): strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
