@@ -18,7 +18,8 @@ from typing import Dict, List, Optional, Tuple
 from toolkit.core.compare import Tolerances
 from toolkit.core.datafiles import save_inputs
 from toolkit.core.errors import ToolkitError, UsageError
-from toolkit.core.model import check_readable_file, load_model
+from toolkit.core.graphs import external_data_folder, has_external_data
+from toolkit.core.model import check_external_files, check_readable_file, load_model
 from toolkit.core.progress import Messages
 from toolkit.llm import prompts as P
 from toolkit.llm.io import DecoderIO, check_compatible, discover
@@ -141,10 +142,10 @@ class LlmDebugger:
         parse_runner_spec(cfg.test)
         for path in {cfg.model, self.ref_path}:
             check_readable_file(path)
-        self.test_model = load_model(cfg.model, load_external_data=False)
+        self.test_model = self._structure(cfg.model)
         self.test_io = discover(self.test_model, cfg.names, cfg.model)
         if self.ref_path != cfg.model:
-            self.ref_model = load_model(self.ref_path, load_external_data=False)
+            self.ref_model = self._structure(self.ref_path)
             self.ref_io = discover(self.ref_model, cfg.names, self.ref_path)
             check_compatible(self.test_io, self.ref_io, cfg.model)
         else:
@@ -153,6 +154,13 @@ class LlmDebugger:
         P.check_ids(self.prompts, self.ref_io.vocab)
         preflight_specs([cfg.reference], self.ref_path, self._base(self.ref_path))
         preflight_specs([cfg.test], cfg.model, self._base(cfg.model))
+
+    def _structure(self, path: str):
+        """The model without its weights; its external data files checked (present, long enough)."""
+        model = load_model(path, load_external_data=False)
+        if has_external_data(model):
+            check_external_files(model, external_data_folder(path, self.cfg.external_data_dir), path)
+        return model
 
     def _base(self, model: str) -> RunOptions:
         return RunOptions(model, external_data_dir=self.cfg.external_data_dir)
