@@ -179,3 +179,24 @@ def test_models_of_other_structure_pair_module_by_module(tmp_path):
     _, d = _first(_fault(tmp_path, "weight", fault_layer=1), ref_path)
     loc = d.located
     assert (loc.matched_by, loc.tensor, loc.layer) == ("module position", "/model/layers.1/mlp/up/out", 1)
+
+
+@pytest.mark.parametrize("free_run, checked", [(False, 8), (True, 3)])
+def test_a_near_tie_is_counted_not_a_divergence(clean, monkeypatch, free_run, checked):
+    # a flip within the tolerances at step 2: counted; teacher forced goes on, a free run parts there
+    from toolkit.llm import session
+
+    real = session.compare_step
+
+    def flips(*args):
+        res = real(*args)
+        if flips.calls == 2:
+            res.test_token, res.margin, res.difference = res.reference_token + 1, 1e-6, 2e-6
+        flips.calls += 1
+        return res
+
+    flips.calls = 0
+    monkeypatch.setattr(session, "compare_step", flips)
+    out = LlmDebugger(LlmConfig(clean, prompts=[PROMPT], steps=8, free_run=free_run)).run()
+    assert out.first_divergence is None and out.steps_checked == checked
+    assert [(t.step, t.margin) for t in out.near_ties] == [(2, 1e-6)]
