@@ -137,3 +137,10 @@ def test_nan_in_the_test_side_is_a_divergence_in_strict_json(cli, models, tmp_pa
     assert r.code == 1, r.err
     d = json.loads(r.out)["first_divergence"]
     assert (d["step"], d["kind"], d["tensor"]) == (0, "logits", "logits")
+
+
+def test_no_prompt_is_a_usage_error_not_a_pass(models):
+    from toolkit.core.errors import UsageError
+
+    with pytest.raises(UsageError, match="no prompts"):
+        LlmDebugger(LlmConfig(models[0], samples=0)).run()

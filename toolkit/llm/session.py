@@ -151,6 +151,8 @@ class LlmDebugger:
         else:
             self.ref_model, self.ref_io = self.test_model, self.test_io
         self.prompts = [list(p) for p in cfg.prompts] or P.random_prompts(cfg.samples, cfg.seed, self.ref_io.vocab)
+        if not self.prompts:  # (a comparison of nothing would pass)
+            raise UsageError("no prompts to run: give --prompt-ids, --prompts or --samples N (N >= 1)")
         P.check_ids(self.prompts, self.ref_io.vocab)
         preflight_specs([cfg.reference], self.ref_path, self._base(self.ref_path))
         preflight_specs([cfg.test], cfg.model, self._base(cfg.model))
