@@ -47,6 +47,8 @@ from toolkit.core.meta import parse_shape_specs, parse_tensor_spec
 from toolkit.core.model import graph_io_meta
 from toolkit.core.model import load_model as _load
 from toolkit.core.model import save_model as _save
+from toolkit.llm.io import parse_names
+from toolkit.llm.session import LlmConfig, LlmDebugger
 from toolkit.core.shapes import top_tensor_names
 from toolkit.reduce.session import ReduceConfig, Reducer
 from toolkit.reduce.verdict import CheckResult
@@ -65,7 +67,7 @@ ModelLike = Union[str, "onnx.ModelProto"]
 __all__ = [
     "ToolkitError", "InputError", "UsageError", "DependencyError", "InferenceError", "ExitCode", "TensorMeta",
     "load_model", "save_model", "load_inputs", "save_inputs", "generate_inputs", "open_runner", "run", "compare", "Comparison",
-    "extract", "sanitize", "convert", "reduce",
+    "extract", "sanitize", "convert", "reduce", "debug_llm",
 ]
 
 
@@ -309,6 +311,31 @@ class _PythonCheck:
 
     def close(self) -> None:
         pass
+
+
+# ------------------------------------------------------------------ generations
+
+
+def debug_llm(
+    model: str, reference: str = "onnxrt", test: str = "onnxrt", *, reference_model: Optional[str] = None,
+    prompts: Sequence[Sequence[int]] = (), samples: int = 4, seed: int = 0, steps: int = 16, free_run: bool = False,
+    atol: TolValue = None, rtol: TolValue = None, check_error_stat: Union[None, str, Mapping[str, str]] = None,
+    names: Optional[Mapping[str, str]] = None, localize: bool = True, save_step_inputs: Optional[str] = None,
+    external_data_dir: Optional[str] = None,
+) -> Dict[str, Any]:
+    """``debug llm``: where the generations of decoder ``model`` (a path) on runner specs
+    ``reference`` and ``test`` part. Returns the record ``--json`` prints: ``first_divergence``
+    (None when none; else prompt, step, kind, outputs, tensor, node, op_type, module, layer,
+    max_abs_diff...), ``steps_checked``, ``near_ties``. ``names``: ``{role: name}`` for other I/O
+    names (``{"past_key": "cache.{i}.k"}``). InputError for a model that is no such decoder."""
+    cfg = LlmConfig(
+        model, reference=reference, test=test, reference_model=reference_model, prompts=[list(p) for p in prompts],
+        samples=samples, seed=seed, steps=steps, free_run=free_run, names=parse_names([f"{k}={v}" for k, v in
+                                                                                      (names or {}).items()]),
+        localize=localize, save_step_inputs=save_step_inputs, external_data_dir=external_data_dir,
+        tolerances=Tolerances.of(atol=atol, rtol=rtol, check_error_stat=check_error_stat),
+    )
+    return LlmDebugger(cfg).run().to_json()
 
 
 # ------------------------------------------------------------------ helpers

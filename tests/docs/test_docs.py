@@ -23,6 +23,7 @@ PAGES = {
     ("debug", "reduce"): "debug-reduce.md",
     ("convert",): "convert.md",
     ("debug", "precision"): "precision.md",
+    ("debug", "llm"): "llm.md",
 }
 
 

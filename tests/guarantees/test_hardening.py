@@ -169,6 +169,7 @@ MODEL_CMDS = {
     "reduce": "debug reduce {} -o o.onnx --check false",
     "convert": "convert {} --fp-to-fp16 -o o.onnx",
     "precision": "debug precision {} -o o.onnx",
+    "llm": "debug llm {} --steps 2",
 }
 # run reads models through ONNX-Runtime, whose messages differ; the file name is always there
 RUN_MSG = {"empty": "empty.onnx", "directory": "adir", "missing": "nope.onnx"}
@@ -180,6 +181,13 @@ for cmd, tmpl in MODEL_CMDS.items():
             msg = RUN_MSG.get(suffix, msg)
         ROWS.append(R(f"{cmd}-model-{suffix}", tmpl.format(path), code, msg, sub=(cmd, suffix) == ("run", "not-onnx")))
 
+ROWS += [
+    # ------------------------------------------------------------------ debug llm
+    R("llm-not-a-decoder", "debug llm m.onnx", 3, "not a decoder with a KV cache"),
+    R("llm-compare-unknown-runner", "debug llm m.onnx --compare onnxrt gpu", 2, "gpu"),
+    R("llm-bad-prompt-ids", "debug llm m.onnx --prompt-ids 1,x", 2, "--prompt-ids"),
+    R("llm-step-inputs-equal-to-model", "debug llm m.onnx --save-step-inputs m.onnx", 2, "m.onnx"),
+]
 ROWS += [
     # ------------------------------------------------------------------ convert, debug precision
     R("convert-no-conversion-asked", "convert m.onnx -o o.onnx", 2, "--fp-to-fp16"),

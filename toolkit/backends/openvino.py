@@ -312,11 +312,18 @@ class OpenvinoRunner(Runner):
 
     def _request_for_feed(self, feed: Mapping):
         """The infer request of a model compiled for the feed's shapes (dynamic models: one per
-        set of shapes, the last few kept; the dynamic model itself when it cannot be made static)."""
+        set of shapes, up to four; the dynamic model itself when it cannot be made static or when
+        a fifth set of shapes comes)."""
         if None in self._compiled_for:
             return self._compiled_for[None]
         key = tuple(tuple(getattr(feed.get(m.name), "shape", ())) for m in self._inputs)
         request = self._compiled_for.get(key)
+        if request is None and len(self._compiled_for) >= 4:
+            # the shapes keep changing (a generation loop: a longer cache each step): compile the
+            # dynamic model once and run every later feed on it, instead of a compile per feed
+            self._compiled_for.clear()
+            self._compiled_for[None] = self._request_for(self._compile(self._model))
+            return self._compiled_for[None]
         if request is None:
             model = self._model.clone()
             try:
@@ -325,8 +332,6 @@ class OpenvinoRunner(Runner):
                 self._compiled_for[None] = self._request_for(self._compile(self._model))
                 return self._compiled_for[None]
             request = self._request_for(self._compile(model))
-            if len(self._compiled_for) >= 4:
-                self._compiled_for.pop(next(iter(self._compiled_for)))
             self._compiled_for[key] = request
         return request
 

@@ -638,3 +638,7 @@ def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
 from toolkit.cli.precision import register as _register_precision  # noqa: E402
 
 _register_precision(app)
+
+from toolkit.cli.llm import register as _register_llm  # noqa: E402
+
+_register_llm(app)

@@ -1,0 +1,106 @@
+"""What ``debug llm`` prints: progress per step (a bar on a terminal, plain lines otherwise) and
+the finding (stderr), or the record as JSON (stdout, ``--json``)."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, Optional
+
+from toolkit.cli.output import echo, log, progress, verbose, warn
+from toolkit.core.errors import ExitCode
+from toolkit.llm.session import Divergence, LlmOutcome, Reporter
+from toolkit.llm.steps import StepResult
+
+
+class LlmReporter(Reporter):
+    """A progress bar over every step on a terminal; one line per prompt otherwise."""
+
+    def __init__(self, live: bool):
+        self.live = live
+        self.bar: Any = None
+        self.task: Any = None
+
+    def __enter__(self) -> "LlmReporter":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.stop()
+            self.bar = None
+
+    def info(self, message: str) -> None:
+        log(message)
+
+    def warn(self, message: str) -> None:
+        warn(message)
+
+    def started(self, prompts: int, steps: int) -> None:
+        if self.live:
+            self.bar = progress("{task.completed}/{task.total} steps")
+            self.bar.start()
+            self.task = self.bar.add_task("debug llm", total=prompts * steps)
+
+    def step(self, prompt: int, step: int, result: StepResult) -> None:
+        if self.bar is not None:
+            self.bar.update(self.task, advance=1, description=f"prompt {prompt} step {step}")
+        flip = f" token {result.reference_token} vs {result.test_token}" if result.flipped else ""
+        verbose(f"prompt {prompt} step {step}: {result.kind or 'ok'}{flip}")
+
+    def prompt_done(self, prompt: int, steps: int, note: str) -> None:
+        if self.bar is None:
+            log(f"prompt {prompt}: {steps} step(s) compared" + (f"; {note}" if note else ""))
+
+
+def _g(x: Optional[float]) -> str:
+    return "?" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3g}"
+
+
+def _divergence_lines(d: Divergence) -> None:
+    outs = ", ".join(d.outputs[:6]) + (f" and {len(d.outputs) - 6} more" if len(d.outputs) > 6 else "")
+    what = "this step's compute differs" if d.kind == "logits" else "only the cache written differs"
+    log(f"First divergence: prompt {d.prompt}, step {d.step} (KV length {d.kv_length}), kind {d.kind} ({what}): "
+        f"{outs} (max abs diff {_g(d.max_abs_diff)})")
+    loc = d.located
+    if loc is not None:
+        where = loc.module or "(no module recorded)"
+        layer = f", layer {loc.layer}" if loc.layer is not None else ""
+        log(f"  first diverging tensor: {loc.tensor} from node {loc.node} [Op: {loc.op_type}] in {where}{layer} "
+            f"(max abs diff {_g(loc.max_abs_diff)}; matched by {loc.matched_by})")
+    elif d.localize_error:
+        log(f"  not localized: {d.localize_error}")
+    if d.saved_inputs:
+        log(f"  the step's feeds are in {d.saved_inputs}; shrink the step's graph to the fault with:")
+        log(f"    {d.reduce_command}")
+    else:
+        log("  add --save-step-inputs FILE to write the step's feeds for `toolkit debug reduce MODEL -o reduced.onnx "
+            "--compare REF TEST --load-inputs FILE`, which shrinks the step's graph to the fault")
+
+
+def render(outcome: LlmOutcome, json_out: bool) -> int:
+    """Log the finding; the record on stdout with ``json_out``; the exit code."""
+    ties = len(outcome.near_ties)
+    log(f"{outcome.steps_checked} step(s) of {outcome.prompts_checked} prompt(s) compared ({outcome.mode}, "
+        f"{outcome.seconds:.2f} s; {outcome.description}); {ties} near tie(s)")
+    for t in outcome.near_ties[:5]:
+        log(f"  near tie: prompt {t.prompt} step {t.step}: token {t.reference_token} vs {t.test_token}, "
+            f"margin {_g(t.margin)} within the difference {_g(t.difference)}")
+    d = outcome.first_divergence
+    if d is not None:
+        _divergence_lines(d)
+    elif not outcome.interrupted:
+        log("No divergence.")
+    if json_out:
+        echo(json.dumps(_finite(outcome.to_json()), indent=2, allow_nan=False))
+    return int(ExitCode.FAILED) if d is not None else int(ExitCode.OK)
+
+
+def _finite(value: Any) -> Any:
+    """The record with each NaN or infinite number as a string ("nan", "inf"): strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value

@@ -1,0 +1,224 @@
+"""A decoder's inputs and outputs, found by convention (``input_ids``, ``past_key_values.N.key``...).
+
+One generation step of a decoder with a KV cache feeds ``input_ids`` (the new tokens),
+``attention_mask`` (ones over the cache and the new tokens), ``position_ids`` when the model has
+them, and the cache of every layer (``past_key_values.N.key/.value`` or ``past.N.key/.value``); it
+returns ``logits`` and the cache extended by the new tokens (``present.N.key/.value``). Other names
+are given by role: ``ROLE=NAME``, with ``{i}`` for the layer index in the cache roles
+(``past_key=cache.{i}.k``). The cache's head count, head size, dtype and sequence axis are read
+from the model's input types (GQA and fp16 caches included). Nothing here loads weights.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+
+from toolkit.core.errors import InputError, UsageError
+from toolkit.core.meta import TensorMeta, dtype_to_numpy
+from toolkit.core.model import value_info_meta
+
+#: The roles a name can be given for (``--name ROLE=NAME``).
+SCALAR_ROLES = ("input_ids", "attention_mask", "position_ids", "use_cache_branch", "logits")
+CACHE_ROLES = ("past_key", "past_value", "present_key", "present_value")
+ROLES = SCALAR_ROLES + CACHE_ROLES
+
+_PAST = re.compile(r"^(?:past_key_values|past|past_key_value|cache)[._](\d+)[._](key|value)$")
+_PRESENT = re.compile(r"^(?:present|present_key_values|presents)[._](\d+)[._](key|value)$")
+_ROLE_HELP = "map other names with --name ROLE=NAME (ROLE: " + ", ".join(ROLES) + "; {i} stands for the layer)"
+
+
+@dataclass(frozen=True)
+class CacheInput:
+    """One layer's past key or value input: its name, dtype and the shape rules read from the model."""
+
+    name: str
+    dtype: str  # numpy dtype name
+    shape: Tuple[object, ...]  # the declared dims (ints, names, None)
+    seq_axis: int
+
+    def empty(self, batch: int = 1) -> "np.ndarray":
+        """The cache of no tokens (length 0 on the sequence axis)."""
+        dims = [batch if k == 0 else (0 if k == self.seq_axis else int(str(d))) for k, d in enumerate(self.shape)]
+        return np.zeros(dims, dtype=dtype_to_numpy(self.dtype))
+
+
+@dataclass
+class DecoderIO:
+    """Which input and output of the model plays which role in a generation step."""
+
+    input_ids: str
+    ids_dtype: str
+    logits: str
+    past: List[Tuple[CacheInput, CacheInput]]  # per layer: (key, value)
+    present: List[Tuple[str, str]]  # per layer: (key, value) output names
+    attention_mask: Optional[str] = None
+    mask_dtype: str = "int64"
+    position_ids: Optional[str] = None
+    position_dtype: str = "int64"
+    use_cache_branch: Optional[str] = None  # optimum's merged decoders: False on the empty cache of step 0
+    vocab: Optional[int] = None  # the logits' last dim when the model fixes it
+    others: List[str] = field(default_factory=list)  # outputs with no role (not compared)
+
+    @property
+    def layers(self) -> int:
+        return len(self.past)
+
+    def present_names(self) -> List[str]:
+        return [n for pair in self.present for n in pair]
+
+    def describe(self) -> str:
+        """One line: layers, KV heads, head size, cache dtype."""
+        key = self.past[0][0]
+        heads = key.shape[1] if key.seq_axis != 1 else key.shape[2]
+        return (f"{self.layers} layer(s), cache {self.cache_layout()} with {heads} KV head(s) of size "
+                f"{key.shape[-1]} in {key.dtype}" + (f", vocab {self.vocab}" if self.vocab else ""))
+
+    def cache_layout(self) -> str:
+        return "[batch, heads, seq, head_size]" if self.past[0][0].seq_axis == 2 else (
+            f"(sequence axis {self.past[0][0].seq_axis})")
+
+
+def parse_names(words: Sequence[str]) -> Dict[str, str]:
+    """``["past_key=cache.{i}.k", ...]`` -> ``{"past_key": "cache.{i}.k"}`` (UsageError when malformed)."""
+    out: Dict[str, str] = {}
+    for word in words:
+        role, eq, name = word.partition("=")
+        role = role.strip().lower().replace("-", "_")
+        if not eq or not name.strip() or role not in ROLES:
+            raise UsageError(f"--name {word!r}: write ROLE=NAME with ROLE one of {', '.join(ROLES)}")
+        if role in CACHE_ROLES and "{i}" not in name:
+            raise UsageError(f"--name {word!r}: a cache name needs {{i}} where the layer index goes (past_key=cache.{{i}}.k)")
+        out[role] = name.strip()
+    return out
+
+
+def _layered(names: Sequence[str], pattern: "re.Pattern[str]") -> Dict[Tuple[int, str], str]:
+    found = {}
+    for name in names:
+        m = pattern.match(name)
+        if m:
+            found[(int(m.group(1)), m.group(2))] = name
+    return found
+
+
+def _mapped(names: Sequence[str], key_fmt: Optional[str], value_fmt: Optional[str]) -> Dict[Tuple[int, str], str]:
+    present = set(names)
+    found: Dict[Tuple[int, str], str] = {}
+    for kind, fmt in (("key", key_fmt), ("value", value_fmt)):
+        if fmt is None:
+            continue
+        i = 0
+        while fmt.replace("{i}", str(i)) in present:
+            found[(i, kind)] = fmt.replace("{i}", str(i))
+            i += 1
+    return found
+
+
+def _pairs(found: Mapping[Tuple[int, str], str], where: str, label: str) -> List[Tuple[str, str]]:
+    """Layer 0..L-1, each with a key and a value (InputError naming a gap)."""
+    layers = sorted({i for i, _ in found})
+    pairs = []
+    for want, i in enumerate(layers):
+        if i != want or (i, "key") not in found or (i, "value") not in found:
+            raise InputError(f"{where}: the {label} of layer {want} lacks its key or value (layers found: {layers}); "
+                             f"{_ROLE_HELP}")
+        pairs.append((found[(i, "key")], found[(i, "value")]))
+    return pairs
+
+
+def _seq_axis(meta: TensorMeta, where: str) -> int:
+    """The one dynamic axis after the batch: the cache's sequence axis."""
+    shape = meta.shape
+    if shape is None or len(shape) < 3:
+        raise InputError(f"{where}: cache input '{meta.name}' has no rank-4 shape declared ({shape}); "
+                         "export the model with typed cache inputs")
+    dynamic = [k for k, d in enumerate(shape) if k > 0 and not isinstance(d, int)]
+    if len(dynamic) != 1:
+        raise InputError(
+            f"{where}: cache input '{meta.name}' has shape {tuple(shape)}: a decoder's cache has fixed head count "
+            "and head size and one dynamic sequence axis (static caches are not supported)"
+        )
+    return dynamic[0]
+
+
+def _cache_input(meta: TensorMeta, where: str) -> CacheInput:
+    if not meta.dtype:
+        raise InputError(f"{where}: cache input '{meta.name}' has no element type")
+    return CacheInput(meta.name, meta.dtype, tuple(meta.shape or ()), _seq_axis(meta, where))
+
+
+def _role_name(role: str, names: Mapping[str, str], present: Sequence[str]) -> Optional[str]:
+    name = names.get(role, role)
+    return name if name in present else None
+
+
+def discover(model, names: Optional[Mapping[str, str]] = None, where: str = "the model") -> DecoderIO:
+    """The roles of ``model``'s inputs and outputs (InputError naming what is missing)."""
+    names = dict(names or {})
+    inits = {t.name for t in model.graph.initializer}
+    inputs = {vi.name: value_info_meta(vi) for vi in model.graph.input if vi.name not in inits}
+    outputs = {vi.name: value_info_meta(vi) for vi in model.graph.output}
+    ids = _role_name("input_ids", names, list(inputs))
+    logits = _role_name("logits", names, list(outputs))
+    past_found = (_mapped(list(inputs), names.get("past_key"), names.get("past_value"))
+                  if "past_key" in names or "past_value" in names else _layered(list(inputs), _PAST))
+    present_found = (_mapped(list(outputs), names.get("present_key"), names.get("present_value"))
+                     if "present_key" in names or "present_value" in names else _layered(list(outputs), _PRESENT))
+    missing = [f"input '{names.get('input_ids', 'input_ids')}'"] if ids is None else []
+    missing += [] if logits is not None else [f"output '{names.get('logits', 'logits')}'"]
+    missing += [] if past_found else ["past key/value inputs (past_key_values.N.key/.value or past.N.key/.value)"]
+    missing += [] if present_found else ["present key/value outputs (present.N.key/.value)"]
+    if missing:
+        raise InputError(f"{where} is not a decoder with a KV cache: it has no {'; no '.join(missing)}; {_ROLE_HELP}")
+    assert ids is not None and logits is not None
+    past = _pairs(past_found, where, "past cache inputs")
+    present = _pairs(present_found, where, "present cache outputs")
+    if len(past) != len(present):
+        raise InputError(f"{where}: {len(past)} layer(s) of past cache inputs but {len(present)} of present outputs; "
+                         f"{_ROLE_HELP}")
+    io = DecoderIO(ids, inputs[ids].dtype or "int64", logits,
+                   [(_cache_input(inputs[k], where), _cache_input(inputs[v], where)) for k, v in past], present)
+    _optional_inputs(io, inputs, names, where)
+    vocab = (outputs[logits].shape or (None,))[-1]
+    io.vocab = vocab if isinstance(vocab, int) else None
+    used = {logits, *io.present_names()}
+    io.others = [n for n in outputs if n not in used]
+    return io
+
+
+def _optional_inputs(io: DecoderIO, inputs: Mapping[str, TensorMeta], names: Mapping[str, str], where: str) -> None:
+    """attention_mask and position_ids when the model has them; any other input is an error."""
+    for role in ("attention_mask", "position_ids", "use_cache_branch"):
+        if role in names and names[role] not in inputs:
+            raise InputError(f"{where} has no input '{names[role]}' (given for {role})")
+    io.attention_mask = _role_name("attention_mask", names, list(inputs))
+    io.position_ids = _role_name("position_ids", names, list(inputs))
+    io.use_cache_branch = _role_name("use_cache_branch", names, list(inputs))
+    if io.attention_mask:
+        io.mask_dtype = inputs[io.attention_mask].dtype or "int64"
+    if io.position_ids:
+        io.position_dtype = inputs[io.position_ids].dtype or "int64"
+    known = {io.input_ids, io.attention_mask, io.position_ids, io.use_cache_branch}
+    known |= {c.name for pair in io.past for c in pair}
+    extra = [n for n in inputs if n not in known]
+    if extra:
+        raise InputError(f"{where}: input(s) {', '.join(repr(n) for n in extra)} play no known role in a generation "
+                         f"step (input_ids, attention_mask, position_ids, use_cache_branch, past keys/values); "
+                         f"{_ROLE_HELP}")
+
+
+def check_compatible(test: DecoderIO, ref: DecoderIO, where: str) -> None:
+    """The reference's cache can feed the test model: same layers, and per layer the same shape
+    (dtypes may differ: an fp16 cache is fed the reference's cache rounded)."""
+    if test.layers != ref.layers:
+        raise InputError(f"{where}: the model has {test.layers} layer(s) of cache, the reference model {ref.layers}")
+    for (tk, _tv), (rk, _rv) in zip(test.past, ref.past):
+        fixed_t = [d for k, d in enumerate(tk.shape) if k not in (0, tk.seq_axis)]
+        fixed_r = [d for k, d in enumerate(rk.shape) if k not in (0, rk.seq_axis)]
+        if fixed_t != fixed_r or tk.seq_axis != rk.seq_axis:
+            raise InputError(f"{where}: cache '{tk.name}' has shape {tk.shape} but the reference's '{rk.name}' "
+                             f"{rk.shape}: the two models must share the cache layout")

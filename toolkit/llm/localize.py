@@ -1,0 +1,160 @@
+"""Inside the first diverging step: the first tensor where the two sides part, its node and module.
+
+Both models run once more on that step's feeds with every tensor marked (the layerwise machinery
+of ``--compare``; verdicts were taken on the deployed graphs, this pass only localizes). Tensors are
+matched by name; a tensor of the test model that the reference model lacks (models of different
+structure) is matched by its place in the graph: the same output of the k-th node of the same op
+type. The module comes from the exporter's metadata (``pkg.torch.onnx.name_scopes``, torch.onnx's
+dynamo exporter) or, failing that, from a node-name path (``/model/layers.2/self_attn/Softmax``).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Tuple
+
+import numpy as np
+
+from toolkit.core.compare import Tolerances, compare_arrays
+from toolkit.run.options import RunOptions
+from toolkit.run.registry import mark_all_outputs
+from toolkit.run.specs import make_runner
+
+NAME_SCOPES = "pkg.torch.onnx.name_scopes"
+_LAYER = re.compile(r"(?:^|[./])(?:layers|layer|h|blocks|block|decoder_layers)[._](\d+)(?=[./]|$)")
+
+
+@dataclass
+class Located:
+    """The first diverging tensor of a step and where it comes from."""
+
+    tensor: str
+    node: Optional[str]
+    op_type: Optional[str]
+    module: Optional[str]
+    layer: Optional[int]
+    max_abs_diff: float
+    matched_by: str  # "name" or "position"
+    compared: int  # tensors compared
+
+
+def _scope_path(value: str) -> Optional[str]:
+    """The innermost module of a name-scopes entry (``['', 'model', 'model.layers.0', ...]`` or a
+    path); scopes that are not cumulative are joined."""
+    text = value.strip()
+    parts: List[str]
+    if text.startswith("["):
+        try:
+            parsed = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            parsed = None
+        parts = [str(p) for p in parsed if str(p)] if isinstance(parsed, (list, tuple)) else []
+    else:
+        parts = [p for p in re.split(r"[/,]", text) if p]
+    if not parts:
+        return None
+    if not any(later.startswith(parts[0] + ".") for later in parts[1:]):
+        return ".".join(parts)  # scopes of one name each: the path is their join
+    path = parts[0]
+    for part in parts[1:]:  # cumulative paths; what does not extend the last one is the op's own name
+        if not part.startswith(path + "."):
+            break
+        path = part
+    return path
+
+
+def module_of(node) -> Optional[str]:
+    """The module a node belongs to: exporter metadata, else its name's path (None when neither says)."""
+    for prop in getattr(node, "metadata_props", ()):
+        if prop.key == NAME_SCOPES and prop.value:
+            found = _scope_path(prop.value)
+            if found:
+                return found
+    name = node.name or ""
+    if name.startswith("/") and name.count("/") >= 2:
+        parts = [p for p in name.split("/") if p][:-1]
+        return ".".join(parts) or None
+    return None
+
+
+def layer_of(module: Optional[str], node_name: str = "") -> Optional[int]:
+    """The layer index a module path or node name names (``model.layers.2.self_attn`` -> 2)."""
+    for text in (module or "", node_name or ""):
+        m = _LAYER.search(text)
+        if m:
+            return int(m.group(1))
+    return None
+
+
+def _places(nodes) -> Dict[str, Tuple[object, Tuple[int, int]]]:
+    """{tensor: (node, (index of its node among ``nodes``, output index))}."""
+    return {name: (node, (k, j)) for k, node in enumerate(nodes) for j, name in enumerate(node.output) if name}
+
+
+def _by_module(model) -> Dict[Optional[str], list]:
+    groups: Dict[Optional[str], list] = {}
+    for node in model.graph.node:
+        groups.setdefault(module_of(node), []).append(node)
+    return groups
+
+
+def pairing(test_model, ref_model, test_values: Mapping, ref_values: Mapping) -> Dict[str, Tuple[str, str]]:
+    """{test tensor: (reference tensor, how)} for the tensors both sides computed.
+
+    By name where most names match (a tensor only one side has is then a change of structure, not
+    a counterpart). Otherwise by place, and only where the structure is the same: the whole graph
+    when both have the same sequence of op types; else module by module (from the exporter's
+    metadata or node-name paths), for the modules whose sequences of op types are the same. Two
+    exports of one model by different exporters decompose ops differently; pairing their tensors
+    by op type and order alone pairs unrelated tensors."""
+    tested = [n for n in _places(test_model.graph.node) if n in test_values]
+    if sum(n in ref_values for n in tested) >= len(tested) / 2:
+        return {n: (n, "name") for n in tested if n in ref_values}
+    ops = [n.op_type for n in test_model.graph.node] == [n.op_type for n in ref_model.graph.node]
+    groups = [(list(test_model.graph.node), list(ref_model.graph.node), "position")] if ops else []
+    if not ops:
+        ref_groups = _by_module(ref_model)
+        for module, nodes in _by_module(test_model).items():
+            other = ref_groups.get(module)
+            if module is not None and other and [n.op_type for n in nodes] == [n.op_type for n in other]:
+                groups.append((nodes, other, "module position"))
+    pairs: Dict[str, Tuple[str, str]] = {}
+    for test_nodes, ref_nodes, how in groups:
+        ref_at = {key: name for name, (_n, key) in _places(ref_nodes).items()}
+        for name, (_node, key) in _places(test_nodes).items():
+            if name in test_values and ref_at.get(key) in ref_values:
+                pairs[name] = (ref_at[key], how)
+    return pairs
+
+
+def every_tensor_once(spec: str, model: str, feed: Mapping, external_data_dir: Optional[str]) -> Dict[str, object]:
+    """One inference of ``model`` on runner ``spec`` with every tensor marked as an output."""
+    base = mark_all_outputs(RunOptions(model, external_data_dir=external_data_dir))
+    runner = make_runner(spec, model, base=base)
+    with runner:
+        return dict(runner.infer(dict(feed)))
+
+
+def first_diverging(test_model, ref_model, test_values: Mapping, ref_values: Mapping,
+                    tol: Tolerances) -> Optional[Located]:
+    """The first tensor, in the test model's node order, whose values differ beyond ``tol``
+    from its counterpart (:func:`pairing`); None when none does or none pairs."""
+    pairs = pairing(test_model, ref_model, test_values, ref_values)
+    compared = 0
+    for name, (node, _key) in _places(test_model.graph.node).items():
+        if name not in pairs:
+            continue
+        ref_name, how = pairs[name]
+        a, b = np.asarray(test_values[name]), np.asarray(ref_values[ref_name])
+        if a.dtype.kind not in "biufc" or b.dtype.kind not in "biufc" or (how != "name" and a.shape != b.shape):
+            continue
+        atol, rtol, stat = tol.for_output(name, a.dtype.kind in "biu" and b.dtype.kind in "biu")
+        cmp = compare_arrays(name, a, b, atol, rtol, stat, tol.quantile_for(name))
+        compared += 1
+        if not cmp.passed:
+            module = module_of(node)
+            return Located(name, node.name or None, node.op_type, module,  # type: ignore[attr-defined]
+                           layer_of(module, node.name), cmp.max_abs, how, compared)  # type: ignore[attr-defined]
+    return None

@@ -1,0 +1,288 @@
+"""``debug llm`` as a library: two runtimes' generations compared step by step.
+
+Teacher forced (the default): at every step both sides are fed the reference's tokens and the
+reference's cache, so each step is judged on its own. ``free_run``: each side keeps its own cache
+(the tokens stay the same until they flip; a flip ends the prompt). Each step compares the logits
+and every present output at the tolerances given; the first step that fails is the divergence
+(kind ``logits`` or ``cache``), localized to a tensor, node and module. Each runner session is
+created once for the whole loop; the localization runs at one step only.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Tuple
+
+from toolkit.core.compare import Tolerances
+from toolkit.core.datafiles import save_inputs
+from toolkit.core.errors import ToolkitError, UsageError
+from toolkit.core.graphs import external_data_folder, has_external_data
+from toolkit.core.model import check_external_files, check_readable_file, load_model
+from toolkit.core.progress import Messages
+from toolkit.llm import prompts as P
+from toolkit.llm.io import DecoderIO, check_compatible, discover
+from toolkit.llm.localize import Located, every_tensor_once, first_diverging, pairing
+from toolkit.llm.steps import Feed, NearTie, StepResult, cache_of, compare_step, step_feed
+from toolkit.run.options import RunOptions
+from toolkit.run.specs import make_runner, parse_runner_spec, preflight_specs
+
+
+@dataclass
+class LlmConfig:
+    """What ``debug llm`` is asked (option names as on the command line)."""
+
+    model: str
+    reference: str = "onnxrt"
+    test: str = "onnxrt"
+    reference_model: Optional[str] = None
+    prompts: List[List[int]] = field(default_factory=list)  # token ids; none: `samples` random ones
+    samples: int = 4
+    seed: int = 0
+    steps: int = 16
+    free_run: bool = False
+    atol: List[str] = field(default_factory=list)
+    rtol: List[str] = field(default_factory=list)
+    check_error_stat: List[str] = field(default_factory=list)
+    names: Dict[str, str] = field(default_factory=dict)  # role -> name (see toolkit.llm.io)
+    external_data_dir: Optional[str] = None
+    localize: bool = True
+    save_step_inputs: Optional[str] = None
+    tolerances: Optional[Tolerances] = None  # given as values (the API), instead of atol/rtol/check_error_stat
+
+
+@dataclass
+class Divergence:
+    """The first step where the two sides part."""
+
+    prompt: int
+    prompt_ids: List[int]
+    step: int
+    kind: str  # "logits" or "cache"
+    outputs: List[str]
+    max_abs_diff: float
+    kv_length: int  # cache length the step was fed
+    generated: List[int]  # the reference's tokens before this step
+    located: Optional[Located] = None
+    saved_inputs: Optional[str] = None
+    reduce_command: Optional[str] = None
+    localize_error: Optional[str] = None  # why no tensor is named
+
+    def to_json(self) -> dict:
+        loc = self.located
+        return {
+            "prompt": self.prompt, "prompt_ids": self.prompt_ids, "step": self.step, "kind": self.kind,
+            "outputs": self.outputs, "max_abs_diff": self.max_abs_diff, "kv_length": self.kv_length,
+            "generated": self.generated,
+            "tensor": loc.tensor if loc else None, "node": loc.node if loc else None,
+            "op_type": loc.op_type if loc else None, "module": loc.module if loc else None,
+            "layer": loc.layer if loc else None, "tensor_max_abs_diff": loc.max_abs_diff if loc else None,
+            "matched_by": loc.matched_by if loc else None,
+            "saved_inputs": self.saved_inputs, "reduce_command": self.reduce_command,
+            "localize_error": self.localize_error,
+        }
+
+
+@dataclass
+class LlmOutcome:
+    """What the comparison found (also when interrupted: what was found so far)."""
+
+    first_divergence: Optional[Divergence] = None
+    steps_checked: int = 0
+    prompts_checked: int = 0
+    near_ties: List[NearTie] = field(default_factory=list)
+    interrupted: bool = False
+    mode: str = "teacher-forced"
+    seconds: float = 0.0
+    description: str = ""
+
+    def to_json(self) -> dict:
+        return {
+            "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
+            "steps_checked": self.steps_checked, "prompts_checked": self.prompts_checked,
+            "near_ties": [t.to_json() for t in self.near_ties], "mode": self.mode,
+            "interrupted": self.interrupted, "seconds": round(self.seconds, 3),
+        }
+
+
+class Reporter(Messages):
+    """Progress of ``debug llm`` (every method a no-op by default)."""
+
+    def started(self, prompts: int, steps: int) -> None:
+        """The loop starts: ``prompts`` prompts of up to ``steps`` steps each."""
+
+    def step(self, prompt: int, step: int, result: StepResult) -> None:
+        """One step compared."""
+
+    def prompt_done(self, prompt: int, steps: int, note: str) -> None:
+        """A prompt ends after ``steps`` steps (``note``: why, when not all ran)."""
+
+
+class LlmDebugger:
+    """Discover both sides' I/O, run the loop, localize the first divergence."""
+
+    def __init__(self, cfg: LlmConfig, reporter: Optional[Reporter] = None):
+        self.cfg = cfg
+        self.rep = reporter or Reporter()
+        self.tol = cfg.tolerances or Tolerances.parse(cfg.atol, cfg.rtol, cfg.check_error_stat)
+        self.ref_path = cfg.reference_model or cfg.model
+        self.test_model = self.ref_model = None
+        self.test_io: Optional[DecoderIO] = None
+        self.ref_io: Optional[DecoderIO] = None
+        self.prompts: List[List[int]] = []
+
+    # ---------------------------------------------------------------- before any work
+    def prepare(self) -> None:
+        """Usage and input errors before any runner starts: specs, files, the decoder's I/O, prompts."""
+        cfg = self.cfg
+        if cfg.steps < 1:
+            raise UsageError(f"--steps must be at least 1, got {cfg.steps}")
+        parse_runner_spec(cfg.reference)
+        parse_runner_spec(cfg.test)
+        for path in {cfg.model, self.ref_path}:
+            check_readable_file(path)
+        self.test_model = self._structure(cfg.model)
+        self.test_io = discover(self.test_model, cfg.names, cfg.model)
+        if self.ref_path != cfg.model:
+            self.ref_model = self._structure(self.ref_path)
+            self.ref_io = discover(self.ref_model, cfg.names, self.ref_path)
+            check_compatible(self.test_io, self.ref_io, cfg.model)
+        else:
+            self.ref_model, self.ref_io = self.test_model, self.test_io
+        self.prompts = [list(p) for p in cfg.prompts] or P.random_prompts(cfg.samples, cfg.seed, self.ref_io.vocab)
+        if not self.prompts:  # (a comparison of nothing would pass)
+            raise UsageError("no prompts to run: give --prompt-ids, --prompts or --samples N (N >= 1)")
+        P.check_ids(self.prompts, self.ref_io.vocab)
+        preflight_specs([cfg.reference], self.ref_path, self._base(self.ref_path))
+        preflight_specs([cfg.test], cfg.model, self._base(cfg.model))
+
+    def _structure(self, path: str):
+        """The model without its weights; its external data files checked (present, long enough)."""
+        model = load_model(path, load_external_data=False)
+        if has_external_data(model):
+            check_external_files(model, external_data_folder(path, self.cfg.external_data_dir), path)
+        return model
+
+    def _base(self, model: str) -> RunOptions:
+        return RunOptions(model, external_data_dir=self.cfg.external_data_dir)
+
+    # ---------------------------------------------------------------- the loop
+    def run(self) -> LlmOutcome:
+        self.prepare()
+        assert self.test_io is not None
+        out = LlmOutcome(mode="free-run" if self.cfg.free_run else "teacher-forced", description=self.test_io.describe())
+        start = time.perf_counter()
+        found: Optional[Tuple[Divergence, Feed, Feed]] = None
+        try:
+            ref = make_runner(self.cfg.reference, self.ref_path, base=self._base(self.ref_path), name="reference")
+            test = make_runner(self.cfg.test, self.cfg.model, base=self._base(self.cfg.model), name="test")
+            with ref, test:
+                self._said(ref, "the reference")
+                self._said(test, "the runner under test")
+                self.rep.started(len(self.prompts), self.cfg.steps)
+                for k, prompt in enumerate(self.prompts):
+                    found = self._prompt(k, prompt, ref, test, out)
+                    out.prompts_checked += 1
+                    if found:
+                        break
+            if found:
+                out.first_divergence = found[0]
+                self._finish(found)
+        except KeyboardInterrupt:
+            out.interrupted = True
+            out.first_divergence = found[0] if found else None
+        out.seconds = time.perf_counter() - start
+        return out
+
+    def _prompt(self, k: int, prompt: List[int], ref, test, out: LlmOutcome):
+        """One prompt's steps: (divergence, test feed, reference feed) at the first failing step, else None."""
+        assert self.test_io is not None and self.ref_io is not None
+        tokens, ref_cache, test_cache = list(prompt), None, None
+        generated: List[int] = []
+        for step in range(self.cfg.steps):
+            ref_feed = step_feed(self.ref_io, tokens, ref_cache)
+            test_feed = step_feed(self.test_io, tokens, test_cache if self.cfg.free_run else ref_cache)
+            ref_out, test_out = _infer(ref, ref_feed, k, step), _infer(test, test_feed, k, step)
+            res = compare_step(self.test_io, self.ref_io, test_out, ref_out, self.tol)
+            out.steps_checked += 1
+            self.rep.step(k, step, res)
+            if res.kind is not None:
+                kv = 0 if ref_cache is None else len(generated) + len(prompt) - 1
+                div = Divergence(k, list(prompt), step, res.kind, [c.name for c in res.failed], res.max_abs_diff(),
+                                 kv, list(generated))
+                self.rep.prompt_done(k, step + 1, f"diverges at step {step} ({res.kind})")
+                return div, test_feed, ref_feed
+            if res.flipped:
+                out.near_ties.append(NearTie(k, step, res.reference_token, res.test_token, res.margin, res.difference))
+                if self.cfg.free_run:
+                    self.rep.prompt_done(k, step + 1, f"the generations part at step {step} on a near tie")
+                    return None
+            total = len(prompt) + step  # positions in the cache after this step
+            ref_cache = cache_of(self.ref_io, ref_out, total, self.ref_path)
+            test_cache = cache_of(self.test_io, test_out, total, self.cfg.model) if self.cfg.free_run else None
+            tokens = [res.reference_token]
+            generated.append(res.reference_token)
+        self.rep.prompt_done(k, self.cfg.steps, "")
+        return None
+
+    def _said(self, runner, side: str) -> None:
+        """What a runner chose itself (OpenVINO's bf16 on CPUs with bfloat16), and its notes."""
+        if getattr(runner, "precision", None):
+            self.rep.info(f"{side} ({runner.name}) computes in {runner.precision}, its device's default "
+                          "(openvino:precision=f32 for float32)")
+        for note in getattr(runner, "notes", []):
+            self.rep.warn(f"{side}: {note}")
+
+    # ---------------------------------------------------------------- at the divergence
+    def _finish(self, found: Tuple[Divergence, Feed, Feed]) -> None:
+        div, test_feed, ref_feed = found
+        if self.cfg.save_step_inputs:
+            save_inputs(self.cfg.save_step_inputs, [test_feed])
+            div.saved_inputs = self.cfg.save_step_inputs
+            div.reduce_command = self.reduce_command(self.cfg.save_step_inputs)
+        if not self.cfg.localize:
+            return
+        self.rep.info(f"Localizing step {div.step} of prompt {div.prompt}: every tensor of both sides on its feeds")
+        try:
+            test_vals = every_tensor_once(self.cfg.test, self.cfg.model, test_feed, self.cfg.external_data_dir)
+            ref_vals = every_tensor_once(self.cfg.reference, self.ref_path, ref_feed, self.cfg.external_data_dir)
+        except ToolkitError as exc:  # the divergence stands; only its localization is lost
+            div.localize_error = exc.message
+            self.rep.warn(f"the layerwise pass at step {div.step} failed: {exc.message}")
+            return
+        div.located = first_diverging(self.test_model, self.ref_model, test_vals, ref_vals, self.tol)
+        if div.located is None and not pairing(self.test_model, self.ref_model, test_vals, ref_vals):
+            div.localize_error = ("the two models name and structure their tensors differently: no tensor of one "
+                                  "pairs with a tensor of the other")
+        elif div.located is None:
+            div.localize_error = ("no tensor differs beyond the tolerances with every tensor marked (marking changes "
+                                  "what a runtime fuses); the step's outputs differ as deployed")
+
+    def reduce_command(self, inputs: str) -> str:
+        """The ``debug reduce --compare`` command that shrinks the step's graph to the fault."""
+        cfg = self.cfg
+        words = ["toolkit", "debug", "reduce", cfg.model, "-o", "reduced.onnx", "--compare", cfg.reference, cfg.test,
+                 "--load-inputs", inputs]
+        if cfg.reference_model:
+            words += ["--reference-model", cfg.reference_model]
+        for flag, values in (("--atol", cfg.atol), ("--rtol", cfg.rtol), ("--check-error-stat", cfg.check_error_stat)):
+            if values:
+                words += [flag, *values]
+        if cfg.external_data_dir:
+            words += ["--external-data-dir", cfg.external_data_dir]
+        return " ".join(shlex.quote(w) for w in words)
+
+
+def _infer(runner, feed: Feed, prompt: int, step: int):
+    """One inference; a failure names the prompt and step it happened at."""
+    try:
+        return runner.infer(feed)
+    except ToolkitError as exc:
+        raise type(exc)(f"prompt {prompt}, step {step} (cache length {_cache_length(feed)}): {exc.message}",
+                        exc.exit_code) from None
+
+
+def _cache_length(feed: Feed) -> int:
+    lengths = [a.shape[2] for name, a in feed.items() if getattr(a, "ndim", 0) == 4]
+    return int(lengths[0]) if lengths else 0
