@@ -14,7 +14,7 @@ import tempfile
 from typing import Iterator, Optional
 
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError, UsageError, reraise_bug
-from toolkit.core import inplace
+from toolkit.core import create, inplace
 from toolkit.core.functions import check_inlined_size, interruptible
 from toolkit.core.graphs import (  # noqa: F401  (re-exported)
     all_tensors,
@@ -207,12 +207,10 @@ def atomic_output(path: str, mode: str = "wb") -> Iterator:
             stream.flush()
             return
         check_output_path(path)
-        folder = os.path.dirname(os.path.abspath(path))
         tmp = None
         try:
             with _signals_held():  # a Ctrl-C between creating the temp file and naming it would leave it
-                fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-            # (the documented hidden temp name: .NAME.<random>.tmp, see temp_name)
+                fd, tmp = create.temp_beside(path)  # (O_EXCL|O_NOFOLLOW: .NAME.<random>.tmp)
             with os.fdopen(fd, mode) as f:
                 yield f
             with contextlib.suppress(OSError):
@@ -405,10 +403,12 @@ def _save_with_external_data(
         for t in all_tensors(model):
             if t.HasField("raw_data") and sys.getsizeof(t.raw_data) >= size_threshold:
                 set_external_data(t, tmp_loc)
+                if not os.path.exists(tmp_data):  # (made here, new: onnx then appends to a file of ours)
+                    os.close(create.create_new(tmp_data, final=data_file))
         write_external_data_tensors(model, folder)
         _relocate(model, tmp_loc, location)  # point the model at the final name before serializing it
         tmp_model = os.path.join(folder, temp_name(os.path.basename(path)))
-        with open(tmp_model, "xb") as f:
+        with create.open_new(tmp_model, "wb", final=path) as f:
             f.write(model.SerializeToString())
         _normal_permissions(tmp_data)
         _normal_permissions(tmp_model)
@@ -490,11 +490,7 @@ class _Swing:
                 os.unlink(self.backup)
 
 
-def temp_name(basename: str) -> str:
-    """The documented hidden temp name of a file being written: ``.NAME.<random>.tmp``."""
-    import secrets  # (hashlib, hmac: not for --help)
-
-    return f".{basename}.{secrets.token_hex(4)}.tmp"
+temp_name = create.temp_name
 
 
 def _normal_permissions(path: str) -> None:

@@ -22,6 +22,7 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from toolkit.core.create import make_folder
 from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError
 from toolkit.core.model import (
     check_output_path,
@@ -663,7 +664,7 @@ class Reducer(Artifacts):
                 worker.runner = self.runner
             else:
                 worker.folder = os.path.dirname(artifact)
-                os.makedirs(worker.folder, exist_ok=True)
+                make_folder(worker.folder)  # (a link left there would lead its files elsewhere)
                 if self._runner_factory is not None:
                     worker.runner = self._runner_factory(k, artifact, worker.env)
                 else:
