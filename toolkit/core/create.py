@@ -25,6 +25,8 @@ import os
 import secrets
 from typing import Optional, Tuple
 
+from toolkit.core.phases import report_temp
+
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NEW = os.O_CREAT | os.O_EXCL | NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)
 TRACE_ENV = "TOOLKIT_TRACE_CREATED"
@@ -69,9 +71,11 @@ def temp_beside(path: str, mode: int = 0o600) -> Tuple[int, str]:
     for _ in range(100):
         tmp = os.path.join(folder, temp_name(os.path.basename(path)))
         try:
-            return create_new(tmp, mode, final=path), tmp
+            fd = create_new(tmp, mode, final=path)
         except FileExistsError:
             continue
+        report_temp(tmp)  # (a supervising parent removes it if this process dies by a signal)
+        return fd, tmp
     raise FileExistsError(errno.EEXIST, "no free temp file name", folder)
 
 
