@@ -26,6 +26,7 @@ from toolkit.core.graphs import (  # noqa: F401  (re-exported)
     undecodable_text,
 )
 from toolkit.core.meta import TensorMeta, dtype_from_onnx
+from toolkit.core.text import shown_name
 from toolkit.core.paths import STDIO, describe, forget_written, note_written  # noqa: F401  (STDIO, describe: re-exported)
 
 # Protobuf refuses to serialize messages of 2 GiB or more.
@@ -50,6 +51,33 @@ def check_readable_file(path: str) -> None:
         (os.path.isdir(path), "is a directory, expected a file"),
         (not os.access(path, os.R_OK), "permission denied"),
     ])
+
+
+_SPECIAL = (
+    ("S_ISFIFO", "a FIFO (named pipe)"),
+    ("S_ISCHR", "a character device"),
+    ("S_ISBLK", "a block device"),
+    ("S_ISSOCK", "a socket"),
+)
+
+
+def check_data_file(path: str) -> None:
+    """InputError (exit 3) when ``path`` is a FIFO, a device or a socket: a data file is read
+    whole, more than once and by size, which such a file cannot give (a FIFO would block, a
+    device never end). Checked without opening it; stdin (``-``) is its own case."""
+    import stat
+
+    if path == STDIO:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # (the reader says what is wrong)
+    for test, what in _SPECIAL:
+        if getattr(stat, test)(mode):
+            raise InputError(
+                f"{path}: is {what}, not a data file; save the data to a regular file (or pipe it to stdin as -)"
+            )
 
 
 def read_bytes(path: str) -> bytes:
@@ -147,11 +175,32 @@ def check_external_files(model, base_dir: str, path: str = "") -> None:
             )
 
 
+def check_external_lengths(model, path: str = "") -> None:
+    """InputError naming the first external tensor whose ``length`` entry does not fit its dims
+    and type (read from the model alone, before any data is)."""
+    from toolkit.core.graphs import is_external, stored_nbytes
+
+    for t in all_tensors(model):
+        if not is_external(t):
+            continue
+        length = next((e.value for e in t.external_data if e.key == "length"), None)
+        need = stored_nbytes(t)
+        if length is None or need is None:
+            continue
+        if not length.isdigit() or int(length) != need:
+            raise InputError(
+                f"{describe(path)}: the external data of tensor '{shown_name(t.name)}' is {length} bytes long "
+                f"('length' in the model) but its dims {list(t.dims)} need {need} bytes; the model's external "
+                "data entries are damaged: re-export or re-save the model"
+            )
+
+
 def load_external_data_into(model, base_dir: str, path: str = "") -> None:
     from onnx.checker import ValidationError
     from onnx.external_data_helper import load_external_data_for_model
 
     check_external_files(model, base_dir, path)
+    check_external_lengths(model, path)
     try:
         load_external_data_for_model(model, base_dir)
     except LIBRARY_ERRORS + PYTHON_ERRORS + (ValidationError,) as exc:  # (onnx's reader on a malformed entry)

@@ -436,7 +436,8 @@ class Reducer(Artifacts):
         self._note_failing(mask, failed, cand)
         if self.cfg.artifacts:
             self._sort_artifacts(failed, cand, worker, it.number)
-        if self.cfg.save_replay:
+        if self.cfg.save_replay and self.memo.get(self.index.full_mask) is not False:
+            # (when the full model passes there is nothing to reduce, and nothing is written)
             self.replay.save(self.cfg.save_replay)
         if self.cfg.iter_info:
             self._write_iter_info(cand, it)
