@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import errno
 import os
-import secrets
 from typing import Optional, Tuple
 
 from toolkit.core.phases import report_temp
@@ -62,6 +61,8 @@ def open_new(path: str, mode: str = "wb", *, final: Optional[str] = None, **kwar
 
 def temp_name(basename: str) -> str:
     """The documented hidden temp name of a file being written: ``.NAME.<random>.tmp``."""
+    import secrets  # (hashlib, hmac: not for --help)
+
     return f".{basename}.{secrets.token_hex(4)}.tmp"
 
 

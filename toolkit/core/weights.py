@@ -271,7 +271,8 @@ def _reach(src: str, target: str, copy_ok: bool, note, hard_links: bool) -> None
     why = "the filesystem cannot clone files"
     if hard_links:
         try:
-            os.link(src, target)
+            os.link(src, target)  # (a new name: fails, never follows, when anything is there)
+            create.trace(target)
             return
         except OSError as exc:
             why = f"a hard link was not possible ({exc.strerror or exc})"
