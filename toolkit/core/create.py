@@ -37,7 +37,7 @@ def trace(path: str) -> None:
     if not log:
         return
     try:
-        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT | NOFOLLOW, 0o600)
     except OSError:
         return
     try:
