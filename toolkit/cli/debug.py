@@ -109,7 +109,7 @@ def summary_json(outcome, cfg) -> dict:
             "output": cfg.output if outcome.output_written else None,
             "min_good": cfg.min_good if outcome.min_good_written else None,
             "min_good_nodes": outcome.min_good_nodes,
-            "replay": outcome.replay_path or cfg.save_replay,
+            "replay": outcome.replay_path or (cfg.save_replay if outcome.status != "passed" else None),
             "iter_artifact": cfg.iter_artifact if not cfg.remove_intermediate else None,
         },
         "stopped_by": outcome.stopped_by,
