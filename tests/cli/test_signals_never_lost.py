@@ -84,7 +84,7 @@ def test_a_signal_at_a_random_time_ends_the_command_with_130(tmp_path, sig):
     _model(tmp_path / "m.onnx")
     rng = random.Random(int(sig))
     env = dict(os.environ, PYTHONPATH=str(REPO))
-    for trial in range(4):
+    for trial in range(3):
         out = tmp_path / f"out{trial}.onnx"
         proc = subprocess.Popen([sys.executable, "-m", "toolkit", "surgeon", "sanitize", "m.onnx", "-o", out.name,
                                  "--fold-constants"], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
