@@ -72,7 +72,7 @@ def temp_beside(path: str, mode: int = 0o600) -> Tuple[int, str]:
     for _ in range(100):
         tmp = os.path.join(folder, temp_name(os.path.basename(path)))
         try:
-            fd = create_new(tmp, mode, final=path)
+            fd = create_new(tmp, mode, readable=True, final=path)  # (O_RDWR, as mkstemp gives)
         except FileExistsError:
             continue
         report_temp(tmp)  # (a supervising parent removes it if this process dies by a signal)
