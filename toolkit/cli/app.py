@@ -9,9 +9,7 @@ a warm process (the reducer's forked worker) builds each one once.
 
 import importlib
 import os
-import signal
 import sys
-import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -19,11 +17,10 @@ import typer
 from typer.core import TyperGroup
 
 from toolkit import __version__
-from toolkit.cli import output
+from toolkit.cli import output, signals
 from toolkit.cli.app_settings import root_settings
 from toolkit.cli.errors import report_interrupt, run_with_boundary
 from toolkit.cli.options import take_common_options
-from toolkit.core.phases import report_interrupted
 from toolkit.core import inplace
 
 # The backends the root --help names: the title of every runner kind that toolkit.run.registry
@@ -104,16 +101,6 @@ def _root(
     """The root command (its help is HELP)."""
 
 
-def _importing(frame) -> bool:
-    """Whether ``frame`` runs inside an import (importlib's frames are on the stack)."""
-    depth = 0
-    while frame is not None and depth < 400:
-        if frame.f_code.co_filename.startswith("<frozen importlib"):
-            return True
-        frame, depth = frame.f_back, depth + 1
-    return False
-
-
 def build_app(names: Optional[List[str]] = None, lazy: bool = False) -> typer.Typer:
     """The root Typer app with the named groups (default: all of them); with ``lazy``, an
     app with none registered whose root group loads them on demand."""
@@ -161,64 +148,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     output.reset()
     output.state.argv = list(argv)
     try:
-        with _signals():
+        with signals.handled():
             return run_with_boundary(_main, argv)
     finally:
         output.reset()
         inplace.release_all()  # (the locks of an in-place rewrite: a warm process runs more commands)
-
-
-class _signals:
-    """SIGTERM and SIGHUP end a command as Ctrl-C does (KeyboardInterrupt: temp files removed,
-    `debug reduce` writes what it has, the running check is killed, exit 130); a second one
-    while that cleanup runs is ignored. Which signal came is kept for the message. Only the
-    main thread can set handlers; elsewhere nothing changes."""
-
-    NAMES = ("SIGINT", "SIGTERM", "SIGHUP")
-
-    def __enter__(self):
-
-        self.old: dict = {}
-        if threading.current_thread() is not threading.main_thread():
-            return self
-        for name in self.NAMES:
-            num = getattr(signal, name, None)
-            if num is None:
-                continue
-            current = signal.getsignal(num)
-            default = signal.default_int_handler if name == "SIGINT" else signal.SIG_DFL
-            if current is not default and not getattr(current, "toolkit_early", False):
-                continue  # ignored (a background job, nohup) or handled by someone else: leave it
-            try:
-                self.old[num] = signal.signal(num, self._handler)
-            except (ValueError, OSError):  # pragma: no cover - not settable here
-                pass
-        return self
-
-    @staticmethod
-    def _handler(signum, frame):
-        if _importing(frame):
-            # raised inside an import, KeyboardInterrupt can leave a module half-initialised (a C
-            # extension then reports it as missing): the signal is delivered again just after
-
-            timer = threading.Timer(0.05, os.kill, (os.getpid(), signum))
-            timer.daemon = True
-            timer.start()
-            return
-        first = output.state.signal is None
-        output.state.signal = signum
-        report_interrupted()  # (a supervising parent passes on no second copy of it)
-        if signum == signal.SIGINT or first:
-            raise KeyboardInterrupt
-
-    def __exit__(self, *exc):
-
-        for num, old in self.old.items():
-            try:
-                signal.signal(num, old)
-            except (ValueError, OSError):  # pragma: no cover
-                pass
-        return False
 
 
 def _main(argv: List[str]) -> int:

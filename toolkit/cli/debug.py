@@ -23,7 +23,7 @@ from toolkit.core.text import escape_controls
 from toolkit.cli.app import worker_entry
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, from_params, values_for
-from toolkit.cli.output import interrupted_by, log, state, warn
+from toolkit.cli.output import interrupted_by, log, result, state, warn
 from toolkit.core import shared_options as S
 from toolkit.core.declare import declared, option, required, switch
 from toolkit.core.errors import ExitCode, InputError, UsageError
@@ -52,8 +52,9 @@ the run; later, a broken check counts as a pass and is reported.
 
 Exit codes: 0 reduced, or the full model passes the check (nothing written, with a warning);
 2 usage error; 3 bad input, or the check command itself fails on the full model (4 when it
-lacks a dependency or program); 130 interrupted (Ctrl-C or end of input; the smallest
-failing model so far is written to -o and the verdicts to the replay file).
+lacks a dependency or program; 3 too when the input ends while asking for a verdict); 130
+interrupted (Ctrl-C; the smallest failing model so far is written to -o and the verdicts to
+the replay file, as they are at the end of input).
 
 --json prints a summary object on stdout (see docs/debug-reduce.md).
 
@@ -108,7 +109,7 @@ def summary_json(outcome, cfg) -> dict:
             "output": cfg.output if outcome.output_written else None,
             "min_good": cfg.min_good if outcome.min_good_written else None,
             "min_good_nodes": outcome.min_good_nodes,
-            "replay": outcome.replay_path or cfg.save_replay,
+            "replay": outcome.replay_path or (cfg.save_replay if outcome.status != "passed" else None),
             "iter_artifact": cfg.iter_artifact if not cfg.remove_intermediate else None,
         },
         "stopped_by": outcome.stopped_by,
@@ -146,10 +147,12 @@ def _summary(outcome, cfg) -> int:
             f"{cfg.output} was not written"
         )
         return int(ExitCode.OK)
+    if outcome.status == "interrupted" and outcome.stopped_by == "eof":
+        return _end_of_input(outcome, cfg, stats)
     if outcome.status == "interrupted":
 
         state.interrupt_reported = True
-        why = "End of input" if outcome.stopped_by == "eof" else "I" + interrupted_by()[1:]
+        why = "I" + interrupted_by()[1:]
         if outcome.output_written:
             log(
                 f"{why}: the smallest failing model so far ({_plural(outcome.nodes_after, 'node')}) "
@@ -162,6 +165,20 @@ def _summary(outcome, cfg) -> int:
         return int(ExitCode.INTERRUPTED)
     _summary_reduced(outcome, cfg, stats)
     return int(ExitCode.OK)
+
+
+def _end_of_input(outcome, cfg, stats: str) -> int:
+    """The answers ran out (stdin ended) while asking for a verdict: exit 3, one error line."""
+    if outcome.output_written:
+        kept = f"the smallest failing model so far ({_plural(outcome.nodes_after, 'node')}) was written to {cfg.output}"
+    else:
+        kept = f"no failing model was found yet, so {cfg.output} was not written"
+    resume = f"; resume with --load-debug-replay {outcome.replay_path}" if outcome.replay_path else ""
+    result(
+        f"error: end of input while asking whether a subgraph passes ({stats}): {kept}{resume}; answer every question, "
+        "or give --check COMMAND to decide without asking"
+    )
+    return int(ExitCode.BAD_INPUT)
 
 
 def _summary_reduced(outcome, cfg, stats: str) -> None:

@@ -8,6 +8,7 @@ depths), so that logs stay greppable.
 from __future__ import annotations
 
 from toolkit.cli.output import err_console, log
+from toolkit.core.text import escape_controls
 from toolkit.run.diagnosis import Diagnosis, depth_line, depth_table, gx, text_lines
 
 
@@ -32,7 +33,7 @@ def render_diagnosis(diag: Diagnosis, *, rich: bool) -> None:
         elif "error/tolerance by depth" in line:
             _rich_depth(diag)
             continue
-        con.print(Text(line, style=style or ""), highlight=False)
+        con.print(Text(escape_controls(line, keep_newlines=True), style=style or ""), highlight=False)
 
 
 def _rich_depth(diag: Diagnosis) -> None:

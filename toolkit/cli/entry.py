@@ -4,7 +4,8 @@ Importing the CLI takes tens of milliseconds; a Ctrl-C (or SIGTERM, SIGHUP) in t
 would otherwise be a Python traceback (or a silent exit 143). Until the command's own
 handlers take over (:func:`toolkit.cli.app.main`), such a signal ends the process at once
 with one ``error: interrupted (SIGNAL) ...`` line and exit code 130: nothing has been read
-or written yet.
+or written yet. The same handler is back once the command has ended (until the process
+exits): a signal then still ends it with exit 130, and the line says the command had ended.
 """
 
 import os
@@ -18,7 +19,11 @@ def _early(signum, frame) -> None:
         name = signal.Signals(signum).name
     except ValueError:  # pragma: no cover
         name = f"signal {signum}"
-    os.write(2, f"error: interrupted ({name}) while starting; nothing was read or written\n".encode())
+    if getattr(_early, "ended", False):  # (set when the command's own handlers hand back)
+        when = "after the command had ended; what it wrote is complete"
+    else:
+        when = "while starting; nothing was read or written"
+    os.write(2, f"error: interrupted ({name}) {when}\n".encode())
     os._exit(130)
 
 

@@ -93,8 +93,15 @@ def configure(level: Optional[int] = None, log_file: Optional[str] = None, forma
             folder = os.path.dirname(log_file)
             if folder:
                 os.makedirs(folder, exist_ok=True)
-            state.log_file = open(log_file, "a", encoding="utf-8")
+            from toolkit.core.create import open_append
+
+            state.log_file = open_append(log_file)  # (never through a link left at that name)
         except OSError as exc:
+            if os.path.islink(log_file):
+                raise UsageError(
+                    f"--log-file {log_file} is a symbolic link; a log is never written through one: give the file it "
+                    "points to, or another name"
+                ) from None
             raise UsageError(f"--log-file {log_file}: cannot write it ({exc.strerror or exc})") from None
         state.log_file_path = log_file
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Optional
 
 from toolkit.cli.output import INFO, VERBOSE, WARNING, emit, enabled, err_console, is_terminal, progress, to_log_file
 from toolkit.core.meta import dtype_from_numpy, format_meta
+from toolkit.core.text import escape_controls
 from toolkit.run.options import Reporter as RunReporter
 
 if TYPE_CHECKING:
@@ -91,6 +92,7 @@ class CliReporter(RunReporter):
     def _print(self, text: str, style: Optional[str] = None, level: int = INFO) -> None:
         if self._progress is not None:
             if enabled(level):
+                text = escape_controls(text, keep_newlines=True)
                 self._progress.console.print(text, style=style, markup=False, highlight=False)
                 to_log_file(text)
         else:
@@ -104,6 +106,7 @@ class CliReporter(RunReporter):
         lines += [f"    {m}" for m in metas(feed)]
         lines.append("    ---- Inference Output(s) ----")
         lines += [f"    {m}" for m in metas(outputs)]
+        lines = [escape_controls(ln) for ln in lines]  # (names are escaped already: this is the runner's)
         if self.rich:
             from rich.text import Text
 

@@ -28,6 +28,7 @@ import toolkit.run
 from toolkit.backends.onnxrt import set_log_severity
 from toolkit.cli.output import is_quiet, ort_log_sink, ort_severity, state, verbose
 from toolkit.core.errors import InferenceError, UsageError
+from toolkit.core.text import shown_name
 from toolkit.run import options as run_options
 from toolkit.run import registry  # registry.KINDS, looked up when used: kinds register late
 
@@ -260,6 +261,7 @@ def _final(passed: bool, command: str, mismatched: List[str]) -> None:
 def _names(names: List[str], limit: int = 20) -> str:
     """Tensor names for a summary line: all of them up to ``limit``, else the first ones and a count
     (each failing tensor has its own line above)."""
+    names = [shown_name(n) for n in names]
     if len(names) <= limit:
         return ", ".join(names)
     return f"{', '.join(names[:10])}, ... ({len(names)} in all)"
@@ -298,7 +300,7 @@ def render_comparison(pair, *, quiet: bool = False) -> None:
         if not quiet:
             extra = []
             if it.only_a:
-                shown = ", ".join(it.only_a[:5]) + (" ..." if len(it.only_a) > 5 else "")
+                shown = ", ".join(map(shown_name, it.only_a[:5])) + (" ..." if len(it.only_a) > 5 else "")
                 extra.append(f"{len(it.only_a)} only in {pair.label_a}: {shown}{_marking_hint(pair.label_b)}")
             if it.only_b:
                 extra.append(f"{len(it.only_b)} only in {pair.label_b}{_marking_hint(pair.label_a)}")
@@ -335,7 +337,7 @@ def _verdict(o) -> str:
 
 
 def _plain_row(o) -> str:
-    head = f"{_verdict(o)} | {o.name}"
+    head = f"{_verdict(o)} | {shown_name(o.name)}"
     if o.message:
         return f"{head} | {o.message}"
     dt = "" if o.dtype_a == o.dtype_b else f" | dtypes {o.dtype_a} vs {o.dtype_b}"
@@ -362,7 +364,7 @@ def _rich_table(rows) -> None:
     from rich.text import Text
 
     console = err_console()
-    longest = max((len(o.name) for o in rows), default=0)
+    longest = max((len(shown_name(o.name)) for o in rows), default=0)
     if console.width < 110 + longest:
         # too narrow for nine columns and whole names (names are never wrapped: they are
         # copied and grepped): plain lines, which the terminal may wrap but Rich never breaks
@@ -393,7 +395,7 @@ def _rich_table(rows) -> None:
     for o in rows:
         verdict = Text(_verdict(o), style="green" if o.passed else "bold red")
         if o.message:
-            table.add_row(verdict, Text(o.name), "-", "-", "-", "-", "-", "-", Text(o.message, style="red"))
+            table.add_row(verdict, Text(shown_name(o.name)), "-", "-", "-", "-", "-", "-", Text(o.message, style="red"))
             continue
         notes = []
         if o.dtype_a != o.dtype_b:
@@ -408,7 +410,7 @@ def _rich_table(rows) -> None:
             notes.append(f"{o.skipped}/{o.size} not compared: {o.skipped_why}")
         table.add_row(
             verdict,
-            Text(o.name),
+            Text(shown_name(o.name)),
             _g(o.max_abs),
             _g(o.mean_abs),
             _g(o.max_rel),

@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Optional
 
 from toolkit.cli.output import is_terminal, log, progress, warn
+from toolkit.core.text import escape_controls
 from toolkit.precision.search import Reporter as PrecisionProgress
 from toolkit.reduce.session import Reporter as ReduceProgress
 
@@ -35,6 +36,7 @@ class ReduceReporter(ReduceProgress):
     # -- helpers
     def _print(self, text: str, style: Optional[str] = None) -> None:
         if self.progress is not None:
+            text = escape_controls(text, keep_newlines=True)
             self.progress.console.print(text, markup=False, highlight=False, style=style, soft_wrap=True)
             self._refresh()
         else:

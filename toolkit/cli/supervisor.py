@@ -22,7 +22,7 @@ from toolkit.cli import output
 from toolkit.cli.errors import run_with_boundary
 from toolkit.core import phases
 from toolkit.core.phases import INTERRUPTED
-from toolkit.core.supervise import signal_name
+from toolkit.core.supervise import fork, signal_name
 from toolkit.core.errors import InferenceError
 
 
@@ -32,7 +32,7 @@ def run_supervised(body: Callable[[], int]) -> int:
         return body()
     _flush()  # (nothing buffered may be written twice)
     read_fd, write_fd = os.pipe()
-    pid = os.fork()
+    pid = fork()  # (the child dies with this process: never a run that outlives its command)
     if pid == 0:
         os.close(read_fd)
         _child(body, write_fd)
@@ -82,8 +82,18 @@ def _parent(pid: int, fd: int) -> int:
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
     if not os.WIFSIGNALED(status):
         return os.waitstatus_to_exitcode(status)
+    _remove_temp_files(b"".join(chunks))
     runtime, phase = phases.last_phase(b"".join(chunks))
     raise InferenceError(crash_sentence(runtime, phase, os.WTERMSIG(status)))
+
+
+def _remove_temp_files(reported: bytes) -> None:
+    """The temp files of a child that died by a signal (they would be left behind otherwise)."""
+    for path in phases.temp_files(reported):
+        try:
+            os.unlink(path)
+        except OSError:
+            pass  # (renamed into place, or removed, before the child died)
 
 
 def _collect(pid: int, fd: int) -> list:

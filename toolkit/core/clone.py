@@ -13,9 +13,13 @@ def clone_file(src: str, dest: str) -> bool:
     try:
         import fcntl
 
-        with open(src, "rb") as fin, open(dest, "wb") as fout:
+        from toolkit.core.create import open_new
+
+        with open(src, "rb") as fin, open_new(dest, "wb") as fout:  # (never through a link left at dest)
             fcntl.ioctl(fout.fileno(), FICLONE, fin.fileno())
         return True
+    except FileExistsError:
+        return False
     except (OSError, ImportError):
         if os.path.exists(dest):
             os.unlink(dest)

@@ -36,7 +36,7 @@ from typing import ContextManager, Dict, Iterable, Iterator, List, Optional, Tup
 import numpy as np
 
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError
-from toolkit.core.model import STDIO, atomic_output, check_readable_file, describe, read_bytes
+from toolkit.core.model import STDIO, atomic_output, check_data_file, check_readable_file, describe, read_bytes
 from toolkit.core.npy import check_tensor_size, npy_header, read_npy_header
 
 NPZ_INDEX = "__toolkit__"
@@ -485,6 +485,7 @@ def _load_iteration_folder(path: str):
 
 
 def _load_data_uncached(path: str):
+    check_data_file(path)  # (a FIFO or a device: one sentence, never a read that blocks or never ends)
     if path != STDIO and os.path.isdir(path):
         return _load_iteration_folder(path)
     if is_npz_path(path):

@@ -161,8 +161,10 @@ def format_shape(shape: Shape) -> str:
 
 def format_meta(name: str, shape: Shape, dtype: Optional[str]) -> str:
     """``{x [dtype=float32, shape=(1, 3, 224, 224)]}`` (the format people grep)."""
+    from toolkit.core.text import shown_name
+
     dt = dtype if dtype else "?"
-    return f"{{{name} [dtype={dt}, shape={format_shape(shape)}]}}"
+    return f"{{{shown_name(name)} [dtype={dt}, shape={format_shape(shape)}]}}"
 
 
 def format_spec_shape(shape: Shape) -> str:

@@ -14,7 +14,7 @@ import tempfile
 from typing import Iterator, Optional
 
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError, UsageError, reraise_bug
-from toolkit.core import inplace
+from toolkit.core import create, inplace
 from toolkit.core.functions import check_inlined_size, interruptible
 from toolkit.core.graphs import (  # noqa: F401  (re-exported)
     all_tensors,
@@ -26,6 +26,7 @@ from toolkit.core.graphs import (  # noqa: F401  (re-exported)
     undecodable_text,
 )
 from toolkit.core.meta import TensorMeta, dtype_from_onnx
+from toolkit.core.text import shown_name
 from toolkit.core.paths import STDIO, describe, forget_written, note_written  # noqa: F401  (STDIO, describe: re-exported)
 
 # Protobuf refuses to serialize messages of 2 GiB or more.
@@ -50,6 +51,33 @@ def check_readable_file(path: str) -> None:
         (os.path.isdir(path), "is a directory, expected a file"),
         (not os.access(path, os.R_OK), "permission denied"),
     ])
+
+
+_SPECIAL = (
+    ("S_ISFIFO", "a FIFO (named pipe)"),
+    ("S_ISCHR", "a character device"),
+    ("S_ISBLK", "a block device"),
+    ("S_ISSOCK", "a socket"),
+)
+
+
+def check_data_file(path: str) -> None:
+    """InputError (exit 3) when ``path`` is a FIFO, a device or a socket: a data file is read
+    whole, more than once and by size, which such a file cannot give (a FIFO would block, a
+    device never end). Checked without opening it; stdin (``-``) is its own case."""
+    import stat
+
+    if path == STDIO:
+        return
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return  # (the reader says what is wrong)
+    for test, what in _SPECIAL:
+        if getattr(stat, test)(mode):
+            raise InputError(
+                f"{path}: is {what}, not a data file; save the data to a regular file (or pipe it to stdin as -)"
+            )
 
 
 def read_bytes(path: str) -> bytes:
@@ -147,11 +175,32 @@ def check_external_files(model, base_dir: str, path: str = "") -> None:
             )
 
 
+def check_external_lengths(model, path: str = "") -> None:
+    """InputError naming the first external tensor whose ``length`` entry does not fit its dims
+    and type (read from the model alone, before any data is)."""
+    from toolkit.core.graphs import is_external, stored_nbytes
+
+    for t in all_tensors(model):
+        if not is_external(t):
+            continue
+        length = next((e.value for e in t.external_data if e.key == "length"), None)
+        need = stored_nbytes(t)
+        if length is None or need is None:
+            continue
+        if not length.isdigit() or int(length) != need:
+            raise InputError(
+                f"{describe(path)}: the external data of tensor '{shown_name(t.name)}' is {length} bytes long "
+                f"('length' in the model) but its dims {list(t.dims)} need {need} bytes; the model's external "
+                "data entries are damaged: re-export or re-save the model"
+            )
+
+
 def load_external_data_into(model, base_dir: str, path: str = "") -> None:
     from onnx.checker import ValidationError
     from onnx.external_data_helper import load_external_data_for_model
 
     check_external_files(model, base_dir, path)
+    check_external_lengths(model, path)
     try:
         load_external_data_for_model(model, base_dir)
     except LIBRARY_ERRORS + PYTHON_ERRORS + (ValidationError,) as exc:  # (onnx's reader on a malformed entry)
@@ -207,12 +256,10 @@ def atomic_output(path: str, mode: str = "wb") -> Iterator:
             stream.flush()
             return
         check_output_path(path)
-        folder = os.path.dirname(os.path.abspath(path))
         tmp = None
         try:
             with _signals_held():  # a Ctrl-C between creating the temp file and naming it would leave it
-                fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-            # (the documented hidden temp name: .NAME.<random>.tmp, see temp_name)
+                fd, tmp = create.temp_beside(path)  # (O_EXCL|O_NOFOLLOW: .NAME.<random>.tmp)
             with os.fdopen(fd, mode) as f:
                 yield f
             with contextlib.suppress(OSError):
@@ -405,10 +452,12 @@ def _save_with_external_data(
         for t in all_tensors(model):
             if t.HasField("raw_data") and sys.getsizeof(t.raw_data) >= size_threshold:
                 set_external_data(t, tmp_loc)
+                if not os.path.exists(tmp_data):  # (made here, new: onnx then appends to a file of ours)
+                    os.close(create.create_new(tmp_data, final=data_file))
         write_external_data_tensors(model, folder)
         _relocate(model, tmp_loc, location)  # point the model at the final name before serializing it
         tmp_model = os.path.join(folder, temp_name(os.path.basename(path)))
-        with open(tmp_model, "xb") as f:
+        with create.open_new(tmp_model, "wb", final=path) as f:
             f.write(model.SerializeToString())
         _normal_permissions(tmp_data)
         _normal_permissions(tmp_model)
@@ -490,11 +539,7 @@ class _Swing:
                 os.unlink(self.backup)
 
 
-def temp_name(basename: str) -> str:
-    """The documented hidden temp name of a file being written: ``.NAME.<random>.tmp``."""
-    import secrets  # (hashlib, hmac: not for --help)
-
-    return f".{basename}.{secrets.token_hex(4)}.tmp"
+temp_name = create.temp_name
 
 
 def _normal_permissions(path: str) -> None:

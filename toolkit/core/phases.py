@@ -9,7 +9,7 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import os
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 # The write end of the pipe to the supervising parent (see toolkit.cli.supervisor); None when
 # this process is not supervised: reporting a phase is then a no-op.
@@ -44,6 +44,26 @@ def report_phase(runtime: str, phase: str) -> None:
         os.write(_PHASE_FD, f"{runtime}\t{phase}\n".encode())
     except OSError:
         pass
+
+
+def report_temp(path: str) -> None:
+    """Tell the supervising parent (if any) that this process made the temp file ``path``: if the
+    process dies by a signal before renaming or removing it, the parent removes it."""
+    if _PHASE_FD is None or "\n" in path:
+        return
+    try:
+        os.write(_PHASE_FD, f"\ttemp\t{os.path.abspath(path)}\n".encode("utf-8", "surrogateescape"))
+    except OSError:
+        pass
+
+
+def temp_files(data: bytes) -> List[str]:
+    """The temp files a child reported (:func:`report_temp`) in ``data``."""
+    found = []
+    for line in data.decode("utf-8", "surrogateescape").split("\n")[:-1]:
+        if line.startswith("\ttemp\t"):
+            found.append(line[len("\ttemp\t"):])
+    return found
 
 
 def last_phase(data: bytes) -> Tuple[str, str]:

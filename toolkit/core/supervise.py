@@ -21,6 +21,8 @@ import os
 import pickle
 import signal
 import struct
+import sys
+import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
@@ -57,6 +59,61 @@ def can_fork() -> bool:
     return hasattr(os, "fork")
 
 
+PR_SET_PDEATHSIG = 1
+_PRCTL: list = []
+
+
+def _prctl():
+    """libc's prctl on Linux (looked up once, in the parent: a child between fork and exec
+    should not load libraries), else None."""
+    if not _PRCTL:
+        func = None
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                func = ctypes.CDLL(None, use_errno=True).prctl
+            except (OSError, AttributeError):
+                func = None
+        _PRCTL.append(func)
+    return _PRCTL[0]
+
+
+def prepare_fork():
+    """Call in the parent before :func:`die_with_parent` runs in a child (loads what it needs)."""
+    return _prctl()
+
+
+def die_with_parent(parent: int) -> None:  # pragma: no cover - runs in the child
+    """In a forked child: be killed when ``parent`` dies, however it dies (SIGKILL included).
+    Linux: the kernel's parent-death signal (SIGKILL). Elsewhere: a thread that ends the child
+    once it has been handed to another parent (its parent id changes)."""
+    prctl = _PRCTL[0] if _PRCTL else None
+    if prctl is not None:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    elif hasattr(os, "getppid"):
+        import threading
+
+        def watch() -> None:
+            while os.getppid() == parent:
+                time.sleep(0.2)
+            os._exit(1)
+
+        threading.Thread(target=watch, name="toolkit-parent-watch", daemon=True).start()
+    if os.getppid() != parent:  # the parent died before the line above
+        os._exit(1)
+
+
+def fork() -> int:
+    """``os.fork()``, the child dying with this process (see :func:`die_with_parent`)."""
+    prepare_fork()
+    parent = os.getpid()
+    pid = os.fork()
+    if pid == 0:
+        die_with_parent(parent)
+    return pid
+
+
 def run_in_child(work: Callable[..., object], *args) -> ChildOutcome:
     """``work(phase, *args)`` in a forked child; ``phase(name)`` reports the phase it is in.
 
@@ -80,7 +137,7 @@ class Child:
                 self._error = exc
             return
         read_fd, write_fd = os.pipe()
-        pid = os.fork()
+        pid = fork()
         if pid == 0:  # the child
             os.close(read_fd)
             _child(work, args, write_fd)

@@ -28,3 +28,9 @@ def escape_controls(text: str, keep_newlines: bool = False) -> str:
     if pattern.search(text) is None:
         return text
     return pattern.sub(_shown, text)
+
+
+def shown_name(name) -> str:
+    """A name from a model or a file as one line of plain text (every control character, newlines
+    included, written as a visible escape)."""
+    return escape_controls(str(name))

@@ -23,6 +23,7 @@ from typing import Dict, Iterator, List, Tuple
 import onnx
 from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor
 
+from toolkit.core import create
 from toolkit.core.clone import clone_file
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError, reraise_bug
 from toolkit.core.graphs import stored_nbytes, walk_graphs
@@ -151,7 +152,7 @@ def append_refs_to_data_file(model, base_dir: str, folder: str, location: str, s
     refs = [model.graph.initializer[i] for i in top_ref_indices(model)]
     if not refs:
         return
-    with open(os.path.join(folder, location), "ab") as out:
+    with create.open_new(os.path.join(folder, location), "wb") as out:  # (a new temp file of its own)
         for t in refs:
             src, offset, length = ref_source(t, base_dir)
             if length < size_threshold:
@@ -270,7 +271,8 @@ def _reach(src: str, target: str, copy_ok: bool, note, hard_links: bool) -> None
     why = "the filesystem cannot clone files"
     if hard_links:
         try:
-            os.link(src, target)
+            os.link(src, target)  # (a new name: fails, never follows, when anything is there)
+            create.trace(target)
             return
         except OSError as exc:
             why = f"a hard link was not possible ({exc.strerror or exc})"
@@ -278,7 +280,8 @@ def _reach(src: str, target: str, copy_ok: bool, note, hard_links: bool) -> None
         return
     if not copy_ok:
         raise OSError(f"cannot reach {src} from {os.path.dirname(target)} without a copy: {why}")
-    shutil.copyfile(src, target)
+    with open(src, "rb") as fin, create.open_new(target, "wb") as fout:
+        shutil.copyfileobj(fin, fout, 16 << 20)
     if note is not None:
         note(
             f"copied {os.path.basename(src)} ({os.path.getsize(src) / 2**30:.1f} GiB) once to {target}: {why} "

@@ -50,6 +50,7 @@ from toolkit.core.datafiles import (
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.inputs import parse_val_ranges
 from toolkit.core.meta import parse_shape_specs
+from toolkit.core.supervise import fork
 from toolkit.core.noise import ULPS, amplification, is_rounding, noise_bound, storage_floor
 from toolkit.reduce.check import WarmRunner, WorkerEntry, run_in_process
 from toolkit.reduce.graph import popcount
@@ -199,7 +200,7 @@ def _reference_in_child(model: str, opts: CompareOptions, notes) -> Reference:
     result = os.path.join(folder, "reference.json")
     sys.stdout.flush()
     sys.stderr.flush()
-    pid = os.fork()
+    pid = fork()
     if pid == 0:  # pragma: no cover - the child
         code = 1
         try:

@@ -12,6 +12,7 @@ import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from toolkit.core import paths
+from toolkit.core.create import make_folder
 from toolkit.core.errors import InputError
 from toolkit.core.model import (
     write_bytes_atomic,
@@ -188,7 +189,8 @@ class Artifacts:
                     self._missing_artifacts.add(path)
                     self.reporter.warn(f"artifact {path} does not exist after iteration {number}; not sorted")
                 continue
-            os.makedirs(folder, exist_ok=True)
+            os.makedirs(self.cfg.art_dir, exist_ok=True)  # (named by the user)
+            make_folder(folder)  # (never through a link left at art/good)
             dest = self._art_dest(folder, number, path)
             if dest is None:
                 continue

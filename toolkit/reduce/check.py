@@ -36,6 +36,7 @@ from typing import Callable, Dict, List, Optional, Pattern, Sequence, Tuple
 
 import toolkit
 from toolkit.core.errors import UsageError
+from toolkit.core.supervise import die_with_parent, prepare_fork
 from toolkit.reduce.capture import Stream, found_patterns
 from toolkit.reduce.verdict import CheckResult
 
@@ -124,35 +125,6 @@ def _result(streams: List[Stream], patterns: Sequence[Pattern], **fields) -> Che
 # Every check process, and whatever it starts, carries this variable (the reduce's pid): what a
 # check detached from its process group (a daemon) is found by it at the end of the reduce.
 CHECK_TAG_ENV = "TOOLKIT_CHECK_OF"
-PR_SET_PDEATHSIG = 1
-_PRCTL: list = []
-
-
-def _prctl():
-    """libc's prctl on Linux (looked up once, in the parent: a child between fork and exec
-    should not load libraries), else None."""
-    if not _PRCTL:
-        func = None
-        if sys.platform.startswith("linux"):
-            try:
-                import ctypes
-
-                func = ctypes.CDLL(None, use_errno=True).prctl
-            except (OSError, AttributeError):
-                func = None
-        _PRCTL.append(func)
-    return _PRCTL[0]
-
-
-def _die_with_parent(parent: int) -> None:  # pragma: no cover - runs in the child
-    """In a check process: be killed when the reduce dies, however it dies (SIGKILL included)."""
-    prctl = _PRCTL[0] if _PRCTL else None
-    if prctl is not None:
-        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-    if os.getppid() != parent:  # the reduce died before the line above
-        os._exit(1)
-
-
 _SETPRIV: list = []
 
 
@@ -488,7 +460,7 @@ class WarmRunner:
                 stream.flush()
             except (OSError, ValueError):
                 pass
-        _prctl()
+        prepare_fork()
         parent = os.getpid()
         with _FORK_LOCK:
             r_out, w_out = os.pipe()
@@ -498,7 +470,7 @@ class WarmRunner:
                 code = 1
                 _fresh_fork_lock()  # ours is held (copied locked): a check that forks needs its own
                 try:
-                    _die_with_parent(parent)
+                    die_with_parent(parent)
                     os.close(r_out)
                     os.close(r_err)
                     os.environ.update(self.env or {}, **{CHECK_TAG_ENV: str(parent)})

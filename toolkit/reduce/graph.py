@@ -24,6 +24,7 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from toolkit.core.text import shown_name
 from toolkit.core.errors import InputError
 from toolkit.core.graphs import node_subgraphs, stable_topological_order, walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_to_onnx, is_dtype_name
@@ -304,7 +305,7 @@ class GraphIndex:
         return [i for i in mask_indices(mask) if not (self.pred_mask[i] & mask)]
 
     def describe(self, i: int) -> str:
-        return f"{self.names[i]} [Op: {self.ops[i]}]"
+        return f"{shown_name(self.names[i])} [Op: {self.ops[i]}]"
 
     # ------------------------------------------------------------------ candidates
 

@@ -6,18 +6,19 @@ see the other's candidates. A run therefore takes an exclusive ``flock`` on a hi
 file beside each of those paths (``.polygraphy_debug.onnx.lock``) before it writes anything;
 a second run that finds one taken stops at once. The kernel drops the lock when its process
 ends, however it ends (SIGKILL included), so a run that died never blocks the next one; a
-lock file it leaves behind is simply taken again. Where ``fcntl`` does not exist, nothing is
-locked.
+lock file it leaves behind is removed and made afresh. The lock file is always one this run
+created itself (:func:`toolkit.core.create.take_lock`): a file or link found under that name is
+never opened for writing. Where ``fcntl`` does not exist, nothing is locked.
 
 No Typer or Rich here.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
 from typing import List, Optional, Sequence, Tuple
 
+from toolkit.core.create import release_lock, take_lock
 from toolkit.core.errors import InputError
 
 
@@ -30,28 +31,7 @@ def lock_path(path: str) -> str:
 def _take(path: str) -> Tuple[Optional[int], str]:
     """(fd holding the lock, "") or (None, the holder's pid as written in the file); (-1, "")
     when no lock file can be made there (the run's own writes then report the folder)."""
-
-    lock = lock_path(path)
-    while True:
-        try:
-            fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
-        except OSError:
-            return -1, ""
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            holder = os.read(fd, 32).decode("ascii", "replace").strip()
-            os.close(fd)
-            return None, holder
-        try:
-            same = os.fstat(fd).st_ino == os.stat(lock).st_ino
-        except OSError:
-            same = False
-        if same:  # (else the previous owner removed it between our open and our lock: take a fresh one)
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-            return fd, ""
-        os.close(fd)
+    return take_lock(lock_path(path))
 
 
 class Ownership:
@@ -91,9 +71,5 @@ class Ownership:
 
     def release(self) -> None:
         for fd, lock in self._held:
-            try:
-                os.unlink(lock)  # (unlinked while still locked: a run waiting on it re-opens a fresh one)
-            except OSError:
-                pass
-            os.close(fd)
+            release_lock(fd, lock)
         self._held = []

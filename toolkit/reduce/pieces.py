@@ -13,6 +13,7 @@ from typing import Dict, Optional
 import onnx
 
 from toolkit.core.errors import InputError
+from toolkit.core.create import open_new
 from toolkit.core.model import atomic_output
 from toolkit.core.protowire import encode_field, field_header, header_len, scan_fields
 
@@ -147,7 +148,7 @@ def write_chunks(path: str, chunks, *, atomic: bool = True) -> None:
                 for c in chunks:
                     fh.write(c)
         else:
-            with open(path, "wb", buffering=1 << 20) as fh:
+            with open_new(path, "wb", buffering=1 << 20) as fh:
                 for c in chunks:
                     fh.write(c)
     except OSError as exc:

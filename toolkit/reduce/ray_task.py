@@ -23,6 +23,7 @@ import uuid
 from typing import Any, Callable, Dict, List, Optional
 
 from toolkit.core.clone import clone_file
+from toolkit.core.create import open_new, private_folder
 from toolkit.reduce.check import make_runner
 from toolkit.reduce.parallel import worker_argv
 
@@ -69,15 +70,14 @@ def stage_data(spec: dict, refs: list) -> Dict[str, str]:
     """The check's data files in this node's cache (fetched from the object store once per node)."""
     import ray
 
-    folder = cache_dir(spec["run_id"])
-    os.makedirs(folder, exist_ok=True)
+    folder = private_folder(cache_dir(spec["run_id"]))
     paths = {}
     for (path, name), ref in zip(spec["data"], refs):
         local = os.path.join(folder, name)
         if not os.path.exists(local):
             blob = ray.get(ref)
             tmp = f"{local}.{uuid.uuid4().hex[:8]}.part"
-            with open(tmp, "wb") as fh:
+            with open_new(tmp, "wb", final=local) as fh:
                 fh.write(blob)
             os.replace(tmp, local)
         paths[path] = local
@@ -132,7 +132,7 @@ def run_check(spec: Optional[dict], candidate: bytes, refs: list) -> Optional[di
         notes = [] if beside else place_weights(folder, links)
         name = os.path.basename(spec["artifact"])
         artifact = os.path.join(folder, f".toolkit-check-{uuid.uuid4().hex[:12]}-{name}" if beside else name)
-        with open(artifact, "wb") as fh:
+        with open_new(artifact, "wb") as fh:
             fh.write(candidate)
         argv = worker_argv(spec["argv"], spec["named"], artifact)
         for path, local in stage_data(spec, refs).items():

@@ -22,6 +22,7 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from toolkit.core.create import make_folder
 from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError
 from toolkit.core.model import (
     check_output_path,
@@ -435,7 +436,8 @@ class Reducer(Artifacts):
         self._note_failing(mask, failed, cand)
         if self.cfg.artifacts:
             self._sort_artifacts(failed, cand, worker, it.number)
-        if self.cfg.save_replay:
+        if self.cfg.save_replay and self.memo.get(self.index.full_mask) is not False:
+            # (when the full model passes there is nothing to reduce, and nothing is written)
             self.replay.save(self.cfg.save_replay)
         if self.cfg.iter_info:
             self._write_iter_info(cand, it)
@@ -663,7 +665,7 @@ class Reducer(Artifacts):
                 worker.runner = self.runner
             else:
                 worker.folder = os.path.dirname(artifact)
-                os.makedirs(worker.folder, exist_ok=True)
+                make_folder(worker.folder)  # (a link left there would lead its files elsewhere)
                 if self._runner_factory is not None:
                     worker.runner = self._runner_factory(k, artifact, worker.env)
                 else:

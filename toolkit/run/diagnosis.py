@@ -50,6 +50,7 @@ from toolkit.core.noise import (  # noqa: E402,F401
     storage_floor,
 )
 from toolkit.core.shapes import node_reads
+from toolkit.core.text import shown_name
 
 TOP_NODES = 5  # ranked nodes shown in a terminal diagnosis
 
@@ -463,9 +464,9 @@ def sparkline(values: Sequence[float], *, ascii_only: bool = False) -> str:
 
 
 def describe_tensor(t: TensorError) -> str:
-    where = f"'{t.name}'"
+    where = f"'{shown_name(t.name)}'"
     if t.node is not None:
-        where += f" (tensor {(t.position or 0) + 1}, depth {t.depth}), produced by node {t.node} [Op: {t.op}]"
+        where += f" (tensor {(t.position or 0) + 1}, depth {t.depth}), produced by node {shown_name(t.node)} [Op: {t.op}]"
     if t.message:
         return f"{where}: {t.message}"
     return (
@@ -479,7 +480,7 @@ def describe_node(rank: int, s: NodeScore, storage: str = "fp32") -> str:
     over = " (over the rounding step: its inputs are exact)" if s.input_error == 0 and math.isfinite(s.amplification) else ""
     unseen = f" (inputs not compared: the error may start up to {s.unseen} node(s) earlier)" if s.unseen else ""
     return (
-        f"{rank}. {s.node} [Op: {s.op}]{unseen} | amplification {times(s.amplification)}{over} | input error {g(s.input_error)} -> "
+        f"{rank}. {shown_name(s.node)} [Op: {s.op}]{unseen} | amplification {times(s.amplification)}{over} | input error {g(s.input_error)} -> "
         f"output error {g(s.output_error)} (relative L2) | {verdict}"
     )
 
@@ -495,7 +496,7 @@ def fault_line(diag: Diagnosis) -> str:
     carried = sum(1 for s in diag.ranked if s.kind == "carried")
     tail = f"; {rest} other failing node(s) are {rounding}" if rest else ""
     tail += f"; {carried} carry the error of their inputs" if carried else ""
-    return f"Error starts at: {f.node} [Op: {f.op}] ({kind_words(f.kind, diag.storage)}){tail}"
+    return f"Error starts at: {shown_name(f.node)} [Op: {f.op}] ({kind_words(f.kind, diag.storage)}){tail}"
 
 
 def depth_line(diag: Diagnosis, *, ascii_only: bool = False) -> Optional[str]:

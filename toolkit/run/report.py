@@ -23,6 +23,7 @@ from typing import List, Sequence
 
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.model import atomic_output, check_output_path
+from toolkit.core.text import escape_controls
 from toolkit.run.diagnosis import Diagnosis, depth_table, g, gx, times
 from toolkit.run.node_data import is_node_data_path, node_data
 
@@ -83,7 +84,7 @@ svg text{font:11px system-ui,sans-serif;fill:#3c4650}
 
 
 def _e(text) -> str:
-    return html.escape(str(text), quote=True)
+    return html.escape(escape_controls(str(text), keep_newlines=True), quote=True)
 
 
 def render_html(diagnoses: Sequence[Diagnosis], *, model: str = "", command: str = "") -> str:
