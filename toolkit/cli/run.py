@@ -353,8 +353,12 @@ def _plain_row(o) -> str:
 
 
 def _skipped(o) -> str:
+    """How many elements were compared (and why some were not)."""
     n = getattr(o, "skipped", 0)
-    return f" | {n} of {o.size} element(s) not compared: {o.skipped_why}" if n else ""
+    note = f" | {o.note}" if getattr(o, "note", "") else ""
+    if n:
+        return f" | {o.size - n} of {o.size} element(s) compared; {n} of {o.size} element(s) not compared: {o.skipped_why}{note}"
+    return f" | {o.size} element(s) compared{note}"
 
 
 def _rich_table(rows) -> None:
@@ -404,8 +408,11 @@ def _rich_table(rows) -> None:
             notes.append(f"median abs {_g(o.median_abs)}, rel {_g(o.median_rel)}")
         elif o.stat == "quantile":
             notes.append(f"{_quantile_name(o)} abs {_g(o.quantile_abs)}, rel {_g(o.quantile_rel)}")
+        notes.append(f"{o.size - o.skipped}/{o.size} compared")
         if getattr(o, "skipped", 0):
             notes.append(f"{o.skipped}/{o.size} not compared: {o.skipped_why}")
+        if getattr(o, "note", ""):
+            notes.append(o.note)
         table.add_row(
             verdict,
             Text(o.name),

@@ -182,6 +182,9 @@ class Reducer(Artifacts):
                 raise UsageError(f"{what} needs a file name ('-' is not supported here)")
             check_output_path(path)
         self._validate_distinct_outputs()
+        # only files there at the start can disappear (a built-in comparison's check names its
+        # reference values ``<reference>``, held in memory: no file)
+        self._check_files = [p for p in self._check_files if os.path.exists(p)]
         for path in (cfg.iter_info, cfg.save_replay):
             if path:
                 check_output_path(path)
