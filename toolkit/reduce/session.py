@@ -57,7 +57,7 @@ from toolkit.reduce.feeds import feed_maker, fold_values_maker
 from toolkit.reduce.loading import data_input_shapes, data_tensor_metas, load_for_index
 from toolkit.reduce.owner import Ownership
 from toolkit.reduce.parallel import Worker, worker_argv, worker_artifact, worker_env
-from toolkit.reduce.replay import Replay
+from toolkit.reduce.replay import Replay, replay_options, weights_digest
 from toolkit.reduce import sanity
 from toolkit.reduce.signature import Signature, feeds_maker, signature_of
 from toolkit.reduce.strategy import STRATEGIES, Plan
@@ -238,15 +238,23 @@ class Reducer(Artifacts):
         if (shapes or cfg.force_fallback) and cfg.shape_inference:
             self.metas.ensure()  # bad --model-input-shapes are reported before any check
         self.plan = Plan(self.index, reduce_inputs=cfg.reduce_inputs, reduce_outputs=cfg.reduce_outputs)
-        ident = self.index.identity()
-        self.replay = Replay(ident, self.index.size, cfg.check)
+        ident = self._replay_identity()
+        options = replay_options(cfg, getattr(self._given_runner, "info", None))
+        self.replay = Replay(ident, self.index.size, cfg.check, options)
         if cfg.load_replay:
-            self.loaded = Replay.load(cfg.load_replay, ident, self.index.size)
+            self.loaded = Replay.load(cfg.load_replay, ident, self.index.size, cfg.check, options)
             for entry in self.loaded.entries:
                 self.replay.add(
                     entry["iteration"], int(entry["nodes"], 16), entry["count"], entry["failed"], entry.get("seconds"),
                     verdict=entry.get("verdict"), code=entry.get("code"),
                 )
+
+    def _replay_identity(self) -> str:
+        """The model's digest in the replay: its structure and its weights (see toolkit.reduce.replay)."""
+        model = self.cfg.model
+        files = ([os.path.abspath(model)] if model != "-" else []) + list(self.index.external_files())
+        inits = [*self.index.initializers.values(), *self.index.sparse_initializers.values()]
+        return f"{self.index.identity()}-{weights_digest(inits, files)}"
 
     # ------------------------------------------------------------------ one verdict
 
