@@ -52,6 +52,7 @@ from toolkit.core.inputs import parse_val_ranges
 from toolkit.core.meta import parse_shape_specs
 from toolkit.core.noise import ULPS, amplification, is_rounding, noise_bound, storage_floor
 from toolkit.reduce.check import WarmRunner, WorkerEntry, run_in_process
+from toolkit.reduce.deployed import deployed_options, marking_changes, model_outputs, per_subgraph_options
 from toolkit.reduce.graph import popcount
 from toolkit.reduce.guide import rank
 from toolkit.reduce.loading import load_for_index
@@ -125,6 +126,10 @@ class Reference:
     held: List[str] = field(default_factory=list)  # names of values held in memory
     nbytes: int = 0
     in_memory: bool = True  # hold values in memory (else temp .npz files)
+    # the reference model's outputs as the reference runner runs it deployed (nothing marked), and
+    # how marking every tensor changes them ('' when it does not)
+    deployed_path: str = ""
+    marking: str = ""
 
     def close(self) -> None:
         for path in self.held:
@@ -207,7 +212,7 @@ def _reference_in_child(model: str, opts: CompareOptions, notes) -> Reference:
             os.makedirs(data)
             ref = _compute(model, opts, notes, folder=data, in_memory=False)
             info = {k: getattr(ref, k) for k in ("inputs_path", "outputs_path", "label", "iterations", "tensors",
-                                                  "missing", "seconds", "nbytes")}
+                                                  "missing", "seconds", "nbytes", "deployed_path", "marking")}
             code = 0
         except ToolkitError as exc:
             info, code = {"error": exc.message, "exit_code": int(exc.exit_code)}, 3
@@ -248,6 +253,9 @@ def _compute(
         ref.nbytes = _nbytes(outputs) + (_nbytes(inputs) if inputs is not None else 0)
         ref.outputs_path = _hold(ref, "reference", outputs)
         ref.inputs_path = _hold(ref, "reference_inputs", inputs) if inputs is not None else ref.outputs_path
+        deployed = list(model_outputs(opts.reference, ref_model, feed_source(opts, notes, loaded=golden), opts))
+        ref.marking = marking_changes(golden, deployed)
+        ref.deployed_path = _hold(ref, "deployed", RunResults([(label, [IterationResult(o, 0.0, label) for o in deployed])]))
     except BaseException:
         ref.close()
         raise
@@ -445,6 +453,9 @@ class CompareRunner(WarmRunner):
         self.ref: Optional[Reference] = None
         self.fp32_nodes: Optional[List[str]] = None  # the full model's fp32 nodes, for emulated fp16/bf16
         self.options = None  # RunOptions to run instead of the candidate's check (see run_with)
+        self.full_model = False  # the next check is of the full model (set by the reduce: see _child_main)
+        # each subgraph's reference is that subgraph on the reference runner (marking changes the reference)
+        self.per_subgraph = False
         self.info: Dict[str, Any] = {
             "reference": opts.reference, "test": opts.test, "reference_model": opts.reference_model
         }
@@ -477,6 +488,7 @@ class CompareRunner(WarmRunner):
             self.primary.prepare()
             self.ref = self.primary.ref
             self.fp32_nodes = self.primary.fp32_nodes
+            self.per_subgraph = self.primary.per_subgraph
             self._prepared = True  # imports and warm-up were done once, by the primary, in this process
             return
 
@@ -493,6 +505,7 @@ class CompareRunner(WarmRunner):
             tensors=self.ref.tensors, iterations=self.ref.iterations, reference_seconds=round(self.ref.seconds, 3),
             in_memory=bool(self.ref.held), missing_in_reference=len(self.ref.missing),
         )
+        self._say_marking()
         if self.ref.missing:
             self.notes(
                 f"{len(self.ref.missing)} tensor(s) of the model are not in the reference model; subgraph outputs "
@@ -505,6 +518,26 @@ class CompareRunner(WarmRunner):
         for path in {self.ref.inputs_path, self.ref.outputs_path}:
             load_data(path)
         self.fp32_nodes = full_model_fp32_nodes(self.model, self.opts)
+
+    def _say_marking(self) -> None:
+        """Where marking every tensor changes the reference's outputs, say so; with the model as its
+        own reference, each subgraph's reference is then that subgraph on the reference runner."""
+        ref = self.prepared_ref
+        self.info["marking_changes_reference"] = bool(ref.marking)
+        if not ref.marking:
+            return
+        self.per_subgraph = not self.opts.reference_model
+        then = (
+            "each subgraph is compared with that subgraph on the reference runner, nothing marked (both runners "
+            "run it)" if self.per_subgraph else
+            "subgraphs are compared with the marked values of the reference model (another model: it cannot be cut "
+            "like the model), so the search may not see what the full model shows"
+        )
+        self.notes(
+            f"Marking every tensor as an output changes the reference's outputs ({ref.marking}): {self.opts.reference} "
+            "fuses across tensors it must then return. The full model is judged as deployed (nothing marked, its "
+            f"outputs only); {then}"
+        )
 
     @property
     def prepared_ref(self) -> Reference:
@@ -520,10 +553,17 @@ class CompareRunner(WarmRunner):
         return run_in_process(self.entry, self.argv0, self.args)
 
     def _child_main(self, args) -> int:  # pragma: no cover - runs in the forked child
-        options = self.options
-        if options is None:
-            options = run_options(self.artifact, self.opts, self.prepared_ref, fp32_nodes=self.fp32_nodes)
-        return self.run_entry(options)
+        if self.options is not None:
+            return self.run_entry(self.options)
+        ref, fp32 = self.prepared_ref, self.fp32_nodes
+        if self.full_model:  # the verdict: as deployed, only the model's outputs, nothing marked
+            code = self.run_entry(deployed_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
+            if code != 0 or self.opts.tensors != "all":
+                return code
+            # --compare-tensors all: the outputs pass as deployed; the tensors inside may still differ
+        elif self.per_subgraph:
+            return self.run_entry(per_subgraph_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
+        return self.run_entry(run_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
 
     def run_with(self, options, tick=None):
         """One run of ``options`` (a :class:`~toolkit.run.options.RunOptions`) in the warm worker."""

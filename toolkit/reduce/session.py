@@ -327,6 +327,9 @@ class Reducer(Artifacts):
             self.reporter.iteration_start(self.iteration, cand)
             artifact = worker.artifact if worker is not None else self.cfg.iter_artifact
             self.index.write(cand, artifact, links=self._artifact_links(cand, worker))
+            target = worker.runner if worker is not None else self.runner
+            if hasattr(target, "full_model"):  # (the built-in comparison judges the full model as deployed)
+                target.full_model = mask == self.index.full_mask
             if cand.size_hint > BIG_MODEL_BYTES:
                 self._external_artifact = True  # its weights went to <artifact>.data
             self._flush_warnings()
