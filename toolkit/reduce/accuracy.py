@@ -52,7 +52,7 @@ from toolkit.core.inputs import parse_val_ranges
 from toolkit.core.meta import parse_shape_specs
 from toolkit.core.noise import ULPS, amplification, is_rounding, noise_bound, storage_floor
 from toolkit.reduce.check import WarmRunner, WorkerEntry, run_in_process
-from toolkit.reduce.deployed import deployed_options, marking_changes, model_outputs, per_subgraph_options
+from toolkit.reduce.deployed import DeployedRun, deployed_options, marking_changes, per_subgraph_options
 from toolkit.reduce.graph import popcount
 from toolkit.reduce.guide import rank
 from toolkit.reduce.loading import load_for_index
@@ -242,8 +242,11 @@ def _compute(
     label = f"reference {opts.reference}"
     ref = Reference(folder or tempfile.mkdtemp(prefix="toolkit-compare-"), "", "", label)
     ref.in_memory = in_memory
+    deployed_run = None
     try:
         own_run = ref_model != model and _needs_own_run(model, ref_model)  # (and the inputs match)
+        deployed_run = DeployedRun(opts.reference, ref_model, opts,
+                                   lambda loaded: feed_source(opts, lambda _m: None, loaded=loaded), ref.folder)
         ref_runs = every_tensor(opts.reference, ref_model, feed_source(opts, notes), opts, name=label)
         golden = [{**feed, **outs} for feed, outs in ref_runs]
         inputs = _own_values(model, opts, golden, ref, notes) if own_run else None
@@ -253,10 +256,12 @@ def _compute(
         ref.nbytes = _nbytes(outputs) + (_nbytes(inputs) if inputs is not None else 0)
         ref.outputs_path = _hold(ref, "reference", outputs)
         ref.inputs_path = _hold(ref, "reference_inputs", inputs) if inputs is not None else ref.outputs_path
-        deployed = list(model_outputs(opts.reference, ref_model, feed_source(opts, notes, loaded=golden), opts))
+        deployed = deployed_run.result(golden)
         ref.marking = marking_changes(golden, deployed)
         ref.deployed_path = _hold(ref, "deployed", RunResults([(label, [IterationResult(o, 0.0, label) for o in deployed])]))
     except BaseException:
+        if deployed_run is not None:
+            deployed_run.close()
         ref.close()
         raise
     ref.seconds = time.monotonic() - t0
