@@ -50,7 +50,7 @@ from toolkit.core.datafiles import (
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.inputs import parse_val_ranges
 from toolkit.core.meta import parse_shape_specs
-from toolkit.core.noise import ULPS, amplification, is_rounding, noise_bound, storage_floor
+from toolkit.core.noise import ULPS, amplification, is_rounding, noise_bound, precision_of, storage_floor
 from toolkit.reduce.check import WarmRunner, WorkerEntry, run_in_process
 from toolkit.reduce.deployed import DeployedRun, deployed_options, marking_changes, per_subgraph_options
 from toolkit.reduce.graph import popcount
@@ -747,7 +747,7 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
             f.evidence.update(
                 output_error=out_err, input_error=in_err, amplification=amplification(out_err, in_err, floor)
             )
-        _judge_noise(f, floor)
+        _judge_noise(f, floor, precision_of(runner.opts.test))
 
 
 def rest_is_noise(runner: CompareRunner, reducer, allowed: int) -> Optional[dict]:
@@ -768,10 +768,11 @@ def rest_is_noise(runner: CompareRunner, reducer, allowed: int) -> Optional[dict
     depth = popcount(allowed)
     if amp > ULPS or not is_rounding(err, amp, depth, floor):
         return None
-    return {"own_error": err, "amplification": amp, "noise_bound": noise_bound(floor, depth), "noise": True}
+    return {"own_error": err, "amplification": amp, "noise_bound": noise_bound(floor, depth), "noise": True,
+            "storage": precision_of(runner.opts.test)}
 
 
-def _judge_noise(f, floor: float) -> None:
+def _judge_noise(f, floor: float, storage: str = "fp32") -> None:
     """``f.evidence["noise"]``: whether the fault is rounding by the noise model (toolkit.core.noise):
     its own error, fed exact inputs, within the bound for its size, and its amplification near 1."""
 
@@ -781,6 +782,7 @@ def _judge_noise(f, floor: float) -> None:
     depth = len(f.nodes)
     ev["noise_bound"] = noise_bound(floor, depth)
     ev["noise"] = is_rounding(ev["own_error"], ev["amplification"], depth, floor)
+    ev["storage"] = storage
 
 
 def _norms(a, b, dtype):
