@@ -34,3 +34,17 @@ def test_compare_tensors_all_judges_the_outputs_as_deployed_first(cli, tmp_path)
     res = _reduce(cli, tmp_path, "--compare-tensors", "all")
     assert res.code == 0 and (tmp_path / "red.onnx").exists(), res.err
     assert "Softmax" in [n.op_type for n in onnx.load(str(tmp_path / "red.onnx")).graph.node]
+
+
+def test_a_rounding_explanation_on_an_fp16_compare_says_fp16(cli, tmp_path):
+    """Relu -> Abs -> Exp ... on onnxrt:fp16 at tolerances below fp16 rounding: the result (Exp,
+    which amplifies most) comes with a note that the nodes before it fail too; it names fp16."""
+    from modelzoo import chain, save
+
+    model = save(chain(6, shape=(1, 64), ops=["Relu", "Abs", "Exp", "Relu", "Abs", "Relu"]), tmp_path / "c.onnx")
+    res = cli("debug", "reduce", model, "-o", tmp_path / "r.onnx", "--compare", "onnxrt", "onnxrt:fp16", "--atol",
+              "1e-7", "--rtol", "1e-7", "--val-range", "[5,8]", "--iter-artifact", tmp_path / "a.onnx",
+              "--save-debug-replay", tmp_path / "r.json")
+    notes = [ln for ln in res.err.splitlines() if ln.startswith("note:")]
+    assert res.code == 0 and notes, res.err
+    assert "rounding" in notes[0] and "fp16 storage rounding" in notes[0], notes
