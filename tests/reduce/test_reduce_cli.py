@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import onnx
 import pytest
 
@@ -242,12 +243,48 @@ def test_replay_answers_without_running_the_check(cli, tmp_path, monkeypatch):
     assert first.code == 0
     doc = json.loads((tmp_path / "replay.json").read_text())
     assert doc["entries"] and all("failed" in e for e in doc["entries"])
-    # `false` would fail every check: the replay must answer everything
+    # the same check and options: the replay answers everything
     second = cli("debug", "reduce", "model.onnx", "-o", "b.onnx", "--load-debug-replay", "replay.json",
-                 "--check", "false")
+                 "--fail-regex", "n13_", "--check", *INSPECT)
     assert second.code == 0, second.err
     assert "0 checks run" in second.err and "| replay" in second.err
     assert (tmp_path / "a.onnx").read_bytes() == (tmp_path / "b.onnx").read_bytes()
+
+
+def test_a_replay_of_another_check_or_options_is_refused(cli, tmp_path, monkeypatch):
+    """A replay recorded with a check that fails on n8 never answers a check that fails on n3
+    (nor the same check under another --fail-regex): one sentence, exit 3, nothing written."""
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.chain(10), tmp_path / "model.onnx")
+    script = tmp_path / "check.py"
+    script.write_text("import sys, onnx\nnames = [n.name for n in onnx.load(sys.argv[2]).graph.node]\n"
+                      "sys.exit(1 if any(n.startswith(sys.argv[1]) for n in names) else 0)\n")
+    first = cli("debug", "reduce", "model.onnx", "-o", "a.onnx", "--save-debug-replay", "replay.json",
+                "--check", sys.executable, script, "n8_", "polygraphy_debug.onnx")
+    assert first.code == 0, first.err
+    other = cli("debug", "reduce", "model.onnx", "-o", "b.onnx", "--load-debug-replay", "replay.json",
+                "--check", sys.executable, script, "n3_", "polygraphy_debug.onnx")
+    assert other.code == 3 and "this replay was recorded with the check" in other.err, other.err
+    assert len([ln for ln in other.err.splitlines() if ln.startswith("error:")]) == 1
+    assert not (tmp_path / "b.onnx").exists()
+    widened = cli("debug", "reduce", "model.onnx", "-o", "b.onnx", "--load-debug-replay", "replay.json",
+                  "--any-failure", "--check", sys.executable, script, "n8_", "polygraphy_debug.onnx")
+    assert widened.code == 3 and "--any-failure false" in widened.err, widened.err
+    # the same model with other weights is another model
+    m = onnx.load(str(tmp_path / "model.onnx"))
+    m.graph.initializer.append(onnx.numpy_helper.from_array(np.ones(3, np.float32), "unused_w"))
+    onnx.save(m, str(tmp_path / "model.onnx"))
+    again = cli("debug", "reduce", "model.onnx", "-o", "b.onnx", "--load-debug-replay", "replay.json",
+                "--check", sys.executable, script, "n8_", "polygraphy_debug.onnx")
+    assert again.code == 3 and "different model" in again.err, again.err
+
+
+def test_a_deeply_nested_replay_is_bad_input(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.chain(3), tmp_path / "model.onnx")
+    (tmp_path / "deep.json").write_text("[" * 200000 + "]" * 200000)
+    res = cli("debug", "reduce", "model.onnx", "-o", "o.onnx", "--load-debug-replay", "deep.json", "--check", "false")
+    assert res.code == 3 and "nested too deeply" in res.err and "Traceback" not in res.err, res.err
 
 
 def test_replay_for_another_model_is_rejected(cli, tmp_path, monkeypatch):

@@ -178,3 +178,54 @@ def test_frozen_shapes_stay_in_the_result_when_both_fail_alike(cli, tmp_path, mo
     assert res.code == 0, res.err
     dims = [d.dim_value or d.dim_param for d in onnx.load(str(tmp_path / "r.onnx")).graph.input[0].type.tensor_type.shape.dim]
     assert dims == [1, 2, 5, 5]
+
+
+class TracebackCheck:
+    """Fails on n3 with exit 1 and no error class; crashes with a Python traceback (exit 1,
+    ZeroDivisionError) on any other subgraph that holds n1."""
+
+    kind = "test"
+
+    def __init__(self, artifact):
+        self.artifact = str(artifact)
+
+    def run(self, tick=None):
+        names = {n.name.split("_")[0] for n in onnx.load(self.artifact).graph.node}
+        if "n3" in names:
+            return CheckResult(1, b"", b"the output differs\n")
+        if "n1" in names:
+            tb = (b'Traceback (most recent call last):\n  File "check.py", line 9, in <module>\n    1 / 0\n'
+                  b"    ~~^~~\nZeroDivisionError: division by zero\n")
+            return CheckResult(1, b"", tb)
+        return CheckResult(0, b"", b"")
+
+    def close(self):
+        pass
+
+
+def test_a_traceback_where_the_full_model_named_no_error_is_another_failure(tmp_path):
+    from toolkit.reduce.session import Reducer
+
+    for mode in (None, "bisect", "linear"):
+        sub = tmp_path / str(mode)
+        sub.mkdir()
+        cfg = _config(sub, chain(8), mode=mode)
+        outcome = Reducer(cfg, runner=TracebackCheck(cfg.iter_artifact)).run()
+        nodes = [n.split(" ")[0] for n in outcome.final_nodes]
+        assert nodes == ["n3_neg"], (mode, nodes)
+        assert outcome.signature["kind"] == "exit" and outcome.signature["error"] is None
+        assert outcome.other_failures >= 1, mode
+    # --any-failure widens: the crash counts too
+    sub = tmp_path / "any"
+    sub.mkdir()
+    cfg = _config(sub, chain(8), mode="linear", any_failure=True)
+    outcome = Reducer(cfg, runner=TracebackCheck(cfg.iter_artifact)).run()
+    assert outcome.other_failures == 0 and outcome.signature["any_failure"]
+
+
+def test_the_error_class_of_a_traceback_is_its_last_exception():
+    from toolkit.reduce.signature import error_class
+
+    tb = b'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nmypkg.Boom: no\n'
+    assert error_class(CheckResult(1, b"", tb)) == "Boom"
+    assert error_class(CheckResult(1, b"", b"values differ\n")) == ""

@@ -82,13 +82,20 @@ def run_entry(options) -> int:
     return run_with_boundary(run_and_render, options, command, quiet=True)
 
 
+def _storage_words(noise) -> str:
+    """"fp16 storage " when the noise evidence names a reduced storage, else ""."""
+    ev = getattr(noise, "evidence", noise) if noise is not None else None
+    storage = ev.get("storage") if isinstance(ev, dict) else None
+    return f"{storage} storage " if storage and storage != "fp32" else ""
+
+
 def summarize_faults(faults: List, log_fn=log, noise=None) -> None:
     from toolkit.core.noise import times
     from toolkit.run.diagnosis import g
 
     n = len(faults)
     rest = (
-        "the rest of the model fails by rounding noise only (docs/noise.md)" if noise is not None
+        f"the rest of the model fails by {_storage_words(noise)}rounding noise only (docs/noise.md)" if noise is not None
         else "the rest of the model passes"
     )
     log_fn(

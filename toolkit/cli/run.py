@@ -355,8 +355,31 @@ def _plain_row(o) -> str:
 
 
 def _skipped(o) -> str:
+    """How many elements were compared (and why some were not)."""
     n = getattr(o, "skipped", 0)
-    return f" | {n} of {o.size} element(s) not compared: {o.skipped_why}" if n else ""
+    note = f" | {o.note}" if getattr(o, "note", "") else ""
+    if n:
+        return f" | {o.size - n} of {o.size} element(s) compared; {n} of {o.size} element(s) not compared: {o.skipped_why}{note}"
+    return f" | {o.size} element(s) compared{note}"
+
+
+def _row_notes(o) -> list:
+    """The Notes column of a numeric row."""
+    notes = []
+    if o.dtype_a != o.dtype_b:
+        notes.append(f"dtypes {o.dtype_a} vs {o.dtype_b}")
+    if o.mismatches and not o.passed:
+        notes.append(f"{o.mismatches}/{o.size} elements off")
+    if o.stat == "median":
+        notes.append(f"median abs {_g(o.median_abs)}, rel {_g(o.median_rel)}")
+    elif o.stat == "quantile":
+        notes.append(f"{_quantile_name(o)} abs {_g(o.quantile_abs)}, rel {_g(o.quantile_rel)}")
+    notes.append(f"{o.size - o.skipped}/{o.size} compared")
+    if getattr(o, "skipped", 0):
+        notes.append(f"{o.skipped}/{o.size} not compared: {o.skipped_why}")
+    if getattr(o, "note", ""):
+        notes.append(o.note)
+    return notes
 
 
 def _rich_table(rows) -> None:
@@ -397,17 +420,7 @@ def _rich_table(rows) -> None:
         if o.message:
             table.add_row(verdict, Text(shown_name(o.name)), "-", "-", "-", "-", "-", "-", Text(o.message, style="red"))
             continue
-        notes = []
-        if o.dtype_a != o.dtype_b:
-            notes.append(f"dtypes {o.dtype_a} vs {o.dtype_b}")
-        if o.mismatches and not o.passed:
-            notes.append(f"{o.mismatches}/{o.size} elements off")
-        if o.stat == "median":
-            notes.append(f"median abs {_g(o.median_abs)}, rel {_g(o.median_rel)}")
-        elif o.stat == "quantile":
-            notes.append(f"{_quantile_name(o)} abs {_g(o.quantile_abs)}, rel {_g(o.quantile_rel)}")
-        if getattr(o, "skipped", 0):
-            notes.append(f"{o.skipped}/{o.size} not compared: {o.skipped_why}")
+        notes = _row_notes(o)
         table.add_row(
             verdict,
             Text(shown_name(o.name)),

@@ -1,6 +1,8 @@
 """The converted model run against the original in ONNX-Runtime (``convert``'s check).
 
-Both models run on several input sets (generated: the seed's set and the next ones, as
+The reference of every figure is the original as ONNX-Runtime runs it by default (every graph
+optimization on: its Q/DQ fusions, for one, change its outputs), never a copy with optimizations
+off. Both models run on several input sets (generated: the seed's set and the next ones, as
 ``toolkit run --iterations N`` generates them; or every loaded set) at their outputs: plain
 runs, no tensor marked, one ONNX-Runtime session per model for all the sets (the sessions cost
 more than the runs). One set is not enough: whether fp16 rounding overflows a sum, or moves a
@@ -92,7 +94,9 @@ class Validation:
             "figure": "emulated fp16 storage (every reduced tensor rounded after the node that makes it)",
             "runtime": f"ONNX-Runtime {ort.__version__}",
             "provider": "CPUExecutionProvider",
-            "session_options": {"graph_optimization_level": "disable"},  # (see _session)
+            "session_options": {"graph_optimization_level": "disable"},  # (the emulation's: see _session)
+            # the reference of every figure: the original as ONNX-Runtime runs it by default
+            "reference_session_options": {"graph_optimization_level": "all (default)"},
             "measured": None
             if self.measured_errors is None
             else {
@@ -104,10 +108,13 @@ class Validation:
         }
 
 
-def _session(model_bytes_or_path, weights: Optional[Dict[str, object]] = None):
+def _session(model_bytes_or_path, weights: Optional[Dict[str, object]] = None, deployed: bool = False):
+    """``deployed``: ONNX-Runtime's default session options (every graph optimization: the original
+    as the runtime runs it, the reference of the figures); else optimizations off (the emulation)."""
     so = ort.SessionOptions()
     so.log_severity_level = 4  # (its errors come back as exceptions: no log lines of its own)
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # (one run: set-up costs more)
+    if not deployed:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # (one run: set-up costs more)
     values = []
     if weights:
         values = [ort.OrtValue.ortvalue_from_numpy(w) for w in weights.values()]
@@ -156,16 +163,18 @@ class _Model:
     InferenceError when ONNX-Runtime cannot build or run it: exit code 3 for the original (the
     inputs do not suit it), 1 for the converted model."""
 
-    def __init__(self, model, names: Optional[Sequence[str]] = None, emulate: bool = False) -> None:
+    def __init__(
+        self, model, names: Optional[Sequence[str]] = None, emulate: bool = False, deployed: bool = False,
+    ) -> None:
         self.emulate = emulate
         with self._errors():
             if isinstance(model, str) and names is None:
-                self.sess = _session(model)
+                self.sess = _session(model, deployed=deployed)
             else:
                 light, weights = split_weights(_loaded(model), emulate)
                 if names is not None:
                     set_outputs(light, names)
-                self.sess = _session(light.SerializeToString(), weights)
+                self.sess = _session(light.SerializeToString(), weights, deployed=deployed)
             self.wanted = {i.name: i.type for i in self.sess.get_inputs()}
 
     def run(self, feed: Mapping, k: Optional[int] = None) -> Dict[str, object]:
@@ -246,7 +255,7 @@ def validate(
     model's outputs on each set as computed elsewhere (the runtime check), compared too: a sequence,
     or a callable giving it (or None), called once every set has run here."""
     t0 = time.perf_counter()
-    ref, got = _Model(original), _Model(converted, emulate=True)
+    ref, got = _Model(original, deployed=True), _Model(converted, emulate=True)
     out: Optional[Validation] = None
     worst_feed: Mapping = {}
     errors: List[float] = []

@@ -19,6 +19,10 @@ Rules
   is an error of ``inf`` (fails any tolerance). Infinities of the same sign are equal.
 - Different shapes fail that output (nothing is broadcast or reshaped). Different dtypes
   are compared by value (both sides promoted), and the dtypes are shown.
+- No verdict without evidence: an output with elements of which none was compared (every one
+  skipped as undefined, see :mod:`toolkit.core.undefined`) fails; every result counts the
+  elements it compared (``compared``). Two empty outputs of the same shape pass (their shape
+  is what is compared).
 """
 
 from __future__ import annotations
@@ -304,7 +308,13 @@ class OutputComparison:
     size: int = 0
     skipped: int = 0  # elements not compared: their values are undefined (see toolkit.core.undefined)
     skipped_why: str = ""
-    message: str = ""  # why it failed when no numbers apply (shape mismatch)
+    message: str = ""  # why it failed when no numbers apply (shape mismatch, nothing compared)
+    note: str = ""  # something the reader must know about how it was compared
+
+    @property
+    def compared(self) -> int:
+        """The elements compared (those not skipped)."""
+        return max(self.size - self.skipped, 0)
 
     @property
     def required_atol(self) -> Optional[float]:
@@ -416,6 +426,13 @@ def compare_arrays(
         a = a.copy()
         np.copyto(a, b, where=skip, casting="unsafe")
         res.skipped, res.skipped_why = int(np.count_nonzero(skip)), skip_why
+        if res.size and res.skipped >= res.size:  # nothing left to judge it on: never a pass
+            res.passed = False
+            res.message = (
+                f"0 of {res.size} element(s) compared: every element was skipped ({skip_why}), so nothing "
+                "says it passes"
+            )
+            return res
     if a.shape != b.shape:
         res.passed = False
         res.message = f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}"

@@ -51,8 +51,9 @@ from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.inputs import parse_val_ranges
 from toolkit.core.meta import parse_shape_specs
 from toolkit.core.supervise import fork
-from toolkit.core.noise import ULPS, amplification, is_rounding, noise_bound, storage_floor
+from toolkit.core.noise import ULPS, amplification, is_rounding, noise_bound, precision_of, storage_floor
 from toolkit.reduce.check import WarmRunner, WorkerEntry, run_in_process
+from toolkit.reduce.deployed import DeployedRun, deployed_options, marking_changes, per_subgraph_options
 from toolkit.reduce.graph import popcount
 from toolkit.reduce.guide import rank
 from toolkit.reduce.loading import load_for_index
@@ -126,6 +127,11 @@ class Reference:
     held: List[str] = field(default_factory=list)  # names of values held in memory
     nbytes: int = 0
     in_memory: bool = True  # hold values in memory (else temp .npz files)
+    # the reference model's outputs as the reference runner runs it deployed (nothing marked), and
+    # how marking every tensor changes them ('' when it does not)
+    deployed_path: str = ""
+    marking: str = ""
+    marking_matters: bool = False  # the change is beyond the comparison's tolerances
 
     def close(self) -> None:
         for path in self.held:
@@ -208,7 +214,8 @@ def _reference_in_child(model: str, opts: CompareOptions, notes) -> Reference:
             os.makedirs(data)
             ref = _compute(model, opts, notes, folder=data, in_memory=False)
             info = {k: getattr(ref, k) for k in ("inputs_path", "outputs_path", "label", "iterations", "tensors",
-                                                  "missing", "seconds", "nbytes")}
+                                                  "missing", "seconds", "nbytes", "deployed_path", "marking",
+                                                  "marking_matters")}
             code = 0
         except ToolkitError as exc:
             info, code = {"error": exc.message, "exit_code": int(exc.exit_code)}, 3
@@ -238,8 +245,11 @@ def _compute(
     label = f"reference {opts.reference}"
     ref = Reference(folder or tempfile.mkdtemp(prefix="toolkit-compare-"), "", "", label)
     ref.in_memory = in_memory
+    deployed_run = None
     try:
         own_run = ref_model != model and _needs_own_run(model, ref_model)  # (and the inputs match)
+        deployed_run = DeployedRun(opts.reference, ref_model, opts,
+                                   lambda loaded: feed_source(opts, lambda _m: None, loaded=loaded), ref.folder)
         ref_runs = every_tensor(opts.reference, ref_model, feed_source(opts, notes), opts, name=label)
         golden = [{**feed, **outs} for feed, outs in ref_runs]
         inputs = _own_values(model, opts, golden, ref, notes) if own_run else None
@@ -249,11 +259,26 @@ def _compute(
         ref.nbytes = _nbytes(outputs) + (_nbytes(inputs) if inputs is not None else 0)
         ref.outputs_path = _hold(ref, "reference", outputs)
         ref.inputs_path = _hold(ref, "reference_inputs", inputs) if inputs is not None else ref.outputs_path
+        deployed = deployed_run.result(golden)
+        ref.marking = marking_changes(golden, deployed)
+        ref.marking_matters = bool(ref.marking) and _beyond_tolerance(golden, deployed, opts)
+        ref.deployed_path = _hold(ref, "deployed", RunResults([(label, [IterationResult(o, 0.0, label) for o in deployed])]))
     except BaseException:
+        if deployed_run is not None:
+            deployed_run.close()
         ref.close()
         raise
     ref.seconds = time.monotonic() - t0
     return ref
+
+
+def _beyond_tolerance(marked: Sequence[Mapping], deployed: Sequence[Mapping], opts: CompareOptions) -> bool:
+    """Whether the deployed outputs differ from the marked ones beyond the comparison's tolerances."""
+    tol = Tolerances.parse(opts.atol, opts.rtol, opts.check_error_stat)
+    for k, (ref, dep) in enumerate(zip(marked, deployed)):
+        if not compare_iteration(k, dep, {n: ref[n] for n in dep if n in ref}, tol).passed:
+            return True
+    return False
 
 
 def _nbytes(data) -> int:
@@ -446,6 +471,9 @@ class CompareRunner(WarmRunner):
         self.ref: Optional[Reference] = None
         self.fp32_nodes: Optional[List[str]] = None  # the full model's fp32 nodes, for emulated fp16/bf16
         self.options = None  # RunOptions to run instead of the candidate's check (see run_with)
+        self.full_model = False  # the next check is of the full model (set by the reduce: see _child_main)
+        # each subgraph's reference is that subgraph on the reference runner (marking changes the reference)
+        self.per_subgraph = False
         self.info: Dict[str, Any] = {
             "reference": opts.reference, "test": opts.test, "reference_model": opts.reference_model
         }
@@ -478,6 +506,7 @@ class CompareRunner(WarmRunner):
             self.primary.prepare()
             self.ref = self.primary.ref
             self.fp32_nodes = self.primary.fp32_nodes
+            self.per_subgraph = self.primary.per_subgraph
             self._prepared = True  # imports and warm-up were done once, by the primary, in this process
             return
 
@@ -494,6 +523,7 @@ class CompareRunner(WarmRunner):
             tensors=self.ref.tensors, iterations=self.ref.iterations, reference_seconds=round(self.ref.seconds, 3),
             in_memory=bool(self.ref.held), missing_in_reference=len(self.ref.missing),
         )
+        self._say_marking()
         if self.ref.missing:
             self.notes(
                 f"{len(self.ref.missing)} tensor(s) of the model are not in the reference model; subgraph outputs "
@@ -503,9 +533,36 @@ class CompareRunner(WarmRunner):
             self._prepared = True  # no fork to warm up for: what a check needs is imported by the first one
         else:
             super().prepare()
-        for path in {self.ref.inputs_path, self.ref.outputs_path}:
+        for path in {self.ref.inputs_path, self.ref.outputs_path, self.ref.deployed_path} - {""}:
             load_data(path)
         self.fp32_nodes = full_model_fp32_nodes(self.model, self.opts)
+
+    def _say_marking(self) -> None:
+        """Where marking every tensor changes the reference's outputs, say so; with the model as its
+        own reference, each subgraph's reference is then that subgraph on the reference runner."""
+        ref = self.prepared_ref
+        self.info["marking_changes_reference"] = bool(ref.marking)
+        if not ref.marking:
+            return
+        if not ref.marking_matters:
+            self.notes(
+                f"Marking every tensor as an output changes the reference's outputs ({ref.marking}), within the "
+                "tolerances: the full model is judged as deployed (nothing marked, its outputs only); subgraphs are "
+                "compared with the marked reference"
+            )
+            return
+        self.per_subgraph = not self.opts.reference_model
+        then = (
+            "each subgraph is compared with that subgraph on the reference runner, nothing marked (both runners "
+            "run it)" if self.per_subgraph else
+            "subgraphs are compared with the marked values of the reference model (another model: it cannot be cut "
+            "like the model), so the search may not see what the full model shows"
+        )
+        self.notes(
+            f"Marking every tensor as an output changes the reference's outputs ({ref.marking}): {self.opts.reference} "
+            "fuses across tensors it must then return. The full model is judged as deployed (nothing marked, its "
+            f"outputs only); {then}"
+        )
 
     @property
     def prepared_ref(self) -> Reference:
@@ -521,10 +578,17 @@ class CompareRunner(WarmRunner):
         return run_in_process(self.entry, self.argv0, self.args)
 
     def _child_main(self, args) -> int:  # pragma: no cover - runs in the forked child
-        options = self.options
-        if options is None:
-            options = run_options(self.artifact, self.opts, self.prepared_ref, fp32_nodes=self.fp32_nodes)
-        return self.run_entry(options)
+        if self.options is not None:
+            return self.run_entry(self.options)
+        ref, fp32 = self.prepared_ref, self.fp32_nodes
+        if self.full_model:  # the verdict: as deployed, only the model's outputs, nothing marked
+            code = self.run_entry(deployed_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
+            if code != 0 or self.opts.tensors != "all":
+                return code
+            # --compare-tensors all: the outputs pass as deployed; the tensors inside may still differ
+        elif self.per_subgraph:
+            return self.run_entry(per_subgraph_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
+        return self.run_entry(run_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
 
     def run_with(self, options, tick=None):
         """One run of ``options`` (a :class:`~toolkit.run.options.RunOptions`) in the warm worker."""
@@ -684,7 +748,7 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
             f.evidence.update(
                 output_error=out_err, input_error=in_err, amplification=amplification(out_err, in_err, floor)
             )
-        _judge_noise(f, floor)
+        _judge_noise(f, floor, precision_of(runner.opts.test))
 
 
 def rest_is_noise(runner: CompareRunner, reducer, allowed: int) -> Optional[dict]:
@@ -705,10 +769,11 @@ def rest_is_noise(runner: CompareRunner, reducer, allowed: int) -> Optional[dict
     depth = popcount(allowed)
     if amp > ULPS or not is_rounding(err, amp, depth, floor):
         return None
-    return {"own_error": err, "amplification": amp, "noise_bound": noise_bound(floor, depth), "noise": True}
+    return {"own_error": err, "amplification": amp, "noise_bound": noise_bound(floor, depth), "noise": True,
+            "storage": precision_of(runner.opts.test)}
 
 
-def _judge_noise(f, floor: float) -> None:
+def _judge_noise(f, floor: float, storage: str = "fp32") -> None:
     """``f.evidence["noise"]``: whether the fault is rounding by the noise model (toolkit.core.noise):
     its own error, fed exact inputs, within the bound for its size, and its amplification near 1."""
 
@@ -718,6 +783,7 @@ def _judge_noise(f, floor: float) -> None:
     depth = len(f.nodes)
     ev["noise_bound"] = noise_bound(floor, depth)
     ev["noise"] = is_rounding(ev["own_error"], ev["amplification"], depth, floor)
+    ev["storage"] = storage
 
 
 def _norms(a, b, dtype):

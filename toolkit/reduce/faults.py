@@ -181,11 +181,17 @@ def _amplifies(name: str, amp: float) -> str:
     return f"{name} amplifies the error without bound" if shown == "unbounded" else f"{name} amplifies the error {shown}"
 
 
+def _rounding(ev: dict) -> str:
+    """"rounding noise", named as the runner's storage rounding (fp16, bf16) when it stores so."""
+    storage = ev.get("storage") or "fp32"
+    return "rounding noise" if storage == "fp32" else f"{storage} storage rounding noise"
+
+
 def _noise_line(fault: Fault) -> str:
     ev = fault.evidence
     n = len(fault.nodes)
     return (
-        f"What remains fails by rounding noise only: {n} node{'s' if n != 1 else ''} ({fault.nodes[0]}"
+        f"What remains fails by {_rounding(ev)} only: {n} node{'s' if n != 1 else ''} ({fault.nodes[0]}"
         f"{', ...' if n > 1 else ''}) off by {ev.get('own_error', 0):.3g} (relative L2) fed exact inputs, within the "
         f"noise bound {ev.get('noise_bound', 0):.3g} for {n} node{'s' if n != 1 else ''}, largest amplification "
         f"{times(ev.get('amplification', 0))}: not a fault (see docs/noise.md); stopping"

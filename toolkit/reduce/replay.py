@@ -7,6 +7,14 @@ JSON, written atomically::
      "entries": [{"iteration": 1, "nodes": "<hex bit mask>", "count": 312, "failed": true,
                   "verdict": "fail", "code": 1, "seconds": 0.41}, ...]}
 
+A replay is bound to what produced it: ``model`` is a digest of the graph's structure and of its
+weights (their bytes, or for external data the file's size and modification time), ``check`` the
+check command and ``options`` what else decides a verdict (``--fail-regex``, ``--fail-code``,
+``--ignore-fail-code``, ``--any-failure``, ``--check-timeout``, ``--model-input-shapes``, the
+cut options, and with ``--compare`` the reference runner and model, the inputs and seed). A file
+whose model, check or options differ from the run's is refused (exit 3) with one sentence that
+names the difference: its verdicts answer another question, so they are never reused.
+
 ``seconds`` (how long the check took) lets a resumed run make the same cost-based choices.
 ``verdict`` is the verdict class (pass, fail, broken, timeout) and ``code`` the check's exit
 code (null when killed, timed out or answered by the user); ``failed`` is what the search
@@ -22,9 +30,10 @@ An entry's key is its node set (bit positions in the model's topological order);
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError
 from toolkit.core.model import read_bytes, write_bytes_atomic
@@ -36,10 +45,14 @@ VERSION = 1
 class Replay:
     tool = TOOL  # what wrote the file (another debug command may reuse the format)
 
-    def __init__(self, model_id: str, num_nodes: int, check: Optional[Sequence[str]] = None):
+    def __init__(
+        self, model_id: str, num_nodes: int, check: Optional[Sequence[str]] = None,
+        options: Optional[Mapping[str, Any]] = None,
+    ):
         self.model_id = model_id
         self.num_nodes = num_nodes
         self.check = list(check) if check else None
+        self.options = dict(options) if options is not None else None
         self.entries: List[dict] = []
         self.verdicts: Dict[int, bool] = {}
         self.seconds: Dict[int, float] = {}
@@ -82,6 +95,7 @@ class Replay:
             "model": self.model_id,
             "nodes": self.num_nodes,
             "check": self.check,
+            **({"options": self.options} if self.options is not None else {}),
             "entries": self.entries,
         }
         return json.dumps(doc, indent=1)
@@ -95,14 +109,19 @@ class Replay:
         return True
 
     @classmethod
-    def load(cls, path: str, model_id: str, num_nodes: int) -> "Replay":
-        """Read a replay file made for this model; anything else is an InputError."""
+    def load(
+        cls, path: str, model_id: str, num_nodes: int, check: Any = False, options: Optional[Mapping[str, Any]] = None,
+    ) -> "Replay":
+        """Read a replay file made for this model (and, when given, this ``check`` and these
+        ``options``); anything else is an InputError."""
 
         raw = read_bytes(path)
         try:
             doc = json.loads(raw.decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise InputError(f"{path}: not a debug replay file (invalid JSON: {exc})") from None
+        except RecursionError:
+            raise InputError(f"{path}: not a debug replay file (its JSON is nested too deeply to read)") from None
         if isinstance(doc, dict) and doc and all(isinstance(k, str) and k.startswith("_N") for k in doc):
             raise InputError(
                 f"{path}: this is a Polygraphy debug replay; its entries are numbered iterations of Polygraphy's "
@@ -118,9 +137,15 @@ class Replay:
                 f"{path}: this replay was recorded for a different model (or a changed one); "
                 "run without --load-debug-replay"
             )
-        rep = cls(model_id, num_nodes, doc.get("check"))
+        if check is not False:
+            _same_check(path, doc, check)
+        if options is not None:
+            _same_options(path, doc, options)
+        rep = cls(model_id, num_nodes, doc.get("check"), doc.get("options"))
         for k, entry in enumerate(doc["entries"]):
             try:
+                if not isinstance(entry, dict) or not isinstance(entry.get("nodes"), str) or len(entry["nodes"]) > 1 << 20:
+                    raise TypeError
                 mask = int(entry["nodes"], 16)
                 failed = entry["failed"]
                 iteration = int(entry.get("iteration", k + 1))
@@ -137,3 +162,81 @@ class Replay:
                 raise InputError(f"{path}: entry {k + 1} has an unknown verdict {verdict!r}")
             rep.add(iteration, mask, bin(mask).count("1"), failed, seconds, verdict=verdict, code=code)
         return rep
+
+
+_AGAIN = "run without --load-debug-replay (or with what it was recorded with)"
+
+
+def _words(argv) -> str:
+    return "interactive answers" if not argv else f"`{' '.join(str(w) for w in argv)}`"
+
+
+def _same_check(path: str, doc: dict, check: Optional[Sequence[str]]) -> None:
+    """InputError unless the replay ``doc`` was recorded with the check command ``check``."""
+    old = doc.get("check") or None
+    new = list(check) if check else None
+    if old != new:
+        raise InputError(
+            f"{path}: this replay was recorded with the check {_words(old)}, not {_words(new)}, so its verdicts "
+            f"answer another question; {_AGAIN}"
+        )
+
+
+def _same_options(path: str, doc: dict, options: Mapping[str, Any]) -> None:
+    """InputError unless the replay ``doc`` was recorded with ``options``."""
+    old = doc.get("options")
+    if not isinstance(old, dict):
+        raise InputError(
+            f"{path}: this replay does not record the options it was made with (an older toolkit wrote it), so "
+            f"its verdicts cannot be trusted for this run; {_AGAIN}"
+        )
+    new = json.loads(json.dumps(options))  # (as a file would hold them: tuples as lists)
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            raise InputError(
+                f"{path}: this replay was recorded with {key} {json.dumps(old.get(key))}, where this run has "
+                f"{json.dumps(new.get(key))}, so its verdicts answer another question; {_AGAIN}"
+            )
+
+
+def weights_digest(initializers: Sequence, files: Sequence[str]) -> str:
+    """A digest of the weights: each initializer as held in memory (bytes, or the reference of
+    external data), and the size and modification time of ``files`` (the model's file and its
+    external data files, whose bytes may not be in memory), so no weight is read again."""
+    h = hashlib.blake2b(digest_size=16)
+    for t in initializers:
+        if not hasattr(t, "raw_data"):  # (a sparse initializer)
+            h.update(t.SerializeToString())
+            continue
+        h.update(t.name.encode() + b"\0" + bytes(str((t.data_type, list(t.dims))), "ascii"))
+        h.update(t.raw_data if t.raw_data else t.SerializeToString())
+    for path in files:
+        try:
+            st = os.stat(path)
+            h.update(f"{path}:{st.st_size}:{st.st_mtime_ns}".encode())
+        except OSError:
+            h.update(f"{path}:missing".encode())
+    return h.hexdigest()
+
+
+def replay_options(cfg, compare: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
+    """What decides a verdict besides the model and the check command (a ReduceConfig ``cfg``;
+    ``compare``: the built-in comparison's runners and reference model, when it runs)."""
+    rule = cfg.rule
+    opts: Dict[str, Any] = {
+        "--fail-regex": [p.pattern for p in rule.patterns],
+        "--fail-code": sorted(rule.fail_codes) if rule.fail_codes is not None else None,
+        "--ignore-fail-code": sorted(rule.ignore_codes),
+        "--any-failure": bool(cfg.any_failure),
+        "--check-timeout": cfg.check_timeout,
+        "--model-input-shapes": {k: list(v) for k, v in sorted(dict(cfg.input_shapes).items())},
+        "--no-reduce-inputs": not cfg.reduce_inputs,
+        "--no-reduce-outputs": not cfg.reduce_outputs,
+    }
+    if compare:
+        opts["--compare"] = [compare.get("reference"), compare.get("test")]
+        opts["--reference-model"] = compare.get("reference_model")
+        opts["--load-inputs"] = list(cfg.load_inputs)
+        opts["--seed"] = cfg.seed
+        opts["--val-range"] = list(cfg.val_range)
+    return opts

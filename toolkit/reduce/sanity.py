@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from toolkit.core.noise import evidence_is_rounding
+from toolkit.core.noise import evidence_is_rounding, precision_of
 from toolkit.reduce.config import CannotJudge
 from toolkit.reduce.graph import mask_indices, popcount, range_mask
 from toolkit.reduce.signature import RULE, TIMEOUT_KIND
@@ -75,7 +75,8 @@ def first_alone(reducer, mask: Optional[int]) -> Optional[str]:
         if alone and (1 << i) not in reducer.broken_masks:
             return (f"{idx.names[i]} (node {i}) also fails alone and comes before {name} in topological order: "
                     "the error may start there")
-        if alone is None and not (exact and any(m >> i & 1 for m in passes)):
+        judged = alone is not None and (1 << i) not in reducer.broken_masks  # (a broken check judged nothing)
+        if not judged and not (exact and any(m >> i & 1 for m in passes)):
             unknown += 1
     if not unknown:
         return f"{name} is the first node in topological order that fails alone (every earlier one passes)"
@@ -91,8 +92,20 @@ def _first_by_windows(reducer, node: int) -> str:
     names = reducer.index.names
     if reducer.plan is not None:
         reducer.plan.phase = "first node failing alone"
-    if not reducer.verdict(range_mask(0, node)):
+    window = range_mask(0, node)
+    failed = reducer.verdict(window)
+    if window in reducer.broken_masks:  # (counted as a pass, but it judged nothing)
+        return (f"{names[node]} is the first failing node the search found; the check could not judge the {node} "
+                "node(s) before it (it was broken on them), so one of them may fail alone too")
+    if not failed:
         return (f"{names[node]} is the first node in topological order that fails alone (the {node} before it "
                 "pass together, fed exact inputs)")
-    return (f"the {node} node(s) before {names[node]} fail too, fed exact inputs (another fault, or rounding at "
-            "these tolerances): --all-faults lists every faulty subgraph")
+    return (f"the {node} node(s) before {names[node]} fail too, fed exact inputs (another fault, or "
+            f"{_rounding_words(reducer)} at these tolerances): --all-faults lists every faulty subgraph")
+
+
+def _rounding_words(reducer) -> str:
+    """"rounding", or the storage's rounding when the runner under test stores fp16/bf16 tensors."""
+    opts = getattr(getattr(reducer, "runner", None), "opts", None)
+    precision = precision_of(getattr(opts, "test", "") or "")
+    return "rounding" if precision == "fp32" else f"{precision} storage rounding (the runner under test stores {precision})"

@@ -58,7 +58,7 @@ from toolkit.reduce.feeds import feed_maker, fold_values_maker
 from toolkit.reduce.loading import data_input_shapes, data_tensor_metas, load_for_index
 from toolkit.reduce.owner import Ownership
 from toolkit.reduce.parallel import Worker, worker_argv, worker_artifact, worker_env
-from toolkit.reduce.replay import Replay
+from toolkit.reduce.replay import Replay, replay_options, weights_digest
 from toolkit.reduce import sanity
 from toolkit.reduce.signature import Signature, feeds_maker, signature_of
 from toolkit.reduce.strategy import STRATEGIES, Plan
@@ -183,6 +183,9 @@ class Reducer(Artifacts):
                 raise UsageError(f"{what} needs a file name ('-' is not supported here)")
             check_output_path(path)
         self._validate_distinct_outputs()
+        # only files there at the start can disappear (a built-in comparison's check names its
+        # reference values ``<reference>``, held in memory: no file)
+        self._check_files = [p for p in self._check_files if os.path.exists(p)]
         for path in (cfg.iter_info, cfg.save_replay):
             if path:
                 check_output_path(path)
@@ -236,15 +239,23 @@ class Reducer(Artifacts):
         if (shapes or cfg.force_fallback) and cfg.shape_inference:
             self.metas.ensure()  # bad --model-input-shapes are reported before any check
         self.plan = Plan(self.index, reduce_inputs=cfg.reduce_inputs, reduce_outputs=cfg.reduce_outputs)
-        ident = self.index.identity()
-        self.replay = Replay(ident, self.index.size, cfg.check)
+        ident = self._replay_identity()
+        options = replay_options(cfg, getattr(self._given_runner, "info", None))
+        self.replay = Replay(ident, self.index.size, cfg.check, options)
         if cfg.load_replay:
-            self.loaded = Replay.load(cfg.load_replay, ident, self.index.size)
+            self.loaded = Replay.load(cfg.load_replay, ident, self.index.size, cfg.check, options)
             for entry in self.loaded.entries:
                 self.replay.add(
                     entry["iteration"], int(entry["nodes"], 16), entry["count"], entry["failed"], entry.get("seconds"),
                     verdict=entry.get("verdict"), code=entry.get("code"),
                 )
+
+    def _replay_identity(self) -> str:
+        """The model's digest in the replay: its structure and its weights (see toolkit.reduce.replay)."""
+        model = self.cfg.model
+        files = ([os.path.abspath(model)] if model != "-" else []) + list(self.index.external_files())
+        inits = [*self.index.initializers.values(), *self.index.sparse_initializers.values()]
+        return f"{self.index.identity()}-{weights_digest(inits, files)}"
 
     # ------------------------------------------------------------------ one verdict
 
@@ -317,6 +328,9 @@ class Reducer(Artifacts):
             self.reporter.iteration_start(self.iteration, cand)
             artifact = worker.artifact if worker is not None else self.cfg.iter_artifact
             self.index.write(cand, artifact, links=self._artifact_links(cand, worker))
+            target = worker.runner if worker is not None else self.runner
+            if hasattr(target, "full_model"):  # (the built-in comparison judges the full model as deployed)
+                target.full_model = mask == self.index.full_mask
             if cand.size_hint > BIG_MODEL_BYTES:
                 self._external_artifact = True  # its weights went to <artifact>.data
             self._flush_warnings()

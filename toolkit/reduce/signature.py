@@ -7,7 +7,10 @@ Delta debugging is sound only when every candidate is judged against one failure
 - ``timeout``: the check ran past ``--check-timeout``;
 - ``mismatch``: a comparison failed: which tensors (graph outputs first) and how far;
 - ``exit``: a non-zero exit code, and the class of the error the check named (a Python
-  exception or ONNX-Runtime status such as ``IndexError`` or ``INVALID_ARGUMENT``);
+  exception or ONNX-Runtime status such as ``IndexError`` or ``INVALID_ARGUMENT``). "None"
+  is a class of its own: where the full model's check named no error, a check that dies with
+  a traceback (``ZeroDivisionError``) fails another way, and so does one that names no error
+  where the full model's did;
 - ``rule``: the user said what failing means (``--fail-regex``, ``--fail-code``), or asked
   for ``--any-failure``: whatever the rule calls a failure is the failure.
 
@@ -37,16 +40,36 @@ RULE = "rule"
 # ONNX-Runtime status (``[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : ...``).
 _EXC = re.compile(r"\b([A-Z][A-Za-z0-9_]*(?:Error|Exception|Fault|Fail|Failure))\b")
 _ORT_STATUS = re.compile(r"\[ONNXRuntimeError\]\s*:\s*\d+\s*:\s*([A-Z_]+)")
+_TRACEBACK = "Traceback (most recent call last):"
+_RAISED = re.compile(r"^([A-Za-z_][\w.]*)(?::|$)")
 
 
 def error_class(res: CheckResult) -> str:
-    """The class of the error a failing check names ('' when it names none)."""
+    """The class of the error a failing check names ('' when it names none): an ONNX-Runtime
+    status, the exception a Python traceback ends with (whatever its name), or an exception
+    class named in its error line."""
     text = error_line(res)
     m = _ORT_STATUS.search(text) or _ORT_STATUS.search(res.stderr_text)
     if m:
         return m.group(1)
+    raised = _traceback_class(res.stderr_text) or _traceback_class(res.stdout_text)
+    if raised:
+        return raised
     m = _EXC.search(text)
     return m.group(1) if m else ""
+
+
+def _traceback_class(text: str) -> str:
+    """The class of the exception a Python traceback in ``text`` ends with ('' without one)."""
+    at = text.rfind(_TRACEBACK)
+    if at < 0:
+        return ""
+    for line in text[at:].splitlines()[1:]:
+        if line[:1].strip() and not line.startswith(("  ", "\t")):
+            m = _RAISED.match(line)
+            if m:
+                return m.group(1).rsplit(".", 1)[-1]
+    return "Traceback"
 
 
 @dataclass
@@ -110,8 +133,7 @@ class Signature:
             return None if res.timed_out else f"{_how(res)}, where the full model timed out"
         if self.kind == EXIT:
             if res.signal is None and not res.timed_out and res.code == self.code:
-                got = error_class(res)
-                if not self.error or got == self.error:
+                if error_class(res) == self.error:  # ('' is a class: no error named)
                     return None
             return f"{_how(res)}, where the full model failed with {self.describe()}"
         return self._mismatch_differs(res, rows, feeds)

@@ -235,7 +235,9 @@ class Streams:
 
         it = compare_iteration(k, outs_a, outs_b, tol)
         if undefined.may_skip(it):  # (a failing integer output: perhaps a Cast the spec leaves undefined)
-            it = undefined.skip_undefined(it, self.casts(), outs_a, outs_b, tol)
+            # the reference decides: a loaded file (B), else the earlier runner (A)
+            ref = "b" if pair + 1 >= len(self.plan.runners) else "a"
+            it = undefined.skip_undefined(it, self.casts(), outs_a, outs_b, tol, reference=ref)
         self.pairs.setdefault(pair, []).append(it)
         if diagnose.wanted(self.plan.opts, it):
             diagnose.collect(self.errors, pair, it, outs_a, outs_b)

@@ -1,0 +1,160 @@
+"""The built-in comparison's verdict as deployed (``debug reduce --compare``).
+
+Marking every tensor as an output stops a runtime's fusions across those tensors
+(ONNX-Runtime's Q/DQ fusions: ``DequantizeLinear -> Softmax -> QuantizeLinear`` runs as
+``QLinearSoftmax`` only unmarked), so the marked reference is not the model as the user runs
+it. Here: the model's outputs as deployed (:func:`model_outputs`), how marking changes them
+(:func:`marking_changes`), the full model's check as deployed (:func:`deployed_options`) and a
+subgraph's check against that subgraph on the reference runner (:func:`per_subgraph_options`).
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, Mapping, Sequence
+
+import numpy as np
+
+from toolkit.run.feeds import infer_explained
+from toolkit.run.options import RunOptions
+from toolkit.run.registry import mark_all_outputs
+from toolkit.run.specs import make_runner
+
+
+def model_outputs(spec: str, model: str, feeds, opts):
+    """Yield the outputs of ``model`` on runner ``spec`` as deployed (nothing marked), per iteration."""
+
+    runner = make_runner(spec, model, base=RunOptions(model, external_data_dir=opts.external_data_dir), name="deployed")
+    with runner:
+        metas = runner.input_metadata()
+        for feed in feeds.feeds(metas, runner.preferred_shapes()):
+            yield dict(infer_explained(runner, feed, feeds, "--model-input-shapes"))
+
+
+def marking_changes(marked: Sequence[Mapping], deployed: Sequence[Mapping]) -> str:
+    """How the model's outputs differ when every tensor is marked as an output (a runtime's fusions
+    stop at marked tensors: ONNX-Runtime's Q/DQ fusions, for one) from the outputs as deployed;
+    '' when they are identical."""
+    worst: Dict[str, float] = {}
+    for ref, dep in zip(marked, deployed):
+        for name, value in dep.items():
+            a, b = np.asarray(value), ref.get(name)
+            if b is None or a.shape != np.shape(b) or a.dtype.kind not in "fiub":
+                continue
+            if not np.array_equal(a, np.asarray(b), equal_nan=a.dtype.kind == "f"):
+                with np.errstate(all="ignore"):
+                    diff = np.abs(a.astype(np.float64) - np.asarray(b).astype(np.float64))
+                worst[name] = max(worst.get(name, 0.0), float(np.nanmax(diff)) if diff.size else 0.0)
+    return ", ".join(f"'{n}' by up to {v:.4g}" for n, v in list(worst.items())[:3]) + (" ..." if len(worst) > 3 else "")
+
+
+def deployed_options(model: str, opts, ref, **extra):
+    """The full model's verdict as deployed: the runner under test, nothing marked, its outputs
+    against the reference model's outputs on the reference runner, nothing marked."""
+    return RunOptions(
+        model, runners=[opts.test], load_inputs=[ref.inputs_path], load_outputs=[ref.deployed_path or ref.outputs_path],
+        atol=list(opts.atol), rtol=list(opts.rtol), check_error_stat=list(opts.check_error_stat), diagnose=False,
+        **extra,
+    )
+
+
+def per_subgraph_options(model: str, opts, ref, **extra):
+    """A subgraph run on both runners, the reference first (the reference of the comparison), fed
+    the reference's values: where marking every tensor changes the reference's computation, the
+    reference of a subgraph is that subgraph as the reference runner runs it."""
+    run = RunOptions(
+        model, runners=[opts.reference, opts.test], load_inputs=[ref.inputs_path], atol=list(opts.atol),
+        rtol=list(opts.rtol), check_error_stat=list(opts.check_error_stat), diagnose=False, **extra,
+    )
+    return mark_all_outputs(run) if opts.tensors == "all" else run
+
+
+class DeployedRun:
+    """The reference model's outputs as deployed, computed in a forked child while this process
+    computes the marked reference (the two sessions then cost one's wall time where a core is free).
+
+    :meth:`result` waits for it and checks that the child fed the same inputs as the marked run
+    (the values the reference computed); otherwise, or when the child failed, the outputs are
+    computed here. ``feeds(loaded)``: the FeedSource of the reference (``loaded``: given values)."""
+
+    def __init__(self, spec: str, model: str, opts, feeds, folder: str):
+        import os
+        import sys
+
+        from toolkit.core.supervise import fork
+
+        self.spec, self.model, self.opts, self.feeds = spec, model, opts, feeds
+        self.path = os.path.join(folder, "deployed.npz")
+        self.pid = 0
+        if not hasattr(os, "fork"):
+            return
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = fork()  # the child dies with this process
+        if pid == 0:  # pragma: no cover - the child
+            code = 1
+            try:
+                self._child()
+                code = 0
+            finally:
+                os._exit(code)
+        self.pid = pid
+
+    def _child(self) -> None:  # pragma: no cover - runs in the forked child
+        from toolkit.core.datafiles import IterationResult, RunResults, save_outputs
+
+        src = self.feeds(None)
+        runner = make_runner(self.spec, self.model, base=RunOptions(self.model, external_data_dir=self.opts.external_data_dir),
+                             name="deployed")
+        its = []
+        with runner:
+            for feed in src.feeds(runner.input_metadata(), runner.preferred_shapes()):
+                outs = dict(infer_explained(runner, feed, src, "--model-input-shapes"))
+                its.append(IterationResult({**{f"feed:{k}": v for k, v in feed.items()}, **outs}, 0.0, "deployed"))
+        save_outputs(self.path, RunResults([("deployed", its)]))
+
+    def result(self, golden: Sequence[Mapping]) -> list:
+        """The outputs as deployed, per iteration of ``golden`` (the marked reference's values)."""
+        got = self._from_child(golden) if self.pid else None
+        if got is not None:
+            return got
+        return list(model_outputs(self.spec, self.model, self.feeds(golden), self.opts))
+
+    def close(self) -> None:
+        """Stop the child (the reference failed before its result was needed)."""
+        import os
+        import signal
+
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except OSError:
+                pass
+            self.pid = 0
+
+    def _from_child(self, golden: Sequence[Mapping]):
+        import os
+
+        from toolkit.core.datafiles import load_outputs
+
+        _, status = os.waitpid(self.pid, 0)
+        self.pid = 0
+        if status != 0 or not os.path.isfile(self.path):
+            return None
+        try:
+            its = [dict(it.outputs) for it in load_outputs(self.path).runs[0][1]]
+        except Exception:  # noqa: BLE001 - computed here instead
+            return None
+        finally:
+            os.unlink(self.path)
+        if len(its) != len(golden):
+            return None
+        out = []
+        for values, ref in zip(its, golden):
+            fed = {k[5:]: v for k, v in values.items() if k.startswith("feed:")}
+            if any(k not in ref or not np.array_equal(np.asarray(v), np.asarray(ref[k])) for k, v in fed.items()):
+                return None  # (other inputs than the marked run's: not comparable)
+            out.append({k: v for k, v in values.items() if not k.startswith("feed:")})
+        return out
