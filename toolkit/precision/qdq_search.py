@@ -245,6 +245,12 @@ class QdqSearch(PrecisionSearch):
 
     # ------------------------------------------------------------------ runs
     def _reference(self, feeds) -> List[Dict]:
+        refs = self._reference_outputs(feeds)
+        if refs:
+            qdq_metrics.check_classes(self.metric, refs[0])  # (a metric that compares nothing: exit 2)
+        return refs
+
+    def _reference_outputs(self, feeds) -> List[Dict]:
         if self.config.load_outputs:
             return self._loaded_reference(self.config.load_outputs, feeds)
         kind, opts = self.ref_spec
