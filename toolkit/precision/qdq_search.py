@@ -343,11 +343,12 @@ class QdqSearch(PrecisionSearch):
         """--apply-scales: -o gets the model with the suggested scales when it passes the search's
         input sets; the held-out check is then that model's (the one written)."""
         model, passed, detail = self.apply_scales(out.kept, result.suggestions)
-        result.scaled = {"passes": passed, "detail": detail, "written": bool(passed and self.config.output)}
+        result.scaled = {"passes": passed, "detail": detail, "written": False}
         if passed:
             result.held_out = self.held_out_check(out.kept, model)
         if passed and self.config.output:
             save_model(model, self.config.output)
+            result.scaled["written"] = True
 
     def _write_output(self, out: PrecisionOutcome) -> None:
         save_model(self.candidate_model(out.kept), self.config.output or "")
