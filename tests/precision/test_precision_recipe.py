@@ -67,3 +67,13 @@ def test_emit_options_refuses_names_the_shell_would_split(cli, tmp_path):
     r = cli("debug", "precision", path, "--emit-options")
     assert r.code == 3 and "--keep-fp32-from" in r.err and r.out == ""
     assert cli("debug", "precision", path, "--emit-options", "--json").code == 2
+
+
+def test_emit_options_refuses_names_convert_would_read_as_options(cli, tmp_path):
+    model = fm.layernorm_overflow()
+    for node in model.graph.node:
+        if node.name in fm.LN_MUST_KEEP:
+            node.name = "-" + node.name
+    path = mz.save(model, tmp_path / "dashed.onnx")
+    r = cli("debug", "precision", path, "--emit-options")
+    assert r.code == 3 and "starts with -" in r.err and "--keep-fp32-from" in r.err and r.out == ""

@@ -97,3 +97,18 @@ def test_ctrl_c_after_the_search_keeps_the_result(tmp_path, monkeypatch):
     feeds = _inputs(tmp_path / "in.json", [{"x": np.full((1, 4), 0.45, np.float32)}])
     outcome = QdqSearch(QdqConfig(model, load_inputs=[feeds], atol=["1"], rtol=["0"])).run()
     assert outcome.status == "found" and outcome.kept == ["c_QuantizeLinear"] and outcome.after_interrupted
+
+
+def test_apply_scales_checks_the_written_model_on_the_held_out_inputs(tmp_path, cli):
+    model = mz.save(qm.two_or_one(), tmp_path / "two.onnx")
+    feeds = _inputs(tmp_path / "in.json", [{"x": np.full((1, 4), 0.45, np.float32)}])
+    # the held-out sets are wider than the search's: the suggested scale of c clips them
+    held = _inputs(tmp_path / "held.json", [{"x": np.full((1, 4), 2.0, np.float32)}] * 2)
+    out = tmp_path / "scaled.onnx"
+    r = cli("debug", "precision", model, "--load-inputs", feeds, "--validate-inputs", held, "--atol", "1",
+            "--rtol", "0", "--apply-scales", "-o", out, "--json")
+    assert r.code == 1, r.err
+    result = json.loads(r.out)
+    assert result["scaled"]["written"] and result["held_out"]["scaled"]
+    assert result["held_out"]["passed"] == 0 and not result["held_out"]["holds"]
+    assert "the model with the suggested scales does not hold" in r.err and "it holds" not in r.err

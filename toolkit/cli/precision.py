@@ -177,6 +177,12 @@ def _print_names(names: List[str], emit_options: bool) -> None:
         raise InputError(
             f"node name {odd[0]!r} has a space or a glob character, which the shell's $(...) would split or "
             "expand: print the names without --emit-options to a file and give it to convert --keep-fp32-from FILE")
+    dashed = [n for n in names if n.startswith("-") or not n]
+    if dashed:
+        raise InputError(
+            f"node name {dashed[0]!r} {'starts with -' if dashed[0] else 'is empty'}, which convert would read as "
+            "an option (or lose): print the names without --emit-options to a file and give it to convert "
+            "--keep-fp32-from FILE")
     if names:
         echo("--keep-fp32 " + " ".join(names))
 

@@ -161,7 +161,12 @@ def _found(outcome, stats: str) -> None:
 
 def _scaled_line(outcome, cfg) -> None:
     scaled = outcome.scaled
-    if scaled["passes"]:
+    held = outcome.held_out
+    if scaled["passes"] and held is not None and held.scaled and not held.holds:
+        warn(f"with every passing suggested scale applied the model passes the search's input sets "
+             f"({scaled['detail']}) but not the held-out ones ({held.passed} of {held.count})"
+             + (f"; wrote it to {cfg.output} all the same" if scaled["written"] else ""))
+    elif scaled["passes"]:
         log(f"With every passing suggested scale applied (the other pairs found in float) the model passes "
             f"({scaled['detail']})" + (f"; wrote it to {cfg.output}" if scaled["written"] else ""))
     else:
@@ -178,7 +183,8 @@ def _held_out_lines(outcome) -> None:
         if outcome.held_out_note and outcome.status in ("found", "none-needed"):
             log(f"No held-out check: {outcome.held_out_note}.")
         return
-    what = "the result" if outcome.kept else "the quantized model"
+    what = ("the model with the suggested scales" if held.scaled else
+            "the result" if outcome.kept else "the quantized model")
     before = f"; the quantized model as it is: {held.before_passed} of {held.count}" if outcome.kept else ""
     if held.holds:
         log(f"Held out: {what} passes on {held.passed} of {held.count} input set(s) the search did not use "
@@ -223,6 +229,9 @@ def summary(outcome, cfg, json_out: bool) -> int:
         warn(f"{outcome.broken} check(s) could not build, load or run their model; they counted as failing")
     if outcome.scaled is not None:
         _scaled_line(outcome, cfg)
+        held = outcome.held_out
+        if held is not None and held.scaled and not held.holds and code == int(ExitCode.OK):
+            code = int(ExitCode.FAILED)  # the model written fails on inputs the search did not use
     elif outcome.output_written:
         log(f"Wrote the model with those pairs in float to {cfg.output}")
     if outcome.replay_path and outcome.checks:

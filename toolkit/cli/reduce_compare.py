@@ -64,6 +64,7 @@ def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, time
         raise UsageError(f"--check-timeout must be positive, got {timeout}")
     opts = CompareOptions.from_words(words, **kw)
     opts.validate()
+    _check_tolerance_names(model, opts)
     if opts.reference_model:
         from toolkit.core.model import check_readable_file
 
@@ -71,6 +72,24 @@ def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, time
     from toolkit.cli import run as _run  # noqa: F401 - imported once here, inherited by every forked check
 
     return CompareRunner(model, artifact, opts, run_entry, worker_entry(), notes=log, timeout=timeout)
+
+
+def _check_tolerance_names(model: str, opts) -> None:
+    """A per-output tolerance (``--atol y:1e-3``) must name a tensor of the model, which a subgraph
+    can output (exit 2 before any work)."""
+    import os
+
+    from toolkit.core.compare import Tolerances
+    from toolkit.core.model import load_model
+    from toolkit.run.plan import require_known_names
+
+    tol = Tolerances.parse(opts.atol, opts.rtol, opts.check_error_stat)
+    if not (tol.per_atol or tol.per_rtol or tol.per_stat) or not os.path.isfile(model):
+        return
+    graph = load_model(model, load_external_data=False).graph
+    names = [o for n in graph.node for o in n.output if o] + [i.name for i in graph.input]
+    require_known_names(tol, names + [o.name for o in graph.output],
+                        (("per_atol", "--atol"), ("per_rtol", "--rtol"), ("per_stat", "--check-error-stat")))
 
 
 def run_entry(options) -> int:

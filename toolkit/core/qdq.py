@@ -172,6 +172,7 @@ def find_pairs(model, *, weights: bool = False, float_model=None) -> List[Pair]:
         for name in node.input:
             readers.setdefault(name, []).append(node)
     graph_outputs = {o.name for o in model.graph.output}
+    graph_inputs = {i.name for i in model.graph.input} - set(values)
     ref = FloatModel(float_model) if float_model is not None else None
     known = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input} \
         | {o.name for o in model.graph.output}
@@ -190,6 +191,8 @@ def find_pairs(model, *, weights: bool = False, float_model=None) -> List[Pair]:
             pair.float_name = match_name(pair.tensor, ref.names)
             pair.folded = ref.folded(pair.tensor, model)
             pair.exact = True
+        elif pair.tensor in graph_inputs and not pair.weight:
+            pair.exact = True  # a graph input has no activation folded into its Q: bypassed, it is itself
         pairs.append(pair)
     return pairs
 

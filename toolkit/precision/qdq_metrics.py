@@ -151,6 +151,38 @@ def _parse_name(spec: str, tolerance: Optional[float]) -> Metric:
     return Metric(name, tol, k=k)
 
 
+def classes(metric: Metric, value: np.ndarray) -> Optional[int]:
+    """How many classes a ranking metric (top1, topk, argmax-agreement) chooses among in ``value``:
+    per sample for top1/topk (every axis after the first), the last axis for argmax-agreement;
+    None for other metrics and for outputs judged by equality (not float, or empty)."""
+    if metric.name not in ("top1", "topk", "argmax-agreement") or value.dtype.kind not in "fc" or not value.size:
+        return None
+    if metric.name == "argmax-agreement":
+        return int(value.shape[-1]) if value.ndim else 1
+    return int(_rows(value).shape[1])
+
+
+def check_classes(metric: Optional[Metric], outputs: Mapping[str, Any]) -> None:
+    """UsageError where a ranking metric would compare nothing: one class (every top1 agrees) or
+    ``topk:K`` with K at least the number of classes (every top-K holds the reference's class)."""
+    if metric is None:
+        return
+    for name, value in outputs.items():
+        if metric.outputs and name not in metric.outputs:
+            continue
+        count = classes(metric, np.asarray(value))
+        if count is None:
+            continue
+        if count <= 1:
+            raise UsageError(f"--metric {metric.label()}: output {name} has a single class (its "
+                             f"{'last axis' if metric.name == 'argmax-agreement' else 'sample'} has size {count}), "
+                             "so the metric compares nothing; use cosine or snr-db, or --metric-outputs to leave "
+                             "it out")
+        if metric.name == "topk" and metric.k >= count:
+            raise UsageError(f"--metric {metric.label()}: output {name} has {count} classes, so every top-{metric.k} "
+                             f"holds the reference's class and the metric compares nothing; use a K below {count}")
+
+
 def describe(comps) -> str:
     """The worst input set's worst output, in the metric's words."""
     worst: Optional[MetricOutput] = None

@@ -219,16 +219,18 @@ class QdqSearch(PrecisionSearch):
         finally:
             self.config = c
 
-    def held_out_check(self, kept: Sequence[str]) -> Optional[HeldOut]:
-        """The model with ``kept`` in float, and the quantized model as it is, on the held-out sets."""
+    def held_out_check(self, kept: Sequence[str], model=None) -> Optional[HeldOut]:
+        """The model with ``kept`` in float (or ``model``, the one written in its place), and the
+        quantized model as it is, on the held-out sets."""
         if not self.held_out_feeds:
             return None
-        held = HeldOut(self.held_source, len(self.held_out_feeds), checked=True)
+        held = HeldOut(self.held_source, len(self.held_out_feeds), checked=True, scaled=model is not None)
         try:
             ref = self._reference(self.held_out_feeds)
             kind, opts = self.cand_spec
             for keep in (list(kept), []):
-                outs = self._run_here(self.candidate_model(keep), kind, opts, self.held_out_feeds)
+                checked = model if keep and model is not None else self.candidate_model(keep)
+                outs = self._run_here(checked, kind, opts, self.held_out_feeds)
                 comps = self._compare_with(ref, outs)
                 passed = sum(1 for it in comps if it.passed and not it.only_a)
                 if keep:
@@ -243,6 +245,12 @@ class QdqSearch(PrecisionSearch):
 
     # ------------------------------------------------------------------ runs
     def _reference(self, feeds) -> List[Dict]:
+        refs = self._reference_outputs(feeds)
+        if refs:
+            qdq_metrics.check_classes(self.metric, refs[0])  # (a metric that compares nothing: exit 2)
+        return refs
+
+    def _reference_outputs(self, feeds) -> List[Dict]:
         if self.config.load_outputs:
             return self._loaded_reference(self.config.load_outputs, feeds)
         kind, opts = self.ref_spec
@@ -332,11 +340,15 @@ class QdqSearch(PrecisionSearch):
         return len(kept) <= 1 or (len(kept) == 2 and getattr(self, "no_single", False))
 
     def _write_scaled(self, out: PrecisionOutcome, result: "QdqOutcome") -> None:
-        """--apply-scales: -o gets the model with the suggested scales when it passes."""
+        """--apply-scales: -o gets the model with the suggested scales when it passes the search's
+        input sets; the held-out check is then that model's (the one written)."""
         model, passed, detail = self.apply_scales(out.kept, result.suggestions)
-        result.scaled = {"passes": passed, "detail": detail, "written": bool(passed and self.config.output)}
+        result.scaled = {"passes": passed, "detail": detail, "written": False}
+        if passed:
+            result.held_out = self.held_out_check(out.kept, model)
         if passed and self.config.output:
             save_model(model, self.config.output)
+            result.scaled["written"] = True
 
     def _write_output(self, out: PrecisionOutcome) -> None:
         save_model(self.candidate_model(out.kept), self.config.output or "")

@@ -44,6 +44,7 @@ class HeldOut:
     before_passed: int = 0  # where the quantized model as it is passes
     detail: str = ""  # the worst comparison of the result on them
     checked: bool = False
+    scaled: bool = False  # the result checked is the model with the suggested scales (--apply-scales)
 
     @property
     def holds(self) -> bool:
@@ -63,6 +64,7 @@ class HeldOut:
             "source": self.source, "count": self.count, "passed": self.passed, "holds": self.holds,
             "quantized_passed": self.before_passed, "detail": self.detail,
             "failure_rate_bound": round(self.bound, 4) if self.holds else None, "needed": needed(),
+            "scaled": self.scaled,
         }
 
 

@@ -235,6 +235,13 @@ class PrecisionSearch:
             raise UsageError(f"--compare {c.reference} {c.candidate}: search one precision at a time (fp16 or bf16)")
         return "bfloat16" if low == ["bf16"] else "float16"
 
+    def _check_tolerance_names(self) -> None:
+        """A per-output tolerance (``--atol y:1e-3``) must name one of the model's outputs (exit 2)."""
+        from toolkit.run.plan import require_known_names
+
+        flags = (("per_atol", "--atol"), ("per_rtol", "--rtol"), ("per_stat", "--check-error-stat"))
+        require_known_names(self.tolerances, self.graph_outputs, flags)
+
     @staticmethod
     def _check_paths(c: PrecisionConfig) -> None:
         for path in (c.output, c.save_replay):
@@ -586,6 +593,7 @@ class PrecisionSearch:
         self._rounded: Dict[str, bytes] = {}
         self._validate()
         self._load()
+        self._check_tolerance_names()
         if getattr(self, "nothing_to_search", False):
             return PrecisionOutcome(STATUS_NOTHING, precision="bf16" if self.dtype == "bfloat16" else "fp16",
                                     user_kept=list(self.user_kept), auto_kept=dict(self.auto_kept),
