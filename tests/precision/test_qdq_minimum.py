@@ -86,8 +86,9 @@ def test_a_result_that_fails_on_held_out_inputs_is_reported_as_not_holding(two_o
     held = _held_out_case(tmp_path, [0.49])
     r = cli("debug", "precision", model, "--load-inputs", feeds, "--validate-inputs", held, "--atol", "0.95",
             "--rtol", "0", "--json")
-    assert r.code == 0, r.err
+    assert r.code == 1, r.err  # the answer fails on inputs the search did not use: not a pass
     result = json.loads(r.out)
+    assert result["exit_code"] == 1
     assert [p["tensor"] for p in result["float_pairs"]] == ["c"]
     assert result["held_out"]["holds"] is False and result["held_out"]["passed"] == 0
     assert "does not hold" in r.err and "59 are needed" in r.err

@@ -229,11 +229,11 @@ def summary(outcome, cfg, json_out: bool) -> int:
         warn(f"{outcome.broken} check(s) could not build, load or run their model; they counted as failing")
     if outcome.scaled is not None:
         _scaled_line(outcome, cfg)
-        held = outcome.held_out
-        if held is not None and held.scaled and not held.holds and code == int(ExitCode.OK):
-            code = int(ExitCode.FAILED)  # the model written fails on inputs the search did not use
     elif outcome.output_written:
         log(f"Wrote the model with those pairs in float to {cfg.output}")
+    held = outcome.held_out
+    if held is not None and not held.holds and code == int(ExitCode.OK):
+        code = int(ExitCode.FAILED)  # the answer (the model written) fails on inputs the search did not use
     if outcome.replay_path and outcome.checks:
         log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
     if outcome.table:
