@@ -112,11 +112,16 @@ def long_loop(trips: int = 10**12):
 
 
 def long_constant_loop(trips: int = 10**12):
-    """:func:`long_loop` on a constant start value: the whole Loop is foldable."""
+    """:func:`long_loop` on a constant start value (its condition a constant too): the whole
+    Loop is foldable, and its result is added to the input."""
     model = long_loop(trips)
     g = model.graph
-    del g.input[:]
-    g.initializer.append(helper.make_tensor("x", TensorProto.FLOAT, [1, 4], [0.0] * 4))
+    g.initializer.extend([helper.make_tensor("x0", TensorProto.FLOAT, [1, 4], [0.0] * 4),
+                          helper.make_tensor("go", TensorProto.BOOL, [], [True])])
+    loop = g.node[0]
+    loop.input[:] = ["n", "go", "x0"]
+    loop.output[0] = "l"
+    g.node.append(helper.make_node("Add", ["x", "l"], ["y"]))
     return model
 
 
