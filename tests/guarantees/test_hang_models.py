@@ -137,3 +137,24 @@ def test_a_constant_loop_of_10_to_the_12_steps_is_not_folded_nor_run(tmp_path):
     assert "left unfolded: Loop node" in res.err and "--max-nodes" in res.err, res.err
     assert "not compared" in res.err  # (validation loaded the result without running it)
     assert [n.op_type for n in onnx.load(str(tmp_path / "out.onnx")).graph.node] == ["Loop", "Add"]
+
+
+# ---------------------------------------------------------------------- data files, header first
+
+
+def test_an_inputs_file_given_as_outputs_is_refused_from_its_first_iteration(tmp_path):
+    """The kind of a JSON data file is read from its head: the rest (here garbage, in a real
+    file 200k iterations that took a minute to parse) is never parsed before the refusal."""
+    import numpy as np
+
+    from modelzoo import chain
+    from toolkit.core.datafiles import save_inputs
+
+    save(chain(2), tmp_path / "m.onnx")
+    save_inputs(str(tmp_path / "in.json"), [{"x": np.ones((1, 4), np.float32)}] * 3)
+    text = (tmp_path / "in.json").read_text()
+    (tmp_path / "bad.json").write_text(text[: text.index("},") + 2] + " garbage" * 1000)
+    res = run_toolkit("run", "m.onnx", "--onnxrt", "--load-outputs", "bad.json", cwd=tmp_path)
+    assert res.code == 3 and "bad.json is an inputs file" in res.err, res.err
+    res = run_toolkit("run", "m.onnx", "--onnxrt", "--load-outputs", "in.json", cwd=tmp_path)
+    assert res.code == 3 and "in.json is an inputs file" in res.err, res.err
