@@ -5,33 +5,11 @@ from __future__ import annotations
 
 import onnx
 import pytest
-from onnx import TensorProto, helper
 
 from conftest import run_toolkit
 
+from hang_models import fan_out, fan_out_if_in_function, fan_out_in_if, fan_out_in_loop
 from toolkit.core.functions import inlined_node_count
-
-OPS = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
-
-
-def fan_out(depth: int):
-    """F0 calls F1 twice, F1 calls F2 twice, ..., F<depth> is one Relu: 2^depth nodes inlined."""
-    funcs = []
-    for i in range(depth + 1):
-        if i == depth:
-            nodes = [helper.make_node("Relu", ["x"], ["y"])]
-        else:
-            nodes = [helper.make_node(f"F{i + 1}", ["x"], ["t"], domain="local"),
-                     helper.make_node(f"F{i + 1}", ["t"], ["y"], domain="local")]
-        funcs.append(helper.make_function("local", f"F{i}", ["x"], ["y"], nodes, OPS))
-    graph = helper.make_graph(
-        [helper.make_node("F0", ["x"], ["y"], domain="local")], "fan",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-    )
-    model = helper.make_model(graph, opset_imports=OPS, functions=funcs)
-    model.ir_version = 10
-    return model
 
 
 def test_the_count_follows_the_call_tree_and_stops_past_the_cap():
@@ -39,18 +17,48 @@ def test_the_count_follows_the_call_tree_and_stops_past_the_cap():
     assert inlined_node_count(fan_out(40), cap=1000) == 1001
 
 
+def test_the_count_includes_every_if_loop_and_scan_body_of_graphs_and_functions():
+    """A fan-out reached only through an If branch (top graph or a function body) or a Loop
+    body is counted as a runtime or shape inference inlines it."""
+    assert inlined_node_count(fan_out_in_if(18), cap=10**9) == 2**18 + 2  # (+ the If, the else Identity)
+    assert inlined_node_count(fan_out_in_loop(18), cap=10**9) == 2**18 + 2
+    # F<i> = Constant + If(then: 2 calls of F<i+1>, else: Identity): 2^18 Relus plus the Ifs on the way
+    assert inlined_node_count(fan_out_if_in_function(18), cap=10**9) > 2**18
+    assert inlined_node_count(fan_out_if_in_function(40), cap=1000) == 1001
+
+
+def test_a_long_chain_of_functions_is_counted_without_recursing_along_it():
+    from onnx import helper
+
+    ops = [helper.make_opsetid("", 17), helper.make_opsetid("local", 1)]
+    n = 5000
+    funcs = [helper.make_function("local", f"G{i}", ["x"], ["y"],
+                                  [helper.make_node("Relu" if i == n - 1 else f"G{i + 1}", ["x"], ["y"],
+                                                    domain="" if i == n - 1 else "local")], ops)
+             for i in range(n)]
+    model = fan_out(1)
+    model.functions.extend(funcs)
+    model.graph.node[0].op_type = "G0"
+    assert inlined_node_count(model, cap=10**9) == 1
+
+
 COMMANDS = [
     ["run", "fan.onnx", "--onnxrt"],
     ["inspect", "model", "fan.onnx", "--shape-inference"],
     ["surgeon", "sanitize", "fan.onnx", "--fold-constants", "-o", "out.onnx"],
     ["convert", "fan.onnx", "--fp-to-fp16", "-o", "out.onnx"],
+    ["debug", "precision", "fan.onnx", "-o", "out.onnx"],
 ]
+FAN_OUTS = {"top": fan_out, "in-if": fan_out_in_if, "if-in-function": fan_out_if_in_function, "in-loop": fan_out_in_loop}
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c[:2]))
-def test_a_function_fan_out_is_refused_before_anything_inlines_it(tmp_path, command):
-    onnx.save(fan_out(18), str(tmp_path / "fan.onnx"))
-    res = run_toolkit(*command, cwd=tmp_path, timeout=60)
+@pytest.mark.parametrize("kind", list(FAN_OUTS))
+def test_a_function_fan_out_is_refused_before_anything_inlines_it(tmp_path, monkeypatch, cli, command, kind):
+    """Each would run for hours (and all but ``run`` ignore SIGTERM meanwhile)."""
+    onnx.save(FAN_OUTS[kind](20), str(tmp_path / "fan.onnx"))
+    monkeypatch.chdir(tmp_path)
+    res = cli(*command)
     assert res.code == 3, res.err
     assert "inline to more than 100000 nodes" in res.err and "--max-nodes" in res.err
     assert not (tmp_path / "out.onnx").exists()

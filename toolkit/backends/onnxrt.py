@@ -30,6 +30,7 @@ from toolkit.core.errors import (  # noqa: F401  (InferenceError: re-exported)
     ort_errors,
 )
 from toolkit.core.functions import check_inlined_size, check_model_file, interruptible
+from toolkit.core.interrupt import interruptible_run
 from toolkit.core.graphs import external_data_folder, has_external_data
 from toolkit.core.layerwise import outputs_patch, select_outputs, set_outputs
 from toolkit.core.meta import TensorMeta
@@ -478,7 +479,7 @@ class OnnxrtRunner(Runner):
         start = time.perf_counter()
         try:
             with routed_logs():
-                values = sess.run(self._output_names, feed if isinstance(feed, dict) else dict(feed))
+                values = interruptible_run(sess, self._output_names, feed if isinstance(feed, dict) else dict(feed))
         except tuple(e for e in ort_errors() if e is not MemoryError) as exc:
             raise InferenceError(f"{self.name}: inference failed: {one_line(exc)}") from None
         self.last_inference_time = time.perf_counter() - start

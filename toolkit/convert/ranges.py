@@ -32,6 +32,7 @@ from toolkit.convert.common import (
     weight_array,
 )
 from toolkit.core.errors import ort_errors
+from toolkit.core.interrupt import interruptible_run
 from toolkit.core.graphs import node_subgraphs
 
 KEEP_BYTES = 1 << 30  # weights read by the range check kept for the conversion, at most (bytes)
@@ -169,7 +170,7 @@ def _computed_values(model, graph, derived: List, types: Dict[str, int]) -> Dict
     so.log_severity_level = 4  # (its errors come back as exceptions: no log lines of its own)
     try:
         sess = ort.InferenceSession(small.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        values = sess.run(wanted, {})
+        values = interruptible_run(sess, wanted, {})
     except ort_errors():
         return {}
     return dict(zip(wanted, values))

@@ -38,6 +38,7 @@ from toolkit.convert.emulate import emulate_mixed
 from toolkit.convert.onnx_types import STRIPPED, infer_types, tensor_types, without_big_data
 from toolkit.core.compare import error_arrays
 from toolkit.core.errors import ExitCode, InferenceError, one_line, ort_errors
+from toolkit.core.interrupt import interruptible_run
 from toolkit.core.layerwise import set_outputs
 
 # a tensor differs when its largest absolute error is past ATOL + RTOL * its largest magnitude
@@ -181,7 +182,7 @@ class _Model:
         """The outputs on ``feed`` (input set ``k``, named in an error)."""
         with self._errors("" if k is None else f" on input set {k}"):
             feed = {k: as_input(np.asarray(v), self.wanted[k]) for k, v in feed.items() if k in self.wanted}
-            outs = self.sess.run(None, feed)
+            outs = interruptible_run(self.sess, None, feed)
         return {o.name: v for o, v in zip(self.sess.get_outputs(), outs)}
 
     @contextlib.contextmanager

@@ -509,6 +509,30 @@ def _load_data_uncached(path: str):
     )
 
 
+def first_feed_names(path: str) -> Optional[List[str]]:
+    """The tensor names of the first iteration of a JSON inputs file, read from the head of the
+    file only (the rest is not parsed: a file of 200k iterations answers at once); None when the
+    file is not a JSON list of feeds (outputs, ``.npz``, stdin, a folder, unreadable)."""
+    if path == STDIO or is_npz_path(path) or os.path.isdir(path):
+        return None
+    try:
+        with open(path, "rb") as f:
+            text = f.read().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    start = len(text) - len(text.lstrip())
+    if not text.startswith("[", start):
+        return None
+    at = len(text) - len(text[start + 1:].lstrip())
+    try:
+        first, _ = json.JSONDecoder(object_hook=_json_hook).raw_decode(text, at)
+    except (InputError, ValueError, RecursionError):
+        return None
+    if not (isinstance(first, dict) and first and _is_feed(first)):
+        return None
+    return list(first)
+
+
 def _is_feed(dct) -> bool:
     return all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in dct.items())
 

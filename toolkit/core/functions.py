@@ -14,40 +14,78 @@ from __future__ import annotations
 
 import mmap
 import os
-from typing import Dict, Tuple
+from typing import Dict, Iterator, Tuple
 
 from toolkit.core import limits
 from toolkit.core.errors import InputError
+from toolkit.core.graphs import node_subgraphs
 from toolkit.core.protowire import scan_fields
 
 FUNCTIONS_FIELD = 25  # ModelProto.functions
 
 
 def inlined_node_count(model, cap: int) -> int:
-    """Nodes of the top graph once every call of a local function is inlined (counting stops
-    just past ``cap``)."""
-    funcs = {(f.domain, f.name): f for f in model.functions}
-    if not funcs:
-        return len(model.graph.node)
-    sizes: Dict[Tuple[str, str], int] = {}
-
-    def size(key, depth: int) -> int:
-        if key not in sizes:
-            if depth > len(funcs):  # a call cycle: onnx refuses it anyway
-                return cap + 1
-            sizes[key] = min(_count(funcs[key].node, funcs, size, depth + 1, cap), cap + 1)
-        return sizes[key]
-
-    return _count(model.graph.node, funcs, size, 0, cap)
+    """Nodes of the model once every call of a local function is inlined: the top graph, every
+    If/Loop/Scan body at any depth, and each function body once per call (counting stops just
+    past ``cap``). A Loop body counts once, however many times it runs."""
+    funcs = {_key(f.domain, f.name, f.overload): f for f in model.functions}
+    sizes = _function_sizes(funcs, cap)
+    return _count(model.graph.node, sizes, cap)
 
 
-def _count(nodes, funcs, size, depth: int, cap: int) -> int:
+def _key(domain: str, name: str, overload: str = "") -> Tuple[str, str, str]:
+    return (domain or "", name, overload or "")
+
+
+def _node_key(node) -> Tuple[str, str, str]:
+    return _key(node.domain, node.op_type, getattr(node, "overload", ""))
+
+
+def _calls(nodes, funcs) -> Iterator[Tuple[str, str, str]]:
+    """The functions ``nodes`` call, in their bodies (If/Loop/Scan) too."""
+    for node in nodes:
+        key = _node_key(node)
+        if key in funcs:
+            yield key
+        for sub in node_subgraphs(node):
+            yield from _calls(sub.node, funcs)
+
+
+def _function_sizes(funcs: dict, cap: int) -> Dict[Tuple[str, str, str], int]:
+    """Inlined size of every function (capped at ``cap + 1``), callees first, without Python
+    recursion along the call chain (a chain of thousands of functions is a valid file); a call
+    cycle (which onnx refuses anyway) counts as too big."""
+    sizes: Dict[Tuple[str, str, str], int] = {}
+    visiting: set = set()
+    for root in funcs:
+        stack = [(root, list(dict.fromkeys(_calls(funcs[root].node, funcs))))]
+        visiting.add(root)
+        while stack:
+            key, pending = stack[-1]
+            while pending and pending[-1] in sizes:
+                pending.pop()
+            if pending:
+                callee = pending.pop()
+                if callee in visiting:  # a cycle
+                    sizes[callee] = cap + 1
+                    continue
+                visiting.add(callee)
+                stack.append((callee, list(dict.fromkeys(_calls(funcs[callee].node, funcs)))))
+                continue
+            stack.pop()
+            visiting.discard(key)
+            sizes.setdefault(key, min(_count(funcs[key].node, sizes, cap), cap + 1))
+    return sizes
+
+
+def _count(nodes, sizes: dict, cap: int) -> int:
     total = 0
     for node in nodes:
-        key = (node.domain, node.op_type)
-        total += size(key, depth) if key in funcs else 1
+        total += sizes.get(_node_key(node), 1)
+        for sub in node_subgraphs(node):
+            total += _count(sub.node, sizes, cap)
         if total > cap:
-            break
+            return cap + 1
     return total
 
 
@@ -60,8 +98,8 @@ def check_inlined_size(model, path: str) -> None:
     if count > cap:
         raise InputError(
             f"{path}: its {len(model.functions)} local functions inline to more than {cap} nodes (functions that "
-            "call each other several times multiply), so shape inference or a runtime would not finish; nothing "
-            "was run. If the model is right, raise the limit with --max-nodes"
+            "call each other several times multiply, If/Loop/Scan bodies included), so shape inference or a runtime "
+            "would not finish; nothing was run. If the model is right, raise the limit with --max-nodes"
         )
 
 

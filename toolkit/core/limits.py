@@ -2,10 +2,12 @@
 raisable by a common option (set by the CLI before the command runs).
 
 - ``--max-tensor-size SIZE``: the largest array a data file may hold (its ``.npy`` header
-  says how big it is before anything is inflated; a 2 MB ``.npz`` can declare 2 GiB).
-- ``--max-nodes N``: the most nodes a model may have once its local functions are inlined
-  (3 KB of nested functions can inline to 2^18 nodes); checked before onnx's shape
-  inference or a runtime is called.
+  says how big it is before anything is inflated; a 2 MB ``.npz`` can declare 2 GiB), and the
+  largest result constant folding computes (``Range(0, 10^12)`` is left unfolded).
+- ``--max-nodes N``: the most nodes a model may have once its local functions are inlined,
+  If/Loop/Scan bodies counted at any depth (3 KB of nested functions can inline to 2^18
+  nodes); checked before onnx's shape inference or a runtime is called. Also the most steps
+  times body nodes of a Loop or Scan that folding computes (or that sanitize's validation runs).
 
 No numpy, onnx or Typer here: the CLI imports it at start-up.
 """

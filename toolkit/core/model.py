@@ -15,7 +15,8 @@ from typing import Iterator, Optional
 
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError, UsageError, reraise_bug
 from toolkit.core import create, inplace
-from toolkit.core.functions import check_inlined_size, interruptible
+from toolkit.core.functions import check_inlined_size
+from toolkit.core.interrupt import call_in_child
 from toolkit.core.graphs import (  # noqa: F401  (re-exported)
     all_tensors,
     copy_field,
@@ -616,18 +617,31 @@ def infer_shapes(model, *, strict: bool = False, data_prop: bool = True):
 
     check_inlined_size(model, "the model")
     try:
+        # (in a forked child: onnx holds the GIL for the whole inference, so no signal would end it here)
         if model.ByteSize() > PROTOBUF_LIMIT:
             with tempfile.TemporaryDirectory() as d:
                 src = os.path.join(d, "in.onnx")
                 dst = os.path.join(d, "out.onnx")
                 onnx.save_model(model, src, save_as_external_data=True, location="w.data")
-                onnx.shape_inference.infer_shapes_path(src, dst, strict_mode=strict, data_prop=data_prop)
+                call_in_child(_infer_path, src, dst, strict, data_prop, what="ONNX shape inference")
                 return onnx.load(dst)
-        return interruptible(onnx.shape_inference.infer_shapes, model, strict_mode=strict, data_prop=data_prop)
+        return call_in_child(_infer, model, strict, data_prop, what="ONNX shape inference")
     except LIBRARY_ERRORS + (onnx.shape_inference.InferenceError, onnx.checker.ValidationError) as exc:
         if strict:
             raise InputError(f"ONNX shape inference failed: {exc}") from None
         return model
+
+
+def _infer(model, strict: bool, data_prop: bool):
+    import onnx
+
+    return onnx.shape_inference.infer_shapes(model, strict_mode=strict, data_prop=data_prop)
+
+
+def _infer_path(src: str, dst: str, strict: bool, data_prop: bool) -> None:
+    import onnx
+
+    onnx.shape_inference.infer_shapes_path(src, dst, strict_mode=strict, data_prop=data_prop)
 
 
 def load_lazily(

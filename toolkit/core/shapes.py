@@ -20,6 +20,7 @@ import numpy as np
 import onnx
 
 from toolkit.core.errors import DependencyError, InputError, one_line, ort_errors
+from toolkit.core.interrupt import interruptible_run
 from toolkit.core.graphs import attribute_graphs, copy_field, has_external_data, tensor_nbytes
 from toolkit.core.meta import TensorMeta, dtype_from_numpy, dtype_from_onnx, dtype_to_numpy, format_spec_shape
 from toolkit.core.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
@@ -453,7 +454,7 @@ def run_on_ort(
         sess = _ort_session(runnable, external_data_dir if external_refs else None)
         del runnable
         out_names = [o.name for o in sess.get_outputs()] if names is None else list(names)
-        values = sess.run(out_names, feed)
+        values = interruptible_run(sess, out_names, feed)
     except InputError:
         raise
     except ort_errors() as exc:

@@ -33,7 +33,7 @@ from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core import undefined
 from toolkit.core.compare import PairComparison, Tolerances, check_tolerance_names, compare_iteration, validate_outputs
-from toolkit.core.datafiles import RunResults, inputs_writer, load_data, load_outputs, outputs_writer
+from toolkit.core.datafiles import RunResults, first_feed_names, inputs_writer, load_data, load_outputs, outputs_writer
 from toolkit.core.dataloader import load_script_feeds, split_script_spec
 from toolkit.core.errors import InputError, ToolkitError
 from toolkit.core.graphs import external_data_folder, has_external_data
@@ -121,14 +121,17 @@ def _refuse_inputs_files(paths: Sequence[str], model: str) -> None:
     say so before anything runs."""
     names: Optional[List[str]] = None
     for path in paths:
-        data = load_data(path)
-        if isinstance(data, RunResults) or not data:
-            continue
-        held = set(data[0])
+        head = first_feed_names(path)  # (a JSON inputs file is known from its first iteration)
+        if head is None:
+            data = load_data(path)
+            if isinstance(data, RunResults) or not data:
+                continue
+            head = list(data[0])
+            next(iter(data[0].values()))  # a file that cannot be read at all says so first
+        held = set(head)
         if names is None:
             names = _model_input_names(model)
         if held and names and held <= set(names):
-            next(iter(data[0].values()))  # a file that cannot be read at all says so first
             raise InputError(
                 f"{path} is an inputs file (it holds the model's inputs {', '.join(sorted(held))}), not outputs; "
                 "give it to --load-inputs, and compare against an outputs file saved with --save-outputs"

@@ -15,6 +15,7 @@ from toolkit.core.errors import one_line, reraise_bug
 from toolkit.core.graphs import fresh_name, walk_graphs
 from toolkit.core.model import infer_shapes, value_info_meta
 from toolkit.core.shapes import STUB_BYTES, light_copy
+from toolkit.surgeon.fold_bounds import UNKNOWN_SIZE, note_kept, oversized_nodes
 from toolkit.surgeon.fold_noops import bodies, constant_reshape_targets, eliminate_noops
 from toolkit.surgeon.plumbing import (
     LogFn,
@@ -409,7 +410,8 @@ def fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, si
         index += 1
         t0 = time.perf_counter()
         before = count_nodes(graph)
-        hidden = _prepare_shape_slices(gs, graph)
+        kept = oversized_nodes(gs, graph, size_threshold)  # (before anything is computed)
+        hidden = _prepare_shape_slices(gs, graph) + _hide([n for n, _ in kept])
         if excluded:
             hidden += _hide([n for n in all_nodes(graph) if not _is_hidden(n)
                              and any(o.name in excluded for o in n.outputs)])
@@ -442,7 +444,8 @@ def fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, si
             # One folding run folds everything computable from the constants and the shapes
             # it is given: with no shape learned and no If branch inlined, another pass would
             # see the same graph facts and fold nothing (it is not run).
-            unlocked = learned > 0 or ifs > 0
+            # (a node whose size was not known may be sized now that its inputs are constants)
+            unlocked = learned > 0 or ifs > 0 or any(why == UNKNOWN_SIZE for _, why in kept)
         secs = time.perf_counter() - t0
         report.passes.append(FoldPass(index, before, after, secs, used))
         log(f"Folding constants | pass {index} | nodes {before} -> {after} ({before - after} folded) | {secs:.2f} s")
@@ -451,6 +454,8 @@ def fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, si
             break
     if not report.converged:
         log(f"Folding constants | stopped after {index} passes (--num-passes); more folding may be possible")
+    if index:
+        note_kept(gs, kept, log)
 
 
 def fold_validated(model, build, validate: bool, external_data_dir: Optional[str], log: LogFn,

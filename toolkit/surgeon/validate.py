@@ -13,6 +13,8 @@ import onnx.shape_inference
 from onnx import numpy_helper
 
 from toolkit.core.errors import InputError, UsageError, one_line, ort_errors
+from toolkit.core.bounds import run_cost_refusal
+from toolkit.core.interrupt import interruptible_run
 from toolkit.core.graphs import copy_field, has_external_data, node_subgraphs, tensor_nbytes, walk_graphs
 from toolkit.core.meta import dtype_to_numpy
 from toolkit.core.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
@@ -217,6 +219,10 @@ class Validation:
         if sum(tensor_nbytes(t) for t in self.original.graph.initializer) > _VALIDATE_MAX_BYTES:
             self.skip_reason = "the model is over 1 GiB"
             return
+        cost = run_cost_refusal(self.original)
+        if cost:  # (running it for the expected outputs would not end, or not fit)
+            self.compare_reason = cost
+            return
         if has_external_data(self.original):
             # Running would read every weight from disk: check the structure only (ONNX's
             # checker with strict shape inference, which is where loading fails).
@@ -281,7 +287,7 @@ class Validation:
     @staticmethod
     def _run(sess, feed, names=None):
         names = names or [o.name for o in sess.get_outputs()]
-        return dict(zip(names, sess.run(names, feed)))
+        return dict(zip(names, interruptible_run(sess, names, feed)))
 
     # -- checks
     def check(self, result) -> Optional[str]:
@@ -549,7 +555,7 @@ class _Session:
 
     def run(self, names, feed):
         weights = {t.name: raw_array(t, onnx) for t in self.model.graph.initializer if t.name in self.weight_names}
-        return self.sess.run(names, {**feed, **weights})
+        return interruptible_run(self.sess, names, {**feed, **weights})
 
 
 def raw_array(t, onnx):
