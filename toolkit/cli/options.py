@@ -94,10 +94,10 @@ class CommonOptions:
                 raise UsageError(f"--log-format {f}: use one or more of: {', '.join(output.LOG_FORMATS)}")
         if self.model_type is not None:
             check_model_type(self.model_type, command)
-        if self.max_tensor_size is not None:
-            limits.max_tensor_bytes = limits.parse_size(self.max_tensor_size)
-        if self.max_nodes is not None:
-            limits.max_nodes = limits.parse_count(self.max_nodes)
+        # every command starts from the defaults (a library caller may run several commands in one process)
+        limits.max_tensor_bytes = (limits.parse_size(self.max_tensor_size) if self.max_tensor_size is not None
+                                   else limits.DEFAULT_TENSOR_BYTES)
+        limits.max_nodes = limits.parse_count(self.max_nodes) if self.max_nodes is not None else limits.DEFAULT_NODES
         output.configure(level=self.level() if set_level else None, log_file=self.log_file, formats=self.log_format)
         if self.model_type is not None:
             output.state.model_type = self.model_type
