@@ -1,0 +1,50 @@
+"""debug llm across two model files whose tensors are named differently: nodes pair by the
+weights they read, then by place; the reduce command is printed only when it is sound."""
+
+import onnx
+from llm_decoders import build_decoder
+
+from toolkit.llm.session import LlmConfig, LlmDebugger
+
+PROMPT = [1, 2, 3, 4]
+
+
+def _renamed(path, swap_layer0_kv: bool):
+    """The weight fault in layer 2, every tensor and node renamed (weights and I/O kept), and
+    optionally layer 0's k_proj and v_proj nodes in swapped order."""
+    m = build_decoder(fault="weight", fault_layer=2)
+    keep = {x.name for x in m.graph.input} | {x.name for x in m.graph.output} | {x.name for x in m.graph.initializer}
+    table = {}
+
+    def ren(s):
+        return s if (s in keep or s == "") else table.setdefault(s, f"T_{len(table)}")
+    for n in m.graph.node:
+        n.input[:] = [ren(x) for x in n.input]
+        n.output[:] = [ren(x) for x in n.output]
+        n.name = "n_" + ren(n.name)
+    nodes = list(m.graph.node)
+    if swap_layer0_kv:
+        ik = next(i for i, n in enumerate(nodes) if "l0.wk" in n.input)
+        iv = next(i for i, n in enumerate(nodes) if "l0.wv" in n.input)
+        nodes[ik], nodes[iv] = nodes[iv], nodes[ik]
+    del m.graph.node[:]
+    m.graph.node.extend(nodes)
+    onnx.checker.check_model(m)
+    onnx.save(m, path)
+    return path
+
+
+def _run(model, reference, **kw):
+    cfg = LlmConfig(model, reference_model=reference, prompts=[PROMPT], steps=4, **kw)
+    return LlmDebugger(cfg).run().first_divergence
+
+
+def test_swapped_nodes_pair_by_their_weights_and_name_the_faulty_layer(tmp_path):
+    ref = str(tmp_path / "clean.onnx")
+    build_decoder(ref)
+    test = _renamed(str(tmp_path / "swapped.onnx"), swap_layer0_kv=True)
+    d = _run(test, ref)
+    assert d is not None and d.located is not None
+    assert d.located.layer == 2, d.located
+    assert d.located.op_type == "MatMul"
+    assert d.located.module is not None and "layers.2" in d.located.module
