@@ -48,3 +48,23 @@ def test_swapped_nodes_pair_by_their_weights_and_name_the_faulty_layer(tmp_path)
     assert d.located.layer == 2, d.located
     assert d.located.op_type == "MatMul"
     assert d.located.module is not None and "layers.2" in d.located.module
+
+
+def test_no_reduce_command_when_the_reference_names_its_tensors_differently(tmp_path):
+    ref = str(tmp_path / "clean.onnx")
+    build_decoder(ref)
+    test = _renamed(str(tmp_path / "renamed.onnx"), swap_layer0_kv=False)
+    d = _run(test, ref, save_step_inputs=str(tmp_path / "step.json"))
+    assert d is not None and d.saved_inputs
+    assert d.reduce_command is None
+    assert "by name" in d.reduce_note and "no --reference-model" in d.reduce_note
+
+
+def test_reduce_command_when_both_models_share_the_names(tmp_path):
+    ref = str(tmp_path / "clean.onnx")
+    build_decoder(ref)
+    test = str(tmp_path / "weight.onnx")
+    build_decoder(test, fault="weight", fault_layer=2)
+    d = _run(test, ref, save_step_inputs=str(tmp_path / "step.json"))
+    assert d is not None and d.reduce_note is None
+    assert "--reference-model" in d.reduce_command

@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 from toolkit.cli.output import echo, log, progress, verbose, warn
 from toolkit.core.errors import ExitCode
+from toolkit.core.text import shown_name
 from toolkit.llm.session import Divergence, LlmOutcome, Reporter
 from toolkit.llm.steps import StepResult
 
@@ -70,8 +71,12 @@ def _divergence_lines(d: Divergence) -> None:
     elif d.localize_error:
         log(f"  not localized: {d.localize_error}")
     if d.saved_inputs:
-        log(f"  the step's feeds are in {d.saved_inputs}; shrink the step's graph to the fault with:")
-        log(f"    {d.reduce_command}")
+        log(f"  the step's feeds are in {shown_name(d.saved_inputs)}")
+    if d.reduce_note:
+        log(f"  no debug reduce command: {shown_name(d.reduce_note)}")
+    elif d.saved_inputs:
+        log("  shrink the step's graph to the fault with:")
+        log(f"    {shown_name(d.reduce_command)}")
     else:
         log("  add --save-step-inputs FILE to write the step's feeds for `toolkit debug reduce MODEL -o reduced.onnx "
             "--compare REF TEST --load-inputs FILE`, which shrinks the step's graph to the fault")

@@ -10,6 +10,7 @@ created once for the whole loop; the localization runs at one step only.
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -67,6 +68,7 @@ class Divergence:
     located: Optional[Located] = None
     saved_inputs: Optional[str] = None
     reduce_command: Optional[str] = None
+    reduce_note: Optional[str] = None  # why no reduce command is given
     localize_error: Optional[str] = None  # why no tensor is named
 
     def to_json(self) -> dict:
@@ -80,6 +82,7 @@ class Divergence:
             "layer": loc.layer if loc else None, "tensor_max_abs_diff": loc.max_abs_diff if loc else None,
             "matched_by": loc.matched_by if loc else None,
             "saved_inputs": self.saved_inputs, "reduce_command": self.reduce_command,
+            "reduce_note": self.reduce_note,
             "localize_error": self.localize_error,
         }
 
@@ -240,9 +243,13 @@ class LlmDebugger:
         if self.cfg.save_step_inputs:
             save_inputs(self.cfg.save_step_inputs, [test_feed])
             div.saved_inputs = self.cfg.save_step_inputs
-            div.reduce_command = self.reduce_command(self.cfg.save_step_inputs)
-        if not self.cfg.localize:
-            return
+        if self.cfg.localize:
+            self._localize(div, test_feed, ref_feed)
+        div.reduce_note = self.reduce_unsound(div, test_feed)
+        if div.saved_inputs and div.reduce_note is None:
+            div.reduce_command = self.reduce_command(div.saved_inputs)
+
+    def _localize(self, div: Divergence, test_feed: Feed, ref_feed: Feed) -> None:
         self.rep.info(f"Localizing step {div.step} of prompt {div.prompt}: every tensor of both sides on its feeds")
         try:
             test_vals = every_tensor_once(self.cfg.test, self.cfg.model, test_feed, self.cfg.external_data_dir)
@@ -258,6 +265,30 @@ class LlmDebugger:
         elif div.located is None:
             div.localize_error = ("no tensor differs beyond the tolerances with every tensor marked (marking changes "
                                   "what a runtime fuses); the step's outputs differ as deployed")
+
+    def reduce_unsound(self, div: Divergence, test_feed: Feed) -> Optional[str]:
+        """Why ``debug reduce --compare --reference-model`` cannot shrink this step soundly (None when
+        it can): it feeds both models the same named inputs and compares tensors by name, so both
+        models must have the step's inputs and the diverging tensor under the same names."""
+        if self.ref_path == self.cfg.model or os.path.realpath(self.ref_path) == os.path.realpath(self.cfg.model):
+            return None
+        assert self.ref_model is not None
+        graph = self.ref_model.graph
+        ref_names = {vi.name for vi in graph.input} | {o for n in graph.node for o in n.output}
+        wanted = list(test_feed)
+        loc = div.located
+        if loc is not None and loc.matched_by != "name":
+            lacking = [loc.tensor]
+        else:
+            wanted += [loc.tensor] if loc is not None else list(div.outputs)
+            lacking = [n for n in wanted if n not in ref_names]
+        if not lacking:
+            return None
+        shown = ", ".join(repr(n) for n in lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
+        return (f"the reference model lacks tensor(s) {shown} under the test model's names, and debug reduce "
+                "--reference-model feeds and compares tensors by name (a reduce would compare nothing and end on the "
+                "wrong node); to shrink the step, compare one model file on both runners (no --reference-model) or "
+                "export both models with the same tensor names")
 
     def reduce_command(self, inputs: str) -> str:
         """The ``debug reduce --compare`` command that shrinks the step's graph to the fault."""
