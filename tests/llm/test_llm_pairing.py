@@ -68,3 +68,19 @@ def test_reduce_command_when_both_models_share_the_names(tmp_path):
     d = _run(test, ref, save_step_inputs=str(tmp_path / "step.json"))
     assert d is not None and d.reduce_note is None
     assert "--reference-model" in d.reduce_command
+
+
+def test_names_with_control_and_bidi_characters_are_printed_escaped(cli, tmp_path):
+    ref = str(tmp_path / "clean.onnx")
+    build_decoder(ref)
+    m = build_decoder(fault="weight", fault_layer=2)
+    for n in m.graph.node:
+        if n.name.endswith("up/MatMul") and "layers.2" in n.name:
+            n.name = "/model/layers.2/mlp\\nfake line\u202e/MatMul\n[Op: Evil]"
+    test = str(tmp_path / "esc.onnx")
+    onnx.save(m, test)
+    r = cli("debug", "llm", test, "--reference-model", ref, "--prompt-ids", "1 2 3 4", "--steps", "2")
+    assert r.code == 1, r.err
+    line = next(x for x in r.err.splitlines() if "first diverging tensor" in x)
+    assert "\\u202e" in line and "\\n[Op: Evil]" in line
+    assert "\u202e" not in r.err and not any(x.startswith("[Op: Evil]") for x in r.err.splitlines())

@@ -58,18 +58,20 @@ def _g(x: Optional[float]) -> str:
 
 
 def _divergence_lines(d: Divergence) -> None:
-    outs = ", ".join(d.outputs[:6]) + (f" and {len(d.outputs) - 6} more" if len(d.outputs) > 6 else "")
+    shown = [shown_name(o) for o in d.outputs]
+    outs = ", ".join(shown[:6]) + (f" and {len(shown) - 6} more" if len(shown) > 6 else "")
     what = "this step's compute differs" if d.kind == "logits" else "only the cache written differs"
     log(f"First divergence: prompt {d.prompt}, step {d.step} (KV length {d.kv_length}), kind {d.kind} ({what}): "
         f"{outs} (max abs diff {_g(d.max_abs_diff)})")
     loc = d.located
     if loc is not None:
-        where = loc.module or "(no module recorded)"
+        where = shown_name(loc.module) if loc.module else "(no module recorded)"
         layer = f", layer {loc.layer}" if loc.layer is not None else ""
-        log(f"  first diverging tensor: {loc.tensor} from node {loc.node} [Op: {loc.op_type}] in {where}{layer} "
+        log(f"  first diverging tensor: {shown_name(loc.tensor)} from node {shown_name(loc.node)} "
+            f"[Op: {shown_name(loc.op_type)}] in {where}{layer} "
             f"(max abs diff {_g(loc.max_abs_diff)}; matched by {loc.matched_by})")
     elif d.localize_error:
-        log(f"  not localized: {d.localize_error}")
+        log(f"  not localized: {shown_name(d.localize_error)}")
     if d.saved_inputs:
         log(f"  the step's feeds are in {shown_name(d.saved_inputs)}")
     if d.reduce_note:
