@@ -18,7 +18,7 @@ from typing import Dict, List, Optional, Tuple
 
 from toolkit.core.compare import Tolerances
 from toolkit.core.datafiles import save_inputs
-from toolkit.core.errors import ToolkitError, UsageError
+from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
 from toolkit.core.graphs import external_data_folder, has_external_data
 from toolkit.core.model import check_external_files, check_readable_file, load_model
 from toolkit.core.progress import Messages
@@ -183,6 +183,9 @@ class LlmDebugger:
             with ref, test:
                 self._said(ref, "the reference")
                 self._said(test, "the runner under test")
+                assert self.ref_io is not None
+                probe_step(ref, self.ref_io, self.ref_path, "the reference")
+                probe_step(test, self.test_io, self.cfg.model, "the runner under test")
                 self.rep.started(len(self.prompts), self.cfg.steps)
                 for k, prompt in enumerate(self.prompts):
                     found = self._prompt(k, prompt, ref, test, out)
@@ -306,12 +309,28 @@ class LlmDebugger:
 
 
 def _infer(runner, feed: Feed, prompt: int, step: int):
-    """One inference; a failure names the prompt and step it happened at."""
+    """One inference; a failure names the prompt and step it happened at. A runner failing to run a
+    step is never a divergence (exit 1, which comes with a record): its exit code is that of bad input."""
     try:
         return runner.infer(feed)
     except ToolkitError as exc:
+        code = ExitCode.BAD_INPUT if exc.exit_code == ExitCode.FAILED else exc.exit_code
         raise type(exc)(f"prompt {prompt}, step {step} (cache length {_cache_length(feed)}): {exc.message}",
-                        exc.exit_code) from None
+                        code) from None
+
+
+def probe_step(runner, io: DecoderIO, where: str, side: str) -> None:
+    """One token on a cache of one position, before any prompt: a model that cannot take it (its
+    present outputs hold only the new positions, or its attention cannot grow) is refused as bad
+    input, before the loop would fail or diverge on it."""
+    cache = [tuple(c.filled(1) for c in pair) for pair in io.past]
+    try:
+        out = runner.infer(step_feed(io, [0], cache))
+    except ToolkitError as exc:
+        raise InputError(f"{where}: one token on a cache of one position fails on {side} ({exc.message}): "
+                         "debug llm needs a decoder that takes a growing cache (map other names with --name)",
+                         ExitCode.BAD_INPUT if exc.exit_code == ExitCode.FAILED else exc.exit_code) from None
+    cache_of(io, out, 2, where)
 
 
 def _cache_length(feed: Feed) -> int:
