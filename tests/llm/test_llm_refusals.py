@@ -47,3 +47,12 @@ def test_a_runner_failing_at_run_time_is_bad_input_not_a_divergence():
     with pytest.raises(InferenceError) as caught:
         session._infer(Failing(), {}, 0, 3)
     assert caught.value.exit_code == 3 and "step 3" in caught.value.message
+
+
+def test_a_model_from_stdin_is_a_usage_error(cli, tmp_path):
+    path = str(tmp_path / "clean.onnx")
+    build_decoder(path)
+    for args in (["-"], [path, "--reference-model", "-"]):
+        r = cli("debug", "llm", *args, "--prompt-ids", "1 2", "--steps", "2")
+        assert r.code == 2, r.err
+        assert "stdin" in r.err and "file" in r.err and r.err.count("error:") == 1
