@@ -18,6 +18,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from toolkit.core.compare import Tolerances, compare_arrays
+from toolkit.llm.steps import nan_only_in
 from toolkit.run.options import RunOptions
 from toolkit.run.registry import mark_all_outputs
 from toolkit.run.specs import make_runner
@@ -190,6 +191,7 @@ def first_diverging(test_model, ref_model, test_values: Mapping, ref_values: Map
         compared += 1
         if not cmp.passed:  # the module named by the test node, else by its counterpart
             module = module_of(node) or (module_of(ref_nodes[ref_name][0]) if ref_name in ref_nodes else None)
-            return Located(name, node.name or None, node.op_type, module,  # type: ignore[attr-defined]
-                           layer_of(module, node.name), cmp.max_abs, how, compared)  # type: ignore[attr-defined]
+            diff = float("nan") if nan_only_in(a, b) else cmp.max_abs  # (no difference measured at a NaN)
+            node_name, op_type = getattr(node, "name", ""), getattr(node, "op_type", None)
+            return Located(name, node_name or None, op_type, module, layer_of(module, node_name), diff, how, compared)
     return None

@@ -65,6 +65,7 @@ class Divergence:
     max_abs_diff: float
     kv_length: int  # cache length the step was fed
     generated: List[int]  # the reference's tokens before this step
+    nan_outputs: List[str] = field(default_factory=list)  # failed outputs with NaN on the test side only
     located: Optional[Located] = None
     saved_inputs: Optional[str] = None
     reduce_command: Optional[str] = None
@@ -76,7 +77,7 @@ class Divergence:
         return {
             "prompt": self.prompt, "prompt_ids": self.prompt_ids, "step": self.step, "kind": self.kind,
             "outputs": self.outputs, "max_abs_diff": self.max_abs_diff, "kv_length": self.kv_length,
-            "generated": self.generated,
+            "generated": self.generated, "nan_outputs": self.nan_outputs,
             "tensor": loc.tensor if loc else None, "node": loc.node if loc else None,
             "op_type": loc.op_type if loc else None, "module": loc.module if loc else None,
             "layer": loc.layer if loc else None, "tensor_max_abs_diff": loc.max_abs_diff if loc else None,
@@ -97,6 +98,8 @@ class LlmOutcome:
     near_ties: List[NearTie] = field(default_factory=list)
     interrupted: bool = False
     mode: str = "teacher-forced"
+    both_nan_steps: int = 0  # steps whose logits are NaN on both sides (a pass that says nothing)
+    first_both_nan: Optional[Tuple[int, int]] = None  # (prompt, step) of the first
     seconds: float = 0.0
     description: str = ""
 
@@ -105,7 +108,7 @@ class LlmOutcome:
             "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
             "steps_checked": self.steps_checked, "prompts_checked": self.prompts_checked,
             "near_ties": [t.to_json() for t in self.near_ties], "mode": self.mode,
-            "interrupted": self.interrupted, "seconds": round(self.seconds, 3),
+            "interrupted": self.interrupted, "both_nan_steps": self.both_nan_steps, "seconds": round(self.seconds, 3),
         }
 
 
@@ -213,10 +216,12 @@ class LlmDebugger:
             res = compare_step(self.test_io, self.ref_io, test_out, ref_out, self.tol)
             out.steps_checked += 1
             self.rep.step(k, step, res)
+            if self.test_io.logits in res.both_nan:
+                _both_nan(out, k, step, self.rep)
             if res.kind is not None:
                 kv = 0 if ref_cache is None else len(generated) + len(prompt) - 1
                 div = Divergence(k, list(prompt), step, res.kind, [c.name for c in res.failed], res.max_abs_diff(),
-                                 kv, list(generated))
+                                 kv, list(generated), list(res.nan_in_test))
                 self.rep.prompt_done(k, step + 1, f"diverges at step {step} ({res.kind})")
                 return div, test_feed, ref_feed
             if res.flipped:
@@ -306,6 +311,15 @@ class LlmDebugger:
         if cfg.external_data_dir:
             words += ["--external-data-dir", cfg.external_data_dir]
         return " ".join(shlex.quote(w) for w in words)
+
+
+def _both_nan(out: LlmOutcome, prompt: int, step: int, rep: Reporter) -> None:
+    """Count a step whose logits are NaN on both sides; warn at the first."""
+    out.both_nan_steps += 1
+    if out.first_both_nan is None:
+        out.first_both_nan = (prompt, step)
+        rep.warn(f"prompt {prompt}, step {step}: the logits are NaN on both sides; NaN matches NaN, so such "
+                 "steps compare nothing")
 
 
 def _infer(runner, feed: Feed, prompt: int, step: int):
