@@ -84,3 +84,13 @@ def test_names_with_control_and_bidi_characters_are_printed_escaped(cli, tmp_pat
     line = next(x for x in r.err.splitlines() if "first diverging tensor" in x)
     assert "\\u202e" in line and "\\n[Op: Evil]" in line
     assert "\u202e" not in r.err and not any(x.startswith("[Op: Evil]") for x in r.err.splitlines())
+
+
+def test_only_weights_anchor_a_pairing_not_small_constants():
+    from toolkit.llm.localize import _weights
+
+    m = build_decoder()
+    kept = _weights(m)
+    assert "l0.wk" in kept and "lm_head.weight" in kept
+    assert all(len(t.dims) >= 2 for t in m.graph.initializer if t.name in kept)
+    assert any(t.name not in kept for t in m.graph.initializer)  # shapes and scalars are left out

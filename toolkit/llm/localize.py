@@ -101,10 +101,15 @@ def _by_module(nodes) -> Dict[Optional[str], list]:
     return groups
 
 
+_FLOATS = (1, 10, 11, 16)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+
+
 def _weights(model) -> Dict[str, bytes]:
-    """{initializer name: its serialized tensor} (the name, dtype, dims and contents, or where
-    external data lies)."""
-    return {t.name: t.SerializeToString() for t in model.graph.initializer}
+    """{initializer name: its serialized tensor (name, dtype, dims and contents, or where external
+    data lies)} for the weights: float tensors of two dimensions or more (small constants such as
+    shapes and scalars are shared by unrelated nodes, and exporters name them generically)."""
+    return {t.name: t.SerializeToString() for t in model.graph.initializer
+            if t.data_type in _FLOATS and len(t.dims) >= 2}
 
 
 def _anchors(test_nodes, ref_nodes, test_w: Mapping[str, bytes], ref_w: Mapping[str, bytes]) -> List[Tuple[object, object]]:
