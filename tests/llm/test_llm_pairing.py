@@ -94,3 +94,11 @@ def test_only_weights_anchor_a_pairing_not_small_constants():
     assert "l0.wk" in kept and "lm_head.weight" in kept
     assert all(len(t.dims) >= 2 for t in m.graph.initializer if t.name in kept)
     assert any(t.name not in kept for t in m.graph.initializer)  # shapes and scalars are left out
+
+
+def test_no_reduce_command_unlocalized_when_most_names_differ(tmp_path):
+    ref = str(tmp_path / "clean.onnx")
+    build_decoder(ref)
+    test = _renamed(str(tmp_path / "renamed.onnx"), swap_layer0_kv=False)
+    d = _run(test, ref, save_step_inputs=str(tmp_path / "step.json"), localize=False)
+    assert d is not None and d.reduce_command is None and "by name" in d.reduce_note

@@ -287,9 +287,13 @@ class LlmDebugger:
         loc = div.located
         if loc is not None and loc.matched_by != "name":
             lacking = [loc.tensor]
-        else:
+        else:  # not localized: the names of the test model's tensors, most of which the reference must have
+            assert self.test_model is not None
+            tensors = [o for n in self.test_model.graph.node for o in n.output if o]
             wanted += [loc.tensor] if loc is not None else list(div.outputs)
             lacking = [n for n in wanted if n not in ref_names]
+            if loc is None and sum(t in ref_names for t in tensors) < len(tensors) / 2:
+                lacking += [t for t in tensors if t not in ref_names]
         if not lacking:
             return None
         shown = ", ".join(repr(n) for n in lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
