@@ -116,8 +116,9 @@ def test_prompts_as_text_through_a_tokenizer_folder(cli, models, tmp_path):
 def test_a_runtime_failure_names_its_prompt_and_step(cli, tmp_path):
     path = str(tmp_path / "short.onnx")
     build_decoder(path, max_pos=8)  # position 8 is out of the position table: step 5 of a 4-token prompt
-    r = cli("debug", "llm", path, "--prompt-ids", "1 2 3 4", "--steps", "8")
-    assert r.code == 1 and r.err.count("error:") == 1
+    r = cli("debug", "llm", path, "--prompt-ids", "1 2 3 4", "--steps", "8", "--json")
+    # the reference failing is no divergence (exit 1): bad input, nothing on stdout
+    assert r.code == 3 and r.err.count("error:") == 1 and r.out.strip() == ""
     assert "prompt 0, step 5 (cache length 8)" in r.err
 
 

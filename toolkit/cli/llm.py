@@ -128,6 +128,10 @@ def _run(a: LlmArgs) -> int:
     from toolkit.core import paths
     from toolkit.llm.session import LlmDebugger
 
+    for flag, path in (("MODEL", a.model), ("--reference-model", a.reference_model)):
+        if path == "-":
+            raise UsageError(f"debug llm {flag} -: a model from stdin is not supported (each runner and the "
+                             "layerwise pass read the file again); save it to a file and give its path")
     cfg = config_of(a)
     reads = [("--reference-model", a.reference_model or ""), ("--prompts", a.prompts or "")]
     paths.check_with_model(a.model, reads, [("--save-step-inputs", a.save_step_inputs or "")], a.external_data_dir)

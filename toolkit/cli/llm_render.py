@@ -9,6 +9,7 @@ from typing import Any, Optional
 
 from toolkit.cli.output import echo, log, progress, verbose, warn
 from toolkit.core.errors import ExitCode
+from toolkit.core.text import shown_name
 from toolkit.llm.session import Divergence, LlmOutcome, Reporter
 from toolkit.llm.steps import StepResult
 
@@ -52,26 +53,36 @@ class LlmReporter(Reporter):
             log(f"prompt {prompt}: {steps} step(s) compared" + (f"; {note}" if note else ""))
 
 
-def _g(x: Optional[float]) -> str:
-    return "?" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:.3g}"
+def _g(x: Optional[float], nan: str = "?") -> str:
+    if x is None:
+        return "?"
+    return nan if isinstance(x, float) and math.isnan(x) else f"{x:.3g}"
 
 
 def _divergence_lines(d: Divergence) -> None:
-    outs = ", ".join(d.outputs[:6]) + (f" and {len(d.outputs) - 6} more" if len(d.outputs) > 6 else "")
+    shown = [shown_name(o) for o in d.outputs]
+    outs = ", ".join(shown[:6]) + (f" and {len(shown) - 6} more" if len(shown) > 6 else "")
     what = "this step's compute differs" if d.kind == "logits" else "only the cache written differs"
+    diff = (f"NaN on the test side only in {', '.join(shown_name(o) for o in d.nan_outputs)}" if d.nan_outputs
+            else f"max abs diff {_g(d.max_abs_diff)}")
     log(f"First divergence: prompt {d.prompt}, step {d.step} (KV length {d.kv_length}), kind {d.kind} ({what}): "
-        f"{outs} (max abs diff {_g(d.max_abs_diff)})")
+        f"{outs} ({diff})")
     loc = d.located
     if loc is not None:
-        where = loc.module or "(no module recorded)"
+        where = shown_name(loc.module) if loc.module else "(no module recorded)"
         layer = f", layer {loc.layer}" if loc.layer is not None else ""
-        log(f"  first diverging tensor: {loc.tensor} from node {loc.node} [Op: {loc.op_type}] in {where}{layer} "
-            f"(max abs diff {_g(loc.max_abs_diff)}; matched by {loc.matched_by})")
+        log(f"  first diverging tensor: {shown_name(loc.tensor)} from node {shown_name(loc.node)} "
+            f"[Op: {shown_name(loc.op_type)}] in {where}{layer} "
+            f"(max abs diff {_g(loc.max_abs_diff, 'NaN')}; matched by {loc.matched_by})")
     elif d.localize_error:
-        log(f"  not localized: {d.localize_error}")
+        log(f"  not localized: {shown_name(d.localize_error)}")
     if d.saved_inputs:
-        log(f"  the step's feeds are in {d.saved_inputs}; shrink the step's graph to the fault with:")
-        log(f"    {d.reduce_command}")
+        log(f"  the step's feeds are in {shown_name(d.saved_inputs)}")
+    if d.reduce_note:
+        log(f"  no debug reduce command: {shown_name(d.reduce_note)}")
+    elif d.saved_inputs:
+        log("  shrink the step's graph to the fault with:")
+        log(f"    {shown_name(d.reduce_command)}")
     else:
         log("  add --save-step-inputs FILE to write the step's feeds for `toolkit debug reduce MODEL -o reduced.onnx "
             "--compare REF TEST --load-inputs FILE`, which shrinks the step's graph to the fault")
@@ -88,6 +99,10 @@ def render(outcome: LlmOutcome, json_out: bool) -> int:
     d = outcome.first_divergence
     if d is not None:
         _divergence_lines(d)
+    elif not outcome.interrupted and outcome.both_nan_steps:
+        p, s = outcome.first_both_nan or (0, 0)
+        warn(f"No divergence found, but the logits are NaN on both sides at {outcome.both_nan_steps} step(s) "
+             f"(first: prompt {p}, step {s}): those steps compare nothing")
     elif not outcome.interrupted:
         log("No divergence.")
     if json_out:

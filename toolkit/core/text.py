@@ -1,8 +1,8 @@
 """Text from a model or a file (node and tensor names, producer strings) made safe to print.
 
 Names are arbitrary strings: an escape sequence in one (``ESC ] 0; ... BEL`` sets a
-terminal's title, ``ESC [ 2J`` clears the screen) would act on the terminal, and a newline
-would forge whole lines for a reader or for grep (``Node 99 | fake [Op: Evil]``).
+terminal's title, ``ESC [ 2J`` clears the screen) would act on the terminal, a bidirectional
+override (U+202E) would show the text reordered, and a newline would forge whole lines for a reader or for grep (``Node 99 | fake [Op: Evil]``).
 :func:`escape_controls` shows every control character as a visible escape (``\\x1b``,
 ``\\n``) so that each printed name stays one line of plain text.
 """
@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import re
 
-_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
-_CONTROLS_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+# C0 and C1 controls, the line and paragraph separators, and the bidirectional embeddings,
+# overrides and isolates (U+202A-U+202E, U+2066-U+2069), which reorder what a terminal shows
+_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028-\u202e\u2066-\u2069]")
+_CONTROLS_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028-\u202e\u2066-\u2069]")
 _NAMED = {"\n": "\\n", "\r": "\\r"}
 
 

@@ -42,7 +42,11 @@ class CacheInput:
 
     def empty(self, batch: int = 1) -> "np.ndarray":
         """The cache of no tokens (length 0 on the sequence axis)."""
-        dims = [batch if k == 0 else (0 if k == self.seq_axis else int(str(d))) for k, d in enumerate(self.shape)]
+        return self.filled(0, batch)
+
+    def filled(self, length: int, batch: int = 1) -> "np.ndarray":
+        """A cache of ``length`` positions of zeros."""
+        dims = [batch if k == 0 else (length if k == self.seq_axis else int(str(d))) for k, d in enumerate(self.shape)]
         return np.zeros(dims, dtype=dtype_to_numpy(self.dtype))
 
 
@@ -180,6 +184,7 @@ def discover(model, names: Optional[Mapping[str, str]] = None, where: str = "the
     if len(past) != len(present):
         raise InputError(f"{where}: {len(past)} layer(s) of past cache inputs but {len(present)} of present outputs; "
                          f"{_ROLE_HELP}")
+    _check_ids_length(inputs[ids], where)
     io = DecoderIO(ids, inputs[ids].dtype or "int64", logits,
                    [(_cache_input(inputs[k], where), _cache_input(inputs[v], where)) for k, v in past], present)
     _optional_inputs(io, inputs, names, where)
@@ -188,6 +193,15 @@ def discover(model, names: Optional[Mapping[str, str]] = None, where: str = "the
     used = {logits, *io.present_names()}
     io.others = [n for n in outputs if n not in used]
     return io
+
+
+def _check_ids_length(meta: TensorMeta, where: str) -> None:
+    """input_ids takes the whole prompt at step 0 and one token after: its length must be dynamic."""
+    shape = meta.shape or ()
+    if len(shape) >= 2 and isinstance(shape[-1], int):
+        raise InputError(f"{where}: input '{meta.name}' has the static shape {tuple(shape)}: a generation step feeds "
+                         "the whole prompt first and one token after, so its sequence length must be dynamic "
+                         "(export the decoder with a dynamic sequence axis)")
 
 
 def _optional_inputs(io: DecoderIO, inputs: Mapping[str, TensorMeta], names: Mapping[str, str], where: str) -> None:

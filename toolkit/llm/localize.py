@@ -4,7 +4,7 @@ Both models run once more on that step's feeds with every tensor marked (the lay
 of ``--compare``; verdicts were taken on the deployed graphs, this pass only localizes). Tensors are
 matched by name; a tensor of the test model that the reference model lacks (models of different
 structure) is matched by its place in the graph: the same output of the k-th node of the same op
-type. The module comes from the exporter's metadata (``pkg.torch.onnx.name_scopes``, torch.onnx's
+type, once the nodes that read the same weights are paired. The module comes from the exporter's metadata (``pkg.torch.onnx.name_scopes``, torch.onnx's
 dynamo exporter) or, failing that, from a node-name path (``/model/layers.2/self_attn/Softmax``).
 """
 
@@ -18,6 +18,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 import numpy as np
 
 from toolkit.core.compare import Tolerances, compare_arrays
+from toolkit.llm.steps import nan_only_in
 from toolkit.run.options import RunOptions
 from toolkit.run.registry import mark_all_outputs
 from toolkit.run.specs import make_runner
@@ -36,7 +37,7 @@ class Located:
     module: Optional[str]
     layer: Optional[int]
     max_abs_diff: float
-    matched_by: str  # "name" or "position"
+    matched_by: str  # "name", "weights", "position" or "module position"
     compared: int  # tensors compared
 
 
@@ -93,39 +94,78 @@ def _places(nodes) -> Dict[str, Tuple[object, Tuple[int, int]]]:
     return {name: (node, (k, j)) for k, node in enumerate(nodes) for j, name in enumerate(node.output) if name}
 
 
-def _by_module(model) -> Dict[Optional[str], list]:
+def _by_module(nodes) -> Dict[Optional[str], list]:
     groups: Dict[Optional[str], list] = {}
-    for node in model.graph.node:
+    for node in nodes:
         groups.setdefault(module_of(node), []).append(node)
     return groups
+
+
+_FLOATS = (1, 10, 11, 16)  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+
+
+def _weights(model) -> Dict[str, bytes]:
+    """{initializer name: its serialized tensor (name, dtype, dims and contents, or where external
+    data lies)} for the weights: float tensors of two dimensions or more (small constants such as
+    shapes and scalars are shared by unrelated nodes, and exporters name them generically)."""
+    return {t.name: t.SerializeToString() for t in model.graph.initializer
+            if t.data_type in _FLOATS and len(t.dims) >= 2}
+
+
+def _anchors(test_nodes, ref_nodes, test_w: Mapping[str, bytes], ref_w: Mapping[str, bytes]) -> List[Tuple[object, object]]:
+    """Nodes paired by the weights they read: same op type and the same initializers (same name,
+    same contents) at the same inputs, a pairing that holds however the nodes are ordered or their
+    other tensors named. A key that several nodes of one side share pairs nothing."""
+    def keys(nodes):
+        found: Dict[tuple, list] = {}
+        for node in nodes:
+            shared = tuple((k, x) for k, x in enumerate(node.input) if x in test_w and x in ref_w
+                           and test_w[x] == ref_w[x])
+            if shared:
+                found.setdefault((node.op_type, len(node.input), shared), []).append(node)
+        return found
+    test_keys, ref_keys = keys(test_nodes), keys(ref_nodes)
+    return [(nodes[0], ref_keys[key][0]) for key, nodes in test_keys.items()
+            if len(nodes) == 1 and len(ref_keys.get(key, ())) == 1]
+
+
+def _by_position(test_nodes, ref_nodes, how: str, test_values: Mapping, ref_values: Mapping,
+                 pairs: Dict[str, Tuple[str, str]]) -> None:
+    """The j-th output of the k-th node of one side with that of the other (the callers make sure
+    the op types agree node by node)."""
+    for test_node, ref_node in zip(test_nodes, ref_nodes):
+        for name, ref_name in zip(test_node.output, ref_node.output):
+            if name and name in test_values and ref_name in ref_values:
+                pairs[name] = (ref_name, how)
 
 
 def pairing(test_model, ref_model, test_values: Mapping, ref_values: Mapping) -> Dict[str, Tuple[str, str]]:
     """{test tensor: (reference tensor, how)} for the tensors both sides computed.
 
     By name where most names match (a tensor only one side has is then a change of structure, not
-    a counterpart). Otherwise by place, and only where the structure is the same: the whole graph
-    when both have the same sequence of op types; else module by module (from the exporter's
-    metadata or node-name paths), for the modules whose sequences of op types are the same. Two
-    exports of one model by different exporters decompose ops differently; pairing their tensors
-    by op type and order alone pairs unrelated tensors."""
+    a counterpart). Otherwise first the nodes that read the same weights (same initializer name
+    and contents: ``weights``), then by place among the nodes left, and only where the structure is
+    the same: all of them when both have the same sequence of op types; else module by module (from
+    the exporter's metadata or node-name paths), for the modules whose sequences of op types are
+    the same. Two exports of one model by different exporters decompose ops differently; pairing
+    their tensors by op type and order alone pairs unrelated tensors."""
     tested = [n for n in _places(test_model.graph.node) if n in test_values]
     if sum(n in ref_values for n in tested) >= len(tested) / 2:
         return {n: (n, "name") for n in tested if n in ref_values}
-    ops = [n.op_type for n in test_model.graph.node] == [n.op_type for n in ref_model.graph.node]
-    groups = [(list(test_model.graph.node), list(ref_model.graph.node), "position")] if ops else []
-    if not ops:
-        ref_groups = _by_module(ref_model)
-        for module, nodes in _by_module(test_model).items():
-            other = ref_groups.get(module)
-            if module is not None and other and [n.op_type for n in nodes] == [n.op_type for n in other]:
-                groups.append((nodes, other, "module position"))
     pairs: Dict[str, Tuple[str, str]] = {}
-    for test_nodes, ref_nodes, how in groups:
-        ref_at = {key: name for name, (_n, key) in _places(ref_nodes).items()}
-        for name, (_node, key) in _places(test_nodes).items():
-            if name in test_values and ref_at.get(key) in ref_values:
-                pairs[name] = (ref_at[key], how)
+    anchors = _anchors(test_model.graph.node, ref_model.graph.node, _weights(test_model), _weights(ref_model))
+    _by_position([a for a, _ in anchors], [b for _, b in anchors], "weights", test_values, ref_values, pairs)
+    taken_t, taken_r = {id(a) for a, _ in anchors}, {id(b) for _, b in anchors}
+    test_rest = [n for n in test_model.graph.node if id(n) not in taken_t]
+    ref_rest = [n for n in ref_model.graph.node if id(n) not in taken_r]
+    if [n.op_type for n in test_rest] == [n.op_type for n in ref_rest]:
+        _by_position(test_rest, ref_rest, "position", test_values, ref_values, pairs)
+        return pairs
+    ref_groups = _by_module(ref_rest)
+    for module, nodes in _by_module(test_rest).items():
+        other = ref_groups.get(module)
+        if module is not None and other and [n.op_type for n in nodes] == [n.op_type for n in other]:
+            _by_position(nodes, other, "module position", test_values, ref_values, pairs)
     return pairs
 
 
@@ -142,6 +182,7 @@ def first_diverging(test_model, ref_model, test_values: Mapping, ref_values: Map
     """The first tensor, in the test model's node order, whose values differ beyond ``tol``
     from its counterpart (:func:`pairing`); None when none does or none pairs."""
     pairs = pairing(test_model, ref_model, test_values, ref_values)
+    ref_nodes = _places(ref_model.graph.node)
     compared = 0
     for name, (node, _key) in _places(test_model.graph.node).items():
         if name not in pairs:
@@ -153,8 +194,9 @@ def first_diverging(test_model, ref_model, test_values: Mapping, ref_values: Map
         atol, rtol, stat = tol.for_output(name, a.dtype.kind in "biu" and b.dtype.kind in "biu")
         cmp = compare_arrays(name, a, b, atol, rtol, stat, tol.quantile_for(name))
         compared += 1
-        if not cmp.passed:
-            module = module_of(node)
-            return Located(name, node.name or None, node.op_type, module,  # type: ignore[attr-defined]
-                           layer_of(module, node.name), cmp.max_abs, how, compared)  # type: ignore[attr-defined]
+        if not cmp.passed:  # the module named by the test node, else by its counterpart
+            module = module_of(node) or (module_of(ref_nodes[ref_name][0]) if ref_name in ref_nodes else None)
+            diff = float("nan") if nan_only_in(a, b) else cmp.max_abs  # (no difference measured at a NaN)
+            node_name, op_type = getattr(node, "name", ""), getattr(node, "op_type", None)
+            return Located(name, node_name or None, op_type, module, layer_of(module, node_name), diff, how, compared)
     return None

@@ -10,6 +10,7 @@ created once for the whole loop; the localization runs at one step only.
 
 from __future__ import annotations
 
+import os
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from typing import Dict, List, Optional, Tuple
 
 from toolkit.core.compare import Tolerances
 from toolkit.core.datafiles import save_inputs
-from toolkit.core.errors import ToolkitError, UsageError
+from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
 from toolkit.core.graphs import external_data_folder, has_external_data
 from toolkit.core.model import check_external_files, check_readable_file, load_model
 from toolkit.core.progress import Messages
@@ -64,9 +65,11 @@ class Divergence:
     max_abs_diff: float
     kv_length: int  # cache length the step was fed
     generated: List[int]  # the reference's tokens before this step
+    nan_outputs: List[str] = field(default_factory=list)  # failed outputs with NaN on the test side only
     located: Optional[Located] = None
     saved_inputs: Optional[str] = None
     reduce_command: Optional[str] = None
+    reduce_note: Optional[str] = None  # why no reduce command is given
     localize_error: Optional[str] = None  # why no tensor is named
 
     def to_json(self) -> dict:
@@ -74,12 +77,13 @@ class Divergence:
         return {
             "prompt": self.prompt, "prompt_ids": self.prompt_ids, "step": self.step, "kind": self.kind,
             "outputs": self.outputs, "max_abs_diff": self.max_abs_diff, "kv_length": self.kv_length,
-            "generated": self.generated,
+            "generated": self.generated, "nan_outputs": self.nan_outputs,
             "tensor": loc.tensor if loc else None, "node": loc.node if loc else None,
             "op_type": loc.op_type if loc else None, "module": loc.module if loc else None,
             "layer": loc.layer if loc else None, "tensor_max_abs_diff": loc.max_abs_diff if loc else None,
             "matched_by": loc.matched_by if loc else None,
             "saved_inputs": self.saved_inputs, "reduce_command": self.reduce_command,
+            "reduce_note": self.reduce_note,
             "localize_error": self.localize_error,
         }
 
@@ -94,6 +98,8 @@ class LlmOutcome:
     near_ties: List[NearTie] = field(default_factory=list)
     interrupted: bool = False
     mode: str = "teacher-forced"
+    both_nan_steps: int = 0  # steps whose logits are NaN on both sides (a pass that says nothing)
+    first_both_nan: Optional[Tuple[int, int]] = None  # (prompt, step) of the first
     seconds: float = 0.0
     description: str = ""
 
@@ -102,7 +108,7 @@ class LlmOutcome:
             "first_divergence": self.first_divergence.to_json() if self.first_divergence else None,
             "steps_checked": self.steps_checked, "prompts_checked": self.prompts_checked,
             "near_ties": [t.to_json() for t in self.near_ties], "mode": self.mode,
-            "interrupted": self.interrupted, "seconds": round(self.seconds, 3),
+            "interrupted": self.interrupted, "both_nan_steps": self.both_nan_steps, "seconds": round(self.seconds, 3),
         }
 
 
@@ -180,6 +186,9 @@ class LlmDebugger:
             with ref, test:
                 self._said(ref, "the reference")
                 self._said(test, "the runner under test")
+                assert self.ref_io is not None
+                probe_step(ref, self.ref_io, self.ref_path, "the reference")
+                probe_step(test, self.test_io, self.cfg.model, "the runner under test")
                 self.rep.started(len(self.prompts), self.cfg.steps)
                 for k, prompt in enumerate(self.prompts):
                     found = self._prompt(k, prompt, ref, test, out)
@@ -207,10 +216,12 @@ class LlmDebugger:
             res = compare_step(self.test_io, self.ref_io, test_out, ref_out, self.tol)
             out.steps_checked += 1
             self.rep.step(k, step, res)
+            if self.test_io.logits in res.both_nan:
+                _both_nan(out, k, step, self.rep)
             if res.kind is not None:
                 kv = 0 if ref_cache is None else len(generated) + len(prompt) - 1
                 div = Divergence(k, list(prompt), step, res.kind, [c.name for c in res.failed], res.max_abs_diff(),
-                                 kv, list(generated))
+                                 kv, list(generated), list(res.nan_in_test))
                 self.rep.prompt_done(k, step + 1, f"diverges at step {step} ({res.kind})")
                 return div, test_feed, ref_feed
             if res.flipped:
@@ -240,9 +251,13 @@ class LlmDebugger:
         if self.cfg.save_step_inputs:
             save_inputs(self.cfg.save_step_inputs, [test_feed])
             div.saved_inputs = self.cfg.save_step_inputs
-            div.reduce_command = self.reduce_command(self.cfg.save_step_inputs)
-        if not self.cfg.localize:
-            return
+        if self.cfg.localize:
+            self._localize(div, test_feed, ref_feed)
+        div.reduce_note = self.reduce_unsound(div, test_feed)
+        if div.saved_inputs and div.reduce_note is None:
+            div.reduce_command = self.reduce_command(div.saved_inputs)
+
+    def _localize(self, div: Divergence, test_feed: Feed, ref_feed: Feed) -> None:
         self.rep.info(f"Localizing step {div.step} of prompt {div.prompt}: every tensor of both sides on its feeds")
         try:
             test_vals = every_tensor_once(self.cfg.test, self.cfg.model, test_feed, self.cfg.external_data_dir)
@@ -259,6 +274,34 @@ class LlmDebugger:
             div.localize_error = ("no tensor differs beyond the tolerances with every tensor marked (marking changes "
                                   "what a runtime fuses); the step's outputs differ as deployed")
 
+    def reduce_unsound(self, div: Divergence, test_feed: Feed) -> Optional[str]:
+        """Why ``debug reduce --compare --reference-model`` cannot shrink this step soundly (None when
+        it can): it feeds both models the same named inputs and compares tensors by name, so both
+        models must have the step's inputs and the diverging tensor under the same names."""
+        if self.ref_path == self.cfg.model or os.path.realpath(self.ref_path) == os.path.realpath(self.cfg.model):
+            return None
+        assert self.ref_model is not None
+        graph = self.ref_model.graph
+        ref_names = {vi.name for vi in graph.input} | {o for n in graph.node for o in n.output}
+        wanted = list(test_feed)
+        loc = div.located
+        if loc is not None and loc.matched_by != "name":
+            lacking = [loc.tensor]
+        else:  # not localized: the names of the test model's tensors, most of which the reference must have
+            assert self.test_model is not None
+            tensors = [o for n in self.test_model.graph.node for o in n.output if o]
+            wanted += [loc.tensor] if loc is not None else list(div.outputs)
+            lacking = [n for n in wanted if n not in ref_names]
+            if loc is None and sum(t in ref_names for t in tensors) < len(tensors) / 2:
+                lacking += [t for t in tensors if t not in ref_names]
+        if not lacking:
+            return None
+        shown = ", ".join(repr(n) for n in lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
+        return (f"the reference model lacks tensor(s) {shown} under the test model's names, and debug reduce "
+                "--reference-model feeds and compares tensors by name (a reduce would compare nothing and end on the "
+                "wrong node); to shrink the step, compare one model file on both runners (no --reference-model) or "
+                "export both models with the same tensor names")
+
     def reduce_command(self, inputs: str) -> str:
         """The ``debug reduce --compare`` command that shrinks the step's graph to the fault."""
         cfg = self.cfg
@@ -274,13 +317,38 @@ class LlmDebugger:
         return " ".join(shlex.quote(w) for w in words)
 
 
+def _both_nan(out: LlmOutcome, prompt: int, step: int, rep: Reporter) -> None:
+    """Count a step whose logits are NaN on both sides; warn at the first."""
+    out.both_nan_steps += 1
+    if out.first_both_nan is None:
+        out.first_both_nan = (prompt, step)
+        rep.warn(f"prompt {prompt}, step {step}: the logits are NaN on both sides; NaN matches NaN, so such "
+                 "steps compare nothing")
+
+
 def _infer(runner, feed: Feed, prompt: int, step: int):
-    """One inference; a failure names the prompt and step it happened at."""
+    """One inference; a failure names the prompt and step it happened at. A runner failing to run a
+    step is never a divergence (exit 1, which comes with a record): its exit code is that of bad input."""
     try:
         return runner.infer(feed)
     except ToolkitError as exc:
+        code = ExitCode.BAD_INPUT if exc.exit_code == ExitCode.FAILED else exc.exit_code
         raise type(exc)(f"prompt {prompt}, step {step} (cache length {_cache_length(feed)}): {exc.message}",
-                        exc.exit_code) from None
+                        code) from None
+
+
+def probe_step(runner, io: DecoderIO, where: str, side: str) -> None:
+    """One token on a cache of one position, before any prompt: a model that cannot take it (its
+    present outputs hold only the new positions, or its attention cannot grow) is refused as bad
+    input, before the loop would fail or diverge on it."""
+    cache = [tuple(c.filled(1) for c in pair) for pair in io.past]
+    try:
+        out = runner.infer(step_feed(io, [0], cache))
+    except ToolkitError as exc:
+        raise InputError(f"{where}: one token on a cache of one position fails on {side} ({exc.message}): "
+                         "debug llm needs a decoder that takes a growing cache (map other names with --name)",
+                         ExitCode.BAD_INPUT if exc.exit_code == ExitCode.FAILED else exc.exit_code) from None
+    cache_of(io, out, 2, where)
 
 
 def _cache_length(feed: Feed) -> int:

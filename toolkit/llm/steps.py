@@ -94,6 +94,8 @@ class StepResult:
     margin: float = 0.0
     difference: float = 0.0
     compared: int = 0
+    nan_in_test: List[str] = field(default_factory=list)  # failed outputs NaN on the test side only
+    both_nan: List[str] = field(default_factory=list)  # outputs that pass with NaN on both sides
 
     @property
     def kind(self) -> Optional[str]:
@@ -107,8 +109,25 @@ class StepResult:
         return self.reference_token != self.test_token
 
     def max_abs_diff(self) -> float:
+        """The largest difference among the failed outputs; NaN when the test side has NaN where the
+        reference does not (no difference is measured there)."""
+        if self.nan_in_test:
+            return float("nan")
         values = [c.max_abs for c in self.failed if c.max_abs == c.max_abs]
         return max(values) if values else float("nan")
+
+
+def has_nan(a: np.ndarray) -> bool:
+    return a.dtype.kind in "fc" and bool(np.isnan(a).any())
+
+
+def nan_only_in(a: np.ndarray, b: np.ndarray) -> bool:
+    """``a`` has NaN where ``b`` has not (a compare reports that as an infinite difference)."""
+    if not has_nan(a):
+        return False
+    if a.shape != b.shape or b.dtype.kind not in "fc":
+        return True
+    return bool((np.isnan(a) & ~np.isnan(b)).any())
 
 
 def compare_step(test_io: DecoderIO, ref_io: DecoderIO, test_out: Mapping, ref_out: Mapping,
@@ -121,7 +140,11 @@ def compare_step(test_io: DecoderIO, ref_io: DecoderIO, test_out: Mapping, ref_o
         atol, rtol, stat = tol.for_output(test_name, a.dtype.kind in "biu" and b.dtype.kind in "biu")
         cmp = compare_arrays(test_name, a, b, atol, rtol, stat, tol.quantile_for(test_name))
         res.compared += 1
+        if cmp.passed and has_nan(a) and has_nan(b):
+            res.both_nan.append(test_name)
         if not cmp.passed:
+            if nan_only_in(a, b):
+                res.nan_in_test.append(test_name)
             res.failed.append(cmp)
             res.logits_failed = res.logits_failed or test_name == test_io.logits
     ref_row, test_row = last_logits(ref_io, ref_out), last_logits(test_io, test_out)
