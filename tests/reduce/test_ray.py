@@ -156,8 +156,7 @@ def test_a_passing_full_model_cancels_the_rest_of_its_round(tmp_path):
     assert r.code == 0, r.output
     assert json.loads(r.out)["status"] == "passed"
     assert "check cancelled" in r.err
-    entries = json.loads((tmp_path / "r.json").read_text())["entries"]
-    assert [e["count"] for e in entries] == [30]  # only the full model's verdict: the others were never judged
+    assert not (tmp_path / "r.json").exists()  # a full model that passes leaves nothing to replay: none is written
     ps = subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
     assert str(pids) not in ps  # no check left running
 

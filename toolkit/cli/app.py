@@ -224,4 +224,22 @@ def run(exit: Callable[[int], None] = os._exit) -> None:
             stream.flush()
         except (BrokenPipeError, ValueError, OSError):
             pass
-    exit(code)
+    exit(_signal_before_exit(code) if exit is os._exit else code)
+
+
+def _signal_before_exit(code: int) -> int:
+    """The exit code, or 130 when a signal came after the command ended: from here on SIGINT,
+    SIGTERM and SIGHUP are blocked (the process is leaving) and one already pending is exit 130 with
+    its line, never an exit 0 that loses it."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
+        return code
+    nums = {getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n)}
+    signal.pthread_sigmask(signal.SIG_BLOCK, nums)  # (a Python handler still due runs as this returns)
+    got = nums & signal.sigpending()
+    if not got:
+        return code
+    name = signal.Signals(min(got)).name
+    os.write(2, f"error: interrupted ({name}) after the command had ended; what it wrote is complete\n".encode())
+    return 130

@@ -515,6 +515,7 @@ def first_feed_names(path: str) -> Optional[List[str]]:
     file is not a JSON list of feeds (outputs, ``.npz``, stdin, a folder, unreadable)."""
     if path == STDIO or is_npz_path(path) or os.path.isdir(path):
         return None
+    check_data_file(path)  # (a FIFO would block here: refused, as every data file read)
     try:
         with open(path, "rb") as f:
             text = f.read().decode("utf-8")
