@@ -27,7 +27,7 @@ import signal
 import threading
 from typing import Callable, Optional, Sequence, TypeVar
 
-from toolkit.core.supervise import fork
+from toolkit.core.supervise import fork, picklable
 
 T = TypeVar("T")
 
@@ -79,7 +79,7 @@ def _child(fn: Callable, args: tuple, fd: int) -> None:
         try:
             frame: tuple = ("value", fn(*args))
         except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
-            frame = ("error", _picklable(exc))
+            frame = ("error", picklable(exc))
         data = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
         view = memoryview(data)
         while view:
@@ -90,14 +90,6 @@ def _child(fn: Callable, args: tuple, fd: int) -> None:
         os._exit(code)
 
 
-
-
-def _picklable(exc: BaseException) -> BaseException:
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:  # noqa: BLE001 - any exception that does not survive pickling
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
 def _read_all(fd: int) -> bytes:

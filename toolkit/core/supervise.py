@@ -178,7 +178,7 @@ def _child(work: Callable[..., object], args: tuple, fd: int) -> None:
             try:
                 value = work(phase, *args)
             except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
-                _send(pipe, ("error", _picklable(exc)))
+                _send(pipe, ("error", picklable(exc)))
             else:
                 _send(pipe, ("value", value))
     except BaseException:  # noqa: BLE001 - the pipe itself failed: the parent sees an exit code
@@ -194,7 +194,8 @@ def _send(pipe, frame) -> None:
     pipe.flush()
 
 
-def _picklable(exc: BaseException) -> BaseException:
+def picklable(exc: BaseException) -> BaseException:
+    """``exc``, or a RuntimeError naming it when it does not survive pickling (sent from a child)."""
     try:
         pickle.loads(pickle.dumps(exc))
         return exc
