@@ -55,6 +55,16 @@ def signal_name(num: Optional[int]) -> str:
         return f"signal {num}"
 
 
+# A forked child never collects, through the cycle collector, objects it inherited: their
+# destructors may wait on locks or condition variables that threads of the parent held at the fork
+# (seen: an ONNX-Runtime object blocking the child forever in pthread_cond_destroy). What the child
+# creates itself is collected as usual.
+if hasattr(os, "register_at_fork"):
+    import gc
+
+    os.register_at_fork(after_in_child=gc.freeze)
+
+
 def can_fork() -> bool:
     return hasattr(os, "fork")
 
