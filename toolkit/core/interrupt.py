@@ -27,7 +27,7 @@ import signal
 import threading
 from typing import Callable, Optional, Sequence, TypeVar
 
-from toolkit.core.supervise import fork, picklable
+from toolkit.core.supervise import fork, picklable, signal_name
 
 T = TypeVar("T")
 
@@ -115,11 +115,7 @@ def _kill(pid: int) -> None:
 
 def _status_text(status: int) -> str:
     if os.WIFSIGNALED(status):
-        num = os.WTERMSIG(status)
-        try:
-            return f"killed by {signal.Signals(num).name}"
-        except ValueError:
-            return f"killed by signal {num}"
+        return f"killed by {signal_name(os.WTERMSIG(status))}"
     return f"exit {os.waitstatus_to_exitcode(status)}"
 
 
