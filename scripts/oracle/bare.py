@@ -186,17 +186,22 @@ def emulate_fp16(model: onnx.ModelProto) -> onnx.ModelProto:
                 node.input[k] = rename[name]
         new = onnx.NodeProto()
         new.CopyFrom(node)
-        pairs = []
-        for k, name in enumerate(node.output):
-            if name and name in floats:
-                raw = name + "__oracle_raw"
-                new.output[k] = raw
-                pairs += _round_pair(raw, name)
-        nodes.append(new)
-        nodes += pairs
+        nodes += _with_rounded_outputs(new, floats)
     del g.node[:]
     g.node.extend(nodes)
     return m
+
+
+def _with_rounded_outputs(node, names) -> list:
+    """``node`` writing each of its outputs in ``names`` to a raw tensor, followed by the nodes that
+    round that raw tensor to fp16 under the output's own name."""
+    pairs = []
+    for k, name in enumerate(list(node.output)):
+        if name and name in names:
+            raw = name + "__oracle_raw"
+            node.output[k] = raw
+            pairs += _round_pair(raw, name)
+    return [node] + pairs
 
 
 def _round_pair(src: str, dst: str) -> List[onnx.NodeProto]:
@@ -429,14 +434,7 @@ def emulate_mixed(model: onnx.ModelProto) -> onnx.ModelProto:
                 a.t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(a.t).astype(np.float32), a.t.name))
             if a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
                 raise ValueError("oracle: subgraphs of a mixed model are not emulated")
-        pairs = []
-        for k, name in enumerate(node.output):
-            if name and name in halves:
-                raw = name + "__oracle_raw"
-                new.output[k] = raw
-                pairs += _round_pair(raw, name)
-        nodes.append(new)
-        nodes += pairs
+        nodes += _with_rounded_outputs(new, halves)
     del g.node[:]
     g.node.extend(nodes)
     del g.value_info[:]
