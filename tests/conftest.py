@@ -99,9 +99,22 @@ def modules_loaded_by(setup: str, argv, roots) -> list:
     return [m for m in loaded if m in roots or any(m.startswith(r + ".") for r in roots)]
 
 
+# Tests that send signals, time a command or start a cluster: the README's test command runs them after the
+# others, one at a time (-m serial), so that no test running beside them decides their timing.
+SERIAL = ("guarantees/", "cli/test_signals_never_lost.py", "cli/test_supervisor.py", "cli/test_cli_entry.py",
+          "core/test_functions_bound.py", "convert/test_convert_runtime_check.py", "reduce/test_ray.py",
+          "reduce/test_reduce_cli.py", "reduce/test_reduce_owner.py", "reduce/test_scale.py",
+          "backends/test_trt_findings.py", "run/test_run_imports.py", "oracle/")
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Tests marked ``slow`` (every moment of every signal, minutes) run when asked for:
+    """Marks the ``serial`` tests (SERIAL) before ``-m`` selects. Tests marked ``slow`` (every moment of every signal, minutes) run when asked for:
     ``TOOLKIT_SLOW_TESTS=1`` or ``-m slow``; the README's test command skips them."""
+    tests = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    for item in items:
+        if str(item.path).replace(os.sep, "/").startswith(tuple(tests + s for s in SERIAL)):
+            item.add_marker(pytest.mark.serial)
     if os.environ.get("TOOLKIT_SLOW_TESTS") == "1" or "slow" in (config.getoption("-m") or ""):
         return
     skip = pytest.mark.skip(reason="slow: set TOOLKIT_SLOW_TESTS=1 (or -m slow) to run it")

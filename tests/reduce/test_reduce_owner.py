@@ -34,13 +34,13 @@ def _done(proc, timeout=120):
 
 
 def test_two_reduces_at_once_in_one_folder(tmp_path):
-    save(chain(64), tmp_path / "model.onnx")
-    alone = _done(_start(tmp_path, "n40_tanh", sleep="0"))
+    save(chain(16), tmp_path / "model.onnx")
+    alone = _done(_start(tmp_path, "n10_tanh", sleep="0"))
     assert alone[0] == 0, alone[2]
     expected = json.loads(alone[1])
-    os.unlink(tmp_path / "reduced_n40_tanh.onnx")
+    os.unlink(tmp_path / "reduced_n10_tanh.onnx")
 
-    first = _start(tmp_path, "n40_tanh")
+    first = _start(tmp_path, "n10_tanh")
     deadline = time.monotonic() + 60
     while not os.path.exists(tmp_path / "polygraphy_debug.onnx") and time.monotonic() < deadline:
         time.sleep(0.05)  # the first run is checking
@@ -56,22 +56,22 @@ def test_two_reduces_at_once_in_one_folder(tmp_path):
     code, out, err = _done(first)
     assert code == 0, err
     got = json.loads(out)
-    assert got["result_nodes"] == expected["result_nodes"] == ["n40_tanh [Op: Tanh]"]
+    assert got["result_nodes"] == expected["result_nodes"] == ["n10_tanh [Op: Tanh]"]
     assert got["checks"] == expected["checks"]
     assert not [f for f in os.listdir(tmp_path) if f.endswith(".lock")]  # nothing left behind
 
 
 def test_a_killed_run_does_not_block_the_next(tmp_path):
-    save(chain(64), tmp_path / "model.onnx")
-    proc = _start(tmp_path, "n40_tanh", sleep="0.5")
+    save(chain(16), tmp_path / "model.onnx")
+    proc = _start(tmp_path, "n10_tanh", sleep="0.5")
     deadline = time.monotonic() + 60
     while not os.path.exists(tmp_path / "polygraphy_debug.onnx") and time.monotonic() < deadline:
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=30)
-    code, out, err = _done(_start(tmp_path, "n40_tanh", sleep="0"))
+    code, out, err = _done(_start(tmp_path, "n10_tanh", sleep="0"))
     assert code == 0, err
-    assert json.loads(out)["result_nodes"] == ["n40_tanh [Op: Tanh]"]
+    assert json.loads(out)["result_nodes"] == ["n10_tanh [Op: Tanh]"]
 
 
 def test_other_files_in_one_folder_run_side_by_side(tmp_path):
