@@ -35,6 +35,7 @@ import onnx
 
 from toolkit.core.datafiles import save_inputs
 from toolkit.precision.qdq_search import QdqConfig, QdqSearch
+from toolkit.precision.search import SetIndex
 
 
 def _tokens(high: int, shape) -> Callable:
@@ -142,6 +143,11 @@ def greedy(cfg: QdqConfig) -> dict:
     s = QdqSearch(cfg)
     s._validate()
     s._load()
+    # pair by pair (no units of tied pairs: the baseline as one would write it)
+    s.members = {}
+    s.universe = [p.name for p in s.pairs if p.name not in s.fixed]
+    s.position = {n: k for k, n in enumerate(s.universe)}
+    s.index = SetIndex(len(s.universe))
     s.feeds = s._feeds()
     s.ref_outs = s._reference(s.feeds)
     ranking = [st.pair.name for st in s.table() if st.pair.name in s.position]
@@ -180,7 +186,7 @@ def bench(case: str, models: str, work: str) -> dict:
            "optimality": "minimum" if ours.minimum else ("1-minimal" if ours.one_minimal else "-"),
            "ours_held": (f"{ours.held_out.passed}/{ours.held_out.count}" if ours.held_out else "-"),
            "ours_holds": ours.held_out.holds if ours.held_out else None}
-    by_error = QdqSearch(dataclasses.replace(base, order="error")).run()
+    by_error = QdqSearch(dataclasses.replace(base, order="graph")).run()
     row.update({"error_order_kept": len(by_error.kept), "error_order_checks": by_error.checks,
                 "error_order_held": f"{by_error.held_out.passed}/{by_error.held_out.count}" if by_error.held_out
                 else "-"})
