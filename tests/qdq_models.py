@@ -246,3 +246,17 @@ def sliced(clip_scale: float = 1 / 127, t_scale: Optional[float] = None):
               numpy_helper.from_array(np.array([1], np.int64), "axis1")]
     graph = helper.make_graph(nodes, "sliced", [mz.vi("x", [1, 16])], [mz.vi("y", [1, 16])], inits)
     return mz.make_model(graph, opset=17)
+
+
+def per_channel_clip(scales=(0.01, 0.01, 0.001, 0.01)):
+    """x[1,4,8] -> Mul 1 -> a, a per-channel pair on a (axis 1, int8, zero points 0) -> y. Inputs in
+    [-1, 1]: channel 2's scale covers only +-0.127 (it clips), the others +-1.27."""
+    nodes = [helper.make_node("Mul", ["x", "one"], ["a"], name="mul"),
+             helper.make_node("QuantizeLinear", ["a", "a_s", "a_z"], ["a_q"], name="a_QuantizeLinear", axis=1),
+             helper.make_node("DequantizeLinear", ["a_q", "a_s", "a_z"], ["y"], name="a_DequantizeLinear", axis=1)]
+    inits = [numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(scales, np.float32), "a_s"),
+             numpy_helper.from_array(np.zeros(len(scales), np.int8), "a_z")]
+    graph = helper.make_graph(nodes, "per_channel_clip", [mz.vi("x", [1, len(scales), 8])],
+                              [mz.vi("y", [1, len(scales), 8])], inits)
+    return mz.make_model(graph, opset=17)

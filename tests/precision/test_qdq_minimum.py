@@ -6,7 +6,6 @@ import json
 import numpy as np
 import onnx
 import pytest
-from onnx import helper, numpy_helper
 
 import modelzoo as mz
 import qdq_models as qm

@@ -57,3 +57,19 @@ def test_a_replay_from_another_check_is_refused(sliced, tmp_path, cli):
     assert other.code == 3
     errors = [line for line in other.err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1 and "recorded with the check" in errors[0] and "--atol 0.05" in errors[0]
+
+
+def test_a_per_channel_pair_gets_a_scale_per_channel(tmp_path, cli):
+    model = str(mz.save(qm.per_channel_clip(), tmp_path / "pc.onnx"))
+    rng = np.random.default_rng(1)
+    feeds = tmp_path / "in.json"
+    save_inputs(str(feeds), [{"x": rng.uniform(-1, 1, (1, 4, 8)).astype(np.float32)} for _ in range(2)])
+    r = cli("debug", "precision", model, "--load-inputs", feeds, "--atol", "0.02", "--rtol", "0", "--held-out", "0",
+            "--json")
+    assert r.code == 0, r.err
+    pair = json.loads(r.out)["float_pairs"][0]
+    sug = pair["suggested"]
+    assert len(sug["scale"]) == 4 and sug["zero_point"] == [0, 0, 0, 0]
+    assert 0.005 < sug["scale"][2] <= 1 / 127 + 1e-6  # channel 2: its observed range, no longer clipping
+    assert sug["passes"] is True
+    assert "suggested per-channel scales" in r.err and "(4 channels)" in r.err

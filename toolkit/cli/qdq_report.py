@@ -130,7 +130,7 @@ def _pair_lines(outcome) -> List[str]:
             margin = f", {sug.margin}" if sug.margin and sug.passes else ""
             robust = {None: "", True: "; it passes at -2% and +2% of the scale too",
                       False: "; but not at -2% or +2% of the scale: a fragile fix"}[sug.robust]
-            lines.append(f"      suggested scale {sug.scale:.4g}, zero point {sug.zero_point} (the observed range): "
+            lines.append(f"      {_suggested_text(sug)} (the observed range): "
                          f"requantized with it, the model {verdict} ({sug.detail}{margin}){robust}")
     return lines
 
@@ -281,3 +281,13 @@ def render_table(stats, label_a: str, label_b: str, limit: int = 20) -> None:
         log(table_line(rank, st))
     if len(stats) > limit:
         log(f"  ... and {len(stats) - limit} more pair(s)")
+
+
+def _suggested_text(sug) -> str:
+    """A suggested scale in words: one number, or a per-channel pair's range of them."""
+    if isinstance(sug.scale, list):
+        zps = sorted(set(sug.zero_point))
+        zp = str(zps[0]) if len(zps) == 1 else f"{zps[0]} to {zps[-1]}"
+        return (f"suggested per-channel scales {min(sug.scale):.4g} to {max(sug.scale):.4g} ({len(sug.scale)} "
+                f"channels), zero point {zp}")
+    return f"suggested scale {sug.scale:.4g}, zero point {sug.zero_point}"

@@ -59,8 +59,8 @@ class QdqConfig(PrecisionConfig):
 @dataclass
 class Suggestion:
     pair: str
-    scale: float
-    zero_point: int
+    scale: Any  # a float, or for a per-channel pair a list (one per channel)
+    zero_point: Any  # an int, or a list
     passes: bool
     detail: str
     margin: str = ""  # how much of the tolerance the result uses
@@ -489,14 +489,15 @@ class QdqSearch(PrecisionSearch):
         out = []
         for name in kept:
             st = stats.get(name)
-            if st is None or not qdq_stats.needs_scale(st) or st.pair.scale.size > 1:
-                continue  # (no suggestion for a per-channel pair)
+            if st is None or not qdq_stats.needs_scale(st):
+                continue
             pair = self.by_name[name]
             scale, zp = qdq_stats.suggested(pair, st)
             others = [self.by_name[n] for n in kept if n != name]
             model = qdq.requantize(self.candidate_model([p.name for p in others]), pair, scale, zp)
             passed, detail, margin = self._check_model(model)
-            sug = Suggestion(name, float(scale), int(zp.ravel()[0]), passed, detail, margin)
+            plain_scale, plain_zp = _plain(scale, zp)
+            sug = Suggestion(name, plain_scale, plain_zp, passed, detail, margin)
             if passed:  # a verdict that flips with a 2% change of the scale is no fix to rely on
                 sug.robust = all(self._check_model(qdq.requantize(self.candidate_model([p.name for p in others]), pair,
                                                                   scale * (1 + k), zp))[0] for k in (-NUDGE, NUDGE))
@@ -511,7 +512,7 @@ class QdqSearch(PrecisionSearch):
         for name, sug in good.items():
             pair = self.by_name[name]
             model = qdq.requantize(model, pair, np.asarray(sug.scale, np.float32),
-                                   np.full_like(pair.zero_point, sug.zero_point))
+                                   np.broadcast_to(np.asarray(sug.zero_point), pair.zero_point.shape))
         passed, detail, _ = self._check_model(model)
         return model, passed, detail
 
@@ -531,6 +532,13 @@ class QdqSearch(PrecisionSearch):
             return ""
         worst = max((o.required_atol for it in comps for o in it.outputs), default=0.0)
         return f"{100 * worst / atol:.0f}% of --atol {c.atol[0]} used" if atol > 0 else ""
+
+
+def _plain(scale: np.ndarray, zero_point: np.ndarray):
+    """A suggestion's (scale, zero point) as plain numbers: floats and ints, or lists per channel."""
+    if scale.size > 1:
+        return [float(v) for v in scale.ravel()], [int(v) for v in zero_point.ravel()]
+    return float(scale.ravel()[0]), int(zero_point.ravel()[0])
 
 
 def marked_run(model, names: Sequence[str], feeds, path: str, external_data_dir: Optional[str]) -> List[Dict]:
