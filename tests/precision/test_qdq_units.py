@@ -73,3 +73,4 @@ def test_a_per_channel_pair_gets_a_scale_per_channel(tmp_path, cli):
     assert 0.005 < sug["scale"][2] <= 1 / 127 + 1e-6  # channel 2: its observed range, no longer clipping
     assert sug["passes"] is True
     assert "suggested per-channel scales" in r.err and "(4 channels)" in r.err
+    assert "most at channel 2 of 4" in r.err  # the clipping named at the channel that clips

@@ -64,7 +64,7 @@ def run_qdq(args, ref: str, cand: str) -> None:
     cfg = from_params(
         QdqConfig, dataclasses.asdict(args), reference=ref, candidate=cand, save_replay=args.save_debug_replay,
         load_replay=args.load_debug_replay, weights=args.qdq_weights, table=args.qdq_table,
-        order=args.order or "graph",
+        order=args.order or "error",
     )
     outcome = QdqSearch(cfg, QdqReporter()).run()
     raise typer.Exit(summary(outcome, cfg, args.json_out))

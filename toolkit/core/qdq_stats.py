@@ -236,7 +236,8 @@ def reasons(st: PairStats) -> List[str]:
         out.append(f"per-tensor scale over channels of very different ranges (largest/smallest {st.spread:.0f}x): "
                    "use per-channel quantization (quantize_static(..., per_channel=True))")
     if st.clipped > 0:
-        out.append(f"clipping: {percent(st.clipped)} of values outside [{st.grid_lo:.4g}, {st.grid_hi:.4g}]")
+        out.append(f"clipping: {percent(st.clipped)} of values outside " + (
+            _worst_channel(st) if st.channel_range is not None else f"[{st.grid_lo:.4g}, {st.grid_hi:.4g}]"))
     if st.saturated > 0.01 and not st.pair.starts_at_zero and not st.sentinel_range:
         out.append(f"saturation: {percent(st.saturated)} of values at the integer limits")
     if st.levels < COARSE_LEVELS and not st.sentinel_range:
@@ -245,6 +246,19 @@ def reasons(st: PairStats) -> List[str]:
     out.append(f"{what} error: max {st.local_max:.3g} ({st.local_steps:.2g} steps), SQNR {st.local_sqnr:.1f} dB"
                + (" (sentinels left out)" if st.sentinels else ""))
     return out
+
+
+def _worst_channel(st: PairStats) -> str:
+    """A per-channel pair's clipping in words: the channel whose observed range overshoots its own
+    integer range the most."""
+    p = st.pair
+    zp, scale = p.zero_point.astype(np.float64).ravel(), p.scale.astype(np.float64).ravel()
+    lo, hi = (p.qmin - zp) * scale, (p.qmax - zp) * scale
+    seen_lo, seen_hi = st.channel_range if st.channel_range is not None else (lo, hi)
+    over = np.maximum(np.asarray(seen_hi) - hi, lo - np.asarray(seen_lo)) / scale
+    k = int(np.argmax(over))
+    return (f"their channel's range (most at channel {k} of {scale.size}: observed [{seen_lo[k]:.4g}, "
+            f"{seen_hi[k]:.4g}], range [{lo[k]:.4g}, {hi[k]:.4g}])")
 
 
 def _sentinel_reason(st: PairStats) -> str:
