@@ -27,9 +27,14 @@ class QdqReporter(PrecisionReporter):
 
     def start(self, search) -> None:
         c = search.config
+        pairs = sum(len(search.members.get(u, [u])) for u in search.universe)
+        units = "" if pairs == len(search.universe) else (
+            f", searched as {len(search.universe)} units (a pair with the pairs after a Slice, Reshape, ... that "
+            "only re-quantize its values on its grid)")
+        self.word = "unit(s)" if units else "pair(s)"
         log(
-            f"Searching {c.model}: {len(search.universe)} Q/DQ pair(s) that could go back to float"
-            f"{' (weights included)' if c.weights else ''}; reference: "
+            f"Searching {c.model}: {pairs} Q/DQ pair(s) that could go back to float"
+            f"{' (weights included)' if c.weights else ''}{units}; reference: "
             f"{c.reference_model or 'the model with every pair in float'}; --compare {c.reference} {c.candidate}"
         )
         if search.integer_ops:
@@ -51,7 +56,8 @@ class QdqReporter(PrecisionReporter):
     def check(self, check) -> None:
         verdict = "pass" if check.passed else ("BROKEN" if check.worst.startswith("broken:") else "FAIL")
         log(
-            f"Check {check.number} | {check.kept} of {self.total} pair(s) in float | {verdict} | {check.seconds:.2f} s"
+            f"Check {check.number} | {check.kept} of {self.total} {getattr(self, 'word', 'pair(s)')} in float | {verdict} | "
+            f"{check.seconds:.2f} s"
             + (f" | {check.worst}" if check.worst else ""),
             style=("green" if check.passed else "red") if self.live else None,
         )

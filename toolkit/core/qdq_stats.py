@@ -308,12 +308,12 @@ def suggested(pair: Pair, st: PairStats):
     if (pair.qmin < 0 and np.all(zp == 0)) or (pair.qmin == 0 and np.all(zp == (pair.qmax + 1) // 2)):
         scale = np.maximum(np.abs(lo), np.abs(hi)) / (pair.qmax - zp.ravel()[0])
         scale = np.where(scale > 0, scale, old if pair.scale.size > 1 else 1.0)
-        return np.asarray(scale, np.float32).reshape(pair.scale.shape), pair.zero_point.copy()
+        return np.broadcast_to(np.asarray(scale, np.float32), pair.scale.shape).copy(), pair.zero_point.copy()
     scale = (hi - lo) / (pair.qmax - pair.qmin)
     scale = np.where(scale > 0, scale, old if pair.scale.size > 1 else 1.0)
     zero = np.clip(np.round(pair.qmin - lo / scale), pair.qmin, pair.qmax)
-    return (np.asarray(scale, np.float32).reshape(pair.scale.shape),
-            np.asarray(zero).astype(pair.zero_point.dtype).reshape(pair.zero_point.shape))
+    return (np.broadcast_to(np.asarray(scale, np.float32), pair.scale.shape).copy(),
+            np.broadcast_to(np.asarray(zero).astype(pair.zero_point.dtype), pair.zero_point.shape).copy())
 
 
 def needs_scale(st: PairStats) -> bool:

@@ -355,19 +355,20 @@ class QdqSearch(PrecisionSearch):
         re-quantize its values (a slice of a gate's output, say)."""
         units = [self.universe[k] for k in mask_indices(result)]
         for name in [m for u in units for m in self.members.get(u, [])[1:]]:
-            passed, detail = self._counted_check([n for n in self.expand(units) if n != name])
+            passed, detail = self._counted_check([n for n in self.expand(units) if n != name], len(units),
+                                                 f"without the tied pair {self.by_name[name].shown}")
             if passed:
                 self.trimmed.add(name)
                 self.details[result] = detail
         return result
 
-    def _counted_check(self, names: Sequence[str]):
-        """A check of the model with the pairs ``names`` in float (counted as every check is):
-        (passed, detail)."""
+    def _counted_check(self, names: Sequence[str], units: int, what: str):
+        """A check of the model with the pairs ``names`` (of ``units`` units, ``what`` they are) in
+        float, counted as every check is: (passed, detail)."""
         t0 = time.perf_counter()
         model = qdq.bypass(self.model, [self.by_name[n] for n in self.fixed_order + list(names)])
         passed, detail, _ = self._check_model(model)
-        check = Check(len(self.checks) + 1, len(names), passed, time.perf_counter() - t0, detail)
+        check = Check(len(self.checks) + 1, units, passed, time.perf_counter() - t0, f"{what}: {detail}")
         self.checks.append(check)
         self.reporter.check(check)
         return passed, detail
