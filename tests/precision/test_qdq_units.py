@@ -49,7 +49,7 @@ def test_a_replay_from_another_check_is_refused(sliced, tmp_path, cli):
             "--save-debug-replay", replay)
     assert r.code == 0, r.err
     assert "--atol" in json.loads(replay.read_text())["check"]
-    assert "3 Q/DQ pair(s) that could go back to float, searched as 1 units" in r.err
+    assert "3 Q/DQ pair(s) that could go back to float, searched as 1 unit(s)" in r.err
     assert "without the tied pair s" in r.err  # (a trimming check says what it leaves out)
     same = cli("debug", "precision", sliced[0], "--load-inputs", sliced[1], "--atol", "0.05", "--rtol", "0",
                "--load-debug-replay", replay)

@@ -29,7 +29,7 @@ class QdqReporter(PrecisionReporter):
         c = search.config
         pairs = sum(len(search.members.get(u, [u])) for u in search.universe)
         units = "" if pairs == len(search.universe) else (
-            f", searched as {len(search.universe)} units (a pair with the pairs after a Slice, Reshape, ... that "
+            f", searched as {len(search.universe)} unit(s) (a pair with the pairs after a Slice, Reshape, ... that "
             "only re-quantize its values on its grid)")
         self.word = "unit(s)" if units else "pair(s)"
         log(
