@@ -1,22 +1,26 @@
-"""The Q/DQ pair search against a greedy bypass-and-prune baseline, on QDQ models made from real
-float models.
+"""The Q/DQ pair search beside onnxruntime's qdq_loss_debug and a greedy bypass-and-prune baseline,
+on QDQ models made from real float models.
 
-    python scripts/bench_quant.py [--models DIR] [--work DIR] [--only NAME...]
+    python scripts/bench_quant.py [--models DIR] [--work DIR] [--only NAME...] [--search-sets N] [--seed S]
 
 For each case: the float model (DIR: the romanizer's GRU encoder and decoder, from
-scripts/fetch_real_models.sh; its dynamic dims fixed) is quantized by onnxruntime.quantization.quantize_static (QDQ, int8 activations and weights, MinMax)
-on calibration inputs either like the test inputs ("realistic") or unlike them ("mismatched": a
-narrower range than the inputs the model is then run on). Then, on 3 search input sets and 8
-held-out sets of the test distribution, with --reference-model and --atol at half the quantized
-model's error and the error with every activation pair in float (the weights' alone), their
-geometric mean (--rtol 0):
+scripts/fetch_real_models.sh; its dynamic dims fixed) is quantized by
+onnxruntime.quantization.quantize_static (QDQ, int8 activations and weights, MinMax) on calibration
+inputs either like the test inputs ("realistic") or unlike them ("mismatched": a narrower range
+than the inputs the model is then run on). Then, on N search input sets (default 3) and 8 held-out
+sets of the test distribution, with --reference-model and --atol between the quantized model's
+error and the error with every activation pair in float (the weights' alone), their geometric mean
+(--rtol 0):
 
-- ours: ``debug precision QDQ --reference-model FLOAT`` (toolkit.precision.qdq_search), its
-  pairs, checks, whether it is proved minimum, whether it holds on the held-out sets;
-- greedy: the pairs ranked by the error each adds itself (local SQNR, onnxruntime qdq_loss_debug's
-  ``qdq_err``; toolkit's table equals it, docs/quantization.md), bypassed one by one in that order
-  until the model passes, then each bypassed pair re-quantized in turn where the model still passes
-  (prune). Its checks, pairs, and held-out verdict.
+- ours: ``debug precision QDQ --reference-model FLOAT`` (toolkit.precision.qdq_search), most error
+  first (the default) and in node order (``--order graph``): its pairs, checks, whether it is proved
+  minimum, whether it holds on the held-out sets;
+- qdq_loss_debug: onnxruntime's per-tensor ``qdq_err`` ranking on the search sets, where our pairs
+  rank in it, and whether its top pairs (as many as ours) in float pass;
+- greedy: pair by pair, the pairs ranked by the error each adds itself (``qdq_err``; toolkit's
+  table equals it, docs/quantization.md), bypassed one by one in that order until the model passes,
+  then each bypassed pair re-quantized in turn where the model still passes (prune). Its checks,
+  pairs, and held-out verdict.
 
 Prints one Markdown row per case. Nothing is committed (models under --work).
 """
@@ -221,9 +225,9 @@ def bench(case: str, models: str, work: str, search_sets: int = 3, seed: int = 0
            "optimality": "minimum" if ours.minimum else ("1-minimal" if ours.one_minimal else "-"),
            "ours_held": (f"{ours.held_out.passed}/{ours.held_out.count}" if ours.held_out else "-"),
            "ours_holds": ours.held_out.holds if ours.held_out else None}
-    by_error = QdqSearch(dataclasses.replace(base, order="graph")).run()
-    row.update({"error_order_kept": len(by_error.kept), "error_order_checks": by_error.checks,
-                "error_order_held": f"{by_error.held_out.passed}/{by_error.held_out.count}" if by_error.held_out
+    by_graph = QdqSearch(dataclasses.replace(base, order="graph")).run()
+    row.update({"graph_order_kept": len(by_graph.kept), "graph_order_checks": by_graph.checks,
+                "graph_order_held": f"{by_graph.held_out.passed}/{by_graph.held_out.count}" if by_graph.held_out
                 else "-"})
     lossdbg = loss_debug(base, float_path, qdq_path, work, ours.kept)
     row.update({"qdq_loss_debug_ranks": lossdbg["ranks"], "qdq_loss_debug_top": lossdbg["top_passes"],
@@ -245,7 +249,7 @@ def markdown(rows: List[dict]) -> str:
         lines.append(
             f"| {r['case']} | {r['pairs']} | {r['error']:.3g} ({r['weights_error']:.3g}) | {r['atol']} | "
             f"{r['ours_kept']}, {r['ours_checks']}, {r['optimality']}, {r['ours_held']} | "
-            f"{r['error_order_kept']}, {r['error_order_checks']}, {r['error_order_held']} | "
+            f"{r['graph_order_kept']}, {r['graph_order_checks']}, {r['graph_order_held']} | "
             f"{', '.join(map(str, r['qdq_loss_debug_ranks']))}; {top} | "
             f"{r['greedy_kept']}, {r['greedy_checks']}, {r['greedy_held']} | "
             f"{r['ours_seconds']:.1f} / {r['qdq_loss_debug_seconds']:.1f} / {r['greedy_seconds']:.1f} |")
