@@ -1,22 +1,26 @@
-"""The Q/DQ pair search against a greedy bypass-and-prune baseline, on QDQ models made from real
-float models.
+"""The Q/DQ pair search beside onnxruntime's qdq_loss_debug and a greedy bypass-and-prune baseline,
+on QDQ models made from real float models.
 
-    python scripts/bench_quant.py [--models DIR] [--work DIR] [--only NAME...]
+    python scripts/bench_quant.py [--models DIR] [--work DIR] [--only NAME...] [--search-sets N] [--seed S]
 
 For each case: the float model (DIR: the romanizer's GRU encoder and decoder, from
-scripts/fetch_real_models.sh; its dynamic dims fixed) is quantized by onnxruntime.quantization.quantize_static (QDQ, int8 activations and weights, MinMax)
-on calibration inputs either like the test inputs ("realistic") or unlike them ("mismatched": a
-narrower range than the inputs the model is then run on). Then, on 3 search input sets and 8
-held-out sets of the test distribution, with --reference-model and --atol at half the quantized
-model's error and the error with every activation pair in float (the weights' alone), their
-geometric mean (--rtol 0):
+scripts/fetch_real_models.sh; its dynamic dims fixed) is quantized by
+onnxruntime.quantization.quantize_static (QDQ, int8 activations and weights, MinMax) on calibration
+inputs either like the test inputs ("realistic") or unlike them ("mismatched": a narrower range
+than the inputs the model is then run on). Then, on N search input sets (default 3) and 8 held-out
+sets of the test distribution, with --reference-model and --atol between the quantized model's
+error and the error with every activation pair in float (the weights' alone), their geometric mean
+(--rtol 0):
 
-- ours: ``debug precision QDQ --reference-model FLOAT`` (toolkit.precision.qdq_search), its
-  pairs, checks, whether it is proved minimum, whether it holds on the held-out sets;
-- greedy: the pairs ranked by the error each adds itself (local SQNR, onnxruntime qdq_loss_debug's
-  ``qdq_err``; toolkit's table equals it, docs/quantization.md), bypassed one by one in that order
-  until the model passes, then each bypassed pair re-quantized in turn where the model still passes
-  (prune). Its checks, pairs, and held-out verdict.
+- ours: ``debug precision QDQ --reference-model FLOAT`` (toolkit.precision.qdq_search), most error
+  first (the default) and in node order (``--order graph``): its pairs, checks, whether it is proved
+  minimum, whether it holds on the held-out sets;
+- qdq_loss_debug: onnxruntime's per-tensor ``qdq_err`` ranking on the search sets, where our pairs
+  rank in it, and whether its top pairs (as many as ours) in float pass;
+- greedy: pair by pair, the pairs ranked by the error each adds itself (``qdq_err``; toolkit's
+  table equals it, docs/quantization.md), bypassed one by one in that order until the model passes,
+  then each bypassed pair re-quantized in turn where the model still passes (prune). Its checks,
+  pairs, and held-out verdict.
 
 Prints one Markdown row per case. Nothing is committed (models under --work).
 """
@@ -33,8 +37,10 @@ from typing import Callable, Dict, List
 import numpy as np
 import onnx
 
+from toolkit.core import qdq
 from toolkit.core.datafiles import save_inputs
 from toolkit.precision.qdq_search import QdqConfig, QdqSearch
+from toolkit.precision.search import SetIndex
 
 
 def _tokens(high: int, shape) -> Callable:
@@ -91,6 +97,9 @@ class _Reader:
     def get_next(self):
         return next(self.data, None)
 
+    def __iter__(self):
+        return self.data
+
 
 def _fixed(src: str, dst: str, shapes) -> str:
     model = onnx.load(src)
@@ -102,19 +111,19 @@ def _fixed(src: str, dst: str, shapes) -> str:
     return dst
 
 
-def prepare(case: str, models: str, work: str):
+def prepare(case: str, models: str, work: str, search_sets: int = 3, seed: int = 0):
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
     file, shapes, calib, test, per_channel = CASES[case]
     tag = case.replace(", ", "_").replace(" ", "_")
-    rng = np.random.default_rng(0)
+    rng = np.random.default_rng(seed)
     float_path = _fixed(os.path.join(models, file), os.path.join(work, f"{tag}_float.onnx"), shapes)
     qdq_path = os.path.join(work, f"{tag}_qdq.onnx")
     quantize_static(float_path, qdq_path, _Reader([calib(rng) for _ in range(16)]),
                     quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                     per_channel=per_channel)
     search, held = os.path.join(work, f"{tag}_search.json"), os.path.join(work, f"{tag}_held.json")
-    save_inputs(search, [test(rng) for _ in range(3)])
+    save_inputs(search, [test(rng) for _ in range(search_sets)])
     save_inputs(held, [test(rng) for _ in range(8)])
     return float_path, qdq_path, search, held
 
@@ -142,6 +151,11 @@ def greedy(cfg: QdqConfig) -> dict:
     s = QdqSearch(cfg)
     s._validate()
     s._load()
+    # pair by pair (no units of tied pairs: the baseline as one would write it)
+    s.members = {}
+    s.universe = [p.name for p in s.pairs if p.name not in s.fixed]
+    s.position = {n: k for k, n in enumerate(s.universe)}
+    s.index = SetIndex(len(s.universe))
     s.feeds = s._feeds()
     s.ref_outs = s._reference(s.feeds)
     ranking = [st.pair.name for st in s.table() if st.pair.name in s.position]
@@ -164,8 +178,39 @@ def greedy(cfg: QdqConfig) -> dict:
             "holds": held.holds if held else None, "held": f"{held.passed}/{held.count}" if held else "-"}
 
 
-def bench(case: str, models: str, work: str) -> dict:
-    float_path, qdq_path, search, held = prepare(case, models, work)
+def loss_debug(cfg: QdqConfig, float_path: str, qdq_path: str, work: str, ours: List[str]) -> dict:
+    """onnxruntime's ``qdq_loss_debug`` on the search sets: every activation's ``qdq_err`` (local SQNR)
+    and ``xmodel_err``, ranked by ``qdq_err`` (lowest first); where our kept pairs rank in it, and
+    whether its top pairs (as many as ours) in float pass (one check, counted in no column)."""
+    from onnxruntime.quantization.qdq_loss_debug import (collect_activations, compute_activation_error,
+                                                         create_activation_matching,
+                                                         modify_model_output_intermediate_tensors)
+
+    t0 = time.perf_counter()
+    s = QdqSearch(cfg)
+    s._validate()
+    s._load()
+    s.feeds = s._feeds()
+    acts = {}
+    for tag, path in (("float", float_path), ("qdq", qdq_path)):
+        marked = os.path.join(work, f"{os.path.basename(path)}.aug.onnx")
+        modify_model_output_intermediate_tensors(path, marked)
+        acts[tag] = collect_activations(marked, _Reader([dict(f) for f in s.feeds]))
+    errors = compute_activation_error(create_activation_matching(acts["qdq"], acts["float"]))
+    seconds = time.perf_counter() - t0
+    ranking = sorted((k for k in errors if "qdq_err" in errors[k]), key=lambda k: errors[k]["qdq_err"])
+    by_tensor = {(p.float_name or p.shown): p.name for p in s.pairs if not p.weight}
+    pairs = [by_tensor[t] for t in ranking if t in by_tensor]
+    rank = {name: k + 1 for k, name in enumerate(pairs)}
+    s.ref_outs = s._reference(s.feeds)
+    top = pairs[: len(ours)]
+    passed = s._check_model(qdq.bypass(s.model, [s.by_name[n] for n in top]))[0] if top else None
+    return {"ranks": sorted(rank.get(n, 0) for n in ours), "top_passes": passed, "seconds": seconds,
+            "ranked": len(pairs)}
+
+
+def bench(case: str, models: str, work: str, search_sets: int = 3, seed: int = 0) -> dict:
+    float_path, qdq_path, search, held = prepare(case, models, work, search_sets, seed)
     base = QdqConfig(qdq_path, reference_model=float_path, load_inputs=[search], validate_inputs=[held],
                      rtol=["0"], suggest_scales=False)
     error, weights = errors(base)
@@ -180,10 +225,13 @@ def bench(case: str, models: str, work: str) -> dict:
            "optimality": "minimum" if ours.minimum else ("1-minimal" if ours.one_minimal else "-"),
            "ours_held": (f"{ours.held_out.passed}/{ours.held_out.count}" if ours.held_out else "-"),
            "ours_holds": ours.held_out.holds if ours.held_out else None}
-    by_error = QdqSearch(dataclasses.replace(base, order="error")).run()
-    row.update({"error_order_kept": len(by_error.kept), "error_order_checks": by_error.checks,
-                "error_order_held": f"{by_error.held_out.passed}/{by_error.held_out.count}" if by_error.held_out
+    by_graph = QdqSearch(dataclasses.replace(base, order="graph")).run()
+    row.update({"graph_order_kept": len(by_graph.kept), "graph_order_checks": by_graph.checks,
+                "graph_order_held": f"{by_graph.held_out.passed}/{by_graph.held_out.count}" if by_graph.held_out
                 else "-"})
+    lossdbg = loss_debug(base, float_path, qdq_path, work, ours.kept)
+    row.update({"qdq_loss_debug_ranks": lossdbg["ranks"], "qdq_loss_debug_top": lossdbg["top_passes"],
+                "qdq_loss_debug_seconds": lossdbg["seconds"]})
     g = greedy(base)
     row.update({"greedy_kept": None if g["kept"] is None else len(g["kept"]), "greedy_checks": g["checks"],
                 "greedy_seconds": g["seconds"], "greedy_held": g.get("held", "-")})
@@ -191,17 +239,20 @@ def bench(case: str, models: str, work: str) -> dict:
 
 
 def markdown(rows: List[dict]) -> str:
-    head = ("| case | pairs | quantized error (weights' alone) | `--atol` | ours (node order): kept, checks, proved, "
-            "held out | ours (`--order error`): kept, checks, held out | greedy: kept, checks, held out | "
-            "seconds (ours / greedy) |")
-    lines = [head, "|" + "---|" * 8]
+    head = ("| case | pairs | quantized error (weights' alone) | `--atol` | ours (default): kept, checks, proved, "
+            "held out | ours (`--order graph`): kept, checks, held out | qdq_loss_debug: our pairs' ranks in its "
+            "`qdq_err` order; its top pairs (as many) in float | greedy: kept, checks, held out | "
+            "seconds (ours / qdq_loss_debug / greedy) |")
+    lines = [head, "|" + "---|" * 9]
     for r in rows:
+        top = {True: "pass", False: "fail", None: "-"}[r["qdq_loss_debug_top"]]
         lines.append(
             f"| {r['case']} | {r['pairs']} | {r['error']:.3g} ({r['weights_error']:.3g}) | {r['atol']} | "
             f"{r['ours_kept']}, {r['ours_checks']}, {r['optimality']}, {r['ours_held']} | "
-            f"{r['error_order_kept']}, {r['error_order_checks']}, {r['error_order_held']} | "
+            f"{r['graph_order_kept']}, {r['graph_order_checks']}, {r['graph_order_held']} | "
+            f"{', '.join(map(str, r['qdq_loss_debug_ranks']))}; {top} | "
             f"{r['greedy_kept']}, {r['greedy_checks']}, {r['greedy_held']} | "
-            f"{r['ours_seconds']:.1f} / {r['greedy_seconds']:.1f} |")
+            f"{r['ours_seconds']:.1f} / {r['qdq_loss_debug_seconds']:.1f} / {r['greedy_seconds']:.1f} |")
     return "\n".join(lines)
 
 
@@ -210,13 +261,15 @@ def main(argv=None) -> int:
     ap.add_argument("--models", default="/work/models")
     ap.add_argument("--work", default="/tmp/bench_quant")
     ap.add_argument("--only", nargs="*", default=None)
+    ap.add_argument("--search-sets", type=int, default=3, help="input sets searched on (8 more are held out)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the calibration, search and held-out sets")
     args = ap.parse_args(argv)
     os.makedirs(args.work, exist_ok=True)
     rows = []
     for case in CASES:
         if args.only and not any(o in case for o in args.only):
             continue
-        row = bench(case, args.models, args.work)
+        row = bench(case, args.models, args.work, args.search_sets, args.seed)
         print(row, file=sys.stderr, flush=True)
         rows.append(row)
     print(markdown(rows))

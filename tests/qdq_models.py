@@ -4,7 +4,7 @@ coarse on purpose."""
 
 from __future__ import annotations
 
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import numpy as np
 import onnx
@@ -224,4 +224,39 @@ def chained_clips_float():
              helper.make_node("Identity", ["a"], ["y"], name="out")]
     graph = helper.make_graph(nodes, "chained_clips_float", [mz.vi("x", [1, 16])], [mz.vi("y", [1, 16])],
                               [numpy_helper.from_array(np.array(2.0, np.float32), "two")])
+    return mz.make_model(graph, opset=17)
+
+
+def sliced(clip_scale: float = 1 / 127, t_scale: Optional[float] = None):
+    """x[1,16] -> Mul 2 -> a, pair on a (range +-1: clips 2x) -> Slice into s (first half) and t (second
+    half), each with a pair on a's grid -> Concat -> y. The pairs on s and t only re-quantize a's values;
+    once a is in float they clip again, so a, s and t go to float together."""
+    nodes = [helper.make_node("Mul", ["x", "two"], ["a"], name="mul")]
+    n, inits = _pair("a", clip_scale)
+    nodes += n
+    for name, lo, hi in (("s", 0, 8), ("t", 8, 16)):
+        nodes.append(helper.make_node("Slice", ["a_dq", f"{name}_lo", f"{name}_hi", "axis1"], [name], name=f"slice_{name}"))
+        inits += [numpy_helper.from_array(np.array([lo], np.int64), f"{name}_lo"),
+                  numpy_helper.from_array(np.array([hi], np.int64), f"{name}_hi")]
+        n, i = _pair(name, t_scale if name == "t" and t_scale else clip_scale)
+        nodes += n
+        inits += i
+    nodes.append(helper.make_node("Concat", ["s_dq", "t_dq"], ["y"], name="concat", axis=1))
+    inits += [numpy_helper.from_array(np.array(2.0, np.float32), "two"),
+              numpy_helper.from_array(np.array([1], np.int64), "axis1")]
+    graph = helper.make_graph(nodes, "sliced", [mz.vi("x", [1, 16])], [mz.vi("y", [1, 16])], inits)
+    return mz.make_model(graph, opset=17)
+
+
+def per_channel_clip(scales=(0.01, 0.01, 0.001, 0.01)):
+    """x[1,4,8] -> Mul 1 -> a, a per-channel pair on a (axis 1, int8, zero points 0) -> y. Inputs in
+    [-1, 1]: channel 2's scale covers only +-0.127 (it clips), the others +-1.27."""
+    nodes = [helper.make_node("Mul", ["x", "one"], ["a"], name="mul"),
+             helper.make_node("QuantizeLinear", ["a", "a_s", "a_z"], ["a_q"], name="a_QuantizeLinear", axis=1),
+             helper.make_node("DequantizeLinear", ["a_q", "a_s", "a_z"], ["y"], name="a_DequantizeLinear", axis=1)]
+    inits = [numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+             numpy_helper.from_array(np.array(scales, np.float32), "a_s"),
+             numpy_helper.from_array(np.zeros(len(scales), np.int8), "a_z")]
+    graph = helper.make_graph(nodes, "per_channel_clip", [mz.vi("x", [1, len(scales), 8])],
+                              [mz.vi("y", [1, len(scales), 8])], inits)
     return mz.make_model(graph, opset=17)

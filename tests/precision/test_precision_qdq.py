@@ -109,7 +109,7 @@ def test_weight_pairs_from_the_float_model(models, tmp_path):
     weights = [p for p in search.pairs if p.weight]
     assert {p.tensor for p in weights} >= {"Wq", "Wk", "Wv", "Wo", "W1", "W2"}
     # every pair in float is the float model itself
-    assert search.verdicts[search.index.full_mask]
+    assert search.passes(search.index.full_mask)
     assert outcome.status == "found" and outcome.one_minimal
 
 

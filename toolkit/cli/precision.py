@@ -319,7 +319,7 @@ class PrecisionArgs:
     )
     order: Optional[str] = option(
         "--order", metavar="ORDER", complete=("graph", "error"),
-        help="Quantized models: search the pairs in node order (graph, the default) or most error first (error).",
+        help="Quantized models: search the pairs most error first (error, the default) or in node order (graph).",
     )
     apply_scales: bool = switch(
         "--apply-scales", help="Quantized models: -o gets the model with every passing suggested scale applied "

@@ -27,9 +27,14 @@ class QdqReporter(PrecisionReporter):
 
     def start(self, search) -> None:
         c = search.config
+        pairs = sum(len(search.members.get(u, [u])) for u in search.universe)
+        units = "" if pairs == len(search.universe) else (
+            f", searched as {len(search.universe)} unit(s) (a pair with the pairs after a Slice, Reshape, ... that "
+            "only re-quantize its values on its grid)")
+        self.word = "unit(s)" if units else "pair(s)"
         log(
-            f"Searching {c.model}: {len(search.universe)} Q/DQ pair(s) that could go back to float"
-            f"{' (weights included)' if c.weights else ''}; reference: "
+            f"Searching {c.model}: {pairs} Q/DQ pair(s) that could go back to float"
+            f"{' (weights included)' if c.weights else ''}{units}; reference: "
             f"{c.reference_model or 'the model with every pair in float'}; --compare {c.reference} {c.candidate}"
         )
         if search.integer_ops:
@@ -51,7 +56,8 @@ class QdqReporter(PrecisionReporter):
     def check(self, check) -> None:
         verdict = "pass" if check.passed else ("BROKEN" if check.worst.startswith("broken:") else "FAIL")
         log(
-            f"Check {check.number} | {check.kept} of {self.total} pair(s) in float | {verdict} | {check.seconds:.2f} s"
+            f"Check {check.number} | {check.kept} of {self.total} {getattr(self, 'word', 'pair(s)')} in float | {verdict} | "
+            f"{check.seconds:.2f} s"
             + (f" | {check.worst}" if check.worst else ""),
             style=("green" if check.passed else "red") if self.live else None,
         )
@@ -64,7 +70,7 @@ def run_qdq(args, ref: str, cand: str) -> None:
     cfg = from_params(
         QdqConfig, dataclasses.asdict(args), reference=ref, candidate=cand, save_replay=args.save_debug_replay,
         load_replay=args.load_debug_replay, weights=args.qdq_weights, table=args.qdq_table,
-        order=args.order or "graph",
+        order=args.order or "error",
     )
     outcome = QdqSearch(cfg, QdqReporter()).run()
     raise typer.Exit(summary(outcome, cfg, args.json_out))
@@ -130,7 +136,7 @@ def _pair_lines(outcome) -> List[str]:
             margin = f", {sug.margin}" if sug.margin and sug.passes else ""
             robust = {None: "", True: "; it passes at -2% and +2% of the scale too",
                       False: "; but not at -2% or +2% of the scale: a fragile fix"}[sug.robust]
-            lines.append(f"      suggested scale {sug.scale:.4g}, zero point {sug.zero_point} (the observed range): "
+            lines.append(f"      {_suggested_text(sug)} (the observed range): "
                          f"requantized with it, the model {verdict} ({sug.detail}{margin}){robust}")
     return lines
 
@@ -281,3 +287,13 @@ def render_table(stats, label_a: str, label_b: str, limit: int = 20) -> None:
         log(table_line(rank, st))
     if len(stats) > limit:
         log(f"  ... and {len(stats) - limit} more pair(s)")
+
+
+def _suggested_text(sug) -> str:
+    """A suggested scale in words: one number, or a per-channel pair's range of them."""
+    if isinstance(sug.scale, list):
+        zps = sorted(set(sug.zero_point))
+        zp = str(zps[0]) if len(zps) == 1 else f"{zps[0]} to {zps[-1]}"
+        return (f"suggested per-channel scales {min(sug.scale):.4g} to {max(sug.scale):.4g} ({len(sug.scale)} "
+                f"channels), zero point {zp}")
+    return f"suggested scale {sug.scale:.4g}, zero point {sug.zero_point}"

@@ -278,6 +278,43 @@ def pairs_at_op_types(model, pairs: Sequence[Pair], op_types: Sequence[str]) -> 
     return [p.name for p in pairs if p.tensor in writes or any(o in reads for o in p.outputs)]
 
 
+# ops that move or select values without computing new ones: their output holds only values of
+# their (first) input, so a pair after one with its input pair's scale and zero point re-quantizes
+# values already on that grid
+MOVING_OPS = {"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Gather", "GatherElements",
+              "GatherND", "Split", "Expand", "Tile", "Identity", "MaxPool", "DepthToSpace", "SpaceToDepth"}
+
+
+def tied_pairs(model, pairs: Sequence[Pair]) -> Dict[str, str]:
+    """Pairs that only re-quantize their input pair's values on the same grid, each mapped to the
+    first pair of its chain: a pair whose Q reads the output of a value-moving op (``Reshape``,
+    ``Slice``, ``Gather``, ...) fed by another pair's DQ, with the same scale, zero point and
+    integer range. Alone in float such a pair changes nothing (its input is already on its grid);
+    with its input pair in float it clips and rounds that pair's values again, so the two go to
+    float together."""
+    producer = {o: n for n in model.graph.node for o in n.output}
+    by_output = {o: p for p in pairs if not p.weight for o in p.outputs}
+    tied: Dict[str, str] = {}
+    for p in pairs:
+        node = producer.get(p.tensor)
+        if p.weight or node is None or node.op_type not in MOVING_OPS or not node.input:
+            continue
+        up = by_output.get(node.input[0])
+        if up is None or up is p or not _same_grid(up, p):
+            continue
+        tied[p.name] = tied.get(up.name, up.name)
+    for name, root in list(tied.items()):  # (a chain: its first pair)
+        while root in tied:
+            root = tied[root]
+        tied[name] = root
+    return tied
+
+
+def _same_grid(a: Pair, b: Pair) -> bool:
+    return (a.qmin, a.qmax, a.axis) == (b.qmin, b.qmax, b.axis) and a.scale.shape == b.scale.shape \
+        and bool(np.all(a.scale == b.scale)) and bool(np.all(a.zero_point.astype(np.int64) == b.zero_point.astype(np.int64)))
+
+
 def match_name(name: str, known) -> Optional[str]:
     """``name`` of a QDQ model's tensor as it is called in the float model (``known`` names):
     itself, or with a quantizer suffix removed; None when neither is known."""

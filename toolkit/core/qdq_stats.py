@@ -61,6 +61,8 @@ class PairStats:
     sentinels: float = 0.0  # share of values that are sentinels (|x| >= 1e30, inf, nan): left out of the rest
     sentinel_value: Optional[float] = None  # one of them (-3.4e38: a mask's fill)
     spread: Optional[float] = None  # a per-tensor weight: largest/smallest channel range
+    # a per-channel pair: each channel's observed (lo, hi) along its axis (sentinels left out)
+    channel_range: Optional[Tuple[np.ndarray, np.ndarray]] = None
 
     @property
     def sentinel_range(self) -> bool:
@@ -106,6 +108,23 @@ class PairAccumulator:
         self.with_reference = True
         self.sentinels = 0
         self.sentinel_value: Optional[float] = None
+        self.ch_lo: Optional[np.ndarray] = None
+        self.ch_hi: Optional[np.ndarray] = None
+
+    def _channels(self, before, clamp) -> None:
+        """A per-channel pair: each channel's extremes along its axis (sentinels and NaN left out)."""
+        a = np.asarray(before, dtype=np.float64)
+        axis = self.pair.axis if self.pair.axis is not None else 1
+        if a.ndim == 0 or not -a.ndim <= axis < a.ndim or a.shape[axis] != self.pair.scale.size:
+            return
+        a = np.moveaxis(a, axis, 0).reshape(a.shape[axis], -1)
+        if clamp is not None:
+            a = np.clip(a, clamp[0], clamp[1])
+        a = np.where(np.isfinite(a) & (np.abs(a) < SENTINEL), a, np.nan)
+        with np.errstate(all="ignore"):
+            lo, hi = np.nanmin(np.where(np.isnan(a), np.inf, a), axis=1), np.nanmax(np.where(np.isnan(a), -np.inf, a), axis=1)
+        self.ch_lo = lo if self.ch_lo is None else np.minimum(self.ch_lo, lo)
+        self.ch_hi = hi if self.ch_hi is None else np.maximum(self.ch_hi, hi)
 
     def add(self, before, after, reference=None) -> None:
         x, y = _flat(before), _flat(after)
@@ -116,6 +135,8 @@ class PairAccumulator:
             self.pair.folded = infer_folded(self.pair, before, reference)
             self.infer = self.pair.folded is None  # (until the first iteration that shows it)
         clamp = self.pair.clamp()
+        if self.pair.scale.size > 1:
+            self._channels(before, clamp)
         if clamp is not None:  # a folded Relu/Clip (or a tensor never negative): what the float model computes
             x = np.clip(x, clamp[0], clamp[1])
         lo, hi, s = self.pair.bounds(len(shape))
@@ -170,6 +191,9 @@ class PairAccumulator:
             self.saturated / max(self.n, 1), lo, hi, glo, ghi, span / float(np.max(p.scale)),
         )
         st.sentinels, st.sentinel_value = self.sentinels / max(self.n, 1), self.sentinel_value
+        if self.ch_lo is not None and self.ch_hi is not None:
+            seen = self.ch_lo <= self.ch_hi  # (a channel with no data value: no range of its own)
+            st.channel_range = (np.where(seen, self.ch_lo, 0.0), np.where(seen, self.ch_hi, 0.0))
         if self.with_reference and self.n:
             st.upstream_sqnr, st.upstream_max = sqnr_db(self.r_sq, self.up_sq), self.up_max
             st.xmodel_sqnr, st.after_max = sqnr_db(self.r_sq, self.after_sq), self.after_max
@@ -212,7 +236,8 @@ def reasons(st: PairStats) -> List[str]:
         out.append(f"per-tensor scale over channels of very different ranges (largest/smallest {st.spread:.0f}x): "
                    "use per-channel quantization (quantize_static(..., per_channel=True))")
     if st.clipped > 0:
-        out.append(f"clipping: {percent(st.clipped)} of values outside [{st.grid_lo:.4g}, {st.grid_hi:.4g}]")
+        out.append(f"clipping: {percent(st.clipped)} of values outside " + (
+            _worst_channel(st) if st.channel_range is not None else f"[{st.grid_lo:.4g}, {st.grid_hi:.4g}]"))
     if st.saturated > 0.01 and not st.pair.starts_at_zero and not st.sentinel_range:
         out.append(f"saturation: {percent(st.saturated)} of values at the integer limits")
     if st.levels < COARSE_LEVELS and not st.sentinel_range:
@@ -221,6 +246,19 @@ def reasons(st: PairStats) -> List[str]:
     out.append(f"{what} error: max {st.local_max:.3g} ({st.local_steps:.2g} steps), SQNR {st.local_sqnr:.1f} dB"
                + (" (sentinels left out)" if st.sentinels else ""))
     return out
+
+
+def _worst_channel(st: PairStats) -> str:
+    """A per-channel pair's clipping in words: the channel whose observed range overshoots its own
+    integer range the most."""
+    p = st.pair
+    zp, scale = p.zero_point.astype(np.float64).ravel(), p.scale.astype(np.float64).ravel()
+    lo, hi = (p.qmin - zp) * scale, (p.qmax - zp) * scale
+    seen_lo, seen_hi = st.channel_range if st.channel_range is not None else (lo, hi)
+    over = np.maximum(np.asarray(seen_hi) - hi, lo - np.asarray(seen_lo)) / scale
+    k = int(np.argmax(over))
+    return (f"their channel's range (most at channel {k} of {scale.size}: observed [{seen_lo[k]:.4g}, "
+            f"{seen_hi[k]:.4g}], range [{lo[k]:.4g}, {hi[k]:.4g}])")
 
 
 def _sentinel_reason(st: PairStats) -> str:
@@ -258,15 +296,24 @@ def channel_spread(w: np.ndarray) -> Optional[float]:
 
 def suggested(pair: Pair, st: PairStats):
     """(scale, zero point) the observed range gives: symmetric when the pair is (zero point 0 for
-    a signed type, the middle for an unsigned one), asymmetric otherwise."""
-    lo, hi = min(st.lo, 0.0), max(st.hi, 0.0)
+    a signed type, the middle for an unsigned one), asymmetric otherwise. A per-channel pair gets
+    one per channel (arrays shaped as its scale and zero point), from each channel's range; a
+    channel whose range is 0 keeps its scale."""
+    if pair.scale.size > 1 and st.channel_range is not None:
+        lo, hi = np.minimum(st.channel_range[0], 0.0), np.maximum(st.channel_range[1], 0.0)
+    else:
+        lo, hi = np.float64(min(st.lo, 0.0)), np.float64(max(st.hi, 0.0))
     zp = pair.zero_point.astype(np.int64)
+    old = pair.scale.astype(np.float64).ravel() if pair.scale.size > 1 else np.float64(pair.scale.ravel()[0])
     if (pair.qmin < 0 and np.all(zp == 0)) or (pair.qmin == 0 and np.all(zp == (pair.qmax + 1) // 2)):
-        scale = max(abs(lo), abs(hi)) / (pair.qmax - int(zp.ravel()[0]))
-        return np.float32(scale or 1.0), pair.zero_point.copy()
-    scale = (hi - lo) / (pair.qmax - pair.qmin) or 1.0
-    zero = int(np.clip(round(pair.qmin - lo / scale), pair.qmin, pair.qmax))
-    return np.float32(scale), np.full_like(pair.zero_point, zero)
+        scale = np.maximum(np.abs(lo), np.abs(hi)) / (pair.qmax - zp.ravel()[0])
+        scale = np.where(scale > 0, scale, old if pair.scale.size > 1 else 1.0)
+        return np.broadcast_to(np.asarray(scale, np.float32), pair.scale.shape).copy(), pair.zero_point.copy()
+    scale = (hi - lo) / (pair.qmax - pair.qmin)
+    scale = np.where(scale > 0, scale, old if pair.scale.size > 1 else 1.0)
+    zero = np.clip(np.round(pair.qmin - lo / scale), pair.qmin, pair.qmax)
+    return (np.broadcast_to(np.asarray(scale, np.float32), pair.scale.shape).copy(),
+            np.broadcast_to(np.asarray(zero).astype(pair.zero_point.dtype), pair.zero_point.shape).copy())
 
 
 def needs_scale(st: PairStats) -> bool:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import time
 
 import numpy as np
 from dataclasses import dataclass, field
@@ -30,7 +31,9 @@ from toolkit.core.model import load_model, save_model
 from toolkit.core import qdq, qdq_stats
 from toolkit.precision import qdq_metrics
 from toolkit.precision.qdq_validate import GENERATED, HeldOut, split, split_count
-from toolkit.precision.search import PrecisionConfig, PrecisionOutcome, PrecisionSearch, SetIndex, describe
+from toolkit.reduce import strategy
+from toolkit.reduce.graph import mask_indices
+from toolkit.precision.search import PrecisionConfig, PrecisionOutcome, Check, PrecisionSearch, SetIndex, describe
 from toolkit.run.registry import get_kind
 
 
@@ -50,14 +53,14 @@ class QdqConfig(PrecisionConfig):
     metric_outputs: List[str] = field(default_factory=list)  # the outputs the metric judges (none: all)
     apply_scales: bool = False  # -o gets the model with every passing suggested scale (when it passes)
     float_op_types: List[str] = field(default_factory=list)  # pairs at these ops' inputs/outputs always in float
-    order: str = "graph"  # the order the pairs are searched in: "graph" (node order) or "error" (most error first)
+    order: str = "error"  # the order the units are searched in: "error" (most error added first) or "graph"
 
 
 @dataclass
 class Suggestion:
     pair: str
-    scale: float
-    zero_point: int
+    scale: Any  # a float, or for a per-channel pair a list (one per channel)
+    zero_point: Any  # an int, or a list
     passes: bool
     detail: str
     margin: str = ""  # how much of the tolerance the result uses
@@ -135,8 +138,6 @@ class QdqSearch(PrecisionSearch):
 
         if self.config.order not in ("graph", "error"):
             raise UsageError(f"--order {self.config.order}: use graph or error")
-        if self.config.order == "error" and (self.config.save_replay or self.config.load_replay):
-            raise UsageError("--order error and replay files do not go together (a replay keys sets by node order)")
         if self.config.held_out is not None and self.config.held_out < 0:
             raise UsageError("--held-out must be 0 or more")
         from toolkit.core.model import check_readable_file
@@ -147,6 +148,25 @@ class QdqSearch(PrecisionSearch):
             if ref and path and paths.same_file(path, ref):
                 raise UsageError(f"{flag} {path} would overwrite --reference-model {ref}, which this command reads; "
                                  "nothing was read or written: choose another file name")
+
+    def replay_check(self) -> List[str]:
+        """The engine's words plus what else decides a verdict here: the reference model, the
+        metric, the pairs always in float, the held-out split (which sets the search runs on)."""
+        c = self.config
+        words = super().replay_check()
+        for flag, value in (("--reference-model", c.reference_model), ("--metric-tolerance", c.metric_tolerance),
+                            ("--held-out", c.held_out)):
+            if value is not None:
+                words += [flag, str(value)]
+        if c.metric is not None:
+            words += ["--metric", c.metric if isinstance(c.metric, str) else getattr(c.metric, "__name__", "callable")]
+        for flag, values in (("--metric-outputs", c.metric_outputs), ("--float-op-types", c.float_op_types),
+                             ("--validate-inputs", c.validate_inputs)):
+            if values:
+                words += [flag, *values]
+        if c.weights:
+            words.append("--qdq-weights")
+        return words
 
     def _load(self) -> None:
         c = self.config
@@ -159,7 +179,10 @@ class QdqSearch(PrecisionSearch):
         self.by_name = {p.name: p for p in self.pairs}
         self.fixed_order = qdq.pairs_at_op_types(self.model, self.pairs, c.float_op_types)
         self.fixed = set(self.fixed_order)
-        self.universe = [p.name for p in self.pairs if p.name not in self.fixed]
+        self.members = self._units()
+        self.trimmed: set = set()  # tied pairs the result does without (:meth:`_trim`)
+        tied = {n for names in self.members.values() for n in names[1:]}
+        self.universe = [p.name for p in self.pairs if p.name not in self.fixed and p.name not in tied]
         if not self.universe:
             raise UsageError(f"--float-op-types {','.join(c.float_op_types)} takes every pair to float: nothing is "
                              "left to search")
@@ -174,6 +197,20 @@ class QdqSearch(PrecisionSearch):
         self.index = SetIndex(len(self.universe))
         self._model_id = self._structure_id()
         self.depth = 1
+
+    def _units(self) -> Dict[str, List[str]]:
+        """The search's units: a pair with the pairs that only re-quantize its values on its grid
+        (:func:`toolkit.core.qdq.tied_pairs`): first pair -> every pair of the unit (tied pairs only)."""
+        members: Dict[str, List[str]] = {}
+        for name, root in qdq.tied_pairs(self.model, self.pairs).items():
+            if name not in self.fixed and root not in self.fixed:
+                members.setdefault(root, [root]).append(name)
+        return members
+
+    def expand(self, names: Sequence[str]) -> List[str]:
+        """``names`` (units) with their tied pairs, in node order."""
+        wanted = {m for n in names for m in self.members.get(n, [n]) if m == n or m not in self.trimmed}
+        return [p.name for p in self.pairs if p.name in wanted]
 
     def _no_pairs(self) -> str:
         c = self.config
@@ -275,7 +312,7 @@ class QdqSearch(PrecisionSearch):
         return qdq_metrics.describe(comps) if self.metric is not None else describe(comps)
 
     def candidate_model(self, keep: Sequence[str]):
-        return qdq.bypass(self.model, [self.by_name[n] for n in self.fixed_order + list(keep)])
+        return qdq.bypass(self.model, [self.by_name[n] for n in self.fixed_order + self.expand(keep)])
 
     def _rounding_only(self, mask: int, comps) -> bool:
         return False  # the tolerance decides; rounding is the table's business (toolkit.run.qdq_table)
@@ -284,43 +321,64 @@ class QdqSearch(PrecisionSearch):
         return self.passes(self.index.full_mask)
 
     def _search(self) -> Optional[int]:
-        """The engine's search over the pairs (bisect, QuickXplain, 1-minimality), in node order
-        (or ``--order error``), then a pair that passes alone where no check has ruled one out
-        (:meth:`_single`): it replaces a larger result, and when none does, a result of two is
-        the minimum.
-        (Ordering the pairs by the error each adds instead, and taking the shortest passing prefix
-        of that ranking, cost more checks on the PP-OCR classifier: 31 against 18 and 382 against
-        188; fewer on the romanizer's decoder: docs/quantization.md.)"""
+        """The engine's search over the units (bisect, QuickXplain, 1-minimality) in the order of
+        the error each adds (``--order error``, the default: the table's ranking, one marked run)
+        or in node order (``--order graph``), then a unit that passes alone where no check has
+        ruled one out (:meth:`_single`): it replaces a larger result, and when none does, a result
+        of two is the minimum. Sets are kept by node position whatever the order (replay files)."""
         self.guide = False
         self.no_single = False
-        if self.config.order == "error":
-            self._order_by_error()
-        result = super()._search()
-        if result is None or bin(result).count("1") <= 1:
-            return result
-        failed = 0  # every pair in a failing set fails alone too (a subset of a failing set fails)
+        order = self.ranked_positions() if self.config.order == "error" else list(range(self.index.size))
+
+        def to_full(m: int) -> int:
+            return sum(1 << order[i] for i in mask_indices(m))
+        plan = strategy.Plan(SetIndex(len(order)))
+        # (the bisect assumes every unit in float passes, checked only when its answer fails)
+        result = self._drive(strategy.STRATEGIES[self.config.mode](plan), to_full)
+        if not self.passes(result):
+            return None if not self._all_fp32_passes() else self.index.full_mask
+        if bin(result).count("1") <= 1:
+            return self._trim(result)
+        failed = 0  # every unit in a failing set fails alone too (a subset of a failing set fails)
         for mask, passed in self.verdicts.items():
             if not passed:
                 failed |= mask
-        single = self._single([i for i in range(self.index.size) if not (failed >> i) & 1])
+        single = self._single([i for i in order if not (failed >> i) & 1])
         if single is not None:
-            return 1 << single
+            return self._trim(1 << single)
         self.no_single = True
+        return self._trim(result)
+
+    def _trim(self, result: int) -> int:
+        """The result without each tied pair of its units in turn, where the model still passes (one
+        check per tied pair): the first pair of a unit can matter without some of the pairs that
+        re-quantize its values (a slice of a gate's output, say)."""
+        units = [self.universe[k] for k in mask_indices(result)]
+        for name in [m for u in units for m in self.members.get(u, [])[1:]]:
+            passed, detail = self._counted_check([n for n in self.expand(units) if n != name], len(units),
+                                                 f"without the tied pair {self.by_name[name].shown}")
+            if passed:
+                self.trimmed.add(name)
+                self.details[result] = detail
         return result
 
-    def _order_by_error(self) -> None:
-        """--order error: the pairs searched in the order of the error each adds itself (the table's
-        ranking: one marked run), instead of node order; verdicts in hand are carried over."""
-        ranked = [st.pair.name for st in self.table() if st.pair.name in self.position]
-        order = ranked + [n for n in self.universe if n not in set(ranked)]
-        old = dict(self.position)
-        self.universe, self.position = order, {n: k for k, n in enumerate(order)}
+    def _counted_check(self, names: Sequence[str], units: int, what: str):
+        """A check of the model with the pairs ``names`` (of ``units`` units, ``what`` they are) in
+        float, counted as every check is: (passed, detail)."""
+        t0 = time.perf_counter()
+        model = qdq.bypass(self.model, [self.by_name[n] for n in self.fixed_order + list(names)])
+        passed, detail, _ = self._check_model(model)
+        check = Check(len(self.checks) + 1, units, passed, time.perf_counter() - t0, f"{what}: {detail}")
+        self.checks.append(check)
+        self.reporter.check(check)
+        return passed, detail
 
-        def remap(mask: int) -> int:
-            return sum(1 << self.position[n] for n, k in old.items() if (mask >> k) & 1)
-        self.verdicts = {remap(m): v for m, v in self.verdicts.items()}
-        self.details = {remap(m): d for m, d in self.details.items()}
-        self._best = None if self._best is None else remap(self._best)
+    def ranked_positions(self) -> List[int]:
+        """The units' positions, most error added first (the table's ranking; a unit by its first
+        pair; pairs with no row, such as those on graph inputs, last)."""
+        ranked = [self.position[st.pair.name] for st in self.table() if st.pair.name in self.position]
+        seen = set(ranked)
+        return ranked + [k for k in range(self.index.size) if k not in seen]
 
     def _single(self, indices: List[int]) -> Optional[int]:
         """The first pair (by position) of ``indices`` that passes alone, or None when none does: a
@@ -337,6 +395,8 @@ class QdqSearch(PrecisionSearch):
     def minimum(self, kept: Sequence[str]) -> bool:
         """Proved that no smaller set of pairs passes: one pair (nothing in float fails), or two
         when no pair passes alone (every single pair checked, directly or through a failing set)."""
+        if any(n in self.members for n in kept):  # (a unit of tied pairs: only its first pair was not tried alone)
+            return False
         return len(kept) <= 1 or (len(kept) == 2 and getattr(self, "no_single", False))
 
     def _write_scaled(self, out: PrecisionOutcome, result: "QdqOutcome") -> None:
@@ -356,6 +416,9 @@ class QdqSearch(PrecisionSearch):
     # ------------------------------------------------------------------ the answer
     def _run(self) -> PrecisionOutcome:
         out = super()._run()
+        units = list(out.kept)
+        out.kept = self.expand(units)  # (the pairs tied to a unit's first pair with it)
+        out.candidates = sum(len(self.members.get(u, [u])) for u in self.universe)
         result = QdqOutcome(**{k: getattr(out, k) for k in PrecisionOutcome.__dataclass_fields__})
         result.precision = "int8"
         result.pairs = self.pairs
@@ -368,6 +431,10 @@ class QdqSearch(PrecisionSearch):
                                        if n.op_type == "DequantizeLinear" and n.input[0] in values)
         result.reference = self.config.reference_model or "the model with every pair in float"
         result.held_out_note = getattr(self, "held_note", "")
+        if out.status == "found" and units:
+            result.minimum = self.minimum(units)
+            # (1-minimal was verified unit by unit, before tied pairs were trimmed)
+            result.one_minimal = result.one_minimal and not self.trimmed
         try:
             self._after_search(out, result)
         except KeyboardInterrupt:  # the result stands; what was not gathered yet is left out
@@ -378,8 +445,6 @@ class QdqSearch(PrecisionSearch):
     def _after_search(self, out: PrecisionOutcome, result: "QdqOutcome") -> None:
         """The held-out check, reasons, scale suggestions and table of a finished search (after
         Ctrl-C, nothing more is run)."""
-        if out.status == "found" and out.kept:
-            result.minimum = self.minimum(out.kept)
         if out.status in ("found", "none-needed"):
             result.held_out = self.held_out_check(out.kept)
         if out.status == "found" and out.kept:
@@ -425,14 +490,15 @@ class QdqSearch(PrecisionSearch):
         out = []
         for name in kept:
             st = stats.get(name)
-            if st is None or not qdq_stats.needs_scale(st) or st.pair.scale.size > 1:
-                continue  # (no suggestion for a per-channel pair)
+            if st is None or not qdq_stats.needs_scale(st):
+                continue
             pair = self.by_name[name]
             scale, zp = qdq_stats.suggested(pair, st)
             others = [self.by_name[n] for n in kept if n != name]
             model = qdq.requantize(self.candidate_model([p.name for p in others]), pair, scale, zp)
             passed, detail, margin = self._check_model(model)
-            sug = Suggestion(name, float(scale), int(zp.ravel()[0]), passed, detail, margin)
+            plain_scale, plain_zp = _plain(scale, zp)
+            sug = Suggestion(name, plain_scale, plain_zp, passed, detail, margin)
             if passed:  # a verdict that flips with a 2% change of the scale is no fix to rely on
                 sug.robust = all(self._check_model(qdq.requantize(self.candidate_model([p.name for p in others]), pair,
                                                                   scale * (1 + k), zp))[0] for k in (-NUDGE, NUDGE))
@@ -447,7 +513,7 @@ class QdqSearch(PrecisionSearch):
         for name, sug in good.items():
             pair = self.by_name[name]
             model = qdq.requantize(model, pair, np.asarray(sug.scale, np.float32),
-                                   np.full_like(pair.zero_point, sug.zero_point))
+                                   np.broadcast_to(np.asarray(sug.zero_point), pair.zero_point.shape))
         passed, detail, _ = self._check_model(model)
         return model, passed, detail
 
@@ -467,6 +533,13 @@ class QdqSearch(PrecisionSearch):
             return ""
         worst = max((o.required_atol for it in comps for o in it.outputs), default=0.0)
         return f"{100 * worst / atol:.0f}% of --atol {c.atol[0]} used" if atol > 0 else ""
+
+
+def _plain(scale: np.ndarray, zero_point: np.ndarray):
+    """A suggestion's (scale, zero point) as plain numbers: floats and ints, or lists per channel."""
+    if scale.size > 1:
+        return [float(v) for v in scale.ravel()], [int(v) for v in zero_point.ravel()]
+    return float(scale.ravel()[0]), int(zero_point.ravel()[0])
 
 
 def marked_run(model, names: Sequence[str], feeds, path: str, external_data_dir: Optional[str]) -> List[Dict]:

@@ -45,6 +45,7 @@ from toolkit.core.progress import Messages
 from toolkit.reduce import strategy
 from toolkit.reduce.graph import mask_indices, popcount
 from toolkit.reduce.replay import Replay
+from toolkit.precision.replay import check_words
 from toolkit.run.feeds import explain_generated
 from toolkit.run.registry import get_kind
 from toolkit.run.specs import make_runner, parse_runner_spec, preflight_specs
@@ -726,12 +727,15 @@ class PrecisionSearch:
 
         return all(self.verdicts.get(mask & ~(1 << i)) is False for i in mask_indices(mask))
 
+    def replay_check(self) -> List[str]:  # (what a replay's verdicts answer)
+        return check_words(self.config)
+
     def _open_replay(self) -> None:
         """Replay entries key a set as (mask << 1) | 1, so "nothing kept" is a valid entry."""
         c = self.config
         n = len(self.universe) + 1
         if c.load_replay:
-            self.replay = PrecisionReplay.load(c.load_replay, self._model_id, n)
+            self.replay = PrecisionReplay.load(c.load_replay, self._model_id, n, check=self.replay_check())
             for m, failed in self.replay.verdicts.items():
                 self.verdicts[m >> 1] = not failed
                 self.details.setdefault(m >> 1, "(from the replay file)")
@@ -744,7 +748,7 @@ class PrecisionSearch:
                     name = entry["overflow"]
                     self.overflow[int(entry["nodes"], 16) >> 1] = name if name in self.position else None
         elif c.save_replay:
-            self.replay = PrecisionReplay(self._model_id, n, [c.reference, c.candidate])
+            self.replay = PrecisionReplay(self._model_id, n, self.replay_check())
 
 
 def _overflows(values, dtype: str):
