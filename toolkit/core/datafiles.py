@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import codecs
 import contextlib
 import io
 import json
@@ -37,7 +38,7 @@ import numpy as np
 
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError
 from toolkit.core.model import STDIO, atomic_output, check_data_file, check_readable_file, describe, read_bytes
-from toolkit.core.npy import check_tensor_size, npy_header, read_npy_header
+from toolkit.core.npy import NpzMembers, array_from_bytes
 
 NPZ_INDEX = "__toolkit__"
 NPZ_FORMAT_VERSION = 1
@@ -84,40 +85,29 @@ class LazyTensors(Mapping):
     Nothing is kept: a run that streams through the iterations of a large file holds one
     iteration's tensors at a time (callers keep what they need)."""
 
-    def __init__(self, npz, members: Dict[str, str]):
-        self._npz = npz
+    def __init__(self, reader: NpzMembers, file_name: str, members: Dict[str, str]):
+        self._reader = reader
+        self._file_name = file_name
         self._members = members
 
     def header(self, name) -> Optional[Tuple[tuple, "np.dtype"]]:
-        """(shape, dtype) of tensor ``name`` from its ``.npy`` header: nothing else is inflated
-        (None for an archive that is not a zip file)."""
+        """(shape, dtype) of tensor ``name`` from its ``.npy`` header: nothing else is inflated."""
         member = self._members[name]
-        archive = getattr(self._npz, "zip", None)
-        if archive is None:
-            return None
         try:
-            return npy_header(archive, member)
+            return self._reader.header(member)
         except ValueError as exc:
-            raise InputError(f"{self._npz_name()}: tensor '{name}': {_pickle_message(exc)}") from None
+            raise InputError(f"{self._file_name}: tensor '{name}': {_pickle_message(exc)}") from None
         except CORRUPT_DATA_ERRORS as exc:
-            raise InputError(f"{self._npz_name()}: tensor '{name}' is unreadable: {exc}") from None
+            raise InputError(f"{self._file_name}: tensor '{name}' is unreadable: {exc}") from None
 
     def __getitem__(self, name):
         member = self._members[name]
-        header = self.header(name)
-        if header is not None:
-            check_tensor_size(f"{self._npz_name()}: tensor '{name}'", *header)
         try:
-            arr = self._npz[member]
+            return self._reader.array(member, f"{self._file_name}: tensor '{name}'")
         except ValueError as exc:
-            raise InputError(f"{self._npz_name()}: tensor '{name}': {_pickle_message(exc)}") from None
+            raise InputError(f"{self._file_name}: tensor '{name}': {_pickle_message(exc)}") from None
         except CORRUPT_DATA_ERRORS as exc:
-            raise InputError(f"{self._npz_name()}: tensor '{name}' is unreadable: {exc}") from None
-        return arr
-
-    def _npz_name(self) -> str:
-        fid = getattr(self._npz, "fid", None)
-        return getattr(fid, "name", "npz file") if fid is not None else "npz file"
+            raise InputError(f"{self._file_name}: tensor '{name}' is unreadable: {exc}") from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._members)
@@ -243,9 +233,7 @@ def _decode_array(text: str):
     except (binascii.Error, TypeError, ValueError) as exc:  # ValueError: text that is not ASCII
         raise InputError(f"corrupt array data (bad base64: {exc})") from None
     try:
-        shape, dtype = read_npy_header(io.BytesIO(raw))
-        check_tensor_size("an array", shape, dtype)
-        return np.load(io.BytesIO(raw), allow_pickle=False)
+        return array_from_bytes(raw, "an array")
     except ValueError as exc:
         raise InputError(f"corrupt array data: {_pickle_message(exc)}") from None
     except CORRUPT_DATA_ERRORS as exc:
@@ -368,12 +356,14 @@ def _load_npz(path: str, data: Optional[bytes] = None):
     npz = _open_npz(source, path)
     idx = _npz_index(npz, path)
     members = set(npz.files)
+    reader = NpzMembers(npz.zip, npz)
+    file_name = path if path != STDIO else "npz file"
 
     def lazy(mapping: dict) -> LazyTensors:
         for name, member in mapping.items():
             if not isinstance(member, str) or member not in members:
                 raise InputError(f"tensor '{name}' is member {_shown(member)}, which the archive does not hold")
-        return LazyTensors(npz, dict(mapping))
+        return LazyTensors(reader, file_name, dict(mapping))
 
     if idx is None:
         return [lazy({k: k for k in npz.files})]
@@ -511,27 +501,43 @@ def _load_data_uncached(path: str):
 
 def first_feed_names(path: str) -> Optional[List[str]]:
     """The tensor names of the first iteration of a JSON inputs file, read from the head of the
-    file only (the rest is not parsed: a file of 200k iterations answers at once); None when the
-    file is not a JSON list of feeds (outputs, ``.npz``, stdin, a folder, unreadable)."""
+    file only (the rest is neither read nor parsed: a file of 200k iterations answers at once);
+    None when the file is not a JSON list of feeds (outputs, ``.npz``, stdin, a folder, unreadable)."""
     if path == STDIO or is_npz_path(path) or os.path.isdir(path):
         return None
     check_data_file(path)  # (a FIFO would block here: refused, as every data file read)
     try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8")
+        first = _first_list_item(path)
     except (OSError, UnicodeDecodeError):
-        return None
-    start = len(text) - len(text.lstrip())
-    if not text.startswith("[", start):
-        return None
-    at = len(text) - len(text[start + 1:].lstrip())
-    try:
-        first, _ = json.JSONDecoder(object_hook=_json_hook).raw_decode(text, at)
-    except (InputError, ValueError, RecursionError):
         return None
     if not (isinstance(first, dict) and first and _is_feed(first)):
         return None
     return list(first)
+
+
+HEAD_CHUNK = 1 << 16
+
+
+def _first_list_item(path: str):
+    """The first item of the JSON list ``path`` holds (arrays decoded), read in chunks that double
+    until it parses: the bytes read are at most about twice the item's (None when the file is no
+    list, or its first item does not parse)."""
+    decoder = codecs.getincrementaldecoder("utf-8")()
+    text, size = "", HEAD_CHUNK
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(size)
+            text += decoder.decode(chunk, final=not chunk)
+            start = len(text) - len(text.lstrip())
+            if start < len(text) and not text.startswith("[", start):
+                return None
+            at = len(text) - len(text[start + 1:].lstrip())
+            try:
+                return json.JSONDecoder(object_hook=_json_hook).raw_decode(text, at)[0]
+            except (InputError, ValueError, RecursionError):
+                if not chunk:
+                    return None
+            size *= 2
 
 
 def _is_feed(dct) -> bool:
