@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import codecs
 import contextlib
 import io
 import json
@@ -271,7 +270,7 @@ def _run_results(dct) -> "RunResults":
     return RunResults(runs)
 
 
-def _json_hook(dct):
+def json_hook(dct):
     """Decode the objects Polygraphy's JSON marks with ``polygraphy_class`` (or the older key)."""
     cls = _class_of(dct)
     if cls == "ndarray":
@@ -313,7 +312,7 @@ def _runtime(value, where: str) -> float:
 
 def _load_json_bytes(data: bytes, path: str):
     try:
-        return json.loads(data, object_hook=_json_hook)
+        return json.loads(data, object_hook=json_hook)
     except InputError as exc:
         raise InputError(f"{describe(path)}: {exc.message}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -489,9 +488,9 @@ def _load_data_uncached(path: str):
     del data
     if isinstance(obj, RunResults):
         return obj
-    if isinstance(obj, dict) and _is_feed(obj):
+    if isinstance(obj, dict) and is_feed(obj):
         return [obj]
-    if isinstance(obj, list) and all(isinstance(it, dict) and _is_feed(it) for it in obj):
+    if isinstance(obj, list) and all(isinstance(it, dict) and is_feed(it) for it in obj):
         return obj
     raise InputError(
         f"{describe(path)}: JSON is not a data file (expected a list of {{name: array}} dicts "
@@ -499,48 +498,8 @@ def _load_data_uncached(path: str):
     )
 
 
-def first_feed_names(path: str) -> Optional[List[str]]:
-    """The tensor names of the first iteration of a JSON inputs file, read from the head of the
-    file only (the rest is neither read nor parsed: a file of 200k iterations answers at once);
-    None when the file is not a JSON list of feeds (outputs, ``.npz``, stdin, a folder, unreadable)."""
-    if path == STDIO or is_npz_path(path) or os.path.isdir(path):
-        return None
-    check_data_file(path)  # (a FIFO would block here: refused, as every data file read)
-    try:
-        first = _first_list_item(path)
-    except (OSError, UnicodeDecodeError):
-        return None
-    if not (isinstance(first, dict) and first and _is_feed(first)):
-        return None
-    return list(first)
-
-
-HEAD_CHUNK = 1 << 16
-
-
-def _first_list_item(path: str):
-    """The first item of the JSON list ``path`` holds (arrays decoded), read in chunks that double
-    until it parses: the bytes read are at most about twice the item's (None when the file is no
-    list, or its first item does not parse)."""
-    decoder = codecs.getincrementaldecoder("utf-8")()
-    text, size = "", HEAD_CHUNK
-    with open(path, "rb") as f:
-        while True:
-            chunk = f.read(size)
-            text += decoder.decode(chunk, final=not chunk)
-            start = len(text) - len(text.lstrip())
-            if start < len(text) and not text.startswith("[", start):
-                return None
-            at = len(text) - len(text[start + 1:].lstrip())
-            try:
-                return json.JSONDecoder(object_hook=_json_hook).raw_decode(text, at)[0]
-            except (InputError, ValueError, RecursionError):
-                if not chunk:
-                    return None
-            size *= 2
-
-
-def _is_feed(dct) -> bool:
+def is_feed(dct) -> bool:
+    """A decoded JSON object that is one iteration's feed: names -> arrays."""
     return all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in dct.items())
 
 

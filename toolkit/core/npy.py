@@ -241,6 +241,83 @@ class NpzMembers:
         return _shaped(flat, shape, fortran)
 
 
+_EOCD = struct.Struct("<4s4H2LH")  # end of central directory (zipfile.structEndArchive)
+_EOCD_MAGIC = b"PK\x05\x06"
+_LOCATOR64 = struct.Struct("<4sLQL")  # zip64 end of central directory locator
+_LOCATOR64_MAGIC = b"PK\x06\x07"
+_EOCD64 = struct.Struct("<4sQ2H2L4Q")  # zip64 end of central directory record
+_EOCD64_MAGIC = b"PK\x06\x06"
+_CENTRAL = struct.Struct("<4s4B4HL2L5H2L")  # a central directory entry (zipfile.structCentralDir)
+_CENTRAL_MAGIC = b"PK\x01\x02"
+_FULL32, _FULL16 = 0xFFFFFFFF, 0xFFFF
+
+
+def _central_end(fd: int, size: int) -> Optional[int]:
+    """Where a zip file's central directory ends, from its end records alone (None when they
+    are not where a plain zip file has them)."""
+    span = min(size, _EOCD.size + _FULL16 + _LOCATOR64.size)
+    tail = os.pread(fd, span, size - span)
+    at = tail.rfind(_EOCD_MAGIC)
+    if at < 0 or len(tail) - at < _EOCD.size:
+        return None
+    fields = _EOCD.unpack_from(tail, at)
+    count, cd_size, cd_offset = fields[4], fields[5], fields[6]
+    if count == _FULL16 or _FULL32 in (cd_size, cd_offset):  # zip64: the sizes are in its record
+        if at < _LOCATOR64.size:
+            return None
+        locator = _LOCATOR64.unpack_from(tail, at - _LOCATOR64.size)
+        record = os.pread(fd, _EOCD64.size, locator[2]) if locator[0] == _LOCATOR64_MAGIC else b""
+        if len(record) < _EOCD64.size or record[:4] != _EOCD64_MAGIC:
+            return None
+        cd_size, cd_offset = _EOCD64.unpack(record)[8:10]
+    return cd_offset + cd_size
+
+
+def last_member_head(path: str, name: str, limit: int) -> Optional[bytes]:
+    """The first ``limit`` bytes of member ``name`` of the zip file ``path`` when it is the last
+    member of the central directory and stored uncompressed, found from the end of the file (the
+    central directory of a file of 200k members is not read whole); None when it is not so."""
+    with open(path, "rb") as f:
+        fd = f.fileno()
+        size = os.fstat(fd).st_size
+        end = _central_end(fd, size)
+        if end is None or not 0 < end <= size:
+            return None
+        chunk = os.pread(fd, min(end, 4096), end - min(end, 4096))
+        at = chunk.rfind(_CENTRAL_MAGIC)
+        if at < 0 or len(chunk) - at < _CENTRAL.size:
+            return None
+        entry = _CENTRAL.unpack_from(chunk, at)
+        name_len, extra_len, comment_len = entry[12:15]
+        found = chunk[at + _CENTRAL.size: at + _CENTRAL.size + name_len]
+        if (found != name.encode() or at + _CENTRAL.size + name_len + extra_len + comment_len != len(chunk)
+                or entry[6] != zipfile.ZIP_STORED or entry[5] & 0x1 or _FULL32 in (entry[10], entry[18])):
+            return None
+        want = min(entry[10], limit)
+        raw = os.pread(fd, _LOCAL.size + name_len + 256 + want, entry[18])
+        if len(raw) < _LOCAL.size or raw[:4] != _LOCAL_MAGIC:
+            return None
+        local = _LOCAL.unpack_from(raw, 0)
+        start = _LOCAL.size + local[10] + local[11]
+        if raw[_LOCAL.size: _LOCAL.size + local[10]] != found:
+            return None
+        head = raw[start: start + want]
+        return head if len(head) == want else os.pread(fd, want, entry[18] + start)
+
+
+def npy_text_head(raw: bytes, chars: int) -> Optional[str]:
+    """The first ``chars`` characters of the unicode scalar whose ``.npy`` bytes begin ``raw``
+    (None when it is not one)."""
+    try:
+        shape, _fortran, dtype, end = parse_header(raw)
+    except (ValueError, EOFError):
+        return None
+    if shape or dtype.kind != "U" or dtype.byteorder == ">":
+        return None
+    text = raw[end: end + 4 * min(chars, dtype.itemsize // 4)]
+    return text[: len(text) // 4 * 4].decode("utf-32-le", "replace").rstrip("\0")
+
+
 def npy_header(archive: zipfile.ZipFile, member: str) -> Tuple[tuple, "np.dtype"]:
     """(shape, dtype) of ``member`` of an ``.npz`` archive, read from its ``.npy`` header (the
     first bytes of the member: a compressed payload is not inflated)."""
