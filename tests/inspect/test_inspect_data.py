@@ -58,11 +58,11 @@ class _Counting(Mapping):
 
 
 def test_a_window_is_printed_before_the_next_is_read(monkeypatch):
-    """Memory stays near one window: tensors are read a window at a time (bounded by elements),
+    """Memory stays near one window: tensors are read a window at a time (bounded by bytes),
     and each window's lines come out before the next window's tensors are read."""
     import toolkit.inspect.data as data
 
-    monkeypatch.setattr(data, "WINDOW_ELEMENTS", 16)  # one (4, 4) tensor fills a window
+    monkeypatch.setattr(data, "WINDOW_BYTES", 64)  # one (4, 4) float32 tensor fills a window
     tensors = _Counting(3)
     lines = data.data_lines(RunResults([("r", [IterationResult(tensors)])]), show_values=True)
     text = []

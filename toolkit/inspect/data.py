@@ -1,7 +1,7 @@
 """``inspect data``: a data file described tensor by tensor, as text lines or JSON, streamed.
 
-Tensors are read in windows of at most ``WINDOW_TENSORS`` tensors and ``WINDOW_ELEMENTS``
-elements (a ``.npz`` file's members load one at a time), summarized together (small tensors of
+Tensors are read in windows of at most ``WINDOW_TENSORS`` tensors and ``WINDOW_BYTES``
+bytes (a ``.npz`` file's members load one at a time), summarized together (small tensors of
 one dtype and shape in one numpy call per statistic: :mod:`toolkit.inspect.summaries`) and
 printed before the next window is read: memory stays near one window (or one tensor larger
 than it) beyond what loading the file takes, and the time per tensor is small and constant.
@@ -21,7 +21,7 @@ from toolkit.inspect.summaries import summarize_many
 
 DEFAULT_NUM_ITEMS = 3
 WINDOW_TENSORS = 1024
-WINDOW_ELEMENTS = 1 << 20
+WINDOW_BYTES = 64 << 20
 
 # A window's entries: lines to print as they are, or a tensor read (name, array, indent).
 _Entry = Union[List[str], Tuple[str, Any, str]]
@@ -77,11 +77,11 @@ def _entries(data) -> Iterator[Union[List[str], Tuple[str, Mapping, str]]]:
 
 
 def _windows(items: Iterable, read) -> Iterator[Tuple[list, Optional[BaseException]]]:
-    """``items`` in windows (bounded by tensors and elements), each tensor item replaced by what
+    """``items`` in windows (bounded by tensors and bytes), each tensor item replaced by what
     ``read(item)`` returns: (name, array, ...). A read that fails ends the windows with its
     exception, after the window read so far."""
     window: list = []
-    tensors = elements = 0
+    tensors = held = 0
     for item in items:
         if isinstance(item, list):
             window.append(item)
@@ -93,10 +93,10 @@ def _windows(items: Iterable, read) -> Iterator[Tuple[list, Optional[BaseExcepti
             return
         window.append(entry)
         tensors += 1
-        elements += int(getattr(entry[1], "size", 1))
-        if tensors >= WINDOW_TENSORS or elements >= WINDOW_ELEMENTS:
+        held += int(getattr(entry[1], "nbytes", 0))
+        if tensors >= WINDOW_TENSORS or held >= WINDOW_BYTES:
             yield window, None
-            window, tensors, elements = [], 0, 0
+            window, tensors, held = [], 0, 0
     yield window, None
 
 
