@@ -9,7 +9,8 @@ as JSON, then times, each as a fresh ``toolkit`` process (stdout to /dev/null; t
 column, start-up and imports included: about 1 s on a quiet machine) and as the library call
 in this process (the "call" column: the data-file work alone):
 
-- ``inspect data`` on the JSON and the ``.npz`` inputs file;
+- ``inspect data`` on the JSON and the ``.npz`` inputs file, the outputs file, and a plain
+  ``np.savez`` file of N named arrays (one iteration of N tensors);
 - ``run model.onnx --onnxrt --load-outputs inputs.json`` (refused: an inputs file given as outputs),
   for the JSON and the ``.npz`` file;
 - ``data to-input`` of the ``.npz`` file into a new ``.npz``.
@@ -43,9 +44,11 @@ def _files(folder: str, n: int) -> dict:
     rng = np.random.default_rng(0)
     feeds = [{"x": rng.standard_normal((1, 4)).astype(np.float32)} for _ in range(n)]
     out = {"json": os.path.join(folder, f"in{n}.json"), "npz": os.path.join(folder, f"in{n}.npz"),
+           "plain": os.path.join(folder, f"plain{n}.npz"),
            "outputs": os.path.join(folder, f"out{n}.json"), "model": os.path.join(folder, "m.onnx")}
     save_inputs(out["json"], feeds)
     save_inputs(out["npz"], feeds)
+    np.savez(out["plain"], **{f"x{k}": feed["x"] for k, feed in enumerate(feeds)})
     save_outputs(out["outputs"], RunResults([("onnxrt", [IterationResult({"y": f["x"]}, 0.0, "onnxrt") for f in feeds])]))
     _model(out["model"])
     return out
@@ -57,14 +60,14 @@ def _call(args: list) -> float:
     from toolkit.core.errors import InputError
     from toolkit.inspect.data import data_lines
 
+    from toolkit.run import pipeline
+
     clear_cache()
     start = time.perf_counter()
     if args[0] == "inspect":
         for _lines in data_lines(load_data(args[2], cache=False)):
             pass
     elif args[0] == "run":
-        from toolkit.run import pipeline
-
         try:
             pipeline._refuse_inputs_files([args[-1]], args[1])
         except InputError:
@@ -79,7 +82,7 @@ def _call(args: list) -> float:
 def _time(args: list, expect: int) -> float:
     start = time.perf_counter()
     proc = subprocess.run([sys.executable, "-m", "toolkit", *args], stdout=subprocess.DEVNULL,
-                          stderr=subprocess.PIPE, text=True)
+                          stderr=subprocess.PIPE, text=True, cwd=os.path.dirname(args[-1]))  # (toolkit from PYTHONPATH)
     took = time.perf_counter() - start
     if proc.returncode != expect:
         raise SystemExit(f"{args}: exit {proc.returncode}, expected {expect}: {proc.stderr[-400:]}")
@@ -98,6 +101,7 @@ def main() -> None:
                 (f"inspect data inputs.json ({size:.0f} MB)", ["inspect", "data", f["json"]], 0),
                 ("inspect data inputs.npz", ["inspect", "data", f["npz"]], 0),
                 ("inspect data outputs.json", ["inspect", "data", f["outputs"]], 0),
+                ("inspect data plain.npz (N members, np.savez)", ["inspect", "data", f["plain"]], 0),
                 ("run --load-outputs inputs.json (refused)",
                  ["run", f["model"], "--onnxrt", "--load-outputs", f["json"]], 3),
                 ("run --load-outputs inputs.npz (refused)",
