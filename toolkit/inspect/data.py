@@ -21,7 +21,7 @@ from toolkit.inspect.summaries import summarize_many
 
 DEFAULT_NUM_ITEMS = 3
 WINDOW_TENSORS = 1024
-WINDOW_BYTES = 64 << 20
+WINDOW_BYTES = 4 << 20
 
 # A window's entries: lines to print as they are, or a tensor read (name, array, indent).
 _Entry = Union[List[str], Tuple[str, Any, str]]
