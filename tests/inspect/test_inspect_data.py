@@ -57,14 +57,48 @@ class _Counting(Mapping):
         return len(self.names)
 
 
-def test_each_tensor_is_printed_before_the_next_is_read():
-    from toolkit.inspect.data import data_lines
+def test_a_window_is_printed_before_the_next_is_read(monkeypatch):
+    """Memory stays near one window: tensors are read a window at a time (bounded by bytes),
+    and each window's lines come out before the next window's tensors are read."""
+    import toolkit.inspect.data as data
 
+    monkeypatch.setattr(data, "WINDOW_BYTES", 64)  # one (4, 4) float32 tensor fills a window
     tensors = _Counting(3)
-    lines = data_lines(RunResults([("r", [IterationResult(tensors)])]), show_values=True)
+    lines = data.data_lines(RunResults([("r", [IterationResult(tensors)])]), show_values=True)
     text = []
     for chunk in lines:
         text += chunk
         if any(line.strip().startswith("t0 [") for line in chunk):
             assert tensors.reads == 1
     assert tensors.reads == 3 and sum(line.strip().startswith("t") for line in text) == 3
+
+
+def test_small_tensors_are_read_in_bounded_windows(monkeypatch):
+    import toolkit.inspect.data as data
+
+    monkeypatch.setattr(data, "WINDOW_TENSORS", 4)
+    tensors = _Counting(10)
+    seen = []
+    for chunk in data.data_lines(RunResults([("r", [IterationResult(tensors)])])):
+        seen.append((tensors.reads, sum(line.strip().startswith("t") for line in chunk)))
+    assert seen == [(4, 4), (8, 4), (10, 2)]
+
+
+def test_lines_before_an_unreadable_tensor_are_printed_first():
+    from toolkit.inspect.data import data_lines
+
+    class Broken(_Counting):
+        def __getitem__(self, name):
+            if name == "t2":
+                raise ValueError("unreadable")
+            return super().__getitem__(name)
+
+    text = []
+    try:
+        for chunk in data_lines([Broken(4)]):
+            text += chunk
+    except ValueError:
+        pass
+    else:
+        raise AssertionError("the unreadable tensor was not reported")
+    assert [line.split()[0] for line in text if line.strip().startswith("t")] == ["t0", "t1"]

@@ -37,7 +37,7 @@ import numpy as np
 
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError
 from toolkit.core.model import STDIO, atomic_output, check_data_file, check_readable_file, describe, read_bytes
-from toolkit.core.npy import check_tensor_size, npy_header, read_npy_header
+from toolkit.core.npy import NpzMembers, array_from_bytes
 
 NPZ_INDEX = "__toolkit__"
 NPZ_FORMAT_VERSION = 1
@@ -84,40 +84,29 @@ class LazyTensors(Mapping):
     Nothing is kept: a run that streams through the iterations of a large file holds one
     iteration's tensors at a time (callers keep what they need)."""
 
-    def __init__(self, npz, members: Dict[str, str]):
-        self._npz = npz
+    def __init__(self, reader: NpzMembers, file_name: str, members: Dict[str, str]):
+        self._reader = reader
+        self._file_name = file_name
         self._members = members
 
     def header(self, name) -> Optional[Tuple[tuple, "np.dtype"]]:
-        """(shape, dtype) of tensor ``name`` from its ``.npy`` header: nothing else is inflated
-        (None for an archive that is not a zip file)."""
+        """(shape, dtype) of tensor ``name`` from its ``.npy`` header: nothing else is inflated."""
         member = self._members[name]
-        archive = getattr(self._npz, "zip", None)
-        if archive is None:
-            return None
         try:
-            return npy_header(archive, member)
+            return self._reader.header(member)
         except ValueError as exc:
-            raise InputError(f"{self._npz_name()}: tensor '{name}': {_pickle_message(exc)}") from None
+            raise InputError(f"{self._file_name}: tensor '{name}': {_pickle_message(exc)}") from None
         except CORRUPT_DATA_ERRORS as exc:
-            raise InputError(f"{self._npz_name()}: tensor '{name}' is unreadable: {exc}") from None
+            raise InputError(f"{self._file_name}: tensor '{name}' is unreadable: {exc}") from None
 
     def __getitem__(self, name):
         member = self._members[name]
-        header = self.header(name)
-        if header is not None:
-            check_tensor_size(f"{self._npz_name()}: tensor '{name}'", *header)
         try:
-            arr = self._npz[member]
+            return self._reader.array(member, f"{self._file_name}: tensor '{name}'")
         except ValueError as exc:
-            raise InputError(f"{self._npz_name()}: tensor '{name}': {_pickle_message(exc)}") from None
+            raise InputError(f"{self._file_name}: tensor '{name}': {_pickle_message(exc)}") from None
         except CORRUPT_DATA_ERRORS as exc:
-            raise InputError(f"{self._npz_name()}: tensor '{name}' is unreadable: {exc}") from None
-        return arr
-
-    def _npz_name(self) -> str:
-        fid = getattr(self._npz, "fid", None)
-        return getattr(fid, "name", "npz file") if fid is not None else "npz file"
+            raise InputError(f"{self._file_name}: tensor '{name}' is unreadable: {exc}") from None
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._members)
@@ -243,9 +232,7 @@ def _decode_array(text: str):
     except (binascii.Error, TypeError, ValueError) as exc:  # ValueError: text that is not ASCII
         raise InputError(f"corrupt array data (bad base64: {exc})") from None
     try:
-        shape, dtype = read_npy_header(io.BytesIO(raw))
-        check_tensor_size("an array", shape, dtype)
-        return np.load(io.BytesIO(raw), allow_pickle=False)
+        return array_from_bytes(raw, "an array")
     except ValueError as exc:
         raise InputError(f"corrupt array data: {_pickle_message(exc)}") from None
     except CORRUPT_DATA_ERRORS as exc:
@@ -283,7 +270,7 @@ def _run_results(dct) -> "RunResults":
     return RunResults(runs)
 
 
-def _json_hook(dct):
+def json_hook(dct):
     """Decode the objects Polygraphy's JSON marks with ``polygraphy_class`` (or the older key)."""
     cls = _class_of(dct)
     if cls == "ndarray":
@@ -325,7 +312,7 @@ def _runtime(value, where: str) -> float:
 
 def _load_json_bytes(data: bytes, path: str):
     try:
-        return json.loads(data, object_hook=_json_hook)
+        return json.loads(data, object_hook=json_hook)
     except InputError as exc:
         raise InputError(f"{describe(path)}: {exc.message}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
@@ -368,12 +355,14 @@ def _load_npz(path: str, data: Optional[bytes] = None):
     npz = _open_npz(source, path)
     idx = _npz_index(npz, path)
     members = set(npz.files)
+    reader = NpzMembers(npz.zip, npz)
+    file_name = path if path != STDIO else "npz file"
 
     def lazy(mapping: dict) -> LazyTensors:
         for name, member in mapping.items():
             if not isinstance(member, str) or member not in members:
                 raise InputError(f"tensor '{name}' is member {_shown(member)}, which the archive does not hold")
-        return LazyTensors(npz, dict(mapping))
+        return LazyTensors(reader, file_name, dict(mapping))
 
     if idx is None:
         return [lazy({k: k for k in npz.files})]
@@ -499,9 +488,9 @@ def _load_data_uncached(path: str):
     del data
     if isinstance(obj, RunResults):
         return obj
-    if isinstance(obj, dict) and _is_feed(obj):
+    if isinstance(obj, dict) and is_feed(obj):
         return [obj]
-    if isinstance(obj, list) and all(isinstance(it, dict) and _is_feed(it) for it in obj):
+    if isinstance(obj, list) and all(isinstance(it, dict) and is_feed(it) for it in obj):
         return obj
     raise InputError(
         f"{describe(path)}: JSON is not a data file (expected a list of {{name: array}} dicts "
@@ -509,32 +498,8 @@ def _load_data_uncached(path: str):
     )
 
 
-def first_feed_names(path: str) -> Optional[List[str]]:
-    """The tensor names of the first iteration of a JSON inputs file, read from the head of the
-    file only (the rest is not parsed: a file of 200k iterations answers at once); None when the
-    file is not a JSON list of feeds (outputs, ``.npz``, stdin, a folder, unreadable)."""
-    if path == STDIO or is_npz_path(path) or os.path.isdir(path):
-        return None
-    check_data_file(path)  # (a FIFO would block here: refused, as every data file read)
-    try:
-        with open(path, "rb") as f:
-            text = f.read().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return None
-    start = len(text) - len(text.lstrip())
-    if not text.startswith("[", start):
-        return None
-    at = len(text) - len(text[start + 1:].lstrip())
-    try:
-        first, _ = json.JSONDecoder(object_hook=_json_hook).raw_decode(text, at)
-    except (InputError, ValueError, RecursionError):
-        return None
-    if not (isinstance(first, dict) and first and _is_feed(first)):
-        return None
-    return list(first)
-
-
-def _is_feed(dct) -> bool:
+def is_feed(dct) -> bool:
+    """A decoded JSON object that is one iteration's feed: names -> arrays."""
     return all(isinstance(k, str) and isinstance(v, np.ndarray) for k, v in dct.items())
 
 

@@ -83,6 +83,8 @@ class Artifacts:
             writes += [(f"{what} (its weights file)", artifact + ext) for ext in (".weights", ".data")]
         writes += [("--artifacts", p) for p in dict.fromkeys(cfg.artifacts) if not self._is_iter_artifact(p)]
         paths.check_with_model(cfg.model, reads, writes, cfg.external_data_dir)
+        if cfg.artifacts:
+            refuse_linked_art_dir(cfg.art_dir)
         self._kept = tuple([("MODEL", cfg.model)] + reads + outputs)
 
     def _say_replaced(self) -> None:
@@ -189,7 +191,9 @@ class Artifacts:
                     self._missing_artifacts.add(path)
                     self.reporter.warn(f"artifact {path} does not exist after iteration {number}; not sorted")
                 continue
-            os.makedirs(self.cfg.art_dir, exist_ok=True)  # (named by the user)
+            art_dir = os.path.normpath(self.cfg.art_dir)  # (art/ would follow a link at art)
+            os.makedirs(os.path.dirname(os.path.abspath(art_dir)), exist_ok=True)  # (named by the user)
+            make_folder(art_dir)  # (a link planted there since the start is replaced by a folder)
             make_folder(folder)  # (never through a link left at art/good)
             dest = self._art_dest(folder, number, path)
             if dest is None:
@@ -264,6 +268,17 @@ class Artifacts:
 
 
 _NUMBERED = re.compile(r"^(\d{3,})_")
+
+
+def refuse_linked_art_dir(art_dir: str) -> None:
+    """InputError when ``--art-dir`` is a symbolic link: artifacts are moved only into a real
+    folder, never through a link someone (or a check run in this folder) left at that name."""
+    path = os.path.normpath(art_dir)
+    if os.path.islink(path):
+        raise InputError(
+            f"--art-dir {art_dir} is a symbolic link (to {os.readlink(path)}); artifacts are moved only into a real "
+            "folder: give the folder itself as --art-dir, or remove the link"
+        )
 
 
 def _last_number(art_dir: str) -> int:

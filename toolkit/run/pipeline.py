@@ -33,7 +33,8 @@ from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core import undefined
 from toolkit.core.compare import PairComparison, Tolerances, check_tolerance_names, compare_iteration, validate_outputs
-from toolkit.core.datafiles import RunResults, first_feed_names, inputs_writer, load_data, load_outputs, outputs_writer
+from toolkit.core.datafiles import RunResults, inputs_writer, load_data, load_outputs, outputs_writer
+from toolkit.core.datahead import first_feed_names
 from toolkit.core.dataloader import load_script_feeds, split_script_spec
 from toolkit.core.errors import InputError, ToolkitError
 from toolkit.core.graphs import external_data_folder, has_external_data
@@ -121,7 +122,7 @@ def _refuse_inputs_files(paths: Sequence[str], model: str) -> None:
     say so before anything runs."""
     names: Optional[List[str]] = None
     for path in paths:
-        head = first_feed_names(path)  # (a JSON inputs file is known from its first iteration)
+        head = first_feed_names(path)  # (an inputs file is known from its first iteration: JSON or .npz)
         if head is None:
             data = load_data(path)
             if isinstance(data, RunResults) or not data:

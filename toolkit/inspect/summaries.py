@@ -1,0 +1,63 @@
+"""Statistics of many small tensors at once, equal to :func:`summarize_array` of each.
+
+A data file of many iterations holds thousands of small tensors; numpy's cost per call
+(about 15 reductions per tensor) then dominates. Tensors of one dtype and shape are stacked
+and reduced along the rows: numpy reduces each contiguous row as it reduces a 1-D array
+(pairwise summation, the same partition for the median and percentiles), so every figure is
+the one :func:`summarize_array` gives, bit for bit (``tests/inspect/test_inspect_summaries.py``).
+A tensor with a NaN or an infinity, an empty or a large one, or one of another dtype kind is
+summarized alone.
+"""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from toolkit.inspect.describe import summarize_array
+
+SMALL_TENSOR = 4096  # elements: tensors up to this size are summarized in batches
+VALUES_SHOWN = 12  # (summarize_array's max_elems: a tensor this small lists its values)
+
+
+def summarize_many(arrays: Sequence) -> List[dict]:
+    """``[summarize_array(a) for a in arrays]``, computed a dtype and shape at a time."""
+    infos: List[Optional[dict]] = [None] * len(arrays)
+    groups: Dict[Tuple[object, tuple], List[int]] = {}
+    for i, arr in enumerate(arrays):
+        arr = np.asarray(arr)
+        if arr.dtype.kind in "biuf" and 0 < arr.size <= SMALL_TENSOR:
+            groups.setdefault((arr.dtype, arr.shape), []).append(i)
+        else:
+            infos[i] = summarize_array(arr)
+    for idx in groups.values():
+        if len(idx) == 1:
+            infos[idx[0]] = summarize_array(arrays[idx[0]])
+        else:
+            _summarize_group([np.asarray(arrays[i]) for i in idx], idx, infos)
+    return [info for info in infos if info is not None]
+
+
+def _summarize_group(group: List, idx: List[int], infos: List[Optional[dict]]) -> None:
+    """Fill ``infos[idx[k]]`` for ``group[k]`` (arrays of one dtype and shape)."""
+    stack = np.stack([arr.reshape(-1) for arr in group])
+    data = stack if stack.dtype.kind == "f" and stack.dtype.itemsize >= 4 else stack.astype(np.float64)
+    finite = np.isfinite(data).all(axis=1) if data.dtype.kind == "f" else np.ones(len(group), bool)
+    rows = np.flatnonzero(finite)
+    for k in np.flatnonzero(~finite):
+        infos[idx[k]] = summarize_array(group[k])
+    if not rows.size:
+        return
+    vals = data if rows.size == len(group) else data[rows]
+    mean, std = np.mean(vals, axis=1), np.std(vals, axis=1)
+    low, high, median = np.min(vals, axis=1), np.max(vals, axis=1), np.median(vals, axis=1)
+    p90, p95, p99 = np.percentile(vals, [90, 95, 99], axis=1)
+    for j, k in enumerate(rows):
+        arr = group[k]
+        info: dict = {"dtype": str(arr.dtype), "shape": list(arr.shape), "size": int(arr.size)}
+        info.update(mean=float(mean[j]), std=float(std[j]), min=float(low[j]), max=float(high[j]),
+                    median=float(median[j]), p90=float(p90[j]), p95=float(p95[j]), p99=float(p99[j]))
+        if arr.size <= VALUES_SHOWN:
+            info["values"] = arr.tolist()
+        infos[idx[k]] = info
