@@ -17,6 +17,7 @@ from onnx import version_converter
 from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, STD_DOMAINS, TENSOR_STR, iter_graphs, onnx_errors
 from toolkit.core.errors import ExitCode, InputError, ToolkitError
 from toolkit.core.graphs import element_count
+from toolkit.core.interrupt import ChildDied, call_in_child
 
 STRIPPED = "stripped"  # the external-data location of the weights a light copy leaves out
 _STRIP_BYTES = 4096  # weights larger than this are left out of the copy given to shape inference
@@ -78,7 +79,8 @@ def infer_types(model, *, strict: bool = False):
 
     light = _stripped_copy(model)
     try:
-        return onnx.shape_inference.infer_shapes(light, strict_mode=strict, data_prop=False)
+        # (in a forked child: onnx holds the GIL for the whole inference, so no signal would end it here)
+        return call_in_child(_infer, light, strict, False, what="ONNX shape inference")
     except onnx_errors() as exc:
         if strict:
             raise
@@ -202,7 +204,9 @@ def check_types(model, what: str = "fp16") -> None:
     (checked without big weights): the input was valid, the conversion broke it."""
 
     try:
-        onnx.shape_inference.infer_shapes(without_big_data(model), strict_mode=True, check_type=True, data_prop=False)
+        call_in_child(_infer, without_big_data(model), True, True, what="ONNX type inference")
+    except ChildDied as exc:
+        raise ToolkitError(f"{exc}; the converted model was not type-checked", ExitCode.FAILED) from None
     except onnx_errors() as exc:
         msg = str(exc).strip().splitlines()
         first = msg[0] if msg else type(exc).__name__
@@ -214,6 +218,13 @@ def check_types(model, what: str = "fp16") -> None:
             f"the model; keep that node in fp32 with {fix}",
             node=node,
         ) from None
+
+
+def _infer(model, strict: bool, check_type: bool):
+    """onnx's shape inference (run in a child: see :func:`toolkit.core.interrupt.call_in_child`);
+    with ``check_type`` only the check matters (nothing comes back)."""
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=strict, check_type=check_type, data_prop=False)
+    return None if check_type else inferred
 
 
 class ConversionFailed(ToolkitError):
