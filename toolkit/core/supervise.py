@@ -23,6 +23,7 @@ import select
 import signal
 import struct
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -103,7 +104,6 @@ def die_with_parent(parent: int) -> None:  # pragma: no cover - runs in the chil
     if prctl is not None:
         prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     elif hasattr(os, "getppid"):
-        import threading
 
         def watch() -> None:
             while os.getppid() == parent:
@@ -115,14 +115,58 @@ def die_with_parent(parent: int) -> None:  # pragma: no cover - runs in the chil
         os._exit(1)
 
 
-def fork() -> int:
-    """``os.fork()``, the child dying with this process (see :func:`die_with_parent`)."""
+# The signals that end a command (toolkit.cli.signals turns each into KeyboardInterrupt).
+STOPPING = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+def fork(*, shielded: bool = False) -> int:
+    """``os.fork()``, the child dying with this process (see :func:`die_with_parent`);
+    ``shielded``: the child ignores SIGINT, SIGTERM and SIGHUP (its parent decides).
+
+    A signal that comes during the fork is not lost: a handler run inside the fork's own hooks
+    (``os.register_at_fork``: logging's, for one) has its exception ignored by Python, so the
+    handlers only note signals meanwhile; once the fork is done the parent raises them again
+    (the child, just made, is then killed and reaped)."""
     prepare_fork()
     parent = os.getpid()
+    held: list = []
+    saved = _note_signals(held)
     pid = os.fork()
     if pid == 0:
         die_with_parent(parent)
+        for num, handler in saved.items():
+            signal.signal(num, signal.SIG_IGN if shielded else handler)
+        return 0
+    _restore_signals(saved, held, pid)
     return pid
+
+
+def _note_signals(held: list) -> dict:
+    """{signal: its handler}, each replaced by one that appends to ``held`` (main thread only:
+    elsewhere no handler runs, and nothing is replaced)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    saved = {}
+    for num in STOPPING:
+        if signal.getsignal(num) is not None:  # (None: a handler not set from Python, left alone)
+            saved[num] = signal.signal(num, lambda n, _f: held.append(n))
+    return saved
+
+
+def _restore_signals(saved: dict, held: list, pid: int) -> None:
+    """In the parent after the fork: the handlers back, the noted signals raised again."""
+    try:
+        for num, handler in saved.items():
+            signal.signal(num, handler)
+        for num in dict.fromkeys(held):
+            signal.raise_signal(num)
+    except BaseException:  # (the signal's KeyboardInterrupt: the child is not handed to the caller)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+        raise
 
 
 def run_in_child(work: Callable[..., object], *args) -> ChildOutcome:
@@ -132,10 +176,6 @@ def run_in_child(work: Callable[..., object], *args) -> ChildOutcome:
     Where fork does not exist, ``work`` runs in this process (no crash protection)."""
 
     return start_child(work, *args).wait()
-
-
-# The signals that end a command (toolkit.cli.signals turns each into KeyboardInterrupt).
-STOPPING = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 
 class Child:
@@ -174,10 +214,15 @@ class Child:
             except (OSError, ValueError):
                 pass
         read_fd, write_fd = os.pipe()
-        pid = fork()
+        try:
+            pid = fork(shielded=shielded)
+        except BaseException:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise
         if pid == 0:  # the child
             os.close(read_fd)
-            _child(work, args, write_fd, shielded)
+            _child(work, args, write_fd)
         os.close(write_fd)
         self.pid, self._fd = pid, read_fd
 
@@ -233,14 +278,11 @@ def start_child(work: Callable[..., object], *args, shielded: bool = True) -> Ch
     return Child(work, args, shielded=shielded)
 
 
-def _child(work: Callable[..., object], args: tuple, fd: int, shielded: bool) -> None:
+def _child(work: Callable[..., object], args: tuple, fd: int) -> None:
     """Run ``work`` and send its result (never returns)."""
     code = 0
     try:
         faulthandler.disable()  # (a crash is the parent's to report: no traceback dump of its own)
-        if shielded:
-            for num in STOPPING:
-                signal.signal(num, signal.SIG_IGN)
         from toolkit.core import phases
 
         phases.set_phase_fd(None)  # (this child reports to its own parent, in frames)
