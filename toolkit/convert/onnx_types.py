@@ -79,8 +79,7 @@ def infer_types(model, *, strict: bool = False):
 
     light = _stripped_copy(model)
     try:
-        # (in a forked child: onnx holds the GIL for the whole inference, so no signal would end it here)
-        return call_in_child(_infer, light, strict, False, what="ONNX shape inference")
+        return _inferred(light, strict, False, "ONNX shape inference")
     except onnx_errors() as exc:
         if strict:
             raise
@@ -204,7 +203,7 @@ def check_types(model, what: str = "fp16") -> None:
     (checked without big weights): the input was valid, the conversion broke it."""
 
     try:
-        call_in_child(_infer, without_big_data(model), True, True, what="ONNX type inference")
+        _inferred(without_big_data(model), True, True, "ONNX type inference")
     except ChildDied as exc:
         raise ToolkitError(f"{exc}; the converted model was not type-checked", ExitCode.FAILED) from None
     except onnx_errors() as exc:
@@ -218,6 +217,20 @@ def check_types(model, what: str = "fp16") -> None:
             f"the model; keep that node in fp32 with {fix}",
             node=node,
         ) from None
+
+
+# Inference of a model without local functions visits each node once (data propagation off): up
+# to this many nodes, graphs and bodies together, it takes well under a second and runs here; a
+# bigger model, or one with functions (inlined: 2^depth nodes from a few), runs in a child.
+IN_PROCESS_NODES = 20000
+
+
+def _inferred(model, strict: bool, check_type: bool, what: str):
+    """:func:`_infer`, in a forked child where it could run long (onnx holds the GIL for the whole
+    inference, so no signal would end it here)."""
+    if not model.functions and sum(len(g.node) for g in iter_graphs(model.graph)) <= IN_PROCESS_NODES:
+        return _infer(model, strict, check_type)
+    return call_in_child(_infer, model, strict, check_type, what=what)
 
 
 def _infer(model, strict: bool, check_type: bool):
