@@ -23,7 +23,7 @@ import os
 import threading
 from typing import Callable, Optional, Sequence, TypeVar
 
-from toolkit.core.supervise import Child
+from toolkit.core.supervise import SHIELDED, Child
 
 T = TypeVar("T")
 
@@ -37,9 +37,9 @@ def call_in_child(fn: Callable[..., T], *args, what: str = "the library call") -
     """``fn(*args)`` computed in a forked child (:class:`toolkit.core.supervise.Child`, shielded
     from signals); its result (which must pickle) or its exception comes back. A signal to this
     process kills the child and is raised here as usual. A child killed by a signal of its own
-    (out of memory) is a RuntimeError naming ``what``. Where fork does not exist, or off the main
-    thread, ``fn`` runs here."""
-    if not can_isolate():
+    (out of memory) is a RuntimeError naming ``what``. Where fork does not exist, off the main
+    thread, or in a shielded child already (a signal ends it through its parent), ``fn`` runs here."""
+    if not can_isolate() or SHIELDED[0]:  # (in a shielded child, the parent kills this process on a signal)
         return fn(*args)
     got = Child(_call, (fn, args), shielded=True).wait()
     if got.crashed:

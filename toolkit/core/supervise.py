@@ -119,6 +119,11 @@ def die_with_parent(parent: int) -> None:  # pragma: no cover - runs in the chil
 STOPPING = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
 
 
+# [True] in a shielded child (see :func:`fork`): its parent kills it on a signal, so work in it
+# need not be forked off again to stay interruptible.
+SHIELDED: list = [False]
+
+
 def fork(*, shielded: bool = False) -> int:
     """``os.fork()``, the child dying with this process (see :func:`die_with_parent`);
     ``shielded``: the child ignores SIGINT, SIGTERM and SIGHUP (its parent decides).
@@ -136,6 +141,7 @@ def fork(*, shielded: bool = False) -> int:
         die_with_parent(parent)
         for num, handler in saved.items():
             signal.signal(num, signal.SIG_IGN if shielded else handler)
+        SHIELDED[:] = [shielded]
         return 0
     _restore_signals(saved, held, pid)
     return pid
