@@ -103,7 +103,8 @@ def modules_loaded_by(setup: str, argv, roots) -> list:
 # others, one at a time (-m serial), so that no test running beside them decides their timing.
 SERIAL = (
     "guarantees/test_children.py", "guarantees/test_fault_injection.py", "guarantees/test_faults.py",
-    "guarantees/test_file_safety.py", "guarantees/test_hang_models.py", "cli/test_signals_never_lost.py",
+    "guarantees/test_file_safety.py", "guarantees/test_hang_models.py", "guarantees/test_sigterm_every_command.py",
+    "cli/test_signals_never_lost.py",
     "cli/test_supervisor.py", "cli/test_cli_entry.py", "core/test_functions_bound.py",
     "convert/test_convert_runtime_check.py", "reduce/test_ray.py", "reduce/test_reduce_cli.py",
     "reduce/test_reduce_owner.py", "reduce/test_scale.py", "backends/test_trt_findings.py",

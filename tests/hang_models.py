@@ -5,6 +5,7 @@
 - :func:`fan_out_if_in_function`: every function calls the next twice inside an If of its body.
 - :func:`fan_out_in_loop`: the fan-out inside a Loop body.
 - :func:`long_loop`: a Loop of ``trips`` steps (10^12 by default) in a few hundred bytes.
+- :func:`long_foldable_loop`: that Loop on constants, every size stated (folding computes it).
 - :func:`big_range`: ``Range(0, n)`` of constants (10^12 elements by default).
 - :func:`constant_blowups`: ConstantOfShape / Tile / Expand of constants to a huge size.
 - :func:`big_scan`: a Scan over a huge constant-made sequence.
@@ -122,6 +123,24 @@ def long_constant_loop(trips: int = 10**12):
     loop.input[:] = ["n", "go", "x0"]
     loop.output[0] = "l"
     g.node.append(helper.make_node("Add", ["x", "l"], ["y"]))
+    return model
+
+
+def long_foldable_loop(trips: int = 10**12):
+    """:func:`long_constant_loop` whose every shape is stated (the Loop's result, its body's
+    values) and whose body reads its step number: folding knows the result's size (16 bytes) and
+    computes it once ``--max-nodes`` allows ``trips`` steps -- for days."""
+    model = long_constant_loop(trips)
+    body = model.graph.node[0].attribute[0].g
+    for vi in list(body.input)[2:] + list(body.output)[1:]:
+        vi.type.CopyFrom(helper.make_tensor_type_proto(TensorProto.FLOAT, [1, 4]))
+    del body.node[1:]
+    body.node.extend([helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+                      helper.make_node("Mul", ["fi", "zero"], ["u"]),
+                      helper.make_node("Add", ["v_in", "one"], ["w"]),
+                      helper.make_node("Add", ["w", "u"], ["v_out"])])
+    model.graph.initializer.append(helper.make_tensor("zero", TensorProto.FLOAT, [], [0.0]))
+    model.graph.value_info.append(helper.make_tensor_value_info("l", TensorProto.FLOAT, [1, 4]))
     return model
 
 

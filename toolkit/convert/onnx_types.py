@@ -17,6 +17,7 @@ from onnx import version_converter
 from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, STD_DOMAINS, TENSOR_STR, iter_graphs, onnx_errors
 from toolkit.core.errors import ExitCode, InputError, ToolkitError
 from toolkit.core.graphs import element_count
+from toolkit.core.interrupt import ChildDied, call_in_child
 
 STRIPPED = "stripped"  # the external-data location of the weights a light copy leaves out
 _STRIP_BYTES = 4096  # weights larger than this are left out of the copy given to shape inference
@@ -78,7 +79,7 @@ def infer_types(model, *, strict: bool = False):
 
     light = _stripped_copy(model)
     try:
-        return onnx.shape_inference.infer_shapes(light, strict_mode=strict, data_prop=False)
+        return _inferred(light, strict, False, "ONNX shape inference")
     except onnx_errors() as exc:
         if strict:
             raise
@@ -202,7 +203,9 @@ def check_types(model, what: str = "fp16") -> None:
     (checked without big weights): the input was valid, the conversion broke it."""
 
     try:
-        onnx.shape_inference.infer_shapes(without_big_data(model), strict_mode=True, check_type=True, data_prop=False)
+        _inferred(without_big_data(model), True, True, "ONNX type inference")
+    except ChildDied as exc:
+        raise ToolkitError(f"{exc}; the converted model was not type-checked", ExitCode.FAILED) from None
     except onnx_errors() as exc:
         msg = str(exc).strip().splitlines()
         first = msg[0] if msg else type(exc).__name__
@@ -214,6 +217,27 @@ def check_types(model, what: str = "fp16") -> None:
             f"the model; keep that node in fp32 with {fix}",
             node=node,
         ) from None
+
+
+# Inference of a model without local functions visits each node once (data propagation off): up
+# to this many nodes, graphs and bodies together, it takes well under a second and runs here; a
+# bigger model, or one with functions (inlined: 2^depth nodes from a few), runs in a child.
+IN_PROCESS_NODES = 20000
+
+
+def _inferred(model, strict: bool, check_type: bool, what: str):
+    """:func:`_infer`, in a forked child where it could run long (onnx holds the GIL for the whole
+    inference, so no signal would end it here)."""
+    if not model.functions and sum(len(g.node) for g in iter_graphs(model.graph)) <= IN_PROCESS_NODES:
+        return _infer(model, strict, check_type)
+    return call_in_child(_infer, model, strict, check_type, what=what)
+
+
+def _infer(model, strict: bool, check_type: bool):
+    """onnx's shape inference (run in a child: see :func:`toolkit.core.interrupt.call_in_child`);
+    with ``check_type`` only the check matters (nothing comes back)."""
+    inferred = onnx.shape_inference.infer_shapes(model, strict_mode=strict, check_type=check_type, data_prop=False)
+    return None if check_type else inferred
 
 
 class ConversionFailed(ToolkitError):

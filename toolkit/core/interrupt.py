@@ -19,20 +19,13 @@ No numpy, onnx or Typer here (onnxruntime only inside :func:`run_session`).
 
 from __future__ import annotations
 
-import faulthandler
 import os
-import pickle
-import select
-import signal
 import threading
 from typing import Callable, Optional, Sequence, TypeVar
 
-from toolkit.core.supervise import fork, picklable, signal_name
+from toolkit.core.supervise import SHIELDED, Child
 
 T = TypeVar("T")
-
-_STOPPED = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
-
 
 
 def can_isolate() -> bool:
@@ -41,82 +34,29 @@ def can_isolate() -> bool:
 
 
 def call_in_child(fn: Callable[..., T], *args, what: str = "the library call") -> T:
-    """``fn(*args)`` computed in a forked child; its result (which must pickle) or its exception
-    comes back. A signal to this process kills the child and is raised here as usual. A child
-    killed by a signal of its own (out of memory) is a RuntimeError naming ``what``. Where
-    fork does not exist, or off the main thread, ``fn`` runs here."""
-    if not can_isolate():
+    """``fn(*args)`` computed in a forked child (:class:`toolkit.core.supervise.Child`, shielded
+    from signals); its result (which must pickle) or its exception comes back. A signal to this
+    process kills the child and is raised here as usual. A child killed by a signal of its own
+    (out of memory) is a RuntimeError naming ``what``. Where fork does not exist, off the main
+    thread, or in a shielded child already (a signal ends it through its parent), ``fn`` runs here."""
+    if not can_isolate() or SHIELDED[0]:  # (in a shielded child, the parent kills this process on a signal)
         return fn(*args)
-    read_fd, write_fd = os.pipe()
-    pid = fork()  # (the child dies with this process: core.supervise)
-    if pid == 0:  # the child
-        os.close(read_fd)
-        _child(fn, args, write_fd)
-    os.close(write_fd)
-    try:
-        data = _read_all(read_fd)
-        _, status = os.waitpid(pid, 0)
-    except BaseException:  # a signal (KeyboardInterrupt): the child ends with this process
-        _kill(pid)
-        raise
-    finally:
-        os.close(read_fd)
-    if not data:
-        raise RuntimeError(f"{what} ended without a result ({_status_text(status)}); out of memory?")
-    kind, payload = pickle.loads(data)
-    if kind == "error":
-        raise payload
-    return payload
+    got = Child(_call, (fn, args), shielded=True).wait()
+    if got.crashed:
+        raise ChildDied(f"{what} ended without a result ({_ended(got)}); out of memory?")
+    return got.value  # type: ignore[return-value]
 
 
-def _child(fn: Callable, args: tuple, fd: int) -> None:
-    """Run ``fn``, send ("value", result) or ("error", exception), exit (never returns)."""
-    code = 0
-    try:
-        faulthandler.disable()
-        for num in _STOPPED:  # (the parent decides: it kills this child when a signal comes)
-            signal.signal(num, signal.SIG_IGN)
-        try:
-            frame: tuple = ("value", fn(*args))
-        except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
-            frame = ("error", picklable(exc))
-        data = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view[: 1 << 20]):]
-    except BaseException:  # noqa: BLE001 - the pipe itself failed: the parent sees no result
-        code = 70
-    finally:
-        os._exit(code)
+class ChildDied(RuntimeError):
+    """The child of :func:`call_in_child` ended without a result (killed by a signal: out of memory)."""
 
 
+def _call(_phase, fn: Callable, args: tuple):
+    return fn(*args)
 
 
-def _read_all(fd: int) -> bytes:
-    """Everything written to ``fd`` until it closes, waiting where a signal handler can run."""
-    chunks: list = []
-    while True:
-        ready, _, _ = select.select([fd], [], [], 0.05)
-        if not ready:
-            continue
-        chunk = os.read(fd, 1 << 20)
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-
-
-def _kill(pid: int) -> None:
-    try:
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-    except (ProcessLookupError, ChildProcessError):
-        pass
-
-
-def _status_text(status: int) -> str:
-    if os.WIFSIGNALED(status):
-        return f"killed by {signal_name(os.WTERMSIG(status))}"
-    return f"exit {os.waitstatus_to_exitcode(status)}"
+def _ended(got) -> str:
+    return f"killed by {got.signal_name}" if got.signal is not None else got.signal_name
 
 
 def interruptible_run(sess, names: Optional[Sequence[str]], feed) -> list:

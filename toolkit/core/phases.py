@@ -9,7 +9,7 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import os
-from typing import List, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 # The write end of the pipe to the supervising parent (see toolkit.cli.supervisor); None when
 # this process is not supervised: reporting a phase is then a no-op.
@@ -46,9 +46,23 @@ def report_phase(runtime: str, phase: str) -> None:
         pass
 
 
+# In a child of toolkit.core.supervise.Child: how a temp file is reported to its parent (in frames).
+_TEMP_HOOK: List[Callable[[str], None]] = []
+
+
+def set_temp_hook(hook: Optional[Callable[[str], None]]) -> None:
+    _TEMP_HOOK[:] = [hook] if hook is not None else []
+
+
 def report_temp(path: str) -> None:
     """Tell the supervising parent (if any) that this process made the temp file ``path``: if the
     process dies by a signal before renaming or removing it, the parent removes it."""
+    if _TEMP_HOOK:
+        try:
+            _TEMP_HOOK[0](os.path.abspath(path))
+        except Exception:  # noqa: BLE001 - the parent is gone: nothing to tell
+            pass
+        return
     if _PHASE_FD is None or "\n" in path:
         return
     try:

@@ -19,9 +19,11 @@ from __future__ import annotations
 import faulthandler
 import os
 import pickle
+import select
 import signal
 import struct
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -102,7 +104,6 @@ def die_with_parent(parent: int) -> None:  # pragma: no cover - runs in the chil
     if prctl is not None:
         prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     elif hasattr(os, "getppid"):
-        import threading
 
         def watch() -> None:
             while os.getppid() == parent:
@@ -114,14 +115,64 @@ def die_with_parent(parent: int) -> None:  # pragma: no cover - runs in the chil
         os._exit(1)
 
 
-def fork() -> int:
-    """``os.fork()``, the child dying with this process (see :func:`die_with_parent`)."""
+# The signals that end a command (toolkit.cli.signals turns each into KeyboardInterrupt).
+STOPPING = tuple(getattr(signal, n) for n in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+# [True] in a shielded child (see :func:`fork`): its parent kills it on a signal, so work in it
+# need not be forked off again to stay interruptible.
+SHIELDED: list = [False]
+
+
+def fork(*, shielded: bool = False) -> int:
+    """``os.fork()``, the child dying with this process (see :func:`die_with_parent`);
+    ``shielded``: the child ignores SIGINT, SIGTERM and SIGHUP (its parent decides).
+
+    A signal that comes during the fork is not lost: a handler run inside the fork's own hooks
+    (``os.register_at_fork``: logging's, for one) has its exception ignored by Python, so the
+    handlers only note signals meanwhile; once the fork is done the parent raises them again
+    (the child, just made, is then killed and reaped)."""
     prepare_fork()
     parent = os.getpid()
+    held: list = []
+    saved = _note_signals(held)
     pid = os.fork()
     if pid == 0:
         die_with_parent(parent)
+        for num, handler in saved.items():
+            signal.signal(num, signal.SIG_IGN if shielded else handler)
+        SHIELDED[:] = [shielded]
+        return 0
+    _restore_signals(saved, held, pid)
     return pid
+
+
+def _note_signals(held: list) -> dict:
+    """{signal: its handler}, each replaced by one that appends to ``held`` (main thread only:
+    elsewhere no handler runs, and nothing is replaced)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    saved = {}
+    for num in STOPPING:
+        if signal.getsignal(num) is not None:  # (None: a handler not set from Python, left alone)
+            saved[num] = signal.signal(num, lambda n, _f: held.append(n))
+    return saved
+
+
+def _restore_signals(saved: dict, held: list, pid: int) -> None:
+    """In the parent after the fork: the handlers back, the noted signals raised again."""
+    try:
+        for num, handler in saved.items():
+            signal.signal(num, handler)
+        for num in dict.fromkeys(held):
+            signal.raise_signal(num)
+    except BaseException:  # (the signal's KeyboardInterrupt: the child is not handed to the caller)
+        try:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except OSError:
+            pass
+        raise
 
 
 def run_in_child(work: Callable[..., object], *args) -> ChildOutcome:
@@ -134,11 +185,28 @@ def run_in_child(work: Callable[..., object], *args) -> ChildOutcome:
 
 
 class Child:
-    """A forked child running ``work`` (see :func:`start_child`); :meth:`wait` gives its outcome."""
+    """A forked child running ``work(phase, *args)`` (see :func:`start_child`); :meth:`wait`
+    gives its outcome, :meth:`kill` ends it.
 
-    def __init__(self, work: Callable[..., object], args: tuple) -> None:
+    The one way this package computes in a child process:
+
+    - the child dies with this process, however this process dies (:func:`fork`);
+    - it streams pickled frames through a pipe: the phases it reports, the temp files it makes
+      (:func:`toolkit.core.phases.report_temp`), then its value or its exception;
+    - :meth:`wait` waits in short selects, where this process's signal handlers run: a signal's
+      exception (KeyboardInterrupt) kills the child (SIGKILL), reaps it and is raised;
+    - a child that ends without a result (killed by a signal, by this process, or out of memory)
+      leaves no temp file: this process removes the ones it reported;
+    - ``shielded`` (the default): the child ignores SIGINT, SIGTERM and SIGHUP (a Ctrl-C reaches
+      the whole process group): this process alone decides, and kills it (in :meth:`wait`, or
+      its caller through :meth:`kill`; at the latest the kernel, when this process exits).
+    """
+
+    def __init__(self, work: Callable[..., object], args: tuple, *, shielded: bool = True) -> None:
         self._outcome: Optional[ChildOutcome] = None
         self._error: Optional[BaseException] = None
+        self._temp: list = []
+        self._fd: Optional[int] = None
         self.pid = 0
         if not can_fork():
             try:
@@ -146,8 +214,19 @@ class Child:
             except BaseException as exc:  # noqa: BLE001 - raised by wait(), as from a child
                 self._error = exc
             return
+        for stream in (sys.stdout, sys.stderr):  # (nothing buffered may be written twice)
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
         read_fd, write_fd = os.pipe()
-        pid = fork()
+        _widen(write_fd)
+        try:
+            pid = fork(shielded=shielded)
+        except BaseException:
+            os.close(read_fd)
+            os.close(write_fd)
+            raise
         if pid == 0:  # the child
             os.close(read_fd)
             _child(work, args, write_fd)
@@ -157,11 +236,18 @@ class Child:
     def wait(self) -> ChildOutcome:
         """The child's outcome (waits for it once; an exception it raised is raised here)."""
         if self._outcome is None and self._error is None:
-            with os.fdopen(self._fd, "rb") as pipe:
-                frames = _read_frames(pipe)
-            _, status = os.waitpid(self.pid, 0)
             try:
-                self._outcome = _outcome(frames, status)
+                assert self._fd is not None
+                data = _read_all(self._fd)
+                _, status = os.waitpid(self.pid, 0)
+            except BaseException:  # a signal (KeyboardInterrupt): the child ends before this process goes on
+                self.kill()
+                raise
+            finally:
+                self._close_pipe()
+            self.pid = 0
+            try:
+                self._outcome = self._ended(_frames(data), status)
             except BaseException as exc:  # noqa: BLE001 - kept, raised on every wait()
                 self._error = exc
         if self._error is not None:
@@ -169,10 +255,34 @@ class Child:
         assert self._outcome is not None
         return self._outcome
 
+    def kill(self) -> None:
+        """End the child now (SIGKILL) and reap it; its temp files are removed."""
+        if self.pid:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+            self.pid = 0
+            self._close_pipe()
+            _remove(self._temp)
 
-def start_child(work: Callable[..., object], *args) -> Child:
+    def _close_pipe(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def _ended(self, frames: list, status: int) -> ChildOutcome:
+        self._temp = [path for kind, path in frames if kind == "temp"]
+        out = _outcome(frames, status)  # (raises the child's exception)
+        if out.crashed:
+            _remove(self._temp)
+        return out
+
+
+def start_child(work: Callable[..., object], *args, shielded: bool = True) -> Child:
     """``work(phase, *args)`` started in a forked child, running while this process goes on."""
-    return Child(work, args)
+    return Child(work, args, shielded=shielded)
 
 
 def _child(work: Callable[..., object], args: tuple, fd: int) -> None:
@@ -180,17 +290,23 @@ def _child(work: Callable[..., object], args: tuple, fd: int) -> None:
     code = 0
     try:
         faulthandler.disable()  # (a crash is the parent's to report: no traceback dump of its own)
+        from toolkit.core import phases
+
+        phases.set_phase_fd(None)  # (this child reports to its own parent, in frames)
         with os.fdopen(fd, "wb") as pipe:
+            phases.set_temp_hook(lambda path: _send(pipe, ("temp", path)))
 
             def phase(name: str) -> None:
                 _send(pipe, ("phase", name))
 
             try:
-                value = work(phase, *args)
+                frame: tuple = ("value", work(phase, *args))
             except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
-                _send(pipe, ("error", picklable(exc)))
-            else:
-                _send(pipe, ("value", value))
+                frame = ("error", picklable(exc))
+            try:
+                _send(pipe, frame)
+            except Exception as exc:  # noqa: BLE001 - a value that does not pickle: a finding
+                _send(pipe, ("error", RuntimeError(f"the child's result could not be sent back: {exc}")))
     except BaseException:  # noqa: BLE001 - the pipe itself failed: the parent sees an exit code
         code = 70
     finally:
@@ -213,17 +329,54 @@ def picklable(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
-def _read_frames(pipe) -> list:
-    frames: list = []
+_F_SETPIPE_SZ = 1031  # (Linux)
+
+
+def _widen(fd: int) -> None:
+    """A pipe of 1 MiB where Linux allows it (a result of megabytes then crosses in a few
+    writes, not in hundreds of 64 KiB turns between the two processes)."""
+    if sys.platform.startswith("linux"):
+        try:
+            import fcntl
+
+            fcntl.fcntl(fd, _F_SETPIPE_SZ, 1 << 20)
+        except OSError:
+            pass
+
+
+def _read_all(fd: int) -> bytes:
+    """Everything written to ``fd`` until it closes, waiting where a signal handler can run."""
+    chunks: list = []
     while True:
-        head = pipe.read(_HEADER.size)
-        if len(head) < _HEADER.size:
-            return frames
-        (size,) = _HEADER.unpack(head)
-        data = pipe.read(size)
-        if len(data) < size:
-            return frames
-        frames.append(pickle.loads(data))
+        ready, _, _ = select.select([fd], [], [], 0.05)
+        if not ready:
+            continue
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def _frames(data: bytes) -> list:
+    """The complete frames in ``data`` (a dying child may leave the last one cut)."""
+    frames: list = []
+    pos, view = 0, memoryview(data)
+    while pos + _HEADER.size <= len(data):
+        (size,) = _HEADER.unpack_from(data, pos)
+        pos += _HEADER.size
+        if pos + size > len(data):
+            break
+        frames.append(pickle.loads(view[pos:pos + size]))
+        pos += size
+    return frames
+
+
+def _remove(paths: list) -> None:
+    for path in paths:
+        try:
+            os.unlink(path)
+        except OSError:
+            pass  # (renamed into place, or removed, before the child ended)
 
 
 def _outcome(frames: list, status: int) -> ChildOutcome:
@@ -233,7 +386,7 @@ def _outcome(frames: list, status: int) -> ChildOutcome:
             out.phase = payload
         elif kind == "error":
             raise payload
-        else:
+        elif kind == "value":
             return ChildOutcome(value=payload, phase=out.phase)
     if os.WIFSIGNALED(status):
         out.signal = os.WTERMSIG(status)

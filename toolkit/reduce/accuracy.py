@@ -249,7 +249,7 @@ def _compute(
     try:
         own_run = ref_model != model and _needs_own_run(model, ref_model)  # (and the inputs match)
         deployed_run = DeployedRun(opts.reference, ref_model, opts,
-                                   lambda loaded: feed_source(opts, lambda _m: None, loaded=loaded), ref.folder)
+                                   lambda loaded: feed_source(opts, lambda _m: None, loaded=loaded))
         ref_runs = every_tensor(opts.reference, ref_model, feed_source(opts, notes), opts, name=label)
         golden = [{**feed, **outs} for feed, outs in ref_runs]
         inputs = _own_values(model, opts, golden, ref, notes) if own_run else None

@@ -36,7 +36,7 @@ from typing import Callable, Dict, List, Optional, Pattern, Sequence, Tuple
 
 import toolkit
 from toolkit.core.errors import UsageError
-from toolkit.core.supervise import die_with_parent, prepare_fork
+from toolkit.core.supervise import fork
 from toolkit.reduce.capture import Stream, found_patterns
 from toolkit.reduce.verdict import CheckResult
 
@@ -460,17 +460,20 @@ class WarmRunner:
                 stream.flush()
             except (OSError, ValueError):
                 pass
-        prepare_fork()
         parent = os.getpid()
         with _FORK_LOCK:
             r_out, w_out = os.pipe()
             r_err, w_err = os.pipe()
-            pid = os.fork()
+            try:
+                pid = fork()  # (the child dies with this process; no signal is lost meanwhile)
+            except BaseException:
+                for fd in (r_out, w_out, r_err, w_err):
+                    os.close(fd)
+                raise
             if pid == 0:  # pragma: no cover - runs in the child
                 code = 1
                 _fresh_fork_lock()  # ours is held (copied locked): a check that forks needs its own
                 try:
-                    die_with_parent(parent)
                     os.close(r_out)
                     os.close(r_err)
                     os.environ.update(self.env or {}, **{CHECK_TAG_ENV: str(parent)})

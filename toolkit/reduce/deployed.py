@@ -71,90 +71,55 @@ def per_subgraph_options(model: str, opts, ref, **extra):
 
 
 class DeployedRun:
-    """The reference model's outputs as deployed, computed in a forked child while this process
-    computes the marked reference (the two sessions then cost one's wall time where a core is free).
+    """The reference model's outputs as deployed, computed in a forked child
+    (:class:`toolkit.core.supervise.Child`) while this process computes the marked reference (the
+    two sessions then cost one's wall time where a core is free).
 
     :meth:`result` waits for it and checks that the child fed the same inputs as the marked run
     (the values the reference computed); otherwise, or when the child failed, the outputs are
     computed here. ``feeds(loaded)``: the FeedSource of the reference (``loaded``: given values)."""
 
-    def __init__(self, spec: str, model: str, opts, feeds, folder: str):
-        import os
-        import sys
-
-        from toolkit.core.supervise import fork
+    def __init__(self, spec: str, model: str, opts, feeds):
+        from toolkit.core.supervise import can_fork, start_child
 
         self.spec, self.model, self.opts, self.feeds = spec, model, opts, feeds
-        self.path = os.path.join(folder, "deployed.npz")
-        self.pid = 0
-        if not hasattr(os, "fork"):
-            return
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = fork()  # the child dies with this process
-        if pid == 0:  # pragma: no cover - the child
-            code = 1
-            try:
-                self._child()
-                code = 0
-            finally:
-                os._exit(code)
-        self.pid = pid
-
-    def _child(self) -> None:  # pragma: no cover - runs in the forked child
-        from toolkit.core.datafiles import IterationResult, RunResults, save_outputs
-
-        src = self.feeds(None)
-        runner = make_runner(self.spec, self.model, base=RunOptions(self.model, external_data_dir=self.opts.external_data_dir),
-                             name="deployed")
-        its = []
-        with runner:
-            for feed in src.feeds(runner.input_metadata(), runner.preferred_shapes()):
-                outs = dict(infer_explained(runner, feed, src, "--model-input-shapes"))
-                its.append(IterationResult({**{f"feed:{k}": v for k, v in feed.items()}, **outs}, 0.0, "deployed"))
-        save_outputs(self.path, RunResults([("deployed", its)]))
+        self.child = start_child(_deployed_in_child, spec, model, opts, feeds) if can_fork() else None
 
     def result(self, golden: Sequence[Mapping]) -> list:
         """The outputs as deployed, per iteration of ``golden`` (the marked reference's values)."""
-        got = self._from_child(golden) if self.pid else None
+        got = self._from_child(golden) if self.child is not None else None
         if got is not None:
             return got
         return list(model_outputs(self.spec, self.model, self.feeds(golden), self.opts))
 
     def close(self) -> None:
         """Stop the child (the reference failed before its result was needed)."""
-        import os
-        import signal
-
-        if self.pid:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-                os.waitpid(self.pid, 0)
-            except OSError:
-                pass
-            self.pid = 0
+        if self.child is not None:
+            self.child.kill()
+            self.child = None
 
     def _from_child(self, golden: Sequence[Mapping]):
-        import os
-
-        from toolkit.core.datafiles import load_outputs
-
-        _, status = os.waitpid(self.pid, 0)
-        self.pid = 0
-        if status != 0 or not os.path.isfile(self.path):
-            return None
+        child, self.child = self.child, None
         try:
-            its = [dict(it.outputs) for it in load_outputs(self.path).runs[0][1]]
+            its = child.wait().value if child is not None else None
         except Exception:  # noqa: BLE001 - computed here instead
             return None
-        finally:
-            os.unlink(self.path)
-        if len(its) != len(golden):
+        if not isinstance(its, list) or len(its) != len(golden):
             return None
         out = []
-        for values, ref in zip(its, golden):
-            fed = {k[5:]: v for k, v in values.items() if k.startswith("feed:")}
+        for (fed, values), ref in zip(its, golden):
             if any(k not in ref or not np.array_equal(np.asarray(v), np.asarray(ref[k])) for k, v in fed.items()):
                 return None  # (other inputs than the marked run's: not comparable)
-            out.append({k: v for k, v in values.items() if not k.startswith("feed:")})
+            out.append(values)
         return out
+
+
+def _deployed_in_child(_phase, spec: str, model: str, opts, feeds) -> list:  # pragma: no cover - in the child
+    """[(feed, outputs)] of ``model`` on ``spec`` as deployed, per iteration."""
+    src = feeds(None)
+    runner = make_runner(spec, model, base=RunOptions(model, external_data_dir=opts.external_data_dir), name="deployed")
+    its = []
+    with runner:
+        for feed in src.feeds(runner.input_metadata(), runner.preferred_shapes()):
+            its.append((dict(feed), dict(infer_explained(runner, feed, src, "--model-input-shapes"))))
+    return its

@@ -463,8 +463,22 @@ def fold_validated(model, build, validate: bool, external_data_dir: Optional[str
     """Fold with ``build(level, excluded)``; validate and fall back level by level."""
     if not validate:
         return build("full", set())
-    check = Validation(model, external_data_dir, inputs_before_override)
-    check.start()
+    # (a fold in a child starts before the validation's thread: see toolkit.surgeon.fold_child)
+    first = build.start("full", set()) if hasattr(build, "start") else None
+    try:
+        check = Validation(model, external_data_dir, inputs_before_override)
+        check.start()
+    except BaseException:
+        if first is not None:
+            build.kill(first)  # (waiting, it would be killed too: this is the way out before waiting)
+        raise
+    full = build.finish(first) if first is not None else None
+    return _fallbacks(model, build, check, log, full)
+
+
+def _fallbacks(model, build, check, log: LogFn, full):
+    """The first level of :data:`_FOLD_LEVELS` whose folded model passes ``check`` (``full``: the
+    first level's folded model, when already built)."""
     failures: list = []
     result = None
     for level, how in _FOLD_LEVELS:
@@ -485,7 +499,7 @@ def fold_validated(model, build, validate: bool, external_data_dir: Optional[str
             continue
         if failures:
             log(f"Folding constants | the folded model failed validation ({failures[-1]}); folding again {how}")
-        result = build(level, set())
+        result = full if level == "full" and full is not None else build(level, set())
         err = check.check(result)
         if err is None:
             if check.limits():

@@ -10,6 +10,7 @@ from toolkit.core.errors import InputError, UsageError
 from toolkit.core.graphs import walk_graphs
 from toolkit.core.shapes import override_input_shapes, top_tensor_names
 from toolkit.surgeon.fold import SanitizeReport, fold_passes, fold_validated, infer_shapes_in_place
+from toolkit.surgeon.fold_child import FoldInChild
 from toolkit.surgeon.fold_noops import eliminate_noops
 from toolkit.surgeon.load import check_structure, refuse_damaged
 from toolkit.surgeon.plumbing import (
@@ -119,7 +120,8 @@ def sanitize(
     refuse_damaged(model, fold_constants, external_data_dir)
     try:
         if fold_constants:
-            result = fold_validated(model, build, validate, external_data_dir, log, inputs_before)
+            result = fold_validated(model, FoldInChild(build, report, model), validate, external_data_dir, log,
+                                    inputs_before)
         else:
             result = build(None, set())
             if validate:

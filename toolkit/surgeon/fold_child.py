@@ -1,0 +1,70 @@
+"""Constant folding in a forked child, where a signal ends it.
+
+onnx-graphsurgeon folds by running ONNX-Runtime on the constant part of the graph from the main
+thread: a fold that computes for minutes (a Loop of many steps, once ``--max-nodes`` allows it)
+holds every signal back until it returns. Run in a child (:class:`toolkit.core.supervise.Child`),
+the fold's result (the folded model and what each pass did) comes back through a pipe, and a
+signal to this process kills the child at once.
+
+The child is started before the validation's background session exists (a fork copies only the
+forking thread: a lock a live thread held would stay locked in the child). A model over
+:data:`IN_PROCESS_BYTES` is folded in this process (its result could not come back through one
+protobuf message); so is every fold where fork does not exist or off the main thread.
+
+No Typer or Rich here.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+from toolkit.core.errors import ToolkitError
+from toolkit.core.interrupt import can_isolate
+from toolkit.core.supervise import Child
+
+IN_PROCESS_BYTES = 1 << 30  # a model bigger than this is folded in this process
+
+
+class FoldInChild:
+    """``build(level, excluded)`` (a folded model; it fills ``report``) computed in a forked child:
+    :meth:`start` starts one, :meth:`finish` takes its result, calling the object does both."""
+
+    def __init__(self, build: Callable, report, model) -> None:
+        self.build, self.report = build, report
+        self.isolated = can_isolate() and model.ByteSize() <= IN_PROCESS_BYTES
+
+    def __call__(self, level: Optional[str], excluded: set, **kwargs):
+        return self.finish(self.start(level, excluded, **kwargs))
+
+    def start(self, level: Optional[str], excluded: set, **kwargs):
+        """The fold started (a Child), or the folded model itself where no child is used."""
+        if level is None or not self.isolated:  # (nothing folded: nothing that could hang)
+            return _Done(self.build(level, excluded, **kwargs))
+        return Child(_fold, (self.build, self.report, level, excluded, kwargs))
+
+    def finish(self, started):
+        """The folded model of a started fold (its report copied into ``self.report``)."""
+        if isinstance(started, _Done):
+            return started.model
+        got = started.wait()
+        if got.crashed:
+            raise ToolkitError(f"constant folding ended without a result ({got.signal_name}): out of memory? "
+                               "--max-tensor-size and --max-nodes bound what it computes")
+        model, passes, converged = got.value
+        self.report.passes, self.report.converged = passes, converged
+        return model
+
+    @staticmethod
+    def kill(started) -> None:
+        if isinstance(started, Child):
+            started.kill()
+
+
+class _Done:
+    def __init__(self, model) -> None:
+        self.model = model
+
+
+def _fold(_phase, build: Callable, report, level: str, excluded: set, kwargs: dict):  # pragma: no cover - in the child
+    model = build(level, excluded, **kwargs)
+    return model, report.passes, report.converged
