@@ -40,7 +40,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from toolkit.core.compare import IterationComparison
 
 from toolkit.convert.fp16 import convert as _convert
-from toolkit.core.compare import TolValue, Tolerances, compare_iteration
+from toolkit.core.compare import compare_iteration
+from toolkit.core.tolerances import TolValue, Tolerances
 from toolkit.core.inputs import generate_inputs as _generate
 from toolkit.core.inputs import parse_val_ranges
 from toolkit.core.meta import parse_shape_specs, parse_tensor_spec

@@ -259,7 +259,8 @@ def test_diagnosis_on_a_terminal_draws_a_sparkline(tmp_path, monkeypatch):
 
     from accuracy_models import all_tensors, feed
     from toolkit.cli import diagnosis as render
-    from toolkit.core.compare import PairComparison, Tolerances, compare_iteration
+    from toolkit.core.compare import PairComparison, compare_iteration
+    from toolkit.core.tolerances import Tolerances
     from toolkit.run.diagnosis import diagnose, pair_errors, topology_of
 
     paths = save_pair(tmp_path, layers=6, perturb=(2,))

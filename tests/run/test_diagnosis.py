@@ -12,7 +12,8 @@ from onnx import TensorProto, helper
 
 from accuracy_models import all_tensors, conv_net, feed, save_pair
 from modelzoo import make_model
-from toolkit.core.compare import PairComparison, Tolerances, compare_iteration
+from toolkit.core.compare import PairComparison, compare_iteration
+from toolkit.core.tolerances import Tolerances
 from toolkit.run.diagnosis import (
     amplification,
     depth_line,

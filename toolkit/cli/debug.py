@@ -286,11 +286,12 @@ def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
     reducer_kw: Dict[str, Any] = {}
     if compare is not None:
         from toolkit.cli.reduce_compare import make_compare_runner
+        from toolkit.core.tolerances import Tolerances
         from toolkit.reduce.faults import CompareReducer
 
         runner = compare_runner = make_compare_runner(
-            a.model, a.iter_artifact, compare, reference_model=a.reference_model, atol=list(a.atol or []),
-            rtol=list(a.rtol or []), check_error_stat=list(a.check_error_stat or []),
+            a.model, a.iter_artifact, compare, reference_model=a.reference_model,
+            tolerances=Tolerances.parse(a.atol, a.rtol, a.check_error_stat),
             load_inputs=list(load_inputs or []), seed=a.seed, val_range=list(a.val_range or []),
             input_shapes=list(a.model_input_shapes or []), external_data_dir=a.external_data_dir,
             timeout=check_timeout, tensors=a.compare_tensors or "outputs",

@@ -79,11 +79,10 @@ def _check_tolerance_names(model: str, opts) -> None:
     can output (exit 2 before any work)."""
     import os
 
-    from toolkit.core.compare import Tolerances
     from toolkit.core.model import load_model
     from toolkit.run.plan import require_known_names
 
-    tol = Tolerances.parse(opts.atol, opts.rtol, opts.check_error_stat)
+    tol = opts.tolerances
     if not (tol.per_atol or tol.per_rtol or tol.per_stat) or not os.path.isfile(model):
         return
     graph = load_model(model, load_external_data=False).graph

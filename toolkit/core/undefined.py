@@ -22,7 +22,8 @@ from typing import Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
-from toolkit.core.compare import IterationComparison, Tolerances, compare_arrays
+from toolkit.core.compare import IterationComparison, compare_arrays
+from toolkit.core.tolerances import Tolerances
 
 WHY = "float-to-int Cast of NaN, inf or out-of-range values, which ONNX leaves undefined"
 

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from toolkit.core.compare import Tolerances
+from toolkit.core.tolerances import Tolerances
 from toolkit.core.datafiles import save_inputs
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
 from toolkit.core.graphs import external_data_folder, has_external_data

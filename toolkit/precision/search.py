@@ -33,7 +33,8 @@ import numpy as np
 import onnx
 
 from toolkit.convert import fp16
-from toolkit.core.compare import Tolerances, compare_iteration
+from toolkit.core.compare import compare_iteration
+from toolkit.core.tolerances import Tolerances
 from toolkit.core.datafiles import load_outputs
 from toolkit.core.errors import DependencyError, ExitCode, InferenceError, InputError, ToolkitError, UsageError
 from toolkit.convert.shapes import hinted_shapes

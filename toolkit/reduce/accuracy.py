@@ -35,7 +35,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from toolkit.core.compare import Tolerances, compare_iteration
+from toolkit.core.compare import compare_iteration
+from toolkit.core.tolerances import Tolerances
 from toolkit.core.datafiles import (
     IterationResult,
     RunResults,
@@ -72,14 +73,12 @@ COMPARE_TENSORS = ("outputs", "all")  # set to 1: every --compare check runs in 
 
 @dataclass
 class CompareOptions:
-    """What ``--compare`` and its companions ask for (option lists as typed)."""
+    """What ``--compare`` and its companions ask for (the tolerances parsed where the command line reads them)."""
 
     reference: str = DEFAULT_REFERENCE  # runner spec
     test: str = DEFAULT_REFERENCE
     reference_model: Optional[str] = None
-    atol: List[str] = field(default_factory=list)
-    rtol: List[str] = field(default_factory=list)
-    check_error_stat: List[str] = field(default_factory=list)
+    tolerances: Tolerances = field(default_factory=Tolerances)
     load_inputs: List[str] = field(default_factory=list)
     seed: Optional[int] = None
     val_range: List[str] = field(default_factory=list)
@@ -101,13 +100,12 @@ class CompareOptions:
         )
 
     def validate(self) -> None:
-        """Usage errors before any work: runner specs, tolerances, value ranges."""
+        """Usage errors before any work: runner specs, value ranges, shapes."""
 
         if self.tensors not in COMPARE_TENSORS:
             raise UsageError(f"--compare-tensors takes {' or '.join(COMPARE_TENSORS)}, got '{self.tensors}'")
         parse_runner_spec(self.reference)
         parse_runner_spec(self.test)
-        Tolerances.parse(self.atol, self.rtol, self.check_error_stat)
         parse_val_ranges(self.val_range)
         parse_shape_specs(self.input_shapes)
 
@@ -274,7 +272,7 @@ def _compute(
 
 def _beyond_tolerance(marked: Sequence[Mapping], deployed: Sequence[Mapping], opts: CompareOptions) -> bool:
     """Whether the deployed outputs differ from the marked ones beyond the comparison's tolerances."""
-    tol = Tolerances.parse(opts.atol, opts.rtol, opts.check_error_stat)
+    tol = opts.tolerances
     for k, (ref, dep) in enumerate(zip(marked, deployed)):
         if not compare_iteration(k, dep, {n: ref[n] for n in dep if n in ref}, tol).passed:
             return True
@@ -367,9 +365,7 @@ def run_options(model: str, opts: CompareOptions, ref: Reference, mark: bool = F
         runners=[opts.test],
         load_inputs=[ref.inputs_path],
         load_outputs=[ref.outputs_path],
-        atol=list(opts.atol),
-        rtol=list(opts.rtol),
-        check_error_stat=list(opts.check_error_stat),
+        tolerances=opts.tolerances,
         diagnose=False,
         **extra,
     )
@@ -415,10 +411,7 @@ def describe_check(artifact: str, opts: CompareOptions) -> List[str]:
     argv += ["--load-outputs", "<reference>"]
     if opts.tensors == "all":
         argv += ["--onnx-outputs", "mark", "all"]
-    for flag, values in (("--atol", opts.atol), ("--rtol", opts.rtol), ("--check-error-stat", opts.check_error_stat)):
-        if values:
-            argv += [flag, *values]
-    return argv
+    return argv + opts.tolerances.spelled()
 
 
 def in_process_possible(spec_text: str) -> bool:
@@ -663,7 +656,7 @@ class CompareRunner(WarmRunner):
         if self.ref is None or not os.path.isfile(self.model) or not in_process_possible(self.opts.test):
             return None
 
-        tol = Tolerances.parse(self.opts.atol, self.opts.rtol, self.opts.check_error_stat)
+        tol = self.opts.tolerances
         compared: Dict[str, None] = {}
         bad: Dict[str, None] = {}
         try:

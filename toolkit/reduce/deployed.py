@@ -54,8 +54,7 @@ def deployed_options(model: str, opts, ref, **extra):
     against the reference model's outputs on the reference runner, nothing marked."""
     return RunOptions(
         model, runners=[opts.test], load_inputs=[ref.inputs_path], load_outputs=[ref.deployed_path or ref.outputs_path],
-        atol=list(opts.atol), rtol=list(opts.rtol), check_error_stat=list(opts.check_error_stat), diagnose=False,
-        **extra,
+        tolerances=opts.tolerances, diagnose=False, **extra,
     )
 
 
@@ -64,8 +63,8 @@ def per_subgraph_options(model: str, opts, ref, **extra):
     the reference's values: where marking every tensor changes the reference's computation, the
     reference of a subgraph is that subgraph as the reference runner runs it."""
     run = RunOptions(
-        model, runners=[opts.reference, opts.test], load_inputs=[ref.inputs_path], atol=list(opts.atol),
-        rtol=list(opts.rtol), check_error_stat=list(opts.check_error_stat), diagnose=False, **extra,
+        model, runners=[opts.reference, opts.test], load_inputs=[ref.inputs_path],
+        tolerances=opts.tolerances, diagnose=False, **extra,
     )
     return mark_all_outputs(run) if opts.tensors == "all" else run
 

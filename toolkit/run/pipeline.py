@@ -32,9 +32,10 @@ from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core import undefined
-from toolkit.core.compare import PairComparison, Tolerances, check_tolerance_names, compare_iteration, validate_outputs
+from toolkit.core.compare import PairComparison, compare_iteration, validate_outputs
 from toolkit.core.datafiles import RunResults, inputs_writer, load_data, load_outputs, outputs_writer
 from toolkit.core.datahead import first_feed_names
+from toolkit.core.tolerances import Tolerances, check_tolerance_names
 from toolkit.core.dataloader import load_script_feeds, split_script_spec
 from toolkit.core.errors import InputError, ToolkitError
 from toolkit.core.graphs import external_data_folder, has_external_data

@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional
 
-from toolkit.core.compare import Tolerances
+from toolkit.core.tolerances import Tolerances
 from toolkit.core.errors import UsageError
 from toolkit.core.inputs import parse_val_ranges
 from toolkit.core.meta import parse_shape_specs
