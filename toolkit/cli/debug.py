@@ -414,6 +414,7 @@ def _reduce_config(a: "ReduceArgs", rule, load_inputs):
     return from_params(
         ReduceConfig,
         dataclasses.asdict(a),
+        defaults=("warm", "label"),  # (automatic; the model's own name unless a rewrite sets it later)
         check=list(check) if check is not None else None,
         worker=worker_entry(),
         rule=rule,

@@ -336,13 +336,30 @@ def values_for(cls: Any, params: Mapping[str, Any], prefix: str = "") -> dict:
     return out
 
 
-def from_params(cls: Any, params: Mapping[str, Any], **overrides: Any) -> Any:
-    """The dataclass ``cls`` of a command's parsed parameters named as its fields, list
-    fields given as None made [], with ``overrides`` set."""
+def from_params(cls: Any, params: Mapping[str, Any], *, defaults: Sequence[str] = (), **overrides: Any) -> Any:
+    """The dataclass ``cls`` (a library's config) of a command's parsed parameters named as its
+    fields, list fields given as None made [], with ``overrides`` set.
 
+    Every field of ``cls`` is accounted for: taken from ``params`` by name, set in ``overrides``,
+    or named in ``defaults`` (a field the command leaves at its default). A field none of them
+    names is a TypeError (a bug, exit 70): an option renamed on one side only would otherwise fall
+    back to the config's default without a word. So is a name in ``defaults`` or ``overrides``
+    that is no field of ``cls``."""
+
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted((set(defaults) | set(overrides)) - names)
+    missing = sorted(names - set(params) - set(overrides) - set(defaults))
+    if unknown or missing:
+        raise TypeError(
+            f"{cls.__name__}: " + "; ".join(
+                part for part in (f"no field named {', '.join(unknown)}" if unknown else "",
+                                  f"nothing sets {', '.join(missing)} (no option of that name, no override, "
+                                  "not named in defaults)" if missing else "") if part
+            )
+        )
     kwargs = dict(overrides)
     for f in dataclasses.fields(cls):
-        if f.name not in overrides and f.name in params:
+        if f.name not in overrides and f.name not in defaults:
             value = params[f.name]
             kwargs[f.name] = list(value or []) if f.default_factory is list else value
     return cls(**kwargs)

@@ -68,7 +68,7 @@ def run_qdq(args, ref: str, cand: str) -> None:
     from toolkit.precision.qdq_search import QdqConfig, QdqSearch
 
     cfg = from_params(
-        QdqConfig, dataclasses.asdict(args), reference=ref, candidate=cand, save_replay=args.save_debug_replay,
+        QdqConfig, dataclasses.asdict(args), defaults=("suggest_scales",), reference=ref, candidate=cand, save_replay=args.save_debug_replay,
         load_replay=args.load_debug_replay, weights=args.qdq_weights, table=args.qdq_table,
         order=args.order or "error",
     )
