@@ -20,7 +20,8 @@ from reduce_helpers import (
     wide,
     with_loop,
 )
-from toolkit.reduce.graph import GraphIndex, mask_indices
+from toolkit.reduce.graph import GraphIndex
+from toolkit.reduce.masks import mask_indices
 from toolkit.reduce.strategy import Plan, bisect, default, linear
 
 

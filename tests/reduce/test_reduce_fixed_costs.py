@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from toolkit.reduce.graph import popcount
+from toolkit.reduce.masks import popcount
 from toolkit.reduce.strategy import FIXED_COSTS_ENV, Plan, default
 
 

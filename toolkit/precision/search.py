@@ -44,7 +44,7 @@ from toolkit.core.model import check_output_path, check_readable_file, graph_io_
 from toolkit.core.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
 from toolkit.core.progress import Messages
 from toolkit.reduce import strategy
-from toolkit.reduce.graph import mask_indices, popcount
+from toolkit.reduce.masks import mask_indices, popcount
 from toolkit.reduce.replay import Replay
 from toolkit.precision.replay import check_words
 from toolkit.run.feeds import explain_generated

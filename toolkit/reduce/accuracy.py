@@ -55,7 +55,7 @@ from toolkit.core.supervise import fork
 from toolkit.core.noise import ULPS, amplification, is_rounding, noise_bound, precision_of, storage_floor
 from toolkit.reduce.check import WarmRunner, WorkerEntry, run_in_process
 from toolkit.reduce.deployed import DeployedRun, deployed_options, marking_changes, per_subgraph_options
-from toolkit.reduce.graph import popcount
+from toolkit.reduce.masks import popcount
 from toolkit.reduce.guide import rank
 from toolkit.reduce.loading import load_for_index
 from toolkit.reduce.verdict import CheckResult

@@ -21,10 +21,7 @@ from toolkit.core.progress import Messages
 from toolkit.core.weights import link_data_files
 from toolkit.reduce.check import data_files_in, toolkit_args
 from toolkit.reduce.config import Iteration, ReduceConfig
-from toolkit.reduce.graph import (
-    Candidate,
-    GraphIndex,
-)
+from toolkit.reduce.graph import Candidate, GraphIndex
 from toolkit.reduce.loading import model_changed
 from toolkit.reduce.parallel import worker_artifact
 

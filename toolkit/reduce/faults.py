@@ -20,7 +20,7 @@ from typing import Callable, List, Optional
 
 from toolkit.core.noise import times
 from toolkit.reduce.evidence import Evidence
-from toolkit.reduce.graph import mask_indices, range_mask
+from toolkit.reduce.masks import mask_indices, range_mask
 from toolkit.reduce.guide import MIN_AMPLIFICATION, TRIES, guided
 from toolkit.reduce.session import Reducer
 from toolkit.reduce.strategy import STRATEGIES, Plan, Search, default

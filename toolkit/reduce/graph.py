@@ -32,6 +32,7 @@ from toolkit.core.model import atomic_output, save_model
 from toolkit.core.protowire import encode_field, field_header, scan_fields
 from toolkit.core.shapes import node_reads
 from toolkit.core.weights import is_ref, ref_nbytes, relinked
+from toolkit.reduce.masks import mask_indices
 from toolkit.reduce.metas import MetaProvider
 from toolkit.reduce.pieces import RawPieces, field_numbers, write_chunks
 
@@ -39,57 +40,6 @@ from toolkit.reduce.pieces import RawPieces, field_numbers, write_chunks
 BIG_MODEL_BYTES = int(1.8 * 2**30)
 
 _CONSTANT_DOMAINS = ("", "ai.onnx")
-
-
-# ---------------------------------------------------------------------- masks
-
-
-def mask_indices(mask: int) -> List[int]:
-    """Positions of the set bits of ``mask``, ascending."""
-    out = []
-    base = 0
-    while mask:
-        low = mask & 0xFFFFFFFFFFFFFFFF
-        while low:
-            bit = low & -low
-            out.append(base + bit.bit_length() - 1)
-            low ^= bit
-        mask >>= 64
-        base += 64
-    return out
-
-
-def mask_of(indices) -> int:
-    m = 0
-    for i in indices:
-        m |= 1 << i
-    return m
-
-
-def range_mask(start: int, stop: int) -> int:
-    """Nodes ``start .. stop-1``."""
-    if stop <= start:
-        return 0
-    return ((1 << stop) - 1) ^ ((1 << start) - 1)
-
-
-def span_words(mask: int, full_mask: int) -> str:
-    """The nodes of ``mask`` in words: 'full model', 'node 4', 'nodes 4..9', or
-    'nodes 2..40 (3 runs)' for a set with gaps (positions in topological order)."""
-    if mask == full_mask:
-        return "full model"
-    idx = mask_indices(mask)
-    if not idx:
-        return "no nodes"
-    runs = 1 + sum(1 for a, b in zip(idx, idx[1:]) if b != a + 1)
-    if len(idx) == 1:
-        return f"node {idx[0]}"
-    text = f"nodes {idx[0]}..{idx[-1]}"
-    return text if runs == 1 else f"{text} ({runs} runs)"
-
-
-def popcount(mask: int) -> int:
-    return bin(mask).count("1")
 
 
 # ---------------------------------------------------------------------- the index

@@ -21,9 +21,7 @@ from toolkit.core.model import (
     parse_model,
 )
 from toolkit.core.shapes import run_on_ort
-from toolkit.reduce.graph import (
-    RawPieces,
-)
+from toolkit.reduce.graph import RawPieces
 
 # External weights up to this size are read when the model is loaded; bigger ones stay on
 # disk and are copied into each file written (see GraphIndex.write).

@@ -13,7 +13,7 @@ from typing import Optional
 
 from toolkit.core.noise import evidence_is_rounding, precision_of
 from toolkit.reduce.config import CannotJudge
-from toolkit.reduce.graph import mask_indices, popcount, range_mask
+from toolkit.reduce.masks import mask_indices, popcount, range_mask
 from toolkit.reduce.signature import RULE, TIMEOUT_KIND
 
 

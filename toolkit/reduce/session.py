@@ -43,17 +43,8 @@ from toolkit.reduce.config import (  # noqa: F401  (re-exported: the session's p
     ReduceConfig,
 )
 from toolkit.reduce.evidence import Evidence, from_check_output, noise_warning
-from toolkit.reduce.graph import (
-    BIG_MODEL_BYTES,
-    Candidate,
-    GraphIndex,
-    MetaProvider,
-    body_node_count,
-    mask_indices,
-    popcount,
-    span_words,
-    write_chunks,
-)
+from toolkit.reduce.graph import BIG_MODEL_BYTES, Candidate, GraphIndex, MetaProvider, body_node_count, write_chunks
+from toolkit.reduce.masks import mask_indices, popcount, span_words
 from toolkit.reduce.feeds import feed_maker, fold_values_maker
 from toolkit.reduce.loading import data_input_shapes, data_tensor_metas, load_for_index
 from toolkit.reduce.owner import Ownership
