@@ -367,7 +367,9 @@ def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
     report.diagnoses = diagnose.diagnoses(plan.opts, comparisons, stream.errors, precisions)
     if stream.qdq.sums:  # (the Q/DQ statistics load onnx: only when a diagnosis gathered pairs)
         report.qdq_tables = qdq_table.finish(stream.qdq, len(comparisons))
-        if plan.opts.save_report:
+        from toolkit.run.node_data import is_node_data_path  # (loaded with the statistics, not for every run)
+
+        if plan.opts.save_report and not is_node_data_path(plan.opts.save_report):  # (node data: left as it is)
             qdq_table.add_to_report(plan.opts.save_report, report.qdq_tables)
     if plan.opts.save_report:
         rep.saved("report", plan.opts.save_report)

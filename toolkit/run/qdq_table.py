@@ -89,10 +89,8 @@ def row_dict(rank: int, st) -> Dict[str, Any]:
 
 def add_to_report(path: str, tables: List[List[Any]]) -> None:
     """Add the tables to a ``--save-report`` JSON file (key ``qdq_pairs``: one entry per comparison
-    that has a table); an HTML report or node data file is left as it is."""
-    from toolkit.run.node_data import is_node_data_path
-
-    if not any(tables) or not path.lower().endswith(".json") or is_node_data_path(path):
+    that has a table); an HTML report is left as it is (and the caller leaves a node data file)."""
+    if not any(tables) or not path.lower().endswith(".json"):
         return
     from toolkit.core.model import atomic_output
 
