@@ -26,7 +26,7 @@ from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, from_param
 from toolkit.cli.output import interrupted_by, log, result, state, warn
 from toolkit.core import shared_options as S
 from toolkit.core.declare import declared, option, required, switch
-from toolkit.core.errors import ExitCode, InputError, UsageError
+from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
 
 app = typer.Typer(
     help="Debug failing models: reduce them to minimal failing subgraphs; find the nodes that must stay fp32.",
@@ -356,7 +356,7 @@ def _step_warning(outcome, output: str) -> "str | None":
 
     try:
         model = load_model(output, load_external_data=False)
-    except Exception:  # noqa: BLE001 - a note only; the result stands without it
+    except ToolkitError:  # (an unreadable file: InputError) a note only; the result stands without it
         return None
     return step_warning(outcome.reduced_evidence, model)
 

@@ -227,11 +227,9 @@ class Streams:
             self._casts = {}
             model = self.plan.opts.model
             if model and model != "-" and os.path.isfile(model):
-                import onnx
-
                 try:
-                    self._casts = undefined.float_to_int_casts(onnx.load(model, load_external_data=False))
-                except Exception:  # noqa: BLE001 - not an ONNX file (an engine): nothing to skip
+                    self._casts = undefined.float_to_int_casts(load_model(model, load_external_data=False))
+                except ToolkitError:  # (InputError) not an ONNX file (an engine): nothing to skip
                     self._casts = {}
         return self._casts
 
