@@ -29,7 +29,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
-from toolkit.core.datafiles import save_inputs, save_outputs, RunResults, IterationResult
+from toolkit.core.io.datafiles import save_inputs, save_outputs, RunResults, IterationResult
 
 
 def _model(path: str) -> None:
@@ -56,7 +56,7 @@ def _files(folder: str, n: int) -> dict:
 
 def _call(args: list) -> float:
     """The library work of the command ``args`` in this process (its output discarded)."""
-    from toolkit.core.datafiles import clear_cache, load_data, merge_to_inputs, save_inputs
+    from toolkit.core.io.datafiles import clear_cache, load_data, merge_to_inputs, save_inputs
     from toolkit.core.errors import InputError
     from toolkit.inspect.data import data_lines
 

@@ -37,8 +37,8 @@ from typing import Callable, Dict, List
 import numpy as np
 import onnx
 
-from toolkit.core import qdq
-from toolkit.core.datafiles import save_inputs
+from toolkit.quant import qdq
+from toolkit.core.io.datafiles import save_inputs
 from toolkit.precision.qdq_search import QdqConfig, QdqSearch
 from toolkit.precision.search import SetIndex
 

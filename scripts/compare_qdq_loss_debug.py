@@ -9,7 +9,7 @@ Both run on the same inputs (uniform in [0, 1], seed 0, saved to --inputs):
   (``qdq_err``: before Q vs after DQ; ``xmodel_err``: float vs after DQ; both SQNR in dB);
 - toolkit: ``toolkit run FLOAT --onnx-outputs mark all --save-outputs G.npz`` then ``toolkit run QDQ
   --onnx-outputs mark all --load-outputs G`` (the table of ``run``), each a fresh process; the
-  numbers compared come from the same code (``toolkit.core.qdq_stats``) on the same tensors,
+  numbers compared come from the same code (``toolkit.quant.stats``) on the same tensors,
   run in this process (both models with the pairs' tensors marked, ONNX-Runtime optimizations off,
   as ``debug precision`` gathers them; timed too).
 
@@ -35,8 +35,9 @@ import onnx
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from toolkit.core.datafiles import save_inputs  # noqa: E402
-from toolkit.core import qdq, qdq_stats  # noqa: E402
+from toolkit.core.io.datafiles import save_inputs  # noqa: E402
+from toolkit.quant import qdq  # noqa: E402
+from toolkit.quant import stats as qdq_stats
 from toolkit.precision.qdq_search import marked_run  # noqa: E402
 
 

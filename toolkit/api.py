@@ -37,17 +37,17 @@ if TYPE_CHECKING:  # pragma: no cover
     import onnx
 
     from toolkit.backends.base import Runner
-    from toolkit.core.compare import IterationComparison
+    from toolkit.core.compare.arrays import IterationComparison
 
 from toolkit.convert.fp16 import convert as _convert
-from toolkit.core.compare import compare_iteration
-from toolkit.core.tolerances import TolValue, Tolerances
+from toolkit.core.compare.arrays import compare_iteration
+from toolkit.core.compare.tolerances import TolValue, Tolerances
 from toolkit.core.inputs import generate_inputs as _generate
 from toolkit.core.inputs import parse_val_ranges
 from toolkit.core.meta import parse_shape_specs, parse_tensor_spec
-from toolkit.core.model import graph_io_meta
-from toolkit.core.model import load_model as _load
-from toolkit.core.model import save_model as _save
+from toolkit.core.io.model import graph_io_meta
+from toolkit.core.io.model import load_model as _load
+from toolkit.core.io.model import save_model as _save
 from toolkit.llm.io import parse_names
 from toolkit.llm.session import LlmConfig, LlmDebugger
 from toolkit.core.shapes import top_tensor_names
@@ -90,14 +90,14 @@ def save_model(model, path: str, *, external_data: Optional[bool] = None) -> Non
 
 def load_inputs(path: str) -> List[Dict[str, object]]:
     """The feeds of an inputs file (Polygraphy's JSON or .npz), one per iteration."""
-    from toolkit.core.datafiles import load_inputs as _load
+    from toolkit.core.io.datafiles import load_inputs as _load
 
     return [dict(feed) for feed in _load(path)]
 
 
 def save_inputs(path: str, feeds: Sequence[Feed]) -> None:
     """Write feeds as an inputs file (.json in Polygraphy's format, or .npz)."""
-    from toolkit.core.datafiles import save_inputs as _save
+    from toolkit.core.io.datafiles import save_inputs as _save
 
     _save(path, list(feeds))
 
@@ -196,7 +196,7 @@ def _option_value(kind: str, key: str, opt: RunnerOption, value):
 
 @dataclass
 class Comparison:
-    """The comparison of two runs, iteration by iteration (see toolkit.core.compare)."""
+    """The comparison of two runs, iteration by iteration (see toolkit.core.compare.arrays)."""
 
     iterations: List["IterationComparison"]
 

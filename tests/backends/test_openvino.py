@@ -131,7 +131,7 @@ def test_spec_runners_side_by_side_save_and_load(cli, models, tmp_path):
     rep = execute(RunOptions(models["two"], runners=["openvino:precision=f32", "onnxrt"], input_shapes=["x:[2,16]"],
                              save_outputs=str(out), save_inputs=str(inputs), atol=["1e-4"], rtol=["1e-4"]))
     assert rep.passed
-    from toolkit.core.datafiles import load_outputs
+    from toolkit.core.io.datafiles import load_outputs
 
     assert [name for name, _ in load_outputs(str(out)).runs] == ["openvino:precision=f32", "onnxrt-runner"]
     res = cli("run", models["two"], "--openvino", "--openvino-precision", "f32", "--load-inputs", inputs,
@@ -144,7 +144,7 @@ def test_mark_all_returns_every_tensor(cli, models, tmp_path):
     out = tmp_path / "all.npz"
     res = cli("run", models["planted"], "--openvino", "--openvino-outputs", "mark", "all", "--save-outputs", out)
     assert res.code == 0, res.err
-    from toolkit.core.datafiles import load_outputs
+    from toolkit.core.io.datafiles import load_outputs
 
     names = set(load_outputs(str(out)).runs[0][1][0].outputs)
     want = {o for n in onnx.load(models["planted"]).graph.node for o in n.output}

@@ -17,7 +17,7 @@ from onnx import TensorProto as onnx_types
 import modelzoo as mz
 from conftest import modules_loaded_by
 from toolkit.backends import trt as trtmod
-from toolkit.core.datafiles import IterationResult, RunResults, load_inputs, load_outputs, save_inputs, save_outputs
+from toolkit.core.io.datafiles import IterationResult, RunResults, load_inputs, load_outputs, save_inputs, save_outputs
 from toolkit.core.errors import DependencyError, InputError, UsageError
 from trt_fakes import CudaError, doubling_model, fake_cudart, fake_tensorrt, install
 from toolkit.core.install import extra_install_command

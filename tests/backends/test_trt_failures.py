@@ -23,7 +23,7 @@ import modelzoo as mz
 import trt_api
 from test_trt_findings import engine_file, env, nonzero_model, reshape_model, two_profile_engine
 from test_trt_surface import backend_sources
-from toolkit.core.datafiles import save_inputs
+from toolkit.core.io.datafiles import save_inputs
 from trt_fakes import FakeModel, doubling_model, fake_tensorrt
 
 TRT10, TRT11 = "10.13.3.9", "11.4.0.106"

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import modelzoo as mz
-from toolkit.core.datafiles import load_inputs, load_outputs, save_inputs
+from toolkit.core.io.datafiles import load_inputs, load_outputs, save_inputs
 from toolkit.core.errors import UsageError
 from trt_fakes import FakeModel, doubling_model, fake_cudart, fake_tensorrt, install
 from toolkit.core.install import extra_install_command

@@ -22,7 +22,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import modelzoo as mz
 from conftest import run_toolkit
-from toolkit.core.datafiles import IterationResult, RunResults, load_inputs, load_outputs, save_inputs, save_outputs
+from toolkit.core.io.datafiles import IterationResult, RunResults, load_inputs, load_outputs, save_inputs, save_outputs
 
 
 def _probe():

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import modelzoo as mz
 from conftest import run_toolkit
-from toolkit.core.datafiles import save_inputs
+from toolkit.core.io.datafiles import save_inputs
 
 
 COMMANDS = [("run",), ("inspect", "model"), ("inspect", "data"), ("surgeon", "extract"), ("surgeon", "sanitize"),
@@ -148,7 +148,7 @@ def test_comparison_table_never_wraps_names(monkeypatch, width):
     from rich.console import Console
 
     from toolkit.cli import output, run
-    from toolkit.core.compare import compare_arrays
+    from toolkit.core.compare.arrays import compare_arrays
 
     buf = io.StringIO()
     monkeypatch.setattr(sys, "stderr", buf)

@@ -22,7 +22,7 @@ _REAL_SESSION = ort.InferenceSession
 @pytest.fixture(autouse=True)
 def supervised(monkeypatch):
     """As the `toolkit` entry point runs it (in-process calls of main() are not supervised)."""
-    from toolkit.core import phases
+    from toolkit.core.process import phases
 
     monkeypatch.setattr(phases, "_ENABLED", [True])
 

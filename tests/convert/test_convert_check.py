@@ -73,7 +73,7 @@ def test_the_check_reports_the_worst_generated_set(cli, tmp_path):
 def test_the_check_runs_every_loaded_set(cli, tmp_path):
     src = mz.save(overflow_above(0.5, 4), tmp_path / "o.onnx")
     sets = tmp_path / "sets.json"
-    from toolkit.core.datafiles import save_inputs
+    from toolkit.core.io.datafiles import save_inputs
 
     save_inputs(str(sets), [{"x": np.full((1, 4), v, np.float32)} for v in (0.1, 0.2, 0.9, 0.3)])
     r = cli("convert", src, "--fp-to-fp16", "-o", tmp_path / "o16.onnx", "--load-inputs", sets, "--json")

@@ -19,7 +19,7 @@ from onnx import TensorProto
 
 import fp16_models as fm
 import modelzoo as mz
-from toolkit.core.supervise import run_in_child
+from toolkit.core.process.supervise import run_in_child
 
 _REAL_SESSION = ort.InferenceSession
 

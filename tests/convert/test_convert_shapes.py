@@ -9,7 +9,7 @@ from onnx import helper, numpy_helper
 
 import modelzoo as mz
 from toolkit.convert.shapes import model_shape_hints
-from toolkit.core.model import graph_io_meta
+from toolkit.core.io.model import graph_io_meta
 
 
 def dynamic_cnn(metadata=None):

@@ -19,7 +19,7 @@ import fp16_models as fm
 import modelzoo as mz
 from toolkit.convert import fp16
 from toolkit.core.inputs import generate_inputs
-from toolkit.core.model import graph_io_meta
+from toolkit.core.io.model import graph_io_meta
 
 CORPUS = {
     "layernorm_overflow": fm.layernorm_overflow,

@@ -19,7 +19,7 @@ def ort_run(model, feed, outputs=None):
 
 def marked(model, names):
     """``model`` with ``names`` as its outputs (what ``--onnx-outputs`` does before emulating)."""
-    from toolkit.core.layerwise import set_outputs
+    from toolkit.core.graph.layerwise import set_outputs
 
     set_outputs(model, names)
     return model

@@ -34,7 +34,7 @@ def test_marked_fp16_run_of_a_converted_model(cli, tmp_path, name):
 def test_a_refused_emulated_copy_is_toolkits_bug(cli, tmp_path, monkeypatch):
     """The emulation made an invalid copy of a model that loads: exit 70, naming toolkit's copy."""
     from toolkit.backends import onnxrt
-    from toolkit.core.layerwise import set_outputs
+    from toolkit.core.graph.layerwise import set_outputs
 
     def broken(self, model):  # a copy whose node reads a tensor nothing makes
         copy = type(model)()

@@ -1,4 +1,4 @@
-"""Unit tests of toolkit.core.compare: tolerances, statistics, NaN/Inf, shapes, dtypes."""
+"""Unit tests of toolkit.core.compare.arrays: tolerances, statistics, NaN/Inf, shapes, dtypes."""
 
 import math
 
@@ -8,8 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from toolkit.core.compare import compare_arrays, compare_iteration, validate_outputs
-from toolkit.core.tolerances import DEFAULT_ATOL, Tolerances
+from toolkit.core.compare.arrays import compare_arrays, compare_iteration, validate_outputs
+from toolkit.core.compare.tolerances import DEFAULT_ATOL, Tolerances
 from toolkit.core.errors import UsageError
 
 
@@ -161,7 +161,7 @@ def test_elemwise_matches_numpy_definition(arr, atol, rtol):
 
 
 def test_quantile_statistic_ignores_the_worst_elements():
-    from toolkit.core.compare import compare_arrays
+    from toolkit.core.compare.arrays import compare_arrays
 
     ref = np.zeros(100, dtype=np.float32)
     out = ref.copy()
@@ -175,7 +175,7 @@ def test_quantile_statistic_ignores_the_worst_elements():
 
 
 def test_error_quantile_parses_globally_and_per_output():
-    from toolkit.core.tolerances import Tolerances
+    from toolkit.core.compare.tolerances import Tolerances
 
     tol = Tolerances.parse(check_error_stat=["quantile"], error_quantile=["0.9", "y:0.5"])
     assert tol.quantile_for("y") == 0.5 and tol.quantile_for("z") == 0.9

@@ -9,7 +9,7 @@ import pytest
 from conftest import run_toolkit
 
 from hang_models import fan_out, fan_out_if_in_function, fan_out_in_if, fan_out_in_loop
-from toolkit.core.functions import inlined_node_count
+from toolkit.core.io.functions import inlined_node_count
 
 
 def test_the_count_follows_the_call_tree_and_stops_past_the_cap():

@@ -10,7 +10,7 @@ import onnx
 
 import modelzoo as z
 
-from toolkit.core import inplace
+from toolkit.core.files import inplace
 from toolkit.core.errors import InputError
 
 
@@ -33,7 +33,7 @@ def test_a_model_changed_before_the_rename_is_not_overwritten(tmp_path):
     inplace.lock_for_rewrite(path)
     try:
         z.save(z.chain(5), path)  # another program rewrites it meanwhile
-        from toolkit.core.model import save_model
+        from toolkit.core.io.model import save_model
 
         try:
             save_model(z.chain(2), path)

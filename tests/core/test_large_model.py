@@ -158,7 +158,7 @@ def test_run_leaves_weights_to_onnxruntime(work):
     code, out, peak, _ = measure(["run", "big.onnx", "--onnxrt", "--save-outputs", "o.npz"], work)
     assert code == 0, out
     assert peak < TOTAL + 100 * MB, f"peak {peak / MB:.0f} MB: weights loaded more than once"
-    from toolkit.core.datafiles import load_outputs
+    from toolkit.core.io.datafiles import load_outputs
 
     y = load_outputs(str(work / "o.npz")).runs[0][1][0].outputs["y"]
     np.testing.assert_array_equal(y, expected_y())  # every row of w_i is the same
@@ -192,7 +192,7 @@ def test_sanitize_copies_weights_in_chunks(work, external):
 def test_protobuf_limit_logic_with_lowered_limits(work):
     """With the 2 GB limits patched to 200/250 MB, a 300 MB result must go to external
     data by itself (a single protobuf message of that size is refused)."""
-    prefix = "import toolkit.core.model as m; m.AUTO_EXTERNAL_THRESHOLD = 200 << 20; m.PROTOBUF_LIMIT = 250 << 20"
+    prefix = "import toolkit.core.io.model as m; m.AUTO_EXTERNAL_THRESHOLD = 200 << 20; m.PROTOBUF_LIMIT = 250 << 20"
     code, out, peak, _ = measure(["surgeon", "sanitize", "big.onnx", "-o", "san.onnx", "--toposort"], work, prefix)
     assert code == 0, out
     assert (work / "san.onnx.data").exists(), "a model over the (lowered) limit was not saved with external data"

@@ -10,8 +10,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from modelzoo import make_model, vi
-from toolkit.core.compare import compare_arrays
-from toolkit.core.datafiles import load_outputs, save_inputs, save_outputs
+from toolkit.core.compare.arrays import compare_arrays
+from toolkit.core.io.datafiles import load_outputs, save_inputs, save_outputs
 
 
 def _int8_of_identity(path):

@@ -1,4 +1,4 @@
-"""The one noise model (toolkit.core.noise) and where it is used: evidence, --all-faults."""
+"""The one noise model (toolkit.core.compare.noise) and where it is used: evidence, --all-faults."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 from conftest import run_toolkit
 from test_reduce_noise import detector
-from toolkit.core import noise
+from toolkit.core.compare import noise
 from toolkit.reduce.evidence import Evidence, TensorEvidence, noise_warning
 
 COMPARE_CHECK = ["toolkit", "run", "a.onnx", "--onnxrt", "--load-inputs", "<reference>", "--load-outputs", "<reference>"]

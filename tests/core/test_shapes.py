@@ -7,7 +7,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import modelzoo
 from toolkit.core.errors import InputError
-from toolkit.core.model import load_model
+from toolkit.core.io.model import load_model
 from toolkit.core.shapes import (
     infer_tensor_meta,
     light_copy,

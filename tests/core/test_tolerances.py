@@ -3,11 +3,11 @@
 import subprocess
 import sys
 
-from toolkit.core.tolerances import Tolerances
+from toolkit.core.compare.tolerances import Tolerances
 
 
 def test_the_command_line_builds_tolerances_without_numpy():
-    code = ("import sys; from toolkit.core.tolerances import Tolerances; Tolerances.parse(['1e-3', 'y:2'], ['0']); "
+    code = ("import sys; from toolkit.core.compare.tolerances import Tolerances; Tolerances.parse(['1e-3', 'y:2'], ['0']); "
             "print('numpy' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"

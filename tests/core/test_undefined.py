@@ -11,8 +11,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from conftest import run_toolkit
 from modelzoo import make_model, vi
-from toolkit.core.datafiles import IterationResult, RunResults, save_inputs, save_outputs
-from toolkit.core.undefined import undefined_elements
+from toolkit.core.io.datafiles import IterationResult, RunResults, save_inputs, save_outputs
+from toolkit.core.compare.undefined import undefined_elements
 
 INT32_MIN = np.iinfo(np.int32).min
 

@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from toolkit.core.datafiles import IterationResult, RunResults, load_inputs, save_inputs, save_outputs
+from toolkit.core.io.datafiles import IterationResult, RunResults, load_inputs, save_inputs, save_outputs
 
 
 def _feeds(n, name, base):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from toolkit.core.datafiles import save_inputs
+from toolkit.core.io.datafiles import save_inputs
 
 
 @pytest.mark.parametrize("out", ["a.json", "./b.json"])

@@ -6,7 +6,7 @@ import os
 import numpy as np
 import pytest
 
-from toolkit.core import datafiles as d
+from toolkit.core.io import datafiles as d
 from toolkit.core.errors import InputError
 
 polygraphy_json = pytest.importorskip("polygraphy.json")

@@ -8,8 +8,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from toolkit.core.compare import compare_arrays
-from toolkit.core.datafiles import IterationResult, RunResults, load_outputs, save_outputs
+from toolkit.core.compare.arrays import compare_arrays
+from toolkit.core.io.datafiles import IterationResult, RunResults, load_outputs, save_outputs
 from toolkit.core.errors import InputError
 
 

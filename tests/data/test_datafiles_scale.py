@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from toolkit.core import datafiles as d
+from toolkit.core.io import datafiles as d
 from toolkit.core.errors import InputError
 
 
@@ -101,7 +101,7 @@ def test_a_json_inputs_file_given_as_outputs_is_refused_from_its_head(tmp_path):
 
 @pytest.mark.parametrize("ext", ["json", "npz"])
 def test_outputs_files_and_plain_npz_are_not_taken_for_inputs(tmp_path, ext):
-    from toolkit.core.datahead import first_feed_names
+    from toolkit.core.io.datahead import first_feed_names
 
     outputs = str(tmp_path / f"out.{ext}")
     d.save_outputs(outputs, d.RunResults([("r", [d.IterationResult({"y": np.ones(3)})])]))

@@ -12,7 +12,7 @@ import pytest
 import modelzoo as z
 from test_large_model import measure
 
-from toolkit.core.datafiles import IterationResult, RunResults, save_outputs
+from toolkit.core.io.datafiles import IterationResult, RunResults, save_outputs
 
 MB = 1 << 20
 

@@ -350,7 +350,7 @@ def test_write_failure_mid_reduce_still_writes_the_smallest_failing_model(tmp_pa
 def test_in_place_pair_is_usable_at_every_rename(tmp_path, monkeypatch, stop_at):
     """Saving over a model whose data file has the same name: before each rename the model on
     disk computes what the old one did; Ctrl-C at a rename puts the old pair back byte for byte."""
-    from toolkit.core.model import load_model, save_model
+    from toolkit.core.io.model import load_model, save_model
 
     model_path = save_external(tmp_path)
     want = compute(model_path)
@@ -410,7 +410,7 @@ def test_a_signal_just_after_the_temp_file_is_made_leaves_no_temp_file(tmp_path)
     code = (
         "import os, signal, sys\n"
         "from toolkit.core import create\n"
-        "from toolkit.core.model import write_bytes_atomic\n"
+        "from toolkit.core.io.model import write_bytes_atomic\n"
         "real = create.temp_beside\n"
         "def temp_beside(*args, **kwargs):\n"
         "    made = real(*args, **kwargs)\n"

@@ -36,7 +36,7 @@ from onnx import TensorProto
 import modelzoo as z
 from conftest import Result
 from test_fuzz import mutate, ops as byte_ops
-from toolkit.core import datafiles as d
+from toolkit.core.io import datafiles as d
 
 EXAMPLES = int(os.environ.get("TOOLKIT_FUZZ_EXAMPLES", "25"))
 SETTINGS = settings(

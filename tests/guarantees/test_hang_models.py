@@ -148,7 +148,7 @@ def test_an_inputs_file_given_as_outputs_is_refused_from_its_first_iteration(tmp
     import numpy as np
 
     from modelzoo import chain
-    from toolkit.core.datafiles import save_inputs
+    from toolkit.core.io.datafiles import save_inputs
 
     save(chain(2), tmp_path / "m.onnx")
     save_inputs(str(tmp_path / "in.json"), [{"x": np.ones((1, 4), np.float32)}] * 3)

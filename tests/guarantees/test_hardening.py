@@ -31,7 +31,7 @@ import pytest
 
 import modelzoo as z
 from conftest import Result, run_toolkit
-from toolkit.core import datafiles as d
+from toolkit.core.io import datafiles as d
 
 # ---------------------------------------------------------------------- the work folder
 

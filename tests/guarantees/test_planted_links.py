@@ -3,7 +3,7 @@
 A check that ``debug reduce`` runs, or anyone sharing the folder, can leave a symbolic link (or
 a hard link) under a name a command is about to create: its lock files, temp files, replay,
 iteration artifact, worker folders, outputs. The names are not listed here by hand: each
-command runs once with ``TOOLKIT_TRACE_CREATED`` set, which makes :mod:`toolkit.core.create`
+command runs once with ``TOOLKIT_TRACE_CREATED`` set, which makes :mod:`toolkit.core.files.create`
 (the one way the product creates a file) record every name it creates; then, in a fresh
 folder, a link to a file (or folder) outside is planted at each of those names and the
 command runs again. Nothing outside may change.

@@ -46,7 +46,7 @@ CASES = {
     "debug reduce": (["debug", "reduce", "loop.onnx", "-o", "out.onnx", "--check", "toolkit", "run",
                       "polygraphy_debug.onnx", "--onnxrt"], CHILD),  # (it writes its replay file when interrupted)
     "debug precision": (["debug", "precision", "loop.onnx", "-o", "out.onnx"], b"Searching"),
-    "data to-input": (["data", "to-input", "big.json", "-o", "out.json"], b"| toolkit.core.datafiles\n"),
+    "data to-input": (["data", "to-input", "big.json", "-o", "out.json"], b"| toolkit.core.io.datafiles\n"),
 }
 WAIT_FOR_CHILD = 15.0
 

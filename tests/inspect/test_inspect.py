@@ -112,7 +112,7 @@ def test_shape_inference_flag_decides_intermediate_shapes(cli, tmp_path, monkeyp
     without it they show what the model records, and shape inference does not run at all."""
     from onnx import TensorProto, helper
 
-    import toolkit.core.model as core_model
+    import toolkit.core.io.model as core_model
 
     nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"), helper.make_node("Sigmoid", ["a"], ["y"], name="s")]
     g = helper.make_graph(
@@ -225,7 +225,7 @@ def test_bad_mode_is_usage_error(cli, seed_model):
 
 
 def test_inspect_data_stats_and_values(cli, tmp_path):
-    from toolkit.core import datafiles as d
+    from toolkit.core.io import datafiles as d
 
     path = str(tmp_path / "in.json")
     d.save_inputs(path, [{"x": np.arange(4, dtype=np.float32)}, {"x": np.full(4, 7, np.float32)}])
@@ -239,7 +239,7 @@ def test_inspect_data_stats_and_values(cli, tmp_path):
 
 
 def test_inspect_data_outputs_npz(cli, tmp_path):
-    from toolkit.core import datafiles as d
+    from toolkit.core.io import datafiles as d
 
     path = str(tmp_path / "out.npz")
     rr = d.RunResults([("onnxrt-runner", [d.IterationResult({"y": np.array([1.0, np.nan, 3.0])}, 0.5, "onnxrt-runner")])])

@@ -8,7 +8,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-from toolkit.core.datafiles import IterationResult, RunResults, save_inputs
+from toolkit.core.io.datafiles import IterationResult, RunResults, save_inputs
 
 
 def _file(tmp_path) -> str:

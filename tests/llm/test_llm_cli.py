@@ -8,7 +8,7 @@ import onnxruntime as ort
 import pytest
 from llm_decoders import build_decoder
 
-from toolkit.core.datafiles import load_inputs
+from toolkit.core.io.datafiles import load_inputs
 from toolkit.llm.session import LlmConfig, LlmDebugger, Reporter
 
 

@@ -8,7 +8,7 @@ from onnx import TensorProto, helper
 from toolkit.core.errors import InputError, UsageError
 from toolkit.llm.io import discover, parse_names
 from toolkit.llm.steps import StepResult, compare_step, step_feed
-from toolkit.core.tolerances import Tolerances
+from toolkit.core.compare.tolerances import Tolerances
 
 
 def test_gqa_and_fp16_cache_read_from_the_model():

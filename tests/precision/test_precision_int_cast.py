@@ -10,7 +10,7 @@ import onnxruntime as ort
 
 import fp16_models as fm
 import modelzoo as mz
-from toolkit.core.datafiles import save_inputs
+from toolkit.core.io.datafiles import save_inputs
 
 X = np.linspace(60, 100, 8, dtype=np.float32).reshape(1, 8)  # x * 1000 passes fp16's 65504
 

@@ -10,8 +10,9 @@ import pytest
 
 import modelzoo as mz
 import qdq_models as qm
-from toolkit.core.datafiles import save_inputs
-from toolkit.core import qdq, qdq_stats
+from toolkit.core.io.datafiles import save_inputs
+from toolkit.quant import qdq
+from toolkit.quant import stats as qdq_stats
 from toolkit.precision.qdq_search import QdqConfig, QdqSearch
 
 PLANTED = "ctx"  # the activation whose pair gets a scale 40x too coarse

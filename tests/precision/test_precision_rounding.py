@@ -1,4 +1,4 @@
-"""`debug precision` keeps no node in fp32 for rounding alone (the noise model, toolkit.core.noise)."""
+"""`debug precision` keeps no node in fp32 for rounding alone (the noise model, toolkit.core.compare.noise)."""
 
 from __future__ import annotations
 

@@ -106,7 +106,7 @@ def test_cli_user_kept_and_errors(cli, ln_path, tmp_path):
 
 def test_cli_fails_in_fp32_is_exit_1(cli, ln_path, tmp_path):
     """Reference outputs that no fp32 run reproduces (saved, then perturbed): exit 1, with the reason."""
-    from toolkit.core.datafiles import IterationResult, RunResults, save_inputs, save_outputs
+    from toolkit.core.io.datafiles import IterationResult, RunResults, save_inputs, save_outputs
 
     feed = fm.ln_input()
     ref = ort_run(fm.layernorm_overflow(), feed)
@@ -125,7 +125,7 @@ def test_cli_fails_in_fp32_is_exit_1(cli, ln_path, tmp_path):
 @pytest.mark.parametrize("mode", [None, "bisect"])
 def test_a_reference_no_fp32_run_matches_stops_after_the_all_fp32_check(ln_path, tmp_path, mode):
     # before a search of many checks, every node in fp32 is checked once: it fails, so does every search
-    from toolkit.core.datafiles import IterationResult, RunResults, save_inputs, save_outputs
+    from toolkit.core.io.datafiles import IterationResult, RunResults, save_inputs, save_outputs
 
     feed = fm.ln_input()
     ins, outs = tmp_path / "in.json", tmp_path / "golden.json"

@@ -9,7 +9,7 @@ import pytest
 import fp16_models as fm
 import modelzoo as mz
 import qdq_models as qm
-from toolkit.core.datafiles import save_inputs
+from toolkit.core.io.datafiles import save_inputs
 
 BAD = [("--atol", "1", "Y:1e-6"), ("--rtol", "nosuch:0.5"), ("--check-error-stat", "nosuch:mean")]
 

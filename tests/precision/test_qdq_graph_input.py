@@ -9,7 +9,7 @@ import numpy as np
 from onnx import TensorProto, helper, numpy_helper
 
 import modelzoo as mz
-from toolkit.core.datafiles import save_inputs
+from toolkit.core.io.datafiles import save_inputs
 
 
 def _uint8_input():

@@ -9,7 +9,7 @@ from onnx import helper, numpy_helper
 
 import modelzoo as mz
 import qdq_models as qm
-from toolkit.core.datafiles import save_inputs
+from toolkit.core.io.datafiles import save_inputs
 
 
 def _single_class():

@@ -9,8 +9,8 @@ import pytest
 
 import modelzoo as mz
 import qdq_models as qm
-from toolkit.core import qdq
-from toolkit.core.datafiles import save_inputs
+from toolkit.quant import qdq
+from toolkit.core.io.datafiles import save_inputs
 
 
 @pytest.fixture(scope="module")

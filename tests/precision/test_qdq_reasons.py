@@ -7,8 +7,9 @@ import numpy as np
 
 import modelzoo as mz
 import qdq_models as qm
-from toolkit.core import qdq, qdq_stats
-from toolkit.core.datafiles import save_inputs
+from toolkit.quant import qdq
+from toolkit.quant import stats as qdq_stats
+from toolkit.core.io.datafiles import save_inputs
 
 
 def _inputs(path, feeds):

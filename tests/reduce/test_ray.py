@@ -249,7 +249,7 @@ def test_data_files_travel_through_the_object_store(tmp_path, cluster):
     """A toolkit check's --load-inputs file reaches the task even where its path does not exist."""
     import numpy as np
 
-    from toolkit.core.datafiles import save_inputs
+    from toolkit.core.io.datafiles import save_inputs
     from toolkit.reduce.cluster import ClusterOptions, RayCluster
 
     model = modelzoo.chain(3)

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 from modelzoo import make_model, save, vi
 from reduce_helpers import node_names
 
-from toolkit.core.datafiles import save_inputs
+from toolkit.core.io.datafiles import save_inputs
 
 INSPECT = ["toolkit", "inspect", "model", "polygraphy_debug.onnx", "--mode=basic"]
 

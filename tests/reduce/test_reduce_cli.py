@@ -436,7 +436,7 @@ def test_model_input_shapes_fix_dynamic_inputs(cli, tmp_path, monkeypatch):
 def test_load_inputs_shapes_fix_dynamic_inputs(cli, tmp_path, monkeypatch):
     import numpy as np
 
-    from toolkit.core.datafiles import save_inputs
+    from toolkit.core.io.datafiles import save_inputs
 
     monkeypatch.chdir(tmp_path)
     modelzoo.save(modelzoo.dynamic_batch(), tmp_path / "model.onnx")
@@ -535,7 +535,7 @@ def _reshape_by_input():
 def test_data_options_feed_the_shape_fallback(cli, tmp_path, monkeypatch):
     import numpy as np
 
-    from toolkit.core.datafiles import save_inputs
+    from toolkit.core.io.datafiles import save_inputs
 
     monkeypatch.chdir(tmp_path)
     modelzoo.save(_reshape_by_input(), tmp_path / "model.onnx")

@@ -21,8 +21,8 @@ from reduce_helpers import (
     with_loop,
 )
 from toolkit.reduce.graph import GraphIndex
-from toolkit.reduce.masks import mask_indices
-from toolkit.reduce.strategy import Plan, bisect, default, linear
+from toolkit.search.masks import mask_indices
+from toolkit.search.strategy import Plan, bisect, default, linear
 
 
 def _assert_all_valid(check):

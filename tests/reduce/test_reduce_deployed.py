@@ -10,7 +10,7 @@ import numpy as np
 import onnx
 
 from deployed_models import qdq_softmax
-from toolkit.core.datafiles import save_inputs
+from toolkit.core.io.datafiles import save_inputs
 
 
 def _reduce(cli, tmp_path, *extra):

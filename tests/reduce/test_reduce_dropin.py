@@ -65,7 +65,7 @@ def test_no_reduce_inputs_keeps_model_inputs_and_adds_no_outputs(ws):
 
 def test_no_reduce_outputs_folds_side_branch_inputs(ws):
     x = {"X0": np.array([3.0], np.float32), "Y0": np.array([2.0], np.float32)}
-    from toolkit.core.datafiles import save_inputs
+    from toolkit.core.io.datafiles import save_inputs
 
     save_inputs(str(ws / "inputs.json"), [x])
     res = _reduce(ws, "--no-reduce-outputs", "--mode=linear", "--load-inputs", "inputs.json", fail=("n3",))
@@ -119,7 +119,7 @@ def test_layerwise_inputs_given_to_reduce(tmp_path, monkeypatch):
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"  # dynamic
     modelzoo.save(model, tmp_path / "model.onnx")
     x = np.ones((3, 4), np.float32)
-    from toolkit.core.datafiles import save_inputs
+    from toolkit.core.io.datafiles import save_inputs
 
     # a layerwise file: the input plus intermediate tensors (and one the model does not have)
     save_inputs(str(tmp_path / "layerwise.json"), [{"x": x, "t0": x, "t1": x.astype(np.float64), "zzz": x}])

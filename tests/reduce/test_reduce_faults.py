@@ -9,7 +9,7 @@ import onnx
 from modelzoo import chain, save
 from reduce_helpers import FakeCheck, node_names
 from toolkit.reduce.faults import AllFaultsReducer, numbered, within
-from toolkit.reduce.masks import range_mask
+from toolkit.search.masks import range_mask
 
 
 def _reduce(tmp_path, model, culprits, mode=None):

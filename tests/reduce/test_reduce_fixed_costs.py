@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from toolkit.reduce.masks import popcount
-from toolkit.reduce.strategy import FIXED_COSTS_ENV, Plan, default
+from toolkit.search.masks import popcount
+from toolkit.search.strategy import FIXED_COSTS_ENV, Plan, default
 
 
 class Line:

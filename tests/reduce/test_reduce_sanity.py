@@ -84,7 +84,7 @@ def _evidence(max_abs, max_rel, atol, rtol):
 
 
 def test_amplification_is_never_shown_as_infx():
-    from toolkit.core.noise import times
+    from toolkit.core.compare.noise import times
 
     assert times(float("inf")) == "unbounded" and times(1e9) == "1e+09x"
     assert times(2.5) == "2.5x"

@@ -152,7 +152,7 @@ def test_named_exit_code_is_not_broken(chain6):
 
 def _golden(folder, model="model.onnx", perturb=1.0, mark_all=False):
     """inputs.json and a golden outputs file with every value moved by ``perturb``."""
-    from toolkit.core.datafiles import clear_cache, load_outputs, save_outputs
+    from toolkit.core.io.datafiles import clear_cache, load_outputs, save_outputs
 
     extra = ["--onnx-outputs", "mark", "all"] if mark_all else []
     res = run_toolkit("run", model, "--onnxrt", "--save-inputs", "inputs.json", "--save-outputs", "golden.json",
@@ -290,7 +290,7 @@ def test_json_summary_with_evidence(chain6):
     res = run_toolkit("data", "to-input", "inputs.json", "golden.json", "-o", "layerwise.json", cwd=chain6)
     assert res.code == 0, res.err
     # only the tensors after node 3 are off: perturb the golden values of t3, t4, y
-    from toolkit.core.datafiles import clear_cache, load_outputs, save_outputs
+    from toolkit.core.io.datafiles import clear_cache, load_outputs, save_outputs
 
     good = load_outputs(str(chain6 / "golden.json"))
     for _, iters in good.runs:

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import modelzoo as mz
-from toolkit.core.datafiles import load_inputs
+from toolkit.core.io.datafiles import load_inputs
 from toolkit.core.inputs import generate_inputs, parse_val_ranges
 from toolkit.core.meta import TensorMeta
 

@@ -231,7 +231,7 @@ def test_compare_against_fp16_emulation_finds_the_overflowing_pow(tmp_path, cli)
 def test_reference_computed_in_a_child_process(golden, tmp_path):
     """Device runners compute the reference in a child (no device context in the forking parent);
     shown here with ONNX-Runtime forced down that path: the values come back through .npz files."""
-    from toolkit.core.datafiles import load_inputs, load_outputs
+    from toolkit.core.io.datafiles import load_inputs, load_outputs
     from toolkit.reduce.accuracy import CompareOptions, compute_reference, isolated_reference
 
     assert isolated_reference("trt:fp16") and not isolated_reference("onnxrt:opt=disable")
@@ -259,8 +259,8 @@ def test_diagnosis_on_a_terminal_draws_a_sparkline(tmp_path, monkeypatch):
 
     from accuracy_models import all_tensors, feed
     from toolkit.cli import diagnosis as render
-    from toolkit.core.compare import PairComparison, compare_iteration
-    from toolkit.core.tolerances import Tolerances
+    from toolkit.core.compare.arrays import PairComparison, compare_iteration
+    from toolkit.core.compare.tolerances import Tolerances
     from toolkit.run.diagnosis import diagnose, pair_errors, topology_of
 
     paths = save_pair(tmp_path, layers=6, perturb=(2,))

@@ -7,7 +7,7 @@ import pytest
 from onnx import TensorProto, helper
 
 from modelzoo import make_model, save, vi
-from toolkit.core import undefined
+from toolkit.core.compare import undefined
 from toolkit.run import pipeline
 
 

@@ -12,8 +12,8 @@ from onnx import TensorProto, helper
 
 from accuracy_models import all_tensors, conv_net, feed, save_pair
 from modelzoo import make_model
-from toolkit.core.compare import PairComparison, compare_iteration
-from toolkit.core.tolerances import Tolerances
+from toolkit.core.compare.arrays import PairComparison, compare_iteration
+from toolkit.core.compare.tolerances import Tolerances
 from toolkit.run.diagnosis import (
     amplification,
     depth_line,
@@ -226,7 +226,7 @@ def test_tolerance_ratio_matches_the_verdict():
 
 
 def test_nan_and_shape_mismatch_are_infinite_errors():
-    from toolkit.core.compare import compare_arrays
+    from toolkit.core.compare.arrays import compare_arrays
 
     a = np.array([1.0, np.nan], np.float32)
     b = np.array([1.0, 2.0], np.float32)

@@ -1,4 +1,4 @@
-"""One classification of a failing node (toolkit.core.noise.classify): overflow (a value its
+"""One classification of a failing node (toolkit.core.compare.noise.classify): overflow (a value its
 storage cannot hold), rounding (within that storage's noise bound, fp16/bf16 named as such),
 carried (only its inputs' error) or fault. `run`'s diagnosis and report name the overflowing node
 where the error starts, call the rest rounding, and never call a passing node the culprit."""

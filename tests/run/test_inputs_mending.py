@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import modelzoo as mz
-from toolkit.core.datafiles import save_inputs
+from toolkit.core.io.datafiles import save_inputs
 from toolkit.core.errors import InputError
 from toolkit.core.inputs import select_feed
 from toolkit.core.meta import TensorMeta

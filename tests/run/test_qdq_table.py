@@ -10,8 +10,9 @@ from onnxruntime.quantization.qdq_loss_debug import compute_signal_to_quantizati
 
 import modelzoo as mz
 import qdq_models as qm
-from toolkit.core.datafiles import save_inputs
-from toolkit.core import qdq, qdq_stats
+from toolkit.core.io.datafiles import save_inputs
+from toolkit.quant import qdq
+from toolkit.quant import stats as qdq_stats
 from toolkit.precision.qdq_search import marked_run
 
 

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import modelzoo as mz
 from conftest import run_toolkit
-from toolkit.core.datafiles import load_inputs, load_outputs, save_inputs, save_outputs, RunResults, IterationResult
+from toolkit.core.io.datafiles import load_inputs, load_outputs, save_inputs, save_outputs, RunResults, IterationResult
 from toolkit.core.install import extra_install_command
 
 SHAPE = (1, 3, 4, 4)

@@ -4,7 +4,7 @@ options that only Polygraphy recipes use."""
 import pytest
 
 import modelzoo as mz
-from toolkit.core.datafiles import load_inputs, load_outputs
+from toolkit.core.io.datafiles import load_inputs, load_outputs
 
 
 @pytest.fixture

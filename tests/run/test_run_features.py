@@ -9,8 +9,8 @@ import pytest
 from onnx import TensorProto, helper
 
 import modelzoo as mz
-from toolkit.core.compare import compare_indices, topk_indices
-from toolkit.core.datafiles import load_inputs, save_outputs, IterationResult, RunResults
+from toolkit.core.compare.arrays import compare_indices, topk_indices
+from toolkit.core.io.datafiles import load_inputs, save_outputs, IterationResult, RunResults
 
 
 @pytest.fixture

@@ -92,7 +92,7 @@ def test_an_inference_error_on_generated_inputs_says_how_they_were_made(cli, tmp
     assert cli("run", path, "--onnxrt", "--val-range", "shape:[0,0]").code == 0
     import numpy as np
 
-    from toolkit.core.datafiles import save_inputs
+    from toolkit.core.io.datafiles import save_inputs
 
     save_inputs(str(tmp_path / "in.json"), [{"x": np.ones((2, 3), np.float32), "shape": np.array([5, 5])}])
     res = cli("run", path, "--onnxrt", "--load-inputs", tmp_path / "in.json")

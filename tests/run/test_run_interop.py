@@ -8,7 +8,7 @@ import pytest
 
 import modelzoo as mz
 from conftest import run_toolkit
-from toolkit.core.datafiles import load_inputs, load_outputs
+from toolkit.core.io.datafiles import load_inputs, load_outputs
 
 pytest.importorskip("polygraphy")
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import modelzoo as z
-from toolkit.core import datafiles
+from toolkit.core.io import datafiles
 from toolkit.core.errors import InputError, UsageError
 from toolkit.run import Reporter, RunOptions, execute
 from toolkit.run.feeds import FeedSource

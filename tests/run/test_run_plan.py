@@ -3,7 +3,7 @@
 import numpy as np
 from onnx import TensorProto, helper
 
-from toolkit.core.tolerances import Tolerances
+from toolkit.core.compare.tolerances import Tolerances
 from toolkit.core.errors import UsageError
 
 

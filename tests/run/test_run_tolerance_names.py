@@ -7,7 +7,7 @@ import pytest
 
 import modelzoo as mz
 from toolkit import api
-from toolkit.core.tolerances import Tolerances
+from toolkit.core.compare.tolerances import Tolerances
 from toolkit.core.errors import UsageError
 from toolkit.run import RunOptions, execute
 

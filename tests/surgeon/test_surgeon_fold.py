@@ -326,7 +326,7 @@ def test_sanitize_with_big_folded_constants_matches():
 
 
 def test_model_size_estimate_is_close_and_not_below():
-    from toolkit.core.model import model_size_estimate
+    from toolkit.core.io.model import model_size_estimate
 
     model = big_constants_model()
     exact = model.ByteSize()
@@ -347,7 +347,7 @@ def test_no_second_pass_when_nothing_was_unlocked():
 def test_saved_model_with_big_weights_loads_the_same(tmp_path):
     """Big weights are written after the rest of the model, as further pieces of the graph
     field: onnx and ONNX-Runtime read the same model (big initializers last)."""
-    from toolkit.core.model import save_model
+    from toolkit.core.io.model import save_model
 
     model = big_constants_model()
     big = numpy_helper.from_array(np.arange(300_000, dtype=np.float32).reshape(600, 500), "unused_big")
@@ -623,7 +623,7 @@ def test_validation_takes_minus_one_for_a_reshape_targets_computed_dim():
 ])
 def test_damage_is_measured_in_each_type_storage(dtype, dims, nbytes, whole):
     """8-bit floats take a byte per value; 4-bit types two values per byte (rounded up)."""
-    from toolkit.core.graphs import damaged_tensor
+    from toolkit.core.graph.graphs import damaged_tensor
 
     t = TensorProto(name="w", data_type=dtype, dims=dims)
     t.raw_data = b"\x11" * nbytes  # onnx's helper refuses a wrong size; a damaged file does not ask

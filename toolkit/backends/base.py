@@ -21,7 +21,7 @@ from typing import Dict, List, Mapping, Optional
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.meta import TensorMeta
-from toolkit.core.phases import report_phase
+from toolkit.core.process.phases import report_phase
 
 
 class Runner:

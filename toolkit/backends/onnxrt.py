@@ -29,12 +29,12 @@ from toolkit.core.errors import (  # noqa: F401  (InferenceError: re-exported)
     one_line,
     ort_errors,
 )
-from toolkit.core.functions import check_inlined_size, check_model_file, interruptible
-from toolkit.core.interrupt import interruptible_run
-from toolkit.core.graphs import external_data_folder, has_external_data
-from toolkit.core.layerwise import outputs_patch, select_outputs, set_outputs
+from toolkit.core.io.functions import check_inlined_size, check_model_file, interruptible
+from toolkit.core.process.interrupt import interruptible_run
+from toolkit.core.graph.graphs import external_data_folder, has_external_data
+from toolkit.core.graph.layerwise import outputs_patch, select_outputs, set_outputs
 from toolkit.core.meta import TensorMeta
-from toolkit.core.model import check_readable_file, describe, load_external_data_into, parse_model, read_bytes
+from toolkit.core.io.model import check_readable_file, describe, load_external_data_into, parse_model, read_bytes
 
 STDIO = "-"
 

@@ -33,9 +33,9 @@ from toolkit.backends.base import Runner
 from toolkit.core.declare import option
 from toolkit.core.errors import LIBRARY_ERRORS, DependencyError, InferenceError, InputError, UsageError
 from toolkit.core.install import import_extra
-from toolkit.core.layerwise import select_outputs
+from toolkit.core.graph.layerwise import select_outputs
 from toolkit.core.meta import TensorMeta
-from toolkit.core.model import check_readable_file, load_model, read_bytes
+from toolkit.core.io.model import check_readable_file, load_model, read_bytes
 
 #: ``precision=`` values -> OpenVINO's INFERENCE_PRECISION_HINT values
 PRECISIONS = {"f32": "f32", "bf16": "bf16", "f16": "f16"}

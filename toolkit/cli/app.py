@@ -21,7 +21,7 @@ from toolkit.cli import output, signals
 from toolkit.cli.app_settings import root_settings
 from toolkit.cli.errors import report_interrupt, run_with_boundary
 from toolkit.cli.options import take_common_options
-from toolkit.core import inplace
+from toolkit.core.files import inplace
 
 # The backends the root --help names: the title of every runner kind that toolkit.run.registry
 # registers, in its order. Kept here rather than read from the registry, whose import (the
@@ -188,7 +188,7 @@ def _dispatch(rest: List[str]):
 
 def _worker_main(argv: List[str]) -> int:
 
-    from toolkit.core.phases import disable_supervision
+    from toolkit.core.process.phases import disable_supervision
 
     output._consoles.clear()  # the forked child has new stdio objects
     disable_supervision()  # (the reducer counts a death by signal as a failure itself)
@@ -215,7 +215,7 @@ def run(exit: Callable[[int], None] = os._exit) -> None:
     complete by then (files are closed and renamed before ``main`` returns), and skipping
     the interpreter's teardown of numpy/onnxruntime saves tens of milliseconds per call.
     """
-    from toolkit.core.phases import enable_supervision
+    from toolkit.core.process.phases import enable_supervision
 
     enable_supervision()  # (runs that crash a runtime are reported: see toolkit.cli.supervisor)
     code = main()

@@ -12,7 +12,7 @@ import typer
 
 from toolkit.cli.options import bind, command_kwargs, values_for
 from toolkit.cli.output import echo, log, warn
-from toolkit.core import paths
+from toolkit.core.files import paths
 from toolkit.core import shared_options as S
 from toolkit.core.declare import declared, option, required, switch
 from toolkit.core.errors import ExitCode, InferenceError, InputError, UsageError
@@ -103,7 +103,7 @@ def register(app: typer.Typer) -> None:
 
 def names_in_file(path: str, flag: str) -> List[str]:
     """The names in a text file, one per line (stripped; blank lines and ``#`` comments skipped)."""
-    from toolkit.core.model import check_readable_file
+    from toolkit.core.io.model import check_readable_file
 
     check_readable_file(path)
     try:
@@ -141,7 +141,7 @@ def _convert(
     json_out: bool,
     check: _Check,
 ) -> None:
-    from toolkit.core.model import check_readable_file, load_model, save_model
+    from toolkit.core.io.model import check_readable_file, load_model, save_model
     _check_args(model_path, output, dtype, keep_fp32, json_out, check)
 
     reads = [("--load-inputs", check.load_inputs)] if check.load_inputs else []
@@ -219,7 +219,7 @@ class _Again:
 
     def __call__(self, more: List[str]):
         from toolkit.convert import fp16
-        from toolkit.core.model import load_model
+        from toolkit.core.io.model import load_model
 
         model = load_model(self.model_path, external_data_dir=self.external_data_dir)
         return fp16.convert(model, list(self.keep_fp32) + more, keep_io_types=not self.reduced_io, inplace=True,
@@ -228,7 +228,7 @@ class _Again:
 
 def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Check) -> None:
     """Usage errors, before anything is read or written."""
-    from toolkit.core.model import check_output_path
+    from toolkit.core.io.model import check_output_path
 
     if dtype is None:
         if keep_fp32:
@@ -270,11 +270,11 @@ def _check_feeds(model, check: _Check):
     generates them; made one at a time while the check runs)."""
     from toolkit.convert.validate import INPUT_SETS
     from toolkit.core.inputs import guessed_shapes, parse_val_ranges, plan_generation, select_feed
-    from toolkit.core.model import graph_io_meta
+    from toolkit.core.io.model import graph_io_meta
 
     metas, _ = graph_io_meta(model)
     if check.load_inputs:
-        from toolkit.core.datafiles import load_inputs
+        from toolkit.core.io.datafiles import load_inputs
 
         src = check.load_inputs
         feeds = [select_feed(loaded, metas, source=src, iteration=k) for k, loaded in enumerate(load_inputs(src))]

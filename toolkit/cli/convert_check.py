@@ -51,7 +51,7 @@ def _sessions(model, feeds, level: Optional[str], first=None) -> list:
 
 def _runs(original, feeds) -> bool:
     """Whether the original model (a path or a model) runs on ``feeds`` with the default options."""
-    from toolkit.core.model import load_model
+    from toolkit.core.io.model import load_model
 
     model = load_model(original) if isinstance(original, str) else original
     return all(r.ok for r in _sessions(model, feeds, None))

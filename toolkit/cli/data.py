@@ -10,7 +10,7 @@ import typer
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import bind, check_data_output, command_kwargs, values_for
 from toolkit.cli.output import log, warn
-from toolkit.core import paths
+from toolkit.core.files import paths
 from toolkit.core.declare import argument, required
 from toolkit.core.errors import UsageError
 
@@ -27,8 +27,8 @@ class MergeArgs:
 
 
 def _to_input(args: MergeArgs) -> None:
-    from toolkit.core.datafiles import load_data, merge_to_inputs, save_inputs
-    from toolkit.core.model import check_output_path
+    from toolkit.core.io.datafiles import load_data, merge_to_inputs, save_inputs
+    from toolkit.core.io.model import check_output_path
 
     files, output = args.files, args.output
     if not files:
@@ -52,7 +52,7 @@ def _to_input(args: MergeArgs) -> None:
 def _warn_uneven(files: List[str], datasets: list) -> None:
     """Warn when the files hold different numbers of iterations: the later feeds then lack the
     tensors of the shorter files (a layerwise check on them would miss its inputs)."""
-    from toolkit.core.datafiles import RunResults
+    from toolkit.core.io.datafiles import RunResults
 
     counts = [
         max((len(iters) for _r, iters in d.runs), default=0) if isinstance(d, RunResults) else len(d)

@@ -215,8 +215,8 @@ def _summary_reduced(outcome, cfg, stats: str) -> None:
 def _script_inputs(spec: str, func_name: Optional[str]) -> str:
     """Run a --data-loader-script and save its feeds to a temporary .npz removed at exit."""
 
-    from toolkit.core.datafiles import save_inputs
-    from toolkit.core.dataloader import load_script_feeds
+    from toolkit.core.io.datafiles import save_inputs
+    from toolkit.core.io.dataloader import load_script_feeds
 
     feeds = load_script_feeds(spec, func_name)
     folder = tempfile.mkdtemp(prefix="toolkit-loader-")
@@ -231,7 +231,7 @@ def _script_inputs(spec: str, func_name: Optional[str]) -> str:
 def _spool_stdin() -> str:
     """The model on stdin, saved to a temporary file removed at exit (for --compare, which runs it
     on the reference runner as well as indexing it)."""
-    from toolkit.core.model import read_bytes
+    from toolkit.core.io.model import read_bytes
 
     data = read_bytes("-")
     if not data:
@@ -263,7 +263,7 @@ def _open_cluster(a: "ReduceArgs"):
     before the model is read, so that Ray starts its worker processes meanwhile."""
     if a.cluster is None:
         return None
-    from toolkit.core.model import check_readable_file
+    from toolkit.core.io.model import check_readable_file
     from toolkit.reduce.cluster import open_for_reduce
 
     for path in (a.model, *(a.load_inputs or ())):
@@ -286,7 +286,7 @@ def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
     reducer_kw: Dict[str, Any] = {}
     if compare is not None:
         from toolkit.cli.reduce_compare import make_compare_runner
-        from toolkit.core.tolerances import Tolerances
+        from toolkit.core.compare.tolerances import Tolerances
         from toolkit.reduce.faults import CompareReducer
 
         runner = compare_runner = make_compare_runner(
@@ -351,7 +351,7 @@ def _storage_warning(outcome, runner, cfg) -> None:
 
 def _step_warning(outcome, output: str) -> "str | None":
     """:func:`toolkit.reduce.evidence.step_warning` on the reduced model written to ``output``."""
-    from toolkit.core.model import load_model
+    from toolkit.core.io.model import load_model
     from toolkit.reduce.evidence import step_warning
 
     try:

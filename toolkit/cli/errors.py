@@ -147,7 +147,7 @@ def report_interrupt() -> int:
 
     if not state.interrupt_reported:
         state.interrupt_reported = True
-        paths = sys.modules.get("toolkit.core.paths")
+        paths = sys.modules.get("toolkit.core.files.paths")
         written = paths.written_summary() if paths is not None else ""
         _print_error(f"{interrupted_by()}{'; ' + written if written else ''}")
     return int(ExitCode.INTERRUPTED)
@@ -156,7 +156,7 @@ def report_interrupt() -> int:
 def _corrupt_model_text():
     """After an unexpected failure: a model read with names that are not valid UTF-8 is the
     likelier cause (protobuf hands them back as bytes). Checked only if a model was loaded."""
-    model_module = sys.modules.get("toolkit.core.model")
+    model_module = sys.modules.get("toolkit.core.io.model")
     if model_module is None:
         return None
     try:

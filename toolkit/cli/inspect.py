@@ -63,7 +63,7 @@ class InspectModelArgs:
 def inspect_model(ctx: typer.Context, **params) -> None:
     """Show a model: name, opsets, graph inputs and outputs, initializers, and optionally nodes,
     attributes and weights (subgraphs of If/Loop/Scan nested under their node)."""
-    from toolkit.core.model import load_model
+    from toolkit.core.io.model import load_model
     from toolkit.inspect.describe import Show, describe_model, model_text
 
     args = InspectModelArgs(**values_for(InspectModelArgs, params))
@@ -84,7 +84,7 @@ def inspect_model(ctx: typer.Context, **params) -> None:
         return
     base_dir = None
     if shown.weights and not args.ignore_external_data:
-        from toolkit.core.model import load_lazily
+        from toolkit.core.io.model import load_lazily
 
         # weights stay on disk and are read one at a time for their statistics
         proto, base_dir = load_lazily(model, external_data_dir, eager_bytes=0, bounded=args.shape_inference)
@@ -124,7 +124,7 @@ class InspectDataArgs:
 def inspect_data(ctx: typer.Context, **params) -> None:
     """Show an inputs or outputs file: iterations, and per tensor dtype, shape and statistics
     (mean, std, min, max, median, 90th/95th/99th percentiles, NaN/Inf counts)."""
-    from toolkit.core.datafiles import load_data
+    from toolkit.core.io.datafiles import load_data
     from toolkit.inspect.data import data_lines, describe_data
 
     args = InspectDataArgs(**values_for(InspectDataArgs, params))

@@ -125,7 +125,7 @@ def config_of(a: LlmArgs):
 
 def _run(a: LlmArgs) -> int:
     from toolkit.cli.llm_render import LlmReporter, render
-    from toolkit.core import paths
+    from toolkit.core.files import paths
     from toolkit.llm.session import LlmDebugger
 
     for flag, path in (("MODEL", a.model), ("--reference-model", a.reference_model)):

@@ -19,7 +19,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, List, Optional, TextIO
 
 from toolkit.core.text import escape_controls
-from toolkit.core import paths
+from toolkit.core.files import paths
 from toolkit.core.errors import UsageError
 
 # Levels: lower numbers are more verbose.
@@ -93,7 +93,7 @@ def configure(level: Optional[int] = None, log_file: Optional[str] = None, forma
             folder = os.path.dirname(log_file)
             if folder:
                 os.makedirs(folder, exist_ok=True)
-            from toolkit.core.create import open_append
+            from toolkit.core.files.create import open_append
 
             state.log_file = open_append(log_file)  # (never through a link left at that name)
         except OSError as exc:
@@ -107,7 +107,7 @@ def configure(level: Optional[int] = None, log_file: Optional[str] = None, forma
 
 
 def _check_log_file(log_file: str) -> None:
-    """The log file is a write of every command (toolkit.core.paths): it must not be a file the
+    """The log file is a write of every command (toolkit.core.files.paths): it must not be a file the
     command line names (a model, a data file, a script) nor an external data file of a model
     it names. Checked before the file is opened."""
 

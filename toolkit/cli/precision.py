@@ -205,7 +205,7 @@ def _default_session_fails(cfg) -> str:
     from toolkit.convert.runtime_check import run_session, working_level
     from toolkit.convert.shapes import hinted_shapes
     from toolkit.core.inputs import generate_inputs
-    from toolkit.core.model import graph_io_meta, load_model
+    from toolkit.core.io.model import graph_io_meta, load_model
 
     model = load_model(cfg.output, external_data_dir=cfg.external_data_dir)
     metas, _ = graph_io_meta(model)
@@ -337,8 +337,8 @@ def _no_pairs(path: str, weights: bool) -> str:
     """Why the quantized model at ``path`` has no Q/DQ pair to search ('' when it has one): its
     quantization is in integer ops (``quantize_dynamic``, ``QuantFormat.QOperator``: a Q/DQ pair
     there only quantizes an integer op's input or dequantizes its output) or on weights alone."""
-    from toolkit.core import qdq
-    from toolkit.core.model import load_model
+    from toolkit.quant import qdq
+    from toolkit.core.io.model import load_model
 
     model = load_model(path, load_external_data=False)
     if qdq.find_pairs(model, weights=weights):

@@ -44,7 +44,7 @@ class QdqReporter(PrecisionReporter):
             log(f"{len(search.fixed)} pair(s) at --float-op-types {','.join(c.float_op_types)} in float in every "
                 f"check: {', '.join(search.by_name[n].shown for n in search.fixed)}")
         if search.metric is not None:
-            from toolkit.precision.qdq_metrics import summary as metric_summary
+            from toolkit.quant.metrics import summary as metric_summary
 
             log(f"Pass rule: {metric_summary(search.metric)}, on every input set")
         held = getattr(search, "held_out_feeds", [])
@@ -112,7 +112,7 @@ def _summary_json(outcome, cfg, code: int) -> Dict[str, Any]:
 
 
 def _cause_lines(outcome) -> List[str]:
-    from toolkit.core.qdq_stats import causes
+    from toolkit.quant.stats import causes
 
     stats = [outcome.stats[n] for n in outcome.kept if n in outcome.stats]
     found = causes(stats, outcome.inputs)
@@ -182,7 +182,7 @@ def _scaled_line(outcome, cfg) -> None:
 
 def _held_out_lines(outcome) -> None:
     """Whether the result holds on the held-out inputs, and whether they are enough to say so."""
-    from toolkit.precision.qdq_validate import needed
+    from toolkit.quant.validate import needed
 
     held = outcome.held_out
     if held is None:
@@ -248,7 +248,7 @@ def summary(outcome, cfg, json_out: bool) -> int:
 
         data = _summary_json(outcome, cfg, code)
         if outcome.table:
-            from toolkit.run.qdq_table import row_dict
+            from toolkit.quant.table import row_dict
 
             data["table"] = [row_dict(k, st) for k, st in enumerate(outcome.table, 1)]
         echo(json.dumps(data, indent=2))
@@ -264,7 +264,7 @@ def _db(value) -> str:
 
 def table_line(rank: int, st) -> str:
     """One pair of the local/propagated table, grep-able."""
-    from toolkit.core.qdq_stats import percent
+    from toolkit.quant.stats import percent
 
     verdict = "rounding" if st.rounding_only else "ADDS ERROR"
     why = [r.split(":")[0] for r in st.reasons if not r.startswith("local error")]

@@ -45,7 +45,7 @@ def preflight_compare(model: str, compare: Optional[Sequence[str]], reference_mo
     missing backend, provider or device: exit 4) and every file it reads."""
     if compare is None:
         return
-    from toolkit.core.model import check_readable_file
+    from toolkit.core.io.model import check_readable_file
     from toolkit.reduce.accuracy import CompareOptions
     from toolkit.run.specs import preflight_specs
 
@@ -66,7 +66,7 @@ def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, time
     opts.validate()
     _check_tolerance_names(model, opts)
     if opts.reference_model:
-        from toolkit.core.model import check_readable_file
+        from toolkit.core.io.model import check_readable_file
 
         check_readable_file(opts.reference_model)
     from toolkit.cli import run as _run  # noqa: F401 - imported once here, inherited by every forked check
@@ -79,7 +79,7 @@ def _check_tolerance_names(model: str, opts) -> None:
     can output (exit 2 before any work)."""
     import os
 
-    from toolkit.core.model import load_model
+    from toolkit.core.io.model import load_model
     from toolkit.run.plan import require_known_names
 
     tol = opts.tolerances
@@ -108,7 +108,7 @@ def _storage_words(noise) -> str:
 
 
 def summarize_faults(faults: List, log_fn=log, noise=None) -> None:
-    from toolkit.core.noise import times
+    from toolkit.core.compare.noise import times
     from toolkit.run.diagnosis import g
 
     n = len(faults)

@@ -83,7 +83,7 @@ _HELD = _Held()
 def handler(signum, frame) -> None:
     """The command's handler: KeyboardInterrupt, held while an import runs."""
     from toolkit.cli import output
-    from toolkit.core.phases import report_interrupted
+    from toolkit.core.process.phases import report_interrupted
 
     top = _import_top(frame)
     if top is not None:

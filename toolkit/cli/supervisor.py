@@ -20,9 +20,9 @@ from typing import Callable
 
 from toolkit.cli import output
 from toolkit.cli.errors import run_with_boundary
-from toolkit.core import phases
-from toolkit.core.phases import INTERRUPTED
-from toolkit.core.supervise import fork, signal_name
+from toolkit.core.process import phases
+from toolkit.core.process.phases import INTERRUPTED
+from toolkit.core.process.supervise import fork, signal_name
 from toolkit.core.errors import InferenceError
 
 

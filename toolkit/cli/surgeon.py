@@ -16,7 +16,8 @@ import typer
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, values_for
 from toolkit.cli.output import log, warn
-from toolkit.core import inplace, paths
+from toolkit.core.files import inplace
+from toolkit.core.files import paths
 from toolkit.core import shared_options as S
 from toolkit.core.declare import declared, option, switch
 from toolkit.core.errors import UsageError
@@ -73,7 +74,7 @@ _MORE = [(ExternalData, "", None)]
 
 def _save(model, output: str, data: ExternalData, base_dir: Optional[str]) -> None:
     from toolkit.core.meta import parse_size
-    from toolkit.core.model import save_model
+    from toolkit.core.io.model import save_model
 
     external = True if (data.save_external_data or data.external_data_path) else None
     save_model(
@@ -89,7 +90,7 @@ def _save(model, output: str, data: ExternalData, base_dir: Optional[str]) -> No
 def _check_data_file_clash(model_path: str, output: str, external_path: Optional[str], files) -> None:
     """Refuse to write the output's weights over the input's external data file, unless the
     output replaces the input model itself (then both are rewritten together)."""
-    from toolkit.core.model import STDIO
+    from toolkit.core.io.model import STDIO
 
     if not files or output == STDIO:
         return
@@ -107,9 +108,9 @@ def _check_data_file_clash(model_path: str, output: str, external_path: Optional
 
 
 def _check_paths(model_path: str, output: str, external_path: Optional[str], external_data_dir: Optional[str]) -> None:
-    """The one rule (toolkit.core.paths): -o and its data file are not files this command reads,
+    """The one rule (toolkit.core.files.paths): -o and its data file are not files this command reads,
     except that -o may replace MODEL itself (its data file then goes with it)."""
-    from toolkit.core.model import STDIO, data_file_path
+    from toolkit.core.io.model import STDIO, data_file_path
 
     writes = []
     if output != STDIO:
@@ -177,7 +178,7 @@ def extract_command(ctx: typer.Context, **params) -> None:
     error (exit 3); nothing is written then.
     """
     from toolkit.core.meta import parse_shape_specs, parse_size, parse_tensor_spec
-    from toolkit.core.model import check_output_path
+    from toolkit.core.io.model import check_output_path
     from toolkit.core.shapes import top_tensor_names
     from toolkit.surgeon.extract import extract
     from toolkit.surgeon.plumbing import count_model_nodes
@@ -268,7 +269,7 @@ def sanitize_command(ctx: typer.Context, **params) -> None:
     nodes whose folded values are wrong), and one line says what was left unfolded.
     """
     from toolkit.core.meta import parse_shape_specs, parse_size
-    from toolkit.core.model import check_output_path
+    from toolkit.core.io.model import check_output_path
     from toolkit.surgeon.optimize import optimize
     from toolkit.surgeon.outputs import (
         apply_fallback_shapes,

@@ -13,7 +13,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from toolkit.core.errors import DependencyError
-from toolkit.core.graphs import walk_graphs
+from toolkit.core.graph.graphs import walk_graphs
 
 
 def onnx_errors() -> tuple:

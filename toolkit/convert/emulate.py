@@ -44,7 +44,7 @@ from toolkit.convert.onnx_types import bf16_ready, infer_types, tensor_types
 from toolkit.convert.placement import decide
 from toolkit.convert.ranges import risky_values
 from toolkit.core.errors import UsageError
-from toolkit.core.graphs import node_subgraphs
+from toolkit.core.graph.graphs import node_subgraphs
 
 
 @dataclass

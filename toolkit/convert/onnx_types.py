@@ -16,8 +16,8 @@ from onnx import version_converter
 
 from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, STD_DOMAINS, TENSOR_STR, iter_graphs, onnx_errors
 from toolkit.core.errors import ExitCode, InputError, ToolkitError
-from toolkit.core.graphs import element_count
-from toolkit.core.interrupt import ChildDied, call_in_child
+from toolkit.core.graph.graphs import element_count
+from toolkit.core.process.interrupt import ChildDied, call_in_child
 
 STRIPPED = "stripped"  # the external-data location of the weights a light copy leaves out
 _STRIP_BYTES = 4096  # weights larger than this are left out of the copy given to shape inference
@@ -234,7 +234,7 @@ def _inferred(model, strict: bool, check_type: bool, what: str):
 
 
 def _infer(model, strict: bool, check_type: bool):
-    """onnx's shape inference (run in a child: see :func:`toolkit.core.interrupt.call_in_child`);
+    """onnx's shape inference (run in a child: see :func:`toolkit.core.process.interrupt.call_in_child`);
     with ``check_type`` only the check matters (nothing comes back)."""
     inferred = onnx.shape_inference.infer_shapes(model, strict_mode=strict, check_type=check_type, data_prop=False)
     return None if check_type else inferred

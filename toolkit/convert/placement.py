@@ -31,7 +31,7 @@ from toolkit.convert.common import (
 from toolkit.convert.onnx_types import Schemas, infer_types, schema_lacks, tensor_types
 from toolkit.convert.ranges import range_keep
 from toolkit.core.errors import InputError
-from toolkit.core.graphs import node_subgraphs
+from toolkit.core.graph.graphs import node_subgraphs
 
 ML_DOMAIN = "ai.onnx.ml"
 

@@ -32,8 +32,8 @@ from toolkit.convert.common import (
     weight_array,
 )
 from toolkit.core.errors import ort_errors
-from toolkit.core.interrupt import interruptible_run
-from toolkit.core.graphs import node_subgraphs
+from toolkit.core.process.interrupt import interruptible_run
+from toolkit.core.graph.graphs import node_subgraphs
 
 KEEP_BYTES = 1 << 30  # weights read by the range check kept for the conversion, at most (bytes)
 RANGE_REL = 1e-2  # relative L2 error of a weight's fp16 rounding past which it matters (1%)

@@ -29,7 +29,7 @@ from toolkit.convert.common import (
     short_name,
 )
 from toolkit.convert.onnx_types import Schemas, allowed_types, formal_param
-from toolkit.core.graphs import node_subgraphs, stable_topological_order
+from toolkit.core.graph.graphs import node_subgraphs, stable_topological_order
 
 
 def _subgraph_reads(node) -> Set[str]:

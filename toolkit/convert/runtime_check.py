@@ -5,7 +5,7 @@ emulated): set-up is cheaper, and the emulation must not be fused away. A model 
 right that way can still crash ONNX-Runtime when a user creates a session with the default
 options (all graph optimizations: a transformer such as NCHWc rewrites the graph the check never
 saw). So the written model also gets a session with the default options (and the level the user
-names), in a forked child (:mod:`toolkit.core.supervise`), and runs on every input set: a crash
+names), in a forked child (:mod:`toolkit.core.process.supervise`), and runs on every input set: a crash
 (a signal) is a finding, with the phase it happened in, and the outputs it computes are the
 figure ONNX-Runtime's CPU provider measures.
 
@@ -27,7 +27,7 @@ import onnxruntime as ort
 
 from toolkit.convert.validate import as_input, split_weights
 from toolkit.core.errors import one_line, ort_errors
-from toolkit.core.supervise import start_child
+from toolkit.core.process.supervise import start_child
 
 # --ort-optimization level names -> ONNX-Runtime's GraphOptimizationLevel members
 LEVELS = {

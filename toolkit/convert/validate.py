@@ -36,10 +36,10 @@ from onnx import numpy_helper
 from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes
 from toolkit.convert.emulate import emulate_mixed
 from toolkit.convert.onnx_types import STRIPPED, infer_types, tensor_types, without_big_data
-from toolkit.core.compare import error_arrays
+from toolkit.core.compare.arrays import error_arrays
 from toolkit.core.errors import ExitCode, InferenceError, one_line, ort_errors
-from toolkit.core.interrupt import interruptible_run
-from toolkit.core.layerwise import set_outputs
+from toolkit.core.process.interrupt import interruptible_run
+from toolkit.core.graph.layerwise import set_outputs
 
 # a tensor differs when its largest absolute error is past ATOL + RTOL * its largest magnitude
 ATOL = 1e-2
@@ -200,7 +200,7 @@ class _Model:
 def _loaded(model):
     """``model`` as a ModelProto (loaded when it is a path)."""
     if isinstance(model, str):
-        from toolkit.core.model import load_model
+        from toolkit.core.io.model import load_model
 
         return load_model(model)
     return model

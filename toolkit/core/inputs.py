@@ -22,7 +22,7 @@ from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from toolkit.core.npy import tensor_header
+from toolkit.core.io.npy import tensor_header
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.meta import (
     TensorMeta,

@@ -20,10 +20,10 @@ import numpy as np
 import onnx
 
 from toolkit.core.errors import DependencyError, InputError, one_line, ort_errors
-from toolkit.core.interrupt import interruptible_run
-from toolkit.core.graphs import attribute_graphs, copy_field, has_external_data, tensor_nbytes
+from toolkit.core.process.interrupt import interruptible_run
+from toolkit.core.graph.graphs import attribute_graphs, copy_field, has_external_data, tensor_nbytes
 from toolkit.core.meta import TensorMeta, dtype_from_numpy, dtype_from_onnx, dtype_to_numpy, format_spec_shape
-from toolkit.core.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
+from toolkit.core.io.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
 
 # Initializers bigger than this are replaced by shape-only stubs for shape inference.
 STUB_BYTES = 1 << 16
@@ -300,7 +300,7 @@ def infer_tensor_meta(
     metas: Dict[str, TensorMeta] = {}
     all_names = top_tensor_names(work)
     if not force_fallback:
-        from toolkit.core.model import infer_shapes
+        from toolkit.core.io.model import infer_shapes
 
         inferred = infer_shapes(work, data_prop=True)
         metas = collect_inferred(inferred)

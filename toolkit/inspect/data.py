@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
-from toolkit.core.datafiles import RunResults
+from toolkit.core.io.datafiles import RunResults
 from toolkit.core.meta import format_shape
 from toolkit.inspect.describe import INDENT, stats_text, values_text
 from toolkit.inspect.summaries import summarize_many

@@ -13,9 +13,9 @@ from typing import Any, Dict, List, Optional
 import numpy as np
 
 from toolkit.core.errors import ToolkitError, UsageError
-from toolkit.core.graphs import walk_graphs
+from toolkit.core.graph.graphs import walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_from_onnx, format_shape
-from toolkit.core.model import value_info_meta
+from toolkit.core.io.model import value_info_meta
 
 INDENT = "    "
 # Without --mode=full, list at most this many initializers (big models have hundreds).
@@ -314,7 +314,7 @@ class GraphDescriber:
 def _read_external(t, base_dir: str):
     """A weight still on disk, as an array: memory-mapped when numpy has its dtype."""
     from onnx import helper, numpy_helper
-    from toolkit.core.weights import load_tensor, ref_source
+    from toolkit.core.io.weights import load_tensor, ref_source
 
     src, offset, length = ref_source(t, base_dir)
     try:
@@ -347,7 +347,7 @@ def describe_model(model, show: Show, infer: bool = False, external_base_dir: Op
     graph = model.graph
     body_metas: Dict[str, TensorMeta] = {}
     if infer and show.layers:
-        from toolkit.core.model import infer_shapes
+        from toolkit.core.io.model import infer_shapes
         from toolkit.core.shapes import light_copy
 
         # weights replaced by shape-only stubs: inference does not copy them twice

@@ -19,7 +19,7 @@ import numpy as np
 
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.meta import TensorMeta, dtype_to_numpy
-from toolkit.core.model import value_info_meta
+from toolkit.core.io.model import value_info_meta
 
 #: The roles a name can be given for (``--name ROLE=NAME``).
 SCALAR_ROLES = ("input_ids", "attention_mask", "position_ids", "use_cache_branch", "logits")

@@ -17,8 +17,8 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
-from toolkit.core.compare import compare_arrays
-from toolkit.core.tolerances import Tolerances
+from toolkit.core.compare.arrays import compare_arrays
+from toolkit.core.compare.tolerances import Tolerances
 from toolkit.llm.steps import nan_only_in
 from toolkit.run.options import RunOptions
 from toolkit.run.registry import mark_all_outputs

@@ -16,11 +16,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
-from toolkit.core.tolerances import Tolerances
-from toolkit.core.datafiles import save_inputs
+from toolkit.core.compare.tolerances import Tolerances
+from toolkit.core.io.datafiles import save_inputs
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
-from toolkit.core.graphs import external_data_folder, has_external_data
-from toolkit.core.model import check_external_files, check_readable_file, load_model
+from toolkit.core.graph.graphs import external_data_folder, has_external_data
+from toolkit.core.io.model import check_external_files, check_readable_file, load_model
 from toolkit.core.progress import Messages
 from toolkit.llm import prompts as P
 from toolkit.llm.io import DecoderIO, check_compatible, discover

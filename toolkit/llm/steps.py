@@ -13,8 +13,8 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from toolkit.core.compare import OutputComparison, compare_arrays
-from toolkit.core.tolerances import Tolerances
+from toolkit.core.compare.arrays import OutputComparison, compare_arrays
+from toolkit.core.compare.tolerances import Tolerances
 from toolkit.core.errors import InputError
 from toolkit.core.meta import dtype_to_numpy
 from toolkit.llm.io import DecoderIO

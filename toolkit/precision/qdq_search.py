@@ -1,13 +1,13 @@
 """``debug precision`` on a quantized (QDQ) model: the fewest Q/DQ pairs to take back to float.
 
 The search is :class:`toolkit.precision.search.PrecisionSearch` over a different set: the
-model's Q/DQ pairs *bypassed* (their tensor skips Q and DQ, :func:`toolkit.core.qdq.bypass`)
+model's Q/DQ pairs *bypassed* (their tensor skips Q and DQ, :func:`toolkit.quant.qdq.bypass`)
 instead of nodes kept in fp32. Bypassing more pairs brings the model closer to float, so the
 same delta-debugging engine (bisect, QuickXplain, 1-minimality) applies unchanged.
 
 The reference is the float model (``--reference-model``, run once), or the quantized model with
 every pair bypassed. After the search, one run of the quantized model with every pair's
-tensors marked gives each pair's statistics (:func:`toolkit.core.qdq.pair_stats`): why it
+tensors marked gives each pair's statistics (:func:`toolkit.quant.qdq.pair_stats`): why it
 is kept, and for pairs kept for clipping or a coarse scale, the scale the observed range gives
 and whether requantizing with it passes (one check each).
 
@@ -24,14 +24,15 @@ import numpy as np
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from toolkit.core.compare import compare_iteration
+from toolkit.core.compare.arrays import compare_iteration
 from toolkit.core.errors import InputError, ToolkitError, UsageError
-from toolkit.core.layerwise import set_outputs
-from toolkit.core.model import load_model, save_model
-from toolkit.core import qdq, qdq_stats
-from toolkit.precision import qdq_metrics
-from toolkit.precision.qdq_validate import GENERATED, HeldOut, split, split_count
-from toolkit.reduce import strategy
+from toolkit.core.graph.layerwise import set_outputs
+from toolkit.core.io.model import load_model, save_model
+from toolkit.quant import qdq
+from toolkit.quant import stats as qdq_stats
+from toolkit.quant import metrics as qdq_metrics
+from toolkit.quant.validate import GENERATED, HeldOut, split, split_count
+from toolkit.search import strategy
 from toolkit.reduce.graph import mask_indices
 from toolkit.precision.search import PrecisionConfig, PrecisionOutcome, Check, PrecisionSearch, SetIndex, describe
 from toolkit.run.registry import get_kind
@@ -46,7 +47,7 @@ class QdqConfig(PrecisionConfig):
     table: bool = False  # also every activation pair's local/upstream error, ranked (the reference's tensors)
     validate_inputs: List[str] = field(default_factory=list)  # held-out input files (else split or generated)
     held_out: Optional[int] = None  # loaded input sets held out (None: a quarter of four or more)
-    # the pass rule: None (the tolerances), a metric name (toolkit.precision.qdq_metrics), or a
+    # the pass rule: None (the tolerances), a metric name (toolkit.quant.metrics), or a
     # callable fn(reference_outputs, candidate_outputs) -> bool, judged per input set
     metric: Any = None
     metric_tolerance: Optional[float] = None
@@ -134,13 +135,13 @@ class QdqSearch(PrecisionSearch):
             raise InputError(f"--reference-model {ref}: no such file")
         if self.config.load_outputs and ref:
             raise UsageError("--reference-model and --load-outputs both give the reference; give one")
-        from toolkit.core import paths
+        from toolkit.core.files import paths
 
         if self.config.order not in ("graph", "error"):
             raise UsageError(f"--order {self.config.order}: use graph or error")
         if self.config.held_out is not None and self.config.held_out < 0:
             raise UsageError("--held-out must be 0 or more")
-        from toolkit.core.model import check_readable_file
+        from toolkit.core.io.model import check_readable_file
 
         for held in self.config.validate_inputs:
             check_readable_file(held)
@@ -200,7 +201,7 @@ class QdqSearch(PrecisionSearch):
 
     def _units(self) -> Dict[str, List[str]]:
         """The search's units: a pair with the pairs that only re-quantize its values on its grid
-        (:func:`toolkit.core.qdq.tied_pairs`): first pair -> every pair of the unit (tied pairs only)."""
+        (:func:`toolkit.quant.qdq.tied_pairs`): first pair -> every pair of the unit (tied pairs only)."""
         members: Dict[str, List[str]] = {}
         for name, root in qdq.tied_pairs(self.model, self.pairs).items():
             if name not in self.fixed and root not in self.fixed:
@@ -315,7 +316,7 @@ class QdqSearch(PrecisionSearch):
         return qdq.bypass(self.model, [self.by_name[n] for n in self.fixed_order + self.expand(keep)])
 
     def _rounding_only(self, mask: int, comps) -> bool:
-        return False  # the tolerance decides; rounding is the table's business (toolkit.run.qdq_table)
+        return False  # the tolerance decides; rounding is the table's business (toolkit.quant.table)
 
     def _all_fp32_passes(self) -> bool:
         return self.passes(self.index.full_mask)
@@ -472,7 +473,7 @@ class QdqSearch(PrecisionSearch):
         """The statistics of the kept pairs ``names`` where each matters: with the other kept pairs in
         float. One run of the model with all of them in float gives every kept pair's input as it is
         then (a pair's own quantization changes only what follows it); the pair's quantization is
-        applied to it in numpy (:func:`toolkit.core.qdq.fake_quantize`). Weight pairs: their weights."""
+        applied to it in numpy (:func:`toolkit.quant.qdq.fake_quantize`). Weight pairs: their weights."""
         pairs = [self.by_name[n] for n in names if not self.by_name[n].weight]
         out = gather_stats(pairs, self.candidate_model([p.name for p in pairs]), self.float_model, self.feeds, self.config.model,
                            self.config.external_data_dir, emulate=True) if pairs else {}

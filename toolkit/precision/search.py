@@ -3,7 +3,7 @@
 The reduced precision is the candidate runner's: ``onnxrt:fp16``/``trt:fp16`` search a mixed
 fp16 model, ``onnxrt:bf16``/``trt:bf16`` a mixed bf16 one (same search, same conversion).
 
-The search is debug reduce's delta-debugging engine (:mod:`toolkit.reduce.strategy`) over
+The search is debug reduce's delta-debugging engine (:mod:`toolkit.search.strategy`) over
 a different set: the nodes *kept in fp32* instead of the nodes kept in a subgraph. Keeping
 more nodes in fp32 only brings the model closer to fp32, so "the mixed model passes" is
 monotone in that set, and the strategies' reasoning (prefixes in topological order contain
@@ -33,18 +33,18 @@ import numpy as np
 import onnx
 
 from toolkit.convert import fp16
-from toolkit.core.compare import compare_iteration
-from toolkit.core.tolerances import Tolerances
-from toolkit.core.datafiles import load_outputs
+from toolkit.core.compare.arrays import compare_iteration
+from toolkit.core.compare.tolerances import Tolerances
+from toolkit.core.io.datafiles import load_outputs
 from toolkit.core.errors import DependencyError, ExitCode, InferenceError, InputError, ToolkitError, UsageError
 from toolkit.convert.shapes import hinted_shapes
 from toolkit.core.inputs import generate_inputs, guessed_shapes, parse_val_ranges, select_feed
-from toolkit.core.layerwise import set_outputs
-from toolkit.core.model import check_output_path, check_readable_file, graph_io_meta, load_model, save_model
-from toolkit.core.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
+from toolkit.core.graph.layerwise import set_outputs
+from toolkit.core.io.model import check_output_path, check_readable_file, graph_io_meta, load_model, save_model
+from toolkit.core.compare.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
 from toolkit.core.progress import Messages
-from toolkit.reduce import strategy
-from toolkit.reduce.masks import mask_indices, popcount
+from toolkit.search import strategy
+from toolkit.search.masks import mask_indices, popcount
 from toolkit.reduce.replay import Replay
 from toolkit.precision.replay import check_words
 from toolkit.run.feeds import explain_generated
@@ -61,7 +61,7 @@ STATUS_NOTHING = "nothing-to-search"
 STATUS_FAILS_FP32 = "fails-in-fp32"  # even keeping every node in fp32 the comparison fails
 STATUS_INTERRUPTED = "interrupted"
 # the comparison fails at the tolerances given, by the rounding of reduced-precision storage alone
-# (toolkit.core.noise): the search keeps no node in fp32 for that; it says which tolerance would
+# (toolkit.core.compare.noise): the search keeps no node in fp32 for that; it says which tolerance would
 # pass, and the verdict is a failure
 STATUS_ROUNDING = "rounding"
 
@@ -251,7 +251,7 @@ class PrecisionSearch:
                 if path == "-":
                     raise UsageError("debug precision writes files; give a file name, not '-'")
                 check_output_path(path)
-        from toolkit.core import paths
+        from toolkit.core.files import paths
 
         reads = [("--load-inputs", p) for p in c.load_inputs] + [("--load-outputs", c.load_outputs or "")]
         if c.load_replay and not (c.save_replay and paths.same_file(c.load_replay, c.save_replay)):
@@ -334,7 +334,7 @@ class PrecisionSearch:
         if self.given_feeds is not None:
             return self.given_feeds
         if c.load_inputs:
-            from toolkit.core.datafiles import load_inputs
+            from toolkit.core.io.datafiles import load_inputs
 
             feeds: List[Mapping] = []
             for path in c.load_inputs:
@@ -557,7 +557,7 @@ class PrecisionSearch:
 
     def _rounding_only(self, mask: int, comps) -> bool:
         """Whether every failing output is off by no more than the rounding of reduced-precision
-        storage through the graph's depth (toolkit.core.noise.noise_bound, relative to the output's
+        storage through the graph's depth (toolkit.core.compare.noise.noise_bound, relative to the output's
         largest reference value); remembers the atol that would pass."""
 
         bound = noise_bound(STORAGE_FLOOR[self._precision], self.depth)
@@ -680,7 +680,7 @@ class PrecisionSearch:
         Default (guided) mode: while the check shows an overflow (a tensor infinite or NaN where
         the reference is finite), keep the node producing the first such tensor in fp32 and check
         again -- one check per node needed; then the reduce engine's 1-minimality loop
-        (:func:`toolkit.reduce.strategy.drop_loop`) removes what was not needed. When no
+        (:func:`toolkit.search.strategy.drop_loop`) removes what was not needed. When no
         overflow explains the failure (precision lost without overflow), the engine's default
         search (bisect, QuickXplain) runs over the other nodes, then the same 1-minimality loop.
         ``--mode bisect|linear``: the engine's strategy alone, over all nodes.

@@ -3,7 +3,7 @@
 - :mod:`toolkit.reduce.graph`: the graph index and candidate subgraphs built from the
   model file cut into serialized pieces (:mod:`~toolkit.reduce.pieces`); the shapes and dtypes of
   their new inputs and outputs (:mod:`~toolkit.reduce.metas`).
-- :mod:`toolkit.reduce.strategy`: the searches (bisect, linear, the default);
+- :mod:`toolkit.search.strategy`: the searches (bisect, linear, the default);
   :mod:`~toolkit.reduce.guide`: the guided search of ``--compare``.
 - :mod:`toolkit.reduce.check`: running the check (subprocess or warm forked worker);
   :mod:`toolkit.reduce.verdict`: what a check's result means (pass, fail, broken, timeout, the

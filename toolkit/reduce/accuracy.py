@@ -5,7 +5,7 @@ No ``--check``, no golden file to prepare:
 1. the reference model (``--reference-model``, default the model itself) runs once on the
    reference runner (a runner spec, default ``onnxrt``) with every tensor marked as an
    output; its values stay in this process's memory, registered with
-   :func:`toolkit.core.datafiles.hold_in_memory` (temp ``.npz`` files beyond
+   :func:`toolkit.core.io.datafiles.hold_in_memory` (temp ``.npz`` files beyond
    :data:`MEMORY_LIMIT`, or when a device runner computes them in a child process);
 2. each candidate subgraph runs in the warm worker (a fork of this process, which holds
    the values already) on the runner under test, fed with the reference's values
@@ -35,9 +35,9 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from toolkit.core.compare import compare_iteration
-from toolkit.core.tolerances import Tolerances
-from toolkit.core.datafiles import (
+from toolkit.core.compare.arrays import compare_iteration
+from toolkit.core.compare.tolerances import Tolerances
+from toolkit.core.io.datafiles import (
     IterationResult,
     RunResults,
     hold_in_memory,
@@ -51,11 +51,11 @@ from toolkit.core.datafiles import (
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.inputs import parse_val_ranges
 from toolkit.core.meta import parse_shape_specs
-from toolkit.core.supervise import fork
-from toolkit.core.noise import ULPS, amplification, is_rounding, noise_bound, precision_of, storage_floor
+from toolkit.core.process.supervise import fork
+from toolkit.core.compare.noise import ULPS, amplification, is_rounding, noise_bound, precision_of, storage_floor
 from toolkit.reduce.check import WarmRunner, WorkerEntry, run_in_process
 from toolkit.reduce.deployed import DeployedRun, deployed_options, marking_changes, per_subgraph_options
-from toolkit.reduce.masks import popcount
+from toolkit.search.masks import popcount
 from toolkit.reduce.guide import rank
 from toolkit.reduce.loading import load_for_index
 from toolkit.reduce.verdict import CheckResult
@@ -382,7 +382,7 @@ def full_model_fp32_nodes(model: str, opts: CompareOptions) -> Optional[List[str
         return None
     from toolkit.convert.common import reduced_types
     from toolkit.convert.placement import decide
-    from toolkit.core.model import load_model
+    from toolkit.core.io.model import load_model
 
     full = load_model(model, external_data_dir=opts.external_data_dir)  # (with its weights: their ranges count)
     if reduced_types(full):
@@ -746,7 +746,7 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
 def rest_is_noise(runner: CompareRunner, reducer, allowed: int) -> Optional[dict]:
     """Whether what remains of the model (the nodes of ``allowed``, earlier faults' outputs fed the
     reference's values) fails by rounding only: run once with every tensor compared, every node's
-    amplification near 1 and the largest error within the noise bound for its size (toolkit.core.noise).
+    amplification near 1 and the largest error within the noise bound for its size (toolkit.core.compare.noise).
     The evidence when it does, else None."""
 
     floor = storage_floor(runner.opts.test)
@@ -766,7 +766,7 @@ def rest_is_noise(runner: CompareRunner, reducer, allowed: int) -> Optional[dict
 
 
 def _judge_noise(f, floor: float, storage: str = "fp32") -> None:
-    """``f.evidence["noise"]``: whether the fault is rounding by the noise model (toolkit.core.noise):
+    """``f.evidence["noise"]``: whether the fault is rounding by the noise model (toolkit.core.compare.noise):
     its own error, fed exact inputs, within the bound for its size, and its amplification near 1."""
 
     ev = f.evidence

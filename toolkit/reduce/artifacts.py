@@ -11,14 +11,14 @@ import shutil
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
-from toolkit.core import paths
-from toolkit.core.create import make_folder
+from toolkit.core.files import paths
+from toolkit.core.files.create import make_folder
 from toolkit.core.errors import InputError
-from toolkit.core.model import (
+from toolkit.core.io.model import (
     write_bytes_atomic,
 )
 from toolkit.core.progress import Messages
-from toolkit.core.weights import link_data_files
+from toolkit.core.io.weights import link_data_files
 from toolkit.reduce.check import data_files_in, toolkit_args
 from toolkit.reduce.config import Iteration, ReduceConfig
 from toolkit.reduce.graph import Candidate, GraphIndex
@@ -54,7 +54,7 @@ class Artifacts:
     _kept: Tuple[paths.Named, ...] = ()  # the files --art-dir must never replace (reads and outputs)
 
     def _validate_distinct_outputs(self) -> None:
-        """The one rule (toolkit.core.paths) for every file the reduce writes, moves or may
+        """The one rule (toolkit.core.files.paths) for every file the reduce writes, moves or may
         delete: -o, --min-good, the iteration artifact (and each parallel check's, with its
         weights files), --iter-info, the replay, and the --artifacts it moves. None is a file
         the reduce or its check reads, nor another of them. The replay may be loaded from
@@ -147,7 +147,7 @@ class Artifacts:
         self.index.write(cand, path, links=links)
 
     def _link_beside(self, path: str, files: List[str], hard_links: bool = False):
-        """:func:`toolkit.core.weights.link_data_files` for ``files`` in ``path``'s folder."""
+        """:func:`toolkit.core.io.weights.link_data_files` for ``files`` in ``path``'s folder."""
 
         try:
             return link_data_files(

@@ -18,9 +18,9 @@ import numpy as np
 from onnx import numpy_helper
 
 from toolkit.core.errors import LIBRARY_ERRORS, ToolkitError
-from toolkit.core.graphs import external_data_folder, fresh_name, is_external, node_subgraphs, walk_graphs
-from toolkit.core.model import save_model
-from toolkit.core.weights import load_tensor
+from toolkit.core.graph.graphs import external_data_folder, fresh_name, is_external, node_subgraphs, walk_graphs
+from toolkit.core.io.model import save_model
+from toolkit.core.io.weights import load_tensor
 from toolkit.reduce.accuracy import feed_source
 from toolkit.reduce.loading import load_for_index
 from toolkit.run.options import RunOptions

@@ -36,7 +36,7 @@ from typing import Callable, Dict, List, Optional, Pattern, Sequence, Tuple
 
 import toolkit
 from toolkit.core.errors import UsageError
-from toolkit.core.supervise import fork
+from toolkit.core.process.supervise import fork
 from toolkit.reduce.capture import Stream, found_patterns
 from toolkit.reduce.verdict import CheckResult
 
@@ -440,7 +440,7 @@ class WarmRunner:
                     loading(path, os.path.getsize(path))
                 except OSError:
                     pass
-            from toolkit.core.datafiles import load_data  # (numpy: not for a subprocess check, e.g. on a Ray node)
+            from toolkit.core.io.datafiles import load_data  # (numpy: not for a subprocess check, e.g. on a Ray node)
 
             try:
                 load_data(path)  # cached by path/size/mtime; children inherit it

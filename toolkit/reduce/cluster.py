@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from toolkit.core.errors import DependencyError, InferenceError, ToolkitError, UsageError
-from toolkit.core.graphs import external_data_locations
+from toolkit.core.graph.graphs import external_data_locations
 from toolkit.core.install import import_extra
 from toolkit.reduce.check import data_files_in, toolkit_args
 from toolkit.reduce.parallel import WORKER_ENV

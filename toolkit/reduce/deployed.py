@@ -71,7 +71,7 @@ def per_subgraph_options(model: str, opts, ref, **extra):
 
 class DeployedRun:
     """The reference model's outputs as deployed, computed in a forked child
-    (:class:`toolkit.core.supervise.Child`) while this process computes the marked reference (the
+    (:class:`toolkit.core.process.supervise.Child`) while this process computes the marked reference (the
     two sessions then cost one's wall time where a core is free).
 
     :meth:`result` waits for it and checks that the child fed the same inputs as the marked run
@@ -79,7 +79,7 @@ class DeployedRun:
     computed here. ``feeds(loaded)``: the FeedSource of the reference (``loaded``: given values)."""
 
     def __init__(self, spec: str, model: str, opts, feeds):
-        from toolkit.core.supervise import can_fork, start_child
+        from toolkit.core.process.supervise import can_fork, start_child
 
         self.spec, self.model, self.opts, self.feeds = spec, model, opts, feeds
         self.child = start_child(_deployed_in_child, spec, model, opts, feeds) if can_fork() else None

@@ -23,7 +23,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import List, Optional, Sequence
 
-from toolkit.core.noise import NEAR_TOLERANCE, STORAGE_FLOOR, evidence_is_rounding, passing_tolerance
+from toolkit.core.compare.noise import NEAR_TOLERANCE, STORAGE_FLOOR, evidence_is_rounding, passing_tolerance
 
 _NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
 _ROW = re.compile(
@@ -34,7 +34,7 @@ _ROW = re.compile(
 
 # A reduced failure this many times smaller than the full model's is suspicious (an addendum
 # to a rounding-sized failure, never a reason on its own: a real fault may be smaller than
-# the error it causes downstream). What is rounding is decided by toolkit.core.noise.
+# the error it causes downstream). What is rounding is decided by toolkit.core.compare.noise.
 FAR_SMALLER = 100.0
 
 
@@ -147,7 +147,7 @@ def noise_warning(
     precision: Optional[str] = None,
 ) -> Optional[str]:
     """A warning when the reduced model's failure is the size of float32 rounding (the noise
-    model of :mod:`toolkit.core.noise`), else None. ``check``: the check command (its advice
+    model of :mod:`toolkit.core.compare.noise`), else None. ``check``: the check command (its advice
     leaves out what it already does). ``precision``: "fp16" or "bf16" when the runner under test
     stores tensors so: the rounding is then named as that storage's."""
 

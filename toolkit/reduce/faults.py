@@ -4,7 +4,7 @@ After a minimal failing subgraph is found, its nodes leave the model: the tensor
 produced become inputs of what is left, fed with reference values by the built-in
 comparison (``--compare``), so the fault no longer shows downstream. The search then runs
 again on the remaining nodes, until they pass. Each round is an ordinary search
-(:mod:`toolkit.reduce.strategy`) restricted to the nodes still in play by :func:`within`:
+(:mod:`toolkit.search.strategy`) restricted to the nodes still in play by :func:`within`:
 in topological order, the allowed nodes of a prefix still fail exactly when the prefix
 holds a fault, so every strategy works unchanged.
 
@@ -18,12 +18,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
-from toolkit.core.noise import times
+from toolkit.core.compare.noise import times
 from toolkit.reduce.evidence import Evidence
-from toolkit.reduce.masks import mask_indices, range_mask
+from toolkit.search.masks import mask_indices, range_mask
 from toolkit.reduce.guide import MIN_AMPLIFICATION, TRIES, guided
 from toolkit.reduce.session import Reducer
-from toolkit.reduce.strategy import STRATEGIES, Plan, Search, default
+from toolkit.search.strategy import STRATEGIES, Plan, Search, default
 from toolkit.reduce.verdict import FAIL, CheckResult, error_line
 
 MAX_FAULTS = 64
@@ -143,7 +143,7 @@ class CompareReducer(Reducer):
             errors = errors_of()
             if not errors:
                 return self._ranked
-            from toolkit.core.noise import storage_floor
+            from toolkit.core.compare.noise import storage_floor
 
             test = getattr(getattr(self.runner, "opts", None), "test", "")
             self._ranked = rank(self.index, errors, storage_floor(test))

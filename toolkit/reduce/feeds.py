@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Callable, Dict
 
-from toolkit.core.datafiles import load_inputs
+from toolkit.core.io.datafiles import load_inputs
 from toolkit.core.errors import ToolkitError
 from toolkit.core.inputs import generate_inputs, parse_val_ranges
 from toolkit.core.meta import dtype_to_numpy
-from toolkit.core.model import graph_io_meta, load_model
+from toolkit.core.io.model import graph_io_meta, load_model
 from toolkit.reduce.loading import run_for_values
 
 

@@ -26,13 +26,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 from toolkit.core.text import shown_name
 from toolkit.core.errors import InputError
-from toolkit.core.graphs import node_subgraphs, stable_topological_order, walk_graphs
+from toolkit.core.graph.graphs import node_subgraphs, stable_topological_order, walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_to_onnx, is_dtype_name
-from toolkit.core.model import atomic_output, save_model
-from toolkit.core.protowire import encode_field, field_header, scan_fields
+from toolkit.core.io.model import atomic_output, save_model
+from toolkit.core.io.protowire import encode_field, field_header, scan_fields
 from toolkit.core.shapes import node_reads
-from toolkit.core.weights import is_ref, ref_nbytes, relinked
-from toolkit.reduce.masks import mask_indices
+from toolkit.core.io.weights import is_ref, ref_nbytes, relinked
+from toolkit.search.masks import mask_indices
 from toolkit.reduce.metas import MetaProvider
 from toolkit.reduce.pieces import RawPieces, field_numbers, write_chunks
 
@@ -112,7 +112,7 @@ class GraphIndex:
     inputs whose shapes the user fixed: their original value info is not reused.
 
     ``external_base_dir``: the folder of the external data files of a ``model`` loaded
-    with its big weights left as references (:func:`toolkit.core.model.load_lazily`).
+    with its big weights left as references (:func:`toolkit.core.io.model.load_lazily`).
     Candidates keep those references, and :meth:`write` copies the bytes each one needs
     from the source files in chunks, so no weight is ever held in memory.
     """
@@ -457,7 +457,7 @@ class GraphIndex:
     def _ref_file(self, name: str) -> str:
         src = self._ref_src.get(name)
         if src is None:
-            from toolkit.core.weights import ref_source
+            from toolkit.core.io.weights import ref_source
 
             assert self._ext_base is not None, "references exist only with an external-data folder"
             src = self._ref_src[name] = os.path.realpath(ref_source(self.initializers[name], self._ext_base)[0])
@@ -553,7 +553,7 @@ class GraphIndex:
         those weights copied in chunks from the source files: into the one file, or into
         ``<path>.data`` when huge. Either way the file runs from any folder.
 
-        ``links`` (from :func:`toolkit.core.weights.link_data_files` for ``path``'s folder)
+        ``links`` (from :func:`toolkit.core.io.weights.link_data_files` for ``path``'s folder)
         writes it zero-copy instead: its references keep their offsets into the source
         files, reached through the locations given there (nothing is copied; the file
         runs where those locations are).
@@ -632,7 +632,7 @@ class GraphIndex:
             return []
         if self._ext_files is None:
 
-            from toolkit.core.weights import ref_source
+            from toolkit.core.io.weights import ref_source
 
             files = {ref_source(self.initializers[n], self._ext_base)[0] for n in self._ref_names}
             self._ext_files = sorted(os.path.realpath(f) for f in files)

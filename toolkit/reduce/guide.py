@@ -3,7 +3,7 @@
 The reference already holds every tensor. The model under test runs once more with every
 tensor marked and fed the reference's inputs (cheap on ONNX-Runtime); each node gets its
 **error amplification** (the relative L2 error of its outputs over that of its inputs, as in
-``run``'s layerwise diagnosis, :func:`toolkit.core.noise.amplification`). A faulty node
+``run``'s layerwise diagnosis, :func:`toolkit.core.compare.noise.amplification`). A faulty node
 has exact inputs and a wrong output, so it ranks first.
 
 :func:`guided` then checks the top-ranked nodes, each alone, fed the reference's values. The
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
 
-from toolkit.core.noise import FLOOR, amplification
-from toolkit.reduce.strategy import Plan, Search
+from toolkit.core.compare.noise import FLOOR, amplification
+from toolkit.search.strategy import Plan, Search
 
 TRIES = 3  # hinted nodes checked alone before the normal search
 MIN_AMPLIFICATION = 2.0  # a node amplifying less than this is not worth a check of its own

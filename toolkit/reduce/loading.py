@@ -9,11 +9,11 @@ import shutil
 import tempfile
 from typing import Dict, Optional, Sequence, Tuple
 
-from toolkit.core.datafiles import load_inputs
+from toolkit.core.io.datafiles import load_inputs
 from toolkit.core.errors import InputError, ToolkitError
-from toolkit.core.graphs import has_external_data
+from toolkit.core.graph.graphs import has_external_data
 from toolkit.core.meta import TensorMeta, dtype_from_numpy, format_shape
-from toolkit.core.model import (
+from toolkit.core.io.model import (
     check_readable_file,
     graph_io_meta,
     load_external_data_into,
@@ -56,7 +56,7 @@ def load_for_index(path: str, external_data_dir: Optional[str] = None):
     loaded with its big weights left on disk as references (``base`` is their folder;
     :class:`GraphIndex` copies what each candidate needs when writing it). Otherwise
     (stdin, anything unusual) the model is loaded and ``pieces`` is None. Errors are those
-    of :func:`toolkit.core.model.load_model`.
+    of :func:`toolkit.core.io.model.load_model`.
     """
 
     def full():

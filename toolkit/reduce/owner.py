@@ -7,7 +7,7 @@ file beside each of those paths (``.polygraphy_debug.onnx.lock``) before it writ
 a second run that finds one taken stops at once. The kernel drops the lock when its process
 ends, however it ends (SIGKILL included), so a run that died never blocks the next one; a
 lock file it leaves behind is removed and made afresh. The lock file is always one this run
-created itself (:func:`toolkit.core.create.take_lock`): a file or link found under that name is
+created itself (:func:`toolkit.core.files.create.take_lock`): a file or link found under that name is
 never opened for writing. Where ``fcntl`` does not exist, nothing is locked.
 
 No Typer or Rich here.
@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from typing import List, Optional, Sequence, Tuple
 
-from toolkit.core.create import release_lock, take_lock
+from toolkit.core.files.create import release_lock, take_lock
 from toolkit.core.errors import InputError
 
 

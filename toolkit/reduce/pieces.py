@@ -13,9 +13,9 @@ from typing import Dict, Optional
 import onnx
 
 from toolkit.core.errors import InputError
-from toolkit.core.create import open_new
-from toolkit.core.model import atomic_output
-from toolkit.core.protowire import encode_field, field_header, header_len, scan_fields
+from toolkit.core.files.create import open_new
+from toolkit.core.io.model import atomic_output
+from toolkit.core.io.protowire import encode_field, field_header, header_len, scan_fields
 
 
 class RawPieces:

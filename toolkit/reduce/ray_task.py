@@ -22,8 +22,8 @@ import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional
 
-from toolkit.core.clone import clone_file
-from toolkit.core.create import open_new, private_folder
+from toolkit.core.files.clone import clone_file
+from toolkit.core.files.create import open_new, private_folder
 from toolkit.reduce.check import make_runner
 from toolkit.reduce.parallel import worker_argv
 

@@ -36,7 +36,7 @@ import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError
-from toolkit.core.model import read_bytes, write_bytes_atomic
+from toolkit.core.io.model import read_bytes, write_bytes_atomic
 
 TOOL = "toolkit debug reduce"
 VERSION = 1

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Optional
 
-from toolkit.core.noise import evidence_is_rounding, precision_of
+from toolkit.core.compare.noise import evidence_is_rounding, precision_of
 from toolkit.reduce.config import CannotJudge
-from toolkit.reduce.masks import mask_indices, popcount, range_mask
+from toolkit.search.masks import mask_indices, popcount, range_mask
 from toolkit.reduce.signature import RULE, TIMEOUT_KIND
 
 

@@ -22,9 +22,9 @@ import os
 import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from toolkit.core.create import make_folder
+from toolkit.core.files.create import make_folder
 from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError
-from toolkit.core.model import (
+from toolkit.core.io.model import (
     check_output_path,
     load_model,
 )
@@ -44,7 +44,7 @@ from toolkit.reduce.config import (  # noqa: F401  (re-exported: the session's p
 )
 from toolkit.reduce.evidence import Evidence, from_check_output, noise_warning
 from toolkit.reduce.graph import BIG_MODEL_BYTES, Candidate, GraphIndex, MetaProvider, body_node_count, write_chunks
-from toolkit.reduce.masks import mask_indices, popcount, span_words
+from toolkit.search.masks import mask_indices, popcount, span_words
 from toolkit.reduce.feeds import feed_maker, fold_values_maker
 from toolkit.reduce.loading import data_input_shapes, data_tensor_metas, load_for_index
 from toolkit.reduce.owner import Ownership
@@ -52,7 +52,7 @@ from toolkit.reduce.parallel import Worker, worker_argv, worker_artifact, worker
 from toolkit.reduce.replay import Replay, replay_options, weights_digest
 from toolkit.reduce import sanity
 from toolkit.reduce.signature import Signature, feeds_maker, signature_of
-from toolkit.reduce.strategy import STRATEGIES, Plan
+from toolkit.search.strategy import STRATEGIES, Plan
 from toolkit.reduce.verdict import (
     BROKEN,
     FAIL,

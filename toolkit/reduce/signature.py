@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable, Optional, Tuple
 
-from toolkit.core.supervise import signal_name
+from toolkit.core.process.supervise import signal_name
 from toolkit.reduce.evidence import Evidence
 from toolkit.reduce.verdict import CheckResult, FailureRule, error_line
 

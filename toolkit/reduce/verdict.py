@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Optional, Sequence
 
 from toolkit.core.errors import UsageError
-from toolkit.core.supervise import signal_name
+from toolkit.core.process.supervise import signal_name
 
 PASS = "pass"
 FAIL = "fail"

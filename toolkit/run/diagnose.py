@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Dict, List, Mapping, Optional
 if TYPE_CHECKING:  # pragma: no cover
     from toolkit.run.diagnosis import Diagnosis
 from toolkit.core.errors import ToolkitError, UsageError
-from toolkit.core.model import load_model
+from toolkit.core.io.model import load_model
 
 MIN_TENSORS = 3  # a comparison of fewer tensors gets no diagnosis on the terminal
 

@@ -18,7 +18,7 @@ Errors
   so exact-in, exact-out is 1 and rounding noise on exact inputs stays small. When one side
   stores tensors in fp16 or bf16 (the emulation rounds even the graph inputs, which are
   compared exact), the floor is that precision's rounding step (:func:`storage_floor`); the
-  noise model is :mod:`toolkit.core.noise`.
+  noise model is :mod:`toolkit.core.compare.noise`.
 - ``tol_ratio``: the error relative to the tolerance that judged the tensor (1 is the
   tolerance; above 1 is out of tolerance). For the ``elemwise`` check it is the largest,
   over elements, of ``min(abs / atol, rel / rtol)``; for ``max``/``mean``/``median`` it
@@ -35,10 +35,10 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
-from toolkit.core.compare import error_arrays
+from toolkit.core.compare.arrays import error_arrays
 
 # the one noise model (docs/noise.md); re-exported here for the diagnosis' callers
-from toolkit.core.noise import (  # noqa: E402,F401
+from toolkit.core.compare.noise import (  # noqa: E402,F401
     FAULT,
     FLOOR,
     OVERFLOW,
@@ -245,7 +245,7 @@ class NodeScore:
     # the longest chain of uncompared nodes between this node and the nearest compared tensors
     # (or graph inputs): 0 when its inputs were compared; else the error may start up there
     unseen: int = 0
-    kind: str = ""  # ok, overflow, rounding or fault (toolkit.core.noise.classify)
+    kind: str = ""  # ok, overflow, rounding or fault (toolkit.core.compare.noise.classify)
 
 
 @dataclass

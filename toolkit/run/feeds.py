@@ -12,7 +12,7 @@ from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Seque
 
 from toolkit.core.errors import InferenceError, InputError
 from toolkit.core.meta import TensorMeta
-from toolkit.core.datafiles import load_inputs
+from toolkit.core.io.datafiles import load_inputs
 from toolkit.core.inputs import plan_generation, select_feed
 
 

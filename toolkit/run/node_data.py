@@ -25,7 +25,7 @@ import os
 from typing import Dict, Optional, Sequence, Set
 
 from toolkit.core.errors import ToolkitError
-from toolkit.core.model import load_model
+from toolkit.core.io.model import load_model
 from toolkit.run.diagnosis import Diagnosis
 
 SUFFIX = ".model-explorer.json"

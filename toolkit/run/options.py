@@ -195,7 +195,7 @@ class RunOptions:
     # ONNX-Runtime: emulate fp16 / bf16 storage on the CPU (runner specs onnxrt:fp16, onnxrt:bf16)
     onnxrt_fp16: bool = switch(runner="onnxrt", spec="fp16")
     onnxrt_bf16: bool = switch(runner="onnxrt", spec="bf16")
-    # The comparison options as one typed value (a toolkit.core.compare.Tolerances, e.g.
+    # The comparison options as one typed value (a toolkit.core.compare.arrays.Tolerances, e.g.
     # Tolerances.of(atol=1e-3, rtol={"out": 1e-2})); None: parsed from atol, rtol, check_error_stat,
     # error_quantile, postprocess, compare_func, index_tolerance and no_shape_check, their command-line
     # spellings (the command line parses them once where it reads them: run.plan.tolerances_of).

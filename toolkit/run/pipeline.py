@@ -17,7 +17,7 @@ Memory stays flat in the number of iterations: a feed and its outputs live for o
 iteration. Only what a later comparison needs is kept: a runner's outputs until the next
 runner has been compared with them (with one live runner, nothing). Progress and logs go
 through a :class:`~toolkit.run.options.Reporter`. Nothing here keeps global state, so it is
-safe in forked workers; data files go through :func:`toolkit.core.datafiles.load_data`
+safe in forked workers; data files go through :func:`toolkit.core.io.datafiles.load_data`
 (cached per process).
 """
 
@@ -31,17 +31,18 @@ import tempfile
 from dataclasses import dataclass, field
 from typing import Any, Iterator, List, Mapping, Optional, Sequence, Tuple
 
-from toolkit.core import undefined
-from toolkit.core.compare import PairComparison, compare_iteration, validate_outputs
-from toolkit.core.datafiles import RunResults, inputs_writer, load_data, load_outputs, outputs_writer
-from toolkit.core.datahead import first_feed_names
-from toolkit.core.tolerances import Tolerances, check_tolerance_names
-from toolkit.core.dataloader import load_script_feeds, split_script_spec
+from toolkit.core.compare import undefined
+from toolkit.core.compare.arrays import PairComparison, compare_iteration, validate_outputs
+from toolkit.core.io.datafiles import RunResults, inputs_writer, load_data, load_outputs, outputs_writer
+from toolkit.core.io.datahead import first_feed_names
+from toolkit.core.compare.tolerances import Tolerances, check_tolerance_names
+from toolkit.core.io.dataloader import load_script_feeds, split_script_spec
 from toolkit.core.errors import InputError, ToolkitError
-from toolkit.core.graphs import external_data_folder, has_external_data
-from toolkit.core.layerwise import select_outputs, set_outputs
-from toolkit.core.model import load_model, save_model
-from toolkit.run import diagnose, qdq_table
+from toolkit.core.graph.graphs import external_data_folder, has_external_data
+from toolkit.core.graph.layerwise import select_outputs, set_outputs
+from toolkit.core.io.model import load_model, save_model
+from toolkit.run import diagnose
+from toolkit.quant import table as qdq_table
 from toolkit.run.feeds import FeedSource, infer_explained, load_feeds
 from toolkit.run.options import Reporter, RunOptions
 from toolkit.run.plan import PlannedRunner, RunPlan, make_plan, require_known_names
@@ -186,8 +187,8 @@ def load_data_files(plan: RunPlan, rep: Reporter) -> Tuple[FeedSource, List[Resu
 
 @dataclass
 class Writers:
-    inputs: Any = None  # toolkit.core.datafiles.InputsWriter
-    outputs: Any = None  # toolkit.core.datafiles.OutputsWriter
+    inputs: Any = None  # toolkit.core.io.datafiles.InputsWriter
+    outputs: Any = None  # toolkit.core.io.datafiles.OutputsWriter
 
 
 @contextlib.contextmanager
@@ -219,7 +220,7 @@ class Streams:
     errors: dict = field(default_factory=dict)  # pair index -> tensor errors, for the diagnosis (toolkit.run.diagnose)
     qdq: qdq_table.QdqTables = field(default_factory=qdq_table.QdqTables)  # Q/DQ pairs' local/propagated error
     names: set = field(default_factory=set)  # the output names of the live runners' first iterations
-    _casts: Optional[dict] = None  # the model's float-to-int Casts (see toolkit.core.undefined)
+    _casts: Optional[dict] = None  # the model's float-to-int Casts (see toolkit.core.compare.undefined)
 
     def casts(self) -> dict:
         """The model's float-to-int Casts (read once, without its weights, when first needed)."""

@@ -11,11 +11,11 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Optional
 
-from toolkit.core.tolerances import Tolerances
+from toolkit.core.compare.tolerances import Tolerances
 from toolkit.core.errors import UsageError
 from toolkit.core.inputs import parse_val_ranges
 from toolkit.core.meta import parse_shape_specs
-from toolkit.core.model import check_output_path, check_readable_file
+from toolkit.core.io.model import check_output_path, check_readable_file
 from toolkit.run.diagnose import check_report_option
 from toolkit.run.options import Reporter, RunOptions
 from toolkit.run.registry import RunnerKind, get_kind, unused_options, with_values
@@ -63,7 +63,7 @@ def _script_path(script: Optional[str]) -> str:
 def check_output_paths(opts: RunOptions) -> None:
     """--save-inputs/--save-outputs/--save-onnx/--save-report/--save-engine: distinct, writable,
     and none of them a file this run reads (the model and its external data included)."""
-    from toolkit.core import paths
+    from toolkit.core.files import paths
 
     if opts.save_inputs == "-" and opts.save_outputs == "-":
         raise UsageError("only one of --save-inputs and --save-outputs can write to stdout ('-')")

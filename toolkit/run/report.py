@@ -22,7 +22,7 @@ import os
 from typing import List, Sequence
 
 from toolkit.core.errors import InputError, UsageError
-from toolkit.core.model import atomic_output, check_output_path
+from toolkit.core.io.model import atomic_output, check_output_path
 from toolkit.core.text import escape_controls
 from toolkit.run.diagnosis import Diagnosis, depth_table, g, gx, times
 from toolkit.run.node_data import is_node_data_path, node_data

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Dict, List, Mapping, Optional
 
 if TYPE_CHECKING:  # pragma: no cover
-    from toolkit.core.compare import PairComparison, ValidationProblem
+    from toolkit.core.compare.arrays import PairComparison, ValidationProblem
 
 
 @dataclass
@@ -40,7 +40,7 @@ class RunReport:
     comparisons: List["PairComparison"]
     problems: List["ValidationProblem"]
     diagnoses: List = field(default_factory=list)  # per comparison: toolkit.run.diagnosis.Diagnosis or None
-    qdq_tables: List = field(default_factory=list)  # per comparison: Q/DQ pair statistics (toolkit.run.qdq_table)
+    qdq_tables: List = field(default_factory=list)  # per comparison: Q/DQ pair statistics (toolkit.quant.table)
 
     @property
     def passed(self) -> bool:

@@ -7,7 +7,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError, reraise_bug
 from toolkit.core.meta import TensorMeta, format_meta, format_spec_shape
-from toolkit.core.model import value_info_meta
+from toolkit.core.io.model import value_info_meta
 from toolkit.core.shapes import (
     declared_tensor_meta,
     infer_tensor_meta,

@@ -12,8 +12,8 @@ from typing import List, Optional
 import numpy as np
 
 from toolkit.core.errors import one_line, reraise_bug
-from toolkit.core.graphs import fresh_name, walk_graphs
-from toolkit.core.model import infer_shapes, value_info_meta
+from toolkit.core.graph.graphs import fresh_name, walk_graphs
+from toolkit.core.io.model import infer_shapes, value_info_meta
 from toolkit.core.shapes import STUB_BYTES, light_copy
 from toolkit.surgeon.fold_bounds import UNKNOWN_SIZE, note_kept, oversized_nodes
 from toolkit.surgeon.fold_noops import bodies, constant_reshape_targets, eliminate_noops

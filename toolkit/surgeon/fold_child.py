@@ -2,7 +2,7 @@
 
 onnx-graphsurgeon folds by running ONNX-Runtime on the constant part of the graph from the main
 thread: a fold that computes for minutes (a Loop of many steps, once ``--max-nodes`` allows it)
-holds every signal back until it returns. Run in a child (:class:`toolkit.core.supervise.Child`),
+holds every signal back until it returns. Run in a child (:class:`toolkit.core.process.supervise.Child`),
 the fold's result (the folded model and what each pass did) comes back through a pipe, and a
 signal to this process kills the child at once.
 
@@ -19,8 +19,8 @@ from __future__ import annotations
 from typing import Callable, Optional
 
 from toolkit.core.errors import ToolkitError
-from toolkit.core.interrupt import can_isolate
-from toolkit.core.supervise import Child
+from toolkit.core.process.interrupt import can_isolate
+from toolkit.core.process.supervise import Child
 
 IN_PROCESS_BYTES = 1 << 30  # a model bigger than this is folded in this process
 

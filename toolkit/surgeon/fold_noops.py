@@ -17,7 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
-from toolkit.core.graphs import fresh_name
+from toolkit.core.graph.graphs import fresh_name
 
 # Slice ends at or beyond this cover the whole axis whatever its size (exporters write INT_MAX/INT64_MAX).
 _WHOLE_AXIS = 2**31 - 1

@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Optional, Set
 
 import numpy as np
 
-from toolkit.core.graphs import fresh_name
+from toolkit.core.graph.graphs import fresh_name
 from toolkit.surgeon.fold_noops import slice_params
 
 _STANDARD = (None, "", "ai.onnx")  # onnx-graphsurgeon gives None for the default domain

@@ -8,10 +8,10 @@ from typing import Dict, List, Optional
 import onnx
 
 from toolkit.core.errors import InputError
-from toolkit.core.graphs import damaged_tensor, walk_graphs
-from toolkit.core.model import load_lazily
+from toolkit.core.graph.graphs import damaged_tensor, walk_graphs
+from toolkit.core.io.model import load_lazily
 from toolkit.core.shapes import node_reads
-from toolkit.core.weights import ref_source
+from toolkit.core.io.weights import ref_source
 
 EAGER_EXTERNAL_BYTES = 1 << 20
 SHAPE_OPS = {"Shape", "Size"}
@@ -25,7 +25,7 @@ def load_for_surgery(
     Returns ``(model, base_dir)``. Big external weights stay references into their files
     in ``base_dir`` (None when the model has none): those that constant folding reads are
     loaded now, the rest are copied when the result is saved, and only if the result
-    keeps them (:func:`toolkit.core.model.save_model` with ``external_base_dir``). A
+    keeps them (:func:`toolkit.core.io.model.save_model` with ``external_base_dir``). A
     missing external file is an InputError at once, before any work. ``files``, if given,
     receives the paths of the model's external data files.
     """

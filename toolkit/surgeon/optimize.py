@@ -13,8 +13,8 @@ import numpy as np
 import onnx
 
 from toolkit.core.errors import DependencyError, one_line
-from toolkit.core.graphs import walk_graphs
-from toolkit.core.model import PROTOBUF_LIMIT
+from toolkit.core.graph.graphs import walk_graphs
+from toolkit.core.io.model import PROTOBUF_LIMIT
 from toolkit.core.shapes import light_copy
 from toolkit.surgeon.fold_noops import computed_reshape_targets, constant_reshape_targets, eliminate_noops
 from toolkit.surgeon.fusions import optimizer_rewrites

@@ -9,9 +9,9 @@ import numpy as np
 from onnx import helper, numpy_helper
 
 from toolkit.core.errors import InputError, UsageError
-from toolkit.core.graphs import fresh_name
+from toolkit.core.graph.graphs import fresh_name
 from toolkit.core.meta import dtype_to_numpy, format_spec_shape
-from toolkit.core.model import graph_io_meta, infer_shapes, value_info_meta
+from toolkit.core.io.model import graph_io_meta, infer_shapes, value_info_meta
 from toolkit.core.shapes import infer_tensor_meta, is_complete, light_copy, override_input_shapes, top_tensor_names
 from toolkit.surgeon.plumbing import (
     LogFn,

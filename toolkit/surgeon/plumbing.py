@@ -21,9 +21,9 @@ from toolkit.core.errors import (
     ort_errors,
     reraise_bug,
 )
-from toolkit.core.graphs import walk_graphs
+from toolkit.core.graph.graphs import walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_to_numpy, dtype_to_onnx
-from toolkit.core.model import infer_shapes
+from toolkit.core.io.model import infer_shapes
 from toolkit.core.shapes import STUB_BYTES, STUB_LOCATION, light_copy
 from toolkit.surgeon.fold_noops import bodies
 

@@ -7,7 +7,7 @@ import time
 from typing import Dict, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError
-from toolkit.core.graphs import walk_graphs
+from toolkit.core.graph.graphs import walk_graphs
 from toolkit.core.shapes import override_input_shapes, top_tensor_names
 from toolkit.surgeon.fold import SanitizeReport, fold_passes, fold_validated, infer_shapes_in_place
 from toolkit.surgeon.fold_child import FoldInChild

@@ -13,11 +13,11 @@ import onnx.shape_inference
 from onnx import numpy_helper
 
 from toolkit.core.errors import InputError, UsageError, one_line, ort_errors
-from toolkit.core.bounds import run_cost_refusal
-from toolkit.core.interrupt import interruptible_run
-from toolkit.core.graphs import copy_field, has_external_data, node_subgraphs, tensor_nbytes, walk_graphs
+from toolkit.core.graph.bounds import run_cost_refusal
+from toolkit.core.process.interrupt import interruptible_run
+from toolkit.core.graph.graphs import copy_field, has_external_data, node_subgraphs, tensor_nbytes, walk_graphs
 from toolkit.core.meta import dtype_to_numpy
-from toolkit.core.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
+from toolkit.core.io.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
 from toolkit.core.shapes import STUB_BYTES, light_copy, node_reads
 from toolkit.surgeon.load import SHAPE_OPS
 

@@ -20,7 +20,7 @@ import numpy as np
 
 from toolkit.core.errors import DependencyError, InputError, UsageError
 from toolkit.core.meta import TensorMeta, dtype_to_numpy, format_shape
-from toolkit.core.model import check_readable_file, describe, load_model, read_bytes, save_model
+from toolkit.core.io.model import check_readable_file, describe, load_model, read_bytes, save_model
 
 from .availability import has_weak_typing, inference_error, trt_call, trt_major
 from .options import Profile, Shape, TrtConfig, concrete, select_outputs
@@ -407,7 +407,7 @@ class EngineBuilder:
         src = self.model_path
         self._tmp = tempfile.TemporaryDirectory(prefix="toolkit-trt-")
         if src == "-":
-            from toolkit.core.model import read_bytes
+            from toolkit.core.io.model import read_bytes
 
             src = os.path.join(self._tmp.name, "stdin.onnx")
             with open(src, "wb") as f:
@@ -696,7 +696,7 @@ class EngineBuilder:
         data = bytes(blob)
         del blob
         if self.config.save_engine:
-            from toolkit.core.model import write_bytes_atomic
+            from toolkit.core.io.model import write_bytes_atomic
 
             write_bytes_atomic(self.config.save_engine, data)
         return data

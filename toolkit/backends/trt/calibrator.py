@@ -94,7 +94,7 @@ class Calibrator:
                 if not write_to:
                     return
                 try:
-                    from toolkit.core.model import write_bytes_atomic
+                    from toolkit.core.io.model import write_bytes_atomic
 
                     write_bytes_atomic(write_to, bytes(cache))
                 except Exception as exc:  # noqa: BLE001 - a TensorRT callback (see above)

@@ -11,7 +11,7 @@ from typing import Any, Dict, List
 
 from toolkit.core.errors import DependencyError, InputError
 from toolkit.core.meta import format_meta
-from toolkit.core.model import read_bytes
+from toolkit.core.io.model import read_bytes
 
 from .availability import check_available, inference_error, trt_call
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core.errors import InputError, UsageError  # noqa: F401  (InputError: select_outputs raises it)
-from toolkit.core.layerwise import choose_names
+from toolkit.core.graph.layerwise import choose_names
 from toolkit.core.meta import TensorMeta, parse_shape_specs
 from toolkit.core.meta import parse_size as _parse_size
 
@@ -111,7 +111,7 @@ def select_outputs(
     config: TrtConfig, candidates: Sequence[str], current: Sequence[str], known: Optional[Sequence[str]] = None
 ) -> List[str]:
     """The tensors the engine should return, as ``config`` asks (``--trt-outputs`` /
-    ``--trt-exclude-outputs``; see :func:`toolkit.core.layerwise.choose_names`).
+    ``--trt-exclude-outputs``; see :func:`toolkit.core.graph.layerwise.choose_names`).
 
     ``candidates``: layer outputs that ``mark all`` and globs choose from (network order);
     ``current``: the network's own outputs; ``known``: every name that may be named

@@ -12,7 +12,7 @@ from typing import Callable, Mapping, Optional
 
 from toolkit.core.errors import UsageError
 from toolkit.core.meta import parse_shape_specs
-from toolkit.core.model import check_output_path
+from toolkit.core.io.model import check_output_path
 
 from .availability import check_available, check_config
 from .options import TrtConfig, is_engine_path, parse_pool_limits, parse_profile_groups

@@ -11,7 +11,7 @@ import numpy as np
 from toolkit.backends.base import Runner
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.meta import TensorMeta
-from toolkit.core.model import read_bytes
+from toolkit.core.io.model import read_bytes
 
 from .availability import check_available, check_config, inference_error, trt_call
 from .builder import EngineBuilder, Interrupt, dims, dtype_name, init_plugins, make_logger, np_dtype, stderr_sink

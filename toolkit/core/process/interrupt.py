@@ -23,7 +23,7 @@ import os
 import threading
 from typing import Callable, Optional, Sequence, TypeVar
 
-from toolkit.core.supervise import SHIELDED, Child
+from toolkit.core.process.supervise import SHIELDED, Child
 
 T = TypeVar("T")
 
@@ -34,7 +34,7 @@ def can_isolate() -> bool:
 
 
 def call_in_child(fn: Callable[..., T], *args, what: str = "the library call") -> T:
-    """``fn(*args)`` computed in a forked child (:class:`toolkit.core.supervise.Child`, shielded
+    """``fn(*args)`` computed in a forked child (:class:`toolkit.core.process.supervise.Child`, shielded
     from signals); its result (which must pickle) or its exception comes back. A signal to this
     process kills the child and is raised here as usual. A child killed by a signal of its own
     (out of memory) is a RuntimeError naming ``what``. Where fork does not exist, off the main

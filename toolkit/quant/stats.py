@@ -9,7 +9,7 @@ tensor kept), so a run streams as it does without them.
 One quantization step is rounding, not a fault: a pair that moves no value by more than one step
 (values clipped by less than a step included), on a range spanning enough integer levels, only
 rounds (:attr:`PairStats.rounding_only`). A pair that carries a ``Relu`` or ``Clip`` the quantizer
-folded into its Q (:meth:`toolkit.core.qdq.Pair.clamp`) is measured against its input
+folded into its Q (:meth:`toolkit.quant.qdq.Pair.clamp`) is measured against its input
 clamped the same way, which is what the float model computes (onnxruntime's qdq_loss_debug
 compares the raw input there).
 
@@ -24,7 +24,7 @@ from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from toolkit.core.qdq import Pair
+from toolkit.quant.qdq import Pair
 
 COARSE_LEVELS = 16  # a tensor spanning fewer integer levels than this is coarsely quantized
 SENTINEL = 1e30  # values this large are sentinels (a mask's -3.4e38 fill), not data
@@ -274,7 +274,7 @@ def _sentinel_reason(st: PairStats) -> str:
 def weight_stats(pair: Pair, weight) -> PairStats:
     """A weight pair's statistics: its weights against their quantized values (weight SQNR), and
     for a per-tensor scale, how unevenly its channels' ranges spread."""
-    from toolkit.core.qdq import fake_quantize
+    from toolkit.quant.qdq import fake_quantize
 
     w = np.asarray(weight, dtype=np.float32)
     st = pair_stats(pair, [w], [fake_quantize(pair, w)])

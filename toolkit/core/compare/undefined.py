@@ -9,7 +9,7 @@ be the fault (fp16 storage rounding 127.97 to 128, an overflow to inf). Where th
 does not hold the Cast's input (a golden file of the graph outputs only, a reference model
 that names it otherwise), nothing is skipped and the comparison says so. An output whose every
 element is undefined in the reference is compared on nothing: it fails (see
-:func:`toolkit.core.compare.compare_arrays`), never passes.
+:func:`toolkit.core.compare.arrays.compare_arrays`), never passes.
 
 Only a failing integer output is looked at again, so a passing comparison costs nothing.
 
@@ -22,8 +22,8 @@ from typing import Dict, Mapping, Optional, Tuple
 
 import numpy as np
 
-from toolkit.core.compare import IterationComparison, compare_arrays
-from toolkit.core.tolerances import Tolerances
+from toolkit.core.compare.arrays import IterationComparison, compare_arrays
+from toolkit.core.compare.tolerances import Tolerances
 
 WHY = "float-to-int Cast of NaN, inf or out-of-range values, which ONNX leaves undefined"
 

@@ -30,7 +30,7 @@ import math
 import os
 from typing import Any, Generator, List, Optional, Protocol
 
-from toolkit.reduce.masks import mask_indices, mask_of, popcount, range_mask
+from toolkit.search.masks import mask_indices, mask_of, popcount, range_mask
 
 # Set to 1: the search plans on fixed check costs (FIXED_COSTS) instead of measured check times, so
 # identical runs make identical checks (reproducible logs); see docs/debug-reduce.md.

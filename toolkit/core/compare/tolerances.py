@@ -2,7 +2,7 @@
 parsed once into one :class:`Tolerances` (numbers, statistics, per output name).
 
 No numpy here: the command line builds the typed value where it reads the options, before any
-comparison module is loaded. :mod:`toolkit.core.compare` applies it to arrays.
+comparison module is loaded. :mod:`toolkit.core.compare.arrays` applies it to arrays.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ import numpy as np
 from onnx import numpy_helper
 
 from toolkit.core import limits
-from toolkit.core.graphs import node_subgraphs, walk_graphs
+from toolkit.core.graph.graphs import node_subgraphs, walk_graphs
 
 
 def run_cost_refusal(model) -> Optional[str]:

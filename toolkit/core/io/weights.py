@@ -23,12 +23,12 @@ from typing import Dict, Iterator, List, Tuple
 import onnx
 from onnx.external_data_helper import ExternalDataInfo, load_external_data_for_tensor
 
-from toolkit.core import create
-from toolkit.core.clone import clone_file
+from toolkit.core.files import create
+from toolkit.core.files.clone import clone_file
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError, reraise_bug
-from toolkit.core.graphs import stored_nbytes, walk_graphs
-from toolkit.core.paths import describe
-from toolkit.core.protowire import field_header
+from toolkit.core.graph.graphs import stored_nbytes, walk_graphs
+from toolkit.core.files.paths import describe
+from toolkit.core.io.protowire import field_header
 
 _CHUNK = 16 << 20
 

@@ -18,7 +18,7 @@ import os
 from typing import Iterable, List, Optional, Sequence, Tuple
 
 from toolkit.core.errors import LIBRARY_ERRORS, UsageError
-from toolkit.core.graphs import STDIO, external_data_folder, external_data_locations
+from toolkit.core.graph.graphs import STDIO, external_data_folder, external_data_locations
 
 Named = Tuple[str, str]  # (what the path is, e.g. "--save-outputs", the path)
 

@@ -2,7 +2,7 @@
 
 ONNX files are protobuf messages; a model's weights are most of its bytes. Slicing fields out
 of the serialized bytes, and writing new fields around existing payloads, keeps big models
-cheap to cut, patch and copy (``toolkit.reduce.graph``, ``toolkit.core.weights``).
+cheap to cut, patch and copy (``toolkit.reduce.graph``, ``toolkit.core.io.weights``).
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ import errno
 import os
 from typing import Optional, Tuple
 
-from toolkit.core.phases import report_temp
+from toolkit.core.process.phases import report_temp
 
 NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _NEW = os.O_CREAT | os.O_EXCL | NOFOLLOW | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_BINARY", 0)

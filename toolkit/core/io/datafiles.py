@@ -36,8 +36,8 @@ from typing import ContextManager, Dict, Iterable, Iterator, List, Optional, Tup
 import numpy as np
 
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError
-from toolkit.core.model import STDIO, atomic_output, check_data_file, check_readable_file, describe, read_bytes
-from toolkit.core.npy import NpzMembers, array_from_bytes
+from toolkit.core.io.model import STDIO, atomic_output, check_data_file, check_readable_file, describe, read_bytes
+from toolkit.core.io.npy import NpzMembers, array_from_bytes
 
 NPZ_INDEX = "__toolkit__"
 NPZ_FORMAT_VERSION = 1

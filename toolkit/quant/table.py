@@ -2,11 +2,11 @@
 
 When ``run`` compares a QDQ model's tensors (``--onnx-outputs mark all``) with its float model's
 (a second result set: ``--load-outputs`` of the float model's run, tensors matched by name and
-through the quantizer's naming, :func:`toolkit.core.qdq.match_name`), each pair gets a row:
+through the quantizer's naming, :func:`toolkit.quant.qdq.match_name`), each pair gets a row:
 the error its own quantization adds (tensor before Q against after DQ), the error arriving from
 upstream (before Q against the float tensor), the share clipped at the integer range, and the
 integer levels the tensor's range spans. Rows are ranked by where error is *added*
-(:func:`toolkit.core.qdq_stats.ranked`); a pair that only rounds (half a step, nothing
+(:func:`toolkit.quant.stats.ranked`); a pair that only rounds (half a step, nothing
 clipped, enough levels) is marked as rounding, not as a fault.
 
 Gathered only for iterations the diagnosis gathers (:func:`toolkit.run.diagnose.wanted`), one
@@ -34,8 +34,8 @@ class QdqTables:
 def _pairs(model_path: str) -> List[Any]:
     if not model_path or model_path == "-" or not os.path.isfile(model_path):
         return []
-    from toolkit.core.model import load_model
-    from toolkit.core.qdq import find_pairs
+    from toolkit.core.io.model import load_model
+    from toolkit.quant.qdq import find_pairs
 
     try:
         return find_pairs(load_model(model_path, load_external_data=False))
@@ -49,8 +49,8 @@ def collect(tables: QdqTables, model_path: str, index: int, outs_a: Mapping, out
         tables.pairs = _pairs(model_path)
     if not tables.pairs:
         return
-    from toolkit.core.qdq import match_name
-    from toolkit.core.qdq_stats import PairAccumulator
+    from toolkit.quant.qdq import match_name
+    from toolkit.quant.stats import PairAccumulator
 
     first = tables.pairs[0].outputs[0]
     qdq_side, ref_side = (outs_a, outs_b) if first in outs_a or first not in outs_b else (outs_b, outs_a)
@@ -68,7 +68,7 @@ def collect(tables: QdqTables, model_path: str, index: int, outs_a: Mapping, out
 
 def finish(tables: QdqTables, count: int) -> List[List[Any]]:
     """Per comparison, its pairs' statistics ranked by the error they add ([] where none)."""
-    from toolkit.core.qdq_stats import ranked
+    from toolkit.quant.stats import ranked
 
     return [ranked([acc.finish() for acc in tables.sums.get(i, {}).values()]) for i in range(count)]
 
@@ -92,7 +92,7 @@ def add_to_report(path: str, tables: List[List[Any]]) -> None:
     that has a table); an HTML report is left as it is (and the caller leaves a node data file)."""
     if not any(tables) or not path.lower().endswith(".json"):
         return
-    from toolkit.core.model import atomic_output
+    from toolkit.core.io.model import atomic_output
 
     with open(path, encoding="utf-8") as fh:
         report = json.load(fh)

@@ -14,10 +14,11 @@ import tempfile
 from typing import Iterator, Optional
 
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError, UsageError, reraise_bug
-from toolkit.core import create, inplace
-from toolkit.core.functions import check_inlined_size
-from toolkit.core.interrupt import call_in_child
-from toolkit.core.graphs import (  # noqa: F401  (re-exported)
+from toolkit.core.files import create
+from toolkit.core.files import inplace
+from toolkit.core.io.functions import check_inlined_size
+from toolkit.core.process.interrupt import call_in_child
+from toolkit.core.graph.graphs import (  # noqa: F401  (re-exported)
     all_tensors,
     copy_field,
     external_data_folder,
@@ -28,7 +29,7 @@ from toolkit.core.graphs import (  # noqa: F401  (re-exported)
 )
 from toolkit.core.meta import TensorMeta, dtype_from_onnx
 from toolkit.core.text import shown_name
-from toolkit.core.paths import STDIO, describe, forget_written, note_written  # noqa: F401  (STDIO, describe: re-exported)
+from toolkit.core.files.paths import STDIO, describe, forget_written, note_written  # noqa: F401  (STDIO, describe: re-exported)
 
 # Protobuf refuses to serialize messages of 2 GiB or more.
 PROTOBUF_LIMIT = 2**31 - 1
@@ -179,7 +180,7 @@ def check_external_files(model, base_dir: str, path: str = "") -> None:
 def check_external_lengths(model, path: str = "") -> None:
     """InputError naming the first external tensor whose ``length`` entry does not fit its dims
     and type (read from the model alone, before any data is)."""
-    from toolkit.core.graphs import is_external, stored_nbytes
+    from toolkit.core.graph.graphs import is_external, stored_nbytes
 
     for t in all_tensors(model):
         if not is_external(t):
@@ -316,7 +317,7 @@ def write_model(model, out) -> None:
     serialized into one more whole-model copy in memory."""
     import onnx
 
-    from toolkit.core.protowire import field_header
+    from toolkit.core.io.protowire import field_header
 
     inits = model.graph.initializer
     big = {i for i, t in enumerate(inits) if tensor_nbytes(t) >= _SPLIT_BYTES and t.HasField("raw_data")}
@@ -400,7 +401,7 @@ def save_model(
     size = model_size_estimate(model)
     refs = []
     if external_base_dir is not None:
-        from toolkit.core import weights
+        from toolkit.core.io import weights
 
         refs = weights.top_ref_indices(model)
         size += sum(weights.ref_nbytes(model.graph.initializer[i]) for i in refs)
@@ -443,7 +444,7 @@ def _save_with_external_data(
     try:
         if base_dir is not None:
             # weights still in the source's files: copied in chunks, never all in memory
-            from toolkit.core.weights import append_refs_to_data_file
+            from toolkit.core.io.weights import append_refs_to_data_file
 
             append_refs_to_data_file(model, base_dir, folder, tmp_loc, size_threshold)
         # (what convert_model_to_external_data does, without its check for an existing
@@ -655,7 +656,7 @@ def load_lazily(
     ``needed(graph)`` (a function of the loaded graph, e.g. what constant folding reads).
     ``files``, if given, receives the absolute paths of the model's external data files.
     """
-    from toolkit.core.weights import is_ref, load_tensor, nested_tensors, ref_nbytes, ref_source  # (imports onnx)
+    from toolkit.core.io.weights import is_ref, load_tensor, nested_tensors, ref_nbytes, ref_source  # (imports onnx)
 
     model = load_model(path, external_data_dir=external_data_dir, load_external_data=False, bounded=bounded)
     if not has_external_data(model):

@@ -1,6 +1,6 @@
 """Phases of a supervised process, reported to its parent through a pipe (one short write each).
 
-Kept apart from :mod:`toolkit.core.supervise` (which pickles results) so that the CLI and the
+Kept apart from :mod:`toolkit.core.process.supervise` (which pickles results) so that the CLI and the
 backends import only ``os``: every command pays for this import, ``toolkit --help`` included.
 
 No Typer or Rich here.
@@ -46,7 +46,7 @@ def report_phase(runtime: str, phase: str) -> None:
         pass
 
 
-# In a child of toolkit.core.supervise.Child: how a temp file is reported to its parent (in frames).
+# In a child of toolkit.core.process.supervise.Child: how a temp file is reported to its parent (in frames).
 _TEMP_HOOK: List[Callable[[str], None]] = []
 
 

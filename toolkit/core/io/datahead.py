@@ -20,10 +20,10 @@ import os
 import re
 from typing import List, Optional
 
-from toolkit.core.datafiles import NPZ_INDEX, is_feed, is_npz_path, json_hook
+from toolkit.core.io.datafiles import NPZ_INDEX, is_feed, is_npz_path, json_hook
 from toolkit.core.errors import InputError
-from toolkit.core.model import STDIO, check_data_file
-from toolkit.core.npy import HEAD_BYTES, last_member_head, npy_text_head
+from toolkit.core.io.model import STDIO, check_data_file
+from toolkit.core.io.npy import HEAD_BYTES, last_member_head, npy_text_head
 
 HEAD_CHUNK = 1 << 16
 # The start of a toolkit .npz inputs index (json.dumps of {"kind", "version", "iterations"}).

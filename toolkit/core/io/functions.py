@@ -18,8 +18,8 @@ from typing import Dict, Iterator, Tuple
 
 from toolkit.core import limits
 from toolkit.core.errors import InputError
-from toolkit.core.graphs import node_subgraphs
-from toolkit.core.protowire import scan_fields
+from toolkit.core.graph.graphs import node_subgraphs
+from toolkit.core.io.protowire import scan_fields
 
 FUNCTIONS_FIELD = 25  # ModelProto.functions
 

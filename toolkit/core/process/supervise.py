@@ -192,7 +192,7 @@ class Child:
 
     - the child dies with this process, however this process dies (:func:`fork`);
     - it streams pickled frames through a pipe: the phases it reports, the temp files it makes
-      (:func:`toolkit.core.phases.report_temp`), then its value or its exception;
+      (:func:`toolkit.core.process.phases.report_temp`), then its value or its exception;
     - :meth:`wait` waits in short selects, where this process's signal handlers run: a signal's
       exception (KeyboardInterrupt) kills the child (SIGKILL), reaps it and is raised;
     - a child that ends without a result (killed by a signal, by this process, or out of memory)
@@ -290,7 +290,7 @@ def _child(work: Callable[..., object], args: tuple, fd: int) -> None:
     code = 0
     try:
         faulthandler.disable()  # (a crash is the parent's to report: no traceback dump of its own)
-        from toolkit.core import phases
+        from toolkit.core.process import phases
 
         phases.set_phase_fd(None)  # (this child reports to its own parent, in frames)
         with os.fdopen(fd, "wb") as pipe:

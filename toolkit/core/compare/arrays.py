@@ -20,7 +20,7 @@ Rules
 - Different shapes fail that output (nothing is broadcast or reshaped). Different dtypes
   are compared by value (both sides promoted), and the dtypes are shown.
 - No verdict without evidence: an output with elements of which none was compared (every one
-  skipped as undefined, see :mod:`toolkit.core.undefined`) fails; every result counts the
+  skipped as undefined, see :mod:`toolkit.core.compare.undefined`) fails; every result counts the
   elements it compared (``compared``). Two empty outputs of the same shape pass (their shape
   is what is compared).
 """
@@ -34,7 +34,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from toolkit.core.meta import dtype_from_numpy
-from toolkit.core.tolerances import DEFAULT_QUANTILE, Tolerances
+from toolkit.core.compare.tolerances import DEFAULT_QUANTILE, Tolerances
 
 
 def topk_indices(arr, k: int, axis: int = -1):
@@ -118,7 +118,7 @@ class OutputComparison:
     quantile_rel: Optional[float] = None
     mismatches: int = 0  # elements failing the elementwise check
     size: int = 0
-    skipped: int = 0  # elements not compared: their values are undefined (see toolkit.core.undefined)
+    skipped: int = 0  # elements not compared: their values are undefined (see toolkit.core.compare.undefined)
     skipped_why: str = ""
     message: str = ""  # why it failed when no numbers apply (shape mismatch, nothing compared)
     note: str = ""  # something the reader must know about how it was compared

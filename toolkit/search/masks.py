@@ -1,7 +1,7 @@
 """Sets of positions as Python int bit masks: the node sets ``debug reduce`` checks and the
 sets ``debug precision`` searches (bit ``i`` set: position ``i`` is in the set).
 
-Nothing here knows ONNX: the delta-debugging search (:mod:`toolkit.reduce.strategy`) works on
+Nothing here knows ONNX: the delta-debugging search (:mod:`toolkit.search.strategy`) works on
 these masks alone.
 """
 

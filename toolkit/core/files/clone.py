@@ -13,7 +13,7 @@ def clone_file(src: str, dest: str) -> bool:
     try:
         import fcntl
 
-        from toolkit.core.create import open_new
+        from toolkit.core.files.create import open_new
 
         with open(src, "rb") as fin, open_new(dest, "wb") as fout:  # (never through a link left at dest)
             fcntl.ioctl(fout.fileno(), FICLONE, fin.fileno())
