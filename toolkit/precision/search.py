@@ -23,8 +23,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
@@ -49,7 +47,8 @@ from toolkit.reduce.replay import Replay
 from toolkit.precision.replay import check_words
 from toolkit.run.feeds import explain_generated
 from toolkit.run.registry import get_kind
-from toolkit.run.specs import make_runner, parse_runner_spec, preflight_specs
+from toolkit.precision.running import emulates, run_spec, run_spec_bytes
+from toolkit.run.specs import parse_runner_spec, preflight_specs
 
 TOOL = "toolkit debug precision"
 
@@ -67,13 +66,6 @@ STATUS_ROUNDING = "rounding"
 
 DEFAULT_ATOL = "1e-2"
 DEFAULT_RTOL = "1e-2"
-
-
-def _emulates(kind: str) -> bool:
-    """Whether runner kind ``kind`` emulates fp16/bf16 storage on a model held in memory (the
-    search then emulates each candidate and follows the first overflow); else each candidate
-    is converted and run from a file."""
-    return get_kind(kind).emulates_storage
 
 
 @dataclass
@@ -300,7 +292,7 @@ class PrecisionSearch:
                     self.producer[o] = node.name
                     if o not in self.graph_outputs:
                         self.watch.append(o)
-        self.guide = _emulates(self.cand_spec[0]) and self.config.mode in (None, "default")
+        self.guide = emulates(self.cand_spec[0]) and self.config.mode in (None, "default")
         self.overflow: Dict[int, Optional[str]] = {}
         self.nothing_to_search = not universe  # (no float32 compute: double or integer only)
         self.index = SetIndex(len(universe))
@@ -384,7 +376,7 @@ class PrecisionSearch:
         if get_kind(kind).reduced(opts):
             raise UsageError(f"--compare {self.config.reference}: the reference runner must run fp32")
         try:
-            if _emulates(kind):
+            if emulates(kind):
                 outs = self._run_here(self._marked(self.model), kind, opts, feeds)
                 return self._split(outs)
             self.guide = False
@@ -462,7 +454,7 @@ class PrecisionSearch:
 
         kind, _opts = self.cand_spec
         names = list(self.user_kept) + list(keep)
-        if _emulates(kind):
+        if emulates(kind):
             cache = self._rounded  # each weight rounded once for the whole search
             if self.guide:
                 marked = self._marked(self.model)
@@ -543,7 +535,7 @@ class PrecisionSearch:
     def _own_copy_failed(self, exc: ToolkitError) -> None:
         """The first check's emulated copy, built, does not load where the model itself ran (the
         reference): the copy is toolkit's, so that is a bug in toolkit (exit 70), not bad input."""
-        if not _emulates(self.cand_spec[0]) or self.config.load_outputs:
+        if not emulates(self.cand_spec[0]) or self.config.load_outputs:
             return  # (a converted model on another runtime: that runtime's limit; no reference run here)
         raise ToolkitError(
             f"toolkit's {self._precision}-emulated copy of {self.config.model} does not load in ONNX-Runtime, "
@@ -721,7 +713,7 @@ class PrecisionSearch:
     def _all_fp32_passes(self) -> bool:
         """Every node kept in fp32 passes (checked only for the emulation: a TensorRT candidate
         with no reduced-precision tensor left may still build in reduced precision)."""
-        return not _emulates(self.cand_spec[0]) or self.passes(self.index.full_mask)
+        return not emulates(self.cand_spec[0]) or self.passes(self.index.full_mask)
 
     def _one_minimal(self, mask: int) -> bool:
         """Known (from verdicts already in hand) that dropping any one node makes it fail."""
@@ -758,43 +750,6 @@ def _overflows(values, dtype: str):
     limit = 3.3961514e38 if dtype == "bfloat16" else 65520.0
     with np.errstate(invalid="ignore"):
         return ~(np.abs(values) < limit)
-
-
-def run_spec(model, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping], model_path: str,
-             external_data_dir: Optional[str]) -> List[Dict]:
-    """Run ``model`` (a ModelProto) on ``feeds`` with the runner ``kind`` and its options: in memory
-    for the kind that emulates reduced-precision storage (ONNX-Runtime), else from a file."""
-    if _emulates(kind):
-        from toolkit.backends.onnxrt import OnnxrtRunner, provider_list
-
-        level = spec_opts.get("opt") if isinstance(spec_opts.get("opt"), str) else None
-        if (spec_opts.get("fp16") or spec_opts.get("bf16")) and level is None:
-            # ONNX-Runtime fusions (LayerNorm, even at the basic level in 1.32) see through Casts and
-            # would compute whole blocks without the rounding being emulated
-            level = "disable"
-        providers = provider_list(str(spec_opts["providers"])) if spec_opts.get("providers") else None
-        runner = OnnxrtRunner(model_path, model=model, external_data_dir=external_data_dir, graph_optimization=level,
-                              providers=providers)
-        with runner:
-            return [runner.infer(dict(f)) for f in feeds]
-
-    opts = get_kind(kind).full_precision(spec_opts)
-    spec = kind + (":" + ",".join(k if v is True else f"{k}={v}" for k, v in opts.items()) if opts else "")
-    with tempfile.TemporaryDirectory(prefix="toolkit-precision-") as d:
-        path = os.path.join(d, "candidate.onnx")
-        save_model(model, path)
-        file_runner = make_runner(spec, path)
-        with file_runner:
-            return [file_runner.infer(dict(f)) for f in feeds]
-
-
-def run_spec_bytes(model: bytes, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping], model_path: str,
-                   external_data_dir: Optional[str]) -> List[Dict]:
-    """:func:`run_spec` of a serialized model (a Ray task of ``--cluster``, on a node)."""
-
-    proto = onnx.ModelProto()
-    proto.ParseFromString(model)
-    return run_spec(proto, kind, spec_opts, feeds, model_path, external_data_dir)
 
 
 class PrecisionReplay(Replay):
