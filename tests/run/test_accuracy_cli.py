@@ -407,7 +407,7 @@ def test_run_in_process_captures_output_and_exit_codes():
     res = run_in_process(WorkerEntry(main=speaks), "toolkit", ["run", "m.onnx"])
     assert (res.code, res.stdout_text, res.stderr_text) == (1, "out line\n", "err line\n")
     res = run_in_process(WorkerEntry(main=crashes), "toolkit", ["run"])
-    assert res.code == 1 and "ValueError: boom" in res.stderr_text and "Traceback" in res.stderr_text
+    assert res.code == 70 and "ValueError: boom" in res.stderr_text and "Traceback" in res.stderr_text
     assert run_in_process(WorkerEntry(main=exits), "toolkit", ["run"]).code == 3
 
     def interrupted(args):

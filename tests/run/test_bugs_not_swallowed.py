@@ -38,3 +38,23 @@ def test_a_bug_under_the_casts_is_not_taken_for_an_unreadable_model(tmp_path, mo
     monkeypatch.setattr(undefined, "float_to_int_casts", bug)
     with pytest.raises(AttributeError):
         _streams(model).casts()
+
+
+def test_a_bug_in_the_built_in_check_stops_the_reduce_with_exit_70(tmp_path, cli, monkeypatch):
+    """A bug under ``debug reduce --compare``'s check (outside the run's own error boundary) is not
+    a verdict on the model: before, every check 'failed otherwise' and the reduce wrote the
+    unreduced model with exit 0."""
+    from accuracy_models import save_pair
+    from toolkit.reduce import accuracy
+
+    models = save_pair(tmp_path)
+
+    def bug(*_a, **_k):
+        raise AttributeError("'CompareOptions' object has no attribute 'atol'")
+
+    monkeypatch.setattr(accuracy, "deployed_options", bug)
+    out = tmp_path / "reduced.onnx"
+    res = cli("debug", "reduce", models["faulty"], "-o", out, "--compare", "onnxrt", "onnxrt",
+              "--reference-model", models["clean"], "--iter-artifact", tmp_path / "artifact.onnx")
+    assert res.code == 70 and "internal error" in res.err and "AttributeError" in res.err
+    assert not out.exists()

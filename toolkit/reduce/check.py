@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Pattern, Sequence, Tuple
 
 import toolkit
-from toolkit.core.errors import UsageError
+from toolkit.core.errors import ExitCode, UsageError
 from toolkit.core.process.supervise import fork
 from toolkit.reduce.capture import Stream, found_patterns
 from toolkit.reduce.verdict import CheckResult
@@ -551,7 +551,9 @@ def _warm_onnx() -> None:
 
 def _exit_code(entry: WorkerEntry, args: List[str], crashes) -> int:
     """``entry.main(args)`` ended as a process would end: its exit code; an exception of the
-    types ``crashes`` is a crash of the check (its traceback on stderr, exit code 1)."""
+    types ``crashes`` is a crash of the check (its traceback on stderr, exit code 70: a toolkit
+    command ends at its own error boundary, so what escapes ``entry`` is a bug of toolkit's, as
+    the command line says of one)."""
     try:
         code = entry.main(list(args))
         return int(code) if isinstance(code, int) else 0
@@ -561,7 +563,7 @@ def _exit_code(entry: WorkerEntry, args: List[str], crashes) -> int:
         import traceback
 
         traceback.print_exc()
-        return 1
+        return int(ExitCode.INTERNAL)
 
 
 def _child(entry: WorkerEntry, argv0: str, args: List[str], w_out: int, w_err: int) -> int:  # pragma: no cover - child only

@@ -23,7 +23,7 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from toolkit.core.files.create import make_folder
-from toolkit.core.errors import DependencyError, InputError, ToolkitError, UsageError
+from toolkit.core.errors import DependencyError, ExitCode, InputError, ToolkitError, UsageError
 from toolkit.core.io.model import (
     check_output_path,
     load_model,
@@ -497,6 +497,8 @@ class Reducer(Artifacts):
         """The check cannot judge even the full model: stop, one error line, nothing written."""
         if res.code == 4 or res.code == 127:
             raise DependencyError(f"the check command itself fails: {line}")
+        if res.code == ExitCode.INTERNAL:  # (a bug of toolkit's in the check: never a verdict on the model)
+            raise ToolkitError(f"the check command itself fails with an internal error: {line}", ExitCode.INTERNAL)
         raise InputError(f"the check command itself fails: {line}")
 
     def _phase(self, mask: int) -> str:
