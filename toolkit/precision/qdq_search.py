@@ -30,6 +30,7 @@ from toolkit.core.layerwise import set_outputs
 from toolkit.core.model import load_model, save_model
 from toolkit.core import qdq, qdq_stats
 from toolkit.precision import qdq_metrics
+from toolkit.precision.replay import qdq_options
 from toolkit.precision.qdq_validate import GENERATED, HeldOut, split, split_count
 from toolkit.reduce import strategy
 from toolkit.reduce.graph import mask_indices
@@ -167,6 +168,9 @@ class QdqSearch(PrecisionSearch):
         if c.weights:
             words.append("--qdq-weights")
         return words
+
+    def replay_options(self) -> Dict[str, Any]:
+        return qdq_options(self)
 
     def _load(self) -> None:
         c = self.config
