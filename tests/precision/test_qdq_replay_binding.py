@@ -85,3 +85,26 @@ def test_a_refusal_names_the_option_that_differs(recorded, cli):
     with open(recorded["replay"], "w") as f:
         json.dump(doc, f)
     assert cli("debug", "precision", *recorded["args"], "--load-debug-replay", recorded["replay"]).code == 0
+
+
+def test_a_quantized_model_the_runtime_cannot_load_is_bad_input(tmp_path, cli):
+    """The user's QDQ model does not load in ONNX-Runtime (a Transpose whose perm does not fit its
+    input): one error line naming the model and the runtime's words, exit 3 (not a bug in toolkit)."""
+    import onnx
+    from onnx import helper
+
+    model = qm.sliced()
+    model.graph.node.append(helper.make_node("Transpose", ["y"], ["yt"], name="bad_transpose", perm=[0, 2, 3, 1]))
+    model.graph.output[0].name = "yt"
+    path = tmp_path / "bad.onnx"
+    onnx.save(model, str(path))
+    float_model = qm.sliced()
+    float_model.graph.output[0].name = "yt"
+    float_model.graph.node.append(helper.make_node("Identity", ["y"], ["yt"], name="identity"))
+    ref = tmp_path / "ref.onnx"
+    onnx.save(float_model, str(ref))
+    feeds = _inputs(tmp_path / "in.json")
+    for extra in ([], ["--float-op-types", "Mul"]):
+        r = cli("debug", "precision", path, "--reference-model", ref, "--load-inputs", feeds, *extra)
+        err = _error(r)
+        assert str(path) in err and "ONNX-Runtime cannot load" in err and "bug" not in err, err
