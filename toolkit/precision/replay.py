@@ -39,6 +39,15 @@ def model_digest(model: Any, path: str) -> str:
     return head + weights_digest(list(model.graph.initializer), [])
 
 
+def content_id(search: Any) -> str:
+    """The digest a replay binds ``search`` (a PrecisionSearch) to: its model's (:func:`model_digest`)
+    and, for a QDQ search, the reference model's weights as loaded (external data included; the
+    reference's file is one of the options)."""
+    ident = model_digest(search.model, search.config.model)
+    ref = getattr(search, "float_model", None)
+    return ident + (weights_digest(list(ref.graph.initializer), []) if ref is not None else "")
+
+
 def _spec(spec: Any) -> str:
     kind, opts = spec
     words = sorted(str(k) if v is True else f"{k}={v}" for k, v in dict(opts).items())

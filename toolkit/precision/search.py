@@ -45,7 +45,7 @@ from toolkit.core.progress import Messages
 from toolkit.reduce import strategy
 from toolkit.reduce.graph import mask_indices, popcount
 from toolkit.reduce.replay import Replay
-from toolkit.precision.replay import check_options, check_words, model_digest
+from toolkit.precision.replay import check_options, check_words, content_id
 from toolkit.run.feeds import explain_generated
 from toolkit.run.registry import get_kind
 from toolkit.run.specs import make_runner, parse_runner_spec, preflight_specs
@@ -319,10 +319,10 @@ class PrecisionSearch:
             return True
         return node.op_type not in ("Shape", "Size") and any(self.types.get(i) == fp16.FLOAT for i in node.input if i)
 
-    def _structure_id(self) -> str:  # (the searched names, and the model's content: model_digest)
+    def _structure_id(self) -> str:  # (the searched names; a replay adds the content: content_id)
         h = hashlib.sha256(b"".join(name.encode() + b"\0" for name in self.universe))
         h.update(self.config.reference.encode() + b"\0" + self.config.candidate.encode())
-        return h.hexdigest()[:16] + "-" + model_digest(self.model, self.config.model)
+        return h.hexdigest()[:16]
 
     def _feeds(self) -> Sequence[Mapping]:
         c = self.config
@@ -733,10 +733,10 @@ class PrecisionSearch:
 
     def _open_replay(self) -> None:
         """Replay entries key a set as (mask << 1) | 1, so "nothing kept" is a valid entry."""
-        c = self.config
-        n = len(self.universe) + 1
+        c, n = self.config, len(self.universe) + 1
+        ident = f"{self._model_id}-{content_id(self)}" if c.load_replay or c.save_replay else ""
         if c.load_replay:
-            self.replay = PrecisionReplay.load(c.load_replay, self._model_id, n, options=self.replay_options())
+            self.replay = PrecisionReplay.load(c.load_replay, ident, n, options=self.replay_options())
             for m, failed in self.replay.verdicts.items():
                 self.verdicts[m >> 1] = not failed
                 self.details.setdefault(m >> 1, "(from the replay file)")
@@ -748,7 +748,7 @@ class PrecisionSearch:
                     name = entry["overflow"]
                     self.overflow[int(entry["nodes"], 16) >> 1] = name if name in self.position else None
         elif c.save_replay:
-            self.replay = PrecisionReplay(self._model_id, n, self.replay_check(), self.replay_options())
+            self.replay = PrecisionReplay(ident, n, self.replay_check(), self.replay_options())
 
 
 def _overflows(values, dtype: str):
