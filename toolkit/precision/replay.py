@@ -83,6 +83,9 @@ def qdq_options(search: Any) -> Dict[str, Any]:
 
     c = search.config
     opts = check_options(search)
+    if search.metric is not None:  # (the metric is the pass rule: the tolerances are not used)
+        for flag in ("--atol", "--rtol", "--check-error-stat"):
+            del opts[flag]
     opts.update({
         "--reference-model": file_ref(c.reference_model),
         "--metric": qdq_metrics.as_dict(search.metric) if search.metric is not None else None,
