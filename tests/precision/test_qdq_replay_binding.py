@@ -108,3 +108,14 @@ def test_a_quantized_model_the_runtime_cannot_load_is_bad_input(tmp_path, cli):
         r = cli("debug", "precision", path, "--reference-model", ref, "--load-inputs", feeds, *extra)
         err = _error(r)
         assert str(path) in err and "ONNX-Runtime cannot load" in err and "bug" not in err, err
+
+
+def test_a_replay_with_inputs_from_stdin_is_refused(tmp_path, cli):
+    """Data read from stdin has no content to check a replay against: refused, never trusted."""
+    model = str(mz.save(qm.sliced(), tmp_path / "q.onnx"))
+    data = open(_inputs(tmp_path / "in.json"), "rb").read()
+    replay = tmp_path / "r.json"
+    args = [model, "--load-inputs", "-", "--atol", "0.05", "--rtol", "0"]
+    assert cli("debug", "precision", *args, "--save-debug-replay", replay, stdin=data).code == 0
+    err = _error(cli("debug", "precision", *args, "--load-debug-replay", replay, stdin=data))
+    assert "--load-inputs -: data read from stdin cannot be checked" in err

@@ -37,7 +37,7 @@ import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError
-from toolkit.core.model import read_bytes, write_bytes_atomic
+from toolkit.core.model import check_data_file, read_bytes, write_bytes_atomic
 
 TOOL = "toolkit debug reduce"
 VERSION = 1
@@ -203,6 +203,10 @@ def _same_options(path: str, doc: dict, options: Mapping[str, Any]) -> None:
             f"its verdicts cannot be trusted for this run; {_AGAIN}"
         )
     new = json.loads(json.dumps(options))  # (as a file would hold them: tuples as lists)
+    for key, value in sorted(new.items()):
+        if any(r["path"] == "-" for r in _refs(value) or []):
+            raise InputError(f"{path}: {key} -: data read from stdin cannot be checked against what this replay "
+                             "was recorded with; save it to a file and give that, or run without --load-debug-replay")
     differ = [key for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
     if differ:
         said = "; ".join(_difference(key, old.get(key), new.get(key)) for key in differ)
@@ -250,7 +254,8 @@ def file_ref(path: Optional[str]) -> Optional[Dict[str, str]]:
     if not path:
         return None
     if path == "-":
-        return {"path": "-", "digest": ""}
+        return {"path": "-", "digest": ""}  # (unknown content: a replay loaded with it is refused)
+    check_data_file(path)  # (a FIFO or a device: refused, never read to the end here)
     try:
         digest = file_digest(path)
     except OSError as exc:
