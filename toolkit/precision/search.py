@@ -320,9 +320,8 @@ class PrecisionSearch:
         return node.op_type not in ("Shape", "Size") and any(self.types.get(i) == fp16.FLOAT for i in node.input if i)
 
     def _structure_id(self) -> str:  # (the searched names; a replay adds the content: content_id)
-        h = hashlib.sha256(b"".join(name.encode() + b"\0" for name in self.universe))
-        h.update(self.config.reference.encode() + b"\0" + self.config.candidate.encode())
-        return h.hexdigest()[:16]
+        names = b"".join(name.encode() + b"\0" for name in self.universe)
+        return hashlib.sha256(names + f"{self.config.reference}\0{self.config.candidate}".encode()).hexdigest()[:16]
 
     def _feeds(self) -> Sequence[Mapping]:
         c = self.config
