@@ -113,3 +113,4 @@ def test_apply_scales_checks_the_written_model_on_the_held_out_inputs(tmp_path, 
     assert result["scaled"]["written"] and result["held_out"]["scaled"]
     assert result["held_out"]["passed"] == 0 and not result["held_out"]["holds"]
     assert "the model with the suggested scales does not hold" in r.err and "it holds" not in r.err
+    assert "rerun without --apply-scales" in r.err  # (the alternative: the model with the pairs in float)

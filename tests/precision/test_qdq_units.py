@@ -58,7 +58,7 @@ def test_a_replay_from_another_check_is_refused(sliced, tmp_path, cli):
                 "--load-debug-replay", replay)
     assert other.code == 3
     errors = [line for line in other.err.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and "recorded with the check" in errors[0] and "--atol 0.05" in errors[0]
+    assert len(errors) == 1 and "recorded with --atol 0.05, where this run has 0.5" in errors[0], errors
 
 
 def test_a_per_channel_pair_gets_a_scale_per_channel(tmp_path, cli):
@@ -76,3 +76,35 @@ def test_a_per_channel_pair_gets_a_scale_per_channel(tmp_path, cli):
     assert sug["passes"] is True
     assert "suggested per-channel scales" in r.err and "(4 channels)" in r.err
     assert "most at channel 2 of 4" in r.err  # the clipping named at the channel that clips
+
+
+def _moved_per_channel(op: str, **attrs):
+    """x[1,16] -> Reshape [1,4,4] -> r, a per-channel pair on r (axis 1) -> ``op`` -> t, a pair on t with the
+    same scales (axis 1) -> Reshape [1,16] -> y. Channel 3's scale is 3x the others'."""
+    from onnx import helper, numpy_helper
+
+    i = numpy_helper.from_array
+    nodes = [helper.make_node("Reshape", ["x", "s1"], ["r"], name="reshape_in")]
+    inits = [i(np.array([1, 4, 4], np.int64), "s1"), i(np.array([1, 16], np.int64), "s2"),
+             i(np.array([1 / 127] * 3 + [3 / 127], np.float32), "sc"), i(np.zeros(4, np.int8), "zp")]
+    for name, src in (("r", "r"), ("t", "t")):
+        if name == "t":
+            extra = ["shape_mid"] if op == "Reshape" else []
+            nodes.append(helper.make_node(op, ["r_dq", *extra], ["t"], name="moving", **attrs))
+        nodes += [helper.make_node("QuantizeLinear", [src, "sc", "zp"], [f"{name}_q"], name=f"{name}_QuantizeLinear", axis=1),
+                  helper.make_node("DequantizeLinear", [f"{name}_q", "sc", "zp"], [f"{name}_dq"],
+                                   name=f"{name}_DequantizeLinear", axis=1)]
+    inits.append(i(np.array([1, 4, 2, 2], np.int64), "shape_mid"))
+    nodes.append(helper.make_node("Reshape", ["t_dq", "s2"], ["y"], name="reshape_out"))
+    graph = helper.make_graph(nodes, "moved", [mz.vi("x", [1, 16])], [mz.vi("y", [1, 16])], inits)
+    return mz.make_model(graph, opset=17)
+
+
+@pytest.mark.parametrize("op, attrs, tied", [("Transpose", {"perm": [0, 2, 1]}, False),
+                                             ("Transpose", {"perm": [0, 1, 2]}, True),
+                                             ("Identity", {}, True),
+                                             ("Reshape", {}, True)])  # ([1,4,4] -> [1,4,2,2]: channels in place)
+def test_per_channel_pairs_are_tied_only_where_the_channel_axis_stays(op, attrs, tied):
+    model = _moved_per_channel(op, **attrs)
+    expected = {"t_QuantizeLinear": "r_QuantizeLinear"} if tied else {}
+    assert qdq.tied_pairs(model, qdq.find_pairs(model)) == expected

@@ -282,3 +282,29 @@ def test_a_model_read_from_stdin_is_read_once(cli, models):
               stdin=(models / "const.onnx").read_bytes())
     assert res.code == 0, res.err
     assert _nodes(models / "reduced.onnx") == ["if"]
+
+
+def _plain(mul: float):
+    """x -> Relu -> Mul(``mul``) -> Add(1) -> Tanh -> out (no If)."""
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="relu"), helper.make_node("Mul", ["a", "m"], ["b"], name="mul"),
+             helper.make_node("Add", ["b", "one"], ["c"], name="add"), helper.make_node("Tanh", ["c"], ["out"], name="tanh")]
+    graph = helper.make_graph(nodes, "plain", [vi("x", [1, 4])], [vi("out", [1, 4])], [_const("m", mul), _const("one", 1.0)])
+    return make_model(graph)
+
+
+def test_a_replay_is_refused_when_an_input_or_reference_file_changed_under_its_name(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    save(_plain(2.0), tmp_path / "clean.onnx")
+    save(_plain(2.5), tmp_path / "faulty.onnx")
+    x = np.array([[0.5, -1.0, 2.0, 0.25]], np.float32)
+    save_inputs("in.json", [{"x": x}])
+    assert _compare(cli, "in.json", "--save-debug-replay", "r.json").code == 0
+    again = _compare(cli, "in.json", "--load-debug-replay", "r.json")
+    assert again.code == 0, again.err
+    save_inputs("in.json", [{"x": x * 3}])  # other inputs, same name
+    res = _compare(cli, "in.json", "--load-debug-replay", "r.json")
+    assert res.code == 3 and "--load-inputs" in res.err and "content changed" in res.err, res.err
+    save_inputs("in.json", [{"x": x}])
+    save(_plain(3.0), tmp_path / "clean.onnx")  # another reference, same name
+    res = _compare(cli, "in.json", "--load-debug-replay", "r.json")
+    assert res.code == 3 and "--reference-model" in res.err and "content changed" in res.err, res.err

@@ -171,7 +171,8 @@ def _scaled_line(outcome, cfg) -> None:
     if scaled["passes"] and held is not None and held.scaled and not held.holds:
         warn(f"with every passing suggested scale applied the model passes the search's input sets "
              f"({scaled['detail']}) but not the held-out ones ({held.passed} of {held.count})"
-             + (f"; wrote it to {cfg.output} all the same" if scaled["written"] else ""))
+             + (f"; wrote it to {cfg.output} all the same (rerun without --apply-scales for the model with "
+                f"only the pairs found taken back to float, its scales unchanged)" if scaled["written"] else ""))
     elif scaled["passes"]:
         log(f"With every passing suggested scale applied (the other pairs found in float) the model passes "
             f"({scaled['detail']})" + (f"; wrote it to {cfg.output}" if scaled["written"] else ""))

@@ -24,13 +24,14 @@ import numpy as np
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from toolkit.core.compare.arrays import compare_iteration
-from toolkit.core.errors import InputError, ToolkitError, UsageError
+from toolkit.core.compare.arrays.arrays.arrays.arrays import compare_iteration
+from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
 from toolkit.core.graph.layerwise import set_outputs
 from toolkit.core.io.model import load_model, save_model
 from toolkit.quant import qdq
 from toolkit.quant import stats as qdq_stats
 from toolkit.quant import metrics as qdq_metrics
+from toolkit.precision.replay import qdq_options
 from toolkit.quant.validate import GENERATED, HeldOut, split, split_count
 from toolkit.search import strategy
 from toolkit.reduce.graph import mask_indices
@@ -168,6 +169,9 @@ class QdqSearch(PrecisionSearch):
         if c.weights:
             words.append("--qdq-weights")
         return words
+
+    def replay_options(self) -> Dict[str, Any]:
+        return qdq_options(self)
 
     def _load(self) -> None:
         c = self.config
@@ -314,6 +318,23 @@ class QdqSearch(PrecisionSearch):
 
     def candidate_model(self, keep: Sequence[str]):
         return qdq.bypass(self.model, [self.by_name[n] for n in self.fixed_order + self.expand(keep)])
+
+    def _own_copy_failed(self, exc: ToolkitError) -> None:
+        """The first check's model does not load or run. With no pair in float yet it is the user's
+        model as it is (``exc`` names it, exit 3); with --float-op-types it is a copy: the user's
+        model is tried as it is, and when it loads, the copy is toolkit's fault (exit 70)."""
+        if not self.fixed_order:
+            return
+        kind, opts = self.cand_spec
+        try:
+            self._run_here(self.model, kind, opts, self.feeds[:1])
+        except ToolkitError as own:
+            raise InputError(own.message) from None
+        raise ToolkitError(
+            f"toolkit's copy of {self.config.model} with the pairs of --float-op-types in float does not load in "
+            f"{self.config.candidate}, where the model itself does: {exc.message}; this is a bug in toolkit",
+            exit_code=ExitCode.INTERNAL,
+        ) from None
 
     def _rounding_only(self, mask: int, comps) -> bool:
         return False  # the tolerance decides; rounding is the table's business (toolkit.quant.table)

@@ -44,7 +44,7 @@ from toolkit.core.progress import Messages
 from toolkit.search import strategy
 from toolkit.search.masks import mask_indices, popcount
 from toolkit.reduce.replay import Replay
-from toolkit.precision.replay import check_words
+from toolkit.precision.replay import check_options, check_words, content_id
 from toolkit.run.feeds import explain_generated
 from toolkit.run.registry import get_kind
 from toolkit.precision.running import emulates, run_spec, run_spec_bytes
@@ -312,12 +312,9 @@ class PrecisionSearch:
             return True
         return node.op_type not in ("Shape", "Size") and any(self.types.get(i) == fp16.FLOAT for i in node.input if i)
 
-    def _structure_id(self) -> str:
-        h = hashlib.sha256()
-        for name in self.universe:
-            h.update(name.encode() + b"\0")
-        h.update(self.config.reference.encode() + b"\0" + self.config.candidate.encode())
-        return h.hexdigest()[:16]
+    def _structure_id(self) -> str:  # (the searched names; a replay adds the content: content_id)
+        names = b"".join(name.encode() + b"\0" for name in self.universe)
+        return hashlib.sha256(names + f"{self.config.reference}\0{self.config.candidate}".encode()).hexdigest()[:16]
 
     def _feeds(self) -> Sequence[Mapping]:
         c = self.config
@@ -720,19 +717,21 @@ class PrecisionSearch:
 
         return all(self.verdicts.get(mask & ~(1 << i)) is False for i in mask_indices(mask))
 
-    def replay_check(self) -> List[str]:  # (what a replay's verdicts answer)
+    def replay_check(self) -> List[str]:  # (what a replay's verdicts answer: as words, and normalized)
         return check_words(self.config)
+
+    def replay_options(self) -> Dict[str, Any]:
+        return check_options(self)
 
     def _open_replay(self) -> None:
         """Replay entries key a set as (mask << 1) | 1, so "nothing kept" is a valid entry."""
-        c = self.config
-        n = len(self.universe) + 1
+        c, n = self.config, len(self.universe) + 1
+        ident = f"{self._model_id}-{content_id(self)}" if c.load_replay or c.save_replay else ""
         if c.load_replay:
-            self.replay = PrecisionReplay.load(c.load_replay, self._model_id, n, check=self.replay_check())
+            self.replay = PrecisionReplay.load(c.load_replay, ident, n, options=self.replay_options())
             for m, failed in self.replay.verdicts.items():
                 self.verdicts[m >> 1] = not failed
                 self.details.setdefault(m >> 1, "(from the replay file)")
-
             with open(c.load_replay, encoding="utf-8") as f:
                 raw = json.load(f)["entries"]
             for entry, kept in zip(raw, self.replay.entries):
@@ -741,7 +740,7 @@ class PrecisionSearch:
                     name = entry["overflow"]
                     self.overflow[int(entry["nodes"], 16) >> 1] = name if name in self.position else None
         elif c.save_replay:
-            self.replay = PrecisionReplay(self._model_id, n, self.replay_check())
+            self.replay = PrecisionReplay(ident, n, self.replay_check(), self.replay_options())
 
 
 def _overflows(values, dtype: str):
@@ -753,4 +752,4 @@ def _overflows(values, dtype: str):
 
 
 class PrecisionReplay(Replay):
-    tool = TOOL
+    tool, options_first = TOOL, True

@@ -295,6 +295,7 @@ def tied_pairs(model, pairs: Sequence[Pair]) -> Dict[str, str]:
     producer = {o: n for n in model.graph.node for o in n.output}
     by_output = {o: p for p in pairs if not p.weight for o in p.outputs}
     tied: Dict[str, str] = {}
+    axes = _AxisMap(model)
     for p in pairs:
         node = producer.get(p.tensor)
         if p.weight or node is None or node.op_type not in MOVING_OPS or not node.input:
@@ -302,12 +303,100 @@ def tied_pairs(model, pairs: Sequence[Pair]) -> Dict[str, str]:
         up = by_output.get(node.input[0])
         if up is None or up is p or not _same_grid(up, p):
             continue
+        if _per_channel(p) and not axes.keeps(node, up.axis, p.axis):
+            continue  # (the op may move the channels: the values are on another channel's grid)
         tied[p.name] = tied.get(up.name, up.name)
     for name, root in list(tied.items()):  # (a chain: its first pair)
         while root in tied:
             root = tied[root]
         tied[name] = root
     return tied
+
+
+def _per_channel(p: Pair) -> bool:
+    return p.axis is not None and p.scale.size > 1
+
+
+class _AxisMap:
+    """Whether a value-moving node's output keeps its input's channel axis in place (per-channel
+    values stay on their channel's scale): Identity and MaxPool (axis 1); Transpose where ``perm``
+    maps the one axis to the other; Slice along other axes; Reshape, Flatten, Squeeze and Unsqueeze
+    where static shapes prove it (the same channel count, the same number of elements before it).
+    Anything else, or unknown shapes: not provably kept."""
+
+    def __init__(self, model):
+        self.model = model
+        self._shapes: Optional[Dict[str, List[int]]] = None
+
+    def shape(self, name: str) -> Optional[List[int]]:
+        if self._shapes is None:
+            self._shapes = _static_shapes(self.model)
+        return self._shapes.get(name)
+
+    def keeps(self, node, a_axis: Optional[int], b_axis: Optional[int]) -> bool:
+        shape_in, shape_out = self.shape(node.input[0]), self.shape(node.output[0])
+        a = _from_front(a_axis, len(shape_in) if shape_in is not None else None)
+        b = _from_front(b_axis, len(shape_out) if shape_out is not None else None)
+        op = node.op_type
+        if op == "Transpose":
+            perm = next((list(t.ints) for t in node.attribute if t.name == "perm"), None)
+            if perm is None:
+                perm = list(reversed(range(len(shape_out)))) if shape_out is not None else None
+            if perm is None:
+                return False
+            a, b = _from_front(a_axis, len(perm)), _from_front(b_axis, len(perm))
+            return a is not None and b is not None and 0 <= b < len(perm) and perm[b] == a
+        if a is None or b is None:
+            return False
+        if op in ("Identity", "MaxPool"):
+            return a == b
+        if op == "Slice":
+            return a == b and self._slice_spares(node, a, shape_in)
+        if op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze") and shape_in is not None and shape_out is not None:
+            return shape_in[a] == shape_out[b] and math.prod(shape_in[:a]) == math.prod(shape_out[:b])
+        return False
+
+    def _slice_spares(self, node, axis: int, shape_in: Optional[List[int]]) -> bool:
+        """The Slice's axes (constant) leave ``axis`` alone."""
+        if len(node.input) > 3 and node.input[3]:
+            axes = _initializer(self.model, node.input[3])
+            if axes is None:
+                return False
+            rank = len(shape_in) if shape_in is not None else None
+            resolved = [_from_front(int(v), rank) for v in np.ravel(axes)]
+            return None not in resolved and axis not in resolved
+        starts = _initializer(self.model, node.input[1]) if len(node.input) > 1 else None
+        return starts is not None and axis >= np.size(starts)
+
+
+def _from_front(axis: Optional[int], rank: Optional[int]) -> Optional[int]:
+    """``axis`` counted from the front (None: unknown, a negative axis of a tensor of unknown rank)."""
+    if axis is None:
+        return None
+    if axis >= 0:
+        return axis if rank is None or axis < rank else None
+    return rank + axis if rank is not None and rank + axis >= 0 else None
+
+
+def _initializer(model, name: str) -> Optional[np.ndarray]:
+    for t in model.graph.initializer:
+        if t.name == name:
+            return numpy_helper.to_array(t)
+    return None
+
+
+def _static_shapes(model) -> Dict[str, List[int]]:
+    """Tensors of the top graph whose shape is known and static, by name (none when inference fails)."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception:  # noqa: BLE001 - no shapes: per-channel pairs are then not tied across moving ops
+        return {}
+    out: Dict[str, List[int]] = {}
+    for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
+        dims = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else None
+        if dims is not None and vi.type.tensor_type.HasField("shape") and all(d.HasField("dim_value") for d in dims):
+            out[vi.name] = [d.dim_value for d in dims]
+    return out
 
 
 def _same_grid(a: Pair, b: Pair) -> bool:

@@ -11,9 +11,10 @@ A replay is bound to what produced it: ``model`` is a digest of the graph's stru
 weights (their bytes, or for external data the file's size and modification time), ``check`` the
 check command and ``options`` what else decides a verdict (``--fail-regex``, ``--fail-code``,
 ``--ignore-fail-code``, ``--any-failure``, ``--check-timeout``, ``--model-input-shapes``, the
-cut options, and with ``--compare`` the reference runner and model, the inputs and seed). A file
-whose model, check or options differ from the run's is refused (exit 3) with one sentence that
-names the difference: its verdicts answer another question, so they are never reused.
+cut options, and with ``--compare`` the reference runner and model, the inputs and seed; a file
+option as its resolved path and a digest of its bytes, :func:`file_ref`). A file whose model,
+check or options differ from the run's is refused (exit 3) with one sentence that names the
+difference: its verdicts answer another question, so they are never reused.
 
 ``seconds`` (how long the check took) lets a resumed run make the same cost-based choices.
 ``verdict`` is the verdict class (pass, fail, broken, timeout) and ``code`` the check's exit
@@ -36,7 +37,7 @@ import os
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError
-from toolkit.core.io.model import read_bytes, write_bytes_atomic
+from toolkit.core.io.model import check_data_file, read_bytes, write_bytes_atomic
 
 TOOL = "toolkit debug reduce"
 VERSION = 1
@@ -44,6 +45,9 @@ VERSION = 1
 
 class Replay:
     tool = TOOL  # what wrote the file (another debug command may reuse the format)
+    # compare the options before the model: where options decide which nodes are searched (so the
+    # model's digest differs too), the option is named rather than "a different model"
+    options_first = False
 
     def __init__(
         self, model_id: str, num_nodes: int, check: Optional[Sequence[str]] = None,
@@ -132,15 +136,7 @@ class Replay:
             raise InputError(f"{path}: not a debug replay file written by `{cls.tool}`")
         if doc.get("version") != VERSION:
             raise InputError(f"{path}: replay format version {doc.get('version')} is not supported (expected {VERSION})")
-        if doc.get("model") != model_id or doc.get("nodes") != num_nodes:
-            raise InputError(
-                f"{path}: this replay was recorded for a different model (or a changed one); "
-                "run without --load-debug-replay"
-            )
-        if check is not False:
-            _same_check(path, doc, check)
-        if options is not None:
-            _same_options(path, doc, options)
+        cls._check_bound(path, doc, model_id, num_nodes, check, options)
         rep = cls(model_id, num_nodes, doc.get("check"), doc.get("options"))
         for k, entry in enumerate(doc["entries"]):
             try:
@@ -162,6 +158,22 @@ class Replay:
                 raise InputError(f"{path}: entry {k + 1} has an unknown verdict {verdict!r}")
             rep.add(iteration, mask, bin(mask).count("1"), failed, seconds, verdict=verdict, code=code)
         return rep
+
+    @classmethod
+    def _check_bound(cls, path: str, doc: dict, model_id: str, num_nodes: int, check: Any,
+                     options: Optional[Mapping[str, Any]]) -> None:
+        """InputError unless the replay ``doc`` was recorded for this model, check and options."""
+        if cls.options_first and options is not None and isinstance(doc.get("options"), dict):
+            _same_options(path, doc, options)
+        if doc.get("model") != model_id or doc.get("nodes") != num_nodes:
+            raise InputError(
+                f"{path}: this replay was recorded for a different model (or a changed one); "
+                "run without --load-debug-replay"
+            )
+        if check is not False:
+            _same_check(path, doc, check)
+        if options is not None:
+            _same_options(path, doc, options)
 
 
 _AGAIN = "run without --load-debug-replay (or with what it was recorded with)"
@@ -191,12 +203,64 @@ def _same_options(path: str, doc: dict, options: Mapping[str, Any]) -> None:
             f"its verdicts cannot be trusted for this run; {_AGAIN}"
         )
     new = json.loads(json.dumps(options))  # (as a file would hold them: tuples as lists)
-    for key in sorted(set(old) | set(new)):
-        if old.get(key) != new.get(key):
-            raise InputError(
-                f"{path}: this replay was recorded with {key} {json.dumps(old.get(key))}, where this run has "
-                f"{json.dumps(new.get(key))}, so its verdicts answer another question; {_AGAIN}"
-            )
+    for key, value in sorted(new.items()):
+        if any(r["path"] == "-" for r in _refs(value) or []):
+            raise InputError(f"{path}: {key} -: data read from stdin cannot be checked against what this replay "
+                             "was recorded with; save it to a file and give that, or run without --load-debug-replay")
+    differ = [key for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
+    if differ:
+        said = "; ".join(_difference(key, old.get(key), new.get(key)) for key in differ)
+        raise InputError(f"{path}: {said}, so its verdicts answer another question; {_AGAIN}")
+
+
+def _difference(key: str, old: Any, new: Any) -> str:
+    """How option ``key`` differs, in words: a file (see :func:`file_ref`) whose content changed
+    under the same name is said so; else the recorded and this run's values."""
+    olds, news = _refs(old), _refs(new)
+    if olds and news and [r["path"] for r in olds] == [r["path"] for r in news]:
+        changed = [n["path"] for o, n in zip(olds, news) if o.get("digest") != n.get("digest")]
+        return f"{key} {', '.join(changed)}: the file's content changed since this replay was recorded"
+    return (f"this replay was recorded with {key} {_shown(old)}, where this run has "
+            f"{_shown(new)}")
+
+
+def _refs(value: Any) -> Optional[List[dict]]:
+    """``value`` as a list of file references, or None when it is not one or a list of them."""
+    items = value if isinstance(value, list) else [value]
+    if items and all(isinstance(v, dict) and set(v) == {"path", "digest"} for v in items):
+        return items
+    return None
+
+
+def _shown(value: Any) -> str:
+    refs = _refs(value)
+    if refs is not None:
+        return ", ".join(r["path"] for r in refs)
+    return "(none)" if value is None else json.dumps(value)
+
+
+def file_digest(path: str) -> str:
+    """A digest of the bytes of the file at ``path``, read in 1 MiB pieces (no copy held)."""
+    h = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as f:
+        for piece in iter(lambda: f.read(1 << 20), b""):
+            h.update(piece)
+    return h.hexdigest()
+
+
+def file_ref(path: Optional[str]) -> Optional[Dict[str, str]]:
+    """What a replay records of a file it was made with: its resolved path and a digest of its
+    content, so the same file named another way matches and a changed file does not."""
+    if not path:
+        return None
+    if path == "-":
+        return {"path": "-", "digest": ""}  # (unknown content: a replay loaded with it is refused)
+    check_data_file(path)  # (a FIFO or a device: refused, never read to the end here)
+    try:
+        digest = file_digest(path)
+    except OSError as exc:
+        raise InputError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    return {"path": os.path.realpath(path), "digest": digest}
 
 
 def weights_digest(initializers: Sequence, files: Sequence[str]) -> str:
@@ -235,8 +299,8 @@ def replay_options(cfg, compare: Optional[Mapping[str, Any]] = None) -> Dict[str
     }
     if compare:
         opts["--compare"] = [compare.get("reference"), compare.get("test")]
-        opts["--reference-model"] = compare.get("reference_model")
-        opts["--load-inputs"] = list(cfg.load_inputs)
+        opts["--reference-model"] = file_ref(compare.get("reference_model"))
+        opts["--load-inputs"] = [file_ref(p) for p in cfg.load_inputs]
         opts["--seed"] = cfg.seed
         opts["--val-range"] = list(cfg.val_range)
     return opts
