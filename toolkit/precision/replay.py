@@ -79,7 +79,7 @@ def check_options(search: Any) -> Dict[str, Any]:
 def qdq_options(search: Any) -> Dict[str, Any]:
     """:func:`check_options` of a QdqSearch, with the reference model, the pass rule, the pairs
     always in float and the held-out sets (how many: they decide which sets the search runs on)."""
-    from toolkit.precision import qdq_metrics
+    from toolkit.quant import metrics as qdq_metrics
 
     c = search.config
     opts = check_options(search)
