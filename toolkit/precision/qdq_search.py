@@ -24,7 +24,7 @@ import numpy as np
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from toolkit.core.compare.arrays.arrays.arrays.arrays import compare_iteration
+from toolkit.core.compare.arrays import compare_iteration
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
 from toolkit.core.graph.layerwise import set_outputs
 from toolkit.core.io.model import load_model, save_model
