@@ -34,6 +34,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from toolkit.core.io.model import infer_shapes
+
 QUANT_SUFFIXES = ("_QuantizeLinear_Input", "_DequantizeLinear_Output_1", "_DequantizeLinear_Output",
                   "_QuantizeLinear_Output", "_quantized")
 # integer-arithmetic (QOperator) ops: read, but not searchable as pairs
@@ -387,10 +389,9 @@ def _initializer(model, name: str) -> Optional[np.ndarray]:
 
 def _static_shapes(model) -> Dict[str, List[int]]:
     """Tensors of the top graph whose shape is known and static, by name (none when inference fails)."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception:  # noqa: BLE001 - no shapes: per-channel pairs are then not tied across moving ops
-        return {}
+    # (in a child a signal ends; a model inference cannot take comes back unchanged: no shapes, and
+    # per-channel pairs are then not tied across moving ops)
+    inferred = infer_shapes(model, data_prop=False)
     out: Dict[str, List[int]] = {}
     for vi in [*inferred.graph.input, *inferred.graph.value_info, *inferred.graph.output]:
         dims = vi.type.tensor_type.shape.dim if vi.type.HasField("tensor_type") else None

@@ -128,9 +128,12 @@ class NpzMembers:
         fp = self.archive.fp
         if fp is None:
             raise ValueError("the archive is closed")
+        fileno = getattr(fp, "fileno", None)
+        if fileno is None:
+            return None
         try:
-            return fp.fileno()
-        except (AttributeError, io.UnsupportedOperation):
+            return fileno()
+        except io.UnsupportedOperation:
             return None
 
     def _pread(self, size: int, offset: int) -> bytes:
