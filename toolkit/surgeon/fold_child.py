@@ -16,7 +16,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
-from typing import Callable, Optional
+from typing import Callable, List, Optional
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.process.interrupt import can_isolate
@@ -25,12 +25,28 @@ from toolkit.core.process.supervise import Child
 IN_PROCESS_BYTES = 1 << 30  # a model bigger than this is folded in this process
 
 
-class FoldInChild:
-    """``build(level, excluded)`` (a folded model; it fills ``report``) computed in a forked child:
-    :meth:`start` starts one, :meth:`finish` takes its result, calling the object does both."""
+class LogRelay:
+    """The log a fold writes to: the caller's log here; in the fold's child, a list whose lines
+    come back with the result and go to the caller's log then, in their order."""
 
-    def __init__(self, build: Callable, report, model) -> None:
-        self.build, self.report = build, report
+    def __init__(self, log: Callable[[str], None]) -> None:
+        self.log = log
+        self.kept: Optional[List[str]] = None
+
+    def __call__(self, line: str) -> None:
+        if self.kept is None:
+            self.log(line)
+        else:
+            self.kept.append(line)
+
+
+class FoldInChild:
+    """``build(level, excluded)`` (a folded model; it fills ``report`` and writes to ``relay``)
+    computed in a forked child: :meth:`start` starts one, :meth:`finish` takes its result, calling
+    the object does both."""
+
+    def __init__(self, build: Callable, report, model, relay: LogRelay) -> None:
+        self.build, self.report, self.relay = build, report, relay
         self.isolated = can_isolate() and model.ByteSize() <= IN_PROCESS_BYTES
 
     def __call__(self, level: Optional[str], excluded: set, **kwargs):
@@ -40,7 +56,7 @@ class FoldInChild:
         """The fold started (a Child), or the folded model itself where no child is used."""
         if level is None or not self.isolated:  # (nothing folded: nothing that could hang)
             return _Done(self.build(level, excluded, **kwargs))
-        return Child(_fold, (self.build, self.report, level, excluded, kwargs))
+        return Child(_fold, (self.build, self.report, self.relay, level, excluded, kwargs))
 
     def finish(self, started):
         """The folded model of a started fold (its report copied into ``self.report``)."""
@@ -50,8 +66,10 @@ class FoldInChild:
         if got.crashed:
             raise ToolkitError(f"constant folding ended without a result ({got.signal_name}): out of memory? "
                                "--max-tensor-size and --max-nodes bound what it computes")
-        model, passes, converged = got.value
+        model, passes, converged, lines = got.value
         self.report.passes, self.report.converged = passes, converged
+        for line in lines:
+            self.relay.log(line)
         return model
 
     @staticmethod
@@ -65,6 +83,8 @@ class _Done:
         self.model = model
 
 
-def _fold(_phase, build: Callable, report, level: str, excluded: set, kwargs: dict):  # pragma: no cover - in the child
+def _fold(_phase, build: Callable, report, relay: LogRelay, level: str, excluded: set,
+          kwargs: dict):  # pragma: no cover - in the child
+    relay.kept = []
     model = build(level, excluded, **kwargs)
-    return model, report.passes, report.converged
+    return model, report.passes, report.converged, relay.kept

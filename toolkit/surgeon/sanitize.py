@@ -10,7 +10,7 @@ from toolkit.core.errors import InputError, UsageError
 from toolkit.core.graph.graphs import walk_graphs
 from toolkit.core.shapes import override_input_shapes, top_tensor_names
 from toolkit.surgeon.fold import SanitizeReport, fold_passes, fold_validated, infer_shapes_in_place
-from toolkit.surgeon.fold_child import FoldInChild
+from toolkit.surgeon.fold_child import FoldInChild, LogRelay
 from toolkit.surgeon.fold_noops import eliminate_noops
 from toolkit.surgeon.load import check_structure, refuse_damaged
 from toolkit.surgeon.plumbing import (
@@ -108,19 +108,21 @@ def sanitize(
         keep_non_tensor_types(result, types)
         return result
 
+    relay = LogRelay(log)  # (a fold in a child logs through it)
+
     def build(level: Optional[str], excluded: set, noops: bool = remove_noops):
         with quiet_gs(), gs_step("import"):
             graph = gs.import_onnx(model)
         if level is not None:
             fold_passes(gs, graph, shell, report, level=level, num_passes=num_passes, partitioning=partitioning,
-                        size_threshold=fold_size_threshold, fold_shapes=fold_shapes, excluded=excluded, log=log,
+                        size_threshold=fold_size_threshold, fold_shapes=fold_shapes, excluded=excluded, log=relay,
                         per_pass_shapes=per_pass_shape_inference, remove_noops=noops)
         return finish(graph, noops)
 
     refuse_damaged(model, fold_constants, external_data_dir)
     try:
         if fold_constants:
-            result = fold_validated(model, FoldInChild(build, report, model), validate, external_data_dir, log,
+            result = fold_validated(model, FoldInChild(build, report, model, relay), validate, external_data_dir, log,
                                     inputs_before)
         else:
             result = build(None, set())
