@@ -93,3 +93,21 @@ def test_a_corrupt_field_is_bad_input_naming_it(cli, folder, kind):
         assert res.code == 3, (command, res.err)
         assert FIELDS[kind] in res.err and res.err.startswith(f"error: {name}: "), (command, res.err)
         assert not (folder / "o.json").exists()
+
+
+def test_a_npy_header_that_is_not_a_literal_is_corrupt_data(cli, tmp_path):
+    """numpy tokenizes a header's text before parsing it: an unclosed bracket raised tokenize's
+    TokenError, which reached the user as a bug (exit 70)."""
+    import base64
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, np.arange(3, dtype=np.float32))
+    raw = bytearray(buf.getvalue())
+    start = raw.index(b"{")
+    raw[start] = ord("(")  # "({'descr': ..." never closes its bracket
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps([{"x": {"array": base64.b64encode(bytes(raw)).decode(), "polygraphy_class": "ndarray"}}]))
+    r = cli("inspect", "data", path)
+    assert r.code == 3, r.output
+    assert "corrupt" in r.output and "Traceback" not in r.output

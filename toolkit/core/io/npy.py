@@ -12,6 +12,7 @@ goes through zipfile, header first too.
 from __future__ import annotations
 
 import io
+import tokenize
 import os
 import struct
 import zipfile
@@ -49,10 +50,13 @@ def _header_end(raw: bytes) -> int:
 def _parse(head: bytes) -> Tuple[tuple, bool, "np.dtype"]:
     f = io.BytesIO(head)
     version = np.lib.format.read_magic(f)
-    if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-    else:  # (2, 0); (3, 0) differs only in the header's text encoding
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    try:
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        else:  # (2, 0); (3, 0) differs only in the header's text encoding
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+    except (tokenize.TokenError, SyntaxError) as exc:  # (numpy tokenizes the header's text first)
+        raise ValueError(f"the .npy header is not a Python literal ({exc})") from None
     if dtype.hasobject:  # (what np.load(allow_pickle=False) refuses, said before the shape)
         raise ValueError("Object arrays cannot be loaded when allow_pickle=False (they are pickled)")
     if any(int(d) < 0 for d in shape):
