@@ -105,7 +105,7 @@ def test_a_npy_header_that_is_not_a_literal_is_corrupt_data(cli, tmp_path):
     np.save(buf, np.arange(3, dtype=np.float32))
     raw = bytearray(buf.getvalue())
     start = raw.index(b"{")
-    raw[start] = ord("(")  # "({'descr': ..." never closes its bracket
+    raw[start] ^= 0xF0  # "{" becomes a byte that is not a bracket: the "}" after it is unmatched
     path = tmp_path / "d.json"
     path.write_text(json.dumps([{"x": {"array": base64.b64encode(bytes(raw)).decode(), "polygraphy_class": "ndarray"}}]))
     r = cli("inspect", "data", path)
