@@ -409,7 +409,7 @@ def test_a_signal_just_after_the_temp_file_is_made_leaves_no_temp_file(tmp_path)
     by other tests in this process must not decide it.)"""
     code = (
         "import os, signal, sys\n"
-        "from toolkit.core import create\n"
+        "from toolkit.core.files import create\n"
         "from toolkit.core.io.model import write_bytes_atomic\n"
         "real = create.temp_beside\n"
         "def temp_beside(*args, **kwargs):\n"
