@@ -95,3 +95,20 @@ def test_run_still_refuses_a_tolerance_for_a_tensor_it_does_not_output(cli, tmp_
     res = cli("run", pair[0], "--onnxrt", "--onnxrt", "--atol", "c3:1e-2")
     assert res.code == 2, res.err
     assert "--atol names 'c3', which no output has; the outputs are: y" in res.err
+
+
+def test_each_subgraph_on_both_runners_takes_the_tensor_tolerance_too(cli, tmp_path, monkeypatch):
+    """Where marking every tensor changes the reference (a Q/DQ fusion), each subgraph runs on both
+    runners, nothing loaded: a tolerance for the intermediate tensor 'a' is applied where a subgraph
+    outputs it, ignored elsewhere."""
+    from deployed_models import qdq_softmax
+    from toolkit.core.io.datafiles import save_inputs
+
+    monkeypatch.chdir(tmp_path)
+    model = qdq_softmax(str(tmp_path / "m.onnx"))
+    save_inputs(str(tmp_path / "in.json"), [{"x": np.random.default_rng(1).uniform(0, 4, (4, 64)).astype(np.float32)}])
+    res = cli("debug", "reduce", model, "-o", tmp_path / "r.onnx", "--compare", "onnxrt", "onnxrt:opt=disable",
+              "--load-inputs", tmp_path / "in.json", "--atol", "1e-3", "a:1e-3", "--rtol", "1e-3", "--json")
+    assert res.code == 0, res.err
+    assert "each subgraph is compared with that subgraph on the reference runner" in res.err, res.err
+    assert "softmax [Op: Softmax]" in json.loads(res.out)["result_nodes"], res.err
