@@ -64,7 +64,7 @@ def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, time
         raise UsageError(f"--check-timeout must be positive, got {timeout}")
     opts = CompareOptions.from_words(words, **kw)
     opts.validate()
-    _check_tolerance_names(model, opts)
+    opts.tolerances = _subgraph_tolerances(model, opts.tolerances)
     if opts.reference_model:
         from toolkit.core.io.model import check_readable_file
 
@@ -74,21 +74,21 @@ def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, time
     return CompareRunner(model, artifact, opts, run_entry, worker_entry(), notes=log, timeout=timeout)
 
 
-def _check_tolerance_names(model: str, opts) -> None:
-    """A per-output tolerance (``--atol y:1e-3``) must name a tensor of the model, which a subgraph
-    can output (exit 2 before any work)."""
-    import os
-
+def _subgraph_tolerances(model: str, tol):
+    """The tolerances of every check: a per-tensor tolerance (``--atol c3:1e-3``) must name a
+    tensor of the full model, which a subgraph can output (exit 2 before any work, naming the
+    tensors there are); a check of a subgraph then applies those its tensors have and ignores
+    the others (those tensors are not in that subgraph)."""
     from toolkit.core.io.model import load_model
     from toolkit.run.plan import require_known_names
 
-    tol = opts.tolerances
-    if not (tol.per_atol or tol.per_rtol or tol.per_stat) or not os.path.isfile(model):
-        return
-    graph = load_model(model, load_external_data=False).graph
+    if not (tol.per_atol or tol.per_rtol or tol.per_stat):
+        return tol
+    graph = load_model(model, load_external_data=False).graph  # (a file: preflight_compare read it)
     names = [o for n in graph.node for o in n.output if o] + [i.name for i in graph.input]
     require_known_names(tol, names + [o.name for o in graph.output],
                         (("per_atol", "--atol"), ("per_rtol", "--rtol"), ("per_stat", "--check-error-stat")))
+    return tol.for_parts()
 
 
 def run_entry(options) -> int:

@@ -256,7 +256,8 @@ class Streams:
         tol = self.plan.tolerances or Tolerances()
         if k == 0:
             self.names.update(outs)
-            if index == len(self.plan.runners) - 1:  # every runner has run once: a bad name says so now
+            # every runner has run once: a bad name says so now (see _check_names)
+            if index == len(self.plan.runners) - 1 and not tol.names_checked:
                 require_known_names(tol, self.names.union(*(s.names for s in self.loaded)))
         if index > 0 and k < len(self.kept):
             self.compare(index - 1, k, self.kept[k], outs, tol)
@@ -345,6 +346,19 @@ def _pair(a: ResultSet, b: ResultSet, its: list):
     return pair
 
 
+def _check_names(tol: Tolerances, sets: List[ResultSet], comparisons: list, rep: Reporter) -> None:
+    """A per-output tolerance naming no output: a usage error (exit 2); naming an output of one
+    set only: a warning. Neither where the names were checked against a whole model of which
+    this model is a part (``tol.names_checked``: a check of ``debug reduce --compare``)."""
+    if tol.names_checked:
+        return
+    require_known_names(tol, [n for s in sets for n in s.names])
+    if comparisons:
+        compared_names = {o.name for c in comparisons for it in c.iterations for o in it.outputs}
+        for note in check_tolerance_names(tol, compared_names):  # (an output of one set only)
+            rep.warn(note)
+
+
 def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
     """The comparisons of consecutive result sets, in order (loaded files compared here)."""
 
@@ -356,11 +370,7 @@ def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
             for k, (x, y) in enumerate(zip(a.iterations, b.iterations)):
                 stream.compare(i, k, x, y, tol)
         comparisons.append(_pair(a, b, stream.pairs.get(i, [])))
-    require_known_names(tol, [n for s in sets for n in s.names])  # (a name no output has: exit 2)
-    if comparisons:
-        compared_names = {o.name for c in comparisons for it in c.iterations for o in it.outputs}
-        for note in check_tolerance_names(tol, compared_names):  # (an output of one set only)
-            rep.warn(note)
+    _check_names(tol, sets, comparisons, rep)
     report = RunReport(sets, comparisons, stream.problems)
     precisions = {s.label: s.precision for s in sets if s.precision}
     report.diagnoses = diagnose.diagnoses(plan.opts, comparisons, stream.errors, precisions)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from toolkit.core.errors import UsageError
@@ -140,6 +140,9 @@ class Tolerances:
     # --no-shape-check: outputs of different shapes but the same number of elements are compared
     # element by element (B reshaped to A's shape)
     shape_check: bool = True
+    # the per-output names were checked against every tensor of a whole model already (debug reduce
+    # --compare): a run of a part of it applies the names its tensors have and ignores the others
+    names_checked: bool = False
 
     @classmethod
     def parse(
@@ -177,6 +180,11 @@ class Tolerances:
         gr, pr = _typed(rtol, _number_tol, "rtol")
         gs, ps = _typed(check_error_stat, _parse_stat, "check_error_stat")
         return cls(atol=ga, rtol=gr, check_error_stat=gs or "elemwise", per_atol=pa, per_rtol=pr, per_stat=ps)
+
+    def for_parts(self) -> "Tolerances":
+        """These tolerances for runs of parts (subgraphs) of a model whose tensors the per-output
+        names were checked against: such a run ignores a name its part does not have."""
+        return replace(self, names_checked=True)
 
     def topk_for(self, name: str) -> Optional[Tuple[int, int]]:
         return self.per_topk.get(name, self.topk)
