@@ -45,9 +45,10 @@ def load_model_and_pieces(path: str, external_data_dir: Optional[str] = None):
     return model, pieces
 
 
-def load_for_index(path: str, external_data_dir: Optional[str] = None):
+def load_for_index(path: str, external_data_dir: Optional[str] = None, files: Optional[list] = None):
     """(model, pieces, base): the model to index, the file cut into pieces to build
-    candidates, and the folder of its external data.
+    candidates, and the folder of its external data (``files``, if given, receives the
+    absolute paths of its external data files).
 
     For a model whose weights are inside its file, the file is memory-mapped, cut into
     its fields, and the model returned is a *light* one: big initializers are stubs
@@ -60,7 +61,7 @@ def load_for_index(path: str, external_data_dir: Optional[str] = None):
     """
 
     def full():
-        model, base = load_lazily(path, external_data_dir, eager_bytes=EAGER_WEIGHT_BYTES)
+        model, base = load_lazily(path, external_data_dir, eager_bytes=EAGER_WEIGHT_BYTES, files=files)
         return model, None, base
 
     if path == "-":

@@ -8,10 +8,12 @@ JSON, written atomically::
                   "verdict": "fail", "code": 1, "seconds": 0.41}, ...]}
 
 A replay is bound to what produced it: ``model`` is a digest of the graph's structure and of its
-weights (their bytes, or for external data the file's size and modification time), ``check`` the
+weights (their bytes, or the size and modification time of the model's file and of its external
+data files, each by its real path; for a model whose If branches were inlined into a temporary
+rewrite, the files of the model given, never the rewrite's), ``check`` the
 check command and ``options`` what else decides a verdict (``--fail-regex``, ``--fail-code``,
 ``--ignore-fail-code``, ``--any-failure``, ``--check-timeout``, ``--model-input-shapes``, the
-cut options, and with ``--compare`` the reference runner and model, the inputs and seed; a file
+cut options, and with ``--compare`` the reference runner and model (as given), the inputs and seed; a file
 option as its resolved path and a digest of its bytes, :func:`file_ref`). A file whose model,
 check or options differ from the run's is refused (exit 3) with one sentence that names the
 difference: its verdicts answer another question, so they are never reused.
@@ -176,6 +178,13 @@ class Replay:
             _same_options(path, doc, options)
 
 
+class InlinedReplay(Replay):
+    """The replay of a model whose If branches were inlined: the data among the options decides
+    the branches, so the model reduced; a difference in the options is named before the model's."""
+
+    options_first = True
+
+
 _AGAIN = "run without --load-debug-replay (or with what it was recorded with)"
 
 
@@ -299,7 +308,7 @@ def replay_options(cfg, compare: Optional[Mapping[str, Any]] = None) -> Dict[str
     }
     if compare:
         opts["--compare"] = [compare.get("reference"), compare.get("test")]
-        opts["--reference-model"] = file_ref(compare.get("reference_model"))
+        opts["--reference-model"] = file_ref(cfg.given_reference_model or compare.get("reference_model"))
         opts["--load-inputs"] = [file_ref(p) for p in cfg.load_inputs]
         opts["--seed"] = cfg.seed
         opts["--val-range"] = list(cfg.val_range)
