@@ -383,6 +383,7 @@ def test_a_compare_replay_with_inlined_reference_model_resumes(cli, models):
     assert first.code == 0, first.err
     summary = json.loads(first.out)
     assert any(d["model"] == "reference model" for d in summary["inlined_branches"])
+    assert summary["compare"]["reference_model"] == "clean.onnx"
     again = _compare(cli, "then.json", "--load-debug-replay", "r.json", "--json")
     assert again.code == 0, again.err
     resumed = json.loads(again.out)
@@ -398,3 +399,23 @@ def test_a_compare_replay_with_inlined_reference_model_resumes(cli, models):
     save(branchy(mul=3.0), models / "clean.onnx")  # another reference, same name
     res = _compare(cli, "then.json", "--load-debug-replay", "r.json")
     assert res.code == 3 and "--reference-model" in res.err and "content changed" in res.err, res.err
+
+
+def test_a_model_rewritten_while_its_branches_are_inlined_is_refused(cli, models, monkeypatch):
+    """The rewrite reduced is of the model as it was read: a replay must not bind its verdicts to
+    the file as it is afterwards (a later run on it would reuse verdicts about another model)."""
+    import toolkit.reduce.branches as branches
+
+    inline = branches.inline_taken_branches
+
+    def rewritten_meanwhile(path, *args, **kw):
+        found = inline(path, *args, **kw)
+        if path == "clean.onnx":
+            save(branchy(mul=3.0), models / "clean.onnx")
+        return found
+
+    monkeypatch.setattr(branches, "inline_taken_branches", rewritten_meanwhile)
+    res = _sigmoid_reduce(cli, "clean.onnx", "--load-inputs", "then.json")
+    assert res.code == 3 and res.err.count("error:") == 1, res.err
+    assert "clean.onnx: the file changed while debug reduce was reading it" in res.err
+    assert not (models / "polygraphy_debug_replay.json").exists()

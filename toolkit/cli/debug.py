@@ -297,6 +297,8 @@ def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
             timeout=check_timeout, tensors=a.compare_tensors or "outputs",
         )
         cfg.check = runner.check_argv
+        if cfg.given_reference_model:  # (--json names the reference model given, not its inlined rewrite)
+            runner.info["reference_model"] = cfg.given_reference_model
         reducer_cls = CompareReducer
         if a.all_faults:  # (--all-faults without --compare is a usage error, checked before)
             from toolkit.reduce.accuracy import describe_faults

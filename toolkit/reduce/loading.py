@@ -7,7 +7,7 @@ import mmap
 import os
 import shutil
 import tempfile
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from toolkit.core.io.datafiles import load_inputs
 from toolkit.core.errors import InputError, ToolkitError
@@ -190,6 +190,20 @@ def model_changed(path: str) -> bool:
         return _stamp(os.stat(path)) != then
     except OSError:
         return True
+
+
+def identity_files(model: str, given: Sequence[str], external: Sequence[str]) -> List[str]:
+    """The files whose size and modification time stand for a model's weights in a replay file
+    (see toolkit.reduce.replay), by their real paths (the same file named through a link
+    matches): ``given``, the files of a model given whose rewrite is reduced (the model first),
+    or else ``model`` and its ``external`` data files. A given model rewritten since it was read
+    is an InputError: the rewrite is of the model as it was, the file is another."""
+    if given:
+        if model_changed(given[0]):
+            raise InputError(f"{given[0]}: the file changed while debug reduce was reading it; run again once "
+                             "it is written")
+        return [os.path.realpath(p) for p in given]
+    return ([os.path.realpath(model)] if model != "-" else []) + list(external)
 
 
 def snapshot(path: str):

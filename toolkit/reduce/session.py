@@ -46,7 +46,7 @@ from toolkit.reduce.evidence import Evidence, from_check_output, noise_warning
 from toolkit.reduce.graph import BIG_MODEL_BYTES, Candidate, GraphIndex, MetaProvider, body_node_count, write_chunks
 from toolkit.search.masks import mask_indices, popcount, span_words
 from toolkit.reduce.feeds import feed_maker, fold_values_maker
-from toolkit.reduce.loading import data_input_shapes, data_tensor_metas, load_for_index
+from toolkit.reduce.loading import data_input_shapes, data_tensor_metas, identity_files, load_for_index
 from toolkit.reduce.owner import Ownership
 from toolkit.reduce.parallel import Worker, worker_argv, worker_artifact, worker_env
 from toolkit.reduce.replay import InlinedReplay, Replay, replay_options, weights_digest
@@ -243,13 +243,9 @@ class Reducer(Artifacts):
                 )
 
     def _replay_identity(self) -> str:
-        """The model's digest in the replay: its structure and its weights (see toolkit.reduce.replay).
-        The weights' files are those given (``cfg.given_files`` where the model indexed is a rewrite
-        of them), by their real paths: the same file named through a link matches."""
-        model = self.cfg.model
-        files = [os.path.realpath(p) for p in self.cfg.given_files] or (
-            ([os.path.realpath(model)] if model != "-" else []) + list(self.index.external_files())
-        )
+        """The model's digest in the replay: its structure and its weights (see toolkit.reduce.replay),
+        their files those given where the model indexed is a rewrite of them (``cfg.given_files``)."""
+        files = identity_files(self.cfg.model, self.cfg.given_files, self.index.external_files())
         inits = [*self.index.initializers.values(), *self.index.sparse_initializers.values()]
         return f"{self.index.identity()}-{weights_digest(inits, files)}"
 
