@@ -336,6 +336,10 @@ def _same_end(summary, again):
 def test_a_replay_of_a_model_with_inlined_branches_resumes_an_unchanged_run(cli, models, replay):
     summary, again = _resumed(cli, "clean.onnx", replay)
     _same_end(summary, again)
+    # inputs that take the other branch make another model to reduce: refused, saying so
+    res = _sigmoid_reduce(cli, "clean.onnx", "--load-inputs", "else.json", "--load-debug-replay",
+                          replay or "polygraphy_debug_replay.json")
+    assert res.code == 3 and "or for inputs that take other If branches" in res.err, res.err
     # the same model named through a link is the same model
     (models / "link.onnx").symlink_to(models / "clean.onnx")
     again = _sigmoid_reduce(cli, "link.onnx", "--load-inputs", "then.json", "--load-debug-replay",

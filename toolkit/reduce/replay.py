@@ -50,6 +50,7 @@ class Replay:
     # compare the options before the model: where options decide which nodes are searched (so the
     # model's digest differs too), the option is named rather than "a different model"
     options_first = False
+    other_model = "a different model (or a changed one)"  # (what a different model digest says)
 
     def __init__(
         self, model_id: str, num_nodes: int, check: Optional[Sequence[str]] = None,
@@ -169,7 +170,7 @@ class Replay:
             _same_options(path, doc, options)
         if doc.get("model") != model_id or doc.get("nodes") != num_nodes:
             raise InputError(
-                f"{path}: this replay was recorded for a different model (or a changed one); "
+                f"{path}: this replay was recorded for {cls.other_model}; "
                 "run without --load-debug-replay"
             )
         if check is not False:
@@ -183,6 +184,7 @@ class InlinedReplay(Replay):
     the branches, so the model reduced; a difference in the options is named before the model's."""
 
     options_first = True
+    other_model = "a different model (or a changed one), or for inputs that take other If branches"
 
 
 _AGAIN = "run without --load-debug-replay (or with what it was recorded with)"
