@@ -308,3 +308,118 @@ def test_a_replay_is_refused_when_an_input_or_reference_file_changed_under_its_n
     save(_plain(3.0), tmp_path / "clean.onnx")  # another reference, same name
     res = _compare(cli, "in.json", "--load-debug-replay", "r.json")
     assert res.code == 3 and "--reference-model" in res.err and "content changed" in res.err, res.err
+
+
+def _resumed(cli, model, replay, *options):
+    """Reduce ``model`` (inlined with then.json) saving ``replay`` (None: the default replay), then
+    again loading it: (first run's --json summary, second run's result)."""
+    save_opt = ["--save-debug-replay", replay] if replay else []
+    first = _sigmoid_reduce(cli, model, "--load-inputs", "then.json", *options, *save_opt, "--json")
+    assert first.code == 0, first.err
+    assert "reducing its then-branch" in first.err
+    summary = json.loads(first.out)
+    assert summary["checks"] > 2 and _nodes("reduced.onnx") == ["then_sigmoid"]
+    again = _sigmoid_reduce(cli, model, "--load-inputs", "then.json", *options,
+                            "--load-debug-replay", replay or "polygraphy_debug_replay.json", "--json")
+    return summary, again
+
+
+def _same_end(summary, again):
+    """``again`` resumed the run of ``summary``: no check repeated, the same node reached."""
+    assert again.code == 0, again.err
+    resumed = json.loads(again.out)
+    assert resumed["checks"] == 0 and resumed["remembered"] >= summary["checks"], again.err
+    assert resumed["result_nodes"] == summary["result_nodes"] and _nodes("reduced.onnx") == ["then_sigmoid"]
+
+
+@pytest.mark.parametrize("replay", ["r.json", None])
+def test_a_replay_of_a_model_with_inlined_branches_resumes_an_unchanged_run(cli, models, replay):
+    summary, again = _resumed(cli, "clean.onnx", replay)
+    _same_end(summary, again)
+    # inputs that take the other branch make another model to reduce: refused, saying so
+    res = _sigmoid_reduce(cli, "clean.onnx", "--load-inputs", "else.json", "--load-debug-replay",
+                          replay or "polygraphy_debug_replay.json")
+    assert res.code == 3 and "or for inputs that take other If branches" in res.err, res.err
+    # the same model named through a link is the same model
+    (models / "link.onnx").symlink_to(models / "clean.onnx")
+    again = _sigmoid_reduce(cli, "link.onnx", "--load-inputs", "then.json", "--load-debug-replay",
+                            replay or "polygraphy_debug_replay.json", "--json")
+    _same_end(summary, again)
+    # a changed model is still refused: its verdicts answer another question
+    save(branchy(mul=3.0), models / "clean.onnx")
+    res = _sigmoid_reduce(cli, "clean.onnx", "--load-inputs", "then.json", "--load-debug-replay",
+                          replay or "polygraphy_debug_replay.json")
+    assert res.code == 3 and "recorded for a different model" in res.err, res.err
+
+
+def test_a_replay_of_a_linked_model_with_inlined_branches_resumes(cli, models):
+    (models / "real").mkdir()
+    save(branchy(), models / "real" / "model.onnx")
+    (models / "link.onnx").symlink_to(models / "real" / "model.onnx")
+    summary, again = _resumed(cli, "link.onnx", "r.json")
+    _same_end(summary, again)
+    # the link pointed at another model: refused
+    save(branchy(mul=3.0), models / "real" / "other.onnx")
+    (models / "link.onnx").unlink()
+    (models / "link.onnx").symlink_to(models / "real" / "other.onnx")
+    res = _sigmoid_reduce(cli, "link.onnx", "--load-inputs", "then.json", "--load-debug-replay", "r.json")
+    assert res.code == 3 and "recorded for a different model" in res.err, res.err
+
+
+def test_a_replay_of_a_model_with_external_data_and_inlined_branches_resumes(cli, models):
+    from modelzoo import save_with_external_data
+
+    (models / "data").mkdir()
+    save_with_external_data(branchy(), models / "data" / "ext.onnx", location="ext.bin")
+    summary, again = _resumed(cli, "data/ext.onnx", "r.json")
+    _same_end(summary, again)
+    # other weights in the external data file (the model's file unchanged): refused
+    weights = onnx.load(str(models / "data" / "ext.onnx"), load_external_data=False)
+    save_with_external_data(branchy(mul=3.0), models / "other.onnx", location="other.bin")
+    (models / "other.bin").replace(models / "data" / "ext.bin")
+    assert onnx.load(str(models / "data" / "ext.onnx"), load_external_data=False) == weights
+    res = _sigmoid_reduce(cli, "data/ext.onnx", "--load-inputs", "then.json", "--load-debug-replay", "r.json")
+    assert res.code == 3 and "recorded for a different model" in res.err, res.err
+
+
+def test_a_compare_replay_with_inlined_reference_model_resumes(cli, models):
+    first = _compare(cli, "then.json", "--save-debug-replay", "r.json", "--json")
+    assert first.code == 0, first.err
+    summary = json.loads(first.out)
+    assert any(d["model"] == "reference model" for d in summary["inlined_branches"])
+    assert summary["compare"]["reference_model"] == "clean.onnx"
+    again = _compare(cli, "then.json", "--load-debug-replay", "r.json", "--json")
+    assert again.code == 0, again.err
+    resumed = json.loads(again.out)
+    assert resumed["checks"] == 0 and resumed["result_nodes"] == summary["result_nodes"], again.err
+    assert _nodes(models / "reduced.onnx") == ["then_mul"]
+    # other inputs under the same name, taking the other branch: the inputs are named, not the model
+    (models / "then.json").rename(models / "kept.json")
+    (models / "else.json").rename(models / "then.json")
+    res = _compare(cli, "then.json", "--load-debug-replay", "r.json")
+    assert res.code == 3 and "--load-inputs" in res.err and "content changed" in res.err, res.err
+    assert "different model" not in res.err
+    (models / "kept.json").replace(models / "then.json")
+    save(branchy(mul=3.0), models / "clean.onnx")  # another reference, same name
+    res = _compare(cli, "then.json", "--load-debug-replay", "r.json")
+    assert res.code == 3 and "--reference-model" in res.err and "content changed" in res.err, res.err
+
+
+def test_a_model_rewritten_while_its_branches_are_inlined_is_refused(cli, models, monkeypatch):
+    """The rewrite reduced is of the model as it was read: a replay must not bind its verdicts to
+    the file as it is afterwards (a later run on it would reuse verdicts about another model)."""
+    import toolkit.reduce.branches as branches
+
+    inline = branches.inline_taken_branches
+
+    def rewritten_meanwhile(path, *args, **kw):
+        found = inline(path, *args, **kw)
+        if path == "clean.onnx":
+            save(branchy(mul=3.0), models / "clean.onnx")
+        return found
+
+    monkeypatch.setattr(branches, "inline_taken_branches", rewritten_meanwhile)
+    res = _sigmoid_reduce(cli, "clean.onnx", "--load-inputs", "then.json")
+    assert res.code == 3 and res.err.count("error:") == 1, res.err
+    assert "clean.onnx: the file changed while debug reduce was reading it" in res.err
+    assert not (models / "polygraphy_debug_replay.json").exists()

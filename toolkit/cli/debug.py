@@ -297,6 +297,8 @@ def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
             timeout=check_timeout, tensors=a.compare_tensors or "outputs",
         )
         cfg.check = runner.check_argv
+        if cfg.given_reference_model:  # (--json names the reference model given, not its inlined rewrite)
+            runner.info["reference_model"] = cfg.given_reference_model
         reducer_cls = CompareReducer
         if a.all_faults:  # (--all-faults without --compare is a usage error, checked before)
             from toolkit.reduce.accuracy import describe_faults
@@ -403,8 +405,21 @@ def inlined_note(inlined) -> str:
     )
 
 
-def _reduce_config(a: "ReduceArgs", rule, load_inputs):
-    """The ReduceConfig of ``debug reduce``'s options ``a``."""
+def _given(inlined, name: str) -> Dict[str, Any]:
+    """The config's fields naming what was given where the reduce runs on rewrites of it (If
+    branches inlined, ``inlined``): how logs name the model (given as ``name``) and the files a
+    replay is bound to."""
+    if inlined is None:
+        return {"label": None, "given_files": (), "given_reference_model": None}  # (the model's own)
+    return {
+        "label": f"{name} (If branches inlined: {inlined.model})",
+        "given_files": list(inlined.given_files),
+        "given_reference_model": inlined.given_reference_model,
+    }
+
+
+def _reduce_config(a: "ReduceArgs", rule, load_inputs, inlined=None, name: str = ""):
+    """The ReduceConfig of ``debug reduce``'s options ``a`` (``inlined``, ``name``: see :func:`_given`)."""
     from toolkit.core.meta import parse_shape_specs
     from toolkit.reduce.parallel import parse_devices
     from toolkit.reduce.session import ReduceConfig
@@ -414,7 +429,7 @@ def _reduce_config(a: "ReduceArgs", rule, load_inputs):
     return from_params(
         ReduceConfig,
         dataclasses.asdict(a),
-        defaults=("warm", "label"),  # (automatic; the model's own name unless a rewrite sets it later)
+        defaults=("warm",),  # (automatic)
         check=list(check) if check is not None else None,
         worker=worker_entry(),
         rule=rule,
@@ -430,6 +445,7 @@ def _reduce_config(a: "ReduceArgs", rule, load_inputs):
         jobs=a.jobs if a.jobs is not None else 1,
         devices=parse_devices(a.devices),
         shape_inference=not a.no_shape_inference,
+        **_given(inlined, name),
     )
 
 @dataclass
@@ -623,9 +639,7 @@ def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
     ray_cluster = _open_cluster(a)
     try:
         inlined = None if a.no_inline_branches else _inline_branches(a, a.load_inputs)
-        cfg = _reduce_config(a, rule, a.load_inputs)
-        if inlined is not None:
-            cfg.label = f"{model} (If branches inlined: {inlined.model})"
+        cfg = _reduce_config(a, rule, a.load_inputs, inlined, model)
         if ray_cluster is not None:
             cfg.jobs = ray_cluster.jobs
         outcome, reducer, runner = _reduce(cfg, a, a.load_inputs, ray_cluster)

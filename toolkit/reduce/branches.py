@@ -66,6 +66,10 @@ class Inlined:
     model: str
     reference_model: Optional[str]
     decisions: List[Decision] = field(default_factory=list)
+    # what was given: the model's files (the model, then its external data files) and the
+    # reference model; a replay file is bound to them, not to the rewrites (new files each run)
+    given_files: List[str] = field(default_factory=list)
+    given_reference_model: Optional[str] = None
 
     @property
     def input_dependent(self) -> bool:
@@ -94,12 +98,13 @@ def _names_outside(model, inlined: set) -> set:
     return taken
 
 
-def _structure(path: str, external_data_dir=None):
+def _structure(path: str, external_data_dir=None, files: Optional[list] = None):
     """``path``'s model without reading its big weights (the reduce's own light loader: a
     memory-mapped file cut into fields, big initializers as stubs; external weights left on
-    disk), so looking for Ifs costs the graph, not the weights."""
+    disk), so looking for Ifs costs the graph, not the weights (``files``, if given, receives
+    the paths of its external data files)."""
 
-    return load_for_index(path, external_data_dir)[0]
+    return load_for_index(path, external_data_dir, files)[0]
 
 
 def top_level_ifs(model) -> List[Tuple[str, str]]:
@@ -241,7 +246,8 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None],
     :class:`toolkit.reduce.accuracy.CompareOptions`) describes when ``with_data``. None when the
     model has no top-level If or none could be decided."""
 
-    if not top_level_ifs(_structure(model, opts.external_data_dir)):
+    external: List[str] = []
+    if not top_level_ifs(_structure(model, opts.external_data_dir, external)):
         return None
 
     # the data files are read now: their errors are the user's
@@ -269,4 +275,4 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None],
             "(--load-inputs or --compare lets the reduce go inside the branch the inputs take)")
     if not decisions:
         return None
-    return Inlined(path, ref, decisions)
+    return Inlined(path, ref, decisions, [model, *external], opts.reference_model)

@@ -58,6 +58,11 @@ class ReduceConfig:
     shape_inference: bool = True  # False: only the types the model records (--no-shape-inference)
     any_failure: bool = False  # reduce on any failure, not only the full model's kind (see signature.py)
     label: Optional[str] = None  # how logs name the model (when ``model`` is a rewrite of the one given)
+    # when ``model`` (and --compare's reference model) are rewrites of the ones given (If branches
+    # inlined, into temporary files new on every run): the given model's files (the model, then its
+    # external data files) and reference model, which a replay file is bound to instead
+    given_files: Sequence[str] = ()
+    given_reference_model: Optional[str] = None
 
 
 @dataclass

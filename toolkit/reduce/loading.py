@@ -7,7 +7,7 @@ import mmap
 import os
 import shutil
 import tempfile
-from typing import Dict, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from toolkit.core.io.datafiles import load_inputs
 from toolkit.core.errors import InputError, ToolkitError
@@ -45,9 +45,10 @@ def load_model_and_pieces(path: str, external_data_dir: Optional[str] = None):
     return model, pieces
 
 
-def load_for_index(path: str, external_data_dir: Optional[str] = None):
+def load_for_index(path: str, external_data_dir: Optional[str] = None, files: Optional[list] = None):
     """(model, pieces, base): the model to index, the file cut into pieces to build
-    candidates, and the folder of its external data.
+    candidates, and the folder of its external data (``files``, if given, receives the
+    absolute paths of its external data files).
 
     For a model whose weights are inside its file, the file is memory-mapped, cut into
     its fields, and the model returned is a *light* one: big initializers are stubs
@@ -60,7 +61,7 @@ def load_for_index(path: str, external_data_dir: Optional[str] = None):
     """
 
     def full():
-        model, base = load_lazily(path, external_data_dir, eager_bytes=EAGER_WEIGHT_BYTES)
+        model, base = load_lazily(path, external_data_dir, eager_bytes=EAGER_WEIGHT_BYTES, files=files)
         return model, None, base
 
     if path == "-":
@@ -189,6 +190,20 @@ def model_changed(path: str) -> bool:
         return _stamp(os.stat(path)) != then
     except OSError:
         return True
+
+
+def identity_files(model: str, given: Sequence[str], external: Sequence[str]) -> List[str]:
+    """The files whose size and modification time stand for a model's weights in a replay file
+    (see toolkit.reduce.replay), by their real paths (the same file named through a link
+    matches): ``given``, the files of a model given whose rewrite is reduced (the model first),
+    or else ``model`` and its ``external`` data files. A given model rewritten since it was read
+    is an InputError: the rewrite is of the model as it was, the file is another."""
+    if given:
+        if model_changed(given[0]):
+            raise InputError(f"{given[0]}: the file changed while debug reduce was reading it; run again once "
+                             "it is written")
+        return [os.path.realpath(p) for p in given]
+    return ([os.path.realpath(model)] if model != "-" else []) + list(external)
 
 
 def snapshot(path: str):

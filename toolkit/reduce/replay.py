@@ -8,10 +8,12 @@ JSON, written atomically::
                   "verdict": "fail", "code": 1, "seconds": 0.41}, ...]}
 
 A replay is bound to what produced it: ``model`` is a digest of the graph's structure and of its
-weights (their bytes, or for external data the file's size and modification time), ``check`` the
+weights (their bytes, or the size and modification time of the model's file and of its external
+data files, each by its real path; for a model whose If branches were inlined into a temporary
+rewrite, the files of the model given, never the rewrite's), ``check`` the
 check command and ``options`` what else decides a verdict (``--fail-regex``, ``--fail-code``,
 ``--ignore-fail-code``, ``--any-failure``, ``--check-timeout``, ``--model-input-shapes``, the
-cut options, and with ``--compare`` the reference runner and model, the inputs and seed; a file
+cut options, and with ``--compare`` the reference runner and model (as given), the inputs and seed; a file
 option as its resolved path and a digest of its bytes, :func:`file_ref`). A file whose model,
 check or options differ from the run's is refused (exit 3) with one sentence that names the
 difference: its verdicts answer another question, so they are never reused.
@@ -48,6 +50,7 @@ class Replay:
     # compare the options before the model: where options decide which nodes are searched (so the
     # model's digest differs too), the option is named rather than "a different model"
     options_first = False
+    other_model = "a different model (or a changed one)"  # (what a different model digest says)
 
     def __init__(
         self, model_id: str, num_nodes: int, check: Optional[Sequence[str]] = None,
@@ -167,13 +170,21 @@ class Replay:
             _same_options(path, doc, options)
         if doc.get("model") != model_id or doc.get("nodes") != num_nodes:
             raise InputError(
-                f"{path}: this replay was recorded for a different model (or a changed one); "
+                f"{path}: this replay was recorded for {cls.other_model}; "
                 "run without --load-debug-replay"
             )
         if check is not False:
             _same_check(path, doc, check)
         if options is not None:
             _same_options(path, doc, options)
+
+
+class InlinedReplay(Replay):
+    """The replay of a model whose If branches were inlined: the data among the options decides
+    the branches, so the model reduced; a difference in the options is named before the model's."""
+
+    options_first = True
+    other_model = "a different model (or a changed one), or for inputs that take other If branches"
 
 
 _AGAIN = "run without --load-debug-replay (or with what it was recorded with)"
@@ -299,7 +310,7 @@ def replay_options(cfg, compare: Optional[Mapping[str, Any]] = None) -> Dict[str
     }
     if compare:
         opts["--compare"] = [compare.get("reference"), compare.get("test")]
-        opts["--reference-model"] = file_ref(compare.get("reference_model"))
+        opts["--reference-model"] = file_ref(cfg.given_reference_model or compare.get("reference_model"))
         opts["--load-inputs"] = [file_ref(p) for p in cfg.load_inputs]
         opts["--seed"] = cfg.seed
         opts["--val-range"] = list(cfg.val_range)

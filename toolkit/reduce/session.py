@@ -46,10 +46,10 @@ from toolkit.reduce.evidence import Evidence, from_check_output, noise_warning
 from toolkit.reduce.graph import BIG_MODEL_BYTES, Candidate, GraphIndex, MetaProvider, body_node_count, write_chunks
 from toolkit.search.masks import mask_indices, popcount, span_words
 from toolkit.reduce.feeds import feed_maker, fold_values_maker
-from toolkit.reduce.loading import data_input_shapes, data_tensor_metas, load_for_index
+from toolkit.reduce.loading import data_input_shapes, data_tensor_metas, identity_files, load_for_index
 from toolkit.reduce.owner import Ownership
 from toolkit.reduce.parallel import Worker, worker_argv, worker_artifact, worker_env
-from toolkit.reduce.replay import Replay, replay_options, weights_digest
+from toolkit.reduce.replay import InlinedReplay, Replay, replay_options, weights_digest
 from toolkit.reduce import sanity
 from toolkit.reduce.signature import Signature, feeds_maker, signature_of
 from toolkit.search.strategy import STRATEGIES, Plan
@@ -234,7 +234,8 @@ class Reducer(Artifacts):
         options = replay_options(cfg, getattr(self._given_runner, "info", None))
         self.replay = Replay(ident, self.index.size, cfg.check, options)
         if cfg.load_replay:
-            self.loaded = Replay.load(cfg.load_replay, ident, self.index.size, cfg.check, options)
+            replay_cls = InlinedReplay if cfg.given_files else Replay
+            self.loaded = replay_cls.load(cfg.load_replay, ident, self.index.size, cfg.check, options)
             for entry in self.loaded.entries:
                 self.replay.add(
                     entry["iteration"], int(entry["nodes"], 16), entry["count"], entry["failed"], entry.get("seconds"),
@@ -242,9 +243,9 @@ class Reducer(Artifacts):
                 )
 
     def _replay_identity(self) -> str:
-        """The model's digest in the replay: its structure and its weights (see toolkit.reduce.replay)."""
-        model = self.cfg.model
-        files = ([os.path.abspath(model)] if model != "-" else []) + list(self.index.external_files())
+        """The model's digest in the replay: its structure and its weights (see toolkit.reduce.replay),
+        their files those given where the model indexed is a rewrite of them (``cfg.given_files``)."""
+        files = identity_files(self.cfg.model, self.cfg.given_files, self.index.external_files())
         inits = [*self.index.initializers.values(), *self.index.sparse_initializers.values()]
         return f"{self.index.identity()}-{weights_digest(inits, files)}"
 
