@@ -38,4 +38,4 @@ def test_debug_reduce_compare_refuses_a_tolerance_for_no_tensor(cli, tmp_path):
     r = cli("debug", "reduce", model, "-o", tmp_path / "r.onnx", "--compare", "onnxrt", "onnxrt:fp16",
             "--atol", "1", "nosuch:1e-6")
     assert r.code == 2, r.err
-    assert "--atol names 'nosuch', which no output has" in r.err and "Reference:" not in r.err
+    assert "--atol names 'nosuch', which no tensor of the model has" in r.err and "Reference:" not in r.err

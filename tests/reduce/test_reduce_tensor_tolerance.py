@@ -71,7 +71,7 @@ def test_a_tolerance_on_an_intermediate_tensor_finds_the_fault_beyond_it(cli, tm
     doc = json.loads(res.out)
     assert doc["status"] == "reduced", res.err
     assert doc["result_nodes"] == ["mul6 [Op: Mul]"], res.err
-    assert "which no output has" not in res.err
+    assert "which no output has" not in res.err and "which no tensor" not in res.err
 
 
 def test_without_the_tensor_tolerance_the_search_stops_at_the_noisy_tensor(cli, tmp_path, pair):
@@ -86,7 +86,14 @@ def test_a_name_no_tensor_of_the_full_model_has_is_a_usage_error(cli, tmp_path, 
     res = reduce(cli, tmp_path, pair, flag, value)
     assert res.code == 2, res.err
     last = res.err.strip().splitlines()[-1]
-    assert last.startswith(f"error: {flag} names '{value.split(':')[0]}'") and "c3" in last, res.err
+    assert last.startswith(f"error: {flag} names '{value.split(':')[0]}', which no tensor of the model has"), res.err
+    assert "its tensors are:" in last and "c3" in last, res.err
+
+
+def test_a_model_input_is_no_tensor_a_check_compares(cli, tmp_path, pair):
+    res = reduce(cli, tmp_path, pair, "--atol", "x:1e-2")
+    assert res.code == 2, res.err
+    assert "--atol names 'x', which no tensor of the model has" in res.err
     assert "Reference:" not in res.err  # (before any work)
     assert not (tmp_path / "r.onnx").exists()
 
@@ -94,7 +101,7 @@ def test_a_name_no_tensor_of_the_full_model_has_is_a_usage_error(cli, tmp_path, 
 def test_run_still_refuses_a_tolerance_for_a_tensor_it_does_not_output(cli, tmp_path, pair):
     res = cli("run", pair[0], "--onnxrt", "--onnxrt", "--atol", "c3:1e-2")
     assert res.code == 2, res.err
-    assert "--atol names 'c3', which no output has; the outputs are: y" in res.err
+    assert "--atol names 'c3', which no output has; the outputs are: y" in res.err  # (run: graph outputs only)
 
 
 def test_each_subgraph_on_both_runners_takes_the_tensor_tolerance_too(cli, tmp_path, monkeypatch):

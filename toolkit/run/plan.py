@@ -114,10 +114,12 @@ TOLERANCE_FLAGS = (
 )
 
 
-def require_known_names(tol: Tolerances, known: Iterable[str], flags=TOLERANCE_FLAGS) -> None:
+def require_known_names(tol: Tolerances, known: Iterable[str], flags=TOLERANCE_FLAGS, *,
+                        tensors: bool = False) -> None:
     """UsageError for a per-output tolerance whose name no output has (``--atol nosuch:1e-3``),
     naming the outputs there are; nothing to say when no output is known (nothing ran).
-    ``flags``: (field of Tolerances, how the caller spells it)."""
+    ``flags``: (field of Tolerances, how the caller spells it); ``tensors``: ``known`` is every
+    tensor of the model (a reduce compares intermediate tensors too), and the sentence says so."""
     names = sorted(set(known))
     if not names:
         return
@@ -127,7 +129,8 @@ def require_known_names(tol: Tolerances, known: Iterable[str], flags=TOLERANCE_F
             close = difflib.get_close_matches(unknown[0], names, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
-            raise UsageError(f"{flag} names '{unknown[0]}', which no output has{hint}; the outputs are: {shown}")
+            what = ("no tensor of the model", "its tensors") if tensors else ("no output", "the outputs")
+            raise UsageError(f"{flag} names '{unknown[0]}', which {what[0]} has{hint}; {what[1]} are: {shown}")
 
 
 def share_onnx_outputs(opts: RunOptions, kinds: List[str]) -> RunOptions:
