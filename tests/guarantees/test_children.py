@@ -18,6 +18,7 @@ from onnx import TensorProto, helper
 
 from conftest import REPO
 from test_faults import matmul_model
+from procs import alive as _alive
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc and prctl")
 
@@ -36,13 +37,6 @@ def _children(pid: int) -> list:
     except OSError:
         return []
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def _wait_for(cond, limit: float) -> bool:

@@ -32,6 +32,7 @@ from onnx import helper, numpy_helper
 import modelzoo as z
 from conftest import run_toolkit
 from test_faults import files, interrupt_after_output, matmul_model, toolkit_popen
+from procs import alive as _alive
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="uses /proc, /dev/full and POSIX signals")
 
@@ -202,13 +203,6 @@ if [ "$n" -ge 3 ]; then sleep 300 & echo $! >> grandchildren; wait; fi
 exit 1
 """
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=lambda s: s.name)

@@ -16,6 +16,7 @@ import pytest
 
 from conftest import REPO, run_toolkit
 from hang_models import big_constant, big_range, long_constant_loop, long_loop, save
+from procs import alive as _alive
 
 
 def _children(pid: int) -> set:
@@ -31,13 +32,6 @@ def _children(pid: int) -> set:
                 pass
     return found
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def _wait_for(proc, marker, deadline: float) -> None:

@@ -23,6 +23,7 @@ import pytest
 
 from conftest import REPO
 from hang_models import fan_out, long_foldable_loop, long_loop, save
+from procs import alive as _alive
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc")
 
@@ -77,13 +78,6 @@ def _descendants(pid: int) -> set:
         todo.extend(kids)
     return found
 
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
 
 
 def _wait_for(proc, marker, seconds: float) -> None:

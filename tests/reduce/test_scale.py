@@ -21,6 +21,7 @@ from onnx import TensorProto, helper, numpy_helper
 import modelzoo
 from toolkit.reduce.verdict import CheckResult, FailureRule
 from toolkit.reduce.session import ReduceConfig, Reducer, Reporter
+from procs import alive as _alive
 
 N = 256
 W = {f"w{i}": (np.arange(N, dtype=np.float32) + 10 * i).reshape(1, N) for i in range(4)}
@@ -370,13 +371,6 @@ def test_jobs_usage_errors(tmp_path):
     )
     assert r.code == 2 and "x.txt" in r.output
 
-
-def _alive(pid):
-    try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
 
 
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
