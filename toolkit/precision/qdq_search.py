@@ -34,7 +34,7 @@ from toolkit.quant import metrics as qdq_metrics
 from toolkit.precision.replay import qdq_options
 from toolkit.quant.validate import GENERATED, HeldOut, split, split_count
 from toolkit.search import strategy
-from toolkit.reduce.graph import mask_indices
+from toolkit.search.masks import mask_indices
 from toolkit.precision.search import PrecisionConfig, PrecisionOutcome, Check, PrecisionSearch, SetIndex, describe
 from toolkit.run.registry import get_kind
 
