@@ -99,6 +99,16 @@ def modules_loaded_by(setup: str, argv, roots) -> list:
     return [m for m in loaded if m in roots or any(m.startswith(r + ".") for r in roots)]
 
 
+def pytest_configure(config):
+    """Each pytest-xdist worker runs in a folder of its own: a file a test leaves in the folder it runs
+    in is then found by the fixture below in that worker, never blamed on a test of another worker."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker:
+        import tempfile
+
+        os.chdir(tempfile.mkdtemp(prefix=f"toolkit-tests-{worker}-"))
+
+
 # Tests that send signals, time a command or start a cluster: the README's test command runs them after the
 # others, one at a time (-m serial), so that no test running beside them decides their timing.
 SERIAL = (
