@@ -219,6 +219,9 @@ def run(exit: Callable[[int], None] = os._exit) -> None:
 
     enable_supervision()  # (runs that crash a runtime are reported: see toolkit.cli.supervisor)
     code = main()
+    scratch = sys.modules.get("toolkit.core.files.scratch")
+    if scratch is not None:  # (the command made temp folders; ``os._exit`` skips atexit)
+        scratch.remove_all()
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()

@@ -8,11 +8,8 @@ check's captured output when asked for, and a summary.
 
 from __future__ import annotations
 
-import atexit
 import os
-import shutil
 import sys
-import tempfile
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
@@ -27,6 +24,7 @@ from toolkit.cli.output import interrupted_by, log, result, state, warn
 from toolkit.core import shared_options as S
 from toolkit.core.declare import declared, option, required, switch
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
+from toolkit.core.files.scratch import temp_folder
 
 app = typer.Typer(
     help="Debug failing models: reduce them to minimal failing subgraphs; find the nodes that must stay fp32.",
@@ -219,8 +217,7 @@ def _script_inputs(spec: str, func_name: Optional[str]) -> str:
     from toolkit.core.io.dataloader import load_script_feeds
 
     feeds = load_script_feeds(spec, func_name)
-    folder = tempfile.mkdtemp(prefix="toolkit-loader-")
-    atexit.register(shutil.rmtree, folder, True)
+    folder = temp_folder("toolkit-loader-")
     path = os.path.join(folder, "data_loader_inputs.npz")
     save_inputs(path, feeds)
     return path
@@ -236,8 +233,7 @@ def _spool_stdin() -> str:
     data = read_bytes("-")
     if not data:
         raise InputError("<stdin>: empty file, expected an ONNX model")
-    folder = tempfile.mkdtemp(prefix="toolkit-stdin-")
-    atexit.register(shutil.rmtree, folder, True)
+    folder = temp_folder("toolkit-stdin-")
     path = os.path.join(folder, "stdin.onnx")
     with open(path, "wb") as fh:
         fh.write(data)
@@ -382,8 +378,7 @@ def _inline_branches(a: "ReduceArgs", load_inputs):
         input_shapes=list(a.model_input_shapes or []),
         external_data_dir=a.external_data_dir,
     )
-    folder = tempfile.mkdtemp(prefix="toolkit-branches-")
-    atexit.register(shutil.rmtree, folder, True)
+    folder = temp_folder("toolkit-branches-")
     inlined = inline_for_reduce(a.model, opts, folder, log, with_data=with_data)
     if inlined is not None:
         a.model = inlined.model
