@@ -360,6 +360,8 @@ def select_feed(
         arr = feed[keys[meta.name]]
         if not isinstance(arr, np.ndarray):
             arr = np.asarray(arr)
+        if not arr.dtype.isnative:  # (runtimes read the buffer as native: big-endian data would be garbage)
+            arr = arr.astype(arr.dtype.newbyteorder("="))
         got_dtype = dtype_from_numpy(arr.dtype)
         if meta.dtype is not None and got_dtype != meta.dtype:
             arr = _cast_preserving(arr, meta, got_dtype, source, iteration, notes)
