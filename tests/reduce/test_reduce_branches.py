@@ -5,6 +5,7 @@ node inside it. Models built here."""
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import onnx
@@ -423,3 +424,51 @@ def test_a_model_rewritten_while_its_branches_are_inlined_is_refused(cli, models
     assert res.code == 3 and res.err.count("error:") == 1, res.err
     assert "clean.onnx: the file changed while debug reduce was reading it" in res.err
     assert not (models / "polygraphy_debug_replay.json").exists()
+
+
+def _same_times(path, stamp):
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+
+
+def test_a_replay_is_refused_when_the_reference_models_external_data_changed(cli, tmp_path, monkeypatch):
+    """The reference model's weights in an external data file are part of what the replay is bound
+    to, and a rewrite that keeps a file's size and modification time is still a change."""
+    monkeypatch.chdir(tmp_path)
+    save(_plain(2.5), tmp_path / "faulty.onnx")
+    clean = _plain(2.0)
+    onnx.save(clean, str(tmp_path / "clean.onnx"), save_as_external_data=True, all_tensors_to_one_file=True,
+              location="clean.bin", size_threshold=0)
+    save_inputs("in.json", [{"x": np.array([[0.5, -1.0, 2.0, 0.25]], np.float32)}])
+    assert _compare(cli, "in.json", "--save-debug-replay", "r.json").code == 0
+    assert _compare(cli, "in.json", "--load-debug-replay", "r.json").code == 0
+    stamp = os.stat(tmp_path / "clean.bin")
+    data = bytearray((tmp_path / "clean.bin").read_bytes())
+    assert np.float32(2.0).tobytes() in data
+    data = data.replace(np.float32(2.0).tobytes(), np.float32(2.5).tobytes())  # now the same as the faulty model
+    (tmp_path / "clean.bin").write_bytes(bytes(data))
+    _same_times(tmp_path / "clean.bin", stamp)
+    res = _compare(cli, "in.json", "--load-debug-replay", "r.json")
+    assert res.code == 3 and "--reference-model" in res.err, res.err
+
+
+def test_a_replay_is_refused_when_big_weights_are_rewritten_keeping_size_and_time(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    big = np.full((1, 300_000), 2.0, np.float32)  # (1.2 MB: weights this size stand in by their file's stamp)
+
+    def model(value):
+        nodes = [helper.make_node("ReduceSum", ["w"], ["s"], keepdims=1),
+                 helper.make_node("Mul", ["x", "s"], ["a"]), helper.make_node("Tanh", ["a"], ["out"])]
+        w = numpy_helper.from_array(np.full_like(big, value), "w")
+        return make_model(helper.make_graph(nodes, "g", [vi("x", [1, 1])], [vi("out", [1, 1])], [w]))
+
+    save(model(1.0), tmp_path / "m.onnx")
+    args = ["debug", "reduce", "m.onnx", "-o", "r.onnx", "--fail-regex", "Op: Tanh", "--check",
+            "toolkit", "inspect", "model", "polygraphy_debug.onnx", "--show", "layers"]
+    first = cli(*args[:5], "--save-debug-replay", "r.json", *args[5:])
+    assert first.code == 0, first.err
+    stamp = os.stat(tmp_path / "m.onnx")
+    onnx.save(model(3.0), str(tmp_path / "m.onnx"))  # the same size, other weights
+    assert os.stat(tmp_path / "m.onnx").st_size == stamp.st_size
+    _same_times(tmp_path / "m.onnx", stamp)
+    res = cli(*args[:5], "--load-debug-replay", "r.json", *args[5:])
+    assert res.code == 3 and "replay" in res.err.lower(), res.err

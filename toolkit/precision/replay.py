@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
-from toolkit.reduce.replay import file_digest, file_ref, weights_digest
+from toolkit.reduce.replay import file_digest, file_ref, model_ref, weights_digest
 
 
 def check_words(c: Any) -> List[str]:
@@ -87,7 +87,7 @@ def qdq_options(search: Any) -> Dict[str, Any]:
         for flag in ("--atol", "--rtol", "--check-error-stat"):
             del opts[flag]
     opts.update({
-        "--reference-model": file_ref(c.reference_model),
+        "--reference-model": model_ref(c.reference_model),
         "--metric": qdq_metrics.as_dict(search.metric) if search.metric is not None else None,
         "--metric-outputs": sorted(c.metric_outputs), "--float-op-types": sorted(set(c.float_op_types)),
         "--qdq-weights": bool(c.weights), "--validate-inputs": [file_ref(p) for p in c.validate_inputs],

@@ -274,6 +274,22 @@ def file_ref(path: Optional[str]) -> Optional[Dict[str, str]]:
     return {"path": os.path.realpath(path), "digest": digest}
 
 
+def model_ref(path: Optional[str]) -> Optional[Dict[str, str]]:
+    """:func:`file_ref` of a model file, with its external data files standing in by their size,
+    times and inode (a reference model's weights may be in them)."""
+    ref = file_ref(path)
+    if ref is None or path == "-":
+        return ref
+    from toolkit.core.io.model import load_model  # (onnx: only for a replay with a reference model)
+    from toolkit.core.io.weights import external_data_paths
+
+    model = load_model(path, load_external_data=False)
+    files = external_data_paths(model, os.path.dirname(os.path.abspath(path)))
+    if files:
+        ref["data"] = weights_digest([], files)
+    return ref
+
+
 def weights_digest(initializers: Sequence, files: Sequence[str]) -> str:
     """A digest of the weights: each initializer as held in memory (bytes, or the reference of
     external data), and the size and modification time of ``files`` (the model's file and its
@@ -286,9 +302,9 @@ def weights_digest(initializers: Sequence, files: Sequence[str]) -> str:
         h.update(t.name.encode() + b"\0" + bytes(str((t.data_type, list(t.dims))), "ascii"))
         h.update(t.raw_data if t.raw_data else t.SerializeToString())
     for path in files:
-        try:
+        try:  # (the inode and its change time too: a rewrite that keeps size and mtime changes them)
             st = os.stat(path)
-            h.update(f"{path}:{st.st_size}:{st.st_mtime_ns}".encode())
+            h.update(f"{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}".encode())
         except OSError:
             h.update(f"{path}:missing".encode())
     return h.hexdigest()
@@ -310,7 +326,7 @@ def replay_options(cfg, compare: Optional[Mapping[str, Any]] = None) -> Dict[str
     }
     if compare:
         opts["--compare"] = [compare.get("reference"), compare.get("test")]
-        opts["--reference-model"] = file_ref(cfg.given_reference_model or compare.get("reference_model"))
+        opts["--reference-model"] = model_ref(cfg.given_reference_model or compare.get("reference_model"))
         opts["--load-inputs"] = [file_ref(p) for p in cfg.load_inputs]
         opts["--seed"] = cfg.seed
         opts["--val-range"] = list(cfg.val_range)
