@@ -278,7 +278,7 @@ def model_ref(path: Optional[str]) -> Optional[Dict[str, str]]:
     """:func:`file_ref` of a model file, with its external data files standing in by their size,
     times and inode (a reference model's weights may be in them)."""
     ref = file_ref(path)
-    if ref is None or path == "-":
+    if ref is None or not path or path == "-":
         return ref
     from toolkit.core.io.model import load_model  # (onnx: only for a replay with a reference model)
     from toolkit.core.io.weights import external_data_paths
