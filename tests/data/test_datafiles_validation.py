@@ -111,3 +111,44 @@ def test_a_npy_header_that_is_not_a_literal_is_corrupt_data(cli, tmp_path):
     r = cli("inspect", "data", path)
     assert r.code == 3, r.output
     assert "corrupt" in r.output and "Traceback" not in r.output
+
+
+def test_forked_readers_of_one_compressed_npz_read_their_own_bytes(tmp_path):
+    """Forked processes reading members of one open compressed .npz at once (debug reduce's
+    parallel checks) each get the right arrays: zipfile's reads seek the file offset they share."""
+    import os
+
+    from toolkit.core.io.datafiles import load_data
+
+    rng = np.random.default_rng(0)
+    arrays = {f"t{i}": rng.random((200, 300)).astype(np.float32) for i in range(4)}
+    np.savez_compressed(tmp_path / "c.npz", **arrays)
+    feed = load_data(str(tmp_path / "c.npz"), cache=False)[0]
+    pids = []
+    for _ in range(3):
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover - the child
+            bad = 0
+            for _ in range(20):
+                for name, want in arrays.items():
+                    try:
+                        bad += not np.array_equal(feed[name], want)
+                    except Exception:  # noqa: BLE001 - counted
+                        bad += 1
+            os._exit(min(bad, 100))
+        pids.append(pid)
+    assert [os.waitpid(pid, 0)[1] >> 8 for pid in pids] == [0, 0, 0]
+
+
+def test_a_damaged_compressed_member_is_refused(tmp_path):
+    from toolkit.core.errors import InputError
+    from toolkit.core.io.datafiles import load_data
+
+    values = np.random.default_rng(1).random((100, 100))
+    np.savez_compressed(tmp_path / "c.npz", x=values)
+    raw = bytearray((tmp_path / "c.npz").read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    (tmp_path / "d.npz").write_bytes(bytes(raw))
+    with pytest.raises(InputError, match="unreadable"):
+        load_data(str(tmp_path / "d.npz"), cache=False)[0]["x"]
+    assert np.array_equal(load_data(str(tmp_path / "c.npz"), cache=False)[0]["x"], values)

@@ -153,10 +153,10 @@ class NpzMembers:
         return (info.compress_type == zipfile.ZIP_STORED and not info.flag_bits & 0x1
                 and info.compress_size == info.file_size)
 
-    def _local(self, info: zipfile.ZipInfo) -> Tuple[int, bytes]:
-        """(where a stored member's bytes begin, its first ``HEAD_BYTES`` bytes at most): its local
-        header read and checked, usually in the same read as those bytes."""
-        want = min(info.file_size, HEAD_BYTES)
+    def _local(self, info: zipfile.ZipInfo, want: Optional[int] = None) -> Tuple[int, bytes]:
+        """(where a member's bytes begin, its first ``want`` bytes, by default ``HEAD_BYTES`` at
+        most): its local header read and checked, usually in the same read as those bytes."""
+        want = min(info.file_size, HEAD_BYTES) if want is None else want
         raw = self._pread(_LOCAL.size + len(info.filename) + 64 + want, info.header_offset)
         if len(raw) < _LOCAL.size:
             raise EOFError("Truncated file header")
@@ -178,8 +178,17 @@ class NpzMembers:
     def _head(self, info: zipfile.ZipInfo) -> bytes:
         if self._stored(info):
             return self._local(info)[1]
-        with self.archive.open(info) as f:
+        with self._open(info) as f:
             return f.read(min(info.file_size, HEAD_BYTES))
+
+    def _open(self, info: zipfile.ZipInfo):
+        """A reader of a compressed member's bytes. A deflated member of an archive on disk is read
+        with ``pread`` and inflated here: zipfile seeks the one file offset that forked readers of
+        an open file share, so two of them reading at once read each other's bytes."""
+        if (info.compress_type == zipfile.ZIP_DEFLATED and not info.flag_bits & 0x1
+                and self._fd() is not None):
+            return _Inflater(self, info)
+        return self.archive.open(info)
 
     def header(self, member: str) -> Tuple[tuple, "np.dtype"]:
         """(shape, dtype) of ``member``, read from its header alone."""
@@ -227,7 +236,7 @@ class NpzMembers:
     def _array_inflated(self, info: zipfile.ZipInfo, what: str):
         """A member through zipfile (compressed, or odd): header, size check, then the payload one
         chunk at a time into the array (zipfile checks the CRC at the end)."""
-        with self.archive.open(info) as f:
+        with self._open(info) as f:
             head = f.read(min(info.file_size, HEAD_BYTES))
             shape, fortran, dtype, end = parse_header(head)
             check_tensor_size(what, shape, dtype)
@@ -245,7 +254,61 @@ class NpzMembers:
                     raise EOFError(f"EOF: reading array data, expected {len(buf)} bytes got {done}")
                 buf[done: done + len(data)] = data
                 done += len(data)
+            while f.read(CHUNK_BYTES):  # (to the end: the CRC is checked there)
+                pass
         return _shaped(flat, shape, fortran)
+
+
+class _Inflater:
+    """A deflated zip member read with ``pread`` (see :meth:`NpzMembers._open`): ``read(n)`` as
+    zipfile's member reader does, the CRC and size checked once the end is reached."""
+
+    def __init__(self, members: NpzMembers, info: zipfile.ZipInfo):
+        self._members, self._info = members, info
+        self._pos = members._local(info, want=0)[0]  # (the local header read and checked)
+        self._left = info.compress_size
+        self._inflate = zlib.decompressobj(-15)
+        self._buf = b""
+        self._crc = 0
+        self._size = 0
+
+    def __enter__(self) -> "_Inflater":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def _more(self) -> bool:
+        """Inflate at most ``CHUNK_BYTES`` more (a small member may inflate a thousandfold)."""
+        if self._inflate.unconsumed_tail:
+            raw = self._inflate.unconsumed_tail
+        elif self._left > 0:
+            raw = self._members._pread(min(CHUNK_BYTES, self._left), self._pos)
+            if not raw:
+                raise EOFError(f"EOF: member {self._info.filename!r} is cut short")
+            self._pos += len(raw)
+            self._left -= len(raw)
+        else:
+            tail = self._inflate.flush()
+            self._take(tail)
+            return bool(tail)
+        self._take(self._inflate.decompress(raw, CHUNK_BYTES))
+        return True
+
+    def _take(self, data: bytes) -> None:
+        self._crc = zlib.crc32(data, self._crc)
+        self._size += len(data)
+        if self._size > self._info.file_size:
+            raise zipfile.BadZipFile(f"member {self._info.filename!r} inflates past its size")
+        self._buf += data
+
+    def read(self, n: int) -> bytes:
+        while len(self._buf) < n and self._more():
+            pass
+        out, self._buf = self._buf[:n], self._buf[n:]
+        if not out and (self._size != self._info.file_size or self._crc != self._info.CRC):
+            raise zipfile.BadZipFile(f"Bad CRC-32 for file {self._info.filename!r}")
+        return out
 
 
 _EOCD = struct.Struct("<4s4H2LH")  # end of central directory (zipfile.structEndArchive)
