@@ -2,6 +2,7 @@
 
 import os
 
+import numpy as np
 import pytest
 
 import modelzoo as z
@@ -97,3 +98,15 @@ def test_an_inference_error_on_generated_inputs_says_how_they_were_made(cli, tmp
     save_inputs(str(tmp_path / "in.json"), [{"x": np.ones((2, 3), np.float32), "shape": np.array([5, 5])}])
     res = cli("run", path, "--onnxrt", "--load-inputs", tmp_path / "in.json")
     assert res.code == 1 and "inference failed" in res.err and "generated" not in res.err
+
+
+@pytest.mark.parametrize("content", ["[{}]", "npz"])
+def test_load_outputs_whose_first_iteration_is_empty_is_bad_input(cli, tmp_path, content):
+    model = z.save(z.seed_example((1, 3, 2, 2)), tmp_path / "m.onnx")
+    path = tmp_path / ("e.npz" if content == "npz" else "e.json")
+    if content == "npz":
+        np.savez(path)
+    else:
+        path.write_text(content)
+    res = cli("run", model, "--onnxrt", "--load-outputs", str(path))
+    assert res.code == 3 and res.err.startswith("error:") and "Traceback" not in res.err, res.err

@@ -130,7 +130,8 @@ def _refuse_inputs_files(paths: Sequence[str], model: str) -> None:
             if isinstance(data, RunResults) or not data:
                 continue
             head = list(data[0])
-            next(iter(data[0].values()))  # a file that cannot be read at all says so first
+            if head:
+                data[0][head[0]]  # a file that cannot be read at all says so first
         held = set(head)
         if names is None:
             names = _model_input_names(model)
