@@ -109,4 +109,4 @@ def test_load_outputs_whose_first_iteration_is_empty_is_bad_input(cli, tmp_path,
     else:
         path.write_text(content)
     res = cli("run", model, "--onnxrt", "--load-outputs", str(path))
-    assert res.code == 3 and res.err.startswith("error:") and "Traceback" not in res.err, res.err
+    assert res.code == 3 and "\nerror: " in "\n" + res.err and "Traceback" not in res.err, res.err
