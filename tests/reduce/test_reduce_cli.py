@@ -627,3 +627,19 @@ def test_a_check_naming_model_inputs_says_to_use_model_input_shapes(cli, tmp_pat
     assert res.code == 0, res.err
     assert "--input-shapes names 'x'" in res.err
     assert "give the shapes to debug reduce instead (--model-input-shapes" in res.err
+
+
+@pytest.mark.parametrize("option", ["-o", "--save-debug-replay", "--min-good"])
+def test_no_output_replaces_a_file_the_checks_command_names(cli, tmp_path, monkeypatch, option):
+    """-o check.py with --check python check.py ... would write the model over the user's check
+    script: refused before anything runs (exit 2), the script intact."""
+    monkeypatch.chdir(tmp_path)
+    modelzoo.save(modelzoo.chain(4), tmp_path / "model.onnx")
+    script = tmp_path / "check.py"
+    script.write_text("import sys\nsys.exit(0)\n")
+    before = script.read_bytes()
+    outputs = {"-o": "check.py"} if option == "-o" else {"-o": "out.onnx", option: "check.py"}
+    res = cli("debug", "reduce", "model.onnx", *[w for kv in outputs.items() for w in kv],
+              "--check", sys.executable, "check.py", "polygraphy_debug.onnx")
+    assert res.code == 2 and "check.py" in res.err and "the check's command" in res.err, res.err
+    assert script.read_bytes() == before

@@ -65,6 +65,7 @@ class Artifacts:
         check_args = toolkit_args(cfg.check or []) or []
         self._check_files = [p for p in data_files_in(check_args) if p != "-"]
         reads += [("the check's data file", p) for p in self._check_files]
+        reads += [("a file the check's command names", p) for p in self._named_by_check()]
         if cfg.load_replay and not (cfg.save_replay and paths.same_file(cfg.load_replay, cfg.save_replay)):
             reads.append(("--load-debug-replay", cfg.load_replay))
         outputs = [("-o", cfg.output), ("--min-good", cfg.min_good or "")]
@@ -83,6 +84,19 @@ class Artifacts:
         if cfg.artifacts:
             refuse_linked_art_dir(cfg.art_dir)
         self._kept = tuple([("MODEL", cfg.model)] + reads + outputs)
+
+    def _named_by_check(self) -> List[str]:
+        """The files that exist now and that a word of the check's command names (its script, a
+        file it reads), but for the files the reduce itself gives the check (the iteration
+        artifact, --artifacts): nothing the reduce writes may replace them."""
+        cfg = self.cfg
+        given = {os.path.abspath(p) for p in [cfg.iter_artifact, *cfg.artifacts, *self._check_files] if p}
+        out = []
+        for word in (cfg.check or [])[1:]:
+            for path in {word, word.partition("=")[2]} - {""}:
+                if os.path.isfile(path) and os.path.abspath(path) not in given:
+                    out.append(path)
+        return list(dict.fromkeys(out))
 
     def _say_replaced(self) -> None:
         """A warning naming the replay file and iteration artifact an earlier run left, which this one replaces."""
