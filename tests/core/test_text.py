@@ -35,3 +35,19 @@ def test_log_lines_carry_no_escape_sequence(cli, tmp_path, monkeypatch):
     z.save(model, tmp_path / "m.onnx")
     res = cli("surgeon", "extract", "m.onnx", "--outputs", "nope\x1b[2J", "-o", "out.onnx")
     assert res.code == 2 and "\x1b" not in res.err and "nope\\x1b[2J" in res.err, res.err
+
+
+def test_a_lone_surrogate_is_shown_as_an_escape_any_encoding_can_write():
+    shown = escape_controls("a\ud800b")
+    assert shown == "a\\ud800b"
+    shown.encode("utf-8")  # (the unescaped text raises UnicodeEncodeError here)
+
+
+def test_inspect_data_of_a_name_with_a_lone_surrogate_is_no_bug(cli, tmp_path):
+    import numpy as np
+
+    from toolkit.core.io.datafiles import save_inputs
+
+    save_inputs(str(tmp_path / "sur.json"), [{"\ud800": np.ones(2, np.float32)}])
+    res = cli("inspect", "data", str(tmp_path / "sur.json"))
+    assert res.code == 0 and "\\ud800" in res.out, res.err

@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 
 # C0 and C1 controls, the line and paragraph separators, and the bidirectional embeddings,
-# overrides and isolates (U+202A-U+202E, U+2066-U+2069), which reorder what a terminal shows
-_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028-\u202e\u2066-\u2069]")
-_CONTROLS_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028-\u202e\u2066-\u2069]")
+# overrides and isolates (U+202A-U+202E, U+2066-U+2069), which reorder what a terminal shows,
+# and lone surrogates (a JSON file may hold one: "\ud800"), which no output encoding can write
+_CONTROLS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
+_CONTROLS_BUT_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028-\u202e\u2066-\u2069\ud800-\udfff]")
 _NAMED = {"\n": "\\n", "\r": "\\r"}
 
 
