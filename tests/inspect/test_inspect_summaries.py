@@ -33,3 +33,20 @@ def test_nan_inf_empty_strings_and_mixed_shapes_keep_their_own_summary():
     ]
     # (as JSON: NaN values compare, and the keys' order is the one printed)
     assert json.dumps(summarize_many(arrays)) == json.dumps([summarize_array(a) for a in arrays])
+
+
+def test_fortran_order_tensors_summarize_as_numpy_reduces_them():
+    rng = np.random.default_rng(0)
+    arrays = [np.asfortranarray(rng.standard_normal((30, 40)).astype(np.float32)) for _ in range(4)]
+    many = summarize_many(arrays)
+    assert many == [summarize_array(a) for a in arrays]
+    assert [m["mean"] for m in many] == [float(np.mean(a)) for a in arrays]
+
+
+@pytest.mark.parametrize("values,dtype", [([2**53 + 1, 2**53 + 3], np.int64), ([2**64 - 1, 5], np.uint64),
+                                          ([-2**63, 0], np.int64)])
+def test_integer_min_and_max_are_exact(values, dtype):
+    arrays = [np.array(values, dtype)] * 3
+    for info in [summarize_array(arrays[0]), *summarize_many(arrays)]:
+        assert (info["min"], info["max"]) == (min(values), max(values))
+        assert json.loads(json.dumps(info))["min"] == min(values)

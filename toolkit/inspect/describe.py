@@ -86,6 +86,12 @@ def _meta_list_text(entries: List[str]) -> str:
     return "{" + ", ".join(entries) + "}"
 
 
+def exact_value(value):
+    """A min or max as JSON holds it exactly: an integer as int (int64 beyond 2**53 would round as
+    a float), anything else as float."""
+    return int(value) if isinstance(value, np.integer) else float(value)
+
+
 def summarize_array(arr, show_values: bool = False, max_elems: int = 12) -> dict:
     """Statistics of an array (mean, std, min, max, ...) and optionally its values."""
 
@@ -103,8 +109,8 @@ def summarize_array(arr, show_values: bool = False, max_elems: int = 12) -> dict
                 info.update(
                     mean=float(np.mean(vals)),
                     std=float(np.std(vals)),
-                    min=float(np.min(vals)),
-                    max=float(np.max(vals)),
+                    min=exact_value(np.min(vals if arr.dtype.kind not in "iu" else arr)),
+                    max=exact_value(np.max(vals if arr.dtype.kind not in "iu" else arr)),
                     median=float(np.median(vals)),
                 )
                 p90, p95, p99 = np.percentile(vals, [90, 95, 99])

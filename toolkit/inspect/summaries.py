@@ -15,7 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from toolkit.inspect.describe import summarize_array
+from toolkit.inspect.describe import exact_value, summarize_array
 
 SMALL_TENSOR = 4096  # elements: tensors up to this size are summarized in batches
 VALUES_SHOWN = 12  # (summarize_array's max_elems: a tensor this small lists its values)
@@ -41,7 +41,7 @@ def summarize_many(arrays: Sequence) -> List[dict]:
 
 def _summarize_group(group: List, idx: List[int], infos: List[Optional[dict]]) -> None:
     """Fill ``infos[idx[k]]`` for ``group[k]`` (arrays of one dtype and shape)."""
-    stack = np.stack([arr.reshape(-1) for arr in group])
+    stack = np.stack([arr.ravel(order="K") for arr in group])  # (memory order, as numpy reduces one array)
     data = stack if stack.dtype.kind == "f" and stack.dtype.itemsize >= 4 else stack.astype(np.float64)
     finite = np.isfinite(data).all(axis=1) if data.dtype.kind == "f" else np.ones(len(group), bool)
     rows = np.flatnonzero(finite)
@@ -51,12 +51,13 @@ def _summarize_group(group: List, idx: List[int], infos: List[Optional[dict]]) -
         return
     vals = data if rows.size == len(group) else data[rows]
     mean, std = np.mean(vals, axis=1), np.std(vals, axis=1)
-    low, high, median = np.min(vals, axis=1), np.max(vals, axis=1), np.median(vals, axis=1)
+    exact = stack if stack.dtype.kind in "iu" else vals  # (integers, all finite: min and max without rounding)
+    low, high, median = np.min(exact, axis=1), np.max(exact, axis=1), np.median(vals, axis=1)
     p90, p95, p99 = np.percentile(vals, [90, 95, 99], axis=1)
     for j, k in enumerate(rows):
         arr = group[k]
         info: dict = {"dtype": str(arr.dtype), "shape": list(arr.shape), "size": int(arr.size)}
-        info.update(mean=float(mean[j]), std=float(std[j]), min=float(low[j]), max=float(high[j]),
+        info.update(mean=float(mean[j]), std=float(std[j]), min=exact_value(low[j]), max=exact_value(high[j]),
                     median=float(median[j]), p90=float(p90[j]), p95=float(p95[j]), p99=float(p99[j]))
         if arr.size <= VALUES_SHOWN:
             info["values"] = arr.tolist()
