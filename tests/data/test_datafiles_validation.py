@@ -152,3 +152,19 @@ def test_a_damaged_compressed_member_is_refused(tmp_path):
     with pytest.raises(InputError, match="unreadable"):
         load_data(str(tmp_path / "d.npz"), cache=False)[0]["x"]
     assert np.array_equal(load_data(str(tmp_path / "c.npz"), cache=False)[0]["x"], values)
+
+
+@pytest.mark.parametrize("version", [99, "1", None])
+def test_an_index_of_an_unknown_format_version_is_refused(tmp_path, version):
+    from toolkit.core.errors import InputError
+    from toolkit.core.io.datafiles import load_data, save_inputs
+
+    save_inputs(str(tmp_path / "v.npz"), [{"x": np.ones(3, np.float32)}])
+    with np.load(tmp_path / "v.npz") as npz:
+        members = {k: npz[k] for k in npz.files}
+    index = json.loads(str(members["__toolkit__"][()]))
+    index["version"] = version
+    members["__toolkit__"] = np.array(json.dumps(index))
+    np.savez(tmp_path / "w.npz", **members)
+    with pytest.raises(InputError, match="format version"):
+        load_data(str(tmp_path / "w.npz"), cache=False)

@@ -340,6 +340,12 @@ def _npz_index(npz, path: str) -> Optional[dict]:
         raise InputError(f"{describe(path)}: corrupt index in .npz data file ({exc})") from None
     if not isinstance(idx, dict) or idx.get("kind") not in ("inputs", "outputs"):
         raise InputError(f"{describe(path)}: corrupt index in .npz data file")
+    version = idx.get("version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or not 1 <= version <= NPZ_FORMAT_VERSION:
+        raise InputError(
+            f"{describe(path)}: .npz data file of format version {_shown(version)}; this toolkit reads versions "
+            f"up to {NPZ_FORMAT_VERSION}: read it with the toolkit that wrote it, or upgrade toolkit"
+        )
     return idx
 
 
