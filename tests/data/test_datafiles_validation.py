@@ -168,3 +168,13 @@ def test_an_index_of_an_unknown_format_version_is_refused(tmp_path, version):
     np.savez(tmp_path / "w.npz", **members)
     with pytest.raises(InputError, match="format version"):
         load_data(str(tmp_path / "w.npz"), cache=False)
+
+
+@pytest.mark.parametrize("content,said", [(b'[{"x": 1}]', "JSON"), (b"\x93NUMPY", ".npy"), (b"garbage", "zip")])
+def test_a_npz_name_on_another_kind_of_file_says_what_it_is(cli, tmp_path, content, said):
+    if content.startswith(b"\x93"):
+        np.save(tmp_path / "a.npy", np.ones(2))
+        content = (tmp_path / "a.npy").read_bytes()
+    (tmp_path / "d.npz").write_bytes(content)
+    res = cli("inspect", "data", str(tmp_path / "d.npz"))
+    assert res.code == 3 and said in res.err and "pickle" not in res.err, res.err

@@ -326,9 +326,29 @@ def _load_json_bytes(data: bytes, path: str):
 
 def _open_npz(source, path: str):
     try:
-        return np.load(source, allow_pickle=False)
+        npz = np.load(source, allow_pickle=False)
     except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError) as exc:  # (unsupported zip features)
-        raise InputError(f"{describe(path)}: not a readable .npz file ({exc})") from None
+        raise InputError(f"{describe(path)}: not a readable .npz file ({_not_zip(source) or exc})") from None
+    if not isinstance(npz, np.lib.npyio.NpzFile):  # (np.load reads a .npy file whatever its name)
+        raise InputError(f"{describe(path)}: not a readable .npz file ({_not_zip(source)})")
+    return npz
+
+
+def _not_zip(source) -> str:
+    """What the file is instead of a zip archive, by its first bytes ('' when it starts as one):
+    numpy takes any other file for a pickle and says so."""
+    if isinstance(source, io.BytesIO):
+        head = source.getvalue()[:4]
+    else:
+        with open(source, "rb") as fh:
+            head = fh.read(4)
+    if head.startswith(b"PK"):
+        return ""
+    if head.lstrip()[:1] in (b"[", b"{"):
+        return "it holds JSON: name it .json"
+    if head.startswith(b"\x93NUM"):
+        return "it is a single .npy array: save the arrays by name with np.savez"
+    return "it is not a zip archive, which a .npz file is"
 
 
 def _npz_index(npz, path: str) -> Optional[dict]:
