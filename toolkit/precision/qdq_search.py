@@ -291,7 +291,7 @@ class QdqSearch(PrecisionSearch):
 
     def _all_float_held(self, ref) -> Optional[int]:
         """On how many held-out sets the model passes with every pair the search could take to float
-        in float: below all of them, no set of pairs holds there (what stays quantized fails).
+        in float: below all of them, what stays quantized (or the tolerance) fails there, not the pairs.
         None when that model does not run (then nothing is said of it)."""
         kind, opts = self.cand_spec
         try:

@@ -46,7 +46,7 @@ class HeldOut:
     checked: bool = False
     scaled: bool = False  # the result checked is the model with the suggested scales (--apply-scales)
     # where the result does not hold: on how many the model passes with every searchable pair in float
-    # (below ``count``: no set of pairs holds; what stays quantized, or the tolerance, fails there)
+    # (below ``count``: what stays quantized, or the tolerance, fails there, not the pairs)
     all_float_passed: Optional[int] = None
 
     @property
@@ -59,8 +59,8 @@ class HeldOut:
 
     @property
     def reachable(self) -> bool:
-        """Whether some set of pairs can hold there: not known to be out of reach (every pair in float
-        passes all held-out sets, or was not checked)."""
+        """Whether more pairs in float can be expected to make it hold: every pair in float passes all
+        held-out sets (or that was not checked). Else only errors that cancel could."""
         return self.all_float_passed is None or self.all_float_passed >= self.count
 
     @property
