@@ -2,6 +2,7 @@
 on QDQ models made from real float models.
 
     python scripts/bench_quant.py [--models DIR] [--work DIR] [--only NAME...] [--search-sets N] [--seed S]
+                                  [--refine]
 
 For each case: the float model (DIR: the romanizer's GRU encoder and decoder, from
 scripts/fetch_real_models.sh; its dynamic dims fixed) is quantized by
@@ -20,9 +21,11 @@ error and the error with every activation pair in float (the weights' alone), th
 - greedy: pair by pair, the pairs ranked by the error each adds itself (``qdq_err``; toolkit's
   table equals it, docs/quantization.md), bypassed one by one in that order until the model passes,
   then each bypassed pair re-quantized in turn where the model still passes (prune). Its checks,
-  pairs, and held-out verdict.
+  pairs, and held-out verdict;
+- every activation pair in float on the held-out sets: what any set of pairs can reach there.
 
-Prints one Markdown row per case. Nothing is committed (models under --work).
+With --refine, instead: the held-out sets used during the search (4 to validate, 4 to test; see
+:func:`refine`). Prints one Markdown row per case. Nothing is committed (models under --work).
 """
 
 from __future__ import annotations
