@@ -2,6 +2,7 @@
 on QDQ models made from real float models.
 
     python scripts/bench_quant.py [--models DIR] [--work DIR] [--only NAME...] [--search-sets N] [--seed S]
+                                  [--refine]
 
 For each case: the float model (DIR: the romanizer's GRU encoder and decoder, from
 scripts/fetch_real_models.sh; its dynamic dims fixed) is quantized by
@@ -20,9 +21,11 @@ error and the error with every activation pair in float (the weights' alone), th
 - greedy: pair by pair, the pairs ranked by the error each adds itself (``qdq_err``; toolkit's
   table equals it, docs/quantization.md), bypassed one by one in that order until the model passes,
   then each bypassed pair re-quantized in turn where the model still passes (prune). Its checks,
-  pairs, and held-out verdict.
+  pairs, and held-out verdict;
+- every activation pair in float on the held-out sets: what any set of pairs can reach there.
 
-Prints one Markdown row per case. Nothing is committed (models under --work).
+With --refine, instead: the held-out sets used during the search (4 to validate, 4 to test; see
+:func:`refine`). Prints one Markdown row per case. Nothing is committed (models under --work).
 """
 
 from __future__ import annotations
@@ -232,9 +235,74 @@ def bench(case: str, models: str, work: str, search_sets: int = 3, seed: int = 0
     lossdbg = loss_debug(base, float_path, qdq_path, work, ours.kept)
     row.update({"qdq_loss_debug_ranks": lossdbg["ranks"], "qdq_loss_debug_top": lossdbg["top_passes"],
                 "qdq_loss_debug_seconds": lossdbg["seconds"]})
+    s = QdqSearch(base)  # the held-out sets with every activation pair in float: what any set can reach there
+    s._validate()
+    s._load()
+    s.feeds = s._feeds()
+    ceiling = s.held_out_check([p.name for p in s.pairs])
+    row["all_float_held"] = f"{ceiling.passed}/{ceiling.count}" if ceiling else "-"
     g = greedy(base)
     row.update({"greedy_kept": None if g["kept"] is None else len(g["kept"]), "greedy_checks": g["checks"],
                 "greedy_seconds": g["seconds"], "greedy_held": g.get("held", "-")})
+    return row
+
+
+def _verdicts(s: QdqSearch, kept: List[str], feeds) -> List[bool]:
+    """Whether the model with ``kept`` in float passes each of ``feeds`` (one check: a run of the model)."""
+    outs = s._run_here(s.candidate_model(kept), *s.cand_spec, feeds)
+    return [c.passed and not c.only_a for c in s._compare_with(s._reference(feeds), outs)]
+
+
+def refine(case: str, models: str, work: str, search_sets: int = 3, seed: int = 0, rounds: int = 3) -> dict:
+    """Held-out sets used during the search, kept apart from the verdict: the 8 held-out sets split
+    into 4 validation sets and 4 test sets. (a) the search on the search sets, its result checked
+    on the test sets; (b) the search on the search and validation sets together; (c) refinement:
+    the search on the search sets, its result checked on the validation sets (one counted check),
+    the failing ones added to the search sets and the search run again (its failing verdicts kept:
+    a set that fails on some inputs fails on more), up to ``rounds`` times. Each checked on the
+    same 4 test sets."""
+    from toolkit.core.io.datafiles import load_inputs
+
+    float_path, qdq_path, search, held = prepare(case, models, work, search_sets, seed)
+    base = QdqConfig(qdq_path, reference_model=float_path, load_inputs=[search], validate_inputs=[held],
+                     rtol=["0"], suggest_scales=False)
+    error, weights = errors(base)
+    base.atol = [f"{(max(error, 1e-12) * max(weights, 1e-12)) ** 0.5:.4g}"]
+    tag = case.replace(", ", "_").replace(" ", "_")
+    held_sets = list(load_inputs(held))
+    sets, validation, test = list(load_inputs(search)), held_sets[:4], held_sets[4:]
+    test_file = os.path.join(work, f"{tag}_test.json")
+    save_inputs(test_file, test)
+
+    def searched(feeds, name, before=None):
+        path = os.path.join(work, f"{tag}_{name}.json")
+        save_inputs(path, feeds)
+        s = QdqSearch(dataclasses.replace(base, load_inputs=[path], validate_inputs=[test_file]))
+        if before is not None:  # (its failing verdicts, with their words)
+            s.verdicts.update({m: v for m, v in before.verdicts.items() if not v})
+            s.details.update({m: before.details[m] for m, v in before.verdicts.items() if not v})
+        return s, s.run()
+
+    def held_text(out):
+        return f"{out.held_out.passed}/{out.held_out.count}" if out.held_out else "-"
+    row = {"case": case, "atol": base.atol[0]}
+    _, plain = searched(sets, "plain")
+    row["plain"] = (len(plain.kept), plain.checks, held_text(plain))
+    _, more = searched(sets + validation, "more")
+    row["more"] = (len(more.kept), more.checks, held_text(more))
+    checks, s, out = 0, None, plain
+    for r in range(rounds):
+        s, out = searched(sets, f"round{r}", s)
+        checks += out.checks
+        if out.status not in ("found", "none-needed") or not validation:
+            break
+        ok = _verdicts(s, out.kept, validation)
+        checks += 1
+        if all(ok):
+            break
+        sets += [v for v, good in zip(validation, ok) if not good]
+        validation = [v for v, good in zip(validation, ok) if good]
+    row["refined"] = (len(out.kept), checks, held_text(out), len(sets))
     return row
 
 
@@ -242,8 +310,8 @@ def markdown(rows: List[dict]) -> str:
     head = ("| case | pairs | quantized error (weights' alone) | `--atol` | ours (default): kept, checks, proved, "
             "held out | ours (`--order graph`): kept, checks, held out | qdq_loss_debug: our pairs' ranks in its "
             "`qdq_err` order; its top pairs (as many) in float | greedy: kept, checks, held out | "
-            "seconds (ours / qdq_loss_debug / greedy) |")
-    lines = [head, "|" + "---|" * 9]
+            "every pair in float: held out | seconds (ours / qdq_loss_debug / greedy) |")
+    lines = [head, "|" + "---|" * 10]
     for r in rows:
         top = {True: "pass", False: "fail", None: "-"}[r["qdq_loss_debug_top"]]
         lines.append(
@@ -251,7 +319,7 @@ def markdown(rows: List[dict]) -> str:
             f"{r['ours_kept']}, {r['ours_checks']}, {r['optimality']}, {r['ours_held']} | "
             f"{r['graph_order_kept']}, {r['graph_order_checks']}, {r['graph_order_held']} | "
             f"{', '.join(map(str, r['qdq_loss_debug_ranks']))}; {top} | "
-            f"{r['greedy_kept']}, {r['greedy_checks']}, {r['greedy_held']} | "
+            f"{r['greedy_kept']}, {r['greedy_checks']}, {r['greedy_held']} | {r['all_float_held']} | "
             f"{r['ours_seconds']:.1f} / {r['qdq_loss_debug_seconds']:.1f} / {r['greedy_seconds']:.1f} |")
     return "\n".join(lines)
 
@@ -263,9 +331,21 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--search-sets", type=int, default=3, help="input sets searched on (8 more are held out)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the calibration, search and held-out sets")
+    ap.add_argument("--refine", action="store_true", help="the held-out sets used during the search instead "
+                    "(validation and test halves; see refine)")
     args = ap.parse_args(argv)
     os.makedirs(args.work, exist_ok=True)
     rows = []
+    if args.refine:
+        print("| case | `--atol` | search sets alone: kept, checks, test | with the validation sets: kept, checks, "
+              "test | refined: kept, checks, test, sets searched at the end |")
+        print("|---|---|---|---|---|")
+        for case in CASES:
+            if not args.only or any(o in case for o in args.only):
+                r = refine(case, args.models, args.work, args.search_sets, args.seed)
+                cells = [", ".join(map(str, r[k])) for k in ("plain", "more", "refined")]
+                print(f"| {case} | {r['atol']} | " + " | ".join(cells) + " |", flush=True)
+        return 0
     for case in CASES:
         if args.only and not any(o in case for o in args.only):
             continue

@@ -169,3 +169,23 @@ def test_metric_outputs_name_what_the_metric_judges(classifier, tmp_path, cli):
     r = cli("debug", "precision", classifier["qdq"], "--load-inputs", feeds, "--metric", "top1", "--metric-outputs",
             "nosuch")
     assert r.code == 2 and "no such output" in r.err  # never a pass on nothing compared
+
+
+def test_a_result_no_set_of_pairs_can_hold_is_told_apart_from_one_that_fits_its_inputs(classifier, tmp_path, cli):
+    # searched on [0, 3] (its input pair, calibrated on [0, 1], clips): every activation pair in float passes
+    # there (the int8 weights cost 0.22); on [0, 10] they cost 0.76: the weights fail there, not the pairs
+    feeds = inputs_file(tmp_path / "in.json", qm.uniform_feeds(3, 0, 3, seed=11))
+    held = inputs_file(tmp_path / "held.json", qm.uniform_feeds(2, 0, 10, seed=12))
+    args = ["debug", "precision", classifier["qdq"], "--reference-model", classifier["float"], "--load-inputs", feeds,
+            "--validate-inputs", held, "--atol", "0.5", "--rtol", "0", "--json"]
+    r = cli(*args)
+    assert r.code == 1, r.err
+    held_out = json.loads(r.out)["held_out"]
+    assert not held_out["holds"] and held_out["all_float_passed"] == 0
+    assert "what fails there is not the pairs but the quantized weights" in r.err and "--qdq-weights" in r.err
+    assert "search on more" not in r.err
+    # with the weights searched too, every pair in float is the float model: a set that holds exists
+    r = cli(*args, "--qdq-weights")
+    held_out = json.loads(r.out)["held_out"]
+    assert held_out["holds"] or held_out["all_float_passed"] == held_out["count"]
+    assert "what fails there is not the pairs" not in r.err

@@ -196,13 +196,27 @@ def _held_out_lines(outcome) -> None:
     if held.holds:
         log(f"Held out: {what} passes on {held.passed} of {held.count} input set(s) the search did not use "
             f"({held.detail}{before}): it holds.")
-    else:
+    elif held.reachable:
         warn(f"{what} does not hold on inputs the search did not use: it passes on {held.passed} of {held.count} "
              f"held-out input set(s) ({held.detail}{before}); search on more, and more varied, inputs")
+    else:
+        warn(f"{what} does not hold on inputs the search did not use: it passes on {held.passed} of {held.count} "
+             f"held-out input set(s) ({held.detail}{before}); with every pair the search can take in float the "
+             f"model passes on only {held.all_float_passed} of them: what fails there is not the pairs but "
+             f"{_held_out_cause(outcome)} (a set of pairs holds there only where quantization errors cancel)")
     if held.few:
         warn(f"{held.count} held-out input set(s) are few: passing all of them bounds the failure rate only below "
              f"{100 * held.bound:.0f}% (95% confidence); {needed()} are needed to bound it below 5% "
              "(--validate-inputs FILE)")
+
+
+def _held_out_cause(outcome) -> str:
+    """What fails on held-out inputs when every searchable pair in float does."""
+    weights_searched = any(p.weight for p in outcome.pairs)
+    if outcome.quantized_weights and not weights_searched:
+        return ("the quantized weights, which stay quantized (--qdq-weights searches them too), or a tolerance "
+                "tighter than they allow on such inputs")
+    return "what stays quantized, or a tolerance tighter than the model allows on such inputs"
 
 
 def summary(outcome, cfg, json_out: bool) -> int:

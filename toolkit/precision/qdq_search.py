@@ -283,7 +283,22 @@ class QdqSearch(PrecisionSearch):
                         held.passed, held.detail = passed, self._describe(comps)
         except ToolkitError as exc:  # the held-out inputs do not run: the result is not shown to hold
             held.passed, held.detail = 0, f"could not run: {exc.message}"
+            return held
+        if held.passed < held.count:  # (a result with every pair in float: that is the check)
+            every = model is None and set(kept) >= {p.name for p in self.pairs}
+            held.all_float_passed = held.passed if every else self._all_float_held(ref)
         return held
+
+    def _all_float_held(self, ref) -> Optional[int]:
+        """On how many held-out sets the model passes with every pair the search could take to float
+        in float: below all of them, what stays quantized (or the tolerance) fails there, not the pairs.
+        None when that model does not run (then nothing is said of it)."""
+        kind, opts = self.cand_spec
+        try:
+            outs = self._run_here(qdq.bypass(self.model, self.pairs), kind, opts, self.held_out_feeds)
+        except ToolkitError:
+            return None
+        return sum(1 for it in self._compare_with(ref, outs) if it.passed and not it.only_a)
 
     # ------------------------------------------------------------------ runs
     def _reference(self, feeds) -> List[Dict]:

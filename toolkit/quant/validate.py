@@ -45,6 +45,9 @@ class HeldOut:
     detail: str = ""  # the worst comparison of the result on them
     checked: bool = False
     scaled: bool = False  # the result checked is the model with the suggested scales (--apply-scales)
+    # where the result does not hold: on how many the model passes with every searchable pair in float
+    # (below ``count``: what stays quantized, or the tolerance, fails there, not the pairs)
+    all_float_passed: Optional[int] = None
 
     @property
     def holds(self) -> bool:
@@ -53,6 +56,12 @@ class HeldOut:
     @property
     def bound(self) -> float:
         return failure_bound(self.count)
+
+    @property
+    def reachable(self) -> bool:
+        """Whether more pairs in float can be expected to make it hold: every pair in float passes all
+        held-out sets (or that was not checked). Else only errors that cancel could."""
+        return self.all_float_passed is None or self.all_float_passed >= self.count
 
     @property
     def few(self) -> bool:
@@ -64,7 +73,7 @@ class HeldOut:
             "source": self.source, "count": self.count, "passed": self.passed, "holds": self.holds,
             "quantized_passed": self.before_passed, "detail": self.detail,
             "failure_rate_bound": round(self.bound, 4) if self.holds else None, "needed": needed(),
-            "scaled": self.scaled,
+            "scaled": self.scaled, "all_float_passed": self.all_float_passed,
         }
 
 
