@@ -18,7 +18,7 @@ from toolkit.core import shared_options as S
 from toolkit.core.declare import declared, option, switch
 from toolkit.core.errors import ExitCode, UsageError
 
-_HELP = """Find where two runtimes' generations part, step by step, down to the layer, for a decoder with a KV cache.
+_HELP = f"""Find where two runtimes' generations part, step by step, down to the layer, for a decoder with a KV cache.
 
 The decoder's inputs and outputs are found by their names (input_ids, attention_mask,
 position_ids, past_key_values.N.key/.value or past.N.*; logits, present.N.key/.value); map
@@ -27,8 +27,8 @@ step k feeds the k-th generated token.
 
 Teacher forced (the default): at every step both sides are fed the reference's tokens and the
 reference's cache, so each step is judged on its own. --free-run lets each side keep its own
-cache. Every step compares the logits and every present output at the tolerances (--atol,
---rtol, --check-error-stat, as in run). A token flip within the tolerances is a near tie (the
+cache. Every step compares the logits and every present output at the tolerances ({S.ATOL_FLAG},
+{S.RTOL_FLAG}, {S.STAT_FLAG}, as in run). A token flip within the tolerances is a near tie (the
 reference's top-2 margin is within the measured difference): counted, not a divergence.
 
 At the first diverging step it says the kind (logits: this step's compute; cache: only a
@@ -88,7 +88,7 @@ class LlmArgs:
 def register(app: typer.Typer) -> None:
     @app.command("llm", **command_kwargs(_HELP, declares=[LlmArgs], examples=(
         "toolkit debug llm decoder.onnx --compare onnxrt openvino:precision=f32 --samples 16 --steps 64",
-        'toolkit debug llm decoder.onnx --compare onnxrt onnxrt:fp16 --prompt-ids "7 301 45" --atol 1e-2',
+        f'toolkit debug llm decoder.onnx --compare onnxrt onnxrt:fp16 --prompt-ids "7 301 45" {S.ATOL_FLAG} 1e-2',
     )))
     @bind(LlmArgs)
     def llm_command(ctx: typer.Context, **params) -> None:
@@ -110,6 +110,7 @@ def _prompts(a: LlmArgs) -> List[List[int]]:
 
 def config_of(a: LlmArgs):
     """The library's config from the options (the names that differ mapped by hand)."""
+    from toolkit.core.compare.tolerances import Tolerances
     from toolkit.llm.io import parse_names
     from toolkit.llm.session import LlmConfig
     from toolkit.reduce.accuracy import CompareOptions
@@ -120,7 +121,8 @@ def config_of(a: LlmArgs):
     fields = {f.name for f in dataclasses.fields(LlmConfig)}
     same = {k: v for k, v in dataclasses.asdict(a).items() if k in fields and k not in ("prompts", "seed")}
     return LlmConfig(**same, reference=cmp.reference, test=cmp.test, prompts=_prompts(a), seed=a.seed or 0,
-                     names=parse_names(a.name), localize=not a.no_localize)
+                     names=parse_names(a.name), localize=not a.no_localize,
+                     tolerances=Tolerances.parse(a.atol, a.rtol, a.check_error_stat))
 
 
 def _run(a: LlmArgs) -> int:

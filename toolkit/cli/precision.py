@@ -20,7 +20,7 @@ from toolkit.core import shared_options as S
 from toolkit.core.declare import declared, option, switch
 from toolkit.core.errors import ExitCode, InputError, UsageError
 
-_HELP = """Find a minimal set of nodes to keep in fp32 so that the fp16 model passes the comparison.
+_HELP = f"""Find a minimal set of nodes to keep in fp32 so that the fp16 model passes the comparison.
 
 The reference runner runs the float32 model once; each check runs the model with a set of
 nodes kept in fp32 (the rest fp16) and compares. While a check shows an overflow (a tensor
@@ -33,13 +33,13 @@ strongly typed TensorRT build. The node names go to stdout, one per line.
 With --compare onnxrt onnxrt:fp16 (the default) each check emulates fp16 storage on the
 CPU: every tensor an fp16 model stores is rounded to fp16 (see docs/precision.md).
 --compare onnxrt onnxrt:bf16 (or trt:bf16) searches a mixed bf16 model the same way.
-Tolerances default to --atol 1e-2 --rtol 1e-2 here (fp16 keeps 11 significant bits, bf16 8:
+Tolerances default to {S.ATOL_FLAG} 1e-2 {S.RTOL_FLAG} 1e-2 here (fp16 keeps 11 significant bits, bf16 8:
 loosen them for bf16).
 
 No node is kept in fp32 for rounding alone: a check whose outputs are off by no more than
 fp16 (bf16) storage rounds through the graph's depth fails, labelled "(fp16 rounding)", and the
 search goes on as if it had passed (docs/noise.md); when the result fails that way, the
-verdict is a failure (status "rounding", exit 1) and the log says which --atol would pass.
+verdict is a failure (status "rounding", exit 1) and the log says which {S.ATOL_FLAG} would pass.
 
 On a quantized model (QDQ), it finds the fewest Q/DQ pairs to take back to float instead (the
 tensor skips Q and DQ): reference --reference-model FLOAT_MODEL, or the model with every pair in
@@ -53,7 +53,7 @@ is printed and written to -o).
 
 Example:
 
-  toolkit debug precision model.onnx -o mixed.onnx --atol 1e-2 --rtol 1e-2
+  toolkit debug precision model.onnx -o mixed.onnx {S.ATOL_FLAG} 1e-2 {S.RTOL_FLAG} 1e-2
 """
 
 
@@ -225,17 +225,18 @@ def _default_session_fails(cfg) -> str:
 def _rounding_lines(outcome) -> bool:
     """What is left fails by the rounding of reduced-precision storage: say so, and what would pass.
     True when it does (the verdict is then a failure)."""
-    from toolkit.precision import search as S
+    from toolkit.precision.search import STATUS_ROUNDING
 
-    if outcome.status != S.STATUS_ROUNDING:
+    if outcome.status != STATUS_ROUNDING:
         return False
     error = outcome.error_result.replace(f" ({outcome.precision} rounding)", "")
     log(
         f"FAILED at the tolerances given: what remains ({error}) is {outcome.precision} rounding, within the noise "
         f"bound of {outcome.noise_bound:.3g} of each output's largest value for a graph {outcome.depth} nodes deep "
         f"(docs/noise.md). No node is kept in fp32 for rounding alone; the comparison passes with "
-        f"--atol {outcome.passing_atol:g}."
-        + (" The model written keeps the nodes printed in fp32: it passes at that --atol, not at the tolerances given."
+        f"{S.ATOL_FLAG} {outcome.passing_atol:g}."
+        + (f" The model written keeps the nodes printed in fp32: it passes at that {S.ATOL_FLAG}, not at the "
+           "tolerances given."
            if outcome.output_written else "")
     )
     return True
@@ -359,7 +360,7 @@ def _reduced(spec: str) -> bool:
 def register(app: typer.Typer) -> None:
     @app.command("precision", **command_kwargs(_HELP, declares=[PrecisionArgs], examples=(
         "toolkit debug precision model.onnx -o mixed.onnx",
-        "toolkit debug precision model.onnx -o mixed.onnx --load-inputs inputs.json --atol 1e-2 --rtol 1e-2",
+        f"toolkit debug precision model.onnx -o mixed.onnx --load-inputs inputs.json {S.ATOL_FLAG} 1e-2 {S.RTOL_FLAG} 1e-2",
     )))
     @bind(PrecisionArgs)
     def precision_command(ctx: typer.Context, **params) -> None:

@@ -25,6 +25,12 @@ CHECK_ERROR_STAT = Declared(
     "as name:stat.", metavar="[NAME:]STAT...",
     complete=CHECK_ERROR_STATS,
 )
+# The tolerance options as every text (help, advice, refusals, logs) names them, read from their
+# declarations: renaming an option renames it there too.
+ATOL_FLAG, RTOL_FLAG, STAT_FLAG = (d.flags[0] for d in (ATOL, RTOL, CHECK_ERROR_STAT))
+TOLERANCE_OPTIONS = f"{ATOL_FLAG}/{RTOL_FLAG}/{STAT_FLAG}"
+# the per-output field of a Tolerances each option sets, and its flag
+PER_NAME_FLAGS = (("per_atol", ATOL_FLAG), ("per_rtol", RTOL_FLAG), ("per_stat", STAT_FLAG))
 SEED = Declared(("--seed",), "Seed for generated input data (reproducible).", metavar="N")
 INPUT_SHAPES = Declared(
     ("--input-shapes", "--inputs", "--model-input-shapes", "--model-inputs"),

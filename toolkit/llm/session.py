@@ -43,14 +43,11 @@ class LlmConfig:
     seed: int = 0
     steps: int = 16
     free_run: bool = False
-    atol: List[str] = field(default_factory=list)
-    rtol: List[str] = field(default_factory=list)
-    check_error_stat: List[str] = field(default_factory=list)
     names: Dict[str, str] = field(default_factory=dict)  # role -> name (see toolkit.llm.io)
     external_data_dir: Optional[str] = None
     localize: bool = True
     save_step_inputs: Optional[str] = None
-    tolerances: Optional[Tolerances] = None  # given as values (the API), instead of atol/rtol/check_error_stat
+    tolerances: Tolerances = field(default_factory=Tolerances)
 
 
 @dataclass
@@ -131,7 +128,7 @@ class LlmDebugger:
     def __init__(self, cfg: LlmConfig, reporter: Optional[Reporter] = None):
         self.cfg = cfg
         self.rep = reporter or Reporter()
-        self.tol = cfg.tolerances or Tolerances.parse(cfg.atol, cfg.rtol, cfg.check_error_stat)
+        self.tol = cfg.tolerances
         self.ref_path = cfg.reference_model or cfg.model
         self.test_model = self.ref_model = None
         self.test_io: Optional[DecoderIO] = None
@@ -309,9 +306,7 @@ class LlmDebugger:
                  "--load-inputs", inputs]
         if cfg.reference_model:
             words += ["--reference-model", cfg.reference_model]
-        for flag, values in (("--atol", cfg.atol), ("--rtol", cfg.rtol), ("--check-error-stat", cfg.check_error_stat)):
-            if values:
-                words += [flag, *values]
+        words += self.tol.spelled()
         if cfg.external_data_dir:
             words += ["--external-data-dir", cfg.external_data_dir]
         return " ".join(shlex.quote(w) for w in words)

@@ -28,6 +28,7 @@ from toolkit.core.compare.arrays import compare_iteration
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
 from toolkit.core.graph.layerwise import set_outputs
 from toolkit.core.io.model import load_model, save_model
+from toolkit.core.shared_options import ATOL_FLAG, TOLERANCE_OPTIONS
 from toolkit.quant import qdq
 from toolkit.quant import stats as qdq_stats
 from toolkit.quant import metrics as qdq_metrics
@@ -127,7 +128,7 @@ class QdqSearch(PrecisionSearch):
         if c.metric_outputs and self.metric is None:
             raise UsageError("--metric-outputs needs --metric")
         if self.metric is not None and (c.atol or c.rtol or c.check_error_stat):
-            raise UsageError("--metric is the pass rule in place of --atol/--rtol/--check-error-stat; give one or the "
+            raise UsageError(f"--metric is the pass rule in place of {TOLERANCE_OPTIONS}; give one or the "
                              "other (the metric's tolerance is --metric-tolerance)")
         if self.metric is None and c.metric_tolerance is not None:
             raise UsageError("--metric-tolerance needs --metric")
@@ -545,7 +546,7 @@ class QdqSearch(PrecisionSearch):
         return all(c.passed and not c.only_a for c in comps), self._describe(comps), self._margin(comps)
 
     def _margin(self, comps) -> str:
-        """The share of a single --atol the worst output uses ("" for a metric or per-output tolerances)."""
+        """The share of a single absolute tolerance the worst output uses ("" for a metric or per-output tolerances)."""
         c = self.config
         if self.metric is not None or len(c.atol) != 1 or ":" in c.atol[0]:
             return ""
@@ -554,7 +555,7 @@ class QdqSearch(PrecisionSearch):
         except ValueError:
             return ""
         worst = max((o.required_atol for it in comps for o in it.outputs), default=0.0)
-        return f"{100 * worst / atol:.0f}% of --atol {c.atol[0]} used" if atol > 0 else ""
+        return f"{100 * worst / atol:.0f}% of {ATOL_FLAG} {c.atol[0]} used" if atol > 0 else ""
 
 
 def _plain(scale: np.ndarray, zero_point: np.ndarray):

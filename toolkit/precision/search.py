@@ -41,6 +41,7 @@ from toolkit.core.graph.layerwise import set_outputs
 from toolkit.core.io.model import check_output_path, check_readable_file, graph_io_meta, load_model, save_model
 from toolkit.core.compare.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
 from toolkit.core.progress import Messages
+from toolkit.core.shared_options import PER_NAME_FLAGS
 from toolkit.search import strategy
 from toolkit.search.masks import mask_indices, popcount
 from toolkit.reduce.replay import Replay
@@ -122,7 +123,7 @@ class PrecisionOutcome:
     one_minimal: bool = False
     replay_path: Optional[str] = None
     broken: int = 0  # checks whose mixed model did not build, load or run (counted as failing)
-    passing_atol: Optional[float] = None  # STATUS_ROUNDING: an --atol at which the result passes
+    passing_atol: Optional[float] = None  # STATUS_ROUNDING: an absolute tolerance at which the result passes
     noise_bound: Optional[float] = None  # the rounding bound (relative to each output's largest value)
     depth: int = 0  # the graph's depth (nodes on its longest path), for the noise bound
     shapes_guessed: List[str] = field(default_factory=list)  # inputs whose dynamic dims were set to 1
@@ -230,11 +231,10 @@ class PrecisionSearch:
         return "bfloat16" if low == ["bf16"] else "float16"
 
     def _check_tolerance_names(self) -> None:
-        """A per-output tolerance (``--atol y:1e-3``) must name one of the model's outputs (exit 2)."""
+        """A per-output tolerance (``y:1e-3``) must name one of the model's outputs (exit 2)."""
         from toolkit.run.plan import require_known_names
 
-        flags = (("per_atol", "--atol"), ("per_rtol", "--rtol"), ("per_stat", "--check-error-stat"))
-        require_known_names(self.tolerances, self.graph_outputs, flags)
+        require_known_names(self.tolerances, self.graph_outputs, PER_NAME_FLAGS)
 
     @staticmethod
     def _check_paths(c: PrecisionConfig) -> None:

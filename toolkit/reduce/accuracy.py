@@ -9,8 +9,8 @@ No ``--check``, no golden file to prepare:
    :data:`MEMORY_LIMIT`, or when a device runner computes them in a child process);
 2. each candidate subgraph runs in the warm worker (a fork of this process, which holds
    the values already) on the runner under test, fed with the reference's values
-   for its inputs; only the candidate's outputs are compared, with ``--atol``/``--rtol``/
-   ``--check-error-stat``, exactly as ``toolkit run --load-outputs`` compares them (same
+   for its inputs; only the candidate's outputs are compared, at the tolerances given
+   (:class:`toolkit.core.compare.tolerances.Tolerances`), exactly as ``toolkit run --load-outputs`` compares them (same
    output, same exit codes, so the same verdict classes and evidence as any toolkit check).
 
 With a separate reference model, tensor names shared by both are compared. A tensor the
