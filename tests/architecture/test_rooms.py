@@ -86,42 +86,22 @@ def _shared_across_layers() -> Dict[Tuple[str, str], int]:
 
 
 # Today's pairs of classes in different layers that share 5 field names or more (the number
-# shared). Most are a command's options next to the library config they fill (from_params
-# checks each name), or option names several configs take (model, seed, load_inputs...).
+# shared). A command binds its library config (each option declared on the config's field), and
+# the options several configs take are dataclasses they inherit (core.shared_options), so what
+# is left are configs not yet bound so, and result types.
 SHARED_NOW = {
-    ("cli.debug:ReduceArgs", "reduce.config:ReduceConfig"): 18,
-    ("cli.precision:PrecisionArgs", "precision.search:PrecisionConfig"): 17,
-    ("cli.debug:ReduceArgs", "precision.search:PrecisionConfig"): 13,
-    ("cli.llm:LlmArgs", "llm.session:LlmConfig"): 12,
-    ("precision.search:PrecisionConfig", "run.options:RunOptions"): 11,
-    ("cli.precision:PrecisionArgs", "run.options:RunOptions"): 11,
-    ("precision.search:PrecisionConfig", "reduce.config:ReduceConfig"): 10,
-    ("cli.debug:ReduceArgs", "run.options:RunOptions"): 10,
-    ("cli.precision:PrecisionArgs", "precision.qdq_search:QdqConfig"): 9,
     ("cli.convert:ConvertArgs", "run.options:RunOptions"): 9,
-    ("precision.search:PrecisionOutcome", "reduce.config:Outcome"): 8,
+    ("cli.llm:LlmArgs", "llm.session:LlmConfig"): 9,
     ("core.compare.arrays:OutputComparison", "run.diagnosis:TensorError"): 8,
-    ("cli.precision:PrecisionArgs", "reduce.config:ReduceConfig"): 8,
-    ("cli.convert:ConvertArgs", "precision.search:PrecisionConfig"): 8,
-    ("reduce.evidence:TensorEvidence", "run.diagnosis:TensorError"): 7,
-    ("reduce.config:ReduceConfig", "run.options:RunOptions"): 7,
-    ("llm.session:LlmConfig", "run.options:RunOptions"): 7,
-    ("llm.session:LlmConfig", "precision.search:PrecisionConfig"): 7,
-    ("core.compare.arrays:OutputComparison", "reduce.evidence:TensorEvidence"): 7,
-    ("cli.precision:PrecisionArgs", "llm.session:LlmConfig"): 7,
-    ("cli.debug:ReduceArgs", "llm.session:LlmConfig"): 7,
-    ("cli.convert:ConvertArgs", "reduce.config:ReduceConfig"): 7,
+    ("precision.search:PrecisionOutcome", "reduce.config:Outcome"): 8,
     ("backends.trt.options:TrtConfig", "run.options:RunOptions"): 7,
-    ("reduce.accuracy:CompareOptions", "run.options:RunOptions"): 6,
-    ("precision.search:PrecisionConfig", "reduce.accuracy:CompareOptions"): 6,
-    ("llm.session:LlmConfig", "reduce.accuracy:CompareOptions"): 6,
-    ("core.compare.tolerances:Tolerances", "run.options:RunOptions"): 6,
-    ("cli.precision:PrecisionArgs", "reduce.accuracy:CompareOptions"): 6,
+    ("core.compare.arrays:OutputComparison", "reduce.evidence:TensorEvidence"): 7,
+    ("reduce.evidence:TensorEvidence", "run.diagnosis:TensorError"): 7,
     ("cli.llm:LlmArgs", "run.options:RunOptions"): 6,
-    ("cli.llm:LlmArgs", "precision.search:PrecisionConfig"): 6,
-    ("cli.debug:ReduceArgs", "reduce.accuracy:CompareOptions"): 5,
+    ("core.compare.tolerances:Tolerances", "run.options:RunOptions"): 6,
     ("cli.convert:_Check", "run.options:RunOptions"): 5,
-    ("cli.convert:ConvertArgs", "reduce.accuracy:CompareOptions"): 5,
+    ("llm.session:LlmConfig", "reduce.accuracy:CompareOptions"): 5,
+    ("precision.config:PrecisionConfig", "reduce.config:ReduceConfig"): 5,
 }
 
 

@@ -270,11 +270,12 @@ def parameter(decl: Declared, hint: Any) -> Any:
 
 
 def _fields_for_cli(cls: Any):
+    """(field, declaration, the type the command line gives) of every option of ``cls``."""
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        decl = declaration(f)
+        decl = declaration(f, cls)
         if decl is not None and (decl.flags or decl.argument):
-            yield f, decl, hints[f.name]
+            yield f, decl, hints[f.name] if decl.takes is None else decl.takes
 
 
 def _parameters(cls: Any, prefix: str = "", panel: Optional[str] = None):
@@ -282,13 +283,16 @@ def _parameters(cls: Any, prefix: str = "", panel: Optional[str] = None):
     ``prefix + field``; ``panel``: the help panel of a declaration that names none."""
 
     args: List[Any] = []
-    opts: List[Any] = []
+    opts: List[Tuple[Any, Optional[str]]] = []
     for f, decl, hint in _fields_for_cli(cls):
+        default: Any
         if decl.argument:
             default = inspect.Parameter.empty if decl.required else None
+        elif decl.parse is not None:  # (the field's default is the parsed one)
+            default = False if hint is bool else None
         elif f.default_factory is not dataclasses.MISSING:  # lists: None when not given
             default = None
-        elif f.default is dataclasses.MISSING:  # a required option
+        elif f.default is dataclasses.MISSING or decl.needed:  # a required option
             default = inspect.Parameter.empty
         else:
             default = f.default
@@ -296,8 +300,26 @@ def _parameters(cls: Any, prefix: str = "", panel: Optional[str] = None):
             decl = decl.replace(panel=panel)
         param = inspect.Parameter(prefix + f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                   annotation=parameter(decl, hint))
-        (args if decl.argument else opts).append(param)
+        if decl.argument:
+            args.append(param)
+        else:
+            opts.append((param, prefix + decl.after if decl.after else None))
     return args, opts
+
+
+def _help_order(opts: List[Tuple[Any, Optional[str]]]) -> List[Any]:
+    """The parameters of ``opts`` ((parameter, the option it follows in the help or None)), each
+    one that names the option it follows (``Declared.after``) moved there, in order."""
+    out = [p for p, after in opts if after is None]
+    pending = [(p, after) for p, after in opts if after is not None]
+    while pending:
+        names = [q.name for q in out]
+        ready = next((item for item in pending if item[1] in names), None)
+        if ready is None:  # (an option that follows none bound here: last)
+            return out + [p for p, _after in pending]
+        pending.remove(ready)
+        out.insert(names.index(ready[1]) + 1, ready[0])
+    return out
 
 
 def bind(cls: Any, *, extra: Sequence[Any] = (), more: Sequence[Tuple[Any, str, Optional[str]]] = ()):
@@ -311,7 +333,7 @@ def bind(cls: Any, *, extra: Sequence[Any] = (), more: Sequence[Tuple[Any, str, 
         args, opts = _parameters(cls)
         for other, prefix, panel in more:
             opts += _parameters(other, prefix, panel)[1]
-        params = [ctx] + args + list(extra) + opts
+        params = [ctx] + args + list(extra) + _help_order(opts)
         body.__signature__ = inspect.Signature(params)
         body.__annotations__ = {p.name: p.annotation for p in params}
         return body
@@ -324,15 +346,15 @@ def values_for(cls: Any, params: Mapping[str, Any], prefix: str = "") -> dict:
     ``prefix + field``): lists given as None made [], a grouped list (``List[List[str]]``) one
     list per occurrence."""
     out = {}
-    for f, _decl, hint in _fields_for_cli(cls):
+    for f, decl, hint in _fields_for_cli(cls):
         if prefix + f.name not in params:
             continue
         value = params[prefix + f.name]
         if is_grouped(hint):
             value = [split_group(g) for g in value or []]
-        elif f.default_factory is list:  # type: ignore[comparison-overlap]
+        elif f.default_factory is list or typing.get_origin(hint) in (list, List):  # type: ignore[comparison-overlap]
             value = list(value or [])
-        out[f.name] = value
+        out[f.name] = value if decl.parse is None else decl.parse(value)
     return out
 
 

@@ -20,9 +20,8 @@ from toolkit.reduce.replay import file_digest, file_ref, weights_digest
 
 def check_words(c: Any) -> List[str]:
     """The runners, the pass rule and the inputs of a PrecisionConfig ``c``, as the command's words."""
-    words = ["--compare", c.reference, c.candidate]
-    for flag, values in ((ATOL_FLAG, c.atol), (RTOL_FLAG, c.rtol), (STAT_FLAG, c.check_error_stat),
-                         ("--load-inputs", c.load_inputs), ("--val-range", c.val_range),
+    words = ["--compare", c.reference, c.candidate, *(c.tolerances.spelled() if c.tolerances is not None else [])]
+    for flag, values in (("--load-inputs", c.load_inputs), ("--val-range", c.val_range),
                          ("--input-shapes", c.input_shapes), ("--keep-fp32", c.keep_fp32)):
         if values:
             words += [flag, *(str(v) for v in values)]

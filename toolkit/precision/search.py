@@ -45,6 +45,7 @@ from toolkit.core.shared_options import PER_NAME_FLAGS
 from toolkit.search import strategy
 from toolkit.search.masks import mask_indices, popcount
 from toolkit.reduce.replay import Replay
+from toolkit.precision.config import DEFAULT_ATOL, DEFAULT_RTOL, PrecisionConfig
 from toolkit.precision.replay import check_options, check_words, content_id
 from toolkit.run.feeds import explain_generated
 from toolkit.run.registry import get_kind
@@ -64,35 +65,6 @@ STATUS_INTERRUPTED = "interrupted"
 # (toolkit.core.compare.noise): the search keeps no node in fp32 for that; it says which tolerance would
 # pass, and the verdict is a failure
 STATUS_ROUNDING = "rounding"
-
-DEFAULT_ATOL = "1e-2"
-DEFAULT_RTOL = "1e-2"
-
-
-@dataclass
-class PrecisionConfig:
-    model: str
-    output: Optional[str] = None
-    reference: str = "onnxrt"
-    candidate: str = "onnxrt:fp16"
-    atol: List[str] = field(default_factory=list)
-    rtol: List[str] = field(default_factory=list)
-    check_error_stat: List[str] = field(default_factory=list)
-    load_inputs: List[str] = field(default_factory=list)
-    load_outputs: Optional[str] = None  # reference outputs from a file instead of the reference runner
-    seed: Optional[int] = None
-    val_range: List[str] = field(default_factory=list)
-    input_shapes: List[str] = field(default_factory=list)
-    iterations: int = 1
-    keep_fp32: List[str] = field(default_factory=list)
-    external_data_dir: Optional[str] = None
-    mode: Optional[str] = None  # None/"default", "bisect", "linear"
-    save_replay: Optional[str] = None
-    load_replay: Optional[str] = None
-    cluster: Optional[str] = None  # "ray[:ADDRESS]": each check a task on a Ray cluster
-    gpus_per_check: Optional[float] = None  # with cluster; None: 1 for a TensorRT candidate, else 0
-    cpus_per_check: Optional[float] = None
-
 
 @dataclass
 class Check:
@@ -210,7 +182,7 @@ class PrecisionSearch:
         c = self.config
         if c.mode not in (None, "default", "bisect", "linear"):
             raise UsageError(f"--mode {c.mode}: use bisect or linear (or leave it out)")
-        self.tolerances = Tolerances.parse(c.atol or [DEFAULT_ATOL], c.rtol or [DEFAULT_RTOL], c.check_error_stat)
+        self.tolerances = c.tolerances or Tolerances.parse([DEFAULT_ATOL], [DEFAULT_RTOL])
         self.ref_spec = self._spec(c.reference)
         self.cand_spec = self._spec(c.candidate)
         self.dtype = self._candidate_dtype(c)
