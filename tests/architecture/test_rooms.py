@@ -86,22 +86,13 @@ def _shared_across_layers() -> Dict[Tuple[str, str], int]:
 
 
 # Today's pairs of classes in different layers that share 5 field names or more (the number
-# shared). A command binds its library config (each option declared on the config's field), and
-# the options several configs take are dataclasses they inherit (core.shared_options), so what
-# is left are configs not yet bound so, and result types.
+# shared). Commands bind their library configs (each option declared on the config's field), the
+# options several configs take are dataclasses they inherit (core.shared_options), and so are the
+# fields every search answers (search.outcome); what is left are the comparison's result types.
 SHARED_NOW = {
-    ("cli.convert:ConvertArgs", "run.options:RunOptions"): 9,
-    ("cli.llm:LlmArgs", "llm.session:LlmConfig"): 9,
     ("core.compare.arrays:OutputComparison", "run.diagnosis:TensorError"): 8,
-    ("precision.search:PrecisionOutcome", "reduce.config:Outcome"): 8,
-    ("backends.trt.options:TrtConfig", "run.options:RunOptions"): 7,
     ("core.compare.arrays:OutputComparison", "reduce.evidence:TensorEvidence"): 7,
     ("reduce.evidence:TensorEvidence", "run.diagnosis:TensorError"): 7,
-    ("cli.llm:LlmArgs", "run.options:RunOptions"): 6,
-    ("core.compare.tolerances:Tolerances", "run.options:RunOptions"): 6,
-    ("cli.convert:_Check", "run.options:RunOptions"): 5,
-    ("llm.session:LlmConfig", "reduce.accuracy:CompareOptions"): 5,
-    ("precision.config:PrecisionConfig", "reduce.config:ReduceConfig"): 5,
 }
 
 

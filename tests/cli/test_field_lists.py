@@ -1,8 +1,6 @@
 """One field list per concept: a command binds its library config (each option declared on the
 config's field) plus a small dataclass of the options only the command line has, so a field
-renamed is the option renamed; where a config is still filled from a command's options by field
-name, a name on one side that matches nothing on the other fails loudly instead of falling back to
-a default."""
+renamed is the option renamed, never a second list that falls back to a default."""
 
 import dataclasses
 import inspect
@@ -13,7 +11,7 @@ import typer
 from typer.testing import CliRunner
 
 from toolkit.cli.debug import ReduceArgs, reduce_command
-from toolkit.cli.options import bind, from_params, values_for
+from toolkit.cli.options import bind, values_for
 from toolkit.core.declare import declarations
 from toolkit.reduce.config import ReduceConfig
 
@@ -30,29 +28,6 @@ def _renamed(cls, old: str, new: str):
     hints = typing.get_type_hints(cls)
     fields = [(new if f.name == old else f.name, hints[f.name], copy(f)) for f in dataclasses.fields(cls)]
     return dataclasses.make_dataclass(cls.__name__, fields)
-
-
-@dataclasses.dataclass
-class Config:
-    timeout: float = 1.0
-    jobs: int = 1
-    label: str = ""
-
-
-def test_every_config_field_is_set_by_an_option_an_override_or_a_named_default():
-    cfg = from_params(Config, {"timeout": 3.0, "unrelated": 1}, defaults=("label",), jobs=4)
-    assert cfg == Config(3.0, 4, "")
-
-
-@pytest.mark.parametrize("call", [
-    lambda: from_params(Config, {"timeout": 3.0}, jobs=4),  # label: set by nothing
-    lambda: from_params(Config, {"time_out": 3.0}, defaults=("label",), jobs=4),  # an option renamed
-    lambda: from_params(Config, {"timeout": 3.0}, defaults=("label", "nosuch"), jobs=4),
-    lambda: from_params(Config, {"timeout": 3.0}, defaults=("label",), jobs=4, nosuch=1),
-])
-def test_a_name_that_matches_nothing_fails(call):
-    with pytest.raises(TypeError):
-        call()
 
 
 def test_debug_reduce_binds_its_library_config_and_no_copy_of_it():
@@ -107,3 +82,37 @@ def _precision_command():
 
     (cmd,) = [c for c in app.registered_commands if c.name == "precision"]
     return cmd.callback
+
+
+def test_debug_llm_binds_its_library_config_and_no_copy_of_it():
+    from toolkit.cli.debug import app
+    from toolkit.cli.llm import LlmArgs
+    from toolkit.llm.config import LlmConfig
+
+    (cmd,) = [c for c in app.registered_commands if c.name == "llm"]
+    params = set(inspect.signature(cmd.callback).parameters) - {"ctx"}
+    config = {f.name for f, _d in declarations(LlmConfig)}
+    cli_only = {f.name for f, _d in declarations(LlmArgs)}
+    assert not config & cli_only and params == config | cli_only
+    assert {"samples", "seed", "steps", "localize", "save_step_inputs"} <= config
+
+
+def test_a_parsed_option_reaches_the_config_parsed_and_unset_gives_the_field_default():
+    """``parse=`` runs once, where the command reads its options: ``--devices 0,1`` is a list,
+    ``--no-reduce-inputs`` turns a True field off, and options left out give the config's defaults."""
+    got = []
+    app = typer.Typer()
+
+    @app.command()
+    @bind(ReduceConfig)
+    def cmd(ctx: typer.Context, **params) -> None:
+        got.append(ReduceConfig(**values_for(ReduceConfig, params)))
+
+    runner = CliRunner()
+    assert runner.invoke(app, ["m.onnx", "-o", "o.onnx", "--devices", "0,,1", "--no-reduce-inputs"]).exit_code == 0
+    assert runner.invoke(app, ["m.onnx", "-o", "o.onnx"]).exit_code == 0
+    given, default = got
+    assert given.devices == ["0", "1"] and given.reduce_inputs is False and given.reduce_outputs is True
+    plain = ReduceConfig(model="m.onnx", output="o.onnx")
+    assert [getattr(default, f.name) for f, _d in declarations(ReduceConfig)] == \
+        [getattr(plain, f.name) for f, _d in declarations(ReduceConfig)]

@@ -24,7 +24,7 @@ from toolkit.cli import output
 from toolkit.cli.grammar import TYPED_ARGS, GrammarCommand, is_grouped, is_value, split_group, take_flags
 from toolkit.cli.unsupported import UNSUPPORTED_OPTIONS
 from toolkit.core import limits
-from toolkit.core.declare import Declared, declaration, declarations, switch
+from toolkit.core.declare import Declared, declarations, in_order, switch
 from toolkit.core.declare import option as declare
 from toolkit.core.errors import UsageError
 
@@ -272,9 +272,8 @@ def parameter(decl: Declared, hint: Any) -> Any:
 def _fields_for_cli(cls: Any):
     """(field, declaration, the type the command line gives) of every option of ``cls``."""
     hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        decl = declaration(f, cls)
-        if decl is not None and (decl.flags or decl.argument):
+    for f, decl in declarations(cls):
+        if decl.flags or decl.argument:
             yield f, decl, hints[f.name] if decl.takes is None else decl.takes
 
 
@@ -309,17 +308,8 @@ def _parameters(cls: Any, prefix: str = "", panel: Optional[str] = None):
 
 def _help_order(opts: List[Tuple[Any, Optional[str]]]) -> List[Any]:
     """The parameters of ``opts`` ((parameter, the option it follows in the help or None)), each
-    one that names the option it follows (``Declared.after``) moved there, in order."""
-    out = [p for p, after in opts if after is None]
-    pending = [(p, after) for p, after in opts if after is not None]
-    while pending:
-        names = [q.name for q in out]
-        ready = next((item for item in pending if item[1] in names), None)
-        if ready is None:  # (an option that follows none bound here: last)
-            return out + [p for p, _after in pending]
-        pending.remove(ready)
-        out.insert(names.index(ready[1]) + 1, ready[0])
-    return out
+    one that names the option it follows (``Declared.after``) moved there."""
+    return [p for p, _after in in_order(opts, lambda item: item[0].name, lambda item: item[1])]
 
 
 def bind(cls: Any, *, extra: Sequence[Any] = (), more: Sequence[Tuple[Any, str, Optional[str]]] = ()):
@@ -352,39 +342,10 @@ def values_for(cls: Any, params: Mapping[str, Any], prefix: str = "") -> dict:
         value = params[prefix + f.name]
         if is_grouped(hint):
             value = [split_group(g) for g in value or []]
-        elif f.default_factory is list or typing.get_origin(hint) in (list, List):  # type: ignore[comparison-overlap]
+        elif typing.get_origin(hint) in (list, List):  # (what the command line gives: a list, or None)
             value = list(value or [])
         out[f.name] = value if decl.parse is None else decl.parse(value)
     return out
-
-
-def from_params(cls: Any, params: Mapping[str, Any], *, defaults: Sequence[str] = (), **overrides: Any) -> Any:
-    """The dataclass ``cls`` (a library's config) of a command's parsed parameters named as its
-    fields, list fields given as None made [], with ``overrides`` set.
-
-    Every field of ``cls`` is accounted for: taken from ``params`` by name, set in ``overrides``,
-    or named in ``defaults`` (a field the command leaves at its default). A field none of them
-    names is a TypeError (a bug, exit 70): an option renamed on one side only would otherwise fall
-    back to the config's default without a word. So is a name in ``defaults`` or ``overrides``
-    that is no field of ``cls``."""
-
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted((set(defaults) | set(overrides)) - names)
-    missing = sorted(names - set(params) - set(overrides) - set(defaults))
-    if unknown or missing:
-        raise TypeError(
-            f"{cls.__name__}: " + "; ".join(
-                part for part in (f"no field named {', '.join(unknown)}" if unknown else "",
-                                  f"nothing sets {', '.join(missing)} (no option of that name, no override, "
-                                  "not named in defaults)" if missing else "") if part
-            )
-        )
-    kwargs = dict(overrides)
-    for f in dataclasses.fields(cls):
-        if f.name not in overrides and f.name not in defaults:
-            value = params[f.name]
-            kwargs[f.name] = list(value or []) if f.default_factory is list else value
-    return cls(**kwargs)
 
 
 DATA_EXTENSIONS = (".json", ".npz")

@@ -29,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import operator
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
 
 _KEY = "toolkit.option"
 _SHOWN = "__toolkit_shown__"
@@ -134,8 +134,22 @@ def declaration(f: "dataclasses.Field", cls: Any = None) -> Optional[Declared]:
 
 
 def declarations(cls: Any) -> Iterator[Tuple["dataclasses.Field", Declared]]:
-    """The declared fields of the dataclass ``cls``, in field order."""
-    for f in dataclasses.fields(cls):
-        decl = declaration(f, cls)
-        if decl is not None:
-            yield f, decl
+    """The declared fields of the dataclass ``cls``, in field order, each one that names the option
+    it follows (``after=``) moved there (the order its help and its warnings name them in)."""
+    found = [(f, decl) for f in dataclasses.fields(cls) for decl in [declaration(f, cls)] if decl is not None]
+    yield from in_order(found, lambda item: item[0].name, lambda item: item[1].after)
+
+
+def in_order(items: List[Any], name: Callable[[Any], str], after: Callable[[Any], Optional[str]]) -> List[Any]:
+    """``items`` in order, each one whose ``after`` names another item moved right behind it (an
+    item that follows none of them stays last)."""
+    out = [item for item in items if after(item) is None]
+    pending = [item for item in items if after(item) is not None]
+    while pending:
+        names = [name(item) for item in out]
+        ready = next((item for item in pending if after(item) in names), None)
+        if ready is None:
+            return out + pending
+        pending.remove(ready)
+        out.insert(names.index(str(after(ready))) + 1, ready)
+    return out

@@ -3,7 +3,8 @@
 A command's options dataclass takes one with ``declared(SEED)`` (or ``SEED.replace(panel=...)``
 where its help shows it in another section); the command line reads the same declaration.
 Groups of options several configs take are dataclasses they inherit (:class:`ModelFiles`,
-:class:`InputData`, :class:`ToleranceOptions`, :class:`ClusterOptions`, :class:`DataLoaderOptions`):
+:class:`InputData`, :class:`ToleranceOptions`, :class:`ClusterOptions`, :class:`ReplayFiles`,
+:class:`DataLoaderOptions`):
 each field is named once, whichever library config or command takes it.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
-from toolkit.core.declare import Declared, declared
+from toolkit.core.declare import Declared, declared, switch
 
 CHECK_ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
 
@@ -78,6 +79,10 @@ GPUS_PER_CHECK = Declared(
 )
 CPUS_PER_CHECK = Declared(("--cpus-per-check",), "With --cluster: CPUs each check asks Ray for (default 1).", metavar="N")
 
+SAVE_REPLAY = Declared(("--save-debug-replay",), "Keep every verdict in this JSON file.", metavar="PATH")
+LOAD_REPLAY = Declared(("--load-debug-replay",), "Reuse the verdicts of an earlier run (same model and runners).",
+                       metavar="PATH")
+
 # surgeon extract and surgeon sanitize
 SURGEON_OUTPUT = Declared(("-o", "--output"), "Where to write the new model ('-' for stdout). May be the input file.", metavar="PATH")
 
@@ -122,8 +127,39 @@ class ClusterOptions:
 
 
 @dataclass
+class ReplayFiles:
+    """A search's verdicts kept in a file, and answered from one instead of checked again."""
+
+    save_replay: Optional[str] = declared(SAVE_REPLAY)
+    load_replay: Optional[str] = declared(LOAD_REPLAY)
+
+
+@dataclass
 class DataLoaderOptions:
     """Input data from the user's Python function."""
 
     data_loader_script: Optional[str] = declared(DATA_LOADER_SCRIPT)
     data_loader_func_name: Optional[str] = declared(DATA_LOADER_FUNC)
+
+
+@dataclass
+class TrtPrecision:
+    """The precisions TensorRT may build kernels in (``toolkit run``'s flags, TensorRT's builder config)."""
+
+    fp16: bool = switch(
+        "--fp16", panel="TensorRT", runner="trt", spec="fp16",
+        help="Let TensorRT use float16 kernels (TensorRT 10). With --onnxrt and no --trt: run fp32 and fp16 storage "
+        "emulated on the CPU (runner onnxrt:fp16), and compare.",
+    )
+    bf16: bool = switch(
+        "--bf16", panel="TensorRT", runner="trt", spec="bf16",
+        help="Let TensorRT use bfloat16 kernels (TensorRT 10; TensorRT 11: the model is converted to mixed bf16 "
+        "first). With --onnxrt and no --trt: run fp32 and bf16 storage emulated on the CPU (runner onnxrt:bf16), and "
+        "compare.",
+    )
+    int8: bool = switch("--int8", panel="TensorRT", runner="trt", spec="int8",
+                        help="Let TensorRT use int8 kernels, calibrated on this run's inputs (TensorRT 10).")
+    tf32: bool = switch(
+        "--tf32", panel="TensorRT", runner="trt", spec="tf32",
+        help="Let TensorRT use TF32 for float32 math (off by default).",
+    )

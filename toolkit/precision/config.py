@@ -14,7 +14,7 @@ from typing import Any, List, Optional, Sequence
 from toolkit.core import shared_options as S
 from toolkit.core.compare.tolerances import Tolerances
 from toolkit.core.declare import declared, option, shown_as, switch
-from toolkit.core.shared_options import ClusterOptions, InputData, ModelFiles
+from toolkit.core.shared_options import ClusterOptions, InputData, ModelFiles, ReplayFiles
 
 DEFAULT_ATOL = "1e-2"
 DEFAULT_RTOL = "1e-2"
@@ -28,8 +28,9 @@ def search_tolerances(atol: Sequence[str], rtol: Sequence[str], check_error_stat
     return Tolerances.parse(atol or [DEFAULT_ATOL], rtol or [DEFAULT_RTOL], check_error_stat)
 
 
+@shown_as(save_replay=dict(after="load_outputs"), load_replay=dict(after="save_replay"))
 @dataclass
-class PrecisionConfig(InputData, ClusterOptions, ModelFiles):
+class PrecisionConfig(ReplayFiles, InputData, ClusterOptions, ModelFiles):
     """The fp16/bf16 search. Inherited: ``model``, ``external_data_dir``, the inputs (``load_inputs``,
     ``seed``, ``val_range``) and the cluster the checks may run on (``cluster``: "ray[:ADDRESS]";
     ``gpus_per_check``: None is 1 for a TensorRT candidate, else 0; ``cpus_per_check``)."""
@@ -54,9 +55,6 @@ class PrecisionConfig(InputData, ClusterOptions, ModelFiles):
     )
     input_shapes: List[str] = declared(S.INPUT_SHAPES, factory=list)
     iterations: int = option("--iterations", "--iters", metavar="N", default=1, help='Generated input sets to compare on.')
-    save_replay: Optional[str] = option("--save-debug-replay", metavar="PATH", help='Keep every verdict in this JSON file.')
-    load_replay: Optional[str] = option("--load-debug-replay", metavar="PATH",
-                                        help="Reuse the verdicts of an earlier run (same model and runners).")
 
 
 @shown_as(cluster=dict(after="apply_scales"), gpus_per_check=dict(after="cluster"), cpus_per_check=dict(after="gpus_per_check"))

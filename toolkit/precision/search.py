@@ -43,6 +43,7 @@ from toolkit.core.compare.noise import STORAGE_FLOOR, noise_bound, passing_toler
 from toolkit.core.progress import Messages
 from toolkit.core.shared_options import PER_NAME_FLAGS
 from toolkit.search import strategy
+from toolkit.search.outcome import SearchTally
 from toolkit.search.masks import mask_indices, popcount
 from toolkit.reduce.replay import Replay
 from toolkit.precision.config import DEFAULT_ATOL, DEFAULT_RTOL, PrecisionConfig
@@ -79,22 +80,17 @@ class Check:
 
 
 @dataclass
-class PrecisionOutcome:
-    status: str
+class PrecisionOutcome(SearchTally):
+    """What the search found (inherited: ``status``, one of the STATUS_ names; ``broken``: checks whose
+    mixed model did not build, load or run, counted as failing; the checks, the time, the files written)."""
+
     precision: str = "fp16"  # what the rest of the model is in: fp16 or bf16
     kept: List[str] = field(default_factory=list)  # the nodes found (searched ones only)
     user_kept: List[str] = field(default_factory=list)
     auto_kept: Dict[str, str] = field(default_factory=dict)
     candidates: int = 0
-    checks: int = 0
-    remembered: int = 0
-    seconds: float = 0.0
     error_fp16: str = ""  # the comparison of the all-fp16 model
     error_result: str = ""
-    output_written: bool = False
-    one_minimal: bool = False
-    replay_path: Optional[str] = None
-    broken: int = 0  # checks whose mixed model did not build, load or run (counted as failing)
     passing_atol: Optional[float] = None  # STATUS_ROUNDING: an absolute tolerance at which the result passes
     noise_bound: Optional[float] = None  # the rounding bound (relative to each output's largest value)
     depth: int = 0  # the graph's depth (nodes on its longest path), for the noise bound

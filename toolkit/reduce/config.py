@@ -10,11 +10,12 @@ from toolkit.core import shared_options as S
 from toolkit.core.declare import declared, option, required, shown_as, switch, unless
 from toolkit.core.errors import InputError
 from toolkit.core.meta import parse_shape_specs
-from toolkit.core.shared_options import InputData, ModelFiles
+from toolkit.core.shared_options import InputData, ModelFiles, ReplayFiles
 from toolkit.reduce.check import WorkerEntry
 from toolkit.reduce.evidence import Evidence
 from toolkit.reduce.parallel import parse_devices
 from toolkit.reduce.verdict import CheckResult, FailureRule
+from toolkit.search.outcome import SearchTally
 
 DEFAULT_ITER_ARTIFACT = "polygraphy_debug.onnx"
 DEFAULT_ART_DIR = "polygraphy_artifacts"
@@ -35,6 +36,12 @@ class CannotJudge(InputError):
         "runs on them if ONNX-Runtime must be used to find tensor shapes.",
     ),
     seed=dict(after="data_loader_func_name"),
+    save_replay=dict(
+        after="iter_info",
+        help="Keep every verdict in this JSON file (updated after each check; not written when the check is broken"
+        " on the full model). Default: polygraphy_debug_replay.json beside the iteration artifact.",
+    ),
+    load_replay=dict(after="save_replay", help="Answer subgraphs already judged in an earlier run without checking them."),
     val_range=dict(
         metavar="RANGE", after="seed",
         help="Value range of generated inputs ([lo,hi], or name:[lo,hi]) when the model runs on ONNX-Runtime to "
@@ -42,7 +49,7 @@ class CannotJudge(InputError):
     ),
 )
 @dataclass
-class ReduceConfig(InputData, ModelFiles):
+class ReduceConfig(ReplayFiles, InputData, ModelFiles):
     """What ``debug reduce`` is asked; each option the command line sets is declared on its field
     (the command binds this class). Inherited: ``model``, ``external_data_dir`` and the inputs
     (``load_inputs``: data files whose shapes fix dynamic inputs; ``seed``, ``val_range``: for
@@ -90,15 +97,6 @@ class ReduceConfig(InputData, ModelFiles):
     iter_info: Optional[str] = option(
         "--iter-info", "--iteration-info", metavar="PATH",
         help="Write a JSON file before each check: iteration number, nodes, inputs and outputs.",
-    )
-    save_replay: Optional[str] = option(
-        "--save-debug-replay", metavar="PATH",
-        help="Keep every verdict in this JSON file (updated after each check; not written when the check is broken"
-        " on the full model). Default: polygraphy_debug_replay.json beside the iteration artifact.",
-    )
-    load_replay: Optional[str] = option(
-        "--load-debug-replay", metavar="PATH",
-        help="Answer subgraphs already judged in an earlier run without checking them.",
     )
     reduce_inputs: bool = unless("--no-reduce-inputs", help="Keep the model's inputs: only remove nodes from the end.")
     reduce_outputs: bool = unless("--no-reduce-outputs",
@@ -157,22 +155,18 @@ class Iteration:
 
 
 @dataclass
-class Outcome:
-    status: str  # "reduced", "passed" (full model passed: nothing to reduce), "interrupted"
-    nodes_before: int
+class Outcome(SearchTally):
+    """How the reduce ended (inherited: ``status``: "reduced", "passed" (the full model passed:
+    nothing to reduce) or "interrupted"; ``broken``: mid-run checks that were broken, counted as
+    passes; the checks, the time, the files written) and what it found."""
+
+    nodes_before: int = 0
     nodes_after: Optional[int] = None
     final_nodes: List[str] = field(default_factory=list)
-    checks: int = 0
-    remembered: int = 0
-    seconds: float = 0.0
-    output_written: bool = False
     min_good_written: bool = False
     min_good_nodes: Optional[int] = None
-    replay_path: Optional[str] = None
-    one_minimal: bool = False
     runner: str = ""
     stopped_by: Optional[str] = None  # "interrupt" (Ctrl-C) or "eof" (no more answers)
-    broken: int = 0  # mid-run checks that were broken (counted as passes)
     other_failures: int = 0  # of those, checks that failed otherwise than the full model (e.g. could not run)
     first_alone: Optional[str] = None  # a one-node result: is it the first node that fails alone?
     passing: int = 0  # subgraphs the check passed (broken ones aside)
