@@ -8,7 +8,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core import shared_options as S
 from toolkit.core.declare import declared, option, required, shown_as, switch, unless
-from toolkit.core.errors import InputError
+from toolkit.core.errors import InputError, UsageError
 from toolkit.core.meta import parse_shape_specs
 from toolkit.core.shared_options import InputData, ModelFiles, ReplayFiles
 from toolkit.reduce.check import WorkerEntry
@@ -135,6 +135,10 @@ class ReduceConfig(ReplayFiles, InputData, ModelFiles):
     # external data files) and reference model, which a replay file is bound to instead
     given_files: Sequence[str] = ()
     given_reference_model: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        if not self.output:  # (a default only because the inherited fields before it have defaults)
+            raise UsageError("debug reduce needs an output path (-o): where the smallest failing subgraph is written")
 
 
 @dataclass
