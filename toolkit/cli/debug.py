@@ -439,46 +439,57 @@ class ReduceArgs(ToleranceOptions, ClusterOptions, DataLoaderOptions):
     verdict (made a ``FailureRule``), what is printed, the built-in comparison, a cluster."""
 
     fail_regex: List[str] = option(
-        "--fail-regex", metavar="REGEX", factory=list,
-        help="Count a check as failed only when one of these regular expressions matches its stdout or stderr.", after="min_good")
-    fail_code: List[int] = option("--fail-code", "--fail-returncode", metavar="CODE", factory=list,
-                                  help="Exit codes of the check that count as failures.", after="fail_regex")
-    ignore_fail_code: List[int] = option("--ignore-fail-code", "--ignore-fail-returncode", metavar="CODE", factory=list,
-                                         help="Exit codes of the check that count as passes.", after="fail_code")
-    show_output: bool = switch("--show-output", help="Show the check's output for passing iterations too.", after="check_timeout")
-    hide_fail_output: bool = switch("--hide-fail-output", help="Do not show the check's output for failing iterations.", after="show_output")
-    json_summary: bool = switch("--json",
-                                help="Print a summary as JSON on stdout (result, checks, phases, evidence, files).", after="load_replay")
+        "--fail-regex", metavar="REGEX", factory=list, after="min_good",
+        help="Count a check as failed only when one of these regular expressions matches its stdout or stderr.",
+    )
+    fail_code: List[int] = option("--fail-code", "--fail-returncode", metavar="CODE", factory=list, after="fail_regex",
+                                  help="Exit codes of the check that count as failures.")
+    ignore_fail_code: List[int] = option(
+        "--ignore-fail-code", "--ignore-fail-returncode", metavar="CODE", factory=list, after="fail_code",
+        help="Exit codes of the check that count as passes.",
+    )
+    show_output: bool = switch("--show-output", after="check_timeout",
+                               help="Show the check's output for passing iterations too.")
+    hide_fail_output: bool = switch("--hide-fail-output", after="show_output",
+                                    help="Do not show the check's output for failing iterations.")
+    json_summary: bool = switch("--json", after="load_replay",
+                                help="Print a summary as JSON on stdout (result, checks, phases, evidence, files).")
     no_inline_branches: bool = switch(
-        "--no-inline-branches",
+        "--no-inline-branches", after="reduce_outputs",
         help="Keep each top-level If whole, even when its condition is a constant or is known for the inputs "
-        "(--compare, --load-inputs); by default it is replaced by its taken branch.", after="reduce_outputs")
+        "(--compare, --load-inputs); by default it is replaced by its taken branch.",
+    )
     jobs: Optional[int] = option(
-        "--jobs", "-j", metavar="N",
+        "--jobs", "-j", metavar="N", after="no_inline_branches",
         help="Checks run at once. Each round checks JOBS split points (k-ary search); each worker has its own "
         "iteration artifact (worker k: <artifact>.worker<k>/, its path replaced in the check command) and "
         "TOOLKIT_WORKER=k in its environment. Same result as --jobs 1 for a check that always answers the "
-        "same. With --cluster: the most checks at once (default: what fits on the cluster).", after="no_inline_branches")
+        "same. With --cluster: the most checks at once (default: what fits on the cluster).",
+    )
     compare: Optional[List[str]] = option(
-        "--compare", metavar="[REF] TEST", complete="runner-spec",
+        "--compare", metavar="[REF] TEST", complete="runner-spec", after="devices",
         help="The built-in accuracy check instead of --check: the reference runner (default onnxrt) and the runner"
         " under test, as runner specs (onnxrt, trt, trt:fp16, onnxrt:opt=disable, ...). The reference "
         "computes every tensor once; each subgraph runs on the runner under test, fed the reference's values,"
-        " and its outputs are compared with them.", after="devices")
+        " and its outputs are compared with them.",
+    )
     compare_tensors: Optional[str] = option(
-        "--compare-tensors", metavar="outputs|all", complete=("outputs", "all"),
+        "--compare-tensors", metavar="outputs|all", complete=("outputs", "all"), after="compare",
         help="With --compare: what a subgraph is judged on: its outputs (default), or all of its tensors that the "
         "reference has (a subgraph fails when any of them is out of tolerance, so a fault is found even where the "
-        "model's outputs hide it, e.g. behind a saturating Sigmoid).", after="compare")
+        "model's outputs hide it, e.g. behind a saturating Sigmoid).",
+    )
     reference_model: Optional[str] = option(
-        "--reference-model", metavar="PATH",
+        "--reference-model", metavar="PATH", after="compare_tensors",
         help="With --compare: the model the reference runs (default MODEL), e.g. the original of an optimized, "
-        "quantized or converted MODEL; tensors are matched by name.", after="compare_tensors")
+        "quantized or converted MODEL; tensors are matched by name.",
+    )
     all_faults: bool = switch(
-        "--all-faults",
+        "--all-faults", after="check_error_stat",
         help="With --compare: after a minimal failing subgraph is found, replace its outputs by reference values "
         "and go on with the rest of the model until it passes; each fault is written to OUT with a numbered "
-        "suffix (reduced_1.onnx, ...).", after="check_error_stat")
+        "suffix (reduced_1.onnx, ...).",
+    )
 
 
 @app.command("reduce", **command_kwargs(_REDUCE_HELP, cls=ReduceCommand, declares=[ReduceConfig, ReduceArgs], examples=(

@@ -59,7 +59,8 @@ class Declared:
     # the option's value (None, or False for a flag, when not given) -> the field's value
     parse: Optional[Callable[[Any], Any]] = None
     takes: Any = None  # the type the command line gives, when ``parse`` makes it another (default: the field's)
-    # where a command binds several dataclasses: the option (field name) this one follows in the help
+    # the option (field name) this one follows in the help and in messages that list options (an
+    # inherited option placed where a command has always shown it; see :func:`declarations`)
     after: Optional[str] = None
 
     def replace(self, **changes: Any) -> "Declared":
