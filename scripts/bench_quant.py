@@ -39,6 +39,7 @@ import onnx
 
 from toolkit.quant import qdq
 from toolkit.core.io.datafiles import save_inputs
+from toolkit.precision.config import search_tolerances
 from toolkit.precision.qdq_search import QdqConfig, QdqSearch
 from toolkit.precision.search import SetIndex
 
@@ -212,15 +213,16 @@ def loss_debug(cfg: QdqConfig, float_path: str, qdq_path: str, work: str, ours: 
 def bench(case: str, models: str, work: str, search_sets: int = 3, seed: int = 0) -> dict:
     float_path, qdq_path, search, held = prepare(case, models, work, search_sets, seed)
     base = QdqConfig(qdq_path, reference_model=float_path, load_inputs=[search], validate_inputs=[held],
-                     rtol=["0"], suggest_scales=False)
+                     tolerances=search_tolerances([], ["0"], []), suggest_scales=False)
     error, weights = errors(base)
     # between what the weights alone cost and what the quantized model costs (geometric mean)
-    base.atol = [f"{(max(error, 1e-12) * max(weights, 1e-12)) ** 0.5:.4g}"]
+    atol = f"{(max(error, 1e-12) * max(weights, 1e-12)) ** 0.5:.4g}"
+    base.tolerances = search_tolerances([atol], ["0"], [])
     t0 = time.perf_counter()
     search_obj = QdqSearch(base)
     ours = search_obj.run()
     seconds = time.perf_counter() - t0
-    row = {"case": case, "pairs": ours.candidates, "error": error, "weights_error": weights, "atol": base.atol[0], "status": ours.status,
+    row = {"case": case, "pairs": ours.candidates, "error": error, "weights_error": weights, "atol": atol, "status": ours.status,
            "ours_kept": len(ours.kept), "ours_checks": ours.checks, "ours_seconds": seconds,
            "optimality": "minimum" if ours.minimum else ("1-minimal" if ours.one_minimal else "-"),
            "ours_held": (f"{ours.held_out.passed}/{ours.held_out.count}" if ours.held_out else "-"),
