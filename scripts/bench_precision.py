@@ -75,6 +75,7 @@ def main() -> int:
     ap.add_argument("--tol", default="3e-2", help="--atol and --rtol of the search (default 3e-2)")
     ap.add_argument("--mode", default=None, help="bisect or linear: the reduce engine alone (default: guided)")
     args = ap.parse_args()
+    from toolkit.precision.config import search_tolerances
     from toolkit.precision.search import PrecisionConfig, PrecisionSearch
 
     cases = [(4, [2]), (16, [5]), (16, [3, 11]), (64, [40]), (64, [10, 50]), (64, [5, 20, 35, 60])]
@@ -89,7 +90,7 @@ def main() -> int:
             path = os.path.join(d, f"stack{blocks}.onnx")
             onnx.save(model, path)
             t0 = time.perf_counter()
-            out = PrecisionSearch(PrecisionConfig(path, atol=[args.tol], rtol=[args.tol], mode=args.mode)).run()
+            out = PrecisionSearch(PrecisionConfig(path, tolerances=search_tolerances([args.tol], [args.tol], []), mode=args.mode)).run()
             secs = time.perf_counter() - t0
             bound = math.ceil(math.log2(out.candidates)) + 2 * len(out.kept)
             if sorted(out.kept) == sorted(must):

@@ -42,6 +42,7 @@ import onnx
 
 from toolkit.quant import qdq
 from toolkit.core.io.datafiles import save_inputs
+from toolkit.precision.config import search_tolerances
 from toolkit.precision.qdq_search import QdqConfig, QdqSearch
 from toolkit.precision.search import SetIndex
 
@@ -215,15 +216,16 @@ def loss_debug(cfg: QdqConfig, float_path: str, qdq_path: str, work: str, ours: 
 def bench(case: str, models: str, work: str, search_sets: int = 3, seed: int = 0) -> dict:
     float_path, qdq_path, search, held = prepare(case, models, work, search_sets, seed)
     base = QdqConfig(qdq_path, reference_model=float_path, load_inputs=[search], validate_inputs=[held],
-                     rtol=["0"], suggest_scales=False)
+                     tolerances=search_tolerances([], ["0"], []), suggest_scales=False)
     error, weights = errors(base)
     # between what the weights alone cost and what the quantized model costs (geometric mean)
-    base.atol = [f"{(max(error, 1e-12) * max(weights, 1e-12)) ** 0.5:.4g}"]
+    atol = f"{(max(error, 1e-12) * max(weights, 1e-12)) ** 0.5:.4g}"
+    base.tolerances = search_tolerances([atol], ["0"], [])
     t0 = time.perf_counter()
     search_obj = QdqSearch(base)
     ours = search_obj.run()
     seconds = time.perf_counter() - t0
-    row = {"case": case, "pairs": ours.candidates, "error": error, "weights_error": weights, "atol": base.atol[0], "status": ours.status,
+    row = {"case": case, "pairs": ours.candidates, "error": error, "weights_error": weights, "atol": atol, "status": ours.status,
            "ours_kept": len(ours.kept), "ours_checks": ours.checks, "ours_seconds": seconds,
            "optimality": "minimum" if ours.minimum else ("1-minimal" if ours.one_minimal else "-"),
            "ours_held": (f"{ours.held_out.passed}/{ours.held_out.count}" if ours.held_out else "-"),
@@ -265,9 +267,10 @@ def refine(case: str, models: str, work: str, search_sets: int = 3, seed: int = 
 
     float_path, qdq_path, search, held = prepare(case, models, work, search_sets, seed)
     base = QdqConfig(qdq_path, reference_model=float_path, load_inputs=[search], validate_inputs=[held],
-                     rtol=["0"], suggest_scales=False)
+                     tolerances=search_tolerances([], ["0"], []), suggest_scales=False)
     error, weights = errors(base)
-    base.atol = [f"{(max(error, 1e-12) * max(weights, 1e-12)) ** 0.5:.4g}"]
+    atol = f"{(max(error, 1e-12) * max(weights, 1e-12)) ** 0.5:.4g}"
+    base.tolerances = search_tolerances([atol], ["0"], [])
     tag = case.replace(", ", "_").replace(" ", "_")
     held_sets = list(load_inputs(held))
     sets, validation, test = list(load_inputs(search)), held_sets[:4], held_sets[4:]
@@ -285,7 +288,7 @@ def refine(case: str, models: str, work: str, search_sets: int = 3, seed: int = 
 
     def held_text(out):
         return f"{out.held_out.passed}/{out.held_out.count}" if out.held_out else "-"
-    row = {"case": case, "atol": base.atol[0]}
+    row = {"case": case, "atol": atol}
     _, plain = searched(sets, "plain")
     row["plain"] = (len(plain.kept), plain.checks, held_text(plain))
     _, more = searched(sets + validation, "more")

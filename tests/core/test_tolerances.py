@@ -26,7 +26,7 @@ def test_reduce_compare_hands_its_checks_the_typed_tolerances(tmp_path):
     from toolkit.reduce.accuracy import CompareOptions, Reference, describe_check, run_options
 
     tol = Tolerances.parse(["1e-2"], ["y:1e-3"])
-    opts = CompareOptions("onnxrt", "onnxrt", tolerances=tol)
+    opts = CompareOptions(reference="onnxrt", test="onnxrt", tolerances=tol)
     ref = Reference(str(tmp_path), "in.npz", "out.npz", "onnxrt")
     run = run_options("m.onnx", opts, ref)
     assert run.tolerances is tol and run.atol == [] and run.rtol == []

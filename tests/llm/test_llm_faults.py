@@ -5,6 +5,7 @@ import onnxruntime as ort
 import pytest
 from llm_decoders import build_decoder
 
+from toolkit.core.compare.tolerances import Tolerances
 from toolkit.llm.io import discover
 from toolkit.llm.session import LlmConfig, LlmDebugger
 from toolkit.llm.steps import cache_of, last_logits, step_feed
@@ -110,9 +111,9 @@ def test_module_from_torch_name_scopes(clean, tmp_path):
 def test_free_run_keeps_each_side_cache(clean, tmp_path):
     # a cache-write fault only shows in the logits once the test side reads its own cache
     path = _fault(tmp_path, "cache_write", fault_layer=2)
-    _, d = _first(path, clean, free_run=True, atol=["present.2.key:10"], rtol=["present.2.key:10"])
+    _, d = _first(path, clean, free_run=True, tolerances=Tolerances.parse(["present.2.key:10"], ["present.2.key:10"]))
     assert (d.step, d.kind) == (1, "logits")
-    _, d = _first(path, clean, atol=["present.2.key:10"], rtol=["present.2.key:10"])
+    _, d = _first(path, clean, tolerances=Tolerances.parse(["present.2.key:10"], ["present.2.key:10"]))
     assert d is None  # teacher forced, the reference's cache hides it
 
 
@@ -122,7 +123,7 @@ def test_fp16_cache_model_against_the_fp32_one(clean, tmp_path):
 
     path = str(tmp_path / "fp16cache.onnx")
     build_decoder(path, cache_dtype=TensorProto.FLOAT16)
-    out, d = _first(path, clean, steps=8, atol=["1e-2"], rtol=["1e-2"])
+    out, d = _first(path, clean, steps=8, tolerances=Tolerances.parse(["1e-2"], ["1e-2"]))
     assert d is None and out.steps_checked == 8
     _, d = _first(path, clean, steps=8)
     assert (d.step, d.kind) == (0, "logits") and d.located.tensor == "present.0.key"  # stored in fp16

@@ -235,7 +235,7 @@ def test_reference_computed_in_a_child_process(golden, tmp_path):
     from toolkit.reduce.accuracy import CompareOptions, compute_reference, isolated_reference
 
     assert isolated_reference("trt:fp16") and not isolated_reference("onnxrt:opt=disable")
-    opts = CompareOptions("onnxrt", "onnxrt", reference_model=golden["clean"], seed=1)
+    opts = CompareOptions(reference="onnxrt", test="onnxrt", reference_model=golden["clean"], seed=1)
     ref = compute_reference(golden["faulty"], opts, isolate=True)
     try:
         assert not ref.held and ref.outputs_path.endswith(".npz") and os.path.exists(ref.outputs_path)
@@ -246,7 +246,7 @@ def test_reference_computed_in_a_child_process(golden, tmp_path):
     finally:
         ref.close()
     assert not os.path.exists(ref.folder)
-    bad = CompareOptions("onnxrt", "onnxrt", reference_model=str(tmp_path / "nope.onnx"))
+    bad = CompareOptions(reference="onnxrt", test="onnxrt", reference_model=str(tmp_path / "nope.onnx"))
     with pytest.raises(Exception) as err:
         compute_reference(golden["faulty"], bad, isolate=True)
     assert getattr(err.value, "exit_code", None) == 3

@@ -158,12 +158,13 @@ def repair_accuracy(again: Callable, feeds: list, dtype: str, model_path: str, e
     ``keep_fp32``: the user's words; ``extra``: what ``again`` adds to them (the op type a crash repair kept)."""
     from toolkit.cli.search_reporters import PrecisionReporter
     from toolkit.convert.validate import ATOL, RTOL
+    from toolkit.core.compare.tolerances import Tolerances
     from toolkit.precision import search as S
 
     short = "bf16" if dtype == "bfloat16" else "fp16"
     log(f"--repair: searching the nodes to keep in fp32 on the check's input sets (debug precision, onnxrt:{short}, "
         f"atol {ATOL:g}, rtol {RTOL:g} on every element)")
-    config = S.PrecisionConfig(model=model_path, candidate=f"onnxrt:{short}", atol=[repr(ATOL)], rtol=[repr(RTOL)],
+    config = S.PrecisionConfig(model=model_path, candidate=f"onnxrt:{short}", tolerances=Tolerances.of(atol=ATOL, rtol=RTOL),
                                keep_fp32=list(keep_fp32) + list(extra), external_data_dir=external_data_dir)
     try:
         outcome = S.PrecisionSearch(config, PrecisionReporter(), feeds=feeds).run()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import sys
-import dataclasses
 from dataclasses import dataclass
 from typing import Any, Dict, List, Optional
 
@@ -19,12 +18,13 @@ import typer
 from toolkit.core.text import escape_controls
 from toolkit.cli.app import worker_entry
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
-from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, from_params, values_for
+from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, values_for
 from toolkit.cli.output import interrupted_by, log, result, state, warn
-from toolkit.core import shared_options as S
-from toolkit.core.declare import declared, option, required, switch
+from toolkit.core.declare import option, shown_as, switch
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
 from toolkit.core.files.scratch import temp_folder
+from toolkit.core.shared_options import ClusterOptions, DataLoaderOptions, ToleranceOptions
+from toolkit.reduce.config import DEFAULT_REPLAY, ReduceConfig
 
 app = typer.Typer(
     help="Debug failing models: reduce them to minimal failing subgraphs; find the nodes that must stay fp32.",
@@ -240,7 +240,7 @@ def _spool_stdin() -> str:
     return path
 
 
-def _cluster_usage(a: "ReduceArgs") -> None:
+def _cluster_usage(cfg: ReduceConfig, a: "ReduceArgs") -> None:
     """Usage errors of --cluster and its options, before anything runs."""
 
     if a.cluster is None:
@@ -251,10 +251,10 @@ def _cluster_usage(a: "ReduceArgs") -> None:
         raise UsageError("--cluster runs --check commands; --compare runs in this process (use --check toolkit run ...)")
     from toolkit.reduce.cluster import reduce_usage
 
-    reduce_usage(a.cluster, check=a.check, devices=a.devices, iter_info=bool(a.iter_info))
+    reduce_usage(a.cluster, check=cfg.check, devices=",".join(cfg.devices) or None, iter_info=bool(cfg.iter_info))
 
 
-def _open_cluster(a: "ReduceArgs"):
+def _open_cluster(cfg: ReduceConfig, a: "ReduceArgs"):
     """``--cluster``: the Ray cluster the checks run on (None without it). Connected first,
     before the model is read, so that Ray starts its worker processes meanwhile."""
     if a.cluster is None:
@@ -262,21 +262,21 @@ def _open_cluster(a: "ReduceArgs"):
     from toolkit.core.io.model import check_readable_file
     from toolkit.reduce.cluster import open_for_reduce
 
-    for path in (a.model, *(a.load_inputs or ())):
+    for path in (cfg.model, *cfg.load_inputs):
         check_readable_file(path)  # a missing file is exit 3 before Ray starts or connects
 
     return open_for_reduce(
-        a.cluster, check=list(a.check or ()), iter_artifact=a.iter_artifact, check_timeout=a.check_timeout,
+        a.cluster, check=list(cfg.check or ()), iter_artifact=cfg.iter_artifact, check_timeout=cfg.check_timeout,
         jobs=a.jobs, gpus=a.gpus_per_check, cpus=a.cpus_per_check, log=log,
     )
 
 
-def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
+def _reduce(cfg: ReduceConfig, a: "ReduceArgs", cluster=None):
     """Run the reduction of ``cfg`` (with ``--compare``/``--all-faults`` when ``a`` asks, on a Ray
     ``cluster`` when given): (outcome, reducer, compare runner or None)."""
     from toolkit.reduce.session import Reducer
 
-    compare, check_timeout = a.compare, a.check_timeout
+    compare, check_timeout = a.compare, cfg.check_timeout
     runner = None
     reducer_cls: type = Reducer
     reducer_kw: Dict[str, Any] = {}
@@ -286,10 +286,10 @@ def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
         from toolkit.reduce.faults import CompareReducer
 
         runner = compare_runner = make_compare_runner(
-            a.model, a.iter_artifact, compare, reference_model=a.reference_model,
+            cfg.model, cfg.iter_artifact, compare, reference_model=a.reference_model,
             tolerances=Tolerances.parse(a.atol, a.rtol, a.check_error_stat),
-            load_inputs=list(load_inputs or []), seed=a.seed, val_range=list(a.val_range or []),
-            input_shapes=list(a.model_input_shapes or []), external_data_dir=a.external_data_dir,
+            load_inputs=list(cfg.load_inputs), seed=cfg.seed, val_range=list(cfg.val_range),
+            input_shapes=dict(cfg.input_shapes), external_data_dir=cfg.external_data_dir,
             timeout=check_timeout, tensors=a.compare_tensors or "outputs",
         )
         cfg.check = runner.check_argv
@@ -325,7 +325,7 @@ def _reduce(cfg, a: "ReduceArgs", load_inputs, cluster=None):
     if runner is not None:
         _storage_warning(outcome, runner, cfg)
     if runner is not None and not outcome.noise and outcome.output_written and outcome.reduced_evidence:
-        outcome.noise = _step_warning(outcome, a.output)
+        outcome.noise = _step_warning(outcome, cfg.output)
     return outcome, reducer, runner
 
 
@@ -359,34 +359,34 @@ def _step_warning(outcome, output: str) -> "str | None":
     return step_warning(outcome.reduced_evidence, model)
 
 
-def _inline_branches(a: "ReduceArgs", load_inputs):
+def _inline_branches(cfg: ReduceConfig, a: "ReduceArgs"):
     """Replace the top-level Ifs of the model (and of --reference-model) by their taken branches:
     those with a constant condition always, the others with concrete data (--compare, or
-    --load-inputs); ``a`` then names the inlined models."""
+    --load-inputs); ``cfg`` and ``a`` then name the inlined models."""
 
     from toolkit.reduce.accuracy import CompareOptions
     from toolkit.reduce.branches import inline_for_reduce
 
-    if a.model == "-":
+    if cfg.model == "-":
         return None  # a model read from stdin is read once, by the reduce itself
-    with_data = a.compare is not None or bool(load_inputs)
+    with_data = a.compare is not None or bool(cfg.load_inputs)
     opts = CompareOptions(
         reference_model=a.reference_model if a.compare is not None else None,
-        load_inputs=list(load_inputs or []),
-        seed=a.seed,
-        val_range=list(a.val_range or []),
-        input_shapes=list(a.model_input_shapes or []),
-        external_data_dir=a.external_data_dir,
+        load_inputs=list(cfg.load_inputs),
+        seed=cfg.seed,
+        val_range=list(cfg.val_range),
+        input_shapes=dict(cfg.input_shapes),
+        external_data_dir=cfg.external_data_dir,
     )
     folder = temp_folder("toolkit-branches-")
-    inlined = inline_for_reduce(a.model, opts, folder, log, with_data=with_data)
+    inlined = inline_for_reduce(cfg.model, opts, folder, log, with_data=with_data)
     if inlined is not None:
-        a.model = inlined.model
+        cfg.model = inlined.model
         if opts.reference_model:
             a.reference_model = inlined.reference_model
         if not (opts.reference_model and inlined.reference_model == opts.reference_model):
             # the rewritten models carry their weights; a reference model left as it is still reads from there
-            a.external_data_dir = None
+            cfg.external_data_dir = None
     return inlined
 
 
@@ -413,231 +413,128 @@ def _given(inlined, name: str) -> Dict[str, Any]:
     }
 
 
-def _reduce_config(a: "ReduceArgs", rule, load_inputs, inlined=None, name: str = ""):
-    """The ReduceConfig of ``debug reduce``'s options ``a`` (``inlined``, ``name``: see :func:`_given`)."""
-    from toolkit.core.meta import parse_shape_specs
-    from toolkit.reduce.parallel import parse_devices
-    from toolkit.reduce.session import ReduceConfig
+def _complete(cfg: ReduceConfig, a: "ReduceArgs", inlined=None, name: str = "") -> None:
+    """Fill in what the command line does not set directly (``inlined``, ``name``: see :func:`_given`)."""
+    cfg.worker = worker_entry()
+    cfg.save_replay = cfg.save_replay or os.path.join(os.path.dirname(cfg.iter_artifact), DEFAULT_REPLAY)
+    cfg.jobs = a.jobs if a.jobs is not None else 1
+    for key, value in _given(inlined, name).items():
+        setattr(cfg, key, value)
 
-    check = a.check
-    # the options named as the config's fields are taken as they are; the rest say how they map
-    return from_params(
-        ReduceConfig,
-        dataclasses.asdict(a),
-        defaults=("warm",),  # (automatic)
-        check=list(check) if check is not None else None,
-        worker=worker_entry(),
-        rule=rule,
-        remove_intermediate=not a.no_remove_intermediate,
-        save_replay=a.save_debug_replay
-        or os.path.join(os.path.dirname(a.iter_artifact), "polygraphy_debug_replay.json"),
-        load_replay=a.load_debug_replay,
-        input_shapes=parse_shape_specs(a.model_input_shapes or ()),
-        load_inputs=list(load_inputs or ()),
-        force_fallback=a.force_fallback_shape_inference,
-        reduce_inputs=not a.no_reduce_inputs,
-        reduce_outputs=not a.no_reduce_outputs,
-        jobs=a.jobs if a.jobs is not None else 1,
-        devices=parse_devices(a.devices),
-        shape_inference=not a.no_shape_inference,
-        **_given(inlined, name),
-    )
 
+@shown_as(
+    cluster=dict(after="jobs"), gpus_per_check=dict(after="cluster"), cpus_per_check=dict(after="gpus_per_check"),
+    atol=dict(after="reference_model"), rtol=dict(after="atol"), check_error_stat=dict(after="rtol"),
+    data_loader_script=dict(after="load_inputs"), data_loader_func_name=dict(after="data_loader_script"),
+)
 @dataclass
-class ReduceArgs:
-    """The options of ``debug reduce``, each declared once (flags, help, metavar)."""
+class ReduceArgs(ToleranceOptions, ClusterOptions, DataLoaderOptions):
+    """The options of ``debug reduce`` that its library config does not take (the command binds
+    :class:`toolkit.reduce.config.ReduceConfig`, which declares the others): what decides a
+    verdict (made a ``FailureRule``), what is printed, the built-in comparison, a cluster."""
 
-    model: str = declared(S.MODEL)
-    output: str = required("-o", "--output", metavar="PATH",
-                           help="Where to write the smallest subgraph the check fails on.")
-    check: Optional[List[str]] = option(
-        "--check", metavar="COMMAND ARGS...",
-        help="The check command; everything after --check belongs to it (its own -o, --mode, --help too). Without "
-        "it you are asked about each subgraph.",
-    )
-    mode: Optional[str] = option(
-        "--mode", metavar="bisect|linear", complete=("bisect", "linear"),
-        help="bisect (binary search only) or linear (one node at a time). Default: bisect, then verify "
-        "1-minimality, in one run with fewer checks than bisect followed by linear.",
-    )
-    min_good: Optional[str] = option("--min-good", "--minimal-good", metavar="PATH",
-                                     help="Also write the checked passing subgraph closest to the result.")
     fail_regex: List[str] = option(
-        "--fail-regex", metavar="REGEX", factory=list,
+        "--fail-regex", metavar="REGEX", factory=list, after="min_good",
         help="Count a check as failed only when one of these regular expressions matches its stdout or stderr.",
     )
-    fail_code: List[int] = option("--fail-code", "--fail-returncode", metavar="CODE", factory=list,
+    fail_code: List[int] = option("--fail-code", "--fail-returncode", metavar="CODE", factory=list, after="fail_regex",
                                   help="Exit codes of the check that count as failures.")
-    ignore_fail_code: List[int] = option("--ignore-fail-code", "--ignore-fail-returncode", metavar="CODE", factory=list,
-                                         help="Exit codes of the check that count as passes.")
-    any_failure: bool = switch(
-        "--any-failure",
-        help="Reduce on any failure of the check. By default a subgraph must fail the way the full model fails "
-        "(the same crash signal, exit code and error class, or a numeric mismatch that feeds the same outputs); "
-        "one that fails otherwise is counted as an other failure.",
+    ignore_fail_code: List[int] = option(
+        "--ignore-fail-code", "--ignore-fail-returncode", metavar="CODE", factory=list, after="fail_code",
+        help="Exit codes of the check that count as passes.",
     )
-    check_timeout: Optional[float] = option(
-        "--check-timeout", metavar="SECONDS",
-        help="Seconds a check may run; then it is killed (with its children) and counts as a failure.",
-    )
-    show_output: bool = switch("--show-output", help="Show the check's output for passing iterations too.")
-    hide_fail_output: bool = switch("--hide-fail-output", help="Do not show the check's output for failing iterations.")
-    iter_artifact: str = option(
-        "--iter-artifact", "--intermediate-artifact", metavar="PATH", default="polygraphy_debug.onnx",
-        help="Where each iteration's subgraph is written for the check.",
-    )
-    no_remove_intermediate: bool = switch("--no-remove-intermediate",
-                                          help="Keep the iteration artifact and --iter-info file at the end.")
-    artifacts: List[str] = option(
-        "--artifacts", metavar="PATH", factory=list,
-        help="Files the check writes (or the iteration artifact) to move into ART_DIR/good or ART_DIR/bad after "
-        "each check, named <iteration>_<file name>.",
-    )
-    art_dir: str = option("--art-dir", "--artifacts-dir", metavar="PATH", default="polygraphy_artifacts",
-                          help="Folder for --artifacts.")
-    iter_info: Optional[str] = option(
-        "--iter-info", "--iteration-info", metavar="PATH",
-        help="Write a JSON file before each check: iteration number, nodes, inputs and outputs.",
-    )
-    save_debug_replay: Optional[str] = option(
-        "--save-debug-replay", metavar="PATH",
-        help="Keep every verdict in this JSON file (updated after each check; not written when the check is broken"
-        " on the full model). Default: polygraphy_debug_replay.json beside the iteration artifact.",
-    )
-    load_debug_replay: Optional[str] = option(
-        "--load-debug-replay", metavar="PATH",
-        help="Answer subgraphs already judged in an earlier run without checking them.",
-    )
-    json_summary: bool = switch("--json",
+    show_output: bool = switch("--show-output", after="check_timeout",
+                               help="Show the check's output for passing iterations too.")
+    hide_fail_output: bool = switch("--hide-fail-output", after="show_output",
+                                    help="Do not show the check's output for failing iterations.")
+    json_summary: bool = switch("--json", after="load_replay",
                                 help="Print a summary as JSON on stdout (result, checks, phases, evidence, files).")
-    no_reduce_inputs: bool = switch("--no-reduce-inputs",
-                                    help="Keep the model's inputs: only remove nodes from the end.")
-    no_reduce_outputs: bool = switch("--no-reduce-outputs",
-                                     help="Keep the model's outputs: only remove nodes from the start.")
     no_inline_branches: bool = switch(
-        "--no-inline-branches",
+        "--no-inline-branches", after="reduce_outputs",
         help="Keep each top-level If whole, even when its condition is a constant or is known for the inputs "
         "(--compare, --load-inputs); by default it is replaced by its taken branch.",
     )
     jobs: Optional[int] = option(
-        "--jobs", "-j", metavar="N",
+        "--jobs", "-j", metavar="N", after="no_inline_branches",
         help="Checks run at once. Each round checks JOBS split points (k-ary search); each worker has its own "
         "iteration artifact (worker k: <artifact>.worker<k>/, its path replaced in the check command) and "
         "TOOLKIT_WORKER=k in its environment. Same result as --jobs 1 for a check that always answers the "
         "same. With --cluster: the most checks at once (default: what fits on the cluster).",
     )
-    cluster: Optional[str] = declared(S.CLUSTER)
-    gpus_per_check: Optional[float] = declared(S.GPUS_PER_CHECK)
-    cpus_per_check: Optional[float] = declared(S.CPUS_PER_CHECK)
-    devices: Optional[str] = option(
-        "--devices", metavar="LIST",
-        help="GPUs for the workers, e.g. 0,1,2,3: worker k gets CUDA_VISIBLE_DEVICES=<k-th device> (round robin "
-        "when fewer than --jobs).",
-    )
     compare: Optional[List[str]] = option(
-        "--compare", metavar="[REF] TEST", complete="runner-spec",
+        "--compare", metavar="[REF] TEST", complete="runner-spec", after="devices",
         help="The built-in accuracy check instead of --check: the reference runner (default onnxrt) and the runner"
         " under test, as runner specs (onnxrt, trt, trt:fp16, onnxrt:opt=disable, ...). The reference "
         "computes every tensor once; each subgraph runs on the runner under test, fed the reference's values,"
         " and its outputs are compared with them.",
     )
     compare_tensors: Optional[str] = option(
-        "--compare-tensors", metavar="outputs|all", complete=("outputs", "all"),
+        "--compare-tensors", metavar="outputs|all", complete=("outputs", "all"), after="compare",
         help="With --compare: what a subgraph is judged on: its outputs (default), or all of its tensors that the "
         "reference has (a subgraph fails when any of them is out of tolerance, so a fault is found even where the "
         "model's outputs hide it, e.g. behind a saturating Sigmoid).",
     )
     reference_model: Optional[str] = option(
-        "--reference-model", metavar="PATH",
+        "--reference-model", metavar="PATH", after="compare_tensors",
         help="With --compare: the model the reference runs (default MODEL), e.g. the original of an optimized, "
         "quantized or converted MODEL; tensors are matched by name.",
     )
-    atol: List[str] = declared(S.ATOL, factory=list)
-    rtol: List[str] = declared(S.RTOL, factory=list)
-    check_error_stat: List[str] = declared(S.CHECK_ERROR_STAT, factory=list)
     all_faults: bool = switch(
-        "--all-faults",
+        "--all-faults", after="check_error_stat",
         help="With --compare: after a minimal failing subgraph is found, replace its outputs by reference values "
         "and go on with the rest of the model until it passes; each fault is written to OUT with a numbered "
         "suffix (reduced_1.onnx, ...).",
     )
-    model_input_shapes: List[str] = declared(S.MODEL_INPUT_SHAPES, factory=list)
-    load_inputs: List[str] = option(
-        "--load-inputs", "--load-input-data", metavar="PATH", factory=list,
-        help="Input data files: their shapes fix the model's dynamic inputs for shape inference, and the model "
-        "runs on them if ONNX-Runtime must be used to find tensor shapes.",
-    )
-    data_loader_script: Optional[str] = declared(S.DATA_LOADER_SCRIPT)
-    data_loader_func_name: Optional[str] = declared(S.DATA_LOADER_FUNC)
-    seed: Optional[int] = declared(S.SEED)
-    val_range: List[str] = option(
-        "--val-range", metavar="RANGE", factory=list,
-        help="Value range of generated inputs ([lo,hi], or name:[lo,hi]) when the model runs on ONNX-Runtime to "
-        "find tensor shapes.",
-    )
-    force_fallback_shape_inference: bool = declared(S.FORCE_FALLBACK, default=False)
-    no_shape_inference: bool = switch(
-        "--no-shape-inference",
-        help="Do not infer shapes: new subgraph inputs and outputs get only the types the model records (or "
-        "--load-inputs data gives); no ONNX shape inference, no ONNX-Runtime run.",
-    )
-    external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
-    link_external_data: bool = switch(
-        "--link-external-data",
-        help="Let -o, --min-good and --artifacts refer to the model's external data files through hard links in "
-        "their folder (no copy of the weights; they then run only where those links are). Default: they carry"
-        " the weights they use, so they can be moved.",
-    )
 
 
-@app.command("reduce", **command_kwargs(_REDUCE_HELP, cls=ReduceCommand, declares=[ReduceArgs], examples=(
+@app.command("reduce", **command_kwargs(_REDUCE_HELP, cls=ReduceCommand, declares=[ReduceConfig, ReduceArgs], examples=(
     "toolkit debug reduce model.onnx -o reduced.onnx --check toolkit run polygraphy_debug.onnx --onnxrt",
     "toolkit debug reduce model.onnx -o reduced.onnx --mode=bisect --load-inputs layerwise_inputs.json "
     "--check toolkit run polygraphy_debug.onnx --onnxrt --load-inputs layerwise_inputs.json "
     "--load-outputs layerwise_golden.json",
 )))
-@bind(ReduceArgs)
+@bind(ReduceConfig, more=[(ReduceArgs, "", None)])
 def reduce_command(ctx: typer.Context, **params) -> None:
-    _reduce_command(ctx, ReduceArgs(**values_for(ReduceArgs, params)))
+    _reduce_command(ctx, ReduceConfig(**values_for(ReduceConfig, params)), ReduceArgs(**values_for(ReduceArgs, params)))
 
 
-def _reduce_command(ctx: typer.Context, a: ReduceArgs) -> None:
+def _reduce_command(ctx: typer.Context, cfg: ReduceConfig, a: ReduceArgs) -> None:
     from toolkit.cli.reduce_compare import check_options, preflight_compare  # loaded when it runs, not for --help
     from toolkit.reduce.verdict import FailureRule
 
-    if a.no_shape_inference and a.force_fallback_shape_inference:
+    if not cfg.shape_inference and cfg.force_fallback:
         raise UsageError("--no-shape-inference and --force-fallback-shape-inference cannot be used together")
     if a.show_output and a.hide_fail_output:
         raise UsageError("--show-output and --hide-fail-output cannot be used together")
-    if ctx.meta.get(_CHECK_GIVEN) and not a.check:
+    if ctx.meta.get(_CHECK_GIVEN) and not cfg.check:
         raise UsageError("--check needs a command after it, e.g. --check toolkit inspect model polygraphy_debug.onnx")
-    if a.check is None and a.fail_regex:
+    if cfg.check is None and a.fail_regex:
         warn("--fail-regex has no effect without --check")
 
     check_options(
         a.compare,
-        a.check,
+        cfg.check,
         all_faults=a.all_faults or bool(a.compare_tensors),
         reference_model=a.reference_model,
         tolerances_given=bool(a.atol or a.rtol or a.check_error_stat),
     )
-    preflight_compare(a.model, a.compare, a.reference_model, a.load_inputs or ())
-    rule = FailureRule(a.fail_regex, a.fail_code, a.ignore_fail_code)
+    preflight_compare(cfg.model, a.compare, a.reference_model, cfg.load_inputs)
+    cfg.rule = FailureRule(a.fail_regex, a.fail_code, a.ignore_fail_code)
     if a.data_loader_script:
         # the script's feeds, saved once as an inputs file that the reduction uses like --load-inputs
-        a.load_inputs = list(a.load_inputs or ()) + [_script_inputs(a.data_loader_script, a.data_loader_func_name)]
+        cfg.load_inputs = cfg.load_inputs + [_script_inputs(a.data_loader_script, a.data_loader_func_name)]
 
-    model = a.model
+    model = cfg.model
     if model == "-" and a.compare is not None:
-        a.model = _spool_stdin()  # the reference and every check read the model again
-    _cluster_usage(a)
-    ray_cluster = _open_cluster(a)
+        cfg.model = _spool_stdin()  # the reference and every check read the model again
+    _cluster_usage(cfg, a)
+    ray_cluster = _open_cluster(cfg, a)
     try:
-        inlined = None if a.no_inline_branches else _inline_branches(a, a.load_inputs)
-        cfg = _reduce_config(a, rule, a.load_inputs, inlined, model)
+        inlined = None if a.no_inline_branches else _inline_branches(cfg, a)
+        _complete(cfg, a, inlined, model)
         if ray_cluster is not None:
             cfg.jobs = ray_cluster.jobs
-        outcome, reducer, runner = _reduce(cfg, a, a.load_inputs, ray_cluster)
+        outcome, reducer, runner = _reduce(cfg, a, ray_cluster)
     finally:
         if ray_cluster is not None:
             ray_cluster.close()

@@ -285,7 +285,7 @@ class GrammarCommand(TyperCommand):
         out: set = set()
         for cls in self.declares:
             hints = typing.get_type_hints(cls)
-            out.update(o for f, d in declarations(cls) if is_grouped(hints[f.name]) for o in d.flags)
+            out.update(o for f, d in declarations(cls) if is_grouped(d.takes or hints[f.name]) for o in d.flags)
         return frozenset(out)
 
     def value_flags(self) -> set:

@@ -6,7 +6,6 @@ Progress and the finding go to stderr; ``--json`` prints the record on stdout.
 
 # (no `from __future__ import annotations`: Typer would have to eval every annotation string)
 
-import dataclasses
 from dataclasses import dataclass
 from typing import List, Optional
 
@@ -15,10 +14,12 @@ import typer
 from toolkit.cli.options import bind, command_kwargs, values_for
 from toolkit.cli.output import is_terminal, state, warn
 from toolkit.core import shared_options as S
-from toolkit.core.declare import declared, option, switch
+from toolkit.core.declare import option, shown_as, switch
 from toolkit.core.errors import ExitCode, UsageError
+from toolkit.core.shared_options import ToleranceOptions
+from toolkit.llm.config import LlmConfig
 
-_HELP = """Find where two runtimes' generations part, step by step, down to the layer, for a decoder with a KV cache.
+_HELP = f"""Find where two runtimes' generations part, step by step, down to the layer, for a decoder with a KV cache.
 
 The decoder's inputs and outputs are found by their names (input_ids, attention_mask,
 position_ids, past_key_values.N.key/.value or past.N.*; logits, present.N.key/.value); map
@@ -27,8 +28,8 @@ step k feeds the k-th generated token.
 
 Teacher forced (the default): at every step both sides are fed the reference's tokens and the
 reference's cache, so each step is judged on its own. --free-run lets each side keep its own
-cache. Every step compares the logits and every present output at the tolerances (--atol,
---rtol, --check-error-stat, as in run). A token flip within the tolerances is a near tie (the
+cache. Every step compares the logits and every present output at the tolerances ({S.ATOL_FLAG},
+{S.RTOL_FLAG}, {S.STAT_FLAG}, as in run). A token flip within the tolerances is a near tie (the
 reference's top-2 margin is within the measured difference): counted, not a divergence.
 
 At the first diverging step it says the kind (logits: this step's compute; cache: only a
@@ -42,57 +43,40 @@ is reported).
 """
 
 
+@shown_as(atol=dict(after="free_run"), rtol=dict(after="atol"), check_error_stat=dict(after="rtol"))
 @dataclass
-class LlmArgs:
-    """The options of ``debug llm``, each declared once."""
+class LlmArgs(ToleranceOptions):
+    """The options of ``debug llm`` that its library config does not take (the command binds
+    :class:`toolkit.llm.config.LlmConfig`, which declares the others): the runners, the prompts
+    and the I/O names as given, the tolerances as typed, what is printed."""
 
-    model: str = declared(S.MODEL)
     compare: Optional[List[str]] = option(
         "--compare", metavar="[REF] TEST", complete="runner-spec",
         help="The reference and the runner under test, as runner specs (onnxrt, openvino:precision=f32, trt, "
         "onnxrt:fp16); one spec: the runner under test against onnxrt.",
     )
-    reference_model: Optional[str] = option(
-        "--reference-model", metavar="PATH",
-        help="The model the reference runs (default MODEL); the runner under test runs MODEL.",
-    )
     prompt_ids: List[List[str]] = option("--prompt-ids", metavar="IDS", factory=list, panel="Inputs",
                                          help='A prompt as token ids ("7 301 45"); repeat for more prompts.')
     prompts: Optional[str] = option("--prompts", metavar="PATH", panel="Inputs",
                                     help="A JSON file of prompts: a list of token-id lists.")
-    samples: int = option("--samples", metavar="N", default=4, panel="Inputs",
-                          help="Random prompts of 8 token ids when none are given.")
-    seed: Optional[int] = declared(S.SEED)
-    tokenizer: Optional[str] = option("--tokenizer", metavar="DIR", panel="Inputs",
+    tokenizer: Optional[str] = option("--tokenizer", metavar="DIR", panel="Inputs", after="seed",
                                       help="A Hugging Face tokenizer folder for --prompt (needs transformers).")
-    prompt: List[List[str]] = option("--prompt", metavar="TEXT", factory=list, panel="Inputs",
+    prompt: List[List[str]] = option("--prompt", metavar="TEXT", factory=list, panel="Inputs", after="tokenizer",
                                      help="A prompt as text, encoded by --tokenizer; repeat for more.")
-    steps: int = option("--steps", metavar="N", default=16, help="New tokens per prompt (steps).")
-    free_run: bool = switch("--free-run", help="Each side keeps its own cache (compare the generations as each "
-                            "side would produce them) instead of teacher forcing.")
-    atol: List[str] = declared(S.ATOL, factory=list)
-    rtol: List[str] = declared(S.RTOL, factory=list)
-    check_error_stat: List[str] = declared(S.CHECK_ERROR_STAT, factory=list)
-    name: List[str] = option("--name", metavar="ROLE=NAME...", factory=list,
+    name: List[str] = option("--name", metavar="ROLE=NAME...", factory=list, after="check_error_stat",
                              help="Input/output names for roles: input_ids, attention_mask, position_ids, logits, "
                              "past_key, past_value, present_key, present_value ({i}: the layer).")
-    no_localize: bool = switch("--no-localize", help="Do not run the layerwise pass at the diverging step.")
-    save_step_inputs: Optional[str] = option(
-        "--save-step-inputs", metavar="PATH",
-        help="Write the diverging step's feeds (an inputs file, JSON or .npz) for debug reduce --compare.",
-    )
-    external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
-    json_out: bool = switch("--json", help="Print the record as JSON on stdout.")
+    json_out: bool = switch("--json", after="save_step_inputs", help="Print the record as JSON on stdout.")
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("llm", **command_kwargs(_HELP, declares=[LlmArgs], examples=(
+    @app.command("llm", **command_kwargs(_HELP, declares=[LlmConfig, LlmArgs], examples=(
         "toolkit debug llm decoder.onnx --compare onnxrt openvino:precision=f32 --samples 16 --steps 64",
-        'toolkit debug llm decoder.onnx --compare onnxrt onnxrt:fp16 --prompt-ids "7 301 45" --atol 1e-2',
+        f'toolkit debug llm decoder.onnx --compare onnxrt onnxrt:fp16 --prompt-ids "7 301 45" {S.ATOL_FLAG} 1e-2',
     )))
-    @bind(LlmArgs)
+    @bind(LlmConfig, more=[(LlmArgs, "", None)])
     def llm_command(ctx: typer.Context, **params) -> None:
-        raise typer.Exit(_run(LlmArgs(**values_for(LlmArgs, params))))
+        raise typer.Exit(_run(LlmConfig(**values_for(LlmConfig, params)), LlmArgs(**values_for(LlmArgs, params))))
 
 
 def _prompts(a: LlmArgs) -> List[List[int]]:
@@ -108,33 +92,34 @@ def _prompts(a: LlmArgs) -> List[List[int]]:
     return given
 
 
-def config_of(a: LlmArgs):
-    """The library's config from the options (the names that differ mapped by hand)."""
+def complete(cfg: LlmConfig, a: LlmArgs) -> LlmConfig:
+    """``cfg`` with what the command line gives another way: the runners, the prompts, the I/O
+    names, the tolerances (parsed once, here)."""
+    from toolkit.core.compare.tolerances import Tolerances
     from toolkit.llm.io import parse_names
-    from toolkit.llm.session import LlmConfig
     from toolkit.reduce.accuracy import CompareOptions
 
     cmp = CompareOptions.from_words(a.compare or ["onnxrt", "onnxrt"])
-    if a.samples < 1:
-        raise UsageError(f"--samples must be at least 1, got {a.samples}")
-    fields = {f.name for f in dataclasses.fields(LlmConfig)}
-    same = {k: v for k, v in dataclasses.asdict(a).items() if k in fields and k not in ("prompts", "seed")}
-    return LlmConfig(**same, reference=cmp.reference, test=cmp.test, prompts=_prompts(a), seed=a.seed or 0,
-                     names=parse_names(a.name), localize=not a.no_localize)
+    if cfg.samples < 1:
+        raise UsageError(f"--samples must be at least 1, got {cfg.samples}")
+    cfg.reference, cfg.test, cfg.prompts = cmp.reference, cmp.test, _prompts(a)
+    cfg.names = parse_names(a.name)
+    cfg.tolerances = Tolerances.parse(a.atol, a.rtol, a.check_error_stat)
+    return cfg
 
 
-def _run(a: LlmArgs) -> int:
+def _run(cfg: LlmConfig, a: LlmArgs) -> int:
     from toolkit.cli.llm_render import LlmReporter, render
     from toolkit.core.files import paths
     from toolkit.llm.session import LlmDebugger
 
-    for flag, path in (("MODEL", a.model), ("--reference-model", a.reference_model)):
+    for flag, path in (("MODEL", cfg.model), ("--reference-model", cfg.reference_model)):
         if path == "-":
             raise UsageError(f"debug llm {flag} -: a model from stdin is not supported (each runner and the "
                              "layerwise pass read the file again); save it to a file and give its path")
-    cfg = config_of(a)
-    reads = [("--reference-model", a.reference_model or ""), ("--prompts", a.prompts or "")]
-    paths.check_with_model(a.model, reads, [("--save-step-inputs", a.save_step_inputs or "")], a.external_data_dir)
+    complete(cfg, a)
+    reads = [("--reference-model", cfg.reference_model or ""), ("--prompts", a.prompts or "")]
+    paths.check_with_model(cfg.model, reads, [("--save-step-inputs", cfg.save_step_inputs or "")], cfg.external_data_dir)
     with LlmReporter(live=is_terminal()) as reporter:
         outcome = LlmDebugger(cfg, reporter).run()
     code = render(outcome, a.json_out)

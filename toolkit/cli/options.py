@@ -24,7 +24,7 @@ from toolkit.cli import output
 from toolkit.cli.grammar import TYPED_ARGS, GrammarCommand, is_grouped, is_value, split_group, take_flags
 from toolkit.cli.unsupported import UNSUPPORTED_OPTIONS
 from toolkit.core import limits
-from toolkit.core.declare import Declared, declaration, declarations, switch
+from toolkit.core.declare import Declared, declarations, in_order, switch
 from toolkit.core.declare import option as declare
 from toolkit.core.errors import UsageError
 
@@ -270,11 +270,11 @@ def parameter(decl: Declared, hint: Any) -> Any:
 
 
 def _fields_for_cli(cls: Any):
+    """(field, declaration, the type the command line gives) of every option of ``cls``."""
     hints = typing.get_type_hints(cls)
-    for f in dataclasses.fields(cls):
-        decl = declaration(f)
-        if decl is not None and (decl.flags or decl.argument):
-            yield f, decl, hints[f.name]
+    for f, decl in declarations(cls):
+        if decl.flags or decl.argument:
+            yield f, decl, hints[f.name] if decl.takes is None else decl.takes
 
 
 def _parameters(cls: Any, prefix: str = "", panel: Optional[str] = None):
@@ -282,13 +282,16 @@ def _parameters(cls: Any, prefix: str = "", panel: Optional[str] = None):
     ``prefix + field``; ``panel``: the help panel of a declaration that names none."""
 
     args: List[Any] = []
-    opts: List[Any] = []
+    opts: List[Tuple[Any, Optional[str]]] = []
     for f, decl, hint in _fields_for_cli(cls):
+        default: Any
         if decl.argument:
             default = inspect.Parameter.empty if decl.required else None
+        elif decl.parse is not None:  # (the field's default is the parsed one)
+            default = False if hint is bool else None
         elif f.default_factory is not dataclasses.MISSING:  # lists: None when not given
             default = None
-        elif f.default is dataclasses.MISSING:  # a required option
+        elif f.default is dataclasses.MISSING or decl.needed:  # a required option
             default = inspect.Parameter.empty
         else:
             default = f.default
@@ -296,8 +299,17 @@ def _parameters(cls: Any, prefix: str = "", panel: Optional[str] = None):
             decl = decl.replace(panel=panel)
         param = inspect.Parameter(prefix + f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
                                   annotation=parameter(decl, hint))
-        (args if decl.argument else opts).append(param)
+        if decl.argument:
+            args.append(param)
+        else:
+            opts.append((param, prefix + decl.after if decl.after else None))
     return args, opts
+
+
+def _help_order(opts: List[Tuple[Any, Optional[str]]]) -> List[Any]:
+    """The parameters of ``opts`` ((parameter, the option it follows in the help or None)), each
+    one that names the option it follows (``Declared.after``) moved there."""
+    return [p for p, _after in in_order(opts, lambda item: item[0].name, lambda item: item[1])]
 
 
 def bind(cls: Any, *, extra: Sequence[Any] = (), more: Sequence[Tuple[Any, str, Optional[str]]] = ()):
@@ -311,7 +323,7 @@ def bind(cls: Any, *, extra: Sequence[Any] = (), more: Sequence[Tuple[Any, str, 
         args, opts = _parameters(cls)
         for other, prefix, panel in more:
             opts += _parameters(other, prefix, panel)[1]
-        params = [ctx] + args + list(extra) + opts
+        params = [ctx] + args + list(extra) + _help_order(opts)
         body.__signature__ = inspect.Signature(params)
         body.__annotations__ = {p.name: p.annotation for p in params}
         return body
@@ -324,45 +336,16 @@ def values_for(cls: Any, params: Mapping[str, Any], prefix: str = "") -> dict:
     ``prefix + field``): lists given as None made [], a grouped list (``List[List[str]]``) one
     list per occurrence."""
     out = {}
-    for f, _decl, hint in _fields_for_cli(cls):
+    for f, decl, hint in _fields_for_cli(cls):
         if prefix + f.name not in params:
             continue
         value = params[prefix + f.name]
         if is_grouped(hint):
             value = [split_group(g) for g in value or []]
-        elif f.default_factory is list:  # type: ignore[comparison-overlap]
+        elif typing.get_origin(hint) in (list, List):  # (what the command line gives: a list, or None)
             value = list(value or [])
-        out[f.name] = value
+        out[f.name] = value if decl.parse is None else decl.parse(value)
     return out
-
-
-def from_params(cls: Any, params: Mapping[str, Any], *, defaults: Sequence[str] = (), **overrides: Any) -> Any:
-    """The dataclass ``cls`` (a library's config) of a command's parsed parameters named as its
-    fields, list fields given as None made [], with ``overrides`` set.
-
-    Every field of ``cls`` is accounted for: taken from ``params`` by name, set in ``overrides``,
-    or named in ``defaults`` (a field the command leaves at its default). A field none of them
-    names is a TypeError (a bug, exit 70): an option renamed on one side only would otherwise fall
-    back to the config's default without a word. So is a name in ``defaults`` or ``overrides``
-    that is no field of ``cls``."""
-
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = sorted((set(defaults) | set(overrides)) - names)
-    missing = sorted(names - set(params) - set(overrides) - set(defaults))
-    if unknown or missing:
-        raise TypeError(
-            f"{cls.__name__}: " + "; ".join(
-                part for part in (f"no field named {', '.join(unknown)}" if unknown else "",
-                                  f"nothing sets {', '.join(missing)} (no option of that name, no override, "
-                                  "not named in defaults)" if missing else "") if part
-            )
-        )
-    kwargs = dict(overrides)
-    for f in dataclasses.fields(cls):
-        if f.name not in overrides and f.name not in defaults:
-            value = params[f.name]
-            kwargs[f.name] = list(value or []) if f.default_factory is list else value
-    return cls(**kwargs)
 
 
 DATA_EXTENSIONS = (".json", ".npz")

@@ -14,13 +14,15 @@ from typing import List, Optional
 
 import typer
 
-from toolkit.cli.options import bind, command_kwargs, from_params, values_for
+from toolkit.cli.options import bind, command_kwargs, values_for
 from toolkit.cli.output import echo, log, state, warn
 from toolkit.core import shared_options as S
-from toolkit.core.declare import declared, option, switch
+from toolkit.core.declare import declarations, option, shown_as, switch
 from toolkit.core.errors import ExitCode, InputError, UsageError
+from toolkit.core.shared_options import ToleranceOptions
+from toolkit.precision.config import PrecisionConfig, QdqConfig, search_tolerances
 
-_HELP = """Find a minimal set of nodes to keep in fp32 so that the fp16 model passes the comparison.
+_HELP = f"""Find a minimal set of nodes to keep in fp32 so that the fp16 model passes the comparison.
 
 The reference runner runs the float32 model once; each check runs the model with a set of
 nodes kept in fp32 (the rest fp16) and compares. While a check shows an overflow (a tensor
@@ -33,13 +35,13 @@ strongly typed TensorRT build. The node names go to stdout, one per line.
 With --compare onnxrt onnxrt:fp16 (the default) each check emulates fp16 storage on the
 CPU: every tensor an fp16 model stores is rounded to fp16 (see docs/precision.md).
 --compare onnxrt onnxrt:bf16 (or trt:bf16) searches a mixed bf16 model the same way.
-Tolerances default to --atol 1e-2 --rtol 1e-2 here (fp16 keeps 11 significant bits, bf16 8:
+Tolerances default to {S.ATOL_FLAG} 1e-2 {S.RTOL_FLAG} 1e-2 here (fp16 keeps 11 significant bits, bf16 8:
 loosen them for bf16).
 
 No node is kept in fp32 for rounding alone: a check whose outputs are off by no more than
 fp16 (bf16) storage rounds through the graph's depth fails, labelled "(fp16 rounding)", and the
 search goes on as if it had passed (docs/noise.md); when the result fails that way, the
-verdict is a failure (status "rounding", exit 1) and the log says which --atol would pass.
+verdict is a failure (status "rounding", exit 1) and the log says which {S.ATOL_FLAG} would pass.
 
 On a quantized model (QDQ), it finds the fewest Q/DQ pairs to take back to float instead (the
 tensor skips Q and DQ): reference --reference-model FLOAT_MODEL, or the model with every pair in
@@ -53,7 +55,7 @@ is printed and written to -o).
 
 Example:
 
-  toolkit debug precision model.onnx -o mixed.onnx --atol 1e-2 --rtol 1e-2
+  toolkit debug precision model.onnx -o mixed.onnx {S.ATOL_FLAG} 1e-2 {S.RTOL_FLAG} 1e-2
 """
 
 
@@ -225,113 +227,48 @@ def _default_session_fails(cfg) -> str:
 def _rounding_lines(outcome) -> bool:
     """What is left fails by the rounding of reduced-precision storage: say so, and what would pass.
     True when it does (the verdict is then a failure)."""
-    from toolkit.precision import search as S
+    from toolkit.precision.search import STATUS_ROUNDING
 
-    if outcome.status != S.STATUS_ROUNDING:
+    if outcome.status != STATUS_ROUNDING:
         return False
     error = outcome.error_result.replace(f" ({outcome.precision} rounding)", "")
     log(
         f"FAILED at the tolerances given: what remains ({error}) is {outcome.precision} rounding, within the noise "
         f"bound of {outcome.noise_bound:.3g} of each output's largest value for a graph {outcome.depth} nodes deep "
         f"(docs/noise.md). No node is kept in fp32 for rounding alone; the comparison passes with "
-        f"--atol {outcome.passing_atol:g}."
-        + (" The model written keeps the nodes printed in fp32: it passes at that --atol, not at the tolerances given."
+        f"{S.ATOL_FLAG} {outcome.passing_atol:g}."
+        + (f" The model written keeps the nodes printed in fp32: it passes at that {S.ATOL_FLAG}, not at the "
+           "tolerances given."
            if outcome.output_written else "")
     )
     return True
 
 
+@shown_as(atol=dict(after="keep_fp32"), rtol=dict(after="atol"), check_error_stat=dict(after="rtol"))
 @dataclass
-class PrecisionArgs:
-    """The options of ``debug precision``, each declared once (flags, help, metavar)."""
+class PrecisionArgs(ToleranceOptions):
+    """The options of ``debug precision`` that its library configs do not take (the command binds
+    :class:`toolkit.precision.config.QdqConfig`, which declares the others): the runners, the
+    tolerances as given (parsed once, by :func:`toolkit.precision.config.search_tolerances`), what
+    is printed."""
 
-    model: str = declared(S.MODEL)
-    output: Optional[str] = option(
-        "-o", "--output", metavar="PATH",
-        help="Where to write the result: the mixed-precision model (fp16/bf16, the nodes found in fp32), or for "
-        "a quantized model, the model with the Q/DQ pairs found in float.",
-    )
     compare: Optional[List[str]] = option(
-        "--compare", metavar="COMPARE...", complete="runner-spec",
+        "--compare", metavar="COMPARE...", complete="runner-spec", after="output",
         help="Two runner specs: the fp32 reference and the reduced-precision candidate (default: onnxrt "
         "onnxrt:fp16, fp16 emulated on the CPU; or onnxrt:bf16, trt:fp16, trt:bf16).",
     )
-    keep_fp32: List[str] = option("--keep-fp32", metavar="NAMES...", factory=list,
-                                  help="Nodes kept in fp32 in every check (names, globs, op types).")
-    atol: List[str] = declared(S.ATOL, factory=list)
-    rtol: List[str] = declared(S.RTOL, factory=list)
-    check_error_stat: List[str] = declared(S.CHECK_ERROR_STAT, factory=list)
-    mode: Optional[str] = option("--mode", metavar="MODE", complete=("bisect", "linear"),
-                                 help="bisect (fewest checks, not 1-minimal) or linear; default: bisect + 1-minimal.")
-    load_inputs: List[str] = option("--load-inputs", "--load-input-data", metavar="PATH...", factory=list,
-                                    help="Inputs files (JSON or .npz) to run on; default: generated.")
-    load_outputs: Optional[str] = option(
-        "--load-outputs", "--load-results", metavar="PATH",
-        help="Reference outputs from this file (its first runner) instead of running the reference.",
-    )
-    seed: Optional[int] = declared(S.SEED)
-    val_range: List[str] = option("--val-range", metavar="[NAME:]RANGE...", factory=list, help='Value range of generated inputs: [name:][lo,hi].')
-    input_shapes: List[str] = declared(S.INPUT_SHAPES, factory=list)
-    iterations: int = option("--iterations", "--iters", metavar="N", default=1, help='Generated input sets to compare on.')
-    save_debug_replay: Optional[str] = option("--save-debug-replay", metavar="PATH", help='Keep every verdict in this JSON file.')
-    load_debug_replay: Optional[str] = option("--load-debug-replay", metavar="PATH",
-                                              help="Reuse the verdicts of an earlier run (same model and runners).")
-    external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR)
-    json_out: bool = switch("--json", help='Print the result as JSON on stdout (instead of node names).')
+    json_out: bool = switch("--json", after="load_replay",
+                            help='Print the result as JSON on stdout (instead of node names).')
     emit_options: bool = switch(
-        "--emit-options", help="Print the nodes found as convert's option, one line `--keep-fp32 NAMES...`, "
+        "--emit-options", after="json_out", help="Print the nodes found as convert's option, one line `--keep-fp32 NAMES...`, "
         "or nothing when no node needs fp32: `toolkit convert MODEL --fp-to-fp16 $(toolkit debug precision MODEL "
         "--emit-options) -o mixed.onnx`.")
-    reference_model: Optional[str] = option(
-        "--reference-model", metavar="PATH",
-        help="Quantized models: the float model to compare with (default: the model with every Q/DQ pair in float).",
-    )
-    qdq_weights: bool = switch("--qdq-weights", help="Quantized models: search the weight Q/DQ pairs too.")
-    qdq_table: bool = switch(
-        "--qdq-table",
-        help="Quantized models: also print every pair's own error against the error it receives, ranked.",
-    )
-    validate_inputs: List[str] = option(
-        "--validate-inputs", metavar="PATH...", factory=list,
-        help="Quantized models: held-out inputs the result is checked on (default: a quarter of four or more "
-        "--load-inputs sets, or further generated sets).",
-    )
-    held_out: Optional[int] = option(
-        "--held-out", metavar="N", help="Quantized models: how many of the --load-inputs sets to hold out (0: none).",
-    )
-    metric: Optional[str] = option(
-        "--metric", metavar="METRIC", complete=("top1", "topk:5", "argmax-agreement", "cosine", "snr-db"),
-        help="Quantized models: the pass rule in place of the tolerances: top1, topk:K, argmax-agreement, cosine "
-        "or snr-db (docs/quantization.md).",
-    )
-    metric_tolerance: Optional[float] = option(
-        "--metric-tolerance", metavar="X",
-        help="Quantized models: the metric's tolerance (share of samples differing; 1 - cosine; least SNR in dB).",
-    )
-    metric_outputs: List[str] = option(
-        "--metric-outputs", metavar="NAMES...", factory=list,
-        help="Quantized models: the outputs --metric judges (default: every output).",
-    )
-    float_op_types: List[str] = option(
-        "--float-op-types", metavar="TYPES...", factory=list,
-        help="Quantized models: keep the pairs at these ops' inputs and outputs in float in every check "
-        "(e.g. LayerNormalization,Softmax).",
-    )
-    order: Optional[str] = option(
-        "--order", metavar="ORDER", complete=("graph", "error"),
-        help="Quantized models: search the pairs most error first (error, the default) or in node order (graph).",
-    )
-    apply_scales: bool = switch(
-        "--apply-scales", help="Quantized models: -o gets the model with every passing suggested scale applied "
-        "(the other pairs found in float), when it passes.",
-    )
-    cluster: Optional[str] = declared(S.CLUSTER)
-    gpus_per_check: Optional[float] = declared(S.GPUS_PER_CHECK)
-    cpus_per_check: Optional[float] = declared(S.CPUS_PER_CHECK)
 
 
-PAIR_OPTIONS = ("--reference-model", "--qdq-weights", "--qdq-table", "--validate-inputs", "--held-out", "--metric",
-                "--metric-tolerance", "--metric-outputs", "--apply-scales", "--float-op-types", "--order")
+# the options of the Q/DQ pair search alone, each declared on its QdqConfig field
+PAIR_FIELDS = [(f.name, d.flags[0]) for f, d in declarations(QdqConfig)
+               if d.flags and f.name not in {g.name for g in dataclasses.fields(PrecisionConfig)}]
+PAIR_OPTIONS = tuple(flag for _name, flag in PAIR_FIELDS)
 
 def _no_pairs(path: str, weights: bool) -> str:
     """Why the quantized model at ``path`` has no Q/DQ pair to search ('' when it has one): its
@@ -357,17 +294,20 @@ def _reduced(spec: str) -> bool:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("precision", **command_kwargs(_HELP, declares=[PrecisionArgs], examples=(
+    @app.command("precision", **command_kwargs(_HELP, declares=[QdqConfig, PrecisionArgs], examples=(
         "toolkit debug precision model.onnx -o mixed.onnx",
-        "toolkit debug precision model.onnx -o mixed.onnx --load-inputs inputs.json --atol 1e-2 --rtol 1e-2",
+        f"toolkit debug precision model.onnx -o mixed.onnx --load-inputs inputs.json {S.ATOL_FLAG} 1e-2 {S.RTOL_FLAG} 1e-2",
     )))
-    @bind(PrecisionArgs)
+    @bind(QdqConfig, more=[(PrecisionArgs, "", None)])
     def precision_command(ctx: typer.Context, **params) -> None:
-        _run(PrecisionArgs(**values_for(PrecisionArgs, params)))
+        given = [flag for name, flag in PAIR_FIELDS if params.get(name) not in (None, False, [], ())]
+        _run(QdqConfig(**values_for(QdqConfig, params)), PrecisionArgs(**values_for(PrecisionArgs, params)), given)
 
 
-def _run(args: PrecisionArgs) -> None:
-    from toolkit.precision.search import PrecisionConfig, PrecisionSearch
+def _run(q: QdqConfig, args: PrecisionArgs, pair_options: List[str]) -> None:
+    """``debug precision`` with its options ``q`` (the fp16 search takes those of PrecisionConfig)
+    and ``args``; ``pair_options``: the flags of the Q/DQ pair search given."""
+    from toolkit.precision.search import PrecisionSearch
 
     compare = args.compare
     if args.json_out and args.emit_options:
@@ -378,38 +318,29 @@ def _run(args: PrecisionArgs) -> None:
 
     # a quantized model: its Q/DQ pairs are searched, unless the candidate asks for fp16/bf16; a model
     # quantized in integer ops only has no pairs: its fp16 nodes are searched, unless a pair option asks
-    kind = quantization_of(args.model)
-    pair_options = bool(args.reference_model or args.qdq_weights or args.qdq_table or args.validate_inputs
-                        or args.held_out is not None or args.metric or args.metric_tolerance is not None or args.metric_outputs
-                        or args.apply_scales or args.float_op_types or args.order)
+    kind = quantization_of(q.model)
     quantized = kind is not None and not (compare and _reduced(compare[1]))
-    why = _no_pairs(args.model, args.qdq_weights) if quantized and not pair_options and not compare else ""
+    why = _no_pairs(q.model, q.weights) if quantized and not pair_options and not compare else ""
     if why:
-        log(f"{args.model} {why}, which cannot be taken back to float pair by pair: searching "
+        log(f"{q.model} {why}, which cannot be taken back to float pair by pair: searching "
             "the nodes to keep in fp32 for fp16 instead (quantize it in QDQ format to search its pairs)")
         quantized = False
     if not quantized and pair_options:
         raise UsageError(f"the options of the Q/DQ pair search ({', '.join(PAIR_OPTIONS)}) are for the Q/DQ pairs of "
-                         f"a quantized model; {args.model} has none, or --compare asks for an fp16/bf16 search")
-    ref, cand = compare if compare else (("onnxrt", "onnxrt") if quantized else ("onnxrt", "onnxrt:fp16"))
-    if args.cluster is None and (args.gpus_per_check is not None or args.cpus_per_check is not None):
+                         f"a quantized model; {q.model} has none, or --compare asks for an fp16/bf16 search")
+    q.reference, q.candidate = compare if compare else (("onnxrt", "onnxrt") if quantized else ("onnxrt", "onnxrt:fp16"))
+    if q.cluster is None and (q.gpus_per_check is not None or q.cpus_per_check is not None):
         raise UsageError("--gpus-per-check and --cpus-per-check need --cluster ray")
-    if args.cluster is not None:
+    if q.cluster is not None:
         from toolkit.reduce.cluster import parse_cluster
 
-        parse_cluster(args.cluster)  # a usage error before anything runs
+        parse_cluster(q.cluster)  # a usage error before anything runs
+    q.tolerances = search_tolerances(args.atol, args.rtol, args.check_error_stat)
     if quantized:
         from toolkit.cli.qdq_report import run_qdq
 
-        run_qdq(args, ref, cand)
-    cfg = from_params(
-        PrecisionConfig,
-        dataclasses.asdict(args),
-        reference=ref,
-        candidate=cand,
-        save_replay=args.save_debug_replay,
-        load_replay=args.load_debug_replay,
-    )
+        run_qdq(q, args.json_out)
+    cfg = PrecisionConfig(**{f.name: getattr(q, f.name) for f in dataclasses.fields(PrecisionConfig)})
     from toolkit.cli.search_reporters import PrecisionReporter
 
     from toolkit.cli.supervisor import run_supervised

@@ -6,13 +6,11 @@ to stderr.
 
 # (no `from __future__ import annotations`: kept like the other CLI modules)
 
-import dataclasses
 import json
 from typing import Any, Dict, List
 
 import typer
 
-from toolkit.cli.options import from_params
 from toolkit.cli.output import echo, log, state, warn
 from toolkit.cli.search_reporters import PrecisionReporter
 from toolkit.core.errors import ExitCode
@@ -63,17 +61,12 @@ class QdqReporter(PrecisionReporter):
         )
 
 
-def run_qdq(args, ref: str, cand: str) -> None:
-    """Search the Q/DQ pairs of ``args.model``; exits with the search's code."""
-    from toolkit.precision.qdq_search import QdqConfig, QdqSearch
+def run_qdq(cfg, json_out: bool) -> None:
+    """Search the Q/DQ pairs of ``cfg.model`` (a QdqConfig); exits with the search's code."""
+    from toolkit.precision.qdq_search import QdqSearch
 
-    cfg = from_params(
-        QdqConfig, dataclasses.asdict(args), defaults=("suggest_scales",), reference=ref, candidate=cand, save_replay=args.save_debug_replay,
-        load_replay=args.load_debug_replay, weights=args.qdq_weights, table=args.qdq_table,
-        order=args.order or "error",
-    )
     outcome = QdqSearch(cfg, QdqReporter()).run()
-    raise typer.Exit(summary(outcome, cfg, args.json_out))
+    raise typer.Exit(summary(outcome, cfg, json_out))
 
 
 def _pair_json(outcome, name: str) -> Dict[str, Any]:

@@ -14,6 +14,7 @@ from toolkit.cli.errors import run_with_boundary
 from toolkit.cli.output import log
 from toolkit.cli.run import run_and_render
 from toolkit.core.errors import UsageError
+from toolkit.core.shared_options import PER_NAME_FLAGS, TOLERANCE_OPTIONS
 
 
 def check_options(
@@ -28,7 +29,7 @@ def check_options(
 
     if compare is None:
         for given, flag in ((all_faults, "--all-faults/--compare-tensors"), (reference_model, "--reference-model"),
-                            (tolerances_given, "--atol/--rtol/--check-error-stat")):
+                            (tolerances_given, TOLERANCE_OPTIONS)):
             if given:
                 raise UsageError(
                     f"{flag} belongs to the built-in comparison: add --compare REF TEST "
@@ -75,7 +76,7 @@ def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, time
 
 
 def _subgraph_tolerances(model: str, tol):
-    """The tolerances of every check: a per-tensor tolerance (``--atol c3:1e-3``) must name a
+    """The tolerances of every check: a per-tensor tolerance (``c3:1e-3``) must name a
     tensor of the full model, which a subgraph can output (exit 2 before any work, naming the
     tensors there are); a check of a subgraph then applies those its tensors have and ignores
     the others (those tensors are not in that subgraph)."""
@@ -86,9 +87,7 @@ def _subgraph_tolerances(model: str, tol):
         return tol
     graph = load_model(model, load_external_data=False).graph  # (a file: preflight_compare read it)
     names = [o for n in graph.node for o in n.output if o]  # (what a check can compare: not the inputs)
-    require_known_names(tol, names + [o.name for o in graph.output],
-                        (("per_atol", "--atol"), ("per_rtol", "--rtol"), ("per_stat", "--check-error-stat")),
-                        tensors=True)
+    require_known_names(tol, names + [o.name for o in graph.output], PER_NAME_FLAGS, tensors=True)
     return tol.for_parts()
 
 

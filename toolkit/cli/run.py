@@ -19,6 +19,7 @@ import typer
 from toolkit.cli.options import Annotated, ToolkitCommand, bind, check_data_output, command_kwargs, values_for
 from toolkit.cli.output import err_console, is_terminal, log, pass_verdict, result, warn
 from toolkit.cli.supervisor import run_supervised
+from toolkit.core.shared_options import ATOL_FLAG
 
 if TYPE_CHECKING:
     from rich.console import JustifyMethod
@@ -37,7 +38,7 @@ _ARGV_KEY = "toolkit.run.argv"
 
 EXAMPLES = (
     "toolkit run model.onnx --onnxrt --save-inputs inputs.json --save-outputs golden.json",
-    "toolkit run model.onnx --onnxrt --load-inputs inputs.json --load-outputs golden.json --atol 1e-4",
+    f"toolkit run model.onnx --onnxrt --load-inputs inputs.json --load-outputs golden.json {ATOL_FLAG} 1e-4",
     "toolkit run model.onnx --trt --onnxrt --input-shapes x:[1,3,224,224]",
 )
 
@@ -123,7 +124,7 @@ def _run(ctx: typer.Context, params: dict) -> None:
     opts.command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
     runners = registry.runner_order(argv, {k.name: params[_selector(k)] for k in registry.KINDS.values()}) + list(params["runners"] or [])
     opts.runners, opts.fp16, opts.bf16 = _fp16_emulation(runners, opts.fp16, opts.bf16)
-    opts.tolerances = tolerances_of(opts)  # --atol, --rtol, ...: one typed value from here on
+    opts.tolerances = tolerances_of(opts)  # the tolerance options: one typed value from here on
     if params["model"] is None and not _nothing_but_outputs(opts):
         return
     opts.diagnose, opts.model_type = not quiet, _model_type()

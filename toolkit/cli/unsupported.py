@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Optional
 
+from toolkit.core.shared_options import ATOL_FLAG, RTOL_FLAG, STAT_FLAG, TOLERANCE_OPTIONS
+
 _TF = "toolkit runs ONNX models only: convert the TensorFlow model to ONNX first (e.g. with tf2onnx)"
 _SCRIPT = "toolkit writes no Python scripts: the command line is the interface, and toolkit's library API is described in docs/api.md"
 _TRT_BUILDER = (
@@ -45,13 +47,13 @@ UNSUPPORTED_OPTIONS = {
     "--trt-config-postprocess-script": _SCRIPT,
     "--trt-cpps": _SCRIPT,
     "--data-loader-backend-module": "generated data always comes from numpy; use --data-loader-script for your own data",
-    "--compare-func-script": "custom comparison scripts are not supported: use --atol/--rtol/--check-error-stat, or compare saved outputs in Python",
+    "--compare-func-script": f"custom comparison scripts are not supported: use {TOLERANCE_OPTIONS}, or compare saved outputs in Python",
     "--postprocess-func-script": "custom post-processing scripts are not supported: use --postprocess top-K, or post-process saved outputs in Python",
     # plots and heatmaps
     **{o: _VISUAL for o in ("--save-heatmaps", "--show-heatmaps", "--save-error-metrics-plot",
                             "--show-error-metrics-plot", "--visual", "--visual-port", "--save-visual", "--histogram")},
     # comparison metrics toolkit does not compute
-    **{o: "this comparison metric is not supported: use --atol/--rtol with --check-error-stat elemwise, max, mean, median or quantile"
+    **{o: f"this comparison metric is not supported: use {ATOL_FLAG}/{RTOL_FLAG} with {STAT_FLAG} elemwise, max, mean, median or quantile"
        for o in ("--l2-threshold", "--l2-tolerance", "--cosine-similarity-threshold", "--psnr-threshold",
                  "--psnr-tolerance", "--snr-threshold", "--snr-tolerance", "--lpips-threshold", "--lpips-tolerance")},
     "--warm-up": "time with --iterations N and read the average inference time",

@@ -14,43 +14,20 @@ import os
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Tuple
+from typing import List, Optional, Tuple
 
-from toolkit.core.compare.tolerances import Tolerances
 from toolkit.core.io.datafiles import save_inputs
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
 from toolkit.core.graph.graphs import external_data_folder, has_external_data
 from toolkit.core.io.model import check_external_files, check_readable_file, load_model
 from toolkit.core.progress import Messages
 from toolkit.llm import prompts as P
+from toolkit.llm.config import LlmConfig
 from toolkit.llm.io import DecoderIO, check_compatible, discover
 from toolkit.llm.localize import Located, every_tensor_once, first_diverging, pairing
 from toolkit.llm.steps import Feed, NearTie, StepResult, cache_of, compare_step, step_feed
 from toolkit.run.options import RunOptions
 from toolkit.run.specs import make_runner, parse_runner_spec, preflight_specs
-
-
-@dataclass
-class LlmConfig:
-    """What ``debug llm`` is asked (option names as on the command line)."""
-
-    model: str
-    reference: str = "onnxrt"
-    test: str = "onnxrt"
-    reference_model: Optional[str] = None
-    prompts: List[List[int]] = field(default_factory=list)  # token ids; none: `samples` random ones
-    samples: int = 4
-    seed: int = 0
-    steps: int = 16
-    free_run: bool = False
-    atol: List[str] = field(default_factory=list)
-    rtol: List[str] = field(default_factory=list)
-    check_error_stat: List[str] = field(default_factory=list)
-    names: Dict[str, str] = field(default_factory=dict)  # role -> name (see toolkit.llm.io)
-    external_data_dir: Optional[str] = None
-    localize: bool = True
-    save_step_inputs: Optional[str] = None
-    tolerances: Optional[Tolerances] = None  # given as values (the API), instead of atol/rtol/check_error_stat
 
 
 @dataclass
@@ -131,7 +108,7 @@ class LlmDebugger:
     def __init__(self, cfg: LlmConfig, reporter: Optional[Reporter] = None):
         self.cfg = cfg
         self.rep = reporter or Reporter()
-        self.tol = cfg.tolerances or Tolerances.parse(cfg.atol, cfg.rtol, cfg.check_error_stat)
+        self.tol = cfg.tolerances
         self.ref_path = cfg.reference_model or cfg.model
         self.test_model = self.ref_model = None
         self.test_io: Optional[DecoderIO] = None
@@ -309,9 +286,7 @@ class LlmDebugger:
                  "--load-inputs", inputs]
         if cfg.reference_model:
             words += ["--reference-model", cfg.reference_model]
-        for flag, values in (("--atol", cfg.atol), ("--rtol", cfg.rtol), ("--check-error-stat", cfg.check_error_stat)):
-            if values:
-                words += [flag, *values]
+        words += self.tol.spelled()
         if cfg.external_data_dir:
             words += ["--external-data-dir", cfg.external_data_dir]
         return " ".join(shlex.quote(w) for w in words)

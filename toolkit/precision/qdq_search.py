@@ -28,6 +28,7 @@ from toolkit.core.compare.arrays import compare_iteration
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
 from toolkit.core.graph.layerwise import set_outputs
 from toolkit.core.io.model import load_model, save_model
+from toolkit.core.shared_options import ATOL_FLAG, TOLERANCE_OPTIONS
 from toolkit.quant import qdq
 from toolkit.quant import stats as qdq_stats
 from toolkit.quant import metrics as qdq_metrics
@@ -35,27 +36,9 @@ from toolkit.precision.replay import qdq_options
 from toolkit.quant.validate import GENERATED, HeldOut, split, split_count
 from toolkit.search import strategy
 from toolkit.search.masks import mask_indices
-from toolkit.precision.search import PrecisionConfig, PrecisionOutcome, Check, PrecisionSearch, SetIndex, describe
+from toolkit.precision.config import PrecisionConfig, QdqConfig
+from toolkit.precision.search import PrecisionOutcome, Check, PrecisionSearch, SetIndex, describe
 from toolkit.run.registry import get_kind
-
-
-@dataclass
-class QdqConfig(PrecisionConfig):
-    candidate: str = "onnxrt"  # the quantized model as it is
-    reference_model: Optional[str] = None  # the float model; None: the QDQ model with every pair bypassed
-    weights: bool = False  # search the weight pairs too
-    suggest_scales: bool = True
-    table: bool = False  # also every activation pair's local/upstream error, ranked (the reference's tensors)
-    validate_inputs: List[str] = field(default_factory=list)  # held-out input files (else split or generated)
-    held_out: Optional[int] = None  # loaded input sets held out (None: a quarter of four or more)
-    # the pass rule: None (the tolerances), a metric name (toolkit.quant.metrics), or a
-    # callable fn(reference_outputs, candidate_outputs) -> bool, judged per input set
-    metric: Any = None
-    metric_tolerance: Optional[float] = None
-    metric_outputs: List[str] = field(default_factory=list)  # the outputs the metric judges (none: all)
-    apply_scales: bool = False  # -o gets the model with every passing suggested scale (when it passes)
-    float_op_types: List[str] = field(default_factory=list)  # pairs at these ops' inputs/outputs always in float
-    order: str = "error"  # the order the units are searched in: "error" (most error added first) or "graph"
 
 
 @dataclass
@@ -126,8 +109,8 @@ class QdqSearch(PrecisionSearch):
         self.metric = qdq_metrics.parse(c.metric, c.metric_tolerance, c.metric_outputs)
         if c.metric_outputs and self.metric is None:
             raise UsageError("--metric-outputs needs --metric")
-        if self.metric is not None and (c.atol or c.rtol or c.check_error_stat):
-            raise UsageError("--metric is the pass rule in place of --atol/--rtol/--check-error-stat; give one or the "
+        if self.metric is not None and c.tolerances is not None:
+            raise UsageError(f"--metric is the pass rule in place of {TOLERANCE_OPTIONS}; give one or the "
                              "other (the metric's tolerance is --metric-tolerance)")
         if self.metric is None and c.metric_tolerance is not None:
             raise UsageError("--metric-tolerance needs --metric")
@@ -560,16 +543,13 @@ class QdqSearch(PrecisionSearch):
         return all(c.passed and not c.only_a for c in comps), self._describe(comps), self._margin(comps)
 
     def _margin(self, comps) -> str:
-        """The share of a single --atol the worst output uses ("" for a metric or per-output tolerances)."""
+        """The share of a single absolute tolerance the worst output uses ("" for a metric or per-output tolerances)."""
         c = self.config
-        if self.metric is not None or len(c.atol) != 1 or ":" in c.atol[0]:
-            return ""
-        try:
-            atol = float(c.atol[0])
-        except ValueError:
+        t = c.tolerances
+        if self.metric is not None or t is None or t.per_atol or t.atol is None:
             return ""
         worst = max((o.required_atol for it in comps for o in it.outputs), default=0.0)
-        return f"{100 * worst / atol:.0f}% of --atol {c.atol[0]} used" if atol > 0 else ""
+        return f"{100 * worst / t.atol:.0f}% of {ATOL_FLAG} {t.atol:g} used" if t.atol > 0 else ""
 
 
 def _plain(scale: np.ndarray, zero_point: np.ndarray):

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 from typing import Any, Dict, List
 
+from toolkit.core.shared_options import ATOL_FLAG, RTOL_FLAG, STAT_FLAG
 from toolkit.reduce.replay import file_digest, file_ref, model_ref, weights_digest
 
 
 def check_words(c: Any) -> List[str]:
     """The runners, the pass rule and the inputs of a PrecisionConfig ``c``, as the command's words."""
-    words = ["--compare", c.reference, c.candidate]
-    for flag, values in (("--atol", c.atol), ("--rtol", c.rtol), ("--check-error-stat", c.check_error_stat),
-                         ("--load-inputs", c.load_inputs), ("--val-range", c.val_range),
+    words = ["--compare", c.reference, c.candidate, *(c.tolerances.spelled() if c.tolerances is not None else [])]
+    for flag, values in (("--load-inputs", c.load_inputs), ("--val-range", c.val_range),
                          ("--input-shapes", c.input_shapes), ("--keep-fp32", c.keep_fp32)):
         if values:
             words += [flag, *(str(v) for v in values)]
@@ -64,8 +64,8 @@ def check_options(search: Any) -> Dict[str, Any]:
     c, t = search.config, search.tolerances
     opts: Dict[str, Any] = {
         "--compare": [_spec(search.ref_spec), _spec(search.cand_spec)],
-        "--atol": _named(t.atol, t.per_atol), "--rtol": _named(t.rtol, t.per_rtol),
-        "--check-error-stat": _named(t.check_error_stat, t.per_stat),
+        ATOL_FLAG: _named(t.atol, t.per_atol), RTOL_FLAG: _named(t.rtol, t.per_rtol),
+        STAT_FLAG: _named(t.check_error_stat, t.per_stat),
         "--keep-fp32": sorted(getattr(search, "user_kept", None) or c.keep_fp32),
         "--load-outputs": file_ref(c.load_outputs), "--input-shapes": sorted(c.input_shapes),
     }
@@ -84,7 +84,7 @@ def qdq_options(search: Any) -> Dict[str, Any]:
     c = search.config
     opts = check_options(search)
     if search.metric is not None:  # (the metric is the pass rule: the tolerances are not used)
-        for flag in ("--atol", "--rtol", "--check-error-stat"):
+        for flag in (ATOL_FLAG, RTOL_FLAG, STAT_FLAG):
             del opts[flag]
     opts.update({
         "--reference-model": model_ref(c.reference_model),

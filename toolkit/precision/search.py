@@ -41,9 +41,12 @@ from toolkit.core.graph.layerwise import set_outputs
 from toolkit.core.io.model import check_output_path, check_readable_file, graph_io_meta, load_model, save_model
 from toolkit.core.compare.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
 from toolkit.core.progress import Messages
+from toolkit.core.shared_options import PER_NAME_FLAGS
 from toolkit.search import strategy
+from toolkit.search.outcome import SearchTally
 from toolkit.search.masks import mask_indices, popcount
 from toolkit.reduce.replay import Replay
+from toolkit.precision.config import DEFAULT_ATOL, DEFAULT_RTOL, PrecisionConfig
 from toolkit.precision.replay import check_options, check_words, content_id
 from toolkit.run.feeds import explain_generated
 from toolkit.run.registry import get_kind
@@ -64,35 +67,6 @@ STATUS_INTERRUPTED = "interrupted"
 # pass, and the verdict is a failure
 STATUS_ROUNDING = "rounding"
 
-DEFAULT_ATOL = "1e-2"
-DEFAULT_RTOL = "1e-2"
-
-
-@dataclass
-class PrecisionConfig:
-    model: str
-    output: Optional[str] = None
-    reference: str = "onnxrt"
-    candidate: str = "onnxrt:fp16"
-    atol: List[str] = field(default_factory=list)
-    rtol: List[str] = field(default_factory=list)
-    check_error_stat: List[str] = field(default_factory=list)
-    load_inputs: List[str] = field(default_factory=list)
-    load_outputs: Optional[str] = None  # reference outputs from a file instead of the reference runner
-    seed: Optional[int] = None
-    val_range: List[str] = field(default_factory=list)
-    input_shapes: List[str] = field(default_factory=list)
-    iterations: int = 1
-    keep_fp32: List[str] = field(default_factory=list)
-    external_data_dir: Optional[str] = None
-    mode: Optional[str] = None  # None/"default", "bisect", "linear"
-    save_replay: Optional[str] = None
-    load_replay: Optional[str] = None
-    cluster: Optional[str] = None  # "ray[:ADDRESS]": each check a task on a Ray cluster
-    gpus_per_check: Optional[float] = None  # with cluster; None: 1 for a TensorRT candidate, else 0
-    cpus_per_check: Optional[float] = None
-
-
 @dataclass
 class Check:
     number: int
@@ -106,23 +80,18 @@ class Check:
 
 
 @dataclass
-class PrecisionOutcome:
-    status: str
+class PrecisionOutcome(SearchTally):
+    """What the search found (inherited: ``status``, one of the STATUS_ names; ``broken``: checks whose
+    mixed model did not build, load or run, counted as failing; the checks, the time, the files written)."""
+
     precision: str = "fp16"  # what the rest of the model is in: fp16 or bf16
     kept: List[str] = field(default_factory=list)  # the nodes found (searched ones only)
     user_kept: List[str] = field(default_factory=list)
     auto_kept: Dict[str, str] = field(default_factory=dict)
     candidates: int = 0
-    checks: int = 0
-    remembered: int = 0
-    seconds: float = 0.0
     error_fp16: str = ""  # the comparison of the all-fp16 model
     error_result: str = ""
-    output_written: bool = False
-    one_minimal: bool = False
-    replay_path: Optional[str] = None
-    broken: int = 0  # checks whose mixed model did not build, load or run (counted as failing)
-    passing_atol: Optional[float] = None  # STATUS_ROUNDING: an --atol at which the result passes
+    passing_atol: Optional[float] = None  # STATUS_ROUNDING: an absolute tolerance at which the result passes
     noise_bound: Optional[float] = None  # the rounding bound (relative to each output's largest value)
     depth: int = 0  # the graph's depth (nodes on its longest path), for the noise bound
     shapes_guessed: List[str] = field(default_factory=list)  # inputs whose dynamic dims were set to 1
@@ -209,7 +178,7 @@ class PrecisionSearch:
         c = self.config
         if c.mode not in (None, "default", "bisect", "linear"):
             raise UsageError(f"--mode {c.mode}: use bisect or linear (or leave it out)")
-        self.tolerances = Tolerances.parse(c.atol or [DEFAULT_ATOL], c.rtol or [DEFAULT_RTOL], c.check_error_stat)
+        self.tolerances = c.tolerances or Tolerances.parse([DEFAULT_ATOL], [DEFAULT_RTOL])
         self.ref_spec = self._spec(c.reference)
         self.cand_spec = self._spec(c.candidate)
         self.dtype = self._candidate_dtype(c)
@@ -230,11 +199,10 @@ class PrecisionSearch:
         return "bfloat16" if low == ["bf16"] else "float16"
 
     def _check_tolerance_names(self) -> None:
-        """A per-output tolerance (``--atol y:1e-3``) must name one of the model's outputs (exit 2)."""
+        """A per-output tolerance (``y:1e-3``) must name one of the model's outputs (exit 2)."""
         from toolkit.run.plan import require_known_names
 
-        flags = (("per_atol", "--atol"), ("per_rtol", "--rtol"), ("per_stat", "--check-error-stat"))
-        require_known_names(self.tolerances, self.graph_outputs, flags)
+        require_known_names(self.tolerances, self.graph_outputs, PER_NAME_FLAGS)
 
     @staticmethod
     def _check_paths(c: PrecisionConfig) -> None:

@@ -9,8 +9,8 @@ No ``--check``, no golden file to prepare:
    :data:`MEMORY_LIMIT`, or when a device runner computes them in a child process);
 2. each candidate subgraph runs in the warm worker (a fork of this process, which holds
    the values already) on the runner under test, fed with the reference's values
-   for its inputs; only the candidate's outputs are compared, with ``--atol``/``--rtol``/
-   ``--check-error-stat``, exactly as ``toolkit run --load-outputs`` compares them (same
+   for its inputs; only the candidate's outputs are compared, at the tolerances given
+   (:class:`toolkit.core.compare.tolerances.Tolerances`), exactly as ``toolkit run --load-outputs`` compares them (same
    output, same exit codes, so the same verdict classes and evidence as any toolkit check).
 
 With a separate reference model, tensor names shared by both are compared. A tensor the
@@ -50,8 +50,8 @@ from toolkit.core.io.datafiles import (
 )
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.inputs import parse_val_ranges
-from toolkit.core.meta import parse_shape_specs
 from toolkit.core.process.supervise import fork
+from toolkit.core.shared_options import InputData
 from toolkit.core.compare.noise import ULPS, amplification, is_rounding, noise_bound, precision_of, storage_floor
 from toolkit.reduce.check import WarmRunner, WorkerEntry, run_in_process
 from toolkit.reduce.deployed import DeployedRun, deployed_options, marking_changes, per_subgraph_options
@@ -72,17 +72,14 @@ COMPARE_TENSORS = ("outputs", "all")  # set to 1: every --compare check runs in 
 
 
 @dataclass
-class CompareOptions:
+class CompareOptions(InputData):
     """What ``--compare`` and its companions ask for (the tolerances parsed where the command line reads them)."""
 
     reference: str = DEFAULT_REFERENCE  # runner spec
     test: str = DEFAULT_REFERENCE
     reference_model: Optional[str] = None
     tolerances: Tolerances = field(default_factory=Tolerances)
-    load_inputs: List[str] = field(default_factory=list)
-    seed: Optional[int] = None
-    val_range: List[str] = field(default_factory=list)
-    input_shapes: List[str] = field(default_factory=list)
+    input_shapes: Mapping[str, tuple] = field(default_factory=dict)  # (the inputs: inherited)
     external_data_dir: Optional[str] = None
     tensors: str = "outputs"  # --compare-tensors: a candidate's outputs only, or all its tensors
 
@@ -91,23 +88,22 @@ class CompareOptions:
         """``--compare TEST`` (reference ``onnxrt``) or ``--compare REF TEST``."""
         words = [w for w in words if w.strip()]
         if len(words) == 1:
-            return cls(DEFAULT_REFERENCE, words[0], **kw)
+            return cls(reference=DEFAULT_REFERENCE, test=words[0], **kw)
         if len(words) == 2:
-            return cls(words[0], words[1], **kw)
+            return cls(reference=words[0], test=words[1], **kw)
         raise UsageError(
             "--compare takes the runner under test, or the reference runner and then the runner under test, "
             "e.g. --compare onnxrt onnxrt:fp16"
         )
 
     def validate(self) -> None:
-        """Usage errors before any work: runner specs, value ranges, shapes."""
+        """Usage errors before any work: runner specs, value ranges."""
 
         if self.tensors not in COMPARE_TENSORS:
             raise UsageError(f"--compare-tensors takes {' or '.join(COMPARE_TENSORS)}, got '{self.tensors}'")
         parse_runner_spec(self.reference)
         parse_runner_spec(self.test)
         parse_val_ranges(self.val_range)
-        parse_shape_specs(self.input_shapes)
 
 
 @dataclass
@@ -152,7 +148,7 @@ def feed_source(opts: CompareOptions, notes: Callable[[str], None], loaded=None)
         where,
         seed=opts.seed if opts.seed is not None else 1,
         ranges=parse_val_ranges(opts.val_range),
-        shapes=parse_shape_specs(opts.input_shapes),
+        shapes=dict(opts.input_shapes),
         # generation notes name run's option; debug reduce spells it --model-input-shapes
         notes=lambda note: notes(note.replace("--input-shapes ", "--model-input-shapes ")),
     )

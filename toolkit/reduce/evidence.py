@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import List, Optional, Sequence
 
 from toolkit.core.compare.noise import NEAR_TOLERANCE, STORAGE_FLOOR, evidence_is_rounding, passing_tolerance
+from toolkit.core.shared_options import ATOL_FLAG, RTOL_FLAG
 
 _NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
 _ROW = re.compile(
@@ -173,7 +174,7 @@ def noise_warning(
 
 def _noise_advice(r: TensorEvidence, check: Optional[Sequence[str]]) -> str:
     words = list(check or [])
-    advice = [f"raise the check's tolerances above it (--atol {_g(_round_up(1.5 * r.needed_atol))})"]
+    advice = [f"raise the check's tolerances above it ({ATOL_FLAG} {_g(_round_up(1.5 * r.needed_atol))})"]
     if "<reference>" in words:  # the built-in comparison: every subgraph is fed the reference's values
         advice.append(
             "or compare with ONNX-Runtime's graph optimizations off on both sides "
@@ -215,9 +216,9 @@ def storage_rounding_warning(
         return None
     suggest = _round_up(4 * step)
     if suggest > r.rtol:
-        give = f"(--rtol {_g(suggest)}, and an --atol for values near 0)"
+        give = f"({RTOL_FLAG} {_g(suggest)}, and an {ATOL_FLAG} for values near 0)"
     else:  # (the rtol given is above it already: the elements near 0 need an atol)
-        give = f"(an --atol above {_g(r.max_abs)} for values near 0)"
+        give = f"(an {ATOL_FLAG} above {_g(r.max_abs)} for values near 0)"
     alone = "a single node can fail by that rounding alone" if some_passed else "every node of the model fails alone"
     return (
         f"the reduced model fails by {_g(r.max_abs)} ({how}), no more than {precision} storage "
@@ -252,7 +253,7 @@ def step_warning(reduced: Optional[Evidence], model) -> Optional[str]:
         f"'{r.name}' comes from {step.op_type}{node}{through}, a step function, and is off by {_g(r.max_abs)}, at "
         "most one step: rounding at its input alone (a few float32 ulps on another backend, fp16 or bf16 storage) "
         "moves it so, and so would a wrong kernel. Look at the elements that differ (--onnx-outputs mark all): when "
-        "their step inputs sit next to a step boundary, this is rounding made visible, not the fault; --atol "
+        f"their step inputs sit next to a step boundary, this is rounding made visible, not the fault; {ATOL_FLAG} "
         f"{_g(_up(found[1]))} looks past it"
     )
 

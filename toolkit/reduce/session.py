@@ -569,7 +569,7 @@ class Reducer(Artifacts):
         if cfg.jobs > 1:
             self._make_workers()
         outcome = Outcome(
-            "reduced", self.index.size, runner=getattr(self.runner, "kind", "interactive"), output=cfg.output,
+            "reduced", nodes_before=self.index.size, runner=getattr(self.runner, "kind", "interactive"), output=cfg.output,
             min_good=cfg.min_good, iter_artifact=cfg.iter_artifact,
         )
         self.reporter.start(self)

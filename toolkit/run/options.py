@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.backends.onnxrt import OPTIMIZATION_LEVELS, PROVIDER_ALIASES, provider_list
 from toolkit.core import shared_options as S
-from toolkit.core.declare import argument, declared, option, switch
+from toolkit.core.declare import declared, option, shown_as, switch
+from toolkit.core.shared_options import DataLoaderOptions, InputData, ModelFiles, ToleranceOptions, TrtPrecision
 from toolkit.core.progress import Messages
 
 _INPUTS = "Inputs"
@@ -27,18 +28,44 @@ def _list(*flags: str, **kw):
     return option(*flags, factory=list, **kw)
 
 
+@shown_as(
+    model=dict(help="Path to the ONNX model (or TensorRT engine), or '-' to read it from stdin.", required=False),
+    seed=dict(panel=_INPUTS, after="ort_optimization"),
+    val_range=dict(
+        panel=_INPUTS, after="seed",
+        help="Range of generated values: [lo,hi] for every input, name:[lo,hi] for one (also name:lo,hi "
+        "without brackets). Integers get the integers in [lo,hi] (default [0,1]).",
+    ),
+    load_inputs=dict(
+        panel=_INPUTS, after="iterations",
+        help="Inputs file(s) (JSON or .npz) to feed instead of generated data; their iterations are used in "
+        "order. Files may hold more tensors than the model needs.",
+    ),
+    atol=dict(panel=_OUTPUTS, after="onnx_exclude_outputs"),
+    rtol=dict(panel=_OUTPUTS, after="atol"),
+    check_error_stat=dict(panel=_OUTPUTS, after="rtol"),
+    data_loader_script=dict(panel=_INPUTS, after="save_onnx"),
+    data_loader_func_name=dict(panel=_INPUTS, after="data_loader_script"),
+    external_data_dir=dict(panel=_ORT, after="save_report"),
+    fp16=dict(after="trt_exclude_outputs"),
+    bf16=dict(after="fp16"),
+    int8=dict(after="bf16"),
+    tf32=dict(after="int8"),
+)
 @dataclass
-class RunOptions:
+class RunOptions(TrtPrecision, DataLoaderOptions, ToleranceOptions, InputData, ModelFiles):
     """Everything ``toolkit run`` can be asked to do (option lists as typed by the user).
+
+    Inherited, each declared once: ``model`` and ``external_data_dir``, the inputs (``load_inputs``,
+    ``seed``, ``val_range``), the tolerance options, ``--data-loader-script`` and TensorRT's
+    precision flags (``fp16``, ``bf16``, ``int8``, ``tf32``); ``shown_as`` places them in this
+    command's help sections, in the order its help has always had.
 
     ``runners`` holds runner specs (``onnxrt``, ``trt``, ``onnxrt:opt=disable``, see
     :mod:`toolkit.run.specs`); a spec's options override the flags below for that runner.
     The runner kind of each flag is declared on its field (``runner=``).
     """
 
-    model: str = argument(
-        "Path to the ONNX model (or TensorRT engine), or '-' to read it from stdin.", "MODEL", required=False
-    )
     providers: List[str] = _list(
         "--providers", "--execution-providers", metavar="PROVIDERS...", panel=_ORT, runner="onnxrt", spec="providers", convert=provider_list,
         complete=tuple(PROVIDER_ALIASES),
@@ -51,20 +78,9 @@ class RunOptions:
         help="ONNX-Runtime graph optimization level: disable, basic, extended or all (default); "
         "ORT_DISABLE_ALL, ORT_ENABLE_BASIC, ... are accepted too.",
     )
-    seed: Optional[int] = declared(S.SEED.replace(panel=_INPUTS))
-    val_range: List[str] = _list(
-        "--val-range", metavar="[NAME:]RANGE...", panel=_INPUTS,
-        help="Range of generated values: [lo,hi] for every input, name:[lo,hi] for one (also name:lo,hi "
-        "without brackets). Integers get the integers in [lo,hi] (default [0,1]).",
-    )
     input_shapes: List[str] = declared(S.INPUT_SHAPES.replace(panel=_INPUTS), factory=list)
     iterations: Optional[int] = option("--iterations", "--iters", metavar="N", panel=_INPUTS,
                                        help="Number of inference iterations (default 1; 0 runs nothing).")
-    load_inputs: List[str] = _list(
-        "--load-inputs", "--load-input-data", metavar="PATH...", panel=_INPUTS,
-        help="Inputs file(s) (JSON or .npz) to feed instead of generated data; their iterations are used in "
-        "order. Files may hold more tensors than the model needs.",
-    )
     save_inputs: Optional[str] = option("--save-inputs", "--save-input-data", metavar="PATH", panel=_INPUTS,
                                         help="Save the inputs fed to the model (.json or .npz).")
     load_outputs: List[str] = _list(
@@ -78,9 +94,6 @@ class RunOptions:
                                     "(every output of every node of the top graph), names, or glob patterns.")
     onnx_exclude_outputs: List[str] = _list("--onnx-exclude-outputs", metavar="NAMES...", panel=_ORT, runner="onnxrt",
                                             help="Names or glob patterns to leave out of the outputs.")
-    atol: List[str] = declared(S.ATOL.replace(panel=_OUTPUTS), factory=list)
-    rtol: List[str] = declared(S.RTOL.replace(panel=_OUTPUTS), factory=list)
-    check_error_stat: List[str] = declared(S.CHECK_ERROR_STAT.replace(panel=_OUTPUTS), factory=list)
     error_quantile: List[str] = _list(
         "--error-quantile", metavar="Q...", panel=_OUTPUTS,
         help="The quantile --check-error-stat quantile checks (0..1, default 0.99); also name:Q.",
@@ -115,9 +128,6 @@ class RunOptions:
     save_onnx: Optional[str] = option(
         "--save-onnx", metavar="PATH", help="Save the ONNX model as it runs (--onnx-outputs marked)."
     )
-    # --data-loader-script SCRIPT[:FUNC]: feeds from a Python function (instead of --load-inputs)
-    data_loader_script: Optional[str] = declared(S.DATA_LOADER_SCRIPT.replace(panel=_INPUTS))
-    data_loader_func_name: Optional[str] = declared(S.DATA_LOADER_FUNC.replace(panel=_INPUTS))
     # accepted for Polygraphy command lines; no effect on a run
     use_subprocess: bool = switch(
         "--use-subprocess", "--sequential-runners",
@@ -139,7 +149,6 @@ class RunOptions:
         help="Write the layerwise diagnosis of the comparisons (first tensor out of tolerance, nodes ranked "
         "by error amplification, error by depth): .json for scripts, .html to read.",
     )
-    external_data_dir: Optional[str] = declared(S.EXTERNAL_DATA_DIR.replace(panel=_ORT))
     # TensorRT (used when a "trt" runner is among the runners)
     trt_outputs: List[str] = _list(
         "--trt-outputs", metavar="NAMES...", panel=_TRT, runner="trt",
@@ -148,22 +157,6 @@ class RunOptions:
     )
     trt_exclude_outputs: List[str] = _list("--trt-exclude-outputs", metavar="NAMES...", panel=_TRT, runner="trt",
                                            help="Names or glob patterns to leave out of the TensorRT outputs.")
-    fp16: bool = switch(
-        "--fp16", panel=_TRT, runner="trt", spec="fp16",
-        help="Let TensorRT use float16 kernels (TensorRT 10). With --onnxrt and no --trt: run fp32 and fp16 storage "
-        "emulated on the CPU (runner onnxrt:fp16), and compare.",
-    )
-    bf16: bool = switch(
-        "--bf16", panel=_TRT, runner="trt", spec="bf16",
-        help="Let TensorRT use bfloat16 kernels (TensorRT 10; TensorRT 11: the model is converted to mixed bf16 "
-        "first). With --onnxrt and no --trt: run fp32 and bf16 storage emulated on the CPU (runner onnxrt:bf16), and "
-        "compare.",
-    )
-    int8: bool = switch("--int8", panel=_TRT, runner="trt", spec="int8",
-                       help="Let TensorRT use int8 kernels, calibrated on this run's inputs (TensorRT 10).")
-    tf32: bool = switch(
-        "--tf32", panel=_TRT, runner="trt", spec="tf32", help="Let TensorRT use TF32 for float32 math (off by default)."
-    )
     calibration_cache: Optional[str] = option(
         "--calibration-cache", metavar="PATH", panel=_TRT, runner="trt",
         help="INT8 calibration cache: read if it exists (no calibration), else written.",

@@ -16,6 +16,7 @@ from toolkit.core.errors import UsageError
 from toolkit.core.inputs import parse_val_ranges
 from toolkit.core.meta import parse_shape_specs
 from toolkit.core.io.model import check_output_path, check_readable_file
+from toolkit.core.shared_options import PER_NAME_FLAGS
 from toolkit.run.diagnose import check_report_option
 from toolkit.run.options import Reporter, RunOptions
 from toolkit.run.registry import RunnerKind, get_kind, unused_options, with_values
@@ -108,15 +109,14 @@ def tolerances_of(opts: RunOptions) -> Optional[Tolerances]:
 
 
 # The per-output fields of a Tolerances and the command-line flag that sets each.
-TOLERANCE_FLAGS = (
-    ("per_atol", "--atol"), ("per_rtol", "--rtol"), ("per_stat", "--check-error-stat"),
+TOLERANCE_FLAGS = PER_NAME_FLAGS + (
     ("per_quantile", "--error-quantile"), ("per_topk", "--postprocess"), ("per_index_tolerance", "--index-tolerance"),
 )
 
 
 def require_known_names(tol: Tolerances, known: Iterable[str], flags=TOLERANCE_FLAGS, *,
                         tensors: bool = False) -> None:
-    """UsageError for a per-output tolerance whose name no output has (``--atol nosuch:1e-3``),
+    """UsageError for a per-output tolerance whose name no output has (``nosuch:1e-3``),
     naming the outputs there are; nothing to say when no output is known (nothing ran).
     ``flags``: (field of Tolerances, how the caller spells it); ``tensors``: ``known`` is every
     tensor of the model (a reduce compares intermediate tensors too), and the sentence says so."""

@@ -1,5 +1,6 @@
 """Options of the TensorRT runner that need no TensorRT: sizes, memory pools, profiles,
-output selection, and :class:`TrtConfig` (what the command line asked for)."""
+output selection, and :class:`TrtConfig` (what the command line asked for; its precision flags
+are :class:`toolkit.core.shared_options.TrtPrecision`, which ``toolkit run`` declares too)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from toolkit.core.errors import InputError, UsageError  # noqa: F401  (InputErro
 from toolkit.core.graph.layerwise import choose_names
 from toolkit.core.meta import TensorMeta, parse_shape_specs
 from toolkit.core.meta import parse_size as _parse_size
+from toolkit.core.shared_options import TrtPrecision
 
 ENGINE_SUFFIXES = (".engine", ".plan", ".trt")
 
@@ -133,7 +135,7 @@ def select_outputs(
 
 
 @dataclass
-class TrtConfig:
+class TrtConfig(TrtPrecision):
     """Builder and runner options (the command line's --fp16, --int8, --pool-limit, profiles, ...).
 
     ``fallback_shapes``: shapes (from --input-shapes) for dynamic inputs that no profile
@@ -142,10 +144,6 @@ class TrtConfig:
     returning the feeds to calibrate --int8 on (the run's inputs).
     """
 
-    fp16: bool = False
-    bf16: bool = False
-    int8: bool = False
-    tf32: bool = False
     pool_limits: Dict[str, int] = field(default_factory=dict)
     profiles: List[Profile] = field(default_factory=list)
     fallback_shapes: Dict[str, tuple] = field(default_factory=dict)

@@ -1,5 +1,5 @@
-"""Tolerances: what ``--atol``, ``--rtol``, ``--check-error-stat`` and their companions ask for,
-parsed once into one :class:`Tolerances` (numbers, statistics, per output name).
+"""Tolerances: what the tolerance options (declared in :mod:`toolkit.core.shared_options`) and their
+companions ask for, parsed once into one :class:`Tolerances` (numbers, statistics, per output name).
 
 No numpy here: the command line builds the typed value where it reads the options, before any
 comparison module is loaded. :mod:`toolkit.core.compare.arrays` applies it to arrays.
@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from toolkit.core.errors import UsageError
+from toolkit.core.shared_options import ATOL_FLAG, RTOL_FLAG, STAT_FLAG
 from toolkit.core.meta import parse_named_values
 
 DEFAULT_ATOL = 1e-5
@@ -156,9 +157,9 @@ class Tolerances:
         index_tolerance: OptionValues = None,
     ) -> "Tolerances":
         """From option lists such as ``["1e-3", "out:1e-2"]`` (UsageError when malformed)."""
-        ga, pa = parse_named_values(atol or [], _parse_tol, "--atol value")
-        gr, pr = parse_named_values(rtol or [], _parse_tol, "--rtol value")
-        gs, ps = parse_named_values(check_error_stat or [], _parse_stat, "--check-error-stat value")
+        ga, pa = parse_named_values(atol or [], _parse_tol, f"{ATOL_FLAG} value")
+        gr, pr = parse_named_values(rtol or [], _parse_tol, f"{RTOL_FLAG} value")
+        gs, ps = parse_named_values(check_error_stat or [], _parse_stat, f"{STAT_FLAG} value")
         gq, pq = parse_named_values(error_quantile or [], _parse_quantile, "--error-quantile value")
         gk, pk = parse_postprocess(postprocess or [])
         gi, pi = parse_named_values(index_tolerance or [], _parse_index_tol, "--index-tolerance value")
@@ -205,15 +206,15 @@ class Tolerances:
         return (DEFAULT_ATOL if atol is None else atol), (DEFAULT_RTOL if rtol is None else rtol), stat
 
     def spelled(self) -> List[str]:
-        """``--atol``, ``--rtol`` and ``--check-error-stat`` as a command line spells them (for logs
+        """The tolerance options as a command line spells them (for logs
         and replay files: what a check amounts to), global value first, then ``name:value``."""
         out: List[str] = []
-        for flag, glob, per in (("--atol", self.atol, self.per_atol), ("--rtol", self.rtol, self.per_rtol)):
+        for flag, glob, per in ((ATOL_FLAG, self.atol, self.per_atol), (RTOL_FLAG, self.rtol, self.per_rtol)):
             values = ([repr(glob)] if glob is not None else []) + [f"{n}:{v!r}" for n, v in per.items()]
             out += [flag, *values] if values else []
         stats = ([self.check_error_stat] if self.check_error_stat != "elemwise" else [])
         stats += [f"{n}:{v}" for n, v in self.per_stat.items()]
-        return out + (["--check-error-stat", *stats] if stats else [])
+        return out + ([STAT_FLAG, *stats] if stats else [])
 
     def names(self) -> List[str]:
         return sorted(
