@@ -92,29 +92,26 @@ def summarize_array(arr, show_values: bool = False, max_elems: int = 12) -> dict
     arr = np.asarray(arr)
     dtype = "string" if arr.dtype.kind in "OUS" else str(arr.dtype)
     info: dict = {"dtype": dtype, "shape": list(arr.shape), "size": int(arr.size)}
-    if arr.size and arr.dtype.kind in "biufV":  # V: bfloat16/float8 from ml_dtypes
-        try:
-            data = arr if arr.dtype.kind == "f" and arr.dtype.itemsize >= 4 else arr.astype(np.float64)
-            finite = np.isfinite(data) if data.dtype.kind == "f" else None
-            n_nan = int(np.isnan(data).sum()) if data.dtype.kind == "f" else 0
-            n_inf = int(np.isinf(data).sum()) if data.dtype.kind == "f" else 0
-            vals = data[finite] if finite is not None and not finite.all() else data
-            if vals.size:
-                info.update(
-                    mean=float(np.mean(vals)),
-                    std=float(np.std(vals)),
-                    min=float(np.min(vals)),
-                    max=float(np.max(vals)),
-                    median=float(np.median(vals)),
-                )
-                p90, p95, p99 = np.percentile(vals, [90, 95, 99])
-                info.update(p90=float(p90), p95=float(p95), p99=float(p99))
-            if n_nan:
-                info["nan"] = n_nan
-            if n_inf:
-                info["inf"] = n_inf
-        except (TypeError, ValueError):
-            pass
+    if arr.size and arr.dtype.kind in "biufV" and np.can_cast(arr.dtype, np.float64):  # V: bfloat16/float8 from ml_dtypes
+        data = arr if arr.dtype.kind == "f" and arr.dtype.itemsize >= 4 else arr.astype(np.float64)
+        finite = np.isfinite(data) if data.dtype.kind == "f" else None
+        n_nan = int(np.isnan(data).sum()) if data.dtype.kind == "f" else 0
+        n_inf = int(np.isinf(data).sum()) if data.dtype.kind == "f" else 0
+        vals = data[finite] if finite is not None and not finite.all() else data
+        if vals.size:
+            info.update(
+                mean=float(np.mean(vals)),
+                std=float(np.std(vals)),
+                min=float(np.min(vals)),
+                max=float(np.max(vals)),
+                median=float(np.median(vals)),
+            )
+            p90, p95, p99 = np.percentile(vals, [90, 95, 99])
+            info.update(p90=float(p90), p95=float(p95), p99=float(p99))
+        if n_nan:
+            info["nan"] = n_nan
+        if n_inf:
+            info["inf"] = n_inf
     if show_values:
         info["values"] = arr.tolist()
     elif arr.size and arr.size <= max_elems and arr.dtype.kind in "biuf":

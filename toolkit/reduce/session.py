@@ -573,12 +573,9 @@ class Reducer(Artifacts):
             min_good=cfg.min_good, iter_artifact=cfg.iter_artifact,
         )
         self.reporter.start(self)
-        prepare = getattr(self.runner, "prepare", None)
+        prepare = getattr(self.runner, "prepare", None)  # (every check runner's takes ``loading``)
         if prepare is not None:
-            try:
-                prepare(loading=self.reporter.loading)
-            except TypeError:
-                prepare()
+            prepare(loading=self.reporter.loading)
         return outcome
 
     def _search_from_full(self, outcome: Outcome) -> Optional[int]:

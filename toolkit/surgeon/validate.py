@@ -12,7 +12,7 @@ import onnx
 import onnx.shape_inference
 from onnx import numpy_helper
 
-from toolkit.core.errors import InputError, UsageError, one_line, ort_errors
+from toolkit.core.errors import InputError, UsageError, one_line, ort_errors, reraise_bug
 from toolkit.core.graph.bounds import run_cost_refusal
 from toolkit.core.process.interrupt import interruptible_run
 from toolkit.core.graph.graphs import copy_field, has_external_data, node_subgraphs, tensor_nbytes, walk_graphs
@@ -566,8 +566,8 @@ def raw_array(t, onnx):
             dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
             if dtype.itemsize and dtype.kind in "biufc":
                 return np.frombuffer(t.raw_data, dtype=dtype).reshape(tuple(t.dims))
-        except (KeyError, TypeError, ValueError):  # unusual types, data that does not fill dims: the slow path
-            pass
+        except (KeyError, ValueError) as exc:  # a type onnx does not know, data that does not fill dims: the slow path
+            reraise_bug(exc)
     return numpy_helper.to_array(t)
 
 
@@ -590,5 +590,5 @@ def same_value(a, b) -> bool:
         return bool(np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=1e-4, atol=1e-4, equal_nan=True))
     try:
         return bool(np.array_equal(a, b))
-    except (TypeError, ValueError):  # values numpy cannot compare are not the same
+    except ValueError:  # objects whose comparison is not one truth value are not the same
         return False

@@ -13,6 +13,7 @@ import signal
 import sys
 import tempfile
 import threading
+import types
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -153,10 +154,11 @@ def _plugin_sink(severity: str, text: str) -> None:
 
 
 def _weak(sink: Callable[[str, str], None]):
-    try:
-        return weakref.WeakMethod(sink) if hasattr(sink, "__self__") else weakref.ref(sink)  # type: ignore[arg-type]
-    except TypeError:  # a builtin: nothing to free
-        return lambda: sink
+    if isinstance(sink, types.MethodType):
+        return weakref.WeakMethod(sink)
+    if type(sink).__weakrefoffset__:
+        return weakref.ref(sink)
+    return lambda: sink  # a builtin, or an object that cannot be weakly referenced: nothing to free
 
 
 def plugin_logger(trt):
@@ -203,16 +205,11 @@ def format_parser_errors(parser) -> str:
     for i in range(parser.num_errors):
         perr = parser.get_error(i)
         where = ""
-        try:
-            index = int(perr.node())
-        except (AttributeError, TypeError, ValueError):  # a TensorRT whose parser errors do not name the node
-            index = -1
-        if index >= 0:
-            name = op = ""
-            try:
-                name, op = perr.node_name(), perr.node_operator()
-            except (AttributeError, TypeError):  # before TensorRT 10: no names
-                pass
+        index = perr.node() if hasattr(perr, "node") else -1  # (a TensorRT whose parser errors do not name it)
+        if isinstance(index, int) and index >= 0:
+            # before TensorRT 10: no names
+            name = perr.node_name() if hasattr(perr, "node_name") else ""
+            op = perr.node_operator() if hasattr(perr, "node_operator") else ""
             where = f"node {index}"
             if name:
                 where += f" '{name}'"
@@ -244,13 +241,12 @@ class LoopNesting:
     def loop_of(self, layer):
         """The ILoop of a boundary layer (the bindings hand out plain ILayer objects: cast it, as
         Polygraphy does); None if this TensorRT does not say."""
-        trt = self.trt
-        try:
-            boundary = layer
-            boundary.__class__ = trt.ILoopBoundaryLayer
-            return boundary.loop
-        except (AttributeError, TypeError):  # this TensorRT has no such cast: loops are taken not to nest
+        cast = getattr(self.trt, "ILoopBoundaryLayer", None)
+        if cast is None:  # this TensorRT has no such cast: loops are taken not to nest
             return None
+        boundary = layer
+        boundary.__class__ = cast
+        return getattr(boundary, "loop", None)
 
     def see(self, layer, ltype) -> None:
         if ltype != self.output and ltype not in self.starts:

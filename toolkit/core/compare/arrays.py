@@ -291,10 +291,13 @@ def _equal(a, b):
     """Elementwise equality of same-shape arrays of which one at least is not numeric."""
     if (a.dtype.kind in "OUS") != (b.dtype.kind in "OUS"):
         return np.zeros(a.shape, dtype=bool)
-    try:
-        eq = np.asarray(a == b)
-    except (TypeError, ValueError):  # str against bytes, values that cannot be compared
-        eq = np.zeros(0)
+    if {a.dtype.kind, b.dtype.kind} == {"U", "S"}:
+        eq = np.zeros(0)  # str against bytes: numpy's answer differs by version; compared element by element
+    else:
+        try:
+            eq = np.asarray(a == b)
+        except ValueError:  # objects whose comparison is not one truth value (arrays inside)
+            eq = np.zeros(0)
     if eq.shape != a.shape or eq.dtype != bool:
         eq = np.vectorize(lambda x, y: bool(x == y) is True, otypes=[bool])(a, b) if a.size else np.ones(a.shape, bool)
     return eq

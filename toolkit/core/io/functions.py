@@ -111,7 +111,7 @@ def file_has_functions(path: str) -> bool:
                 return False
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
                 return any(num == FUNCTIONS_FIELD for num, *_ in scan_fields(data))
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError):  # unreadable, or not a protobuf message
         return False
 
 

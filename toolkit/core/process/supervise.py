@@ -84,8 +84,8 @@ def _prctl():
             try:
                 import ctypes
 
-                func = ctypes.CDLL(None, use_errno=True).prctl
-            except (OSError, AttributeError):
+                func = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)  # None: a libc without it
+            except OSError:
                 func = None
         _PRCTL.append(func)
     return _PRCTL[0]
