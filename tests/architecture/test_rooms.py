@@ -106,14 +106,11 @@ SHARED_NOW = {
     ("cli.precision:PrecisionArgs", "precision.qdq_search:QdqConfig"): 9,
     ("cli.convert:ConvertArgs", "run.options:RunOptions"): 9,
     ("precision.search:PrecisionOutcome", "reduce.config:Outcome"): 8,
-    ("core.compare.arrays:OutputComparison", "run.diagnosis:TensorError"): 8,
     ("cli.precision:PrecisionArgs", "reduce.config:ReduceConfig"): 8,
     ("cli.convert:ConvertArgs", "precision.search:PrecisionConfig"): 8,
-    ("reduce.evidence:TensorEvidence", "run.diagnosis:TensorError"): 7,
     ("reduce.config:ReduceConfig", "run.options:RunOptions"): 7,
     ("llm.session:LlmConfig", "run.options:RunOptions"): 7,
     ("llm.session:LlmConfig", "precision.search:PrecisionConfig"): 7,
-    ("core.compare.arrays:OutputComparison", "reduce.evidence:TensorEvidence"): 7,
     ("cli.precision:PrecisionArgs", "llm.session:LlmConfig"): 7,
     ("cli.debug:ReduceArgs", "llm.session:LlmConfig"): 7,
     ("cli.convert:ConvertArgs", "reduce.config:ReduceConfig"): 7,
@@ -149,6 +146,9 @@ def test_no_two_classes_share_five_field_names_across_layers():
 
 
 BOUNDARY = {"toolkit/cli/errors.py", "toolkit/cli/app.py"}  # the one error boundary (docs/architecture.md)
+# The one mechanism for what must catch everything, each use named for why: a value or exception carried
+# to whoever waits on it (threads, children, callbacks foreign code calls), an optional refinement.
+CONTAINED = {"toolkit/core/contain.py"}
 BUGS = {"AttributeError", "KeyError", "TypeError", "IndexError"}
 
 
@@ -167,7 +167,7 @@ def _handlers():
 
 def _broad_swallowed() -> List[str]:
     return [f"{f}:{line}" for f, line, names, reraises in _handlers()
-            if names & {"Exception", "BaseException", "<bare>"} and not reraises and f not in BOUNDARY]
+            if names & {"Exception", "BaseException", "<bare>"} and not reraises and f not in BOUNDARY | CONTAINED]
 
 
 def _bugs_swallowed() -> List[str]:
@@ -175,12 +175,11 @@ def _bugs_swallowed() -> List[str]:
             if names & BUGS and not reraises]
 
 
-BROAD_NOW = 31  # threads and callbacks that must not die, user code, optional refinements (each says why)
-
-
-def test_broad_catches_do_not_grow():
-    found = _broad_swallowed()
-    assert len(found) <= BROAD_NOW, "\n".join(found)
+def test_no_broad_catch_outside_the_boundary():
+    """``except Exception`` (or broader) without a re-raise lives in the error boundary and in
+    ``core.contain`` alone: elsewhere a catch names what the call raises, or goes through
+    ``contain.carried`` (handed to whoever waits) or ``contain.optional`` (a refinement)."""
+    assert not _broad_swallowed(), "\n".join(_broad_swallowed())
 
 
 def test_no_bug_shaped_exception_is_swallowed():
@@ -190,11 +189,6 @@ def test_no_bug_shaped_exception_is_swallowed():
     ``reraise_bug`` where a Python library raises them on a value it cannot take."""
     found = _bugs_swallowed()
     assert not found, "\n".join(found)
-
-
-@pytest.mark.xfail(strict=True, reason="the bar: no broad catch without re-raise outside the error boundary")
-def test_no_broad_catch_outside_the_boundary():
-    assert not _broad_swallowed()
 
 
 # ---------------------------------------------------------------------- complexity

@@ -23,11 +23,11 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -51,9 +51,10 @@ from toolkit.core.io.datafiles import (
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.inputs import parse_val_ranges
 from toolkit.core.meta import parse_shape_specs
-from toolkit.core.process.supervise import fork
+from toolkit.core.process.supervise import run_in_child
 from toolkit.core.compare.noise import ULPS, amplification, is_rounding, noise_bound, precision_of, storage_floor
 from toolkit.reduce.check import WarmRunner, WorkerEntry, run_in_process
+from toolkit.reduce.evidence import Findings
 from toolkit.reduce.deployed import DeployedRun, deployed_options, marking_changes, per_subgraph_options
 from toolkit.search.masks import popcount
 from toolkit.reduce.guide import rank
@@ -199,40 +200,28 @@ def compute_reference(
     return _compute(model, opts, notes)
 
 
+_REFERENCE_FIELDS = ("inputs_path", "outputs_path", "label", "iterations", "tensors", "missing", "seconds", "nbytes",
+                     "deployed_path", "marking", "marking_matters")
+
+
 def _reference_in_child(model: str, opts: CompareOptions, notes) -> Reference:
+    """The reference computed in a child (a device's context never opens in this process): its
+    :class:`Reference` comes back typed through the child's pipe, an error it raises is raised here."""
     folder = tempfile.mkdtemp(prefix="toolkit-compare-")
-    result = os.path.join(folder, "reference.json")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 1
-        try:
-            data = os.path.join(folder, "data")
-            os.makedirs(data)
-            ref = _compute(model, opts, notes, folder=data, in_memory=False)
-            info = {k: getattr(ref, k) for k in ("inputs_path", "outputs_path", "label", "iterations", "tensors",
-                                                  "missing", "seconds", "nbytes", "deployed_path", "marking",
-                                                  "marking_matters")}
-            code = 0
-        except ToolkitError as exc:
-            info, code = {"error": exc.message, "exit_code": int(exc.exit_code)}, 3
-        except BaseException as exc:  # noqa: BLE001 - reported by the parent
-            info = {"error": f"the reference run failed: {type(exc).__name__}: {exc}", "exit_code": 1}
-        with open(result, "w", encoding="utf-8") as fh:
-            json.dump(info, fh)
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
     try:
-        with open(result, encoding="utf-8") as fh:
-            info = json.load(fh)
-    except (OSError, ValueError):
+        outcome = run_in_child(_reference_work, model, opts, notes, os.path.join(folder, "data"))
+    except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
-        raise ToolkitError(f"the reference run died (wait status {status})", 1) from None
-    if "error" in info:
+        raise
+    if outcome.crashed:
         shutil.rmtree(folder, ignore_errors=True)
-        raise ToolkitError(info["error"], info["exit_code"])
-    return Reference(folder, **info)
+        raise ToolkitError(f"the reference run died ({outcome.signal_name})", 1)
+    return Reference(folder, **{k: getattr(outcome.value, k) for k in _REFERENCE_FIELDS})
+
+
+def _reference_work(_phase, model: str, opts: CompareOptions, notes, data: str) -> Reference:  # pragma: no cover - child
+    os.makedirs(data)
+    return _compute(model, opts, notes, folder=data, in_memory=False)
 
 
 def _compute(
@@ -452,8 +441,11 @@ class CompareRunner(WarmRunner):
         env=None,
         primary: Optional["CompareRunner"] = None,
     ):
-        # (no command tree to build: the child calls ``entry`` directly, not the CLI's parser)
-        super().__init__(["run", artifact], timeout, entry=WorkerEntry(main=self._child_main), env=env)
+        # (no command tree to build: the child calls ``entry`` directly, not the CLI's parser); its
+        # comparisons come back typed (Findings), never read back from what it prints
+        self.findings = Findings()
+        super().__init__(["run", artifact], timeout, entry=WorkerEntry(self._child_main, result=self.findings.evidence),
+                         env=env)
         self.worker = worker
         self.primary = primary  # a sibling for --jobs shares the primary's reference
         self.model = model
@@ -571,17 +563,19 @@ class CompareRunner(WarmRunner):
         return run_in_process(self.entry, self.argv0, self.args)
 
     def _child_main(self, args) -> int:  # pragma: no cover - runs in the forked child
+        self.findings.rows.clear()
+        run = functools.partial(self.run_entry, on_report=self.findings.add)
         if self.options is not None:
-            return self.run_entry(self.options)
+            return run(self.options)
         ref, fp32 = self.prepared_ref, self.fp32_nodes
         if self.full_model:  # the verdict: as deployed, only the model's outputs, nothing marked
-            code = self.run_entry(deployed_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
+            code = run(deployed_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
             if code != 0 or self.opts.tensors != "all":
                 return code
             # --compare-tensors all: the outputs pass as deployed; the tensors inside may still differ
         elif self.per_subgraph:
-            return self.run_entry(per_subgraph_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
-        return self.run_entry(run_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
+            return run(per_subgraph_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
+        return run(run_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
 
     def run_with(self, options, tick=None):
         """One run of ``options`` (a :class:`~toolkit.run.options.RunOptions`) in the warm worker."""

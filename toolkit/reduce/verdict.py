@@ -11,10 +11,13 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from toolkit.core.errors import UsageError
 from toolkit.core.process.supervise import signal_name
+
+if TYPE_CHECKING:
+    from toolkit.reduce.evidence import Evidence
 
 PASS = "pass"
 FAIL = "fail"
@@ -45,6 +48,9 @@ class CheckResult:
     seconds: float = 0.0
     lost: str = ""  # why it never ran to an end (its machine was lost): a broken check, never a failure
     found: Optional[frozenset] = None  # --fail-regex patterns seen in the whole output as it streamed
+    # the comparison a built-in check (debug reduce --compare) made, typed; None for a command's output
+    # (toolkit.reduce.evidence.from_check_output reads that one's printed rows)
+    evidence: Optional["Evidence"] = None
 
     @property
     def stdout_text(self) -> str:

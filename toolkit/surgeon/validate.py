@@ -12,6 +12,7 @@ import onnx
 import onnx.shape_inference
 from onnx import numpy_helper
 
+from toolkit.core.contain import carried
 from toolkit.core.errors import InputError, UsageError, one_line, ort_errors, reraise_bug
 from toolkit.core.graph.bounds import run_cost_refusal
 from toolkit.core.process.interrupt import interruptible_run
@@ -178,6 +179,7 @@ class Validation:
         self.structural_only = False
         self.unchecked: set = set()  # big folded tensors whose values are not compared
         self._prepared = False
+        self._failure: Optional[BaseException] = None  # what stopped the preparation
 
     # -- sessions
     def _session(self, model, extra_outputs: Sequence[str] = (), only_outputs: Optional[Sequence[str]] = None,
@@ -192,10 +194,10 @@ class Validation:
         self._thread.start()
 
     def _prepare_safely(self) -> None:
-        try:
-            self._prepare()
-        except Exception as exc:  # noqa: BLE001 - never let the helper thread die silently
-            self.skip_reason = f"validation could not run ({one_line(exc, first_line=True, limit=300)})"
+        got = carried(self._prepare, catching=Exception)  # (the helper thread never dies silently)
+        if got.error is not None:
+            self._failure = got.error
+            self.skip_reason = f"validation could not run ({one_line(got.error, first_line=True, limit=300)})"
 
     def prepare(self) -> None:
         thread = getattr(self, "_thread", None)
@@ -204,6 +206,8 @@ class Validation:
             self._thread = None
         if not self._prepared:
             self._prepare_safely()
+        if self._failure is not None:
+            reraise_bug(self._failure)  # (toolkit's own bug, in the helper thread: raised here)
 
     def _prepare(self) -> None:
         if self._prepared:

@@ -19,7 +19,8 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from toolkit.core.errors import DependencyError, InputError, UsageError
+from toolkit.core.contain import carried
+from toolkit.core.errors import LIBRARY_ERRORS, DependencyError, InputError, UsageError
 from toolkit.core.meta import TensorMeta, dtype_to_numpy, format_shape
 from toolkit.core.io.model import check_readable_file, describe, load_model, read_bytes, save_model
 
@@ -99,17 +100,18 @@ def make_logger(trt, sink: Callable[[str, str], None], verbose: bool = False, in
             self.interrupt = interrupt
 
         def log(self, severity, msg):
-            try:
-                level = int(severity)
-                if level <= 1:  # INTERNAL_ERROR, ERROR
-                    self.errors.append(" ".join(str(msg).split()))
-                    sink("ERROR", str(msg))
-                elif level == 2 or (verbose and level == 3):
-                    sink("WARNING" if level == 2 else "INFO", str(msg))
-            except KeyboardInterrupt:
+            # nothing may raise into TensorRT: Ctrl-C is noted (raised when TensorRT returns); a log
+            # line that cannot be written is lost
+            if isinstance(carried(self._log, severity, msg).error, KeyboardInterrupt):
                 self.interrupt.pending = True
-            except Exception:  # noqa: BLE001 - nothing may raise into TensorRT
-                pass
+
+        def _log(self, severity, msg):
+            level = int(severity)
+            if level <= 1:  # INTERNAL_ERROR, ERROR
+                self.errors.append(" ".join(str(msg).split()))
+                sink("ERROR", str(msg))
+            elif level == 2 or (verbose and level == 3):
+                sink("WARNING" if level == 2 else "INFO", str(msg))
 
     return Logger()
 
@@ -184,7 +186,7 @@ def init_plugins(trt, sink: Optional[Callable[[str, str], None]] = None) -> Opti
         return None
     try:
         ok = trt.init_libnvinfer_plugins(plugin_logger(trt), "")
-    except Exception as exc:  # noqa: BLE001 - a broken plugin library: plugin-free models still work
+    except LIBRARY_ERRORS as exc:  # a broken plugin library (the binding raises RuntimeError): plugin-free models still work
         ok, why = False, f" ({' '.join(str(exc).split()) or type(exc).__name__})"
     else:
         why = ""
