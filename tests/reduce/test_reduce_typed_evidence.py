@@ -11,7 +11,7 @@ import pytest
 from accuracy_models import save_pair
 from conftest import run_toolkit
 from toolkit.reduce.check import WarmRunner, WorkerEntry, run_in_process
-from toolkit.reduce.evidence import Evidence, TensorEvidence
+from toolkit.reduce.evidence import Evidence, Findings, TensorEvidence
 
 
 def _rows(n: int) -> Evidence:
@@ -22,12 +22,18 @@ def _rows(n: int) -> Evidence:
     ], source="built-in comparison")
 
 
+def _findings(n: int) -> Findings:
+    found = Findings()
+    found.rows = {(t.name, t.max_abs): t for t in _rows(n).tensors}
+    return found
+
+
 def _entry(n: int) -> WorkerEntry:
     def main(args):
         print("FAILED | t0 | max abs 9, mean abs 9, max rel 9 | this text is never read")
         return 1
 
-    return WorkerEntry(main, result=lambda: _rows(n))
+    return WorkerEntry(main, result=lambda: _findings(n))
 
 
 @pytest.mark.parametrize("n", [1, 3000])  # (3000 rows: more than a pipe holds, read while the check runs)

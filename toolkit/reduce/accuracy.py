@@ -24,7 +24,6 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import functools
-import json
 import math
 import os
 import shutil
@@ -444,7 +443,7 @@ class CompareRunner(WarmRunner):
         # (no command tree to build: the child calls ``entry`` directly, not the CLI's parser); its
         # comparisons come back typed (Findings), never read back from what it prints
         self.findings = Findings()
-        super().__init__(["run", artifact], timeout, entry=WorkerEntry(self._child_main, result=self.findings.evidence),
+        super().__init__(["run", artifact], timeout, entry=WorkerEntry(self._child_main, result=lambda: self.findings),
                          env=env)
         self.worker = worker
         self.primary = primary  # a sibling for --jobs shares the primary's reference
@@ -563,7 +562,7 @@ class CompareRunner(WarmRunner):
         return run_in_process(self.entry, self.argv0, self.args)
 
     def _child_main(self, args) -> int:  # pragma: no cover - runs in the forked child
-        self.findings.rows.clear()
+        self.findings.clear()
         run = functools.partial(self.run_entry, on_report=self.findings.add)
         if self.options is not None:
             return run(self.options)
@@ -690,18 +689,11 @@ def rel_l2(a, b) -> Optional[float]:
 # ---------------------------------------------------------------------- evidence for --all-faults
 
 
-def _report_of(runner: CompareRunner, options) -> Optional[dict]:
-    runner.run_with(options)
-    try:
-        with open(options.save_report, encoding="utf-8") as fh:
-            comps = json.load(fh).get("comparisons") or []
-    except (OSError, ValueError):
-        return None
-    return comps[0] if comps else None
-
-
-def _num(value) -> float:
-    return float(value) if value is not None else 0.0
+def _report_of(runner: CompareRunner, options) -> Optional[list]:
+    """The tensors (``TensorError``) of the first diagnosis of a run of ``options`` (its
+    ``save_report`` has it gather every tensor's error), typed from the check; None without one."""
+    found = runner.run_with(options).findings
+    return found.tensors if found is not None else None
 
 
 def describe_faults(runner: CompareRunner, reducer, faults) -> None:
@@ -719,16 +711,16 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
         art = os.path.join(folder, f"fault_{f.number}.onnx")
         reducer.index.write(cand, art)
         own = _report_of(runner, run_options(art, runner.opts, runner.prepared_ref, save_report=art + ".json"))
-        if own and own.get("tensors"):
-            worst = max(own["tensors"], key=lambda t: _num(t["tol_ratio"]))
-            f.evidence.update(max_abs=_num(worst["max_abs"]), tol_ratio=_num(worst["tol_ratio"]), tensor=worst["name"])
-            f.evidence["own_error"] = max(_num(t.get("rel_l2")) for t in own["tensors"])
+        if own:
+            worst = max(own, key=lambda t: t.tol_ratio)
+            f.evidence.update(max_abs=worst.max_abs, tol_ratio=worst.tol_ratio, tensor=worst.name)
+            f.evidence["own_error"] = max(t.rel_l2 for t in own)
         ctx_art = os.path.join(folder, f"context_{f.number}.onnx")
         reducer.index.write(reducer.candidate(f.context), ctx_art)
         ctx = _report_of(runner, run_options(ctx_art, runner.opts, runner.prepared_ref, mark=True,
                                              save_report=ctx_art + ".json"))
-        if ctx:
-            errs = {t["name"]: _num(t["rel_l2"]) for t in ctx.get("tensors", [])}
+        if ctx is not None:
+            errs = {t.name: t.rel_l2 for t in ctx}
             out_err = max((errs.get(t, 0.0) for t in cand.outputs), default=0.0)
             in_err = max((errs.get(t, 0.0) for t in cand.inputs), default=0.0)
             f.evidence.update(
@@ -747,9 +739,9 @@ def rest_is_noise(runner: CompareRunner, reducer, allowed: int) -> Optional[dict
     art = os.path.join(runner.prepared_ref.folder, "rest.onnx")
     reducer.index.write(reducer.candidate(allowed), art)
     rep = _report_of(runner, run_options(art, runner.opts, runner.prepared_ref, mark=True, save_report=art + ".json"))
-    if not rep or not rep.get("tensors"):
+    if not rep:
         return None
-    errors = {t["name"]: _num(t["rel_l2"]) for t in rep["tensors"]}
+    errors = {t.name: t.rel_l2 for t in rep}
     amp = max((a for i, a, _e in rank(reducer.index, errors, floor) if (allowed >> i) & 1), default=1.0)
     err = max(errors.values())
     depth = popcount(allowed)

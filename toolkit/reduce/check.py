@@ -39,7 +39,7 @@ from toolkit.core.contain import optional
 from toolkit.core.errors import ExitCode, ToolkitError, UsageError
 from toolkit.core.process.supervise import fork, read_frames, send_frame
 from toolkit.reduce.capture import Stream, found_patterns
-from toolkit.reduce.evidence import Evidence
+from toolkit.reduce.evidence import Findings
 from toolkit.reduce.verdict import CheckResult
 
 WARM_ENV = "TOOLKIT_NO_WARM_WORKER"
@@ -60,13 +60,13 @@ class WorkerEntry:
     ``main(args) -> exit code`` runs one command in the child (fresh stdio already in place);
     ``prepare(args)`` warms the parent up once (e.g. builds the command tree the check uses);
     ``result()``, where given, is what the check found, typed (the built-in comparison's
-    :class:`~toolkit.reduce.evidence.Evidence`), called after ``main`` and handed back through a
-    pipe of its own (:func:`toolkit.core.process.supervise.send_frame`): ``CheckResult.evidence``.
+    :class:`~toolkit.reduce.evidence.Findings`), called after ``main`` and handed back through a
+    pipe of its own (:func:`toolkit.core.process.supervise.send_frame`): ``CheckResult.findings``.
     """
 
     main: Callable[[List[str]], int]
     prepare: Callable[[List[str]], None] = _nothing
-    result: Optional[Callable[[], Optional[Evidence]]] = None
+    result: Optional[Callable[[], Optional[Findings]]] = None
 
 
 # ---------------------------------------------------------------------- collecting output
@@ -529,8 +529,8 @@ class WarmRunner:
         if timed_out:
             return _result(streams, self.patterns, code=None, timed_out=True, seconds=seconds)
         code, sig = _decode_status(status_box[0])
-        evidence = _typed_result(typed[1]) if typed is not None else None
-        return _result(streams, self.patterns, code=code, signal=sig, seconds=seconds, evidence=evidence)
+        findings = _typed_result(typed[1]) if typed is not None else None
+        return _result(streams, self.patterns, code=code, signal=sig, seconds=seconds, findings=findings)
 
     def cancel(self) -> None:
         """Kill the running check and what it started (from another thread)."""
@@ -567,7 +567,7 @@ def _send_result(entry: WorkerEntry, fd: int) -> None:  # pragma: no cover - chi
         send_frame(pipe, ("value", entry.result()))
 
 
-def _typed_result(data: bytearray) -> Optional[Evidence]:
+def _typed_result(data: bytearray) -> Optional[Findings]:
     """The typed result a check's child sent (None when it ended before sending it)."""
     values = [payload for kind, payload in read_frames(bytes(data)) if kind == "value"]
     return values[-1] if values else None
@@ -642,7 +642,7 @@ def run_in_process(entry: WorkerEntry, argv0: str, args: List[str]) -> CheckResu
         sys.stdout, sys.stderr, sys.argv = saved
     return CheckResult(
         code & 0xFF, out.getvalue().encode("utf-8"), err.getvalue().encode("utf-8", "backslashreplace"),
-        seconds=time.monotonic() - start, evidence=entry.result() if entry.result is not None else None,
+        seconds=time.monotonic() - start, findings=entry.result() if entry.result is not None else None,
     )
 
 

@@ -103,11 +103,18 @@ class Evidence:
 
 
 class Findings:
-    """A built-in check's comparisons, kept as its typed result: what a quiet ``toolkit run``
-    prints of them (each failing output with numbers, once), without printing and reading back."""
+    """What a built-in check's runs found, kept as its typed result (never printed and read back):
+    its failing outputs (``rows``: what a quiet ``toolkit run`` prints of its comparisons, each
+    failing output with numbers, once) and the first diagnosis's tensors (``tensors``: the
+    layerwise errors, ``toolkit.run.diagnosis.TensorError``, where the run gathered them: with
+    ``--save-report``, or failing with enough tensors)."""
 
     def __init__(self) -> None:
         self.rows: Dict[tuple, TensorEvidence] = {}
+        self.tensors: Optional[list] = None  # None: no diagnosis
+
+    def clear(self) -> None:
+        self.rows, self.tensors = {}, None
 
     def add(self, report) -> None:
         """The comparisons of one run (a ``toolkit.run`` report)."""
@@ -117,6 +124,9 @@ class Findings:
                     if not o.passed and not o.message:
                         row = TensorEvidence.of(o)
                         self.rows.setdefault((row.name, row.max_abs), row)
+        diagnosed = [d for d in report.diagnoses if d is not None]
+        if diagnosed:
+            self.tensors = list(diagnosed[0].tensors)
 
     def evidence(self) -> Optional[Evidence]:
         return Evidence(list(self.rows.values()), source="built-in comparison") if self.rows else None

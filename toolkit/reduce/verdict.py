@@ -17,7 +17,7 @@ from toolkit.core.errors import UsageError
 from toolkit.core.process.supervise import signal_name
 
 if TYPE_CHECKING:
-    from toolkit.reduce.evidence import Evidence
+    from toolkit.reduce.evidence import Evidence, Findings
 
 PASS = "pass"
 FAIL = "fail"
@@ -48,9 +48,14 @@ class CheckResult:
     seconds: float = 0.0
     lost: str = ""  # why it never ran to an end (its machine was lost): a broken check, never a failure
     found: Optional[frozenset] = None  # --fail-regex patterns seen in the whole output as it streamed
-    # the comparison a built-in check (debug reduce --compare) made, typed; None for a command's output
+    # what a built-in check (debug reduce --compare) found, typed; None for a command's output
     # (toolkit.reduce.evidence.from_check_output reads that one's printed rows)
-    evidence: Optional["Evidence"] = None
+    findings: Optional["Findings"] = None
+
+    @property
+    def evidence(self) -> Optional["Evidence"]:
+        """The built-in check's comparison (None for a command, or where it compared nothing)."""
+        return self.findings.evidence() if self.findings is not None else None
 
     @property
     def stdout_text(self) -> str:
