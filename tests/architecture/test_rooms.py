@@ -152,14 +152,46 @@ CONTAINED = {"toolkit/core/contain.py"}
 BUGS = {"AttributeError", "KeyError", "TypeError", "IndexError"}
 
 
+def _named(expr) -> Set[str]:
+    """The names an expression mentions (``a.B`` as ``B``; calls by their function's name)."""
+    return {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute))}
+
+
+def _aliases() -> Dict[str, Set[str]]:
+    """Names that stand for exception types: module-level tuples (``PYTHON_ERRORS = (...)``) and
+    functions returning them (``graphsurgeon_errors()``), each with the names it mentions."""
+    found: Dict[str, Set[str]] = {}
+    for _path, tree in _modules():
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.BinOp)):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        found.setdefault(target.id, set()).update(_named(node.value))
+            elif isinstance(node, ast.FunctionDef) and node.name.endswith("_errors"):
+                for ret in ast.walk(node):
+                    if isinstance(ret, ast.Return) and ret.value is not None:
+                        found.setdefault(node.name, set()).update(_named(ret.value))
+    return found
+
+
+def _caught(expr, aliases: Dict[str, Set[str]]) -> Set[str]:
+    """What an ``except`` clause's type expression catches, its aliases followed."""
+    names, todo = set(), list(_named(expr))
+    while todo:
+        name = todo.pop()
+        if name not in names:
+            names.add(name)
+            todo.extend(aliases.get(name, ()))
+    return names
+
+
 def _handlers():
     """(file, line, names caught, whether the handler re-raises) of every except clause."""
+    aliases = _aliases()
     for path, tree in _modules():
         for node in ast.walk(tree):
             if isinstance(node, ast.ExceptHandler):
-                t = node.type
-                elts = t.elts if isinstance(t, ast.Tuple) else [t] if t is not None else []
-                names = {e.id if isinstance(e, ast.Name) else e.attr if isinstance(e, ast.Attribute) else "?" for e in elts}
+                names = _caught(node.type, aliases) if node.type is not None else set()
                 body = ast.Module(body=node.body, type_ignores=[])
                 reraises = any(isinstance(n, ast.Raise) for n in ast.walk(body)) or "reraise_bug" in ast.unparse(body)
                 yield _rel(path), node.lineno, names or {"<bare>"}, reraises
@@ -225,3 +257,7 @@ def test_the_catch_scan_sees_a_swallowed_bug(tmp_path, monkeypatch):
     assert _bugs_swallowed() == ["toolkit/m.py:3 ['AttributeError']"]
     (fake / "m.py").write_text("try:\n    pass\nexcept (AttributeError, ValueError) as exc:\n    reraise_bug(exc)\n")
     assert _bugs_swallowed() == []
+    # behind a name: a module's tuple, or a function returning one
+    (fake / "m.py").write_text("BAD = (OSError, KeyError)\ndef lib_errors():\n    return BAD + (ValueError,)\n"
+                               "try:\n    pass\nexcept lib_errors():\n    pass\n")
+    assert _bugs_swallowed() == ["toolkit/m.py:6 ['KeyError']"]

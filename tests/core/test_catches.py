@@ -115,3 +115,22 @@ def test_a_bug_in_the_validation_thread_surfaces(monkeypatch):
     check.start()
     with pytest.raises(TypeError):
         check.prepare()
+
+
+def test_a_bug_while_describing_a_constant_is_exit_70(cli, tmp_path, monkeypatch):
+    """A value onnx cannot read is shown without values; toolkit's own bug there was hidden the
+    same way, and is exit 70 now."""
+    from toolkit.inspect import describe
+
+    value = helper.make_tensor("v", TensorProto.FLOAT, [2], [1.0, 2.0])
+    g = helper.make_graph([helper.make_node("Constant", [], ["c"], value=value, name="k")], "g", [],
+                          [helper.make_tensor_value_info("c", TensorProto.FLOAT, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = tmp_path / "m.onnx"
+    path.write_bytes(m.SerializeToString())
+    res = cli("inspect", "model", path, "--show", "layers", "attrs")
+    assert res.code == 0 and "[1. 2.]" in res.out, res.err
+    monkeypatch.setattr(describe, "values_text", lambda *a, **k: None)  # (toolkit then calls None.replace)
+    res = cli("inspect", "model", path, "--show", "layers", "attrs")
+    assert res.code == 70 and "AttributeError" in res.err, res.err

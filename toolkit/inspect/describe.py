@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from toolkit.core.errors import ToolkitError, UsageError
+from toolkit.core.errors import ToolkitError, UsageError, reraise_bug
 from toolkit.core.graph.graphs import walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_from_onnx, format_shape
 from toolkit.core.io.model import value_info_meta
@@ -193,15 +193,16 @@ def _attr_value(attr, show: Show, depth: int):
                 info["preview"] = values_text(arr, full=False)
                 d.update(info)
                 text += f" | {stats_text(info)} | " + " ".join(info["preview"].split())
-        except _UNREADABLE:  # a value numpy cannot read (an exotic or corrupt tensor): shown without values
-            pass
+        except _UNREADABLE as exc:  # a value numpy cannot read (an exotic or corrupt tensor): shown without values
+            reraise_bug(exc)
         return d, text
     if t in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
         return None, None
     try:
         v = helper.get_attribute_value(attr)
         return str(v), str(v)
-    except _UNREADABLE:
+    except _UNREADABLE as exc:
+        reraise_bug(exc)
         return None, "<unreadable>"
 
 
@@ -252,6 +253,7 @@ class GraphDescriber:
             try:
                 arr = _read_external(t, self.external_base_dir)
             except (OSError, ToolkitError, *_UNREADABLE) as exc:  # a summary line, not a failure
+                reraise_bug(exc)
                 return {"values": None, "note": f"unreadable: {exc}"}
             info = summarize_array(arr)
             info["preview"] = values_text(arr, full=False)
@@ -264,6 +266,7 @@ class GraphDescriber:
 
             arr = numpy_helper.to_array(t)
         except _UNREADABLE as exc:
+            reraise_bug(exc)
             return {"values": None, "note": f"unreadable: {exc}"}
         info = summarize_array(arr)
         info["preview"] = values_text(arr, full=False)
@@ -316,7 +319,8 @@ def _read_external(t, base_dir: str):
     src, offset, length = ref_source(t, base_dir)
     try:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
-    except _UNREADABLE:  # unknown or exotic element type
+    except _UNREADABLE as exc:  # unknown or exotic element type
+        reraise_bug(exc)
         dtype = None
     shape = tuple(int(d) for d in t.dims)
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1
