@@ -161,6 +161,14 @@ def from_check_output(text: str) -> Optional[Evidence]:
     return Evidence(rows) if rows else None
 
 
+def evidence_of(res, built_in: bool) -> Optional[Evidence]:
+    """How badly a check (its ``CheckResult``) failed: the built-in comparison's own, typed (None
+    where it compared nothing); a check command's, read from the rows it printed."""
+    if built_in or res.findings is not None:
+        return res.evidence
+    return from_check_output(f"{res.stdout_text}\n{res.stderr_text}")
+
+
 def noise_warning(
     full: Optional[Evidence], reduced: Optional[Evidence], check: Optional[Sequence[str]] = None,
     precision: Optional[str] = None,

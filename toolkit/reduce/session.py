@@ -42,7 +42,7 @@ from toolkit.reduce.config import (  # noqa: F401  (re-exported: the session's p
     Outcome,
     ReduceConfig,
 )
-from toolkit.reduce.evidence import Evidence, from_check_output, noise_warning
+from toolkit.reduce.evidence import Evidence, evidence_of, noise_warning
 from toolkit.reduce.graph import BIG_MODEL_BYTES, Candidate, GraphIndex, MetaProvider, body_node_count, write_chunks
 from toolkit.search.masks import mask_indices, popcount, span_words
 from toolkit.reduce.feeds import feed_maker, fold_values_maker
@@ -379,7 +379,8 @@ class Reducer(Artifacts):
         full = mask == self.index.full_mask
         kind = self.cfg.rule.classify(res, self.toolkit_check, self.cfg.iter_artifact)
         reason = self.cfg.rule.reason(res)
-        rows = self._evidence(res) if full or kind in (FAIL, TIMEOUT) else None
+        built_in = getattr(self.runner, "findings", None) is not None
+        rows = evidence_of(res, built_in) if full or kind in (FAIL, TIMEOUT) else None
         other = self._other_failure(kind, rows, res, full)  # (a different failure: not the one reduced)
         if full and kind in (FAIL, TIMEOUT):
             self._fix_signature(res, rows)
@@ -409,12 +410,6 @@ class Reducer(Artifacts):
             if it.evidence is not None:
                 self.evidence[mask] = it.evidence
         return it
-
-    def _evidence(self, res: CheckResult) -> Optional[Evidence]:
-        """How badly ``res`` failed: the built-in comparison's, typed; a check command's, read from its output."""
-        if res.evidence is not None or getattr(self.runner, "findings", None) is not None:
-            return res.evidence
-        return from_check_output(f"{res.stdout_text}\n{res.stderr_text}")
 
     def _other_failure(self, kind: str, rows: Optional[Evidence], res: CheckResult, full: bool) -> Optional[str]:
         """Why a failing check (its comparison ``rows``) fails otherwise than the full model (then broken):
