@@ -85,46 +85,66 @@ def _shared_across_layers() -> Dict[Tuple[str, str], int]:
     return pairs
 
 
-# Today's pairs of classes in different layers that share 5 field names or more (the number
-# shared). Commands bind their library configs (each option declared on the config's field), the
-# options several configs take are dataclasses they inherit (core.shared_options), and so are the
-# fields every search answers (search.outcome); what is left are the comparison's result types.
-SHARED_NOW = {
-    ("core.compare.arrays:OutputComparison", "run.diagnosis:TensorError"): 8,
-    ("core.compare.arrays:OutputComparison", "reduce.evidence:TensorEvidence"): 7,
-    ("reduce.evidence:TensorEvidence", "run.diagnosis:TensorError"): 7,
-}
-
-
-def test_no_new_field_list_is_written_twice_across_layers():
-    """A new pair of classes in two layers with 5 shared field names, or a known pair sharing
-    more than today, fails: make one the other (or generate it), or share a dataclass."""
-    now = _shared_across_layers()
-    known = {tuple(sorted(k)): v for k, v in SHARED_NOW.items()}
-    grown = {k: v for k, v in now.items() if v > known.get(k, 4)}
-    assert not grown, "\n".join(f"{a} / {b}: {n} field names" for (a, b), n in sorted(grown.items()))
-
-
-@pytest.mark.xfail(strict=True, reason="the bar: no two classes in different layers share 5 field names")
 def test_no_two_classes_share_five_field_names_across_layers():
-    assert not _shared_across_layers()
+    """Commands bind their library configs (each option declared on the config's field), the options
+    several configs take are dataclasses they inherit (core.shared_options), the fields every search
+    answers too (search.outcome), and the comparison's result types share one base
+    (core.compare.judged): a field list written twice across layers fails here: make one the other,
+    or share a dataclass."""
+    pairs = _shared_across_layers()
+    assert not pairs, "\n".join(f"{a} / {b}: {n} field names" for (a, b), n in sorted(pairs.items()))
 
 
 # ---------------------------------------------------------------------- catches
 
 
 BOUNDARY = {"toolkit/cli/errors.py", "toolkit/cli/app.py"}  # the one error boundary (docs/architecture.md)
+# The one mechanism for what must catch everything, each use named for why: a value or exception carried
+# to whoever waits on it (threads, children, callbacks foreign code calls), an optional refinement.
+CONTAINED = {"toolkit/core/contain.py"}
 BUGS = {"AttributeError", "KeyError", "TypeError", "IndexError"}
+
+
+def _named(expr) -> Set[str]:
+    """The names an expression mentions (``a.B`` as ``B``; calls by their function's name)."""
+    return {n.id if isinstance(n, ast.Name) else n.attr for n in ast.walk(expr) if isinstance(n, (ast.Name, ast.Attribute))}
+
+
+def _aliases() -> Dict[str, Set[str]]:
+    """Names that stand for exception types: module-level tuples (``PYTHON_ERRORS = (...)``) and
+    functions returning them (``graphsurgeon_errors()``), each with the names it mentions."""
+    found: Dict[str, Set[str]] = {}
+    for _path, tree in _modules():
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and isinstance(node.value, (ast.Tuple, ast.BinOp)):
+                for target in node.targets:
+                    if isinstance(target, ast.Name):
+                        found.setdefault(target.id, set()).update(_named(node.value))
+            elif isinstance(node, ast.FunctionDef) and node.name.endswith("_errors"):
+                for ret in ast.walk(node):
+                    if isinstance(ret, ast.Return) and ret.value is not None:
+                        found.setdefault(node.name, set()).update(_named(ret.value))
+    return found
+
+
+def _caught(expr, aliases: Dict[str, Set[str]]) -> Set[str]:
+    """What an ``except`` clause's type expression catches, its aliases followed."""
+    names, todo = set(), list(_named(expr))
+    while todo:
+        name = todo.pop()
+        if name not in names:
+            names.add(name)
+            todo.extend(aliases.get(name, ()))
+    return names
 
 
 def _handlers():
     """(file, line, names caught, whether the handler re-raises) of every except clause."""
+    aliases = _aliases()
     for path, tree in _modules():
         for node in ast.walk(tree):
             if isinstance(node, ast.ExceptHandler):
-                t = node.type
-                elts = t.elts if isinstance(t, ast.Tuple) else [t] if t is not None else []
-                names = {e.id if isinstance(e, ast.Name) else e.attr if isinstance(e, ast.Attribute) else "?" for e in elts}
+                names = _caught(node.type, aliases) if node.type is not None else set()
                 body = ast.Module(body=node.body, type_ignores=[])
                 reraises = any(isinstance(n, ast.Raise) for n in ast.walk(body)) or "reraise_bug" in ast.unparse(body)
                 yield _rel(path), node.lineno, names or {"<bare>"}, reraises
@@ -132,7 +152,7 @@ def _handlers():
 
 def _broad_swallowed() -> List[str]:
     return [f"{f}:{line}" for f, line, names, reraises in _handlers()
-            if names & {"Exception", "BaseException", "<bare>"} and not reraises and f not in BOUNDARY]
+            if names & {"Exception", "BaseException", "<bare>"} and not reraises and f not in BOUNDARY | CONTAINED]
 
 
 def _bugs_swallowed() -> List[str]:
@@ -140,30 +160,27 @@ def _bugs_swallowed() -> List[str]:
             if names & BUGS and not reraises]
 
 
-BROAD_NOW = 31  # threads and callbacks that must not die, user code, optional refinements (each says why)
-BUGS_NOW = 29  # mostly numpy/TensorRT calls that raise TypeError/ValueError on values they cannot take
-
-
-def test_broad_catches_do_not_grow():
-    found = _broad_swallowed()
-    assert len(found) <= BROAD_NOW, "\n".join(found)
-
-
-def test_bug_shaped_catches_do_not_grow():
-    found = _bugs_swallowed()
-    assert len(found) <= BUGS_NOW, "\n".join(found)
-
-
-@pytest.mark.xfail(strict=True, reason="the bar: no broad catch without re-raise outside the error boundary")
 def test_no_broad_catch_outside_the_boundary():
-    assert not _broad_swallowed()
+    """``except Exception`` (or broader) without a re-raise lives in the error boundary and in
+    ``core.contain`` alone: elsewhere a catch names what the call raises, or goes through
+    ``contain.carried`` (handed to whoever waits) or ``contain.optional`` (a refinement)."""
+    assert not _broad_swallowed(), "\n".join(_broad_swallowed())
+
+
+def test_no_bug_shaped_exception_is_swallowed():
+    """A handler of AttributeError, KeyError, TypeError or IndexError hides toolkit's own bugs: catch
+    what the library call raises for the bad value instead (numpy's C functions raise TypeError from
+    toolkit's own frame, so ``reraise_bug`` cannot tell them apart: test the value first), or call
+    ``reraise_bug`` where a Python library raises them on a value it cannot take."""
+    found = _bugs_swallowed()
+    assert not found, "\n".join(found)
 
 
 # ---------------------------------------------------------------------- complexity
 
 
 RADON_BAR = 4.0
-RADON_NOW = 5.22  # radon cc -a toolkit
+RADON_NOW = 5.15  # radon cc -a toolkit
 
 
 def _average_complexity() -> float:
@@ -179,7 +196,7 @@ def test_average_complexity_does_not_grow():
     assert _average_complexity() <= RADON_NOW + 0.005
 
 
-@pytest.mark.xfail(strict=True, reason="the bar: radon's average complexity at most 4 (today 5.23)")
+@pytest.mark.xfail(strict=True, reason="the bar: radon's average complexity at most 4 (today 5.15)")
 def test_average_complexity_is_at_most_four():
     assert _average_complexity() <= RADON_BAR
 
@@ -193,3 +210,7 @@ def test_the_catch_scan_sees_a_swallowed_bug(tmp_path, monkeypatch):
     assert _bugs_swallowed() == ["toolkit/m.py:3 ['AttributeError']"]
     (fake / "m.py").write_text("try:\n    pass\nexcept (AttributeError, ValueError) as exc:\n    reraise_bug(exc)\n")
     assert _bugs_swallowed() == []
+    # behind a name: a module's tuple, or a function returning one
+    (fake / "m.py").write_text("BAD = (OSError, KeyError)\ndef lib_errors():\n    return BAD + (ValueError,)\n"
+                               "try:\n    pass\nexcept lib_errors():\n    pass\n")
+    assert _bugs_swallowed() == ["toolkit/m.py:6 ['KeyError']"]

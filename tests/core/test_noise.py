@@ -31,7 +31,7 @@ def test_rounding_is_decided_from_the_storage_and_the_depth():
 
 
 def _ev(max_abs, max_rel, atol=1e-5, rtol=1e-5, name="t"):
-    return Evidence([TensorEvidence(name, False, max_abs, max_rel, max_abs, max_rel, atol, rtol)])
+    return Evidence([TensorEvidence(name=name, passed=False, max_abs=max_abs, max_rel=max_rel, atol=atol, rtol=rtol, stat="elemwise", needed_atol=max_abs, needed_rtol=max_rel)])
 
 
 def test_a_large_error_far_below_the_full_models_is_no_noise():

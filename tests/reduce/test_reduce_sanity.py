@@ -80,7 +80,7 @@ def test_check_false_exits_non_zero(tmp_path):
 def _evidence(max_abs, max_rel, atol, rtol):
     from toolkit.reduce.evidence import Evidence, TensorEvidence
 
-    return Evidence([TensorEvidence("t", False, max_abs, max_rel, max_abs, max_rel, atol, rtol)])
+    return Evidence([TensorEvidence(name="t", passed=False, max_abs=max_abs, max_rel=max_rel, atol=atol, rtol=rtol, stat="elemwise", needed_atol=max_abs, needed_rtol=max_rel)])
 
 
 def test_amplification_is_never_shown_as_infx():

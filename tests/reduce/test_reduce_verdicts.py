@@ -212,18 +212,19 @@ def test_evidence_parsed_from_run_output():
 def test_evidence_from_comparison_objects():
     class Cmp:
         name, passed, max_abs, max_rel = "t", False, 0.5, 0.25
-        required_atol, required_rtol, atol, rtol = 0.5, 0.25, 1e-3, 1e-3
+        required_atol, required_rtol, atol, rtol, stat = 0.5, 0.25, 1e-3, 1e-3, "elemwise"
 
     ev = Evidence([TensorEvidence.of(Cmp())], source="compare")
     assert ev.to_json()["worst"]["needed_atol"] == 0.5 and ev.to_json()["source"] == "compare"
-    inf = Evidence([TensorEvidence("t", False, 1.0, float("inf"), 1.0, float("inf"), 1e-5, 1e-5)])
+    inf = Evidence([TensorEvidence(name="t", passed=False, max_abs=1.0, max_rel=float("inf"), atol=1e-5, rtol=1e-5,
+                                    stat="elemwise", needed_atol=1.0, needed_rtol=float("inf"))])
     assert inf.to_json()["worst"]["max_rel"] is None
     json.dumps(inf.to_json(), allow_nan=False)
 
 
 def test_noise_warning_rules():
     def ev(max_abs, max_rel):
-        return Evidence([TensorEvidence("t", False, max_abs, max_rel, max_abs, max_rel, 1e-5, 1e-5)])
+        return Evidence([TensorEvidence(name="t", passed=False, max_abs=max_abs, max_rel=max_rel, atol=1e-5, rtol=1e-5, stat="elemwise", needed_atol=max_abs, needed_rtol=max_rel)])
 
     assert "float rounding" in noise_warning(ev(3e-5, 3e-5), ev(4.2e-5, 3.1e-5))
     # far less than the full model's error, but 1000x the tolerance: a fault, never noise on that ground alone
@@ -233,7 +234,7 @@ def test_noise_warning_rules():
     assert "--atol 3e-05" in noise_warning(None, ev(1.9e-5, 0.04))
     assert noise_warning(ev(2.0, 0.5), ev(1.5, 0.4)) is None
     # near a tolerance the user raised (atol 1e-3: PP-OCR rec in fp16 failing by 1.5e-3) is no kernel noise
-    raised = Evidence([TensorEvidence("t", False, 1.48e-3, 5.0, 1.48e-3, 5.0, 1e-3, 4e-3)])
+    raised = Evidence([TensorEvidence(name="t", passed=False, max_abs=1.48e-3, max_rel=5.0, atol=1e-3, rtol=4e-3, stat="elemwise", needed_atol=1.48e-3, needed_rtol=5.0)])
     assert noise_warning(ev(6.5e-3, 1.0), raised) is None
     assert noise_warning(None, None) is None
     # an overflow in both (fp16 on resnet50: inf and inf) is the fault, not noise
@@ -246,7 +247,7 @@ def test_noise_warning_rules():
 
 def test_storage_rounding_warning():
     def ev(max_abs, max_rel):
-        return Evidence([TensorEvidence("t", False, max_abs, max_rel, max_abs, max_rel, 1e-5, 1e-5)])
+        return Evidence([TensorEvidence(name="t", passed=False, max_abs=max_abs, max_rel=max_rel, atol=1e-5, rtol=1e-5, stat="elemwise", needed_atol=max_abs, needed_rtol=max_rel)])
 
     # silero-vad's Pad: 0.000243 (max rel 0.000467) is one fp16 rounding of its input
     text = storage_rounding_warning(ev(2.43e-4, 4.67e-4), "fp16")

@@ -152,7 +152,8 @@ def test_nodes_after_uncompared_tensors_rank_last():
     topo = _topology(nodes, "y")
 
     def err(name, rel, passed):
-        return TensorError(name, passed, rel, rel, rel, rel / 1e-5, 1e-5, 1e-5, "elemwise")
+        return TensorError(name=name, passed=passed, max_abs=rel, max_rel=rel, atol=1e-5, rtol=1e-5, stat="elemwise",
+                           rel_l2=rel, tol_ratio=rel / 1e-5)
 
     errors = {"c0": err("c0", 1e-3, True), "r0": err("r0", 1e-3, True), "y": err("y", 0.5, False)}
     diag = diagnose(errors, topo)
@@ -181,7 +182,8 @@ def test_fp16_storage_floors_the_amplification():
     topo = _topology(nodes, "y")
 
     def err(name, rel, passed):
-        return TensorError(name, passed, rel, rel, rel, rel / 1e-3, 1e-3, 1e-3, "elemwise")
+        return TensorError(name=name, passed=passed, max_abs=rel, max_rel=rel, atol=1e-3, rtol=1e-3, stat="elemwise",
+                           rel_l2=rel, tol_ratio=rel / 1e-3)
 
     errors = {"c0": err("c0", 3.9e-4, True), "y": err("y", 0.01, False)}
     assert diagnose(errors, topo).ranked[0].node == "conv0"  # float32's floor: 3.3e3x

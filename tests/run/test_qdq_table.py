@@ -142,3 +142,22 @@ def test_a_repeated_maximum_without_a_clamp_is_no_folded_clip():
     ref = np.array([1.0, 3.0, 3.0, 3.0, 2.0], np.float32)  # a MaxPool's output repeats its maximum
     assert qdq_stats.infer_folded(pair, ref + np.float32(0.01), ref) is None
     assert qdq_stats.infer_folded(pair, np.array([1.0, 4.0, 5.0, 3.5, 2.0], np.float32), ref) == (-np.inf, 3.0)
+
+
+def test_a_model_with_external_data_gets_its_table_from_any_folder(files, cli, tmp_path, monkeypatch):
+    """The pairs' scales are read from the model's own folder (they crashed the run, or came from
+    a file of that name in the current folder)."""
+    golden = tmp_path / "float_all.json"
+    r = cli("run", files["float"], "--onnxrt", "--onnx-outputs", "mark", "all", "--load-inputs", files["inputs"],
+            "--save-outputs", golden)
+    assert r.code == 0, r.err
+    model = onnx.load(files["planted"])
+    onnx.save(model, str(tmp_path / "ext.onnx"), save_as_external_data=True, location="ext.bin", size_threshold=0)
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    r = cli("run", tmp_path / "ext.onnx", "--onnxrt", "--onnx-outputs", "mark", "all", "--load-inputs", files["inputs"],
+            "--load-outputs", golden, "--atol", "0.1")
+    assert r.code == 1, r.err
+    rows = table_rows(r.err)
+    assert rows and rows[0].split(" | ")[1] == "ctx", r.err

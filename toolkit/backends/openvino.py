@@ -155,7 +155,7 @@ def runs_reduced(options: Mapping[str, Any]) -> Optional[str]:
         return low[0] if low else None
     try:
         hint = import_openvino().Core().get_property(_device_name(options.get("device")), "INFERENCE_PRECISION_HINT")
-    except Exception:  # noqa: BLE001 - a device that does not report it (AUTO, NPU), or none at all
+    except (DependencyError, *openvino_errors()):  # a device that does not report it (AUTO, NPU), or none at all
         return None
     return _REDUCED.get(_type_name(hint))
 

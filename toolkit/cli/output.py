@@ -222,10 +222,10 @@ def err_console():
 
 
 def is_terminal(stream=None) -> bool:
-    stream = stream or sys.stderr
+    isatty = getattr(stream or sys.stderr, "isatty", None)  # None: a stream object without it
     try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
+        return bool(isatty()) if isatty is not None else False
+    except ValueError:  # a closed stream
         return False
 
 

@@ -91,13 +91,14 @@ def _subgraph_tolerances(model: str, tol):
     return tol.for_parts()
 
 
-def run_entry(options) -> int:
-    """Run ``options`` as ``toolkit run`` would, quietly (the check's output; in the forked worker)."""
+def run_entry(options, on_report=None) -> int:
+    """Run ``options`` as ``toolkit run`` would, quietly (the check's output; in the forked worker);
+    ``on_report(report)`` is handed the run's report, typed, before it is printed."""
 
     output._consoles.clear()  # the forked child has new stdio objects
     # errors end as they end a `toolkit run`: one error line and the exit code (4: TensorRT missing)
     command = "toolkit run " + options.model + " (built-in comparison)"
-    return run_with_boundary(run_and_render, options, command, quiet=True)
+    return run_with_boundary(run_and_render, options, command, quiet=True, on_report=on_report)
 
 
 def _storage_words(noise) -> str:

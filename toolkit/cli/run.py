@@ -216,8 +216,9 @@ def _typed_argv(parsed: List[str]) -> List[str]:
     return parsed
 
 
-def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
-    """Execute ``opts``, print logs/tables to stderr, return the exit code (0 or 1)."""
+def run_and_render(opts, command: str, *, quiet: bool = False, on_report=None) -> int:
+    """Execute ``opts``, print logs/tables to stderr, return the exit code (0 or 1);
+    ``on_report(report)``: handed the report first (a caller that needs the comparisons typed)."""
 
     set_log_severity(ort_severity(), ort_log_sink())
     from toolkit.cli.reporters import CliReporter
@@ -232,6 +233,8 @@ def run_and_render(opts, command: str, *, quiet: bool = False) -> int:
         return 1
     finally:
         reporter.close()
+    if on_report is not None:
+        on_report(report)
     for k, pair in enumerate(report.comparisons):
         render_comparison(pair, quiet=quiet)
         diag = report.diagnoses[k] if k < len(report.diagnoses) else None

@@ -29,6 +29,7 @@ from toolkit.convert.common import (
     short_name,
 )
 from toolkit.convert.onnx_types import Schemas, allowed_types, formal_param
+from toolkit.core.errors import reraise_bug
 from toolkit.core.graph.graphs import node_subgraphs, stable_topological_order
 
 
@@ -249,7 +250,8 @@ class Repair:
             res = onnx.shape_inference.infer_node_outputs(
                 schema, node, tps, opset_imports=list(self.model.opset_import), ir_version=self.model.ir_version
             )
-        except onnx_errors():  # (a node its schema rejects: its output types stay unknown)
+        except onnx_errors() as exc:  # (a node its schema rejects: its output types stay unknown)
+            reraise_bug(exc)
             return {}
         return {
             k: tp.tensor_type.elem_type

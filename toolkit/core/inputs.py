@@ -175,7 +175,7 @@ def check_generated_size(name: str, shape: Tuple[int, ...], dtype_name: Optional
 
     try:
         itemsize = max(dtype_to_numpy(dtype_name or "float32").itemsize, 1)
-    except (ToolkitError, TypeError, ValueError):  # string and other types without a fixed size: one byte each
+    except ToolkitError:  # a type numpy cannot hold here: one byte each
         itemsize = 1
     count = 1
     for d in shape:
@@ -389,7 +389,7 @@ def _cast_preserving(arr, meta: TensorMeta, got_dtype: str, source: str, iterati
 
     try:
         target = np.dtype(dtype_to_numpy(meta.dtype or ""))
-    except (ToolkitError, TypeError, ValueError):  # a dtype numpy cannot hold
+    except ToolkitError:  # a dtype numpy cannot hold
         refuse("not be possible")
     src = arr.dtype
     numeric = "biuf"

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
+from toolkit.core.contain import carried
 from toolkit.core.io.datafiles import RunResults
 from toolkit.core.meta import format_shape
 from toolkit.inspect.describe import INDENT, stats_text, values_text
@@ -86,11 +87,11 @@ def _windows(items: Iterable, read) -> Iterator[Tuple[list, Optional[BaseExcepti
         if isinstance(item, list):
             window.append(item)
             continue
-        try:
-            entry = read(item)
-        except Exception as exc:  # noqa: BLE001 - any read error is handed on, raised after the lines before it
-            yield window, exc
+        got = carried(read, item, catching=Exception)  # (a read error: raised after the lines before it)
+        if got.error is not None:
+            yield window, got.error
             return
+        entry = got.get()
         window.append(entry)
         tensors += 1
         held += int(getattr(entry[1], "nbytes", 0))

@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional
 
 import numpy as np
 
-from toolkit.core.errors import ToolkitError, UsageError
+from toolkit.core.errors import ToolkitError, UsageError, reraise_bug
 from toolkit.core.graph.graphs import walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_from_onnx, format_shape
 from toolkit.core.io.model import value_info_meta
@@ -98,29 +98,26 @@ def summarize_array(arr, show_values: bool = False, max_elems: int = 12) -> dict
     arr = np.asarray(arr)
     dtype = "string" if arr.dtype.kind in "OUS" else str(arr.dtype)
     info: dict = {"dtype": dtype, "shape": list(arr.shape), "size": int(arr.size)}
-    if arr.size and arr.dtype.kind in "biufV":  # V: bfloat16/float8 from ml_dtypes
-        try:
-            data = arr if arr.dtype.kind == "f" and arr.dtype.itemsize >= 4 else arr.astype(np.float64)
-            finite = np.isfinite(data) if data.dtype.kind == "f" else None
-            n_nan = int(np.isnan(data).sum()) if data.dtype.kind == "f" else 0
-            n_inf = int(np.isinf(data).sum()) if data.dtype.kind == "f" else 0
-            vals = data[finite] if finite is not None and not finite.all() else data
-            if vals.size:
-                info.update(
-                    mean=float(np.mean(vals)),
-                    std=float(np.std(vals)),
-                    min=exact_value(np.min(vals if arr.dtype.kind not in "iu" else arr)),
-                    max=exact_value(np.max(vals if arr.dtype.kind not in "iu" else arr)),
-                    median=float(np.median(vals)),
-                )
-                p90, p95, p99 = np.percentile(vals, [90, 95, 99])
-                info.update(p90=float(p90), p95=float(p95), p99=float(p99))
-            if n_nan:
-                info["nan"] = n_nan
-            if n_inf:
-                info["inf"] = n_inf
-        except (TypeError, ValueError):
-            pass
+    if arr.size and arr.dtype.kind in "biufV" and np.can_cast(arr.dtype, np.float64):  # V: bfloat16/float8 from ml_dtypes
+        data = arr if arr.dtype.kind == "f" and arr.dtype.itemsize >= 4 else arr.astype(np.float64)
+        finite = np.isfinite(data) if data.dtype.kind == "f" else None
+        n_nan = int(np.isnan(data).sum()) if data.dtype.kind == "f" else 0
+        n_inf = int(np.isinf(data).sum()) if data.dtype.kind == "f" else 0
+        vals = data[finite] if finite is not None and not finite.all() else data
+        if vals.size:
+            info.update(
+                mean=float(np.mean(vals)),
+                std=float(np.std(vals)),
+                min=exact_value(np.min(vals if arr.dtype.kind not in "iu" else arr)),
+                max=exact_value(np.max(vals if arr.dtype.kind not in "iu" else arr)),
+                median=float(np.median(vals)),
+            )
+            p90, p95, p99 = np.percentile(vals, [90, 95, 99])
+            info.update(p90=float(p90), p95=float(p95), p99=float(p99))
+        if n_nan:
+            info["nan"] = n_nan
+        if n_inf:
+            info["inf"] = n_inf
     if show_values:
         info["values"] = arr.tolist()
     elif arr.size and arr.size <= max_elems and arr.dtype.kind in "biuf":
@@ -202,15 +199,16 @@ def _attr_value(attr, show: Show, depth: int):
                 info["preview"] = values_text(arr, full=False)
                 d.update(info)
                 text += f" | {stats_text(info)} | " + " ".join(info["preview"].split())
-        except _UNREADABLE:  # a value numpy cannot read (an exotic or corrupt tensor): shown without values
-            pass
+        except _UNREADABLE as exc:  # a value numpy cannot read (an exotic or corrupt tensor): shown without values
+            reraise_bug(exc)
         return d, text
     if t in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
         return None, None
     try:
         v = helper.get_attribute_value(attr)
         return str(v), str(v)
-    except _UNREADABLE:
+    except _UNREADABLE as exc:
+        reraise_bug(exc)
         return None, "<unreadable>"
 
 
@@ -261,6 +259,7 @@ class GraphDescriber:
             try:
                 arr = _read_external(t, self.external_base_dir)
             except (OSError, ToolkitError, *_UNREADABLE) as exc:  # a summary line, not a failure
+                reraise_bug(exc)
                 return {"values": None, "note": f"unreadable: {exc}"}
             info = summarize_array(arr)
             info["preview"] = values_text(arr, full=False)
@@ -273,6 +272,7 @@ class GraphDescriber:
 
             arr = numpy_helper.to_array(t)
         except _UNREADABLE as exc:
+            reraise_bug(exc)
             return {"values": None, "note": f"unreadable: {exc}"}
         info = summarize_array(arr)
         info["preview"] = values_text(arr, full=False)
@@ -325,7 +325,8 @@ def _read_external(t, base_dir: str):
     src, offset, length = ref_source(t, base_dir)
     try:
         dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
-    except _UNREADABLE:  # unknown or exotic element type
+    except _UNREADABLE as exc:  # unknown or exotic element type
+        reraise_bug(exc)
         dtype = None
     shape = tuple(int(d) for d in t.dims)
     count = int(np.prod(shape, dtype=np.int64)) if shape else 1

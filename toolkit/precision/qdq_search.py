@@ -84,7 +84,7 @@ def quantization_of(path: str) -> Optional[str]:
     "integer" (only integer ops: ConvInteger, MatMulInteger, QLinear*, ...), or None."""
     try:
         model = load_model(path, load_external_data=False)
-    except Exception:  # noqa: BLE001 - an unreadable model is reported by the search itself
+    except ToolkitError:  # an unreadable model (InputError) is reported by the search itself
         return None
     if any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in model.graph.node):
         return "qdq"

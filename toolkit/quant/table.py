@@ -10,7 +10,8 @@ integer levels the tensor's range spans. Rows are ranked by where error is *adde
 clipped, enough levels) is marked as rounding, not as a fault.
 
 Gathered only for iterations the diagnosis gathers (:func:`toolkit.run.diagnose.wanted`), one
-iteration at a time; the model is read (without external data) on the first such iteration.
+iteration at a time; the model is read on the first such iteration (its external data, from the
+model's folder, only when it has some: scales may live there).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional
 
-from toolkit.core.errors import ToolkitError
+from toolkit.core.errors import ToolkitError, reraise_bug
 
 
 @dataclass
@@ -34,12 +35,18 @@ class QdqTables:
 def _pairs(model_path: str) -> List[Any]:
     if not model_path or model_path == "-" or not os.path.isfile(model_path):
         return []
-    from toolkit.core.io.model import load_model
+    from onnx.checker import ValidationError
+
+    from toolkit.core.io.model import has_external_data, load_model
     from toolkit.quant.qdq import find_pairs
 
     try:
-        return find_pairs(load_model(model_path, load_external_data=False))
-    except (ToolkitError, KeyError, ValueError):  # an engine, or a model whose scales live in external data
+        model = load_model(model_path, load_external_data=False)
+        if has_external_data(model):  # scales may live there: read from the model's folder, never the current one
+            model = load_model(model_path)
+        return find_pairs(model)
+    except (ToolkitError, ValueError, KeyError, TypeError, ValidationError) as exc:  # an engine, values onnx cannot read
+        reraise_bug(exc)
         return []
 
 

@@ -23,11 +23,10 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
-import json
+import functools
 import math
 import os
 import shutil
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -50,10 +49,11 @@ from toolkit.core.io.datafiles import (
 )
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.inputs import parse_val_ranges
-from toolkit.core.process.supervise import fork
+from toolkit.core.process.supervise import run_in_child
 from toolkit.core.shared_options import InputData
 from toolkit.core.compare.noise import ULPS, amplification, is_rounding, noise_bound, precision_of, storage_floor
 from toolkit.reduce.check import WarmRunner, WorkerEntry, run_in_process
+from toolkit.reduce.evidence import Findings
 from toolkit.reduce.deployed import DeployedRun, deployed_options, marking_changes, per_subgraph_options
 from toolkit.search.masks import popcount
 from toolkit.reduce.guide import rank
@@ -195,40 +195,28 @@ def compute_reference(
     return _compute(model, opts, notes)
 
 
+_REFERENCE_FIELDS = ("inputs_path", "outputs_path", "label", "iterations", "tensors", "missing", "seconds", "nbytes",
+                     "deployed_path", "marking", "marking_matters")
+
+
 def _reference_in_child(model: str, opts: CompareOptions, notes) -> Reference:
+    """The reference computed in a child (a device's context never opens in this process): its
+    :class:`Reference` comes back typed through the child's pipe, an error it raises is raised here."""
     folder = tempfile.mkdtemp(prefix="toolkit-compare-")
-    result = os.path.join(folder, "reference.json")
-    sys.stdout.flush()
-    sys.stderr.flush()
-    pid = fork()
-    if pid == 0:  # pragma: no cover - the child
-        code = 1
-        try:
-            data = os.path.join(folder, "data")
-            os.makedirs(data)
-            ref = _compute(model, opts, notes, folder=data, in_memory=False)
-            info = {k: getattr(ref, k) for k in ("inputs_path", "outputs_path", "label", "iterations", "tensors",
-                                                  "missing", "seconds", "nbytes", "deployed_path", "marking",
-                                                  "marking_matters")}
-            code = 0
-        except ToolkitError as exc:
-            info, code = {"error": exc.message, "exit_code": int(exc.exit_code)}, 3
-        except BaseException as exc:  # noqa: BLE001 - reported by the parent
-            info = {"error": f"the reference run failed: {type(exc).__name__}: {exc}", "exit_code": 1}
-        with open(result, "w", encoding="utf-8") as fh:
-            json.dump(info, fh)
-        os._exit(code)
-    _, status = os.waitpid(pid, 0)
     try:
-        with open(result, encoding="utf-8") as fh:
-            info = json.load(fh)
-    except (OSError, ValueError):
+        outcome = run_in_child(_reference_work, model, opts, notes, os.path.join(folder, "data"))
+    except BaseException:
         shutil.rmtree(folder, ignore_errors=True)
-        raise ToolkitError(f"the reference run died (wait status {status})", 1) from None
-    if "error" in info:
+        raise
+    if outcome.crashed:
         shutil.rmtree(folder, ignore_errors=True)
-        raise ToolkitError(info["error"], info["exit_code"])
-    return Reference(folder, **info)
+        raise ToolkitError(f"the reference run died ({outcome.signal_name})", 1)
+    return Reference(folder, **{k: getattr(outcome.value, k) for k in _REFERENCE_FIELDS})
+
+
+def _reference_work(_phase, model: str, opts: CompareOptions, notes, data: str) -> Reference:  # pragma: no cover - child
+    os.makedirs(data)
+    return _compute(model, opts, notes, folder=data, in_memory=False)
 
 
 def _compute(
@@ -448,8 +436,11 @@ class CompareRunner(WarmRunner):
         env=None,
         primary: Optional["CompareRunner"] = None,
     ):
-        # (no command tree to build: the child calls ``entry`` directly, not the CLI's parser)
-        super().__init__(["run", artifact], timeout, entry=WorkerEntry(main=self._child_main), env=env)
+        # (no command tree to build: the child calls ``entry`` directly, not the CLI's parser); its
+        # comparisons come back typed (Findings), never read back from what it prints
+        self.findings = Findings()
+        super().__init__(["run", artifact], timeout, entry=WorkerEntry(self._child_main, result=lambda: self.findings),
+                         env=env)
         self.worker = worker
         self.primary = primary  # a sibling for --jobs shares the primary's reference
         self.model = model
@@ -567,17 +558,19 @@ class CompareRunner(WarmRunner):
         return run_in_process(self.entry, self.argv0, self.args)
 
     def _child_main(self, args) -> int:  # pragma: no cover - runs in the forked child
+        self.findings.clear()
+        run = functools.partial(self.run_entry, on_report=self.findings.add)
         if self.options is not None:
-            return self.run_entry(self.options)
+            return run(self.options)
         ref, fp32 = self.prepared_ref, self.fp32_nodes
         if self.full_model:  # the verdict: as deployed, only the model's outputs, nothing marked
-            code = self.run_entry(deployed_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
+            code = run(deployed_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
             if code != 0 or self.opts.tensors != "all":
                 return code
             # --compare-tensors all: the outputs pass as deployed; the tensors inside may still differ
         elif self.per_subgraph:
-            return self.run_entry(per_subgraph_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
-        return self.run_entry(run_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
+            return run(per_subgraph_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
+        return run(run_options(self.artifact, self.opts, ref, fp32_nodes=fp32))
 
     def run_with(self, options, tick=None):
         """One run of ``options`` (a :class:`~toolkit.run.options.RunOptions`) in the warm worker."""
@@ -692,18 +685,11 @@ def rel_l2(a, b) -> Optional[float]:
 # ---------------------------------------------------------------------- evidence for --all-faults
 
 
-def _report_of(runner: CompareRunner, options) -> Optional[dict]:
-    runner.run_with(options)
-    try:
-        with open(options.save_report, encoding="utf-8") as fh:
-            comps = json.load(fh).get("comparisons") or []
-    except (OSError, ValueError):
-        return None
-    return comps[0] if comps else None
-
-
-def _num(value) -> float:
-    return float(value) if value is not None else 0.0
+def _report_of(runner: CompareRunner, options) -> Optional[list]:
+    """The tensors (``TensorError``) of the first diagnosis of a run of ``options`` (its
+    ``save_report`` has it gather every tensor's error), typed from the check; None without one."""
+    found = runner.run_with(options).findings
+    return found.tensors if found is not None else None
 
 
 def describe_faults(runner: CompareRunner, reducer, faults) -> None:
@@ -721,16 +707,16 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
         art = os.path.join(folder, f"fault_{f.number}.onnx")
         reducer.index.write(cand, art)
         own = _report_of(runner, run_options(art, runner.opts, runner.prepared_ref, save_report=art + ".json"))
-        if own and own.get("tensors"):
-            worst = max(own["tensors"], key=lambda t: _num(t["tol_ratio"]))
-            f.evidence.update(max_abs=_num(worst["max_abs"]), tol_ratio=_num(worst["tol_ratio"]), tensor=worst["name"])
-            f.evidence["own_error"] = max(_num(t.get("rel_l2")) for t in own["tensors"])
+        if own:
+            worst = max(own, key=lambda t: t.tol_ratio)
+            f.evidence.update(max_abs=worst.max_abs, tol_ratio=worst.tol_ratio, tensor=worst.name)
+            f.evidence["own_error"] = max(t.rel_l2 for t in own)
         ctx_art = os.path.join(folder, f"context_{f.number}.onnx")
         reducer.index.write(reducer.candidate(f.context), ctx_art)
         ctx = _report_of(runner, run_options(ctx_art, runner.opts, runner.prepared_ref, mark=True,
                                              save_report=ctx_art + ".json"))
-        if ctx:
-            errs = {t["name"]: _num(t["rel_l2"]) for t in ctx.get("tensors", [])}
+        if ctx is not None:
+            errs = {t.name: t.rel_l2 for t in ctx}
             out_err = max((errs.get(t, 0.0) for t in cand.outputs), default=0.0)
             in_err = max((errs.get(t, 0.0) for t in cand.inputs), default=0.0)
             f.evidence.update(
@@ -749,9 +735,9 @@ def rest_is_noise(runner: CompareRunner, reducer, allowed: int) -> Optional[dict
     art = os.path.join(runner.prepared_ref.folder, "rest.onnx")
     reducer.index.write(reducer.candidate(allowed), art)
     rep = _report_of(runner, run_options(art, runner.opts, runner.prepared_ref, mark=True, save_report=art + ".json"))
-    if not rep or not rep.get("tensors"):
+    if not rep:
         return None
-    errors = {t["name"]: _num(t["rel_l2"]) for t in rep["tensors"]}
+    errors = {t.name: t.rel_l2 for t in rep}
     amp = max((a for i, a, _e in rank(reducer.index, errors, floor) if (allowed >> i) & 1), default=1.0)
     err = max(errors.values())
     depth = popcount(allowed)

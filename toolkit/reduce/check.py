@@ -35,9 +35,11 @@ from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Pattern, Sequence, Tuple
 
 import toolkit
-from toolkit.core.errors import ExitCode, UsageError
-from toolkit.core.process.supervise import fork
+from toolkit.core.contain import optional
+from toolkit.core.errors import ExitCode, ToolkitError, UsageError
+from toolkit.core.process.supervise import fork, read_frames, send_frame
 from toolkit.reduce.capture import Stream, found_patterns
+from toolkit.reduce.evidence import Findings
 from toolkit.reduce.verdict import CheckResult
 
 WARM_ENV = "TOOLKIT_NO_WARM_WORKER"
@@ -56,11 +58,15 @@ class WorkerEntry:
     """How a forked warm worker runs ``toolkit ARGS``, given by the CLI.
 
     ``main(args) -> exit code`` runs one command in the child (fresh stdio already in place);
-    ``prepare(args)`` warms the parent up once (e.g. builds the command tree the check uses).
+    ``prepare(args)`` warms the parent up once (e.g. builds the command tree the check uses);
+    ``result()``, where given, is what the check found, typed (the built-in comparison's
+    :class:`~toolkit.reduce.evidence.Findings`), called after ``main`` and handed back through a
+    pipe of its own (:func:`toolkit.core.process.supervise.send_frame`): ``CheckResult.findings``.
     """
 
     main: Callable[[List[str]], int]
     prepare: Callable[[List[str]], None] = _nothing
+    result: Optional[Callable[[], Optional[Findings]]] = None
 
 
 # ---------------------------------------------------------------------- collecting output
@@ -68,17 +74,18 @@ class WorkerEntry:
 
 def _collect(
     fds: List[int], deadline: Optional[float], tick: Optional[Callable[[], None]], exited: Callable[[], bool],
-    patterns: Sequence[Pattern] = (),
+    patterns: Sequence[Pattern] = (), typed: Optional[Tuple[int, bytearray]] = None,
 ):
     """Read ``fds`` (stdout, stderr) to EOF into bounded :class:`~toolkit.reduce.capture.Stream`
     objects that search ``patterns`` as the output comes. Returns (streams, timed_out).
+    ``typed``: (fd, buffer) of the pipe a typed result comes through, read whole into the buffer.
 
     Stops at ``deadline``. If the process has exited but something it started still
     holds the pipes, stops reading one second later (the caller then kills its group).
     """
     bufs: Dict[int, Stream] = {fd: Stream(patterns) for fd in fds}
     sel = selectors.DefaultSelector()
-    for fd in fds:
+    for fd in fds + ([typed[0]] if typed is not None else []):
         sel.register(fd, selectors.EVENT_READ)
     exit_seen_at = None
     timed_out: Optional[bool] = False
@@ -96,7 +103,9 @@ def _collect(
                     data = os.read(key.fd, 1 << 16)
                 except OSError:
                     data = b""
-                if data:
+                if data and typed is not None and key.fd == typed[0]:
+                    typed[1].extend(data)
+                elif data:
                     bufs[key.fd].add(data)
                 else:
                     sel.unregister(key.fd)
@@ -426,13 +435,10 @@ class WarmRunner:
                 # (they import tensorrt/onnxruntime lazily, inside functions: no device context here)
                 try:
                     importlib.import_module(info.name)
-                except Exception:  # noqa: BLE001 - optional extras may be missing
+                except ImportError:  # optional extras may be missing
                     pass
         _ = toolkit
-        try:
-            self.entry.prepare(list(self.args))
-        except Exception:  # noqa: BLE001 - only a warm-up
-            pass
+        self.entry.prepare(list(self.args))  # (the check builds the same command tree: a failure is toolkit's)
 
         for path in data_files_in(self.args):
             if loading is not None:
@@ -444,7 +450,7 @@ class WarmRunner:
 
             try:
                 load_data(path)  # cached by path/size/mtime; children inherit it
-            except Exception:  # noqa: BLE001 - the check itself reports bad files
+            except (ToolkitError, OSError):  # the check itself reports bad files
                 pass
         _warm_onnx()
         # What exists now lives as long as we do: keep the collector off it, so that
@@ -453,8 +459,9 @@ class WarmRunner:
         gc.collect()
         gc.freeze()
 
-    def _fork(self) -> Tuple[int, int, int]:
-        """Start the check in a forked child: (pid, read end of its stdout, of its stderr)."""
+    def _fork(self) -> Tuple[int, int, int, Optional[int]]:
+        """Start the check in a forked child: (pid, read end of its stdout, of its stderr, of the
+        pipe its typed result comes through: None unless the entry gives one)."""
         for stream in (sys.stdout, sys.stderr):
             try:
                 stream.flush()
@@ -464,39 +471,40 @@ class WarmRunner:
         with _FORK_LOCK:
             r_out, w_out = os.pipe()
             r_err, w_err = os.pipe()
+            r_res, w_res = os.pipe() if self.entry.result is not None else (None, None)
             try:
                 pid = fork()  # (the child dies with this process; no signal is lost meanwhile)
             except BaseException:
-                for fd in (r_out, w_out, r_err, w_err):
-                    os.close(fd)
+                _close(r_out, w_out, r_err, w_err, r_res, w_res)
                 raise
             if pid == 0:  # pragma: no cover - runs in the child
                 code = 1
                 _fresh_fork_lock()  # ours is held (copied locked): a check that forks needs its own
                 try:
-                    os.close(r_out)
-                    os.close(r_err)
+                    _close(r_out, r_err, r_res)
                     os.environ.update(self.env or {}, **{CHECK_TAG_ENV: str(parent)})
                     code = _child(self.entry, self.argv0, self.args, w_out, w_err)
+                    if w_res is not None:
+                        _send_result(self.entry, w_res)
                 finally:
                     os._exit(code)
-            os.close(w_out)
-            os.close(w_err)
-        return pid, r_out, r_err
+            _close(w_out, w_err, w_res)
+        return pid, r_out, r_err, r_res
 
     def run(self, tick: Optional[Callable[[], None]] = None) -> CheckResult:
         self.prepare()
         start = time.monotonic()
-        pid, r_out, r_err = self._fork()
+        pid, r_out, r_err, r_res = self._fork()
         self.active_pid = pid
         deadline = start + self.timeout if self.timeout else None
         status_box: List[int] = []
+        typed = (r_res, bytearray()) if r_res is not None else None
 
         def exited() -> bool:
             return bool(status_box) or poll_status(pid, status_box)
 
         try:
-            streams, timed_out = _collect([r_out, r_err], deadline, tick, exited, self.patterns)
+            streams, timed_out = _collect([r_out, r_err], deadline, tick, exited, self.patterns, typed)
             if timed_out is not False:  # timed out, or stragglers of an exited check
                 _kill_group(pid)
                 timed_out = bool(timed_out)
@@ -516,13 +524,13 @@ class WarmRunner:
             raise
         finally:
             self.active_pid = None
-            os.close(r_out)
-            os.close(r_err)
+            _close(r_out, r_err, r_res)
         seconds = time.monotonic() - start
         if timed_out:
             return _result(streams, self.patterns, code=None, timed_out=True, seconds=seconds)
         code, sig = _decode_status(status_box[0])
-        return _result(streams, self.patterns, code=code, signal=sig, seconds=seconds)
+        findings = _typed_result(typed[1]) if typed is not None else None
+        return _result(streams, self.patterns, code=code, signal=sig, seconds=seconds, findings=findings)
 
     def cancel(self) -> None:
         """Kill the running check and what it started (from another thread)."""
@@ -534,19 +542,35 @@ class WarmRunner:
 
 def _warm_onnx() -> None:
     """Initialise onnx's operator schema registry once (its first shape inference is slow)."""
-    try:
-        import onnx
-        from onnx import TensorProto, helper
+    import onnx
+    from onnx import TensorProto, helper
 
-        x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
-        y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
-        graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "warm", [x], [y])
-        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-        model.ir_version = 7
-        onnx.shape_inference.infer_shapes(model, data_prop=True)
-        onnx.checker.check_model(model)
-    except Exception:  # noqa: BLE001 - only a warm-up
-        pass
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "warm", [x], [y])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 7
+    optional(onnx.shape_inference.infer_shapes, model, data_prop=True)  # (only a warm-up)
+    optional(onnx.checker.check_model, model)
+
+
+def _close(*fds: Optional[int]) -> None:
+    for fd in fds:
+        if fd is not None:
+            os.close(fd)
+
+
+def _send_result(entry: WorkerEntry, fd: int) -> None:  # pragma: no cover - child only
+    """In the check's child, after ``entry.main``: its typed result, one frame through ``fd``."""
+    assert entry.result is not None
+    with os.fdopen(fd, "wb") as pipe:
+        send_frame(pipe, ("value", entry.result()))
+
+
+def _typed_result(data: bytearray) -> Optional[Findings]:
+    """The typed result a check's child sent (None when it ended before sending it)."""
+    values = [payload for kind, payload in read_frames(bytes(data)) if kind == "value"]
+    return values[-1] if values else None
 
 
 def _exit_code(entry: WorkerEntry, args: List[str], crashes) -> int:
@@ -618,7 +642,7 @@ def run_in_process(entry: WorkerEntry, argv0: str, args: List[str]) -> CheckResu
         sys.stdout, sys.stderr, sys.argv = saved
     return CheckResult(
         code & 0xFF, out.getvalue().encode("utf-8"), err.getvalue().encode("utf-8", "backslashreplace"),
-        seconds=time.monotonic() - start,
+        seconds=time.monotonic() - start, findings=entry.result() if entry.result is not None else None,
     )
 
 

@@ -33,6 +33,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from toolkit.core.contain import optional
 from toolkit.core.errors import DependencyError, InferenceError, ToolkitError, UsageError
 from toolkit.core.graph.graphs import external_data_locations
 from toolkit.core.install import import_extra
@@ -447,10 +448,7 @@ class RayRunner:
         if self._cancelled_at is None:
             self._cancelled_at = now
         force = force or now - self._cancelled_at > CANCEL_GRACE
-        try:
-            self.cluster.ray.cancel(ref, force=force)
-        except Exception:  # noqa: BLE001 - already finished, or its node is gone
-            pass
+        optional(self.cluster.ray.cancel, ref, force=force)  # (it fails when the task ended, or its node is gone)
 
     def _wait_cancelled(self) -> None:
         if self.ref is not None:
@@ -466,10 +464,7 @@ def cancel_and_wait(ray, ref, since: Optional[float] = None) -> None:
     since = since if since is not None else time.monotonic()
     limit = time.monotonic() + 2 * CANCEL_GRACE + 5
     while time.monotonic() < limit:
-        try:
-            ray.cancel(ref, force=time.monotonic() - since > CANCEL_GRACE)
-        except Exception:  # noqa: BLE001 - already finished, or its node is gone
-            pass
+        optional(ray.cancel, ref, force=time.monotonic() - since > CANCEL_GRACE)  # (the task ended, or its node is gone)
         if ray.wait([ref], timeout=0.2)[0]:
             return
 

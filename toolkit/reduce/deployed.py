@@ -16,6 +16,7 @@ from typing import Dict, Mapping, Sequence
 
 import numpy as np
 
+from toolkit.core.errors import ToolkitError
 from toolkit.run.feeds import infer_explained
 from toolkit.run.options import RunOptions
 from toolkit.run.registry import mark_all_outputs
@@ -101,7 +102,7 @@ class DeployedRun:
         child, self.child = self.child, None
         try:
             its = child.wait().value if child is not None else None
-        except Exception:  # noqa: BLE001 - computed here instead
+        except ToolkitError:  # (the run failed in the child: InferenceError...) computed here instead
             return None
         if not isinstance(its, list) or len(its) != len(golden):
             return None

@@ -4,11 +4,12 @@ An :class:`Evidence` is a list of per-tensor errors (:class:`TensorEvidence`): t
 absolute and relative error, the tolerance each would need to pass, and the tolerance it
 was held to. It comes from
 
-- the output of a ``toolkit run`` check that compared outputs (:func:`from_check_output`
-  reads its per-tensor ``PASSED``/``FAILED | name | max abs ... | would pass with atol A
-  or rtol R (stat) | tolerance atol a, rtol r`` lines), or
-- any comparison object with the same attribute names (:meth:`TensorEvidence.of`), so a
-  built-in comparison produces the same evidence without printing it.
+- the built-in comparison (``debug reduce --compare``), typed: the check's child keeps its
+  comparisons (:class:`Findings`, each row :meth:`TensorEvidence.of` an output's comparison) and
+  hands them back through a pipe (``CheckResult.evidence``), or
+- the output of a ``--check`` command of the user's, which has only text (:func:`from_check_output`
+  reads the per-tensor ``PASSED``/``FAILED | name | max abs ... | would pass with atol A
+  or rtol R (stat) | tolerance atol a, rtol r`` lines a ``toolkit run`` check prints).
 
 :func:`noise_warning` says when a reduced model's failure looks like float rounding
 (ONNX-Runtime's different fusions on a small subgraph) rather than the fault.
@@ -21,10 +22,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
 
+from toolkit.core.compare.judged import JudgedTensor
 from toolkit.core.compare.noise import NEAR_TOLERANCE, STORAGE_FLOOR, evidence_is_rounding, passing_tolerance
 from toolkit.core.shared_options import ATOL_FLAG, RTOL_FLAG
+
+if TYPE_CHECKING:
+    from toolkit.core.compare.arrays import OutputComparison
 
 _NUM = r"([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|inf|nan)"
 _ROW = re.compile(
@@ -40,32 +45,19 @@ FAR_SMALLER = 100.0
 
 
 @dataclass
-class TensorEvidence:
-    name: str
-    passed: bool
-    max_abs: float
-    max_rel: float
+class TensorEvidence(JudgedTensor):
+    """One tensor of the evidence: a judged tensor, and the tolerances that would pass it."""
+
     needed_atol: float  # passes with this atol (at the rtol given) ...
     needed_rtol: float  # ... or with this rtol (at the atol given)
-    atol: float
-    rtol: float
-    stat: str = "elemwise"
 
     @classmethod
-    def of(cls, comparison) -> "TensorEvidence":
-        """From a comparison result with ``name, passed, max_abs, max_rel, required_atol,
-        required_rtol, atol, rtol`` (and optionally ``stat``) attributes."""
-        c = comparison
+    def of(cls, c: "OutputComparison") -> "TensorEvidence":
+        """The evidence of one output's comparison."""
         return cls(
-            str(c.name),
-            bool(c.passed),
-            float(c.max_abs),
-            float(c.max_rel),
-            float(c.required_atol),
-            float(c.required_rtol),
-            float(c.atol),
-            float(c.rtol),
-            str(getattr(c, "stat", "elemwise")),
+            name=str(c.name), passed=bool(c.passed), max_abs=float(c.max_abs), max_rel=float(c.max_rel),
+            atol=float(c.atol), rtol=float(c.rtol), stat=str(c.stat),
+            needed_atol=_number(c.required_atol), needed_rtol=_number(c.required_rtol),
         )
 
 
@@ -111,6 +103,40 @@ class Evidence:
         }
 
 
+class Findings:
+    """What a built-in check's runs found, kept as its typed result (never printed and read back):
+    its failing outputs (``rows``: what a quiet ``toolkit run`` prints of its comparisons, each
+    failing output with numbers, once) and the first diagnosis's tensors (``tensors``: the
+    layerwise errors, ``toolkit.run.diagnosis.TensorError``, where the run gathered them: with
+    ``--save-report``, or failing with enough tensors)."""
+
+    def __init__(self) -> None:
+        self.rows: Dict[tuple, TensorEvidence] = {}
+        self.tensors: Optional[list] = None  # None: no diagnosis
+
+    def clear(self) -> None:
+        self.rows, self.tensors = {}, None
+
+    def add(self, report) -> None:
+        """The comparisons of one run (a ``toolkit.run`` report)."""
+        for pair in report.comparisons:
+            for it in pair.iterations:
+                for o in it.outputs:
+                    if not o.passed and not o.message:
+                        row = TensorEvidence.of(o)
+                        self.rows.setdefault((row.name, row.max_abs), row)
+        diagnosed = [d for d in report.diagnoses if d is not None]
+        if diagnosed:
+            self.tensors = list(diagnosed[0].tensors)
+
+    def evidence(self) -> Optional[Evidence]:
+        return Evidence(list(self.rows.values()), source="built-in comparison") if self.rows else None
+
+
+def _number(value: Optional[float]) -> float:
+    return float(value) if value is not None else math.nan
+
+
 def _finite(d: dict) -> dict:
     """Infinite or NaN numbers (a relative error against a reference 0) as null: strict JSON."""
 
@@ -129,18 +155,19 @@ def from_check_output(text: str) -> Optional[Evidence]:
         seen.add(key)
         rows.append(
             TensorEvidence(
-                name.strip(),
-                verdict == "PASSED",
-                float(max_abs),
-                float(max_rel),
-                float(n_atol),
-                float(n_rtol),
-                float(atol),
-                float(rtol),
-                stat,
+                name=name.strip(), passed=verdict == "PASSED", max_abs=float(max_abs), max_rel=float(max_rel),
+                atol=float(atol), rtol=float(rtol), stat=stat, needed_atol=float(n_atol), needed_rtol=float(n_rtol),
             )
         )
     return Evidence(rows) if rows else None
+
+
+def evidence_of(res, built_in: bool) -> Optional[Evidence]:
+    """How badly a check (its ``CheckResult``) failed: the built-in comparison's own, typed (None
+    where it compared nothing); a check command's, read from the rows it printed."""
+    if built_in or res.findings is not None:
+        return res.evidence
+    return from_check_output(f"{res.stdout_text}\n{res.stderr_text}")
 
 
 def noise_warning(

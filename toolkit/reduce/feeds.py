@@ -70,7 +70,7 @@ def _as_declared(out: dict, ins) -> dict:
         if m.dtype:
             try:
                 want = dtype_to_numpy(m.dtype)
-            except (ToolkitError, TypeError, ValueError):  # not a plain tensor type
+            except ToolkitError:  # not a plain tensor type
                 continue
             if getattr(out[m.name], "dtype", want) != want:
                 out[m.name] = out[m.name].astype(want)

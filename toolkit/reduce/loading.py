@@ -10,7 +10,7 @@ import tempfile
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from toolkit.core.io.datafiles import load_inputs
-from toolkit.core.errors import InputError, ToolkitError
+from toolkit.core.errors import InputError
 from toolkit.core.graph.graphs import has_external_data
 from toolkit.core.meta import TensorMeta, dtype_from_numpy, format_shape
 from toolkit.core.io.model import (
@@ -160,12 +160,8 @@ def data_tensor_metas(paths: Sequence[str]) -> Dict[str, "object"]:
             continue
         for name in feeds[0]:
             shape, dtype = _shape_and_dtype(feeds[0], name)
-            if dtype is None:
-                continue
-            try:
-                found[name] = TensorMeta(name, tuple(int(d) for d in shape), dtype_from_numpy(dtype))
-            except (ToolkitError, KeyError, TypeError, ValueError):  # a dtype toolkit cannot name: nothing to say
-                continue
+            if dtype is not None:  # (a data file's arrays: numpy dtypes, each has a name)
+                found[name] = TensorMeta(name, shape, dtype_from_numpy(dtype))
     return found
 
 

@@ -23,6 +23,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
+from toolkit.core.contain import carried
+
 WORKER_ENV = "TOOLKIT_WORKER"
 DEVICES_ENV = "CUDA_VISIBLE_DEVICES"
 
@@ -92,14 +94,17 @@ def run_all(
     finished = [False] * len(workers)
     moot: set = set()  # checks cancelled because the round's answer was known
 
+    def check(k: int):
+        res = workers[k].runner.run(tick=None)
+        if decisive is not None and k not in moot and decisive(k, res):
+            with lock:
+                moot.update(j for j in range(len(workers)) if not finished[j] and j != k)
+        return res
+
     def one(k: int) -> None:
         try:
-            results[k] = workers[k].runner.run(tick=None)
-            if decisive is not None and k not in moot and decisive(k, results[k]):
-                with lock:
-                    moot.update(j for j in range(len(workers)) if not finished[j] and j != k)
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-            errors[k] = exc
+            got = carried(check, k)  # (its exception: raised by the main thread)
+            results[k], errors[k] = got.value, got.error
         finally:
             with lock:
                 finished[k] = True

@@ -74,7 +74,7 @@ class RawPieces:
                     sparse.append(piece)
                 else:
                     other.append((num, piece))
-        except (ValueError, IndexError):
+        except ValueError:  # not a protobuf message (truncated, or a wire type protobuf no longer uses)
             return None
         return cls(data, header, other, nodes, inits, sparse)
 
@@ -90,14 +90,14 @@ class RawPieces:
                 hdr = header_len(piece)
                 fields = scan_fields(piece, hdr, len(piece))
                 for num, s, p, e in fields:
-                    if num == self._DATA_LOCATION and piece[p] == 1:
+                    if num == self._DATA_LOCATION and p < e and piece[p] == 1:
                         self.external = True
                 if len(piece) <= self.STUB_BYTES:
                     parts.append(piece)
                     continue
                 kept = b"".join(bytes(piece[s:e]) for num, s, _, e in fields if num not in self._DATA_FIELDS)
                 parts.append(encode_field(f["initializer"], kept))
-        except (ValueError, IndexError):
+        except ValueError:  # not a protobuf message (truncated, or a wire type protobuf no longer uses)
             return None
         parts.extend(self.sparse)
         length = sum(len(p) for p in parts)

@@ -22,31 +22,40 @@ import time
 import uuid
 from typing import Any, Callable, Dict, List, Optional
 
+from toolkit.core.contain import optional
 from toolkit.core.files.clone import clone_file
 from toolkit.core.files.create import open_new, private_folder
 from toolkit.reduce.check import make_runner
 from toolkit.reduce.parallel import worker_argv
 
 
+def _ray_call(path: str, default: Any) -> Any:
+    """``ray.<path>()`` (a dotted path of attributes), or ``default`` where this Ray has no such
+    call (a private one: it moves between versions) or the call fails: only a note depends on it."""
+    import ray
+
+    obj: Any = ray
+    for name in path.split("."):
+        obj = getattr(obj, name, None)
+        if obj is None:
+            return default
+    return optional(obj, default=default)
+
+
 def attempt_number() -> int:
     """The attempt this task is (0: the first; more: Ray retried it)."""
-    try:
-        import ray
-
-        worker: Any = ray._private.worker.global_worker
-        return int(worker.core_worker.get_current_task_attempt_number())
-    except Exception:  # noqa: BLE001 - a Ray without it: no retry noted
-        return 0
+    return int(_ray_call("_private.worker.global_worker.core_worker.get_current_task_attempt_number", 0))
 
 
 def node_name() -> str:
     """This node, for a message."""
-    try:
-        import ray
-
-        return ray.util.get_node_ip_address() + " (node " + ray.get_runtime_context().get_node_id()[:8] + ")"
-    except Exception:  # noqa: BLE001 - only a name for a message: a Ray without these calls says no more
-        return "another node"
+    context = _ray_call("get_runtime_context", None)
+    get_id = getattr(context, "get_node_id", None)
+    node = optional(get_id) if get_id is not None else None
+    ip = _ray_call("util.get_node_ip_address", None)
+    if not isinstance(ip, str) or not isinstance(node, str):
+        return "another node"  # (a Ray without these calls says no more)
+    return f"{ip} (node {node[:8]})"
 
 
 def call_task(fn: Callable, *args) -> tuple:

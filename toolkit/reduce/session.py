@@ -42,7 +42,7 @@ from toolkit.reduce.config import (  # noqa: F401  (re-exported: the session's p
     Outcome,
     ReduceConfig,
 )
-from toolkit.reduce.evidence import Evidence, from_check_output, noise_warning
+from toolkit.reduce.evidence import Evidence, evidence_of, noise_warning
 from toolkit.reduce.graph import BIG_MODEL_BYTES, Candidate, GraphIndex, MetaProvider, body_node_count, write_chunks
 from toolkit.search.masks import mask_indices, popcount, span_words
 from toolkit.reduce.feeds import feed_maker, fold_values_maker
@@ -379,7 +379,8 @@ class Reducer(Artifacts):
         full = mask == self.index.full_mask
         kind = self.cfg.rule.classify(res, self.toolkit_check, self.cfg.iter_artifact)
         reason = self.cfg.rule.reason(res)
-        rows = from_check_output(f"{res.stdout_text}\n{res.stderr_text}") if full or kind in (FAIL, TIMEOUT) else None
+        built_in = getattr(self.runner, "findings", None) is not None
+        rows = evidence_of(res, built_in) if full or kind in (FAIL, TIMEOUT) else None
         other = self._other_failure(kind, rows, res, full)  # (a different failure: not the one reduced)
         if full and kind in (FAIL, TIMEOUT):
             self._fix_signature(res, rows)
@@ -573,12 +574,9 @@ class Reducer(Artifacts):
             min_good=cfg.min_good, iter_artifact=cfg.iter_artifact,
         )
         self.reporter.start(self)
-        prepare = getattr(self.runner, "prepare", None)
+        prepare = getattr(self.runner, "prepare", None)  # (every check runner's takes ``loading``)
         if prepare is not None:
-            try:
-                prepare(loading=self.reporter.loading)
-            except TypeError:
-                prepare()
+            prepare(loading=self.reporter.loading)
         return outcome
 
     def _search_from_full(self, outcome: Outcome) -> Optional[int]:

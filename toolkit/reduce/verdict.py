@@ -11,10 +11,13 @@ import os
 import re
 import sys
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from toolkit.core.errors import UsageError
 from toolkit.core.process.supervise import signal_name
+
+if TYPE_CHECKING:
+    from toolkit.reduce.evidence import Evidence, Findings
 
 PASS = "pass"
 FAIL = "fail"
@@ -45,6 +48,14 @@ class CheckResult:
     seconds: float = 0.0
     lost: str = ""  # why it never ran to an end (its machine was lost): a broken check, never a failure
     found: Optional[frozenset] = None  # --fail-regex patterns seen in the whole output as it streamed
+    # what a built-in check (debug reduce --compare) found, typed; None for a command's output
+    # (toolkit.reduce.evidence.from_check_output reads that one's printed rows)
+    findings: Optional["Findings"] = None
+
+    @property
+    def evidence(self) -> Optional["Evidence"]:
+        """The built-in check's comparison (None for a command, or where it compared nothing)."""
+        return self.findings.evidence() if self.findings is not None else None
 
     @property
     def stdout_text(self) -> str:

@@ -36,6 +36,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from toolkit.core.compare.arrays import error_arrays
+from toolkit.core.compare.judged import JudgedTensor
 
 # the one noise model (docs/noise.md); re-exported here for the diagnosis' callers
 from toolkit.core.compare.noise import (  # noqa: E402,F401
@@ -133,18 +134,11 @@ def _set_depths(infos: List[NodeInfo], producer: Dict[str, int]) -> None:
 
 
 @dataclass
-class TensorError:
+class TensorError(JudgedTensor):
     """The worst error of one tensor over the iterations compared."""
 
-    name: str
-    passed: bool
-    max_abs: float
-    max_rel: float
     rel_l2: float
     tol_ratio: float
-    atol: float
-    rtol: float
-    stat: str
     message: str = ""
     position: Optional[int] = None  # index in topological tensor order
     depth: Optional[int] = None
@@ -163,7 +157,8 @@ def tensor_error(name: str, a, b, comparison) -> TensorError:
     """Error measures of ``a`` against the reference ``b``, judged as ``comparison`` was."""
 
     c = comparison
-    err = TensorError(name, c.passed, c.max_abs, c.max_rel, 0.0, 0.0, c.atol, c.rtol, c.stat, c.message)
+    err = TensorError(name=name, passed=c.passed, max_abs=c.max_abs, max_rel=c.max_rel, atol=c.atol, rtol=c.rtol,
+                      stat=c.stat, rel_l2=0.0, tol_ratio=0.0, message=c.message)
     a = np.asarray(a)
     b = np.asarray(b)
     if c.message or a.dtype.kind in "OUS" or b.dtype.kind in "OUS":

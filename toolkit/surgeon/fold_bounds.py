@@ -25,7 +25,7 @@ from typing import Any, List, Optional, Tuple
 import numpy as np
 
 from toolkit.core import limits
-from toolkit.surgeon.fold_noops import bodies
+from toolkit.surgeon.fold_noops import bodies, numpy_dtype
 from toolkit.surgeon.plumbing import all_nodes, count_nodes
 
 GROWING = ("Range", "ConstantOfShape", "Tile", "Expand", "Loop", "Scan")
@@ -130,24 +130,29 @@ def _computed_count(gs, node) -> Optional[int]:
     return None
 
 
-def _values(gs, tensor) -> Optional[List[int]]:
-    if not isinstance(tensor, gs.Constant):
+def _numbers(gs, tensor) -> Optional[np.ndarray]:
+    """The flat values of a constant of numbers (bool, int, float); None for anything else."""
+    if tensor is None or not isinstance(tensor, gs.Constant):
         return None
+    values = np.asarray(tensor.values).reshape(-1)
+    return values if values.dtype.kind in "biuf" else None
+
+
+def _values(gs, tensor) -> Optional[List[int]]:
+    values = _numbers(gs, tensor)
     try:
-        return [int(v) for v in np.asarray(tensor.values).reshape(-1)]
-    except (TypeError, ValueError, OverflowError):
+        return [int(v) for v in values] if values is not None else None
+    except (ValueError, OverflowError):  # NaN, infinity
         return None
 
 
 def _scalar(gs, tensor, kind=int):
-    if tensor is None or not isinstance(tensor, gs.Constant):
-        return None
-    values = np.asarray(tensor.values).reshape(-1)
-    if values.size != 1:
+    values = _numbers(gs, tensor)
+    if values is None or values.size != 1:
         return None
     try:
         return kind(values[0])
-    except (TypeError, ValueError, OverflowError):
+    except (ValueError, OverflowError):  # NaN, infinity
         return None
 
 
@@ -173,11 +178,8 @@ def _count_of(dims) -> Optional[int]:
 
 
 def _itemsize(tensor) -> int:
-    dtype = getattr(tensor, "dtype", None)
-    try:
-        return max(np.dtype(dtype).itemsize, 1) if dtype is not None else 8
-    except TypeError:
-        return 8
+    dtype = numpy_dtype(tensor)
+    return max(dtype.itemsize, 1) if dtype is not None else 8
 
 
 def note_kept(gs, kept: List[Tuple[Any, str]], log) -> None:

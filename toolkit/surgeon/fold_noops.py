@@ -17,6 +17,7 @@ import numpy as np
 import onnx
 from onnx import helper
 
+from toolkit.core.errors import reraise_bug
 from toolkit.core.graph.graphs import fresh_name
 
 # Slice ends at or beyond this cover the whole axis whatever its size (exporters write INT_MAX/INT64_MAX).
@@ -59,23 +60,24 @@ def noop_source(gs, node, graph_outputs) -> Optional[Any]:
     return None
 
 
-def _np_dtype(tensor):
-    dtype = tensor.dtype
-    if dtype is None:
-        return None
-    try:
+def numpy_dtype(tensor) -> Optional[np.dtype]:
+    """The numpy dtype of an onnx-graphsurgeon tensor; None where it has none (unknown, or the
+    ONNX type number, an int, that onnx-graphsurgeon keeps for a type numpy has no name for)."""
+    dtype = getattr(tensor, "dtype", None)
+    if isinstance(dtype, type) and issubclass(dtype, np.generic):
         return np.dtype(dtype)
-    except TypeError:
-        return None
+    return dtype if isinstance(dtype, np.dtype) else None
 
 
 def _is_noop_cast(node) -> bool:
-    if len(node.inputs) != 1 or "to" not in node.attrs:
+    to = node.attrs.get("to")
+    if len(node.inputs) != 1 or not isinstance(to, (int, np.integer)):
         return False
-    have = _np_dtype(node.inputs[0])
+    have = numpy_dtype(node.inputs[0])
     try:
-        want = np.dtype(helper.tensor_dtype_to_np_dtype(int(node.attrs["to"])))
-    except (KeyError, TypeError, ValueError):
+        want = np.dtype(helper.tensor_dtype_to_np_dtype(int(to)))
+    except KeyError as exc:  # a type number onnx does not know
+        reraise_bug(exc)
         return False
     return have is not None and have == want
 
@@ -158,7 +160,7 @@ def _neutral_operand_source(gs, node):
         values = const.values
         if values.size == 0 or not np.all(values == neutral):
             continue
-        have = _np_dtype(data)
+        have = numpy_dtype(data)
         if have is None or have != values.dtype:
             continue
         shape = data.shape

@@ -212,9 +212,16 @@ _NOT_MERGED = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifo
                "Dropout"}
 
 
+class _NotMerged(Exception):
+    """A value no key is made for (a graph, a reference, objects): its node is never merged."""
+
+
 def _array_key(values):
     arr = np.ascontiguousarray(values)
-    digest = hashlib.blake2b(memoryview(arr).cast("B"), digest_size=16).hexdigest() if arr.size else ""
+    if arr.dtype.hasobject:  # strings: their bytes are pointers
+        return ("o", str(arr.dtype), arr.shape, repr(arr.tolist()))
+    # (viewed as bytes: bfloat16 and float8 export no buffer format of their own)
+    digest = hashlib.blake2b(memoryview(arr.reshape(-1).view(np.uint8)), digest_size=16).hexdigest() if arr.size else ""
     return ("a", str(arr.dtype), arr.shape, digest)
 
 
@@ -253,7 +260,7 @@ class _NodeKeys:
             return tuple(self.attr(v) for v in value)
         if isinstance(value, (int, float, str, bytes, type(None), np.generic)):
             return (type(value).__name__, repr(value))
-        raise TypeError(type(value).__name__)  # graphs, refs...: not merged
+        raise _NotMerged(type(value).__name__)  # graphs, refs...
 
     def node(self, node):
         """The node's key, or None for a node never merged."""
@@ -262,7 +269,7 @@ class _NodeKeys:
         try:
             return (node.op, tuple(self.tensor(t) for t in node.inputs),
                     tuple(sorted((k, self.attr(v)) for k, v in node.attrs.items())), len(node.outputs))
-        except TypeError:
+        except _NotMerged:
             return None
 
 

@@ -11,6 +11,7 @@ from typing import Callable, Optional, Sequence
 import onnx
 from onnx import ValueInfoProto, helper
 
+from toolkit.core.contain import optional
 from toolkit.core.errors import (
     PYTHON_ERRORS,
     DependencyError,
@@ -55,20 +56,23 @@ def symbolic_shape_inference(model):
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference, get_opset
     except ImportError:
         return None
-    try:
-        with quiet_ort(), contextlib.redirect_stdout(io.StringIO()):
-            copy = light_copy(model)
-            opset = get_opset(copy)
-            if not opset or opset < 7:
-                return None
-            sym = SymbolicShapeInference(2**31 - 1, True, False, 0)
-            sym._preprocess(copy)
-            complete = False
-            while sym.run_:
-                complete = sym._infer_impl()
-            sym._update_output_from_vi()
-    except Exception:  # noqa: BLE001 - pure-Python inference over sympy, failing in any way on ops it does not know: a refinement only
-        return None
+    with quiet_ort(), contextlib.redirect_stdout(io.StringIO()):
+        copy = light_copy(model)
+        opset = get_opset(copy)
+        if not opset or opset < 7:
+            return None
+        # (pure-Python inference over sympy fails in any way on ops it does not know: a refinement only)
+        return optional(_symbolic, SymbolicShapeInference(2**31 - 1, True, False, 0), copy)
+
+
+def _symbolic(sym, model):
+    """ONNX-Runtime's symbolic shape inference loop over ``model``: the model, or None where shapes
+    stay unknown."""
+    sym._preprocess(model)
+    complete = False
+    while sym.run_:
+        complete = sym._infer_impl()
+    sym._update_output_from_vi()
     return sym.out_mp_ if complete else None
 
 

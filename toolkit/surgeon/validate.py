@@ -12,7 +12,8 @@ import onnx
 import onnx.shape_inference
 from onnx import numpy_helper
 
-from toolkit.core.errors import InputError, UsageError, one_line, ort_errors
+from toolkit.core.contain import carried
+from toolkit.core.errors import InputError, UsageError, one_line, ort_errors, reraise_bug
 from toolkit.core.graph.bounds import run_cost_refusal
 from toolkit.core.process.interrupt import interruptible_run
 from toolkit.core.graph.graphs import copy_field, has_external_data, node_subgraphs, tensor_nbytes, walk_graphs
@@ -178,6 +179,7 @@ class Validation:
         self.structural_only = False
         self.unchecked: set = set()  # big folded tensors whose values are not compared
         self._prepared = False
+        self._failure: Optional[BaseException] = None  # what stopped the preparation
 
     # -- sessions
     def _session(self, model, extra_outputs: Sequence[str] = (), only_outputs: Optional[Sequence[str]] = None,
@@ -192,10 +194,10 @@ class Validation:
         self._thread.start()
 
     def _prepare_safely(self) -> None:
-        try:
-            self._prepare()
-        except Exception as exc:  # noqa: BLE001 - never let the helper thread die silently
-            self.skip_reason = f"validation could not run ({one_line(exc, first_line=True, limit=300)})"
+        got = carried(self._prepare, catching=Exception)  # (the helper thread never dies silently)
+        if got.error is not None:
+            self._failure = got.error
+            self.skip_reason = f"validation could not run ({one_line(got.error, first_line=True, limit=300)})"
 
     def prepare(self) -> None:
         thread = getattr(self, "_thread", None)
@@ -204,6 +206,8 @@ class Validation:
             self._thread = None
         if not self._prepared:
             self._prepare_safely()
+        if self._failure is not None:
+            reraise_bug(self._failure)  # (toolkit's own bug, in the helper thread: raised here)
 
     def _prepare(self) -> None:
         if self._prepared:
@@ -566,8 +570,8 @@ def raw_array(t, onnx):
             dtype = onnx.helper.tensor_dtype_to_np_dtype(t.data_type)
             if dtype.itemsize and dtype.kind in "biufc":
                 return np.frombuffer(t.raw_data, dtype=dtype).reshape(tuple(t.dims))
-        except (KeyError, TypeError, ValueError):  # unusual types, data that does not fill dims: the slow path
-            pass
+        except (KeyError, ValueError) as exc:  # a type onnx does not know, data that does not fill dims: the slow path
+            reraise_bug(exc)
     return numpy_helper.to_array(t)
 
 
@@ -590,5 +594,5 @@ def same_value(a, b) -> bool:
         return bool(np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=1e-4, atol=1e-4, equal_nan=True))
     try:
         return bool(np.array_equal(a, b))
-    except (TypeError, ValueError):  # values numpy cannot compare are not the same
+    except ValueError:  # objects whose comparison is not one truth value are not the same
         return False

@@ -13,12 +13,14 @@ import signal
 import sys
 import tempfile
 import threading
+import types
 import weakref
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from toolkit.core.errors import DependencyError, InputError, UsageError
+from toolkit.core.contain import carried
+from toolkit.core.errors import LIBRARY_ERRORS, DependencyError, InputError, UsageError
 from toolkit.core.meta import TensorMeta, dtype_to_numpy, format_shape
 from toolkit.core.io.model import check_readable_file, describe, load_model, read_bytes, save_model
 
@@ -98,17 +100,18 @@ def make_logger(trt, sink: Callable[[str, str], None], verbose: bool = False, in
             self.interrupt = interrupt
 
         def log(self, severity, msg):
-            try:
-                level = int(severity)
-                if level <= 1:  # INTERNAL_ERROR, ERROR
-                    self.errors.append(" ".join(str(msg).split()))
-                    sink("ERROR", str(msg))
-                elif level == 2 or (verbose and level == 3):
-                    sink("WARNING" if level == 2 else "INFO", str(msg))
-            except KeyboardInterrupt:
+            # nothing may raise into TensorRT: Ctrl-C is noted (raised when TensorRT returns); a log
+            # line that cannot be written is lost
+            if isinstance(carried(self._log, severity, msg).error, KeyboardInterrupt):
                 self.interrupt.pending = True
-            except Exception:  # noqa: BLE001 - nothing may raise into TensorRT
-                pass
+
+        def _log(self, severity, msg):
+            level = int(severity)
+            if level <= 1:  # INTERNAL_ERROR, ERROR
+                self.errors.append(" ".join(str(msg).split()))
+                sink("ERROR", str(msg))
+            elif level == 2 or (verbose and level == 3):
+                sink("WARNING" if level == 2 else "INFO", str(msg))
 
     return Logger()
 
@@ -153,10 +156,11 @@ def _plugin_sink(severity: str, text: str) -> None:
 
 
 def _weak(sink: Callable[[str, str], None]):
-    try:
-        return weakref.WeakMethod(sink) if hasattr(sink, "__self__") else weakref.ref(sink)  # type: ignore[arg-type]
-    except TypeError:  # a builtin: nothing to free
-        return lambda: sink
+    if isinstance(sink, types.MethodType):
+        return weakref.WeakMethod(sink)
+    if type(sink).__weakrefoffset__:
+        return weakref.ref(sink)
+    return lambda: sink  # a builtin, or an object that cannot be weakly referenced: nothing to free
 
 
 def plugin_logger(trt):
@@ -182,7 +186,7 @@ def init_plugins(trt, sink: Optional[Callable[[str, str], None]] = None) -> Opti
         return None
     try:
         ok = trt.init_libnvinfer_plugins(plugin_logger(trt), "")
-    except Exception as exc:  # noqa: BLE001 - a broken plugin library: plugin-free models still work
+    except LIBRARY_ERRORS as exc:  # a broken plugin library (the binding raises RuntimeError): plugin-free models still work
         ok, why = False, f" ({' '.join(str(exc).split()) or type(exc).__name__})"
     else:
         why = ""
@@ -203,16 +207,11 @@ def format_parser_errors(parser) -> str:
     for i in range(parser.num_errors):
         perr = parser.get_error(i)
         where = ""
-        try:
-            index = int(perr.node())
-        except (AttributeError, TypeError, ValueError):  # a TensorRT whose parser errors do not name the node
-            index = -1
-        if index >= 0:
-            name = op = ""
-            try:
-                name, op = perr.node_name(), perr.node_operator()
-            except (AttributeError, TypeError):  # before TensorRT 10: no names
-                pass
+        index = perr.node() if hasattr(perr, "node") else -1  # (a TensorRT whose parser errors do not name it)
+        if isinstance(index, int) and index >= 0:
+            # before TensorRT 10: no names
+            name = perr.node_name() if hasattr(perr, "node_name") else ""
+            op = perr.node_operator() if hasattr(perr, "node_operator") else ""
             where = f"node {index}"
             if name:
                 where += f" '{name}'"
@@ -244,13 +243,12 @@ class LoopNesting:
     def loop_of(self, layer):
         """The ILoop of a boundary layer (the bindings hand out plain ILayer objects: cast it, as
         Polygraphy does); None if this TensorRT does not say."""
-        trt = self.trt
-        try:
-            boundary = layer
-            boundary.__class__ = trt.ILoopBoundaryLayer
-            return boundary.loop
-        except (AttributeError, TypeError):  # this TensorRT has no such cast: loops are taken not to nest
+        cast = getattr(self.trt, "ILoopBoundaryLayer", None)
+        if cast is None:  # this TensorRT has no such cast: loops are taken not to nest
             return None
+        boundary = layer
+        boundary.__class__ = cast
+        return getattr(boundary, "loop", None)
 
     def see(self, layer, ltype) -> None:
         if ltype != self.output and ltype not in self.starts:

@@ -10,6 +10,7 @@ from typing import Dict, List, Mapping, Optional, Tuple
 
 import numpy as np
 
+from toolkit.core.contain import carried
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.meta import TensorMeta
 
@@ -55,6 +56,20 @@ class Calibrator:
         outer = self
         h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
 
+        def to_device(feed: Mapping, names) -> list:
+            ptrs = []
+            for name in names:
+                arr = np.ascontiguousarray(feed[name])
+                ptr = outer.buffers.get(name, arr.nbytes)
+                outer.buffers._check(cudart.cudaMemcpy(ptr, arr.ctypes.data, arr.nbytes, h2d), "cudaMemcpy")
+                ptrs.append(ptr)
+            return ptrs
+
+        def write_cache(path: str, cache) -> None:
+            from toolkit.core.io.model import write_bytes_atomic
+
+            write_bytes_atomic(path, bytes(cache))
+
         class EntropyCalibrator(trt.IInt8EntropyCalibrator2):
             def __init__(inner):
                 trt.IInt8EntropyCalibrator2.__init__(inner)
@@ -68,17 +83,11 @@ class Calibrator:
                     feed = next(inner._it)
                 except StopIteration:
                     return None
-                try:
-                    ptrs = []
-                    for name in names or input_names:
-                        arr = np.ascontiguousarray(feed[name])
-                        ptr = outer.buffers.get(name, arr.nbytes)
-                        outer.buffers._check(cudart.cudaMemcpy(ptr, arr.ctypes.data, arr.nbytes, h2d), "cudaMemcpy")
-                        ptrs.append(ptr)
-                    return ptrs
-                except Exception as exc:  # noqa: BLE001 - a TensorRT callback: nothing may raise into it; kept, raised after the build
-                    outer.error = outer.error or as_toolkit_error(exc, "INT8 calibration failed")
-                    return None
+                # (a TensorRT callback: nothing may raise into it; its error is kept, raised after the build)
+                got = carried(to_device, feed, names or input_names, catching=Exception)
+                if got.error is not None:
+                    outer.error = outer.error or as_toolkit_error(got.error, "INT8 calibration failed")
+                return got.value
 
             def read_calibration_cache(inner):
                 if not read_from:
@@ -93,12 +102,9 @@ class Calibrator:
             def write_calibration_cache(inner, cache):
                 if not write_to:
                     return
-                try:
-                    from toolkit.core.io.model import write_bytes_atomic
-
-                    write_bytes_atomic(write_to, bytes(cache))
-                except Exception as exc:  # noqa: BLE001 - a TensorRT callback (see above)
-                    outer.error = outer.error or as_toolkit_error(exc, f"{write_to}: cannot write the calibration cache")
+                got = carried(write_cache, write_to, cache, catching=Exception)  # (a TensorRT callback: see get_batch)
+                if got.error is not None:
+                    outer.error = outer.error or as_toolkit_error(got.error, f"{write_to}: cannot write the calibration cache")
 
         return EntropyCalibrator()
 

@@ -9,6 +9,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 import numpy as np
 
 from toolkit.backends.base import Runner
+from toolkit.core.contain import carried
 from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.meta import TensorMeta
 from toolkit.core.io.model import read_bytes
@@ -375,15 +376,15 @@ def make_output_allocator(trt, runner: TrtRunner):
             self.shapes: Dict[str, tuple] = {}
 
         def reallocate_output(self, tensor_name, memory, size, alignment):
-            try:
-                return runner._buffers.get(tensor_name, size)
-            except (Exception, KeyboardInterrupt) as exc:  # noqa: BLE001 - must not cross into TensorRT
-                if runner._callback_error is None:
-                    keep = isinstance(exc, (ToolkitError, KeyboardInterrupt))
-                    runner._callback_error = exc if keep else inference_error(
-                        f"cannot allocate output '{tensor_name}': {exc}"
-                    )
-                return 0  # TensorRT reads an int: 0 (nullptr) tells it allocation failed
+            # (nothing may cross into TensorRT: the error is kept, raised when the run returns)
+            got = carried(runner._buffers.get, tensor_name, size, catching=(Exception, KeyboardInterrupt))
+            exc = got.error
+            if exc is None:
+                return got.value
+            if runner._callback_error is None:
+                keep = isinstance(exc, (ToolkitError, KeyboardInterrupt))
+                runner._callback_error = exc if keep else inference_error(f"cannot allocate output '{tensor_name}': {exc}")
+            return 0  # TensorRT reads an int: 0 (nullptr) tells it allocation failed
 
         def reallocate_output_async(self, tensor_name, memory, size, alignment, stream):
             return self.reallocate_output(tensor_name, memory, size, alignment)

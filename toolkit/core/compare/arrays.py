@@ -34,6 +34,7 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 
 from toolkit.core.meta import dtype_from_numpy
+from toolkit.core.compare.judged import JudgedTensor
 from toolkit.core.compare.tolerances import DEFAULT_QUANTILE, Tolerances
 
 
@@ -56,8 +57,8 @@ def compare_indices(name: str, a, b, index_tolerance: int = 0) -> "OutputCompari
     a = np.asarray(a)
     b = np.asarray(b)
     res = OutputComparison(
-        name, True, tuple(a.shape), tuple(b.shape), _dtype_name(a), _dtype_name(b), 0.0, 0.0, "indices",
-        size=int(b.size),
+        name=name, passed=True, max_abs=math.nan, max_rel=math.nan, atol=0.0, rtol=0.0, stat="indices",
+        shape_a=tuple(a.shape), shape_b=tuple(b.shape), dtype_a=_dtype_name(a), dtype_b=_dtype_name(b), size=int(b.size),
     )
     res.max_abs = res.mean_abs = res.max_rel = res.mean_rel = 0.0
     if a.shape != b.shape:
@@ -95,21 +96,14 @@ def compare_indices(name: str, a, b, index_tolerance: int = 0) -> "OutputCompari
 
 
 @dataclass
-class OutputComparison:
+class OutputComparison(JudgedTensor):
     """The comparison of one output of one iteration."""
 
-    name: str
-    passed: bool
     shape_a: tuple
     shape_b: tuple
     dtype_a: str
     dtype_b: str
-    atol: float
-    rtol: float
-    stat: str
-    max_abs: float = float("nan")
     mean_abs: float = float("nan")
-    max_rel: float = float("nan")
     mean_rel: float = float("nan")
     median_abs: Optional[float] = None
     median_rel: Optional[float] = None
@@ -232,7 +226,8 @@ def compare_arrays(
     a = np.asarray(a)
     b = np.asarray(b)
     res = OutputComparison(
-        name, True, tuple(a.shape), tuple(b.shape), _dtype_name(a), _dtype_name(b), atol, rtol, stat, size=int(b.size)
+        name=name, passed=True, max_abs=math.nan, max_rel=math.nan, atol=atol, rtol=rtol, stat=stat,
+        shape_a=tuple(a.shape), shape_b=tuple(b.shape), dtype_a=_dtype_name(a), dtype_b=_dtype_name(b), size=int(b.size),
     )
     if skip is not None and a.shape == b.shape:
         a = a.copy()
@@ -291,10 +286,13 @@ def _equal(a, b):
     """Elementwise equality of same-shape arrays of which one at least is not numeric."""
     if (a.dtype.kind in "OUS") != (b.dtype.kind in "OUS"):
         return np.zeros(a.shape, dtype=bool)
-    try:
-        eq = np.asarray(a == b)
-    except (TypeError, ValueError):  # str against bytes, values that cannot be compared
-        eq = np.zeros(0)
+    if {a.dtype.kind, b.dtype.kind} == {"U", "S"}:
+        eq = np.zeros(0)  # str against bytes: numpy's answer differs by version; compared element by element
+    else:
+        try:
+            eq = np.asarray(a == b)
+        except ValueError:  # objects whose comparison is not one truth value (arrays inside)
+            eq = np.zeros(0)
     if eq.shape != a.shape or eq.dtype != bool:
         eq = np.vectorize(lambda x, y: bool(x == y) is True, otypes=[bool])(a, b) if a.size else np.ones(a.shape, bool)
     return eq

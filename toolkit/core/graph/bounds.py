@@ -14,8 +14,10 @@ from typing import Dict, Optional
 
 import numpy as np
 from onnx import numpy_helper
+from onnx.checker import ValidationError
 
 from toolkit.core import limits
+from toolkit.core.errors import reraise_bug
 from toolkit.core.graph.graphs import node_subgraphs, walk_graphs
 
 
@@ -34,22 +36,27 @@ def run_cost_refusal(model) -> Optional[str]:
 
 def _constants(graph) -> Dict[str, np.ndarray]:
     """Small constants of ``graph`` by name: initializers and Constant nodes of up to 16 elements."""
+    tensors = [(t.name, t) for t in graph.initializer]
+    tensors += [(node.output[0], attr.t) for node in graph.node if node.op_type == "Constant" and node.output
+                for attr in node.attribute if attr.name == "value"]
     out: Dict[str, np.ndarray] = {}
-    for t in graph.initializer:
-        if math.prod(t.dims) <= 16:
-            try:
-                out[t.name] = numpy_helper.to_array(t)
-            except (ValueError, TypeError):
-                continue
-    for node in graph.node:
-        if node.op_type == "Constant" and node.output:
-            for attr in node.attribute:
-                if attr.name == "value" and math.prod(attr.t.dims) <= 16:
-                    try:
-                        out[node.output[0]] = numpy_helper.to_array(attr.t)
-                    except (ValueError, TypeError):
-                        pass
+    for name, t in tensors:
+        value = _small_numbers(t)
+        if value is not None:
+            out[name] = value
     return out
+
+
+def _small_numbers(t) -> Optional[np.ndarray]:
+    """The values of tensor ``t`` when it holds up to 16 numbers (bool, int, float) onnx can read."""
+    if math.prod(t.dims) > 16:
+        return None
+    try:
+        value = numpy_helper.to_array(t)
+    except (ValueError, TypeError, KeyError, ValidationError) as exc:  # a type onnx does not know, data that does not fit
+        reraise_bug(exc)
+        return None
+    return value if value.dtype.kind in "biuf" else None
 
 
 def _scalar(consts, name: str):
@@ -93,6 +100,6 @@ def _elements(node, consts) -> Optional[int]:
         if node.op_type in ("Tile", "Expand") and len(ins) == 2 and ins[1] in consts:
             # (the input's own size is not known here: at least the repeats or the target shape)
             return math.prod(max(int(d), 0) for d in consts[ins[1]].reshape(-1))
-    except (TypeError, ValueError, OverflowError):
+    except (ValueError, OverflowError):  # NaN, infinity
         return None
     return None

@@ -17,6 +17,7 @@ import os
 from typing import Dict, Iterator, Tuple
 
 from toolkit.core import limits
+from toolkit.core.contain import carried
 from toolkit.core.errors import InputError
 from toolkit.core.graph.graphs import node_subgraphs
 from toolkit.core.io.protowire import scan_fields
@@ -111,7 +112,7 @@ def file_has_functions(path: str) -> bool:
                 return False
             with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
                 return any(num == FUNCTIONS_FIELD for num, *_ in scan_fields(data))
-    except (OSError, ValueError, IndexError):
+    except (OSError, ValueError):  # unreadable, or not a protobuf message
         return False
 
 
@@ -121,10 +122,11 @@ def check_model_file(path: str) -> None:
     if not file_has_functions(path):
         return
     import onnx
+    from google.protobuf.message import Error as ProtobufError
 
     try:
         model = onnx.load_model(path, load_external_data=False)
-    except Exception:  # noqa: BLE001 - the runtime words a model it cannot read
+    except (OSError, ValueError, ProtobufError):  # the runtime words a model it cannot read
         return
     check_inlined_size(model, path)
 
@@ -141,18 +143,10 @@ def interruptible(fn, *args, **kwargs):
 
     if threading.current_thread() is not threading.main_thread():
         return fn(*args, **kwargs)
-    box: dict = {}
-
-    def target() -> None:
-        try:
-            box["value"] = fn(*args, **kwargs)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            box["error"] = exc
-
-    helper = threading.Thread(target=target, name="toolkit-library-call", daemon=True)
+    box: list = []
+    helper = threading.Thread(target=lambda: box.append(carried(fn, *args, **kwargs)), name="toolkit-library-call",
+                              daemon=True)
     helper.start()
     while helper.is_alive():
         helper.join(0.05)
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return box[0].get()

@@ -215,9 +215,10 @@ def refuse_binary_to_terminal(path: str) -> None:
     knows: refuse (UsageError, exit 2) and say how to redirect."""
     if path != STDIO:
         return
+    isatty = getattr(sys.stdout, "isatty", None)  # None: a stream object without it
     try:
-        tty = sys.stdout.isatty()
-    except (AttributeError, ValueError):
+        tty = bool(isatty()) if isatty is not None else False
+    except ValueError:  # a closed stdout
         tty = False
     if tty:
         raise UsageError(

@@ -23,16 +23,18 @@ def varint(value: int) -> bytes:
 
 
 def read_varint(buf, pos: int) -> Tuple[int, int]:
-    """The varint at ``buf[pos:]``: (value, position after it)."""
+    """The varint at ``buf[pos:]``: (value, position after it); ValueError where ``buf`` ends first."""
     result = 0
     shift = 0
-    while True:
+    end = len(buf)
+    while pos < end:
         b = buf[pos]
         pos += 1
         result |= (b & 0x7F) << shift
         if b < 0x80:
             return result, pos
         shift += 7
+    raise ValueError("truncated protobuf message")
 
 
 def field_header(number: int, length: int) -> bytes:

@@ -23,6 +23,7 @@ import os
 import threading
 from typing import Callable, Optional, Sequence, TypeVar
 
+from toolkit.core.contain import carried
 from toolkit.core.process.supervise import SHIELDED, Child
 
 T = TypeVar("T")
@@ -69,15 +70,9 @@ def interruptible_run(sess, names: Optional[Sequence[str]], feed) -> list:
         return sess.run(names, feed)  # (a wrapper runs its own session through this function)
 
     options = ort.RunOptions()
-    box: dict = {}
-
-    def target() -> None:
-        try:
-            box["value"] = sess.run(names, feed, options)
-        except BaseException as exc:  # noqa: BLE001 - handed to the caller
-            box["error"] = exc
-
-    helper = threading.Thread(target=target, name="toolkit-inference", daemon=True)
+    box: list = []
+    helper = threading.Thread(target=lambda: box.append(carried(sess.run, names, feed, options)), name="toolkit-inference",
+                              daemon=True)
     helper.start()
     try:
         while helper.is_alive():
@@ -85,6 +80,4 @@ def interruptible_run(sess, names: Optional[Sequence[str]], feed) -> list:
     except BaseException:
         options.terminate = True  # (ONNX-Runtime stops between nodes; the thread then ends)
         raise
-    if "error" in box:
-        raise box["error"]
-    return box["value"]
+    return box[0].get()

@@ -60,7 +60,7 @@ def report_temp(path: str) -> None:
     if _TEMP_HOOK:
         try:
             _TEMP_HOOK[0](os.path.abspath(path))
-        except Exception:  # noqa: BLE001 - the parent is gone: nothing to tell
+        except (OSError, ValueError):  # the parent is gone (a broken pipe, or it was closed): nothing to tell
             pass
         return
     if _PHASE_FD is None or "\n" in path:

@@ -28,6 +28,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Optional
 
+from toolkit.core.contain import carried
+
 _HEADER = struct.Struct("<Q")
 
 
@@ -84,8 +86,8 @@ def _prctl():
             try:
                 import ctypes
 
-                func = ctypes.CDLL(None, use_errno=True).prctl
-            except (OSError, AttributeError):
+                func = getattr(ctypes.CDLL(None, use_errno=True), "prctl", None)  # None: a libc without it
+            except OSError:
                 func = None
         _PRCTL.append(func)
     return _PRCTL[0]
@@ -209,10 +211,8 @@ class Child:
         self._fd: Optional[int] = None
         self.pid = 0
         if not can_fork():
-            try:
-                self._outcome = ChildOutcome(value=work(lambda _name: None, *args))
-            except BaseException as exc:  # noqa: BLE001 - raised by wait(), as from a child
-                self._error = exc
+            got = carried(work, lambda _name: None, *args)  # (raised by wait(), as from a child)
+            self._outcome, self._error = ChildOutcome(value=got.value), got.error
             return
         for stream in (sys.stdout, sys.stderr):  # (nothing buffered may be written twice)
             try:
@@ -246,10 +246,8 @@ class Child:
             finally:
                 self._close_pipe()
             self.pid = 0
-            try:
-                self._outcome = self._ended(_frames(data), status)
-            except BaseException as exc:  # noqa: BLE001 - kept, raised on every wait()
-                self._error = exc
+            ended = carried(self._ended, read_frames(data), status)  # (its exception: raised on every wait())
+            self._outcome, self._error = ended.value, ended.error
         if self._error is not None:
             raise self._error
         assert self._outcome is not None
@@ -286,34 +284,35 @@ def start_child(work: Callable[..., object], *args, shielded: bool = True) -> Ch
 
 
 def _child(work: Callable[..., object], args: tuple, fd: int) -> None:
-    """Run ``work`` and send its result (never returns)."""
-    code = 0
+    """Run ``work`` and send its result (never returns). When the pipe itself fails, the parent
+    sees exit code 70 and no result."""
     try:
-        faulthandler.disable()  # (a crash is the parent's to report: no traceback dump of its own)
-        from toolkit.core.process import phases
-
-        phases.set_phase_fd(None)  # (this child reports to its own parent, in frames)
-        with os.fdopen(fd, "wb") as pipe:
-            phases.set_temp_hook(lambda path: _send(pipe, ("temp", path)))
-
-            def phase(name: str) -> None:
-                _send(pipe, ("phase", name))
-
-            try:
-                frame: tuple = ("value", work(phase, *args))
-            except BaseException as exc:  # noqa: BLE001 - every failure goes back to the parent
-                frame = ("error", picklable(exc))
-            try:
-                _send(pipe, frame)
-            except Exception as exc:  # noqa: BLE001 - a value that does not pickle: a finding
-                _send(pipe, ("error", RuntimeError(f"the child's result could not be sent back: {exc}")))
-    except BaseException:  # noqa: BLE001 - the pipe itself failed: the parent sees an exit code
-        code = 70
+        code = 70 if carried(_serve, work, args, fd).error is not None else 0
     finally:
         os._exit(code)
 
 
-def _send(pipe, frame) -> None:
+def _serve(work: Callable[..., object], args: tuple, fd: int) -> None:
+    """In the child: run ``work``, every frame to ``fd``, its failure too (raised by the parent)."""
+    faulthandler.disable()  # (a crash is the parent's to report: no traceback dump of its own)
+    from toolkit.core.process import phases
+
+    phases.set_phase_fd(None)  # (this child reports to its own parent, in frames)
+    with os.fdopen(fd, "wb") as pipe:
+        phases.set_temp_hook(lambda path: send_frame(pipe, ("temp", path)))
+
+        def phase(name: str) -> None:
+            send_frame(pipe, ("phase", name))
+
+        got = carried(work, phase, *args)
+        frame = ("value", got.value) if got.error is None else ("error", picklable(got.error))
+        sent = carried(send_frame, pipe, frame, catching=Exception)  # (a value that does not pickle: a finding)
+        if sent.error is not None:
+            send_frame(pipe, ("error", RuntimeError(f"the child's result could not be sent back: {sent.error}")))
+
+
+def send_frame(pipe, frame) -> None:
+    """Write one frame (a picklable value) to the binary file ``pipe``: its length, then its pickle."""
     data = pickle.dumps(frame, protocol=pickle.HIGHEST_PROTOCOL)
     pipe.write(_HEADER.pack(len(data)))
     pipe.write(data)
@@ -322,11 +321,9 @@ def _send(pipe, frame) -> None:
 
 def picklable(exc: BaseException) -> BaseException:
     """``exc``, or a RuntimeError naming it when it does not survive pickling (sent from a child)."""
-    try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
-    except Exception:  # noqa: BLE001 - any exception that does not survive pickling
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
+    # (pickling an object may raise anything its class's reduction raises)
+    trip = carried(lambda: pickle.loads(pickle.dumps(exc)), catching=Exception)
+    return exc if trip.error is None else RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
 _F_SETPIPE_SZ = 1031  # (Linux)
@@ -357,8 +354,9 @@ def _read_all(fd: int) -> bytes:
         chunks.append(chunk)
 
 
-def _frames(data: bytes) -> list:
-    """The complete frames in ``data`` (a dying child may leave the last one cut)."""
+def read_frames(data: bytes) -> list:
+    """The complete frames in ``data``, as :func:`send_frame` wrote them (a dying child may leave
+    the last one cut)."""
     frames: list = []
     pos, view = 0, memoryview(data)
     while pos + _HEADER.size <= len(data):
