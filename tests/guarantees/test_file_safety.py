@@ -169,6 +169,7 @@ def test_in_place_rewrite_with_its_own_data_file_name(tmp_path):
 # ---------------------------------------------------------------------- 3. signals
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_run_interrupted_by_any_signal(tmp_path, sig):
     z.save(matmul_model(), tmp_path / "model.onnx")
@@ -185,6 +186,7 @@ def test_run_interrupted_by_any_signal(tmp_path, sig):
     assert not os.listdir(tmp_path) == [] and not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
 
 
+@pytest.mark.serial
 def test_data_to_input_interrupted_says_so(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "toolkit", "data", "to-input", "-", "-o", "out.json"],
                             cwd=tmp_path, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -205,6 +207,7 @@ exit 1
 
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=lambda s: s.name)
 def test_reduce_signal_kills_the_check_and_writes_what_it_has(tmp_path, sig):
     z.save(z.chain(6), tmp_path / "model.onnx")
@@ -238,6 +241,7 @@ exit 0
 """
 
 
+@pytest.mark.serial
 def test_detached_processes_of_the_check_are_stopped_and_reported(tmp_path):
     z.save(z.chain(4), tmp_path / "model.onnx")
     (tmp_path / "check.sh").write_text(DETACH_CHECK)
@@ -271,6 +275,7 @@ def _reduce_changing_files_at_iteration_2(folder, args, change):
     proc.wait(timeout=120)
     return proc, lines
 
+@pytest.mark.serial
 def test_reduce_whose_data_file_vanishes_stops(tmp_path):
     z.save(z.chain(40), tmp_path / "big.onnx")
     assert run_toolkit("run", "big.onnx", "--onnxrt", "--save-inputs", "in.json", cwd=tmp_path).code == 0
@@ -323,6 +328,7 @@ def test_log_file_on_a_full_filesystem_says_so(tmp_path):
     assert "--log-file /dev/full: cannot write (No space left on device)" in res.err, res.err
 
 
+@pytest.mark.serial
 def test_write_failure_mid_reduce_still_writes_the_smallest_failing_model(tmp_path):
     z.save(z.chain(40), tmp_path / "big.onnx")
     (tmp_path / "sub").mkdir()
@@ -374,6 +380,7 @@ def test_in_place_pair_is_usable_at_every_rename(tmp_path, monkeypatch, stop_at)
     assert sorted(os.listdir(tmp_path)) == ["d.onnx", "d.onnx.data"]
 
 
+@pytest.mark.serial
 def test_an_ignored_sighup_stays_ignored(tmp_path):
     """nohup: SIGHUP ignored by the parent is not turned into an interruption."""
     z.save(matmul_model(), tmp_path / "model.onnx")
@@ -397,6 +404,7 @@ def test_an_ignored_sighup_stays_ignored(tmp_path):
     assert proc.wait(timeout=60) == 130
 
 
+@pytest.mark.serial
 def test_a_signal_just_after_the_temp_file_is_made_leaves_no_temp_file(tmp_path):
     """SIGINT landing between the temp file's creation and its name being kept (the moment
     a fault-injection run found) still removes it. (In a fresh interpreter: signal state left

@@ -82,6 +82,7 @@ SIGTERM_CASES = {
 ENDS_WITHIN = 1.0
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("case", list(SIGTERM_CASES))
 def test_sigterm_at_random_times_ends_every_command_on_the_hang_models(tmp_path, case):
     save(long_loop(), tmp_path / "loop.onnx")

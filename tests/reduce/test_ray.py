@@ -144,6 +144,7 @@ def _full_passes_others_hang(culprit_free_last, pids):
             "sleep 60; exit 1")
 
 
+@pytest.mark.serial
 def test_a_passing_full_model_cancels_the_rest_of_its_round(tmp_path):
     """--jobs: the full model's pass answers the first round; the speculative checks are killed."""
     path, _ = _chain(tmp_path, 30)
@@ -198,6 +199,7 @@ def _reduce(tmp_path, name, *args, cwd=None, timeout=120):
     return r
 
 
+@pytest.mark.serial
 def test_ray_gives_the_result_of_one_local_job(tmp_path, cluster):
     path, culprit = _chain(tmp_path, 40)
     log = tmp_path / "env.log"
@@ -222,6 +224,7 @@ def test_ray_gives_the_result_of_one_local_job(tmp_path, cluster):
     assert left == ["env.log", "many.json", "many.onnx", "model.onnx", "one.onnx", "polygraphy_debug_replay.json"]
 
 
+@pytest.mark.serial
 def test_gpu_checks_get_their_own_device_from_ray(tmp_path, cluster):
     path, culprit = _chain(tmp_path, 12, 7)
     log = tmp_path / "env.log"
@@ -235,6 +238,7 @@ def test_gpu_checks_get_their_own_device_from_ray(tmp_path, cluster):
     assert devices and devices <= {"0", "1"}
 
 
+@pytest.mark.serial
 def test_no_gpu_for_a_gpu_check_is_exit_4(tmp_path, cluster):
     path, _ = _chain(tmp_path, 6, 3)
     r = run_toolkit(
@@ -245,6 +249,7 @@ def test_no_gpu_for_a_gpu_check_is_exit_4(tmp_path, cluster):
     assert "asks for 3 GPU(s)" in r.err and "--gpus-per-check 0" in r.err
 
 
+@pytest.mark.serial
 def test_data_files_travel_through_the_object_store(tmp_path, cluster):
     """A toolkit check's --load-inputs file reaches the task even where its path does not exist."""
     import numpy as np
@@ -286,6 +291,7 @@ sys.exit(1 if "mul" in names else 0)
 """
 
 
+@pytest.mark.serial
 def test_candidates_reach_the_model_weights_by_path_without_carrying_them(tmp_path, cluster):
     """A model with 3 MiB of external weights, reduced from another folder: each task makes its
     candidate beside the weights its artifact names; the candidates are kilobytes."""
@@ -337,6 +343,7 @@ def _running_tasks(cluster):
     return running
 
 
+@pytest.mark.serial
 def test_a_passing_full_model_cancels_its_round_on_ray(tmp_path, cluster):
     path, _ = _chain(tmp_path, 30)
     last = onnx.load(path).graph.node[-1].name
@@ -386,6 +393,7 @@ def _kill_a_node_running_a_check(cluster, pids_file, done):
         time.sleep(0.1)
 
 
+@pytest.mark.serial
 def test_a_node_lost_mid_reduce_is_retried_and_the_result_is_the_same(tmp_path, cluster):
     path, culprit = _chain(tmp_path, 30)
     cluster.add_node(num_cpus=2)
@@ -409,6 +417,7 @@ def test_a_node_lost_mid_reduce_is_retried_and_the_result_is_the_same(tmp_path, 
     assert "BROKEN" not in r.err
 
 
+@pytest.mark.serial
 def test_ctrl_c_cancels_every_task_and_writes_the_replay(tmp_path, cluster):
     path, culprit = _chain(tmp_path, 30)
     marker = tmp_path / "started"
@@ -435,6 +444,7 @@ def test_ctrl_c_cancels_every_task_and_writes_the_replay(tmp_path, cluster):
     assert str(marker) not in ps
 
 
+@pytest.mark.serial
 def test_debug_precision_on_the_cluster_finds_the_same_nodes(tmp_path, cluster):
     import fp16_models as fm
 

@@ -125,6 +125,7 @@ def test_signal_killed_check_fails(cli, seed):
     assert "killed by SIGKILL" in res.err
 
 
+@pytest.mark.serial
 def test_check_timeout_kills_the_check_and_its_children(cli, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     modelzoo.save(modelzoo.chain(1), tmp_path / "model.onnx")
@@ -342,6 +343,7 @@ def test_interactive_no_answer_at_all(seed):
 # ---------------------------------------------------------------------- Ctrl-C
 
 
+@pytest.mark.serial
 def test_ctrl_c_saves_smallest_failing_model_and_replay(tmp_path):
     modelzoo.save(modelzoo.chain(32), tmp_path / "model.onnx")
     env = dict(os.environ, COLUMNS="200")
@@ -552,6 +554,7 @@ def test_data_options_feed_the_shape_fallback(cli, tmp_path, monkeypatch):
     assert res.code == 2
 
 
+@pytest.mark.serial
 def test_warm_worker_timeout_kills_the_child(monkeypatch):
     import toolkit.cli.app as cli_app
     from toolkit.reduce.check import WarmRunner
@@ -592,6 +595,7 @@ def test_external_data_dir_and_no_reduce_outputs(cli, tmp_path, monkeypatch):
     assert res.code == 3 and "external data" in res.err
 
 
+@pytest.mark.serial
 def test_check_that_leaves_a_background_process_does_not_hang(tmp_path):
     from toolkit.reduce.check import SubprocessRunner
 

@@ -373,6 +373,7 @@ def test_jobs_usage_errors(tmp_path):
 
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
 def test_ctrl_c_with_four_jobs_leaves_no_stray_process(tmp_path):
     path, _ = _chain_file(tmp_path)
@@ -459,6 +460,7 @@ def test_small_inline_weights_are_not_spilled(tmp_path):
     assert outcome.status == "reduced" and check.inodes == set()  # nothing external: nothing spilled
 
 
+@pytest.mark.serial
 def test_jobs_with_timeouts_and_replay(tmp_path):
     """A check that hangs on the culprit is killed by --check-timeout in every worker (and
     counts as failing); a replay saved with --jobs answers a second run without checks."""
