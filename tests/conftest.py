@@ -117,7 +117,7 @@ SERIAL = (
     "guarantees/test_children.py", "guarantees/test_fault_injection.py", "guarantees/test_faults.py",
     "guarantees/test_sigterm_every_command.py",
     "cli/test_signals_never_lost.py",
-    "cli/test_supervisor.py", "cli/test_cli_entry.py", "core/test_functions_bound.py",
+    "cli/test_supervisor.py", "cli/test_cli_entry.py",
     "convert/test_convert_runtime_check.py", "reduce/test_reduce_owner.py",
     "backends/test_trt_findings.py", "run/test_run_imports.py",
 )
