@@ -71,9 +71,10 @@ def test_cluster_without_ray_is_exit_4_naming_the_extra(tmp_path):
         (["--cluster", "ray", "--iter-info", "info.json"], "cannot be used with --cluster"),
     ],
 )
-def test_cluster_usage_errors(tmp_path, extra, words):
+def test_cluster_usage_errors(tmp_path, cli, monkeypatch, extra, words):
     path, culprit = _chain(tmp_path)
-    r = run_toolkit("debug", "reduce", path, "-o", "o.onnx", *extra, *_grep_check(culprit), cwd=str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    r = cli("debug", "reduce", path, "-o", "o.onnx", *extra, *_grep_check(culprit))
     assert r.code == 2, r.output
     assert words in r.err
     assert "Ray cluster:" not in r.err  # refused before connecting
@@ -162,11 +163,12 @@ def test_a_passing_full_model_cancels_the_rest_of_its_round(tmp_path):
     assert str(pids) not in ps  # no check left running
 
 
-def test_debug_precision_cluster_usage_errors(tmp_path):
+def test_debug_precision_cluster_usage_errors(tmp_path, cli, monkeypatch):
     path, _ = _chain(tmp_path, 6, 3)
-    r = run_toolkit("debug", "precision", path, "--gpus-per-check", "1", cwd=str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    r = cli("debug", "precision", path, "--gpus-per-check", "1")
     assert r.code == 2 and "need --cluster ray" in r.err
-    r = run_toolkit("debug", "precision", path, "--cluster", "spark", cwd=str(tmp_path))
+    r = cli("debug", "precision", path, "--cluster", "spark")
     assert r.code == 2 and "only cluster engine is ray" in r.err
 
 

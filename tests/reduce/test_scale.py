@@ -357,18 +357,14 @@ def test_jobs_on_the_command_line_rewrite_the_artifact_path_and_set_the_environm
     assert not any(p.name.startswith("polygraphy_debug.onnx") for p in tmp_path.iterdir())
 
 
-def test_jobs_usage_errors(tmp_path):
-    from conftest import run_toolkit
-
+def test_jobs_usage_errors(tmp_path, cli, monkeypatch):
     path, _ = _chain_file(tmp_path)
-    r = run_toolkit("debug", "reduce", path, "-o", "o.onnx", "--jobs", "0", "--check", "true", cwd=str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    r = cli("debug", "reduce", path, "-o", "o.onnx", "--jobs", "0", "--check", "true")
     assert r.code == 2 and "--jobs" in r.output
-    r = run_toolkit("debug", "reduce", path, "-o", "o.onnx", "--jobs", "2", cwd=str(tmp_path))
+    r = cli("debug", "reduce", path, "-o", "o.onnx", "--jobs", "2")
     assert r.code == 2 and "--jobs needs --check" in r.output
-    r = run_toolkit(
-        "debug", "reduce", path, "-o", "o.onnx", "--jobs", "2", "--artifacts", "x.txt", "--check", "true",
-        cwd=str(tmp_path),
-    )
+    r = cli("debug", "reduce", path, "-o", "o.onnx", "--jobs", "2", "--artifacts", "x.txt", "--check", "true")
     assert r.code == 2 and "x.txt" in r.output
 
 
