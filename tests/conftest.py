@@ -114,7 +114,7 @@ def pytest_configure(config):
 # the modules where every test is of that kind; in a module of mixed tests, each such test carries
 # ``@pytest.mark.serial`` itself and the others run in the parallel step.
 SERIAL = (
-    "guarantees/test_children.py", "guarantees/test_fault_injection.py", "guarantees/test_faults.py",
+    "guarantees/test_children.py", "guarantees/test_fault_injection.py",
     "guarantees/test_sigterm_every_command.py",
     "cli/test_signals_never_lost.py",
     "cli/test_supervisor.py", "cli/test_cli_entry.py",
