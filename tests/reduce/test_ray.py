@@ -186,8 +186,8 @@ def cluster():
     with socket.socket() as sock:  # a free port for the dashboard (the state API needs it; 8265 may be taken)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    # a killed node is found dead after 3 failed health checks 0.5 s apart (Ray's defaults: 5 s, then 5 x 3 s;
-    # a slow but live node still has each check's 10 s to answer)
+    # a killed node is found dead after 3 failed health checks 0.5 s apart, from the start (Ray's defaults wait
+    # seconds before the first and allow more, seconds apart); a slow but live node still has each check's timeout
     c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "dashboard_port": port, "_system_config": {
         "health_check_initial_delay_ms": 0, "health_check_period_ms": 500, "health_check_failure_threshold": 3}})
     c.add_node(num_cpus=2, num_gpus=2)
