@@ -304,6 +304,7 @@ def test_replay_for_another_model_is_rejected(cli, tmp_path, monkeypatch):
 
 def test_interactive_answers_from_stdin(seed):
     # not asked about the full model (the user knows it fails): first question is node 0 (the Mul) alone
+    # (the real entry point, answers through a pipe; the tests below run in-process)
     res = run_toolkit("debug", "reduce", "model.onnx", "-o", "out.onnx", stdin=b"maybe\nf\n", cwd=seed)
     assert res.code == 0, res.err
     assert res.out.count("Did 'polygraphy_debug.onnx' [p]ass or [f]ail?") == 1  # the question is on stdout
@@ -312,31 +313,31 @@ def test_interactive_answers_from_stdin(seed):
     assert node_names(_load(seed / "out.onnx")) == [MUL]
 
 
-def test_interactive_question_goes_to_stderr_with_json(seed):
-    res = run_toolkit("debug", "reduce", "model.onnx", "-o", "out.onnx", "--json", stdin=b"f\n", cwd=seed)
+def test_interactive_question_goes_to_stderr_with_json(cli, seed):
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--json", stdin=b"f\n")
     assert res.code == 0, res.err
     assert "[p]ass or [f]ail?" in res.err
     doc = json.loads(res.out)
     assert doc["status"] == "reduced" and doc["result_nodes"] == [f"{MUL} [Op: Mul]"] and doc["checks"] == 1
 
 
-def test_interactive_end_of_input_stops_cleanly(seed):
+def test_interactive_end_of_input_stops_cleanly(cli, seed):
     # the Mul alone passes (a failure in the node after it), then input ends
-    res = run_toolkit("debug", "reduce", "model.onnx", "-o", "out.onnx", stdin=b"p\n", cwd=seed)
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", stdin=b"p\n")
     assert res.code == 3  # (the input ended: not an interruption)
     assert "Traceback" not in res.err and "error: end of input" in res.err
     assert not (seed / "out.onnx").exists()  # no failing subgraph was shown; the full model is no news
     assert (seed / "polygraphy_debug_replay.json").exists()
     # resume: the replay answers the first question
-    res = run_toolkit("debug", "reduce", "model.onnx", "-o", "out.onnx", "--load-debug-replay",
-                      "polygraphy_debug_replay.json", stdin=b"f\nf\n", cwd=seed)
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--load-debug-replay",
+              "polygraphy_debug_replay.json", stdin=b"f\nf\n")
     assert res.code == 0, res.err
     assert "Iteration 1 | 1 node | pass | bisect (last node) | node 0 | replay" in res.err
     assert len(node_names(_load(seed / "out.onnx"))) == 1 and node_names(_load(seed / "out.onnx")) != [MUL]
 
 
-def test_interactive_no_answer_at_all(seed):
-    res = run_toolkit("debug", "reduce", "model.onnx", "-o", "out.onnx", stdin=b"", cwd=seed)
+def test_interactive_no_answer_at_all(cli, seed):
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", stdin=b"")
     assert res.code == 3 and "error: end of input" in res.err  # (not an interruption)
     assert not (seed / "out.onnx").exists()
 
