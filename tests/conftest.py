@@ -110,15 +110,16 @@ def pytest_configure(config):
 
 
 # Tests that send signals, time a command or start a cluster: the README's test command runs them after the
-# others, one at a time (-m serial), so that no test running beside them decides their timing.
+# others, one at a time (-m serial), so that no test running beside them decides their timing. SERIAL lists
+# the modules where every test is of that kind; in a module of mixed tests, each such test carries
+# ``@pytest.mark.serial`` itself and the others run in the parallel step.
 SERIAL = (
-    "guarantees/test_children.py", "guarantees/test_fault_injection.py", "guarantees/test_faults.py",
-    "guarantees/test_file_safety.py", "guarantees/test_hang_models.py", "guarantees/test_sigterm_every_command.py",
+    "guarantees/test_children.py", "guarantees/test_fault_injection.py",
+    "guarantees/test_sigterm_every_command.py",
     "cli/test_signals_never_lost.py",
-    "cli/test_supervisor.py", "cli/test_cli_entry.py", "core/test_functions_bound.py",
-    "convert/test_convert_runtime_check.py", "reduce/test_ray.py", "reduce/test_reduce_cli.py",
-    "reduce/test_reduce_owner.py", "reduce/test_scale.py", "backends/test_trt_findings.py",
-    "run/test_run_imports.py", "oracle/",
+    "cli/test_supervisor.py", "cli/test_cli_entry.py",
+    "convert/test_convert_runtime_check.py", "reduce/test_reduce_owner.py",
+    "backends/test_trt_findings.py", "run/test_run_imports.py",
 )
 
 

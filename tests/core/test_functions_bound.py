@@ -6,8 +6,6 @@ from __future__ import annotations
 import onnx
 import pytest
 
-from conftest import run_toolkit
-
 from hang_models import fan_out, fan_out_if_in_function, fan_out_in_if, fan_out_in_loop
 from toolkit.core.io.functions import inlined_node_count
 
@@ -64,15 +62,17 @@ def test_a_function_fan_out_is_refused_before_anything_inlines_it(tmp_path, monk
     assert not (tmp_path / "out.onnx").exists()
 
 
-def test_within_the_limit_it_runs_and_the_limit_can_be_raised(tmp_path):
+def test_within_the_limit_it_runs_and_the_limit_can_be_raised(tmp_path, monkeypatch, cli):
     onnx.save(fan_out(4), str(tmp_path / "fan.onnx"))
-    assert run_toolkit("run", "fan.onnx", "--onnxrt", cwd=tmp_path).code == 0
-    res = run_toolkit("run", "fan.onnx", "--onnxrt", "--max-nodes", "8", cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    assert cli("run", "fan.onnx", "--onnxrt").code == 0
+    res = cli("run", "fan.onnx", "--onnxrt", "--max-nodes", "8")
     assert res.code == 3 and "more than 8 nodes" in res.err
-    assert run_toolkit("run", "fan.onnx", "--onnxrt", "--max-nodes", "16", cwd=tmp_path).code == 0
-    assert run_toolkit("inspect", "model", "fan.onnx", "--max-nodes", "8", cwd=tmp_path).code == 0  # (nothing inlined)
+    assert cli("run", "fan.onnx", "--onnxrt", "--max-nodes", "16").code == 0
+    assert cli("inspect", "model", "fan.onnx", "--max-nodes", "8").code == 0  # (nothing inlined)
 
 
+@pytest.mark.serial
 def test_sigterm_ends_a_long_session_creation_at_once(tmp_path):
     """Let through (--max-nodes raised), a 2^17-node fan-out keeps ONNX-Runtime's session creation
     busy for minutes: SIGTERM still ends the command within a few seconds, exit 130."""

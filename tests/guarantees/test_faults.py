@@ -175,8 +175,8 @@ _CHECK = (
     "mode, extra, evidence",
     [
         ("segv", [], "SIGSEGV"),
-        ("hang", ["--check-timeout", "0.5"], "timed out"),
-        ("hang-ignore-term", ["--check-timeout", "0.5"], "timed out"),
+        pytest.param("hang", ["--check-timeout", "0.5"], "timed out", marks=pytest.mark.serial),  # (timed)
+        pytest.param("hang-ignore-term", ["--check-timeout", "0.5"], "timed out", marks=pytest.mark.serial),
         ("killed", [], "SIGKILL"),
     ],
 )
@@ -204,6 +204,7 @@ def test_reduce_with_a_faulty_check(tmp_path, mode, extra, evidence):
 # ---------------------------------------------------------------------- Ctrl-C
 
 
+@pytest.mark.serial
 def test_ctrl_c_during_run(tmp_path):
     z.save(matmul_model(), tmp_path / "model.onnx")
     before = files(tmp_path)
@@ -222,6 +223,7 @@ def test_ctrl_c_during_run(tmp_path):
     assert_no_temp_files(tmp_path)
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("in_place", [False, True], ids=["new-output", "output-is-input"])
 def test_ctrl_c_during_sanitize(tmp_path, in_place):
     z.save(const_chain(15000), tmp_path / "model.onnx")
@@ -236,6 +238,7 @@ def test_ctrl_c_during_sanitize(tmp_path, in_place):
     assert_no_temp_files(tmp_path)
 
 
+@pytest.mark.serial
 def test_sigkill_during_in_place_sanitize_leaves_a_whole_model(tmp_path):
     """Even SIGKILL (no cleanup at all) cannot leave a half-written model at the target:
     the model is written to a temporary file and renamed into place."""
@@ -283,6 +286,7 @@ def test_chain_names():
     assert TARGET in [n.name for n in z.chain(6).graph.node]
 
 
+@pytest.mark.serial
 def test_ctrl_c_during_reduce_leaves_valid_outputs(tmp_path):
     z.save(z.chain(24), tmp_path / "model.onnx")
     before = (tmp_path / "model.onnx").read_bytes()
@@ -302,6 +306,7 @@ def test_ctrl_c_during_reduce_leaves_valid_outputs(tmp_path):
     assert_no_temp_files(tmp_path)
 
 
+@pytest.mark.serial
 def test_reduce_resumed_from_replay_ends_like_an_uninterrupted_one(tmp_path):
     z.save(z.chain(24), tmp_path / "model.onnx")
     # the reference: one uninterrupted run

@@ -1,6 +1,8 @@
 """Nothing lost: a user's files survive every command, every signal and every mistake.
 
-Each test runs the real command (``python -m toolkit``) in a subprocess:
+The tests of signals, of a full ``stdout`` and of the entry point run the real command
+(``python -m toolkit``) in a subprocess; the others run it in this process (``toolkit``), as the
+path rules, the order of writes and the refusals are the same code there:
 
 - one rule for paths: no file a command writes is a file it reads (the model, its
   external data files, data files, replay, scripts) or another file it writes, checked
@@ -57,6 +59,17 @@ def compute(path):
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 
 
+@pytest.fixture
+def toolkit(cli, monkeypatch):
+    """``toolkit(*args, cwd=folder)``: the command in this process, run in ``folder``."""
+
+    def invoke(*args, cwd):
+        monkeypatch.chdir(cwd)
+        return cli(*args)
+
+    return invoke
+
+
 def assert_one_clash(res, *names):
     assert res.code == 2, res.err
     assert "Traceback" not in res.err and len(res.err.strip().splitlines()) == 1, res.err
@@ -70,10 +83,10 @@ def assert_one_clash(res, *names):
 @pytest.mark.parametrize("flag, location", [
     ("--save-outputs", "w.npz"), ("--save-inputs", "w.json"), ("--save-onnx", "w.npz"),
 ])
-def test_run_never_writes_over_the_models_external_data(tmp_path, flag, location):
+def test_run_never_writes_over_the_models_external_data(toolkit, tmp_path, flag, location):
     model = save_external(tmp_path, "m.onnx", location)
     before = files(tmp_path)
-    res = run_toolkit("run", "m.onnx", "--onnxrt", flag, location, cwd=tmp_path)
+    res = toolkit("run", "m.onnx", "--onnxrt", flag, location, cwd=tmp_path)
     assert_one_clash(res, flag, "external data file")
     assert files(tmp_path) == before
     assert compute(model).shape == (1, 64)
@@ -89,32 +102,32 @@ def test_save_inputs_and_save_outputs_naming_one_file(tmp_path):
 
 @pytest.mark.parametrize("flag", ["-o", "--min-good", "--save-debug-replay", "--iter-info", "--iter-artifact"])
 @pytest.mark.parametrize("via", ["name", "symlink", "dot"])
-def test_reduce_outputs_never_name_the_model(tmp_path, flag, via):
+def test_reduce_outputs_never_name_the_model(toolkit, tmp_path, flag, via):
     z.save(z.chain(6), tmp_path / "model.onnx")
     os.symlink("model.onnx", tmp_path / "link.onnx")
     target = {"name": "model.onnx", "symlink": "link.onnx", "dot": "./sub/../model.onnx"}[via]
     (tmp_path / "sub").mkdir()
     before = files(tmp_path)
     args = ["debug", "reduce", "model.onnx"] + ([] if flag == "-o" else ["-o", "out.onnx"]) + [flag, target]
-    res = run_toolkit(*args, "--check", "false", cwd=tmp_path)
+    res = toolkit(*args, "--check", "false", cwd=tmp_path)
     assert_one_clash(res, flag, "model.onnx")
     assert files(tmp_path) == before
 
 
-def test_reduce_outputs_never_name_the_models_external_data(tmp_path):
+def test_reduce_outputs_never_name_the_models_external_data(toolkit, tmp_path):
     save_external(tmp_path, "model.onnx", "w.bin")
     before = files(tmp_path)
-    res = run_toolkit("debug", "reduce", "model.onnx", "-o", "out.onnx", "--save-debug-replay", "w.bin",
-                      "--check", "false", cwd=tmp_path)
+    res = toolkit("debug", "reduce", "model.onnx", "-o", "out.onnx", "--save-debug-replay", "w.bin",
+                  "--check", "false", cwd=tmp_path)
     assert_one_clash(res, "--save-debug-replay", "external data file")
     assert files(tmp_path) == before
 
 
 @pytest.mark.parametrize("case", ["sanitize-model", "data-input", "run-data", "external-data", "reduce-check-data"])
-def test_log_file_never_names_an_input(tmp_path, case):
+def test_log_file_never_names_an_input(toolkit, tmp_path, case):
     save_external(tmp_path, "m.onnx", "w.bin")
     (tmp_path / "in.json").write_text("[]")
-    assert run_toolkit("run", "m.onnx", "--onnxrt", "--save-inputs", "feed.json", cwd=tmp_path).code == 0
+    assert toolkit("run", "m.onnx", "--onnxrt", "--save-inputs", "feed.json", cwd=tmp_path).code == 0
     before = files(tmp_path)
     args = {
         "sanitize-model": ["surgeon", "sanitize", "m.onnx", "-o", "o.onnx", "--log-file", "m.onnx"],
@@ -124,16 +137,16 @@ def test_log_file_never_names_an_input(tmp_path, case):
         "reduce-check-data": ["debug", "reduce", "m.onnx", "-o", "r.onnx", "--log-file", "feed.json",
                               "--check", "toolkit", "run", "polygraphy_debug.onnx", "--load-inputs", "feed.json"],
     }[case]
-    res = run_toolkit(*args, cwd=tmp_path)
+    res = toolkit(*args, cwd=tmp_path)
     assert_one_clash(res, "--log-file")
     assert files(tmp_path) == before
 
 
-def test_surgeon_data_file_never_overwrites_the_inputs(tmp_path):
+def test_surgeon_data_file_never_overwrites_the_inputs(toolkit, tmp_path):
     save_external(tmp_path, "d.onnx", "d.onnx.data")
     before = files(tmp_path)
-    res = run_toolkit("surgeon", "sanitize", "d.onnx", "-o", "new.onnx", "--external-data-path", "d.onnx.data",
-                      cwd=tmp_path)
+    res = toolkit("surgeon", "sanitize", "d.onnx", "-o", "new.onnx", "--external-data-path", "d.onnx.data",
+                  cwd=tmp_path)
     assert_one_clash(res, "--external-data-path", "d.onnx.data")
     assert files(tmp_path) == before
 
@@ -141,25 +154,25 @@ def test_surgeon_data_file_never_overwrites_the_inputs(tmp_path):
 # ---------------------------------------------------------------------- 2. pairs in order
 
 
-def test_a_data_file_that_cannot_be_written_leaves_the_model_untouched(tmp_path):
+def test_a_data_file_that_cannot_be_written_leaves_the_model_untouched(toolkit, tmp_path):
     save_external(tmp_path)
     (tmp_path / "wdir").mkdir()
     before = files(tmp_path)
-    res = run_toolkit("surgeon", "sanitize", "d.onnx", "-o", "d.onnx", "--fold-constants", "--save-external-data",
-                      "wdir", cwd=tmp_path)
+    res = toolkit("surgeon", "sanitize", "d.onnx", "-o", "d.onnx", "--fold-constants", "--save-external-data",
+                  "wdir", cwd=tmp_path)
     assert res.code in (2, 3) and "Traceback" not in res.err, res.err
     assert "wdir" in res.err
     assert files(tmp_path) == before
     assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
 
 
-def test_in_place_rewrite_with_its_own_data_file_name(tmp_path):
+def test_in_place_rewrite_with_its_own_data_file_name(toolkit, tmp_path):
     """d.onnx + d.onnx.data rewritten in place with the same data file name: the new pair is
     complete, loads, computes what the old one did, and the old data file is gone."""
     model = save_external(tmp_path)
     want = compute(model)
-    res = run_toolkit("surgeon", "sanitize", "d.onnx", "-o", "d.onnx", "--fold-constants", "--save-external-data",
-                      cwd=tmp_path)
+    res = toolkit("surgeon", "sanitize", "d.onnx", "-o", "d.onnx", "--fold-constants", "--save-external-data",
+                  cwd=tmp_path)
     assert res.code == 0, res.err
     np.testing.assert_array_equal(compute(model), want)
     names = sorted(n for n in os.listdir(tmp_path))
@@ -169,6 +182,7 @@ def test_in_place_rewrite_with_its_own_data_file_name(tmp_path):
 # ---------------------------------------------------------------------- 3. signals
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
 def test_run_interrupted_by_any_signal(tmp_path, sig):
     z.save(matmul_model(), tmp_path / "model.onnx")
@@ -185,6 +199,7 @@ def test_run_interrupted_by_any_signal(tmp_path, sig):
     assert not os.listdir(tmp_path) == [] and not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
 
 
+@pytest.mark.serial
 def test_data_to_input_interrupted_says_so(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "toolkit", "data", "to-input", "-", "-o", "out.json"],
                             cwd=tmp_path, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -205,6 +220,7 @@ exit 1
 
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL], ids=lambda s: s.name)
 def test_reduce_signal_kills_the_check_and_writes_what_it_has(tmp_path, sig):
     z.save(z.chain(6), tmp_path / "model.onnx")
@@ -238,6 +254,7 @@ exit 0
 """
 
 
+@pytest.mark.serial
 def test_detached_processes_of_the_check_are_stopped_and_reported(tmp_path):
     z.save(z.chain(4), tmp_path / "model.onnx")
     (tmp_path / "check.sh").write_text(DETACH_CHECK)
@@ -271,6 +288,7 @@ def _reduce_changing_files_at_iteration_2(folder, args, change):
     proc.wait(timeout=120)
     return proc, lines
 
+@pytest.mark.serial
 def test_reduce_whose_data_file_vanishes_stops(tmp_path):
     z.save(z.chain(40), tmp_path / "big.onnx")
     assert run_toolkit("run", "big.onnx", "--onnxrt", "--save-inputs", "in.json", cwd=tmp_path).code == 0
@@ -286,11 +304,11 @@ def test_reduce_whose_data_file_vanishes_stops(tmp_path):
     assert (tmp_path / "polygraphy_debug_replay.json").exists()
 
 
-def test_reduce_whose_checks_are_mostly_broken_stops(tmp_path):
+def test_reduce_whose_checks_are_mostly_broken_stops(toolkit, tmp_path):
     z.save(z.chain(40), tmp_path / "big.onnx")
     check = "n=$(cat n 2>/dev/null || echo 0); echo $((n+1)) > n; [ $n -eq 0 ] && exit 1; exit 127"
-    res = run_toolkit("debug", "reduce", "big.onnx", "-o", "out.onnx", "--save-debug-replay", "r.json",
-                      "--check", "sh", "-c", check, cwd=tmp_path)
+    res = toolkit("debug", "reduce", "big.onnx", "-o", "out.onnx", "--save-debug-replay", "r.json",
+                  "--check", "sh", "-c", check, cwd=tmp_path)
     assert res.code == 3, res.err
     assert "could not judge" in res.err and "r.json" in res.err.splitlines()[-1]
     assert (tmp_path / "r.json").exists() and not (tmp_path / "out.onnx").exists()
@@ -299,11 +317,11 @@ def test_reduce_whose_checks_are_mostly_broken_stops(tmp_path):
 # ---------------------------------------------------------------------- 5. small ones
 
 
-def test_external_data_path_outside_the_folder(tmp_path):
+def test_external_data_path_outside_the_folder(toolkit, tmp_path):
     save_external(tmp_path)
     before = files(tmp_path)
-    res = run_toolkit("surgeon", "sanitize", "d.onnx", "-o", "o.onnx", "--external-data-path", "../escape.data",
-                      cwd=tmp_path)
+    res = toolkit("surgeon", "sanitize", "d.onnx", "-o", "o.onnx", "--external-data-path", "../escape.data",
+                  cwd=tmp_path)
     assert res.code == 2 and "bug" not in res.err and "leaves the model's folder" in res.err, res.err
     assert files(tmp_path) == before and not (tmp_path.parent / "escape.data").exists()
 
@@ -317,12 +335,13 @@ def test_stdout_on_a_full_device_is_named_stdout(tmp_path):
     assert "<stdout>: cannot write: No space left on device" in proc.stderr
 
 
-def test_log_file_on_a_full_filesystem_says_so(tmp_path):
+def test_log_file_on_a_full_filesystem_says_so(toolkit, tmp_path):
     z.save(z.chain(3), tmp_path / "m.onnx")
-    res = run_toolkit("run", "m.onnx", "--onnxrt", "--log-file", "/dev/full", cwd=tmp_path)
+    res = toolkit("run", "m.onnx", "--onnxrt", "--log-file", "/dev/full", cwd=tmp_path)
     assert "--log-file /dev/full: cannot write (No space left on device)" in res.err, res.err
 
 
+@pytest.mark.serial
 def test_write_failure_mid_reduce_still_writes_the_smallest_failing_model(tmp_path):
     z.save(z.chain(40), tmp_path / "big.onnx")
     (tmp_path / "sub").mkdir()
@@ -374,6 +393,7 @@ def test_in_place_pair_is_usable_at_every_rename(tmp_path, monkeypatch, stop_at)
     assert sorted(os.listdir(tmp_path)) == ["d.onnx", "d.onnx.data"]
 
 
+@pytest.mark.serial
 def test_an_ignored_sighup_stays_ignored(tmp_path):
     """nohup: SIGHUP ignored by the parent is not turned into an interruption."""
     z.save(matmul_model(), tmp_path / "model.onnx")
@@ -397,6 +417,7 @@ def test_an_ignored_sighup_stays_ignored(tmp_path):
     assert proc.wait(timeout=60) == 130
 
 
+@pytest.mark.serial
 def test_a_signal_just_after_the_temp_file_is_made_leaves_no_temp_file(tmp_path):
     """SIGINT landing between the temp file's creation and its name being kept (the moment
     a fault-injection run found) still removes it. (In a fresh interpreter: signal state left

@@ -82,6 +82,7 @@ SIGTERM_CASES = {
 ENDS_WITHIN = 1.0
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("case", list(SIGTERM_CASES))
 def test_sigterm_at_random_times_ends_every_command_on_the_hang_models(tmp_path, case):
     save(long_loop(), tmp_path / "loop.onnx")
@@ -136,7 +137,7 @@ def test_a_constant_loop_of_10_to_the_12_steps_is_not_folded_nor_run(tmp_path):
 # ---------------------------------------------------------------------- data files, header first
 
 
-def test_an_inputs_file_given_as_outputs_is_refused_from_its_first_iteration(tmp_path):
+def test_an_inputs_file_given_as_outputs_is_refused_from_its_first_iteration(tmp_path, cli, monkeypatch):
     """The kind of a JSON data file is read from its head: the rest (here garbage, in a real
     file 200k iterations that took a minute to parse) is never parsed before the refusal."""
     import numpy as np
@@ -148,7 +149,8 @@ def test_an_inputs_file_given_as_outputs_is_refused_from_its_first_iteration(tmp
     save_inputs(str(tmp_path / "in.json"), [{"x": np.ones((1, 4), np.float32)}] * 3)
     text = (tmp_path / "in.json").read_text()
     (tmp_path / "bad.json").write_text(text[: text.index("},") + 2] + " garbage" * 1000)
-    res = run_toolkit("run", "m.onnx", "--onnxrt", "--load-outputs", "bad.json", cwd=tmp_path)
+    monkeypatch.chdir(tmp_path)
+    res = cli("run", "m.onnx", "--onnxrt", "--load-outputs", "bad.json")
     assert res.code == 3 and "bad.json is an inputs file" in res.err, res.err
-    res = run_toolkit("run", "m.onnx", "--onnxrt", "--load-outputs", "in.json", cwd=tmp_path)
+    res = cli("run", "m.onnx", "--onnxrt", "--load-outputs", "in.json")
     assert res.code == 3 and "in.json is an inputs file" in res.err, res.err

@@ -6,7 +6,8 @@ iteration artifact, worker folders, outputs. The names are not listed here by ha
 command runs once with ``TOOLKIT_TRACE_CREATED`` set, which makes :mod:`toolkit.core.files.create`
 (the one way the product creates a file) record every name it creates; then, in a fresh
 folder, a link to a file (or folder) outside is planted at each of those names and the
-command runs again. Nothing outside may change.
+command runs again. Nothing outside may change. (The commands run in-process: what they create and
+where is the same code there, and the checks and supervised children are forked from this process.)
 """
 
 from __future__ import annotations
@@ -15,7 +16,6 @@ import os
 
 import onnx
 import pytest
-from conftest import run_toolkit
 from test_faults import matmul_model
 
 CHECK = ["--fail-regex", "mm2", "--check", "toolkit", "inspect", "model", "polygraphy_debug.onnx"]
@@ -34,13 +34,27 @@ COMMANDS = {
 }
 
 
+@pytest.fixture
+def toolkit(cli, monkeypatch):
+    """``toolkit(*args, cwd=folder, env={...})``: the command in this process, run in ``folder``."""
+
+    def invoke(*args, cwd, env=None):
+        monkeypatch.chdir(cwd)
+        with monkeypatch.context() as m:
+            for key, value in (env or {}).items():
+                m.setenv(key, value)
+            return cli(*args)
+
+    return invoke
+
+
 def _model(folder):
     onnx.save(matmul_model(depth=4, size=32), str(folder / "m.onnx"))
 
 
-def _created(folder, args, trace) -> list:
+def _created(toolkit, folder, args, trace) -> list:
     """The names (relative to ``folder``) the command creates there, folders first."""
-    res = run_toolkit(*args, cwd=folder, env={"TOOLKIT_TRACE_CREATED": str(trace)})
+    res = toolkit(*args, cwd=folder, env={"TOOLKIT_TRACE_CREATED": str(trace)})
     names = []
     for line in trace.read_text().splitlines() if trace.exists() else []:
         rel = os.path.relpath(line, folder)
@@ -71,19 +85,19 @@ def _plant(folder, outside, names) -> dict:
 
 
 @pytest.mark.parametrize("command", sorted(COMMANDS))
-def test_no_command_writes_through_a_link_planted_at_a_name_it_creates(tmp_path, command):
+def test_no_command_writes_through_a_link_planted_at_a_name_it_creates(toolkit, tmp_path, command):
     args = COMMANDS[command]
     first, planted, outside = tmp_path / "first", tmp_path / "planted", tmp_path / "outside"
     for d in (first, planted, outside):
         d.mkdir()
     _model(first)
-    code, names = _created(first, args, tmp_path / "trace1")
+    code, names = _created(toolkit, first, args, tmp_path / "trace1")
     assert names, "the trace recorded nothing"
     _model(planted)
     model = (planted / "m.onnx").read_bytes()
     victims = _plant(planted, outside, names)
     before = sorted(os.listdir(outside))
-    res = run_toolkit(*args, cwd=planted)
+    res = toolkit(*args, cwd=planted)
     for victim, data in victims.items():
         if data is None:
             assert os.listdir(victim) == [], f"{command} wrote into {victim} through a planted link"
@@ -99,7 +113,7 @@ def test_no_command_writes_through_a_link_planted_at_a_name_it_creates(tmp_path,
 
 
 @pytest.mark.parametrize("kind", ["symlink", "hardlink"])
-def test_a_lock_name_planted_as_a_link_leaves_its_target_whole(tmp_path, kind):
+def test_a_lock_name_planted_as_a_link_leaves_its_target_whole(toolkit, tmp_path, kind):
     """A link at each lock's name (to the model, and to an unrelated file): the locks are files of the run's own."""
     _model(tmp_path)
     model = (tmp_path / "m.onnx").read_bytes()
@@ -110,17 +124,17 @@ def test_a_lock_name_planted_as_a_link_leaves_its_target_whole(tmp_path, kind):
             (tmp_path / lock).symlink_to(target)
         else:
             os.link(tmp_path / target, tmp_path / lock)
-    res = run_toolkit("debug", "reduce", "m.onnx", "-o", "red.onnx", *CHECK, cwd=tmp_path)
+    res = toolkit("debug", "reduce", "m.onnx", "-o", "red.onnx", *CHECK, cwd=tmp_path)
     assert res.code == 0, res.err
     assert (tmp_path / "m.onnx").read_bytes() == model
     assert other.read_text() == "unrelated\n"
 
 
-def test_a_log_file_name_that_is_a_link_is_refused(tmp_path):
+def test_a_log_file_name_that_is_a_link_is_refused(toolkit, tmp_path):
     _model(tmp_path)
     victim = tmp_path / "victim"
     victim.write_text("victim\n")
     (tmp_path / "run.log").symlink_to(victim)
-    res = run_toolkit("run", "m.onnx", "--onnxrt", "--log-file", "run.log", cwd=tmp_path)
+    res = toolkit("run", "m.onnx", "--onnxrt", "--log-file", "run.log", cwd=tmp_path)
     assert res.code == 2 and "symbolic link" in res.err, res.err
     assert victim.read_text() == "victim\n"

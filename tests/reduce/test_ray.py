@@ -71,9 +71,10 @@ def test_cluster_without_ray_is_exit_4_naming_the_extra(tmp_path):
         (["--cluster", "ray", "--iter-info", "info.json"], "cannot be used with --cluster"),
     ],
 )
-def test_cluster_usage_errors(tmp_path, extra, words):
+def test_cluster_usage_errors(tmp_path, cli, monkeypatch, extra, words):
     path, culprit = _chain(tmp_path)
-    r = run_toolkit("debug", "reduce", path, "-o", "o.onnx", *extra, *_grep_check(culprit), cwd=str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    r = cli("debug", "reduce", path, "-o", "o.onnx", *extra, *_grep_check(culprit))
     assert r.code == 2, r.output
     assert words in r.err
     assert "Ray cluster:" not in r.err  # refused before connecting
@@ -144,6 +145,7 @@ def _full_passes_others_hang(culprit_free_last, pids):
             "sleep 60; exit 1")
 
 
+@pytest.mark.serial
 def test_a_passing_full_model_cancels_the_rest_of_its_round(tmp_path):
     """--jobs: the full model's pass answers the first round; the speculative checks are killed."""
     path, _ = _chain(tmp_path, 30)
@@ -161,11 +163,12 @@ def test_a_passing_full_model_cancels_the_rest_of_its_round(tmp_path):
     assert str(pids) not in ps  # no check left running
 
 
-def test_debug_precision_cluster_usage_errors(tmp_path):
+def test_debug_precision_cluster_usage_errors(tmp_path, cli, monkeypatch):
     path, _ = _chain(tmp_path, 6, 3)
-    r = run_toolkit("debug", "precision", path, "--gpus-per-check", "1", cwd=str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    r = cli("debug", "precision", path, "--gpus-per-check", "1")
     assert r.code == 2 and "need --cluster ray" in r.err
-    r = run_toolkit("debug", "precision", path, "--cluster", "spark", cwd=str(tmp_path))
+    r = cli("debug", "precision", path, "--cluster", "spark")
     assert r.code == 2 and "only cluster engine is ray" in r.err
 
 
@@ -183,7 +186,10 @@ def cluster():
     with socket.socket() as sock:  # a free port for the dashboard (the state API needs it; 8265 may be taken)
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "dashboard_port": port})
+    # a killed node is found dead after 3 failed health checks 0.5 s apart, from the start (Ray's defaults wait
+    # seconds before the first and allow more, seconds apart); a slow but live node still has each check's timeout
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "dashboard_port": port, "_system_config": {
+        "health_check_initial_delay_ms": 0, "health_check_period_ms": 500, "health_check_failure_threshold": 3}})
     c.add_node(num_cpus=2, num_gpus=2)
     c.add_node(num_cpus=2)
     c.wait_for_nodes()
@@ -198,6 +204,7 @@ def _reduce(tmp_path, name, *args, cwd=None, timeout=120):
     return r
 
 
+@pytest.mark.serial
 def test_ray_gives_the_result_of_one_local_job(tmp_path, cluster):
     path, culprit = _chain(tmp_path, 40)
     log = tmp_path / "env.log"
@@ -222,6 +229,7 @@ def test_ray_gives_the_result_of_one_local_job(tmp_path, cluster):
     assert left == ["env.log", "many.json", "many.onnx", "model.onnx", "one.onnx", "polygraphy_debug_replay.json"]
 
 
+@pytest.mark.serial
 def test_gpu_checks_get_their_own_device_from_ray(tmp_path, cluster):
     path, culprit = _chain(tmp_path, 12, 7)
     log = tmp_path / "env.log"
@@ -235,6 +243,7 @@ def test_gpu_checks_get_their_own_device_from_ray(tmp_path, cluster):
     assert devices and devices <= {"0", "1"}
 
 
+@pytest.mark.serial
 def test_no_gpu_for_a_gpu_check_is_exit_4(tmp_path, cluster):
     path, _ = _chain(tmp_path, 6, 3)
     r = run_toolkit(
@@ -245,6 +254,7 @@ def test_no_gpu_for_a_gpu_check_is_exit_4(tmp_path, cluster):
     assert "asks for 3 GPU(s)" in r.err and "--gpus-per-check 0" in r.err
 
 
+@pytest.mark.serial
 def test_data_files_travel_through_the_object_store(tmp_path, cluster):
     """A toolkit check's --load-inputs file reaches the task even where its path does not exist."""
     import numpy as np
@@ -286,6 +296,7 @@ sys.exit(1 if "mul" in names else 0)
 """
 
 
+@pytest.mark.serial
 def test_candidates_reach_the_model_weights_by_path_without_carrying_them(tmp_path, cluster):
     """A model with 3 MiB of external weights, reduced from another folder: each task makes its
     candidate beside the weights its artifact names; the candidates are kilobytes."""
@@ -337,6 +348,7 @@ def _running_tasks(cluster):
     return running
 
 
+@pytest.mark.serial
 def test_a_passing_full_model_cancels_its_round_on_ray(tmp_path, cluster):
     path, _ = _chain(tmp_path, 30)
     last = onnx.load(path).graph.node[-1].name
@@ -386,6 +398,7 @@ def _kill_a_node_running_a_check(cluster, pids_file, done):
         time.sleep(0.1)
 
 
+@pytest.mark.serial
 def test_a_node_lost_mid_reduce_is_retried_and_the_result_is_the_same(tmp_path, cluster):
     path, culprit = _chain(tmp_path, 30)
     cluster.add_node(num_cpus=2)
@@ -409,6 +422,7 @@ def test_a_node_lost_mid_reduce_is_retried_and_the_result_is_the_same(tmp_path, 
     assert "BROKEN" not in r.err
 
 
+@pytest.mark.serial
 def test_ctrl_c_cancels_every_task_and_writes_the_replay(tmp_path, cluster):
     path, culprit = _chain(tmp_path, 30)
     marker = tmp_path / "started"
@@ -435,6 +449,7 @@ def test_ctrl_c_cancels_every_task_and_writes_the_replay(tmp_path, cluster):
     assert str(marker) not in ps
 
 
+@pytest.mark.serial
 def test_debug_precision_on_the_cluster_finds_the_same_nodes(tmp_path, cluster):
     import fp16_models as fm
 

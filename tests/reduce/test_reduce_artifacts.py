@@ -4,17 +4,18 @@ and an iteration artifact a check replaced by a link (written by rename, never t
 from __future__ import annotations
 
 import os
-import sys
 
 import pytest
 
 import modelzoo as z
-from reduce_helpers import CHECKER, FakeCheck
+from reduce_helpers import FakeCheck
 
 from toolkit.reduce.session import ReduceConfig, Reducer
 from toolkit.reduce.verdict import FailureRule
 
-CHECK = [sys.executable, CHECKER, "polygraphy_debug.onnx", "n2_abs"]
+# fails while n2_abs is in the artifact (a grep: these tests are about the files around the checks, and
+# an onnx import costs a second per check)
+CHECK = ["sh", "-c", "grep -q n2_abs polygraphy_debug.onnx && exit 1; exit 0"]
 
 
 @pytest.fixture

@@ -12,16 +12,19 @@ import time
 import pytest
 
 from modelzoo import chain, save
-from reduce_helpers import CHECKER
 
 from toolkit.core.errors import InputError
 from toolkit.reduce.owner import Ownership, lock_path
 
 
-def _start(folder, culprit, *extra, sleep="0.6"):
+def _start(folder, culprit, *extra, gate=None):
+    """``debug reduce`` of ``folder/model.onnx`` in a subprocess, with a check that fails when ``culprit`` is
+    in the artifact; while the file ``gate`` exists, every check waits (the run is then surely checking)."""
+    wait = f"while [ -e {gate} ]; do sleep 0.05; done; " if gate else ""
+    check = wait + f"grep -q {culprit} polygraphy_debug.onnx && exit 1; exit 0"
     argv = [
         sys.executable, "-m", "toolkit", "debug", "reduce", "model.onnx", "-o", f"reduced_{culprit}.onnx", "--json",
-        *extra, "--check", sys.executable, CHECKER, "polygraphy_debug.onnx", culprit, "--sleep", sleep,
+        *extra, "--check", "sh", "-c", check,
     ]
     # fixed check costs: the check count then does not depend on how loaded the machine is
     env = dict(os.environ, TOOLKIT_REDUCE_FIXED_COSTS="1")
@@ -35,17 +38,22 @@ def _done(proc, timeout=120):
 
 def test_two_reduces_at_once_in_one_folder(tmp_path):
     save(chain(16), tmp_path / "model.onnx")
-    alone = _done(_start(tmp_path, "n10_tanh", sleep="0"))
+    alone = _done(_start(tmp_path, "n10_tanh"))
     assert alone[0] == 0, alone[2]
     expected = json.loads(alone[1])
     os.unlink(tmp_path / "reduced_n10_tanh.onnx")
 
-    first = _start(tmp_path, "n10_tanh")
-    deadline = time.monotonic() + 60
-    while not os.path.exists(tmp_path / "polygraphy_debug.onnx") and time.monotonic() < deadline:
-        time.sleep(0.05)  # the first run is checking
-    before = sorted(os.listdir(tmp_path))
-    second = _done(_start(tmp_path, "n9_neg"), timeout=60)
+    gate = tmp_path / "gate"
+    gate.touch()
+    first = _start(tmp_path, "n10_tanh", gate=gate)
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(tmp_path / "polygraphy_debug.onnx") and time.monotonic() < deadline:
+            time.sleep(0.05)  # the first run is checking (its first check waits at the gate)
+        before = sorted(os.listdir(tmp_path))
+        second = _done(_start(tmp_path, "n9_neg"), timeout=60)
+    finally:
+        gate.unlink()  # the first run goes on
     code, _out, err = second
     assert code == 3
     lines = [ln for ln in err.splitlines() if ln.strip()]
@@ -63,13 +71,18 @@ def test_two_reduces_at_once_in_one_folder(tmp_path):
 
 def test_a_killed_run_does_not_block_the_next(tmp_path):
     save(chain(16), tmp_path / "model.onnx")
-    proc = _start(tmp_path, "n10_tanh", sleep="0.5")
-    deadline = time.monotonic() + 60
-    while not os.path.exists(tmp_path / "polygraphy_debug.onnx") and time.monotonic() < deadline:
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.communicate(timeout=30)
-    code, out, err = _done(_start(tmp_path, "n10_tanh", sleep="0"))
+    gate = tmp_path / "gate"
+    gate.touch()
+    proc = _start(tmp_path, "n10_tanh", gate=gate)
+    try:
+        deadline = time.monotonic() + 60
+        while not os.path.exists(tmp_path / "polygraphy_debug.onnx") and time.monotonic() < deadline:
+            time.sleep(0.05)  # checking: its first check waits at the gate
+        proc.send_signal(signal.SIGKILL)
+        proc.communicate(timeout=30)
+    finally:
+        gate.unlink()  # (the killed run's check, if it lives on, ends too)
+    code, out, err = _done(_start(tmp_path, "n10_tanh"))
     assert code == 0, err
     assert json.loads(out)["result_nodes"] == ["n10_tanh [Op: Tanh]"]
 

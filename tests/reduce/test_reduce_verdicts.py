@@ -126,12 +126,11 @@ def _broken_cases():
 
 @pytest.mark.parametrize("check, code, says", _broken_cases())
 @pytest.mark.parametrize("warm", [True, False], ids=["warm", "subprocess"])
-def test_broken_check_on_full_model_stops_at_once(chain6, check, code, says, warm, monkeypatch):
+def test_broken_check_on_full_model_stops_at_once(chain6, cli, check, code, says, warm, monkeypatch):
     (chain6 / "check.py").write_text(textwrap.dedent(_ARGPARSE_TRACEBACK))
     if not warm:
         monkeypatch.setenv("TOOLKIT_NO_WARM_WORKER", "1")
-    res = run_toolkit("debug", "reduce", "model.onnx", "-o", "out.onnx", "--min-good", "good.onnx",
-                      "--check", *check, cwd=chain6)
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--min-good", "good.onnx", "--check", *check)
     assert res.code == code, res.err
     errors = [ln for ln in res.err.splitlines() if ln.startswith("error:")]
     assert len(errors) == 1 and errors[0].startswith("error: the check command itself fails: "), res.err

@@ -357,22 +357,19 @@ def test_jobs_on_the_command_line_rewrite_the_artifact_path_and_set_the_environm
     assert not any(p.name.startswith("polygraphy_debug.onnx") for p in tmp_path.iterdir())
 
 
-def test_jobs_usage_errors(tmp_path):
-    from conftest import run_toolkit
-
+def test_jobs_usage_errors(tmp_path, cli, monkeypatch):
     path, _ = _chain_file(tmp_path)
-    r = run_toolkit("debug", "reduce", path, "-o", "o.onnx", "--jobs", "0", "--check", "true", cwd=str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    r = cli("debug", "reduce", path, "-o", "o.onnx", "--jobs", "0", "--check", "true")
     assert r.code == 2 and "--jobs" in r.output
-    r = run_toolkit("debug", "reduce", path, "-o", "o.onnx", "--jobs", "2", cwd=str(tmp_path))
+    r = cli("debug", "reduce", path, "-o", "o.onnx", "--jobs", "2")
     assert r.code == 2 and "--jobs needs --check" in r.output
-    r = run_toolkit(
-        "debug", "reduce", path, "-o", "o.onnx", "--jobs", "2", "--artifacts", "x.txt", "--check", "true",
-        cwd=str(tmp_path),
-    )
+    r = cli("debug", "reduce", path, "-o", "o.onnx", "--jobs", "2", "--artifacts", "x.txt", "--check", "true")
     assert r.code == 2 and "x.txt" in r.output
 
 
 
+@pytest.mark.serial
 @pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="reads /proc")
 def test_ctrl_c_with_four_jobs_leaves_no_stray_process(tmp_path):
     path, _ = _chain_file(tmp_path)
@@ -459,6 +456,7 @@ def test_small_inline_weights_are_not_spilled(tmp_path):
     assert outcome.status == "reduced" and check.inodes == set()  # nothing external: nothing spilled
 
 
+@pytest.mark.serial
 def test_jobs_with_timeouts_and_replay(tmp_path):
     """A check that hangs on the culprit is killed by --check-timeout in every worker (and
     counts as failing); a replay saved with --jobs answers a second run without checks."""
