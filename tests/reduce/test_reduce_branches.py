@@ -472,3 +472,20 @@ def test_a_replay_is_refused_when_big_weights_are_rewritten_keeping_size_and_tim
     _same_times(tmp_path / "m.onnx", stamp)
     res = cli(*args[:5], "--load-debug-replay", "r.json", *args[5:])
     assert res.code == 3 and "replay" in res.err.lower(), res.err
+
+
+def test_compare_reads_a_per_iteration_folder_as_run_does_and_binds_its_replay_to_its_files(cli, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    save(_plain(2.0), tmp_path / "clean.onnx")
+    save(_plain(2.5), tmp_path / "faulty.onnx")
+    (tmp_path / "data").mkdir()
+    x = np.array([[0.5, -1.0, 2.0, 0.25]], np.float32)
+    for k in range(2):
+        save_inputs(f"data/{k:010d}.json", [{"x": x * (k + 1)}])
+    first = _compare(cli, "data", "--save-debug-replay", "r.json")
+    assert first.code == 0, first.err
+    assert _nodes(tmp_path / "reduced.onnx") == ["mul"]
+    assert _compare(cli, "data", "--load-debug-replay", "r.json").code == 0
+    save_inputs("data/0000000001.json", [{"x": x * 5}])
+    res = _compare(cli, "data", "--load-debug-replay", "r.json")
+    assert res.code == 3 and "--load-inputs" in res.err, res.err

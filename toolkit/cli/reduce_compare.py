@@ -6,6 +6,8 @@ with the CLI's own ``run`` injected as its entry point, and the summary of every
 
 from __future__ import annotations
 
+import os
+
 from typing import List, Optional, Sequence
 
 from toolkit.cli import output
@@ -52,7 +54,7 @@ def preflight_compare(model: str, compare: Optional[Sequence[str]], reference_mo
 
     opts = CompareOptions.from_words(compare)
     for path in [model, reference_model or ""] + list(load_inputs):
-        if path and path != "-":
+        if path and path != "-" and not (path in load_inputs and os.path.isdir(path)):  # (a per-iteration folder)
             check_readable_file(path)
     preflight_specs([opts.reference, opts.test], model)
 

@@ -251,8 +251,14 @@ def _shown(value: Any) -> str:
 
 
 def file_digest(path: str) -> str:
-    """A digest of the bytes of the file at ``path``, read in 1 MiB pieces (no copy held)."""
+    """A digest of the bytes of the file at ``path``, read in 1 MiB pieces (no copy held); of a
+    folder (per-iteration data files), of each file's name and digest."""
     h = hashlib.blake2b(digest_size=16)
+    if os.path.isdir(path):
+        for name in sorted(os.listdir(path)):
+            if os.path.isfile(os.path.join(path, name)):
+                h.update(f"{name}:{file_digest(os.path.join(path, name))}\n".encode())
+        return h.hexdigest()
     with open(path, "rb") as f:
         for piece in iter(lambda: f.read(1 << 20), b""):
             h.update(piece)
