@@ -71,11 +71,12 @@ def temp_beside(path: str, mode: int = 0o600) -> Tuple[int, str]:
     folder = os.path.dirname(os.path.abspath(path))
     for _ in range(100):
         tmp = os.path.join(folder, temp_name(os.path.basename(path)))
+        report_temp(tmp)  # (first: a supervising parent removes it if this process dies by a signal)
         try:
             fd = create_new(tmp, mode, readable=True, final=path)  # (O_RDWR, as mkstemp gives)
         except FileExistsError:
+            report_temp(tmp, made=False)  # (another's file: never to be removed for this process)
             continue
-        report_temp(tmp)  # (a supervising parent removes it if this process dies by a signal)
         return fd, tmp
     raise FileExistsError(errno.EEXIST, "no free temp file name", folder)
 

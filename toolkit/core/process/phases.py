@@ -47,37 +47,52 @@ def report_phase(runtime: str, phase: str) -> None:
 
 
 # In a child of toolkit.core.process.supervise.Child: how a temp file is reported to its parent (in frames).
-_TEMP_HOOK: List[Callable[[str], None]] = []
+_TEMP_HOOK: List[Callable[[str, str], None]] = []
 
 
-def set_temp_hook(hook: Optional[Callable[[str], None]]) -> None:
+def set_temp_hook(hook: Optional[Callable[[str, str], None]]) -> None:
     _TEMP_HOOK[:] = [hook] if hook is not None else []
 
 
-def report_temp(path: str) -> None:
-    """Tell the supervising parent (if any) that this process made the temp file ``path``: if the
-    process dies by a signal before renaming or removing it, the parent removes it."""
+def report_temp(path: str, made: bool = True) -> None:
+    """Tell the supervising parent (if any) that this process makes the temp file ``path`` (told
+    before the file is made, so no moment is left where it exists untold): if the process dies by
+    a signal before renaming or removing it, the parent removes it. ``made=False`` takes it back:
+    the name was another's (the exclusive create failed), which the parent must never remove."""
+    kind = "temp" if made else "untemp"
     if _TEMP_HOOK:
         try:
-            _TEMP_HOOK[0](os.path.abspath(path))
+            _TEMP_HOOK[0](kind, os.path.abspath(path))
         except (OSError, ValueError):  # the parent is gone (a broken pipe, or it was closed): nothing to tell
             pass
         return
     if _PHASE_FD is None or "\n" in path:
         return
     try:
-        os.write(_PHASE_FD, f"\ttemp\t{os.path.abspath(path)}\n".encode("utf-8", "surrogateescape"))
+        os.write(_PHASE_FD, f"\t{kind}\t{os.path.abspath(path)}\n".encode("utf-8", "surrogateescape"))
     except OSError:
         pass
 
 
+def reported_temps(reports) -> List[str]:
+    """The temp files of ``reports`` ((kind, path) in order): each told, less those taken back."""
+    out: List[str] = []
+    for kind, path in reports:
+        if kind == "temp":
+            out.append(path)
+        elif kind == "untemp" and path in out:
+            out.remove(path)
+    return out
+
+
 def temp_files(data: bytes) -> List[str]:
     """The temp files a child reported (:func:`report_temp`) in ``data``."""
-    found = []
+    reports = []
     for line in data.decode("utf-8", "surrogateescape").split("\n")[:-1]:
-        if line.startswith("\ttemp\t"):
-            found.append(line[len("\ttemp\t"):])
-    return found
+        for kind in ("temp", "untemp"):
+            if line.startswith(f"\t{kind}\t"):
+                reports.append((kind, line[len(kind) + 2:]))
+    return reported_temps(reports)
 
 
 def last_phase(data: bytes) -> Tuple[str, str]:

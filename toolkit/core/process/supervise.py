@@ -271,7 +271,9 @@ class Child:
             os.close(fd)
 
     def _ended(self, frames: list, status: int) -> ChildOutcome:
-        self._temp = [path for kind, path in frames if kind == "temp"]
+        from toolkit.core.process.phases import reported_temps
+
+        self._temp = reported_temps([f for f in frames if f[0] in ("temp", "untemp")])
         out = _outcome(frames, status)  # (raises the child's exception)
         if out.crashed:
             _remove(self._temp)
@@ -299,7 +301,7 @@ def _serve(work: Callable[..., object], args: tuple, fd: int) -> None:
 
     phases.set_phase_fd(None)  # (this child reports to its own parent, in frames)
     with os.fdopen(fd, "wb") as pipe:
-        phases.set_temp_hook(lambda path: send_frame(pipe, ("temp", path)))
+        phases.set_temp_hook(lambda kind, path: send_frame(pipe, (kind, path)))
 
         def phase(name: str) -> None:
             send_frame(pipe, ("phase", name))
