@@ -39,3 +39,16 @@ def test_debug_reduce_compare_refuses_a_tolerance_for_no_tensor(cli, tmp_path):
             "--atol", "1", "nosuch:1e-6")
     assert r.code == 2, r.err
     assert "--atol names 'nosuch', which no tensor of the model has" in r.err and "Reference:" not in r.err
+
+
+@pytest.mark.parametrize("given,global_atol,global_rtol", [
+    ((["y1:1"], [], []), 1e-2, 1e-2),  # a value for one output leaves the others at the command's default
+    (([], ["y1:0.5"], []), 1e-2, 1e-2),
+    ((["0.3", "y1:1"], ["0"], []), 0.3, 0.0),
+    ((["y1:1", "0.3"], [], []), 0.3, 1e-2),
+])
+def test_a_tolerance_for_some_outputs_keeps_the_default_for_the_others(given, global_atol, global_rtol):
+    from toolkit.precision.config import search_tolerances
+
+    tol = search_tolerances(*given)
+    assert (tol.atol, tol.rtol) == (global_atol, global_rtol)

@@ -21,11 +21,12 @@ DEFAULT_RTOL = "1e-2"
 
 
 def search_tolerances(atol: Sequence[str], rtol: Sequence[str], check_error_stat: Sequence[str]) -> Optional[Tolerances]:
-    """The tolerance options of ``debug precision`` parsed (the atol and rtol default to 1e-2 here);
-    None when none is given (the search's defaults)."""
+    """The tolerance options of ``debug precision`` parsed (the atol and rtol default to 1e-2 here,
+    for every output a value given for some outputs only does not name); None when none is given
+    (the search's defaults)."""
     if not (atol or rtol or check_error_stat):
         return None
-    return Tolerances.parse(atol or [DEFAULT_ATOL], rtol or [DEFAULT_RTOL], check_error_stat)
+    return Tolerances.parse([DEFAULT_ATOL, *atol], [DEFAULT_RTOL, *rtol], check_error_stat)
 
 
 @shown_as(save_replay=dict(after="load_outputs"), load_replay=dict(after="save_replay"))
