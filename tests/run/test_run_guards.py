@@ -110,3 +110,12 @@ def test_load_outputs_whose_first_iteration_is_empty_is_bad_input(cli, tmp_path,
         path.write_text(content)
     res = cli("run", model, "--onnxrt", "--load-outputs", str(path))
     assert res.code == 3 and "\nerror: " in "\n" + res.err and "Traceback" not in res.err, res.err
+
+
+@pytest.mark.parametrize("command", [["run", "M", "--onnxrt"], ["debug", "precision", "M"],
+                                     ["convert", "M", "--fp-to-fp16", "-o", "c.onnx", "--validate"]])
+@pytest.mark.parametrize("seed", ["-1", "4294967296"])
+def test_a_seed_out_of_numpys_range_is_a_usage_error(cli, tmp_path, command, seed):
+    model = z.save(z.seed_example((1, 3, 2, 2)), tmp_path / "m.onnx")
+    res = cli(*[str(model) if w == "M" else w for w in command], "--seed", seed)
+    assert res.code == 2 and f"--seed must be between 0 and 4294967295, got {seed}" in res.err, res.err

@@ -41,7 +41,16 @@ PER_NAME_FLAGS = (("per_atol", ATOL_FLAG), ("per_rtol", RTOL_FLAG), ("per_stat",
 LOAD_INPUTS = Declared(("--load-inputs", "--load-input-data"), "Inputs files (JSON or .npz) to run on; default: generated.",
                        metavar="PATH...")
 VAL_RANGE = Declared(("--val-range",), "Value range of generated inputs: [name:][lo,hi].", metavar="[NAME:]RANGE...")
-SEED = Declared(("--seed",), "Seed for generated input data (reproducible).", metavar="N")
+def seed_value(value: Optional[int]) -> Optional[int]:
+    """A seed numpy's generators take (0 to 2**32 - 1), or a usage error naming the range."""
+    if value is not None and not 0 <= value < 2**32:
+        from toolkit.core.errors import UsageError
+
+        raise UsageError(f"--seed must be between 0 and {2**32 - 1}, got {value}")
+    return value
+
+
+SEED = Declared(("--seed",), "Seed for generated input data (reproducible).", metavar="N", parse=seed_value)
 INPUT_SHAPES = Declared(
     ("--input-shapes", "--inputs", "--model-input-shapes", "--model-inputs"),
     "Shapes for dynamic inputs: name:[1,3,640,640] (or name:1x3x640x640, no quoting needed). Several after one flag.",

@@ -30,7 +30,8 @@ class LlmConfig(ModelFiles):
     prompts: List[List[int]] = field(default_factory=list)  # token ids; none: `samples` random ones
     samples: int = option("--samples", metavar="N", default=4, panel="Inputs", after="prompts",
                           help="Random prompts of 8 token ids when none are given.")
-    seed: int = declared(S.SEED.replace(takes=Optional[int], parse=lambda given: given or 0, after="samples"), default=0)
+    seed: int = declared(S.SEED.replace(takes=Optional[int], parse=lambda given: S.seed_value(given) or 0,
+                                         after="samples"), default=0)
     steps: int = option("--steps", metavar="N", default=16, after="reference_model",
                         help="New tokens per prompt (steps).")
     free_run: bool = switch("--free-run", after="steps",
