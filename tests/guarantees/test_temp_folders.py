@@ -53,6 +53,7 @@ def test_debug_reduce_leaves_no_temp_folder(tmp_path):
         (["debug", "reduce", "-", "-o", "r2.onnx", "--compare", "onnxrt"], (tmp_path / "m.onnx").read_bytes()),
         (["debug", "reduce", "m.onnx", "-o", "r3.onnx", "--compare", "onnxrt", "--data-loader-script", "loader.py"],
          None),
+        (["debug", "precision", "-", "-o", "p.onnx"], (tmp_path / "m.onnx").read_bytes()),  # (read twice)
     ]
     for args, stdin in runs:
         proc = _toolkit(args, tmp_path, tmpdir, stdin)

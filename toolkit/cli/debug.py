@@ -21,7 +21,7 @@ from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, values_for
 from toolkit.cli.output import interrupted_by, log, result, state, warn
 from toolkit.core.declare import option, shown_as, switch
-from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
+from toolkit.core.errors import ExitCode, ToolkitError, UsageError
 from toolkit.core.files.scratch import temp_folder
 from toolkit.core.shared_options import ClusterOptions, DataLoaderOptions, ToleranceOptions
 from toolkit.reduce.config import DEFAULT_REPLAY, ReduceConfig
@@ -223,21 +223,6 @@ def _script_inputs(spec: str, func_name: Optional[str]) -> str:
     return path
 
 
-
-
-def _spool_stdin() -> str:
-    """The model on stdin, saved to a temporary file removed at exit (for --compare, which runs it
-    on the reference runner as well as indexing it)."""
-    from toolkit.core.io.model import read_bytes
-
-    data = read_bytes("-")
-    if not data:
-        raise InputError("<stdin>: empty file, expected an ONNX model")
-    folder = temp_folder("toolkit-stdin-")
-    path = os.path.join(folder, "stdin.onnx")
-    with open(path, "wb") as fh:
-        fh.write(data)
-    return path
 
 
 def _cluster_usage(cfg: ReduceConfig, a: "ReduceArgs") -> None:
@@ -526,7 +511,9 @@ def _reduce_command(ctx: typer.Context, cfg: ReduceConfig, a: ReduceArgs) -> Non
 
     model = cfg.model
     if model == "-" and a.compare is not None:
-        cfg.model = _spool_stdin()  # the reference and every check read the model again
+        from toolkit.core.io.model import spool_stdin
+
+        cfg.model = spool_stdin()  # the reference and every check read the model again
     _cluster_usage(cfg, a)
     ray_cluster = _open_cluster(cfg, a)
     try:

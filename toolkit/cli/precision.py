@@ -316,6 +316,10 @@ def _run(q: QdqConfig, args: PrecisionArgs, pair_options: List[str]) -> None:
         raise UsageError("--compare takes two runner specs: the fp32 reference and the candidate, e.g. onnxrt onnxrt:fp16")
     from toolkit.precision.qdq_search import quantization_of
 
+    if q.model == "-":  # (read twice: whether it is quantized, then by the search)
+        from toolkit.core.io.model import spool_stdin
+
+        q.model = spool_stdin()
     # a quantized model: its Q/DQ pairs are searched, unless the candidate asks for fp16/bf16; a model
     # quantized in integer ops only has no pairs: its fp16 nodes are searched, unless a pair option asks
     kind = quantization_of(q.model)

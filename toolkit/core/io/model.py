@@ -94,6 +94,19 @@ def read_bytes(path: str) -> bytes:
         raise InputError(f"{describe(path)}: cannot read: {exc.strerror or exc}") from None
 
 
+def spool_stdin() -> str:
+    """The model on stdin, saved to a temp file that lives as long as the command (for commands
+    that read the model more than once: a quantization check, then the search)."""
+    from toolkit.core.files.scratch import temp_folder
+
+    data = read_bytes(STDIO)
+    if not data:
+        raise InputError("<stdin>: empty file, expected an ONNX model")
+    path = os.path.join(temp_folder("toolkit-stdin-"), "stdin.onnx")
+    create.write_new(path, data)
+    return path
+
+
 def parse_model(data: bytes, path: str):
     import onnx
     from google.protobuf.message import DecodeError
