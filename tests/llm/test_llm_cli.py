@@ -145,3 +145,13 @@ def test_no_prompt_is_a_usage_error_not_a_pass(models):
 
     with pytest.raises(UsageError, match="no prompts"):
         LlmDebugger(LlmConfig(models[0], samples=0)).run()
+
+
+@pytest.mark.parametrize("option", [("--atol", "nosuch:1"), ("--rtol", "logitz:0.1")])
+def test_a_tolerance_for_no_tensor_is_a_usage_error(cli, models, option):
+    clean, bad = models
+    r = cli("debug", "llm", bad, "--reference-model", clean, "--prompt-ids", "1 2", "--steps", "2", *option)
+    assert r.code == 2 and f"{option[0]} names '{option[1].split(':')[0]}'" in r.err, r.err
+    ok = cli("debug", "llm", bad, "--reference-model", clean, "--prompt-ids", "1 2", "--steps", "2",
+             "--atol", "logits:1e-3")
+    assert ok.code in (0, 1), ok.err

@@ -27,6 +27,7 @@ from toolkit.llm.io import DecoderIO, check_compatible, discover
 from toolkit.llm.localize import Located, every_tensor_once, first_diverging, pairing
 from toolkit.llm.steps import Feed, NearTie, StepResult, cache_of, compare_step, step_feed
 from toolkit.run.options import RunOptions
+from toolkit.run.plan import require_known_names
 from toolkit.run.specs import make_runner, parse_runner_spec, preflight_specs
 
 
@@ -133,6 +134,9 @@ class LlmDebugger:
             check_compatible(self.test_io, self.ref_io, cfg.model)
         else:
             self.ref_model, self.ref_io = self.test_model, self.test_io
+        tensors = {o.name for o in self.test_model.graph.output}
+        tensors |= {name for node in self.test_model.graph.node for name in node.output}
+        require_known_names(self.tol, tensors, tensors=True)  # (a name no tensor has: never compared)
         self.prompts = [list(p) for p in cfg.prompts] or P.random_prompts(cfg.samples, cfg.seed, self.ref_io.vocab)
         if not self.prompts:  # (a comparison of nothing would pass)
             raise UsageError("no prompts to run: give --prompt-ids, --prompts or --samples N (N >= 1)")
