@@ -92,6 +92,15 @@ def exact_value(value):
     return int(value) if isinstance(value, np.integer) else float(value)
 
 
+def _weight_summary(arr) -> dict:
+    """A weight's statistics and a preview of its values (its dtype and shape are shown apart)."""
+    info = summarize_array(arr)
+    info["preview"] = values_text(arr, full=False)
+    info.pop("dtype", None)
+    info.pop("shape", None)
+    return info
+
+
 def summarize_array(arr, show_values: bool = False, max_elems: int = 12) -> dict:
     """Statistics of an array (mean, std, min, max, ...) and optionally its values."""
 
@@ -261,12 +270,7 @@ class GraphDescriber:
             except (OSError, ToolkitError, *_UNREADABLE) as exc:  # a summary line, not a failure
                 reraise_bug(exc)
                 return {"values": None, "note": f"unreadable: {exc}"}
-            info = summarize_array(arr)
-            info["preview"] = values_text(arr, full=False)
-            info.pop("dtype", None)
-            info.pop("shape", None)
-            del arr  # one weight in memory at a time
-            return info
+            return _weight_summary(arr)  # (one weight in memory at a time)
         try:
             from onnx import numpy_helper
 
@@ -274,11 +278,7 @@ class GraphDescriber:
         except _UNREADABLE as exc:
             reraise_bug(exc)
             return {"values": None, "note": f"unreadable: {exc}"}
-        info = summarize_array(arr)
-        info["preview"] = values_text(arr, full=False)
-        info.pop("dtype", None)
-        info.pop("shape", None)
-        return info
+        return _weight_summary(arr)
 
     def _node(self, index: int, node, metas: Dict[str, TensorMeta], inits) -> dict:
         from onnx import AttributeProto
