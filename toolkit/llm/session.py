@@ -14,7 +14,7 @@ import os
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import List, Optional, Set, Tuple
 
 from toolkit.core.io.datafiles import save_inputs
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
@@ -134,8 +134,10 @@ class LlmDebugger:
             check_compatible(self.test_io, self.ref_io, cfg.model)
         else:
             self.ref_model, self.ref_io = self.test_model, self.test_io
-        tensors = {o.name for o in self.test_model.graph.output}
-        tensors |= {name for node in self.test_model.graph.node for name in node.output}
+        tensors: Set[str] = set()
+        if self.test_model is not None:
+            graph = self.test_model.graph
+            tensors = {o.name for o in graph.output} | {n for node in graph.node for n in node.output}
         require_known_names(self.tol, tensors, tensors=True)  # (a name no tensor has: never compared)
         self.prompts = [list(p) for p in cfg.prompts] or P.random_prompts(cfg.samples, cfg.seed, self.ref_io.vocab)
         if not self.prompts:  # (a comparison of nothing would pass)
