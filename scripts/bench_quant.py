@@ -213,14 +213,21 @@ def loss_debug(cfg: QdqConfig, float_path: str, qdq_path: str, work: str, ours: 
             "ranked": len(pairs)}
 
 
-def bench(case: str, models: str, work: str, search_sets: int = 3, seed: int = 0) -> dict:
+def bench_config(case: str, models: str, work: str, search_sets: int, seed: int):
+    """(float model, QDQ model, search inputs, held-out inputs, the search's config, its atol, the
+    quantized model's error, the weights' error) of ``case``: the atol is between what the weights
+    alone cost and what the quantized model costs (their geometric mean)."""
     float_path, qdq_path, search, held = prepare(case, models, work, search_sets, seed)
     base = QdqConfig(qdq_path, reference_model=float_path, load_inputs=[search], validate_inputs=[held],
                      tolerances=search_tolerances([], ["0"], []), suggest_scales=False)
     error, weights = errors(base)
-    # between what the weights alone cost and what the quantized model costs (geometric mean)
     atol = f"{(max(error, 1e-12) * max(weights, 1e-12)) ** 0.5:.4g}"
     base.tolerances = search_tolerances([atol], ["0"], [])
+    return float_path, qdq_path, search, held, base, atol, error, weights
+
+
+def bench(case: str, models: str, work: str, search_sets: int = 3, seed: int = 0) -> dict:
+    float_path, qdq_path, search, held, base, atol, error, weights = bench_config(case, models, work, search_sets, seed)
     t0 = time.perf_counter()
     search_obj = QdqSearch(base)
     ours = search_obj.run()
@@ -265,12 +272,7 @@ def refine(case: str, models: str, work: str, search_sets: int = 3, seed: int = 
     same 4 test sets."""
     from toolkit.core.io.datafiles import load_inputs
 
-    float_path, qdq_path, search, held = prepare(case, models, work, search_sets, seed)
-    base = QdqConfig(qdq_path, reference_model=float_path, load_inputs=[search], validate_inputs=[held],
-                     tolerances=search_tolerances([], ["0"], []), suggest_scales=False)
-    error, weights = errors(base)
-    atol = f"{(max(error, 1e-12) * max(weights, 1e-12)) ** 0.5:.4g}"
-    base.tolerances = search_tolerances([atol], ["0"], [])
+    _, _, search, held, base, atol, _, _ = bench_config(case, models, work, search_sets, seed)
     tag = case.replace(", ", "_").replace(" ", "_")
     held_sets = list(load_inputs(held))
     sets, validation, test = list(load_inputs(search)), held_sets[:4], held_sets[4:]

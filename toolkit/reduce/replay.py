@@ -286,11 +286,12 @@ def model_ref(path: Optional[str]) -> Optional[Dict[str, str]]:
     ref = file_ref(path)
     if ref is None or not path or path == "-":
         return ref
+    from toolkit.core.graph.graphs import external_data_folder, external_data_locations
     from toolkit.core.io.model import load_model  # (onnx: only for a replay with a reference model)
-    from toolkit.core.io.weights import external_data_paths
 
     model = load_model(path, load_external_data=False)
-    files = external_data_paths(model, os.path.dirname(os.path.abspath(path)))
+    folder = external_data_folder(path)
+    files = [os.path.realpath(os.path.join(folder, loc)) for loc in external_data_locations(model)]
     if files:
         ref["data"] = weights_digest([], files)
     return ref

@@ -53,19 +53,6 @@ def nested_tensors(model) -> Iterator[object]:
                 yield from attr.tensors
 
 
-def external_data_paths(model, base_dir: str) -> List[str]:
-    """The real paths of the external data files the model's tensors name (each once, in order),
-    relative to ``base_dir``; nothing is read from them."""
-    out: List[str] = []
-    for tensor in [*model.graph.initializer, *nested_tensors(model)]:
-        if is_ref(tensor):
-            loc = next((e.value for e in tensor.external_data if e.key == "location"), "")
-            path = os.path.realpath(os.path.join(base_dir, loc))
-            if loc and path not in out:
-                out.append(path)
-    return out
-
-
 def ref_nbytes(tensor) -> int:
     """Size of a referenced tensor's data: its ``length`` entry, else its dims."""
     for entry in tensor.external_data:
