@@ -59,6 +59,21 @@ def cli(capfd, monkeypatch):
     return invoke
 
 
+@pytest.fixture
+def cli_in(cli, monkeypatch):
+    """``cli_in(*args, cwd=folder, env={...})``: the command in this process, run in ``folder`` (the
+    in-process twin of :func:`run_toolkit`'s ``cwd``/``env``)."""
+
+    def invoke(*args, cwd, env=None):
+        monkeypatch.chdir(cwd)
+        with monkeypatch.context() as m:
+            for key, value in (env or {}).items():
+                m.setenv(key, value)
+            return cli(*args)
+
+    return invoke
+
+
 def run_toolkit(*args, stdin: bytes = None, cwd=None, env=None, timeout=120) -> Result:
     """Run the real `python -m toolkit` entry point in a subprocess."""
     full_env = dict(os.environ)

@@ -60,14 +60,9 @@ def compute(path):
 
 
 @pytest.fixture
-def toolkit(cli, monkeypatch):
+def toolkit(cli_in):
     """``toolkit(*args, cwd=folder)``: the command in this process, run in ``folder``."""
-
-    def invoke(*args, cwd):
-        monkeypatch.chdir(cwd)
-        return cli(*args)
-
-    return invoke
+    return cli_in
 
 
 def assert_one_clash(res, *names):

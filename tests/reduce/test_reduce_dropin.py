@@ -44,14 +44,9 @@ def ws(tmp_path, monkeypatch):
 
 
 @pytest.fixture
-def toolkit(cli, monkeypatch):
+def toolkit(cli_in):
     """``toolkit(*args, cwd=folder)``: the command in this process, run in ``folder``."""
-
-    def invoke(*args, cwd):
-        monkeypatch.chdir(cwd)
-        return cli(*args)
-
-    return invoke
+    return cli_in
 
 
 def _reduce(toolkit, ws, *opts, fail=("n7",)):

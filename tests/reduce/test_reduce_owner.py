@@ -36,6 +36,18 @@ def _done(proc, timeout=120):
     return proc.returncode, out.decode(), err.decode()
 
 
+def _start_held(tmp_path, fail):
+    """(the run, its gate file): a reduce started and seen checking, its first check waiting at the
+    gate until the file is removed."""
+    gate = tmp_path / "gate"
+    gate.touch()
+    proc = _start(tmp_path, fail, gate=gate)
+    deadline = time.monotonic() + 60
+    while not os.path.exists(tmp_path / "polygraphy_debug.onnx") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return proc, gate
+
+
 def test_two_reduces_at_once_in_one_folder(tmp_path):
     save(chain(16), tmp_path / "model.onnx")
     alone = _done(_start(tmp_path, "n10_tanh"))
@@ -43,13 +55,8 @@ def test_two_reduces_at_once_in_one_folder(tmp_path):
     expected = json.loads(alone[1])
     os.unlink(tmp_path / "reduced_n10_tanh.onnx")
 
-    gate = tmp_path / "gate"
-    gate.touch()
-    first = _start(tmp_path, "n10_tanh", gate=gate)
+    first, gate = _start_held(tmp_path, "n10_tanh")
     try:
-        deadline = time.monotonic() + 60
-        while not os.path.exists(tmp_path / "polygraphy_debug.onnx") and time.monotonic() < deadline:
-            time.sleep(0.05)  # the first run is checking (its first check waits at the gate)
         before = sorted(os.listdir(tmp_path))
         second = _done(_start(tmp_path, "n9_neg"), timeout=60)
     finally:
@@ -71,13 +78,8 @@ def test_two_reduces_at_once_in_one_folder(tmp_path):
 
 def test_a_killed_run_does_not_block_the_next(tmp_path):
     save(chain(16), tmp_path / "model.onnx")
-    gate = tmp_path / "gate"
-    gate.touch()
-    proc = _start(tmp_path, "n10_tanh", gate=gate)
+    proc, gate = _start_held(tmp_path, "n10_tanh")
     try:
-        deadline = time.monotonic() + 60
-        while not os.path.exists(tmp_path / "polygraphy_debug.onnx") and time.monotonic() < deadline:
-            time.sleep(0.05)  # checking: its first check waits at the gate
         proc.send_signal(signal.SIGKILL)
         proc.communicate(timeout=30)
     finally:
