@@ -14,7 +14,7 @@ import os
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Set, Tuple
+from typing import List, Optional, Tuple
 
 from toolkit.core.io.datafiles import save_inputs
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
@@ -126,7 +126,7 @@ class LlmDebugger:
         parse_runner_spec(cfg.test)
         for path in {cfg.model, self.ref_path}:
             check_readable_file(path)
-        self.test_model = self._structure(cfg.model)
+        self.test_model = test_model = self._structure(cfg.model)
         self.test_io = discover(self.test_model, cfg.names, cfg.model)
         if self.ref_path != cfg.model:
             self.ref_model = self._structure(self.ref_path)
@@ -134,10 +134,8 @@ class LlmDebugger:
             check_compatible(self.test_io, self.ref_io, cfg.model)
         else:
             self.ref_model, self.ref_io = self.test_model, self.test_io
-        tensors: Set[str] = set()
-        if self.test_model is not None:
-            graph = self.test_model.graph
-            tensors = {o.name for o in graph.output} | {n for node in graph.node for n in node.output}
+        graph = test_model.graph  # (the test model's: localization marks its tensors)
+        tensors = {o.name for o in graph.output} | {n for node in graph.node for n in node.output}
         require_known_names(self.tol, tensors, tensors=True)  # (a name no tensor has: never compared)
         self.prompts = [list(p) for p in cfg.prompts] or P.random_prompts(cfg.samples, cfg.seed, self.ref_io.vocab)
         if not self.prompts:  # (a comparison of nothing would pass)
