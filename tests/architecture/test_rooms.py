@@ -10,9 +10,10 @@ the bar.
 from __future__ import annotations
 
 import ast
+import sys
 import itertools
 import pathlib
-from typing import Dict, List, Set, Tuple
+from typing import Any, Dict, List, Set, Tuple
 
 import pytest
 
@@ -47,8 +48,8 @@ def test_only_the_supervisor_calls_os_fork():
 
 
 ATOL_BAR = 3
-# the declaration (core/shared_options.py); every help text, advice, refusal and log line that names
-# the flag reads it from there (ATOL_FLAG, TOLERANCE_OPTIONS), so renaming the option renames them all
+# the declaration (core/compare/tolerances.py); every help text, advice, refusal and log line that
+# names the flag reads it from there (ATOL_FLAG, TOLERANCE_OPTIONS), so renaming the option renames them all
 
 
 def _atol_files() -> List[str]:
@@ -58,6 +59,59 @@ def _atol_files() -> List[str]:
 def test_atol_is_spelled_in_at_most_three_files():
     files = _atol_files()
     assert len(files) <= ATOL_BAR, "\n".join(files)
+
+
+_MARK = "0.000731"  # an --atol value nothing else in a run holds
+_TOKENIZER = "toolkit/cli/grammar.py"  # (looks at each token of the command line: is it a value?)
+
+
+def _holds_the_text(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is the --atol option's value as text: the text, the option's list of values,
+    or (one level down) a dict or options object holding them."""
+    if isinstance(value, str):
+        return value == _MARK
+    if isinstance(value, (list, tuple)):
+        return len(value) == 1 and _holds_the_text(value[0], depth)
+    if depth == 0 and isinstance(value, dict):
+        return any(_holds_the_text(v, 1) for v in list(value.values()))
+    if depth == 0 and hasattr(type(value), "__dataclass_fields__"):
+        return any(_holds_the_text(getattr(value, f, None), 1) for f in type(value).__dataclass_fields__)
+    return False
+
+
+def test_run_atol_is_text_in_at_most_three_files(cli, tmp_path, monkeypatch):
+    """``toolkit run --atol``: the files whose functions hold the option's value as text, from the
+    command line to the first array comparison (traced): the option is typed where it is declared,
+    then travels typed, not as text handed on and parsed again."""
+    from onnx import TensorProto, helper, save
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    save(model, str(tmp_path / "m.onnx"))
+    monkeypatch.setenv("TOOLKIT_NO_SUPERVISOR", "1")  # (the comparison in this process, where it is traced)
+    seen: Dict[str, None] = {}
+    compared = []
+
+    def trace(frame, event, arg):
+        path = frame.f_code.co_filename
+        if compared or event != "call" or not path.startswith(str(PKG)):
+            return
+        if any(_holds_the_text(v) for v in list(frame.f_locals.values())):
+            seen[_rel(pathlib.Path(path))] = None
+        if frame.f_code.co_name == "compare_arrays":
+            compared.append(frame.f_locals.get("atol"))
+
+    sys.setprofile(trace)
+    try:
+        r = cli("run", tmp_path / "m.onnx", "--onnxrt", "--onnxrt", "--atol", _MARK)
+    finally:
+        sys.setprofile(None)
+    assert r.code == 0 and compared == [float(_MARK)], r.err
+    files = [f for f in seen if f != _TOKENIZER]
+    assert len(files) <= ATOL_BAR, files
 
 
 # ---------------------------------------------------------------------- field lists written twice

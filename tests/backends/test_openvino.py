@@ -16,6 +16,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import REPO, modules_loaded_by
+from toolkit.core.compare.tolerances import Tolerances
 
 HAS_OPENVINO = True
 try:
@@ -129,7 +130,7 @@ def test_spec_runners_side_by_side_save_and_load(cli, models, tmp_path):
     out = tmp_path / "out.json"
     inputs = tmp_path / "in.npz"
     rep = execute(RunOptions(models["two"], runners=["openvino:precision=f32", "onnxrt"], input_shapes=["x:[2,16]"],
-                             save_outputs=str(out), save_inputs=str(inputs), atol=["1e-4"], rtol=["1e-4"]))
+                             save_outputs=str(out), save_inputs=str(inputs), tolerances=Tolerances.of(atol=1e-4, rtol=1e-4)))
     assert rep.passed
     from toolkit.core.io.datafiles import load_outputs
 
@@ -328,7 +329,7 @@ def test_onnxrt_openvino_provider_side_by_side_and_in_reduce(cli, models, tmp_pa
     from toolkit.run import RunOptions, execute
 
     rep = execute(RunOptions(models["two"], runners=["onnxrt", "onnxrt:providers=openvino"], input_shapes=["x:[2,16]"],
-                             atol=["1e-4"], rtol=["1e-4"]))
+                             tolerances=Tolerances.of(atol=1e-4, rtol=1e-4)))
     assert rep.passed and rep.comparisons[0].label_b == "onnxrt:providers=openvino"
     monkeypatch.chdir(tmp_path)
     res = cli("debug", "reduce", models["planted"], "-o", "r.onnx", "--compare", "onnxrt", "onnxrt:providers=openvino",

@@ -40,11 +40,12 @@ def test_run_fp16_against_fp32_fails_at_the_overflowing_node(cli, ln_path):
 
 def test_diagnosis_points_at_the_overflowing_node(ln_path):
     from toolkit.run.diagnosis import diagnose, pair_errors, topology_of
+    from toolkit.core.compare.tolerances import Tolerances
     from toolkit.run import RunOptions, execute
 
     opts = RunOptions(
         ln_path, runners=["onnxrt", "onnxrt:fp16"], onnx_outputs=["mark", "all"], keep_outputs=True,
-        atol=["0.5"], rtol=["1e-2"],
+        tolerances=Tolerances.of(atol=0.5, rtol=1e-2),
     )
     report = execute(opts)
     assert not report.passed

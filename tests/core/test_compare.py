@@ -136,6 +136,27 @@ def test_tolerance_parsing():
             Tolerances.parse(**bad)
 
 
+def test_two_different_values_for_one_output_are_refused(cli, tmp_path):
+    from toolkit.core.compare.tolerances import Named, parse_atol, parse_stats
+
+    assert parse_atol(["1e-3", "out:0.5", "1e-3"]) == Named(1e-3, {"out": 0.5})  # (the same value twice: one)
+    for bad, named in ((["0.1", "0.2"], "every output"), (["y:1", "x:2", "y:3"], "'y'")):
+        with pytest.raises(UsageError, match=f"two values for {named}"):
+            parse_atol(bad)
+    with pytest.raises(UsageError, match="--check-error-stat: two values for 'y'"):
+        parse_stats(["y:max", "y:mean"])
+    from onnx import TensorProto, helper, save
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    save(model, str(tmp_path / "m.onnx"))
+    r = cli("run", tmp_path / "m.onnx", "--onnxrt", "--onnxrt", "--atol", "0.1", "0.2")
+    assert r.code == 2 and "error: --atol: two values for every output ('0.1' and '0.2'): give one" in r.err, r.err
+
+
 def test_validate_finds_nan_and_inf():
     outs = [{"ok": np.ones(3, np.float32), "bad": np.array([np.nan, np.inf, 1], np.float32), "i": np.ones(2, np.int32)}]
     probs = validate_outputs("r", outs)

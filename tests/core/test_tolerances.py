@@ -29,5 +29,5 @@ def test_reduce_compare_hands_its_checks_the_typed_tolerances(tmp_path):
     opts = CompareOptions(reference="onnxrt", test="onnxrt", tolerances=tol)
     ref = Reference(str(tmp_path), "in.npz", "out.npz", "onnxrt")
     run = run_options("m.onnx", opts, ref)
-    assert run.tolerances is tol and run.atol == [] and run.rtol == []
+    assert run.tolerances is tol and not run.atol and not run.rtol
     assert describe_check("m.onnx", opts)[-4:] == ["--atol", "0.01", "--rtol", "y:0.001"]

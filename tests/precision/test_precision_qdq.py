@@ -10,7 +10,7 @@ import pytest
 
 import modelzoo as mz
 import qdq_models as qm
-from toolkit.precision.config import search_tolerances
+from toolkit.core.compare.tolerances import Tolerances
 from toolkit.core.io.datafiles import save_inputs
 from toolkit.quant import qdq
 from toolkit.quant import stats as qdq_stats
@@ -68,7 +68,7 @@ def save_inputs_file(path, feeds):
 
 def test_reference_is_the_model_with_every_pair_in_float(models, tmp_path):
     feeds_path = save_inputs_file(tmp_path / "in.json", qm.feeds(4, seed=5))
-    outcome = QdqSearch(QdqConfig(models["planted"], load_inputs=[feeds_path], tolerances=search_tolerances(["1.0"], ["0"], []))).run()
+    outcome = QdqSearch(QdqConfig(models["planted"], load_inputs=[feeds_path], tolerances=Tolerances.of(atol=1.0, rtol=0.0))).run()
     assert outcome.status == "found"
     assert [outcome.stats[n].pair.tensor for n in outcome.kept] == [PLANTED]
     suggestion = outcome.suggestions[0]
@@ -105,7 +105,7 @@ def test_bypass_keeps_a_folded_relu(models):
 def test_weight_pairs_from_the_float_model(models, tmp_path):
     feeds_path = save_inputs_file(tmp_path / "in.json", qm.feeds(2, seed=5))
     cfg = QdqConfig(models["plain"], reference_model=models["float"], weights=True, load_inputs=[feeds_path],
-                    tolerances=search_tolerances(["1e-4"], ["0"], []))
+                    tolerances=Tolerances.of(atol=1e-4, rtol=0.0))
     search = QdqSearch(cfg)
     outcome = search.run()
     weights = [p for p in search.pairs if p.weight]

@@ -9,7 +9,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from modelzoo import make_model, save
-from toolkit.precision.config import search_tolerances
+from toolkit.core.compare.tolerances import Tolerances
 from toolkit.precision.search import PrecisionConfig, PrecisionSearch
 
 N = 256
@@ -51,7 +51,7 @@ def test_rounding_alone_keeps_no_node_and_names_the_tolerance(path):
     assert out.passing_atol is not None and out.passing_atol > 1e-2
     assert out.checks <= out.cost_bound
     # at the tolerance it names, the same search passes with the same nodes and no word of rounding
-    again = PrecisionSearch(PrecisionConfig(model=path, val_range=["[-2,2]"], tolerances=search_tolerances([str(out.passing_atol)], [], []))).run()
+    again = PrecisionSearch(PrecisionConfig(model=path, val_range=["[-2,2]"], tolerances=Tolerances.of(atol=out.passing_atol, rtol=1e-2))).run()
     assert again.status == "none-needed" and again.kept == out.kept
 
 

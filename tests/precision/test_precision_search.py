@@ -12,7 +12,7 @@ from onnx import TensorProto
 
 import fp16_models as fm
 import modelzoo as mz
-from toolkit.precision.config import search_tolerances
+from toolkit.core.compare.tolerances import Tolerances
 from toolkit.convert import fp16
 from toolkit.precision.search import PrecisionConfig, PrecisionSearch, Reporter
 
@@ -147,7 +147,7 @@ def test_a_model_with_constant_weights_past_fp16_is_found(tmp_path):
     model.graph.node.append(onnx.helper.make_node("Relu", ["y"], ["r"], name="relu"))
     model.graph.output[0].name = "r"
     path = mz.save(model, tmp_path / "c.onnx")
-    outcome = PrecisionSearch(PrecisionConfig(path, tolerances=search_tolerances(["1e-3"], ["1e-3"], []))).run()
+    outcome = PrecisionSearch(PrecisionConfig(path, tolerances=Tolerances.of(atol=1e-3, rtol=1e-3))).run()
     assert {"up", "down"} <= set(outcome.auto_kept) and outcome.status == "none-needed", outcome
 
 

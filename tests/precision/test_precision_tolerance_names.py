@@ -48,7 +48,9 @@ def test_debug_reduce_compare_refuses_a_tolerance_for_no_tensor(cli, tmp_path):
     ((["y1:1", "0.3"], [], []), 0.3, 1e-2),
 ])
 def test_a_tolerance_for_some_outputs_keeps_the_default_for_the_others(given, global_atol, global_rtol):
+    from toolkit.core.compare.tolerances import ToleranceOptions, parse_atol, parse_rtol, parse_stats
     from toolkit.precision.config import search_tolerances
 
-    tol = search_tolerances(*given)
+    atol, rtol, stats = given
+    tol = search_tolerances(ToleranceOptions(parse_atol(atol), parse_rtol(rtol), parse_stats(stats)))
     assert (tol.atol, tol.rtol) == (global_atol, global_rtol)

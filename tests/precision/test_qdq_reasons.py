@@ -7,7 +7,7 @@ import numpy as np
 
 import modelzoo as mz
 import qdq_models as qm
-from toolkit.precision.config import search_tolerances
+from toolkit.core.compare.tolerances import Tolerances
 from toolkit.quant import qdq
 from toolkit.quant import stats as qdq_stats
 from toolkit.core.io.datafiles import save_inputs
@@ -97,7 +97,7 @@ def test_ctrl_c_after_the_search_keeps_the_result(tmp_path, monkeypatch):
     monkeypatch.setattr(QdqSearch, "held_out_check", interrupted)
     model = mz.save(qm.two_or_one(), tmp_path / "two.onnx")
     feeds = _inputs(tmp_path / "in.json", [{"x": np.full((1, 4), 0.45, np.float32)}])
-    outcome = QdqSearch(QdqConfig(model, load_inputs=[feeds], tolerances=search_tolerances(["1"], ["0"], []))).run()
+    outcome = QdqSearch(QdqConfig(model, load_inputs=[feeds], tolerances=Tolerances.of(atol=1.0, rtol=0.0))).run()
     assert outcome.status == "found" and outcome.kept == ["c_QuantizeLinear"] and outcome.after_interrupted
 
 

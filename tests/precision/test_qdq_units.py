@@ -8,7 +8,7 @@ import pytest
 
 import modelzoo as mz
 import qdq_models as qm
-from toolkit.precision.config import search_tolerances
+from toolkit.core.compare.tolerances import Tolerances
 from toolkit.quant import qdq
 from toolkit.core.io.datafiles import save_inputs
 from toolkit.precision.qdq_search import QdqConfig, QdqSearch
@@ -34,7 +34,7 @@ def test_pairs_on_the_same_grid_after_a_slice_are_tied_to_their_input_pair(slice
 
 
 def test_a_unit_of_tied_pairs_is_found_in_few_checks(sliced):
-    search = QdqSearch(QdqConfig(sliced[0], load_inputs=[sliced[1]], tolerances=search_tolerances(["0.05"], ["0"], []), held_out=0,
+    search = QdqSearch(QdqConfig(sliced[0], load_inputs=[sliced[1]], tolerances=Tolerances.of(atol=0.05, rtol=0.0), held_out=0,
                                  suggest_scales=False))
     out = search.run()
     assert out.status == "found"

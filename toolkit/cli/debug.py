@@ -267,12 +267,11 @@ def _reduce(cfg: ReduceConfig, a: "ReduceArgs", cluster=None):
     reducer_kw: Dict[str, Any] = {}
     if compare is not None:
         from toolkit.cli.reduce_compare import make_compare_runner
-        from toolkit.core.compare.tolerances import Tolerances
         from toolkit.reduce.faults import CompareReducer
 
         runner = compare_runner = make_compare_runner(
             cfg.model, cfg.iter_artifact, compare, reference_model=a.reference_model,
-            tolerances=Tolerances.parse(a.atol, a.rtol, a.check_error_stat),
+            tolerances=a.combined(),
             load_inputs=list(cfg.load_inputs), seed=cfg.seed, val_range=list(cfg.val_range),
             input_shapes=dict(cfg.input_shapes), external_data_dir=cfg.external_data_dir,
             timeout=check_timeout, tensors=a.compare_tensors or "outputs",
@@ -501,7 +500,7 @@ def _reduce_command(ctx: typer.Context, cfg: ReduceConfig, a: ReduceArgs) -> Non
         cfg.check,
         all_faults=a.all_faults or bool(a.compare_tensors),
         reference_model=a.reference_model,
-        tolerances_given=bool(a.atol or a.rtol or a.check_error_stat),
+        tolerances_given=a.tolerances_given(),
     )
     preflight_compare(cfg.model, a.compare, a.reference_model, cfg.load_inputs)
     cfg.rule = FailureRule(a.fail_regex, a.fail_code, a.ignore_fail_code)

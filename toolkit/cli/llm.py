@@ -95,7 +95,6 @@ def _prompts(a: LlmArgs) -> List[List[int]]:
 def complete(cfg: LlmConfig, a: LlmArgs) -> LlmConfig:
     """``cfg`` with what the command line gives another way: the runners, the prompts, the I/O
     names, the tolerances (parsed once, here)."""
-    from toolkit.core.compare.tolerances import Tolerances
     from toolkit.llm.io import parse_names
     from toolkit.reduce.accuracy import CompareOptions
 
@@ -104,7 +103,7 @@ def complete(cfg: LlmConfig, a: LlmArgs) -> LlmConfig:
         raise UsageError(f"--samples must be at least 1, got {cfg.samples}")
     cfg.reference, cfg.test, cfg.prompts = cmp.reference, cmp.test, _prompts(a)
     cfg.names = parse_names(a.name)
-    cfg.tolerances = Tolerances.parse(a.atol, a.rtol, a.check_error_stat)
+    cfg.tolerances = a.combined()
     return cfg
 
 

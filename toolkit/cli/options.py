@@ -12,11 +12,12 @@ Nothing heavy is imported here: the CLI must start fast.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import inspect
 import os
 import typing
 from dataclasses import dataclass
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import typer
 
@@ -321,31 +322,57 @@ def bind(cls: Any, *, extra: Sequence[Any] = (), more: Sequence[Tuple[Any, str, 
     def decorate(body):
         ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
         args, opts = _parameters(cls)
+        parsers = _parsers(cls)
         for other, prefix, panel in more:
             opts += _parameters(other, prefix, panel)[1]
+            parsers.update(_parsers(other, prefix))
         params = [ctx] + args + list(extra) + _help_order(opts)
-        body.__signature__ = inspect.Signature(params)
-        body.__annotations__ = {p.name: p.annotation for p in params}
-        return body
+
+        @functools.wraps(body)
+        def typed(ctx, **given):  # each option with a parser of its own reaches the command typed by it
+            return body(ctx, **{k: parsers[k](v) if k in parsers else v for k, v in given.items()})
+
+        typed.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+        typed.__annotations__ = {p.name: p.annotation for p in params}
+        return typed
 
     return decorate
 
 
+def _parsers(cls: Any, prefix: str = "") -> Dict[str, Callable[[Any], Any]]:
+    """The parser of each option of ``cls`` that has one (``Declared.parse``), by parameter name;
+    a list option's parser gets a list ([] when the option is not given)."""
+    out: Dict[str, Callable[[Any], Any]] = {}
+    for f, decl, hint in _fields_for_cli(cls):
+        if decl.parse is not None:
+            listed = typing.get_origin(hint) in (list, List)
+            out[prefix + f.name] = functools.partial(_parse_list, decl.parse) if listed else decl.parse
+    return out
+
+
+def _parse_list(parse: Callable[[Any], Any], values: Optional[Sequence[Any]]) -> Any:
+    return parse(list(values or []))
+
+
 def values_for(cls: Any, params: Mapping[str, Any], prefix: str = "") -> dict:
     """The keyword arguments of ``cls`` for the parsed ``params`` (its declared fields, named
-    ``prefix + field``): lists given as None made [], a grouped list (``List[List[str]]``) one
-    list per occurrence."""
+    ``prefix + field``): an option with its own parser as typed by it, other lists given as None
+    made [], a grouped list (``List[List[str]]``) one list per occurrence."""
     out = {}
     for f, decl, hint in _fields_for_cli(cls):
-        if prefix + f.name not in params:
-            continue
-        value = params[prefix + f.name]
-        if is_grouped(hint):
-            value = [split_group(g) for g in value or []]
-        elif typing.get_origin(hint) in (list, List):  # (what the command line gives: a list, or None)
-            value = list(value or [])
-        out[f.name] = value if decl.parse is None else decl.parse(value)
+        if prefix + f.name in params:
+            out[f.name] = _value(params[prefix + f.name], decl, hint)
     return out
+
+
+def _value(value: Any, decl: Declared, hint: Any) -> Any:
+    if decl.parse is not None:  # (typed by its own parser where the command line read it)
+        return value
+    if is_grouped(hint):
+        return [split_group(g) for g in value or []]
+    if typing.get_origin(hint) in (list, List):  # (what the command line gives: a list, or None)
+        return list(value or [])
+    return value
 
 
 DATA_EXTENSIONS = (".json", ".npz")

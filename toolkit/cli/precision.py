@@ -300,7 +300,7 @@ def register(app: typer.Typer) -> None:
     )))
     @bind(QdqConfig, more=[(PrecisionArgs, "", None)])
     def precision_command(ctx: typer.Context, **params) -> None:
-        given = [flag for name, flag in PAIR_FIELDS if params.get(name) not in (None, False, [], ())]
+        given = [flag for name, flag in PAIR_FIELDS if ctx.params.get(name) not in (None, False, [], ())]  # (as given)
         _run(QdqConfig(**values_for(QdqConfig, params)), PrecisionArgs(**values_for(PrecisionArgs, params)), given)
 
 
@@ -339,7 +339,7 @@ def _run(q: QdqConfig, args: PrecisionArgs, pair_options: List[str]) -> None:
         from toolkit.reduce.cluster import parse_cluster
 
         parse_cluster(q.cluster)  # a usage error before anything runs
-    q.tolerances = search_tolerances(args.atol, args.rtol, args.check_error_stat)
+    q.tolerances = search_tolerances(args)
     if quantized:
         from toolkit.cli.qdq_report import run_qdq
 

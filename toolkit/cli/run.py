@@ -103,14 +103,7 @@ def _help() -> str:
 def _run(ctx: typer.Context, params: dict) -> None:
     from toolkit.run.plan import tolerances_of  # (numpy: loaded when the command runs, not for --help)
 
-    opts = run_options.RunOptions(**values_for(run_options.RunOptions, {**params, "model": params["model"] or ""}))
-    opts.kind_options = {
-        k.name: k.declares(**values_for(k.declares, params, f"{k.name}_")) for k in registry.KINDS.values() if k.declares
-    }
-    for kind in registry.KINDS.values():  # choice flags (--openvino-precision) become checked values here
-        if kind.declares:
-            opts = registry.check_choices(kind, opts)
-    opts.ort_optimization = _ort_level(opts.ort_optimization)
+    opts = _options(params)
     reads = [opts.model] + opts.load_inputs + opts.load_outputs
     for flag, path in (("--save-inputs", opts.save_inputs), ("--save-outputs", opts.save_outputs)):
         if not _reads(path, reads):
@@ -121,7 +114,7 @@ def _run(ctx: typer.Context, params: dict) -> None:
         verbose("run | shape inference options have no effect on a run")
     quiet = is_quiet()
     argv = ctx.meta.get(_ARGV_KEY) or []
-    opts.command = "toolkit run " + " ".join(shlex.quote(a) for a in _typed_argv(argv))
+    opts.command = "toolkit run " + shlex.join(_typed_argv(argv))
     runners = registry.runner_order(argv, {k.name: params[_selector(k)] for k in registry.KINDS.values()}) + list(params["runners"] or [])
     opts.runners, opts.fp16, opts.bf16 = _fp16_emulation(runners, opts.fp16, opts.bf16)
     opts.tolerances = tolerances_of(opts)  # the tolerance options: one typed value from here on
@@ -132,6 +125,20 @@ def _run(ctx: typer.Context, params: dict) -> None:
     code = run_supervised(lambda: run_and_render(opts, opts.command, quiet=quiet))
     if code:
         raise typer.Exit(code)
+
+
+def _options(params: dict) -> "run_options.RunOptions":
+    """The run's options from the command's parameters, each runner kind's own options with them
+    (their choice flags, such as --openvino-precision, checked)."""
+    opts = run_options.RunOptions(**values_for(run_options.RunOptions, {**params, "model": params["model"] or ""}))
+    for kind in registry.KINDS.values():
+        if kind.declares:
+            opts.kind_options[kind.name] = kind.declares(**values_for(kind.declares, params, f"{kind.name}_"))
+    for kind in registry.KINDS.values():  # choice flags (--openvino-precision) become checked values here
+        if kind.declares:
+            opts = registry.check_choices(kind, opts)
+    opts.ort_optimization = _ort_level(opts.ort_optimization)
+    return opts
 
 
 def _nothing_but_outputs(opts) -> bool:
@@ -202,9 +209,8 @@ def _describe_plan(opts) -> None:
         )
     if opts.load_outputs:
         verbose(f"run | outputs to compare against: {', '.join(opts.load_outputs)}")
-    tol = [f"atol {' '.join(opts.atol)}" if opts.atol else "", f"rtol {' '.join(opts.rtol)}" if opts.rtol else ""]
-    if any(tol) or opts.check_error_stat:
-        verbose(f"run | tolerances: {' '.join(t for t in tol if t)} {' '.join(opts.check_error_stat)}".rstrip())
+    if opts.tolerances is not None and opts.tolerances_given():
+        verbose(f"run | tolerances: {' '.join(opts.tolerances.spelled())}")
 
 
 def _typed_argv(parsed: List[str]) -> List[str]:
@@ -237,21 +243,28 @@ def run_and_render(opts, command: str, *, quiet: bool = False, on_report=None) -
         on_report(report)
     for k, pair in enumerate(report.comparisons):
         render_comparison(pair, quiet=quiet)
-        diag = report.diagnoses[k] if k < len(report.diagnoses) else None
-        if diag is not None and not diag.passed and not quiet:
-            from toolkit.cli.diagnosis import render_diagnosis
-
-            render_diagnosis(diag, rich=is_terminal(sys.stderr))
-        if k < len(report.qdq_tables) and report.qdq_tables[k] and not quiet:
-            from toolkit.cli.qdq_report import render_table
-
-            render_table(report.qdq_tables[k], pair.label_a, pair.label_b)
+        if not quiet:
+            _render_explanations(report, k)
     for problem in report.problems:
         result(f"FAILED | validation | {problem.describe()}", style="red")
     if opts.validate and not report.problems and not quiet:
         log("PASSED | validation | no NaN or Inf in any output", style="green")
     _final(report.passed, command, report.mismatched())
     return 0 if report.passed else 1
+
+
+def _render_explanations(report, k: int) -> None:
+    """What explains comparison ``k`` of ``report``: the diagnosis of a failure, the Q/DQ table."""
+    diag = report.diagnoses[k] if k < len(report.diagnoses) else None
+    if diag is not None and not diag.passed:
+        from toolkit.cli.diagnosis import render_diagnosis
+
+        render_diagnosis(diag, rich=is_terminal(sys.stderr))
+    if k < len(report.qdq_tables) and report.qdq_tables[k]:
+        from toolkit.cli.qdq_report import render_table
+
+        pair = report.comparisons[k]
+        render_table(report.qdq_tables[k], pair.label_a, pair.label_b)
 
 
 def _final(passed: bool, command: str, mismatched: List[str]) -> None:
@@ -293,43 +306,50 @@ def _marking_hint(label: str) -> str:
 
 def render_comparison(pair, *, quiet: bool = False) -> None:
     """One comparison (A vs B) as a Rich table per iteration on a terminal, else plain lines."""
-    rich = is_terminal(sys.stderr)
     for note in pair.notes:
         warn(note)
     header = f"Comparing {pair.label_a} vs {pair.label_b}"
     if not quiet:
         log(header, style="bold")
     for it in pair.iterations:
-        rows = it.outputs if not quiet else [o for o in it.outputs if not o.passed]
         if not quiet:
-            extra = []
-            if it.only_a:
-                shown = ", ".join(map(shown_name, it.only_a[:5])) + (" ..." if len(it.only_a) > 5 else "")
-                extra.append(f"{len(it.only_a)} only in {pair.label_a}: {shown}{_marking_hint(pair.label_b)}")
-            if it.only_b:
-                extra.append(f"{len(it.only_b)} only in {pair.label_b}{_marking_hint(pair.label_a)}")
-            tail = f" (not compared: {'; '.join(extra)})" if extra else ""
-            log(f"  Iteration {it.index} | {len(it.outputs)} output(s) compared{tail}")
-        if not rows:
-            continue
-        if quiet and rows:
+            log(f"  Iteration {it.index} | {len(it.outputs)} output(s) compared{_not_compared(pair, it)}")
+            _render_rows(it.outputs)
+        elif any(not o.passed for o in it.outputs):  # (quiet: the failing outputs alone, under a header)
             result(header if len(pair.iterations) == 1 else f"{header} | iteration {it.index}", style="bold")
-        if rich:
-            _rich_table(rows)
-        else:
-            for o in rows:
-                (log if o.passed else result)("    " + _plain_row(o))
-    n_it = len(pair.iterations)
-    ok_it = sum(1 for it in pair.iterations if it.passed)
-    if pair.passed:
-        if not quiet:
-            log(f"  PASSED | {pair.label_a} vs {pair.label_b} | {ok_it}/{n_it} iteration(s) matched | Difference is within tolerance", style="green")
-    else:
-        result(
-            f"  FAILED | {pair.label_a} vs {pair.label_b} | {ok_it}/{n_it} iteration(s) matched | "
-            f"mismatched: {_names(pair.mismatched())}",
-            style="red",
-        )
+            _render_rows([o for o in it.outputs if not o.passed])
+    _render_verdict(pair, quiet)
+
+
+def _not_compared(pair, it) -> str:
+    """What an iteration's header says of the outputs only one side has ('' when none)."""
+    extra = []
+    if it.only_a:
+        shown = ", ".join(map(shown_name, it.only_a[:5])) + (" ..." if len(it.only_a) > 5 else "")
+        extra.append(f"{len(it.only_a)} only in {pair.label_a}: {shown}{_marking_hint(pair.label_b)}")
+    if it.only_b:
+        extra.append(f"{len(it.only_b)} only in {pair.label_b}{_marking_hint(pair.label_a)}")
+    return f" (not compared: {'; '.join(extra)})" if extra else ""
+
+
+def _render_rows(rows) -> None:
+    """Compared outputs: a Rich table on a terminal, else a line each (failures as results)."""
+    if not rows:
+        return
+    if is_terminal(sys.stderr):
+        _rich_table(rows)
+        return
+    for o in rows:
+        (log if o.passed else result)("    " + _plain_row(o))
+
+
+def _render_verdict(pair, quiet: bool) -> None:
+    matched = f"{sum(1 for it in pair.iterations if it.passed)}/{len(pair.iterations)} iteration(s) matched"
+    if not pair.passed:
+        result(f"  FAILED | {pair.label_a} vs {pair.label_b} | {matched} | mismatched: {_names(pair.mismatched())}",
+               style="red")
+    elif not quiet:
+        log(f"  PASSED | {pair.label_a} vs {pair.label_b} | {matched} | Difference is within tolerance", style="green")
 
 
 def _quantile_name(o) -> str:

@@ -13,9 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
+# (the tolerance options, declared where they are parsed, are shared from here too)
+from toolkit.core.compare.tolerances import ATOL_FLAG as ATOL_FLAG
+from toolkit.core.compare.tolerances import RTOL_FLAG as RTOL_FLAG
+from toolkit.core.compare.tolerances import STAT_FLAG as STAT_FLAG
+from toolkit.core.compare.tolerances import ToleranceOptions as ToleranceOptions
 from toolkit.core.declare import Declared, declared, switch
-
-CHECK_ERROR_STATS = ("elemwise", "max", "mean", "median", "quantile")
 
 MODEL = Declared(help="Path to the ONNX model, or '-' to read it from stdin.", metavar="MODEL", argument=True)
 
@@ -24,17 +27,8 @@ EXTERNAL_DATA_DIR = Declared(
     "Folder holding the model's external data (default: the model's folder).", metavar="PATH",
 )
 IGNORE_EXTERNAL_DATA = Declared(("--ignore-external-data",), "Do not load external weights; work on the structure only.")
-ATOL = Declared(("--atol", "--abs-tol"), "Absolute tolerance: a value for every output and/or name:value.", metavar="[NAME:]VALUE...")
-RTOL = Declared(("--rtol", "--rel-tol"), "Relative tolerance: a value for every output and/or name:value.", metavar="[NAME:]VALUE...")
-CHECK_ERROR_STAT = Declared(
-    ("--check-error-stat",),
-    "What to check against the tolerances: elemwise (default), max, mean, median or quantile; also per output "
-    "as name:stat.", metavar="[NAME:]STAT...",
-    complete=CHECK_ERROR_STATS,
-)
-# The tolerance options as every text (help, advice, refusals, logs) names them, read from their
-# declarations: renaming an option renames it there too.
-ATOL_FLAG, RTOL_FLAG, STAT_FLAG = (d.flags[0] for d in (ATOL, RTOL, CHECK_ERROR_STAT))
+# The tolerance options are declared with their parsers beside the value they make
+# (:mod:`toolkit.core.compare.tolerances`); every text (help, advice, refusals, logs) names them so.
 TOLERANCE_OPTIONS = f"{ATOL_FLAG}/{RTOL_FLAG}/{STAT_FLAG}"
 # the per-output field of a Tolerances each option sets, and its flag
 PER_NAME_FLAGS = (("per_atol", ATOL_FLAG), ("per_rtol", RTOL_FLAG), ("per_stat", STAT_FLAG))
@@ -114,16 +108,6 @@ class InputData:
     load_inputs: List[str] = declared(LOAD_INPUTS, factory=list)
     seed: Optional[int] = declared(SEED)
     val_range: List[str] = declared(VAL_RANGE, factory=list)
-
-
-@dataclass
-class ToleranceOptions:
-    """The tolerance options as the command line gives them (``Tolerances.parse`` makes them one
-    typed value, where the command reads them)."""
-
-    atol: List[str] = declared(ATOL, factory=list)
-    rtol: List[str] = declared(RTOL, factory=list)
-    check_error_stat: List[str] = declared(CHECK_ERROR_STAT, factory=list)
 
 
 @dataclass

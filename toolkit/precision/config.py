@@ -9,24 +9,21 @@ command's ``--help`` reads these declarations).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional
 
 from toolkit.core import shared_options as S
-from toolkit.core.compare.tolerances import Tolerances
+from toolkit.core.compare.tolerances import ToleranceOptions, Tolerances
 from toolkit.core.declare import declared, option, shown_as, switch
 from toolkit.core.shared_options import ClusterOptions, InputData, ModelFiles, ReplayFiles
 
-DEFAULT_ATOL = "1e-2"
-DEFAULT_RTOL = "1e-2"
+DEFAULT_TOLERANCE = 1e-2  # the atol and the rtol of a search, for every output none is given for
 
 
-def search_tolerances(atol: Sequence[str], rtol: Sequence[str], check_error_stat: Sequence[str]) -> Optional[Tolerances]:
-    """The tolerance options of ``debug precision`` parsed (the atol and rtol default to 1e-2 here,
-    for every output a value given for some outputs only does not name); None when none is given
-    (the search's defaults)."""
-    if not (atol or rtol or check_error_stat):
-        return None
-    return Tolerances.parse([DEFAULT_ATOL, *atol], [DEFAULT_RTOL, *rtol], check_error_stat)
+def search_tolerances(given: ToleranceOptions) -> Optional[Tolerances]:
+    """The tolerance options of ``debug precision`` as one Tolerances (the atol and rtol default to
+    1e-2 here, for every output a value given for some outputs only does not name); None when none
+    is given (the search's defaults)."""
+    return given.combined(default=DEFAULT_TOLERANCE) if given.tolerances_given() else None
 
 
 @shown_as(save_replay=dict(after="load_outputs"), load_replay=dict(after="save_replay"))

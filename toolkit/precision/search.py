@@ -46,7 +46,7 @@ from toolkit.search import strategy
 from toolkit.search.outcome import SearchTally
 from toolkit.search.masks import mask_indices, popcount
 from toolkit.reduce.replay import Replay
-from toolkit.precision.config import DEFAULT_ATOL, DEFAULT_RTOL, PrecisionConfig
+from toolkit.precision.config import DEFAULT_TOLERANCE, PrecisionConfig
 from toolkit.precision.replay import check_options, check_words, content_id
 from toolkit.run.feeds import explain_generated
 from toolkit.run.registry import get_kind
@@ -178,7 +178,7 @@ class PrecisionSearch:
         c = self.config
         if c.mode not in (None, "default", "bisect", "linear"):
             raise UsageError(f"--mode {c.mode}: use bisect or linear (or leave it out)")
-        self.tolerances = c.tolerances or Tolerances.parse([DEFAULT_ATOL], [DEFAULT_RTOL])
+        self.tolerances = c.tolerances or Tolerances.of(atol=DEFAULT_TOLERANCE, rtol=DEFAULT_TOLERANCE)
         self.ref_spec = self._spec(c.reference)
         self.cand_spec = self._spec(c.candidate)
         self.dtype = self._candidate_dtype(c)

@@ -15,7 +15,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from toolkit.backends.onnxrt import OPTIMIZATION_LEVELS, PROVIDER_ALIASES, provider_list
 from toolkit.core import shared_options as S
 from toolkit.core.declare import declared, option, shown_as, switch
-from toolkit.core.shared_options import DataLoaderOptions, InputData, ModelFiles, ToleranceOptions, TrtPrecision
+from toolkit.core.compare.tolerances import ComparisonOptions, Tolerances
+from toolkit.core.shared_options import DataLoaderOptions, InputData, ModelFiles, TrtPrecision
 from toolkit.core.progress import Messages
 
 _INPUTS = "Inputs"
@@ -44,6 +45,11 @@ def _list(*flags: str, **kw):
     atol=dict(panel=_OUTPUTS, after="onnx_exclude_outputs"),
     rtol=dict(panel=_OUTPUTS, after="atol"),
     check_error_stat=dict(panel=_OUTPUTS, after="rtol"),
+    error_quantile=dict(panel=_OUTPUTS, after="check_error_stat"),
+    postprocess=dict(panel=_OUTPUTS, after="error_quantile"),
+    compare_func=dict(panel=_OUTPUTS, after="postprocess"),
+    index_tolerance=dict(panel=_OUTPUTS, after="compare_func"),
+    no_shape_check=dict(panel=_OUTPUTS, after="index_tolerance"),
     data_loader_script=dict(panel=_INPUTS, after="save_onnx"),
     data_loader_func_name=dict(panel=_INPUTS, after="data_loader_script"),
     external_data_dir=dict(panel=_ORT, after="save_report"),
@@ -53,11 +59,11 @@ def _list(*flags: str, **kw):
     tf32=dict(after="int8"),
 )
 @dataclass
-class RunOptions(TrtPrecision, DataLoaderOptions, ToleranceOptions, InputData, ModelFiles):
+class RunOptions(TrtPrecision, DataLoaderOptions, ComparisonOptions, InputData, ModelFiles):
     """Everything ``toolkit run`` can be asked to do (option lists as typed by the user).
 
     Inherited, each declared once: ``model`` and ``external_data_dir``, the inputs (``load_inputs``,
-    ``seed``, ``val_range``), the tolerance options, ``--data-loader-script`` and TensorRT's
+    ``seed``, ``val_range``), the comparison options, ``--data-loader-script`` and TensorRT's
     precision flags (``fp16``, ``bf16``, ``int8``, ``tf32``); ``shown_as`` places them in this
     command's help sections, in the order its help has always had.
 
@@ -94,30 +100,6 @@ class RunOptions(TrtPrecision, DataLoaderOptions, ToleranceOptions, InputData, M
                                     "(every output of every node of the top graph), names, or glob patterns.")
     onnx_exclude_outputs: List[str] = _list("--onnx-exclude-outputs", metavar="NAMES...", panel=_ORT, runner="onnxrt",
                                             help="Names or glob patterns to leave out of the outputs.")
-    error_quantile: List[str] = _list(
-        "--error-quantile", metavar="Q...", panel=_OUTPUTS,
-        help="The quantile --check-error-stat quantile checks (0..1, default 0.99); also name:Q.",
-    )
-    # comparison: --postprocess top-K (global or name:top-K), --compare-func simple|indices
-    postprocess: List[str] = _list(
-        "--postprocess", "--postprocess-func", metavar="[NAME:]top-K[,axis=N]...", panel=_OUTPUTS,
-        help="Compare the indices of the K largest values instead of the values (along the last axis, or "
-        "axis N), for every output or one (name:top-5).",
-    )
-    compare_func: List[str] = _list(
-        "--compare-func", "--compare", metavar="FUNC", panel=_OUTPUTS, complete=("simple", "indices"),
-        help="simple (tolerances, the default) or indices (index arrays such as top-K results must hold the "
-        "same indices, each at most --index-tolerance positions away).",
-    )
-    index_tolerance: List[str] = _list(
-        "--index-tolerance", metavar="N...", panel=_OUTPUTS,
-        help="With --compare-func indices: how far an index may move (default 0); also name:N.",
-    )
-    no_shape_check: bool = switch(
-        "--no-shape-check", panel=_OUTPUTS,
-        help="Compare outputs whose shapes differ but hold the same number of elements, element by "
-        "element (the reference reshaped).",
-    )
     # --fp-to-fp16: convert the ONNX model to mixed fp16 before running it
     fp_to_fp16: bool = switch(
         "--fp-to-fp16",
@@ -188,11 +170,9 @@ class RunOptions(TrtPrecision, DataLoaderOptions, ToleranceOptions, InputData, M
     # ONNX-Runtime: emulate fp16 / bf16 storage on the CPU (runner specs onnxrt:fp16, onnxrt:bf16)
     onnxrt_fp16: bool = switch(runner="onnxrt", spec="fp16")
     onnxrt_bf16: bool = switch(runner="onnxrt", spec="bf16")
-    # The comparison options as one typed value (a toolkit.core.compare.arrays.Tolerances, e.g.
-    # Tolerances.of(atol=1e-3, rtol={"out": 1e-2})); None: parsed from atol, rtol, check_error_stat,
-    # error_quantile, postprocess, compare_func, index_tolerance and no_shape_check, their command-line
-    # spellings (the command line parses them once where it reads them: run.plan.tolerances_of).
-    tolerances: Any = None
+    # library use: the comparison as one typed value (Tolerances.of(atol=1e-3, rtol={"out": 1e-2}));
+    # None: the comparison options' (inherited, typed where the command line reads them) combined
+    tolerances: Optional[Tolerances] = None
     # library use: the nodes kept fp32 when onnxrt:fp16/bf16 emulates (None: chosen for the model); a
     # subgraph cut from a model keeps the model's choice (debug reduce --compare)
     fp32_nodes: Optional[List[str]] = None

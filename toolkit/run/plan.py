@@ -85,26 +85,12 @@ def check_output_paths(opts: RunOptions) -> None:
 
 
 def tolerances_of(opts: RunOptions) -> Optional[Tolerances]:
-    """The typed comparison options of ``opts`` (a Tolerances; None when the run compares nothing):
-    ``opts.tolerances``, else its command-line spellings parsed (UsageError when malformed)."""
+    """What the run compares with: ``opts.tolerances`` (the library's), else the comparison options
+    combined; None when the run compares nothing (one result, no comparison option)."""
     if opts.tolerances is not None:
         return opts.tolerances
-    given = (
-        opts.atol or opts.rtol or opts.check_error_stat or opts.error_quantile or opts.postprocess
-        or opts.compare_func or opts.index_tolerance or opts.no_shape_check
-    )
-    if given or len(opts.runners) + len(opts.load_outputs) > 1:
-        tol = Tolerances.parse(
-            opts.atol,
-            opts.rtol,
-            opts.check_error_stat,
-            opts.error_quantile,
-            opts.postprocess,
-            opts.compare_func,
-            opts.index_tolerance,
-        )
-        tol.shape_check = not opts.no_shape_check
-        return tol
+    if opts.asks_comparison() or len(opts.runners) + len(opts.load_outputs) > 1:
+        return opts.combined()
     return None
 
 
@@ -152,22 +138,13 @@ def make_plan(opts: RunOptions, reporter: Reporter) -> RunPlan:
     specs = [parse_runner_spec(text) for text in opts.runners]
     opts = share_onnx_outputs(opts, [s.kind for s in specs])
     plan = RunPlan(opts, [], tolerances_of(opts), parse_val_ranges(opts.val_range), parse_shape_specs(opts.input_shapes))
-    if opts.iterations is not None and opts.iterations < 0:
-        raise UsageError("--iterations must be 0 or more (0 runs nothing)")
-    if opts.data_loader_script and opts.load_inputs:
-        raise UsageError("give --load-inputs or --data-loader-script, not both")
+    _check_inputs_options(opts)
     check_output_paths(opts)
     if opts.model and opts.model != "-" and opts.runners:
         check_readable_file(opts.model)  # a missing model is said before any work starts
     check_report_option(opts)
     for spec in specs:  # preflight: fails now (before loading data) when a backend or device is missing
-        runner_opts = spec.apply(opts)
-        kind = get_kind(spec.kind)
-        planned = PlannedRunner(spec, kind, runner_opts, kind.prepare(runner_opts, reporter))
-        seen = sum(1 for p in plan.runners if p.spec.text == spec.text)
-        if seen:
-            planned.label = f"{spec.text}-{seen + 1}" if spec.options else f"{spec.text}-runner-{seen + 1}"
-        plan.runners.append(planned)
+        plan.runners.append(_planned(spec, opts, reporter, sum(1 for p in plan.runners if p.spec.text == spec.text)))
     for note in unused_options(opts, [s.kind for s in specs]):
         reporter.warn(note)
     if not opts.runners and not opts.load_outputs:
@@ -175,3 +152,21 @@ def make_plan(opts: RunOptions, reporter: Reporter) -> RunPlan:
     if opts.save_inputs and not opts.runners:
         raise UsageError("--save-inputs needs a runner (e.g. --onnxrt)")
     return plan
+
+
+def _check_inputs_options(opts: RunOptions) -> None:
+    if opts.iterations is not None and opts.iterations < 0:
+        raise UsageError("--iterations must be 0 or more (0 runs nothing)")
+    if opts.data_loader_script and opts.load_inputs:
+        raise UsageError("give --load-inputs or --data-loader-script, not both")
+
+
+def _planned(spec, opts: RunOptions, reporter: Reporter, seen: int) -> PlannedRunner:
+    """The runner of ``spec``, prepared (its preflight); ``seen``: runners of the same spec before
+    it, which its label counts (``onnxrt-runner-2``)."""
+    runner_opts = spec.apply(opts)
+    kind = get_kind(spec.kind)
+    planned = PlannedRunner(spec, kind, runner_opts, kind.prepare(runner_opts, reporter))
+    if seen:
+        planned.label = f"{spec.text}-{seen + 1}" if spec.options else f"{spec.text}-runner-{seen + 1}"
+    return planned

@@ -1,8 +1,11 @@
-"""Tolerances: what the tolerance options (declared in :mod:`toolkit.core.shared_options`) and their
-companions ask for, parsed once into one :class:`Tolerances` (numbers, statistics, per output name).
+"""Tolerances: the comparison options, declared here with their parsers, and the one typed value
+they make (:class:`Tolerances`: numbers, statistics, per output name).
 
-No numpy here: the command line builds the typed value where it reads the options, before any
-comparison module is loaded. :mod:`toolkit.core.compare.arrays` applies it to arrays.
+Each option is parsed where it is declared (``parse=``: the command line's own parser, see
+:mod:`toolkit.core.declare`) into a :class:`Named` value; :meth:`ToleranceOptions.combined` (and
+:meth:`ComparisonOptions.combined`, ``toolkit run``'s) makes them one :class:`Tolerances`, which
+:mod:`toolkit.core.compare.arrays` applies to arrays. No numpy here: the command line builds the
+typed value before any comparison module is loaded.
 """
 
 from __future__ import annotations
@@ -10,10 +13,10 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, Generic, Iterable, List, Mapping, Optional, Sequence, Tuple, TypeVar, Union
 
+from toolkit.core.declare import Declared, declared
 from toolkit.core.errors import UsageError
-from toolkit.core.shared_options import ATOL_FLAG, RTOL_FLAG, STAT_FLAG
 from toolkit.core.meta import parse_named_values
 
 DEFAULT_ATOL = 1e-5
@@ -120,6 +123,41 @@ def _typed(value, parse: Callable, what: str) -> Tuple[Any, Dict[str, Any]]:
     return out.pop(None, None), {str(k): v for k, v in out.items()}
 
 
+V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class Named(Generic[V]):
+    """One comparison option's typed values: ``value`` for every output (None: not given) and one
+    per output name (``--atol 1e-3 out:1e-2`` -> ``Named(0.001, {"out": 0.01})``)."""
+
+    value: Optional[V] = None
+    per: Mapping[str, V] = field(default_factory=dict)
+
+    def __bool__(self) -> bool:
+        return self.value is not None or bool(self.per)
+
+
+def _named(convert: Callable[[str], V], flag: str) -> Callable[[OptionValues], Named[V]]:
+    """The parser of option ``flag``: its values, each ``VALUE`` or ``NAME:VALUE`` read by
+    ``convert``, as one :class:`Named` (UsageError for a malformed value, or for two different
+    values given for every output or for one name: which one was meant is not known)."""
+
+    def parse(values: OptionValues) -> Named[V]:
+        found: Dict[Optional[str], Tuple[str, V]] = {}
+        for spec in values or ():
+            glob, per = parse_named_values([spec], convert, f"{flag} value")
+            for name, value in ([(None, glob)] if not per else list(per.items())):
+                if name in found and found[name][1] != value:
+                    what = f"'{name}'" if name is not None else "every output"
+                    raise UsageError(f"{flag}: two values for {what} ('{found[name][0]}' and '{spec}'): give one")
+                found[name] = (spec, value)  # type: ignore[assignment]
+        glob_value = found.pop(None, None)
+        return Named(glob_value[1] if glob_value else None, {str(k): v for k, (_, v) in found.items()})
+
+    return parse
+
+
 @dataclass
 class Tolerances:
     """Global and per-output tolerances and error statistic."""
@@ -156,19 +194,13 @@ class Tolerances:
         compare_func: OptionValues = None,
         index_tolerance: OptionValues = None,
     ) -> "Tolerances":
-        """From option lists such as ``["1e-3", "out:1e-2"]`` (UsageError when malformed)."""
-        ga, pa = parse_named_values(atol or [], _parse_tol, f"{ATOL_FLAG} value")
-        gr, pr = parse_named_values(rtol or [], _parse_tol, f"{RTOL_FLAG} value")
-        gs, ps = parse_named_values(check_error_stat or [], _parse_stat, f"{STAT_FLAG} value")
-        gq, pq = parse_named_values(error_quantile or [], _parse_quantile, "--error-quantile value")
-        gk, pk = parse_postprocess(postprocess or [])
-        gi, pi = parse_named_values(index_tolerance or [], _parse_index_tol, "--index-tolerance value")
-        func = _parse_compare_func(compare_func)
-        return cls(
-            atol=ga, rtol=gr, check_error_stat=gs or "elemwise", per_atol=pa, per_rtol=pr, per_stat=ps,
-            error_quantile=DEFAULT_QUANTILE if gq is None else gq, per_quantile=pq, topk=gk, per_topk=pk,
-            compare_func=func, index_tolerance=gi or 0, per_index_tolerance=pi,
-        )
+        """From option lists as the command line spells them (``["1e-3", "out:1e-2"]``), each read
+        by its option's own parser (UsageError when malformed)."""
+        return ComparisonOptions(
+            atol=parse_atol(atol), rtol=parse_rtol(rtol), check_error_stat=parse_stats(check_error_stat),
+            error_quantile=parse_quantiles(error_quantile), postprocess=parse_topk(postprocess),
+            compare_func=parse_compare_func(compare_func), index_tolerance=parse_index_tolerances(index_tolerance),
+        ).combined()
 
     @classmethod
     def of(
@@ -227,3 +259,110 @@ def check_tolerance_names(tol: Tolerances, known: Iterable[str]) -> List[str]:
     """Notes for per-output tolerances that name no compared output."""
     names = set(known)
     return [f"a tolerance is given for '{n}', which no compared result has" for n in tol.names() if n not in names]
+
+
+# ---------------------------------------------------------------- the options, declared with their parsers
+
+ATOL_FLAG, RTOL_FLAG, STAT_FLAG, QUANTILE_FLAG, TOPK_FLAG, COMPARE_FUNC_FLAG, INDEX_TOL_FLAG = (
+    "--atol", "--rtol", "--check-error-stat", "--error-quantile", "--postprocess", "--compare-func", "--index-tolerance",
+)
+parse_atol = _named(_parse_tol, ATOL_FLAG)
+parse_rtol = _named(_parse_tol, RTOL_FLAG)
+parse_stats = _named(_parse_stat, STAT_FLAG)
+parse_quantiles = _named(_parse_quantile, QUANTILE_FLAG)
+parse_index_tolerances = _named(_parse_index_tol, INDEX_TOL_FLAG)
+
+
+def parse_topk(values: OptionValues) -> Named[Tuple[int, int]]:
+    glob, per = parse_postprocess(values or [])
+    return Named(glob, per)
+
+
+def parse_compare_func(values: OptionValues) -> Optional[str]:
+    """The comparison function given (None: not given, the default "simple")."""
+    return _parse_compare_func(values) if values else None
+
+
+ATOL = Declared(
+    (ATOL_FLAG, "--abs-tol"), "Absolute tolerance: a value for every output and/or name:value.",
+    metavar="[NAME:]VALUE...", parse=parse_atol, takes=List[str],
+)
+RTOL = Declared(
+    (RTOL_FLAG, "--rel-tol"), "Relative tolerance: a value for every output and/or name:value.",
+    metavar="[NAME:]VALUE...", parse=parse_rtol, takes=List[str],
+)
+CHECK_ERROR_STAT = Declared(
+    (STAT_FLAG,),
+    "What to check against the tolerances: elemwise (default), max, mean, median or quantile; also per output "
+    "as name:stat.", metavar="[NAME:]STAT...",
+    complete=ERROR_STATS, parse=parse_stats, takes=List[str],
+)
+
+@dataclass
+class ToleranceOptions:
+    """The tolerance options, each typed where the command line reads it."""
+
+    atol: Named[float] = declared(ATOL, factory=Named)
+    rtol: Named[float] = declared(RTOL, factory=Named)
+    check_error_stat: Named[str] = declared(CHECK_ERROR_STAT, factory=Named)
+
+    def tolerances_given(self) -> bool:
+        return bool(self.atol or self.rtol or self.check_error_stat)
+
+    def combined(self, default: Optional[float] = None) -> Tolerances:
+        """These options as one :class:`Tolerances`; ``default``: the atol and the rtol of every
+        output that none is given for (None: :data:`DEFAULT_ATOL`/:data:`DEFAULT_RTOL` for floats,
+        exact for integers)."""
+        return Tolerances(
+            atol=default if self.atol.value is None else self.atol.value,
+            rtol=default if self.rtol.value is None else self.rtol.value,
+            check_error_stat=self.check_error_stat.value or "elemwise",
+            per_atol=dict(self.atol.per), per_rtol=dict(self.rtol.per), per_stat=dict(self.check_error_stat.per),
+        )
+
+
+@dataclass
+class ComparisonOptions(ToleranceOptions):
+    """``toolkit run``'s comparison options: the tolerance options, the statistic's quantile, top-K
+    post-processing, the comparison function, index tolerances and the shape check."""
+
+    error_quantile: Named[float] = declared(Declared(
+        (QUANTILE_FLAG,), "The quantile --check-error-stat quantile checks (0..1, default 0.99); also name:Q.",
+        metavar="Q...", parse=parse_quantiles, takes=List[str],
+    ), factory=Named)
+    postprocess: Named[Tuple[int, int]] = declared(Declared(
+        (TOPK_FLAG, "--postprocess-func"),
+        "Compare the indices of the K largest values instead of the values (along the last axis, or axis N), for "
+        "every output or one (name:top-5).",
+        metavar="[NAME:]top-K[,axis=N]...", parse=parse_topk, takes=List[str],
+    ), factory=Named)
+    compare_func: Optional[str] = declared(Declared(
+        (COMPARE_FUNC_FLAG, "--compare"),
+        "simple (tolerances, the default) or indices (index arrays such as top-K results must hold the same "
+        "indices, each at most --index-tolerance positions away).",
+        metavar="FUNC", complete=COMPARE_FUNCS, parse=parse_compare_func, takes=List[str],
+    ))
+    index_tolerance: Named[int] = declared(Declared(
+        (INDEX_TOL_FLAG,), "With --compare-func indices: how far an index may move (default 0); also name:N.",
+        metavar="N...", parse=parse_index_tolerances, takes=List[str],
+    ), factory=Named)
+    no_shape_check: bool = declared(Declared(
+        ("--no-shape-check",),
+        "Compare outputs whose shapes differ but hold the same number of elements, element by element (the "
+        "reference reshaped).",
+    ), default=False)
+
+    def asks_comparison(self) -> bool:
+        """Whether any comparison option was given."""
+        return self.tolerances_given() or self.no_shape_check or self.compare_func is not None or bool(
+            self.error_quantile or self.postprocess or self.index_tolerance
+        )
+
+    def combined(self, default: Optional[float] = None) -> Tolerances:
+        return replace(
+            super().combined(default),
+            error_quantile=DEFAULT_QUANTILE if self.error_quantile.value is None else self.error_quantile.value,
+            per_quantile=dict(self.error_quantile.per), topk=self.postprocess.value, per_topk=dict(self.postprocess.per),
+            compare_func=self.compare_func or "simple", index_tolerance=self.index_tolerance.value or 0,
+            per_index_tolerance=dict(self.index_tolerance.per), shape_check=not self.no_shape_check,
+        )
