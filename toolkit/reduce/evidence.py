@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from toolkit.core.compare.judged import JudgedTensor
 from toolkit.core.compare.noise import NEAR_TOLERANCE, STORAGE_FLOOR, evidence_is_rounding, passing_tolerance
@@ -234,11 +234,7 @@ def storage_rounding_warning(
     step = 2 * STORAGE_FLOOR[precision] if precision in STORAGE_FLOOR else None
     if r is None or step is None:
         return None
-    rel = r.max_rel if math.isfinite(r.max_rel) else math.inf
-    how = f"max rel {_g(r.max_rel)}"
-    if scale and math.isfinite(scale) and scale > 0 and math.isfinite(r.max_abs) and r.max_abs / scale < rel:
-        rel = r.max_abs / scale
-        how = f"{_g(rel)} of the tensor's largest value, {_g(scale)}"
+    rel, how = _relative_error(r, scale)
     if rel > step:
         return None
     suggest = _round_up(4 * step)
@@ -253,6 +249,16 @@ def storage_rounding_warning(
         f"precision rather than where the error grows. Give tolerances above it {give} to find the nodes that "
         "amplify the error"
     )
+
+
+def _relative_error(r: TensorEvidence, scale: Optional[float]) -> Tuple[float, str]:
+    """(the relative error of ``r``, how it is said): its max rel, or its error relative to the
+    tensor's largest value ``scale`` where that is known and smaller."""
+    rel = r.max_rel if math.isfinite(r.max_rel) else math.inf
+    if scale and math.isfinite(scale) and scale > 0 and math.isfinite(r.max_abs) and r.max_abs / scale < rel:
+        rel = r.max_abs / scale
+        return rel, f"{_g(rel)} of the tensor's largest value, {_g(scale)}"
+    return rel, f"max rel {_g(r.max_rel)}"
 
 
 # ops whose output moves by whole steps: an input off by rounding alone can move it one step
@@ -274,15 +280,21 @@ def step_warning(reduced: Optional[Evidence], model) -> Optional[str]:
     if producer is None or found is None or r.max_abs > found[1] * (1 + 1e-3):
         return None
     step, _size = found
-    node = f" ({step.name})" if step.name else ""
-    through = f" through {producer.op_type}" + (f" ({producer.name})" if producer.name else "") if step is not producer else ""
     return (
-        f"'{r.name}' comes from {step.op_type}{node}{through}, a step function, and is off by {_g(r.max_abs)}, at "
+        f"'{r.name}' comes from {_step_words(step, producer)}, a step function, and is off by {_g(r.max_abs)}, at "
         "most one step: rounding at its input alone (a few float32 ulps on another backend, fp16 or bf16 storage) "
         "moves it so, and so would a wrong kernel. Look at the elements that differ (--onnx-outputs mark all): when "
         f"their step inputs sit next to a step boundary, this is rounding made visible, not the fault; {ATOL_FLAG} "
         f"{_g(_up(found[1]))} looks past it"
     )
+
+
+def _step_words(step, producer) -> str:
+    """The step-function node named, and the node its value reaches the tensor through."""
+    node = f" ({step.name})" if step.name else ""
+    if step is producer:
+        return f"{step.op_type}{node}"
+    return f"{step.op_type}{node} through {producer.op_type}" + (f" ({producer.name})" if producer.name else "")
 
 
 def _step_source(model, producer):
