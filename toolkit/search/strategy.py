@@ -241,11 +241,7 @@ def _search_down(plan: Plan, lo: int, stop: int) -> Search:
     """The exponential search down from ``stop - 1``: starts ``stop - 1, stop - 2, stop - 4, ...``
     above ``lo``, checked in turn (``plan.width`` at once) until one fails; returns (lo, hi):
     the range from ``lo`` fails, the one from ``hi`` passes."""
-    starts: List[int] = []
-    step = 1
-    while stop - step > lo:
-        starts.append(stop - step)
-        step *= 2
+    starts = [stop - step for step in _powers_of_two(stop - lo - 1)]
     hi = stop  # the empty range passes
     while starts:
         if plan.width > 1:
@@ -261,6 +257,11 @@ def _search_down(plan: Plan, lo: int, stop: int) -> Search:
             return failing[0], min([hi] + [j for j, failed in zip(js, verdicts) if not failed and j > failing[0]])
         hi = js[-1]
     return lo, hi
+
+
+def _powers_of_two(limit: int) -> List[int]:
+    """1, 2, 4, ... up to ``limit``."""
+    return [1 << k for k in range(limit.bit_length())] if limit > 0 else []
 
 
 def _split_start(plan: Plan, lo: int, hi: int, stop: int) -> Search:
@@ -298,18 +299,8 @@ def _drop_order(plan: Plan, mask: int, interior: bool) -> List[int]:
     index = plan.index
     sinks = index.sinks(mask) if plan.reduce_outputs else []
     sources = index.sources(mask) if plan.reduce_inputs else []
-    order: List[int] = []
-    seen = set()
-    for i in sorted(sinks, reverse=True) + sorted(sources):
-        if i not in seen:
-            seen.add(i)
-            order.append(i)
-    if interior and plan.free:
-        for i in reversed(mask_indices(mask)):
-            if i not in seen:
-                seen.add(i)
-                order.append(i)
-    return order
+    inner = mask_indices(mask)[::-1] if interior and plan.free else []
+    return list(dict.fromkeys(sorted(sinks, reverse=True) + sorted(sources) + inner))
 
 
 def drop_loop(plan: Plan, mask: int, *, interior: bool, phase: str = "drop loop") -> Search:
