@@ -350,17 +350,21 @@ def toolkit_args(argv: Sequence[str]) -> Optional[List[str]]:
         return None
     exe = os.path.basename(argv[0])
     if exe == "toolkit":
-        found = shutil.which(argv[0])
-        if found is None:
-            return list(argv[1:])  # not on PATH: run it in-process anyway, it is us
-        here = os.path.dirname(os.path.abspath(sys.executable))
-        # Another installation's `toolkit` on PATH is not ours: run it for real.
-        if os.path.dirname(os.path.abspath(found)) != here and not _is_our_script(found):
-            return None
-        return list(argv[1:])
+        return list(argv[1:]) if _is_ours(argv[0]) else None
     if re.fullmatch(r"python(\d+(\.\d+)?)?", exe) and len(argv) >= 3 and argv[1] == "-m" and argv[2] == "toolkit":
         return list(argv[3:])
     return None
+
+
+def _is_ours(command: str) -> bool:
+    """Whether the ``toolkit`` command ``command`` is this toolkit: one not on PATH (run
+    in-process anyway, it is us), or one of our interpreter's (another installation's `toolkit`
+    on PATH is not ours: it runs for real)."""
+    found = shutil.which(command)
+    if found is None:
+        return True
+    here = os.path.dirname(os.path.abspath(sys.executable))
+    return os.path.dirname(os.path.abspath(found)) == here or _is_our_script(found)
 
 
 def _is_our_script(path: str) -> bool:

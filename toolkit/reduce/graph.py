@@ -458,14 +458,8 @@ class GraphIndex:
 
     def _need_metas(self, cand: Candidate) -> Dict[str, TensorMeta]:
         """Metas of the boundary tensors whose original value info cannot be reused."""
-        need = []
-        for t in cand.inputs:
-            if not (t in self._input_vi and t not in self._fixed_inputs):
-                need.append(t)
-        outs = []
-        for t in cand.outputs:
-            if not (t in self._output_vi and not self._fixed_inputs):
-                outs.append(t)
+        need = [t for t in cand.inputs if self._original_vi("input", t) is None]
+        outs = [t for t in cand.outputs if self._original_vi("output", t) is None]
         if not (need or outs) or self._metas is None:
             return {}
         # dtype and rank of every new input and output (onnx.checker wants both)
@@ -476,23 +470,26 @@ class GraphIndex:
         frag = self._vi_frag.get(key)
         if frag is not None:
             return frag
-        f = self._fields
-        vi = None
-        if kind == "input" and name in self._input_vi and name not in self._fixed_inputs:
-            vi = self._input_vi[name]
-        elif kind == "output" and name in self._output_vi and not self._fixed_inputs:
-            vi = self._output_vi[name]
-        elif kind == "value_info":
-            vi = self._value_info[name]
+        vi = self._original_vi(kind, name)
         if vi is None:
             vi = self._make_value_info(name, metas.get(name))
-        frag = encode_field(f[kind], vi.SerializeToString())
+        frag = encode_field(self._fields[kind], vi.SerializeToString())
         self._vi_frag[key] = frag
         return frag
 
+    def _original_vi(self, kind: str, name: str):
+        """The model's own value info of ``name``, where a candidate may reuse it as its ``kind``
+        ("input", "output" or "value_info"): not for an input whose shape the user fixed, nor for
+        outputs once any input shape is fixed; else None."""
+        if kind == "input":
+            return self._input_vi.get(name) if name not in self._fixed_inputs else None
+        if kind == "output":
+            return self._output_vi.get(name) if not self._fixed_inputs else None
+        return self._value_info[name]
+
     def _make_value_info(self, name: str, meta: Optional[TensorMeta]):
         if meta is not None and meta.dtype and is_dtype_name(meta.dtype):
-            return _tensor_value_info(name, meta)
+            return _tensor_value_info(name, meta.dtype, meta.shape)
         # Not a plain tensor, or unknown: reuse whatever the model says about it.
         for table in (self._value_info, self._input_vi, self._output_vi):
             if name in table:
@@ -567,33 +564,12 @@ class GraphIndex:
                 frag = self._init_frag.get(t)
                 if frag is None or self._init_bytes.get(t, 0) < min_bytes:
                     continue
-                spilled = self._spill_weight(RawPieces.payload(frag), out, location)
+                spilled = _spill_tensor(self._raw, RawPieces.payload(frag), out, location)
                 if spilled is not None:
                     self._spilled[t], length = spilled
                     self._ref_src[t] = real
                     written += length
         return written
-
-    def _spill_weight(self, body, out, location: str):
-        """Append the raw data of the serialized tensor ``body`` to ``out``: (the tensor without it,
-        referring to it in file ``location``; its length), or None (nothing written) unless its
-        values are in raw_data alone."""
-        fields = scan_fields(body)
-        raw = [(s, p, e) for num, s, p, e in fields if num == 9]
-        if len(raw) != 1 or any(num in (4, 5, 6, 7, 10, 11, 13, 14) for num, *_ in fields):
-            return None
-        _, p0, p1 = raw[0]
-        offset = out.tell()
-        for c in range(p0, p1, 16 << 20):
-            out.write(body[c : min(c + (16 << 20), p1)])
-            self._raw.release_pages()  # read once: no need to keep the file's pages
-        stub = onnx.TensorProto()
-        stub.ParseFromString(b"".join(bytes(body[s:e]) for num, s, _, e in fields if num != 9))
-        stub.data_location = onnx.TensorProto.EXTERNAL
-        for key, value in (("location", location), ("offset", str(offset)), ("length", str(p1 - p0))):
-            entry = stub.external_data.add()
-            entry.key, entry.value = key, value
-        return stub, p1 - p0
 
     def external_files(self) -> List[str]:
         """Real paths of the external data files the candidates' references point into."""
@@ -657,6 +633,28 @@ def constant_node_tensor(node):
     return helper.make_tensor(name, dtype, dims, vals)
 
 
+def _spill_tensor(pieces: RawPieces, body, out, location: str):
+    """Append the raw data of the serialized tensor ``body`` (a piece of the model file cut into
+    ``pieces``) to ``out``: (the tensor without it, referring to it in file ``location``; its
+    length), or None (nothing written) unless its values are in raw_data alone."""
+    fields = scan_fields(body)
+    raw = [(s, p, e) for num, s, p, e in fields if num == 9]
+    if len(raw) != 1 or any(num in (4, 5, 6, 7, 10, 11, 13, 14) for num, *_ in fields):
+        return None
+    _, p0, p1 = raw[0]
+    offset = out.tell()
+    for c in range(p0, p1, 16 << 20):
+        out.write(body[c : min(c + (16 << 20), p1)])
+        pieces.release_pages()  # read once: no need to keep the file's pages
+    stub = onnx.TensorProto()
+    stub.ParseFromString(b"".join(bytes(body[s:e]) for num, s, _, e in fields if num != 9))
+    stub.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(p1 - p0))):
+        entry = stub.external_data.add()
+        entry.key, entry.value = key, value
+    return stub, p1 - p0
+
+
 def _graph_head(g) -> bytes:
     """The graph's own fields (name, doc string, metadata), serialized."""
     head = onnx.GraphProto()
@@ -667,15 +665,15 @@ def _graph_head(g) -> bytes:
     return head.SerializeToString()
 
 
-def _tensor_value_info(name: str, meta: TensorMeta):
-    """A value info of tensor ``name`` of ``meta``'s dtype and (where known) shape."""
+def _tensor_value_info(name: str, dtype: str, shape):
+    """A value info of tensor ``name`` of ``dtype`` and (where known) ``shape``."""
     vi = onnx.ValueInfoProto(name=name)
     tt = vi.type.tensor_type
-    tt.elem_type = dtype_to_onnx(meta.dtype)
-    if meta.shape is None:
+    tt.elem_type = dtype_to_onnx(dtype)
+    if shape is None:
         return vi
     tt.shape.SetInParent()
-    for d in meta.shape:
+    for d in shape:
         dim = tt.shape.dim.add()
         if isinstance(d, int) and d >= 0:
             dim.dim_value = d
