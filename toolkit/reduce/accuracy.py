@@ -588,8 +588,8 @@ class CompareRunner(WarmRunner):
         marked, fed the reference's inputs; ``{tensor: rel_l2}`` against the reference (the
         largest over iterations), computed in this process. Only on a CPU runner; None
         elsewhere, or when that run fails (the search then goes on without a hint)."""
-        if self.ref is None or not os.path.isfile(self.model) or not in_process_possible(self.opts.test):
-            return None  # (a device runner under test: its checks are forked, and this process opens no device)
+        if not self._runs_here():
+            return None
 
         try:
             errors: Dict[str, float] = {}
@@ -602,6 +602,11 @@ class CompareRunner(WarmRunner):
         except ToolkitError as exc:  # (a run that fails: InferenceError, InputError) only a hint: the search goes on
             self.notes(f"No hint for the search ({exc.message}); searching without one")
             return None
+
+    def _runs_here(self) -> bool:
+        """Whether the model under test can run in this process: a reference is held, the model is a
+        file, and its runner is no device runner (those checks are forked: this process opens no device)."""
+        return self.ref is not None and os.path.isfile(self.model) and in_process_possible(self.opts.test)
 
     def _every_tensor_runs(self):
         """``(outputs, reference values)`` per iteration: the model under test with every tensor
@@ -618,7 +623,7 @@ class CompareRunner(WarmRunner):
         """(tensors compared, names of those out of tolerance): every tensor of the model under test
         that the reference has, judged with the check's tolerances. None where the runner under test
         cannot run in this process (a device runner) or that run fails."""
-        if self.ref is None or not os.path.isfile(self.model) or not in_process_possible(self.opts.test):
+        if not self._runs_here():
             return None
 
         tol = self.opts.tolerances
@@ -680,23 +685,35 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
         cand = reducer.candidate(f.mask)
         art = os.path.join(folder, f"fault_{f.number}.onnx")
         reducer.index.write(cand, art)
-        own = _report_of(runner, run_options(art, runner.opts, runner.prepared_ref, save_report=art + ".json"))
-        if own:
-            worst = max(own, key=lambda t: t.tol_ratio)
-            f.evidence.update(max_abs=worst.max_abs, tol_ratio=worst.tol_ratio, tensor=worst.name)
-            f.evidence["own_error"] = max(t.rel_l2 for t in own)
+        f.evidence.update(_own_error(runner, art))
         ctx_art = os.path.join(folder, f"context_{f.number}.onnx")
         reducer.index.write(reducer.candidate(f.context), ctx_art)
-        ctx = _report_of(runner, run_options(ctx_art, runner.opts, runner.prepared_ref, mark=True,
-                                             save_report=ctx_art + ".json"))
-        if ctx is not None:
-            errs = {t.name: t.rel_l2 for t in ctx}
-            out_err = max((errs.get(t, 0.0) for t in cand.outputs), default=0.0)
-            in_err = max((errs.get(t, 0.0) for t in cand.inputs), default=0.0)
-            f.evidence.update(
-                output_error=out_err, input_error=in_err, amplification=amplification(out_err, in_err, floor)
-            )
+        f.evidence.update(_amplification_in(runner, ctx_art, cand, floor))
         _judge_noise(f, floor, precision_of(runner.opts.test))
+
+
+def _own_error(runner: CompareRunner, art: str) -> dict:
+    """The error of the fault written to ``art``, fed exact inputs: its worst tensor, and its largest
+    relative L2 error (``own_error``); nothing without a report."""
+    own = _report_of(runner, run_options(art, runner.opts, runner.prepared_ref, save_report=art + ".json"))
+    if not own:
+        return {}
+    worst = max(own, key=lambda t: t.tol_ratio)
+    return {"max_abs": worst.max_abs, "tol_ratio": worst.tol_ratio, "tensor": worst.name,
+            "own_error": max(t.rel_l2 for t in own)}
+
+
+def _amplification_in(runner: CompareRunner, ctx_art: str, cand, floor: float) -> dict:
+    """The errors of the fault ``cand``'s outputs and inputs in the model as the search saw it (written
+    to ``ctx_art``), every tensor compared, and its amplification; nothing without a report."""
+    ctx = _report_of(runner, run_options(ctx_art, runner.opts, runner.prepared_ref, mark=True,
+                                         save_report=ctx_art + ".json"))
+    if ctx is None:
+        return {}
+    errs = {t.name: t.rel_l2 for t in ctx}
+    out_err = max((errs.get(t, 0.0) for t in cand.outputs), default=0.0)
+    in_err = max((errs.get(t, 0.0) for t in cand.inputs), default=0.0)
+    return {"output_error": out_err, "input_error": in_err, "amplification": amplification(out_err, in_err, floor)}
 
 
 def rest_is_noise(runner: CompareRunner, reducer, allowed: int) -> Optional[dict]:

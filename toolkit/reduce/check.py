@@ -692,10 +692,7 @@ def make_runner(
     was given to run them with), else a subprocess. ``env``: variables added to the check's
     environment; ``patterns``: the --fail-regex patterns, searched in the output as it comes
     (only a bounded head and tail of it is kept)."""
-    if not argv:
-        raise UsageError("--check needs a command after it, e.g. --check toolkit run polygraphy_debug.onnx --onnxrt")
-    if timeout is not None and timeout <= 0:
-        raise UsageError(f"--check-timeout must be positive, got {timeout}")
+    _validate_check(argv, timeout)
     if warm is None:
         warm = os.environ.get(WARM_ENV, "") in ("", "0") and hasattr(os, "fork")
     args = toolkit_args(argv)
@@ -707,3 +704,9 @@ def make_runner(
     return SubprocessRunner(argv, timeout, env=env, patterns=patterns)
 
 
+def _validate_check(argv: Sequence[str], timeout: Optional[float]) -> None:
+    """UsageError for a --check without a command, or a --check-timeout that is not positive."""
+    if not argv:
+        raise UsageError("--check needs a command after it, e.g. --check toolkit run polygraphy_debug.onnx --onnxrt")
+    if timeout is not None and timeout <= 0:
+        raise UsageError(f"--check-timeout must be positive, got {timeout}")

@@ -277,7 +277,7 @@ def step_warning(reduced: Optional[Evidence], model) -> Optional[str]:
         return None
     producer = next((n for n in model.graph.node if r.name in n.output), None)
     found = _step_source(model, producer) if producer is not None else None
-    if producer is None or found is None or r.max_abs > found[1] * (1 + 1e-3):
+    if found is None or r.max_abs > found[1] * (1 + 1e-3):
         return None
     step, _size = found
     return (

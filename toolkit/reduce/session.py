@@ -310,29 +310,33 @@ class Reducer(Artifacts, Judging):
         if known is not None:
             self.remembered += 1
             return known
-        if self.loaded is not None:
-            answer = self.loaded.get(mask)
-            if answer is not None:
-                count = popcount(mask)
-                seconds = self.loaded.seconds.get(mask)
-                if seconds is not None:
-                    self.plan.observe(count, seconds)  # same decisions as the recorded run
-                self.iteration += 1
-                self.remembered += 1
-                self.memo[mask] = answer
-                entry = self.loaded.entry(mask) or {}
-                it = Iteration(
-                    self.iteration, count, answer, 0.0, "replay", "from the replay file",
-                    verdict=entry.get("verdict") or (FAIL if answer else PASS), phase=self._phase(mask),
-                    span=self._span(mask), remaining=self.remaining_estimate(),
-                )
-                self.replay.add(
-                    self.iteration, mask, count, answer, seconds, verdict=entry.get("verdict"), code=entry.get("code")
-                )
-                self._note_failing(mask, answer, None)
-                self.reporter.iteration_end(it)
-                return answer
-        return None
+        answer = self.loaded.get(mask) if self.loaded is not None else None
+        if answer is not None:
+            self._replayed(mask, answer)
+        return answer
+
+    def _replayed(self, mask: int, answer: bool) -> None:
+        """Take the loaded replay's verdict on ``mask`` as an iteration of this run (remembered,
+        recorded, shown; its check time observed, for the same decisions as the recorded run)."""
+        assert self.loaded is not None
+        count = popcount(mask)
+        seconds = self.loaded.seconds.get(mask)
+        if seconds is not None:
+            self.plan.observe(count, seconds)  # same decisions as the recorded run
+        self.iteration += 1
+        self.remembered += 1
+        self.memo[mask] = answer
+        entry = self.loaded.entry(mask) or {}
+        it = Iteration(
+            self.iteration, count, answer, 0.0, "replay", "from the replay file",
+            verdict=entry.get("verdict") or (FAIL if answer else PASS), phase=self._phase(mask),
+            span=self._span(mask), remaining=self.remaining_estimate(),
+        )
+        self.replay.add(
+            self.iteration, mask, count, answer, seconds, verdict=entry.get("verdict"), code=entry.get("code")
+        )
+        self._note_failing(mask, answer, None)
+        self.reporter.iteration_end(it)
 
     def _check_batch(self, masks: Sequence[int]) -> List[bool]:
         """Write each node set to its worker's artifact, run the checks (at once when
@@ -602,14 +606,7 @@ class Reducer(Artifacts, Judging):
         """-o, --min-good and the replay file."""
         cfg = self.cfg
         if mask is not None:
-            self._write_output(mask)
-            outcome.output_written = True
-            outcome.nodes_after = popcount(mask)
-            outcome.final_nodes = [self.index.describe(i) for i in mask_indices(mask)]
-            outcome.body_nodes = body_node_count(self.index.nodes, mask)
-            outcome.one_minimal = outcome.status == "reduced" and self._is_one_minimal(mask)
-            if outcome.status == "reduced":  # (not after Ctrl-C: it may check windows)
-                outcome.first_alone = sanity.first_alone(self, mask)
+            self._write_reduced(outcome, mask)
         if cfg.min_good:
             good = self._pick_min_good(mask)
             if good is not None:
@@ -618,6 +615,17 @@ class Reducer(Artifacts, Judging):
                 outcome.min_good_nodes = popcount(good)
         if cfg.save_replay and self.replay.save(cfg.save_replay):  # (an earlier run's replay is never emptied)
             outcome.replay_path = outcome.replay_path or cfg.save_replay
+
+    def _write_reduced(self, outcome: Outcome, mask: int) -> None:
+        """-o, and what the outcome says of it."""
+        self._write_output(mask)
+        outcome.output_written = True
+        outcome.nodes_after = popcount(mask)
+        outcome.final_nodes = [self.index.describe(i) for i in mask_indices(mask)]
+        outcome.body_nodes = body_node_count(self.index.nodes, mask)
+        outcome.one_minimal = outcome.status == "reduced" and self._is_one_minimal(mask)
+        if outcome.status == "reduced":  # (not after Ctrl-C: it may check windows)
+            outcome.first_alone = sanity.first_alone(self, mask)
 
     def _make_workers(self) -> None:
 

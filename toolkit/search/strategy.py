@@ -321,8 +321,7 @@ def drop_loop(plan: Plan, mask: int, *, interior: bool, phase: str = "drop loop"
         smaller = yield from drops(plan, mask, fresh or stale, rejected)
         if smaller is not None:
             mask = smaller
-        elif not fresh and all(rejected.get(i) == mask for i in _drop_order(plan, mask, interior)):
-            # every candidate end was tried against this very mask
+        elif not fresh:  # every candidate was tried against this very mask (the stale ones just now)
             plan.remaining = 0
             return mask
 
