@@ -307,10 +307,15 @@ def _step_source(model, producer):
         return producer, 1.0
     if producer.op_type != "DequantizeLinear" or len(producer.input) < 2:
         return None
-    src = next((n for n in model.graph.node if producer.input[0] in n.output), None)
+    return _quantizer_behind(model, producer)
+
+
+def _quantizer_behind(model, dq):
+    """(the step-function node the DequantizeLinear ``dq`` reads, the largest of its scale), or None."""
+    src = next((n for n in model.graph.node if dq.input[0] in n.output), None)
     if src is None or src.op_type not in STEP_OPS or src.domain not in ("", "ai.onnx"):
         return None
-    scale = _constant(model, producer.input[1])
+    scale = _constant(model, dq.input[1])
     if scale is None or not scale.size:
         return None
     return src, float(abs(scale).max())

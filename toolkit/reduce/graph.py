@@ -272,17 +272,21 @@ class GraphIndex:
 
     def _candidate_outputs(self, mask: int, nodes: List[int], keep_inputs: bool, keep_outputs: bool, full: bool):
         """Model outputs the nodes produce (model order), then what nodes left out read."""
-        outs_graph = [t for i in nodes for t in self.writes[i] if t in self.graph_output_set]
         outs_other = [] if keep_outputs else self._inner_outputs(mask, nodes, keep_inputs and not full)
-        if full:
-            outs_graph += [t for t in self.graph_outputs if t in self.const_producer and t not in outs_graph]
-        order = {t: k for k, t in enumerate(self.graph_outputs)}
-        outs_graph.sort(key=order.__getitem__)
-        outputs = outs_graph + outs_other
+        outputs = self._model_outputs(nodes, full) + outs_other
         if not outputs and nodes:
             # A subgraph must show something: a node whose outputs nobody reads.
             outputs = list(self.writes[nodes[-1]][:1])
         return outputs
+
+    def _model_outputs(self, nodes: List[int], full: bool) -> List[str]:
+        """The model outputs the nodes produce (with the whole model, also those Constant nodes
+        give), in the model's order."""
+        outs = [t for i in nodes for t in self.writes[i] if t in self.graph_output_set]
+        if full:
+            outs += [t for t in self.graph_outputs if t in self.const_producer and t not in outs]
+        order = {t: k for k, t in enumerate(self.graph_outputs)}
+        return sorted(outs, key=order.__getitem__)
 
     def _inner_outputs(self, mask: int, nodes: List[int], own_results: bool) -> List[str]:
         """Tensors the nodes produce that are no model outputs but outputs of the subgraph:

@@ -679,11 +679,14 @@ class Reducer(Artifacts, Judging):
             result = stop.value
         if full_first and not self.verdict(full):
             return None
-        if not self.memo.get(result):
-            # Only ever hand back what the check failed on.
-            if not self.verdict(result):
-                result = self.best
-        return result
+        return self._failed_on(result)
+
+    def _failed_on(self, result: int) -> Optional[int]:
+        """``result`` when the check fails on it (checked now where not known), else the smallest
+        failing set checked so far: only ever hand back what the check failed on."""
+        if self.memo.get(result) or self.verdict(result):
+            return result
+        return self.best
 
     def _after_full_model(self, batch: List[int], jobs: int) -> Optional[List[bool]]:
         """The verdicts on ``batch``, checked along with the full model; None when the full model passed."""

@@ -134,10 +134,10 @@ class Signature:
         if rows is None or not rows.failing:
             return f"{_how(res)} without a numeric mismatch, where the full model showed {self.describe()}"
         failing = {t.name for t in rows.failing}
-        kept = [t for t in rows.tensors if t.name in self.outputs]
-        if kept and not any(t.name in failing for t in kept):
+        passing = self._passing_output(rows, failing)
+        if passing is not None:
             return (
-                f"a numeric mismatch on '{rows.failing[0].name}' while '{kept[0].name}', which fails in the full "
+                f"a numeric mismatch on '{rows.failing[0].name}' while '{passing}', which fails in the full "
                 "model, passes here"
             )
         answers = [feeds(name) for name in failing]
@@ -147,6 +147,14 @@ class Signature:
             f"a numeric mismatch on '{rows.failing[0].name}', which does not feed the full model's failing "
             f"tensor{'s' if len(self.outputs) != 1 else ''} ({', '.join(self.outputs[:3])})"
         )
+
+    def _passing_output(self, rows: Evidence, failing: set) -> Optional[str]:
+        """The first of the full model's failing tensors compared in ``rows`` when every one of them
+        passes there, else None."""
+        kept = [t for t in rows.tensors if t.name in self.outputs]
+        if kept and not any(t.name in failing for t in kept):
+            return kept[0].name
+        return None
 
 
 def _other_signal(sig: Signature, res: CheckResult) -> Optional[str]:
