@@ -244,6 +244,15 @@ class Artifacts:
         """Where artifact ``path`` of iteration ``number`` goes: ``NNN_<name>`` in ``folder``,
         numbered past the files an earlier run left in --art-dir (said once), never over an
         existing file or one the reduce reads or writes (None: not sorted, with a warning)."""
+        dest = os.path.join(folder, f"{number + self._numbers_taken():03d}_{os.path.basename(path.rstrip(os.sep))}")
+        taken = [w for w, p in self._kept if p and p != "-" and paths.same_file(dest, p)]
+        if taken or os.path.lexists(dest):
+            self.reporter.warn(f"artifact {path} not sorted: {dest} is {taken[0] if taken else 'an existing file'}")
+            return None
+        return dest
+
+    def _numbers_taken(self) -> int:
+        """The highest number of the artifacts an earlier run left in --art-dir (found and said once)."""
         if self._art_offset is None:
             self._art_offset = _last_number(self.cfg.art_dir)
             if self._art_offset:
@@ -251,12 +260,7 @@ class Artifacts:
                     f"{self.cfg.art_dir} holds the artifacts of an earlier run (numbered up to "
                     f"{self._art_offset:03d}); this run's are numbered from {self._art_offset + 1:03d}"
                 )
-        dest = os.path.join(folder, f"{number + self._art_offset:03d}_{os.path.basename(path.rstrip(os.sep))}")
-        taken = [w for w, p in self._kept if p and p != "-" and paths.same_file(dest, p)]
-        if taken or os.path.lexists(dest):
-            self.reporter.warn(f"artifact {path} not sorted: {dest} is {taken[0] if taken else 'an existing file'}")
-            return None
-        return dest
+        return self._art_offset
 
     def _is_iter_artifact(self, path: str) -> bool:
         return os.path.abspath(path) == os.path.abspath(self.cfg.iter_artifact)

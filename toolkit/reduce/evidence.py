@@ -186,17 +186,22 @@ def noise_warning(
     if kind is None:
         return None
     f = full.worst if full is not None else None
+    why = _rounding_why(r, kind, precision)
+    if f is not None and f.max_abs > 0 and r.max_abs * FAR_SMALLER <= f.max_abs:
+        why += f", and far less than the full model's {_g(f.max_abs)} on '{f.name}'"
+    return f"{why}, so this result may be noise rather than the fault. To look past it: " + _noise_advice(r, check)
+
+
+def _rounding_why(r: TensorEvidence, kind: str, precision: Optional[str]) -> str:
+    """What makes the failure ``r`` look like rounding (``kind``: "rel", its relative error, else its
+    nearness to the tolerance), and whose rounding."""
     source = (
         f"{precision} storage rounding (the runner under test stores tensors in {precision})" if precision
         else "float rounding differences between ONNX-Runtime's kernels on a small subgraph and on the full model"
     )
     if kind == "rel":
-        why = f"the reduced model fails by {_g(r.max_abs)} (max rel {_g(r.max_rel)}), the size of {source}"
-    else:
-        why = f"the reduced model fails by {_g(r.max_abs)}, within {NEAR_TOLERANCE:g}x of the tolerance: the size of {source}"
-    if f is not None and f.max_abs > 0 and r.max_abs * FAR_SMALLER <= f.max_abs:
-        why += f", and far less than the full model's {_g(f.max_abs)} on '{f.name}'"
-    return f"{why}, so this result may be noise rather than the fault. To look past it: " + _noise_advice(r, check)
+        return f"the reduced model fails by {_g(r.max_abs)} (max rel {_g(r.max_rel)}), the size of {source}"
+    return f"the reduced model fails by {_g(r.max_abs)}, within {NEAR_TOLERANCE:g}x of the tolerance: the size of {source}"
 
 
 def _noise_advice(r: TensorEvidence, check: Optional[Sequence[str]]) -> str:

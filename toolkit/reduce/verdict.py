@@ -122,15 +122,10 @@ class FailureRule:
             return True
         if res.code in self.ignore_codes:
             return False
-        match = None
-        if self.patterns:
-            match = self.matched(res) is not None
+        match = self.matched(res) is not None if self.patterns else None  # (None: no pattern given)
         if self.fail_codes is not None:
-            failed = res.code in self.fail_codes
-            return failed and (match if match is not None else True)
-        if match is not None:
-            return match
-        return res.code != 0
+            return res.code in self.fail_codes and match is not False
+        return match if match is not None else res.code != 0
 
     def named(self, code: Optional[int]) -> bool:
         """The user said what this exit code means (--fail-code / --ignore-fail-code)."""
