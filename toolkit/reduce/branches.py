@@ -186,12 +186,23 @@ def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_
     with quiet_gs():
         graph = gs.import_onnx(model)
     used = _names_outside(model, {k for k, label in enumerate(labels) if label in decide})
-    # names of the nodes that stay (kept Ifs included): inlined nodes are renamed away from them
-    node_names = {n.name for n, label in zip(graph.nodes, labels) if n.name and label not in decide}
+    decisions, graph.nodes = _take_branches(gs, graph, labels, decide, used)
+    with quiet_gs():
+        graph.cleanup(remove_unused_graph_inputs=False)
+        graph.toposort()
+    save_model(export_graph(gs, graph, shell), out_path, external_base_dir=base)
+    return decisions
+
+
+def _take_branches(gs, graph, labels: List[Optional[str]], decide: Dict[str, bool], used: set) -> Tuple[List[Decision], list]:
+    """(the decisions, the nodes of ``graph`` with each If ``decide`` holds replaced by the branch it
+    takes); ``labels``: each node's If label (None for other nodes), ``used``: the tensor names taken."""
 
     def unique(name: str) -> str:
         return fresh_name(name, used)
 
+    # names of the nodes that stay (kept Ifs included): inlined nodes are renamed away from them
+    node_names = {n.name for n, label in zip(graph.nodes, labels) if n.name and label not in decide}
     decisions: List[Decision] = []
     new_nodes: list = []
     for label, node in zip(labels, list(graph.nodes)):
@@ -200,21 +211,11 @@ def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_
             continue
         branch = node.attrs["then_branch" if decide[label] else "else_branch"]
         decisions.append(Decision(label, decide[label], count_nodes(branch)))
-        new_nodes.extend(_inlined(gs, graph, node, branch, unique, node_names))
-    graph.nodes = new_nodes
-    with quiet_gs():
-        graph.cleanup(remove_unused_graph_inputs=False)
-        graph.toposort()
-    save_model(export_graph(gs, graph, shell), out_path, external_base_dir=base)
-    return decisions
-
-
-def _inlined(gs, graph, node, branch, unique: Callable[[str], str], node_names: set) -> list:
-    """The nodes of ``branch`` inlined in place of the If ``node``, named apart from ``node_names``."""
-    body = inline_branch(gs, graph, node, branch, unique)
-    for n in body:
-        n.name = fresh_name(n.name or n.op, node_names)
-    return body
+        body = inline_branch(gs, graph, node, branch, unique)
+        for n in body:
+            n.name = fresh_name(n.name or n.op, node_names)
+        new_nodes.extend(body)
+    return decisions, new_nodes
 
 
 def _round(path: str, feeds, out_path: str, external_data_dir, skip: set) -> Tuple[List[Decision], Dict]:
