@@ -112,9 +112,7 @@ class Artifacts:
     def _say_replaced(self) -> None:
         """A warning naming the replay file and iteration artifact an earlier run left, which this one replaces."""
         cfg = self.cfg
-        old = [p for p in (cfg.save_replay, cfg.iter_artifact) if p and os.path.isfile(p)]
-        if cfg.load_replay:
-            old = [p for p in old if not paths.same_file(p, cfg.load_replay)]
+        old = self._left_over()
         if not old:
             return
         resume = (
@@ -123,6 +121,14 @@ class Artifacts:
         )
         self.reporter.warn(f"{' and '.join(old)} {'is' if len(old) == 1 else 'are'} left from an earlier run; "
                            f"this run replaces {'it' if len(old) == 1 else 'them'}{resume}")
+
+    def _left_over(self) -> List[str]:
+        """The replay file and iteration artifact that exist now (the replay this run loads aside)."""
+        cfg = self.cfg
+        old = [p for p in (cfg.save_replay, cfg.iter_artifact) if p and os.path.isfile(p)]
+        if cfg.load_replay:
+            old = [p for p in old if not paths.same_file(p, cfg.load_replay)]
+        return old
 
     def _artifact_links(self, cand: Candidate, worker=None) -> Optional[Dict[str, str]]:
         """Where an iteration artifact finds the model's external data files (made once per

@@ -244,19 +244,23 @@ def _search_down(plan: Plan, lo: int, stop: int) -> Search:
     starts = [stop - step for step in _powers_of_two(stop - lo - 1)]
     hi = stop  # the empty range passes
     while starts:
-        if plan.width > 1:
-            js, starts = starts[: plan.width], starts[plan.width :]
-            plan.remaining = 1 + _log_base(js[-1] - lo + 1, plan.width + 1)
-            verdicts = yield [range_mask(j, stop) for j in js]
-        else:
-            js, starts = starts[:1], starts[1:]
-            plan.remaining = 1 + _log2(js[0] - lo)
-            verdicts = [(yield range_mask(js[0], stop))]
+        js, starts = starts[: plan.width], starts[plan.width :]
+        verdicts = yield from _check_starts(plan, lo, js, stop)
         failing = [j for j, failed in zip(js, verdicts) if failed]
         if failing:
             return failing[0], min([hi] + [j for j, failed in zip(js, verdicts) if not failed and j > failing[0]])
         hi = js[-1]
     return lo, hi
+
+
+def _check_starts(plan: Plan, lo: int, js: List[int], stop: int) -> Search:
+    """The verdicts on the ranges from each start of ``js`` to ``stop`` (checked at once, or the
+    one start alone when checks run one at a time)."""
+    if plan.width > 1:
+        plan.remaining = 1 + _log_base(js[-1] - lo + 1, plan.width + 1)
+        return (yield [range_mask(j, stop) for j in js])
+    plan.remaining = 1 + _log2(js[0] - lo)
+    return [(yield range_mask(js[0], stop))]
 
 
 def _powers_of_two(limit: int) -> List[int]:
