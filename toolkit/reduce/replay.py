@@ -234,14 +234,19 @@ def _same_options(path: str, doc: dict, options: Mapping[str, Any]) -> None:
             f"its verdicts cannot be trusted for this run; {_AGAIN}"
         )
     new = json.loads(json.dumps(options))  # (as a file would hold them: tuples as lists)
-    for key, value in sorted(new.items()):
-        if any(r["path"] == "-" for r in _refs(value) or []):
-            raise InputError(f"{path}: {key} -: data read from stdin cannot be checked against what this replay "
-                             "was recorded with; save it to a file and give that, or run without --load-debug-replay")
+    _refuse_stdin(path, new)
     differ = [key for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
     if differ:
         said = "; ".join(_difference(key, old.get(key), new.get(key)) for key in differ)
         raise InputError(f"{path}: {said}, so its verdicts answer another question; {_AGAIN}")
+
+
+def _refuse_stdin(path: str, options: Mapping[str, Any]) -> None:
+    """InputError for an option whose data was read from stdin (nothing to check it against)."""
+    for key, value in sorted(options.items()):
+        if any(r["path"] == "-" for r in _refs(value) or []):
+            raise InputError(f"{path}: {key} -: data read from stdin cannot be checked against what this replay "
+                             "was recorded with; save it to a file and give that, or run without --load-debug-replay")
 
 
 def _difference(key: str, old: Any, new: Any) -> str:
