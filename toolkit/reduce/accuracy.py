@@ -57,7 +57,7 @@ from toolkit.reduce.evidence import Findings
 from toolkit.reduce.deployed import DeployedRun, deployed_options, marking_changes, per_subgraph_options
 from toolkit.search.masks import popcount
 from toolkit.reduce.guide import rank
-from toolkit.reduce.loading import load_for_index
+from toolkit.reduce.reference_graph import needs_own_run
 from toolkit.reduce.verdict import CheckResult
 from toolkit.run.feeds import FeedSource, infer_explained, load_feeds
 from toolkit.run.options import RunOptions
@@ -229,22 +229,13 @@ def _compute(
     ref.in_memory = in_memory
     deployed_run = None
     try:
-        own_run = ref_model != model and _needs_own_run(model, ref_model)  # (and the inputs match)
+        own_run = ref_model != model and needs_own_run(model, ref_model)  # (and the inputs match)
         deployed_run = DeployedRun(opts.reference, ref_model, opts,
                                    lambda loaded: feed_source(opts, lambda _m: None, loaded=loaded))
         ref_runs = every_tensor(opts.reference, ref_model, feed_source(opts, notes), opts, name=label)
         golden = [{**feed, **outs} for feed, outs in ref_runs]
-        inputs = _own_values(model, opts, golden, ref, notes) if own_run else None
-        ref.iterations = len(golden)
-        ref.tensors = len(inputs[0] if inputs else golden[0]) if golden else 0
-        outputs = RunResults([(label, [IterationResult(values, 0.0, label) for values in golden])])
-        ref.nbytes = _nbytes(outputs) + (_nbytes(inputs) if inputs is not None else 0)
-        ref.outputs_path = _hold(ref, "reference", outputs)
-        ref.inputs_path = _hold(ref, "reference_inputs", inputs) if inputs is not None else ref.outputs_path
-        deployed = deployed_run.result(golden)
-        ref.marking = marking_changes(golden, deployed)
-        ref.marking_matters = bool(ref.marking) and _beyond_tolerance(golden, deployed, opts)
-        ref.deployed_path = _hold(ref, "deployed", RunResults([(label, [IterationResult(o, 0.0, label) for o in deployed])]))
+        _hold_values(ref, golden, _own_values(model, opts, golden, ref, notes) if own_run else None)
+        _hold_deployed(ref, golden, deployed_run.result(golden), opts)
     except BaseException:
         if deployed_run is not None:
             deployed_run.close()
@@ -252,6 +243,28 @@ def _compute(
         raise
     ref.seconds = time.monotonic() - t0
     return ref
+
+
+def _hold_values(ref: Reference, golden: List[Dict], inputs: Optional[List[Dict]]) -> None:
+    """Hold the reference's values ``golden`` and, when the model's own run gave them, the
+    values candidates are fed (``inputs``; else the reference's values are)."""
+    ref.iterations = len(golden)
+    ref.tensors = len(inputs[0] if inputs else golden[0]) if golden else 0
+    outputs = _as_results(ref.label, golden)
+    ref.nbytes = _nbytes(outputs) + (_nbytes(inputs) if inputs is not None else 0)
+    ref.outputs_path = _hold(ref, "reference", outputs)
+    ref.inputs_path = _hold(ref, "reference_inputs", inputs) if inputs is not None else ref.outputs_path
+
+
+def _hold_deployed(ref: Reference, golden: List[Dict], deployed: List[Dict], opts: CompareOptions) -> None:
+    """Hold the reference model's outputs as deployed (nothing marked), and what marking changed."""
+    ref.marking = marking_changes(golden, deployed)
+    ref.marking_matters = bool(ref.marking) and _beyond_tolerance(golden, deployed, opts)
+    ref.deployed_path = _hold(ref, "deployed", _as_results(ref.label, deployed))
+
+
+def _as_results(label: str, values: Sequence[Mapping]) -> RunResults:
+    return RunResults([(label, [IterationResult(v, 0.0, label) for v in values])])
 
 
 def _beyond_tolerance(marked: Sequence[Mapping], deployed: Sequence[Mapping], opts: CompareOptions) -> bool:
@@ -279,35 +292,6 @@ def _hold(ref: Reference, name: str, data) -> str:
     path = os.path.join(ref.folder, name + ".npz")
     (save_outputs if isinstance(data, RunResults) else save_inputs)(path, data)
     return path
-
-
-def _light(path: str):
-    return load_for_index(path)[0]
-
-
-def _needs_own_run(model: str, ref_model: str) -> bool:
-    """Whether the model's own values are needed to feed its subgraphs: some tensor of it has no
-    value in the reference model, or the two differ in tensor types (a converted model)."""
-    m, r = _light(model).graph, _light(ref_model).graph
-    m_inputs = [i.name for i in m.input if i.name not in {t.name for t in m.initializer}]
-    r_inputs = {i.name for i in r.input}
-    missing = [n for n in m_inputs if n not in r_inputs]
-    if missing:
-        raise InputError(
-            f"{ref_model}: the reference model has no input named {', '.join(missing)} (its inputs: "
-            f"{', '.join(sorted(r_inputs)) or 'none'}); --reference-model needs the model's inputs, by name"
-        )
-    r_names = {o for n in r.node for o in n.output} | r_inputs
-    if any(o and o not in r_names for n in m.node for o in n.output):
-        return True
-    r_init = {t.name: t.data_type for t in r.initializer}
-    if {t.data_type for t in m.initializer} != set(r_init.values()):
-        return True
-    if any(r_init.get(t.name, t.data_type) != t.data_type for t in m.initializer):
-        return True
-    r_io = {v.name: v.type.tensor_type.elem_type for v in list(r.input) + list(r.output)}
-    m_io = {v.name: v.type.tensor_type.elem_type for v in list(m.input) + list(m.output)}
-    return any(r_io.get(name, elem) != elem for name, elem in m_io.items())
 
 
 def _own_values(model: str, opts: CompareOptions, golden: Sequence[Mapping], ref: Reference, notes) -> List[Dict]:
@@ -589,17 +573,10 @@ class CompareRunner(WarmRunner):
             data = load_data(self.ref.outputs_path)
         except ToolkitError:  # (an unreadable file: InputError) only a measure for a warning
             return None
-        best: Optional[float] = None
-        for _label, its in getattr(data, "runs", []):
-            for it in its:
-                value = it.outputs.get(name) if hasattr(it.outputs, "get") else None
-                arr = np.asarray(value) if value is not None else None
-                if arr is None or arr.dtype.kind != "f" or not arr.size:
-                    continue
-                finite = np.abs(arr[np.isfinite(arr)])
-                if finite.size:
-                    best = max(best or 0.0, float(finite.max()))
-        return best
+        values = [it.outputs.get(name) for _label, its in getattr(data, "runs", []) for it in its
+                  if hasattr(it.outputs, "get")]
+        scales = [scale for scale in map(_largest_finite, values) if scale is not None]
+        return max(scales) if scales else None
 
     def close(self) -> None:
         if self.ref is not None and self.primary is None:
@@ -611,8 +588,8 @@ class CompareRunner(WarmRunner):
         marked, fed the reference's inputs; ``{tensor: rel_l2}`` against the reference (the
         largest over iterations), computed in this process. Only on a CPU runner; None
         elsewhere, or when that run fails (the search then goes on without a hint)."""
-        if self.ref is None or not os.path.isfile(self.model) or not in_process_possible(self.opts.test):
-            return None  # (a device runner under test: its checks are forked, and this process opens no device)
+        if not self._runs_here():
+            return None
 
         try:
             errors: Dict[str, float] = {}
@@ -625,6 +602,11 @@ class CompareRunner(WarmRunner):
         except ToolkitError as exc:  # (a run that fails: InferenceError, InputError) only a hint: the search goes on
             self.notes(f"No hint for the search ({exc.message}); searching without one")
             return None
+
+    def _runs_here(self) -> bool:
+        """Whether the model under test can run in this process: a reference is held, the model is a
+        file, and its runner is no device runner (those checks are forked: this process opens no device)."""
+        return self.ref is not None and os.path.isfile(self.model) and in_process_possible(self.opts.test)
 
     def _every_tensor_runs(self):
         """``(outputs, reference values)`` per iteration: the model under test with every tensor
@@ -641,7 +623,7 @@ class CompareRunner(WarmRunner):
         """(tensors compared, names of those out of tolerance): every tensor of the model under test
         that the reference has, judged with the check's tolerances. None where the runner under test
         cannot run in this process (a device runner) or that run fails."""
-        if self.ref is None or not os.path.isfile(self.model) or not in_process_possible(self.opts.test):
+        if not self._runs_here():
             return None
 
         tol = self.opts.tolerances
@@ -671,10 +653,7 @@ def rel_l2(a, b) -> Optional[float]:
         return None
     if a.size == 0:
         return 0.0
-    with np.errstate(all="ignore"):
-        num, den = _norms(a, b, np.float32 if a.dtype == b.dtype == np.float32 else np.float64)
-        if not (np.isfinite(num) and np.isfinite(den)) and a.dtype == b.dtype == np.float32:
-            num, den = _norms(a, b, np.float64)  # (squares past float32's range)
+    num, den = _norms_of_floats(a, b)
     if not np.isfinite(num) or not np.isfinite(den):
         return float("inf")
     if num == 0:
@@ -706,23 +685,35 @@ def describe_faults(runner: CompareRunner, reducer, faults) -> None:
         cand = reducer.candidate(f.mask)
         art = os.path.join(folder, f"fault_{f.number}.onnx")
         reducer.index.write(cand, art)
-        own = _report_of(runner, run_options(art, runner.opts, runner.prepared_ref, save_report=art + ".json"))
-        if own:
-            worst = max(own, key=lambda t: t.tol_ratio)
-            f.evidence.update(max_abs=worst.max_abs, tol_ratio=worst.tol_ratio, tensor=worst.name)
-            f.evidence["own_error"] = max(t.rel_l2 for t in own)
+        f.evidence.update(_own_error(runner, art))
         ctx_art = os.path.join(folder, f"context_{f.number}.onnx")
         reducer.index.write(reducer.candidate(f.context), ctx_art)
-        ctx = _report_of(runner, run_options(ctx_art, runner.opts, runner.prepared_ref, mark=True,
-                                             save_report=ctx_art + ".json"))
-        if ctx is not None:
-            errs = {t.name: t.rel_l2 for t in ctx}
-            out_err = max((errs.get(t, 0.0) for t in cand.outputs), default=0.0)
-            in_err = max((errs.get(t, 0.0) for t in cand.inputs), default=0.0)
-            f.evidence.update(
-                output_error=out_err, input_error=in_err, amplification=amplification(out_err, in_err, floor)
-            )
+        f.evidence.update(_amplification_in(runner, ctx_art, cand, floor))
         _judge_noise(f, floor, precision_of(runner.opts.test))
+
+
+def _own_error(runner: CompareRunner, art: str) -> dict:
+    """The error of the fault written to ``art``, fed exact inputs: its worst tensor, and its largest
+    relative L2 error (``own_error``); nothing without a report."""
+    own = _report_of(runner, run_options(art, runner.opts, runner.prepared_ref, save_report=art + ".json"))
+    if not own:
+        return {}
+    worst = max(own, key=lambda t: t.tol_ratio)
+    return {"max_abs": worst.max_abs, "tol_ratio": worst.tol_ratio, "tensor": worst.name,
+            "own_error": max(t.rel_l2 for t in own)}
+
+
+def _amplification_in(runner: CompareRunner, ctx_art: str, cand, floor: float) -> dict:
+    """The errors of the fault ``cand``'s outputs and inputs in the model as the search saw it (written
+    to ``ctx_art``), every tensor compared, and its amplification; nothing without a report."""
+    ctx = _report_of(runner, run_options(ctx_art, runner.opts, runner.prepared_ref, mark=True,
+                                         save_report=ctx_art + ".json"))
+    if ctx is None:
+        return {}
+    errs = {t.name: t.rel_l2 for t in ctx}
+    out_err = max((errs.get(t, 0.0) for t in cand.outputs), default=0.0)
+    in_err = max((errs.get(t, 0.0) for t in cand.inputs), default=0.0)
+    return {"output_error": out_err, "input_error": in_err, "amplification": amplification(out_err, in_err, floor)}
 
 
 def rest_is_noise(runner: CompareRunner, reducer, allowed: int) -> Optional[dict]:
@@ -758,6 +749,26 @@ def _judge_noise(f, floor: float, storage: str = "fp32") -> None:
     ev["noise_bound"] = noise_bound(floor, depth)
     ev["noise"] = is_rounding(ev["own_error"], ev["amplification"], depth, floor)
     ev["storage"] = storage
+
+
+def _largest_finite(value) -> Optional[float]:
+    """The largest finite magnitude of ``value``; None unless it is a float array with a finite value."""
+    arr = np.asarray(value) if value is not None else None
+    if arr is None or arr.dtype.kind != "f" or not arr.size:
+        return None
+    finite = np.abs(arr[np.isfinite(arr)])
+    return float(finite.max()) if finite.size else None
+
+
+def _norms_of_floats(a, b):
+    """:func:`_norms` of two float arrays: in float32 when both are (float64 where the squares pass
+    float32's range), else in float64."""
+    both32 = a.dtype == b.dtype == np.float32
+    with np.errstate(all="ignore"):
+        num, den = _norms(a, b, np.float32 if both32 else np.float64)
+        if both32 and not (np.isfinite(num) and np.isfinite(den)):
+            num, den = _norms(a, b, np.float64)  # (squares past float32's range)
+    return num, den
 
 
 def _norms(a, b, dtype):

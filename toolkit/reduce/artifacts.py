@@ -61,6 +61,17 @@ class Artifacts:
         and saved to one file (it is read whole first)."""
 
         cfg = self.cfg
+        reads = self._files_read()
+        outputs = [("-o", cfg.output), ("--min-good", cfg.min_good or "")]
+        writes = outputs + self._files_written()
+        paths.check_with_model(cfg.model, reads, writes, cfg.external_data_dir)
+        if cfg.artifacts:
+            refuse_linked_art_dir(cfg.art_dir)
+        self._kept = tuple([("MODEL", cfg.model)] + reads + outputs)
+
+    def _files_read(self) -> List[paths.Named]:
+        """The files the reduce and its check read (each with what names it), the model aside."""
+        cfg = self.cfg
         reads = [("--load-inputs", p) for p in cfg.load_inputs]
         check_args = toolkit_args(cfg.check or []) or []
         self._check_files = [p for p in data_files_in(check_args) if p != "-"]
@@ -68,8 +79,12 @@ class Artifacts:
         reads += [("a file the check's command names", p) for p in self._named_by_check()]
         if cfg.load_replay and not (cfg.save_replay and paths.same_file(cfg.load_replay, cfg.save_replay)):
             reads.append(("--load-debug-replay", cfg.load_replay))
-        outputs = [("-o", cfg.output), ("--min-good", cfg.min_good or "")]
-        writes = outputs + [
+        return reads
+
+    def _files_written(self) -> List[paths.Named]:
+        """The files the reduce writes, moves or may delete, -o and --min-good aside."""
+        cfg = self.cfg
+        writes = [
             ("--iter-artifact", cfg.iter_artifact), ("--iter-info", cfg.iter_info or ""),
             ("--save-debug-replay", cfg.save_replay or ""),
         ]
@@ -79,11 +94,7 @@ class Artifacts:
             if k:
                 writes.append((what, artifact))
             writes += [(f"{what} (its weights file)", artifact + ext) for ext in (".weights", ".data")]
-        writes += [("--artifacts", p) for p in dict.fromkeys(cfg.artifacts) if not self._is_iter_artifact(p)]
-        paths.check_with_model(cfg.model, reads, writes, cfg.external_data_dir)
-        if cfg.artifacts:
-            refuse_linked_art_dir(cfg.art_dir)
-        self._kept = tuple([("MODEL", cfg.model)] + reads + outputs)
+        return writes + [("--artifacts", p) for p in dict.fromkeys(cfg.artifacts) if not self._is_iter_artifact(p)]
 
     def _named_by_check(self) -> List[str]:
         """The files that exist now and that a word of the check's command names (its script, a
@@ -101,9 +112,7 @@ class Artifacts:
     def _say_replaced(self) -> None:
         """A warning naming the replay file and iteration artifact an earlier run left, which this one replaces."""
         cfg = self.cfg
-        old = [p for p in (cfg.save_replay, cfg.iter_artifact) if p and os.path.isfile(p)]
-        if cfg.load_replay:
-            old = [p for p in old if not paths.same_file(p, cfg.load_replay)]
+        old = self._left_over()
         if not old:
             return
         resume = (
@@ -112,6 +121,14 @@ class Artifacts:
         )
         self.reporter.warn(f"{' and '.join(old)} {'is' if len(old) == 1 else 'are'} left from an earlier run; "
                            f"this run replaces {'it' if len(old) == 1 else 'them'}{resume}")
+
+    def _left_over(self) -> List[str]:
+        """The replay file and iteration artifact that exist now (the replay this run loads aside)."""
+        cfg = self.cfg
+        old = [p for p in (cfg.save_replay, cfg.iter_artifact) if p and os.path.isfile(p)]
+        if cfg.load_replay:
+            old = [p for p in old if not paths.same_file(p, cfg.load_replay)]
+        return old
 
     def _artifact_links(self, cand: Candidate, worker=None) -> Optional[Dict[str, str]]:
         """Where an iteration artifact finds the model's external data files (made once per
@@ -198,33 +215,50 @@ class Artifacts:
             if worker is not None and self._is_iter_artifact(path):
                 path, linked = worker.artifact, worker.links is not None
             if not os.path.exists(path):
-                if path not in self._missing_artifacts:
-                    self._missing_artifacts.add(path)
-                    self.reporter.warn(f"artifact {path} does not exist after iteration {number}; not sorted")
+                self._say_missing(path, number)
                 continue
             art_dir = os.path.normpath(self.cfg.art_dir)  # (art/ would follow a link at art)
             os.makedirs(os.path.dirname(os.path.abspath(art_dir)), exist_ok=True)  # (named by the user)
             make_folder(art_dir)  # (a link planted there since the start is replaced by a folder)
             make_folder(folder)  # (never through a link left at art/good)
             dest = self._art_dest(folder, number, path)
-            if dest is None:
-                continue
-            if cand is not None and linked and self.index.on_disk(cand) and (
-                self._is_iter_artifact(path) or (worker is not None and path == worker.artifact)
-            ):
-                # its weights are reached through links beside it: moved, it would lose them
-                self._write_model(cand, dest)
-                os.unlink(path)
-                continue
-            try:
-                shutil.move(path, dest)
-            except OSError as exc:
-                self.reporter.warn(f"cannot move artifact {path} to {dest}: {exc.strerror or exc}")
+            if dest is not None:
+                self._move_artifact(path, dest, cand if linked else None, worker)
+
+    def _say_missing(self, path: str, number: int) -> None:
+        """A warning (once per artifact) that ``path`` is not there to sort."""
+        if path not in self._missing_artifacts:
+            self._missing_artifacts.add(path)
+            self.reporter.warn(f"artifact {path} does not exist after iteration {number}; not sorted")
+
+    def _move_artifact(self, path: str, dest: str, cand: Optional[Candidate], worker) -> None:
+        """Move artifact ``path`` to ``dest``; an iteration artifact of candidate ``cand`` (given
+        when its weights are reached through links) is written anew there instead."""
+        if cand is not None and self.index.on_disk(cand) and (
+            self._is_iter_artifact(path) or (worker is not None and path == worker.artifact)
+        ):
+            # its weights are reached through links beside it: moved, it would lose them
+            self._write_model(cand, dest)
+            os.unlink(path)
+            return
+        try:
+            shutil.move(path, dest)
+        except OSError as exc:
+            self.reporter.warn(f"cannot move artifact {path} to {dest}: {exc.strerror or exc}")
 
     def _art_dest(self, folder: str, number: int, path: str) -> Optional[str]:
         """Where artifact ``path`` of iteration ``number`` goes: ``NNN_<name>`` in ``folder``,
         numbered past the files an earlier run left in --art-dir (said once), never over an
         existing file or one the reduce reads or writes (None: not sorted, with a warning)."""
+        dest = os.path.join(folder, f"{number + self._numbers_taken():03d}_{os.path.basename(path.rstrip(os.sep))}")
+        taken = [w for w, p in self._kept if p and p != "-" and paths.same_file(dest, p)]
+        if taken or os.path.lexists(dest):
+            self.reporter.warn(f"artifact {path} not sorted: {dest} is {taken[0] if taken else 'an existing file'}")
+            return None
+        return dest
+
+    def _numbers_taken(self) -> int:
+        """The highest number of the artifacts an earlier run left in --art-dir (found and said once)."""
         if self._art_offset is None:
             self._art_offset = _last_number(self.cfg.art_dir)
             if self._art_offset:
@@ -232,12 +266,7 @@ class Artifacts:
                     f"{self.cfg.art_dir} holds the artifacts of an earlier run (numbered up to "
                     f"{self._art_offset:03d}); this run's are numbered from {self._art_offset + 1:03d}"
                 )
-        dest = os.path.join(folder, f"{number + self._art_offset:03d}_{os.path.basename(path.rstrip(os.sep))}")
-        taken = [w for w, p in self._kept if p and p != "-" and paths.same_file(dest, p)]
-        if taken or os.path.lexists(dest):
-            self.reporter.warn(f"artifact {path} not sorted: {dest} is {taken[0] if taken else 'an existing file'}")
-            return None
-        return dest
+        return self._art_offset
 
     def _is_iter_artifact(self, path: str) -> bool:
         return os.path.abspath(path) == os.path.abspath(self.cfg.iter_artifact)
@@ -248,34 +277,43 @@ class Artifacts:
         for w in self.workers[1:]:
             w.runner.close()
         if self.checks:
-            from toolkit.reduce.check import stop_strays
-
-            strays = stop_strays()
-            if strays:
-                self.reporter.warn(
-                    f"the checks left {strays} process(es) running in the background (detached from their process "
-                    "group); those were stopped (a process that also cleared its environment, as `env -i` does, "
-                    "cannot be recognised and may still run)"
-                )
+            self._stop_strays()
         if self.cfg.model != "-" and model_changed(self.cfg.model):
             self.reporter.warn(
                 f"{self.cfg.model} was changed on disk during the reduce; every subgraph and result comes from the "
                 "model as it was when the reduce started"
             )
         if self.cfg.remove_intermediate:
-            artifacts = [self.cfg.iter_artifact] + [w.artifact for w in self.workers[1:]]
-            data = [a + ".data" for a in artifacts] if self._external_artifact else []
-            for path in (*artifacts, self.cfg.iter_info, *data, *self._made_links):
-                if path and os.path.isfile(path):
-                    try:
-                        os.unlink(path)
-                    except OSError:
-                        pass
-            for w in self.workers[1:]:
+            self._remove_intermediate()
+
+    def _stop_strays(self) -> None:
+        """Stop what the checks left running in the background, with a warning."""
+        from toolkit.reduce.check import stop_strays
+
+        strays = stop_strays()
+        if strays:
+            self.reporter.warn(
+                f"the checks left {strays} process(es) running in the background (detached from their process "
+                "group); those were stopped (a process that also cleared its environment, as `env -i` does, "
+                "cannot be recognised and may still run)"
+            )
+
+    def _remove_intermediate(self) -> None:
+        """Remove the iteration artifacts (with their data files and links), --iter-info, and the
+        parallel checks' folders where they are empty."""
+        artifacts = [self.cfg.iter_artifact] + [w.artifact for w in self.workers[1:]]
+        data = [a + ".data" for a in artifacts] if self._external_artifact else []
+        for path in (*artifacts, self.cfg.iter_info, *data, *self._made_links):
+            if path and os.path.isfile(path):
                 try:
-                    os.rmdir(w.folder)  # only when empty: whatever else the check left there stays
+                    os.unlink(path)
                 except OSError:
                     pass
+        for w in self.workers[1:]:
+            try:
+                os.rmdir(w.folder)  # only when empty: whatever else the check left there stays
+            except OSError:
+                pass
 
 
 _NUMBERED = re.compile(r"^(\d{3,})_")

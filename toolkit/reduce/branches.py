@@ -117,26 +117,46 @@ def constant_conditions(model, conditions: Sequence[str], base_dir: Optional[str
     graph: an initializer that is not also a graph input, or the output of a Constant node (an
     initializer in an external file is read from ``base_dir``)."""
 
-    wanted = set(conditions)
+    found: Dict[str, str] = {}
+    for name, tensor in _constant_tensors(model, set(conditions)).items():
+        word = _one_bool(tensor, base_dir)
+        if word is not None:
+            found[name] = word
+    return found
+
+
+def _constant_tensors(model, wanted: set) -> Dict[str, object]:
+    """The tensors of the names ``wanted`` that are constants of the top graph: initializers that
+    are not also graph inputs, and the values of Constant nodes."""
     inputs = {v.name for v in model.graph.input}
     tensors = {t.name: t for t in model.graph.initializer if t.name in wanted and t.name not in inputs}
     for node in model.graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and node.output and node.output[0] in wanted:
-            attr = next((a for a in node.attribute if a.name == "value" and a.HasField("t")), None)
-            if attr is not None:
-                tensors[node.output[0]] = attr.t
-    found: Dict[str, str] = {}
-    for name, tensor in tensors.items():
-        try:
-            if is_external(tensor) and base_dir is not None:
-                tensor = copied(tensor)
-                load_tensor(tensor, base_dir)
-            value = np.asarray(numpy_helper.to_array(tensor))
-        except (ToolkitError,) + LIBRARY_ERRORS:  # damaged or external data: left to ONNX-Runtime's verdict
-            continue
-        if value.size == 1:
-            found[name] = str(bool(value.reshape(-1)[0])).lower()
-    return found
+        value = _constant_value(node) if node.output and node.output[0] in wanted else None
+        if value is not None:
+            tensors[node.output[0]] = value
+    return tensors
+
+
+def _constant_value(node):
+    """The tensor a Constant node (of the default domain) holds as its ``value``; None for another node."""
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
+        return None
+    attr = next((a for a in node.attribute if a.name == "value" and a.HasField("t")), None)
+    return attr.t if attr is not None else None
+
+
+def _one_bool(tensor, base_dir: Optional[str]) -> Optional[str]:
+    """``"true"``/``"false"``: the value of a tensor of one value (an external one read from
+    ``base_dir``); None for a tensor of another size, or one that cannot be read (damaged or
+    external data: left to ONNX-Runtime's verdict)."""
+    try:
+        if is_external(tensor) and base_dir is not None:
+            tensor = copied(tensor)
+            load_tensor(tensor, base_dir)
+        value = np.asarray(numpy_helper.to_array(tensor))
+    except (ToolkitError,) + LIBRARY_ERRORS:
+        return None
+    return str(bool(value.reshape(-1)[0])).lower() if value.size == 1 else None
 
 
 def condition_values(path: str, conditions: Sequence[str], feeds, external_data_dir=None) -> Dict[str, str]:
@@ -166,16 +186,27 @@ def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_
     with quiet_gs():
         graph = gs.import_onnx(model)
     used = _names_outside(model, {k for k, label in enumerate(labels) if label in decide})
-    # names of the nodes that stay (kept Ifs included): inlined nodes are renamed away from them
-    node_names = {n.name for n, label in zip(graph.nodes, labels) if n.name and label not in decide}
+    decisions, graph.nodes = _take_branches(gs, graph, labels, decide, used)
+    with quiet_gs():
+        graph.cleanup(remove_unused_graph_inputs=False)
+        graph.toposort()
+    save_model(export_graph(gs, graph, shell), out_path, external_base_dir=base)
+    return decisions
+
+
+def _take_branches(gs, graph, labels: List[Optional[str]], decide: Dict[str, bool], used: set) -> Tuple[List[Decision], list]:
+    """(the decisions, the nodes of ``graph`` with each If ``decide`` holds replaced by the branch it
+    takes); ``labels``: each node's If label (None for other nodes), ``used``: the tensor names taken."""
 
     def unique(name: str) -> str:
         return fresh_name(name, used)
 
+    # names of the nodes that stay (kept Ifs included): inlined nodes are renamed away from them
+    node_names = {n.name for n, label in zip(graph.nodes, labels) if n.name and label not in decide}
     decisions: List[Decision] = []
     new_nodes: list = []
     for label, node in zip(labels, list(graph.nodes)):
-        if label is None or label not in decide:
+        if label not in decide:  # (a node that is no If: label None)
             new_nodes.append(node)
             continue
         branch = node.attrs["then_branch" if decide[label] else "else_branch"]
@@ -184,12 +215,7 @@ def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_
         for n in body:
             n.name = fresh_name(n.name or n.op, node_names)
         new_nodes.extend(body)
-    graph.nodes = new_nodes
-    with quiet_gs():
-        graph.cleanup(remove_unused_graph_inputs=False)
-        graph.toposort()
-    save_model(export_graph(gs, graph, shell), out_path, external_base_dir=base)
-    return decisions
+    return decisions, new_nodes
 
 
 def _round(path: str, feeds, out_path: str, external_data_dir, skip: set) -> Tuple[List[Decision], Dict]:
@@ -206,8 +232,7 @@ def _round(path: str, feeds, out_path: str, external_data_dir, skip: set) -> Tup
     rest = [c for _, c in ifs if c not in values]
     if rest and feeds is not None:
         values.update(condition_values(path, rest, feeds, external_data_dir))
-    decide = {label: values[cond] == "true" for label, cond in ifs if values.get(cond) in ("true", "false")}
-    unknown = {label: values.get(cond, "depends on the inputs") for label, cond in ifs if label not in decide}
+    decide, unknown = _decided(ifs, values)
     if not decide:
         return [], unknown
     decisions = inline_ifs(path, decide, out_path, external_data_dir)
@@ -215,6 +240,14 @@ def _round(path: str, feeds, out_path: str, external_data_dir, skip: set) -> Tup
     for d in decisions:
         d.constant = by_label[d.node] in constant
     return decisions, unknown
+
+
+def _decided(ifs: List[Tuple[str, str]], values: Dict[str, str]) -> Tuple[Dict[str, bool], Dict[str, str]]:
+    """({label: branch taken (True: then)} of the Ifs ``ifs`` whose condition has a value in
+    ``values``, {label: why not} of the others)."""
+    decide = {label: values[cond] == "true" for label, cond in ifs if values.get(cond) in ("true", "false")}
+    unknown = {label: values.get(cond, "depends on the inputs") for label, cond in ifs if label not in decide}
+    return decide, unknown
 
 
 def inline_taken_branches(path: str, feeds, folder: str, *, external_data_dir=None,
@@ -266,6 +299,15 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None],
         return None
     for decision in decisions:
         log(decision.describe())
+    _say_kept_whole(unknown, with_data, log)
+    if not decisions:
+        return None
+    return Inlined(path, ref, decisions, [model, *external], opts.reference_model)
+
+
+def _say_kept_whole(unknown: Dict[str, str], with_data: bool, log: Callable[[str], None]) -> None:
+    """Log the Ifs kept whole (``unknown``: label -> why): each with its reason when the inputs
+    were given, else in one note."""
     if with_data:
         for name, why in unknown.items():
             log(f"{name}: condition {why}; kept whole")
@@ -273,6 +315,3 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None],
         names = ", ".join(list(unknown)[:4]) + (f" and {len(unknown) - 4} more" if len(unknown) > 4 else "")
         log(f"note: {names}: condition depends on the inputs, so each such If is kept whole "
             "(--load-inputs or --compare lets the reduce go inside the branch the inputs take)")
-    if not decisions:
-        return None
-    return Inlined(path, ref, decisions, [model, *external], opts.reference_model)

@@ -91,24 +91,11 @@ def _collect(
     timed_out: Optional[bool] = False
     try:
         while sel.get_map():
-            now = time.monotonic()
-            wait = 0.1
-            if deadline is not None:
-                if now >= deadline:
-                    timed_out = True
-                    break
-                wait = min(wait, deadline - now)
-            for key, _ in sel.select(wait):
-                try:
-                    data = os.read(key.fd, 1 << 16)
-                except OSError:
-                    data = b""
-                if data and typed is not None and key.fd == typed[0]:
-                    typed[1].extend(data)
-                elif data:
-                    bufs[key.fd].add(data)
-                else:
-                    sel.unregister(key.fd)
+            wait = _wait(deadline)
+            if wait is None:
+                timed_out = True
+                break
+            _read_ready(sel, wait, bufs, typed)
             if tick is not None:
                 tick()
             if sel.get_map():
@@ -121,6 +108,30 @@ def _collect(
     finally:
         sel.close()
     return [bufs[fd] for fd in fds], timed_out
+
+
+def _wait(deadline: Optional[float]) -> Optional[float]:
+    """How long to wait for output (at most 0.1 s); None once ``deadline`` is past."""
+    if deadline is None:
+        return 0.1
+    now = time.monotonic()
+    return min(0.1, deadline - now) if now < deadline else None
+
+
+def _read_ready(sel, wait: float, bufs: Dict[int, Stream], typed: Optional[Tuple[int, bytearray]]) -> None:
+    """Read what the pipes of ``sel`` have within ``wait`` seconds into ``bufs`` (the typed result's
+    pipe into its buffer); a pipe at its end is unregistered."""
+    for key, _ in sel.select(wait):
+        try:
+            data = os.read(key.fd, 1 << 16)
+        except OSError:
+            data = b""
+        if not data:
+            sel.unregister(key.fd)
+        elif typed is not None and key.fd == typed[0]:
+            typed[1].extend(data)
+        else:
+            bufs[key.fd].add(data)
 
 
 def _result(streams: List[Stream], patterns: Sequence[Pattern], **fields) -> CheckResult:
@@ -339,17 +350,21 @@ def toolkit_args(argv: Sequence[str]) -> Optional[List[str]]:
         return None
     exe = os.path.basename(argv[0])
     if exe == "toolkit":
-        found = shutil.which(argv[0])
-        if found is None:
-            return list(argv[1:])  # not on PATH: run it in-process anyway, it is us
-        here = os.path.dirname(os.path.abspath(sys.executable))
-        # Another installation's `toolkit` on PATH is not ours: run it for real.
-        if os.path.dirname(os.path.abspath(found)) != here and not _is_our_script(found):
-            return None
-        return list(argv[1:])
+        return list(argv[1:]) if _is_ours(argv[0]) else None
     if re.fullmatch(r"python(\d+(\.\d+)?)?", exe) and len(argv) >= 3 and argv[1] == "-m" and argv[2] == "toolkit":
         return list(argv[3:])
     return None
+
+
+def _is_ours(command: str) -> bool:
+    """Whether the ``toolkit`` command ``command`` is this toolkit: one not on PATH (run
+    in-process anyway, it is us), or one of our interpreter's (another installation's `toolkit`
+    on PATH is not ours: it runs for real)."""
+    found = shutil.which(command)
+    if found is None:
+        return True
+    here = os.path.dirname(os.path.abspath(sys.executable))
+    return os.path.dirname(os.path.abspath(found)) == here or _is_our_script(found)
 
 
 def _is_our_script(path: str) -> bool:
@@ -418,40 +433,10 @@ class WarmRunner:
             return
         self._prepared = True
 
-        for mod in ("numpy", "onnx"):
-            importlib.import_module(mod)
-        if self.args and self.args[0] in ("run", "debug"):
-            try:
-                importlib.import_module("onnxruntime")  # import only: no session, no device context
-            except ImportError:
-                pass
-        # toolkit's own modules (commands import them lazily; import them once here)
-        for sub in ("core", "backends", "run"):
-            try:
-                pkg = importlib.import_module(f"toolkit.{sub}")
-            except ImportError:
-                continue
-            for info in pkgutil.iter_modules(pkg.__path__, prefix=f"toolkit.{sub}."):
-                # (they import tensorrt/onnxruntime lazily, inside functions: no device context here)
-                try:
-                    importlib.import_module(info.name)
-                except ImportError:  # optional extras may be missing
-                    pass
+        _import_for(self.args)
         _ = toolkit
         self.entry.prepare(list(self.args))  # (the check builds the same command tree: a failure is toolkit's)
-
-        for path in data_files_in(self.args):
-            if loading is not None:
-                try:
-                    loading(path, os.path.getsize(path))
-                except OSError:
-                    pass
-            from toolkit.core.io.datafiles import load_data  # (numpy: not for a subprocess check, e.g. on a Ray node)
-
-            try:
-                load_data(path)  # cached by path/size/mtime; children inherit it
-            except (ToolkitError, OSError):  # the check itself reports bad files
-                pass
+        _load_data_files(self.args, loading)
         _warm_onnx()
         # What exists now lives as long as we do: keep the collector off it, so that
         # children do not copy its pages by touching it (copy-on-write).
@@ -505,16 +490,7 @@ class WarmRunner:
 
         try:
             streams, timed_out = _collect([r_out, r_err], deadline, tick, exited, self.patterns, typed)
-            if timed_out is not False:  # timed out, or stragglers of an exited check
-                _kill_group(pid)
-                timed_out = bool(timed_out)
-            else:
-                if not status_box and not _reap(pid, deadline, status_box):
-                    timed_out = True
-                _kill_stragglers(pid)
-            if not status_box:
-                _, status = os.waitpid(pid, 0)
-                status_box.append(status)
+            timed_out = _end_child(pid, deadline, timed_out, status_box)
         except BaseException:
             _kill_group(pid)
             try:
@@ -538,6 +514,63 @@ class WarmRunner:
 
     def close(self) -> None:
         pass
+
+
+def _end_child(pid: int, deadline: Optional[float], timed_out: Optional[bool], status_box: List[int]) -> bool:
+    """Once the output of check ``pid`` is collected (``timed_out`` as :func:`_collect` says): its
+    group killed when it timed out or left something holding its pipes, else the check reaped
+    (a timeout when it outlives ``deadline``) and what it left running killed; its status in
+    ``status_box``. Whether it timed out."""
+    if timed_out is not False:  # timed out, or stragglers of an exited check
+        _kill_group(pid)
+        timed_out = bool(timed_out)
+    else:
+        if not status_box and not _reap(pid, deadline, status_box):
+            timed_out = True
+        _kill_stragglers(pid)
+    if not status_box:
+        _, status = os.waitpid(pid, 0)
+        status_box.append(status)
+    return timed_out
+
+
+def _import_for(args: Sequence[str]) -> None:
+    """Import what a check of ``args`` will need: numpy, onnx, onnxruntime for run and debug
+    commands, and toolkit's own modules (commands import them lazily; imported once here)."""
+    for mod in ("numpy", "onnx"):
+        importlib.import_module(mod)
+    if args and args[0] in ("run", "debug"):
+        try:
+            importlib.import_module("onnxruntime")  # import only: no session, no device context
+        except ImportError:
+            pass
+    for sub in ("core", "backends", "run"):
+        try:
+            pkg = importlib.import_module(f"toolkit.{sub}")
+        except ImportError:
+            continue
+        for info in pkgutil.iter_modules(pkg.__path__, prefix=f"toolkit.{sub}."):
+            # (they import tensorrt/onnxruntime lazily, inside functions: no device context here)
+            try:
+                importlib.import_module(info.name)
+            except ImportError:  # optional extras may be missing
+                pass
+
+
+def _load_data_files(args: Sequence[str], loading: Optional[Callable[[str, int], None]]) -> None:
+    """Load the data files ``args`` name (``loading(path, nbytes)`` told before each is read)."""
+    for path in data_files_in(args):
+        if loading is not None:
+            try:
+                loading(path, os.path.getsize(path))
+            except OSError:
+                pass
+        from toolkit.core.io.datafiles import load_data  # (numpy: not for a subprocess check, e.g. on a Ray node)
+
+        try:
+            load_data(path)  # cached by path/size/mtime; children inherit it
+        except (ToolkitError, OSError):  # the check itself reports bad files
+            pass
 
 
 def _warm_onnx() -> None:
@@ -659,10 +692,7 @@ def make_runner(
     was given to run them with), else a subprocess. ``env``: variables added to the check's
     environment; ``patterns``: the --fail-regex patterns, searched in the output as it comes
     (only a bounded head and tail of it is kept)."""
-    if not argv:
-        raise UsageError("--check needs a command after it, e.g. --check toolkit run polygraphy_debug.onnx --onnxrt")
-    if timeout is not None and timeout <= 0:
-        raise UsageError(f"--check-timeout must be positive, got {timeout}")
+    _validate_check(argv, timeout)
     if warm is None:
         warm = os.environ.get(WARM_ENV, "") in ("", "0") and hasattr(os, "fork")
     args = toolkit_args(argv)
@@ -674,3 +704,9 @@ def make_runner(
     return SubprocessRunner(argv, timeout, env=env, patterns=patterns)
 
 
+def _validate_check(argv: Sequence[str], timeout: Optional[float]) -> None:
+    """UsageError for a --check without a command, or a --check-timeout that is not positive."""
+    if not argv:
+        raise UsageError("--check needs a command after it, e.g. --check toolkit run polygraphy_debug.onnx --onnxrt")
+    if timeout is not None and timeout <= 0:
+        raise UsageError(f"--check-timeout must be positive, got {timeout}")

@@ -74,18 +74,22 @@ def uses_gpu(argv: Sequence[str]) -> bool:
     if providers and get_kind("onnxrt").uses_gpu({"providers": providers}):
         return True  # (the providers of ONNX-Runtime, the default runner)
     flags = {kind.flag: kind for kind in KINDS.values()}
-    for i, tok in enumerate(args[1:], 1):
-        kind = flags.get(tok)
-        if kind is not None and kind.uses_gpu({}):
-            return True
-        if _in_spec_list(args, i):
-            try:
-                spec = parse_runner_spec(tok)
-            except ToolkitError:
-                continue
-            if get_kind(spec.kind).uses_gpu(spec.options):
-                return True
-    return False
+    return any(_selects_gpu(args, i, flags) for i in range(1, len(args)))
+
+
+def _selects_gpu(args: Sequence[str], i: int, flags: dict) -> bool:
+    """Whether ``args[i]`` selects a runner that needs a GPU: its flag (``--trt``), or a runner
+    spec after ``--compare`` / ``--runners``."""
+    kind = flags.get(args[i])
+    if kind is not None and kind.uses_gpu({}):
+        return True
+    if not _in_spec_list(args, i):
+        return False
+    try:
+        spec = parse_runner_spec(args[i])
+    except ToolkitError:
+        return False
+    return get_kind(spec.kind).uses_gpu(spec.options)
 
 
 _SPEC_LISTS = ("--compare", "--runners")

@@ -27,7 +27,7 @@ UNJUDGED_SHARE = 2 / 3
 
 
 class CannotJudge(InputError):
-    """The checks can no longer judge the model (see Session._stop_if_unjudgeable)."""
+    """The checks can no longer judge the model (see Reducer._stop_if_unjudgeable, toolkit.reduce.judging)."""
 
 @shown_as(
     load_inputs=dict(

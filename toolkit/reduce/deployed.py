@@ -12,7 +12,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
-from typing import Dict, Mapping, Sequence
+from typing import Dict, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -40,14 +40,23 @@ def marking_changes(marked: Sequence[Mapping], deployed: Sequence[Mapping]) -> s
     worst: Dict[str, float] = {}
     for ref, dep in zip(marked, deployed):
         for name, value in dep.items():
-            a, b = np.asarray(value), ref.get(name)
-            if b is None or a.shape != np.shape(b) or a.dtype.kind not in "fiub":
-                continue
-            if not np.array_equal(a, np.asarray(b), equal_nan=a.dtype.kind == "f"):
-                with np.errstate(all="ignore"):
-                    diff = np.abs(a.astype(np.float64) - np.asarray(b).astype(np.float64))
-                worst[name] = max(worst.get(name, 0.0), float(np.nanmax(diff)) if diff.size else 0.0)
+            diff = _difference(value, ref.get(name))
+            if diff is not None:
+                worst[name] = max(worst.get(name, 0.0), diff)
     return ", ".join(f"'{n}' by up to {v:.4g}" for n, v in list(worst.items())[:3]) + (" ..." if len(worst) > 3 else "")
+
+
+def _difference(value, other) -> Optional[float]:
+    """The largest absolute difference of two numeric arrays of one shape; None when they are
+    equal (NaNs alike) or cannot be compared."""
+    a, b = np.asarray(value), other
+    if b is None or a.shape != np.shape(b) or a.dtype.kind not in "fiub":
+        return None
+    if np.array_equal(a, np.asarray(b), equal_nan=a.dtype.kind == "f"):
+        return None
+    with np.errstate(all="ignore"):
+        diff = np.abs(a.astype(np.float64) - np.asarray(b).astype(np.float64))
+    return float(np.nanmax(diff)) if diff.size else 0.0
 
 
 def deployed_options(model: str, opts, ref, **extra):

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from toolkit.core.compare.judged import JudgedTensor
 from toolkit.core.compare.noise import NEAR_TOLERANCE, STORAGE_FLOOR, evidence_is_rounding, passing_tolerance
@@ -186,17 +186,22 @@ def noise_warning(
     if kind is None:
         return None
     f = full.worst if full is not None else None
+    why = _rounding_why(r, kind, precision)
+    if f is not None and f.max_abs > 0 and r.max_abs * FAR_SMALLER <= f.max_abs:
+        why += f", and far less than the full model's {_g(f.max_abs)} on '{f.name}'"
+    return f"{why}, so this result may be noise rather than the fault. To look past it: " + _noise_advice(r, check)
+
+
+def _rounding_why(r: TensorEvidence, kind: str, precision: Optional[str]) -> str:
+    """What makes the failure ``r`` look like rounding (``kind``: "rel", its relative error, else its
+    nearness to the tolerance), and whose rounding."""
     source = (
         f"{precision} storage rounding (the runner under test stores tensors in {precision})" if precision
         else "float rounding differences between ONNX-Runtime's kernels on a small subgraph and on the full model"
     )
     if kind == "rel":
-        why = f"the reduced model fails by {_g(r.max_abs)} (max rel {_g(r.max_rel)}), the size of {source}"
-    else:
-        why = f"the reduced model fails by {_g(r.max_abs)}, within {NEAR_TOLERANCE:g}x of the tolerance: the size of {source}"
-    if f is not None and f.max_abs > 0 and r.max_abs * FAR_SMALLER <= f.max_abs:
-        why += f", and far less than the full model's {_g(f.max_abs)} on '{f.name}'"
-    return f"{why}, so this result may be noise rather than the fault. To look past it: " + _noise_advice(r, check)
+        return f"the reduced model fails by {_g(r.max_abs)} (max rel {_g(r.max_rel)}), the size of {source}"
+    return f"the reduced model fails by {_g(r.max_abs)}, within {NEAR_TOLERANCE:g}x of the tolerance: the size of {source}"
 
 
 def _noise_advice(r: TensorEvidence, check: Optional[Sequence[str]]) -> str:
@@ -234,11 +239,7 @@ def storage_rounding_warning(
     step = 2 * STORAGE_FLOOR[precision] if precision in STORAGE_FLOOR else None
     if r is None or step is None:
         return None
-    rel = r.max_rel if math.isfinite(r.max_rel) else math.inf
-    how = f"max rel {_g(r.max_rel)}"
-    if scale and math.isfinite(scale) and scale > 0 and math.isfinite(r.max_abs) and r.max_abs / scale < rel:
-        rel = r.max_abs / scale
-        how = f"{_g(rel)} of the tensor's largest value, {_g(scale)}"
+    rel, how = _relative_error(r, scale)
     if rel > step:
         return None
     suggest = _round_up(4 * step)
@@ -253,6 +254,16 @@ def storage_rounding_warning(
         f"precision rather than where the error grows. Give tolerances above it {give} to find the nodes that "
         "amplify the error"
     )
+
+
+def _relative_error(r: TensorEvidence, scale: Optional[float]) -> Tuple[float, str]:
+    """(the relative error of ``r``, how it is said): its max rel, or its error relative to the
+    tensor's largest value ``scale`` where that is known and smaller."""
+    rel = r.max_rel if math.isfinite(r.max_rel) else math.inf
+    if scale and math.isfinite(scale) and scale > 0 and math.isfinite(r.max_abs) and r.max_abs / scale < rel:
+        rel = r.max_abs / scale
+        return rel, f"{_g(rel)} of the tensor's largest value, {_g(scale)}"
+    return rel, f"max rel {_g(r.max_rel)}"
 
 
 # ops whose output moves by whole steps: an input off by rounding alone can move it one step
@@ -271,18 +282,24 @@ def step_warning(reduced: Optional[Evidence], model) -> Optional[str]:
         return None
     producer = next((n for n in model.graph.node if r.name in n.output), None)
     found = _step_source(model, producer) if producer is not None else None
-    if producer is None or found is None or r.max_abs > found[1] * (1 + 1e-3):
+    if found is None or r.max_abs > found[1] * (1 + 1e-3):
         return None
     step, _size = found
-    node = f" ({step.name})" if step.name else ""
-    through = f" through {producer.op_type}" + (f" ({producer.name})" if producer.name else "") if step is not producer else ""
     return (
-        f"'{r.name}' comes from {step.op_type}{node}{through}, a step function, and is off by {_g(r.max_abs)}, at "
+        f"'{r.name}' comes from {_step_words(step, producer)}, a step function, and is off by {_g(r.max_abs)}, at "
         "most one step: rounding at its input alone (a few float32 ulps on another backend, fp16 or bf16 storage) "
         "moves it so, and so would a wrong kernel. Look at the elements that differ (--onnx-outputs mark all): when "
         f"their step inputs sit next to a step boundary, this is rounding made visible, not the fault; {ATOL_FLAG} "
         f"{_g(_up(found[1]))} looks past it"
     )
+
+
+def _step_words(step, producer) -> str:
+    """The step-function node named, and the node its value reaches the tensor through."""
+    node = f" ({step.name})" if step.name else ""
+    if step is producer:
+        return f"{step.op_type}{node}"
+    return f"{step.op_type}{node} through {producer.op_type}" + (f" ({producer.name})" if producer.name else "")
 
 
 def _step_source(model, producer):
@@ -295,10 +312,15 @@ def _step_source(model, producer):
         return producer, 1.0
     if producer.op_type != "DequantizeLinear" or len(producer.input) < 2:
         return None
-    src = next((n for n in model.graph.node if producer.input[0] in n.output), None)
+    return _quantizer_behind(model, producer)
+
+
+def _quantizer_behind(model, dq):
+    """(the step-function node the DequantizeLinear ``dq`` reads, the largest of its scale), or None."""
+    src = next((n for n in model.graph.node if dq.input[0] in n.output), None)
     if src is None or src.op_type not in STEP_OPS or src.domain not in ("", "ai.onnx"):
         return None
-    scale = _constant(model, producer.input[1])
+    scale = _constant(model, dq.input[1])
     if scale is None or not scale.size:
         return None
     return src, float(abs(scale).max())

@@ -35,16 +35,22 @@ def within(search: Search, allowed: int) -> Search:
         mask = next(search)
         while True:
             if isinstance(mask, list):  # several checks at once (--jobs)
-                subs = [m & allowed for m in mask]
-                ask = [m for m in subs if m]
-                got = iter((yield ask) if ask else [])
-                mask = search.send([next(got) if m else False for m in subs])
-                continue
-            sub = mask & allowed
-            failed = (yield sub) if sub else False
-            mask = search.send(failed)
+                answer = yield from _batch_within(mask, allowed)
+            else:
+                sub = mask & allowed
+                answer = (yield sub) if sub else False
+            mask = search.send(answer)
     except StopIteration as stop:
         return (stop.value or 0) & allowed
+
+
+def _batch_within(masks: List[int], allowed: int) -> Search:
+    """The verdicts on ``masks`` restricted to ``allowed``: those left with nodes checked at once,
+    the empty ones passing unchecked."""
+    subs = [m & allowed for m in masks]
+    ask = [m for m in subs if m]
+    got = iter((yield ask) if ask else [])
+    return [next(got) if m else False for m in subs]
 
 
 def localized(plan: Plan) -> Search:
@@ -217,35 +223,50 @@ class AllFaultsReducer(CompareReducer):
         allowed = self.index.full_mask
         first = None
         while allowed and len(self.faults) < MAX_FAULTS:
-            self.guide.pop("found_by", None)
-            mask = self._search_within(allowed)
-            if not mask or mask & ~allowed or not self.memo.get(mask):
+            fault = self._next_fault(allowed)
+            if fault is None:
                 break  # (a search that ended on no failing set of its own)
-            first = mask if first is None else first
-            k = len(self.faults) + 1
-            nodes = [self.index.describe(i) for i in mask_indices(mask)]
-            fault = Fault(k, mask, nodes, numbered(self.cfg.output, k), allowed)
-            if "found_by" in self.guide:
-                fault.evidence["found_by"] = self.guide["found_by"]
-            if self._describe is not None:
-                self._describe(self, [fault])
-            if k > 1 and fault.evidence.get("noise"):
+            first = fault.mask if first is None else first
+            if fault.number > 1 and fault.evidence.get("noise"):
                 self.noise = fault
                 self.reporter.info(_noise_line(fault))
                 break
             self.faults.append(fault)
-            self.reporter.info(f"Fault {k}: {', '.join(nodes)}; searching the rest of the model")
-            allowed &= ~mask
+            self.reporter.info(f"Fault {fault.number}: {', '.join(fault.nodes)}; searching the rest of the model")
+            allowed &= ~fault.mask
             if not allowed or not self.verdict(allowed):
                 break
-            if self._judge_rest is not None:
-                evidence = self._judge_rest(self, allowed)
-                if evidence:  # what remains is rounding: nothing to search
-                    rest = [self.index.describe(i) for i in mask_indices(allowed)]
-                    self.noise = Fault(k + 1, allowed, rest, "", allowed, dict(evidence))
-                    self.reporter.info(_noise_line(self.noise))
-                    break
+            if self._rest_is_noise(allowed):
+                break
         return first if first is not None else CompareReducer._search(self)
+
+    def _next_fault(self, allowed: int) -> Optional[Fault]:
+        """The next fault among the nodes of ``allowed``, its evidence described; None when the
+        search ended on no failing set of its own."""
+        self.guide.pop("found_by", None)
+        mask = self._search_within(allowed)
+        if not mask or mask & ~allowed or not self.memo.get(mask):
+            return None
+        k = len(self.faults) + 1
+        nodes = [self.index.describe(i) for i in mask_indices(mask)]
+        fault = Fault(k, mask, nodes, numbered(self.cfg.output, k), allowed)
+        if "found_by" in self.guide:
+            fault.evidence["found_by"] = self.guide["found_by"]
+        if self._describe is not None:
+            self._describe(self, [fault])
+        return fault
+
+    def _rest_is_noise(self, allowed: int) -> bool:
+        """Whether what remains (``allowed``) is rounding, nothing to search (said, kept as :attr:`noise`)."""
+        if self._judge_rest is None:
+            return False
+        evidence = self._judge_rest(self, allowed)
+        if not evidence:
+            return False
+        rest = [self.index.describe(i) for i in mask_indices(allowed)]
+        self.noise = Fault(len(self.faults) + 1, allowed, rest, "", allowed, dict(evidence))
+        self.reporter.info(_noise_line(self.noise))
+        return True
 
     def _search_within(self, allowed: int) -> Optional[int]:
         return CompareReducer._search(self, within(self.strategy(allowed), allowed))

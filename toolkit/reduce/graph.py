@@ -149,26 +149,23 @@ class GraphIndex:
         the producer/consumer masks; returns the positions (in ``g.node``) of regular and constant nodes."""
 
         all_nodes = list(g.node)
-        consts: List[int] = []  # positions in all_nodes
-        regular: List[int] = []
-        for pos in _topological_order(all_nodes, node_reads):
-            n = all_nodes[pos]
-            (consts if n.op_type == "Constant" and n.domain in _CONSTANT_DOMAINS else regular).append(pos)
+        regular, consts = _split_constants(all_nodes)
         self.nodes = [all_nodes[p] for p in regular]
         self.const_nodes = [all_nodes[p] for p in consts]
         self.size = len(self.nodes)
         self.full_mask = (1 << self.size) - 1
         self.reads: List[Tuple[str, ...]] = [tuple(node_reads(n)) for n in self.nodes]
         self.writes: List[Tuple[str, ...]] = [tuple(o for o in n.output if o) for n in self.nodes]
-        self.const_producer: Dict[str, int] = {}
-        for j, n in enumerate(self.const_nodes):
-            for o in n.output:
-                if o:
-                    self.const_producer[o] = j
-        self.producer: Dict[str, int] = {}
-        for i, outs in enumerate(self.writes):
-            for t in outs:
-                self.producer[t] = i
+        self.names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(self.nodes)]
+        self.ops = [n.op_type for n in self.nodes]
+        self._index_edges()
+        return regular, consts
+
+    def _index_edges(self) -> None:
+        """Which node makes each tensor (Constant nodes apart) and which nodes read it; each node's
+        predecessors and successors (bit masks)."""
+        self.const_producer: Dict[str, int] = {o: j for j, n in enumerate(self.const_nodes) for o in n.output if o}
+        self.producer: Dict[str, int] = {t: i for i, outs in enumerate(self.writes) for t in outs}
         self.consumer_mask: Dict[str, int] = {}
         self.pred_mask = [0] * self.size
         self.succ_mask = [0] * self.size
@@ -179,9 +176,6 @@ class GraphIndex:
                 if p is not None and p != i:
                     self.pred_mask[i] |= 1 << p
                     self.succ_mask[p] |= 1 << i
-        self.names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(self.nodes)]
-        self.ops = [n.op_type for n in self.nodes]
-        return regular, consts
 
     def _index_io(self, model, g) -> None:
         self.initializers = {t.name: t for t in g.initializer}
@@ -202,15 +196,7 @@ class GraphIndex:
         f = self._fields
         self._init_frag: Dict[str, bytes] = {}
         if raw is not None:
-            # slices of the model file: no message is serialized again
-            self._node_frag = [raw.nodes[p] for p in regular]
-            self._const_frag = [raw.nodes[p] for p in consts]
-            for t, piece in zip(g.initializer, raw.initializers):
-                self._init_frag[t.name] = piece
-            for t, piece in zip(g.sparse_initializer, raw.sparse):
-                self._init_frag[t.values.name] = piece
-            self._header = raw.header
-            self._init_bytes = {t.name: len(piece) for t, piece in zip(g.initializer, raw.initializers)}
+            self._slice_pieces(g, raw, regular, consts)
         else:
             self._node_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.nodes]
             self._const_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.const_nodes]
@@ -221,16 +207,20 @@ class GraphIndex:
         self._folded_frag: Dict[str, bytes] = {}
         # names -> {name: numpy array}: values of the full model's tensors (for folded inputs)
         self.fold_values: Optional[Callable] = None
-        graph_head = onnx.GraphProto()
-        graph_head.name = g.name
-        if g.doc_string:
-            graph_head.doc_string = g.doc_string
-        graph_head.metadata_props.extend(g.metadata_props)
-        self._graph_head = graph_head.SerializeToString()
+        self._graph_head = _graph_head(g)
         self._qa = {
             qa.tensor_name: encode_field(f["quantization_annotation"], qa.SerializeToString())
             for qa in g.quantization_annotation
         }
+
+    def _slice_pieces(self, g, raw: RawPieces, regular: List[int], consts: List[int]) -> None:
+        """The pieces as slices of the model file: no message is serialized again."""
+        self._node_frag = [raw.nodes[p] for p in regular]
+        self._const_frag = [raw.nodes[p] for p in consts]
+        self._init_frag.update((t.name, piece) for t, piece in zip(g.initializer, raw.initializers))
+        self._init_frag.update((t.values.name, piece) for t, piece in zip(g.sparse_initializer, raw.sparse))
+        self._header = raw.header
+        self._init_bytes = {t.name: len(piece) for t, piece in zip(g.initializer, raw.initializers)}
 
     # ------------------------------------------------------------------ identity
 
@@ -262,59 +252,50 @@ class GraphIndex:
     def _candidate_inputs(self, nodes: List[int], produced: set, keep_inputs: bool, full: bool):
         """(inputs, initializers, Constant nodes) a node set reads from outside itself."""
         inputs: List[str] = list(self.graph_inputs) if keep_inputs else []
-        seen = set(inputs)
+        declared = set(inputs)
         inits: List[str] = []
-        consts: List[int] = []
-        const_seen: set = set()
-        for i in nodes:
-            for t in self.reads[i]:
-                if t in seen or t in produced:
-                    continue
-                seen.add(t)
-                if t in self.initializers or t in self.sparse_initializers:
-                    inits.append(t)
-                elif t in self.const_producer:
-                    j = self.const_producer[t]
-                    if j not in const_seen:
-                        const_seen.add(j)
-                        consts.append(j)
-                else:
-                    inputs.append(t)
+        consts: Dict[int, None] = {}  # (in order of first read)
+        for t in dict.fromkeys(t for i in nodes for t in self.reads[i]):
+            if t in declared or t in produced:
+                continue
+            if t in self.initializers or t in self.sparse_initializers:
+                inits.append(t)
+            elif t in self.const_producer:
+                consts.setdefault(self.const_producer[t], None)
+            else:
+                inputs.append(t)
         if full:
             # The whole model: keep Constant nodes that feed graph outputs directly.
-            for t in self.graph_outputs:
-                c = self.const_producer.get(t)
-                if c is not None and c not in const_seen:
-                    const_seen.add(c)
-                    consts.append(c)
-            consts.sort()
-        return inputs, inits, consts
+            consts.update(dict.fromkeys(self.const_producer[t] for t in self.graph_outputs if t in self.const_producer))
+            return inputs, inits, sorted(consts)
+        return inputs, inits, list(consts)
 
     def _candidate_outputs(self, mask: int, nodes: List[int], keep_inputs: bool, keep_outputs: bool, full: bool):
         """Model outputs the nodes produce (model order), then what nodes left out read."""
-        outs_graph = []
-        outs_other = []
-        not_mask = ~mask
-        for i in nodes:
-            for t in self.writes[i]:
-                if t in self.graph_output_set:
-                    outs_graph.append(t)
-                elif keep_outputs:
-                    continue
-                elif keep_inputs and not full:
-                    if not (self.consumer_mask.get(t, 0) & mask):
-                        outs_other.append(t)  # nothing kept reads it: the subgraph's own result
-                elif self.consumer_mask.get(t, 0) & not_mask:
-                    outs_other.append(t)
-        if full:
-            outs_graph += [t for t in self.graph_outputs if t in self.const_producer and t not in outs_graph]
-        order = {t: k for k, t in enumerate(self.graph_outputs)}
-        outs_graph.sort(key=order.__getitem__)
-        outputs = outs_graph + outs_other
+        outs_other = [] if keep_outputs else self._inner_outputs(mask, nodes, keep_inputs and not full)
+        outputs = self._model_outputs(nodes, full) + outs_other
         if not outputs and nodes:
             # A subgraph must show something: a node whose outputs nobody reads.
             outputs = list(self.writes[nodes[-1]][:1])
         return outputs
+
+    def _model_outputs(self, nodes: List[int], full: bool) -> List[str]:
+        """The model outputs the nodes produce (with the whole model, also those Constant nodes
+        give), in the model's order."""
+        outs = [t for i in nodes for t in self.writes[i] if t in self.graph_output_set]
+        if full:
+            outs += [t for t in self.graph_outputs if t in self.const_producer and t not in outs]
+        order = {t: k for k, t in enumerate(self.graph_outputs)}
+        return sorted(outs, key=order.__getitem__)
+
+    def _inner_outputs(self, mask: int, nodes: List[int], own_results: bool) -> List[str]:
+        """Tensors the nodes produce that are no model outputs but outputs of the subgraph:
+        those a node left out reads, or with ``own_results`` those no kept node reads (the
+        subgraph's own results)."""
+        inner = [t for i in nodes for t in self.writes[i] if t not in self.graph_output_set]
+        if own_results:
+            return [t for t in inner if not self.consumer_mask.get(t, 0) & mask]
+        return [t for t in inner if self.consumer_mask.get(t, 0) & ~mask]
 
     def candidate(self, mask: int, *, keep_inputs: bool = False, keep_outputs: bool = False) -> Candidate:
         """The subgraph made of the nodes in ``mask``.
@@ -329,21 +310,13 @@ class GraphIndex:
         the full model's values (:attr:`fold_values`), so only the inputs on the cut remain.
         """
         nodes = mask_indices(mask)
-        produced: set = set()
-        for i in nodes:
-            produced.update(self.writes[i])
+        produced = {t for i in nodes for t in self.writes[i]}
         full = mask == self.full_mask
         inputs, inits, consts = self._candidate_inputs(nodes, produced, keep_inputs, full)
         outputs = self._candidate_outputs(mask, nodes, keep_inputs, keep_outputs, full)
         folded: List[str] = []
         if keep_outputs and not full and self.fold_values is not None:
-            kept = []
-            for t in inputs:
-                if t not in self.graph_input_set and self._joins_own_path(t, mask, produced):
-                    folded.append(t)
-                else:
-                    kept.append(t)
-            inputs = kept
+            inputs, folded = self._split_folded(inputs, mask, produced)
         size_hint = sum(self._init_bytes.get(t, 0) for t in inits)
         refs = [t for t in inits if t in self._ref_names] if self._ref_names else []
         return Candidate(
@@ -361,6 +334,15 @@ class GraphIndex:
             folded=folded,
         )
 
+    def _split_folded(self, inputs: List[str], mask: int, produced: set) -> Tuple[List[str], List[str]]:
+        """(inputs kept, inputs folded into constants): inputs that are not the model's and join a
+        path the subgraph computes itself are folded."""
+        kept: List[str] = []
+        folded: List[str] = []
+        for t in inputs:
+            (folded if t not in self.graph_input_set and self._joins_own_path(t, mask, produced) else kept).append(t)
+        return kept, folded
+
     def _joins_own_path(self, t: str, mask: int, produced) -> bool:
         """Every kept reader of ``t`` also reads a tensor the subgraph computes itself."""
         readers = self.consumer_mask.get(t, 0) & mask
@@ -372,40 +354,38 @@ class GraphIndex:
         return True
 
     def _chunks(self, cand: Candidate, weights: bool = True, links: Optional[Mapping[str, str]] = None) -> list:
-        f = self._fields
-        consts, inits, produced = cand.consts, cand.inits, cand.produced
         parts: List[bytes] = [self._graph_head]
         parts.extend(self._node_frag[i] for i in cand.nodes)
-        parts.extend(self._const_tensor_frag(j) for j in consts)  # Constant nodes lowered to tensors
+        parts.extend(self._const_tensor_frag(j) for j in cand.consts)  # Constant nodes lowered to tensors
         if cand.folded:
             parts.extend(self._folded_frags(cand.folded))
         if weights:
-            for t in inits:
-                if links is not None and self._linkable(t, links):
-                    parts.append(self._linked_frag(t, links))
-                else:
-                    parts.append(self._initializer_frag(t))
-        metas = self._need_metas(cand)
-        for t in cand.inputs:
-            parts.append(self._value_info_frag("input", t, metas))
-        if self._init_inputs:
-            for t in inits:
-                vi = self._input_vi.get(t)
-                if vi is not None:
-                    parts.append(encode_field(f["input"], vi.SerializeToString()))
-        for t in cand.outputs:
-            parts.append(self._value_info_frag("output", t, metas))
-        outs = set(cand.outputs)
-        for t in sorted(produced):
-            if t in self._value_info and t not in outs:
-                parts.append(self._value_info_frag("value_info", t, metas))
+            parts.extend(self._weight_frags(cand.inits, links))
+        parts.extend(self._io_frags(cand))
         if self._qa:
-            for t in list(cand.inputs) + sorted(produced) + inits:
-                frag = self._qa.get(t)
-                if frag is not None:
-                    parts.append(frag)
+            names = list(cand.inputs) + sorted(cand.produced) + cand.inits
+            parts.extend(self._qa[t] for t in names if t in self._qa)
         length = sum(len(p) for p in parts)
-        return [self._header, field_header(f["graph"], length)] + parts
+        return [self._header, field_header(self._fields["graph"], length)] + parts
+
+    def _weight_frags(self, inits: List[str], links: Optional[Mapping[str, str]]) -> List[bytes]:
+        """The initializers ``inits``: linked to their files in ``links`` where that may be, else as they are."""
+        return [
+            self._linked_frag(t, links) if links is not None and self._linkable(t, links) else self._initializer_frag(t)
+            for t in inits
+        ]
+
+    def _io_frags(self, cand: Candidate) -> List[bytes]:
+        """The graph inputs, outputs and value infos of a candidate."""
+        metas = self._need_metas(cand)
+        parts = [self._value_info_frag("input", t, metas) for t in cand.inputs]
+        if self._init_inputs:
+            vis = [self._input_vi[t] for t in cand.inits if t in self._input_vi]
+            parts += [encode_field(self._fields["input"], vi.SerializeToString()) for vi in vis]
+        parts += [self._value_info_frag("output", t, metas) for t in cand.outputs]
+        outs = set(cand.outputs)
+        inner = [t for t in sorted(cand.produced) if t in self._value_info and t not in outs]
+        return parts + [self._value_info_frag("value_info", t, metas) for t in inner]
 
     def _const_tensor_frag(self, j: int) -> bytes:
         """Constant node ``j`` as an initializer fragment (a sparse one stays a node)."""
@@ -482,14 +462,8 @@ class GraphIndex:
 
     def _need_metas(self, cand: Candidate) -> Dict[str, TensorMeta]:
         """Metas of the boundary tensors whose original value info cannot be reused."""
-        need = []
-        for t in cand.inputs:
-            if not (t in self._input_vi and t not in self._fixed_inputs):
-                need.append(t)
-        outs = []
-        for t in cand.outputs:
-            if not (t in self._output_vi and not self._fixed_inputs):
-                outs.append(t)
+        need = [t for t in cand.inputs if self._original_vi("input", t) is None]
+        outs = [t for t in cand.outputs if self._original_vi("output", t) is None]
         if not (need or outs) or self._metas is None:
             return {}
         # dtype and rank of every new input and output (onnx.checker wants both)
@@ -500,36 +474,26 @@ class GraphIndex:
         frag = self._vi_frag.get(key)
         if frag is not None:
             return frag
-        f = self._fields
-        vi = None
-        if kind == "input" and name in self._input_vi and name not in self._fixed_inputs:
-            vi = self._input_vi[name]
-        elif kind == "output" and name in self._output_vi and not self._fixed_inputs:
-            vi = self._output_vi[name]
-        elif kind == "value_info":
-            vi = self._value_info[name]
+        vi = self._original_vi(kind, name)
         if vi is None:
             vi = self._make_value_info(name, metas.get(name))
-        frag = encode_field(f[kind], vi.SerializeToString())
+        frag = encode_field(self._fields[kind], vi.SerializeToString())
         self._vi_frag[key] = frag
         return frag
 
+    def _original_vi(self, kind: str, name: str):
+        """The model's own value info of ``name``, where a candidate may reuse it as its ``kind``
+        ("input", "output" or "value_info"): not for an input whose shape the user fixed, nor for
+        outputs once any input shape is fixed; else None."""
+        if kind == "input":
+            return self._input_vi.get(name) if name not in self._fixed_inputs else None
+        if kind == "output":
+            return self._output_vi.get(name) if not self._fixed_inputs else None
+        return self._value_info[name]
+
     def _make_value_info(self, name: str, meta: Optional[TensorMeta]):
-        vi = onnx.ValueInfoProto()
-        vi.name = name
         if meta is not None and meta.dtype and is_dtype_name(meta.dtype):
-            tt = vi.type.tensor_type
-            tt.elem_type = dtype_to_onnx(meta.dtype)
-            if meta.shape is not None:
-                shape = tt.shape
-                shape.SetInParent()
-                for d in meta.shape:
-                    dim = shape.dim.add()
-                    if isinstance(d, int) and d >= 0:
-                        dim.dim_value = d
-                    elif isinstance(d, str) and d:
-                        dim.dim_param = d
-            return vi
+            return _tensor_value_info(name, meta.dtype, meta.shape)
         # Not a plain tensor, or unknown: reuse whatever the model says about it.
         for table in (self._value_info, self._input_vi, self._output_vi):
             if name in table:
@@ -540,7 +504,7 @@ class GraphIndex:
                 f"the dtype of tensor '{name}' is unknown, so the subgraph declares it without a type; "
                 "give --model-input-shapes or --force-fallback-shape-inference"
             )
-        return vi
+        return onnx.ValueInfoProto(name=name)
 
     # ------------------------------------------------------------------ saving
 
@@ -604,26 +568,11 @@ class GraphIndex:
                 frag = self._init_frag.get(t)
                 if frag is None or self._init_bytes.get(t, 0) < min_bytes:
                     continue
-                body = RawPieces.payload(frag)
-                fields = scan_fields(body)
-                raw = [(s, p, e) for num, s, p, e in fields if num == 9]
-                if len(raw) != 1 or any(num in (4, 5, 6, 7, 10, 11, 13, 14) for num, *_ in fields):
-                    continue
-                _, p0, p1 = raw[0]
-                offset = out.tell()
-                for c in range(p0, p1, 16 << 20):
-                    out.write(body[c : min(c + (16 << 20), p1)])
-                    self._raw.release_pages()  # read once: no need to keep the file's pages
-                keep = b"".join(bytes(body[s:e]) for num, s, _, e in fields if num != 9)
-                stub = onnx.TensorProto()
-                stub.ParseFromString(keep)
-                stub.data_location = onnx.TensorProto.EXTERNAL
-                for key, value in (("location", location), ("offset", str(offset)), ("length", str(p1 - p0))):
-                    entry = stub.external_data.add()
-                    entry.key, entry.value = key, value
-                self._spilled[t] = stub
-                self._ref_src[t] = real
-                written += p1 - p0
+                spilled = _spill_tensor(self._raw, RawPieces.payload(frag), out, location)
+                if spilled is not None:
+                    self._spilled[t], length = spilled
+                    self._ref_src[t] = real
+                    written += length
         return written
 
     def external_files(self) -> List[str]:
@@ -686,6 +635,63 @@ def constant_node_tensor(node):
         return None
     dtype, dims, vals = simple[a.name]
     return helper.make_tensor(name, dtype, dims, vals)
+
+
+def _spill_tensor(pieces: RawPieces, body, out, location: str):
+    """Append the raw data of the serialized tensor ``body`` (a piece of the model file cut into
+    ``pieces``) to ``out``: (the tensor without it, referring to it in file ``location``; its
+    length), or None (nothing written) unless its values are in raw_data alone."""
+    fields = scan_fields(body)
+    raw = [(s, p, e) for num, s, p, e in fields if num == 9]
+    if len(raw) != 1 or any(num in (4, 5, 6, 7, 10, 11, 13, 14) for num, *_ in fields):
+        return None
+    _, p0, p1 = raw[0]
+    offset = out.tell()
+    for c in range(p0, p1, 16 << 20):
+        out.write(body[c : min(c + (16 << 20), p1)])
+        pieces.release_pages()  # read once: no need to keep the file's pages
+    stub = onnx.TensorProto()
+    stub.ParseFromString(b"".join(bytes(body[s:e]) for num, s, _, e in fields if num != 9))
+    stub.data_location = onnx.TensorProto.EXTERNAL
+    for key, value in (("location", location), ("offset", str(offset)), ("length", str(p1 - p0))):
+        entry = stub.external_data.add()
+        entry.key, entry.value = key, value
+    return stub, p1 - p0
+
+
+def _graph_head(g) -> bytes:
+    """The graph's own fields (name, doc string, metadata), serialized."""
+    head = onnx.GraphProto()
+    head.name = g.name
+    if g.doc_string:
+        head.doc_string = g.doc_string
+    head.metadata_props.extend(g.metadata_props)
+    return head.SerializeToString()
+
+
+def _tensor_value_info(name: str, dtype: str, shape):
+    """A value info of tensor ``name`` of ``dtype`` and (where known) ``shape``."""
+    vi = onnx.ValueInfoProto(name=name)
+    tt = vi.type.tensor_type
+    tt.elem_type = dtype_to_onnx(dtype)
+    if shape is None:
+        return vi
+    tt.shape.SetInParent()
+    for d in shape:
+        dim = tt.shape.dim.add()
+        if isinstance(d, int) and d >= 0:
+            dim.dim_value = d
+        elif isinstance(d, str) and d:
+            dim.dim_param = d
+    return vi
+
+
+def _split_constants(nodes) -> Tuple[List[int], List[int]]:
+    """(positions of the regular nodes, of the Constant nodes) of ``nodes``, each in topological order."""
+    order = _topological_order(nodes, node_reads)
+    consts = [p for p in order if nodes[p].op_type == "Constant" and nodes[p].domain in _CONSTANT_DOMAINS]
+    const_set = set(consts)
+    return [p for p in order if p not in const_set], consts
 
 
 def _topological_order(nodes, node_reads) -> List[int]:

@@ -100,43 +100,59 @@ def data_input_shapes(model, paths: Sequence[str], warn=None) -> Dict[str, tuple
     ins, _ = graph_io_meta(model)
     metas = {m.name: m for m in ins}
     shapes: Dict[str, tuple] = {}
-    tensors = None
     for path in paths:
         feeds = load_inputs(path)
         if not feeds:
             continue
-        if not any(name in metas for name in feeds[0]):
-            if tensors is None:  # what a layerwise file may hold: inputs and node outputs
-                tensors = {o for n in model.graph.node for o in n.output if o} | set(metas)
-            if not any(name in tensors for name in feeds[0]):
-                known = ", ".join(f"'{n}'" for n in metas) or "(none)"
-                first = next(iter(feeds[0]), "")
-                raise InputError(
-                    f"{path}: no array in it is a tensor of the model ('{first}' is not); its inputs are {known}"
-                )
+        _check_names_known(model, metas, feeds[0], path)
         for name in feeds[0]:
             meta = metas.get(name)
             if meta is None:
                 continue  # a layerwise file: not an input of the whole model
-            shape, dtype = _shape_and_dtype(feeds[0], name)
-            if meta.dtype and dtype is not None and dtype_from_numpy(dtype) != meta.dtype and warn is not None:
-                warn(
-                    f"{path}: input '{name}' is {dtype_from_numpy(dtype)} but the model wants {meta.dtype}; "
-                    f"debug reduce casts it to {meta.dtype} where it runs the model"
-                )
-            if meta.shape is not None:
-                fixed_ok = len(meta.shape) == len(shape) and all(
-                    not isinstance(d, int) or d < 0 or d == v for d, v in zip(meta.shape, shape)
-                )
-                if not fixed_ok:
-                    raise InputError(
-                        f"{path}: input '{name}' has shape {format_shape(shape)} but the model's input is "
-                        f"{format_shape(meta.shape)}"
-                    )
-                if all(isinstance(d, int) and d >= 0 for d in meta.shape):
-                    continue  # static already
-            shapes[name] = shape
+            shape = _checked_input_shape(path, name, meta, feeds[0], warn)
+            if not _static(meta.shape):
+                shapes[name] = shape
     return shapes
+
+
+def _check_names_known(model, metas: Dict[str, TensorMeta], feed, path: str) -> None:
+    """An InputError unless some array of ``feed`` is an input of the model or, for a layerwise
+    file, one of its tensors (inputs and node outputs)."""
+    if any(name in metas for name in feed):
+        return
+    tensors = {o for n in model.graph.node for o in n.output if o} | set(metas)
+    if any(name in tensors for name in feed):
+        return
+    known = ", ".join(f"'{n}'" for n in metas) or "(none)"
+    first = next(iter(feed), "")
+    raise InputError(f"{path}: no array in it is a tensor of the model ('{first}' is not); its inputs are {known}")
+
+
+def _checked_input_shape(path: str, name: str, meta: TensorMeta, feed, warn) -> tuple:
+    """The shape of input ``name`` in ``feed``: a warning for another dtype than the model's, an
+    InputError for dims that disagree with the input's fixed ones."""
+    shape, dtype = _shape_and_dtype(feed, name)
+    if warn is not None and meta.dtype and dtype is not None and dtype_from_numpy(dtype) != meta.dtype:
+        warn(
+            f"{path}: input '{name}' is {dtype_from_numpy(dtype)} but the model wants {meta.dtype}; "
+            f"debug reduce casts it to {meta.dtype} where it runs the model"
+        )
+    if meta.shape is not None and not _fits(meta.shape, shape):
+        raise InputError(
+            f"{path}: input '{name}' has shape {format_shape(shape)} but the model's input is "
+            f"{format_shape(meta.shape)}"
+        )
+    return shape
+
+
+def _fits(dims, shape: tuple) -> bool:
+    """Whether ``shape`` agrees with every fixed dim of ``dims`` (same rank)."""
+    return len(dims) == len(shape) and all(not isinstance(d, int) or d < 0 or d == v for d, v in zip(dims, shape))
+
+
+def _static(dims) -> bool:
+    """Whether ``dims`` is known and every dim of it fixed."""
+    return dims is not None and all(isinstance(d, int) and d >= 0 for d in dims)
 
 
 def _shape_and_dtype(feed, name: str):

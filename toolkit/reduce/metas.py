@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable, Dict, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from toolkit.core.errors import InputError
 from toolkit.core.meta import TensorMeta
@@ -80,14 +80,20 @@ class MetaProvider:
         ]
         if missing and not self.tried_fallback:
             self.tried_fallback = True
-            try:
-                better = self._infer(fallback=True, names=missing)
-                for k, v in better.items():
-                    if not _incomplete(v) or k not in self.metas:
-                        self.metas[k] = v
-            except InputError as exc:
-                self.warn(f"ONNX shape inference left some tensors without a type or shape ({exc.message})")
+            self._fall_back(missing)
         return {n: self.metas.get(n) for n in names}
+
+    def _fall_back(self, missing: List[str]) -> None:
+        """The metas of ``missing`` from the fallback inference (run once), where it knows more."""
+        assert self.metas is not None
+        try:
+            better = self._infer(fallback=True, names=missing)
+        except InputError as exc:
+            self.warn(f"ONNX shape inference left some tensors without a type or shape ({exc.message})")
+            return
+        for k, v in better.items():
+            if not _incomplete(v) or k not in self.metas:
+                self.metas[k] = v
 
 
 def _incomplete(meta) -> bool:

@@ -63,13 +63,18 @@ class Ownership:
                 self._held.append((fd, lock_path(path)))
         if busy:
             self.release()
-            who = f" (pid {', '.join(holders)})" if holders else ""
-            raise InputError(
-                f"{' and '.join(busy)} {'are' if len(busy) > 1 else 'is'} in use by another debug reduce{who}; "
-                "give this run files of its own with --iter-artifact PATH (and --save-debug-replay PATH)"
-            )
+            raise _in_use(busy, holders)
 
     def release(self) -> None:
         for fd, lock in self._held:
             release_lock(fd, lock)
         self._held = []
+
+
+def _in_use(busy: List[str], holders: List[str]) -> InputError:
+    """The error for files another run holds (``holders``: the pids known)."""
+    who = f" (pid {', '.join(holders)})" if holders else ""
+    return InputError(
+        f"{' and '.join(busy)} {'are' if len(busy) > 1 else 'is'} in use by another debug reduce{who}; "
+        "give this run files of its own with --iter-artifact PATH (and --save-debug-replay PATH)"
+    )

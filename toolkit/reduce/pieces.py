@@ -63,17 +63,7 @@ class RawPieces:
                 return None
             header = b"".join(bytes(buf[s:e]) for num, s, _, e in top if num not in (f["graph"], _TRAINING_INFO))
             _, _, gstart, gend = graphs[0]
-            nodes, inits, sparse, other = [], [], [], []
-            for num, s, _, e in scan_fields(buf, gstart, gend):
-                piece = buf[s:e]
-                if num == f["node"]:
-                    nodes.append(piece)
-                elif num == f["initializer"]:
-                    inits.append(piece)
-                elif num == f["sparse_initializer"]:
-                    sparse.append(piece)
-                else:
-                    other.append((num, piece))
+            nodes, inits, sparse, other = _graph_pieces(buf, gstart, gend, f)
         except ValueError:  # not a protobuf message (truncated, or a wire type protobuf no longer uses)
             return None
         return cls(data, header, other, nodes, inits, sparse)
@@ -86,22 +76,22 @@ class RawPieces:
         f = field_numbers()
         parts = [piece for _, piece in self.graph_other] + list(self.nodes)
         try:
-            for piece in self.initializers:
-                hdr = header_len(piece)
-                fields = scan_fields(piece, hdr, len(piece))
-                for num, s, p, e in fields:
-                    if num == self._DATA_LOCATION and p < e and piece[p] == 1:
-                        self.external = True
-                if len(piece) <= self.STUB_BYTES:
-                    parts.append(piece)
-                    continue
-                kept = b"".join(bytes(piece[s:e]) for num, s, _, e in fields if num not in self._DATA_FIELDS)
-                parts.append(encode_field(f["initializer"], kept))
+            parts += [self._light_initializer(piece, f["initializer"]) for piece in self.initializers]
         except ValueError:  # not a protobuf message (truncated, or a wire type protobuf no longer uses)
             return None
         parts.extend(self.sparse)
         length = sum(len(p) for p in parts)
         return b"".join([self.header, field_header(f["graph"], length)] + [bytes(p) for p in parts])
+
+    def _light_initializer(self, piece, number: int):
+        """One initializer piece (field ``number``), cut down to a data-less stub when over
+        STUB_BYTES; sets :attr:`external` when its data is in an external file."""
+        fields = scan_fields(piece, header_len(piece), len(piece))
+        if any(num == self._DATA_LOCATION and p < e and piece[p] == 1 for num, _s, p, e in fields):
+            self.external = True
+        if len(piece) <= self.STUB_BYTES:
+            return piece
+        return encode_field(number, b"".join(bytes(piece[s:e]) for num, s, _, e in fields if num not in self._DATA_FIELDS))
 
     @staticmethod
     def payload(piece):
@@ -110,6 +100,19 @@ class RawPieces:
 
 
 _TRAINING_INFO = 20
+
+
+def _graph_pieces(buf, start: int, end: int, f: Dict[str, int]):
+    """The fields of the GraphProto in ``buf[start:end]``: (nodes, initializers, sparse
+    initializers, [(field number, piece)] of the others)."""
+    kept: Dict[int, list] = {f["node"]: [], f["initializer"]: [], f["sparse_initializer"]: []}
+    other = []
+    for num, s, _, e in scan_fields(buf, start, end):
+        if num in kept:
+            kept[num].append(buf[s:e])
+        else:
+            other.append((num, buf[s:e]))
+    return kept[f["node"]], kept[f["initializer"]], kept[f["sparse_initializer"]], other
 
 
 _FIELDS: Dict[str, int] = {}

@@ -122,13 +122,20 @@ class Replay:
         """Read a replay file made for this model (and, when given, this ``check`` and these
         ``options``); anything else is an InputError."""
 
-        raw = read_bytes(path)
-        try:
-            doc = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise InputError(f"{path}: not a debug replay file (invalid JSON: {exc})") from None
-        except RecursionError:
-            raise InputError(f"{path}: not a debug replay file (its JSON is nested too deeply to read)") from None
+        doc = _read_json(path)
+        cls._check_format(path, doc)
+        cls._check_bound(path, doc, model_id, num_nodes, check, options)
+        rep = cls(model_id, num_nodes, doc.get("check"), doc.get("options"))
+        for k, entry in enumerate(doc["entries"]):
+            iteration, mask, failed = _entry_key(path, k, entry)
+            seconds, verdict, code = _entry_details(path, k, entry, mask, failed, num_nodes)
+            rep.add(iteration, mask, bin(mask).count("1"), failed, seconds, verdict=verdict, code=code)
+        return rep
+
+    @classmethod
+    def _check_format(cls, path: str, doc: Any) -> None:
+        """InputError unless ``doc`` is a replay written by ``cls.tool`` in this format's version
+        (a Polygraphy replay is named as such)."""
         if isinstance(doc, dict) and doc and all(isinstance(k, str) and k.startswith("_N") for k in doc):
             raise InputError(
                 f"{path}: this is a Polygraphy debug replay; its entries are numbered iterations of Polygraphy's "
@@ -139,28 +146,6 @@ class Replay:
             raise InputError(f"{path}: not a debug replay file written by `{cls.tool}`")
         if doc.get("version") != VERSION:
             raise InputError(f"{path}: replay format version {doc.get('version')} is not supported (expected {VERSION})")
-        cls._check_bound(path, doc, model_id, num_nodes, check, options)
-        rep = cls(model_id, num_nodes, doc.get("check"), doc.get("options"))
-        for k, entry in enumerate(doc["entries"]):
-            try:
-                if not isinstance(entry, dict) or not isinstance(entry.get("nodes"), str) or len(entry["nodes"]) > 1 << 20:
-                    raise TypeError
-                mask = int(entry["nodes"], 16)
-                failed = entry["failed"]
-                iteration = int(entry.get("iteration", k + 1))
-            except (KeyError, TypeError, ValueError):
-                raise InputError(f"{path}: entry {k + 1} is malformed (needs 'nodes' and 'failed')") from None
-            seconds = entry.get("seconds")
-            if not isinstance(failed, bool) or mask <= 0 or mask >> num_nodes:
-                raise InputError(f"{path}: entry {k + 1} is malformed")
-            if seconds is not None and not isinstance(seconds, (int, float)):
-                raise InputError(f"{path}: entry {k + 1} has a bad 'seconds' value")
-            verdict = entry.get("verdict")
-            code = entry.get("code")
-            if verdict is not None and verdict not in ("pass", "fail", "broken", "timeout"):
-                raise InputError(f"{path}: entry {k + 1} has an unknown verdict {verdict!r}")
-            rep.add(iteration, mask, bin(mask).count("1"), failed, seconds, verdict=verdict, code=code)
-        return rep
 
     @classmethod
     def _check_bound(cls, path: str, doc: dict, model_id: str, num_nodes: int, check: Any,
@@ -177,6 +162,41 @@ class Replay:
             _same_check(path, doc, check)
         if options is not None:
             _same_options(path, doc, options)
+
+
+def _read_json(path: str) -> Any:
+    """The JSON document in the file at ``path``; InputError if it is none."""
+    raw = read_bytes(path)
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"{path}: not a debug replay file (invalid JSON: {exc})") from None
+    except RecursionError:
+        raise InputError(f"{path}: not a debug replay file (its JSON is nested too deeply to read)") from None
+
+
+def _entry_key(path: str, k: int, entry: Any):
+    """(iteration, mask, failed) of the ``k``-th entry of a replay; InputError if it lacks them."""
+    try:
+        if not isinstance(entry, dict) or not isinstance(entry.get("nodes"), str) or len(entry["nodes"]) > 1 << 20:
+            raise TypeError
+        return int(entry.get("iteration", k + 1)), int(entry["nodes"], 16), entry["failed"]
+    except (KeyError, TypeError, ValueError):
+        raise InputError(f"{path}: entry {k + 1} is malformed (needs 'nodes' and 'failed')") from None
+
+
+def _entry_details(path: str, k: int, entry: dict, mask: int, failed: Any, num_nodes: int):
+    """(seconds, verdict, code) of the ``k``-th entry of a replay, once its key is checked to fit
+    the model; InputError for a value out of place."""
+    if not isinstance(failed, bool) or mask <= 0 or mask >> num_nodes:
+        raise InputError(f"{path}: entry {k + 1} is malformed")
+    seconds = entry.get("seconds")
+    if seconds is not None and not isinstance(seconds, (int, float)):
+        raise InputError(f"{path}: entry {k + 1} has a bad 'seconds' value")
+    verdict = entry.get("verdict")
+    if verdict is not None and verdict not in ("pass", "fail", "broken", "timeout"):
+        raise InputError(f"{path}: entry {k + 1} has an unknown verdict {verdict!r}")
+    return seconds, verdict, entry.get("code")
 
 
 class InlinedReplay(Replay):
@@ -214,14 +234,19 @@ def _same_options(path: str, doc: dict, options: Mapping[str, Any]) -> None:
             f"its verdicts cannot be trusted for this run; {_AGAIN}"
         )
     new = json.loads(json.dumps(options))  # (as a file would hold them: tuples as lists)
-    for key, value in sorted(new.items()):
-        if any(r["path"] == "-" for r in _refs(value) or []):
-            raise InputError(f"{path}: {key} -: data read from stdin cannot be checked against what this replay "
-                             "was recorded with; save it to a file and give that, or run without --load-debug-replay")
+    _refuse_stdin(path, new)
     differ = [key for key in sorted(set(old) | set(new)) if old.get(key) != new.get(key)]
     if differ:
         said = "; ".join(_difference(key, old.get(key), new.get(key)) for key in differ)
         raise InputError(f"{path}: {said}, so its verdicts answer another question; {_AGAIN}")
+
+
+def _refuse_stdin(path: str, options: Mapping[str, Any]) -> None:
+    """InputError for an option whose data was read from stdin (nothing to check it against)."""
+    for key, value in sorted(options.items()):
+        if any(r["path"] == "-" for r in _refs(value) or []):
+            raise InputError(f"{path}: {key} -: data read from stdin cannot be checked against what this replay "
+                             "was recorded with; save it to a file and give that, or run without --load-debug-replay")
 
 
 def _difference(key: str, old: Any, new: Any) -> str:

@@ -23,14 +23,8 @@ def probe(reducer, mask: Optional[int]) -> None:
     idx = reducer.index
     if reducer.runner is None or mask is None or popcount(mask) != 1 or idx.size < 2 or not reducer.own_check:
         return
-    if reducer.signature is None or reducer.signature.kind in (RULE, TIMEOUT_KIND):
-        return  # (the user said what failing is: --fail-regex, --fail-code, --any-failure; a slow check)
-    ev = reducer.evidence.get(mask) or reducer.evidence.get(idx.full_mask)
-    w = ev.worst if ev is not None else None
-    if w is not None and evidence_is_rounding(w.max_abs, w.max_rel, w.atol):
-        return  # (every node failing by rounding: the noise warnings say so)
-    if any(not failed and m not in reducer.broken_masks for m, failed in reducer.memo.items()):
-        return  # it passed on something: it depends on the model
+    if not _may_fail_anyway(reducer, mask):
+        return
     node = mask_indices(mask)[0]
     other = idx.size - 1 if node != idx.size - 1 else 0
     if reducer.plan is not None:
@@ -47,6 +41,19 @@ def probe(reducer, mask: Optional[int]) -> None:
         "fail only on the failure (--fail-regex, --fail-code), or give tolerances above the rounding every "
         "node does"
     )
+
+
+def _may_fail_anyway(reducer, mask: int) -> bool:
+    """Whether the check's failure on ``mask`` may not depend on the model at all: the check judged
+    it itself, not by rounding, and passed on nothing."""
+    if reducer.signature is None or reducer.signature.kind in (RULE, TIMEOUT_KIND):
+        return False  # (the user said what failing is: --fail-regex, --fail-code, --any-failure; a slow check)
+    ev = reducer.evidence.get(mask) or reducer.evidence.get(reducer.index.full_mask)
+    w = ev.worst if ev is not None else None
+    if w is not None and evidence_is_rounding(w.max_abs, w.max_rel, w.atol):
+        return False  # (every node failing by rounding: the noise warnings say so)
+    # having passed on something, it depends on the model
+    return not any(not failed and m not in reducer.broken_masks for m, failed in reducer.memo.items())
 
 
 def _what(reducer) -> str:
@@ -67,23 +74,30 @@ def first_alone(reducer, mask: Optional[int]) -> Optional[str]:
     name = idx.names[node]
     if node == 0:
         return f"{name} is the first node in topological order"
+    earlier = next((i for i in range(node) if reducer.memo.get(1 << i) and (1 << i) not in reducer.broken_masks), None)
+    if earlier is not None:
+        return (f"{idx.names[earlier]} (node {earlier}) also fails alone and comes before {name} in topological "
+                "order: the error may start there")
     exact = not reducer.own_check  # (the built-in comparison feeds exact inputs: a passing set's nodes pass alone)
-    passes = [m for m, failed in reducer.memo.items() if not failed and m not in reducer.broken_masks]
-    unknown = 0
-    for i in range(node):
-        alone = reducer.memo.get(1 << i)
-        if alone and (1 << i) not in reducer.broken_masks:
-            return (f"{idx.names[i]} (node {i}) also fails alone and comes before {name} in topological order: "
-                    "the error may start there")
-        judged = alone is not None and (1 << i) not in reducer.broken_masks  # (a broken check judged nothing)
-        if not judged and not (exact and any(m >> i & 1 for m in passes)):
-            unknown += 1
+    unknown = _unjudged_before(reducer, node, exact)
     if not unknown:
         return f"{name} is the first node in topological order that fails alone (every earlier one passes)"
     if exact:
         return _first_by_windows(reducer, node)
     return (f"{name} is the first failing node the search found; {unknown} earlier node(s) were not checked "
             "alone, so one of them may fail alone too")
+
+
+def _unjudged_before(reducer, node: int, exact: bool) -> int:
+    """How many nodes before ``node`` no verdict judged alone (with ``exact`` inputs, a node of a
+    passing set passes alone)."""
+    passes = [m for m, failed in reducer.memo.items() if not failed and m not in reducer.broken_masks]
+    unknown = 0
+    for i in range(node):
+        judged = reducer.memo.get(1 << i) is not None and (1 << i) not in reducer.broken_masks  # (a broken check judged nothing)
+        if not judged and not (exact and any(m >> i & 1 for m in passes)):
+            unknown += 1
+    return unknown
 
 
 def _first_by_windows(reducer, node: int) -> str:

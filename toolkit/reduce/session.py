@@ -23,13 +23,14 @@ import time
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from toolkit.core.files.create import make_folder
-from toolkit.core.errors import DependencyError, ExitCode, InputError, ToolkitError, UsageError
+from toolkit.core.errors import InputError, ToolkitError, UsageError
 from toolkit.core.io.model import (
     check_output_path,
     load_model,
 )
 from toolkit.core.progress import Messages
 from toolkit.reduce.artifacts import Artifacts
+from toolkit.reduce.judging import Judging
 from toolkit.reduce.check import make_runner, toolkit_args
 from toolkit.reduce.config import (  # noqa: F401  (re-exported: the session's public names)
     DEFAULT_ART_DIR,
@@ -42,7 +43,7 @@ from toolkit.reduce.config import (  # noqa: F401  (re-exported: the session's p
     Outcome,
     ReduceConfig,
 )
-from toolkit.reduce.evidence import Evidence, evidence_of, noise_warning
+from toolkit.reduce.evidence import Evidence, noise_warning
 from toolkit.reduce.graph import BIG_MODEL_BYTES, Candidate, GraphIndex, MetaProvider, body_node_count, write_chunks
 from toolkit.search.masks import mask_indices, popcount, span_words
 from toolkit.reduce.feeds import feed_maker, fold_values_maker
@@ -51,18 +52,14 @@ from toolkit.reduce.owner import Ownership
 from toolkit.reduce.parallel import Worker, worker_argv, worker_artifact, worker_env
 from toolkit.reduce.replay import InlinedReplay, Replay, replay_options, weights_digest
 from toolkit.reduce import sanity
-from toolkit.reduce.signature import Signature, feeds_maker, signature_of
+from toolkit.reduce.signature import Signature
 from toolkit.search.strategy import STRATEGIES, Plan
 from toolkit.reduce.verdict import (
     BROKEN,
     FAIL,
     PASS,
-    TIMEOUT,
     AnswersExhausted,
-    CheckResult,
     ask_user,
-    broken_hint,
-    error_line,
 )
 
 
@@ -94,7 +91,7 @@ class Reporter(Messages):
         pass
 
 
-class Reducer(Artifacts):
+class Reducer(Artifacts, Judging):
     reporter: Reporter
     own_check = True  # the check is the user's (the built-in comparison's is not: see sanity.probe)
 
@@ -167,12 +164,7 @@ class Reducer(Artifacts):
             self._validate_jobs()
         if not cfg.reduce_inputs and not cfg.reduce_outputs:
             raise UsageError("--no-reduce-inputs and --no-reduce-outputs together leave nothing to reduce; give one")
-        for path, what in ((cfg.output, "-o"), (cfg.min_good, "--min-good"), (cfg.iter_artifact, "--iter-artifact")):
-            if path is None:
-                continue
-            if path == "-":
-                raise UsageError(f"{what} needs a file name ('-' is not supported here)")
-            check_output_path(path)
+        self._validate_output_names()
         self._validate_distinct_outputs()
         # only files there at the start can disappear (a built-in comparison's check names its
         # reference values ``<reference>``, held in memory: no file)
@@ -180,6 +172,16 @@ class Reducer(Artifacts):
         for path in (cfg.iter_info, cfg.save_replay):
             if path:
                 check_output_path(path)
+
+    def _validate_output_names(self) -> None:
+        """-o, --min-good and --iter-artifact name files that can be written (never '-')."""
+        cfg = self.cfg
+        for path, what in ((cfg.output, "-o"), (cfg.min_good, "--min-good"), (cfg.iter_artifact, "--iter-artifact")):
+            if path is None:
+                continue
+            if path == "-":
+                raise UsageError(f"{what} needs a file name ('-' is not supported here)")
+            check_output_path(path)
 
     def _validate_jobs(self) -> None:
         cfg = self.cfg
@@ -200,36 +202,59 @@ class Reducer(Artifacts):
 
         cfg = self.cfg
         model, raw, base = load_for_index(cfg.model, cfg.external_data_dir)
-        shapes = {} if self.as_given else dict(cfg.input_shapes)
-        for name, shape in data_input_shapes(model, cfg.load_inputs, warn=self.reporter.warn).items():
-            if not self.as_given:
-                shapes.setdefault(name, shape)
+        shapes = self._frozen_shapes(model)
         self.frozen = bool(shapes)
-        self.metas = MetaProvider(
+        self.metas = self._meta_provider(model, raw, base, shapes)
+        self.index = GraphIndex(model, self.metas, fixed_input_shapes=list(shapes), raw=raw, external_base_dir=base)
+        if not cfg.reduce_outputs:
+            self.index.fold_values = fold_values_maker(cfg, model, shapes, self.reporter.warn)
+        self._check_index()
+        if (shapes or cfg.force_fallback) and cfg.shape_inference:
+            self.metas.ensure()  # bad --model-input-shapes are reported before any check
+        self.plan = Plan(self.index, reduce_inputs=cfg.reduce_inputs, reduce_outputs=cfg.reduce_outputs)
+        self._load_replay()
+
+    def _frozen_shapes(self, model) -> Dict[str, tuple]:
+        """The input shapes frozen: --model-input-shapes, then those of the --load-inputs files
+        (none for the model as given; the files are checked either way)."""
+        from_data = data_input_shapes(model, self.cfg.load_inputs, warn=self.reporter.warn)
+        if self.as_given:
+            return {}
+        shapes = dict(self.cfg.input_shapes)
+        for name, shape in from_data.items():
+            shapes.setdefault(name, shape)
+        return shapes
+
+    def _meta_provider(self, model, raw, base: Optional[str], shapes: Dict[str, tuple]) -> MetaProvider:
+        """What tells the shapes and dtypes of the tensors candidates cut."""
+        cfg = self.cfg
+        folder = base or cfg.external_data_dir or (os.path.dirname(os.path.abspath(cfg.model)) if cfg.model != "-" else None)
+        return MetaProvider(
             model,
             input_shapes=shapes,
             force_fallback=cfg.force_fallback,
-            external_data_dir=base
-            or cfg.external_data_dir
-            or (os.path.dirname(os.path.abspath(cfg.model)) if cfg.model != "-" else None),
+            external_data_dir=folder,
             warn=self.reporter.warn,
             full_model=(lambda: load_model(cfg.model, external_data_dir=cfg.external_data_dir)) if raw else None,
             feed=feed_maker(cfg, model, shapes),
             known=data_tensor_metas(cfg.load_inputs) if cfg.load_inputs else None,
             inference=cfg.shape_inference,
         )
-        self.index = GraphIndex(model, self.metas, fixed_input_shapes=list(shapes), raw=raw, external_base_dir=base)
-        if not cfg.reduce_outputs:
-            self.index.fold_values = fold_values_maker(cfg, model, shapes, self.reporter.warn)
+
+    def _check_index(self) -> None:
+        """UsageError for an output named as one of the model's external data files; InputError
+        for a model with no node to reduce."""
+        cfg = self.cfg
         sources = self.index.external_files()
         for path, what in ((cfg.output, "-o"), (cfg.min_good, "--min-good"), (cfg.iter_artifact, "--iter-artifact")):
             if path and os.path.realpath(path) in sources:
                 raise UsageError(f"{what} {path} is an external data file of the model; choose another file name")
         if self.index.size == 0:
             raise InputError(f"{cfg.model}: the graph has no nodes (other than Constants) to reduce")
-        if (shapes or cfg.force_fallback) and cfg.shape_inference:
-            self.metas.ensure()  # bad --model-input-shapes are reported before any check
-        self.plan = Plan(self.index, reduce_inputs=cfg.reduce_inputs, reduce_outputs=cfg.reduce_outputs)
+
+    def _load_replay(self) -> None:
+        """The replay this run records, holding what --load-debug-replay answers."""
+        cfg = self.cfg
         ident = self._replay_identity()
         options = replay_options(cfg, getattr(self._given_runner, "info", None))
         self.replay = Replay(ident, self.index.size, cfg.check, options)
@@ -285,33 +310,55 @@ class Reducer(Artifacts):
         if known is not None:
             self.remembered += 1
             return known
-        if self.loaded is not None:
-            answer = self.loaded.get(mask)
-            if answer is not None:
-                count = popcount(mask)
-                seconds = self.loaded.seconds.get(mask)
-                if seconds is not None:
-                    self.plan.observe(count, seconds)  # same decisions as the recorded run
-                self.iteration += 1
-                self.remembered += 1
-                self.memo[mask] = answer
-                entry = self.loaded.entry(mask) or {}
-                it = Iteration(
-                    self.iteration, count, answer, 0.0, "replay", "from the replay file",
-                    verdict=entry.get("verdict") or (FAIL if answer else PASS), phase=self._phase(mask),
-                    span=self._span(mask), remaining=self.remaining_estimate(),
-                )
-                self.replay.add(
-                    self.iteration, mask, count, answer, seconds, verdict=entry.get("verdict"), code=entry.get("code")
-                )
-                self._note_failing(mask, answer, None)
-                self.reporter.iteration_end(it)
-                return answer
-        return None
+        answer = self.loaded.get(mask) if self.loaded is not None else None
+        if answer is not None:
+            self._replayed(mask, answer)
+        return answer
+
+    def _replayed(self, mask: int, answer: bool) -> None:
+        """Take the loaded replay's verdict on ``mask`` as an iteration of this run (remembered,
+        recorded, shown; its check time observed, for the same decisions as the recorded run)."""
+        assert self.loaded is not None
+        count = popcount(mask)
+        seconds = self.loaded.seconds.get(mask)
+        if seconds is not None:
+            self.plan.observe(count, seconds)  # same decisions as the recorded run
+        self.iteration += 1
+        self.remembered += 1
+        self.memo[mask] = answer
+        entry = self.loaded.entry(mask) or {}
+        it = Iteration(
+            self.iteration, count, answer, 0.0, "replay", "from the replay file",
+            verdict=entry.get("verdict") or (FAIL if answer else PASS), phase=self._phase(mask),
+            span=self._span(mask), remaining=self.remaining_estimate(),
+        )
+        self.replay.add(
+            self.iteration, mask, count, answer, seconds, verdict=entry.get("verdict"), code=entry.get("code")
+        )
+        self._note_failing(mask, answer, None)
+        self.reporter.iteration_end(it)
 
     def _check_batch(self, masks: Sequence[int]) -> List[bool]:
         """Write each node set to its worker's artifact, run the checks (at once when
         several), and record the verdicts in order."""
+        started = self._start_checks(masks)
+        phases = [self._phase(m) for m in masks]
+        its = self._ask(started[0]) if self.runner is None else self._run_checks(started, masks)
+        out = []
+        for it, phase, (number, mask, cand, worker) in zip(its, phases, started):
+            if it is None:  # cancelled: the round's answer was known without it (nothing remembered)
+                self.reporter.info(f"iteration {number}: check cancelled, the full model's answer ends the reduce")
+                out.append(False)  # never read: the full model's answer decides
+                continue
+            it.phase = phase
+            it.span = self._span(mask)
+            self._record(it, mask, cand, worker)
+            out.append(it.failed)
+        return out
+
+    def _start_checks(self, masks: Sequence[int]) -> list:
+        """Write each node set to its worker's artifact (numbered iterations): (number, mask,
+        candidate, worker) of each."""
         workers = self.workers[: len(masks)] if self.workers else [None]
         started = []
         for mask, worker in zip(masks, workers):
@@ -329,104 +376,31 @@ class Reducer(Artifacts):
             if self.cfg.iter_info:
                 self._write_iter_info(cand)
             started.append((self.iteration, mask, cand, worker))
-        phases = [self._phase(m) for m in masks]
+        return started
+
+    def _ask(self, started: tuple) -> List[Optional[Iteration]]:
+        """The user's verdict on the one node set written."""
         start = time.monotonic()
-        if self.runner is None:
-            self.reporter.pause()
-            try:
-                failed = ask_user(self.cfg.iter_artifact, stdin=self.stdin, stream=self.prompt_stream)
-            finally:
-                self.reporter.resume()
-            number, mask, cand, worker = started[0]
-            its: List[Optional[Iteration]] = [
-                Iteration(
-                    number, popcount(mask), failed, time.monotonic() - start, "user", "your answer",
-                    verdict=FAIL if failed else PASS,
-                )
-            ]
+        self.reporter.pause()
+        try:
+            failed = ask_user(self.cfg.iter_artifact, stdin=self.stdin, stream=self.prompt_stream)
+        finally:
+            self.reporter.resume()
+        number, mask, _cand, _worker = started
+        seconds = time.monotonic() - start
+        return [Iteration(number, popcount(mask), failed, seconds, "user", "your answer", verdict=FAIL if failed else PASS)]
+
+    def _run_checks(self, started: list, masks: Sequence[int]) -> List[Optional[Iteration]]:
+        """The checks of the node sets written, run (at once when several) and judged; None for
+        one cancelled."""
+        if len(started) == 1:
+            runner = started[0][3].runner if started[0][3] is not None else self.runner
+            results = [runner.run(tick=self.reporter.tick)]
         else:
-            if len(started) == 1:
-                runner = started[0][3].runner if started[0][3] is not None else self.runner
-                results = [runner.run(tick=self.reporter.tick)]
-            else:
-                from toolkit.reduce.parallel import run_all
+            from toolkit.reduce.parallel import run_all
 
-                results = run_all([w for *_, w in started], tick=self.reporter.tick, decisive=self._decisive(masks))
-            its = [self._judge(n, m, res) if res is not None else None for (n, m, _c, _w), res in zip(started, results)]
-        out = []
-        for it, phase, (number, mask, cand, worker) in zip(its, phases, started):
-            if it is None:  # cancelled: the round's answer was known without it (nothing remembered)
-                self.reporter.info(f"iteration {number}: check cancelled, the full model's answer ends the reduce")
-                out.append(False)  # never read: the full model's answer decides
-                continue
-            it.phase = phase
-            it.span = self._span(mask)
-            self._record(it, mask, cand, worker)
-            out.append(it.failed)
-        return out
-
-    def _decisive(self, masks: Sequence[int]):
-        """With the full model first in a round, its pass (or a check broken on it) ends the
-        reduce: the round's other checks are then moot and cancelled."""
-        if masks[0] != self.index.full_mask:
-            return None
-        rule, toolkit_check, artifact = self.cfg.rule, self.toolkit_check, self.cfg.iter_artifact
-        return lambda k, res: k == 0 and rule.classify(res, toolkit_check, artifact) in (PASS, BROKEN)
-
-    def _judge(self, number: int, mask: int, res: CheckResult) -> Iteration:
-        """The iteration of one check's result: its verdict class, reason and evidence. A check
-        broken on the full model stops the run here (nothing has been written yet)."""
-        full = mask == self.index.full_mask
-        kind = self.cfg.rule.classify(res, self.toolkit_check, self.cfg.iter_artifact)
-        reason = self.cfg.rule.reason(res)
-        built_in = getattr(self.runner, "findings", None) is not None
-        rows = evidence_of(res, built_in) if full or kind in (FAIL, TIMEOUT) else None
-        other = self._other_failure(kind, rows, res, full)  # (a different failure: not the one reduced)
-        if full and kind in (FAIL, TIMEOUT):
-            self._fix_signature(res, rows)
-        if other is not None:
-            kind, self.other_failures = BROKEN, self.other_failures + 1
-        if kind == BROKEN:
-            line = other or error_line(res)
-            if full and other is None:
-                self._broken_full_model(res, line)
-            self.broken += 1
-            self.broken_masks.add(mask)
-            reason = f"{res.describe()}: {line}"
-            if other is not None and self.other_failures == 1:
-                self.reporter.warn(f"iteration {number}: {other}; a different failure from the one being reduced, "
-                                   "so it says nothing about this subgraph: counted as a pass (so is every later one)")
-            elif other is None and self.broken - self.other_failures == 1:  # later ones: their lines say why
-                self.reporter.warn(
-                    f"iteration {number}: the check itself failed ({reason}), so it says nothing about this "
-                    "subgraph; counted as a pass (so is every later BROKEN check)" + broken_hint(line)
-                )
-        elif kind == TIMEOUT:
-            self.timeouts += 1
-        failed = kind in (FAIL, TIMEOUT)
-        it = Iteration(number, popcount(mask), failed, res.seconds, "check", reason, res, verdict=kind)
-        if failed or full:
-            it.evidence = rows
-            if it.evidence is not None:
-                self.evidence[mask] = it.evidence
-        return it
-
-    def _other_failure(self, kind: str, rows: Optional[Evidence], res: CheckResult, full: bool) -> Optional[str]:
-        """Why a failing check (its comparison ``rows``) fails otherwise than the full model (then broken):
-        it does not show the failure signature the full model's check fixed."""
-        if full or kind not in (FAIL, TIMEOUT) or self.signature is None:
-            return None
-        feeds = self._feeds = self._feeds or feeds_maker(self.index, self.signature.outputs)
-        return self.signature.differs(res, rows, feeds)
-
-    def _fix_signature(self, res: CheckResult, rows: Optional[Evidence]) -> None:
-        """The failure this run reduces, from the full model's failing check; said at once."""
-        self.signature = signature_of(
-            res, rows, self.cfg.rule, any_failure=self.cfg.any_failure, graph_outputs=tuple(self.index.graph_outputs)
-        )
-        self._feeds = None
-        if not ((self.frozen or self.as_given) and self.runner is not None and not self.workers):  # (by _as_given)
-            self.reporter.info(self.signature.announce())
+            results = run_all([w for *_, w in started], tick=self.reporter.tick, decisive=self._decisive(masks))
+        return [self._judge(n, m, res) if res is not None else None for (n, m, _c, _w), res in zip(started, results)]
 
     def _record(self, it: Iteration, mask: int, cand: Candidate, worker) -> None:
         failed = it.failed
@@ -441,16 +415,9 @@ class Reducer(Artifacts):
             verdict=it.verdict, code=it.result.code if it.result is not None else None,
         )
         self._note_failing(mask, failed, cand)
-        if self.cfg.artifacts:
-            self._sort_artifacts(failed, cand, worker, it.number)
-        if self.cfg.save_replay and self.memo.get(self.index.full_mask) is not False:
-            # (when the full model passes there is nothing to reduce, and nothing is written)
-            self.replay.save(self.cfg.save_replay)
-        if self.cfg.iter_info:
-            self._write_iter_info(cand, it)
-        if failed and not self.failures_seen:
-            it.first_failure = True
+        self._keep_files(it, cand, worker)
         if failed:
+            it.first_failure = not self.failures_seen
             self.failures_seen += 1
         it.remaining = self.remaining_estimate()
         if it.result is not None:
@@ -458,6 +425,16 @@ class Reducer(Artifacts):
         self.reporter.iteration_end(it)
         if it.verdict == BROKEN and mask != self.index.full_mask:
             self._stop_if_unjudgeable(it.reason)
+
+    def _keep_files(self, it: Iteration, cand: Candidate, worker) -> None:
+        """After a verdict: --artifacts sorted, the replay saved, --iter-info completed."""
+        if self.cfg.artifacts:
+            self._sort_artifacts(it.failed, cand, worker, it.number)
+        if self.cfg.save_replay and self.memo.get(self.index.full_mask) is not False:
+            # (when the full model passes there is nothing to reduce, and nothing is written)
+            self.replay.save(self.cfg.save_replay)
+        if self.cfg.iter_info:
+            self._write_iter_info(cand, it)
 
     def _stopped(self, exc: InputError) -> InputError:
         """The error that ends a run stopped half-way: a check that could not judge the model
@@ -477,31 +454,6 @@ class Reducer(Artifacts):
             f"{exc.message}; the smallest failing model found so far ({popcount(self.best)} node(s)) was written to "
             f"{self.cfg.output}"
         )
-
-    def _stop_if_unjudgeable(self, line: str) -> None:
-        """CannotJudge when the reduce can no longer judge anything: a data file the check reads
-        is gone, or most checks after the full model were broken (a result would be noise)."""
-        gone = [p for p in self._check_files or [] if not os.path.exists(p)]
-        if gone:
-            raise CannotJudge(
-                f"{gone[0]}: a data file the check reads disappeared during the reduce, so the checks after it "
-                f"cannot judge the model ({line}); put it back"
-            )
-        after_full, broken = self.checks - 1, self.broken - self.other_failures
-        if broken >= UNJUDGED_MIN and broken > UNJUDGED_SHARE * after_full:
-            raise CannotJudge(
-                f"the check could not judge {broken} of the {after_full} subgraphs checked after the full model "
-                f"(broken: {line}), so the reduce cannot say which nodes fail: make the check run on subgraphs "
-                "(e.g. layerwise --load-inputs and --onnx-outputs mark all golden values)"
-            )
-
-    def _broken_full_model(self, res: CheckResult, line: str):
-        """The check cannot judge even the full model: stop, one error line, nothing written."""
-        if res.code == 4 or res.code == 127:
-            raise DependencyError(f"the check command itself fails: {line}")
-        if res.code == ExitCode.INTERNAL:  # (a bug of toolkit's in the check: never a verdict on the model)
-            raise ToolkitError(f"the check command itself fails with an internal error: {line}", ExitCode.INTERNAL)
-        raise InputError(f"the check command itself fails: {line}")
 
     def _phase(self, mask: int) -> str:
         if mask == self.index.full_mask:
@@ -606,8 +558,7 @@ class Reducer(Artifacts):
         try:
             self._reload(as_given=True)
         except ToolkitError:  # (its shapes cannot be found without freezing them: nothing to compare)
-            self._reload(as_given=False)
-            self.memo[self.index.full_mask] = frozen_failed
+            self._back_to_frozen(frozen_failed)
             self.signature = frozen_sig
             if frozen_sig is not None:
                 self.reporter.info(frozen_sig.announce())
@@ -620,18 +571,29 @@ class Reducer(Artifacts):
                                "shapes of --load-inputs): freezing hides the failure, so the reduce goes on with "
                                "the model's own input shapes")
         else:
-            self._reload(as_given=False)
-            self.memo[self.index.full_mask] = frozen_failed
-            if not failed and frozen_failed:
-                self.reporter.warn("the model passes the check with its own input shapes but fails it with its input "
-                                   "shapes frozen: the failure reduced is the frozen model's")
-            self.signature = given if failed and frozen_failed else frozen_sig
-            if given is not None and frozen_sig is not None and not given.same(frozen_sig):
-                self.reporter.warn(f"{said}, with its input shapes frozen {frozen_sig.describe()}: freezing changes "
-                                   "the failure; the reduce looks for the model's own failure")
+            self._keep_frozen(frozen_failed, given, frozen_sig, said)
         if self.signature is not None:
             self.reporter.info(self.signature.announce())
         return failed or frozen_failed
+
+    def _keep_frozen(self, frozen_failed: bool, given: Optional[Signature], frozen_sig: Optional[Signature],
+                     said: str) -> None:
+        """Back to the model with its input shapes frozen, after the model as given failed the
+        check with signature ``given`` (None: it passed): a warning where freezing makes it fail,
+        or changes the failure."""
+        self._back_to_frozen(frozen_failed)
+        if given is None and frozen_failed:
+            self.reporter.warn("the model passes the check with its own input shapes but fails it with its input "
+                               "shapes frozen: the failure reduced is the frozen model's")
+        self.signature = given if given is not None and frozen_failed else frozen_sig
+        if given is not None and frozen_sig is not None and not given.same(frozen_sig):
+            self.reporter.warn(f"{said}, with its input shapes frozen {frozen_sig.describe()}: freezing changes "
+                               "the failure; the reduce looks for the model's own failure")
+
+    def _back_to_frozen(self, frozen_failed: bool) -> None:
+        """The model with its input shapes frozen loaded again, its verdict remembered."""
+        self._reload(as_given=False)
+        self.memo[self.index.full_mask] = frozen_failed
 
     def _reload(self, as_given: bool) -> None:
         self.as_given = as_given
@@ -644,14 +606,7 @@ class Reducer(Artifacts):
         """-o, --min-good and the replay file."""
         cfg = self.cfg
         if mask is not None:
-            self._write_output(mask)
-            outcome.output_written = True
-            outcome.nodes_after = popcount(mask)
-            outcome.final_nodes = [self.index.describe(i) for i in mask_indices(mask)]
-            outcome.body_nodes = body_node_count(self.index.nodes, mask)
-            outcome.one_minimal = outcome.status == "reduced" and self._is_one_minimal(mask)
-            if outcome.status == "reduced":  # (not after Ctrl-C: it may check windows)
-                outcome.first_alone = sanity.first_alone(self, mask)
+            self._write_reduced(outcome, mask)
         if cfg.min_good:
             good = self._pick_min_good(mask)
             if good is not None:
@@ -660,6 +615,17 @@ class Reducer(Artifacts):
                 outcome.min_good_nodes = popcount(good)
         if cfg.save_replay and self.replay.save(cfg.save_replay):  # (an earlier run's replay is never emptied)
             outcome.replay_path = outcome.replay_path or cfg.save_replay
+
+    def _write_reduced(self, outcome: Outcome, mask: int) -> None:
+        """-o, and what the outcome says of it."""
+        self._write_output(mask)
+        outcome.output_written = True
+        outcome.nodes_after = popcount(mask)
+        outcome.final_nodes = [self.index.describe(i) for i in mask_indices(mask)]
+        outcome.body_nodes = body_node_count(self.index.nodes, mask)
+        outcome.one_minimal = outcome.status == "reduced" and self._is_one_minimal(mask)
+        if outcome.status == "reduced":  # (not after Ctrl-C: it may check windows)
+            outcome.first_alone = sanity.first_alone(self, mask)
 
     def _make_workers(self) -> None:
 
@@ -701,13 +667,11 @@ class Reducer(Artifacts):
             while True:
                 batch = query if isinstance(query, list) else [query]
                 if full_first:
-                    answers = self.verdicts([full] + batch)
                     full_first = False
-                    plan.width = jobs
-                    if not answers[0]:
+                    answers = self._after_full_model(batch, jobs)
+                    if answers is None:
                         gen.close()
                         return None
-                    answers = answers[1:]
                 else:
                     answers = self.verdicts(batch)
                 query = gen.send(answers if isinstance(query, list) else answers[0])
@@ -715,11 +679,20 @@ class Reducer(Artifacts):
             result = stop.value
         if full_first and not self.verdict(full):
             return None
-        if not self.memo.get(result):
-            # Only ever hand back what the check failed on.
-            if not self.verdict(result):
-                result = self.best
-        return result
+        return self._failed_on(result)
+
+    def _failed_on(self, result: int) -> Optional[int]:
+        """``result`` when the check fails on it (checked now where not known), else the smallest
+        failing set checked so far: only ever hand back what the check failed on."""
+        if self.memo.get(result) or self.verdict(result):
+            return result
+        return self.best
+
+    def _after_full_model(self, batch: List[int], jobs: int) -> Optional[List[bool]]:
+        """The verdicts on ``batch``, checked along with the full model; None when the full model passed."""
+        answers = self.verdicts([self.index.full_mask] + batch)
+        self.plan.width = jobs
+        return answers[1:] if answers[0] else None
 
     def _is_one_minimal(self, mask: int) -> bool:
         """Every allowed end-node drop of ``mask`` is known (checked) to pass."""
@@ -764,14 +737,18 @@ class Reducer(Artifacts):
         outcome.phases = dict(self.phase_checks)
         outcome.full_evidence = self.evidence.get(self.index.full_mask) if self.index else None
         if outcome.output_written and self.best is not None and outcome.nodes_after is not None:
-            final = self._final_mask
-            outcome.reduced_evidence = self.evidence.get(final) if final is not None else None
-            outcome.noise = noise_warning(outcome.full_evidence, outcome.reduced_evidence, self.cfg.check)
-            worst = outcome.reduced_evidence.worst if outcome.reduced_evidence is not None else None
-            scale_of = getattr(self.runner, "reference_scale", None)  # (--compare: the reference is still held)
-            if worst is not None and scale_of is not None:
-                outcome.reduced_scale = scale_of(worst.name)
+            self._describe_reduced(outcome)
         return outcome
+
+    def _describe_reduced(self, outcome: Outcome) -> None:
+        """The evidence of the model written to -o: its comparison, the noise warning, the scale of its worst tensor."""
+        final = self._final_mask
+        outcome.reduced_evidence = self.evidence.get(final) if final is not None else None
+        outcome.noise = noise_warning(outcome.full_evidence, outcome.reduced_evidence, self.cfg.check)
+        worst = outcome.reduced_evidence.worst if outcome.reduced_evidence is not None else None
+        scale_of = getattr(self.runner, "reference_scale", None)  # (--compare: the reference is still held)
+        if worst is not None and scale_of is not None:
+            outcome.reduced_scale = scale_of(worst.name)
 
     def _release(self) -> None:
         if self._owner is not None:

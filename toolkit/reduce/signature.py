@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Optional, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 from toolkit.core.process.supervise import signal_name
 from toolkit.reduce.evidence import Evidence
@@ -125,27 +125,19 @@ class Signature:
         tensors in the full graph; None when the graph has no such tensor."""
         if self.kind == RULE:
             return None
-        if self.kind == SIGNAL:
-            if res.signal == self.signal:
-                return None
-            return f"{_how(res)}, where the full model was killed by {signal_name(self.signal)}"
-        if self.kind == TIMEOUT_KIND:
-            return None if res.timed_out else f"{_how(res)}, where the full model timed out"
-        if self.kind == EXIT:
-            if res.signal is None and not res.timed_out and res.code == self.code:
-                if error_class(res) == self.error:  # ('' is a class: no error named)
-                    return None
-            return f"{_how(res)}, where the full model failed with {self.describe()}"
+        otherwise = _OTHERWISE.get(self.kind)
+        if otherwise is not None:
+            return otherwise(self, res)
         return self._mismatch_differs(res, rows, feeds)
 
     def _mismatch_differs(self, res, rows: Optional[Evidence], feeds) -> Optional[str]:
         if rows is None or not rows.failing:
             return f"{_how(res)} without a numeric mismatch, where the full model showed {self.describe()}"
         failing = {t.name for t in rows.failing}
-        kept = [t for t in rows.tensors if t.name in self.outputs]
-        if kept and not any(t.name in failing for t in kept):
+        passing = self._passing_output(rows, failing)
+        if passing is not None:
             return (
-                f"a numeric mismatch on '{rows.failing[0].name}' while '{kept[0].name}', which fails in the full "
+                f"a numeric mismatch on '{rows.failing[0].name}' while '{passing}', which fails in the full "
                 "model, passes here"
             )
         answers = [feeds(name) for name in failing]
@@ -155,6 +147,38 @@ class Signature:
             f"a numeric mismatch on '{rows.failing[0].name}', which does not feed the full model's failing "
             f"tensor{'s' if len(self.outputs) != 1 else ''} ({', '.join(self.outputs[:3])})"
         )
+
+    def _passing_output(self, rows: Evidence, failing: set) -> Optional[str]:
+        """The first of the full model's failing tensors compared in ``rows`` when every one of them
+        passes there, else None."""
+        kept = [t for t in rows.tensors if t.name in self.outputs]
+        if kept and not any(t.name in failing for t in kept):
+            return kept[0].name
+        return None
+
+
+def _other_signal(sig: Signature, res: CheckResult) -> Optional[str]:
+    if res.signal == sig.signal:
+        return None
+    return f"{_how(res)}, where the full model was killed by {signal_name(sig.signal)}"
+
+
+def _no_timeout(sig: Signature, res: CheckResult) -> Optional[str]:
+    return None if res.timed_out else f"{_how(res)}, where the full model timed out"
+
+
+def _other_exit(sig: Signature, res: CheckResult) -> Optional[str]:
+    # ('' is an error class: no error named)
+    if res.signal is None and not res.timed_out and res.code == sig.code and error_class(res) == sig.error:
+        return None
+    return f"{_how(res)}, where the full model failed with {sig.describe()}"
+
+
+# How a failing check fails otherwise than the full model, by the kind of the full model's failure
+# (a numeric mismatch: Signature._mismatch_differs; a failure by the user's rule: never)
+_OTHERWISE: Dict[str, Callable[[Signature, CheckResult], Optional[str]]] = {
+    SIGNAL: _other_signal, TIMEOUT_KIND: _no_timeout, EXIT: _other_exit,
+}
 
 
 def _how(res: CheckResult) -> str:
@@ -178,12 +202,17 @@ def signature_of(
     if rule.patterns or rule.fail_codes is not None:
         return Signature(RULE)
     if rows is not None and rows.failing:
-        outs = set(graph_outputs)
-        names = [t.name for t in rows.failing]
-        first = [n for n in names if n in outs] or names
-        worst = max((t.max_abs for t in rows.failing if t.name in first), default=None)
-        return Signature(MISMATCH, outputs=tuple(first), worst=worst)
+        return _mismatch(rows, graph_outputs)
     return Signature(EXIT, code=res.code, error=error_class(res))
+
+
+def _mismatch(rows: Evidence, graph_outputs: Tuple[str, ...]) -> Signature:
+    """The signature of a numeric mismatch: the failing graph outputs (else every failing tensor)."""
+    outs = set(graph_outputs)
+    names = [t.name for t in rows.failing]
+    first = [n for n in names if n in outs] or names
+    worst = max((t.max_abs for t in rows.failing if t.name in first), default=None)
+    return Signature(MISMATCH, outputs=tuple(first), worst=worst)
 
 
 def feeds_maker(index, targets: Tuple[str, ...]) -> Callable[[str], Optional[bool]]:

@@ -122,15 +122,10 @@ class FailureRule:
             return True
         if res.code in self.ignore_codes:
             return False
-        match = None
-        if self.patterns:
-            match = self.matched(res) is not None
+        match = self.matched(res) is not None if self.patterns else None  # (None: no pattern given)
         if self.fail_codes is not None:
-            failed = res.code in self.fail_codes
-            return failed and (match if match is not None else True)
-        if match is not None:
-            return match
-        return res.code != 0
+            return res.code in self.fail_codes and match is not False
+        return match if match is not None else res.code != 0
 
     def named(self, code: Optional[int]) -> bool:
         """The user said what this exit code means (--fail-code / --ignore-fail-code)."""
@@ -158,21 +153,13 @@ class FailureRule:
             return BROKEN
         if res.timed_out:
             return TIMEOUT
-        if (
-            res.signal is None
-            and res.code is not None
-            and not self.named(res.code)
-            and self.matched(res) is None
-        ):
-            if toolkit_check and res.code in TOOLKIT_BROKEN_CODES:
-                if res.code == 3 and artifact and _about(error_line(res), artifact):
-                    return FAIL if self.failed(res) else PASS
-                return BROKEN
-            if res.code in CANNOT_RUN_CODES:
-                return BROKEN
-            if res.code != 0 and _parse_failure(res.stderr_text):
-                return BROKEN
+        if self._unrecognised(res) and _broken_by_itself(res, toolkit_check, artifact):
+            return BROKEN
         return FAIL if self.failed(res) else PASS
+
+    def _unrecognised(self, res: CheckResult) -> bool:
+        """The check exited with a code the user did not name, and no --fail-regex pattern matched."""
+        return res.signal is None and res.code is not None and not self.named(res.code) and self.matched(res) is None
 
     def reason(self, res: CheckResult) -> str:
         """A few words on why the verdict is what it is."""
@@ -181,6 +168,15 @@ class FailureRule:
             pat = self.matched(res)
             text += f", matched '{pat}'" if pat else ", no pattern matched"
         return text
+
+
+def _broken_by_itself(res: CheckResult, toolkit_check: bool, artifact: Optional[str]) -> bool:
+    """Whether the exit of a check says it failed on its own (see :meth:`FailureRule.classify`)."""
+    if toolkit_check and res.code in TOOLKIT_BROKEN_CODES:
+        return not (res.code == 3 and artifact and _about(error_line(res), artifact))
+    if res.code in CANNOT_RUN_CODES:
+        return True
+    return res.code != 0 and _parse_failure(res.stderr_text)
 
 
 def _about(line: str, artifact: str) -> bool:

@@ -122,51 +122,59 @@ def last_needed_node(plan: Plan) -> Search:
     time (:func:`_raise_pays`), at most MAX_RAISES times, and never after one showed that
     the needed nodes straddle ``k``.
     """
-    n = plan.index.size
-    f_lb, m_lb, m_ub = 0, 0, n - 1
-    raises, straddle = 0, False  # window checks tried; needed nodes known to straddle one
+    f_lb, m_lb, m_ub = 0, 0, plan.index.size - 1
+    raises_left = MAX_RAISES if plan.reduce_inputs else 0  # window checks still allowed
     plan.phase = "bisect (last node)"
     gambled = False
     while m_lb < m_ub:
-        if plan.width > 1 and plan.reduce_inputs and not gambled and m_ub - m_lb <= plan.width:
-            # Last round: rather than pin m down and then search for the first needed node,
-            # bet on the common case of one node failing alone: check single nodes of the
-            # interval at once. One that fails is the whole answer (under the monotone
-            # failure every search here assumes, it is what one job would find); if none
-            # does, the k-ary rounds go on as if nothing happened.
+        if plan.width == 1:
+            f_lb, m_lb, m_ub, raises_left = yield from _halve(plan, f_lb, m_lb, m_ub, raises_left)
+        elif gambled or not plan.reduce_inputs or m_ub - m_lb > plan.width:
+            m_lb, m_ub = yield from _split(plan, f_lb, m_lb, m_ub)
+        else:
             gambled = True
-            singles = list(range(m_ub, m_lb - 1, -1))[: plan.width]
-            verdicts = yield [range_mask(k, k + 1) for k in singles]
-            for k, failed in zip(singles, verdicts):
-                if failed:
-                    return k, k
-            continue
-        if plan.width > 1:
-            # k-ary: split points checked at once; the smallest failing one bounds m from above
-            plan.remaining = _log_base(m_ub - m_lb + 1, plan.width + 1) + 1
-            ks = split_points(m_lb, m_ub, plan.width)
-            verdicts = yield [range_mask(f_lb, k) for k in ks]
-            for k, failed in zip(ks, verdicts):
-                if failed:
-                    m_ub = k - 1
-                    break
-                m_lb = k
-            continue
-        plan.remaining = _log2(m_ub - m_lb + 1) + 1
-        k = (m_lb + m_ub + 1) // 2
-        if (yield range_mask(f_lb, k)):
-            m_ub = k - 1
-            continue
-        m_lb = k
-        if plan.reduce_inputs and not straddle and raises < MAX_RAISES and m_lb < m_ub and _raise_pays(
-            plan, f_lb, k, m_ub
-        ):
-            raises += 1
-            if (yield range_mask(k, m_ub + 1)):
-                f_lb = k
-            else:
-                straddle = True
+            found = yield from _single_failing(plan, m_lb, m_ub)
+            if found is not None:
+                return found, found
     return f_lb, m_ub
+
+
+def _halve(plan: Plan, f_lb: int, m_lb: int, m_ub: int, raises_left: int) -> Search:
+    """One binary step for ``m`` (a check of ``f_lb .. k-1``), then, when it passed and a raise
+    pays, a window check of ``k .. m_ub``; returns the new (f_lb, m_lb, m_ub, raises_left)."""
+    plan.remaining = _log2(m_ub - m_lb + 1) + 1
+    k = (m_lb + m_ub + 1) // 2
+    if (yield range_mask(f_lb, k)):
+        return f_lb, m_lb, k - 1, raises_left
+    if not raises_left or k >= m_ub or not _raise_pays(plan, f_lb, k, m_ub):
+        return f_lb, k, m_ub, raises_left
+    if (yield range_mask(k, m_ub + 1)):
+        return k, k, m_ub, raises_left - 1
+    return f_lb, k, m_ub, 0  # the needed nodes straddle k: no window will do
+
+
+def _split(plan: Plan, f_lb: int, m_lb: int, m_ub: int) -> Search:
+    """One k-ary step for ``m``: split points checked at once, the smallest failing one bounds
+    ``m`` from above; returns the new (m_lb, m_ub)."""
+    plan.remaining = _log_base(m_ub - m_lb + 1, plan.width + 1) + 1
+    ks = split_points(m_lb, m_ub, plan.width)
+    verdicts = yield [range_mask(f_lb, k) for k in ks]
+    for k, failed in zip(ks, verdicts):
+        if failed:
+            return m_lb, k - 1
+        m_lb = k
+    return m_lb, m_ub
+
+
+def _single_failing(plan: Plan, m_lb: int, m_ub: int) -> Search:
+    """The last round of a k-ary search: rather than pin ``m`` down and then search for the first
+    needed node, bet on the common case of one node failing alone and check single nodes of the
+    interval at once. Returns the one that fails (the whole answer: under the monotone failure
+    every search here assumes, it is what one job would find), or None (the k-ary rounds then go
+    on as if nothing happened)."""
+    singles = list(range(m_ub, m_lb - 1, -1))[: plan.width]
+    verdicts = yield [range_mask(k, k + 1) for k in singles]
+    return next((k for k, failed in zip(singles, verdicts) if failed), None)
 
 
 def split_points(lo: int, hi: int, width: int) -> List[int]:
@@ -215,44 +223,10 @@ def latest_failing_start(plan: Plan, lo: int, stop: int) -> Search:
     ``plan.width > 1``: several steps of each at once).
     """
     plan.phase = "bisect (first node)"
-    hi = stop  # the empty range passes
-    step = 1
-    while True:
-        if plan.width > 1:
-            js: List[int] = []
-            while len(js) < plan.width and stop - step > lo:
-                js.append(stop - step)
-                step *= 2
-            if not js:
-                break
-            plan.remaining = 1 + _log_base(js[-1] - lo + 1, plan.width + 1)
-            verdicts = yield [range_mask(j, stop) for j in js]
-            failing = [j for j, failed in zip(js, verdicts) if failed]
-            if failing:
-                hi = min([hi] + [j for j, failed in zip(js, verdicts) if not failed and j > failing[0]])
-                lo = failing[0]
-                break
-            hi = js[-1]
-            continue
-        j = stop - step
-        if j <= lo:
-            break
-        plan.remaining = 1 + _log2(j - lo)
-        if (yield range_mask(j, stop)):
-            lo = j
-            break
-        hi = j
-        step *= 2
+    lo, hi = yield from _search_down(plan, lo, stop)
     while hi - lo > 1:
         if plan.width > 1:
-            plan.remaining = _log_base(hi - lo, plan.width + 1)
-            mids = split_points(lo, hi - 1, plan.width)
-            verdicts = yield [range_mask(mid, stop) for mid in mids]
-            for mid, failed in zip(mids, verdicts):
-                if not failed:
-                    hi = mid
-                    break
-                lo = mid
+            lo, hi = yield from _split_start(plan, lo, hi, stop)
             continue
         plan.remaining = _log2(hi - lo)
         mid = (lo + hi) // 2
@@ -261,6 +235,50 @@ def latest_failing_start(plan: Plan, lo: int, stop: int) -> Search:
         else:
             hi = mid
     return lo
+
+
+def _search_down(plan: Plan, lo: int, stop: int) -> Search:
+    """The exponential search down from ``stop - 1``: starts ``stop - 1, stop - 2, stop - 4, ...``
+    above ``lo``, checked in turn (``plan.width`` at once) until one fails; returns (lo, hi):
+    the range from ``lo`` fails, the one from ``hi`` passes."""
+    starts = [stop - step for step in _powers_of_two(stop - lo - 1)]
+    hi = stop  # the empty range passes
+    while starts:
+        js, starts = starts[: plan.width], starts[plan.width :]
+        verdicts = yield from _check_starts(plan, lo, js, stop)
+        failing = [j for j, failed in zip(js, verdicts) if failed]
+        if failing:
+            return failing[0], min([hi] + [j for j, failed in zip(js, verdicts) if not failed and j > failing[0]])
+        hi = js[-1]
+    return lo, hi
+
+
+def _check_starts(plan: Plan, lo: int, js: List[int], stop: int) -> Search:
+    """The verdicts on the ranges from each start of ``js`` to ``stop`` (checked at once, or the
+    one start alone when checks run one at a time)."""
+    if plan.width > 1:
+        plan.remaining = 1 + _log_base(js[-1] - lo + 1, plan.width + 1)
+        return (yield [range_mask(j, stop) for j in js])
+    plan.remaining = 1 + _log2(js[0] - lo)
+    return [(yield range_mask(js[0], stop))]
+
+
+def _powers_of_two(limit: int) -> List[int]:
+    """1, 2, 4, ... up to ``limit``."""
+    return [1 << k for k in range(limit.bit_length())] if limit > 0 else []
+
+
+def _split_start(plan: Plan, lo: int, hi: int, stop: int) -> Search:
+    """One k-ary step between the failing start ``lo`` and the passing start ``hi``; returns the
+    new (lo, hi)."""
+    plan.remaining = _log_base(hi - lo, plan.width + 1)
+    mids = split_points(lo, hi - 1, plan.width)
+    verdicts = yield [range_mask(mid, stop) for mid in mids]
+    for mid, failed in zip(mids, verdicts):
+        if not failed:
+            return lo, mid
+        lo = mid
+    return lo, hi
 
 
 def bisect(plan: Plan) -> Search:
@@ -285,18 +303,8 @@ def _drop_order(plan: Plan, mask: int, interior: bool) -> List[int]:
     index = plan.index
     sinks = index.sinks(mask) if plan.reduce_outputs else []
     sources = index.sources(mask) if plan.reduce_inputs else []
-    order: List[int] = []
-    seen = set()
-    for i in sorted(sinks, reverse=True) + sorted(sources):
-        if i not in seen:
-            seen.add(i)
-            order.append(i)
-    if interior and plan.free:
-        for i in reversed(mask_indices(mask)):
-            if i not in seen:
-                seen.add(i)
-                order.append(i)
-    return order
+    inner = mask_indices(mask)[::-1] if interior and plan.free else []
+    return list(dict.fromkeys(sorted(sinks, reverse=True) + sorted(sources) + inner))
 
 
 def drop_loop(plan: Plan, mask: int, *, interior: bool, phase: str = "drop loop") -> Search:
@@ -309,47 +317,47 @@ def drop_loop(plan: Plan, mask: int, *, interior: bool, phase: str = "drop loop"
     plan.phase = phase
     rejected: dict = {}  # node -> mask at which dropping it passed
     while True:
-        changed = False
         order = _drop_order(plan, mask, interior)
         fresh = [i for i in order if i not in rejected]
         stale = [i for i in order if i in rejected and rejected[i] != mask]
-        todo = fresh if fresh else stale
         plan.remaining = len(fresh) + len(stale)
-        if plan.width > 1:
-            # the next drops at once; the first that still fails is taken, as one at a time would
-            tries = [i for i in todo if mask & ~(1 << i)]
-            for i in todo:
-                if not mask & ~(1 << i):
-                    rejected[i] = mask
-            for start in range(0, len(tries), plan.width):
-                batch = tries[start : start + plan.width]
-                verdicts = yield [mask & ~(1 << i) for i in batch]
-                for i, failed in zip(batch, verdicts):
-                    if failed:
-                        mask = mask & ~(1 << i)
-                        rejected.pop(i, None)
-                        changed = True
-                        break
-                    rejected[i] = mask
-                if changed:
-                    break
-            todo = []
-        for i in todo:
-            smaller = mask & ~(1 << i)
-            if not smaller:
-                rejected[i] = mask
-                continue
-            if (yield smaller):
-                mask = smaller
-                rejected.pop(i, None)
-                changed = True
-                break
+        drops = _drop_batched if plan.width > 1 else _drop_serial
+        smaller = yield from drops(plan, mask, fresh or stale, rejected)
+        if smaller is not None:
+            mask = smaller
+        elif not fresh:  # every candidate was tried against this very mask (the stale ones just now)
+            plan.remaining = 0
+            return mask
+
+
+def _drop_serial(plan: Plan, mask: int, todo: List[int], rejected: dict) -> Search:
+    """Drops of ``todo`` checked one at a time: the first smaller mask that still fails, or
+    None (each drop that passed is recorded in ``rejected``)."""
+    for i in todo:
+        smaller = mask & ~(1 << i)
+        if smaller and (yield smaller):
+            rejected.pop(i, None)
+            return smaller
+        rejected[i] = mask
+    return None
+
+
+def _drop_batched(plan: Plan, mask: int, todo: List[int], rejected: dict) -> Search:
+    """:func:`_drop_serial` with ``plan.width`` drops checked at once; the first that still
+    fails is taken, as one at a time would."""
+    tries = [i for i in todo if mask & ~(1 << i)]
+    for i in todo:
+        if not mask & ~(1 << i):
             rejected[i] = mask
-        if not changed and not fresh:
-            # every candidate end was tried against this very mask
-            if all(rejected.get(i) == mask for i in _drop_order(plan, mask, interior)):
-                plan.remaining = 0
-                return mask
+    for start in range(0, len(tries), plan.width):
+        batch = tries[start : start + plan.width]
+        verdicts = yield [mask & ~(1 << i) for i in batch]
+        for i, failed in zip(batch, verdicts):
+            if failed:
+                rejected.pop(i, None)
+                return mask & ~(1 << i)
+            rejected[i] = mask
+    return None
 
 
 def linear(plan: Plan, mask: Optional[int] = None) -> Search:
