@@ -597,6 +597,33 @@ def test_external_data_dir_and_no_reduce_outputs(cli, tmp_path, monkeypatch):
     assert res.code == 3 and "external data" in res.err
 
 
+def test_side_branches_of_a_model_with_dynamic_dimensions_are_folded_on_generated_inputs(cli, tmp_path, monkeypatch):
+    """--no-reduce-outputs folds the tensors of removed side branches into constants; on a model whose
+    input has a symbolic dimension, the generated inputs take it as 1, as `toolkit run` does."""
+    from onnx import TensorProto, helper
+
+    monkeypatch.chdir(tmp_path)
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="r"), helper.make_node("Neg", ["x"], ["b"], name="n"),
+             helper.make_node("Sigmoid", ["a"], ["c"], name="planted"), helper.make_node("Add", ["c", "b"], ["y"], name="add")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, "model.onnx")
+    res = cli("debug", "reduce", "model.onnx", "-o", "out.onnx", "--no-reduce-outputs", "--mode", "bisect",
+              "--fail-regex", "planted", "--check", *INSPECT)
+    assert res.code == 0, res.err
+    out = _load(tmp_path / "out.onnx")
+    assert node_names(out) == ["planted", "add"]
+    (folded,) = out.graph.initializer
+    assert folded.name == "b" and list(folded.dims) == [1, 4]
+    x = np.random.default_rng(0).random((1, 4), dtype=np.float32)
+    import onnxruntime as ort
+
+    (got,) = ort.InferenceSession("out.onnx").run(None, {"a": np.maximum(x, 0)})
+    assert got.shape == (1, 4)
+
+
 @pytest.mark.serial
 def test_check_that_leaves_a_background_process_does_not_hang(tmp_path):
     from toolkit.reduce.check import SubprocessRunner

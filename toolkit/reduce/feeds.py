@@ -18,9 +18,10 @@ from toolkit.reduce.loading import run_for_values
 
 def fold_values_maker(cfg, model, shapes, warn: Callable[[str], None]):
     """names -> {name: array}: the full model's values of those tensors, computed once on
-    ONNX-Runtime with the --load-inputs data (or generated inputs, with a warning)."""
+    ONNX-Runtime with the --load-inputs data (or generated inputs, with a warning: those a
+    ``toolkit run`` check generates, dynamic dimensions 1 unless --model-input-shapes says otherwise)."""
     cache: Dict[str, object] = {}
-    feed_of = feed_maker(cfg, model, shapes)
+    feed_of = feed_maker(cfg, model, shapes, generated=True)
 
     def values(names):
         missing = [n for n in names if n not in cache]
@@ -33,17 +34,17 @@ def fold_values_maker(cfg, model, shapes, warn: Callable[[str], None]):
                     "argument directly to debug reduce: give it the check's data with --load-inputs"
                 )
             full = load_model(cfg.model, external_data_dir=cfg.external_data_dir)
-            feed = feed_of() if feed_of is not None else None
-            cache.update(run_for_values(full, missing, feed, shapes, cfg.external_data_dir))
+            cache.update(run_for_values(full, missing, feed_of(), shapes, cfg.external_data_dir))
         return {n: cache[n] for n in names}
 
     return values
 
 
-def feed_maker(cfg, model, shapes):
+def feed_maker(cfg, model, shapes, generated: bool = False):
     """What to feed the model when it must be run for shapes: --load-inputs data, or
-    inputs generated with --seed / --val-range; None leaves it to the default."""
-    if not (cfg.load_inputs or cfg.seed is not None or cfg.val_range):
+    inputs generated with --seed / --val-range; None leaves it to the default, unless
+    ``generated``: then inputs generated as ``toolkit run`` does."""
+    if not (generated or cfg.load_inputs or cfg.seed is not None or cfg.val_range):
         return None
 
     ranges = parse_val_ranges(list(cfg.val_range)) if cfg.val_range else None  # bad specs: now
