@@ -390,6 +390,11 @@ def is_non_tensor(meta) -> bool:
     return meta is not None and bool(meta.dtype) and meta.dtype.endswith("_type")
 
 
+def has_tensor_dtype(meta) -> bool:
+    """``meta`` (a TensorMeta or None) describes a tensor whose dtype is known."""
+    return meta is not None and bool(meta.dtype) and not meta.dtype.endswith("_type")
+
+
 def non_tensor_value_types(model, names: Sequence[str]) -> dict:
     """{name: TypeProto} for the sequence/map values ``names``: as the model states them, else as
     ONNX shape inference finds them (graph inputs and outputs need a type)."""
