@@ -262,7 +262,8 @@ _PASS_THROUGH = {
 }
 
 
-def _replace_input(node, old, new) -> None:
+def replace_input(node, old, new) -> None:
+    """``node`` reads ``new`` wherever it read ``old``."""
     for i, t in enumerate(list(node.inputs)):
         if t is old:
             node.inputs[i] = new
@@ -292,7 +293,7 @@ def _eliminate_in(gs, graph) -> int:
         dst = node.outputs[0]
         if id(dst) not in outputs:
             for reader in list(dst.outputs):
-                _replace_input(reader, dst, src)
+                replace_input(reader, dst, src)
             node.inputs.clear()
             node.outputs.clear()
         elif not _output_to_producer(gs, node, src, own, graph_ends):
@@ -314,7 +315,7 @@ def _output_to_producer(gs, node, src, own, graph_ends) -> bool:
     dst = node.outputs[0]
     for reader in list(src.outputs):
         if reader is not node:
-            _replace_input(reader, src, dst)
+            replace_input(reader, src, dst)
     node.inputs.clear()
     node.outputs.clear()
     producer.outputs[producer.outputs.index(src)] = dst
