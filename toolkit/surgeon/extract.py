@@ -79,32 +79,33 @@ def _set_cut(gs, graph, model, in_specs, out_specs, metas: Dict[str, TensorMeta]
     """Make the cut's tensors the graphsurgeon ``graph``'s inputs and outputs, with their metadata."""
     tensors = all_tensors(graph)
     if in_specs is not None:
-        new_inputs = []
-        for spec in in_specs:
-            t = tensors[spec.name]
-            meta = metas[spec.name]
-            if isinstance(t, gs.Constant):
-                raise InputError(
-                    f"'{spec.name}' is a constant of the model and cannot be a subgraph input; "
-                    "cut at a tensor that a node computes"
-                )
-            t.inputs.clear()
-            t.shape = list(meta.shape) if meta.shape is not None else None
-            t.dtype = np_dtype(meta.dtype)
-            new_inputs.append(t)
-        graph.inputs = new_inputs
+        graph.inputs = [_cut_input(gs, tensors[spec.name], metas[spec.name]) for spec in in_specs]
     if out_specs is not None:
-        new_outputs = []
-        for spec in out_specs:
-            t = tensors.get(spec.name)
-            if t is None:  # an initializer that nothing reads: not in graphsurgeon's graph
-                t = _import_unused_initializer(model, spec.name)
-            meta = metas[spec.name]
-            if not isinstance(t, gs.Constant):
-                t.dtype = np_dtype(meta.dtype)
-                t.shape = list(meta.shape) if meta.shape is not None else None
-            new_outputs.append(t)
-        graph.outputs = new_outputs
+        graph.outputs = [_cut_output(gs, tensors.get(spec.name), model, metas[spec.name]) for spec in out_specs]
+
+
+def _cut_input(gs, t, meta: TensorMeta):
+    """The gs tensor ``t`` made a graph input (its producer cut off) of ``meta``'s shape and dtype."""
+    if isinstance(t, gs.Constant):
+        raise InputError(
+            f"'{meta.name}' is a constant of the model and cannot be a subgraph input; "
+            "cut at a tensor that a node computes"
+        )
+    t.inputs.clear()
+    t.shape = list(meta.shape) if meta.shape is not None else None
+    t.dtype = np_dtype(meta.dtype)
+    return t
+
+
+def _cut_output(gs, t, model, meta: TensorMeta):
+    """The gs tensor ``t`` (None: an initializer that nothing reads, not in graphsurgeon's graph)
+    as a graph output; computed ones get ``meta``'s dtype and shape."""
+    if t is None:
+        t = _import_unused_initializer(model, meta.name)
+    if not isinstance(t, gs.Constant):
+        t.dtype = np_dtype(meta.dtype)
+        t.shape = list(meta.shape) if meta.shape is not None else None
+    return t
 
 
 def extract(
@@ -317,14 +318,12 @@ def _cut_border(model, dangling: set) -> List[tuple]:
         if any(r in fed for r in reads):
             fed.update(outs)
             fed_nodes.append((node, reads))
-    border = []
-    seen = set()
+    border: Dict[str, tuple] = {}
     for node, reads in fed_nodes:
         for r in reads:
-            if r in tainted and r not in fed and r not in seen:
-                seen.add(r)
-                border.append((r, node.name, node.op_type))
-    return border
+            if r in tainted and r not in fed:
+                border.setdefault(r, (r, node.name, node.op_type))
+    return list(border.values())
 
 
 def _dedupe(specs: Sequence[TensorMeta]) -> List[TensorMeta]:
