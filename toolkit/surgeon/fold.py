@@ -64,11 +64,16 @@ def _apply_inferred(model, inferred, *, outputs: bool) -> None:
                 del g.value_info[:]
                 g.value_info.extend(ig.value_info)
     if outputs:
-        by_name = {o.name: o for o in inferred.graph.output}
-        for o in model.graph.output:
-            new = by_name.get(o.name)
-            if new is not None and new.type.HasField("tensor_type") and new.type.tensor_type.HasField("shape"):
-                o.type.CopyFrom(new.type)
+        _apply_output_shapes(model.graph, inferred.graph)
+
+
+def _apply_output_shapes(graph, inferred_graph) -> None:
+    """Graph outputs take the type inference found for them, where that is a tensor with a shape."""
+    by_name = {o.name: o for o in inferred_graph.output}
+    for o in graph.output:
+        new = by_name.get(o.name)
+        if new is not None and new.type.HasField("tensor_type") and new.type.tensor_type.HasField("shape"):
+            o.type.CopyFrom(new.type)
 
 
 def _clear_negative_dims(value_infos) -> None:
@@ -306,14 +311,7 @@ def inline_branch(gs, g, node, branch, unique) -> list:
     branch_outs = list(branch.outputs)
     body_nodes = list(branch.nodes)
     produced = {id(t) for n in body_nodes for t in n.outputs}
-    outer_tensors = g.tensors()
-    for n in body_nodes:
-        for t in n.outputs:
-            if not t.is_empty():
-                t.name = unique(t.name)
-        for t in n.inputs:
-            if isinstance(t, gs.Constant) and outer_tensors.get(t.name, t) is not t:
-                t.name = unique(t.name)  # a branch constant whose name the outer graph uses
+    _rename_branch_tensors(gs, body_nodes, g.tensors(), unique)
     node.inputs.clear()
     node.outputs.clear()
     extra = []
@@ -331,6 +329,18 @@ def inline_branch(gs, g, node, branch, unique) -> list:
         # An Identity keeps the If's output defined.
         extra.append(gs.Node("Identity", name=unique(f"{outer.name}_identity"), inputs=[src], outputs=[outer]))
     return body_nodes + extra
+
+
+def _rename_branch_tensors(gs, body_nodes, outer_tensors: dict, unique) -> None:
+    """Give what the branch's nodes compute, and the branch constants whose names the outer
+    graph (``outer_tensors``) uses for another tensor, names of their own there."""
+    for n in body_nodes:
+        for t in n.outputs:
+            if not t.is_empty():
+                t.name = unique(t.name)
+        for t in n.inputs:
+            if isinstance(t, gs.Constant) and outer_tensors.get(t.name, t) is not t:
+                t.name = unique(t.name)
 
 
 def _fold_once(
