@@ -361,13 +361,13 @@ def _undefined(type_proto) -> bool:
         return True
     if kind == "tensor_type":
         return type_proto.tensor_type.elem_type == 0
-    if kind == "sequence_type":
-        return _undefined(type_proto.sequence_type.elem_type)
-    if kind == "optional_type":
-        return _undefined(type_proto.optional_type.elem_type)
-    if kind == "map_type":
-        return _undefined(type_proto.map_type.value_type)
+    if kind in _INNER_TYPE:
+        return _undefined(getattr(getattr(type_proto, kind), _INNER_TYPE[kind]))
     return False
+
+
+# TypeProto kind -> the field holding the type it contains
+_INNER_TYPE = {"sequence_type": "elem_type", "optional_type": "elem_type", "map_type": "value_type"}
 
 
 def keep_non_tensor_types(result, types: dict) -> None:

@@ -21,7 +21,7 @@ from toolkit.core.meta import dtype_to_numpy
 from toolkit.core.io.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
 from toolkit.core.shapes import STUB_BYTES, light_copy, node_reads
 from toolkit.surgeon.load import SHAPE_OPS
-from toolkit.surgeon.plumbing import has_tensor_dtype
+from toolkit.surgeon.plumbing import copied, has_tensor_dtype
 
 
 def check_model(model, original=None) -> None:
@@ -560,12 +560,7 @@ def _prune_to(graph, outputs: Sequence[str]) -> None:
                 keep.add(i)
                 needed.update(node_reads(node))
                 changed = True
-    kept = [n for i, n in enumerate(graph.node) if i in keep]
-    copies = []
-    for n in kept:
-        c = type(n)()
-        c.CopyFrom(n)
-        copies.append(c)
+    copies = [copied(n) for i, n in enumerate(graph.node) if i in keep]
     del graph.node[:]
     graph.node.extend(copies)
     del graph.output[:]
