@@ -139,7 +139,17 @@ def extract(
     in_specs = _dedupe(inputs) if inputs is not None else None
     out_specs = _dedupe(outputs) if outputs is not None else None
     metas = _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log)
+    result = _cut_model(gs, model, in_specs, out_specs, metas)
+    dangling = dangling_tensors(result)
+    if dangling:
+        raise InputError(_dangling_message(result, dangling))
+    _complete_output_shapes(result, external_data_dir, log)
+    return result
 
+
+def _cut_model(gs, model, in_specs, out_specs, metas: Dict[str, TensorMeta]):
+    """``model`` rebuilt by graphsurgeon with the cut's inputs and outputs (``None``: the model's
+    own), what they do not need removed, sorted; sequence and map types kept."""
     original_fields = model_shell(model)
     cut = [s.name for s in list(in_specs or []) + list(out_specs or []) if is_non_tensor(metas.get(s.name))]
     types = {**non_tensor_types(model), **non_tensor_value_types(model, cut)}
@@ -153,11 +163,6 @@ def extract(
         result = export_graph(gs, graph, original_fields)
     del graph
     keep_non_tensor_types(result, types)
-
-    dangling = dangling_tensors(result)
-    if dangling:
-        raise InputError(_dangling_message(result, dangling))
-    _complete_output_shapes(result, external_data_dir, log)
     return result
 
 
