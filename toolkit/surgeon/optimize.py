@@ -28,6 +28,7 @@ from toolkit.surgeon.plumbing import (
     count_model_nodes,
     export_graph,
     gs_step,
+    has_graph_attributes,
     import_gs,
     keep_non_tensor_types,
     nolog,
@@ -135,7 +136,7 @@ def _rewritten(optimized, model, before: int, log: LogFn):
 
 def _rewrite_top(result, model):
     """:func:`_after_optimizer` where the model has no subgraphs (else ``result`` as it is)."""
-    if any(attr.type in (5, 10) for n in result.graph.node for attr in n.attribute):  # GRAPH, GRAPHS
+    if has_graph_attributes(result.graph):
         return {}, result
     return _after_optimizer(result, model)
 

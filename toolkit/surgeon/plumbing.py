@@ -232,6 +232,12 @@ def count_nodes(graph) -> int:
     return n
 
 
+def has_graph_attributes(graph) -> bool:
+    """A node of ``graph``'s top level has a graph attribute (an If branch, a Loop/Scan body...)."""
+    kinds = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+    return any(attr.type in kinds for n in graph.node for attr in n.attribute)
+
+
 def count_model_nodes(model) -> int:
     """Nodes of an ONNX model including those inside subgraphs."""
 

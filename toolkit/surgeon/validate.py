@@ -21,7 +21,7 @@ from toolkit.core.meta import dtype_to_numpy
 from toolkit.core.io.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
 from toolkit.core.shapes import STUB_BYTES, light_copy, node_reads
 from toolkit.surgeon.load import SHAPE_OPS
-from toolkit.surgeon.plumbing import copied, has_tensor_dtype
+from toolkit.surgeon.plumbing import copied, has_graph_attributes, has_tensor_dtype
 
 
 def check_model(model, original=None) -> None:
@@ -236,7 +236,7 @@ class Validation:
         # Every intermediate tensor's value too, when the model has no subgraphs and they fit:
         # then a folded model is checked by comparing its new constants with them, without
         # running it (folding only replaces tensors by constants and removes dead nodes).
-        self.has_subgraphs = any(attr.type in (5, 10) for n in g.node for attr in n.attribute)  # GRAPH, GRAPHS
+        self.has_subgraphs = has_graph_attributes(g)
         self.feed = self._make_feed()
         if self.feed is None:
             return
