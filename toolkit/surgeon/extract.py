@@ -46,9 +46,7 @@ def dangling_tensors(model) -> List[tuple]:
     required). Reads include what If/Loop/Scan bodies read from the outer graph.
     """
     g = model.graph
-    defined = {i.name for i in g.input} | {t.name for t in g.initializer}
-    defined |= {t.values.name for t in g.sparse_initializer}
-    defined |= {o for node in g.node for o in node.output if o}
+    defined = set(top_tensor_names(model))
     reads = [(name, node.name, node.op_type) for node in g.node for name in node_reads(node)]
     reads += [(o.name, "", "graph output") for o in g.output]
     out: Dict[str, tuple] = {}
