@@ -112,6 +112,7 @@ def _weights_as_inputs(g, stubbed, pruned: bool) -> List[str]:
 
 
 def _session_options(ort, optimized: bool, external_data_dir: Optional[str]):
+    """ONNX-Runtime session options for validation runs."""
     so = ort.SessionOptions()
     # ``optimized``: ONNX-Runtime's basic level, as users load models (it inlines constant-condition
     # If branches and folds constants, which meets checks a plain load does not).
