@@ -46,22 +46,14 @@ def dangling_tensors(model) -> List[tuple]:
     required). Reads include what If/Loop/Scan bodies read from the outer graph.
     """
     g = model.graph
-    defined = {i.name for i in g.input} | {t.name for t in g.initializer}
-    defined |= {t.values.name for t in g.sparse_initializer}
-    for node in g.node:
-        defined.update(o for o in node.output if o)
-    out = []
-    seen = set()
-    for node in g.node:
-        for name in node_reads(node):
-            if name not in defined and name not in seen:
-                seen.add(name)
-                out.append((name, node.name, node.op_type))
-    for o in g.output:
-        if o.name not in defined and o.name not in seen:
-            seen.add(o.name)
-            out.append((o.name, "", "graph output"))
-    return out
+    defined = set(top_tensor_names(model))
+    reads = [(name, node.name, node.op_type) for node in g.node for name in node_reads(node)]
+    reads += [(o.name, "", "graph output") for o in g.output]
+    out: Dict[str, tuple] = {}
+    for read in reads:
+        if read[0] not in defined:
+            out.setdefault(read[0], read)
+    return list(out.values())
 
 
 def _check_cut_names(model, inputs, outputs) -> None:
@@ -69,10 +61,10 @@ def _check_cut_names(model, inputs, outputs) -> None:
     known = top_tensor_names(model)
     known_set = set(known)
     inits = {t.name for t in model.graph.initializer}
-    for spec in list(inputs or []) + list(outputs or []):
-        if spec.name not in known_set:
-            what = "input" if inputs and spec in inputs else "output"
-            raise unknown_name_error(spec.name, known, what)
+    for specs, what in ((inputs or [], "input"), (outputs or [], "output")):
+        for spec in specs:
+            if spec.name not in known_set:
+                raise unknown_name_error(spec.name, known, what)
     for spec in inputs or []:
         if spec.name in inits:
             raise InputError(
@@ -85,32 +77,33 @@ def _set_cut(gs, graph, model, in_specs, out_specs, metas: Dict[str, TensorMeta]
     """Make the cut's tensors the graphsurgeon ``graph``'s inputs and outputs, with their metadata."""
     tensors = all_tensors(graph)
     if in_specs is not None:
-        new_inputs = []
-        for spec in in_specs:
-            t = tensors[spec.name]
-            meta = metas[spec.name]
-            if isinstance(t, gs.Constant):
-                raise InputError(
-                    f"'{spec.name}' is a constant of the model and cannot be a subgraph input; "
-                    "cut at a tensor that a node computes"
-                )
-            t.inputs.clear()
-            t.shape = list(meta.shape) if meta.shape is not None else None
-            t.dtype = np_dtype(meta.dtype)
-            new_inputs.append(t)
-        graph.inputs = new_inputs
+        graph.inputs = [_cut_input(gs, tensors[spec.name], metas[spec.name]) for spec in in_specs]
     if out_specs is not None:
-        new_outputs = []
-        for spec in out_specs:
-            t = tensors.get(spec.name)
-            if t is None:  # an initializer that nothing reads: not in graphsurgeon's graph
-                t = _import_unused_initializer(model, spec.name)
-            meta = metas[spec.name]
-            if not isinstance(t, gs.Constant):
-                t.dtype = np_dtype(meta.dtype)
-                t.shape = list(meta.shape) if meta.shape is not None else None
-            new_outputs.append(t)
-        graph.outputs = new_outputs
+        graph.outputs = [_cut_output(gs, tensors.get(spec.name), model, metas[spec.name]) for spec in out_specs]
+
+
+def _cut_input(gs, t, meta: TensorMeta):
+    """The gs tensor ``t`` made a graph input (its producer cut off) of ``meta``'s shape and dtype."""
+    if isinstance(t, gs.Constant):
+        raise InputError(
+            f"'{meta.name}' is a constant of the model and cannot be a subgraph input; "
+            "cut at a tensor that a node computes"
+        )
+    t.inputs.clear()
+    t.shape = list(meta.shape) if meta.shape is not None else None
+    t.dtype = np_dtype(meta.dtype)
+    return t
+
+
+def _cut_output(gs, t, model, meta: TensorMeta):
+    """The gs tensor ``t`` (None: an initializer that nothing reads, not in graphsurgeon's graph)
+    as a graph output; computed ones get ``meta``'s dtype and shape."""
+    if t is None:
+        t = _import_unused_initializer(model, meta.name)
+    if not isinstance(t, gs.Constant):
+        t.dtype = np_dtype(meta.dtype)
+        t.shape = list(meta.shape) if meta.shape is not None else None
+    return t
 
 
 def extract(
@@ -144,7 +137,17 @@ def extract(
     in_specs = _dedupe(inputs) if inputs is not None else None
     out_specs = _dedupe(outputs) if outputs is not None else None
     metas = _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log)
+    result = _cut_model(gs, model, in_specs, out_specs, metas)
+    dangling = dangling_tensors(result)
+    if dangling:
+        raise InputError(_dangling_message(result, dangling))
+    _complete_output_shapes(result, external_data_dir, log)
+    return result
 
+
+def _cut_model(gs, model, in_specs, out_specs, metas: Dict[str, TensorMeta]):
+    """``model`` rebuilt by graphsurgeon with the cut's inputs and outputs (``None``: the model's
+    own), what they do not need removed, sorted; sequence and map types kept."""
     original_fields = model_shell(model)
     cut = [s.name for s in list(in_specs or []) + list(out_specs or []) if is_non_tensor(metas.get(s.name))]
     types = {**non_tensor_types(model), **non_tensor_value_types(model, cut)}
@@ -158,11 +161,6 @@ def extract(
         result = export_graph(gs, graph, original_fields)
     del graph
     keep_non_tensor_types(result, types)
-
-    dangling = dangling_tensors(result)
-    if dangling:
-        raise InputError(_dangling_message(result, dangling))
-    _complete_output_shapes(result, external_data_dir, log)
     return result
 
 
@@ -176,16 +174,9 @@ def _complete_output_shapes(result, external_data_dir, log: LogFn) -> None:
     metas = infer_tensor_meta(result, fallback=True, names=todo, external_data_dir=external_data_dir)
     for o in result.graph.output:
         m = metas.get(o.name)
-        if o.name not in todo or m is None or m.shape is None:
-            continue
-        old = value_info_meta(o)
-        if old.shape is not None and len(old.shape) == len(m.shape):
-            # keep the model's names for dims the subgraph cannot fix
-            shape = [d if d is not None else od for d, od in zip(m.shape, old.shape)]
-        else:
-            shape = list(m.shape)
-        o.type.CopyFrom(tensor_value_info(o.name, TensorMeta(o.name, tuple(shape), m.dtype or old.dtype)).type)
-        log(f"Subgraph output {format_meta(o.name, tuple(shape), m.dtype or old.dtype)} (found on the subgraph)")
+        if o.name in todo and m is not None and m.shape is not None:
+            old = value_info_meta(o)
+            _set_output_type(o, _keep_dim_names(old.shape, m.shape), m.dtype or old.dtype, "found on the subgraph", log)
     _name_unknown_output_dims(result, log)
     missing = [o.name for o in result.graph.output
                if o.type.HasField("tensor_type") and value_info_meta(o).shape is None]
@@ -196,6 +187,19 @@ def _complete_output_shapes(result, external_data_dir, log: LogFn) -> None:
         )
 
 
+def _keep_dim_names(old, found) -> tuple:
+    """The ``found`` shape, keeping the model's names for dims the subgraph cannot fix."""
+    if old is None or len(old) != len(found):
+        return tuple(found)
+    return tuple(d if d is not None else od for d, od in zip(found, old))
+
+
+def _set_output_type(o, shape: tuple, dtype, source: str, log: LogFn) -> None:
+    """Give graph output ``o`` this shape and dtype, and say where they came from."""
+    o.type.CopyFrom(tensor_value_info(o.name, TensorMeta(o.name, shape, dtype)).type)
+    log(f"Subgraph output {format_meta(o.name, shape, dtype)} ({source})")
+
+
 _DIM_NAME = re.compile(r"[A-Za-z_][\w.]*\Z")
 
 
@@ -204,8 +208,7 @@ def _name_unknown_output_dims(result, log: LogFn) -> None:
     (when sympy is installed) follows dims through ops ONNX's does not (Pad with computed pads,
     ...), giving a number or the model's own dim name (``sequence_length``). Expressions it
     builds (``floor(n/2)``) are not written; unknown stays unknown there."""
-    todo = {o.name: value_info_meta(o) for o in result.graph.output if o.type.HasField("tensor_type")}
-    todo = {k: m for k, m in todo.items() if m.shape is None or any(d is None for d in m.shape)}
+    todo = _outputs_with_unknown_dims(result)
     if not todo:
         return
     inferred = symbolic_shape_inference(result)
@@ -214,18 +217,32 @@ def _name_unknown_output_dims(result, log: LogFn) -> None:
     found = {o.name: value_info_meta(o) for o in inferred.graph.output}
     named = _input_dim_names(result, inferred)
     for o in result.graph.output:
-        old, new = todo.get(o.name), found.get(o.name)
-        if old is None or new is None or new.shape is None or (old.shape is not None and len(old.shape) != len(new.shape)):
+        old = todo.get(o.name)
+        if old is None:
             continue
-        base = old.shape if old.shape is not None else (None,) * len(new.shape)
-        shape = tuple(d if d is not None else _plain_dim(n) for d, n in zip(base, new.shape))
-        if shape == tuple(base):
+        shape = _symbolic_dims(old.shape, found.get(o.name))
+        if shape is None:
             continue
         for d in shape:
             if isinstance(d, str) and d in named:  # a name it gave an unnamed input dim: the input gets it too
                 named.pop(d).dim_param = d
-        o.type.CopyFrom(tensor_value_info(o.name, TensorMeta(o.name, shape, old.dtype)).type)
-        log(f"Subgraph output {format_meta(o.name, shape, old.dtype)} (symbolic shape inference)")
+        _set_output_type(o, shape, old.dtype, "symbolic shape inference", log)
+
+
+def _outputs_with_unknown_dims(model) -> Dict[str, TensorMeta]:
+    """{name: meta} of the tensor outputs whose rank or some dim is unknown."""
+    metas = {o.name: value_info_meta(o) for o in model.graph.output if o.type.HasField("tensor_type")}
+    return {k: m for k, m in metas.items() if m.shape is None or any(d is None for d in m.shape)}
+
+
+def _symbolic_dims(old, new: Optional[TensorMeta]) -> Optional[tuple]:
+    """The ``old`` shape with its unknown dims taken from symbolic inference's ``new`` where
+    those are plain; None when that adds nothing (or the ranks differ)."""
+    if new is None or new.shape is None or (old is not None and len(old) != len(new.shape)):
+        return None
+    base = tuple(old) if old is not None else (None,) * len(new.shape)
+    shape = tuple(d if d is not None else _plain_dim(n) for d, n in zip(base, new.shape))
+    return None if shape == base else shape
 
 
 def _input_dim_names(result, inferred) -> dict:
@@ -268,20 +285,23 @@ def _dangling_message(model, dangling) -> str:
     """Name the tensor left without producer, and where the cut should be widened."""
     name, node, op = dangling[0]
     by = f"node '{node}' ({op})" if node else "the outputs"
-    more = ""
-    if len(dangling) > 1:
-        others = ", ".join(repr(d[0]) for d in dangling[1:5])
-        more = f" (also: {others}{', ...' if len(dangling) > 5 else ''})"
+    more = f" (also: {_names_after_first(dangling, 4)})" if len(dangling) > 1 else ""
     msg = f"the cut leaves tensor '{name}', needed by {by}, without a producer and it is not an input{more}"
     border = _cut_border(model, {d[0] for d in dangling})
     if border and border[0][0] != name:
         t, n, o = border[0]
         msg += f"; node '{n}' ({o}) reads '{t}', which depends on it: add '{t}' to --inputs"
         if len(border) > 1:
-            msg += f" (and {', '.join(repr(b[0]) for b in border[1:4])}{', ...' if len(border) > 4 else ''})"
+            msg += f" (and {_names_after_first(border, 3)})"
     else:
         msg += f"; add '{name}' (or a tensor between it and the outputs) to --inputs"
     return msg
+
+
+def _names_after_first(rows: List[tuple], shown: int) -> str:
+    """The tensor names of ``rows[1:]``, at most ``shown`` of them, then ``, ...`` if there are more."""
+    names = ", ".join(repr(r[0]) for r in rows[1:shown + 1])
+    return names + (", ..." if len(rows) > shown + 1 else "")
 
 
 def _cut_border(model, dangling: set) -> List[tuple]:
@@ -301,14 +321,12 @@ def _cut_border(model, dangling: set) -> List[tuple]:
         if any(r in fed for r in reads):
             fed.update(outs)
             fed_nodes.append((node, reads))
-    border = []
-    seen = set()
+    border: Dict[str, tuple] = {}
     for node, reads in fed_nodes:
         for r in reads:
-            if r in tainted and r not in fed and r not in seen:
-                seen.add(r)
-                border.append((r, node.name, node.op_type))
-    return border
+            if r in tainted and r not in fed:
+                border.setdefault(r, (r, node.name, node.op_type))
+    return list(border.values())
 
 
 def _dedupe(specs: Sequence[TensorMeta]) -> List[TensorMeta]:
@@ -329,32 +347,52 @@ def _cut_fully_given(in_specs) -> bool:
 
 def _check_explicit(in_specs, out_specs, metas, *, dims: bool = True) -> None:
     """InputError when a shape or dtype given for a cut contradicts what inference knows."""
-    for s, kind in [(s, "input") for s in in_specs] + [(s, "output") for s in out_specs]:
+    for s in in_specs:
         m = metas.get(s.name)
-        if m is None:
-            continue
-        shape_txt = format_spec_shape(tuple(m.shape)) if m.shape is not None else "auto"
-        known = f"{s.name}:{shape_txt}:{m.dtype or 'auto'}"
-        flag = "--inputs" if kind == "input" else "--outputs"
-        if s.dtype and m.dtype and not m.dtype.endswith("_type") and s.dtype != m.dtype:
-            raise InputError(
-                f"{kind} '{s.name}' is given as {s.dtype}, but the model computes {known}; "
-                f"fix the dtype in {flag} (or write auto)"
-            )
-        if kind == "input" and s.shape is not None and m.shape is not None:
-            bad = len(s.shape) != len(m.shape) or (dims and any(
-                isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(s.shape, m.shape)))
-            if bad:
-                raise InputError(
-                    f"input '{s.name}' is given the shape {format_spec_shape(tuple(s.shape))}, but the model computes "
-                    f"{known}; fix the shape in --inputs (or write auto)"
-                )
+        if m is not None:
+            _check_given_dtype(s, "input", m)
+            _check_given_shape(s, m, dims)
+    for s in out_specs:
+        m = metas.get(s.name)
+        if m is not None:
+            _check_given_dtype(s, "output", m)
+
+
+def _computed_text(name: str, m: TensorMeta) -> str:
+    """``name:shape:dtype`` as inference knows the tensor, for messages."""
+    shape_txt = format_spec_shape(tuple(m.shape)) if m.shape is not None else "auto"
+    return f"{name}:{shape_txt}:{m.dtype or 'auto'}"
+
+
+def _check_given_dtype(s: TensorMeta, kind: str, m: TensorMeta) -> None:
+    """InputError when the dtype given for a cut tensor is not the tensor type the model computes."""
+    if not s.dtype or not m.dtype or m.dtype.endswith("_type") or s.dtype == m.dtype:
+        return
+    flag = "--inputs" if kind == "input" else "--outputs"
+    raise InputError(
+        f"{kind} '{s.name}' is given as {s.dtype}, but the model computes {_computed_text(s.name, m)}; "
+        f"fix the dtype in {flag} (or write auto)"
+    )
+
+
+def _check_given_shape(s: TensorMeta, m: TensorMeta, dims: bool) -> None:
+    """InputError when the shape given for a cut input has another rank than the model computes
+    (or, with ``dims``, another static dim)."""
+    if s.shape is None or m.shape is None:
+        return
+    dims_differ = dims and any(isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(s.shape, m.shape))
+    if len(s.shape) == len(m.shape) and not dims_differ:
+        return
+    raise InputError(
+        f"input '{s.name}' is given the shape {format_spec_shape(tuple(s.shape))}, but the model computes "
+        f"{_computed_text(s.name, m)}; fix the shape in --inputs (or write auto)"
+    )
 
 
 def _filled_specs(in_specs, out_specs, metas: Dict[str, TensorMeta]) -> Dict[str, TensorMeta]:
     """The cut's inputs and outputs with what was ``auto`` taken from ``metas`` (InputError when no dtype is known)."""
     result: Dict[str, TensorMeta] = {}
-    for s in in_specs or []:
+    for s in in_specs:
         m = metas.get(s.name, TensorMeta(s.name))
         shape = s.shape if s.shape is not None else m.shape
         dtype = s.dtype or m.dtype
@@ -363,7 +401,7 @@ def _filled_specs(in_specs, out_specs, metas: Dict[str, TensorMeta]) -> Dict[str
                 f"cannot find the dtype of input '{s.name}'; give it, e.g. --inputs {s.name}:auto:float32"
             )
         result[s.name] = TensorMeta(s.name, shape, dtype)
-    for s in out_specs or []:
+    for s in out_specs:
         m = metas.get(s.name, TensorMeta(s.name))
         dtype = s.dtype or m.dtype
         if not dtype:
@@ -374,49 +412,64 @@ def _filled_specs(in_specs, out_specs, metas: Dict[str, TensorMeta]) -> Dict[str
 
 def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log):
     """Fill ``auto`` shapes/dtypes: {name: TensorMeta} for every given input and output."""
-    need_in = [s for s in in_specs or [] if s.shape is None or s.dtype is None]
+    in_specs, out_specs = in_specs or [], out_specs or []
     metas: Dict[str, TensorMeta] = {}
     if force_fallback:
         metas = infer_tensor_meta(
             model, input_shapes=input_shapes, force_fallback=True, external_data_dir=external_data_dir
         )
         # Dims come from a run at assumed input shapes: only ranks and dtypes can be checked.
-        _check_explicit(in_specs or [], out_specs or [], metas, dims=False)
+        _check_explicit(in_specs, out_specs, metas, dims=False)
     elif in_specs or out_specs:
-
-        declared = {} if input_shapes else declared_tensor_meta(model)
-        explicit = [s for s in in_specs or [] if s.shape is not None or s.dtype is not None]
-        explicit += [s for s in out_specs or [] if s.dtype is not None]
-        if all(is_complete(declared.get(s.name)) for s in list(need_in) + list(out_specs or []) + explicit):
-            metas = declared  # the model already describes every cut tensor: no inference needed
-        else:
-            metas = infer_tensor_meta(model, input_shapes=input_shapes, fallback=False)
-            known = sum(1 for m in metas.values() if is_complete(m))
-            log(f"Shape inference completed successfully: {known} of {len(metas)} tensors fully known")
-        _check_explicit(in_specs or [], out_specs or [], metas)
-        # What ONNX inference left unknown: input dtype/rank/dims; output dtype and rank
-        # (onnx.checker wants a shape on every graph output).
-        missing = [s.name for s in need_in if s.dtype is None and not metas[s.name].dtype]
-        missing += [s.name for s in need_in if s.shape is None and metas[s.name].shape is None]
-        missing += [s.name for s in out_specs or [] if not (s.dtype or metas[s.name].dtype)]
-        if not _cut_fully_given(in_specs):
-            missing += [s.name for s in out_specs or [] if metas[s.name].shape is None and not is_non_tensor(metas[s.name])]
-        # else: output shapes unknown here are found on the subgraph itself, whose inputs are
-        # the cut's (static) inputs (see extract); no model input shapes are needed.
-        partial = [s.name for s in need_in if s.shape is None and not is_complete(metas[s.name])]
-        if missing or partial:
-            if missing:
-                log(f"ONNX shape inference left {', '.join(repr(m) for m in missing[:3])} unknown; "
-                    "running ONNX-Runtime to find them")
-            metas = infer_tensor_meta(
-                model, input_shapes=input_shapes, fallback=True,
-                names=list(dict.fromkeys(missing + partial)), external_data_dir=external_data_dir,
-            )
+        metas = _inferred_cut_metas(model, in_specs, out_specs, input_shapes, external_data_dir, log)
     result = _filled_specs(in_specs, out_specs, metas)
-    for s in in_specs or []:
+    for s in in_specs:
         meta = result[s.name]
         log(f"Subgraph input  {format_meta(meta.name, meta.shape, meta.dtype)}")
-    for s in out_specs or []:
+    for s in out_specs:
         meta = result[s.name]
         log(f"Subgraph output {format_meta(meta.name, meta.shape, meta.dtype)}")
     return result
+
+
+def _inferred_cut_metas(model, in_specs, out_specs, input_shapes, external_data_dir, log) -> Dict[str, TensorMeta]:
+    """The cut tensors' metadata from the model's declarations or ONNX shape inference, checked
+    against what was given; ONNX-Runtime runs for what those leave unknown."""
+    metas = _declared_or_inferred(model, in_specs + out_specs, input_shapes, log)
+    _check_explicit(in_specs, out_specs, metas)
+    missing = _left_unknown(in_specs, out_specs, metas)
+    partial = [s.name for s in in_specs if s.shape is None and not is_complete(metas[s.name])]
+    if not missing and not partial:
+        return metas
+    if missing:
+        log(f"ONNX shape inference left {', '.join(repr(m) for m in missing[:3])} unknown; "
+            "running ONNX-Runtime to find them")
+    return infer_tensor_meta(
+        model, input_shapes=input_shapes, fallback=True,
+        names=list(dict.fromkeys(missing + partial)), external_data_dir=external_data_dir,
+    )
+
+
+def _declared_or_inferred(model, cut: List[TensorMeta], input_shapes, log) -> Dict[str, TensorMeta]:
+    """The model's own value infos when they describe every ``cut`` tensor fully (and no input
+    shape is overridden); else ONNX shape inference's metadata."""
+    declared = {} if input_shapes else declared_tensor_meta(model)
+    if all(is_complete(declared.get(s.name)) for s in cut):
+        return declared
+    metas = infer_tensor_meta(model, input_shapes=input_shapes, fallback=False)
+    known = sum(1 for m in metas.values() if is_complete(m))
+    log(f"Shape inference completed successfully: {known} of {len(metas)} tensors fully known")
+    return metas
+
+
+def _left_unknown(in_specs, out_specs, metas) -> List[str]:
+    """Cut tensors whose ``auto`` ONNX inference left unknown: input dtype, rank and dims; output
+    dtype and rank (onnx.checker wants a shape on every graph output)."""
+    missing = [s.name for s in in_specs if s.dtype is None and not metas[s.name].dtype]
+    missing += [s.name for s in in_specs if s.shape is None and metas[s.name].shape is None]
+    missing += [s.name for s in out_specs if not (s.dtype or metas[s.name].dtype)]
+    if not _cut_fully_given(in_specs):
+        missing += [s.name for s in out_specs if metas[s.name].shape is None and not is_non_tensor(metas[s.name])]
+    # else: output shapes unknown here are found on the subgraph itself, whose inputs are
+    # the cut's (static) inputs (see extract); no model input shapes are needed.
+    return missing

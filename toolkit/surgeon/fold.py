@@ -64,11 +64,16 @@ def _apply_inferred(model, inferred, *, outputs: bool) -> None:
                 del g.value_info[:]
                 g.value_info.extend(ig.value_info)
     if outputs:
-        by_name = {o.name: o for o in inferred.graph.output}
-        for o in model.graph.output:
-            new = by_name.get(o.name)
-            if new is not None and new.type.HasField("tensor_type") and new.type.tensor_type.HasField("shape"):
-                o.type.CopyFrom(new.type)
+        _apply_output_shapes(model.graph, inferred.graph)
+
+
+def _apply_output_shapes(graph, inferred_graph) -> None:
+    """Graph outputs take the type inference found for them, where that is a tensor with a shape."""
+    by_name = {o.name: o for o in inferred_graph.output}
+    for o in graph.output:
+        new = by_name.get(o.name)
+        if new is not None and new.type.HasField("tensor_type") and new.type.tensor_type.HasField("shape"):
+            o.type.CopyFrom(new.type)
 
 
 def _clear_negative_dims(value_infos) -> None:
@@ -115,6 +120,19 @@ def _refresh_gs_shapes(gs, graph, original) -> int:
     learned something.
     """
 
+    metas = _inferred_metas(gs, graph, original)
+    input_names = {t.name for t in graph.inputs}
+    changed = 0
+    for name, tensor in all_tensors(graph).items():
+        if not isinstance(tensor, gs.Constant) and name not in input_names:
+            changed += _learn_shape(tensor, metas.get(name))
+    return changed
+
+
+def _inferred_metas(gs, graph, original) -> dict:
+    """{name: TensorMeta} from ONNX shape inference on the gs ``graph`` exported (weights
+    stubbed), inside If/Loop/Scan bodies too: folding there needs the body's shapes (names are
+    unique across scopes in ONNX)."""
     with quiet_gs(), stubbed_constants(graph, STUB_BYTES):
         model = gs.export_onnx(graph, do_type_check=False)
     restore_model_fields(model, original)
@@ -122,33 +140,32 @@ def _refresh_gs_shapes(gs, graph, original) -> int:
     del model
     _clear_negative_dims(light.graph.output)
     inferred = infer_shapes(light, data_prop=True)
-    # Inside If/Loop/Scan bodies too: folding there needs the body's shapes (names are unique
-    # across scopes in ONNX).
     metas: dict = {}
     for g in walk_graphs(inferred.graph):
         for vi in list(g.value_info) + (list(g.output) if g is inferred.graph else []):
             metas.setdefault(vi.name, value_info_meta(vi))
-    input_names = {t.name for t in graph.inputs}
-    changed = 0
-    for name, tensor in all_tensors(graph).items():
-        if isinstance(tensor, gs.Constant) or name in input_names:
-            continue
-        meta = metas.get(name)
-        if meta is None or meta.shape is None:
-            continue
-        old = tuple(tensor.shape) if tensor.shape is not None else None
-        new_shape = tuple(meta.shape)
-        if old == new_shape:
-            continue
-        known_old = sum(1 for d in old if isinstance(d, int)) if old is not None else -1
-        known_new = sum(1 for d in new_shape if isinstance(d, int))
-        if old is not None and (len(old) != len(new_shape) or known_new < known_old):
-            continue
-        tensor.shape = list(new_shape)
-        if tensor.dtype is None and meta.dtype:
-            tensor.dtype = np_dtype(meta.dtype)
-        changed += 1
-    return changed
+    return metas
+
+
+def _learn_shape(tensor, meta) -> bool:
+    """Give the gs ``tensor`` the inferred shape of ``meta`` (and its dtype, where it has none)
+    when that shape is new and no less known (same rank, no fewer static dims)."""
+    if meta is None or meta.shape is None:
+        return False
+    old = tuple(tensor.shape) if tensor.shape is not None else None
+    new_shape = tuple(meta.shape)
+    if old == new_shape:
+        return False
+    if old is not None and (len(old) != len(new_shape) or _static_dims(new_shape) < _static_dims(old)):
+        return False
+    tensor.shape = list(new_shape)
+    if tensor.dtype is None and meta.dtype:
+        tensor.dtype = np_dtype(meta.dtype)
+    return True
+
+
+def _static_dims(shape) -> int:
+    return sum(1 for d in shape if isinstance(d, int))
 
 
 _NODE_NAME_PATTERNS = (
@@ -205,23 +222,27 @@ def _prepare_shape_slices(gs, graph) -> List:
     for node in list(all_nodes(graph)):
         if node.op != "Shape" or not ("start" in node.attrs or "end" in node.attrs):
             continue
-        inp = node.inputs[0] if node.inputs else None
-        shape = None
-        if isinstance(inp, gs.Constant):
-            shape = list(inp.shape)
-        elif inp is not None and inp.shape is not None:
-            shape = list(inp.shape)
-        if shape is not None:
-            start, end = _shape_attr_slice(node, len(shape))
-            dims = shape[start:end]
-            if all(isinstance(d, int) and d >= 0 for d in dims):
-                out = node.outputs[0]
-                out.to_constant(np.array(dims, dtype=np.int64))
-                out.inputs.clear()
-                continue
-        node.op = _HIDDEN_PREFIX + node.op
-        hidden.append(node)
+        if not _fold_shape_slice(node):
+            node.op = _HIDDEN_PREFIX + node.op
+            hidden.append(node)
     return hidden
+
+
+def _fold_shape_slice(node) -> bool:
+    """Make the output of Shape ``node`` (with start/end) the constant dims it takes, where its
+    input's shape is known and those dims are static; else False."""
+    inp = node.inputs[0] if node.inputs else None
+    if inp is None or inp.shape is None:
+        return False
+    shape = list(inp.shape)
+    start, end = _shape_attr_slice(node, len(shape))
+    dims = shape[start:end]
+    if not all(isinstance(d, int) and d >= 0 for d in dims):
+        return False
+    out = node.outputs[0]
+    out.to_constant(np.array(dims, dtype=np.int64))
+    out.inputs.clear()
+    return True
 
 
 def _is_hidden(node) -> bool:
@@ -260,12 +281,8 @@ def _flatten_constant_ifs(gs, graph) -> int:
             node = g.nodes[index]
             for sub in bodies(node):
                 visit(sub)
-            cond = node.inputs[0] if node.op == "If" and node.inputs else None
-            if not isinstance(cond, gs.Constant) or cond.values.size != 1:
-                index += 1
-                continue
-            branch = node.attrs["then_branch" if bool(cond.values.reshape(-1)[0]) else "else_branch"]
-            if len(node.outputs) != len(branch.outputs):
+            branch = _taken_branch(gs, node)
+            if branch is None:
                 index += 1
                 continue
             new_nodes = inline_branch(gs, g, node, branch, unique)
@@ -277,6 +294,16 @@ def _flatten_constant_ifs(gs, graph) -> int:
     return count
 
 
+def _taken_branch(gs, node):
+    """The branch an If ``node`` with a constant condition takes, where it gives as many
+    outputs as the If; else None."""
+    cond = node.inputs[0] if node.op == "If" and node.inputs else None
+    if not isinstance(cond, gs.Constant) or cond.values.size != 1:
+        return None
+    branch = node.attrs["then_branch" if bool(cond.values.reshape(-1)[0]) else "else_branch"]
+    return branch if len(node.outputs) == len(branch.outputs) else None
+
+
 def inline_branch(gs, g, node, branch, unique) -> list:
     """The nodes that replace If ``node`` of graph ``g`` by its ``branch`` (names made unique);
     an Identity keeps each If output defined where no branch node produces it."""
@@ -284,14 +311,7 @@ def inline_branch(gs, g, node, branch, unique) -> list:
     branch_outs = list(branch.outputs)
     body_nodes = list(branch.nodes)
     produced = {id(t) for n in body_nodes for t in n.outputs}
-    outer_tensors = g.tensors()
-    for n in body_nodes:
-        for t in n.outputs:
-            if not t.is_empty():
-                t.name = unique(t.name)
-        for t in n.inputs:
-            if isinstance(t, gs.Constant) and outer_tensors.get(t.name, t) is not t:
-                t.name = unique(t.name)  # a branch constant whose name the outer graph uses
+    _rename_branch_tensors(gs, body_nodes, g.tensors(), unique)
     node.inputs.clear()
     node.outputs.clear()
     extra = []
@@ -309,6 +329,18 @@ def inline_branch(gs, g, node, branch, unique) -> list:
         # An Identity keeps the If's output defined.
         extra.append(gs.Node("Identity", name=unique(f"{outer.name}_identity"), inputs=[src], outputs=[outer]))
     return body_nodes + extra
+
+
+def _rename_branch_tensors(gs, body_nodes, outer_tensors: dict, unique) -> None:
+    """Give what the branch's nodes compute, and the branch constants whose names the outer
+    graph (``outer_tensors``) uses for another tensor, names of their own there."""
+    for n in body_nodes:
+        for t in n.outputs:
+            if not t.is_empty():
+                t.name = unique(t.name)
+        for t in n.inputs:
+            if isinstance(t, gs.Constant) and outer_tensors.get(t.name, t) is not t:
+                t.name = unique(t.name)
 
 
 def _fold_once(
@@ -349,42 +381,65 @@ def _fold_once(
             node.name = f"__toolkit_unnamed_{i}"
             renamed.append(node)
     # What failed in earlier passes stays excluded (the sets are updated in place).
-    bad_nodes = set() if bad_nodes is None else bad_nodes
-    bad_ops = set() if bad_ops is None else bad_ops
+    try:
+        return _fold_excluding_failures(
+            graph, kwargs, set() if bad_nodes is None else bad_nodes, set() if bad_ops is None else bad_ops, log
+        )
+    finally:
+        for node in renamed:
+            node.name = ""
+
+
+def _fold_excluding_failures(graph, kwargs: dict, bad_nodes: set, bad_ops: set, log: LogFn) -> str:
+    """Fold in one ONNX-Runtime run; where that fails, exclude the node or op type the error
+    names and fold again; part by part (recursive partitioning) when it names nothing new."""
 
     def exclude(node) -> bool:
         return node.name in bad_nodes or node.op in bad_ops or _is_hidden(node)
 
+    for _ in range(_MAX_EXCLUSIONS + 1):
+        exc = _fold_at_once(graph, kwargs, exclude, log)
+        if exc is None:
+            return "none" if not (bad_nodes or bad_ops) else "none, excluding failing nodes"
+        if not _exclude_failing_part(graph, exc, bad_nodes, bad_ops, log):
+            break
+    else:
+        log("Folding constants | too many nodes fail to fold; falling back to folding part by part")
+    with quiet_gs(), quiet_ort(), gs_step("fold constants in"):
+        graph.fold_constants(partitioning="recursive", error_ok=True, should_exclude_node=exclude, **kwargs)
+    return "recursive"
+
+
+def _fold_at_once(graph, kwargs: dict, exclude, log: LogFn) -> Optional[Exception]:
+    """One graphsurgeon folding run, no partitioning; the error where ONNX-Runtime or
+    graphsurgeon failed on some node, else None."""
     try:
-        for _ in range(_MAX_EXCLUSIONS + 1):
-            try:
-                with quiet_gs() as buf, quiet_ort():
-                    graph.fold_constants(partitioning=None, error_ok=False, should_exclude_node=exclude, **kwargs)
-                if "large outputs" in buf.getvalue():
-                    log("Folding constants | some folded tensors are over 1 MiB; --fold-size-threshold keeps "
-                        "such tensors computed at run time instead")
-                return "none" if not (bad_nodes or bad_ops) else "none, excluding failing nodes"
-            except graphsurgeon_errors() as exc:  # ONNX-Runtime or graphsurgeon failed on some node
-                reraise_bug(exc)
-                names = {n.name for n in all_nodes(graph)}
-                part = _failing_part(str(exc), names - bad_nodes)
-                if part is None or (part[0] == "op" and part[1] in bad_ops):
-                    log(f"Folding constants | folding failed ({one_line(exc, first_line=True, limit=300)}); "
-                        "falling back to folding part by part (slow on big graphs)")
-                    break
-                kind, key = part
-                (bad_nodes if kind == "node" else bad_ops).add(key)
-                shown = key if not key.startswith("__toolkit_unnamed_") else "(unnamed)"
-                log(f"Folding constants | {'node' if kind == 'node' else 'op type'} {shown} cannot be folded "
-                    f"({one_line(exc, first_line=True, limit=300)}); folding the rest without it")
-        else:
-            log("Folding constants | too many nodes fail to fold; falling back to folding part by part")
-        with quiet_gs() as buf, quiet_ort(), gs_step("fold constants in"):
-            graph.fold_constants(partitioning="recursive", error_ok=True, should_exclude_node=exclude, **kwargs)
-        return "recursive"
-    finally:
-        for node in renamed:
-            node.name = ""
+        with quiet_gs() as buf, quiet_ort():
+            graph.fold_constants(partitioning=None, error_ok=False, should_exclude_node=exclude, **kwargs)
+    except graphsurgeon_errors() as exc:
+        reraise_bug(exc)
+        return exc
+    if "large outputs" in buf.getvalue():
+        log("Folding constants | some folded tensors are over 1 MiB; --fold-size-threshold keeps "
+            "such tensors computed at run time instead")
+    return None
+
+
+def _exclude_failing_part(graph, exc: Exception, bad_nodes: set, bad_ops: set, log: LogFn) -> bool:
+    """Add the node or op type that folding failed on (read from ``exc``) to ``bad_nodes`` or
+    ``bad_ops``; False (said) when the error names nothing not excluded yet."""
+    names = {n.name for n in all_nodes(graph)}
+    part = _failing_part(str(exc), names - bad_nodes)
+    if part is None or (part[0] == "op" and part[1] in bad_ops):
+        log(f"Folding constants | folding failed ({one_line(exc, first_line=True, limit=300)}); "
+            "falling back to folding part by part (slow on big graphs)")
+        return False
+    kind, key = part
+    (bad_nodes if kind == "node" else bad_ops).add(key)
+    shown = key if not key.startswith("__toolkit_unnamed_") else "(unnamed)"
+    log(f"Folding constants | {'node' if kind == 'node' else 'op type'} {shown} cannot be folded "
+        f"({one_line(exc, first_line=True, limit=300)}); folding the rest without it")
+    return True
 
 
 # Fallbacks when a folded model fails validation, in order (see sanitize()).
@@ -403,49 +458,22 @@ def fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, si
     index = 0
     report.passes = []
     report.converged = False
-    bad_nodes: set = set()
-    bad_ops: set = set()
-    inline = level == "full"
+    # (bad_nodes, bad_ops: what failed to fold stays excluded in the later passes)
+    fold_args = dict(partitioning=partitioning, size_threshold=size_threshold, fold_shapes=fold_shapes, log=log,
+                     bad_nodes=set(), bad_ops=set(), recurse_subgraphs=level in ("full", "no-inline"))
     while num_passes is None or index < num_passes:
         index += 1
         t0 = time.perf_counter()
         before = count_nodes(graph)
         kept = oversized_nodes(gs, graph, size_threshold)  # (before anything is computed)
-        hidden = _prepare_shape_slices(gs, graph) + _hide([n for n, _ in kept])
-        if excluded:
-            hidden += _hide([n for n in all_nodes(graph) if not _is_hidden(n)
-                             and any(o.name in excluded for o in n.outputs)])
-        try:
-            used = _fold_once(
-                graph,
-                partitioning=partitioning,
-                size_threshold=size_threshold,
-                fold_shapes=fold_shapes,
-                log=log,
-                bad_nodes=bad_nodes,
-                bad_ops=bad_ops,
-                recurse_subgraphs=level in ("full", "no-inline"),
-            )
-        finally:
-            _unhide(hidden)
-        ifs = _flatten_constant_ifs(gs, graph) if inline else 0
+        used = _fold_hiding(gs, graph, [n for n, _ in kept], excluded, fold_args)
+        ifs = _flatten_constant_ifs(gs, graph) if level == "full" else 0
         inlined = ifs + (eliminate_noops(gs, graph) if remove_noops else 0) + constant_reshape_targets(gs, graph)
         with quiet_gs(), gs_step("clean up"):
             graph.cleanup()
         after = count_nodes(graph)
         changed = after != before or inlined > 0
-        unlocked = True
-        if changed and per_pass_shapes:
-            # Shapes unlocked by this pass, for the next one.
-            learned = 0
-            if not _all_shapes_static(gs, graph):
-                with gs_step("export"):
-                    learned = _refresh_gs_shapes(gs, graph, shell)
-            # One folding run folds everything computable from the constants and the shapes
-            # it is given: with no shape learned and no If branch inlined, another pass would
-            # see the same graph facts and fold nothing (it is not run).
-            # (a node whose size was not known may be sized now that its inputs are constants)
-            unlocked = learned > 0 or ifs > 0 or any(why == UNKNOWN_SIZE for _, why in kept)
+        unlocked = _unlocks_more(gs, graph, shell, ifs, kept) if changed and per_pass_shapes else True
         secs = time.perf_counter() - t0
         report.passes.append(FoldPass(index, before, after, secs, used))
         log(f"Folding constants | pass {index} | nodes {before} -> {after} ({before - after} folded) | {secs:.2f} s")
@@ -456,6 +484,32 @@ def fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, si
         log(f"Folding constants | stopped after {index} passes (--num-passes); more folding may be possible")
     if index:
         note_kept(gs, kept, log)
+
+
+def _fold_hiding(gs, graph, kept: list, excluded: set, fold_args: dict) -> str:
+    """:func:`_fold_once`, with what must not fold hidden from graphsurgeon: Shape nodes with
+    start/end it would fold wrong, the ``kept`` nodes, and the producers of ``excluded`` tensors."""
+    hidden = _prepare_shape_slices(gs, graph) + _hide(kept)
+    if excluded:
+        hidden += _hide([n for n in all_nodes(graph) if not _is_hidden(n)
+                         and any(o.name in excluded for o in n.outputs)])
+    try:
+        return _fold_once(graph, **fold_args)
+    finally:
+        _unhide(hidden)
+
+
+def _unlocks_more(gs, graph, shell, ifs: int, kept) -> bool:
+    """Learn the shapes this pass unlocked (written into ``graph``, for the next pass); whether
+    another pass may fold more. One folding run folds everything computable from the constants
+    and the shapes it is given: with no shape learned and no If branch inlined (``ifs``),
+    another pass would see the same graph facts and fold nothing (it is not run)."""
+    learned = 0
+    if not _all_shapes_static(gs, graph):
+        with gs_step("export"):
+            learned = _refresh_gs_shapes(gs, graph, shell)
+    # (a node whose size was not known may be sized now that its inputs are constants)
+    return learned > 0 or ifs > 0 or any(why == UNKNOWN_SIZE for _, why in kept)
 
 
 def fold_validated(model, build, validate: bool, external_data_dir: Optional[str], log: LogFn,
@@ -483,32 +537,46 @@ def _fallbacks(model, build, check, log: LogFn, full):
     result = None
     for level, how in _FOLD_LEVELS:
         if level == "skip-wrong":
-            excluded: set = set()
-            for _ in range(4):
-                wrong = check.wrong_constants(result)
-                if not wrong or wrong <= excluded:
-                    break
-                excluded |= wrong
-                result = build("top-only", excluded)
-                err = check.check(result)
-                if err is None:
-                    shown = ", ".join(sorted(excluded)[:3]) + (", ..." if len(excluded) > 3 else "")
-                    log(f"Folding constants | left unfolded: {len(excluded)} tensor(s) whose folded values were "
-                        f"wrong ({shown}), and everything inside If/Loop/Scan bodies; first try: {failures[0]}")
-                    return result
+            skipping = _fold_skipping_wrong(build, check, log, result, failures[0])
+            if skipping is not None:
+                return skipping
             continue
         if failures:
             log(f"Folding constants | the folded model failed validation ({failures[-1]}); folding again {how}")
         result = full if level == "full" and full is not None else build(level, set())
         err = check.check(result)
         if err is None:
-            if check.limits():
-                log(f"Folding constants | the folded model {check.limits()}")
-            if failures and not check.skip_reason:
-                what = "constant-condition If branches" if level == "no-inline" else "everything inside If/Loop/Scan bodies"
-                log(f"Folding constants | left unfolded: {what}; folding them broke the model ({failures[0]})")
+            _say_passed(check, level, failures, log)
             return result
         failures.append(err)
     log(f"Folding constants | left unfolded: everything; every folded model failed validation ({failures[0]}); "
         "the model is written without folding")
     return build(None, set())
+
+
+def _say_passed(check, level: str, failures: list, log: LogFn) -> None:
+    """Log what the folded model that passed ``check`` at ``level`` was not checked for, and what
+    was left unfolded after the ``failures`` of the levels before."""
+    if check.limits():
+        log(f"Folding constants | the folded model {check.limits()}")
+    if failures and not check.skip_reason:
+        what = "constant-condition If branches" if level == "no-inline" else "everything inside If/Loop/Scan bodies"
+        log(f"Folding constants | left unfolded: {what}; folding them broke the model ({failures[0]})")
+
+
+def _fold_skipping_wrong(build, check, log: LogFn, result, first_failure: str):
+    """Fold outside bodies, leaving unfolded the tensors whose folded values in ``result`` (then
+    in each new try) are wrong; the first folded model that passes ``check``, or None."""
+    excluded: set = set()
+    for _ in range(4):
+        wrong = check.wrong_constants(result)
+        if not wrong or wrong <= excluded:
+            return None
+        excluded |= wrong
+        result = build("top-only", excluded)
+        if check.check(result) is None:
+            shown = ", ".join(sorted(excluded)[:3]) + (", ..." if len(excluded) > 3 else "")
+            log(f"Folding constants | left unfolded: {len(excluded)} tensor(s) whose folded values were "
+                f"wrong ({shown}), and everything inside If/Loop/Scan bodies; first try: {first_failure}")
+            return result
+    return None

@@ -106,28 +106,47 @@ def _result_bytes(gs, node) -> Optional[int]:
 
 def _computed_count(gs, node) -> Optional[int]:
     """Elements of the first output of Range, ConstantOfShape, Tile or Expand from constant inputs."""
-    ins = node.inputs
-    if node.op == "Range" and len(ins) == 3:
-        start, limit, delta = (_scalar(gs, t, float) for t in ins)
-        if start is None or limit is None or not delta:
-            return None
-        return max(0, math.ceil((limit - start) / delta))
-    if node.op == "ConstantOfShape" and ins:
-        return _count_of(_values(gs, ins[0]))
-    if node.op == "Tile" and len(ins) == 2:
-        shape, reps = _static_shape(ins[0]), _values(gs, ins[1])
-        if shape is None or reps is None or len(shape) != len(reps):
-            return None
-        return _count_of([a * b for a, b in zip(shape, reps)])
-    if node.op == "Expand" and len(ins) == 2:
-        shape, target = _static_shape(ins[0]), _values(gs, ins[1])
-        if shape is None or target is None:
-            return None
-        rank = max(len(shape), len(target))
-        a = [1] * (rank - len(shape)) + list(shape)
-        b = [1] * (rank - len(target)) + list(target)
-        return _count_of([max(x, y) for x, y in zip(a, b)])
-    return None
+    count = _COUNTS.get(node.op)
+    return count(gs, node.inputs) if count is not None else None
+
+
+def _range_count(gs, ins) -> Optional[int]:
+    if len(ins) != 3:
+        return None
+    start, limit, delta = (_scalar(gs, t, float) for t in ins)
+    if start is None or limit is None or not delta:
+        return None
+    return max(0, math.ceil((limit - start) / delta))
+
+
+def _constant_of_shape_count(gs, ins) -> Optional[int]:
+    return _count_of(_values(gs, ins[0])) if ins else None
+
+
+def _tile_count(gs, ins) -> Optional[int]:
+    if len(ins) != 2:
+        return None
+    shape, reps = _static_shape(ins[0]), _values(gs, ins[1])
+    if shape is None or reps is None or len(shape) != len(reps):
+        return None
+    return _count_of([a * b for a, b in zip(shape, reps)])
+
+
+def _expand_count(gs, ins) -> Optional[int]:
+    if len(ins) != 2:
+        return None
+    shape, target = _static_shape(ins[0]), _values(gs, ins[1])
+    if shape is None or target is None:
+        return None
+    rank = max(len(shape), len(target))
+    a = [1] * (rank - len(shape)) + list(shape)
+    b = [1] * (rank - len(target)) + list(target)
+    return _count_of([max(x, y) for x, y in zip(a, b)])
+
+
+# op -> elements of its first output, from its inputs where those are constants (or None)
+_COUNTS = {"Range": _range_count, "ConstantOfShape": _constant_of_shape_count, "Tile": _tile_count,
+           "Expand": _expand_count}
 
 
 def _numbers(gs, tensor) -> Optional[np.ndarray]:

@@ -43,21 +43,16 @@ def noop_source(gs, node, graph_outputs) -> Optional[Any]:
     op = node.op
     if len(node.outputs) != 1 and op != "Dropout":
         return None
-    if op == "Identity" and len(node.inputs) == 1:
-        return node.inputs[0]
-    if op == "Dropout":
-        return node.inputs[0] if is_inference_dropout(gs, node, graph_outputs) else None
-    if op == "Reshape":
-        return node.inputs[0] if is_noop_reshape(gs, node) else None
-    if op == "Cast":
-        return node.inputs[0] if _is_noop_cast(node) else None
-    if op == "Slice":
-        return node.inputs[0] if _is_noop_slice(gs, node) else None
-    if op == "Transpose":
-        return node.inputs[0] if _is_noop_transpose(node) else None
     if op in _NEUTRAL:
         return _neutral_operand_source(gs, node)
-    return None
+    passes_first_input = _PASS_THROUGH.get(op)
+    if passes_first_input is None or not passes_first_input(gs, node, graph_outputs):
+        return None
+    return node.inputs[0]
+
+
+def _is_noop_identity(gs, node, graph_outputs) -> bool:
+    return len(node.inputs) == 1
 
 
 def numpy_dtype(tensor) -> Optional[np.dtype]:
@@ -69,7 +64,7 @@ def numpy_dtype(tensor) -> Optional[np.dtype]:
     return dtype if isinstance(dtype, np.dtype) else None
 
 
-def _is_noop_cast(node) -> bool:
+def _is_noop_cast(gs, node, graph_outputs) -> bool:
     to = node.attrs.get("to")
     if len(node.inputs) != 1 or not isinstance(to, (int, np.integer)):
         return False
@@ -89,7 +84,7 @@ def _static_shape(tensor):
     return [d if isinstance(d, int) and not isinstance(d, bool) and d >= 0 else None for d in shape]
 
 
-def _is_noop_transpose(node) -> bool:
+def _is_noop_transpose(gs, node, graph_outputs) -> bool:
     perm = node.attrs.get("perm")
     if perm is None or len(node.inputs) != 1:
         return False
@@ -121,27 +116,31 @@ def slice_params(gs, node):
     return starts, ends, axes, steps
 
 
-def _is_noop_slice(gs, node) -> bool:
+def _is_noop_slice(gs, node, graph_outputs) -> bool:
     """Every named axis is taken whole, in order: start 0 (or -dim), end past the last element, step 1."""
     shape = _static_shape(node.inputs[0]) if node.inputs else None
-    params = slice_params(gs, node) if shape is not None else None
-    if params is None or shape is None:
+    if shape is None:
         return False
-    starts, ends, axes, steps = params
+    params = slice_params(gs, node)
+    if params is None:
+        return False
     rank = len(shape)
-    for start, end, axis, step in zip(starts, ends, axes, steps):
-        if step != 1 or not -rank <= axis < rank:
-            return False
-        dim = shape[axis % rank]
-        if dim is None:
-            if start != 0 or end < _WHOLE_AXIS:
-                return False
-            continue
-        if min(max(start + dim if start < 0 else start, 0), dim) != 0:
-            return False
-        if min(max(end + dim if end < 0 else end, 0), dim) != dim:
+    for start, end, axis, step in zip(*params):
+        if step != 1 or not -rank <= axis < rank or not _takes_whole_axis(start, end, shape[axis % rank]):
             return False
     return True
+
+
+def _takes_whole_axis(start: int, end: int, dim: Optional[int]) -> bool:
+    """Slicing ``start:end`` keeps the whole of an axis of size ``dim`` (None: unknown)."""
+    if dim is None:
+        return start == 0 and end >= _WHOLE_AXIS
+    return _clamped(start, dim) == 0 and _clamped(end, dim) == dim
+
+
+def _clamped(index: int, dim: int) -> int:
+    """A Slice start or end as ONNX reads it on an axis of size ``dim``: negative counts from the end."""
+    return min(max(index + dim if index < 0 else index, 0), dim)
 
 
 def _neutral_operand_source(gs, node):
@@ -153,28 +152,36 @@ def _neutral_operand_source(gs, node):
     neutral, positions = _NEUTRAL[node.op]
     for pos in positions:
         const, data = node.inputs[pos], node.inputs[1 - pos]
-        if not isinstance(const, gs.Constant) or isinstance(data, gs.Constant):
-            continue
-        if const.data_location == onnx.TensorProto.EXTERNAL:
-            continue  # big weights left on disk (read only if the result keeps them): not read for this
-        values = const.values
-        if values.size == 0 or not np.all(values == neutral):
-            continue
-        have = numpy_dtype(data)
-        if have is None or have != values.dtype:
-            continue
-        shape = data.shape
-        if shape is None:
-            # rank unknown: a one-element constant broadcasts nothing onto a tensor of at least its rank
-            if values.size == 1 and values.ndim <= _min_rank(gs, data):
-                return data
-            continue
-        if values.ndim > len(shape):
-            continue
-        tail = list(shape)[len(shape) - values.ndim:]
-        if all(c == 1 or (isinstance(d, int) and c == d) for c, d in zip(values.shape, tail)):
+        if _is_neutral_constant(gs, const, data, neutral) and _broadcasts_nothing(gs, const.values, data):
             return data
     return None
+
+
+def _is_neutral_constant(gs, const, data, neutral) -> bool:
+    """``const`` is a constant (read from the model, not from disk) of ``neutral`` values, with
+    the dtype of the computed tensor ``data``."""
+    if not isinstance(const, gs.Constant) or isinstance(data, gs.Constant):
+        return False
+    if const.data_location == onnx.TensorProto.EXTERNAL:
+        return False  # big weights left on disk (read only if the result keeps them): not read for this
+    values = const.values
+    if values.size == 0 or not np.all(values == neutral):
+        return False
+    have = numpy_dtype(data)
+    return have is not None and have == values.dtype
+
+
+def _broadcasts_nothing(gs, values, data) -> bool:
+    """The constant ``values`` broadcast nothing onto ``data``: its dims are 1 or data's, and it
+    has no more of them."""
+    shape = data.shape
+    if shape is None:
+        # rank unknown: a one-element constant broadcasts nothing onto a tensor of at least its rank
+        return values.size == 1 and values.ndim <= _min_rank(gs, data)
+    if values.ndim > len(shape):
+        return False
+    tail = list(shape)[len(shape) - values.ndim:]
+    return all(c == 1 or (isinstance(d, int) and c == d) for c, d in zip(values.shape, tail))
 
 
 # Ops whose output has the rank of their broadcast inputs (the largest).
@@ -203,7 +210,7 @@ def _min_rank(gs, tensor, depth: int = 0) -> int:
     return 0
 
 
-def is_noop_reshape(gs, node) -> bool:
+def is_noop_reshape(gs, node, graph_outputs=None) -> bool:
     """A Reshape to the shape its input already has: a constant target of the same rank whose
     entries equal the input's static dims (or 0, "keep"), with at most one -1 standing for the
     input's only dim that is not static."""
@@ -215,19 +222,17 @@ def is_noop_reshape(gs, node) -> bool:
     dims = _const_ints(gs, node.inputs[1])
     if dims is None or len(dims) != len(shape) or (node.attrs.get("allowzero", 0) and 0 in dims):
         return False
+    return _keeps_shape(dims, shape)
+
+
+def _keeps_shape(dims, shape) -> bool:
+    """Reshape target ``dims`` (of ``shape``'s rank) give a tensor of ``shape`` (static dims, None
+    for unknown ones) that same shape: each entry is 0 (copy), the dim itself, or -1 standing for
+    the only dim that is not static (or for any one dim when all are static)."""
     unknown = [i for i, d in enumerate(shape) if d is None]
-    if len(unknown) > 1:
+    if len(unknown) > 1 or dims.count(-1) > 1:
         return False
-    for i, (want, have) in enumerate(zip(dims, shape)):
-        if want == 0:
-            continue
-        if want == -1:
-            if unknown and unknown != [i]:
-                return False
-            continue
-        if want != have:
-            return False
-    return dims.count(-1) <= 1 and (not unknown or dims[unknown[0]] in (-1, 0))
+    return all(want in (0, have) or (want == -1 and unknown in ([], [i])) for i, (want, have) in enumerate(zip(dims, shape)))
 
 
 def is_inference_dropout(gs, node, graph_outputs) -> bool:
@@ -237,17 +242,28 @@ def is_inference_dropout(gs, node, graph_outputs) -> bool:
         return False
     if "is_test" in node.attrs and not node.attrs["is_test"]:
         return False
-    if len(node.inputs) >= 3 and not node.inputs[2].is_empty():
-        mode = node.inputs[2]
-        if not isinstance(mode, gs.Constant) or bool(mode.values.reshape(-1)[0]):
-            return False
-    for mask in node.outputs[1:]:
-        if mask.outputs or id(mask) in graph_outputs:
-            return False
-    return True
+    if not _training_mode_off(gs, node):
+        return False
+    return not any(mask.outputs or id(mask) in graph_outputs for mask in node.outputs[1:])
 
 
-def _replace_input(node, old, new) -> None:
+def _training_mode_off(gs, node) -> bool:
+    """The Dropout's training_mode input is absent or a constant false."""
+    if len(node.inputs) < 3 or node.inputs[2].is_empty():
+        return True
+    mode = node.inputs[2]
+    return isinstance(mode, gs.Constant) and not bool(mode.values.reshape(-1)[0])
+
+
+# op -> does the node pass its first input through unchanged (neutral Add/Sub/Mul/Div: see _NEUTRAL)
+_PASS_THROUGH = {
+    "Identity": _is_noop_identity, "Dropout": is_inference_dropout, "Reshape": is_noop_reshape,
+    "Cast": _is_noop_cast, "Slice": _is_noop_slice, "Transpose": _is_noop_transpose,
+}
+
+
+def replace_input(node, old, new) -> None:
+    """``node`` reads ``new`` wherever it read ``old``."""
     for i, t in enumerate(list(node.inputs)):
         if t is old:
             node.inputs[i] = new
@@ -268,35 +284,42 @@ def eliminate_noops(gs, graph) -> int:
 def _eliminate_in(gs, graph) -> int:
     removed = 0
     outputs = {id(t) for t in graph.outputs}
-    inputs = {id(t) for t in graph.inputs}
+    graph_ends = outputs | {id(t) for t in graph.inputs}
     own = {id(n) for n in graph.nodes}
     for node in list(graph.nodes):
-        if not node.outputs or not node.inputs:
-            continue
-        src = noop_source(gs, node, outputs)
+        src = noop_source(gs, node, outputs) if node.outputs and node.inputs else None
         if src is None or src.is_empty():
             continue
         dst = node.outputs[0]
-        if id(dst) in outputs:
-            producer = src.inputs[0] if len(src.inputs) == 1 else None
-            if (producer is None or id(producer) not in own or id(src) in outputs or id(src) in inputs
-                    or isinstance(src, gs.Constant) or any(True for _ in bodies(producer))
-                    or producer.op == "Identity"):
-                continue
-            # src's producer now writes dst; src's other readers read dst.
-            for reader in list(src.outputs):
-                if reader is not node:
-                    _replace_input(reader, src, dst)
-            node.inputs.clear()
-            node.outputs.clear()
-            producer.outputs[producer.outputs.index(src)] = dst
-        else:
+        if id(dst) not in outputs:
             for reader in list(dst.outputs):
-                _replace_input(reader, dst, src)
+                replace_input(reader, dst, src)
             node.inputs.clear()
             node.outputs.clear()
+        elif not _output_to_producer(gs, node, src, own, graph_ends):
+            continue
         removed += 1
     return removed
+
+
+def _output_to_producer(gs, node, src, own, graph_ends) -> bool:
+    """Remove pass-through ``node`` whose output is a graph output: ``src``'s producer writes that
+    output instead and src's other readers read it. Only where the producer is a node of this
+    graph (in ``own``) with no body and no Identity, and src is not a constant nor a graph input
+    or output (in ``graph_ends``); else False, and nothing changes."""
+    producer = src.inputs[0] if len(src.inputs) == 1 else None
+    if producer is None or id(producer) not in own or any(True for _ in bodies(producer)) or producer.op == "Identity":
+        return False
+    if id(src) in graph_ends or isinstance(src, gs.Constant):
+        return False
+    dst = node.outputs[0]
+    for reader in list(src.outputs):
+        if reader is not node:
+            replace_input(reader, src, dst)
+    node.inputs.clear()
+    node.outputs.clear()
+    producer.outputs[producer.outputs.index(src)] = dst
+    return True
 
 
 def _concat_parts(gs, tensor):
@@ -324,8 +347,18 @@ def _dynamic_target(gs, node, copy_dynamic: bool = False):
     if isinstance(target, gs.Constant) or data.shape is None:
         return None
     parts = _concat_parts(gs, target)
-    if not parts:
+    read = _target_entries(gs, parts) if parts else None
+    if read is None:
         return None
+    entries, computed = read
+    if len(computed) != 1 or not _entry_fixed_by(entries, computed[0], _static_shape(data), copy_dynamic):
+        return None
+    return np.array(entries, dtype=np.int64)
+
+
+def _target_entries(gs, parts):
+    """``(entries, positions)``: the Concat ``parts`` of a Reshape target as its entries, -1 at the
+    ``positions`` of the computed one-element parts; None when a part is neither."""
     entries, computed = [], []
     for part in parts:
         if isinstance(part, gs.Constant) and part.values.ndim == 1 and part.values.dtype.kind in "iu":
@@ -335,22 +368,32 @@ def _dynamic_target(gs, node, copy_dynamic: bool = False):
             entries.append(-1)
         else:
             return None
-    dims = _static_shape(data)
-    if len(computed) != 1 or dims is None:
-        return None
-    known = [e for i, e in enumerate(entries) if i != computed[0]]
+    return entries, computed
+
+
+def _entry_fixed_by(entries, at: int, dims, copy_dynamic: bool) -> bool:
+    """The computed Reshape target entry at ``at`` can only be one dim of data of ``dims``: the
+    other entries are not negative, the dims they copy (0) exist and are not empty (and static
+    unless ``copy_dynamic``), and the dims not copied are static but one and hold as many
+    elements as the positive entries ask."""
+    known = [e for i, e in enumerate(entries) if i != at]
     copied = {i for i, e in enumerate(entries) if e == 0}
-    if any(e < 0 for e in known) or any(i >= len(dims) or dims[i] == 0 for i in copied):
-        return None
-    if not copy_dynamic and any(dims[i] is None for i in copied):
-        return None
+    if any(e < 0 for e in known) or not _copyable(dims, copied, copy_dynamic):
+        return False
     rest = [d for i, d in enumerate(dims) if i not in copied]
     if rest.count(None) != 1:
-        return None
+        return False
     wanted = int(np.prod([e for e in known if e > 0], dtype=np.int64))
-    if int(np.prod([d for d in rest if d is not None], dtype=np.int64)) != wanted:
-        return None
-    return np.array(entries, dtype=np.int64)
+    return int(np.prod([d for d in rest if d is not None], dtype=np.int64)) == wanted
+
+
+def _copyable(dims, copied, copy_dynamic: bool) -> bool:
+    """Every dim of ``dims`` at the ``copied`` positions exists and is not empty, and is static
+    unless ``copy_dynamic``."""
+    for i in copied:
+        if i >= len(dims) or dims[i] == 0 or (dims[i] is None and not copy_dynamic):
+            return False
+    return True
 
 
 def computed_reshape_targets(gs, graph) -> bool:

@@ -52,18 +52,11 @@ def merge_slices(gs, graph) -> int:
     taken = set(graph.tensors())
     merged = 0
     for node in list(graph.nodes):
-        if node.op != "Slice" or not node.inputs or len(node.inputs[0].inputs) != 1:
+        found = _slice_of_slice(gs, node, graph_outputs)
+        if found is None:
             continue
-        middle = node.inputs[0]
-        inner = middle.inputs[0]
-        if inner.op != "Slice" or not _consumed_once(middle, graph_outputs) or len(inner.outputs) != 1:
-            continue
-        data = inner.inputs[0]
-        rank = len(data.shape) if data.shape is not None else None
-        first, second = _slice_params(gs, inner, rank), _slice_params(gs, node, rank)
-        if first is None or second is None or set(first["axes"]) & set(second["axes"]):
-            continue
-        base = node.name or middle.name
+        data, first, second = found
+        base = node.name or node.inputs[0].name
         params = [
             gs.Constant(fresh_name(f"{base}_{key}", taken), np.array(first[key] + second[key], dtype=np.int64))
             for key in ("starts", "ends", "axes", "steps")
@@ -72,6 +65,23 @@ def merge_slices(gs, graph) -> int:
         node.inputs.extend([data] + params)
         merged += 1
     return merged
+
+
+def _slice_of_slice(gs, node, graph_outputs: Set[int]):
+    """``(x, inner params, outer params)`` where ``node`` is a Slice of a Slice of ``x`` on other
+    axes, the inner Slice's output read only there; else None."""
+    if node.op != "Slice" or not node.inputs or len(node.inputs[0].inputs) != 1:
+        return None
+    middle = node.inputs[0]
+    inner = middle.inputs[0]
+    if inner.op != "Slice" or not _consumed_once(middle, graph_outputs) or len(inner.outputs) != 1:
+        return None
+    data = inner.inputs[0]
+    rank = len(data.shape) if data.shape is not None else None
+    first, second = _slice_params(gs, inner, rank), _slice_params(gs, node, rank)
+    if first is None or second is None or set(first["axes"]) & set(second["axes"]):
+        return None
+    return data, first, second
 
 
 def _per_channel(values, channels: int, rank: int):
@@ -145,35 +155,52 @@ def fold_into_conv_transpose(gs, graph) -> int:
     taken = set(graph.tensors())
     folded = 0
     for after in list(graph.nodes):
-        if after.domain not in _STANDARD or len(after.outputs) != 1 or not after.inputs:
+        as_scale_shift = _SCALE_SHIFT.get(after.op)
+        if as_scale_shift is None or after.domain not in _STANDARD or len(after.outputs) != 1 or not after.inputs:
             continue
-        if after.op == "Add" and len(after.inputs) == 2:
-            k = 0 if isinstance(after.inputs[1], gs.Constant) else 1
-            node = _conv_transpose_of(gs, after.inputs[k], graph_outputs)
-            const = after.inputs[1 - k]
-            if node is None or not isinstance(const, gs.Constant):
-                continue
-            # the ConvTranspose's output has the weight's rank
-            shift = _per_channel(const.values, _channels(node), node.inputs[1].values.ndim)
-            if shift is None:
-                continue
-            scale = np.ones_like(shift)
-        elif after.op == "BatchNormalization" and len(after.inputs) == 5 and not after.attrs.get("training_mode", 0):
-            node = _conv_transpose_of(gs, after.inputs[0], graph_outputs)
-            params = after.inputs[1:]
-            if node is None or not all(isinstance(p, gs.Constant) and p.values.ndim == 1 for p in params):
-                continue
-            gamma, beta, mean, var = (p.values.astype(np.float64) for p in params)
-            if len(gamma) != _channels(node):
-                continue
-            scale = gamma / np.sqrt(var + float(after.attrs.get("epsilon", 1e-5)))
-            shift = beta - mean * scale
-        else:
+        found = as_scale_shift(gs, after, graph_outputs)
+        if found is None:
             continue
+        node, scale, shift = found
         _rewrite(gs, node, scale, shift, taken)
         _take_output(node, after)
         folded += 1
     return folded
+
+
+def _add_as_scale_shift(gs, after, graph_outputs: Set[int]):
+    """``(ConvTranspose, scale, shift)`` where ``after`` adds a per-channel constant to what a
+    foldable ConvTranspose computes; else None."""
+    if len(after.inputs) != 2:
+        return None
+    k = 0 if isinstance(after.inputs[1], gs.Constant) else 1
+    node = _conv_transpose_of(gs, after.inputs[k], graph_outputs)
+    const = after.inputs[1 - k]
+    if node is None or not isinstance(const, gs.Constant):
+        return None
+    # the ConvTranspose's output has the weight's rank
+    shift = _per_channel(const.values, _channels(node), node.inputs[1].values.ndim)
+    return None if shift is None else (node, np.ones_like(shift), shift)
+
+
+def _batchnorm_as_scale_shift(gs, after, graph_outputs: Set[int]):
+    """``(ConvTranspose, scale, shift)`` where ``after`` is an inference BatchNormalization (constant
+    1-D parameters, one per channel) of what a foldable ConvTranspose computes; else None."""
+    if len(after.inputs) != 5 or after.attrs.get("training_mode", 0):
+        return None
+    node = _conv_transpose_of(gs, after.inputs[0], graph_outputs)
+    params = after.inputs[1:]
+    if node is None or not all(isinstance(p, gs.Constant) and p.values.ndim == 1 for p in params):
+        return None
+    gamma, beta, mean, var = (p.values.astype(np.float64) for p in params)
+    if len(gamma) != _channels(node):
+        return None
+    scale = gamma / np.sqrt(var + float(after.attrs.get("epsilon", 1e-5)))
+    return node, scale, beta - mean * scale
+
+
+# op after a ConvTranspose -> what it computes per channel as (ConvTranspose, scale, shift), or None
+_SCALE_SHIFT = {"Add": _add_as_scale_shift, "BatchNormalization": _batchnorm_as_scale_shift}
 
 
 def optimizer_rewrites(gs, graph) -> Dict[str, Any]:

@@ -3,7 +3,7 @@ checks graphsurgeon needs before it imports a model."""
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import onnx
 
@@ -38,24 +38,27 @@ def _initializers_read_by_constant_nodes(graph) -> set:
     constant (initializers, constant outputs, and Shape/Size results, which folding
     turns into constants when shapes are known). An over-estimate is harmless."""
     inits = {t.name for t in graph.initializer}
+    needed: set = set()
+    for node in _constant_nodes(graph, inits):
+        if node.op_type not in SHAPE_OPS:
+            needed.update(r for r in node_reads(node) if r in inits)
+    return needed
+
+
+def _constant_nodes(graph, inits: set) -> list:
+    """The nodes (in graph order) whose every input is constant: ``inits``, outputs of such
+    nodes, Shape/Size results (nodes need not be sorted)."""
     const = set(inits)
     folded = [False] * len(graph.node)
     changed = True
     while changed:
         changed = False
         for i, node in enumerate(graph.node):
-            if folded[i]:
-                continue
-            reads = node_reads(node)
-            if node.op_type in SHAPE_OPS or all(r in const for r in reads):
+            if not folded[i] and (node.op_type in SHAPE_OPS or all(r in const for r in node_reads(node))):
                 folded[i] = True
                 changed = True
                 const.update(o for o in node.output if o)
-    needed: set = set()
-    for i, node in enumerate(graph.node):
-        if folded[i] and node.op_type not in SHAPE_OPS:
-            needed.update(r for r in node_reads(node) if r in inits)
-    return needed
+    return [node for i, node in enumerate(graph.node) if folded[i]]
 
 
 # ---------------------------------------------------------------------- malformed models
@@ -67,45 +70,42 @@ def check_structure(model) -> None:
 
     valid = set(onnx.TensorProto.DataType.values())
     for g in walk_graphs(model.graph):
-        for t in g.initializer:
-            if t.data_type not in valid or t.data_type == onnx.TensorProto.UNDEFINED:
-                raise InputError(f"initializer '{t.name}' has an invalid data type ({t.data_type}); the model is corrupt")
-        for vi in list(g.input) + list(g.output) + list(g.value_info):
-            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type not in valid:
-                raise InputError(
-                    f"tensor '{vi.name}' has an invalid element type ({vi.type.tensor_type.elem_type}); the model is corrupt"
-                )
-        inits = {t.name for t in g.initializer}
-        producer: Dict[str, str] = {}
-        for name in [i.name for i in g.input if i.name not in inits] + list(inits):
-            producer.setdefault(name, "a graph input or initializer")
-        for node in g.node:
-            for name in node.output:
-                if not name:
-                    continue
-                if name in producer:
-                    raise InputError(
-                        f"tensor '{name}' is defined twice (by {producer[name]} and by node '{node.name}' "
-                        f"({node.op_type})); tensor names in a graph must be unique"
-                    )
-                producer[name] = f"node '{node.name}' ({node.op_type})"
+        _check_element_types(g, valid)
+        _check_defined_once(g)
     _check_acyclic(model.graph)
+
+
+def _check_element_types(g, valid: set) -> None:
+    """InputError for an initializer or a tensor value of graph ``g`` of an invalid data type."""
+    for t in g.initializer:
+        if t.data_type not in valid or t.data_type == onnx.TensorProto.UNDEFINED:
+            raise InputError(f"initializer '{t.name}' has an invalid data type ({t.data_type}); the model is corrupt")
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type not in valid:
+            raise InputError(
+                f"tensor '{vi.name}' has an invalid element type ({vi.type.tensor_type.elem_type}); the model is corrupt"
+            )
+
+
+def _check_defined_once(g) -> None:
+    """InputError for a tensor of graph ``g`` that a node computes and something else defines too."""
+    inits = {t.name for t in g.initializer}
+    producer: Dict[str, str] = {}
+    for name in [i.name for i in g.input if i.name not in inits] + list(inits):
+        producer.setdefault(name, "a graph input or initializer")
+    for node in g.node:
+        for name in (o for o in node.output if o):
+            if name in producer:
+                raise InputError(
+                    f"tensor '{name}' is defined twice (by {producer[name]} and by node '{node.name}' "
+                    f"({node.op_type})); tensor names in a graph must be unique"
+                )
+            producer[name] = f"node '{node.name}' ({node.op_type})"
 
 
 def _check_acyclic(g) -> None:
     """Kahn's algorithm on the top graph: every node must be reachable in some order."""
-    produced_by: Dict[str, int] = {}
-    for i, node in enumerate(g.node):
-        for name in node.output:
-            if name:
-                produced_by[name] = i
-    waiting = []
-    readers: Dict[int, List[int]] = {}
-    for i, node in enumerate(g.node):
-        deps = {produced_by[n] for n in node_reads(node) if n in produced_by}
-        waiting.append(len(deps))
-        for dep in deps:
-            readers.setdefault(dep, []).append(i)
+    waiting, readers = _dependencies(g)
     ready = [i for i, w in enumerate(waiting) if w == 0]
     done = 0
     while ready:
@@ -121,6 +121,19 @@ def _check_acyclic(g) -> None:
             f"the graph has a cycle: node '{stuck.name}' ({stuck.op_type}) depends, directly or not, on its own output; "
             "the model is corrupt"
         )
+
+
+def _dependencies(g) -> Tuple[List[int], Dict[int, List[int]]]:
+    """(for each node of ``g``, how many nodes it reads from; {node: the nodes that read it})."""
+    produced_by = {name: i for i, node in enumerate(g.node) for name in node.output if name}
+    waiting = []
+    readers: Dict[int, List[int]] = {}
+    for i, node in enumerate(g.node):
+        deps = {produced_by[n] for n in node_reads(node) if n in produced_by}
+        waiting.append(len(deps))
+        for dep in deps:
+            readers.setdefault(dep, []).append(i)
+    return waiting, readers
 
 
 def refuse_damaged(model, folding: bool, external_data_dir: Optional[str]) -> None:

@@ -16,13 +16,19 @@ from toolkit.core.errors import DependencyError, one_line
 from toolkit.core.graph.graphs import walk_graphs
 from toolkit.core.io.model import PROTOBUF_LIMIT
 from toolkit.core.shapes import light_copy
-from toolkit.surgeon.fold_noops import computed_reshape_targets, constant_reshape_targets, eliminate_noops
+from toolkit.surgeon.fold_noops import (
+    computed_reshape_targets,
+    constant_reshape_targets,
+    eliminate_noops,
+    replace_input,
+)
 from toolkit.surgeon.fusions import optimizer_rewrites
 from toolkit.surgeon.plumbing import (
     LogFn,
     count_model_nodes,
     export_graph,
     gs_step,
+    has_graph_attributes,
     import_gs,
     keep_non_tensor_types,
     nolog,
@@ -130,7 +136,7 @@ def _rewritten(optimized, model, before: int, log: LogFn):
 
 def _rewrite_top(result, model):
     """:func:`_after_optimizer` where the model has no subgraphs (else ``result`` as it is)."""
-    if any(attr.type in (5, 10) for n in result.graph.node for attr in n.attribute):  # GRAPH, GRAPHS
+    if has_graph_attributes(result.graph):
         return {}, result
     return _after_optimizer(result, model)
 
@@ -152,6 +158,21 @@ def _after_optimizer(result, model):
     merged = eliminate_common_subexpressions(gs, graph)
     small = len(graph.nodes) <= SYMBOLIC_SHAPES_MAX_NODES  # its cost grows with the graph (~2 ms a node)
     inferred = _symbolic_shapes(result) if small and computed_reshape_targets(gs, graph) else {}
+    targets = _constant_targets_on(gs, graph, inferred)
+    rewrites = optimizer_rewrites(gs, graph)
+    done = {"pass-through node(s) removed": noops, "duplicate node(s) merged": merged, "Reshape target(s) made constant": targets, **rewrites}
+    done = {what: n for what, n in done.items() if n}
+    if not done:
+        return done, result
+    with quiet_gs(), gs_step("clean up"):
+        graph.cleanup()
+    with gs_step("export"):
+        return done, export_graph(gs, graph, model)
+
+
+def _constant_targets_on(gs, graph, inferred: Dict[str, tuple]) -> int:
+    """:func:`constant_reshape_targets` (copied dynamic dims allowed) deciding on the
+    ``inferred`` shapes, lent to the graph's computed tensors for it (theirs are put back)."""
     lent = {}
     for name, tensor in graph.tensors().items():
         if name in inferred and not isinstance(tensor, gs.Constant):
@@ -162,15 +183,7 @@ def _after_optimizer(result, model):
     for name, shape in lent.items():
         if name in tensors:
             tensors[name].shape = shape
-    rewrites = optimizer_rewrites(gs, graph)
-    done = {"pass-through node(s) removed": noops, "duplicate node(s) merged": merged, "Reshape target(s) made constant": targets, **rewrites}
-    done = {what: n for what, n in done.items() if n}
-    if not done:
-        return done, result
-    with quiet_gs(), gs_step("clean up"):
-        graph.cleanup()
-    with gs_step("export"):
-        return done, export_graph(gs, graph, model)
+    return targets
 
 
 def _symbolic_shapes(model) -> Dict[str, tuple]:
@@ -295,9 +308,7 @@ def eliminate_common_subexpressions(gs, graph) -> int:
             continue
         for dup, same in zip(node.outputs, kept.outputs):
             for consumer in list(dup.outputs):
-                for i, t in enumerate(consumer.inputs):
-                    if t is dup:
-                        consumer.inputs[i] = same
+                replace_input(consumer, dup, same)
         node.outputs.clear()
         merged += 1
     return merged

@@ -15,6 +15,7 @@ from toolkit.core.io.model import graph_io_meta, infer_shapes, value_info_meta
 from toolkit.core.shapes import infer_tensor_meta, is_complete, light_copy, override_input_shapes, top_tensor_names
 from toolkit.surgeon.plumbing import (
     LogFn,
+    has_tensor_dtype,
     is_non_tensor,
     nolog,
     non_tensor_value_types,
@@ -27,15 +28,8 @@ def mark_outputs(model, names: Sequence[str]) -> None:
     """Make ``names`` the graph outputs of ``model`` (in place); ``["mark", "all"]`` marks every
     tensor a node of the top graph computes. Types come from shape inference where known."""
 
-    known = top_tensor_names(model)
     g = model.graph
-    if list(names) == ["mark", "all"]:
-        names = [o for n in g.node for o in n.output if o]
-    else:
-        for name in names:
-            if name not in set(known):
-                raise unknown_name_error(name, known, "output")
-    names = list(dict.fromkeys(names))
+    names = _names_to_mark(model, names)
     metas = infer_tensor_meta(model, fallback=False, names=names)
     old = {o.name: o for o in g.output}
     others = non_tensor_value_types(model, [n for n in names if n not in old and is_non_tensor(metas.get(n))])
@@ -51,6 +45,19 @@ def mark_outputs(model, names: Sequence[str]) -> None:
     g.output.extend(new)
 
 
+def _names_to_mark(model, names: Sequence[str]) -> List[str]:
+    """``names`` once each (every tensor a top-graph node computes for ``mark all``); InputError
+    for a name that is no tensor of the top graph."""
+    if list(names) == ["mark", "all"]:
+        names = [o for n in model.graph.node for o in n.output if o]
+    else:
+        known = top_tensor_names(model)
+        for name in names:
+            if name not in set(known):
+                raise unknown_name_error(name, known, "output")
+    return list(dict.fromkeys(names))
+
+
 _DDS_INPUTS = {"Range": (1,), "Pad": (1,), "Resize": (3,), "Tile": (1,), "Expand": (1,)}
 
 
@@ -64,41 +71,35 @@ def unbounded_dds_tensors(model) -> List[str]:
     inferred = infer_shapes(light_copy(model), data_prop=True)
     g = inferred.graph
     metas = {vi.name: value_info_meta(vi) for vi in list(g.value_info) + list(g.output)}
-    symbols: set = set()
-    for vi in g.input:
-        m = value_info_meta(vi)
-        symbols.update(d for d in (m.shape or ()) if isinstance(d, str))
-    const = {t.name for t in g.initializer}
-    producer = {}
-    for node in g.node:
-        for o in node.output:
-            producer[o] = node
-        if node.op_type == "Constant":
-            const.update(node.output)
+    symbols = {d for vi in g.input for d in (value_info_meta(vi).shape or ()) if isinstance(d, str)}
+    const = {t.name for t in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    producer = {o: node for node in g.node for o in node.output}
     found: List[str] = []
     for node in g.node:
-        new_dims = False
-        for o in node.output:
-            m = metas.get(o)
-            if m is None or m.shape is None:
-                new_dims = True
-                continue
-            for d in m.shape:
-                if d is None or (isinstance(d, str) and d not in symbols):
-                    new_dims = True
-                if isinstance(d, str):
-                    symbols.add(d)
-        if not new_dims or node.op_type not in _DDS_INPUTS:
-            continue
-        for idx in _DDS_INPUTS[node.op_type]:
-            if idx >= len(node.input) or not node.input[idx]:
-                continue
-            name = node.input[idx]
-            prod = producer.get(name)
-            if name in const or prod is None or prod.op_type == "Min" or name in found:
-                continue
-            found.append(name)
+        if _has_new_dims(node, metas, symbols) and node.op_type in _DDS_INPUTS:
+            found += [n for n in _computed_size_inputs(node, const, producer) if n not in found]
     return found
+
+
+def _computed_size_inputs(node, const: set, producer: dict) -> List[str]:
+    """The inputs that set the output size of ``node`` (an op of ``_DDS_INPUTS``) and that a node
+    other than a ``Min`` computes at run time."""
+    names = [node.input[i] for i in _DDS_INPUTS[node.op_type] if i < len(node.input) and node.input[i]]
+    return [n for n in names if n not in const and n in producer and producer[n].op_type != "Min"]
+
+
+def _has_new_dims(node, metas, symbols: set) -> bool:
+    """An output of ``node`` has an unknown rank or dim, or a dim symbol not in ``symbols`` (the
+    symbols seen so far, to which those of ``node``'s outputs are added)."""
+    new_dims = False
+    for o in node.output:
+        m = metas.get(o)
+        if m is None or m.shape is None:
+            new_dims = True
+            continue
+        new_dims |= any(d is None or (isinstance(d, str) and d not in symbols) for d in m.shape)
+        symbols.update(d for d in m.shape if isinstance(d, str))
+    return new_dims
 
 
 def parse_upper_bounds(specs: Sequence[str]) -> Dict[str, int]:
@@ -120,37 +121,43 @@ def set_unbounded_dds_upper_bounds(model, bounds: Mapping[str, int], log: LogFn 
     """Bound each unbounded data-dependent-shape tensor with a ``Min`` (in place); returns what was set."""
 
     targets = unbounded_dds_tensors(model)
-    named = [n for n in bounds if n]
-    for name in named:
-        if name not in targets:
+    for name in bounds:
+        if name and name not in targets:
             shown = ", ".join(targets) or "none"
             raise InputError(
                 f"'{name}' is not a tensor with an unbounded data-dependent shape; those are: {shown} "
                 "(`toolkit inspect model --list-unbounded-dds` lists them)"
             )
     metas = infer_tensor_meta(model, fallback=False, names=targets)
-    g = model.graph
     taken = set(top_tensor_names(model))
     applied: Dict[str, int] = {}
     for name in targets:
         bound = bounds.get(name, bounds.get(""))
-        if bound is None:
-            continue
-        meta = metas.get(name)
-        dtype = dtype_to_numpy(meta.dtype) if meta is not None and meta.dtype else np.int64
-        values = np.array(bound, dtype=dtype)
-        if meta is not None and meta.shape:
-            values = np.full(len(meta.shape), bound, dtype=dtype)
-        copy = fresh_name(name + "_unbounded", taken)
-        const = fresh_name(name + "_upper_bound", taken)
-        pos = next(i for i, n in enumerate(g.node) if name in n.output)
-        producer = g.node[pos]
-        producer.output[list(producer.output).index(name)] = copy
-        g.initializer.append(numpy_helper.from_array(values, const))
-        g.node.insert(pos + 1, helper.make_node("Min", [copy, const], [name], name=fresh_name(name + "_min", taken)))
-        applied[name] = bound
+        if bound is not None:
+            _insert_min(model.graph, name, _bound_values(bound, metas.get(name)), taken)
+            applied[name] = bound
     log(f"Upper bounds set: {', '.join(f'{k}<={v}' for k, v in applied.items()) or 'none needed'}")
     return applied
+
+
+def _bound_values(bound: int, meta):
+    """The constant ``bound`` in the dtype of the tensor ``meta`` describes (int64 if unknown), one
+    per element when the tensor is 1-D."""
+    dtype = dtype_to_numpy(meta.dtype) if meta is not None and meta.dtype else np.int64
+    if meta is not None and meta.shape:
+        return np.full(len(meta.shape), bound, dtype=dtype)
+    return np.array(bound, dtype=dtype)
+
+
+def _insert_min(g, name: str, values, taken: set) -> None:
+    """Make tensor ``name`` the ``Min`` of what its producer computes and the constant ``values``."""
+    copy = fresh_name(name + "_unbounded", taken)
+    const = fresh_name(name + "_upper_bound", taken)
+    pos = next(i for i, n in enumerate(g.node) if name in n.output)
+    producer = g.node[pos]
+    producer.output[list(producer.output).index(name)] = copy
+    g.initializer.append(numpy_helper.from_array(values, const))
+    g.node.insert(pos + 1, helper.make_node("Min", [copy, const], [name], name=fresh_name(name + "_min", taken)))
 
 
 def assume_dynamic_dims(model, input_shapes: Optional[Mapping[str, Sequence]], log: LogFn) -> Dict[str, list]:
@@ -160,7 +167,7 @@ def assume_dynamic_dims(model, input_shapes: Optional[Mapping[str, Sequence]], l
     assumed = []
     ins, _ = graph_io_meta(model)
     for m in ins:
-        if m.name in shapes or m.shape is None or not m.dtype or m.dtype.endswith("_type"):
+        if m.name in shapes or m.shape is None or not has_tensor_dtype(m):
             continue
         if any(not isinstance(d, int) for d in m.shape):
             shapes[m.name] = [d if isinstance(d, int) else 1 for d in m.shape]
@@ -180,11 +187,10 @@ def apply_fallback_shapes(model, *, input_shapes=None, external_data_dir=None, l
     metas = infer_tensor_meta(model, force_fallback=True, external_data_dir=external_data_dir)
     g = model.graph
     outputs = {o.name for o in g.output}
-    inputs = {i.name for i in g.input}
-    inits = {t.name for t in g.initializer}
+    given = {i.name for i in g.input} | {t.name for t in g.initializer}
     del g.value_info[:]
     for name, meta in metas.items():
-        if name in inits or name in inputs or not is_complete(meta) or not meta.dtype or meta.dtype.endswith("_type"):
+        if name in given or not is_complete(meta) or not has_tensor_dtype(meta):
             continue
         vi = tensor_value_info(name, meta)
         if name in outputs:

@@ -232,6 +232,12 @@ def count_nodes(graph) -> int:
     return n
 
 
+def has_graph_attributes(graph) -> bool:
+    """A node of ``graph``'s top level has a graph attribute (an If branch, a Loop/Scan body...)."""
+    kinds = (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+    return any(attr.type in kinds for n in graph.node for attr in n.attribute)
+
+
 def count_model_nodes(model) -> int:
     """Nodes of an ONNX model including those inside subgraphs."""
 
@@ -361,13 +367,13 @@ def _undefined(type_proto) -> bool:
         return True
     if kind == "tensor_type":
         return type_proto.tensor_type.elem_type == 0
-    if kind == "sequence_type":
-        return _undefined(type_proto.sequence_type.elem_type)
-    if kind == "optional_type":
-        return _undefined(type_proto.optional_type.elem_type)
-    if kind == "map_type":
-        return _undefined(type_proto.map_type.value_type)
+    if kind in _INNER_TYPE:
+        return _undefined(getattr(getattr(type_proto, kind), _INNER_TYPE[kind]))
     return False
+
+
+# TypeProto kind -> the field holding the type it contains
+_INNER_TYPE = {"sequence_type": "elem_type", "optional_type": "elem_type", "map_type": "value_type"}
 
 
 def keep_non_tensor_types(result, types: dict) -> None:
@@ -388,6 +394,11 @@ def keep_non_tensor_types(result, types: dict) -> None:
 def is_non_tensor(meta) -> bool:
     """``meta`` (a TensorMeta or None) describes a sequence, map or optional value."""
     return meta is not None and bool(meta.dtype) and meta.dtype.endswith("_type")
+
+
+def has_tensor_dtype(meta) -> bool:
+    """``meta`` (a TensorMeta or None) describes a tensor whose dtype is known."""
+    return meta is not None and bool(meta.dtype) and not meta.dtype.endswith("_type")
 
 
 def non_tensor_value_types(model, names: Sequence[str]) -> dict:

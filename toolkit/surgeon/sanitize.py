@@ -190,12 +190,17 @@ def _only_graph_inputs(model, input_shapes: Mapping[str, Sequence], log: LogFn) 
     for name in input_shapes:
         if name in kept:
             continue
-        if name not in known and not any(name in g_names for g_names in _body_tensor_names(model)):
+        if not _names_a_tensor(model, name, known):
             close = difflib.get_close_matches(name, inputs, n=1)
             hint = f"did you mean '{close[0]}'? " if close else ""
             raise InputError(f"--override-input-shapes: '{name}' is not a tensor of the model; {hint}its inputs: {shown}")
         log(f"warning: '{name}' is not an input of the model (its inputs: {shown}); its shape override is ignored")
     return kept
+
+
+def _names_a_tensor(model, name: str, top_names: set) -> bool:
+    """``name`` is a tensor of the top graph (``top_names``) or of an If/Loop/Scan body."""
+    return name in top_names or any(name in g_names for g_names in _body_tensor_names(model))
 
 
 def _body_tensor_names(model):

@@ -21,6 +21,7 @@ from toolkit.core.meta import dtype_to_numpy
 from toolkit.core.io.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
 from toolkit.core.shapes import STUB_BYTES, light_copy, node_reads
 from toolkit.surgeon.load import SHAPE_OPS
+from toolkit.surgeon.plumbing import copied, has_graph_attributes, has_tensor_dtype
 
 
 def check_model(model, original=None) -> None:
@@ -83,22 +84,35 @@ def light_session(model, external_data_dir: Optional[str] = None, extra_outputs:
     light, stubbed = _without_big_weights(model)
     if only_outputs is not None:
         _prune_to(light.graph, only_outputs)
-    if extra_outputs:
-        have = {o.name for o in light.graph.output}
-        for name in extra_outputs:
-            if name not in have:
-                light.graph.output.add().name = name
-    g = light.graph
+    have = {o.name for o in light.graph.output}
+    for name in extra_outputs:
+        if name not in have:
+            light.graph.output.add().name = name
+    weights = _weights_as_inputs(light.graph, stubbed, pruned=only_outputs is not None)
+    so = _session_options(ort, optimized, external_data_dir)
+    sess = ort.InferenceSession(light.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return _Session(sess, model, weights)
+
+
+def _weights_as_inputs(g, stubbed, pruned: bool) -> List[str]:
+    """Make the ``stubbed`` (big) weights graph inputs of ``g`` (those it reads, when ``pruned``);
+    returns their names."""
+    if not stubbed:
+        return []
+    read = {r for n in g.node for r in node_reads(n)} if pruned else None
+    listed = {i.name for i in g.input}
     weights = []
-    if stubbed:
-        read = {r for n in g.node for r in node_reads(n)} if only_outputs is not None else None
-        listed = {i.name for i in g.input}
-        for t in stubbed:
-            if read is not None and t.name not in read:
-                continue  # the pruned graph does not need it
-            weights.append(t.name)
-            if t.name not in listed:
-                g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    for t in stubbed:
+        if read is not None and t.name not in read:
+            continue  # the pruned graph does not need it
+        weights.append(t.name)
+        if t.name not in listed:
+            g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    return weights
+
+
+def _session_options(ort, optimized: bool, external_data_dir: Optional[str]):
+    """ONNX-Runtime session options for validation runs."""
     so = ort.SessionOptions()
     # ``optimized``: ONNX-Runtime's basic level, as users load models (it inlines constant-condition
     # If branches and folds constants, which meets checks a plain load does not).
@@ -112,8 +126,7 @@ def light_session(model, external_data_dir: Optional[str] = None, extra_outputs:
     so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if external_data_dir:
         so.add_session_config_entry("session.model_external_initializers_file_folder_path", external_data_dir)
-    sess = ort.InferenceSession(light.SerializeToString(), so, providers=["CPUExecutionProvider"])
-    return _Session(sess, model, weights)
+    return so
 
 
 def generated_feed(model) -> Tuple[Optional[dict], Optional[str]]:
@@ -135,17 +148,21 @@ def generated_feed(model) -> Tuple[Optional[dict], Optional[str]]:
         total += math.prod(shape) * max(dtype.itemsize, 1)  # (Python ints: no overflow)
         if total > (64 << 20):
             return None, "generated inputs would be over 64 MiB"
-        if dtype.kind == "f":
-            feed[i.name] = _spread(shape).astype(dtype)
-        elif dtype.kind == "b":
-            feed[i.name] = _spread(shape) < 0.5
-        elif dtype.kind in "iu":
-            feed[i.name] = np.ones(shape, dtype=dtype)
-        elif dtype.kind == "O" or dtype.kind == "U":
-            feed[i.name] = np.full(shape, "a", dtype=object)
-        else:
-            feed[i.name] = np.zeros(shape, dtype=dtype)
+        feed[i.name] = _generated_array(shape, dtype)
     return feed, None
+
+
+def _generated_array(shape, dtype):
+    """Floats spread over [0, 1), booleans half true, integers 1, strings "a", else zeros."""
+    if dtype.kind == "f":
+        return _spread(shape).astype(dtype)
+    if dtype.kind == "b":
+        return _spread(shape) < 0.5
+    if dtype.kind in "iu":
+        return np.ones(shape, dtype=dtype)
+    if dtype.kind in "OU":
+        return np.full(shape, "a", dtype=object)
+    return np.zeros(shape, dtype=dtype)
 
 
 def _dynamic_as_one(model, feed) -> str:
@@ -213,50 +230,60 @@ class Validation:
         if self._prepared:
             return
         self._prepared = True
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError:
-            self.skip_reason = "onnxruntime is not installed"
-            return
-
-        # (ByteSize() would walk every weight's bytes: slow on big models)
-        if sum(tensor_nbytes(t) for t in self.original.graph.initializer) > _VALIDATE_MAX_BYTES:
-            self.skip_reason = "the model is over 1 GiB"
-            return
-        cost = run_cost_refusal(self.original)
-        if cost:  # (running it for the expected outputs would not end, or not fit)
-            self.compare_reason = cost
-            return
-        if has_external_data(self.original):
-            # Running would read every weight from disk: check the structure only (ONNX's
-            # checker with strict shape inference, which is where loading fails).
-            self.structural_only = True
-            self.compare_reason = "its weights stay on disk"
+        if not self._runnable():
             return
         g = self.original.graph
         self.output_names = [o.name for o in g.output]
         # Every intermediate tensor's value too, when the model has no subgraphs and they fit:
         # then a folded model is checked by comparing its new constants with them, without
         # running it (folding only replaces tensors by constants and removes dead nodes).
-        self.has_subgraphs = any(attr.type in (5, 10) for n in g.node for attr in n.attribute)  # GRAPH, GRAPHS
+        self.has_subgraphs = has_graph_attributes(g)
         self.feed = self._make_feed()
         if self.feed is None:
             return
-        if not self.has_subgraphs:
-            # Only the part of the model that folding may replace runs here (shape computations
-            # and constant subgraphs, with what they read): not the whole model.
-            # Big folded tensors (weights made by ConstantOfShape, Transpose of a weight...) are
-            # not checked: holding them twice costs more than the risk, which is in shape values.
-            foldable = _foldable_tensors(g)
-            big = _big_tensors(g, _CHECK_MAX_BYTES)
-            extra = [t for t in foldable if t not in big]
-            self.unchecked = set(foldable) - set(extra)
-            # (a tensor that cannot be an output makes this fail: then the whole model runs)
-            self.all_values, err = attempt(lambda: self._run(self._session(self.original, only_outputs=extra),
-                                                             self.feed, extra))
-            if err is None:
-                return
+        if not self.has_subgraphs and self._compute_foldable(g):
+            return
         self._ensure_expected()
+
+    def _runnable(self) -> bool:
+        """Whether the input model can be run for validation; else False, with the reason set
+        (a model whose weights stay on disk gets a structural check instead)."""
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            self.skip_reason = "onnxruntime is not installed"
+            return False
+
+        # (ByteSize() would walk every weight's bytes: slow on big models)
+        if sum(tensor_nbytes(t) for t in self.original.graph.initializer) > _VALIDATE_MAX_BYTES:
+            self.skip_reason = "the model is over 1 GiB"
+            return False
+        cost = run_cost_refusal(self.original)
+        if cost:  # (running it for the expected outputs would not end, or not fit)
+            self.compare_reason = cost
+            return False
+        if has_external_data(self.original):
+            # Running would read every weight from disk: check the structure only (ONNX's
+            # checker with strict shape inference, which is where loading fails).
+            self.structural_only = True
+            self.compare_reason = "its weights stay on disk"
+            return False
+        return True
+
+    def _compute_foldable(self, g) -> bool:
+        """Run the part of the input model that folding may replace (shape computations and
+        constant subgraphs, with what they read), not the whole model, for the values of those
+        tensors; False where that fails (a tensor that cannot be an output: then the whole
+        model runs). Big folded tensors (weights made by ConstantOfShape, Transpose of a
+        weight...) are not checked: holding them twice costs more than the risk, which is in
+        shape values."""
+        foldable = _foldable_tensors(g)
+        big = _big_tensors(g, _CHECK_MAX_BYTES)
+        extra = [t for t in foldable if t not in big]
+        self.unchecked = set(foldable) - set(extra)
+        self.all_values, err = attempt(lambda: self._run(self._session(self.original, only_outputs=extra),
+                                                         self.feed, extra))
+        return err is None
 
     def _ensure_expected(self) -> bool:
         """The input model's outputs on the generated inputs (a full run, done once)."""
@@ -306,26 +333,34 @@ class Validation:
             return None if err is None or strict_check(self.original) is not None else f"it fails ONNX's checker: {err}"
         sess, exc = attempt(self._session, result, optimized=self.bodies)
         if exc is not None:
-            _, orig_exc = attempt(self._session, self.original, optimized=self.bodies)
-            if orig_exc is not None:  # the input model does not load either
-                self._raise_if_override_broke(orig_exc)
-                self.skip_reason = (
-                    f"ONNX-Runtime cannot load the input model ({one_line(orig_exc, first_line=True, limit=300)})"
-                )
-                return None
-            return f"ONNX-Runtime cannot load it: {one_line(exc, first_line=True, limit=300)}"
+            return self._load_failure(exc)
         if self.feed is None:
             return None
-        if self.all_values is not None and _same_outputs(result, self.original) and self._predicted(result):
-            wrong = self.wrong_constants(result)
-            if wrong:
-                wrong = {name for name in wrong if not self._same_reshape_target(result, name)}
-            if not wrong:
-                return None
-            if self._nondeterministic():
-                self.compare_reason = "the input model's outputs change from run to run"
-                return None
-            return f"folded tensor '{sorted(wrong)[0]}' differs from what the input model computes"
+        if _same_outputs(result, self.original) and self._predicted(self._folded(result)):
+            return self._check_constants(result)
+        return self._check_outputs(sess)
+
+    def _load_failure(self, exc: Exception) -> Optional[str]:
+        """What to say when ONNX-Runtime does not load the result (``exc``): that, unless the
+        input model does not load either (then validation is skipped)."""
+        _, orig_exc = attempt(self._session, self.original, optimized=self.bodies)
+        if orig_exc is None:
+            return f"ONNX-Runtime cannot load it: {one_line(exc, first_line=True, limit=300)}"
+        self._raise_if_override_broke(orig_exc)
+        self.skip_reason = f"ONNX-Runtime cannot load the input model ({one_line(orig_exc, first_line=True, limit=300)})"
+        return None
+
+    def _check_constants(self, result) -> Optional[str]:
+        """Compare the tensors folding made constant with their values in the input model's run."""
+        wrong = self.wrong_constants(result)
+        if wrong:
+            wrong = {name for name in wrong if not self._same_reshape_target(result, name)}
+        if not wrong:
+            return None
+        return self._unless_nondeterministic(f"folded tensor '{sorted(wrong)[0]}' differs from what the input model computes")
+
+    def _check_outputs(self, sess) -> Optional[str]:
+        """Run the result's session and compare its outputs with the input model's."""
         if not self._ensure_expected():
             return None
         got, exc = attempt(self._run, sess, self.feed, list(self.expected))
@@ -334,10 +369,15 @@ class Validation:
         bad = [n for n in self.expected if not same_value(self.expected[n], got.get(n))]
         if not bad:
             return None
+        return self._unless_nondeterministic(f"output '{bad[0]}' differs from the input model's")
+
+    def _unless_nondeterministic(self, difference: str) -> Optional[str]:
+        """``difference``, unless the input model itself differs from run to run (then None, and
+        outputs count as not compared)."""
         if self._nondeterministic():
             self.compare_reason = "the input model's outputs change from run to run"
             return None
-        return f"output '{bad[0]}' differs from the input model's"
+        return difference
 
     def limits(self) -> str:
         """What the last :meth:`check` could not do, for the log ("was not validated: why", "loads;
@@ -387,26 +427,25 @@ class Validation:
         input model has a positive dim: the same Reshape."""
 
         readers = [n for n in result.graph.node if name in n.input]
-        for n in readers:
-            allowzero = any(a.name == "allowzero" and a.i for a in n.attribute)
-            if n.op_type != "Reshape" or list(n.input).index(name) != 1 or allowzero:
-                return False
+        if not readers or not all(_reads_as_reshape_target(n, name) for n in readers):
+            return False
         got = next((t for t in result.graph.initializer if t.name == name), None)
         want = (self.all_values or {}).get(name)
-        if not readers or got is None or want is None:
+        if got is None or want is None:
             return False
-        got_v, want_v = np.asarray(raw_array(got, onnx)).reshape(-1), np.asarray(want).reshape(-1)
-        if got_v.shape != want_v.shape or want_v.dtype.kind not in "iu" or np.count_nonzero(got_v == -1) != 1:
-            return False
-        differ = got_v != want_v
-        return bool(np.all(got_v[differ] == -1) and np.all(want_v[differ] > 0) and not np.any(want_v == -1))
+        return _same_but_one_inferred_dim(np.asarray(raw_array(got, onnx)).reshape(-1), np.asarray(want).reshape(-1))
 
-    def _predicted(self, result) -> bool:
-        """Every tensor folding made constant had its value computed in the input model's run
-        (or is one of the big ones left unchecked)."""
+    def _folded(self, result) -> list:
+        """The initializers of ``result`` that are tensors the input model computes (folded)."""
         computed = {o for n in self.original.graph.node for o in n.output if o}
-        return all(t.name in self.all_values or t.name in self.unchecked
-                   for t in result.graph.initializer if t.name in computed)
+        return [t for t in result.graph.initializer if t.name in computed]
+
+    def _predicted(self, folded) -> bool:
+        """Every tensor of ``folded`` had its value computed in the input model's run (or is one
+        of the big ones left unchecked)."""
+        return self.all_values is not None and all(
+            t.name in self.all_values or t.name in self.unchecked for t in folded
+        )
 
     def _nondeterministic(self) -> bool:
         """The input model gives different values from run to run (random ops)."""
@@ -425,12 +464,10 @@ class Validation:
         if self.feed is None:
             return None
 
-        computed = {o for n in self.original.graph.node for o in n.output if o}
-        folded = [t for t in result.graph.initializer if t.name in computed]
+        folded = self._folded(result)
         if not folded:
             return set()
-        if self.all_values is not None and all(t.name in self.all_values or t.name in self.unchecked for t in folded):
-
+        if self._predicted(folded):
             return {t.name for t in folded if t.name in self.all_values
                     and not same_value(self.all_values.get(t.name), raw_array(t, onnx))}
         names = [t.name for t in folded]
@@ -438,6 +475,21 @@ class Validation:
         if err is not None:
             return None
         return {t.name for t in folded if not same_value(values.get(t.name), numpy_helper.to_array(t))}
+
+
+def _reads_as_reshape_target(node, name: str) -> bool:
+    """``node`` is a Reshape (no allowzero) that reads tensor ``name`` as its target (only)."""
+    allowzero = any(a.name == "allowzero" and a.i for a in node.attribute)
+    return node.op_type == "Reshape" and list(node.input).index(name) == 1 and not allowzero
+
+
+def _same_but_one_inferred_dim(got, want) -> bool:
+    """Integer Reshape targets ``got`` and ``want`` (flat) are the same but for one -1 in ``got``
+    (inferred, so the same dim) where ``want`` has a positive dim, and ``want`` has no -1."""
+    if got.shape != want.shape or want.dtype.kind not in "iu" or np.count_nonzero(got == -1) != 1:
+        return False
+    differ = got != want
+    return bool(np.all(got[differ] == -1) and np.all(want[differ] > 0) and not np.any(want == -1))
 
 
 def _foldable_tensors(graph) -> List[str]:
@@ -462,7 +514,7 @@ def _big_tensors(graph, limit: int) -> set:
     big = set()
     for vi in list(graph.value_info) + list(graph.output):
         m = value_info_meta(vi)
-        if m.shape is None or not m.dtype or m.dtype.endswith("_type"):
+        if m.shape is None or not has_tensor_dtype(m):
             continue
         n = 1
         for d in m.shape:
@@ -509,12 +561,7 @@ def _prune_to(graph, outputs: Sequence[str]) -> None:
                 keep.add(i)
                 needed.update(node_reads(node))
                 changed = True
-    kept = [n for i, n in enumerate(graph.node) if i in keep]
-    copies = []
-    for n in kept:
-        c = type(n)()
-        c.CopyFrom(n)
-        copies.append(c)
+    copies = [copied(n) for i, n in enumerate(graph.node) if i in keep]
     del graph.node[:]
     graph.node.extend(copies)
     del graph.output[:]
@@ -582,8 +629,11 @@ def same_value(a, b) -> bool:
         if not (isinstance(a, list) and isinstance(b, list)) or len(a) != len(b):
             return False
         return all(same_value(x, y) for x, y in zip(a, b))
-    a = np.asarray(a)
-    b = np.asarray(b)
+    return _same_array(np.asarray(a), np.asarray(b))
+
+
+def _same_array(a, b) -> bool:
+    """Same shape, and the same values (floats within 1e-4; NaN equals NaN)."""
     if a.shape != b.shape:
         return False
     if a.dtype == b.dtype and a.dtype.kind in "biufc" and a.tobytes() == b.tobytes():
