@@ -285,26 +285,28 @@ def _parameters(cls: Any, prefix: str = "", panel: Optional[str] = None):
     args: List[Any] = []
     opts: List[Tuple[Any, Optional[str]]] = []
     for f, decl, hint in _fields_for_cli(cls):
-        default: Any
-        if decl.argument:
-            default = inspect.Parameter.empty if decl.required else None
-        elif decl.parse is not None:  # (the field's default is the parsed one)
-            default = False if hint is bool else None
-        elif f.default_factory is not dataclasses.MISSING:  # lists: None when not given
-            default = None
-        elif f.default is dataclasses.MISSING or decl.needed:  # a required option
-            default = inspect.Parameter.empty
-        else:
-            default = f.default
         if panel and not decl.panel:
             decl = decl.replace(panel=panel)
-        param = inspect.Parameter(prefix + f.name, inspect.Parameter.KEYWORD_ONLY, default=default,
+        param = inspect.Parameter(prefix + f.name, inspect.Parameter.KEYWORD_ONLY, default=_cli_default(f, decl, hint),
                                   annotation=parameter(decl, hint))
         if decl.argument:
             args.append(param)
         else:
             opts.append((param, prefix + decl.after if decl.after else None))
     return args, opts
+
+
+def _cli_default(f: "dataclasses.Field", decl: Declared, hint: Any) -> Any:
+    """What the command line gives for field ``f`` when its option is left out."""
+    if decl.argument:
+        return inspect.Parameter.empty if decl.required else None
+    if decl.parse is not None:  # (the field's default is the parsed one)
+        return False if hint is bool else None
+    if f.default_factory is not dataclasses.MISSING:  # lists: None when not given
+        return None
+    if f.default is dataclasses.MISSING or decl.needed:  # a required option
+        return inspect.Parameter.empty
+    return f.default
 
 
 def _help_order(opts: List[Tuple[Any, Optional[str]]]) -> List[Any]:
