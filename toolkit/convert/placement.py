@@ -21,6 +21,7 @@ from toolkit.convert.common import (
     FLOAT,
     FLOAT16,
     STD_DOMAINS,
+    cast_to,
     float16_library,
     iter_graphs,
     iter_nodes,
@@ -206,8 +207,7 @@ def casts_out_of_float(node, types: Dict[str, int]) -> bool:
     lose it (a value past 65504 would reach the Cast as inf, whose integer is undefined)."""
     if node.op_type != "Cast" or node.domain not in STD_DOMAINS or not node.input or not node.input[0]:
         return False
-    to = next((a.i for a in node.attribute if a.name == "to"), None)
-    return types.get(node.input[0]) == FLOAT and to not in (None, FLOAT, FLOAT16, BFLOAT16)
+    return types.get(node.input[0]) == FLOAT and cast_to(node) not in (None, FLOAT, FLOAT16, BFLOAT16)
 
 
 def _with_ml_neighbours(model, keep: Dict[str, str]) -> Dict[str, str]:
