@@ -16,7 +16,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import numpy as np
 from onnx import helper, numpy_helper
@@ -109,7 +109,7 @@ def _constant_values(graph, keep: Optional[Dict[str, object]] = None) -> Iterato
             yield node.output[0], numpy_helper.to_array(tensor)
 
 
-def _constant_tensors(graph) -> Iterator[Tuple[object, object]]:
+def _constant_tensors(graph) -> Iterator[Tuple[Any, Any]]:
     """(node, tensor) of each ``Constant`` node of ``graph`` that holds a tensor (its ``value``)."""
     for node in graph.node:
         if node.op_type == "Constant" and node.output:

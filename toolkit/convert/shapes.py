@@ -12,7 +12,7 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 HEIGHT_NAMES = ("height", "h", "img_h", "image_height")
 WIDTH_NAMES = ("width", "w", "img_w", "image_width")
@@ -69,9 +69,9 @@ def model_shape_hints(model, metas: Sequence) -> Tuple[List[str], List[str]]:
         return [], []
     size = _image_size(meta)
     specs: List[str] = []
-    used = set()
+    used: Set[str] = set()
     for m in metas:
-        shape = getattr(m, "shape", None)
+        shape: Any = getattr(m, "shape", None)
         dims = _hinted_dims(shape, meta, size)
         if dims is None:
             continue
@@ -82,7 +82,7 @@ def model_shape_hints(model, metas: Sequence) -> Tuple[List[str], List[str]]:
     return specs, sorted(used)
 
 
-def _hinted_dims(shape, meta: Dict[str, str], size) -> Optional[List[int]]:
+def _hinted_dims(shape, meta: Dict[str, str], size) -> Optional[list]:
     """An input's dims with the dynamic ones the hints fix; None when its shape is unknown or fixed
     already, or when the hints leave a dynamic dim of it unfixed."""
     if shape is None or all(isinstance(d, int) and d >= 0 for d in shape):
