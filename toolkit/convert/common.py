@@ -234,6 +234,12 @@ def bf16_values(bits):
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def widened(raw: bytes, data_type: int):
+    """The values of float16 or bfloat16 raw data (little-endian bits) as float32 (exact), flat."""
+    bits = np.frombuffer(raw, dtype="<u2")
+    return bits.view("<f2").astype("<f4") if data_type == FLOAT16 else (bits.astype("<u4") << 16).view("<f4")
+
+
 def round_values(arr, dtype: str = "float16"):
     """float32 values rounded as the conversion to ``dtype`` stores weights, back in float32."""
 

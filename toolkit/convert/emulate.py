@@ -39,6 +39,7 @@ from toolkit.convert.common import (
     round_values,
     short_name,
     weight_array,
+    widened,
 )
 from toolkit.convert.onnx_types import bf16_ready, infer_types, tensor_types
 from toolkit.convert.placement import decide
@@ -293,9 +294,7 @@ def _widen(t) -> None:
     """A float16 or bfloat16 weight -> the same values in float32, in place (one copy of the data)."""
 
     if t.HasField("raw_data") and not t.external_data:
-        bits = np.frombuffer(t.raw_data, dtype="<u2")
-        wide = bits.view("<f2").astype("<f4") if t.data_type == FLOAT16 else (bits.astype("<u4") << 16).view("<f4")
-        t.raw_data = wide.tobytes()
+        t.raw_data = widened(t.raw_data, t.data_type).tobytes()
         t.data_type = FLOAT
         return
     t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))

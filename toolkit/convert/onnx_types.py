@@ -99,13 +99,23 @@ def tensor_types(model) -> Dict[str, int]:
         for t in graph.initializer:
             types.setdefault(t.name, t.data_type)
         for node in graph.node:
-            if node.op_type == "Constant" and node.domain in STD_DOMAINS and node.output:
-                for attr in node.attribute:
-                    if attr.name == "value":
-                        types.setdefault(node.output[0], attr.t.data_type)
-                    elif attr.name in ("value_float", "value_floats"):
-                        types.setdefault(node.output[0], FLOAT)
+            if node.op_type != "Constant" or node.domain not in STD_DOMAINS or not node.output:
+                continue
+            kind = _constant_type(node)
+            if kind is not None:
+                types.setdefault(node.output[0], kind)
     return types
+
+
+def _constant_type(node) -> Optional[int]:
+    """The element type of a ``Constant`` node's value (its tensor's, FLOAT for ``value_float(s)``);
+    None for the other kinds of value."""
+    for attr in node.attribute:
+        if attr.name == "value":
+            return attr.t.data_type
+        if attr.name in ("value_float", "value_floats"):
+            return FLOAT
+    return None
 
 
 def opset_version(model, domain: str = "") -> int:

@@ -33,7 +33,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes
+from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes, widened
 from toolkit.convert.emulate import emulate_mixed
 from toolkit.convert.onnx_types import STRIPPED, infer_types, tensor_types, without_big_data
 from toolkit.core.compare.arrays import error_arrays
@@ -144,11 +144,7 @@ def split_weights(model, emulate: bool):
             continue
         orig = source[t.name]
         if orig.data_type in (FLOAT16, BFLOAT16) and emulate and orig.HasField("raw_data"):
-            bits = np.frombuffer(orig.raw_data, dtype="<u2").reshape(tuple(orig.dims))
-            wide = (
-                bits.view("<f2").astype("<f4") if orig.data_type == FLOAT16 else (bits.astype("<u4") << 16).view("<f4")
-            )
-            weights[t.name] = wide
+            weights[t.name] = widened(orig.raw_data, orig.data_type).reshape(tuple(orig.dims))
             t.data_type = FLOAT
         else:
             weights[t.name] = np.ascontiguousarray(numpy_helper.to_array(orig))
