@@ -114,10 +114,15 @@ def summarize_array(arr, show_values: bool = False, max_elems: int = 12) -> dict
     return info
 
 
+def as_float(arr):
+    """A numeric array as floats to reduce: itself when float32 or wider, else as float64."""
+    return arr if arr.dtype.kind == "f" and arr.dtype.itemsize >= 4 else arr.astype(np.float64)
+
+
 def _statistics(arr) -> dict:
     """mean, std, min, max, median and percentiles of the finite values of a numeric array, and
     the counts of its NaN and infinite values (when there are some)."""
-    data = arr if arr.dtype.kind == "f" and arr.dtype.itemsize >= 4 else arr.astype(np.float64)
+    data = as_float(arr)
     finite = np.isfinite(data)
     vals = data if finite.all() else data[finite]
     stats: dict = {}
@@ -449,26 +454,33 @@ def _graph_lines(g: dict, show: Show, ind: str) -> List[str]:
     lines.append(ind + _meta_list_text([_tensor_text(t) for t in g["outputs"]]))
     lines.append("")
     lines.append(f"{ind}---- {len(g['initializers'])} Initializer(s) ----")
-    if show.weights:
-        for t in g["initializers"]:
-            lines.append(f"{ind}Initializer | {_tensor_text(t)}")
-            if t.get("values", 0) is None:
-                lines.append(f"{ind}    ({t.get('note', 'no values')})")
-            else:
-                lines.append(f"{ind}    Stats: {stats_text(t)}")
-                for vl in str(t.get("preview", "")).splitlines():
-                    lines.append(f"{ind}    {vl}")
-    else:
-        inits = g["initializers"]
-        shown = [_tensor_text(t) for t in inits[:INIT_LIST_LIMIT]]
-        if len(inits) > INIT_LIST_LIMIT:
-            shown.append(f"... {len(inits) - INIT_LIST_LIMIT} more (--mode=full or --json lists all)")
-        lines.append(ind + _meta_list_text(shown))
+    lines.extend(_weight_lines(g["initializers"], ind) if show.weights else _initializer_list(g["initializers"], ind))
     lines.append("")
     lines.append(f"{ind}---- {g['node_count']} Node(s) ----")
     for node in g.get("nodes", ()):
         lines.extend(_node_lines(node, show, ind))
     return lines
+
+
+def _weight_lines(inits: List[dict], ind: str) -> List[str]:
+    """Each initializer with its statistics and a preview of its values (or why it has none)."""
+    lines = []
+    for t in inits:
+        lines.append(f"{ind}Initializer | {_tensor_text(t)}")
+        if t.get("values", 0) is None:
+            lines.append(f"{ind}    ({t.get('note', 'no values')})")
+        else:
+            lines.append(f"{ind}    Stats: {stats_text(t)}")
+            lines.extend(f"{ind}    {vl}" for vl in str(t.get("preview", "")).splitlines())
+    return lines
+
+
+def _initializer_list(inits: List[dict], ind: str) -> List[str]:
+    """The first :data:`INIT_LIST_LIMIT` initializers on one line."""
+    shown = [_tensor_text(t) for t in inits[:INIT_LIST_LIMIT]]
+    if len(inits) > INIT_LIST_LIMIT:
+        shown.append(f"... {len(inits) - INIT_LIST_LIMIT} more (--mode=full or --json lists all)")
+    return [ind + _meta_list_text(shown)]
 
 
 def _node_lines(node: dict, show: Show, ind: str) -> List[str]:
