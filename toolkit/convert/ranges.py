@@ -246,6 +246,14 @@ def range_keep(model, types: Dict[str, int], low: int, risky: Optional[Dict[str,
     return keep
 
 
+def _first_carried(risky: Dict[str, str], readers: Dict[str, list]) -> List[str]:
+    """The outputs of the nodes that pass on a risky value too large for fp16 (a carrying op, or a
+    ``Mul``: ``(1 - mask) * float32-lowest``; past it, a Mul may scale the value back)."""
+    first = CARRYING_OPS | {"Mul"}
+    large = [name for name, why in risky.items() if _PAST_FP16 in why]
+    return [o for name in large for n in readers.get(name, ()) if n.op_type in first for o in n.output]
+
+
 def _producers(graph, values) -> List[str]:
     """Names of the nodes that compute ``values``, back to the constants (they compute them in fp32)."""
     producer = {o: n for n in graph.node for o in n.output if o}
@@ -277,9 +285,7 @@ def _carried_readers(risky: Dict[str, str], readers: Dict[str, list], types: Dic
     to underflow are not followed (an epsilon added to a variance is not passed on)."""
     out: List[str] = []
     seen: Set[str] = set()
-    large = [name for name, why in risky.items() if _PAST_FP16 in why]
-    first = CARRYING_OPS | {"Mul"}  # ((1 - mask) * float32-lowest; past it, a Mul may scale the value back)
-    todo = [o for name in large for n in readers.get(name, ()) if n.op_type in first for o in n.output]
+    todo = _first_carried(risky, readers)
     while todo:
         value = todo.pop()
         if value in seen or types.get(value) != FLOAT:
