@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Dict, Iterable, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
 import onnx
@@ -165,11 +165,7 @@ class _Emulator:
             conv, keep = self.users(rmap, t.name) if t.data_type == FLOAT else (False, False)
             if not conv:
                 continue
-            data = self.cache.get(t.name) if self.cache is not None else None
-            if data is None:
-                data = round_values(weight_array(t), self.dtype).astype("<f4").tobytes()
-                if self.cache is not None:
-                    self.cache[t.name] = data
+            data = self.rounded_bytes(t)
             target = t
             if keep:
                 target = onnx.TensorProto(name=self.fresh(f"{t.name}::fp16"), data_type=FLOAT, dims=t.dims)
@@ -182,6 +178,15 @@ class _Emulator:
             target.raw_data = data
             self.rounded += 1
         g.initializer.extend(new_inits)
+
+    def rounded_bytes(self, t) -> bytes:
+        """Weight ``t``'s values rounded, as float32 raw data (kept in the cache, when there is one)."""
+        data = self.cache.get(t.name) if self.cache is not None else None
+        if data is None:
+            data = round_values(weight_array(t), self.dtype).astype("<f4").tobytes()
+            if self.cache is not None:
+                self.cache[t.name] = data
+        return data
 
     def constant(self, node) -> None:
         for a in node.attribute:
@@ -200,12 +205,17 @@ class _Emulator:
         if node.op_type == "Constant" and node.domain in STD_DOMAINS:
             self.constant(node)
             return [node]
+        return [node] + self.rounded_outputs(node, outs)
+
+    def rounded_outputs(self, node, outs: List[Tuple[int, str]]) -> list:
+        """A converted node makes its float32 outputs ``outs`` (index, name) under fresh names; the
+        Casts that round them make them under their own names."""
         tail = []
         for j, o in outs:
             raw = self.fresh(f"{o}::fp32")
             node.output[j] = raw
             tail += self.round_chain(raw, o, o)
-        return [node] + tail
+        return tail
 
     def graph(self, g, top: bool) -> None:
         rmap = readers_of(g)
