@@ -98,24 +98,21 @@ def resolve_keep(model, specs: Iterable[str]) -> List[str]:
     Every spec must select at least one node (InputError naming it otherwise).
     """
     nodes = list(iter_nodes(model))
-    chosen: List[str] = []
-    seen: Set[str] = set()
+    chosen: Dict[str, None] = {}  # (in the order first selected)
     for spec in split_specs(specs):
-        hits = [
-            n.name
-            for n in nodes
-            if n.name == spec or n.op_type == spec or (_is_glob(spec) and fnmatch.fnmatchcase(n.name, spec))
-        ]
+        hits = [n.name for n in nodes if _selects(spec, n)]
         if not hits:
             raise InputError(
                 f"--keep-fp32 {spec}: no node has this name or op type, and no node name matches it; "
                 "`toolkit inspect model` lists the nodes"
             )
-        for name in hits:
-            if name not in seen:
-                seen.add(name)
-                chosen.append(name)
-    return chosen
+        chosen.update(dict.fromkeys(hits))
+    return list(chosen)
+
+
+def _selects(spec: str, node) -> bool:
+    """Whether ``spec`` names ``node``, its op type, or is a glob pattern its name matches."""
+    return node.name == spec or node.op_type == spec or (_is_glob(spec) and fnmatch.fnmatchcase(node.name, spec))
 
 
 def automatic_keep(model, types: Optional[Dict[str, int]] = None, dtype: str = "float16") -> Dict[str, str]:
