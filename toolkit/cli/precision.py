@@ -176,6 +176,13 @@ def _print_names(names: List[str], emit_options: bool) -> None:
         for name in names:
             echo(name)
         return
+    _check_emittable(names)
+    if names:
+        echo("--keep-fp32 " + " ".join(names))
+
+
+def _check_emittable(names: List[str]) -> None:
+    """An InputError naming the first node name that convert would not get intact from the shell's $(...)."""
     odd = [n for n in names if _SHELL_SPLITS.search(n)]
     if odd:
         raise InputError(
@@ -187,8 +194,6 @@ def _print_names(names: List[str], emit_options: bool) -> None:
             f"node name {dashed[0]!r} {'starts with -' if dashed[0] else 'is empty'}, which convert would read as "
             "an option (or lose): print the names without --emit-options to a file and give it to convert "
             "--keep-fp32-from FILE")
-    if names:
-        echo("--keep-fp32 " + " ".join(names))
 
 
 def _written(cfg, code: int) -> int:
