@@ -320,25 +320,29 @@ def _library_convert(
             )
         except CONVERTER_ERRORS as exc:
             reraise_bug(exc)
-            node = _failing_node(exc, originals)
-            at = f" at node {node.name} ({node.op_type})" if node is not None else ""
-            fix = (
-                f"keep it in fp32 with --keep-fp32 '{node.name}' (or its op type: --keep-fp32 {node.op_type})"
-                if node is not None
-                else "keep the op types around the failing node in fp32 with --keep-fp32 OP (several: "
-                "--keep-fp32 OP1,OP2)"
-            )
-            raise ConverterError(
-                f"the fp16 conversion failed inside onnxconverter-common{at} ({type(exc).__name__}: "
-                f"{one_line(exc, first_line=True, limit=200)}): a limit of that library on this graph, not of the "
-                f"model; {fix}"
-            ) from None
+            raise _converter_error(exc, _failing_node(exc, originals)) from None
         finally:
             f16.convert_tensor_float_to_float16 = library_tensor
             if library_sort is not None:
                 f16.sort_topology = library_sort
             if library_prune is not None:
                 f16.remove_unnecessary_cast_node = library_prune
+
+
+def _converter_error(exc: BaseException, node) -> ConverterError:
+    """The error of a failure inside the library, naming the node it failed at (when known) and
+    how to keep it in fp32."""
+    if node is None:
+        at = ""
+        fix = "keep the op types around the failing node in fp32 with --keep-fp32 OP (several: --keep-fp32 OP1,OP2)"
+    else:
+        at = f" at node {node.name} ({node.op_type})"
+        fix = f"keep it in fp32 with --keep-fp32 '{node.name}' (or its op type: --keep-fp32 {node.op_type})"
+    return ConverterError(
+        f"the fp16 conversion failed inside onnxconverter-common{at} ({type(exc).__name__}: "
+        f"{one_line(exc, first_line=True, limit=200)}): a limit of that library on this graph, not of the "
+        f"model; {fix}"
+    )
 
 
 def _fp16_attr_tensors(model) -> Set[Tuple[str, str, int]]:
