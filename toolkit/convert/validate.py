@@ -140,17 +140,21 @@ def split_weights(model, emulate: bool):
     types = tensor_types(infer_types(light)) if emulate else None
     weights: Dict[str, object] = {}
     for t in light.graph.initializer:
-        if not any(e.key == "location" and e.value == STRIPPED for e in t.external_data):
-            continue
-        orig = source[t.name]
-        if orig.data_type in (FLOAT16, BFLOAT16) and emulate and orig.HasField("raw_data"):
-            weights[t.name] = widened(orig.raw_data, orig.data_type).reshape(tuple(orig.dims))
-            t.data_type = FLOAT
-        else:
-            weights[t.name] = np.ascontiguousarray(numpy_helper.to_array(orig))
+        if any(e.key == "location" and e.value == STRIPPED for e in t.external_data):
+            weights[t.name] = _session_weight(source[t.name], t, emulate)
     if emulate:
         light = emulate_mixed(light, inplace=True, types=types).model
     return light, weights
+
+
+def _session_weight(orig, t, emulate: bool):
+    """The array ONNX-Runtime gets for weight ``orig`` (``t``: its stripped copy in the light
+    model): its float16/bfloat16 values widened to float32 when ``emulate`` (``t`` then retyped
+    float32), else its values as they are."""
+    if orig.data_type in (FLOAT16, BFLOAT16) and emulate and orig.HasField("raw_data"):
+        t.data_type = FLOAT
+        return widened(orig.raw_data, orig.data_type).reshape(tuple(orig.dims))
+    return np.ascontiguousarray(numpy_helper.to_array(orig))
 
 
 class _Model:
