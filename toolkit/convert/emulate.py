@@ -337,11 +337,7 @@ class _MixedEmulator:
             new_nodes += self._round_outputs(node, top, out_types)
         del g.node[:]
         g.node.extend(new_nodes)
-        for vi in list(g.output if not top else []) + list(g.value_info):
-            if vi.type.tensor_type.elem_type in _LOWS:
-                vi.type.tensor_type.elem_type = FLOAT
-        # value_info of renamed tensors would now be wrong: drop what is not an input/output
-        del g.value_info[:]
+        _widen_value_types(g, top)
 
     def _inputs(self, g, top: bool) -> list:
         """Casts that read the top graph's reduced inputs as fp32; bodies' inputs retyped."""
@@ -384,6 +380,15 @@ class _MixedEmulator:
     def _read_inside(self, name: str) -> bool:
         """Whether a node of the top graph (or of its bodies) reads ``name``."""
         return name in self.top_reads
+
+
+def _widen_value_types(g, top: bool) -> None:
+    """A body's reduced outputs typed float32 (the top graph's keep their types); the value infos dropped."""
+    for vi in list(g.output if not top else []) + list(g.value_info):
+        if vi.type.tensor_type.elem_type in _LOWS:
+            vi.type.tensor_type.elem_type = FLOAT
+    # value_info of renamed tensors would now be wrong: drop what is not an input/output
+    del g.value_info[:]
 
 
 def emulate_any(model, keep_fp32: Iterable[str] = (), **kw) -> Emulation:
