@@ -383,11 +383,12 @@ class _MixedEmulator:
 
 
 def _widen_value_types(g, top: bool) -> None:
-    """A body's reduced outputs typed float32 (the top graph's keep their types); the value infos dropped."""
-    for vi in list(g.output if not top else []) + list(g.value_info):
-        if vi.type.tensor_type.elem_type in _LOWS:
-            vi.type.tensor_type.elem_type = FLOAT
-    # value_info of renamed tensors would now be wrong: drop what is not an input/output
+    """A body's reduced outputs typed float32 (the top graph's keep their types); the value infos
+    dropped (those of renamed tensors would now be wrong)."""
+    if not top:
+        for vi in g.output:
+            if vi.type.tensor_type.elem_type in _LOWS:
+                vi.type.tensor_type.elem_type = FLOAT
     del g.value_info[:]
 
 
