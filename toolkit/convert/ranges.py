@@ -214,15 +214,19 @@ def risky_values(model, types: Dict[str, int], low: int, arrays: Optional[Dict[s
         why = value_problem(arr, low)
         if why:
             out[name] = why
-    constants = {t.name for t in graph.initializer}
-    constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output if o}
-    derived = _derived_nodes(graph, constants, types)
+    derived = _derived_nodes(graph, _constant_names(graph), types)
     if derived:
         for name, arr in _computed_values(model, graph, derived, types).items():
             why = value_problem(arr, low)
             if why:
                 out[name] = f"computed from constants: {why}"
     return out
+
+
+def _constant_names(graph) -> Set[str]:
+    """The names of a graph's initializers and of its Constant nodes' outputs."""
+    names = {t.name for t in graph.initializer}
+    return names | {o for n in graph.node if n.op_type == "Constant" for o in n.output if o}
 
 
 def range_keep(model, types: Dict[str, int], low: int, risky: Optional[Dict[str, str]] = None) -> Dict[str, str]:
