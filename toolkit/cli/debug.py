@@ -212,10 +212,9 @@ def _written(outcome, cfg) -> None:
     """The files written and the evidence of the full and the reduced model."""
     if outcome.output_written:
         log(f"Wrote the reduced model to {cfg.output}")
-    if outcome.full_evidence is not None and outcome.full_evidence.worst is not None:
-        log(f"Full model: {outcome.full_evidence.describe()}")
-    if outcome.reduced_evidence is not None and outcome.reduced_evidence.worst is not None:
-        log(f"Reduced model: {outcome.reduced_evidence.describe()}")
+    for label, evidence in (("Full model", outcome.full_evidence), ("Reduced model", outcome.reduced_evidence)):
+        if evidence is not None and evidence.worst is not None:
+            log(f"{label}: {evidence.describe()}")
     if outcome.noise:
         warn(outcome.noise)
     if cfg.min_good and outcome.min_good_written:

@@ -75,8 +75,17 @@ def run_qdq(cfg, json_out: bool) -> None:
     raise typer.Exit(summary(outcome, cfg, json_out))
 
 
+def _pair(outcome, name: str):
+    return next(p for p in outcome.pairs if p.name == name)
+
+
+def _suggestion(outcome, name: str):
+    """The scale suggested for pair ``name`` (None without one)."""
+    return next((s for s in outcome.suggestions if s.pair == name), None)
+
+
 def _pair_json(outcome, name: str) -> Dict[str, Any]:
-    pair = next(p for p in outcome.pairs if p.name == name)
+    pair = _pair(outcome, name)
     st = outcome.stats.get(name)
     row: Dict[str, Any] = {
         "pair": name, "tensor": pair.tensor, "shown": pair.shown, "weight": pair.weight,
@@ -89,7 +98,7 @@ def _pair_json(outcome, name: str) -> Dict[str, Any]:
             "levels": round(st.levels, 2), "why": st.reasons, "sentinels": st.sentinels,
             "channel_spread": st.spread,
         })
-    sug = next((s for s in outcome.suggestions if s.pair == name), None)
+    sug = _suggestion(outcome, name)
     if sug is not None:
         row["suggested"] = {"scale": sug.scale, "zero_point": sug.zero_point, "passes": sug.passes,
                             "margin": sug.margin, "robust": sug.robust}
@@ -124,11 +133,10 @@ def _cause_lines(outcome) -> List[str]:
 def _pair_lines(outcome) -> List[str]:
     lines = []
     for name in outcome.kept:
-        pair = next(p for p in outcome.pairs if p.name == name)
-        lines.append(f"  {pair.describe()}")
+        lines.append(f"  {_pair(outcome, name).describe()}")
         st = outcome.stats.get(name)
         lines.extend(f"      {why}" for why in (st.reasons if st is not None else []))
-        sug = next((s for s in outcome.suggestions if s.pair == name), None)
+        sug = _suggestion(outcome, name)
         if sug is not None:
             lines.append(f"      {_suggestion_text(sug)}")
     return lines
@@ -196,6 +204,15 @@ def _held_out_lines(outcome) -> None:
         if outcome.held_out_note and outcome.status in ("found", "none-needed"):
             log(f"No held-out check: {outcome.held_out_note}.")
         return
+    _held_out_verdict(outcome, held)
+    if held.few:
+        warn(f"{held.count} held-out input set(s) are few: passing all of them bounds the failure rate only below "
+             f"{100 * held.bound:.0f}% (95% confidence); {needed()} are needed to bound it below 5% "
+             "(--validate-inputs FILE)")
+
+
+def _held_out_verdict(outcome, held) -> None:
+    """Whether the result (or the model as it is) passes on the held-out inputs, and if not, why."""
     what = ("the model with the suggested scales" if held.scaled else
             "the result" if outcome.kept else "the quantized model")
     before = f"; the quantized model as it is: {held.before_passed} of {held.count}" if outcome.kept else ""
@@ -210,10 +227,6 @@ def _held_out_lines(outcome) -> None:
              f"held-out input set(s) ({held.detail}{before}); with every pair the search can take in float the "
              f"model passes on only {held.all_float_passed} of them: what fails there is not the pairs but "
              f"{_held_out_cause(outcome)} (a set of pairs holds there only where quantization errors cancel)")
-    if held.few:
-        warn(f"{held.count} held-out input set(s) are few: passing all of them bounds the failure rate only below "
-             f"{100 * held.bound:.0f}% (95% confidence); {needed()} are needed to bound it below 5% "
-             "(--validate-inputs FILE)")
 
 
 def _held_out_cause(outcome) -> str:
