@@ -78,6 +78,10 @@ def _body_output_types(node) -> Dict[str, int]:
     return out
 
 
+# the attribute that gives the element type of an op's output
+_TYPE_ATTRIBUTE = {"Cast": "to", **{op: "dtype" for op in DTYPE_OPS}}
+
+
 class Repair:
     """Make every node's input types what its precision asks for, inserting Casts."""
 
@@ -107,12 +111,7 @@ class Repair:
         return node, out
 
     def graph(self, graph, outer: Dict[str, int], top: bool) -> None:
-        types = dict(outer)
-        for vi in graph.input:
-            if vi.type.tensor_type.elem_type:
-                types[vi.name] = vi.type.tensor_type.elem_type
-        for t in graph.initializer:
-            types[t.name] = t.data_type
+        types = _input_types(graph, outer)
         declared = {vi.name: vi.type.tensor_type.elem_type for vi in graph.value_info if vi.type.tensor_type.elem_type}
         new_nodes: list = []
         made: Dict[Tuple[str, int], str] = {}
@@ -157,19 +156,18 @@ class Repair:
                 continue
             have = outs[name]
             types[name] = have
-            if (
-                not kept
-                and node.name in self.originals
-                and have == FLOAT
-                and self.orig.get(name) == FLOAT
-                and node.op_type not in ("Shape", "Size")
-            ):
+            if not kept and have == FLOAT and self._converted_float(node, name):
                 raw = self.fresh(f"{name}_fp32")
                 node.output[j] = raw
                 self.types[raw] = FLOAT
                 new_nodes.append(cast_node(raw, name, self.fresh(f"{node.name}_cast_out{j}"), self.low))
                 self.casts_added += 1
                 types[name] = self.low
+
+    def _converted_float(self, node, name: str) -> bool:
+        """Whether output ``name`` of a converted node of the original model, float32 there, should be
+        in the reduced precision (not a Shape's or a Size's)."""
+        return node.name in self.originals and self.orig.get(name) == FLOAT and node.op_type not in ("Shape", "Size")
 
     def _fix_graph_outputs(self, graph, top: bool, types: Dict[str, int], new_nodes: list) -> None:
         """Graph outputs: the declared type wins (I/O types kept at the top; the library's fp16 bodies below)."""
@@ -199,16 +197,12 @@ class Repair:
 
     def _retarget(self, node) -> None:
         """Attribute-typed outputs of converted nodes: FLOAT -> the reduced precision."""
-        if node.domain not in STD_DOMAINS:
+        name = _TYPE_ATTRIBUTE.get(node.op_type)
+        if node.domain not in STD_DOMAINS or name is None:
             return
-        if node.op_type == "Cast":
-            for a in node.attribute:
-                if a.name == "to" and a.i == FLOAT:
-                    a.i = self.low
-        elif node.op_type in DTYPE_OPS:
-            for a in node.attribute:
-                if a.name == "dtype" and a.i == FLOAT:
-                    a.i = self.low
+        for a in node.attribute:
+            if a.name == name and a.i == FLOAT:
+                a.i = self.low
 
     def _wanted_input(self, node, schema, i: int, name: str, kept: bool, have: int) -> Optional[int]:
         orig = self.orig.get(name, have)
@@ -273,6 +267,18 @@ class Repair:
                     vi.type.tensor_type.elem_type = t
                 keep.append(vi)
             replace_repeated(graph.value_info, keep)
+
+
+def _input_types(graph, outer: Dict[str, int]) -> Dict[str, int]:
+    """The element types a graph's nodes can read before any runs: the outer graphs' (``outer``),
+    its typed inputs' and its initializers'."""
+    types = dict(outer)
+    for vi in graph.input:
+        if vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type.tensor_type.elem_type
+    for t in graph.initializer:
+        types[t.name] = t.data_type
+    return types
 
 
 def _rename_inputs(nodes, rename: Dict[str, str]) -> None:
