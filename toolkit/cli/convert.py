@@ -501,8 +501,6 @@ def _opset_hint(model, kept: dict) -> str:
 
     by_name = {n.name: n.op_type for n in fp16.iter_nodes(model)}
     ops = sorted({by_name[n] for n, why in kept.items() if why == fp16.REASON_SCHEMA_BF16 and n in by_name})
-    if not ops:
-        return ""
     opset = fp16.opset_version(model)
     later = {op: fp16.bf16_opset(op, opset) for op in ops}
     upgradable = [f"{op} (opset {v})" for op, v in later.items() if v]
