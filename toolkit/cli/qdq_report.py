@@ -23,13 +23,15 @@ _SOURCES = {"file": "--validate-inputs", "split": "of --load-inputs; --held-out 
 class QdqReporter(PrecisionReporter):
     """One line per check: how many pairs are in float."""
 
+    counted = "pair(s) in float"
+
     def start(self, search) -> None:
         c = search.config
         pairs = sum(len(search.members.get(u, [u])) for u in search.universe)
         units = "" if pairs == len(search.universe) else (
             f", searched as {len(search.universe)} unit(s) (a pair with the pairs after a Slice, Reshape, ... that "
             "only re-quantize its values on its grid)")
-        self.word = "unit(s)" if units else "pair(s)"
+        self.counted = "unit(s) in float" if units else "pair(s) in float"
         log(
             f"Searching {c.model}: {pairs} Q/DQ pair(s) that could go back to float"
             f"{' (weights included)' if c.weights else ''}{units}; reference: "
@@ -37,15 +39,6 @@ class QdqReporter(PrecisionReporter):
         )
         _search_notes(search)
         self.total = len(search.universe)
-
-    def check(self, check) -> None:
-        verdict = "pass" if check.passed else ("BROKEN" if check.worst.startswith("broken:") else "FAIL")
-        log(
-            f"Check {check.number} | {check.kept} of {self.total} {getattr(self, 'word', 'pair(s)')} in float | {verdict} | "
-            f"{check.seconds:.2f} s"
-            + (f" | {check.worst}" if check.worst else ""),
-            style=("green" if check.passed else "red") if self.live else None,
-        )
 
 
 def _search_notes(search) -> None:

@@ -182,6 +182,8 @@ def _size(nbytes: int) -> str:
 class PrecisionReporter(PrecisionProgress):
     """Renders the fp32-set search: one line per check on stderr."""
 
+    counted = "node(s) in fp32"  # (what a check's count counts)
+
     def __init__(self):
         self.live = is_terminal()
         self.total = 0
@@ -200,7 +202,7 @@ class PrecisionReporter(PrecisionProgress):
     def check(self, check) -> None:
         verdict = "pass" if check.passed else ("BROKEN" if check.worst.startswith("broken:") else "FAIL")
         line = (
-            f"Check {check.number} | {check.kept} of {self.total} node(s) in fp32 | {verdict} | "
+            f"Check {check.number} | {check.kept} of {self.total} {self.counted} | {verdict} | "
             f"{check.seconds:.2f} s" + (f" | {check.worst}" if check.worst else "")
         )
         log(line, style=("green" if check.passed else "red") if self.live else None)
