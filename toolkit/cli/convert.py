@@ -2,6 +2,7 @@
 
 # (no `from __future__ import annotations`: Typer would have to eval every annotation string)
 
+import collections
 import itertools
 import os
 import time
@@ -141,14 +142,10 @@ def _convert(
     json_out: bool,
     check: _Check,
 ) -> None:
-    from toolkit.core.io.model import check_readable_file, load_model, save_model
-    _check_args(model_path, output, dtype, keep_fp32, json_out, check)
+    from toolkit.core.io.model import load_model, save_model
 
-    reads = [("--load-inputs", check.load_inputs)] if check.load_inputs else []
-    writes = [("-o", output)] + ([("-o's external data file", output + ".data")] if output != "-" else [])
-    paths.check_with_model(model_path, reads, writes, external_data_dir)
-    if check.load_inputs and check.load_inputs != "-":
-        check_readable_file(check.load_inputs)  # a missing file is said before the model is loaded
+    _check_args(model_path, output, dtype, keep_fp32, json_out, check)
+    _check_files(model_path, output, external_data_dir, check.load_inputs)
     from toolkit.convert import fp16
 
     assert dtype is not None
@@ -187,6 +184,18 @@ def _convert(
         raise InferenceError(runtime.failure)
 
 
+def _check_files(model_path: str, output: str, external_data_dir: Optional[str], load_inputs: Optional[str]) -> None:
+    """The files read and written, checked before the model is loaded: none written over the model
+    or its data, the inputs file readable."""
+    from toolkit.core.io.model import check_readable_file
+
+    reads = [("--load-inputs", load_inputs)] if load_inputs else []
+    writes = [("-o", output)] + ([("-o's external data file", output + ".data")] if output != "-" else [])
+    paths.check_with_model(model_path, reads, writes, external_data_dir)
+    if load_inputs and load_inputs != "-":
+        check_readable_file(load_inputs)  # a missing file is said before the model is loaded
+
+
 def _validation_info(validation, feeds, check: "_Check") -> Optional[dict]:
     """The check's numbers, with the input sets' shapes and where they came from (--json)."""
     if validation is None:
@@ -194,17 +203,30 @@ def _validation_info(validation, feeds, check: "_Check") -> Optional[dict]:
     info = validation.as_dict()
     first = feeds[0] if feeds else {}
     info["input_shapes"] = {name: list(getattr(v, "shape", ())) for name, v in first.items()}
-    info["shapes_from"] = (
-        "--load-inputs" if check.load_inputs else "dynamic dims set to 1" if check.guessed else
-        "--input-shapes" if check.input_shapes else "the model's metadata" if check.hinted else "the model"
-    )
+    info["shapes_from"] = _shapes_from(check)
     info["representative"] = not check.guessed
-    info["input_set_source"] = (
-        f"--load-inputs {check.load_inputs}" if check.load_inputs
-        else f"generated: iterations 0 to {len(feeds) - 1} of seed {check.seed if check.seed is not None else 'default'}"
-        + (f", ranges {' '.join(check.val_range)}" if check.val_range else ", range [0,1]")
-    )
+    info["input_set_source"] = _input_set_source(check, len(feeds))
     return info
+
+
+def _shapes_from(check: "_Check") -> str:
+    """Where the shapes of the check's inputs came from."""
+    if check.load_inputs:
+        return "--load-inputs"
+    if check.guessed:
+        return "dynamic dims set to 1"
+    if check.input_shapes:
+        return "--input-shapes"
+    return "the model's metadata" if check.hinted else "the model"
+
+
+def _input_set_source(check: "_Check", count: int) -> str:
+    """The inputs file of the check, or the generated sets (their seed and value ranges)."""
+    if check.load_inputs:
+        return f"--load-inputs {check.load_inputs}"
+    seed = check.seed if check.seed is not None else "default"
+    ranges = f", ranges {' '.join(check.val_range)}" if check.val_range else ", range [0,1]"
+    return f"generated: iterations 0 to {count - 1} of seed {seed}{ranges}"
 
 
 @dataclass
@@ -236,10 +258,21 @@ def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Ch
         raise UsageError("nothing to convert: give --fp-to-fp16 or --fp-to-bf16")
     if json_out and output == "-":
         raise UsageError("--json prints to stdout; write the model to a file with -o")
-    if not check.enabled and (check.load_inputs or check.val_range or check.input_shapes or check.seed is not None):
-        raise UsageError("--load-inputs, --val-range, --input-shapes and --seed set the check that --no-validate skips")
-    if not check.enabled and (check.ort_optimization or check.repair):
-        raise UsageError("--ort-optimization and --repair set the check that --no-validate skips")
+    _check_usage(check)
+    if check.repair and model_path == "-":
+        raise UsageError("--repair converts the model again: give it as a file, not '-'")
+    check_output_path(output, binary=True)
+
+
+def _check_usage(check: _Check) -> None:
+    """Usage errors of the options of the check: given with --no-validate, or against each other."""
+    if not check.enabled:
+        if any((check.load_inputs, check.val_range, check.input_shapes, check.seed is not None)):
+            raise UsageError(
+                "--load-inputs, --val-range, --input-shapes and --seed set the check that --no-validate skips"
+            )
+        if check.ort_optimization or check.repair:
+            raise UsageError("--ort-optimization and --repair set the check that --no-validate skips")
     if check.ort_optimization:
         from toolkit.convert.runtime_check import LEVELS
 
@@ -248,9 +281,6 @@ def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Ch
                              f"{', '.join(LEVELS)}")
     if check.load_inputs and (check.val_range or check.input_shapes):
         raise UsageError("--val-range and --input-shapes shape generated inputs; with --load-inputs none are generated")
-    if check.repair and model_path == "-":
-        raise UsageError("--repair converts the model again: give it as a file, not '-'")
-    check_output_path(output, binary=True)
 
 
 def _original(model, model_path: str, external_data_dir: Optional[str]):
@@ -312,23 +342,25 @@ def _report(result, dtype: str, output: str, seconds: float, hint: str) -> None:
         shown = ", ".join(result.clamped[:5]) + (" ..." if len(result.clamped) > 5 else "")
         limits = "+-65504 or +-2**-24" if dtype == "float16" else "+-3.39e38 (the largest bfloat16)"
         warn(f"{len(result.clamped)} weight(s) had values outside {short}'s range, clamped to {limits}: {shown}")
-    counts: dict = {}
-    for reason in result.kept.values():
-        counts[reason] = counts.get(reason, 0) + 1
     where = "<stdout>" if output == "-" else output
     log(f"Converted to mixed {short} in {seconds:.2f} s: {where}")
     if result.upgraded_from is not None:
         log(f"Upgraded from opset {result.upgraded_from} to {fp16.BF16_MIN_OPSET} first (bfloat16 Casts need it)")
+    _kept_lines(result)
+    if hint:
+        log(hint)
+
+
+def _kept_lines(result) -> None:
+    """How many nodes were kept in fp32 for each reason, and the values out of range kept with their readers."""
     if result.kept:
         log(f"Kept in fp32: {len(result.kept)} node(s)")
-        for reason, n in counts.items():
+        for reason, n in collections.Counter(result.kept.values()).items():
             log(f"  {n:>5} {reason}")
     for name, why in list(result.out_of_range.items())[:10]:
         log(f"  kept in fp32 with its readers: {name} ({why})")
     if len(result.out_of_range) > 10:
         log(f"  ... and {len(result.out_of_range) - 10} more such value(s) (--json lists them)")
-    if hint:
-        log(hint)
 
 
 def _checks(original, result, feeds: list, dtype: str, check: _Check, again: "_Again"):
@@ -469,8 +501,6 @@ def _opset_hint(model, kept: dict) -> str:
 
     by_name = {n.name: n.op_type for n in fp16.iter_nodes(model)}
     ops = sorted({by_name[n] for n, why in kept.items() if why == fp16.REASON_SCHEMA_BF16 and n in by_name})
-    if not ops:
-        return ""
     opset = fp16.opset_version(model)
     later = {op: fp16.bf16_opset(op, opset) for op in ops}
     upgradable = [f"{op} (opset {v})" for op, v in later.items() if v]

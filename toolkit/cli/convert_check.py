@@ -78,28 +78,44 @@ def check_runtime(
     checks.fallback = working_level(result.model, feeds, bad.level)
     sentence = bad.sentence() + _fallback_text(checks.fallback)
     if bad.error and checks.fallback is None:
-        if dtype == "bfloat16":  # (expected: the CPU provider has almost no bfloat16 kernels)
-            log(f"{bad.sentence()} (its CPU provider has almost no bfloat16 kernels: run it where bf16 runs)")
+        unavoidable = _error_at_every_level(bad, dtype, original, feeds)
+        if unavoidable is None:
             return result, checks
-        if original is None or not _runs(original, feeds):
-            warn(bad.sentence())  # the original fails on these inputs too: the inputs, not the conversion
-            return result, checks
-        sentence = f"{bad.sentence().rstrip('. ')}, where the original model runs on the same inputs"
+        sentence = unavoidable
     if repair:
-        found = _repair(result, feeds, bad, again)
-        if found is not None:
-            op, result = found
-            checks.repaired_op = op
-            warn(f"{sentence}; --repair kept the {op} nodes in fp32, and it runs")
-            checks.runs += _sessions(result.model, feeds, level)
-            return result, checks
-        checks.failure = sentence + "; --repair found no single op type whose fp32 copy avoids it"
-        return result, checks
+        return _repaired(result, checks, feeds, bad, again, level, sentence)
     setting = "create its session with that setting, or " if checks.fallback is not None else ""
     checks.failure = (
         f"{sentence}; the model was written: {setting}rerun with --repair to search for the op type to keep in "
         "fp32 (--keep-fp32 OP)"
     )
+    return result, checks
+
+
+def _error_at_every_level(bad, dtype: str, original, feeds) -> Optional[str]:
+    """An error at every optimization level: the failure's sentence when the original model runs on
+    the same inputs; None (a note or a warning said) when the error is expected (bf16 on the CPU)
+    or the original fails too."""
+    if dtype == "bfloat16":  # (expected: the CPU provider has almost no bfloat16 kernels)
+        log(f"{bad.sentence()} (its CPU provider has almost no bfloat16 kernels: run it where bf16 runs)")
+        return None
+    if original is None or not _runs(original, feeds):
+        warn(bad.sentence())  # the original fails on these inputs too: the inputs, not the conversion
+        return None
+    return f"{bad.sentence().rstrip('. ')}, where the original model runs on the same inputs"
+
+
+def _repaired(result, checks: "RuntimeChecks", feeds: list, bad, again: Callable, level: Optional[str], sentence: str):
+    """--repair of a runtime failure: (the conversion that runs, or ``result`` with the failure in
+    ``checks``; ``checks``)."""
+    found = _repair(result, feeds, bad, again)
+    if found is None:
+        checks.failure = sentence + "; --repair found no single op type whose fp32 copy avoids it"
+        return result, checks
+    op, result = found
+    checks.repaired_op = op
+    warn(f"{sentence}; --repair kept the {op} nodes in fp32, and it runs")
+    checks.runs += _sessions(result.model, feeds, level)
     return result, checks
 
 

@@ -123,6 +123,23 @@ def _summary(outcome, cfg) -> int:
         f"{_plural(outcome.checks, 'check')} run, {outcome.remembered} answered from memory, "
         f"{outcome.seconds:.2f} s"
     )
+    _counted_otherwise(outcome)
+    if outcome.status == "passed":
+        warn(
+            f"the full model passes the check ({stats}), so there is nothing to reduce; "
+            f"{cfg.output} was not written"
+        )
+        return int(ExitCode.OK)
+    if outcome.status == "interrupted" and outcome.stopped_by == "eof":
+        return _end_of_input(outcome, cfg, stats)
+    if outcome.status == "interrupted":
+        return _interrupted(outcome, cfg, stats)
+    _summary_reduced(outcome, cfg, stats)
+    return int(ExitCode.OK)
+
+
+def _counted_otherwise(outcome) -> None:
+    """The warnings about checks counted as passes (broken, other failures) or as failures (timeouts)."""
     own = outcome.broken - outcome.other_failures
     if own:
         warn(
@@ -139,30 +156,22 @@ def _summary(outcome, cfg) -> int:
         )
     if outcome.timeouts:
         log(f"{_plural(outcome.timeouts, 'check')} timed out (--check-timeout) and counted as a failure")
-    if outcome.status == "passed":
-        warn(
-            f"the full model passes the check ({stats}), so there is nothing to reduce; "
-            f"{cfg.output} was not written"
-        )
-        return int(ExitCode.OK)
-    if outcome.status == "interrupted" and outcome.stopped_by == "eof":
-        return _end_of_input(outcome, cfg, stats)
-    if outcome.status == "interrupted":
 
-        state.interrupt_reported = True
-        why = "I" + interrupted_by()[1:]
-        if outcome.output_written:
-            log(
-                f"{why}: the smallest failing model so far ({_plural(outcome.nodes_after, 'node')}) "
-                f"was written to {cfg.output} ({stats})."
-            )
-        else:
-            log(f"{why} before any failing model was found; {cfg.output} was not written ({stats}).")
-        if outcome.replay_path:
-            log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
-        return int(ExitCode.INTERRUPTED)
-    _summary_reduced(outcome, cfg, stats)
-    return int(ExitCode.OK)
+
+def _interrupted(outcome, cfg, stats: str) -> int:
+    """Ctrl-C (or a signal): what was written so far, and how to resume; exit 130."""
+    state.interrupt_reported = True
+    why = "I" + interrupted_by()[1:]
+    if outcome.output_written:
+        log(
+            f"{why}: the smallest failing model so far ({_plural(outcome.nodes_after, 'node')}) "
+            f"was written to {cfg.output} ({stats})."
+        )
+    else:
+        log(f"{why} before any failing model was found; {cfg.output} was not written ({stats}).")
+    if outcome.replay_path:
+        log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
+    return int(ExitCode.INTERRUPTED)
 
 
 def _end_of_input(outcome, cfg, stats: str) -> int:
@@ -196,12 +205,16 @@ def _summary_reduced(outcome, cfg, stats: str) -> None:
             "cuts the top graph only. An If is replaced by its taken branch when its condition is a constant of "
             "the model, or is known for the data (--compare, or --load-inputs); not with --no-inline-branches"
         )
+    _written(outcome, cfg)
+
+
+def _written(outcome, cfg) -> None:
+    """The files written and the evidence of the full and the reduced model."""
     if outcome.output_written:
         log(f"Wrote the reduced model to {cfg.output}")
-    if outcome.full_evidence is not None and outcome.full_evidence.worst is not None:
-        log(f"Full model: {outcome.full_evidence.describe()}")
-    if outcome.reduced_evidence is not None and outcome.reduced_evidence.worst is not None:
-        log(f"Reduced model: {outcome.reduced_evidence.describe()}")
+    for label, evidence in (("Full model", outcome.full_evidence), ("Reduced model", outcome.reduced_evidence)):
+        if evidence is not None and evidence.worst is not None:
+            log(f"{label}: {evidence.describe()}")
     if outcome.noise:
         warn(outcome.noise)
     if cfg.min_good and outcome.min_good_written:
@@ -261,45 +274,14 @@ def _reduce(cfg: ReduceConfig, a: "ReduceArgs", cluster=None):
     ``cluster`` when given): (outcome, reducer, compare runner or None)."""
     from toolkit.reduce.session import Reducer
 
-    compare, check_timeout = a.compare, cfg.check_timeout
-    runner = None
-    reducer_cls: type = Reducer
-    reducer_kw: Dict[str, Any] = {}
-    if compare is not None:
-        from toolkit.cli.reduce_compare import make_compare_runner
-        from toolkit.reduce.faults import CompareReducer
-
-        runner = compare_runner = make_compare_runner(
-            cfg.model, cfg.iter_artifact, compare, reference_model=a.reference_model,
-            tolerances=a.combined(),
-            load_inputs=list(cfg.load_inputs), seed=cfg.seed, val_range=list(cfg.val_range),
-            input_shapes=dict(cfg.input_shapes), external_data_dir=cfg.external_data_dir,
-            timeout=check_timeout, tensors=a.compare_tensors or "outputs",
-        )
-        cfg.check = runner.check_argv
-        if cfg.given_reference_model:  # (--json names the reference model given, not its inlined rewrite)
-            runner.info["reference_model"] = cfg.given_reference_model
-        reducer_cls = CompareReducer
-        if a.all_faults:  # (--all-faults without --compare is a usage error, checked before)
-            from toolkit.reduce.accuracy import describe_faults
-            from toolkit.reduce.faults import AllFaultsReducer
-
-            reducer_cls = AllFaultsReducer
-            from toolkit.reduce.accuracy import rest_is_noise
-
-            reducer_kw["describe_faults"] = lambda red, faults: describe_faults(compare_runner, red, faults)
-            reducer_kw["judge_rest"] = lambda red, allowed: rest_is_noise(compare_runner, red, allowed)
+    runner, reducer_cls, reducer_kw = _compare_reducer(cfg, a, a.compare) if a.compare is not None else (None, Reducer, {})
     from toolkit.cli.search_reporters import ReduceReporter
 
     reporter = ReduceReporter(a.show_output, a.hide_fail_output)
     # The question of interactive mode goes to stdout (as a prompt does), unless stdout carries --json.
     prompt_stream = sys.stderr if a.json_summary else sys.stdout
     try:
-        if runner is not None:
-            reducer_kw["runner_factory"] = lambda _k, artifact, env: runner.sibling(artifact, env)
-        if cluster is not None:
-            reducer_kw.update(runner=cluster.runner(0, cfg.iter_artifact), runner_factory=cluster.runner)
-        reducer_kw.setdefault("runner", runner)
+        reducer_kw.update(_runner_keywords(runner, cluster, cfg.iter_artifact))
         reducer = reducer_cls(cfg, reporter, prompt_stream=prompt_stream, **reducer_kw)
         if cluster is not None:
             cluster.bind(lambda: reducer.index.data_files() if reducer.index is not None else [])
@@ -307,10 +289,53 @@ def _reduce(cfg: ReduceConfig, a: "ReduceArgs", cluster=None):
     finally:
         reporter.stop()
     if runner is not None:
-        _storage_warning(outcome, runner, cfg)
-    if runner is not None and not outcome.noise and outcome.output_written and outcome.reduced_evidence:
-        outcome.noise = _step_warning(outcome, cfg.output)
+        _compare_warnings(outcome, runner, cfg)
     return outcome, reducer, runner
+
+
+def _runner_keywords(runner, cluster, iter_artifact: str) -> Dict[str, Any]:
+    """The reducer's check runner and the factory of its workers' runners: the cluster's, else the
+    --compare runner's, else the reducer's own (runner None)."""
+    if cluster is not None:
+        return {"runner": cluster.runner(0, iter_artifact), "runner_factory": cluster.runner}
+    if runner is not None:
+        return {"runner": runner, "runner_factory": lambda _k, artifact, env: runner.sibling(artifact, env)}
+    return {"runner": None}
+
+
+def _compare_reducer(cfg: ReduceConfig, a: "ReduceArgs", compare: List[str]):
+    """--compare: its runner (``cfg.check`` becomes its command), the reducer class (--all-faults
+    goes on after the first fault) and that class's keywords."""
+    from toolkit.cli.reduce_compare import make_compare_runner
+    from toolkit.reduce.faults import CompareReducer
+
+    runner = make_compare_runner(
+        cfg.model, cfg.iter_artifact, compare, reference_model=a.reference_model,
+        tolerances=a.combined(),
+        load_inputs=list(cfg.load_inputs), seed=cfg.seed, val_range=list(cfg.val_range),
+        input_shapes=dict(cfg.input_shapes), external_data_dir=cfg.external_data_dir,
+        timeout=cfg.check_timeout, tensors=a.compare_tensors or "outputs",
+    )
+    cfg.check = runner.check_argv
+    if cfg.given_reference_model:  # (--json names the reference model given, not its inlined rewrite)
+        runner.info["reference_model"] = cfg.given_reference_model
+    if not a.all_faults:  # (--all-faults without --compare is a usage error, checked before)
+        return runner, CompareReducer, {}
+    from toolkit.reduce.accuracy import describe_faults, rest_is_noise
+    from toolkit.reduce.faults import AllFaultsReducer
+
+    reducer_kw: Dict[str, Any] = {
+        "describe_faults": lambda red, faults: describe_faults(runner, red, faults),
+        "judge_rest": lambda red, allowed: rest_is_noise(runner, red, allowed),
+    }
+    return runner, AllFaultsReducer, reducer_kw
+
+
+def _compare_warnings(outcome, runner, cfg) -> None:
+    """The rounding warning of a --compare result (its storage's, or the step's on the written model)."""
+    _storage_warning(outcome, runner, cfg)
+    if not outcome.noise and outcome.output_written and outcome.reduced_evidence:
+        outcome.noise = _step_warning(outcome, cfg.output)
 
 
 def _storage_warning(outcome, runner, cfg) -> None:
@@ -483,26 +508,10 @@ def reduce_command(ctx: typer.Context, **params) -> None:
 
 
 def _reduce_command(ctx: typer.Context, cfg: ReduceConfig, a: ReduceArgs) -> None:
-    from toolkit.cli.reduce_compare import check_options, preflight_compare  # loaded when it runs, not for --help
     from toolkit.reduce.verdict import FailureRule
 
-    if not cfg.shape_inference and cfg.force_fallback:
-        raise UsageError("--no-shape-inference and --force-fallback-shape-inference cannot be used together")
-    if a.show_output and a.hide_fail_output:
-        raise UsageError("--show-output and --hide-fail-output cannot be used together")
-    if ctx.meta.get(_CHECK_GIVEN) and not cfg.check:
-        raise UsageError("--check needs a command after it, e.g. --check toolkit inspect model polygraphy_debug.onnx")
-    if cfg.check is None and a.fail_regex:
-        warn("--fail-regex has no effect without --check")
-
-    check_options(
-        a.compare,
-        cfg.check,
-        all_faults=a.all_faults or bool(a.compare_tensors),
-        reference_model=a.reference_model,
-        tolerances_given=a.tolerances_given(),
-    )
-    preflight_compare(cfg.model, a.compare, a.reference_model, cfg.load_inputs)
+    _usage(ctx, cfg, a)
+    _check_compare(cfg, a)
     cfg.rule = FailureRule(a.fail_regex, a.fail_code, a.ignore_fail_code)
     if a.data_loader_script:
         # the script's feeds, saved once as an inputs file that the reduction uses like --load-inputs
@@ -514,25 +523,12 @@ def _reduce_command(ctx: typer.Context, cfg: ReduceConfig, a: ReduceArgs) -> Non
 
         cfg.model = spool_stdin()  # the reference and every check read the model again
     _cluster_usage(cfg, a)
-    ray_cluster = _open_cluster(cfg, a)
-    try:
-        inlined = None if a.no_inline_branches else _inline_branches(cfg, a)
-        _complete(cfg, a, inlined, model)
-        if ray_cluster is not None:
-            cfg.jobs = ray_cluster.jobs
-        outcome, reducer, runner = _reduce(cfg, a, ray_cluster)
-    finally:
-        if ray_cluster is not None:
-            ray_cluster.close()
+    outcome, reducer, runner, inlined = _reduce_where_asked(cfg, a, model)
     cfg.model = model
     code = _summary(outcome, cfg)
-    if inlined is not None and inlined.input_dependent and outcome.output_written:
+    if _input_dependent(inlined) and outcome.output_written:
         log(inlined_note(inlined))
-    summary = summary_json(outcome, cfg) if a.json_summary else {}
-    if a.json_summary:
-        summary["inlined_branches"] = [d.to_json() for d in inlined.decisions] if inlined is not None else []
-        dependent = inlined is not None and inlined.input_dependent
-        summary["valid_for"] = "inputs that take the same If branches" if dependent else "any input"
+    summary = _summary_with_branches(outcome, cfg, inlined) if a.json_summary else {}
     if runner is not None:
         from toolkit.cli.reduce_compare import report_compare
 
@@ -543,6 +539,61 @@ def _reduce_command(ctx: typer.Context, cfg: ReduceConfig, a: ReduceArgs) -> Non
         sys.stdout.write(json.dumps(summary, indent=1) + "\n")
         sys.stdout.flush()
     raise typer.Exit(code)
+
+
+def _usage(ctx: typer.Context, cfg: ReduceConfig, a: ReduceArgs) -> None:
+    """Usage errors (and the --fail-regex warning) before anything runs."""
+    if not cfg.shape_inference and cfg.force_fallback:
+        raise UsageError("--no-shape-inference and --force-fallback-shape-inference cannot be used together")
+    if a.show_output and a.hide_fail_output:
+        raise UsageError("--show-output and --hide-fail-output cannot be used together")
+    if ctx.meta.get(_CHECK_GIVEN) and not cfg.check:
+        raise UsageError("--check needs a command after it, e.g. --check toolkit inspect model polygraphy_debug.onnx")
+    if cfg.check is None and a.fail_regex:
+        warn("--fail-regex has no effect without --check")
+
+
+def _check_compare(cfg: ReduceConfig, a: ReduceArgs) -> None:
+    """The --compare options checked, and the files it reads, before anything runs."""
+    from toolkit.cli.reduce_compare import check_options, preflight_compare  # loaded when it runs, not for --help
+
+    check_options(
+        a.compare,
+        cfg.check,
+        all_faults=a.all_faults or bool(a.compare_tensors),
+        reference_model=a.reference_model,
+        tolerances_given=a.tolerances_given(),
+    )
+    preflight_compare(cfg.model, a.compare, a.reference_model, cfg.load_inputs)
+
+
+def _reduce_where_asked(cfg: ReduceConfig, a: ReduceArgs, model: str):
+    """Inline the If branches and run the reduction, on the Ray cluster when --cluster asks
+    (closed after): (outcome, reducer, compare runner or None, inlined branches or None)."""
+    ray_cluster = _open_cluster(cfg, a)
+    try:
+        inlined = None if a.no_inline_branches else _inline_branches(cfg, a)
+        _complete(cfg, a, inlined, model)
+        if ray_cluster is not None:
+            cfg.jobs = ray_cluster.jobs
+        outcome, reducer, runner = _reduce(cfg, a, ray_cluster)
+    finally:
+        if ray_cluster is not None:
+            ray_cluster.close()
+    return outcome, reducer, runner, inlined
+
+
+def _input_dependent(inlined) -> bool:
+    """Whether an If was inlined by the data's condition (the result holds for such inputs only)."""
+    return inlined is not None and inlined.input_dependent
+
+
+def _summary_with_branches(outcome, cfg, inlined) -> dict:
+    """:func:`summary_json` with the If branches inlined and the inputs the result is valid for."""
+    summary = summary_json(outcome, cfg)
+    summary["inlined_branches"] = [d.to_json() for d in inlined.decisions] if inlined is not None else []
+    summary["valid_for"] = "inputs that take the same If branches" if _input_dependent(inlined) else "any input"
+    return summary
 
 
 # `debug precision` lives in its own module

@@ -7,6 +7,8 @@ depths), so that logs stay greppable.
 
 from __future__ import annotations
 
+from typing import Optional
+
 from toolkit.cli.output import err_console, log
 from toolkit.core.text import escape_controls
 from toolkit.run.diagnosis import Diagnosis, depth_line, depth_table, gx, text_lines
@@ -25,15 +27,21 @@ def render_diagnosis(diag: Diagnosis, *, rich: bool) -> None:
 
     con = err_console()
     for line in lines:
-        style = None
-        if line.startswith("Diagnosis"):
-            style = "bold"
-        elif "First out of tolerance" in line or "Error starts at" in line or line.strip().startswith("1. "):
-            style = "bold red" if not diag.passed else None
-        elif "error/tolerance by depth" in line:
+        style = _style(line, diag.passed)
+        if style is None and "error/tolerance by depth" in line:
             _rich_depth(diag)
             continue
         con.print(Text(escape_controls(line, keep_newlines=True), style=style or ""), highlight=False)
+
+
+def _style(line: str, passed: bool) -> Optional[str]:
+    """The Rich style of the heading ("bold") and of the first fault's lines ("bold red"; "" when
+    the diagnosis passed); None for the other lines."""
+    if line.startswith("Diagnosis"):
+        return "bold"
+    if "First out of tolerance" in line or "Error starts at" in line or line.strip().startswith("1. "):
+        return "bold red" if not passed else ""
+    return None
 
 
 def _rich_depth(diag: Diagnosis) -> None:

@@ -103,18 +103,24 @@ def _failed(exc: Exception) -> int:
             pass
         return 0
     except Exception as exc:  # noqa: BLE001 - this is the boundary
-        # Click's own exceptions, without importing click (Typer bundles its own).
-        if hasattr(exc, "show") and hasattr(exc, "exit_code"):
-            if type(exc).__name__ == "NoArgsIsHelpError":
-                exc.show()  # a bare group (`toolkit`, `toolkit inspect`): its help, as Click prints it
-            else:
-                _print_error(_click_message(exc))
-            return int(exc.exit_code)
-        if type(exc).__name__ == "Abort":
-            return report_interrupt()
-        if debug_enabled():
-            traceback.print_exc()
-        return _unexpected(exc)
+        return _not_ours(exc)
+
+
+def _not_ours(exc: Exception) -> int:
+    """The exit code of an exception that is not a ToolkitError (called while it is handled): a
+    Click usage error (Click's own exceptions, without importing click: Typer bundles its own),
+    Click's Abort (an interruption), else an unexpected failure."""
+    if hasattr(exc, "show") and hasattr(exc, "exit_code"):
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            exc.show()  # a bare group (`toolkit`, `toolkit inspect`): its help, as Click prints it
+        else:
+            _print_error(_click_message(exc))
+        return int(exc.exit_code)
+    if type(exc).__name__ == "Abort":
+        return report_interrupt()
+    if debug_enabled():
+        traceback.print_exc()
+    return _unexpected(exc)
 
 
 def _unexpected(exc: Exception) -> int:

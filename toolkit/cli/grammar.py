@@ -141,24 +141,38 @@ def expand_prefixes(args: List[str], params: Sequence[Any], refused: Iterable[st
     a usage error naming them. ``refused``: options the command refuses with advice, each its own
     (an exact one keeps its advice; a prefix of one of them and of an option of ours is ambiguous,
     as in Polygraphy). Stops at ``--`` and at ``--check`` (the rest is the check's)."""
-    flags: dict = {o: id(p) for p in params for o in getattr(p, "opts", ()) + getattr(p, "secondary_opts", ())
-                   if o.startswith("--")}
-    flags.update({o: o for o in refused if o not in flags})
+    flags = _long_flags(params, refused)
     out = list(args)
     for i, tok in enumerate(args):
         name, eq, value = tok.partition("=")
         if tok == "--" or name in REST_OPTIONS:
             break
-        if not name.startswith("--") or name in flags or len(name) < 3:
-            continue
-        matches = [o for o in flags if o.startswith(name)]
-        if len({flags[o] for o in matches}) > 1:
-            raise UsageError(f"ambiguous option {name}: could match {', '.join(sorted(matches))}")
-        if matches:
-            out[i] = matches[0] + eq + value
-            if matches[0] in REST_OPTIONS:
+        full = _abbreviated(name, flags)
+        if full is not None:
+            out[i] = full + eq + value
+            if full in REST_OPTIONS:
                 break
     return out
+
+
+def _long_flags(params: Sequence[Any], refused: Iterable[str]) -> Dict[str, Any]:
+    """{long flag: its option} of the Click ``params`` and of the ``refused`` options (each its own)."""
+    flags: Dict[str, Any] = {o: id(p) for p in params
+                             for o in getattr(p, "opts", ()) + getattr(p, "secondary_opts", ()) if o.startswith("--")}
+    flags.update({o: o for o in refused if o not in flags})
+    return flags
+
+
+def _abbreviated(name: str, flags: Dict[str, Any]) -> Optional[str]:
+    """The flag of ``flags`` (flag -> its option) that ``name`` abbreviates; None when ``name`` is
+    not a long option, is a flag itself or abbreviates none; a usage error when it abbreviates
+    the flags of several options."""
+    if not name.startswith("--") or name in flags or len(name) < 3:
+        return None
+    matches = [o for o in flags if o.startswith(name)]
+    if len({flags[o] for o in matches}) > 1:
+        raise UsageError(f"ambiguous option {name}: could match {', '.join(sorted(matches))}")
+    return matches[0] if matches else None
 
 
 def cut_rest(args: List[str], rest_opt: str) -> Tuple[List[str], Optional[List[str]]]:
@@ -200,10 +214,8 @@ def expand_multi(args: List[str], multi: Iterable[str], grouped: Iterable[str] =
         if tok not in multi:
             out.append(tok)
             continue
-        values = []
-        while i < n and is_value(args[i]):
-            values.append(args[i])
-            i += 1
+        values = _values_at(args, i)
+        i += len(values)
         if not values and not lenient:
             needs_value(tok, args, i)
         if not values:
@@ -214,6 +226,14 @@ def expand_multi(args: List[str], multi: Iterable[str], grouped: Iterable[str] =
             for v in values:
                 out.extend([tok, v])
     return out
+
+
+def _values_at(args: List[str], i: int) -> List[str]:
+    """The values from ``args[i]`` on, up to the next option."""
+    end = i
+    while end < len(args) and is_value(args[end]):
+        end += 1
+    return list(args[i:end])
 
 
 # ------------------------------------------------------------------ the command class

@@ -67,6 +67,12 @@ def _divergence_lines(d: Divergence) -> None:
             else f"max abs diff {_g(d.max_abs_diff)}")
     log(f"First divergence: prompt {d.prompt}, step {d.step} (KV length {d.kv_length}), kind {d.kind} ({what}): "
         f"{outs} ({diff})")
+    _location_line(d)
+    _reduce_lines(d)
+
+
+def _location_line(d: Divergence) -> None:
+    """The first diverging tensor, or why it was not localized."""
     loc = d.located
     if loc is not None:
         where = shown_name(loc.module) if loc.module else "(no module recorded)"
@@ -76,6 +82,10 @@ def _divergence_lines(d: Divergence) -> None:
             f"(max abs diff {_g(loc.max_abs_diff, 'NaN')}; matched by {loc.matched_by})")
     elif d.localize_error:
         log(f"  not localized: {shown_name(d.localize_error)}")
+
+
+def _reduce_lines(d: Divergence) -> None:
+    """Where the step's feeds are, and the debug reduce command that shrinks its graph to the fault."""
     if d.saved_inputs:
         log(f"  the step's feeds are in {shown_name(d.saved_inputs)}")
     if d.reduce_note:

@@ -85,25 +85,29 @@ def configure(level: Optional[int] = None, log_file: Optional[str] = None, forma
     if formats:
         state.formats = list(dict.fromkeys(list(state.formats) + list(formats)))
     if log_file and log_file != state.log_file_path:
+        _open_log_file(log_file)
 
-        if state.log_file is not None:
-            state.log_file.close()
-        _check_log_file(log_file)
-        try:
-            folder = os.path.dirname(log_file)
-            if folder:
-                os.makedirs(folder, exist_ok=True)
-            from toolkit.core.files.create import open_append
 
-            state.log_file = open_append(log_file)  # (never through a link left at that name)
-        except OSError as exc:
-            if os.path.islink(log_file):
-                raise UsageError(
-                    f"--log-file {log_file} is a symbolic link; a log is never written through one: give the file it "
-                    "points to, or another name"
-                ) from None
-            raise UsageError(f"--log-file {log_file}: cannot write it ({exc.strerror or exc})") from None
-        state.log_file_path = log_file
+def _open_log_file(log_file: str) -> None:
+    """The log file open closed; ``log_file`` opened for appending (created with its folders)."""
+    if state.log_file is not None:
+        state.log_file.close()
+    _check_log_file(log_file)
+    try:
+        folder = os.path.dirname(log_file)
+        if folder:
+            os.makedirs(folder, exist_ok=True)
+        from toolkit.core.files.create import open_append
+
+        state.log_file = open_append(log_file)  # (never through a link left at that name)
+    except OSError as exc:
+        if os.path.islink(log_file):
+            raise UsageError(
+                f"--log-file {log_file} is a symbolic link; a log is never written through one: give the file it "
+                "points to, or another name"
+            ) from None
+        raise UsageError(f"--log-file {log_file}: cannot write it ({exc.strerror or exc})") from None
+    state.log_file_path = log_file
 
 
 def _check_log_file(log_file: str) -> None:
@@ -133,9 +137,9 @@ def _argv_files(argv: List[str], log_file: str) -> List[str]:
         if name == "--log-file":
             skip = not eq
             continue
-        for cand in ((value,) if eq and name.startswith("-") else (tok,)):
-            if cand and cand != "-" and os.path.isfile(cand):
-                out.append(cand)
+        cand = value if eq and name.startswith("-") else tok
+        if cand and cand != "-" and os.path.isfile(cand):
+            out.append(cand)
     return out
 
 

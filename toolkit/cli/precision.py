@@ -83,7 +83,7 @@ def _summary_json(outcome, cfg, code: int) -> dict:
     }
 
 
-def _none_needed(outcome, stats: str, model: str) -> None:
+def _none_needed(outcome, stats: str, model: str) -> int:
     """The line for a model that passes with no node in fp32 (no verdict on inputs at size 1), or
     that computes nothing in float32."""
     if outcome.status == "nothing-to-search" and (outcome.auto_kept or outcome.user_kept):
@@ -101,31 +101,16 @@ def _none_needed(outcome, stats: str, model: str) -> None:
         )
     else:
         log(f"The {outcome.precision} model passes as it is ({outcome.error_fp16}); no node needs fp32 ({stats}).")
+    return int(ExitCode.OK)
 
 
 def _summary(outcome, cfg, json_out: bool, emit_options: bool = False) -> int:
     from toolkit.precision import search as S
 
     stats = f"{outcome.checks} check(s) run, {outcome.remembered} more answered from memory, {outcome.seconds:.2f} s"
-    code = int(ExitCode.OK)
-    if outcome.status in (S.STATUS_NONE_NEEDED, S.STATUS_NOTHING):
-        _none_needed(outcome, stats, cfg.model)
-    elif outcome.status == S.STATUS_FAILS_FP32:
-        log(
-            f"The comparison fails even with every node in fp32 ({outcome.error_result}): the difference is not "
-            f"{outcome.precision}'s. Loosen the tolerances or compare other runners ({stats})."
-        )
-        code = int(ExitCode.FAILED)
-    elif outcome.status == S.STATUS_INTERRUPTED:
-
-        state.interrupt_reported = True
-        if outcome.kept or outcome.output_written:
-            log(f"Interrupted: the smallest passing set so far has {len(outcome.kept)} node(s) ({stats}).")
-        else:
-            log(f"Interrupted before any passing set was found ({stats}).")
-        code = int(ExitCode.INTERRUPTED)
-    else:
-        code = _found(outcome, stats)
+    by_status = {S.STATUS_NONE_NEEDED: _none_needed, S.STATUS_NOTHING: _none_needed,
+                 S.STATUS_FAILS_FP32: _fails_fp32, S.STATUS_INTERRUPTED: _interrupted}
+    code = by_status.get(outcome.status, _found)(outcome, stats, cfg.model)
     if outcome.status != S.STATUS_INTERRUPTED and outcome.checks > outcome.cost_bound:
         log(
             f"note: {outcome.checks} checks, more than the search's bound of {outcome.cost_bound} (a bisect over "
@@ -134,7 +119,6 @@ def _summary(outcome, cfg, json_out: bool, emit_options: bool = False) -> int:
             "of its own (see docs/precision.md)"
         )
     if outcome.broken:
-
         warn(f"{outcome.broken} check(s) could not build, load or run their mixed model; they counted as failing")
     if outcome.output_written:
         code = _written(cfg, code)
@@ -149,7 +133,24 @@ def _summary(outcome, cfg, json_out: bool, emit_options: bool = False) -> int:
     return code
 
 
-def _found(outcome, stats: str) -> int:
+def _fails_fp32(outcome, stats: str, model: str) -> int:
+    log(
+        f"The comparison fails even with every node in fp32 ({outcome.error_result}): the difference is not "
+        f"{outcome.precision}'s. Loosen the tolerances or compare other runners ({stats})."
+    )
+    return int(ExitCode.FAILED)
+
+
+def _interrupted(outcome, stats: str, model: str) -> int:
+    state.interrupt_reported = True
+    if outcome.kept or outcome.output_written:
+        log(f"Interrupted: the smallest passing set so far has {len(outcome.kept)} node(s) ({stats}).")
+    else:
+        log(f"Interrupted before any passing set was found ({stats}).")
+    return int(ExitCode.INTERRUPTED)
+
+
+def _found(outcome, stats: str, model: str) -> int:
     """The lines of a result (found, or what remains fails by rounding alone); its exit code."""
     log(
         f"Keep {len(outcome.kept)} of {outcome.candidates} node(s) in fp32: {outcome.error_fp16} -> "
@@ -164,6 +165,7 @@ def _found(outcome, stats: str) -> int:
         log(f"1-minimal: moving any one of them back to {outcome.precision} makes the comparison fail (each checked).")
     return code
 
+
 _SHELL_SPLITS = re.compile(r"[\s*?\[]")  # what word splitting and pathname expansion of $(...) change
 
 
@@ -174,6 +176,13 @@ def _print_names(names: List[str], emit_options: bool) -> None:
         for name in names:
             echo(name)
         return
+    _check_emittable(names)
+    if names:
+        echo("--keep-fp32 " + " ".join(names))
+
+
+def _check_emittable(names: List[str]) -> None:
+    """An InputError naming the first node name that convert would not get intact from the shell's $(...)."""
     odd = [n for n in names if _SHELL_SPLITS.search(n)]
     if odd:
         raise InputError(
@@ -185,8 +194,6 @@ def _print_names(names: List[str], emit_options: bool) -> None:
             f"node name {dashed[0]!r} {'starts with -' if dashed[0] else 'is empty'}, which convert would read as "
             "an option (or lose): print the names without --emit-options to a file and give it to convert "
             "--keep-fp32-from FILE")
-    if names:
-        echo("--keep-fp32 " + " ".join(names))
 
 
 def _written(cfg, code: int) -> int:
@@ -314,31 +321,13 @@ def _run(q: QdqConfig, args: PrecisionArgs, pair_options: List[str]) -> None:
         raise UsageError("--json and --emit-options both say what is printed on stdout: give one")
     if compare and len(compare) != 2:
         raise UsageError("--compare takes two runner specs: the fp32 reference and the candidate, e.g. onnxrt onnxrt:fp16")
-    from toolkit.precision.qdq_search import quantization_of
-
     if q.model == "-":  # (read twice: whether it is quantized, then by the search)
         from toolkit.core.io.model import spool_stdin
 
         q.model = spool_stdin()
-    # a quantized model: its Q/DQ pairs are searched, unless the candidate asks for fp16/bf16; a model
-    # quantized in integer ops only has no pairs: its fp16 nodes are searched, unless a pair option asks
-    kind = quantization_of(q.model)
-    quantized = kind is not None and not (compare and _reduced(compare[1]))
-    why = _no_pairs(q.model, q.weights) if quantized and not pair_options and not compare else ""
-    if why:
-        log(f"{q.model} {why}, which cannot be taken back to float pair by pair: searching "
-            "the nodes to keep in fp32 for fp16 instead (quantize it in QDQ format to search its pairs)")
-        quantized = False
-    if not quantized and pair_options:
-        raise UsageError(f"the options of the Q/DQ pair search ({', '.join(PAIR_OPTIONS)}) are for the Q/DQ pairs of "
-                         f"a quantized model; {q.model} has none, or --compare asks for an fp16/bf16 search")
+    quantized = _searches_pairs(q, compare, pair_options)
     q.reference, q.candidate = compare if compare else (("onnxrt", "onnxrt") if quantized else ("onnxrt", "onnxrt:fp16"))
-    if q.cluster is None and (q.gpus_per_check is not None or q.cpus_per_check is not None):
-        raise UsageError("--gpus-per-check and --cpus-per-check need --cluster ray")
-    if q.cluster is not None:
-        from toolkit.reduce.cluster import parse_cluster
-
-        parse_cluster(q.cluster)  # a usage error before anything runs
+    _cluster_usage(q)
     q.tolerances = search_tolerances(args)
     if quantized:
         from toolkit.cli.qdq_report import run_qdq
@@ -352,3 +341,33 @@ def _run(q: QdqConfig, args: PrecisionArgs, pair_options: List[str]) -> None:
     # (in a forked child when supervised: a runtime crash is one sentence and exit 1)
     raise typer.Exit(run_supervised(lambda: _summary(PrecisionSearch(cfg, PrecisionReporter()).run(), cfg,
                                                      args.json_out, args.emit_options)))
+
+
+def _searches_pairs(q: QdqConfig, compare: Optional[List[str]], pair_options: List[str]) -> bool:
+    """Whether the Q/DQ pairs of the model are searched (else its nodes to keep in fp32).
+
+    A quantized model: its Q/DQ pairs are searched, unless the candidate asks for fp16/bf16; a model
+    quantized in integer ops only has no pairs: its fp16 nodes are searched, unless a pair option asks."""
+    from toolkit.precision.qdq_search import quantization_of
+
+    kind = quantization_of(q.model)
+    quantized = kind is not None and not (compare and _reduced(compare[1]))
+    why = _no_pairs(q.model, q.weights) if quantized and not pair_options and not compare else ""
+    if why:
+        log(f"{q.model} {why}, which cannot be taken back to float pair by pair: searching "
+            "the nodes to keep in fp32 for fp16 instead (quantize it in QDQ format to search its pairs)")
+        quantized = False
+    if not quantized and pair_options:
+        raise UsageError(f"the options of the Q/DQ pair search ({', '.join(PAIR_OPTIONS)}) are for the Q/DQ pairs of "
+                         f"a quantized model; {q.model} has none, or --compare asks for an fp16/bf16 search")
+    return quantized
+
+
+def _cluster_usage(q: QdqConfig) -> None:
+    """Usage errors of --cluster and its options, before anything runs."""
+    if q.cluster is None and (q.gpus_per_check is not None or q.cpus_per_check is not None):
+        raise UsageError("--gpus-per-check and --cpus-per-check need --cluster ray")
+    if q.cluster is not None:
+        from toolkit.reduce.cluster import parse_cluster
+
+        parse_cluster(q.cluster)  # a usage error before anything runs

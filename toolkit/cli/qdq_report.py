@@ -23,42 +23,41 @@ _SOURCES = {"file": "--validate-inputs", "split": "of --load-inputs; --held-out 
 class QdqReporter(PrecisionReporter):
     """One line per check: how many pairs are in float."""
 
+    counted = "pair(s) in float"
+
     def start(self, search) -> None:
         c = search.config
         pairs = sum(len(search.members.get(u, [u])) for u in search.universe)
         units = "" if pairs == len(search.universe) else (
             f", searched as {len(search.universe)} unit(s) (a pair with the pairs after a Slice, Reshape, ... that "
             "only re-quantize its values on its grid)")
-        self.word = "unit(s)" if units else "pair(s)"
+        self.counted = "unit(s) in float" if units else "pair(s) in float"
         log(
             f"Searching {c.model}: {pairs} Q/DQ pair(s) that could go back to float"
             f"{' (weights included)' if c.weights else ''}{units}; reference: "
             f"{c.reference_model or 'the model with every pair in float'}; --compare {c.reference} {c.candidate}"
         )
-        if search.integer_ops:
-            log(f"note: integer ops ({', '.join(search.integer_ops)}) are not searched: they cannot be taken "
-                "back to float pair by pair")
-        if search.fixed:
-            log(f"{len(search.fixed)} pair(s) at --float-op-types {','.join(c.float_op_types)} in float in every "
-                f"check: {', '.join(search.by_name[n].shown for n in search.fixed)}")
-        if search.metric is not None:
-            from toolkit.quant.metrics import summary as metric_summary
-
-            log(f"Pass rule: {metric_summary(search.metric)}, on every input set")
-        held = getattr(search, "held_out_feeds", [])
-        if held:
-            log(f"{len(search.feeds)} input set(s) to search on, {len(held)} held out to check the result on "
-                f"({_SOURCES[search.held_source]})")
+        _search_notes(search)
         self.total = len(search.universe)
 
-    def check(self, check) -> None:
-        verdict = "pass" if check.passed else ("BROKEN" if check.worst.startswith("broken:") else "FAIL")
-        log(
-            f"Check {check.number} | {check.kept} of {self.total} {getattr(self, 'word', 'pair(s)')} in float | {verdict} | "
-            f"{check.seconds:.2f} s"
-            + (f" | {check.worst}" if check.worst else ""),
-            style=("green" if check.passed else "red") if self.live else None,
-        )
+
+def _search_notes(search) -> None:
+    """What the search leaves out or fixes, its pass rule, and its held-out input sets."""
+    c = search.config
+    if search.integer_ops:
+        log(f"note: integer ops ({', '.join(search.integer_ops)}) are not searched: they cannot be taken "
+            "back to float pair by pair")
+    if search.fixed:
+        log(f"{len(search.fixed)} pair(s) at --float-op-types {','.join(c.float_op_types)} in float in every "
+            f"check: {', '.join(search.by_name[n].shown for n in search.fixed)}")
+    if search.metric is not None:
+        from toolkit.quant.metrics import summary as metric_summary
+
+        log(f"Pass rule: {metric_summary(search.metric)}, on every input set")
+    held = getattr(search, "held_out_feeds", [])
+    if held:
+        log(f"{len(search.feeds)} input set(s) to search on, {len(held)} held out to check the result on "
+            f"({_SOURCES[search.held_source]})")
 
 
 def run_qdq(cfg, json_out: bool) -> None:
@@ -69,8 +68,17 @@ def run_qdq(cfg, json_out: bool) -> None:
     raise typer.Exit(summary(outcome, cfg, json_out))
 
 
+def _pair(outcome, name: str):
+    return next(p for p in outcome.pairs if p.name == name)
+
+
+def _suggestion(outcome, name: str):
+    """The scale suggested for pair ``name`` (None without one)."""
+    return next((s for s in outcome.suggestions if s.pair == name), None)
+
+
 def _pair_json(outcome, name: str) -> Dict[str, Any]:
-    pair = next(p for p in outcome.pairs if p.name == name)
+    pair = _pair(outcome, name)
     st = outcome.stats.get(name)
     row: Dict[str, Any] = {
         "pair": name, "tensor": pair.tensor, "shown": pair.shown, "weight": pair.weight,
@@ -83,7 +91,7 @@ def _pair_json(outcome, name: str) -> Dict[str, Any]:
             "levels": round(st.levels, 2), "why": st.reasons, "sentinels": st.sentinels,
             "channel_spread": st.spread,
         })
-    sug = next((s for s in outcome.suggestions if s.pair == name), None)
+    sug = _suggestion(outcome, name)
     if sug is not None:
         row["suggested"] = {"scale": sug.scale, "zero_point": sug.zero_point, "passes": sug.passes,
                             "margin": sug.margin, "robust": sug.robust}
@@ -118,20 +126,25 @@ def _cause_lines(outcome) -> List[str]:
 def _pair_lines(outcome) -> List[str]:
     lines = []
     for name in outcome.kept:
-        pair = next(p for p in outcome.pairs if p.name == name)
-        lines.append(f"  {pair.describe()}")
+        lines.append(f"  {_pair(outcome, name).describe()}")
         st = outcome.stats.get(name)
-        for why in st.reasons if st is not None else []:
-            lines.append(f"      {why}")
-        sug = next((s for s in outcome.suggestions if s.pair == name), None)
+        lines.extend(f"      {why}" for why in (st.reasons if st is not None else []))
+        sug = _suggestion(outcome, name)
         if sug is not None:
-            verdict = "passes" if sug.passes else "still fails"
-            margin = f", {sug.margin}" if sug.margin and sug.passes else ""
-            robust = {None: "", True: "; it passes at -2% and +2% of the scale too",
-                      False: "; but not at -2% or +2% of the scale: a fragile fix"}[sug.robust]
-            lines.append(f"      {_suggested_text(sug)} (the observed range): "
-                         f"requantized with it, the model {verdict} ({sug.detail}{margin}){robust}")
+            lines.append(f"      {_suggestion_text(sug)}")
     return lines
+
+
+_ROBUST = {None: "", True: "; it passes at -2% and +2% of the scale too",
+           False: "; but not at -2% or +2% of the scale: a fragile fix"}
+
+
+def _suggestion_text(sug) -> str:
+    """A pair's suggested scale, and whether the model passes requantized with it."""
+    verdict = "passes" if sug.passes else "still fails"
+    margin = f", {sug.margin}" if sug.margin and sug.passes else ""
+    return (f"{_suggested_text(sug)} (the observed range): "
+            f"requantized with it, the model {verdict} ({sug.detail}{margin}){_ROBUST[sug.robust]}")
 
 
 def _minimum_proof(outcome) -> str:
@@ -145,7 +158,7 @@ def optimality(outcome) -> str:
     return "minimum" if outcome.minimum else ("1-minimal" if outcome.one_minimal else "")
 
 
-def _found(outcome, stats: str) -> None:
+def _found(outcome, cfg, stats: str) -> int:
     """The log of a search that found its pairs: causes first, then each pair, then how small."""
     log(f"Take {len(outcome.kept)} of {outcome.candidates} Q/DQ pair(s) back to float: {outcome.error_fp16} -> "
         f"{outcome.error_result} ({stats}).")
@@ -156,6 +169,7 @@ def _found(outcome, stats: str) -> None:
     elif outcome.one_minimal and outcome.kept:
         log("1-minimal: quantizing any one of them again makes the comparison fail (each checked); a set of "
             "fewer, other pairs may pass (not proved minimum).")
+    return int(ExitCode.OK)
 
 
 def _scaled_line(outcome, cfg) -> None:
@@ -183,6 +197,15 @@ def _held_out_lines(outcome) -> None:
         if outcome.held_out_note and outcome.status in ("found", "none-needed"):
             log(f"No held-out check: {outcome.held_out_note}.")
         return
+    _held_out_verdict(outcome, held)
+    if held.few:
+        warn(f"{held.count} held-out input set(s) are few: passing all of them bounds the failure rate only below "
+             f"{100 * held.bound:.0f}% (95% confidence); {needed()} are needed to bound it below 5% "
+             "(--validate-inputs FILE)")
+
+
+def _held_out_verdict(outcome, held) -> None:
+    """Whether the result (or the model as it is) passes on the held-out inputs, and if not, why."""
     what = ("the model with the suggested scales" if held.scaled else
             "the result" if outcome.kept else "the quantized model")
     before = f"; the quantized model as it is: {held.before_passed} of {held.count}" if outcome.kept else ""
@@ -197,10 +220,6 @@ def _held_out_lines(outcome) -> None:
              f"held-out input set(s) ({held.detail}{before}); with every pair the search can take in float the "
              f"model passes on only {held.all_float_passed} of them: what fails there is not the pairs but "
              f"{_held_out_cause(outcome)} (a set of pairs holds there only where quantization errors cancel)")
-    if held.few:
-        warn(f"{held.count} held-out input set(s) are few: passing all of them bounds the failure rate only below "
-             f"{100 * held.bound:.0f}% (95% confidence); {needed()} are needed to bound it below 5% "
-             "(--validate-inputs FILE)")
 
 
 def _held_out_cause(outcome) -> str:
@@ -216,44 +235,69 @@ def summary(outcome, cfg, json_out: bool) -> int:
     from toolkit.precision import search as S
 
     stats = f"{outcome.checks} check(s) run, {outcome.remembered} more answered from memory, {outcome.seconds:.2f} s"
-    code = int(ExitCode.OK)
-    if outcome.status == S.STATUS_NONE_NEEDED:
-        log(f"The quantized model passes as it is ({outcome.error_fp16}); no pair needs float ({stats}).")
-    elif outcome.status == S.STATUS_FAILS_FP32:
-        weights = sum(1 for p in outcome.pairs if p.weight)
-        what = ("the difference is not the quantization's" if weights or not outcome.quantized_weights else
-                f"what is left is the {outcome.quantized_weights} quantized weight(s): search them too with "
-                "--qdq-weights" + ("" if cfg.reference_model else " and --reference-model FLOAT_MODEL"))
-        log(f"The comparison fails even with every pair in float ({outcome.error_result}): {what}. Loosen the "
-            f"tolerances or check the reference ({stats}).")
-        code = int(ExitCode.FAILED)
-    elif outcome.status == S.STATUS_INTERRUPTED:
-        state.interrupt_reported = True
-        log(f"Interrupted: the smallest passing set so far has {len(outcome.kept)} pair(s) ({stats}).")
-        code = int(ExitCode.INTERRUPTED)
-    else:
-        _found(outcome, stats)
+    by_status = {S.STATUS_NONE_NEEDED: _none_needed, S.STATUS_FAILS_FP32: _fails_fp32,
+                 S.STATUS_INTERRUPTED: _interrupted}
+    code = by_status.get(outcome.status, _found)(outcome, cfg, stats)
     _held_out_lines(outcome)
-    if outcome.after_interrupted:
-        state.interrupt_reported = True
-        code = int(ExitCode.INTERRUPTED)
-        warn("interrupted after the search: the result above stands; the held-out check, reasons, scale "
-             "suggestions or table not finished are left out")
-    if outcome.broken:
-        warn(f"{outcome.broken} check(s) could not build, load or run their model; they counted as failing")
+    _after_search(outcome)
     if outcome.scaled is not None:
         _scaled_line(outcome, cfg)
     elif outcome.output_written:
         log(f"Wrote the model with those pairs in float to {cfg.output}")
-    held = outcome.held_out
-    if held is not None and not held.holds and code == int(ExitCode.OK):
-        code = int(ExitCode.FAILED)  # the answer (the model written) fails on inputs the search did not use
+    code = _final_code(outcome, code)
     if outcome.replay_path and outcome.checks:
         log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
     if outcome.table:
         render_table(outcome.table, cfg.model, outcome.reference)
-    if json_out:
+    _print_result(outcome, cfg, code, json_out)
+    return code
 
+
+def _none_needed(outcome, cfg, stats: str) -> int:
+    log(f"The quantized model passes as it is ({outcome.error_fp16}); no pair needs float ({stats}).")
+    return int(ExitCode.OK)
+
+
+def _fails_fp32(outcome, cfg, stats: str) -> int:
+    weights = sum(1 for p in outcome.pairs if p.weight)
+    what = ("the difference is not the quantization's" if weights or not outcome.quantized_weights else
+            f"what is left is the {outcome.quantized_weights} quantized weight(s): search them too with "
+            "--qdq-weights" + ("" if cfg.reference_model else " and --reference-model FLOAT_MODEL"))
+    log(f"The comparison fails even with every pair in float ({outcome.error_result}): {what}. Loosen the "
+        f"tolerances or check the reference ({stats}).")
+    return int(ExitCode.FAILED)
+
+
+def _interrupted(outcome, cfg, stats: str) -> int:
+    state.interrupt_reported = True
+    log(f"Interrupted: the smallest passing set so far has {len(outcome.kept)} pair(s) ({stats}).")
+    return int(ExitCode.INTERRUPTED)
+
+
+def _after_search(outcome) -> None:
+    """The warnings about the checks after the search (interrupted) and during it (broken)."""
+    if outcome.after_interrupted:
+        state.interrupt_reported = True
+        warn("interrupted after the search: the result above stands; the held-out check, reasons, scale "
+             "suggestions or table not finished are left out")
+    if outcome.broken:
+        warn(f"{outcome.broken} check(s) could not build, load or run their model; they counted as failing")
+
+
+def _final_code(outcome, code: int) -> int:
+    """``code`` (the search's) made 130 when the steps after the search were interrupted, and 1 when
+    the answer (the model written) fails on inputs the search did not use."""
+    if outcome.after_interrupted:
+        return int(ExitCode.INTERRUPTED)
+    held = outcome.held_out
+    if held is not None and not held.holds and code == int(ExitCode.OK):
+        return int(ExitCode.FAILED)
+    return code
+
+
+def _print_result(outcome, cfg, code: int, json_out: bool) -> None:
+    """stdout: the JSON summary with ``--json``, else the names of the pairs found (one a line)."""
+    if json_out:
         data = _summary_json(outcome, cfg, code)
         if outcome.table:
             from toolkit.quant.table import row_dict
@@ -263,7 +307,6 @@ def summary(outcome, cfg, json_out: bool) -> int:
     elif outcome.status in ("found", "interrupted"):
         for name in outcome.kept:
             echo(name)
-    return code
 
 
 def _db(value) -> str:

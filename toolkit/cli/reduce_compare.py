@@ -175,19 +175,24 @@ def report_compare(runner, reducer, summary: dict, passed: bool = False) -> None
     guide = getattr(reducer, "guide", None)
     if guide is not None:
         summary["compare"]["search"] = guide_json(guide, reducer)
-        tried = guide.get("tried", 0)
-        if guide.get("found_by") == "guided" and not faults:
-            log(
-                f"Found by the guided search: the node ranked by error amplification fails alone, fed the "
-                f"reference's inputs (a single node: minimal); {_plural_checks(tried)} of hinted nodes"
-            )
-        elif tried and guide.get("found_by") == "search":
-            log(f"The hinted nodes passed alone ({_plural_checks(tried)}); found by the localized search")
+        _guide_line(guide, bool(faults))
     if passed and getattr(reducer, "index", None) is not None:
         report_hidden(runner, reducer, summary)
     if faults is not None:
         summary["faults"] = faults_json(faults)
         summary["noise_remaining"] = faults_json([noise])[0] if noise is not None else None
+
+
+def _guide_line(guide: dict, faults: bool) -> None:
+    """How the guided search went: its hinted node found the fault, or the hinted nodes passed alone."""
+    tried = guide.get("tried", 0)
+    if guide.get("found_by") == "guided" and not faults:
+        log(
+            f"Found by the guided search: the node ranked by error amplification fails alone, fed the "
+            f"reference's inputs (a single node: minimal); {_plural_checks(tried)} of hinted nodes"
+        )
+    elif tried and guide.get("found_by") == "search":
+        log(f"The hinted nodes passed alone ({_plural_checks(tried)}); found by the localized search")
 
 
 def guide_json(guide: dict, reducer) -> dict:

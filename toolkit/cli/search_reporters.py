@@ -47,19 +47,12 @@ class ReduceReporter(ReduceProgress):
         if self.progress is None or self.task is None or r is None:
             return
         left = r.remaining_estimate()
-        avg = r.average_check_seconds()
-        if not r.checks:
-            eta = "checking the full model"
-        elif left:
-            eta = f"~{left} check{'s' if left != 1 else ''} left" + (f", ~{left * avg:.1f} s" if avg else "")
-        else:
-            eta = "last checks"
         phase = (r.plan.phase if r.plan and r.checks else "") or "full model"
         self.progress.update(
             self.task,
             completed=r.checks,
             total=r.checks + max(left, 0) or 1,
-            eta=eta,
+            eta=_eta(r, left),
             description=f"reduce [{phase}]",
         )
         self.progress.refresh()
@@ -98,27 +91,9 @@ class ReduceReporter(ReduceProgress):
         self._refresh()
 
     def iteration_end(self, it) -> None:
-        verdict = {"fail": "FAIL", "pass": "pass", "broken": "BROKEN", "timeout": "TIMEOUT"}.get(
-            it.verdict, "FAIL" if it.failed else "pass"
-        )
-        secs = "replay" if it.source == "replay" else f"{it.seconds:.2f} s"
-        parts = [f"Iteration {it.number}", f"{it.nodes} node{'s' if it.nodes != 1 else ''}", verdict]
-        if it.phase:
-            parts.append(it.phase)
-        if it.span and it.span != "full model":
-            parts.append(it.span)
-        parts.append(secs)
-        if it.reason and it.source == "check":
-            parts.append(it.reason)
-        if it.evidence is not None and it.evidence.worst is not None:
-            w = it.evidence.worst
-            parts.append(f"max error {w.max_abs:.3g} on {w.name}")
-        parts.append(f"~{it.remaining} check{'s' if it.remaining != 1 else ''} left" if it.remaining else "")
-        line = " | ".join(p for p in parts if p)
-        style = None
-        if self.live:
-            style = {"FAIL": "red", "pass": "green"}.get(verdict, "yellow")
-        self._print(line, style=style)
+        verdict = _VERDICTS.get(it.verdict, "FAIL" if it.failed else "pass")
+        style = {"FAIL": "red", "pass": "green"}.get(verdict, "yellow") if self.live else None
+        self._print(_iteration_line(it, verdict), style=style)
 
     def check_output(self, it) -> None:
         res = it.result
@@ -160,6 +135,43 @@ class ReduceReporter(ReduceProgress):
             self.progress = None
 
 
+_VERDICTS = {"fail": "FAIL", "pass": "pass", "broken": "BROKEN", "timeout": "TIMEOUT"}
+
+
+def _eta(reducer, left: int) -> str:
+    """The progress bar's estimate of what is left (``left``: the checks)."""
+    if not reducer.checks:
+        return "checking the full model"
+    if not left:
+        return "last checks"
+    avg = reducer.average_check_seconds()
+    return f"~{left} check{'s' if left != 1 else ''} left" + (f", ~{left * avg:.1f} s" if avg else "")
+
+
+def _iteration_line(it, verdict: str) -> str:
+    """``Iteration 3 | 37 nodes | FAIL | <phase> | <span> | 0.05 s | <reason> | <max error> | ~5 checks left``
+    (the parts an iteration has)."""
+    secs = "replay" if it.source == "replay" else f"{it.seconds:.2f} s"
+    parts = [
+        f"Iteration {it.number}",
+        f"{it.nodes} node{'s' if it.nodes != 1 else ''}",
+        verdict,
+        it.phase,
+        it.span if it.span != "full model" else "",
+        secs,
+        it.reason if it.source == "check" else "",
+        _max_error(it.evidence),
+        f"~{it.remaining} check{'s' if it.remaining != 1 else ''} left" if it.remaining else "",
+    ]
+    return " | ".join(p for p in parts if p)
+
+
+def _max_error(evidence) -> str:
+    if evidence is None or evidence.worst is None:
+        return ""
+    return f"max error {evidence.worst.max_abs:.3g} on {evidence.worst.name}"
+
+
 def _size(nbytes: int) -> str:
     for unit, scale in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
         if nbytes >= scale:
@@ -169,6 +181,8 @@ def _size(nbytes: int) -> str:
 
 class PrecisionReporter(PrecisionProgress):
     """Renders the fp32-set search: one line per check on stderr."""
+
+    counted = "node(s) in fp32"  # (what a check's count counts)
 
     def __init__(self):
         self.live = is_terminal()
@@ -188,7 +202,7 @@ class PrecisionReporter(PrecisionProgress):
     def check(self, check) -> None:
         verdict = "pass" if check.passed else ("BROKEN" if check.worst.startswith("broken:") else "FAIL")
         line = (
-            f"Check {check.number} | {check.kept} of {self.total} node(s) in fp32 | {verdict} | "
+            f"Check {check.number} | {check.kept} of {self.total} {self.counted} | {verdict} | "
             f"{check.seconds:.2f} s" + (f" | {check.worst}" if check.worst else "")
         )
         log(line, style=("green" if check.passed else "red") if self.live else None)

@@ -268,33 +268,21 @@ def sanitize_command(ctx: typer.Context, **params) -> None:
     redone with less (no If inlining, then nothing inside subgraphs, then without the
     nodes whose folded values are wrong), and one line says what was left unfolded.
     """
-    from toolkit.core.meta import parse_shape_specs, parse_size
-    from toolkit.core.io.model import check_output_path
-    from toolkit.surgeon.optimize import optimize
-    from toolkit.surgeon.outputs import (
-        apply_fallback_shapes,
-        mark_outputs,
-        parse_upper_bounds,
-        set_unbounded_dds_upper_bounds,
-    )
+    from toolkit.surgeon.outputs import mark_outputs
     from toolkit.surgeon.plumbing import count_model_nodes
-    from toolkit.surgeon.sanitize import check_sanitize_options, sanitize
+    from toolkit.surgeon.sanitize import sanitize
 
     a, d = SanitizeArgs(**values_for(SanitizeArgs, params)), ExternalData(**values_for(ExternalData, params))
-    check_sanitize_options(a.partitioning, a.num_passes)
-    check_output_path(a.output, binary=True)
-    threshold = parse_size(a.fold_size_threshold) if a.fold_size_threshold is not None else None
-    shapes = parse_shape_specs(a.override_input_shapes) if a.override_input_shapes else None
-    parse_size(d.external_data_threshold)
-    bounds = parse_upper_bounds(a.upper_bounds) if a.upper_bounds else None
+    threshold, shapes, bounds = _sanitize_options(a, d)
     m, base_dir = _load(a.model, d.external_data_dir, a.output, d.external_data_path, fold_constants=a.fold_constants)
     if a.outputs:
         mark_outputs(m, a.outputs)
-    if not (a.fold_constants or shapes or a.cleanup or a.toposort or a.outputs or bounds or a.force_fallback
-            or a.optimize_graph or a.remove_noops):
+    if not any((a.fold_constants, shapes, a.cleanup, a.toposort, a.outputs, bounds, a.force_fallback,
+                a.optimize_graph, a.remove_noops)):
         _log("nothing to do: no --fold-constants, --override-input-shapes, --cleanup, --remove-noops or --toposort; "
              "the model is written unchanged")
 
+    data_dir = base_dir or d.external_data_dir
     t0 = time.perf_counter()  # the summary's time: folding and everything after it, not loading
     result, report = sanitize(
         m,
@@ -309,17 +297,11 @@ def sanitize_command(ctx: typer.Context, **params) -> None:
         remove_noops=a.remove_noops or a.optimize_graph,
         validate=not a.no_validate,
         per_pass_shape_inference=not a.no_per_pass_shape_inference,
-        external_data_dir=base_dir or d.external_data_dir,
+        external_data_dir=data_dir,
         log=_log,
     )
     del m
-    if a.optimize_graph:
-        result = optimize(result, validate=not a.no_validate, external_data_dir=base_dir or d.external_data_dir,
-                          log=_log)
-    if bounds:
-        set_unbounded_dds_upper_bounds(result, bounds, log=_log)
-    if a.force_fallback:
-        apply_fallback_shapes(result, input_shapes=shapes, external_data_dir=base_dir or d.external_data_dir, log=_log)
+    result = _after_folding(result, a, shapes, bounds, data_dir)
     report.nodes_after = count_model_nodes(result)
     _save(result, a.output, d, base_dir)
     n = len(report.passes)
@@ -328,3 +310,34 @@ def sanitize_command(ctx: typer.Context, **params) -> None:
         f"Sanitized: nodes {report.nodes_before} -> {report.nodes_after}{passes} ({time.perf_counter() - t0:.2f} s); "
         f"saved to {_describe_out(a.output)}"
     )
+
+
+def _sanitize_options(a: SanitizeArgs, d: ExternalData):
+    """Usage errors before the model is read; the parsed --fold-size-threshold,
+    --override-input-shapes and --set-unbounded-dds-upper-bound (None when not given)."""
+    from toolkit.core.io.model import check_output_path
+    from toolkit.core.meta import parse_shape_specs, parse_size
+    from toolkit.surgeon.outputs import parse_upper_bounds
+    from toolkit.surgeon.sanitize import check_sanitize_options
+
+    check_sanitize_options(a.partitioning, a.num_passes)
+    check_output_path(a.output, binary=True)
+    threshold = parse_size(a.fold_size_threshold) if a.fold_size_threshold is not None else None
+    shapes = parse_shape_specs(a.override_input_shapes) if a.override_input_shapes else None
+    parse_size(d.external_data_threshold)
+    bounds = parse_upper_bounds(a.upper_bounds) if a.upper_bounds else None
+    return threshold, shapes, bounds
+
+
+def _after_folding(result, a: SanitizeArgs, shapes, bounds, data_dir: Optional[str]):
+    """--optimize, --set-unbounded-dds-upper-bound and --force-fallback-shape-inference on the folded model."""
+    from toolkit.surgeon.optimize import optimize
+    from toolkit.surgeon.outputs import apply_fallback_shapes, set_unbounded_dds_upper_bounds
+
+    if a.optimize_graph:
+        result = optimize(result, validate=not a.no_validate, external_data_dir=data_dir, log=_log)
+    if bounds:
+        set_unbounded_dds_upper_bounds(result, bounds, log=_log)
+    if a.force_fallback:
+        apply_fallback_shapes(result, input_shapes=shapes, external_data_dir=data_dir, log=_log)
+    return result

@@ -6,7 +6,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, Set
+from typing import Dict, Iterator, Optional, Set
 
 import numpy as np
 import onnx
@@ -234,6 +234,12 @@ def bf16_values(bits):
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
+def widened(raw: bytes, data_type: int):
+    """The values of float16 or bfloat16 raw data (little-endian bits) as float32 (exact), flat."""
+    bits = np.frombuffer(raw, dtype="<u2")
+    return bits.view("<f2").astype("<f4") if data_type == FLOAT16 else (bits.astype("<u4") << 16).view("<f4")
+
+
 def round_values(arr, dtype: str = "float16"):
     """float32 values rounded as the conversion to ``dtype`` stores weights, back in float32."""
 
@@ -252,28 +258,24 @@ def reduced_types(model) -> Set[str]:
     """The reduced precisions (``float16``, ``bfloat16``) the model's weights, inputs, outputs,
     value types or Casts hold (empty for a float32 model)."""
     by_type = {t: name for name, (t, _abbrev) in PRECISIONS.items()}
-    found: Set[str] = set()
-    for graph in iter_graphs(model.graph):
-        found.update(by_type[t.data_type] for t in graph.initializer if t.data_type in by_type)
-        for coll in (graph.input, graph.output, graph.value_info):
-            found.update(
-                by_type[vi.type.tensor_type.elem_type] for vi in coll if vi.type.tensor_type.elem_type in by_type
-            )
-        for node in graph.node:
-            if node.op_type == "Cast":
-                found.update(by_type[a.i] for a in node.attribute if a.name == "to" and a.i in by_type)
-    return found
+    return {by_type[t] for graph in iter_graphs(model.graph) for t in _held_types(graph) if t in by_type}
+
+
+def _held_types(graph) -> Iterator[int]:
+    """The element types of a graph's weights, inputs, outputs and value types, and those its Casts make."""
+    yield from (t.data_type for t in graph.initializer)
+    for coll in (graph.input, graph.output, graph.value_info):
+        yield from (vi.type.tensor_type.elem_type for vi in coll)
+    for node in graph.node:
+        if node.op_type == "Cast":
+            yield from (a.i for a in node.attribute if a.name == "to")
+
+
+def cast_to(node) -> Optional[int]:
+    """The element type a ``Cast`` node makes (its ``to``; None without one)."""
+    return next((a.i for a in node.attribute if a.name == "to"), None)
 
 
 def has_fp16(model) -> bool:
     """Does the model already hold float16 weights, inputs, outputs or Casts (a mixed model)?"""
-    for graph in iter_graphs(model.graph):
-        if any(t.data_type == FLOAT16 for t in graph.initializer):
-            return True
-        for coll in (graph.input, graph.output, graph.value_info):
-            if any(vi.type.tensor_type.elem_type == FLOAT16 for vi in coll):
-                return True
-        for node in graph.node:
-            if node.op_type == "Cast" and any(a.name == "to" and a.i == FLOAT16 for a in node.attribute):
-                return True
-    return False
+    return "float16" in reduced_types(model)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Dict, Iterable, Optional, Set, Tuple
+from typing import Dict, Iterable, List, Optional, Set, Tuple
 
 import numpy as np
 import onnx
@@ -39,6 +39,7 @@ from toolkit.convert.common import (
     round_values,
     short_name,
     weight_array,
+    widened,
 )
 from toolkit.convert.onnx_types import bf16_ready, infer_types, tensor_types
 from toolkit.convert.placement import decide
@@ -164,11 +165,7 @@ class _Emulator:
             conv, keep = self.users(rmap, t.name) if t.data_type == FLOAT else (False, False)
             if not conv:
                 continue
-            data = self.cache.get(t.name) if self.cache is not None else None
-            if data is None:
-                data = round_values(weight_array(t), self.dtype).astype("<f4").tobytes()
-                if self.cache is not None:
-                    self.cache[t.name] = data
+            data = self.rounded_bytes(t)
             target = t
             if keep:
                 target = onnx.TensorProto(name=self.fresh(f"{t.name}::fp16"), data_type=FLOAT, dims=t.dims)
@@ -181,6 +178,15 @@ class _Emulator:
             target.raw_data = data
             self.rounded += 1
         g.initializer.extend(new_inits)
+
+    def rounded_bytes(self, t) -> bytes:
+        """Weight ``t``'s values rounded, as float32 raw data (kept in the cache, when there is one)."""
+        data = self.cache.get(t.name) if self.cache is not None else None
+        if data is None:
+            data = round_values(weight_array(t), self.dtype).astype("<f4").tobytes()
+            if self.cache is not None:
+                self.cache[t.name] = data
+        return data
 
     def constant(self, node) -> None:
         for a in node.attribute:
@@ -199,12 +205,17 @@ class _Emulator:
         if node.op_type == "Constant" and node.domain in STD_DOMAINS:
             self.constant(node)
             return [node]
+        return [node] + self.rounded_outputs(node, outs)
+
+    def rounded_outputs(self, node, outs: List[Tuple[int, str]]) -> list:
+        """A converted node makes its float32 outputs ``outs`` (index, name) under fresh names; the
+        Casts that round them make them under their own names."""
         tail = []
         for j, o in outs:
             raw = self.fresh(f"{o}::fp32")
             node.output[j] = raw
             tail += self.round_chain(raw, o, o)
-        return [node] + tail
+        return tail
 
     def graph(self, g, top: bool) -> None:
         rmap = readers_of(g)
@@ -293,9 +304,7 @@ def _widen(t) -> None:
     """A float16 or bfloat16 weight -> the same values in float32, in place (one copy of the data)."""
 
     if t.HasField("raw_data") and not t.external_data:
-        bits = np.frombuffer(t.raw_data, dtype="<u2")
-        wide = bits.view("<f2").astype("<f4") if t.data_type == FLOAT16 else (bits.astype("<u4") << 16).view("<f4")
-        t.raw_data = wide.tobytes()
+        t.raw_data = widened(t.raw_data, t.data_type).tobytes()
         t.data_type = FLOAT
         return
     t.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(t).astype(np.float32), t.name))
@@ -328,11 +337,7 @@ class _MixedEmulator:
             new_nodes += self._round_outputs(node, top, out_types)
         del g.node[:]
         g.node.extend(new_nodes)
-        for vi in list(g.output if not top else []) + list(g.value_info):
-            if vi.type.tensor_type.elem_type in _LOWS:
-                vi.type.tensor_type.elem_type = FLOAT
-        # value_info of renamed tensors would now be wrong: drop what is not an input/output
-        del g.value_info[:]
+        _widen_value_types(g, top)
 
     def _inputs(self, g, top: bool) -> list:
         """Casts that read the top graph's reduced inputs as fp32; bodies' inputs retyped."""
@@ -375,6 +380,16 @@ class _MixedEmulator:
     def _read_inside(self, name: str) -> bool:
         """Whether a node of the top graph (or of its bodies) reads ``name``."""
         return name in self.top_reads
+
+
+def _widen_value_types(g, top: bool) -> None:
+    """A body's reduced outputs typed float32 (the top graph's keep their types); the value infos
+    dropped (those of renamed tensors would now be wrong)."""
+    if not top:
+        for vi in g.output:
+            if vi.type.tensor_type.elem_type in _LOWS:
+                vi.type.tensor_type.elem_type = FLOAT
+    del g.value_info[:]
 
 
 def emulate_any(model, keep_fp32: Iterable[str] = (), **kw) -> Emulation:

@@ -185,16 +185,11 @@ def _convert_weights(
     ``arrays``: weights already read (by the range check), by name: used, and dropped, instead of
     reading them again (reading a weight copies its bytes)."""
     arrays = {} if arrays is None else arrays
-    readers_kept: Dict[str, bool] = {}
-    for node in iter_nodes(model):
-        k = node.name in kept
-        for i in node.input:
-            if i:
-                readers_kept[i] = readers_kept.get(i, False) or k
+    read_by_kept = _read_by_kept(model, kept)
     clamped = []
     for graph in iter_graphs(model.graph):
         for t in graph.initializer:
-            if t.data_type != FLOAT or readers_kept.get(t.name, True):
+            if t.data_type != FLOAT or read_by_kept.get(t.name, True):
                 continue  # read by a kept node (the library keeps it fp32), or by nothing
             arr = arrays.pop(t.name, None) if graph is model.graph else None
             arr = weight_array(t) if arr is None else arr
@@ -206,6 +201,17 @@ def _convert_weights(
             if over:
                 clamped.append(t.name)
     return clamped
+
+
+def _read_by_kept(model, kept: Set[str]) -> Dict[str, bool]:
+    """Each tensor a node reads -> whether a node of ``kept`` reads it."""
+    read_by_kept: Dict[str, bool] = {}
+    for node in iter_nodes(model):
+        k = node.name in kept
+        for i in node.input:
+            if i:
+                read_by_kept[i] = read_by_kept.get(i, False) or k
+    return read_by_kept
 
 
 def _normalize_float_data(model) -> None:
@@ -314,25 +320,29 @@ def _library_convert(
             )
         except CONVERTER_ERRORS as exc:
             reraise_bug(exc)
-            node = _failing_node(exc, originals)
-            at = f" at node {node.name} ({node.op_type})" if node is not None else ""
-            fix = (
-                f"keep it in fp32 with --keep-fp32 '{node.name}' (or its op type: --keep-fp32 {node.op_type})"
-                if node is not None
-                else "keep the op types around the failing node in fp32 with --keep-fp32 OP (several: "
-                "--keep-fp32 OP1,OP2)"
-            )
-            raise ConverterError(
-                f"the fp16 conversion failed inside onnxconverter-common{at} ({type(exc).__name__}: "
-                f"{one_line(exc, first_line=True, limit=200)}): a limit of that library on this graph, not of the "
-                f"model; {fix}"
-            ) from None
+            raise _converter_error(exc, _failing_node(exc, originals)) from None
         finally:
             f16.convert_tensor_float_to_float16 = library_tensor
             if library_sort is not None:
                 f16.sort_topology = library_sort
             if library_prune is not None:
                 f16.remove_unnecessary_cast_node = library_prune
+
+
+def _converter_error(exc: BaseException, node) -> ConverterError:
+    """The error of a failure inside the library, naming the node it failed at (when known) and
+    how to keep it in fp32."""
+    if node is None:
+        at = ""
+        fix = "keep the op types around the failing node in fp32 with --keep-fp32 OP (several: --keep-fp32 OP1,OP2)"
+    else:
+        at = f" at node {node.name} ({node.op_type})"
+        fix = f"keep it in fp32 with --keep-fp32 '{node.name}' (or its op type: --keep-fp32 {node.op_type})"
+    return ConverterError(
+        f"the fp16 conversion failed inside onnxconverter-common{at} ({type(exc).__name__}: "
+        f"{one_line(exc, first_line=True, limit=200)}): a limit of that library on this graph, not of the "
+        f"model; {fix}"
+    )
 
 
 def _fp16_attr_tensors(model) -> Set[Tuple[str, str, int]]:
@@ -357,13 +367,18 @@ def _retype_bf16(model, original_fp16: Set[Tuple[str, str, int]]) -> None:
                 if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == FLOAT16:
                     vi.type.tensor_type.elem_type = BFLOAT16
         for node in graph.node:
-            if node.op_type == "Cast" and node.domain in STD_DOMAINS:
-                for a in node.attribute:
-                    if a.name == "to" and a.i == FLOAT16:
-                        a.i = BFLOAT16
-            for name, k, t in attr_tensors(node):
-                if t.data_type == FLOAT16 and (node.name, name, k) not in original_fp16:
-                    t.data_type = BFLOAT16
+            _retype_node_bf16(node, original_fp16)
+
+
+def _retype_node_bf16(node, original_fp16: Set[Tuple[str, str, int]]) -> None:
+    """A standard Cast to FLOAT16 casts to BFLOAT16; FLOAT16 attribute tensors not in ``original_fp16`` become BFLOAT16."""
+    if node.op_type == "Cast" and node.domain in STD_DOMAINS:
+        for a in node.attribute:
+            if a.name == "to" and a.i == FLOAT16:
+                a.i = BFLOAT16
+    for name, k, t in attr_tensors(node):
+        if t.data_type == FLOAT16 and (node.name, name, k) not in original_fp16:
+            t.data_type = BFLOAT16
 
 
 def convert(
@@ -401,13 +416,7 @@ def convert(
             )
         return Conversion(copy_model(model, inplace), {}, [], 0, already_mixed=True)
     f16 = float16_library()
-    upgraded_from = None
-    if low == BFLOAT16:
-        model, upgraded_from = bf16_ready(model)
-    model = copy_model(model, inplace or upgraded_from is not None)
-    normalize_constants(model)
-    _normalize_float_data(model)
-    _initializers_as_weights(model)
+    model, upgraded_from = _working_copy(model, low, inplace)
     inferred = infer_types(model)
     types = tensor_types(inferred)
     arrays: Dict[str, object] = {}
@@ -419,6 +428,30 @@ def convert(
     kept = set(decision.kept)
     clamped = _convert_weights(model, kept, low, arrays)
     arrays.clear()
+    casts_added = _convert_nodes(f16, model, kept, keep_io_types, low, clamped, types)
+    if validate:
+        check_types(model, short)
+    return Conversion(
+        model, dict(decision.kept), clamped, casts_added, upgraded_from=upgraded_from, out_of_range=risky
+    )
+
+
+def _working_copy(model, low: int, inplace: bool):
+    """(the model to convert: a copy unless ``inplace``, upgraded to bf16's opset for bfloat16 and
+    normalized; the opset it was upgraded from, or None)."""
+    upgraded_from = None
+    if low == BFLOAT16:
+        model, upgraded_from = bf16_ready(model)
+    model = copy_model(model, inplace or upgraded_from is not None)
+    normalize_constants(model)
+    _normalize_float_data(model)
+    _initializers_as_weights(model)
+    return model, upgraded_from
+
+
+def _convert_nodes(f16, model, kept: Set[str], keep_io_types: bool, low: int, clamped: List[str], types) -> int:
+    """The library's conversion of the nodes not ``kept`` (weights converted already), then the
+    repair of its types and Casts; returns the number of Casts the repair added."""
     original_fp16 = _fp16_attr_tensors(model) if low == BFLOAT16 else set()
     originals = {n.name for n in iter_nodes(model)}
     hidden = _hide_kept_outputs(model, kept) if keep_io_types else set()
@@ -435,11 +468,7 @@ def convert(
     repair.run()
     drop_round_trips(model, originals, repair.types)
     repair.write_value_info()
-    if validate:
-        check_types(model, short)
-    return Conversion(
-        model, dict(decision.kept), clamped, repair.casts_added, upgraded_from=upgraded_from, out_of_range=risky
-    )
+    return repair.casts_added
 
 
 def _name_constant_values(model) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 import warnings
-from typing import Dict, Optional, Set
+from typing import Dict, Iterator, Optional, Set, Tuple
 
 import onnx
 from onnx import version_converter
@@ -92,20 +92,37 @@ def tensor_types(model) -> Dict[str, int]:
     across all its graphs (names are unique in valid models)."""
     types: Dict[str, int] = {}
     for graph in iter_graphs(model.graph):
-        for coll in (graph.input, graph.value_info, graph.output):
-            for vi in coll:
-                if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-                    types.setdefault(vi.name, vi.type.tensor_type.elem_type)
-        for t in graph.initializer:
-            types.setdefault(t.name, t.data_type)
-        for node in graph.node:
-            if node.op_type == "Constant" and node.domain in STD_DOMAINS and node.output:
-                for attr in node.attribute:
-                    if attr.name == "value":
-                        types.setdefault(node.output[0], attr.t.data_type)
-                    elif attr.name in ("value_float", "value_floats"):
-                        types.setdefault(node.output[0], FLOAT)
+        for name, kind in _declared_types(graph):
+            types.setdefault(name, kind)
     return types
+
+
+def _declared_types(graph) -> Iterator[Tuple[str, int]]:
+    """(name, element type) of a graph's inputs, value infos and outputs (those typed), its
+    initializers and the values of its Constant nodes, in that order."""
+    for coll in (graph.input, graph.value_info, graph.output):
+        for vi in coll:
+            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
+                yield vi.name, vi.type.tensor_type.elem_type
+    for t in graph.initializer:
+        yield t.name, t.data_type
+    for node in graph.node:
+        kind = _constant_type(node)
+        if kind is not None:
+            yield node.output[0], kind
+
+
+def _constant_type(node) -> Optional[int]:
+    """The element type of a standard ``Constant`` node's value (its tensor's, FLOAT for
+    ``value_float(s)``); None for the other kinds of value and the other nodes."""
+    if node.op_type != "Constant" or node.domain not in STD_DOMAINS or not node.output:
+        return None
+    for attr in node.attribute:
+        if attr.name == "value":
+            return attr.t.data_type
+        if attr.name in ("value_float", "value_floats"):
+            return FLOAT
+    return None
 
 
 def opset_version(model, domain: str = "") -> int:

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from toolkit.convert.common import (
     BFLOAT16,
     FLOAT,
     FLOAT16,
     STD_DOMAINS,
+    cast_to,
     float16_library,
     iter_graphs,
     iter_nodes,
@@ -97,69 +98,88 @@ def resolve_keep(model, specs: Iterable[str]) -> List[str]:
     Every spec must select at least one node (InputError naming it otherwise).
     """
     nodes = list(iter_nodes(model))
-    chosen: List[str] = []
-    seen: Set[str] = set()
+    chosen: Dict[str, None] = {}  # (in the order first selected)
     for spec in split_specs(specs):
-        hits = [
-            n.name
-            for n in nodes
-            if n.name == spec or n.op_type == spec or (_is_glob(spec) and fnmatch.fnmatchcase(n.name, spec))
-        ]
+        hits = [n.name for n in nodes if _selects(spec, n)]
         if not hits:
             raise InputError(
                 f"--keep-fp32 {spec}: no node has this name or op type, and no node name matches it; "
                 "`toolkit inspect model` lists the nodes"
             )
-        for name in hits:
-            if name not in seen:
-                seen.add(name)
-                chosen.append(name)
-    return chosen
+        chosen.update(dict.fromkeys(hits))
+    return list(chosen)
+
+
+def _selects(spec: str, node) -> bool:
+    """Whether ``spec`` names ``node``, its op type, or is a glob pattern its name matches."""
+    return node.name == spec or node.op_type == spec or (_is_glob(spec) and fnmatch.fnmatchcase(node.name, spec))
 
 
 def automatic_keep(model, types: Optional[Dict[str, int]] = None, dtype: str = "float16") -> Dict[str, str]:
     """Nodes that must stay fp32 whatever the user asks: name -> reason. ``dtype``: the precision
     the rest is converted to (``float16`` or ``bfloat16``: the schema check follows it)."""
     low = low_type(dtype)
-    reason_schema = REASON_SCHEMA if low == FLOAT16 else REASON_SCHEMA_BF16
     if types is None:
         types = tensor_types(infer_types(model))
-    block = set(default_block_list())
-    schemas = Schemas(model)
+    why = _Reasons(model, types, low)
     keep: Dict[str, str] = {}
+    for node, derived in _shape_derivation(model):
+        reason = why.of(node, derived)
+        if reason is not None:
+            keep[node.name] = reason
+    if low == FLOAT16:  # (bf16 holds them, rounded)
+        for name in accumulator_readers(model, types):
+            keep.setdefault(name, REASON_ACCUMULATOR)
+    return _with_ml_neighbours(model, keep)
+
+
+def _shape_derivation(model) -> Iterator[Tuple[Any, bool]]:
+    """Every node but the standard ``Shape``, ``Size`` and ``Constant`` ones, in order, with whether
+    it computes on shapes (reads a value derived from ``Shape``/``Size``, and otherwise constants)."""
     shape_derived: Set[str] = set()
-    constants: Set[str] = set()
-    for graph in iter_graphs(model.graph):
-        constants.update(t.name for t in graph.initializer)
+    constants: Set[str] = {t.name for graph in iter_graphs(model.graph) for t in graph.initializer}
+    sources = {"Shape": shape_derived, "Size": shape_derived, "Constant": constants}
     for graph in iter_graphs(model.graph):
         for node in graph.node:
-            ins = [i for i in node.input if i]
-            floats = any(types.get(t) == FLOAT for t in list(ins) + list(node.output))
-            if node.op_type in ("Shape", "Size") and node.domain in STD_DOMAINS:
-                shape_derived.update(node.output)
+            if node.domain in STD_DOMAINS and node.op_type in sources:
+                sources[node.op_type].update(node.output)
                 continue
-            if node.op_type == "Constant" and node.domain in STD_DOMAINS:
-                constants.update(node.output)
-                continue
-            # an If reads only its condition: its outputs come from its branches, whatever decides it
-            derived = (
-                node.op_type != "If"
-                and bool(ins)
-                and any(i in shape_derived for i in ins)
-                and all(i in shape_derived or i in constants for i in ins)
-            )
+            derived = _computes_on_shapes(node, shape_derived, constants)
             if derived:
                 shape_derived.update(node.output)
-            reason = _reason(node, derived, block, types) if floats else None
-            if floats and reason is None:
-                schema = schemas.get(node)
-                if schema is not None and schema_lacks(schema, low):
-                    reason = reason_schema
-            if reason is not None:
-                keep[node.name] = reason
-    for name in accumulator_readers(model, types) if low == FLOAT16 else ():  # (bf16 holds them, rounded)
-        keep.setdefault(name, REASON_ACCUMULATOR)
-    return _with_ml_neighbours(model, keep)
+            yield node, derived
+
+
+def _computes_on_shapes(node, shape_derived: Set[str], constants: Set[str]) -> bool:
+    # an If reads only its condition: its outputs come from its branches, whatever decides it
+    ins = [i for i in node.input if i]
+    if node.op_type == "If" or not ins:
+        return False
+    return any(i in shape_derived for i in ins) and all(i in shape_derived or i in constants for i in ins)
+
+
+class _Reasons:
+    """Why a node stays fp32 (None: it may be converted)."""
+
+    def __init__(self, model, types: Dict[str, int], low: int):
+        self.types = types
+        self.low = low
+        self.block = set(default_block_list())
+        self.schemas = Schemas(model)
+        self.reason_schema = REASON_SCHEMA if low == FLOAT16 else REASON_SCHEMA_BF16
+
+    def of(self, node, derived: bool) -> Optional[str]:
+        """Only a node that reads or makes float32 has a reason; the schema's is checked last."""
+        ins = [i for i in node.input if i]
+        if not any(self.types.get(t) == FLOAT for t in ins + list(node.output)):
+            return None
+        reason = _reason(node, derived, self.block, self.types)
+        if reason is not None:
+            return reason
+        schema = self.schemas.get(node)
+        if schema is not None and schema_lacks(schema, self.low):
+            return self.reason_schema
+        return None
 
 
 def _reason(node, derived: bool, block: Set[str], types: Dict[str, int]) -> Optional[str]:
@@ -184,8 +204,7 @@ def casts_out_of_float(node, types: Dict[str, int]) -> bool:
     lose it (a value past 65504 would reach the Cast as inf, whose integer is undefined)."""
     if node.op_type != "Cast" or node.domain not in STD_DOMAINS or not node.input or not node.input[0]:
         return False
-    to = next((a.i for a in node.attribute if a.name == "to"), None)
-    return types.get(node.input[0]) == FLOAT and to not in (None, FLOAT, FLOAT16, BFLOAT16)
+    return types.get(node.input[0]) == FLOAT and cast_to(node) not in (None, FLOAT, FLOAT16, BFLOAT16)
 
 
 def _with_ml_neighbours(model, keep: Dict[str, str]) -> Dict[str, str]:
@@ -202,21 +221,32 @@ def ml_neighbours(model) -> List[str]:
     (``TreeEnsembleClassifier`` at ml opset 1), so the library's Casts at their boundaries are
     missing or wrong: a LightGBM classifier's ``Mul`` by one on the probabilities (onnxmltools,
     ``zipmap=False``) did not type-check in fp16."""
+    return [name for graph in iter_graphs(model.graph) for name in _ml_neighbours_in(graph)]
+
+
+def _ml_neighbours_in(graph) -> List[str]:
+    producers = {o: n for n in graph.node for o in _made(n)}
+    ml_out: Set[str] = set()
     names: List[str] = []
-    for graph in iter_graphs(model.graph):
-        producers = {o: n for n in graph.node for o in n.output if o}
-        ml_out: Set[str] = set()
-        for node in graph.node:
-            if node.domain == ML_DOMAIN:
-                ml_out.update(o for o in node.output if o)
-                names.extend(
-                    producers[i].name for i in node.input if i in producers and producers[i].domain in STD_DOMAINS
-                )
-            elif node.domain in STD_DOMAINS and any(i in ml_out for i in node.input if i):
-                names.append(node.name)
-                if node.op_type == "Identity":
-                    ml_out.update(o for o in node.output if o)
+    for node in graph.node:
+        if node.domain == ML_DOMAIN:
+            ml_out.update(_made(node))
+            feeders = [producers[i] for i in node.input if i in producers]
+            names.extend(p.name for p in feeders if p.domain in STD_DOMAINS)
+        elif node.domain in STD_DOMAINS and _reads(node, ml_out):
+            names.append(node.name)
+            if node.op_type == "Identity":
+                ml_out.update(_made(node))
     return names
+
+
+def _made(node) -> List[str]:
+    """The outputs a node makes (an empty name is an omitted optional output)."""
+    return [o for o in node.output if o]
+
+
+def _reads(node, names: Set[str]) -> bool:
+    return any(i in names for i in node.input if i)
 
 
 def accumulator_readers(model, types: Dict[str, int]) -> List[str]:
@@ -224,22 +254,40 @@ def accumulator_readers(model, types: Dict[str, int]) -> List[str]:
     ``MatMulInteger``/``ConvInteger``, also after an integer bias ``Add``) and of the nodes that read
     that float (the dequantizing scale): in fp16 the sums overflow to inf (65504 is 4 products of
     127 x 127), at the Cast or at the boundary Cast before its reader."""
+    return [name for graph in iter_graphs(model.graph) for name in _accumulator_readers_in(graph, types)]
+
+
+def _accumulator_readers_in(graph, types: Dict[str, int]) -> List[str]:
     names: List[str] = []
-    for graph in iter_graphs(model.graph):
-        sums: Set[str] = set()
-        floats: Set[str] = set()
-        for node in graph.node:
-            reads_sum = any(i in sums for i in node.input if i)
-            if node.op_type in ACCUMULATING_OPS or (
-                reads_sum and node.op_type in ACCUMULATOR_PASSING_OPS and types.get(node.output[0]) != FLOAT
-            ):
-                sums.update(o for o in node.output if o)
-            elif reads_sum and node.op_type == "Cast" and types.get(node.output[0]) == FLOAT:
-                names.append(node.name)
-                floats.update(o for o in node.output if o)
-            elif any(i in floats for i in node.input if i) and node.name:
-                names.append(node.name)
+    sums: Set[str] = set()
+    floats: Set[str] = set()
+    for node in graph.node:
+        role = _accumulator_role(node, sums, types)
+        if role == _SUM:
+            sums.update(_made(node))
+        elif role == _MADE_FLOAT:
+            names.append(node.name)
+            floats.update(_made(node))
+        elif _reads(node, floats) and node.name:
+            names.append(node.name)
     return names
+
+
+_SUM = "sum"
+_MADE_FLOAT = "made float"
+
+
+def _accumulator_role(node, sums: Set[str], types: Dict[str, int]) -> Optional[str]:
+    """``_SUM``: the node makes (or passes on, as an integer) an accumulator of ``sums``;
+    ``_MADE_FLOAT``: it casts one to float32; None: neither."""
+    if node.op_type in ACCUMULATING_OPS:
+        return _SUM
+    if (node.op_type not in ACCUMULATOR_PASSING_OPS and node.op_type != "Cast") or not _reads(node, sums):
+        return None
+    made_float = types.get(node.output[0]) == FLOAT
+    if node.op_type == "Cast":
+        return _MADE_FLOAT if made_float else None
+    return None if made_float else _SUM
 
 
 def _inside_kept(model, kept: Set[str]) -> Set[str]:
@@ -282,23 +330,26 @@ def decide(
     ``risky``: the values ``dtype`` cannot hold (:func:`toolkit.convert.ranges.risky_values`),
     when the caller has them already; their readers stay fp32 (with ``auto`` only)."""
     name_nodes(model)
-    user = resolve_keep(model, keep_fp32)
-    autos: Dict[str, str] = {}
+    chosen = {n: REASON_USER for n in resolve_keep(model, keep_fp32)}
     if auto:
-        if types is None:
-            types = tensor_types(infer_types(model))
-        autos = automatic_keep(model, types, dtype)
-        for n, r in range_keep(model, types, low_type(dtype), risky).items():
-            autos.setdefault(n, r)
-    order = [n.name for n in iter_nodes(model)]
-    chosen = {n: REASON_USER for n in user}
-    for n, r in autos.items():
-        chosen.setdefault(n, r)
-    for n in _inside_kept(model, set(chosen)):
-        chosen.setdefault(n, "inside a node kept in fp32")
-    for n in _constants_for_kept(model, set(chosen)):
-        chosen.setdefault(n, REASON_CONSTANT)
-    return Decision({n: chosen[n] for n in order if n in chosen})
+        _add_reasons(chosen, _automatic_reasons(model, types, dtype, risky))
+    _add_reasons(chosen, dict.fromkeys(_inside_kept(model, set(chosen)), "inside a node kept in fp32"))
+    _add_reasons(chosen, dict.fromkeys(_constants_for_kept(model, set(chosen)), REASON_CONSTANT))
+    return Decision({n.name: chosen[n.name] for n in iter_nodes(model) if n.name in chosen})
+
+
+def _automatic_reasons(model, types, dtype: str, risky: Optional[Dict[str, str]]) -> Dict[str, str]:
+    if types is None:
+        types = tensor_types(infer_types(model))
+    autos = automatic_keep(model, types, dtype)
+    _add_reasons(autos, range_keep(model, types, low_type(dtype), risky))
+    return autos
+
+
+def _add_reasons(chosen: Dict[str, str], more: Dict[str, str]) -> None:
+    """Adds the nodes of ``more`` not in ``chosen`` yet (a node keeps its first reason)."""
+    for name, reason in more.items():
+        chosen.setdefault(name, reason)
 
 
 def _constants_for_kept(model, kept: Set[str]) -> List[str]:

@@ -16,7 +16,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
-from typing import Dict, Iterator, List, Optional, Set, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
 
 import numpy as np
 from onnx import helper, numpy_helper
@@ -68,6 +68,12 @@ def value_problem(arr, low: int) -> Optional[str]:
         return f"values up to {amax:.3g}, past bf16's largest ({BF16_MAX:.3g})" if amax > BF16_MAX else None
     if amax > FP16_MAX:
         return f"values up to {amax:.3g}, {_PAST_FP16} (65504)"
+    return _underflow(a, amax)
+
+
+def _underflow(a, amax: float) -> Optional[str]:
+    """Why fp16's subnormals lose the finite float32 values ``a`` (largest magnitude ``amax``, at most
+    65504); None when they do not."""
     if amax >= 2.0**-6:  # (a value this large makes any tensor's subnormal part negligible in L2...)
         squares = float(np.dot(a, a))
         # ...when the RMS is well above 2**-14: rounding errs <= 2**-11 relative for normal values and
@@ -98,11 +104,18 @@ def _constant_values(graph, keep: Optional[Dict[str, object]] = None) -> Iterato
                 keep[t.name] = arr
                 budget -= arr.nbytes
             yield t.name, arr
+    for node, tensor in _constant_tensors(graph):
+        if node.domain in STD_DOMAINS and tensor.data_type == FLOAT:
+            yield node.output[0], numpy_helper.to_array(tensor)
+
+
+def _constant_tensors(graph) -> Iterator[Tuple[Any, Any]]:
+    """(node, tensor) of each ``Constant`` node of ``graph`` that holds a tensor (its ``value``)."""
     for node in graph.node:
-        if node.op_type == "Constant" and node.domain in STD_DOMAINS and node.output:
+        if node.op_type == "Constant" and node.output:
             for a in node.attribute:
-                if a.name == "value" and a.t.data_type == FLOAT:
-                    yield node.output[0], numpy_helper.to_array(a.t)
+                if a.name == "value":
+                    yield node, a.t
 
 
 def _derived_nodes(graph, constants: Set[str], types: Dict[str, int]) -> List:
@@ -117,15 +130,22 @@ def _derived_nodes(graph, constants: Set[str], types: Dict[str, int]) -> List:
     scales = _ScaleBounds(graph)
     out = []
     for node in graph.node:
-        if node.op_type == "Constant" or node.domain not in STD_DOMAINS or node.op_type in _RANDOM:
-            continue
         ins = [i for i in node.input if i]
-        if ins and all(i in fixed and i not in inputs for i in ins) and not node_subgraphs(node):
-            if node.op_type == "DequantizeLinear" and types.get(ins[0]) in _BYTE_TYPES and scales.safe(ins[1]):
-                continue
-            out.append(node)
-            fixed.update(o for o in node.output if o)
+        if not (ins and _computes_the_same(node) and all(i in fixed and i not in inputs for i in ins)):
+            continue
+        if scales.dequantizes_normal(node, ins, types):
+            continue
+        out.append(node)
+        fixed.update(o for o in node.output if o)
     return out
+
+
+def _computes_the_same(node) -> bool:
+    """Whether a node computes the same values from the same inputs each run: a standard op with no
+    body, not random (nor ``Constant``: its value is read as it is)."""
+    if node.op_type == "Constant" or node.op_type in _RANDOM or node.domain not in STD_DOMAINS:
+        return False
+    return not node_subgraphs(node)
 
 
 _BYTE_TYPES = (2, 3)  # UINT8, INT8
@@ -136,11 +156,14 @@ class _ScaleBounds:
 
     def __init__(self, graph):
         self.tensors = {t.name: t for t in graph.initializer}
-        for node in graph.node:
-            if node.op_type == "Constant" and node.output:
-                for a in node.attribute:
-                    if a.name == "value":
-                        self.tensors[node.output[0]] = a.t
+        for node, tensor in _constant_tensors(graph):
+            self.tensors[node.output[0]] = tensor
+
+    def dequantizes_normal(self, node, ins: List[str], types: Dict[str, int]) -> bool:
+        """Whether ``node`` (inputs ``ins``) dequantizes 8-bit values into normal fp16 values."""
+        if node.op_type != "DequantizeLinear":
+            return False
+        return types.get(ins[0]) in _BYTE_TYPES and self.safe(ins[1])
 
     def safe(self, name: str) -> bool:
         t = self.tensors.get(name)
@@ -159,12 +182,7 @@ def _computed_values(model, graph, derived: List, types: Dict[str, int]) -> Dict
     wanted = [o for n in derived for o in n.output if o and types.get(o) == FLOAT]
     if not wanted:
         return {}
-    reads = {i for n in derived for i in n.input if i}
-    consts = [n for n in graph.node if n.op_type == "Constant" and any(o in reads for o in n.output)]
-    inits = [t for t in graph.initializer if t.name in reads]
-    outputs = [helper.make_tensor_value_info(o, FLOAT, None) for o in wanted]
-    g = helper.make_graph(consts + list(derived), "constants", [], outputs, inits)
-    small = helper.make_model(g, opset_imports=list(model.opset_import), ir_version=min(model.ir_version or 8, 10))
+    small = _constants_model(model, graph, derived, wanted)
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 4  # (its errors come back as exceptions: no log lines of its own)
@@ -174,6 +192,16 @@ def _computed_values(model, graph, derived: List, types: Dict[str, int]) -> Dict
     except ort_errors():
         return {}
     return dict(zip(wanted, values))
+
+
+def _constants_model(model, graph, derived: List, wanted: List[str]):
+    """A model of the ``derived`` nodes and the constants they read, whose outputs are ``wanted``."""
+    reads = {i for n in derived for i in n.input if i}
+    consts = [n for n in graph.node if n.op_type == "Constant" and any(o in reads for o in n.output)]
+    inits = [t for t in graph.initializer if t.name in reads]
+    outputs = [helper.make_tensor_value_info(o, FLOAT, None) for o in wanted]
+    g = helper.make_graph(consts + list(derived), "constants", [], outputs, inits)
+    return helper.make_model(g, opset_imports=list(model.opset_import), ir_version=min(model.ir_version or 8, 10))
 
 
 def risky_values(model, types: Dict[str, int], low: int, arrays: Optional[Dict[str, object]] = None) -> Dict[str, str]:
@@ -186,15 +214,19 @@ def risky_values(model, types: Dict[str, int], low: int, arrays: Optional[Dict[s
         why = value_problem(arr, low)
         if why:
             out[name] = why
-    constants = {t.name for t in graph.initializer}
-    constants |= {o for n in graph.node if n.op_type == "Constant" for o in n.output if o}
-    derived = _derived_nodes(graph, constants, types)
+    derived = _derived_nodes(graph, _constant_names(graph), types)
     if derived:
         for name, arr in _computed_values(model, graph, derived, types).items():
             why = value_problem(arr, low)
             if why:
                 out[name] = f"computed from constants: {why}"
     return out
+
+
+def _constant_names(graph) -> Set[str]:
+    """The names of a graph's initializers and of its Constant nodes' outputs."""
+    names = {t.name for t in graph.initializer}
+    return names | {o for n in graph.node if n.op_type == "Constant" for o in n.output if o}
 
 
 def range_keep(model, types: Dict[str, int], low: int, risky: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -207,20 +239,8 @@ def range_keep(model, types: Dict[str, int], low: int, risky: Optional[Dict[str,
     if not risky:
         return {}
     reason = REASON_RANGE_BF16 if low == BFLOAT16 else REASON_RANGE
-    keep: Dict[str, str] = {}
     readers = readers_of(model.graph)
-    producer = {o: n for n in model.graph.node for o in n.output if o}
-    todo = list(risky)
-    seen: Set[str] = set()
-    while todo:  # the risky value's producers back to the constants (they compute it in fp32)
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        node = producer.get(name)
-        if node is not None and node.op_type != "Constant":
-            keep.setdefault(node.name, reason)
-            todo.extend(i for i in node.input if i)
+    keep = dict.fromkeys(_producers(model.graph, risky), reason)
     for name in risky:
         for node in readers.get(name, ()):
             keep.setdefault(node.name, reason)
@@ -228,6 +248,32 @@ def range_keep(model, types: Dict[str, int], low: int, risky: Optional[Dict[str,
         for name in _carried_readers(risky, readers, types):
             keep.setdefault(name, REASON_RANGE_CARRIED)
     return keep
+
+
+def _first_carried(risky: Dict[str, str], readers: Dict[str, list]) -> List[str]:
+    """The outputs of the nodes that pass on a risky value too large for fp16 (a carrying op, or a
+    ``Mul``: ``(1 - mask) * float32-lowest``; past it, a Mul may scale the value back)."""
+    first = CARRYING_OPS | {"Mul"}
+    large = [name for name, why in risky.items() if _PAST_FP16 in why]
+    return [o for name in large for n in readers.get(name, ()) if n.op_type in first for o in n.output]
+
+
+def _producers(graph, values) -> List[str]:
+    """Names of the nodes that compute ``values``, back to the constants (they compute them in fp32)."""
+    producer = {o: n for n in graph.node for o in n.output if o}
+    names: List[str] = []
+    todo = list(values)
+    seen: Set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        node = producer.get(name)
+        if node is not None and node.op_type != "Constant":
+            names.append(node.name)
+            todo.extend(i for i in node.input if i)
+    return names
 
 
 def _carried_readers(risky: Dict[str, str], readers: Dict[str, list], types: Dict[str, int]) -> List[str]:
@@ -243,9 +289,7 @@ def _carried_readers(risky: Dict[str, str], readers: Dict[str, list], types: Dic
     to underflow are not followed (an epsilon added to a variance is not passed on)."""
     out: List[str] = []
     seen: Set[str] = set()
-    large = [name for name, why in risky.items() if _PAST_FP16 in why]
-    first = CARRYING_OPS | {"Mul"}  # ((1 - mask) * float32-lowest; past it, a Mul may scale the value back)
-    todo = [o for name in large for n in readers.get(name, ()) if n.op_type in first for o in n.output]
+    todo = _first_carried(risky, readers)
     while todo:
         value = todo.pop()
         if value in seen or types.get(value) != FLOAT:

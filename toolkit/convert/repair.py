@@ -23,6 +23,7 @@ from toolkit.convert.common import (
     TENSOR_STR,
     Names,
     cast_node,
+    cast_to,
     iter_graphs,
     onnx_errors,
     replace_repeated,
@@ -77,6 +78,10 @@ def _body_output_types(node) -> Dict[str, int]:
     return out
 
 
+# the attribute that gives the element type of an op's output
+_TYPE_ATTRIBUTE = {"Cast": "to", **{op: "dtype" for op in DTYPE_OPS}}
+
+
 class Repair:
     """Make every node's input types what its precision asks for, inserting Casts."""
 
@@ -106,12 +111,7 @@ class Repair:
         return node, out
 
     def graph(self, graph, outer: Dict[str, int], top: bool) -> None:
-        types = dict(outer)
-        for vi in graph.input:
-            if vi.type.tensor_type.elem_type:
-                types[vi.name] = vi.type.tensor_type.elem_type
-        for t in graph.initializer:
-            types[t.name] = t.data_type
+        types = _input_types(graph, outer)
         declared = {vi.name: vi.type.tensor_type.elem_type for vi in graph.value_info if vi.type.tensor_type.elem_type}
         new_nodes: list = []
         made: Dict[Tuple[str, int], str] = {}
@@ -156,19 +156,18 @@ class Repair:
                 continue
             have = outs[name]
             types[name] = have
-            if (
-                not kept
-                and node.name in self.originals
-                and have == FLOAT
-                and self.orig.get(name) == FLOAT
-                and node.op_type not in ("Shape", "Size")
-            ):
+            if not kept and have == FLOAT and self._converted_float(node, name):
                 raw = self.fresh(f"{name}_fp32")
                 node.output[j] = raw
                 self.types[raw] = FLOAT
                 new_nodes.append(cast_node(raw, name, self.fresh(f"{node.name}_cast_out{j}"), self.low))
                 self.casts_added += 1
                 types[name] = self.low
+
+    def _converted_float(self, node, name: str) -> bool:
+        """Whether output ``name`` of a converted node of the original model, float32 there, should be
+        in the reduced precision (not a Shape's or a Size's)."""
+        return node.name in self.originals and self.orig.get(name) == FLOAT and node.op_type not in ("Shape", "Size")
 
     def _fix_graph_outputs(self, graph, top: bool, types: Dict[str, int], new_nodes: list) -> None:
         """Graph outputs: the declared type wins (I/O types kept at the top; the library's fp16 bodies below)."""
@@ -180,32 +179,30 @@ class Repair:
                 want = self.orig[vi.name]
                 vi.type.tensor_type.elem_type = want
             if have in self.floats and want in self.floats and have != want:
-                raw = self.fresh(f"{vi.name}_{short_name(have)}")
-                for n in new_nodes:
-                    for k, o in enumerate(n.output):
-                        if o == vi.name:
-                            n.output[k] = raw
-                    for k, i in enumerate(n.input):
-                        if i == vi.name:
-                            n.input[k] = raw
-                _rename_in_subgraphs(new_nodes, vi.name, raw)
-                new_nodes.append(cast_node(raw, vi.name, self.fresh(f"{vi.name}_cast_io"), want))
-                self.casts_added += 1
-                types[raw] = have
-                types[vi.name] = want
+                self._cast_graph_output(vi.name, have, want, types, new_nodes)
+
+    def _cast_graph_output(self, name: str, have: int, want: int, types: Dict[str, int], new_nodes: list) -> None:
+        """The nodes make graph output ``name`` as ``have`` under another name; a Cast makes it ``want``."""
+        raw = self.fresh(f"{name}_{short_name(have)}")
+        for n in new_nodes:
+            for k, o in enumerate(n.output):
+                if o == name:
+                    n.output[k] = raw
+        _rename_inputs(new_nodes, {name: raw})
+        _rename_in_subgraphs(new_nodes, name, raw)
+        new_nodes.append(cast_node(raw, name, self.fresh(f"{name}_cast_io"), want))
+        self.casts_added += 1
+        types[raw] = have
+        types[name] = want
 
     def _retarget(self, node) -> None:
         """Attribute-typed outputs of converted nodes: FLOAT -> the reduced precision."""
-        if node.domain not in STD_DOMAINS:
+        name = _TYPE_ATTRIBUTE.get(node.op_type)
+        if node.domain not in STD_DOMAINS or name is None:
             return
-        if node.op_type == "Cast":
-            for a in node.attribute:
-                if a.name == "to" and a.i == FLOAT:
-                    a.i = self.low
-        elif node.op_type in DTYPE_OPS:
-            for a in node.attribute:
-                if a.name == "dtype" and a.i == FLOAT:
-                    a.i = self.low
+        for a in node.attribute:
+            if a.name == name and a.i == FLOAT:
+                a.i = self.low
 
     def _wanted_input(self, node, schema, i: int, name: str, kept: bool, have: int) -> Optional[int]:
         orig = self.orig.get(name, have)
@@ -272,14 +269,31 @@ class Repair:
             replace_repeated(graph.value_info, keep)
 
 
+def _input_types(graph, outer: Dict[str, int]) -> Dict[str, int]:
+    """The element types a graph's nodes can read before any runs: the outer graphs' (``outer``),
+    its typed inputs' and its initializers'."""
+    types = dict(outer)
+    for vi in graph.input:
+        if vi.type.tensor_type.elem_type:
+            types[vi.name] = vi.type.tensor_type.elem_type
+    for t in graph.initializer:
+        types[t.name] = t.data_type
+    return types
+
+
+def _rename_inputs(nodes, rename: Dict[str, str]) -> None:
+    """The nodes that read a name of ``rename`` read the name it maps to instead."""
+    for n in nodes:
+        for k, i in enumerate(n.input):
+            if i in rename:
+                n.input[k] = rename[i]
+
+
 def _rename_in_subgraphs(nodes, old: str, new: str) -> None:
     for n in nodes:
         for sub in node_subgraphs(n):
             for g in iter_graphs(sub):
-                for m in g.node:
-                    for k, i in enumerate(m.input):
-                        if i == old:
-                            m.input[k] = new
+                _rename_inputs(g.node, {old: new})
 
 
 def drop_round_trips(model, originals: Set[str], types: Dict[str, int]) -> None:
@@ -296,10 +310,7 @@ def drop_round_trips(model, originals: Set[str], types: Dict[str, int]) -> None:
             continue
         renamed = True
         for g in iter_graphs(graph):  # readers in the graph and in its bodies
-            for n in g.node:
-                for k, i in enumerate(n.input):
-                    if i in rename:
-                        n.input[k] = rename[i]
+            _rename_inputs(g.node, rename)
     if renamed:
         # bodies first: a Cast of an outer graph is dead once the bodies' Casts that read it are gone
         for graph in reversed(list(iter_graphs(model.graph))):
@@ -326,19 +337,23 @@ def _round_trip_renames(graph, originals: Set[str], types: Dict[str, int], outer
     for n in graph.node:
         if n.op_type != "Cast" or n.name in originals or not n.input:
             continue
-        to = next((a.i for a in n.attribute if a.name == "to"), None)
         src = rename.get(n.input[0], n.input[0])
-        target = None
-        if types.get(src) == to:
-            target = src  # no-op cast
-        else:
-            first = produced.get(src)
-            if first is not None and first.op_type == "Cast" and first.name not in originals:
-                if types.get(first.input[0]) == to:
-                    target = first.input[0]
+        target = _round_trip_source(src, cast_to(n), produced, originals, types)
         if target is not None and n.output[0] not in outputs:
             rename[n.output[0]] = rename.get(target, target)
     return rename
+
+
+def _round_trip_source(src: str, to: Optional[int], produced, originals: Set[str], types: Dict[str, int]):
+    """What a converter-made Cast of ``src`` to ``to`` can be replaced by: ``src`` when it has that
+    type already (a no-op cast), the input of the converter-made Cast that made ``src`` when that
+    input has it (a round trip); None otherwise."""
+    if types.get(src) == to:
+        return src
+    first = produced.get(src)
+    if first is None or first.op_type != "Cast" or first.name in originals:
+        return None
+    return first.input[0] if types.get(first.input[0]) == to else None
 
 
 def _used_names(graph) -> Set[str]:

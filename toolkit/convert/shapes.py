@@ -12,17 +12,22 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import ast
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 HEIGHT_NAMES = ("height", "h", "img_h", "image_height")
 WIDTH_NAMES = ("width", "w", "img_w", "image_width")
 
 
-def _int(text: str) -> Optional[int]:
+def _literal(text: str):
+    """The Python literal a metadata value holds (None when it holds none)."""
     try:
-        value = ast.literal_eval(text.strip())
+        return ast.literal_eval(text.strip())
     except (ValueError, SyntaxError):
         return None
+
+
+def _int(text: str) -> Optional[int]:
+    value = _literal(text)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
@@ -31,10 +36,7 @@ def _image_size(meta: Dict[str, str]) -> Optional[Tuple[int, int]]:
     text = meta.get("imgsz")
     if text is None:
         return None
-    try:
-        value = ast.literal_eval(text.strip())
-    except (ValueError, SyntaxError):
-        return None
+    value = _literal(text)
     if isinstance(value, int) and value > 0:
         return value, value
     if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) and v > 0 for v in value):
@@ -46,12 +48,17 @@ def _dim_value(dim, pos: int, rank: int, meta: Dict[str, str], size) -> Optional
     if isinstance(dim, int) and dim >= 0:
         return dim
     name = dim if isinstance(dim, str) else ""
-    if name and name in meta and _int(meta[name]) is not None:
-        return _int(meta[name])
-    if size is not None and rank == 4 and pos in (2, 3):
-        if name.lower() in HEIGHT_NAMES + WIDTH_NAMES or not name or name == "?":
-            return size[pos - 2]
+    value = _int(meta[name]) if name and name in meta else None
+    if value is not None:
+        return value
+    if size is not None and _image_dim(name, pos, rank):
+        return size[pos - 2]
     return None
+
+
+def _image_dim(name: str, pos: int, rank: int) -> bool:
+    """Whether a dynamic dim (named ``name``, '' when unnamed) is the height or width of a 4-D input."""
+    return rank == 4 and pos in (2, 3) and (name.lower() in HEIGHT_NAMES + WIDTH_NAMES or name in ("", "?"))
 
 
 def model_shape_hints(model, metas: Sequence) -> Tuple[List[str], List[str]]:
@@ -62,21 +69,26 @@ def model_shape_hints(model, metas: Sequence) -> Tuple[List[str], List[str]]:
         return [], []
     size = _image_size(meta)
     specs: List[str] = []
-    used = set()
+    used: Set[str] = set()
     for m in metas:
-        shape = getattr(m, "shape", None)
-        if shape is None or all(isinstance(d, int) and d >= 0 for d in shape):
+        shape: Any = getattr(m, "shape", None)
+        dims = _hinted_dims(shape, meta, size)
+        if dims is None:
             continue
-        dims = [_dim_value(d, k, len(shape), meta, size) for k, d in enumerate(shape)]
-        if any(d is None for d in dims):
-            continue
-        for d in shape:
-            if isinstance(d, str) and d in meta:
-                used.add(d)
+        used.update(d for d in shape if isinstance(d, str) and d in meta)
         if size is not None and len(shape) == 4:
             used.add("imgsz")
         specs.append(f"{m.name}:[{','.join(str(d) for d in dims)}]")
     return specs, sorted(used)
+
+
+def _hinted_dims(shape, meta: Dict[str, str], size) -> Optional[list]:
+    """An input's dims with the dynamic ones the hints fix; None when its shape is unknown or fixed
+    already, or when the hints leave a dynamic dim of it unfixed."""
+    if shape is None or all(isinstance(d, int) and d >= 0 for d in shape):
+        return None
+    dims = [_dim_value(d, k, len(shape), meta, size) for k, d in enumerate(shape)]
+    return None if any(d is None for d in dims) else dims
 
 
 def hinted_shapes(model, metas: Sequence, specs: Sequence[str], messages=None) -> dict:

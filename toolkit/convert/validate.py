@@ -33,7 +33,7 @@ import numpy as np
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes
+from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes, widened
 from toolkit.convert.emulate import emulate_mixed
 from toolkit.convert.onnx_types import STRIPPED, infer_types, tensor_types, without_big_data
 from toolkit.core.compare.arrays import error_arrays
@@ -140,21 +140,21 @@ def split_weights(model, emulate: bool):
     types = tensor_types(infer_types(light)) if emulate else None
     weights: Dict[str, object] = {}
     for t in light.graph.initializer:
-        if not any(e.key == "location" and e.value == STRIPPED for e in t.external_data):
-            continue
-        orig = source[t.name]
-        if orig.data_type in (FLOAT16, BFLOAT16) and emulate and orig.HasField("raw_data"):
-            bits = np.frombuffer(orig.raw_data, dtype="<u2").reshape(tuple(orig.dims))
-            wide = (
-                bits.view("<f2").astype("<f4") if orig.data_type == FLOAT16 else (bits.astype("<u4") << 16).view("<f4")
-            )
-            weights[t.name] = wide
-            t.data_type = FLOAT
-        else:
-            weights[t.name] = np.ascontiguousarray(numpy_helper.to_array(orig))
+        if any(e.key == "location" and e.value == STRIPPED for e in t.external_data):
+            weights[t.name] = _session_weight(source[t.name], t, emulate)
     if emulate:
         light = emulate_mixed(light, inplace=True, types=types).model
     return light, weights
+
+
+def _session_weight(orig, t, emulate: bool):
+    """The array ONNX-Runtime gets for weight ``orig`` (``t``: its stripped copy in the light
+    model): its float16/bfloat16 values widened to float32 when ``emulate`` (``t`` then retyped
+    float32), else its values as they are."""
+    if orig.data_type in (FLOAT16, BFLOAT16) and emulate and orig.HasField("raw_data"):
+        t.data_type = FLOAT
+        return widened(orig.raw_data, orig.data_type).reshape(tuple(orig.dims))
+    return np.ascontiguousarray(numpy_helper.to_array(orig))
 
 
 class _Model:

@@ -12,7 +12,7 @@ as Polygraphy does; -1 prints all).
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple, Union
 
 from toolkit.core.contain import carried
 from toolkit.core.io.datafiles import RunResults
@@ -132,16 +132,7 @@ def describe_data(data, show_values: bool = False, num_items: Optional[int] = No
         slots.append((feed, []))
         return slots[-1][1]
 
-    if isinstance(data, RunResults):
-        desc: Dict[str, Any] = {
-            "kind": "outputs",
-            "runners": [
-                {"runner": runner, "iterations": [{"runtime": it.runtime, "tensors": tensors(it.outputs)} for it in iters]}
-                for runner, iters in data.runs
-            ],
-        }
-    else:
-        desc = {"kind": "inputs", "iterations": [{"tensors": tensors(feed)} for feed in data]}
+    desc = _outline(data, tensors)
     items = ((name, feed, out) for feed, out in slots for name in feed)
     for window, failed in _windows(items, lambda e: (e[0], e[1][e[0]], e[2])):
         for (name, arr, out), info in _summaries(window):
@@ -149,3 +140,15 @@ def describe_data(data, show_values: bool = False, num_items: Optional[int] = No
         if failed is not None:
             raise failed
     return desc
+
+
+def _outline(data, tensors: Callable[[Mapping], list]) -> Dict[str, Any]:
+    """The description's runners and iterations (outputs) or iterations (inputs), each iteration's
+    tensors the list ``tensors(feed)`` gives (filled after)."""
+    if not isinstance(data, RunResults):
+        return {"kind": "inputs", "iterations": [{"tensors": tensors(feed)} for feed in data]}
+    runners = [
+        {"runner": runner, "iterations": [{"runtime": it.runtime, "tensors": tensors(it.outputs)} for it in iters]}
+        for runner, iters in data.runs
+    ]
+    return {"kind": "outputs", "runners": runners}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -108,30 +108,43 @@ def summarize_array(arr, show_values: bool = False, max_elems: int = 12) -> dict
     dtype = "string" if arr.dtype.kind in "OUS" else str(arr.dtype)
     info: dict = {"dtype": dtype, "shape": list(arr.shape), "size": int(arr.size)}
     if arr.size and arr.dtype.kind in "biufV" and np.can_cast(arr.dtype, np.float64):  # V: bfloat16/float8 from ml_dtypes
-        data = arr if arr.dtype.kind == "f" and arr.dtype.itemsize >= 4 else arr.astype(np.float64)
-        finite = np.isfinite(data) if data.dtype.kind == "f" else None
-        n_nan = int(np.isnan(data).sum()) if data.dtype.kind == "f" else 0
-        n_inf = int(np.isinf(data).sum()) if data.dtype.kind == "f" else 0
-        vals = data[finite] if finite is not None and not finite.all() else data
-        if vals.size:
-            info.update(
-                mean=float(np.mean(vals)),
-                std=float(np.std(vals)),
-                min=exact_value(np.min(vals if arr.dtype.kind not in "iu" else arr)),
-                max=exact_value(np.max(vals if arr.dtype.kind not in "iu" else arr)),
-                median=float(np.median(vals)),
-            )
-            p90, p95, p99 = np.percentile(vals, [90, 95, 99])
-            info.update(p90=float(p90), p95=float(p95), p99=float(p99))
-        if n_nan:
-            info["nan"] = n_nan
-        if n_inf:
-            info["inf"] = n_inf
-    if show_values:
-        info["values"] = arr.tolist()
-    elif arr.size and arr.size <= max_elems and arr.dtype.kind in "biuf":
+        info.update(_statistics(arr))
+    if show_values or (arr.size and arr.size <= max_elems and arr.dtype.kind in "biuf"):
         info["values"] = arr.tolist()
     return info
+
+
+def as_float(arr):
+    """A numeric array as floats to reduce: itself when float32 or wider, else as float64."""
+    return arr if arr.dtype.kind == "f" and arr.dtype.itemsize >= 4 else arr.astype(np.float64)
+
+
+def _statistics(arr) -> dict:
+    """mean, std, min, max, median and percentiles of the finite values of a numeric array, and
+    the counts of its NaN and infinite values (when there are some)."""
+    data = as_float(arr)
+    finite = np.isfinite(data)
+    vals = data if finite.all() else data[finite]
+    stats: dict = {}
+    if vals.size:
+        exact = arr if arr.dtype.kind in "iu" else vals  # (int64 beyond 2**53 would round as a float)
+        p90, p95, p99 = np.percentile(vals, [90, 95, 99])
+        stats.update(
+            mean=float(np.mean(vals)),
+            std=float(np.std(vals)),
+            min=exact_value(np.min(exact)),
+            max=exact_value(np.max(exact)),
+            median=float(np.median(vals)),
+            p90=float(p90),
+            p95=float(p95),
+            p99=float(p99),
+        )
+    n_nan, n_inf = int(np.isnan(data).sum()), int(np.isinf(data).sum())
+    if n_nan:
+        stats["nan"] = n_nan
+    if n_inf:
+        stats["inf"] = n_inf
+    return stats
 
 
 def stats_text(info: dict, percentiles: bool = False) -> str:
@@ -166,51 +179,31 @@ def values_text(arr, full: bool, num_items: Optional[int] = None, line_width: Op
 # --------------------------------------------------------------------------- graphs
 
 
-def _attr_value(attr, show: Show, depth: int):
+def _text(value) -> str:
+    """A text field of the model (protobuf hands back bytes when it is not valid UTF-8)."""
+    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
+
+
+# AttributeProto's types of numbers and strings -> (field, element as JSON holds it)
+_ONE_VALUE: Dict[int, Tuple[str, Callable[[Any], Any]]] = {1: ("f", float), 2: ("i", int), 3: ("s", _text)}  # FLOAT, INT, STRING
+_LIST: Dict[int, Tuple[str, Callable[[Any], Any]]] = {6: ("floats", float), 7: ("ints", int), 8: ("strings", _text)}  # FLOATS, INTS, STRINGS
+
+
+def _attr_value(attr, show: Show):
     """(json value, text) for an attribute; subgraphs are returned separately."""
-    from onnx import AttributeProto, helper, numpy_helper
+    from onnx import AttributeProto, helper
 
     t = attr.type
-    if t == AttributeProto.FLOAT:
-        return float(attr.f), repr(float(attr.f))
-    if t == AttributeProto.INT:
-        return int(attr.i), str(int(attr.i))
-    if t == AttributeProto.STRING:
-        s = attr.s.decode("utf-8", errors="replace")
-        return s, repr(s)
-    if t == AttributeProto.FLOATS:
-        v = [float(x) for x in attr.floats]
-        return v, str(v)
-    if t == AttributeProto.INTS:
-        v = [int(x) for x in attr.ints]
-        return v, str(v)
-    if t == AttributeProto.STRINGS:
-        v = [x.decode("utf-8", errors="replace") for x in attr.strings]
-        return v, str(v)
+    if t in _ONE_VALUE:
+        field, convert = _ONE_VALUE[t]
+        value = convert(getattr(attr, field))
+        return value, repr(value)
+    if t in _LIST:
+        field, convert = _LIST[t]
+        values = [convert(x) for x in getattr(attr, field)]
+        return values, repr(values)
     if t == AttributeProto.TENSOR:
-        meta = _tensor_proto_meta(attr.t)
-        d = _meta_dict(meta)
-        text = f"Tensor [dtype={meta.dtype}, shape={format_shape(meta.shape)}]"
-        try:
-            from onnx import numpy_helper
-
-            arr = numpy_helper.to_array(attr.t)
-            if arr.size <= 8:
-                d["values"] = arr.tolist()
-                text += " " + values_text(arr, True).replace("\n", " ")
-            elif show.weights:
-                # summarised like initializers (statistics and a preview), never printed in full:
-                # a Constant node can hold megabytes of values
-                info = summarize_array(arr)
-                info.pop("dtype", None)
-                info.pop("shape", None)
-                info.pop("values", None)
-                info["preview"] = values_text(arr, full=False)
-                d.update(info)
-                text += f" | {stats_text(info)} | " + " ".join(info["preview"].split())
-        except _UNREADABLE as exc:  # a value numpy cannot read (an exotic or corrupt tensor): shown without values
-            reraise_bug(exc)
-        return d, text
+        return _tensor_attr(attr.t, show)
     if t in (AttributeProto.GRAPH, AttributeProto.GRAPHS):
         return None, None
     try:
@@ -219,6 +212,30 @@ def _attr_value(attr, show: Show, depth: int):
     except _UNREADABLE as exc:
         reraise_bug(exc)
         return None, "<unreadable>"
+
+
+def _tensor_attr(tensor, show: Show):
+    """(json value, text) for a tensor attribute: its values when it has at most 8, else (with
+    ``show.weights``) summarised like initializers (statistics and a preview), never printed in
+    full: a Constant node can hold megabytes of values."""
+    from onnx import numpy_helper
+
+    meta = _tensor_proto_meta(tensor)
+    d = _meta_dict(meta)
+    text = f"Tensor [dtype={meta.dtype}, shape={format_shape(meta.shape)}]"
+    try:
+        arr = numpy_helper.to_array(tensor)
+        if arr.size <= 8:
+            d["values"] = arr.tolist()
+            text += " " + values_text(arr, True).replace("\n", " ")
+        elif show.weights:
+            info = _weight_summary(arr)
+            info.pop("values", None)
+            d.update(info)
+            text += f" | {stats_text(info)} | " + " ".join(info["preview"].split())
+    except _UNREADABLE as exc:  # a value numpy cannot read (an exotic or corrupt tensor): shown without values
+        reraise_bug(exc)
+    return d, text
 
 
 class GraphDescriber:
@@ -233,35 +250,42 @@ class GraphDescriber:
         self.external_base_dir = external_base_dir  # where weights left on disk are read from
 
     def describe(self, graph) -> dict:
-        metas: Dict[str, TensorMeta] = dict(self.outer)
-        for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
-            m = value_info_meta(vi)
-            metas[m.name] = m
         init_metas = [_tensor_proto_meta(t) for t in graph.initializer]
         inits = {m.name for m in init_metas}
-        for m in init_metas:
-            metas.setdefault(m.name, m)
-        all_inits = inits | self.outer_inits
-
+        metas = self._metas_in_scope(graph, init_metas)
         desc: dict = {
             "name": graph.name,
             "inputs": [_meta_dict(value_info_meta(vi)) for vi in graph.input if vi.name not in inits],
             "outputs": [_meta_dict(value_info_meta(vi)) for vi in graph.output],
-            "initializers": [],
+            "initializers": [self._initializer(t, m) for t, m in zip(graph.initializer, init_metas)],
             "node_count": len(graph.node),
         }
-        for t, m in zip(graph.initializer, init_metas):
-            entry = _meta_dict(m)
-            if self.show.weights:
-                entry.update(self._weight_summary(t))
-            desc["initializers"].append(entry)
         if self.show.layers:
+            all_inits = inits | self.outer_inits
             desc["nodes"] = [self._node(i, n, metas, all_inits) for i, n in enumerate(graph.node)]
         return desc
+
+    def _metas_in_scope(self, graph, init_metas: List[TensorMeta]) -> Dict[str, TensorMeta]:
+        """The tensors the graph's nodes can read: the outer graphs', then its own (value infos
+        first, initializers where no value info names them)."""
+        metas: Dict[str, TensorMeta] = dict(self.outer)
+        for vi in list(graph.input) + list(graph.value_info) + list(graph.output):
+            m = value_info_meta(vi)
+            metas[m.name] = m
+        for m in init_metas:
+            metas.setdefault(m.name, m)
+        return metas
+
+    def _initializer(self, t, meta: TensorMeta) -> dict:
+        entry = _meta_dict(meta)
+        if self.show.weights:
+            entry.update(self._weight_summary(t))
+        return entry
 
     def _weight_summary(self, t) -> dict:
         from onnx import numpy_helper
         from onnx.external_data_helper import uses_external_data
+
         if uses_external_data(t) and not t.raw_data:
             if self.external_base_dir is None:
                 return {"values": None, "note": "external data not loaded"}
@@ -272,16 +296,20 @@ class GraphDescriber:
                 return {"values": None, "note": f"unreadable: {exc}"}
             return _weight_summary(arr)  # (one weight in memory at a time)
         try:
-            from onnx import numpy_helper
-
             arr = numpy_helper.to_array(t)
         except _UNREADABLE as exc:
             reraise_bug(exc)
             return {"values": None, "note": f"unreadable: {exc}"}
         return _weight_summary(arr)
 
+    def _attributes(self, node) -> dict:
+        attrs = {}
+        for attr in _plain_attributes(node):
+            value, text = _attr_value(attr, self.show)
+            attrs[attr.name] = {"value": value, "text": text}
+        return attrs
+
     def _node(self, index: int, node, metas: Dict[str, TensorMeta], inits) -> dict:
-        from onnx import AttributeProto
         def tensor(name: str) -> dict:
             if name == "":
                 return {"name": "", "omitted": True}
@@ -299,22 +327,33 @@ class GraphDescriber:
             "inputs": [tensor(n) for n in node.input],
             "outputs": [tensor(n) for n in node.output],
         }
-        attrs = {}
-        subgraphs = []
-        for attr in node.attribute:
-            if attr.type == AttributeProto.GRAPH:
-                subgraphs.append((attr.name, attr.g))
-            elif attr.type == AttributeProto.GRAPHS:
-                subgraphs.extend((f"{attr.name}[{k}]", g) for k, g in enumerate(attr.graphs))
-            elif self.show.attrs:
-                value, text = _attr_value(attr, self.show, 0)
-                attrs[attr.name] = {"value": value, "text": text}
         if self.show.attrs:
-            entry["attributes"] = attrs
+            entry["attributes"] = self._attributes(node)
+        subgraphs = _named_subgraphs(node)
         if subgraphs:
             inner = GraphDescriber(self.show, metas, inits, self.external_base_dir)
             entry["subgraphs"] = {name: inner.describe(g) for name, g in subgraphs}
         return entry
+
+
+def _plain_attributes(node) -> List[Any]:
+    """The attributes of a node that are not graphs (those are its bodies)."""
+    from onnx import AttributeProto
+
+    return [attr for attr in node.attribute if attr.type not in (AttributeProto.GRAPH, AttributeProto.GRAPHS)]
+
+
+def _named_subgraphs(node) -> List[Tuple[str, Any]]:
+    """(name, graph) of each body of a node: ``then_branch``, ``body``, ``name[k]`` in a list of graphs."""
+    from onnx import AttributeProto
+
+    subgraphs: List[Tuple[str, Any]] = []
+    for attr in node.attribute:
+        if attr.type == AttributeProto.GRAPH:
+            subgraphs.append((attr.name, attr.g))
+        elif attr.type == AttributeProto.GRAPHS:
+            subgraphs.extend((f"{attr.name}[{k}]", g) for k, g in enumerate(attr.graphs))
+    return subgraphs
 
 
 def _read_external(t, base_dir: str):
@@ -338,11 +377,6 @@ def _read_external(t, base_dir: str):
     copy.CopyFrom(t)
     load_tensor(copy, base_dir)
     return numpy_helper.to_array(copy)
-
-
-def _text(value) -> str:
-    """A text field of the model (protobuf hands back bytes when it is not valid UTF-8)."""
-    return value.decode("utf-8", errors="replace") if isinstance(value, bytes) else str(value)
 
 
 def describe_model(model, show: Show, infer: bool = False, external_base_dir: Optional[str] = None) -> dict:
@@ -420,26 +454,33 @@ def _graph_lines(g: dict, show: Show, ind: str) -> List[str]:
     lines.append(ind + _meta_list_text([_tensor_text(t) for t in g["outputs"]]))
     lines.append("")
     lines.append(f"{ind}---- {len(g['initializers'])} Initializer(s) ----")
-    if show.weights:
-        for t in g["initializers"]:
-            lines.append(f"{ind}Initializer | {_tensor_text(t)}")
-            if t.get("values", 0) is None:
-                lines.append(f"{ind}    ({t.get('note', 'no values')})")
-            else:
-                lines.append(f"{ind}    Stats: {stats_text(t)}")
-                for vl in str(t.get("preview", "")).splitlines():
-                    lines.append(f"{ind}    {vl}")
-    else:
-        inits = g["initializers"]
-        shown = [_tensor_text(t) for t in inits[:INIT_LIST_LIMIT]]
-        if len(inits) > INIT_LIST_LIMIT:
-            shown.append(f"... {len(inits) - INIT_LIST_LIMIT} more (--mode=full or --json lists all)")
-        lines.append(ind + _meta_list_text(shown))
+    lines.extend(_weight_lines(g["initializers"], ind) if show.weights else _initializer_list(g["initializers"], ind))
     lines.append("")
     lines.append(f"{ind}---- {g['node_count']} Node(s) ----")
     for node in g.get("nodes", ()):
         lines.extend(_node_lines(node, show, ind))
     return lines
+
+
+def _weight_lines(inits: List[dict], ind: str) -> List[str]:
+    """Each initializer with its statistics and a preview of its values (or why it has none)."""
+    lines = []
+    for t in inits:
+        lines.append(f"{ind}Initializer | {_tensor_text(t)}")
+        if t.get("values", 0) is None:
+            lines.append(f"{ind}    ({t.get('note', 'no values')})")
+        else:
+            lines.append(f"{ind}    Stats: {stats_text(t)}")
+            lines.extend(f"{ind}    {vl}" for vl in str(t.get("preview", "")).splitlines())
+    return lines
+
+
+def _initializer_list(inits: List[dict], ind: str) -> List[str]:
+    """The first :data:`INIT_LIST_LIMIT` initializers on one line."""
+    shown = [_tensor_text(t) for t in inits[:INIT_LIST_LIMIT]]
+    if len(inits) > INIT_LIST_LIMIT:
+        shown.append(f"... {len(inits) - INIT_LIST_LIMIT} more (--mode=full or --json lists all)")
+    return [ind + _meta_list_text(shown)]
 
 
 def _node_lines(node: dict, show: Show, ind: str) -> List[str]:

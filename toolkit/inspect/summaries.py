@@ -11,11 +11,11 @@ summarized alone.
 
 from __future__ import annotations
 
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from toolkit.inspect.describe import exact_value, summarize_array
+from toolkit.inspect.describe import as_float, exact_value, summarize_array
 
 SMALL_TENSOR = 4096  # elements: tensors up to this size are summarized in batches
 VALUES_SHOWN = 12  # (summarize_array's max_elems: a tensor this small lists its values)
@@ -42,23 +42,35 @@ def summarize_many(arrays: Sequence) -> List[dict]:
 def _summarize_group(group: List, idx: List[int], infos: List[Optional[dict]]) -> None:
     """Fill ``infos[idx[k]]`` for ``group[k]`` (arrays of one dtype and shape)."""
     stack = np.stack([arr.ravel(order="K") for arr in group])  # (memory order, as numpy reduces one array)
-    data = stack if stack.dtype.kind == "f" and stack.dtype.itemsize >= 4 else stack.astype(np.float64)
-    finite = np.isfinite(data).all(axis=1) if data.dtype.kind == "f" else np.ones(len(group), bool)
+    data = as_float(stack)
+    finite = np.isfinite(data).all(axis=1)
     rows = np.flatnonzero(finite)
     for k in np.flatnonzero(~finite):
         infos[idx[k]] = summarize_array(group[k])
     if not rows.size:
         return
-    vals = data if rows.size == len(group) else data[rows]
-    mean, std = np.mean(vals, axis=1), np.std(vals, axis=1)
-    exact = stack if stack.dtype.kind in "iu" else vals  # (integers, all finite: min and max without rounding)
-    low, high, median = np.min(exact, axis=1), np.max(exact, axis=1), np.median(vals, axis=1)
-    p90, p95, p99 = np.percentile(vals, [90, 95, 99], axis=1)
+    stats = _row_statistics(stack, data if rows.size == len(group) else data[rows])
     for j, k in enumerate(rows):
         arr = group[k]
         info: dict = {"dtype": str(arr.dtype), "shape": list(arr.shape), "size": int(arr.size)}
-        info.update(mean=float(mean[j]), std=float(std[j]), min=exact_value(low[j]), max=exact_value(high[j]),
-                    median=float(median[j]), p90=float(p90[j]), p95=float(p95[j]), p99=float(p99[j]))
+        info.update({key: convert(values[j]) for key, (values, convert) in stats.items()})
         if arr.size <= VALUES_SHOWN:
             info["values"] = arr.tolist()
         infos[idx[k]] = info
+
+
+def _row_statistics(stack, vals) -> Dict[str, Tuple[Any, Callable]]:
+    """Each statistic of :func:`summarize_array` for each row of ``vals`` (the finite rows of
+    ``stack``, as floats), with how one value of it is held in JSON."""
+    exact = stack if stack.dtype.kind in "iu" else vals  # (integers, all finite: min and max without rounding)
+    p90, p95, p99 = np.percentile(vals, [90, 95, 99], axis=1)
+    return {
+        "mean": (np.mean(vals, axis=1), float),
+        "std": (np.std(vals, axis=1), float),
+        "min": (np.min(exact, axis=1), exact_value),
+        "max": (np.max(exact, axis=1), exact_value),
+        "median": (np.median(vals, axis=1), float),
+        "p90": (p90, float),
+        "p95": (p95, float),
+        "p99": (p99, float),
+    }
