@@ -105,6 +105,20 @@ class QdqSearch(PrecisionSearch):
 
     def _validate(self) -> None:
         super()._validate()
+        self._check_metric_options()
+        self._check_reference_model()
+        if self.config.order not in ("graph", "error"):
+            raise UsageError(f"--order {self.config.order}: use graph or error")
+        if self.config.held_out is not None and self.config.held_out < 0:
+            raise UsageError("--held-out must be 0 or more")
+        from toolkit.core.io.model import check_readable_file
+
+        for held in self.config.validate_inputs:
+            check_readable_file(held)
+        self._check_reference_not_written()
+
+    def _check_metric_options(self) -> None:
+        """--metric and its options: each needs --metric, which replaces the tolerances."""
         c = self.config
         self.metric = qdq_metrics.parse(c.metric, c.metric_tolerance, c.metric_outputs)
         if c.metric_outputs and self.metric is None:
@@ -114,23 +128,22 @@ class QdqSearch(PrecisionSearch):
                              "other (the metric's tolerance is --metric-tolerance)")
         if self.metric is None and c.metric_tolerance is not None:
             raise UsageError("--metric-tolerance needs --metric")
+
+    def _check_reference_model(self) -> None:
         ref = self.config.reference_model
         if ref is not None and not os.path.isfile(ref):
             raise InputError(f"--reference-model {ref}: no such file")
         if self.config.load_outputs and ref:
             raise UsageError("--reference-model and --load-outputs both give the reference; give one")
+
+    def _check_reference_not_written(self) -> None:
+        ref = self.config.reference_model
+        if not ref:
+            return
         from toolkit.core.files import paths
 
-        if self.config.order not in ("graph", "error"):
-            raise UsageError(f"--order {self.config.order}: use graph or error")
-        if self.config.held_out is not None and self.config.held_out < 0:
-            raise UsageError("--held-out must be 0 or more")
-        from toolkit.core.io.model import check_readable_file
-
-        for held in self.config.validate_inputs:
-            check_readable_file(held)
         for flag, path in (("-o", self.config.output), ("--save-debug-replay", self.config.save_replay)):
-            if ref and path and paths.same_file(path, ref):
+            if path and paths.same_file(path, ref):
                 raise UsageError(f"{flag} {path} would overwrite --reference-model {ref}, which this command reads; "
                                  "nothing was read or written: choose another file name")
 
