@@ -30,6 +30,7 @@ from toolkit.core.meta import (
     dtype_to_numpy,
     format_meta,
     format_shape,
+    is_bracketed,
     parse_named_values,
 )
 
@@ -54,7 +55,7 @@ def guessed_shapes(notes) -> list:
 
 def _parse_range(text: str) -> Tuple[float, float]:
     s = text.strip()
-    if (s.startswith("[") and s.endswith("]")) or (s.startswith("(") and s.endswith(")")):
+    if is_bracketed(s):
         s = s[1:-1]
     parts = [p.strip() for p in s.split(",")]
     if len(parts) != 2 or not all(re.fullmatch(_NUM, p, flags=re.IGNORECASE) for p in parts):
