@@ -168,29 +168,41 @@ def tensor_error(name: str, a, b, comparison) -> TensorError:
         return err
     if a.size == 0:
         return err
-    for side in (a, b):  # (either side: the other may hold the overflow's inf)
-        if side.dtype.kind == "f":
-            finite = np.abs(side[np.isfinite(side)])
-            err.ref_max = max(err.ref_max, float(finite.max()) if finite.size else 0.0)
+    err.ref_max = max(_largest_finite(a), _largest_finite(b))  # (either side: the other may hold the overflow's inf)
     absd, rel = error_arrays(a, b)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         num = float(np.sqrt(np.sum(np.square(absd, dtype=np.float64))))
         den = max(_norm(a), _norm(b))
-        if c.stat == "elemwise":
-            ra = absd / c.atol if c.atol > 0 else np.where(absd > 0, np.inf, 0.0)
-            rr = rel / c.rtol if c.rtol > 0 else np.where(rel > 0, np.inf, 0.0)
-            err.tol_ratio = float(np.max(np.minimum(ra, rr)))
-        else:
-            err.tol_ratio = min(_div(c.required_atol, c.atol), _div(c.required_rtol, c.rtol))
-    if math.isnan(num) or math.isnan(den):
-        err.rel_l2 = math.inf
-    elif num == 0:
-        err.rel_l2 = 0.0
-    else:
-        err.rel_l2 = num / den if den > 0 else math.inf
-    if math.isnan(err.tol_ratio):
-        err.tol_ratio = math.inf
+        ratio = _tol_ratio(absd, rel, c)
+    err.rel_l2 = _relative(num, den)
+    err.tol_ratio = math.inf if math.isnan(ratio) else ratio
     return err
+
+
+def _largest_finite(x) -> float:
+    """The largest finite magnitude of float array ``x`` (0 for other dtypes)."""
+    if x.dtype.kind != "f":
+        return 0.0
+    finite = np.abs(x[np.isfinite(x)])
+    return float(finite.max()) if finite.size else 0.0
+
+
+def _tol_ratio(absd, rel, c) -> float:
+    """How many times its tolerance the error uses (per element, or of the statistic compared)."""
+    if c.stat != "elemwise":
+        return min(_div(c.required_atol, c.atol), _div(c.required_rtol, c.rtol))
+    ra = absd / c.atol if c.atol > 0 else np.where(absd > 0, np.inf, 0.0)
+    rr = rel / c.rtol if c.rtol > 0 else np.where(rel > 0, np.inf, 0.0)
+    return float(np.max(np.minimum(ra, rr)))
+
+
+def _relative(num: float, den: float) -> float:
+    """``num / den``: infinite for NaN or a zero ``den``, 0 for a zero ``num``."""
+    if math.isnan(num) or math.isnan(den):
+        return math.inf
+    if num == 0:
+        return 0.0
+    return num / den if den > 0 else math.inf
 
 
 def _norm(x) -> float:
@@ -326,12 +338,33 @@ def diagnose(
     """Place ``errors`` in the graph: first failure, ranked nodes, error against depth (the
     amplification ``floor`` follows the labels unless given, see :func:`storage_floor`)."""
     if topology is None:
-        compared = list(errors.values())
-        for k, t in enumerate(compared):
-            t.position = k
-        first = next((t for t in compared if not t.passed), None)
-        note = "no graph topology (the model is not ONNX): tensors are in the order compared"
-        return Diagnosis(label_a, label_b, compared, first, [], [], topology_known=False, notes=[note])
+        return _in_compared_order(errors, label_a, label_b)
+    tensors = _placed(errors, topology)
+    known = {t.name for t in tensors}
+    extra = [e for n, e in errors.items() if n not in known]  # graph inputs and the like
+    first = next((t for t in tensors + extra if not t.passed), None)
+    floor = floor if floor is not None else storage_floor(label_a, label_b)
+    ranked = _rank(errors, topology, floor)
+    storage = next((k for k, v in STORAGE_FLOOR.items() if v == floor), "fp32")
+    for s in ranked:
+        worst = errors.get(s.worst_output)
+        s.kind = classify(s.passed, s.output_error, s.amplification, s.depth, storage, worst.ref_max if worst else 0.0)
+    return Diagnosis(label_a, label_b, tensors + extra, first, ranked, _depth_rows(tensors),
+                     notes=_diagnosis_notes(ranked, extra), storage=storage)
+
+
+def _in_compared_order(errors: Mapping[str, TensorError], label_a: str, label_b: str) -> Diagnosis:
+    """The diagnosis without a graph topology: the tensors in the order compared."""
+    compared = list(errors.values())
+    for k, t in enumerate(compared):
+        t.position = k
+    first = next((t for t in compared if not t.passed), None)
+    note = "no graph topology (the model is not ONNX): tensors are in the order compared"
+    return Diagnosis(label_a, label_b, compared, first, [], [], topology_known=False, notes=[note])
+
+
+def _placed(errors: Mapping[str, TensorError], topology: Topology) -> List[TensorError]:
+    """The errors of tensors some node produces, in topological order, with their place set."""
     tensors: List[TensorError] = []
     for k, name in enumerate(topology.tensor_order()):
         e = errors.get(name)
@@ -340,15 +373,10 @@ def diagnose(
         node = topology.nodes[topology.producer[name]]
         e.position, e.depth, e.node, e.op = k, node.depth, node.name, node.op
         tensors.append(e)
-    known = {t.name for t in tensors}
-    extra = [e for n, e in errors.items() if n not in known]  # graph inputs and the like
-    first = next((t for t in tensors if not t.passed), None) or next((t for t in extra if not t.passed), None)
-    floor = floor if floor is not None else storage_floor(label_a, label_b)
-    ranked = _rank(errors, topology, floor)
-    storage = next((k for k, v in STORAGE_FLOOR.items() if v == floor), "fp32")
-    for s in ranked:
-        worst = errors.get(s.worst_output)
-        s.kind = classify(s.passed, s.output_error, s.amplification, s.depth, storage, worst.ref_max if worst else 0.0)
+    return tensors
+
+
+def _diagnosis_notes(ranked: Sequence[NodeScore], extra: Sequence[TensorError]) -> List[str]:
     notes = []
     if any(s.unseen and not s.passed for s in ranked):
         notes.append(
@@ -358,8 +386,7 @@ def diagnose(
         )
     if extra:
         notes.append(f"{len(extra)} compared tensor(s) are produced by no node of the top graph")
-    return Diagnosis(label_a, label_b, tensors + extra, first, ranked, _depth_rows(tensors), notes=notes,
-                     storage=storage)
+    return notes
 
 
 def _rank(errors: Mapping[str, TensorError], topology: Topology, floor: float = FLOOR) -> List[NodeScore]:
