@@ -14,7 +14,7 @@ import os
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import List, Optional, Set, Tuple
 
 from toolkit.core.io.datafiles import save_inputs
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
@@ -264,17 +264,7 @@ class LlmDebugger:
         assert self.ref_model is not None
         graph = self.ref_model.graph
         ref_names = {vi.name for vi in graph.input} | {o for n in graph.node for o in n.output}
-        wanted = list(test_feed)
-        loc = div.located
-        if loc is not None and loc.matched_by != "name":
-            lacking = [loc.tensor]
-        else:  # not localized: the names of the test model's tensors, most of which the reference must have
-            assert self.test_model is not None
-            tensors = [o for n in self.test_model.graph.node for o in n.output if o]
-            wanted += [loc.tensor] if loc is not None else list(div.outputs)
-            lacking = [n for n in wanted if n not in ref_names]
-            if loc is None and sum(t in ref_names for t in tensors) < len(tensors) / 2:
-                lacking += [t for t in tensors if t not in ref_names]
+        lacking = self._lacking(div, test_feed, ref_names)
         if not lacking:
             return None
         shown = ", ".join(repr(n) for n in lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
@@ -282,6 +272,24 @@ class LlmDebugger:
                 "--reference-model feeds and compares tensors by name (a reduce would compare nothing and end on the "
                 "wrong node); to shrink the step, compare one model file on both runners (no --reference-model) or "
                 "export both models with the same tensor names")
+
+    def _lacking(self, div: Divergence, test_feed: Feed, ref_names: Set[str]) -> List[str]:
+        """The tensors a reduce by name needs that the reference model (``ref_names``) does not have."""
+        loc = div.located
+        if loc is not None and loc.matched_by != "name":
+            return [loc.tensor]
+        # not localized: the names of the test model's tensors, most of which the reference must have
+        wanted = list(test_feed) + ([loc.tensor] if loc is not None else list(div.outputs))
+        lacking = [n for n in wanted if n not in ref_names]
+        return lacking + (self._mostly_lacking(ref_names) if loc is None else [])
+
+    def _mostly_lacking(self, ref_names: Set[str]) -> List[str]:
+        """The test model's tensors the reference lacks, when it lacks most of them (else none)."""
+        assert self.test_model is not None
+        tensors = [o for n in self.test_model.graph.node for o in n.output if o]
+        if sum(t in ref_names for t in tensors) >= len(tensors) / 2:
+            return []
+        return [t for t in tensors if t not in ref_names]
 
     def reduce_command(self, inputs: str) -> str:
         """The ``debug reduce --compare`` command that shrinks the step's graph to the fault."""
