@@ -15,7 +15,7 @@ import tempfile
 import threading
 import types
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -322,6 +322,35 @@ def _known(meta: TensorMeta) -> tuple:
     return tuple(meta.shape or ())
 
 
+def _given_shape(meta: TensorMeta, given) -> Shape:
+    """The shape --input-shapes gives a dynamic input, checked against the network's dims."""
+    known = _known(meta)
+    if len(given) != len(known) or any(g != d for g, d in zip(given, known) if isinstance(d, int)):
+        raise UsageError(
+            f"--input-shapes gives '{meta.name}' shape {format_shape(given)}, "
+            f"which does not fit the network's {format_shape(known)}"
+        )
+    return concrete(given, f"--input-shapes for '{meta.name}'")
+
+
+def _as_values(array) -> tuple:
+    """A shape tensor's values as a tuple of ints."""
+    return tuple(int(v) for v in np.asarray(array).reshape(-1))
+
+
+def _fill_values(k: int, prof: Profile, shape_metas: Sequence[TensorMeta], value_ranges: Mapping) -> None:
+    """Each shape-tensor input profile ``k`` leaves out: its values in the loaded data (else UsageError)."""
+    for meta in shape_metas:
+        if meta.name in prof:
+            continue
+        if meta.name not in value_ranges:
+            raise UsageError(
+                f"input '{meta.name}' is a shape tensor: give its values for profile {k}, e.g. "
+                f"--trt-opt-shapes {meta.name}:[1,224] (or load inputs that hold it with --load-inputs)"
+            )
+        prof[meta.name] = value_ranges[meta.name]
+
+
 def all_layer_outputs(network) -> Dict[str, object]:
     tensors: Dict[str, object] = {}
     for li in range(network.num_layers):
@@ -495,12 +524,7 @@ class EngineBuilder:
                 return shapes[0]
         given = self.config.fallback_shapes.get(meta.name)
         if given is not None:
-            if len(given) != len(_known(meta)) or any(g != d for g, d in zip(given, _known(meta)) if isinstance(d, int)):
-                raise UsageError(
-                    f"--input-shapes gives '{meta.name}' shape {format_shape(given)}, "
-                    f"which does not fit the network's {format_shape(_known(meta))}"
-                )
-            return concrete(given, f"--input-shapes for '{meta.name}'")
+            return _given_shape(meta, given)
         shape = tuple(d if isinstance(d, int) else 1 for d in _known(meta))
         self.notes.append(
             f"input '{meta.name}' has dynamic shape {format_shape(_known(meta))} and no profile; building for "
@@ -515,15 +539,10 @@ class EngineBuilder:
         feeds = self.config.sample_feeds or ()
         for meta in metas:
             got = [f[meta.name] for f in feeds if meta.name in f]
-            if values:
-                seen = [tuple(int(v) for v in np.asarray(a).reshape(-1)) for a in got]
-            else:
-                seen = [tuple(np.shape(a)) for a in got]
+            seen = [_as_values(a) for a in got] if values else [tuple(np.shape(a)) for a in got]
             if not seen or len({len(s) for s in seen}) != 1 or (not values and len(seen[0]) != len(_known(meta))):
                 continue
-            lo = tuple(min(s[i] for s in seen) for i in range(len(seen[0])))
-            hi = tuple(max(s[i] for s in seen) for i in range(len(seen[0])))
-            out[meta.name] = (lo, seen[0], hi)
+            out[meta.name] = (tuple(map(min, zip(*seen))), seen[0], tuple(map(max, zip(*seen))))
         return out
 
     def _check_user_profiles(self, profiles: List[Profile], metas: List[TensorMeta], shape_inputs: Sequence[str]) -> None:
@@ -566,22 +585,20 @@ class EngineBuilder:
         ranges = self.feed_ranges(dynamic) if self.config.sample_feeds else {}
         value_ranges = self.feed_ranges(shape_metas, values=True) if self.config.sample_feeds else {}
         for k, prof in enumerate(profiles):
-            for meta in dynamic:
-                if meta.name not in prof:
-                    if meta.name in ranges:
-                        prof[meta.name] = ranges[meta.name]
-                    else:
-                        shape = self.fallback_shape(meta)
-                        prof[meta.name] = (shape, shape, shape)
-            for meta in shape_metas:
-                if meta.name not in prof:
-                    if meta.name not in value_ranges:
-                        raise UsageError(
-                            f"input '{meta.name}' is a shape tensor: give its values for profile {k}, e.g. "
-                            f"--trt-opt-shapes {meta.name}:[1,224] (or load inputs that hold it with --load-inputs)"
-                        )
-                    prof[meta.name] = value_ranges[meta.name]
+            self._fill_shapes(prof, dynamic, ranges)
+            _fill_values(k, prof, shape_metas, value_ranges)
         return profiles
+
+    def _fill_shapes(self, prof: Profile, dynamic: Sequence[TensorMeta], ranges: Mapping) -> None:
+        """Each dynamic input ``prof`` leaves out: its shapes in the loaded data, else one fixed shape."""
+        for meta in dynamic:
+            if meta.name in prof:
+                continue
+            if meta.name in ranges:
+                prof[meta.name] = ranges[meta.name]
+            else:
+                shape = self.fallback_shape(meta)
+                prof[meta.name] = (shape, shape, shape)
 
     def invalid_profile(self, k: int) -> Callable[[str], UsageError]:
         return lambda why: UsageError(f"profile {k} is invalid for this network: {self.errors(why or 'TensorRT gives no reason')}")
