@@ -15,7 +15,7 @@ import tempfile
 import threading
 import types
 import weakref
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -282,7 +282,7 @@ def layer_candidates(trt, network) -> Tuple[List[str], Dict[str, int]]:
     skip = {kind.CONSTANT, kind.SHAPE}
     inputs = {network.get_input(i).name for i in range(network.num_inputs)}
     names: List[str] = []
-    skipped = {"inside a loop or an If": 0, "of a type numpy cannot hold (INT4, FP4, E8M0)": 0}
+    skipped = {_INSIDE: 0, _UNHELD: 0}
     loops = LoopNesting(trt)
     if_depth = 0  # Ifs nest: the parser adds CONDITION, its inputs, both branches, then its outputs
     previous = None
@@ -290,26 +290,41 @@ def layer_candidates(trt, network) -> Tuple[List[str], Dict[str, int]]:
         layer = network.get_layer(li)
         ltype = layer.type
         loops.see(layer, ltype)
-        if ltype == kind.CONDITION:
-            if_depth += 1
-        elif ltype == kind.CONDITIONAL_OUTPUT and previous != kind.CONDITIONAL_OUTPUT:
-            if_depth = max(if_depth - 1, 0)  # an If's outputs (consecutive layers) are outside it
+        if_depth = _if_depth(kind, ltype, previous, if_depth)
         previous = ltype
         if ltype in skip:
             continue
         inside = loops.depth > 0 or if_depth > 0 or ltype in if_start
-        for oi in range(layer.num_outputs):
-            tensor = layer.get_output(oi)
-            if tensor is None or tensor.name in inputs or tensor.is_shape_tensor:
-                continue
-            if inside:
-                skipped["inside a loop or an If"] += 1
-                continue
-            if getattr(tensor.dtype, "name", "") not in TRT_DTYPES:
-                skipped["of a type numpy cannot hold (INT4, FP4, E8M0)"] += 1
-                continue
-            names.append(tensor.name)
+        _take_outputs(layer, inputs, inside, names, skipped)
     return names, {k: v for k, v in skipped.items() if v}
+
+
+_INSIDE = "inside a loop or an If"
+_UNHELD = "of a type numpy cannot hold (INT4, FP4, E8M0)"
+
+
+def _if_depth(kind, ltype, previous, depth: int) -> int:
+    """How many Ifs the layer of type ``ltype`` (after one of type ``previous``) is inside."""
+    if ltype == kind.CONDITION:
+        return depth + 1
+    if ltype == kind.CONDITIONAL_OUTPUT and previous != kind.CONDITIONAL_OUTPUT:
+        return max(depth - 1, 0)  # an If's outputs (consecutive layers) are outside it
+    return depth
+
+
+def _take_outputs(layer, inputs: Set[str], inside: bool, names: List[str], skipped: Dict[str, int]) -> None:
+    """The layer's outputs that can be network outputs into ``names``; those left out for a reason
+    the user may not expect counted in ``skipped``."""
+    for oi in range(layer.num_outputs):
+        tensor = layer.get_output(oi)
+        if tensor is None or tensor.name in inputs or tensor.is_shape_tensor:
+            continue
+        if inside:
+            skipped[_INSIDE] += 1
+        elif getattr(tensor.dtype, "name", "") not in TRT_DTYPES:
+            skipped[_UNHELD] += 1
+        else:
+            names.append(tensor.name)
 
 
 def has_qdq(trt, network) -> bool:

@@ -71,9 +71,13 @@ def written_summary() -> str:
     if not done and not left:
         return ""
     if not done:
-        return f"{', '.join(left)} {'was' if len(left) == 1 else 'were'} not written"
-    text = f"{', '.join(done)} {'was' if len(done) == 1 else 'were'} written"
-    return text + (f"; {', '.join(left)} {'was' if len(left) == 1 else 'were'} not" if left else "")
+        return f"{_were(left)} not written"
+    return f"{_were(done)} written" + (f"; {_were(left)} not" if left else "")
+
+
+def _were(items: List[str]) -> str:
+    """'a was' or 'a, b were'."""
+    return f"{', '.join(items)} {'was' if len(items) == 1 else 'were'}"
 
 
 @functools.lru_cache(maxsize=64)
