@@ -85,49 +85,54 @@ def topology_of(model) -> Topology:
     """The :class:`Topology` of ``model``'s top graph (weights are never read)."""
 
     g = model.graph
-    raw = list(g.node)
     sources = {vi.name for vi in g.input} | {t.name for t in g.initializer}
     sources |= {t.values.name for t in g.sparse_initializer}
-    infos: List[NodeInfo] = []
-    for i, n in enumerate(raw):
-        outs = [o for o in n.output if o]
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-            sources.update(outs)
-            continue
-        infos.append(NodeInfo(n.name or f"{n.op_type}_{i}", n.op_type, node_reads(n), outs))
-    producer = {t: k for k, info in enumerate(infos) for t in info.outputs}
-    _set_depths(infos, producer)
-    order = sorted(range(len(infos)), key=lambda k: (infos[k].depth, k))
-    nodes = [infos[k] for k in order]
+    infos = _node_infos(g.node, sources)
+    _set_depths(infos, {t: k for k, info in enumerate(infos) for t in info.outputs})
+    nodes = sorted(infos, key=lambda info: info.depth)  # (stable: file order within a depth)
     for pos, info in enumerate(nodes):
         info.position = pos
     return Topology(nodes, {t: k for k, info in enumerate(nodes) for t in info.outputs}, sources)
 
 
+def _node_infos(nodes, sources: set) -> List[NodeInfo]:
+    """The nodes that compute (standard Constant nodes: their outputs go to ``sources``)."""
+    infos: List[NodeInfo] = []
+    for i, n in enumerate(nodes):
+        outs = [o for o in n.output if o]
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            sources.update(outs)
+            continue
+        infos.append(NodeInfo(n.name or f"{n.op_type}_{i}", n.op_type, node_reads(n), outs))
+    return infos
+
+
 def _set_depths(infos: List[NodeInfo], producer: Dict[str, int]) -> None:
     """Depth of every node: 1 + the deepest node it reads from (iterative, any file order)."""
     depth: List[Optional[int]] = [None] * len(infos)
+    preds = [[producer[t] for t in info.inputs if t in producer and producer[t] != k] for k, info in enumerate(infos)]
     for root in range(len(infos)):
-        stack = [root]
-        on_stack = {root}
-        while stack:
-            k = stack[-1]
-            if depth[k] is not None:
-                stack.pop()
-                on_stack.discard(k)
-                continue
-            preds = [producer[t] for t in infos[k].inputs if t in producer and producer[t] != k]
-            todo = [p for p in preds if depth[p] is None and p not in on_stack]
+        _settle(root, preds, depth)
+    for k, info in enumerate(infos):
+        info.depth = depth[k] or 1
+
+
+def _settle(root: int, preds: List[List[int]], depth: List[Optional[int]]) -> None:
+    """The depth of ``root`` and of the nodes it reads from that have none yet (depth first, no recursion)."""
+    stack = [root]
+    on_stack = {root}
+    while stack:
+        k = stack[-1]
+        if depth[k] is None:
+            todo = [p for p in preds[k] if depth[p] is None and p not in on_stack]
             if todo:
                 stack.extend(todo)
                 on_stack.update(todo)
                 continue
             # (a cycle leaves a predecessor without depth: it counts as a source)
-            depth[k] = 1 + max((depth[p] or 0 for p in preds), default=0)
-            stack.pop()
-            on_stack.discard(k)
-    for k, info in enumerate(infos):
-        info.depth = depth[k] or 1
+            depth[k] = 1 + max((depth[p] or 0 for p in preds[k]), default=0)
+        stack.pop()
+        on_stack.discard(k)
 
 
 # ---------------------------------------------------------------------- errors per tensor
@@ -408,24 +413,28 @@ def _rank(errors: Mapping[str, TensorError], topology: Topology, floor: float = 
         worst = max(compared, key=lambda e: e.rel_l2)
         for t in node.outputs:
             est[t] = errors[t].rel_l2 if t in errors else worst.rel_l2
-        scores.append(
-            NodeScore(
-                node.name,
-                node.op,
-                node.position,
-                node.depth,
-                list(node.outputs),
-                in_err,
-                worst.rel_l2,
-                amplification(worst.rel_l2, in_err, floor),
-                all(e.passed for e in compared),
-                worst.name,
-                in_gap,
-            )
-        )
+        scores.append(_score(node, compared, worst, in_err, in_gap, floor))
     # a node whose inputs were not compared ranks after those whose were: its ratio is an estimate
     scores.sort(key=lambda s: (s.unseen > 0, -s.amplification, s.passed, s.position))
     return scores
+
+
+def _score(node: NodeInfo, compared: List[TensorError], worst: TensorError, in_err: float, in_gap: int,
+           floor: float) -> NodeScore:
+    """A node with compared outputs: how much it amplifies the error of its inputs."""
+    return NodeScore(
+        node.name,
+        node.op,
+        node.position,
+        node.depth,
+        list(node.outputs),
+        in_err,
+        worst.rel_l2,
+        amplification(worst.rel_l2, in_err, floor),
+        all(e.passed for e in compared),
+        worst.name,
+        in_gap,
+    )
 
 
 def _depth_rows(tensors: Sequence[TensorError]) -> List[DepthRow]:
