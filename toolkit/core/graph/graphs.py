@@ -50,16 +50,24 @@ def undecodable_text(model) -> Optional[str]:
         if not isinstance(value, str):
             return f"its {what}"
     for g in walk_graphs(model.graph):
-        if not isinstance(g.name, str):
-            return "a graph name"
-        for v in list(g.input) + list(g.output) + list(g.value_info) + list(g.initializer):
-            if not isinstance(v.name, str):
-                return f"a tensor name in graph '{g.name}'"
-        for n in g.node:
-            texts = [n.name, n.op_type, n.domain, *n.input, *n.output, *(a.name for a in n.attribute)]
-            if not all(isinstance(t, str) for t in texts):
-                label = n.name if isinstance(n.name, str) else "?"
-                return f"node '{label}' in graph '{g.name}'"
+        where = _undecodable_in_graph(g)
+        if where is not None:
+            return where
+    return None
+
+
+def _undecodable_in_graph(g) -> Optional[str]:
+    """The first name of graph ``g`` itself (not of its subgraphs) that is not text, said in a few words."""
+    if not isinstance(g.name, str):
+        return "a graph name"
+    for v in list(g.input) + list(g.output) + list(g.value_info) + list(g.initializer):
+        if not isinstance(v.name, str):
+            return f"a tensor name in graph '{g.name}'"
+    for n in g.node:
+        texts = [n.name, n.op_type, n.domain, *n.input, *n.output, *(a.name for a in n.attribute)]
+        if not all(isinstance(t, str) for t in texts):
+            label = n.name if isinstance(n.name, str) else "?"
+            return f"node '{label}' in graph '{g.name}'"
     return None
 
 
