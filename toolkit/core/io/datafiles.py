@@ -512,6 +512,11 @@ def _load_data_uncached(path: str):
         raise InputError(f"{describe(path)}: empty file, expected a JSON or .npz data file")
     obj = _load_json_bytes(data, path)
     del data
+    return _as_data(obj, path)
+
+
+def _as_data(obj, path: str):
+    """Decoded JSON as data: run results, or a list of feeds (one feed: a list of it)."""
     if isinstance(obj, RunResults):
         return obj
     if isinstance(obj, dict) and is_feed(obj):

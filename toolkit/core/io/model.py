@@ -11,7 +11,7 @@ import contextlib
 import os
 import sys
 import tempfile
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Set
 
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError, UsageError, reraise_bug
 from toolkit.core.files import create
@@ -329,15 +329,20 @@ def write_model(model, out) -> None:
     after the rest, each as a further piece of the graph field, which protobuf parsers
     merge (so they end up last in the initializer list). Their bytes are copied once, not
     serialized into one more whole-model copy in memory."""
-    import onnx
-
-    from toolkit.core.io.protowire import field_header
-
     inits = model.graph.initializer
     big = {i for i, t in enumerate(inits) if tensor_nbytes(t) >= _SPLIT_BYTES and t.HasField("raw_data")}
     if not big:
         out.write(model.SerializeToString())
         return
+    out.write(_shell(model, big).SerializeToString())
+    for i in sorted(big):
+        _write_initializer_piece(inits[i], out)
+
+
+def _shell(model, big: Set[int]):
+    """A model with every field of ``model`` but its initializers at positions ``big``."""
+    import onnx
+
     shell = onnx.ModelProto()
     for f, value in model.ListFields():
         if f.name != "graph":
@@ -345,25 +350,30 @@ def write_model(model, out) -> None:
     for f, value in model.graph.ListFields():
         if f.name != "initializer":
             copy_field(shell.graph, f.name, value)
-    shell.graph.initializer.extend(t for i, t in enumerate(inits) if i not in big)
-    out.write(shell.SerializeToString())
-    del shell
+    shell.graph.initializer.extend(t for i, t in enumerate(model.graph.initializer) if i not in big)
+    return shell
+
+
+def _write_initializer_piece(t, out) -> None:
+    """Initializer ``t`` as a further piece of the graph field (its raw bytes copied once)."""
+    import onnx
+
+    from toolkit.core.io.protowire import field_header
+
     n_graph = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
     n_init = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
     n_raw = onnx.TensorProto.DESCRIPTOR.fields_by_name["raw_data"].number
-    for i in sorted(big):
-        t = inits[i]
-        meta = onnx.TensorProto()
-        for f, value in t.ListFields():
-            if f.name != "raw_data":
-                copy_field(meta, f.name, value)
-        raw = t.raw_data  # the one copy
-        head = meta.SerializeToString() + field_header(n_raw, len(raw))
-        tensor_len = len(head) + len(raw)
-        graph_head = field_header(n_init, tensor_len)
-        out.write(field_header(n_graph, len(graph_head) + tensor_len) + graph_head + head)
-        out.write(raw)
-        del raw
+    meta = onnx.TensorProto()
+    for f, value in t.ListFields():
+        if f.name != "raw_data":
+            copy_field(meta, f.name, value)
+    raw = t.raw_data  # the one copy
+    head = meta.SerializeToString() + field_header(n_raw, len(raw))
+    tensor_len = len(head) + len(raw)
+    graph_head = field_header(n_init, tensor_len)
+    out.write(field_header(n_graph, len(graph_head) + tensor_len) + graph_head + head)
+    out.write(raw)
+    del raw
 
 
 def model_size_estimate(model) -> int:
