@@ -45,16 +45,7 @@ class Located:
 def _scope_path(value: str) -> Optional[str]:
     """The innermost module of a name-scopes entry (``['', 'model', 'model.layers.0', ...]`` or a
     path); scopes that are not cumulative are joined."""
-    text = value.strip()
-    parts: List[str]
-    if text.startswith("["):
-        try:
-            parsed = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            parsed = None
-        parts = [str(p) for p in parsed if str(p)] if isinstance(parsed, (list, tuple)) else []
-    else:
-        parts = [p for p in re.split(r"[/,]", text) if p]
+    parts = _scope_parts(value.strip())
     if not parts:
         return None
     if not any(later.startswith(parts[0] + ".") for later in parts[1:]):
@@ -65,6 +56,17 @@ def _scope_path(value: str) -> Optional[str]:
             break
         path = part
     return path
+
+
+def _scope_parts(text: str) -> List[str]:
+    """The non-empty entries of a name-scopes value: a Python list literal, or a path split at '/' or ','."""
+    if not text.startswith("["):
+        return [p for p in re.split(r"[/,]", text) if p]
+    try:
+        parsed = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return []
+    return [str(p) for p in parsed if str(p)] if isinstance(parsed, (list, tuple)) else []
 
 
 def module_of(node) -> Optional[str]:

@@ -74,9 +74,7 @@ class Metric:
             ref = {n: v for n, v in ref.items() if n in self.outputs}
         missing = [n for n in ref if n not in got]
         if self.fn is not None:
-            ok = bool(self.fn(ref, got)) if not missing else False
-            return MetricIteration(ok, [MetricOutput("outputs", ok, f"metric {'passes' if ok else 'fails'}")],
-                                   only_a=missing)
+            return _judged_by(self.fn, ref, got, missing)
         outs = [self._output(n, np.asarray(ref[n]), np.asarray(got[n])) for n in ref if n in got]
         return MetricIteration(all(o.passed for o in outs) and not missing, outs, only_a=missing)
 
@@ -86,6 +84,12 @@ class Metric:
             return MetricOutput(name, ok, f"{'equal' if ok else 'differs'} at {name}", 0.0 if ok else 1.0)
         value, ok, text = _MEASURES[self.name](r.astype(np.float64), c.astype(np.float64), self)
         return MetricOutput(name, ok, f"{text} at {name}", value)
+
+
+def _judged_by(fn: MetricFn, ref: Mapping[str, Any], got: Mapping[str, Any], missing: List[str]) -> MetricIteration:
+    """The user's metric function judges all outputs at once (an output missing: a failure)."""
+    ok = bool(fn(ref, got)) if not missing else False
+    return MetricIteration(ok, [MetricOutput("outputs", ok, f"metric {'passes' if ok else 'fails'}")], only_a=missing)
 
 
 def _rows(a: np.ndarray) -> np.ndarray:
