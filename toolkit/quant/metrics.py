@@ -175,16 +175,20 @@ def check_classes(metric: Optional[Metric], outputs: Mapping[str, Any]) -> None:
         if metric.outputs and name not in metric.outputs:
             continue
         count = classes(metric, np.asarray(value))
-        if count is None:
-            continue
-        if count <= 1:
-            raise UsageError(f"--metric {metric.label()}: output {name} has a single class (its "
-                             f"{'last axis' if metric.name == 'argmax-agreement' else 'sample'} has size {count}), "
-                             "so the metric compares nothing; use cosine or snr-db, or --metric-outputs to leave "
-                             "it out")
-        if metric.name == "topk" and metric.k >= count:
-            raise UsageError(f"--metric {metric.label()}: output {name} has {count} classes, so every top-{metric.k} "
-                             f"holds the reference's class and the metric compares nothing; use a K below {count}")
+        if count is not None:
+            _refuse_if_nothing_compared(metric, name, count)
+
+
+def _refuse_if_nothing_compared(metric: Metric, name: str, count: int) -> None:
+    """UsageError when output ``name``'s ``count`` classes leave the ranking metric nothing to compare."""
+    if count <= 1:
+        raise UsageError(f"--metric {metric.label()}: output {name} has a single class (its "
+                         f"{'last axis' if metric.name == 'argmax-agreement' else 'sample'} has size {count}), "
+                         "so the metric compares nothing; use cosine or snr-db, or --metric-outputs to leave "
+                         "it out")
+    if metric.name == "topk" and metric.k >= count:
+        raise UsageError(f"--metric {metric.label()}: output {name} has {count} classes, so every top-{metric.k} "
+                         f"holds the reference's class and the metric compares nothing; use a K below {count}")
 
 
 def describe(comps) -> str:

@@ -238,13 +238,16 @@ class FloatModel:
             return None
         if node.op_type == "Relu":
             return (0.0, math.inf)
+        return self._clip_bounds(node)
+
+    def _clip_bounds(self, node) -> Tuple[float, float]:
+        """A Clip's (min, max): its constant inputs, else its attributes (Clip-6), else unbounded."""
         attrs = {a.name: a.f for a in node.attribute}
-        lo, hi = attrs.get("min", -math.inf), attrs.get("max", math.inf)
-        for k, name in ((1, "min"), (2, "max")):
+        bounds = [attrs.get("min", -math.inf), attrs.get("max", math.inf)]
+        for k in (1, 2):
             if len(node.input) > k and node.input[k] in self.weights:
-                value = float(np.asarray(self.weights[node.input[k]]).ravel()[0])
-                lo, hi = (value, hi) if name == "min" else (lo, value)
-        return (float(lo), float(hi))
+                bounds[k - 1] = float(np.asarray(self.weights[node.input[k]]).ravel()[0])
+        return (float(bounds[0]), float(bounds[1]))
 
 
 def _scale_zp(node, values):
