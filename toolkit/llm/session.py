@@ -205,11 +205,8 @@ class LlmDebugger:
                                  kv, list(generated), list(res.nan_in_test))
                 self.rep.prompt_done(k, step + 1, f"diverges at step {step} ({res.kind})")
                 return div, test_feed, ref_feed
-            if res.flipped:
-                out.near_ties.append(NearTie(k, step, res.reference_token, res.test_token, res.margin, res.difference))
-                if self.cfg.free_run:
-                    self.rep.prompt_done(k, step + 1, f"the generations part at step {step} on a near tie")
-                    return None
+            if res.flipped and self._parts_on_tie(k, step, res, out):
+                return None
             total = len(prompt) + step  # positions in the cache after this step
             ref_cache = cache_of(self.ref_io, ref_out, total, self.ref_path)
             test_cache = cache_of(self.test_io, test_out, total, self.cfg.model) if self.cfg.free_run else None
@@ -217,6 +214,14 @@ class LlmDebugger:
             generated.append(res.reference_token)
         self.rep.prompt_done(k, self.cfg.steps, "")
         return None
+
+    def _parts_on_tie(self, k: int, step: int, res, out: LlmOutcome) -> bool:
+        """A near tie noted; whether the generations part there (free run: each side goes on with its token)."""
+        out.near_ties.append(NearTie(k, step, res.reference_token, res.test_token, res.margin, res.difference))
+        if not self.cfg.free_run:
+            return False
+        self.rep.prompt_done(k, step + 1, f"the generations part at step {step} on a near tie")
+        return True
 
     def _said(self, runner, side: str) -> None:
         """What a runner chose itself (OpenVINO's bf16 on CPUs with bfloat16), and its notes."""
