@@ -409,6 +409,24 @@ def _checked_input(feed: Mapping, key: str, meta: TensorMeta, source: str, itera
     return arr
 
 
+def _cast_loss(arr, cast) -> str:
+    """What casting ``arr`` into ``cast`` (both numeric) would do to its values ('' when it keeps them)."""
+    src = arr.dtype
+    if cast.dtype.kind == "f":
+        finite = np.isfinite(arr) if src.kind == "f" else np.ones(arr.shape, bool)
+        if np.any(finite & ~np.isfinite(cast)):
+            return "overflow to infinity"
+        if src.kind in "iu" and not np.array_equal(cast.astype(src), arr):
+            return "round integers that do not fit"
+        return ""
+    # integer or bool target: every value must come back exactly
+    if src.kind == "f" and not np.all(np.isfinite(arr)):
+        return "turn NaN or infinity into an integer"
+    if not np.array_equal(cast.astype(src), arr):
+        return "change values (fractions, or integers out of its range)"
+    return ""
+
+
 def _shape_mismatch(source: str, iteration: int, meta: TensorMeta, shape: tuple) -> InputError:
     return InputError(
         f"{source}: iteration {iteration}: input '{meta.name}' has shape {format_shape(shape)}, "
@@ -435,18 +453,9 @@ def _cast_preserving(arr, meta: TensorMeta, got_dtype: str, source: str, iterati
         refuse("not be possible")
     with np.errstate(all="ignore"):
         cast = arr.astype(target)
-        if target.kind == "f":
-            finite = np.isfinite(arr) if src.kind == "f" else np.ones(arr.shape, bool)
-            if np.any(finite & ~np.isfinite(cast)):
-                refuse("overflow to infinity")
-            if src.kind in "iu" and not np.array_equal(cast.astype(src), arr):
-                refuse("round integers that do not fit")
-        else:  # integer or bool target: every value must come back exactly
-            if src.kind == "f" and not np.all(np.isfinite(arr)):
-                refuse("turn NaN or infinity into an integer")
-            back = cast.astype(src)
-            if not np.array_equal(back, arr):
-                refuse("change values (fractions, or integers out of its range)")
+        loss = _cast_loss(arr, cast)
+    if loss:
+        refuse(loss)
     if notes is not None:
         notes.append(f"{source}: input '{meta.name}' is {got_dtype}; cast to {meta.dtype}, as the model expects")
     return cast
