@@ -74,6 +74,11 @@ def _matches(word: str, candidates: Sequence[str], known: Set[str], option: str,
     return [word]
 
 
+def _excludes(word: str, name: str) -> bool:
+    """Whether exclusion ``word`` (a glob or a name) removes ``name``."""
+    return fnmatch.fnmatchcase(name, word) if _is_glob(word) else name == word
+
+
 def choose_names(
     candidates: Sequence[str],
     default: Sequence[str],
@@ -99,11 +104,7 @@ def choose_names(
     for word in _normalize_words(patterns) if patterns else []:
         chosen += _matches(word, candidates, known_set, option, where, unknown_hint)
     chosen = list(dict.fromkeys(chosen if patterns else default))  # first occurrence of each name
-    for word in exclude or ():
-        if _is_glob(word):
-            chosen = [n for n in chosen if not fnmatch.fnmatchcase(n, word)]
-        else:
-            chosen = [n for n in chosen if n != word]
+    chosen = [n for n in chosen if not any(_excludes(word, n) for word in exclude or ())]
     if not chosen:
         raise UsageError(f"no outputs left to return; check {option} and {exclude_option}")
     return chosen
