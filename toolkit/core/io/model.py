@@ -446,6 +446,21 @@ def save_model(
     return _save_with_external_data(model, path, external_data_path, size_threshold, external_base_dir)
 
 
+def _externalize(model, tmp_loc: str, tmp_data: str, data_file: str, size_threshold: int) -> None:
+    """Point every tensor of ``size_threshold`` bytes or more at the temp data file ``tmp_loc``
+    (created new at the first). What convert_model_to_external_data does, without its check for
+    an existing file relative to the current folder, which appending the source's weights may
+    have created; and with its convert_attribute: Constant values and subgraphs' weights too,
+    where exporters such as paddle2onnx keep every weight."""
+    from onnx.external_data_helper import set_external_data
+
+    for t in all_tensors(model):
+        if t.HasField("raw_data") and sys.getsizeof(t.raw_data) >= size_threshold:
+            set_external_data(t, tmp_loc)
+            if not os.path.exists(tmp_data):  # (made here, new: onnx then appends to a file of ours)
+                os.close(create.create_new(tmp_data, final=data_file))
+
+
 def _save_with_external_data(
     model, path: str, location: Optional[str], size_threshold: int, base_dir: Optional[str] = None
 ) -> str:
@@ -454,7 +469,7 @@ def _save_with_external_data(
     untouched, after it the new pair is complete. When the model now at ``path`` reads the
     data file's very name (an in-place rewrite), it is first pointed at a hidden link to its
     old data (:class:`_Swing`), so that no moment pairs the old model with new data."""
-    from onnx.external_data_helper import set_external_data, write_external_data_tensors
+    from onnx.external_data_helper import write_external_data_tensors
 
     check_output_path(path)
     folder = os.path.dirname(os.path.abspath(path))
@@ -471,15 +486,7 @@ def _save_with_external_data(
             from toolkit.core.io.weights import append_refs_to_data_file
 
             append_refs_to_data_file(model, base_dir, folder, tmp_loc, size_threshold)
-        # (what convert_model_to_external_data does, without its check for an existing
-        # file relative to the current folder, which the loop above may have created; and with
-        # its convert_attribute: Constant values and subgraphs' weights too, where exporters
-        # such as paddle2onnx keep every weight)
-        for t in all_tensors(model):
-            if t.HasField("raw_data") and sys.getsizeof(t.raw_data) >= size_threshold:
-                set_external_data(t, tmp_loc)
-                if not os.path.exists(tmp_data):  # (made here, new: onnx then appends to a file of ours)
-                    os.close(create.create_new(tmp_data, final=data_file))
+        _externalize(model, tmp_loc, tmp_data, data_file, size_threshold)
         write_external_data_tensors(model, folder)
         _relocate(model, tmp_loc, location)  # point the model at the final name before serializing it
         tmp_model = os.path.join(folder, temp_name(os.path.basename(path)))
