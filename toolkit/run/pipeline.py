@@ -382,6 +382,15 @@ def _check_names(tol: Tolerances, sets: List[ResultSet], comparisons: list, rep:
             rep.warn(note)
 
 
+def _add_qdq_tables(plan: RunPlan, stream: Streams, report: RunReport) -> None:
+    """The Q/DQ pairs' tables into the report (and into --save-report's file, unless node data)."""
+    report.qdq_tables = qdq_table.finish(stream.qdq, len(report.comparisons))
+    from toolkit.run.node_data import is_node_data_path  # (loaded with the statistics, not for every run)
+
+    if plan.opts.save_report and not is_node_data_path(plan.opts.save_report):  # (node data: left as it is)
+        qdq_table.add_to_report(plan.opts.save_report, report.qdq_tables)
+
+
 def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
     """The comparisons of consecutive result sets, in order (loaded files compared here)."""
 
@@ -398,11 +407,7 @@ def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
     precisions = {s.label: s.precision for s in sets if s.precision}
     report.diagnoses = diagnose.diagnoses(plan.opts, comparisons, stream.errors, precisions)
     if stream.qdq.sums:  # (the Q/DQ statistics load onnx: only when a diagnosis gathered pairs)
-        report.qdq_tables = qdq_table.finish(stream.qdq, len(comparisons))
-        from toolkit.run.node_data import is_node_data_path  # (loaded with the statistics, not for every run)
-
-        if plan.opts.save_report and not is_node_data_path(plan.opts.save_report):  # (node data: left as it is)
-            qdq_table.add_to_report(plan.opts.save_report, report.qdq_tables)
+        _add_qdq_tables(plan, stream, report)
     if plan.opts.save_report:
         rep.saved("report", plan.opts.save_report)
     return report
