@@ -256,37 +256,39 @@ def _scale_zp(node, values):
     return scale, zp
 
 
+def _grid(node, values, range_zp=None) -> Optional[dict]:
+    """The quantization grid of Q or DQ ``node``: scale, zero point, integer range and axis (None
+    without a constant scale). Without a zero point, the integer range follows ``range_zp``'s type."""
+    scale, zp = _scale_zp(node, values)
+    if scale is None:
+        return None
+    qmin, qmax = _int_range(node, zp if zp is not None else range_zp, values)
+    zp = zp if zp is not None else np.zeros_like(scale, dtype=np.int64)
+    return dict(scale=np.asarray(scale), zero_point=np.asarray(zp), qmin=qmin, qmax=qmax,
+                axis=_axis(node) if np.asarray(scale).size > 1 else None)
+
+
 def _q_pair(node, readers, values, graph_outputs) -> Optional[Pair]:
     out = node.output[0]
     dqs = readers.get(out, [])
     if not dqs or out in graph_outputs or any(d.op_type != "DequantizeLinear" or d.input[0] != out for d in dqs):
         return None
-    scale, zp = _scale_zp(node, values)
-    if scale is None:
+    grid = _grid(node, values)
+    if grid is None:
         return None
-    qmin, qmax = _int_range(node, zp, values)
-    zp = zp if zp is not None else np.zeros_like(scale, dtype=np.int64)
-    return Pair(
-        name=node.name or out, tensor=node.input[0], outputs=[d.output[0] for d in dqs],
-        dq_nodes=[d.name for d in dqs], scale=np.asarray(scale), zero_point=np.asarray(zp), qmin=qmin, qmax=qmax,
-        axis=_axis(node) if np.asarray(scale).size > 1 else None, weight=node.input[0] in values, q_node=node.name,
-    )
+    return Pair(name=node.name or out, tensor=node.input[0], outputs=[d.output[0] for d in dqs],
+                dq_nodes=[d.name for d in dqs], weight=node.input[0] in values, q_node=node.name, **grid)
 
 
 def _stored_weight(node, values, float_weights) -> Optional[Pair]:
     name = match_name(node.input[0], float_weights) or match_name(node.output[0], float_weights)
     if name is None:
         return None
-    scale, zp = _scale_zp(node, values)
-    if scale is None:
+    grid = _grid(node, values, values[node.input[0]])
+    if grid is None:
         return None
-    qmin, qmax = _int_range(node, zp if zp is not None else values[node.input[0]], values)
-    zp = zp if zp is not None else np.zeros_like(scale, dtype=np.int64)
-    return Pair(
-        name=node.name or node.output[0], tensor=name, outputs=[node.output[0]], dq_nodes=[node.name],
-        scale=np.asarray(scale), zero_point=np.asarray(zp), qmin=qmin, qmax=qmax,
-        axis=_axis(node) if np.asarray(scale).size > 1 else None, weight=True, float_value=float_weights[name],
-    )
+    return Pair(name=node.name or node.output[0], tensor=name, outputs=[node.output[0]], dq_nodes=[node.name],
+                weight=True, float_value=float_weights[name], **grid)
 
 
 def pairs_at_op_types(model, pairs: Sequence[Pair], op_types: Sequence[str]) -> List[str]:
