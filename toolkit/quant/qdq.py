@@ -466,18 +466,24 @@ def bypass(model, pairs: Sequence[Pair]):
     by_dq = {dq: p for p in pairs for dq in p.dq_nodes}
     nodes = []
     for node in out.graph.node:
-        if node.op_type == "QuantizeLinear" and node.name in drop_q:
-            continue
-        pair = by_dq.get(node.name) if node.op_type == "DequantizeLinear" else None
-        if pair is None:
-            nodes.append(node)
-        elif pair.float_value is not None:  # a weight stored quantized: its float values, under the DQ's output name
-            out.graph.initializer.append(numpy_helper.from_array(pair.float_value.astype(np.float32), node.output[0]))
-        else:
-            nodes.extend(_float_path(out, pair, node))
+        nodes.extend(_bypassed(out, node, drop_q, by_dq))
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     return out
+
+
+def _bypassed(model, node, drop_q: Set[str], by_dq: Dict[str, Pair]) -> List:
+    """What stands for ``node`` in the bypassed ``model``: nothing for a dropped Q, the float path
+    for a bypassed pair's DQ (a weight stored quantized: an initializer), else the node itself."""
+    if node.op_type == "QuantizeLinear" and node.name in drop_q:
+        return []
+    pair = by_dq.get(node.name) if node.op_type == "DequantizeLinear" else None
+    if pair is None:
+        return [node]
+    if pair.float_value is not None:  # a weight stored quantized: its float values, under the DQ's output name
+        model.graph.initializer.append(numpy_helper.from_array(pair.float_value.astype(np.float32), node.output[0]))
+        return []
+    return _float_path(model, pair, node)
 
 
 def _float_path(model, pair: Pair, dq) -> List:
@@ -488,18 +494,23 @@ def _float_path(model, pair: Pair, dq) -> List:
     lo, hi = clamp
     if lo == 0.0 and hi == math.inf:
         return [helper.make_node("Relu", [pair.tensor], [dq.output[0]], name=dq.name)]
+    return [_clip(model, pair, dq, lo, hi)]
+
+
+def _clip(model, pair: Pair, dq, lo: float, hi: float):
+    """A Clip to [lo, hi] in place of ``dq`` (infinite bounds left out), as the model's opset writes it."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 11)
     if opset < 11:  # Clip-6: bounds as attributes
         node = helper.make_node("Clip", [pair.tensor], [dq.output[0]], name=dq.name)
         node.attribute.extend(helper.make_attribute(k, v) for k, v in (("min", lo), ("max", hi)) if math.isfinite(v))
-        return [node]
+        return node
     names = []
     for what, value in (("min", lo), ("max", hi)):
         name = f"{dq.name}_float_{what}"
         if math.isfinite(value):
             model.graph.initializer.append(numpy_helper.from_array(np.array(value, np.float32), name))
         names.append(name if math.isfinite(value) else "")
-    return [helper.make_node("Clip", [pair.tensor, *names], [dq.output[0]], name=dq.name)]
+    return helper.make_node("Clip", [pair.tensor, *names], [dq.output[0]], name=dq.name)
 
 
 def requantize(model, pair: Pair, scale: np.ndarray, zero_point: np.ndarray):
