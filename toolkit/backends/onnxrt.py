@@ -170,22 +170,27 @@ def resolve_providers(names: Optional[Sequence[str]]) -> List[str]:
     available = list(ort.get_available_providers())
     if not names:
         return ["CPUExecutionProvider"]
-    by_lower = {p.lower(): p for p in available}
     out: List[str] = []
     for raw in names:
-        for name in (n for n in raw.replace("+", ",").split(",") if n.strip()):
-            key = name.strip().lower()
-            full = PROVIDER_ALIASES.get(key, None)
-            if full is None:
-                full = by_lower.get(key) or by_lower.get(key + "executionprovider") or name.strip()
-            if full not in available:
-                raise DependencyError(
-                    f"ONNX-Runtime execution provider '{name.strip()}' is not available in this installation; "
-                    f"available: {', '.join(available)}"
-                )
+        for name in provider_list(raw):
+            full = _provider_name(name.strip(), available)
             if full not in out:
                 out.append(full)
     return out
+
+
+def _provider_name(name: str, available: Sequence[str]) -> str:
+    """ONNX-Runtime's name of provider ``name`` (an alias, any case, with or without
+    ``ExecutionProvider``); DependencyError when this installation lacks it."""
+    key = name.lower()
+    by_lower = {p.lower(): p for p in available}
+    full = PROVIDER_ALIASES.get(key) or by_lower.get(key) or by_lower.get(key + "executionprovider") or name
+    if full not in available:
+        raise DependencyError(
+            f"ONNX-Runtime execution provider '{name}' is not available in this installation; "
+            f"available: {', '.join(available)}"
+        )
+    return full
 
 
 def ort_type_to_dtype(type_str: str) -> Optional[str]:

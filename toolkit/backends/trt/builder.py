@@ -327,6 +327,20 @@ def _take_outputs(layer, inputs: Set[str], inside: bool, names: List[str], skipp
             names.append(tensor.name)
 
 
+def _mark_only(network, chosen: Sequence[str], tensors: Mapping[str, object]) -> None:
+    """The network's outputs become ``chosen`` (``tensors``: every layer output by name)."""
+    keep = set(chosen)
+    for i in reversed(range(network.num_outputs)):
+        tensor = network.get_output(i)
+        if tensor.name not in keep:
+            network.unmark_output(tensor)
+    marked = {network.get_output(i).name for i in range(network.num_outputs)}
+    for name in chosen:
+        if name not in marked:
+            network.mark_output(tensors[name])
+            marked.add(name)
+
+
 def has_qdq(trt, network) -> bool:
     kinds = {trt.LayerType.QUANTIZE, trt.LayerType.DEQUANTIZE}
     return any(network.get_layer(i).type in kinds for i in range(network.num_layers))
@@ -507,16 +521,7 @@ class EngineBuilder:
                 + " not marked (TensorRT cannot return them)"
             )
         chosen = select_outputs(c, candidates, current, known=list(tensors) + current)
-        keep = set(chosen)
-        for i in reversed(range(network.num_outputs)):
-            tensor = network.get_output(i)
-            if tensor.name not in keep:
-                network.unmark_output(tensor)
-        marked = {network.get_output(i).name for i in range(network.num_outputs)}
-        for name in chosen:
-            if name not in marked:
-                network.mark_output(tensors[name])
-                marked.add(name)
+        _mark_only(network, chosen, tensors)
 
     def network_metas(self, network) -> Tuple[List[TensorMeta], List[str]]:
         """Input metadata, and the names of shape-tensor inputs (their values shape the network)."""
