@@ -273,26 +273,36 @@ def _run_results(dct) -> "RunResults":
 def json_hook(dct):
     """Decode the objects Polygraphy's JSON marks with ``polygraphy_class`` (or the older key)."""
     cls = _class_of(dct)
-    if cls == "ndarray":
-        if not isinstance(dct.get("array"), str):
-            raise InputError("corrupt array entry (no 'array' field)")
-        return _decode_array(dct["array"])
-    if cls in ("LazyArray", "LazyNumpyArray"):
-        values = dct.get("values")
-        if not isinstance(values, np.ndarray):
-            raise InputError(f"corrupt {cls}: field 'values' is {_shown(values)}, expected an encoded array")
-        return values
-    if cls == "IterationResult":
-        outs = dct.get("outputs")
-        if not isinstance(outs, dict):
-            raise InputError(f"corrupt IterationResult: field 'outputs' is {_shown(outs)}, expected a dict")
-        for name, value in outs.items():
-            if not isinstance(value, np.ndarray):
-                raise InputError(f"corrupt IterationResult: output '{name}' is {_shown(value)}, expected an array")
-        return IterationResult(outs, _runtime(dct.get("runtime"), "IterationResult"), str(dct.get("runner_name") or ""))
-    if cls == "RunResults":
-        return _run_results(dct)
-    return dct
+    decode = _DECODERS.get(cls) if isinstance(cls, str) else None
+    return dct if decode is None else decode(dct)
+
+
+def _ndarray(dct) -> np.ndarray:
+    if not isinstance(dct.get("array"), str):
+        raise InputError("corrupt array entry (no 'array' field)")
+    return _decode_array(dct["array"])
+
+
+def _lazy_values(dct) -> np.ndarray:
+    values = dct.get("values")
+    if not isinstance(values, np.ndarray):
+        raise InputError(f"corrupt {_class_of(dct)}: field 'values' is {_shown(values)}, expected an encoded array")
+    return values
+
+
+def _iteration_result(dct) -> "IterationResult":
+    outs = dct.get("outputs")
+    if not isinstance(outs, dict):
+        raise InputError(f"corrupt IterationResult: field 'outputs' is {_shown(outs)}, expected a dict")
+    for name, value in outs.items():
+        if not isinstance(value, np.ndarray):
+            raise InputError(f"corrupt IterationResult: output '{name}' is {_shown(value)}, expected an array")
+    return IterationResult(outs, _runtime(dct.get("runtime"), "IterationResult"), str(dct.get("runner_name") or ""))
+
+
+# polygraphy_class -> its decoder
+_DECODERS = {"ndarray": _ndarray, "LazyArray": _lazy_values, "LazyNumpyArray": _lazy_values,
+             "IterationResult": _iteration_result, "RunResults": _run_results}
 
 
 def _shown(value) -> str:
