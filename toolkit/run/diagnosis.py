@@ -481,17 +481,17 @@ def sparkline(values: Sequence[float], *, ascii_only: bool = False) -> str:
     lo, hi = math.log10(min(finite)), math.log10(max(finite))
     if hi == lo:  # one positive level: it is the largest, drawn full height (zeros stay lowest)
         lo -= 1.0
-    span = hi - lo
-    out = []
-    for v in values:
-        if math.isinf(v):
-            out.append(chars[-1])
-        elif v <= 0:
-            out.append(chars[0])
-        else:
-            level = int(round((math.log10(v) - lo) / span * (len(chars) - 1)))
-            out.append(chars[max(0, min(len(chars) - 1, level))])
-    return "".join(out)
+    return "".join(_spark(v, chars, lo, hi - lo) for v in values)
+
+
+def _spark(v: float, chars: str, lo: float, span: float) -> str:
+    """The character of ``v`` on the log scale from ``lo`` over ``span`` decades."""
+    if math.isinf(v):
+        return chars[-1]
+    if v <= 0:
+        return chars[0]
+    level = int(round((math.log10(v) - lo) / span * (len(chars) - 1)))
+    return chars[max(0, min(len(chars) - 1, level))]
 
 
 def describe_tensor(t: TensorError) -> str:
