@@ -140,27 +140,29 @@ def select_outputs(
 
 def set_outputs(model, names: Sequence[str]) -> None:
     """Make ``names`` the outputs of ``model`` (in place), keeping known element types."""
-    import onnx
-
     graph = model.graph
     known: Dict[str, Any] = {}
     for coll in (graph.output, graph.value_info, graph.input):
         for vi in coll:
             known.setdefault(vi.name, vi)
     original = {o.name for o in graph.output}
-    new = []
-    for name in names:
-        old = known.get(name)
-        if old is not None and name in original:
-            new.append(old)  # an original output keeps its full info
-            continue
-        vi = onnx.ValueInfoProto(name=name)
-        if old is not None and old.type.HasField("tensor_type") and old.type.tensor_type.elem_type:
-            vi.type.tensor_type.elem_type = old.type.tensor_type.elem_type
-        new.append(vi)
+    new = [_output_info(name, known.get(name), name in original) for name in names]
     copies = [_copy_vi(vi) for vi in new]
     del graph.output[:]
     graph.output.extend(copies)
+
+
+def _output_info(name: str, old, is_output: bool):
+    """The ValueInfo of new output ``name``: an original output's own (``old``); else the name with
+    the element type ``old`` (a value_info or an input) knows."""
+    import onnx
+
+    if old is not None and is_output:
+        return old  # an original output keeps its full info
+    vi = onnx.ValueInfoProto(name=name)
+    if old is not None and old.type.HasField("tensor_type") and old.type.tensor_type.elem_type:
+        vi.type.tensor_type.elem_type = old.type.tensor_type.elem_type
+    return vi
 
 
 def outputs_patch(model, names: Sequence[str]) -> bytes:
