@@ -306,13 +306,17 @@ def _raise_if_malformed_suffix(spec: str, names, allow_shape: bool, allow_dtype:
     last = suffix if last is None else last
     if allow_dtype and not _looks_like_shape(last) and not is_dtype_name(last):
         normalize_dtype(last)  # raises: unknown dtype, with the list of known ones
-    if allow_shape and allow_dtype:
-        form = f"{name}:[1,3,224,224]:float32, {name}:auto:auto or {name}:float32"
-    elif allow_shape:
-        form = f"{name}:[1,3,224,224]"
-    else:
-        form = f"{name}:float32"
+    form = _SPEC_FORMS[(bool(allow_shape), bool(allow_dtype))].format(name=name)
     raise UsageError(f"cannot read '{suffix}' in '{spec}' as a shape or dtype of '{name}'; write e.g. {form}")
+
+
+# (shape accepted, dtype accepted) -> the spellings an error suggests
+_SPEC_FORMS = {
+    (True, True): "{name}:[1,3,224,224]:float32, {name}:auto:auto or {name}:float32",
+    (True, False): "{name}:[1,3,224,224]",
+    (False, True): "{name}:float32",
+    (False, False): "{name}:float32",
+}
 
 
 def parse_shape_specs(specs: Sequence[str]) -> dict:
