@@ -182,11 +182,7 @@ class QdqSearch(PrecisionSearch):
         self.fixed = set(self.fixed_order)
         self.members = self._units()
         self.trimmed: set = set()  # tied pairs the result does without (:meth:`_trim`)
-        tied = {n for names in self.members.values() for n in names[1:]}
-        self.universe = [p.name for p in self.pairs if p.name not in self.fixed and p.name not in tied]
-        if not self.universe:
-            raise UsageError(f"--float-op-types {','.join(c.float_op_types)} takes every pair to float: nothing is "
-                             "left to search")
+        self.universe = self._searched_units()
         self.position = {name: k for k, name in enumerate(self.universe)}
         self.user_kept, self.auto_kept = [], {}
         self.guide = False
@@ -198,6 +194,15 @@ class QdqSearch(PrecisionSearch):
         self.index = SetIndex(len(self.universe))
         self._model_id = self._structure_id()
         self.depth = 1
+
+    def _searched_units(self) -> List[str]:
+        """The pairs the search decides on: neither fixed in float nor tied to another (UsageError when none is left)."""
+        tied = {n for names in self.members.values() for n in names[1:]}
+        universe = [p.name for p in self.pairs if p.name not in self.fixed and p.name not in tied]
+        if not universe:
+            raise UsageError(f"--float-op-types {','.join(self.config.float_op_types)} takes every pair to float: "
+                             "nothing is left to search")
+        return universe
 
     def _units(self) -> Dict[str, List[str]]:
         """The search's units: a pair with the pairs that only re-quantize its values on its grid
