@@ -14,7 +14,7 @@ import os
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Set, Tuple
+from typing import Any, List, Optional, Set, Tuple
 
 from toolkit.core.io.datafiles import save_inputs
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
@@ -126,23 +126,30 @@ class LlmDebugger:
         parse_runner_spec(cfg.test)
         for path in {cfg.model, self.ref_path}:
             check_readable_file(path)
-        self.test_model = test_model = self._structure(cfg.model)
-        self.test_io = discover(self.test_model, cfg.names, cfg.model)
-        if self.ref_path != cfg.model:
-            self.ref_model = self._structure(self.ref_path)
-            self.ref_io = discover(self.ref_model, cfg.names, self.ref_path)
-            check_compatible(self.test_io, self.ref_io, cfg.model)
-        else:
-            self.ref_model, self.ref_io = self.test_model, self.test_io
+        test_model, ref_io = self._load_models()
         graph = test_model.graph  # (the test model's: localization marks its tensors)
         tensors = {o.name for o in graph.output} | {n for node in graph.node for n in node.output}
         require_known_names(self.tol, tensors, tensors=True)  # (a name no tensor has: never compared)
-        self.prompts = [list(p) for p in cfg.prompts] or P.random_prompts(cfg.samples, cfg.seed, self.ref_io.vocab)
+        self.prompts = [list(p) for p in cfg.prompts] or P.random_prompts(cfg.samples, cfg.seed, ref_io.vocab)
         if not self.prompts:  # (a comparison of nothing would pass)
             raise UsageError("no prompts to run: give --prompt-ids, --prompts or --samples N (N >= 1)")
-        P.check_ids(self.prompts, self.ref_io.vocab)
+        P.check_ids(self.prompts, ref_io.vocab)
         preflight_specs([cfg.reference], self.ref_path, self._base(self.ref_path))
         preflight_specs([cfg.test], cfg.model, self._base(cfg.model))
+
+    def _load_models(self) -> Tuple[Any, DecoderIO]:
+        """Both models' structure and decoder I/O (one model when no --reference-model): the test
+        model and the reference's I/O."""
+        cfg = self.cfg
+        self.test_model = test_model = self._structure(cfg.model)
+        self.test_io = test_io = discover(test_model, cfg.names, cfg.model)
+        if self.ref_path == cfg.model:
+            self.ref_model, self.ref_io = test_model, test_io
+            return test_model, test_io
+        self.ref_model = self._structure(self.ref_path)
+        self.ref_io = ref_io = discover(self.ref_model, cfg.names, self.ref_path)
+        check_compatible(test_io, ref_io, cfg.model)
+        return test_model, ref_io
 
     def _structure(self, path: str):
         """The model without its weights; its external data files checked (present, long enough)."""
