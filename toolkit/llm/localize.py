@@ -71,15 +71,23 @@ def _scope_parts(text: str) -> List[str]:
 
 def module_of(node) -> Optional[str]:
     """The module a node belongs to: exporter metadata, else its name's path (None when neither says)."""
+    return _scoped_module(node) or _path_module(node.name or "")
+
+
+def _scoped_module(node) -> Optional[str]:
+    """The module the exporter's name-scopes metadata names (None: none does)."""
     for prop in getattr(node, "metadata_props", ()):
         if prop.key == NAME_SCOPES and prop.value:
             found = _scope_path(prop.value)
             if found:
                 return found
-    name = node.name or ""
+    return None
+
+
+def _path_module(name: str) -> Optional[str]:
+    """The module of a node name written as a path (``/model/layers.0/attn/MatMul`` -> ``model.layers.0.attn``)."""
     if name.startswith("/") and name.count("/") >= 2:
-        parts = [p for p in name.split("/") if p][:-1]
-        return ".".join(parts) or None
+        return ".".join([p for p in name.split("/") if p][:-1]) or None
     return None
 
 
