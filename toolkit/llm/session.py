@@ -207,9 +207,7 @@ class LlmDebugger:
             if self.test_io.logits in res.both_nan:
                 _both_nan(out, k, step, self.rep)
             if res.kind is not None:
-                kv = 0 if ref_cache is None else len(generated) + len(prompt) - 1
-                div = Divergence(k, list(prompt), step, res.kind, [c.name for c in res.failed], res.max_abs_diff(),
-                                 kv, list(generated), list(res.nan_in_test))
+                div = _divergence(k, prompt, step, res, generated, cached=ref_cache is not None)
                 self.rep.prompt_done(k, step + 1, f"diverges at step {step} ({res.kind})")
                 return div, test_feed, ref_feed
             if res.flipped and self._parts_on_tie(k, step, res, out):
@@ -314,6 +312,13 @@ class LlmDebugger:
         if cfg.external_data_dir:
             words += ["--external-data-dir", cfg.external_data_dir]
         return " ".join(shlex.quote(w) for w in words)
+
+
+def _divergence(k: int, prompt: List[int], step: int, res, generated: List[int], cached: bool) -> Divergence:
+    """Prompt ``k`` diverges at ``step`` (``cached``: on a cache of the prompt and the tokens generated so far)."""
+    kv = len(generated) + len(prompt) - 1 if cached else 0
+    return Divergence(k, list(prompt), step, res.kind, [c.name for c in res.failed], res.max_abs_diff(),
+                      kv, list(generated), list(res.nan_in_test))
 
 
 def _both_nan(out: LlmOutcome, prompt: int, step: int, rep: Reporter) -> None:
