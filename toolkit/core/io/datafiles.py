@@ -381,14 +381,7 @@ def _npz_index(npz, path: str) -> Optional[dict]:
 
 def _load_npz(path: str, data: Optional[bytes] = None):
     """Open a .npz data file (``data`` holds the bytes for stdin) and read its index."""
-    if data is not None:
-        source = io.BytesIO(data)
-    elif path == STDIO:
-        source = io.BytesIO(read_bytes(path))
-    else:
-        check_readable_file(path)
-        source = path  # type: ignore[assignment]  # np.load takes a path or a file
-    npz = _open_npz(source, path)
+    npz = _open_npz(_npz_source(path, data), path)
     idx = _npz_index(npz, path)
     members = set(npz.files)
     reader = NpzMembers(npz.zip, npz)
@@ -405,18 +398,30 @@ def _load_npz(path: str, data: Optional[bytes] = None):
     try:
         if idx["kind"] == "inputs":
             return [lazy(_index_field(it, None, dict, "iteration")) for it in _index_field(idx, "iterations", list)]
-        runs = []
-        for run in _index_field(idx, "runs", list):
-            name = _index_field(_index_field(run, None, dict, "run"), "runner_name", str, "run")
-            iters = []
-            for it in _index_field(run, "iterations", list, "run"):
-                it = _index_field(it, None, dict, "iteration")
-                outputs = lazy(_index_field(it, "outputs", dict, "iteration"))
-                iters.append(IterationResult(outputs, _runtime(it.get("runtime"), "iteration"), name))
-            runs.append((name, iters))
-        return RunResults(runs)
+        return RunResults([_npz_run(run, lazy) for run in _index_field(idx, "runs", list)])
     except InputError as exc:
         raise InputError(f"{describe(path)}: corrupt index in .npz data file ({exc.message})") from None
+
+
+def _npz_source(path: str, data: Optional[bytes]):
+    """What np.load reads: ``data`` (stdin's bytes), stdin read now, or the path (checked readable)."""
+    if data is not None:
+        return io.BytesIO(data)
+    if path == STDIO:
+        return io.BytesIO(read_bytes(path))
+    check_readable_file(path)
+    return path  # (np.load takes a path or a file)
+
+
+def _npz_run(run, lazy) -> Tuple[str, List["IterationResult"]]:
+    """One runner's entry of an outputs index: (runner name, its iterations, outputs read lazily)."""
+    name = _index_field(_index_field(run, None, dict, "run"), "runner_name", str, "run")
+    iters = []
+    for it in _index_field(run, "iterations", list, "run"):
+        it = _index_field(it, None, dict, "iteration")
+        outputs = lazy(_index_field(it, "outputs", dict, "iteration"))
+        iters.append(IterationResult(outputs, _runtime(it.get("runtime"), "iteration"), name))
+    return name, iters
 
 
 def _index_field(obj, key: Optional[str], kind: type, where: str = "index"):
