@@ -487,6 +487,20 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
+def _add_iteration_file(part, feeds: list, runs: Dict[str, list], mixed: str) -> None:
+    """One iteration file's feeds or run results, joined to those of the files before it (InputError
+    ``mixed`` when one is a feed and another run results)."""
+    if isinstance(part, RunResults):
+        if feeds:
+            raise InputError(mixed)
+        for runner, iters in part.runs:
+            runs.setdefault(runner, []).extend(iters)
+    else:
+        if runs:
+            raise InputError(mixed)
+        feeds.extend(part)
+
+
 def _load_iteration_folder(path: str):
     """Polygraphy 0.53's per-iteration folder (an extensionless ``--save-inputs``/``--save-outputs``
     path): zero-padded ``0000000000.json``, ``0000000001.json``, ... holding one iteration each
@@ -500,15 +514,7 @@ def _load_iteration_folder(path: str):
     runs: Dict[str, list] = {}
     for name in names:
         part = _load_data_uncached(os.path.join(path, name))
-        if isinstance(part, RunResults):
-            if feeds:
-                raise InputError(f"{path}: mixes inputs and outputs iteration files ({name})")
-            for runner, iters in part.runs:
-                runs.setdefault(runner, []).extend(iters)
-        else:
-            if runs:
-                raise InputError(f"{path}: mixes inputs and outputs iteration files ({name})")
-            feeds.extend(part)
+        _add_iteration_file(part, feeds, runs, f"{path}: mixes inputs and outputs iteration files ({name})")
     if runs:
         return RunResults([(runner, iters) for runner, iters in runs.items()])
     return feeds
