@@ -351,6 +351,11 @@ def _known(meta: TensorMeta) -> tuple:
     return tuple(meta.shape or ())
 
 
+def _is_dynamic(meta: TensorMeta) -> bool:
+    """A network input with a dim not fixed (-1 or a name)."""
+    return any(not isinstance(d, int) for d in _known(meta))
+
+
 def _given_shape(meta: TensorMeta, given) -> Shape:
     """The shape --input-shapes gives a dynamic input, checked against the network's dims."""
     known = _known(meta)
@@ -592,7 +597,7 @@ class EngineBuilder:
         For a shape-tensor input, a profile holds its values (min/opt/max), not its shape.
         A profile is needed whenever an input is dynamic or is a shape tensor.
         """
-        dynamic = [m for m in metas if any(not isinstance(d, int) for d in _known(m)) and m.name not in shape_inputs]
+        dynamic = [m for m in metas if _is_dynamic(m) and m.name not in shape_inputs]
         shape_metas = [m for m in metas if m.name in shape_inputs]
         profiles = [dict(p) for p in self.config.profiles]
         self._check_user_profiles(profiles, metas, shape_inputs)
@@ -684,7 +689,7 @@ class EngineBuilder:
 
         self.calibrator = Calibrator.create(self.trt, self.cudart, metas, self.config, self.notes)
         shapes = self.calibrator.profile_shapes
-        if shapes and any(any(not isinstance(d, int) for d in m.shape or ()) for m in metas):
+        if shapes and any(_is_dynamic(m) for m in metas):
 
             def refused(why: str) -> UsageError:
                 return UsageError(
