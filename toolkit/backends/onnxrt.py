@@ -368,12 +368,7 @@ class OnnxrtRunner(Runner):
             model = parse_model(raw, self.model_path)
         check_inlined_size(model, describe(self.model_path))
         self._low_precision = computes_in_low_precision(model)
-        patch = b""
-        if self.outputs_requested or self.exclude_outputs:
-            names = select_outputs(model, self.outputs_requested, self.exclude_outputs)
-            self._model_outputs = {o.name for o in model.graph.output}
-            patch = outputs_patch(model, names)
-            self._selected = names
+        patch = self._outputs_patch(model) if self.outputs_requested or self.exclude_outputs else b""
         if self.fp16:
             model = self._emulated(model)
             raw, patch = None, b""
@@ -385,6 +380,14 @@ class OnnxrtRunner(Runner):
         if raw is None:
             raw = self._serialized(model)
         return raw + patch if patch else raw
+
+    def _outputs_patch(self, model) -> bytes:
+        """The outputs selected (remembered, with the model's own), as a patch to the model's bytes."""
+        names = select_outputs(model, self.outputs_requested, self.exclude_outputs)
+        self._model_outputs = {o.name for o in model.graph.output}
+        patch = outputs_patch(model, names)
+        self._selected = names
+        return patch
 
     def _outputs_named(self) -> set:
         """The outputs requested by name (not ``mark all``, not a pattern)."""
