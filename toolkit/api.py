@@ -169,13 +169,18 @@ def _runner_options(kind_name: str, options: Mapping[str, Any]) -> RunOptions:
         elif key in shared:
             top[key] = value
         else:
-            owner = f"an option of {others[key]} runners, not of {kind.name}" if key in others else "not an option"
-            names = ", ".join(o.spec or o.field for o in kind.options) or "no options of its own"
-            raise UsageError(
-                f"run: '{key}' is {owner}; {kind.name} takes {names} (and the RunOptions fields every runner "
-                "shares, such as external_data_dir)"
-            )
+            raise _not_an_option(key, kind, others)
     return with_values(dataclasses.replace(RunOptions(""), **top), changes)
+
+
+def _not_an_option(key: str, kind, others: Mapping[str, str]) -> UsageError:
+    """``key`` is no option of runner ``kind`` (perhaps of another's: ``others``, keyword -> kind)."""
+    owner = f"an option of {others[key]} runners, not of {kind.name}" if key in others else "not an option"
+    names = ", ".join(o.spec or o.field for o in kind.options) or "no options of its own"
+    return UsageError(
+        f"run: '{key}' is {owner}; {kind.name} takes {names} (and the RunOptions fields every runner "
+        "shares, such as external_data_dir)"
+    )
 
 
 def _keywords(kind) -> Dict[str, RunnerOption]:

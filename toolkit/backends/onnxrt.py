@@ -170,22 +170,27 @@ def resolve_providers(names: Optional[Sequence[str]]) -> List[str]:
     available = list(ort.get_available_providers())
     if not names:
         return ["CPUExecutionProvider"]
-    by_lower = {p.lower(): p for p in available}
     out: List[str] = []
     for raw in names:
-        for name in (n for n in raw.replace("+", ",").split(",") if n.strip()):
-            key = name.strip().lower()
-            full = PROVIDER_ALIASES.get(key, None)
-            if full is None:
-                full = by_lower.get(key) or by_lower.get(key + "executionprovider") or name.strip()
-            if full not in available:
-                raise DependencyError(
-                    f"ONNX-Runtime execution provider '{name.strip()}' is not available in this installation; "
-                    f"available: {', '.join(available)}"
-                )
+        for name in provider_list(raw):
+            full = _provider_name(name.strip(), available)
             if full not in out:
                 out.append(full)
     return out
+
+
+def _provider_name(name: str, available: Sequence[str]) -> str:
+    """ONNX-Runtime's name of provider ``name`` (an alias, any case, with or without
+    ``ExecutionProvider``); DependencyError when this installation lacks it."""
+    key = name.lower()
+    by_lower = {p.lower(): p for p in available}
+    full = PROVIDER_ALIASES.get(key) or by_lower.get(key) or by_lower.get(key + "executionprovider") or name
+    if full not in available:
+        raise DependencyError(
+            f"ONNX-Runtime execution provider '{name}' is not available in this installation; "
+            f"available: {', '.join(available)}"
+        )
+    return full
 
 
 def ort_type_to_dtype(type_str: str) -> Optional[str]:
@@ -352,12 +357,9 @@ class OnnxrtRunner(Runner):
         self._selected = None
         self._model_outputs: set = set()  # the model's own outputs (known where the model is parsed)
         self._low_precision: Optional[bool] = None  # the model computes in fp16/bf16 (None: not looked at)
-        if not self._needs_onnx():
-            if not (os.path.isfile(self.model_path) and os.access(self.model_path, os.R_OK)):
-                check_readable_file(self.model_path)
-            if self.external_data_dir is None:
-                check_model_file(self.model_path)  # (local functions that inline to too many nodes)
-                return self.model_path
+        path = self._path_as_is()
+        if path is not None:
+            return path
         if self.model is not None:
             model = self.model
             raw = None
@@ -366,12 +368,7 @@ class OnnxrtRunner(Runner):
             model = parse_model(raw, self.model_path)
         check_inlined_size(model, describe(self.model_path))
         self._low_precision = computes_in_low_precision(model)
-        patch = b""
-        if self.outputs_requested or self.exclude_outputs:
-            names = select_outputs(model, self.outputs_requested, self.exclude_outputs)
-            self._model_outputs = {o.name for o in model.graph.output}
-            patch = outputs_patch(model, names)
-            self._selected = names
+        patch = self._outputs_patch(model) if self.outputs_requested or self.exclude_outputs else b""
         if self.fp16:
             model = self._emulated(model)
             raw, patch = None, b""
@@ -381,25 +378,60 @@ class OnnxrtRunner(Runner):
                 raise InputError(f"{base}: external data folder does not exist")
             so.add_session_config_entry(EXTERNAL_DIR_KEY, base)
         if raw is None:
-            from google.protobuf.message import EncodeError
-
-            try:
-                raw = model.SerializeToString()
-            except LIBRARY_ERRORS + (EncodeError,) as exc:  # over protobuf's 2 GB limit
-                raise InputError(
-                    f"{describe(self.model_path)}: cannot serialize the model ({exc}); "
-                    "save it with external data first"
-                ) from None
+            raw = self._serialized(model)
         return raw + patch if patch else raw
+
+    def _outputs_patch(self, model) -> bytes:
+        """The outputs selected (remembered, with the model's own), as a patch to the model's bytes."""
+        names = select_outputs(model, self.outputs_requested, self.exclude_outputs)
+        self._model_outputs = {o.name for o in model.graph.output}
+        patch = outputs_patch(model, names)
+        self._selected = names
+        return patch
+
+    def _outputs_named(self) -> set:
+        """The outputs requested by name (not ``mark all``, not a pattern)."""
+        return {w for w in self.outputs_requested if w not in ("mark", "all") and not any(c in w for c in "*?[")}
+
+    def _path_as_is(self) -> Optional[str]:
+        """The model's path, when ONNX-Runtime loads the file itself (no model to change, weights beside it)."""
+        if self._needs_onnx():
+            return None
+        if not (os.path.isfile(self.model_path) and os.access(self.model_path, os.R_OK)):
+            check_readable_file(self.model_path)
+        if self.external_data_dir is not None:
+            return None
+        check_model_file(self.model_path)  # (local functions that inline to too many nodes)
+        return self.model_path
+
+    def _serialized(self, model) -> bytes:
+        from google.protobuf.message import EncodeError
+
+        try:
+            return model.SerializeToString()
+        except LIBRARY_ERRORS + (EncodeError,) as exc:  # over protobuf's 2 GB limit
+            raise InputError(
+                f"{describe(self.model_path)}: cannot serialize the model ({exc}); "
+                "save it with external data first"
+            ) from None
 
     def _activate(self) -> None:
         ort = _import_ort()
         self.providers = resolve_providers(self.providers_requested)
         so = self._session_options(ort)
-        source = self._model_source(so)
+        sess = self._open_session(ort, so, self._model_source(so))
+        self._session = sess
+        self._note_cpu_low_precision()
+        self._inputs = [
+            TensorMeta(arg.name, _shape_of(arg.shape), ort_type_to_dtype(arg.type)) for arg in sess.get_inputs()
+        ]
+        self._output_names = self._returned_outputs(sess)
+
+    def _open_session(self, ort, so, source):
+        """The InferenceSession of ``source`` (InputError when ONNX-Runtime cannot load it)."""
         try:
             with routed_logs():  # (in a helper thread: a signal still ends a session creation that takes long)
-                sess = interruptible(ort.InferenceSession, source, sess_options=so, providers=self.providers)
+                return interruptible(ort.InferenceSession, source, sess_options=so, providers=self.providers)
         except ort_errors() as exc:
             if self.fp16:
                 self._blame_emulation(ort, so, exc)
@@ -409,14 +441,13 @@ class OnnxrtRunner(Runner):
             ) from None
         finally:
             del source
-        self._session = sess
-        self._note_cpu_low_precision()
-        self._inputs = [
-            TensorMeta(arg.name, _shape_of(arg.shape), ort_type_to_dtype(arg.type)) for arg in sess.get_inputs()
-        ]
+
+    def _returned_outputs(self, sess) -> List[str]:
+        """The outputs ``run`` returns: those selected (else all) that are tensors. A non-tensor output
+        named, or one of the model's own, is refused (as a plain run refuses it); others are skipped."""
         types = {arg.name: arg.type for arg in sess.get_outputs()}
         wanted = self._selected if self._selected is not None else list(types)
-        explicit = {w for w in self.outputs_requested if w not in ("mark", "all") and not any(c in w for c in "*?[")}
+        explicit = self._outputs_named()
         names: List[str] = []
         skipped: List[str] = []
         for name in wanted:
@@ -424,20 +455,19 @@ class OnnxrtRunner(Runner):
             if typ is None:
                 self._session = None
                 raise InputError(f"ONNX-Runtime does not offer '{name}' as an output of the model")
-            if ort_type_to_dtype(typ) is None:
-                # a model output is refused as a plain run refuses it, also when a pattern chose it
-                if name in explicit or not self.outputs_requested or name in self._model_outputs:
-                    self._session = None
-                    raise InputError(
-                        f"output '{name}' has type {typ}, which is not a tensor; "
-                        "toolkit can only return and compare tensors (use --onnx-exclude-outputs)"
-                    )
+            if ort_type_to_dtype(typ) is not None:
+                names.append(name)
+            elif name in explicit or not self.outputs_requested or name in self._model_outputs:
+                self._session = None
+                raise InputError(
+                    f"output '{name}' has type {typ}, which is not a tensor; "
+                    "toolkit can only return and compare tensors (use --onnx-exclude-outputs)"
+                )
+            else:
                 skipped.append(name)
-                continue
-            names.append(name)
         if skipped:
             self.notes.append(f"not returning {len(skipped)} non-tensor output(s): {', '.join(skipped)}")
-        self._output_names = names
+        return names
 
     def _note_cpu_low_precision(self) -> None:
         """A model computing in float16/bfloat16 on the CPU provider: ONNX-Runtime runs the nodes it

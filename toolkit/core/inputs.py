@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -30,6 +30,7 @@ from toolkit.core.meta import (
     dtype_to_numpy,
     format_meta,
     format_shape,
+    is_bracketed,
     parse_named_values,
 )
 
@@ -54,7 +55,7 @@ def guessed_shapes(notes) -> list:
 
 def _parse_range(text: str) -> Tuple[float, float]:
     s = text.strip()
-    if (s.startswith("[") and s.endswith("]")) or (s.startswith("(") and s.endswith(")")):
+    if is_bracketed(s):
         s = s[1:-1]
     parts = [p.strip() for p in s.split(",")]
     if len(parts) != 2 or not all(re.fullmatch(_NUM, p, flags=re.IGNORECASE) for p in parts):
@@ -112,54 +113,64 @@ def resolve_shape(
 ) -> Tuple[Tuple[int, ...], List[str]]:
     """The concrete shape to generate for an input, and notes about dims that were guessed
     (``named``: values of symbolic dims set through other inputs, see :func:`named_dims`)."""
-    notes: List[str] = []
     if meta.name in overrides:
-        shape = overrides[meta.name]
-        if shape is None or any(not isinstance(d, int) or d < 0 for d in shape):
-            raise UsageError(
-                f"--input-shapes for '{meta.name}' must be concrete, e.g. {meta.name}:[1,3,224,224], "
-                f"got {format_shape(shape)}"
-            )
-        # one rule: text that is no shape is a usage error (exit 2); a shape that does not fit
-        # the model (unknown name, wrong rank, a fixed dim contradicted) is a model mismatch (exit 3)
-        if meta.shape is not None:
-            if len(meta.shape) != len(shape):
-                raise InputError(
-                    f"--input-shapes gives '{meta.name}' rank {len(shape)} {format_shape(shape)}, "
-                    f"but the model's input has rank {len(meta.shape)} {format_shape(meta.shape)}"
-                )
-            for got, want in zip(shape, meta.shape):
-                if isinstance(want, int) and want >= 0 and got != want:
-                    raise InputError(
-                        f"--input-shapes gives '{meta.name}' shape {format_shape(shape)}, "
-                        f"but the model fixes it to {format_shape(meta.shape)}"
-                    )
-        return tuple(int(d) for d in shape), notes
+        return _given_shape(meta, overrides[meta.name]), []
     if meta.shape is None:
         raise InputError(
             f"input '{meta.name}' has an unknown rank; give its shape with --input-shapes {meta.name}:[...]"
         )
+    return _chosen_shape(meta, meta.shape, named or {})
+
+
+def _given_shape(meta: TensorMeta, shape) -> Tuple[int, ...]:
+    """The shape --input-shapes gives input ``meta``, checked against the model's."""
+    if shape is None or any(not isinstance(d, int) or d < 0 for d in shape):
+        raise UsageError(
+            f"--input-shapes for '{meta.name}' must be concrete, e.g. {meta.name}:[1,3,224,224], "
+            f"got {format_shape(shape)}"
+        )
+    # one rule: text that is no shape is a usage error (exit 2); a shape that does not fit
+    # the model (unknown name, wrong rank, a fixed dim contradicted) is a model mismatch (exit 3)
+    if meta.shape is None:
+        return tuple(int(d) for d in shape)
+    if len(meta.shape) != len(shape):
+        raise InputError(
+            f"--input-shapes gives '{meta.name}' rank {len(shape)} {format_shape(shape)}, "
+            f"but the model's input has rank {len(meta.shape)} {format_shape(meta.shape)}"
+        )
+    for got, want in zip(shape, meta.shape):
+        if isinstance(want, int) and want >= 0 and got != want:
+            raise InputError(
+                f"--input-shapes gives '{meta.name}' shape {format_shape(shape)}, "
+                f"but the model fixes it to {format_shape(meta.shape)}"
+            )
+    return tuple(int(d) for d in shape)
+
+
+def _chosen_shape(meta: TensorMeta, shape: tuple, named: Mapping[str, Tuple[int, str]]) -> Tuple[Tuple[int, ...], List[str]]:
+    """A shape for input ``meta`` of known rank: its fixed dims, symbolic dims set through other
+    inputs (``named``), and DEFAULT_DIM for the rest; with a note saying what was chosen."""
     dims = []
     guessed = False
     shared = []
-    for d in meta.shape:
+    for d in shape:
         if isinstance(d, int) and d >= 0:  # (exporters write -1 for a dynamic dim: PaddlePaddle does)
             dims.append(d)
-        elif named and isinstance(d, str) and d in named:
+        elif isinstance(d, str) and d in named:
             dims.append(named[d][0])
             shared.append(f"'{d}' = {named[d][0]} as in {named[d][1]}")
         else:
             dims.append(DEFAULT_DIM)
             guessed = True
     if guessed:
-        dynamic = tuple(d if isinstance(d, int) and d >= 0 else None for d in meta.shape)  # (one spelling: ?)
-        notes.append(
+        dynamic = tuple(d if isinstance(d, int) and d >= 0 else None for d in shape)  # (one spelling: ?)
+        return tuple(dims), [
             f"input '{meta.name}' {GUESSED_NOTE} {format_shape(dynamic)}; using {format_shape(tuple(dims))} "
             f"(set it with --input-shapes {meta.name}:[...])"
-        )
-    elif shared:
-        notes.append(f"input '{meta.name}': using {format_shape(tuple(dims))} ({', '.join(shared)})")
-    return tuple(dims), notes
+        ]
+    if shared:
+        return tuple(dims), [f"input '{meta.name}': using {format_shape(tuple(dims))} ({', '.join(shared)})"]
+    return tuple(dims), []
 
 
 def _format_bytes(n: int) -> str:
@@ -208,18 +219,28 @@ def _generate_one(rng, shape, dtype_name: Optional[str], lo: float, hi: float, n
         raise InputError(f"input '{name}' is a string tensor; toolkit cannot generate strings, load them with --load-inputs")
     dt = dtype_to_numpy(dtype_name)
     if dt == np.bool_ or np.issubdtype(dt, np.integer):
-        if dt == np.bool_:
-            ilo, ihi = int(bool(lo)), int(bool(hi))
-        else:
-            info = np.iinfo(dt)
-            ilo = int(lo) if math.isfinite(lo) else (int(info.min) if lo < 0 else int(info.max))
-            ihi = int(hi) if math.isfinite(hi) else (int(info.max) if hi > 0 else int(info.min))
-            ilo = min(max(ilo, int(info.min)), int(info.max))  # the reference fails outside the dtype's range
-            ihi = min(max(ihi, int(info.min)), int(info.max))
+        ilo, ihi = _integer_bounds(dt, lo, hi)
         if ihi < ilo:
             raise UsageError(f"--val-range for input '{name}' is empty for its dtype {dtype_name}: [{lo}, {hi}]")
         # numpy takes an exclusive high bound up to the dtype's maximum + 1
         return np.asarray(rng.randint(ilo, ihi + 1, size=shape, dtype=dt))
+    return _random_floats(rng, shape, dt, lo, hi, name)
+
+
+def _integer_bounds(dt, lo: float, hi: float) -> Tuple[int, int]:
+    """The inclusive bounds integers (or bools) of ``dt`` are drawn between for the range [lo, hi]:
+    infinities at the dtype's ends, everything inside the dtype's range."""
+    if dt == np.bool_:
+        return int(bool(lo)), int(bool(hi))
+    info = np.iinfo(dt)
+    ilo = int(lo) if math.isfinite(lo) else (int(info.min) if lo < 0 else int(info.max))
+    ihi = int(hi) if math.isfinite(hi) else (int(info.max) if hi > 0 else int(info.min))
+    ilo = min(max(ilo, int(info.min)), int(info.max))  # the reference fails outside the dtype's range
+    ihi = min(max(ihi, int(info.min)), int(info.max))
+    return ilo, ihi
+
+
+def _random_floats(rng, shape, dt, lo: float, hi: float, name: str):
     if math.isnan(lo) or math.isnan(hi):
         raise UsageError(f"--val-range for input '{name}' holds NaN")
     scale, shift = hi - lo, lo
@@ -331,21 +352,27 @@ def select_feed(
     fractions into integers, overflow to infinity) stays an InputError.
     """
 
-    out: Dict[str, object] = {}
+    keys = _feed_keys(feed, metas, source, iteration, notes)
+    return {meta.name: _checked_input(feed, keys[meta.name], meta, source, iteration, notes) for meta in metas}
+
+
+def _feed_keys(feed: Mapping, metas: Sequence[TensorMeta], source: str, iteration: int,
+               notes: Optional[List[str]]) -> Dict[str, str]:
+    """Model input name -> the feed's key for it (the same name, or one differing only in case);
+    InputError naming the inputs the feed lacks."""
     keys = {m.name: m.name for m in metas if m.name in feed}
+    names = {m.name for m in metas}
     missing = []
     for m in metas:
         if m.name in keys:
             continue
-        folded = [k for k in feed if isinstance(k, str) and k.lower() == m.name.lower()]
-        if len(folded) == 1 and folded[0] not in {mm.name for mm in metas}:
-            keys[m.name] = folded[0]
-            if notes is not None:
-                notes.append(
-                    f"{source}: tensor '{folded[0]}' is used for model input '{m.name}' (the names differ only in case)"
-                )
-        else:
+        key = _same_but_case(feed, m.name, names)
+        if key is None:
             missing.append(m.name)
+            continue
+        keys[m.name] = key
+        if notes is not None:
+            notes.append(f"{source}: tensor '{key}' is used for model input '{m.name}' (the names differ only in case)")
     if missing:
         have = list(feed)
         shown = ", ".join(have[:8]) + (f", ... ({len(have)} in all)" if len(have) > 8 else "")
@@ -353,22 +380,51 @@ def select_feed(
             f"{source}: iteration {iteration} has no tensor for model input(s) {', '.join(missing)}"
             f" (it has: {shown or 'nothing'})"
         )
-    for meta in metas:
-        early = tensor_header(feed, keys[meta.name])  # (from an .npy header: before any payload is read)
-        if early is not None and not _shape_matches(early, meta.shape):
-            raise _shape_mismatch(source, iteration, meta, early)
-        arr = feed[keys[meta.name]]
-        if not isinstance(arr, np.ndarray):
-            arr = np.asarray(arr)
-        if not arr.dtype.isnative:  # (runtimes read the buffer as native: big-endian data would be garbage)
-            arr = arr.astype(arr.dtype.newbyteorder("="))
-        got_dtype = dtype_from_numpy(arr.dtype)
-        if meta.dtype is not None and got_dtype != meta.dtype:
-            arr = _cast_preserving(arr, meta, got_dtype, source, iteration, notes)
-        if not _shape_matches(tuple(arr.shape), meta.shape):
-            raise _shape_mismatch(source, iteration, meta, tuple(arr.shape))
-        out[meta.name] = arr
-    return out
+    return keys
+
+
+def _same_but_case(feed: Mapping, name: str, names: Set[str]) -> Optional[str]:
+    """The one key of ``feed`` that differs from ``name`` only in case (and is no other input's name)."""
+    folded = [k for k in feed if isinstance(k, str) and k.lower() == name.lower()]
+    return folded[0] if len(folded) == 1 and folded[0] not in names else None
+
+
+def _checked_input(feed: Mapping, key: str, meta: TensorMeta, source: str, iteration: int,
+                   notes: Optional[List[str]]):
+    """The feed's array ``key`` for input ``meta``: native byte order, cast where values survive it,
+    of a shape the model takes (InputError otherwise)."""
+    early = tensor_header(feed, key)  # (from an .npy header: before any payload is read)
+    if early is not None and not _shape_matches(early, meta.shape):
+        raise _shape_mismatch(source, iteration, meta, early)
+    arr = feed[key]
+    if not isinstance(arr, np.ndarray):
+        arr = np.asarray(arr)
+    if not arr.dtype.isnative:  # (runtimes read the buffer as native: big-endian data would be garbage)
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    got_dtype = dtype_from_numpy(arr.dtype)
+    if meta.dtype is not None and got_dtype != meta.dtype:
+        arr = _cast_preserving(arr, meta, got_dtype, source, iteration, notes)
+    if not _shape_matches(tuple(arr.shape), meta.shape):
+        raise _shape_mismatch(source, iteration, meta, tuple(arr.shape))
+    return arr
+
+
+def _cast_loss(arr, cast) -> str:
+    """What casting ``arr`` into ``cast`` (both numeric) would do to its values ('' when it keeps them)."""
+    src = arr.dtype
+    if cast.dtype.kind == "f":
+        finite = np.isfinite(arr) if src.kind == "f" else np.ones(arr.shape, bool)
+        if np.any(finite & ~np.isfinite(cast)):
+            return "overflow to infinity"
+        if src.kind in "iu" and not np.array_equal(cast.astype(src), arr):
+            return "round integers that do not fit"
+        return ""
+    # integer or bool target: every value must come back exactly
+    if src.kind == "f" and not np.all(np.isfinite(arr)):
+        return "turn NaN or infinity into an integer"
+    if not np.array_equal(cast.astype(src), arr):
+        return "change values (fractions, or integers out of its range)"
+    return ""
 
 
 def _shape_mismatch(source: str, iteration: int, meta: TensorMeta, shape: tuple) -> InputError:
@@ -397,18 +453,9 @@ def _cast_preserving(arr, meta: TensorMeta, got_dtype: str, source: str, iterati
         refuse("not be possible")
     with np.errstate(all="ignore"):
         cast = arr.astype(target)
-        if target.kind == "f":
-            finite = np.isfinite(arr) if src.kind == "f" else np.ones(arr.shape, bool)
-            if np.any(finite & ~np.isfinite(cast)):
-                refuse("overflow to infinity")
-            if src.kind in "iu" and not np.array_equal(cast.astype(src), arr):
-                refuse("round integers that do not fit")
-        else:  # integer or bool target: every value must come back exactly
-            if src.kind == "f" and not np.all(np.isfinite(arr)):
-                refuse("turn NaN or infinity into an integer")
-            back = cast.astype(src)
-            if not np.array_equal(back, arr):
-                refuse("change values (fractions, or integers out of its range)")
+        loss = _cast_loss(arr, cast)
+    if loss:
+        refuse(loss)
     if notes is not None:
         notes.append(f"{source}: input '{meta.name}' is {got_dtype}; cast to {meta.dtype}, as the model expects")
     return cast

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, Optional, Sequence, Tuple, TypeVar, Union
+from typing import Callable, Dict, Iterable, List, Optional, Sequence, Set, Tuple, TypeVar, Union
 
 from toolkit.core.errors import UsageError
 
@@ -194,6 +194,11 @@ def _parse_dim(tok: str, spec: str) -> Dim:
     raise UsageError(f"bad dimension '{tok}' in shape '{spec}'; dims are integers, names or '?'")
 
 
+def is_bracketed(s: str) -> bool:
+    """``s`` is enclosed in ``[...]`` or ``(...)``."""
+    return (s.startswith("[") and s.endswith("]")) or (s.startswith("(") and s.endswith(")"))
+
+
 def parse_shape(text: str) -> Shape:
     """Parse ``[1,3,224,224]``, ``(1,3)``, ``1x3x224x224``, ``1,3,224,224``, ``[]`` or ``auto``.
 
@@ -202,12 +207,10 @@ def parse_shape(text: str) -> Shape:
     s = text.strip()
     if s.lower() == AUTO:
         return None
-    if (s.startswith("[") and s.endswith("]")) or (s.startswith("(") and s.endswith(")")):
+    if is_bracketed(s):
         inner = s[1:-1].strip()
-        if not inner:
-            return ()
-        return tuple(_parse_dim(t, text) for t in inner.split(","))
-    if "[" in s or "]" in s or "(" in s or ")" in s:
+        return tuple(_parse_dim(t, text) for t in inner.split(",")) if inner else ()
+    if any(c in s for c in "[]()"):
         raise UsageError(f"unbalanced brackets in shape '{text}'; write e.g. [1,3,224,224]")
     if "," in s:
         return tuple(_parse_dim(t, text) for t in s.split(","))
@@ -257,19 +260,8 @@ def parse_tensor_spec(
     names = set(known_names or ())
     if spec in names:
         return TensorMeta(spec)
-    rest = spec
-    dtype: Optional[str] = None
-    shape: Shape = None
-    head, tail = _split_last_colon(rest)
-    if tail is not None and allow_dtype and (is_dtype_name(tail) or tail.lower() == AUTO):
-        dtype = None if tail.lower() == AUTO else normalize_dtype(tail)
-        rest = head
-        head, tail = _split_last_colon(rest)
-    if tail is not None and allow_shape and rest not in names and _looks_like_shape(tail):
-        shape = parse_shape(tail)
-        rest = head
-    elif tail is not None and not allow_shape and tail.startswith(("[", "(")):
-        raise UsageError(f"'{spec}': a shape is not accepted here; write name or name:dtype")
+    rest, dtype = _take_dtype(spec, allow_dtype)
+    rest, shape = _take_shape(spec, rest, names, allow_shape)
     if rest.count("[") != rest.count("]") and rest not in names:
         raise UsageError(f"unbalanced brackets in '{spec}'; write e.g. x:[1,3,224,224]:float32")
     if not rest:
@@ -277,6 +269,30 @@ def parse_tensor_spec(
     if names and rest not in names:
         _raise_if_malformed_suffix(spec, names, allow_shape, allow_dtype)
     return TensorMeta(rest, shape, dtype)
+
+
+def _take_dtype(spec: str, allow_dtype: bool) -> Tuple[str, Optional[str]]:
+    """(the rest, the dtype): a last ``:dtype`` (or ``:auto``, no dtype) taken off ``spec``."""
+    head, tail = _split_last_colon(spec)
+    if tail is None or not allow_dtype:
+        return spec, None
+    if tail.lower() == AUTO:
+        return head, None
+    if is_dtype_name(tail):
+        return head, normalize_dtype(tail)
+    return spec, None
+
+
+def _take_shape(spec: str, rest: str, names: Set[str], allow_shape: bool) -> Tuple[str, Shape]:
+    """(the rest, the shape): a last ``:shape`` taken off ``rest`` (unless ``rest`` is a known name)."""
+    head, tail = _split_last_colon(rest)
+    if tail is None:
+        return rest, None
+    if allow_shape and rest not in names and _looks_like_shape(tail):
+        return head, parse_shape(tail)
+    if not allow_shape and tail.startswith(("[", "(")):
+        raise UsageError(f"'{spec}': a shape is not accepted here; write name or name:dtype")
+    return rest, None
 
 
 def _raise_if_malformed_suffix(spec: str, names, allow_shape: bool, allow_dtype: bool) -> None:
@@ -290,13 +306,17 @@ def _raise_if_malformed_suffix(spec: str, names, allow_shape: bool, allow_dtype:
     last = suffix if last is None else last
     if allow_dtype and not _looks_like_shape(last) and not is_dtype_name(last):
         normalize_dtype(last)  # raises: unknown dtype, with the list of known ones
-    if allow_shape and allow_dtype:
-        form = f"{name}:[1,3,224,224]:float32, {name}:auto:auto or {name}:float32"
-    elif allow_shape:
-        form = f"{name}:[1,3,224,224]"
-    else:
-        form = f"{name}:float32"
+    form = _SPEC_FORMS[(bool(allow_shape), bool(allow_dtype))].format(name=name)
     raise UsageError(f"cannot read '{suffix}' in '{spec}' as a shape or dtype of '{name}'; write e.g. {form}")
+
+
+# (shape accepted, dtype accepted) -> the spellings an error suggests
+_SPEC_FORMS = {
+    (True, True): "{name}:[1,3,224,224]:float32, {name}:auto:auto or {name}:float32",
+    (True, False): "{name}:[1,3,224,224]",
+    (False, True): "{name}:float32",
+    (False, False): "{name}:float32",
+}
 
 
 def parse_shape_specs(specs: Sequence[str]) -> dict:
@@ -305,21 +325,26 @@ def parse_shape_specs(specs: Sequence[str]) -> dict:
     for spec in specs or ():
         head, tail = _split_last_colon(spec)
         if tail is None:
-            m = re.fullmatch(r"(.+?)\s*=\s*\[?([\dx,\s?-]+)\]?", spec)
-            if m and re.search(r"\d", m.group(2)):
-                raise UsageError(
-                    f"'{spec}': the separator between name and shape is ':', not '='; write "
-                    f"{m.group(1)}:{m.group(2).strip()}"
-                )
-        if tail is not None and is_dtype_name(tail) and _split_last_colon(head)[1] is not None:
-            raise UsageError(f"'{spec}': a dtype is not accepted here; write name:shape, e.g. {head}")
-        if tail is not None:
+            _raise_if_equals_sign(spec)
+        else:
+            if is_dtype_name(tail) and _split_last_colon(head)[1] is not None:
+                raise UsageError(f"'{spec}': a dtype is not accepted here; write name:shape, e.g. {head}")
             _raise_if_bad_dim(spec, head, tail)
         meta = parse_tensor_spec(spec, allow_dtype=False)
         if tail is None or meta.shape is None:
             raise UsageError(f"'{spec}' needs a shape; write e.g. {meta.name}:[1,3,224,224]")
         out[meta.name] = meta.shape
     return out
+
+
+def _raise_if_equals_sign(spec: str) -> None:
+    """``x=[1,3]``: the separator written as '='."""
+    m = re.fullmatch(r"(.+?)\s*=\s*\[?([\dx,\s?-]+)\]?", spec)
+    if m and re.search(r"\d", m.group(2)):
+        raise UsageError(
+            f"'{spec}': the separator between name and shape is ':', not '='; write "
+            f"{m.group(1)}:{m.group(2).strip()}"
+        )
 
 
 _LOOKALIKE = str.maketrans({"O": "0", "o": "0", "l": "1", "I": "1"})
@@ -336,14 +361,21 @@ def _raise_if_bad_dim(spec: str, name: str, text: str) -> None:
     for k, dim in enumerate(dims):
         if dim.isdigit() or dim in ("-1", "?") or not any(c.isdigit() for c in dim):
             continue
-        fixed = dim.translate(_LOOKALIKE)
-        hint = f" (a letter for a digit? {fixed})" if fixed.isdigit() else ""
-        sep = "," if bracketed else "x"
-        example = sep.join(fixed if j == k and fixed.isdigit() else d for j, d in enumerate(dims))
-        example = (f"[{example}]" if bracketed else example) if fixed.isdigit() else "[1,3,224,224]"
-        raise UsageError(
-            f"'{spec}': dimension {k + 1} of the shape, '{dim}', is not a number{hint}; write e.g. {name}:{example}"
-        )
+        raise _mistyped_dim(spec, name, dims, k, bracketed)
+
+
+def _mistyped_dim(spec: str, name: str, dims: List[str], k: int, bracketed: bool) -> UsageError:
+    """Dimension ``k`` of ``dims`` is no number: say so, with the number it may have meant."""
+    dim = dims[k]
+    fixed = dim.translate(_LOOKALIKE)
+    hint, example = "", "[1,3,224,224]"
+    if fixed.isdigit():
+        hint = f" (a letter for a digit? {fixed})"
+        example = ("," if bracketed else "x").join(fixed if j == k else d for j, d in enumerate(dims))
+        example = f"[{example}]" if bracketed else example
+    return UsageError(
+        f"'{spec}': dimension {k + 1} of the shape, '{dim}', is not a number{hint}; write e.g. {name}:{example}"
+    )
 
 
 def parse_named_values(

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set
 
 import numpy as np
 import onnx
@@ -150,43 +150,49 @@ def override_input_shapes(model, input_shapes: Mapping[str, Sequence], *, inplac
     """
     if not input_shapes:
         return model if inplace else _copy(model)
-    g = model.graph
-    inits = {t.name for t in g.initializer}
-    inputs = {vi.name: vi for vi in g.input if vi.name not in inits}
+    inits = {t.name for t in model.graph.initializer}
+    inputs = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
     for name, shape in input_shapes.items():
-        if name not in inputs:
-            known = ", ".join(inputs) or "(none)"
-            raise InputError(f"'{name}' is not an input of the model; its inputs are: {known}")
-        if shape is None:
-            raise InputError(f"input '{name}': a shape is needed, e.g. {name}:[1,3,224,224]")
-        vi = inputs[name]
-        if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
-            rank = len(vi.type.tensor_type.shape.dim)
-            if rank != len(shape):
-                raise InputError(
-                    f"input '{name}' has rank {rank} but the shape given, {format_spec_shape(tuple(shape))}, "
-                    f"has rank {len(shape)}"
-                )
-        if vi.type.WhichOneof("value") not in (None, "tensor_type"):
-            raise InputError(f"input '{name}' is not a tensor; its shape cannot be set")
+        _check_input_shape(inputs, name, shape)
     out = model if inplace else _copy(model)
     g = out.graph
     for vi in g.input:
-        if vi.name not in input_shapes or vi.name in inits:
-            continue
-        shape = input_shapes[vi.name]
-        tt = vi.type.tensor_type
-        tt.ClearField("shape")
-        tshape = tt.shape
-        tshape.SetInParent()
-        for d in shape:
-            dim = tshape.dim.add()
-            if isinstance(d, int) and d >= 0:
-                dim.dim_value = int(d)
-            elif isinstance(d, str) and d:
-                dim.dim_param = d
+        if vi.name in input_shapes and vi.name not in inits:
+            _set_shape(vi.type.tensor_type, input_shapes[vi.name])
     del g.value_info[:]
     return out
+
+
+def _check_input_shape(inputs: Mapping[str, Any], name: str, shape: Optional[Sequence]) -> None:
+    """InputError unless ``shape`` can be set on graph input ``name`` (of ``inputs``)."""
+    if name not in inputs:
+        known = ", ".join(inputs) or "(none)"
+        raise InputError(f"'{name}' is not an input of the model; its inputs are: {known}")
+    if shape is None:
+        raise InputError(f"input '{name}': a shape is needed, e.g. {name}:[1,3,224,224]")
+    vi = inputs[name]
+    if vi.type.HasField("tensor_type") and vi.type.tensor_type.HasField("shape"):
+        rank = len(vi.type.tensor_type.shape.dim)
+        if rank != len(shape):
+            raise InputError(
+                f"input '{name}' has rank {rank} but the shape given, {format_spec_shape(tuple(shape))}, "
+                f"has rank {len(shape)}"
+            )
+    if vi.type.WhichOneof("value") not in (None, "tensor_type"):
+        raise InputError(f"input '{name}' is not a tensor; its shape cannot be set")
+
+
+def _set_shape(tt, shape: Sequence) -> None:
+    """``shape`` into tensor type ``tt``: ints as values, names as parameters, anything else unknown."""
+    tt.ClearField("shape")
+    tshape = tt.shape
+    tshape.SetInParent()
+    for d in shape:
+        dim = tshape.dim.add()
+        if isinstance(d, int) and d >= 0:
+            dim.dim_value = int(d)
+        elif isinstance(d, str) and d:
+            dim.dim_param = d
 
 
 def _copy(model):
@@ -296,53 +302,61 @@ def infer_tensor_meta(
     work = light_copy(model)
     if input_shapes:
         override_input_shapes(work, dict(input_shapes), inplace=True)
-
-    metas: Dict[str, TensorMeta] = {}
     all_names = top_tensor_names(work)
-    if not force_fallback:
-        from toolkit.core.io.model import infer_shapes
-
-        inferred = infer_shapes(work, data_prop=True)
-        metas = collect_inferred(inferred)
-        del inferred
-    else:
-        metas = collect_inferred(work)
-
+    metas = collect_inferred(work) if force_fallback else _inferred_metas(work)
     wanted = list(names) if names is not None else all_names
-    need_missing = [n for n in wanted if _is_missing(metas.get(n))]
-    need_partial = [n for n in wanted if not _is_missing(metas.get(n)) and not is_complete(metas.get(n))]
-
-    run_fallback = fallback and (force_fallback or need_missing or need_partial)
-    if run_fallback:
-        dynamic = _unfixed_inputs(work)
-        must = force_fallback or bool(need_missing)
-        if dynamic:
-            if must:
-                name, shape = dynamic[0]
-                why = "to run ONNX-Runtime for shapes" if force_fallback else (
-                    f"to find the shape of '{need_missing[0]}' by running ONNX-Runtime"
-                )
-                raise InputError(
-                    f"input '{name}' has a dynamic shape {format_spec_shape(shape)}; give it {why} with "
-                    f"--model-input-shapes {name}:[...]"
-                )
-        else:
-            try:
-                found = _run_for_shapes(model, work, input_shapes, external_data_dir, feed)
-            except InputError:
-                if must:
-                    raise
-                found = {}
-            for name, meta in found.items():
-                old = metas.get(name)
-                if force_fallback or old is None or not is_complete(old):
-                    metas[name] = meta
-
+    if fallback:
+        _fill_by_running(model, work, metas, wanted, force_fallback, input_shapes, external_data_dir, feed)
     # Every tensor of the top graph appears in the result.
-    result: Dict[str, TensorMeta] = {}
-    for name in all_names:
-        result[name] = metas.get(name) or TensorMeta(name)
-    return result
+    return {name: metas.get(name) or TensorMeta(name) for name in all_names}
+
+
+def _inferred_metas(work) -> Dict[str, TensorMeta]:
+    """What ONNX shape inference (with data propagation) says of ``work``'s tensors."""
+    from toolkit.core.io.model import infer_shapes
+
+    return collect_inferred(infer_shapes(work, data_prop=True))
+
+
+def _fill_by_running(model, work, metas: Dict[str, TensorMeta], wanted: Sequence[str], force_fallback: bool,
+                     input_shapes, external_data_dir: Optional[str], feed) -> None:
+    """The fallback of :func:`infer_tensor_meta`: when a ``wanted`` tensor is not fully known (or
+    always with ``force_fallback``), run ``model`` on ONNX-Runtime and take the shapes it gives."""
+    need_missing = [n for n in wanted if _is_missing(metas.get(n))]
+    if not (force_fallback or any(not is_complete(metas.get(n)) for n in wanted)):
+        return
+    must = force_fallback or bool(need_missing)
+    dynamic = _unfixed_inputs(work)
+    if dynamic:
+        if must:
+            raise _dynamic_input_error(dynamic[0], force_fallback, need_missing)
+        return
+    try:
+        found = _run_for_shapes(model, work, input_shapes, external_data_dir, feed)
+    except InputError:
+        if must:
+            raise
+        return
+    _take_found(metas, found, force_fallback)
+
+
+def _take_found(metas: Dict[str, TensorMeta], found: Mapping[str, TensorMeta], force: bool) -> None:
+    """The shapes a run ``found`` into ``metas``: in place of those not fully known (of all, with ``force``)."""
+    for name, meta in found.items():
+        old = metas.get(name)
+        if force or old is None or not is_complete(old):
+            metas[name] = meta
+
+
+def _dynamic_input_error(dynamic, force_fallback: bool, need_missing: Sequence[str]) -> InputError:
+    name, shape = dynamic
+    why = "to run ONNX-Runtime for shapes" if force_fallback else (
+        f"to find the shape of '{need_missing[0]}' by running ONNX-Runtime"
+    )
+    return InputError(
+        f"input '{name}' has a dynamic shape {format_spec_shape(shape)}; give it {why} with "
+        f"--model-input-shapes {name}:[...]"
+    )
 
 
 def _unfixed_inputs(model):
@@ -379,17 +393,20 @@ def _generate_feed(model, seed: int = 1) -> Dict[str, object]:
                 f"input '{m.name}' of shape {list(shape)} would need {nbytes / 2**30:.1f} GiB to run ONNX-Runtime "
                 "for shapes; give smaller shapes with --model-input-shapes"
             )
-        if dtype.kind == "f":
-            feed[m.name] = rng.random(shape, dtype=np.float64).astype(dtype)
-        elif dtype.kind == "b":
-            feed[m.name] = np.ones(shape, dtype=bool)
-        elif dtype.kind in "iu":
-            feed[m.name] = np.ones(shape, dtype=dtype)
-        elif dtype.kind == "O":
-            feed[m.name] = np.full(shape, "a", dtype=object)
-        else:
-            feed[m.name] = np.zeros(shape, dtype=dtype)
+        feed[m.name] = _shape_finding_values(rng, shape, dtype)
     return feed
+
+
+# the value every element of a generated input of this numpy kind holds (floats: random; others: zero)
+_FILL_BY_KIND = {"b": True, "i": 1, "u": 1, "O": "a"}
+
+
+def _shape_finding_values(rng, shape, dtype):
+    if dtype.kind == "f":
+        return rng.random(shape, dtype=np.float64).astype(dtype)
+    if dtype.kind not in _FILL_BY_KIND:
+        return np.zeros(shape, dtype=dtype)
+    return np.full(shape, _FILL_BY_KIND[dtype.kind], dtype=dtype)
 
 
 def _ort_session(runnable, external_data_dir: Optional[str]):
@@ -441,14 +458,7 @@ def run_on_ort(
             f"the model's weights are stored outside it and were not loaded; pass --external-data-dir "
             f"so ONNX-Runtime can run it to {purpose}"
         )
-    g = runnable.graph
-    have = {o.name for o in g.output}
-    skip = {i.name for i in g.input} | {t.name for t in g.initializer}
-    wanted = [o for n in g.node for o in n.output] if names is None else list(names)
-    for name in wanted:
-        if name and name not in have and name not in skip:
-            have.add(name)
-            g.output.add().name = name
+    _mark_outputs(runnable.graph, names)
     feed = dict(feed) if feed is not None else _generate_feed(runnable)
     try:
         sess = _ort_session(runnable, external_data_dir if external_refs else None)
@@ -461,6 +471,17 @@ def run_on_ort(
         msg = one_line(exc, first_line=True)
         raise InputError(f"running the model on ONNX-Runtime to {purpose} failed: {msg}") from None
     return feed, dict(zip(out_names, values))
+
+
+def _mark_outputs(g, names: Optional[Sequence[str]]) -> None:
+    """Tensors ``names`` (None: every output of every node) as outputs of graph ``g`` (not its inputs
+    or initializers)."""
+    skip = {o.name for o in g.output} | {i.name for i in g.input} | {t.name for t in g.initializer}
+    wanted = [o for n in g.node for o in n.output] if names is None else list(names)
+    for name in wanted:
+        if name and name not in skip:
+            skip.add(name)
+            g.output.add().name = name
 
 
 def _run_for_shapes(original, work, input_shapes, external_data_dir, feed=None) -> Dict[str, TensorMeta]:

@@ -168,14 +168,9 @@ def discover(model, names: Optional[Mapping[str, str]] = None, where: str = "the
     outputs = {vi.name: value_info_meta(vi) for vi in model.graph.output}
     ids = _role_name("input_ids", names, list(inputs))
     logits = _role_name("logits", names, list(outputs))
-    past_found = (_mapped(list(inputs), names.get("past_key"), names.get("past_value"))
-                  if "past_key" in names or "past_value" in names else _layered(list(inputs), _PAST))
-    present_found = (_mapped(list(outputs), names.get("present_key"), names.get("present_value"))
-                     if "present_key" in names or "present_value" in names else _layered(list(outputs), _PRESENT))
-    missing = [f"input '{names.get('input_ids', 'input_ids')}'"] if ids is None else []
-    missing += [] if logits is not None else [f"output '{names.get('logits', 'logits')}'"]
-    missing += [] if past_found else ["past key/value inputs (past_key_values.N.key/.value or past.N.key/.value)"]
-    missing += [] if present_found else ["present key/value outputs (present.N.key/.value)"]
+    past_found = _cache_found(list(inputs), names, "past_key", "past_value", _PAST)
+    present_found = _cache_found(list(outputs), names, "present_key", "present_value", _PRESENT)
+    missing = _missing_roles(names, ids, logits, past_found, present_found)
     if missing:
         raise InputError(f"{where} is not a decoder with a KV cache: it has no {'; no '.join(missing)}; {_ROLE_HELP}")
     assert ids is not None and logits is not None
@@ -188,11 +183,39 @@ def discover(model, names: Optional[Mapping[str, str]] = None, where: str = "the
     io = DecoderIO(ids, inputs[ids].dtype or "int64", logits,
                    [(_cache_input(inputs[k], where), _cache_input(inputs[v], where)) for k, v in past], present)
     _optional_inputs(io, inputs, names, where)
-    vocab = (outputs[logits].shape or (None,))[-1]
-    io.vocab = vocab if isinstance(vocab, int) else None
-    used = {logits, *io.present_names()}
-    io.others = [n for n in outputs if n not in used]
+    _other_outputs(io, outputs)
     return io
+
+
+def _other_outputs(io: DecoderIO, outputs: Mapping[str, TensorMeta]) -> None:
+    """The vocabulary size (when the logits fix it) and the outputs that play no role."""
+    vocab = (outputs[io.logits].shape or (None,))[-1]
+    io.vocab = vocab if isinstance(vocab, int) else None
+    used = {io.logits, *io.present_names()}
+    io.others = [n for n in outputs if n not in used]
+
+
+def _cache_found(present: Sequence[str], names: Mapping[str, str], key_role: str, value_role: str, patterns):
+    """The cache tensors among ``present``: by the names given for ``key_role``/``value_role``,
+    else by the usual names (``patterns``)."""
+    if key_role in names or value_role in names:
+        return _mapped(present, names.get(key_role), names.get(value_role))
+    return _layered(present, patterns)
+
+
+def _missing_roles(names: Mapping[str, str], ids: Optional[str], logits: Optional[str], past_found,
+                   present_found) -> List[str]:
+    """What a decoder with a KV cache needs and the model lacks, in words."""
+    missing = []
+    if ids is None:
+        missing.append(f"input '{names.get('input_ids', 'input_ids')}'")
+    if logits is None:
+        missing.append(f"output '{names.get('logits', 'logits')}'")
+    if not past_found:
+        missing.append("past key/value inputs (past_key_values.N.key/.value or past.N.key/.value)")
+    if not present_found:
+        missing.append("present key/value outputs (present.N.key/.value)")
+    return missing
 
 
 def _check_ids_length(meta: TensorMeta, where: str) -> None:
@@ -216,6 +239,10 @@ def _optional_inputs(io: DecoderIO, inputs: Mapping[str, TensorMeta], names: Map
         io.mask_dtype = inputs[io.attention_mask].dtype or "int64"
     if io.position_ids:
         io.position_dtype = inputs[io.position_ids].dtype or "int64"
+    _refuse_other_inputs(io, inputs, where)
+
+
+def _refuse_other_inputs(io: DecoderIO, inputs: Mapping[str, TensorMeta], where: str) -> None:
     known = {io.input_ids, io.attention_mask, io.position_ids, io.use_cache_branch}
     known |= {c.name for pair in io.past for c in pair}
     extra = [n for n in inputs if n not in known]

@@ -45,16 +45,7 @@ class Located:
 def _scope_path(value: str) -> Optional[str]:
     """The innermost module of a name-scopes entry (``['', 'model', 'model.layers.0', ...]`` or a
     path); scopes that are not cumulative are joined."""
-    text = value.strip()
-    parts: List[str]
-    if text.startswith("["):
-        try:
-            parsed = ast.literal_eval(text)
-        except (ValueError, SyntaxError):
-            parsed = None
-        parts = [str(p) for p in parsed if str(p)] if isinstance(parsed, (list, tuple)) else []
-    else:
-        parts = [p for p in re.split(r"[/,]", text) if p]
+    parts = _scope_parts(value.strip())
     if not parts:
         return None
     if not any(later.startswith(parts[0] + ".") for later in parts[1:]):
@@ -67,17 +58,36 @@ def _scope_path(value: str) -> Optional[str]:
     return path
 
 
+def _scope_parts(text: str) -> List[str]:
+    """The non-empty entries of a name-scopes value: a Python list literal, or a path split at '/' or ','."""
+    if not text.startswith("["):
+        return [p for p in re.split(r"[/,]", text) if p]
+    try:
+        parsed = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return []
+    return [str(p) for p in parsed if str(p)] if isinstance(parsed, (list, tuple)) else []
+
+
 def module_of(node) -> Optional[str]:
     """The module a node belongs to: exporter metadata, else its name's path (None when neither says)."""
+    return _scoped_module(node) or _path_module(node.name or "")
+
+
+def _scoped_module(node) -> Optional[str]:
+    """The module the exporter's name-scopes metadata names (None: none does)."""
     for prop in getattr(node, "metadata_props", ()):
         if prop.key == NAME_SCOPES and prop.value:
             found = _scope_path(prop.value)
             if found:
                 return found
-    name = node.name or ""
+    return None
+
+
+def _path_module(name: str) -> Optional[str]:
+    """The module of a node name written as a path (``/model/layers.0/attn/MatMul`` -> ``model.layers.0.attn``)."""
     if name.startswith("/") and name.count("/") >= 2:
-        parts = [p for p in name.split("/") if p][:-1]
-        return ".".join(parts) or None
+        return ".".join([p for p in name.split("/") if p][:-1]) or None
     return None
 
 
@@ -155,19 +165,34 @@ def pairing(test_model, ref_model, test_values: Mapping, ref_values: Mapping) ->
         return {n: (n, "name") for n in tested if n in ref_values}
     pairs: Dict[str, Tuple[str, str]] = {}
     anchors = _anchors(test_model.graph.node, ref_model.graph.node, _weights(test_model), _weights(ref_model))
-    _by_position([a for a, _ in anchors], [b for _, b in anchors], "weights", test_values, ref_values, pairs)
-    taken_t, taken_r = {id(a) for a, _ in anchors}, {id(b) for _, b in anchors}
-    test_rest = [n for n in test_model.graph.node if id(n) not in taken_t]
-    ref_rest = [n for n in ref_model.graph.node if id(n) not in taken_r]
-    if [n.op_type for n in test_rest] == [n.op_type for n in ref_rest]:
+    test_anchors, ref_anchors = [a for a, _ in anchors], [b for _, b in anchors]
+    _by_position(test_anchors, ref_anchors, "weights", test_values, ref_values, pairs)
+    test_rest, ref_rest = _others(test_model, test_anchors), _others(ref_model, ref_anchors)
+    if _op_types(test_rest) == _op_types(ref_rest):
         _by_position(test_rest, ref_rest, "position", test_values, ref_values, pairs)
-        return pairs
-    ref_groups = _by_module(ref_rest)
-    for module, nodes in _by_module(test_rest).items():
-        other = ref_groups.get(module)
-        if module is not None and other and [n.op_type for n in nodes] == [n.op_type for n in other]:
-            _by_position(nodes, other, "module position", test_values, ref_values, pairs)
+    else:
+        _by_module_position(test_rest, ref_rest, test_values, ref_values, pairs)
     return pairs
+
+
+def _by_module_position(test_nodes, ref_nodes, test_values: Mapping, ref_values: Mapping,
+                        pairs: Dict[str, Tuple[str, str]]) -> None:
+    """By place inside each module whose sequence of op types is the same on both sides."""
+    ref_groups = _by_module(ref_nodes)
+    for module, nodes in _by_module(test_nodes).items():
+        other = ref_groups.get(module)
+        if module is not None and other and _op_types(nodes) == _op_types(other):
+            _by_position(nodes, other, "module position", test_values, ref_values, pairs)
+
+
+def _others(model, taken) -> list:
+    """The nodes of ``model``'s graph that are not in ``taken``."""
+    ids = {id(n) for n in taken}
+    return [n for n in model.graph.node if id(n) not in ids]
+
+
+def _op_types(nodes) -> List[str]:
+    return [n.op_type for n in nodes]
 
 
 def every_tensor_once(spec: str, model: str, feed: Mapping, external_data_dir: Optional[str]) -> Dict[str, object]:
@@ -190,7 +215,7 @@ def first_diverging(test_model, ref_model, test_values: Mapping, ref_values: Map
             continue
         ref_name, how = pairs[name]
         a, b = np.asarray(test_values[name]), np.asarray(ref_values[ref_name])
-        if a.dtype.kind not in "biufc" or b.dtype.kind not in "biufc" or (how != "name" and a.shape != b.shape):
+        if not _comparable(a, b, how):
             continue
         atol, rtol, stat = tol.for_output(name, a.dtype.kind in "biu" and b.dtype.kind in "biu")
         cmp = compare_arrays(name, a, b, atol, rtol, stat, tol.quantile_for(name))
@@ -201,3 +226,10 @@ def first_diverging(test_model, ref_model, test_values: Mapping, ref_values: Map
             node_name, op_type = getattr(node, "name", ""), getattr(node, "op_type", None)
             return Located(name, node_name or None, op_type, module, layer_of(module, node_name), diff, how, compared)
     return None
+
+
+def _comparable(a, b, how: str) -> bool:
+    """Numeric on both sides, and of one shape unless paired by name (then a shape change fails)."""
+    if a.dtype.kind not in "biufc" or b.dtype.kind not in "biufc":
+        return False
+    return how == "name" or a.shape == b.shape

@@ -38,12 +38,15 @@ def load_prompts_file(path: str) -> List[Prompt]:
         raise InputError(f"cannot read --prompts file {path}: {exc.strerror or exc}") from None
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise InputError(f"--prompts file {path} is not JSON ({exc}); write a list of token-id lists: [[7, 301], [45]]") from None
-    ok = isinstance(data, list) and data and all(
-        isinstance(p, list) and p and all(isinstance(t, int) and not isinstance(t, bool) for t in p) for p in data)
-    if not ok:
+    if not (isinstance(data, list) and data and all(_is_token_ids(p) for p in data)):
         raise InputError(f"--prompts file {path} must hold a non-empty JSON list of non-empty token-id lists, "
                          "e.g. [[7, 301, 45], [12, 9]]")
     return [list(p) for p in data]
+
+
+def _is_token_ids(p) -> bool:
+    """A non-empty list of integers (not bools)."""
+    return isinstance(p, list) and bool(p) and all(isinstance(t, int) and not isinstance(t, bool) for t in p)
 
 
 def random_prompts(samples: int, seed: int, vocab: Optional[int], length: int = RANDOM_LENGTH) -> List[Prompt]:

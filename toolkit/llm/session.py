@@ -14,7 +14,7 @@ import os
 import shlex
 import time
 from dataclasses import dataclass, field
-from typing import List, Optional, Tuple
+from typing import Any, List, Optional, Set, Tuple
 
 from toolkit.core.io.datafiles import save_inputs
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
@@ -126,23 +126,30 @@ class LlmDebugger:
         parse_runner_spec(cfg.test)
         for path in {cfg.model, self.ref_path}:
             check_readable_file(path)
-        self.test_model = test_model = self._structure(cfg.model)
-        self.test_io = discover(self.test_model, cfg.names, cfg.model)
-        if self.ref_path != cfg.model:
-            self.ref_model = self._structure(self.ref_path)
-            self.ref_io = discover(self.ref_model, cfg.names, self.ref_path)
-            check_compatible(self.test_io, self.ref_io, cfg.model)
-        else:
-            self.ref_model, self.ref_io = self.test_model, self.test_io
+        test_model, ref_io = self._load_models()
         graph = test_model.graph  # (the test model's: localization marks its tensors)
         tensors = {o.name for o in graph.output} | {n for node in graph.node for n in node.output}
         require_known_names(self.tol, tensors, tensors=True)  # (a name no tensor has: never compared)
-        self.prompts = [list(p) for p in cfg.prompts] or P.random_prompts(cfg.samples, cfg.seed, self.ref_io.vocab)
+        self.prompts = [list(p) for p in cfg.prompts] or P.random_prompts(cfg.samples, cfg.seed, ref_io.vocab)
         if not self.prompts:  # (a comparison of nothing would pass)
             raise UsageError("no prompts to run: give --prompt-ids, --prompts or --samples N (N >= 1)")
-        P.check_ids(self.prompts, self.ref_io.vocab)
+        P.check_ids(self.prompts, ref_io.vocab)
         preflight_specs([cfg.reference], self.ref_path, self._base(self.ref_path))
         preflight_specs([cfg.test], cfg.model, self._base(cfg.model))
+
+    def _load_models(self) -> Tuple[Any, DecoderIO]:
+        """Both models' structure and decoder I/O (one model when no --reference-model): the test
+        model and the reference's I/O."""
+        cfg = self.cfg
+        self.test_model = test_model = self._structure(cfg.model)
+        self.test_io = test_io = discover(test_model, cfg.names, cfg.model)
+        if self.ref_path == cfg.model:
+            self.ref_model, self.ref_io = test_model, test_io
+            return test_model, test_io
+        self.ref_model = self._structure(self.ref_path)
+        self.ref_io = ref_io = discover(self.ref_model, cfg.names, self.ref_path)
+        check_compatible(test_io, ref_io, cfg.model)
+        return test_model, ref_io
 
     def _structure(self, path: str):
         """The model without its weights; its external data files checked (present, long enough)."""
@@ -200,16 +207,11 @@ class LlmDebugger:
             if self.test_io.logits in res.both_nan:
                 _both_nan(out, k, step, self.rep)
             if res.kind is not None:
-                kv = 0 if ref_cache is None else len(generated) + len(prompt) - 1
-                div = Divergence(k, list(prompt), step, res.kind, [c.name for c in res.failed], res.max_abs_diff(),
-                                 kv, list(generated), list(res.nan_in_test))
+                div = _divergence(k, prompt, step, res, generated, cached=ref_cache is not None)
                 self.rep.prompt_done(k, step + 1, f"diverges at step {step} ({res.kind})")
                 return div, test_feed, ref_feed
-            if res.flipped:
-                out.near_ties.append(NearTie(k, step, res.reference_token, res.test_token, res.margin, res.difference))
-                if self.cfg.free_run:
-                    self.rep.prompt_done(k, step + 1, f"the generations part at step {step} on a near tie")
-                    return None
+            if res.flipped and self._parts_on_tie(k, step, res, out):
+                return None
             total = len(prompt) + step  # positions in the cache after this step
             ref_cache = cache_of(self.ref_io, ref_out, total, self.ref_path)
             test_cache = cache_of(self.test_io, test_out, total, self.cfg.model) if self.cfg.free_run else None
@@ -217,6 +219,14 @@ class LlmDebugger:
             generated.append(res.reference_token)
         self.rep.prompt_done(k, self.cfg.steps, "")
         return None
+
+    def _parts_on_tie(self, k: int, step: int, res, out: LlmOutcome) -> bool:
+        """A near tie noted; whether the generations part there (free run: each side goes on with its token)."""
+        out.near_ties.append(NearTie(k, step, res.reference_token, res.test_token, res.margin, res.difference))
+        if not self.cfg.free_run:
+            return False
+        self.rep.prompt_done(k, step + 1, f"the generations part at step {step} on a near tie")
+        return True
 
     def _said(self, runner, side: str) -> None:
         """What a runner chose itself (OpenVINO's bf16 on CPUs with bfloat16), and its notes."""
@@ -264,17 +274,7 @@ class LlmDebugger:
         assert self.ref_model is not None
         graph = self.ref_model.graph
         ref_names = {vi.name for vi in graph.input} | {o for n in graph.node for o in n.output}
-        wanted = list(test_feed)
-        loc = div.located
-        if loc is not None and loc.matched_by != "name":
-            lacking = [loc.tensor]
-        else:  # not localized: the names of the test model's tensors, most of which the reference must have
-            assert self.test_model is not None
-            tensors = [o for n in self.test_model.graph.node for o in n.output if o]
-            wanted += [loc.tensor] if loc is not None else list(div.outputs)
-            lacking = [n for n in wanted if n not in ref_names]
-            if loc is None and sum(t in ref_names for t in tensors) < len(tensors) / 2:
-                lacking += [t for t in tensors if t not in ref_names]
+        lacking = self._lacking(div, test_feed, ref_names)
         if not lacking:
             return None
         shown = ", ".join(repr(n) for n in lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
@@ -282,6 +282,24 @@ class LlmDebugger:
                 "--reference-model feeds and compares tensors by name (a reduce would compare nothing and end on the "
                 "wrong node); to shrink the step, compare one model file on both runners (no --reference-model) or "
                 "export both models with the same tensor names")
+
+    def _lacking(self, div: Divergence, test_feed: Feed, ref_names: Set[str]) -> List[str]:
+        """The tensors a reduce by name needs that the reference model (``ref_names``) does not have."""
+        loc = div.located
+        if loc is not None and loc.matched_by != "name":
+            return [loc.tensor]
+        # not localized: the names of the test model's tensors, most of which the reference must have
+        wanted = list(test_feed) + ([loc.tensor] if loc is not None else list(div.outputs))
+        lacking = [n for n in wanted if n not in ref_names]
+        return lacking + (self._mostly_lacking(ref_names) if loc is None else [])
+
+    def _mostly_lacking(self, ref_names: Set[str]) -> List[str]:
+        """The test model's tensors the reference lacks, when it lacks most of them (else none)."""
+        assert self.test_model is not None
+        tensors = [o for n in self.test_model.graph.node for o in n.output if o]
+        if sum(t in ref_names for t in tensors) >= len(tensors) / 2:
+            return []
+        return [t for t in tensors if t not in ref_names]
 
     def reduce_command(self, inputs: str) -> str:
         """The ``debug reduce --compare`` command that shrinks the step's graph to the fault."""
@@ -294,6 +312,13 @@ class LlmDebugger:
         if cfg.external_data_dir:
             words += ["--external-data-dir", cfg.external_data_dir]
         return " ".join(shlex.quote(w) for w in words)
+
+
+def _divergence(k: int, prompt: List[int], step: int, res, generated: List[int], cached: bool) -> Divergence:
+    """Prompt ``k`` diverges at ``step`` (``cached``: on a cache of the prompt and the tokens generated so far)."""
+    kv = len(generated) + len(prompt) - 1 if cached else 0
+    return Divergence(k, list(prompt), step, res.kind, [c.name for c in res.failed], res.max_abs_diff(),
+                      kv, list(generated), list(res.nan_in_test))
 
 
 def _both_nan(out: LlmOutcome, prompt: int, step: int, rep: Reporter) -> None:

@@ -140,14 +140,7 @@ def compare_step(test_io: DecoderIO, ref_io: DecoderIO, test_out: Mapping, ref_o
         a, b = np.asarray(test_out[test_name]), np.asarray(ref_out[ref_name])
         atol, rtol, stat = tol.for_output(test_name, a.dtype.kind in "biu" and b.dtype.kind in "biu")
         cmp = compare_arrays(test_name, a, b, atol, rtol, stat, tol.quantile_for(test_name))
-        res.compared += 1
-        if cmp.passed and has_nan(a) and has_nan(b):
-            res.both_nan.append(test_name)
-        if not cmp.passed:
-            if nan_only_in(a, b):
-                res.nan_in_test.append(test_name)
-            res.failed.append(cmp)
-            res.logits_failed = res.logits_failed or test_name == test_io.logits
+        _record(res, cmp, a, b, test_name == test_io.logits)
     ref_row, test_row = last_logits(ref_io, ref_out), last_logits(test_io, test_out)
     res.reference_token, res.test_token = int(np.argmax(ref_row)), int(np.argmax(test_row))
     if res.flipped:
@@ -155,3 +148,15 @@ def compare_step(test_io: DecoderIO, ref_io: DecoderIO, test_out: Mapping, ref_o
         res.margin = float(ref_row[r] - ref_row[t])
         res.difference = float(abs(test_row[r] - ref_row[r]) + abs(test_row[t] - ref_row[t]))
     return res
+
+
+def _record(res: StepResult, cmp, a: np.ndarray, b: np.ndarray, logits: bool) -> None:
+    """One output's comparison into ``res``: NaN on both sides, NaN in the test only, a failure."""
+    res.compared += 1
+    if cmp.passed and has_nan(a) and has_nan(b):
+        res.both_nan.append(cmp.name)
+    if not cmp.passed:
+        if nan_only_in(a, b):
+            res.nan_in_test.append(cmp.name)
+        res.failed.append(cmp)
+        res.logits_failed = res.logits_failed or logits

@@ -105,6 +105,20 @@ class QdqSearch(PrecisionSearch):
 
     def _validate(self) -> None:
         super()._validate()
+        self._check_metric_options()
+        self._check_reference_model()
+        if self.config.order not in ("graph", "error"):
+            raise UsageError(f"--order {self.config.order}: use graph or error")
+        if self.config.held_out is not None and self.config.held_out < 0:
+            raise UsageError("--held-out must be 0 or more")
+        from toolkit.core.io.model import check_readable_file
+
+        for held in self.config.validate_inputs:
+            check_readable_file(held)
+        self._check_reference_not_written()
+
+    def _check_metric_options(self) -> None:
+        """--metric and its options: each needs --metric, which replaces the tolerances."""
         c = self.config
         self.metric = qdq_metrics.parse(c.metric, c.metric_tolerance, c.metric_outputs)
         if c.metric_outputs and self.metric is None:
@@ -114,23 +128,22 @@ class QdqSearch(PrecisionSearch):
                              "other (the metric's tolerance is --metric-tolerance)")
         if self.metric is None and c.metric_tolerance is not None:
             raise UsageError("--metric-tolerance needs --metric")
+
+    def _check_reference_model(self) -> None:
         ref = self.config.reference_model
         if ref is not None and not os.path.isfile(ref):
             raise InputError(f"--reference-model {ref}: no such file")
         if self.config.load_outputs and ref:
             raise UsageError("--reference-model and --load-outputs both give the reference; give one")
+
+    def _check_reference_not_written(self) -> None:
+        ref = self.config.reference_model
+        if not ref:
+            return
         from toolkit.core.files import paths
 
-        if self.config.order not in ("graph", "error"):
-            raise UsageError(f"--order {self.config.order}: use graph or error")
-        if self.config.held_out is not None and self.config.held_out < 0:
-            raise UsageError("--held-out must be 0 or more")
-        from toolkit.core.io.model import check_readable_file
-
-        for held in self.config.validate_inputs:
-            check_readable_file(held)
         for flag, path in (("-o", self.config.output), ("--save-debug-replay", self.config.save_replay)):
-            if ref and path and paths.same_file(path, ref):
+            if path and paths.same_file(path, ref):
                 raise UsageError(f"{flag} {path} would overwrite --reference-model {ref}, which this command reads; "
                                  "nothing was read or written: choose another file name")
 
@@ -169,11 +182,7 @@ class QdqSearch(PrecisionSearch):
         self.fixed = set(self.fixed_order)
         self.members = self._units()
         self.trimmed: set = set()  # tied pairs the result does without (:meth:`_trim`)
-        tied = {n for names in self.members.values() for n in names[1:]}
-        self.universe = [p.name for p in self.pairs if p.name not in self.fixed and p.name not in tied]
-        if not self.universe:
-            raise UsageError(f"--float-op-types {','.join(c.float_op_types)} takes every pair to float: nothing is "
-                             "left to search")
+        self.universe = self._searched_units()
         self.position = {name: k for k, name in enumerate(self.universe)}
         self.user_kept, self.auto_kept = [], {}
         self.guide = False
@@ -185,6 +194,15 @@ class QdqSearch(PrecisionSearch):
         self.index = SetIndex(len(self.universe))
         self._model_id = self._structure_id()
         self.depth = 1
+
+    def _searched_units(self) -> List[str]:
+        """The pairs the search decides on: neither fixed in float nor tied to another (UsageError when none is left)."""
+        tied = {n for names in self.members.values() for n in names[1:]}
+        universe = [p.name for p in self.pairs if p.name not in self.fixed and p.name not in tied]
+        if not universe:
+            raise UsageError(f"--float-op-types {','.join(self.config.float_op_types)} takes every pair to float: "
+                             "nothing is left to search")
+        return universe
 
     def _units(self) -> Dict[str, List[str]]:
         """The search's units: a pair with the pairs that only re-quantize its values on its grid
@@ -252,18 +270,12 @@ class QdqSearch(PrecisionSearch):
         held = HeldOut(self.held_source, len(self.held_out_feeds), checked=True, scaled=model is not None)
         try:
             ref = self._reference(self.held_out_feeds)
-            kind, opts = self.cand_spec
-            for keep in (list(kept), []):
-                checked = model if keep and model is not None else self.candidate_model(keep)
-                outs = self._run_here(checked, kind, opts, self.held_out_feeds)
-                comps = self._compare_with(ref, outs)
-                passed = sum(1 for it in comps if it.passed and not it.only_a)
-                if keep:
-                    held.passed, held.detail = passed, self._describe(comps)
-                else:
-                    held.before_passed = passed
-                    if not kept:
-                        held.passed, held.detail = passed, self._describe(comps)
+            if kept:
+                checked = model if model is not None else self.candidate_model(list(kept))
+                held.passed, held.detail = self._on_held_out(ref, checked)
+            held.before_passed, before_detail = self._on_held_out(ref, self.candidate_model([]))
+            if not kept:
+                held.passed, held.detail = held.before_passed, before_detail
         except ToolkitError as exc:  # the held-out inputs do not run: the result is not shown to hold
             held.passed, held.detail = 0, f"could not run: {exc.message}"
             return held
@@ -271,6 +283,12 @@ class QdqSearch(PrecisionSearch):
             every = model is None and set(kept) >= {p.name for p in self.pairs}
             held.all_float_passed = held.passed if every else self._all_float_held(ref)
         return held
+
+    def _on_held_out(self, ref, model):
+        """``model`` on the held-out sets: on how many it passes, and its worst comparison in words."""
+        kind, opts = self.cand_spec
+        comps = self._compare_with(ref, self._run_here(model, kind, opts, self.held_out_feeds))
+        return sum(1 for it in comps if it.passed and not it.only_a), self._describe(comps)
 
     def _all_float_held(self, ref) -> Optional[int]:
         """On how many held-out sets the model passes with every pair the search could take to float
@@ -439,6 +457,20 @@ class QdqSearch(PrecisionSearch):
         units = list(out.kept)
         out.kept = self.expand(units)  # (the pairs tied to a unit's first pair with it)
         out.candidates = sum(len(self.members.get(u, [u])) for u in self.universe)
+        result = self._outcome(out)
+        if out.status == "found" and units:
+            result.minimum = self.minimum(units)
+            # (1-minimal was verified unit by unit, before tied pairs were trimmed)
+            result.one_minimal = result.one_minimal and not self.trimmed
+        try:
+            self._after_search(out, result)
+        except KeyboardInterrupt:  # the result stands; what was not gathered yet is left out
+            result.after_interrupted = True
+        result.checks = len(self.checks)
+        return result
+
+    def _outcome(self, out: PrecisionOutcome) -> "QdqOutcome":
+        """The engine's outcome ``out`` with what is said of the pairs and the model."""
         result = QdqOutcome(**{k: getattr(out, k) for k in PrecisionOutcome.__dataclass_fields__})
         result.precision = "int8"
         result.pairs = self.pairs
@@ -451,15 +483,6 @@ class QdqSearch(PrecisionSearch):
                                        if n.op_type == "DequantizeLinear" and n.input[0] in values)
         result.reference = self.config.reference_model or "the model with every pair in float"
         result.held_out_note = getattr(self, "held_note", "")
-        if out.status == "found" and units:
-            result.minimum = self.minimum(units)
-            # (1-minimal was verified unit by unit, before tied pairs were trimmed)
-            result.one_minimal = result.one_minimal and not self.trimmed
-        try:
-            self._after_search(out, result)
-        except KeyboardInterrupt:  # the result stands; what was not gathered yet is left out
-            result.after_interrupted = True
-        result.checks = len(self.checks)
         return result
 
     def _after_search(self, out: PrecisionOutcome, result: "QdqOutcome") -> None:
@@ -586,19 +609,33 @@ def gather_stats(pairs: Sequence[qdq.Pair], model, float_model, feeds, path: str
     ``emulate``, ``model`` has the pairs in float and their quantization is applied in numpy."""
     names = sorted({p.tensor for p in pairs if p.tensor not in _inputs(model)}
                    | (set() if emulate else {p.outputs[0] for p in pairs}))
-    ref_names = sorted({p.float_name for p in pairs if p.float_name and p.float_name not in _inputs(float_model)}) \
-        if float_model is not None else []
-    floats = (marked_outputs(float_model, ref_names, feeds, path, None) if float_model is not None and ref_names
-              else iter([{}] * len(feeds)))
-    sums = {p.name: qdq_stats.PairAccumulator(p) for p in pairs}
     runs = marked_outputs(model, names, feeds, path, external_data_dir) if names else iter([{}] * len(feeds))
+    floats = _float_runs(pairs, float_model, feeds, path)
+    sums = {p.name: qdq_stats.PairAccumulator(p) for p in pairs}
     for feed, got, ref in zip(feeds, runs, floats):
         for p in pairs:
-            before = got.get(p.tensor, feed.get(p.tensor))
-            after = qdq.fake_quantize(p, before) if emulate and before is not None else got.get(p.outputs[0])
-            if before is not None and after is not None:
-                sums[p.name].add(before, after, ref.get(p.float_name, feed.get(p.float_name)) if p.float_name else None)
+            _add_pair(sums[p.name], p, feed, got, ref, emulate)
     return {name: acc.finish() for name, acc in sums.items() if acc.n}
+
+
+def _float_runs(pairs: Sequence[qdq.Pair], float_model, feeds, path: str):
+    """The float model's tensors that the pairs correspond to, per input set (empty without it)."""
+    if float_model is not None:
+        names = sorted({p.float_name for p in pairs if p.float_name and p.float_name not in _inputs(float_model)})
+        if names:
+            return marked_outputs(float_model, names, feeds, path, None)
+    return iter([{}] * len(feeds))
+
+
+def _add_pair(acc: qdq_stats.PairAccumulator, p: qdq.Pair, feed, got, ref, emulate: bool) -> None:
+    """One input set's values of pair ``p`` (before and after its quantization, and the float
+    model's) into ``acc``."""
+    before = got.get(p.tensor, feed.get(p.tensor))
+    if before is None:
+        return
+    after = qdq.fake_quantize(p, before) if emulate else got.get(p.outputs[0])
+    if after is not None:
+        acc.add(before, after, ref.get(p.float_name, feed.get(p.float_name)) if p.float_name else None)
 
 
 def _inputs(model) -> set:

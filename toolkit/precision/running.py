@@ -26,19 +26,7 @@ def run_spec(model, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping], mod
     """Run ``model`` (a ModelProto) on ``feeds`` with the runner ``kind`` and its options: in memory
     for the kind that emulates reduced-precision storage (ONNX-Runtime), else from a file."""
     if emulates(kind):
-        from toolkit.backends.onnxrt import OnnxrtRunner, provider_list
-
-        level = spec_opts.get("opt") if isinstance(spec_opts.get("opt"), str) else None
-        if (spec_opts.get("fp16") or spec_opts.get("bf16")) and level is None:
-            # ONNX-Runtime fusions (LayerNorm, even at the basic level in 1.32) see through Casts and
-            # would compute whole blocks without the rounding being emulated
-            level = "disable"
-        providers = provider_list(str(spec_opts["providers"])) if spec_opts.get("providers") else None
-        runner = OnnxrtRunner(model_path, model=model, external_data_dir=external_data_dir, graph_optimization=level,
-                              providers=providers)
-        with runner:
-            return [runner.infer(dict(f)) for f in feeds]
-
+        return _run_in_memory(model, spec_opts, feeds, model_path, external_data_dir)
     opts = get_kind(kind).full_precision(spec_opts)
     spec = kind + (":" + ",".join(k if v is True else f"{k}={v}" for k, v in opts.items()) if opts else "")
     with tempfile.TemporaryDirectory(prefix="toolkit-precision-") as d:
@@ -47,6 +35,23 @@ def run_spec(model, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping], mod
         file_runner = make_runner(spec, path)
         with file_runner:
             return [file_runner.infer(dict(f)) for f in feeds]
+
+
+def _run_in_memory(model, spec_opts: Mapping, feeds: Sequence[Mapping], model_path: str,
+                   external_data_dir: Optional[str]) -> List[Dict]:
+    """``model`` on ONNX-Runtime from memory, with the spec's level, precision and providers."""
+    from toolkit.backends.onnxrt import OnnxrtRunner, provider_list
+
+    level = spec_opts.get("opt") if isinstance(spec_opts.get("opt"), str) else None
+    if (spec_opts.get("fp16") or spec_opts.get("bf16")) and level is None:
+        # ONNX-Runtime fusions (LayerNorm, even at the basic level in 1.32) see through Casts and
+        # would compute whole blocks without the rounding being emulated
+        level = "disable"
+    providers = provider_list(str(spec_opts["providers"])) if spec_opts.get("providers") else None
+    runner = OnnxrtRunner(model_path, model=model, external_data_dir=external_data_dir, graph_optimization=level,
+                          providers=providers)
+    with runner:
+        return [runner.infer(dict(f)) for f in feeds]
 
 
 def run_spec_bytes(model: bytes, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping], model_path: str,

@@ -206,11 +206,21 @@ class PrecisionSearch:
 
     @staticmethod
     def _check_paths(c: PrecisionConfig) -> None:
-        for path in (c.output, c.save_replay):
-            if path:
-                if path == "-":
-                    raise UsageError("debug precision writes files; give a file name, not '-'")
-                check_output_path(path)
+        for path in filter(None, (c.output, c.save_replay)):
+            if path == "-":
+                raise UsageError("debug precision writes files; give a file name, not '-'")
+            check_output_path(path)
+        PrecisionSearch._check_overlaps(c)
+        for path in [c.model] + list(c.load_inputs) + [c.load_outputs or ""]:
+            if path and path != "-":
+                check_readable_file(path)  # a missing file is said before the model is loaded
+        # a missing backend, provider or device: exit 4 now, not after the reference ran (the
+        # candidate runs on the cluster's nodes with --cluster, so only they can say)
+        preflight_specs([c.reference] + ([] if c.cluster else [c.candidate]), c.model)
+
+    @staticmethod
+    def _check_overlaps(c: PrecisionConfig) -> None:
+        """No file written is one read (nor the model's own)."""
         from toolkit.core.files import paths
 
         reads = [("--load-inputs", p) for p in c.load_inputs] + [("--load-outputs", c.load_outputs or "")]
@@ -218,12 +228,6 @@ class PrecisionSearch:
             reads.append(("--load-debug-replay", c.load_replay))
         writes = [("-o", c.output or ""), ("--save-debug-replay", c.save_replay or "")]
         paths.check_with_model(c.model, reads, writes, c.external_data_dir)
-        for path in [c.model] + list(c.load_inputs) + [c.load_outputs or ""]:
-            if path and path != "-":
-                check_readable_file(path)  # a missing file is said before the model is loaded
-        # a missing backend, provider or device: exit 4 now, not after the reference ran (the
-        # candidate runs on the cluster's nodes with --cluster, so only they can say)
-        preflight_specs([c.reference] + ([] if c.cluster else [c.candidate]), c.model)
 
     @staticmethod
     def _spec(text: str):
@@ -246,6 +250,21 @@ class PrecisionSearch:
         self.position = {name: k for k, name in enumerate(universe)}
         # tensors watched for the first overflow (guided search): float outputs of top-level nodes
         self.graph_outputs = [o.name for o in self.model.graph.output]
+        self._index_tensors()
+        self.guide = emulates(self.cand_spec[0]) and self.config.mode in (None, "default")
+        self.overflow: Dict[int, Optional[str]] = {}
+        self.nothing_to_search = not universe  # (no float32 compute: double or integer only)
+        self.index = SetIndex(len(universe))
+        self._model_id = self._structure_id()
+
+        from toolkit.run.diagnosis import topology_of  # the report code: not loaded by every command
+
+        self.depth = max((n.depth for n in topology_of(self.model).nodes), default=1)
+
+    def _index_tensors(self) -> None:
+        """The producer of each float tensor of the top-level graph, the searched nodes that read each
+        tensor, and the float tensors watched for the first overflow (not the graph's outputs)."""
+
         self.producer: Dict[str, str] = {}
         self.readers: Dict[str, List[str]] = {}  # top-level tensor -> the searched nodes that read it
         self.watch: List[str] = []
@@ -260,15 +279,6 @@ class PrecisionSearch:
                     self.producer[o] = node.name
                     if o not in self.graph_outputs:
                         self.watch.append(o)
-        self.guide = emulates(self.cand_spec[0]) and self.config.mode in (None, "default")
-        self.overflow: Dict[int, Optional[str]] = {}
-        self.nothing_to_search = not universe  # (no float32 compute: double or integer only)
-        self.index = SetIndex(len(universe))
-        self._model_id = self._structure_id()
-
-        from toolkit.run.diagnosis import topology_of  # the report code: not loaded by every command
-
-        self.depth = max((n.depth for n in topology_of(self.model).nodes), default=1)
 
     def _searchable(self, node) -> bool:
         """Whether keeping ``node`` in fp32 can change what the model computes: it makes a float32
@@ -378,20 +388,33 @@ class PrecisionSearch:
 
         kept = self.fixed | {self.universe[i] for i in mask_indices(mask)}
         for name in self.watch:
-            producer = self.producer.get(name)
-            readers = [r for r in self.readers.get(name, ()) if r not in kept]
-            if producer in kept and not readers:
-                continue
-            for k, o in enumerate(outs):
-                got = o.get(name)
-                fin = self.ref_finite[k].get(name) if k < len(self.ref_finite) else None
-                if got is None or fin is None or got.shape != fin.shape:
-                    continue
-                if producer not in kept and (fin & ~np.isfinite(got)).any():
-                    return producer
-                if producer in kept and (fin & _overflows(got, self.dtype)).any():
-                    return readers[0]
+            culprit, overflowed = self._suspect(name, kept)
+            if culprit and self._shows(name, outs, overflowed):
+                return culprit
         return None
+
+    def _suspect(self, name: str, kept: Set[str]):
+        """The node to keep in fp32 when watched tensor ``name`` overflows (None: none left), and where
+        its values count as overflowed: the producer's output non-finite, or (the producer kept
+        already) the values past what reduced precision stores, for the first reader not kept."""
+
+        producer = self.producer.get(name)
+        if producer not in kept:
+            return producer, _not_finite
+        readers = [r for r in self.readers.get(name, ()) if r not in kept]
+        return (readers[0] if readers else None), lambda got: _overflows(got, self.dtype)
+
+    def _shows(self, name: str, outs: List[Dict], overflowed) -> bool:
+        """Whether some iteration's ``name`` is ``overflowed`` where the reference's is finite."""
+
+        for k, o in enumerate(outs):
+            got = o.get(name)
+            fin = self.ref_finite[k].get(name) if k < len(self.ref_finite) else None
+            if got is None or fin is None or got.shape != fin.shape:
+                continue
+            if (fin & overflowed(got)).any():
+                return True
+        return False
 
     def _loaded_reference(self, path: str, feeds) -> List[Dict]:
         results = load_outputs(path)
@@ -442,60 +465,75 @@ class PrecisionSearch:
             return self.verdicts[mask]
 
         t0 = time.perf_counter()
+        outs = self._run_mixed(mask)
+        strict = outs is not None and self._judge(mask, outs)
+        seconds = time.perf_counter() - t0
+        passed = strict or mask in self.rounding
+        self.verdicts[mask] = passed
+        if passed and (self._best is None or popcount(mask) < popcount(self._best)):
+            self._best = mask  # the smallest passing set so far (what Ctrl-C leaves)
+        self._record(mask, strict, passed, seconds)
+        return passed
+
+    def _run_mixed(self, mask: int) -> Optional[List[Dict]]:
+        """The candidate's outputs with ``mask``'s nodes kept in fp32; None when the mixed model does
+        not build, load or run (counted as broken; on the first check, the error is raised)."""
+
         keep = [self.universe[i] for i in mask_indices(mask)]
-        broken = ""
         built = False
         try:
             model = self.candidate_model(keep)
             built = True
             kind, opts = self.cand_spec
-            outs = self._run_candidate(model, kind, opts)
-            del model
+            return self._run_candidate(model, kind, opts)
         except DependencyError:
             raise
-        except ToolkitError as exc:  # the mixed model does not build, load or run
+        except ToolkitError as exc:
             if not self.checks:  # on the first check: nothing can be searched
                 if built and exc.exit_code == ExitCode.BAD_INPUT:
                     self._own_copy_failed(exc)
                 raise
-            broken = exc.message
-        if broken:
-            passed = False
             self.broken += 1
-            self.details[mask] = f"broken: {broken}"
-        else:
-            if self.guide:
-                self.overflow[mask] = self._first_overflow(outs, mask)
-                outs = [{n: o[n] for n in self.graph_outputs if n in o} for o in outs]
-            comps = self._compare(outs)
-            passed = all(c.passed and not c.only_a for c in comps)
-            self.details[mask] = self._describe(comps)
-            if not passed and self._rounding_only(mask, comps):
-                # a failure at the tolerances given, by storage rounding alone: the search keeps no node
-                # in fp32 for it (it goes on as if the set passed), and the result is no pass either
-                # (STATUS_ROUNDING, exit 1)
-                self.details[mask] += f" ({self._precision} rounding)"
-        seconds = time.perf_counter() - t0
-        strict = passed
-        passed = passed or mask in self.rounding
-        self.verdicts[mask] = passed
-        if passed and (self._best is None or bin(mask).count("1") < bin(self._best).count("1")):
-            self._best = mask  # the smallest passing set so far (what Ctrl-C leaves)
+            self.details[mask] = f"broken: {exc.message}"
+            return None
+
+    def _judge(self, mask: int, outs: List[Dict]) -> bool:
+        """Whether the candidate's outputs pass (strictly, at the tolerances given); notes the first
+        overflow (guided search) and the comparison in words."""
+
+        if self.guide:
+            self.overflow[mask] = self._first_overflow(outs, mask)
+            outs = [{n: o[n] for n in self.graph_outputs if n in o} for o in outs]
+        comps = self._compare(outs)
+        passed = all(c.passed and not c.only_a for c in comps)
+        self.details[mask] = self._describe(comps)
+        if not passed and self._rounding_only(mask, comps):
+            # a failure at the tolerances given, by storage rounding alone: the search keeps no node
+            # in fp32 for it (it goes on as if the set passed), and the result is no pass either
+            # (STATUS_ROUNDING, exit 1)
+            self.details[mask] += f" ({self._precision} rounding)"
+        return passed
+
+    def _record(self, mask: int, strict: bool, passed: bool, seconds: float) -> None:
+        """One check done: into the list of checks, the replay file and the report."""
+
         detail = self.details[mask]
         if self.guide and not passed and self.overflow.get(mask):
             detail += f" | first overflow: output of {self.overflow[mask]}"
         check = Check(len(self.checks) + 1, popcount(mask), strict, seconds, detail, rounding=mask in self.rounding)
         self.checks.append(check)
         if self.replay is not None:
-            # the replay stores "failed" as debug reduce does: here, the mixed model failed
-            self.replay.add(check.number, (mask << 1) | 1, check.kept, not passed, seconds)
-            if self.guide and self.replay.entries:
-                # where the first overflow was: lets a replayed run take the same guided path
-                self.replay.entries[-1]["overflow"] = self.overflow.get(mask)
-            if self.config.save_replay:
-                self.replay.save(self.config.save_replay)
+            self._add_to_replay(self.replay, check, mask, passed)
         self.reporter.check(check)
-        return passed
+
+    def _add_to_replay(self, replay: Replay, check: Check, mask: int, passed: bool) -> None:
+        # the replay stores "failed" as debug reduce does: here, the mixed model failed
+        replay.add(check.number, (mask << 1) | 1, check.kept, not passed, check.seconds)
+        if self.guide and replay.entries:
+            # where the first overflow was: lets a replayed run take the same guided path
+            replay.entries[-1]["overflow"] = self.overflow.get(mask)
+        if self.config.save_replay:
+            replay.save(self.config.save_replay)
 
     def _own_copy_failed(self, exc: ToolkitError) -> None:
         """The first check's emulated copy, built, does not load where the model itself ran (the
@@ -554,7 +592,7 @@ class PrecisionSearch:
         self._load()
         self._check_tolerance_names()
         if getattr(self, "nothing_to_search", False):
-            return PrecisionOutcome(STATUS_NOTHING, precision="bf16" if self.dtype == "bfloat16" else "fp16",
+            return PrecisionOutcome(STATUS_NOTHING, precision=self._precision,
                                     user_kept=list(self.user_kept), auto_kept=dict(self.auto_kept),
                                     seconds=time.perf_counter() - t0)
         self.checks_remembered = 0
@@ -564,46 +602,54 @@ class PrecisionSearch:
         self.ref_outs = self._reference(self.feeds)
         out = PrecisionOutcome(
             STATUS_FOUND,
-            precision="bf16" if self.dtype == "bfloat16" else "fp16",
+            precision=self._precision,
             user_kept=list(self.user_kept),
             auto_kept=dict(self.auto_kept),
             candidates=len(self.universe),
             replay_path=self.config.save_replay,
             shapes_guessed=list(self.guessed),
         )
-        best: Optional[int] = None
-        try:
-            if self.passes(0):
-                out.status = STATUS_NONE_NEEDED
-                out.error_fp16 = out.error_result = self.details[0]
-                best = 0
-            else:
-                out.error_fp16 = self.details[0]
-                result = self._search()
-                if result is None or not self.passes(result):  # the full set fails: not fp16's doing
-                    out.status = STATUS_FAILS_FP32
-                    out.error_result = self.details.get(result if result is not None else self.index.full_mask, "")
-                    best = None
-                else:
-                    best = result
-                    out.error_result = self.details[result]
-                    out.one_minimal = self._one_minimal(result)
-        except KeyboardInterrupt:
-            out.status = STATUS_INTERRUPTED
-            best = self._best if best is None else best
+        best = self._find(out)
         if best is not None:
-            out.kept = [self.universe[i] for i in mask_indices(best)]
-            if out.status == STATUS_INTERRUPTED:
-                out.error_result = self.details.get(best, "")
-            if self.config.output:
-                self._write_output(out)
-                out.output_written = True
+            self._keep(out, best)
         self._note_rounding(out, best)
         out.broken = self.broken
         out.checks = len(self.checks)
         out.remembered = self.checks_remembered
         out.seconds = time.perf_counter() - t0
         return out
+
+    def _find(self, out: PrecisionOutcome) -> Optional[int]:
+        """The set to keep in fp32 (None: none passes); sets ``out``'s status and errors. On Ctrl-C,
+        the smallest passing set so far."""
+
+        try:
+            if self.passes(0):
+                out.status = STATUS_NONE_NEEDED
+                out.error_fp16 = out.error_result = self.details[0]
+                return 0
+            out.error_fp16 = self.details[0]
+            result = self._search()
+            if result is None or not self.passes(result):  # the full set fails: not fp16's doing
+                out.status = STATUS_FAILS_FP32
+                out.error_result = self.details.get(result if result is not None else self.index.full_mask, "")
+                return None
+            out.error_result = self.details[result]
+            out.one_minimal = self._one_minimal(result)
+            return result
+        except KeyboardInterrupt:
+            out.status = STATUS_INTERRUPTED
+            return self._best
+
+    def _keep(self, out: PrecisionOutcome, best: int) -> None:
+        """The result ``best`` into ``out`` (and -o)."""
+
+        out.kept = [self.universe[i] for i in mask_indices(best)]
+        if out.status == STATUS_INTERRUPTED:
+            out.error_result = self.details.get(best, "")
+        if self.config.output:
+            self._write_output(out)
+            out.output_written = True
 
     def _write_output(self, out: PrecisionOutcome) -> None:
         """-o: the mixed-precision model with ``out.kept`` in fp32."""
@@ -649,6 +695,14 @@ class PrecisionSearch:
                 return None
             plan = strategy.Plan(self.index)
             return self._drive(strategy.STRATEGIES[self.config.mode](plan))
+        kept = self._follow_overflows()
+        if not self.passes(kept):
+            return self._search_rest(kept)
+        return self._minimize(kept)
+
+    def _follow_overflows(self) -> int:
+        """Keep the node of the first overflow in fp32 while checks show one (guided search)."""
+
         kept = 0
         while not self.passes(kept):
             node = self.overflow.get(kept)
@@ -656,21 +710,29 @@ class PrecisionSearch:
             if pos is None or (kept >> pos) & 1:
                 break
             kept |= 1 << pos
-        if not self.passes(kept):
-            rest = [i for i in range(self.index.size) if not (kept >> i) & 1]
-            if not rest:
-                return kept
-            if not self._all_fp32_passes():
-                return None
+        return kept
 
-            def to_full(m: int, rest=rest, kept=kept) -> int:
-                return kept | sum(1 << rest[i] for i in mask_indices(m))
+    def _search_rest(self, kept: int) -> Optional[int]:
+        """The failure ``kept`` does not explain by overflow: the engine's default search over the
+        other nodes (beside ``kept``), then the 1-minimality loop."""
 
-            plan = strategy.Plan(SetIndex(len(rest)))
-            kept = self._drive(strategy.default(plan), to_full)
-            if not self.passes(kept):
-                return kept
-        if bin(kept).count("1") > 1:
+        rest = [i for i in range(self.index.size) if not (kept >> i) & 1]
+        if not rest:
+            return kept
+        if not self._all_fp32_passes():
+            return None
+
+        def to_full(m: int, rest=rest, kept=kept) -> int:
+            return kept | sum(1 << rest[i] for i in mask_indices(m))
+
+        plan = strategy.Plan(SetIndex(len(rest)))
+        kept = self._drive(strategy.default(plan), to_full)
+        return self._minimize(kept) if self.passes(kept) else kept
+
+    def _minimize(self, kept: int) -> int:
+        """The 1-minimality loop: drop from a passing ``kept`` what is not needed."""
+
+        if popcount(kept) > 1:
             plan = strategy.Plan(self.index)
             kept = self._drive(strategy.drop_loop(plan, kept, interior=False))
         return kept
@@ -709,6 +771,10 @@ class PrecisionSearch:
                     self.overflow[int(entry["nodes"], 16) >> 1] = name if name in self.position else None
         elif c.save_replay:
             self.replay = PrecisionReplay(ident, n, self.replay_check(), self.replay_options())
+
+
+def _not_finite(values):
+    return ~np.isfinite(values)
 
 
 def _overflows(values, dtype: str):

@@ -74,9 +74,7 @@ class Metric:
             ref = {n: v for n, v in ref.items() if n in self.outputs}
         missing = [n for n in ref if n not in got]
         if self.fn is not None:
-            ok = bool(self.fn(ref, got)) if not missing else False
-            return MetricIteration(ok, [MetricOutput("outputs", ok, f"metric {'passes' if ok else 'fails'}")],
-                                   only_a=missing)
+            return _judged_by(self.fn, ref, got, missing)
         outs = [self._output(n, np.asarray(ref[n]), np.asarray(got[n])) for n in ref if n in got]
         return MetricIteration(all(o.passed for o in outs) and not missing, outs, only_a=missing)
 
@@ -86,6 +84,12 @@ class Metric:
             return MetricOutput(name, ok, f"{'equal' if ok else 'differs'} at {name}", 0.0 if ok else 1.0)
         value, ok, text = _MEASURES[self.name](r.astype(np.float64), c.astype(np.float64), self)
         return MetricOutput(name, ok, f"{text} at {name}", value)
+
+
+def _judged_by(fn: MetricFn, ref: Mapping[str, Any], got: Mapping[str, Any], missing: List[str]) -> MetricIteration:
+    """The user's metric function judges all outputs at once (an output missing: a failure)."""
+    ok = bool(fn(ref, got)) if not missing else False
+    return MetricIteration(ok, [MetricOutput("outputs", ok, f"metric {'passes' if ok else 'fails'}")], only_a=missing)
 
 
 def _rows(a: np.ndarray) -> np.ndarray:
@@ -171,16 +175,20 @@ def check_classes(metric: Optional[Metric], outputs: Mapping[str, Any]) -> None:
         if metric.outputs and name not in metric.outputs:
             continue
         count = classes(metric, np.asarray(value))
-        if count is None:
-            continue
-        if count <= 1:
-            raise UsageError(f"--metric {metric.label()}: output {name} has a single class (its "
-                             f"{'last axis' if metric.name == 'argmax-agreement' else 'sample'} has size {count}), "
-                             "so the metric compares nothing; use cosine or snr-db, or --metric-outputs to leave "
-                             "it out")
-        if metric.name == "topk" and metric.k >= count:
-            raise UsageError(f"--metric {metric.label()}: output {name} has {count} classes, so every top-{metric.k} "
-                             f"holds the reference's class and the metric compares nothing; use a K below {count}")
+        if count is not None:
+            _refuse_if_nothing_compared(metric, name, count)
+
+
+def _refuse_if_nothing_compared(metric: Metric, name: str, count: int) -> None:
+    """UsageError when output ``name``'s ``count`` classes leave the ranking metric nothing to compare."""
+    if count <= 1:
+        raise UsageError(f"--metric {metric.label()}: output {name} has a single class (its "
+                         f"{'last axis' if metric.name == 'argmax-agreement' else 'sample'} has size {count}), "
+                         "so the metric compares nothing; use cosine or snr-db, or --metric-outputs to leave "
+                         "it out")
+    if metric.name == "topk" and metric.k >= count:
+        raise UsageError(f"--metric {metric.label()}: output {name} has {count} classes, so every top-{metric.k} "
+                         f"holds the reference's class and the metric compares nothing; use a K below {count}")
 
 
 def describe(comps) -> str:

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx
@@ -169,34 +169,52 @@ def find_pairs(model, *, weights: bool = False, float_model=None) -> List[Pair]:
     """The model's Q/DQ pairs in node order: activation pairs, and with ``weights`` the weight
     pairs (a weight stored quantized only when ``float_model`` has its float values)."""
     values = constants(model)
-    readers: Dict[str, List] = {}
-    for node in model.graph.node:
-        for name in node.input:
-            readers.setdefault(name, []).append(node)
+    readers = _readers(model)
     graph_outputs = {o.name for o in model.graph.output}
     graph_inputs = {i.name for i in model.graph.input} - set(values)
     ref = FloatModel(float_model) if float_model is not None else None
+    weight_ref = ref if weights else None  # (weights stored quantized: searched only with ``weights``)
     known = {o for n in model.graph.node for o in n.output} | {i.name for i in model.graph.input} \
         | {o.name for o in model.graph.output}
     pairs: List[Pair] = []
     for node in model.graph.node:
-        if node.op_type == "QuantizeLinear":
-            pair = _q_pair(node, readers, values, graph_outputs)
-        elif node.op_type == "DequantizeLinear" and weights and ref is not None and node.input[0] in values:
-            pair = _stored_weight(node, values, ref.weights)
-        else:
-            continue
+        pair = _pair_of(node, readers, values, graph_outputs, weight_ref)
         if pair is None or (pair.weight and not weights):
             continue
         pair.user_name = match_name(pair.tensor, known - {pair.tensor})
-        if ref is not None:
-            pair.float_name = match_name(pair.tensor, ref.names)
-            pair.folded = ref.folded(pair.tensor, model)
-            pair.exact = True
-        elif pair.tensor in graph_inputs and not pair.weight:
-            pair.exact = True  # a graph input has no activation folded into its Q: bypassed, it is itself
+        _match_float(pair, ref, model, graph_inputs)
         pairs.append(pair)
     return pairs
+
+
+def _readers(model) -> Dict[str, List]:
+    """Tensor name -> the top-level nodes that read it."""
+    readers: Dict[str, List] = {}
+    for node in model.graph.node:
+        for name in node.input:
+            readers.setdefault(name, []).append(node)
+    return readers
+
+
+def _pair_of(node, readers, values, graph_outputs, weight_ref: Optional["FloatModel"]) -> Optional[Pair]:
+    """The pair ``node`` starts: a Q with its DQs; or (given the float model ``weight_ref``) the DQ of a
+    weight stored quantized."""
+    if node.op_type == "QuantizeLinear":
+        return _q_pair(node, readers, values, graph_outputs)
+    if node.op_type == "DequantizeLinear" and weight_ref is not None and node.input[0] in values:
+        return _stored_weight(node, values, weight_ref.weights)
+    return None
+
+
+def _match_float(pair: Pair, ref: Optional["FloatModel"], model, graph_inputs: Set[str]) -> None:
+    """The pair's tensor in the float model ``ref`` (its name, a folded activation), and whether
+    bypassing the pair gives exactly the float tensor."""
+    if ref is not None:
+        pair.float_name = match_name(pair.tensor, ref.names)
+        pair.folded = ref.folded(pair.tensor, model)
+        pair.exact = True
+    elif pair.tensor in graph_inputs and not pair.weight:
+        pair.exact = True  # a graph input has no activation folded into its Q: bypassed, it is itself
 
 
 class FloatModel:
@@ -220,13 +238,16 @@ class FloatModel:
             return None
         if node.op_type == "Relu":
             return (0.0, math.inf)
+        return self._clip_bounds(node)
+
+    def _clip_bounds(self, node) -> Tuple[float, float]:
+        """A Clip's (min, max): its constant inputs, else its attributes (Clip-6), else unbounded."""
         attrs = {a.name: a.f for a in node.attribute}
-        lo, hi = attrs.get("min", -math.inf), attrs.get("max", math.inf)
-        for k, name in ((1, "min"), (2, "max")):
+        bounds = [attrs.get("min", -math.inf), attrs.get("max", math.inf)]
+        for k in (1, 2):
             if len(node.input) > k and node.input[k] in self.weights:
-                value = float(np.asarray(self.weights[node.input[k]]).ravel()[0])
-                lo, hi = (value, hi) if name == "min" else (lo, value)
-        return (float(lo), float(hi))
+                bounds[k - 1] = float(np.asarray(self.weights[node.input[k]]).ravel()[0])
+        return (float(bounds[0]), float(bounds[1]))
 
 
 def _scale_zp(node, values):
@@ -235,37 +256,39 @@ def _scale_zp(node, values):
     return scale, zp
 
 
+def _grid(node, values, range_zp=None) -> Optional[dict]:
+    """The quantization grid of Q or DQ ``node``: scale, zero point, integer range and axis (None
+    without a constant scale). Without a zero point, the integer range follows ``range_zp``'s type."""
+    scale, zp = _scale_zp(node, values)
+    if scale is None:
+        return None
+    qmin, qmax = _int_range(node, zp if zp is not None else range_zp, values)
+    zp = zp if zp is not None else np.zeros_like(scale, dtype=np.int64)
+    return dict(scale=np.asarray(scale), zero_point=np.asarray(zp), qmin=qmin, qmax=qmax,
+                axis=_axis(node) if np.asarray(scale).size > 1 else None)
+
+
 def _q_pair(node, readers, values, graph_outputs) -> Optional[Pair]:
     out = node.output[0]
     dqs = readers.get(out, [])
     if not dqs or out in graph_outputs or any(d.op_type != "DequantizeLinear" or d.input[0] != out for d in dqs):
         return None
-    scale, zp = _scale_zp(node, values)
-    if scale is None:
+    grid = _grid(node, values)
+    if grid is None:
         return None
-    qmin, qmax = _int_range(node, zp, values)
-    zp = zp if zp is not None else np.zeros_like(scale, dtype=np.int64)
-    return Pair(
-        name=node.name or out, tensor=node.input[0], outputs=[d.output[0] for d in dqs],
-        dq_nodes=[d.name for d in dqs], scale=np.asarray(scale), zero_point=np.asarray(zp), qmin=qmin, qmax=qmax,
-        axis=_axis(node) if np.asarray(scale).size > 1 else None, weight=node.input[0] in values, q_node=node.name,
-    )
+    return Pair(name=node.name or out, tensor=node.input[0], outputs=[d.output[0] for d in dqs],
+                dq_nodes=[d.name for d in dqs], weight=node.input[0] in values, q_node=node.name, **grid)
 
 
 def _stored_weight(node, values, float_weights) -> Optional[Pair]:
     name = match_name(node.input[0], float_weights) or match_name(node.output[0], float_weights)
     if name is None:
         return None
-    scale, zp = _scale_zp(node, values)
-    if scale is None:
+    grid = _grid(node, values, values[node.input[0]])
+    if grid is None:
         return None
-    qmin, qmax = _int_range(node, zp if zp is not None else values[node.input[0]], values)
-    zp = zp if zp is not None else np.zeros_like(scale, dtype=np.int64)
-    return Pair(
-        name=node.name or node.output[0], tensor=name, outputs=[node.output[0]], dq_nodes=[node.name],
-        scale=np.asarray(scale), zero_point=np.asarray(zp), qmin=qmin, qmax=qmax,
-        axis=_axis(node) if np.asarray(scale).size > 1 else None, weight=True, float_value=float_weights[name],
-    )
+    return Pair(name=node.name or node.output[0], tensor=name, outputs=[node.output[0]], dq_nodes=[node.name],
+                weight=True, float_value=float_weights[name], **grid)
 
 
 def pairs_at_op_types(model, pairs: Sequence[Pair], op_types: Sequence[str]) -> List[str]:
@@ -299,20 +322,27 @@ def tied_pairs(model, pairs: Sequence[Pair]) -> Dict[str, str]:
     tied: Dict[str, str] = {}
     axes = _AxisMap(model)
     for p in pairs:
-        node = producer.get(p.tensor)
-        if p.weight or node is None or node.op_type not in MOVING_OPS or not node.input:
-            continue
-        up = by_output.get(node.input[0])
-        if up is None or up is p or not _same_grid(up, p):
-            continue
-        if _per_channel(p) and not axes.keeps(node, up.axis, p.axis):
-            continue  # (the op may move the channels: the values are on another channel's grid)
-        tied[p.name] = tied.get(up.name, up.name)
+        up = _requantized(p, producer, by_output, axes)
+        if up is not None:
+            tied[p.name] = tied.get(up.name, up.name)
     for name, root in list(tied.items()):  # (a chain: its first pair)
         while root in tied:
             root = tied[root]
         tied[name] = root
     return tied
+
+
+def _requantized(p: Pair, producer, by_output: Dict[str, Pair], axes: "_AxisMap") -> Optional[Pair]:
+    """The pair whose values activation pair ``p`` re-quantizes on the same grid after a value-moving op (or None)."""
+    node = producer.get(p.tensor)
+    if p.weight or node is None or node.op_type not in MOVING_OPS or not node.input:
+        return None
+    up = by_output.get(node.input[0])
+    if up is None or up is p or not _same_grid(up, p):
+        return None
+    if _per_channel(p) and not axes.keeps(node, up.axis, p.axis):
+        return None  # (the op may move the channels: the values are on another channel's grid)
+    return up
 
 
 def _per_channel(p: Pair) -> bool:
@@ -337,25 +367,19 @@ class _AxisMap:
 
     def keeps(self, node, a_axis: Optional[int], b_axis: Optional[int]) -> bool:
         shape_in, shape_out = self.shape(node.input[0]), self.shape(node.output[0])
-        a = _from_front(a_axis, len(shape_in) if shape_in is not None else None)
-        b = _from_front(b_axis, len(shape_out) if shape_out is not None else None)
         op = node.op_type
         if op == "Transpose":
-            perm = next((list(t.ints) for t in node.attribute if t.name == "perm"), None)
-            if perm is None:
-                perm = list(reversed(range(len(shape_out)))) if shape_out is not None else None
-            if perm is None:
-                return False
-            a, b = _from_front(a_axis, len(perm)), _from_front(b_axis, len(perm))
-            return a is not None and b is not None and 0 <= b < len(perm) and perm[b] == a
+            return _transpose_keeps(node, a_axis, b_axis, shape_out)
+        a = _from_front(a_axis, len(shape_in) if shape_in is not None else None)
+        b = _from_front(b_axis, len(shape_out) if shape_out is not None else None)
         if a is None or b is None:
             return False
         if op in ("Identity", "MaxPool"):
             return a == b
         if op == "Slice":
             return a == b and self._slice_spares(node, a, shape_in)
-        if op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze") and shape_in is not None and shape_out is not None:
-            return shape_in[a] == shape_out[b] and math.prod(shape_in[:a]) == math.prod(shape_out[:b])
+        if op in ("Reshape", "Flatten", "Squeeze", "Unsqueeze"):
+            return _reshape_keeps(shape_in, shape_out, a, b)
         return False
 
     def _slice_spares(self, node, axis: int, shape_in: Optional[List[int]]) -> bool:
@@ -369,6 +393,24 @@ class _AxisMap:
             return None not in resolved and axis not in resolved
         starts = _initializer(self.model, node.input[1]) if len(node.input) > 1 else None
         return starts is not None and axis >= np.size(starts)
+
+
+def _transpose_keeps(node, a_axis: Optional[int], b_axis: Optional[int], shape_out: Optional[List[int]]) -> bool:
+    """``perm`` (default: reversed, known from the output's rank) maps output axis ``b`` to input axis ``a``."""
+    perm = next((list(t.ints) for t in node.attribute if t.name == "perm"), None)
+    if perm is None and shape_out is not None:
+        perm = list(reversed(range(len(shape_out))))
+    if perm is None:
+        return False
+    a, b = _from_front(a_axis, len(perm)), _from_front(b_axis, len(perm))
+    return a is not None and b is not None and 0 <= b < len(perm) and perm[b] == a
+
+
+def _reshape_keeps(shape_in: Optional[List[int]], shape_out: Optional[List[int]], a: int, b: int) -> bool:
+    """Static shapes prove the channel axis kept: the same channel count, the same number of elements before it."""
+    if shape_in is None or shape_out is None:
+        return False
+    return shape_in[a] == shape_out[b] and math.prod(shape_in[:a]) == math.prod(shape_out[:b])
 
 
 def _from_front(axis: Optional[int], rank: Optional[int]) -> Optional[int]:
@@ -424,18 +466,24 @@ def bypass(model, pairs: Sequence[Pair]):
     by_dq = {dq: p for p in pairs for dq in p.dq_nodes}
     nodes = []
     for node in out.graph.node:
-        if node.op_type == "QuantizeLinear" and node.name in drop_q:
-            continue
-        pair = by_dq.get(node.name) if node.op_type == "DequantizeLinear" else None
-        if pair is None:
-            nodes.append(node)
-        elif pair.float_value is not None:  # a weight stored quantized: its float values, under the DQ's output name
-            out.graph.initializer.append(numpy_helper.from_array(pair.float_value.astype(np.float32), node.output[0]))
-        else:
-            nodes.extend(_float_path(out, pair, node))
+        nodes.extend(_bypassed(out, node, drop_q, by_dq))
     del out.graph.node[:]
     out.graph.node.extend(nodes)
     return out
+
+
+def _bypassed(model, node, drop_q: Set[str], by_dq: Dict[str, Pair]) -> List:
+    """What stands for ``node`` in the bypassed ``model``: nothing for a dropped Q, the float path
+    for a bypassed pair's DQ (a weight stored quantized: an initializer), else the node itself."""
+    if node.op_type == "QuantizeLinear" and node.name in drop_q:
+        return []
+    pair = by_dq.get(node.name) if node.op_type == "DequantizeLinear" else None
+    if pair is None:
+        return [node]
+    if pair.float_value is not None:  # a weight stored quantized: its float values, under the DQ's output name
+        model.graph.initializer.append(numpy_helper.from_array(pair.float_value.astype(np.float32), node.output[0]))
+        return []
+    return _float_path(model, pair, node)
 
 
 def _float_path(model, pair: Pair, dq) -> List:
@@ -446,18 +494,23 @@ def _float_path(model, pair: Pair, dq) -> List:
     lo, hi = clamp
     if lo == 0.0 and hi == math.inf:
         return [helper.make_node("Relu", [pair.tensor], [dq.output[0]], name=dq.name)]
+    return [_clip(model, pair, dq, lo, hi)]
+
+
+def _clip(model, pair: Pair, dq, lo: float, hi: float):
+    """A Clip to [lo, hi] in place of ``dq`` (infinite bounds left out), as the model's opset writes it."""
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 11)
     if opset < 11:  # Clip-6: bounds as attributes
         node = helper.make_node("Clip", [pair.tensor], [dq.output[0]], name=dq.name)
         node.attribute.extend(helper.make_attribute(k, v) for k, v in (("min", lo), ("max", hi)) if math.isfinite(v))
-        return [node]
+        return node
     names = []
     for what, value in (("min", lo), ("max", hi)):
         name = f"{dq.name}_float_{what}"
         if math.isfinite(value):
             model.graph.initializer.append(numpy_helper.from_array(np.array(value, np.float32), name))
         names.append(name if math.isfinite(value) else "")
-    return [helper.make_node("Clip", [pair.tensor, *names], [dq.output[0]], name=dq.name)]
+    return helper.make_node("Clip", [pair.tensor, *names], [dq.output[0]], name=dq.name)
 
 
 def requantize(model, pair: Pair, scale: np.ndarray, zero_point: np.ndarray):

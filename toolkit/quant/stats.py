@@ -139,13 +139,27 @@ class PairAccumulator:
             self._channels(before, clamp)
         if clamp is not None:  # a folded Relu/Clip (or a tensor never negative): what the float model computes
             x = np.clip(x, clamp[0], clamp[1])
-        lo, hi, s = self.pair.bounds(len(shape))
-        if np.ndim(s):  # per channel: every element's own bounds
-            lo, hi, s = (np.broadcast_to(v, shape).ravel() for v in (lo, hi, s))
+        lo, hi, s = self._grid(shape)
         r = None if reference is None else _flat(reference)
         x, y, r, lo, hi, s = self._without_sentinels(x, y, r, lo, hi, s)
         if not x.size:
             return
+        self._add_local(x, y, lo, hi, s)
+        if r is None or r.shape != x.shape:
+            self.with_reference = False
+            return
+        self._add_reference(r, x, y)
+
+    def _grid(self, shape):
+        """(lo, hi, step) of the pair's grid: numbers, or per channel every element's own (flat)."""
+        lo, hi, s = self.pair.bounds(len(shape))
+        if np.ndim(s):
+            lo, hi, s = (np.broadcast_to(v, shape).ravel() for v in (lo, hi, s))
+        return lo, hi, s
+
+    def _add_local(self, x, y, lo, hi, s) -> None:
+        """The pair's own error (``y`` quantized from ``x``, on the grid ``lo``..``hi`` of step ``s``):
+        its size in values and steps, clipped and saturated values, the range seen."""
         d = y - x
         ad = np.abs(d)
         self.n += x.size
@@ -156,9 +170,9 @@ class PairAccumulator:
         self.clipped += int(np.count_nonzero(x < lo - s / 2)) + int(np.count_nonzero(x > hi + s / 2))
         self.saturated += int(np.count_nonzero(y <= lo + s / 4)) + int(np.count_nonzero(y >= hi - s / 4))
         self.lo, self.hi = min(self.lo, float(x.min())), max(self.hi, float(x.max()))
-        if r is None or r.shape != x.shape:
-            self.with_reference = False
-            return
+
+    def _add_reference(self, r, x, y) -> None:
+        """The error against the float model's tensor ``r``: before the pair (``x``) and after it (``y``)."""
         up, after_d = r - x, r - y
         self.r_sq += _dot(r, r)
         self.up_sq += _dot(up, up)
@@ -335,13 +349,18 @@ def causes(stats: Sequence[PairStats], inputs: Sequence[str], limit: int = 3) ->
     if len(clipping) >= 2:
         out.append(f"calibration mismatch: {len(clipping)} of the {len(stats)} pairs clip values outside their "
                    "calibrated ranges (the calibration data did not cover inputs like these: recalibrate on them)")
-    for st in stats:
-        if st.pair.tensor in inputs and st.clipped > 0:
-            out.append(f"input {st.pair.tensor}: {percent(st.clipped)} of its values are outside the calibrated range "
-                       f"[{st.grid_lo:.4g}, {st.grid_hi:.4g}] (observed [{st.lo:.4g}, {st.hi:.4g}]): recalibrate on "
-                       "inputs like these")
+    out += [_input_clips(st) for st in stats if st.pair.tensor in inputs and st.clipped > 0]
     rest = [st for st in ranked(stats) if st.pair.tensor not in inputs and not st.rounding_only]
-    for st in rest[:limit]:
-        why = next((r for r in st.reasons if not r.startswith("local error")), st.reasons[-1] if st.reasons else "")
-        out.append(f"{st.pair.shown}: {why}")
+    out += [f"{st.pair.shown}: {_main_reason(st)}" for st in rest[:limit]]
     return out
+
+
+def _input_clips(st: PairStats) -> str:
+    return (f"input {st.pair.tensor}: {percent(st.clipped)} of its values are outside the calibrated range "
+            f"[{st.grid_lo:.4g}, {st.grid_hi:.4g}] (observed [{st.lo:.4g}, {st.hi:.4g}]): recalibrate on "
+            "inputs like these")
+
+
+def _main_reason(st: PairStats) -> str:
+    """The pair's first reason other than its local error (else its last reason)."""
+    return next((r for r in st.reasons if not r.startswith("local error")), st.reasons[-1] if st.reasons else "")

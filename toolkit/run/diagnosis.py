@@ -85,49 +85,54 @@ def topology_of(model) -> Topology:
     """The :class:`Topology` of ``model``'s top graph (weights are never read)."""
 
     g = model.graph
-    raw = list(g.node)
     sources = {vi.name for vi in g.input} | {t.name for t in g.initializer}
     sources |= {t.values.name for t in g.sparse_initializer}
-    infos: List[NodeInfo] = []
-    for i, n in enumerate(raw):
-        outs = [o for o in n.output if o]
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
-            sources.update(outs)
-            continue
-        infos.append(NodeInfo(n.name or f"{n.op_type}_{i}", n.op_type, node_reads(n), outs))
-    producer = {t: k for k, info in enumerate(infos) for t in info.outputs}
-    _set_depths(infos, producer)
-    order = sorted(range(len(infos)), key=lambda k: (infos[k].depth, k))
-    nodes = [infos[k] for k in order]
+    infos = _node_infos(g.node, sources)
+    _set_depths(infos, {t: k for k, info in enumerate(infos) for t in info.outputs})
+    nodes = sorted(infos, key=lambda info: info.depth)  # (stable: file order within a depth)
     for pos, info in enumerate(nodes):
         info.position = pos
     return Topology(nodes, {t: k for k, info in enumerate(nodes) for t in info.outputs}, sources)
 
 
+def _node_infos(nodes, sources: set) -> List[NodeInfo]:
+    """The nodes that compute (standard Constant nodes: their outputs go to ``sources``)."""
+    infos: List[NodeInfo] = []
+    for i, n in enumerate(nodes):
+        outs = [o for o in n.output if o]
+        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+            sources.update(outs)
+            continue
+        infos.append(NodeInfo(n.name or f"{n.op_type}_{i}", n.op_type, node_reads(n), outs))
+    return infos
+
+
 def _set_depths(infos: List[NodeInfo], producer: Dict[str, int]) -> None:
     """Depth of every node: 1 + the deepest node it reads from (iterative, any file order)."""
     depth: List[Optional[int]] = [None] * len(infos)
+    preds = [[producer[t] for t in info.inputs if t in producer and producer[t] != k] for k, info in enumerate(infos)]
     for root in range(len(infos)):
-        stack = [root]
-        on_stack = {root}
-        while stack:
-            k = stack[-1]
-            if depth[k] is not None:
-                stack.pop()
-                on_stack.discard(k)
-                continue
-            preds = [producer[t] for t in infos[k].inputs if t in producer and producer[t] != k]
-            todo = [p for p in preds if depth[p] is None and p not in on_stack]
+        _settle(root, preds, depth)
+    for k, info in enumerate(infos):
+        info.depth = depth[k] or 1
+
+
+def _settle(root: int, preds: List[List[int]], depth: List[Optional[int]]) -> None:
+    """The depth of ``root`` and of the nodes it reads from that have none yet (depth first, no recursion)."""
+    stack = [root]
+    on_stack = {root}
+    while stack:
+        k = stack[-1]
+        if depth[k] is None:
+            todo = [p for p in preds[k] if depth[p] is None and p not in on_stack]
             if todo:
                 stack.extend(todo)
                 on_stack.update(todo)
                 continue
             # (a cycle leaves a predecessor without depth: it counts as a source)
-            depth[k] = 1 + max((depth[p] or 0 for p in preds), default=0)
-            stack.pop()
-            on_stack.discard(k)
-    for k, info in enumerate(infos):
-        info.depth = depth[k] or 1
+            depth[k] = 1 + max((depth[p] or 0 for p in preds[k]), default=0)
+        stack.pop()
+        on_stack.discard(k)
 
 
 # ---------------------------------------------------------------------- errors per tensor
@@ -168,29 +173,41 @@ def tensor_error(name: str, a, b, comparison) -> TensorError:
         return err
     if a.size == 0:
         return err
-    for side in (a, b):  # (either side: the other may hold the overflow's inf)
-        if side.dtype.kind == "f":
-            finite = np.abs(side[np.isfinite(side)])
-            err.ref_max = max(err.ref_max, float(finite.max()) if finite.size else 0.0)
+    err.ref_max = max(_largest_finite(a), _largest_finite(b))  # (either side: the other may hold the overflow's inf)
     absd, rel = error_arrays(a, b)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         num = float(np.sqrt(np.sum(np.square(absd, dtype=np.float64))))
         den = max(_norm(a), _norm(b))
-        if c.stat == "elemwise":
-            ra = absd / c.atol if c.atol > 0 else np.where(absd > 0, np.inf, 0.0)
-            rr = rel / c.rtol if c.rtol > 0 else np.where(rel > 0, np.inf, 0.0)
-            err.tol_ratio = float(np.max(np.minimum(ra, rr)))
-        else:
-            err.tol_ratio = min(_div(c.required_atol, c.atol), _div(c.required_rtol, c.rtol))
-    if math.isnan(num) or math.isnan(den):
-        err.rel_l2 = math.inf
-    elif num == 0:
-        err.rel_l2 = 0.0
-    else:
-        err.rel_l2 = num / den if den > 0 else math.inf
-    if math.isnan(err.tol_ratio):
-        err.tol_ratio = math.inf
+        ratio = _tol_ratio(absd, rel, c)
+    err.rel_l2 = _relative(num, den)
+    err.tol_ratio = math.inf if math.isnan(ratio) else ratio
     return err
+
+
+def _largest_finite(x) -> float:
+    """The largest finite magnitude of float array ``x`` (0 for other dtypes)."""
+    if x.dtype.kind != "f":
+        return 0.0
+    finite = np.abs(x[np.isfinite(x)])
+    return float(finite.max()) if finite.size else 0.0
+
+
+def _tol_ratio(absd, rel, c) -> float:
+    """How many times its tolerance the error uses (per element, or of the statistic compared)."""
+    if c.stat != "elemwise":
+        return min(_div(c.required_atol, c.atol), _div(c.required_rtol, c.rtol))
+    ra = absd / c.atol if c.atol > 0 else np.where(absd > 0, np.inf, 0.0)
+    rr = rel / c.rtol if c.rtol > 0 else np.where(rel > 0, np.inf, 0.0)
+    return float(np.max(np.minimum(ra, rr)))
+
+
+def _relative(num: float, den: float) -> float:
+    """``num / den``: infinite for NaN or a zero ``den``, 0 for a zero ``num``."""
+    if math.isnan(num) or math.isnan(den):
+        return math.inf
+    if num == 0:
+        return 0.0
+    return num / den if den > 0 else math.inf
 
 
 def _norm(x) -> float:
@@ -326,12 +343,33 @@ def diagnose(
     """Place ``errors`` in the graph: first failure, ranked nodes, error against depth (the
     amplification ``floor`` follows the labels unless given, see :func:`storage_floor`)."""
     if topology is None:
-        compared = list(errors.values())
-        for k, t in enumerate(compared):
-            t.position = k
-        first = next((t for t in compared if not t.passed), None)
-        note = "no graph topology (the model is not ONNX): tensors are in the order compared"
-        return Diagnosis(label_a, label_b, compared, first, [], [], topology_known=False, notes=[note])
+        return _in_compared_order(errors, label_a, label_b)
+    tensors = _placed(errors, topology)
+    known = {t.name for t in tensors}
+    extra = [e for n, e in errors.items() if n not in known]  # graph inputs and the like
+    first = next((t for t in tensors + extra if not t.passed), None)
+    floor = floor if floor is not None else storage_floor(label_a, label_b)
+    ranked = _rank(errors, topology, floor)
+    storage = next((k for k, v in STORAGE_FLOOR.items() if v == floor), "fp32")
+    for s in ranked:
+        worst = errors.get(s.worst_output)
+        s.kind = classify(s.passed, s.output_error, s.amplification, s.depth, storage, worst.ref_max if worst else 0.0)
+    return Diagnosis(label_a, label_b, tensors + extra, first, ranked, _depth_rows(tensors),
+                     notes=_diagnosis_notes(ranked, extra), storage=storage)
+
+
+def _in_compared_order(errors: Mapping[str, TensorError], label_a: str, label_b: str) -> Diagnosis:
+    """The diagnosis without a graph topology: the tensors in the order compared."""
+    compared = list(errors.values())
+    for k, t in enumerate(compared):
+        t.position = k
+    first = next((t for t in compared if not t.passed), None)
+    note = "no graph topology (the model is not ONNX): tensors are in the order compared"
+    return Diagnosis(label_a, label_b, compared, first, [], [], topology_known=False, notes=[note])
+
+
+def _placed(errors: Mapping[str, TensorError], topology: Topology) -> List[TensorError]:
+    """The errors of tensors some node produces, in topological order, with their place set."""
     tensors: List[TensorError] = []
     for k, name in enumerate(topology.tensor_order()):
         e = errors.get(name)
@@ -340,15 +378,10 @@ def diagnose(
         node = topology.nodes[topology.producer[name]]
         e.position, e.depth, e.node, e.op = k, node.depth, node.name, node.op
         tensors.append(e)
-    known = {t.name for t in tensors}
-    extra = [e for n, e in errors.items() if n not in known]  # graph inputs and the like
-    first = next((t for t in tensors if not t.passed), None) or next((t for t in extra if not t.passed), None)
-    floor = floor if floor is not None else storage_floor(label_a, label_b)
-    ranked = _rank(errors, topology, floor)
-    storage = next((k for k, v in STORAGE_FLOOR.items() if v == floor), "fp32")
-    for s in ranked:
-        worst = errors.get(s.worst_output)
-        s.kind = classify(s.passed, s.output_error, s.amplification, s.depth, storage, worst.ref_max if worst else 0.0)
+    return tensors
+
+
+def _diagnosis_notes(ranked: Sequence[NodeScore], extra: Sequence[TensorError]) -> List[str]:
     notes = []
     if any(s.unseen and not s.passed for s in ranked):
         notes.append(
@@ -358,8 +391,7 @@ def diagnose(
         )
     if extra:
         notes.append(f"{len(extra)} compared tensor(s) are produced by no node of the top graph")
-    return Diagnosis(label_a, label_b, tensors + extra, first, ranked, _depth_rows(tensors), notes=notes,
-                     storage=storage)
+    return notes
 
 
 def _rank(errors: Mapping[str, TensorError], topology: Topology, floor: float = FLOOR) -> List[NodeScore]:
@@ -381,24 +413,28 @@ def _rank(errors: Mapping[str, TensorError], topology: Topology, floor: float = 
         worst = max(compared, key=lambda e: e.rel_l2)
         for t in node.outputs:
             est[t] = errors[t].rel_l2 if t in errors else worst.rel_l2
-        scores.append(
-            NodeScore(
-                node.name,
-                node.op,
-                node.position,
-                node.depth,
-                list(node.outputs),
-                in_err,
-                worst.rel_l2,
-                amplification(worst.rel_l2, in_err, floor),
-                all(e.passed for e in compared),
-                worst.name,
-                in_gap,
-            )
-        )
+        scores.append(_score(node, compared, worst, in_err, in_gap, floor))
     # a node whose inputs were not compared ranks after those whose were: its ratio is an estimate
     scores.sort(key=lambda s: (s.unseen > 0, -s.amplification, s.passed, s.position))
     return scores
+
+
+def _score(node: NodeInfo, compared: List[TensorError], worst: TensorError, in_err: float, in_gap: int,
+           floor: float) -> NodeScore:
+    """A node with compared outputs: how much it amplifies the error of its inputs."""
+    return NodeScore(
+        node.name,
+        node.op,
+        node.position,
+        node.depth,
+        list(node.outputs),
+        in_err,
+        worst.rel_l2,
+        amplification(worst.rel_l2, in_err, floor),
+        all(e.passed for e in compared),
+        worst.name,
+        in_gap,
+    )
 
 
 def _depth_rows(tensors: Sequence[TensorError]) -> List[DepthRow]:
@@ -445,17 +481,17 @@ def sparkline(values: Sequence[float], *, ascii_only: bool = False) -> str:
     lo, hi = math.log10(min(finite)), math.log10(max(finite))
     if hi == lo:  # one positive level: it is the largest, drawn full height (zeros stay lowest)
         lo -= 1.0
-    span = hi - lo
-    out = []
-    for v in values:
-        if math.isinf(v):
-            out.append(chars[-1])
-        elif v <= 0:
-            out.append(chars[0])
-        else:
-            level = int(round((math.log10(v) - lo) / span * (len(chars) - 1)))
-            out.append(chars[max(0, min(len(chars) - 1, level))])
-    return "".join(out)
+    return "".join(_spark(v, chars, lo, hi - lo) for v in values)
+
+
+def _spark(v: float, chars: str, lo: float, span: float) -> str:
+    """The character of ``v`` on the log scale from ``lo`` over ``span`` decades."""
+    if math.isinf(v):
+        return chars[-1]
+    if v <= 0:
+        return chars[0]
+    level = int(round((math.log10(v) - lo) / span * (len(chars) - 1)))
+    return chars[max(0, min(len(chars) - 1, level))]
 
 
 def describe_tensor(t: TensorError) -> str:

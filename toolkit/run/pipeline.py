@@ -159,19 +159,9 @@ def _load_result_sets(paths: Sequence[str], model: str = "") -> List[ResultSet]:
 def load_data_files(plan: RunPlan, rep: Reporter) -> Tuple[FeedSource, List[ResultSet]]:
     """The feeds every runner gets (loaded or to generate) and the loaded result sets."""
     opts = plan.opts
-    loaded: Optional[Sequence[Mapping]] = None
-    where: List[Tuple[str, int]] = []
-    if opts.data_loader_script and opts.runners:
-        loaded = load_script_feeds(opts.data_loader_script, opts.data_loader_func_name)
-        script = split_script_spec(opts.data_loader_script, opts.data_loader_func_name)[0]
-        where = [(script, k) for k in range(len(loaded))]
-    if opts.load_inputs and opts.runners:
-        loaded, where = load_feeds(opts.load_inputs)
+    loaded, where = _loaded_feeds(opts)
     if loaded is not None:
-        if opts.iterations is not None and opts.iterations != len(loaded):
-            rep.warn(f"--iterations {opts.iterations} ignored: the loaded inputs hold {len(loaded)} iteration(s)")
-        if opts.val_range or opts.seed is not None or opts.input_shapes:
-            rep.warn("--seed, --val-range and --input-shapes are ignored when inputs are loaded")
+        _warn_ignored(opts, len(loaded), rep)
     feeds = FeedSource(
         loaded, where, iterations=opts.iterations, seed=opts.seed, ranges=plan.ranges, shapes=plan.shapes, notes=rep.warn
     )
@@ -181,6 +171,29 @@ def load_data_files(plan: RunPlan, rep: Reporter) -> Tuple[FeedSource, List[Resu
                 feeds.preferred.setdefault(name, shape)
     sets = _load_result_sets(opts.load_outputs, opts.model) if opts.load_outputs else []
     return feeds, sets
+
+
+def _loaded_feeds(opts) -> Tuple[Optional[Sequence[Mapping]], List[Tuple[str, int]]]:
+    """The feeds a data loader script or --load-inputs gives (None: generate them), and where each
+    came from (file, iteration). Nothing is loaded when no runner runs. (The plan refuses the two
+    sources together.)"""
+    if not opts.runners:
+        return None, []
+    if opts.load_inputs:
+        return load_feeds(opts.load_inputs)
+    if opts.data_loader_script:
+        loaded = load_script_feeds(opts.data_loader_script, opts.data_loader_func_name)
+        script = split_script_spec(opts.data_loader_script, opts.data_loader_func_name)[0]
+        return loaded, [(script, k) for k in range(len(loaded))]
+    return None, []
+
+
+def _warn_ignored(opts, count: int, rep: Reporter) -> None:
+    """The options that generate inputs, given with loaded ones: ignored, said once."""
+    if opts.iterations is not None and opts.iterations != count:
+        rep.warn(f"--iterations {opts.iterations} ignored: the loaded inputs hold {count} iteration(s)")
+    if opts.val_range or opts.seed is not None or opts.input_shapes:
+        rep.warn("--seed, --val-range and --input-shapes are ignored when inputs are loaded")
 
 
 # ---------------------------------------------------------------------------- 3. streaming
@@ -251,22 +264,31 @@ class Streams:
     def on_iteration(self, index: int, label: str, k: int, outs: Mapping, keep: List[Mapping]) -> None:
         """Validate and compare iteration ``k`` of live runner ``index``; keep it if a later runner needs it."""
         if self.plan.opts.validate:
-            for problem in validate_outputs(label, [outs]):
-                problem.iteration = k
-                self.problems.append(problem)
+            self._validate(label, k, outs)
         tol = self.plan.tolerances or Tolerances()
+        last = index == len(self.plan.runners) - 1
         if k == 0:
-            self.names.update(outs)
-            # every runner has run once: a bad name says so now (see _check_names)
-            if index == len(self.plan.runners) - 1 and not tol.names_checked:
-                require_known_names(tol, self.names.union(*(s.names for s in self.loaded)))
+            self._first_names(outs, tol, last)
         if index > 0 and k < len(self.kept):
             self.compare(index - 1, k, self.kept[k], outs, tol)
-        if index == len(self.plan.runners) - 1:
-            if self.loaded and k < self.loaded[0].count:
-                self.compare(index, k, outs, self.loaded[0].iterations[k], tol)
-        else:
+        if not last:
             keep.append(outs)
+        elif self.loaded and k < self.loaded[0].count:
+            self.compare(index, k, outs, self.loaded[0].iterations[k], tol)
+
+
+    def _validate(self, label: str, k: int, outs: Mapping) -> None:
+        """--validate: NaN/inf in iteration ``k``'s outputs."""
+        for problem in validate_outputs(label, [outs]):
+            problem.iteration = k
+            self.problems.append(problem)
+
+    def _first_names(self, outs: Mapping, tol: Tolerances, last: bool) -> None:
+        """A first iteration's output names; after the last runner's, every name a tolerance gives
+        is checked (a bad name says so now, see _check_names)."""
+        self.names.update(outs)
+        if last and not tol.names_checked:
+            require_known_names(tol, self.names.union(*(s.names for s in self.loaded)))
 
 
 def _start(runner, rep: Reporter) -> None:
@@ -360,6 +382,15 @@ def _check_names(tol: Tolerances, sets: List[ResultSet], comparisons: list, rep:
             rep.warn(note)
 
 
+def _add_qdq_tables(plan: RunPlan, stream: Streams, report: RunReport) -> None:
+    """The Q/DQ pairs' tables into the report (and into --save-report's file, unless node data)."""
+    report.qdq_tables = qdq_table.finish(stream.qdq, len(report.comparisons))
+    from toolkit.run.node_data import is_node_data_path  # (loaded with the statistics, not for every run)
+
+    if plan.opts.save_report and not is_node_data_path(plan.opts.save_report):  # (node data: left as it is)
+        qdq_table.add_to_report(plan.opts.save_report, report.qdq_tables)
+
+
 def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
     """The comparisons of consecutive result sets, in order (loaded files compared here)."""
 
@@ -376,11 +407,7 @@ def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
     precisions = {s.label: s.precision for s in sets if s.precision}
     report.diagnoses = diagnose.diagnoses(plan.opts, comparisons, stream.errors, precisions)
     if stream.qdq.sums:  # (the Q/DQ statistics load onnx: only when a diagnosis gathered pairs)
-        report.qdq_tables = qdq_table.finish(stream.qdq, len(comparisons))
-        from toolkit.run.node_data import is_node_data_path  # (loaded with the statistics, not for every run)
-
-        if plan.opts.save_report and not is_node_data_path(plan.opts.save_report):  # (node data: left as it is)
-            qdq_table.add_to_report(plan.opts.save_report, report.qdq_tables)
+        _add_qdq_tables(plan, stream, report)
     if plan.opts.save_report:
         rep.saved("report", plan.opts.save_report)
     return report

@@ -19,7 +19,7 @@ import html
 import json
 import math
 import os
-from typing import List, Sequence
+from typing import List, Sequence, Tuple
 
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.io.model import atomic_output, check_output_path
@@ -275,8 +275,8 @@ def _tick(p: int) -> str:
     return f"{10.0**p:g}" if -2 <= p <= 3 else f"1e{p}"
 
 
-def _markers(diag: Diagnosis, x, top: float, bottom: float) -> List[str]:
-    out = []
+def _marks(diag: Diagnosis) -> List[Tuple[int, str, str]]:
+    """(tensor index, label, colour) of the culprit's output and of the first failure (when another tensor)."""
     index = {t.name: i for i, t in enumerate(diag.tensors)}
     first = diag.first_failure
     culprit = diag.culprit
@@ -285,7 +285,12 @@ def _markers(diag: Diagnosis, x, top: float, bottom: float) -> List[str]:
         marks.append((index[culprit.worst_output], f"culprit: {culprit.node} [{culprit.op}]", "#b3261e"))
     if first is not None and first.name in index and (culprit is None or first.name != culprit.worst_output):
         marks.append((index[first.name], f"first out of tolerance: {first.name}", "#e37400"))
-    for k, (i, label, color) in enumerate(marks):
+    return marks
+
+
+def _markers(diag: Diagnosis, x, top: float, bottom: float) -> List[str]:
+    out = []
+    for k, (i, label, color) in enumerate(_marks(diag)):
         xx = x(i)
         anchor = "start" if xx < W * 0.6 else "end"
         dx = 5 if anchor == "start" else -5

@@ -74,18 +74,23 @@ def _parse_option(kind: RunnerKind, text: str, spec: str) -> tuple:
             f"runner spec '{spec}': {kind.name} has no option '{key}'; "
             + (f"its options: {valid}" if valid else f"{kind.name} takes no options")
         )
+    return key, _option_value(opt, key, bool(eq), value, spec)
+
+
+def _option_value(opt, key: str, eq: bool, value: str, spec: str):
+    """The value of spec option ``key`` (``eq``: written with '='): text to convert, a choice, or a switch."""
     if opt.convert is not None:
         if not eq or not value:
             raise UsageError(f"runner spec '{spec}': write {key}=VALUE")
-        return key, value  # (converted where the spec is applied)
+        return value  # (converted where the spec is applied)
     if opt.choices:
         try:
-            return key, opt.check(value if eq else "")  # ("" is no choice: KEY without =VALUE)
+            return opt.check(value if eq else "")  # ("" is no choice: KEY without =VALUE)
         except ValueError as exc:
             raise UsageError(f"runner spec '{spec}': write {key}=VALUE with VALUE {exc}") from None
     if eq:
         raise UsageError(f"runner spec '{spec}': option '{key}' is a switch; write it without '={value}'")
-    return key, True
+    return True
 
 
 def parse_runner_spec(text: str) -> RunnerSpec:

@@ -15,7 +15,7 @@ import tempfile
 import threading
 import types
 import weakref
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -282,7 +282,7 @@ def layer_candidates(trt, network) -> Tuple[List[str], Dict[str, int]]:
     skip = {kind.CONSTANT, kind.SHAPE}
     inputs = {network.get_input(i).name for i in range(network.num_inputs)}
     names: List[str] = []
-    skipped = {"inside a loop or an If": 0, "of a type numpy cannot hold (INT4, FP4, E8M0)": 0}
+    skipped = {_INSIDE: 0, _UNHELD: 0}
     loops = LoopNesting(trt)
     if_depth = 0  # Ifs nest: the parser adds CONDITION, its inputs, both branches, then its outputs
     previous = None
@@ -290,26 +290,55 @@ def layer_candidates(trt, network) -> Tuple[List[str], Dict[str, int]]:
         layer = network.get_layer(li)
         ltype = layer.type
         loops.see(layer, ltype)
-        if ltype == kind.CONDITION:
-            if_depth += 1
-        elif ltype == kind.CONDITIONAL_OUTPUT and previous != kind.CONDITIONAL_OUTPUT:
-            if_depth = max(if_depth - 1, 0)  # an If's outputs (consecutive layers) are outside it
+        if_depth = _if_depth(kind, ltype, previous, if_depth)
         previous = ltype
         if ltype in skip:
             continue
         inside = loops.depth > 0 or if_depth > 0 or ltype in if_start
-        for oi in range(layer.num_outputs):
-            tensor = layer.get_output(oi)
-            if tensor is None or tensor.name in inputs or tensor.is_shape_tensor:
-                continue
-            if inside:
-                skipped["inside a loop or an If"] += 1
-                continue
-            if getattr(tensor.dtype, "name", "") not in TRT_DTYPES:
-                skipped["of a type numpy cannot hold (INT4, FP4, E8M0)"] += 1
-                continue
-            names.append(tensor.name)
+        _take_outputs(layer, inputs, inside, names, skipped)
     return names, {k: v for k, v in skipped.items() if v}
+
+
+_INSIDE = "inside a loop or an If"
+_UNHELD = "of a type numpy cannot hold (INT4, FP4, E8M0)"
+
+
+def _if_depth(kind, ltype, previous, depth: int) -> int:
+    """How many Ifs the layer of type ``ltype`` (after one of type ``previous``) is inside."""
+    if ltype == kind.CONDITION:
+        return depth + 1
+    if ltype == kind.CONDITIONAL_OUTPUT and previous != kind.CONDITIONAL_OUTPUT:
+        return max(depth - 1, 0)  # an If's outputs (consecutive layers) are outside it
+    return depth
+
+
+def _take_outputs(layer, inputs: Set[str], inside: bool, names: List[str], skipped: Dict[str, int]) -> None:
+    """The layer's outputs that can be network outputs into ``names``; those left out for a reason
+    the user may not expect counted in ``skipped``."""
+    for oi in range(layer.num_outputs):
+        tensor = layer.get_output(oi)
+        if tensor is None or tensor.name in inputs or tensor.is_shape_tensor:
+            continue
+        if inside:
+            skipped[_INSIDE] += 1
+        elif getattr(tensor.dtype, "name", "") not in TRT_DTYPES:
+            skipped[_UNHELD] += 1
+        else:
+            names.append(tensor.name)
+
+
+def _mark_only(network, chosen: Sequence[str], tensors: Mapping[str, object]) -> None:
+    """The network's outputs become ``chosen`` (``tensors``: every layer output by name)."""
+    keep = set(chosen)
+    for i in reversed(range(network.num_outputs)):
+        tensor = network.get_output(i)
+        if tensor.name not in keep:
+            network.unmark_output(tensor)
+    marked = {network.get_output(i).name for i in range(network.num_outputs)}
+    for name in chosen:
+        if name not in marked:
+            network.mark_output(tensors[name])
+            marked.add(name)
 
 
 def has_qdq(trt, network) -> bool:
@@ -320,6 +349,40 @@ def has_qdq(trt, network) -> bool:
 def _known(meta: TensorMeta) -> tuple:
     """A network input's dims (TensorRT always knows the rank; -1/names for dynamic dims)."""
     return tuple(meta.shape or ())
+
+
+def _is_dynamic(meta: TensorMeta) -> bool:
+    """A network input with a dim not fixed (-1 or a name)."""
+    return any(not isinstance(d, int) for d in _known(meta))
+
+
+def _given_shape(meta: TensorMeta, given) -> Shape:
+    """The shape --input-shapes gives a dynamic input, checked against the network's dims."""
+    known = _known(meta)
+    if len(given) != len(known) or any(g != d for g, d in zip(given, known) if isinstance(d, int)):
+        raise UsageError(
+            f"--input-shapes gives '{meta.name}' shape {format_shape(given)}, "
+            f"which does not fit the network's {format_shape(known)}"
+        )
+    return concrete(given, f"--input-shapes for '{meta.name}'")
+
+
+def _as_values(array) -> tuple:
+    """A shape tensor's values as a tuple of ints."""
+    return tuple(int(v) for v in np.asarray(array).reshape(-1))
+
+
+def _fill_values(k: int, prof: Profile, shape_metas: Sequence[TensorMeta], value_ranges: Mapping) -> None:
+    """Each shape-tensor input profile ``k`` leaves out: its values in the loaded data (else UsageError)."""
+    for meta in shape_metas:
+        if meta.name in prof:
+            continue
+        if meta.name not in value_ranges:
+            raise UsageError(
+                f"input '{meta.name}' is a shape tensor: give its values for profile {k}, e.g. "
+                f"--trt-opt-shapes {meta.name}:[1,224] (or load inputs that hold it with --load-inputs)"
+            )
+        prof[meta.name] = value_ranges[meta.name]
 
 
 def all_layer_outputs(network) -> Dict[str, object]:
@@ -463,16 +526,7 @@ class EngineBuilder:
                 + " not marked (TensorRT cannot return them)"
             )
         chosen = select_outputs(c, candidates, current, known=list(tensors) + current)
-        keep = set(chosen)
-        for i in reversed(range(network.num_outputs)):
-            tensor = network.get_output(i)
-            if tensor.name not in keep:
-                network.unmark_output(tensor)
-        marked = {network.get_output(i).name for i in range(network.num_outputs)}
-        for name in chosen:
-            if name not in marked:
-                network.mark_output(tensors[name])
-                marked.add(name)
+        _mark_only(network, chosen, tensors)
 
     def network_metas(self, network) -> Tuple[List[TensorMeta], List[str]]:
         """Input metadata, and the names of shape-tensor inputs (their values shape the network)."""
@@ -495,12 +549,7 @@ class EngineBuilder:
                 return shapes[0]
         given = self.config.fallback_shapes.get(meta.name)
         if given is not None:
-            if len(given) != len(_known(meta)) or any(g != d for g, d in zip(given, _known(meta)) if isinstance(d, int)):
-                raise UsageError(
-                    f"--input-shapes gives '{meta.name}' shape {format_shape(given)}, "
-                    f"which does not fit the network's {format_shape(_known(meta))}"
-                )
-            return concrete(given, f"--input-shapes for '{meta.name}'")
+            return _given_shape(meta, given)
         shape = tuple(d if isinstance(d, int) else 1 for d in _known(meta))
         self.notes.append(
             f"input '{meta.name}' has dynamic shape {format_shape(_known(meta))} and no profile; building for "
@@ -515,15 +564,10 @@ class EngineBuilder:
         feeds = self.config.sample_feeds or ()
         for meta in metas:
             got = [f[meta.name] for f in feeds if meta.name in f]
-            if values:
-                seen = [tuple(int(v) for v in np.asarray(a).reshape(-1)) for a in got]
-            else:
-                seen = [tuple(np.shape(a)) for a in got]
+            seen = [_as_values(a) for a in got] if values else [tuple(np.shape(a)) for a in got]
             if not seen or len({len(s) for s in seen}) != 1 or (not values and len(seen[0]) != len(_known(meta))):
                 continue
-            lo = tuple(min(s[i] for s in seen) for i in range(len(seen[0])))
-            hi = tuple(max(s[i] for s in seen) for i in range(len(seen[0])))
-            out[meta.name] = (lo, seen[0], hi)
+            out[meta.name] = (tuple(map(min, zip(*seen))), seen[0], tuple(map(max, zip(*seen))))
         return out
 
     def _check_user_profiles(self, profiles: List[Profile], metas: List[TensorMeta], shape_inputs: Sequence[str]) -> None:
@@ -553,7 +597,7 @@ class EngineBuilder:
         For a shape-tensor input, a profile holds its values (min/opt/max), not its shape.
         A profile is needed whenever an input is dynamic or is a shape tensor.
         """
-        dynamic = [m for m in metas if any(not isinstance(d, int) for d in _known(m)) and m.name not in shape_inputs]
+        dynamic = [m for m in metas if _is_dynamic(m) and m.name not in shape_inputs]
         shape_metas = [m for m in metas if m.name in shape_inputs]
         profiles = [dict(p) for p in self.config.profiles]
         self._check_user_profiles(profiles, metas, shape_inputs)
@@ -566,22 +610,20 @@ class EngineBuilder:
         ranges = self.feed_ranges(dynamic) if self.config.sample_feeds else {}
         value_ranges = self.feed_ranges(shape_metas, values=True) if self.config.sample_feeds else {}
         for k, prof in enumerate(profiles):
-            for meta in dynamic:
-                if meta.name not in prof:
-                    if meta.name in ranges:
-                        prof[meta.name] = ranges[meta.name]
-                    else:
-                        shape = self.fallback_shape(meta)
-                        prof[meta.name] = (shape, shape, shape)
-            for meta in shape_metas:
-                if meta.name not in prof:
-                    if meta.name not in value_ranges:
-                        raise UsageError(
-                            f"input '{meta.name}' is a shape tensor: give its values for profile {k}, e.g. "
-                            f"--trt-opt-shapes {meta.name}:[1,224] (or load inputs that hold it with --load-inputs)"
-                        )
-                    prof[meta.name] = value_ranges[meta.name]
+            self._fill_shapes(prof, dynamic, ranges)
+            _fill_values(k, prof, shape_metas, value_ranges)
         return profiles
+
+    def _fill_shapes(self, prof: Profile, dynamic: Sequence[TensorMeta], ranges: Mapping) -> None:
+        """Each dynamic input ``prof`` leaves out: its shapes in the loaded data, else one fixed shape."""
+        for meta in dynamic:
+            if meta.name in prof:
+                continue
+            if meta.name in ranges:
+                prof[meta.name] = ranges[meta.name]
+            else:
+                shape = self.fallback_shape(meta)
+                prof[meta.name] = (shape, shape, shape)
 
     def invalid_profile(self, k: int) -> Callable[[str], UsageError]:
         return lambda why: UsageError(f"profile {k} is invalid for this network: {self.errors(why or 'TensorRT gives no reason')}")
@@ -647,7 +689,7 @@ class EngineBuilder:
 
         self.calibrator = Calibrator.create(self.trt, self.cudart, metas, self.config, self.notes)
         shapes = self.calibrator.profile_shapes
-        if shapes and any(any(not isinstance(d, int) for d in m.shape or ()) for m in metas):
+        if shapes and any(_is_dynamic(m) for m in metas):
 
             def refused(why: str) -> UsageError:
                 return UsageError(

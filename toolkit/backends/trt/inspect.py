@@ -130,37 +130,42 @@ def _tensor_name(t) -> str:
 def engine_text(desc: Dict[str, Any]) -> List[str]:
     """Plain text, in the layout of ``inspect model`` for ONNX models."""
     lines = [f"[I] ==== TensorRT Engine ==== ({desc['engine']}, TensorRT {desc['tensorrt']})"]
-
-    def meta(t) -> str:
-        return format_meta(t["name"], tuple(t["shape"]), t["dtype"])
-
     for key, title in (("inputs", "Input"), ("outputs", "Output")):
         items = desc[key]
         lines += ["", f"    ---- {len(items)} Engine {title}(s) ----"]
         for t in items:
             fmt = "" if t["format"] == "LINEAR" else f" format={t['format']}"
-            lines.append(f"    {meta(t)}{fmt}")
+            lines.append(f"    {format_meta(t['name'], tuple(t['shape']), t['dtype'])}{fmt}")
     profiles = desc["profiles"]
     lines += ["", f"    ---- {len(profiles)} Profile(s) ----"]
     for p in profiles:
         lines.append(f"    - Profile: {p['index']}")
         if not p["tensors"]:
             lines.append("        (no dynamic inputs)")
-        for t in p["tensors"]:
-            if "values" in t:
-                v = t["values"]
-                lines.append(f"        Tensor: {t['name']} (shape tensor) | Values: min={v['min']}, opt={v['opt']}, max={v['max']}")
-            else:
-                lo, opt, hi = (tuple(t[k]) for k in ("min", "opt", "max"))
-                lines.append(f"        Tensor: {t['name']} | Shapes: min={lo}, opt={opt}, max={hi}")
+        lines += [_profile_line(t) for t in p["tensors"]]
     layers = desc.get("layers")
     lines += ["", f"    ---- {desc['num_layers']} Layer(s) ----"]
     if layers is None:
         lines.append("    (show them with --show layers)")
     for layer in layers or ():
-        op = f" [Op: {layer['type']}]" if layer["type"] else ""
-        lines.append(f"    - Layer {layer['index']:<4} | {layer['name']}{op}")
-        if layer["inputs"] or layer["outputs"]:
-            lines.append(f"        {{{', '.join(layer['inputs'])}}}")
-            lines.append(f"         -> {{{', '.join(layer['outputs'])}}}")
+        lines += _layer_lines(layer)
+    return lines
+
+
+def _profile_line(t: Dict[str, Any]) -> str:
+    """One input of a profile: its values (a shape tensor) or its shapes, min/opt/max."""
+    if "values" in t:
+        v = t["values"]
+        return f"        Tensor: {t['name']} (shape tensor) | Values: min={v['min']}, opt={v['opt']}, max={v['max']}"
+    lo, opt, hi = (tuple(t[k]) for k in ("min", "opt", "max"))
+    return f"        Tensor: {t['name']} | Shapes: min={lo}, opt={opt}, max={hi}"
+
+
+def _layer_lines(layer: Dict[str, Any]) -> List[str]:
+    """A layer as ``inspect model`` shows a node: name and op, then its inputs and outputs."""
+    op = f" [Op: {layer['type']}]" if layer["type"] else ""
+    lines = [f"    - Layer {layer['index']:<4} | {layer['name']}{op}"]
+    if layer["inputs"] or layer["outputs"]:
+        lines.append(f"        {{{', '.join(layer['inputs'])}}}")
+        lines.append(f"         -> {{{', '.join(layer['outputs'])}}}")
     return lines

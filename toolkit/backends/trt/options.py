@@ -79,21 +79,22 @@ def build_profiles(
         mid = opts[k] if k < len(opts) else {}
         hi = maxs[k] if k < len(maxs) else {}
         names = list(dict.fromkeys(list(mid) + list(lo) + list(hi)))
-        prof: Profile = {}
-        for name in names:
-            o = mid[name] if name in mid else (hi[name] if name in hi else lo[name])
-            a = lo[name] if name in lo else o
-            b = hi[name] if name in hi else o
-            a = concrete(a, f"profile {k}: min shape of '{name}'")
-            o = concrete(o, f"profile {k}: opt shape of '{name}'")
-            b = concrete(b, f"profile {k}: max shape of '{name}'")
-            if not (len(a) == len(o) == len(b)):
-                raise UsageError(f"profile {k}: min/opt/max shapes of '{name}' have different ranks: {a}, {o}, {b}")
-            if any(x > y for x, y in zip(a, o)) or any(x > y for x, y in zip(o, b)):
-                raise UsageError(f"profile {k}: shapes of '{name}' must satisfy min <= opt <= max, got {a}, {o}, {b}")
-            prof[name] = (a, o, b)
-        profiles.append(prof)
+        profiles.append({name: _shape_range(k, name, lo, mid, hi) for name in names})
     return profiles
+
+
+def _shape_range(k: int, name: str, lo: Mapping[str, tuple], mid: Mapping[str, tuple],
+                 hi: Mapping[str, tuple]) -> Tuple[Shape, Shape, Shape]:
+    """(min, opt, max) of input ``name`` in profile ``k``, the missing ones filled in, checked."""
+    o = mid[name] if name in mid else (hi[name] if name in hi else lo[name])
+    a = concrete(lo.get(name, o), f"profile {k}: min shape of '{name}'")
+    o = concrete(o, f"profile {k}: opt shape of '{name}'")
+    b = concrete(hi.get(name, o), f"profile {k}: max shape of '{name}'")
+    if not (len(a) == len(o) == len(b)):
+        raise UsageError(f"profile {k}: min/opt/max shapes of '{name}' have different ranks: {a}, {o}, {b}")
+    if any(x > y for x, y in zip(a, o)) or any(x > y for x, y in zip(o, b)):
+        raise UsageError(f"profile {k}: shapes of '{name}' must satisfy min <= opt <= max, got {a}, {o}, {b}")
+    return a, o, b
 
 
 def parse_profile_groups(

@@ -209,44 +209,49 @@ class TrtRunner(Runner):
         return f"TensorRT {getattr(self._trt, '__version__', '?')} {how}{extra}{prof}"
 
     # ------------------------------------------------------------------ profiles
-    def _fits(self, k: int, feed: Mapping) -> bool:
+    def _profiled(self) -> List[str]:
+        """The inputs a profile bounds: shape tensors (their values) and dynamic inputs (their shapes)."""
+        return [n for n in self._inputs if self._dynamic(n) or self._engine.is_shape_inference_io(n)]
+
+    def _profile_range(self, k: int, name: str):
+        """(min, opt, max) of profiled input ``name`` in profile ``k``: values or dims."""
         eng = self._engine
-        for name in self._inputs:
-            if eng.is_shape_inference_io(name):
-                lo, _opt, hi = eng.get_tensor_profile_values(k, name)
-                vals = [int(v) for v in np.asarray(feed[name]).reshape(-1)]
-                if len(vals) != len(lo) or any(not a <= v <= b for a, v, b in zip(lo, vals, hi)):
-                    return False
-            elif self._dynamic(name):
-                lo, _opt, hi = (dims(s) for s in eng.get_tensor_profile_shape(name, k))
-                shape = tuple(np.shape(feed[name]))
-                if len(shape) != len(lo) or any(not a <= d <= b for a, d, b in zip(lo, shape, hi)):
-                    return False
+        if eng.is_shape_inference_io(name):
+            return eng.get_tensor_profile_values(k, name)
+        return tuple(dims(s) for s in eng.get_tensor_profile_shape(name, k))
+
+    def _bounded(self, name: str, feed: Mapping):
+        """What a profile bounds of ``feed[name]``: its values (a shape tensor, as a list) or its shape."""
+        if self._engine.is_shape_inference_io(name):
+            return [int(v) for v in np.asarray(feed[name]).reshape(-1)]
+        return tuple(np.shape(feed[name]))
+
+    def _fits(self, k: int, feed: Mapping) -> bool:
+        for name in self._profiled():
+            lo, _opt, hi = self._profile_range(k, name)
+            got = self._bounded(name, feed)
+            if len(got) != len(lo) or any(not a <= v <= b for a, v, b in zip(lo, got, hi)):
+                return False
         return True
 
     def _profiles_text(self) -> str:
-        eng = self._engine
         parts = []
-        for k in range(max(int(eng.num_optimization_profiles), 1)):
+        for k in range(max(int(self._engine.num_optimization_profiles), 1)):
             items = []
-            for name in self._inputs:
-                if eng.is_shape_inference_io(name):
-                    lo, opt, hi = eng.get_tensor_profile_values(k, name)
+            for name in self._profiled():
+                lo, opt, hi = self._profile_range(k, name)
+                if self._engine.is_shape_inference_io(name):
                     items.append(f"'{name}' values min {list(lo)}, opt {list(opt)}, max {list(hi)}")
-                elif self._dynamic(name):
-                    lo, opt, hi = (dims(s) for s in eng.get_tensor_profile_shape(name, k))
+                else:
                     items.append(f"'{name}' min {lo}, opt {opt}, max {hi}")
             parts.append(f"profile {k}: " + ", ".join(items))
         return "; ".join(parts)
 
     def _select_profile(self, feed: Mapping) -> None:
         """Switch to the first profile that covers ``feed`` (the current one if it does)."""
-        eng = self._engine
-        if not any(self._dynamic(n) or eng.is_shape_inference_io(n) for n in self._inputs):
+        if not self._profiled() or self._fits(self._profile, feed):
             return
-        if self._fits(self._profile, feed):
-            return
-        for k in range(int(eng.num_optimization_profiles)):
+        for k in range(int(self._engine.num_optimization_profiles)):
             if k != self._profile and self._fits(k, feed):
                 # The binding raises RuntimeError when TensorRT refuses (it never returns False).
                 trt_call(self._context.set_optimization_profile_async, k, int(self._stream),
@@ -254,13 +259,10 @@ class TrtRunner(Runner):
                 cuda_check(self._cudart.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
                 self._profile = k
                 return
-
+        eng = self._engine
         given = ", ".join(
-            f"'{n}' values {[int(v) for v in np.asarray(feed[n]).reshape(-1)]}"
-            if eng.is_shape_inference_io(n)
-            else f"'{n}' shape {tuple(np.shape(feed[n]))}"
-            for n in self._inputs
-            if self._dynamic(n) or eng.is_shape_inference_io(n)
+            f"'{n}' {'values' if eng.is_shape_inference_io(n) else 'shape'} {self._bounded(n, feed)}"
+            for n in self._profiled()
         )
         raise InputError(
             f"inputs {given} fit no profile of the engine ({self._profiles_text()}); "

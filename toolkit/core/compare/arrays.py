@@ -230,9 +230,7 @@ def compare_arrays(
         shape_a=tuple(a.shape), shape_b=tuple(b.shape), dtype_a=_dtype_name(a), dtype_b=_dtype_name(b), size=int(b.size),
     )
     if skip is not None and a.shape == b.shape:
-        a = a.copy()
-        np.copyto(a, b, where=skip, casting="unsafe")
-        res.skipped, res.skipped_why = int(np.count_nonzero(skip)), skip_why
+        a = _skipped(res, a, b, skip, skip_why)
         if res.size and res.skipped >= res.size:  # nothing left to judge it on: never a pass
             res.passed = False
             res.message = (
@@ -256,6 +254,25 @@ def compare_arrays(
     with np.errstate(invalid="ignore"):
         elem_bad = (absd > atol) & (rel > rtol)
     res.mismatches = int(np.count_nonzero(elem_bad))
+    _error_statistics(res, absd, rel, stat, quantile)
+    if stat == "elemwise":
+        res.passed = res.mismatches == 0
+    else:
+        sa, sr = res.required_atol, res.required_rtol
+        res.passed = bool((sa is not None and sa <= atol) or (sr is not None and sr <= rtol))
+    return res
+
+
+def _skipped(res: OutputComparison, a, b, skip, skip_why: str):
+    """``a`` with the ``skip`` elements set to ``b``'s (so they never differ), counted in ``res``."""
+    a = a.copy()
+    np.copyto(a, b, where=skip, casting="unsafe")
+    res.skipped, res.skipped_why = int(np.count_nonzero(skip)), skip_why
+    return a
+
+
+def _error_statistics(res: OutputComparison, absd, rel, stat: str, quantile: float) -> None:
+    """Largest and mean errors, and the median or quantile when ``stat`` judges by it."""
     res.max_abs = float(absd.max())
     res.max_rel = float(rel.max())
     with np.errstate(over="ignore", invalid="ignore"):
@@ -269,12 +286,6 @@ def compare_arrays(
         with np.errstate(invalid="ignore"):
             res.quantile_abs = float(np.quantile(absd, quantile))
             res.quantile_rel = float(np.quantile(rel, quantile))
-    if stat == "elemwise":
-        res.passed = res.mismatches == 0
-    else:
-        sa, sr = res.required_atol, res.required_rtol
-        res.passed = bool((sa is not None and sa <= atol) or (sr is not None and sr <= rtol))
-    return res
 
 
 def _short(value, limit: int = 60) -> str:
@@ -329,21 +340,23 @@ def compare_iteration(index: int, outs_a: Mapping, outs_b: Mapping, tol: Toleran
     common = [n for n in outs_a if n in outs_b]
     only_a = [n for n in outs_a if n not in outs_b]
     only_b = [n for n in outs_b if n not in outs_a]
-    results = []
-    for name in common:
-        a = np.asarray(outs_a[name])
-        b = np.asarray(outs_b[name])
-        topk = tol.topk_for(name)
-        if topk is not None:  # --postprocess: compare the indices of the K largest values
-            a, b = topk_indices(a, *topk), topk_indices(b, *topk)
-        if not tol.shape_check and a.shape != b.shape and a.size == b.size:
-            b = b.reshape(a.shape)
-        if tol.compare_func == "indices":
-            results.append(compare_indices(name, a, b, tol.index_tolerance_for(name)))
-            continue
-        atol, rtol, stat = tol.for_output(name, _exact_kind(a, b))
-        results.append(compare_arrays(name, a, b, atol, rtol, stat, tol.quantile_for(name)))
+    results = [_compare_output(name, outs_a[name], outs_b[name], tol) for name in common]
     return IterationComparison(index, results, only_a, only_b)
+
+
+def _compare_output(name: str, a, b, tol: Tolerances):
+    """One output of both iterations, compared as ``tol`` says (after --postprocess, a reshape)."""
+    a = np.asarray(a)
+    b = np.asarray(b)
+    topk = tol.topk_for(name)
+    if topk is not None:  # --postprocess: compare the indices of the K largest values
+        a, b = topk_indices(a, *topk), topk_indices(b, *topk)
+    if not tol.shape_check and a.shape != b.shape and a.size == b.size:
+        b = b.reshape(a.shape)
+    if tol.compare_func == "indices":
+        return compare_indices(name, a, b, tol.index_tolerance_for(name))
+    atol, rtol, stat = tol.for_output(name, _exact_kind(a, b))
+    return compare_arrays(name, a, b, atol, rtol, stat, tol.quantile_for(name))
 
 
 @dataclass

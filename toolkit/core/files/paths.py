@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import os
-from typing import Iterable, List, Optional, Sequence, Tuple
+from typing import Iterable, List, Optional, Sequence, Set, Tuple
 
 from toolkit.core.errors import LIBRARY_ERRORS, UsageError
 from toolkit.core.graph.graphs import STDIO, external_data_folder, external_data_locations
@@ -71,9 +71,13 @@ def written_summary() -> str:
     if not done and not left:
         return ""
     if not done:
-        return f"{', '.join(left)} {'was' if len(left) == 1 else 'were'} not written"
-    text = f"{', '.join(done)} {'was' if len(done) == 1 else 'were'} written"
-    return text + (f"; {', '.join(left)} {'was' if len(left) == 1 else 'were'} not" if left else "")
+        return f"{_were(left)} not written"
+    return f"{_were(done)} written" + (f"; {_were(left)} not" if left else "")
+
+
+def _were(items: List[str]) -> str:
+    """'a was' or 'a, b were'."""
+    return f"{', '.join(items)} {'was' if len(items) == 1 else 'were'}"
 
 
 @functools.lru_cache(maxsize=64)
@@ -143,10 +147,7 @@ def model_data_files(model_path: str, writes: Iterable[Named], external_data_dir
     nothing in the usual case."""
     if not model_path or model_path == STDIO or not os.path.isfile(model_path):
         return []
-    names = set()
-    for _w, path in writes:
-        if path and path != STDIO and os.path.isfile(path):
-            names.update({os.path.basename(path), os.path.basename(os.path.realpath(path))})
+    names = _existing_names(writes)
     if not names or not _mentions(model_path, names):
         return []
     import onnx  # (only for a model whose bytes name a file the command writes)
@@ -158,6 +159,15 @@ def model_data_files(model_path: str, writes: Iterable[Named], external_data_dir
         return []  # the command itself says what is wrong with the model
     folder = external_data_folder(model_path, external_data_dir)
     return [os.path.join(folder, loc) for loc in external_data_locations(model) if isinstance(loc, str)]
+
+
+def _existing_names(writes: Iterable[Named]) -> Set[str]:
+    """The file names (as given and as resolved) of the ``writes`` that exist already."""
+    names: Set[str] = set()
+    for _w, path in writes:
+        if path and path != STDIO and os.path.isfile(path):
+            names.update({os.path.basename(path), os.path.basename(os.path.realpath(path))})
+    return names
 
 
 def _mentions(path: str, names: Iterable[str]) -> bool:

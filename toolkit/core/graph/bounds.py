@@ -88,18 +88,37 @@ def _constant_size(node, consts) -> Optional[str]:
 
 
 def _elements(node, consts) -> Optional[int]:
-    ins = list(node.input)
+    """How many elements ``node`` makes, where its constant inputs say (None: not known)."""
+    count = _ELEMENT_COUNTS.get(node.op_type)
+    if count is None:
+        return None
     try:
-        if node.op_type == "Range" and len(ins) == 3:
-            start, limit, delta = (_scalar(consts, n) for n in ins)
-            if start is None or limit is None or not delta:
-                return None
-            return max(0, math.ceil((float(limit) - float(start)) / float(delta)))
-        if node.op_type == "ConstantOfShape" and ins and ins[0] in consts:
-            return math.prod(int(d) for d in consts[ins[0]].reshape(-1))
-        if node.op_type in ("Tile", "Expand") and len(ins) == 2 and ins[1] in consts:
-            # (the input's own size is not known here: at least the repeats or the target shape)
-            return math.prod(max(int(d), 0) for d in consts[ins[1]].reshape(-1))
+        return count(list(node.input), consts)
     except (ValueError, OverflowError):  # NaN, infinity
         return None
-    return None
+
+
+def _range_elements(ins, consts) -> Optional[int]:
+    if len(ins) != 3:
+        return None
+    start, limit, delta = (_scalar(consts, n) for n in ins)
+    if start is None or limit is None or not delta:
+        return None
+    return max(0, math.ceil((float(limit) - float(start)) / float(delta)))
+
+
+def _shape_elements(ins, consts) -> Optional[int]:
+    if not ins or ins[0] not in consts:
+        return None
+    return math.prod(int(d) for d in consts[ins[0]].reshape(-1))
+
+
+def _repeat_elements(ins, consts) -> Optional[int]:
+    # (the input's own size is not known here: at least the repeats or the target shape)
+    if len(ins) != 2 or ins[1] not in consts:
+        return None
+    return math.prod(max(int(d), 0) for d in consts[ins[1]].reshape(-1))
+
+
+_ELEMENT_COUNTS = {"Range": _range_elements, "ConstantOfShape": _shape_elements, "Tile": _repeat_elements,
+                   "Expand": _repeat_elements}

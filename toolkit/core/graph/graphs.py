@@ -50,16 +50,24 @@ def undecodable_text(model) -> Optional[str]:
         if not isinstance(value, str):
             return f"its {what}"
     for g in walk_graphs(model.graph):
-        if not isinstance(g.name, str):
-            return "a graph name"
-        for v in list(g.input) + list(g.output) + list(g.value_info) + list(g.initializer):
-            if not isinstance(v.name, str):
-                return f"a tensor name in graph '{g.name}'"
-        for n in g.node:
-            texts = [n.name, n.op_type, n.domain, *n.input, *n.output, *(a.name for a in n.attribute)]
-            if not all(isinstance(t, str) for t in texts):
-                label = n.name if isinstance(n.name, str) else "?"
-                return f"node '{label}' in graph '{g.name}'"
+        where = _undecodable_in_graph(g)
+        if where is not None:
+            return where
+    return None
+
+
+def _undecodable_in_graph(g) -> Optional[str]:
+    """The first name of graph ``g`` itself (not of its subgraphs) that is not text, said in a few words."""
+    if not isinstance(g.name, str):
+        return "a graph name"
+    for v in list(g.input) + list(g.output) + list(g.value_info) + list(g.initializer):
+        if not isinstance(v.name, str):
+            return f"a tensor name in graph '{g.name}'"
+    for n in g.node:
+        texts = [n.name, n.op_type, n.domain, *n.input, *n.output, *(a.name for a in n.attribute)]
+        if not all(isinstance(t, str) for t in texts):
+            label = n.name if isinstance(n.name, str) else "?"
+            return f"node '{label}' in graph '{g.name}'"
     return None
 
 
@@ -122,17 +130,21 @@ def stable_topological_order(nodes: Sequence, reads: Callable[[Any], Iterable[st
     (``reads(node)``: the tensors a node needs, what its subgraphs read included).
 
     With a cycle the order is shorter than ``nodes``: the positions missing from it are stuck."""
-    producer = {}
-    for pos, node in enumerate(nodes):
-        for name in node.output:
-            if name:
-                producer[name] = pos
-    deps: List[Set[int]] = []
-    for pos, node in enumerate(nodes):
-        deps.append({producer[t] for t in reads(node) if t in producer and producer[t] != pos})
+    deps = _dependencies(nodes, reads)
     if all(p < pos for pos, d in enumerate(deps) for p in d):
         return list(range(len(nodes)))
-    users: List[List[int]] = [[] for _ in nodes]
+    return _first_ready_order(deps)
+
+
+def _dependencies(nodes: Sequence, reads: Callable[[Any], Iterable[str]]) -> List[Set[int]]:
+    """For each node, the positions of the other nodes whose outputs it reads."""
+    producer = {name: pos for pos, node in enumerate(nodes) for name in node.output if name}
+    return [{producer[t] for t in reads(node) if t in producer and producer[t] != pos} for pos, node in enumerate(nodes)]
+
+
+def _first_ready_order(deps: List[Set[int]]) -> List[int]:
+    """Kahn's order over ``deps``, the lowest ready position first (nodes on a cycle are left out)."""
+    users: List[List[int]] = [[] for _ in deps]
     for pos, d in enumerate(deps):
         for p in d:
             users[p].append(pos)

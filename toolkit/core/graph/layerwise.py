@@ -74,6 +74,11 @@ def _matches(word: str, candidates: Sequence[str], known: Set[str], option: str,
     return [word]
 
 
+def _excludes(word: str, name: str) -> bool:
+    """Whether exclusion ``word`` (a glob or a name) removes ``name``."""
+    return fnmatch.fnmatchcase(name, word) if _is_glob(word) else name == word
+
+
 def choose_names(
     candidates: Sequence[str],
     default: Sequence[str],
@@ -99,11 +104,7 @@ def choose_names(
     for word in _normalize_words(patterns) if patterns else []:
         chosen += _matches(word, candidates, known_set, option, where, unknown_hint)
     chosen = list(dict.fromkeys(chosen if patterns else default))  # first occurrence of each name
-    for word in exclude or ():
-        if _is_glob(word):
-            chosen = [n for n in chosen if not fnmatch.fnmatchcase(n, word)]
-        else:
-            chosen = [n for n in chosen if n != word]
+    chosen = [n for n in chosen if not any(_excludes(word, n) for word in exclude or ())]
     if not chosen:
         raise UsageError(f"no outputs left to return; check {option} and {exclude_option}")
     return chosen
@@ -139,27 +140,29 @@ def select_outputs(
 
 def set_outputs(model, names: Sequence[str]) -> None:
     """Make ``names`` the outputs of ``model`` (in place), keeping known element types."""
-    import onnx
-
     graph = model.graph
     known: Dict[str, Any] = {}
     for coll in (graph.output, graph.value_info, graph.input):
         for vi in coll:
             known.setdefault(vi.name, vi)
     original = {o.name for o in graph.output}
-    new = []
-    for name in names:
-        old = known.get(name)
-        if old is not None and name in original:
-            new.append(old)  # an original output keeps its full info
-            continue
-        vi = onnx.ValueInfoProto(name=name)
-        if old is not None and old.type.HasField("tensor_type") and old.type.tensor_type.elem_type:
-            vi.type.tensor_type.elem_type = old.type.tensor_type.elem_type
-        new.append(vi)
+    new = [_output_info(name, known.get(name), name in original) for name in names]
     copies = [_copy_vi(vi) for vi in new]
     del graph.output[:]
     graph.output.extend(copies)
+
+
+def _output_info(name: str, old, is_output: bool):
+    """The ValueInfo of new output ``name``: an original output's own (``old``); else the name with
+    the element type ``old`` (a value_info or an input) knows."""
+    import onnx
+
+    if old is not None and is_output:
+        return old  # an original output keeps its full info
+    vi = onnx.ValueInfoProto(name=name)
+    if old is not None and old.type.HasField("tensor_type") and old.type.tensor_type.elem_type:
+        vi.type.tensor_type.elem_type = old.type.tensor_type.elem_type
+    return vi
 
 
 def outputs_patch(model, names: Sequence[str]) -> bytes:

@@ -273,26 +273,36 @@ def _run_results(dct) -> "RunResults":
 def json_hook(dct):
     """Decode the objects Polygraphy's JSON marks with ``polygraphy_class`` (or the older key)."""
     cls = _class_of(dct)
-    if cls == "ndarray":
-        if not isinstance(dct.get("array"), str):
-            raise InputError("corrupt array entry (no 'array' field)")
-        return _decode_array(dct["array"])
-    if cls in ("LazyArray", "LazyNumpyArray"):
-        values = dct.get("values")
-        if not isinstance(values, np.ndarray):
-            raise InputError(f"corrupt {cls}: field 'values' is {_shown(values)}, expected an encoded array")
-        return values
-    if cls == "IterationResult":
-        outs = dct.get("outputs")
-        if not isinstance(outs, dict):
-            raise InputError(f"corrupt IterationResult: field 'outputs' is {_shown(outs)}, expected a dict")
-        for name, value in outs.items():
-            if not isinstance(value, np.ndarray):
-                raise InputError(f"corrupt IterationResult: output '{name}' is {_shown(value)}, expected an array")
-        return IterationResult(outs, _runtime(dct.get("runtime"), "IterationResult"), str(dct.get("runner_name") or ""))
-    if cls == "RunResults":
-        return _run_results(dct)
-    return dct
+    decode = _DECODERS.get(cls) if isinstance(cls, str) else None
+    return dct if decode is None else decode(dct)
+
+
+def _ndarray(dct) -> np.ndarray:
+    if not isinstance(dct.get("array"), str):
+        raise InputError("corrupt array entry (no 'array' field)")
+    return _decode_array(dct["array"])
+
+
+def _lazy_values(dct) -> np.ndarray:
+    values = dct.get("values")
+    if not isinstance(values, np.ndarray):
+        raise InputError(f"corrupt {_class_of(dct)}: field 'values' is {_shown(values)}, expected an encoded array")
+    return values
+
+
+def _iteration_result(dct) -> "IterationResult":
+    outs = dct.get("outputs")
+    if not isinstance(outs, dict):
+        raise InputError(f"corrupt IterationResult: field 'outputs' is {_shown(outs)}, expected a dict")
+    for name, value in outs.items():
+        if not isinstance(value, np.ndarray):
+            raise InputError(f"corrupt IterationResult: output '{name}' is {_shown(value)}, expected an array")
+    return IterationResult(outs, _runtime(dct.get("runtime"), "IterationResult"), str(dct.get("runner_name") or ""))
+
+
+# polygraphy_class -> its decoder
+_DECODERS = {"ndarray": _ndarray, "LazyArray": _lazy_values, "LazyNumpyArray": _lazy_values,
+             "IterationResult": _iteration_result, "RunResults": _run_results}
 
 
 def _shown(value) -> str:
@@ -371,14 +381,7 @@ def _npz_index(npz, path: str) -> Optional[dict]:
 
 def _load_npz(path: str, data: Optional[bytes] = None):
     """Open a .npz data file (``data`` holds the bytes for stdin) and read its index."""
-    if data is not None:
-        source = io.BytesIO(data)
-    elif path == STDIO:
-        source = io.BytesIO(read_bytes(path))
-    else:
-        check_readable_file(path)
-        source = path  # type: ignore[assignment]  # np.load takes a path or a file
-    npz = _open_npz(source, path)
+    npz = _open_npz(_npz_source(path, data), path)
     idx = _npz_index(npz, path)
     members = set(npz.files)
     reader = NpzMembers(npz.zip, npz)
@@ -395,18 +398,30 @@ def _load_npz(path: str, data: Optional[bytes] = None):
     try:
         if idx["kind"] == "inputs":
             return [lazy(_index_field(it, None, dict, "iteration")) for it in _index_field(idx, "iterations", list)]
-        runs = []
-        for run in _index_field(idx, "runs", list):
-            name = _index_field(_index_field(run, None, dict, "run"), "runner_name", str, "run")
-            iters = []
-            for it in _index_field(run, "iterations", list, "run"):
-                it = _index_field(it, None, dict, "iteration")
-                outputs = lazy(_index_field(it, "outputs", dict, "iteration"))
-                iters.append(IterationResult(outputs, _runtime(it.get("runtime"), "iteration"), name))
-            runs.append((name, iters))
-        return RunResults(runs)
+        return RunResults([_npz_run(run, lazy) for run in _index_field(idx, "runs", list)])
     except InputError as exc:
         raise InputError(f"{describe(path)}: corrupt index in .npz data file ({exc.message})") from None
+
+
+def _npz_source(path: str, data: Optional[bytes]):
+    """What np.load reads: ``data`` (stdin's bytes), stdin read now, or the path (checked readable)."""
+    if data is not None:
+        return io.BytesIO(data)
+    if path == STDIO:
+        return io.BytesIO(read_bytes(path))
+    check_readable_file(path)
+    return path  # (np.load takes a path or a file)
+
+
+def _npz_run(run, lazy) -> Tuple[str, List["IterationResult"]]:
+    """One runner's entry of an outputs index: (runner name, its iterations, outputs read lazily)."""
+    name = _index_field(_index_field(run, None, dict, "run"), "runner_name", str, "run")
+    iters = []
+    for it in _index_field(run, "iterations", list, "run"):
+        it = _index_field(it, None, dict, "iteration")
+        outputs = lazy(_index_field(it, "outputs", dict, "iteration"))
+        iters.append(IterationResult(outputs, _runtime(it.get("runtime"), "iteration"), name))
+    return name, iters
 
 
 def _index_field(obj, key: Optional[str], kind: type, where: str = "index"):
@@ -472,6 +487,20 @@ def clear_cache() -> None:
     _CACHE.clear()
 
 
+def _add_iteration_file(part, feeds: list, runs: Dict[str, list], mixed: str) -> None:
+    """One iteration file's feeds or run results, joined to those of the files before it (InputError
+    ``mixed`` when one is a feed and another run results)."""
+    if isinstance(part, RunResults):
+        if feeds:
+            raise InputError(mixed)
+        for runner, iters in part.runs:
+            runs.setdefault(runner, []).extend(iters)
+    else:
+        if runs:
+            raise InputError(mixed)
+        feeds.extend(part)
+
+
 def _load_iteration_folder(path: str):
     """Polygraphy 0.53's per-iteration folder (an extensionless ``--save-inputs``/``--save-outputs``
     path): zero-padded ``0000000000.json``, ``0000000001.json``, ... holding one iteration each
@@ -485,15 +514,7 @@ def _load_iteration_folder(path: str):
     runs: Dict[str, list] = {}
     for name in names:
         part = _load_data_uncached(os.path.join(path, name))
-        if isinstance(part, RunResults):
-            if feeds:
-                raise InputError(f"{path}: mixes inputs and outputs iteration files ({name})")
-            for runner, iters in part.runs:
-                runs.setdefault(runner, []).extend(iters)
-        else:
-            if runs:
-                raise InputError(f"{path}: mixes inputs and outputs iteration files ({name})")
-            feeds.extend(part)
+        _add_iteration_file(part, feeds, runs, f"{path}: mixes inputs and outputs iteration files ({name})")
     if runs:
         return RunResults([(runner, iters) for runner, iters in runs.items()])
     return feeds
@@ -512,6 +533,11 @@ def _load_data_uncached(path: str):
         raise InputError(f"{describe(path)}: empty file, expected a JSON or .npz data file")
     obj = _load_json_bytes(data, path)
     del data
+    return _as_data(obj, path)
+
+
+def _as_data(obj, path: str):
+    """Decoded JSON as data: run results, or a list of feeds (one feed: a list of it)."""
     if isinstance(obj, RunResults):
         return obj
     if isinstance(obj, dict) and is_feed(obj):

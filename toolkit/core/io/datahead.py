@@ -18,7 +18,7 @@ import codecs
 import json
 import os
 import re
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
 from toolkit.core.io.datafiles import NPZ_INDEX, is_feed, is_npz_path, json_hook
 from toolkit.core.errors import InputError
@@ -74,18 +74,33 @@ def _npz_first_names(path: str) -> Optional[List[str]]:
     index (read in chunks that grow until the first iteration parses)."""
     chars = HEAD_CHUNK
     while True:
-        raw = last_member_head(path, NPZ_INDEX + ".npy", HEAD_BYTES + 4 * chars)
-        text = npy_text_head(raw, chars) if raw is not None else None
-        found = _INPUTS_INDEX.match(text) if text is not None else None
-        if text is None or found is None:
+        head = _index_head(path, chars)
+        if head is None:
             return None
+        text, at = head
         try:
-            first = json.JSONDecoder().raw_decode(text, found.end())[0]
+            first = json.JSONDecoder().raw_decode(text, at)[0]
         except (ValueError, RecursionError):
             if len(text) < chars:
                 return None
             chars *= 4
             continue
-        if not (isinstance(first, dict) and first and all(isinstance(k, str) for k in first)):
-            return None
-        return list(first)
+        return _names_of(first)
+
+
+def _index_head(path: str, chars: int) -> Optional[Tuple[str, int]]:
+    """The first ``chars`` characters of a toolkit inputs index, and where its first iteration
+    starts (None when the file holds no such index)."""
+    raw = last_member_head(path, NPZ_INDEX + ".npy", HEAD_BYTES + 4 * chars)
+    text = npy_text_head(raw, chars) if raw is not None else None
+    found = _INPUTS_INDEX.match(text) if text is not None else None
+    if text is None or found is None:
+        return None
+    return text, found.end()
+
+
+def _names_of(first) -> Optional[List[str]]:
+    """The names of a decoded first iteration (None unless a non-empty dict keyed by names)."""
+    if not (isinstance(first, dict) and first and all(isinstance(k, str) for k in first)):
+        return None
+    return list(first)

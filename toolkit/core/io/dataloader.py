@@ -57,45 +57,56 @@ def _fail(exc: BaseException, path: str, doing: str) -> InputError:
     return InputError(f"data loader script {_where(exc, path)}: {type(exc).__name__} while {doing}: {text}")
 
 
-def load_script_feeds(spec: str, func_name: Optional[str] = None) -> List[Dict[str, object]]:
-    """Run the data loader script and return its feeds (numpy arrays), one per iteration."""
+def _script_object(path: str, func: str):
+    """What the script defines under ``func`` (InputError naming what it defines instead)."""
     import runpy
 
+    try:
+        namespace = runpy.run_path(path, run_name="__toolkit_data_loader__")
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001 - user code: any error is the script's
+        raise _fail(exc, path, "loading the script") from None
+    if func not in namespace:
+        found = sorted(n for n, v in namespace.items() if callable(v) and not n.startswith("_"))
+        raise InputError(
+            f"data loader script {path} defines no '{func}'"
+            + (f" (it defines: {', '.join(found)}); name one with {path}:NAME" if found else "")
+        )
+    return namespace[func]
+
+
+def _feeds_from(source, path: str, func: str) -> List[Dict[str, object]]:
+    """The feeds ``source`` gives (called, when it is a function): one dict per iteration."""
+    feeds: List[Dict[str, object]] = []
+    try:
+        items = source() if callable(source) else source
+        for k, item in enumerate(items):
+            if not hasattr(item, "items"):
+                raise InputError(
+                    f"data loader script {path}: '{func}' gave a {type(item).__name__} for iteration {k}; "
+                    "each iteration must be a dict of input name -> array"
+                )
+            feeds.append({str(name): np.asarray(value) for name, value in item.items()})
+    except InputError:
+        raise
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # noqa: BLE001
+        raise _fail(exc, path, f"running '{func}'") from None
+    return feeds
+
+
+def load_script_feeds(spec: str, func_name: Optional[str] = None) -> List[Dict[str, object]]:
+    """Run the data loader script and return its feeds (numpy arrays), one per iteration."""
     path, func = split_script_spec(spec, func_name)
     if not os.path.isfile(path):
         raise InputError(f"{path}: no such data loader script (give SCRIPT[:FUNC], e.g. data_loader.py:load_data)")
     folder = os.path.dirname(os.path.abspath(path))
     sys.path.insert(0, folder)  # the script may import modules beside it
     try:
-        try:
-            namespace = runpy.run_path(path, run_name="__toolkit_data_loader__")
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as exc:  # noqa: BLE001 - user code: any error is the script's
-            raise _fail(exc, path, "loading the script") from None
-        if func not in namespace:
-            found = sorted(n for n, v in namespace.items() if callable(v) and not n.startswith("_"))
-            raise InputError(
-                f"data loader script {path} defines no '{func}'"
-                + (f" (it defines: {', '.join(found)}); name one with {path}:NAME" if found else "")
-            )
-        source = namespace[func]
-        feeds: List[Dict[str, object]] = []
-        try:
-            items = source() if callable(source) else source
-            for k, item in enumerate(items):
-                if not hasattr(item, "items"):
-                    raise InputError(
-                        f"data loader script {path}: '{func}' gave a {type(item).__name__} for iteration {k}; "
-                        "each iteration must be a dict of input name -> array"
-                    )
-                feeds.append({str(name): np.asarray(value) for name, value in item.items()})
-        except InputError:
-            raise
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as exc:  # noqa: BLE001
-            raise _fail(exc, path, f"running '{func}'") from None
+        source = _script_object(path, func)
+        feeds = _feeds_from(source, path, func)
     finally:
         try:
             sys.path.remove(folder)

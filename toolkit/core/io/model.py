@@ -11,7 +11,7 @@ import contextlib
 import os
 import sys
 import tempfile
-from typing import Iterator, Optional
+from typing import Iterator, Optional, Set
 
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError, UsageError, reraise_bug
 from toolkit.core.files import create
@@ -329,15 +329,20 @@ def write_model(model, out) -> None:
     after the rest, each as a further piece of the graph field, which protobuf parsers
     merge (so they end up last in the initializer list). Their bytes are copied once, not
     serialized into one more whole-model copy in memory."""
-    import onnx
-
-    from toolkit.core.io.protowire import field_header
-
     inits = model.graph.initializer
     big = {i for i, t in enumerate(inits) if tensor_nbytes(t) >= _SPLIT_BYTES and t.HasField("raw_data")}
     if not big:
         out.write(model.SerializeToString())
         return
+    out.write(_shell(model, big).SerializeToString())
+    for i in sorted(big):
+        _write_initializer_piece(inits[i], out)
+
+
+def _shell(model, big: Set[int]):
+    """A model with every field of ``model`` but its initializers at positions ``big``."""
+    import onnx
+
     shell = onnx.ModelProto()
     for f, value in model.ListFields():
         if f.name != "graph":
@@ -345,25 +350,30 @@ def write_model(model, out) -> None:
     for f, value in model.graph.ListFields():
         if f.name != "initializer":
             copy_field(shell.graph, f.name, value)
-    shell.graph.initializer.extend(t for i, t in enumerate(inits) if i not in big)
-    out.write(shell.SerializeToString())
-    del shell
+    shell.graph.initializer.extend(t for i, t in enumerate(model.graph.initializer) if i not in big)
+    return shell
+
+
+def _write_initializer_piece(t, out) -> None:
+    """Initializer ``t`` as a further piece of the graph field (its raw bytes copied once)."""
+    import onnx
+
+    from toolkit.core.io.protowire import field_header
+
     n_graph = onnx.ModelProto.DESCRIPTOR.fields_by_name["graph"].number
     n_init = onnx.GraphProto.DESCRIPTOR.fields_by_name["initializer"].number
     n_raw = onnx.TensorProto.DESCRIPTOR.fields_by_name["raw_data"].number
-    for i in sorted(big):
-        t = inits[i]
-        meta = onnx.TensorProto()
-        for f, value in t.ListFields():
-            if f.name != "raw_data":
-                copy_field(meta, f.name, value)
-        raw = t.raw_data  # the one copy
-        head = meta.SerializeToString() + field_header(n_raw, len(raw))
-        tensor_len = len(head) + len(raw)
-        graph_head = field_header(n_init, tensor_len)
-        out.write(field_header(n_graph, len(graph_head) + tensor_len) + graph_head + head)
-        out.write(raw)
-        del raw
+    meta = onnx.TensorProto()
+    for f, value in t.ListFields():
+        if f.name != "raw_data":
+            copy_field(meta, f.name, value)
+    raw = t.raw_data  # the one copy
+    head = meta.SerializeToString() + field_header(n_raw, len(raw))
+    tensor_len = len(head) + len(raw)
+    graph_head = field_header(n_init, tensor_len)
+    out.write(field_header(n_graph, len(graph_head) + tensor_len) + graph_head + head)
+    out.write(raw)
+    del raw
 
 
 def model_size_estimate(model) -> int:
@@ -436,6 +446,21 @@ def save_model(
     return _save_with_external_data(model, path, external_data_path, size_threshold, external_base_dir)
 
 
+def _externalize(model, tmp_loc: str, tmp_data: str, data_file: str, size_threshold: int) -> None:
+    """Point every tensor of ``size_threshold`` bytes or more at the temp data file ``tmp_loc``
+    (created new at the first). What convert_model_to_external_data does, without its check for
+    an existing file relative to the current folder, which appending the source's weights may
+    have created; and with its convert_attribute: Constant values and subgraphs' weights too,
+    where exporters such as paddle2onnx keep every weight."""
+    from onnx.external_data_helper import set_external_data
+
+    for t in all_tensors(model):
+        if t.HasField("raw_data") and sys.getsizeof(t.raw_data) >= size_threshold:
+            set_external_data(t, tmp_loc)
+            if not os.path.exists(tmp_data):  # (made here, new: onnx then appends to a file of ours)
+                os.close(create.create_new(tmp_data, final=data_file))
+
+
 def _save_with_external_data(
     model, path: str, location: Optional[str], size_threshold: int, base_dir: Optional[str] = None
 ) -> str:
@@ -444,7 +469,7 @@ def _save_with_external_data(
     untouched, after it the new pair is complete. When the model now at ``path`` reads the
     data file's very name (an in-place rewrite), it is first pointed at a hidden link to its
     old data (:class:`_Swing`), so that no moment pairs the old model with new data."""
-    from onnx.external_data_helper import set_external_data, write_external_data_tensors
+    from onnx.external_data_helper import write_external_data_tensors
 
     check_output_path(path)
     folder = os.path.dirname(os.path.abspath(path))
@@ -461,15 +486,7 @@ def _save_with_external_data(
             from toolkit.core.io.weights import append_refs_to_data_file
 
             append_refs_to_data_file(model, base_dir, folder, tmp_loc, size_threshold)
-        # (what convert_model_to_external_data does, without its check for an existing
-        # file relative to the current folder, which the loop above may have created; and with
-        # its convert_attribute: Constant values and subgraphs' weights too, where exporters
-        # such as paddle2onnx keep every weight)
-        for t in all_tensors(model):
-            if t.HasField("raw_data") and sys.getsizeof(t.raw_data) >= size_threshold:
-                set_external_data(t, tmp_loc)
-                if not os.path.exists(tmp_data):  # (made here, new: onnx then appends to a file of ours)
-                    os.close(create.create_new(tmp_data, final=data_file))
+        _externalize(model, tmp_loc, tmp_data, data_file, size_threshold)
         write_external_data_tensors(model, folder)
         _relocate(model, tmp_loc, location)  # point the model at the final name before serializing it
         tmp_model = os.path.join(folder, temp_name(os.path.basename(path)))

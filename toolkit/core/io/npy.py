@@ -349,30 +349,42 @@ def last_member_head(path: str, name: str, limit: int) -> Optional[bytes]:
     central directory of a file of 200k members is not read whole); None when it is not so."""
     with open(path, "rb") as f:
         fd = f.fileno()
-        size = os.fstat(fd).st_size
-        end = _central_end(fd, size)
-        if end is None or not 0 < end <= size:
-            return None
-        chunk = os.pread(fd, min(end, 4096), end - min(end, 4096))
-        at = chunk.rfind(_CENTRAL_MAGIC)
-        if at < 0 or len(chunk) - at < _CENTRAL.size:
-            return None
-        entry = _CENTRAL.unpack_from(chunk, at)
-        name_len, extra_len, comment_len = entry[12:15]
-        found = chunk[at + _CENTRAL.size: at + _CENTRAL.size + name_len]
-        if (found != name.encode() or at + _CENTRAL.size + name_len + extra_len + comment_len != len(chunk)
-                or entry[6] != zipfile.ZIP_STORED or entry[5] & 0x1 or _FULL32 in (entry[10], entry[18])):
-            return None
-        want = min(entry[10], limit)
-        raw = os.pread(fd, _LOCAL.size + name_len + 256 + want, entry[18])
-        if len(raw) < _LOCAL.size or raw[:4] != _LOCAL_MAGIC:
-            return None
-        local = _LOCAL.unpack_from(raw, 0)
-        start = _LOCAL.size + local[10] + local[11]
-        if raw[_LOCAL.size: _LOCAL.size + local[10]] != found:
-            return None
-        head = raw[start: start + want]
-        return head if len(head) == want else os.pread(fd, want, entry[18] + start)
+        entry = _last_central_entry(fd, os.fstat(fd).st_size, name.encode())
+        return None if entry is None else _stored_head(fd, entry, name.encode(), limit)
+
+
+def _last_central_entry(fd: int, size: int, name: bytes) -> Optional[tuple]:
+    """The central directory's last entry, when it is member ``name``, stored uncompressed, not
+    encrypted, not zip64 (else None)."""
+    end = _central_end(fd, size)
+    if end is None or not 0 < end <= size:
+        return None
+    chunk = os.pread(fd, min(end, 4096), end - min(end, 4096))
+    at = chunk.rfind(_CENTRAL_MAGIC)
+    if at < 0 or len(chunk) - at < _CENTRAL.size:
+        return None
+    entry = _CENTRAL.unpack_from(chunk, at)
+    name_len, extra_len, comment_len = entry[12:15]
+    found = chunk[at + _CENTRAL.size: at + _CENTRAL.size + name_len]
+    if (found != name or at + _CENTRAL.size + name_len + extra_len + comment_len != len(chunk)
+            or entry[6] != zipfile.ZIP_STORED or entry[5] & 0x1 or _FULL32 in (entry[10], entry[18])):
+        return None
+    return entry
+
+
+def _stored_head(fd: int, entry: tuple, name: bytes, limit: int) -> Optional[bytes]:
+    """The first ``limit`` bytes of the stored member of central ``entry``, through its local header
+    (None when that header is not the member's)."""
+    want = min(entry[10], limit)
+    raw = os.pread(fd, _LOCAL.size + entry[12] + 256 + want, entry[18])
+    if len(raw) < _LOCAL.size or raw[:4] != _LOCAL_MAGIC:
+        return None
+    local = _LOCAL.unpack_from(raw, 0)
+    start = _LOCAL.size + local[10] + local[11]
+    if raw[_LOCAL.size: _LOCAL.size + local[10]] != name:
+        return None
+    head = raw[start: start + want]
+    return head if len(head) == want else os.pread(fd, want, entry[18] + start)
 
 
 def npy_text_head(raw: bytes, chars: int) -> Optional[str]:
