@@ -70,3 +70,19 @@ def test_a_reduce_whose_full_model_passes_writes_nothing(tmp_path):
     assert sorted(os.listdir(tmp_path)) == ["m.onnx"]
     again = run_toolkit(*args, cwd=tmp_path)
     assert again.code == 0 and "warning: polygraphy_debug_replay.json" not in again.err, again.err
+
+
+@pytest.mark.parametrize("args", [["debug", "precision", "m.onnx"], ["debug", "precision", "m.onnx", "--json"]])
+def test_an_input_of_an_element_type_onnx_does_not_define_is_a_bad_model(cli, tmp_path, args, monkeypatch):
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])
+    x.type.tensor_type.elem_type = 77  # (no ONNX version defines 77)
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"])], "g", [x],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    monkeypatch.chdir(tmp_path)
+    res = cli(*args)
+    _one_error(res, "input 'x' has the element type 77, which ONNX does not define")

@@ -31,6 +31,7 @@ from toolkit.core.meta import (
     format_meta,
     format_shape,
     is_bracketed,
+    is_dtype_name,
     parse_named_values,
 )
 
@@ -217,6 +218,9 @@ def _generate_one(rng, shape, dtype_name: Optional[str], lo: float, hi: float, n
         dtype_name = "float32"
     if dtype_name == "string":
         raise InputError(f"input '{name}' is a string tensor; toolkit cannot generate strings, load them with --load-inputs")
+    if not is_dtype_name(dtype_name):  # (an element type number no ONNX version defines: onnx_type_77)
+        raise InputError(f"input '{name}' has the element type {dtype_name.removeprefix('onnx_type_')}, which ONNX does "
+                         "not define: the model is damaged or from a newer ONNX; fix the input's type")
     dt = dtype_to_numpy(dtype_name)
     if dt == np.bool_ or np.issubdtype(dt, np.integer):
         ilo, ihi = _integer_bounds(dt, lo, hi)
