@@ -48,3 +48,23 @@ def test_repair_keeps_the_op_in_fp32_and_the_model_runs(cli, tmp_path):
     feed = {"x": np.ones((4, 3), np.float32), "upd": np.ones((2, 3), np.float32)}
     (y,) = sess.run(None, feed)
     assert y.shape == (4, 3) and np.isfinite(y).all()
+
+
+def test_an_original_the_runtime_cannot_load_is_said_and_fails_the_command(cli, tmp_path):
+    """The original fails creating its session (an IR version this runtime does not know): the
+    written model fails the same way; the error says the original does too, with no advice about
+    input shapes or --repair, which cannot help."""
+    import onnx
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 99
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    res = cli("convert", tmp_path / "m.onnx", "--fp-to-fp16", "-o", tmp_path / "h.onnx")
+    assert res.code == 1, res.err
+    error = [ln for ln in res.err.splitlines() if ln.startswith("error:")]
+    assert len(error) == 1 and "and so does the original model" in error[0] and "--repair" not in error[0], res.err
+    assert "could not load the original" in res.err and "--input-shapes" not in res.err, res.err
+    assert (tmp_path / "h.onnx").exists()

@@ -409,11 +409,14 @@ def _repair_accuracy(original, result, feeds: list, dtype: str, check: _Check, a
 def _validate(original, converted, feed, dtype: str, measured=None, real: bool = False):
     """The check against the original (a warning, never a failure: the model is written); None when
     it could not run."""
-    from toolkit.convert.validate import validate
+    from toolkit.convert.validate import OriginalLoadError, validate
 
     short = "fp16" if dtype == "float16" else "bf16"
     try:
         res = validate(original, converted, feed, measured=measured)
+    except OriginalLoadError as exc:  # (the written model's own check says what follows for it)
+        warn(f"the {short} model was not checked against the original: {exc.message}")
+        return None
     except InferenceError as exc:
         if exc.exit_code == ExitCode.FAILED:  # the original runs on these inputs, the converted model does not
             warn(

@@ -3,7 +3,7 @@ options (and the level the user names), each session in a forked child, so a cra
 as a finding; ``--repair`` searches for the op type to keep in fp32 that avoids it."""
 
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 from toolkit.cli.output import log, warn
 from toolkit.core.errors import ExitCode, ToolkitError
@@ -49,12 +49,13 @@ def _sessions(model, feeds, level: Optional[str], first=None) -> list:
     return runs
 
 
-def _runs(original, feeds) -> bool:
-    """Whether the original model (a path or a model) runs on ``feeds`` with the default options."""
+def _original_failure(original, feeds):
+    """The original model's (a path or a model) failing run on ``feeds`` with the default options
+    (a RuntimeRun; None when it runs)."""
     from toolkit.core.io.model import load_model
 
     model = load_model(original) if isinstance(original, str) else original
-    return all(r.ok for r in _sessions(model, feeds, None))
+    return next((r for r in _sessions(model, feeds, None) if not r.ok), None)
 
 
 def check_runtime(
@@ -78,8 +79,9 @@ def check_runtime(
     checks.fallback = working_level(result.model, feeds, bad.level)
     sentence = bad.sentence() + _fallback_text(checks.fallback)
     if bad.error and checks.fallback is None:
-        unavoidable = _error_at_every_level(bad, dtype, original, feeds)
-        if unavoidable is None:
+        unavoidable, inherited = _error_at_every_level(bad, dtype, original, feeds)
+        if unavoidable is None or inherited:  # (a model the original's fault keeps from loading: --repair cannot help)
+            checks.failure = unavoidable or ""
             return result, checks
         sentence = unavoidable
     if repair:
@@ -92,17 +94,23 @@ def check_runtime(
     return result, checks
 
 
-def _error_at_every_level(bad, dtype: str, original, feeds) -> Optional[str]:
+def _error_at_every_level(bad, dtype: str, original, feeds) -> Tuple[Optional[str], bool]:
     """An error at every optimization level: the failure's sentence when the original model runs on
-    the same inputs; None (a note or a warning said) when the error is expected (bf16 on the CPU)
-    or the original fails too."""
+    the same inputs, or when it fails the same way creating its session (no inputs would make either
+    load: then True, the failure is the original's); None (a note or a warning said) when the error
+    is expected (bf16 on the CPU) or the original fails on these inputs too (the inputs, not the
+    conversion)."""
     if dtype == "bfloat16":  # (expected: the CPU provider has almost no bfloat16 kernels)
         log(f"{bad.sentence()} (its CPU provider has almost no bfloat16 kernels: run it where bf16 runs)")
-        return None
-    if original is None or not _runs(original, feeds):
+        return None, False
+    failing = _original_failure(original, feeds) if original is not None else None
+    if failing is not None and "session creation" == failing.phase == bad.phase:
+        return (f"{bad.sentence().rstrip('. ')}, and so does the original model: the model was written, fix what "
+                "keeps the original from loading"), True
+    if original is None or failing is not None:
         warn(bad.sentence())  # the original fails on these inputs too: the inputs, not the conversion
-        return None
-    return f"{bad.sentence().rstrip('. ')}, where the original model runs on the same inputs"
+        return None, False
+    return f"{bad.sentence().rstrip('. ')}, where the original model runs on the same inputs", False
 
 
 def _repaired(result, checks: "RuntimeChecks", feeds: list, bad, again: Callable, level: Optional[str], sentence: str):

@@ -191,10 +191,16 @@ class _Model:
             yield
         except ort_errors() as exc:
             what = "the converted model" if self.emulate else "the original"
-            raise InferenceError(
-                f"ONNX-Runtime could not run {what}{where}: {one_line(exc, first_line=True, limit=300)}",
+            error = OriginalLoadError if not (where or self.emulate) else InferenceError
+            raise error(
+                f"ONNX-Runtime could not {'load' if error is OriginalLoadError else 'run'} {what}{where}: "
+                f"{one_line(exc, first_line=True, limit=300)}",
                 exit_code=ExitCode.FAILED if self.emulate else ExitCode.BAD_INPUT,
             ) from None
+
+
+class OriginalLoadError(InferenceError):
+    """ONNX-Runtime cannot create a session for the original model: no input would run it."""
 
 
 def _loaded(model):
