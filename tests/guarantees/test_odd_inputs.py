@@ -86,3 +86,30 @@ def test_an_input_of_an_element_type_onnx_does_not_define_is_a_bad_model(cli, tm
     monkeypatch.chdir(tmp_path)
     res = cli(*args)
     _one_error(res, "input 'x' has the element type 77, which ONNX does not define")
+
+
+@pytest.mark.parametrize("args", [["convert", "m.onnx", "--fp-to-fp16", "-o", "h.onnx"], ["debug", "precision", "m.onnx"]])
+def test_a_weight_whose_bytes_do_not_fit_its_shape_is_a_damaged_model(cli, tmp_path, args, monkeypatch):
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.ones((2, 2), np.float32), "w")
+    w.raw_data = b"\0" * 5  # (16 bytes needed)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])], [w])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    monkeypatch.chdir(tmp_path)
+    _one_error(cli(*args), "initializer 'w' holds 5 bytes where its shape [2, 2] of float32 needs 16")
+    assert not (tmp_path / "h.onnx").exists()
+
+
+def test_an_empty_output_name_is_a_usage_error_before_any_work(cli, tmp_path, monkeypatch):
+    onnx.save(matmul_model(depth=2, size=8), str(tmp_path / "m.onnx"))
+    monkeypatch.chdir(tmp_path)
+    for args in (["convert", "m.onnx", "--fp-to-fp16", "-o", ""], ["surgeon", "sanitize", "m.onnx", "-o", ""]):
+        res = cli(*args)
+        assert res.code == 2 and "error: an output file name is empty" in res.err, res.err
+        assert "Converted" not in res.err

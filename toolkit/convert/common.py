@@ -6,13 +6,14 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
+import math
 from typing import Dict, Iterator, Optional, Set
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from toolkit.core.errors import DependencyError
+from toolkit.core.errors import DependencyError, InputError
 from toolkit.core.graph.graphs import walk_graphs
 
 
@@ -249,7 +250,12 @@ def round_values(arr, dtype: str = "float16"):
 
 
 def weight_array(t):
+    """A float32 weight's values (InputError for raw data that its shape does not fit: a damaged model)."""
     if t.HasField("raw_data"):
+        need = 4 * math.prod(t.dims)
+        if len(t.raw_data) != need:
+            raise InputError(f"initializer '{t.name}' holds {len(t.raw_data)} bytes where its shape {list(t.dims)} of "
+                             f"float32 needs {need}: the model is damaged")
         return np.frombuffer(t.raw_data, dtype="<f4").reshape(tuple(t.dims))
     return numpy_helper.to_array(t)
 

@@ -117,6 +117,8 @@ def sanitize(
             fold_passes(gs, graph, shell, report, level=level, num_passes=num_passes, partitioning=partitioning,
                         size_threshold=fold_size_threshold, fold_shapes=fold_shapes, excluded=excluded, log=relay,
                         per_pass_shapes=per_pass_shape_inference, remove_noops=noops)
+        else:  # (the model unfolded: the passes of the levels tried before are not its)
+            report.passes = []
         return finish(graph, noops)
 
     refuse_damaged(model, fold_constants, external_data_dir)

@@ -243,6 +243,8 @@ def refuse_binary_to_terminal(path: str) -> None:
 def check_output_path(path: str, binary: bool = False) -> None:
     """Fail early (before any work) if ``path`` cannot be written (``binary``: a model, which
     is never written to a terminal)."""
+    if not path:
+        raise UsageError("an output file name is empty: give a file name (or '-' for stdout)")
     if path == STDIO:
         if binary:
             refuse_binary_to_terminal(path)
