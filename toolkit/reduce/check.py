@@ -293,6 +293,11 @@ class SubprocessRunner:
         except OSError as exc:
             msg = f"error: cannot run check command '{exe}': {exc.strerror or exc}\n"
             return CheckResult(126, b"", msg.encode(), seconds=time.monotonic() - start)
+        return self._watch(proc, start, tick)
+
+    def _watch(self, proc: subprocess.Popen, start: float, tick: Optional[Callable[[], None]]) -> CheckResult:
+        """The result of the check started as ``proc`` (at ``start``): its output read to its end
+        (or its timeout), then what it left running in its group killed."""
         self.active_pid = proc.pid
         deadline = start + self.timeout if self.timeout else None
         assert proc.stdout is not None and proc.stderr is not None  # both piped

@@ -14,7 +14,7 @@ from typing import Optional
 from toolkit.core.compare.noise import evidence_is_rounding, precision_of
 from toolkit.reduce.config import CannotJudge
 from toolkit.search.masks import mask_indices, popcount, range_mask
-from toolkit.reduce.signature import RULE, TIMEOUT_KIND
+from toolkit.reduce.signature import RULE, TIMEOUT_KIND, quoted_few
 
 
 def probe(reducer, mask: Optional[int]) -> None:
@@ -59,7 +59,7 @@ def _may_fail_anyway(reducer, mask: int) -> bool:
 def _what(reducer) -> str:
     ev = reducer.evidence.get(reducer.index.full_mask)
     if ev is not None and ev.worst is not None:
-        names = ", ".join(f"'{t.name}'" for t in ev.failing[:3]) + (", ..." if len(ev.failing) > 3 else "")
+        names = quoted_few([t.name for t in ev.failing])
         return f"it compared {names} and found {ev.describe()}"
     sig = reducer.signature
     return f"{sig.describe()}, with no comparison in its output" if sig is not None else "a failure every time"
