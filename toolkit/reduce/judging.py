@@ -18,6 +18,12 @@ from toolkit.reduce.verdict import BROKEN, FAIL, PASS, TIMEOUT, CheckResult, bro
 from toolkit.search.masks import popcount
 
 
+def passed_masks(memo: Dict[int, bool], broken_masks: set) -> List[int]:
+    """The node sets the check passed on, of the verdicts ``memo`` (a check broken on one of
+    ``broken_masks``, counted as a pass, judged nothing)."""
+    return [m for m, failed in memo.items() if not failed and m not in broken_masks]
+
+
 class Judging:
     """The judging of :class:`~toolkit.reduce.session.Reducer` (one of its base classes)."""
 

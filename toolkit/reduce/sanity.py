@@ -13,6 +13,7 @@ from typing import Optional
 
 from toolkit.core.compare.noise import evidence_is_rounding, precision_of
 from toolkit.reduce.config import CannotJudge
+from toolkit.reduce.judging import passed_masks
 from toolkit.search.masks import mask_indices, popcount, range_mask
 from toolkit.reduce.signature import RULE, TIMEOUT_KIND, quoted_few
 
@@ -52,8 +53,7 @@ def _may_fail_anyway(reducer, mask: int) -> bool:
     w = ev.worst if ev is not None else None
     if w is not None and evidence_is_rounding(w.max_abs, w.max_rel, w.atol):
         return False  # (every node failing by rounding: the noise warnings say so)
-    # having passed on something, it depends on the model
-    return not any(not failed and m not in reducer.broken_masks for m, failed in reducer.memo.items())
+    return not passed_masks(reducer.memo, reducer.broken_masks)  # (having passed on something, it depends on the model)
 
 
 def _what(reducer) -> str:
@@ -91,7 +91,7 @@ def first_alone(reducer, mask: Optional[int]) -> Optional[str]:
 def _unjudged_before(reducer, node: int, exact: bool) -> int:
     """How many nodes before ``node`` no verdict judged alone (with ``exact`` inputs, a node of a
     passing set passes alone)."""
-    passes = [m for m, failed in reducer.memo.items() if not failed and m not in reducer.broken_masks]
+    passes = passed_masks(reducer.memo, reducer.broken_masks)
     unknown = 0
     for i in range(node):
         judged = reducer.memo.get(1 << i) is not None and (1 << i) not in reducer.broken_masks  # (a broken check judged nothing)

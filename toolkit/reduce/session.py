@@ -30,7 +30,7 @@ from toolkit.core.io.model import (
 )
 from toolkit.core.progress import Messages
 from toolkit.reduce.artifacts import Artifacts
-from toolkit.reduce.judging import Judging
+from toolkit.reduce.judging import Judging, passed_masks
 from toolkit.reduce.check import make_runner, toolkit_args
 from toolkit.reduce.config import (  # noqa: F401  (re-exported: the session's public names)
     DEFAULT_ART_DIR,
@@ -710,7 +710,7 @@ class Reducer(Artifacts, Judging):
 
     def _pick_min_good(self, result: Optional[int]) -> Optional[int]:
         """The passing node set checked that is closest to ``result`` (fewest differing nodes)."""
-        passing = [m for m, failed in self.memo.items() if not failed and m not in self.broken_masks]
+        passing = passed_masks(self.memo, self.broken_masks)
         if not passing:
             self.reporter.warn("no passing subgraph was checked, so --min-good was not written")
             return None
@@ -732,7 +732,7 @@ class Reducer(Artifacts, Judging):
         outcome.broken = self.broken
         outcome.other_failures = self.other_failures
         outcome.signature = self.signature.to_json() if self.signature is not None else None
-        outcome.passing = sum(1 for m, failed in self.memo.items() if not failed and m not in self.broken_masks)
+        outcome.passing = len(passed_masks(self.memo, self.broken_masks))
         outcome.timeouts = self.timeouts
         outcome.phases = dict(self.phase_checks)
         outcome.full_evidence = self.evidence.get(self.index.full_mask) if self.index else None
