@@ -388,21 +388,16 @@ def _is_our_script(path: str) -> bool:
 def data_files_in(args: Sequence[str]) -> List[str]:
     """Paths given to --load-inputs / --load-outputs in a toolkit command line."""
     out: List[str] = []
-    i = 0
-    while i < len(args):
-        tok = args[i]
-        name, eq, value = tok.partition("=")
-        if name in _DATA_OPTIONS:
-            if eq:
-                out.append(value)
-            j = i + 1
-            while j < len(args) and (not args[j].startswith("-") or args[j] == "-"):
-                if args[j] != "-":
-                    out.append(args[j])
-                j += 1
-            i = j
+    taking = False  # (after one of those options: its values, up to the next option; '-' is stdin)
+    for tok in args:
+        if taking and (not tok.startswith("-") or tok == "-"):
+            if tok != "-":
+                out.append(tok)
             continue
-        i += 1
+        name, eq, value = tok.partition("=")
+        taking = name in _DATA_OPTIONS
+        if taking and eq:
+            out.append(value)
     return out
 
 

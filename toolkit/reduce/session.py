@@ -492,17 +492,22 @@ class Reducer(Artifacts, Judging):
                     return self._finish(outcome, t0)
                 sanity.probe(self, mask)
             except (KeyboardInterrupt, AnswersExhausted) as exc:
-                outcome.status = "interrupted"
-                outcome.stopped_by = "eof" if isinstance(exc, AnswersExhausted) else "interrupt"
-                mask = self.best
-                path = self.cfg.save_replay or DEFAULT_REPLAY
-                outcome.replay_path = path if self.replay.save(path) else None  # (an older replay is kept)
+                mask = self._interrupted(outcome, exc)
             except InputError as exc:
                 raise self._stopped(exc) from None
             self._write_results(outcome, mask)
             return self._finish(outcome, t0)
         finally:
             self._cleanup()
+
+    def _interrupted(self, outcome: Outcome, exc: BaseException) -> Optional[int]:
+        """An interrupted search (Ctrl-C, or the end of the user's answers) said in ``outcome``, its
+        verdicts saved to the replay file; the smallest failing node set found (to write)."""
+        outcome.status = "interrupted"
+        outcome.stopped_by = "eof" if isinstance(exc, AnswersExhausted) else "interrupt"
+        path = self.cfg.save_replay or DEFAULT_REPLAY
+        outcome.replay_path = path if self.replay.save(path) else None  # (an older replay is kept)
+        return self.best
 
     def _start(self) -> Outcome:
         """Check the options, make the check runner(s), load and index the model."""
