@@ -367,7 +367,7 @@ class Reducer(Artifacts, Judging):
             self.reporter.iteration_start(self.iteration, cand)
             artifact = worker.artifact if worker is not None else self.cfg.iter_artifact
             self.index.write(cand, artifact, links=self._artifact_links(cand, worker))
-            target = worker.runner if worker is not None else self.runner
+            target = self._runner_of(worker)
             if hasattr(target, "full_model"):  # (the built-in comparison judges the full model as deployed)
                 target.full_model = mask == self.index.full_mask
             if cand.size_hint > BIG_MODEL_BYTES:
@@ -377,6 +377,10 @@ class Reducer(Artifacts, Judging):
                 self._write_iter_info(cand)
             started.append((self.iteration, mask, cand, worker))
         return started
+
+    def _runner_of(self, worker: Optional[Worker]) -> Any:
+        """The runner that checks what ``worker`` writes (without workers: the session's)."""
+        return worker.runner if worker is not None else self.runner
 
     def _ask(self, started: tuple) -> List[Optional[Iteration]]:
         """The user's verdict on the one node set written."""
@@ -394,8 +398,7 @@ class Reducer(Artifacts, Judging):
         """The checks of the node sets written, run (at once when several) and judged; None for
         one cancelled."""
         if len(started) == 1:
-            runner = started[0][3].runner if started[0][3] is not None else self.runner
-            results = [runner.run(tick=self.reporter.tick)]
+            results = [self._runner_of(started[0][3]).run(tick=self.reporter.tick)]
         else:
             from toolkit.reduce.parallel import run_all
 
