@@ -297,7 +297,7 @@ def _hold(ref: Reference, name: str, data) -> str:
 def _own_values(model: str, opts: CompareOptions, golden: Sequence[Mapping], ref: Reference, notes) -> List[Dict]:
     """What candidates are fed: the reference's values (in the model's dtypes) where it has
     them, else the model's own values on the reference runner."""
-    feeds = [{k: v for k, v in values.items()} for values in golden]
+    feeds = [dict(values) for values in golden]
     own = every_tensor(opts.reference, model, feed_source(opts, notes, loaded=feeds), opts, name="model")
     inputs: List[Dict] = []
     missing: Dict[str, None] = {}
@@ -467,32 +467,13 @@ class CompareRunner(WarmRunner):
         if self._prepared:
             return
         if self.primary is not None:
-            self.primary.prepare()
-            self.ref = self.primary.ref
-            self.fp32_nodes = self.primary.fp32_nodes
-            self.per_subgraph = self.primary.per_subgraph
-            self._prepared = True  # imports and warm-up were done once, by the primary, in this process
+            self._share_primary()
             return
 
         ref_model = self.opts.reference_model or self.model
         self.notes(f"Computing every tensor of {ref_model} on the reference runner {self.opts.reference} ...")
         self.ref = compute_reference(self.model, self.opts, self.notes)
-        where = "in memory" if self.ref.held else "in a temp .npz"
-        self.notes(
-            f"Reference: {self.ref.tensors} tensors x {self.ref.iterations} iteration(s), "
-            f"{self.ref.nbytes / 2**20:.1f} MB {where}, {self.ref.seconds:.2f} s; checking each subgraph on "
-            f"{self.opts.test}"
-        )
-        self.info.update(
-            tensors=self.ref.tensors, iterations=self.ref.iterations, reference_seconds=round(self.ref.seconds, 3),
-            in_memory=bool(self.ref.held), missing_in_reference=len(self.ref.missing),
-        )
-        self._say_marking()
-        if self.ref.missing:
-            self.notes(
-                f"{len(self.ref.missing)} tensor(s) of the model are not in the reference model; subgraph outputs "
-                "among them are not compared"
-            )
+        self._say_reference()
         if self.in_process:
             self._prepared = True  # no fork to warm up for: what a check needs is imported by the first one
         else:
@@ -500,6 +481,35 @@ class CompareRunner(WarmRunner):
         for path in {self.ref.inputs_path, self.ref.outputs_path, self.ref.deployed_path} - {""}:
             load_data(path)
         self.fp32_nodes = full_model_fp32_nodes(self.model, self.opts)
+
+    def _share_primary(self) -> None:
+        """A sibling (``--jobs``) takes the primary's reference, prepared once."""
+        assert self.primary is not None
+        self.primary.prepare()
+        self.ref = self.primary.ref
+        self.fp32_nodes = self.primary.fp32_nodes
+        self.per_subgraph = self.primary.per_subgraph
+        self._prepared = True  # imports and warm-up were done once, by the primary, in this process
+
+    def _say_reference(self) -> None:
+        """What the reference computed holds (said, and kept in :attr:`info`), and where marking changes it."""
+        ref = self.prepared_ref
+        where = "in memory" if ref.held else "in a temp .npz"
+        self.notes(
+            f"Reference: {ref.tensors} tensors x {ref.iterations} iteration(s), "
+            f"{ref.nbytes / 2**20:.1f} MB {where}, {ref.seconds:.2f} s; checking each subgraph on "
+            f"{self.opts.test}"
+        )
+        self.info.update(
+            tensors=ref.tensors, iterations=ref.iterations, reference_seconds=round(ref.seconds, 3),
+            in_memory=bool(ref.held), missing_in_reference=len(ref.missing),
+        )
+        self._say_marking()
+        if ref.missing:
+            self.notes(
+                f"{len(ref.missing)} tensor(s) of the model are not in the reference model; subgraph outputs "
+                "among them are not compared"
+            )
 
     def _say_marking(self) -> None:
         """Where marking every tensor changes the reference's outputs, say so; with the model as its

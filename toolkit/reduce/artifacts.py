@@ -4,6 +4,7 @@ data files, and the clean-up at the end. A part of :class:`~toolkit.reduce.sessi
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -305,15 +306,11 @@ class Artifacts:
         data = [a + ".data" for a in artifacts] if self._external_artifact else []
         for path in (*artifacts, self.cfg.iter_info, *data, *self._made_links):
             if path and os.path.isfile(path):
-                try:
+                with contextlib.suppress(OSError):
                     os.unlink(path)
-                except OSError:
-                    pass
         for w in self.workers[1:]:
-            try:
+            with contextlib.suppress(OSError):
                 os.rmdir(w.folder)  # only when empty: whatever else the check left there stays
-            except OSError:
-                pass
 
 
 _NUMBERED = re.compile(r"^(\d{3,})_")

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 from onnx import numpy_helper
@@ -227,19 +227,27 @@ def _round(path: str, feeds, out_path: str, external_data_dir, skip: set) -> Tup
     if not ifs:
         return [], {}
 
-    values = constant_conditions(model, [c for _, c in ifs], external_data_folder(path, external_data_dir))
-    constant = set(values)
-    rest = [c for _, c in ifs if c not in values]
-    if rest and feeds is not None:
-        values.update(condition_values(path, rest, feeds, external_data_dir))
+    values, constant = _condition_values(model, path, [c for _, c in ifs], feeds, external_data_dir)
     decide, unknown = _decided(ifs, values)
     if not decide:
         return [], unknown
     decisions = inline_ifs(path, decide, out_path, external_data_dir)
-    by_label = {label: cond for label, cond in ifs}
+    by_label = dict(ifs)
     for d in decisions:
         d.constant = by_label[d.node] in constant
     return decisions, unknown
+
+
+def _condition_values(model, path: str, conds: List[str], feeds, external_data_dir) -> Tuple[Dict[str, str], Set[str]]:
+    """({condition: value} of the conditions ``conds`` known, the constant ones among them): the
+    constant ones read from ``model`` (loaded from ``path``), the others computed on ``feeds``
+    (none when ``feeds`` is None)."""
+    values = constant_conditions(model, conds, external_data_folder(path, external_data_dir))
+    constant = set(values)
+    rest = [c for c in conds if c not in values]
+    if rest and feeds is not None:
+        values.update(condition_values(path, rest, feeds, external_data_dir))
+    return values, constant
 
 
 def _decided(ifs: List[Tuple[str, str]], values: Dict[str, str]) -> Tuple[Dict[str, bool], Dict[str, str]]:

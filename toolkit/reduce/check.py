@@ -293,6 +293,11 @@ class SubprocessRunner:
         except OSError as exc:
             msg = f"error: cannot run check command '{exe}': {exc.strerror or exc}\n"
             return CheckResult(126, b"", msg.encode(), seconds=time.monotonic() - start)
+        return self._watch(proc, start, tick)
+
+    def _watch(self, proc: subprocess.Popen, start: float, tick: Optional[Callable[[], None]]) -> CheckResult:
+        """The result of the check started as ``proc`` (at ``start``): its output read to its end
+        (or its timeout), then what it left running in its group killed."""
         self.active_pid = proc.pid
         deadline = start + self.timeout if self.timeout else None
         assert proc.stdout is not None and proc.stderr is not None  # both piped
@@ -383,21 +388,16 @@ def _is_our_script(path: str) -> bool:
 def data_files_in(args: Sequence[str]) -> List[str]:
     """Paths given to --load-inputs / --load-outputs in a toolkit command line."""
     out: List[str] = []
-    i = 0
-    while i < len(args):
-        tok = args[i]
-        name, eq, value = tok.partition("=")
-        if name in _DATA_OPTIONS:
-            if eq:
-                out.append(value)
-            j = i + 1
-            while j < len(args) and (not args[j].startswith("-") or args[j] == "-"):
-                if args[j] != "-":
-                    out.append(args[j])
-                j += 1
-            i = j
+    taking = False  # (after one of those options: its values, up to the next option; '-' is stdin)
+    for tok in args:
+        if taking and (not tok.startswith("-") or tok == "-"):
+            if tok != "-":
+                out.append(tok)
             continue
-        i += 1
+        name, eq, value = tok.partition("=")
+        taking = name in _DATA_OPTIONS
+        if taking and eq:
+            out.append(value)
     return out
 
 

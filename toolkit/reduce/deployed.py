@@ -115,12 +115,14 @@ class DeployedRun:
             return None
         if not isinstance(its, list) or len(its) != len(golden):
             return None
-        out = []
-        for (fed, values), ref in zip(its, golden):
-            if any(k not in ref or not np.array_equal(np.asarray(v), np.asarray(ref[k])) for k, v in fed.items()):
-                return None  # (other inputs than the marked run's: not comparable)
-            out.append(values)
-        return out
+        if not all(_fed_as(fed, ref) for (fed, _values), ref in zip(its, golden)):
+            return None  # (other inputs than the marked run's: not comparable)
+        return [values for _fed, values in its]
+
+
+def _fed_as(fed: Mapping, ref: Mapping) -> bool:
+    """Whether every input ``fed`` to the deployed run has the value ``ref`` (the marked run's) holds."""
+    return all(k in ref and np.array_equal(np.asarray(v), np.asarray(ref[k])) for k, v in fed.items())
 
 
 def _deployed_in_child(_phase, spec: str, model: str, opts, feeds) -> list:  # pragma: no cover - in the child

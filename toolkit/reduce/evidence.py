@@ -280,7 +280,7 @@ def step_warning(reduced: Optional[Evidence], model) -> Optional[str]:
     r = reduced.worst if reduced is not None else None
     if r is None or r.passed or not math.isfinite(r.max_abs):
         return None
-    producer = next((n for n in model.graph.node if r.name in n.output), None)
+    producer = _producer(model, r.name)
     found = _step_source(model, producer) if producer is not None else None
     if found is None or r.max_abs > found[1] * (1 + 1e-3):
         return None
@@ -317,13 +317,18 @@ def _step_source(model, producer):
 
 def _quantizer_behind(model, dq):
     """(the step-function node the DequantizeLinear ``dq`` reads, the largest of its scale), or None."""
-    src = next((n for n in model.graph.node if dq.input[0] in n.output), None)
+    src = _producer(model, dq.input[0])
     if src is None or src.op_type not in STEP_OPS or src.domain not in ("", "ai.onnx"):
         return None
     scale = _constant(model, dq.input[1])
     if scale is None or not scale.size:
         return None
     return src, float(abs(scale).max())
+
+
+def _producer(model, name: str):
+    """The node of ``model`` that makes tensor ``name``, or None."""
+    return next((n for n in model.graph.node if name in n.output), None)
 
 
 def _constant(model, name: str):

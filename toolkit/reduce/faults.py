@@ -220,13 +220,13 @@ class AllFaultsReducer(CompareReducer):
         self._describe = describe_faults
 
     def _search(self, gen=None) -> Optional[int]:
+        """Each fault in turn, the nodes of those found taken out, until the rest passes or is
+        rounding noise; the first fault's nodes (the plain search's result when none was found)."""
         allowed = self.index.full_mask
-        first = None
         while allowed and len(self.faults) < MAX_FAULTS:
             fault = self._next_fault(allowed)
             if fault is None:
                 break  # (a search that ended on no failing set of its own)
-            first = fault.mask if first is None else first
             if fault.number > 1 and fault.evidence.get("noise"):
                 self.noise = fault
                 self.reporter.info(_noise_line(fault))
@@ -238,7 +238,8 @@ class AllFaultsReducer(CompareReducer):
                 break
             if self._rest_is_noise(allowed):
                 break
-        return first if first is not None else CompareReducer._search(self)
+        # (the first fault found is always kept: only a later one can be noise)
+        return self.faults[0].mask if self.faults else CompareReducer._search(self)
 
     def _next_fault(self, allowed: int) -> Optional[Fault]:
         """The next fault among the nodes of ``allowed``, its evidence described; None when the

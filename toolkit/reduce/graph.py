@@ -318,7 +318,7 @@ class GraphIndex:
         if keep_outputs and not full and self.fold_values is not None:
             inputs, folded = self._split_folded(inputs, mask, produced)
         size_hint = sum(self._init_bytes.get(t, 0) for t in inits)
-        refs = [t for t in inits if t in self._ref_names] if self._ref_names else []
+        refs = [t for t in inits if t in self._ref_names]
         return Candidate(
             mask,
             nodes,
@@ -378,14 +378,18 @@ class GraphIndex:
     def _io_frags(self, cand: Candidate) -> List[bytes]:
         """The graph inputs, outputs and value infos of a candidate."""
         metas = self._need_metas(cand)
-        parts = [self._value_info_frag("input", t, metas) for t in cand.inputs]
-        if self._init_inputs:
-            vis = [self._input_vi[t] for t in cand.inits if t in self._input_vi]
-            parts += [encode_field(self._fields["input"], vi.SerializeToString()) for vi in vis]
+        parts = [self._value_info_frag("input", t, metas) for t in cand.inputs] + self._init_input_frags(cand)
         parts += [self._value_info_frag("output", t, metas) for t in cand.outputs]
         outs = set(cand.outputs)
         inner = [t for t in sorted(cand.produced) if t in self._value_info and t not in outs]
         return parts + [self._value_info_frag("value_info", t, metas) for t in inner]
+
+    def _init_input_frags(self, cand: Candidate) -> List[bytes]:
+        """The graph inputs that list the candidate's initializers, as the model does (IR version < 4)."""
+        if not self._init_inputs:
+            return []
+        vis = [self._input_vi[t] for t in cand.inits if t in self._input_vi]
+        return [encode_field(self._fields["input"], vi.SerializeToString()) for vi in vis]
 
     def _const_tensor_frag(self, j: int) -> bytes:
         """Constant node ``j`` as an initializer fragment (a sparse one stays a node)."""

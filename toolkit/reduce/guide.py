@@ -40,14 +40,12 @@ def rank(index, errors: Mapping[str, float], floor: Optional[float] = None) -> L
     for i in range(index.size):  # topological order
         in_err = max((est.get(t, 0.0) for t in index.reads[i]), default=0.0)
         compared = [errors[t] for t in index.writes[i] if t in errors]
-        if not compared:
-            for t in index.writes[i]:
-                est[t] = in_err
-            unseen.update(index.writes[i])
-            continue
-        worst = max(compared)
+        worst = max(compared, default=in_err)  # (an uncompared output: the worst compared one, or the input error)
         for t in index.writes[i]:
             est[t] = errors.get(t, worst)
+        if not compared:
+            unseen.update(index.writes[i])
+            continue
         if any(t in unseen for t in index.reads[i]):
             estimated.add(i)
         out.append((i, amplification(worst, in_err, floor), worst))

@@ -18,6 +18,12 @@ from toolkit.reduce.verdict import BROKEN, FAIL, PASS, TIMEOUT, CheckResult, bro
 from toolkit.search.masks import popcount
 
 
+def passed_masks(memo: Dict[int, bool], broken_masks: set) -> List[int]:
+    """The node sets the check passed on, of the verdicts ``memo`` (a check broken on one of
+    ``broken_masks``, counted as a pass, judged nothing)."""
+    return [m for m, failed in memo.items() if not failed and m not in broken_masks]
+
+
 class Judging:
     """The judging of :class:`~toolkit.reduce.session.Reducer` (one of its base classes)."""
 
@@ -53,10 +59,11 @@ class Judging:
         full = mask == self.index.full_mask
         kind = self.cfg.rule.classify(res, self.toolkit_check, self.cfg.iter_artifact)
         reason = self.cfg.rule.reason(res)
+        failing = kind in (FAIL, TIMEOUT)
         built_in = getattr(self.runner, "findings", None) is not None
-        rows = evidence_of(res, built_in) if full or kind in (FAIL, TIMEOUT) else None
+        rows = evidence_of(res, built_in) if full or failing else None
         other = self._other_failure(kind, rows, res, full)  # (a different failure: not the one reduced)
-        if full and kind in (FAIL, TIMEOUT):
+        if full and failing:
             self._fix_signature(res, rows)
         if other is not None:
             kind, self.other_failures = BROKEN, self.other_failures + 1
@@ -64,12 +71,9 @@ class Judging:
             reason = self._note_broken(number, mask, res, full, other)
         elif kind == TIMEOUT:
             self.timeouts += 1
-        failed = kind in (FAIL, TIMEOUT)
-        it = Iteration(number, popcount(mask), failed, res.seconds, "check", reason, res, verdict=kind)
-        if failed or full:
-            it.evidence = rows
-            if it.evidence is not None:
-                self.evidence[mask] = it.evidence
+        it = Iteration(number, popcount(mask), kind in (FAIL, TIMEOUT), res.seconds, "check", reason, res, verdict=kind)
+        if rows is not None and other is None:  # (the evidence of a different failure is not kept)
+            it.evidence = self.evidence[mask] = rows
         return it
 
     def _note_broken(self, number: int, mask: int, res: CheckResult, full: bool, other: Optional[str]) -> str:

@@ -118,8 +118,6 @@ def data_input_shapes(model, paths: Sequence[str], warn=None) -> Dict[str, tuple
 def _check_names_known(model, metas: Dict[str, TensorMeta], feed, path: str) -> None:
     """An InputError unless some array of ``feed`` is an input of the model or, for a layerwise
     file, one of its tensors (inputs and node outputs)."""
-    if any(name in metas for name in feed):
-        return
     tensors = {o for n in model.graph.node for o in n.output if o} | set(metas)
     if any(name in tensors for name in feed):
         return

@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Callable, Dict, List, Optional, Sequence
 
 from toolkit.core.errors import InputError
-from toolkit.core.meta import TensorMeta
 from toolkit.core.shapes import collect_inferred, infer_tensor_meta
 
 
@@ -73,11 +72,7 @@ class MetaProvider:
         self.ensure()
         assert self.metas is not None
         relaxed = set(dtype_only)
-        missing = [
-            n
-            for n in names
-            if _incomplete(self.metas.get(n)) and not (n in relaxed and (self.metas.get(n) or TensorMeta(n)).dtype)
-        ]
+        missing = [n for n in names if _lacking(self.metas.get(n), dtype_enough=n in relaxed)]
         if missing and not self.tried_fallback:
             self.tried_fallback = True
             self._fall_back(missing)
@@ -98,3 +93,10 @@ class MetaProvider:
 
 def _incomplete(meta) -> bool:
     return meta is None or not meta.dtype or meta.shape is None
+
+
+def _lacking(meta, dtype_enough: bool) -> bool:
+    """Whether ``meta`` lacks what is needed of it: its dtype with ``dtype_enough``, else its dtype or shape."""
+    if dtype_enough:
+        return meta is None or not meta.dtype
+    return _incomplete(meta)

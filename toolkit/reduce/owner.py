@@ -16,7 +16,7 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import os
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from toolkit.core.files.create import release_lock, take_lock
 from toolkit.core.errors import InputError
@@ -38,11 +38,11 @@ class Ownership:
     """The locks of one run on ``paths`` (taken by :meth:`acquire`, dropped by :meth:`release`)."""
 
     def __init__(self, paths: Sequence[str]):
-        seen: List[str] = []
+        first: Dict[str, str] = {}  # absolute path -> the first name given for it
         for p in paths:
-            if p and os.path.abspath(p) not in {os.path.abspath(s) for s in seen}:
-                seen.append(p)
-        self.paths = seen
+            if p:
+                first.setdefault(os.path.abspath(p), p)
+        self.paths = list(first.values())
         self._held: List[Tuple[int, str]] = []
 
     def acquire(self) -> None:

@@ -113,19 +113,14 @@ def run_all(
                     done.set()  # wakes the main thread at once
 
     threads = [threading.Thread(target=one, args=(k,), daemon=True) for k in range(len(workers))]
-    for w in workers:
-        prepare = getattr(w.runner, "prepare", None)
-        if prepare is not None:
-            prepare()  # imports and data files in this thread, before any fork
+    _prepare(workers)
     try:
         for t in threads:
             t.start()
         while not done.wait(0.1):
             if tick is not None:
                 tick()
-            for j in list(moot):
-                if not finished[j]:
-                    _cancel(workers[j])
+            _cancel_moot(workers, moot, finished)
         for t in threads:
             t.join()
     except BaseException:
@@ -140,6 +135,21 @@ def _outcome(results: list, errors: list, moot: set) -> list:
         if exc is not None and k not in moot:
             raise exc
     return [None if k in moot else r for k, r in enumerate(results)]
+
+
+def _prepare(workers: Sequence[Worker]) -> None:
+    """Each runner's imports and data files, in this thread, before any fork."""
+    for w in workers:
+        prepare = getattr(w.runner, "prepare", None)
+        if prepare is not None:
+            prepare()
+
+
+def _cancel_moot(workers: Sequence[Worker], moot: set, finished: List[bool]) -> None:
+    """Cancel the checks made moot (the round's answer known) that are still running."""
+    for j in list(moot):
+        if not finished[j]:
+            _cancel(workers[j])
 
 
 def _cancel(worker: Worker) -> None:

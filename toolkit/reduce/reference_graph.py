@@ -23,7 +23,8 @@ def needs_own_run(model: str, ref_model: str) -> bool:
 
 def _check_reference_inputs(m, r, ref_model: str) -> None:
     """InputError unless the reference graph ``r`` has every input of the graph ``m`` (by name)."""
-    m_inputs = [i.name for i in m.input if i.name not in {t.name for t in m.initializer}]
+    inits = {t.name for t in m.initializer}
+    m_inputs = [i.name for i in m.input if i.name not in inits]
     r_inputs = {i.name for i in r.input}
     missing = [n for n in m_inputs if n not in r_inputs]
     if missing:

@@ -13,8 +13,9 @@ from typing import Optional
 
 from toolkit.core.compare.noise import evidence_is_rounding, precision_of
 from toolkit.reduce.config import CannotJudge
+from toolkit.reduce.judging import passed_masks
 from toolkit.search.masks import mask_indices, popcount, range_mask
-from toolkit.reduce.signature import RULE, TIMEOUT_KIND
+from toolkit.reduce.signature import RULE, TIMEOUT_KIND, quoted_few
 
 
 def probe(reducer, mask: Optional[int]) -> None:
@@ -52,14 +53,13 @@ def _may_fail_anyway(reducer, mask: int) -> bool:
     w = ev.worst if ev is not None else None
     if w is not None and evidence_is_rounding(w.max_abs, w.max_rel, w.atol):
         return False  # (every node failing by rounding: the noise warnings say so)
-    # having passed on something, it depends on the model
-    return not any(not failed and m not in reducer.broken_masks for m, failed in reducer.memo.items())
+    return not passed_masks(reducer.memo, reducer.broken_masks)  # (having passed on something, it depends on the model)
 
 
 def _what(reducer) -> str:
     ev = reducer.evidence.get(reducer.index.full_mask)
     if ev is not None and ev.worst is not None:
-        names = ", ".join(f"'{t.name}'" for t in ev.failing[:3]) + (", ..." if len(ev.failing) > 3 else "")
+        names = quoted_few([t.name for t in ev.failing])
         return f"it compared {names} and found {ev.describe()}"
     sig = reducer.signature
     return f"{sig.describe()}, with no comparison in its output" if sig is not None else "a failure every time"
@@ -91,7 +91,7 @@ def first_alone(reducer, mask: Optional[int]) -> Optional[str]:
 def _unjudged_before(reducer, node: int, exact: bool) -> int:
     """How many nodes before ``node`` no verdict judged alone (with ``exact`` inputs, a node of a
     passing set passes alone)."""
-    passes = [m for m, failed in reducer.memo.items() if not failed and m not in reducer.broken_masks]
+    passes = passed_masks(reducer.memo, reducer.broken_masks)
     unknown = 0
     for i in range(node):
         judged = reducer.memo.get(1 << i) is not None and (1 << i) not in reducer.broken_masks  # (a broken check judged nothing)

@@ -30,7 +30,7 @@ from toolkit.core.io.model import (
 )
 from toolkit.core.progress import Messages
 from toolkit.reduce.artifacts import Artifacts
-from toolkit.reduce.judging import Judging
+from toolkit.reduce.judging import Judging, passed_masks
 from toolkit.reduce.check import make_runner, toolkit_args
 from toolkit.reduce.config import (  # noqa: F401  (re-exported: the session's public names)
     DEFAULT_ART_DIR,
@@ -367,7 +367,7 @@ class Reducer(Artifacts, Judging):
             self.reporter.iteration_start(self.iteration, cand)
             artifact = worker.artifact if worker is not None else self.cfg.iter_artifact
             self.index.write(cand, artifact, links=self._artifact_links(cand, worker))
-            target = worker.runner if worker is not None else self.runner
+            target = self._runner_of(worker)
             if hasattr(target, "full_model"):  # (the built-in comparison judges the full model as deployed)
                 target.full_model = mask == self.index.full_mask
             if cand.size_hint > BIG_MODEL_BYTES:
@@ -377,6 +377,10 @@ class Reducer(Artifacts, Judging):
                 self._write_iter_info(cand)
             started.append((self.iteration, mask, cand, worker))
         return started
+
+    def _runner_of(self, worker: Optional[Worker]) -> Any:
+        """The runner that checks what ``worker`` writes (without workers: the session's)."""
+        return worker.runner if worker is not None else self.runner
 
     def _ask(self, started: tuple) -> List[Optional[Iteration]]:
         """The user's verdict on the one node set written."""
@@ -394,8 +398,7 @@ class Reducer(Artifacts, Judging):
         """The checks of the node sets written, run (at once when several) and judged; None for
         one cancelled."""
         if len(started) == 1:
-            runner = started[0][3].runner if started[0][3] is not None else self.runner
-            results = [runner.run(tick=self.reporter.tick)]
+            results = [self._runner_of(started[0][3]).run(tick=self.reporter.tick)]
         else:
             from toolkit.reduce.parallel import run_all
 
@@ -492,17 +495,22 @@ class Reducer(Artifacts, Judging):
                     return self._finish(outcome, t0)
                 sanity.probe(self, mask)
             except (KeyboardInterrupt, AnswersExhausted) as exc:
-                outcome.status = "interrupted"
-                outcome.stopped_by = "eof" if isinstance(exc, AnswersExhausted) else "interrupt"
-                mask = self.best
-                path = self.cfg.save_replay or DEFAULT_REPLAY
-                outcome.replay_path = path if self.replay.save(path) else None  # (an older replay is kept)
+                mask = self._interrupted(outcome, exc)
             except InputError as exc:
                 raise self._stopped(exc) from None
             self._write_results(outcome, mask)
             return self._finish(outcome, t0)
         finally:
             self._cleanup()
+
+    def _interrupted(self, outcome: Outcome, exc: BaseException) -> Optional[int]:
+        """An interrupted search (Ctrl-C, or the end of the user's answers) said in ``outcome``, its
+        verdicts saved to the replay file; the smallest failing node set found (to write)."""
+        outcome.status = "interrupted"
+        outcome.stopped_by = "eof" if isinstance(exc, AnswersExhausted) else "interrupt"
+        path = self.cfg.save_replay or DEFAULT_REPLAY
+        outcome.replay_path = path if self.replay.save(path) else None  # (an older replay is kept)
+        return self.best
 
     def _start(self) -> Outcome:
         """Check the options, make the check runner(s), load and index the model."""
@@ -710,7 +718,7 @@ class Reducer(Artifacts, Judging):
 
     def _pick_min_good(self, result: Optional[int]) -> Optional[int]:
         """The passing node set checked that is closest to ``result`` (fewest differing nodes)."""
-        passing = [m for m, failed in self.memo.items() if not failed and m not in self.broken_masks]
+        passing = passed_masks(self.memo, self.broken_masks)
         if not passing:
             self.reporter.warn("no passing subgraph was checked, so --min-good was not written")
             return None
@@ -732,7 +740,7 @@ class Reducer(Artifacts, Judging):
         outcome.broken = self.broken
         outcome.other_failures = self.other_failures
         outcome.signature = self.signature.to_json() if self.signature is not None else None
-        outcome.passing = sum(1 for m, failed in self.memo.items() if not failed and m not in self.broken_masks)
+        outcome.passing = len(passed_masks(self.memo, self.broken_masks))
         outcome.timeouts = self.timeouts
         outcome.phases = dict(self.phase_checks)
         outcome.full_evidence = self.evidence.get(self.index.full_mask) if self.index else None

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Tuple
+from typing import Callable, Dict, Optional, Sequence, Tuple
 
 from toolkit.core.process.supervise import signal_name
 from toolkit.reduce.evidence import Evidence
@@ -88,7 +88,7 @@ class Signature:
         if self.kind == TIMEOUT_KIND:
             return "a timeout (--check-timeout)"
         if self.kind == MISMATCH:
-            names = ", ".join(f"'{n}'" for n in self.outputs[:3]) + (", ..." if len(self.outputs) > 3 else "")
+            names = quoted_few(self.outputs)
             far = f", max abs error {self.worst:.4g}" if self.worst is not None else ""
             return f"a numeric mismatch on {names}{far}"
         if self.kind == EXIT:
@@ -155,6 +155,11 @@ class Signature:
         if kept and not any(t.name in failing for t in kept):
             return kept[0].name
         return None
+
+
+def quoted_few(names: Sequence[str]) -> str:
+    """The first three of ``names``, quoted (then ', ...' when there are more)."""
+    return ", ".join(f"'{n}'" for n in names[:3]) + (", ..." if len(names) > 3 else "")
 
 
 def _other_signal(sig: Signature, res: CheckResult) -> Optional[str]:

@@ -197,19 +197,19 @@ def _parse_failure(err: str) -> bool:
 def error_line(res: CheckResult) -> str:
     """The one line that says why a check failed on its own: its ``error:`` line, the last
     line of a traceback, or its last line of output."""
-    err = res.stderr_text
-    lines = [ln.strip() for ln in err.splitlines() if ln.strip()]
+    lines = _nonblank(res.stderr_text)
     for ln in lines:
         if ln.startswith("error:"):
             return ln[len("error:"):].strip()
         if re.match(r"^\S+: error: ", ln):
             return ln
-    if lines:
-        return lines[-1]
-    out = [ln.strip() for ln in res.stdout_text.splitlines() if ln.strip()]
-    if out:
-        return out[-1]
-    return f"no output, {res.describe()}"
+    last = lines or _nonblank(res.stdout_text)  # (no error output: the last line of the output)
+    return last[-1] if last else f"no output, {res.describe()}"
+
+
+def _nonblank(text: str) -> list:
+    """The lines of ``text`` that are not blank, stripped."""
+    return [ln.strip() for ln in text.splitlines() if ln.strip()]
 
 
 # ---------------------------------------------------------------------- interactive

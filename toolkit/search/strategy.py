@@ -319,7 +319,7 @@ def drop_loop(plan: Plan, mask: int, *, interior: bool, phase: str = "drop loop"
     while True:
         order = _drop_order(plan, mask, interior)
         fresh = [i for i in order if i not in rejected]
-        stale = [i for i in order if i in rejected and rejected[i] != mask]
+        stale = [i for i in order if rejected.get(i, mask) != mask]  # (their drop passed on another mask)
         plan.remaining = len(fresh) + len(stale)
         drops = _drop_batched if plan.width > 1 else _drop_serial
         smaller = yield from drops(plan, mask, fresh or stale, rejected)
@@ -345,10 +345,12 @@ def _drop_serial(plan: Plan, mask: int, todo: List[int], rejected: dict) -> Sear
 def _drop_batched(plan: Plan, mask: int, todo: List[int], rejected: dict) -> Search:
     """:func:`_drop_serial` with ``plan.width`` drops checked at once; the first that still
     fails is taken, as one at a time would."""
-    tries = [i for i in todo if mask & ~(1 << i)]
+    tries = []
     for i in todo:
-        if not mask & ~(1 << i):
-            rejected[i] = mask
+        if mask & ~(1 << i):
+            tries.append(i)
+        else:
+            rejected[i] = mask  # (nothing left to check)
     for start in range(0, len(tries), plan.width):
         batch = tries[start : start + plan.width]
         verdicts = yield [mask & ~(1 << i) for i in batch]
