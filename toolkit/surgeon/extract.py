@@ -167,24 +167,33 @@ def _cut_model(gs, model, in_specs, out_specs, metas: Dict[str, TensorMeta]):
 def _complete_output_shapes(result, external_data_dir, log: LogFn) -> None:
     """Outputs whose shape inference on the whole model left unknown: infer them on the
     subgraph, whose inputs are now the cut's; run it on ONNX-Runtime if needed."""
-    todo = [o.name for o in result.graph.output
-            if o.type.HasField("tensor_type") and not is_complete(value_info_meta(o))]
+    todo = [name for name, m in _tensor_outputs(result).items() if not is_complete(m)]
     if not todo:
         return
     metas = infer_tensor_meta(result, fallback=True, names=todo, external_data_dir=external_data_dir)
-    for o in result.graph.output:
-        m = metas.get(o.name)
-        if o.name in todo and m is not None and m.shape is not None:
-            old = value_info_meta(o)
-            _set_output_type(o, _keep_dim_names(old.shape, m.shape), m.dtype or old.dtype, "found on the subgraph", log)
+    _take_found_shapes(result, {k: m for k, m in metas.items() if k in todo and m.shape is not None}, log)
     _name_unknown_output_dims(result, log)
-    missing = [o.name for o in result.graph.output
-               if o.type.HasField("tensor_type") and value_info_meta(o).shape is None]
+    missing = [name for name, m in _tensor_outputs(result).items() if m.shape is None]
     if missing:
         raise InputError(
             f"cannot find the shape of output '{missing[0]}', even by running the subgraph; "
             "give the model's input shapes with --model-input-shapes"
         )
+
+
+def _tensor_outputs(model) -> Dict[str, TensorMeta]:
+    """{name: declared meta} of ``model``'s graph outputs that are tensors."""
+    return {o.name: value_info_meta(o) for o in model.graph.output if o.type.HasField("tensor_type")}
+
+
+def _take_found_shapes(result, found: Dict[str, TensorMeta], log: LogFn) -> None:
+    """The graph outputs of ``result`` named in ``found`` take the shape (and dtype) found on the
+    subgraph, keeping the model's dim names where the subgraph leaves a dim unknown."""
+    for o in result.graph.output:
+        m = found.get(o.name)
+        if m is not None:
+            old = value_info_meta(o)
+            _set_output_type(o, _keep_dim_names(old.shape, m.shape), m.dtype or old.dtype, "found on the subgraph", log)
 
 
 def _keep_dim_names(old, found) -> tuple:
@@ -231,8 +240,7 @@ def _name_unknown_output_dims(result, log: LogFn) -> None:
 
 def _outputs_with_unknown_dims(model) -> Dict[str, TensorMeta]:
     """{name: meta} of the tensor outputs whose rank or some dim is unknown."""
-    metas = {o.name: value_info_meta(o) for o in model.graph.output if o.type.HasField("tensor_type")}
-    return {k: m for k, m in metas.items() if m.shape is None or any(d is None for d in m.shape)}
+    return {k: m for k, m in _tensor_outputs(model).items() if m.shape is None or any(d is None for d in m.shape)}
 
 
 def _symbolic_dims(old, new: Optional[TensorMeta]) -> Optional[tuple]:
@@ -309,7 +317,18 @@ def _cut_border(model, dangling: set) -> List[tuple]:
 
     Those are where the user most likely meant to cut.
     """
-    g = model.graph
+    tainted, fed, fed_nodes = _reach(model.graph, dangling)
+    border: Dict[str, tuple] = {}
+    for node, reads in fed_nodes:
+        for r in reads:
+            if r in tainted and r not in fed:
+                border.setdefault(r, (r, node.name, node.op_type))
+    return list(border.values())
+
+
+def _reach(g, dangling: set):
+    """``(tainted, fed, fed_nodes)``: the tensors of graph ``g`` that depend on a ``dangling`` tensor,
+    those computed from the graph inputs, and [(node, its reads)] of the nodes that read the latter."""
     tainted = set(dangling)
     fed = {i.name for i in g.input} - {t.name for t in g.initializer}
     fed_nodes = []
@@ -321,12 +340,7 @@ def _cut_border(model, dangling: set) -> List[tuple]:
         if any(r in fed for r in reads):
             fed.update(outs)
             fed_nodes.append((node, reads))
-    border: Dict[str, tuple] = {}
-    for node, reads in fed_nodes:
-        for r in reads:
-            if r in tainted and r not in fed:
-                border.setdefault(r, (r, node.name, node.op_type))
-    return list(border.values())
+    return tainted, fed, fed_nodes
 
 
 def _dedupe(specs: Sequence[TensorMeta]) -> List[TensorMeta]:
