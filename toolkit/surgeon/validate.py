@@ -137,19 +137,27 @@ def generated_feed(model) -> Tuple[Optional[dict], Optional[str]]:
     feed = {}
     total = 0
     for i in ins:  # graph inputs that are not initializers
-        m = metas.get(i.name)
-        if m is None or not m.dtype or m.shape is None or m.dtype.endswith("_type"):
-            return None, f"input '{i.name}' is not a tensor with known rank"
-        try:
-            dtype = dtype_to_numpy(m.dtype)
-        except UsageError:  # a dtype numpy has no equivalent of
-            return None, f"input '{i.name}' has dtype {m.dtype}"
-        shape = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in m.shape)
+        layout, why = _generated_layout(metas[i.name])
+        if layout is None:
+            return None, why
+        shape, dtype = layout
         total += math.prod(shape) * max(dtype.itemsize, 1)  # (Python ints: no overflow)
         if total > (64 << 20):
             return None, "generated inputs would be over 64 MiB"
         feed[i.name] = _generated_array(shape, dtype)
     return feed, None
+
+
+def _generated_layout(m) -> Tuple[Optional[tuple], Optional[str]]:
+    """``((shape, numpy dtype), None)`` of the array generated for input ``m`` (dynamic dims as 1);
+    or ``(None, why)`` where there is none."""
+    if not m.dtype or m.shape is None or m.dtype.endswith("_type"):
+        return None, f"input '{m.name}' is not a tensor with known rank"
+    try:
+        dtype = dtype_to_numpy(m.dtype)
+    except UsageError:  # a dtype numpy has no equivalent of
+        return None, f"input '{m.name}' has dtype {m.dtype}"
+    return (tuple(d if isinstance(d, int) and d >= 0 else 1 for d in m.shape), dtype), None
 
 
 def _generated_array(shape, dtype):
