@@ -434,8 +434,7 @@ class Validation:
         value the input model computes except for one -1 (inferred, so the same dim) where the
         input model has a positive dim: the same Reshape."""
 
-        readers = [n for n in result.graph.node if name in n.input]
-        if not readers or not all(_reads_as_reshape_target(n, name) for n in readers):
+        if not _read_as_reshape_target_only(result.graph, name):
             return False
         got = next((t for t in result.graph.initializer if t.name == name), None)
         want = (self.all_values or {}).get(name)
@@ -478,11 +477,22 @@ class Validation:
         if self._predicted(folded):
             return {t.name for t in folded if t.name in self.all_values
                     and not same_value(self.all_values.get(t.name), raw_array(t, onnx))}
+        return self._wrong_on_a_run(folded)
+
+    def _wrong_on_a_run(self, folded) -> Optional[set]:
+        """Names of the ``folded`` tensors whose values differ from those a run of the input model
+        computes for them; None when that run fails."""
         names = [t.name for t in folded]
         values, err = attempt(lambda: self._run(self._session(self.original, names), self.feed, names))
         if err is not None:
             return None
         return {t.name for t in folded if not same_value(values.get(t.name), numpy_helper.to_array(t))}
+
+
+def _read_as_reshape_target_only(graph, name: str) -> bool:
+    """Tensor ``name`` is read by nodes of ``graph``, each a Reshape that reads it as its target."""
+    readers = [n for n in graph.node if name in n.input]
+    return bool(readers) and all(_reads_as_reshape_target(n, name) for n in readers)
 
 
 def _reads_as_reshape_target(node, name: str) -> bool:
