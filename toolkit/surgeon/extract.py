@@ -90,8 +90,7 @@ def _cut_input(gs, t, meta: TensorMeta):
             "cut at a tensor that a node computes"
         )
     t.inputs.clear()
-    t.shape = list(meta.shape) if meta.shape is not None else None
-    t.dtype = np_dtype(meta.dtype)
+    _give_meta(t, meta)
     return t
 
 
@@ -101,9 +100,14 @@ def _cut_output(gs, t, model, meta: TensorMeta):
     if t is None:
         t = _import_unused_initializer(model, meta.name)
     if not isinstance(t, gs.Constant):
-        t.dtype = np_dtype(meta.dtype)
-        t.shape = list(meta.shape) if meta.shape is not None else None
+        _give_meta(t, meta)
     return t
+
+
+def _give_meta(t, meta: TensorMeta) -> None:
+    """The gs tensor ``t`` takes ``meta``'s dtype and shape (unknown rank: None)."""
+    t.dtype = np_dtype(meta.dtype)
+    t.shape = list(meta.shape) if meta.shape is not None else None
 
 
 def extract(
@@ -479,11 +483,21 @@ def _declared_or_inferred(model, cut: List[TensorMeta], input_shapes, log) -> Di
 def _left_unknown(in_specs, out_specs, metas) -> List[str]:
     """Cut tensors whose ``auto`` ONNX inference left unknown: input dtype, rank and dims; output
     dtype and rank (onnx.checker wants a shape on every graph output)."""
+    # with the cut's inputs fully given, output shapes unknown here are found on the subgraph
+    # itself, whose inputs are those (static) inputs (see extract); no model input shapes are needed
+    return _unknown_inputs(in_specs, metas) + _unknown_outputs(out_specs, metas, shapes=not _cut_fully_given(in_specs))
+
+
+def _unknown_inputs(in_specs, metas) -> List[str]:
+    """The ``auto`` cut inputs whose dtype, then those whose rank, ``metas`` leave unknown."""
     missing = [s.name for s in in_specs if s.dtype is None and not metas[s.name].dtype]
-    missing += [s.name for s in in_specs if s.shape is None and metas[s.name].shape is None]
-    missing += [s.name for s in out_specs if not (s.dtype or metas[s.name].dtype)]
-    if not _cut_fully_given(in_specs):
+    return missing + [s.name for s in in_specs if s.shape is None and metas[s.name].shape is None]
+
+
+def _unknown_outputs(out_specs, metas, shapes: bool) -> List[str]:
+    """The cut outputs whose dtype, then (with ``shapes``) those tensors whose rank, neither the
+    spec nor ``metas`` gives."""
+    missing = [s.name for s in out_specs if not (s.dtype or metas[s.name].dtype)]
+    if shapes:
         missing += [s.name for s in out_specs if metas[s.name].shape is None and not is_non_tensor(metas[s.name])]
-    # else: output shapes unknown here are found on the subgraph itself, whose inputs are
-    # the cut's (static) inputs (see extract); no model input shapes are needed.
     return missing
