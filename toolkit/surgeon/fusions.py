@@ -70,11 +70,8 @@ def merge_slices(gs, graph) -> int:
 def _slice_of_slice(gs, node, graph_outputs: Set[int]):
     """``(x, inner params, outer params)`` where ``node`` is a Slice of a Slice of ``x`` on other
     axes, the inner Slice's output read only there; else None."""
-    if node.op != "Slice" or not node.inputs or len(node.inputs[0].inputs) != 1:
-        return None
-    middle = node.inputs[0]
-    inner = middle.inputs[0]
-    if inner.op != "Slice" or not _consumed_once(middle, graph_outputs) or len(inner.outputs) != 1:
+    inner = _inner_slice(node, graph_outputs)
+    if inner is None:
         return None
     data = inner.inputs[0]
     rank = len(data.shape) if data.shape is not None else None
@@ -82,6 +79,17 @@ def _slice_of_slice(gs, node, graph_outputs: Set[int]):
     if first is None or second is None or set(first["axes"]) & set(second["axes"]):
         return None
     return data, first, second
+
+
+def _inner_slice(node, graph_outputs: Set[int]):
+    """The Slice computing what Slice ``node`` slices, its one output read only there; else None."""
+    if node.op != "Slice" or not node.inputs or len(node.inputs[0].inputs) != 1:
+        return None
+    middle = node.inputs[0]
+    inner = middle.inputs[0]
+    if inner.op != "Slice" or not _consumed_once(middle, graph_outputs) or len(inner.outputs) != 1:
+        return None
+    return inner
 
 
 def _per_channel(values, channels: int, rank: int):
