@@ -269,6 +269,12 @@ def replace_input(node, old, new) -> None:
             node.inputs[i] = new
 
 
+def read_instead(old, new) -> None:
+    """Every node that reads tensor ``old`` reads ``new`` instead."""
+    for reader in list(old.outputs):
+        replace_input(reader, old, new)
+
+
 def eliminate_noops(gs, graph) -> int:
     """Remove pass-through nodes from ``graph`` and every If/Loop/Scan body: their readers read
     the input instead. Where the node gives a graph's output, the input's producer writes that
@@ -309,9 +315,7 @@ def _passed_on(gs, node, graph_outputs):
 
 def _bypass(node, src) -> None:
     """Remove pass-through ``node``: the readers of its output read ``src`` instead."""
-    dst = node.outputs[0]
-    for reader in list(dst.outputs):
-        replace_input(reader, dst, src)
+    read_instead(node.outputs[0], src)
     node.inputs.clear()
     node.outputs.clear()
 
@@ -405,11 +409,15 @@ def _entry_fixed_by(entries, at: int, dims, copy_dynamic: bool) -> bool:
     copied = {i for i, e in enumerate(entries) if e == 0}
     if any(e < 0 for e in known) or not _copyable(dims, copied, copy_dynamic):
         return False
-    rest = [d for i, d in enumerate(dims) if i not in copied]
+    return _one_dim_left([d for i, d in enumerate(dims) if i not in copied], [e for e in known if e > 0])
+
+
+def _one_dim_left(rest, asked) -> bool:
+    """Of the data dims ``rest`` (those no entry copies), one is dynamic and the static ones hold
+    as many elements as the positive target entries ``asked``: the computed entry is that dim."""
     if rest.count(None) != 1:
         return False
-    wanted = int(np.prod([e for e in known if e > 0], dtype=np.int64))
-    return int(np.prod([d for d in rest if d is not None], dtype=np.int64)) == wanted
+    return int(np.prod([d for d in rest if d is not None], dtype=np.int64)) == int(np.prod(asked, dtype=np.int64))
 
 
 def _copyable(dims, copied, copy_dynamic: bool) -> bool:

@@ -20,7 +20,7 @@ from toolkit.surgeon.fold_noops import (
     computed_reshape_targets,
     constant_reshape_targets,
     eliminate_noops,
-    replace_input,
+    read_instead,
 )
 from toolkit.surgeon.fusions import optimizer_rewrites
 from toolkit.surgeon.plumbing import (
@@ -313,8 +313,7 @@ def eliminate_common_subexpressions(gs, graph) -> int:
         if kept is node:
             continue
         for dup, same in zip(node.outputs, kept.outputs):
-            for consumer in list(dup.outputs):
-                replace_input(consumer, dup, same)
+            read_instead(dup, same)
         node.outputs.clear()
         merged += 1
     return merged
