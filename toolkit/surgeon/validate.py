@@ -337,8 +337,7 @@ class Validation:
         if self.skip_reason:
             return None
         if self.structural_only:
-            err = strict_check(result)
-            return None if err is None or strict_check(self.original) is not None else f"it fails ONNX's checker: {err}"
+            return _checker_verdict(result, self.original)
         sess, exc = attempt(self._session, result, optimized=self.bodies)
         if exc is not None:
             return self._load_failure(exc)
@@ -595,6 +594,12 @@ def strict_check(model) -> Optional[str]:
     except _checker_errors() as exc:
         return one_line(exc, first_line=True, limit=300)
     return None
+
+
+def _checker_verdict(result, original) -> Optional[str]:
+    """What onnx.checker finds wrong with ``result``, where it finds ``original`` right (else None)."""
+    err = strict_check(result)
+    return None if err is None or strict_check(original) is not None else f"it fails ONNX's checker: {err}"
 
 
 def _checker_errors() -> tuple:
