@@ -267,10 +267,15 @@ def _input_dim_names(result, inferred) -> dict:
         mine = by_name.get(vi.name)
         if mine is None or not vi.type.HasField("tensor_type") or not mine.type.tensor_type.HasField("shape"):
             continue
-        for d, m in zip(vi.type.tensor_type.shape.dim, mine.type.tensor_type.shape.dim):
-            if d.dim_param and not m.dim_param and not m.HasField("dim_value"):
-                out[d.dim_param] = m
+        out.update(_names_for_unknown_dims(vi, mine))
     return out
+
+
+def _names_for_unknown_dims(vi, mine) -> dict:
+    """{name: dim of input ``mine``} for its dims of neither name nor value that symbolic
+    inference's ``vi`` of the same input names."""
+    dims = zip(vi.type.tensor_type.shape.dim, mine.type.tensor_type.shape.dim)
+    return {d.dim_param: m for d, m in dims if d.dim_param and not m.dim_param and not m.HasField("dim_value")}
 
 
 def _plain_dim(dim):
