@@ -170,15 +170,22 @@ def assume_dynamic_dims(model, input_shapes: Optional[Mapping[str, Sequence]], l
     assumed = []
     ins, _ = graph_io_meta(model)
     for m in ins:
-        if m.name in shapes or m.shape is None or not has_tensor_dtype(m):
-            continue
-        if any(not isinstance(d, int) for d in m.shape):
-            shapes[m.name] = [d if isinstance(d, int) else 1 for d in m.shape]
-            assumed.append(f"{m.name}:{format_spec_shape(tuple(shapes[m.name]))}")
+        ones = None if m.name in shapes else _dynamic_dims_as_one(m)
+        if ones is not None:
+            shapes[m.name] = ones
+            assumed.append(f"{m.name}:{format_spec_shape(tuple(ones))}")
     if assumed:
         log(f"warning: dynamic input dims assumed to be 1 for shape inference: {', '.join(assumed)} "
             "(--model-input-shapes / --override-input-shapes set them)")
     return shapes
+
+
+def _dynamic_dims_as_one(m) -> Optional[list]:
+    """The shape of tensor input ``m`` with its dynamic dims as 1; None where it has none (or its
+    rank is unknown)."""
+    if m.shape is None or not has_tensor_dtype(m) or all(isinstance(d, int) for d in m.shape):
+        return None
+    return [d if isinstance(d, int) else 1 for d in m.shape]
 
 
 def apply_fallback_shapes(model, *, input_shapes=None, external_data_dir=None, log: LogFn = nolog) -> None:
