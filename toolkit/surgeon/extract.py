@@ -24,6 +24,7 @@ from toolkit.surgeon.plumbing import (
     export_graph,
     graphsurgeon_errors,
     gs_step,
+    has_tensor_dtype,
     import_gs,
     is_non_tensor,
     keep_non_tensor_types,
@@ -389,7 +390,7 @@ def _computed_text(name: str, m: TensorMeta) -> str:
 
 def _check_given_dtype(s: TensorMeta, kind: str, m: TensorMeta) -> None:
     """InputError when the dtype given for a cut tensor is not the tensor type the model computes."""
-    if not s.dtype or not m.dtype or m.dtype.endswith("_type") or s.dtype == m.dtype:
+    if not s.dtype or not has_tensor_dtype(m) or s.dtype == m.dtype:
         return
     flag = "--inputs" if kind == "input" else "--outputs"
     raise InputError(
@@ -418,19 +419,20 @@ def _filled_specs(in_specs, out_specs, metas: Dict[str, TensorMeta]) -> Dict[str
     for s in in_specs:
         m = metas.get(s.name, TensorMeta(s.name))
         shape = s.shape if s.shape is not None else m.shape
-        dtype = s.dtype or m.dtype
-        if not dtype:
-            raise InputError(
-                f"cannot find the dtype of input '{s.name}'; give it, e.g. --inputs {s.name}:auto:float32"
-            )
-        result[s.name] = TensorMeta(s.name, shape, dtype)
+        result[s.name] = TensorMeta(s.name, shape, _known_dtype(s, m, "input", f"--inputs {s.name}:auto:float32"))
     for s in out_specs:
         m = metas.get(s.name, TensorMeta(s.name))
-        dtype = s.dtype or m.dtype
-        if not dtype:
-            raise InputError(f"cannot find the dtype of output '{s.name}'; give it, e.g. --outputs {s.name}:float32")
-        result[s.name] = TensorMeta(s.name, m.shape, dtype)
+        result[s.name] = TensorMeta(s.name, m.shape, _known_dtype(s, m, "output", f"--outputs {s.name}:float32"))
     return result
+
+
+def _known_dtype(s: TensorMeta, m: TensorMeta, kind: str, example: str) -> str:
+    """The dtype given for cut tensor ``s``, else the one ``m`` knows; InputError (showing how to
+    give it: ``example``) when neither does."""
+    dtype = s.dtype or m.dtype
+    if not dtype:
+        raise InputError(f"cannot find the dtype of {kind} '{s.name}'; give it, e.g. {example}")
+    return dtype
 
 
 def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log):
@@ -446,12 +448,10 @@ def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, exte
     elif in_specs or out_specs:
         metas = _inferred_cut_metas(model, in_specs, out_specs, input_shapes, external_data_dir, log)
     result = _filled_specs(in_specs, out_specs, metas)
-    for s in in_specs:
-        meta = result[s.name]
-        log(f"Subgraph input  {format_meta(meta.name, meta.shape, meta.dtype)}")
-    for s in out_specs:
-        meta = result[s.name]
-        log(f"Subgraph output {format_meta(meta.name, meta.shape, meta.dtype)}")
+    for kind, specs in (("input ", in_specs), ("output", out_specs)):
+        for s in specs:
+            meta = result[s.name]
+            log(f"Subgraph {kind} {format_meta(meta.name, meta.shape, meta.dtype)}")
     return result
 
 
