@@ -367,19 +367,8 @@ def _fold_once(
         flatten_subgraphs=False,
     )
     if partitioning != "auto":
-        mode = None if partitioning == "none" else partitioning
-        with quiet_gs() as buf, quiet_ort(), gs_step("fold constants in"):
-            graph.fold_constants(partitioning=mode, error_ok=True, should_exclude_node=_is_hidden, **kwargs)
-        if "failed" in buf.getvalue().lower():
-            log(f"Folding constants | some nodes could not be folded (partitioning={partitioning}); kept as they are")
-        return partitioning
-
-    # Unnamed nodes get a temporary name so that errors can point at them.
-    renamed = []
-    for i, node in enumerate(all_nodes(graph)):
-        if not node.name:
-            node.name = f"__toolkit_unnamed_{i}"
-            renamed.append(node)
+        return _fold_partitioned(graph, partitioning, kwargs, log)
+    renamed = _name_unnamed(graph)
     # What failed in earlier passes stays excluded (the sets are updated in place).
     try:
         return _fold_excluding_failures(
@@ -388,6 +377,28 @@ def _fold_once(
     finally:
         for node in renamed:
             node.name = ""
+
+
+def _fold_partitioned(graph, partitioning: str, kwargs: dict, log: LogFn) -> str:
+    """One graphsurgeon folding run with ``partitioning`` (``none``, ``basic``, ``recursive``),
+    failing nodes kept as they are (said)."""
+    mode = None if partitioning == "none" else partitioning
+    with quiet_gs() as buf, quiet_ort(), gs_step("fold constants in"):
+        graph.fold_constants(partitioning=mode, error_ok=True, should_exclude_node=_is_hidden, **kwargs)
+    if "failed" in buf.getvalue().lower():
+        log(f"Folding constants | some nodes could not be folded (partitioning={partitioning}); kept as they are")
+    return partitioning
+
+
+def _name_unnamed(graph) -> list:
+    """Give the unnamed nodes of ``graph`` (bodies too) a temporary name, so that errors can point
+    at them; returns those nodes."""
+    renamed = []
+    for i, node in enumerate(all_nodes(graph)):
+        if not node.name:
+            node.name = f"__toolkit_unnamed_{i}"
+            renamed.append(node)
+    return renamed
 
 
 def _fold_excluding_failures(graph, kwargs: dict, bad_nodes: set, bad_ops: set, log: LogFn) -> str:
