@@ -151,7 +151,7 @@ def generated_feed(model) -> Tuple[Optional[dict], Optional[str]]:
 def _generated_layout(m) -> Tuple[Optional[tuple], Optional[str]]:
     """``((shape, numpy dtype), None)`` of the array generated for input ``m`` (dynamic dims as 1);
     or ``(None, why)`` where there is none."""
-    if not m.dtype or m.shape is None or m.dtype.endswith("_type"):
+    if m.shape is None or not has_tensor_dtype(m):
         return None, f"input '{m.name}' is not a tensor with known rank"
     try:
         dtype = dtype_to_numpy(m.dtype)
@@ -533,9 +533,7 @@ def _big_tensors(graph, limit: int) -> set:
         m = value_info_meta(vi)
         if m.shape is None or not has_tensor_dtype(m):
             continue
-        n = 1
-        for d in m.shape:
-            n *= d if isinstance(d, int) and d > 0 else 1
+        n = math.prod(d if isinstance(d, int) and d > 0 else 1 for d in m.shape)
         try:
             itemsize = dtype_to_numpy(m.dtype).itemsize
         except UsageError:  # a dtype numpy has no equivalent of: counted as 4 bytes
