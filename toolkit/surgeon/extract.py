@@ -24,6 +24,7 @@ from toolkit.surgeon.plumbing import (
     export_graph,
     graphsurgeon_errors,
     gs_step,
+    has_tensor_dtype,
     import_gs,
     is_non_tensor,
     keep_non_tensor_types,
@@ -90,8 +91,7 @@ def _cut_input(gs, t, meta: TensorMeta):
             "cut at a tensor that a node computes"
         )
     t.inputs.clear()
-    t.shape = list(meta.shape) if meta.shape is not None else None
-    t.dtype = np_dtype(meta.dtype)
+    _give_meta(t, meta)
     return t
 
 
@@ -101,9 +101,14 @@ def _cut_output(gs, t, model, meta: TensorMeta):
     if t is None:
         t = _import_unused_initializer(model, meta.name)
     if not isinstance(t, gs.Constant):
-        t.dtype = np_dtype(meta.dtype)
-        t.shape = list(meta.shape) if meta.shape is not None else None
+        _give_meta(t, meta)
     return t
+
+
+def _give_meta(t, meta: TensorMeta) -> None:
+    """The gs tensor ``t`` takes ``meta``'s dtype and shape (unknown rank: None)."""
+    t.dtype = np_dtype(meta.dtype)
+    t.shape = list(meta.shape) if meta.shape is not None else None
 
 
 def extract(
@@ -167,24 +172,33 @@ def _cut_model(gs, model, in_specs, out_specs, metas: Dict[str, TensorMeta]):
 def _complete_output_shapes(result, external_data_dir, log: LogFn) -> None:
     """Outputs whose shape inference on the whole model left unknown: infer them on the
     subgraph, whose inputs are now the cut's; run it on ONNX-Runtime if needed."""
-    todo = [o.name for o in result.graph.output
-            if o.type.HasField("tensor_type") and not is_complete(value_info_meta(o))]
+    todo = [name for name, m in _tensor_outputs(result).items() if not is_complete(m)]
     if not todo:
         return
     metas = infer_tensor_meta(result, fallback=True, names=todo, external_data_dir=external_data_dir)
-    for o in result.graph.output:
-        m = metas.get(o.name)
-        if o.name in todo and m is not None and m.shape is not None:
-            old = value_info_meta(o)
-            _set_output_type(o, _keep_dim_names(old.shape, m.shape), m.dtype or old.dtype, "found on the subgraph", log)
+    _take_found_shapes(result, {k: m for k, m in metas.items() if k in todo and m.shape is not None}, log)
     _name_unknown_output_dims(result, log)
-    missing = [o.name for o in result.graph.output
-               if o.type.HasField("tensor_type") and value_info_meta(o).shape is None]
+    missing = [name for name, m in _tensor_outputs(result).items() if m.shape is None]
     if missing:
         raise InputError(
             f"cannot find the shape of output '{missing[0]}', even by running the subgraph; "
             "give the model's input shapes with --model-input-shapes"
         )
+
+
+def _tensor_outputs(model) -> Dict[str, TensorMeta]:
+    """{name: declared meta} of ``model``'s graph outputs that are tensors."""
+    return {o.name: value_info_meta(o) for o in model.graph.output if o.type.HasField("tensor_type")}
+
+
+def _take_found_shapes(result, found: Dict[str, TensorMeta], log: LogFn) -> None:
+    """The graph outputs of ``result`` named in ``found`` take the shape (and dtype) found on the
+    subgraph, keeping the model's dim names where the subgraph leaves a dim unknown."""
+    for o in result.graph.output:
+        m = found.get(o.name)
+        if m is not None:
+            old = value_info_meta(o)
+            _set_output_type(o, _keep_dim_names(old.shape, m.shape), m.dtype or old.dtype, "found on the subgraph", log)
 
 
 def _keep_dim_names(old, found) -> tuple:
@@ -231,8 +245,7 @@ def _name_unknown_output_dims(result, log: LogFn) -> None:
 
 def _outputs_with_unknown_dims(model) -> Dict[str, TensorMeta]:
     """{name: meta} of the tensor outputs whose rank or some dim is unknown."""
-    metas = {o.name: value_info_meta(o) for o in model.graph.output if o.type.HasField("tensor_type")}
-    return {k: m for k, m in metas.items() if m.shape is None or any(d is None for d in m.shape)}
+    return {k: m for k, m in _tensor_outputs(model).items() if m.shape is None or any(d is None for d in m.shape)}
 
 
 def _symbolic_dims(old, new: Optional[TensorMeta]) -> Optional[tuple]:
@@ -255,10 +268,15 @@ def _input_dim_names(result, inferred) -> dict:
         mine = by_name.get(vi.name)
         if mine is None or not vi.type.HasField("tensor_type") or not mine.type.tensor_type.HasField("shape"):
             continue
-        for d, m in zip(vi.type.tensor_type.shape.dim, mine.type.tensor_type.shape.dim):
-            if d.dim_param and not m.dim_param and not m.HasField("dim_value"):
-                out[d.dim_param] = m
+        out.update(_names_for_unknown_dims(vi, mine))
     return out
+
+
+def _names_for_unknown_dims(vi, mine) -> dict:
+    """{name: dim of input ``mine``} for its dims of neither name nor value that symbolic
+    inference's ``vi`` of the same input names."""
+    dims = zip(vi.type.tensor_type.shape.dim, mine.type.tensor_type.shape.dim)
+    return {d.dim_param: m for d, m in dims if d.dim_param and not m.dim_param and not m.HasField("dim_value")}
 
 
 def _plain_dim(dim):
@@ -309,7 +327,18 @@ def _cut_border(model, dangling: set) -> List[tuple]:
 
     Those are where the user most likely meant to cut.
     """
-    g = model.graph
+    tainted, fed, fed_nodes = _reach(model.graph, dangling)
+    border: Dict[str, tuple] = {}
+    for node, reads in fed_nodes:
+        for r in reads:
+            if r in tainted and r not in fed:
+                border.setdefault(r, (r, node.name, node.op_type))
+    return list(border.values())
+
+
+def _reach(g, dangling: set):
+    """``(tainted, fed, fed_nodes)``: the tensors of graph ``g`` that depend on a ``dangling`` tensor,
+    those computed from the graph inputs, and [(node, its reads)] of the nodes that read the latter."""
     tainted = set(dangling)
     fed = {i.name for i in g.input} - {t.name for t in g.initializer}
     fed_nodes = []
@@ -321,12 +350,7 @@ def _cut_border(model, dangling: set) -> List[tuple]:
         if any(r in fed for r in reads):
             fed.update(outs)
             fed_nodes.append((node, reads))
-    border: Dict[str, tuple] = {}
-    for node, reads in fed_nodes:
-        for r in reads:
-            if r in tainted and r not in fed:
-                border.setdefault(r, (r, node.name, node.op_type))
-    return list(border.values())
+    return tainted, fed, fed_nodes
 
 
 def _dedupe(specs: Sequence[TensorMeta]) -> List[TensorMeta]:
@@ -366,7 +390,7 @@ def _computed_text(name: str, m: TensorMeta) -> str:
 
 def _check_given_dtype(s: TensorMeta, kind: str, m: TensorMeta) -> None:
     """InputError when the dtype given for a cut tensor is not the tensor type the model computes."""
-    if not s.dtype or not m.dtype or m.dtype.endswith("_type") or s.dtype == m.dtype:
+    if not s.dtype or not has_tensor_dtype(m) or s.dtype == m.dtype:
         return
     flag = "--inputs" if kind == "input" else "--outputs"
     raise InputError(
@@ -395,19 +419,20 @@ def _filled_specs(in_specs, out_specs, metas: Dict[str, TensorMeta]) -> Dict[str
     for s in in_specs:
         m = metas.get(s.name, TensorMeta(s.name))
         shape = s.shape if s.shape is not None else m.shape
-        dtype = s.dtype or m.dtype
-        if not dtype:
-            raise InputError(
-                f"cannot find the dtype of input '{s.name}'; give it, e.g. --inputs {s.name}:auto:float32"
-            )
-        result[s.name] = TensorMeta(s.name, shape, dtype)
+        result[s.name] = TensorMeta(s.name, shape, _known_dtype(s, m, "input", f"--inputs {s.name}:auto:float32"))
     for s in out_specs:
         m = metas.get(s.name, TensorMeta(s.name))
-        dtype = s.dtype or m.dtype
-        if not dtype:
-            raise InputError(f"cannot find the dtype of output '{s.name}'; give it, e.g. --outputs {s.name}:float32")
-        result[s.name] = TensorMeta(s.name, m.shape, dtype)
+        result[s.name] = TensorMeta(s.name, m.shape, _known_dtype(s, m, "output", f"--outputs {s.name}:float32"))
     return result
+
+
+def _known_dtype(s: TensorMeta, m: TensorMeta, kind: str, example: str) -> str:
+    """The dtype given for cut tensor ``s``, else the one ``m`` knows; InputError (showing how to
+    give it: ``example``) when neither does."""
+    dtype = s.dtype or m.dtype
+    if not dtype:
+        raise InputError(f"cannot find the dtype of {kind} '{s.name}'; give it, e.g. {example}")
+    return dtype
 
 
 def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log):
@@ -423,12 +448,10 @@ def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, exte
     elif in_specs or out_specs:
         metas = _inferred_cut_metas(model, in_specs, out_specs, input_shapes, external_data_dir, log)
     result = _filled_specs(in_specs, out_specs, metas)
-    for s in in_specs:
-        meta = result[s.name]
-        log(f"Subgraph input  {format_meta(meta.name, meta.shape, meta.dtype)}")
-    for s in out_specs:
-        meta = result[s.name]
-        log(f"Subgraph output {format_meta(meta.name, meta.shape, meta.dtype)}")
+    for kind, specs in (("input ", in_specs), ("output", out_specs)):
+        for s in specs:
+            meta = result[s.name]
+            log(f"Subgraph {kind} {format_meta(meta.name, meta.shape, meta.dtype)}")
     return result
 
 
@@ -465,11 +488,21 @@ def _declared_or_inferred(model, cut: List[TensorMeta], input_shapes, log) -> Di
 def _left_unknown(in_specs, out_specs, metas) -> List[str]:
     """Cut tensors whose ``auto`` ONNX inference left unknown: input dtype, rank and dims; output
     dtype and rank (onnx.checker wants a shape on every graph output)."""
+    # with the cut's inputs fully given, output shapes unknown here are found on the subgraph
+    # itself, whose inputs are those (static) inputs (see extract); no model input shapes are needed
+    return _unknown_inputs(in_specs, metas) + _unknown_outputs(out_specs, metas, shapes=not _cut_fully_given(in_specs))
+
+
+def _unknown_inputs(in_specs, metas) -> List[str]:
+    """The ``auto`` cut inputs whose dtype, then those whose rank, ``metas`` leave unknown."""
     missing = [s.name for s in in_specs if s.dtype is None and not metas[s.name].dtype]
-    missing += [s.name for s in in_specs if s.shape is None and metas[s.name].shape is None]
-    missing += [s.name for s in out_specs if not (s.dtype or metas[s.name].dtype)]
-    if not _cut_fully_given(in_specs):
+    return missing + [s.name for s in in_specs if s.shape is None and metas[s.name].shape is None]
+
+
+def _unknown_outputs(out_specs, metas, shapes: bool) -> List[str]:
+    """The cut outputs whose dtype, then (with ``shapes``) those tensors whose rank, neither the
+    spec nor ``metas`` gives."""
+    missing = [s.name for s in out_specs if not (s.dtype or metas[s.name].dtype)]
+    if shapes:
         missing += [s.name for s in out_specs if metas[s.name].shape is None and not is_non_tensor(metas[s.name])]
-    # else: output shapes unknown here are found on the subgraph itself, whose inputs are
-    # the cut's (static) inputs (see extract); no model input shapes are needed.
     return missing

@@ -367,19 +367,8 @@ def _fold_once(
         flatten_subgraphs=False,
     )
     if partitioning != "auto":
-        mode = None if partitioning == "none" else partitioning
-        with quiet_gs() as buf, quiet_ort(), gs_step("fold constants in"):
-            graph.fold_constants(partitioning=mode, error_ok=True, should_exclude_node=_is_hidden, **kwargs)
-        if "failed" in buf.getvalue().lower():
-            log(f"Folding constants | some nodes could not be folded (partitioning={partitioning}); kept as they are")
-        return partitioning
-
-    # Unnamed nodes get a temporary name so that errors can point at them.
-    renamed = []
-    for i, node in enumerate(all_nodes(graph)):
-        if not node.name:
-            node.name = f"__toolkit_unnamed_{i}"
-            renamed.append(node)
+        return _fold_partitioned(graph, partitioning, kwargs, log)
+    renamed = _name_unnamed(graph)
     # What failed in earlier passes stays excluded (the sets are updated in place).
     try:
         return _fold_excluding_failures(
@@ -388,6 +377,28 @@ def _fold_once(
     finally:
         for node in renamed:
             node.name = ""
+
+
+def _fold_partitioned(graph, partitioning: str, kwargs: dict, log: LogFn) -> str:
+    """One graphsurgeon folding run with ``partitioning`` (``none``, ``basic``, ``recursive``),
+    failing nodes kept as they are (said)."""
+    mode = None if partitioning == "none" else partitioning
+    with quiet_gs() as buf, quiet_ort(), gs_step("fold constants in"):
+        graph.fold_constants(partitioning=mode, error_ok=True, should_exclude_node=_is_hidden, **kwargs)
+    if "failed" in buf.getvalue().lower():
+        log(f"Folding constants | some nodes could not be folded (partitioning={partitioning}); kept as they are")
+    return partitioning
+
+
+def _name_unnamed(graph) -> list:
+    """Give the unnamed nodes of ``graph`` (bodies too) a temporary name, so that errors can point
+    at them; returns those nodes."""
+    renamed = []
+    for i, node in enumerate(all_nodes(graph)):
+        if not node.name:
+            node.name = f"__toolkit_unnamed_{i}"
+            renamed.append(node)
+    return renamed
 
 
 def _fold_excluding_failures(graph, kwargs: dict, bad_nodes: set, bad_ops: set, log: LogFn) -> str:
@@ -455,35 +466,43 @@ def fold_passes(gs, graph, shell, report, *, level, num_passes, partitioning, si
                  excluded: set, log: LogFn, per_pass_shapes: bool = True, remove_noops: bool = False) -> None:
     """Fold ``graph`` in place, pass after pass, until nothing changes (or ``num_passes``); with
     ``remove_noops``, each pass also removes pass-through nodes (which may let more fold)."""
-    index = 0
     report.passes = []
     report.converged = False
     # (bad_nodes, bad_ops: what failed to fold stays excluded in the later passes)
     fold_args = dict(partitioning=partitioning, size_threshold=size_threshold, fold_shapes=fold_shapes, log=log,
                      bad_nodes=set(), bad_ops=set(), recurse_subgraphs=level in ("full", "no-inline"))
-    while num_passes is None or index < num_passes:
-        index += 1
-        t0 = time.perf_counter()
-        before = count_nodes(graph)
-        kept = oversized_nodes(gs, graph, size_threshold)  # (before anything is computed)
-        used = _fold_hiding(gs, graph, [n for n, _ in kept], excluded, fold_args)
-        ifs = _flatten_constant_ifs(gs, graph) if level == "full" else 0
-        inlined = ifs + (eliminate_noops(gs, graph) if remove_noops else 0) + constant_reshape_targets(gs, graph)
-        with quiet_gs(), gs_step("clean up"):
-            graph.cleanup()
-        after = count_nodes(graph)
-        changed = after != before or inlined > 0
-        unlocked = _unlocks_more(gs, graph, shell, ifs, kept) if changed and per_pass_shapes else True
-        secs = time.perf_counter() - t0
-        report.passes.append(FoldPass(index, before, after, secs, used))
-        log(f"Folding constants | pass {index} | nodes {before} -> {after} ({before - after} folded) | {secs:.2f} s")
-        if not changed or not unlocked:
+    kept: list = []
+    while num_passes is None or len(report.passes) < num_passes:
+        done, kept, again = _fold_pass(gs, graph, shell, len(report.passes) + 1, level=level, excluded=excluded,
+                                       fold_args=fold_args, per_pass_shapes=per_pass_shapes, remove_noops=remove_noops)
+        report.passes.append(done)
+        if not again:
             report.converged = True
             break
     if not report.converged:
-        log(f"Folding constants | stopped after {index} passes (--num-passes); more folding may be possible")
-    if index:
+        log(f"Folding constants | stopped after {len(report.passes)} passes (--num-passes); more folding may be possible")
+    if report.passes:
         note_kept(gs, kept, log)
+
+
+def _fold_pass(gs, graph, shell, index: int, *, level, excluded: set, fold_args: dict, per_pass_shapes: bool,
+               remove_noops: bool):
+    """Pass ``index`` of :func:`fold_passes`: ``(FoldPass, the nodes kept unfolded, whether another
+    pass may fold more)``."""
+    t0 = time.perf_counter()
+    before = count_nodes(graph)
+    kept = oversized_nodes(gs, graph, fold_args["size_threshold"])  # (before anything is computed)
+    used = _fold_hiding(gs, graph, [n for n, _ in kept], excluded, fold_args)
+    ifs = _flatten_constant_ifs(gs, graph) if level == "full" else 0
+    inlined = ifs + (eliminate_noops(gs, graph) if remove_noops else 0) + constant_reshape_targets(gs, graph)
+    with quiet_gs(), gs_step("clean up"):
+        graph.cleanup()
+    after = count_nodes(graph)
+    changed = after != before or inlined > 0
+    unlocked = _unlocks_more(gs, graph, shell, ifs, kept) if changed and per_pass_shapes else True
+    secs = time.perf_counter() - t0
+    fold_args["log"](f"Folding constants | pass {index} | nodes {before} -> {after} ({before - after} folded) | {secs:.2f} s")
+    return FoldPass(index, before, after, secs, used), kept, changed and unlocked
 
 
 def _fold_hiding(gs, graph, kept: list, excluded: set, fold_args: dict) -> str:

@@ -46,7 +46,7 @@ def oversized_nodes(gs, graph, size_threshold: Optional[int]) -> List[Tuple[Any,
 
 
 def _why_not(gs, node, cap: int) -> Optional[str]:
-    if node.op in ("Loop", "Scan"):
+    if node.op in _STEPS:
         why = _loop_work(gs, node)
         if why:
             return why
@@ -61,19 +61,20 @@ def _why_not(gs, node, cap: int) -> Optional[str]:
 
 def _loop_work(gs, node) -> Optional[str]:
     """Why a Loop or Scan runs too long to fold (None when its steps are known and few)."""
+    steps_of, unknown = _STEPS[node.op]
+    trips = steps_of(gs, node)
+    if trips is None:
+        return unknown
     body_nodes = sum(count_nodes(b) for b in bodies(node)) or 1
-    if node.op == "Loop":
-        trips = _scalar(gs, node.inputs[0] if node.inputs else None)
-        if trips is None:
-            return "its trip count is not a constant"
-    else:
-        trips = _scan_length(gs, node)
-        if trips is None:
-            return "its number of steps is not known before running it"
     if trips * body_nodes > limits.max_nodes:
         return (f"it runs {trips} steps of {body_nodes} nodes (over --max-nodes {limits.max_nodes}: raise it to "
                 "fold such a loop)")
     return None
+
+
+def _trip_count(gs, node) -> Optional[int]:
+    """The constant trip count of a Loop (None when it has none or it is not a constant)."""
+    return _scalar(gs, node.inputs[0] if node.inputs else None)
 
 
 def _scan_length(gs, node) -> Optional[int]:
@@ -87,6 +88,13 @@ def _scan_length(gs, node) -> Optional[int]:
             return None
         lengths.append(shape[int(axis) % len(shape)])
     return max(lengths) if lengths else None
+
+
+# Loop/Scan -> (its number of steps, or None; what to say when that is not known)
+_STEPS = {
+    "Loop": (_trip_count, "its trip count is not a constant"),
+    "Scan": (_scan_length, "its number of steps is not known before running it"),
+}
 
 
 def _result_bytes(gs, node) -> Optional[int]:

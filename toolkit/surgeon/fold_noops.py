@@ -269,6 +269,12 @@ def replace_input(node, old, new) -> None:
             node.inputs[i] = new
 
 
+def read_instead(old, new) -> None:
+    """Every node that reads tensor ``old`` reads ``new`` instead."""
+    for reader in list(old.outputs):
+        replace_input(reader, old, new)
+
+
 def eliminate_noops(gs, graph) -> int:
     """Remove pass-through nodes from ``graph`` and every If/Loop/Scan body: their readers read
     the input instead. Where the node gives a graph's output, the input's producer writes that
@@ -287,19 +293,31 @@ def _eliminate_in(gs, graph) -> int:
     graph_ends = outputs | {id(t) for t in graph.inputs}
     own = {id(n) for n in graph.nodes}
     for node in list(graph.nodes):
-        src = noop_source(gs, node, outputs) if node.outputs and node.inputs else None
-        if src is None or src.is_empty():
+        src = _passed_on(gs, node, outputs)
+        if src is None:
             continue
-        dst = node.outputs[0]
-        if id(dst) not in outputs:
-            for reader in list(dst.outputs):
-                replace_input(reader, dst, src)
-            node.inputs.clear()
-            node.outputs.clear()
+        if id(node.outputs[0]) not in outputs:
+            _bypass(node, src)
         elif not _output_to_producer(gs, node, src, own, graph_ends):
             continue
         removed += 1
     return removed
+
+
+def _passed_on(gs, node, graph_outputs):
+    """The tensor (not an omitted input) that pass-through ``node`` passes on; None when ``node``
+    is no pass-through node."""
+    if not node.outputs or not node.inputs:
+        return None
+    src = noop_source(gs, node, graph_outputs)
+    return None if src is None or src.is_empty() else src
+
+
+def _bypass(node, src) -> None:
+    """Remove pass-through ``node``: the readers of its output read ``src`` instead."""
+    read_instead(node.outputs[0], src)
+    node.inputs.clear()
+    node.outputs.clear()
 
 
 def _output_to_producer(gs, node, src, own, graph_ends) -> bool:
@@ -307,10 +325,8 @@ def _output_to_producer(gs, node, src, own, graph_ends) -> bool:
     output instead and src's other readers read it. Only where the producer is a node of this
     graph (in ``own``) with no body and no Identity, and src is not a constant nor a graph input
     or output (in ``graph_ends``); else False, and nothing changes."""
-    producer = src.inputs[0] if len(src.inputs) == 1 else None
-    if producer is None or id(producer) not in own or any(True for _ in bodies(producer)) or producer.op == "Identity":
-        return False
-    if id(src) in graph_ends or isinstance(src, gs.Constant):
+    producer = _plain_producer(src, own)
+    if producer is None or id(src) in graph_ends or isinstance(src, gs.Constant):
         return False
     dst = node.outputs[0]
     for reader in list(src.outputs):
@@ -322,12 +338,25 @@ def _output_to_producer(gs, node, src, own, graph_ends) -> bool:
     return True
 
 
+def _producer(tensor):
+    """The node computing graphsurgeon ``tensor``; None for a graph input or a constant."""
+    return tensor.inputs[0] if len(tensor.inputs) == 1 else None
+
+
+def _plain_producer(tensor, own):
+    """The one node computing ``tensor``, where it is a node of this graph (in ``own``) with no
+    body and no Identity; else None."""
+    producer = _producer(tensor)
+    if producer is None or id(producer) not in own or producer.op == "Identity" or any(True for _ in bodies(producer)):
+        return None
+    return producer
+
+
 def _concat_parts(gs, tensor):
     """The parts of the 1-D Concat that computes ``tensor`` (through integer Casts), or None."""
-    node = tensor.inputs[0] if len(tensor.inputs) == 1 else None
+    node = _producer(tensor)
     while node is not None and node.op == "Cast" and len(node.inputs) == 1:
-        src = node.inputs[0]
-        node = src.inputs[0] if len(src.inputs) == 1 else None
+        node = _producer(node.inputs[0])
     if node is None or node.op != "Concat" or int(node.attrs.get("axis", 0)) not in (0, -1):
         return None
     return list(node.inputs)
@@ -380,11 +409,15 @@ def _entry_fixed_by(entries, at: int, dims, copy_dynamic: bool) -> bool:
     copied = {i for i, e in enumerate(entries) if e == 0}
     if any(e < 0 for e in known) or not _copyable(dims, copied, copy_dynamic):
         return False
-    rest = [d for i, d in enumerate(dims) if i not in copied]
+    return _one_dim_left([d for i, d in enumerate(dims) if i not in copied], [e for e in known if e > 0])
+
+
+def _one_dim_left(rest, asked) -> bool:
+    """Of the data dims ``rest`` (those no entry copies), one is dynamic and the static ones hold
+    as many elements as the positive target entries ``asked``: the computed entry is that dim."""
     if rest.count(None) != 1:
         return False
-    wanted = int(np.prod([e for e in known if e > 0], dtype=np.int64))
-    return int(np.prod([d for d in rest if d is not None], dtype=np.int64)) == wanted
+    return int(np.prod([d for d in rest if d is not None], dtype=np.int64)) == int(np.prod(asked, dtype=np.int64))
 
 
 def _copyable(dims, copied, copy_dynamic: bool) -> bool:

@@ -70,11 +70,8 @@ def merge_slices(gs, graph) -> int:
 def _slice_of_slice(gs, node, graph_outputs: Set[int]):
     """``(x, inner params, outer params)`` where ``node`` is a Slice of a Slice of ``x`` on other
     axes, the inner Slice's output read only there; else None."""
-    if node.op != "Slice" or not node.inputs or len(node.inputs[0].inputs) != 1:
-        return None
-    middle = node.inputs[0]
-    inner = middle.inputs[0]
-    if inner.op != "Slice" or not _consumed_once(middle, graph_outputs) or len(inner.outputs) != 1:
+    inner = _inner_slice(node, graph_outputs)
+    if inner is None:
         return None
     data = inner.inputs[0]
     rank = len(data.shape) if data.shape is not None else None
@@ -82,6 +79,17 @@ def _slice_of_slice(gs, node, graph_outputs: Set[int]):
     if first is None or second is None or set(first["axes"]) & set(second["axes"]):
         return None
     return data, first, second
+
+
+def _inner_slice(node, graph_outputs: Set[int]):
+    """The Slice computing what Slice ``node`` slices, its one output read only there; else None."""
+    if node.op != "Slice" or not node.inputs or len(node.inputs[0].inputs) != 1:
+        return None
+    middle = node.inputs[0]
+    inner = middle.inputs[0]
+    if inner.op != "Slice" or not _consumed_once(middle, graph_outputs) or len(inner.outputs) != 1:
+        return None
+    return inner
 
 
 def _per_channel(values, channels: int, rank: int):
@@ -104,13 +112,20 @@ def _conv_transpose_of(gs, tensor, graph_outputs: Set[int]):
     node = tensor.inputs[0]
     if node.op != "ConvTranspose" or node.domain not in _STANDARD or len(node.inputs) < 2:
         return None
-    weight = node.inputs[1]
-    bias = node.inputs[2] if len(node.inputs) > 2 and node.inputs[2].name else None
-    if not isinstance(weight, gs.Constant) or weight.values.dtype.kind != "f" or weight.values.ndim < 3:
-        return None
-    if bias is not None and not isinstance(bias, gs.Constant):
+    bias = _bias(node)
+    if not _float_weights(gs, node.inputs[1]) or not (bias is None or isinstance(bias, gs.Constant)):
         return None
     return node
+
+
+def _float_weights(gs, weight) -> bool:
+    """``weight`` is a constant float tensor of rank 3 or more (a convolution's weights)."""
+    return isinstance(weight, gs.Constant) and weight.values.dtype.kind == "f" and weight.values.ndim >= 3
+
+
+def _bias(node):
+    """The bias input of a ConvTranspose ``node``; None where it has none."""
+    return node.inputs[2] if len(node.inputs) > 2 and node.inputs[2].name else None
 
 
 def _channels(node) -> int:
@@ -127,7 +142,8 @@ def _rewrite(gs, node, scale, shift, taken: Set[str]) -> None:
     grouped = weight.astype(np.float64).reshape((group, c_in // group, per_group) + weight.shape[2:])
     factor = scale.reshape((group, 1, per_group) + (1,) * (weight.ndim - 2))
     new_weight = (grouped * factor).reshape(weight.shape).astype(weight.dtype)
-    old_bias = node.inputs[2].values.astype(np.float64) if len(node.inputs) > 2 and node.inputs[2].name else 0.0
+    bias = _bias(node)
+    old_bias = bias.values.astype(np.float64) if bias is not None else 0.0
     new_bias = (old_bias * scale + shift).astype(weight.dtype)
     base = node.name or node.outputs[0].name
     w = gs.Constant(fresh_name(f"{base}_weight", taken), new_weight)

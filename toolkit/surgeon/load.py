@@ -89,10 +89,8 @@ def _check_element_types(g, valid: set) -> None:
 
 def _check_defined_once(g) -> None:
     """InputError for a tensor of graph ``g`` that a node computes and something else defines too."""
-    inits = {t.name for t in g.initializer}
-    producer: Dict[str, str] = {}
-    for name in [i.name for i in g.input if i.name not in inits] + list(inits):
-        producer.setdefault(name, "a graph input or initializer")
+    given = [i.name for i in g.input] + [t.name for t in g.initializer]
+    producer: Dict[str, str] = dict.fromkeys(given, "a graph input or initializer")
     for node in g.node:
         for name in (o for o in node.output if o):
             if name in producer:

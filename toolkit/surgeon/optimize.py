@@ -20,7 +20,7 @@ from toolkit.surgeon.fold_noops import (
     computed_reshape_targets,
     constant_reshape_targets,
     eliminate_noops,
-    replace_input,
+    read_instead,
 )
 from toolkit.surgeon.fusions import optimizer_rewrites
 from toolkit.surgeon.plumbing import (
@@ -66,18 +66,24 @@ def optimize(model, *, validate: bool = True, external_data_dir: Optional[str] =
     done, result, how = _rewritten(_usable(optimized, model, log), model, before, log)
     keep_non_tensor_types(result, types)
     after = count_model_nodes(result)
-    if result is model or after > before:
-        log(f"Optimizing | nothing to do: the model stays as it is ({before} nodes)" if after <= before else
-            f"Optimizing | skipped: the optimized model has {after} nodes where the model has {before}")
+    why = _why_not_taken(model, result, (before, after), validate, external_data_dir)
+    if why is not None:
+        log(why)
         return model
-    if validate:
-        err = Validation(model, external_data_dir).check(result)
-        if err is not None:
-            log(f"Optimizing | skipped: the optimized model failed validation ({err})")
-            return model
     also = "".join(f", {n} {what}" for what, n in done.items())
     log(f"Optimizing | {how}{also} | nodes {before} -> {after} | {time.perf_counter() - t0:.2f} s")
     return result
+
+
+def _why_not_taken(model, result, counts, validate: bool, external_data_dir: Optional[str]) -> Optional[str]:
+    """The line that says why ``result`` does not replace ``model`` (the same model, more nodes
+    (``counts``: before, after), or validation failed); None where it does."""
+    before, after = counts
+    if result is model or after > before:
+        return (f"Optimizing | nothing to do: the model stays as it is ({before} nodes)" if after <= before else
+                f"Optimizing | skipped: the optimized model has {after} nodes where the model has {before}")
+    err = Validation(model, external_data_dir).check(result) if validate else None
+    return None if err is None else f"Optimizing | skipped: the optimized model failed validation ({err})"
 
 
 def _import_ort():
@@ -307,8 +313,7 @@ def eliminate_common_subexpressions(gs, graph) -> int:
         if kept is node:
             continue
         for dup, same in zip(node.outputs, kept.outputs):
-            for consumer in list(dup.outputs):
-                replace_input(consumer, dup, same)
+            read_instead(dup, same)
         node.outputs.clear()
         merged += 1
     return merged

@@ -68,17 +68,20 @@ def unbounded_dds_tensors(model) -> List[str]:
     inputs' dims (unknown, or a new symbol) gets its size from a runtime input; that input
     is unbounded unless it is a constant or already goes through a ``Min``.
     """
-    inferred = infer_shapes(light_copy(model), data_prop=True)
-    g = inferred.graph
-    metas = {vi.name: value_info_meta(vi) for vi in list(g.value_info) + list(g.output)}
-    symbols = {d for vi in g.input for d in (value_info_meta(vi).shape or ()) if isinstance(d, str)}
+    g = infer_shapes(light_copy(model), data_prop=True).graph
     const = {t.name for t in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
     producer = {o: node for node in g.node for o in node.output}
-    found: List[str] = []
-    for node in g.node:
-        if _has_new_dims(node, metas, symbols) and node.op_type in _DDS_INPUTS:
-            found += [n for n in _computed_size_inputs(node, const, producer) if n not in found]
-    return found
+    found = (name for node in _sized_by_data(g) for name in _computed_size_inputs(node, const, producer))
+    return list(dict.fromkeys(found))
+
+
+def _sized_by_data(g) -> list:
+    """The nodes of ``_DDS_INPUTS`` in inferred graph ``g`` whose output has a dim shape inference
+    cannot tie to the graph inputs' dims or to earlier outputs' (see :func:`_has_new_dims`)."""
+    metas = {vi.name: value_info_meta(vi) for vi in list(g.value_info) + list(g.output)}
+    symbols = {d for vi in g.input for d in (value_info_meta(vi).shape or ()) if isinstance(d, str)}
+    # (every node's dims are seen, in order, so that a later node's symbols are only new once)
+    return [node for node in g.node if _has_new_dims(node, metas, symbols) and node.op_type in _DDS_INPUTS]
 
 
 def _computed_size_inputs(node, const: set, producer: dict) -> List[str]:
@@ -167,15 +170,22 @@ def assume_dynamic_dims(model, input_shapes: Optional[Mapping[str, Sequence]], l
     assumed = []
     ins, _ = graph_io_meta(model)
     for m in ins:
-        if m.name in shapes or m.shape is None or not has_tensor_dtype(m):
-            continue
-        if any(not isinstance(d, int) for d in m.shape):
-            shapes[m.name] = [d if isinstance(d, int) else 1 for d in m.shape]
-            assumed.append(f"{m.name}:{format_spec_shape(tuple(shapes[m.name]))}")
+        ones = None if m.name in shapes else _dynamic_dims_as_one(m)
+        if ones is not None:
+            shapes[m.name] = ones
+            assumed.append(f"{m.name}:{format_spec_shape(tuple(ones))}")
     if assumed:
         log(f"warning: dynamic input dims assumed to be 1 for shape inference: {', '.join(assumed)} "
             "(--model-input-shapes / --override-input-shapes set them)")
     return shapes
+
+
+def _dynamic_dims_as_one(m) -> Optional[list]:
+    """The shape of tensor input ``m`` with its dynamic dims as 1; None where it has none (or its
+    rank is unknown)."""
+    if m.shape is None or not has_tensor_dtype(m) or all(isinstance(d, int) for d in m.shape):
+        return None
+    return [d if isinstance(d, int) else 1 for d in m.shape]
 
 
 def apply_fallback_shapes(model, *, input_shapes=None, external_data_dir=None, log: LogFn = nolog) -> None:
@@ -185,18 +195,19 @@ def apply_fallback_shapes(model, *, input_shapes=None, external_data_dir=None, l
     if shapes:
         override_input_shapes(model, shapes, inplace=True)
     metas = infer_tensor_meta(model, force_fallback=True, external_data_dir=external_data_dir)
-    g = model.graph
-    outputs = {o.name for o in g.output}
-    given = {i.name for i in g.input} | {t.name for t in g.initializer}
-    del g.value_info[:]
-    for name, meta in metas.items():
-        if name in given or not is_complete(meta) or not has_tensor_dtype(meta):
-            continue
-        vi = tensor_value_info(name, meta)
-        if name in outputs:
-            for o in g.output:
-                if o.name == name:
-                    o.type.CopyFrom(vi.type)
-        else:
-            g.value_info.append(vi)
+    _write_found_shapes(model.graph, metas)
     log(f"Shapes of {len(metas)} tensors found by running ONNX-Runtime")
+
+
+def _write_found_shapes(g, metas) -> None:
+    """Graph ``g``'s value_info becomes the complete tensor ``metas`` of what its nodes compute;
+    graph outputs among them take theirs as their type."""
+    given = {i.name for i in g.input} | {t.name for t in g.initializer}
+    found = {name: tensor_value_info(name, meta) for name, meta in metas.items()
+             if name not in given and is_complete(meta) and has_tensor_dtype(meta)}
+    for o in g.output:
+        if o.name in found:
+            o.type.CopyFrom(found[o.name].type)
+    outputs = {o.name for o in g.output}
+    del g.value_info[:]
+    g.value_info.extend(vi for name, vi in found.items() if name not in outputs)

@@ -336,9 +336,6 @@ def tensor_value_info(name: str, meta: Optional[TensorMeta]):
     return vi
 
 
-# Ops whose output size a runtime value decides: op -> indices of those inputs.
-
-
 def unknown_name_error(name: str, known: Sequence[str], what: str) -> InputError:
     close = difflib.get_close_matches(name, known, n=3)
     hint = f"; did you mean {', '.join(repr(c) for c in close)}?" if close else "; `toolkit inspect model` lists tensor names"

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import difflib
 import time
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.graph.graphs import walk_graphs
+from toolkit.core.io.model import graph_io_meta
 from toolkit.core.shapes import override_input_shapes, top_tensor_names
 from toolkit.surgeon.fold import SanitizeReport, fold_passes, fold_validated, infer_shapes_in_place
 from toolkit.surgeon.fold_child import FoldInChild, LogRelay
@@ -184,20 +185,21 @@ def _validated_rewrite(model, result, build, remove_noops: bool, external_data_d
 def _only_graph_inputs(model, input_shapes: Mapping[str, Sequence], log: LogFn) -> Dict[str, Sequence]:
     """The overrides that name graph inputs. A name that is no tensor of the model is a typo:
     InputError (nothing is written); a tensor that is not a graph input is ignored, with a warning."""
-    inits = {t.name for t in model.graph.initializer}
-    inputs = [i.name for i in model.graph.input if i.name not in inits]
+    inputs = [m.name for m in graph_io_meta(model)[0]]
     shown = ", ".join(inputs) or "none"
     known = set(top_tensor_names(model))
-    kept = {k: v for k, v in input_shapes.items() if k in inputs}
-    for name in input_shapes:
-        if name in kept:
-            continue
+    for name in (n for n in input_shapes if n not in inputs):
         if not _names_a_tensor(model, name, known):
-            close = difflib.get_close_matches(name, inputs, n=1)
-            hint = f"did you mean '{close[0]}'? " if close else ""
-            raise InputError(f"--override-input-shapes: '{name}' is not a tensor of the model; {hint}its inputs: {shown}")
+            raise _no_tensor_error(name, inputs, shown)
         log(f"warning: '{name}' is not an input of the model (its inputs: {shown}); its shape override is ignored")
-    return kept
+    return {k: v for k, v in input_shapes.items() if k in inputs}
+
+
+def _no_tensor_error(name: str, inputs: List[str], shown: str) -> InputError:
+    """The error for an override of ``name``, no tensor of the model: the closest input named."""
+    close = difflib.get_close_matches(name, inputs, n=1)
+    hint = f"did you mean '{close[0]}'? " if close else ""
+    return InputError(f"--override-input-shapes: '{name}' is not a tensor of the model; {hint}its inputs: {shown}")
 
 
 def _names_a_tensor(model, name: str, top_names: set) -> bool:

@@ -137,19 +137,27 @@ def generated_feed(model) -> Tuple[Optional[dict], Optional[str]]:
     feed = {}
     total = 0
     for i in ins:  # graph inputs that are not initializers
-        m = metas.get(i.name)
-        if m is None or not m.dtype or m.shape is None or m.dtype.endswith("_type"):
-            return None, f"input '{i.name}' is not a tensor with known rank"
-        try:
-            dtype = dtype_to_numpy(m.dtype)
-        except UsageError:  # a dtype numpy has no equivalent of
-            return None, f"input '{i.name}' has dtype {m.dtype}"
-        shape = tuple(d if isinstance(d, int) and d >= 0 else 1 for d in m.shape)
+        layout, why = _generated_layout(metas[i.name])
+        if layout is None:
+            return None, why
+        shape, dtype = layout
         total += math.prod(shape) * max(dtype.itemsize, 1)  # (Python ints: no overflow)
         if total > (64 << 20):
             return None, "generated inputs would be over 64 MiB"
         feed[i.name] = _generated_array(shape, dtype)
     return feed, None
+
+
+def _generated_layout(m) -> Tuple[Optional[tuple], Optional[str]]:
+    """``((shape, numpy dtype), None)`` of the array generated for input ``m`` (dynamic dims as 1);
+    or ``(None, why)`` where there is none."""
+    if m.shape is None or not has_tensor_dtype(m):
+        return None, f"input '{m.name}' is not a tensor with known rank"
+    try:
+        dtype = dtype_to_numpy(m.dtype)
+    except UsageError:  # a dtype numpy has no equivalent of
+        return None, f"input '{m.name}' has dtype {m.dtype}"
+    return (tuple(d if isinstance(d, int) and d >= 0 else 1 for d in m.shape), dtype), None
 
 
 def _generated_array(shape, dtype):
@@ -329,8 +337,7 @@ class Validation:
         if self.skip_reason:
             return None
         if self.structural_only:
-            err = strict_check(result)
-            return None if err is None or strict_check(self.original) is not None else f"it fails ONNX's checker: {err}"
+            return _checker_verdict(result, self.original)
         sess, exc = attempt(self._session, result, optimized=self.bodies)
         if exc is not None:
             return self._load_failure(exc)
@@ -426,8 +433,7 @@ class Validation:
         value the input model computes except for one -1 (inferred, so the same dim) where the
         input model has a positive dim: the same Reshape."""
 
-        readers = [n for n in result.graph.node if name in n.input]
-        if not readers or not all(_reads_as_reshape_target(n, name) for n in readers):
+        if not _read_as_reshape_target_only(result.graph, name):
             return False
         got = next((t for t in result.graph.initializer if t.name == name), None)
         want = (self.all_values or {}).get(name)
@@ -470,11 +476,22 @@ class Validation:
         if self._predicted(folded):
             return {t.name for t in folded if t.name in self.all_values
                     and not same_value(self.all_values.get(t.name), raw_array(t, onnx))}
+        return self._wrong_on_a_run(folded)
+
+    def _wrong_on_a_run(self, folded) -> Optional[set]:
+        """Names of the ``folded`` tensors whose values differ from those a run of the input model
+        computes for them; None when that run fails."""
         names = [t.name for t in folded]
         values, err = attempt(lambda: self._run(self._session(self.original, names), self.feed, names))
         if err is not None:
             return None
         return {t.name for t in folded if not same_value(values.get(t.name), numpy_helper.to_array(t))}
+
+
+def _read_as_reshape_target_only(graph, name: str) -> bool:
+    """Tensor ``name`` is read by nodes of ``graph``, each a Reshape that reads it as its target."""
+    readers = [n for n in graph.node if name in n.input]
+    return bool(readers) and all(_reads_as_reshape_target(n, name) for n in readers)
 
 
 def _reads_as_reshape_target(node, name: str) -> bool:
@@ -516,9 +533,7 @@ def _big_tensors(graph, limit: int) -> set:
         m = value_info_meta(vi)
         if m.shape is None or not has_tensor_dtype(m):
             continue
-        n = 1
-        for d in m.shape:
-            n *= d if isinstance(d, int) and d > 0 else 1
+        n = math.prod(d if isinstance(d, int) and d > 0 else 1 for d in m.shape)
         try:
             itemsize = dtype_to_numpy(m.dtype).itemsize
         except UsageError:  # a dtype numpy has no equivalent of: counted as 4 bytes
@@ -577,6 +592,12 @@ def strict_check(model) -> Optional[str]:
     except _checker_errors() as exc:
         return one_line(exc, first_line=True, limit=300)
     return None
+
+
+def _checker_verdict(result, original) -> Optional[str]:
+    """What onnx.checker finds wrong with ``result``, where it finds ``original`` right (else None)."""
+    err = strict_check(result)
+    return None if err is None or strict_check(original) is not None else f"it fails ONNX's checker: {err}"
 
 
 def _checker_errors() -> tuple:
