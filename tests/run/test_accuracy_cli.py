@@ -187,6 +187,32 @@ def test_all_faults_finds_both_faults_each_minimal(tmp_path, cli):
         assert os.path.exists(f["path"])
 
 
+def test_all_faults_goes_past_subgraphs_that_fail_by_rounding_alone(tmp_path, cli):
+    """At a tolerance below fp16 rounding, the first nodes of a chain fail by rounding alone; what
+    remains fails by an overflow three nodes on (inf): that is a fault, found, not called rounding."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    consts = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("one", 1.0), ("K", 1000.0), ("D", 1e6))]
+    nodes = [helper.make_node("Abs", ["x"], ["ab"], name="abs0"), helper.make_node("Add", ["ab", "one"], ["ab1"], name="add_one"),
+             helper.make_node("Mul", ["ab1", "K"], ["k1"], name="mul1"),
+             helper.make_node("Mul", ["k1", "K"], ["k2"], name="mul2_overflow"),
+             helper.make_node("Div", ["k2", "D"], ["d"], name="div0"), helper.make_node("Relu", ["d"], ["y"], name="relu_out")]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], consts)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    res = cli("debug", "reduce", tmp_path / "m.onnx", "-o", tmp_path / "r.onnx", "--compare", "onnxrt", "onnxrt:fp16",
+              "--all-faults", "--iter-artifact", tmp_path / "a.onnx", "--json")
+    assert res.code == 0, res.err
+    summary = json.loads(res.out)
+    found = [f["nodes"] for f in summary["faults"]]
+    assert ["mul2_overflow"] in found, res.err
+    assert all(w["noise"] for w in summary["noise_windows"]) and ["mul2_overflow"] not in [w["nodes"] for w in summary["noise_windows"]]
+    assert "searching the rest of the model" in res.err
+
+
 def test_compare_usage_errors(golden, cli, tmp_path):
     base = ["debug", "reduce", golden["faulty"], "-o", tmp_path / "r.onnx"]
     res = cli(*base, "--compare", "onnxrt", "nosuch")

@@ -110,17 +110,19 @@ def _storage_words(noise) -> str:
     return f"{storage} storage " if storage and storage != "fp32" else ""
 
 
-def summarize_faults(faults: List, log_fn=log, noise=None) -> None:
+def summarize_faults(faults: List, log_fn=log, noise=None, noise_windows=()) -> None:
     from toolkit.core.compare.noise import times
     from toolkit.run.diagnosis import g
 
-    n = len(faults)
+    n, k = len(faults), len(noise_windows)
     rest = (
         f"the rest of the model fails by {_storage_words(noise)}rounding noise only (docs/noise.md)" if noise is not None
         else "the rest of the model passes"
     )
+    also = (f" (and those of {k} subgraph{'s' if k != 1 else ''} failing by rounding noise alone, not faults: "
+            f"{', '.join(w.nodes[0] for w in noise_windows[:3])}{', ...' if k > 3 else ''})") if k else ""
     log_fn(
-        f"Found {n} faulty subgraph{'s' if n != 1 else ''}, each minimal; with their outputs replaced by "
+        f"Found {n} faulty subgraph{'s' if n != 1 else ''}, each minimal; with their outputs{also} replaced by "
         f"reference values {rest}:"
     )
     for f in faults:
@@ -170,7 +172,7 @@ def report_compare(runner, reducer, summary: dict, passed: bool = False) -> None
     faults = getattr(reducer, "faults", None)
     noise = getattr(reducer, "noise", None)
     if faults:
-        summarize_faults(faults, noise=noise)
+        summarize_faults(faults, noise=noise, noise_windows=getattr(reducer, "noise_windows", []))
     summary["compare"] = dict(runner.info)
     guide = getattr(reducer, "guide", None)
     if guide is not None:
@@ -181,6 +183,7 @@ def report_compare(runner, reducer, summary: dict, passed: bool = False) -> None
     if faults is not None:
         summary["faults"] = faults_json(faults)
         summary["noise_remaining"] = faults_json([noise])[0] if noise is not None else None
+        summary["noise_windows"] = faults_json(getattr(reducer, "noise_windows", []))
 
 
 def _guide_line(guide: dict, faults: bool) -> None:

@@ -193,14 +193,14 @@ def _rounding(ev: dict) -> str:
     return "rounding noise" if storage == "fp32" else f"{storage} storage rounding noise"
 
 
-def _noise_line(fault: Fault) -> str:
+def _noise_line(fault: Fault, what: str = "What remains", then: str = "stopping") -> str:
     ev = fault.evidence
     n = len(fault.nodes)
     return (
-        f"What remains fails by {_rounding(ev)} only: {n} node{'s' if n != 1 else ''} ({fault.nodes[0]}"
+        f"{what} fails by {_rounding(ev)} only: {n} node{'s' if n != 1 else ''} ({fault.nodes[0]}"
         f"{', ...' if n > 1 else ''}) off by {ev.get('own_error', 0):.3g} (relative L2) fed exact inputs, within the "
         f"noise bound {ev.get('noise_bound', 0):.3g} for {n} node{'s' if n != 1 else ''}, largest amplification "
-        f"{times(ev.get('amplification', 0))}: not a fault (see docs/noise.md); stopping"
+        f"{times(ev.get('amplification', 0))}: not a fault (see docs/noise.md); {then}"
     )
 
 
@@ -208,8 +208,11 @@ class AllFaultsReducer(CompareReducer):
     """A :class:`Reducer` that, once a fault is found, takes it out and searches the rest.
 
     ``describe_faults(reducer, faults)``, when given, is called for each fault as it is found
-    (the check runner open) to fill in its evidence; a fault after the first that the noise
-    model calls rounding (``evidence["noise"]``) is not reported: the search stops there.
+    (the check runner open) to fill in its evidence; a failing set after the first fault that the
+    noise model calls rounding (``evidence["noise"]``) is not a fault: it is taken out as a fault is
+    (kept in :attr:`noise_windows`) and the search goes on, since the rest of the model, judged as a
+    whole after each fault, fails by more than rounding. The search stops when the rest passes or
+    fails by rounding noise only as a whole (:attr:`noise`).
     """
 
     def __init__(self, *args, describe_faults: Optional[Callable] = None, judge_rest: Optional[Callable] = None, **kw):
@@ -217,22 +220,23 @@ class AllFaultsReducer(CompareReducer):
         self._judge_rest = judge_rest  # (reducer, allowed) -> evidence when what remains is rounding, else None
         self.faults: List[Fault] = []
         self.noise: Optional[Fault] = None  # what was left when the search stopped at rounding noise
+        self.noise_windows: List[Fault] = []  # failing sets that fail by rounding noise alone, taken out
         self._describe = describe_faults
 
     def _search(self, gen=None) -> Optional[int]:
         """Each fault in turn, the nodes of those found taken out, until the rest passes or is
         rounding noise; the first fault's nodes (the plain search's result when none was found)."""
         allowed = self.index.full_mask
-        while allowed and len(self.faults) < MAX_FAULTS:
+        while allowed and len(self.faults) + len(self.noise_windows) < MAX_FAULTS:
             fault = self._next_fault(allowed)
             if fault is None:
                 break  # (a search that ended on no failing set of its own)
-            if fault.number > 1 and fault.evidence.get("noise"):
-                self.noise = fault
-                self.reporter.info(_noise_line(fault))
-                break
-            self.faults.append(fault)
-            self.reporter.info(f"Fault {fault.number}: {', '.join(fault.nodes)}; searching the rest of the model")
+            if fault.number > 1 and fault.evidence.get("noise"):  # (the rest as a whole fails by more)
+                self.noise_windows.append(fault)
+                self.reporter.info(_noise_line(fault, "The next failing subgraph", "searching the rest of the model"))
+            else:
+                self.faults.append(fault)
+                self.reporter.info(f"Fault {fault.number}: {', '.join(fault.nodes)}; searching the rest of the model")
             allowed &= ~fault.mask
             if not allowed or not self.verdict(allowed):
                 break
