@@ -213,6 +213,18 @@ def test_all_faults_goes_past_subgraphs_that_fail_by_rounding_alone(tmp_path, cl
     assert "searching the rest of the model" in res.err
 
 
+def test_compare_reduce_reads_its_inputs_from_stdin_once(golden, cli, tmp_path):
+    """--load-inputs - : the reduction and every check read the inputs; stdin is read once, kept."""
+    inputs = tmp_path / "in.json"
+    assert cli("run", golden["faulty"], "--onnxrt", "--save-inputs", inputs).code == 0
+    out = tmp_path / "reduced.onnx"
+    res = cli("debug", "reduce", golden["faulty"], "-o", out, "--compare", "onnxrt", "onnxrt", "--reference-model",
+              golden["clean"], "--load-inputs", "-", "--iter-artifact", tmp_path / "a.onnx", stdin=inputs.read_bytes())
+    assert res.code == 0 and out.exists(), res.err
+    res = cli("debug", "reduce", "-", "-o", out, "--load-inputs", "-", "--check", "true", stdin=inputs.read_bytes())
+    assert res.code == 2 and "cannot both be read from stdin" in res.err, res.err
+
+
 def test_compare_usage_errors(golden, cli, tmp_path):
     base = ["debug", "reduce", golden["faulty"], "-o", tmp_path / "r.onnx"]
     res = cli(*base, "--compare", "onnxrt", "nosuch")

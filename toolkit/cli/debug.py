@@ -517,6 +517,12 @@ def _reduce_command(ctx: typer.Context, cfg: ReduceConfig, a: ReduceArgs) -> Non
         # the script's feeds, saved once as an inputs file that the reduction uses like --load-inputs
         cfg.load_inputs = cfg.load_inputs + [_script_inputs(a.data_loader_script, a.data_loader_func_name)]
 
+    if "-" in cfg.load_inputs:  # (read by the reduction and by every check: saved once)
+        from toolkit.core.io.model import spool_stdin
+
+        if cfg.model == "-":
+            raise UsageError("the model and --load-inputs cannot both be read from stdin ('-'): give one as a file")
+        cfg.load_inputs = [spool_stdin(data_file=True) if p == "-" else p for p in cfg.load_inputs]
     model = cfg.model
     if model == "-" and a.compare is not None:
         from toolkit.core.io.model import spool_stdin

@@ -94,15 +94,17 @@ def read_bytes(path: str) -> bytes:
         raise InputError(f"{describe(path)}: cannot read: {exc.strerror or exc}") from None
 
 
-def spool_stdin() -> str:
-    """The model on stdin, saved to a temp file that lives as long as the command (for commands
-    that read the model more than once: a quantization check, then the search)."""
+def spool_stdin(data_file: bool = False) -> str:
+    """The model (``data_file``: the inputs file, JSON or .npz) on stdin, saved to a temp file that
+    lives as long as the command (for commands that read it more than once: a quantization check,
+    then the search; every check of a reduction)."""
     from toolkit.core.files.scratch import temp_folder
 
     data = read_bytes(STDIO)
     if not data:
-        raise InputError("<stdin>: empty file, expected an ONNX model")
-    path = os.path.join(temp_folder("toolkit-stdin-"), "stdin.onnx")
+        raise InputError(f"<stdin>: empty file, expected {'an inputs file (JSON or .npz)' if data_file else 'an ONNX model'}")
+    name = ("stdin.npz" if data[:2] == b"PK" else "stdin.json") if data_file else "stdin.onnx"
+    path = os.path.join(temp_folder("toolkit-stdin-"), name)
     create.write_new(path, data)
     return path
 
