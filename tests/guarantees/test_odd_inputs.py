@@ -113,3 +113,6 @@ def test_an_empty_output_name_is_a_usage_error_before_any_work(cli, tmp_path, mo
         res = cli(*args)
         assert res.code == 2 and "error: an output file name is empty" in res.err, res.err
         assert "Converted" not in res.err
+    for flag in ("--save-outputs", "--save-inputs"):  # (it wrote nothing, without a word)
+        res = cli("run", "m.onnx", "--onnxrt", flag, "")
+        assert res.code == 2 and f"error: {flag}: the file name is empty" in res.err, res.err

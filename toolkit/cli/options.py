@@ -382,8 +382,11 @@ DATA_EXTENSIONS = (".json", ".npz")
 
 def check_data_output(flag: str, path: Optional[str]) -> None:
     """Refuse a data file name whose extension is neither .json nor .npz (exit 2): writing
-    JSON to ``out.npy`` would mislead. No extension means JSON, as in Polygraphy."""
+    JSON to ``out.npy`` would mislead. No extension means JSON, as in Polygraphy. An empty name
+    is refused too (it would write nothing, without a word)."""
 
+    if path == "":
+        raise UsageError(f"{flag}: the file name is empty: give a file name (or '-' for stdout)")
     if not path or path == "-":
         return
     ext = os.path.splitext(os.path.basename(path))[1].lower()
