@@ -252,11 +252,12 @@ def round_values(arr, dtype: str = "float16"):
 def weight_array(t):
     """A float32 weight's values (InputError for raw data that its shape does not fit: a damaged model)."""
     if t.HasField("raw_data"):
+        raw = t.raw_data  # (protobuf hands it back as a copy: read once)
         need = 4 * math.prod(t.dims)
-        if len(t.raw_data) != need:
-            raise InputError(f"initializer '{t.name}' holds {len(t.raw_data)} bytes where its shape {list(t.dims)} of "
+        if len(raw) != need:
+            raise InputError(f"initializer '{t.name}' holds {len(raw)} bytes where its shape {list(t.dims)} of "
                              f"float32 needs {need}: the model is damaged")
-        return np.frombuffer(t.raw_data, dtype="<f4").reshape(tuple(t.dims))
+        return np.frombuffer(raw, dtype="<f4").reshape(tuple(t.dims))
     return numpy_helper.to_array(t)
 
 
