@@ -279,12 +279,18 @@ def _fields_for_cli(cls: Any):
 
 
 def _parameters(cls: Any, prefix: str = "", panel: Optional[str] = None):
-    """(arguments, options) of the dataclass ``cls`` as ``inspect.Parameter``s named
-    ``prefix + field``; ``panel``: the help panel of a declaration that names none."""
+    """(arguments, options, parsers) of the dataclass ``cls``: ``inspect.Parameter``s named
+    ``prefix + field``, and the parser of each option that has one (``Declared.parse``) by that
+    name (a list option's parser gets a list, [] when the option is not given); ``panel``: the
+    help panel of a declaration that names none."""
 
     args: List[Any] = []
     opts: List[Tuple[Any, Optional[str]]] = []
+    parsers: Dict[str, Callable[[Any], Any]] = {}
     for f, decl, hint in _fields_for_cli(cls):
+        if decl.parse is not None:
+            listed = typing.get_origin(hint) in (list, List)
+            parsers[prefix + f.name] = functools.partial(_parse_list, decl.parse) if listed else decl.parse
         if panel and not decl.panel:
             decl = decl.replace(panel=panel)
         param = inspect.Parameter(prefix + f.name, inspect.Parameter.KEYWORD_ONLY, default=_cli_default(f, decl, hint),
@@ -293,7 +299,7 @@ def _parameters(cls: Any, prefix: str = "", panel: Optional[str] = None):
             args.append(param)
         else:
             opts.append((param, prefix + decl.after if decl.after else None))
-    return args, opts
+    return args, opts, parsers
 
 
 def _cli_default(f: "dataclasses.Field", decl: Declared, hint: Any) -> Any:
@@ -323,11 +329,11 @@ def bind(cls: Any, *, extra: Sequence[Any] = (), more: Sequence[Tuple[Any, str, 
 
     def decorate(body):
         ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=typer.Context)
-        args, opts = _parameters(cls)
-        parsers = _parsers(cls)
+        args, opts, parsers = _parameters(cls)
         for other, prefix, panel in more:
-            opts += _parameters(other, prefix, panel)[1]
-            parsers.update(_parsers(other, prefix))
+            _, more_opts, more_parsers = _parameters(other, prefix, panel)
+            opts += more_opts
+            parsers.update(more_parsers)
         params = [ctx] + args + list(extra) + _help_order(opts)
 
         @functools.wraps(body)
@@ -339,17 +345,6 @@ def bind(cls: Any, *, extra: Sequence[Any] = (), more: Sequence[Tuple[Any, str, 
         return typed
 
     return decorate
-
-
-def _parsers(cls: Any, prefix: str = "") -> Dict[str, Callable[[Any], Any]]:
-    """The parser of each option of ``cls`` that has one (``Declared.parse``), by parameter name;
-    a list option's parser gets a list ([] when the option is not given)."""
-    out: Dict[str, Callable[[Any], Any]] = {}
-    for f, decl, hint in _fields_for_cli(cls):
-        if decl.parse is not None:
-            listed = typing.get_origin(hint) in (list, List)
-            out[prefix + f.name] = functools.partial(_parse_list, decl.parse) if listed else decl.parse
-    return out
 
 
 def _parse_list(parse: Callable[[Any], Any], values: Optional[Sequence[Any]]) -> Any:
