@@ -46,7 +46,8 @@ def _parse_quantile(text: str) -> float:
 COMPARE_FUNCS = ("simple", "indices")
 
 
-def _parse_compare_func(values) -> str:
+def parse_compare_func(values: OptionValues) -> Optional[str]:
+    """The comparison function given (None: not given, the default "simple")."""
     if isinstance(values, str):
         values = [values]
     funcs = [v.strip().lower() for v in values or []]
@@ -58,7 +59,7 @@ def _parse_compare_func(values) -> str:
             )
     if len(set(funcs)) > 1:
         raise UsageError("--compare-func: give one comparison function")
-    return funcs[0] if funcs else "simple"
+    return funcs[0] if funcs else None
 
 
 def _parse_index_tol(text: str) -> int:
@@ -77,12 +78,12 @@ def _parse_topk(text: str) -> Tuple[int, int]:
     return int(m.group(1)), int(m.group(2)) if m.group(2) is not None else -1
 
 
-def parse_postprocess(specs: Sequence[str]):
+def parse_topk(specs: OptionValues) -> Named[Tuple[int, int]]:
     """``--postprocess`` values: ``top-K[,axis=N]`` for every output, ``name:top-K[,axis=N]`` for one."""
 
     glob: Optional[Tuple[int, int]] = None
     per: Dict[str, Tuple[int, int]] = {}
-    for spec in specs:
+    for spec in specs or ():
         name, sep, func = spec.rpartition(":")
         if not func.strip().startswith("top-") and sep:
             name, func = "", spec
@@ -94,7 +95,7 @@ def parse_postprocess(specs: Sequence[str]):
             per[name] = value
         else:
             glob = value
-    return glob, per
+    return Named(glob, per)
 
 
 def _parse_tol(text: str) -> float:
@@ -271,16 +272,6 @@ parse_rtol = _named(_parse_tol, RTOL_FLAG)
 parse_stats = _named(_parse_stat, STAT_FLAG)
 parse_quantiles = _named(_parse_quantile, QUANTILE_FLAG)
 parse_index_tolerances = _named(_parse_index_tol, INDEX_TOL_FLAG)
-
-
-def parse_topk(values: OptionValues) -> Named[Tuple[int, int]]:
-    glob, per = parse_postprocess(values or [])
-    return Named(glob, per)
-
-
-def parse_compare_func(values: OptionValues) -> Optional[str]:
-    """The comparison function given (None: not given, the default "simple")."""
-    return _parse_compare_func(values) if values else None
 
 
 ATOL = Declared(
