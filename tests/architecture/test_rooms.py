@@ -83,14 +83,9 @@ def test_run_atol_is_text_in_at_most_three_files(cli, tmp_path, monkeypatch):
     """``toolkit run --atol``: the files whose functions hold the option's value as text, from the
     command line to the first array comparison (traced): the option is typed where it is declared,
     then travels typed, not as text handed on and parsed again."""
-    from onnx import TensorProto, helper, save
+    import modelzoo
 
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    save(model, str(tmp_path / "m.onnx"))
+    modelzoo.save(modelzoo.chain(1, shape=(2,)), tmp_path / "m.onnx")  # (x -> Relu -> y)
     monkeypatch.setenv("TOOLKIT_NO_SUPERVISOR", "1")  # (the comparison in this process, where it is traced)
     seen: Dict[str, None] = {}
     compared = []

@@ -45,14 +45,7 @@ def test_a_renamed_config_field_is_still_filled_by_its_option(tmp_path):
     """Renaming a ReduceConfig field renames the command's parameter with it: ``--check-timeout``,
     ``--no-remove-intermediate`` and ``--model-input-shapes`` still reach the config, parsed."""
     renamed = _renamed(_renamed(ReduceConfig, "check_timeout", "check_timeout_s"), "input_shapes", "shapes")
-    got = []
-    app = typer.Typer()
-
-    @app.command()
-    @bind(renamed)
-    def cmd(ctx: typer.Context, **params) -> None:
-        got.append(renamed(**values_for(renamed, params)))
-
+    app, got = _bound(renamed)
     res = CliRunner().invoke(app, ["m.onnx", "-o", "o.onnx", "--check-timeout", "3", "--no-remove-intermediate",
                                    "--model-input-shapes", "x:[1,2]"], catch_exceptions=False)
     assert res.exit_code == 0, res.output
@@ -67,7 +60,7 @@ def test_debug_precision_binds_its_library_configs_and_no_copy_of_them():
     from toolkit.cli import precision as P
     from toolkit.precision.config import PrecisionConfig, QdqConfig
 
-    params = set(inspect.signature(_precision_command()).parameters) - {"ctx"}
+    params = set(inspect.signature(_debug_command("precision")).parameters) - {"ctx"}
     config = {f.name for f, _d in declarations(QdqConfig)}
     cli_only = {f.name for f, _d in declarations(P.PrecisionArgs)}
     assert not config & cli_only and params == config | cli_only
@@ -77,20 +70,32 @@ def test_debug_precision_binds_its_library_configs_and_no_copy_of_them():
     assert "--qdq-weights" in P.PAIR_OPTIONS and "--keep-fp32" not in P.PAIR_OPTIONS
 
 
-def _precision_command():
+def _debug_command(name: str):
+    """The function ``toolkit debug NAME`` runs."""
     from toolkit.cli.debug import app
 
-    (cmd,) = [c for c in app.registered_commands if c.name == "precision"]
+    (cmd,) = [c for c in app.registered_commands if c.name == name]
     return cmd.callback
 
 
+def _bound(cls):
+    """(a Typer app whose one command binds ``cls``, the list each call's ``cls`` is appended to)."""
+    got: list = []
+    app = typer.Typer()
+
+    @app.command()
+    @bind(cls)
+    def cmd(ctx: typer.Context, **params) -> None:
+        got.append(cls(**values_for(cls, params)))
+
+    return app, got
+
+
 def test_debug_llm_binds_its_library_config_and_no_copy_of_it():
-    from toolkit.cli.debug import app
     from toolkit.cli.llm import LlmArgs
     from toolkit.llm.config import LlmConfig
 
-    (cmd,) = [c for c in app.registered_commands if c.name == "llm"]
-    params = set(inspect.signature(cmd.callback).parameters) - {"ctx"}
+    params = set(inspect.signature(_debug_command("llm")).parameters) - {"ctx"}
     config = {f.name for f, _d in declarations(LlmConfig)}
     cli_only = {f.name for f, _d in declarations(LlmArgs)}
     assert not config & cli_only and params == config | cli_only
@@ -100,14 +105,7 @@ def test_debug_llm_binds_its_library_config_and_no_copy_of_it():
 def test_a_parsed_option_reaches_the_config_parsed_and_unset_gives_the_field_default():
     """``parse=`` runs once, where the command reads its options: ``--devices 0,1`` is a list,
     ``--no-reduce-inputs`` turns a True field off, and options left out give the config's defaults."""
-    got = []
-    app = typer.Typer()
-
-    @app.command()
-    @bind(ReduceConfig)
-    def cmd(ctx: typer.Context, **params) -> None:
-        got.append(ReduceConfig(**values_for(ReduceConfig, params)))
-
+    app, got = _bound(ReduceConfig)
     runner = CliRunner()
     assert runner.invoke(app, ["m.onnx", "-o", "o.onnx", "--devices", "0,,1", "--no-reduce-inputs"]).exit_code == 0
     assert runner.invoke(app, ["m.onnx", "-o", "o.onnx"]).exit_code == 0

@@ -54,14 +54,10 @@ def test_an_original_the_runtime_cannot_load_is_said_and_fails_the_command(cli, 
     """The original fails creating its session (an IR version this runtime does not know): the
     written model fails the same way; the error says the original does too, with no advice about
     input shapes or --repair, which cannot help."""
-    import onnx
-
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 99
-    onnx.save(model, str(tmp_path / "m.onnx"))
+    save(make_model(graph, ir_version=99), tmp_path / "m.onnx")
     res = cli("convert", tmp_path / "m.onnx", "--fp-to-fp16", "-o", tmp_path / "h.onnx")
     assert res.code == 1, res.err
     error = [ln for ln in res.err.splitlines() if ln.startswith("error:")]

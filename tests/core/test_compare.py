@@ -145,14 +145,9 @@ def test_two_different_values_for_one_output_are_refused(cli, tmp_path):
             parse_atol(bad)
     with pytest.raises(UsageError, match="--check-error-stat: two values for 'y'"):
         parse_stats(["y:max", "y:mean"])
-    from onnx import TensorProto, helper, save
+    import modelzoo
 
-    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    save(model, str(tmp_path / "m.onnx"))
+    modelzoo.save(modelzoo.chain(1, shape=(2,)), tmp_path / "m.onnx")  # (x -> Relu -> y)
     r = cli("run", tmp_path / "m.onnx", "--onnxrt", "--onnxrt", "--atol", "0.1", "0.2")
     assert r.code == 2 and "error: --atol: two values for every output ('0.1' and '0.2'): give one" in r.err, r.err
 
