@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import difflib
 import os
+from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from toolkit.core.compare.tolerances import Tolerances
 from toolkit.core.errors import UsageError
@@ -61,6 +62,11 @@ def _script_path(script: Optional[str]) -> str:
     return script.rsplit(":", 1)[0]
 
 
+# The options that write a file, and the attribute of RunOptions holding each one's path.
+_WRITES = (("--save-inputs", "save_inputs"), ("--save-outputs", "save_outputs"), ("--save-onnx", "save_onnx"),
+           ("--save-report", "save_report"), ("--save-engine", "save_engine"))
+
+
 def check_output_paths(opts: RunOptions) -> None:
     """--save-inputs/--save-outputs/--save-onnx/--save-report/--save-engine: distinct, writable,
     and none of them a file this run reads (the model and its external data included)."""
@@ -68,20 +74,24 @@ def check_output_paths(opts: RunOptions) -> None:
 
     if opts.save_inputs == "-" and opts.save_outputs == "-":
         raise UsageError("only one of --save-inputs and --save-outputs can write to stdout ('-')")
+    paths.check_with_model(opts.model, _reads(opts), _writes(opts), opts.external_data_dir)
+    for path in filter(None, (opts.save_inputs, opts.save_outputs, opts.save_onnx)):
+        check_output_path(path)
+
+
+def _reads(opts: RunOptions) -> List[Tuple[str, str]]:
+    """The files the run reads besides the model, each with the option naming it."""
     reads = [("--load-inputs", p) for p in opts.load_inputs]
     reads += [("--load-outputs", p) for p in opts.load_outputs]
-    reads += [("--data-loader-script", _script_path(opts.data_loader_script))]
-    writes = [
-        ("--save-inputs", opts.save_inputs or ""), ("--save-outputs", opts.save_outputs or ""),
-        ("--save-onnx", opts.save_onnx or ""), ("--save-report", opts.save_report or ""),
-        ("--save-engine", opts.save_engine or ""),
-    ]
+    return reads + [("--data-loader-script", _script_path(opts.data_loader_script))]
+
+
+def _writes(opts: RunOptions) -> List[Tuple[str, str]]:
+    """The files the run writes, each with the option naming it (--save-onnx's external data file too)."""
+    writes = [(flag, getattr(opts, attr)) for flag, attr in _WRITES if getattr(opts, attr)]
     if opts.save_onnx and opts.save_onnx != "-":
         writes.append(("--save-onnx's external data file", opts.save_onnx + ".data"))
-    paths.check_with_model(opts.model, reads, writes, opts.external_data_dir)
-    for path in (opts.save_inputs, opts.save_outputs, opts.save_onnx):
-        if path:
-            check_output_path(path)
+    return writes
 
 
 def tolerances_of(opts: RunOptions) -> Optional[Tolerances]:
@@ -110,13 +120,18 @@ def require_known_names(tol: Tolerances, known: Iterable[str], flags=TOLERANCE_F
     if not names:
         return
     for attr, flag in flags:
-        unknown = sorted(n for n in getattr(tol, attr) if n not in names)
+        unknown = sorted(set(getattr(tol, attr)) - set(names))
         if unknown:
-            close = difflib.get_close_matches(unknown[0], names, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
-            what = ("no tensor of the model", "its tensors") if tensors else ("no output", "the outputs")
-            raise UsageError(f"{flag} names '{unknown[0]}', which {what[0]} has{hint}; {what[1]} are: {shown}")
+            raise _unknown_name(flag, unknown[0], names, tensors)
+
+
+def _unknown_name(flag: str, name: str, names: List[str], tensors: bool) -> UsageError:
+    """The error of ``flag`` naming ``name``, which none of ``names`` is: the closest name, and the names."""
+    close = difflib.get_close_matches(name, names, n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    shown = ", ".join(names[:12]) + (f" and {len(names) - 12} more" if len(names) > 12 else "")
+    what = ("no tensor of the model", "its tensors") if tensors else ("no output", "the outputs")
+    return UsageError(f"{flag} names '{name}', which {what[0]} has{hint}; {what[1]} are: {shown}")
 
 
 def share_onnx_outputs(opts: RunOptions, kinds: List[str]) -> RunOptions:
@@ -138,20 +153,21 @@ def make_plan(opts: RunOptions, reporter: Reporter) -> RunPlan:
     specs = [parse_runner_spec(text) for text in opts.runners]
     opts = share_onnx_outputs(opts, [s.kind for s in specs])
     plan = RunPlan(opts, [], tolerances_of(opts), parse_val_ranges(opts.val_range), parse_shape_specs(opts.input_shapes))
+    _check_options(opts)
+    plan.runners = _preflight(specs, opts, reporter)  # fails now (before loading data) when a backend or device is missing
+    for note in unused_options(opts, [s.kind for s in specs]):
+        reporter.warn(note)
+    _check_work(opts)
+    return plan
+
+
+def _check_options(opts: RunOptions) -> None:
+    """Usage errors of the inputs options, unwritable outputs, a missing model, a bad --save-report."""
     _check_inputs_options(opts)
     check_output_paths(opts)
     if opts.model and opts.model != "-" and opts.runners:
         check_readable_file(opts.model)  # a missing model is said before any work starts
     check_report_option(opts)
-    for spec in specs:  # preflight: fails now (before loading data) when a backend or device is missing
-        plan.runners.append(_planned(spec, opts, reporter, sum(1 for p in plan.runners if p.spec.text == spec.text)))
-    for note in unused_options(opts, [s.kind for s in specs]):
-        reporter.warn(note)
-    if not opts.runners and not opts.load_outputs:
-        raise UsageError("nothing to run or compare; pass --onnxrt, or --load-outputs files to compare")
-    if opts.save_inputs and not opts.runners:
-        raise UsageError("--save-inputs needs a runner (e.g. --onnxrt)")
-    return plan
 
 
 def _check_inputs_options(opts: RunOptions) -> None:
@@ -159,6 +175,24 @@ def _check_inputs_options(opts: RunOptions) -> None:
         raise UsageError("--iterations must be 0 or more (0 runs nothing)")
     if opts.data_loader_script and opts.load_inputs:
         raise UsageError("give --load-inputs or --data-loader-script, not both")
+
+
+def _check_work(opts: RunOptions) -> None:
+    """Usage errors of a run with nothing to do, or with inputs to save and no runner."""
+    if not opts.runners and not opts.load_outputs:
+        raise UsageError("nothing to run or compare; pass --onnxrt, or --load-outputs files to compare")
+    if opts.save_inputs and not opts.runners:
+        raise UsageError("--save-inputs needs a runner (e.g. --onnxrt)")
+
+
+def _preflight(specs: List[RunnerSpec], opts: RunOptions, reporter: Reporter) -> List[PlannedRunner]:
+    """The runners of ``specs``, each prepared in turn."""
+    runners: List[PlannedRunner] = []
+    seen: Counter = Counter()
+    for spec in specs:
+        runners.append(_planned(spec, opts, reporter, seen[spec.text]))
+        seen[spec.text] += 1
+    return runners
 
 
 def _planned(spec, opts: RunOptions, reporter: Reporter, seen: int) -> PlannedRunner:
