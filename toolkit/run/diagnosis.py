@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -166,13 +166,28 @@ def tensor_error(name: str, a, b, comparison) -> TensorError:
                       stat=c.stat, rel_l2=0.0, tol_ratio=0.0, message=c.message)
     a = np.asarray(a)
     b = np.asarray(b)
-    if c.message or a.dtype.kind in "OUS" or b.dtype.kind in "OUS":
-        bad = not c.passed
-        err.rel_l2 = err.tol_ratio = math.inf if bad else 0.0
-        err.max_abs = err.max_rel = math.inf if bad else 0.0
-        return err
-    if a.size == 0:
-        return err
+    if c.message or _holds_text(a) or _holds_text(b):
+        return _unmeasured(err)
+    if a.size:
+        _measure(err, a, b, c)
+    return err
+
+
+def _holds_text(x) -> bool:
+    """Whether array ``x`` holds strings or objects (no numeric error to measure)."""
+    return x.dtype.kind in "OUS"
+
+
+def _unmeasured(err: TensorError) -> TensorError:
+    """``err`` of a tensor whose error cannot be measured: infinite when it failed, else none."""
+    bad = not err.passed
+    err.rel_l2 = err.tol_ratio = math.inf if bad else 0.0
+    err.max_abs = err.max_rel = math.inf if bad else 0.0
+    return err
+
+
+def _measure(err: TensorError, a, b, c) -> None:
+    """Set the error measures of ``err`` from the numeric arrays ``a`` and ``b`` (not empty)."""
     err.ref_max = max(_largest_finite(a), _largest_finite(b))  # (either side: the other may hold the overflow's inf)
     absd, rel = error_arrays(a, b)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
@@ -181,7 +196,6 @@ def tensor_error(name: str, a, b, comparison) -> TensorError:
         ratio = _tol_ratio(absd, rel, c)
     err.rel_l2 = _relative(num, den)
     err.tol_ratio = math.inf if math.isnan(ratio) else ratio
-    return err
 
 
 def _largest_finite(x) -> float:
@@ -291,16 +305,23 @@ class Diagnosis:
         # the failing node (a fault or an overflow, never rounding) with the largest amplification
         # among nodes whose inputs were compared; unless a failing node whose inputs were not
         # compared shows a larger one (the error may then start before it)
-        top = next((s for s in self.ranked if s.kind in (FAULT, OVERFLOW)), None)
+        top = next(self._faults(), None)
         if top is None or top.unseen or top.amplification <= 1:
             return None
-        hidden = (s.amplification for s in self.ranked if s.unseen and not s.passed)
-        return None if any(a > top.amplification for a in hidden) else top
+        return None if self._hidden_above(top.amplification) else top
+
+    def _faults(self) -> Iterator[NodeScore]:
+        """The ranked nodes that fail by more than rounding (a fault or an overflow), in rank order."""
+        return (s for s in self.ranked if s.kind in (FAULT, OVERFLOW))
+
+    def _hidden_above(self, amp: float) -> bool:
+        """Whether a failing node whose inputs were not compared shows an amplification above ``amp``."""
+        return any(s.amplification > amp for s in self.ranked if s.unseen and not s.passed)
 
     @property
     def first_fault(self) -> Optional[NodeScore]:
         """The first node in topological order that fails by more than rounding (a fault or an overflow)."""
-        return min((s for s in self.ranked if s.kind in (FAULT, OVERFLOW)), key=lambda s: s.position, default=None)
+        return min(self._faults(), key=lambda s: s.position, default=None)
 
     def to_dict(self) -> dict:
         first = self.first_fault
@@ -345,17 +366,27 @@ def diagnose(
     if topology is None:
         return _in_compared_order(errors, label_a, label_b)
     tensors = _placed(errors, topology)
-    known = {t.name for t in tensors}
-    extra = [e for n, e in errors.items() if n not in known]  # graph inputs and the like
+    extra = _unplaced(errors, tensors)  # graph inputs and the like
     first = next((t for t in tensors + extra if not t.passed), None)
     floor = floor if floor is not None else storage_floor(label_a, label_b)
     ranked = _rank(errors, topology, floor)
     storage = next((k for k, v in STORAGE_FLOOR.items() if v == floor), "fp32")
+    _classify(ranked, errors, storage)
+    return Diagnosis(label_a, label_b, tensors + extra, first, ranked, _depth_rows(tensors),
+                     notes=_diagnosis_notes(ranked, extra), storage=storage)
+
+
+def _unplaced(errors: Mapping[str, TensorError], placed: List[TensorError]) -> List[TensorError]:
+    """The errors of tensors no node of the top graph produces."""
+    known = {t.name for t in placed}
+    return [e for n, e in errors.items() if n not in known]
+
+
+def _classify(ranked: List[NodeScore], errors: Mapping[str, TensorError], storage: str) -> None:
+    """Set each ranked node's kind (ok, overflow, rounding or fault) for runners storing ``storage``."""
     for s in ranked:
         worst = errors.get(s.worst_output)
         s.kind = classify(s.passed, s.output_error, s.amplification, s.depth, storage, worst.ref_max if worst else 0.0)
-    return Diagnosis(label_a, label_b, tensors + extra, first, ranked, _depth_rows(tensors),
-                     notes=_diagnosis_notes(ranked, extra), storage=storage)
 
 
 def _in_compared_order(errors: Mapping[str, TensorError], label_a: str, label_b: str) -> Diagnosis:
@@ -395,28 +426,46 @@ def _diagnosis_notes(ranked: Sequence[NodeScore], extra: Sequence[TensorError]) 
 
 
 def _rank(errors: Mapping[str, TensorError], topology: Topology, floor: float = FLOOR) -> List[NodeScore]:
-    est: Dict[str, float] = {}  # error estimate of every tensor seen so far
-    gap: Dict[str, int] = {}  # uncompared nodes (longest chain) behind each tensor
-    for name in topology.sources:
-        e = errors.get(name)
-        est[name] = e.rel_l2 if e is not None else 0.0
+    flow = _ErrorFlow(errors, topology.sources)
     scores: List[NodeScore] = []
     for node in topology.nodes:
-        in_err = max((est.get(t, 0.0) for t in node.inputs), default=0.0)
-        in_gap = max((gap.get(t, 0) for t in node.inputs), default=0)
+        in_err, in_gap = flow.entering(node)
         compared = [errors[t] for t in node.outputs if t in errors]
         if not compared:
-            for t in node.outputs:
-                est[t] = in_err
-                gap[t] = in_gap + 1
+            flow.pass_through(node, in_err, in_gap)
             continue
         worst = max(compared, key=lambda e: e.rel_l2)
-        for t in node.outputs:
-            est[t] = errors[t].rel_l2 if t in errors else worst.rel_l2
+        flow.measured(node, worst)
         scores.append(_score(node, compared, worst, in_err, in_gap, floor))
     # a node whose inputs were not compared ranks after those whose were: its ratio is an estimate
     scores.sort(key=lambda s: (s.unseen > 0, -s.amplification, s.passed, s.position))
     return scores
+
+
+class _ErrorFlow:
+    """The error estimate of every tensor seen so far (walking the nodes in topological order), and
+    the uncompared nodes (longest chain) behind each tensor."""
+
+    def __init__(self, errors: Mapping[str, TensorError], sources) -> None:
+        self.errors = errors
+        self.est: Dict[str, float] = {name: errors[name].rel_l2 if name in errors else 0.0 for name in sources}
+        self.gap: Dict[str, int] = {}
+
+    def entering(self, node: NodeInfo) -> Tuple[float, int]:
+        """The largest error estimate among ``node``'s inputs, and the longest uncompared chain behind them."""
+        return (max((self.est.get(t, 0.0) for t in node.inputs), default=0.0),
+                max((self.gap.get(t, 0) for t in node.inputs), default=0))
+
+    def pass_through(self, node: NodeInfo, in_err: float, in_gap: int) -> None:
+        """``node``'s outputs were not compared: they carry its inputs' error, one more node unseen."""
+        for t in node.outputs:
+            self.est[t] = in_err
+            self.gap[t] = in_gap + 1
+
+    def measured(self, node: NodeInfo, worst: TensorError) -> None:
+        """``node``'s outputs were compared: each has its error (the worst one where not compared)."""
+        for t in node.outputs:
+            self.est[t] = self.errors[t].rel_l2 if t in self.errors else worst.rel_l2
 
 
 def _score(node: NodeInfo, compared: List[TensorError], worst: TensorError, in_err: float, in_gap: int,
