@@ -124,22 +124,30 @@ def _refuse_inputs_files(paths: Sequence[str], model: str) -> None:
     say so before anything runs."""
     names: Optional[List[str]] = None
     for path in paths:
-        head = first_feed_names(path)  # (an inputs file is known from its first iteration: JSON or .npz)
-        if head is None:
-            data = load_data(path)
-            if isinstance(data, RunResults) or not data:
-                continue
-            head = list(data[0])
-            if head:
-                data[0][head[0]]  # a file that cannot be read at all says so first
-        held = set(head)
+        held = set(_first_names(path))
+        if not held:
+            continue
         if names is None:
             names = _model_input_names(model)
-        if held and names and held <= set(names):
+        if names and held <= set(names):
             raise InputError(
                 f"{path} is an inputs file (it holds the model's inputs {', '.join(sorted(held))}), not outputs; "
                 "give it to --load-inputs, and compare against an outputs file saved with --save-outputs"
             )
+
+
+def _first_names(path: str) -> List[str]:
+    """The tensor names of the first iteration of data file ``path`` ([] for an outputs file or none)."""
+    head = first_feed_names(path)  # (an inputs file is known from its first iteration: JSON or .npz)
+    if head is not None:
+        return head
+    data = load_data(path)
+    if isinstance(data, RunResults) or not data:
+        return []
+    head = list(data[0])
+    if head:
+        data[0][head[0]]  # a file that cannot be read at all says so first
+    return head
 
 
 def _load_result_sets(paths: Sequence[str], model: str = "") -> List[ResultSet]:
@@ -203,6 +211,17 @@ def _warn_ignored(opts, count: int, rep: Reporter) -> None:
 class Writers:
     inputs: Any = None  # toolkit.core.io.datafiles.InputsWriter
     outputs: Any = None  # toolkit.core.io.datafiles.OutputsWriter
+
+    def begin_runner(self, name: str) -> None:
+        if self.outputs is not None:
+            self.outputs.begin_runner(name)
+
+    def add(self, index: int, feed: Mapping, outs: Mapping, secs: float, name: str) -> None:
+        """Write one iteration: its inputs (the first runner's only) and runner ``name``'s outputs."""
+        if index == 0 and self.inputs is not None:
+            self.inputs.add(feed)
+        if self.outputs is not None:
+            self.outputs.add(outs, secs, name)
 
 
 @contextlib.contextmanager
@@ -309,24 +328,16 @@ def run_runner(
     try:
         _start(runner, rep)
         result = ResultSet(runner.name, [], [], runner.name, precision=runner.precision)
-        if writers.outputs is not None:
-            writers.outputs.begin_runner(runner.name)
+        writers.begin_runner(runner.name)
         rep.iterations_start(runner.name, feeds.count())
         keep: List[Mapping] = []
         metas = runner.input_metadata()
         for k, feed in enumerate(feeds.feeds(metas, runner.preferred_shapes(), runner.preferred_values())):
             outs = infer_explained(runner, feed, feeds)
             secs = runner.last_inference_time
-            result.runtimes.append(secs)
             rep.iteration(runner.name, k, feed, outs, secs)
-            if index == 0 and writers.inputs is not None:
-                writers.inputs.add(feed)
-            if writers.outputs is not None:
-                writers.outputs.add(outs, secs, runner.name)
-            if k == 0:
-                result.names = list(outs)
-            if planned.opts.keep_outputs:
-                result.iterations.append(outs)
+            writers.add(index, feed, outs, secs, runner.name)
+            result.add(k, outs, secs, keep=planned.opts.keep_outputs)
             stream.on_iteration(index, runner.name, k, outs, keep)
             del feed, outs  # before the next feed is made: one iteration in memory at a time
         result.count = len(result.runtimes)
@@ -391,17 +402,23 @@ def _add_qdq_tables(plan: RunPlan, stream: Streams, report: RunReport) -> None:
         qdq_table.add_to_report(plan.opts.save_report, report.qdq_tables)
 
 
-def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
-    """The comparisons of consecutive result sets, in order (loaded files compared here)."""
-
-    sets = stream.live + stream.loaded
-    tol = plan.tolerances or Tolerances()
+def _comparisons(sets: List[ResultSet], stream: Streams, tol: Tolerances) -> List:
+    """The comparison of every two consecutive result sets (two loaded files compared here)."""
     comparisons = []
     for i, (a, b) in enumerate(zip(sets, sets[1:])):
         if i not in stream.pairs:  # not streamed: two loaded files
             for k, (x, y) in enumerate(zip(a.iterations, b.iterations)):
                 stream.compare(i, k, x, y, tol)
         comparisons.append(_pair(a, b, stream.pairs.get(i, [])))
+    return comparisons
+
+
+def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
+    """The comparisons of consecutive result sets, in order (loaded files compared here)."""
+
+    sets = stream.live + stream.loaded
+    tol = plan.tolerances or Tolerances()
+    comparisons = _comparisons(sets, stream, tol)
     _check_names(tol, sets, comparisons, rep)
     report = RunReport(sets, comparisons, stream.problems)
     precisions = {s.label: s.precision for s in sets if s.precision}

@@ -33,6 +33,14 @@ class ResultSet:
             self.count = len(self.iterations)
             self.names = list(self.iterations[0])
 
+    def add(self, k: int, outs: Mapping, secs: float, *, keep: bool) -> None:
+        """Record live iteration ``k``: its time, its names (the first one's), its outputs when kept."""
+        self.runtimes.append(secs)
+        if k == 0:
+            self.names = list(outs)
+        if keep:
+            self.iterations.append(outs)
+
 
 @dataclass
 class RunReport:
