@@ -40,6 +40,15 @@ def check_report_option(opts) -> None:
     from toolkit.run.report import check_report_path
 
     check_report_path(opts.save_report)
+    _refuse_overwrite(opts)
+    if len(opts.runners) + len(opts.load_outputs) < 2:
+        raise UsageError(
+            "--save-report needs a comparison: two runners, or a runner and --load-outputs golden values"
+        )
+
+
+def _refuse_overwrite(opts) -> None:
+    """UsageError when --save-report names the model or another data file of the run."""
     others = [("MODEL", opts.model), ("--save-inputs", opts.save_inputs), ("--save-outputs", opts.save_outputs)]
     others += [("--load-inputs", p) for p in opts.load_inputs] + [("--load-outputs", p) for p in opts.load_outputs]
     for what, path in others:
@@ -47,10 +56,6 @@ def check_report_option(opts) -> None:
             raise UsageError(
                 f"--save-report {opts.save_report} would overwrite {what} {path}; choose another file name"
             )
-    if len(opts.runners) + len(opts.load_outputs) < 2:
-        raise UsageError(
-            "--save-report needs a comparison: two runners, or a runner and --load-outputs golden values"
-        )
 
 
 def _topology(model: str):
@@ -71,12 +76,17 @@ def pair_floor(opts, pair, precisions: Optional[Mapping[str, str]] = None) -> fl
     runner that chose its precision itself, such as OpenVINO's default, by ``precisions``)."""
     from toolkit.run.diagnosis import storage_floor
 
+    precisions = precisions or {}
     labels = [pair.label_a, pair.label_b]
-    labels += [f"runner:{(precisions or {})[label]}" for label in list(labels) if label in (precisions or {})]
-    if any(label.startswith("trt") and ":" not in label for label in labels):
-        labels += ["trt:fp16"] if opts.fp16 else []
-        labels += ["trt:bf16"] if opts.bf16 else []
+    labels += [f"runner:{precisions[label]}" for label in list(labels) if label in precisions]
+    if _has_plain_trt(labels):
+        labels += [spec for spec, on in (("trt:fp16", opts.fp16), ("trt:bf16", opts.bf16)) if on]
     return storage_floor(*labels)
+
+
+def _has_plain_trt(labels: List[str]) -> bool:
+    """Whether one of ``labels`` is a TensorRT runner without a spec (whose precision the flags set)."""
+    return any(label.startswith("trt") and ":" not in label for label in labels)
 
 
 def diagnoses(

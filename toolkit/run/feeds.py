@@ -64,17 +64,21 @@ class FeedSource:
         return len(self.loaded) if self.loaded is not None else self.iterations
 
     def _plan(self, metas: Sequence[TensorMeta], preferred: Optional[Mapping[str, tuple]], values: Mapping):
-        gen_shapes = dict(self.shapes)
-        names = {m.name for m in metas}
-        for extra in (preferred or {}, self.preferred):
-            for name, shape in extra.items():
-                if name in names and name not in gen_shapes and name not in values:
-                    gen_shapes[name] = shape
-        plan = plan_generation(metas, ranges=self.ranges, shapes=gen_shapes)
-        for note in plan.notes:
-            if self._notes is not None:
+        plan = plan_generation(metas, ranges=self.ranges, shapes=self._generation_shapes(metas, preferred, values))
+        if self._notes is not None:
+            for note in plan.notes:
                 self._notes(note)
         return plan
+
+    def _generation_shapes(self, metas: Sequence[TensorMeta], preferred: Optional[Mapping[str, tuple]],
+                           values: Mapping) -> Dict[str, tuple]:
+        """The shapes to generate: --input-shapes', then, for the other inputs without a fixed value,
+        the runner's preferred shapes, then those a backend asked for (:attr:`preferred`)."""
+        gen_shapes = dict(self.shapes)
+        names = {m.name for m in metas}.difference(values)
+        for extra in (preferred or {}, self.preferred):
+            gen_shapes.update({name: shape for name, shape in extra.items() if name in names and name not in gen_shapes})
+        return gen_shapes
 
     def _generated(self, k: int) -> Dict:
         assert self._generation is not None
