@@ -22,7 +22,7 @@ from __future__ import annotations
 import collections
 import math
 import os
-from typing import Dict, Optional, Sequence, Set
+from typing import Dict, Optional, Sequence, Set, Tuple
 
 from toolkit.core.errors import ToolkitError
 from toolkit.core.io.model import load_model
@@ -97,12 +97,18 @@ def _keys(name: str, ids: Optional[Dict[str, str]], outputs: Set[str]):
 
 def node_data(diagnoses: Sequence[Diagnosis], model: str = "") -> Dict:
     """Model Explorer ``GraphNodeData`` of the first comparison, keyed by the adapter's node ids."""
-    results: Dict[str, Dict[str, float]] = {}
-    graph = _graph_of(model) if diagnoses else None
-    ids = explorer_ids(graph) if graph is not None else None
-    outputs = {o.name for o in graph.output} if graph is not None else set()
+    best: Dict[str, float] = {}
+    ids, outputs = _node_ids(_graph_of(model) if diagnoses else None)
     for t in diagnoses[0].tensors if diagnoses else []:
         value = _value(t.rel_l2)
         for key in _keys(t.name, ids, outputs):
-            results[key] = {"value": max(value, results[key]["value"]) if key in results else value}
-    return {"results": results, "gradient": list(GRADIENT)}
+            best[key] = max(value, best.get(key, value))
+    return {"results": {key: {"value": v} for key, v in best.items()}, "gradient": list(GRADIENT)}
+
+
+def _node_ids(graph) -> Tuple[Optional[Dict[str, str]], Set[str]]:
+    """The node id of every tensor of ``graph`` (see :func:`explorer_ids`) and its output names;
+    (None, no names) without a graph."""
+    if graph is None:
+        return None, set()
+    return explorer_ids(graph), {o.name for o in graph.output}

@@ -388,9 +388,13 @@ def _check_names(tol: Tolerances, sets: List[ResultSet], comparisons: list, rep:
         return
     require_known_names(tol, [n for s in sets for n in s.names])
     if comparisons:
-        compared_names = {o.name for c in comparisons for it in c.iterations for o in it.outputs}
-        for note in check_tolerance_names(tol, compared_names):  # (an output of one set only)
+        for note in check_tolerance_names(tol, _compared_names(comparisons)):  # (an output of one set only)
             rep.warn(note)
+
+
+def _compared_names(comparisons: list) -> set:
+    """The names of the outputs the comparisons compared (in any iteration)."""
+    return {o.name for c in comparisons for it in c.iterations for o in it.outputs}
 
 
 def _add_qdq_tables(plan: RunPlan, stream: Streams, report: RunReport) -> None:

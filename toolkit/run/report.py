@@ -238,12 +238,7 @@ def _chart(diag: Diagnosis) -> str:
     svg += _markers(diag, x, MT, MT + ph)
     pts = " ".join(f"{x(i):.1f},{y(v):.1f}" for i, v in enumerate(vals))
     svg.append(f'<polyline points="{pts}" fill="none" stroke="#8aa4bf" stroke-width="1"/>')
-    radius = 3.0 if n <= 300 else (2.0 if n <= 2000 else 1.2)
-    titles = n <= 5000
-    for i, t in enumerate(tensors):
-        color = "#1f5f99" if t.passed else "#d93025"
-        tip = f"<title>{_e(_tip(t))}</title>" if titles else ""
-        svg.append(f'<circle cx="{x(i):.1f}" cy="{y(t.tol_ratio):.1f}" r="{radius}" fill="{color}">{tip}</circle>')
+    svg += _dots(tensors, x, y)
     svg.append("</svg>")
     legend = (
         '<div class="muted">Each point is one tensor (blue within tolerance, red out of it); y is its error '
@@ -251,6 +246,20 @@ def _chart(diag: Diagnosis) -> str:
         "of min(abs/atol, rel/rtol)). Exact tensors sit on the bottom edge. Hover a point for its numbers.</div>"
     )
     return "\n".join(svg) + "\n" + legend
+
+
+def _dots(tensors: Sequence, x, y) -> List[str]:
+    """One circle per tensor (blue within tolerance, red out of it), smaller and without a tooltip
+    when there are many."""
+    n = len(tensors)
+    radius = 3.0 if n <= 300 else (2.0 if n <= 2000 else 1.2)
+    titles = n <= 5000
+    out = []
+    for i, t in enumerate(tensors):
+        color = "#1f5f99" if t.passed else "#d93025"
+        tip = f"<title>{_e(_tip(t))}</title>" if titles else ""
+        out.append(f'<circle cx="{x(i):.1f}" cy="{y(t.tol_ratio):.1f}" r="{radius}" fill="{color}">{tip}</circle>')
+    return out
 
 
 def _axes(lo: int, hi: int, n: int, y) -> List[str]:
