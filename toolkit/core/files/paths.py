@@ -65,9 +65,20 @@ def forget_written(path: str) -> None:
 def written_summary() -> str:
     """What the command has written and what not (for the line an interruption prints):
     'nothing was written', 'X was written; Y was not', ... ('' if it writes nothing)."""
-    declared = [(w, p) for w, p in _DECLARED if p and p != STDIO and w != "--log-file"]
+    declared = [(w, p) for w, p in _files(_DECLARED) if w != "--log-file"]
     done = [f"{w} {p}" for w, p in declared if key(p) in _WRITTEN]
-    left = [f"{w} {p}" for w, p in declared if key(p) not in _WRITTEN and os.path.basename(p) and "external-data" not in w]
+    left = [f"{w} {p}" for w, p in declared if _unwritten(w, p)]
+    return _written_words(done, left)
+
+
+def _unwritten(what: str, path: str) -> bool:
+    """Whether the file ``path`` (``what`` it is) is not written yet and has a name of its own to say
+    (an output model's external data file goes with the model)."""
+    return key(path) not in _WRITTEN and bool(os.path.basename(path)) and "external-data" not in what
+
+
+def _written_words(done: List[str], left: List[str]) -> str:
+    """'X was written; Y was not', 'nothing ...': the files ``done`` and those ``left``."""
     if not done and not left:
         return ""
     if not done:
@@ -124,19 +135,29 @@ def _clash(write: Named, other: Named, is_read: bool) -> PathClash:
 def check(reads: Iterable[Named], writes: Iterable[Named]) -> None:
     """PathClash unless every write differs from every read and from every other write.
     Empty paths and ``-`` (stdin/stdout) are left out."""
-    reads = [(w, p) for w, p in reads if p and p != STDIO]
-    writes = [(w, p) for w, p in list(writes) + _PROCESS_WRITES if p and p != STDIO]
+    reads = _files(reads)
+    writes = _files(list(writes) + _PROCESS_WRITES)
     _DECLARED.extend(item for item in writes if item not in _DECLARED)
     seen: List[Named] = []
     for item in writes:
-        for other in seen:
-            if same_file(item[1], other[1]) and item != other:
-                raise _clash(item, other, False)
+        _check_write(item, seen, reads)
         if item not in seen:
             seen.append(item)
-        for src in reads:
-            if same_file(item[1], src[1]):
-                raise _clash(item, src, True)
+
+
+def _files(items: Iterable[Named]) -> List[Named]:
+    """The ``items`` that name a file (not empty, not ``-``: stdin/stdout)."""
+    return [(w, p) for w, p in items if p and p != STDIO]
+
+
+def _check_write(item: Named, earlier: List[Named], reads: List[Named]) -> None:
+    """PathClash when the write ``item`` names the file of an ``earlier`` write or of a read."""
+    for other in earlier:
+        if same_file(item[1], other[1]) and item != other:
+            raise _clash(item, other, False)
+    for src in reads:
+        if same_file(item[1], src[1]):
+            raise _clash(item, src, True)
 
 
 def model_data_files(model_path: str, writes: Iterable[Named], external_data_dir: Optional[str] = None) -> List[str]:
