@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 
@@ -32,6 +32,8 @@ from toolkit.core.meta import (
     format_shape,
     is_bracketed,
     is_dtype_name,
+    is_fixed_dim,
+    is_symbolic_dim,
     parse_named_values,
 )
 
@@ -100,13 +102,18 @@ def named_dims(metas: Sequence[TensorMeta], overrides: Mapping[str, tuple]) -> D
     dim named ``batch`` in one input is the same ``batch`` in every other input."""
     out: Dict[str, Tuple[int, str]] = {}
     for meta in metas:
-        shape = overrides.get(meta.name)
-        if shape is None or meta.shape is None or len(shape) != len(meta.shape):
-            continue
-        for want, got in zip(meta.shape, shape):
-            if isinstance(want, str) and want and want != "?" and isinstance(got, int) and got >= 0:
+        for want, got in _dim_pairs(meta, overrides.get(meta.name)):
+            if is_symbolic_dim(want) and is_fixed_dim(got):
                 out.setdefault(want, (got, meta.name))
     return out
+
+
+def _dim_pairs(meta: TensorMeta, shape: Optional[tuple]) -> List[Tuple[Any, Any]]:
+    """(the model's dim, the dim of ``shape``) for each dim of input ``meta``; none unless both
+    shapes are known and of one rank."""
+    if shape is None or meta.shape is None or len(shape) != len(meta.shape):
+        return []
+    return list(zip(meta.shape, shape))
 
 
 def resolve_shape(
@@ -125,27 +132,32 @@ def resolve_shape(
 
 def _given_shape(meta: TensorMeta, shape) -> Tuple[int, ...]:
     """The shape --input-shapes gives input ``meta``, checked against the model's."""
-    if shape is None or any(not isinstance(d, int) or d < 0 for d in shape):
+    if shape is None or not all(is_fixed_dim(d) for d in shape):
         raise UsageError(
             f"--input-shapes for '{meta.name}' must be concrete, e.g. {meta.name}:[1,3,224,224], "
             f"got {format_shape(shape)}"
         )
     # one rule: text that is no shape is a usage error (exit 2); a shape that does not fit
     # the model (unknown name, wrong rank, a fixed dim contradicted) is a model mismatch (exit 3)
-    if meta.shape is None:
-        return tuple(int(d) for d in shape)
+    if meta.shape is not None:
+        _check_fits(meta, shape)
+    return tuple(int(d) for d in shape)
+
+
+def _check_fits(meta: TensorMeta, shape: tuple) -> None:
+    """InputError unless the concrete ``shape`` has the rank and the fixed dims of input ``meta``."""
+    assert meta.shape is not None
     if len(meta.shape) != len(shape):
         raise InputError(
             f"--input-shapes gives '{meta.name}' rank {len(shape)} {format_shape(shape)}, "
             f"but the model's input has rank {len(meta.shape)} {format_shape(meta.shape)}"
         )
     for got, want in zip(shape, meta.shape):
-        if isinstance(want, int) and want >= 0 and got != want:
+        if is_fixed_dim(want) and got != want:
             raise InputError(
                 f"--input-shapes gives '{meta.name}' shape {format_shape(shape)}, "
                 f"but the model fixes it to {format_shape(meta.shape)}"
             )
-    return tuple(int(d) for d in shape)
 
 
 def _chosen_shape(meta: TensorMeta, shape: tuple, named: Mapping[str, Tuple[int, str]]) -> Tuple[Tuple[int, ...], List[str]]:
@@ -155,7 +167,7 @@ def _chosen_shape(meta: TensorMeta, shape: tuple, named: Mapping[str, Tuple[int,
     guessed = False
     shared = []
     for d in shape:
-        if isinstance(d, int) and d >= 0:  # (exporters write -1 for a dynamic dim: PaddlePaddle does)
+        if is_fixed_dim(d):
             dims.append(d)
         elif isinstance(d, str) and d in named:
             dims.append(named[d][0])
@@ -163,15 +175,21 @@ def _chosen_shape(meta: TensorMeta, shape: tuple, named: Mapping[str, Tuple[int,
         else:
             dims.append(DEFAULT_DIM)
             guessed = True
+    return tuple(dims), _shape_notes(meta.name, shape, tuple(dims), guessed, shared)
+
+
+def _shape_notes(name: str, shape: tuple, dims: Tuple[int, ...], guessed: bool, shared: List[str]) -> List[str]:
+    """What was chosen for input ``name`` of model shape ``shape``: dims guessed, else dims set
+    through other inputs, else nothing to say."""
     if guessed:
-        dynamic = tuple(d if isinstance(d, int) and d >= 0 else None for d in shape)  # (one spelling: ?)
-        return tuple(dims), [
-            f"input '{meta.name}' {GUESSED_NOTE} {format_shape(dynamic)}; using {format_shape(tuple(dims))} "
-            f"(set it with --input-shapes {meta.name}:[...])"
+        dynamic = tuple(d if is_fixed_dim(d) else None for d in shape)  # (one spelling: ?)
+        return [
+            f"input '{name}' {GUESSED_NOTE} {format_shape(dynamic)}; using {format_shape(dims)} "
+            f"(set it with --input-shapes {name}:[...])"
         ]
     if shared:
-        return tuple(dims), [f"input '{meta.name}': using {format_shape(tuple(dims))} ({', '.join(shared)})"]
-    return tuple(dims), []
+        return [f"input '{name}': using {format_shape(dims)} ({', '.join(shared)})"]
+    return []
 
 
 def _format_bytes(n: int) -> str:
@@ -365,26 +383,34 @@ def _feed_keys(feed: Mapping, metas: Sequence[TensorMeta], source: str, iteratio
     """Model input name -> the feed's key for it (the same name, or one differing only in case);
     InputError naming the inputs the feed lacks."""
     keys = {m.name: m.name for m in metas if m.name in feed}
+    _add_case_keys(keys, feed, metas, source, notes)
+    missing = [m.name for m in metas if m.name not in keys]
+    if missing:
+        raise _missing_inputs(feed, missing, source, iteration)
+    return keys
+
+
+def _add_case_keys(keys: Dict[str, str], feed: Mapping, metas: Sequence[TensorMeta], source: str,
+                   notes: Optional[List[str]]) -> None:
+    """Into ``keys``: the inputs the feed lacks that it holds under a name differing only in case."""
     names = {m.name for m in metas}
-    missing = []
     for m in metas:
-        if m.name in keys:
-            continue
-        key = _same_but_case(feed, m.name, names)
+        key = None if m.name in keys else _same_but_case(feed, m.name, names)
         if key is None:
-            missing.append(m.name)
             continue
         keys[m.name] = key
         if notes is not None:
             notes.append(f"{source}: tensor '{key}' is used for model input '{m.name}' (the names differ only in case)")
-    if missing:
-        have = list(feed)
-        shown = ", ".join(have[:8]) + (f", ... ({len(have)} in all)" if len(have) > 8 else "")
-        raise InputError(
-            f"{source}: iteration {iteration} has no tensor for model input(s) {', '.join(missing)}"
-            f" (it has: {shown or 'nothing'})"
-        )
-    return keys
+
+
+def _missing_inputs(feed: Mapping, missing: List[str], source: str, iteration: int) -> InputError:
+    """The error of a feed that lacks the inputs ``missing``, naming what it holds."""
+    have = list(feed)
+    shown = ", ".join(have[:8]) + (f", ... ({len(have)} in all)" if len(have) > 8 else "")
+    return InputError(
+        f"{source}: iteration {iteration} has no tensor for model input(s) {', '.join(missing)}"
+        f" (it has: {shown or 'nothing'})"
+    )
 
 
 def _same_but_case(feed: Mapping, name: str, names: Set[str]) -> Optional[str]:

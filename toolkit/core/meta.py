@@ -143,6 +143,16 @@ class TensorMeta:
         return format_meta(self.name, self.shape, self.dtype)
 
 
+def is_fixed_dim(dim) -> bool:
+    """Whether ``dim`` is a concrete size (exporters write -1 for a dynamic dim: PaddlePaddle does)."""
+    return isinstance(dim, int) and dim >= 0
+
+
+def is_symbolic_dim(dim) -> bool:
+    """Whether ``dim`` is a named dynamic dim (``batch``; not ``?``, which names nothing)."""
+    return isinstance(dim, str) and dim not in ("", "?")
+
+
 def format_dim(dim: Dim) -> str:
     if dim is None:
         return "?"

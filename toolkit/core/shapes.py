@@ -22,7 +22,7 @@ import onnx
 from toolkit.core.errors import DependencyError, InputError, one_line, ort_errors
 from toolkit.core.process.interrupt import interruptible_run
 from toolkit.core.graph.graphs import attribute_graphs, copy_field, has_external_data, tensor_nbytes
-from toolkit.core.meta import TensorMeta, dtype_from_numpy, dtype_from_onnx, dtype_to_numpy, format_spec_shape
+from toolkit.core.meta import TensorMeta, dtype_from_numpy, dtype_from_onnx, dtype_to_numpy, format_spec_shape, is_fixed_dim
 from toolkit.core.io.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
 
 # Initializers bigger than this are replaced by shape-only stubs for shape inference.
@@ -189,7 +189,7 @@ def _set_shape(tt, shape: Sequence) -> None:
     tshape.SetInParent()
     for d in shape:
         dim = tshape.dim.add()
-        if isinstance(d, int) and d >= 0:
+        if is_fixed_dim(d):
             dim.dim_value = int(d)
         elif isinstance(d, str) and d:
             dim.dim_param = d
