@@ -220,6 +220,11 @@ def parse_shape(text: str) -> Shape:
     if is_bracketed(s):
         inner = s[1:-1].strip()
         return tuple(_parse_dim(t, text) for t in inner.split(",")) if inner else ()
+    return _parse_bare_shape(s, text)
+
+
+def _parse_bare_shape(s: str, text: str) -> Shape:
+    """A shape written without brackets: ``1,3,224,224`` or ``1x3x224x224`` (``s``: ``text`` stripped)."""
     if any(c in s for c in "[]()"):
         raise UsageError(f"unbalanced brackets in shape '{text}'; write e.g. [1,3,224,224]")
     if "," in s:
@@ -363,15 +368,24 @@ _LOOKALIKE = str.maketrans({"O": "0", "o": "0", "l": "1", "I": "1"})
 def _raise_if_bad_dim(spec: str, name: str, text: str) -> None:
     """``x:1x3x64Ox640``: a list of dimensions, mostly numbers, one of them a number mistyped
     (digits and letters mixed; a plain name is a symbolic dimension): name it."""
-    inner = text.strip()
-    bracketed = inner[:1] in "[(" and inner[-1:] in "])"
-    dims = [d.strip() for d in re.split(r"[x,]" if not bracketed else ",", inner[1:-1] if bracketed else inner)]
+    dims, bracketed = _dim_texts(text)
     if len(dims) < 2 or sum(d.isdigit() for d in dims) < len(dims) / 2:
         return  # not meant as a list of numbers (a name, a symbolic shape)
     for k, dim in enumerate(dims):
-        if dim.isdigit() or dim in ("-1", "?") or not any(c.isdigit() for c in dim):
-            continue
-        raise _mistyped_dim(spec, name, dims, k, bracketed)
+        if _mixes_digits(dim):
+            raise _mistyped_dim(spec, name, dims, k, bracketed)
+
+
+def _dim_texts(text: str) -> Tuple[List[str], bool]:
+    """The dims of shape ``text`` as written (``[1,3]``, ``(1,3)``, ``1x3``, ``1,3``), and whether it is bracketed."""
+    inner = text.strip()
+    bracketed = inner[:1] in "[(" and inner[-1:] in "])"
+    return [d.strip() for d in re.split(r"[x,]" if not bracketed else ",", inner[1:-1] if bracketed else inner)], bracketed
+
+
+def _mixes_digits(dim: str) -> bool:
+    """Whether the dim text ``dim`` holds digits but is no number (``64O``; not -1, ?, or a name)."""
+    return not (dim.isdigit() or dim in ("-1", "?") or not any(c.isdigit() for c in dim))
 
 
 def _mistyped_dim(spec: str, name: str, dims: List[str], k: int, bracketed: bool) -> UsageError:
