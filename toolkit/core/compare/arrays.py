@@ -238,6 +238,15 @@ def compare_arrays(
                 "says it passes"
             )
             return res
+    judged = _unmeasurable(res, a, b)
+    if judged is not None:
+        return judged
+    return _judged(res, a, b, stat, quantile)
+
+
+def _unmeasurable(res: OutputComparison, a, b) -> Optional[OutputComparison]:
+    """``res`` judged without error arrays: shapes that differ, strings, no elements; None for
+    numeric arrays of one shape with elements."""
     if a.shape != b.shape:
         res.passed = False
         res.message = f"shapes differ: {tuple(a.shape)} vs {tuple(b.shape)}"
@@ -249,7 +258,12 @@ def compare_arrays(
         res.median_abs = res.median_rel = 0.0
         res.quantile_abs = res.quantile_rel = 0.0
         return res
+    return None
 
+
+def _judged(res: OutputComparison, a, b, stat: str, quantile: float) -> OutputComparison:
+    """``res`` with the error statistics of ``a`` against ``b``, passed by ``stat`` against its tolerances."""
+    atol, rtol = res.atol, res.rtol
     absd, rel = error_arrays(a, b)
     with np.errstate(invalid="ignore"):
         elem_bad = (absd > atol) & (rel > rtol)
