@@ -31,13 +31,24 @@ DEFAULT_FUNC = "load_data"
 
 def split_script_spec(spec: str, func_name: Optional[str] = None) -> Tuple[str, str]:
     """``SCRIPT[:FUNC]`` (and ``--data-loader-func-name``) -> (script path, function name)."""
-    path, func = spec, None
-    head, sep, tail = spec.rpartition(":")
-    if sep and head and tail and "/" not in tail and "\\" not in tail and not os.path.exists(spec):
-        path, func = head, tail
+    path, func = _script_and_function(spec)
     if func and func_name and func != func_name:
         raise UsageError(f"--data-loader-script names function '{func}' and --data-loader-func-name '{func_name}'; give one")
     return path, func or func_name or DEFAULT_FUNC
+
+
+def _script_and_function(spec: str) -> Tuple[str, Optional[str]]:
+    """``SCRIPT:FUNC`` -> (SCRIPT, FUNC); a spec naming no function (``SCRIPT``, an existing file
+    whose name holds ':', a Windows drive ``C:\\x.py``) -> (spec, None)."""
+    head, sep, tail = spec.rpartition(":")
+    if sep and head and _is_function_part(tail) and not os.path.exists(spec):
+        return head, tail
+    return spec, None
+
+
+def _is_function_part(tail: str) -> bool:
+    """Whether the text after a spec's last ':' can name a function (not empty, no path separator)."""
+    return bool(tail) and "/" not in tail and "\\" not in tail
 
 
 def _where(exc: BaseException, path: str) -> str:

@@ -691,7 +691,7 @@ def load_lazily(
     ``needed(graph)`` (a function of the loaded graph, e.g. what constant folding reads).
     ``files``, if given, receives the absolute paths of the model's external data files.
     """
-    from toolkit.core.io.weights import is_ref, load_tensor, nested_tensors, ref_nbytes, ref_source  # (imports onnx)
+    from toolkit.core.io.weights import is_ref, load_tensor, nested_tensors  # (imports onnx)
 
     model = load_model(path, external_data_dir=external_data_dir, load_external_data=False, bounded=bounded)
     if not has_external_data(model):
@@ -700,10 +700,17 @@ def load_lazily(
     check_external_files(model, base, path)
     if files is not None:
         files.extend(os.path.abspath(os.path.join(base, loc)) for loc in external_data_locations(model))
-    needed = set(needed(model.graph)) if needed is not None else set()
     for t in nested_tensors(model):
         if is_ref(t):
             load_tensor(t, base, path)
+    _load_top_initializers(model, base, path, set(needed(model.graph)) if needed is not None else set(), eager_bytes)
+    return model, base
+
+
+def _load_top_initializers(model, base: str, path: str, needed: set, eager_bytes: int) -> None:
+    """Load the top graph's external initializers that are ``needed`` or small; check where the others are."""
+    from toolkit.core.io.weights import is_ref, load_tensor, ref_nbytes, ref_source  # (imports onnx)
+
     for t in model.graph.initializer:
         if not is_ref(t):
             continue
@@ -711,4 +718,3 @@ def load_lazily(
             load_tensor(t, base, path)
         else:
             ref_source(t, base)  # a bad location or a short file fails now, before any work
-    return model, base
