@@ -15,7 +15,7 @@ import re
 import sys
 import tempfile
 import time
-from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Callable, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.backends.base import Runner
 from toolkit.core.errors import (  # noqa: F401  (InferenceError: re-exported)
@@ -297,8 +297,6 @@ class OnnxrtRunner(Runner):
         """The fp16-storage emulation of ``model`` (a copy), with the selected outputs."""
         import onnx
 
-        from toolkit.convert.emulate import emulate_any  # (loaded when emulating)
-
         if model is self.model:
             copy = onnx.ModelProto()
             copy.CopyFrom(model)
@@ -307,18 +305,23 @@ class OnnxrtRunner(Runner):
             load_external_data_into(model, external_data_folder(self.model_path, self.external_data_dir), self.model_path)
         if self._selected is not None:
             set_outputs(model, self._selected)
+        emu = self._emulate(model)
+        self.fp16_rounded = emu.rounded
+        return emu.model
+
+    def _emulate(self, model):
+        """The emulation of ``model`` (changed in place): keeping the nodes ``fp32_nodes`` names (those
+        in the model) when given and the model computes in float32 only, else the nodes it chooses."""
+        from toolkit.convert.emulate import emulate_any  # (loaded when emulating)
+
         if self.fp32_nodes is not None:
             from toolkit.convert.common import reduced_types
 
             if not reduced_types(model):
                 present = {n.name for n in model.graph.node}
                 keep = [n for n in self.fp32_nodes if n in present]
-                emu = emulate_any(model, keep, inplace=True, dtype=self.emulated_dtype, auto_keep=False)
-                self.fp16_rounded = emu.rounded
-                return emu.model
-        emu = emulate_any(model, inplace=True, dtype=self.emulated_dtype)
-        self.fp16_rounded = emu.rounded
-        return emu.model
+                return emulate_any(model, keep, inplace=True, dtype=self.emulated_dtype, auto_keep=False)
+        return emulate_any(model, inplace=True, dtype=self.emulated_dtype)
 
     def _blame_emulation(self, ort, so, exc: BaseException) -> None:
         """ONNX-Runtime refused the fp16/bf16-emulated copy that toolkit made of the model: when the
@@ -360,12 +363,7 @@ class OnnxrtRunner(Runner):
         path = self._path_as_is()
         if path is not None:
             return path
-        if self.model is not None:
-            model = self.model
-            raw = None
-        else:
-            raw = read_bytes(self.model_path)
-            model = parse_model(raw, self.model_path)
+        model, raw = self._given_model()
         check_inlined_size(model, describe(self.model_path))
         self._low_precision = computes_in_low_precision(model)
         patch = self._outputs_patch(model) if self.outputs_requested or self.exclude_outputs else b""
@@ -373,13 +371,24 @@ class OnnxrtRunner(Runner):
             model = self._emulated(model)
             raw, patch = None, b""
         if has_external_data(model):
-            base = external_data_folder(self.model_path, self.external_data_dir)
-            if not os.path.isdir(base):
-                raise InputError(f"{base}: external data folder does not exist")
-            so.add_session_config_entry(EXTERNAL_DIR_KEY, base)
+            so.add_session_config_entry(EXTERNAL_DIR_KEY, self._external_folder())
         if raw is None:
             raw = self._serialized(model)
         return raw + patch if patch else raw
+
+    def _given_model(self) -> Tuple[Any, Optional[bytes]]:
+        """The model given (its bytes None), or the model file parsed (and its bytes)."""
+        if self.model is not None:
+            return self.model, None
+        raw = read_bytes(self.model_path)
+        return parse_model(raw, self.model_path), raw
+
+    def _external_folder(self) -> str:
+        """The folder of the model's external data (InputError when there is none)."""
+        base = external_data_folder(self.model_path, self.external_data_dir)
+        if not os.path.isdir(base):
+            raise InputError(f"{base}: external data folder does not exist")
+        return base
 
     def _outputs_patch(self, model) -> bytes:
         """The outputs selected (remembered, with the model's own), as a patch to the model's bytes."""
@@ -451,23 +460,29 @@ class OnnxrtRunner(Runner):
         names: List[str] = []
         skipped: List[str] = []
         for name in wanted:
-            typ = types.get(name)
-            if typ is None:
-                self._session = None
-                raise InputError(f"ONNX-Runtime does not offer '{name}' as an output of the model")
-            if ort_type_to_dtype(typ) is not None:
+            if self._is_tensor_output(name, types.get(name), explicit):
                 names.append(name)
-            elif name in explicit or not self.outputs_requested or name in self._model_outputs:
-                self._session = None
-                raise InputError(
-                    f"output '{name}' has type {typ}, which is not a tensor; "
-                    "toolkit can only return and compare tensors (use --onnx-exclude-outputs)"
-                )
             else:
                 skipped.append(name)
         if skipped:
             self.notes.append(f"not returning {len(skipped)} non-tensor output(s): {', '.join(skipped)}")
         return names
+
+    def _is_tensor_output(self, name: str, typ: Optional[str], explicit: set) -> bool:
+        """Whether output ``name`` of type ``typ`` is a tensor (False: one to skip). InputError for an
+        output the session lacks, or a non-tensor one named (``explicit``) or of the model's own."""
+        if typ is None:
+            self._session = None
+            raise InputError(f"ONNX-Runtime does not offer '{name}' as an output of the model")
+        if ort_type_to_dtype(typ) is not None:
+            return True
+        if name in explicit or not self.outputs_requested or name in self._model_outputs:
+            self._session = None
+            raise InputError(
+                f"output '{name}' has type {typ}, which is not a tensor; "
+                "toolkit can only return and compare tensors (use --onnx-exclude-outputs)"
+            )
+        return False
 
     def _note_cpu_low_precision(self) -> None:
         """A model computing in float16/bfloat16 on the CPU provider: ONNX-Runtime runs the nodes it
@@ -527,10 +542,14 @@ def computes_in_low_precision(model) -> bool:
     g = model.graph
     if any(t.data_type in _LOW for t in g.initializer):
         return True
-    for n in g.node:
-        if n.op_type == "Cast" and any(a.name == "to" and a.i in _LOW for a in n.attribute):
-            return True
+    if any(_casts_to_low_node(n) for n in g.node):
+        return True
     return any(v.type.tensor_type.elem_type in _LOW for v in (*g.input, *g.output, *g.value_info))
+
+
+def _casts_to_low_node(node) -> bool:
+    """Whether ``node`` is a Cast to float16 or bfloat16."""
+    return node.op_type == "Cast" and any(a.name == "to" and a.i in _LOW for a in node.attribute)
 
 
 # A serialized Cast node's attribute to=FLOAT16 / to=BFLOAT16 (name "to", i 10 / 16), as protobuf
