@@ -213,25 +213,35 @@ class OpenvinoRunner(Runner):
         ONNX only: a file that is no ONNX model is not offered to its other front ends)."""
 
         path = self.model_path
-        if self.external_data_dir and path != "-":
-            here = os.path.dirname(os.path.abspath(path))
-            if os.path.abspath(self.external_data_dir) != here:
-                raise UsageError(
-                    "--external-data-dir: OpenVINO reads external data from the model's own folder only; "
-                    "run the model where its weights are"
-                )
-        if path == "-":
-            self._raw = read_bytes(path)
-        else:
-            check_readable_file(path)
-            if not os.path.getsize(path):
-                raise InputError(f"{path}: empty file, expected an ONNX model")
+        self._check_external_data_dir()
+        self._check_source()
         try:
             front = ov.frontend.FrontEndManager().load_by_framework("onnx")
             return front.convert(front.load(io.BytesIO(self._raw) if path == "-" else path))
         except openvino_errors() as exc:
             where = "<stdin>" if path == "-" else path
             raise InputError(f"{where}: OpenVINO cannot read the model: {last_line(exc)}") from None
+
+    def _check_external_data_dir(self) -> None:
+        """UsageError for an --external-data-dir other than the model's folder (OpenVINO reads no other)."""
+        if not self.external_data_dir or self.model_path == "-":
+            return
+        here = os.path.dirname(os.path.abspath(self.model_path))
+        if os.path.abspath(self.external_data_dir) != here:
+            raise UsageError(
+                "--external-data-dir: OpenVINO reads external data from the model's own folder only; "
+                "run the model where its weights are"
+            )
+
+    def _check_source(self) -> None:
+        """The model's bytes read from stdin (kept), or its file checked: readable, not empty."""
+        path = self.model_path
+        if path == "-":
+            self._raw = read_bytes(path)
+            return
+        check_readable_file(path)
+        if not os.path.getsize(path):
+            raise InputError(f"{path}: empty file, expected an ONNX model")
 
     def _selected(self) -> Optional[List[str]]:
         """The tensor names --openvino-outputs chooses (None: the model's outputs)."""
@@ -443,19 +453,30 @@ def last_line(exc: BaseException) -> str:
     first output) and OpenVINO's reason (its last line ``Conversion is failed for: If-13`` alone
     does not say why)."""
     text = str(exc)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    lines = _text_lines(text)
     last = lines[-1] if lines else type(exc).__name__
     failed = _FAILED_PASS.search(text)
     if failed:
         last += f" (in OpenVINO's {failed.group(1)} pass, at node {failed.group(2)})"
     op = _FAILED_OP.search(text)
     if op:
-        reason = [line.strip() for line in op.group(2).splitlines() if line.strip()]
-        node = _ONNX_NODE.search(op.group(2))
-        at = f" (the {node.group(1)} node writing '{node.group(2)}')" if node else ""
-        why = f": {reason[-1]}" if reason else ""
-        last = f"its ONNX reader cannot convert {op.group(1)}{at}{why}"
+        last = _unconverted(op)
     return last
+
+
+def _text_lines(text: str) -> List[str]:
+    """The lines of ``text`` that hold text, stripped."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _unconverted(op) -> str:
+    """The ONNX front end's report (a match of _FAILED_OP) of an operator it could not convert:
+    the operator, the ONNX node (by its first output) and the reason's last line."""
+    reason = _text_lines(op.group(2))
+    node = _ONNX_NODE.search(op.group(2))
+    at = f" (the {node.group(1)} node writing '{node.group(2)}')" if node else ""
+    why = f": {reason[-1]}" if reason else ""
+    return f"its ONNX reader cannot convert {op.group(1)}{at}{why}"
 
 
 def _type_name(hint) -> str:
