@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx
@@ -151,9 +151,7 @@ def override_input_shapes(model, input_shapes: Mapping[str, Sequence], *, inplac
     if not input_shapes:
         return model if inplace else _copy(model)
     inits = {t.name for t in model.graph.initializer}
-    inputs = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
-    for name, shape in input_shapes.items():
-        _check_input_shape(inputs, name, shape)
+    _check_input_shapes(model, input_shapes, inits)
     out = model if inplace else _copy(model)
     g = out.graph
     for vi in g.input:
@@ -161,6 +159,13 @@ def override_input_shapes(model, input_shapes: Mapping[str, Sequence], *, inplac
             _set_shape(vi.type.tensor_type, input_shapes[vi.name])
     del g.value_info[:]
     return out
+
+
+def _check_input_shapes(model, input_shapes: Mapping[str, Sequence], inits: Set[str]) -> None:
+    """InputError unless every shape of ``input_shapes`` can be set on its graph input (not an initializer)."""
+    inputs = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    for name, shape in input_shapes.items():
+        _check_input_shape(inputs, name, shape)
 
 
 def _check_input_shape(inputs: Mapping[str, Any], name: str, shape: Optional[Sequence]) -> None:
@@ -444,20 +449,8 @@ def run_on_ort(
     ``feed`` defaults to generated inputs of the (``input_shapes``-overridden) input shapes.
     ``purpose`` ends the error messages ("... to {purpose} failed: ...")."""
 
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        raise DependencyError(f"ONNX-Runtime is needed to {purpose}; install onnxruntime") from None
-    runnable = onnx.ModelProto()  # a runnable copy that shares nothing mutable with the caller's model
-    runnable.CopyFrom(model)
-    if input_shapes:
-        override_input_shapes(runnable, dict(input_shapes), inplace=True)
-    external_refs = has_external_data(runnable)
-    if external_refs and external_data_dir is None:
-        raise InputError(
-            f"the model's weights are stored outside it and were not loaded; pass --external-data-dir "
-            f"so ONNX-Runtime can run it to {purpose}"
-        )
+    _require_ort(purpose)
+    runnable, external_refs = _runnable_copy(model, input_shapes, external_data_dir, purpose)
     _mark_outputs(runnable.graph, names)
     feed = dict(feed) if feed is not None else _generate_feed(runnable)
     try:
@@ -471,6 +464,31 @@ def run_on_ort(
         msg = one_line(exc, first_line=True)
         raise InputError(f"running the model on ONNX-Runtime to {purpose} failed: {msg}") from None
     return feed, dict(zip(out_names, values))
+
+
+def _require_ort(purpose: str) -> None:
+    """DependencyError when ONNX-Runtime is not installed (it is needed to ``purpose``)."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        raise DependencyError(f"ONNX-Runtime is needed to {purpose}; install onnxruntime") from None
+
+
+def _runnable_copy(model, input_shapes: Optional[Mapping[str, tuple]], external_data_dir: Optional[str],
+                   purpose: str) -> Tuple[Any, bool]:
+    """A copy of ``model`` that shares nothing mutable with it, its inputs of ``input_shapes``, and
+    whether its weights are external (InputError when they are and no folder says where)."""
+    runnable = onnx.ModelProto()
+    runnable.CopyFrom(model)
+    if input_shapes:
+        override_input_shapes(runnable, dict(input_shapes), inplace=True)
+    external_refs = has_external_data(runnable)
+    if external_refs and external_data_dir is None:
+        raise InputError(
+            f"the model's weights are stored outside it and were not loaded; pass --external-data-dir "
+            f"so ONNX-Runtime can run it to {purpose}"
+        )
+    return runnable, external_refs
 
 
 def _mark_outputs(g, names: Optional[Sequence[str]]) -> None:
