@@ -372,6 +372,23 @@ def _as_values(array) -> tuple:
     return tuple(int(v) for v in np.asarray(array).reshape(-1))
 
 
+def _profiled_inputs(metas: List[TensorMeta], shape_inputs: Sequence[str]) -> Tuple[List[TensorMeta], List[TensorMeta]]:
+    """The inputs a profile covers: the dynamic ones (by shape), and the shape-tensor ones (by value)."""
+    dynamic = [m for m in metas if _is_dynamic(m) and m.name not in shape_inputs]
+    return dynamic, [m for m in metas if m.name in shape_inputs]
+
+
+def _seen_in_feeds(meta: TensorMeta, feeds, values: bool) -> List[tuple]:
+    """The shapes (``values``: the values) of input ``meta`` in the feeds that hold it."""
+    got = [f[meta.name] for f in feeds if meta.name in f]
+    return [_as_values(a) for a in got] if values else [tuple(np.shape(a)) for a in got]
+
+
+def _one_rank(seen: List[tuple], meta: TensorMeta, values: bool) -> bool:
+    """Whether ``seen`` (see :func:`_seen_in_feeds`) is not empty and of one length: the input's rank for shapes."""
+    return bool(seen) and len({len(s) for s in seen}) == 1 and (values or len(seen[0]) == len(_known(meta)))
+
+
 def _fill_values(k: int, prof: Profile, shape_metas: Sequence[TensorMeta], value_ranges: Mapping) -> None:
     """Each shape-tensor input profile ``k`` leaves out: its values in the loaded data (else UsageError)."""
     for meta in shape_metas:
@@ -563,11 +580,9 @@ class EngineBuilder:
         out = {}
         feeds = self.config.sample_feeds or ()
         for meta in metas:
-            got = [f[meta.name] for f in feeds if meta.name in f]
-            seen = [_as_values(a) for a in got] if values else [tuple(np.shape(a)) for a in got]
-            if not seen or len({len(s) for s in seen}) != 1 or (not values and len(seen[0]) != len(_known(meta))):
-                continue
-            out[meta.name] = (tuple(map(min, zip(*seen))), seen[0], tuple(map(max, zip(*seen))))
+            seen = _seen_in_feeds(meta, feeds, values)
+            if _one_rank(seen, meta, values):
+                out[meta.name] = (tuple(map(min, zip(*seen))), seen[0], tuple(map(max, zip(*seen))))
         return out
 
     def _check_user_profiles(self, profiles: List[Profile], metas: List[TensorMeta], shape_inputs: Sequence[str]) -> None:
@@ -597,22 +612,25 @@ class EngineBuilder:
         For a shape-tensor input, a profile holds its values (min/opt/max), not its shape.
         A profile is needed whenever an input is dynamic or is a shape tensor.
         """
-        dynamic = [m for m in metas if _is_dynamic(m) and m.name not in shape_inputs]
-        shape_metas = [m for m in metas if m.name in shape_inputs]
+        dynamic, shape_metas = _profiled_inputs(metas, shape_inputs)
         profiles = [dict(p) for p in self.config.profiles]
         self._check_user_profiles(profiles, metas, shape_inputs)
         if not dynamic and not shape_metas:
             if profiles:
                 self.notes.append("--trt-*-shapes ignored: the network has no dynamic inputs")
             return []
-        if not profiles:
-            profiles = [{}]
-        ranges = self.feed_ranges(dynamic) if self.config.sample_feeds else {}
-        value_ranges = self.feed_ranges(shape_metas, values=True) if self.config.sample_feeds else {}
+        profiles = profiles or [{}]
+        ranges, value_ranges = self._sample_ranges(dynamic, shape_metas)
         for k, prof in enumerate(profiles):
             self._fill_shapes(prof, dynamic, ranges)
             _fill_values(k, prof, shape_metas, value_ranges)
         return profiles
+
+    def _sample_ranges(self, dynamic: List[TensorMeta], shape_metas: List[TensorMeta]) -> Tuple[Dict, Dict]:
+        """The ranges the loaded feeds give: of the dynamic inputs' shapes, of the shape inputs' values."""
+        if not self.config.sample_feeds:
+            return {}, {}
+        return self.feed_ranges(dynamic), self.feed_ranges(shape_metas, values=True)
 
     def _fill_shapes(self, prof: Profile, dynamic: Sequence[TensorMeta], ranges: Mapping) -> None:
         """Each dynamic input ``prof`` leaves out: its shapes in the loaded data, else one fixed shape."""
