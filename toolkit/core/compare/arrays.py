@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Dict, List, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -70,20 +70,9 @@ def compare_indices(name: str, a, b, index_tolerance: int = 0) -> "OutputCompari
     bad = 0
     worst = 0
     for batch in np.ndindex(a.shape[:-1]):
-        row_a, row_b = a[batch], b[batch]
-        checked = row_a[: len(row_a) - index_tolerance] if index_tolerance > 0 else row_a
-        for pos, val in enumerate(checked):
-            if val == row_b[pos]:
-                continue
-            where = np.flatnonzero(row_b == val)
-            if where.size == 0:
-                bad += 1
-                worst = max(worst, len(row_b))
-                continue
-            shift = abs(int(where[0]) - pos)
-            worst = max(worst, shift)
-            if shift > index_tolerance:
-                bad += 1
+        row_bad, row_worst = _row_moves(a[batch], b[batch], index_tolerance)
+        bad += row_bad
+        worst = max(worst, row_worst)
     res.mismatches = bad
     res.passed = bad == 0
     res.max_abs = float(worst)
@@ -93,6 +82,23 @@ def compare_indices(name: str, a, b, index_tolerance: int = 0) -> "OutputCompari
             f"largest move {worst}"
         )
     return res
+
+
+def _row_moves(row_a, row_b, index_tolerance: int) -> Tuple[int, int]:
+    """(indices of ``row_a`` missing from ``row_b`` or moved more than ``index_tolerance``, the
+    largest move: a missing index counts as the row's length) along one last-axis row."""
+    bad = 0
+    worst = 0
+    checked = row_a[: len(row_a) - index_tolerance] if index_tolerance > 0 else row_a
+    for pos, val in enumerate(checked):
+        if val == row_b[pos]:
+            continue
+        where = np.flatnonzero(row_b == val)
+        shift = abs(int(where[0]) - pos) if where.size else len(row_b)
+        worst = max(worst, shift)
+        if where.size == 0 or shift > index_tolerance:
+            bad += 1
+    return bad, worst
 
 
 @dataclass

@@ -64,20 +64,26 @@ def skip_undefined(
     for k, o in enumerate(it.outputs):
         if o.passed or o.message or o.name not in casts:
             continue
-        src, to = casts[o.name]
-        x = _values(src, ref)
-        if x is None:
-            o.note = f"undefined elements not looked for: the reference does not hold the Cast's input '{src}'"
-            continue
-        if x.dtype.kind != "f" or x.shape != o.shape_b:
-            continue
-        mask = undefined_elements(x, to)
-        if not mask.any():
-            continue
-        redone = compare_arrays(o.name, outs_a[o.name], outs_b[o.name], o.atol, o.rtol, o.stat,
-                                tol.quantile_for(o.name), skip=mask, skip_why=WHY)
-        it.outputs[k] = redone
+        mask = _undefined_mask(o, casts[o.name], ref)
+        if mask is not None:
+            it.outputs[k] = compare_arrays(o.name, outs_a[o.name], outs_b[o.name], o.atol, o.rtol, o.stat,
+                                           tol.quantile_for(o.name), skip=mask, skip_why=WHY)
     return it
+
+
+def _undefined_mask(o, cast: Tuple[str, type], ref: Mapping) -> Optional[np.ndarray]:
+    """The elements of the failing output ``o`` that its Cast (``cast``: its input, the integer type)
+    leaves undefined, by the reference ``ref``'s values of that input; None when there are none
+    to skip (and a note on ``o`` when the reference lacks the input)."""
+    src, to = cast
+    x = _values(src, ref)
+    if x is None:
+        o.note = f"undefined elements not looked for: the reference does not hold the Cast's input '{src}'"
+        return None
+    if x.dtype.kind != "f" or x.shape != o.shape_b:
+        return None
+    mask = undefined_elements(x, to)
+    return mask if mask.any() else None
 
 
 def _values(name: str, *sources: Mapping) -> Optional[np.ndarray]:
