@@ -110,15 +110,25 @@ def classify(passed: bool, error: float, amp: Optional[float], depth: int, stora
     ``passed`` or not, with relative error ``error`` and amplification ``amp``."""
     if passed:
         return OK
-    if storage in STORAGE_MAX and ref_max > STORAGE_MAX[storage]:
+    if _past_range(ref_max, storage):
         return OVERFLOW
     own = amp is None or (math.isfinite(amp) and amp <= ULPS)  # (one node's own amplification)
     if not own:
         return FAULT
-    floor = STORAGE_FLOOR.get(storage, FLOOR)
-    if error is not None and math.isfinite(error) and error <= noise_bound(floor, depth):
+    if _within_noise(error, storage, depth):
         return ROUNDING
     return CARRIED
+
+
+def _past_range(ref_max: float, storage: str) -> bool:
+    """Whether the magnitude ``ref_max`` is past the range of ``storage`` (fp16, bf16; never for others)."""
+    return storage in STORAGE_MAX and ref_max > STORAGE_MAX[storage]
+
+
+def _within_noise(error: Optional[float], storage: str, depth: int) -> bool:
+    """Whether the relative ``error`` is within the noise bound of ``storage``'s rounding step through ``depth`` nodes."""
+    floor = STORAGE_FLOOR.get(storage, FLOOR)
+    return error is not None and math.isfinite(error) and error <= noise_bound(floor, depth)
 
 
 def kind_words(kind: str, storage: str = "fp32") -> str:
