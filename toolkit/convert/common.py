@@ -154,6 +154,11 @@ def replace_repeated(field, items) -> None:
     field.extend(copies)
 
 
+def read_names(nodes) -> Set[str]:
+    """The names ``nodes`` read (their non-empty inputs)."""
+    return {i for n in nodes for i in n.input if i}
+
+
 def readers_of(g) -> Dict[str, list]:
     """name -> the nodes that read it, in ``g`` and in the subgraphs below it."""
     out: Dict[str, list] = {}
@@ -163,6 +168,22 @@ def readers_of(g) -> Dict[str, list]:
                 if i:
                     out.setdefault(i, []).append(n)
     return out
+
+
+def constant_tensors(graph) -> Iterator[tuple]:
+    """(node, tensor) of each ``Constant`` node of ``graph`` that holds a tensor (its ``value``)."""
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            for a in node.attribute:
+                if a.name == "value":
+                    yield node, a.t
+
+
+def retype_attribute(node, name: str, old: int, new: int) -> None:
+    """``node``'s INT attribute ``name`` (an element type) is ``new`` where it is ``old``."""
+    for a in node.attribute:
+        if a.name == name and a.i == old:
+            a.i = new
 
 
 def attr_tensors(node):
