@@ -154,6 +154,11 @@ def replace_repeated(field, items) -> None:
     field.extend(copies)
 
 
+def producers(nodes) -> Dict[str, object]:
+    """Output name -> the node of ``nodes`` that makes it (empty names, omitted outputs, left out)."""
+    return {o: n for n in nodes for o in n.output if o}
+
+
 def read_names(nodes) -> Set[str]:
     """The names ``nodes`` read (their non-empty inputs)."""
     return {i for n in nodes for i in n.input if i}

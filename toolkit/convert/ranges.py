@@ -28,6 +28,7 @@ from toolkit.convert.common import (
     FP16_MAX,
     STD_DOMAINS,
     constant_tensors,
+    producers,
     read_names,
     readers_of,
     to_fp16,
@@ -268,13 +269,13 @@ def _first_carried(risky: Dict[str, str], readers: Dict[str, list]) -> List[str]
 
 def _producers(graph, values) -> List[str]:
     """Names of the nodes that compute ``values``, back to the constants (they compute them in fp32)."""
-    producer = {o: n for n in graph.node if n.op_type != "Constant" for o in n.output if o}
+    producer = producers(graph.node)
     names: List[str] = []
     todo = list(values)
     seen: Set[str] = set()
     while todo:
         node = producer.get(todo.pop())
-        if node is not None and node.name not in seen:
+        if node is not None and node.name not in seen and node.op_type != "Constant":
             seen.add(node.name)
             names.append(node.name)
             todo.extend(read_names([node]))

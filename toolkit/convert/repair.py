@@ -26,6 +26,7 @@ from toolkit.convert.common import (
     cast_to,
     iter_graphs,
     onnx_errors,
+    producers as made_by,
     read_names,
     replace_repeated,
     retype_attribute,
@@ -366,7 +367,7 @@ def _graphs_with_outer(graph, outer: Dict[str, object]):
 def _with_producers(producers: Dict[str, object], nodes) -> Dict[str, object]:
     """A copy of ``producers`` (output name -> node) with the outputs of ``nodes`` added."""
     out = dict(producers)
-    out.update({o: n for n in nodes for o in n.output if o})
+    out.update(made_by(nodes))
     return out
 
 
