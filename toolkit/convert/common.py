@@ -7,7 +7,7 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterator, Optional, Set
+from typing import Any, Dict, Iterator, Optional, Set
 
 import numpy as np
 import onnx
@@ -154,7 +154,7 @@ def replace_repeated(field, items) -> None:
     field.extend(copies)
 
 
-def producers(nodes) -> Dict[str, object]:
+def producers(nodes) -> Dict[str, Any]:
     """Output name -> the node of ``nodes`` that makes it (empty names, omitted outputs, left out)."""
     return {o: n for n in nodes for o in n.output if o}
 

@@ -34,7 +34,7 @@ def _int(text: str) -> Optional[int]:
 def _image_size(meta: Dict[str, str]) -> Optional[Tuple[int, int]]:
     """(height, width) from an ``imgsz`` entry ('[320, 320]' or '640')."""
     text = meta.get("imgsz")
-    value = None if text is None else _literal(text)
+    value: Any = None if text is None else _literal(text)
     if _size(value):
         return value, value
     if _size_pair(value):
