@@ -34,6 +34,7 @@ from toolkit.convert.common import (
     low_type,
     name_nodes,
     normalize_constants,
+    producers,
     readers_of,
     reduced_types,
     round_values,
@@ -197,15 +198,23 @@ class _Emulator:
 
     def node(self, node, rmap) -> list:
         """``node`` and the Casts after it."""
-        outs = [(j, o) for j, o in enumerate(node.output) if o and self.types.get(o) == FLOAT]
+        outs = self.float_outputs(node)
         if node.name in self.kept:  # its outputs stay fp32; converted readers get them rounded
-            return [node] + [c for _, o in outs for c in self.rounded_copy(rmap, o)]
+            return [node] + self.rounded_copies(rmap, [o for _, o in outs])
         for sub in node_subgraphs(node):
             self.graph(sub, top=False)
         if node.op_type == "Constant" and node.domain in STD_DOMAINS:
             self.constant(node)
             return [node]
         return [node] + self.rounded_outputs(node, outs)
+
+    def float_outputs(self, node) -> List[Tuple[int, str]]:
+        """(index, name) of ``node``'s float32 outputs."""
+        return [(j, o) for j, o in enumerate(node.output) if o and self.types.get(o) == FLOAT]
+
+    def rounded_copies(self, rmap, names: List[str]) -> list:
+        """:meth:`rounded_copy` of each of ``names``, in order."""
+        return [c for name in names for c in self.rounded_copy(rmap, name)]
 
     def rounded_outputs(self, node, outs: List[Tuple[int, str]]) -> list:
         """A converted node makes its float32 outputs ``outs`` (index, name) under fresh names; the
@@ -235,7 +244,7 @@ class _Emulator:
     def body_outputs(self, g) -> list:
         """A body of a converted If/Loop/Scan hands its outputs over in fp16 (a Loop's carried values
         between iterations too): those a kept node inside made are rounded on their way out."""
-        made_by_kept = {o for n in g.node if n.name in self.kept for o in n.output if o}
+        made_by_kept = producers(n for n in g.node if n.name in self.kept)
         tail: list = []
         for vi in g.output:
             if vi.name in made_by_kept and self.types.get(vi.name) == FLOAT:

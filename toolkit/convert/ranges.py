@@ -180,31 +180,40 @@ def _computed_values(model, graph, derived: List, types: Dict[str, int]) -> Dict
     """The float outputs of ``derived`` (nodes computing from constants), computed with ONNX-Runtime.
 
     Empty when ONNX-Runtime cannot compute them (the check then covers weights and Constants only)."""
-    import onnxruntime as ort  # inspect loads this module without running a model
-
     wanted = [o for n in derived for o in n.output if o and types.get(o) == FLOAT]
     if not wanted:
         return {}
-    small = _constants_model(model, graph, derived, wanted)
+    values = _run_alone(_constants_model(model, graph, derived, wanted), wanted)
+    return {} if values is None else dict(zip(wanted, values))
+
+
+def _run_alone(model, wanted: List[str]) -> Optional[list]:
+    """The outputs ``wanted`` of a model without inputs, run once with ONNX-Runtime unoptimized; None
+    when it cannot run it."""
+    import onnxruntime as ort  # inspect loads this module without running a model
+
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 4  # (its errors come back as exceptions: no log lines of its own)
     try:
-        sess = ort.InferenceSession(small.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        values = interruptible_run(sess, wanted, {})
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return interruptible_run(sess, wanted, {})
     except ort_errors():
-        return {}
-    return dict(zip(wanted, values))
+        return None
 
 
 def _constants_model(model, graph, derived: List, wanted: List[str]):
     """A model of the ``derived`` nodes and the constants they read, whose outputs are ``wanted``."""
-    reads = read_names(derived)
-    consts = [n for n in graph.node if n.op_type == "Constant" and not reads.isdisjoint(n.output)]
-    inits = [t for t in graph.initializer if t.name in reads]
+    consts, inits = _constants_read(graph, read_names(derived))
     outputs = [helper.make_tensor_value_info(o, FLOAT, None) for o in wanted]
     g = helper.make_graph(consts + list(derived), "constants", [], outputs, inits)
     return helper.make_model(g, opset_imports=list(model.opset_import), ir_version=min(model.ir_version or 8, 10))
+
+
+def _constants_read(graph, reads: Set[str]) -> Tuple[list, list]:
+    """(the Constant nodes, the initializers) of ``graph`` that make a value of ``reads``."""
+    consts = [n for n in graph.node if n.op_type == "Constant" and not reads.isdisjoint(n.output)]
+    return consts, [t for t in graph.initializer if t.name in reads]
 
 
 def risky_values(model, types: Dict[str, int], low: int, arrays: Optional[Dict[str, object]] = None) -> Dict[str, str]:
@@ -301,8 +310,14 @@ def _carried_readers(risky: Dict[str, str], readers: Dict[str, list], types: Dic
         if value in seen or types.get(value) != FLOAT:
             continue
         seen.add(value)
-        for node in readers.get(value, ()):
-            out.append(node.name)
-            if node.op_type in CARRYING_OPS and node.domain in STD_DOMAINS:
-                todo.extend(o for o in node.output if o)
+        nodes = readers.get(value, ())
+        out.extend(node.name for node in nodes)
+        todo.extend(_passed_on(nodes))
     return out
+
+
+def _passed_on(nodes) -> List[str]:
+    """The outputs of the nodes among ``nodes`` that pass their values on unchanged in magnitude
+    (:data:`CARRYING_OPS`), in order."""
+    carrying = [n for n in nodes if n.op_type in CARRYING_OPS and n.domain in STD_DOMAINS]
+    return [o for n in carrying for o in n.output if o]
