@@ -7,7 +7,7 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import math
-from typing import Dict, Iterator, Optional, Set
+from typing import Any, Dict, Iterator, Optional, Set
 
 import numpy as np
 import onnx
@@ -154,6 +154,16 @@ def replace_repeated(field, items) -> None:
     field.extend(copies)
 
 
+def producers(nodes) -> Dict[str, Any]:
+    """Output name -> the node of ``nodes`` that makes it (empty names, omitted outputs, left out)."""
+    return {o: n for n in nodes for o in n.output if o}
+
+
+def read_names(nodes) -> Set[str]:
+    """The names ``nodes`` read (their non-empty inputs)."""
+    return {i for n in nodes for i in n.input if i}
+
+
 def readers_of(g) -> Dict[str, list]:
     """name -> the nodes that read it, in ``g`` and in the subgraphs below it."""
     out: Dict[str, list] = {}
@@ -163,6 +173,22 @@ def readers_of(g) -> Dict[str, list]:
                 if i:
                     out.setdefault(i, []).append(n)
     return out
+
+
+def constant_tensors(graph) -> Iterator[tuple]:
+    """(node, tensor) of each ``Constant`` node of ``graph`` that holds a tensor (its ``value``)."""
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            for a in node.attribute:
+                if a.name == "value":
+                    yield node, a.t
+
+
+def retype_attribute(node, name: str, old: int, new: int) -> None:
+    """``node``'s INT attribute ``name`` (an element type) is ``new`` where it is ``old``."""
+    for a in node.attribute:
+        if a.name == name and a.i == old:
+            a.i = new
 
 
 def attr_tensors(node):

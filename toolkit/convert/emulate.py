@@ -34,6 +34,7 @@ from toolkit.convert.common import (
     low_type,
     name_nodes,
     normalize_constants,
+    producers,
     readers_of,
     reduced_types,
     round_values,
@@ -197,15 +198,23 @@ class _Emulator:
 
     def node(self, node, rmap) -> list:
         """``node`` and the Casts after it."""
-        outs = [(j, o) for j, o in enumerate(node.output) if o and self.types.get(o) == FLOAT]
+        outs = self.float_outputs(node)
         if node.name in self.kept:  # its outputs stay fp32; converted readers get them rounded
-            return [node] + [c for _, o in outs for c in self.rounded_copy(rmap, o)]
+            return [node] + self.rounded_copies(rmap, [o for _, o in outs])
         for sub in node_subgraphs(node):
             self.graph(sub, top=False)
         if node.op_type == "Constant" and node.domain in STD_DOMAINS:
             self.constant(node)
             return [node]
         return [node] + self.rounded_outputs(node, outs)
+
+    def float_outputs(self, node) -> List[Tuple[int, str]]:
+        """(index, name) of ``node``'s float32 outputs."""
+        return [(j, o) for j, o in enumerate(node.output) if o and self.types.get(o) == FLOAT]
+
+    def rounded_copies(self, rmap, names: List[str]) -> list:
+        """:meth:`rounded_copy` of each of ``names``, in order."""
+        return [c for name in names for c in self.rounded_copy(rmap, name)]
 
     def rounded_outputs(self, node, outs: List[Tuple[int, str]]) -> list:
         """A converted node makes its float32 outputs ``outs`` (index, name) under fresh names; the
@@ -235,7 +244,7 @@ class _Emulator:
     def body_outputs(self, g) -> list:
         """A body of a converted If/Loop/Scan hands its outputs over in fp16 (a Loop's carried values
         between iterations too): those a kept node inside made are rounded on their way out."""
-        made_by_kept = {o for n in g.node if n.name in self.kept for o in n.output if o}
+        made_by_kept = producers(n for n in g.node if n.name in self.kept)
         tail: list = []
         for vi in g.output:
             if vi.name in made_by_kept and self.types.get(vi.name) == FLOAT:
@@ -330,14 +339,17 @@ class _MixedEmulator:
         new_nodes = self._inputs(g, top)
         out_types = {vi.name: vi.type.tensor_type.elem_type for vi in g.output}
         for node in list(g.node):
-            for sub in node_subgraphs(node):
-                self.graph(sub, top=False)
-            _retype_attrs(node)
-            new_nodes.append(node)
-            new_nodes += self._round_outputs(node, top, out_types)
+            new_nodes += self._node(node, top, out_types)
         del g.node[:]
         g.node.extend(new_nodes)
         _widen_value_types(g, top)
+
+    def _node(self, node, top: bool, out_types: Dict[str, int]) -> list:
+        """``node`` (its bodies rewritten, its attributes making float32) and the Casts after it."""
+        for sub in node_subgraphs(node):
+            self.graph(sub, top=False)
+        _retype_attrs(node)
+        return [node] + self._round_outputs(node, top, out_types)
 
     def _inputs(self, g, top: bool) -> list:
         """Casts that read the top graph's reduced inputs as fp32; bodies' inputs retyped."""
@@ -365,17 +377,23 @@ class _MixedEmulator:
             raw = fresh(f"{o}::fp32")
             node.output[j] = raw
             if top and out_types.get(o) == low:
-                # a graph output that keeps its reduced type (a model's own, or a tensor marked as an
-                # output): the readers inside the graph read the same values widened to float32
-                tail.append(cast_node(raw, o, fresh(f"{o}::to_{short_name(low)}"), low))
-                if self._read_inside(o):
-                    wide = fresh(f"{o}::rounded")
-                    _repoint(self.graph_nodes, o, wide)
-                    tail.append(cast_node(o, wide, fresh(f"{o}::to_fp32"), FLOAT))
+                tail += self._reduced_output(raw, o, low)
             else:
                 tail += _round_chain(fresh, raw, o, o, low)
             self.rounded += 1
         return tail
+
+    def _reduced_output(self, raw: str, o: str, low: int) -> list:
+        """The Casts of a graph output ``o`` that keeps its reduced type ``low`` (a model's own, or a
+        tensor marked as an output), computed in fp32 as ``raw``: the readers inside the graph read
+        the same values widened to float32."""
+        fresh = self.fresh
+        casts = [cast_node(raw, o, fresh(f"{o}::to_{short_name(low)}"), low)]
+        if self._read_inside(o):
+            wide = fresh(f"{o}::rounded")
+            _repoint(self.graph_nodes, o, wide)
+            casts.append(cast_node(o, wide, fresh(f"{o}::to_fp32"), FLOAT))
+        return casts
 
     def _read_inside(self, name: str) -> bool:
         """Whether a node of the top graph (or of its bodies) reads ``name``."""

@@ -31,8 +31,10 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Set, Tuple
+from itertools import chain
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Set, Tuple
 
 import onnx
 from onnx import numpy_helper
@@ -49,6 +51,7 @@ from toolkit.convert.common import (
     STD_DOMAINS,
     attr_tensors,
     bf16_values,
+    constant_tensors,
     copy_model,
     float16_library,
     has_fp16,
@@ -59,6 +62,7 @@ from toolkit.convert.common import (
     normalize_constants,
     reduced_types,
     replace_repeated,
+    retype_attribute,
     round_values,
     to_bf16,
     to_fp16,
@@ -185,22 +189,34 @@ def _convert_weights(
     ``arrays``: weights already read (by the range check), by name: used, and dropped, instead of
     reading them again (reading a weight copies its bytes)."""
     arrays = {} if arrays is None else arrays
-    read_by_kept = _read_by_kept(model, kept)
     clamped = []
+    for t, top in _weights_to_convert(model, kept):
+        if _store_rounded(t, arrays.pop(t.name, None) if top else None, low):
+            clamped.append(t.name)
+    return clamped
+
+
+def _weights_to_convert(model, kept: Set[str]) -> Iterator[Tuple[Any, bool]]:
+    """(weight, whether in the top graph) of the float32 weights that nodes read, none of them ``kept``
+    (the library keeps those a kept node reads in fp32)."""
+    read_by_kept = _read_by_kept(model, kept)
     for graph in iter_graphs(model.graph):
         for t in graph.initializer:
-            if t.data_type != FLOAT or read_by_kept.get(t.name, True):
-                continue  # read by a kept node (the library keeps it fp32), or by nothing
-            arr = arrays.pop(t.name, None) if graph is model.graph else None
-            arr = weight_array(t) if arr is None else arr
-            h, over = to_bf16(arr) if low == BFLOAT16 else to_fp16(arr)
-            del arr
-            del t.float_data[:]
-            t.raw_data = h.tobytes()
-            t.data_type = FLOAT16
-            if over:
-                clamped.append(t.name)
-    return clamped
+            if t.data_type == FLOAT and not read_by_kept.get(t.name, True):
+                yield t, graph is model.graph
+
+
+def _store_rounded(t, arr, low: int) -> bool:
+    """In place: the float32 tensor ``t`` holds its values (``arr`` when read already) rounded by
+    :func:`to_fp16` (:func:`to_bf16`), typed FLOAT16 while the library runs. Returns whether a value was
+    clamped."""
+    arr = weight_array(t) if arr is None else arr
+    bits, over = to_bf16(arr) if low == BFLOAT16 else to_fp16(arr)
+    del arr
+    del t.float_data[:]
+    t.raw_data = bits.tobytes()
+    t.data_type = FLOAT16
+    return over
 
 
 def _read_by_kept(model, kept: Set[str]) -> Dict[str, bool]:
@@ -233,11 +249,10 @@ def _initializers_as_weights(model) -> None:
     weights (IR version 4 at least, where an initializer need not be an input)."""
     for graph in iter_graphs(model.graph):
         weights = {t.name for t in graph.initializer}
-        if not any(vi.name in weights for vi in graph.input):
-            continue
         inputs = [vi for vi in graph.input if vi.name not in weights]
-        replace_repeated(graph.input, inputs)
-        model.ir_version = max(model.ir_version, 4)
+        if len(inputs) < len(graph.input):
+            replace_repeated(graph.input, inputs)
+            model.ir_version = max(model.ir_version, 4)
 
 
 class ConverterError(ToolkitError):
@@ -266,13 +281,8 @@ def _placeholder(tensor, low: int, clamped: List[str], protected: Set[str] = fro
     """In place: a float32 tensor -> :func:`to_fp16`'s (:func:`to_bf16`'s) values, typed FLOAT16 while the
     library runs; the tensor's name is appended to ``clamped`` when a value was clamped. A weight named
     in ``protected`` stays as it is (:func:`_convert_weights` left it float32 for its kept readers)."""
-    if tensor.data_type == FLOAT and tensor.name not in protected:
-        bits, over = to_bf16(weight_array(tensor)) if low == BFLOAT16 else to_fp16(weight_array(tensor))
-        del tensor.float_data[:]
-        tensor.raw_data = bits.tobytes()
-        tensor.data_type = FLOAT16
-        if over:
-            clamped.append(tensor.name or "(a Constant's value)")
+    if tensor.data_type == FLOAT and tensor.name not in protected and _store_rounded(tensor, None, low):
+        clamped.append(tensor.name or "(a Constant's value)")
     return tensor
 
 
@@ -289,25 +299,22 @@ def _library_convert(
     get bfloat16 bits rounded from their float32 values, typed FLOAT16 until
     :func:`_retype_bf16`); the names of those clamped are appended to ``clamped``.
     A failure inside the library is a :class:`ConverterError`."""
-    # the library's topological sort is quadratic (10k nodes: seconds) and ignores what
-    # If/Loop bodies read; ours (below) runs instead, for the duration of the call
-    library_sort = getattr(f16, "sort_topology", None)
-    library_tensor = f16.convert_tensor_float_to_float16
-    # its last pass removes Cast pairs fp32 -> fp16 -> fp32, taking the model's own Cast(to=float) for
-    # one of its own: when that Cast has several readers it fails (AttributeError), and with a graph
-    # output a ValueError; drop_round_trips does that work after it, on the Casts it made only
-    library_prune = getattr(f16, "remove_unnecessary_cast_node", None)
-    with warnings.catch_warnings():
+    # the weights still float32 are read by kept nodes (_convert_weights): the library would
+    # convert those read only inside an If/Loop body, whose kept node would then read them rounded
+    protected = {t.name for g in iter_graphs(model.graph) for t in g.initializer if t.data_type == FLOAT}
+    replacements = {
+        "convert_tensor_float_to_float16": lambda t, *a: _placeholder(t, low, clamped, protected),
+        # the library's topological sort is quadratic (10k nodes: seconds) and ignores what
+        # If/Loop bodies read; ours (below) runs instead, for the duration of the call
+        "sort_topology": sort_all,
+        # its last pass removes Cast pairs fp32 -> fp16 -> fp32, taking the model's own Cast(to=float) for
+        # one of its own: when that Cast has several readers it fails (AttributeError), and with a graph
+        # output a ValueError; drop_round_trips does that work after it, on the Casts it made only
+        "remove_unnecessary_cast_node": _no_prune,
+    }
+    with warnings.catch_warnings(), _replaced(f16, replacements):
         warnings.simplefilter("ignore")
         try:
-            # the weights still float32 are read by kept nodes (_convert_weights): the library would
-            # convert those read only inside an If/Loop body, whose kept node would then read them rounded
-            protected = {t.name for g in iter_graphs(model.graph) for t in g.initializer if t.data_type == FLOAT}
-            f16.convert_tensor_float_to_float16 = lambda t, *a: _placeholder(t, low, clamped, protected)
-            if library_sort is not None:
-                f16.sort_topology = sort_all
-            if library_prune is not None:
-                f16.remove_unnecessary_cast_node = _no_prune
             f16.convert_float_to_float16(
                 model,
                 min_positive_val=FP16_TINY,
@@ -321,12 +328,19 @@ def _library_convert(
         except CONVERTER_ERRORS as exc:
             reraise_bug(exc)
             raise _converter_error(exc, _failing_node(exc, originals)) from None
-        finally:
-            f16.convert_tensor_float_to_float16 = library_tensor
-            if library_sort is not None:
-                f16.sort_topology = library_sort
-            if library_prune is not None:
-                f16.remove_unnecessary_cast_node = library_prune
+
+
+@contextmanager
+def _replaced(module, replacements: Mapping[str, object]) -> Iterator[None]:
+    """The functions of ``module`` named in ``replacements`` (those it has) replaced while the block runs."""
+    saved = {name: getattr(module, name) for name in replacements if hasattr(module, name)}
+    for name in saved:
+        setattr(module, name, replacements[name])
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(module, name, value)
 
 
 def _converter_error(exc: BaseException, node) -> ConverterError:
@@ -362,10 +376,9 @@ def _retype_bf16(model, original_fp16: Set[Tuple[str, str, int]]) -> None:
         for t in graph.initializer:
             if t.data_type == FLOAT16:
                 t.data_type = BFLOAT16
-        for coll in (graph.input, graph.output, graph.value_info):
-            for vi in coll:
-                if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type == FLOAT16:
-                    vi.type.tensor_type.elem_type = BFLOAT16
+        for vi in chain(graph.input, graph.output, graph.value_info):
+            if vi.type.tensor_type.elem_type == FLOAT16:  # (reading tensor_type sets no field)
+                vi.type.tensor_type.elem_type = BFLOAT16
         for node in graph.node:
             _retype_node_bf16(node, original_fp16)
 
@@ -373,9 +386,7 @@ def _retype_bf16(model, original_fp16: Set[Tuple[str, str, int]]) -> None:
 def _retype_node_bf16(node, original_fp16: Set[Tuple[str, str, int]]) -> None:
     """A standard Cast to FLOAT16 casts to BFLOAT16; FLOAT16 attribute tensors not in ``original_fp16`` become BFLOAT16."""
     if node.op_type == "Cast" and node.domain in STD_DOMAINS:
-        for a in node.attribute:
-            if a.name == "to" and a.i == FLOAT16:
-                a.i = BFLOAT16
+        retype_attribute(node, "to", FLOAT16, BFLOAT16)
     for name, k, t in attr_tensors(node):
         if t.data_type == FLOAT16 and (node.name, name, k) not in original_fp16:
             t.data_type = BFLOAT16
@@ -408,13 +419,7 @@ def convert(
     short = PRECISIONS["bfloat16" if low == BFLOAT16 else "float16"][1]
     held = reduced_types(model)
     if held:
-        if if_mixed == "error" or keep_fp32:
-            names = " and ".join(sorted(held))
-            raise InputError(
-                f"the model already holds {names} tensors (mixed precision); converting it again would turn its "
-                f"float32 nodes to {short}: convert the float32 original (with --keep-fp32 for the nodes to keep)"
-            )
-        return Conversion(copy_model(model, inplace), {}, [], 0, already_mixed=True)
+        return _already_mixed(model, held, if_mixed == "error" or bool(keep_fp32), short, inplace)
     f16 = float16_library()
     model, upgraded_from = _working_copy(model, low, inplace)
     inferred = infer_types(model)
@@ -434,6 +439,18 @@ def convert(
     return Conversion(
         model, dict(decision.kept), clamped, casts_added, upgraded_from=upgraded_from, out_of_range=risky
     )
+
+
+def _already_mixed(model, held: Set[str], refuse: bool, short: str, inplace: bool) -> Conversion:
+    """The result for a model that holds the reduced precisions ``held`` already: itself (a copy unless
+    ``inplace``), or an InputError when ``refuse``."""
+    if refuse:
+        names = " and ".join(sorted(held))
+        raise InputError(
+            f"the model already holds {names} tensors (mixed precision); converting it again would turn its "
+            f"float32 nodes to {short}: convert the float32 original (with --keep-fp32 for the nodes to keep)"
+        )
+    return Conversion(copy_model(model, inplace), {}, [], 0, already_mixed=True)
 
 
 def _working_copy(model, low: int, inplace: bool):
@@ -457,13 +474,10 @@ def _convert_nodes(f16, model, kept: Set[str], keep_io_types: bool, low: int, cl
     hidden = _hide_kept_outputs(model, kept) if keep_io_types else set()
     _name_constant_values(model)
     _library_convert(f16, model, kept, keep_io_types, low, clamped, originals)
-    for graph in iter_graphs(model.graph):
-        toposort(graph)
+    sort_all(model.graph)
     if low == BFLOAT16:
         _retype_bf16(model, original_fp16)
-    for vi in model.graph.output:
-        if vi.name in hidden:
-            vi.type.tensor_type.elem_type = FLOAT
+    _show_kept_outputs(model, hidden)
     repair = Repair(model, types, kept, originals, keep_io_types, low)
     repair.run()
     drop_round_trips(model, originals, repair.types)
@@ -473,11 +487,10 @@ def _convert_nodes(f16, model, kept: Set[str], keep_io_types: bool, low: int, cl
 
 def _name_constant_values(model) -> None:
     """Unnamed ``Constant`` value tensors get their node's output name (so a clamped one is named)."""
-    for node in iter_nodes(model):
-        if node.op_type == "Constant" and node.domain in STD_DOMAINS and node.output:
-            for a in node.attribute:
-                if a.name == "value" and not a.t.name:
-                    a.t.name = node.output[0]
+    for graph in iter_graphs(model.graph):
+        for node, tensor in constant_tensors(graph):
+            if node.domain in STD_DOMAINS and not tensor.name:
+                tensor.name = node.output[0]
 
 
 def _hide_kept_outputs(model, kept: Set[str]) -> Set[str]:
@@ -490,6 +503,13 @@ def _hide_kept_outputs(model, kept: Set[str]) -> Set[str]:
             vi.type.tensor_type.elem_type = DOUBLE
             hidden.add(vi.name)
     return hidden
+
+
+def _show_kept_outputs(model, hidden: Set[str]) -> None:
+    """The graph outputs :func:`_hide_kept_outputs` typed DOUBLE (``hidden``) are FLOAT again."""
+    for vi in model.graph.output:
+        if vi.name in hidden:
+            vi.type.tensor_type.elem_type = FLOAT
 
 
 def convert_to_fp16(model, keep_fp32: Iterable[str] = (), keep_io_types: bool = True, **kw):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import warnings
+from itertools import chain
 from typing import Dict, Iterator, Optional, Set, Tuple
 
 import onnx
@@ -100,10 +101,9 @@ def tensor_types(model) -> Dict[str, int]:
 def _declared_types(graph) -> Iterator[Tuple[str, int]]:
     """(name, element type) of a graph's inputs, value infos and outputs (those typed), its
     initializers and the values of its Constant nodes, in that order."""
-    for coll in (graph.input, graph.value_info, graph.output):
-        for vi in coll:
-            if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type:
-                yield vi.name, vi.type.tensor_type.elem_type
+    for vi in chain(graph.input, graph.value_info, graph.output):
+        if vi.type.tensor_type.elem_type:  # (0 for the other kinds of type: reading sets no field)
+            yield vi.name, vi.type.tensor_type.elem_type
     for t in graph.initializer:
         yield t.name, t.data_type
     for node in graph.node:

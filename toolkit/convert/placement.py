@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import fnmatch
 from dataclasses import dataclass, field
+from itertools import chain
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Set, Tuple
 
 from toolkit.convert.common import (
@@ -27,6 +28,8 @@ from toolkit.convert.common import (
     iter_nodes,
     low_type,
     name_nodes,
+    producers,
+    read_names,
     readers_of,
 )
 from toolkit.convert.onnx_types import Schemas, infer_types, schema_lacks, tensor_types
@@ -152,10 +155,10 @@ def _shape_derivation(model) -> Iterator[Tuple[Any, bool]]:
 
 def _computes_on_shapes(node, shape_derived: Set[str], constants: Set[str]) -> bool:
     # an If reads only its condition: its outputs come from its branches, whatever decides it
-    ins = [i for i in node.input if i]
+    ins = read_names([node])
     if node.op_type == "If" or not ins:
         return False
-    return any(i in shape_derived for i in ins) and all(i in shape_derived or i in constants for i in ins)
+    return not shape_derived.isdisjoint(ins) and all(i in shape_derived or i in constants for i in ins)
 
 
 class _Reasons:
@@ -170,8 +173,7 @@ class _Reasons:
 
     def of(self, node, derived: bool) -> Optional[str]:
         """Only a node that reads or makes float32 has a reason; the schema's is checked last."""
-        ins = [i for i in node.input if i]
-        if not any(self.types.get(t) == FLOAT for t in ins + list(node.output)):
+        if not _touches_float(node, self.types):
             return None
         reason = _reason(node, derived, self.block, self.types)
         if reason is not None:
@@ -180,6 +182,11 @@ class _Reasons:
         if schema is not None and schema_lacks(schema, self.low):
             return self.reason_schema
         return None
+
+
+def _touches_float(node, types: Dict[str, int]) -> bool:
+    """Whether ``node`` reads or makes a float32 value."""
+    return any(types.get(t) == FLOAT for t in chain(node.input, node.output) if t)
 
 
 def _reason(node, derived: bool, block: Set[str], types: Dict[str, int]) -> Optional[str]:
@@ -225,19 +232,24 @@ def ml_neighbours(model) -> List[str]:
 
 
 def _ml_neighbours_in(graph) -> List[str]:
-    producers = {o: n for n in graph.node for o in _made(n)}
+    made_by = producers(graph.node)
     ml_out: Set[str] = set()
     names: List[str] = []
     for node in graph.node:
         if node.domain == ML_DOMAIN:
             ml_out.update(_made(node))
-            feeders = [producers[i] for i in node.input if i in producers]
-            names.extend(p.name for p in feeders if p.domain in STD_DOMAINS)
+            names.extend(_standard_feeders(node, made_by))
         elif node.domain in STD_DOMAINS and _reads(node, ml_out):
             names.append(node.name)
             if node.op_type == "Identity":
                 ml_out.update(_made(node))
     return names
+
+
+def _standard_feeders(node, made_by: Dict[str, Any]) -> List[str]:
+    """Names of the standard-domain nodes that make an input of ``node`` (``made_by``: output name -> node)."""
+    feeders = [made_by[i] for i in node.input if i in made_by]
+    return [p.name for p in feeders if p.domain in STD_DOMAINS]
 
 
 def _made(node) -> List[str]:
@@ -277,17 +289,19 @@ _SUM = "sum"
 _MADE_FLOAT = "made float"
 
 
+# op type -> its role when it reads an accumulator: (its output not float32, its output float32)
+_ROLES = {**{op: (_SUM, None) for op in ACCUMULATOR_PASSING_OPS}, "Cast": (None, _MADE_FLOAT)}
+
+
 def _accumulator_role(node, sums: Set[str], types: Dict[str, int]) -> Optional[str]:
     """``_SUM``: the node makes (or passes on, as an integer) an accumulator of ``sums``;
     ``_MADE_FLOAT``: it casts one to float32; None: neither."""
     if node.op_type in ACCUMULATING_OPS:
         return _SUM
-    if (node.op_type not in ACCUMULATOR_PASSING_OPS and node.op_type != "Cast") or not _reads(node, sums):
+    roles = _ROLES.get(node.op_type)
+    if roles is None or not _reads(node, sums):
         return None
-    made_float = types.get(node.output[0]) == FLOAT
-    if node.op_type == "Cast":
-        return _MADE_FLOAT if made_float else None
-    return None if made_float else _SUM
+    return roles[types.get(node.output[0]) == FLOAT]
 
 
 def _inside_kept(model, kept: Set[str]) -> Set[str]:
@@ -359,9 +373,13 @@ def _constants_for_kept(model, kept: Set[str]) -> List[str]:
     readers = readers_of(model.graph)
     out = []
     for node in iter_nodes(model):
-        if node.op_type != "Constant" or node.domain not in STD_DOMAINS or node.name in kept:
-            continue
-        names = [r.name for o in node.output if o for r in readers.get(o, ())]
-        if names and all(r in kept for r in names):
-            out.append(node.name)
+        if node.op_type == "Constant" and node.domain in STD_DOMAINS and node.name not in kept:
+            if _read_only_by(node, readers, kept):
+                out.append(node.name)
     return out
+
+
+def _read_only_by(node, readers: Dict[str, list], kept: Set[str]) -> bool:
+    """Whether nodes read ``node``'s outputs, all of them in ``kept`` (``readers``: name -> its readers)."""
+    names = [r.name for o in node.output for r in readers.get(o, ())]  # (readers_of has no "")
+    return bool(names) and kept.issuperset(names)

@@ -16,7 +16,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterator, List, Optional, Set, Tuple
+from typing import Dict, Iterator, List, Optional, Set, Tuple
 
 import numpy as np
 from onnx import helper, numpy_helper
@@ -27,6 +27,9 @@ from toolkit.convert.common import (
     FLOAT,
     FP16_MAX,
     STD_DOMAINS,
+    constant_tensors,
+    producers,
+    read_names,
     readers_of,
     to_fp16,
     weight_array,
@@ -54,21 +57,21 @@ _RANDOM = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLi
 def value_problem(arr, low: int) -> Optional[str]:
     """Why ``low`` (FLOAT16 or BFLOAT16) cannot hold the float32 values ``arr``; None when it can."""
 
-    a = np.asarray(arr, dtype=np.float32).ravel()
+    a = _finite(np.asarray(arr, dtype=np.float32).ravel())
     if a.size == 0:
         return None
-    hi, lo = float(a.max()), float(a.min())
-    if not (np.isfinite(hi) and np.isfinite(lo)):  # inf and NaN are kept as they are: look past them
-        a = a[np.isfinite(a)]
-        if a.size == 0:
-            return None
-        hi, lo = float(a.max()), float(a.min())
-    amax = max(hi, -lo)
+    amax = max(float(a.max()), -float(a.min()))
     if low == BFLOAT16:
         return f"values up to {amax:.3g}, past bf16's largest ({BF16_MAX:.3g})" if amax > BF16_MAX else None
     if amax > FP16_MAX:
         return f"values up to {amax:.3g}, {_PAST_FP16} (65504)"
     return _underflow(a, amax)
+
+
+def _finite(a):
+    """The finite values of the flat array ``a`` (inf and NaN are kept as they are: the checks look past them)."""
+    finite = np.isfinite(a)
+    return a if finite.all() else a[finite]
 
 
 def _underflow(a, amax: float) -> Optional[str]:
@@ -96,26 +99,23 @@ def _constant_values(graph, keep: Optional[Dict[str, object]] = None) -> Iterato
     ``graph``, one at a time. ``keep``: a dict that also gets the initializers' arrays, up to
     :data:`KEEP_BYTES` in all (the conversion reads them once more otherwise: a copy each)."""
 
-    budget = KEEP_BYTES
-    for t in graph.initializer:
-        if t.data_type == FLOAT and not t.external_data:
-            arr = weight_array(t)
-            if keep is not None and arr.nbytes <= budget:
-                keep[t.name] = arr
-                budget -= arr.nbytes
-            yield t.name, arr
-    for node, tensor in _constant_tensors(graph):
+    yield from _initializer_values(graph, {} if keep is None else keep)
+    for node, tensor in constant_tensors(graph):
         if node.domain in STD_DOMAINS and tensor.data_type == FLOAT:
             yield node.output[0], numpy_helper.to_array(tensor)
 
 
-def _constant_tensors(graph) -> Iterator[Tuple[Any, Any]]:
-    """(node, tensor) of each ``Constant`` node of ``graph`` that holds a tensor (its ``value``)."""
-    for node in graph.node:
-        if node.op_type == "Constant" and node.output:
-            for a in node.attribute:
-                if a.name == "value":
-                    yield node, a.t
+def _initializer_values(graph, keep: Dict[str, object]) -> Iterator[Tuple[str, object]]:
+    """(name, array) of the float32 initializers of ``graph`` with their data loaded; ``keep`` gets the
+    arrays too, up to :data:`KEEP_BYTES` in all."""
+    budget = KEEP_BYTES
+    for t in graph.initializer:
+        if t.data_type == FLOAT and not t.external_data:
+            arr = weight_array(t)
+            if arr.nbytes <= budget:
+                keep[t.name] = arr
+                budget -= arr.nbytes
+            yield t.name, arr
 
 
 def _derived_nodes(graph, constants: Set[str], types: Dict[str, int]) -> List:
@@ -125,19 +125,22 @@ def _derived_nodes(graph, constants: Set[str], types: Dict[str, int]) -> List:
     at least 2**-14, 255 x scale at most 65504: the usual case) is left out, with what is computed
     from it: a quantized model dequantizes every weight, and computing them all would cost a
     float32 copy of the model."""
-    fixed = set(constants)
     inputs = {vi.name for vi in graph.input}
+    fixed = set(constants) - inputs  # (graph inputs vary, even those with an initializer)
     scales = _ScaleBounds(graph)
     out = []
     for node in graph.node:
         ins = [i for i in node.input if i]
-        if not (ins and _computes_the_same(node) and all(i in fixed and i not in inputs for i in ins)):
-            continue
-        if scales.dequantizes_normal(node, ins, types):
-            continue
-        out.append(node)
-        fixed.update(o for o in node.output if o)
+        if _reads_only(node, ins, fixed) and not scales.dequantizes_normal(node, ins, types):
+            out.append(node)
+            fixed.update(set(node.output) - inputs)
     return out
+
+
+def _reads_only(node, ins: List[str], fixed: Set[str]) -> bool:
+    """Whether ``node`` (non-empty inputs ``ins``) computes the same values each run from values of
+    ``fixed`` only."""
+    return bool(ins) and fixed.issuperset(ins) and _computes_the_same(node)
 
 
 def _computes_the_same(node) -> bool:
@@ -156,7 +159,7 @@ class _ScaleBounds:
 
     def __init__(self, graph):
         self.tensors = {t.name: t for t in graph.initializer}
-        for node, tensor in _constant_tensors(graph):
+        for node, tensor in constant_tensors(graph):
             self.tensors[node.output[0]] = tensor
 
     def dequantizes_normal(self, node, ins: List[str], types: Dict[str, int]) -> bool:
@@ -177,31 +180,40 @@ def _computed_values(model, graph, derived: List, types: Dict[str, int]) -> Dict
     """The float outputs of ``derived`` (nodes computing from constants), computed with ONNX-Runtime.
 
     Empty when ONNX-Runtime cannot compute them (the check then covers weights and Constants only)."""
-    import onnxruntime as ort  # inspect loads this module without running a model
-
     wanted = [o for n in derived for o in n.output if o and types.get(o) == FLOAT]
     if not wanted:
         return {}
-    small = _constants_model(model, graph, derived, wanted)
+    values = _run_alone(_constants_model(model, graph, derived, wanted), wanted)
+    return {} if values is None else dict(zip(wanted, values))
+
+
+def _run_alone(model, wanted: List[str]) -> Optional[list]:
+    """The outputs ``wanted`` of a model without inputs, run once with ONNX-Runtime unoptimized; None
+    when it cannot run it."""
+    import onnxruntime as ort  # inspect loads this module without running a model
+
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     so.log_severity_level = 4  # (its errors come back as exceptions: no log lines of its own)
     try:
-        sess = ort.InferenceSession(small.SerializeToString(), so, providers=["CPUExecutionProvider"])
-        values = interruptible_run(sess, wanted, {})
+        sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+        return interruptible_run(sess, wanted, {})
     except ort_errors():
-        return {}
-    return dict(zip(wanted, values))
+        return None
 
 
 def _constants_model(model, graph, derived: List, wanted: List[str]):
     """A model of the ``derived`` nodes and the constants they read, whose outputs are ``wanted``."""
-    reads = {i for n in derived for i in n.input if i}
-    consts = [n for n in graph.node if n.op_type == "Constant" and any(o in reads for o in n.output)]
-    inits = [t for t in graph.initializer if t.name in reads]
+    consts, inits = _constants_read(graph, read_names(derived))
     outputs = [helper.make_tensor_value_info(o, FLOAT, None) for o in wanted]
     g = helper.make_graph(consts + list(derived), "constants", [], outputs, inits)
     return helper.make_model(g, opset_imports=list(model.opset_import), ir_version=min(model.ir_version or 8, 10))
+
+
+def _constants_read(graph, reads: Set[str]) -> Tuple[list, list]:
+    """(the Constant nodes, the initializers) of ``graph`` that make a value of ``reads``."""
+    consts = [n for n in graph.node if n.op_type == "Constant" and not reads.isdisjoint(n.output)]
+    return consts, [t for t in graph.initializer if t.name in reads]
 
 
 def risky_values(model, types: Dict[str, int], low: int, arrays: Optional[Dict[str, object]] = None) -> Dict[str, str]:
@@ -209,17 +221,21 @@ def risky_values(model, types: Dict[str, int], low: int, arrays: Optional[Dict[s
     ``Constant`` values and values computed from constants only). ``arrays``: see
     :func:`_constant_values`."""
     graph = model.graph
-    out: Dict[str, str] = {}
-    for name, arr in _constant_values(graph, arrays):
-        why = value_problem(arr, low)
-        if why:
-            out[name] = why
+    out = _problems(_constant_values(graph, arrays), low, "")
     derived = _derived_nodes(graph, _constant_names(graph), types)
     if derived:
-        for name, arr in _computed_values(model, graph, derived, types).items():
-            why = value_problem(arr, low)
-            if why:
-                out[name] = f"computed from constants: {why}"
+        computed = _computed_values(model, graph, derived, types)
+        out.update(_problems(computed.items(), low, "computed from constants: "))
+    return out
+
+
+def _problems(values, low: int, prefix: str) -> Dict[str, str]:
+    """name -> why ``low`` cannot hold them (after ``prefix``), of the (name, array) ``values`` it cannot hold."""
+    out: Dict[str, str] = {}
+    for name, arr in values:
+        why = value_problem(arr, low)
+        if why:
+            out[name] = prefix + why
     return out
 
 
@@ -238,16 +254,18 @@ def range_keep(model, types: Dict[str, int], low: int, risky: Optional[Dict[str,
         risky = risky_values(model, types, low)
     if not risky:
         return {}
-    reason = REASON_RANGE_BF16 if low == BFLOAT16 else REASON_RANGE
     readers = readers_of(model.graph)
-    keep = dict.fromkeys(_producers(model.graph, risky), reason)
-    for name in risky:
-        for node in readers.get(name, ()):
-            keep.setdefault(node.name, reason)
-    if low != BFLOAT16:  # (bfloat16 holds float32's lowest)
-        for name in _carried_readers(risky, readers, types):
-            keep.setdefault(name, REASON_RANGE_CARRIED)
+    if low == BFLOAT16:  # (bfloat16 holds float32's lowest: no value it cannot hold is passed on)
+        return dict.fromkeys(_producers(model.graph, risky) + _readers(risky, readers), REASON_RANGE_BF16)
+    keep = dict.fromkeys(_producers(model.graph, risky) + _readers(risky, readers), REASON_RANGE)
+    for name in _carried_readers(risky, readers, types):
+        keep.setdefault(name, REASON_RANGE_CARRIED)
     return keep
+
+
+def _readers(values, readers: Dict[str, list]) -> List[str]:
+    """Names of the nodes that read ``values`` (``readers``: name -> the nodes reading it)."""
+    return [node.name for name in values for node in readers.get(name, ())]
 
 
 def _first_carried(risky: Dict[str, str], readers: Dict[str, list]) -> List[str]:
@@ -260,19 +278,16 @@ def _first_carried(risky: Dict[str, str], readers: Dict[str, list]) -> List[str]
 
 def _producers(graph, values) -> List[str]:
     """Names of the nodes that compute ``values``, back to the constants (they compute them in fp32)."""
-    producer = {o: n for n in graph.node for o in n.output if o}
+    producer = producers(graph.node)
     names: List[str] = []
     todo = list(values)
     seen: Set[str] = set()
     while todo:
-        name = todo.pop()
-        if name in seen:
-            continue
-        seen.add(name)
-        node = producer.get(name)
-        if node is not None and node.op_type != "Constant":
+        node = producer.get(todo.pop())
+        if node is not None and node.name not in seen and node.op_type != "Constant":
+            seen.add(node.name)
             names.append(node.name)
-            todo.extend(i for i in node.input if i)
+            todo.extend(read_names([node]))
     return names
 
 
@@ -295,8 +310,14 @@ def _carried_readers(risky: Dict[str, str], readers: Dict[str, list], types: Dic
         if value in seen or types.get(value) != FLOAT:
             continue
         seen.add(value)
-        for node in readers.get(value, ()):
-            out.append(node.name)
-            if node.op_type in CARRYING_OPS and node.domain in STD_DOMAINS:
-                todo.extend(o for o in node.output if o)
+        nodes = readers.get(value, ())
+        out.extend(node.name for node in nodes)
+        todo.extend(_passed_on(nodes))
     return out
+
+
+def _passed_on(nodes) -> List[str]:
+    """The outputs of the nodes among ``nodes`` that pass their values on unchanged in magnitude
+    (:data:`CARRYING_OPS`), in order."""
+    carrying = [n for n in nodes if n.op_type in CARRYING_OPS and n.domain in STD_DOMAINS]
+    return [o for n in carrying for o in n.output if o]

@@ -34,26 +34,37 @@ def _int(text: str) -> Optional[int]:
 def _image_size(meta: Dict[str, str]) -> Optional[Tuple[int, int]]:
     """(height, width) from an ``imgsz`` entry ('[320, 320]' or '640')."""
     text = meta.get("imgsz")
-    if text is None:
-        return None
-    value = _literal(text)
-    if isinstance(value, int) and value > 0:
+    value: Any = None if text is None else _literal(text)
+    if _size(value):
         return value, value
-    if isinstance(value, (list, tuple)) and len(value) == 2 and all(isinstance(v, int) and v > 0 for v in value):
+    if _size_pair(value):
         return int(value[0]), int(value[1])
     return None
 
 
+def _size(value) -> bool:
+    """Whether a metadata value is a size (a positive int)."""
+    return isinstance(value, int) and value > 0
+
+
+def _size_pair(value) -> bool:
+    """Whether a metadata value is two sizes (a list or tuple)."""
+    return isinstance(value, (list, tuple)) and len(value) == 2 and all(map(_size, value))
+
+
+def _fixed(dim) -> bool:
+    """Whether a dim of a shape is fixed (a non-negative int, not a name or unknown)."""
+    return isinstance(dim, int) and dim >= 0
+
+
 def _dim_value(dim, pos: int, rank: int, meta: Dict[str, str], size) -> Optional[int]:
-    if isinstance(dim, int) and dim >= 0:
+    if _fixed(dim):
         return dim
     name = dim if isinstance(dim, str) else ""
-    value = _int(meta[name]) if name and name in meta else None
-    if value is not None:
-        return value
-    if size is not None and _image_dim(name, pos, rank):
+    value = _int(meta.get(name, "")) if name else None  # (_int("") is None)
+    if value is None and size is not None and _image_dim(name, pos, rank):
         return size[pos - 2]
-    return None
+    return value
 
 
 def _image_dim(name: str, pos: int, rank: int) -> bool:
@@ -73,22 +84,27 @@ def model_shape_hints(model, metas: Sequence) -> Tuple[List[str], List[str]]:
     for m in metas:
         shape: Any = getattr(m, "shape", None)
         dims = _hinted_dims(shape, meta, size)
-        if dims is None:
-            continue
-        used.update(d for d in shape if isinstance(d, str) and d in meta)
-        if size is not None and len(shape) == 4:
-            used.add("imgsz")
-        specs.append(f"{m.name}:[{','.join(str(d) for d in dims)}]")
+        if dims is not None:
+            used.update(_keys_used(shape, meta, size))
+            specs.append(f"{m.name}:[{','.join(map(str, dims))}]")
     return specs, sorted(used)
+
+
+def _keys_used(shape, meta: Dict[str, str], size) -> Set[str]:
+    """The metadata keys that give an input of ``shape`` its dims (``size``: from ``imgsz``)."""
+    keys = {d for d in shape if isinstance(d, str) and d in meta}
+    if size is not None and len(shape) == 4:
+        keys.add("imgsz")
+    return keys
 
 
 def _hinted_dims(shape, meta: Dict[str, str], size) -> Optional[list]:
     """An input's dims with the dynamic ones the hints fix; None when its shape is unknown or fixed
     already, or when the hints leave a dynamic dim of it unfixed."""
-    if shape is None or all(isinstance(d, int) and d >= 0 for d in shape):
+    if shape is None or all(map(_fixed, shape)):
         return None
     dims = [_dim_value(d, k, len(shape), meta, size) for k, d in enumerate(shape)]
-    return None if any(d is None for d in dims) else dims
+    return None if None in dims else dims
 
 
 def hinted_shapes(model, metas: Sequence, specs: Sequence[str], messages=None) -> dict:

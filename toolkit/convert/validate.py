@@ -27,13 +27,13 @@ from __future__ import annotations
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import onnxruntime as ort
 from onnx import numpy_helper
 
-from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes, widened
+from toolkit.convert.common import BFLOAT16, FLOAT, FLOAT16, copy_model, iter_nodes, producers, widened
 from toolkit.convert.emulate import emulate_mixed
 from toolkit.convert.onnx_types import STRIPPED, infer_types, tensor_types, without_big_data
 from toolkit.core.compare.arrays import error_arrays
@@ -133,18 +133,26 @@ def split_weights(model, emulate: bool):
     reduced weights widened to float32 here."""
 
     light = without_big_data(model)
-    light = copy_model(light, inplace=False) if light is model else light
-    source = {t.name: t for t in model.graph.initializer}
+    light = copy_model(light, inplace=light is not model)
     # the types before the reduced weights below are read as float32 (then a MatMul reads a float16
     # activation and a float32 weight: shape inference fails on that model)
     types = tensor_types(infer_types(light)) if emulate else None
-    weights: Dict[str, object] = {}
-    for t in light.graph.initializer:
-        if any(e.key == "location" and e.value == STRIPPED for e in t.external_data):
-            weights[t.name] = _session_weight(source[t.name], t, emulate)
+    weights = _stripped_weights(model, light, emulate)
     if emulate:
         light = emulate_mixed(light, inplace=True, types=types).model
     return light, weights
+
+
+def _stripped_weights(model, light, emulate: bool) -> Dict[str, object]:
+    """The arrays of the weights the light copy ``light`` of ``model`` left out, by name (see
+    :func:`_session_weight`)."""
+    source = {t.name: t for t in model.graph.initializer}
+    return {t.name: _session_weight(source[t.name], t, emulate) for t in light.graph.initializer if _stripped(t)}
+
+
+def _stripped(t) -> bool:
+    """Whether a weight of a light copy had its data left out."""
+    return any(e.key == "location" and e.value == STRIPPED for e in t.external_data)
 
 
 def _session_weight(orig, t, emulate: bool):
@@ -190,13 +198,18 @@ class _Model:
         try:
             yield
         except ort_errors() as exc:
-            what = "the converted model" if self.emulate else "the original"
-            error = OriginalLoadError if not (where or self.emulate) else InferenceError
+            what, code = _SIDES[self.emulate]
+            loading = not (where or self.emulate)  # (the original's session: its run errors name the set)
+            error = OriginalLoadError if loading else InferenceError
             raise error(
-                f"ONNX-Runtime could not {'load' if error is OriginalLoadError else 'run'} {what}{where}: "
+                f"ONNX-Runtime could not {'load' if loading else 'run'} {what}{where}: "
                 f"{one_line(exc, first_line=True, limit=300)}",
-                exit_code=ExitCode.FAILED if self.emulate else ExitCode.BAD_INPUT,
+                exit_code=code,
             ) from None
+
+
+# emulated (the converted model) or not (the original) -> (its name in errors, the exit code of its errors)
+_SIDES = {True: ("the converted model", ExitCode.FAILED), False: ("the original", ExitCode.BAD_INPUT)}
 
 
 class OriginalLoadError(InferenceError):
@@ -262,14 +275,28 @@ def validate(
     model's outputs on each set as computed elsewhere (the runtime check), compared too: a sequence,
     or a callable giving it (or None), called once every set has run here."""
     t0 = time.perf_counter()
+    sets = [feeds] if isinstance(feeds, Mapping) else feeds
+    out, worst_feed, expected_sets = _worst_set(original, converted, sets, atol, rtol, keep=measured is not None)
+    _add_measured(out, expected_sets, measured() if callable(measured) else measured, atol, rtol)
+    if out.differing and locate:
+        out.first_tensor, out.first_error = _first_differing(original, converted, worst_feed, atol, rtol)
+    out.seconds = time.perf_counter() - t0
+    return out
+
+
+def _worst_set(
+    original, converted, feeds: Iterable[Mapping], atol: float, rtol: float, keep: bool
+) -> Tuple[Validation, Mapping, List[Mapping]]:
+    """Both models run on each input set, one at a time: (the comparison of the worst set, with every
+    set's largest error; that set's feed; the original's outputs on each set when ``keep``)."""
     ref, got = _Model(original, deployed=True), _Model(converted, emulate=True)
     out: Optional[Validation] = None
     worst_feed: Mapping = {}
     errors: List[float] = []
     expected_sets: List[Mapping] = []
-    for k, feed in enumerate([feeds] if isinstance(feeds, Mapping) else feeds):
+    for k, feed in enumerate(feeds):
         expected = ref.run(feed, k)
-        if measured is not None:
+        if keep:
             expected_sets.append(expected)
         one = _compare(expected, got.run(feed, k), atol, rtol)
         one.input_set = k
@@ -278,13 +305,8 @@ def validate(
             out, worst_feed = one, feed
     if out is None:
         raise ValueError("validate needs at least one input set")
-    del ref, got
     out.set_errors = errors
-    _add_measured(out, expected_sets, measured() if callable(measured) else measured, atol, rtol)
-    if out.differing and locate:
-        out.first_tensor, out.first_error = _first_differing(original, converted, worst_feed, atol, rtol)
-    out.seconds = time.perf_counter() - t0
-    return out
+    return out, worst_feed, expected_sets
 
 
 def _add_measured(out: Validation, expected: Sequence[Mapping], measured, atol: float, rtol: float) -> None:
@@ -322,15 +344,14 @@ def _worse(a: Validation, b: Validation) -> bool:
 def _float_tensors(original, converted) -> List[str]:
     """Float tensors of the original's top graph (node order) that the converted model also holds."""
     before = tensor_types(infer_types(original))
-    held = {o for n in iter_nodes(converted) for o in n.output if o}  # (emulated: rounded tensors keep their names)
-    names = []
-    for node in original.graph.node:
-        if node.op_type == "Constant":
-            continue
-        for o in node.output:
-            if o and before.get(o) == FLOAT and o in held:
-                names.append(o)
-    return names
+    held = producers(iter_nodes(converted))  # (emulated: rounded tensors keep their names; no "")
+    return [
+        o
+        for node in original.graph.node
+        if node.op_type != "Constant"
+        for o in node.output
+        if before.get(o) == FLOAT and o in held
+    ]
 
 
 def _first_differing(original, converted, feed: Mapping, atol: float, rtol: float):

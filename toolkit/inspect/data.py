@@ -61,13 +61,20 @@ def _tensor_lines(name: str, arr, ind: str, info: dict, show_values: bool, num_i
 
 def _entries(data) -> Iterator[Union[List[str], Tuple[str, Mapping, str]]]:
     """The text's headers (lists of lines) and tensors to read ((name, feed, indent)), in order."""
-    if not isinstance(data, RunResults):
-        yield [f"==== Inputs file: {len(data)} iteration(s) ===="]
-        for k, feed in enumerate(data):
-            yield [f"{INDENT}---- Iteration {k}: {len(feed)} tensor(s) ----"]
-            for name in feed:
-                yield (name, feed, INDENT)
-        return
+    return _output_entries(data) if isinstance(data, RunResults) else _input_entries(data)
+
+
+def _input_entries(data) -> Iterator[Union[List[str], Tuple[str, Mapping, str]]]:
+    """:func:`_entries` of an inputs file."""
+    yield [f"==== Inputs file: {len(data)} iteration(s) ===="]
+    for k, feed in enumerate(data):
+        yield [f"{INDENT}---- Iteration {k}: {len(feed)} tensor(s) ----"]
+        for name in feed:
+            yield (name, feed, INDENT)
+
+
+def _output_entries(data) -> Iterator[Union[List[str], Tuple[str, Mapping, str]]]:
+    """:func:`_entries` of an outputs file (saved run results)."""
     yield [f"==== Outputs file: {len(data.runs)} runner(s) ===="]
     for runner, iters in data.runs:
         yield [f"{INDENT}---- {runner}: {len(iters)} iteration(s) ----"]

@@ -107,11 +107,21 @@ def summarize_array(arr, show_values: bool = False, max_elems: int = 12) -> dict
     arr = np.asarray(arr)
     dtype = "string" if arr.dtype.kind in "OUS" else str(arr.dtype)
     info: dict = {"dtype": dtype, "shape": list(arr.shape), "size": int(arr.size)}
-    if arr.size and arr.dtype.kind in "biufV" and np.can_cast(arr.dtype, np.float64):  # V: bfloat16/float8 from ml_dtypes
+    if _has_statistics(arr):
         info.update(_statistics(arr))
-    if show_values or (arr.size and arr.size <= max_elems and arr.dtype.kind in "biuf"):
+    if show_values or _few_numbers(arr, max_elems):
         info["values"] = arr.tolist()
     return info
+
+
+def _has_statistics(arr) -> bool:
+    """Whether ``arr`` holds numbers to reduce (V: bfloat16/float8 from ml_dtypes)."""
+    return arr.size > 0 and arr.dtype.kind in "biufV" and np.can_cast(arr.dtype, np.float64)
+
+
+def _few_numbers(arr, max_elems: int) -> bool:
+    """Whether ``arr`` holds numbers, at least one and at most ``max_elems`` (shown as they are)."""
+    return 0 < arr.size <= max_elems and arr.dtype.kind in "biuf"
 
 
 def as_float(arr):
@@ -167,13 +177,17 @@ def values_text(arr, full: bool, num_items: Optional[int] = None, line_width: Op
 
     opts: Dict[str, Any] = dict(threshold=sys.maxsize if full else 24, edgeitems=3, max_line_width=110, precision=6)
     if num_items is not None:
-        if num_items < 0:
-            opts.update(threshold=sys.maxsize)
-        else:
-            opts.update(threshold=0, edgeitems=max(num_items, 1) if num_items else 0)
+        opts.update(_items_options(num_items))
     if line_width is not None:
         opts["max_line_width"] = sys.maxsize if line_width < 0 else max(line_width, 1)
     return np.array2string(np.asarray(arr), **opts)
+
+
+def _items_options(num_items: int) -> Dict[str, int]:
+    """numpy's print options that show ``num_items`` values at each end of every dimension (-1: all)."""
+    if num_items < 0:
+        return dict(threshold=sys.maxsize)
+    return dict(threshold=0, edgeitems=max(num_items, 1) if num_items else 0)
 
 
 # --------------------------------------------------------------------------- graphs
@@ -255,15 +269,17 @@ class GraphDescriber:
         metas = self._metas_in_scope(graph, init_metas)
         desc: dict = {
             "name": graph.name,
-            "inputs": [_meta_dict(value_info_meta(vi)) for vi in graph.input if vi.name not in inits],
-            "outputs": [_meta_dict(value_info_meta(vi)) for vi in graph.output],
+            "inputs": _value_dicts(graph.input, skip=inits),
+            "outputs": _value_dicts(graph.output),
             "initializers": [self._initializer(t, m) for t, m in zip(graph.initializer, init_metas)],
             "node_count": len(graph.node),
         }
         if self.show.layers:
-            all_inits = inits | self.outer_inits
-            desc["nodes"] = [self._node(i, n, metas, all_inits) for i, n in enumerate(graph.node)]
+            desc["nodes"] = self._nodes(graph, metas, inits | self.outer_inits)
         return desc
+
+    def _nodes(self, graph, metas: Dict[str, TensorMeta], inits) -> List[dict]:
+        return [self._node(i, n, metas, inits) for i, n in enumerate(graph.node)]
 
     def _metas_in_scope(self, graph, init_metas: List[TensorMeta]) -> Dict[str, TensorMeta]:
         """The tensors the graph's nodes can read: the outer graphs', then its own (value infos
@@ -287,20 +303,24 @@ class GraphDescriber:
         from onnx.external_data_helper import uses_external_data
 
         if uses_external_data(t) and not t.raw_data:
-            if self.external_base_dir is None:
-                return {"values": None, "note": "external data not loaded"}
-            try:
-                arr = _read_external(t, self.external_base_dir)
-            except (OSError, ToolkitError, *_UNREADABLE) as exc:  # a summary line, not a failure
-                reraise_bug(exc)
-                return {"values": None, "note": f"unreadable: {exc}"}
-            return _weight_summary(arr)  # (one weight in memory at a time)
+            return self._external_summary(t)
         try:
             arr = numpy_helper.to_array(t)
         except _UNREADABLE as exc:
             reraise_bug(exc)
-            return {"values": None, "note": f"unreadable: {exc}"}
+            return _unreadable(exc)
         return _weight_summary(arr)
+
+    def _external_summary(self, t) -> dict:
+        """:meth:`_weight_summary` of a weight left on disk (read when the folder is known)."""
+        if self.external_base_dir is None:
+            return {"values": None, "note": "external data not loaded"}
+        try:
+            arr = _read_external(t, self.external_base_dir)
+        except (OSError, ToolkitError, *_UNREADABLE) as exc:  # a summary line, not a failure
+            reraise_bug(exc)
+            return _unreadable(exc)
+        return _weight_summary(arr)  # (one weight in memory at a time)
 
     def _attributes(self, node) -> dict:
         attrs = {}
@@ -310,22 +330,13 @@ class GraphDescriber:
         return attrs
 
     def _node(self, index: int, node, metas: Dict[str, TensorMeta], inits) -> dict:
-        def tensor(name: str) -> dict:
-            if name == "":
-                return {"name": "", "omitted": True}
-            m = metas.get(name, TensorMeta(name))
-            d = _meta_dict(m)
-            if name in inits:
-                d["initializer"] = True
-            return d
-
         entry = {
             "index": index,
             "name": node.name,
             "op": node.op_type,
             "domain": node.domain or "",
-            "inputs": [tensor(n) for n in node.input],
-            "outputs": [tensor(n) for n in node.output],
+            "inputs": [_operand(n, metas, inits) for n in node.input],
+            "outputs": [_operand(n, metas, inits) for n in node.output],
         }
         if self.show.attrs:
             entry["attributes"] = self._attributes(node)
@@ -334,6 +345,26 @@ class GraphDescriber:
             inner = GraphDescriber(self.show, metas, inits, self.external_base_dir)
             entry["subgraphs"] = {name: inner.describe(g) for name, g in subgraphs}
         return entry
+
+
+def _unreadable(exc: BaseException) -> dict:
+    """The summary of a weight whose values cannot be read."""
+    return {"values": None, "note": f"unreadable: {exc}"}
+
+
+def _value_dicts(value_infos, skip=frozenset()) -> List[dict]:
+    """The description of each value of ``value_infos`` not named in ``skip``."""
+    return [_meta_dict(value_info_meta(vi)) for vi in value_infos if vi.name not in skip]
+
+
+def _operand(name: str, metas: Dict[str, TensorMeta], inits) -> dict:
+    """The description of a node's input or output ``name`` (``inits``: the initializers' names)."""
+    if name == "":
+        return {"name": "", "omitted": True}
+    d = _meta_dict(metas.get(name, TensorMeta(name)))
+    if name in inits:
+        d["initializer"] = True
+    return d
 
 
 def _plain_attributes(node) -> List[Any]:
@@ -358,17 +389,13 @@ def _named_subgraphs(node) -> List[Tuple[str, Any]]:
 
 def _read_external(t, base_dir: str):
     """A weight still on disk, as an array: memory-mapped when numpy has its dtype."""
-    from onnx import helper, numpy_helper
+    from onnx import numpy_helper
     from toolkit.core.io.weights import load_tensor, ref_source
 
     src, offset, length = ref_source(t, base_dir)
-    try:
-        dtype = np.dtype(helper.tensor_dtype_to_np_dtype(t.data_type))
-    except _UNREADABLE as exc:  # unknown or exotic element type
-        reraise_bug(exc)
-        dtype = None
+    dtype = _numpy_dtype(t.data_type)
     shape = tuple(int(d) for d in t.dims)
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    count = int(np.prod(shape, dtype=np.int64))
     if dtype is not None and dtype.kind in "biuf" and dtype.itemsize * count == length:
         if count == 0:
             return np.zeros(shape, dtype)
@@ -379,36 +406,55 @@ def _read_external(t, base_dir: str):
     return numpy_helper.to_array(copy)
 
 
+def _numpy_dtype(data_type: int):
+    """numpy's dtype of an ONNX element type; None for an unknown or exotic one."""
+    from onnx import helper
+
+    try:
+        return np.dtype(helper.tensor_dtype_to_np_dtype(data_type))
+    except _UNREADABLE as exc:
+        reraise_bug(exc)
+        return None
+
+
 def describe_model(model, show: Show, infer: bool = False, external_base_dir: Optional[str] = None) -> dict:
     """Describe ``model``; with ``infer``, ONNX shape inference fills in the dtype and shape of
     intermediate tensors where it can (the model itself is not modified); without it they show
     what the model records (its value_info).
     Weights left on disk (a model loaded with ``load_external_data=False``) are read from
     ``external_base_dir`` one at a time, when shown."""
-    graph = model.graph
-    body_metas: Dict[str, TensorMeta] = {}
-    if infer and show.layers:
-        from toolkit.core.io.model import infer_shapes
-        from toolkit.core.shapes import light_copy
-
-        # weights replaced by shape-only stubs: inference does not copy them twice
-        inferred = infer_shapes(light_copy(model))
-        graph = inferred.graph
-        if inferred is not model:
-            # keep the original initializers (inference copies may lack loaded data), and the
-            # types inference found inside If/Loop/Scan bodies (their nodes are the original's)
-            graph = _with_value_info(model.graph, inferred.graph)
-            body_metas = _body_value_info(inferred.graph)
+    graph, body_metas = _inferred_view(model) if infer and show.layers else (model.graph, {})
     graph_desc = GraphDescriber(show, outer=body_metas, external_base_dir=external_base_dir).describe(graph)
     opsets = {(o.domain or "ai.onnx"): int(o.version) for o in model.opset_import}
     return {
         "name": model.graph.name,
         "ir_version": int(model.ir_version),
         "opsets": opsets,
-        "producer": (_text(model.producer_name) + (" " + _text(model.producer_version) if model.producer_version else "")).strip(),
+        "producer": _producer(model),
         "functions": [f"{f.domain}.{f.name}" if f.domain else f.name for f in model.functions],
         "graph": graph_desc,
     }
+
+
+def _inferred_view(model) -> Tuple[Any, Dict[str, TensorMeta]]:
+    """(the top graph with the value_info ONNX shape inference finds, the metadata it finds inside
+    If/Loop/Scan bodies by name); the model itself is not modified."""
+    from toolkit.core.io.model import infer_shapes
+    from toolkit.core.shapes import light_copy
+
+    # weights replaced by shape-only stubs: inference does not copy them twice
+    inferred = infer_shapes(light_copy(model))
+    if inferred is model:
+        return model.graph, {}
+    # keep the original initializers (inference copies may lack loaded data), and the
+    # types inference found inside If/Loop/Scan bodies (their nodes are the original's)
+    return _with_value_info(model.graph, inferred.graph), _body_value_info(inferred.graph)
+
+
+def _producer(model) -> str:
+    """The producer's name and version."""
+    version = " " + _text(model.producer_version) if model.producer_version else ""
+    return (_text(model.producer_name) + version).strip()
 
 
 def _body_value_info(graph) -> Dict[str, TensorMeta]:
@@ -484,21 +530,25 @@ def _initializer_list(inits: List[dict], ind: str) -> List[str]:
 
 
 def _node_lines(node: dict, show: Show, ind: str) -> List[str]:
-    op = node["op"] if not node["domain"] or node["domain"] == "ai.onnx" else f"{node['op']} ({node['domain']})"
+    op = node["op"] if node["domain"] in ("", "ai.onnx") else f"{node['op']} ({node['domain']})"
     head = f"Node {node['index']:<4} | {node['name']} [Op: {op}]"
     pad = ind + " " * len(f"Node {node['index']:<4} ")
     lines = [ind + head]
     lines.append(pad + _meta_list_text([_tensor_text(t) for t in node["inputs"]]))
     lines.append(pad + "-> " + _meta_list_text([_tensor_text(t) for t in node["outputs"]]))
-    attrs = node.get("attributes")
-    if attrs:
-        lines.append(pad + "---- Attributes ----")
-        for name, a in attrs.items():
-            lines.append(f"{pad}{node['name']}.{name} = {a['text']}")
+    lines.extend(_attribute_lines(node, pad))
     for name, sub in node.get("subgraphs", {}).items():
         lines.append(f"{pad}---- Subgraph: {name} ({sub['name']}) ----")
         lines.extend(_graph_lines(sub, show, pad + INDENT))
     return lines
+
+
+def _attribute_lines(node: dict, pad: str) -> List[str]:
+    """A node's attributes, a line each under a heading (none without attributes)."""
+    attrs = node.get("attributes")
+    if not attrs:
+        return []
+    return [pad + "---- Attributes ----"] + [f"{pad}{node['name']}.{name} = {a['text']}" for name, a in attrs.items()]
 
 
 def model_text(desc: dict, show: Show) -> List[str]:

@@ -24,19 +24,23 @@ VALUES_SHOWN = 12  # (summarize_array's max_elems: a tensor this small lists its
 def summarize_many(arrays: Sequence) -> List[dict]:
     """``[summarize_array(a) for a in arrays]``, computed a dtype and shape at a time."""
     infos: List[Optional[dict]] = [None] * len(arrays)
-    groups: Dict[Tuple[object, tuple], List[int]] = {}
-    for i, arr in enumerate(arrays):
-        arr = np.asarray(arr)
-        if arr.dtype.kind in "biuf" and 0 < arr.size <= SMALL_TENSOR:
-            groups.setdefault((arr.dtype, arr.shape), []).append(i)
-        else:
-            infos[i] = summarize_array(arr)
-    for idx in groups.values():
+    for idx in _groups(arrays).values():
         if len(idx) == 1:
             infos[idx[0]] = summarize_array(arrays[idx[0]])
         else:
             _summarize_group([np.asarray(arrays[i]) for i in idx], idx, infos)
     return [info for info in infos if info is not None]
+
+
+def _groups(arrays: Sequence) -> Dict[tuple, List[int]]:
+    """The indices of ``arrays`` by dtype and shape for the small numeric ones (summarized together);
+    each other one alone."""
+    groups: Dict[tuple, List[int]] = {}
+    for i, arr in enumerate(arrays):
+        arr = np.asarray(arr)
+        small = arr.dtype.kind in "biuf" and 0 < arr.size <= SMALL_TENSOR
+        groups.setdefault((arr.dtype, arr.shape) if small else (i,), []).append(i)
+    return groups
 
 
 def _summarize_group(group: List, idx: List[int], infos: List[Optional[dict]]) -> None:
@@ -51,12 +55,16 @@ def _summarize_group(group: List, idx: List[int], infos: List[Optional[dict]]) -
         return
     stats = _row_statistics(stack, data if rows.size == len(group) else data[rows])
     for j, k in enumerate(rows):
-        arr = group[k]
-        info: dict = {"dtype": str(arr.dtype), "shape": list(arr.shape), "size": int(arr.size)}
-        info.update({key: convert(values[j]) for key, (values, convert) in stats.items()})
-        if arr.size <= VALUES_SHOWN:
-            info["values"] = arr.tolist()
-        infos[idx[k]] = info
+        infos[idx[k]] = _row_info(group[k], stats, j)
+
+
+def _row_info(arr, stats: Dict[str, Tuple[Any, Callable]], j: int) -> dict:
+    """The summary of ``arr``, row ``j`` of the statistics ``stats`` (see :func:`_row_statistics`)."""
+    info: dict = {"dtype": str(arr.dtype), "shape": list(arr.shape), "size": int(arr.size)}
+    info.update({key: convert(values[j]) for key, (values, convert) in stats.items()})
+    if arr.size <= VALUES_SHOWN:
+        info["values"] = arr.tolist()
+    return info
 
 
 def _row_statistics(stack, vals) -> Dict[str, Tuple[Any, Callable]]:
