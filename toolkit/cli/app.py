@@ -162,18 +162,23 @@ def _main(argv: List[str]) -> int:
     common.apply(next((a for a in rest if not a.startswith("-")), None))
 
     if output.is_verbose() and rest and not {"-h", "--help"} & set(rest):
-        import shlex  # (-v only)
-
-        output.verbose(f"toolkit {__version__} | {' '.join(shlex.quote(a) for a in argv)}")
-        start = time.perf_counter()
-        try:
-            code = _dispatch(rest)
-        except BaseException as exc:
-            output.verbose(f"toolkit | stopped after {time.perf_counter() - start:.2f} s ({type(exc).__name__})")
-            raise
-        output.verbose(f"toolkit | done in {time.perf_counter() - start:.2f} s (exit {code if isinstance(code, int) else 0})")
-        return code
+        return _dispatch_timed(argv, rest)
     return _dispatch(rest)
+
+
+def _dispatch_timed(argv: List[str], rest: List[str]):
+    """-v: the command line, then the command, then how long it took and how it ended."""
+    import shlex  # (-v only)
+
+    output.verbose(f"toolkit {__version__} | {' '.join(shlex.quote(a) for a in argv)}")
+    start = time.perf_counter()
+    try:
+        code = _dispatch(rest)
+    except BaseException as exc:
+        output.verbose(f"toolkit | stopped after {time.perf_counter() - start:.2f} s ({type(exc).__name__})")
+        raise
+    output.verbose(f"toolkit | done in {time.perf_counter() - start:.2f} s (exit {code if isinstance(code, int) else 0})")
+    return code
 
 
 def _dispatch(rest: List[str]):

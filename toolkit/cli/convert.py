@@ -151,37 +151,55 @@ def _convert(
     assert dtype is not None
     t0 = time.perf_counter()
     model = load_model(model_path, external_data_dir=external_data_dir)
-    feeds = _check_feeds(model, check) if check.enabled else None
-    original = _original(model, model_path, external_data_dir) if feeds is not None else None
+    feeds, original = _check_inputs(model, model_path, external_data_dir, check)
     result = fp16.convert(model, keep_fp32, keep_io_types=not reduced_io, inplace=True, if_mixed="error", dtype=dtype)
     hint = _opset_hint(result.model, result.kept) if dtype == "bfloat16" else ""
     del model
     seconds = time.perf_counter() - t0
     _report(result, dtype, output, seconds, hint)
     # (checked before saving: saving with external data moves the weights out of the model)
-    runtime = validation = None
-    if original is not None and feeds is not None:
-        feeds = list(feeds)
-        again = _Again(model_path, external_data_dir, keep_fp32, reduced_io, dtype)
-        result, runtime, validation = _checks(original, result, feeds, dtype, check, again)
+    again = _Again(model_path, external_data_dir, keep_fp32, reduced_io, dtype)
+    result, runtime, validation, feeds = _check_conversion(original, result, feeds, dtype, check, again)
     del original
     save_model(result.model, output, external_data=external_data)
     if json_out:
-        info = {
-            "output": output,
-            "precision": dtype,
-            "kept_fp32": result.kept,
-            "clamped_weights": result.clamped,
-            "out_of_range": result.out_of_range,
-            "seconds": seconds,
-            "validation": _validation_info(validation, feeds, check),
-            "runtime_checks": runtime.as_dict() if runtime is not None else None,
-        }
-        import json  # (--json only)
-
-        echo(json.dumps(info, indent=2))
+        _print_json(output, dtype, result, seconds, _validation_info(validation, feeds, check), runtime)
     if runtime is not None and runtime.failure:
         raise InferenceError(runtime.failure)
+
+
+def _check_inputs(model, model_path: str, external_data_dir: Optional[str], check: "_Check"):
+    """(the check's input sets, the original it runs against); (None, None) with --no-validate."""
+    if not check.enabled:
+        return None, None
+    feeds = _check_feeds(model, check)
+    return feeds, _original(model, model_path, external_data_dir)
+
+
+def _check_conversion(original, result, feeds, dtype: str, check: "_Check", again: "_Again"):
+    """(the conversion to write, its runtime checks, the numeric check, the input sets as a list); the
+    checks are None when there are no input sets (--no-validate)."""
+    if original is None or feeds is None:
+        return result, None, None, feeds
+    feeds = list(feeds)
+    return (*_checks(original, result, feeds, dtype, check, again), feeds)
+
+
+def _print_json(output: str, dtype: str, result, seconds: float, validation: Optional[dict], runtime) -> None:
+    """--json: what was written and kept in fp32, and the checks."""
+    import json  # (--json only)
+
+    info = {
+        "output": output,
+        "precision": dtype,
+        "kept_fp32": result.kept,
+        "clamped_weights": result.clamped,
+        "out_of_range": result.out_of_range,
+        "seconds": seconds,
+        "validation": validation,
+        "runtime_checks": runtime.as_dict() if runtime is not None else None,
+    }
+    echo(json.dumps(info, indent=2))
 
 
 def _check_files(model_path: str, output: str, external_data_dir: Optional[str], load_inputs: Optional[str]) -> None:
@@ -267,20 +285,27 @@ def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Ch
 def _check_usage(check: _Check) -> None:
     """Usage errors of the options of the check: given with --no-validate, or against each other."""
     if not check.enabled:
-        if any((check.load_inputs, check.val_range, check.input_shapes, check.seed is not None)):
-            raise UsageError(
-                "--load-inputs, --val-range, --input-shapes and --seed set the check that --no-validate skips"
-            )
-        if check.ort_optimization or check.repair:
-            raise UsageError("--ort-optimization and --repair set the check that --no-validate skips")
+        _refuse_check_options(check)
     if check.ort_optimization:
-        from toolkit.convert.runtime_check import LEVELS
-
-        if check.ort_optimization.lower() not in LEVELS:
-            raise UsageError(f"unknown --ort-optimization level '{check.ort_optimization}'; use one of: "
-                             f"{', '.join(LEVELS)}")
+        _check_level(check.ort_optimization)
     if check.load_inputs and (check.val_range or check.input_shapes):
         raise UsageError("--val-range and --input-shapes shape generated inputs; with --load-inputs none are generated")
+
+
+def _refuse_check_options(check: _Check) -> None:
+    """With --no-validate: a usage error for each option that only sets the check."""
+    if any((check.load_inputs, check.val_range, check.input_shapes, check.seed is not None)):
+        raise UsageError("--load-inputs, --val-range, --input-shapes and --seed set the check that --no-validate skips")
+    if check.ort_optimization or check.repair:
+        raise UsageError("--ort-optimization and --repair set the check that --no-validate skips")
+
+
+def _check_level(level: str) -> None:
+    """--ort-optimization names one of ONNX-Runtime's levels."""
+    from toolkit.convert.runtime_check import LEVELS
+
+    if level.lower() not in LEVELS:
+        raise UsageError(f"unknown --ort-optimization level '{level}'; use one of: {', '.join(LEVELS)}")
 
 
 def _original(model, model_path: str, external_data_dir: Optional[str]):
@@ -299,24 +324,29 @@ def _check_feeds(model, check: _Check):
     INPUT_SETS generated ones (iterations 0, 1, ... of the seed, as `toolkit run --iterations`
     generates them; made one at a time while the check runs)."""
     from toolkit.convert.validate import INPUT_SETS
-    from toolkit.core.inputs import guessed_shapes, parse_val_ranges, plan_generation, select_feed
+    from toolkit.core.inputs import guessed_shapes, parse_val_ranges, plan_generation
     from toolkit.core.io.model import graph_io_meta
 
     metas, _ = graph_io_meta(model)
     if check.load_inputs:
-        from toolkit.core.io.datafiles import load_inputs
-
-        src = check.load_inputs
-        feeds = [select_feed(loaded, metas, source=src, iteration=k) for k, loaded in enumerate(load_inputs(src))]
-        if not feeds:
-            raise InputError(f"{src}: no input sets")
-        return feeds
+        return _loaded_feeds(check.load_inputs, metas)
     plan = plan_generation(metas, ranges=parse_val_ranges(check.val_range), shapes=_shapes(model, metas, check))
     check.guessed = guessed_shapes(plan.notes)
     for note in plan.notes:
         (warn if note in check.guessed else log)(note)
     first = plan.feed(0, check.seed)  # (a range the dtype cannot hold fails here, before converting)
     return itertools.chain([first], (plan.feed(k, check.seed) for k in range(1, INPUT_SETS)))
+
+
+def _loaded_feeds(src: str, metas) -> list:
+    """Every input set of the inputs file ``src``, each checked against the model's inputs."""
+    from toolkit.core.inputs import select_feed
+    from toolkit.core.io.datafiles import load_inputs
+
+    feeds = [select_feed(loaded, metas, source=src, iteration=k) for k, loaded in enumerate(load_inputs(src))]
+    if not feeds:
+        raise InputError(f"{src}: no input sets")
+    return feeds
 
 
 def _shapes(model, metas, check: _Check):
@@ -339,9 +369,7 @@ def _report(result, dtype: str, output: str, seconds: float, hint: str) -> None:
 
     short = fp16.PRECISIONS[dtype][1]
     if result.clamped:
-        shown = ", ".join(result.clamped[:5]) + (" ..." if len(result.clamped) > 5 else "")
-        limits = "+-65504 or +-2**-24" if dtype == "float16" else "+-3.39e38 (the largest bfloat16)"
-        warn(f"{len(result.clamped)} weight(s) had values outside {short}'s range, clamped to {limits}: {shown}")
+        _warn_clamped(result.clamped, dtype, short)
     where = "<stdout>" if output == "-" else output
     log(f"Converted to mixed {short} in {seconds:.2f} s: {where}")
     if result.upgraded_from is not None:
@@ -349,6 +377,13 @@ def _report(result, dtype: str, output: str, seconds: float, hint: str) -> None:
     _kept_lines(result)
     if hint:
         log(hint)
+
+
+def _warn_clamped(clamped: List[str], dtype: str, short: str) -> None:
+    """The weights whose values were clamped to the range of ``dtype``."""
+    shown = ", ".join(clamped[:5]) + (" ..." if len(clamped) > 5 else "")
+    limits = "+-65504 or +-2**-24" if dtype == "float16" else "+-3.39e38 (the largest bfloat16)"
+    warn(f"{len(clamped)} weight(s) had values outside {short}'s range, clamped to {limits}: {shown}")
 
 
 def _kept_lines(result) -> None:
@@ -439,41 +474,53 @@ def _report_check(res, dtype: str, runtime_failed: bool, guessed) -> None:
     """The check's line: a log line when it passed on the shapes the model will meet, else a warning."""
     short = "fp16" if dtype == "float16" else "bf16"
     tol = f"atol {res.atol:g}, rtol {res.rtol:g}"
-    where = _which_set(res)
-    if res.passed and guessed:
+    if not res.passed:
+        warn(_differs_line(res, short, tol))
+    elif guessed:
         # (inputs at size 1 in their dynamic dims: not the shapes the model will meet, no verdict)
-        warn(
-            f"compared with the original in ONNX-Runtime on {_sets(len(res.set_errors))} whose dynamic dims were set "
-            f"to 1: largest error {res.max_error:.3g} with {short} storage emulated (output {res.worst}{where})"
-            f"{_measured(res)}; that is not a check of the shapes the model will meet: give them with --input-shapes "
-            "(or real data with --load-inputs)"
-        )
-        return
-    if res.passed and res.measured_differing:
+        warn(_guessed_line(res, short))
+    elif res.measured_differing:
         warn(
             f"the written model differs from the original beyond {tol} as ONNX-Runtime's CPU provider computes it "
             f"(outputs {', '.join(res.measured_differing)}){_measured(res)}; with {short} storage emulated the "
             f"largest error is {res.max_error:.3g}"
         )
-        return
-    if res.passed:
-        # (a session that crashed or failed with the default options: the model is not checked)
-        head = "With graph optimizations off, compared" if runtime_failed else "Checked"
-        log(
-            f"{head} against the original in ONNX-Runtime on {_sets(len(res.set_errors))} ({res.seconds:.2f} s): "
-            f"largest error {res.max_error:.3g} with {short} storage emulated (output {res.worst}{where}){_measured(res)}, "
-            f"within {tol}"
-        )
-        return
+    else:
+        log(_passed_line(res, short, tol, runtime_failed))
+
+
+def _guessed_line(res, short: str) -> str:
+    """A check that passed on inputs whose dynamic dims were set to 1: what it found, and that it is no verdict."""
+    return (
+        f"compared with the original in ONNX-Runtime on {_sets(len(res.set_errors))} whose dynamic dims were set "
+        f"to 1: largest error {res.max_error:.3g} with {short} storage emulated (output {res.worst}{_which_set(res)})"
+        f"{_measured(res)}; that is not a check of the shapes the model will meet: give them with --input-shapes "
+        "(or real data with --load-inputs)"
+    )
+
+
+def _passed_line(res, short: str, tol: str, runtime_failed: bool) -> str:
+    """A check that passed (with graph optimizations off when the session with the default options failed)."""
+    head = "With graph optimizations off, compared" if runtime_failed else "Checked"
+    return (
+        f"{head} against the original in ONNX-Runtime on {_sets(len(res.set_errors))} ({res.seconds:.2f} s): "
+        f"largest error {res.max_error:.3g} with {short} storage emulated (output {res.worst}{_which_set(res)})"
+        f"{_measured(res)}, within {tol}"
+    )
+
+
+def _differs_line(res, short: str, tol: str) -> str:
+    """A check that failed: where the largest error is, the first tensor that differs, and what finds the nodes."""
     first = (
         f"; the first tensor that differs (topological order) is {res.first_tensor} (error {res.first_error:.3g})"
         if res.first_tensor
         else ""
     )
-    warn(
+    return (
         f"the {short} model differs from the original beyond {tol} on {_sets(len(res.set_errors))}: largest error "
-        f"{res.max_error:.3g} with {short} storage emulated at output {res.worst}{where}{_measured(res)}{first}; `toolkit debug precision MODEL --compare onnxrt "
-        f"onnxrt:{short}` finds the nodes to keep in fp32 (--keep-fp32)"
+        f"{res.max_error:.3g} with {short} storage emulated at output {res.worst}{_which_set(res)}{_measured(res)}"
+        f"{first}; `toolkit debug precision MODEL --compare onnxrt onnxrt:{short}` finds the nodes to keep in fp32 "
+        "(--keep-fp32)"
     )
 
 

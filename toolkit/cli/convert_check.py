@@ -55,7 +55,12 @@ def _original_failure(original, feeds):
     from toolkit.core.io.model import load_model
 
     model = load_model(original) if isinstance(original, str) else original
-    return next((r for r in _sessions(model, feeds, None) if not r.ok), None)
+    return _first_failing(_sessions(model, feeds, None))
+
+
+def _first_failing(runs: list):
+    """The first of ``runs`` (RuntimeRun) that failed, or None."""
+    return next((r for r in runs if not r.ok), None)
 
 
 def check_runtime(
@@ -70,20 +75,16 @@ def check_runtime(
     from toolkit.convert.runtime_check import runtime_name, working_level
 
     checks = RuntimeChecks(runs=_sessions(result.model, feeds, level, first))
-    bad = next((r for r in checks.runs if not r.ok), None)
+    bad = _first_failing(checks.runs)
     if bad is None:
         shown = " and ".join(_options(r.level) for r in checks.runs)
         log(f"Runs in {runtime_name()} (CPU) with {shown}: session created and {_sets(len(feeds))} run "
             f"({sum(r.seconds for r in checks.runs):.2f} s)")
         return result, checks
     checks.fallback = working_level(result.model, feeds, bad.level)
-    sentence = bad.sentence() + _fallback_text(checks.fallback)
-    if bad.error and checks.fallback is None:
-        unavoidable, inherited = _error_at_every_level(bad, dtype, original, feeds)
-        if unavoidable is None or inherited:  # (a model the original's fault keeps from loading: --repair cannot help)
-            checks.failure = unavoidable or ""
-            return result, checks
-        sentence = unavoidable
+    sentence = _failure_sentence(bad, checks, dtype, original, feeds)
+    if sentence is None:
+        return result, checks
     if repair:
         return _repaired(result, checks, feeds, bad, again, level, sentence)
     setting = "create its session with that setting, or " if checks.fallback is not None else ""
@@ -92,6 +93,18 @@ def check_runtime(
         "fp32 (--keep-fp32 OP)"
     )
     return result, checks
+
+
+def _failure_sentence(bad, checks: "RuntimeChecks", dtype: str, original, feeds) -> Optional[str]:
+    """What the failing session ``bad`` says, with what avoids it; None when --repair cannot help (``checks.failure``
+    then holds the failure to report, '' when there is none: an error expected, or the inputs')."""
+    if not bad.error or checks.fallback is not None:
+        return bad.sentence() + _fallback_text(checks.fallback)
+    unavoidable, inherited = _error_at_every_level(bad, dtype, original, feeds)
+    if unavoidable is None or inherited:  # (a model the original's fault keeps from loading: --repair cannot help)
+        checks.failure = unavoidable or ""
+        return None
+    return unavoidable
 
 
 def _error_at_every_level(bad, dtype: str, original, feeds) -> Tuple[Optional[str], bool]:
@@ -180,7 +193,6 @@ def repair_accuracy(again: Callable, feeds: list, dtype: str, model_path: str, e
     stores) on the check's input sets finds the nodes to keep in fp32; returns the conversion with
     them kept (None when the search finds no such set: the difference is not the reduced precision's).
     ``keep_fp32``: the user's words; ``extra``: what ``again`` adds to them (the op type a crash repair kept)."""
-    from toolkit.cli.search_reporters import PrecisionReporter
     from toolkit.convert.validate import ATOL, RTOL
     from toolkit.core.compare.tolerances import Tolerances
     from toolkit.precision import search as S
@@ -190,6 +202,22 @@ def repair_accuracy(again: Callable, feeds: list, dtype: str, model_path: str, e
         f"atol {ATOL:g}, rtol {RTOL:g} on every element)")
     config = S.PrecisionConfig(model=model_path, candidate=f"onnxrt:{short}", tolerances=Tolerances.of(atol=ATOL, rtol=RTOL),
                                keep_fp32=list(keep_fp32) + list(extra), external_data_dir=external_data_dir)
+    kept = _nodes_to_keep(config, feeds)
+    if kept is None:
+        return None
+    conversion = again(list(extra) + kept)
+    for name in kept:
+        conversion.kept[name] = REASON_ACCURACY
+    log(f"--repair kept {len(kept)} node(s) in fp32: {', '.join(kept[:10])}" + (" ..." if len(kept) > 10 else ""))
+    return conversion
+
+
+def _nodes_to_keep(config, feeds: list) -> Optional[List[str]]:
+    """The nodes ``debug precision``'s search (``config``) keeps in fp32 on ``feeds``; None when it finds
+    none, or cannot search (a warning says why)."""
+    from toolkit.cli.search_reporters import PrecisionReporter
+    from toolkit.precision import search as S
+
     try:
         outcome = S.PrecisionSearch(config, PrecisionReporter(), feeds=feeds).run()
     except ToolkitError as exc:
@@ -201,9 +229,4 @@ def repair_accuracy(again: Callable, feeds: list, dtype: str, model_path: str, e
         raise KeyboardInterrupt
     if outcome.status not in (S.STATUS_FOUND, S.STATUS_ROUNDING) or not outcome.kept:
         return None
-    conversion = again(list(extra) + outcome.kept)
-    for name in outcome.kept:
-        conversion.kept[name] = REASON_ACCURACY
-    log(f"--repair kept {len(outcome.kept)} node(s) in fp32: {', '.join(outcome.kept[:10])}"
-        + (" ..." if len(outcome.kept) > 10 else ""))
-    return conversion
+    return list(outcome.kept)

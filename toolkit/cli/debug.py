@@ -98,19 +98,29 @@ def summary_json(outcome, cfg) -> dict:
         "seconds": round(outcome.seconds, 3),
         "phases": outcome.phases,
         "runner": outcome.runner,
-        "evidence": {
-            "full_model": outcome.full_evidence.to_json() if outcome.full_evidence is not None else None,
-            "reduced": outcome.reduced_evidence.to_json() if outcome.reduced_evidence is not None else None,
-            "noise_warning": outcome.noise,
-        },
-        "artifacts": {
-            "output": cfg.output if outcome.output_written else None,
-            "min_good": cfg.min_good if outcome.min_good_written else None,
-            "min_good_nodes": outcome.min_good_nodes,
-            "replay": outcome.replay_path or (cfg.save_replay if outcome.status != "passed" else None),
-            "iter_artifact": cfg.iter_artifact if not cfg.remove_intermediate else None,
-        },
+        "evidence": _evidence_json(outcome),
+        "artifacts": _artifacts_json(outcome, cfg),
         "stopped_by": outcome.stopped_by,
+    }
+
+
+def _evidence_json(outcome) -> dict:
+    """The summary's evidence: the errors of the full and the reduced model, the noise warning."""
+    return {
+        "full_model": outcome.full_evidence.to_json() if outcome.full_evidence is not None else None,
+        "reduced": outcome.reduced_evidence.to_json() if outcome.reduced_evidence is not None else None,
+        "noise_warning": outcome.noise,
+    }
+
+
+def _artifacts_json(outcome, cfg) -> dict:
+    """The summary's files: those written (None for one not written)."""
+    return {
+        "output": cfg.output if outcome.output_written else None,
+        "min_good": cfg.min_good if outcome.min_good_written else None,
+        "min_good_nodes": outcome.min_good_nodes,
+        "replay": outcome.replay_path or (cfg.save_replay if outcome.status != "passed" else None),
+        "iter_artifact": cfg.iter_artifact if not cfg.remove_intermediate else None,
     }
 
 
@@ -212,15 +222,20 @@ def _written(outcome, cfg) -> None:
     """The files written and the evidence of the full and the reduced model."""
     if outcome.output_written:
         log(f"Wrote the reduced model to {cfg.output}")
-    for label, evidence in (("Full model", outcome.full_evidence), ("Reduced model", outcome.reduced_evidence)):
-        if evidence is not None and evidence.worst is not None:
-            log(f"{label}: {evidence.describe()}")
+    _evidence_lines(outcome)
     if outcome.noise:
         warn(outcome.noise)
     if cfg.min_good and outcome.min_good_written:
         log(f"Wrote the closest passing model ({_plural(outcome.min_good_nodes, 'node')}) to {cfg.min_good}")
     if cfg.save_replay:
         log(f"Verdicts saved to {cfg.save_replay} (reuse them with --load-debug-replay {cfg.save_replay})")
+
+
+def _evidence_lines(outcome) -> None:
+    """The largest error of the full and of the reduced model, where known."""
+    for label, evidence in (("Full model", outcome.full_evidence), ("Reduced model", outcome.reduced_evidence)):
+        if evidence is not None and evidence.worst is not None:
+            log(f"{label}: {evidence.describe()}")
 
 
 def _script_inputs(spec: str, func_name: Optional[str]) -> str:
@@ -390,13 +405,18 @@ def _inline_branches(cfg: ReduceConfig, a: "ReduceArgs"):
     folder = temp_folder("toolkit-branches-")
     inlined = inline_for_reduce(cfg.model, opts, folder, log, with_data=with_data)
     if inlined is not None:
-        cfg.model = inlined.model
-        if opts.reference_model:
-            a.reference_model = inlined.reference_model
-        if not (opts.reference_model and inlined.reference_model == opts.reference_model):
-            # the rewritten models carry their weights; a reference model left as it is still reads from there
-            cfg.external_data_dir = None
+        _use_inlined(cfg, a, inlined, opts.reference_model)
     return inlined
+
+
+def _use_inlined(cfg: ReduceConfig, a: "ReduceArgs", inlined, reference_model: Optional[str]) -> None:
+    """``cfg`` and ``a`` name the models with their Ifs inlined (``reference_model``: the one --compare runs)."""
+    cfg.model = inlined.model
+    if reference_model:
+        a.reference_model = inlined.reference_model
+    if not (reference_model and inlined.reference_model == reference_model):
+        # the rewritten models carry their weights; a reference model left as it is still reads from there
+        cfg.external_data_dir = None
 
 
 def inlined_note(inlined) -> str:
@@ -513,16 +533,7 @@ def _reduce_command(ctx: typer.Context, cfg: ReduceConfig, a: ReduceArgs) -> Non
     _usage(ctx, cfg, a)
     _check_compare(cfg, a)
     cfg.rule = FailureRule(a.fail_regex, a.fail_code, a.ignore_fail_code)
-    if a.data_loader_script:
-        # the script's feeds, saved once as an inputs file that the reduction uses like --load-inputs
-        cfg.load_inputs = cfg.load_inputs + [_script_inputs(a.data_loader_script, a.data_loader_func_name)]
-
-    if "-" in cfg.load_inputs:  # (read by the reduction and by every check: saved once)
-        from toolkit.core.io.model import spool_stdin
-
-        if cfg.model == "-":
-            raise UsageError("the model and --load-inputs cannot both be read from stdin ('-'): give one as a file")
-        cfg.load_inputs = [spool_stdin(data_file=True) if p == "-" else p for p in cfg.load_inputs]
+    _inputs_files(cfg, a)
     model = cfg.model
     if model == "-" and a.compare is not None:
         from toolkit.core.io.model import spool_stdin
@@ -534,6 +545,32 @@ def _reduce_command(ctx: typer.Context, cfg: ReduceConfig, a: ReduceArgs) -> Non
     code = _summary(outcome, cfg)
     if _input_dependent(inlined) and outcome.output_written:
         log(inlined_note(inlined))
+    _report_outcome(outcome, cfg, a, (reducer, runner, inlined))
+    raise typer.Exit(code)
+
+
+def _inputs_files(cfg: ReduceConfig, a: ReduceArgs) -> None:
+    """--data-loader-script's feeds and --load-inputs '-' (stdin), each saved once as an inputs file that the
+    reduction and every check read like --load-inputs."""
+    if a.data_loader_script:
+        cfg.load_inputs = cfg.load_inputs + [_script_inputs(a.data_loader_script, a.data_loader_func_name)]
+    if "-" in cfg.load_inputs:
+        _spool_stdin_inputs(cfg)
+
+
+def _spool_stdin_inputs(cfg: ReduceConfig) -> None:
+    """--load-inputs '-': stdin saved to a file, read in its place."""
+    from toolkit.core.io.model import spool_stdin
+
+    if cfg.model == "-":
+        raise UsageError("the model and --load-inputs cannot both be read from stdin ('-'): give one as a file")
+    cfg.load_inputs = [spool_stdin(data_file=True) if p == "-" else p for p in cfg.load_inputs]
+
+
+def _report_outcome(outcome, cfg: ReduceConfig, a: ReduceArgs, ran) -> None:
+    """--compare's report and the --json summary (``ran``: the reducer, the compare runner or None, the
+    inlined branches or None)."""
+    reducer, runner, inlined = ran
     summary = _summary_with_branches(outcome, cfg, inlined) if a.json_summary else {}
     if runner is not None:
         from toolkit.cli.reduce_compare import report_compare
@@ -544,7 +581,6 @@ def _reduce_command(ctx: typer.Context, cfg: ReduceConfig, a: ReduceArgs) -> Non
 
         sys.stdout.write(json.dumps(summary, indent=1) + "\n")
         sys.stdout.flush()
-    raise typer.Exit(code)
 
 
 def _usage(ctx: typer.Context, cfg: ReduceConfig, a: ReduceArgs) -> None:

@@ -16,13 +16,23 @@ from toolkit.run.diagnosis import Diagnosis, depth_line, depth_table, gx, text_l
 
 def render_diagnosis(diag: Diagnosis, *, rich: bool) -> None:
     lines = text_lines(diag)
-    if not rich:
-        for line in lines:
-            if "error/tolerance by depth" in line:
-                _plain_depth_table(diag)
-            else:
-                log(line)
-        return
+    if rich:
+        _rich_lines(diag, lines)
+    else:
+        _plain_lines(diag, lines)
+
+
+def _plain_lines(diag: Diagnosis, lines) -> None:
+    """The diagnosis as log lines, the error by depth as a compact table."""
+    for line in lines:
+        if "error/tolerance by depth" in line:
+            _plain_depth_table(diag)
+        else:
+            log(line)
+
+
+def _rich_lines(diag: Diagnosis, lines) -> None:
+    """The diagnosis in colour, the error by depth as a sparkline."""
     from rich.text import Text
 
     con = err_console()
@@ -52,10 +62,9 @@ def _rich_depth(diag: Diagnosis) -> None:
         return
     head, _, rest = line.partition(": ")
     spark, _, tail = rest.partition(" ")
-    crossed = next((k for k, r in enumerate(diag.depth) if r.failed), None)
     text = Text("  " + head + ": ")
-    for k, ch in enumerate(spark):
-        text.append(ch, style="red" if crossed is not None and k >= crossed and diag.depth[k].failed else "cyan")
+    for ch, row in zip(spark, diag.depth):  # (one character per depth)
+        text.append(ch, style="red" if row.failed else "cyan")
     text.append(" " + tail)
     err_console().print(text, highlight=False)
 

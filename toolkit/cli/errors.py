@@ -26,23 +26,27 @@ def _print_error(message: str) -> None:
 
 def _click_message(exc) -> str:
     """One line for a Click usage error (bad value, unknown or missing option), like ours."""
+    advice = _unsupported_line(exc)
+    if advice:
+        return advice
     text = " ".join(str(exc.format_message()).split()) or type(exc).__name__
-    option = getattr(exc, "option_name", None)
-    if type(exc).__name__ == "NoSuchOption" and option:
-        from toolkit.cli.unsupported import unsupported_advice
-
-        advice = unsupported_advice(option)
-        if advice:
-            return f"{option} (a Polygraphy option) is not supported by toolkit: {advice}"
     if type(exc).__name__ == "MissingParameter":
         hint = _after_check_hint(getattr(exc, "param", None))
-        if hint:
-            text = text.rstrip(".") + hint
-    ctx = getattr(exc, "ctx", None)
-    path = getattr(ctx, "command_path", None) if ctx is not None else None
-    if path:
-        text += f" (see '{path} --help')"
-    return text
+        text = text.rstrip(".") + hint if hint else text
+    path = getattr(getattr(exc, "ctx", None), "command_path", None)
+    return f"{text} (see '{path} --help')" if path else text
+
+
+def _unsupported_line(exc) -> str:
+    """For an unknown option that is a Polygraphy option toolkit does not support: that, and what to
+    use instead ('' for any other error)."""
+    option = getattr(exc, "option_name", None)
+    if type(exc).__name__ != "NoSuchOption" or not option:
+        return ""
+    from toolkit.cli.unsupported import unsupported_advice
+
+    advice = unsupported_advice(option)
+    return f"{option} (a Polygraphy option) is not supported by toolkit: {advice}" if advice else ""
 
 
 def _after_check_hint(param) -> str:
@@ -51,15 +55,19 @@ def _after_check_hint(param) -> str:
     argv = state.argv or []
     opts = set(getattr(param, "opts", ()) or ())
     for rest in REST_OPTIONS:
-        if rest in argv:
-            after = argv[argv.index(rest) + 1 :]
-            typed = [a for a in after if a.split("=", 1)[0] in opts]
-            if typed:
-                return (
-                    f"; {typed[0]} is given after {rest}, and everything after {rest} belongs to the check "
-                    f"command: put {typed[0]} before {rest}"
-                )
+        typed = _typed_after(rest, argv, opts)
+        if typed:
+            return (
+                f"; {typed} is given after {rest}, and everything after {rest} belongs to the check "
+                f"command: put {typed} before {rest}"
+            )
     return ""
+
+
+def _typed_after(rest: str, argv: list, opts: set):
+    """The first option of ``opts`` typed after ``rest`` in ``argv`` (``--opt`` or ``--opt=value``), or None."""
+    after = argv[argv.index(rest) + 1 :] if rest in argv else []
+    return next((a for a in after if a.split("=", 1)[0] in opts), None)
 
 
 def run_with_boundary(func, *args, **kwargs) -> int:
@@ -73,16 +81,20 @@ def run_with_boundary(func, *args, **kwargs) -> int:
         rv = func(*args, **kwargs)
         return rv if isinstance(rv, int) else 0
     except Exception as exc:  # noqa: BLE001 - after a signal, any failure is the interruption's
-        from toolkit.cli.output import state
-
         if state.signal is None:
             return _failed(exc)
         return report_interrupt()
     except KeyboardInterrupt:
         return report_interrupt()
     except SystemExit as exc:
-        code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
+        return _exit_status(exc.code)
+
+
+def _exit_status(code) -> int:
+    """The exit status of ``sys.exit(code)``: an int as it is, None 0, anything else (a message) 1."""
+    if isinstance(code, int):
+        return code
+    return 0 if code is None else 1
 
 
 def _failed(exc: Exception) -> int:
@@ -126,26 +138,34 @@ def _not_ours(exc: Exception) -> int:
 def _unexpected(exc: Exception) -> int:
     """One error line for an exception no layer expected: a corrupt input found late (exit 3),
     else a bug in toolkit (exit 70)."""
+    message = _late_bad_input(exc)
+    if message is None:
+        message = _corrupt_model_text()
+        if not message:
+            _print_error(
+                f"unexpected {type(exc).__name__}: {exc} "
+                "(this is a bug in toolkit; TOOLKIT_DEBUG=1 shows the traceback)"
+            )
+            return int(ExitCode.INTERNAL)
+    _print_error(message)
+    return int(ExitCode.BAD_INPUT)
+
+
+def _late_bad_input(exc: Exception):
+    """The line for an exception that means bad input found late (out of memory, text that is not
+    UTF-8, an OS error), or None."""
     if isinstance(exc, MemoryError):
-        _print_error("out of memory")
-    elif isinstance(exc, UnicodeDecodeError):
+        return "out of memory"
+    if isinstance(exc, UnicodeDecodeError):
         # protobuf decodes a model's text fields (names, op types) only when they are read
-        _print_error(
+        return (
             f"the input model holds text that is not valid UTF-8 ({exc.reason} at byte {exc.start} of "
             "a name or other text field); the file is corrupt"
         )
-    elif isinstance(exc, OSError):
+    if isinstance(exc, OSError):
         name = getattr(exc, "filename", None)
-        _print_error(f"{name + ': ' if name else ''}{exc.strerror or exc}")
-    else:
-        corrupt = _corrupt_model_text()
-        _print_error(corrupt or (
-            f"unexpected {type(exc).__name__}: {exc} "
-            "(this is a bug in toolkit; TOOLKIT_DEBUG=1 shows the traceback)"
-        ))
-        if not corrupt:
-            return int(ExitCode.INTERNAL)
-    return int(ExitCode.BAD_INPUT)
+        return f"{name + ': ' if name else ''}{exc.strerror or exc}"
+    return None
 
 
 def report_interrupt() -> int:

@@ -89,47 +89,67 @@ def take_flags(argv: Sequence[str], opts: Any) -> List[str]:
     ``--check`` or ``--``, into ``opts``; the rest of argv, in order. A short counted flag may repeat
     its letter (``-vvv``); a list option takes one or more values among its completions."""
     table = flag_table(type(opts))
-    counted = {flag[1]: name for flag, (name, _d, kind) in table.items() if kind == "count" and len(flag) == 2}
     rest: List[str] = []
-    i, n = 0, len(argv)
-    while i < n:
-        tok = argv[i]
-        flag, eq, inline = tok.partition("=") if tok.startswith("--") else (tok, "", "")
-        if tok == "--" or flag in REST_OPTIONS:
-            rest.extend(argv[i:])
-            break
-        repeated = re.fullmatch(r"-(\w)\1*", tok)
-        i += 1
-        if repeated and repeated.group(1) in counted:
-            name = counted[repeated.group(1)]
-            setattr(opts, name, getattr(opts, name) + len(tok) - 1)
-        elif flag not in table:
-            rest.append(tok)
+    i = 0
+    while i < len(argv):
+        flag, inline = _split_inline(argv[i])
+        if flag == "--" or flag in REST_OPTIONS:
+            return rest + list(argv[i:])
+        flag, times = _repeated_count(flag, table)
+        if flag in table:
+            i = _take_one(argv, i + 1, opts, table[flag], flag, inline, times)
         else:
-            i = _take_one(argv, i, opts, table[flag], flag, inline if eq else None)
+            rest.append(argv[i])
+            i += 1
     return rest
 
 
+def _split_inline(tok: str) -> Tuple[str, Optional[str]]:
+    """(the option, its value after '=' or None): ``--opt=v`` is ('--opt', 'v'); any other token is itself."""
+    if not tok.startswith("--") or "=" not in tok:
+        return tok, None
+    flag, _, inline = tok.partition("=")
+    return flag, inline
+
+
+def _repeated_count(tok: str, table: Mapping[str, Tuple[str, Declared, str]]) -> Tuple[str, int]:
+    """``-vvv``, the letter of a short counted flag repeated: ('-v', 3); any other token: (it, 1)."""
+    repeated = re.fullmatch(r"-(\w)\1+", tok)
+    short = "-" + repeated.group(1) if repeated else ""
+    if table.get(short, ("", None, ""))[2] != "count":
+        return tok, 1
+    return short, len(tok) - 1
+
+
 def _take_one(argv: Sequence[str], i: int, opts: Any, entry: Tuple[str, Declared, str], flag: str,
-              inline: Optional[str]) -> int:
-    """Set one option taken at ``argv[i - 1]``; the index after its values."""
+              inline: Optional[str], times: int = 1) -> int:
+    """Set one option taken at ``argv[i - 1]`` (``times`` over, a counted one); the index after its values."""
     name, decl, kind = entry
-    if kind in ("count", "switch"):
-        setattr(opts, name, getattr(opts, name) + 1 if kind == "count" else True)
+    if kind == "count":
+        setattr(opts, name, getattr(opts, name) + times)
         return i
-    if inline is None:
-        needs_value(flag, argv, i)
-    value = argv[i] if inline is None else inline
-    i += 1 if inline is None else 0
+    if kind == "switch":
+        setattr(opts, name, True)
+        return i
+    values, i = _values_of(flag, argv, i, inline, decl if kind == "list" else None)
     if kind == "value":
-        setattr(opts, name, value)
-        return i
-    values = [value]
-    while inline is None and i < len(argv) and _takes(decl, argv[i]):
-        values.append(argv[i])
-        i += 1
-    getattr(opts, name).extend(values)
+        setattr(opts, name, values[0])
+    else:
+        getattr(opts, name).extend(values)
     return i
+
+
+def _values_of(flag: str, argv: Sequence[str], i: int, inline: Optional[str],
+               listed: Optional[Declared]) -> Tuple[List[str], int]:
+    """The values of option ``flag`` from ``argv[i]`` on (its ``inline`` one when given after '='),
+    and the index after them: a list option (``listed``) takes more while they are among its completions."""
+    if inline is not None:
+        return [inline], i
+    needs_value(flag, argv, i)
+    end = i + 1
+    while listed is not None and end < len(argv) and _takes(listed, argv[end]):
+        end += 1
+    return list(argv[i:end]), end
 
 
 # ------------------------------------------------------------------ rewriting argv for Click
@@ -204,28 +224,31 @@ def expand_multi(args: List[str], multi: Iterable[str], grouped: Iterable[str] =
     (a shell completing a line): an option without a value stays as it is."""
     multi, grouped = set(multi), set(grouped)
     out: List[str] = []
-    i, n = 0, len(args)
-    while i < n:
+    i = 0
+    while i < len(args):
         tok = args[i]
         if tok == "--":
-            out.extend(args[i:])
-            break
-        i += 1
-        if tok not in multi:
+            return out + list(args[i:])
+        values = _values_at(args, i + 1) if tok in multi else None
+        i += 1 + len(values or ())
+        if values is None:
             out.append(tok)
-            continue
-        values = _values_at(args, i)
-        i += len(values)
-        if not values and not lenient:
-            needs_value(tok, args, i)
-        if not values:
-            out.append(tok)
-        elif tok in grouped:
-            out.extend([tok, GROUP_SEP.join(values)])
         else:
-            for v in values:
-                out.extend([tok, v])
+            out.extend(_occurrences(tok, values, tok in grouped, lenient, args, i))
     return out
+
+
+def _occurrences(flag: str, values: List[str], grouped: bool, lenient: bool, args: Sequence[str], end: int) -> List[str]:
+    """How Click reads the ``values`` of one occurrence of the multi-value option ``flag`` (they end at
+    ``args[end]``): ``--opt a --opt b``, or ``--opt a<GROUP_SEP>b`` when ``grouped``; without values, a
+    usage error, or the flag alone when ``lenient``."""
+    if not values:
+        if not lenient:
+            needs_value(flag, args, end)
+        return [flag]
+    if grouped:
+        return [flag, GROUP_SEP.join(values)]
+    return [token for v in values for token in (flag, v)]
 
 
 def _values_at(args: List[str], i: int) -> List[str]:
@@ -258,12 +281,20 @@ def default_in_help(param) -> None:
     text = (param.help or "").replace("(default: ", "(default ")
     param.help = text
     param.show_default = False
-    if getattr(param, "is_flag", False) or getattr(param, "count", False):
-        return
-    default = param.default
-    if default not in (None, "", (), []) and not callable(default) and "default" not in text.lower():
-        shown = " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
+    shown = _shown_default(param, text)
+    if shown is not None:
         param.help = f"{text.rstrip()} (default {shown})".strip()
+
+
+def _shown_default(param, text: str) -> Optional[str]:
+    """The default the help ``text`` of an option should add, or None: a flag, a counted option, an
+    empty or computed default and a help that speaks of its default already add none."""
+    if getattr(param, "is_flag", False) or getattr(param, "count", False) or "default" in text.lower():
+        return None
+    default = param.default
+    if default in (None, "", (), []) or callable(default):
+        return None
+    return " ".join(map(str, default)) if isinstance(default, (list, tuple)) else str(default)
 
 
 class GrammarCommand(TyperCommand):
@@ -296,9 +327,13 @@ class GrammarCommand(TyperCommand):
         self.params.extend(p for p in self.common_params() if not taken.intersection(p.opts))
         for param in self.params:
             default_in_help(param)
-            panel = next((self.shared_panels[o] for o in getattr(param, "opts", ()) if o in self.shared_panels), None)
-            if panel and not getattr(param, "rich_help_panel", None):
-                param.rich_help_panel = panel
+            self._place_in_shared_panel(param)
+
+    def _place_in_shared_panel(self, param) -> None:
+        """An option that names no help section goes to the section ``shared_panels`` gives its flags."""
+        panel = next((self.shared_panels[o] for o in getattr(param, "opts", ()) if o in self.shared_panels), None)
+        if panel and not getattr(param, "rich_help_panel", None):
+            param.rich_help_panel = panel
 
     def grouped_flags(self) -> frozenset:
         """The flags of the declared ``List[List[str]]`` options."""
@@ -319,10 +354,8 @@ class GrammarCommand(TyperCommand):
 
     def parse_args(self, ctx, args):
         args = expand_prefixes(list(args), self.params, self.refused)
-        rest_param = next((p for p in self.params for o in getattr(p, "opts", ()) if o in REST_OPTIONS), None)
-        rest = None
-        if rest_param is not None:
-            args, rest = cut_rest(args, next(o for o in rest_param.opts if o in REST_OPTIONS))
+        rest_param, rest_flag = self._rest_option()
+        args, rest = cut_rest(args, rest_flag) if rest_param is not None else (args, None)
         if ctx.resilient_parsing:  # a shell completing the line: what it has typed so far, for shell_complete
             ctx.meta[TYPED_ARGS] = list(args)
         else:
@@ -333,17 +366,23 @@ class GrammarCommand(TyperCommand):
             ctx.params[rest_param.name] = rest
         return out
 
+    def _rest_option(self) -> Tuple[Any, str]:
+        """(the parameter that takes the rest of the line, its flag); (None, "") when there is none."""
+        return next(((p, o) for p in self.params for o in getattr(p, "opts", ()) if o in REST_OPTIONS), (None, ""))
+
     def shell_complete(self, ctx, incomplete: str):
         """A shell completing a value: after ``--compare onnxrt `` (a second value of a multi-value
         option, which Click does not know takes more) the option's own completions."""
         typed = ctx.meta.get(TYPED_ARGS) or []
-        if is_value(incomplete) or incomplete == "":
-            flag = last_option(typed)
-            param = next((p for p in self.params if flag in getattr(p, "opts", ()) and getattr(p, "multiple", False)
-                          and p.param_type_name == "option"), None)
-            if param is not None:
-                return param.shell_complete(ctx, incomplete)
+        param = self._multi_option(last_option(typed)) if is_value(incomplete) else None
+        if param is not None:
+            return param.shell_complete(ctx, incomplete)
         return super().shell_complete(ctx, incomplete)
+
+    def _multi_option(self, flag: Optional[str]):
+        """The multi-value option spelled ``flag``, or None."""
+        return next((p for p in self.params if flag in getattr(p, "opts", ()) and getattr(p, "multiple", False)
+                     and p.param_type_name == "option"), None)
 
     def collect_usage_pieces(self, ctx):
         # `Usage: toolkit run [OPTIONS] MODEL`, not `{MODEL}`
@@ -353,6 +392,18 @@ class GrammarCommand(TyperCommand):
     def format_options(self, ctx, formatter) -> None:
         """Arguments, then options in sections (help panels): the command's own options first,
         then each panel in ``panel_order``, then the others, ``last_panel`` last."""
+        args, panels = self._help_records(ctx)
+        if args:
+            with formatter.section("Arguments"):
+                formatter.write_dl(args)
+        known = list(self.panel_order)
+        order = sorted(panels, key=lambda p: (p == self.last_panel, known.index(p) if p in known else len(known)))
+        for panel in order:
+            with formatter.section(panel):
+                formatter.write_dl(panels[panel])
+
+    def _help_records(self, ctx) -> Tuple[list, dict]:
+        """(the arguments' help records, {section: its options' records}), in the parameters' order."""
         args: list = []
         panels: dict = {}
         for param in self.get_params(ctx):
@@ -362,19 +413,14 @@ class GrammarCommand(TyperCommand):
             if param.param_type_name == "argument":
                 args.append(rec)
                 continue
-            rec = (rec[0], rec[1].replace("  [x>=0]", ""))
-            panel = getattr(param, "rich_help_panel", None) or "Options"
-            if "--help" in getattr(param, "opts", ()):
-                panel = self.last_panel if self.last_panel in panels else "Options"
-            panels.setdefault(panel, []).append(rec)
-        if args:
-            with formatter.section("Arguments"):
-                formatter.write_dl(args)
-        known = list(self.panel_order)
-        order = sorted(panels, key=lambda p: (p == self.last_panel, known.index(p) if p in known else len(known)))
-        for panel in order:
-            with formatter.section(panel):
-                formatter.write_dl(panels[panel])
+            panels.setdefault(self._help_panel(param, panels), []).append((rec[0], rec[1].replace("  [x>=0]", "")))
+        return args, panels
+
+    def _help_panel(self, param, panels: dict) -> str:
+        """The help section of an option: its own; -h/--help's is ``last_panel`` once that section has options."""
+        if "--help" in getattr(param, "opts", ()):
+            return self.last_panel if self.last_panel in panels else "Options"
+        return getattr(param, "rich_help_panel", None) or "Options"
 
     def format_epilog(self, ctx, formatter) -> None:
         super().format_epilog(ctx, formatter)

@@ -63,16 +63,12 @@ class InspectModelArgs:
 def inspect_model(ctx: typer.Context, **params) -> None:
     """Show a model: name, opsets, graph inputs and outputs, initializers, and optionally nodes,
     attributes and weights (subgraphs of If/Loop/Scan nested under their node)."""
-    from toolkit.core.io.model import load_model
     from toolkit.inspect.describe import Show, describe_model, model_text
 
     args = InspectModelArgs(**values_for(InspectModelArgs, params))
-    model, external_data_dir, as_json = args.model, args.external_data_dir, args.as_json
+    model, as_json = args.model, args.as_json
     if args.list_unbounded_dds:
-        from toolkit.surgeon.outputs import unbounded_dds_tensors
-
-        names = unbounded_dds_tensors(load_model(model, external_data_dir=external_data_dir, load_external_data=False))
-        _emit([f"Tensors with unbounded data-dependent shapes: {len(names)}"] + [f"  {n}" for n in names])
+        _list_unbounded_dds(args)
         return
 
     shown = Show.from_mode(args.mode).union(Show.from_words(args.show))
@@ -82,15 +78,7 @@ def inspect_model(ctx: typer.Context, **params) -> None:
         desc = describe_engine(model, layers=shown.layers)
         _emit([json.dumps(desc, indent=2)] if as_json else engine_text(desc), plain=not as_json)
         return
-    base_dir = None
-    if shown.weights and not args.ignore_external_data:
-        from toolkit.core.io.model import load_lazily
-
-        # weights stay on disk and are read one at a time for their statistics
-        proto, base_dir = load_lazily(model, external_data_dir, eager_bytes=0, bounded=args.shape_inference)
-    else:
-        proto = load_model(model, external_data_dir=external_data_dir, load_external_data=False,
-                           bounded=args.shape_inference)  # (shape inference inlines local functions)
+    proto, base_dir = _load_to_describe(args, shown.weights)
     # intermediate tensors show the dtype and shape the model records (value_info), and with
     # --shape-inference what ONNX shape inference finds (run on a copy without the weights' data)
     desc = describe_model(proto, shown, infer=args.shape_inference, external_base_dir=base_dir)
@@ -98,6 +86,28 @@ def inspect_model(ctx: typer.Context, **params) -> None:
         _emit([json.dumps(desc, indent=2)], plain=False)
     else:
         _emit(model_text(desc, shown))
+
+
+def _list_unbounded_dds(args: InspectModelArgs) -> None:
+    """--list-unbounded-dds: the tensors that set a data-dependent output size without a bound."""
+    from toolkit.core.io.model import load_model
+    from toolkit.surgeon.outputs import unbounded_dds_tensors
+
+    names = unbounded_dds_tensors(load_model(args.model, external_data_dir=args.external_data_dir,
+                                             load_external_data=False))
+    _emit([f"Tensors with unbounded data-dependent shapes: {len(names)}"] + [f"  {n}" for n in names])
+
+
+def _load_to_describe(args: InspectModelArgs, weights: bool):
+    """(the model, the folder its external weights are read from or None): with the weights shown, they stay
+    on disk and are read one at a time for their statistics; else they are not loaded."""
+    from toolkit.core.io.model import load_lazily, load_model
+
+    if weights and not args.ignore_external_data:
+        return load_lazily(args.model, args.external_data_dir, eager_bytes=0, bounded=args.shape_inference)
+    proto = load_model(args.model, external_data_dir=args.external_data_dir, load_external_data=False,
+                       bounded=args.shape_inference)  # (shape inference inlines local functions)
+    return proto, None
 
 
 @dataclass

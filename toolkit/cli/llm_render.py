@@ -109,15 +109,21 @@ def render(outcome: LlmOutcome, json_out: bool) -> int:
     d = outcome.first_divergence
     if d is not None:
         _divergence_lines(d)
-    elif not outcome.interrupted and outcome.both_nan_steps:
-        p, s = outcome.first_both_nan or (0, 0)
-        warn(f"No divergence found, but the logits are NaN on both sides at {outcome.both_nan_steps} step(s) "
-             f"(first: prompt {p}, step {s}): those steps compare nothing")
     elif not outcome.interrupted:
-        log("No divergence.")
+        _no_divergence_line(outcome)
     if json_out:
         echo(json.dumps(_finite(outcome.to_json()), indent=2, allow_nan=False))
     return int(ExitCode.FAILED) if d is not None else int(ExitCode.OK)
+
+
+def _no_divergence_line(outcome: LlmOutcome) -> None:
+    """No divergence: said so, or a warning that the steps whose logits are NaN on both sides compare nothing."""
+    if not outcome.both_nan_steps:
+        log("No divergence.")
+        return
+    p, s = outcome.first_both_nan or (0, 0)
+    warn(f"No divergence found, but the logits are NaN on both sides at {outcome.both_nan_steps} step(s) "
+         f"(first: prompt {p}, step {s}): those steps compare nothing")
 
 
 def _finite(value: Any) -> Any:

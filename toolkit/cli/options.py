@@ -82,7 +82,17 @@ class CommonOptions:
 
     def apply(self, command: Optional[str] = None, set_level: bool = True) -> None:
         """Check the values (UsageError, exit 2) and configure logging."""
+        self._check_log_values()
+        if self.model_type is not None:
+            check_model_type(self.model_type, command)
+        self._set_limits()
+        output.configure(level=self.level() if set_level else None, log_file=self.log_file, formats=self.log_format)
+        if self.model_type is not None:
+            output.state.model_type = self.model_type
 
+
+    def _check_log_values(self) -> None:
+        """--verbosity names levels (PATH:LEVEL too), --log-format known formats."""
         for v in self.verbosity:
             lvl = v.rsplit(":", 1)[-1].lower()
             if lvl not in output.LEVEL_NAMES:
@@ -93,15 +103,13 @@ class CommonOptions:
         for f in self.log_format:
             if f not in output.LOG_FORMATS:
                 raise UsageError(f"--log-format {f}: use one or more of: {', '.join(output.LOG_FORMATS)}")
-        if self.model_type is not None:
-            check_model_type(self.model_type, command)
-        # every command starts from the defaults (a library caller may run several commands in one process)
+
+    def _set_limits(self) -> None:
+        """--max-tensor-size and --max-nodes, or the defaults: every command starts from them (a library
+        caller may run several commands in one process)."""
         limits.max_tensor_bytes = (limits.parse_size(self.max_tensor_size) if self.max_tensor_size is not None
                                    else limits.DEFAULT_TENSOR_BYTES)
         limits.max_nodes = limits.parse_count(self.max_nodes) if self.max_nodes is not None else limits.DEFAULT_NODES
-        output.configure(level=self.level() if set_level else None, log_file=self.log_file, formats=self.log_format)
-        if self.model_type is not None:
-            output.state.model_type = self.model_type
 
 
 def check_model_type(value: str, command: Optional[str]) -> None:

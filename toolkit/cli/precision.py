@@ -111,6 +111,19 @@ def _summary(outcome, cfg, json_out: bool, emit_options: bool = False) -> int:
     by_status = {S.STATUS_NONE_NEEDED: _none_needed, S.STATUS_NOTHING: _none_needed,
                  S.STATUS_FAILS_FP32: _fails_fp32, S.STATUS_INTERRUPTED: _interrupted}
     code = by_status.get(outcome.status, _found)(outcome, stats, cfg.model)
+    _check_notes(outcome)
+    if outcome.output_written:
+        code = _written(cfg, code)
+    if outcome.replay_path and outcome.checks:
+        log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
+    _print_result(outcome, cfg, code, json_out, emit_options)
+    return code
+
+
+def _check_notes(outcome) -> None:
+    """The notes on the checks: more than the search's bound, broken ones."""
+    from toolkit.precision import search as S
+
     if outcome.status != S.STATUS_INTERRUPTED and outcome.checks > outcome.cost_bound:
         log(
             f"note: {outcome.checks} checks, more than the search's bound of {outcome.cost_bound} (a bisect over "
@@ -120,17 +133,18 @@ def _summary(outcome, cfg, json_out: bool, emit_options: bool = False) -> int:
         )
     if outcome.broken:
         warn(f"{outcome.broken} check(s) could not build, load or run their mixed model; they counted as failing")
-    if outcome.output_written:
-        code = _written(cfg, code)
-    if outcome.replay_path and outcome.checks:
-        log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
+
+
+def _print_result(outcome, cfg, code: int, json_out: bool, emit_options: bool) -> None:
+    """stdout: the --json summary, else the nodes found (their names, or convert's option)."""
+    from toolkit.precision import search as S
+
     if json_out:
         import json  # (--json only)
 
         echo(json.dumps(_summary_json(outcome, cfg, code), indent=2))
     elif outcome.status in ("found", "interrupted", S.STATUS_ROUNDING):
         _print_names(outcome.kept, emit_options)
-    return code
 
 
 def _fails_fp32(outcome, stats: str, model: str) -> int:
@@ -317,16 +331,13 @@ def _run(q: QdqConfig, args: PrecisionArgs, pair_options: List[str]) -> None:
     from toolkit.precision.search import PrecisionSearch
 
     compare = args.compare
-    if args.json_out and args.emit_options:
-        raise UsageError("--json and --emit-options both say what is printed on stdout: give one")
-    if compare and len(compare) != 2:
-        raise UsageError("--compare takes two runner specs: the fp32 reference and the candidate, e.g. onnxrt onnxrt:fp16")
+    _check_args(args)
     if q.model == "-":  # (read twice: whether it is quantized, then by the search)
         from toolkit.core.io.model import spool_stdin
 
         q.model = spool_stdin()
     quantized = _searches_pairs(q, compare, pair_options)
-    q.reference, q.candidate = compare if compare else (("onnxrt", "onnxrt") if quantized else ("onnxrt", "onnxrt:fp16"))
+    q.reference, q.candidate = _runners(compare, quantized)
     _cluster_usage(q)
     q.tolerances = search_tolerances(args)
     if quantized:
@@ -341,6 +352,22 @@ def _run(q: QdqConfig, args: PrecisionArgs, pair_options: List[str]) -> None:
     # (in a forked child when supervised: a runtime crash is one sentence and exit 1)
     raise typer.Exit(run_supervised(lambda: _summary(PrecisionSearch(cfg, PrecisionReporter()).run(), cfg,
                                                      args.json_out, args.emit_options)))
+
+
+def _check_args(args: PrecisionArgs) -> None:
+    """Usage errors of what is printed and of --compare."""
+    if args.json_out and args.emit_options:
+        raise UsageError("--json and --emit-options both say what is printed on stdout: give one")
+    if args.compare and len(args.compare) != 2:
+        raise UsageError("--compare takes two runner specs: the fp32 reference and the candidate, e.g. onnxrt onnxrt:fp16")
+
+
+def _runners(compare: Optional[List[str]], quantized: bool):
+    """(reference, candidate): --compare's, else onnxrt against itself for a quantized model (its pairs in float
+    are the reference), onnxrt against fp16 emulated on the CPU for the others."""
+    if compare:
+        return compare
+    return ("onnxrt", "onnxrt") if quantized else ("onnxrt", "onnxrt:fp16")
 
 
 def _searches_pairs(q: QdqConfig, compare: Optional[List[str]], pair_options: List[str]) -> bool:

@@ -116,11 +116,16 @@ def _cause_lines(outcome) -> List[str]:
     from toolkit.quant.stats import causes
 
     stats = [outcome.stats[n] for n in outcome.kept if n in outcome.stats]
-    found = causes(stats, outcome.inputs)
-    if not found and stats and all(st.rounding_only for st in stats):
-        found = ["no kept pair clips or is coarse: each only rounds (half a step), and together their rounding "
-                 "exceeds the tolerance (diffuse error: keep them in float, or loosen the tolerance)"]
+    found = causes(stats, outcome.inputs) or _diffuse_cause(stats)
     return ["Causes:"] + [f"  {line}" for line in found] if found else []
+
+
+def _diffuse_cause(stats) -> List[str]:
+    """The cause when every kept pair only rounds: their rounding together (none without stats)."""
+    if stats and all(st.rounding_only for st in stats):
+        return ["no kept pair clips or is coarse: each only rounds (half a step), and together their rounding "
+                "exceeds the tolerance (diffuse error: keep them in float, or loosen the tolerance)"]
+    return []
 
 
 def _pair_lines(outcome) -> List[str]:
@@ -164,28 +169,39 @@ def _found(outcome, cfg, stats: str) -> int:
         f"{outcome.error_result} ({stats}).")
     for line in _cause_lines(outcome) + _pair_lines(outcome):
         log(line)
-    if outcome.minimum and outcome.kept:
+    if outcome.kept:
+        _how_small(outcome)
+    return int(ExitCode.OK)
+
+
+def _how_small(outcome) -> None:
+    """Whether the pairs found are proved a minimum, or 1-minimal."""
+    if outcome.minimum:
         log(f"Minimum: no set of fewer pairs passes ({_minimum_proof(outcome)}).")
-    elif outcome.one_minimal and outcome.kept:
+    elif outcome.one_minimal:
         log("1-minimal: quantizing any one of them again makes the comparison fail (each checked); a set of "
             "fewer, other pairs may pass (not proved minimum).")
-    return int(ExitCode.OK)
 
 
 def _scaled_line(outcome, cfg) -> None:
     scaled = outcome.scaled
     held = outcome.held_out
-    if scaled["passes"] and held is not None and held.scaled and not held.holds:
+    if not scaled["passes"]:
+        warn(f"with every passing suggested scale applied together the model fails ({scaled['detail']})"
+             + (f"; wrote the model with the pairs in float to {cfg.output} instead" if outcome.output_written else ""))
+    elif _scales_fail_held_out(held):
         warn(f"with every passing suggested scale applied the model passes the search's input sets "
              f"({scaled['detail']}) but not the held-out ones ({held.passed} of {held.count})"
              + (f"; wrote it to {cfg.output} all the same (rerun without --apply-scales for the model with "
                 f"only the pairs found taken back to float, its scales unchanged)" if scaled["written"] else ""))
-    elif scaled["passes"]:
+    else:
         log(f"With every passing suggested scale applied (the other pairs found in float) the model passes "
             f"({scaled['detail']})" + (f"; wrote it to {cfg.output}" if scaled["written"] else ""))
-    else:
-        warn(f"with every passing suggested scale applied together the model fails ({scaled['detail']})"
-             + (f"; wrote the model with the pairs in float to {cfg.output} instead" if outcome.output_written else ""))
+
+
+def _scales_fail_held_out(held) -> bool:
+    """Whether the model with the suggested scales was checked on held-out inputs and fails there."""
+    return held is not None and held.scaled and not held.holds
 
 
 def _held_out_lines(outcome) -> None:
@@ -206,8 +222,7 @@ def _held_out_lines(outcome) -> None:
 
 def _held_out_verdict(outcome, held) -> None:
     """Whether the result (or the model as it is) passes on the held-out inputs, and if not, why."""
-    what = ("the model with the suggested scales" if held.scaled else
-            "the result" if outcome.kept else "the quantized model")
+    what = _held_out_subject(outcome, held)
     before = f"; the quantized model as it is: {held.before_passed} of {held.count}" if outcome.kept else ""
     if held.holds:
         log(f"Held out: {what} passes on {held.passed} of {held.count} input set(s) the search did not use "
@@ -220,6 +235,13 @@ def _held_out_verdict(outcome, held) -> None:
              f"held-out input set(s) ({held.detail}{before}); with every pair the search can take in float the "
              f"model passes on only {held.all_float_passed} of them: what fails there is not the pairs but "
              f"{_held_out_cause(outcome)} (a set of pairs holds there only where quantization errors cancel)")
+
+
+def _held_out_subject(outcome, held) -> str:
+    """What the held-out check ran: the model with the suggested scales, the result, or the model as it is."""
+    if held.scaled:
+        return "the model with the suggested scales"
+    return "the result" if outcome.kept else "the quantized model"
 
 
 def _held_out_cause(outcome) -> str:
@@ -298,15 +320,20 @@ def _final_code(outcome, code: int) -> int:
 def _print_result(outcome, cfg, code: int, json_out: bool) -> None:
     """stdout: the JSON summary with ``--json``, else the names of the pairs found (one a line)."""
     if json_out:
-        data = _summary_json(outcome, cfg, code)
-        if outcome.table:
-            from toolkit.quant.table import row_dict
-
-            data["table"] = [row_dict(k, st) for k, st in enumerate(outcome.table, 1)]
-        echo(json.dumps(data, indent=2))
+        echo(json.dumps(_result_json(outcome, cfg, code), indent=2))
     elif outcome.status in ("found", "interrupted"):
         for name in outcome.kept:
             echo(name)
+
+
+def _result_json(outcome, cfg, code: int) -> Dict[str, Any]:
+    """The --json summary, with the table of every pair when it was asked for."""
+    data = _summary_json(outcome, cfg, code)
+    if outcome.table:
+        from toolkit.quant.table import row_dict
+
+        data["table"] = [row_dict(k, st) for k, st in enumerate(outcome.table, 1)]
+    return data
 
 
 def _db(value) -> str:

@@ -54,9 +54,15 @@ def preflight_compare(model: str, compare: Optional[Sequence[str]], reference_mo
 
     opts = CompareOptions.from_words(compare)
     for path in [model, reference_model or ""] + list(load_inputs):
-        if path and path != "-" and not (path in load_inputs and os.path.isdir(path)):  # (a per-iteration folder)
+        if _read_as_file(path, load_inputs):
             check_readable_file(path)
     preflight_specs([opts.reference, opts.test], model)
+
+
+def _read_as_file(path: str, load_inputs: Sequence[str]) -> bool:
+    """Whether ``path`` is a file to check before reading it: not stdin ('-'), nor a per-iteration
+    folder of --load-inputs."""
+    return bool(path) and path != "-" and not (path in load_inputs and os.path.isdir(path))
 
 
 def make_compare_runner(model: str, artifact: str, words: Sequence[str], *, timeout=None, **kw):
@@ -88,9 +94,13 @@ def _subgraph_tolerances(model: str, tol):
     if not (tol.per_atol or tol.per_rtol or tol.per_stat):
         return tol
     graph = load_model(model, load_external_data=False).graph  # (a file: preflight_compare read it)
-    names = [o for n in graph.node for o in n.output if o]  # (what a check can compare: not the inputs)
-    require_known_names(tol, names + [o.name for o in graph.output], PER_NAME_FLAGS, tensors=True)
+    require_known_names(tol, _comparable(graph), PER_NAME_FLAGS, tensors=True)
     return tol.for_parts()
+
+
+def _comparable(graph) -> List[str]:
+    """The tensors a check can compare: every node's outputs and the graph's outputs (not its inputs)."""
+    return [o for n in graph.node for o in n.output if o] + [o.name for o in graph.output]
 
 
 def run_entry(options, on_report=None) -> int:
@@ -111,27 +121,39 @@ def _storage_words(noise) -> str:
 
 
 def summarize_faults(faults: List, log_fn=log, noise=None, noise_windows=()) -> None:
-    from toolkit.core.compare.noise import times
-    from toolkit.run.diagnosis import g
-
-    n, k = len(faults), len(noise_windows)
+    n = len(faults)
     rest = (
         f"the rest of the model fails by {_storage_words(noise)}rounding noise only (docs/noise.md)" if noise is not None
         else "the rest of the model passes"
     )
-    also = (f" (and those of {k} subgraph{'s' if k != 1 else ''} failing by rounding noise alone, not faults: "
-            f"{', '.join(w.nodes[0] for w in noise_windows[:3])}{', ...' if k > 3 else ''})") if k else ""
     log_fn(
-        f"Found {n} faulty subgraph{'s' if n != 1 else ''}, each minimal; with their outputs{also} replaced by "
-        f"reference values {rest}:"
+        f"Found {n} faulty subgraph{'s' if n != 1 else ''}, each minimal; with their outputs"
+        f"{_noise_windows_note(noise_windows)} replaced by reference values {rest}:"
     )
     for f in faults:
-        ev = f.evidence
-        err = "error ?"
-        if "max_abs" in ev:
-            err = f"max abs {g(ev.get('max_abs'))} ({g(ev.get('tol_ratio'))}x the tolerance)"
-        amp = f"amplification {times(ev.get('amplification'))}" if "amplification" in ev else "amplification ?"
-        log_fn(f"  {f.number}. {', '.join(f.nodes)} | {err} | {amp} | {f.path}")
+        log_fn(_fault_line(f))
+
+
+def _noise_windows_note(noise_windows) -> str:
+    """' (and those of K subgraphs failing by rounding noise alone, ...)' ('' when there are none)."""
+    k = len(noise_windows)
+    if not k:
+        return ""
+    return (f" (and those of {k} subgraph{'s' if k != 1 else ''} failing by rounding noise alone, not faults: "
+            f"{', '.join(w.nodes[0] for w in noise_windows[:3])}{', ...' if k > 3 else ''})")
+
+
+def _fault_line(f) -> str:
+    """One fault: its nodes, its error and amplification, and the file it was written to."""
+    from toolkit.core.compare.noise import times
+    from toolkit.run.diagnosis import g
+
+    ev = f.evidence
+    err = "error ?"
+    if "max_abs" in ev:
+        err = f"max abs {g(ev.get('max_abs'))} ({g(ev.get('tol_ratio'))}x the tolerance)"
+    amp = f"amplification {times(ev.get('amplification'))}" if "amplification" in ev else "amplification ?"
+    return f"  {f.number}. {', '.join(f.nodes)} | {err} | {amp} | {f.path}"
 
 
 def faults_json(faults: List) -> List[dict]:
@@ -181,9 +203,14 @@ def report_compare(runner, reducer, summary: dict, passed: bool = False) -> None
     if passed and getattr(reducer, "index", None) is not None:
         report_hidden(runner, reducer, summary)
     if faults is not None:
-        summary["faults"] = faults_json(faults)
-        summary["noise_remaining"] = faults_json([noise])[0] if noise is not None else None
-        summary["noise_windows"] = faults_json(getattr(reducer, "noise_windows", []))
+        _faults_summary(summary, faults, noise, getattr(reducer, "noise_windows", []))
+
+
+def _faults_summary(summary: dict, faults: List, noise, noise_windows: List) -> None:
+    """--all-faults in the --json summary: the faults, the noise that remains, the subgraphs failing by noise."""
+    summary["faults"] = faults_json(faults)
+    summary["noise_remaining"] = faults_json([noise])[0] if noise is not None else None
+    summary["noise_windows"] = faults_json(noise_windows)
 
 
 def _guide_line(guide: dict, faults: bool) -> None:

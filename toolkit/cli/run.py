@@ -104,19 +104,12 @@ def _run(ctx: typer.Context, params: dict) -> None:
     from toolkit.run.plan import tolerances_of  # (numpy: loaded when the command runs, not for --help)
 
     opts = _options(params)
-    reads = [opts.model] + opts.load_inputs + opts.load_outputs
-    for flag, path in (("--save-inputs", opts.save_inputs), ("--save-outputs", opts.save_outputs)):
-        if not _reads(path, reads):
-            check_data_output(flag, path)  # (overwriting a file this run reads is reported first)
-    if opts.use_subprocess:
-        verbose("run | --use-subprocess has no effect: runners run in this process, one after another")
-    if opts.shape_inference:
-        verbose("run | shape inference options have no effect on a run")
+    _check_data_outputs(opts)
+    _note_no_effect(opts)
     quiet = is_quiet()
     argv = ctx.meta.get(_ARGV_KEY) or []
     opts.command = "toolkit run " + shlex.join(_typed_argv(argv))
-    runners = registry.runner_order(argv, {k.name: params[_selector(k)] for k in registry.KINDS.values()}) + list(params["runners"] or [])
-    opts.runners, opts.fp16, opts.bf16 = _fp16_emulation(runners, opts.fp16, opts.bf16)
+    opts.runners, opts.fp16, opts.bf16 = _fp16_emulation(_runners(argv, params), opts.fp16, opts.bf16)
     opts.tolerances = tolerances_of(opts)  # the tolerance options: one typed value from here on
     if params["model"] is None and not _nothing_but_outputs(opts):
         return
@@ -125,6 +118,28 @@ def _run(ctx: typer.Context, params: dict) -> None:
     code = run_supervised(lambda: run_and_render(opts, opts.command, quiet=quiet))
     if code:
         raise typer.Exit(code)
+
+
+def _check_data_outputs(opts) -> None:
+    """--save-inputs and --save-outputs can be written (overwriting a file this run reads is reported first)."""
+    reads = [opts.model] + opts.load_inputs + opts.load_outputs
+    for flag, path in (("--save-inputs", opts.save_inputs), ("--save-outputs", opts.save_outputs)):
+        if not _reads(path, reads):
+            check_data_output(flag, path)
+
+
+def _note_no_effect(opts) -> None:
+    """-v says which Polygraphy options given have no effect on a run."""
+    if opts.use_subprocess:
+        verbose("run | --use-subprocess has no effect: runners run in this process, one after another")
+    if opts.shape_inference:
+        verbose("run | shape inference options have no effect on a run")
+
+
+def _runners(argv: List[str], params: dict) -> List[str]:
+    """The runner specs in the order typed: the runner flags (--onnxrt, --trt), then --runners."""
+    chosen = {k.name: params[_selector(k)] for k in registry.KINDS.values()}
+    return registry.runner_order(argv, chosen) + list(params["runners"] or [])
 
 
 def _options(params: dict) -> "run_options.RunOptions":
@@ -141,12 +156,14 @@ def _options(params: dict) -> "run_options.RunOptions":
     return opts
 
 
+# The run's options that need MODEL.
+_NEED_MODEL = ("runners", "load_inputs", "save_inputs", "save_outputs", "save_onnx", "data_loader_script")
+
+
 def _nothing_but_outputs(opts) -> bool:
     """Without MODEL: True when only outputs files are compared; UsageError when something
     needs the model; False (a warning) when nothing at all is asked for."""
-    if opts.runners or opts.load_inputs or opts.save_inputs or opts.save_outputs or opts.save_onnx or \
-            opts.data_loader_script:
-
+    if any(getattr(opts, name) for name in _NEED_MODEL):
         raise UsageError("give MODEL, the ONNX model to run (e.g. toolkit run model.onnx --onnxrt)")
     if not opts.load_outputs:
         # nothing asked for (e.g. only logging options): like Polygraphy, nothing to do is not an error
@@ -176,13 +193,14 @@ def _reads(path: Optional[str], sources: List[str]) -> bool:
 
     if not path or path == "-":
         return False
-    for src in sources:
-        if src and src != "-" and os.path.exists(path) and os.path.exists(src):
-            if os.path.samefile(path, src):
-                return True
-        elif src and os.path.abspath(src) == os.path.abspath(path):
-            return True
-    return False
+    return any(_same_file(path, src) for src in sources if src)
+
+
+def _same_file(path: str, src: str) -> bool:
+    """Whether ``path`` and ``src`` name one file: the same file on disk when both exist, else the same path."""
+    if src != "-" and os.path.exists(path) and os.path.exists(src):
+        return os.path.samefile(path, src)
+    return os.path.abspath(src) == os.path.abspath(path)
 
 
 def _ort_level(value: Optional[str]) -> Optional[str]:
@@ -196,21 +214,23 @@ def _describe_plan(opts) -> None:
     """What the run will do, for -v."""
 
     verbose(f"run | model: {opts.model or '(none)'} | runners: {', '.join(opts.runners) or 'none'}")
-    if opts.load_inputs:
-        verbose(f"run | inputs from: {', '.join(opts.load_inputs)}")
-    else:
-        from toolkit.core.inputs import DEFAULT_SEED
-
-        seed = f"{DEFAULT_SEED} (the default)" if opts.seed is None else opts.seed
-        verbose(
-            f"run | generated inputs: {opts.iterations or 1} iteration(s), seed {seed}, "
-            f"value range {' '.join(opts.val_range) or '[0,1]'}"
-            + (f", shapes {' '.join(opts.input_shapes)}" if opts.input_shapes else "")
-        )
+    verbose(_inputs_plan(opts))
     if opts.load_outputs:
         verbose(f"run | outputs to compare against: {', '.join(opts.load_outputs)}")
     if opts.tolerances is not None and opts.tolerances_given():
         verbose(f"run | tolerances: {' '.join(opts.tolerances.spelled())}")
+
+
+def _inputs_plan(opts) -> str:
+    """Where the run's inputs come from: the files loaded, or how they are generated."""
+    if opts.load_inputs:
+        return f"run | inputs from: {', '.join(opts.load_inputs)}"
+    from toolkit.core.inputs import DEFAULT_SEED
+
+    seed = f"{DEFAULT_SEED} (the default)" if opts.seed is None else opts.seed
+    shapes = f", shapes {' '.join(opts.input_shapes)}" if opts.input_shapes else ""
+    return (f"run | generated inputs: {opts.iterations or 1} iteration(s), seed {seed}, "
+            f"value range {' '.join(opts.val_range) or '[0,1]'}{shapes}")
 
 
 def _typed_argv(parsed: List[str]) -> List[str]:
@@ -241,16 +261,26 @@ def run_and_render(opts, command: str, *, quiet: bool = False, on_report=None) -
         reporter.close()
     if on_report is not None:
         on_report(report)
+    _render_comparisons(report, quiet)
+    _render_validation(report, opts.validate, quiet)
+    _final(report.passed, command, report.mismatched())
+    return 0 if report.passed else 1
+
+
+def _render_comparisons(report, quiet: bool) -> None:
+    """Each comparison of ``report``, with what explains it (unless ``quiet``)."""
     for k, pair in enumerate(report.comparisons):
         render_comparison(pair, quiet=quiet)
         if not quiet:
             _render_explanations(report, k)
+
+
+def _render_validation(report, validate: bool, quiet: bool) -> None:
+    """--validate's verdict: each NaN or Inf problem found, or that there was none."""
     for problem in report.problems:
         result(f"FAILED | validation | {problem.describe()}", style="red")
-    if opts.validate and not report.problems and not quiet:
+    if validate and not report.problems and not quiet:
         log("PASSED | validation | no NaN or Inf in any output", style="green")
-    _final(report.passed, command, report.mismatched())
-    return 0 if report.passed else 1
 
 
 def _render_explanations(report, k: int) -> None:
@@ -315,10 +345,18 @@ def render_comparison(pair, *, quiet: bool = False) -> None:
         if not quiet:
             log(f"  Iteration {it.index} | {len(it.outputs)} output(s) compared{_not_compared(pair, it)}")
             _render_rows(it.outputs)
-        elif any(not o.passed for o in it.outputs):  # (quiet: the failing outputs alone, under a header)
-            result(header if len(pair.iterations) == 1 else f"{header} | iteration {it.index}", style="bold")
-            _render_rows([o for o in it.outputs if not o.passed])
+        else:
+            _render_failures(pair, it, header)
     _render_verdict(pair, quiet)
+
+
+def _render_failures(pair, it, header: str) -> None:
+    """Quiet: the failing outputs of iteration ``it`` alone, under a header (nothing when none failed)."""
+    failing = [o for o in it.outputs if not o.passed]
+    if not failing:
+        return
+    result(header if len(pair.iterations) == 1 else f"{header} | iteration {it.index}", style="bold")
+    _render_rows(failing)
 
 
 def _not_compared(pair, it) -> str:
@@ -360,16 +398,22 @@ def _verdict(o) -> str:
     return "PASSED" if o.passed else "FAILED"
 
 
+def _stat_values(o) -> Optional[Tuple[str, Optional[float], Optional[float]]]:
+    """(name, abs, rel) of the statistic checked besides the maximum (median, a quantile), or None."""
+    if o.stat == "median":
+        return "median", o.median_abs, o.median_rel
+    if o.stat == "quantile":
+        return _quantile_name(o), o.quantile_abs, o.quantile_rel
+    return None
+
+
 def _plain_row(o) -> str:
     head = f"{_verdict(o)} | {shown_name(o.name)}"
     if o.message:
         return f"{head} | {o.message}"
     dt = "" if o.dtype_a == o.dtype_b else f" | dtypes {o.dtype_a} vs {o.dtype_b}"
-    med = ""
-    if o.stat == "median":
-        med = f", median abs {_g(o.median_abs)}, median rel {_g(o.median_rel)}"
-    elif o.stat == "quantile":
-        med = f", {_quantile_name(o)} abs {_g(o.quantile_abs)}, {_quantile_name(o)} rel {_g(o.quantile_rel)}"
+    stat = _stat_values(o)
+    med = f", {stat[0]} abs {_g(stat[1])}, {stat[0]} rel {_g(stat[2])}" if stat else ""
     bad = f" | {o.mismatches} of {o.size} element(s) out of tolerance" if o.mismatches and not o.passed else ""
     return (
         f"{head} | max abs {_g(o.max_abs)}, mean abs {_g(o.mean_abs)}, max rel {_g(o.max_rel)}, "
@@ -394,10 +438,9 @@ def _row_notes(o) -> list:
         notes.append(f"dtypes {o.dtype_a} vs {o.dtype_b}")
     if o.mismatches and not o.passed:
         notes.append(f"{o.mismatches}/{o.size} elements off")
-    if o.stat == "median":
-        notes.append(f"median abs {_g(o.median_abs)}, rel {_g(o.median_rel)}")
-    elif o.stat == "quantile":
-        notes.append(f"{_quantile_name(o)} abs {_g(o.quantile_abs)}, rel {_g(o.quantile_rel)}")
+    stat = _stat_values(o)
+    if stat:
+        notes.append(f"{stat[0]} abs {_g(stat[1])}, rel {_g(stat[2])}")
     notes.append(f"{o.size - o.skipped}/{o.size} compared")
     if getattr(o, "skipped", 0):
         notes.append(f"{o.skipped}/{o.size} not compared: {o.skipped_why}")
@@ -406,10 +449,21 @@ def _row_notes(o) -> list:
     return notes
 
 
-def _rich_table(rows) -> None:
-    from rich.table import Table
-    from rich.text import Text
+# The comparison table's columns: (header, justification). Names, numbers and verdicts never wrap; only the notes may.
+_COLUMNS: Tuple[Tuple[str, "JustifyMethod"], ...] = (
+    ("", "left"),
+    ("Output", "left"),
+    ("Max abs", "right"),
+    ("Mean abs", "right"),
+    ("Max rel", "right"),
+    ("Mean rel", "right"),
+    ("Passes with", "left"),
+    ("Tolerance", "left"),
+    ("Notes", "left"),
+)
 
+
+def _rich_table(rows) -> None:
     console = err_console()
     longest = max((len(shown_name(o.name)) for o in rows), default=0)
     if console.width < 110 + longest:
@@ -418,20 +472,18 @@ def _rich_table(rows) -> None:
         for o in rows:
             console.print("    " + _plain_row(o), style=None if o.passed else "red", markup=False, highlight=False)
         return
+    table = _comparison_table(longest)
+    for o in rows:
+        table.add_row(*_table_cells(o))
+    console.print(table)
+
+
+def _comparison_table(longest: int):
+    """An empty table of :data:`_COLUMNS`, the Output column ``longest`` wide."""
+    from rich.table import Table
+
     table = Table(box=None, pad_edge=False, padding=(0, 1), show_edge=False)
-    columns: Tuple[Tuple[str, JustifyMethod], ...] = (
-        ("", "left"),
-        ("Output", "left"),
-        ("Max abs", "right"),
-        ("Mean abs", "right"),
-        ("Max rel", "right"),
-        ("Mean rel", "right"),
-        ("Passes with", "left"),
-        ("Tolerance", "left"),
-        ("Notes", "left"),
-    )
-    for col, just in columns:
-        # names, numbers and verdicts never wrap; only the notes may
+    for col, just in _COLUMNS:
         table.add_column(
             col,
             justify=just,
@@ -439,24 +491,27 @@ def _rich_table(rows) -> None:
             overflow="fold" if col == "Notes" else "ignore",
             min_width=longest if col == "Output" else None,
         )
-    for o in rows:
-        verdict = Text(_verdict(o), style="green" if o.passed else "bold red")
-        if o.message:
-            table.add_row(verdict, Text(shown_name(o.name)), "-", "-", "-", "-", "-", "-", Text(o.message, style="red"))
-            continue
-        notes = _row_notes(o)
-        table.add_row(
-            verdict,
-            Text(shown_name(o.name)),
-            _g(o.max_abs),
-            _g(o.mean_abs),
-            _g(o.max_rel),
-            _g(o.mean_rel),
-            Text(f"atol {_g(o.required_atol)} | rtol {_g(o.required_rtol)} ({o.stat})"),
-            Text(f"atol {_g(o.atol)}, rtol {_g(o.rtol)}"),
-            Text("; ".join(notes)),
-        )
-    console.print(table)
+    return table
+
+
+def _table_cells(o) -> tuple:
+    """The cells of one output's row."""
+    from rich.text import Text
+
+    verdict = Text(_verdict(o), style="green" if o.passed else "bold red")
+    if o.message:
+        return verdict, Text(shown_name(o.name)), "-", "-", "-", "-", "-", "-", Text(o.message, style="red")
+    return (
+        verdict,
+        Text(shown_name(o.name)),
+        _g(o.max_abs),
+        _g(o.mean_abs),
+        _g(o.max_rel),
+        _g(o.mean_rel),
+        Text(f"atol {_g(o.required_atol)} | rtol {_g(o.required_rtol)} ({o.stat})"),
+        Text(f"atol {_g(o.atol)}, rtol {_g(o.rtol)}"),
+        Text("; ".join(_row_notes(o))),
+    )
 
 
 def _model_type():

@@ -62,27 +62,24 @@ class ReduceReporter(ReduceProgress):
         self.reducer = reducer
         idx = reducer.index
         cfg = reducer.cfg
-        consts = len(idx.const_nodes)
-        extra = f" (+{consts} Constant node{'s' if consts != 1 else ''}, lowered to constant tensors)" if consts else ""
-        if cfg.check is None:
-            how = "asking you (the full model is taken to fail)"
-        else:
-            how = {"warm": "warm worker", "in-process": "in this process", "ray": "Ray tasks"}.get(reducer.runner.kind, "subprocess")
-            how = f"check: {' '.join(cfg.check)} [{how}]"
+        extra = _constants_note(len(idx.const_nodes))
         mode = cfg.mode or getattr(reducer, "default_mode", "default (bisect + 1-minimal)")
-        log(f"Reducing {cfg.label or cfg.model}: {idx.size} node{'s' if idx.size != 1 else ''}{extra}; mode {mode}; {how}")
+        log(f"Reducing {cfg.label or cfg.model}: {_plural(idx.size, 'node')}{extra}; mode {mode}; {_how_checked(reducer)}")
         if self.live and reducer.runner is not None:
+            self._start_bar()
 
-            bar = progress(
-                "{task.completed}/{task.total} checks",
-                "{task.fields[eta]}",
-                auto_refresh=False,  # no refresh thread: the check runs in a fork
-                redirect_stdout=False,
-                redirect_stderr=False,
-            )
-            self.task = bar.add_task("reduce", total=1, eta="")
-            bar.start()
-            self.progress = bar
+    def _start_bar(self) -> None:
+        """The progress bar of the checks (a terminal, checks that run without asking)."""
+        bar = progress(
+            "{task.completed}/{task.total} checks",
+            "{task.fields[eta]}",
+            auto_refresh=False,  # no refresh thread: the check runs in a fork
+            redirect_stdout=False,
+            redirect_stderr=False,
+        )
+        self.task = bar.add_task("reduce", total=1, eta="")
+        bar.start()
+        self.progress = bar
 
     def loading(self, path: str, nbytes: int) -> None:
         self._print(f"Loading {path} ({_size(nbytes)}) once for all checks...")
@@ -96,17 +93,20 @@ class ReduceReporter(ReduceProgress):
         self._print(_iteration_line(it, verdict), style=style)
 
     def check_output(self, it) -> None:
-        res = it.result
-        show = self.show_output or (it.failed and it.first_failure and not self.hide_fail_output)
-        if not show:
+        if not self._shows_output(it):
             return
-        for name, text in (("stdout", res.stdout_text), ("stderr", res.stderr_text)):
+        for name, text in (("stdout", it.result.stdout_text), ("stderr", it.result.stderr_text)):
             if text.strip():
                 self._print(f"---- check {name} (iteration {it.number}) ----")
                 self._print(text.rstrip("\n"))
         if not self.show_output and not self._output_hint:
             self._output_hint = True
             self._print("(output of later checks is hidden; --show-output shows it for every check)")
+
+    def _shows_output(self, it) -> bool:
+        """Whether the check's output of iteration ``it`` is shown: every one with --show-output, else the first
+        failing one (unless --hide-fail-output)."""
+        return bool(self.show_output or (it.failed and it.first_failure and not self.hide_fail_output))
 
     def tick(self) -> None:
         now = time.monotonic()
@@ -135,6 +135,25 @@ class ReduceReporter(ReduceProgress):
             self.progress = None
 
 
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def _constants_note(consts: int) -> str:
+    """' (+N Constant nodes, lowered to constant tensors)' ('' without any)."""
+    return f" (+{_plural(consts, 'Constant node')}, lowered to constant tensors)" if consts else ""
+
+
+_RUNS_IN = {"warm": "warm worker", "in-process": "in this process", "ray": "Ray tasks"}
+
+
+def _how_checked(reducer) -> str:
+    """How each subgraph is judged: the check command and where it runs, or asking the user."""
+    if reducer.cfg.check is None:
+        return "asking you (the full model is taken to fail)"
+    return f"check: {' '.join(reducer.cfg.check)} [{_RUNS_IN.get(reducer.runner.kind, 'subprocess')}]"
+
+
 _VERDICTS = {"fail": "FAIL", "pass": "pass", "broken": "BROKEN", "timeout": "TIMEOUT"}
 
 
@@ -154,14 +173,14 @@ def _iteration_line(it, verdict: str) -> str:
     secs = "replay" if it.source == "replay" else f"{it.seconds:.2f} s"
     parts = [
         f"Iteration {it.number}",
-        f"{it.nodes} node{'s' if it.nodes != 1 else ''}",
+        _plural(it.nodes, "node"),
         verdict,
         it.phase,
         it.span if it.span != "full model" else "",
         secs,
         it.reason if it.source == "check" else "",
         _max_error(it.evidence),
-        f"~{it.remaining} check{'s' if it.remaining != 1 else ''} left" if it.remaining else "",
+        f"~{_plural(it.remaining, 'check')} left" if it.remaining else "",
     ]
     return " | ".join(p for p in parts if p)
 
