@@ -30,19 +30,21 @@ def mark_outputs(model, names: Sequence[str]) -> None:
 
     g = model.graph
     names = _names_to_mark(model, names)
-    metas = infer_tensor_meta(model, fallback=False, names=names)
-    old = {o.name: o for o in g.output}
-    others = non_tensor_value_types(model, [n for n in names if n not in old and is_non_tensor(metas.get(n))])
-    new = []
-    for name in names:
-        if name in old:
-            new.append(old[name])
-        elif name in others:
-            new.append(helper.make_value_info(name, others[name]))
-        else:
-            new.append(tensor_value_info(name, metas.get(name)))
+    infos = {o.name: o for o in g.output}
+    infos = {**_new_output_infos(model, [n for n in names if n not in infos]), **infos}
+    outputs = [infos[name] for name in names]
     del g.output[:]
-    g.output.extend(new)
+    g.output.extend(outputs)
+
+
+def _new_output_infos(model, names: List[str]) -> dict:
+    """{name: value info} for tensors ``names`` that become graph outputs: their types from shape
+    inference (sequence and map types kept)."""
+    metas = infer_tensor_meta(model, fallback=False, names=names)
+    others = non_tensor_value_types(model, [n for n in names if is_non_tensor(metas.get(n))])
+    infos = {name: tensor_value_info(name, metas.get(name)) for name in names}
+    infos.update({name: helper.make_value_info(name, t) for name, t in others.items()})
+    return infos
 
 
 def _names_to_mark(model, names: Sequence[str]) -> List[str]:
@@ -124,13 +126,7 @@ def set_unbounded_dds_upper_bounds(model, bounds: Mapping[str, int], log: LogFn 
     """Bound each unbounded data-dependent-shape tensor with a ``Min`` (in place); returns what was set."""
 
     targets = unbounded_dds_tensors(model)
-    for name in bounds:
-        if name and name not in targets:
-            shown = ", ".join(targets) or "none"
-            raise InputError(
-                f"'{name}' is not a tensor with an unbounded data-dependent shape; those are: {shown} "
-                "(`toolkit inspect model --list-unbounded-dds` lists them)"
-            )
+    _check_bound_names(bounds, targets)
     metas = infer_tensor_meta(model, fallback=False, names=targets)
     taken = set(top_tensor_names(model))
     applied: Dict[str, int] = {}
@@ -141,6 +137,17 @@ def set_unbounded_dds_upper_bounds(model, bounds: Mapping[str, int], log: LogFn 
             applied[name] = bound
     log(f"Upper bounds set: {', '.join(f'{k}<={v}' for k, v in applied.items()) or 'none needed'}")
     return applied
+
+
+def _check_bound_names(bounds: Mapping[str, int], targets: List[str]) -> None:
+    """InputError for a tensor named in ``bounds`` that is not one of the unbounded ``targets``."""
+    unknown = [name for name in bounds if name and name not in targets]
+    if unknown:
+        shown = ", ".join(targets) or "none"
+        raise InputError(
+            f"'{unknown[0]}' is not a tensor with an unbounded data-dependent shape; those are: {shown} "
+            "(`toolkit inspect model --list-unbounded-dds` lists them)"
+        )
 
 
 def _bound_values(bound: int, meta):
@@ -202,12 +209,18 @@ def apply_fallback_shapes(model, *, input_shapes=None, external_data_dir=None, l
 def _write_found_shapes(g, metas) -> None:
     """Graph ``g``'s value_info becomes the complete tensor ``metas`` of what its nodes compute;
     graph outputs among them take theirs as their type."""
-    given = {i.name for i in g.input} | {t.name for t in g.initializer}
-    found = {name: tensor_value_info(name, meta) for name, meta in metas.items()
-             if name not in given and is_complete(meta) and has_tensor_dtype(meta)}
+    found = _computed_value_infos(g, metas)
     for o in g.output:
         if o.name in found:
             o.type.CopyFrom(found[o.name].type)
     outputs = {o.name for o in g.output}
     del g.value_info[:]
     g.value_info.extend(vi for name, vi in found.items() if name not in outputs)
+
+
+def _computed_value_infos(g, metas) -> dict:
+    """{name: value info} of the tensors of ``metas`` that graph ``g``'s nodes compute (not its
+    inputs nor initializers) whose dtype and every dim are known."""
+    given = {i.name for i in g.input} | {t.name for t in g.initializer}
+    return {name: tensor_value_info(name, meta) for name, meta in metas.items()
+            if name not in given and is_complete(meta) and has_tensor_dtype(meta)}
