@@ -16,7 +16,7 @@ from toolkit.core.graph.graphs import fresh_name, walk_graphs
 from toolkit.core.io.model import infer_shapes, value_info_meta
 from toolkit.core.shapes import STUB_BYTES, light_copy
 from toolkit.surgeon.fold_bounds import UNKNOWN_SIZE, note_kept, oversized_nodes
-from toolkit.surgeon.fold_noops import bodies, constant_reshape_targets, eliminate_noops
+from toolkit.surgeon.fold_noops import bodies, constant_reshape_targets, eliminate_noops, is_static_dim
 from toolkit.surgeon.plumbing import (
     LogFn,
     all_nodes,
@@ -103,13 +103,9 @@ def infer_shapes_in_place(model, *, reset_outputs: bool = False) -> None:
 def _all_shapes_static(gs, graph) -> bool:
     """Every tensor of ``graph`` (and its subgraphs) has a shape of fixed dims: shape
     inference cannot teach it anything more."""
-    for tensor in all_tensors(graph).values():
-        if isinstance(tensor, gs.Constant) or not tensor.name:  # constants, omitted optional inputs
-            continue
-        shape = tensor.shape
-        if shape is None or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-            return False
-    return True
+    computed = (t for t in all_tensors(graph).values() if t.name and not isinstance(t, gs.Constant))
+    # (constants and omitted optional inputs are skipped)
+    return all(t.shape is not None and all(map(is_static_dim, t.shape)) for t in computed)
 
 
 def _refresh_gs_shapes(gs, graph, original) -> int:
@@ -150,18 +146,20 @@ def _inferred_metas(gs, graph, original) -> dict:
 def _learn_shape(tensor, meta) -> bool:
     """Give the gs ``tensor`` the inferred shape of ``meta`` (and its dtype, where it has none)
     when that shape is new and no less known (same rank, no fewer static dims)."""
-    if meta is None or meta.shape is None:
+    if meta is None or meta.shape is None or not _adds_knowledge(tensor.shape, tuple(meta.shape)):
         return False
-    old = tuple(tensor.shape) if tensor.shape is not None else None
-    new_shape = tuple(meta.shape)
-    if old == new_shape:
-        return False
-    if old is not None and (len(old) != len(new_shape) or _static_dims(new_shape) < _static_dims(old)):
-        return False
-    tensor.shape = list(new_shape)
+    tensor.shape = list(meta.shape)
     if tensor.dtype is None and meta.dtype:
         tensor.dtype = np_dtype(meta.dtype)
     return True
+
+
+def _adds_knowledge(old, new: tuple) -> bool:
+    """Shape ``new`` differs from ``old`` (None: rank unknown) and is no less known: same rank, no
+    fewer static dims."""
+    if old is None:
+        return True
+    return tuple(old) != new and len(old) == len(new) and _static_dims(new) >= _static_dims(old)
 
 
 def _static_dims(shape) -> int:
@@ -237,7 +235,7 @@ def _fold_shape_slice(node) -> bool:
     shape = list(inp.shape)
     start, end = _shape_attr_slice(node, len(shape))
     dims = shape[start:end]
-    if not all(isinstance(d, int) and d >= 0 for d in dims):
+    if not all(map(is_static_dim, dims)):
         return False
     out = node.outputs[0]
     out.to_constant(np.array(dims, dtype=np.int64))
@@ -453,12 +451,12 @@ def _exclude_failing_part(graph, exc: Exception, bad_nodes: set, bad_ops: set, l
     return True
 
 
-# Fallbacks when a folded model fails validation, in order (see sanitize()).
+# Fallbacks when a folded model fails validation, in order (see sanitize()); after them, folding
+# outside bodies while skipping the nodes whose folded values are wrong (_fold_skipping_wrong).
 _FOLD_LEVELS = (
     ("full", ""),
     ("no-inline", "without inlining constant-condition If branches"),
     ("top-only", "folding only outside If/Loop/Scan bodies"),
-    ("skip-wrong", "skipping the nodes whose folded values are wrong"),
 )
 
 
@@ -545,29 +543,27 @@ def fold_validated(model, build, validate: bool, external_data_dir: Optional[str
         if first is not None:
             build.kill(first)  # (waiting, it would be killed too: this is the way out before waiting)
         raise
-    full = build.finish(first) if first is not None else None
+    full = build.finish(first) if first is not None else build("full", set())
     return _fallbacks(model, build, check, log, full)
 
 
 def _fallbacks(model, build, check, log: LogFn, full):
     """The first level of :data:`_FOLD_LEVELS` whose folded model passes ``check`` (``full``: the
-    first level's folded model, when already built)."""
+    first level's folded model), else the fold that skips wrong values, else no folding."""
     failures: list = []
-    result = None
+    result = full
     for level, how in _FOLD_LEVELS:
-        if level == "skip-wrong":
-            skipping = _fold_skipping_wrong(build, check, log, result, failures[0])
-            if skipping is not None:
-                return skipping
-            continue
         if failures:
             log(f"Folding constants | the folded model failed validation ({failures[-1]}); folding again {how}")
-        result = full if level == "full" and full is not None else build(level, set())
+            result = build(level, set())
         err = check.check(result)
         if err is None:
             _say_passed(check, level, failures, log)
             return result
         failures.append(err)
+    skipping = _fold_skipping_wrong(build, check, log, result, failures[0])
+    if skipping is not None:
+        return skipping
     log(f"Folding constants | left unfolded: everything; every folded model failed validation ({failures[0]}); "
         "the model is written without folding")
     return build(None, set())

@@ -77,11 +77,16 @@ def _is_noop_cast(gs, node, graph_outputs) -> bool:
     return have is not None and have == want
 
 
+def is_static_dim(d) -> bool:
+    """``d`` is a fixed dim: a non-negative int (not a name, None, or an exporter's -1)."""
+    return isinstance(d, int) and not isinstance(d, bool) and d >= 0
+
+
 def _static_shape(tensor):
     shape = tensor.shape
     if shape is None:
         return None
-    return [d if isinstance(d, int) and not isinstance(d, bool) and d >= 0 else None for d in shape]
+    return [d if is_static_dim(d) else None for d in shape]
 
 
 def _is_noop_transpose(gs, node, graph_outputs) -> bool:
@@ -119,16 +124,17 @@ def slice_params(gs, node):
 def _is_noop_slice(gs, node, graph_outputs) -> bool:
     """Every named axis is taken whole, in order: start 0 (or -dim), end past the last element, step 1."""
     shape = _static_shape(node.inputs[0]) if node.inputs else None
-    if shape is None:
-        return False
-    params = slice_params(gs, node)
+    params = slice_params(gs, node) if shape is not None else None
     if params is None:
         return False
+    return all(_keeps_axis(shape, *axis_params) for axis_params in zip(*params))
+
+
+def _keeps_axis(shape, start: int, end: int, axis: int, step: int) -> bool:
+    """Slicing ``axis`` of a tensor of ``shape`` from ``start`` to ``end`` by ``step`` keeps all
+    of it, in order."""
     rank = len(shape)
-    for start, end, axis, step in zip(*params):
-        if step != 1 or not -rank <= axis < rank or not _takes_whole_axis(start, end, shape[axis % rank]):
-            return False
-    return True
+    return step == 1 and -rank <= axis < rank and _takes_whole_axis(start, end, shape[axis % rank])
 
 
 def _takes_whole_axis(start: int, end: int, dim: Optional[int]) -> bool:
@@ -240,9 +246,7 @@ def is_inference_dropout(gs, node, graph_outputs) -> bool:
     not the old test-mode attribute set to training, and its mask output unused."""
     if node.op != "Dropout" or not node.inputs or not node.outputs:
         return False
-    if "is_test" in node.attrs and not node.attrs["is_test"]:
-        return False
-    if not _training_mode_off(gs, node):
+    if not node.attrs.get("is_test", True) or not _training_mode_off(gs, node):
         return False
     return not any(mask.outputs or id(mask) in graph_outputs for mask in node.outputs[1:])
 
@@ -294,14 +298,18 @@ def _eliminate_in(gs, graph) -> int:
     own = {id(n) for n in graph.nodes}
     for node in list(graph.nodes):
         src = _passed_on(gs, node, outputs)
-        if src is None:
-            continue
-        if id(node.outputs[0]) not in outputs:
-            _bypass(node, src)
-        elif not _output_to_producer(gs, node, src, own, graph_ends):
-            continue
-        removed += 1
+        if src is not None:
+            removed += _remove_pass_through(gs, node, src, outputs, own, graph_ends)
     return removed
+
+
+def _remove_pass_through(gs, node, src, outputs: set, own: set, graph_ends: set) -> bool:
+    """Remove pass-through ``node`` (it passes on ``src``); False where it gives a graph output
+    (in ``outputs``) that no other node can write (see :func:`_output_to_producer`)."""
+    if id(node.outputs[0]) not in outputs:
+        _bypass(node, src)
+        return True
+    return _output_to_producer(gs, node, src, own, graph_ends)
 
 
 def _passed_on(gs, node, graph_outputs):
@@ -375,19 +383,18 @@ def _dynamic_target(gs, node, copy_dynamic: bool = False):
     data, target = node.inputs[0], node.inputs[1]
     if isinstance(target, gs.Constant) or data.shape is None:
         return None
-    parts = _concat_parts(gs, target)
-    read = _target_entries(gs, parts) if parts else None
-    if read is None:
+    read = _target_entries(gs, _concat_parts(gs, target))
+    if read is None or len(read[1]) != 1 or not _entry_fixed_by(read[0], _static_shape(data), copy_dynamic):
         return None
-    entries, computed = read
-    if len(computed) != 1 or not _entry_fixed_by(entries, computed[0], _static_shape(data), copy_dynamic):
-        return None
-    return np.array(entries, dtype=np.int64)
+    return np.array(read[0], dtype=np.int64)
 
 
 def _target_entries(gs, parts):
     """``(entries, positions)``: the Concat ``parts`` of a Reshape target as its entries, -1 at the
-    ``positions`` of the computed one-element parts; None when a part is neither."""
+    ``positions`` of the computed one-element parts; None when a part is neither (or there are no
+    parts: the target is no Concat)."""
+    if not parts:
+        return None
     entries, computed = [], []
     for part in parts:
         if isinstance(part, gs.Constant) and part.values.ndim == 1 and part.values.dtype.kind in "iu":
@@ -400,16 +407,15 @@ def _target_entries(gs, parts):
     return entries, computed
 
 
-def _entry_fixed_by(entries, at: int, dims, copy_dynamic: bool) -> bool:
-    """The computed Reshape target entry at ``at`` can only be one dim of data of ``dims``: the
-    other entries are not negative, the dims they copy (0) exist and are not empty (and static
-    unless ``copy_dynamic``), and the dims not copied are static but one and hold as many
-    elements as the positive entries ask."""
-    known = [e for i, e in enumerate(entries) if i != at]
+def _entry_fixed_by(entries, dims, copy_dynamic: bool) -> bool:
+    """The one computed entry (-1) of Reshape target ``entries`` can only be one dim of data of
+    ``dims``: no other entry is negative, the dims the entries copy (0) exist and are not empty
+    (and static unless ``copy_dynamic``), and the dims not copied are static but one and hold as
+    many elements as the positive entries ask."""
     copied = {i for i, e in enumerate(entries) if e == 0}
-    if any(e < 0 for e in known) or not _copyable(dims, copied, copy_dynamic):
+    if sum(e < 0 for e in entries) > 1 or not _copyable(dims, copied, copy_dynamic):
         return False
-    return _one_dim_left([d for i, d in enumerate(dims) if i not in copied], [e for e in known if e > 0])
+    return _one_dim_left([d for i, d in enumerate(dims) if i not in copied], [e for e in entries if e > 0])
 
 
 def _one_dim_left(rest, asked) -> bool:
