@@ -214,10 +214,16 @@ def note_kept(gs, kept: List[Tuple[Any, str]], log) -> None:
     constant), by name, else by their first output."""
     kept = [(node, why) for node, why in kept if all(isinstance(t, gs.Constant) or t.is_empty() for t in node.inputs)]
     for node, why in kept[:_SHOWN]:
-        shown = repr(node.name) if node.name else f"producing {node.outputs[0].name!r}" if node.outputs else "(unnamed)"
-        log(f"Folding constants | left unfolded: {node.op} node {shown}: {why}")
+        log(f"Folding constants | left unfolded: {node.op} node {_shown_name(node)}: {why}")
     if len(kept) > _SHOWN:
         log(f"Folding constants | left unfolded: {len(kept) - _SHOWN} more such nodes")
 
 
 _SHOWN = 10
+
+
+def _shown_name(node) -> str:
+    """How the log names ``node``: by its name, else by its first output."""
+    if node.name:
+        return repr(node.name)
+    return f"producing {node.outputs[0].name!r}" if node.outputs else "(unnamed)"
