@@ -7,6 +7,7 @@ import hashlib
 import os
 import tempfile
 import time
+from collections import Counter
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -249,26 +250,25 @@ class _NodeKeys:
     by value; hashed only when another constant has the same dtype and shape)."""
     def __init__(self, gs, graph):
         self.gs = gs
-        self.by_shape: Dict[Any, int] = {}
-        for t in graph.tensors().values():
-            if isinstance(t, gs.Constant):
-                k = (str(t.dtype), tuple(t.shape or ()))
-                self.by_shape[k] = self.by_shape.get(k, 0) + 1
+        self.by_shape = Counter(_dtype_and_shape(t) for t in graph.tensors().values() if isinstance(t, gs.Constant))
         self.const_keys: Dict[int, Any] = {}
+        self.graph_outputs = {id(t) for t in graph.outputs}
 
     def tensor(self, t):
         if not isinstance(t, self.gs.Constant):
             return ("v", t.name)
         key = self.const_keys.get(id(t))
         if key is None:
-            lazy = getattr(t._values, "tensor", None)
-            external = lazy is not None and lazy.data_location == 1  # EXTERNAL: not read here
-            if external or self.by_shape.get((str(t.dtype), tuple(t.shape or ())), 0) < 2:
-                key = ("c", t.name)  # nothing else can equal it (or it is not read)
-            else:
-                key = _array_key(t.values)
-            self.const_keys[id(t)] = key
+            key = self.const_keys[id(t)] = self._constant(t)
         return key
+
+    def _constant(self, t):
+        """The key of constant ``t``: by value, unless nothing else can equal it (or it is not read)."""
+        lazy = getattr(t._values, "tensor", None)
+        external = lazy is not None and lazy.data_location == 1  # EXTERNAL: not read here
+        if external or self.by_shape[_dtype_and_shape(t)] < 2:
+            return ("c", t.name)
+        return _array_key(t.values)
 
     def attr(self, value):
         if isinstance(value, self.gs.Constant):
@@ -283,13 +283,25 @@ class _NodeKeys:
 
     def node(self, node):
         """The node's key, or None for a node never merged."""
-        if node.domain not in ("", "ai.onnx", None) or node.op in _NOT_MERGED or not node.outputs:
+        if not self._mergeable(node):
             return None
         try:
             return (node.op, tuple(self.tensor(t) for t in node.inputs),
                     tuple(sorted((k, self.attr(v)) for k, v in node.attrs.items())), len(node.outputs))
         except _NotMerged:
             return None
+
+    def _mergeable(self, node) -> bool:
+        """``node`` is of a standard op that computes the same on the same inputs (see
+        :data:`_NOT_MERGED`), and has outputs, none of them a graph output."""
+        if node.domain not in ("", "ai.onnx", None) or node.op in _NOT_MERGED or not node.outputs:
+            return False
+        return not any(id(o) in self.graph_outputs for o in node.outputs)
+
+
+def _dtype_and_shape(t) -> tuple:
+    """What constants must share to be equal: dtype and shape."""
+    return (str(t.dtype), tuple(t.shape or ()))
 
 
 def eliminate_common_subexpressions(gs, graph) -> int:
@@ -300,12 +312,9 @@ def eliminate_common_subexpressions(gs, graph) -> int:
     keys = _NodeKeys(gs, graph)
     with quiet_gs(), gs_step("sort"):
         graph.toposort()
-    graph_outputs = {id(t) for t in graph.outputs}
     seen: Dict[Any, Any] = {}
     merged = 0
     for node in graph.nodes:
-        if any(id(o) in graph_outputs for o in node.outputs):
-            continue
         key = keys.node(node)
         if key is None:
             continue
