@@ -197,22 +197,26 @@ def fill_stubs(model, constants) -> None:
     from onnx_graphsurgeon.exporters import onnx_exporter
 
     for t in model.graph.initializer:
-        if not (t.external_data and t.external_data[0].value == STUB_LOCATION):
-            continue
-        tensor = constants[t.name]
-        lazy = getattr(tensor._values, "tensor", None)
-        if lazy is not None:
-            t.CopyFrom(lazy)
-            t.name = tensor.name
-            continue
-        if tensor.dtype != tensor.export_dtype:
-            t.CopyFrom(onnx_exporter.constant_to_onnx_tensor(tensor))
-        else:
-            del t.external_data[:]
-            t.ClearField("data_location")
-            t.raw_data = tensor.values.tobytes()
-        if tensor.data_location is not None:
-            t.data_location = tensor.data_location
+        if t.external_data and t.external_data[0].value == STUB_LOCATION:
+            _fill_stub(t, constants[t.name], onnx_exporter)
+
+
+def _fill_stub(t, tensor, onnx_exporter) -> None:
+    """Stub initializer ``t`` takes the data of graphsurgeon Constant ``tensor``: its TensorProto
+    where it was loaded lazily from one, else its values."""
+    lazy = getattr(tensor._values, "tensor", None)
+    if lazy is not None:
+        t.CopyFrom(lazy)
+        t.name = tensor.name
+        return
+    if tensor.dtype != tensor.export_dtype:
+        t.CopyFrom(onnx_exporter.constant_to_onnx_tensor(tensor))
+    else:
+        del t.external_data[:]
+        t.ClearField("data_location")
+        t.raw_data = tensor.values.tobytes()
+    if tensor.data_location is not None:
+        t.data_location = tensor.data_location
 
 
 def export_graph(gs, graph, original):
@@ -327,7 +331,7 @@ def copied(message):
 
 
 def tensor_value_info(name: str, meta: Optional[TensorMeta]):
-    if meta is None or not meta.dtype or meta.dtype.endswith("_type"):
+    if not has_tensor_dtype(meta):
         vi = ValueInfoProto()
         vi.name = name
         return vi
@@ -382,10 +386,15 @@ def keep_non_tensor_types(result, types: dict) -> None:
         for vi in list(g.input) + list(g.output) + list(g.value_info):
             if vi.name in types and vi.type != types[vi.name]:  # graphsurgeon keeps no more than seq(tensor)
                 vi.type.CopyFrom(types[vi.name])
-        kept = [vi for vi in g.value_info if not _undefined(vi.type)]
-        if len(kept) != len(g.value_info):
-            del g.value_info[:]
-            g.value_info.extend(kept)
+        _drop_untyped_value_info(g)
+
+
+def _drop_untyped_value_info(g) -> None:
+    """Remove the value_info entries of graph ``g`` that have no type (see :func:`_undefined`)."""
+    kept = [vi for vi in g.value_info if not _undefined(vi.type)]
+    if len(kept) != len(g.value_info):
+        del g.value_info[:]
+        g.value_info.extend(kept)
 
 
 def is_non_tensor(meta) -> bool:
