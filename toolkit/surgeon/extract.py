@@ -16,6 +16,7 @@ from toolkit.core.shapes import (
     override_input_shapes,
     top_tensor_names,
 )
+from toolkit.surgeon.fold_noops import is_static_dim
 from toolkit.surgeon.load import check_structure
 from toolkit.surgeon.outputs import assume_dynamic_dims
 from toolkit.surgeon.plumbing import (
@@ -60,13 +61,23 @@ def dangling_tensors(model) -> List[tuple]:
 def _check_cut_names(model, inputs, outputs) -> None:
     """InputError for a cut naming no tensor of the model, or an initializer as an input."""
     known = top_tensor_names(model)
+    _check_known(inputs, known, "input")
+    _check_known(outputs, known, "output")
+    _check_not_initializers(model, inputs)
+
+
+def _check_known(specs: Optional[Sequence[TensorMeta]], known: List[str], what: str) -> None:
+    """InputError (naming the closest ``known`` tensors) for a cut ``what`` that is none of them."""
     known_set = set(known)
+    for spec in specs or ():
+        if spec.name not in known_set:
+            raise unknown_name_error(spec.name, known, what)
+
+
+def _check_not_initializers(model, inputs: Optional[Sequence[TensorMeta]]) -> None:
+    """InputError for a cut input that is an initializer (a constant, which no cut can feed)."""
     inits = {t.name for t in model.graph.initializer}
-    for specs, what in ((inputs or [], "input"), (outputs or [], "output")):
-        for spec in specs:
-            if spec.name not in known_set:
-                raise unknown_name_error(spec.name, known, what)
-    for spec in inputs or []:
+    for spec in inputs or ():
         if spec.name in inits:
             raise InputError(
                 f"'{spec.name}' is a constant (initializer) of the model and cannot be a subgraph input; "
@@ -178,6 +189,11 @@ def _complete_output_shapes(result, external_data_dir, log: LogFn) -> None:
     metas = infer_tensor_meta(result, fallback=True, names=todo, external_data_dir=external_data_dir)
     _take_found_shapes(result, {k: m for k, m in metas.items() if k in todo and m.shape is not None}, log)
     _name_unknown_output_dims(result, log)
+    _check_output_ranks_known(result)
+
+
+def _check_output_ranks_known(result) -> None:
+    """InputError for a tensor output of the subgraph whose rank is still unknown."""
     missing = [name for name, m in _tensor_outputs(result).items() if m.shape is None]
     if missing:
         raise InputError(
@@ -237,10 +253,16 @@ def _name_unknown_output_dims(result, log: LogFn) -> None:
         shape = _symbolic_dims(old.shape, found.get(o.name))
         if shape is None:
             continue
-        for d in shape:
-            if isinstance(d, str) and d in named:  # a name it gave an unnamed input dim: the input gets it too
-                named.pop(d).dim_param = d
+        _name_input_dims(shape, named)
         _set_output_type(o, shape, old.dtype, "symbolic shape inference", log)
+
+
+def _name_input_dims(shape: tuple, named: dict) -> None:
+    """The input dims (of ``named``: {name: dim}) whose name symbolic inference gave a dim of the
+    output ``shape`` take that name too (they are the same dim)."""
+    for d in shape:
+        if isinstance(d, str) and d in named:
+            named.pop(d).dim_param = d
 
 
 def _outputs_with_unknown_dims(model) -> Dict[str, TensorMeta]:
@@ -305,15 +327,18 @@ def _dangling_message(model, dangling) -> str:
     by = f"node '{node}' ({op})" if node else "the outputs"
     more = f" (also: {_names_after_first(dangling, 4)})" if len(dangling) > 1 else ""
     msg = f"the cut leaves tensor '{name}', needed by {by}, without a producer and it is not an input{more}"
+    return msg + _where_to_cut(model, dangling)
+
+
+def _where_to_cut(model, dangling) -> str:
+    """The end of :func:`_dangling_message`: which tensor to add to --inputs."""
+    name = dangling[0][0]
     border = _cut_border(model, {d[0] for d in dangling})
-    if border and border[0][0] != name:
-        t, n, o = border[0]
-        msg += f"; node '{n}' ({o}) reads '{t}', which depends on it: add '{t}' to --inputs"
-        if len(border) > 1:
-            msg += f" (and {_names_after_first(border, 3)})"
-    else:
-        msg += f"; add '{name}' (or a tensor between it and the outputs) to --inputs"
-    return msg
+    if not border or border[0][0] == name:
+        return f"; add '{name}' (or a tensor between it and the outputs) to --inputs"
+    t, n, o = border[0]
+    more = f" (and {_names_after_first(border, 3)})" if len(border) > 1 else ""
+    return f"; node '{n}' ({o}) reads '{t}', which depends on it: add '{t}' to --inputs{more}"
 
 
 def _names_after_first(rows: List[tuple], shown: int) -> str:
@@ -339,18 +364,22 @@ def _cut_border(model, dangling: set) -> List[tuple]:
 def _reach(g, dangling: set):
     """``(tainted, fed, fed_nodes)``: the tensors of graph ``g`` that depend on a ``dangling`` tensor,
     those computed from the graph inputs, and [(node, its reads)] of the nodes that read the latter."""
-    tainted = set(dangling)
-    fed = {i.name for i in g.input} - {t.name for t in g.initializer}
-    fed_nodes = []
+    tainted, _ = _downstream(g, set(dangling))
+    fed, fed_nodes = _downstream(g, {i.name for i in g.input} - {t.name for t in g.initializer})
+    return tainted, fed, fed_nodes
+
+
+def _downstream(g, start: set):
+    """``(tensors, readers)``: the tensors of graph ``g`` computed from ``start`` (included), and
+    [(node, its reads)] of the nodes that read them."""
+    reached = set(start)
+    readers = []
     for node in g.node:  # topologically sorted by extract
         reads = node_reads(node)
-        outs = [o for o in node.output if o]
-        if any(r in tainted for r in reads):
-            tainted.update(outs)
-        if any(r in fed for r in reads):
-            fed.update(outs)
-            fed_nodes.append((node, reads))
-    return tainted, fed, fed_nodes
+        if not reached.isdisjoint(reads):
+            reached.update(o for o in node.output if o)
+            readers.append((node, reads))
+    return reached, readers
 
 
 def _dedupe(specs: Sequence[TensorMeta]) -> List[TensorMeta]:
@@ -364,9 +393,7 @@ def _dedupe(specs: Sequence[TensorMeta]) -> List[TensorMeta]:
 
 def _cut_fully_given(in_specs) -> bool:
     """Every subgraph input is given with a static shape and a dtype."""
-    return bool(in_specs) and all(
-        s.dtype and s.shape is not None and all(isinstance(d, int) and d >= 0 for d in s.shape) for s in in_specs
-    )
+    return bool(in_specs) and all(s.dtype and s.shape is not None and all(map(is_static_dim, s.shape)) for s in in_specs)
 
 
 def _check_explicit(in_specs, out_specs, metas, *, dims: bool = True) -> None:
@@ -404,13 +431,17 @@ def _check_given_shape(s: TensorMeta, m: TensorMeta, dims: bool) -> None:
     (or, with ``dims``, another static dim)."""
     if s.shape is None or m.shape is None:
         return
-    dims_differ = dims and any(isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(s.shape, m.shape))
-    if len(s.shape) == len(m.shape) and not dims_differ:
+    if len(s.shape) == len(m.shape) and not (dims and _static_dims_differ(s.shape, m.shape)):
         return
     raise InputError(
         f"input '{s.name}' is given the shape {format_spec_shape(tuple(s.shape))}, but the model computes "
         f"{_computed_text(s.name, m)}; fix the shape in --inputs (or write auto)"
     )
+
+
+def _static_dims_differ(a, b) -> bool:
+    """Shapes ``a`` and ``b`` (of one rank) have another number at some dim."""
+    return any(isinstance(x, int) and isinstance(y, int) and x != y for x, y in zip(a, b))
 
 
 def _filled_specs(in_specs, out_specs, metas: Dict[str, TensorMeta]) -> Dict[str, TensorMeta]:
@@ -448,11 +479,16 @@ def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, exte
     elif in_specs or out_specs:
         metas = _inferred_cut_metas(model, in_specs, out_specs, input_shapes, external_data_dir, log)
     result = _filled_specs(in_specs, out_specs, metas)
-    for kind, specs in (("input ", in_specs), ("output", out_specs)):
-        for s in specs:
-            meta = result[s.name]
-            log(f"Subgraph {kind} {format_meta(meta.name, meta.shape, meta.dtype)}")
+    _log_cut(result, in_specs, "input ", log)
+    _log_cut(result, out_specs, "output", log)
     return result
+
+
+def _log_cut(metas: Dict[str, TensorMeta], specs, kind: str, log: LogFn) -> None:
+    """One log line for each cut tensor of ``specs``, as ``metas`` describe it."""
+    for s in specs:
+        meta = metas[s.name]
+        log(f"Subgraph {kind} {format_meta(meta.name, meta.shape, meta.dtype)}")
 
 
 def _inferred_cut_metas(model, in_specs, out_specs, input_shapes, external_data_dir, log) -> Dict[str, TensorMeta]:
