@@ -22,6 +22,7 @@ from toolkit.surgeon.outputs import assume_dynamic_dims
 from toolkit.surgeon.plumbing import (
     LogFn,
     all_tensors,
+    check_known,
     export_graph,
     graphsurgeon_errors,
     gs_step,
@@ -37,7 +38,6 @@ from toolkit.surgeon.plumbing import (
     quiet_gs,
     symbolic_shape_inference,
     tensor_value_info,
-    unknown_name_error,
 )
 
 
@@ -61,17 +61,9 @@ def dangling_tensors(model) -> List[tuple]:
 def _check_cut_names(model, inputs, outputs) -> None:
     """InputError for a cut naming no tensor of the model, or an initializer as an input."""
     known = top_tensor_names(model)
-    _check_known(inputs, known, "input")
-    _check_known(outputs, known, "output")
+    check_known([s.name for s in inputs or ()], known, "input")
+    check_known([s.name for s in outputs or ()], known, "output")
     _check_not_initializers(model, inputs)
-
-
-def _check_known(specs: Optional[Sequence[TensorMeta]], known: List[str], what: str) -> None:
-    """InputError (naming the closest ``known`` tensors) for a cut ``what`` that is none of them."""
-    known_set = set(known)
-    for spec in specs or ():
-        if spec.name not in known_set:
-            raise unknown_name_error(spec.name, known, what)
 
 
 def _check_not_initializers(model, inputs: Optional[Sequence[TensorMeta]]) -> None:
@@ -273,9 +265,11 @@ def _outputs_with_unknown_dims(model) -> Dict[str, TensorMeta]:
 def _symbolic_dims(old, new: Optional[TensorMeta]) -> Optional[tuple]:
     """The ``old`` shape with its unknown dims taken from symbolic inference's ``new`` where
     those are plain; None when that adds nothing (or the ranks differ)."""
-    if new is None or new.shape is None or (old is not None and len(old) != len(new.shape)):
+    if new is None or new.shape is None:
         return None
     base = tuple(old) if old is not None else (None,) * len(new.shape)
+    if len(base) != len(new.shape):
+        return None
     shape = tuple(d if d is not None else _plain_dim(n) for d, n in zip(base, new.shape))
     return None if shape == base else shape
 
@@ -497,7 +491,7 @@ def _inferred_cut_metas(model, in_specs, out_specs, input_shapes, external_data_
     metas = _declared_or_inferred(model, in_specs + out_specs, input_shapes, log)
     _check_explicit(in_specs, out_specs, metas)
     missing = _left_unknown(in_specs, out_specs, metas)
-    partial = [s.name for s in in_specs if s.shape is None and not is_complete(metas[s.name])]
+    partial = _partly_known_inputs(in_specs, metas)
     if not missing and not partial:
         return metas
     if missing:
@@ -507,6 +501,11 @@ def _inferred_cut_metas(model, in_specs, out_specs, input_shapes, external_data_
         model, input_shapes=input_shapes, fallback=True,
         names=list(dict.fromkeys(missing + partial)), external_data_dir=external_data_dir,
     )
+
+
+def _partly_known_inputs(in_specs, metas) -> List[str]:
+    """The ``auto`` cut inputs of which ``metas`` know the rank but not every dim (or dtype)."""
+    return [s.name for s in in_specs if s.shape is None and not is_complete(metas[s.name])]
 
 
 def _declared_or_inferred(model, cut: List[TensorMeta], input_shapes, log) -> Dict[str, TensorMeta]:

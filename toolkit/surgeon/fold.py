@@ -179,16 +179,23 @@ _OP_PATTERNS = (
 _MAX_EXCLUSIONS = 32
 
 
-def _failing_part(message: str, names: set):
-    """(kind, key) naming what ONNX-Runtime failed on: ("node", name) or ("op", op_type)."""
+def _failing_part(message: str, names: set, excluded_ops: set):
+    """(kind, key) naming what ONNX-Runtime failed on: ("node", one of ``names``) or ("op", op_type);
+    None where the message names neither (or an op of ``excluded_ops``)."""
     for pat in _NODE_NAME_PATTERNS:
         for m in pat.finditer(message):
             if m.group(1) in names:
                 return "node", m.group(1)
+    op = _failing_op(message)
+    return None if op is None or op in excluded_ops else ("op", op)
+
+
+def _failing_op(message: str) -> Optional[str]:
+    """The op type an ONNX-Runtime error ``message`` says has no kernel or schema, or None."""
     for pat in _OP_PATTERNS:
         found = pat.search(message)
         if found:
-            return "op", found.groups()[-1]
+            return found.groups()[-1]
     return None
 
 
@@ -438,8 +445,8 @@ def _exclude_failing_part(graph, exc: Exception, bad_nodes: set, bad_ops: set, l
     """Add the node or op type that folding failed on (read from ``exc``) to ``bad_nodes`` or
     ``bad_ops``; False (said) when the error names nothing not excluded yet."""
     names = {n.name for n in all_nodes(graph)}
-    part = _failing_part(str(exc), names - bad_nodes)
-    if part is None or (part[0] == "op" and part[1] in bad_ops):
+    part = _failing_part(str(exc), names - bad_nodes, bad_ops)
+    if part is None:
         log(f"Folding constants | folding failed ({one_line(exc, first_line=True, limit=300)}); "
             "falling back to folding part by part (slow on big graphs)")
         return False
@@ -491,16 +498,24 @@ def _fold_pass(gs, graph, shell, index: int, *, level, excluded: set, fold_args:
     before = count_nodes(graph)
     kept = oversized_nodes(gs, graph, fold_args["size_threshold"])  # (before anything is computed)
     used = _fold_hiding(gs, graph, [n for n, _ in kept], excluded, fold_args)
-    ifs = _flatten_constant_ifs(gs, graph) if level == "full" else 0
-    inlined = ifs + (eliminate_noops(gs, graph) if remove_noops else 0) + constant_reshape_targets(gs, graph)
-    with quiet_gs(), gs_step("clean up"):
-        graph.cleanup()
+    ifs, inlined = _rewrite_folded(gs, graph, level, remove_noops)
     after = count_nodes(graph)
     changed = after != before or inlined > 0
     unlocked = _unlocks_more(gs, graph, shell, ifs, kept) if changed and per_pass_shapes else True
     secs = time.perf_counter() - t0
     fold_args["log"](f"Folding constants | pass {index} | nodes {before} -> {after} ({before - after} folded) | {secs:.2f} s")
     return FoldPass(index, before, after, secs, used), kept, changed and unlocked
+
+
+def _rewrite_folded(gs, graph, level: str, remove_noops: bool):
+    """After a fold: constant-condition If branches inlined (level ``full``), pass-through nodes
+    removed (with ``remove_noops``), Reshape targets made constant, dead nodes cleaned up.
+    Returns (Ifs inlined, nodes rewritten in all)."""
+    ifs = _flatten_constant_ifs(gs, graph) if level == "full" else 0
+    inlined = ifs + (eliminate_noops(gs, graph) if remove_noops else 0) + constant_reshape_targets(gs, graph)
+    with quiet_gs(), gs_step("clean up"):
+        graph.cleanup()
+    return ifs, inlined
 
 
 def _fold_hiding(gs, graph, kept: list, excluded: set, fold_args: dict) -> str:

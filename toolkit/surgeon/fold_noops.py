@@ -208,7 +208,11 @@ def _min_rank(gs, tensor, depth: int = 0) -> int:
         return len(tensor.shape)
     if depth > 64 or len(tensor.inputs) != 1:
         return 0
-    producer = tensor.inputs[0]
+    return _min_output_rank(gs, tensor.inputs[0], depth)
+
+
+def _min_output_rank(gs, producer, depth: int) -> int:
+    """A lower bound of the rank of what node ``producer`` computes, from its op (0 when it tells nothing)."""
     if producer.op in _AT_LEAST:
         return _AT_LEAST[producer.op]
     if producer.op in _ELEMENTWISE:

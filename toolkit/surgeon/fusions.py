@@ -230,14 +230,19 @@ def _batchnorm_as_scale_shift(gs, after, graph_outputs: Set[int]):
     if len(after.inputs) != 5 or after.attrs.get("training_mode", 0):
         return None
     node = _conv_transpose_of(gs, after.inputs[0], graph_outputs)
-    params = after.inputs[1:]
-    if node is None or not all(isinstance(p, gs.Constant) and p.values.ndim == 1 for p in params):
+    params = _vectors(gs, after.inputs[1:])
+    if node is None or params is None or len(params[0]) != _channels(node):
         return None
-    gamma, beta, mean, var = (p.values.astype(np.float64) for p in params)
-    if len(gamma) != _channels(node):
-        return None
+    gamma, beta, mean, var = params
     scale = gamma / np.sqrt(var + float(after.attrs.get("epsilon", 1e-5)))
     return node, scale, beta - mean * scale
+
+
+def _vectors(gs, tensors) -> Optional[list]:
+    """The values of ``tensors`` as float64 vectors, where each is a 1-D constant; else None."""
+    if not all(isinstance(t, gs.Constant) and t.values.ndim == 1 for t in tensors):
+        return None
+    return [t.values.astype(np.float64) for t in tensors]
 
 
 # op after a ConvTranspose -> what it computes per channel as (ConvTranspose, scale, shift), or None

@@ -74,16 +74,21 @@ def check_structure(model) -> None:
 
     valid = set(onnx.TensorProto.DataType.values())
     for g in walk_graphs(model.graph):
-        _check_element_types(g, valid)
+        _check_initializer_types(g, valid)
+        _check_value_types(g, valid)
         _check_defined_once(g)
     _check_acyclic(model.graph)
 
 
-def _check_element_types(g, valid: set) -> None:
-    """InputError for an initializer or a tensor value of graph ``g`` of an invalid data type."""
+def _check_initializer_types(g, valid: set) -> None:
+    """InputError for an initializer of graph ``g`` of an invalid (or undefined) data type."""
     for t in g.initializer:
         if t.data_type not in valid or t.data_type == onnx.TensorProto.UNDEFINED:
             raise InputError(f"initializer '{t.name}' has an invalid data type ({t.data_type}); the model is corrupt")
+
+
+def _check_value_types(g, valid: set) -> None:
+    """InputError for a tensor input, output or value_info of graph ``g`` of an invalid element type."""
     for vi in list(g.input) + list(g.output) + list(g.value_info):
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type not in valid:
             raise InputError(

@@ -15,12 +15,12 @@ from toolkit.core.io.model import graph_io_meta, infer_shapes, value_info_meta
 from toolkit.core.shapes import infer_tensor_meta, is_complete, light_copy, override_input_shapes, top_tensor_names
 from toolkit.surgeon.plumbing import (
     LogFn,
+    check_known,
     has_tensor_dtype,
     is_non_tensor,
     nolog,
     non_tensor_value_types,
     tensor_value_info,
-    unknown_name_error,
 )
 
 
@@ -53,10 +53,7 @@ def _names_to_mark(model, names: Sequence[str]) -> List[str]:
     if list(names) == ["mark", "all"]:
         names = [o for n in model.graph.node for o in n.output if o]
     else:
-        known = top_tensor_names(model)
-        for name in names:
-            if name not in set(known):
-                raise unknown_name_error(name, known, "output")
+        check_known(names, top_tensor_names(model), "output")
     return list(dict.fromkeys(names))
 
 
@@ -71,19 +68,29 @@ def unbounded_dds_tensors(model) -> List[str]:
     is unbounded unless it is a constant or already goes through a ``Min``.
     """
     g = infer_shapes(light_copy(model), data_prop=True).graph
-    const = {t.name for t in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    const = _constant_names(g)
     producer = {o: node for node in g.node for o in node.output}
     found = (name for node in _sized_by_data(g) for name in _computed_size_inputs(node, const, producer))
     return list(dict.fromkeys(found))
+
+
+def _constant_names(g) -> set:
+    """The initializers of graph ``g`` and the outputs of its Constant nodes."""
+    return {t.name for t in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
 
 
 def _sized_by_data(g) -> list:
     """The nodes of ``_DDS_INPUTS`` in inferred graph ``g`` whose output has a dim shape inference
     cannot tie to the graph inputs' dims or to earlier outputs' (see :func:`_has_new_dims`)."""
     metas = {vi.name: value_info_meta(vi) for vi in list(g.value_info) + list(g.output)}
-    symbols = {d for vi in g.input for d in (value_info_meta(vi).shape or ()) if isinstance(d, str)}
+    symbols = _input_dim_symbols(g)
     # (every node's dims are seen, in order, so that a later node's symbols are only new once)
     return [node for node in g.node if _has_new_dims(node, metas, symbols) and node.op_type in _DDS_INPUTS]
+
+
+def _input_dim_symbols(g) -> set:
+    """The dim names of graph ``g``'s inputs."""
+    return {d for vi in g.input for d in (value_info_meta(vi).shape or ()) if isinstance(d, str)}
 
 
 def _computed_size_inputs(node, const: set, producer: dict) -> List[str]:
@@ -98,12 +105,17 @@ def _has_new_dims(node, metas, symbols: set) -> bool:
     symbols seen so far, to which those of ``node``'s outputs are added)."""
     new_dims = False
     for o in node.output:
-        m = metas.get(o)
-        if m is None or m.shape is None:
-            new_dims = True
-            continue
-        new_dims |= any(d is None or (isinstance(d, str) and d not in symbols) for d in m.shape)
-        symbols.update(d for d in m.shape if isinstance(d, str))
+        new_dims |= _adds_dims(metas.get(o), symbols)
+    return new_dims
+
+
+def _adds_dims(m, symbols: set) -> bool:
+    """Tensor ``m`` (None: not inferred) has an unknown rank or dim, or a dim symbol not in
+    ``symbols``, to which its symbols are added."""
+    if m is None or m.shape is None:
+        return True
+    new_dims = any(d is None or (isinstance(d, str) and d not in symbols) for d in m.shape)
+    symbols.update(d for d in m.shape if isinstance(d, str))
     return new_dims
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import io
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import onnx
 from onnx import ValueInfoProto, helper
@@ -338,6 +338,14 @@ def tensor_value_info(name: str, meta: Optional[TensorMeta]):
     shape = None if meta.shape is None else [d if d is not None else "" for d in meta.shape]
     vi = helper.make_tensor_value_info(name, dtype_to_onnx(meta.dtype), shape)
     return vi
+
+
+def check_known(names: Iterable[str], known: Sequence[str], what: str) -> None:
+    """InputError (naming the closest of ``known``) for the first of ``names`` that is none of them."""
+    known_set = set(known)
+    for name in names:
+        if name not in known_set:
+            raise unknown_name_error(name, known, what)
 
 
 def unknown_name_error(name: str, known: Sequence[str], what: str) -> InputError:

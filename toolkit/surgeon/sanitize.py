@@ -209,13 +209,19 @@ def _only_graph_inputs(model, input_shapes: Mapping[str, Sequence], log: LogFn) 
     """The overrides that name graph inputs. A name that is no tensor of the model is a typo:
     InputError (nothing is written); a tensor that is not a graph input is ignored, with a warning."""
     inputs = [m.name for m in graph_io_meta(model)[0]]
-    shown = ", ".join(inputs) or "none"
     known = set(top_tensor_names(model))
     for name in (n for n in input_shapes if n not in inputs):
-        if not _names_a_tensor(model, name, known):
-            raise _no_tensor_error(name, inputs, shown)
-        log(f"warning: '{name}' is not an input of the model (its inputs: {shown}); its shape override is ignored")
+        _ignore_override(model, name, known, inputs, log)
     return {k: v for k, v in input_shapes.items() if k in inputs}
+
+
+def _ignore_override(model, name: str, known: set, inputs: List[str], log: LogFn) -> None:
+    """Warn that the override of ``name``, a tensor that is not one of the graph ``inputs``, is
+    ignored; InputError where it is no tensor of the model (``known``: the top graph's)."""
+    shown = ", ".join(inputs) or "none"
+    if not _names_a_tensor(model, name, known):
+        raise _no_tensor_error(name, inputs, shown)
+    log(f"warning: '{name}' is not an input of the model (its inputs: {shown}); its shape override is ignored")
 
 
 def _no_tensor_error(name: str, inputs: List[str], shown: str) -> InputError:

@@ -98,14 +98,21 @@ def light_session(model, external_data_dir: Optional[str] = None, extra_outputs:
 def _weights_as_inputs(g, stubbed, pruned: bool) -> List[str]:
     """Make the ``stubbed`` (big) weights graph inputs of ``g`` (those it reads, when ``pruned``);
     returns their names."""
-    if pruned and stubbed:  # the pruned graph needs only those it reads
-        read = {r for n in g.node for r in node_reads(n)}
-        stubbed = [t for t in stubbed if t.name in read]
+    if pruned:  # the pruned graph needs only those it reads
+        stubbed = _read_by(g, stubbed)
     listed = {i.name for i in g.input}
     for t in stubbed:
         if t.name not in listed:
             g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
     return [t.name for t in stubbed]
+
+
+def _read_by(g, tensors: list) -> list:
+    """The ``tensors`` that a node of graph ``g`` reads."""
+    if not tensors:
+        return []
+    read = {r for n in g.node for r in node_reads(n)}
+    return [t for t in tensors if t.name in read]
 
 
 def _session_options(ort, optimized: bool, external_data_dir: Optional[str]):
