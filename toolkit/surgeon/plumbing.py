@@ -331,7 +331,7 @@ def copied(message):
 
 
 def tensor_value_info(name: str, meta: Optional[TensorMeta]):
-    if not has_tensor_dtype(meta):
+    if meta is None or not meta.dtype or meta.dtype.endswith("_type"):
         vi = ValueInfoProto()
         vi.name = name
         return vi
