@@ -388,23 +388,24 @@ def _dynamic_target(gs, node, copy_dynamic: bool = False):
     if isinstance(target, gs.Constant) or data.shape is None:
         return None
     read = _target_entries(gs, _concat_parts(gs, target))
-    if read is None or len(read[1]) != 1 or not _entry_fixed_by(read[0], _static_shape(data), copy_dynamic):
+    if read is None or read[1] != 1 or not _entry_fixed_by(read[0], _static_shape(data), copy_dynamic):
         return None
     return np.array(read[0], dtype=np.int64)
 
 
 def _target_entries(gs, parts):
-    """``(entries, positions)``: the Concat ``parts`` of a Reshape target as its entries, -1 at the
-    ``positions`` of the computed one-element parts; None when a part is neither (or there are no
-    parts: the target is no Concat)."""
+    """``(entries, computed)``: the Concat ``parts`` of a Reshape target as its entries, -1 for each
+    of the ``computed`` one-element parts; None when a part is neither a 1-D integer constant nor
+    such a part (or there are no parts: the target is no Concat)."""
     if not parts:
         return None
-    entries, computed = [], []
+    entries, computed = [], 0
     for part in parts:
-        if isinstance(part, gs.Constant) and part.values.ndim == 1 and part.values.dtype.kind in "iu":
-            entries += [int(v) for v in part.values.tolist()]
+        ints = _const_ints(gs, part)
+        if ints is not None:
+            entries += ints
         elif part.shape is not None and list(part.shape) == [1]:
-            computed.append(len(entries))
+            computed += 1
             entries.append(-1)
         else:
             return None
