@@ -72,7 +72,7 @@ def _apply_output_shapes(graph, inferred_graph) -> None:
     by_name = {o.name: o for o in inferred_graph.output}
     for o in graph.output:
         new = by_name.get(o.name)
-        if new is not None and new.type.HasField("tensor_type") and new.type.tensor_type.HasField("shape"):
+        if new is not None and new.type.tensor_type.HasField("shape"):  # (False for other types)
             o.type.CopyFrom(new.type)
 
 
@@ -80,10 +80,9 @@ def _clear_negative_dims(value_infos) -> None:
     """Dims written as -1 (some exporters' "unknown") become unknown dims, which inference may
     fill (it keeps a stated value, even an invalid one)."""
     for vi in value_infos:
-        if vi.type.HasField("tensor_type"):
-            for d in vi.type.tensor_type.shape.dim:
-                if d.HasField("dim_value") and d.dim_value < 0:
-                    d.Clear()
+        for d in vi.type.tensor_type.shape.dim:  # (no dims for other types; a dim name reads as value 0)
+            if d.dim_value < 0:
+                d.Clear()
 
 
 def infer_shapes_in_place(model, *, reset_outputs: bool = False) -> None:
@@ -322,18 +321,24 @@ def inline_branch(gs, g, node, branch, unique) -> list:
     extra = []
     rebound: dict = {}
     for outer, inner in zip(outer_outs, branch_outs):
-        if id(inner) in rebound:
-            src = rebound[id(inner)]
-        elif id(inner) in produced and inner.inputs:
-            producer = inner.inputs[0]
-            producer.outputs[producer.outputs.index(inner)] = outer
-            rebound[id(inner)] = outer
-            continue
-        else:
-            src = inner  # passed through from outside, or a constant
-        # An Identity keeps the If's output defined.
-        extra.append(gs.Node("Identity", name=unique(f"{outer.name}_identity"), inputs=[src], outputs=[outer]))
+        src = _bind_if_output(outer, inner, produced, rebound)
+        if src is not None:  # an Identity keeps the If's output defined
+            extra.append(gs.Node("Identity", name=unique(f"{outer.name}_identity"), inputs=[src], outputs=[outer]))
     return body_nodes + extra
+
+
+def _bind_if_output(outer, inner, produced: set, rebound: dict):
+    """Make If output ``outer`` the branch output ``inner``: the branch node computing ``inner`` (in
+    ``produced``) writes ``outer`` instead (None is returned), once per ``inner`` (``rebound``:
+    {id(inner): the If output it became}); else the tensor an Identity must copy into ``outer``."""
+    if id(inner) in rebound:
+        return rebound[id(inner)]
+    if id(inner) in produced and inner.inputs:
+        producer = inner.inputs[0]
+        producer.outputs[producer.outputs.index(inner)] = outer
+        rebound[id(inner)] = outer
+        return None
+    return inner  # passed through from outside, or a constant
 
 
 def _rename_branch_tensors(gs, body_nodes, outer_tensors: dict, unique) -> None:
@@ -521,14 +526,18 @@ def _rewrite_folded(gs, graph, level: str, remove_noops: bool):
 def _fold_hiding(gs, graph, kept: list, excluded: set, fold_args: dict) -> str:
     """:func:`_fold_once`, with what must not fold hidden from graphsurgeon: Shape nodes with
     start/end it would fold wrong, the ``kept`` nodes, and the producers of ``excluded`` tensors."""
-    hidden = _prepare_shape_slices(gs, graph) + _hide(kept)
-    if excluded:
-        hidden += _hide([n for n in all_nodes(graph) if not _is_hidden(n)
-                         and any(o.name in excluded for o in n.outputs)])
+    hidden = _prepare_shape_slices(gs, graph) + _hide(kept) + _hide(_producers(graph, excluded))
     try:
         return _fold_once(graph, **fold_args)
     finally:
         _unhide(hidden)
+
+
+def _producers(graph, tensors: set) -> list:
+    """The nodes of ``graph`` (bodies included) not hidden yet that compute one of ``tensors``."""
+    if not tensors:
+        return []
+    return [n for n in all_nodes(graph) if not _is_hidden(n) and any(o.name in tensors for o in n.outputs)]
 
 
 def _unlocks_more(gs, graph, shell, ifs: int, kept) -> bool:
