@@ -53,10 +53,16 @@ def _why_not(gs, node, cap: int) -> Optional[str]:
     size = _result_bytes(gs, node)
     if size is None:
         return UNKNOWN_SIZE if node.op in GROWING else None
-    if size > cap:
-        name = "--max-tensor-size" if cap == limits.max_tensor_bytes else "--fold-size-threshold"
-        return f"its result would take {limits.size_text(size)} (over {name} {limits.size_text(cap)})"
-    return None
+    return _over_cap(size, cap)
+
+
+def _over_cap(size: int, cap: int) -> Optional[str]:
+    """Why a result of ``size`` bytes is not folded (it is over ``cap``, and which option sets
+    that); None where it is not."""
+    if size <= cap:
+        return None
+    name = "--max-tensor-size" if cap == limits.max_tensor_bytes else "--fold-size-threshold"
+    return f"its result would take {limits.size_text(size)} (over {name} {limits.size_text(cap)})"
 
 
 def _loop_work(gs, node) -> Optional[str]:
@@ -79,15 +85,15 @@ def _trip_count(gs, node) -> Optional[int]:
 
 def _scan_length(gs, node) -> Optional[int]:
     n_scan = int(node.attrs.get("num_scan_inputs", 0))
-    scans = [t for t in node.inputs[len(node.inputs) - n_scan:]] if n_scan else []
+    scans = list(node.inputs[len(node.inputs) - n_scan:]) if n_scan else []
     axes = list(node.attrs.get("scan_input_axes", [0] * len(scans)) or [0] * len(scans))
     lengths = []
     for t, axis in zip(scans, axes):
         shape = _static_shape(t)
-        if shape is None or not shape:
+        if not shape:  # (unknown, or a scalar: nothing to scan)
             return None
         lengths.append(shape[int(axis) % len(shape)])
-    return max(lengths) if lengths else None
+    return max(lengths, default=None)
 
 
 # Loop/Scan -> (its number of steps, or None; what to say when that is not known)
