@@ -180,17 +180,24 @@ def _after_optimizer(result, model):
 def _constant_targets_on(gs, graph, inferred: Dict[str, tuple]) -> int:
     """:func:`constant_reshape_targets` (copied dynamic dims allowed) deciding on the
     ``inferred`` shapes, lent to the graph's computed tensors for it (theirs are put back)."""
+    lent = _lend_shapes(gs, graph, inferred)
+    targets = constant_reshape_targets(gs, graph, copy_dynamic=True)
+    tensors = graph.tensors()
+    for name, shape in lent.items():  # (a tensor the rewrite removed has nothing to get back)
+        if name in tensors:
+            tensors[name].shape = shape
+    return targets
+
+
+def _lend_shapes(gs, graph, inferred: Dict[str, tuple]) -> dict:
+    """Give the computed tensors of ``graph`` their ``inferred`` shapes; returns {name: the shape
+    each had}."""
     lent = {}
     for name, tensor in graph.tensors().items():
         if name in inferred and not isinstance(tensor, gs.Constant):
             lent[name] = tensor.shape
             tensor.shape = inferred[name]
-    targets = constant_reshape_targets(gs, graph, copy_dynamic=True)
-    tensors = graph.tensors()
-    for name, shape in lent.items():
-        if name in tensors:
-            tensors[name].shape = shape
-    return targets
+    return lent
 
 
 def _symbolic_shapes(model) -> Dict[str, tuple]:
