@@ -137,13 +137,8 @@ def extract(
     _check_cut_names(model, inputs, outputs)
     check_structure(model)
     if force_fallback:
-        # ONNX-Runtime needs every input dim: unknown ones are taken as 1 (said in one line),
-        # and the result's inputs get the shapes it ran with.
-        input_shapes = assume_dynamic_dims(model, input_shapes, log)
-        if input_shapes:
-            override_input_shapes(model, input_shapes, inplace=True)
-    in_specs = _dedupe(inputs) if inputs is not None else None
-    out_specs = _dedupe(outputs) if outputs is not None else None
+        input_shapes = _fix_input_shapes(model, input_shapes, log)
+    in_specs, out_specs = _dedupe(inputs), _dedupe(outputs)
     metas = _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log)
     result = _cut_model(gs, model, in_specs, out_specs, metas)
     dangling = dangling_tensors(result)
@@ -151,6 +146,16 @@ def extract(
         raise InputError(_dangling_message(result, dangling))
     _complete_output_shapes(result, external_data_dir, log)
     return result
+
+
+def _fix_input_shapes(model, input_shapes, log: LogFn) -> Dict[str, list]:
+    """ONNX-Runtime needs every input dim: give ``model``'s inputs ``input_shapes`` and 1 for the
+    other unknown dims (said in one line), in place, so that the result's inputs get the shapes
+    it ran with; returns those shapes."""
+    shapes = assume_dynamic_dims(model, input_shapes, log)
+    if shapes:
+        override_input_shapes(model, shapes, inplace=True)
+    return shapes
 
 
 def _cut_model(gs, model, in_specs, out_specs, metas: Dict[str, TensorMeta]):
@@ -282,9 +287,8 @@ def _input_dim_names(result, inferred) -> dict:
     out = {}
     for vi in inferred.graph.input:
         mine = by_name.get(vi.name)
-        if mine is None or not vi.type.HasField("tensor_type") or not mine.type.tensor_type.HasField("shape"):
-            continue
-        out.update(_names_for_unknown_dims(vi, mine))
+        if mine is not None:  # (a value of no tensor type, or of no shape, has no dims: nothing is named)
+            out.update(_names_for_unknown_dims(vi, mine))
     return out
 
 
@@ -376,7 +380,11 @@ def _downstream(g, start: set):
     return reached, readers
 
 
-def _dedupe(specs: Sequence[TensorMeta]) -> List[TensorMeta]:
+def _dedupe(specs: Optional[Sequence[TensorMeta]]) -> Optional[List[TensorMeta]]:
+    """``specs`` once each (None stays None: the model's own); UsageError for a tensor given twice
+    with different shapes or dtypes."""
+    if specs is None:
+        return None
     out: Dict[str, TensorMeta] = {}
     for s in specs:
         if s.name in out and out[s.name] != s:
