@@ -28,6 +28,7 @@ from toolkit.surgeon.plumbing import (
     gs_step,
     has_tensor_dtype,
     import_gs,
+    initializer_named,
     is_non_tensor,
     keep_non_tensor_types,
     model_shell,
@@ -308,7 +309,7 @@ def _plain_dim(dim):
 
 
 def _import_unused_initializer(model, name: str):
-    init = next((t for t in model.graph.initializer if t.name == name), None)
+    init = initializer_named(model.graph, name)
     try:
         from onnx_graphsurgeon.importers.onnx_importer import OnnxImporter
 

@@ -18,6 +18,7 @@ from toolkit.surgeon.plumbing import (
     check_known,
     has_tensor_dtype,
     is_non_tensor,
+    node_outputs,
     nolog,
     non_tensor_value_types,
     tensor_value_info,
@@ -51,7 +52,7 @@ def _names_to_mark(model, names: Sequence[str]) -> List[str]:
     """``names`` once each (every tensor a top-graph node computes for ``mark all``); InputError
     for a name that is no tensor of the top graph."""
     if list(names) == ["mark", "all"]:
-        names = [o for n in model.graph.node for o in n.output if o]
+        names = node_outputs(model.graph)
     else:
         check_known(names, top_tensor_names(model), "output")
     return list(dict.fromkeys(names))

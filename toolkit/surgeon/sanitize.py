@@ -25,6 +25,7 @@ from toolkit.surgeon.plumbing import (
     keep_non_tensor_types,
     model_shell,
     nolog,
+    node_outputs,
     non_tensor_types,
     quiet_gs,
 )
@@ -239,4 +240,4 @@ def _names_a_tensor(model, name: str, top_names: set) -> bool:
 def _body_tensor_names(model):
     """The names each If/Loop/Scan body defines (inputs and node outputs), body by body."""
     for g in list(walk_graphs(model.graph))[1:]:
-        yield {i.name for i in g.input} | {o for n in g.node for o in n.output if o}
+        yield {i.name for i in g.input} | set(node_outputs(g))

@@ -22,7 +22,7 @@ from toolkit.core.io.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
 from toolkit.core.shapes import STUB_BYTES, light_copy, node_reads
 from toolkit.surgeon.fold_noops import is_static_dim
 from toolkit.surgeon.load import computable_from
-from toolkit.surgeon.plumbing import copied, has_graph_attributes, has_tensor_dtype
+from toolkit.surgeon.plumbing import copied, has_graph_attributes, has_tensor_dtype, initializer_named, node_outputs
 
 
 def check_model(model, original=None) -> None:
@@ -454,7 +454,7 @@ class Validation:
 
         if not _read_as_reshape_target_only(result.graph, name):
             return False
-        got = next((t for t in result.graph.initializer if t.name == name), None)
+        got = initializer_named(result.graph, name)
         want = (self.all_values or {}).get(name)
         if got is None or want is None:
             return False
@@ -462,7 +462,7 @@ class Validation:
 
     def _folded(self, result) -> list:
         """The initializers of ``result`` that are tensors the input model computes (folded)."""
-        computed = {o for n in self.original.graph.node for o in n.output if o}
+        computed = set(node_outputs(self.original.graph))
         return [t for t in result.graph.initializer if t.name in computed]
 
     def _predicted(self, folded) -> bool:
