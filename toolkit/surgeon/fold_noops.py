@@ -39,7 +39,9 @@ def bodies(node):
 
 
 def noop_source(gs, node, graph_outputs) -> Optional[Any]:
-    """The tensor ``node`` passes through unchanged, or None when it is not such a node."""
+    """The tensor ``node`` (a node with inputs and outputs) passes through unchanged, or None when
+    it is not such a node. The tests of :data:`_PASS_THROUGH` are called here only, for their op,
+    and with one output but for Dropout."""
     op = node.op
     if len(node.outputs) != 1 and op != "Dropout":
         return None
@@ -123,7 +125,7 @@ def slice_params(gs, node):
 
 def _is_noop_slice(gs, node, graph_outputs) -> bool:
     """Every named axis is taken whole, in order: start 0 (or -dim), end past the last element, step 1."""
-    shape = _static_shape(node.inputs[0]) if node.inputs else None
+    shape = _static_shape(node.inputs[0])
     params = slice_params(gs, node) if shape is not None else None
     if params is None:
         return False
@@ -220,11 +222,11 @@ def _min_output_rank(gs, producer, depth: int) -> int:
     return 0
 
 
-def is_noop_reshape(gs, node, graph_outputs=None) -> bool:
+def _is_noop_reshape(gs, node, graph_outputs) -> bool:
     """A Reshape to the shape its input already has: a constant target of the same rank whose
     entries equal the input's static dims (or 0, "keep"), with at most one -1 standing for the
     input's only dim that is not static."""
-    if node.op != "Reshape" or len(node.inputs) < 2 or len(node.outputs) != 1:
+    if len(node.inputs) < 2:
         return False
     shape = _static_shape(node.inputs[0])
     if shape is None:
@@ -245,11 +247,9 @@ def _keeps_shape(dims, shape) -> bool:
     return all(want in (0, have) or (want == -1 and unknown in ([], [i])) for i, (want, have) in enumerate(zip(dims, shape)))
 
 
-def is_inference_dropout(gs, node, graph_outputs) -> bool:
+def _is_inference_dropout(gs, node, graph_outputs) -> bool:
     """A Dropout that is an identity at inference: no training_mode (or a constant false),
     not the old test-mode attribute set to training, and its mask output unused."""
-    if node.op != "Dropout" or not node.inputs or not node.outputs:
-        return False
     if not node.attrs.get("is_test", True) or not _training_mode_off(gs, node):
         return False
     return not any(mask.outputs or id(mask) in graph_outputs for mask in node.outputs[1:])
@@ -265,7 +265,7 @@ def _training_mode_off(gs, node) -> bool:
 
 # op -> does the node pass its first input through unchanged (neutral Add/Sub/Mul/Div: see _NEUTRAL)
 _PASS_THROUGH = {
-    "Identity": _is_noop_identity, "Dropout": is_inference_dropout, "Reshape": is_noop_reshape,
+    "Identity": _is_noop_identity, "Dropout": _is_inference_dropout, "Reshape": _is_noop_reshape,
     "Cast": _is_noop_cast, "Slice": _is_noop_slice, "Transpose": _is_noop_transpose,
 }
 
