@@ -555,20 +555,19 @@ def _unlocks_more(gs, graph, shell, ifs: int, kept) -> bool:
 
 def fold_validated(model, build, validate: bool, external_data_dir: Optional[str], log: LogFn,
                     inputs_before_override=None):
-    """Fold with ``build(level, excluded)``; validate and fall back level by level."""
+    """Fold with ``build(level, excluded)`` (a :class:`toolkit.surgeon.fold_child.FoldInChild`);
+    validate and fall back level by level."""
     if not validate:
         return build("full", set())
     # (a fold in a child starts before the validation's thread: see toolkit.surgeon.fold_child)
-    first = build.start("full", set()) if hasattr(build, "start") else None
+    first = build.start("full", set())
     try:
         check = Validation(model, external_data_dir, inputs_before_override)
         check.start()
     except BaseException:
-        if first is not None:
-            build.kill(first)  # (waiting, it would be killed too: this is the way out before waiting)
+        build.kill(first)  # (waiting, it would be killed too: this is the way out before waiting)
         raise
-    full = build.finish(first) if first is not None else build("full", set())
-    return _fallbacks(model, build, check, log, full)
+    return _fallbacks(model, build, check, log, build.finish(first))
 
 
 def _fallbacks(model, build, check, log: LogFn, full):
