@@ -80,10 +80,13 @@ def _why_not_taken(model, result, counts, validate: bool, external_data_dir: Opt
     """The line that says why ``result`` does not replace ``model`` (the same model, more nodes
     (``counts``: before, after), or validation failed); None where it does."""
     before, after = counts
-    if result is model or after > before:
-        return (f"Optimizing | nothing to do: the model stays as it is ({before} nodes)" if after <= before else
-                f"Optimizing | skipped: the optimized model has {after} nodes where the model has {before}")
-    err = Validation(model, external_data_dir).check(result) if validate else None
+    if after > before:
+        return f"Optimizing | skipped: the optimized model has {after} nodes where the model has {before}"
+    if result is model:
+        return f"Optimizing | nothing to do: the model stays as it is ({before} nodes)"
+    if not validate:
+        return None
+    err = Validation(model, external_data_dir).check(result)
     return None if err is None else f"Optimizing | skipped: the optimized model failed validation ({err})"
 
 
@@ -209,7 +212,7 @@ def _symbolic_shapes(model) -> Dict[str, tuple]:
     found: Dict[str, tuple] = {}
     for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
         t = vi.type.tensor_type
-        if vi.type.HasField("tensor_type") and t.HasField("shape"):
+        if t.HasField("shape"):  # (False for a value of another type)
             found[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
     return found
 
