@@ -382,15 +382,21 @@ def _dynamic_target(gs, node, copy_dynamic: bool = False):
     static dim; with ``copy_dynamic``, a dynamic one too: the same for every input but an
     empty one (a copied dim of size 0 leaves -1 undefined)."""
 
+    read = _computed_target(gs, node)
+    if read is None or read[1] != 1 or not _entry_fixed_by(read[0], _static_shape(node.inputs[0]), copy_dynamic):
+        return None
+    return np.array(read[0], dtype=np.int64)
+
+
+def _computed_target(gs, node):
+    """``(entries, computed)`` (see :func:`_target_entries`) of the target of ``node``, a Reshape
+    (no allowzero) of data of known rank whose target a Concat computes; else None."""
     if node.op != "Reshape" or len(node.inputs) < 2 or node.attrs.get("allowzero", 0):
         return None
     data, target = node.inputs[0], node.inputs[1]
     if isinstance(target, gs.Constant) or data.shape is None:
         return None
-    read = _target_entries(gs, _concat_parts(gs, target))
-    if read is None or read[1] != 1 or not _entry_fixed_by(read[0], _static_shape(data), copy_dynamic):
-        return None
-    return np.array(read[0], dtype=np.int64)
+    return _target_entries(gs, _concat_parts(gs, target))
 
 
 def _target_entries(gs, parts):
