@@ -218,7 +218,7 @@ def _itemsize(tensor) -> int:
 def note_kept(gs, kept: List[Tuple[Any, str]], log) -> None:
     """Log the nodes the last pass kept unfolded that folding would have computed (every input a
     constant), by name, else by their first output."""
-    kept = [(node, why) for node, why in kept if all(isinstance(t, gs.Constant) or t.is_empty() for t in node.inputs)]
+    kept = [(node, why) for node, why in kept if _reads_constants_only(gs, node)]
     for node, why in kept[:_SHOWN]:
         log(f"Folding constants | left unfolded: {node.op} node {_shown_name(node)}: {why}")
     if len(kept) > _SHOWN:
@@ -226,6 +226,11 @@ def note_kept(gs, kept: List[Tuple[Any, str]], log) -> None:
 
 
 _SHOWN = 10
+
+
+def _reads_constants_only(gs, node) -> bool:
+    """Every input of ``node`` is a constant (or omitted): folding would have computed it."""
+    return all(isinstance(t, gs.Constant) or t.is_empty() for t in node.inputs)
 
 
 def _shown_name(node) -> str:
