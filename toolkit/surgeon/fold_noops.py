@@ -109,18 +109,21 @@ def slice_params(gs, node):
     integer constants of one length, axes and steps defaulted as ONNX does; else None."""
     if len(node.inputs) < 3:
         return None
-
-    def given(k):
-        return None if len(node.inputs) <= k or node.inputs[k].is_empty() else node.inputs[k]
-
     starts, ends = _const_ints(gs, node.inputs[1]), _const_ints(gs, node.inputs[2])
     if starts is None or ends is None:
         return None
-    axes = list(range(len(starts))) if given(3) is None else _const_ints(gs, given(3))
-    steps = [1] * len(starts) if given(4) is None else _const_ints(gs, given(4))
+    axes = _optional_ints(gs, node, 3, list(range(len(starts))))
+    steps = _optional_ints(gs, node, 4, [1] * len(starts))
     if axes is None or steps is None or not (len(starts) == len(ends) == len(axes) == len(steps)):
         return None
     return starts, ends, axes, steps
+
+
+def _optional_ints(gs, node, k: int, default: list):
+    """Optional input ``k`` of ``node`` as :func:`_const_ints` reads it; ``default`` where it is omitted."""
+    if len(node.inputs) <= k or node.inputs[k].is_empty():
+        return default
+    return _const_ints(gs, node.inputs[k])
 
 
 def _is_noop_slice(gs, node, graph_outputs) -> bool:
