@@ -136,12 +136,15 @@ def restore_model_fields(new, original) -> None:
     del new.metadata_props[:]
     new.metadata_props.extend(original.metadata_props)
     if new.ir_version < 4:
-        # Before IR 4 every initializer must also be listed as a graph input.
+        _list_initializers_as_inputs(new.graph)
 
-        have = {i.name for i in new.graph.input}
-        for t in new.graph.initializer:
-            if t.name not in have:
-                new.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+
+def _list_initializers_as_inputs(graph) -> None:
+    """List every initializer of ``graph`` as a graph input too, as IR versions before 4 require."""
+    have = {i.name for i in graph.input}
+    for t in graph.initializer:
+        if t.name not in have:
+            graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
 
 
 def _constant_nbytes(tensor) -> int:
@@ -157,39 +160,47 @@ def stubbed_constants(graph, limit: int):
     Exporting a big constant copies its bytes four times (tobytes, make_tensor, the
     graph's initializer list, the model's graph); shape inference needs none of them."""
     from onnx_graphsurgeon.exporters import onnx_exporter  # sanitize without folding loads no graphsurgeon
-    from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
 
-    stubbed = {}
-    for tensor in graph.tensors().values():
-        if (isinstance(tensor, Constant) and not isinstance(tensor._values, SparseValues)
-                and _constant_nbytes(tensor) > limit):
-            stubbed[id(tensor)] = tensor
+    stubbed = _big_constants(graph, limit)
     exporter = onnx_exporter.OnnxExporter
     original = exporter.__dict__["export_tensor_proto"]
 
     def export_tensor_proto(tensor):
         if id(tensor) not in stubbed:
             return original.__func__(tensor)
-        stub = onnx.TensorProto()
-        stub.name = tensor.name
-        lazy = getattr(tensor._values, "tensor", None)
-        if lazy is not None:
-            stub.data_type = lazy.data_type
-            stub.dims.extend(lazy.dims)
-        else:
-            stub.data_type = onnx_exporter.dtype_to_onnx(tensor.export_dtype)
-            stub.dims.extend(int(d) for d in tensor.shape)
-        stub.data_location = onnx.TensorProto.EXTERNAL
-        entry = stub.external_data.add()
-        entry.key = "location"
-        entry.value = STUB_LOCATION
-        return stub
+        return _stub(tensor, onnx_exporter)
 
     exporter.export_tensor_proto = staticmethod(export_tensor_proto)
     try:
         yield {t.name: t for t in stubbed.values()}
     finally:
         exporter.export_tensor_proto = original
+
+
+def _big_constants(graph, limit: int) -> dict:
+    """{id: Constant} of the dense constants of the gs ``graph`` (top level) over ``limit`` bytes."""
+    from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
+
+    return {id(t): t for t in graph.tensors().values()
+            if isinstance(t, Constant) and not isinstance(t._values, SparseValues) and _constant_nbytes(t) > limit}
+
+
+def _stub(tensor, onnx_exporter):
+    """A TensorProto of gs Constant ``tensor``'s name, type and dims whose data is the stub location."""
+    stub = onnx.TensorProto()
+    stub.name = tensor.name
+    lazy = getattr(tensor._values, "tensor", None)
+    if lazy is not None:
+        stub.data_type = lazy.data_type
+        stub.dims.extend(lazy.dims)
+    else:
+        stub.data_type = onnx_exporter.dtype_to_onnx(tensor.export_dtype)
+        stub.dims.extend(int(d) for d in tensor.shape)
+    stub.data_location = onnx.TensorProto.EXTERNAL
+    entry = stub.external_data.add()
+    entry.key = "location"
+    entry.value = STUB_LOCATION
+    return stub
 
 
 def fill_stubs(model, constants) -> None:
