@@ -55,16 +55,22 @@ def _apply_inferred(model, inferred, *, outputs: bool) -> None:
     """Copy value_info (and optionally graph output types) from a shape-inferred light copy."""
     del model.graph.value_info[:]
     model.graph.value_info.extend(inferred.graph.value_info)
-    # If/Loop/Scan bodies too (the light copy has the same graphs, in the same order).
-    bodies = list(walk_graphs(model.graph))[1:]
-    inferred_bodies = list(walk_graphs(inferred.graph))[1:]
-    if len(bodies) == len(inferred_bodies):
-        for g, ig in zip(bodies, inferred_bodies):
-            if ig.value_info:
-                del g.value_info[:]
-                g.value_info.extend(ig.value_info)
+    _apply_body_value_infos(model, inferred)
     if outputs:
         _apply_output_shapes(model.graph, inferred.graph)
+
+
+def _apply_body_value_infos(model, inferred) -> None:
+    """If/Loop/Scan bodies take the value_info inference found in them, where it found some (the
+    light copy has the same graphs, in the same order)."""
+    bodies = list(walk_graphs(model.graph))[1:]
+    inferred_bodies = list(walk_graphs(inferred.graph))[1:]
+    if len(bodies) != len(inferred_bodies):
+        return
+    for g, ig in zip(bodies, inferred_bodies):
+        if ig.value_info:
+            del g.value_info[:]
+            g.value_info.extend(ig.value_info)
 
 
 def _apply_output_shapes(graph, inferred_graph) -> None:
