@@ -85,14 +85,19 @@ def light_session(model, external_data_dir: Optional[str] = None, extra_outputs:
     light, stubbed = _without_big_weights(model)
     if only_outputs is not None:
         _prune_to(light.graph, only_outputs)
-    have = {o.name for o in light.graph.output}
-    for name in extra_outputs:
-        if name not in have:
-            light.graph.output.add().name = name
+    _add_outputs(light.graph, extra_outputs)
     weights = _weights_as_inputs(light.graph, stubbed, pruned=only_outputs is not None)
     so = _session_options(ort, optimized, external_data_dir)
     sess = ort.InferenceSession(light.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return _Session(sess, model, weights)
+
+
+def _add_outputs(g, names: Sequence[str]) -> None:
+    """Make the tensors ``names`` graph outputs of ``g`` too (by name only)."""
+    have = {o.name for o in g.output}
+    for name in names:
+        if name not in have:
+            g.output.add().name = name
 
 
 def _weights_as_inputs(g, stubbed, pruned: bool) -> List[str]:
