@@ -163,7 +163,7 @@ def _cut_model(gs, model, in_specs, out_specs, metas: Dict[str, TensorMeta]):
     """``model`` rebuilt by graphsurgeon with the cut's inputs and outputs (``None``: the model's
     own), what they do not need removed, sorted; sequence and map types kept."""
     original_fields = model_shell(model)
-    cut = [s.name for s in list(in_specs or []) + list(out_specs or []) if is_non_tensor(metas.get(s.name))]
+    cut = [name for name, meta in metas.items() if is_non_tensor(meta)]  # (metas: the cut's tensors)
     types = {**non_tensor_types(model), **non_tensor_value_types(model, cut)}
     with quiet_gs(), gs_step("import"):
         graph = gs.import_onnx(model)
