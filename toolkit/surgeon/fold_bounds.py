@@ -109,13 +109,20 @@ def _result_bytes(gs, node) -> Optional[int]:
     for i, out in enumerate(node.outputs):
         if out.is_empty():
             continue
-        count = _count_of(_static_shape(out))
-        if count is None:
-            count = _computed_count(gs, node) if i == 0 else None
+        count = _output_count(gs, node, i)
         if count is None:
             return None
         total += count * _itemsize(out)
     return total
+
+
+def _output_count(gs, node, i: int) -> Optional[int]:
+    """Elements of output ``i`` of ``node``: from its inferred shape, else (the first output of an
+    op of :data:`_COUNTS`) from constant inputs; None where neither tells."""
+    count = _count_of(_static_shape(node.outputs[i]))
+    if count is None and i == 0:
+        return _computed_count(gs, node)
+    return count
 
 
 def _computed_count(gs, node) -> Optional[int]:
