@@ -166,9 +166,7 @@ def _after_optimizer(result, model):
         graph = gs.import_onnx(result)
     noops = eliminate_noops(gs, graph)
     merged = eliminate_common_subexpressions(gs, graph)
-    small = len(graph.nodes) <= SYMBOLIC_SHAPES_MAX_NODES  # its cost grows with the graph (~2 ms a node)
-    inferred = _symbolic_shapes(result) if small and computed_reshape_targets(gs, graph) else {}
-    targets = _constant_targets_on(gs, graph, inferred)
+    targets = _constant_targets_on(gs, graph, _shapes_for_targets(gs, graph, result))
     rewrites = optimizer_rewrites(gs, graph)
     done = {"pass-through node(s) removed": noops, "duplicate node(s) merged": merged, "Reshape target(s) made constant": targets, **rewrites}
     done = {what: n for what, n in done.items() if n}
@@ -178,6 +176,14 @@ def _after_optimizer(result, model):
         graph.cleanup()
     with gs_step("export"):
         return done, export_graph(gs, graph, model)
+
+
+def _shapes_for_targets(gs, graph, result) -> Dict[str, tuple]:
+    """:func:`_symbolic_shapes` of ``result`` where ``graph`` (its import) has a computed Reshape
+    target to decide on and is small enough (the inference costs ~2 ms a node); else {}."""
+    if len(graph.nodes) > SYMBOLIC_SHAPES_MAX_NODES or not computed_reshape_targets(gs, graph):
+        return {}
+    return _symbolic_shapes(result)
 
 
 def _constant_targets_on(gs, graph, inferred: Dict[str, tuple]) -> int:
