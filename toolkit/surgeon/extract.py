@@ -184,10 +184,16 @@ def _complete_output_shapes(result, external_data_dir, log: LogFn) -> None:
     todo = [name for name, m in _tensor_outputs(result).items() if not is_complete(m)]
     if not todo:
         return
-    metas = infer_tensor_meta(result, fallback=True, names=todo, external_data_dir=external_data_dir)
-    _take_found_shapes(result, {k: m for k, m in metas.items() if k in todo and m.shape is not None}, log)
+    _take_found_shapes(result, _found_on_subgraph(result, todo, external_data_dir), log)
     _name_unknown_output_dims(result, log)
     _check_output_ranks_known(result)
+
+
+def _found_on_subgraph(result, todo: List[str], external_data_dir) -> Dict[str, TensorMeta]:
+    """{name: meta} of the outputs ``todo`` whose rank inference on the subgraph ``result`` finds
+    (running it on ONNX-Runtime where needed)."""
+    metas = infer_tensor_meta(result, fallback=True, names=todo, external_data_dir=external_data_dir)
+    return {k: m for k, m in metas.items() if k in todo and m.shape is not None}
 
 
 def _check_output_ranks_known(result) -> None:
@@ -240,8 +246,13 @@ def _name_unknown_output_dims(result, log: LogFn) -> None:
     if not todo:
         return
     inferred = symbolic_shape_inference(result)
-    if inferred is None:
-        return
+    if inferred is not None:
+        _take_symbolic_dims(result, inferred, todo, log)
+
+
+def _take_symbolic_dims(result, inferred, todo: Dict[str, TensorMeta], log: LogFn) -> None:
+    """The outputs of ``result`` in ``todo`` ({name: meta}) take the dims symbolic inference
+    (``inferred``) gives where theirs are unknown (see :func:`_symbolic_dims`)."""
     found = {o.name: value_info_meta(o) for o in inferred.graph.output}
     named = _input_dim_names(result, inferred)
     for o in result.graph.output:
