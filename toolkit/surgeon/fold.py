@@ -432,6 +432,12 @@ def _fold_excluding_failures(graph, kwargs: dict, bad_nodes: set, bad_ops: set, 
             break
     else:
         log("Folding constants | too many nodes fail to fold; falling back to folding part by part")
+    return _fold_part_by_part(graph, kwargs, exclude)
+
+
+def _fold_part_by_part(graph, kwargs: dict, exclude) -> str:
+    """One graphsurgeon folding run with recursive partitioning: the parts that fail stay unfolded
+    (slow on big graphs); returns how it folded."""
     with quiet_gs(), quiet_ort(), gs_step("fold constants in"):
         graph.fold_constants(partitioning="recursive", error_ok=True, should_exclude_node=exclude, **kwargs)
     return "recursive"
