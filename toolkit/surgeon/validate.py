@@ -205,6 +205,18 @@ def _does_not_run(model, feed, exc: Exception) -> str:
     )
 
 
+def _not_validated(model) -> Optional[str]:
+    """Why ``model`` is not validated at all (no ONNX-Runtime, weights over 1 GiB), or None."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return "onnxruntime is not installed"
+    # (ByteSize() would walk every weight's bytes: slow on big models)
+    if sum(tensor_nbytes(t) for t in model.graph.initializer) > _VALIDATE_MAX_BYTES:
+        return "the model is over 1 GiB"
+    return None
+
+
 class Validation:
     """Runs the original model once on generated inputs; checks candidate results against it."""
     def __init__(self, original, external_data_dir: Optional[str], inputs_before_override=None):
@@ -281,15 +293,8 @@ class Validation:
     def _runnable(self) -> bool:
         """Whether the input model can be run for validation; else False, with the reason set
         (a model whose weights stay on disk gets a structural check instead)."""
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError:
-            self.skip_reason = "onnxruntime is not installed"
-            return False
-
-        # (ByteSize() would walk every weight's bytes: slow on big models)
-        if sum(tensor_nbytes(t) for t in self.original.graph.initializer) > _VALIDATE_MAX_BYTES:
-            self.skip_reason = "the model is over 1 GiB"
+        self.skip_reason = _not_validated(self.original)
+        if self.skip_reason:
             return False
         cost = run_cost_refusal(self.original)
         if cost:  # (running it for the expected outputs would not end, or not fit)
