@@ -344,9 +344,7 @@ def _output_to_producer(gs, node, src, own, graph_ends) -> bool:
     if producer is None or id(src) in graph_ends or isinstance(src, gs.Constant):
         return False
     dst = node.outputs[0]
-    for reader in list(src.outputs):
-        if reader is not node:
-            replace_input(reader, src, dst)
+    read_instead(src, dst)  # (``node`` too, whose inputs are cleared next)
     node.inputs.clear()
     node.outputs.clear()
     producer.outputs[producer.outputs.index(src)] = dst
