@@ -230,12 +230,15 @@ def _prepare_shape_slices(gs, graph) -> List:
 
     hidden = []
     for node in list(all_nodes(graph)):
-        if node.op != "Shape" or not ("start" in node.attrs or "end" in node.attrs):
-            continue
-        if not _fold_shape_slice(node):
+        if _is_shape_slice(node) and not _fold_shape_slice(node):
             node.op = _HIDDEN_PREFIX + node.op
             hidden.append(node)
     return hidden
+
+
+def _is_shape_slice(node) -> bool:
+    """``node`` is a Shape node with ``start`` or ``end`` (it gives some dims only)."""
+    return node.op == "Shape" and ("start" in node.attrs or "end" in node.attrs)
 
 
 def _fold_shape_slice(node) -> bool:
@@ -469,10 +472,15 @@ def _exclude_failing_part(graph, exc: Exception, bad_nodes: set, bad_ops: set, l
         return False
     kind, key = part
     (bad_nodes if kind == "node" else bad_ops).add(key)
-    shown = key if not key.startswith("__toolkit_unnamed_") else "(unnamed)"
-    log(f"Folding constants | {'node' if kind == 'node' else 'op type'} {shown} cannot be folded "
-        f"({one_line(exc, first_line=True, limit=300)}); folding the rest without it")
+    log(_excluded_line(kind, key, exc))
     return True
+
+
+def _excluded_line(kind: str, key: str, exc: Exception) -> str:
+    """The log line for a node (``kind`` "node") or op type that folding goes on without."""
+    shown = key if not key.startswith("__toolkit_unnamed_") else "(unnamed)"
+    return (f"Folding constants | {'node' if kind == 'node' else 'op type'} {shown} cannot be folded "
+            f"({one_line(exc, first_line=True, limit=300)}); folding the rest without it")
 
 
 # Fallbacks when a folded model fails validation, in order (see sanitize()); after them, folding
@@ -625,8 +633,13 @@ def _fold_skipping_wrong(build, check, log: LogFn, result, first_failure: str):
         excluded |= wrong
         result = build("top-only", excluded)
         if check.check(result) is None:
-            shown = ", ".join(sorted(excluded)[:3]) + (", ..." if len(excluded) > 3 else "")
-            log(f"Folding constants | left unfolded: {len(excluded)} tensor(s) whose folded values were "
-                f"wrong ({shown}), and everything inside If/Loop/Scan bodies; first try: {first_failure}")
+            log(_skipped_wrong_line(excluded, first_failure))
             return result
     return None
+
+
+def _skipped_wrong_line(excluded: set, first_failure: str) -> str:
+    """The log line for a fold that left the ``excluded`` tensors (wrong when folded) unfolded."""
+    shown = ", ".join(sorted(excluded)[:3]) + (", ..." if len(excluded) > 3 else "")
+    return (f"Folding constants | left unfolded: {len(excluded)} tensor(s) whose folded values were "
+            f"wrong ({shown}), and everything inside If/Loop/Scan bodies; first try: {first_failure}")
