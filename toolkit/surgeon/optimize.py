@@ -219,8 +219,13 @@ def _symbolic_shapes(model) -> Dict[str, tuple]:
     for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
         t = vi.type.tensor_type
         if t.HasField("shape"):  # (False for a value of another type)
-            found[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+            found[vi.name] = _dim_values(t.shape)
     return found
+
+
+def _dim_values(shape) -> tuple:
+    """The dims of a TensorShapeProto: numbers where known, else None."""
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in shape.dim)
 
 
 def _constant_initializers(model):
