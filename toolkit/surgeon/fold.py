@@ -310,11 +310,19 @@ def _flatten_constant_ifs(gs, graph) -> int:
 def _taken_branch(gs, node):
     """The branch an If ``node`` with a constant condition takes, where it gives as many
     outputs as the If; else None."""
+    taken = _constant_condition(gs, node)
+    if taken is None:
+        return None
+    branch = node.attrs["then_branch" if taken else "else_branch"]
+    return branch if len(node.outputs) == len(branch.outputs) else None
+
+
+def _constant_condition(gs, node) -> Optional[bool]:
+    """The condition of ``node`` where it is an If whose condition is a one-element constant; else None."""
     cond = node.inputs[0] if node.op == "If" and node.inputs else None
     if not isinstance(cond, gs.Constant) or cond.values.size != 1:
         return None
-    branch = node.attrs["then_branch" if bool(cond.values.reshape(-1)[0]) else "else_branch"]
-    return branch if len(node.outputs) == len(branch.outputs) else None
+    return bool(cond.values.reshape(-1)[0])
 
 
 def inline_branch(gs, g, node, branch, unique) -> list:
