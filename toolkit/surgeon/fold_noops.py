@@ -247,7 +247,14 @@ def _keeps_shape(dims, shape) -> bool:
     unknown = [i for i, d in enumerate(shape) if d is None]
     if len(unknown) > 1 or dims.count(-1) > 1:
         return False
-    return all(want in (0, have) or (want == -1 and unknown in ([], [i])) for i, (want, have) in enumerate(zip(dims, shape)))
+    return all(_keeps_dim(want, have, i, unknown) for i, (want, have) in enumerate(zip(dims, shape)))
+
+
+def _keeps_dim(want: int, have: Optional[int], i: int, unknown: list) -> bool:
+    """Reshape target entry ``want`` at ``i`` keeps dim ``have`` (None: not static): it is 0
+    (copy), the dim itself, or -1 standing for the dim at ``i`` when that is the only one not
+    static (``unknown``: the positions of those) or all are static."""
+    return want in (0, have) or (want == -1 and unknown in ([], [i]))
 
 
 def _is_inference_dropout(gs, node, graph_outputs) -> bool:
