@@ -16,16 +16,19 @@ from toolkit.core.shapes import (
     override_input_shapes,
     top_tensor_names,
 )
+from toolkit.surgeon.fold_noops import is_static_dim
 from toolkit.surgeon.load import check_structure
 from toolkit.surgeon.outputs import assume_dynamic_dims
 from toolkit.surgeon.plumbing import (
     LogFn,
     all_tensors,
+    check_known,
     export_graph,
     graphsurgeon_errors,
     gs_step,
     has_tensor_dtype,
     import_gs,
+    initializer_named,
     is_non_tensor,
     keep_non_tensor_types,
     model_shell,
@@ -36,7 +39,6 @@ from toolkit.surgeon.plumbing import (
     quiet_gs,
     symbolic_shape_inference,
     tensor_value_info,
-    unknown_name_error,
 )
 
 
@@ -60,13 +62,15 @@ def dangling_tensors(model) -> List[tuple]:
 def _check_cut_names(model, inputs, outputs) -> None:
     """InputError for a cut naming no tensor of the model, or an initializer as an input."""
     known = top_tensor_names(model)
-    known_set = set(known)
+    check_known([s.name for s in inputs or ()], known, "input")
+    check_known([s.name for s in outputs or ()], known, "output")
+    _check_not_initializers(model, inputs)
+
+
+def _check_not_initializers(model, inputs: Optional[Sequence[TensorMeta]]) -> None:
+    """InputError for a cut input that is an initializer (a constant, which no cut can feed)."""
     inits = {t.name for t in model.graph.initializer}
-    for specs, what in ((inputs or [], "input"), (outputs or [], "output")):
-        for spec in specs:
-            if spec.name not in known_set:
-                raise unknown_name_error(spec.name, known, what)
-    for spec in inputs or []:
+    for spec in inputs or ():
         if spec.name in inits:
             raise InputError(
                 f"'{spec.name}' is a constant (initializer) of the model and cannot be a subgraph input; "
@@ -134,13 +138,8 @@ def extract(
     _check_cut_names(model, inputs, outputs)
     check_structure(model)
     if force_fallback:
-        # ONNX-Runtime needs every input dim: unknown ones are taken as 1 (said in one line),
-        # and the result's inputs get the shapes it ran with.
-        input_shapes = assume_dynamic_dims(model, input_shapes, log)
-        if input_shapes:
-            override_input_shapes(model, input_shapes, inplace=True)
-    in_specs = _dedupe(inputs) if inputs is not None else None
-    out_specs = _dedupe(outputs) if outputs is not None else None
+        input_shapes = _fix_input_shapes(model, input_shapes, log)
+    in_specs, out_specs = _dedupe(inputs), _dedupe(outputs)
     metas = _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, external_data_dir, log)
     result = _cut_model(gs, model, in_specs, out_specs, metas)
     dangling = dangling_tensors(result)
@@ -150,11 +149,21 @@ def extract(
     return result
 
 
+def _fix_input_shapes(model, input_shapes, log: LogFn) -> Dict[str, list]:
+    """ONNX-Runtime needs every input dim: give ``model``'s inputs ``input_shapes`` and 1 for the
+    other unknown dims (said in one line), in place, so that the result's inputs get the shapes
+    it ran with; returns those shapes."""
+    shapes = assume_dynamic_dims(model, input_shapes, log)
+    if shapes:
+        override_input_shapes(model, shapes, inplace=True)
+    return shapes
+
+
 def _cut_model(gs, model, in_specs, out_specs, metas: Dict[str, TensorMeta]):
     """``model`` rebuilt by graphsurgeon with the cut's inputs and outputs (``None``: the model's
     own), what they do not need removed, sorted; sequence and map types kept."""
     original_fields = model_shell(model)
-    cut = [s.name for s in list(in_specs or []) + list(out_specs or []) if is_non_tensor(metas.get(s.name))]
+    cut = [name for name, meta in metas.items() if is_non_tensor(meta)]  # (metas: the cut's tensors)
     types = {**non_tensor_types(model), **non_tensor_value_types(model, cut)}
     with quiet_gs(), gs_step("import"):
         graph = gs.import_onnx(model)
@@ -175,9 +184,20 @@ def _complete_output_shapes(result, external_data_dir, log: LogFn) -> None:
     todo = [name for name, m in _tensor_outputs(result).items() if not is_complete(m)]
     if not todo:
         return
-    metas = infer_tensor_meta(result, fallback=True, names=todo, external_data_dir=external_data_dir)
-    _take_found_shapes(result, {k: m for k, m in metas.items() if k in todo and m.shape is not None}, log)
+    _take_found_shapes(result, _found_on_subgraph(result, todo, external_data_dir), log)
     _name_unknown_output_dims(result, log)
+    _check_output_ranks_known(result)
+
+
+def _found_on_subgraph(result, todo: List[str], external_data_dir) -> Dict[str, TensorMeta]:
+    """{name: meta} of the outputs ``todo`` whose rank inference on the subgraph ``result`` finds
+    (running it on ONNX-Runtime where needed)."""
+    metas = infer_tensor_meta(result, fallback=True, names=todo, external_data_dir=external_data_dir)
+    return {k: m for k, m in metas.items() if k in todo and m.shape is not None}
+
+
+def _check_output_ranks_known(result) -> None:
+    """InputError for a tensor output of the subgraph whose rank is still unknown."""
     missing = [name for name, m in _tensor_outputs(result).items() if m.shape is None]
     if missing:
         raise InputError(
@@ -226,8 +246,13 @@ def _name_unknown_output_dims(result, log: LogFn) -> None:
     if not todo:
         return
     inferred = symbolic_shape_inference(result)
-    if inferred is None:
-        return
+    if inferred is not None:
+        _take_symbolic_dims(result, inferred, todo, log)
+
+
+def _take_symbolic_dims(result, inferred, todo: Dict[str, TensorMeta], log: LogFn) -> None:
+    """The outputs of ``result`` in ``todo`` ({name: meta}) take the dims symbolic inference
+    (``inferred``) gives where theirs are unknown (see :func:`_symbolic_dims`)."""
     found = {o.name: value_info_meta(o) for o in inferred.graph.output}
     named = _input_dim_names(result, inferred)
     for o in result.graph.output:
@@ -237,10 +262,16 @@ def _name_unknown_output_dims(result, log: LogFn) -> None:
         shape = _symbolic_dims(old.shape, found.get(o.name))
         if shape is None:
             continue
-        for d in shape:
-            if isinstance(d, str) and d in named:  # a name it gave an unnamed input dim: the input gets it too
-                named.pop(d).dim_param = d
+        _name_input_dims(shape, named)
         _set_output_type(o, shape, old.dtype, "symbolic shape inference", log)
+
+
+def _name_input_dims(shape: tuple, named: dict) -> None:
+    """The input dims (of ``named``: {name: dim}) whose name symbolic inference gave a dim of the
+    output ``shape`` take that name too (they are the same dim)."""
+    for d in shape:
+        if isinstance(d, str) and d in named:
+            named.pop(d).dim_param = d
 
 
 def _outputs_with_unknown_dims(model) -> Dict[str, TensorMeta]:
@@ -251,9 +282,11 @@ def _outputs_with_unknown_dims(model) -> Dict[str, TensorMeta]:
 def _symbolic_dims(old, new: Optional[TensorMeta]) -> Optional[tuple]:
     """The ``old`` shape with its unknown dims taken from symbolic inference's ``new`` where
     those are plain; None when that adds nothing (or the ranks differ)."""
-    if new is None or new.shape is None or (old is not None and len(old) != len(new.shape)):
+    if new is None or new.shape is None:
         return None
     base = tuple(old) if old is not None else (None,) * len(new.shape)
+    if len(base) != len(new.shape):
+        return None
     shape = tuple(d if d is not None else _plain_dim(n) for d, n in zip(base, new.shape))
     return None if shape == base else shape
 
@@ -266,9 +299,8 @@ def _input_dim_names(result, inferred) -> dict:
     out = {}
     for vi in inferred.graph.input:
         mine = by_name.get(vi.name)
-        if mine is None or not vi.type.HasField("tensor_type") or not mine.type.tensor_type.HasField("shape"):
-            continue
-        out.update(_names_for_unknown_dims(vi, mine))
+        if mine is not None:  # (a value of no tensor type, or of no shape, has no dims: nothing is named)
+            out.update(_names_for_unknown_dims(vi, mine))
     return out
 
 
@@ -288,7 +320,7 @@ def _plain_dim(dim):
 
 
 def _import_unused_initializer(model, name: str):
-    init = next((t for t in model.graph.initializer if t.name == name), None)
+    init = initializer_named(model.graph, name)
     try:
         from onnx_graphsurgeon.importers.onnx_importer import OnnxImporter
 
@@ -305,15 +337,18 @@ def _dangling_message(model, dangling) -> str:
     by = f"node '{node}' ({op})" if node else "the outputs"
     more = f" (also: {_names_after_first(dangling, 4)})" if len(dangling) > 1 else ""
     msg = f"the cut leaves tensor '{name}', needed by {by}, without a producer and it is not an input{more}"
+    return msg + _where_to_cut(model, dangling)
+
+
+def _where_to_cut(model, dangling) -> str:
+    """The end of :func:`_dangling_message`: which tensor to add to --inputs."""
+    name = dangling[0][0]
     border = _cut_border(model, {d[0] for d in dangling})
-    if border and border[0][0] != name:
-        t, n, o = border[0]
-        msg += f"; node '{n}' ({o}) reads '{t}', which depends on it: add '{t}' to --inputs"
-        if len(border) > 1:
-            msg += f" (and {_names_after_first(border, 3)})"
-    else:
-        msg += f"; add '{name}' (or a tensor between it and the outputs) to --inputs"
-    return msg
+    if not border or border[0][0] == name:
+        return f"; add '{name}' (or a tensor between it and the outputs) to --inputs"
+    t, n, o = border[0]
+    more = f" (and {_names_after_first(border, 3)})" if len(border) > 1 else ""
+    return f"; node '{n}' ({o}) reads '{t}', which depends on it: add '{t}' to --inputs{more}"
 
 
 def _names_after_first(rows: List[tuple], shown: int) -> str:
@@ -339,21 +374,29 @@ def _cut_border(model, dangling: set) -> List[tuple]:
 def _reach(g, dangling: set):
     """``(tainted, fed, fed_nodes)``: the tensors of graph ``g`` that depend on a ``dangling`` tensor,
     those computed from the graph inputs, and [(node, its reads)] of the nodes that read the latter."""
-    tainted = set(dangling)
-    fed = {i.name for i in g.input} - {t.name for t in g.initializer}
-    fed_nodes = []
-    for node in g.node:  # topologically sorted by extract
-        reads = node_reads(node)
-        outs = [o for o in node.output if o]
-        if any(r in tainted for r in reads):
-            tainted.update(outs)
-        if any(r in fed for r in reads):
-            fed.update(outs)
-            fed_nodes.append((node, reads))
+    tainted, _ = _downstream(g, set(dangling))
+    fed, fed_nodes = _downstream(g, {i.name for i in g.input} - {t.name for t in g.initializer})
     return tainted, fed, fed_nodes
 
 
-def _dedupe(specs: Sequence[TensorMeta]) -> List[TensorMeta]:
+def _downstream(g, start: set):
+    """``(tensors, readers)``: the tensors of graph ``g`` computed from ``start`` (included), and
+    [(node, its reads)] of the nodes that read them."""
+    reached = set(start)
+    readers = []
+    for node in g.node:  # topologically sorted by extract
+        reads = node_reads(node)
+        if not reached.isdisjoint(reads):
+            reached.update(o for o in node.output if o)
+            readers.append((node, reads))
+    return reached, readers
+
+
+def _dedupe(specs: Optional[Sequence[TensorMeta]]) -> Optional[List[TensorMeta]]:
+    """``specs`` once each (None stays None: the model's own); UsageError for a tensor given twice
+    with different shapes or dtypes."""
+    if specs is None:
+        return None
     out: Dict[str, TensorMeta] = {}
     for s in specs:
         if s.name in out and out[s.name] != s:
@@ -364,9 +407,7 @@ def _dedupe(specs: Sequence[TensorMeta]) -> List[TensorMeta]:
 
 def _cut_fully_given(in_specs) -> bool:
     """Every subgraph input is given with a static shape and a dtype."""
-    return bool(in_specs) and all(
-        s.dtype and s.shape is not None and all(isinstance(d, int) and d >= 0 for d in s.shape) for s in in_specs
-    )
+    return bool(in_specs) and all(s.dtype and s.shape is not None and all(map(is_static_dim, s.shape)) for s in in_specs)
 
 
 def _check_explicit(in_specs, out_specs, metas, *, dims: bool = True) -> None:
@@ -404,13 +445,17 @@ def _check_given_shape(s: TensorMeta, m: TensorMeta, dims: bool) -> None:
     (or, with ``dims``, another static dim)."""
     if s.shape is None or m.shape is None:
         return
-    dims_differ = dims and any(isinstance(a, int) and isinstance(b, int) and a != b for a, b in zip(s.shape, m.shape))
-    if len(s.shape) == len(m.shape) and not dims_differ:
+    if len(s.shape) == len(m.shape) and not (dims and _static_dims_differ(s.shape, m.shape)):
         return
     raise InputError(
         f"input '{s.name}' is given the shape {format_spec_shape(tuple(s.shape))}, but the model computes "
         f"{_computed_text(s.name, m)}; fix the shape in --inputs (or write auto)"
     )
+
+
+def _static_dims_differ(a, b) -> bool:
+    """Shapes ``a`` and ``b`` (of one rank) have another number at some dim."""
+    return any(isinstance(x, int) and isinstance(y, int) and x != y for x, y in zip(a, b))
 
 
 def _filled_specs(in_specs, out_specs, metas: Dict[str, TensorMeta]) -> Dict[str, TensorMeta]:
@@ -448,11 +493,16 @@ def _resolve_auto(model, in_specs, out_specs, input_shapes, force_fallback, exte
     elif in_specs or out_specs:
         metas = _inferred_cut_metas(model, in_specs, out_specs, input_shapes, external_data_dir, log)
     result = _filled_specs(in_specs, out_specs, metas)
-    for kind, specs in (("input ", in_specs), ("output", out_specs)):
-        for s in specs:
-            meta = result[s.name]
-            log(f"Subgraph {kind} {format_meta(meta.name, meta.shape, meta.dtype)}")
+    _log_cut(result, in_specs, "input ", log)
+    _log_cut(result, out_specs, "output", log)
     return result
+
+
+def _log_cut(metas: Dict[str, TensorMeta], specs, kind: str, log: LogFn) -> None:
+    """One log line for each cut tensor of ``specs``, as ``metas`` describe it."""
+    for s in specs:
+        meta = metas[s.name]
+        log(f"Subgraph {kind} {format_meta(meta.name, meta.shape, meta.dtype)}")
 
 
 def _inferred_cut_metas(model, in_specs, out_specs, input_shapes, external_data_dir, log) -> Dict[str, TensorMeta]:
@@ -461,7 +511,7 @@ def _inferred_cut_metas(model, in_specs, out_specs, input_shapes, external_data_
     metas = _declared_or_inferred(model, in_specs + out_specs, input_shapes, log)
     _check_explicit(in_specs, out_specs, metas)
     missing = _left_unknown(in_specs, out_specs, metas)
-    partial = [s.name for s in in_specs if s.shape is None and not is_complete(metas[s.name])]
+    partial = _partly_known_inputs(in_specs, metas)
     if not missing and not partial:
         return metas
     if missing:
@@ -471,6 +521,11 @@ def _inferred_cut_metas(model, in_specs, out_specs, input_shapes, external_data_
         model, input_shapes=input_shapes, fallback=True,
         names=list(dict.fromkeys(missing + partial)), external_data_dir=external_data_dir,
     )
+
+
+def _partly_known_inputs(in_specs, metas) -> List[str]:
+    """The ``auto`` cut inputs of which ``metas`` know the rank but not every dim (or dtype)."""
+    return [s.name for s in in_specs if s.shape is None and not is_complete(metas[s.name])]
 
 
 def _declared_or_inferred(model, cut: List[TensorMeta], input_shapes, log) -> Dict[str, TensorMeta]:

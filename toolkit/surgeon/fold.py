@@ -16,7 +16,7 @@ from toolkit.core.graph.graphs import fresh_name, walk_graphs
 from toolkit.core.io.model import infer_shapes, value_info_meta
 from toolkit.core.shapes import STUB_BYTES, light_copy
 from toolkit.surgeon.fold_bounds import UNKNOWN_SIZE, note_kept, oversized_nodes
-from toolkit.surgeon.fold_noops import bodies, constant_reshape_targets, eliminate_noops
+from toolkit.surgeon.fold_noops import bodies, constant_reshape_targets, eliminate_noops, is_static_dim
 from toolkit.surgeon.plumbing import (
     LogFn,
     all_nodes,
@@ -55,16 +55,22 @@ def _apply_inferred(model, inferred, *, outputs: bool) -> None:
     """Copy value_info (and optionally graph output types) from a shape-inferred light copy."""
     del model.graph.value_info[:]
     model.graph.value_info.extend(inferred.graph.value_info)
-    # If/Loop/Scan bodies too (the light copy has the same graphs, in the same order).
-    bodies = list(walk_graphs(model.graph))[1:]
-    inferred_bodies = list(walk_graphs(inferred.graph))[1:]
-    if len(bodies) == len(inferred_bodies):
-        for g, ig in zip(bodies, inferred_bodies):
-            if ig.value_info:
-                del g.value_info[:]
-                g.value_info.extend(ig.value_info)
+    _apply_body_value_infos(model, inferred)
     if outputs:
         _apply_output_shapes(model.graph, inferred.graph)
+
+
+def _apply_body_value_infos(model, inferred) -> None:
+    """If/Loop/Scan bodies take the value_info inference found in them, where it found some (the
+    light copy has the same graphs, in the same order)."""
+    bodies = list(walk_graphs(model.graph))[1:]
+    inferred_bodies = list(walk_graphs(inferred.graph))[1:]
+    if len(bodies) != len(inferred_bodies):
+        return
+    for g, ig in zip(bodies, inferred_bodies):
+        if ig.value_info:
+            del g.value_info[:]
+            g.value_info.extend(ig.value_info)
 
 
 def _apply_output_shapes(graph, inferred_graph) -> None:
@@ -72,7 +78,7 @@ def _apply_output_shapes(graph, inferred_graph) -> None:
     by_name = {o.name: o for o in inferred_graph.output}
     for o in graph.output:
         new = by_name.get(o.name)
-        if new is not None and new.type.HasField("tensor_type") and new.type.tensor_type.HasField("shape"):
+        if new is not None and new.type.tensor_type.HasField("shape"):  # (False for other types)
             o.type.CopyFrom(new.type)
 
 
@@ -80,10 +86,9 @@ def _clear_negative_dims(value_infos) -> None:
     """Dims written as -1 (some exporters' "unknown") become unknown dims, which inference may
     fill (it keeps a stated value, even an invalid one)."""
     for vi in value_infos:
-        if vi.type.HasField("tensor_type"):
-            for d in vi.type.tensor_type.shape.dim:
-                if d.HasField("dim_value") and d.dim_value < 0:
-                    d.Clear()
+        for d in vi.type.tensor_type.shape.dim:  # (no dims for other types; a dim name reads as value 0)
+            if d.dim_value < 0:
+                d.Clear()
 
 
 def infer_shapes_in_place(model, *, reset_outputs: bool = False) -> None:
@@ -103,13 +108,9 @@ def infer_shapes_in_place(model, *, reset_outputs: bool = False) -> None:
 def _all_shapes_static(gs, graph) -> bool:
     """Every tensor of ``graph`` (and its subgraphs) has a shape of fixed dims: shape
     inference cannot teach it anything more."""
-    for tensor in all_tensors(graph).values():
-        if isinstance(tensor, gs.Constant) or not tensor.name:  # constants, omitted optional inputs
-            continue
-        shape = tensor.shape
-        if shape is None or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
-            return False
-    return True
+    computed = (t for t in all_tensors(graph).values() if t.name and not isinstance(t, gs.Constant))
+    # (constants and omitted optional inputs are skipped)
+    return all(t.shape is not None and all(map(is_static_dim, t.shape)) for t in computed)
 
 
 def _refresh_gs_shapes(gs, graph, original) -> int:
@@ -150,18 +151,20 @@ def _inferred_metas(gs, graph, original) -> dict:
 def _learn_shape(tensor, meta) -> bool:
     """Give the gs ``tensor`` the inferred shape of ``meta`` (and its dtype, where it has none)
     when that shape is new and no less known (same rank, no fewer static dims)."""
-    if meta is None or meta.shape is None:
+    if meta is None or meta.shape is None or not _adds_knowledge(tensor.shape, tuple(meta.shape)):
         return False
-    old = tuple(tensor.shape) if tensor.shape is not None else None
-    new_shape = tuple(meta.shape)
-    if old == new_shape:
-        return False
-    if old is not None and (len(old) != len(new_shape) or _static_dims(new_shape) < _static_dims(old)):
-        return False
-    tensor.shape = list(new_shape)
+    tensor.shape = list(meta.shape)
     if tensor.dtype is None and meta.dtype:
         tensor.dtype = np_dtype(meta.dtype)
     return True
+
+
+def _adds_knowledge(old, new: tuple) -> bool:
+    """Shape ``new`` differs from ``old`` (None: rank unknown) and is no less known: same rank, no
+    fewer static dims."""
+    if old is None:
+        return True
+    return tuple(old) != new and len(old) == len(new) and _static_dims(new) >= _static_dims(old)
 
 
 def _static_dims(shape) -> int:
@@ -181,16 +184,23 @@ _OP_PATTERNS = (
 _MAX_EXCLUSIONS = 32
 
 
-def _failing_part(message: str, names: set):
-    """(kind, key) naming what ONNX-Runtime failed on: ("node", name) or ("op", op_type)."""
+def _failing_part(message: str, names: set, excluded_ops: set):
+    """(kind, key) naming what ONNX-Runtime failed on: ("node", one of ``names``) or ("op", op_type);
+    None where the message names neither (or an op of ``excluded_ops``)."""
     for pat in _NODE_NAME_PATTERNS:
         for m in pat.finditer(message):
             if m.group(1) in names:
                 return "node", m.group(1)
+    op = _failing_op(message)
+    return None if op is None or op in excluded_ops else ("op", op)
+
+
+def _failing_op(message: str) -> Optional[str]:
+    """The op type an ONNX-Runtime error ``message`` says has no kernel or schema, or None."""
     for pat in _OP_PATTERNS:
         found = pat.search(message)
         if found:
-            return "op", found.groups()[-1]
+            return found.groups()[-1]
     return None
 
 
@@ -220,12 +230,15 @@ def _prepare_shape_slices(gs, graph) -> List:
 
     hidden = []
     for node in list(all_nodes(graph)):
-        if node.op != "Shape" or not ("start" in node.attrs or "end" in node.attrs):
-            continue
-        if not _fold_shape_slice(node):
+        if _is_shape_slice(node) and not _fold_shape_slice(node):
             node.op = _HIDDEN_PREFIX + node.op
             hidden.append(node)
     return hidden
+
+
+def _is_shape_slice(node) -> bool:
+    """``node`` is a Shape node with ``start`` or ``end`` (it gives some dims only)."""
+    return node.op == "Shape" and ("start" in node.attrs or "end" in node.attrs)
 
 
 def _fold_shape_slice(node) -> bool:
@@ -237,7 +250,7 @@ def _fold_shape_slice(node) -> bool:
     shape = list(inp.shape)
     start, end = _shape_attr_slice(node, len(shape))
     dims = shape[start:end]
-    if not all(isinstance(d, int) and d >= 0 for d in dims):
+    if not all(map(is_static_dim, dims)):
         return False
     out = node.outputs[0]
     out.to_constant(np.array(dims, dtype=np.int64))
@@ -297,11 +310,19 @@ def _flatten_constant_ifs(gs, graph) -> int:
 def _taken_branch(gs, node):
     """The branch an If ``node`` with a constant condition takes, where it gives as many
     outputs as the If; else None."""
+    taken = _constant_condition(gs, node)
+    if taken is None:
+        return None
+    branch = node.attrs["then_branch" if taken else "else_branch"]
+    return branch if len(node.outputs) == len(branch.outputs) else None
+
+
+def _constant_condition(gs, node) -> Optional[bool]:
+    """The condition of ``node`` where it is an If whose condition is a one-element constant; else None."""
     cond = node.inputs[0] if node.op == "If" and node.inputs else None
     if not isinstance(cond, gs.Constant) or cond.values.size != 1:
         return None
-    branch = node.attrs["then_branch" if bool(cond.values.reshape(-1)[0]) else "else_branch"]
-    return branch if len(node.outputs) == len(branch.outputs) else None
+    return bool(cond.values.reshape(-1)[0])
 
 
 def inline_branch(gs, g, node, branch, unique) -> list:
@@ -317,18 +338,24 @@ def inline_branch(gs, g, node, branch, unique) -> list:
     extra = []
     rebound: dict = {}
     for outer, inner in zip(outer_outs, branch_outs):
-        if id(inner) in rebound:
-            src = rebound[id(inner)]
-        elif id(inner) in produced and inner.inputs:
-            producer = inner.inputs[0]
-            producer.outputs[producer.outputs.index(inner)] = outer
-            rebound[id(inner)] = outer
-            continue
-        else:
-            src = inner  # passed through from outside, or a constant
-        # An Identity keeps the If's output defined.
-        extra.append(gs.Node("Identity", name=unique(f"{outer.name}_identity"), inputs=[src], outputs=[outer]))
+        src = _bind_if_output(outer, inner, produced, rebound)
+        if src is not None:  # an Identity keeps the If's output defined
+            extra.append(gs.Node("Identity", name=unique(f"{outer.name}_identity"), inputs=[src], outputs=[outer]))
     return body_nodes + extra
+
+
+def _bind_if_output(outer, inner, produced: set, rebound: dict):
+    """Make If output ``outer`` the branch output ``inner``: the branch node computing ``inner`` (in
+    ``produced``) writes ``outer`` instead (None is returned), once per ``inner`` (``rebound``:
+    {id(inner): the If output it became}); else the tensor an Identity must copy into ``outer``."""
+    if id(inner) in rebound:
+        return rebound[id(inner)]
+    if id(inner) in produced and inner.inputs:
+        producer = inner.inputs[0]
+        producer.outputs[producer.outputs.index(inner)] = outer
+        rebound[id(inner)] = outer
+        return None
+    return inner  # passed through from outside, or a constant
 
 
 def _rename_branch_tensors(gs, body_nodes, outer_tensors: dict, unique) -> None:
@@ -416,6 +443,12 @@ def _fold_excluding_failures(graph, kwargs: dict, bad_nodes: set, bad_ops: set, 
             break
     else:
         log("Folding constants | too many nodes fail to fold; falling back to folding part by part")
+    return _fold_part_by_part(graph, kwargs, exclude)
+
+
+def _fold_part_by_part(graph, kwargs: dict, exclude) -> str:
+    """One graphsurgeon folding run with recursive partitioning: the parts that fail stay unfolded
+    (slow on big graphs); returns how it folded."""
     with quiet_gs(), quiet_ort(), gs_step("fold constants in"):
         graph.fold_constants(partitioning="recursive", error_ok=True, should_exclude_node=exclude, **kwargs)
     return "recursive"
@@ -440,25 +473,30 @@ def _exclude_failing_part(graph, exc: Exception, bad_nodes: set, bad_ops: set, l
     """Add the node or op type that folding failed on (read from ``exc``) to ``bad_nodes`` or
     ``bad_ops``; False (said) when the error names nothing not excluded yet."""
     names = {n.name for n in all_nodes(graph)}
-    part = _failing_part(str(exc), names - bad_nodes)
-    if part is None or (part[0] == "op" and part[1] in bad_ops):
+    part = _failing_part(str(exc), names - bad_nodes, bad_ops)
+    if part is None:
         log(f"Folding constants | folding failed ({one_line(exc, first_line=True, limit=300)}); "
             "falling back to folding part by part (slow on big graphs)")
         return False
     kind, key = part
     (bad_nodes if kind == "node" else bad_ops).add(key)
-    shown = key if not key.startswith("__toolkit_unnamed_") else "(unnamed)"
-    log(f"Folding constants | {'node' if kind == 'node' else 'op type'} {shown} cannot be folded "
-        f"({one_line(exc, first_line=True, limit=300)}); folding the rest without it")
+    log(_excluded_line(kind, key, exc))
     return True
 
 
-# Fallbacks when a folded model fails validation, in order (see sanitize()).
+def _excluded_line(kind: str, key: str, exc: Exception) -> str:
+    """The log line for a node (``kind`` "node") or op type that folding goes on without."""
+    shown = key if not key.startswith("__toolkit_unnamed_") else "(unnamed)"
+    return (f"Folding constants | {'node' if kind == 'node' else 'op type'} {shown} cannot be folded "
+            f"({one_line(exc, first_line=True, limit=300)}); folding the rest without it")
+
+
+# Fallbacks when a folded model fails validation, in order (see sanitize()); after them, folding
+# outside bodies while skipping the nodes whose folded values are wrong (_fold_skipping_wrong).
 _FOLD_LEVELS = (
     ("full", ""),
     ("no-inline", "without inlining constant-condition If branches"),
     ("top-only", "folding only outside If/Loop/Scan bodies"),
-    ("skip-wrong", "skipping the nodes whose folded values are wrong"),
 )
 
 
@@ -493,10 +531,7 @@ def _fold_pass(gs, graph, shell, index: int, *, level, excluded: set, fold_args:
     before = count_nodes(graph)
     kept = oversized_nodes(gs, graph, fold_args["size_threshold"])  # (before anything is computed)
     used = _fold_hiding(gs, graph, [n for n, _ in kept], excluded, fold_args)
-    ifs = _flatten_constant_ifs(gs, graph) if level == "full" else 0
-    inlined = ifs + (eliminate_noops(gs, graph) if remove_noops else 0) + constant_reshape_targets(gs, graph)
-    with quiet_gs(), gs_step("clean up"):
-        graph.cleanup()
+    ifs, inlined = _rewrite_folded(gs, graph, level, remove_noops)
     after = count_nodes(graph)
     changed = after != before or inlined > 0
     unlocked = _unlocks_more(gs, graph, shell, ifs, kept) if changed and per_pass_shapes else True
@@ -505,17 +540,32 @@ def _fold_pass(gs, graph, shell, index: int, *, level, excluded: set, fold_args:
     return FoldPass(index, before, after, secs, used), kept, changed and unlocked
 
 
+def _rewrite_folded(gs, graph, level: str, remove_noops: bool):
+    """After a fold: constant-condition If branches inlined (level ``full``), pass-through nodes
+    removed (with ``remove_noops``), Reshape targets made constant, dead nodes cleaned up.
+    Returns (Ifs inlined, nodes rewritten in all)."""
+    ifs = _flatten_constant_ifs(gs, graph) if level == "full" else 0
+    inlined = ifs + (eliminate_noops(gs, graph) if remove_noops else 0) + constant_reshape_targets(gs, graph)
+    with quiet_gs(), gs_step("clean up"):
+        graph.cleanup()
+    return ifs, inlined
+
+
 def _fold_hiding(gs, graph, kept: list, excluded: set, fold_args: dict) -> str:
     """:func:`_fold_once`, with what must not fold hidden from graphsurgeon: Shape nodes with
     start/end it would fold wrong, the ``kept`` nodes, and the producers of ``excluded`` tensors."""
-    hidden = _prepare_shape_slices(gs, graph) + _hide(kept)
-    if excluded:
-        hidden += _hide([n for n in all_nodes(graph) if not _is_hidden(n)
-                         and any(o.name in excluded for o in n.outputs)])
+    hidden = _prepare_shape_slices(gs, graph) + _hide(kept) + _hide(_producers(graph, excluded))
     try:
         return _fold_once(graph, **fold_args)
     finally:
         _unhide(hidden)
+
+
+def _producers(graph, tensors: set) -> list:
+    """The nodes of ``graph`` (bodies included) not hidden yet that compute one of ``tensors``."""
+    if not tensors:
+        return []
+    return [n for n in all_nodes(graph) if not _is_hidden(n) and any(o.name in tensors for o in n.outputs)]
 
 
 def _unlocks_more(gs, graph, shell, ifs: int, kept) -> bool:
@@ -533,41 +583,38 @@ def _unlocks_more(gs, graph, shell, ifs: int, kept) -> bool:
 
 def fold_validated(model, build, validate: bool, external_data_dir: Optional[str], log: LogFn,
                     inputs_before_override=None):
-    """Fold with ``build(level, excluded)``; validate and fall back level by level."""
+    """Fold with ``build(level, excluded)`` (a :class:`toolkit.surgeon.fold_child.FoldInChild`);
+    validate and fall back level by level."""
     if not validate:
         return build("full", set())
     # (a fold in a child starts before the validation's thread: see toolkit.surgeon.fold_child)
-    first = build.start("full", set()) if hasattr(build, "start") else None
+    first = build.start("full", set())
     try:
         check = Validation(model, external_data_dir, inputs_before_override)
         check.start()
     except BaseException:
-        if first is not None:
-            build.kill(first)  # (waiting, it would be killed too: this is the way out before waiting)
+        build.kill(first)  # (waiting, it would be killed too: this is the way out before waiting)
         raise
-    full = build.finish(first) if first is not None else None
-    return _fallbacks(model, build, check, log, full)
+    return _fallbacks(model, build, check, log, build.finish(first))
 
 
 def _fallbacks(model, build, check, log: LogFn, full):
     """The first level of :data:`_FOLD_LEVELS` whose folded model passes ``check`` (``full``: the
-    first level's folded model, when already built)."""
+    first level's folded model), else the fold that skips wrong values, else no folding."""
     failures: list = []
-    result = None
+    result = full
     for level, how in _FOLD_LEVELS:
-        if level == "skip-wrong":
-            skipping = _fold_skipping_wrong(build, check, log, result, failures[0])
-            if skipping is not None:
-                return skipping
-            continue
         if failures:
             log(f"Folding constants | the folded model failed validation ({failures[-1]}); folding again {how}")
-        result = full if level == "full" and full is not None else build(level, set())
+            result = build(level, set())
         err = check.check(result)
         if err is None:
             _say_passed(check, level, failures, log)
             return result
         failures.append(err)
+    skipping = _fold_skipping_wrong(build, check, log, result, failures[0])
+    if skipping is not None:
+        return skipping
     log(f"Folding constants | left unfolded: everything; every folded model failed validation ({failures[0]}); "
         "the model is written without folding")
     return build(None, set())
@@ -594,8 +641,13 @@ def _fold_skipping_wrong(build, check, log: LogFn, result, first_failure: str):
         excluded |= wrong
         result = build("top-only", excluded)
         if check.check(result) is None:
-            shown = ", ".join(sorted(excluded)[:3]) + (", ..." if len(excluded) > 3 else "")
-            log(f"Folding constants | left unfolded: {len(excluded)} tensor(s) whose folded values were "
-                f"wrong ({shown}), and everything inside If/Loop/Scan bodies; first try: {first_failure}")
+            log(_skipped_wrong_line(excluded, first_failure))
             return result
     return None
+
+
+def _skipped_wrong_line(excluded: set, first_failure: str) -> str:
+    """The log line for a fold that left the ``excluded`` tensors (wrong when folded) unfolded."""
+    shown = ", ".join(sorted(excluded)[:3]) + (", ..." if len(excluded) > 3 else "")
+    return (f"Folding constants | left unfolded: {len(excluded)} tensor(s) whose folded values were "
+            f"wrong ({shown}), and everything inside If/Loop/Scan bodies; first try: {first_failure}")

@@ -53,10 +53,16 @@ def _why_not(gs, node, cap: int) -> Optional[str]:
     size = _result_bytes(gs, node)
     if size is None:
         return UNKNOWN_SIZE if node.op in GROWING else None
-    if size > cap:
-        name = "--max-tensor-size" if cap == limits.max_tensor_bytes else "--fold-size-threshold"
-        return f"its result would take {limits.size_text(size)} (over {name} {limits.size_text(cap)})"
-    return None
+    return _over_cap(size, cap)
+
+
+def _over_cap(size: int, cap: int) -> Optional[str]:
+    """Why a result of ``size`` bytes is not folded (it is over ``cap``, and which option sets
+    that); None where it is not."""
+    if size <= cap:
+        return None
+    name = "--max-tensor-size" if cap == limits.max_tensor_bytes else "--fold-size-threshold"
+    return f"its result would take {limits.size_text(size)} (over {name} {limits.size_text(cap)})"
 
 
 def _loop_work(gs, node) -> Optional[str]:
@@ -79,15 +85,15 @@ def _trip_count(gs, node) -> Optional[int]:
 
 def _scan_length(gs, node) -> Optional[int]:
     n_scan = int(node.attrs.get("num_scan_inputs", 0))
-    scans = [t for t in node.inputs[len(node.inputs) - n_scan:]] if n_scan else []
+    scans = list(node.inputs[len(node.inputs) - n_scan:]) if n_scan else []
     axes = list(node.attrs.get("scan_input_axes", [0] * len(scans)) or [0] * len(scans))
     lengths = []
     for t, axis in zip(scans, axes):
         shape = _static_shape(t)
-        if shape is None or not shape:
+        if not shape:  # (unknown, or a scalar: nothing to scan)
             return None
         lengths.append(shape[int(axis) % len(shape)])
-    return max(lengths) if lengths else None
+    return max(lengths, default=None)
 
 
 # Loop/Scan -> (its number of steps, or None; what to say when that is not known)
@@ -103,13 +109,20 @@ def _result_bytes(gs, node) -> Optional[int]:
     for i, out in enumerate(node.outputs):
         if out.is_empty():
             continue
-        count = _count_of(_static_shape(out))
-        if count is None:
-            count = _computed_count(gs, node) if i == 0 else None
+        count = _output_count(gs, node, i)
         if count is None:
             return None
         total += count * _itemsize(out)
     return total
+
+
+def _output_count(gs, node, i: int) -> Optional[int]:
+    """Elements of output ``i`` of ``node``: from its inferred shape, else (the first output of an
+    op of :data:`_COUNTS`) from constant inputs; None where neither tells."""
+    count = _count_of(_static_shape(node.outputs[i]))
+    if count is None and i == 0:
+        return _computed_count(gs, node)
+    return count
 
 
 def _computed_count(gs, node) -> Optional[int]:
@@ -212,12 +225,23 @@ def _itemsize(tensor) -> int:
 def note_kept(gs, kept: List[Tuple[Any, str]], log) -> None:
     """Log the nodes the last pass kept unfolded that folding would have computed (every input a
     constant), by name, else by their first output."""
-    kept = [(node, why) for node, why in kept if all(isinstance(t, gs.Constant) or t.is_empty() for t in node.inputs)]
+    kept = [(node, why) for node, why in kept if _reads_constants_only(gs, node)]
     for node, why in kept[:_SHOWN]:
-        shown = repr(node.name) if node.name else f"producing {node.outputs[0].name!r}" if node.outputs else "(unnamed)"
-        log(f"Folding constants | left unfolded: {node.op} node {shown}: {why}")
+        log(f"Folding constants | left unfolded: {node.op} node {_shown_name(node)}: {why}")
     if len(kept) > _SHOWN:
         log(f"Folding constants | left unfolded: {len(kept) - _SHOWN} more such nodes")
 
 
 _SHOWN = 10
+
+
+def _reads_constants_only(gs, node) -> bool:
+    """Every input of ``node`` is a constant (or omitted): folding would have computed it."""
+    return all(isinstance(t, gs.Constant) or t.is_empty() for t in node.inputs)
+
+
+def _shown_name(node) -> str:
+    """How the log names ``node``: by its name, else by its first output."""
+    if node.name:
+        return repr(node.name)
+    return f"producing {node.outputs[0].name!r}" if node.outputs else "(unnamed)"

@@ -39,7 +39,9 @@ def bodies(node):
 
 
 def noop_source(gs, node, graph_outputs) -> Optional[Any]:
-    """The tensor ``node`` passes through unchanged, or None when it is not such a node."""
+    """The tensor ``node`` (a node with inputs and outputs) passes through unchanged, or None when
+    it is not such a node. The tests of :data:`_PASS_THROUGH` are called here only, for their op,
+    and with one output but for Dropout."""
     op = node.op
     if len(node.outputs) != 1 and op != "Dropout":
         return None
@@ -77,11 +79,16 @@ def _is_noop_cast(gs, node, graph_outputs) -> bool:
     return have is not None and have == want
 
 
+def is_static_dim(d) -> bool:
+    """``d`` is a fixed dim: a non-negative int (not a name, None, or an exporter's -1)."""
+    return isinstance(d, int) and not isinstance(d, bool) and d >= 0
+
+
 def _static_shape(tensor):
     shape = tensor.shape
     if shape is None:
         return None
-    return [d if isinstance(d, int) and not isinstance(d, bool) and d >= 0 else None for d in shape]
+    return [d if is_static_dim(d) else None for d in shape]
 
 
 def _is_noop_transpose(gs, node, graph_outputs) -> bool:
@@ -102,33 +109,37 @@ def slice_params(gs, node):
     integer constants of one length, axes and steps defaulted as ONNX does; else None."""
     if len(node.inputs) < 3:
         return None
-
-    def given(k):
-        return None if len(node.inputs) <= k or node.inputs[k].is_empty() else node.inputs[k]
-
     starts, ends = _const_ints(gs, node.inputs[1]), _const_ints(gs, node.inputs[2])
     if starts is None or ends is None:
         return None
-    axes = list(range(len(starts))) if given(3) is None else _const_ints(gs, given(3))
-    steps = [1] * len(starts) if given(4) is None else _const_ints(gs, given(4))
+    axes = _optional_ints(gs, node, 3, list(range(len(starts))))
+    steps = _optional_ints(gs, node, 4, [1] * len(starts))
     if axes is None or steps is None or not (len(starts) == len(ends) == len(axes) == len(steps)):
         return None
     return starts, ends, axes, steps
 
 
+def _optional_ints(gs, node, k: int, default: list):
+    """Optional input ``k`` of ``node`` as :func:`_const_ints` reads it; ``default`` where it is omitted."""
+    if len(node.inputs) <= k or node.inputs[k].is_empty():
+        return default
+    return _const_ints(gs, node.inputs[k])
+
+
 def _is_noop_slice(gs, node, graph_outputs) -> bool:
     """Every named axis is taken whole, in order: start 0 (or -dim), end past the last element, step 1."""
-    shape = _static_shape(node.inputs[0]) if node.inputs else None
-    if shape is None:
-        return False
-    params = slice_params(gs, node)
+    shape = _static_shape(node.inputs[0])
+    params = slice_params(gs, node) if shape is not None else None
     if params is None:
         return False
+    return all(_keeps_axis(shape, *axis_params) for axis_params in zip(*params))
+
+
+def _keeps_axis(shape, start: int, end: int, axis: int, step: int) -> bool:
+    """Slicing ``axis`` of a tensor of ``shape`` from ``start`` to ``end`` by ``step`` keeps all
+    of it, in order."""
     rank = len(shape)
-    for start, end, axis, step in zip(*params):
-        if step != 1 or not -rank <= axis < rank or not _takes_whole_axis(start, end, shape[axis % rank]):
-            return False
-    return True
+    return step == 1 and -rank <= axis < rank and _takes_whole_axis(start, end, shape[axis % rank])
 
 
 def _takes_whole_axis(start: int, end: int, dim: Optional[int]) -> bool:
@@ -202,7 +213,11 @@ def _min_rank(gs, tensor, depth: int = 0) -> int:
         return len(tensor.shape)
     if depth > 64 or len(tensor.inputs) != 1:
         return 0
-    producer = tensor.inputs[0]
+    return _min_output_rank(gs, tensor.inputs[0], depth)
+
+
+def _min_output_rank(gs, producer, depth: int) -> int:
+    """A lower bound of the rank of what node ``producer`` computes, from its op (0 when it tells nothing)."""
     if producer.op in _AT_LEAST:
         return _AT_LEAST[producer.op]
     if producer.op in _ELEMENTWISE:
@@ -210,11 +225,11 @@ def _min_rank(gs, tensor, depth: int = 0) -> int:
     return 0
 
 
-def is_noop_reshape(gs, node, graph_outputs=None) -> bool:
+def _is_noop_reshape(gs, node, graph_outputs) -> bool:
     """A Reshape to the shape its input already has: a constant target of the same rank whose
     entries equal the input's static dims (or 0, "keep"), with at most one -1 standing for the
     input's only dim that is not static."""
-    if node.op != "Reshape" or len(node.inputs) < 2 or len(node.outputs) != 1:
+    if len(node.inputs) < 2:
         return False
     shape = _static_shape(node.inputs[0])
     if shape is None:
@@ -232,17 +247,20 @@ def _keeps_shape(dims, shape) -> bool:
     unknown = [i for i, d in enumerate(shape) if d is None]
     if len(unknown) > 1 or dims.count(-1) > 1:
         return False
-    return all(want in (0, have) or (want == -1 and unknown in ([], [i])) for i, (want, have) in enumerate(zip(dims, shape)))
+    return all(_keeps_dim(want, have, i, unknown) for i, (want, have) in enumerate(zip(dims, shape)))
 
 
-def is_inference_dropout(gs, node, graph_outputs) -> bool:
+def _keeps_dim(want: int, have: Optional[int], i: int, unknown: list) -> bool:
+    """Reshape target entry ``want`` at ``i`` keeps dim ``have`` (None: not static): it is 0
+    (copy), the dim itself, or -1 standing for the dim at ``i`` when that is the only one not
+    static (``unknown``: the positions of those) or all are static."""
+    return want in (0, have) or (want == -1 and unknown in ([], [i]))
+
+
+def _is_inference_dropout(gs, node, graph_outputs) -> bool:
     """A Dropout that is an identity at inference: no training_mode (or a constant false),
     not the old test-mode attribute set to training, and its mask output unused."""
-    if node.op != "Dropout" or not node.inputs or not node.outputs:
-        return False
-    if "is_test" in node.attrs and not node.attrs["is_test"]:
-        return False
-    if not _training_mode_off(gs, node):
+    if not node.attrs.get("is_test", True) or not _training_mode_off(gs, node):
         return False
     return not any(mask.outputs or id(mask) in graph_outputs for mask in node.outputs[1:])
 
@@ -257,7 +275,7 @@ def _training_mode_off(gs, node) -> bool:
 
 # op -> does the node pass its first input through unchanged (neutral Add/Sub/Mul/Div: see _NEUTRAL)
 _PASS_THROUGH = {
-    "Identity": _is_noop_identity, "Dropout": is_inference_dropout, "Reshape": is_noop_reshape,
+    "Identity": _is_noop_identity, "Dropout": _is_inference_dropout, "Reshape": _is_noop_reshape,
     "Cast": _is_noop_cast, "Slice": _is_noop_slice, "Transpose": _is_noop_transpose,
 }
 
@@ -294,14 +312,18 @@ def _eliminate_in(gs, graph) -> int:
     own = {id(n) for n in graph.nodes}
     for node in list(graph.nodes):
         src = _passed_on(gs, node, outputs)
-        if src is None:
-            continue
-        if id(node.outputs[0]) not in outputs:
-            _bypass(node, src)
-        elif not _output_to_producer(gs, node, src, own, graph_ends):
-            continue
-        removed += 1
+        if src is not None:
+            removed += _remove_pass_through(gs, node, src, outputs, own, graph_ends)
     return removed
+
+
+def _remove_pass_through(gs, node, src, outputs: set, own: set, graph_ends: set) -> bool:
+    """Remove pass-through ``node`` (it passes on ``src``); False where it gives a graph output
+    (in ``outputs``) that no other node can write (see :func:`_output_to_producer`)."""
+    if id(node.outputs[0]) not in outputs:
+        _bypass(node, src)
+        return True
+    return _output_to_producer(gs, node, src, own, graph_ends)
 
 
 def _passed_on(gs, node, graph_outputs):
@@ -329,9 +351,7 @@ def _output_to_producer(gs, node, src, own, graph_ends) -> bool:
     if producer is None or id(src) in graph_ends or isinstance(src, gs.Constant):
         return False
     dst = node.outputs[0]
-    for reader in list(src.outputs):
-        if reader is not node:
-            replace_input(reader, src, dst)
+    read_instead(src, dst)  # (``node`` too, whose inputs are cleared next)
     node.inputs.clear()
     node.outputs.clear()
     producer.outputs[producer.outputs.index(src)] = dst
@@ -370,46 +390,51 @@ def _dynamic_target(gs, node, copy_dynamic: bool = False):
     static dim; with ``copy_dynamic``, a dynamic one too: the same for every input but an
     empty one (a copied dim of size 0 leaves -1 undefined)."""
 
+    read = _computed_target(gs, node)
+    if read is None or read[1] != 1 or not _entry_fixed_by(read[0], _static_shape(node.inputs[0]), copy_dynamic):
+        return None
+    return np.array(read[0], dtype=np.int64)
+
+
+def _computed_target(gs, node):
+    """``(entries, computed)`` (see :func:`_target_entries`) of the target of ``node``, a Reshape
+    (no allowzero) of data of known rank whose target a Concat computes; else None."""
     if node.op != "Reshape" or len(node.inputs) < 2 or node.attrs.get("allowzero", 0):
         return None
     data, target = node.inputs[0], node.inputs[1]
     if isinstance(target, gs.Constant) or data.shape is None:
         return None
-    parts = _concat_parts(gs, target)
-    read = _target_entries(gs, parts) if parts else None
-    if read is None:
-        return None
-    entries, computed = read
-    if len(computed) != 1 or not _entry_fixed_by(entries, computed[0], _static_shape(data), copy_dynamic):
-        return None
-    return np.array(entries, dtype=np.int64)
+    return _target_entries(gs, _concat_parts(gs, target))
 
 
 def _target_entries(gs, parts):
-    """``(entries, positions)``: the Concat ``parts`` of a Reshape target as its entries, -1 at the
-    ``positions`` of the computed one-element parts; None when a part is neither."""
-    entries, computed = [], []
+    """``(entries, computed)``: the Concat ``parts`` of a Reshape target as its entries, -1 for each
+    of the ``computed`` one-element parts; None when a part is neither a 1-D integer constant nor
+    such a part (or there are no parts: the target is no Concat)."""
+    if not parts:
+        return None
+    entries, computed = [], 0
     for part in parts:
-        if isinstance(part, gs.Constant) and part.values.ndim == 1 and part.values.dtype.kind in "iu":
-            entries += [int(v) for v in part.values.tolist()]
+        ints = _const_ints(gs, part)
+        if ints is not None:
+            entries += ints
         elif part.shape is not None and list(part.shape) == [1]:
-            computed.append(len(entries))
+            computed += 1
             entries.append(-1)
         else:
             return None
     return entries, computed
 
 
-def _entry_fixed_by(entries, at: int, dims, copy_dynamic: bool) -> bool:
-    """The computed Reshape target entry at ``at`` can only be one dim of data of ``dims``: the
-    other entries are not negative, the dims they copy (0) exist and are not empty (and static
-    unless ``copy_dynamic``), and the dims not copied are static but one and hold as many
-    elements as the positive entries ask."""
-    known = [e for i, e in enumerate(entries) if i != at]
+def _entry_fixed_by(entries, dims, copy_dynamic: bool) -> bool:
+    """The one computed entry (-1) of Reshape target ``entries`` can only be one dim of data of
+    ``dims``: no other entry is negative, the dims the entries copy (0) exist and are not empty
+    (and static unless ``copy_dynamic``), and the dims not copied are static but one and hold as
+    many elements as the positive entries ask."""
     copied = {i for i, e in enumerate(entries) if e == 0}
-    if any(e < 0 for e in known) or not _copyable(dims, copied, copy_dynamic):
+    if sum(e < 0 for e in entries) > 1 or not _copyable(dims, copied, copy_dynamic):
         return False
-    return _one_dim_left([d for i, d in enumerate(dims) if i not in copied], [e for e in known if e > 0])
+    return _one_dim_left([d for i, d in enumerate(dims) if i not in copied], [e for e in entries if e > 0])
 
 
 def _one_dim_left(rest, asked) -> bool:

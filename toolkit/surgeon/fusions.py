@@ -37,11 +37,16 @@ def _slice_params(gs, node, rank: Optional[int]) -> Optional[Dict[str, List[int]
     if params is None:
         return None
     starts, ends, axes, steps = params
-    if any(a < 0 for a in axes):
-        if rank is None:
-            return None
-        axes = [a + rank if a < 0 else a for a in axes]
-    return {"starts": starts, "ends": ends, "axes": axes, "steps": steps}
+    axes = _nonnegative_axes(axes, rank)
+    return None if axes is None else {"starts": starts, "ends": ends, "axes": axes, "steps": steps}
+
+
+def _nonnegative_axes(axes: List[int], rank: Optional[int]) -> Optional[List[int]]:
+    """``axes`` with negative ones counted from the end of a tensor of ``rank``; None when one is
+    negative and the rank unknown."""
+    if rank is None:
+        return None if any(a < 0 for a in axes) else axes
+    return [a + rank if a < 0 else a for a in axes]
 
 
 def merge_slices(gs, graph) -> int:
@@ -56,15 +61,20 @@ def merge_slices(gs, graph) -> int:
         if found is None:
             continue
         data, first, second = found
-        base = node.name or node.inputs[0].name
-        params = [
-            gs.Constant(fresh_name(f"{base}_{key}", taken), np.array(first[key] + second[key], dtype=np.int64))
-            for key in ("starts", "ends", "axes", "steps")
-        ]
+        params = _merged_params(gs, node.name or node.inputs[0].name, first, second, taken)
         node.inputs.clear()
         node.inputs.extend([data] + params)
         merged += 1
     return merged
+
+
+def _merged_params(gs, base: str, first: dict, second: dict, taken: Set[str]) -> list:
+    """The starts/ends/axes/steps constants (named after ``base``) of one Slice doing both the
+    ``first`` and the ``second`` Slice's work."""
+    return [
+        gs.Constant(fresh_name(f"{base}_{key}", taken), np.array(first[key] + second[key], dtype=np.int64))
+        for key in ("starts", "ends", "axes", "steps")
+    ]
 
 
 def _slice_of_slice(gs, node, graph_outputs: Set[int]):
@@ -96,12 +106,17 @@ def _per_channel(values, channels: int, rank: int):
     """``values`` (a constant added to a rank-``rank`` NC... tensor) as one number per channel,
     or None when it varies along another axis or does not broadcast so."""
 
-    if values.ndim > rank or values.dtype.kind != "f":
+    if values.ndim > rank or values.dtype.kind != "f" or rank < 2:
         return None
-    shape = (1,) * (rank - values.ndim) + tuple(values.shape)
-    if rank < 2 or any(d != 1 for i, d in enumerate(shape) if i != 1) or shape[1] not in (1, channels):
+    if not _one_per_channel((1,) * (rank - values.ndim) + tuple(values.shape), channels):
         return None
     return np.broadcast_to(np.asarray(values, dtype=np.float64).reshape(-1), (channels,))
+
+
+def _one_per_channel(shape: tuple, channels: int) -> bool:
+    """A constant of ``shape`` (of the NC... tensor's rank) holds one value per channel, or one for
+    all: every dim but C is 1, and C is 1 or ``channels``."""
+    return shape[1] in (1, channels) and all(d == 1 for i, d in enumerate(shape) if i != 1)
 
 
 def _conv_transpose_of(gs, tensor, graph_outputs: Set[int]):
@@ -110,12 +125,15 @@ def _conv_transpose_of(gs, tensor, graph_outputs: Set[int]):
     if len(tensor.inputs) != 1 or not _consumed_once(tensor, graph_outputs):
         return None
     node = tensor.inputs[0]
+    return node if _is_foldable_conv_transpose(gs, node) else None
+
+
+def _is_foldable_conv_transpose(gs, node) -> bool:
+    """``node`` is a standard ConvTranspose with constant float weights and no bias or a constant one."""
     if node.op != "ConvTranspose" or node.domain not in _STANDARD or len(node.inputs) < 2:
-        return None
+        return False
     bias = _bias(node)
-    if not _float_weights(gs, node.inputs[1]) or not (bias is None or isinstance(bias, gs.Constant)):
-        return None
-    return node
+    return _float_weights(gs, node.inputs[1]) and (bias is None or isinstance(bias, gs.Constant))
 
 
 def _float_weights(gs, weight) -> bool:
@@ -171,10 +189,7 @@ def fold_into_conv_transpose(gs, graph) -> int:
     taken = set(graph.tensors())
     folded = 0
     for after in list(graph.nodes):
-        as_scale_shift = _SCALE_SHIFT.get(after.op)
-        if as_scale_shift is None or after.domain not in _STANDARD or len(after.outputs) != 1 or not after.inputs:
-            continue
-        found = as_scale_shift(gs, after, graph_outputs)
+        found = _scale_shift_after_conv_transpose(gs, after, graph_outputs)
         if found is None:
             continue
         node, scale, shift = found
@@ -182,6 +197,16 @@ def fold_into_conv_transpose(gs, graph) -> int:
         _take_output(node, after)
         folded += 1
     return folded
+
+
+def _scale_shift_after_conv_transpose(gs, after, graph_outputs: Set[int]):
+    """``(ConvTranspose, scale, shift)`` where the standard node ``after`` (an op of
+    :data:`_SCALE_SHIFT`) computes a per-channel scale and shift of what a foldable ConvTranspose
+    computes; else None."""
+    as_scale_shift = _SCALE_SHIFT.get(after.op)
+    if as_scale_shift is None or after.domain not in _STANDARD or len(after.outputs) != 1 or not after.inputs:
+        return None
+    return as_scale_shift(gs, after, graph_outputs)
 
 
 def _add_as_scale_shift(gs, after, graph_outputs: Set[int]):
@@ -205,14 +230,19 @@ def _batchnorm_as_scale_shift(gs, after, graph_outputs: Set[int]):
     if len(after.inputs) != 5 or after.attrs.get("training_mode", 0):
         return None
     node = _conv_transpose_of(gs, after.inputs[0], graph_outputs)
-    params = after.inputs[1:]
-    if node is None or not all(isinstance(p, gs.Constant) and p.values.ndim == 1 for p in params):
+    params = _vectors(gs, after.inputs[1:])
+    if node is None or params is None or len(params[0]) != _channels(node):
         return None
-    gamma, beta, mean, var = (p.values.astype(np.float64) for p in params)
-    if len(gamma) != _channels(node):
-        return None
+    gamma, beta, mean, var = params
     scale = gamma / np.sqrt(var + float(after.attrs.get("epsilon", 1e-5)))
     return node, scale, beta - mean * scale
+
+
+def _vectors(gs, tensors) -> Optional[list]:
+    """The values of ``tensors`` as float64 vectors, where each is a 1-D constant; else None."""
+    if not all(isinstance(t, gs.Constant) and t.values.ndim == 1 for t in tensors):
+        return None
+    return [t.values.astype(np.float64) for t in tensors]
 
 
 # op after a ConvTranspose -> what it computes per channel as (ConvTranspose, scale, shift), or None

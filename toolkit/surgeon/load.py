@@ -54,11 +54,15 @@ def _constant_nodes(graph, inits: set) -> list:
     while changed:
         changed = False
         for i, node in enumerate(graph.node):
-            if not folded[i] and (node.op_type in SHAPE_OPS or all(r in const for r in node_reads(node))):
-                folded[i] = True
-                changed = True
+            if not folded[i] and computable_from(node, const):
+                folded[i] = changed = True
                 const.update(o for o in node.output if o)
     return [node for i, node in enumerate(graph.node) if folded[i]]
+
+
+def computable_from(node, const: set) -> bool:
+    """``node`` gives a constant once the tensors ``const`` are: a Shape/Size, or it reads only them."""
+    return node.op_type in SHAPE_OPS or const.issuperset(node_reads(node))
 
 
 # ---------------------------------------------------------------------- malformed models
@@ -70,16 +74,21 @@ def check_structure(model) -> None:
 
     valid = set(onnx.TensorProto.DataType.values())
     for g in walk_graphs(model.graph):
-        _check_element_types(g, valid)
+        _check_initializer_types(g, valid)
+        _check_value_types(g, valid)
         _check_defined_once(g)
     _check_acyclic(model.graph)
 
 
-def _check_element_types(g, valid: set) -> None:
-    """InputError for an initializer or a tensor value of graph ``g`` of an invalid data type."""
+def _check_initializer_types(g, valid: set) -> None:
+    """InputError for an initializer of graph ``g`` of an invalid (or undefined) data type."""
     for t in g.initializer:
         if t.data_type not in valid or t.data_type == onnx.TensorProto.UNDEFINED:
             raise InputError(f"initializer '{t.name}' has an invalid data type ({t.data_type}); the model is corrupt")
+
+
+def _check_value_types(g, valid: set) -> None:
+    """InputError for a tensor input, output or value_info of graph ``g`` of an invalid element type."""
     for vi in list(g.input) + list(g.output) + list(g.value_info):
         if vi.type.HasField("tensor_type") and vi.type.tensor_type.elem_type not in valid:
             raise InputError(
@@ -102,23 +111,26 @@ def _check_defined_once(g) -> None:
 
 
 def _check_acyclic(g) -> None:
-    """Kahn's algorithm on the top graph: every node must be reachable in some order."""
-    waiting, readers = _dependencies(g)
-    ready = [i for i, w in enumerate(waiting) if w == 0]
-    done = 0
-    while ready:
-        i = ready.pop()
-        done += 1
-        for r in readers.get(i, ()):
-            waiting[r] -= 1
-            if waiting[r] == 0:
-                ready.append(r)
-    if done < len(g.node):
-        stuck = next(g.node[i] for i, w in enumerate(waiting) if w > 0)
+    """Every node of the top graph must be reachable in some order."""
+    stuck = next((g.node[i] for i, w in enumerate(_unsorted_dependencies(g)) if w > 0), None)
+    if stuck is not None:
         raise InputError(
             f"the graph has a cycle: node '{stuck.name}' ({stuck.op_type}) depends, directly or not, on its own output; "
             "the model is corrupt"
         )
+
+
+def _unsorted_dependencies(g) -> List[int]:
+    """Kahn's algorithm on the nodes of ``g``: for each node, how many of the nodes it reads from
+    could not be sorted before it (all 0 when ``g`` has no cycle)."""
+    waiting, readers = _dependencies(g)
+    ready = [i for i, w in enumerate(waiting) if w == 0]
+    while ready:
+        for r in readers.get(ready.pop(), ()):
+            waiting[r] -= 1
+            if waiting[r] == 0:
+                ready.append(r)
+    return waiting
 
 
 def _dependencies(g) -> Tuple[List[int], Dict[int, List[int]]]:

@@ -7,6 +7,7 @@ import hashlib
 import os
 import tempfile
 import time
+from collections import Counter
 from typing import Any, Dict, Optional
 
 import numpy as np
@@ -79,10 +80,13 @@ def _why_not_taken(model, result, counts, validate: bool, external_data_dir: Opt
     """The line that says why ``result`` does not replace ``model`` (the same model, more nodes
     (``counts``: before, after), or validation failed); None where it does."""
     before, after = counts
-    if result is model or after > before:
-        return (f"Optimizing | nothing to do: the model stays as it is ({before} nodes)" if after <= before else
-                f"Optimizing | skipped: the optimized model has {after} nodes where the model has {before}")
-    err = Validation(model, external_data_dir).check(result) if validate else None
+    if after > before:
+        return f"Optimizing | skipped: the optimized model has {after} nodes where the model has {before}"
+    if result is model:
+        return f"Optimizing | nothing to do: the model stays as it is ({before} nodes)"
+    if not validate:
+        return None
+    err = Validation(model, external_data_dir).check(result)
     return None if err is None else f"Optimizing | skipped: the optimized model failed validation ({err})"
 
 
@@ -162,9 +166,7 @@ def _after_optimizer(result, model):
         graph = gs.import_onnx(result)
     noops = eliminate_noops(gs, graph)
     merged = eliminate_common_subexpressions(gs, graph)
-    small = len(graph.nodes) <= SYMBOLIC_SHAPES_MAX_NODES  # its cost grows with the graph (~2 ms a node)
-    inferred = _symbolic_shapes(result) if small and computed_reshape_targets(gs, graph) else {}
-    targets = _constant_targets_on(gs, graph, inferred)
+    targets = _constant_targets_on(gs, graph, _shapes_for_targets(gs, graph, result))
     rewrites = optimizer_rewrites(gs, graph)
     done = {"pass-through node(s) removed": noops, "duplicate node(s) merged": merged, "Reshape target(s) made constant": targets, **rewrites}
     done = {what: n for what, n in done.items() if n}
@@ -176,20 +178,35 @@ def _after_optimizer(result, model):
         return done, export_graph(gs, graph, model)
 
 
+def _shapes_for_targets(gs, graph, result) -> Dict[str, tuple]:
+    """:func:`_symbolic_shapes` of ``result`` where ``graph`` (its import) has a computed Reshape
+    target to decide on and is small enough (the inference costs ~2 ms a node); else {}."""
+    if len(graph.nodes) > SYMBOLIC_SHAPES_MAX_NODES or not computed_reshape_targets(gs, graph):
+        return {}
+    return _symbolic_shapes(result)
+
+
 def _constant_targets_on(gs, graph, inferred: Dict[str, tuple]) -> int:
     """:func:`constant_reshape_targets` (copied dynamic dims allowed) deciding on the
     ``inferred`` shapes, lent to the graph's computed tensors for it (theirs are put back)."""
+    lent = _lend_shapes(gs, graph, inferred)
+    targets = constant_reshape_targets(gs, graph, copy_dynamic=True)
+    tensors = graph.tensors()
+    for name, shape in lent.items():  # (a tensor the rewrite removed has nothing to get back)
+        if name in tensors:
+            tensors[name].shape = shape
+    return targets
+
+
+def _lend_shapes(gs, graph, inferred: Dict[str, tuple]) -> dict:
+    """Give the computed tensors of ``graph`` their ``inferred`` shapes; returns {name: the shape
+    each had}."""
     lent = {}
     for name, tensor in graph.tensors().items():
         if name in inferred and not isinstance(tensor, gs.Constant):
             lent[name] = tensor.shape
             tensor.shape = inferred[name]
-    targets = constant_reshape_targets(gs, graph, copy_dynamic=True)
-    tensors = graph.tensors()
-    for name, shape in lent.items():
-        if name in tensors:
-            tensors[name].shape = shape
-    return targets
+    return lent
 
 
 def _symbolic_shapes(model) -> Dict[str, tuple]:
@@ -201,9 +218,14 @@ def _symbolic_shapes(model) -> Dict[str, tuple]:
     found: Dict[str, tuple] = {}
     for vi in list(inferred.graph.value_info) + list(inferred.graph.output):
         t = vi.type.tensor_type
-        if vi.type.HasField("tensor_type") and t.HasField("shape"):
-            found[vi.name] = tuple(d.dim_value if d.HasField("dim_value") else None for d in t.shape.dim)
+        if t.HasField("shape"):  # (False for a value of another type)
+            found[vi.name] = _dim_values(t.shape)
     return found
+
+
+def _dim_values(shape) -> tuple:
+    """The dims of a TensorShapeProto: numbers where known, else None."""
+    return tuple(d.dim_value if d.HasField("dim_value") else None for d in shape.dim)
 
 
 def _constant_initializers(model):
@@ -249,26 +271,25 @@ class _NodeKeys:
     by value; hashed only when another constant has the same dtype and shape)."""
     def __init__(self, gs, graph):
         self.gs = gs
-        self.by_shape: Dict[Any, int] = {}
-        for t in graph.tensors().values():
-            if isinstance(t, gs.Constant):
-                k = (str(t.dtype), tuple(t.shape or ()))
-                self.by_shape[k] = self.by_shape.get(k, 0) + 1
+        self.by_shape = Counter(_dtype_and_shape(t) for t in graph.tensors().values() if isinstance(t, gs.Constant))
         self.const_keys: Dict[int, Any] = {}
+        self.graph_outputs = {id(t) for t in graph.outputs}
 
     def tensor(self, t):
         if not isinstance(t, self.gs.Constant):
             return ("v", t.name)
         key = self.const_keys.get(id(t))
         if key is None:
-            lazy = getattr(t._values, "tensor", None)
-            external = lazy is not None and lazy.data_location == 1  # EXTERNAL: not read here
-            if external or self.by_shape.get((str(t.dtype), tuple(t.shape or ())), 0) < 2:
-                key = ("c", t.name)  # nothing else can equal it (or it is not read)
-            else:
-                key = _array_key(t.values)
-            self.const_keys[id(t)] = key
+            key = self.const_keys[id(t)] = self._constant(t)
         return key
+
+    def _constant(self, t):
+        """The key of constant ``t``: by value, unless nothing else can equal it (or it is not read)."""
+        lazy = getattr(t._values, "tensor", None)
+        external = lazy is not None and lazy.data_location == 1  # EXTERNAL: not read here
+        if external or self.by_shape[_dtype_and_shape(t)] < 2:
+            return ("c", t.name)
+        return _array_key(t.values)
 
     def attr(self, value):
         if isinstance(value, self.gs.Constant):
@@ -283,13 +304,25 @@ class _NodeKeys:
 
     def node(self, node):
         """The node's key, or None for a node never merged."""
-        if node.domain not in ("", "ai.onnx", None) or node.op in _NOT_MERGED or not node.outputs:
+        if not self._mergeable(node):
             return None
         try:
             return (node.op, tuple(self.tensor(t) for t in node.inputs),
                     tuple(sorted((k, self.attr(v)) for k, v in node.attrs.items())), len(node.outputs))
         except _NotMerged:
             return None
+
+    def _mergeable(self, node) -> bool:
+        """``node`` is of a standard op that computes the same on the same inputs (see
+        :data:`_NOT_MERGED`), and has outputs, none of them a graph output."""
+        if node.domain not in ("", "ai.onnx", None) or node.op in _NOT_MERGED or not node.outputs:
+            return False
+        return not any(id(o) in self.graph_outputs for o in node.outputs)
+
+
+def _dtype_and_shape(t) -> tuple:
+    """What constants must share to be equal: dtype and shape."""
+    return (str(t.dtype), tuple(t.shape or ()))
 
 
 def eliminate_common_subexpressions(gs, graph) -> int:
@@ -300,12 +333,9 @@ def eliminate_common_subexpressions(gs, graph) -> int:
     keys = _NodeKeys(gs, graph)
     with quiet_gs(), gs_step("sort"):
         graph.toposort()
-    graph_outputs = {id(t) for t in graph.outputs}
     seen: Dict[Any, Any] = {}
     merged = 0
     for node in graph.nodes:
-        if any(id(o) in graph_outputs for o in node.outputs):
-            continue
         key = keys.node(node)
         if key is None:
             continue

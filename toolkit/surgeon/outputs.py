@@ -15,12 +15,13 @@ from toolkit.core.io.model import graph_io_meta, infer_shapes, value_info_meta
 from toolkit.core.shapes import infer_tensor_meta, is_complete, light_copy, override_input_shapes, top_tensor_names
 from toolkit.surgeon.plumbing import (
     LogFn,
+    check_known,
     has_tensor_dtype,
     is_non_tensor,
+    node_outputs,
     nolog,
     non_tensor_value_types,
     tensor_value_info,
-    unknown_name_error,
 )
 
 
@@ -30,31 +31,30 @@ def mark_outputs(model, names: Sequence[str]) -> None:
 
     g = model.graph
     names = _names_to_mark(model, names)
-    metas = infer_tensor_meta(model, fallback=False, names=names)
-    old = {o.name: o for o in g.output}
-    others = non_tensor_value_types(model, [n for n in names if n not in old and is_non_tensor(metas.get(n))])
-    new = []
-    for name in names:
-        if name in old:
-            new.append(old[name])
-        elif name in others:
-            new.append(helper.make_value_info(name, others[name]))
-        else:
-            new.append(tensor_value_info(name, metas.get(name)))
+    infos = {o.name: o for o in g.output}
+    infos = {**_new_output_infos(model, [n for n in names if n not in infos]), **infos}
+    outputs = [infos[name] for name in names]
     del g.output[:]
-    g.output.extend(new)
+    g.output.extend(outputs)
+
+
+def _new_output_infos(model, names: List[str]) -> dict:
+    """{name: value info} for tensors ``names`` that become graph outputs: their types from shape
+    inference (sequence and map types kept)."""
+    metas = infer_tensor_meta(model, fallback=False, names=names)
+    others = non_tensor_value_types(model, [n for n in names if is_non_tensor(metas.get(n))])
+    infos = {name: tensor_value_info(name, metas.get(name)) for name in names}
+    infos.update({name: helper.make_value_info(name, t) for name, t in others.items()})
+    return infos
 
 
 def _names_to_mark(model, names: Sequence[str]) -> List[str]:
     """``names`` once each (every tensor a top-graph node computes for ``mark all``); InputError
     for a name that is no tensor of the top graph."""
     if list(names) == ["mark", "all"]:
-        names = [o for n in model.graph.node for o in n.output if o]
+        names = node_outputs(model.graph)
     else:
-        known = top_tensor_names(model)
-        for name in names:
-            if name not in set(known):
-                raise unknown_name_error(name, known, "output")
+        check_known(names, top_tensor_names(model), "output")
     return list(dict.fromkeys(names))
 
 
@@ -69,19 +69,29 @@ def unbounded_dds_tensors(model) -> List[str]:
     is unbounded unless it is a constant or already goes through a ``Min``.
     """
     g = infer_shapes(light_copy(model), data_prop=True).graph
-    const = {t.name for t in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
+    const = _constant_names(g)
     producer = {o: node for node in g.node for o in node.output}
     found = (name for node in _sized_by_data(g) for name in _computed_size_inputs(node, const, producer))
     return list(dict.fromkeys(found))
+
+
+def _constant_names(g) -> set:
+    """The initializers of graph ``g`` and the outputs of its Constant nodes."""
+    return {t.name for t in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
 
 
 def _sized_by_data(g) -> list:
     """The nodes of ``_DDS_INPUTS`` in inferred graph ``g`` whose output has a dim shape inference
     cannot tie to the graph inputs' dims or to earlier outputs' (see :func:`_has_new_dims`)."""
     metas = {vi.name: value_info_meta(vi) for vi in list(g.value_info) + list(g.output)}
-    symbols = {d for vi in g.input for d in (value_info_meta(vi).shape or ()) if isinstance(d, str)}
+    symbols = _input_dim_symbols(g)
     # (every node's dims are seen, in order, so that a later node's symbols are only new once)
     return [node for node in g.node if _has_new_dims(node, metas, symbols) and node.op_type in _DDS_INPUTS]
+
+
+def _input_dim_symbols(g) -> set:
+    """The dim names of graph ``g``'s inputs."""
+    return {d for vi in g.input for d in (value_info_meta(vi).shape or ()) if isinstance(d, str)}
 
 
 def _computed_size_inputs(node, const: set, producer: dict) -> List[str]:
@@ -96,12 +106,17 @@ def _has_new_dims(node, metas, symbols: set) -> bool:
     symbols seen so far, to which those of ``node``'s outputs are added)."""
     new_dims = False
     for o in node.output:
-        m = metas.get(o)
-        if m is None or m.shape is None:
-            new_dims = True
-            continue
-        new_dims |= any(d is None or (isinstance(d, str) and d not in symbols) for d in m.shape)
-        symbols.update(d for d in m.shape if isinstance(d, str))
+        new_dims |= _adds_dims(metas.get(o), symbols)
+    return new_dims
+
+
+def _adds_dims(m, symbols: set) -> bool:
+    """Tensor ``m`` (None: not inferred) has an unknown rank or dim, or a dim symbol not in
+    ``symbols``, to which its symbols are added."""
+    if m is None or m.shape is None:
+        return True
+    new_dims = any(d is None or (isinstance(d, str) and d not in symbols) for d in m.shape)
+    symbols.update(d for d in m.shape if isinstance(d, str))
     return new_dims
 
 
@@ -124,13 +139,7 @@ def set_unbounded_dds_upper_bounds(model, bounds: Mapping[str, int], log: LogFn 
     """Bound each unbounded data-dependent-shape tensor with a ``Min`` (in place); returns what was set."""
 
     targets = unbounded_dds_tensors(model)
-    for name in bounds:
-        if name and name not in targets:
-            shown = ", ".join(targets) or "none"
-            raise InputError(
-                f"'{name}' is not a tensor with an unbounded data-dependent shape; those are: {shown} "
-                "(`toolkit inspect model --list-unbounded-dds` lists them)"
-            )
+    _check_bound_names(bounds, targets)
     metas = infer_tensor_meta(model, fallback=False, names=targets)
     taken = set(top_tensor_names(model))
     applied: Dict[str, int] = {}
@@ -141,6 +150,17 @@ def set_unbounded_dds_upper_bounds(model, bounds: Mapping[str, int], log: LogFn 
             applied[name] = bound
     log(f"Upper bounds set: {', '.join(f'{k}<={v}' for k, v in applied.items()) or 'none needed'}")
     return applied
+
+
+def _check_bound_names(bounds: Mapping[str, int], targets: List[str]) -> None:
+    """InputError for a tensor named in ``bounds`` that is not one of the unbounded ``targets``."""
+    unknown = [name for name in bounds if name and name not in targets]
+    if unknown:
+        shown = ", ".join(targets) or "none"
+        raise InputError(
+            f"'{unknown[0]}' is not a tensor with an unbounded data-dependent shape; those are: {shown} "
+            "(`toolkit inspect model --list-unbounded-dds` lists them)"
+        )
 
 
 def _bound_values(bound: int, meta):
@@ -202,12 +222,18 @@ def apply_fallback_shapes(model, *, input_shapes=None, external_data_dir=None, l
 def _write_found_shapes(g, metas) -> None:
     """Graph ``g``'s value_info becomes the complete tensor ``metas`` of what its nodes compute;
     graph outputs among them take theirs as their type."""
-    given = {i.name for i in g.input} | {t.name for t in g.initializer}
-    found = {name: tensor_value_info(name, meta) for name, meta in metas.items()
-             if name not in given and is_complete(meta) and has_tensor_dtype(meta)}
+    found = _computed_value_infos(g, metas)
     for o in g.output:
         if o.name in found:
             o.type.CopyFrom(found[o.name].type)
     outputs = {o.name for o in g.output}
     del g.value_info[:]
     g.value_info.extend(vi for name, vi in found.items() if name not in outputs)
+
+
+def _computed_value_infos(g, metas) -> dict:
+    """{name: value info} of the tensors of ``metas`` that graph ``g``'s nodes compute (not its
+    inputs nor initializers) whose dtype and every dim are known."""
+    given = {i.name for i in g.input} | {t.name for t in g.initializer}
+    return {name: tensor_value_info(name, meta) for name, meta in metas.items()
+            if name not in given and is_complete(meta) and has_tensor_dtype(meta)}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import io
-from typing import Callable, Optional, Sequence
+from typing import Callable, Iterable, Optional, Sequence
 
 import onnx
 from onnx import ValueInfoProto, helper
@@ -136,12 +136,15 @@ def restore_model_fields(new, original) -> None:
     del new.metadata_props[:]
     new.metadata_props.extend(original.metadata_props)
     if new.ir_version < 4:
-        # Before IR 4 every initializer must also be listed as a graph input.
+        _list_initializers_as_inputs(new.graph)
 
-        have = {i.name for i in new.graph.input}
-        for t in new.graph.initializer:
-            if t.name not in have:
-                new.graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+
+def _list_initializers_as_inputs(graph) -> None:
+    """List every initializer of ``graph`` as a graph input too, as IR versions before 4 require."""
+    have = {i.name for i in graph.input}
+    for t in graph.initializer:
+        if t.name not in have:
+            graph.input.append(helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
 
 
 def _constant_nbytes(tensor) -> int:
@@ -157,33 +160,15 @@ def stubbed_constants(graph, limit: int):
     Exporting a big constant copies its bytes four times (tobytes, make_tensor, the
     graph's initializer list, the model's graph); shape inference needs none of them."""
     from onnx_graphsurgeon.exporters import onnx_exporter  # sanitize without folding loads no graphsurgeon
-    from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
 
-    stubbed = {}
-    for tensor in graph.tensors().values():
-        if (isinstance(tensor, Constant) and not isinstance(tensor._values, SparseValues)
-                and _constant_nbytes(tensor) > limit):
-            stubbed[id(tensor)] = tensor
+    stubbed = _big_constants(graph, limit)
     exporter = onnx_exporter.OnnxExporter
     original = exporter.__dict__["export_tensor_proto"]
 
     def export_tensor_proto(tensor):
         if id(tensor) not in stubbed:
             return original.__func__(tensor)
-        stub = onnx.TensorProto()
-        stub.name = tensor.name
-        lazy = getattr(tensor._values, "tensor", None)
-        if lazy is not None:
-            stub.data_type = lazy.data_type
-            stub.dims.extend(lazy.dims)
-        else:
-            stub.data_type = onnx_exporter.dtype_to_onnx(tensor.export_dtype)
-            stub.dims.extend(int(d) for d in tensor.shape)
-        stub.data_location = onnx.TensorProto.EXTERNAL
-        entry = stub.external_data.add()
-        entry.key = "location"
-        entry.value = STUB_LOCATION
-        return stub
+        return _stub(tensor, onnx_exporter)
 
     exporter.export_tensor_proto = staticmethod(export_tensor_proto)
     try:
@@ -192,27 +177,57 @@ def stubbed_constants(graph, limit: int):
         exporter.export_tensor_proto = original
 
 
+def _big_constants(graph, limit: int) -> dict:
+    """{id: Constant} of the dense constants of the gs ``graph`` (top level) over ``limit`` bytes."""
+    from onnx_graphsurgeon.ir.tensor import Constant, SparseValues
+
+    return {id(t): t for t in graph.tensors().values()
+            if isinstance(t, Constant) and not isinstance(t._values, SparseValues) and _constant_nbytes(t) > limit}
+
+
+def _stub(tensor, onnx_exporter):
+    """A TensorProto of gs Constant ``tensor``'s name, type and dims whose data is the stub location."""
+    stub = onnx.TensorProto()
+    stub.name = tensor.name
+    lazy = getattr(tensor._values, "tensor", None)
+    if lazy is not None:
+        stub.data_type = lazy.data_type
+        stub.dims.extend(lazy.dims)
+    else:
+        stub.data_type = onnx_exporter.dtype_to_onnx(tensor.export_dtype)
+        stub.dims.extend(int(d) for d in tensor.shape)
+    stub.data_location = onnx.TensorProto.EXTERNAL
+    entry = stub.external_data.add()
+    entry.key = "location"
+    entry.value = STUB_LOCATION
+    return stub
+
+
 def fill_stubs(model, constants) -> None:
     """Give the stubs that :func:`stubbed_constants` exported their data (one copy each)."""
     from onnx_graphsurgeon.exporters import onnx_exporter
 
     for t in model.graph.initializer:
-        if not (t.external_data and t.external_data[0].value == STUB_LOCATION):
-            continue
-        tensor = constants[t.name]
-        lazy = getattr(tensor._values, "tensor", None)
-        if lazy is not None:
-            t.CopyFrom(lazy)
-            t.name = tensor.name
-            continue
-        if tensor.dtype != tensor.export_dtype:
-            t.CopyFrom(onnx_exporter.constant_to_onnx_tensor(tensor))
-        else:
-            del t.external_data[:]
-            t.ClearField("data_location")
-            t.raw_data = tensor.values.tobytes()
-        if tensor.data_location is not None:
-            t.data_location = tensor.data_location
+        if t.external_data and t.external_data[0].value == STUB_LOCATION:
+            _fill_stub(t, constants[t.name], onnx_exporter)
+
+
+def _fill_stub(t, tensor, onnx_exporter) -> None:
+    """Stub initializer ``t`` takes the data of graphsurgeon Constant ``tensor``: its TensorProto
+    where it was loaded lazily from one, else its values."""
+    lazy = getattr(tensor._values, "tensor", None)
+    if lazy is not None:
+        t.CopyFrom(lazy)
+        t.name = tensor.name
+        return
+    if tensor.dtype != tensor.export_dtype:
+        t.CopyFrom(onnx_exporter.constant_to_onnx_tensor(tensor))
+    else:
+        del t.external_data[:]
+        t.ClearField("data_location")
+        t.raw_data = tensor.values.tobytes()
+    if tensor.data_location is not None:
+        t.data_location = tensor.data_location
 
 
 def export_graph(gs, graph, original):
@@ -320,6 +335,16 @@ def all_nodes(graph):
             yield from all_nodes(sub)
 
 
+def node_outputs(graph) -> list:
+    """The tensors the nodes of ONNX ``graph`` (its top level) compute, in node order."""
+    return [o for n in graph.node for o in n.output if o]
+
+
+def initializer_named(graph, name: str):
+    """The initializer ``name`` of ONNX ``graph``, or None."""
+    return next((t for t in graph.initializer if t.name == name), None)
+
+
 def copied(message):
     copy = type(message)()
     copy.CopyFrom(message)
@@ -334,6 +359,14 @@ def tensor_value_info(name: str, meta: Optional[TensorMeta]):
     shape = None if meta.shape is None else [d if d is not None else "" for d in meta.shape]
     vi = helper.make_tensor_value_info(name, dtype_to_onnx(meta.dtype), shape)
     return vi
+
+
+def check_known(names: Iterable[str], known: Sequence[str], what: str) -> None:
+    """InputError (naming the closest of ``known``) for the first of ``names`` that is none of them."""
+    known_set = set(known)
+    for name in names:
+        if name not in known_set:
+            raise unknown_name_error(name, known, what)
 
 
 def unknown_name_error(name: str, known: Sequence[str], what: str) -> InputError:
@@ -382,10 +415,15 @@ def keep_non_tensor_types(result, types: dict) -> None:
         for vi in list(g.input) + list(g.output) + list(g.value_info):
             if vi.name in types and vi.type != types[vi.name]:  # graphsurgeon keeps no more than seq(tensor)
                 vi.type.CopyFrom(types[vi.name])
-        kept = [vi for vi in g.value_info if not _undefined(vi.type)]
-        if len(kept) != len(g.value_info):
-            del g.value_info[:]
-            g.value_info.extend(kept)
+        _drop_untyped_value_info(g)
+
+
+def _drop_untyped_value_info(g) -> None:
+    """Remove the value_info entries of graph ``g`` that have no type (see :func:`_undefined`)."""
+    kept = [vi for vi in g.value_info if not _undefined(vi.type)]
+    if len(kept) != len(g.value_info):
+        del g.value_info[:]
+        g.value_info.extend(kept)
 
 
 def is_non_tensor(meta) -> bool:

@@ -25,6 +25,7 @@ from toolkit.surgeon.plumbing import (
     keep_non_tensor_types,
     model_shell,
     nolog,
+    node_outputs,
     non_tensor_types,
     quiet_gs,
 )
@@ -87,9 +88,7 @@ def sanitize(
     shell = model_shell(model)
     inputs_before = _override_shapes(model, input_shapes, fold_constants, validate, external_data_dir, log)
     if not (fold_constants or cleanup or toposort or remove_noops):
-        report.nodes_after = count_model_nodes(model)
-        report.seconds = time.perf_counter() - t_start
-        return model, report
+        return model, _finished(report, model, t_start)
 
     gs = import_gs()
     check_structure(model)
@@ -128,19 +127,37 @@ def sanitize(
             result = fold_validated(model, FoldInChild(build, report, model, relay), validate, external_data_dir, log,
                                     inputs_before)
         else:
-            result = build(None, set())
-            if validate:
-                result = _validated_rewrite(model, result, build, remove_noops, external_data_dir, log)
+            result = _rewritten(model, build, validate, remove_noops, external_data_dir, log)
     except GraphSurgeonError as exc:
-        if not types:
-            raise
-        # onnx-graphsurgeon cannot import or export the optional/sequence values of some models.
-        log(f"warning: onnx-graphsurgeon cannot rewrite this model's optional/sequence values ({exc}); "
-            "the model is written as it was")
-        result = model
+        result = _kept_as_it_was(model, exc, types, log)
+    return result, _finished(report, result, t_start)
+
+
+def _finished(report: SanitizeReport, result, t_start: float) -> SanitizeReport:
+    """``report`` with the node count of ``result`` and the time since ``t_start``."""
     report.nodes_after = count_model_nodes(result)
     report.seconds = time.perf_counter() - t_start
-    return result, report
+    return report
+
+
+def _kept_as_it_was(model, exc: GraphSurgeonError, types: dict, log: LogFn):
+    """``model`` as it was (said) where onnx-graphsurgeon failed (``exc``) on a model with
+    optional/sequence values (``types``), which it cannot import or export in some models; else
+    ``exc`` raised."""
+    if not types:
+        raise exc
+    log(f"warning: onnx-graphsurgeon cannot rewrite this model's optional/sequence values ({exc}); "
+        "the model is written as it was")
+    return model
+
+
+def _rewritten(model, build, validate: bool, remove_noops: bool, external_data_dir, log: LogFn):
+    """``model`` rebuilt without folding (``build``: cleaned up, sorted, pass-through nodes
+    removed), validated unless not ``validate``."""
+    result = build(None, set())
+    if validate:
+        result = _validated_rewrite(model, result, build, remove_noops, external_data_dir, log)
+    return result
 
 
 def _override_shapes(model, input_shapes, fold_constants: bool, validate: bool, external_data_dir, log: LogFn):
@@ -152,13 +169,20 @@ def _override_shapes(model, input_shapes, fold_constants: bool, validate: bool, 
         if fold_constants:
             infer_shapes_in_place(model)
         return None
+    inputs_before = _overridden(model, input_shapes, log)
+    if validate and not fold_constants:  # (with folding, the folded model's validation checks this)
+        Validation(model, external_data_dir, inputs_before).check_override()
+    return inputs_before
+
+
+def _overridden(model, input_shapes: Mapping[str, Sequence], log: LogFn) -> list:
+    """Give ``model``'s graph inputs ``input_shapes`` and re-infer its shapes (in place); returns
+    the graph inputs as they were."""
     inputs_before = [copied(vi) for vi in model.graph.input]
     override_input_shapes(model, dict(input_shapes), inplace=True)
     infer_shapes_in_place(model, reset_outputs=True)
     log(f"Input shapes overridden: {', '.join(f'{k}:{list(v)}' for k, v in input_shapes.items())}; "
         "shapes re-inferred")
-    if validate and not fold_constants:  # (with folding, the folded model's validation checks this)
-        Validation(model, external_data_dir, inputs_before).check_override()
     return inputs_before
 
 
@@ -186,13 +210,19 @@ def _only_graph_inputs(model, input_shapes: Mapping[str, Sequence], log: LogFn) 
     """The overrides that name graph inputs. A name that is no tensor of the model is a typo:
     InputError (nothing is written); a tensor that is not a graph input is ignored, with a warning."""
     inputs = [m.name for m in graph_io_meta(model)[0]]
-    shown = ", ".join(inputs) or "none"
     known = set(top_tensor_names(model))
     for name in (n for n in input_shapes if n not in inputs):
-        if not _names_a_tensor(model, name, known):
-            raise _no_tensor_error(name, inputs, shown)
-        log(f"warning: '{name}' is not an input of the model (its inputs: {shown}); its shape override is ignored")
+        _ignore_override(model, name, known, inputs, log)
     return {k: v for k, v in input_shapes.items() if k in inputs}
+
+
+def _ignore_override(model, name: str, known: set, inputs: List[str], log: LogFn) -> None:
+    """Warn that the override of ``name``, a tensor that is not one of the graph ``inputs``, is
+    ignored; InputError where it is no tensor of the model (``known``: the top graph's)."""
+    shown = ", ".join(inputs) or "none"
+    if not _names_a_tensor(model, name, known):
+        raise _no_tensor_error(name, inputs, shown)
+    log(f"warning: '{name}' is not an input of the model (its inputs: {shown}); its shape override is ignored")
 
 
 def _no_tensor_error(name: str, inputs: List[str], shown: str) -> InputError:
@@ -210,4 +240,4 @@ def _names_a_tensor(model, name: str, top_names: set) -> bool:
 def _body_tensor_names(model):
     """The names each If/Loop/Scan body defines (inputs and node outputs), body by body."""
     for g in list(walk_graphs(model.graph))[1:]:
-        yield {i.name for i in g.input} | {o for n in g.node for o in n.output if o}
+        yield {i.name for i in g.input} | set(node_outputs(g))

@@ -20,8 +20,9 @@ from toolkit.core.graph.graphs import copy_field, has_external_data, node_subgra
 from toolkit.core.meta import dtype_to_numpy
 from toolkit.core.io.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
 from toolkit.core.shapes import STUB_BYTES, light_copy, node_reads
-from toolkit.surgeon.load import SHAPE_OPS
-from toolkit.surgeon.plumbing import copied, has_graph_attributes, has_tensor_dtype
+from toolkit.surgeon.fold_noops import is_static_dim
+from toolkit.surgeon.load import computable_from
+from toolkit.surgeon.plumbing import copied, has_graph_attributes, has_tensor_dtype, initializer_named, node_outputs
 
 
 def check_model(model, original=None) -> None:
@@ -84,31 +85,39 @@ def light_session(model, external_data_dir: Optional[str] = None, extra_outputs:
     light, stubbed = _without_big_weights(model)
     if only_outputs is not None:
         _prune_to(light.graph, only_outputs)
-    have = {o.name for o in light.graph.output}
-    for name in extra_outputs:
-        if name not in have:
-            light.graph.output.add().name = name
+    _add_outputs(light.graph, extra_outputs)
     weights = _weights_as_inputs(light.graph, stubbed, pruned=only_outputs is not None)
     so = _session_options(ort, optimized, external_data_dir)
     sess = ort.InferenceSession(light.SerializeToString(), so, providers=["CPUExecutionProvider"])
     return _Session(sess, model, weights)
 
 
+def _add_outputs(g, names: Sequence[str]) -> None:
+    """Make the tensors ``names`` graph outputs of ``g`` too (by name only)."""
+    have = {o.name for o in g.output}
+    for name in names:
+        if name not in have:
+            g.output.add().name = name
+
+
 def _weights_as_inputs(g, stubbed, pruned: bool) -> List[str]:
     """Make the ``stubbed`` (big) weights graph inputs of ``g`` (those it reads, when ``pruned``);
     returns their names."""
-    if not stubbed:
-        return []
-    read = {r for n in g.node for r in node_reads(n)} if pruned else None
+    if pruned:  # the pruned graph needs only those it reads
+        stubbed = _read_by(g, stubbed)
     listed = {i.name for i in g.input}
-    weights = []
     for t in stubbed:
-        if read is not None and t.name not in read:
-            continue  # the pruned graph does not need it
-        weights.append(t.name)
         if t.name not in listed:
             g.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
-    return weights
+    return [t.name for t in stubbed]
+
+
+def _read_by(g, tensors: list) -> list:
+    """The ``tensors`` that a node of graph ``g`` reads."""
+    if not tensors:
+        return []
+    read = {r for n in g.node for r in node_reads(n)}
+    return [t for t in tensors if t.name in read]
 
 
 def _session_options(ort, optimized: bool, external_data_dir: Optional[str]):
@@ -157,7 +166,7 @@ def _generated_layout(m) -> Tuple[Optional[tuple], Optional[str]]:
         dtype = dtype_to_numpy(m.dtype)
     except UsageError:  # a dtype numpy has no equivalent of
         return None, f"input '{m.name}' has dtype {m.dtype}"
-    return (tuple(d if isinstance(d, int) and d >= 0 else 1 for d in m.shape), dtype), None
+    return (tuple(d if is_static_dim(d) else 1 for d in m.shape), dtype), None
 
 
 def _generated_array(shape, dtype):
@@ -179,9 +188,33 @@ def _dynamic_as_one(model, feed) -> str:
     ins, _ = graph_io_meta(model)
     shown = []
     for m in ins:
-        if m.name in feed and m.shape is not None and any(not (isinstance(d, int) and d >= 0) for d in m.shape):
+        if m.name in feed and m.shape is not None and not all(map(is_static_dim, m.shape)):
             shown.append(f"{m.name}:" + "x".join(str(d) for d in np.shape(feed[m.name])))
     return ", ".join(shown)
+
+
+def _does_not_run(model, feed, exc: Exception) -> str:
+    """Why outputs are not compared when the input model fails (``exc``) on the generated ``feed``."""
+    ones = _dynamic_as_one(model, feed)
+    if not ones:
+        return f"the input model does not run on generated inputs ({one_line(exc, first_line=True, limit=300)})"
+    return (
+        f"the input model does not run on generated inputs with its dynamic dims as 1 ({ones}) "
+        f"({one_line(exc, first_line=True, limit=300)}) (--override-input-shapes gives them real sizes, in the "
+        "written model too)"
+    )
+
+
+def _not_validated(model) -> Optional[str]:
+    """Why ``model`` is not validated at all (no ONNX-Runtime, weights over 1 GiB), or None."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return "onnxruntime is not installed"
+    # (ByteSize() would walk every weight's bytes: slow on big models)
+    if sum(tensor_nbytes(t) for t in model.graph.initializer) > _VALIDATE_MAX_BYTES:
+        return "the model is over 1 GiB"
+    return None
 
 
 class Validation:
@@ -238,8 +271,12 @@ class Validation:
         if self._prepared:
             return
         self._prepared = True
-        if not self._runnable():
-            return
+        if self._runnable():
+            self._run_original()
+
+    def _run_original(self) -> None:
+        """Generate inputs and run the input model on them: the values of what folding may replace
+        where that part runs alone, else the outputs."""
         g = self.original.graph
         self.output_names = [o.name for o in g.output]
         # Every intermediate tensor's value too, when the model has no subgraphs and they fit:
@@ -256,15 +293,8 @@ class Validation:
     def _runnable(self) -> bool:
         """Whether the input model can be run for validation; else False, with the reason set
         (a model whose weights stay on disk gets a structural check instead)."""
-        try:
-            import onnxruntime  # noqa: F401
-        except ImportError:
-            self.skip_reason = "onnxruntime is not installed"
-            return False
-
-        # (ByteSize() would walk every weight's bytes: slow on big models)
-        if sum(tensor_nbytes(t) for t in self.original.graph.initializer) > _VALIDATE_MAX_BYTES:
-            self.skip_reason = "the model is over 1 GiB"
+        self.skip_reason = _not_validated(self.original)
+        if self.skip_reason:
             return False
         cost = run_cost_refusal(self.original)
         if cost:  # (running it for the expected outputs would not end, or not fit)
@@ -306,13 +336,7 @@ class Validation:
             return False
         self.expected, exc = attempt(self._run, sess, self.feed, self.output_names)
         if exc is not None:
-            ones = _dynamic_as_one(self.original, self.feed)
-            dims = f" with its dynamic dims as 1 ({ones})" if ones else ""
-            fix = " (--override-input-shapes gives them real sizes, in the written model too)" if ones else ""
-            self.compare_reason = (
-                f"the input model does not run on generated inputs{dims} "
-                f"({one_line(exc, first_line=True, limit=300)}){fix}"
-            )
+            self.compare_reason = _does_not_run(self.original, self.feed, exc)
             self.feed = None
             return False
         return True
@@ -338,6 +362,11 @@ class Validation:
             return None
         if self.structural_only:
             return _checker_verdict(result, self.original)
+        return self._check_on_ort(result)
+
+    def _check_on_ort(self, result) -> Optional[str]:
+        """Load ``result`` in ONNX-Runtime and compare what it computes with the input model: its
+        folded constants where the input model's run predicted them, else its outputs."""
         sess, exc = attempt(self._session, result, optimized=self.bodies)
         if exc is not None:
             return self._load_failure(exc)
@@ -435,7 +464,7 @@ class Validation:
 
         if not _read_as_reshape_target_only(result.graph, name):
             return False
-        got = next((t for t in result.graph.initializer if t.name == name), None)
+        got = initializer_named(result.graph, name)
         want = (self.all_values or {}).get(name)
         if got is None or want is None:
             return False
@@ -443,7 +472,7 @@ class Validation:
 
     def _folded(self, result) -> list:
         """The initializers of ``result`` that are tensors the input model computes (folded)."""
-        computed = {o for n in self.original.graph.node for o in n.output if o}
+        computed = set(node_outputs(self.original.graph))
         return [t for t in result.graph.initializer if t.name in computed]
 
     def _predicted(self, folded) -> bool:
@@ -455,12 +484,13 @@ class Validation:
 
     def _nondeterministic(self) -> bool:
         """The input model gives different values from run to run (random ops)."""
+        # (the values of the first run: the foldable tensors' where computed, else the outputs')
         if self.all_values is not None:
-            names = list(self.all_values)
-            again, err = attempt(lambda: self._run(self._session(self.original, only_outputs=names), self.feed, names))
-            return err is not None or any(not same_value(self.all_values[n], again.get(n)) for n in names)
-        again, err = attempt(lambda: self._run(self._session(self.original), self.feed, self.output_names))
-        return err is not None or any(not same_value(self.expected[n], again.get(n)) for n in self.expected)
+            first, only = self.all_values, list(self.all_values)
+        else:
+            first, only = self.expected, None
+        again, err = attempt(lambda: self._run(self._session(self.original, only_outputs=only), self.feed, list(first)))
+        return err is not None or any(not same_value(first[n], again.get(n)) for n in first)
 
     def wrong_constants(self, result) -> Optional[set]:
         """Names of tensors that folding made constant with values the input model does not compute.
@@ -474,9 +504,14 @@ class Validation:
         if not folded:
             return set()
         if self._predicted(folded):
-            return {t.name for t in folded if t.name in self.all_values
-                    and not same_value(self.all_values.get(t.name), raw_array(t, onnx))}
+            return self._wrong_predicted(folded)
         return self._wrong_on_a_run(folded)
+
+    def _wrong_predicted(self, folded) -> set:
+        """Names of the ``folded`` tensors whose values differ from those the input model's run
+        computed for them (big ones left unchecked are not compared)."""
+        return {t.name for t in folded if t.name in self.all_values
+                and not same_value(self.all_values.get(t.name), raw_array(t, onnx))}
 
     def _wrong_on_a_run(self, folded) -> Optional[set]:
         """Names of the ``folded`` tensors whose values differ from those a run of the input model
@@ -515,7 +550,7 @@ def _foldable_tensors(graph) -> List[str]:
     const = {t.name for t in graph.initializer}
     out: List[str] = []
     for node in graph.node:  # in the model's order; nodes out of order are simply not predicted
-        if node.op_type in SHAPE_OPS or all(r in const for r in node_reads(node)):
+        if computable_from(node, const):
             names = [o for o in node.output if o]
             const.update(names)
             out.extend(names)
@@ -528,19 +563,18 @@ _CHECK_MAX_BYTES = 4 << 20
 
 def _big_tensors(graph, limit: int) -> set:
     """Top-graph tensors whose inferred size is over ``limit`` bytes (dynamic dims as 1)."""
-    big = set()
-    for vi in list(graph.value_info) + list(graph.output):
-        m = value_info_meta(vi)
-        if m.shape is None or not has_tensor_dtype(m):
-            continue
-        n = math.prod(d if isinstance(d, int) and d > 0 else 1 for d in m.shape)
-        try:
-            itemsize = dtype_to_numpy(m.dtype).itemsize
-        except UsageError:  # a dtype numpy has no equivalent of: counted as 4 bytes
-            itemsize = 4
-        if n * itemsize > limit:
-            big.add(vi.name)
-    return big
+    metas = [value_info_meta(vi) for vi in list(graph.value_info) + list(graph.output)]
+    return {m.name for m in metas if m.shape is not None and has_tensor_dtype(m) and _least_nbytes(m) > limit}
+
+
+def _least_nbytes(m) -> int:
+    """The bytes of tensor ``m`` (of known rank and dtype) with its dynamic dims as 1."""
+    n = math.prod(d if isinstance(d, int) and d > 0 else 1 for d in m.shape)
+    try:
+        itemsize = dtype_to_numpy(m.dtype).itemsize
+    except UsageError:  # a dtype numpy has no equivalent of: counted as 4 bytes
+        itemsize = 4
+    return n * itemsize
 
 
 def _without_big_weights(model):
@@ -548,40 +582,49 @@ def _without_big_weights(model):
     copy shares nothing with the model, and the big weights are not copied."""
 
     light = onnx.ModelProto()
-    for f, value in model.ListFields():
-        if f.name != "graph":
-            copy_field(light, f.name, value)
-    g = light.graph
-    for f, value in model.graph.ListFields():
-        if f.name != "initializer":
-            copy_field(g, f.name, value)
+    _copy_fields_but(model, light, "graph")
+    _copy_fields_but(model.graph, light.graph, "initializer")
     big = []
     for t in model.graph.initializer:
         if tensor_nbytes(t) > STUB_BYTES or t.data_location == onnx.TensorProto.EXTERNAL:
             big.append(t)
         else:
-            g.initializer.append(t)
+            light.graph.initializer.append(t)
     return light, big
+
+
+def _copy_fields_but(src, dst, skipped: str) -> None:
+    """Copy every set field of protobuf message ``src`` but ``skipped`` into ``dst``."""
+    for f, value in src.ListFields():
+        if f.name != skipped:
+            copy_field(dst, f.name, value)
 
 
 def _prune_to(graph, outputs: Sequence[str]) -> None:
     """Make ``outputs`` the graph's outputs and drop the nodes they do not need (in place)."""
-    needed = set(outputs)
-    keep = set()
-    changed = True
-    while changed:  # nodes need not be sorted
-        changed = False
-        for i, node in enumerate(graph.node):
-            if i not in keep and any(o in needed for o in node.output):
-                keep.add(i)
-                needed.update(node_reads(node))
-                changed = True
+    keep = _needed_nodes(graph, outputs)
     copies = [copied(n) for i, n in enumerate(graph.node) if i in keep]
     del graph.node[:]
     graph.node.extend(copies)
     del graph.output[:]
     for name in outputs:
         graph.output.add().name = name
+
+
+def _needed_nodes(graph, outputs: Sequence[str]) -> set:
+    """The positions of the nodes of ``graph`` that computing ``outputs`` needs (nodes need not be
+    sorted)."""
+    needed = set(outputs)
+    keep: set = set()
+    changed = True
+    while changed:
+        changed = False
+        for i, node in enumerate(graph.node):
+            if i not in keep and not needed.isdisjoint(node.output):
+                keep.add(i)
+                needed.update(node_reads(node))
+                changed = True
+    return keep
 
 
 def strict_check(model) -> Optional[str]:
@@ -647,19 +690,29 @@ def same_value(a, b) -> bool:
     if a is None or b is None:
         return a is b
     if isinstance(a, list) or isinstance(b, list):
-        if not (isinstance(a, list) and isinstance(b, list)) or len(a) != len(b):
-            return False
-        return all(same_value(x, y) for x, y in zip(a, b))
+        return _same_lists(a, b)
     return _same_array(np.asarray(a), np.asarray(b))
+
+
+def _same_lists(a, b) -> bool:
+    """``a`` and ``b`` (one of them a list: a sequence output) are lists of the same values."""
+    if not (isinstance(a, list) and isinstance(b, list)) or len(a) != len(b):
+        return False
+    return all(same_value(x, y) for x, y in zip(a, b))
+
+
+def _identical(a, b) -> bool:
+    """Arrays ``a`` and ``b`` of one dtype and shape hold equal values (NaN equals NaN)."""
+    if a.dtype.kind in "biufc" and a.tobytes() == b.tobytes():
+        return True  # the same bytes (the usual case; cheaper than array_equal on small arrays)
+    return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
 
 
 def _same_array(a, b) -> bool:
     """Same shape, and the same values (floats within 1e-4; NaN equals NaN)."""
     if a.shape != b.shape:
         return False
-    if a.dtype == b.dtype and a.dtype.kind in "biufc" and a.tobytes() == b.tobytes():
-        return True  # the same bytes (the usual case; cheaper than array_equal on small arrays)
-    if a.dtype == b.dtype and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"):
+    if a.dtype == b.dtype and _identical(a, b):
         return True
     if a.dtype.kind in "fc" and b.dtype.kind in "fc":
         return bool(np.allclose(a.astype(np.float64), b.astype(np.float64), rtol=1e-4, atol=1e-4, equal_nan=True))
