@@ -74,3 +74,18 @@ def test_an_attribute_error_while_computing_constants_is_exit_70(cli, tmp_path, 
     res = cli("convert", _model(tmp_path / "m.onnx"), "--fp-to-fp16", "-o", out)
     assert res.code == 70 and "AttributeError" in res.err, res.err
     assert not out.exists()
+
+
+def test_a_bug_is_not_blamed_on_a_corrupt_model_an_earlier_command_read(cli, tmp_path, monkeypatch):
+    """A process that runs several commands (a library user, a warm worker): when one of them hits a
+    bug, the corrupt model a previous command read is not named as its cause."""
+    from toolkit.surgeon import extract
+
+    corrupt = tmp_path / "corrupt.onnx"  # the name of tensor 'cc' is not UTF-8
+    corrupt.write_bytes(onnx.load(_model(tmp_path / "c.onnx")).SerializeToString().replace(b"cc", b"\xf8\xf8"))
+    cli("inspect", "model", corrupt)
+    model = _model(tmp_path / "m.onnx")
+    monkeypatch.setattr(extract, "model_shell", lambda model: None)  # restore_model_fields(..., None) then fails
+    res = cli("surgeon", "extract", model, "--outputs", "cc", "-o", tmp_path / "sub.onnx")
+    assert res.code == 70 and "bug in toolkit" in res.err, res.err
+    assert "corrupt" not in res.err

@@ -147,12 +147,21 @@ def main(argv: Optional[List[str]] = None) -> int:
     argv = list(argv)
     output.reset()
     output.state.argv = list(argv)
+    _forget_parsed_models()
     try:
         with signals.handled():
             return run_with_boundary(_main, argv)
     finally:
         output.reset()
         inplace.release_all()  # (the locks of an in-place rewrite: a warm process runs more commands)
+
+
+def _forget_parsed_models() -> None:
+    """A command's unexpected failure is blamed on corrupt text only in the models it parsed itself,
+    never in one an earlier command of the same process (a warm worker, a library user) parsed."""
+    model_module = sys.modules.get("toolkit.core.io.model")
+    if model_module is not None:
+        model_module.forget_parsed_models()
 
 
 def _main(argv: List[str]) -> int:

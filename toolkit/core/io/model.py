@@ -133,7 +133,12 @@ def parse_model(data: bytes, path: str):
     return model
 
 
-_PARSED: list = []  # the model files this process parsed (the last 8), for corrupt_text_in_models
+_PARSED: list = []  # the model files this command parsed (the last 8), for corrupt_text_in_models
+
+
+def forget_parsed_models() -> None:
+    """Start a new command: the models parsed so far are no longer its own."""
+    _PARSED.clear()
 
 
 def corrupt_text_in_models() -> Optional[str]:
