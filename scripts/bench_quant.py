@@ -1,17 +1,21 @@
 """The Q/DQ pair search beside onnxruntime's qdq_loss_debug and a greedy bypass-and-prune baseline,
 on QDQ models made from real float models.
 
-    python scripts/bench_quant.py [--models DIR] [--work DIR] [--only NAME...] [--search-sets N] [--seed S]
-                                  [--refine]
+    python scripts/bench_quant.py [--cases romanizer|cnn|all] [--models DIR...] [--work DIR] [--only NAME...]
+                                  [--search-sets N] [--seed S] [--refine]
 
-For each case: the float model (DIR: the romanizer's GRU encoder and decoder, from
+For each case: the float model (found in the first of the DIRs that has it: the romanizer's GRU
+encoder and decoder, or with ``--cases cnn`` PP-OCR's direction classifier ``ppocr_cls.onnx`` from
 scripts/fetch_real_models.sh; its dynamic dims fixed) is quantized by
 onnxruntime.quantization.quantize_static (QDQ, int8 activations and weights, MinMax) on calibration
 inputs either like the test inputs ("realistic") or unlike them ("mismatched": a narrower range
-than the inputs the model is then run on). Then, on N search input sets (default 3) and 8 held-out
+than the inputs the model is then run on; for the classifier, text lines 10 times fainter than
+the test lines, without noise). Then, on N search input sets (default 3) and 8 held-out
 sets of the test distribution, with --reference-model and --atol between the quantized model's
 error and the error with every activation pair in float (the weights' alone), their geometric mean
-(--rtol 0):
+(--rtol 0); the classifier's top-1 case instead with ``--metric top1`` (8 text lines per set) and
+``--metric-tolerance`` the largest share of lines per search set whose top class the weights alone
+change (greedy below judges by the same rule: it calls the search's own check):
 
 - ours: ``debug precision QDQ --reference-model FLOAT`` (toolkit.precision.qdq_search), most error
   first (the default) and in node order (``--order graph``): its pairs, checks, whether it is proved
@@ -39,10 +43,11 @@ from typing import Callable, Dict, List
 
 import numpy as np
 import onnx
+import onnx.version_converter
 
 from toolkit.quant import qdq
 from toolkit.core.io.datafiles import save_inputs
-from toolkit.precision.config import search_tolerances
+from toolkit.core.compare.tolerances import Tolerances
 from toolkit.precision.qdq_search import QdqConfig, QdqSearch
 from toolkit.precision.search import SetIndex
 
@@ -94,6 +99,52 @@ CASES: Dict[str, tuple] = {
 }
 
 
+def _text_lines(batch: int, ink: float = 1.0, noise: float = 6.0) -> Callable:
+    """Images like what PP-OCR's direction classifier sees: ``batch`` text lines [batch, 3, 48, 192]
+    (dark strokes and bars of random widths in a band on a light, slightly tinted background with
+    noise), normalized as PP-OCR does, (x/255 - 0.5)/0.5. ``ink`` scales how much darker the
+    strokes are than the background (0.1: faint lines), ``noise`` the noise's standard deviation."""
+    def line(rng):
+        img = rng.uniform(185, 245) + rng.uniform(-8, 8, (3, 1, 1)) + rng.normal(0, noise, (3, 48, 192))
+        top = int(rng.integers(6, 16))
+        bottom = top + int(rng.integers(18, 30))
+        x, end = int(rng.integers(2, 16)), int(rng.integers(120, 190))
+        while x < end:  # one glyph: vertical strokes, and bars across it at random heights
+            width = int(rng.integers(6, 16))
+            dark = ink * rng.uniform(110, 190)
+            for _ in range(int(rng.integers(1, 3))):
+                at, w = x + int(rng.integers(0, width)), int(rng.integers(1, 4))
+                img[:, top + int(rng.integers(0, 4)):bottom - int(rng.integers(0, 4)), at:at + w] -= dark
+            for _ in range(int(rng.integers(0, 3))):
+                y = int(rng.integers(top, bottom - 2))
+                img[:, y:y + int(rng.integers(1, 3)), x:x + width] -= dark
+            x += width + int(rng.integers(2, 9))
+        return (np.clip(img, 0, 255) / 255 - 0.5) / 0.5
+
+    def make(rng):
+        return {"x": np.stack([line(rng) for _ in range(batch)]).astype(np.float32)}
+    return make
+
+
+# the CNN cases (--cases cnn): PP-OCR's direction classifier (scripts/fetch_real_models.sh), one text line
+# per input set; its top-1 case judged by --metric top1 on 8 lines per set
+CLS, CLS8 = {"x": (1, 3, 48, 192)}, {"x": (8, 3, 48, 192)}
+CNN_CASES: Dict[str, tuple] = {
+    "ppocr_cls, realistic": ("ppocr_cls.onnx", CLS, _text_lines(1), _text_lines(1), False),
+    "ppocr_cls, realistic, per-channel": ("ppocr_cls.onnx", CLS, _text_lines(1), _text_lines(1), True),
+    "ppocr_cls, calibrated on faint lines": ("ppocr_cls.onnx", CLS, _text_lines(1, 0.1, 1.0), _text_lines(1), False),
+    "ppocr_cls, calibrated on faint lines, top1": ("ppocr_cls.onnx", CLS8, _text_lines(8, 0.1, 1.0), _text_lines(8),
+                                                   False),
+}
+# float models given to onnxruntime's quant_pre_process before quantization, as its warning asks: the classifier's
+# weights are Constant nodes, which quantize_static takes for activations (calibrated per tensor, per-channel a
+# no-op); its optimization folds them into initializers and the BatchNormalizations into the Convs. Then opset 13
+# (opset 11's DequantizeLinear has no axis: per-channel weights need 13)
+PREPROCESSED = {"ppocr_cls.onnx"}
+METRICS = {"ppocr_cls, calibrated on faint lines, top1": "top1"}  # case -> its pass rule in place of --atol
+GROUPS = {"romanizer": CASES, "cnn": CNN_CASES, "all": {**CASES, **CNN_CASES}}
+
+
 class _Reader:
     def __init__(self, feeds):
         self.data = iter(feeds)
@@ -115,13 +166,28 @@ def _fixed(src: str, dst: str, shapes) -> str:
     return dst
 
 
-def prepare(case: str, models: str, work: str, search_sets: int = 3, seed: int = 0):
+def _find(file: str, models) -> str:
+    """``file`` in the first of the ``models`` folders (one folder or several) that has it."""
+    folders = [models] if isinstance(models, str) else list(models)
+    for folder in folders:
+        if os.path.exists(os.path.join(folder, file)):
+            return os.path.join(folder, file)
+    raise SystemExit(f"error: {file} is in none of {', '.join(folders)}; scripts/fetch_real_models.sh fetches it "
+                     "(give its folder with --models)")
+
+
+def prepare(case: str, models, work: str, search_sets: int = 3, seed: int = 0):
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_static
 
-    file, shapes, calib, test, per_channel = CASES[case]
+    file, shapes, calib, test, per_channel = GROUPS["all"][case]
     tag = case.replace(", ", "_").replace(" ", "_")
     rng = np.random.default_rng(seed)
-    float_path = _fixed(os.path.join(models, file), os.path.join(work, f"{tag}_float.onnx"), shapes)
+    float_path = _fixed(_find(file, models), os.path.join(work, f"{tag}_float.onnx"), shapes)
+    if file in PREPROCESSED:
+        from onnxruntime.quantization.shape_inference import quant_pre_process
+
+        quant_pre_process(float_path, float_path, skip_symbolic_shape=True)  # (its symbolic inference fails here)
+        onnx.save(onnx.version_converter.convert_version(onnx.load(float_path), 13), float_path)
     qdq_path = os.path.join(work, f"{tag}_qdq.onnx")
     quantize_static(float_path, qdq_path, _Reader([calib(rng) for _ in range(16)]),
                     quant_format=QuantFormat.QDQ, activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
@@ -132,20 +198,38 @@ def prepare(case: str, models: str, work: str, search_sets: int = 3, seed: int =
     return float_path, qdq_path, search, held
 
 
-def errors(cfg: QdqConfig):
-    """(the quantized model's error, the error with every activation pair in float: the weights'),
-    largest absolute difference from the float model on the search sets."""
+def _outputs(cfg: QdqConfig):
+    """(the float model's outputs, the quantized model's, those with every activation pair in float:
+    the weights' alone), on each search set."""
     s = QdqSearch(cfg)
     s._validate()
     s._load()
     s.feeds = s._feeds()
     s.ref_outs = s._reference(s.feeds)
+    return (s.ref_outs, s._run_candidate(s.candidate_model([]), *s.cand_spec),
+            s._run_candidate(s.candidate_model(s.universe), *s.cand_spec))
 
-    def error(keep):
-        outs = s._run_candidate(s.candidate_model(keep), *s.cand_spec)
+
+def errors(cfg: QdqConfig):
+    """(the quantized model's error, the error with every activation pair in float: the weights'),
+    largest absolute difference from the float model on the search sets."""
+    refs, quantized, weights = _outputs(cfg)
+
+    def error(outs):
         return max(float(np.abs(np.asarray(r[n], np.float64) - np.asarray(o[n], np.float64)).max())
-                   for r, o in zip(s.ref_outs, outs) for n in r)
-    return error([]), error(s.universe)
+                   for r, o in zip(refs, outs) for n in r)
+    return error(quantized), error(weights)
+
+
+def top1_disagreement(cfg: QdqConfig):
+    """(the quantized model's, the weights' alone): the largest share of samples (first axis) whose top
+    class (last axis) differs from the float model's, over the search sets and outputs."""
+    refs, quantized, weights = _outputs(cfg)
+
+    def share(outs):
+        return max(float(np.mean(np.asarray(r[n]).argmax(-1) != np.asarray(o[n]).argmax(-1)))
+                   for r, o in zip(refs, outs) for n in r)
+    return share(quantized), share(weights)
 
 
 def greedy(cfg: QdqConfig) -> dict:
@@ -219,10 +303,14 @@ def bench_config(case: str, models: str, work: str, search_sets: int, seed: int)
     alone cost and what the quantized model costs (their geometric mean)."""
     float_path, qdq_path, search, held = prepare(case, models, work, search_sets, seed)
     base = QdqConfig(qdq_path, reference_model=float_path, load_inputs=[search], validate_inputs=[held],
-                     tolerances=search_tolerances([], ["0"], []), suggest_scales=False)
+                     tolerances=Tolerances(atol=1e-2, rtol=0.0), suggest_scales=False)
     error, weights = errors(base)
     atol = f"{(max(error, 1e-12) * max(weights, 1e-12)) ** 0.5:.4g}"
-    base.tolerances = search_tolerances([atol], ["0"], [])
+    base.tolerances = Tolerances(atol=float(atol), rtol=0.0)
+    if case in METRICS:  # the metric is the pass rule, its tolerance the share the weights alone cost
+        quantized, alone = top1_disagreement(base)
+        base = dataclasses.replace(base, tolerances=None, metric=METRICS[case], metric_tolerance=alone)
+        atol = f"`--metric {METRICS[case]} --metric-tolerance {alone:g}` (quantized: {quantized:g})"
     return float_path, qdq_path, search, held, base, atol, error, weights
 
 
@@ -331,7 +419,10 @@ def markdown(rows: List[dict]) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--models", default="/work/models")
+    ap.add_argument("--models", nargs="+", default=["/work/models", "/tmp/real-models"],
+                    help="folders holding the float models (each file taken from the first that has it)")
+    ap.add_argument("--cases", choices=sorted(GROUPS), default="romanizer",
+                    help="the romanizer's GRU cases (default), the CNN classifier's (cnn), or both (all)")
     ap.add_argument("--work", default="/tmp/bench_quant")
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--search-sets", type=int, default=3, help="input sets searched on (8 more are held out)")
@@ -345,13 +436,13 @@ def main(argv=None) -> int:
         print("| case | `--atol` | search sets alone: kept, checks, test | with the validation sets: kept, checks, "
               "test | refined: kept, checks, test, sets searched at the end |")
         print("|---|---|---|---|---|")
-        for case in CASES:
+        for case in GROUPS[args.cases]:
             if not args.only or any(o in case for o in args.only):
                 r = refine(case, args.models, args.work, args.search_sets, args.seed)
                 cells = [", ".join(map(str, r[k])) for k in ("plain", "more", "refined")]
                 print(f"| {case} | {r['atol']} | " + " | ".join(cells) + " |", flush=True)
         return 0
-    for case in CASES:
+    for case in GROUPS[args.cases]:
         if args.only and not any(o in case for o in args.only):
             continue
         row = bench(case, args.models, args.work, args.search_sets, args.seed)
