@@ -210,10 +210,7 @@ class GraphIndex:
         if raw is not None:
             self._slice_pieces(g, raw, regular, consts)
         else:
-            self._node_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.nodes]
-            self._const_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.const_nodes]
-            self._header = _model_header(model)
-            self._init_bytes = {t.name: ref_nbytes(t) if is_ref(t) else t.ByteSize() for t in g.initializer}
+            self._encode_pieces(model, g)
         self._vi_frag: Dict[Tuple[str, str], bytes] = {}
         self._const_init_frag: Dict[int, bytes] = {}
         self._folded_frag: Dict[str, bytes] = {}
@@ -224,6 +221,14 @@ class GraphIndex:
             qa.tensor_name: encode_field(f["quantization_annotation"], qa.SerializeToString())
             for qa in g.quantization_annotation
         }
+
+    def _encode_pieces(self, model, g) -> None:
+        """The pieces serialized from the loaded model."""
+        f = self._fields
+        self._node_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.nodes]
+        self._const_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.const_nodes]
+        self._header = _model_header(model)
+        self._init_bytes = {t.name: ref_nbytes(t) if is_ref(t) else t.ByteSize() for t in g.initializer}
 
     def _slice_pieces(self, g, raw: RawPieces, regular: List[int], consts: List[int]) -> None:
         """The pieces as slices of the model file: no message is serialized again."""
@@ -409,11 +414,11 @@ class GraphIndex:
     def _io_frags(self, cand: Candidate) -> List[bytes]:
         """The graph inputs, outputs and value infos of a candidate."""
         metas = self._need_metas(cand)
-        parts = [self._value_info_frag("input", t, metas) for t in cand.inputs] + self._init_input_frags(cand)
-        parts += [self._value_info_frag("output", t, metas) for t in cand.outputs]
+        parts = self._value_info_frags("input", cand.inputs, metas) + self._init_input_frags(cand)
+        parts += self._value_info_frags("output", cand.outputs, metas)
         outs = set(cand.outputs)
         inner = [t for t in sorted(cand.produced) if t in self._value_info and t not in outs]
-        return parts + [self._value_info_frag("value_info", t, metas) for t in inner]
+        return parts + self._value_info_frags("value_info", inner, metas)
 
     def _init_input_frags(self, cand: Candidate) -> List[bytes]:
         """The graph inputs that list the candidate's initializers, as the model does (IR version < 4)."""
@@ -441,12 +446,16 @@ class GraphIndex:
     def _folded_frags(self, names: Sequence[str]) -> List[bytes]:
         missing = [t for t in names if t not in self._folded_frag]
         if missing:
-            assert self.fold_values is not None, "folded inputs need fold_values"
-            values = self.fold_values(missing)
-            for t in missing:
-                tensor = numpy_helper.from_array(values[t], name=t)
-                self._folded_frag[t] = encode_field(self._fields["initializer"], tensor.SerializeToString())
+            self._fold(missing)
         return [self._folded_frag[t] for t in names]
+
+    def _fold(self, names: List[str]) -> None:
+        """The initializer pieces of the tensors ``names``, with the full model's values."""
+        assert self.fold_values is not None, "folded inputs need fold_values"
+        values = self.fold_values(names)
+        for t in names:
+            tensor = numpy_helper.from_array(values[t], name=t)
+            self._folded_frag[t] = encode_field(self._fields["initializer"], tensor.SerializeToString())
 
     def _initializer_proto(self, name: str):
         """The full initializer (from the file's bytes when the index holds only a stub)."""
@@ -497,12 +506,19 @@ class GraphIndex:
 
     def _need_metas(self, cand: Candidate) -> Dict[str, TensorMeta]:
         """Metas of the boundary tensors whose original value info cannot be reused."""
-        need = [t for t in cand.inputs if self._original_vi("input", t) is None]
-        outs = [t for t in cand.outputs if self._original_vi("output", t) is None]
+        need = self._without_vi("input", cand.inputs)
+        outs = self._without_vi("output", cand.outputs)
         if not (need or outs) or self._metas is None:
             return {}
         # dtype and rank of every new input and output (onnx.checker wants both)
         return self._metas(need + outs)
+
+    def _without_vi(self, kind: str, names: List[str]) -> List[str]:
+        """The tensors of ``names`` whose original value info cannot be reused as their ``kind``."""
+        return [t for t in names if self._original_vi(kind, t) is None]
+
+    def _value_info_frags(self, kind: str, names: List[str], metas: Dict[str, TensorMeta]) -> List[bytes]:
+        return [self._value_info_frag(kind, t, metas) for t in names]
 
     def _value_info_frag(self, kind: str, name: str, metas: Dict[str, TensorMeta]) -> bytes:
         key = (kind, name)
@@ -729,12 +745,16 @@ def _tensor_value_info(name: str, dtype: str, shape):
         return vi
     tt.shape.SetInParent()
     for d in shape:
-        dim = tt.shape.dim.add()
-        if isinstance(d, int) and d >= 0:
-            dim.dim_value = d
-        elif isinstance(d, str) and d:
-            dim.dim_param = d
+        _set_dim(tt.shape.dim.add(), d)
     return vi
+
+
+def _set_dim(dim, d) -> None:
+    """A dimension: its value (a size), its name (a symbol), or unknown (anything else)."""
+    if isinstance(d, int) and d >= 0:
+        dim.dim_value = d
+    elif isinstance(d, str) and d:
+        dim.dim_param = d
 
 
 def _split_constants(nodes) -> Tuple[List[int], List[int]]:
