@@ -83,7 +83,7 @@ def first_alone(reducer, mask: Optional[int]) -> Optional[str]:
     name = idx.names[node]
     if node == 0:
         return f"{name} is the first node in topological order"
-    earlier = next((i for i in range(node) if reducer.memo.get(1 << i) and (1 << i) not in reducer.broken_masks), None)
+    earlier = next((i for i in range(node) if _alone(reducer, i)), None)
     if earlier is not None:
         return (f"{idx.names[earlier]} (node {earlier}) also fails alone and comes before {name} in topological "
                 "order: the error may start there")
@@ -110,10 +110,18 @@ def _unjudged_before(reducer, node: int, exact: bool) -> int:
     passes = passed_masks(reducer.memo, reducer.broken_masks)
     unknown = 0
     for i in range(node):
-        judged = reducer.memo.get(1 << i) is not None and (1 << i) not in reducer.broken_masks  # (a broken check judged nothing)
+        judged = _alone(reducer, i) is not None
         if not judged and not (exact and any(m >> i & 1 for m in passes)):
             unknown += 1
     return unknown
+
+
+def _alone(reducer, i: int) -> Optional[bool]:
+    """The verdict on node ``i`` alone (True: it fails), None when no check judged it (a broken
+    check judged nothing)."""
+    if (1 << i) in reducer.broken_masks:
+        return None
+    return reducer.memo.get(1 << i)
 
 
 def _first_by_windows(reducer, node: int) -> str:
