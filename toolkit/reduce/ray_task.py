@@ -127,9 +127,9 @@ def place_weights(folder: str, links: Dict[str, str]) -> List[str]:
     return notes
 
 
-def _artifact_path(folder: str, given: str, beside: bool) -> str:
-    """Where the candidate is written in ``folder``: under the artifact's name ``given`` (a name of
-    its own ``beside`` the data files, which other checks share)."""
+def _artifact_path(folder: str, given: str, beside: Optional[str]) -> str:
+    """Where the candidate is written in ``folder``: under the artifact's name ``given``, or a name of
+    its own when ``folder`` is the data files' own (``beside``: other checks share it)."""
     name = os.path.basename(given)
     return os.path.join(folder, f".toolkit-check-{uuid.uuid4().hex[:12]}-{name}" if beside else name)
 

@@ -592,15 +592,15 @@ class Reducer(Artifacts, Judging, FrozenShapes):
         if mask is not None:
             self._write_reduced(outcome, mask)
         if cfg.min_good:
-            self._write_min_good(outcome, mask)
+            self._write_min_good(outcome, mask, cfg.min_good)
         if cfg.save_replay and self.replay.save(cfg.save_replay):  # (an earlier run's replay is never emptied)
             outcome.replay_path = outcome.replay_path or cfg.save_replay
 
-    def _write_min_good(self, outcome: Outcome, mask: Optional[int]) -> None:
-        """--min-good (when a passing subgraph was checked), and what the outcome says of it."""
+    def _write_min_good(self, outcome: Outcome, mask: Optional[int], path: str) -> None:
+        """--min-good ``path`` (when a passing subgraph was checked), and what the outcome says of it."""
         good = self._pick_min_good(mask)
         if good is not None:
-            self._write_model(self.candidate(good), self.cfg.min_good)
+            self._write_model(self.candidate(good), path)
             outcome.min_good_written = True
             outcome.min_good_nodes = popcount(good)
 
