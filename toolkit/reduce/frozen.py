@@ -64,7 +64,12 @@ class FrozenShapes:
             self.reporter.warn("the model passes the check with its own input shapes but fails it with its input "
                                "shapes frozen: the failure reduced is the frozen model's")
         self.signature = given if given is not None and frozen_failed else frozen_sig
-        if given is not None and frozen_sig is not None and not given.same(frozen_sig):
+        if given is not None and frozen_sig is not None:
+            self._warn_if_changed(given, frozen_sig, said)
+
+    def _warn_if_changed(self, given: Signature, frozen_sig: Signature, said: str) -> None:
+        """A warning when freezing the input shapes changes the failure (``given``: the model's own)."""
+        if not given.same(frozen_sig):
             self.reporter.warn(f"{said}, with its input shapes frozen {frozen_sig.describe()}: freezing changes "
                                "the failure; the reduce looks for the model's own failure")
 

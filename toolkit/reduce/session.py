@@ -573,11 +573,7 @@ class Reducer(Artifacts, Judging, FrozenShapes):
             self.memo[self.index.full_mask] = True
             return self._search()
         if self.workers:
-            self._full_first = True
-            mask = self._search()
-            if self.memo.get(self.index.full_mask) is False:
-                outcome.status = "passed"
-            return mask
+            return self._search_in_parallel(outcome)
         failed = self.verdict(self.index.full_mask)
         if self.frozen and self.runner is not None:
             failed = self._as_given(failed)
@@ -585,6 +581,14 @@ class Reducer(Artifacts, Judging, FrozenShapes):
             outcome.status = "passed"
             return None
         return self._search()
+
+    def _search_in_parallel(self, outcome: Outcome) -> Optional[int]:
+        """The search with parallel checks: the full model is checked along with its first round."""
+        self._full_first = True
+        mask = self._search()
+        if self.memo.get(self.index.full_mask) is False:
+            outcome.status = "passed"
+        return mask
 
     def _write_results(self, outcome: Outcome, mask: Optional[int]) -> None:
         """-o, --min-good and the replay file."""
