@@ -372,9 +372,14 @@ def toolkit_args(argv: Sequence[str]) -> Optional[List[str]]:
     exe = os.path.basename(argv[0])
     if exe == "toolkit":
         return list(argv[1:]) if _is_ours(argv[0]) else None
-    if re.fullmatch(r"python(\d+(\.\d+)?)?", exe) and len(argv) >= 3 and argv[1] == "-m" and argv[2] == "toolkit":
+    if _python_m_toolkit(exe, argv):
         return list(argv[3:])
     return None
+
+
+def _python_m_toolkit(exe: str, argv: Sequence[str]) -> bool:
+    """Is ``argv`` (its program's name ``exe``) ``python -m toolkit ...``?"""
+    return bool(re.fullmatch(r"python(\d+(\.\d+)?)?", exe)) and len(argv) >= 3 and argv[1] == "-m" and argv[2] == "toolkit"
 
 
 def _is_ours(command: str) -> bool:

@@ -135,12 +135,17 @@ def _dynamic_shapes(path: str, metas: Dict[str, TensorMeta], feed, warn) -> Dict
 def _check_names_known(model, metas: Dict[str, TensorMeta], feed, path: str) -> None:
     """An InputError unless some array of ``feed`` is an input of the model or, for a layerwise
     file, one of its tensors (inputs and node outputs)."""
-    tensors = {o for n in model.graph.node for o in n.output if o} | set(metas)
+    tensors = _node_outputs(model) | set(metas)
     if any(name in tensors for name in feed):
         return
     known = ", ".join(f"'{n}'" for n in metas) or "(none)"
     first = next(iter(feed), "")
     raise InputError(f"{path}: no array in it is a tensor of the model ('{first}' is not); its inputs are {known}")
+
+
+def _node_outputs(model) -> set:
+    """The names of the tensors the nodes of ``model``'s graph make."""
+    return {o for n in model.graph.node for o in n.output if o}
 
 
 def _checked_input_shape(path: str, name: str, meta: TensorMeta, feed, warn) -> tuple:
