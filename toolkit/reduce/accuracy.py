@@ -663,7 +663,11 @@ def rel_l2(a, b) -> Optional[float]:
         return None
     if a.size == 0:
         return 0.0
-    num, den = _norms_of_floats(a, b)
+    return _ratio(*_norms_of_floats(a, b))
+
+
+def _ratio(num: float, den: float) -> float:
+    """``num / den`` of two norms: inf when either is not finite (or only ``den`` is 0), 0 when ``num`` is."""
     if not np.isfinite(num) or not np.isfinite(den):
         return float("inf")
     if num == 0:

@@ -73,14 +73,18 @@ class Artifacts:
     def _files_read(self) -> List[paths.Named]:
         """The files the reduce and its check read (each with what names it), the model aside."""
         cfg = self.cfg
-        reads = [("--load-inputs", p) for p in cfg.load_inputs]
-        check_args = toolkit_args(cfg.check or []) or []
-        self._check_files = [p for p in data_files_in(check_args) if p != "-"]
-        reads += [("the check's data file", p) for p in self._check_files]
-        reads += [("a file the check's command names", p) for p in self._named_by_check()]
+        reads = [("--load-inputs", p) for p in cfg.load_inputs] + self._check_reads()
         if cfg.load_replay and not (cfg.save_replay and paths.same_file(cfg.load_replay, cfg.save_replay)):
             reads.append(("--load-debug-replay", cfg.load_replay))
         return reads
+
+    def _check_reads(self) -> List[paths.Named]:
+        """The files the check reads: the data files a toolkit check is given, and the files its
+        command names."""
+        check_args = toolkit_args(self.cfg.check or []) or []
+        self._check_files = [p for p in data_files_in(check_args) if p != "-"]
+        reads = [("the check's data file", p) for p in self._check_files]
+        return reads + [("a file the check's command names", p) for p in self._named_by_check()]
 
     def _files_written(self) -> List[paths.Named]:
         """The files the reduce writes, moves or may delete, -o and --min-good aside."""
@@ -90,11 +94,7 @@ class Artifacts:
             ("--save-debug-replay", cfg.save_replay or ""),
         ]
         for k in range(max(cfg.jobs, 1)):
-            artifact = worker_artifact(cfg.iter_artifact, k)
-            what = "--iter-artifact" if k == 0 else f"the iteration artifact of parallel check {k}"
-            if k:
-                writes.append((what, artifact))
-            writes += [(f"{what} (its weights file)", artifact + ext) for ext in (".weights", ".data")]
+            writes += _worker_files(cfg.iter_artifact, k)
         return writes + [("--artifacts", p) for p in dict.fromkeys(cfg.artifacts) if not self._is_iter_artifact(p)]
 
     def _named_by_check(self) -> List[str]:
@@ -158,6 +158,10 @@ class Artifacts:
         path = self.cfg.iter_artifact + ".weights"
         if self.cfg.model != "-" and os.path.realpath(path) == os.path.realpath(self.cfg.model):
             return
+        self._spill_to(path)
+
+    def _spill_to(self, path: str) -> None:
+        """The big inline weights written to ``path``, said with their size and time."""
         start = time.monotonic()
         try:
             written = self.index.spill(path, SPILL_MIN_TENSOR)
@@ -212,19 +216,29 @@ class Artifacts:
         folder = os.path.join(self.cfg.art_dir, "bad" if failed else "good")
         number = self.iteration if number is None else number
         for path in self.cfg.artifacts:
-            linked = self._links is not None
-            if worker is not None and self._is_iter_artifact(path):
-                path, linked = worker.artifact, worker.links is not None
+            path, linked = self._artifact_file(path, worker)
             if not os.path.exists(path):
                 self._say_missing(path, number)
                 continue
-            art_dir = os.path.normpath(self.cfg.art_dir)  # (art/ would follow a link at art)
-            os.makedirs(os.path.dirname(os.path.abspath(art_dir)), exist_ok=True)  # (named by the user)
-            make_folder(art_dir)  # (a link planted there since the start is replaced by a folder)
-            make_folder(folder)  # (never through a link left at art/good)
+            self._make_art_folder(folder)
             dest = self._art_dest(folder, number, path)
             if dest is not None:
                 self._move_artifact(path, dest, cand if linked else None, worker)
+
+    def _artifact_file(self, path: str, worker) -> Tuple[str, bool]:
+        """The file --artifacts ``path`` stands for in a check by ``worker`` (a parallel check's
+        own iteration artifact for the iteration artifact), and whether its weights are reached
+        through links."""
+        if worker is not None and self._is_iter_artifact(path):
+            return worker.artifact, worker.links is not None
+        return path, self._links is not None
+
+    def _make_art_folder(self, folder: str) -> None:
+        """--art-dir and its ``folder`` (good/ or bad/), made as real folders."""
+        art_dir = os.path.normpath(self.cfg.art_dir)  # (art/ would follow a link at art)
+        os.makedirs(os.path.dirname(os.path.abspath(art_dir)), exist_ok=True)  # (named by the user)
+        make_folder(art_dir)  # (a link planted there since the start is replaced by a folder)
+        make_folder(folder)  # (never through a link left at art/good)
 
     def _say_missing(self, path: str, number: int) -> None:
         """A warning (once per artifact) that ``path`` is not there to sort."""
@@ -235,9 +249,7 @@ class Artifacts:
     def _move_artifact(self, path: str, dest: str, cand: Optional[Candidate], worker) -> None:
         """Move artifact ``path`` to ``dest``; an iteration artifact of candidate ``cand`` (given
         when its weights are reached through links) is written anew there instead."""
-        if cand is not None and self.index.on_disk(cand) and (
-            self._is_iter_artifact(path) or (worker is not None and path == worker.artifact)
-        ):
+        if cand is not None and self._links_to_weights(path, cand, worker):
             # its weights are reached through links beside it: moved, it would lose them
             self._write_model(cand, dest)
             os.unlink(path)
@@ -247,16 +259,26 @@ class Artifacts:
         except OSError as exc:
             self.reporter.warn(f"cannot move artifact {path} to {dest}: {exc.strerror or exc}")
 
+    def _links_to_weights(self, path: str, cand: Candidate, worker) -> bool:
+        """Is ``path`` an iteration artifact (the session's or ``worker``'s) of ``cand`` that
+        reaches the model's weights through links beside it?"""
+        is_artifact = self._is_iter_artifact(path) or (worker is not None and path == worker.artifact)
+        return is_artifact and self.index.on_disk(cand)
+
     def _art_dest(self, folder: str, number: int, path: str) -> Optional[str]:
         """Where artifact ``path`` of iteration ``number`` goes: ``NNN_<name>`` in ``folder``,
         numbered past the files an earlier run left in --art-dir (said once), never over an
         existing file or one the reduce reads or writes (None: not sorted, with a warning)."""
         dest = os.path.join(folder, f"{number + self._numbers_taken():03d}_{os.path.basename(path.rstrip(os.sep))}")
-        taken = [w for w, p in self._kept if p and p != "-" and paths.same_file(dest, p)]
-        if taken or os.path.lexists(dest):
-            self.reporter.warn(f"artifact {path} not sorted: {dest} is {taken[0] if taken else 'an existing file'}")
+        taken = self._kept_as(dest) or ("an existing file" if os.path.lexists(dest) else None)
+        if taken:
+            self.reporter.warn(f"artifact {path} not sorted: {dest} is {taken}")
             return None
         return dest
+
+    def _kept_as(self, dest: str) -> Optional[str]:
+        """What names ``dest`` among the files --art-dir must never replace (None: none of them)."""
+        return next((w for w, p in self._kept if p and p != "-" and paths.same_file(dest, p)), None)
 
     def _numbers_taken(self) -> int:
         """The highest number of the artifacts an earlier run left in --art-dir (found and said once)."""
@@ -273,10 +295,7 @@ class Artifacts:
         return os.path.abspath(path) == os.path.abspath(self.cfg.iter_artifact)
 
     def _cleanup_files(self) -> None:
-        if self.runner is not None:
-            self.runner.close()
-        for w in self.workers[1:]:
-            w.runner.close()
+        self._close_runners()
         if self.checks:
             self._stop_strays()
         if self.cfg.model != "-" and model_changed(self.cfg.model):
@@ -286,6 +305,13 @@ class Artifacts:
             )
         if self.cfg.remove_intermediate:
             self._remove_intermediate()
+
+    def _close_runners(self) -> None:
+        """Close the check runners (the session's and each parallel check's)."""
+        if self.runner is not None:
+            self.runner.close()
+        for w in self.workers[1:]:
+            w.runner.close()
 
     def _stop_strays(self) -> None:
         """Stop what the checks left running in the background, with a warning."""
@@ -299,18 +325,32 @@ class Artifacts:
                 "cannot be recognised and may still run)"
             )
 
+    def _intermediate_files(self) -> List[str]:
+        """The iteration artifacts (each parallel check's too), --iter-info, the artifacts' data
+        files and the links made beside them."""
+        artifacts = [self.cfg.iter_artifact] + [w.artifact for w in self.workers[1:]]
+        data = [a + ".data" for a in artifacts] if self._external_artifact else []
+        return [*artifacts, self.cfg.iter_info, *data, *self._made_links]
+
     def _remove_intermediate(self) -> None:
         """Remove the iteration artifacts (with their data files and links), --iter-info, and the
         parallel checks' folders where they are empty."""
-        artifacts = [self.cfg.iter_artifact] + [w.artifact for w in self.workers[1:]]
-        data = [a + ".data" for a in artifacts] if self._external_artifact else []
-        for path in (*artifacts, self.cfg.iter_info, *data, *self._made_links):
+        for path in self._intermediate_files():
             if path and os.path.isfile(path):
                 with contextlib.suppress(OSError):
                     os.unlink(path)
         for w in self.workers[1:]:
             with contextlib.suppress(OSError):
                 os.rmdir(w.folder)  # only when empty: whatever else the check left there stays
+
+
+def _worker_files(iter_artifact: str, k: int) -> List[paths.Named]:
+    """The files of parallel check ``k`` (0: the iteration artifact itself, given apart): its
+    iteration artifact and that one's weights files."""
+    artifact = worker_artifact(iter_artifact, k)
+    what = "--iter-artifact" if k == 0 else f"the iteration artifact of parallel check {k}"
+    files = [(what, artifact)] if k else []
+    return files + [(f"{what} (its weights file)", artifact + ext) for ext in (".weights", ".data")]
 
 
 _NUMBERED = re.compile(r"^(\d{3,})_")

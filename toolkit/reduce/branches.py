@@ -128,13 +128,18 @@ def constant_conditions(model, conditions: Sequence[str], base_dir: Optional[str
 def _constant_tensors(model, wanted: set) -> Dict[str, object]:
     """The tensors of the names ``wanted`` that are constants of the top graph: initializers that
     are not also graph inputs, and the values of Constant nodes."""
-    inputs = {v.name for v in model.graph.input}
-    tensors = {t.name: t for t in model.graph.initializer if t.name in wanted and t.name not in inputs}
+    tensors = _constant_initializers(model, wanted)
     for node in model.graph.node:
         value = _constant_value(node) if node.output and node.output[0] in wanted else None
         if value is not None:
             tensors[node.output[0]] = value
     return tensors
+
+
+def _constant_initializers(model, wanted: set) -> Dict[str, object]:
+    """The initializers of the names ``wanted`` that are not also graph inputs (those are constants)."""
+    inputs = {v.name for v in model.graph.input}
+    return {t.name: t for t in model.graph.initializer if t.name in wanted and t.name not in inputs}
 
 
 def _constant_value(node):
@@ -156,6 +161,11 @@ def _one_bool(tensor, base_dir: Optional[str]) -> Optional[str]:
         value = np.asarray(numpy_helper.to_array(tensor))
     except (ToolkitError,) + LIBRARY_ERRORS:
         return None
+    return _bool_word(value)
+
+
+def _bool_word(value) -> Optional[str]:
+    """``"true"``/``"false"``: the value of an array of one value; None for another size."""
     return str(bool(value.reshape(-1)[0])).lower() if value.size == 1 else None
 
 
@@ -168,11 +178,15 @@ def condition_values(path: str, conditions: Sequence[str], feeds, external_data_
     seen: Dict[str, set] = {n: set() for n in names}
     with make_runner("onnxrt", path, base=base, name="conditions") as runner:
         for feed in feeds.feeds(runner.input_metadata(), runner.preferred_shapes()):
-            outs = dict(runner.infer(feed))
-            for name in names:
-                value = np.asarray(feed[name] if name in feed else outs.get(name))
-                seen[name].add(str(bool(value.reshape(-1)[0])).lower() if value.size == 1 else "not one value")
+            _note_values(seen, feed, dict(runner.infer(feed)))
     return {n: v.pop() if len(v) == 1 else "differs between the given inputs" for n, v in seen.items()}
+
+
+def _note_values(seen: Dict[str, set], feed: dict, outs: dict) -> None:
+    """Add the value each condition of ``seen`` has in one run (fed ``feed``, computing ``outs``)."""
+    for name, values in seen.items():
+        value = np.asarray(feed[name] if name in feed else outs.get(name))
+        values.add(_bool_word(value) or "not one value")
 
 
 def inline_ifs(path: str, decide: Dict[str, bool], out_path: str, external_data_dir=None) -> List[Decision]:
@@ -211,11 +225,16 @@ def _take_branches(gs, graph, labels: List[Optional[str]], decide: Dict[str, boo
             continue
         branch = node.attrs["then_branch" if decide[label] else "else_branch"]
         decisions.append(Decision(label, decide[label], count_nodes(branch)))
-        body = inline_branch(gs, graph, node, branch, unique)
-        for n in body:
-            n.name = fresh_name(n.name or n.op, node_names)
-        new_nodes.extend(body)
+        new_nodes.extend(_inlined_body(gs, graph, node, branch, unique, node_names))
     return decisions, new_nodes
+
+
+def _inlined_body(gs, graph, node, branch, unique: Callable[[str], str], node_names: set) -> list:
+    """The nodes of ``branch`` inlined in place of the If ``node``, named apart from ``node_names``."""
+    body = inline_branch(gs, graph, node, branch, unique)
+    for n in body:
+        n.name = fresh_name(n.name or n.op, node_names)
+    return body
 
 
 def _round(path: str, feeds, out_path: str, external_data_dir, skip: set) -> Tuple[List[Decision], Dict]:
@@ -294,13 +313,8 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None],
     # the data files are read now: their errors are the user's
     source = feed_source(opts, lambda _msg: None) if with_data else None
 
-    kw = {"external_data_dir": opts.external_data_dir}
     try:
-        path, decisions, unknown = inline_taken_branches(model, source, folder, **kw)
-        ref = opts.reference_model
-        if ref and decisions:
-            ref, ref_decisions, _ = inline_taken_branches(ref, source, folder, label="reference model", **kw)
-            decisions += ref_decisions
+        path, ref, decisions, unknown = _inline_both(model, opts, folder, source)
     except ToolkitError as exc:
         # e.g. a model ONNX-Runtime cannot run (a custom op for the runner under test): the reduce goes on as before
         log(f"note: the If conditions could not be computed on the given inputs ({exc}); each If is kept whole")
@@ -311,6 +325,18 @@ def inline_for_reduce(model: str, opts, folder: str, log: Callable[[str], None],
     if not decisions:
         return None
     return Inlined(path, ref, decisions, [model, *external], opts.reference_model)
+
+
+def _inline_both(model: str, opts, folder: str, source):
+    """:func:`inline_taken_branches` of ``model``, then (when some If was inlined) of the reference
+    model; returns (model path, reference model path, decisions, Ifs kept whole of the model)."""
+    kw = {"external_data_dir": opts.external_data_dir}
+    path, decisions, unknown = inline_taken_branches(model, source, folder, **kw)
+    ref = opts.reference_model
+    if ref and decisions:
+        ref, ref_decisions, _ = inline_taken_branches(ref, source, folder, label="reference model", **kw)
+        decisions += ref_decisions
+    return path, ref, decisions, unknown
 
 
 def _say_kept_whole(unknown: Dict[str, str], with_data: bool, log: Callable[[str], None]) -> None:

@@ -87,27 +87,34 @@ def _collect(
     sel = selectors.DefaultSelector()
     for fd in fds + ([typed[0]] if typed is not None else []):
         sel.register(fd, selectors.EVENT_READ)
-    exit_seen_at = None
-    timed_out: Optional[bool] = False
     try:
-        while sel.get_map():
-            wait = _wait(deadline)
-            if wait is None:
-                timed_out = True
-                break
-            _read_ready(sel, wait, bufs, typed)
-            if tick is not None:
-                tick()
-            if sel.get_map():
-                if exit_seen_at is None:
-                    if exited():
-                        exit_seen_at = time.monotonic()
-                elif time.monotonic() - exit_seen_at > 1.0:
-                    timed_out = None  # exited, but left something running that holds our pipes
-                    break
+        timed_out = _read_to_end(sel, bufs, typed, deadline, tick, exited)
     finally:
         sel.close()
     return [bufs[fd] for fd in fds], timed_out
+
+
+def _read_to_end(
+    sel, bufs: Dict[int, Stream], typed: Optional[Tuple[int, bytearray]], deadline: Optional[float],
+    tick: Optional[Callable[[], None]], exited: Callable[[], bool],
+) -> Optional[bool]:
+    """Read the pipes of ``sel`` until each is at its end (False), ``deadline`` is past (True), or
+    the process exited more than a second ago while something it started holds them (None)."""
+    exit_seen_at = None
+    while sel.get_map():
+        wait = _wait(deadline)
+        if wait is None:
+            return True
+        _read_ready(sel, wait, bufs, typed)
+        if tick is not None:
+            tick()
+        if sel.get_map():
+            if exit_seen_at is None:
+                if exited():
+                    exit_seen_at = time.monotonic()
+            elif time.monotonic() - exit_seen_at > 1.0:
+                return None  # exited, but left something running that holds our pipes
+    return False
 
 
 def _wait(deadline: Optional[float]) -> Optional[float]:
@@ -182,18 +189,27 @@ def stop_strays() -> int:
     for name in os.listdir("/proc"):
         if not name.isdigit() or int(name) == me:
             continue
-        try:
-            with open(f"/proc/{name}/environ", "rb") as f:
-                env = b"\0" + f.read()
-        except OSError:
-            continue
-        if b"\0" + tag in env:
-            try:
-                os.kill(int(name), signal.SIGKILL)
-                found += 1
-            except OSError:
-                pass
+        if b"\0" + tag in _environ(name):
+            found += _sigkill(int(name))
     return found
+
+
+def _environ(pid: str) -> bytes:
+    """The environment of process ``pid`` as /proc holds it, after a NUL (b"" when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            return b"\0" + f.read()
+    except OSError:
+        return b""
+
+
+def _sigkill(pid: int) -> bool:
+    """Send SIGKILL to ``pid``; whether it was sent."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError:
+        return False
+    return True
 
 
 def _kill_group(pid: int) -> None:
@@ -356,9 +372,14 @@ def toolkit_args(argv: Sequence[str]) -> Optional[List[str]]:
     exe = os.path.basename(argv[0])
     if exe == "toolkit":
         return list(argv[1:]) if _is_ours(argv[0]) else None
-    if re.fullmatch(r"python(\d+(\.\d+)?)?", exe) and len(argv) >= 3 and argv[1] == "-m" and argv[2] == "toolkit":
+    if _python_m_toolkit(exe, argv):
         return list(argv[3:])
     return None
+
+
+def _python_m_toolkit(exe: str, argv: Sequence[str]) -> bool:
+    """Is ``argv`` (its program's name ``exe``) ``python -m toolkit ...``?"""
+    return bool(re.fullmatch(r"python(\d+(\.\d+)?)?", exe)) and len(argv) >= 3 and argv[1] == "-m" and argv[2] == "toolkit"
 
 
 def _is_ours(command: str) -> bool:
@@ -463,18 +484,23 @@ class WarmRunner:
                 _close(r_out, w_out, r_err, w_err, r_res, w_res)
                 raise
             if pid == 0:  # pragma: no cover - runs in the child
-                code = 1
-                _fresh_fork_lock()  # ours is held (copied locked): a check that forks needs its own
-                try:
-                    _close(r_out, r_err, r_res)
-                    os.environ.update(self.env or {}, **{CHECK_TAG_ENV: str(parent)})
-                    code = _child(self.entry, self.argv0, self.args, w_out, w_err)
-                    if w_res is not None:
-                        _send_result(self.entry, w_res)
-                finally:
-                    os._exit(code)
+                self._in_child(parent, (r_out, r_err, r_res), w_out, w_err, w_res)
             _close(w_out, w_err, w_res)
         return pid, r_out, r_err, r_res
+
+    def _in_child(self, parent: int, read_ends: tuple, w_out: int, w_err: int, w_res: Optional[int]):  # pragma: no cover
+        """The forked child: run the check, its output to ``w_out``/``w_err`` (its typed result to
+        ``w_res``), and exit with its code."""
+        code = 1
+        _fresh_fork_lock()  # ours is held (copied locked): a check that forks needs its own
+        try:
+            _close(*read_ends)
+            os.environ.update(self.env or {}, **{CHECK_TAG_ENV: str(parent)})
+            code = _child(self.entry, self.argv0, self.args, w_out, w_err)
+            if w_res is not None:
+                _send_result(self.entry, w_res)
+        finally:
+            os._exit(code)
 
     def run(self, tick: Optional[Callable[[], None]] = None) -> CheckResult:
         self.prepare()
@@ -540,21 +566,27 @@ def _import_for(args: Sequence[str]) -> None:
     for mod in ("numpy", "onnx"):
         importlib.import_module(mod)
     if args and args[0] in ("run", "debug"):
-        try:
-            importlib.import_module("onnxruntime")  # import only: no session, no device context
-        except ImportError:
-            pass
+        _import_optional("onnxruntime")  # import only: no session, no device context
     for sub in ("core", "backends", "run"):
-        try:
-            pkg = importlib.import_module(f"toolkit.{sub}")
-        except ImportError:
-            continue
-        for info in pkgutil.iter_modules(pkg.__path__, prefix=f"toolkit.{sub}."):
-            # (they import tensorrt/onnxruntime lazily, inside functions: no device context here)
-            try:
-                importlib.import_module(info.name)
-            except ImportError:  # optional extras may be missing
-                pass
+        _import_package(f"toolkit.{sub}")
+
+
+def _import_package(name: str) -> None:
+    """Every module of the package ``name`` that can be imported (optional extras may be missing).
+    (They import tensorrt/onnxruntime lazily, inside functions: no device context here.)"""
+    pkg = _import_optional(name)
+    if pkg is None:
+        return
+    for info in pkgutil.iter_modules(pkg.__path__, prefix=f"{name}."):
+        _import_optional(info.name)
+
+
+def _import_optional(name: str):
+    """The module ``name`` imported, or None when it cannot be."""
+    try:
+        return importlib.import_module(name)
+    except ImportError:
+        return None
 
 
 def _load_data_files(args: Sequence[str], loading: Optional[Callable[[str, int], None]]) -> None:
@@ -694,7 +726,7 @@ def make_runner(
     (only a bounded head and tail of it is kept)."""
     _validate_check(argv, timeout)
     if warm is None:
-        warm = os.environ.get(WARM_ENV, "") in ("", "0") and hasattr(os, "fork")
+        warm = _warm_by_default()
     args = toolkit_args(argv)
     if args is not None and warm and entry is not None:
         return WarmRunner(args, timeout, argv0=argv[0], entry=entry, env=env, patterns=patterns)
@@ -702,6 +734,11 @@ def make_runner(
         # `toolkit` is not on PATH (venv not activated): it is this toolkit, run it by module
         argv = [sys.executable, "-m", "toolkit", *args]
     return SubprocessRunner(argv, timeout, env=env, patterns=patterns)
+
+
+def _warm_by_default() -> bool:
+    """Are toolkit checks run in a forked copy of this process (not turned off by the environment, and fork exists)?"""
+    return os.environ.get(WARM_ENV, "") in ("", "0") and hasattr(os, "fork")
 
 
 def _validate_check(argv: Sequence[str], timeout: Optional[float]) -> None:

@@ -328,8 +328,17 @@ class RayCluster:
         except BaseException:
             cancel_and_wait(ray, ref)
             raise
+        value, attempt, node = self._outcome(ref)
+        if attempt:
+            self.note_retry(0, attempt, node)
+        return value
+
+    def _outcome(self, ref) -> tuple:
+        """(value, attempt, node) of a finished call task; the exception it raised (a toolkit error,
+        Ctrl-C) raised again, any other as InferenceError, as is a task lost every time."""
+        ray = self.ray
         try:
-            value, attempt, node = ray.get(ref)
+            return ray.get(ref)
         except ray.exceptions.RayTaskError as exc:
             cause = getattr(exc, "cause", None)
             if isinstance(cause, (ToolkitError, KeyboardInterrupt)):
@@ -339,9 +348,6 @@ class RayCluster:
             raise InferenceError(
                 f"the check's Ray task was lost after {self.opts.retries + 1} tries ({type(exc).__name__})"
             ) from None
-        if attempt:
-            self.note_retry(0, attempt, node)
-        return value
 
     def _call_remote(self):
         task = self._remotes.get(call_task)

@@ -113,11 +113,17 @@ class DeployedRun:
             its = child.wait().value if child is not None else None
         except ToolkitError:  # (the run failed in the child: InferenceError...) computed here instead
             return None
-        if not isinstance(its, list) or len(its) != len(golden):
-            return None
-        if not all(_fed_as(fed, ref) for (fed, _values), ref in zip(its, golden)):
+        if not isinstance(its, list) or not _fed_as_golden(its, golden):
             return None  # (other inputs than the marked run's: not comparable)
         return [values for _fed, values in its]
+
+
+def _fed_as_golden(its: list, golden: Sequence[Mapping]) -> bool:
+    """Whether the child's iterations ``its`` ([(feed, outputs)]) were fed as the marked run's
+    ``golden`` ones: as many, with the same inputs."""
+    if len(its) != len(golden):
+        return False
+    return all(_fed_as(fed, ref) for (fed, _values), ref in zip(its, golden))
 
 
 def _fed_as(fed: Mapping, ref: Mapping) -> bool:

@@ -119,15 +119,19 @@ class Findings:
 
     def add(self, report) -> None:
         """The comparisons of one run (a ``toolkit.run`` report)."""
-        for pair in report.comparisons:
+        self._add_rows(report.comparisons)
+        diagnosed = [d for d in report.diagnoses if d is not None]
+        if diagnosed:
+            self.tensors = list(diagnosed[0].tensors)
+
+    def _add_rows(self, comparisons) -> None:
+        """A row for each tensor that failed a comparison by its values (not with a message), once per error."""
+        for pair in comparisons:
             for it in pair.iterations:
                 for o in it.outputs:
                     if not o.passed and not o.message:
                         row = TensorEvidence.of(o)
                         self.rows.setdefault((row.name, row.max_abs), row)
-        diagnosed = [d for d in report.diagnoses if d is not None]
-        if diagnosed:
-            self.tensors = list(diagnosed[0].tensors)
 
     def evidence(self) -> Optional[Evidence]:
         return Evidence(list(self.rows.values()), source="built-in comparison") if self.rows else None
@@ -185,11 +189,16 @@ def noise_warning(
     kind = evidence_is_rounding(r.max_abs, r.max_rel, r.atol)  # (an overflow or NaN never is)
     if kind is None:
         return None
-    f = full.worst if full is not None else None
-    why = _rounding_why(r, kind, precision)
-    if f is not None and f.max_abs > 0 and r.max_abs * FAR_SMALLER <= f.max_abs:
-        why += f", and far less than the full model's {_g(f.max_abs)} on '{f.name}'"
+    why = _rounding_why(r, kind, precision) + _far_below_full(r, full)
     return f"{why}, so this result may be noise rather than the fault. To look past it: " + _noise_advice(r, check)
+
+
+def _far_below_full(r: TensorEvidence, full: Optional[Evidence]) -> str:
+    """Words for a reduced model's failure ``r`` far smaller than the full model's ('' otherwise)."""
+    f = full.worst if full is not None else None
+    if f is not None and f.max_abs > 0 and r.max_abs * FAR_SMALLER <= f.max_abs:
+        return f", and far less than the full model's {_g(f.max_abs)} on '{f.name}'"
+    return ""
 
 
 def _rounding_why(r: TensorEvidence, kind: str, precision: Optional[str]) -> str:
@@ -242,11 +251,7 @@ def storage_rounding_warning(
     rel, how = _relative_error(r, scale)
     if rel > step:
         return None
-    suggest = _round_up(4 * step)
-    if suggest > r.rtol:
-        give = f"({RTOL_FLAG} {_g(suggest)}, and an {ATOL_FLAG} for values near 0)"
-    else:  # (the rtol given is above it already: the elements near 0 need an atol)
-        give = f"(an {ATOL_FLAG} above {_g(r.max_abs)} for values near 0)"
+    give = _tolerances_past(r, step)
     alone = "a single node can fail by that rounding alone" if some_passed else "every node of the model fails alone"
     return (
         f"the reduced model fails by {_g(r.max_abs)} ({how}), no more than {precision} storage "
@@ -254,6 +259,15 @@ def storage_rounding_warning(
         f"precision rather than where the error grows. Give tolerances above it {give} to find the nodes that "
         "amplify the error"
     )
+
+
+def _tolerances_past(r: TensorEvidence, step: float) -> str:
+    """The tolerances that look past a storage rounding of relative ``step`` (failure ``r``), in words."""
+    suggest = _round_up(4 * step)
+    if suggest > r.rtol:
+        return f"({RTOL_FLAG} {_g(suggest)}, and an {ATOL_FLAG} for values near 0)"
+    # (the rtol given is above it already: the elements near 0 need an atol)
+    return f"(an {ATOL_FLAG} above {_g(r.max_abs)} for values near 0)"
 
 
 def _relative_error(r: TensorEvidence, scale: Optional[float]) -> Tuple[float, str]:
@@ -338,6 +352,13 @@ def _constant(model, name: str):
     for t in model.graph.initializer:
         if t.name == name:
             return numpy_helper.to_array(t)
+    return _constant_node_value(model, name)
+
+
+def _constant_node_value(model, name: str):
+    """The value a Constant node of ``model`` gives ``name``, else None."""
+    from onnx import numpy_helper
+
     for n in model.graph.node:
         if n.op_type == "Constant" and name in n.output:
             attr = next((a for a in n.attribute if a.name == "value"), None)

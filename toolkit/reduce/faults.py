@@ -231,12 +231,7 @@ class AllFaultsReducer(CompareReducer):
             fault = self._next_fault(allowed)
             if fault is None:
                 break  # (a search that ended on no failing set of its own)
-            if fault.number > 1 and fault.evidence.get("noise"):  # (the rest as a whole fails by more)
-                self.noise_windows.append(fault)
-                self.reporter.info(_noise_line(fault, "The next failing subgraph", "searching the rest of the model"))
-            else:
-                self.faults.append(fault)
-                self.reporter.info(f"Fault {fault.number}: {', '.join(fault.nodes)}; searching the rest of the model")
+            self._keep_fault(fault)
             allowed &= ~fault.mask
             if not allowed or not self.verdict(allowed):
                 break
@@ -244,6 +239,15 @@ class AllFaultsReducer(CompareReducer):
                 break
         # (the first fault found is always kept: only a later one can be noise)
         return self.faults[0].mask if self.faults else CompareReducer._search(self)
+
+    def _keep_fault(self, fault: Fault) -> None:
+        """Keep ``fault`` (said): as a fault, or, after the first, as a window that fails by rounding noise alone."""
+        if fault.number > 1 and fault.evidence.get("noise"):  # (the rest as a whole fails by more)
+            self.noise_windows.append(fault)
+            self.reporter.info(_noise_line(fault, "The next failing subgraph", "searching the rest of the model"))
+        else:
+            self.faults.append(fault)
+            self.reporter.info(f"Fault {fault.number}: {', '.join(fault.nodes)}; searching the rest of the model")
 
     def _next_fault(self, allowed: int) -> Optional[Fault]:
         """The next fault among the nodes of ``allowed``, its evidence described; None when the

@@ -154,18 +154,26 @@ class GraphIndex:
         self.const_nodes = [all_nodes[p] for p in consts]
         self.size = len(self.nodes)
         self.full_mask = (1 << self.size) - 1
+        self._index_node_tables()
+        self._index_edges()
+        return regular, consts
+
+    def _index_node_tables(self) -> None:
+        """What each node reads and writes, its name (made up where it has none) and op type."""
         self.reads: List[Tuple[str, ...]] = [tuple(node_reads(n)) for n in self.nodes]
         self.writes: List[Tuple[str, ...]] = [tuple(o for o in n.output if o) for n in self.nodes]
         self.names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(self.nodes)]
         self.ops = [n.op_type for n in self.nodes]
-        self._index_edges()
-        return regular, consts
 
     def _index_edges(self) -> None:
         """Which node makes each tensor (Constant nodes apart) and which nodes read it; each node's
         predecessors and successors (bit masks)."""
         self.const_producer: Dict[str, int] = {o: j for j, n in enumerate(self.const_nodes) for o in n.output if o}
         self.producer: Dict[str, int] = {t: i for i, outs in enumerate(self.writes) for t in outs}
+        self._index_masks()
+
+    def _index_masks(self) -> None:
+        """The readers of each tensor, and each node's predecessors and successors (bit masks)."""
         self.consumer_mask: Dict[str, int] = {}
         self.pred_mask = [0] * self.size
         self.succ_mask = [0] * self.size
@@ -184,6 +192,10 @@ class GraphIndex:
         self.graph_input_set = set(self.graph_inputs)
         self.graph_outputs = [vi.name for vi in g.output]
         self.graph_output_set = set(self.graph_outputs)
+        self._index_value_infos(model, g)
+
+    def _index_value_infos(self, model, g) -> None:
+        """The model's value infos of its inputs, outputs and inner tensors, by name."""
         self._input_vi = {vi.name: vi for vi in g.input}
         self._output_vi = {vi.name: vi for vi in g.output}
         self._value_info = {vi.name: vi for vi in g.value_info}
@@ -198,10 +210,7 @@ class GraphIndex:
         if raw is not None:
             self._slice_pieces(g, raw, regular, consts)
         else:
-            self._node_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.nodes]
-            self._const_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.const_nodes]
-            self._header = _model_header(model)
-            self._init_bytes = {t.name: ref_nbytes(t) if is_ref(t) else t.ByteSize() for t in g.initializer}
+            self._encode_pieces(model, g)
         self._vi_frag: Dict[Tuple[str, str], bytes] = {}
         self._const_init_frag: Dict[int, bytes] = {}
         self._folded_frag: Dict[str, bytes] = {}
@@ -212,6 +221,14 @@ class GraphIndex:
             qa.tensor_name: encode_field(f["quantization_annotation"], qa.SerializeToString())
             for qa in g.quantization_annotation
         }
+
+    def _encode_pieces(self, model, g) -> None:
+        """The pieces serialized from the loaded model."""
+        f = self._fields
+        self._node_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.nodes]
+        self._const_frag = [encode_field(f["node"], n.SerializeToString()) for n in self.const_nodes]
+        self._header = _model_header(model)
+        self._init_bytes = {t.name: ref_nbytes(t) if is_ref(t) else t.ByteSize() for t in g.initializer}
 
     def _slice_pieces(self, g, raw: RawPieces, regular: List[int], consts: List[int]) -> None:
         """The pieces as slices of the model file: no message is serialized again."""
@@ -252,23 +269,34 @@ class GraphIndex:
     def _candidate_inputs(self, nodes: List[int], produced: set, keep_inputs: bool, full: bool):
         """(inputs, initializers, Constant nodes) a node set reads from outside itself."""
         inputs: List[str] = list(self.graph_inputs) if keep_inputs else []
-        declared = set(inputs)
+        new_inputs, inits, consts = self._sort_reads(self._reads_outside(nodes, set(inputs), produced))
+        inputs += new_inputs
+        if full:
+            # The whole model: keep Constant nodes that feed graph outputs directly.
+            consts.update(dict.fromkeys(self.const_producer[t] for t in self.graph_outputs if t in self.const_producer))
+            return inputs, inits, sorted(consts)
+        return inputs, inits, list(consts)
+
+    def _reads_outside(self, nodes: List[int], declared: set, produced: set) -> List[str]:
+        """The tensors the nodes read (in order of first read) that are neither ``declared``
+        inputs nor ``produced`` by them."""
+        reads = dict.fromkeys(t for i in nodes for t in self.reads[i])
+        return [t for t in reads if t not in declared and t not in produced]
+
+    def _sort_reads(self, tensors) -> Tuple[List[str], List[str], Dict[int, None]]:
+        """``tensors`` read from outside a node set, sorted into (new inputs, initializers,
+        Constant nodes that make them (in order of first read))."""
+        inputs: List[str] = []
         inits: List[str] = []
-        consts: Dict[int, None] = {}  # (in order of first read)
-        for t in dict.fromkeys(t for i in nodes for t in self.reads[i]):
-            if t in declared or t in produced:
-                continue
+        consts: Dict[int, None] = {}
+        for t in tensors:
             if t in self.initializers or t in self.sparse_initializers:
                 inits.append(t)
             elif t in self.const_producer:
                 consts.setdefault(self.const_producer[t], None)
             else:
                 inputs.append(t)
-        if full:
-            # The whole model: keep Constant nodes that feed graph outputs directly.
-            consts.update(dict.fromkeys(self.const_producer[t] for t in self.graph_outputs if t in self.const_producer))
-            return inputs, inits, sorted(consts)
-        return inputs, inits, list(consts)
+        return inputs, inits, consts
 
     def _candidate_outputs(self, mask: int, nodes: List[int], keep_inputs: bool, keep_outputs: bool, full: bool):
         """Model outputs the nodes produce (model order), then what nodes left out read."""
@@ -317,8 +345,7 @@ class GraphIndex:
         folded: List[str] = []
         if keep_outputs and not full and self.fold_values is not None:
             inputs, folded = self._split_folded(inputs, mask, produced)
-        size_hint = sum(self._init_bytes.get(t, 0) for t in inits)
-        refs = [t for t in inits if t in self._ref_names]
+        size_hint, refs = self._weights_of(inits)
         return Candidate(
             mask,
             nodes,
@@ -333,6 +360,10 @@ class GraphIndex:
             index=self,
             folded=folded,
         )
+
+    def _weights_of(self, inits: List[str]) -> Tuple[int, List[str]]:
+        """(their bytes, those whose data is still on disk) of the initializers ``inits``."""
+        return sum(self._init_bytes.get(t, 0) for t in inits), [t for t in inits if t in self._ref_names]
 
     def _split_folded(self, inputs: List[str], mask: int, produced: set) -> Tuple[List[str], List[str]]:
         """(inputs kept, inputs folded into constants): inputs that are not the model's and join a
@@ -362,11 +393,16 @@ class GraphIndex:
         if weights:
             parts.extend(self._weight_frags(cand.inits, links))
         parts.extend(self._io_frags(cand))
-        if self._qa:
-            names = list(cand.inputs) + sorted(cand.produced) + cand.inits
-            parts.extend(self._qa[t] for t in names if t in self._qa)
+        parts.extend(self._qa_frags(cand))
         length = sum(len(p) for p in parts)
         return [self._header, field_header(self._fields["graph"], length)] + parts
+
+    def _qa_frags(self, cand: Candidate) -> List[bytes]:
+        """The quantization annotations of the candidate's tensors."""
+        if not self._qa:
+            return []
+        names = list(cand.inputs) + sorted(cand.produced) + cand.inits
+        return [self._qa[t] for t in names if t in self._qa]
 
     def _weight_frags(self, inits: List[str], links: Optional[Mapping[str, str]]) -> List[bytes]:
         """The initializers ``inits``: linked to their files in ``links`` where that may be, else as they are."""
@@ -378,11 +414,11 @@ class GraphIndex:
     def _io_frags(self, cand: Candidate) -> List[bytes]:
         """The graph inputs, outputs and value infos of a candidate."""
         metas = self._need_metas(cand)
-        parts = [self._value_info_frag("input", t, metas) for t in cand.inputs] + self._init_input_frags(cand)
-        parts += [self._value_info_frag("output", t, metas) for t in cand.outputs]
+        parts = self._value_info_frags("input", cand.inputs, metas) + self._init_input_frags(cand)
+        parts += self._value_info_frags("output", cand.outputs, metas)
         outs = set(cand.outputs)
         inner = [t for t in sorted(cand.produced) if t in self._value_info and t not in outs]
-        return parts + [self._value_info_frag("value_info", t, metas) for t in inner]
+        return parts + self._value_info_frags("value_info", inner, metas)
 
     def _init_input_frags(self, cand: Candidate) -> List[bytes]:
         """The graph inputs that list the candidate's initializers, as the model does (IR version < 4)."""
@@ -410,12 +446,16 @@ class GraphIndex:
     def _folded_frags(self, names: Sequence[str]) -> List[bytes]:
         missing = [t for t in names if t not in self._folded_frag]
         if missing:
-            assert self.fold_values is not None, "folded inputs need fold_values"
-            values = self.fold_values(missing)
-            for t in missing:
-                tensor = numpy_helper.from_array(values[t], name=t)
-                self._folded_frag[t] = encode_field(self._fields["initializer"], tensor.SerializeToString())
+            self._fold(missing)
         return [self._folded_frag[t] for t in names]
+
+    def _fold(self, names: List[str]) -> None:
+        """The initializer pieces of the tensors ``names``, with the full model's values."""
+        assert self.fold_values is not None, "folded inputs need fold_values"
+        values = self.fold_values(names)
+        for t in names:
+            tensor = numpy_helper.from_array(values[t], name=t)
+            self._folded_frag[t] = encode_field(self._fields["initializer"], tensor.SerializeToString())
 
     def _initializer_proto(self, name: str):
         """The full initializer (from the file's bytes when the index holds only a stub)."""
@@ -466,12 +506,19 @@ class GraphIndex:
 
     def _need_metas(self, cand: Candidate) -> Dict[str, TensorMeta]:
         """Metas of the boundary tensors whose original value info cannot be reused."""
-        need = [t for t in cand.inputs if self._original_vi("input", t) is None]
-        outs = [t for t in cand.outputs if self._original_vi("output", t) is None]
+        need = self._without_vi("input", cand.inputs)
+        outs = self._without_vi("output", cand.outputs)
         if not (need or outs) or self._metas is None:
             return {}
         # dtype and rank of every new input and output (onnx.checker wants both)
         return self._metas(need + outs)
+
+    def _without_vi(self, kind: str, names: List[str]) -> List[str]:
+        """The tensors of ``names`` whose original value info cannot be reused as their ``kind``."""
+        return [t for t in names if self._original_vi(kind, t) is None]
+
+    def _value_info_frags(self, kind: str, names: List[str], metas: Dict[str, TensorMeta]) -> List[bytes]:
+        return [self._value_info_frag(kind, t, metas) for t in names]
 
     def _value_info_frag(self, kind: str, name: str, metas: Dict[str, TensorMeta]) -> bytes:
         key = (kind, name)
@@ -502,13 +549,17 @@ class GraphIndex:
         for table in (self._value_info, self._input_vi, self._output_vi):
             if name in table:
                 return table[name]
+        self._warn_untyped(name)
+        return onnx.ValueInfoProto(name=name)
+
+    def _warn_untyped(self, name: str) -> None:
+        """A warning (once per tensor) that ``name`` is declared without a type."""
         if name not in self._warned:
             self._warned.add(name)
             self.warnings.append(
                 f"the dtype of tensor '{name}' is unknown, so the subgraph declares it without a type; "
                 "give --model-input-shapes or --force-fallback-shape-inference"
             )
-        return onnx.ValueInfoProto(name=name)
 
     # ------------------------------------------------------------------ saving
 
@@ -527,21 +578,27 @@ class GraphIndex:
         runs where those locations are).
         """
 
-        if links is not None and self.on_disk(cand):
-            inline = sum(self._init_bytes.get(t, 0) for t in cand.inits if not self._linkable(t, links))
-            if inline <= BIG_MODEL_BYTES:
-                write_chunks(path, self._chunks(cand, links=links), atomic=atomic)
-                return
-        if cand.refs:
-            big = cand.size_hint > BIG_MODEL_BYTES
-            if big:
-                self._check_not_a_source(path + ".data", path)
-            save_model(self.to_model(cand), path, external_data=big, external_base_dir=self._ext_base)
-            return
-        if cand.size_hint > BIG_MODEL_BYTES:
+        if links is not None and self.on_disk(cand) and self._inline_bytes(cand, links) <= BIG_MODEL_BYTES:
+            write_chunks(path, self._chunks(cand, links=links), atomic=atomic)
+        elif cand.refs or cand.size_hint > BIG_MODEL_BYTES:
+            self._save_model(cand, path)
+        else:
+            write_chunks(path, cand.chunks(), atomic=atomic)
+
+    def _inline_bytes(self, cand: Candidate, links: Mapping[str, str]) -> int:
+        """The bytes of the candidate's weights that ``links`` does not reach (written inline)."""
+        return sum(self._init_bytes.get(t, 0) for t in cand.inits if not self._linkable(t, links))
+
+    def _save_model(self, cand: Candidate, path: str) -> None:
+        """Write a candidate with weights on disk (copied from their files), or a huge one (its
+        weights external)."""
+        big = cand.size_hint > BIG_MODEL_BYTES
+        if not cand.refs:
             save_model(self.to_model(cand), path, external_data=True)
             return
-        write_chunks(path, cand.chunks(), atomic=atomic)
+        if big:
+            self._check_not_a_source(path + ".data", path)
+        save_model(self.to_model(cand), path, external_data=big, external_base_dir=self._ext_base)
 
     def on_disk(self, cand: Candidate) -> bool:
         """Does the candidate use weights that a link can reach (external or spilled)?"""
@@ -654,13 +711,19 @@ def _spill_tensor(pieces: RawPieces, body, out, location: str):
     for c in range(p0, p1, 16 << 20):
         out.write(body[c : min(c + (16 << 20), p1)])
         pieces.release_pages()  # read once: no need to keep the file's pages
+    return _external_stub(body, fields, (("location", location), ("offset", str(offset)), ("length", str(p1 - p0)))), p1 - p0
+
+
+def _external_stub(body, fields, external_data) -> onnx.TensorProto:
+    """The serialized tensor ``body`` (its ``fields`` scanned) without its raw data, referring to
+    it by ``external_data`` ((key, value) pairs)."""
     stub = onnx.TensorProto()
     stub.ParseFromString(b"".join(bytes(body[s:e]) for num, s, _, e in fields if num != 9))
     stub.data_location = onnx.TensorProto.EXTERNAL
-    for key, value in (("location", location), ("offset", str(offset)), ("length", str(p1 - p0))):
+    for key, value in external_data:
         entry = stub.external_data.add()
         entry.key, entry.value = key, value
-    return stub, p1 - p0
+    return stub
 
 
 def _graph_head(g) -> bytes:
@@ -682,12 +745,16 @@ def _tensor_value_info(name: str, dtype: str, shape):
         return vi
     tt.shape.SetInParent()
     for d in shape:
-        dim = tt.shape.dim.add()
-        if isinstance(d, int) and d >= 0:
-            dim.dim_value = d
-        elif isinstance(d, str) and d:
-            dim.dim_param = d
+        _set_dim(tt.shape.dim.add(), d)
     return vi
+
+
+def _set_dim(dim, d) -> None:
+    """A dimension: its value (a size), its name (a symbol), or unknown (anything else)."""
+    if isinstance(d, int) and d >= 0:
+        dim.dim_value = d
+    elif isinstance(d, str) and d:
+        dim.dim_param = d
 
 
 def _split_constants(nodes) -> Tuple[List[int], List[int]]:

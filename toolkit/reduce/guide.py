@@ -38,11 +38,7 @@ def rank(index, errors: Mapping[str, float], floor: Optional[float] = None) -> L
     out: List[Tuple[int, float, float]] = []
     estimated: Set[int] = set()  # nodes that read such tensors
     for i in range(index.size):  # topological order
-        in_err = max((est.get(t, 0.0) for t in index.reads[i]), default=0.0)
-        compared = [errors[t] for t in index.writes[i] if t in errors]
-        worst = max(compared, default=in_err)  # (an uncompared output: the worst compared one, or the input error)
-        for t in index.writes[i]:
-            est[t] = errors.get(t, worst)
+        in_err, compared, worst = _node_errors(index, i, errors, est)
         if not compared:
             unseen.update(index.writes[i])
             continue
@@ -52,6 +48,18 @@ def rank(index, errors: Mapping[str, float], floor: Optional[float] = None) -> L
     # a node reading uncompared tensors (a converter's Casts) has an estimated, inflated ratio: last
     out.sort(key=lambda r: (r[0] in estimated, -r[1], r[0]))
     return out
+
+
+def _node_errors(index, i: int, errors: Mapping[str, float], est: Dict[str, float]) -> Tuple[float, list, float]:
+    """(input error, compared output errors, output error) of node ``i``: its input error is the
+    largest error ``est`` holds of what it reads; each of its outputs gets its compared error
+    in ``est``, or (not compared) the worst compared one, or the input error."""
+    in_err = max((est.get(t, 0.0) for t in index.reads[i]), default=0.0)
+    compared = [errors[t] for t in index.writes[i] if t in errors]
+    worst = max(compared, default=in_err)
+    for t in index.writes[i]:
+        est[t] = errors.get(t, worst)
+    return in_err, compared, worst
 
 
 def guided(plan: Plan, tries: Callable[[], List[int]], then: Callable[[], Search], state: dict) -> Search:

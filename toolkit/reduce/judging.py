@@ -58,23 +58,33 @@ class Judging:
         broken on the full model stops the run here (nothing has been written yet)."""
         full = mask == self.index.full_mask
         kind = self.cfg.rule.classify(res, self.toolkit_check, self.cfg.iter_artifact)
-        reason = self.cfg.rule.reason(res)
         failing = kind in (FAIL, TIMEOUT)
-        built_in = getattr(self.runner, "findings", None) is not None
-        rows = evidence_of(res, built_in) if full or failing else None
+        rows = self._evidence(res) if full or failing else None
         other = self._other_failure(kind, rows, res, full)  # (a different failure: not the one reduced)
         if full and failing:
             self._fix_signature(res, rows)
-        if other is not None:
-            kind, self.other_failures = BROKEN, self.other_failures + 1
-        if kind == BROKEN:
-            reason = self._note_broken(number, mask, res, full, other)
-        elif kind == TIMEOUT:
-            self.timeouts += 1
+        kind, reason = self._count(number, mask, res, kind, other)
         it = Iteration(number, popcount(mask), kind in (FAIL, TIMEOUT), res.seconds, "check", reason, res, verdict=kind)
         if rows is not None and other is None:  # (the evidence of a different failure is not kept)
             it.evidence = self.evidence[mask] = rows
         return it
+
+    def _evidence(self, res: CheckResult) -> Optional[Evidence]:
+        """What the check's comparison found (the built-in one's findings, or its output parsed)."""
+        built_in = getattr(self.runner, "findings", None) is not None
+        return evidence_of(res, built_in)
+
+    def _count(self, number: int, mask: int, res: CheckResult, kind: str, other: Optional[str]):
+        """Count the check by its verdict class ``kind`` (broken when it showed ``other``, a different
+        failure); returns its final (class, reason)."""
+        reason = self.cfg.rule.reason(res)
+        if other is not None:
+            kind, self.other_failures = BROKEN, self.other_failures + 1
+        if kind == BROKEN:
+            reason = self._note_broken(number, mask, res, mask == self.index.full_mask, other)
+        elif kind == TIMEOUT:
+            self.timeouts += 1
+        return kind, reason
 
     def _note_broken(self, number: int, mask: int, res: CheckResult, full: bool, other: Optional[str]) -> str:
         """Count a broken check (``other``: the different failure it showed), said the first time;
@@ -85,6 +95,11 @@ class Judging:
         self.broken += 1
         self.broken_masks.add(mask)
         reason = f"{res.describe()}: {line}"
+        self._say_first_broken(number, other, reason, line)
+        return reason
+
+    def _say_first_broken(self, number: int, other: Optional[str], reason: str, line: str) -> None:
+        """The warning on the first check broken on its own, and on the first other failure."""
         if other is not None and self.other_failures == 1:
             self.reporter.warn(f"iteration {number}: {other}; a different failure from the one being reduced, "
                                "so it says nothing about this subgraph: counted as a pass (so is every later one)")
@@ -93,7 +108,6 @@ class Judging:
                 f"iteration {number}: the check itself failed ({reason}), so it says nothing about this "
                 "subgraph; counted as a pass (so is every later BROKEN check)" + broken_hint(line)
             )
-        return reason
 
     def _other_failure(self, kind: str, rows: Optional[Evidence], res: CheckResult, full: bool) -> Optional[str]:
         """Why a failing check (its comparison ``rows``) fails otherwise than the full model (then broken):
@@ -115,18 +129,22 @@ class Judging:
     def _stop_if_unjudgeable(self, line: str) -> None:
         """CannotJudge when the reduce can no longer judge anything: a data file the check reads
         is gone, or most checks after the full model were broken (a result would be noise)."""
-        gone = [p for p in self._check_files or [] if not os.path.exists(p)]
-        if gone:
-            raise CannotJudge(
-                f"{gone[0]}: a data file the check reads disappeared during the reduce, so the checks after it "
-                f"cannot judge the model ({line}); put it back"
-            )
+        self._stop_if_data_gone(line)
         after_full, broken = self.checks - 1, self.broken - self.other_failures
         if broken >= UNJUDGED_MIN and broken > UNJUDGED_SHARE * after_full:
             raise CannotJudge(
                 f"the check could not judge {broken} of the {after_full} subgraphs checked after the full model "
                 f"(broken: {line}), so the reduce cannot say which nodes fail: make the check run on subgraphs "
                 "(e.g. layerwise --load-inputs and --onnx-outputs mark all golden values)"
+            )
+
+    def _stop_if_data_gone(self, line: str) -> None:
+        """CannotJudge when a data file the check reads is gone."""
+        gone = [p for p in self._check_files or [] if not os.path.exists(p)]
+        if gone:
+            raise CannotJudge(
+                f"{gone[0]}: a data file the check reads disappeared during the reduce, so the checks after it "
+                f"cannot judge the model ({line}); put it back"
             )
 
     def _broken_full_model(self, res: CheckResult, line: str):

@@ -66,21 +66,31 @@ def load_for_index(path: str, external_data_dir: Optional[str] = None, files: Op
 
     if path == "-":
         return full()
+    light = _light_model(path)
+    if light is None:
+        return full()
+    return light[0], light[1], None
+
+
+def _light_model(path: str):
+    """(the light model, the file cut into pieces) of a model whose weights are inside its file;
+    None for any other (external data, a file that cannot be cut, a model the normal loader must
+    word the error of)."""
     check_readable_file(path)
     data = snapshot(path)
     if data is None:
-        return full()
+        return None
     pieces = RawPieces.scan(data)
     light = pieces.light_bytes() if pieces is not None else None
     if pieces is None or light is None or pieces.external:
-        return full()
+        return None
     try:
         model = parse_model(light, path)
     except InputError:
-        return full()  # let the normal loader word the error
+        return None  # let the normal loader word the error
     if has_external_data(model):
-        return full()
-    return model, pieces, None
+        return None
+    return model, pieces
 
 
 def data_input_shapes(model, paths: Sequence[str], warn=None) -> Dict[str, tuple]:
@@ -105,20 +115,27 @@ def data_input_shapes(model, paths: Sequence[str], warn=None) -> Dict[str, tuple
         if not feeds:
             continue
         _check_names_known(model, metas, feeds[0], path)
-        for name in feeds[0]:
-            meta = metas.get(name)
-            if meta is None:
-                continue  # a layerwise file: not an input of the whole model
-            shape = _checked_input_shape(path, name, meta, feeds[0], warn)
-            if not _static(meta.shape):
-                shapes[name] = shape
+        shapes.update(_dynamic_shapes(path, metas, feeds[0], warn))
+    return shapes
+
+
+def _dynamic_shapes(path: str, metas: Dict[str, TensorMeta], feed, warn) -> Dict[str, tuple]:
+    """The shapes ``feed`` (of file ``path``) gives the model's dynamic inputs, each checked."""
+    shapes: Dict[str, tuple] = {}
+    for name in feed:
+        meta = metas.get(name)
+        if meta is None:
+            continue  # a layerwise file: not an input of the whole model
+        shape = _checked_input_shape(path, name, meta, feed, warn)
+        if not _static(meta.shape):
+            shapes[name] = shape
     return shapes
 
 
 def _check_names_known(model, metas: Dict[str, TensorMeta], feed, path: str) -> None:
     """An InputError unless some array of ``feed`` is an input of the model or, for a layerwise
     file, one of its tensors (inputs and node outputs)."""
-    tensors = {o for n in model.graph.node for o in n.output if o} | set(metas)
+    tensors = _node_outputs(model) | set(metas)
     if any(name in tensors for name in feed):
         return
     known = ", ".join(f"'{n}'" for n in metas) or "(none)"
@@ -126,21 +143,32 @@ def _check_names_known(model, metas: Dict[str, TensorMeta], feed, path: str) -> 
     raise InputError(f"{path}: no array in it is a tensor of the model ('{first}' is not); its inputs are {known}")
 
 
+def _node_outputs(model) -> set:
+    """The names of the tensors the nodes of ``model``'s graph make."""
+    return {o for n in model.graph.node for o in n.output if o}
+
+
 def _checked_input_shape(path: str, name: str, meta: TensorMeta, feed, warn) -> tuple:
     """The shape of input ``name`` in ``feed``: a warning for another dtype than the model's, an
     InputError for dims that disagree with the input's fixed ones."""
     shape, dtype = _shape_and_dtype(feed, name)
-    if warn is not None and meta.dtype and dtype is not None and dtype_from_numpy(dtype) != meta.dtype:
-        warn(
-            f"{path}: input '{name}' is {dtype_from_numpy(dtype)} but the model wants {meta.dtype}; "
-            f"debug reduce casts it to {meta.dtype} where it runs the model"
-        )
+    if warn is not None:
+        _warn_other_dtype(path, name, meta, dtype, warn)
     if meta.shape is not None and not _fits(meta.shape, shape):
         raise InputError(
             f"{path}: input '{name}' has shape {format_shape(shape)} but the model's input is "
             f"{format_shape(meta.shape)}"
         )
     return shape
+
+
+def _warn_other_dtype(path: str, name: str, meta: TensorMeta, dtype, warn) -> None:
+    """A warning when input ``name`` of file ``path`` has another ``dtype`` than the model's."""
+    if meta.dtype and dtype is not None and dtype_from_numpy(dtype) != meta.dtype:
+        warn(
+            f"{path}: input '{name}' is {dtype_from_numpy(dtype)} but the model wants {meta.dtype}; "
+            f"debug reduce casts it to {meta.dtype} where it runs the model"
+        )
 
 
 def _fits(dims, shape: tuple) -> bool:

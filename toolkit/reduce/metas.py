@@ -57,15 +57,19 @@ class MetaProvider:
 
     def ensure(self) -> None:
         if self.metas is None:
-            if not self.inference:
-                self.metas = collect_inferred(self.model)
-            elif self.force:
-                self.metas = self._infer(force_fallback=True)
-            else:
-                self.metas = self._infer(fallback=False)
+            self.metas = self._first_metas()
             for name, meta in self.known.items():
                 if _incomplete(self.metas.get(name)):
                     self.metas[name] = meta
+
+    def _first_metas(self) -> Dict:
+        """The metas of the first inference: what the model records (no inference), ONNX-Runtime's
+        (forced), or ONNX shape inference's."""
+        if not self.inference:
+            return collect_inferred(self.model)
+        if self.force:
+            return self._infer(force_fallback=True)
+        return self._infer(fallback=False)
 
     def __call__(self, names: Sequence[str], dtype_only: Sequence[str] = ()):
         """Metas of ``names``; for those in ``dtype_only`` (new outputs) a dtype is enough."""

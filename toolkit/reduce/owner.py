@@ -51,6 +51,14 @@ class Ownership:
             import fcntl  # noqa: F401
         except ImportError:  # pragma: no cover - not a POSIX system
             return
+        busy, holders = self._take_all()
+        if busy:
+            self.release()
+            raise _in_use(busy, holders)
+
+    def _take_all(self) -> Tuple[List[str], List[str]]:
+        """Lock each path that is free (held from then on); returns (the paths in use by another
+        run, the pids of those holding them, where known)."""
         busy: List[str] = []
         holders: List[str] = []
         for path in self.paths:
@@ -61,9 +69,7 @@ class Ownership:
                     holders.append(holder)
             elif fd >= 0:
                 self._held.append((fd, lock_path(path)))
-        if busy:
-            self.release()
-            raise _in_use(busy, holders)
+        return busy, holders
 
     def release(self) -> None:
         for fd, lock in self._held:

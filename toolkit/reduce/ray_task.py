@@ -127,6 +127,21 @@ def place_weights(folder: str, links: Dict[str, str]) -> List[str]:
     return notes
 
 
+def _artifact_path(folder: str, given: str, beside: Optional[str]) -> str:
+    """Where the candidate is written in ``folder``: under the artifact's name ``given``, or a name of
+    its own when ``folder`` is the data files' own (``beside``: other checks share it)."""
+    name = os.path.basename(given)
+    return os.path.join(folder, f".toolkit-check-{uuid.uuid4().hex[:12]}-{name}" if beside else name)
+
+
+def _check_argv(spec: dict, refs: list, artifact: str) -> List[str]:
+    """The check's command on this node: the artifact and each data file it names at their local paths."""
+    argv = worker_argv(spec["argv"], spec["named"], artifact)
+    for path, local in stage_data(spec, refs).items():
+        argv = worker_argv(argv, path, local)
+    return argv
+
+
 def run_check(spec: Optional[dict], candidate: bytes, refs: list) -> Optional[dict]:
     """The Ray task: one check of one candidate, as a local check runs it (``spec`` None: a
     warm-up, which only has Ray start this worker process)."""
@@ -139,13 +154,10 @@ def run_check(spec: Optional[dict], candidate: bytes, refs: list) -> Optional[di
     saved_cwd = os.getcwd()
     try:
         notes = [] if beside else place_weights(folder, links)
-        name = os.path.basename(spec["artifact"])
-        artifact = os.path.join(folder, f".toolkit-check-{uuid.uuid4().hex[:12]}-{name}" if beside else name)
+        artifact = _artifact_path(folder, spec["artifact"], beside)
         with open_new(artifact, "wb") as fh:
             fh.write(candidate)
-        argv = worker_argv(spec["argv"], spec["named"], artifact)
-        for path, local in stage_data(spec, refs).items():
-            argv = worker_argv(argv, path, local)
+        argv = _check_argv(spec, refs, artifact)
         os.chdir(spec["cwd"] if os.path.isdir(spec["cwd"]) else folder)
         res = make_runner(argv, spec["timeout"], warm=False, env=spec["env"]).run()
     finally:

@@ -136,7 +136,7 @@ class Replay:
     def _check_format(cls, path: str, doc: Any) -> None:
         """InputError unless ``doc`` is a replay written by ``cls.tool`` in this format's version
         (a Polygraphy replay is named as such)."""
-        if isinstance(doc, dict) and doc and all(isinstance(k, str) and k.startswith("_N") for k in doc):
+        if _is_polygraphy_replay(doc):
             raise InputError(
                 f"{path}: this is a Polygraphy debug replay; its entries are numbered iterations of Polygraphy's "
                 "own search, not subgraphs, so toolkit cannot reuse them. Run without --load-debug-replay once; "
@@ -153,15 +153,25 @@ class Replay:
         """InputError unless the replay ``doc`` was recorded for this model, check and options."""
         if cls.options_first and options is not None and isinstance(doc.get("options"), dict):
             _same_options(path, doc, options)
+        cls._check_model(path, doc, model_id, num_nodes)
+        if check is not False:
+            _same_check(path, doc, check)
+        if options is not None:
+            _same_options(path, doc, options)
+
+    @classmethod
+    def _check_model(cls, path: str, doc: dict, model_id: str, num_nodes: int) -> None:
+        """InputError unless the replay ``doc`` was recorded for this model (its digest and size)."""
         if doc.get("model") != model_id or doc.get("nodes") != num_nodes:
             raise InputError(
                 f"{path}: this replay was recorded for {cls.other_model}; "
                 "run without --load-debug-replay"
             )
-        if check is not False:
-            _same_check(path, doc, check)
-        if options is not None:
-            _same_options(path, doc, options)
+
+
+def _is_polygraphy_replay(doc: Any) -> bool:
+    """Does ``doc`` look like a Polygraphy debug replay (keys ``_N0_...``)?"""
+    return isinstance(doc, dict) and bool(doc) and all(isinstance(k, str) and k.startswith("_N") for k in doc)
 
 
 def _read_json(path: str) -> Any:
@@ -333,13 +343,18 @@ def weights_digest(initializers: Sequence, files: Sequence[str]) -> str:
             continue
         h.update(t.name.encode() + b"\0" + bytes(str((t.data_type, list(t.dims))), "ascii"))
         h.update(t.raw_data if t.raw_data else t.SerializeToString())
+    _stamp_files(h, files)
+    return h.hexdigest()
+
+
+def _stamp_files(h, files: Sequence[str]) -> None:
+    """Add the size, times and inode of each of ``files`` to the digest ``h`` (or that it is missing)."""
     for path in files:
         try:  # (the inode and its change time too: a rewrite that keeps size and mtime changes them)
             st = os.stat(path)
             h.update(f"{path}:{st.st_size}:{st.st_mtime_ns}:{st.st_ino}:{st.st_ctime_ns}".encode())
         except OSError:
             h.update(f"{path}:missing".encode())
-    return h.hexdigest()
 
 
 def replay_options(cfg, compare: Optional[Mapping[str, Any]] = None) -> Dict[str, Any]:
@@ -357,9 +372,16 @@ def replay_options(cfg, compare: Optional[Mapping[str, Any]] = None) -> Dict[str
         "--no-reduce-outputs": not cfg.reduce_outputs,
     }
     if compare:
-        opts["--compare"] = [compare.get("reference"), compare.get("test")]
-        opts["--reference-model"] = model_ref(cfg.given_reference_model or compare.get("reference_model"))
-        opts["--load-inputs"] = [file_ref(p) for p in cfg.load_inputs]
-        opts["--seed"] = cfg.seed
-        opts["--val-range"] = list(cfg.val_range)
+        opts.update(_compare_options(cfg, compare))
     return opts
+
+
+def _compare_options(cfg, compare: Mapping[str, Any]) -> Dict[str, Any]:
+    """What decides the built-in comparison's verdicts: its runners, reference model, inputs and seed."""
+    return {
+        "--compare": [compare.get("reference"), compare.get("test")],
+        "--reference-model": model_ref(cfg.given_reference_model or compare.get("reference_model")),
+        "--load-inputs": [file_ref(p) for p in cfg.load_inputs],
+        "--seed": cfg.seed,
+        "--val-range": list(cfg.val_range),
+    }

@@ -22,9 +22,7 @@ def probe(reducer, mask: Optional[int]) -> None:
     """Raise CannotJudge when the check fails on node set ``mask`` (one node), on the model
     without it, and on another node alone, having passed nothing."""
     idx = reducer.index
-    if reducer.runner is None or mask is None or popcount(mask) != 1 or idx.size < 2 or not reducer.own_check:
-        return
-    if not _may_fail_anyway(reducer, mask):
+    if mask is None or not _one_node_of_many(reducer, mask) or not _may_fail_anyway(reducer, mask):
         return
     node = mask_indices(mask)[0]
     other = idx.size - 1 if node != idx.size - 1 else 0
@@ -34,9 +32,20 @@ def probe(reducer, mask: Optional[int]) -> None:
         return  # (one node: a cheap check; and --min-good has a passing model)
     if not reducer.verdict(idx.full_mask & ~mask):
         return
-    raise CannotJudge(
-        f"the check fails on every subgraph tried, down to single nodes ({idx.names[node]} alone, "
-        f"{idx.names[other]} alone, the model without {idx.names[node]}; it passed on none): it does not depend on "
+    raise _cannot_judge(reducer, node, other)
+
+
+def _one_node_of_many(reducer, mask: int) -> bool:
+    """Is ``mask`` one node of a model of several, judged by the user's own check that can still run?"""
+    return reducer.runner is not None and popcount(mask) == 1 and reducer.index.size >= 2 and reducer.own_check
+
+
+def _cannot_judge(reducer, node: int, other: int) -> CannotJudge:
+    """The error that the check fails on ``node`` alone, on ``other`` alone and on the model without ``node``."""
+    names = reducer.index.names
+    return CannotJudge(
+        f"the check fails on every subgraph tried, down to single nodes ({names[node]} alone, "
+        f"{names[other]} alone, the model without {names[node]}; it passed on none): it does not depend on "
         f"the model, so no node can be blamed. What it reported: {_what(reducer)}. A check must pass on a model "
         "without the failure: feed it the inputs its golden values were computed on (--load-inputs), make it "
         "fail only on the failure (--fail-regex, --fail-code), or give tolerances above the rounding every "
@@ -74,10 +83,17 @@ def first_alone(reducer, mask: Optional[int]) -> Optional[str]:
     name = idx.names[node]
     if node == 0:
         return f"{name} is the first node in topological order"
-    earlier = next((i for i in range(node) if reducer.memo.get(1 << i) and (1 << i) not in reducer.broken_masks), None)
+    earlier = next((i for i in range(node) if _alone(reducer, i)), None)
     if earlier is not None:
         return (f"{idx.names[earlier]} (node {earlier}) also fails alone and comes before {name} in topological "
                 "order: the error may start there")
+    return _first_known_alone(reducer, node)
+
+
+def _first_known_alone(reducer, node: int) -> str:
+    """For a failing ``node`` with no earlier node known to fail alone: whether every earlier one is
+    known to pass alone (checking the window before it, with exact inputs, when not)."""
+    name = reducer.index.names[node]
     exact = not reducer.own_check  # (the built-in comparison feeds exact inputs: a passing set's nodes pass alone)
     unknown = _unjudged_before(reducer, node, exact)
     if not unknown:
@@ -94,10 +110,18 @@ def _unjudged_before(reducer, node: int, exact: bool) -> int:
     passes = passed_masks(reducer.memo, reducer.broken_masks)
     unknown = 0
     for i in range(node):
-        judged = reducer.memo.get(1 << i) is not None and (1 << i) not in reducer.broken_masks  # (a broken check judged nothing)
+        judged = _alone(reducer, i) is not None
         if not judged and not (exact and any(m >> i & 1 for m in passes)):
             unknown += 1
     return unknown
+
+
+def _alone(reducer, i: int) -> Optional[bool]:
+    """The verdict on node ``i`` alone (True: it fails), None when no check judged it (a broken
+    check judged nothing)."""
+    if (1 << i) in reducer.broken_masks:
+        return None
+    return reducer.memo.get(1 << i)
 
 
 def _first_by_windows(reducer, node: int) -> str:

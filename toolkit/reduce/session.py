@@ -20,16 +20,17 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from toolkit.core.files.create import make_folder
-from toolkit.core.errors import InputError, ToolkitError, UsageError
+from toolkit.core.errors import InputError, UsageError
 from toolkit.core.io.model import (
     check_output_path,
     load_model,
 )
 from toolkit.core.progress import Messages
 from toolkit.reduce.artifacts import Artifacts
+from toolkit.reduce.frozen import FrozenShapes
 from toolkit.reduce.judging import Judging, passed_masks
 from toolkit.reduce.check import make_runner, toolkit_args
 from toolkit.reduce.config import (  # noqa: F401  (re-exported: the session's public names)
@@ -91,7 +92,7 @@ class Reporter(Messages):
         pass
 
 
-class Reducer(Artifacts, Judging):
+class Reducer(Artifacts, Judging, FrozenShapes):
     reporter: Reporter
     own_check = True  # the check is the user's (the built-in comparison's is not: see sanity.probe)
 
@@ -156,14 +157,7 @@ class Reducer(Artifacts, Judging):
     def _validate(self) -> None:
 
         cfg = self.cfg
-        if cfg.mode not in STRATEGIES:
-            raise UsageError(f"unknown --mode '{cfg.mode}'; use bisect or linear (or leave it out for the default)")
-        if not isinstance(cfg.jobs, int) or cfg.jobs < 1:
-            raise UsageError(f"--jobs must be a positive number, got {cfg.jobs}")
-        if cfg.jobs > 1:
-            self._validate_jobs()
-        if not cfg.reduce_inputs and not cfg.reduce_outputs:
-            raise UsageError("--no-reduce-inputs and --no-reduce-outputs together leave nothing to reduce; give one")
+        self._validate_options()
         self._validate_output_names()
         self._validate_distinct_outputs()
         # only files there at the start can disappear (a built-in comparison's check names its
@@ -172,6 +166,18 @@ class Reducer(Artifacts, Judging):
         for path in (cfg.iter_info, cfg.save_replay):
             if path:
                 check_output_path(path)
+
+    def _validate_options(self) -> None:
+        """UsageError for an unknown --mode, a bad --jobs, or both ends kept."""
+        cfg = self.cfg
+        if cfg.mode not in STRATEGIES:
+            raise UsageError(f"unknown --mode '{cfg.mode}'; use bisect or linear (or leave it out for the default)")
+        if not isinstance(cfg.jobs, int) or cfg.jobs < 1:
+            raise UsageError(f"--jobs must be a positive number, got {cfg.jobs}")
+        if cfg.jobs > 1:
+            self._validate_jobs()
+        if not cfg.reduce_inputs and not cfg.reduce_outputs:
+            raise UsageError("--no-reduce-inputs and --no-reduce-outputs together leave nothing to reduce; give one")
 
     def _validate_output_names(self) -> None:
         """-o, --min-good and --iter-artifact name files that can be written (never '-')."""
@@ -288,6 +294,16 @@ class Reducer(Artifacts, Judging):
     def verdicts(self, masks: Sequence[int]) -> List[bool]:
         """Verdicts for several node sets; those not known are checked, up to one per
         worker at once (``--jobs``), numbered in the order given."""
+        answers, todo = self._sort_known(masks)
+        width = len(self.workers) or 1
+        for start in range(0, len(todo), width):
+            batch = todo[start : start + width]
+            answers.update(zip(batch, self._check_batch(batch)))
+        return [answers[m] for m in masks]
+
+    def _sort_known(self, masks: Sequence[int]) -> Tuple[Dict[int, bool], List[int]]:
+        """(the verdicts known, from memory or the loaded replay; the node sets still to check) of
+        ``masks`` (a node set given twice counts as remembered)."""
         answers: Dict[int, bool] = {}
         todo: List[int] = []
         for mask in masks:
@@ -299,11 +315,7 @@ class Reducer(Artifacts, Judging):
                 todo.append(mask)
             else:
                 answers[mask] = known
-        width = len(self.workers) or 1
-        for start in range(0, len(todo), width):
-            batch = todo[start : start + width]
-            answers.update(zip(batch, self._check_batch(batch)))
-        return [answers[m] for m in masks]
+        return answers, todo
 
     def _known(self, mask: int) -> Optional[bool]:
         known = self.memo.get(mask)
@@ -365,18 +377,23 @@ class Reducer(Artifacts, Judging):
             self.iteration += 1
             cand = self.candidate(mask)
             self.reporter.iteration_start(self.iteration, cand)
-            artifact = worker.artifact if worker is not None else self.cfg.iter_artifact
-            self.index.write(cand, artifact, links=self._artifact_links(cand, worker))
-            target = self._runner_of(worker)
-            if hasattr(target, "full_model"):  # (the built-in comparison judges the full model as deployed)
-                target.full_model = mask == self.index.full_mask
-            if cand.size_hint > BIG_MODEL_BYTES:
-                self._external_artifact = True  # its weights went to <artifact>.data
+            self._write_artifact(cand, worker)
             self._flush_warnings()
             if self.cfg.iter_info:
                 self._write_iter_info(cand)
             started.append((self.iteration, mask, cand, worker))
         return started
+
+    def _write_artifact(self, cand: Candidate, worker: Optional[Worker]) -> None:
+        """Write ``cand`` to the iteration artifact ``worker`` checks, and tell its runner whether it
+        is the full model."""
+        artifact = worker.artifact if worker is not None else self.cfg.iter_artifact
+        self.index.write(cand, artifact, links=self._artifact_links(cand, worker))
+        target = self._runner_of(worker)
+        if hasattr(target, "full_model"):  # (the built-in comparison judges the full model as deployed)
+            target.full_model = cand.mask == self.index.full_mask
+        if cand.size_hint > BIG_MODEL_BYTES:
+            self._external_artifact = True  # its weights went to <artifact>.data
 
     def _runner_of(self, worker: Optional[Worker]) -> Any:
         """The runner that checks what ``worker`` writes (without workers: the session's)."""
@@ -407,11 +424,7 @@ class Reducer(Artifacts, Judging):
 
     def _record(self, it: Iteration, mask: int, cand: Candidate, worker) -> None:
         failed = it.failed
-        self.checks += 1
-        self.phase_checks[it.phase] = self.phase_checks.get(it.phase, 0) + 1
-        self.check_seconds += it.seconds
-        if it.source == "check":
-            self.plan.observe(it.nodes, it.seconds)
+        self._tally(it)
         self.memo[mask] = failed
         self.replay.add(
             it.number, mask, it.nodes, failed, it.seconds if it.source == "check" else None,
@@ -428,6 +441,14 @@ class Reducer(Artifacts, Judging):
         self.reporter.iteration_end(it)
         if it.verdict == BROKEN and mask != self.index.full_mask:
             self._stop_if_unjudgeable(it.reason)
+
+    def _tally(self, it: Iteration) -> None:
+        """Count the check, by phase, and its time (observed by the plan when a check ran)."""
+        self.checks += 1
+        self.phase_checks[it.phase] = self.phase_checks.get(it.phase, 0) + 1
+        self.check_seconds += it.seconds
+        if it.source == "check":
+            self.plan.observe(it.nodes, it.seconds)
 
     def _keep_files(self, it: Iteration, cand: Candidate, worker) -> None:
         """After a verdict: --artifacts sorted, the replay saved, --iter-info completed."""
@@ -520,12 +541,7 @@ class Reducer(Artifacts, Judging):
         self._owner = Ownership([cfg.iter_artifact, cfg.save_replay or ""])
         self._owner.acquire()  # before anything is written: another run may be using these files
         self._say_replaced()
-        if self._given_runner is not None:
-            self.runner = self._given_runner
-        elif cfg.check is not None:
-            env = worker_env(0, cfg.devices) if (cfg.jobs > 1 or cfg.devices) else None
-            self.runner = make_runner(cfg.check, cfg.check_timeout, warm=cfg.warm, entry=cfg.worker, env=env,
-                                      patterns=cfg.rule.patterns)
+        self.runner = self._first_runner()
         self._load()
         if cfg.jobs > 1:
             self._make_workers()
@@ -539,6 +555,17 @@ class Reducer(Artifacts, Judging):
             prepare(loading=self.reporter.loading)
         return outcome
 
+    def _first_runner(self) -> Any:
+        """The runner given, or the one made for --check (None: the user is asked)."""
+        cfg = self.cfg
+        if self._given_runner is not None:
+            return self._given_runner
+        if cfg.check is None:
+            return None
+        env = worker_env(0, cfg.devices) if (cfg.jobs > 1 or cfg.devices) else None
+        return make_runner(cfg.check, cfg.check_timeout, warm=cfg.warm, entry=cfg.worker, env=env,
+                           patterns=cfg.rule.patterns)
+
     def _search_from_full(self, outcome: Outcome) -> Optional[int]:
         """The smallest failing mask; ``outcome.status`` becomes "passed" when the full model passes."""
         if self.runner is None and not self.workers:
@@ -546,11 +573,7 @@ class Reducer(Artifacts, Judging):
             self.memo[self.index.full_mask] = True
             return self._search()
         if self.workers:
-            self._full_first = True
-            mask = self._search()
-            if self.memo.get(self.index.full_mask) is False:
-                outcome.status = "passed"
-            return mask
+            return self._search_in_parallel(outcome)
         failed = self.verdict(self.index.full_mask)
         if self.frozen and self.runner is not None:
             failed = self._as_given(failed)
@@ -559,56 +582,13 @@ class Reducer(Artifacts, Judging):
             return None
         return self._search()
 
-    def _as_given(self, frozen_failed: bool) -> bool:
-        """With frozen input shapes, the full model is also checked as given (its own shapes):
-        freezing must not hide the failure, nor change it. Returns whether the model fails."""
-        frozen_sig = self.signature
-        try:
-            self._reload(as_given=True)
-        except ToolkitError:  # (its shapes cannot be found without freezing them: nothing to compare)
-            self._back_to_frozen(frozen_failed)
-            self.signature = frozen_sig
-            if frozen_sig is not None:
-                self.reporter.info(frozen_sig.announce())
-            return frozen_failed
-        failed = self.verdict(self.index.full_mask)
-        given = self.signature if failed else None
-        said = "the model fails the check with its own input shapes" + (f" ({given.describe()})" if given else "")
-        if failed and not frozen_failed:
-            self.reporter.warn(f"{said} but passes it with its input shapes frozen (--model-input-shapes, or the "
-                               "shapes of --load-inputs): freezing hides the failure, so the reduce goes on with "
-                               "the model's own input shapes")
-        else:
-            self._keep_frozen(frozen_failed, given, frozen_sig, said)
-        if self.signature is not None:
-            self.reporter.info(self.signature.announce())
-        return failed or frozen_failed
-
-    def _keep_frozen(self, frozen_failed: bool, given: Optional[Signature], frozen_sig: Optional[Signature],
-                     said: str) -> None:
-        """Back to the model with its input shapes frozen, after the model as given failed the
-        check with signature ``given`` (None: it passed): a warning where freezing makes it fail,
-        or changes the failure."""
-        self._back_to_frozen(frozen_failed)
-        if given is None and frozen_failed:
-            self.reporter.warn("the model passes the check with its own input shapes but fails it with its input "
-                               "shapes frozen: the failure reduced is the frozen model's")
-        self.signature = given if given is not None and frozen_failed else frozen_sig
-        if given is not None and frozen_sig is not None and not given.same(frozen_sig):
-            self.reporter.warn(f"{said}, with its input shapes frozen {frozen_sig.describe()}: freezing changes "
-                               "the failure; the reduce looks for the model's own failure")
-
-    def _back_to_frozen(self, frozen_failed: bool) -> None:
-        """The model with its input shapes frozen loaded again, its verdict remembered."""
-        self._reload(as_given=False)
-        self.memo[self.index.full_mask] = frozen_failed
-
-    def _reload(self, as_given: bool) -> None:
-        self.as_given = as_given
-        self._load()
-        self.memo.clear()
-        self._feeds = None
-        self.best_chunks = None  # (bytes of the other shapes' model: -o is written from the index now loaded)
+    def _search_in_parallel(self, outcome: Outcome) -> Optional[int]:
+        """The search with parallel checks: the full model is checked along with its first round."""
+        self._full_first = True
+        mask = self._search()
+        if self.memo.get(self.index.full_mask) is False:
+            outcome.status = "passed"
+        return mask
 
     def _write_results(self, outcome: Outcome, mask: Optional[int]) -> None:
         """-o, --min-good and the replay file."""
@@ -616,13 +596,17 @@ class Reducer(Artifacts, Judging):
         if mask is not None:
             self._write_reduced(outcome, mask)
         if cfg.min_good:
-            good = self._pick_min_good(mask)
-            if good is not None:
-                self._write_model(self.candidate(good), cfg.min_good)
-                outcome.min_good_written = True
-                outcome.min_good_nodes = popcount(good)
+            self._write_min_good(outcome, mask, cfg.min_good)
         if cfg.save_replay and self.replay.save(cfg.save_replay):  # (an earlier run's replay is never emptied)
             outcome.replay_path = outcome.replay_path or cfg.save_replay
+
+    def _write_min_good(self, outcome: Outcome, mask: Optional[int], path: str) -> None:
+        """--min-good ``path`` (when a passing subgraph was checked), and what the outcome says of it."""
+        good = self._pick_min_good(mask)
+        if good is not None:
+            self._write_model(self.candidate(good), path)
+            outcome.min_good_written = True
+            outcome.min_good_nodes = popcount(good)
 
     def _write_reduced(self, outcome: Outcome, mask: int) -> None:
         """-o, and what the outcome says of it."""
@@ -663,31 +647,40 @@ class Reducer(Artifacts, Judging):
         strategy's first checks, and returns None if it passed (as does any call once the
         full model is known to pass)."""
         plan = self.plan
-        full = self.index.full_mask
-        if self.memo.get(full) is False:
+        if self.memo.get(self.index.full_mask) is False:
             return None
         full_first, self._full_first = self._full_first, False
         jobs = max(len(self.workers), 1)
         plan.width = max(jobs - 1, 1) if full_first else jobs
         gen = gen if gen is not None else STRATEGIES[self.cfg.mode](plan)
+        result = self._drive(gen, full_first, jobs)
+        return None if result is None else self._failed_on(result)
+
+    def _drive(self, gen, full_first: bool, jobs: int) -> Optional[int]:
+        """Answer the queries of the search ``gen`` to its end: its result, or None when the full
+        model passed (``full_first``: checked along with the first query, or alone when it asks none)."""
         try:
             query = next(gen)
             while True:
-                batch = query if isinstance(query, list) else [query]
-                if full_first:
-                    full_first = False
-                    answers = self._after_full_model(batch, jobs)
-                    if answers is None:
-                        gen.close()
-                        return None
-                else:
-                    answers = self.verdicts(batch)
-                query = gen.send(answers if isinstance(query, list) else answers[0])
+                answer = self._answer(query, full_first, jobs)
+                if answer is None:
+                    gen.close()
+                    return None
+                full_first = False
+                query = gen.send(answer)
         except StopIteration as stop:
-            result = stop.value
-        if full_first and not self.verdict(full):
+            if full_first and not self.verdict(self.index.full_mask):
+                return None
+            return stop.value
+
+    def _answer(self, query, full_first: bool, jobs: int):
+        """The answer to one query of a search (a node set, or a list of them: a list of verdicts);
+        None when the full model, checked along with it (``full_first``), passed."""
+        batch = query if isinstance(query, list) else [query]
+        answers = self._after_full_model(batch, jobs) if full_first else self.verdicts(batch)
+        if answers is None:
             return None
-        return self._failed_on(result)
+        return answers if isinstance(query, list) else answers[0]
 
     def _failed_on(self, result: int) -> Optional[int]:
         """``result`` when the check fails on it (checked now where not known), else the smallest

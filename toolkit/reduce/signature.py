@@ -83,16 +83,9 @@ class Signature:
     widened: bool = False  # --any-failure
 
     def describe(self) -> str:
-        if self.kind == SIGNAL:
-            return f"a crash (killed by {signal_name(self.signal)})"
-        if self.kind == TIMEOUT_KIND:
-            return "a timeout (--check-timeout)"
-        if self.kind == MISMATCH:
-            names = quoted_few(self.outputs)
-            far = f", max abs error {self.worst:.4g}" if self.worst is not None else ""
-            return f"a numeric mismatch on {names}{far}"
-        if self.kind == EXIT:
-            return f"exit code {self.code}" + (f" with {self.error}" if self.error else "")
+        described = _DESCRIBED.get(self.kind)
+        if described is not None:
+            return described(self)
         return "any failure" if self.widened else "a failure by the rule given (--fail-regex / --fail-code)"
 
     def same(self, other: "Signature") -> bool:
@@ -140,6 +133,11 @@ class Signature:
                 f"a numeric mismatch on '{rows.failing[0].name}' while '{passing}', which fails in the full "
                 "model, passes here"
             )
+        return self._feeds_none(rows, failing, feeds)
+
+    def _feeds_none(self, rows: Evidence, failing: set, feeds) -> Optional[str]:
+        """Why a mismatch on ``failing`` is another failure when none of those tensors feeds the
+        full model's failing tensors (a tensor not in the full graph may feed them), else None."""
         answers = [feeds(name) for name in failing]
         if any(a is None or a for a in answers):
             return None
@@ -155,6 +153,29 @@ class Signature:
         if kept and not any(t.name in failing for t in kept):
             return kept[0].name
         return None
+
+
+def _describe_signal(sig: Signature) -> str:
+    return f"a crash (killed by {signal_name(sig.signal)})"
+
+
+def _describe_timeout(sig: Signature) -> str:
+    return "a timeout (--check-timeout)"
+
+
+def _describe_mismatch(sig: Signature) -> str:
+    far = f", max abs error {sig.worst:.4g}" if sig.worst is not None else ""
+    return f"a numeric mismatch on {quoted_few(sig.outputs)}{far}"
+
+
+def _describe_exit(sig: Signature) -> str:
+    return f"exit code {sig.code}" + (f" with {sig.error}" if sig.error else "")
+
+
+# The full model's failure in words, by its kind (a failure by the user's rule: Signature.describe)
+_DESCRIBED: Dict[str, Callable[[Signature], str]] = {
+    SIGNAL: _describe_signal, TIMEOUT_KIND: _describe_timeout, MISMATCH: _describe_mismatch, EXIT: _describe_exit,
+}
 
 
 def quoted_few(names: Sequence[str]) -> str:
@@ -223,6 +244,19 @@ def _mismatch(rows: Evidence, graph_outputs: Tuple[str, ...]) -> Signature:
 def feeds_maker(index, targets: Tuple[str, ...]) -> Callable[[str], Optional[bool]]:
     """``feeds(tensor)`` for :meth:`Signature.differs` over a :class:`~toolkit.reduce.graph.GraphIndex`:
     whether ``tensor`` is one of ``targets`` or an ancestor of one (None: not a tensor of the graph)."""
+    ancestors = _ancestors(index, targets)
+    known = set(index.producer) | set(index.graph_inputs) | set(index.initializers)
+
+    def feeds(name: str) -> Optional[bool]:
+        if name in ancestors:
+            return True
+        return False if name in known else None
+
+    return feeds
+
+
+def _ancestors(index, targets: Tuple[str, ...]) -> set:
+    """``targets`` and every tensor of the graph they are computed from."""
     ancestors: set = set()
     todo = [t for t in targets if t]
     while todo:
@@ -233,11 +267,4 @@ def feeds_maker(index, targets: Tuple[str, ...]) -> Callable[[str], Optional[boo
         p = index.producer.get(t)
         if p is not None:
             todo.extend(r for r in index.reads[p] if r not in ancestors)
-    known = set(index.producer) | set(index.graph_inputs) | set(index.initializers)
-
-    def feeds(name: str) -> Optional[bool]:
-        if name in ancestors:
-            return True
-        return False if name in known else None
-
-    return feeds
+    return ancestors

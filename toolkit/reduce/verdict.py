@@ -96,12 +96,7 @@ class FailureRule:
     ):
         if fail_codes and ignore_codes:
             raise UsageError("--fail-code and --ignore-fail-code cannot be used together; choose one")
-        self.patterns = []
-        for pattern in fail_regex or ():
-            try:
-                self.patterns.append(re.compile(pattern))
-            except re.error as exc:
-                raise UsageError(f"--fail-regex '{pattern}' is not a valid regular expression: {exc}") from None
+        self.patterns = _compiled(fail_regex or ())
         self.fail_codes = set(fail_codes) if fail_codes else None
         self.ignore_codes = set(ignore_codes) if ignore_codes else set()
 
@@ -111,6 +106,10 @@ class FailureRule:
             return None
         if res.found is not None:  # searched in the whole output as it came (only its head and tail are kept)
             return next((p.pattern for p in self.patterns if p.pattern in res.found), None)
+        return self._searched(res)
+
+    def _searched(self, res: CheckResult) -> Optional[str]:
+        """The first pattern that matches the output kept (stdout or stderr), or None."""
         texts = (res.stdout_text, res.stderr_text)
         for p in self.patterns:
             if any(p.search(t) for t in texts):
@@ -122,6 +121,12 @@ class FailureRule:
             return True
         if res.code in self.ignore_codes:
             return False
+        return self._failed_by_rule(res)
+
+    def _failed_by_rule(self, res: CheckResult) -> bool:
+        """Whether a check that exited with a code not ignored fails: its code is one of --fail-code
+        (with a pattern matching, when --fail-regex is given), a --fail-regex pattern matches, or
+        (neither given) its code is not 0."""
         match = self.matched(res) is not None if self.patterns else None  # (None: no pattern given)
         if self.fail_codes is not None:
             return res.code in self.fail_codes and match is not False
@@ -168,6 +173,17 @@ class FailureRule:
             pat = self.matched(res)
             text += f", matched '{pat}'" if pat else ", no pattern matched"
         return text
+
+
+def _compiled(fail_regex: Sequence[str]) -> list:
+    """The --fail-regex patterns, compiled; UsageError for one that is not a regular expression."""
+    patterns = []
+    for pattern in fail_regex:
+        try:
+            patterns.append(re.compile(pattern))
+        except re.error as exc:
+            raise UsageError(f"--fail-regex '{pattern}' is not a valid regular expression: {exc}") from None
+    return patterns
 
 
 def _broken_by_itself(res: CheckResult, toolkit_check: bool, artifact: Optional[str]) -> bool:
@@ -219,6 +235,13 @@ class AnswersExhausted(Exception):
     """End of input while asking the user for a verdict."""
 
 
+# The answers ask_user understands: True for a failure
+_ANSWERS = {
+    **dict.fromkeys(("p", "pass", "passed", "good", "g"), False),
+    **dict.fromkeys(("f", "fail", "failed", "bad", "b"), True),
+}
+
+
 def ask_user(artifact: str, stdin=None, stderr=None, stream=None) -> bool:
     """Ask whether ``artifact`` passed; True means it failed. EOF raises AnswersExhausted.
 
@@ -233,11 +256,9 @@ def ask_user(artifact: str, stdin=None, stderr=None, stream=None) -> bool:
         if not line:
             stderr.write("\n")
             raise AnswersExhausted()
-        answer = line.strip().lower()
-        if answer in ("p", "pass", "passed", "good", "g"):
-            return False
-        if answer in ("f", "fail", "failed", "bad", "b"):
-            return True
+        failed = _ANSWERS.get(line.strip().lower())
+        if failed is not None:
+            return failed
         prompt = "Please answer 'p' (pass) or 'f' (fail): "
 
 

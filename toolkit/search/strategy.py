@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any, Generator, List, Optional, Protocol
+from typing import Any, Generator, List, Optional, Protocol, Tuple
 
 from toolkit.search.masks import mask_indices, mask_of, popcount, range_mask
 
@@ -85,19 +85,25 @@ class Plan:
         obs = self.observations
         if len({n for n, _ in obs}) < 2:
             return None
-        k = len(obs)
-        mx = sum(n for n, _ in obs) / k
-        my = sum(t for _, t in obs) / k
-        sxx = sum((n - mx) ** 2 for n, _ in obs)
-        sxy = sum((n - mx) * (t - my) for n, t in obs)
-        per_node = max(sxy / sxx, 0.0) if sxx else 0.0
-        per_check = max(my - per_node * mx, 0.0)
-        return per_check, per_node
+        return _fit_line(obs)
 
     @property
     def free(self) -> bool:
         """Any subset is allowed (inputs and outputs may both change)."""
         return self.reduce_inputs and self.reduce_outputs
+
+
+def _fit_line(obs: List[tuple]) -> Tuple[float, float]:
+    """(seconds per check, seconds per node): the least-squares line through the (nodes, seconds)
+    of ``obs`` (no negative cost)."""
+    k = len(obs)
+    mx = sum(n for n, _ in obs) / k
+    my = sum(t for _, t in obs) / k
+    sxx = sum((n - mx) ** 2 for n, _ in obs)
+    sxy = sum((n - mx) * (t - my) for n, t in obs)
+    per_node = max(sxy / sxx, 0.0) if sxx else 0.0
+    per_check = max(my - per_node * mx, 0.0)
+    return per_check, per_node
 
 
 def _log2(n: int) -> int:
@@ -246,11 +252,20 @@ def _search_down(plan: Plan, lo: int, stop: int) -> Search:
     while starts:
         js, starts = starts[: plan.width], starts[plan.width :]
         verdicts = yield from _check_starts(plan, lo, js, stop)
-        failing = [j for j, failed in zip(js, verdicts) if failed]
-        if failing:
-            return failing[0], min([hi] + [j for j, failed in zip(js, verdicts) if not failed and j > failing[0]])
+        found = _first_failing_start(js, verdicts, hi)
+        if found is not None:
+            return found
         hi = js[-1]
     return lo, hi
+
+
+def _first_failing_start(js: List[int], verdicts: List[bool], hi: int) -> Optional[Tuple[int, int]]:
+    """(the first failing start of ``js``, the closest passing start above it, or ``hi``), or None
+    when every start of ``js`` passed."""
+    failing = [j for j, failed in zip(js, verdicts) if failed]
+    if not failing:
+        return None
+    return failing[0], min([hi] + [j for j, failed in zip(js, verdicts) if not failed and j > failing[0]])
 
 
 def _check_starts(plan: Plan, lo: int, js: List[int], stop: int) -> Search:
@@ -317,9 +332,7 @@ def drop_loop(plan: Plan, mask: int, *, interior: bool, phase: str = "drop loop"
     plan.phase = phase
     rejected: dict = {}  # node -> mask at which dropping it passed
     while True:
-        order = _drop_order(plan, mask, interior)
-        fresh = [i for i in order if i not in rejected]
-        stale = [i for i in order if rejected.get(i, mask) != mask]  # (their drop passed on another mask)
+        fresh, stale = _untried(_drop_order(plan, mask, interior), rejected, mask)
         plan.remaining = len(fresh) + len(stale)
         drops = _drop_batched if plan.width > 1 else _drop_serial
         smaller = yield from drops(plan, mask, fresh or stale, rejected)
@@ -328,6 +341,13 @@ def drop_loop(plan: Plan, mask: int, *, interior: bool, phase: str = "drop loop"
         elif not fresh:  # every candidate was tried against this very mask (the stale ones just now)
             plan.remaining = 0
             return mask
+
+
+def _untried(order: List[int], rejected: dict, mask: int) -> Tuple[List[int], List[int]]:
+    """(the nodes of ``order`` never tried, those whose drop passed on another mask than ``mask``)."""
+    fresh = [i for i in order if i not in rejected]
+    stale = [i for i in order if rejected.get(i, mask) != mask]
+    return fresh, stale
 
 
 def _drop_serial(plan: Plan, mask: int, todo: List[int], rejected: dict) -> Search:
@@ -345,12 +365,7 @@ def _drop_serial(plan: Plan, mask: int, todo: List[int], rejected: dict) -> Sear
 def _drop_batched(plan: Plan, mask: int, todo: List[int], rejected: dict) -> Search:
     """:func:`_drop_serial` with ``plan.width`` drops checked at once; the first that still
     fails is taken, as one at a time would."""
-    tries = []
-    for i in todo:
-        if mask & ~(1 << i):
-            tries.append(i)
-        else:
-            rejected[i] = mask  # (nothing left to check)
+    tries = _droppable(mask, todo, rejected)
     for start in range(0, len(tries), plan.width):
         batch = tries[start : start + plan.width]
         verdicts = yield [mask & ~(1 << i) for i in batch]
@@ -360,6 +375,18 @@ def _drop_batched(plan: Plan, mask: int, todo: List[int], rejected: dict) -> Sea
                 return mask & ~(1 << i)
             rejected[i] = mask
     return None
+
+
+def _droppable(mask: int, todo: List[int], rejected: dict) -> List[int]:
+    """The nodes of ``todo`` whose drop leaves nodes to check; the others are recorded in
+    ``rejected`` (nothing left to check)."""
+    tries = []
+    for i in todo:
+        if mask & ~(1 << i):
+            tries.append(i)
+        else:
+            rejected[i] = mask
+    return tries
 
 
 def linear(plan: Plan, mask: Optional[int] = None) -> Search:
