@@ -37,7 +37,8 @@ from toolkit.quant.validate import GENERATED, HeldOut, split, split_count
 from toolkit.search import strategy
 from toolkit.search.masks import mask_indices
 from toolkit.precision.config import PrecisionConfig, QdqConfig
-from toolkit.precision.search import PrecisionOutcome, Check, PrecisionSearch, SetIndex, describe
+from toolkit.precision.search import PrecisionOutcome, Check, PrecisionSearch, SetIndex
+from toolkit.precision.verdicts import describe
 from toolkit.run.registry import get_kind
 
 

@@ -51,6 +51,7 @@ from toolkit.precision.replay import check_options, check_words, content_id
 from toolkit.run.feeds import explain_generated
 from toolkit.run.registry import get_kind
 from toolkit.precision.running import emulates, run_spec, run_spec_bytes
+from toolkit.precision.verdicts import describe, not_finite, overflows, same_shape, within_rounding
 from toolkit.run.specs import parse_runner_spec, preflight_specs
 
 TOOL = "toolkit debug precision"
@@ -130,23 +131,6 @@ class SetIndex:
 
     def sources(self, mask: int) -> List[int]:
         return []
-
-
-def _describe(comps) -> str:
-    """'max error 0.96 at y' for the worst failing (or, when all pass, worst) output."""
-    # (a failing output before a passing one, then the larger error; the first of equals)
-    outputs = (o for it in comps for o in it.outputs)
-    worst = max(outputs, key=lambda o: (not o.passed, _error(o)), default=None)
-    return "" if worst is None else f"max error {_error(worst):.3g} at {worst.name}"
-
-
-def _error(output) -> float:
-    """An output's error (the atol it needs; NaN counts as infinite)."""
-    err = output.required_atol
-    return float("inf") if err != err else err
-
-
-describe = _describe  # (public: the QDQ search words its checks the same way)
 
 
 class PrecisionSearch:
@@ -405,9 +389,9 @@ class PrecisionSearch:
 
         producer = self.producer.get(name)
         if producer not in kept:
-            return producer, _not_finite
+            return producer, not_finite
         readers = [r for r in self.readers.get(name, ()) if r not in kept]
-        return (readers[0] if readers else None), lambda got: _overflows(got, self.dtype)
+        return (readers[0] if readers else None), lambda got: overflows(got, self.dtype)
 
     def _shows(self, name: str, outs: List[Dict], overflowed) -> bool:
         """Whether some iteration's ``name`` is ``overflowed`` where the reference's is finite."""
@@ -415,7 +399,7 @@ class PrecisionSearch:
         for k, o in enumerate(outs):
             got = o.get(name)
             fin = self.ref_finite[k].get(name) if k < len(self.ref_finite) else None
-            if _same_shape(got, fin) and (fin & overflowed(got)).any():
+            if same_shape(got, fin) and (fin & overflowed(got)).any():
                 return True
         return False
 
@@ -451,7 +435,7 @@ class PrecisionSearch:
 
     def _describe(self, comps) -> str:
         """A check's comparison in words (the worst output)."""
-        return _describe(comps)
+        return describe(comps)
 
     def passes(self, mask: int) -> bool:
         """Does the model with ``mask``'s nodes kept in fp32 pass the comparison? (remembered)"""
@@ -560,7 +544,7 @@ class PrecisionSearch:
         if any(it.only_a or it.only_b for it in comps):
             return False
         failing = self._failing(comps)
-        if not all(_within_rounding(ref, o, bound) for ref, o in failing):
+        if not all(within_rounding(ref, o, bound) for ref, o in failing):
             return False
         self.rounding[mask] = max((o.max_abs for _, o in failing), default=0.0)
         return True
@@ -757,7 +741,7 @@ class PrecisionSearch:
         elif c.save_replay:
             self.replay = PrecisionReplay(ident, n, self.replay_check(), self.replay_options())
 
-    def _load_replay(self, path: str, ident: str, n: int) -> "PrecisionReplay":
+    def _load_replay(self, path: str, ident: str, n: int) -> Replay:
         """The replay file's verdicts, and where each check's first overflow was."""
         replay = PrecisionReplay.load(path, ident, n, options=self.replay_options())
         for m, failed in replay.verdicts.items():
@@ -784,8 +768,8 @@ def _loaded_feeds(paths: Sequence[str], metas) -> List[Mapping]:
     """The input sets of --load-inputs files, in order (InputError: none)."""
     from toolkit.core.io.datafiles import load_inputs
 
-    feeds = [select_feed(feed, metas, source=path, iteration=k) for path in paths
-             for k, feed in enumerate(load_inputs(path))]
+    feeds: List[Mapping] = [select_feed(feed, metas, source=path, iteration=k) for path in paths
+                            for k, feed in enumerate(load_inputs(path))]
     if not feeds:
         raise InputError(f"{', '.join(paths)}: no iterations")
     return feeds
@@ -797,33 +781,6 @@ def _loaded_outputs(got: Mapping, wanted: List[str], where: str) -> Dict:
     if missing:
         raise InputError(f"{where} has no output {', '.join(missing)}")
     return {n: got[n] for n in wanted}
-
-
-def _same_shape(got, fin) -> bool:
-    """A tensor and the reference's finite-mask, both there and of one shape."""
-    return got is not None and fin is not None and got.shape == fin.shape
-
-
-def _within_rounding(ref, o, bound: float) -> bool:
-    """Failing output ``o`` is off by no more than ``bound`` times its reference ``ref``'s largest finite value."""
-    ref = np.asarray(ref)
-    if ref.dtype.kind != "f" or not math.isfinite(o.max_abs):
-        return False
-    finite = ref[np.isfinite(ref)]
-    scale = float(np.abs(finite).max()) if finite.size else 0.0
-    return o.max_abs <= bound * scale
-
-
-def _not_finite(values):
-    return ~np.isfinite(values)
-
-
-def _overflows(values, dtype: str):
-    """Where float32 ``values`` become inf (or stay inf/nan) when stored in ``dtype``: past the
-    midpoint between its largest finite value and the next power (fp16: 65520)."""
-    limit = 3.3961514e38 if dtype == "bfloat16" else 65520.0
-    with np.errstate(invalid="ignore"):
-        return ~(np.abs(values) < limit)
 
 
 class PrecisionReplay(Replay):
