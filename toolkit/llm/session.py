@@ -330,9 +330,8 @@ class LlmDebugger:
         """The test model's tensors the reference lacks, when it lacks most of them (else none)."""
         assert self.test_model is not None
         tensors = [o for o in _node_outputs(self.test_model.graph) if o]
-        if sum(t in ref_names for t in tensors) >= len(tensors) / 2:
-            return []
-        return [t for t in tensors if t not in ref_names]
+        lacking = [t for t in tensors if t not in ref_names]
+        return lacking if len(lacking) > len(tensors) / 2 else []
 
     def reduce_command(self, inputs: str) -> str:
         """The ``debug reduce --compare`` command that shrinks the step's graph to the fault."""

@@ -32,7 +32,7 @@ from toolkit.core.shared_options import ATOL_FLAG, TOLERANCE_OPTIONS
 from toolkit.quant import qdq
 from toolkit.quant import stats as qdq_stats
 from toolkit.quant import metrics as qdq_metrics
-from toolkit.precision.replay import qdq_options
+from toolkit.precision.replay import list_words, qdq_options, value_words
 from toolkit.quant.validate import GENERATED, HeldOut, split, split_count
 from toolkit.search import strategy
 from toolkit.search.masks import mask_indices
@@ -153,16 +153,12 @@ class QdqSearch(PrecisionSearch):
         metric, the pairs always in float, the held-out split (which sets the search runs on)."""
         c = self.config
         words = super().replay_check()
-        for flag, value in (("--reference-model", c.reference_model), ("--metric-tolerance", c.metric_tolerance),
-                            ("--held-out", c.held_out)):
-            if value is not None:
-                words += [flag, str(value)]
+        words += value_words((("--reference-model", c.reference_model), ("--metric-tolerance", c.metric_tolerance),
+                              ("--held-out", c.held_out)))
         if c.metric is not None:
             words += ["--metric", c.metric if isinstance(c.metric, str) else getattr(c.metric, "__name__", "callable")]
-        for flag, values in (("--metric-outputs", c.metric_outputs), ("--float-op-types", c.float_op_types),
-                             ("--validate-inputs", c.validate_inputs)):
-            if values:
-                words += [flag, *values]
+        words += list_words((("--metric-outputs", c.metric_outputs), ("--float-op-types", c.float_op_types),
+                             ("--validate-inputs", c.validate_inputs)))
         if c.weights:
             words.append("--qdq-weights")
         return words

@@ -368,14 +368,22 @@ def _to_roots(tied: Dict[str, str]) -> Dict[str, str]:
 
 def _requantized(p: Pair, producer, by_output: Dict[str, Pair], axes: "_AxisMap") -> Optional[Pair]:
     """The pair whose values activation pair ``p`` re-quantizes on the same grid after a value-moving op (or None)."""
-    node = None if p.weight else producer.get(p.tensor)
-    if node is None or node.op_type not in MOVING_OPS or not node.input:
+    node = _moving_producer(p, producer)
+    if node is None:
         return None
     up = by_output.get(node.input[0])
     if up is None or up is p or not _same_grid(up, p):
         return None
     # (a per-channel pair: the op may move the channels, the values then on another channel's grid)
     return up if _channels_kept(p, up, node, axes) else None
+
+
+def _moving_producer(p: Pair, producer) -> Optional[onnx.NodeProto]:
+    """The value-moving node computing activation pair ``p``'s tensor from an input (None: none does)."""
+    node = None if p.weight else producer.get(p.tensor)
+    if node is None or node.op_type not in MOVING_OPS or not node.input:
+        return None
+    return node
 
 
 def _channels_kept(p: Pair, up: Pair, node, axes: "_AxisMap") -> bool:
