@@ -241,19 +241,23 @@ class QdqSearch(PrecisionSearch):
             self.held_source, self.held_out_feeds = "file", self._feeds_with(load_inputs=list(c.validate_inputs))
             return feeds
         if c.load_inputs:
-            every = super()._feeds()
-            feeds, self.held_out_feeds = split(every, split_count(len(every), c.held_out))
-            self.held_source = "split"
-            if c.held_out == 0:
-                self.held_note = "--held-out 0"
-            elif not self.held_out_feeds:
-                self.held_note = (f"{len(every)} input set(s): too few to hold any out (give four or more, or "
-                                  "--validate-inputs FILE)")
-            return feeds
+            return self._split_loaded()
         extra = c.held_out if c.held_out is not None else max(GENERATED, c.iterations)
         every = self._feeds_with(iterations=c.iterations + extra)  # (further seeds)
         self.held_source, self.held_out_feeds = "generated", every[c.iterations:]
         return every[: c.iterations]
+
+    def _split_loaded(self) -> List:
+        """The loaded input sets less those held out (--held-out, or a quarter of four or more)."""
+        every = super()._feeds()
+        feeds, self.held_out_feeds = split(every, split_count(len(every), self.config.held_out))
+        self.held_source = "split"
+        if self.config.held_out == 0:
+            self.held_note = "--held-out 0"
+        elif not self.held_out_feeds:
+            self.held_note = (f"{len(every)} input set(s): too few to hold any out (give four or more, or "
+                              "--validate-inputs FILE)")
+        return feeds
 
     def _feeds_with(self, **changes) -> List:
         c = self.config

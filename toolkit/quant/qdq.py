@@ -328,8 +328,13 @@ def _op_type_names(items: Sequence[str]) -> Set[str]:
 
 def _tensors_of(model, op_types: Set[str]) -> Tuple[Set[str], Set[str]]:
     """(the tensors read, the tensors written) by the top graph's nodes of ``op_types``."""
-    nodes = [n for n in model.graph.node if n.op_type in op_types]
-    return {i for n in nodes for i in n.input}, {o for n in nodes for o in n.output}
+    reads: Set[str] = set()
+    writes: Set[str] = set()
+    for node in model.graph.node:
+        if node.op_type in op_types:
+            reads.update(node.input)
+            writes.update(node.output)
+    return reads, writes
 
 
 # ops that move or select values without computing new ones: their output holds only values of
