@@ -50,8 +50,14 @@ def _scope_path(value: str) -> Optional[str]:
         return None
     if not any(later.startswith(parts[0] + ".") for later in parts[1:]):
         return ".".join(parts)  # scopes of one name each: the path is their join
+    return _cumulative_path(parts)
+
+
+def _cumulative_path(parts: List[str]) -> str:
+    """The last of cumulative paths (each extends the one before); what does not extend the last
+    one is the op's own name."""
     path = parts[0]
-    for part in parts[1:]:  # cumulative paths; what does not extend the last one is the op's own name
+    for part in parts[1:]:
         if not part.startswith(path + "."):
             break
         path = part

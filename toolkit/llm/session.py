@@ -306,8 +306,7 @@ class LlmDebugger:
         lacking = self._lacking(div, test_feed, ref_names)
         if not lacking:
             return None
-        shown = ", ".join(repr(n) for n in lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
-        return (f"the reference model lacks tensor(s) {shown} under the test model's names, and debug reduce "
+        return (f"the reference model lacks tensor(s) {_first_few(lacking, 3)} under the test model's names, and debug reduce "
                 "--reference-model feeds and compares tensors by name (a reduce would compare nothing and end on the "
                 "wrong node); to shrink the step, compare one model file on both runners (no --reference-model) or "
                 "export both models with the same tensor names")
@@ -319,18 +318,17 @@ class LlmDebugger:
     def _lacking(self, div: Divergence, test_feed: Feed, ref_names: Set[str]) -> List[str]:
         """The tensors a reduce by name needs that the reference model (``ref_names``) does not have."""
         loc = div.located
-        if loc is not None and loc.matched_by != "name":
+        if loc is None:  # not localized: the names of the test model's tensors, most of which the reference must have
+            return _not_in([*test_feed, *div.outputs], ref_names) + self._mostly_lacking(ref_names)
+        if loc.matched_by != "name":
             return [loc.tensor]
-        # not localized: the names of the test model's tensors, most of which the reference must have
-        wanted = list(test_feed) + ([loc.tensor] if loc is not None else list(div.outputs))
-        lacking = [n for n in wanted if n not in ref_names]
-        return lacking + (self._mostly_lacking(ref_names) if loc is None else [])
+        return _not_in([*test_feed, loc.tensor], ref_names)
 
     def _mostly_lacking(self, ref_names: Set[str]) -> List[str]:
         """The test model's tensors the reference lacks, when it lacks most of them (else none)."""
         assert self.test_model is not None
         tensors = [o for o in _node_outputs(self.test_model.graph) if o]
-        lacking = [t for t in tensors if t not in ref_names]
+        lacking = _not_in(tensors, ref_names)
         return lacking if len(lacking) > len(tensors) / 2 else []
 
     def reduce_command(self, inputs: str) -> str:
@@ -344,6 +342,17 @@ class LlmDebugger:
         if cfg.external_data_dir:
             words += ["--external-data-dir", cfg.external_data_dir]
         return " ".join(shlex.quote(w) for w in words)
+
+
+def _not_in(names: List[str], known: Set[str]) -> List[str]:
+    """The ``names`` that are not ``known``, in order."""
+    return [n for n in names if n not in known]
+
+
+def _first_few(names: List[str], count: int) -> str:
+    """The first ``count`` names quoted, and how many more there are."""
+    more = f" and {len(names) - count} more" if len(names) > count else ""
+    return ", ".join(repr(n) for n in names[:count]) + more
 
 
 def _node_outputs(graph) -> List[str]:

@@ -160,10 +160,11 @@ def compare_step(test_io: DecoderIO, ref_io: DecoderIO, test_out: Mapping, ref_o
 def _record(res: StepResult, cmp, a: np.ndarray, b: np.ndarray, logits: bool) -> None:
     """One output's comparison into ``res``: NaN on both sides, NaN in the test only, a failure."""
     res.compared += 1
-    if cmp.passed and has_nan(a) and has_nan(b):
-        res.both_nan.append(cmp.name)
-    if not cmp.passed:
-        if nan_only_in(a, b):
-            res.nan_in_test.append(cmp.name)
-        res.failed.append(cmp)
-        res.logits_failed = res.logits_failed or logits
+    if cmp.passed:
+        if has_nan(a) and has_nan(b):
+            res.both_nan.append(cmp.name)
+        return
+    if nan_only_in(a, b):
+        res.nan_in_test.append(cmp.name)
+    res.failed.append(cmp)
+    res.logits_failed = res.logits_failed or logits
