@@ -25,7 +25,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx
@@ -203,8 +203,7 @@ class PrecisionSearch:
         from toolkit.core.files import paths
 
         reads = [("--load-inputs", p) for p in c.load_inputs] + [("--load-outputs", c.load_outputs or "")]
-        if c.load_replay and not (c.save_replay and paths.same_file(c.load_replay, c.save_replay)):
-            reads.append(("--load-debug-replay", c.load_replay))
+        reads += _replay_read(c, paths.same_file)
         writes = [("-o", c.output or ""), ("--save-debug-replay", c.save_replay or "")]
         paths.check_with_model(c.model, reads, writes, c.external_data_dir)
 
@@ -762,6 +761,13 @@ def _check_written(c: PrecisionConfig) -> None:
         if path == "-":
             raise UsageError("debug precision writes files; give a file name, not '-'")
         check_output_path(path)
+
+
+def _replay_read(c: PrecisionConfig, same_file) -> List[Tuple[str, str]]:
+    """--load-debug-replay as a file read, unless it is the one --save-debug-replay writes (a run resumed in place)."""
+    if not c.load_replay or (c.save_replay and same_file(c.load_replay, c.save_replay)):
+        return []
+    return [("--load-debug-replay", c.load_replay)]
 
 
 def _loaded_feeds(paths: Sequence[str], metas) -> List[Mapping]:

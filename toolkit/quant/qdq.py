@@ -352,7 +352,7 @@ def tied_pairs(model, pairs: Sequence[Pair]) -> Dict[str, str]:
     with its input pair in float it clips and rounds that pair's values again, so the two go to
     float together."""
     producer = {o: n for n in model.graph.node for o in n.output}
-    by_output = {o: p for p in pairs if not p.weight for o in p.outputs}
+    by_output = _by_dq_output(pairs)
     tied: Dict[str, str] = {}
     axes = _AxisMap(model)
     for p in pairs:
@@ -360,6 +360,11 @@ def tied_pairs(model, pairs: Sequence[Pair]) -> Dict[str, str]:
         if up is not None:
             tied[p.name] = tied.get(up.name, up.name)
     return _to_roots(tied)
+
+
+def _by_dq_output(pairs: Sequence[Pair]) -> Dict[str, Pair]:
+    """Each DQ output of the activation pairs -> its pair."""
+    return {o: p for p in pairs if not p.weight for o in p.outputs}
 
 
 def _to_roots(tied: Dict[str, str]) -> Dict[str, str]:
