@@ -40,6 +40,10 @@ class CacheInput:
     shape: Tuple[object, ...]  # the declared dims (ints, names, None)
     seq_axis: int
 
+    def fixed_dims(self) -> List[object]:
+        """The declared dims other than the batch and the sequence (heads, head size)."""
+        return [d for k, d in enumerate(self.shape) if k not in (0, self.seq_axis)]
+
     def empty(self, batch: int = 1) -> "np.ndarray":
         """The cache of no tokens (length 0 on the sequence axis)."""
         return self.filled(0, batch)
@@ -88,16 +92,18 @@ class DecoderIO:
 
 def parse_names(words: Sequence[str]) -> Dict[str, str]:
     """``["past_key=cache.{i}.k", ...]`` -> ``{"past_key": "cache.{i}.k"}`` (UsageError when malformed)."""
-    out: Dict[str, str] = {}
-    for word in words:
-        role, eq, name = word.partition("=")
-        role = role.strip().lower().replace("-", "_")
-        if not eq or not name.strip() or role not in ROLES:
-            raise UsageError(f"--name {word!r}: write ROLE=NAME with ROLE one of {', '.join(ROLES)}")
-        if role in CACHE_ROLES and "{i}" not in name:
-            raise UsageError(f"--name {word!r}: a cache name needs {{i}} where the layer index goes (past_key=cache.{{i}}.k)")
-        out[role] = name.strip()
-    return out
+    return dict(_role_and_name(word) for word in words)
+
+
+def _role_and_name(word: str) -> Tuple[str, str]:
+    """``"past_key=cache.{i}.k"`` -> ``("past_key", "cache.{i}.k")`` (UsageError when malformed)."""
+    role, eq, name = word.partition("=")
+    role = role.strip().lower().replace("-", "_")
+    if not eq or not name.strip() or role not in ROLES:
+        raise UsageError(f"--name {word!r}: write ROLE=NAME with ROLE one of {', '.join(ROLES)}")
+    if role in CACHE_ROLES and "{i}" not in name:
+        raise UsageError(f"--name {word!r}: a cache name needs {{i}} where the layer index goes (past_key=cache.{{i}}.k)")
+    return role, name.strip()
 
 
 def _layered(names: Sequence[str], pattern: "re.Pattern[str]") -> Dict[Tuple[int, str], str]:
@@ -140,7 +146,7 @@ def _seq_axis(meta: TensorMeta, where: str) -> int:
     if shape is None or len(shape) < 3:
         raise InputError(f"{where}: cache input '{meta.name}' has no rank-4 shape declared ({shape}); "
                          "export the model with typed cache inputs")
-    dynamic = [k for k, d in enumerate(shape) if k > 0 and not isinstance(d, int)]
+    dynamic = [k for k, d in enumerate(shape[1:], 1) if not isinstance(d, int)]
     if len(dynamic) != 1:
         raise InputError(
             f"{where}: cache input '{meta.name}' has shape {tuple(shape)}: a decoder's cache has fixed head count "
@@ -163,9 +169,7 @@ def _role_name(role: str, names: Mapping[str, str], present: Sequence[str]) -> O
 def discover(model, names: Optional[Mapping[str, str]] = None, where: str = "the model") -> DecoderIO:
     """The roles of ``model``'s inputs and outputs (InputError naming what is missing)."""
     names = dict(names or {})
-    inits = {t.name for t in model.graph.initializer}
-    inputs = {vi.name: value_info_meta(vi) for vi in model.graph.input if vi.name not in inits}
-    outputs = {vi.name: value_info_meta(vi) for vi in model.graph.output}
+    inputs, outputs = _graph_io(model)
     ids = _role_name("input_ids", names, list(inputs))
     logits = _role_name("logits", names, list(outputs))
     past_found = _cache_found(list(inputs), names, "past_key", "past_value", _PAST)
@@ -174,17 +178,30 @@ def discover(model, names: Optional[Mapping[str, str]] = None, where: str = "the
     if missing:
         raise InputError(f"{where} is not a decoder with a KV cache: it has no {'; no '.join(missing)}; {_ROLE_HELP}")
     assert ids is not None and logits is not None
-    past = _pairs(past_found, where, "past cache inputs")
-    present = _pairs(present_found, where, "present cache outputs")
-    if len(past) != len(present):
-        raise InputError(f"{where}: {len(past)} layer(s) of past cache inputs but {len(present)} of present outputs; "
-                         f"{_ROLE_HELP}")
+    past, present = _layers(past_found, present_found, where)
     _check_ids_length(inputs[ids], where)
     io = DecoderIO(ids, inputs[ids].dtype or "int64", logits,
                    [(_cache_input(inputs[k], where), _cache_input(inputs[v], where)) for k, v in past], present)
     _optional_inputs(io, inputs, names, where)
     _other_outputs(io, outputs)
     return io
+
+
+def _graph_io(model) -> Tuple[Dict[str, TensorMeta], Dict[str, TensorMeta]]:
+    """The graph's inputs (initializers left out) and outputs, by name."""
+    inits = {t.name for t in model.graph.initializer}
+    inputs = {vi.name: value_info_meta(vi) for vi in model.graph.input if vi.name not in inits}
+    return inputs, {vi.name: value_info_meta(vi) for vi in model.graph.output}
+
+
+def _layers(past_found, present_found, where: str):
+    """The (key, value) names per layer of the past inputs and of the present outputs: as many layers of each."""
+    past = _pairs(past_found, where, "past cache inputs")
+    present = _pairs(present_found, where, "present cache outputs")
+    if len(past) != len(present):
+        raise InputError(f"{where}: {len(past)} layer(s) of past cache inputs but {len(present)} of present outputs; "
+                         f"{_ROLE_HELP}")
+    return past, present
 
 
 def _other_outputs(io: DecoderIO, outputs: Mapping[str, TensorMeta]) -> None:
@@ -235,21 +252,28 @@ def _optional_inputs(io: DecoderIO, inputs: Mapping[str, TensorMeta], names: Map
     io.attention_mask = _role_name("attention_mask", names, list(inputs))
     io.position_ids = _role_name("position_ids", names, list(inputs))
     io.use_cache_branch = _role_name("use_cache_branch", names, list(inputs))
-    if io.attention_mask:
-        io.mask_dtype = inputs[io.attention_mask].dtype or "int64"
-    if io.position_ids:
-        io.position_dtype = inputs[io.position_ids].dtype or "int64"
+    io.mask_dtype = _index_dtype(inputs, io.attention_mask)
+    io.position_dtype = _index_dtype(inputs, io.position_ids)
     _refuse_other_inputs(io, inputs, where)
 
 
+def _index_dtype(inputs: Mapping[str, TensorMeta], name: Optional[str]) -> str:
+    """The element type of input ``name`` (an attention mask, positions); int64 when not declared or no such input."""
+    return (inputs[name].dtype or "int64") if name else "int64"
+
+
 def _refuse_other_inputs(io: DecoderIO, inputs: Mapping[str, TensorMeta], where: str) -> None:
-    known = {io.input_ids, io.attention_mask, io.position_ids, io.use_cache_branch}
-    known |= {c.name for pair in io.past for c in pair}
+    known = _role_inputs(io)
     extra = [n for n in inputs if n not in known]
     if extra:
         raise InputError(f"{where}: input(s) {', '.join(repr(n) for n in extra)} play no known role in a generation "
                          f"step (input_ids, attention_mask, position_ids, use_cache_branch, past keys/values); "
                          f"{_ROLE_HELP}")
+
+
+def _role_inputs(io: DecoderIO) -> set:
+    """The inputs that play a role in a step (None among them for a role the model lacks)."""
+    return {io.input_ids, io.attention_mask, io.position_ids, io.use_cache_branch} | {c.name for pair in io.past for c in pair}
 
 
 def check_compatible(test: DecoderIO, ref: DecoderIO, where: str) -> None:
@@ -258,8 +282,6 @@ def check_compatible(test: DecoderIO, ref: DecoderIO, where: str) -> None:
     if test.layers != ref.layers:
         raise InputError(f"{where}: the model has {test.layers} layer(s) of cache, the reference model {ref.layers}")
     for (tk, _tv), (rk, _rv) in zip(test.past, ref.past):
-        fixed_t = [d for k, d in enumerate(tk.shape) if k not in (0, tk.seq_axis)]
-        fixed_r = [d for k, d in enumerate(rk.shape) if k not in (0, rk.seq_axis)]
-        if fixed_t != fixed_r or tk.seq_axis != rk.seq_axis:
+        if tk.fixed_dims() != rk.fixed_dims() or tk.seq_axis != rk.seq_axis:
             raise InputError(f"{where}: cache '{tk.name}' has shape {tk.shape} but the reference's '{rk.name}' "
                              f"{rk.shape}: the two models must share the cache layout")

@@ -50,8 +50,14 @@ def _scope_path(value: str) -> Optional[str]:
         return None
     if not any(later.startswith(parts[0] + ".") for later in parts[1:]):
         return ".".join(parts)  # scopes of one name each: the path is their join
+    return _cumulative_path(parts)
+
+
+def _cumulative_path(parts: List[str]) -> str:
+    """The last of cumulative paths (each extends the one before); what does not extend the last
+    one is the op's own name."""
     path = parts[0]
-    for part in parts[1:]:  # cumulative paths; what does not extend the last one is the op's own name
+    for part in parts[1:]:
         if not part.startswith(path + "."):
             break
         path = part
@@ -62,11 +68,18 @@ def _scope_parts(text: str) -> List[str]:
     """The non-empty entries of a name-scopes value: a Python list literal, or a path split at '/' or ','."""
     if not text.startswith("["):
         return [p for p in re.split(r"[/,]", text) if p]
+    return _listed_parts(text)
+
+
+def _listed_parts(text: str) -> List[str]:
+    """The non-empty entries of a Python list (or tuple) literal ([] when ``text`` is none)."""
     try:
         parsed = ast.literal_eval(text)
     except (ValueError, SyntaxError):
         return []
-    return [str(p) for p in parsed if str(p)] if isinstance(parsed, (list, tuple)) else []
+    if not isinstance(parsed, (list, tuple)):
+        return []
+    return [str(p) for p in parsed if str(p)]
 
 
 def module_of(node) -> Optional[str]:
@@ -160,9 +173,22 @@ def pairing(test_model, ref_model, test_values: Mapping, ref_values: Mapping) ->
     the exporter's metadata or node-name paths), for the modules whose sequences of op types are
     the same. Two exports of one model by different exporters decompose ops differently; pairing
     their tensors by op type and order alone pairs unrelated tensors."""
+    by_name = _by_name(test_model, test_values, ref_values)
+    return by_name if by_name is not None else _by_structure(test_model, ref_model, test_values, ref_values)
+
+
+def _by_name(test_model, test_values: Mapping, ref_values: Mapping) -> Optional[Dict[str, Tuple[str, str]]]:
+    """The tensors both sides computed, paired by name, when at least half of the test side's have
+    a namesake (None otherwise)."""
     tested = [n for n in _places(test_model.graph.node) if n in test_values]
-    if sum(n in ref_values for n in tested) >= len(tested) / 2:
-        return {n: (n, "name") for n in tested if n in ref_values}
+    if sum(n in ref_values for n in tested) < len(tested) / 2:
+        return None
+    return {n: (n, "name") for n in tested if n in ref_values}
+
+
+def _by_structure(test_model, ref_model, test_values: Mapping, ref_values: Mapping) -> Dict[str, Tuple[str, str]]:
+    """Paired by the weights nodes read, then by place among the other nodes where the op types
+    agree (all of them, else module by module): see :func:`pairing`."""
     pairs: Dict[str, Tuple[str, str]] = {}
     anchors = _anchors(test_model.graph.node, ref_model.graph.node, _weights(test_model), _weights(ref_model))
     test_anchors, ref_anchors = [a for a, _ in anchors], [b for _, b in anchors]
@@ -220,12 +246,21 @@ def first_diverging(test_model, ref_model, test_values: Mapping, ref_values: Map
         atol, rtol, stat = tol.for_output(name, a.dtype.kind in "biu" and b.dtype.kind in "biu")
         cmp = compare_arrays(name, a, b, atol, rtol, stat, tol.quantile_for(name))
         compared += 1
-        if not cmp.passed:  # the module named by the test node, else by its counterpart
-            module = module_of(node) or (module_of(ref_nodes[ref_name][0]) if ref_name in ref_nodes else None)
+        if not cmp.passed:
             diff = float("nan") if nan_only_in(a, b) else cmp.max_abs  # (no difference measured at a NaN)
-            node_name, op_type = getattr(node, "name", ""), getattr(node, "op_type", None)
-            return Located(name, node_name or None, op_type, module, layer_of(module, node_name), diff, how, compared)
+            return _located(name, node, _module(node, ref_nodes.get(ref_name)), diff, how, compared)
     return None
+
+
+def _module(node, ref_place) -> Optional[str]:
+    """The module named by the test node, else by its counterpart's (``ref_place``: (node, index), or None)."""
+    return module_of(node) or (module_of(ref_place[0]) if ref_place is not None else None)
+
+
+def _located(name: str, node, module: Optional[str], diff: float, how: str, compared: int) -> Located:
+    node_name = getattr(node, "name", "")
+    return Located(name, node_name or None, getattr(node, "op_type", None), module, layer_of(module, node_name),
+                   diff, how, compared)
 
 
 def _comparable(a, b, how: str) -> bool:

@@ -31,17 +31,22 @@ def parse_ids(text: str, where: str = "--prompt-ids") -> Prompt:
 
 def load_prompts_file(path: str) -> List[Prompt]:
     """A JSON list of token-id lists (InputError naming the problem)."""
-    try:
-        with open(path, "rb") as fh:
-            data = json.loads(fh.read().decode("utf-8"))
-    except OSError as exc:
-        raise InputError(f"cannot read --prompts file {path}: {exc.strerror or exc}") from None
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InputError(f"--prompts file {path} is not JSON ({exc}); write a list of token-id lists: [[7, 301], [45]]") from None
+    data = _read_json(path)
     if not (isinstance(data, list) and data and all(_is_token_ids(p) for p in data)):
         raise InputError(f"--prompts file {path} must hold a non-empty JSON list of non-empty token-id lists, "
                          "e.g. [[7, 301, 45], [12, 9]]")
     return [list(p) for p in data]
+
+
+def _read_json(path: str):
+    """The JSON value in --prompts file ``path`` (InputError: unreadable, or not JSON)."""
+    try:
+        with open(path, "rb") as fh:
+            return json.loads(fh.read().decode("utf-8"))
+    except OSError as exc:
+        raise InputError(f"cannot read --prompts file {path}: {exc.strerror or exc}") from None
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InputError(f"--prompts file {path} is not JSON ({exc}); write a list of token-id lists: [[7, 301], [45]]") from None
 
 
 def _is_token_ids(p) -> bool:
@@ -78,7 +83,12 @@ def encode_texts(tokenizer: str, texts: Sequence[str]) -> List[Prompt]:
 def check_ids(prompts: Sequence[Prompt], vocab: Optional[int]) -> None:
     """Every id within the vocabulary (when the model fixes it)."""
     for k, prompt in enumerate(prompts):
-        bad = [t for t in prompt if t < 0 or (vocab is not None and t >= vocab)]
+        bad = _outside(prompt, vocab)
         if bad:
             limit = f"0..{vocab - 1}" if vocab is not None else ">= 0"
             raise InputError(f"prompt {k} has token id(s) {bad[:5]} outside the vocabulary ({limit})")
+
+
+def _outside(prompt: Prompt, vocab: Optional[int]) -> List[int]:
+    """The ids of ``prompt`` outside 0..vocab-1 (below 0, when the vocabulary size is not known)."""
+    return [t for t in prompt if t < 0 or (vocab is not None and t >= vocab)]

@@ -51,19 +51,27 @@ class Divergence:
     localize_error: Optional[str] = None  # why no tensor is named
 
     def to_json(self) -> dict:
-        loc = self.located
         return {
             "prompt": self.prompt, "prompt_ids": self.prompt_ids, "step": self.step, "kind": self.kind,
             "outputs": self.outputs, "max_abs_diff": self.max_abs_diff, "kv_length": self.kv_length,
             "generated": self.generated, "nan_outputs": self.nan_outputs,
-            "tensor": loc.tensor if loc else None, "node": loc.node if loc else None,
-            "op_type": loc.op_type if loc else None, "module": loc.module if loc else None,
-            "layer": loc.layer if loc else None, "tensor_max_abs_diff": loc.max_abs_diff if loc else None,
-            "matched_by": loc.matched_by if loc else None,
+            **_located_json(self.located),
             "saved_inputs": self.saved_inputs, "reduce_command": self.reduce_command,
             "reduce_note": self.reduce_note,
             "localize_error": self.localize_error,
         }
+
+
+# the record's keys for the located tensor -> the attribute of Located each reads
+_LOCATED_KEYS = {"tensor": "tensor", "node": "node", "op_type": "op_type", "module": "module", "layer": "layer",
+                 "tensor_max_abs_diff": "max_abs_diff", "matched_by": "matched_by"}
+
+
+def _located_json(loc: Optional[Located]) -> dict:
+    """The located tensor's part of the record (every key None when no tensor was located)."""
+    if not loc:
+        return dict.fromkeys(_LOCATED_KEYS)
+    return {key: getattr(loc, attr) for key, attr in _LOCATED_KEYS.items()}
 
 
 @dataclass
@@ -128,14 +136,20 @@ class LlmDebugger:
             check_readable_file(path)
         test_model, ref_io = self._load_models()
         graph = test_model.graph  # (the test model's: localization marks its tensors)
-        tensors = {o.name for o in graph.output} | {n for node in graph.node for n in node.output}
+        tensors = {o.name for o in graph.output} | set(_node_outputs(graph))
         require_known_names(self.tol, tensors, tensors=True)  # (a name no tensor has: never compared)
-        self.prompts = [list(p) for p in cfg.prompts] or P.random_prompts(cfg.samples, cfg.seed, ref_io.vocab)
-        if not self.prompts:  # (a comparison of nothing would pass)
-            raise UsageError("no prompts to run: give --prompt-ids, --prompts or --samples N (N >= 1)")
-        P.check_ids(self.prompts, ref_io.vocab)
+        self.prompts = self._prompts(ref_io.vocab)
         preflight_specs([cfg.reference], self.ref_path, self._base(self.ref_path))
         preflight_specs([cfg.test], cfg.model, self._base(cfg.model))
+
+    def _prompts(self, vocab: Optional[int]) -> List[List[int]]:
+        """The prompts given, else random ones over ``vocab`` (UsageError: none; InputError: an id outside it)."""
+        cfg = self.cfg
+        prompts = [list(p) for p in cfg.prompts] or P.random_prompts(cfg.samples, cfg.seed, vocab)
+        if not prompts:  # (a comparison of nothing would pass)
+            raise UsageError("no prompts to run: give --prompt-ids, --prompts or --samples N (N >= 1)")
+        P.check_ids(prompts, vocab)
+        return prompts
 
     def _load_models(self) -> Tuple[Any, DecoderIO]:
         """Both models' structure and decoder I/O (one model when no --reference-model): the test
@@ -167,30 +181,34 @@ class LlmDebugger:
         assert self.test_io is not None
         out = LlmOutcome(mode="free-run" if self.cfg.free_run else "teacher-forced", description=self.test_io.describe())
         start = time.perf_counter()
-        found: Optional[Tuple[Divergence, Feed, Feed]] = None
         try:
-            ref = make_runner(self.cfg.reference, self.ref_path, base=self._base(self.ref_path), name="reference")
-            test = make_runner(self.cfg.test, self.cfg.model, base=self._base(self.cfg.model), name="test")
-            with ref, test:
-                self._said(ref, "the reference")
-                self._said(test, "the runner under test")
-                assert self.ref_io is not None
-                probe_step(ref, self.ref_io, self.ref_path, "the reference")
-                probe_step(test, self.test_io, self.cfg.model, "the runner under test")
-                self.rep.started(len(self.prompts), self.cfg.steps)
-                for k, prompt in enumerate(self.prompts):
-                    found = self._prompt(k, prompt, ref, test, out)
-                    out.prompts_checked += 1
-                    if found:
-                        break
+            found = self._compare_prompts(out)
             if found:
-                out.first_divergence = found[0]
                 self._finish(found)
         except KeyboardInterrupt:
             out.interrupted = True
-            out.first_divergence = found[0] if found else None
         out.seconds = time.perf_counter() - start
         return out
+
+    def _compare_prompts(self, out: LlmOutcome) -> Optional[Tuple[Divergence, Feed, Feed]]:
+        """Both runners started and probed, then the prompts in turn, up to the first divergence
+        (``out.first_divergence``): it and its step's feeds (test, reference), else None."""
+        assert self.test_io is not None and self.ref_io is not None
+        ref = make_runner(self.cfg.reference, self.ref_path, base=self._base(self.ref_path), name="reference")
+        test = make_runner(self.cfg.test, self.cfg.model, base=self._base(self.cfg.model), name="test")
+        with ref, test:
+            self._said(ref, "the reference")
+            self._said(test, "the runner under test")
+            probe_step(ref, self.ref_io, self.ref_path, "the reference")
+            probe_step(test, self.test_io, self.cfg.model, "the runner under test")
+            self.rep.started(len(self.prompts), self.cfg.steps)
+            for k, prompt in enumerate(self.prompts):
+                found = self._prompt(k, prompt, ref, test, out)
+                out.prompts_checked += 1
+                if found:
+                    out.first_divergence = found[0]
+                    return found
+        return None
 
     def _prompt(self, k: int, prompt: List[int], ref, test, out: LlmOutcome):
         """One prompt's steps: (divergence, test feed, reference feed) at the first failing step, else None."""
@@ -201,24 +219,35 @@ class LlmDebugger:
             ref_feed = step_feed(self.ref_io, tokens, ref_cache)
             test_feed = step_feed(self.test_io, tokens, test_cache if self.cfg.free_run else ref_cache)
             ref_out, test_out = _infer(ref, ref_feed, k, step), _infer(test, test_feed, k, step)
-            res = compare_step(self.test_io, self.ref_io, test_out, ref_out, self.tol)
-            out.steps_checked += 1
-            self.rep.step(k, step, res)
-            if self.test_io.logits in res.both_nan:
-                _both_nan(out, k, step, self.rep)
+            res = self._compare_step(k, step, test_out, ref_out, out)
             if res.kind is not None:
                 div = _divergence(k, prompt, step, res, generated, cached=ref_cache is not None)
                 self.rep.prompt_done(k, step + 1, f"diverges at step {step} ({res.kind})")
                 return div, test_feed, ref_feed
             if res.flipped and self._parts_on_tie(k, step, res, out):
                 return None
-            total = len(prompt) + step  # positions in the cache after this step
-            ref_cache = cache_of(self.ref_io, ref_out, total, self.ref_path)
-            test_cache = cache_of(self.test_io, test_out, total, self.cfg.model) if self.cfg.free_run else None
+            ref_cache, test_cache = self._caches(ref_out, test_out, len(prompt) + step)
             tokens = [res.reference_token]
             generated.append(res.reference_token)
         self.rep.prompt_done(k, self.cfg.steps, "")
         return None
+
+    def _compare_step(self, k: int, step: int, test_out, ref_out, out: LlmOutcome) -> StepResult:
+        """Step ``step`` of prompt ``k`` compared, reported and counted (NaN logits on both sides too)."""
+        assert self.test_io is not None and self.ref_io is not None
+        res = compare_step(self.test_io, self.ref_io, test_out, ref_out, self.tol)
+        out.steps_checked += 1
+        self.rep.step(k, step, res)
+        if self.test_io.logits in res.both_nan:
+            _both_nan(out, k, step, self.rep)
+        return res
+
+    def _caches(self, ref_out, test_out, total: int):
+        """The next step's caches, of ``total`` positions: the reference's, and the test side's own in a free run."""
+        assert self.test_io is not None and self.ref_io is not None
+        ref_cache = cache_of(self.ref_io, ref_out, total, self.ref_path)
+        test_cache = cache_of(self.test_io, test_out, total, self.cfg.model) if self.cfg.free_run else None
+        return ref_cache, test_cache
 
     def _parts_on_tie(self, k: int, step: int, res, out: LlmOutcome) -> bool:
         """A near tie noted; whether the generations part there (free run: each side goes on with its token)."""
@@ -269,37 +298,38 @@ class LlmDebugger:
         """Why ``debug reduce --compare --reference-model`` cannot shrink this step soundly (None when
         it can): it feeds both models the same named inputs and compares tensors by name, so both
         models must have the step's inputs and the diverging tensor under the same names."""
-        if self.ref_path == self.cfg.model or os.path.realpath(self.ref_path) == os.path.realpath(self.cfg.model):
+        if self._one_model():
             return None
         assert self.ref_model is not None
         graph = self.ref_model.graph
-        ref_names = {vi.name for vi in graph.input} | {o for n in graph.node for o in n.output}
+        ref_names = {vi.name for vi in graph.input} | set(_node_outputs(graph))
         lacking = self._lacking(div, test_feed, ref_names)
         if not lacking:
             return None
-        shown = ", ".join(repr(n) for n in lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
-        return (f"the reference model lacks tensor(s) {shown} under the test model's names, and debug reduce "
+        return (f"the reference model lacks tensor(s) {_first_few(lacking, 3)} under the test model's names, and debug reduce "
                 "--reference-model feeds and compares tensors by name (a reduce would compare nothing and end on the "
                 "wrong node); to shrink the step, compare one model file on both runners (no --reference-model) or "
                 "export both models with the same tensor names")
 
+    def _one_model(self) -> bool:
+        """The reference runs the model under test (no --reference-model, or the same file)."""
+        return self.ref_path == self.cfg.model or os.path.realpath(self.ref_path) == os.path.realpath(self.cfg.model)
+
     def _lacking(self, div: Divergence, test_feed: Feed, ref_names: Set[str]) -> List[str]:
         """The tensors a reduce by name needs that the reference model (``ref_names``) does not have."""
         loc = div.located
-        if loc is not None and loc.matched_by != "name":
+        if loc is None:  # not localized: the names of the test model's tensors, most of which the reference must have
+            return _not_in([*test_feed, *div.outputs], ref_names) + self._mostly_lacking(ref_names)
+        if loc.matched_by != "name":
             return [loc.tensor]
-        # not localized: the names of the test model's tensors, most of which the reference must have
-        wanted = list(test_feed) + ([loc.tensor] if loc is not None else list(div.outputs))
-        lacking = [n for n in wanted if n not in ref_names]
-        return lacking + (self._mostly_lacking(ref_names) if loc is None else [])
+        return _not_in([*test_feed, loc.tensor], ref_names)
 
     def _mostly_lacking(self, ref_names: Set[str]) -> List[str]:
         """The test model's tensors the reference lacks, when it lacks most of them (else none)."""
         assert self.test_model is not None
-        tensors = [o for n in self.test_model.graph.node for o in n.output if o]
-        if sum(t in ref_names for t in tensors) >= len(tensors) / 2:
-            return []
-        return [t for t in tensors if t not in ref_names]
+        tensors = [o for o in _node_outputs(self.test_model.graph) if o]
+        lacking = _not_in(tensors, ref_names)
+        return lacking if len(lacking) > len(tensors) / 2 else []
 
     def reduce_command(self, inputs: str) -> str:
         """The ``debug reduce --compare`` command that shrinks the step's graph to the fault."""
@@ -312,6 +342,22 @@ class LlmDebugger:
         if cfg.external_data_dir:
             words += ["--external-data-dir", cfg.external_data_dir]
         return " ".join(shlex.quote(w) for w in words)
+
+
+def _not_in(names: List[str], known: Set[str]) -> List[str]:
+    """The ``names`` that are not ``known``, in order."""
+    return [n for n in names if n not in known]
+
+
+def _first_few(names: List[str], count: int) -> str:
+    """The first ``count`` names quoted, and how many more there are."""
+    more = f" and {len(names) - count} more" if len(names) > count else ""
+    return ", ".join(repr(n) for n in names[:count]) + more
+
+
+def _node_outputs(graph) -> List[str]:
+    """The outputs of ``graph``'s nodes, in node order (an omitted optional one as '')."""
+    return [o for n in graph.node for o in n.output]
 
 
 def _divergence(k: int, prompt: List[int], step: int, res, generated: List[int], cached: bool) -> Divergence:

@@ -34,15 +34,23 @@ def step_feed(io: DecoderIO, tokens: Sequence[int], cache: Optional[Sequence] = 
         feed[io.position_ids] = np.arange(past_len, past_len + n, dtype=dtype_to_numpy(io.position_dtype))[None, :]
     if io.use_cache_branch:
         feed[io.use_cache_branch] = np.array([cache is not None])
-    for layer, (key, value) in enumerate(io.past):
-        for k, inp in enumerate((key, value)):
-            if cache is None:
-                feed[inp.name] = inp.empty()
-            else:
-                arr = np.asarray(cache[layer][k])
-                want = dtype_to_numpy(inp.dtype)
-                feed[inp.name] = arr if arr.dtype == want else arr.astype(want)
+    feed.update(_cache_feed(io, cache))
     return feed
+
+
+def _cache_feed(io: DecoderIO, cache: Optional[Sequence]) -> Feed:
+    """Every past key and value input: ``cache``'s arrays in the model's dtypes (empty ones for no cache)."""
+    if cache is None:
+        return {inp.name: inp.empty() for pair in io.past for inp in pair}
+    feed: Feed = {}
+    for (key, value), arrays in zip(io.past, cache):
+        for inp, arr in zip((key, value), arrays):
+            feed[inp.name] = _as_dtype(np.asarray(arr), dtype_to_numpy(inp.dtype))
+    return feed
+
+
+def _as_dtype(arr: np.ndarray, want) -> np.ndarray:
+    return arr if arr.dtype == want else arr.astype(want)
 
 
 def cache_of(io: DecoderIO, outputs: Mapping[str, object], expected: int, where: str = "the model") -> List[tuple]:
@@ -51,14 +59,13 @@ def cache_of(io: DecoderIO, outputs: Mapping[str, object], expected: int, where:
     whose present outputs hold only the new positions, or another layout, cannot be fed back)."""
     cache = [(outputs[k], outputs[v]) for k, v in io.present]
     axis = io.past[0][0].seq_axis
-    for (k, v), (kn, vn) in zip(cache, io.present):
-        for arr, name in ((k, kn), (v, vn)):
-            shape = getattr(arr, "shape", ())
-            if len(shape) <= axis or shape[axis] != expected:
-                raise InputError(
-                    f"{where}: present output '{name}' has shape {tuple(shape)}, not the {expected} positions of the "
-                    f"cache fed plus the new tokens on axis {axis}: only caches that the model concatenates and "
-                    "returns whole can be fed back (map other names with --name)")
+    for name in io.present_names():
+        shape = getattr(outputs[name], "shape", ())
+        if len(shape) <= axis or shape[axis] != expected:
+            raise InputError(
+                f"{where}: present output '{name}' has shape {tuple(shape)}, not the {expected} positions of the "
+                f"cache fed plus the new tokens on axis {axis}: only caches that the model concatenates and "
+                "returns whole can be fed back (map other names with --name)")
     return cache
 
 
@@ -153,10 +160,11 @@ def compare_step(test_io: DecoderIO, ref_io: DecoderIO, test_out: Mapping, ref_o
 def _record(res: StepResult, cmp, a: np.ndarray, b: np.ndarray, logits: bool) -> None:
     """One output's comparison into ``res``: NaN on both sides, NaN in the test only, a failure."""
     res.compared += 1
-    if cmp.passed and has_nan(a) and has_nan(b):
-        res.both_nan.append(cmp.name)
-    if not cmp.passed:
-        if nan_only_in(a, b):
-            res.nan_in_test.append(cmp.name)
-        res.failed.append(cmp)
-        res.logits_failed = res.logits_failed or logits
+    if cmp.passed:
+        if has_nan(a) and has_nan(b):
+            res.both_nan.append(cmp.name)
+        return
+    if nan_only_in(a, b):
+        res.nan_in_test.append(cmp.name)
+    res.failed.append(cmp)
+    res.logits_failed = res.logits_failed or logits

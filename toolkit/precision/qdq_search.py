@@ -32,12 +32,13 @@ from toolkit.core.shared_options import ATOL_FLAG, TOLERANCE_OPTIONS
 from toolkit.quant import qdq
 from toolkit.quant import stats as qdq_stats
 from toolkit.quant import metrics as qdq_metrics
-from toolkit.precision.replay import qdq_options
+from toolkit.precision.replay import list_words, qdq_options, value_words
 from toolkit.quant.validate import GENERATED, HeldOut, split, split_count
 from toolkit.search import strategy
 from toolkit.search.masks import mask_indices
 from toolkit.precision.config import PrecisionConfig, QdqConfig
-from toolkit.precision.search import PrecisionOutcome, Check, PrecisionSearch, SetIndex, describe
+from toolkit.precision.search import PrecisionOutcome, Check, PrecisionSearch, SetIndex
+from toolkit.precision.verdicts import describe
 from toolkit.run.registry import get_kind
 
 
@@ -152,16 +153,12 @@ class QdqSearch(PrecisionSearch):
         metric, the pairs always in float, the held-out split (which sets the search runs on)."""
         c = self.config
         words = super().replay_check()
-        for flag, value in (("--reference-model", c.reference_model), ("--metric-tolerance", c.metric_tolerance),
-                            ("--held-out", c.held_out)):
-            if value is not None:
-                words += [flag, str(value)]
+        words += value_words((("--reference-model", c.reference_model), ("--metric-tolerance", c.metric_tolerance),
+                              ("--held-out", c.held_out)))
         if c.metric is not None:
             words += ["--metric", c.metric if isinstance(c.metric, str) else getattr(c.metric, "__name__", "callable")]
-        for flag, values in (("--metric-outputs", c.metric_outputs), ("--float-op-types", c.float_op_types),
-                             ("--validate-inputs", c.validate_inputs)):
-            if values:
-                words += [flag, *values]
+        words += list_words((("--metric-outputs", c.metric_outputs), ("--float-op-types", c.float_op_types),
+                             ("--validate-inputs", c.validate_inputs)))
         if c.weights:
             words.append("--qdq-weights")
         return words
@@ -187,13 +184,17 @@ class QdqSearch(PrecisionSearch):
         self.user_kept, self.auto_kept = [], {}
         self.guide = False
         self.graph_outputs = [o.name for o in self.model.graph.output]
-        unknown = [n for n in c.metric_outputs if n not in self.graph_outputs]
-        if unknown:
-            raise UsageError(f"--metric-outputs {unknown[0]}: the model has no such output; its outputs are "
-                             f"{', '.join(self.graph_outputs)}")
+        self._check_metric_outputs()
         self.index = SetIndex(len(self.universe))
         self._model_id = self._structure_id()
         self.depth = 1
+
+    def _check_metric_outputs(self) -> None:
+        """--metric-outputs names outputs of the model (UsageError naming them otherwise)."""
+        unknown = [n for n in self.config.metric_outputs if n not in self.graph_outputs]
+        if unknown:
+            raise UsageError(f"--metric-outputs {unknown[0]}: the model has no such output; its outputs are "
+                             f"{', '.join(self.graph_outputs)}")
 
     def _searched_units(self) -> List[str]:
         """The pairs the search decides on: neither fixed in float nor tied to another (UsageError when none is left)."""
@@ -240,19 +241,23 @@ class QdqSearch(PrecisionSearch):
             self.held_source, self.held_out_feeds = "file", self._feeds_with(load_inputs=list(c.validate_inputs))
             return feeds
         if c.load_inputs:
-            every = super()._feeds()
-            feeds, self.held_out_feeds = split(every, split_count(len(every), c.held_out))
-            self.held_source = "split"
-            if c.held_out == 0:
-                self.held_note = "--held-out 0"
-            elif not self.held_out_feeds:
-                self.held_note = (f"{len(every)} input set(s): too few to hold any out (give four or more, or "
-                                  "--validate-inputs FILE)")
-            return feeds
+            return self._split_loaded()
         extra = c.held_out if c.held_out is not None else max(GENERATED, c.iterations)
         every = self._feeds_with(iterations=c.iterations + extra)  # (further seeds)
         self.held_source, self.held_out_feeds = "generated", every[c.iterations:]
         return every[: c.iterations]
+
+    def _split_loaded(self) -> List:
+        """The loaded input sets less those held out (--held-out, or a quarter of four or more)."""
+        every = super()._feeds()
+        feeds, self.held_out_feeds = split(every, split_count(len(every), self.config.held_out))
+        self.held_source = "split"
+        if self.config.held_out == 0:
+            self.held_note = "--held-out 0"
+        elif not self.held_out_feeds:
+            self.held_note = (f"{len(every)} input set(s): too few to hold any out (give four or more, or "
+                              "--validate-inputs FILE)")
+        return feeds
 
     def _feeds_with(self, **changes) -> List:
         c = self.config
@@ -270,12 +275,7 @@ class QdqSearch(PrecisionSearch):
         held = HeldOut(self.held_source, len(self.held_out_feeds), checked=True, scaled=model is not None)
         try:
             ref = self._reference(self.held_out_feeds)
-            if kept:
-                checked = model if model is not None else self.candidate_model(list(kept))
-                held.passed, held.detail = self._on_held_out(ref, checked)
-            held.before_passed, before_detail = self._on_held_out(ref, self.candidate_model([]))
-            if not kept:
-                held.passed, held.detail = held.before_passed, before_detail
+            self._judge_held_out(held, ref, kept, model)
         except ToolkitError as exc:  # the held-out inputs do not run: the result is not shown to hold
             held.passed, held.detail = 0, f"could not run: {exc.message}"
             return held
@@ -283,6 +283,16 @@ class QdqSearch(PrecisionSearch):
             every = model is None and set(kept) >= {p.name for p in self.pairs}
             held.all_float_passed = held.passed if every else self._all_float_held(ref)
         return held
+
+    def _judge_held_out(self, held: HeldOut, ref, kept: Sequence[str], model) -> None:
+        """On the held-out sets (reference outputs ``ref``): the result (``model``, else the model with
+        ``kept`` in float) and the quantized model as it is (the result too, when nothing is kept)."""
+        if kept:
+            checked = model if model is not None else self.candidate_model(list(kept))
+            held.passed, held.detail = self._on_held_out(ref, checked)
+        held.before_passed, before_detail = self._on_held_out(ref, self.candidate_model([]))
+        if not kept:
+            held.passed, held.detail = held.before_passed, before_detail
 
     def _on_held_out(self, ref, model):
         """``model`` on the held-out sets: on how many it passes, and its worst comparison in words."""
@@ -314,11 +324,15 @@ class QdqSearch(PrecisionSearch):
         kind, opts = self.ref_spec
         model = self.float_model if self.float_model is not None else qdq.bypass(self.model, self.pairs)
         outs = self._run_here(model, kind, opts, feeds)
-        missing = [n for n in self.graph_outputs if n not in outs[0]]
+        self._check_reference_has_outputs(outs[0])
+        return [{n: o[n] for n in self.graph_outputs} for o in outs]
+
+    def _check_reference_has_outputs(self, outs: Mapping) -> None:
+        """The reference's outputs ``outs`` hold every output of the quantized model (InputError otherwise)."""
+        missing = [n for n in self.graph_outputs if n not in outs]
         if missing:
             raise InputError(f"--reference-model {self.config.reference_model}: has no output {', '.join(missing)} "
                              "(the quantized model's outputs must keep the float model's names)")
-        return [{n: o[n] for n in self.graph_outputs} for o in outs]
 
     def _compare(self, outs: List[Dict]):
         return self._compare_with(self.ref_outs, outs)
@@ -375,30 +389,48 @@ class QdqSearch(PrecisionSearch):
         result = self._drive(strategy.STRATEGIES[self.config.mode](plan), to_full)
         if not self.passes(result):
             return None if not self._all_fp32_passes() else self.index.full_mask
+        return self._trim(self._single_instead(result, order))
+
+    def _single_instead(self, result: int, order: List[int]) -> int:
+        """A unit that passes alone (:meth:`_single`, tried in ``order``) in place of a larger passing
+        ``result``; else ``result``, and ``no_single`` is noted."""
         if bin(result).count("1") <= 1:
-            return self._trim(result)
-        failed = 0  # every unit in a failing set fails alone too (a subset of a failing set fails)
+            return result
+        failed = self._failed_units()
+        single = self._single([i for i in order if not (failed >> i) & 1])
+        if single is not None:
+            return 1 << single
+        self.no_single = True
+        return result
+
+    def _failed_units(self) -> int:
+        """Every unit of a failing set (each fails alone too: a subset of a failing set fails)."""
+        failed = 0
         for mask, passed in self.verdicts.items():
             if not passed:
                 failed |= mask
-        single = self._single([i for i in order if not (failed >> i) & 1])
-        if single is not None:
-            return self._trim(1 << single)
-        self.no_single = True
-        return self._trim(result)
+        return failed
 
     def _trim(self, result: int) -> int:
         """The result without each tied pair of its units in turn, where the model still passes (one
         check per tied pair): the first pair of a unit can matter without some of the pairs that
         re-quantize its values (a slice of a gate's output, say)."""
         units = [self.universe[k] for k in mask_indices(result)]
-        for name in [m for u in units for m in self.members.get(u, [])[1:]]:
-            passed, detail = self._counted_check([n for n in self.expand(units) if n != name], len(units),
+        for name in self._tied_in(units):
+            passed, detail = self._counted_check(self._expanded_without(units, name), len(units),
                                                  f"without the tied pair {self.by_name[name].shown}")
             if passed:
                 self.trimmed.add(name)
                 self.details[result] = detail
         return result
+
+    def _tied_in(self, units: Sequence[str]) -> List[str]:
+        """The tied pairs of ``units`` (each unit's pairs after its first)."""
+        return [m for u in units for m in self.members.get(u, [])[1:]]
+
+    def _expanded_without(self, units: Sequence[str], name: str) -> List[str]:
+        """``units`` with their tied pairs (:meth:`expand`), less the pair ``name``."""
+        return [n for n in self.expand(units) if n != name]
 
     def _counted_check(self, names: Sequence[str], units: int, what: str):
         """A check of the model with the pairs ``names`` (of ``units`` units, ``what`` they are) in
@@ -478,9 +510,7 @@ class QdqSearch(PrecisionSearch):
         result.inputs = [i.name for i in self.model.graph.input]
         result.fixed = list(self.fixed_order)
         result.pass_rule = qdq_metrics.as_dict(self.metric) if self.metric is not None else None
-        values = qdq.constants(self.model)
-        result.quantized_weights = sum(1 for n in self.model.graph.node
-                                       if n.op_type == "DequantizeLinear" and n.input[0] in values)
+        result.quantized_weights = _quantized_weights(self.model)
         result.reference = self.config.reference_model or "the model with every pair in float"
         result.held_out_note = getattr(self, "held_note", "")
         return result
@@ -491,13 +521,18 @@ class QdqSearch(PrecisionSearch):
         if out.status in ("found", "none-needed"):
             result.held_out = self.held_out_check(out.kept)
         if out.status == "found" and out.kept:
-            result.stats = self.stats(out.kept)
-            if self.config.suggest_scales:
-                result.suggestions = self._suggest(out.kept, result.stats)
-            if self.config.apply_scales and any(sg.passes for sg in result.suggestions):
-                self._write_scaled(out, result)
+            self._explain(out, result)
         if self.config.table and out.status != "interrupted":
             result.table = self.table()
+
+    def _explain(self, out: PrecisionOutcome, result: "QdqOutcome") -> None:
+        """The pairs found: their statistics (why each is kept), the scales suggested, and with
+        --apply-scales the model with the passing ones."""
+        result.stats = self.stats(out.kept)
+        if self.config.suggest_scales:
+            result.suggestions = self._suggest(out.kept, result.stats)
+        if self.config.apply_scales and any(sg.passes for sg in result.suggestions):
+            self._write_scaled(out, result)
 
     def table(self) -> List[qdq_stats.PairStats]:
         """Every activation pair's statistics against the reference's tensors (the float model's,
@@ -519,12 +554,17 @@ class QdqSearch(PrecisionSearch):
         pairs = [self.by_name[n] for n in names if not self.by_name[n].weight]
         out = gather_stats(pairs, self.candidate_model([p.name for p in pairs]), self.float_model, self.feeds, self.config.model,
                            self.config.external_data_dir, emulate=True) if pairs else {}
+        out.update(self._weight_stats([self.by_name[n] for n in names if self.by_name[n].weight]))
+        return out
+
+    def _weight_stats(self, pairs: Sequence[qdq.Pair]) -> Dict[str, qdq_stats.PairStats]:
+        """The statistics of weight ``pairs`` whose float weights are known (stored, or the float model's)."""
         values = qdq.constants(self.model)
-        for name in names:
-            pair = self.by_name[name]
+        out = {}
+        for pair in pairs:
             weight = pair.float_value if pair.float_value is not None else values.get(pair.tensor)
-            if pair.weight and weight is not None:
-                out[name] = qdq_stats.weight_stats(pair, weight)
+            if weight is not None:
+                out[pair.name] = qdq_stats.weight_stats(pair, weight)
         return out
 
     def _suggest(self, kept: Sequence[str], stats: Mapping[str, qdq_stats.PairStats]) -> List[Suggestion]:
@@ -533,20 +573,22 @@ class QdqSearch(PrecisionSearch):
         out = []
         for name in kept:
             st = stats.get(name)
-            if st is None or not qdq_stats.needs_scale(st):
-                continue
-            pair = self.by_name[name]
-            scale, zp = qdq_stats.suggested(pair, st)
-            others = [self.by_name[n] for n in kept if n != name]
-            model = qdq.requantize(self.candidate_model([p.name for p in others]), pair, scale, zp)
-            passed, detail, margin = self._check_model(model)
-            plain_scale, plain_zp = _plain(scale, zp)
-            sug = Suggestion(name, plain_scale, plain_zp, passed, detail, margin)
-            if passed:  # a verdict that flips with a 2% change of the scale is no fix to rely on
-                sug.robust = all(self._check_model(qdq.requantize(self.candidate_model([p.name for p in others]), pair,
-                                                                  scale * (1 + k), zp))[0] for k in (-NUDGE, NUDGE))
-            out.append(sug)
+            if st is not None and qdq_stats.needs_scale(st):
+                out.append(self._suggestion(self.by_name[name], st, [n for n in kept if n != name]))
         return out
+
+    def _suggestion(self, pair: qdq.Pair, st: qdq_stats.PairStats, others: List[str]) -> Suggestion:
+        """The scale ``pair``'s observed range gives, checked with the pairs ``others`` in float (and
+        when it passes, checked again at the scale -2% and +2%: a verdict that flips with so small a
+        change is no fix to rely on)."""
+        scale, zp = qdq_stats.suggested(pair, st)
+        base = self.candidate_model(others)  # (requantize copies it)
+        passed, detail, margin = self._check_model(qdq.requantize(base, pair, scale, zp))
+        plain_scale, plain_zp = _plain(scale, zp)
+        sug = Suggestion(pair.name, plain_scale, plain_zp, passed, detail, margin)
+        if passed:
+            sug.robust = all(self._check_model(qdq.requantize(base, pair, scale * (1 + k), zp))[0] for k in (-NUDGE, NUDGE))
+        return sug
 
     def apply_scales(self, kept: Sequence[str], suggestions: Sequence[Suggestion]):
         """The model with every passing suggested scale applied (the other kept pairs in float), and
@@ -567,12 +609,18 @@ class QdqSearch(PrecisionSearch):
 
     def _margin(self, comps) -> str:
         """The share of a single absolute tolerance the worst output uses ("" for a metric or per-output tolerances)."""
-        c = self.config
-        t = c.tolerances
-        if self.metric is not None or t is None or t.per_atol or t.atol is None:
+        atol = self._single_atol()
+        if atol is None or not atol > 0:
             return ""
         worst = max((o.required_atol for it in comps for o in it.outputs), default=0.0)
-        return f"{100 * worst / t.atol:.0f}% of {ATOL_FLAG} {t.atol:g} used" if t.atol > 0 else ""
+        return f"{100 * worst / atol:.0f}% of {ATOL_FLAG} {atol:g} used"
+
+    def _single_atol(self) -> Optional[float]:
+        """The one absolute tolerance for every output (None: a metric, per-output tolerances, or none given)."""
+        t = self.config.tolerances
+        if self.metric is not None or t is None or t.per_atol:
+            return None
+        return t.atol
 
 
 def _plain(scale: np.ndarray, zero_point: np.ndarray):
@@ -607,8 +655,7 @@ def gather_stats(pairs: Sequence[qdq.Pair], model, float_model, feeds, path: str
                  external_data_dir: Optional[str], emulate: bool = False) -> Dict[str, qdq_stats.PairStats]:
     """Statistics of ``pairs``, one input set at a time (no iteration's tensors kept). With
     ``emulate``, ``model`` has the pairs in float and their quantization is applied in numpy."""
-    names = sorted({p.tensor for p in pairs if p.tensor not in _inputs(model)}
-                   | (set() if emulate else {p.outputs[0] for p in pairs}))
+    names = _marked_names(pairs, model, emulate)
     runs = marked_outputs(model, names, feeds, path, external_data_dir) if names else iter([{}] * len(feeds))
     floats = _float_runs(pairs, float_model, feeds, path)
     sums = {p.name: qdq_stats.PairAccumulator(p) for p in pairs}
@@ -616,6 +663,20 @@ def gather_stats(pairs: Sequence[qdq.Pair], model, float_model, feeds, path: str
         for p in pairs:
             _add_pair(sums[p.name], p, feed, got, ref, emulate)
     return {name: acc.finish() for name, acc in sums.items() if acc.n}
+
+
+def _marked_names(pairs: Sequence[qdq.Pair], model, emulate: bool) -> List[str]:
+    """The tensors a run of ``model`` marks for ``pairs``: before each Q (not a graph input, which
+    the feed holds), and after each DQ unless the quantization is emulated."""
+    inputs = _inputs(model)
+    before = {p.tensor for p in pairs if p.tensor not in inputs}
+    return sorted(before | (set() if emulate else {p.outputs[0] for p in pairs}))
+
+
+def _quantized_weights(model) -> int:
+    """How many DequantizeLinear nodes read a constant (a weight stored quantized)."""
+    values = qdq.constants(model)
+    return sum(1 for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in values)
 
 
 def _float_runs(pairs: Sequence[qdq.Pair], float_model, feeds, path: str):

@@ -21,15 +21,29 @@ from toolkit.reduce.replay import file_digest, file_ref, model_ref, weights_dige
 def check_words(c: Any) -> List[str]:
     """The runners, the pass rule and the inputs of a PrecisionConfig ``c``, as the command's words."""
     words = ["--compare", c.reference, c.candidate, *(c.tolerances.spelled() if c.tolerances is not None else [])]
-    for flag, values in (("--load-inputs", c.load_inputs), ("--val-range", c.val_range),
-                         ("--input-shapes", c.input_shapes), ("--keep-fp32", c.keep_fp32)):
-        if values:
-            words += [flag, *(str(v) for v in values)]
-    for flag, value in (("--load-outputs", c.load_outputs), ("--seed", c.seed)):
-        if value is not None:
-            words += [flag, str(value)]
+    words += list_words((("--load-inputs", c.load_inputs), ("--val-range", c.val_range),
+                         ("--input-shapes", c.input_shapes), ("--keep-fp32", c.keep_fp32)))
+    words += value_words((("--load-outputs", c.load_outputs), ("--seed", c.seed)))
     if not c.load_inputs and c.iterations != 1:
         words += ["--iterations", str(c.iterations)]
+    return words
+
+
+def list_words(options) -> List[str]:
+    """``FLAG VALUE...`` for each (flag, values) of ``options`` whose values are given (not empty)."""
+    words: List[str] = []
+    for flag, values in options:
+        if values:
+            words += [flag, *(str(v) for v in values)]
+    return words
+
+
+def value_words(options) -> List[str]:
+    """``FLAG VALUE`` for each (flag, value) of ``options`` whose value is given (not None)."""
+    words: List[str] = []
+    for flag, value in options:
+        if value is not None:
+            words += [flag, str(value)]
     return words
 
 

@@ -27,8 +27,7 @@ def run_spec(model, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping], mod
     for the kind that emulates reduced-precision storage (ONNX-Runtime), else from a file."""
     if emulates(kind):
         return _run_in_memory(model, spec_opts, feeds, model_path, external_data_dir)
-    opts = get_kind(kind).full_precision(spec_opts)
-    spec = kind + (":" + ",".join(k if v is True else f"{k}={v}" for k, v in opts.items()) if opts else "")
+    spec = _spec_text(kind, get_kind(kind).full_precision(spec_opts))
     with tempfile.TemporaryDirectory(prefix="toolkit-precision-") as d:
         path = os.path.join(d, "candidate.onnx")
         save_model(model, path)
@@ -37,21 +36,33 @@ def run_spec(model, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping], mod
             return [file_runner.infer(dict(f)) for f in feeds]
 
 
+def _spec_text(kind: str, opts: Mapping) -> str:
+    """The runner spec ``kind:opt,key=value`` of ``kind`` and its options (a True option by its name)."""
+    if not opts:
+        return kind
+    return kind + ":" + ",".join(k if v is True else f"{k}={v}" for k, v in opts.items())
+
+
 def _run_in_memory(model, spec_opts: Mapping, feeds: Sequence[Mapping], model_path: str,
                    external_data_dir: Optional[str]) -> List[Dict]:
     """``model`` on ONNX-Runtime from memory, with the spec's level, precision and providers."""
     from toolkit.backends.onnxrt import OnnxrtRunner, provider_list
 
+    providers = provider_list(str(spec_opts["providers"])) if spec_opts.get("providers") else None
+    runner = OnnxrtRunner(model_path, model=model, external_data_dir=external_data_dir,
+                          graph_optimization=_optimization_level(spec_opts), providers=providers)
+    with runner:
+        return [runner.infer(dict(f)) for f in feeds]
+
+
+def _optimization_level(spec_opts: Mapping) -> Optional[str]:
+    """The spec's ``opt`` level; none given, "disable" where reduced-precision storage is emulated."""
     level = spec_opts.get("opt") if isinstance(spec_opts.get("opt"), str) else None
     if (spec_opts.get("fp16") or spec_opts.get("bf16")) and level is None:
         # ONNX-Runtime fusions (LayerNorm, even at the basic level in 1.32) see through Casts and
         # would compute whole blocks without the rounding being emulated
         level = "disable"
-    providers = provider_list(str(spec_opts["providers"])) if spec_opts.get("providers") else None
-    runner = OnnxrtRunner(model_path, model=model, external_data_dir=external_data_dir, graph_optimization=level,
-                          providers=providers)
-    with runner:
-        return [runner.infer(dict(f)) for f in feeds]
+    return level
 
 
 def run_spec_bytes(model: bytes, kind: str, spec_opts: Mapping, feeds: Sequence[Mapping], model_path: str,

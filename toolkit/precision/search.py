@@ -25,7 +25,7 @@ import json
 import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Set
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx
@@ -51,6 +51,7 @@ from toolkit.precision.replay import check_options, check_words, content_id
 from toolkit.run.feeds import explain_generated
 from toolkit.run.registry import get_kind
 from toolkit.precision.running import emulates, run_spec, run_spec_bytes
+from toolkit.precision.verdicts import describe, not_finite, overflows, same_shape, within_rounding
 from toolkit.run.specs import parse_runner_spec, preflight_specs
 
 TOOL = "toolkit debug precision"
@@ -132,25 +133,6 @@ class SetIndex:
         return []
 
 
-def _describe(comps) -> str:
-    """'max error 0.96 at y' for the worst failing (or, when all pass, worst) output."""
-    worst = None
-    for it in comps:
-        for o in it.outputs:
-            err = o.required_atol
-            if err != err:  # nan
-                err = float("inf")
-            if worst is None or (not o.passed and worst[2]) or (o.passed == worst[2] and err > worst[0]):
-                worst = (err, o.name, o.passed)
-    if worst is None:
-        return ""
-    err, name, _ = worst
-    return f"max error {err:.3g} at {name}"
-
-
-describe = _describe  # (public: the QDQ search words its checks the same way)
-
-
 class PrecisionSearch:
     def __init__(self, config: PrecisionConfig, reporter: Optional[Reporter] = None,
                  feeds: Optional[Sequence[Mapping]] = None):
@@ -206,10 +188,7 @@ class PrecisionSearch:
 
     @staticmethod
     def _check_paths(c: PrecisionConfig) -> None:
-        for path in filter(None, (c.output, c.save_replay)):
-            if path == "-":
-                raise UsageError("debug precision writes files; give a file name, not '-'")
-            check_output_path(path)
+        _check_written(c)
         PrecisionSearch._check_overlaps(c)
         for path in [c.model] + list(c.load_inputs) + [c.load_outputs or ""]:
             if path and path != "-":
@@ -224,8 +203,7 @@ class PrecisionSearch:
         from toolkit.core.files import paths
 
         reads = [("--load-inputs", p) for p in c.load_inputs] + [("--load-outputs", c.load_outputs or "")]
-        if c.load_replay and not (c.save_replay and paths.same_file(c.load_replay, c.save_replay)):
-            reads.append(("--load-debug-replay", c.load_replay))
+        reads += _replay_read(c, paths.same_file)
         writes = [("-o", c.output or ""), ("--save-debug-replay", c.save_replay or "")]
         paths.check_with_model(c.model, reads, writes, c.external_data_dir)
 
@@ -243,9 +221,8 @@ class PrecisionSearch:
         decision = fp16.decide(self.model, c.keep_fp32, types=self.types, dtype=self.dtype)  # names the nodes
         self.user_kept = fp16.resolve_keep(self.model, c.keep_fp32)
         self.auto_kept = {n: r for n, r in decision.kept.items() if n not in set(self.user_kept)}
-        fixed = set(decision.kept)
-        self.fixed = fixed  # the nodes every check keeps in fp32 (the user's and the automatic ones)
-        universe = [n.name for n in fp16.iter_nodes(self.model) if n.name not in fixed and self._searchable(n)]
+        self.fixed = set(decision.kept)  # the nodes every check keeps in fp32 (the user's and the automatic ones)
+        universe = self._searched_nodes()
         self.universe = universe
         self.position = {name: k for k, name in enumerate(universe)}
         # tensors watched for the first overflow (guided search): float outputs of top-level nodes
@@ -270,15 +247,25 @@ class PrecisionSearch:
         self.watch: List[str] = []
         for node in self.model.graph.node:
             if node.name in self.position:
-                for i in {i for i in node.input if i}:
+                for i in set(filter(None, node.input)):
                     self.readers.setdefault(i, []).append(node.name)
-            if node.op_type == "Constant":
-                continue
-            for o in node.output:
-                if o and self.types.get(o) == fp16.FLOAT:
-                    self.producer[o] = node.name
-                    if o not in self.graph_outputs:
-                        self.watch.append(o)
+            if node.op_type != "Constant":
+                self._add_producer(node)
+
+    def _add_producer(self, node) -> None:
+        """``node`` produces its float outputs; those not graph outputs are watched."""
+        for o in filter(self._is_float, node.output):
+            self.producer[o] = node.name
+            if o not in self.graph_outputs:
+                self.watch.append(o)
+
+    def _is_float(self, name: str) -> bool:
+        """``name`` is a float32 tensor (not an omitted optional one)."""
+        return bool(name) and self.types.get(name) == fp16.FLOAT
+
+    def _searched_nodes(self) -> List[str]:
+        """The nodes searched, in graph order: those not kept in fp32 anyway whose precision matters."""
+        return [n.name for n in fp16.iter_nodes(self.model) if n.name not in self.fixed and self._searchable(n)]
 
     def _searchable(self, node) -> bool:
         """Whether keeping ``node`` in fp32 can change what the model computes: it makes a float32
@@ -286,9 +273,9 @@ class PrecisionSearch:
         the values' precision; not Shape or Size, which read only shapes)."""
         if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
             return False
-        if any(self.types.get(o) == fp16.FLOAT for o in node.output if o):
+        if any(map(self._is_float, node.output)):
             return True
-        return node.op_type not in ("Shape", "Size") and any(self.types.get(i) == fp16.FLOAT for i in node.input if i)
+        return node.op_type not in ("Shape", "Size") and any(map(self._is_float, node.input))
 
     def _structure_id(self) -> str:  # (the searched names; a replay adds the content: content_id)
         names = b"".join(name.encode() + b"\0" for name in self.universe)
@@ -301,15 +288,12 @@ class PrecisionSearch:
         if self.given_feeds is not None:
             return self.given_feeds
         if c.load_inputs:
-            from toolkit.core.io.datafiles import load_inputs
+            return _loaded_feeds(c.load_inputs, metas)
+        return self._generated_feeds(metas)
 
-            feeds: List[Mapping] = []
-            for path in c.load_inputs:
-                for k, feed in enumerate(load_inputs(path)):
-                    feeds.append(select_feed(feed, metas, source=path, iteration=k))
-            if not feeds:
-                raise InputError(f"{', '.join(c.load_inputs)}: no iterations")
-            return feeds
+    def _generated_feeds(self, metas) -> Sequence[Mapping]:
+        """Generated input sets (--seed, --val-range, --input-shapes); the shapes guessed are noted."""
+        c = self.config
         generated, notes = generate_inputs(
             metas,
             iterations=c.iterations,
@@ -378,6 +362,10 @@ class PrecisionSearch:
 
         if self.guide:
             self.ref_finite = [{n: np.isfinite(o[n]) for n in self.watch if n in o} for o in outs]
+        return self._graph_outputs_of(outs)
+
+    def _graph_outputs_of(self, outs: List[Dict]) -> List[Dict]:
+        """Each iteration's graph outputs (the watched tensors left out)."""
         return [{n: o[n] for n in self.graph_outputs if n in o} for o in outs]
 
     def _first_overflow(self, outs: List[Dict], mask: int = 0) -> Optional[str]:
@@ -400,9 +388,9 @@ class PrecisionSearch:
 
         producer = self.producer.get(name)
         if producer not in kept:
-            return producer, _not_finite
+            return producer, not_finite
         readers = [r for r in self.readers.get(name, ()) if r not in kept]
-        return (readers[0] if readers else None), lambda got: _overflows(got, self.dtype)
+        return (readers[0] if readers else None), lambda got: overflows(got, self.dtype)
 
     def _shows(self, name: str, outs: List[Dict], overflowed) -> bool:
         """Whether some iteration's ``name`` is ``overflowed`` where the reference's is finite."""
@@ -410,9 +398,7 @@ class PrecisionSearch:
         for k, o in enumerate(outs):
             got = o.get(name)
             fin = self.ref_finite[k].get(name) if k < len(self.ref_finite) else None
-            if got is None or fin is None or got.shape != fin.shape:
-                continue
-            if (fin & overflowed(got)).any():
+            if same_shape(got, fin) and (fin & overflowed(got)).any():
                 return True
         return False
 
@@ -428,14 +414,7 @@ class PrecisionSearch:
             )
         _, outs = graph_io_meta(self.model)
         wanted = [o.name for o in outs]
-        ref = []
-        for k in range(len(feeds)):
-            got = iters[k].outputs
-            missing = [n for n in wanted if n not in got]
-            if missing:
-                raise InputError(f"{path}: iteration {k} of {name} has no output {', '.join(missing)}")
-            ref.append({n: got[n] for n in wanted})
-        return ref
+        return [_loaded_outputs(iters[k].outputs, wanted, f"{path}: iteration {k} of {name}") for k in range(len(feeds))]
 
     def candidate_model(self, keep: Sequence[str]):
         """The model a check runs for ``keep`` (node names kept in fp32 beside the fixed ones)."""
@@ -455,7 +434,7 @@ class PrecisionSearch:
 
     def _describe(self, comps) -> str:
         """A check's comparison in words (the worst output)."""
-        return _describe(comps)
+        return describe(comps)
 
     def passes(self, mask: int) -> bool:
         """Does the model with ``mask``'s nodes kept in fp32 pass the comparison? (remembered)"""
@@ -470,10 +449,15 @@ class PrecisionSearch:
         seconds = time.perf_counter() - t0
         passed = strict or mask in self.rounding
         self.verdicts[mask] = passed
-        if passed and (self._best is None or popcount(mask) < popcount(self._best)):
-            self._best = mask  # the smallest passing set so far (what Ctrl-C leaves)
+        if passed:
+            self._note_passing(mask)
         self._record(mask, strict, passed, seconds)
         return passed
+
+    def _note_passing(self, mask: int) -> None:
+        """Remember passing ``mask`` when it is the smallest passing set so far (what Ctrl-C leaves)."""
+        if self._best is None or popcount(mask) < popcount(self._best):
+            self._best = mask
 
     def _run_mixed(self, mask: int) -> Optional[List[Dict]]:
         """The candidate's outputs with ``mask``'s nodes kept in fp32; None when the mixed model does
@@ -503,7 +487,7 @@ class PrecisionSearch:
 
         if self.guide:
             self.overflow[mask] = self._first_overflow(outs, mask)
-            outs = [{n: o[n] for n in self.graph_outputs if n in o} for o in outs]
+            outs = self._graph_outputs_of(outs)
         comps = self._compare(outs)
         passed = all(c.passed and not c.only_a for c in comps)
         self.details[mask] = self._describe(comps)
@@ -556,23 +540,17 @@ class PrecisionSearch:
         largest reference value); remembers the atol that would pass."""
 
         bound = noise_bound(STORAGE_FLOOR[self._precision], self.depth)
-        needed = 0.0
-        for k, it in enumerate(comps):
-            if it.only_a or it.only_b:
-                return False
-            for o in it.outputs:
-                if o.passed:
-                    continue
-                ref = np.asarray(self.ref_outs[k].get(o.name))
-                if ref.dtype.kind != "f" or not math.isfinite(o.max_abs):
-                    return False
-                finite = ref[np.isfinite(ref)]
-                scale = float(np.abs(finite).max()) if finite.size else 0.0
-                if o.max_abs > bound * scale:
-                    return False
-                needed = max(needed, o.max_abs)
-        self.rounding[mask] = needed
+        if any(it.only_a or it.only_b for it in comps):
+            return False
+        failing = self._failing(comps)
+        if not all(within_rounding(ref, o, bound) for ref, o in failing):
+            return False
+        self.rounding[mask] = max((o.max_abs for _, o in failing), default=0.0)
         return True
+
+    def _failing(self, comps) -> List[tuple]:
+        """(the reference's value, the output) of each failing output of the comparisons ``comps``."""
+        return [(self.ref_outs[k].get(o.name), o) for k, it in enumerate(comps) for o in it.outputs if not o.passed]
 
     # ------------------------------------------------------------------ the search
     def run(self) -> PrecisionOutcome:
@@ -758,31 +736,57 @@ class PrecisionSearch:
         c, n = self.config, len(self.universe) + 1
         ident = f"{self._model_id}-{content_id(self)}" if c.load_replay or c.save_replay else ""
         if c.load_replay:
-            self.replay = PrecisionReplay.load(c.load_replay, ident, n, options=self.replay_options())
-            for m, failed in self.replay.verdicts.items():
-                self.verdicts[m >> 1] = not failed
-                self.details.setdefault(m >> 1, "(from the replay file)")
-            with open(c.load_replay, encoding="utf-8") as f:
-                raw = json.load(f)["entries"]
-            for entry, kept in zip(raw, self.replay.entries):
-                if "overflow" in entry:
-                    kept["overflow"] = entry["overflow"]
-                    name = entry["overflow"]
-                    self.overflow[int(entry["nodes"], 16) >> 1] = name if name in self.position else None
+            self.replay = self._load_replay(c.load_replay, ident, n)
         elif c.save_replay:
             self.replay = PrecisionReplay(ident, n, self.replay_check(), self.replay_options())
 
+    def _load_replay(self, path: str, ident: str, n: int) -> Replay:
+        """The replay file's verdicts, and where each check's first overflow was."""
+        replay = PrecisionReplay.load(path, ident, n, options=self.replay_options())
+        for m, failed in replay.verdicts.items():
+            self.verdicts[m >> 1] = not failed
+            self.details.setdefault(m >> 1, "(from the replay file)")
+        with open(path, encoding="utf-8") as f:
+            raw = json.load(f)["entries"]
+        for entry, kept in zip(raw, replay.entries):
+            if "overflow" in entry:
+                kept["overflow"] = name = entry["overflow"]
+                self.overflow[int(entry["nodes"], 16) >> 1] = name if name in self.position else None
+        return replay
 
-def _not_finite(values):
-    return ~np.isfinite(values)
+
+def _check_written(c: PrecisionConfig) -> None:
+    """-o and --save-debug-replay name files that can be written (not stdout)."""
+    for path in filter(None, (c.output, c.save_replay)):
+        if path == "-":
+            raise UsageError("debug precision writes files; give a file name, not '-'")
+        check_output_path(path)
 
 
-def _overflows(values, dtype: str):
-    """Where float32 ``values`` become inf (or stay inf/nan) when stored in ``dtype``: past the
-    midpoint between its largest finite value and the next power (fp16: 65520)."""
-    limit = 3.3961514e38 if dtype == "bfloat16" else 65520.0
-    with np.errstate(invalid="ignore"):
-        return ~(np.abs(values) < limit)
+def _replay_read(c: PrecisionConfig, same_file) -> List[Tuple[str, str]]:
+    """--load-debug-replay as a file read, unless it is the one --save-debug-replay writes (a run resumed in place)."""
+    if not c.load_replay or (c.save_replay and same_file(c.load_replay, c.save_replay)):
+        return []
+    return [("--load-debug-replay", c.load_replay)]
+
+
+def _loaded_feeds(paths: Sequence[str], metas) -> List[Mapping]:
+    """The input sets of --load-inputs files, in order (InputError: none)."""
+    from toolkit.core.io.datafiles import load_inputs
+
+    feeds: List[Mapping] = [select_feed(feed, metas, source=path, iteration=k) for path in paths
+                            for k, feed in enumerate(load_inputs(path))]
+    if not feeds:
+        raise InputError(f"{', '.join(paths)}: no iterations")
+    return feeds
+
+
+def _loaded_outputs(got: Mapping, wanted: List[str], where: str) -> Dict:
+    """The ``wanted`` outputs of one loaded iteration ``got`` (InputError naming ``where`` when some are missing)."""
+    missing = [n for n in wanted if n not in got]
+    if missing:
+        raise InputError(f"{where} has no output {', '.join(missing)}")
+    return {n: got[n] for n in wanted}
 
 
 class PrecisionReplay(Replay):

@@ -69,21 +69,40 @@ class Metric:
     def label(self) -> str:
         return f"topk:{self.k}" if self.name == "topk" else self.name
 
+    def judged(self, outputs: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The outputs the metric judges, of ``outputs`` (by name)."""
+        if not self.outputs:
+            return outputs
+        return {n: v for n, v in outputs.items() if n in self.outputs}
+
     def iteration(self, ref: Mapping[str, Any], got: Mapping[str, Any]) -> MetricIteration:
-        if self.outputs:
-            ref = {n: v for n, v in ref.items() if n in self.outputs}
+        ref = self.judged(ref)
         missing = [n for n in ref if n not in got]
         if self.fn is not None:
             return _judged_by(self.fn, ref, got, missing)
-        outs = [self._output(n, np.asarray(ref[n]), np.asarray(got[n])) for n in ref if n in got]
+        outs = self._outputs(ref, got)
         return MetricIteration(all(o.passed for o in outs) and not missing, outs, only_a=missing)
 
+    def _outputs(self, ref: Mapping[str, Any], got: Mapping[str, Any]) -> List[MetricOutput]:
+        """Each output of ``ref`` that ``got`` has too, judged."""
+        return [self._output(n, np.asarray(ref[n]), np.asarray(got[n])) for n in ref if n in got]
+
     def _output(self, name: str, r: np.ndarray, c: np.ndarray) -> MetricOutput:
-        if r.shape != c.shape or r.dtype.kind not in "fc" or not r.size:
-            ok = r.shape == c.shape and np.array_equal(r, c)
-            return MetricOutput(name, ok, f"{'equal' if ok else 'differs'} at {name}", 0.0 if ok else 1.0)
+        if not _measurable(r, c):
+            return _equality(name, r, c)
         value, ok, text = _MEASURES[self.name](r.astype(np.float64), c.astype(np.float64), self)
         return MetricOutput(name, ok, f"{text} at {name}", value)
+
+
+def _measurable(r: np.ndarray, c: np.ndarray) -> bool:
+    """Outputs a metric measures: the same shape, float or complex, not empty."""
+    return r.shape == c.shape and r.dtype.kind in "fc" and bool(r.size)
+
+
+def _equality(name: str, r: np.ndarray, c: np.ndarray) -> MetricOutput:
+    """An output no metric measures, judged by equality."""
+    ok = r.shape == c.shape and np.array_equal(r, c)
+    return MetricOutput(name, ok, f"{'equal' if ok else 'differs'} at {name}", 0.0 if ok else 1.0)
 
 
 def _judged_by(fn: MetricFn, ref: Mapping[str, Any], got: Mapping[str, Any], missing: List[str]) -> MetricIteration:
@@ -144,15 +163,26 @@ def parse(spec: Union[str, MetricFn, None], tolerance: Optional[float] = None,
 
 def _parse_name(spec: str, tolerance: Optional[float]) -> Metric:
     name, _, arg = str(spec).partition(":")
-    if name not in DEFAULT_TOLERANCE or (arg and name != "topk") or (name == "topk" and not arg.isdigit()):
-        raise UsageError(f"--metric {spec}: use one of {', '.join(NAMES)} (K a whole number)")
-    k = int(arg) if arg else 1
-    if name == "topk" and k < 1:
-        raise UsageError(f"--metric {spec}: K must be at least 1")
+    k = _k_of(spec, name, arg)
     tol = DEFAULT_TOLERANCE[name] if tolerance is None else float(tolerance)
     if tol < 0 and name != "snr-db":
         raise UsageError(f"--metric-tolerance {tolerance}: must be 0 or more for {name}")
     return Metric(name, tol, k=k)
+
+
+def _k_of(spec: str, name: str, arg: str) -> int:
+    """K of ``topk:K`` (1 for the other metrics, which take no argument); UsageError for an unknown
+    name or a bad K."""
+    unknown = UsageError(f"--metric {spec}: use one of {', '.join(NAMES)} (K a whole number)")
+    if name == "topk":
+        if not arg.isdigit():
+            raise unknown
+        if int(arg) < 1:
+            raise UsageError(f"--metric {spec}: K must be at least 1")
+        return int(arg)
+    if name not in DEFAULT_TOLERANCE or arg:
+        raise unknown
+    return 1
 
 
 def classes(metric: Metric, value: np.ndarray) -> Optional[int]:
@@ -171,9 +201,7 @@ def check_classes(metric: Optional[Metric], outputs: Mapping[str, Any]) -> None:
     ``topk:K`` with K at least the number of classes (every top-K holds the reference's class)."""
     if metric is None:
         return
-    for name, value in outputs.items():
-        if metric.outputs and name not in metric.outputs:
-            continue
+    for name, value in metric.judged(outputs).items():
         count = classes(metric, np.asarray(value))
         if count is not None:
             _refuse_if_nothing_compared(metric, name, count)
@@ -193,12 +221,9 @@ def _refuse_if_nothing_compared(metric: Metric, name: str, count: int) -> None:
 
 def describe(comps) -> str:
     """The worst input set's worst output, in the metric's words."""
-    worst: Optional[MetricOutput] = None
-    for it in comps:
-        for o in it.outputs:
-            if worst is None or (worst.passed and not o.passed) or (o.passed == worst.passed
-                                                                     and o.required_atol > worst.required_atol):
-                worst = o
+    # (a failing output before a passing one, then the larger value; the first of equals)
+    outputs = (o for it in comps for o in it.outputs)
+    worst = max(outputs, key=lambda o: (not o.passed, o.required_atol), default=None)
     return worst.text if worst is not None else ""
 
 

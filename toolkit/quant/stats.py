@@ -83,15 +83,26 @@ def infer_folded(pair: Pair, before, reference) -> Optional[Tuple[float, float]]
     as after a MaxPool, has the tensor near ``M`` there). The lower bound likewise, else 0 for a
     range starting at 0. None: no upper clamp seen (a folded ``Relu`` is :meth:`Pair.clamp`'s)."""
     r, x = _flat(reference).astype(np.float64), _flat(before).astype(np.float64)
-    if r.shape != x.shape or r.size < 2 or pair.scale.size != 1 or not np.all(np.isfinite(r)):
+    if not _comparable(pair, r, x):
         return None
     step = float(pair.scale.ravel()[0])
     hi, lo = float(r.max()), float(r.min())
-    top, bottom = r == hi, r == lo
-    if np.count_nonzero(top) < 2 or float(x[top].mean()) <= hi + step:
+    top, bottom = _mean_where(r, x, hi), _mean_where(r, x, lo)
+    if top is None or top <= hi + step:
         return None
-    clamps_low = np.count_nonzero(bottom) >= 2 and float(x[bottom].mean()) < lo - step
+    clamps_low = bottom is not None and bottom < lo - step
     return (lo if clamps_low else (0.0 if pair.starts_at_zero else -math.inf), hi)
+
+
+def _comparable(pair: Pair, r: np.ndarray, x: np.ndarray) -> bool:
+    """A per-tensor pair, and float values ``r`` (finite, two or more) matching its tensor ``x`` element for element."""
+    return r.shape == x.shape and r.size >= 2 and pair.scale.size == 1 and bool(np.all(np.isfinite(r)))
+
+
+def _mean_where(r: np.ndarray, x: np.ndarray, value: float) -> Optional[float]:
+    """The mean of ``x`` where ``r`` holds ``value``, when two or more elements do (else None)."""
+    where = r == value
+    return float(x[where].mean()) if np.count_nonzero(where) >= 2 else None
 
 
 class PairAccumulator:
@@ -113,11 +124,9 @@ class PairAccumulator:
 
     def _channels(self, before, clamp) -> None:
         """A per-channel pair: each channel's extremes along its axis (sentinels and NaN left out)."""
-        a = np.asarray(before, dtype=np.float64)
-        axis = self.pair.axis if self.pair.axis is not None else 1
-        if a.ndim == 0 or not -a.ndim <= axis < a.ndim or a.shape[axis] != self.pair.scale.size:
+        a = _channel_rows(np.asarray(before, dtype=np.float64), self.pair)
+        if a is None:
             return
-        a = np.moveaxis(a, axis, 0).reshape(a.shape[axis], -1)
         if clamp is not None:
             a = np.clip(a, clamp[0], clamp[1])
         a = np.where(np.isfinite(a) & (np.abs(a) < SENTINEL), a, np.nan)
@@ -130,25 +139,25 @@ class PairAccumulator:
         x, y = _flat(before), _flat(after)
         if x.shape != y.shape or not x.size:
             return
-        shape = np.shape(before)
-        if self.infer and reference is not None:
-            self.pair.folded = infer_folded(self.pair, before, reference)
-            self.infer = self.pair.folded is None  # (until the first iteration that shows it)
-        clamp = self.pair.clamp()
+        clamp = self._clamp(before, reference)
         if self.pair.scale.size > 1:
             self._channels(before, clamp)
         if clamp is not None:  # a folded Relu/Clip (or a tensor never negative): what the float model computes
             x = np.clip(x, clamp[0], clamp[1])
-        lo, hi, s = self._grid(shape)
+        lo, hi, s = self._grid(np.shape(before))
         r = None if reference is None else _flat(reference)
         x, y, r, lo, hi, s = self._without_sentinels(x, y, r, lo, hi, s)
-        if not x.size:
-            return
-        self._add_local(x, y, lo, hi, s)
-        if r is None or r.shape != x.shape:
-            self.with_reference = False
-            return
-        self._add_reference(r, x, y)
+        if x.size:
+            self._add_local(x, y, lo, hi, s)
+            self._add_reference(r, x, y)
+
+    def _clamp(self, before, reference):
+        """The pair's :meth:`Pair.clamp`, once a folded ``Clip`` is read from the float model's tensor
+        (with ``infer``: until the first iteration that shows one)."""
+        if self.infer and reference is not None:
+            self.pair.folded = infer_folded(self.pair, before, reference)
+            self.infer = self.pair.folded is None
+        return self.pair.clamp()
 
     def _grid(self, shape):
         """(lo, hi, step) of the pair's grid: numbers, or per channel every element's own (flat)."""
@@ -172,7 +181,11 @@ class PairAccumulator:
         self.lo, self.hi = min(self.lo, float(x.min())), max(self.hi, float(x.max()))
 
     def _add_reference(self, r, x, y) -> None:
-        """The error against the float model's tensor ``r``: before the pair (``x``) and after it (``y``)."""
+        """The error against the float model's tensor ``r``: before the pair (``x``) and after it (``y``).
+        No such tensor (or not shaped as ``x``): the statistics have no reference."""
+        if r is None or r.shape != x.shape:
+            self.with_reference = False
+            return
         up, after_d = r - x, r - y
         self.r_sq += _dot(r, r)
         self.up_sq += _dot(up, up)
@@ -215,6 +228,14 @@ class PairAccumulator:
         return st
 
 
+def _channel_rows(a: np.ndarray, pair: Pair) -> Optional[np.ndarray]:
+    """``a`` as one row per channel of ``pair``'s axis (None: ``a`` has no such axis of that many channels)."""
+    axis = pair.axis if pair.axis is not None else 1
+    if a.ndim == 0 or not -a.ndim <= axis < a.ndim or a.shape[axis] != pair.scale.size:
+        return None
+    return np.moveaxis(a, axis, 0).reshape(a.shape[axis], -1)
+
+
 def _flat(arr) -> np.ndarray:
     a = np.asarray(arr)
     return (a if a.dtype == np.float32 or a.dtype == np.float64 else a.astype(np.float32)).reshape(-1)
@@ -243,23 +264,41 @@ def percent(share: float) -> str:
 def reasons(st: PairStats) -> List[str]:
     """Why a pair costs accuracy, in words (sentinel range, clipping, saturation, coarse scale,
     per-tensor weight scale over uneven channels, local error)."""
-    out = []
-    if st.sentinel_range:
-        out.append(_sentinel_reason(st))
+    said = (reason(st) for reason in _REASONS)
+    return [text for text in said if text is not None]
+
+
+def _spread_reason(st: PairStats) -> Optional[str]:
     if st.spread is not None and st.spread >= SPREAD:
-        out.append(f"per-tensor scale over channels of very different ranges (largest/smallest {st.spread:.0f}x): "
-                   "use per-channel quantization (quantize_static(..., per_channel=True))")
-    if st.clipped > 0:
-        out.append(f"clipping: {percent(st.clipped)} of values outside " + (
-            _worst_channel(st) if st.channel_range is not None else f"[{st.grid_lo:.4g}, {st.grid_hi:.4g}]"))
+        return (f"per-tensor scale over channels of very different ranges (largest/smallest {st.spread:.0f}x): "
+                "use per-channel quantization (quantize_static(..., per_channel=True))")
+    return None
+
+
+def _clipping_reason(st: PairStats) -> Optional[str]:
+    if not st.clipped > 0:
+        return None
+    where = _worst_channel(st) if st.channel_range is not None else f"[{st.grid_lo:.4g}, {st.grid_hi:.4g}]"
+    return f"clipping: {percent(st.clipped)} of values outside " + where
+
+
+def _saturation_reason(st: PairStats) -> Optional[str]:
     if st.saturated > 0.01 and not st.pair.starts_at_zero and not st.sentinel_range:
-        out.append(f"saturation: {percent(st.saturated)} of values at the integer limits")
+        return f"saturation: {percent(st.saturated)} of values at the integer limits"
+    return None
+
+
+def _coarse_reason(st: PairStats) -> Optional[str]:
     if st.levels < COARSE_LEVELS and not st.sentinel_range:
-        out.append(f"coarse scale: the range [{st.lo:.4g}, {st.hi:.4g}] spans {st.levels:.1f} integer levels")
+        return f"coarse scale: the range [{st.lo:.4g}, {st.hi:.4g}] spans {st.levels:.1f} integer levels"
+    return None
+
+
+def _error_reason(st: PairStats) -> Optional[str]:
+    """The pair's own error (always said, last)."""
     what = "weight" if st.pair.weight else "local"
-    out.append(f"{what} error: max {st.local_max:.3g} ({st.local_steps:.2g} steps), SQNR {st.local_sqnr:.1f} dB"
-               + (" (sentinels left out)" if st.sentinels else ""))
-    return out
+    return (f"{what} error: max {st.local_max:.3g} ({st.local_steps:.2g} steps), SQNR {st.local_sqnr:.1f} dB"
+            + (" (sentinels left out)" if st.sentinels else ""))
 
 
 def _worst_channel(st: PairStats) -> str:
@@ -275,7 +314,9 @@ def _worst_channel(st: PairStats) -> str:
             f"{seen_hi[k]:.4g}], range [{lo[k]:.4g}, {hi[k]:.4g}])")
 
 
-def _sentinel_reason(st: PairStats) -> str:
+def _sentinel_reason(st: PairStats) -> Optional[str]:
+    if not st.sentinel_range:
+        return None
     value = st.sentinel_value if st.sentinel_value is not None else (
         st.grid_lo if abs(st.grid_lo) >= abs(st.grid_hi) else st.grid_hi)
     share = f"{percent(st.sentinels)} of values are {value:.3g}; " if st.sentinels else ""
@@ -283,6 +324,9 @@ def _sentinel_reason(st: PairStats) -> str:
             f"({value:.3g}), so the scale {float(np.max(st.pair.scale)):.3g} leaves the data "
             f"[{st.lo:.4g}, {st.hi:.4g}] {st.levels:.2g} levels: keep this tensor in float, or quantize before the "
             "mask is applied")
+
+
+_REASONS = (_sentinel_reason, _spread_reason, _clipping_reason, _saturation_reason, _coarse_reason, _error_reason)
 
 
 def weight_stats(pair: Pair, weight) -> PairStats:
@@ -313,21 +357,32 @@ def suggested(pair: Pair, st: PairStats):
     a signed type, the middle for an unsigned one), asymmetric otherwise. A per-channel pair gets
     one per channel (arrays shaped as its scale and zero point), from each channel's range; a
     channel whose range is 0 keeps its scale."""
-    if pair.scale.size > 1 and st.channel_range is not None:
-        lo, hi = np.minimum(st.channel_range[0], 0.0), np.maximum(st.channel_range[1], 0.0)
-    else:
-        lo, hi = np.float64(min(st.lo, 0.0)), np.float64(max(st.hi, 0.0))
+    lo, hi = _range_with_zero(pair, st)
     zp = pair.zero_point.astype(np.int64)
-    old = pair.scale.astype(np.float64).ravel() if pair.scale.size > 1 else np.float64(pair.scale.ravel()[0])
-    if (pair.qmin < 0 and np.all(zp == 0)) or (pair.qmin == 0 and np.all(zp == (pair.qmax + 1) // 2)):
+    kept = pair.scale.astype(np.float64).ravel() if pair.scale.size > 1 else 1.0  # (where a range is 0)
+    if _symmetric(pair, zp):
         scale = np.maximum(np.abs(lo), np.abs(hi)) / (pair.qmax - zp.ravel()[0])
-        scale = np.where(scale > 0, scale, old if pair.scale.size > 1 else 1.0)
+        scale = np.where(scale > 0, scale, kept)
         return np.broadcast_to(np.asarray(scale, np.float32), pair.scale.shape).copy(), pair.zero_point.copy()
     scale = (hi - lo) / (pair.qmax - pair.qmin)
-    scale = np.where(scale > 0, scale, old if pair.scale.size > 1 else 1.0)
+    scale = np.where(scale > 0, scale, kept)
     zero = np.clip(np.round(pair.qmin - lo / scale), pair.qmin, pair.qmax)
     return (np.broadcast_to(np.asarray(scale, np.float32), pair.scale.shape).copy(),
             np.broadcast_to(np.asarray(zero).astype(pair.zero_point.dtype), pair.zero_point.shape).copy())
+
+
+def _range_with_zero(pair: Pair, st: PairStats):
+    """(lo, hi): the observed range widened to hold 0; per channel for a per-channel pair."""
+    if pair.scale.size > 1 and st.channel_range is not None:
+        return np.minimum(st.channel_range[0], 0.0), np.maximum(st.channel_range[1], 0.0)
+    return np.float64(min(st.lo, 0.0)), np.float64(max(st.hi, 0.0))
+
+
+def _symmetric(pair: Pair, zp: np.ndarray) -> bool:
+    """Zero point 0 for a signed type, the middle for an unsigned one."""
+    if pair.qmin < 0:
+        return bool(np.all(zp == 0))
+    return pair.qmin == 0 and bool(np.all(zp == (pair.qmax + 1) // 2))
 
 
 def needs_scale(st: PairStats) -> bool:
@@ -344,15 +399,26 @@ def ranked(stats: Sequence[PairStats]) -> List[PairStats]:
 def causes(stats: Sequence[PairStats], inputs: Sequence[str], limit: int = 3) -> List[str]:
     """The summary before the pairs: inputs that clip at their pair's range (the calibration did
     not see inputs like these), then the top causes among the other pairs, most error first."""
-    out = []
+    return _calibration_mismatch(stats) + _clipping_inputs(stats, inputs) + _top_causes(stats, inputs, limit)
+
+
+def _calibration_mismatch(stats: Sequence[PairStats]) -> List[str]:
+    """Two or more pairs clip (sentinels aside): the calibration data was unlike these inputs."""
     clipping = [st for st in stats if st.clipped > 0 and not st.sentinel_range]
-    if len(clipping) >= 2:
-        out.append(f"calibration mismatch: {len(clipping)} of the {len(stats)} pairs clip values outside their "
-                   "calibrated ranges (the calibration data did not cover inputs like these: recalibrate on them)")
-    out += [_input_clips(st) for st in stats if st.pair.tensor in inputs and st.clipped > 0]
+    if len(clipping) < 2:
+        return []
+    return [f"calibration mismatch: {len(clipping)} of the {len(stats)} pairs clip values outside their "
+            "calibrated ranges (the calibration data did not cover inputs like these: recalibrate on them)"]
+
+
+def _clipping_inputs(stats: Sequence[PairStats], inputs: Sequence[str]) -> List[str]:
+    return [_input_clips(st) for st in stats if st.pair.tensor in inputs and st.clipped > 0]
+
+
+def _top_causes(stats: Sequence[PairStats], inputs: Sequence[str], limit: int) -> List[str]:
+    """The first ``limit`` other pairs that add more than rounding, most error first, with their main reason."""
     rest = [st for st in ranked(stats) if st.pair.tensor not in inputs and not st.rounding_only]
-    out += [f"{st.pair.shown}: {_main_reason(st)}" for st in rest[:limit]]
-    return out
+    return [f"{st.pair.shown}: {_main_reason(st)}" for st in rest[:limit]]
 
 
 def _input_clips(st: PairStats) -> str:

@@ -56,21 +56,27 @@ def collect(tables: QdqTables, model_path: str, index: int, outs_a: Mapping, out
         tables.pairs = _pairs(model_path)
     if not tables.pairs:
         return
-    from toolkit.quant.qdq import match_name
-    from toolkit.quant.stats import PairAccumulator
-
     first = tables.pairs[0].outputs[0]
     qdq_side, ref_side = (outs_a, outs_b) if first in outs_a or first not in outs_b else (outs_b, outs_a)
     sums = tables.sums.setdefault(index, {})
     for pair in tables.pairs:
-        before, after = qdq_side.get(pair.tensor), qdq_side.get(pair.outputs[0])
-        if before is None or after is None:
-            continue
-        name = match_name(pair.tensor, ref_side)
-        ref = ref_side.get(name) if name is not None else None
-        if pair.name not in sums:
-            sums[pair.name] = PairAccumulator(pair, infer=True)  # (a folded Clip read from the float tensor)
-        sums[pair.name].add(before, after, ref)
+        _add(sums, pair, qdq_side, ref_side)
+
+
+def _add(sums: Dict[str, Any], pair, qdq_side: Mapping, ref_side: Mapping) -> None:
+    """One iteration of ``pair``, when the QDQ side holds its tensors before Q and after DQ (and
+    the float side the tensor, matched by name)."""
+    from toolkit.quant.qdq import match_name
+    from toolkit.quant.stats import PairAccumulator
+
+    before, after = qdq_side.get(pair.tensor), qdq_side.get(pair.outputs[0])
+    if before is None or after is None:
+        return
+    name = match_name(pair.tensor, ref_side)
+    ref = ref_side.get(name) if name is not None else None
+    if pair.name not in sums:
+        sums[pair.name] = PairAccumulator(pair, infer=True)  # (a folded Clip read from the float tensor)
+    sums[pair.name].add(before, after, ref)
 
 
 def finish(tables: QdqTables, count: int) -> List[List[Any]]:
@@ -86,12 +92,15 @@ def row_dict(rank: int, st) -> Dict[str, Any]:
         "rank": rank, "pair": st.pair.name, "tensor": st.pair.tensor, "shown": st.pair.shown,
         "verdict": "rounding" if st.rounding_only else "adds error",
         "local_sqnr_db": round(st.local_sqnr, 4), "local_max": st.local_max, "local_steps": st.local_steps,
-        "upstream_sqnr_db": None if st.upstream_sqnr is None else round(st.upstream_sqnr, 4),
-        "after_vs_float_sqnr_db": None if st.xmodel_sqnr is None else round(st.xmodel_sqnr, 4),
+        "upstream_sqnr_db": _rounded(st.upstream_sqnr), "after_vs_float_sqnr_db": _rounded(st.xmodel_sqnr),
         "clipped": st.clipped, "saturated": st.saturated, "levels": round(st.levels, 2),
         "scale": [float(v) for v in st.pair.scale.ravel()], "zero_point": [int(v) for v in st.pair.zero_point.ravel()],
         "why": st.reasons,
     }
+
+
+def _rounded(db: Optional[float]) -> Optional[float]:
+    return None if db is None else round(db, 4)
 
 
 def add_to_report(path: str, tables: List[List[Any]]) -> None:
