@@ -2,6 +2,9 @@
 proved, held-out validation of the result."""
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import onnx
@@ -189,3 +192,16 @@ def test_a_result_no_set_of_pairs_can_hold_is_told_apart_from_one_that_fits_its_
     held_out = json.loads(r.out)["held_out"]
     assert held_out["holds"] or held_out["all_float_passed"] == held_out["count"]
     assert "what fails there is not the pairs" not in r.err
+
+
+def test_float_op_types_pairs_are_listed_in_graph_order_whatever_the_hash_seed(classifier, tmp_path):
+    """The log line of the pairs kept in float by --float-op-types is the same on every run (graph order)."""
+    feeds = inputs_file(tmp_path / "in.json", qm.uniform_feeds(1, -1, 1, seed=9))
+    lines = set()
+    for seed in "1234":
+        env = dict(os.environ, PYTHONHASHSEED=seed)
+        r = subprocess.run([sys.executable, "-m", "toolkit", "debug", "precision", classifier["qdq"], "--load-inputs",
+                            feeds, "--metric", "top1", "--float-op-types", "Add", "--iterations", "1"],
+                           capture_output=True, text=True, env=env, timeout=120)
+        lines |= {line for line in r.stderr.splitlines() if "in float in every check" in line}
+    assert lines == {"2 pair(s) at --float-op-types Add in float in every check: h, ha"}, lines  # (graph order)

@@ -49,7 +49,7 @@ def _search_notes(search) -> None:
             "back to float pair by pair")
     if search.fixed:
         log(f"{len(search.fixed)} pair(s) at --float-op-types {','.join(c.float_op_types)} in float in every "
-            f"check: {', '.join(search.by_name[n].shown for n in search.fixed)}")
+            f"check: {', '.join(search.by_name[n].shown for n in search.fixed_order)}")
     if search.metric is not None:
         from toolkit.quant.metrics import summary as metric_summary
 
