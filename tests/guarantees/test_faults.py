@@ -48,12 +48,19 @@ def toolkit_popen(args, cwd):
 
 
 def cpu_seconds(pid: int) -> float:
+    """CPU seconds of process ``pid`` and its live descendants (a command may work in a child
+    process while it waits, e.g. constant folding)."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
+        children = []
+        for task in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{task}/children") as f:
+                children += [int(c) for c in f.read().split()]
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    own = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return own + sum(cpu_seconds(c) for c in children)
 
 
 def _drain(stream, sink: list) -> threading.Thread:
