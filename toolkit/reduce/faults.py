@@ -243,6 +243,7 @@ class AllFaultsReducer(CompareReducer):
     def _keep_fault(self, fault: Fault) -> None:
         """Keep ``fault`` (said): as a fault, or, after the first, as a window that fails by rounding noise alone."""
         if fault.number > 1 and fault.evidence.get("noise"):  # (the rest as a whole fails by more)
+            fault.path = ""  # (not written: -o's k-th file is the next fault's)
             self.noise_windows.append(fault)
             self.reporter.info(_noise_line(fault, "The next failing subgraph", "searching the rest of the model"))
         else:

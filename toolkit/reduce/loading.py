@@ -135,8 +135,10 @@ def _dynamic_shapes(path: str, metas: Dict[str, TensorMeta], feed, warn) -> Dict
 def _check_names_known(model, metas: Dict[str, TensorMeta], feed, path: str) -> None:
     """An InputError unless some array of ``feed`` is an input of the model or, for a layerwise
     file, one of its tensors (inputs and node outputs)."""
-    tensors = _node_outputs(model) | set(metas)
-    if any(name in tensors for name in feed):
+    if any(name in metas for name in feed):
+        return
+    made = _node_outputs(model)  # (a layerwise file: walked only when no input matched)
+    if any(name in made for name in feed):
         return
     known = ", ".join(f"'{n}'" for n in metas) or "(none)"
     first = next(iter(feed), "")
