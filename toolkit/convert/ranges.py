@@ -99,20 +99,20 @@ def _constant_values(graph, keep: Optional[Dict[str, object]] = None) -> Iterato
     ``graph``, one at a time. ``keep``: a dict that also gets the initializers' arrays, up to
     :data:`KEEP_BYTES` in all (the conversion reads them once more otherwise: a copy each)."""
 
-    yield from _initializer_values(graph, {} if keep is None else keep)
+    yield from _initializer_values(graph, keep)
     for node, tensor in constant_tensors(graph):
         if node.domain in STD_DOMAINS and tensor.data_type == FLOAT:
             yield node.output[0], numpy_helper.to_array(tensor)
 
 
-def _initializer_values(graph, keep: Dict[str, object]) -> Iterator[Tuple[str, object]]:
-    """(name, array) of the float32 initializers of ``graph`` with their data loaded; ``keep`` gets the
-    arrays too, up to :data:`KEEP_BYTES` in all."""
+def _initializer_values(graph, keep: Optional[Dict[str, object]]) -> Iterator[Tuple[str, object]]:
+    """(name, array) of the float32 initializers of ``graph`` with their data loaded; ``keep`` (when
+    given) gets the arrays too, up to :data:`KEEP_BYTES` in all."""
     budget = KEEP_BYTES
     for t in graph.initializer:
         if t.data_type == FLOAT and not t.external_data:
             arr = weight_array(t)
-            if arr.nbytes <= budget:
+            if keep is not None and arr.nbytes <= budget:
                 keep[t.name] = arr
                 budget -= arr.nbytes
             yield t.name, arr

@@ -176,7 +176,7 @@ class _Model:
         self, model, names: Optional[Sequence[str]] = None, emulate: bool = False, deployed: bool = False,
     ) -> None:
         self.emulate = emulate
-        with self._errors():
+        with self._errors(loading=True):
             if isinstance(model, str) and names is None:
                 self.sess = _session(model, deployed=deployed)
             else:
@@ -194,15 +194,16 @@ class _Model:
         return {o.name: v for o, v in zip(self.sess.get_outputs(), outs)}
 
     @contextlib.contextmanager
-    def _errors(self, where: str = ""):
+    def _errors(self, where: str = "", loading: bool = False):
+        """ONNX-Runtime's errors while creating the session (``loading``) or running it (``where``:
+        the input set) as an InferenceError; OriginalLoadError when the original cannot be loaded."""
         try:
             yield
         except ort_errors() as exc:
             what, code = _SIDES[self.emulate]
-            loading = not (where or self.emulate)  # (the original's session: its run errors name the set)
-            error = OriginalLoadError if loading else InferenceError
-            raise error(
-                f"ONNX-Runtime could not {'load' if loading else 'run'} {what}{where}: "
+            original_load = loading and not self.emulate
+            raise (OriginalLoadError if original_load else InferenceError)(
+                f"ONNX-Runtime could not {'load' if original_load else 'run'} {what}{where}: "
                 f"{one_line(exc, first_line=True, limit=300)}",
                 exit_code=code,
             ) from None
