@@ -19,7 +19,7 @@ from toolkit.core.text import escape_controls
 from toolkit.cli.app import worker_entry
 from toolkit.cli.app_settings import SUBAPP_SETTINGS
 from toolkit.cli.options import ToolkitCommand, bind, command_kwargs, values_for
-from toolkit.cli.output import interrupted_by, log, result, state, warn
+from toolkit.cli.output import interrupted_by, log, plural, result, state, warn
 from toolkit.core.declare import option, shown_as, switch
 from toolkit.core.errors import ExitCode, ToolkitError, UsageError
 from toolkit.core.files.scratch import temp_folder
@@ -124,13 +124,9 @@ def _artifacts_json(outcome, cfg) -> dict:
     }
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'s' if n != 1 else ''}"
-
-
 def _summary(outcome, cfg) -> int:
     stats = (
-        f"{_plural(outcome.checks, 'check')} run, {outcome.remembered} answered from memory, "
+        f"{plural(outcome.checks, 'check')} run, {outcome.remembered} answered from memory, "
         f"{outcome.seconds:.2f} s"
     )
     _counted_otherwise(outcome)
@@ -153,19 +149,19 @@ def _counted_otherwise(outcome) -> None:
     own = outcome.broken - outcome.other_failures
     if own:
         warn(
-            f"{_plural(own, 'check')} failed on {'its' if own == 1 else 'their'} own (broken: "
+            f"{plural(own, 'check')} failed on {'its' if own == 1 else 'their'} own (broken: "
             "usage error, bad input or missing program) and counted as passes, so the result may keep nodes it "
             "does not need; see the warnings above, and make the check work on every subgraph (e.g. give it "
             "layerwise --load-inputs and --onnx-outputs mark all golden values)"
         )
     if outcome.other_failures:
         warn(
-            f"{_plural(outcome.other_failures, 'subgraph')} failed otherwise than the full model (other failures: "
+            f"{plural(outcome.other_failures, 'subgraph')} failed otherwise than the full model (other failures: "
             "not the failure being reduced, so counted as passes; the result may keep nodes it does not need). "
             "The iteration lines say how each failed; --artifacts keeps them, --any-failure reduces on any failure"
         )
     if outcome.timeouts:
-        log(f"{_plural(outcome.timeouts, 'check')} timed out (--check-timeout) and counted as a failure")
+        log(f"{plural(outcome.timeouts, 'check')} timed out (--check-timeout) and counted as a failure")
 
 
 def _interrupted(outcome, cfg, stats: str) -> int:
@@ -174,7 +170,7 @@ def _interrupted(outcome, cfg, stats: str) -> int:
     why = "I" + interrupted_by()[1:]
     if outcome.output_written:
         log(
-            f"{why}: the smallest failing model so far ({_plural(outcome.nodes_after, 'node')}) "
+            f"{why}: the smallest failing model so far ({plural(outcome.nodes_after, 'node')}) "
             f"was written to {cfg.output} ({stats})."
         )
     else:
@@ -187,7 +183,7 @@ def _interrupted(outcome, cfg, stats: str) -> int:
 def _end_of_input(outcome, cfg, stats: str) -> int:
     """The answers ran out (stdin ended) while asking for a verdict: exit 3, one error line."""
     if outcome.output_written:
-        kept = f"the smallest failing model so far ({_plural(outcome.nodes_after, 'node')}) was written to {cfg.output}"
+        kept = f"the smallest failing model so far ({plural(outcome.nodes_after, 'node')}) was written to {cfg.output}"
     else:
         kept = f"no failing model was found yet, so {cfg.output} was not written"
     resume = f"; resume with --load-debug-replay {outcome.replay_path}" if outcome.replay_path else ""
@@ -199,7 +195,7 @@ def _end_of_input(outcome, cfg, stats: str) -> int:
 
 
 def _summary_reduced(outcome, cfg, stats: str) -> None:
-    log(f"Reduced {outcome.nodes_before} -> {_plural(outcome.nodes_after, 'node')}: {stats}.")
+    log(f"Reduced {outcome.nodes_before} -> {plural(outcome.nodes_after, 'node')}: {stats}.")
     shown = outcome.final_nodes[:20]
     for desc in shown:
         log(f"  {escape_controls(desc)}")  # (one line per node, whatever its name holds)
@@ -211,7 +207,7 @@ def _summary_reduced(outcome, cfg, stats: str) -> None:
         log(f"note: {outcome.first_alone}")
     if outcome.body_nodes:
         log(
-            f"note: the failure is inside this node's bodies ({_plural(outcome.body_nodes, 'node')}); debug reduce "
+            f"note: the failure is inside this node's bodies ({plural(outcome.body_nodes, 'node')}); debug reduce "
             "cuts the top graph only. An If is replaced by its taken branch when its condition is a constant of "
             "the model, or is known for the data (--compare, or --load-inputs); not with --no-inline-branches"
         )
@@ -226,7 +222,7 @@ def _written(outcome, cfg) -> None:
     if outcome.noise:
         warn(outcome.noise)
     if cfg.min_good and outcome.min_good_written:
-        log(f"Wrote the closest passing model ({_plural(outcome.min_good_nodes, 'node')}) to {cfg.min_good}")
+        log(f"Wrote the closest passing model ({plural(outcome.min_good_nodes, 'node')}) to {cfg.min_good}")
     if cfg.save_replay:
         log(f"Verdicts saved to {cfg.save_replay} (reuse them with --load-debug-replay {cfg.save_replay})")
 
@@ -249,8 +245,6 @@ def _script_inputs(spec: str, func_name: Optional[str]) -> str:
     path = os.path.join(folder, "data_loader_inputs.npz")
     save_inputs(path, feeds)
     return path
-
-
 
 
 def _cluster_usage(cfg: ReduceConfig, a: "ReduceArgs") -> None:

@@ -312,3 +312,8 @@ def echo(text: str = "") -> None:
 
 def debug_enabled() -> bool:
     return os.environ.get("TOOLKIT_DEBUG", "") not in ("", "0")
+
+
+def plural(n: int, word: str) -> str:
+    """``n`` and ``word``, with an s unless ``n`` is 1 ("1 check", "3 checks")."""
+    return f"{n} {word}{'s' if n != 1 else ''}"

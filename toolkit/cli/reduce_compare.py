@@ -13,7 +13,7 @@ from typing import List, Optional, Sequence
 from toolkit.cli import output
 from toolkit.cli.app import worker_entry
 from toolkit.cli.errors import run_with_boundary
-from toolkit.cli.output import log
+from toolkit.cli.output import log, plural
 from toolkit.cli.run import run_and_render
 from toolkit.core.errors import UsageError
 from toolkit.core.shared_options import PER_NAME_FLAGS, TOLERANCE_OPTIONS
@@ -219,10 +219,10 @@ def _guide_line(guide: dict, faults: bool) -> None:
     if guide.get("found_by") == "guided" and not faults:
         log(
             f"Found by the guided search: the node ranked by error amplification fails alone, fed the "
-            f"reference's inputs (a single node: minimal); {_plural_checks(tried)} of hinted nodes"
+            f"reference's inputs (a single node: minimal); {plural(tried, 'check')} of hinted nodes"
         )
     elif tried and guide.get("found_by") == "search":
-        log(f"The hinted nodes passed alone ({_plural_checks(tried)}); found by the localized search")
+        log(f"The hinted nodes passed alone ({plural(tried, 'check')}); found by the localized search")
 
 
 def guide_json(guide: dict, reducer) -> dict:
@@ -236,7 +236,3 @@ def guide_json(guide: dict, reducer) -> dict:
     if "ranked" in guide:
         out.update(hint_seconds=guide["hint_seconds"], ranked=guide["ranked"])
     return jsonable(out)
-
-
-def _plural_checks(n: int) -> str:
-    return f"{n} check{'s' if n != 1 else ''}"

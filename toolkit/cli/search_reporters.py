@@ -9,7 +9,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Optional
 
-from toolkit.cli.output import is_terminal, log, progress, warn
+from toolkit.cli.output import is_terminal, log, plural, progress, warn
 from toolkit.core.text import escape_controls
 from toolkit.precision.search import Reporter as PrecisionProgress
 from toolkit.reduce.session import Reporter as ReduceProgress
@@ -64,7 +64,7 @@ class ReduceReporter(ReduceProgress):
         cfg = reducer.cfg
         extra = _constants_note(len(idx.const_nodes))
         mode = cfg.mode or getattr(reducer, "default_mode", "default (bisect + 1-minimal)")
-        log(f"Reducing {cfg.label or cfg.model}: {_plural(idx.size, 'node')}{extra}; mode {mode}; {_how_checked(reducer)}")
+        log(f"Reducing {cfg.label or cfg.model}: {plural(idx.size, 'node')}{extra}; mode {mode}; {_how_checked(reducer)}")
         if self.live and reducer.runner is not None:
             self._start_bar()
 
@@ -135,13 +135,9 @@ class ReduceReporter(ReduceProgress):
             self.progress = None
 
 
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'s' if n != 1 else ''}"
-
-
 def _constants_note(consts: int) -> str:
     """' (+N Constant nodes, lowered to constant tensors)' ('' without any)."""
-    return f" (+{_plural(consts, 'Constant node')}, lowered to constant tensors)" if consts else ""
+    return f" (+{plural(consts, 'Constant node')}, lowered to constant tensors)" if consts else ""
 
 
 _RUNS_IN = {"warm": "warm worker", "in-process": "in this process", "ray": "Ray tasks"}
@@ -173,14 +169,14 @@ def _iteration_line(it, verdict: str) -> str:
     secs = "replay" if it.source == "replay" else f"{it.seconds:.2f} s"
     parts = [
         f"Iteration {it.number}",
-        _plural(it.nodes, "node"),
+        plural(it.nodes, "node"),
         verdict,
         it.phase,
         it.span if it.span != "full model" else "",
         secs,
         it.reason if it.source == "check" else "",
         _max_error(it.evidence),
-        f"~{_plural(it.remaining, 'check')} left" if it.remaining else "",
+        f"~{plural(it.remaining, 'check')} left" if it.remaining else "",
     ]
     return " | ".join(p for p in parts if p)
 

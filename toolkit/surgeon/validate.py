@@ -142,11 +142,10 @@ def generated_feed(model) -> Tuple[Optional[dict], Optional[str]]:
     """``(feed, None)``: inputs for ``model``'s graph inputs (dynamic dims as 1; floats spread
     over [0, 1), integers 1); or ``(None, why)`` where they cannot be made."""
     ins, _ = graph_io_meta(model)
-    metas = {m.name: m for m in ins}
     feed = {}
     total = 0
     for i in ins:  # graph inputs that are not initializers
-        layout, why = _generated_layout(metas[i.name])
+        layout, why = _generated_layout(i)
         if layout is None:
             return None, why
         shape, dtype = layout
