@@ -260,3 +260,24 @@ def per_channel_clip(scales=(0.01, 0.01, 0.001, 0.01)):
     graph = helper.make_graph(nodes, "per_channel_clip", [mz.vi("x", [1, len(scales), 8])],
                               [mz.vi("y", [1, len(scales), 8])], inits)
     return mz.make_model(graph, opset=17)
+
+
+def summed(ks, scale: float = 8.0):
+    """y = q(t0) + q(t1) + ..., t_i = k_i * x, with a pair on each t_i (in that node order) whose
+    scale rounds every value to 0 on x = 0.45: taking pair i back to float changes the output by
+    k_i * 0.45. With signs mixed the pairs' errors cancel, so more pairs in float can fail where
+    fewer passed (not monotone)."""
+    nodes, inits, total = [], [], None
+    for i, k in enumerate(ks):
+        t = f"t{i}"
+        nodes.append(helper.make_node("Mul", ["x", f"k{i}"], [t], name=f"mul_{t}"))
+        inits.append(numpy_helper.from_array(np.array(k, np.float32), f"k{i}"))
+        n, q = _pair(t, scale)
+        nodes += n
+        inits += q
+        if total is not None:
+            nodes.append(helper.make_node("Add", [total, f"{t}_dq"], [f"s{i}"], name=f"add_{i}"))
+        total = f"s{i}" if total is not None else f"{t}_dq"
+    nodes.append(helper.make_node("Identity", [total], ["y"], name="out"))
+    graph = helper.make_graph(nodes, "summed", [mz.vi("x", [1, 4])], [mz.vi("y", [1, 4])], inits)
+    return mz.make_model(graph, opset=17)

@@ -59,8 +59,8 @@ def two_or_one(tmp_path_factory):
     return path, inputs_file(d / "in.json", [{"x": np.full((1, 4), 0.45, np.float32)}])
 
 
-def _search(cli, model, feeds, atol):
-    r = cli("debug", "precision", model, "--load-inputs", feeds, "--atol", atol, "--rtol", "0", "--json")
+def _search(cli, model, feeds, atol, *more):
+    r = cli("debug", "precision", model, "--load-inputs", feeds, "--atol", atol, "--rtol", "0", "--json", *more)
     assert r.code == 0, r.err
     return json.loads(r.out), r.err
 
@@ -72,8 +72,10 @@ def test_one_pair_that_passes_alone_is_found_where_node_order_meets_two_first(tw
 
 
 def test_two_pairs_are_proved_minimum_when_no_pair_passes_alone(two_or_one, cli):
-    result, err = _search(cli, *two_or_one, "0.5")
-    assert len(result["float_pairs"]) == 2 and result["optimality"] == "minimum"
+    for more in ((), ("--singles",)):  # (three pairs: the search checks each alone on its way)
+        result, err = _search(cli, *two_or_one, "0.5", *more)
+        assert len(result["float_pairs"]) == 2 and result["optimality"] == "minimum"
+        assert "each was checked alone" in err
     result, err = _search(cli, *two_or_one, "0.3")  # all three needed: 1-minimal, not claimed minimum
     assert len(result["float_pairs"]) == 3 and result["optimality"] == "1-minimal" and "not proved minimum" in err
 
@@ -205,3 +207,31 @@ def test_float_op_types_pairs_are_listed_in_graph_order_whatever_the_hash_seed(c
                            capture_output=True, text=True, env=env, timeout=120)
         lines |= {line for line in r.stderr.splitlines() if "in float in every check" in line}
     assert lines == {"2 pair(s) at --float-op-types Add in float in every check: h, ha"}, lines  # (graph order)
+
+
+def _summed(tmp_path, ks):
+    """qdq_models.summed(ks) and its input file: pair i in float moves the output by ks[i] * 0.45."""
+    path = mz.save(qm.summed(ks), tmp_path / "summed.onnx")
+    return path, inputs_file(tmp_path / "in.json", [{"x": np.full((1, 4), 0.45, np.float32)}])
+
+
+def test_a_failing_set_does_not_prove_two_pairs_minimum(tmp_path, cli):
+    # errors -0.45, -0.45, -0.9, +0.45 (sum -1.35): t2 alone in float passes at 0.5 (error -0.45), but every
+    # set the search checks that holds t2 also holds t0 or t1 and fails; it ends on {t0, t1}
+    model = _summed(tmp_path, (-1, -1, -2, 1))
+    result, err = _search(cli, *model, "0.5")
+    assert [p["tensor"] for p in result["float_pairs"]] == ["t0", "t1"]
+    assert result["optimality"] == "1-minimal" and not result["minimum"]
+    assert "Minimum:" not in err and "--singles checks each pair alone" in err
+    result, err = _search(cli, *model, "0.5", "--singles")
+    assert [p["tensor"] for p in result["float_pairs"]] == ["t2"] and result["optimality"] == "minimum"
+
+
+def test_a_passing_set_inside_a_failing_one_is_named(tmp_path, cli):
+    # errors +0.45, -1.35, -1.35, -0.9 (sum -3.15): {t1, t2} passes (-0.45), {t1, t2, t3} fails (+0.45 ... 0.9 off)
+    result, err = _search(cli, *_summed(tmp_path, (-1, 3, 3, 2)), "0.5")
+    seen = result["not_monotone"]
+    assert seen is not None and seen["passing"] < seen["failing"]
+    assert "Not monotone here" in err and "--singles" in err
+    result, _ = _search(cli, *_summed(tmp_path, (1, 1, 1, 1)), "1.9")  # every pair adds the same sign: none seen
+    assert result["not_monotone"] is None

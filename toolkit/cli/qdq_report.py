@@ -105,7 +105,7 @@ def _summary_json(outcome, cfg, code: int) -> Dict[str, Any]:
         "checks": outcome.checks, "scale_checks": len(outcome.suggestions), "broken_checks": outcome.broken, "remembered": outcome.remembered,
         "seconds": round(outcome.seconds, 3), "error_quantized": outcome.error_fp16,
         "error_result": outcome.error_result, "one_minimal": outcome.one_minimal, "minimum": outcome.minimum,
-        "optimality": optimality(outcome),
+        "optimality": optimality(outcome), "not_monotone": outcome.not_monotone,
         "pass_rule": outcome.pass_rule, "scaled": outcome.scaled, "float_by_op_type": outcome.fixed,
         "held_out": outcome.held_out.as_dict() if outcome.held_out is not None else None,
         "output": cfg.output if outcome.output_written else None, "exit_code": code,
@@ -155,7 +155,7 @@ def _suggestion_text(sug) -> str:
 def _minimum_proof(outcome) -> str:
     if len(outcome.kept) == 1:
         return "the quantized model as it is fails"
-    return "no pair passes alone: each was checked, alone or within a failing set"
+    return "no pair passes alone: each was checked alone"
 
 
 def optimality(outcome) -> str:
@@ -170,17 +170,33 @@ def _found(outcome, cfg, stats: str) -> int:
     for line in _cause_lines(outcome) + _pair_lines(outcome):
         log(line)
     if outcome.kept:
-        _how_small(outcome)
+        _how_small(outcome, cfg)
     return int(ExitCode.OK)
 
 
-def _how_small(outcome) -> None:
+def _how_small(outcome, cfg) -> None:
     """Whether the pairs found are proved a minimum, or 1-minimal."""
     if outcome.minimum:
         log(f"Minimum: no set of fewer pairs passes ({_minimum_proof(outcome)}).")
     elif outcome.one_minimal:
         log("1-minimal: quantizing any one of them again makes the comparison fail (each checked); a set of "
-            "fewer, other pairs may pass (not proved minimum).")
+            "fewer, other pairs may pass (not proved minimum" + _SINGLES_HINT.get(len(outcome.kept), "") + ").")
+    _not_monotone_line(outcome, cfg)
+
+
+_SINGLES_HINT = {2: ": --singles checks each pair alone"}
+
+
+def _not_monotone_line(outcome, cfg) -> None:
+    """Where a passing set of pairs lies inside a failing one: what the search assumes does not hold."""
+    seen = outcome.not_monotone
+    if not seen or outcome.minimum:
+        return
+    fewer = ("a set of fewer pairs (two or more: none passes alone) may pass" if cfg.singles else
+             "a set of fewer pairs may pass: --singles checks each pair alone first (one check per pair)")
+    log(f"Not monotone here: with {seen['passing']} pair(s) in float the model passes, and with those and "
+        f"{seen['failing'] - seen['passing']} more it fails (quantization errors that cancel), so a failing set "
+        f"does not rule out the pairs in it, and {fewer}.")
 
 
 def _scaled_line(outcome, cfg) -> None:

@@ -106,6 +106,10 @@ class QdqConfig(PrecisionConfig):
         parse=lambda given: given or "error",
         help="Quantized models: search the pairs most error first (error, the default) or in node order (graph).",
     )
+    singles: bool = switch(  # each unit alone before the search (a minimum that rests on no assumption)
+        "--singles", help="Quantized models: check each pair alone first (one check per pair, stopping at the "
+        "first that passes): a proved minimum even where more pairs in float can fail.",
+    )
     apply_scales: bool = switch(  # -o gets the model with every passing suggested scale (when it passes)
         "--apply-scales", help="Quantized models: -o gets the model with every passing suggested scale applied "
         "(the other pairs found in float), when it passes.",

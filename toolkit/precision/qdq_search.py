@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core.compare.arrays import compare_iteration
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
@@ -73,6 +73,8 @@ class QdqOutcome(PrecisionOutcome):
     scaled: Optional[Dict[str, Any]] = None  # --apply-scales: the model with every suggested scale
     fixed: List[str] = field(default_factory=list)  # pairs in float in every check (--float-op-types)
     after_interrupted: bool = False  # Ctrl-C after the search: held-out check, reasons or table left out
+    # a passing set of pairs inside a failing one, both checked: {"passing": n pairs, "failing": m pairs}
+    not_monotone: Optional[Dict[str, int]] = None
 
 
 def quantized_file(path: str) -> bool:
@@ -375,15 +377,18 @@ class QdqSearch(PrecisionSearch):
     def _search(self) -> Optional[int]:
         """The engine's search over the units (bisect, QuickXplain, 1-minimality) in the order of
         the error each adds (``--order error``, the default: the table's ranking, one marked run)
-        or in node order (``--order graph``), then a unit that passes alone where no check has
-        ruled one out (:meth:`_single`): it replaces a larger result, and when none does, a result
-        of two is the minimum. Sets are kept by node position whatever the order (replay files)."""
+        or in node order (``--order graph``), then a unit that passes alone (:meth:`_single`): it
+        replaces a larger result. With ``--singles``, each unit alone first (:meth:`_each_alone`).
+        Sets are kept by node position whatever the order (replay files)."""
         self.guide = False
-        self.no_single = False
         order = self.ranked_positions() if self.config.order == "error" else list(range(self.index.size))
 
         def to_full(m: int) -> int:
             return sum(1 << order[i] for i in mask_indices(m))
+        if self.config.singles:
+            single = self._each_alone(order)
+            if single is not None:
+                return single
         plan = strategy.Plan(SetIndex(len(order)))
         # (the bisect assumes every unit in float passes, checked only when its answer fails)
         result = self._drive(strategy.STRATEGIES[self.config.mode](plan), to_full)
@@ -393,15 +398,33 @@ class QdqSearch(PrecisionSearch):
 
     def _single_instead(self, result: int, order: List[int]) -> int:
         """A unit that passes alone (:meth:`_single`, tried in ``order``) in place of a larger passing
-        ``result``; else ``result``, and ``no_single`` is noted."""
+        ``result``; else ``result``."""
         if bin(result).count("1") <= 1:
             return result
         failed = self._failed_units()
         single = self._single([i for i in order if not (failed >> i) & 1])
-        if single is not None:
-            return 1 << single
-        self.no_single = True
-        return result
+        return result if single is None else 1 << single
+
+    def _each_alone(self, order: List[int]) -> Optional[int]:
+        """``--singles``: each unit alone in float, in ``order``, until one passes (its mask), or None
+        (then every unit was checked alone and failed)."""
+        return next((1 << i for i in order if self.passes(1 << i)), None)
+
+    def not_monotone(self) -> Optional[Tuple[int, int]]:
+        """(a passing set, a failing set holding it), both checked, or None. Where quantization errors
+        cancel, more pairs in float can fail where fewer passed; a failing set then says nothing of its
+        subsets, and neither the bisect's nor the single-pair pass's inferences hold."""
+        passing = sorted((m for m, v in self.verdicts.items() if v), key=lambda m: bin(m).count("1"))
+        failing = sorted((m for m, v in self.verdicts.items() if not v), key=lambda m: bin(m).count("1"))
+        return next(((p, f) for p in passing for f in failing if p != f and not p & ~f), None)
+
+    def _witness(self) -> Optional[Dict[str, int]]:
+        """:meth:`not_monotone`'s sets, by their numbers of pairs (for the log and --json)."""
+        found = self.not_monotone()
+        if found is None:
+            return None
+        return {what: len(self.expand([self.universe[i] for i in mask_indices(m)]))
+                for what, m in zip(("passing", "failing"), found)}
 
     def _failed_units(self) -> int:
         """Every unit of a failing set (each fails alone too: a subset of a failing set fails)."""
@@ -451,9 +474,10 @@ class QdqSearch(PrecisionSearch):
         return ranked + [k for k in range(self.index.size) if k not in seen]
 
     def _single(self, indices: List[int]) -> Optional[int]:
-        """The first pair (by position) of ``indices`` that passes alone, or None when none does: a
-        set that fails proves that none of its pairs passes alone, so only the halves of passing
-        sets are split (a few checks where each alone would take one per pair)."""
+        """The first pair (by position) of ``indices`` that passes alone, or None when none is found:
+        only the halves of passing sets are split (a few checks where each alone would take one per
+        pair), as if a set that fails held no pair that passes alone. That holds where the model is
+        monotone, so a pair found here is an answer, and None proves nothing (:meth:`minimum`)."""
         if not indices or not self.passes(sum(1 << i for i in indices)):
             return None
         if len(indices) == 1:
@@ -463,11 +487,15 @@ class QdqSearch(PrecisionSearch):
         return first if first is not None else self._single(indices[mid:])
 
     def minimum(self, kept: Sequence[str]) -> bool:
-        """Proved that no smaller set of pairs passes: one pair (nothing in float fails), or two
-        when no pair passes alone (every single pair checked, directly or through a failing set)."""
+        """Proved by checks alone that no smaller set of pairs passes: one pair (nothing in float
+        fails), or two where every unit was checked alone and failed (``--singles``). A failing set
+        does not prove its pairs fail alone: where quantization errors cancel, more pairs in float
+        can fail where fewer pass (:meth:`not_monotone`)."""
         if any(n in self.members for n in kept):  # (a unit of tied pairs: only its first pair was not tried alone)
             return False
-        return len(kept) <= 1 or (len(kept) == 2 and getattr(self, "no_single", False))
+        if len(kept) <= 1:
+            return True
+        return len(kept) == 2 and all(self.verdicts.get(1 << i) is False for i in range(self.index.size))
 
     def _write_scaled(self, out: PrecisionOutcome, result: "QdqOutcome") -> None:
         """--apply-scales: -o gets the model with the suggested scales when it passes the search's
@@ -490,6 +518,7 @@ class QdqSearch(PrecisionSearch):
         out.kept = self.expand(units)  # (the pairs tied to a unit's first pair with it)
         out.candidates = sum(len(self.members.get(u, [u])) for u in self.universe)
         result = self._outcome(out)
+        result.not_monotone = self._witness()
         if out.status == "found" and units:
             result.minimum = self.minimum(units)
             # (1-minimal was verified unit by unit, before tied pairs were trimmed)
