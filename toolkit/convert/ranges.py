@@ -27,7 +27,6 @@ from toolkit.convert.common import (
     FLOAT,
     FP16_MAX,
     STD_DOMAINS,
-    constant_tensors,
     producers,
     read_names,
     readers_of,
@@ -37,6 +36,7 @@ from toolkit.convert.common import (
 from toolkit.core.errors import ort_errors
 from toolkit.core.process.interrupt import interruptible_run
 from toolkit.core.graph.graphs import node_subgraphs
+from toolkit.core.graph.constants import constant_nodes
 
 KEEP_BYTES = 1 << 30  # weights read by the range check kept for the conversion, at most (bytes)
 RANGE_REL = 1e-2  # relative L2 error of a weight's fp16 rounding past which it matters (1%)
@@ -100,8 +100,8 @@ def _constant_values(graph, keep: Optional[Dict[str, object]] = None) -> Iterato
     :data:`KEEP_BYTES` in all (the conversion reads them once more otherwise: a copy each)."""
 
     yield from _initializer_values(graph, keep)
-    for node, tensor in constant_tensors(graph):
-        if node.domain in STD_DOMAINS and tensor.data_type == FLOAT:
+    for node, tensor in constant_nodes(graph):
+        if tensor.data_type == FLOAT:
             yield node.output[0], numpy_helper.to_array(tensor)
 
 
@@ -159,7 +159,7 @@ class _ScaleBounds:
 
     def __init__(self, graph):
         self.tensors = {t.name: t for t in graph.initializer}
-        for node, tensor in constant_tensors(graph):
+        for node, tensor in constant_nodes(graph):
             self.tensors[node.output[0]] = tensor
 
     def dequantizes_normal(self, node, ins: List[str], types: Dict[str, int]) -> bool:
