@@ -63,3 +63,10 @@ def test_constants_are_the_values_onnxruntime_computes():
     assert [n.output[0] for n, _ in constant_nodes(graph)] == ["c", "d"]
     assert not is_constant_node(custom) and is_constant_node(nodes[3])
 
+def test_node_outputs_name_no_omitted_optional_output():
+    from toolkit.core.graph.graphs import node_outputs
+
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Dropout", ["r"], ["y", ""])]
+    graph = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]).graph
+    assert node_outputs(graph) == ["r", "y"]

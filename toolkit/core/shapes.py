@@ -21,7 +21,7 @@ import onnx
 
 from toolkit.core.errors import DependencyError, InputError, one_line, ort_errors
 from toolkit.core.process.interrupt import interruptible_run
-from toolkit.core.graph.graphs import attribute_graphs, copy_field, has_external_data, tensor_nbytes
+from toolkit.core.graph.graphs import attribute_graphs, copy_field, has_external_data, node_outputs, tensor_nbytes
 from toolkit.core.meta import TensorMeta, dtype_from_numpy, dtype_from_onnx, dtype_to_numpy, format_spec_shape, is_fixed_dim
 from toolkit.core.io.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
 
@@ -495,7 +495,7 @@ def _mark_outputs(g, names: Optional[Sequence[str]]) -> None:
     """Tensors ``names`` (None: every output of every node) as outputs of graph ``g`` (not its inputs
     or initializers)."""
     skip = {o.name for o in g.output} | {i.name for i in g.input} | {t.name for t in g.initializer}
-    wanted = [o for n in g.node for o in n.output] if names is None else list(names)
+    wanted = node_outputs(g) if names is None else list(names)
     for name in wanted:
         if name and name not in skip:
             skip.add(name)

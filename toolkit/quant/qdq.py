@@ -35,6 +35,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from toolkit.core.graph.constants import constant_values
+from toolkit.core.graph.graphs import node_outputs
 from toolkit.core.io.model import infer_shapes
 
 QUANT_SUFFIXES = ("_QuantizeLinear_Input", "_DequantizeLinear_Output_1", "_DequantizeLinear_Output",
@@ -181,7 +182,7 @@ def _all_pairs(model, values, weight_ref: Optional["FloatModel"]) -> List[Pair]:
 def _tensor_names(model) -> Set[str]:
     """The names of the top graph's node outputs, inputs and outputs."""
     graph = model.graph
-    return {o for n in graph.node for o in n.output} | {i.name for i in graph.input} | {o.name for o in graph.output}
+    return set(node_outputs(graph)) | {i.name for i in graph.input} | {o.name for o in graph.output}
 
 
 def _readers(model) -> Dict[str, List]:

@@ -9,7 +9,7 @@ import numpy as np
 from onnx import helper, numpy_helper
 
 from toolkit.core.errors import InputError, UsageError
-from toolkit.core.graph.graphs import fresh_name
+from toolkit.core.graph.graphs import fresh_name, node_outputs
 from toolkit.core.meta import dtype_to_numpy, format_spec_shape
 from toolkit.core.io.model import graph_io_meta, infer_shapes, value_info_meta
 from toolkit.core.shapes import infer_tensor_meta, is_complete, light_copy, override_input_shapes, top_tensor_names
@@ -18,7 +18,6 @@ from toolkit.surgeon.plumbing import (
     check_known,
     has_tensor_dtype,
     is_non_tensor,
-    node_outputs,
     nolog,
     non_tensor_value_types,
     tensor_value_info,
