@@ -48,7 +48,7 @@ def test_a_pair_s_scale_is_the_one_onnxruntime_quantizes_with():
 
 
 def test_constants_are_the_values_onnxruntime_computes():
-    from toolkit.core.graph.constants import constant_nodes, constant_values, is_constant_node
+    from toolkit.core.graph.constants import constant_names, constant_nodes, constant_values, is_constant_node
 
     custom = _constant("custom", 7.0, domain="my.ops")
     nodes = [_constant("c", 1.0, 2.0), _constant("d", [3.0, 4.0]), custom,
@@ -62,6 +62,8 @@ def test_constants_are_the_values_onnxruntime_computes():
         np.testing.assert_array_equal(values[name], ran[name])
     assert [n.output[0] for n, _ in constant_nodes(graph)] == ["c", "d"]
     assert not is_constant_node(custom) and is_constant_node(nodes[3])
+    assert constant_names(graph) == {"c", "d", "f", "w"}  # (a value_float Constant is a constant too)
+
 
 def test_node_outputs_name_no_omitted_optional_output():
     from toolkit.core.graph.graphs import node_outputs

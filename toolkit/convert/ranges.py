@@ -36,7 +36,7 @@ from toolkit.convert.common import (
 from toolkit.core.errors import ort_errors
 from toolkit.core.process.interrupt import interruptible_run
 from toolkit.core.graph.graphs import node_subgraphs
-from toolkit.core.graph.constants import constant_nodes
+from toolkit.core.graph.constants import constant_names, constant_nodes
 
 KEEP_BYTES = 1 << 30  # weights read by the range check kept for the conversion, at most (bytes)
 RANGE_REL = 1e-2  # relative L2 error of a weight's fp16 rounding past which it matters (1%)
@@ -222,7 +222,7 @@ def risky_values(model, types: Dict[str, int], low: int, arrays: Optional[Dict[s
     :func:`_constant_values`."""
     graph = model.graph
     out = _problems(_constant_values(graph, arrays), low, "")
-    derived = _derived_nodes(graph, _constant_names(graph), types)
+    derived = _derived_nodes(graph, constant_names(graph), types)
     if derived:
         computed = _computed_values(model, graph, derived, types)
         out.update(_problems(computed.items(), low, "computed from constants: "))
@@ -237,12 +237,6 @@ def _problems(values, low: int, prefix: str) -> Dict[str, str]:
         if why:
             out[name] = prefix + why
     return out
-
-
-def _constant_names(graph) -> Set[str]:
-    """The names of a graph's initializers and of its Constant nodes' outputs."""
-    names = {t.name for t in graph.initializer}
-    return names | {o for n in graph.node if n.op_type == "Constant" for o in n.output if o}
 
 
 def range_keep(model, types: Dict[str, int], low: int, risky: Optional[Dict[str, str]] = None) -> Dict[str, str]:

@@ -10,7 +10,7 @@ read here. Works on protobufs; onnx is imported only to turn tensors into arrays
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Iterator, Optional, Set, Tuple
 
 if TYPE_CHECKING:
     import numpy as np
@@ -40,6 +40,13 @@ def constant_nodes(graph) -> Iterator[Tuple[Any, Any]]:
         tensor = constant_tensor(node)
         if tensor is not None:
             yield node, tensor
+
+
+def constant_names(graph) -> Set[str]:
+    """The names of ``graph``'s (its top level's) initializers and of the outputs of its
+    ``Constant`` nodes, whatever kind of value they hold."""
+    names = {t.name for t in graph.initializer}
+    return names | {o for n in graph.node if is_constant_node(n) for o in n.output if o}
 
 
 def constant_values(graph) -> Dict[str, "np.ndarray"]:
