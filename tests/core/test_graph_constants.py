@@ -72,3 +72,15 @@ def test_node_outputs_name_no_omitted_optional_output():
     graph = _model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
                    [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])]).graph
     assert node_outputs(graph) == ["r", "y"]
+
+
+def test_fed_inputs_leave_out_initializers_listed_as_inputs():
+    from toolkit.core.graph.graphs import fed_inputs
+    from toolkit.core.io.model import graph_io_meta
+
+    w = numpy_helper.from_array(np.ones(2, np.float32), "w")
+    vis = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("x", "w")]
+    model = _model([helper.make_node("Add", ["x", "w"], ["y"])], vis,
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], [w])  # (IR 3 style)
+    assert [vi.name for vi in fed_inputs(model.graph)] == ["x"]
+    assert [m.name for m in graph_io_meta(model)[0]] == ["x"]

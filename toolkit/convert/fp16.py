@@ -100,6 +100,7 @@ from toolkit.convert.ranges import REASON_RANGE, REASON_RANGE_BF16, risky_values
 from toolkit.convert.repair import Repair, drop_round_trips, sort_all, toposort
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, ExitCode, InputError, ToolkitError, one_line, reraise_bug
 from toolkit.core.graph.constants import constant_nodes
+from toolkit.core.graph.graphs import fed_inputs
 
 # the package's public names, importable from here (this module is its entry point)
 __all__ = [
@@ -248,8 +249,7 @@ def _initializers_as_weights(model) -> None:
     while its weight becomes fp16, a model no runtime loads. The fp16 model reads them as
     weights (IR version 4 at least, where an initializer need not be an input)."""
     for graph in iter_graphs(model.graph):
-        weights = {t.name for t in graph.initializer}
-        inputs = [vi for vi in graph.input if vi.name not in weights]
+        inputs = fed_inputs(graph)
         if len(inputs) < len(graph.input):
             replace_repeated(graph.input, inputs)
             model.ir_version = max(model.ir_version, 4)
