@@ -1,5 +1,6 @@
-"""The one reading of a graph's constants (initializers, Constant nodes' values) and of the tensors
-its nodes compute, as every room uses it: the value ONNX-Runtime computes, never another one."""
+"""The one reading of a graph's constants (initializers, Constant nodes' values), of the tensors its
+nodes compute and of the inputs a run feeds, as every room uses it: the value ONNX-Runtime computes,
+never another one."""
 
 import numpy as np
 import onnx
