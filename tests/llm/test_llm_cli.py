@@ -155,3 +155,23 @@ def test_a_tolerance_for_no_tensor_is_a_usage_error(cli, models, option):
     ok = cli("debug", "llm", bad, "--reference-model", clean, "--prompt-ids", "1 2", "--steps", "2",
              "--atol", "logits:1e-3")
     assert ok.code in (0, 1), ok.err
+
+
+def test_an_omitted_optional_output_is_no_tensor_a_tolerance_can_name(cli, tmp_path):
+    """A node's omitted optional output ('') is no tensor: a tolerance for '' is refused, and the
+    tensors listed are names."""
+    import onnx
+    from onnx import helper
+
+    model = build_decoder()
+    head = next(n for n in model.graph.node if n.output[0] == "logits")
+    head.output[0] = "logits_raw"
+    model.graph.node.append(helper.make_node("Dropout", ["logits_raw"], ["logits", ""], name="/lm_head/Dropout"))
+    path = str(tmp_path / "dropout.onnx")
+    onnx.save(model, path)
+    args = ("debug", "llm", path, "--prompt-ids", "1 2", "--steps", "2")
+    assert cli(*args).code == 0
+    r = cli(*args, "--atol", ":1e-3")
+    assert r.code == 2 and "--atol names ''" in r.err, r.err
+    r = cli(*args, "--atol", "nosuch:1")
+    assert r.code == 2 and "are: /" in r.err and ", ," not in r.err, r.err

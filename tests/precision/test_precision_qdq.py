@@ -11,6 +11,7 @@ import pytest
 import modelzoo as mz
 import qdq_models as qm
 from toolkit.core.compare.tolerances import Tolerances
+from toolkit.core.graph.constants import constant_values
 from toolkit.core.io.datafiles import save_inputs
 from toolkit.quant import qdq
 from toolkit.quant import stats as qdq_stats
@@ -205,7 +206,7 @@ def test_every_pair_in_float_is_the_float_model_with_a_folded_clip(tmp_path):
     feed = qm.mlp_feeds(1, seed=99)[0]
     np.testing.assert_array_equal(_run(qdq.bypass(model, pairs), feed), _run(float_model, feed))
     # the statistics compare the pair with its input clamped as the float model clamps it
-    before = [np.clip(feed["x"] @ qdq.constants(float_model)["W1"], -5, 5)]
+    before = [np.clip(feed["x"] @ constant_values(float_model.graph)["W1"], -5, 5)]
     st = qdq_stats.pair_stats(clip, before, [np.clip(before[0], 0, 0.3)])
     assert st.local_max == pytest.approx(0.0, abs=1e-6)
 

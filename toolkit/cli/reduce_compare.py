@@ -16,6 +16,7 @@ from toolkit.cli.errors import run_with_boundary
 from toolkit.cli.output import log, plural
 from toolkit.cli.run import run_and_render
 from toolkit.core.errors import UsageError
+from toolkit.core.graph.graphs import node_outputs
 from toolkit.core.shared_options import PER_NAME_FLAGS, TOLERANCE_OPTIONS
 
 
@@ -100,7 +101,7 @@ def _subgraph_tolerances(model: str, tol):
 
 def _comparable(graph) -> List[str]:
     """The tensors a check can compare: every node's outputs and the graph's outputs (not its inputs)."""
-    return [o for n in graph.node for o in n.output if o] + [o.name for o in graph.output]
+    return node_outputs(graph) + [o.name for o in graph.output]
 
 
 def run_entry(options, on_report=None) -> int:

@@ -175,15 +175,6 @@ def readers_of(g) -> Dict[str, list]:
     return out
 
 
-def constant_tensors(graph) -> Iterator[tuple]:
-    """(node, tensor) of each ``Constant`` node of ``graph`` that holds a tensor (its ``value``)."""
-    for node in graph.node:
-        if node.op_type == "Constant" and node.output:
-            for a in node.attribute:
-                if a.name == "value":
-                    yield node, a.t
-
-
 def retype_attribute(node, name: str, old: int, new: int) -> None:
     """``node``'s INT attribute ``name`` (an element type) is ``new`` where it is ``old``."""
     for a in node.attribute:

@@ -46,6 +46,7 @@ from toolkit.convert.onnx_types import bf16_ready, infer_types, tensor_types
 from toolkit.convert.placement import decide
 from toolkit.convert.ranges import risky_values
 from toolkit.core.errors import UsageError
+from toolkit.core.graph.constants import constant_tensor
 from toolkit.core.graph.graphs import node_subgraphs
 
 
@@ -190,11 +191,11 @@ class _Emulator:
         return data
 
     def constant(self, node) -> None:
-        for a in node.attribute:
-            if a.name == "value" and a.t.data_type == FLOAT:
-                arr = round_values(numpy_helper.to_array(a.t), self.dtype).astype(np.float32)
-                a.t.CopyFrom(numpy_helper.from_array(arr, a.t.name))
-                self.rounded += 1
+        t = constant_tensor(node)
+        if t is not None and t.data_type == FLOAT:
+            arr = round_values(numpy_helper.to_array(t), self.dtype).astype(np.float32)
+            t.CopyFrom(numpy_helper.from_array(arr, t.name))
+            self.rounded += 1
 
     def node(self, node, rmap) -> list:
         """``node`` and the Casts after it."""

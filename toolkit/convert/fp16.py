@@ -51,7 +51,6 @@ from toolkit.convert.common import (
     STD_DOMAINS,
     attr_tensors,
     bf16_values,
-    constant_tensors,
     copy_model,
     float16_library,
     has_fp16,
@@ -100,6 +99,8 @@ from toolkit.convert.placement import (
 from toolkit.convert.ranges import REASON_RANGE, REASON_RANGE_BF16, risky_values, value_problem
 from toolkit.convert.repair import Repair, drop_round_trips, sort_all, toposort
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, ExitCode, InputError, ToolkitError, one_line, reraise_bug
+from toolkit.core.graph.constants import constant_nodes
+from toolkit.core.graph.graphs import fed_inputs
 
 # the package's public names, importable from here (this module is its entry point)
 __all__ = [
@@ -248,8 +249,7 @@ def _initializers_as_weights(model) -> None:
     while its weight becomes fp16, a model no runtime loads. The fp16 model reads them as
     weights (IR version 4 at least, where an initializer need not be an input)."""
     for graph in iter_graphs(model.graph):
-        weights = {t.name for t in graph.initializer}
-        inputs = [vi for vi in graph.input if vi.name not in weights]
+        inputs = fed_inputs(graph)
         if len(inputs) < len(graph.input):
             replace_repeated(graph.input, inputs)
             model.ir_version = max(model.ir_version, 4)
@@ -488,8 +488,8 @@ def _convert_nodes(f16, model, kept: Set[str], keep_io_types: bool, low: int, cl
 def _name_constant_values(model) -> None:
     """Unnamed ``Constant`` value tensors get their node's output name (so a clamped one is named)."""
     for graph in iter_graphs(model.graph):
-        for node, tensor in constant_tensors(graph):
-            if node.domain in STD_DOMAINS and not tensor.name:
+        for node, tensor in constant_nodes(graph):
+            if not tensor.name:
                 tensor.name = node.output[0]
 
 

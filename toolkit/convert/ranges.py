@@ -27,7 +27,6 @@ from toolkit.convert.common import (
     FLOAT,
     FP16_MAX,
     STD_DOMAINS,
-    constant_tensors,
     producers,
     read_names,
     readers_of,
@@ -37,6 +36,7 @@ from toolkit.convert.common import (
 from toolkit.core.errors import ort_errors
 from toolkit.core.process.interrupt import interruptible_run
 from toolkit.core.graph.graphs import node_subgraphs
+from toolkit.core.graph.constants import constant_names, constant_nodes
 
 KEEP_BYTES = 1 << 30  # weights read by the range check kept for the conversion, at most (bytes)
 RANGE_REL = 1e-2  # relative L2 error of a weight's fp16 rounding past which it matters (1%)
@@ -100,8 +100,8 @@ def _constant_values(graph, keep: Optional[Dict[str, object]] = None) -> Iterato
     :data:`KEEP_BYTES` in all (the conversion reads them once more otherwise: a copy each)."""
 
     yield from _initializer_values(graph, keep)
-    for node, tensor in constant_tensors(graph):
-        if node.domain in STD_DOMAINS and tensor.data_type == FLOAT:
+    for node, tensor in constant_nodes(graph):
+        if tensor.data_type == FLOAT:
             yield node.output[0], numpy_helper.to_array(tensor)
 
 
@@ -159,7 +159,7 @@ class _ScaleBounds:
 
     def __init__(self, graph):
         self.tensors = {t.name: t for t in graph.initializer}
-        for node, tensor in constant_tensors(graph):
+        for node, tensor in constant_nodes(graph):
             self.tensors[node.output[0]] = tensor
 
     def dequantizes_normal(self, node, ins: List[str], types: Dict[str, int]) -> bool:
@@ -222,7 +222,7 @@ def risky_values(model, types: Dict[str, int], low: int, arrays: Optional[Dict[s
     :func:`_constant_values`."""
     graph = model.graph
     out = _problems(_constant_values(graph, arrays), low, "")
-    derived = _derived_nodes(graph, _constant_names(graph), types)
+    derived = _derived_nodes(graph, constant_names(graph), types)
     if derived:
         computed = _computed_values(model, graph, derived, types)
         out.update(_problems(computed.items(), low, "computed from constants: "))
@@ -237,12 +237,6 @@ def _problems(values, low: int, prefix: str) -> Dict[str, str]:
         if why:
             out[name] = prefix + why
     return out
-
-
-def _constant_names(graph) -> Set[str]:
-    """The names of a graph's initializers and of its Constant nodes' outputs."""
-    names = {t.name for t in graph.initializer}
-    return names | {o for n in graph.node if n.op_type == "Constant" for o in n.output if o}
 
 
 def range_keep(model, types: Dict[str, int], low: int, risky: Optional[Dict[str, str]] = None) -> Dict[str, str]:

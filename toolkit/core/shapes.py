@@ -21,7 +21,14 @@ import onnx
 
 from toolkit.core.errors import DependencyError, InputError, one_line, ort_errors
 from toolkit.core.process.interrupt import interruptible_run
-from toolkit.core.graph.graphs import attribute_graphs, copy_field, has_external_data, tensor_nbytes
+from toolkit.core.graph.graphs import (
+    attribute_graphs,
+    copy_field,
+    fed_inputs,
+    has_external_data,
+    node_outputs,
+    tensor_nbytes,
+)
 from toolkit.core.meta import TensorMeta, dtype_from_numpy, dtype_from_onnx, dtype_to_numpy, format_spec_shape, is_fixed_dim
 from toolkit.core.io.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
 
@@ -150,20 +157,19 @@ def override_input_shapes(model, input_shapes: Mapping[str, Sequence], *, inplac
     """
     if not input_shapes:
         return model if inplace else _copy(model)
-    inits = {t.name for t in model.graph.initializer}
-    _check_input_shapes(model, input_shapes, inits)
+    _check_input_shapes(model, input_shapes)
     out = model if inplace else _copy(model)
     g = out.graph
-    for vi in g.input:
-        if vi.name in input_shapes and vi.name not in inits:
+    for vi in fed_inputs(g):
+        if vi.name in input_shapes:
             _set_shape(vi.type.tensor_type, input_shapes[vi.name])
     del g.value_info[:]
     return out
 
 
-def _check_input_shapes(model, input_shapes: Mapping[str, Sequence], inits: Set[str]) -> None:
+def _check_input_shapes(model, input_shapes: Mapping[str, Sequence]) -> None:
     """InputError unless every shape of ``input_shapes`` can be set on its graph input (not an initializer)."""
-    inputs = {vi.name: vi for vi in model.graph.input if vi.name not in inits}
+    inputs = {vi.name: vi for vi in fed_inputs(model.graph)}
     for name, shape in input_shapes.items():
         _check_input_shape(inputs, name, shape)
 
@@ -495,7 +501,7 @@ def _mark_outputs(g, names: Optional[Sequence[str]]) -> None:
     """Tensors ``names`` (None: every output of every node) as outputs of graph ``g`` (not its inputs
     or initializers)."""
     skip = {o.name for o in g.output} | {i.name for i in g.input} | {t.name for t in g.initializer}
-    wanted = [o for n in g.node for o in n.output] if names is None else list(names)
+    wanted = node_outputs(g) if names is None else list(names)
     for name in wanted:
         if name and name not in skip:
             skip.add(name)

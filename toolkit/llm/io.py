@@ -19,7 +19,7 @@ import numpy as np
 
 from toolkit.core.errors import InputError, UsageError
 from toolkit.core.meta import TensorMeta, dtype_to_numpy
-from toolkit.core.io.model import value_info_meta
+from toolkit.core.io.model import graph_io_meta
 
 #: The roles a name can be given for (``--name ROLE=NAME``).
 SCALAR_ROLES = ("input_ids", "attention_mask", "position_ids", "use_cache_branch", "logits")
@@ -169,7 +169,8 @@ def _role_name(role: str, names: Mapping[str, str], present: Sequence[str]) -> O
 def discover(model, names: Optional[Mapping[str, str]] = None, where: str = "the model") -> DecoderIO:
     """The roles of ``model``'s inputs and outputs (InputError naming what is missing)."""
     names = dict(names or {})
-    inputs, outputs = _graph_io(model)
+    ins, outs = graph_io_meta(model)
+    inputs, outputs = {m.name: m for m in ins}, {m.name: m for m in outs}
     ids = _role_name("input_ids", names, list(inputs))
     logits = _role_name("logits", names, list(outputs))
     past_found = _cache_found(list(inputs), names, "past_key", "past_value", _PAST)
@@ -185,13 +186,6 @@ def discover(model, names: Optional[Mapping[str, str]] = None, where: str = "the
     _optional_inputs(io, inputs, names, where)
     _other_outputs(io, outputs)
     return io
-
-
-def _graph_io(model) -> Tuple[Dict[str, TensorMeta], Dict[str, TensorMeta]]:
-    """The graph's inputs (initializers left out) and outputs, by name."""
-    inits = {t.name for t in model.graph.initializer}
-    inputs = {vi.name: value_info_meta(vi) for vi in model.graph.input if vi.name not in inits}
-    return inputs, {vi.name: value_info_meta(vi) for vi in model.graph.output}
 
 
 def _layers(past_found, present_found, where: str):

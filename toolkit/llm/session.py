@@ -18,7 +18,7 @@ from typing import Any, List, Optional, Set, Tuple
 
 from toolkit.core.io.datafiles import save_inputs
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
-from toolkit.core.graph.graphs import external_data_folder, has_external_data
+from toolkit.core.graph.graphs import external_data_folder, has_external_data, node_outputs
 from toolkit.core.io.model import check_external_files, check_readable_file, load_model
 from toolkit.core.progress import Messages
 from toolkit.llm import prompts as P
@@ -136,7 +136,7 @@ class LlmDebugger:
             check_readable_file(path)
         test_model, ref_io = self._load_models()
         graph = test_model.graph  # (the test model's: localization marks its tensors)
-        tensors = {o.name for o in graph.output} | set(_node_outputs(graph))
+        tensors = {o.name for o in graph.output} | set(node_outputs(graph))
         require_known_names(self.tol, tensors, tensors=True)  # (a name no tensor has: never compared)
         self.prompts = self._prompts(ref_io.vocab)
         preflight_specs([cfg.reference], self.ref_path, self._base(self.ref_path))
@@ -302,7 +302,7 @@ class LlmDebugger:
             return None
         assert self.ref_model is not None
         graph = self.ref_model.graph
-        ref_names = {vi.name for vi in graph.input} | set(_node_outputs(graph))
+        ref_names = {vi.name for vi in graph.input} | set(node_outputs(graph))
         lacking = self._lacking(div, test_feed, ref_names)
         if not lacking:
             return None
@@ -327,7 +327,7 @@ class LlmDebugger:
     def _mostly_lacking(self, ref_names: Set[str]) -> List[str]:
         """The test model's tensors the reference lacks, when it lacks most of them (else none)."""
         assert self.test_model is not None
-        tensors = [o for o in _node_outputs(self.test_model.graph) if o]
+        tensors = node_outputs(self.test_model.graph)
         lacking = _not_in(tensors, ref_names)
         return lacking if len(lacking) > len(tensors) / 2 else []
 
@@ -353,11 +353,6 @@ def _first_few(names: List[str], count: int) -> str:
     """The first ``count`` names quoted, and how many more there are."""
     more = f" and {len(names) - count} more" if len(names) > count else ""
     return ", ".join(repr(n) for n in names[:count]) + more
-
-
-def _node_outputs(graph) -> List[str]:
-    """The outputs of ``graph``'s nodes, in node order (an omitted optional one as '')."""
-    return [o for n in graph.node for o in n.output]
 
 
 def _divergence(k: int, prompt: List[int], step: int, res, generated: List[int], cached: bool) -> Divergence:

@@ -26,6 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core.compare.arrays import compare_iteration
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
+from toolkit.core.graph.constants import constant_values
 from toolkit.core.graph.layerwise import set_outputs
 from toolkit.core.io.model import load_model, save_model
 from toolkit.core.shared_options import ATOL_FLAG, TOLERANCE_OPTIONS
@@ -588,7 +589,7 @@ class QdqSearch(PrecisionSearch):
 
     def _weight_stats(self, pairs: Sequence[qdq.Pair]) -> Dict[str, qdq_stats.PairStats]:
         """The statistics of weight ``pairs`` whose float weights are known (stored, or the float model's)."""
-        values = qdq.constants(self.model)
+        values = constant_values(self.model.graph)
         out = {}
         for pair in pairs:
             weight = pair.float_value if pair.float_value is not None else values.get(pair.tensor)
@@ -704,7 +705,7 @@ def _marked_names(pairs: Sequence[qdq.Pair], model, emulate: bool) -> List[str]:
 
 def _quantized_weights(model) -> int:
     """How many DequantizeLinear nodes read a constant (a weight stored quantized)."""
-    values = qdq.constants(model)
+    values = constant_values(model.graph)
     return sum(1 for n in model.graph.node if n.op_type == "DequantizeLinear" and n.input[0] in values)
 
 

@@ -37,6 +37,7 @@ from toolkit.core.io.datafiles import load_outputs
 from toolkit.core.errors import DependencyError, ExitCode, InferenceError, InputError, ToolkitError, UsageError
 from toolkit.convert.shapes import hinted_shapes
 from toolkit.core.inputs import generate_inputs, guessed_shapes, parse_val_ranges, select_feed
+from toolkit.core.graph.constants import is_constant_node
 from toolkit.core.graph.layerwise import set_outputs
 from toolkit.core.io.model import check_output_path, check_readable_file, graph_io_meta, load_model, save_model
 from toolkit.core.compare.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
@@ -271,7 +272,7 @@ class PrecisionSearch:
         """Whether keeping ``node`` in fp32 can change what the model computes: it makes a float32
         tensor, or reads one to make something else (a comparison, an ArgMax: its result depends on
         the values' precision; not Shape or Size, which read only shapes)."""
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        if is_constant_node(node):
             return False
         if any(map(self._is_float, node.output)):
             return True

@@ -34,6 +34,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from toolkit.core.graph.constants import constant_values
+from toolkit.core.graph.graphs import node_outputs
 from toolkit.core.io.model import infer_shapes
 
 QUANT_SUFFIXES = ("_QuantizeLinear_Input", "_DequantizeLinear_Output_1", "_DequantizeLinear_Output",
@@ -131,24 +133,6 @@ def fake_quantize(pair: Pair, x) -> np.ndarray:
         return ((q - zp) * s).astype(np.float32)
 
 
-def constants(model) -> Dict[str, np.ndarray]:
-    """Initializers and Constant-node values of the top graph, by name."""
-    values = {i.name: numpy_helper.to_array(i) for i in model.graph.initializer}
-    for node in model.graph.node:
-        value = _constant_value(node)
-        if value is not None:
-            values[node.output[0]] = value
-    return values
-
-
-def _constant_value(node) -> Optional[np.ndarray]:
-    """The tensor a Constant node's ``value`` attribute holds (None: not such a node)."""
-    if node.op_type != "Constant" or not node.output:
-        return None
-    value = next((attr.t for attr in reversed(node.attribute) if attr.name == "value"), None)  # (the last one)
-    return None if value is None else numpy_helper.to_array(value)
-
-
 def integer_ops(model) -> List[str]:
     """The integer-arithmetic (QOperator) op types the model holds, sorted."""
     return sorted({n.op_type for n in model.graph.node if n.op_type in INTEGER_OPS})
@@ -175,7 +159,7 @@ def _axis(node) -> int:
 def find_pairs(model, *, weights: bool = False, float_model=None) -> List[Pair]:
     """The model's Q/DQ pairs in node order: activation pairs, and with ``weights`` the weight
     pairs (a weight stored quantized only when ``float_model`` has its float values)."""
-    values = constants(model)
+    values = constant_values(model.graph)
     ref = FloatModel(float_model) if float_model is not None else None
     # (weights stored quantized: searched only with ``weights``)
     pairs = [p for p in _all_pairs(model, values, ref if weights else None) if weights or not p.weight]
@@ -198,7 +182,7 @@ def _all_pairs(model, values, weight_ref: Optional["FloatModel"]) -> List[Pair]:
 def _tensor_names(model) -> Set[str]:
     """The names of the top graph's node outputs, inputs and outputs."""
     graph = model.graph
-    return {o for n in graph.node for o in n.output} | {i.name for i in graph.input} | {o.name for o in graph.output}
+    return set(node_outputs(graph)) | {i.name for i in graph.input} | {o.name for o in graph.output}
 
 
 def _readers(model) -> Dict[str, List]:
@@ -235,7 +219,7 @@ class FloatModel:
     """What the pairs need of the float model: tensor names, weights, folded activations."""
 
     def __init__(self, model):
-        self.weights = constants(model)
+        self.weights = constant_values(model.graph)
         self.producer = {o: n for n in model.graph.node for o in n.output}
         self.names = set(self.producer) | {i.name for i in model.graph.input} | set(self.weights)
         self._qdq_producers: Optional[Dict[str, str]] = None

@@ -18,7 +18,15 @@ import numpy as np
 from onnx import numpy_helper
 
 from toolkit.core.errors import LIBRARY_ERRORS, ToolkitError
-from toolkit.core.graph.graphs import external_data_folder, fresh_name, is_external, node_subgraphs, walk_graphs
+from toolkit.core.graph.constants import constant_tensor
+from toolkit.core.graph.graphs import (
+    external_data_folder,
+    fresh_name,
+    is_external,
+    node_outputs,
+    node_subgraphs,
+    walk_graphs,
+)
 from toolkit.core.io.model import save_model
 from toolkit.core.io.weights import load_tensor
 from toolkit.reduce.accuracy import feed_source
@@ -87,7 +95,7 @@ def _names_outside(model, inlined: set) -> set:
 
     def names(g) -> set:
         found = {v.name for v in g.input} | {t.name for t in g.initializer}
-        return found | {o for n in g.node for o in n.output if o}
+        return found | set(node_outputs(g))
 
     taken = names(model.graph)
     for k, node in enumerate(model.graph.node):
@@ -130,7 +138,7 @@ def _constant_tensors(model, wanted: set) -> Dict[str, object]:
     are not also graph inputs, and the values of Constant nodes."""
     tensors = _constant_initializers(model, wanted)
     for node in model.graph.node:
-        value = _constant_value(node) if node.output and node.output[0] in wanted else None
+        value = constant_tensor(node) if node.output and node.output[0] in wanted else None
         if value is not None:
             tensors[node.output[0]] = value
     return tensors
@@ -140,14 +148,6 @@ def _constant_initializers(model, wanted: set) -> Dict[str, object]:
     """The initializers of the names ``wanted`` that are not also graph inputs (those are constants)."""
     inputs = {v.name for v in model.graph.input}
     return {t.name: t for t in model.graph.initializer if t.name in wanted and t.name not in inputs}
-
-
-def _constant_value(node):
-    """The tensor a Constant node (of the default domain) holds as its ``value``; None for another node."""
-    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
-        return None
-    attr = next((a for a in node.attribute if a.name == "value" and a.HasField("t")), None)
-    return attr.t if attr is not None else None
 
 
 def _one_bool(tensor, base_dir: Optional[str]) -> Optional[str]:

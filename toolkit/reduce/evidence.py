@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from toolkit.core.compare.judged import JudgedTensor
 from toolkit.core.compare.noise import NEAR_TOLERANCE, STORAGE_FLOOR, evidence_is_rounding, passing_tolerance
+from toolkit.core.graph.constants import constant_nodes
 from toolkit.core.shared_options import ATOL_FLAG, RTOL_FLAG
 
 if TYPE_CHECKING:
@@ -359,11 +360,8 @@ def _constant_node_value(model, name: str):
     """The value a Constant node of ``model`` gives ``name``, else None."""
     from onnx import numpy_helper
 
-    for n in model.graph.node:
-        if n.op_type == "Constant" and name in n.output:
-            attr = next((a for a in n.attribute if a.name == "value"), None)
-            return numpy_helper.to_array(attr.t) if attr is not None else None
-    return None
+    tensor = next((t for n, t in constant_nodes(model.graph) if n.output[0] == name), None)
+    return numpy_helper.to_array(tensor) if tensor is not None else None
 
 
 def _up(x: float) -> float:

@@ -26,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from toolkit.core.text import shown_name
 from toolkit.core.errors import InputError
+from toolkit.core.graph.constants import is_constant_node
 from toolkit.core.graph.graphs import node_subgraphs, stable_topological_order, walk_graphs
 from toolkit.core.meta import TensorMeta, dtype_to_onnx, is_dtype_name
 from toolkit.core.io.model import atomic_output, save_model
@@ -38,8 +39,6 @@ from toolkit.reduce.pieces import RawPieces, field_numbers, write_chunks
 
 # Above this many bytes a candidate is written with its weights as external data.
 BIG_MODEL_BYTES = int(1.8 * 2**30)
-
-_CONSTANT_DOMAINS = ("", "ai.onnx")
 
 
 # ---------------------------------------------------------------------- the index
@@ -760,7 +759,7 @@ def _set_dim(dim, d) -> None:
 def _split_constants(nodes) -> Tuple[List[int], List[int]]:
     """(positions of the regular nodes, of the Constant nodes) of ``nodes``, each in topological order."""
     order = _topological_order(nodes, node_reads)
-    consts = [p for p in order if nodes[p].op_type == "Constant" and nodes[p].domain in _CONSTANT_DOMAINS]
+    consts = [p for p in order if is_constant_node(nodes[p])]
     const_set = set(consts)
     return [p for p in order if p not in const_set], consts
 

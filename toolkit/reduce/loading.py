@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from toolkit.core.io.datafiles import load_inputs
 from toolkit.core.errors import InputError
-from toolkit.core.graph.graphs import has_external_data
+from toolkit.core.graph.graphs import has_external_data, node_outputs
 from toolkit.core.meta import TensorMeta, dtype_from_numpy, format_shape
 from toolkit.core.io.model import (
     check_readable_file,
@@ -137,17 +137,12 @@ def _check_names_known(model, metas: Dict[str, TensorMeta], feed, path: str) -> 
     file, one of its tensors (inputs and node outputs)."""
     if any(name in metas for name in feed):
         return
-    made = _node_outputs(model)  # (a layerwise file: walked only when no input matched)
+    made = set(node_outputs(model.graph))  # (a layerwise file: walked only when no input matched)
     if any(name in made for name in feed):
         return
     known = ", ".join(f"'{n}'" for n in metas) or "(none)"
     first = next(iter(feed), "")
     raise InputError(f"{path}: no array in it is a tensor of the model ('{first}' is not); its inputs are {known}")
-
-
-def _node_outputs(model) -> set:
-    """The names of the tensors the nodes of ``model``'s graph make."""
-    return {o for n in model.graph.node for o in n.output if o}
 
 
 def _checked_input_shape(path: str, name: str, meta: TensorMeta, feed, warn) -> tuple:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Dict
 
 from toolkit.core.errors import InputError
+from toolkit.core.graph.graphs import fed_inputs
 from toolkit.reduce.loading import load_for_index
 
 
@@ -23,8 +24,7 @@ def needs_own_run(model: str, ref_model: str) -> bool:
 
 def _check_reference_inputs(m, r, ref_model: str) -> None:
     """InputError unless the reference graph ``r`` has every input of the graph ``m`` (by name)."""
-    inits = {t.name for t in m.initializer}
-    m_inputs = [i.name for i in m.input if i.name not in inits]
+    m_inputs = [i.name for i in fed_inputs(m)]
     r_inputs = {i.name for i in r.input}
     missing = [n for n in m_inputs if n not in r_inputs]
     if missing:

@@ -50,6 +50,7 @@ from toolkit.core.compare.noise import (  # noqa: E402,F401
     kind_words,
     storage_floor,
 )
+from toolkit.core.graph.constants import is_constant_node
 from toolkit.core.shapes import node_reads
 from toolkit.core.text import shown_name
 
@@ -100,7 +101,7 @@ def _node_infos(nodes, sources: set) -> List[NodeInfo]:
     infos: List[NodeInfo] = []
     for i, n in enumerate(nodes):
         outs = [o for o in n.output if o]
-        if n.op_type == "Constant" and n.domain in ("", "ai.onnx"):
+        if is_constant_node(n):
             sources.update(outs)
             continue
         infos.append(NodeInfo(n.name or f"{n.op_type}_{i}", n.op_type, node_reads(n), outs))

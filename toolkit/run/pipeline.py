@@ -38,7 +38,7 @@ from toolkit.core.io.datahead import first_feed_names
 from toolkit.core.compare.tolerances import Tolerances, check_tolerance_names
 from toolkit.core.io.dataloader import load_script_feeds, split_script_spec
 from toolkit.core.errors import InputError, ToolkitError
-from toolkit.core.graph.graphs import external_data_folder, has_external_data
+from toolkit.core.graph.graphs import external_data_folder, fed_inputs, has_external_data
 from toolkit.core.graph.layerwise import select_outputs, set_outputs
 from toolkit.core.io.model import load_model, save_model
 from toolkit.run import diagnose
@@ -113,8 +113,7 @@ def _model_input_names(model: str) -> List[str]:
         return []
     try:
         graph = load_model(model, load_external_data=False).graph
-        inits = {t.name for t in graph.initializer}
-        return [i.name for i in graph.input if i.name not in inits]
+        return [i.name for i in fed_inputs(graph)]
     except ToolkitError:  # an engine, or a model the runner will report on
         return []
 

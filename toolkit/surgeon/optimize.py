@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 
 from toolkit.core.errors import DependencyError, one_line
-from toolkit.core.graph.graphs import walk_graphs
+from toolkit.core.graph.graphs import fed_inputs, walk_graphs
 from toolkit.core.io.model import PROTOBUF_LIMIT
 from toolkit.core.shapes import light_copy
 from toolkit.surgeon.fold_noops import (
@@ -240,8 +240,7 @@ def _constant_initializers(model):
         return model
 
     light = light_copy(model, stub_bytes=1 << 62)  # every weight shared, none copied
-    inits = {t.name for t in light.graph.initializer}
-    kept = [i for i in light.graph.input if i.name not in inits]
+    kept = fed_inputs(light.graph)
     del light.graph.input[:]
     light.graph.input.extend(kept)
     light.ir_version = 4

@@ -9,7 +9,8 @@ import numpy as np
 from onnx import helper, numpy_helper
 
 from toolkit.core.errors import InputError, UsageError
-from toolkit.core.graph.graphs import fresh_name
+from toolkit.core.graph.constants import constant_names
+from toolkit.core.graph.graphs import fresh_name, node_outputs
 from toolkit.core.meta import dtype_to_numpy, format_spec_shape
 from toolkit.core.io.model import graph_io_meta, infer_shapes, value_info_meta
 from toolkit.core.shapes import infer_tensor_meta, is_complete, light_copy, override_input_shapes, top_tensor_names
@@ -18,7 +19,6 @@ from toolkit.surgeon.plumbing import (
     check_known,
     has_tensor_dtype,
     is_non_tensor,
-    node_outputs,
     nolog,
     non_tensor_value_types,
     tensor_value_info,
@@ -69,15 +69,10 @@ def unbounded_dds_tensors(model) -> List[str]:
     is unbounded unless it is a constant or already goes through a ``Min``.
     """
     g = infer_shapes(light_copy(model), data_prop=True).graph
-    const = _constant_names(g)
+    const = constant_names(g)
     producer = {o: node for node in g.node for o in node.output}
     found = (name for node in _sized_by_data(g) for name in _computed_size_inputs(node, const, producer))
     return list(dict.fromkeys(found))
-
-
-def _constant_names(g) -> set:
-    """The initializers of graph ``g`` and the outputs of its Constant nodes."""
-    return {t.name for t in g.initializer} | {o for n in g.node if n.op_type == "Constant" for o in n.output}
 
 
 def _sized_by_data(g) -> list:

@@ -335,11 +335,6 @@ def all_nodes(graph):
             yield from all_nodes(sub)
 
 
-def node_outputs(graph) -> list:
-    """The tensors the nodes of ONNX ``graph`` (its top level) compute, in node order."""
-    return [o for n in graph.node for o in n.output if o]
-
-
 def initializer_named(graph, name: str):
     """The initializer ``name`` of ONNX ``graph``, or None."""
     return next((t for t in graph.initializer if t.name == name), None)

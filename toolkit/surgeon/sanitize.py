@@ -7,7 +7,7 @@ import time
 from typing import Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.errors import InputError, UsageError
-from toolkit.core.graph.graphs import walk_graphs
+from toolkit.core.graph.graphs import node_outputs, walk_graphs
 from toolkit.core.io.model import graph_io_meta
 from toolkit.core.shapes import override_input_shapes, top_tensor_names
 from toolkit.surgeon.fold import SanitizeReport, fold_passes, fold_validated, infer_shapes_in_place
@@ -25,7 +25,6 @@ from toolkit.surgeon.plumbing import (
     keep_non_tensor_types,
     model_shell,
     nolog,
-    node_outputs,
     non_tensor_types,
     quiet_gs,
 )

@@ -16,13 +16,20 @@ from toolkit.core.contain import carried
 from toolkit.core.errors import InputError, UsageError, one_line, ort_errors, reraise_bug
 from toolkit.core.graph.bounds import run_cost_refusal
 from toolkit.core.process.interrupt import interruptible_run
-from toolkit.core.graph.graphs import copy_field, has_external_data, node_subgraphs, tensor_nbytes, walk_graphs
+from toolkit.core.graph.graphs import (
+    copy_field,
+    has_external_data,
+    node_outputs,
+    node_subgraphs,
+    tensor_nbytes,
+    walk_graphs,
+)
 from toolkit.core.meta import dtype_to_numpy
 from toolkit.core.io.model import PROTOBUF_LIMIT, graph_io_meta, value_info_meta
 from toolkit.core.shapes import STUB_BYTES, light_copy, node_reads
 from toolkit.surgeon.fold_noops import is_static_dim
 from toolkit.surgeon.load import computable_from
-from toolkit.surgeon.plumbing import copied, has_graph_attributes, has_tensor_dtype, initializer_named, node_outputs
+from toolkit.surgeon.plumbing import copied, has_graph_attributes, has_tensor_dtype, initializer_named
 
 
 def check_model(model, original=None) -> None:

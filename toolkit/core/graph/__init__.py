@@ -1,3 +1,4 @@
-"""ONNX graphs in memory: walking graphs and subgraphs (``graphs``), value bounds
-(``bounds``), marking every tensor as an output (``layerwise``).
+"""ONNX graphs in memory: walking graphs and subgraphs (``graphs``), initializers and
+``Constant`` values (``constants``), value bounds (``bounds``), marking every tensor as an
+output (``layerwise``).
 """

@@ -18,6 +18,7 @@ from onnx.checker import ValidationError
 
 from toolkit.core import limits
 from toolkit.core.errors import reraise_bug
+from toolkit.core.graph.constants import constant_nodes
 from toolkit.core.graph.graphs import node_subgraphs, walk_graphs
 
 
@@ -37,8 +38,7 @@ def run_cost_refusal(model) -> Optional[str]:
 def _constants(graph) -> Dict[str, np.ndarray]:
     """Small constants of ``graph`` by name: initializers and Constant nodes of up to 16 elements."""
     tensors = [(t.name, t) for t in graph.initializer]
-    tensors += [(node.output[0], attr.t) for node in graph.node if node.op_type == "Constant" and node.output
-                for attr in node.attribute if attr.name == "value"]
+    tensors += [(node.output[0], t) for node, t in constant_nodes(graph)]
     out: Dict[str, np.ndarray] = {}
     for name, t in tensors:
         value = _small_numbers(t)

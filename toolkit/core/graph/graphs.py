@@ -38,6 +38,20 @@ def walk_graphs(graph) -> Iterator:
             yield from walk_graphs(sub)
 
 
+def fed_inputs(graph) -> list:
+    """The inputs of ``graph`` that are not also initializers (ValueInfoProtos, in order): what a
+    run feeds. Before IR version 4 every initializer is listed as an input too: a default a run
+    may override, but a weight all the same."""
+    inits = {t.name for t in graph.initializer}
+    return [vi for vi in graph.input if vi.name not in inits]
+
+
+def node_outputs(graph) -> List[str]:
+    """The tensors the nodes of ``graph`` (its top level) compute, in node order (an omitted
+    optional output, ``''``, is no tensor)."""
+    return [o for n in graph.node for o in n.output if o]
+
+
 def undecodable_text(model) -> Optional[str]:
     """Where the model holds a name (or other text field) that is not valid UTF-8, said in a
     few words; None when all are text. Protobuf hands such a field back as ``bytes``, which

@@ -16,6 +16,7 @@ import fnmatch
 from typing import Any, Dict, Iterable, List, Optional, Sequence, Set
 
 from toolkit.core.errors import InputError, UsageError
+from toolkit.core.graph.constants import is_constant_node
 
 _GLOB_CHARS = set("*?[")
 
@@ -29,7 +30,7 @@ def candidate_outputs(graph) -> List[str]:
     seen = set()
     names: List[str] = []
     for node in graph.node:
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx"):
+        if is_constant_node(node):
             continue
         for out in node.output:
             if out and out not in seen:

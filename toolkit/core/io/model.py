@@ -23,6 +23,7 @@ from toolkit.core.graph.graphs import (  # noqa: F401  (re-exported)
     copy_field,
     external_data_folder,
     external_data_locations,
+    fed_inputs,
     has_external_data,
     tensor_nbytes,
     undecodable_text,
@@ -621,8 +622,7 @@ def _data_location(path: str, folder: str, location: Optional[str]) -> str:
 def graph_io_meta(model):
     """(inputs, outputs) of the top graph as lists of TensorMeta; initializers excluded."""
 
-    inits = {t.name for t in model.graph.initializer}
-    ins = [value_info_meta(vi) for vi in model.graph.input if vi.name not in inits]
+    ins = [value_info_meta(vi) for vi in fed_inputs(model.graph)]
     outs = [value_info_meta(vi) for vi in model.graph.output]
     return ins, outs
 
