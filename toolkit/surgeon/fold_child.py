@@ -64,8 +64,7 @@ class FoldInChild:
             return started.model
         got = started.wait()
         if got.crashed:
-            raise ToolkitError(f"constant folding ended without a result ({got.signal_name}): out of memory? "
-                               "--max-tensor-size and --max-nodes bound what it computes")
+            raise ToolkitError(_no_result(got))
         model, passes, converged, lines = got.value
         self.report.passes, self.report.converged = passes, converged
         for line in lines:
@@ -76,6 +75,16 @@ class FoldInChild:
     def kill(started) -> None:
         if isinstance(started, Child):
             started.kill()
+
+
+def _no_result(got) -> str:
+    """The error of a fold whose child ended without a result (``got``: its ChildOutcome)."""
+    if got.signal is not None:
+        return (f"constant folding ended without a result ({got.signal_name}): out of memory? "
+                "--max-tensor-size and --max-nodes bound what it computes")
+    return (f"constant folding ended without a result: its process exited (code {got.exit_code}) before "
+            "sending one (a custom op or a library it ran called exit()); nothing was written (without "
+            "--fold-constants the model is not folded)")
 
 
 class _Done:
