@@ -2,7 +2,7 @@
 
 - a fold child that calls ``sys.exit()`` (a custom op's or a library's own exit) is a fold that
   ended without a result: exit 3, one line, nothing written (it was taken as the command's own
-  exit: status 0, "success", no model written);
+  exit: status 0, "success", no model written); so is a fold in this process (a model over 1 GiB);
 - the validation's runs have a time bound (``toolkit.surgeon.validate.RUN_SECONDS``): a model
   whose Loop never ends (condition always true, no trip count) gets its folded model written,
   checked to load, its outputs said not compared (only a signal ended the command before); a
@@ -19,6 +19,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import modelzoo as mz
+from toolkit.surgeon import fold_child
 from toolkit.surgeon import sanitize as sanitize_module
 from toolkit.surgeon import validate
 
@@ -45,16 +46,19 @@ def _looping(trips=None):
 
 
 @pytest.mark.parametrize("code, shown", [(0, 0), (None, 0), ("a message", 1)])
-def test_a_fold_child_that_calls_exit_is_a_fold_without_a_result(cli, tmp_path, monkeypatch, code, shown):
+@pytest.mark.parametrize("in_child", [True, False], ids=["in-child", "in-process"])
+def test_a_fold_that_calls_exit_is_a_fold_without_a_result(cli, tmp_path, monkeypatch, code, shown, in_child):
     def exits(*_args, **_kwargs):
         sys.exit(code)
 
     monkeypatch.setattr(sanitize_module, "fold_passes", exits)  # (inherited by the fold's child)
+    if not in_child:  # (a model over IN_PROCESS_BYTES is folded in this process)
+        monkeypatch.setattr(fold_child, "IN_PROCESS_BYTES", 0)
     src = mz.save(_looping(trips=3), tmp_path / "m.onnx")
     r = cli("surgeon", "sanitize", src, "--fold-constants", "-o", tmp_path / "o.onnx")
     assert r.code == 3, r.err
-    assert (f"error: constant folding ended without a result: its process exited (code {shown}) before sending "
-            "one") in r.err
+    assert ("error: constant folding ended without a result: something it ran (a custom op, a library) called "
+            f"exit() (code {shown}); nothing was written") in r.err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]
 
 

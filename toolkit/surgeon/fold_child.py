@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from typing import Callable, List, Optional
 
+from toolkit.core.contain import carried
 from toolkit.core.errors import ToolkitError
 from toolkit.core.process.interrupt import can_isolate
-from toolkit.core.process.supervise import Child
+from toolkit.core.process.supervise import Child, ChildOutcome, exit_status
 
 IN_PROCESS_BYTES = 1 << 30  # a model bigger than this is folded in this process
 
@@ -55,7 +56,10 @@ class FoldInChild:
     def start(self, level: Optional[str], excluded: set, **kwargs):
         """The fold started (a Child), or the folded model itself where no child is used."""
         if level is None or not self.isolated:  # (nothing folded: nothing that could hang)
-            return _Done(self.build(level, excluded, **kwargs))
+            got = carried(self.build, level, excluded, catching=SystemExit, **kwargs)
+            if isinstance(got.error, SystemExit):  # (as in a child: never the command's own exit)
+                raise ToolkitError(_no_result(ChildOutcome(exit_code=exit_status(got.error))))
+            return _Done(got.value)
         return Child(_fold, (self.build, self.report, self.relay, level, excluded, kwargs))
 
     def finish(self, started):
@@ -82,9 +86,8 @@ def _no_result(got) -> str:
     if got.signal is not None:
         return (f"constant folding ended without a result ({got.signal_name}): out of memory? "
                 "--max-tensor-size and --max-nodes bound what it computes")
-    return (f"constant folding ended without a result: its process exited (code {got.exit_code}) before "
-            "sending one (a custom op or a library it ran called exit()); nothing was written (without "
-            "--fold-constants the model is not folded)")
+    return (f"constant folding ended without a result: something it ran (a custom op, a library) called exit() "
+            f"(code {got.exit_code}); nothing was written (without --fold-constants the model is not folded)")
 
 
 class _Done:
