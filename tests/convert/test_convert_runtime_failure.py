@@ -4,11 +4,16 @@ finding: exit 1, never "Checked"; --repair keeps that op type in fp32 and the mo
 
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import onnxruntime as ort
+import pytest
 from onnx import TensorProto, helper
 
 from modelzoo import make_model, save
+from toolkit.convert import runtime_check
 
 
 def _scatter_add(path):
@@ -63,4 +68,17 @@ def test_an_original_the_runtime_cannot_load_is_said_and_fails_the_command(cli, 
     error = [ln for ln in res.err.splitlines() if ln.startswith("error:")]
     assert len(error) == 1 and "and so does the original model" in error[0] and "--repair" not in error[0], res.err
     assert "could not load the original" in res.err and "--input-shapes" not in res.err, res.err
+    assert (tmp_path / "h.onnx").exists()
+
+
+def test_a_runtime_check_child_that_calls_exit_is_a_crash_not_a_success(cli, tmp_path, monkeypatch):
+    """Something in the runtime check's child calling ``sys.exit(0)`` (a custom op library) ended
+    the whole command with status 0 and nothing written (the child's SystemExit raised here)."""
+    if not hasattr(os, "fork"):
+        pytest.skip("the runtime check runs in a forked child")
+    monkeypatch.setattr(runtime_check, "_session", lambda *_a, **_k: sys.exit(0))  # (inherited by the child)
+    model = _scatter_add(tmp_path / "m.onnx")
+    res = cli("convert", model, "--fp-to-fp16", "-o", tmp_path / "h.onnx", "--keep-fp32", "ScatterElements")
+    assert res.code == 1, res.err
+    assert "crashes (exit 0) creating a session for the written model" in res.err
     assert (tmp_path / "h.onnx").exists()

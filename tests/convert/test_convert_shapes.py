@@ -71,3 +71,12 @@ def test_debug_precision_gives_no_verdict_on_dims_set_to_1(cli, tmp_path):
     assert "whose dynamic dims were set to 1" in r.err
     r = cli("debug", "precision", src, "--input-shapes", "x:[1,3,8,8]")
     assert r.code == 0 and "passes as it is (" in r.err and "dynamic dims" not in r.err
+
+
+def test_metadata_that_holds_no_size_is_ignored():
+    model = dynamic_cnn()
+    metas = graph_io_meta(model)[0]
+    for imgsz in ("True", "[True, 24]", "[16, False]", "640.0", "[16, 24, 3]", "true"):
+        assert model_shape_hints(dynamic_cnn({"imgsz": imgsz, "batch": "1"}), metas) == ([], []), imgsz
+    assert model_shape_hints(dynamic_cnn({"imgsz": "[16, 24]", "batch": "True"}), metas) == ([], [])
+    assert model_shape_hints(dynamic_cnn({"imgsz": "16", "batch": "2"}), metas) == (["x:[2,3,16,16]"], ["batch", "imgsz"])

@@ -60,6 +60,7 @@ from toolkit.convert.common import (
     name_nodes,
     normalize_constants,
     reduced_types,
+    refuse_damaged,
     replace_repeated,
     retype_attribute,
     round_values,
@@ -413,10 +414,12 @@ def convert(
     A model that already holds float16 or bfloat16 (mixed precision, e.g. written by this
     function) is not converted again: that would turn its deliberate float32 nodes into
     reduced precision. With ``if_mixed="keep"`` it is returned as it is (``already_mixed``);
-    with ``"error"`` that is an InputError.
+    with ``"error"`` that is an InputError. So is a damaged model (a tensor whose data does not fill
+    its dims, of any type), before any work.
     """
     low = low_type(dtype)
     short = PRECISIONS["bfloat16" if low == BFLOAT16 else "float16"][1]
+    refuse_damaged(model)
     held = reduced_types(model)
     if held:
         return _already_mixed(model, held, if_mixed == "error" or bool(keep_fp32), short, inplace)

@@ -4,7 +4,8 @@ A check on generated inputs whose dynamic dims are set to 1 (a 1x1 image for a d
 nothing about the shapes the model is used with. Some exporters write those shapes into the
 model: Ultralytics' metadata holds ``imgsz`` ([height, width]) and ``batch``; any metadata entry
 named like a dim (``batch: 1`` for a dim named ``batch``) with an integer value gives that dim.
-An input gets a shape from the hints only when they fix every dynamic dim of it.
+An input gets a shape from the hints only when they fix every dynamic dim of it. An entry that
+holds no size (text, a float, a bool: ``imgsz: True`` is no size 1) is ignored, as if absent.
 
 No Typer or Rich here.
 """
@@ -28,7 +29,7 @@ def _literal(text: str):
 
 def _int(text: str) -> Optional[int]:
     value = _literal(text)
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+    return value if _size(value) else None
 
 
 def _image_size(meta: Dict[str, str]) -> Optional[Tuple[int, int]]:
@@ -43,8 +44,8 @@ def _image_size(meta: Dict[str, str]) -> Optional[Tuple[int, int]]:
 
 
 def _size(value) -> bool:
-    """Whether a metadata value is a size (a positive int)."""
-    return isinstance(value, int) and value > 0
+    """Whether a metadata value is a size (a positive int; ``True`` is no size, though Python's bool is an int)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 def _size_pair(value) -> bool:

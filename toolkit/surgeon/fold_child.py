@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from typing import Callable, List, Optional
 
+from toolkit.core.contain import carried
 from toolkit.core.errors import ToolkitError
 from toolkit.core.process.interrupt import can_isolate
-from toolkit.core.process.supervise import Child
+from toolkit.core.process.supervise import Child, ChildOutcome, exit_status
 
 IN_PROCESS_BYTES = 1 << 30  # a model bigger than this is folded in this process
 
@@ -55,7 +56,10 @@ class FoldInChild:
     def start(self, level: Optional[str], excluded: set, **kwargs):
         """The fold started (a Child), or the folded model itself where no child is used."""
         if level is None or not self.isolated:  # (nothing folded: nothing that could hang)
-            return _Done(self.build(level, excluded, **kwargs))
+            got = carried(self.build, level, excluded, catching=SystemExit, **kwargs)
+            if isinstance(got.error, SystemExit):  # (as in a child: never the command's own exit)
+                raise ToolkitError(_no_result(ChildOutcome(exit_code=exit_status(got.error))))
+            return _Done(got.value)
         return Child(_fold, (self.build, self.report, self.relay, level, excluded, kwargs))
 
     def finish(self, started):
@@ -64,8 +68,7 @@ class FoldInChild:
             return started.model
         got = started.wait()
         if got.crashed:
-            raise ToolkitError(f"constant folding ended without a result ({got.signal_name}): out of memory? "
-                               "--max-tensor-size and --max-nodes bound what it computes")
+            raise ToolkitError(_no_result(got))
         model, passes, converged, lines = got.value
         self.report.passes, self.report.converged = passes, converged
         for line in lines:
@@ -76,6 +79,15 @@ class FoldInChild:
     def kill(started) -> None:
         if isinstance(started, Child):
             started.kill()
+
+
+def _no_result(got) -> str:
+    """The error of a fold whose child ended without a result (``got``: its ChildOutcome)."""
+    if got.signal is not None:
+        return (f"constant folding ended without a result ({got.signal_name}): out of memory? "
+                "--max-tensor-size and --max-nodes bound what it computes")
+    return (f"constant folding ended without a result: something it ran (a custom op, a library) called exit() "
+            f"(code {got.exit_code}); nothing was written (without --fold-constants the model is not folded)")
 
 
 class _Done:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from typing import Any, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -15,7 +16,7 @@ from onnx import numpy_helper
 from toolkit.core.contain import carried
 from toolkit.core.errors import InputError, UsageError, one_line, ort_errors, reraise_bug
 from toolkit.core.graph.bounds import run_cost_refusal
-from toolkit.core.process.interrupt import interruptible_run
+from toolkit.core.process.interrupt import RunTimedOut, interruptible_run
 from toolkit.core.graph.graphs import (
     copy_field,
     has_external_data,
@@ -60,6 +61,12 @@ def check_model(model, original=None) -> None:
 # Models bigger than this are not validated by running them (the cost would be the run itself).
 _VALIDATE_MAX_BYTES = 1 << 30
 
+# The time bound of one run of the input model in validation (seconds; a run of the rewritten model
+# gets at least twice what the input model's took): a Loop whose condition stays true and that has
+# no trip count runs forever. Past it, the input model's outputs are not compared (the rewritten
+# model is checked to load only, and that is said); a rewritten model whose run does not end fails.
+RUN_SECONDS = 60.0
+
 
 def _spread(shape):
     """Values spread over [0, 1) without a random generator (importing numpy.random costs more
@@ -74,10 +81,11 @@ def attempt(fn, *args, **kwargs) -> Tuple[Any, Optional[Exception]]:
 
     Validation loads and runs models on ONNX-Runtime, whose exceptions (Fail, InvalidArgument,
     InvalidGraph...) derive from Exception alone; a failure there is an answer ("it does not
-    load"), never a crash. This is the one place that catches them."""
+    load"), never a crash. This is the one place that catches them, and a run past its time bound
+    (:class:`RunTimedOut`)."""
     try:
         return fn(*args, **kwargs), None
-    except ort_errors() as exc:
+    except ort_errors() + (RunTimedOut,) as exc:
         return None, exc
 
 
@@ -201,6 +209,9 @@ def _dynamic_as_one(model, feed) -> str:
 
 def _does_not_run(model, feed, exc: Exception) -> str:
     """Why outputs are not compared when the input model fails (``exc``) on the generated ``feed``."""
+    if isinstance(exc, RunTimedOut):
+        return (f"the input model's run on generated inputs did not end within {exc.seconds:g} s (a Loop whose "
+                "condition stays true?)")
     ones = _dynamic_as_one(model, feed)
     if not ones:
         return f"the input model does not run on generated inputs ({one_line(exc, first_line=True, limit=300)})"
@@ -244,6 +255,7 @@ class Validation:
         self.unchecked: set = set()  # big folded tensors whose values are not compared
         self._prepared = False
         self._failure: Optional[BaseException] = None  # what stopped the preparation
+        self.original_seconds = 0.0  # how long the input model's longest run took
 
     # -- sessions
     def _session(self, model, extra_outputs: Sequence[str] = (), only_outputs: Optional[Sequence[str]] = None,
@@ -325,8 +337,8 @@ class Validation:
         big = _big_tensors(g, _CHECK_MAX_BYTES)
         extra = [t for t in foldable if t not in big]
         self.unchecked = set(foldable) - set(extra)
-        self.all_values, err = attempt(lambda: self._run(self._session(self.original, only_outputs=extra),
-                                                         self.feed, extra))
+        self.all_values, err = attempt(lambda: self._run_input_model(self._session(self.original, only_outputs=extra),
+                                                                  extra))
         return err is None
 
     def _ensure_expected(self) -> bool:
@@ -340,7 +352,7 @@ class Validation:
             self.load_error = exc
             self.skip_reason = f"ONNX-Runtime cannot load the input model ({one_line(exc, first_line=True, limit=300)})"
             return False
-        self.expected, exc = attempt(self._run, sess, self.feed, self.output_names)
+        self.expected, exc = attempt(self._run_input_model, sess, self.output_names)
         if exc is not None:
             self.compare_reason = _does_not_run(self.original, self.feed, exc)
             self.feed = None
@@ -354,9 +366,18 @@ class Validation:
         return feed
 
     @staticmethod
-    def _run(sess, feed, names=None):
+    def _run(sess, feed, names=None, seconds: Optional[float] = None):
+        """{name: value} of a run of ``sess`` (a :class:`_Session`) on ``feed``, bounded by ``seconds``
+        (default :data:`RUN_SECONDS`)."""
         names = names or [o.name for o in sess.get_outputs()]
-        return dict(zip(names, interruptible_run(sess, names, feed)))
+        return dict(zip(names, sess.run(names, feed, RUN_SECONDS if seconds is None else seconds)))
+
+    def _run_input_model(self, sess, names):
+        """A run of the input model on the generated feed (bounded by :data:`RUN_SECONDS`), timed."""
+        t0 = time.perf_counter()
+        values = self._run(sess, self.feed, names, RUN_SECONDS)
+        self.original_seconds = max(self.original_seconds, time.perf_counter() - t0)
+        return values
 
     # -- checks
     def check(self, result) -> Optional[str]:
@@ -405,13 +426,21 @@ class Validation:
         """Run the result's session and compare its outputs with the input model's."""
         if not self._ensure_expected():
             return None
-        got, exc = attempt(self._run, sess, self.feed, list(self.expected))
+        got, exc = attempt(self._run, sess, self.feed, list(self.expected), self._result_seconds())
+        if isinstance(exc, RunTimedOut):
+            return (f"its run did not end within {exc.seconds:g} s (the input model's took "
+                    f"{self.original_seconds:.2g} s)")
         if exc is not None:
             return f"it fails to run on ONNX-Runtime: {one_line(exc, first_line=True, limit=300)}"
         bad = [n for n in self.expected if not same_value(self.expected[n], got.get(n))]
         if not bad:
             return None
         return self._unless_nondeterministic(f"output '{bad[0]}' differs from the input model's")
+
+    def _result_seconds(self) -> float:
+        """The time bound of a run of a rewritten model: :data:`RUN_SECONDS`, at least twice what the
+        input model's run took."""
+        return max(RUN_SECONDS, 2 * self.original_seconds)
 
     def _unless_nondeterministic(self, difference: str) -> Optional[str]:
         """``difference``, unless the input model itself differs from run to run (then None, and
@@ -495,7 +524,9 @@ class Validation:
             first, only = self.all_values, list(self.all_values)
         else:
             first, only = self.expected, None
-        again, err = attempt(lambda: self._run(self._session(self.original, only_outputs=only), self.feed, list(first)))
+        again, err = attempt(lambda: self._run_input_model(self._session(self.original, only_outputs=only), list(first)))
+        if isinstance(err, RunTimedOut):  # (no second run to tell: the difference stands, folding falls back)
+            return False
         return err is not None or any(not same_value(first[n], again.get(n)) for n in first)
 
     def wrong_constants(self, result) -> Optional[set]:
@@ -523,7 +554,7 @@ class Validation:
         """Names of the ``folded`` tensors whose values differ from those a run of the input model
         computes for them; None when that run fails."""
         names = [t.name for t in folded]
-        values, err = attempt(lambda: self._run(self._session(self.original, names), self.feed, names))
+        values, err = attempt(lambda: self._run_input_model(self._session(self.original, names), names))
         if err is not None:
             return None
         return {t.name for t in folded if not same_value(values.get(t.name), numpy_helper.to_array(t))}
@@ -674,9 +705,10 @@ class _Session:
     def get_outputs(self):
         return self.sess.get_outputs()
 
-    def run(self, names, feed):
+    def run(self, names, feed, seconds: Optional[float] = None):
+        """The session's run, fed its weights too; ``seconds``: its time bound (:class:`RunTimedOut` past it)."""
         weights = {t.name: raw_array(t, onnx) for t in self.model.graph.initializer if t.name in self.weight_names}
-        return interruptible_run(self.sess, names, {**feed, **weights})
+        return interruptible_run(self.sess, names, {**feed, **weights}, seconds)
 
 
 def raw_array(t, onnx):

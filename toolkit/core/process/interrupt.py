@@ -12,7 +12,8 @@ inside C++ holds the signal back until it returns:
 - ONNX-Runtime's ``InferenceSession.run`` releases the GIL but keeps the main thread (a Loop of
   10^12 steps runs for days). :func:`interruptible_run` runs it in a helper thread; on a signal it
   sets the run's ``terminate`` flag, which ONNX-Runtime checks between nodes, so the helper
-  stops too.
+  stops too. The same flag gives a run a time bound where one is asked for (a Loop whose
+  condition stays true runs forever).
 
 No numpy, onnx or Typer here (onnxruntime only inside :func:`run_session`).
 """
@@ -38,18 +39,21 @@ def call_in_child(fn: Callable[..., T], *args, what: str = "the library call") -
     """``fn(*args)`` computed in a forked child (:class:`toolkit.core.process.supervise.Child`, shielded
     from signals); its result (which must pickle) or its exception comes back. A signal to this
     process kills the child and is raised here as usual. A child killed by a signal of its own
-    (out of memory) is a RuntimeError naming ``what``. Where fork does not exist, off the main
+    (out of memory), or one that exits without a result (``sys.exit()`` called in ``fn``), is a
+    RuntimeError naming ``what``. Where fork does not exist, off the main
     thread, or in a shielded child already (a signal ends it through its parent), ``fn`` runs here."""
     if not can_isolate() or SHIELDED[0]:  # (in a shielded child, the parent kills this process on a signal)
         return fn(*args)
     got = Child(_call, (fn, args), shielded=True).wait()
     if got.crashed:
-        raise ChildDied(f"{what} ended without a result ({_ended(got)}); out of memory?")
+        why = "out of memory?" if got.signal is not None else "something it ran called exit()"
+        raise ChildDied(f"{what} ended without a result ({_ended(got)}); {why}")
     return got.value  # type: ignore[return-value]
 
 
 class ChildDied(RuntimeError):
-    """The child of :func:`call_in_child` ended without a result (killed by a signal: out of memory)."""
+    """The child of :func:`call_in_child` ended without a result (killed by a signal: out of memory;
+    or exited: something it ran called ``sys.exit()``)."""
 
 
 def _call(_phase, fn: Callable, args: tuple):
@@ -60,16 +64,47 @@ def _ended(got) -> str:
     return f"killed by {got.signal_name}" if got.signal is not None else got.signal_name
 
 
-def interruptible_run(sess, names: Optional[Sequence[str]], feed) -> list:
+class RunTimedOut(RuntimeError):
+    """A run given a time bound (:func:`interruptible_run`'s ``seconds``) did not end within it."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"the run did not end within {seconds:g} s")
+        self.seconds = seconds
+
+    def __reduce__(self):
+        return RunTimedOut, (self.seconds,)
+
+
+def interruptible_run(sess, names: Optional[Sequence[str]], feed, seconds: Optional[float] = None) -> list:
     """``sess.run(names, feed)`` (an ONNX-Runtime session) where a signal ends it: the run goes
     on in a helper thread (ONNX-Runtime releases the GIL) while the main thread waits in short
-    joins; a signal's exception stops the run through its ``terminate`` flag and is raised here."""
+    joins; a signal's exception stops the run through its ``terminate`` flag and is raised here.
+
+    ``seconds``: a time bound (any thread): past it the ``terminate`` flag stops the run (between
+    two nodes, Loop steps included) and :class:`RunTimedOut` is raised."""
     import onnxruntime as ort  # (its callers have imported it: free)
 
-    if threading.current_thread() is not threading.main_thread() or not isinstance(sess, ort.InferenceSession):
+    if not isinstance(sess, ort.InferenceSession):
         return sess.run(names, feed)  # (a wrapper runs its own session through this function)
-
+    if seconds is None and threading.current_thread() is not threading.main_thread():
+        return sess.run(names, feed)
     options = ort.RunOptions()
+    deadline = _Deadline(options, seconds)
+    try:
+        if threading.current_thread() is threading.main_thread():
+            got = _run_in_helper(sess, names, feed, options)
+        else:
+            got = carried(sess.run, names, feed, options, catching=Exception)
+    finally:
+        deadline.cancel()
+    if got.error is not None and deadline.expired:
+        raise RunTimedOut(float(seconds or 0)) from None
+    return got.get()
+
+
+def _run_in_helper(sess, names, feed, options):
+    """``sess.run`` in a helper thread, waited for in short joins (see :func:`interruptible_run`);
+    its value or its exception, carried."""
     box: list = []
     helper = threading.Thread(target=lambda: box.append(carried(sess.run, names, feed, options)), name="toolkit-inference",
                               daemon=True)
@@ -80,4 +115,24 @@ def interruptible_run(sess, names: Optional[Sequence[str]], feed) -> list:
     except BaseException:
         options.terminate = True  # (ONNX-Runtime stops between nodes; the thread then ends)
         raise
-    return box[0].get()
+    return box[0]
+
+
+class _Deadline:
+    """Sets a run's ``terminate`` flag once ``seconds`` have passed (never when ``seconds`` is None)."""
+
+    def __init__(self, options, seconds: Optional[float]) -> None:
+        self.expired = False
+        self._timer: Optional[threading.Timer] = None
+        if seconds is not None:
+            def expire() -> None:
+                self.expired = True
+                options.terminate = True
+
+            self._timer = threading.Timer(max(seconds, 0.0), expire)
+            self._timer.daemon = True
+            self._timer.start()
+
+    def cancel(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()

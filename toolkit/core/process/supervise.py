@@ -197,8 +197,9 @@ class Child:
       (:func:`toolkit.core.process.phases.report_temp`), then its value or its exception;
     - :meth:`wait` waits in short selects, where this process's signal handlers run: a signal's
       exception (KeyboardInterrupt) kills the child (SIGKILL), reaps it and is raised;
-    - a child that ends without a result (killed by a signal, by this process, or out of memory)
-      leaves no temp file: this process removes the ones it reported;
+    - a child that ends without a result (killed by a signal, by this process, or out of memory;
+      or exited: ``sys.exit()`` called by the work, which ends the child, not this process) leaves
+      no temp file: this process removes the ones it reported;
     - ``shielded`` (the default): the child ignores SIGINT, SIGTERM and SIGHUP (a Ctrl-C reaches
       the whole process group): this process alone decides, and kills it (in :meth:`wait`, or
       its caller through :meth:`kill`; at the latest the kernel, when this process exits).
@@ -213,6 +214,8 @@ class Child:
         if not can_fork():
             got = carried(work, lambda _name: None, *args)  # (raised by wait(), as from a child)
             self._outcome, self._error = ChildOutcome(value=got.value), got.error
+            if isinstance(got.error, SystemExit):  # (as from a child: an exit without a result)
+                self._outcome, self._error = ChildOutcome(exit_code=exit_status(got.error)), None
             return
         for stream in (sys.stdout, sys.stderr):  # (nothing buffered may be written twice)
             try:
@@ -287,15 +290,31 @@ def start_child(work: Callable[..., object], *args, shielded: bool = True) -> Ch
 
 def _child(work: Callable[..., object], args: tuple, fd: int) -> None:
     """Run ``work`` and send its result (never returns). When the pipe itself fails, the parent
-    sees exit code 70 and no result."""
+    sees exit code 70 and no result; when ``work`` calls ``sys.exit()``, the code it gives and no
+    result."""
+    code = 70
     try:
-        code = 70 if carried(_serve, work, args, fd).error is not None else 0
+        served = carried(_serve, work, args, fd)
+        if served.error is None:
+            code = served.value or 0
     finally:
         os._exit(code)
 
 
-def _serve(work: Callable[..., object], args: tuple, fd: int) -> None:
-    """In the child: run ``work``, every frame to ``fd``, its failure too (raised by the parent)."""
+def exit_status(exc: SystemExit) -> int:
+    """The exit status Python gives a process that ends by ``exc`` (``sys.exit(None)``: 0, a number:
+    itself, anything else: 1)."""
+    if exc.code is None:
+        return 0
+    return exc.code & 0xFF if isinstance(exc.code, int) else 1
+
+
+def _serve(work: Callable[..., object], args: tuple, fd: int) -> int:
+    """In the child: run ``work``, every frame to ``fd``, its failure too (raised by the parent);
+    returns the child's exit status. ``work`` calling ``sys.exit()`` (a library's, a custom op's
+    own exit) sends no result: the parent sees a child that exited with that status (a crash, as
+    for a child killed by a signal), never a ``SystemExit`` of its own (a command that "succeeded"
+    with nothing done)."""
     faulthandler.disable()  # (a crash is the parent's to report: no traceback dump of its own)
     from toolkit.core.process import phases
 
@@ -307,10 +326,13 @@ def _serve(work: Callable[..., object], args: tuple, fd: int) -> None:
             send_frame(pipe, ("phase", name))
 
         got = carried(work, phase, *args)
+        if isinstance(got.error, SystemExit):
+            return exit_status(got.error)
         frame = ("value", got.value) if got.error is None else ("error", picklable(got.error))
         sent = carried(send_frame, pipe, frame, catching=Exception)  # (a value that does not pickle: a finding)
         if sent.error is not None:
             send_frame(pipe, ("error", RuntimeError(f"the child's result could not be sent back: {sent.error}")))
+    return 0
 
 
 def send_frame(pipe, frame) -> None:
