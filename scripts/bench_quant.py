@@ -2,7 +2,7 @@
 on QDQ models made from real float models.
 
     python scripts/bench_quant.py [--cases romanizer|cnn|all] [--models DIR...] [--work DIR] [--only NAME...]
-                                  [--search-sets N] [--seed S] [--refine]
+                                  [--search-sets N] [--seed S] [--refine | --variants]
 
 For each case: the float model (found in the first of the DIRs that has it: the romanizer's GRU
 encoder and decoder, or with ``--cases cnn`` PP-OCR's direction classifier ``ppocr_cls.onnx`` from
@@ -29,7 +29,8 @@ change (greedy below judges by the same rule: it calls the search's own check):
 - every activation pair in float on the held-out sets: what any set of pairs can reach there.
 
 With --refine, instead: the held-out sets used during the search (4 to validate, 4 to test; see
-:func:`refine`). Prints one Markdown row per case. Nothing is committed (models under --work).
+:func:`refine`). With --variants, instead: ours with and without ``--singles`` beside greedy most
+error first and greedy in node order (see :func:`variants`). Prints one Markdown row per case. Nothing is committed (models under --work).
 """
 
 from __future__ import annotations
@@ -232,9 +233,10 @@ def top1_disagreement(cfg: QdqConfig):
     return share(quantized), share(weights)
 
 
-def greedy(cfg: QdqConfig) -> dict:
-    """Bypass pairs in the order of the error each adds (most first) until the model passes, then
-    re-quantize each bypassed pair (last bypassed first) where the model still passes."""
+def greedy(cfg: QdqConfig, order: str = "error") -> dict:
+    """Bypass pairs in the order of the error each adds (most first; ``order="graph"``: in node
+    order, as without a ranking) until the model passes, then re-quantize each bypassed pair (last
+    bypassed first) where the model still passes."""
     t0 = time.perf_counter()
     s = QdqSearch(cfg)
     s._validate()
@@ -246,7 +248,7 @@ def greedy(cfg: QdqConfig) -> dict:
     s.index = SetIndex(len(s.universe))
     s.feeds = s._feeds()
     s.ref_outs = s._reference(s.feeds)
-    ranking = [st.pair.name for st in s.table() if st.pair.name in s.position]
+    ranking = [st.pair.name for st in s.table() if st.pair.name in s.position] if order == "error" else []
     ranking += [n for n in s.universe if n not in set(ranking)]  # (pairs on graph inputs: no row, last)
     mask, order = 0, []
     for name in ranking:
@@ -399,6 +401,22 @@ def refine(case: str, models: str, work: str, search_sets: int = 3, seed: int = 
     return row
 
 
+def variants(case: str, models: str, work: str, search_sets: int = 3, seed: int = 0) -> str:
+    """One Markdown row: ours (default), ours with ``--singles``, greedy most error first and greedy in
+    node order (kept pairs, checks; ours also what is proved)."""
+    base = bench_config(case, models, work, search_sets, seed)[4]
+
+    def ours(**changes):
+        o = QdqSearch(dataclasses.replace(base, **changes)).run()
+        proved = "minimum" if o.minimum else ("1-minimal" if o.one_minimal else "-")
+        return f"{len(o.kept)}, {o.checks}, {proved}"
+    cells = [ours(), ours(singles=True)]
+    for order in ("error", "graph"):
+        g = greedy(base, order)
+        cells.append(f"{'-' if g['kept'] is None else len(g['kept'])}, {g['checks']}")
+    return f"| {case} | {seed} | " + " | ".join(cells) + " |"
+
+
 def markdown(rows: List[dict]) -> str:
     head = ("| case | pairs | quantized error (weights' alone) | `--atol` | ours (default): kept, checks, proved, "
             "held out | ours (`--order graph`): kept, checks, held out | qdq_loss_debug: our pairs' ranks in its "
@@ -427,6 +445,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*", default=None)
     ap.add_argument("--search-sets", type=int, default=3, help="input sets searched on (8 more are held out)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the calibration, search and held-out sets")
+    ap.add_argument("--variants", action="store_true", help="ours with and without --singles beside greedy "
+                    "most error first and in node order instead (see variants)")
     ap.add_argument("--refine", action="store_true", help="the held-out sets used during the search instead "
                     "(validation and test halves; see refine)")
     args = ap.parse_args(argv)
@@ -441,6 +461,14 @@ def main(argv=None) -> int:
                 r = refine(case, args.models, args.work, args.search_sets, args.seed)
                 cells = [", ".join(map(str, r[k])) for k in ("plain", "more", "refined")]
                 print(f"| {case} | {r['atol']} | " + " | ".join(cells) + " |", flush=True)
+        return 0
+    if args.variants:
+        print("| case | seed | ours (default): kept, checks, proved | ours (`--singles`): kept, checks, proved | "
+              "greedy (most error first): kept, checks | greedy (node order): kept, checks |")
+        print("|---|---|---|---|---|---|")
+        for case in GROUPS[args.cases]:
+            if not args.only or any(o in case for o in args.only):
+                print(variants(case, args.models, args.work, args.search_sets, args.seed), flush=True)
         return 0
     for case in GROUPS[args.cases]:
         if args.only and not any(o in case for o in args.only):
