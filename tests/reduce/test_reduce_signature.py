@@ -180,6 +180,22 @@ def test_frozen_shapes_stay_in_the_result_when_both_fail_alike(cli, tmp_path, mo
     assert dims == [1, 2, 5, 5]
 
 
+def test_a_replayed_failure_of_the_model_as_given_is_not_called_a_pass(cli, tmp_path, monkeypatch):
+    """With frozen input shapes and --load-debug-replay, the model as given fails by the replay's
+    verdict (no check runs, so no failure signature is taken): no warning says that it passes."""
+    monkeypatch.chdir(tmp_path)
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"], name="id0")], "dyn",
+                              [vi("x", [1, 2, "h", "w"])], [vi("y", [1, 2, "h", "w"])])
+    save(make_model(graph), tmp_path / "m.onnx")
+    args = ("debug", "reduce", "m.onnx", "-o", "r.onnx", "--model-input-shapes", "x:[1,2,5,5]")
+    first = cli(*args, "--save-debug-replay", "r.json", "--check", "false")
+    assert first.code == 0, first.err
+    again = cli(*args, "--load-debug-replay", "r.json", "--check", "false")
+    assert again.code == 0, again.err
+    assert "0 checks run" in again.err
+    assert "passes the check with its own input shapes" not in again.err, again.err
+
+
 class TracebackCheck:
     """Fails on n3 with exit 1 and no error class; crashes with a Python traceback (exit 1,
     ZeroDivisionError) on any other subgraph that holds n1."""
