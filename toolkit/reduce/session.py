@@ -322,10 +322,18 @@ class Reducer(Artifacts, Judging, FrozenShapes):
         if known is not None:
             self.remembered += 1
             return known
-        answer = self.loaded.get(mask) if self.loaded is not None else None
+        if self.loaded is None or self._never_replayed(mask):
+            return None
+        answer = self.loaded.get(mask)
         if answer is not None:
             self._replayed(mask, answer)
         return answer
+
+    def _never_replayed(self, mask: int) -> bool:
+        """The full model with frozen input shapes is checked, never answered by a replay: it is also
+        checked as given (reduce.frozen), and a replay's one verdict per node set does not say which
+        shapes it was for (a run that went on with the model's own shapes recorded those)."""
+        return mask == self.index.full_mask and (self.frozen or self.as_given)
 
     def _replayed(self, mask: int, answer: bool) -> None:
         """Take the loaded replay's verdict on ``mask`` as an iteration of this run (remembered,
