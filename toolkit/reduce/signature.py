@@ -23,8 +23,9 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from toolkit.core.process.supervise import signal_name
 from toolkit.reduce.evidence import Evidence
@@ -110,6 +111,22 @@ class Signature:
             "max_abs": self.worst,
             "any_failure": self.widened,
         }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Optional["Signature"]:
+        """The signature :meth:`to_json` wrote (a replay keeps the full model's); None for anything else."""
+        try:
+            if doc["kind"] not in _DESCRIBED and doc["kind"] != RULE:
+                return None
+            outputs, worst = doc.get("outputs") or [], doc.get("max_abs")
+            if not isinstance(outputs, list) or not all(isinstance(o, str) for o in outputs):
+                return None
+            code = doc.get("exit_code")
+            return cls(doc["kind"], signal=_signal_number(doc.get("signal")), code=None if code is None else int(code),
+                       error=str(doc.get("error") or ""), outputs=tuple(outputs),
+                       worst=None if worst is None else float(worst), widened=doc.get("any_failure") is True)
+        except (KeyError, TypeError, ValueError):
+            return None
 
     def differs(self, res: CheckResult, rows: Optional[Evidence], feeds: Callable[[str], Optional[bool]]) -> Optional[str]:
         """Why a failing check ``res`` (its comparison ``rows``) fails otherwise than the full model, or None.
@@ -212,6 +229,14 @@ def _how(res: CheckResult) -> str:
         return res.describe()
     cls = error_class(res)
     return f"exit code {res.code}" + (f" with {cls}" if cls else "") + f" ({error_line(res)[:160]})"
+
+
+def _signal_number(name: Any) -> Optional[int]:
+    """The number of a signal as :func:`signal_name` wrote it ('SIGSEGV', 'signal 99'); None for none."""
+    if name is None:
+        return None
+    text = str(name)
+    return int(text[len("signal "):]) if text.startswith("signal ") else int(signal.Signals[text])
 
 
 def signature_of(
