@@ -129,6 +129,37 @@ def test_engine_with_shape_tensor_input_outside_its_values_lists_them(cli, monke
     assert "'s' values [5, 1] fit no profile of the engine (profile 0: 's' values min [1, 1], opt [2, 2], max [4, 4])" in res.err
 
 
+def test_the_engine_is_asked_about_its_inputs_once_not_on_each_inference(monkeypatch, tmp_path):
+    """Whether an input is a shape tensor, and whether its shape is dynamic, is the engine's and
+    does not change while it is loaded: asked once per input when it loads, never per inference
+    (two profiles: each inference checks which profile covers the feed)."""
+    from toolkit.backends.trt import TrtRunner
+
+    trt, _ = env(monkeypatch)
+    m = reshape_model(x_shape=(-1, 3))
+    m.profiles = [{"x": ((1, 3), (2, 3), (4, 3)), "s": ((1, 1), (2, 2), (4, 4))},
+                  {"x": ((5, 3), (6, 3), (8, 3)), "s": ((1, 1), (2, 2), (4, 4))}]
+    path = engine_file(tmp_path, trt, m)
+    asked = {"is_shape_inference_io": 0, "get_tensor_shape": 0}
+    for method in asked:
+        real = getattr(trt.ICudaEngine, method)
+
+        def counted(self, name, _real=real, _method=method):
+            asked[_method] += 1
+            return _real(self, name)
+
+        monkeypatch.setattr(trt.ICudaEngine, method, counted)
+    with TrtRunner(path) as runner:
+        at_load = dict(asked)
+        for rows, s in ((2, [2, 3]), (6, [3, 1]), (1, [4, 4])):
+            out = runner.infer({"x": np.ones((rows, 3), np.float32), "s": np.array(s, np.int64)})
+            assert out["y"].shape == tuple(s) and float(out["y"].flat[0]) == 3.0 * rows
+        assert asked == at_load
+    assert at_load == {"is_shape_inference_io": 2, "get_tensor_shape": 2}  # (once for x, once for s)
+    assert [c for c in trt._calls if c[0] == "set_optimization_profile_async"] == [
+        ("set_optimization_profile_async", 1), ("set_optimization_profile_async", 0)]
+
+
 # ----------------------------------------------------------------------------- 5. several profiles
 
 

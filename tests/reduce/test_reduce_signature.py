@@ -5,6 +5,7 @@ never the result; frozen input shapes never hide a crash."""
 from __future__ import annotations
 
 import signal
+import sys
 
 import onnx
 from onnx import helper
@@ -180,6 +181,46 @@ def test_frozen_shapes_stay_in_the_result_when_both_fail_alike(cli, tmp_path, mo
     assert dims == [1, 2, 5, 5]
 
 
+def test_a_replayed_failure_of_the_model_as_given_is_not_called_a_pass(cli, tmp_path, monkeypatch):
+    """With frozen input shapes and --load-debug-replay, the model fails as given and frozen: no
+    warning says that it passes (the warning once read a missing failure signature as a pass)."""
+    monkeypatch.chdir(tmp_path)
+    graph = helper.make_graph([helper.make_node("Identity", ["x"], ["y"], name="id0")], "dyn",
+                              [vi("x", [1, 2, "h", "w"])], [vi("y", [1, 2, "h", "w"])])
+    save(make_model(graph), tmp_path / "m.onnx")
+    args = ("debug", "reduce", "m.onnx", "-o", "r.onnx", "--model-input-shapes", "x:[1,2,5,5]")
+    first = cli(*args, "--save-debug-replay", "r.json", "--check", "false")
+    assert first.code == 0, first.err
+    again = cli(*args, "--load-debug-replay", "r.json", "--check", "false")
+    assert again.code == 0, again.err
+    assert "passes the check with its own input shapes" not in again.err, again.err
+
+
+def test_a_replay_never_answers_the_full_model_with_frozen_shapes(cli, tmp_path, monkeypatch):
+    """The check fails only with the model's own (symbolic) shapes: the first run goes on as given
+    and records those verdicts. Resumed from its replay, the run checks the full model frozen and as
+    given again (a replay holds one verdict per node set, not which shapes it was for): the same
+    warning, the same -o, one that fails the check (with the frozen shapes it would pass)."""
+    monkeypatch.chdir(tmp_path)
+    model = chain(4)
+    for vinfo in (model.graph.input[0], model.graph.output[0]):
+        vinfo.type.tensor_type.shape.dim[0].dim_param = "symdim"
+    save(model, tmp_path / "m.onnx")
+    (tmp_path / "check.py").write_text(
+        "import sys\ndata = open('polygraphy_debug.onnx', 'rb').read()\n"
+        "sys.exit(1 if b'symdim' in data and b'n2_' in data else 0)\n")
+    shape = f"x:[2,{model.graph.input[0].type.tensor_type.shape.dim[1].dim_value}]"
+    args = ("debug", "reduce", "m.onnx", "--model-input-shapes", shape)
+    check = ("--check", sys.executable, "check.py")
+    first = cli(*args, "-o", "r1.onnx", "--save-debug-replay", "r.json", *check)
+    assert first.code == 0 and "freezing hides the failure" in first.err, first.err
+    again = cli(*args, "-o", "r2.onnx", "--load-debug-replay", "r.json", *check)
+    assert again.code == 0 and "freezing hides the failure" in again.err, again.err
+    assert "2 checks run" in again.err, again.err  # (the full model, frozen and as given; the rest replayed)
+    assert (tmp_path / "r2.onnx").read_bytes() == (tmp_path / "r1.onnx").read_bytes()
+    assert b"symdim" in (tmp_path / "r2.onnx").read_bytes()
+
+
 class TracebackCheck:
     """Fails on n3 with exit 1 and no error class; crashes with a Python traceback (exit 1,
     ZeroDivisionError) on any other subgraph that holds n1."""
@@ -229,3 +270,56 @@ def test_the_error_class_of_a_traceback_is_its_last_exception():
     tb = b'Traceback (most recent call last):\n  File "x.py", line 1, in <module>\nmypkg.Boom: no\n'
     assert error_class(CheckResult(1, b"", tb)) == "Boom"
     assert error_class(CheckResult(1, b"", b"values differ\n")) == ""
+
+
+def _nodes(path):
+    return [n.name for n in onnx.load(str(path)).graph.node]
+
+
+_CRASHES_ON_N1 = (
+    "import sys\ndata = open('polygraphy_debug.onnx', 'rb').read()\n"
+    "if b'n5_' in data:\n    print('the output differs', file=sys.stderr)\n    sys.exit(1)\n"
+    "if b'n1_' in data:\n    1 / 0\n"
+)
+
+
+def test_a_resumed_reduce_judges_new_checks_by_the_full_models_recorded_failure(cli, tmp_path, monkeypatch):
+    """The full model fails with exit 1 (n5); subgraphs holding n1 but not n5 crash with a
+    ZeroDivisionError (another failure). A run resumed from a replay that holds only the full
+    model's verdict reduces n5 again, judging its new checks by the failure recorded with that
+    verdict; a replay without it (an older toolkit's) has the full model checked again."""
+    import json
+
+    monkeypatch.chdir(tmp_path)
+    save(chain(8), tmp_path / "m.onnx")
+    (tmp_path / "check.py").write_text(_CRASHES_ON_N1)
+    args = ("debug", "reduce", "m.onnx", "--mode", "bisect")
+    check = ("--check", sys.executable, "check.py")
+    first = cli(*args, "-o", "r1.onnx", "--save-debug-replay", "r.json", *check)
+    assert first.code == 0 and _nodes(tmp_path / "r1.onnx") == ["n5_exp"], first.err
+    doc = json.loads((tmp_path / "r.json").read_text())
+    doc["entries"] = doc["entries"][:1]  # (a run stopped after the full model's check)
+    (tmp_path / "cut.json").write_text(json.dumps(doc))
+    resumed = cli(*args, "-o", "r2.onnx", "--load-debug-replay", "cut.json", *check)
+    assert resumed.code == 0 and _nodes(tmp_path / "r2.onnx") == ["n5_exp"], resumed.err
+    assert "Failure to reduce (the full model's): exit code 1" in resumed.err
+    assert "ZeroDivisionError" in resumed.err and "a different failure" in resumed.err
+    assert doc["entries"][0]["signature"]["kind"] == "exit" and doc["entries"][0]["signature"]["exit_code"] == 1
+    del doc["entries"][0]["signature"]
+    (tmp_path / "unsigned.json").write_text(json.dumps(doc))
+    older = cli(*args, "-o", "r3.onnx", "--load-debug-replay", "unsigned.json", *check)
+    assert older.code == 0 and _nodes(tmp_path / "r3.onnx") == ["n5_exp"], older.err
+    assert "Iteration 1 | 8 nodes | FAIL | full model | 0." in older.err  # (checked, not replayed)
+
+
+def test_a_signature_reads_back_as_written():
+    from toolkit.reduce.signature import EXIT, MISMATCH, RULE, SIGNAL, TIMEOUT_KIND, Signature
+
+    for sig in (Signature(SIGNAL, signal=signal.SIGSEGV), Signature(SIGNAL, signal=99), Signature(TIMEOUT_KIND),
+                Signature(EXIT, code=3, error="IndexError"), Signature(EXIT, code=1),
+                Signature(MISMATCH, outputs=("y", "t3"), worst=0.5), Signature(RULE, widened=True), Signature(RULE)):
+        assert Signature.from_json(sig.to_json()) == sig
+    for bad in (None, [], {}, {"kind": "nope"}, {"kind": ["exit"]}, {"kind": "signal", "signal": "SIGNOPE"},
+                {"kind": "mismatch", "outputs": "y"}, {"kind": "exit", "exit_code": "one"}):
+        assert Signature.from_json(bad) is None, bad
+

@@ -35,15 +35,7 @@ from toolkit.convert.common import (
 from toolkit.convert.onnx_types import Schemas, allowed_types, formal_param
 from toolkit.core.errors import reraise_bug
 from toolkit.core.graph.graphs import node_subgraphs, stable_topological_order
-
-
-def _subgraph_reads(node) -> Set[str]:
-    """Names a node's subgraphs read (they may come from the outer graph)."""
-    names: Set[str] = set()
-    for sub in node_subgraphs(node):
-        for g in iter_graphs(sub):
-            names.update(read_names(g.node))
-    return names
+from toolkit.core.shapes import node_reads
 
 
 def toposort(graph) -> None:
@@ -51,7 +43,7 @@ def toposort(graph) -> None:
     from the outer graph (onnxconverter-common's sort ignores it and can put an If before
     the node producing a tensor its branches read)."""
     nodes = list(graph.node)
-    order = stable_topological_order(nodes, lambda n: read_names([n]) | _subgraph_reads(n))
+    order = stable_topological_order(nodes, node_reads)  # (a body's own names are not read from outside)
     if len(order) != len(nodes):  # a cycle: leave the order alone (type checking reports it)
         return
     if order == list(range(len(nodes))):

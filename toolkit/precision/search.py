@@ -41,6 +41,7 @@ from toolkit.core.graph.constants import is_constant_node
 from toolkit.core.graph.layerwise import set_outputs
 from toolkit.core.io.model import check_output_path, check_readable_file, graph_io_meta, load_model, save_model
 from toolkit.core.compare.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
+from toolkit.core.files import paths
 from toolkit.core.progress import Messages
 from toolkit.core.shared_options import PER_NAME_FLAGS
 from toolkit.search import strategy
@@ -201,10 +202,8 @@ class PrecisionSearch:
     @staticmethod
     def _check_overlaps(c: PrecisionConfig) -> None:
         """No file written is one read (nor the model's own)."""
-        from toolkit.core.files import paths
-
         reads = [("--load-inputs", p) for p in c.load_inputs] + [("--load-outputs", c.load_outputs or "")]
-        reads += _replay_read(c, paths.same_file)
+        reads += _replay_read(c)
         writes = [("-o", c.output or ""), ("--save-debug-replay", c.save_replay or "")]
         paths.check_with_model(c.model, reads, writes, c.external_data_dir)
 
@@ -764,21 +763,21 @@ def _check_written(c: PrecisionConfig) -> None:
         check_output_path(path)
 
 
-def _replay_read(c: PrecisionConfig, same_file) -> List[Tuple[str, str]]:
+def _replay_read(c: PrecisionConfig) -> List[Tuple[str, str]]:
     """--load-debug-replay as a file read, unless it is the one --save-debug-replay writes (a run resumed in place)."""
-    if not c.load_replay or (c.save_replay and same_file(c.load_replay, c.save_replay)):
+    if not c.load_replay or (c.save_replay and paths.same_file(c.load_replay, c.save_replay)):
         return []
     return [("--load-debug-replay", c.load_replay)]
 
 
-def _loaded_feeds(paths: Sequence[str], metas) -> List[Mapping]:
+def _loaded_feeds(files: Sequence[str], metas) -> List[Mapping]:
     """The input sets of --load-inputs files, in order (InputError: none)."""
     from toolkit.core.io.datafiles import load_inputs
 
-    feeds: List[Mapping] = [select_feed(feed, metas, source=path, iteration=k) for path in paths
+    feeds: List[Mapping] = [select_feed(feed, metas, source=path, iteration=k) for path in files
                             for k, feed in enumerate(load_inputs(path))]
     if not feeds:
-        raise InputError(f"{', '.join(paths)}: no iterations")
+        raise InputError(f"{', '.join(files)}: no iterations")
     return feeds
 
 

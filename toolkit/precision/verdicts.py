@@ -10,19 +10,17 @@ import math
 
 import numpy as np
 
+from toolkit.quant.metrics import worst_output
+
 
 def describe(comps) -> str:
-    """'max error 0.96 at y' for the worst failing (or, when all pass, worst) output."""
-    # (a failing output before a passing one, then the larger error; the first of equals)
-    outputs = (o for it in comps for o in it.outputs)
-    worst = max(outputs, key=lambda o: (not o.passed, _error(o)), default=None)
-    return "" if worst is None else f"max error {_error(worst):.3g} at {worst.name}"
-
-
-def _error(output) -> float:
-    """An output's error (the atol it needs; NaN counts as infinite)."""
-    err = output.required_atol
-    return float("inf") if err != err else err
+    """'max error 0.96 at y' for the worst failing (or, when all pass, worst) output (the order of
+    :func:`toolkit.quant.metrics.worst_output`: NaN the worst)."""
+    worst = worst_output(comps)
+    if worst is None:
+        return ""
+    err = worst.required_atol  # (None where the statistic was not measured: a shape mismatch)
+    return f"max error {math.nan if err is None else err:.3g} at {worst.name}"
 
 
 def within_rounding(ref, o, bound: float) -> bool:

@@ -221,10 +221,24 @@ def _refuse_if_nothing_compared(metric: Metric, name: str, count: int) -> None:
 
 def describe(comps) -> str:
     """The worst input set's worst output, in the metric's words."""
-    # (a failing output before a passing one, then the larger value; the first of equals)
-    outputs = (o for it in comps for o in it.outputs)
-    worst = max(outputs, key=lambda o: (not o.passed, o.required_atol), default=None)
+    worst = worst_output(comps)
     return worst.text if worst is not None else ""
+
+
+def worst_output(comps):
+    """The worst output of the comparisons ``comps`` (one per input set; each output with
+    ``passed`` and ``required_atol``, larger is worse), None when there is none: a failing output
+    before a passing one, then the larger value, a NaN value above every number (an output gone
+    NaN where the reference has a value is named before any finite error), the first of equals."""
+    outputs = (o for it in comps for o in it.outputs)
+    return max(outputs, key=lambda o: (not o.passed, badness(o.required_atol)), default=None)
+
+
+def badness(value: Optional[float]) -> Tuple[bool, float]:
+    """How bad an output's ``required_atol`` is, for ordering: NaN (or no value) above +inf."""
+    if value is None or value != value:
+        return True, 0.0
+    return False, float(value)
 
 
 def summary(metric: Metric) -> str:

@@ -6,7 +6,7 @@ No Typer or Rich here.
 
 from __future__ import annotations
 
-from typing import Callable, Dict
+from typing import Callable, Dict, Optional
 
 from toolkit.core.io.datafiles import load_inputs
 from toolkit.core.errors import ToolkitError
@@ -21,7 +21,7 @@ def fold_values_maker(cfg, model, shapes, warn: Callable[[str], None]):
     ONNX-Runtime with the --load-inputs data (or generated inputs, with a warning: those a
     ``toolkit run`` check generates, dynamic dimensions 1 unless --model-input-shapes says otherwise)."""
     cache: Dict[str, object] = {}
-    feed_of = feed_maker(cfg, model, shapes, generated=True)
+    feed_of = _whole_feed(cfg, model, shapes)
 
     def values(names):
         missing = [n for n in names if n not in cache]
@@ -40,26 +40,31 @@ def fold_values_maker(cfg, model, shapes, warn: Callable[[str], None]):
     return values
 
 
-def feed_maker(cfg, model, shapes, generated: bool = False):
+def feed_maker(cfg, model, shapes) -> Optional[Callable[[], dict]]:
     """What to feed the model when it must be run for shapes: --load-inputs data, or
-    inputs generated with --seed / --val-range; None leaves it to the default, unless
-    ``generated``: then inputs generated as ``toolkit run`` does."""
-    if not (generated or cfg.load_inputs or cfg.seed is not None or cfg.val_range):
+    inputs generated with --seed / --val-range; None leaves it to the default."""
+    if not (cfg.load_inputs or cfg.seed is not None or cfg.val_range):
         return None
+    return _whole_feed(cfg, model, shapes)
 
+
+def _whole_feed(cfg, model, shapes) -> Callable[[], dict]:
+    """A feed of every input of ``model``, made on each call: the first input set of each
+    --load-inputs file, the inputs they lack generated as ``toolkit run`` does (--seed,
+    --val-range; dynamic dimensions of ``shapes``, else 1)."""
     ranges = parse_val_ranges(list(cfg.val_range)) if cfg.val_range else None  # bad specs: now
 
-    def make():
+    def make() -> dict:
         ins, _ = graph_io_meta(model)
-        feed = {}
+        feed: Dict[str, object] = {}
         for path in cfg.load_inputs:
             feeds = load_inputs(path)
             if feeds:
                 feed.update(feeds[0])
         missing = [m for m in ins if m.name not in feed]
         if missing:
-            generated, _ = generate_inputs(missing, seed=cfg.seed, ranges=ranges, shapes=shapes)
-            feed.update(generated[0])
+            made, _ = generate_inputs(missing, seed=cfg.seed, ranges=ranges, shapes=shapes)
+            feed.update(made[0])
         return _as_declared({m.name: feed[m.name] for m in ins}, ins)
 
     return make

@@ -45,7 +45,7 @@ class FrozenShapes:
                                "shapes of --load-inputs): freezing hides the failure, so the reduce goes on with "
                                "the model's own input shapes")
         else:
-            self._keep_frozen(frozen_failed, given, frozen_sig, said)
+            self._keep_frozen(frozen_failed, failed, given, frozen_sig, said)
         self._announce()
         return failed or frozen_failed
 
@@ -54,16 +54,17 @@ class FrozenShapes:
         if self.signature is not None:
             self.reporter.info(self.signature.announce())
 
-    def _keep_frozen(self, frozen_failed: bool, given: Optional[Signature], frozen_sig: Optional[Signature],
-                     said: str) -> None:
-        """Back to the model with its input shapes frozen, after the model as given failed the
-        check with signature ``given`` (None: it passed): a warning where freezing makes it fail,
-        or changes the failure."""
+    def _keep_frozen(self, frozen_failed: bool, failed: bool, given: Optional[Signature],
+                     frozen_sig: Optional[Signature], said: str) -> None:
+        """Back to the model with its input shapes frozen, after the check of the model as given
+        (``failed``: its verdict; ``given``: its signature, None where it passed or where no check
+        judged it, e.g. a verdict from --load-debug-replay): a warning where freezing makes it
+        fail, or changes the failure."""
         self._back_to_frozen(frozen_failed)
-        if given is None and frozen_failed:
+        if frozen_failed and not failed:
             self.reporter.warn("the model passes the check with its own input shapes but fails it with its input "
                                "shapes frozen: the failure reduced is the frozen model's")
-        self.signature = given if given is not None and frozen_failed else frozen_sig
+        self.signature = given if failed and frozen_failed else frozen_sig
         if given is not None and frozen_sig is not None:
             self._warn_if_changed(given, frozen_sig, said)
 

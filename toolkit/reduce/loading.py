@@ -7,7 +7,7 @@ import mmap
 import os
 import shutil
 import tempfile
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from toolkit.core.io.datafiles import load_inputs
 from toolkit.core.errors import InputError
@@ -204,9 +204,10 @@ def data_tensor_metas(paths: Sequence[str]) -> Dict[str, "object"]:
     return found
 
 
-def run_for_values(model, names: Sequence[str], feed, shapes, external_data_dir=None) -> Dict[str, object]:
+def run_for_values(model, names: Sequence[str], feed: Mapping[str, object], shapes,
+                   external_data_dir=None) -> Dict[str, object]:
     """The values of tensors ``names`` of ``model`` run once on ONNX-Runtime (CPU, no graph
-    optimization) on ``feed`` (None: generated inputs of the model's input shapes)."""
+    optimization) on ``feed`` (every input of the model: see :func:`toolkit.reduce.feeds.fold_values_maker`)."""
 
     purpose = "fold the tensors of removed side branches (--no-reduce-outputs)"
     return run_on_ort(model, names, purpose=purpose, feed=feed, input_shapes=shapes, external_data_dir=external_data_dir)[1]

@@ -5,7 +5,7 @@ JSON, written atomically::
     {"tool": "toolkit debug reduce", "version": 1, "model": "<structure digest>",
      "nodes": 312, "check": ["toolkit", "run", ...],
      "entries": [{"iteration": 1, "nodes": "<hex bit mask>", "count": 312, "failed": true,
-                  "verdict": "fail", "code": 1, "seconds": 0.41}, ...]}
+                  "verdict": "fail", "code": 1, "seconds": 0.41, "signature": {...}}, ...]}
 
 A replay is bound to what produced it: ``model`` is a digest of the graph's structure and of its
 weights (their bytes, or the size and modification time of the model's file and of its external
@@ -21,7 +21,9 @@ difference: its verdicts answer another question, so they are never reused.
 ``seconds`` (how long the check took) lets a resumed run make the same cost-based choices.
 ``verdict`` is the verdict class (pass, fail, broken, timeout) and ``code`` the check's exit
 code (null when killed, timed out or answered by the user); ``failed`` is what the search
-used (a broken check counts as a pass, a timeout as a failure).
+used (a broken check counts as a pass, a timeout as a failure). The full model's failing entry
+keeps its ``signature`` (how it failed, :class:`toolkit.reduce.signature.Signature`): a resumed
+run judges its new checks against it (without one, the full model is checked again).
 
 Polygraphy's replay files (keys ``_N0_...``, one per iteration of its own search) are
 recognised and refused with a clear message: their entries are numbered steps of another
@@ -75,6 +77,7 @@ class Replay:
         *,
         verdict: Optional[str] = None,
         code: Optional[int] = None,
+        signature: Optional[dict] = None,
     ) -> None:
         if mask in self.verdicts:
             return
@@ -83,6 +86,8 @@ class Replay:
         if verdict:
             entry["verdict"] = verdict
             entry["code"] = code
+        if signature is not None:
+            entry["signature"] = signature
         if seconds is not None:
             entry["seconds"] = round(float(seconds), 6)
             self.seconds[mask] = entry["seconds"]
@@ -129,7 +134,9 @@ class Replay:
         for k, entry in enumerate(doc["entries"]):
             iteration, mask, failed = _entry_key(path, k, entry)
             seconds, verdict, code = _entry_details(path, k, entry, mask, failed, num_nodes)
-            rep.add(iteration, mask, bin(mask).count("1"), failed, seconds, verdict=verdict, code=code)
+            signature = entry.get("signature") if isinstance(entry.get("signature"), dict) else None
+            rep.add(iteration, mask, bin(mask).count("1"), failed, seconds, verdict=verdict, code=code,
+                    signature=signature)
         return rep
 
     @classmethod

@@ -270,7 +270,7 @@ class Reducer(Artifacts, Judging, FrozenShapes):
             for entry in self.loaded.entries:
                 self.replay.add(
                     entry["iteration"], int(entry["nodes"], 16), entry["count"], entry["failed"], entry.get("seconds"),
-                    verdict=entry.get("verdict"), code=entry.get("code"),
+                    verdict=entry.get("verdict"), code=entry.get("code"), signature=entry.get("signature"),
                 )
 
     def _replay_identity(self) -> str:
@@ -322,10 +322,22 @@ class Reducer(Artifacts, Judging, FrozenShapes):
         if known is not None:
             self.remembered += 1
             return known
-        answer = self.loaded.get(mask) if self.loaded is not None else None
+        if self.loaded is None or self._never_replayed(mask):
+            return None
+        answer = self.loaded.get(mask)
         if answer is not None:
             self._replayed(mask, answer)
         return answer
+
+    def _never_replayed(self, mask: int) -> bool:
+        """The full model is checked, not answered by the replay, with frozen input shapes (it is also
+        checked as given, reduce.frozen, and a replay's one verdict per node set does not say which
+        shapes it was for) and where its failure has no signature recorded to judge the checks by."""
+        if mask != self.index.full_mask:
+            return False
+        entry = self.loaded.entry(mask) if self.loaded is not None else None
+        unsigned = entry is not None and entry["failed"] and Signature.from_json(entry.get("signature")) is None
+        return self.frozen or self.as_given or (unsigned and (self.runner is not None or bool(self.workers)))
 
     def _replayed(self, mask: int, answer: bool) -> None:
         """Take the loaded replay's verdict on ``mask`` as an iteration of this run (remembered,
@@ -347,6 +359,10 @@ class Reducer(Artifacts, Judging, FrozenShapes):
         self.replay.add(
             self.iteration, mask, count, answer, seconds, verdict=entry.get("verdict"), code=entry.get("code")
         )
+        if mask == self.index.full_mask and answer:  # (the failure its new checks are judged by)
+            self.signature = Signature.from_json(entry.get("signature"))
+            if self.signature is not None:
+                self.reporter.info(self.signature.announce())
         self._note_failing(mask, answer, None)
         self.reporter.iteration_end(it)
 
@@ -426,9 +442,11 @@ class Reducer(Artifacts, Judging, FrozenShapes):
         failed = it.failed
         self._tally(it)
         self.memo[mask] = failed
+        sig = self.signature if mask == self.index.full_mask and failed else None  # (kept for a resumed run)
         self.replay.add(
             it.number, mask, it.nodes, failed, it.seconds if it.source == "check" else None,
             verdict=it.verdict, code=it.result.code if it.result is not None else None,
+            signature=sig.to_json() if sig is not None else None,
         )
         self._note_failing(mask, failed, cand)
         self._keep_files(it, cand, worker)

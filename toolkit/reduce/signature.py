@@ -23,8 +23,9 @@ No Typer or Rich here.
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
 from toolkit.core.process.supervise import signal_name
 from toolkit.reduce.evidence import Evidence
@@ -35,6 +36,7 @@ TIMEOUT_KIND = "timeout"
 MISMATCH = "mismatch"
 EXIT = "exit"
 RULE = "rule"
+_KINDS = (SIGNAL, TIMEOUT_KIND, MISMATCH, EXIT, RULE)
 
 # An exception class in an error line (``IndexError: ...``, ``onnxruntime...InvalidArgument``), or an
 # ONNX-Runtime status (``[ONNXRuntimeError] : 2 : INVALID_ARGUMENT : ...``).
@@ -110,6 +112,12 @@ class Signature:
             "max_abs": self.worst,
             "any_failure": self.widened,
         }
+
+    @classmethod
+    def from_json(cls, doc: Any) -> Optional["Signature"]:
+        """The signature :meth:`to_json` wrote (a replay keeps the full model's); None for anything else."""
+        fields = _json_fields(doc)
+        return None if fields is None else cls(**fields)
 
     def differs(self, res: CheckResult, rows: Optional[Evidence], feeds: Callable[[str], Optional[bool]]) -> Optional[str]:
         """Why a failing check ``res`` (its comparison ``rows``) fails otherwise than the full model, or None.
@@ -212,6 +220,33 @@ def _how(res: CheckResult) -> str:
         return res.describe()
     cls = error_class(res)
     return f"exit code {res.code}" + (f" with {cls}" if cls else "") + f" ({error_line(res)[:160]})"
+
+
+def _json_fields(doc: Any) -> Optional[Dict[str, Any]]:
+    """The fields of a :class:`Signature` from what :meth:`Signature.to_json` wrote; None where one is
+    missing or out of place."""
+    if not isinstance(doc, dict) or doc.get("kind") not in _KINDS:
+        return None
+    outputs, worst, code = doc.get("outputs") or [], doc.get("max_abs"), doc.get("exit_code")
+    numbers = (worst is None or isinstance(worst, (int, float))) and (code is None or isinstance(code, int))
+    known, number = _signal_number(doc.get("signal"))
+    if not (numbers and known and isinstance(outputs, list) and all(isinstance(o, str) for o in outputs)):
+        return None
+    return {"kind": doc["kind"], "signal": number, "code": code, "error": str(doc.get("error") or ""),
+            "outputs": tuple(outputs), "worst": None if worst is None else float(worst),
+            "widened": doc.get("any_failure") is True}
+
+
+def _signal_number(name: Any) -> Tuple[bool, Optional[int]]:
+    """(whether it reads, the number) of a signal as :func:`signal_name` wrote it ('SIGSEGV',
+    'signal 99'; None for none)."""
+    if name is None:
+        return True, None
+    text = str(name)
+    if text.startswith("signal ") and text[len("signal "):].isdigit():
+        return True, int(text[len("signal "):])
+    member = signal.Signals.__members__.get(text)
+    return member is not None, None if member is None else int(member)
 
 
 def signature_of(

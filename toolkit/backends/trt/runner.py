@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Mapping, Optional, Set
 
 import numpy as np
 
@@ -61,6 +61,10 @@ class TrtRunner(Runner):
         self._callback_error: Optional[BaseException] = None
         self._inputs: List[str] = []
         self._outputs: List[str] = []
+        # what the engine says of its inputs, constant while it is loaded (asked once, by _load)
+        self._shape_inputs: Set[str] = set()  # shape tensors: their values are read from host memory
+        self._dynamic_inputs: Set[str] = set()  # inputs with a dynamic dimension
+        self._profiled_inputs: List[str] = []  # the inputs a profile bounds: the two above, in input order
         self._buffers: Any = None  # DeviceBuffers while active
 
     # ------------------------------------------------------------------ messages
@@ -142,6 +146,9 @@ class TrtRunner(Runner):
         )
         self._inputs = [n for n in names if eng.get_tensor_mode(n) == trt.TensorIOMode.INPUT]
         self._outputs = [n for n in names if eng.get_tensor_mode(n) == trt.TensorIOMode.OUTPUT]
+        self._shape_inputs = {n for n in self._inputs if eng.is_shape_inference_io(n)}
+        self._dynamic_inputs = {n for n in self._inputs if any(d < 0 for d in eng.get_tensor_shape(n))}
+        self._profiled_inputs = [n for n in self._inputs if n in self._dynamic_inputs or n in self._shape_inputs]
         self._stream = cuda_check(cudart.cudaStreamCreate(), "cudaStreamCreate")
         self._profile = 0
 
@@ -163,9 +170,6 @@ class TrtRunner(Runner):
         self._stream = None
 
     # ------------------------------------------------------------------ queries
-    def _dynamic(self, name: str) -> bool:
-        return any(d < 0 for d in self._engine.get_tensor_shape(name))
-
     def input_metadata(self) -> List[TensorMeta]:
         eng = self._engine
         metas = []
@@ -179,7 +183,7 @@ class TrtRunner(Runner):
         eng = self._engine
         out = {}
         for name in self._inputs:
-            if self._dynamic(name) and not eng.is_shape_inference_io(name):
+            if name in self._dynamic_inputs and name not in self._shape_inputs:
                 _lo, opt, _hi = eng.get_tensor_profile_shape(name, 0)
                 out[name] = dims(opt)
         return out
@@ -190,7 +194,7 @@ class TrtRunner(Runner):
         eng = self._engine
         out: Dict[str, object] = {}
         for name in self._inputs:
-            if eng.is_shape_inference_io(name):
+            if name in self._shape_inputs:
                 # The binding names its parameters (name: int, profile_index: str): pass them by position.
                 _lo, opt, _hi = eng.get_tensor_profile_values(0, name)
                 dtype = np_dtype(eng.get_tensor_dtype(name), name)
@@ -209,25 +213,21 @@ class TrtRunner(Runner):
         return f"TensorRT {getattr(self._trt, '__version__', '?')} {how}{extra}{prof}"
 
     # ------------------------------------------------------------------ profiles
-    def _profiled(self) -> List[str]:
-        """The inputs a profile bounds: shape tensors (their values) and dynamic inputs (their shapes)."""
-        return [n for n in self._inputs if self._dynamic(n) or self._engine.is_shape_inference_io(n)]
-
     def _profile_range(self, k: int, name: str):
         """(min, opt, max) of profiled input ``name`` in profile ``k``: values or dims."""
         eng = self._engine
-        if eng.is_shape_inference_io(name):
+        if name in self._shape_inputs:
             return eng.get_tensor_profile_values(k, name)
         return tuple(dims(s) for s in eng.get_tensor_profile_shape(name, k))
 
     def _bounded(self, name: str, feed: Mapping):
         """What a profile bounds of ``feed[name]``: its values (a shape tensor, as a list) or its shape."""
-        if self._engine.is_shape_inference_io(name):
+        if name in self._shape_inputs:
             return [int(v) for v in np.asarray(feed[name]).reshape(-1)]
         return tuple(np.shape(feed[name]))
 
     def _fits(self, k: int, feed: Mapping) -> bool:
-        for name in self._profiled():
+        for name in self._profiled_inputs:
             lo, _opt, hi = self._profile_range(k, name)
             got = self._bounded(name, feed)
             if len(got) != len(lo) or any(not a <= v <= b for a, v, b in zip(lo, got, hi)):
@@ -238,9 +238,9 @@ class TrtRunner(Runner):
         parts = []
         for k in range(max(int(self._engine.num_optimization_profiles), 1)):
             items = []
-            for name in self._profiled():
+            for name in self._profiled_inputs:
                 lo, opt, hi = self._profile_range(k, name)
-                if self._engine.is_shape_inference_io(name):
+                if name in self._shape_inputs:
                     items.append(f"'{name}' values min {list(lo)}, opt {list(opt)}, max {list(hi)}")
                 else:
                     items.append(f"'{name}' min {lo}, opt {opt}, max {hi}")
@@ -249,7 +249,7 @@ class TrtRunner(Runner):
 
     def _select_profile(self, feed: Mapping) -> None:
         """Switch to the first profile that covers ``feed`` (the current one if it does)."""
-        if not self._profiled() or self._fits(self._profile, feed):
+        if not self._profiled_inputs or self._fits(self._profile, feed):
             return
         for k in range(int(self._engine.num_optimization_profiles)):
             if k != self._profile and self._fits(k, feed):
@@ -259,10 +259,9 @@ class TrtRunner(Runner):
                 cuda_check(self._cudart.cudaStreamSynchronize(self._stream), "cudaStreamSynchronize")
                 self._profile = k
                 return
-        eng = self._engine
         given = ", ".join(
-            f"'{n}' {'values' if eng.is_shape_inference_io(n) else 'shape'} {self._bounded(n, feed)}"
-            for n in self._profiled()
+            f"'{n}' {'values' if n in self._shape_inputs else 'shape'} {self._bounded(n, feed)}"
+            for n in self._profiled_inputs
         )
         raise InputError(
             f"inputs {given} fit no profile of the engine ({self._profiles_text()}); "
@@ -282,15 +281,15 @@ class TrtRunner(Runner):
     def _bind_inputs(self, feed: Mapping) -> list:
         """Set input shapes and copy the inputs to the device; returns the host arrays."""
 
-        cudart, ctx, eng = self._cudart, self._context, self._engine
+        cudart, ctx = self._cudart, self._context
         h2d = cudart.cudaMemcpyKind.cudaMemcpyHostToDevice
         hosts = []
         for name in self._inputs:
             arr = np.ascontiguousarray(feed[name])
             hosts.append(arr)
-            if self._dynamic(name):
+            if name in self._dynamic_inputs:
                 trt_call(ctx.set_input_shape, name, tuple(arr.shape), fail=self._outside(name, tuple(arr.shape)))
-            if eng.is_shape_inference_io(name):  # shape tensors are read from host memory
+            if name in self._shape_inputs:  # shape tensors are read from host memory
                 self._set_address(name, arr.ctypes.data)
                 continue
             ptr = self._buffers.get(name, arr.nbytes)

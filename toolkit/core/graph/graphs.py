@@ -143,7 +143,8 @@ def stable_topological_order(nodes: Sequence, reads: Callable[[Any], Iterable[st
     """Positions of ``nodes`` in a topological order that keeps the given order where it can
     (``reads(node)``: the tensors a node needs, what its subgraphs read included).
 
-    With a cycle the order is shorter than ``nodes``: the positions missing from it are stuck."""
+    With a cycle the order is shorter than ``nodes``: the positions missing from it are stuck (a
+    node that reads its own output is a cycle, as ``toolkit.surgeon.load.check_structure`` says)."""
     deps = _dependencies(nodes, reads)
     if all(p < pos for pos, d in enumerate(deps) for p in d):
         return list(range(len(nodes)))
@@ -151,9 +152,9 @@ def stable_topological_order(nodes: Sequence, reads: Callable[[Any], Iterable[st
 
 
 def _dependencies(nodes: Sequence, reads: Callable[[Any], Iterable[str]]) -> List[Set[int]]:
-    """For each node, the positions of the other nodes whose outputs it reads."""
+    """For each node, the positions of the nodes whose outputs it reads (its own, where it reads one)."""
     producer = {name: pos for pos, node in enumerate(nodes) for name in node.output if name}
-    return [{producer[t] for t in reads(node) if t in producer and producer[t] != pos} for pos, node in enumerate(nodes)]
+    return [{producer[t] for t in reads(node) if t in producer} for node in nodes]
 
 
 def _first_ready_order(deps: List[Set[int]]) -> List[int]:
