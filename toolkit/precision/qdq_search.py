@@ -642,7 +642,9 @@ class QdqSearch(PrecisionSearch):
         atol = self._single_atol()
         if atol is None or not atol > 0:
             return ""
-        worst = max((o.required_atol for it in comps for o in it.outputs), default=0.0)
+        worst = max((o.required_atol for it in comps for o in it.outputs), key=qdq_metrics.badness, default=0.0)
+        if qdq_metrics.badness(worst)[0]:  # (NaN, or no value: no share to state, whatever the outputs' order)
+            return ""
         return f"{100 * worst / atol:.0f}% of {ATOL_FLAG} {atol:g} used"
 
     def _single_atol(self) -> Optional[float]:
