@@ -235,3 +235,15 @@ def test_a_passing_set_inside_a_failing_one_is_named(tmp_path, cli):
     assert "Not monotone here" in err and "--singles" in err
     result, _ = _search(cli, *_summed(tmp_path, (1, 1, 1, 1)), "1.9")  # every pair adds the same sign: none seen
     assert result["not_monotone"] is None
+
+
+def test_the_written_model_keeps_no_scale_of_a_pair_it_took_back(two_or_one, cli, tmp_path):
+    out = tmp_path / "fixed.onnx"
+    r = cli("debug", "precision", two_or_one[0], "--load-inputs", two_or_one[1], "--atol", "1", "--rtol", "0",
+            "-o", str(out))
+    assert r.code == 0, r.err
+    model = onnx.load(str(out))
+    read = {name for node in model.graph.node for name in node.input}
+    assert [t.name for t in model.graph.initializer if t.name not in read] == []
+    assert {"c_s", "c_z"} & {t.name for t in model.graph.initializer} == set()  # (c's pair is in float)
+    assert {"a_s", "a_z"} <= {t.name for t in model.graph.initializer}  # (a's is not: its grid stays)

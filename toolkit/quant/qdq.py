@@ -37,6 +37,7 @@ from onnx import helper, numpy_helper
 from toolkit.core.graph.constants import constant_values
 from toolkit.core.graph.graphs import node_outputs
 from toolkit.core.io.model import infer_shapes
+from toolkit.core.shapes import node_reads
 
 QUANT_SUFFIXES = ("_QuantizeLinear_Input", "_DequantizeLinear_Output_1", "_DequantizeLinear_Output",
                   "_QuantizeLinear_Output", "_quantized")
@@ -537,7 +538,21 @@ def bypass(model, pairs: Sequence[Pair]):
         nodes.extend(_bypassed(out, node, drop_q, by_dq))
     del out.graph.node[:]
     out.graph.node.extend(nodes)
+    _drop_grids(out, [n for n in model.graph.node if n.name in drop_q or n.name in by_dq])
     return out
+
+
+def _drop_grids(model, removed: Sequence) -> None:
+    """The scales and zero points of the ``removed`` Q/DQ nodes that nothing reads any more (a runtime
+    would drop them with a warning on every load of the written model)."""
+    grids = {name for node in removed for name in node.input[1:] if name}
+    if not grids:
+        return
+    read = {name for node in model.graph.node for name in node_reads(node)} | {o.name for o in model.graph.output}
+    kept = [t for t in model.graph.initializer if t.name not in grids or t.name in read]
+    if len(kept) < len(model.graph.initializer):
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(kept)
 
 
 def _bypassed(model, node, drop_q: Set[str], by_dq: Dict[str, Pair]) -> List:
