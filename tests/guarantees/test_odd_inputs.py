@@ -102,7 +102,7 @@ def test_a_weight_whose_bytes_do_not_fit_its_shape_is_a_damaged_model(cli, tmp_p
     model.ir_version = 8
     onnx.save(model, str(tmp_path / "m.onnx"))
     monkeypatch.chdir(tmp_path)
-    _one_error(cli(*args), "initializer 'w' holds 5 bytes where its shape [2, 2] of float32 needs 16")
+    _one_error(cli(*args), "the model's data is damaged: tensor 'w' holds 5 byte(s) where its dims [2, 2] need 16")
     assert not (tmp_path / "h.onnx").exists()
 
 

@@ -14,7 +14,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from toolkit.core.errors import DependencyError, InputError
-from toolkit.core.graph.graphs import damaged_tensor, walk_graphs
+from toolkit.core.graph.graphs import damaged_tensor, tensor_damage, walk_graphs
 
 
 def onnx_errors() -> tuple:
@@ -283,11 +283,11 @@ def weight_array(t):
     weight it rounds, meets instead."""
     if t.HasField("raw_data"):
         raw = t.raw_data  # (protobuf hands it back as a copy: read once)
-        need = 4 * math.prod(t.dims)
-        if len(raw) != need:
-            raise InputError(f"initializer '{t.name}' holds {len(raw)} bytes where its shape {list(t.dims)} of "
-                             f"float32 needs {need}: the model is damaged")
-        return np.frombuffer(raw, dtype="<f4").reshape(tuple(t.dims))
+        if len(raw) == 4 * math.prod(t.dims):
+            return np.frombuffer(raw, dtype="<f4").reshape(tuple(t.dims))
+    damaged = tensor_damage(t)
+    if damaged:
+        raise InputError(f"the model's data is damaged: {damaged}; re-export the model")
     return numpy_helper.to_array(t)
 
 

@@ -226,36 +226,37 @@ def stored_nbytes(tensor) -> Optional[int]:
 
 def damaged_tensor(model, external_bytes: Optional[Callable[[Any], int]] = None) -> Optional[str]:
     """A sentence naming the first tensor whose stored data does not fill its dims (``None`` when
-    every tensor is whole). A tensor in an external file is checked when ``external_bytes`` gives
-    the size of its stored bytes. Protobuf hands ``raw_data`` back as a copy (a memcpy of the
-    weight), so it is read once per tensor."""
-    for tensor in all_tensors(model):
-        if tensor.data_type == 8:  # STRING: one string_data entry per element, never external
-            why = _damaged_strings(tensor)
-            if why:
-                return why
-            continue
-        typed = _TYPED_FIELD.get(tensor.data_type)
-        if typed is None:
-            continue
-        field, per = typed
-        need = element_count(tensor)
-        pack = _PACKED.get(tensor.data_type, 1)
-        stored = -(-need // pack)  # bytes or entries: packed types round up
-        unit = ITEMSIZE[tensor.data_type]
-        if is_external(tensor):
-            if external_bytes is None:
-                continue
-            have = external_bytes(tensor)
-        else:
-            have = len(tensor.raw_data)
-            if not have:
-                have, unit = len(getattr(tensor, field)), per
-        if have != stored * unit:
-            held = have // unit * pack if have % unit == 0 else have / unit * pack
-            return (f"tensor '{tensor.name}' holds {held:g} value(s) "
-                    f"but its dims {list(tensor.dims)} need {need}")
-    return None
+    every tensor is whole): :func:`tensor_damage` of each tensor, in every graph."""
+    return next((why for why in (tensor_damage(t, external_bytes) for t in all_tensors(model)) if why), None)
+
+
+def tensor_damage(tensor, external_bytes: Optional[Callable[[Any], int]] = None) -> Optional[str]:
+    """A sentence saying how ``tensor``'s stored data does not fill its dims, or ``None``. A tensor in
+    an external file is checked when ``external_bytes`` gives the size of its stored bytes. Protobuf
+    hands ``raw_data`` back as a copy (a memcpy of the weight), so it is read once."""
+    if tensor.data_type == 8:  # STRING: one string_data entry per element, never external
+        return _damaged_strings(tensor)
+    typed = _TYPED_FIELD.get(tensor.data_type)
+    if typed is None:
+        return None
+    field, per = typed
+    need = element_count(tensor)
+    pack = _PACKED.get(tensor.data_type, 1)
+    stored = -(-need // pack)  # bytes or entries: packed types round up
+    unit = ITEMSIZE[tensor.data_type]
+    if is_external(tensor):
+        if external_bytes is None:
+            return None
+        have = external_bytes(tensor)
+    else:
+        have = len(tensor.raw_data)
+        if not have:
+            have, unit = len(getattr(tensor, field)), per
+    if have == stored * unit:
+        return None
+    if have % unit:  # (bytes that are not a whole number of values)
+        return f"tensor '{tensor.name}' holds {have} byte(s) where its dims {list(tensor.dims)} need {stored * unit}"
+    return f"tensor '{tensor.name}' holds {have // unit * pack} value(s) but its dims {list(tensor.dims)} need {need}"
 
 
 def _damaged_strings(tensor) -> Optional[str]:
