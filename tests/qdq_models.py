@@ -281,3 +281,28 @@ def summed(ks, scale: float = 8.0):
     nodes.append(helper.make_node("Identity", [total], ["y"], name="out"))
     graph = helper.make_graph(nodes, "summed", [mz.vi("x", [1, 4])], [mz.vi("y", [1, 4])], inits)
     return mz.make_model(graph, opset=17)
+
+
+def tanh_mlp(seed: int = 0):
+    """x[N,16] -> 4 x (MatMul, Add), Tanh after the first 3 -> Identity y[N,10], Identity h (the third
+    Tanh), ArgMax cls: quantized, y's pair only re-quantizes the last Add's values (a tied pair)."""
+    rng = np.random.default_rng(seed)
+    dims = [16, 24, 24, 24, 10]
+    nodes, inits, prev = [], [], "x"
+    for i in range(len(dims) - 1):
+        w = (rng.standard_normal((dims[i], dims[i + 1])) / np.sqrt(dims[i])).astype(np.float32)
+        inits += [numpy_helper.from_array(w, f"W{i}"),
+                  numpy_helper.from_array((0.1 * rng.standard_normal(dims[i + 1])).astype(np.float32), f"b{i}")]
+        nodes += [helper.make_node("MatMul", [prev, f"W{i}"], [f"mm{i}"], name=f"MatMul{i}"),
+                  helper.make_node("Add", [f"mm{i}", f"b{i}"], [f"a{i}"], name=f"Add{i}")]
+        prev = f"a{i}"
+        if i < len(dims) - 2:
+            nodes.append(helper.make_node("Tanh", [prev], [f"t{i}"], name=f"Tanh{i}"))
+            prev = f"t{i}"
+    nodes += [helper.make_node("Identity", [prev], ["y"], name="out"),
+              helper.make_node("Identity", ["t1"], ["h"], name="hout"),
+              helper.make_node("ArgMax", ["y"], ["cls"], axis=1, keepdims=0, name="am")]
+    graph = helper.make_graph(nodes, "tanh_mlp", [mz.vi("x", ["N", 16])],
+                              [mz.vi("y", ["N", 10]), mz.vi("h", ["N", 24]),
+                               helper.make_tensor_value_info("cls", onnx.TensorProto.INT64, ["N"])], inits)
+    return mz.make_model(graph, opset=17)

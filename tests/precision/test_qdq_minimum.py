@@ -247,3 +247,15 @@ def test_the_written_model_keeps_no_scale_of_a_pair_it_took_back(two_or_one, cli
     assert [t.name for t in model.graph.initializer if t.name not in read] == []
     assert {"c_s", "c_z"} & {t.name for t in model.graph.initializer} == set()  # (c's pair is in float)
     assert {"a_s", "a_z"} <= {t.name for t in model.graph.initializer}  # (a's is not: its grid stays)
+
+
+def test_an_op_type_the_model_lacks_is_said(two_or_one, cli):
+    result, err = _search(cli, *two_or_one, "1", "--float-op-types", "mul,Softmax")
+    assert "--float-op-types mul: the model has no node of that type (it has Mul: op types are case-sensitive)" in err
+    assert "--float-op-types Softmax: the model has no node of that type" in err
+    assert result["float_by_op_type"] == []
+
+
+def test_weights_are_not_said_searched_where_none_can_be(two_or_one, cli):
+    _, err = _search(cli, *two_or_one, "1", "--qdq-weights")  # (no reference model: no float weights)
+    assert "(weights included)" not in err and "--qdq-weights: no weight is searched" in err

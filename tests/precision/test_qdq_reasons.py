@@ -115,3 +115,66 @@ def test_apply_scales_checks_the_written_model_on_the_held_out_inputs(tmp_path, 
     assert result["held_out"]["passed"] == 0 and not result["held_out"]["holds"]
     assert "the model with the suggested scales does not hold" in r.err and "it holds" not in r.err
     assert "rerun without --apply-scales" in r.err  # (the alternative: the model with the pairs in float)
+
+
+def _tanh_mlp(tmp_path):
+    """The float MLP, its QDQ copy (calibrated on [-1, 1]) and 8 input sets on [-2, 2] (which clip)."""
+    f = mz.save(qm.tanh_mlp(), tmp_path / "f.onnx")
+    rng = np.random.default_rng(0)
+    for a, b in zip([16, 24, 24, 24], [24, 24, 24, 10]):  # (the calibration continues the weights' draws)
+        rng.standard_normal((a, b)), rng.standard_normal(b)
+    q = qm.quantize(f, str(tmp_path / "q.onnx"), [{"x": rng.uniform(-1, 1, (8, 16)).astype(np.float32)}
+                                                  for _ in range(4)])
+    rng = np.random.default_rng(100)
+    feeds = _inputs(tmp_path / "in.json", [{"x": rng.uniform(-2, 2, (8, 16)).astype(np.float32)} for _ in range(8)])
+    return f, q, feeds
+
+
+def _requantized_passes(q, f, feeds, float_pairs, name, scale, zero_point, atol):
+    """Whether the QDQ model, with the pairs ``float_pairs`` in float but ``name`` requantized with
+    (scale, zero point), is within ``atol`` of the float model on every set (each output)."""
+    import onnx
+    import onnxruntime as ort
+    from toolkit.core.io.datafiles import load_inputs
+
+    model = onnx.load(q)
+    pairs = {p.name: p for p in qdq.find_pairs(model, float_model=onnx.load(f))}
+    bypassed = qdq.bypass(model, [pairs[n] for n in float_pairs])
+    fixed = qdq.requantize(bypassed, pairs[name], np.float32(scale), np.asarray(zero_point, np.int8))
+    a = ort.InferenceSession(fixed.SerializeToString(), providers=["CPUExecutionProvider"])
+    b = ort.InferenceSession(f, providers=["CPUExecutionProvider"])
+    return all(np.abs(np.asarray(x, np.float64) - np.asarray(y, np.float64)).max() <= atol
+               for s in load_inputs(feeds) for x, y in zip(a.run(None, s), b.run(None, s)))
+
+
+def test_a_tied_pairs_suggested_scale_is_checked_with_that_pair_quantized(tmp_path, cli):
+    f, q, feeds = _tanh_mlp(tmp_path)
+    r = cli("debug", "precision", q, "--reference-model", f, "--load-inputs", feeds, "--held-out", "0",
+            "--atol", "0.2", "--rtol", "0", "--json")
+    assert r.code == 0, r.err
+    kept = json.loads(r.out)["float_pairs"]
+    names = [p["pair"] for p in kept]
+    tied = next(p for p in kept if p["shown"] == "y")  # (re-quantizes the last Add's values: tied to a3's pair)
+    assert tied["suggested"] is not None
+    # the verdict said is the verdict of the model with y's pair quantized with that scale, the others in float
+    truth = _requantized_passes(q, f, feeds, [n for n in names if n != tied["pair"]], tied["pair"],
+                                tied["suggested"]["scale"], tied["suggested"]["zero_point"], 0.2)
+    assert tied["suggested"]["passes"] == truth
+
+
+def test_a_fragile_scale_names_the_nudge_it_fails_at(tmp_path, cli):
+    f, q, feeds = _tanh_mlp(tmp_path)
+    r = cli("debug", "precision", q, "--reference-model", f, "--load-inputs", feeds, "--held-out", "0",
+            "--atol", "0.2", "--rtol", "0", "--json")
+    assert r.code == 0, r.err
+    checked = 0
+    for p in json.loads(r.out)["float_pairs"]:
+        sug = p["suggested"]
+        if not sug or not sug["passes"] or p["shown"] == "y":
+            continue
+        others = [o["pair"] for o in json.loads(r.out)["float_pairs"] if o["pair"] != p["pair"]]
+        for nudge, k in (("-2%", 0.98), ("+2%", 1.02)):
+            passes = _requantized_passes(q, f, feeds, others, p["pair"], sug["scale"] * k, sug["zero_point"], 0.2)
+            assert (nudge not in sug["fails_at"]) == passes, (p["tensor"], nudge, sug)
+            checked += 1
+    assert checked >= 4

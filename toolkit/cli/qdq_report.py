@@ -32,9 +32,10 @@ class QdqReporter(PrecisionReporter):
             f", searched as {len(search.universe)} unit(s) (a pair with the pairs after a Slice, Reshape, ... that "
             "only re-quantize its values on its grid)")
         self.counted = "unit(s) in float" if units else "pair(s) in float"
+        weights = any(search.by_name[n].weight for u in search.universe for n in search.members.get(u, [u]))
         log(
             f"Searching {c.model}: {pairs} Q/DQ pair(s) that could go back to float"
-            f"{' (weights included)' if c.weights else ''}{units}; reference: "
+            f"{' (weights included)' if weights else ''}{units}; reference: "
             f"{c.reference_model or 'the model with every pair in float'}; --compare {c.reference} {c.candidate}"
         )
         _search_notes(search)
@@ -43,10 +44,18 @@ class QdqReporter(PrecisionReporter):
 
 def _search_notes(search) -> None:
     """What the search leaves out or fixes, its pass rule, and its held-out input sets."""
+    from toolkit.quant.qdq import absent_op_types as qdq_absent_op_types
+
     c = search.config
     if search.integer_ops:
         log(f"note: integer ops ({', '.join(search.integer_ops)}) are not searched: they cannot be taken "
             "back to float pair by pair")
+    if c.weights and not any(p.weight for p in search.pairs):
+        warn("--qdq-weights: no weight is searched: a weight stored quantized has no float values to go back to "
+             "without --reference-model FLOAT_MODEL")
+    for op_type, spelled in qdq_absent_op_types(search.model, c.float_op_types):
+        warn(f"--float-op-types {op_type}: the model has no node of that type"
+             + (f" (it has {spelled}: op types are case-sensitive)" if spelled else "") + "; it keeps no pair in float")
     if search.fixed:
         log(f"{len(search.fixed)} pair(s) at --float-op-types {','.join(c.float_op_types)} in float in every "
             f"check: {', '.join(search.by_name[n].shown for n in search.fixed_order)}")
@@ -94,7 +103,7 @@ def _pair_json(outcome, name: str) -> Dict[str, Any]:
     sug = _suggestion(outcome, name)
     if sug is not None:
         row["suggested"] = {"scale": sug.scale, "zero_point": sug.zero_point, "passes": sug.passes,
-                            "margin": sug.margin, "robust": sug.robust}
+                            "margin": sug.margin, "robust": sug.robust, "fails_at": sug.fails_at}
     return row
 
 
@@ -140,8 +149,13 @@ def _pair_lines(outcome) -> List[str]:
     return lines
 
 
-_ROBUST = {None: "", True: "; it passes at -2% and +2% of the scale too",
-           False: "; but not at -2% or +2% of the scale: a fragile fix"}
+def _robust_text(sug) -> str:
+    """Whether a passing suggestion still passes with its scale 2% smaller and larger."""
+    if sug.robust is None:
+        return ""
+    if sug.robust:
+        return "; it passes at -2% and +2% of the scale too"
+    return f"; but not at {' or '.join(sug.fails_at)} of the scale: a fragile fix"
 
 
 def _suggestion_text(sug) -> str:
@@ -149,7 +163,7 @@ def _suggestion_text(sug) -> str:
     verdict = "passes" if sug.passes else "still fails"
     margin = f", {sug.margin}" if sug.margin and sug.passes else ""
     return (f"{_suggested_text(sug)} (the observed range): "
-            f"requantized with it, the model {verdict} ({sug.detail}{margin}){_ROBUST[sug.robust]}")
+            f"requantized with it, the model {verdict} ({sug.detail}{margin}){_robust_text(sug)}")
 
 
 def _minimum_proof(outcome) -> str:

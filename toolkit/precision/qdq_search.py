@@ -52,6 +52,7 @@ class Suggestion:
     detail: str
     margin: str = ""  # how much of the tolerance the result uses
     robust: Optional[bool] = None  # passes at the scale -2% and +2% too (None: not checked)
+    fails_at: List[str] = field(default_factory=list)  # of "-2%", "+2%": where it does not
 
 
 NUDGE = 0.02  # a passing suggestion is checked again with its scale this much smaller and larger
@@ -350,7 +351,13 @@ class QdqSearch(PrecisionSearch):
         return qdq_metrics.describe(comps) if self.metric is not None else describe(comps)
 
     def candidate_model(self, keep: Sequence[str]):
-        return qdq.bypass(self.model, [self.by_name[n] for n in self.fixed_order + self.expand(keep)])
+        """The model with the units ``keep`` (their tied pairs with them) in float."""
+        return self.exact_model(self.expand(keep))
+
+    def exact_model(self, names: Sequence[str]):
+        """The model with exactly the pairs ``names`` in float (and --float-op-types' pairs): a pair left
+        out stays quantized even where its unit's first pair is in float."""
+        return qdq.bypass(self.model, [self.by_name[n] for n in self.fixed_order + list(names)])
 
     def _own_copy_failed(self, exc: ToolkitError) -> None:
         """The first check's model does not load or run. With no pair in float yet it is the user's
@@ -460,8 +467,7 @@ class QdqSearch(PrecisionSearch):
         """A check of the model with the pairs ``names`` (of ``units`` units, ``what`` they are) in
         float, counted as every check is: (passed, detail)."""
         t0 = time.perf_counter()
-        model = qdq.bypass(self.model, [self.by_name[n] for n in self.fixed_order + list(names)])
-        passed, detail, _ = self._check_model(model)
+        passed, detail, _ = self._check_model(self.exact_model(names))
         check = Check(len(self.checks) + 1, units, passed, time.perf_counter() - t0, f"{what}: {detail}")
         self.checks.append(check)
         self.reporter.check(check)
@@ -612,19 +618,21 @@ class QdqSearch(PrecisionSearch):
         when it passes, checked again at the scale -2% and +2%: a verdict that flips with so small a
         change is no fix to rely on)."""
         scale, zp = qdq_stats.suggested(pair, st)
-        base = self.candidate_model(others)  # (requantize copies it)
+        base = self.exact_model(others)  # (requantize copies it; a tied pair of ``pair``'s unit stays quantized)
         passed, detail, margin = self._check_model(qdq.requantize(base, pair, scale, zp))
         plain_scale, plain_zp = _plain(scale, zp)
         sug = Suggestion(pair.name, plain_scale, plain_zp, passed, detail, margin)
-        if passed:
-            sug.robust = all(self._check_model(qdq.requantize(base, pair, scale * (1 + k), zp))[0] for k in (-NUDGE, NUDGE))
+        if passed:  # (both nudges checked: the log names each one that fails)
+            sug.fails_at = [f"{100 * k:+g}%" for k in (-NUDGE, NUDGE)
+                            if not self._check_model(qdq.requantize(base, pair, scale * (1 + k), zp))[0]]
+            sug.robust = not sug.fails_at
         return sug
 
     def apply_scales(self, kept: Sequence[str], suggestions: Sequence[Suggestion]):
         """The model with every passing suggested scale applied (the other kept pairs in float), and
         whether it passes: (model, passed, detail)."""
         good = {s.pair: s for s in suggestions if s.passes}
-        model = self.candidate_model([n for n in kept if n not in good])
+        model = self.exact_model([n for n in kept if n not in good])
         for name, sug in good.items():
             pair = self.by_name[name]
             model = qdq.requantize(model, pair, np.asarray(sug.scale, np.float32),

@@ -306,6 +306,14 @@ def pairs_at_op_types(model, pairs: Sequence[Pair], op_types: Sequence[str]) -> 
     return [p.name for p in pairs if p.tensor in writes or not reads.isdisjoint(p.outputs)]
 
 
+def absent_op_types(model, op_types: Sequence[str]) -> List[Tuple[str, Optional[str]]]:
+    """The op types of ``op_types`` (as :func:`pairs_at_op_types` reads them) that no node of the top
+    graph has, each with the model's op type it differs from only in case, if any (or None)."""
+    present = {node.op_type for node in model.graph.node}
+    by_case = {t.lower(): t for t in present}
+    return [(t, by_case.get(t.lower())) for t in sorted(_op_type_names(op_types)) if t not in present]
+
+
 def _op_type_names(items: Sequence[str]) -> Set[str]:
     """The op types of option items, each one or several comma-separated."""
     return {t.strip() for item in items for t in item.split(",")} - {""}
@@ -604,9 +612,12 @@ def requantize(model, pair: Pair, scale: np.ndarray, zero_point: np.ndarray):
     out.graph.initializer.append(numpy_helper.from_array(np.asarray(scale, np.float32).reshape(pair.scale.shape), s_name))
     out.graph.initializer.append(numpy_helper.from_array(
         np.asarray(zero_point).astype(pair.zero_point.dtype).reshape(pair.zero_point.shape), z_name))
-    for node in out.graph.node:
-        if node.name == pair.q_node or (node.name in pair.dq_nodes and node.op_type == "DequantizeLinear"):
-            _set_grid(node, s_name, z_name)
+    changed = [node for node in out.graph.node
+               if node.name == pair.q_node or (node.name in pair.dq_nodes and node.op_type == "DequantizeLinear")]
+    if not any(node.op_type == "QuantizeLinear" for node in changed):  # (a pair in float has no grid to change)
+        raise RuntimeError(f"requantize: the pair {pair.name} is not in the model (taken back to float?)")
+    for node in changed:
+        _set_grid(node, s_name, z_name)
     return out
 
 
