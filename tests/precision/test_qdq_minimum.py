@@ -259,3 +259,17 @@ def test_an_op_type_the_model_lacks_is_said(two_or_one, cli):
 def test_weights_are_not_said_searched_where_none_can_be(two_or_one, cli):
     _, err = _search(cli, *two_or_one, "1", "--qdq-weights")  # (no reference model: no float weights)
     assert "(weights included)" not in err and "--qdq-weights: no weight is searched" in err
+
+
+def test_a_model_that_fails_with_every_pair_in_float_is_said_in_few_checks(tmp_path, cli):
+    ks = [1, -1, 2, -2, 1, 1, -1, 2, 1, -2, 1, 1, -1, 2, 1, 1]
+    model = qdq.bypass(qm.summed(ks), [])  # (a copy)
+    ref = qm.summed([k + 1 for k in ks])
+    ref = qdq.bypass(ref, qdq.find_pairs(ref))  # a float model the pairs cannot reach: y = sum(k + 1) x
+    q, f = mz.save(model, tmp_path / "q.onnx"), mz.save(ref, tmp_path / "f.onnx")
+    feeds = inputs_file(tmp_path / "in.json", [{"x": np.full((1, 4), 0.45, np.float32)}])
+    r = cli("debug", "precision", q, "--reference-model", f, "--load-inputs", feeds, "--atol", "0.5", "--rtol", "0",
+            "--held-out", "0", "--json")
+    result = json.loads(r.out)
+    assert r.code == 1 and result["status"] == "fails-in-fp32"
+    assert result["checks"] <= 15  # the quantized model, the bisect for both ends (about 2 log2 16), the whole set

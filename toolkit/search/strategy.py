@@ -419,6 +419,8 @@ def default(plan: Plan) -> Search:
     """Bisect, keep only the inner nodes the failure needs, then verify 1-minimality."""
     mask = yield from bisect(plan)
     nodes = mask_indices(mask)
+    if mask == plan.index.full_mask and len(nodes) > 2 and not (yield mask):
+        return mask  # (the bisect assumed the whole set fails: it does not, so there is nothing to thin)
     if plan.free and len(nodes) > 2:
         plan.phase = "QuickXplain"
         ends = mask_of([nodes[0], nodes[-1]])
