@@ -136,3 +136,24 @@ def test_per_iteration_folders_are_read_as_run_reads_them(classifier, tmp_path, 
     assert r.code in (0, 1) and "is a directory" not in r.err, r.err
     r = cli("debug", "precision", classifier["float"], "--load-inputs", str(tmp_path / "nofold"))
     assert r.code == 3 and "no such file" in r.err
+
+
+def test_no_write_replaces_a_file_the_command_reads_held_out_or_in_a_folder(classifier, tmp_path, cli):
+    feeds = inputs_file(tmp_path / "in.json", qm.uniform_feeds(4, -1, 1, seed=9))
+    held = inputs_file(tmp_path / "held.json", qm.uniform_feeds(2, -1, 1, seed=10))
+    folder = inputs_folder(tmp_path / "fold", qm.uniform_feeds(2, -1, 1, seed=11))
+    before = {p: open(p, "rb").read() for p in (held, os.path.join(folder, "0000000000.json"))}
+    tol = ["--reference-model", classifier["float"], "--atol", "0.5", "--rtol", "0"]
+    for given, written in ((["--validate-inputs", held], held),
+                           (["--validate-inputs", folder], os.path.join(folder, "0000000000.json")),
+                           (["--validate-inputs", folder], os.path.join(folder, "0000000007.json"))):
+        r = cli("debug", "precision", classifier["qdq"], "--load-inputs", feeds, *given, "-o", written, *tol)
+        assert r.code == 2 and "nothing was read or written" in r.err, r.err
+    r = cli("run", classifier["float"], "--onnxrt", "--load-inputs", folder,
+            "--save-outputs", os.path.join(folder, "0000000001.json"))
+    assert r.code == 2 and "per-iteration folder" in r.err, r.err
+    assert sorted(os.listdir(folder)) == ["0000000000.json", "0000000001.json"]
+    assert all(open(p, "rb").read() == data for p, data in before.items())
+    r = cli("run", classifier["float"], "--onnxrt", "--load-inputs", folder,  # (any other name in it: not an iteration)
+            "--save-outputs", os.path.join(folder, "outputs.json"))
+    assert r.code == 0, r.err

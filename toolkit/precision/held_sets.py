@@ -4,7 +4,7 @@ A held-out check says how a result does on inputs the search never saw. A held-o
 arrays equal those of a search set (the same file given to ``--load-inputs`` and
 ``--validate-inputs``, a copy of it, a file loaded twice, generated values that do not vary) was
 seen: it can only repeat the search's verdict, so it is dropped before the check. Sets are
-compared by their arrays (names, dtypes, shapes and values; ``-0.0`` equals ``0.0``), never by
+compared by their arrays (names, dtypes, shapes and values; a float ``-0.0`` equals ``0.0``), never by
 file names.
 
 No Typer or Rich here.
@@ -23,14 +23,20 @@ def feed_digest(feed: Mapping) -> bytes:
     h = hashlib.blake2b(digest_size=20)
     for name in sorted(feed):
         arr = np.asarray(feed[name])
-        if arr.dtype.kind in "fc":
-            arr = arr + arr.dtype.type(0)  # (-0.0 + 0.0 is 0.0: equal values, one digest)
         h.update(f"{name}\0{arr.dtype.str}\0{arr.shape}\0".encode())
         if arr.dtype.kind == "O":
             h.update(repr(arr.tolist()).encode())
         else:
-            h.update(np.ascontiguousarray(arr).tobytes())
+            h.update(np.ascontiguousarray(_no_negative_zero(arr)).view(np.uint8).data)  # (no copy)
     return h.digest()
+
+
+def _no_negative_zero(arr: np.ndarray) -> np.ndarray:
+    """``arr`` with -0.0 as 0.0 (a copy only where it holds one): equal values, one digest."""
+    if arr.dtype.kind != "f":
+        return arr
+    negative_zero = (arr == 0) & np.signbit(arr)
+    return np.where(negative_zero, arr.dtype.type(0), arr) if negative_zero.any() else arr
 
 
 def drop_seen(held: Sequence[Mapping], seen: Sequence[Mapping]) -> Tuple[List[Mapping], int, int]:

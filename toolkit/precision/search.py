@@ -205,6 +205,7 @@ class PrecisionSearch:
     def _check_overlaps(c: PrecisionConfig) -> None:
         """No file written is one read (nor the model's own)."""
         reads = [("--load-inputs", p) for p in c.load_inputs] + [("--load-outputs", c.load_outputs or "")]
+        reads += [("--validate-inputs", p) for p in getattr(c, "validate_inputs", ())]  # (the Q/DQ search's)
         reads += _replay_read(c)
         writes = [("-o", c.output or ""), ("--save-debug-replay", c.save_replay or "")]
         paths.check_with_model(c.model, reads, writes, c.external_data_dir)
