@@ -157,3 +157,9 @@ def test_no_write_replaces_a_file_the_command_reads_held_out_or_in_a_folder(clas
     r = cli("run", classifier["float"], "--onnxrt", "--load-inputs", folder,  # (any other name in it: not an iteration)
             "--save-outputs", os.path.join(folder, "outputs.json"))
     assert r.code == 0, r.err
+
+
+def test_convert_checks_on_a_per_iteration_folder(classifier, tmp_path, cli):
+    folder = inputs_folder(tmp_path / "fold", qm.uniform_feeds(2, -1, 1, seed=11))
+    r = cli("convert", classifier["float"], "--fp-to-fp16", "--load-inputs", folder, "-o", tmp_path / "f16.onnx")
+    assert r.code == 0 and "2 input sets" in r.err, r.err
