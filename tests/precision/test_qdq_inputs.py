@@ -163,3 +163,13 @@ def test_convert_checks_on_a_per_iteration_folder(classifier, tmp_path, cli):
     folder = inputs_folder(tmp_path / "fold", qm.uniform_feeds(2, -1, 1, seed=11))
     r = cli("convert", classifier["float"], "--fp-to-fp16", "--load-inputs", folder, "-o", tmp_path / "f16.onnx")
     assert r.code == 0 and "2 input sets" in r.err, r.err
+
+
+def test_a_library_caller_s_sets_are_searched_and_validate_inputs_are_held_out(two_or_one, tmp_path):
+    from toolkit.core.compare.tolerances import Tolerances
+    from toolkit.precision.qdq_search import QdqConfig, QdqSearch
+
+    held = inputs_file(tmp_path / "held.json", _x([0.4, 0.41]))
+    config = QdqConfig(two_or_one, validate_inputs=[held], tolerances=Tolerances.of(atol=0.95, rtol=0.0))
+    outcome = QdqSearch(config, feeds=_x([0.45])).run()
+    assert outcome.held_out is not None and outcome.held_out.source == "file" and outcome.held_out.count == 2

@@ -251,7 +251,7 @@ class QdqSearch(PrecisionSearch):
             feeds = super()._feeds()
             self.held_source, self.held_out_feeds = "file", self._feeds_with(load_inputs=list(c.validate_inputs))
             return list(feeds)
-        if c.load_inputs:
+        if c.load_inputs or self.given_feeds is not None:  # (the caller's sets are split as loaded ones)
             return self._split_loaded()
         extra = c.held_out if c.held_out is not None else max(GENERATED, c.iterations)
         every = self._feeds_with(iterations=c.iterations + extra)  # (further seeds)
@@ -283,12 +283,13 @@ class QdqSearch(PrecisionSearch):
         return feeds
 
     def _feeds_with(self, **changes) -> List:
-        c = self.config
-        self.config = dataclasses.replace(c, **changes)
+        """The input sets the config with ``changes`` gives (never the caller's sets: those are the search's)."""
+        c, given = self.config, self.given_feeds
+        self.config, self.given_feeds = dataclasses.replace(c, **changes), None
         try:
             return list(super()._feeds())
         finally:
-            self.config = c
+            self.config, self.given_feeds = c, given
 
     def held_out_check(self, kept: Sequence[str], model=None) -> Optional[HeldOut]:
         """The model with ``kept`` in float (or ``model``, the one written in its place), and the
