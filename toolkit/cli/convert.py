@@ -205,13 +205,13 @@ def _print_json(output: str, dtype: str, result, seconds: float, validation: Opt
 def _check_files(model_path: str, output: str, external_data_dir: Optional[str], load_inputs: Optional[str]) -> None:
     """The files read and written, checked before the model is loaded: none written over the model
     or its data, the inputs file readable."""
-    from toolkit.core.io.model import check_readable_file
+    from toolkit.core.io.model import check_readable_data
 
     reads = [("--load-inputs", load_inputs)] if load_inputs else []
     writes = [("-o", output)] + ([("-o's external data file", output + ".data")] if output != "-" else [])
     paths.check_with_model(model_path, reads, writes, external_data_dir)
     if load_inputs and load_inputs != "-":
-        check_readable_file(load_inputs)  # a missing file is said before the model is loaded
+        check_readable_data(load_inputs)  # a missing file is said before the model is loaded (a folder is read)
 
 
 def _validation_info(validation, feeds, check: "_Check") -> Optional[dict]:

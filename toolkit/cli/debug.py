@@ -266,11 +266,12 @@ def _open_cluster(cfg: ReduceConfig, a: "ReduceArgs"):
     before the model is read, so that Ray starts its worker processes meanwhile."""
     if a.cluster is None:
         return None
-    from toolkit.core.io.model import check_readable_file
+    from toolkit.core.io.model import check_readable_data, check_readable_file
     from toolkit.reduce.cluster import open_for_reduce
 
-    for path in (cfg.model, *cfg.load_inputs):
-        check_readable_file(path)  # a missing file is exit 3 before Ray starts or connects
+    check_readable_file(cfg.model)  # a missing file is exit 3 before Ray starts or connects
+    for path in cfg.load_inputs:
+        check_readable_data(path)  # (a per-iteration folder too)
 
     return open_for_reduce(
         a.cluster, check=list(cfg.check or ()), iter_artifact=cfg.iter_artifact, check_timeout=cfg.check_timeout,

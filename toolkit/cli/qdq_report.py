@@ -36,7 +36,7 @@ class QdqReporter(PrecisionReporter):
         log(
             f"Searching {c.model}: {pairs} Q/DQ pair(s) that could go back to float"
             f"{' (weights included)' if weights else ''}{units}; reference: "
-            f"{c.reference_model or 'the model with every pair in float'}; --compare {c.reference} {c.candidate}"
+            f"{search.reference_label()}; --compare {c.reference} {c.candidate}"
         )
         _search_notes(search)
         self.total = len(search.universe)
@@ -117,6 +117,7 @@ def _summary_json(outcome, cfg, code: int) -> Dict[str, Any]:
         "optimality": optimality(outcome), "not_monotone": outcome.not_monotone,
         "pass_rule": outcome.pass_rule, "scaled": outcome.scaled, "float_by_op_type": outcome.fixed,
         "held_out": outcome.held_out.as_dict() if outcome.held_out is not None else None,
+        "held_out_note": outcome.held_out_note or None,  # (why there is no held-out check)
         "output": cfg.output if outcome.output_written else None, "exit_code": code,
     }
 
@@ -300,7 +301,7 @@ def summary(outcome, cfg, json_out: bool) -> int:
     if outcome.replay_path and outcome.checks:
         log(f"Verdicts saved to {outcome.replay_path}; resume with --load-debug-replay {outcome.replay_path}")
     if outcome.table:
-        render_table(outcome.table, cfg.model, outcome.reference)
+        render_table(outcome.table, cfg.model, cfg.reference_model or "the model with every pair in float")
     _print_result(outcome, cfg, code, json_out)
     return code
 

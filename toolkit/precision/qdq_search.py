@@ -33,6 +33,7 @@ from toolkit.core.shared_options import ATOL_FLAG, TOLERANCE_OPTIONS
 from toolkit.quant import qdq
 from toolkit.quant import stats as qdq_stats
 from toolkit.quant import metrics as qdq_metrics
+from toolkit.precision import held_sets
 from toolkit.precision.replay import list_words, qdq_options, value_words
 from toolkit.quant.validate import GENERATED, HeldOut, split, split_count
 from toolkit.search import strategy
@@ -116,10 +117,10 @@ class QdqSearch(PrecisionSearch):
             raise UsageError(f"--order {self.config.order}: use graph or error")
         if self.config.held_out is not None and self.config.held_out < 0:
             raise UsageError("--held-out must be 0 or more")
-        from toolkit.core.io.model import check_readable_file
+        from toolkit.core.io.model import check_readable_data
 
         for held in self.config.validate_inputs:
-            check_readable_file(held)
+            check_readable_data(held)
         self._check_reference_not_written()
 
     def _check_metric_options(self) -> None:
@@ -240,16 +241,35 @@ class QdqSearch(PrecisionSearch):
         if c.load_outputs:
             self.held_note = "--load-outputs gives the reference for the search's inputs only"
             return super()._feeds()
+        feeds = self._search_and_held()
+        self._drop_search_sets(feeds)
+        return feeds
+
+    def _search_and_held(self) -> List:
+        """The search's input sets; the held-out ones (before :meth:`_drop_search_sets`) go to ``self.held_out_feeds``."""
+        c = self.config
         if c.validate_inputs:
             feeds = super()._feeds()
             self.held_source, self.held_out_feeds = "file", self._feeds_with(load_inputs=list(c.validate_inputs))
-            return feeds
-        if c.load_inputs:
+            return list(feeds)
+        if c.load_inputs or self.given_feeds is not None:  # (the caller's sets are split as loaded ones)
             return self._split_loaded()
         extra = c.held_out if c.held_out is not None else max(GENERATED, c.iterations)
         every = self._feeds_with(iterations=c.iterations + extra)  # (further seeds)
         self.held_source, self.held_out_feeds = "generated", every[c.iterations:]
         return every[: c.iterations]
+
+    def _drop_search_sets(self, feeds: Sequence) -> None:
+        """Held-out sets equal to a search set in ``feeds`` are not held out (a warning naming how many;
+        with none left, the note says why there is no held-out check)."""
+        total = len(self.held_out_feeds)
+        self.held_out_feeds, in_search, repeats = held_sets.drop_seen(self.held_out_feeds, feeds)
+        if not in_search and not repeats:
+            return
+        source = {"file": "--validate-inputs", "split": "--load-inputs"}.get(self.held_source, self.held_source)
+        self.reporter.warn(held_sets.dropped_words(in_search, repeats, total, source))
+        if not self.held_out_feeds:
+            self.held_note = held_sets.none_left_words(total, source)
 
     def _split_loaded(self) -> List:
         """The loaded input sets less those held out (--held-out, or a quarter of four or more)."""
@@ -264,12 +284,13 @@ class QdqSearch(PrecisionSearch):
         return feeds
 
     def _feeds_with(self, **changes) -> List:
-        c = self.config
-        self.config = dataclasses.replace(c, **changes)
+        """The input sets the config with ``changes`` gives (never the caller's sets: those are the search's)."""
+        c, given = self.config, self.given_feeds
+        self.config, self.given_feeds = dataclasses.replace(c, **changes), None
         try:
             return list(super()._feeds())
         finally:
-            self.config = c
+            self.config, self.given_feeds = c, given
 
     def held_out_check(self, kept: Sequence[str], model=None) -> Optional[HeldOut]:
         """The model with ``kept`` in float (or ``model``, the one written in its place), and the
@@ -321,6 +342,14 @@ class QdqSearch(PrecisionSearch):
         if refs:
             qdq_metrics.check_classes(self.metric, refs[0])  # (a metric that compares nothing: exit 2)
         return refs
+
+    def reference_label(self) -> str:
+        """What the search compares with, in words: the loaded outputs, the float model, or the model
+        with every pair in float."""
+        c = self.config
+        if c.load_outputs:
+            return f"the outputs loaded from {c.load_outputs} (--load-outputs)"
+        return c.reference_model or "the model with every pair in float"
 
     def _reference_outputs(self, feeds) -> List[Dict]:
         if self.config.load_outputs:
@@ -547,7 +576,7 @@ class QdqSearch(PrecisionSearch):
         result.fixed = list(self.fixed_order)
         result.pass_rule = qdq_metrics.as_dict(self.metric) if self.metric is not None else None
         result.quantized_weights = _quantized_weights(self.model)
-        result.reference = self.config.reference_model or "the model with every pair in float"
+        result.reference = self.reference_label()
         result.held_out_note = getattr(self, "held_note", "")
         return result
 

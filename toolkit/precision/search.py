@@ -39,7 +39,7 @@ from toolkit.convert.shapes import hinted_shapes
 from toolkit.core.inputs import generate_inputs, guessed_shapes, parse_val_ranges, select_feed
 from toolkit.core.graph.constants import is_constant_node
 from toolkit.core.graph.layerwise import set_outputs
-from toolkit.core.io.model import check_output_path, check_readable_file, graph_io_meta, load_model, save_model
+from toolkit.core.io.model import check_output_path, check_readable_data, check_readable_file, graph_io_meta, load_model, save_model
 from toolkit.core.compare.noise import STORAGE_FLOOR, noise_bound, passing_tolerance
 from toolkit.core.files import paths
 from toolkit.core.progress import Messages
@@ -192,9 +192,11 @@ class PrecisionSearch:
     def _check_paths(c: PrecisionConfig) -> None:
         _check_written(c)
         PrecisionSearch._check_overlaps(c)
-        for path in [c.model] + list(c.load_inputs) + [c.load_outputs or ""]:
+        if c.model:
+            check_readable_file(c.model)  # a missing file is said before the model is loaded
+        for path in list(c.load_inputs) + [c.load_outputs or ""]:
             if path and path != "-":
-                check_readable_file(path)  # a missing file is said before the model is loaded
+                check_readable_data(path)  # (a per-iteration folder too, as `run` reads it)
         # a missing backend, provider or device: exit 4 now, not after the reference ran (the
         # candidate runs on the cluster's nodes with --cluster, so only they can say)
         preflight_specs([c.reference] + ([] if c.cluster else [c.candidate]), c.model)
@@ -203,6 +205,7 @@ class PrecisionSearch:
     def _check_overlaps(c: PrecisionConfig) -> None:
         """No file written is one read (nor the model's own)."""
         reads = [("--load-inputs", p) for p in c.load_inputs] + [("--load-outputs", c.load_outputs or "")]
+        reads += [("--validate-inputs", p) for p in getattr(c, "validate_inputs", ())]  # (the Q/DQ search's)
         reads += _replay_read(c)
         writes = [("-o", c.output or ""), ("--save-debug-replay", c.save_replay or "")]
         paths.check_with_model(c.model, reads, writes, c.external_data_dir)
@@ -407,10 +410,11 @@ class PrecisionSearch:
         if not len(results):
             raise InputError(f"{path}: holds no runner's outputs")
         name, iters = results.runs[0]
-        if len(iters) < len(feeds):
+        if len(iters) != len(feeds):  # (either way the outputs cannot be told to belong to these inputs)
             raise InputError(
-                f"{path}: {name} has {len(iters)} iteration(s) but {len(feeds)} input set(s) are compared; "
-                "load the inputs that produced it with --load-inputs"
+                f"--load-outputs {path}: {name} has {len(iters)} iteration(s) but {len(feeds)} input set(s) are "
+                "compared; give the inputs that produced it (--load-inputs, or the --iterations and --seed it was "
+                "made with)"
             )
         _, outs = graph_io_meta(self.model)
         wanted = [o.name for o in outs]

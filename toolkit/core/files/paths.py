@@ -151,13 +151,31 @@ def _files(items: Iterable[Named]) -> List[Named]:
 
 
 def _check_write(item: Named, earlier: List[Named], reads: List[Named]) -> None:
-    """PathClash when the write ``item`` names the file of an ``earlier`` write or of a read."""
+    """PathClash when the write ``item`` names the file of an ``earlier`` write or of a read, or
+    an iteration file of a per-iteration folder read."""
     for other in earlier:
         if same_file(item[1], other[1]) and item != other:
             raise _clash(item, other, False)
     for src in reads:
         if same_file(item[1], src[1]):
             raise _clash(item, src, True)
+        if in_iteration_folder(item[1], src[1]):
+            raise PathClash(f"{item[0]} {item[1]} would be an iteration file of {src[0]} {src[1]}, a per-iteration "
+                            f"folder this command reads; nothing was read or written: choose another file name for "
+                            f"{item[0]}", [item[1], src[1]])
+
+
+def is_iteration_file(name: str) -> bool:
+    """Whether a file called ``name`` in a per-iteration data folder is one of its iterations
+    (``0000000000.json``, ``0000000001.json``, ...: digits, then ``.json``)."""
+    return name.endswith(".json") and name[: -len(".json")].isdigit()
+
+
+def in_iteration_folder(path: str, folder: str) -> bool:
+    """Whether writing ``path`` would add or replace an iteration of the per-iteration folder ``folder``."""
+    if not os.path.isdir(folder) or not is_iteration_file(os.path.basename(path)):
+        return False
+    return same_file(os.path.dirname(os.path.abspath(path)) or ".", folder)
 
 
 def model_data_files(model_path: str, writes: Iterable[Named], external_data_dir: Optional[str] = None) -> List[str]:

@@ -36,6 +36,7 @@ from typing import ContextManager, Dict, Iterable, Iterator, List, Optional, Tup
 import numpy as np
 
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError
+from toolkit.core.files.paths import is_iteration_file
 from toolkit.core.io.model import STDIO, atomic_output, check_data_file, check_readable_file, describe, read_bytes
 from toolkit.core.io.npy import NpzMembers, array_from_bytes
 
@@ -505,7 +506,7 @@ def _load_iteration_folder(path: str):
     """Polygraphy 0.53's per-iteration folder (an extensionless ``--save-inputs``/``--save-outputs``
     path): zero-padded ``0000000000.json``, ``0000000001.json``, ... holding one iteration each
     (a feed, or run results with one iteration per runner). Iterations are joined in order."""
-    names = sorted(n for n in os.listdir(path) if n.endswith(".json") and n[: -len(".json")].isdigit())
+    names = sorted(filter(is_iteration_file, os.listdir(path)))
     if not names:
         raise InputError(
             f"{path}: is a directory without per-iteration files (0000000000.json, ...); give a data file"

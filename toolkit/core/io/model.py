@@ -56,6 +56,16 @@ def check_readable_file(path: str) -> None:
     ])
 
 
+def check_readable_data(path: str) -> None:
+    """Raise InputError unless ``path`` is a data file as every command reads one: a readable
+    regular file, or a readable folder of per-iteration files (Polygraphy 0.53's extensionless
+    ``--save-inputs``/``--save-outputs``; what the folder holds is checked when it is read)."""
+    if path == STDIO or not os.path.isdir(path):
+        check_readable_file(path)
+    elif not os.access(path, os.R_OK | os.X_OK):
+        raise InputError(f"{path}: permission denied")
+
+
 _SPECIAL = (
     ("S_ISFIFO", "a FIFO (named pipe)"),
     ("S_ISCHR", "a character device"),
