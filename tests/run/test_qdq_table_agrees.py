@@ -94,3 +94,43 @@ def test_run_and_debug_precision_agree_row_for_row(files, cli, level):
     assert by_tensor["c11"]["verdict"] == "rounding" and by_tensor["c11"]["clipped"] == 0
     # Clip(min=0.5) on a grid from 0: the quantized model lets [0, 0.5) through, which the float model clamps
     assert by_tensor["cmin"]["verdict"] == "adds error"
+
+
+def _pooled_cnn():
+    """Conv -> AveragePool -> Conv -> AveragePool -> Conv over 32 channels: at ONNX-Runtime's default
+    level the marked quantized model computes other values than with optimizations off (its pools and
+    Q/DQ run in other kernels), and values that move cross rounding steps."""
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array((rng.standard_normal((32, 32, 3, 3)) * 0.3).astype(np.float32), f"W{i}")
+             for i in range(3)]
+    nodes = [helper.make_node("Conv", ["x", "W0"], ["a"], pads=[1] * 4, name="c0"),
+             helper.make_node("AveragePool", ["a"], ["p"], kernel_shape=[3, 3], pads=[1] * 4, name="pool"),
+             helper.make_node("Conv", ["p", "W1"], ["b"], pads=[1] * 4, name="c1"),
+             helper.make_node("AveragePool", ["b"], ["p2"], kernel_shape=[3, 3], pads=[1] * 4, name="pool2"),
+             helper.make_node("Conv", ["p2", "W2"], ["y"], pads=[1] * 4, name="c2")]
+    shape = [1, 32, 16, 16]
+    graph = helper.make_graph(nodes, "pooled", [mz.vi("x", shape)], [mz.vi("y", shape)], inits)
+    return mz.make_model(graph, opset=17), rng
+
+
+def test_the_table_is_the_same_at_the_default_optimization_level(tmp_path, cli):
+    from onnxruntime.quantization import QuantFormat, quantize_static
+
+    model, rng = _pooled_cnn()
+    float_path, qdq_path = mz.save(model, tmp_path / "float.onnx"), str(tmp_path / "qdq.onnx")
+    feeds = [{"x": rng.standard_normal((1, 32, 16, 16)).astype(np.float32)} for _ in range(3)]
+    quantize_static(float_path, qdq_path, _Reader(feeds[:2]), quant_format=QuantFormat.QDQ)
+    inputs, golden, report = str(tmp_path / "in.json"), str(tmp_path / "float.npz"), str(tmp_path / "report.json")
+    save_inputs(inputs, feeds[2:])
+    r = cli("run", float_path, "--onnxrt", "--onnx-outputs", "mark", "all", "--load-inputs", inputs, "--save-outputs", golden)
+    assert r.code == 0, r.err
+    r = cli("run", qdq_path, "--onnxrt", "--onnx-outputs", "mark", "all", "--load-inputs", inputs, "--load-outputs", golden,
+            "--atol", "1000", "--save-report", report)
+    assert r.code == 0, r.err
+    run_rows = {row["pair"]: row for row in json.loads(open(report).read())["qdq_pairs"][0]["pairs"]}
+    precision_rows = _precision_rows({"qdq": qdq_path, "float": float_path, "inputs": inputs}, cli)
+    assert set(run_rows) == set(precision_rows)
+    for pair, row in run_rows.items():
+        other = precision_rows[pair]
+        assert (row["verdict"], row["clipped"], row["local_max"]) == (other["verdict"], other["clipped"], other["local_max"])
+        assert row["local_sqnr_db"] == pytest.approx(other["local_sqnr_db"], abs=1e-3), pair
