@@ -134,3 +134,21 @@ def test_the_table_is_the_same_at_the_default_optimization_level(tmp_path, cli):
         other = precision_rows[pair]
         assert (row["verdict"], row["clipped"], row["local_max"]) == (other["verdict"], other["clipped"], other["local_max"])
         assert row["local_sqnr_db"] == pytest.approx(other["local_sqnr_db"], abs=1e-3), pair
+
+
+def test_a_failing_marked_run_leaves_the_table_out_and_the_run_goes_on(files, cli, monkeypatch):
+    from toolkit.core.errors import InputError
+    from toolkit.run import qdq_table
+
+    def refused(*_args, **_kwargs):
+        raise InputError("the provider refused the model")
+
+    monkeypatch.setattr(qdq_table, "marked_runner", refused)
+    golden = str(files["dir"] / "float_default.npz")
+    cli("run", files["float"], "--onnxrt", "--onnx-outputs", "mark", "all", "--load-inputs", files["inputs"],
+        "--save-outputs", golden)
+    r = cli("run", files["qdq"], "--onnxrt", "--onnx-outputs", "mark", "all", "--load-inputs", files["inputs"],
+            "--load-outputs", golden, "--atol", "0")
+    assert r.code == 1  # (the comparison's verdict, not an error)
+    assert "no Q/DQ table: the model's marked run failed (the provider refused the model)" in r.err
+    assert "Q/DQ pairs (" not in r.err

@@ -434,6 +434,8 @@ def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
     report = RunReport(sets, comparisons, stream.problems)
     precisions = {s.label: s.precision for s in sets if s.precision}
     report.diagnoses = diagnose.diagnoses(plan.opts, comparisons, stream.errors, precisions)
+    if stream.qdq.left_out:
+        rep.warn(stream.qdq.left_out)
     if stream.qdq.rows:  # (the Q/DQ statistics load onnx: only when a diagnosis gathered pairs)
         _add_qdq_tables(plan, stream, report)
     if plan.opts.save_report:
