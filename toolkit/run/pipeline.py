@@ -267,9 +267,6 @@ class Streams:
                     self._casts = {}
         return self._casts
 
-    def __post_init__(self) -> None:
-        self.qdq.model_path, self.qdq.external_data_dir = self.plan.opts.model, self.plan.opts.external_data_dir
-
     def compare(self, pair: int, k: int, outs_a: Mapping, outs_b: Mapping, tol, feed: Optional[Mapping] = None) -> None:
         """Compare iteration ``k`` of pair ``pair`` (its input set ``feed``, None for two loaded files);
         gather its tensor errors when a diagnosis may need them."""
@@ -282,6 +279,8 @@ class Streams:
         self.pairs.setdefault(pair, []).append(it)
         if diagnose.wanted(self.plan.opts, it):
             diagnose.collect(self.errors, pair, it, outs_a, outs_b)
+            if self.qdq.pairs is None:  # (the first iteration gathered: the tables read the model)
+                self.qdq.model_path, self.qdq.external_data_dir = self.plan.opts.model, self.plan.opts.external_data_dir
             qdq_rows.collect(self.qdq, pair, k, outs_a, outs_b, feed)
 
     def on_iteration(self, index: int, label: str, k: int, outs: Mapping, keep: List[Mapping], feed: Mapping) -> None:
