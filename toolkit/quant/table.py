@@ -85,7 +85,7 @@ class FoldReader:
         self.inputs: Dict[str, str] = {}  # pair name -> the float tensor its folded activation reads
         self.seen: Dict[str, List[Optional[float]]] = {}  # pair name -> [lo, hi] reached (None: not yet)
         self._vanished: Optional[List[str]] = None
-        self._shapes: Optional[Tuple[Mapping, Dict[Tuple[int, ...], List[Tuple[str, np.ndarray]]]]] = None
+        self._shapes: Optional[Tuple[Mapping, Dict[tuple, List[str]], Dict[str, np.ndarray]]] = None
 
     def see(self, pair: Pair, r: np.ndarray, ref: Mapping) -> None:
         """Read ``pair``'s folded bounds from this input set's float tensors (``r``: the pair's)."""
@@ -106,24 +106,27 @@ class FoldReader:
 
     def _find(self, r: np.ndarray, ref: Mapping) -> Optional[str]:
         """The float tensor (one the quantized model lacks) that ``r`` clamps, when this input set shows it."""
-        for name, c in self._candidates(ref).get(r.shape, []):
-            if clip_bounds(r, c) is not None:
+        names, arrays = self._candidates(ref)
+        for name in names.get(tuple(r.shape), []):
+            if name not in arrays:
+                arrays[name] = np.asarray(ref[name])
+            if clip_bounds(r, arrays[name]) is not None:
                 return name
         return None
 
-    def _candidates(self, ref: Mapping) -> Dict[Tuple[int, ...], List[Tuple[str, np.ndarray]]]:
-        """This input set's float tensors that the quantized model lacks, by shape (read once per input set)."""
+    def _candidates(self, ref: Mapping) -> Tuple[Dict[tuple, List[str]], Dict[str, np.ndarray]]:
+        """This input set's float tensors that the quantized model lacks, by shape (a ``.npz`` member's
+        from its header: only those of a pair's shape are read, once per input set)."""
         if self._vanished is None:
             self._vanished = [n for n in ref if n not in self.quantized]
         if self._shapes is None or self._shapes[0] is not ref:
-            by_shape: Dict[Tuple[int, ...], List[Tuple[str, np.ndarray]]] = {}
+            header = getattr(ref, "header", None)
+            by_shape: Dict[tuple, List[str]] = {}
             for name in self._vanished:
-                c = ref.get(name)
-                if c is not None:
-                    c = np.asarray(c)
-                    by_shape.setdefault(c.shape, []).append((name, c))
-            self._shapes = (ref, by_shape)
-        return self._shapes[1]
+                shape = header(name)[0] if header is not None else np.shape(ref[name])
+                by_shape.setdefault(tuple(shape), []).append(name)
+            self._shapes = (ref, by_shape, {})
+        return self._shapes[1], self._shapes[2]
 
 
 def clip_bounds(r: np.ndarray, c: np.ndarray) -> Optional[Tuple[Optional[float], Optional[float]]]:
