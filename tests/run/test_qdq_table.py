@@ -39,8 +39,8 @@ def test_run_ranks_the_pair_that_adds_the_error_first(files, cli):
             "--load-outputs", files["golden"], "--atol", "0.1")
     assert r.code == 1
     rows = table_rows(r.err)
-    # every pair but the one on the graph input (mark all returns node outputs)
-    assert {row.split(" | ")[1] for row in rows} == {p.shown for p in qdq.find_pairs(onnx.load(files["planted"]))} - {"x"}
+    # every pair, the one on the graph input too (its tensor is the input set's)
+    assert {row.split(" | ")[1] for row in rows} == {p.shown for p in qdq.find_pairs(onnx.load(files["planted"]))}
     first = rows[0].split(" | ")
     assert first[1] == "ctx" and first[2] == "ADDS ERROR" and "coarse scale" in rows[0]
     # downstream pairs receive the error (low upstream SQNR) but add none of their own
@@ -137,11 +137,15 @@ def test_run_and_debug_precision_give_one_table_with_folded_clips(tmp_path, cli)
     assert run_rows["c"]["verdict"] == "rounding"  # the values past 6 are the float model's clamp, not clipping
 
 
-def test_a_repeated_maximum_without_a_clamp_is_no_folded_clip():
-    pair = qdq.Pair("q", "t", ["t_dq"], ["dq"], np.array(0.05, np.float32), np.array(0, np.int8), -128, 127)
+def test_a_folded_clip_is_read_only_where_the_float_tensor_clamps_its_input():
+    from toolkit.quant.table import clip_bounds
+
     ref = np.array([1.0, 3.0, 3.0, 3.0, 2.0], np.float32)  # a MaxPool's output repeats its maximum
-    assert qdq_stats.infer_folded(pair, ref + np.float32(0.01), ref) is None
-    assert qdq_stats.infer_folded(pair, np.array([1.0, 4.0, 5.0, 3.5, 2.0], np.float32), ref) == (-np.inf, 3.0)
+    assert clip_bounds(ref, ref.copy()) is None  # (nothing clamped: no bound read)
+    assert clip_bounds(ref, np.array([1.0, 4.0, 5.0, 3.5, 2.0], np.float32)) == (None, 3.0)
+    assert clip_bounds(ref, np.array([0.5, 4.0, 5.0, 3.5, 2.0], np.float32)) == (1.0, 3.0)
+    assert clip_bounds(ref, np.array([0.5, 4.0, 5.0, 2.5, 2.0], np.float32)) is None  # (no one value below)
+    assert clip_bounds(np.array([0.5, 0.5, 2.0], np.float32), np.array([-1.0, 0.2, 2.0], np.float32)) == (0.5, None)
 
 
 def test_a_model_with_external_data_gets_its_table_from_any_folder(files, cli, tmp_path, monkeypatch):

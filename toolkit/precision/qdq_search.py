@@ -27,7 +27,6 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 from toolkit.core.compare.arrays import compare_iteration
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
 from toolkit.core.graph.constants import constant_values
-from toolkit.core.graph.layerwise import set_outputs
 from toolkit.core.io.model import load_model, save_model
 from toolkit.core.shared_options import ATOL_FLAG, TOLERANCE_OPTIONS
 from toolkit.quant import qdq
@@ -42,6 +41,8 @@ from toolkit.precision.config import PrecisionConfig, QdqConfig
 from toolkit.precision.search import PrecisionOutcome, Check, PrecisionSearch, SetIndex
 from toolkit.precision.verdicts import describe
 from toolkit.run.registry import get_kind
+from toolkit.run.qdq_table import marked_outputs
+from toolkit.quant.table import Rows, marked_names
 
 
 @dataclass
@@ -704,42 +705,18 @@ def marked_run(model, names: Sequence[str], feeds, path: str, external_data_dir:
     return list(marked_outputs(model, names, feeds, path, external_data_dir))
 
 
-
-def marked_outputs(model, names: Sequence[str], feeds, path: str, external_data_dir: Optional[str]):
-    """``model`` run on each of ``feeds`` in turn with ``names`` as its outputs (ONNX-Runtime,
-    optimizations off, as onnxruntime's qdq_loss_debug runs): yields each input set's outputs."""
-    import onnx
-
-    from toolkit.backends.onnxrt import OnnxrtRunner
-
-    marked = onnx.ModelProto()
-    marked.CopyFrom(model)
-    set_outputs(marked, list(names))
-    with OnnxrtRunner(path, model=marked, external_data_dir=external_data_dir, graph_optimization="disable") as runner:
-        for feed in feeds:
-            yield runner.infer(dict(feed))
-
-
 def gather_stats(pairs: Sequence[qdq.Pair], model, float_model, feeds, path: str,
                  external_data_dir: Optional[str], emulate: bool = False) -> Dict[str, qdq_stats.PairStats]:
-    """Statistics of ``pairs``, one input set at a time (no iteration's tensors kept). With
-    ``emulate``, ``model`` has the pairs in float and their quantization is applied in numpy."""
-    names = _marked_names(pairs, model, emulate)
+    """Statistics of ``pairs``, one input set at a time (no iteration's tensors kept), by the Q/DQ
+    table's code (:class:`toolkit.quant.table.Rows`, as ``run``'s table). With ``emulate``, ``model``
+    has the pairs in float and their quantization is applied in numpy."""
+    names = marked_names(pairs, model, emulate)
     runs = marked_outputs(model, names, feeds, path, external_data_dir) if names else iter([{}] * len(feeds))
     floats = _float_runs(pairs, float_model, feeds, path)
-    sums = {p.name: qdq_stats.PairAccumulator(p) for p in pairs}
+    rows = Rows(pairs, emulate=emulate)
     for feed, got, ref in zip(feeds, runs, floats):
-        for p in pairs:
-            _add_pair(sums[p.name], p, feed, got, ref, emulate)
-    return {name: acc.finish() for name, acc in sums.items() if acc.n}
-
-
-def _marked_names(pairs: Sequence[qdq.Pair], model, emulate: bool) -> List[str]:
-    """The tensors a run of ``model`` marks for ``pairs``: before each Q (not a graph input, which
-    the feed holds), and after each DQ unless the quantization is emulated."""
-    inputs = _inputs(model)
-    before = {p.tensor for p in pairs if p.tensor not in inputs}
-    return sorted(before | (set() if emulate else {p.outputs[0] for p in pairs}))
+        rows.add(feed, got, ref)
+    return rows.finish()
 
 
 def _quantized_weights(model) -> int:
@@ -755,17 +732,6 @@ def _float_runs(pairs: Sequence[qdq.Pair], float_model, feeds, path: str):
         if names:
             return marked_outputs(float_model, names, feeds, path, None)
     return iter([{}] * len(feeds))
-
-
-def _add_pair(acc: qdq_stats.PairAccumulator, p: qdq.Pair, feed, got, ref, emulate: bool) -> None:
-    """One input set's values of pair ``p`` (before and after its quantization, and the float
-    model's) into ``acc``."""
-    before = got.get(p.tensor, feed.get(p.tensor))
-    if before is None:
-        return
-    after = qdq.fake_quantize(p, before) if emulate else got.get(p.outputs[0])
-    if after is not None:
-        acc.add(before, after, ref.get(p.float_name, feed.get(p.float_name)) if p.float_name else None)
 
 
 def _inputs(model) -> set:

@@ -46,11 +46,17 @@ INTEGER_OPS = {"ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "
                "QLinearAdd", "QLinearMul", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearConcat",
                "QLinearAveragePool", "QLinearGlobalAveragePool", "QGemm", "QAttention", "DynamicQuantizeMatMul",
                "MatMulIntegerToFloat"}
+# the integer types a Q/DQ pair can carry (QuantizeLinear's outputs, DequantizeLinear's inputs: int32 for
+# the biases onnxruntime's quantizer writes) -> their range. A float type (float8, float4) is no integer grid:
+# such a Q or DQ starts no pair (:func:`_int_range`)
 _INT_RANGES = {
     onnx.TensorProto.INT8: (-128, 127), onnx.TensorProto.UINT8: (0, 255),
     onnx.TensorProto.INT16: (-32768, 32767), onnx.TensorProto.UINT16: (0, 65535),
+    onnx.TensorProto.INT32: (-(2 ** 31), 2 ** 31 - 1),
     onnx.TensorProto.INT4: (-8, 7), onnx.TensorProto.UINT4: (0, 15),
+    **({onnx.TensorProto.INT2: (-2, 1), onnx.TensorProto.UINT2: (0, 3)} if hasattr(onnx.TensorProto, "INT2") else {}),
 }
+_INT_TYPES = {np.dtype(helper.tensor_dtype_to_np_dtype(t)): t for t in _INT_RANGES}  # numpy type -> ONNX type
 
 
 @dataclass
@@ -143,14 +149,16 @@ def is_quantized(model) -> bool:
     return any(n.op_type in ("QuantizeLinear", "DequantizeLinear") or n.op_type in INTEGER_OPS for n in model.graph.node)
 
 
-def _int_range(node, zp: Optional[np.ndarray], values) -> tuple:
+def _int_range(node, zp: Optional[np.ndarray]) -> Optional[Tuple[int, int]]:
+    """The integer range of Q or DQ ``node``: its ``output_dtype``, else its zero point's type (a
+    stored weight's own type for a DQ without one), else uint8 (QuantizeLinear's default). None: a type
+    that is no integer grid (float8, float4), or one ONNX does not define."""
     for attr in node.attribute:
         if attr.name == "output_dtype" and attr.i:
-            return _INT_RANGES.get(attr.i, (0, 255))
+            return _INT_RANGES.get(attr.i)
     if zp is None:
         return _INT_RANGES[onnx.TensorProto.UINT8]
-    elem = helper.np_dtype_to_tensor_dtype(zp.dtype)
-    return _INT_RANGES.get(elem, (0, 255))
+    return _INT_RANGES.get(_INT_TYPES.get(np.dtype(zp.dtype), onnx.TensorProto.UNDEFINED))
 
 
 def _axis(node) -> int:
@@ -257,11 +265,15 @@ def _scale_zp(node, values):
 
 def _grid(node, values, range_zp=None) -> Optional[dict]:
     """The quantization grid of Q or DQ ``node``: scale, zero point, integer range and axis (None
-    without a constant scale). Without a zero point, the integer range follows ``range_zp``'s type."""
+    without a constant scale, or on a type that is no integer grid). Without a zero point, the integer
+    range follows ``range_zp``'s type."""
     scale, zp = _scale_zp(node, values)
     if scale is None:
         return None
-    qmin, qmax = _int_range(node, zp if zp is not None else range_zp, values)
+    grid = _int_range(node, zp if zp is not None else range_zp)
+    if grid is None:  # (a float grid: not measured as integers)
+        return None
+    qmin, qmax = grid
     zp = zp if zp is not None else np.zeros_like(scale, dtype=np.int64)
     return dict(scale=np.asarray(scale), zero_point=np.asarray(zp), qmin=qmin, qmax=qmax,
                 axis=_axis(node) if np.asarray(scale).size > 1 else None)

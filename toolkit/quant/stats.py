@@ -75,43 +75,11 @@ class PairStats:
         return self.local_steps <= 1.0 + 1e-3 and self.levels >= COARSE_LEVELS and not self.sentinel_range
 
 
-def infer_folded(pair: Pair, before, reference) -> Optional[Tuple[float, float]]:
-    """The bounds of a ``Clip`` the quantizer folded into ``pair``'s Q, read from the float model's
-    tensor when the float graph is not at hand (``run`` compares saved tensors): the float tensor
-    holds its largest value ``M`` at two or more elements where the quantized model's tensor before
-    the Q lies beyond ``M`` by more than a step on average (a clamp; a repeated maximum without one,
-    as after a MaxPool, has the tensor near ``M`` there). The lower bound likewise, else 0 for a
-    range starting at 0. None: no upper clamp seen (a folded ``Relu`` is :meth:`Pair.clamp`'s)."""
-    r, x = _flat(reference).astype(np.float64), _flat(before).astype(np.float64)
-    if not _comparable(pair, r, x):
-        return None
-    step = float(pair.scale.ravel()[0])
-    hi, lo = float(r.max()), float(r.min())
-    top, bottom = _mean_where(r, x, hi), _mean_where(r, x, lo)
-    if top is None or top <= hi + step:
-        return None
-    clamps_low = bottom is not None and bottom < lo - step
-    return (lo if clamps_low else (0.0 if pair.starts_at_zero else -math.inf), hi)
-
-
-def _comparable(pair: Pair, r: np.ndarray, x: np.ndarray) -> bool:
-    """A per-tensor pair, and float values ``r`` (finite, two or more) matching its tensor ``x`` element for element."""
-    return r.shape == x.shape and r.size >= 2 and pair.scale.size == 1 and bool(np.all(np.isfinite(r)))
-
-
-def _mean_where(r: np.ndarray, x: np.ndarray, value: float) -> Optional[float]:
-    """The mean of ``x`` where ``r`` holds ``value``, when two or more elements do (else None)."""
-    where = r == value
-    return float(x[where].mean()) if np.count_nonzero(where) >= 2 else None
-
-
 class PairAccumulator:
-    """Sums and extremes of one pair's tensors, one iteration at a time. With ``infer``, a folded
-    ``Clip`` unknown to the pair is read from the float model's tensor (:func:`infer_folded`)."""
+    """Sums and extremes of one pair's tensors, one iteration at a time."""
 
-    def __init__(self, pair: Pair, infer: bool = False):
+    def __init__(self, pair: Pair):
         self.pair = pair
-        self.infer = infer and not pair.exact and pair.folded is None
         self.n = self.clipped = self.saturated = 0
         self.x_sq = self.local_sq = self.r_sq = self.up_sq = self.after_sq = 0.0
         self.local_max = self.steps = self.up_max = self.after_max = 0.0
@@ -139,7 +107,7 @@ class PairAccumulator:
         x, y = _flat(before), _flat(after)
         if x.shape != y.shape or not x.size:
             return
-        clamp = self._clamp(before, reference)
+        clamp = self.pair.clamp()
         if self.pair.scale.size > 1:
             self._channels(before, clamp)
         if clamp is not None:  # a folded Relu/Clip (or a tensor never negative): what the float model computes
@@ -150,14 +118,6 @@ class PairAccumulator:
         if x.size:
             self._add_local(x, y, lo, hi, s)
             self._add_reference(r, x, y)
-
-    def _clamp(self, before, reference):
-        """The pair's :meth:`Pair.clamp`, once a folded ``Clip`` is read from the float model's tensor
-        (with ``infer``: until the first iteration that shows one)."""
-        if self.infer and reference is not None:
-            self.pair.folded = infer_folded(self.pair, before, reference)
-            self.infer = self.pair.folded is None
-        return self.pair.clamp()
 
     def _grid(self, shape):
         """(lo, hi, step) of the pair's grid: numbers, or per channel every element's own (flat)."""

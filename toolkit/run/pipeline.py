@@ -42,7 +42,7 @@ from toolkit.core.graph.graphs import external_data_folder, fed_inputs, has_exte
 from toolkit.core.graph.layerwise import select_outputs, set_outputs
 from toolkit.core.io.model import load_model, save_model
 from toolkit.run import diagnose
-from toolkit.quant import table as qdq_table
+from toolkit.run import qdq_table as qdq_rows
 from toolkit.run.feeds import FeedSource, infer_explained, load_feeds
 from toolkit.run.options import Reporter, RunOptions
 from toolkit.run.plan import PlannedRunner, RunPlan, make_plan, require_known_names
@@ -63,6 +63,7 @@ def execute(opts: RunOptions, reporter: Optional[Reporter] = None) -> RunReport:
             save_onnx(opts, rep)
         feeds, loaded_sets = load_data_files(plan, rep)
         stream = Streams(plan, loaded_sets)
+        cleanup.callback(stream.qdq.close)  # (the Q/DQ table's own run of the model)
         with open_writers(plan, rep) as writers:
             for index, planned in enumerate(plan.runners):
                 stream.live.append(run_runner(planned, index, feeds, writers, stream, rep))
@@ -250,7 +251,7 @@ class Streams:
     problems: list = field(default_factory=list)
     kept: List[Mapping] = field(default_factory=list)  # the previous live runner's outputs
     errors: dict = field(default_factory=dict)  # pair index -> tensor errors, for the diagnosis (toolkit.run.diagnose)
-    qdq: qdq_table.QdqTables = field(default_factory=qdq_table.QdqTables)  # Q/DQ pairs' local/propagated error
+    qdq: qdq_rows.QdqTables = field(default_factory=qdq_rows.QdqTables)  # Q/DQ pairs' local/propagated error
     names: set = field(default_factory=set)  # the output names of the live runners' first iterations
     _casts: Optional[dict] = None  # the model's float-to-int Casts (see toolkit.core.compare.undefined)
 
@@ -266,8 +267,9 @@ class Streams:
                     self._casts = {}
         return self._casts
 
-    def compare(self, pair: int, k: int, outs_a: Mapping, outs_b: Mapping, tol) -> None:
-        """Compare iteration ``k`` of pair ``pair``; gather its tensor errors when a diagnosis may need them."""
+    def compare(self, pair: int, k: int, outs_a: Mapping, outs_b: Mapping, tol, feed: Optional[Mapping] = None) -> None:
+        """Compare iteration ``k`` of pair ``pair`` (its input set ``feed``, None for two loaded files);
+        gather its tensor errors when a diagnosis may need them."""
 
         it = compare_iteration(k, outs_a, outs_b, tol)
         if undefined.may_skip(it):  # (a failing integer output: perhaps a Cast the spec leaves undefined)
@@ -277,10 +279,13 @@ class Streams:
         self.pairs.setdefault(pair, []).append(it)
         if diagnose.wanted(self.plan.opts, it):
             diagnose.collect(self.errors, pair, it, outs_a, outs_b)
-            qdq_table.collect(self.qdq, self.plan.opts.model, pair, outs_a, outs_b)
+            if self.qdq.pairs is None:  # (the first iteration gathered: the tables read the model)
+                self.qdq.model_path, self.qdq.external_data_dir = self.plan.opts.model, self.plan.opts.external_data_dir
+            qdq_rows.collect(self.qdq, pair, k, outs_a, outs_b, feed)
 
-    def on_iteration(self, index: int, label: str, k: int, outs: Mapping, keep: List[Mapping]) -> None:
-        """Validate and compare iteration ``k`` of live runner ``index``; keep it if a later runner needs it."""
+    def on_iteration(self, index: int, label: str, k: int, outs: Mapping, keep: List[Mapping], feed: Mapping) -> None:
+        """Validate and compare iteration ``k`` of live runner ``index`` (its input set ``feed``); keep it
+        if a later runner needs it."""
         if self.plan.opts.validate:
             self._validate(label, k, outs)
         tol = self.plan.tolerances or Tolerances()
@@ -288,11 +293,11 @@ class Streams:
         if k == 0:
             self._first_names(outs, tol, last)
         if index > 0 and k < len(self.kept):
-            self.compare(index - 1, k, self.kept[k], outs, tol)
+            self.compare(index - 1, k, self.kept[k], outs, tol, feed)
         if not last:
             keep.append(outs)
         elif self.loaded and k < self.loaded[0].count:
-            self.compare(index, k, outs, self.loaded[0].iterations[k], tol)
+            self.compare(index, k, outs, self.loaded[0].iterations[k], tol, feed)
 
 
     def _validate(self, label: str, k: int, outs: Mapping) -> None:
@@ -337,7 +342,7 @@ def run_runner(
             rep.iteration(runner.name, k, feed, outs, secs)
             writers.add(index, feed, outs, secs, runner.name)
             result.add(k, outs, secs, keep=planned.opts.keep_outputs)
-            stream.on_iteration(index, runner.name, k, outs, keep)
+            stream.on_iteration(index, runner.name, k, outs, keep, feed)
             del feed, outs  # before the next feed is made: one iteration in memory at a time
         result.count = len(result.runtimes)
         stream.kept = keep
@@ -398,11 +403,13 @@ def _compared_names(comparisons: list) -> set:
 
 def _add_qdq_tables(plan: RunPlan, stream: Streams, report: RunReport) -> None:
     """The Q/DQ pairs' tables into the report (and into --save-report's file, unless node data)."""
-    report.qdq_tables = qdq_table.finish(stream.qdq, len(report.comparisons))
+    report.qdq_tables = qdq_rows.finish(stream.qdq, len(report.comparisons))
     from toolkit.run.node_data import is_node_data_path  # (loaded with the statistics, not for every run)
 
     if plan.opts.save_report and not is_node_data_path(plan.opts.save_report):  # (node data: left as it is)
-        qdq_table.add_to_report(plan.opts.save_report, report.qdq_tables)
+        from toolkit.quant.table import add_to_report
+
+        add_to_report(plan.opts.save_report, report.qdq_tables)
 
 
 def _comparisons(sets: List[ResultSet], stream: Streams, tol: Tolerances) -> List:
@@ -426,7 +433,9 @@ def finish(plan: RunPlan, stream: Streams, rep: Reporter) -> RunReport:
     report = RunReport(sets, comparisons, stream.problems)
     precisions = {s.label: s.precision for s in sets if s.precision}
     report.diagnoses = diagnose.diagnoses(plan.opts, comparisons, stream.errors, precisions)
-    if stream.qdq.sums:  # (the Q/DQ statistics load onnx: only when a diagnosis gathered pairs)
+    if stream.qdq.left_out:
+        rep.warn(stream.qdq.left_out)
+    if stream.qdq.rows:  # (the Q/DQ statistics load onnx: only when a diagnosis gathered pairs)
         _add_qdq_tables(plan, stream, report)
     if plan.opts.save_report:
         rep.saved("report", plan.opts.save_report)
