@@ -323,3 +323,21 @@ def test_a_signature_reads_back_as_written():
                 {"kind": "mismatch", "outputs": "y"}, {"kind": "exit", "exit_code": "one"}):
         assert Signature.from_json(bad) is None, bad
 
+
+
+def test_frozen_shapes_are_checked_against_the_model_as_given_with_parallel_checks(cli, tmp_path, monkeypatch):
+    """As above with --jobs 2: the full model is checked frozen and as given before the parallel
+    search (it was checked frozen only, along with the search's first round: 'passes')."""
+    monkeypatch.chdir(tmp_path)
+    model = chain(4)
+    for vinfo in (model.graph.input[0], model.graph.output[0]):
+        vinfo.type.tensor_type.shape.dim[0].dim_param = "symdim"
+    save(model, tmp_path / "m.onnx")
+    (tmp_path / "check.py").write_text(
+        "import sys\ndata = open('polygraphy_debug.onnx', 'rb').read()\n"
+        "sys.exit(1 if b'symdim' in data and b'n2_' in data else 0)\n")
+    shape = f"x:[2,{model.graph.input[0].type.tensor_type.shape.dim[1].dim_value}]"
+    res = cli("debug", "reduce", "m.onnx", "--model-input-shapes", shape, "-o", "r.onnx", "--jobs", "2",
+              "--check", sys.executable, str(tmp_path / "check.py"))
+    assert res.code == 0 and "freezing hides the failure" in res.err, res.err
+    assert b"symdim" in (tmp_path / "r.onnx").read_bytes() and b"n2_" in (tmp_path / "r.onnx").read_bytes()

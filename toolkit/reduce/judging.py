@@ -123,7 +123,7 @@ class Judging:
             res, rows, self.cfg.rule, any_failure=self.cfg.any_failure, graph_outputs=tuple(self.index.graph_outputs)
         )
         self._feeds = None
-        if not ((self.frozen or self.as_given) and self.runner is not None and not self.workers):  # (by _as_given)
+        if not ((self.frozen or self.as_given) and self.runner is not None):  # (said by _as_given)
             self.reporter.info(self.signature.announce())
 
     def _stop_if_unjudgeable(self, line: str) -> None:

@@ -590,9 +590,9 @@ class Reducer(Artifacts, Judging, FrozenShapes):
             # Asking: the user already knows that the full model fails.
             self.memo[self.index.full_mask] = True
             return self._search()
-        if self.workers:
+        if self.workers and not (self.frozen and self.runner is not None):
             return self._search_in_parallel(outcome)
-        failed = self.verdict(self.index.full_mask)
+        failed = self.verdict(self.index.full_mask)  # (frozen shapes: before any parallel round, with the model as given)
         if self.frozen and self.runner is not None:
             failed = self._as_given(failed)
         if not failed:
