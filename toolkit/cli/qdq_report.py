@@ -390,7 +390,8 @@ def render_table(stats, label_a: str, label_b: str, limit: int = 20) -> None:
     faults = sum(1 for st in stats if not st.rounding_only)
     log(
         f"Q/DQ pairs ({label_a} vs {label_b}): {len(stats)} pair(s), {faults} adding more than rounding; "
-        "ranked by the error each pair adds itself (local SQNR: before Q vs after DQ; upstream: before Q vs float)"
+        "ranked by the error each pair adds itself (local SQNR: before Q vs after DQ; upstream: before Q vs float); "
+        "the pairs' tensors from ONNX-Runtime with graph optimizations off, whatever the runner"
     )
     for rank, st in enumerate(stats[:limit], 1):
         log(table_line(rank, st))
