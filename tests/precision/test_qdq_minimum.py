@@ -273,3 +273,16 @@ def test_a_model_that_fails_with_every_pair_in_float_is_said_in_few_checks(tmp_p
     result = json.loads(r.out)
     assert r.code == 1 and result["status"] == "fails-in-fp32"
     assert result["checks"] <= 15  # the quantized model, the bisect for both ends (about 2 log2 16), the whole set
+
+
+def test_ctrl_c_before_any_passing_set_says_none_was_found(two_or_one, cli, monkeypatch, tmp_path):
+    from toolkit.precision.qdq_search import QdqSearch
+
+    def interrupted(self, order):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(QdqSearch, "_each_alone", interrupted)  # (after the quantized model's check: it fails)
+    out = tmp_path / "o.onnx"
+    r = cli("debug", "precision", two_or_one[0], "--load-inputs", two_or_one[1], "--atol", "1", "--rtol", "0",
+            "--singles", "-o", str(out))
+    assert r.code == 130 and "Interrupted before any passing set was found" in r.err, r.err
+    assert "has 0 pair(s)" not in r.err and not out.exists()

@@ -323,7 +323,10 @@ def _fails_fp32(outcome, cfg, stats: str) -> int:
 
 def _interrupted(outcome, cfg, stats: str) -> int:
     state.interrupt_reported = True
-    log(f"Interrupted: the smallest passing set so far has {len(outcome.kept)} pair(s) ({stats}).")
+    if outcome.kept:  # (no passing set yet leaves none: the quantized model as it is failed)
+        log(f"Interrupted: the smallest passing set so far has {len(outcome.kept)} pair(s) ({stats}).")
+    else:
+        log(f"Interrupted before any passing set was found ({stats}).")
     return int(ExitCode.INTERRUPTED)
 
 
