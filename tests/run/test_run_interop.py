@@ -4,11 +4,12 @@ import os
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import modelzoo as mz
 from conftest import run_toolkit
-from toolkit.core.io.datafiles import load_inputs, load_outputs
+from toolkit.core.io.datafiles import load_inputs, load_outputs, save_inputs
 
 pytest.importorskip("polygraphy")
 
@@ -101,3 +102,28 @@ def test_folder_without_iteration_files_is_refused(cli, tmp_path):
     (tmp_path / "empty").mkdir()
     res = cli("inspect", "data", str(tmp_path / "empty"))
     assert res.code == 3 and "per-iteration" in res.err
+
+
+def _iteration_folder(folder, names):
+    """A per-iteration folder whose file ``names[k]`` holds a feed x = k."""
+    folder.mkdir()
+    for k, name in enumerate(names):
+        save_inputs(str(folder / name), [{"x": np.full((1, 3, 2, 2), k, np.float32)}])
+    return str(folder)
+
+
+def test_iteration_files_are_read_in_the_order_of_their_numbers(tmp_path):
+    names = [f"{k}.json" for k in range(12)]  # (unpadded: by name, 10.json comes before 2.json)
+    feeds = load_inputs(_iteration_folder(tmp_path / "f", names))
+    assert [float(f["x"].flat[0]) for f in feeds] == list(range(12))
+
+
+@pytest.mark.parametrize("names, words", [
+    (["0000000000.json", "0000000001.json", "0000000003.json"], "iteration 2 is missing (the next file is 0000000003.json)"),
+    (["0.json", "1.json", "01.json"], "iteration 1 is given twice"),
+])
+def test_an_iteration_missing_or_twice_is_refused(cli, tmp_path, names, words):
+    folder = _iteration_folder(tmp_path / "f", names)
+    model = mz.save(mz.seed_example((1, 3, 2, 2)), tmp_path / "m.onnx")
+    res = cli("run", model, "--onnxrt", "--load-inputs", folder)
+    assert res.code == 3 and words in res.err and len(res.err.strip().splitlines()) == 1, res.err
