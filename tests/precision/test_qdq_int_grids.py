@@ -72,3 +72,31 @@ def test_a_float8_grid_makes_no_pair_with_a_made_up_range():
     float_graph = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "f", [mz.vi("x", [8])],
                                     [mz.vi("y", [8])], [numpy_helper.from_array(BIAS, "w")])
     assert qdq.find_pairs(model, weights=True, float_model=mz.make_model(float_graph, opset=21, ir_version=10)) == []
+
+
+def test_a_value_half_a_step_past_the_grid_is_not_clipped():
+    """On an int16 grid of step 1/32767.5 the top is 32767 steps: 1.0 lies half a step past it (a tie,
+    which float64 puts a few millionths of a step beyond) and is quantized to the top with half a step
+    of error, as any rounding: it is not clipped; 1.01 is."""
+    import numpy as np
+    import onnxruntime as ort
+    from onnx import helper, numpy_helper
+
+    import modelzoo as mz
+    from toolkit.quant import qdq
+    from toolkit.quant import stats as qdq_stats
+
+    step = np.float32(1 / 32767.5)
+    nodes = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"], name="xq"),
+             helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], name="xdq")]
+    inits = [numpy_helper.from_array(np.array(step, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.int16), "z")]
+    model = mz.make_model(helper.make_graph(nodes, "g", [mz.vi("x", [4])], [mz.vi("y", [4])], inits), opset=21)
+    run = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    acc = qdq_stats.PairAccumulator(qdq.find_pairs(model)[0])
+    x = np.array([1.0, 1.0, 0.5, -1.0], np.float32)
+    acc.add(x, run.run(None, {"x": x})[0])
+    assert acc.clipped == 0 and acc.steps <= 0.5
+    x = np.array([1.01, 0.0, 0.0, 0.0], np.float32)
+    acc.add(x, run.run(None, {"x": x})[0])
+    assert acc.clipped == 1

@@ -75,6 +75,12 @@ class PairStats:
         return self.local_steps <= 1.0 + 1e-3 and self.levels >= COARSE_LEVELS and not self.sentinel_range
 
 
+# A value is clipped when it lies past the grid's end by more than half a step, plus this share of a
+# step: a tie computed in float64 from a float32 scale (1.0 on an int16 grid of step 1/32767.5) comes out
+# a few millionths of a step past it, where the runtime rounds it to the end like any other value.
+CLIP_SLACK = 1e-3
+
+
 class PairAccumulator:
     """Sums and extremes of one pair's tensors, one iteration at a time."""
 
@@ -136,7 +142,8 @@ class PairAccumulator:
         self.local_sq += _dot(d, d)
         self.local_max = max(self.local_max, float(ad.max()))
         self.steps = max(self.steps, float((ad / s).max()) if np.ndim(s) else float(ad.max()) / float(s))
-        self.clipped += int(np.count_nonzero(x < lo - s / 2)) + int(np.count_nonzero(x > hi + s / 2))
+        edge = s * (0.5 + CLIP_SLACK)  # (a value half a step past the grid's end rounds there: no clipping)
+        self.clipped += int(np.count_nonzero(x < lo - edge)) + int(np.count_nonzero(x > hi + edge))
         self.saturated += int(np.count_nonzero(y <= lo + s / 4)) + int(np.count_nonzero(y >= hi - s / 4))
         self.lo, self.hi = min(self.lo, float(x.min())), max(self.hi, float(x.max()))
 
