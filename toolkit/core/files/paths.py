@@ -17,7 +17,7 @@ import functools
 import os
 from typing import Iterable, List, Optional, Sequence, Set, Tuple
 
-from toolkit.core.errors import LIBRARY_ERRORS, UsageError
+from toolkit.core.errors import LIBRARY_ERRORS, InputError, UsageError
 from toolkit.core.graph.graphs import STDIO, external_data_folder, external_data_locations
 
 Named = Tuple[str, str]  # (what the path is, e.g. "--save-outputs", the path)
@@ -169,6 +169,21 @@ def is_iteration_file(name: str) -> bool:
     """Whether a file called ``name`` in a per-iteration data folder is one of its iterations
     (``0000000000.json``, ``0000000001.json``, ...: digits, then ``.json``)."""
     return name.endswith(".json") and name[: -len(".json")].isdigit()
+
+
+def iteration_files(folder: str) -> List[str]:
+    """The iteration files of the per-iteration data folder ``folder``, in the order of their numbers
+    (``10.json`` after ``9.json``). InputError unless they are numbered 0, 1, ..., N-1, each once: a
+    file missing, or a number written twice, would pair iteration k with iteration k+1 of another source."""
+    names = sorted(filter(is_iteration_file, os.listdir(folder)), key=lambda n: int(n[: -len(".json")]))
+    for k, name in enumerate(names):
+        number = int(name[: -len(".json")])
+        if number < k:
+            raise InputError(f"{folder}: iteration {number} is given twice ({names[k - 1]} and {name}); keep one")
+        if number > k:
+            raise InputError(f"{folder}: iteration {k} is missing (the next file is {name}): the iterations would be "
+                             "paired with another file's by position; put it back, or number the files 0 to N-1")
+    return names
 
 
 def in_iteration_folder(path: str, folder: str) -> bool:

@@ -36,7 +36,7 @@ from typing import ContextManager, Dict, Iterable, Iterator, List, Optional, Tup
 import numpy as np
 
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, InputError
-from toolkit.core.files.paths import is_iteration_file
+from toolkit.core.files.paths import iteration_files
 from toolkit.core.io.model import STDIO, atomic_output, check_data_file, check_readable_file, describe, read_bytes
 from toolkit.core.io.npy import NpzMembers, array_from_bytes
 
@@ -506,12 +506,11 @@ def _load_iteration_folder(path: str):
     """Polygraphy 0.53's per-iteration folder (an extensionless ``--save-inputs``/``--save-outputs``
     path): zero-padded ``0000000000.json``, ``0000000001.json``, ... holding one iteration each
     (a feed, or run results with one iteration per runner). Iterations are joined in order."""
-    names = sorted(filter(is_iteration_file, os.listdir(path)), key=lambda n: int(n[: -len(".json")]))
+    names = iteration_files(path)
     if not names:
         raise InputError(
             f"{path}: is a directory without per-iteration files (0000000000.json, ...); give a data file"
         )
-    _check_iteration_numbers(path, names)
     feeds: list = []
     runs: Dict[str, list] = {}
     for name in names:
@@ -520,19 +519,6 @@ def _load_iteration_folder(path: str):
     if runs:
         return RunResults([(runner, iters) for runner, iters in runs.items()])
     return feeds
-
-
-def _check_iteration_numbers(path: str, names: List[str]) -> None:
-    """InputError unless the iteration files ``names`` (in order) are numbered 0, 1, ..., N-1 (each
-    number once): a file missing, or one number written twice, would pair iteration k of this folder
-    with iteration k+1 of another source."""
-    for k, name in enumerate(names):
-        number = int(name[: -len(".json")])
-        if number < k:
-            raise InputError(f"{path}: iteration {number} is given twice ({names[k - 1]} and {name}); keep one")
-        if number > k:
-            raise InputError(f"{path}: iteration {k} is missing (the next file is {name}): the iterations would be "
-                             "paired with another file's by position; put it back, or number the files 0 to N-1")
 
 
 def _load_data_uncached(path: str):
