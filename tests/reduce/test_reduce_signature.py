@@ -196,20 +196,26 @@ def test_a_replayed_failure_of_the_model_as_given_is_not_called_a_pass(cli, tmp_
     assert "passes the check with its own input shapes" not in again.err, again.err
 
 
+def _fails_only_as_given(folder) -> str:
+    """m.onnx (a chain whose batch dim is 'symdim') and check.py, which fails only on a model that
+    keeps 'symdim' and holds n2_ (the model as given, not frozen); returns the frozen shape to give."""
+    model = chain(4)
+    for vinfo in (model.graph.input[0], model.graph.output[0]):
+        vinfo.type.tensor_type.shape.dim[0].dim_param = "symdim"
+    save(model, folder / "m.onnx")
+    (folder / "check.py").write_text(
+        "import sys\ndata = open('polygraphy_debug.onnx', 'rb').read()\n"
+        "sys.exit(1 if b'symdim' in data and b'n2_' in data else 0)\n")
+    return f"x:[2,{model.graph.input[0].type.tensor_type.shape.dim[1].dim_value}]"
+
+
 def test_a_replay_never_answers_the_full_model_with_frozen_shapes(cli, tmp_path, monkeypatch):
     """The check fails only with the model's own (symbolic) shapes: the first run goes on as given
     and records those verdicts. Resumed from its replay, the run checks the full model frozen and as
     given again (a replay holds one verdict per node set, not which shapes it was for): the same
     warning, the same -o, one that fails the check (with the frozen shapes it would pass)."""
     monkeypatch.chdir(tmp_path)
-    model = chain(4)
-    for vinfo in (model.graph.input[0], model.graph.output[0]):
-        vinfo.type.tensor_type.shape.dim[0].dim_param = "symdim"
-    save(model, tmp_path / "m.onnx")
-    (tmp_path / "check.py").write_text(
-        "import sys\ndata = open('polygraphy_debug.onnx', 'rb').read()\n"
-        "sys.exit(1 if b'symdim' in data and b'n2_' in data else 0)\n")
-    shape = f"x:[2,{model.graph.input[0].type.tensor_type.shape.dim[1].dim_value}]"
+    shape = _fails_only_as_given(tmp_path)
     args = ("debug", "reduce", "m.onnx", "--model-input-shapes", shape)
     check = ("--check", sys.executable, "check.py")
     first = cli(*args, "-o", "r1.onnx", "--save-debug-replay", "r.json", *check)
@@ -329,14 +335,7 @@ def test_frozen_shapes_are_checked_against_the_model_as_given_with_parallel_chec
     """As above with --jobs 2: the full model is checked frozen and as given before the parallel
     search (it was checked frozen only, along with the search's first round: 'passes')."""
     monkeypatch.chdir(tmp_path)
-    model = chain(4)
-    for vinfo in (model.graph.input[0], model.graph.output[0]):
-        vinfo.type.tensor_type.shape.dim[0].dim_param = "symdim"
-    save(model, tmp_path / "m.onnx")
-    (tmp_path / "check.py").write_text(
-        "import sys\ndata = open('polygraphy_debug.onnx', 'rb').read()\n"
-        "sys.exit(1 if b'symdim' in data and b'n2_' in data else 0)\n")
-    shape = f"x:[2,{model.graph.input[0].type.tensor_type.shape.dim[1].dim_value}]"
+    shape = _fails_only_as_given(tmp_path)
     res = cli("debug", "reduce", "m.onnx", "--model-input-shapes", shape, "-o", "r.onnx", "--jobs", "2",
               "--check", sys.executable, str(tmp_path / "check.py"))
     assert res.code == 0 and "freezing hides the failure" in res.err, res.err
