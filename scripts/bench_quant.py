@@ -435,6 +435,19 @@ def markdown(rows: List[dict]) -> str:
     return "\n".join(lines)
 
 
+def _refine_row(r: dict) -> str:
+    cells = [", ".join(map(str, r[k])) for k in ("plain", "more", "refined")]
+    return f"| {r['case']} | {r['atol']} | " + " | ".join(cells) + " |"
+
+
+def _table(head: str, lines) -> None:
+    """A Markdown table: ``head``, its rule, then each row as it is made."""
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for line in lines:
+        print(line, flush=True)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", nargs="+", default=["/work/models", "/tmp/real-models"],
@@ -451,28 +464,19 @@ def main(argv=None) -> int:
                     "(validation and test halves; see refine)")
     args = ap.parse_args(argv)
     os.makedirs(args.work, exist_ok=True)
-    rows = []
+    cases = [c for c in GROUPS[args.cases] if not args.only or any(o in c for o in args.only)]
     if args.refine:
-        print("| case | `--atol` | search sets alone: kept, checks, test | with the validation sets: kept, checks, "
-              "test | refined: kept, checks, test, sets searched at the end |")
-        print("|---|---|---|---|---|")
-        for case in GROUPS[args.cases]:
-            if not args.only or any(o in case for o in args.only):
-                r = refine(case, args.models, args.work, args.search_sets, args.seed)
-                cells = [", ".join(map(str, r[k])) for k in ("plain", "more", "refined")]
-                print(f"| {case} | {r['atol']} | " + " | ".join(cells) + " |", flush=True)
+        _table("| case | `--atol` | search sets alone: kept, checks, test | with the validation sets: kept, checks, "
+               "test | refined: kept, checks, test, sets searched at the end |",
+               (_refine_row(refine(case, args.models, args.work, args.search_sets, args.seed)) for case in cases))
         return 0
     if args.variants:
-        print("| case | seed | ours (default): kept, checks, proved | ours (`--singles`): kept, checks, proved | "
-              "greedy (most error first): kept, checks | greedy (node order): kept, checks |")
-        print("|---|---|---|---|---|---|")
-        for case in GROUPS[args.cases]:
-            if not args.only or any(o in case for o in args.only):
-                print(variants(case, args.models, args.work, args.search_sets, args.seed), flush=True)
+        _table("| case | seed | ours (default): kept, checks, proved | ours (`--singles`): kept, checks, proved | "
+               "greedy (most error first): kept, checks | greedy (node order): kept, checks |",
+               (variants(case, args.models, args.work, args.search_sets, args.seed) for case in cases))
         return 0
-    for case in GROUPS[args.cases]:
-        if args.only and not any(o in case for o in args.only):
-            continue
+    rows = []
+    for case in cases:
         row = bench(case, args.models, args.work, args.search_sets, args.seed)
         print(row, file=sys.stderr, flush=True)
         rows.append(row)
