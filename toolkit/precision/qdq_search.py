@@ -22,7 +22,7 @@ import time
 
 import numpy as np
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from toolkit.core.compare.arrays import compare_iteration
 from toolkit.core.errors import ExitCode, InputError, ToolkitError, UsageError
@@ -448,24 +448,21 @@ class QdqSearch(PrecisionSearch):
         (then every unit was checked alone and failed)."""
         return next((1 << i for i in order if self.passes(1 << i)), None)
 
-    def not_monotone(self) -> Optional[Tuple[int, int]]:
-        """(a passing set, a failing set holding it), both checked, or None. Where quantization errors
-        cancel, more pairs in float can fail where fewer passed; a failing set then says nothing of its
-        subsets, and neither the bisect's nor the single-pair pass's inferences hold."""
+    def _witness(self) -> Optional[Dict[str, int]]:
+        """A passing set inside a failing one, both checked, by their numbers of pairs (None: none seen).
+        Where quantization errors cancel, more pairs in float can fail where fewer passed; a failing set
+        then says nothing of its subsets, and neither the bisect's nor the single-pair pass's inferences hold."""
         passing = sorted((m for m, v in self.verdicts.items() if v), key=lambda m: bin(m).count("1"))
         failing = sorted((m for m, v in self.verdicts.items() if not v), key=lambda m: bin(m).count("1"))
-        return next(((p, f) for p in passing for f in failing if p != f and not p & ~f), None)
-
-    def _witness(self) -> Optional[Dict[str, int]]:
-        """:meth:`not_monotone`'s sets, by their numbers of pairs (for the log and --json)."""
-        found = self.not_monotone()
+        found = next(((p, f) for p in passing for f in failing if p != f and not p & ~f), None)
         if found is None:
             return None
         return {what: len(self.expand([self.universe[i] for i in mask_indices(m)]))
                 for what, m in zip(("passing", "failing"), found)}
 
     def _failed_units(self) -> int:
-        """Every unit of a failing set (each fails alone too: a subset of a failing set fails)."""
+        """Every unit of a failing set (each fails alone too where the model is monotone: what
+        :meth:`_single` assumes to skip them)."""
         failed = 0
         for mask, passed in self.verdicts.items():
             if not passed:
@@ -527,7 +524,7 @@ class QdqSearch(PrecisionSearch):
         """Proved by checks alone that no smaller set of pairs passes: one pair (nothing in float
         fails), or two where every unit was checked alone and failed (``--singles``). A failing set
         does not prove its pairs fail alone: where quantization errors cancel, more pairs in float
-        can fail where fewer pass (:meth:`not_monotone`)."""
+        can fail where fewer pass (:meth:`_witness`)."""
         if any(n in self.members for n in kept):  # (a unit of tied pairs: only its first pair was not tried alone)
             return False
         if len(kept) <= 1:
