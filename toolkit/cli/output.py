@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, List, Optional, TextIO
 
 from toolkit.core.text import escape_controls
 from toolkit.core.files import paths
-from toolkit.core.errors import UsageError
+from toolkit.core.errors import ExitCode, UsageError
 
 # Levels: lower numbers are more verbose.
 ULTRA_VERBOSE, SUPER_VERBOSE, EXTRA_VERBOSE, VERBOSE = 1, 2, 5, 10
@@ -312,6 +312,15 @@ def echo(text: str = "") -> None:
 
 def debug_enabled() -> bool:
     return os.environ.get("TOOLKIT_DEBUG", "") not in ("", "0")
+
+
+def interrupted(found: bool, kept: str, stats: str) -> int:
+    """The last line of a search stopped by Ctrl-C (``found``: a passing set was found; ``kept``: its
+    size in words), and the exit code."""
+    state.interrupt_reported = True
+    log(f"Interrupted: the smallest passing set so far has {kept} ({stats})." if found
+        else f"Interrupted before any passing set was found ({stats}).")
+    return int(ExitCode.INTERRUPTED)
 
 
 def plural(n: int, word: str) -> str:

@@ -15,7 +15,7 @@ from typing import List, Optional
 import typer
 
 from toolkit.cli.options import bind, command_kwargs, values_for
-from toolkit.cli.output import echo, log, state, warn
+from toolkit.cli.output import echo, interrupted, log, warn
 from toolkit.core import shared_options as S
 from toolkit.core.declare import declarations, option, shown_as, switch
 from toolkit.core.errors import ExitCode, InputError, UsageError
@@ -156,12 +156,7 @@ def _fails_fp32(outcome, stats: str, model: str) -> int:
 
 
 def _interrupted(outcome, stats: str, model: str) -> int:
-    state.interrupt_reported = True
-    if outcome.kept or outcome.output_written:
-        log(f"Interrupted: the smallest passing set so far has {len(outcome.kept)} node(s) ({stats}).")
-    else:
-        log(f"Interrupted before any passing set was found ({stats}).")
-    return int(ExitCode.INTERRUPTED)
+    return interrupted(bool(outcome.kept or outcome.output_written), f"{len(outcome.kept)} node(s)", stats)
 
 
 def _found(outcome, stats: str, model: str) -> int:

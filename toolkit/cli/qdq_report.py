@@ -11,7 +11,7 @@ from typing import Any, Dict, List
 
 import typer
 
-from toolkit.cli.output import echo, log, state, warn
+from toolkit.cli.output import echo, interrupted, log, state, warn
 from toolkit.cli.search_reporters import PrecisionReporter
 from toolkit.core.errors import ExitCode
 
@@ -195,11 +195,9 @@ def _how_small(outcome, cfg) -> None:
         log(f"Minimum: no set of fewer pairs passes ({_minimum_proof(outcome)}).")
     elif outcome.one_minimal:
         log("1-minimal: quantizing any one of them again makes the comparison fail (each checked); a set of "
-            "fewer, other pairs may pass (not proved minimum" + _SINGLES_HINT.get(len(outcome.kept), "") + ").")
+            "fewer, other pairs may pass (not proved minimum"
+            + (": --singles checks each pair alone" if len(outcome.kept) == 2 else "") + ").")
     _not_monotone_line(outcome, cfg)
-
-
-_SINGLES_HINT = {2: ": --singles checks each pair alone"}
 
 
 def _not_monotone_line(outcome, cfg) -> None:
@@ -322,12 +320,8 @@ def _fails_fp32(outcome, cfg, stats: str) -> int:
 
 
 def _interrupted(outcome, cfg, stats: str) -> int:
-    state.interrupt_reported = True
-    if outcome.kept:  # (no passing set yet leaves none: the quantized model as it is failed)
-        log(f"Interrupted: the smallest passing set so far has {len(outcome.kept)} pair(s) ({stats}).")
-    else:
-        log(f"Interrupted before any passing set was found ({stats}).")
-    return int(ExitCode.INTERRUPTED)
+    # (no pair kept: no passing set yet, since the quantized model as it is failed)
+    return interrupted(bool(outcome.kept), f"{len(outcome.kept)} pair(s)", stats)
 
 
 def _after_search(outcome) -> None:
