@@ -286,3 +286,16 @@ def test_ctrl_c_before_any_passing_set_says_none_was_found(two_or_one, cli, monk
             "--singles", "-o", str(out))
     assert r.code == 130 and "Interrupted before any passing set was found" in r.err, r.err
     assert "has 0 pair(s)" not in r.err and not out.exists()
+
+
+def test_a_scale_listed_as_a_graph_input_too_stays_with_its_pair_in_float():
+    import onnxruntime as ort
+
+    model = qm.two_or_one()
+    for t in model.graph.initializer:  # (as models of IR version 3 list them)
+        model.graph.input.append(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)))
+    c = next(p for p in qdq.find_pairs(model) if p.tensor == "c")
+    out = qdq.bypass(model, [c])
+    assert {"c_s", "c_z"} <= {t.name for t in out.graph.initializer}
+    ort.InferenceSession(out.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": np.full((1, 4), 0.45, np.float32)})

@@ -127,3 +127,9 @@ def test_an_iteration_missing_or_twice_is_refused(cli, tmp_path, names, words):
     model = mz.save(mz.seed_example((1, 3, 2, 2)), tmp_path / "m.onnx")
     res = cli("run", model, "--onnxrt", "--load-inputs", folder)
     assert res.code == 3 and words in res.err and len(res.err.strip().splitlines()) == 1, res.err
+
+
+def test_a_name_of_other_digits_is_no_iteration(tmp_path):
+    folder = _iteration_folder(tmp_path / "f", ["0.json", "1.json"])
+    save_inputs(os.path.join(folder, "\u00b2.json"), [{"x": np.zeros((1, 3, 2, 2), np.float32)}])  # (a superscript 2)
+    assert len(load_inputs(folder)) == 2

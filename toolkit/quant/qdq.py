@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Set, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx
@@ -56,7 +56,9 @@ _INT_RANGES = {
     onnx.TensorProto.INT4: (-8, 7), onnx.TensorProto.UINT4: (0, 15),
     **({onnx.TensorProto.INT2: (-2, 1), onnx.TensorProto.UINT2: (0, 3)} if hasattr(onnx.TensorProto, "INT2") else {}),
 }
-_INT_TYPES = {np.dtype(helper.tensor_dtype_to_np_dtype(t)): t for t in _INT_RANGES}  # numpy type -> ONNX type
+_INT_TYPES: Dict[np.dtype, Any] = {}  # numpy type -> ONNX type: the first listed wins (onnx 1.16/1.17 give INT4 int8)
+for _t in _INT_RANGES:
+    _INT_TYPES.setdefault(np.dtype(helper.tensor_dtype_to_np_dtype(_t)), _t)
 
 
 @dataclass
@@ -569,6 +571,7 @@ def _drop_grids(model, removed: Sequence) -> None:
     if not grids:
         return
     read = {name for node in model.graph.node for name in node_reads(node)} | {o.name for o in model.graph.output}
+    read |= {i.name for i in model.graph.input}  # (an initializer listed as an input too: its default)
     kept = [t for t in model.graph.initializer if t.name not in grids or t.name in read]
     if len(kept) < len(model.graph.initializer):
         del model.graph.initializer[:]

@@ -79,7 +79,9 @@ class Replay:
         code: Optional[int] = None,
         signature: Optional[dict] = None,
     ) -> None:
-        if mask in self.verdicts:
+        if mask in self.verdicts:  # (a full model checked again for its signature: keep what it found)
+            if signature is not None and mask in self._by_mask:
+                self._by_mask[mask].setdefault("signature", signature)
             return
         self.verdicts[mask] = failed
         entry: Dict[str, Any] = {"iteration": iteration, "nodes": format(mask, "x"), "count": count, "failed": failed}

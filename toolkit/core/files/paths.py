@@ -168,7 +168,8 @@ def _check_write(item: Named, earlier: List[Named], reads: List[Named]) -> None:
 def is_iteration_file(name: str) -> bool:
     """Whether a file called ``name`` in a per-iteration data folder is one of its iterations
     (``0000000000.json``, ``0000000001.json``, ...: digits, then ``.json``)."""
-    return name.endswith(".json") and name[: -len(".json")].isdigit()
+    stem = name[: -len(".json")]
+    return name.endswith(".json") and stem.isascii() and stem.isdigit()  # ("².json": no number int() reads)
 
 
 def iteration_files(folder: str) -> List[str]:
