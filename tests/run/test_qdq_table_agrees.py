@@ -152,3 +152,13 @@ def test_a_failing_marked_run_leaves_the_table_out_and_the_run_goes_on(files, cl
     assert r.code == 1  # (the comparison's verdict, not an error)
     assert "no Q/DQ table: the model's marked run failed (the provider refused the model)" in r.err
     assert "Q/DQ pairs (" not in r.err
+
+
+def test_a_comparison_of_graph_outputs_only_makes_no_table(files, cli):
+    golden, report = str(files["dir"] / "outputs_only.npz"), str(files["dir"] / "report_outputs_only.json")
+    r = cli("run", files["float"], "--onnxrt", "--load-inputs", files["inputs"], "--save-outputs", golden)
+    assert r.code == 0, r.err
+    r = cli("run", files["qdq"], "--onnxrt", "--load-inputs", files["inputs"], "--load-outputs", golden,
+            "--atol", "1000", "--save-report", report)
+    assert r.code == 0, r.err
+    assert not json.loads(open(report).read()).get("qdq_pairs") and "Q/DQ pairs (" not in r.err

@@ -121,6 +121,8 @@ def collect(tables: QdqTables, index: int, k: int, outs_a: Mapping, outs_b: Mapp
         return
     from toolkit.quant.table import Rows
 
+    if not _compares_pair_tensors(tables, outs_a, outs_b):  # (graph outputs only: no table, no run for it)
+        return
     first = tables.pairs[0].outputs[0]
     qdq_side, ref_side = (outs_a, outs_b) if first in outs_a or first not in outs_b else (outs_b, outs_a)
     try:
@@ -133,6 +135,14 @@ def collect(tables: QdqTables, index: int, k: int, outs_a: Mapping, outs_b: Mapp
     if index not in tables.rows:
         tables.rows[index] = Rows(tables.pairs, quantized_names=tables.names)
     tables.rows[index].add(feed or {}, got, ref_side)
+
+
+def _compares_pair_tensors(tables: QdqTables, outs_a: Mapping, outs_b: Mapping) -> bool:
+    """Whether the comparison holds a pair's tensor (before its Q, or after its DQ) that is not a
+    graph output: the tensors were marked, as the table needs."""
+    outputs = {o.name for o in tables.model.graph.output} if tables.model is not None else set()
+    names = {n for p in tables.pairs or [] for n in (p.tensor, p.float_name, p.outputs[0]) if n and n not in outputs}
+    return any(n in outs_a or n in outs_b for n in names)
 
 
 def finish(tables: QdqTables, count: int) -> List[List[Any]]:
