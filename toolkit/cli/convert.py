@@ -263,7 +263,7 @@ class _Again:
 
         model = load_model(self.model_path, external_data_dir=self.external_data_dir)
         return fp16.convert(model, list(self.keep_fp32) + more, keep_io_types=not self.reduced_io, inplace=True,
-                            if_mixed="error", dtype=self.dtype)
+                            if_mixed="error", dtype=self.dtype, check_data=False)  # (the first conversion checked it)
 
 
 def _check_args(model_path, output, dtype, keep_fp32, json_out: bool, check: _Check) -> None:

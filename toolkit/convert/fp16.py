@@ -403,6 +403,7 @@ def convert(
     inplace: bool = False,
     if_mixed: str = "keep",
     dtype: str = "float16",
+    check_data: bool = True,
 ) -> Conversion:
     """Convert a float32 model to mixed fp16 (see the module docstring); returns the details.
 
@@ -415,11 +416,13 @@ def convert(
     function) is not converted again: that would turn its deliberate float32 nodes into
     reduced precision. With ``if_mixed="keep"`` it is returned as it is (``already_mixed``);
     with ``"error"`` that is an InputError. So is a damaged model (a tensor whose data does not fill
-    its dims, of any type), before any work.
+    its dims, of any type), before any work; ``check_data=False`` leaves that out, for a caller that
+    converts one model many times and checked it once (reading every weight again copies it).
     """
     low = low_type(dtype)
     short = PRECISIONS["bfloat16" if low == BFLOAT16 else "float16"][1]
-    refuse_damaged(model)
+    if check_data:
+        refuse_damaged(model)
     held = reduced_types(model)
     if held:
         return _already_mixed(model, held, if_mixed == "error" or bool(keep_fp32), short, inplace)

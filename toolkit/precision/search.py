@@ -31,6 +31,7 @@ import numpy as np
 import onnx
 
 from toolkit.convert import fp16
+from toolkit.convert.common import refuse_damaged
 from toolkit.core.compare.arrays import compare_iteration
 from toolkit.core.compare.tolerances import Tolerances
 from toolkit.core.io.datafiles import load_outputs
@@ -220,6 +221,7 @@ class PrecisionSearch:
     def _load(self) -> None:
         c = self.config
         self.model = load_model(c.model, external_data_dir=c.external_data_dir)
+        refuse_damaged(self.model)  # (once: every check's conversion skips it)
         self.types = fp16.tensor_types(fp16.infer_types(self.model))
         decision = fp16.decide(self.model, c.keep_fp32, types=self.types, dtype=self.dtype)  # names the nodes
         self.user_kept = fp16.resolve_keep(self.model, c.keep_fp32)
@@ -431,7 +433,7 @@ class PrecisionSearch:
                 marked = self._marked(self.model)
                 return fp16.emulate(marked, names, inplace=True, types=self.types, cache=cache, dtype=self.dtype).model
             return fp16.emulate(self.model, names, types=self.types, cache=cache, dtype=self.dtype).model
-        return fp16.convert(self.model, names, dtype=self.dtype).model
+        return fp16.convert(self.model, names, dtype=self.dtype, check_data=False).model  # (checked by _load)
 
     def _compare(self, outs: List[Dict]):
         return [compare_iteration(k, ref, got, self.tolerances) for k, (ref, got) in enumerate(zip(self.ref_outs, outs))]
@@ -635,7 +637,7 @@ class PrecisionSearch:
 
     def _write_output(self, out: PrecisionOutcome) -> None:
         """-o: the mixed-precision model with ``out.kept`` in fp32."""
-        mixed = fp16.convert(self.model, list(self.user_kept) + out.kept, dtype=self.dtype).model
+        mixed = fp16.convert(self.model, list(self.user_kept) + out.kept, dtype=self.dtype, check_data=False).model
         save_model(mixed, self.config.output or "")
 
     def _note_rounding(self, out: PrecisionOutcome, best: Optional[int]) -> None:
