@@ -15,6 +15,7 @@ from onnx import helper, numpy_helper
 
 from toolkit.core.errors import DependencyError, InputError
 from toolkit.core.graph.graphs import damaged_tensor, tensor_damage, walk_graphs
+from toolkit.core.graph.constants import STANDARD_DOMAINS, is_constant_node
 
 
 def onnx_errors() -> tuple:
@@ -54,7 +55,7 @@ BF16_MAX = 3.3895313892515355e38  # largest finite bfloat16 (0x7F7F)
 TENSOR_STR = {FLOAT: "tensor(float)", FLOAT16: "tensor(float16)", BFLOAT16: "tensor(bfloat16)"}
 # the reduced precisions a model can be converted to / emulated in: dtype name -> (ONNX type, short name)
 PRECISIONS = {"float16": (FLOAT16, "fp16"), "bfloat16": (BFLOAT16, "bf16")}
-STD_DOMAINS = ("", "ai.onnx")
+STD_DOMAINS = STANDARD_DOMAINS  # (the standard op set's domains: one definition, in core)
 # ops whose output type comes from a ``dtype`` attribute
 DTYPE_OPS = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "EyeLike", "Bernoulli"}
 
@@ -195,7 +196,7 @@ def normalize_constants(model) -> None:
     """Constant nodes with value_float(s) -> a ``value`` tensor (so they convert too)."""
 
     for node in iter_nodes(model):
-        if node.op_type != "Constant" or node.domain not in STD_DOMAINS:
+        if not is_constant_node(node):
             continue
         for attr in list(node.attribute):
             if attr.name in ("value_float", "value_floats"):

@@ -27,7 +27,6 @@ from toolkit.convert.common import (
     DTYPE_OPS,
     FLOAT,
     FLOAT16,
-    STD_DOMAINS,
     Names,
     cast_node,
     copy_model,
@@ -46,7 +45,7 @@ from toolkit.convert.onnx_types import bf16_ready, infer_types, tensor_types
 from toolkit.convert.placement import decide
 from toolkit.convert.ranges import risky_values
 from toolkit.core.errors import UsageError
-from toolkit.core.graph.constants import constant_tensor
+from toolkit.core.graph.constants import constant_tensor, is_constant_node
 from toolkit.core.graph.graphs import node_subgraphs
 
 
@@ -204,7 +203,7 @@ class _Emulator:
             return [node] + self.rounded_copies(rmap, [o for _, o in outs])
         for sub in node_subgraphs(node):
             self.graph(sub, top=False)
-        if node.op_type == "Constant" and node.domain in STD_DOMAINS:
+        if is_constant_node(node):
             self.constant(node)
             return [node]
         return [node] + self.rounded_outputs(node, outs)

@@ -36,7 +36,7 @@ from toolkit.convert.common import (
 from toolkit.core.errors import ort_errors
 from toolkit.core.process.interrupt import interruptible_run
 from toolkit.core.graph.graphs import node_subgraphs
-from toolkit.core.graph.constants import constant_names, constant_nodes
+from toolkit.core.graph.constants import constant_names, constant_nodes, is_constant_node
 
 KEEP_BYTES = 1 << 30  # weights read by the range check kept for the conversion, at most (bytes)
 RANGE_REL = 1e-2  # relative L2 error of a weight's fp16 rounding past which it matters (1%)
@@ -212,7 +212,7 @@ def _constants_model(model, graph, derived: List, wanted: List[str]):
 
 def _constants_read(graph, reads: Set[str]) -> Tuple[list, list]:
     """(the Constant nodes, the initializers) of ``graph`` that make a value of ``reads``."""
-    consts = [n for n in graph.node if n.op_type == "Constant" and not reads.isdisjoint(n.output)]
+    consts = [n for n in graph.node if is_constant_node(n) and not reads.isdisjoint(n.output)]
     return consts, [t for t in graph.initializer if t.name in reads]
 
 
