@@ -14,7 +14,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from toolkit.core.errors import DependencyError, InputError
-from toolkit.core.graph.graphs import damaged_tensor, tensor_damage, walk_graphs
+from toolkit.core.graph.graphs import tensor_damage, walk_graphs
 from toolkit.core.graph.constants import STANDARD_DOMAINS, is_constant_node
 
 
@@ -267,19 +267,10 @@ def round_values(arr, dtype: str = "float16"):
     return to_fp16(arr)[0].astype(np.float32)
 
 
-def refuse_damaged(model) -> None:
-    """InputError naming the first tensor (initializer, ``Constant`` value, in any graph, of any type)
-    whose stored data does not fill its dims: a damaged model, refused before any work (a weight
-    still in an external file, not loaded, is not measured)."""
-    damaged = damaged_tensor(model)
-    if damaged:
-        raise InputError(f"the model's data is damaged: {damaged}; re-export the model (nothing was converted)")
-
-
 def weight_array(t):
     """A float32 weight's values (InputError for raw data that its shape does not fit: a damaged model).
 
-    ``convert`` refuses a damaged model at its start (:func:`refuse_damaged`); this check is what
+    ``convert`` refuses a damaged model at its start (:func:`toolkit.core.graph.graphs.refuse_damaged`); this check is what
     the emulation of fp16 storage (``run --fp16``, ``debug precision``), which reads each float32
     weight it rounds, meets instead."""
     if t.HasField("raw_data"):

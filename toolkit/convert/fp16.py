@@ -60,7 +60,6 @@ from toolkit.convert.common import (
     name_nodes,
     normalize_constants,
     reduced_types,
-    refuse_damaged,
     replace_repeated,
     retype_attribute,
     round_values,
@@ -101,7 +100,7 @@ from toolkit.convert.ranges import REASON_RANGE, REASON_RANGE_BF16, risky_values
 from toolkit.convert.repair import Repair, drop_round_trips, sort_all, toposort
 from toolkit.core.errors import LIBRARY_ERRORS, PYTHON_ERRORS, ExitCode, InputError, ToolkitError, one_line, reraise_bug
 from toolkit.core.graph.constants import constant_nodes
-from toolkit.core.graph.graphs import fed_inputs
+from toolkit.core.graph.graphs import fed_inputs, refuse_damaged
 
 # the package's public names, importable from here (this module is its entry point)
 __all__ = [
@@ -422,7 +421,7 @@ def convert(
     low = low_type(dtype)
     short = PRECISIONS["bfloat16" if low == BFLOAT16 else "float16"][1]
     if check_data:
-        refuse_damaged(model)
+        refuse_damaged(model, "converted")
     held = reduced_types(model)
     if held:
         return _already_mixed(model, held, if_mixed == "error" or bool(keep_fp32), short, inplace)

@@ -31,7 +31,7 @@ import numpy as np
 import onnx
 
 from toolkit.convert import fp16
-from toolkit.convert.common import refuse_damaged
+from toolkit.core.graph.graphs import refuse_damaged
 from toolkit.core.compare.arrays import compare_iteration
 from toolkit.core.compare.tolerances import Tolerances
 from toolkit.core.io.datafiles import load_outputs
@@ -221,7 +221,7 @@ class PrecisionSearch:
     def _load(self) -> None:
         c = self.config
         self.model = load_model(c.model, external_data_dir=c.external_data_dir)
-        refuse_damaged(self.model)  # (once: every check's conversion skips it)
+        refuse_damaged(self.model, "converted")  # (once: every check's conversion skips it)
         self.types = fp16.tensor_types(fp16.infer_types(self.model))
         decision = fp16.decide(self.model, c.keep_fp32, types=self.types, dtype=self.dtype)  # names the nodes
         self.user_kept = fp16.resolve_keep(self.model, c.keep_fp32)

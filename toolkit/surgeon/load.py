@@ -8,7 +8,7 @@ from typing import Dict, List, Optional, Tuple
 import onnx
 
 from toolkit.core.errors import InputError
-from toolkit.core.graph.graphs import damaged_tensor, walk_graphs
+from toolkit.core.graph.graphs import refuse_damaged as refuse_damaged_data, walk_graphs
 from toolkit.core.io.model import load_lazily
 from toolkit.core.shapes import node_reads
 from toolkit.core.io.weights import ref_source
@@ -159,6 +159,4 @@ def refuse_damaged(model, folding: bool, external_data_dir: Optional[str]) -> No
         def sizer(tensor) -> int:
             return ref_source(tensor, base)[2]
 
-    damaged = damaged_tensor(model, sizer)
-    if damaged:
-        raise InputError(f"the model's data is damaged: {damaged}; re-export the model (nothing was folded)")
+    refuse_damaged_data(model, "folded", sizer)

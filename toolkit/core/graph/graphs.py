@@ -230,6 +230,16 @@ def damaged_tensor(model, external_bytes: Optional[Callable[[Any], int]] = None)
     return next((why for why in (tensor_damage(t, external_bytes) for t in all_tensors(model)) if why), None)
 
 
+def refuse_damaged(model, undone: str, external_bytes: Optional[Callable[[Any], int]] = None) -> None:
+    """InputError naming the first damaged tensor (:func:`damaged_tensor`), before any work: the
+    message says what was not done (``undone``: "converted", "folded")."""
+    damaged = damaged_tensor(model, external_bytes)
+    if damaged:
+        from toolkit.core.errors import InputError
+
+        raise InputError(f"the model's data is damaged: {damaged}; re-export the model (nothing was {undone})")
+
+
 def tensor_damage(tensor, external_bytes: Optional[Callable[[Any], int]] = None) -> Optional[str]:
     """A sentence saying how ``tensor``'s stored data does not fill its dims, or ``None``. A tensor in
     an external file is checked when ``external_bytes`` gives the size of its stored bytes. Protobuf
