@@ -366,11 +366,11 @@ class Validation:
         return feed
 
     @staticmethod
-    def _run(sess, feed, names=None, seconds: Optional[float] = None):
+    def _run(sess, feed, names, seconds: float):
         """{name: value} of a run of ``sess`` (a :class:`_Session`) on ``feed``, bounded by ``seconds``
-        (default :data:`RUN_SECONDS`)."""
+        (``names`` None: every output)."""
         names = names or [o.name for o in sess.get_outputs()]
-        return dict(zip(names, sess.run(names, feed, RUN_SECONDS if seconds is None else seconds)))
+        return dict(zip(names, sess.run(names, feed, seconds)))
 
     def _run_input_model(self, sess, names):
         """A run of the input model on the generated feed (bounded by :data:`RUN_SECONDS`), timed."""
