@@ -118,10 +118,6 @@ class QdqSearch(PrecisionSearch):
             raise UsageError(f"--order {self.config.order}: use graph or error")
         if self.config.held_out is not None and self.config.held_out < 0:
             raise UsageError("--held-out must be 0 or more")
-        from toolkit.core.io.model import check_readable_data
-
-        for held in self.config.validate_inputs:
-            check_readable_data(held)
         self._check_reference_not_written()
 
     def _check_metric_options(self) -> None:

@@ -195,7 +195,7 @@ class PrecisionSearch:
         PrecisionSearch._check_overlaps(c)
         if c.model:
             check_readable_file(c.model)  # a missing file is said before the model is loaded
-        for path in list(c.load_inputs) + [c.load_outputs or ""]:
+        for path in list(c.load_inputs) + [c.load_outputs or ""] + list(getattr(c, "validate_inputs", ())):
             if path and path != "-":
                 check_readable_data(path)  # (a per-iteration folder too, as `run` reads it)
         # a missing backend, provider or device: exit 4 now, not after the reference ran (the
