@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Callable, Optional, Sequence, TypeVar
 
 from toolkit.core.contain import carried
@@ -89,50 +90,29 @@ def interruptible_run(sess, names: Optional[Sequence[str]], feed, seconds: Optio
     if seconds is None and threading.current_thread() is not threading.main_thread():
         return sess.run(names, feed)
     options = ort.RunOptions()
-    deadline = _Deadline(options, seconds)
-    try:
-        if threading.current_thread() is threading.main_thread():
-            got = _run_in_helper(sess, names, feed, options)
-        else:
-            got = carried(sess.run, names, feed, options, catching=Exception)
-    finally:
-        deadline.cancel()
-    if got.error is not None and deadline.expired:
-        raise RunTimedOut(float(seconds or 0)) from None
+    end = None if seconds is None else time.monotonic() + max(seconds, 0.0)
+    got, expired = _run_in_helper(sess, names, feed, options, end)
+    if got.error is not None and expired:
+        raise RunTimedOut(float(seconds or 0.0)) from None
     return got.get()
 
 
-def _run_in_helper(sess, names, feed, options):
-    """``sess.run`` in a helper thread, waited for in short joins (see :func:`interruptible_run`);
-    its value or its exception, carried."""
+def _run_in_helper(sess, names, feed, options, end: Optional[float] = None):
+    """``sess.run`` in a helper thread, waited for in short joins (see :func:`interruptible_run`),
+    its ``terminate`` flag set once the clock passes ``end`` (None: never): (its value or its
+    exception, carried; whether it ran past ``end``)."""
     box: list = []
     helper = threading.Thread(target=lambda: box.append(carried(sess.run, names, feed, options)), name="toolkit-inference",
                               daemon=True)
     helper.start()
+    expired = False
     try:
         while helper.is_alive():
             helper.join(0.05)
+            if end is not None and not expired and time.monotonic() >= end:
+                options.terminate = True  # (ONNX-Runtime stops between nodes, Loop steps included)
+                expired = True
     except BaseException:
         options.terminate = True  # (ONNX-Runtime stops between nodes; the thread then ends)
         raise
-    return box[0]
-
-
-class _Deadline:
-    """Sets a run's ``terminate`` flag once ``seconds`` have passed (never when ``seconds`` is None)."""
-
-    def __init__(self, options, seconds: Optional[float]) -> None:
-        self.expired = False
-        self._timer: Optional[threading.Timer] = None
-        if seconds is not None:
-            def expire() -> None:
-                self.expired = True
-                options.terminate = True
-
-            self._timer = threading.Timer(max(seconds, 0.0), expire)
-            self._timer.daemon = True
-            self._timer.start()
-
-    def cancel(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
+    return box[0], expired
